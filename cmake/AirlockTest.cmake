@@ -1,0 +1,46 @@
+# Test helpers. Every Check suite is its own executable and its own ctest test; each test
+# case runs in its own process (Check's fork mode), as libuv's tests do.
+#
+#   airlock_check_test(NAME name SOURCES a.c b.c LIBS lib... [LABELS l...] [TIMEOUT s])
+#   airlock_script_test(NAME name SCRIPT path [ARGS ...] [LABELS l...] [TIMEOUT s])
+#   airlock_fuzz_target(NAME name SOURCES f.c LIBS lib...)   (AIRLOCK_FUZZ=ON only)
+function(airlock_check_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} airlock::check)
+  target_include_directories(${T_NAME} PRIVATE ${CMAKE_SOURCE_DIR}/tests/lib)
+  add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "unit;${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+    ENVIRONMENT "CK_DEFAULT_TIMEOUT=60;AIRLOCK_SOURCE_DIR=${CMAKE_SOURCE_DIR};AIRLOCK_BINARY_DIR=${CMAKE_BINARY_DIR}")
+endfunction()
+
+function(airlock_script_test)
+  cmake_parse_arguments(T "" "NAME;SCRIPT;TIMEOUT" "ARGS;LABELS" ${ARGN})
+  add_test(NAME ${T_NAME} COMMAND ${T_SCRIPT} ${T_ARGS})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "integration;${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+    ENVIRONMENT "AIRLOCK_SOURCE_DIR=${CMAKE_SOURCE_DIR};AIRLOCK_BINARY_DIR=${CMAKE_BINARY_DIR};AIRLOCK_BIN=${CMAKE_BINARY_DIR}/bin")
+endfunction()
+
+function(airlock_fuzz_target)
+  cmake_parse_arguments(T "" "NAME" "SOURCES;LIBS" ${ARGN})
+  if(AIRLOCK_FUZZ)
+    add_executable(${T_NAME} ${T_SOURCES})
+    target_compile_options(${T_NAME} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(${T_NAME} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_libraries(${T_NAME} PRIVATE ${T_LIBS})
+  else()
+    # Without libFuzzer the same entry point is driven over the seed corpus by a small
+    # main (tests/lib/fuzz_main.c) and run as a regression test.
+    add_executable(${T_NAME} ${T_SOURCES} ${CMAKE_SOURCE_DIR}/tests/lib/fuzz_main.c)
+    target_link_libraries(${T_NAME} PRIVATE ${T_LIBS})
+    set(corpus ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/${T_NAME})
+    add_test(NAME ${T_NAME}_corpus COMMAND ${T_NAME} ${corpus})
+    set_tests_properties(${T_NAME}_corpus PROPERTIES LABELS "unit;fuzz" TIMEOUT 300)
+  endif()
+endfunction()

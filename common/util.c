@@ -1,0 +1,359 @@
+/* common/util: see util.h. */
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <sodium.h>
+
+uint64_t al_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t al_wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void al_time_rfc3339(char *out, size_t outlen, uint64_t wall_ns)
+{
+    time_t s = (time_t)(wall_ns / 1000000000ull);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+             (unsigned)((wall_ns % 1000000000ull) / 1000000ull));
+}
+
+static int util__digits(const char **p, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isdigit((unsigned char)**p))
+            return -EINVAL;
+        v = v * 10 + (**p - '0');
+        (*p)++;
+    }
+    *out = v;
+    return 0;
+}
+
+int al_time_parse_rfc3339(const char *s, uint64_t *wall_ns)
+{
+    int Y, M, D, h = 0, m = 0, sec = 0;
+    const char *p = s;
+    if (util__digits(&p, 4, &Y) || *p++ != '-' || util__digits(&p, 2, &M) || *p++ != '-' ||
+        util__digits(&p, 2, &D))
+        return -EINVAL;
+    uint64_t frac_ns = 0;
+    long off = 0;
+    if (*p == 'T' || *p == 't' || *p == ' ') {
+        p++;
+        if (util__digits(&p, 2, &h) || *p++ != ':' || util__digits(&p, 2, &m) || *p++ != ':' ||
+            util__digits(&p, 2, &sec))
+            return -EINVAL;
+        if (*p == '.') {
+            p++;
+            uint64_t scale = 100000000ull;
+            if (!isdigit((unsigned char)*p))
+                return -EINVAL;
+            while (isdigit((unsigned char)*p)) {
+                frac_ns += (uint64_t)(*p - '0') * scale;
+                scale /= 10;
+                p++;
+            }
+        }
+        if (*p == 'Z' || *p == 'z') {
+            p++;
+        } else if (*p == '+' || *p == '-') {
+            int sign = *p++ == '-' ? -1 : 1, oh, om;
+            if (util__digits(&p, 2, &oh) || *p++ != ':' || util__digits(&p, 2, &om))
+                return -EINVAL;
+            off = sign * (oh * 3600L + om * 60L);
+        } else {
+            return -EINVAL;
+        }
+    }
+    if (*p)
+        return -EINVAL;
+    if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
+        return -EINVAL;
+    struct tm tm = {.tm_year = Y - 1900, .tm_mon = M - 1, .tm_mday = D,
+                    .tm_hour = h, .tm_min = m, .tm_sec = sec};
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1 || t - off < 0)
+        return -EINVAL;
+    *wall_ns = (uint64_t)(t - off) * 1000000000ull + frac_ns;
+    return 0;
+}
+
+int al_write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int al_read_all(int fd, void *data, size_t len)
+{
+    char *p = data;
+    while (len) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            return -EPIPE;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int al_read_file(const char *path, size_t max, char **out, size_t *len, struct al_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return al_error_set(err, -errno, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        return al_error_set(err, -e, "cannot stat %s: %s", path, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return al_error_set(err, -EISDIR, "%s is a directory, expected a file", path);
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        close(fd);
+        return al_error_set(err, -ENOMEM, "out of memory reading %s", path);
+    }
+    for (;;) {
+        if (n + 1 >= cap) {
+            if (cap > max + 1) {
+                free(buf);
+                close(fd);
+                return al_error_set(err, -EFBIG, "%s is larger than the limit of %zu bytes",
+                                    path, max);
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                close(fd);
+                return al_error_set(err, -ENOMEM, "out of memory reading %s", path);
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + n, cap - n - 1);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            free(buf);
+            close(fd);
+            return al_error_set(err, -e, "cannot read %s: %s", path, strerror(e));
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+        if (n > max) {
+            free(buf);
+            close(fd);
+            return al_error_set(err, -EFBIG, "%s is larger than the limit of %zu bytes", path,
+                                max);
+        }
+    }
+    close(fd);
+    buf[n] = '\0';
+    *out = buf;
+    if (len)
+        *len = n;
+    return 0;
+}
+
+int al_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+int al_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode,
+                         struct al_error *err)
+{
+    char dir[PATH_MAX], tmp[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
+        return al_error_set(err, -ENAMETOOLONG, "path too long: %s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        dir[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        strcpy(dir, ".");
+    char rnd[17];
+    al_random_hex(rnd, 8);
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-%s", path, rnd) >= (int)sizeof tmp)
+        return al_error_set(err, -ENAMETOOLONG, "path too long: %s", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd < 0)
+        return al_error_set(err, -errno, "cannot create %s: %s", tmp, strerror(errno));
+    int rc = al_write_all(fd, data, len);
+    if (rc == 0 && fchmod(fd, mode) < 0)
+        rc = -errno;
+    if (rc == 0 && fsync(fd) < 0)
+        rc = -errno;
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = -errno;
+    if (rc) {
+        unlink(tmp);
+        return al_error_set(err, rc, "cannot write %s: %s (the old content is unchanged)", path,
+                            strerror(-rc));
+    }
+    rc = al_fsync_dir(dir);
+    if (rc)
+        return al_error_set(err, rc, "cannot sync directory %s: %s", dir, strerror(-rc));
+    return 0;
+}
+
+int al_mkdir_p(const char *path, mode_t mode)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return -ENAMETOOLONG;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, mode) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, mode) < 0 && errno != EEXIST)
+        return -errno;
+    struct stat st;
+    if (stat(buf, &st) < 0)
+        return -errno;
+    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+int al_set_nonblock(int fd, bool on)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return -errno;
+    fl = on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
+    return fcntl(fd, F_SETFL, fl) < 0 ? -errno : 0;
+}
+
+int al_set_cloexec(int fd, bool on)
+{
+    int fl = fcntl(fd, F_GETFD);
+    if (fl < 0)
+        return -errno;
+    fl = on ? (fl | FD_CLOEXEC) : (fl & ~FD_CLOEXEC);
+    return fcntl(fd, F_SETFD, fl) < 0 ? -errno : 0;
+}
+
+int al_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || !isdigit((unsigned char)*s))
+        return -EINVAL;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return -ERANGE;
+    static const struct {
+        const char *suffix;
+        uint64_t mul;
+    } units[] = {{"", 1},          {"B", 1},           {"k", 1000},          {"K", 1000},
+                 {"kB", 1000},     {"KB", 1000},       {"KiB", 1024},        {"M", 1000000},
+                 {"MB", 1000000},  {"MiB", 1048576},   {"G", 1000000000ull}, {"GB", 1000000000ull},
+                 {"GiB", 1073741824ull}, {"T", 1000000000000ull}, {"TiB", 1099511627776ull}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].suffix) == 0) {
+            if (v > UINT64_MAX / units[i].mul)
+                return -ERANGE;
+            *out = v * units[i].mul;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+int al_parse_duration_ms(const char *s, uint64_t *out)
+{
+    if (!s || !isdigit((unsigned char)*s))
+        return -EINVAL;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return -ERANGE;
+    uint64_t mul;
+    if (strcmp(end, "ms") == 0)
+        mul = 1;
+    else if (strcmp(end, "s") == 0 || *end == '\0')
+        mul = 1000;
+    else if (strcmp(end, "m") == 0)
+        mul = 60000;
+    else if (strcmp(end, "h") == 0)
+        mul = 3600000;
+    else if (strcmp(end, "d") == 0)
+        mul = 86400000;
+    else
+        return -EINVAL;
+    if (v > UINT64_MAX / mul)
+        return -ERANGE;
+    *out = v * mul;
+    return 0;
+}
+
+void al_random_hex(char *out, size_t nbytes)
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char b[64];
+    while (nbytes) {
+        size_t n = nbytes > sizeof b ? sizeof b : nbytes;
+        randombytes_buf(b, n);
+        for (size_t i = 0; i < n; i++) {
+            *out++ = hex[b[i] >> 4];
+            *out++ = hex[b[i] & 15];
+        }
+        nbytes -= n;
+    }
+    *out = '\0';
+}
