@@ -1,0 +1,80 @@
+/* controlplane/cli/main: `airlock <group> <command> ...`. See cli.h. */
+#include "cli.h"
+#include "common/log.h"
+#include "common/paths.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Each component that provides commands defines AIRLOCK_HAVE_<X> through CMake. */
+#ifdef AIRLOCK_HAVE_POLICY
+int policy_cli_main(int argc, char **argv);
+#endif
+#ifdef AIRLOCK_HAVE_VSWITCH
+int vswitch_cli_main(int argc, char **argv);
+#endif
+#ifdef AIRLOCK_HAVE_AUDIT
+int audit_cli_main(int argc, char **argv);
+#endif
+#ifdef AIRLOCK_HAVE_VAULT
+int vault_cli_main(int argc, char **argv);
+#endif
+#ifdef AIRLOCK_HAVE_SANDBOX_CLI
+int sandbox_cli_main(int argc, char **argv);
+int apikey_cli_main(int argc, char **argv);
+#endif
+
+static const struct al_cli_group cli__groups[] = {
+#ifdef AIRLOCK_HAVE_POLICY
+    {"policy", "lint, explain and test egress policies", policy_cli_main},
+#endif
+#ifdef AIRLOCK_HAVE_VSWITCH
+    {"vswitch", "show the virtual switch: sandboxes, interfaces, counters", vswitch_cli_main},
+#endif
+#ifdef AIRLOCK_HAVE_AUDIT
+    {"audit", "read, query, verify and export the egress audit log", audit_cli_main},
+#endif
+#ifdef AIRLOCK_HAVE_VAULT
+    {"vault", "manage secrets (write-only: values are never shown)", vault_cli_main},
+#endif
+#ifdef AIRLOCK_HAVE_SANDBOX_CLI
+    {"sandbox", "list, create, exec in, and kill sandboxes", sandbox_cli_main},
+    {"apikey", "create, list and revoke API keys", apikey_cli_main},
+#endif
+    {NULL, NULL, NULL},
+};
+
+static void cli__usage(FILE *f)
+{
+    fprintf(f, "usage: airlock [--state-dir DIR] <group> <command> [args...]\n\ngroups:\n");
+    for (const struct al_cli_group *g = cli__groups; g->name; g++)
+        fprintf(f, "  %-10s %s\n", g->name, g->summary);
+    fprintf(f, "\n`airlock <group> --help` lists a group's commands. "
+               "State directory: %s\n", al_state_dir());
+}
+
+int main(int argc, char **argv)
+{
+    al_log_init("airlock", AL_LOG_TEXT, AL_LOG_WARN);
+    argc = al_take_state_dir_arg(argc, argv);
+    if (argc < 2) {
+        cli__usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        cli__usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("airlock %s\n", AIRLOCK_VERSION);
+        return 0;
+    }
+    for (const struct al_cli_group *g = cli__groups; g->name; g++) {
+        if (strcmp(argv[1], g->name) == 0)
+            return g->main(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "airlock: unknown command group '%s'\n\n", argv[1]);
+    cli__usage(stderr);
+    return 2;
+}
