@@ -49,6 +49,10 @@ struct al_http_limits {
     uint32_t idle_timeout_ms;    /* keep-alive idle before close; default 60 s */
     uint32_t body_timeout_ms;    /* longest gap between body bytes; default 30 s; 408 */
     uint32_t max_connections;    /* default 1024; beyond: 503 and close */
+    /* Added after the first contract (zero = default, like the others): */
+    size_t max_headers;          /* header fields per request; default 100; beyond: 431 */
+    uint32_t write_timeout_ms;   /* a peer that takes nothing of a pending response for
+                                    this long is disconnected; default 60 s */
 };
 
 /* Who is on the other end. For unix sockets uid/gid/pid come from SO_PEERCRED and are
@@ -167,6 +171,7 @@ const char *al_http_status_text(int status);
 /* ---- asynchronous client --------------------------------------------------------- */
 /* target: "unix:/path/to.sock", "host:port", "[v6]:port" or "http://host:port". */
 struct al_http_creq;
+struct al_http_pool;
 struct al_http_creq_opts {
     const char *target;
     const char *method;
@@ -187,6 +192,9 @@ struct al_http_creq_opts {
      * returns the creq is freed. */
     void (*on_done)(struct al_http_creq *c, int err, void *arg);
     void *arg;
+    /* Added: keep-alive connections are reused through this pool (NULL: one connection
+     * per request, sent with "Connection: close"). */
+    struct al_http_pool *pool;
 };
 int al_http_creq_start(uv_loop_t *loop, const struct al_http_creq_opts *opts,
                        struct al_http_creq **out);
@@ -196,6 +204,32 @@ size_t al_http_creq_queued(const struct al_http_creq *c);
 void al_http_creq_resume(struct al_http_creq *c);
 /* Aborts; on_done is called with -ECANCELED. */
 void al_http_creq_cancel(struct al_http_creq *c);
+/* Added: calls cb once the queued request body drops to low_water bytes or less (each
+ * registration fires once, from the loop, never from inside this call). */
+void al_http_creq_on_drain(struct al_http_creq *c, size_t low_water,
+                           void (*cb)(struct al_http_creq *c, void *arg));
+/* Added: what went wrong, for logs and error replies ("connect unix:/x.sock: No such file
+ * or directory", "no response headers within 30000 ms", ...); "" when nothing did. Valid
+ * inside on_done. */
+const char *al_http_creq_strerror(const struct al_http_creq *c);
+
+/* Added: a per-loop pool of idle keep-alive connections, keyed by target. Bounded (total
+ * and per target), idle connections expire, a connection the server closed is dropped at
+ * once, and a request that fails on a reused connection before any response byte is
+ * retried once on a new one if it is idempotent (GET, HEAD, PUT, DELETE, OPTIONS) and its
+ * body was given whole. Idle connections do not keep uv_run alive. Close the pool before
+ * uv_loop_close (then run the loop once more so the handles finish closing). */
+struct al_http_pool_opts {
+    size_t max_idle;            /* idle connections in all; default 32 */
+    size_t max_idle_per_target; /* default 8 */
+    uint32_t idle_timeout_ms;   /* default 15 s (keep it below the servers' idle timeout) */
+};
+int al_http_pool_new(uv_loop_t *loop, const struct al_http_pool_opts *opts,
+                     struct al_http_pool **out);
+size_t al_http_pool_idle(const struct al_http_pool *p);
+/* Closes the idle connections; requests in flight finish normally and their connections
+ * are closed instead of pooled; the pool is freed once the last of them is done. */
+void al_http_pool_close(struct al_http_pool *p);
 
 /* ---- blocking client (CLIs, setup code, tests) -------------------------------------- */
 struct al_http_resp {
