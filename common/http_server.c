@@ -624,7 +624,12 @@ static int srv__on_headers_complete(llhttp_t *p)
                                      "expected, visible ASCII only)");
     const char *qm = memchr(target, '?', tlen);
     size_t plen = qm ? (size_t)(qm - target) : tlen, path_off;
-    int rc = http__hdrs_add_string(&r->hdrs, target, plen, &path_off);
+    /* The path is copied from the same buffer: make room first so it does not move. */
+    int rc = al_buf_reserve(&r->hdrs.strs, plen + 1);
+    if (rc)
+        return conn__hdr_rc(c, rc);
+    target = r->hdrs.strs.data;
+    rc = http__hdrs_add_string(&r->hdrs, target, plen, &path_off);
     if (!rc)
         rc = http__hdrs_finish(&r->hdrs);
     if (rc)

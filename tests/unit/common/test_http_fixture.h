@@ -48,7 +48,7 @@ static atomic_int t_requests, t_on_close, t_body_err, t_body_ok, t_drains, t_las
 static atomic_int t_stream_paused;
 
 /* Waits (up to ms) for a counter the server thread sets; returns its last value. */
-static int t_wait_int(atomic_int *v, int want, int ms)
+static __attribute__((unused)) int t_wait_int(atomic_int *v, int want, int ms)
 {
     for (int i = 0; i < ms && atomic_load(v) != want; i++)
         usleep(1000);
@@ -70,13 +70,13 @@ struct tsrv {
     bool no_unix;
 };
 
-static void tsrv__closed(void *arg)
+static __attribute__((unused)) void tsrv__closed(void *arg)
 {
     struct tsrv *t = arg;
     atomic_store(&t->closed, true);
 }
 
-static void tsrv__on_stop(uv_async_t *a)
+static __attribute__((unused)) void tsrv__on_stop(uv_async_t *a)
 {
     struct tsrv *t = a->data;
     al_http_server_close(t->srv, tsrv__closed, t);
@@ -116,7 +116,7 @@ static void *tsrv__main(void *arg)
     return NULL;
 }
 
-static void tsrv_start(struct tsrv *t)
+static __attribute__((unused)) void tsrv_start(struct tsrv *t)
 {
     snprintf(t->dir, sizeof t->dir, "/tmp/al-http-%d-XXXXXX", (int)getpid());
     ck_assert_ptr_nonnull(mkdtemp(t->dir));
@@ -126,7 +126,7 @@ static void tsrv_start(struct tsrv *t)
         usleep(1000);
 }
 
-static void tsrv_stop(struct tsrv *t)
+static __attribute__((unused)) void tsrv_stop(struct tsrv *t)
 {
     uv_async_send(&t->stop);
     pthread_join(t->th, NULL);
@@ -135,14 +135,14 @@ static void tsrv_stop(struct tsrv *t)
 }
 
 /* ---- raw sockets ------------------------------------------------------------------- */
-static uint64_t t_now_ms(void)
+static __attribute__((unused)) uint64_t t_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static int t_connect_tcp(int port)
+static __attribute__((unused)) int t_connect_tcp(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     ck_assert_int_ge(fd, 0);
@@ -154,7 +154,7 @@ static int t_connect_tcp(int port)
     return fd;
 }
 
-static int t_connect_unix(const char *path)
+static __attribute__((unused)) int t_connect_unix(const char *path)
 {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     ck_assert_int_ge(fd, 0);
@@ -164,7 +164,7 @@ static int t_connect_unix(const char *path)
     return fd;
 }
 
-static void t_send(int fd, const void *data, size_t len)
+static __attribute__((unused)) void t_send(int fd, const void *data, size_t len)
 {
     const char *p = data;
     while (len) {
@@ -177,14 +177,14 @@ static void t_send(int fd, const void *data, size_t len)
     }
 }
 
-static void t_sends(int fd, const char *s)
+static __attribute__((unused)) void t_sends(int fd, const char *s)
 {
     t_send(fd, s, strlen(s));
 }
 
 /* Reads what arrives until the peer closes or timeout_ms passes; returns the length
  * (out is NUL-terminated) and sets *closed. */
-static size_t t_read_until_close(int fd, char *out, size_t cap, int timeout_ms, bool *closed)
+static __attribute__((unused)) size_t t_read_until_close(int fd, char *out, size_t cap, int timeout_ms, bool *closed)
 {
     size_t len = 0;
     uint64_t end = t_now_ms() + (uint64_t)timeout_ms;
@@ -227,7 +227,7 @@ struct t_resp {
     bool head;  /* response to HEAD: no body */
 };
 
-static int t__on_hf(llhttp_t *p, const char *at, size_t n)
+static __attribute__((unused)) int t__on_hf(llhttp_t *p, const char *at, size_t n)
 {
     struct t_resp *r = p->data;
     if (r->hlen + n + 2 < sizeof r->headers) {
@@ -237,7 +237,7 @@ static int t__on_hf(llhttp_t *p, const char *at, size_t n)
     return 0;
 }
 
-static int t__on_hfc(llhttp_t *p)
+static __attribute__((unused)) int t__on_hfc(llhttp_t *p)
 {
     struct t_resp *r = p->data;
     if (r->hlen + 2 < sizeof r->headers)
@@ -245,7 +245,7 @@ static int t__on_hfc(llhttp_t *p)
     return 0;
 }
 
-static int t__on_hvc(llhttp_t *p)
+static __attribute__((unused)) int t__on_hvc(llhttp_t *p)
 {
     struct t_resp *r = p->data;
     if (r->hlen + 2 < sizeof r->headers)
@@ -254,7 +254,7 @@ static int t__on_hvc(llhttp_t *p)
     return 0;
 }
 
-static int t__on_body(llhttp_t *p, const char *at, size_t n)
+static __attribute__((unused)) int t__on_body(llhttp_t *p, const char *at, size_t n)
 {
     struct t_resp *r = p->data;
     r->total += n;
@@ -267,14 +267,14 @@ static int t__on_body(llhttp_t *p, const char *at, size_t n)
     return 0;
 }
 
-static int t__on_hc(llhttp_t *p)
+static __attribute__((unused)) int t__on_hc(llhttp_t *p)
 {
     struct t_resp *r = p->data;
     r->status = p->status_code;
     return r->head ? 1 : 0;
 }
 
-static int t__on_mc(llhttp_t *p)
+static __attribute__((unused)) int t__on_mc(llhttp_t *p)
 {
     struct t_resp *r = p->data;
     if (r->status >= 100 && r->status < 200) { /* 100 Continue: wait for the real one */
@@ -293,7 +293,7 @@ struct t_reader {
     size_t len;
 };
 
-static bool t_read_response_ex(int fd, struct t_reader *rd, struct t_resp *r, int timeout_ms,
+static __attribute__((unused)) bool t_read_response_ex(int fd, struct t_reader *rd, struct t_resp *r, int timeout_ms,
                                bool head)
 {
     memset(r, 0, sizeof *r);
@@ -342,13 +342,13 @@ static bool t_read_response_ex(int fd, struct t_reader *rd, struct t_resp *r, in
     }
 }
 
-static bool t_read_response(int fd, struct t_reader *rd, struct t_resp *r, int timeout_ms)
+static __attribute__((unused)) bool t_read_response(int fd, struct t_reader *rd, struct t_resp *r, int timeout_ms)
 {
     return t_read_response_ex(fd, rd, r, timeout_ms, false);
 }
 
 /* Sends a request on a new TCP connection and reads one response. */
-static int t_roundtrip(int port, const char *req, struct t_resp *r)
+static __attribute__((unused)) int t_roundtrip(int port, const char *req, struct t_resp *r)
 {
     int fd = t_connect_tcp(port);
     t_sends(fd, req);
@@ -359,7 +359,7 @@ static int t_roundtrip(int port, const char *req, struct t_resp *r)
 }
 
 /* ---- handlers ---------------------------------------------------------------------- */
-static void t__body_done(struct al_http_req *req, int err)
+static __attribute__((unused)) void t__body_done(struct al_http_req *req, int err)
 {
     if (err) {
         atomic_fetch_add(&t_body_err, 1);
@@ -379,18 +379,18 @@ struct t_stream {
     bool started;
 };
 
-static void t__stream_timer_closed(uv_handle_t *h)
+static __attribute__((unused)) void t__stream_timer_closed(uv_handle_t *h)
 {
     free(h->data);
 }
 
-static void t__stream_resume(uv_timer_t *t)
+static __attribute__((unused)) void t__stream_resume(uv_timer_t *t)
 {
     struct t_stream *s = t->data;
     al_http_req_resume_body(s->req);
 }
 
-static int t__stream_data(struct al_http_req *req, const char *data, size_t len)
+static __attribute__((unused)) int t__stream_data(struct al_http_req *req, const char *data, size_t len)
 {
     struct t_stream *s = req->user;
     if (!s->started) {
@@ -406,7 +406,7 @@ static int t__stream_data(struct al_http_req *req, const char *data, size_t len)
     return 0;
 }
 
-static void t__stream_end(struct al_http_req *req, int err)
+static __attribute__((unused)) void t__stream_end(struct al_http_req *req, int err)
 {
     struct t_stream *s = req->user;
     if (err) {
@@ -430,12 +430,12 @@ struct t_pace {
     bool gone;
 };
 
-static void t__pace_closed(uv_handle_t *h)
+static __attribute__((unused)) void t__pace_closed(uv_handle_t *h)
 {
     free(h->data);
 }
 
-static void t__pace_tick(uv_timer_t *t)
+static __attribute__((unused)) void t__pace_tick(uv_timer_t *t)
 {
     struct t_pace *p = t->data;
     char piece[64];
@@ -448,7 +448,7 @@ static void t__pace_tick(uv_timer_t *t)
     }
 }
 
-static void t__pace_on_close(struct al_http_req *req)
+static __attribute__((unused)) void t__pace_on_close(struct al_http_req *req)
 {
     struct t_pace *p = req->user;
     atomic_fetch_add(&t_on_close, 1);
@@ -462,19 +462,19 @@ struct t_slow {
     struct al_http_req *req;
 };
 
-static void t__slow_closed(uv_handle_t *h)
+static __attribute__((unused)) void t__slow_closed(uv_handle_t *h)
 {
     free(h->data);
 }
 
-static void t__slow_fire(uv_timer_t *t)
+static __attribute__((unused)) void t__slow_fire(uv_timer_t *t)
 {
     struct t_slow *s = t->data;
     al_http_reply(s->req, 200, "text/plain", "slow", 4);
     uv_close((uv_handle_t *)t, t__slow_closed);
 }
 
-static void t__slow_on_close(struct al_http_req *req)
+static __attribute__((unused)) void t__slow_on_close(struct al_http_req *req)
 {
     struct t_slow *s = req->user;
     atomic_fetch_add(&t_on_close, 1);
@@ -491,12 +491,12 @@ struct t_gated {
     struct al_http_req *req;
 };
 
-static void t__gated_closed(uv_handle_t *h)
+static __attribute__((unused)) void t__gated_closed(uv_handle_t *h)
 {
     free(h->data);
 }
 
-static void t__gated_poll(uv_timer_t *t)
+static __attribute__((unused)) void t__gated_poll(uv_timer_t *t)
 {
     struct t_gated *g = t->data;
     if (!atomic_load(&t_gate))
@@ -507,7 +507,7 @@ static void t__gated_poll(uv_timer_t *t)
     uv_close((uv_handle_t *)t, t__gated_closed);
 }
 
-static void t__gated_on_close(struct al_http_req *req)
+static __attribute__((unused)) void t__gated_on_close(struct al_http_req *req)
 {
     struct t_gated *g = req->user;
     atomic_fetch_add(&t_on_close, 1);
@@ -523,7 +523,7 @@ struct t_bulk {
     char piece[16384];
 };
 
-static void t__bulk_pump(struct al_http_req *req)
+static __attribute__((unused)) void t__bulk_pump(struct al_http_req *req)
 {
     struct t_bulk *b = req->user;
     while (b->left) {
@@ -544,15 +544,15 @@ static void t__bulk_pump(struct al_http_req *req)
     free(b);
 }
 
-static void t__bulk_on_close(struct al_http_req *req)
+static __attribute__((unused)) void t__bulk_on_close(struct al_http_req *req)
 {
     atomic_fetch_add(&t_on_close, 1);
     free(req->user);
 }
 
-static int t_qint(const struct al_http_req *req, const char *name, int def);
+static __attribute__((unused)) int t_qint(const struct al_http_req *req, const char *name, int def);
 
-static void t__bulk_start(struct al_http_req *req)
+static __attribute__((unused)) void t__bulk_start(struct al_http_req *req)
 {
     struct t_bulk *b = calloc(1, sizeof *b);
     memset(b->piece, 'x', sizeof b->piece);
@@ -564,7 +564,7 @@ static void t__bulk_start(struct al_http_req *req)
     t__bulk_pump(req);
 }
 
-static int t_qint(const struct al_http_req *req, const char *name, int def)
+static __attribute__((unused)) int t_qint(const struct al_http_req *req, const char *name, int def)
 {
     char v[32];
     if (al_http_query_get(req->query, name, v, sizeof v) != 0)
@@ -572,7 +572,7 @@ static int t_qint(const struct al_http_req *req, const char *name, int def)
     return atoi(v);
 }
 
-static void t_handler(struct al_http_req *req, void *ctx)
+static __attribute__((unused)) void t_handler(struct al_http_req *req, void *ctx)
 {
     (void)ctx;
     atomic_fetch_add(&t_requests, 1);
