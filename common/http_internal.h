@@ -79,8 +79,6 @@ bool http__is_token(const char *s, size_t len);
 bool http__is_field_value(const char *s);
 /* Request-target characters: visible ASCII only. */
 bool http__is_target(const char *s, size_t len);
-/* Comma-separated list contains token (case-insensitive), e.g. Connection: keep-alive. */
-bool http__list_has(const char *list, const char *token);
 
 /* ---- target parsing (clients) ---------------------------------------------------- */
 struct http__target {

@@ -420,25 +420,6 @@ bool http__is_target(const char *s, size_t len)
     return true;
 }
 
-bool http__list_has(const char *list, const char *token)
-{
-    size_t tlen = strlen(token);
-    const char *p = list;
-    while (*p) {
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-        const char *start = p;
-        while (*p && *p != ',')
-            p++;
-        const char *end = p;
-        while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
-            end--;
-        if ((size_t)(end - start) == tlen && strncasecmp(start, token, tlen) == 0)
-            return true;
-    }
-    return false;
-}
-
 /* ---- target parsing ---------------------------------------------------------------- */
 int http__parse_target(const char *target, struct http__target *t, char *msg, size_t msglen)
 {
