@@ -75,18 +75,18 @@ struct al_http_header {
 };
 
 struct al_http_limits {
-    size_t max_header_bytes;     /* request line + headers; default 16 KiB; beyond: 431 */
-    size_t max_body_bytes;       /* buffered or discarded bodies; default 1 MiB; beyond: 413 */
-    uint32_t header_timeout_ms;  /* to receive a complete header block, counted from the
+    size_t max_header_bytes;    /* request line + headers; default 16 KiB; beyond: 431 */
+    size_t max_body_bytes;      /* buffered or discarded bodies; default 1 MiB; beyond: 413 */
+    uint32_t header_timeout_ms; /* to receive a complete header block, counted from the
                                     accept (first request) or from the request's first
                                     byte (later ones); default 10 s; 408 (a connection
                                     that sent nothing is just closed) */
-    uint32_t idle_timeout_ms;    /* keep-alive idle before close; default 60 s */
-    uint32_t body_timeout_ms;    /* longest gap between body bytes; default 30 s; 408 */
-    uint32_t max_connections;    /* default 1024; beyond: 503 and close */
+    uint32_t idle_timeout_ms;   /* keep-alive idle before close; default 60 s */
+    uint32_t body_timeout_ms;   /* longest gap between body bytes; default 30 s; 408 */
+    uint32_t max_connections;   /* default 1024; beyond: 503 and close */
     /* Added after the first contract (zero = default, like the others): */
-    size_t max_headers;          /* header fields per request; default 100; beyond: 431 */
-    uint32_t write_timeout_ms;   /* a peer that takes nothing of a pending response for
+    size_t max_headers;        /* header fields per request; default 100; beyond: 431 */
+    uint32_t write_timeout_ms; /* a peer that takes nothing of a pending response for
                                     this long is disconnected; default 60 s */
 };
 
@@ -104,28 +104,28 @@ struct al_http_peer {
 typedef void (*al_http_handler_fn)(struct al_http_req *req, void *ctx);
 
 struct al_http_server_opts {
-    struct al_http_limits limits;  /* zero fields take the defaults above */
+    struct al_http_limits limits; /* zero fields take the defaults above */
     al_http_handler_fn on_request;
     void *ctx;
-    const char *server_name;       /* "Server:" header; NULL for none */
+    const char *server_name; /* "Server:" header; NULL for none */
 };
 
 /* The request as parsed. Strings are NUL-terminated and owned by the request. */
 struct al_http_req {
-    const char *method;      /* "GET", ... */
-    const char *target;      /* raw request-target as sent ("/a/b?x=1" or an absolute URI) */
-    const char *path;        /* target up to '?', not percent-decoded */
-    const char *query;       /* after '?', raw; "" when absent */
-    int http_minor;          /* 0 or 1 (HTTP/1.x) */
+    const char *method; /* "GET", ... */
+    const char *target; /* raw request-target as sent ("/a/b?x=1" or an absolute URI) */
+    const char *path;   /* target up to '?', not percent-decoded */
+    const char *query;  /* after '?', raw; "" when absent */
+    int http_minor;     /* 0 or 1 (HTTP/1.x) */
     const struct al_http_header *headers;
     size_t n_headers;
-    int64_t content_length;  /* -1 when absent */
-    bool chunked;            /* Transfer-Encoding: chunked */
-    struct al_buf body;      /* filled by al_http_req_read_body */
+    int64_t content_length; /* -1 when absent */
+    bool chunked;           /* Transfer-Encoding: chunked */
+    struct al_buf body;     /* filled by al_http_req_read_body */
     struct al_http_peer peer;
     uv_loop_t *loop;
     struct al_http_server *server;
-    void *user;              /* free for the handler */
+    void *user; /* free for the handler */
 };
 
 /* ---- server ---------------------------------------------------------------------- */
@@ -143,7 +143,7 @@ int al_http_server_listen_unix(struct al_http_server *s, const char *path, mode_
 int al_http_server_listen_fd(struct al_http_server *s, int fd, struct al_error *err);
 /* Serves one already-connected stream socket (e.g. one end of a socketpair). */
 int al_http_server_serve_fd(struct al_http_server *s, int fd, struct al_error *err);
-int al_http_server_port(const struct al_http_server *s);  /* first TCP listener's port */
+int al_http_server_port(const struct al_http_server *s); /* first TCP listener's port */
 size_t al_http_server_connections(const struct al_http_server *s);
 /* Stops listening (removing the unix socket files it created), closes every connection
  * (requests in flight are told as if the peer went away), then calls done(arg) once all
@@ -217,8 +217,8 @@ int al_http_resp_end(struct al_http_req *req);
 
 /* One-shot answers (start + write + end, in one write). They release the request in
  * every case, like al_http_resp_end; -EALREADY if a response was already started. */
-int al_http_reply(struct al_http_req *req, int status, const char *content_type,
-                  const void *body, size_t len);
+int al_http_reply(struct al_http_req *req, int status, const char *content_type, const void *body,
+                  size_t len);
 /* Steals a reference to body. */
 int al_http_reply_json(struct al_http_req *req, int status, json_t *body);
 /* {"code": status, "message": "..."}: the E2B error shape, also used by internal APIs. */
@@ -244,19 +244,19 @@ struct al_http_pool;
 struct al_http_creq_opts {
     const char *target;
     const char *method;
-    const char *path;                   /* request-target, e.g. "/v1/sandboxes?x=1" */
+    const char *path; /* request-target, e.g. "/v1/sandboxes?x=1" */
     const struct al_http_header *headers;
     size_t n_headers;
-    const void *body;                   /* whole body, or NULL */
+    const void *body; /* whole body, or NULL */
     size_t body_len;
-    bool stream_body;                   /* body via al_http_creq_write/end instead */
-    uint32_t timeout_ms;                /* connect + response headers; 0 = 30 s. With
+    bool stream_body;        /* body via al_http_creq_write/end instead */
+    uint32_t timeout_ms;     /* connect + response headers; 0 = 30 s. With
                                            stream_body it covers the connect, then runs
                                            again from al_http_creq_end */
-    size_t max_header_bytes;            /* response headers; 0 = 64 KiB */
+    size_t max_header_bytes; /* response headers; 0 = 64 KiB */
     /* status + headers arrived; return non-zero to abort. */
-    int (*on_response)(struct al_http_creq *c, int status, const struct al_http_header *h,
-                       size_t n, void *arg);
+    int (*on_response)(struct al_http_creq *c, int status, const struct al_http_header *h, size_t n,
+                       void *arg);
     /* a piece of the (de-chunked) response body, valid during the call; return non-zero
      * to pause (stop reading) until al_http_creq_resume. */
     int (*on_data)(struct al_http_creq *c, const char *data, size_t len, void *arg);
@@ -309,7 +309,7 @@ void al_http_pool_close(struct al_http_pool *p);
 struct al_http_resp {
     int status;
     struct al_buf body;
-    struct al_http_header *headers;  /* owned; freed by al_http_resp_free */
+    struct al_http_header *headers; /* owned; freed by al_http_resp_free */
     size_t n_headers;
 };
 /* One exchange with one deadline (timeout_ms, 0 = 30 s, covering connect to the last
@@ -319,8 +319,8 @@ struct al_http_resp {
  * after a failed call). */
 int al_http_call(const char *target, const char *method, const char *path,
                  const struct al_http_header *hdrs, size_t n_hdrs, const void *body,
-                 size_t body_len, uint32_t timeout_ms, size_t max_body,
-                 struct al_http_resp *out, struct al_error *err);
+                 size_t body_len, uint32_t timeout_ms, size_t max_body, struct al_http_resp *out,
+                 struct al_error *err);
 /* JSON in, JSON out; body may be NULL. *out is NULL for an empty response body; a body
  * that is not JSON is -EBADMSG (err quotes its start). */
 int al_http_call_json(const char *target, const char *method, const char *path, json_t *body,

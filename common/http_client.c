@@ -303,7 +303,7 @@ static struct cconn *cconn__new(struct al_http_creq *c)
         return NULL;
     k->key = strdup(c->key);
     k->is_unix = c->tgt.is_unix;
-    int rc = !k->key ? -ENOMEM
+    int rc = !k->key      ? -ENOMEM
              : k->is_unix ? uv_pipe_init(c->loop, &k->h.pipe, 0)
                           : uv_tcp_init(c->loop, &k->h.tcp);
     if (rc) {
@@ -487,7 +487,8 @@ static int cli__hdr_rc(struct al_http_creq *c, int rc)
     if (!rc)
         return 0;
     if (rc == -E2BIG)
-        snprintf(c->err, sizeof c->err, "response headers from %s larger than %zu bytes or %d "
+        snprintf(c->err, sizeof c->err,
+                 "response headers from %s larger than %zu bytes or %d "
                  "fields",
                  c->o.target, c->o.max_header_bytes, CREQ_MAX_HEADER_FIELDS);
     else
@@ -548,8 +549,7 @@ static int cli__on_headers_complete(llhttp_t *p)
     for (size_t i = 0; i < c->hdrs.n; i++) {
         const char *n = c->hdrs.v[i].name;
         if (!http__is_token(n, strlen(n))) {
-            snprintf(c->err, sizeof c->err, "invalid response header name from %s",
-                     c->o.target);
+            snprintf(c->err, sizeof c->err, "invalid response header name from %s", c->o.target);
             c->parse_err = -EPROTO;
             return -1;
         }
@@ -658,8 +658,7 @@ static void creq__process(struct al_http_creq *c)
         }
         c->cb_start = c->cb_end = NULL;
         llhttp_errno_t e = llhttp_execute(&c->parser, c->cur, c->cur_len);
-        size_t u = e == HPE_OK ? c->cur_len
-                               : (size_t)(llhttp_get_error_pos(&c->parser) - c->cur);
+        size_t u = e == HPE_OK ? c->cur_len : (size_t)(llhttp_get_error_pos(&c->parser) - c->cur);
         char *data = c->cb_start;
         size_t dlen = data ? (size_t)(c->cb_end - data) : 0;
         c->cur += u;
@@ -855,8 +854,7 @@ static void creq__on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo
     c->gai = NULL;
     if (status < 0 || !res) {
         uv_freeaddrinfo(res);
-        creq__fail(c, -EHOSTUNREACH, "cannot resolve '%s': %s", c->tgt.host,
-                   uv_strerror(status));
+        creq__fail(c, -EHOSTUNREACH, "cannot resolve '%s': %s", c->tgt.host, uv_strerror(status));
         return;
     }
     int rc = creq__tcp_connect(c, res->ai_addr);
@@ -910,9 +908,8 @@ static int creq__connect(struct al_http_creq *c)
 /* ---- request building -------------------------------------------------------------- */
 static bool creq__skip_header(const char *name)
 {
-    return strcasecmp(name, "content-length") == 0 ||
-           strcasecmp(name, "transfer-encoding") == 0 || strcasecmp(name, "connection") == 0 ||
-           strcasecmp(name, "keep-alive") == 0;
+    return strcasecmp(name, "content-length") == 0 || strcasecmp(name, "transfer-encoding") == 0 ||
+           strcasecmp(name, "connection") == 0 || strcasecmp(name, "keep-alive") == 0;
 }
 
 static int creq__build(struct al_http_creq *c, const struct al_http_creq_opts *o, char *msg,
@@ -924,8 +921,9 @@ static int creq__build(struct al_http_creq *c, const struct al_http_creq_opts *o
     }
     size_t plen = strlen(o->path);
     if (!http__is_target(o->path, plen) || (o->path[0] != '/' && strcmp(o->path, "*") != 0)) {
-        snprintf(msg, msglen, "invalid request path '%s' (it must start with '/' and contain "
-                              "no spaces or control characters; percent-encode them)",
+        snprintf(msg, msglen,
+                 "invalid request path '%s' (it must start with '/' and contain "
+                 "no spaces or control characters; percent-encode them)",
                  o->path);
         return -EINVAL;
     }
@@ -934,8 +932,9 @@ static int creq__build(struct al_http_creq *c, const struct al_http_creq_opts *o
         const struct al_http_header *h = &o->headers[i];
         if (!h->name || !h->value || !http__is_token(h->name, strlen(h->name)) ||
             !http__is_field_value(h->value)) {
-            snprintf(msg, msglen, "invalid request header '%s' (names are tokens; values "
-                                  "have no CR, LF or NUL)",
+            snprintf(msg, msglen,
+                     "invalid request header '%s' (names are tokens; values "
+                     "have no CR, LF or NUL)",
                      h->name ? h->name : "(null)");
             return -EINVAL;
         }
@@ -1007,10 +1006,10 @@ int al_http_creq_start(uv_loop_t *loop, const struct al_http_creq_opts *opts,
     }
     c->o.target = c->key;
     c->head_method = strcmp(opts->method, "HEAD") == 0;
-    c->retryable = opts->pool && !opts->stream_body &&
-                   (strcmp(opts->method, "GET") == 0 || c->head_method ||
-                    strcmp(opts->method, "PUT") == 0 || strcmp(opts->method, "DELETE") == 0 ||
-                    strcmp(opts->method, "OPTIONS") == 0);
+    c->retryable =
+        opts->pool && !opts->stream_body &&
+        (strcmp(opts->method, "GET") == 0 || c->head_method || strcmp(opts->method, "PUT") == 0 ||
+         strcmp(opts->method, "DELETE") == 0 || strcmp(opts->method, "OPTIONS") == 0);
     c->ended = !opts->stream_body;
     c->pool_ok = opts->pool != NULL;
     http__scan_reset(&c->scan);
@@ -1061,8 +1060,7 @@ int al_http_creq_end(struct al_http_creq *c)
     uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
     int rc = creq__send(c, &b, 1);
     if (rc)
-        return creq__fail(c, rc, "sending the request body to %s: %s", c->o.target,
-                          strerror(-rc));
+        return creq__fail(c, rc, "sending the request body to %s: %s", c->o.target, strerror(-rc));
     c->ended = true;
     if (!c->headers_ready && c->state != C_CONNECTING)
         uv_timer_start(&c->timer, creq__on_timeout, c->o.timeout_ms, 0);

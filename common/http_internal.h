@@ -70,8 +70,7 @@ int http__hdrs_add_string(struct http__hdrs *h, const char *s, size_t len, size_
 /* Offsets become pointers (call once, after the last append). */
 int http__hdrs_finish(struct http__hdrs *h);
 
-const struct al_http_header *http__find(const struct al_http_header *h, size_t n,
-                                        const char *name);
+const struct al_http_header *http__find(const struct al_http_header *h, size_t n, const char *name);
 
 /* ---- validation ------------------------------------------------------------------ */
 bool http__is_token(const char *s, size_t len);
@@ -83,8 +82,8 @@ bool http__is_target(const char *s, size_t len);
 /* ---- target parsing (clients) ---------------------------------------------------- */
 struct http__target {
     bool is_unix;
-    char path[108];  /* unix socket path */
-    char host[256];  /* host name or address literal (no brackets) */
+    char path[108]; /* unix socket path */
+    char host[256]; /* host name or address literal (no brackets) */
     int port;
     char hostport[300]; /* for the Host header ("host:port", "[v6]:port", "localhost") */
 };

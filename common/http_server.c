@@ -43,10 +43,10 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
-#define CONN_IN_MAX       (64 * 1024) /* unparsed input kept while a request is served */
-#define LINGER_MS         2000        /* after "close": drop input for this long at most */
-#define REJECTING_MAX     64          /* connections being told 503 at the same time */
-#define HEAD_MAX          (256 * 1024)
+#define CONN_IN_MAX   (64 * 1024) /* unparsed input kept while a request is served */
+#define LINGER_MS     2000        /* after "close": drop input for this long at most */
+#define REJECTING_MAX 64          /* connections being told 503 at the same time */
+#define HEAD_MAX      (256 * 1024)
 
 enum conn_phase {
     PH_HEADERS, /* waiting for / reading a request's header block */
@@ -70,12 +70,12 @@ struct http_req {
     al_http_body_done_fn done;
     al_http_body_data_fn on_data;
     al_http_body_end_fn on_end;
-    int64_t resp_left;  /* Content-Length bytes still to write; -1 when not length-framed */
-    bool resp_chunked;  /* chunked framing */
-    bool resp_nobody;   /* HEAD, 204, 304: bytes written are dropped */
-    bool dispatched;    /* on_request has seen it */
-    bool released;      /* the handler is done with it; freed at the next safe point */
-    bool final;         /* the server answered for it (body error): responses fail */
+    int64_t resp_left; /* Content-Length bytes still to write; -1 when not length-framed */
+    bool resp_chunked; /* chunked framing */
+    bool resp_nobody;  /* HEAD, 204, 304: bytes written are dropped */
+    bool dispatched;   /* on_request has seen it */
+    bool released;     /* the handler is done with it; freed at the next safe point */
+    bool final;        /* the server answered for it (body error): responses fail */
 };
 
 struct http_conn {
@@ -104,7 +104,7 @@ struct http_conn {
     int64_t req_cl;      /* the request's Content-Length, -1 when absent */
     uint64_t body_bytes; /* buffered or discarded so far */
     uint64_t body_max;
-    uint64_t hdr_deadline;  /* 0 = idle (no byte of the next request yet) */
+    uint64_t hdr_deadline; /* 0 = idle (no byte of the next request yet) */
     uint64_t idle_since;
     uint64_t t_body, t_write, linger_until;
     uint64_t timer_due;
@@ -120,8 +120,8 @@ struct http_conn {
     uint8_t body_mode;
     uint8_t closes; /* handle closes still pending */
     bool is_unix;
-    bool again;      /* a frame should run another step */
-    bool deferred;   /* on the server's deferred list */
+    bool again;    /* a frame should run another step */
+    bool deferred; /* on the server's deferred list */
     bool reading;
     bool dead;       /* the peer is gone or we gave up: notify, then close */
     bool closing;    /* handles are closing */
@@ -361,8 +361,8 @@ static void conn__send_error(struct http_conn *c, int status, const char *msg)
     if (!rc)
         rc = head__common(c->srv, b, false, false);
     if (!rc)
-        rc = al_buf_printf(b, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                           blen);
+        rc =
+            al_buf_printf(b, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", blen);
     c->resp_started = c->resp_ended = true;
     c->close_after = true;
     if (c->req)
@@ -371,8 +371,7 @@ static void conn__send_error(struct http_conn *c, int status, const char *msg)
         conn__kill(c, rc);
         return;
     }
-    uv_buf_t bufs[2] = {uv_buf_init(b->data, (unsigned)b->len),
-                        uv_buf_init(body, (unsigned)blen)};
+    uv_buf_t bufs[2] = {uv_buf_init(b->data, (unsigned)b->len), uv_buf_init(body, (unsigned)blen)};
     conn__write(c, bufs, c->head ? 1 : 2);
 }
 
@@ -425,11 +424,11 @@ static uint64_t conn__deadline(const struct http_conn *c)
 {
     const struct al_http_limits *lim = &c->srv->lim;
     uint64_t due = 0;
-#define DUE(t)                                                                                    \
-    do {                                                                                          \
-        uint64_t t_ = (t);                                                                        \
-        if (!due || t_ < due)                                                                     \
-            due = t_;                                                                             \
+#define DUE(t)                \
+    do {                      \
+        uint64_t t_ = (t);    \
+        if (!due || t_ < due) \
+            due = t_;         \
     } while (0)
     switch (c->phase) {
     case PH_HEADERS:
@@ -611,8 +610,8 @@ static int srv__on_headers_complete(llhttp_t *p)
     struct al_http_req *q = &r->pub;
 
     if (p->http_major != 1 || p->http_minor > 1)
-        return conn__fail_cb(c, 505, "HTTP/%u.%u is not supported (use HTTP/1.1)",
-                             p->http_major, p->http_minor);
+        return conn__fail_cb(c, 505, "HTTP/%u.%u is not supported (use HTTP/1.1)", p->http_major,
+                             p->http_minor);
     if (p->method == HTTP_CONNECT)
         return conn__fail_cb(c, 405, "CONNECT is not supported by this server");
     if (r->hdrs.in_field || r->hdrs.in_value)
@@ -620,8 +619,9 @@ static int srv__on_headers_complete(llhttp_t *p)
     const char *target = r->hdrs.strs.data ? r->hdrs.strs.data : "";
     size_t tlen = strlen(target);
     if (!srv__target_ok(target, tlen, p->method))
-        return conn__fail_cb(c, 400, "invalid request-target (origin-form \"/path?query\" "
-                                     "expected, visible ASCII only)");
+        return conn__fail_cb(c, 400,
+                             "invalid request-target (origin-form \"/path?query\" "
+                             "expected, visible ASCII only)");
     const char *qm = memchr(target, '?', tlen);
     size_t plen = qm ? (size_t)(qm - target) : tlen, path_off;
     /* The path is copied from the same buffer: make room first so it does not move. */
@@ -647,8 +647,9 @@ static int srv__on_headers_complete(llhttp_t *p)
     for (size_t i = 0; i < r->hdrs.n; i++) {
         const char *name = r->hdrs.v[i].name;
         if (!http__is_token(name, strlen(name)))
-            return conn__fail_cb(c, 400, "invalid header name (a token without spaces is "
-                                         "required before ':')");
+            return conn__fail_cb(c, 400,
+                                 "invalid header name (a token without spaces is "
+                                 "required before ':')");
         if (strcasecmp(name, "host") == 0)
             hosts++;
     }
@@ -661,8 +662,9 @@ static int srv__on_headers_complete(llhttp_t *p)
     if (c->http10 && (p->flags & F_TRANSFER_ENCODING))
         return conn__fail_cb(c, 400, "Transfer-Encoding is not allowed in HTTP/1.0 requests");
     if ((p->flags & F_TRANSFER_ENCODING) && !q->chunked)
-        return conn__fail_cb(c, 400, "Transfer-Encoding must end with \"chunked\" (RFC 9112 "
-                                     "6.3)");
+        return conn__fail_cb(c, 400,
+                             "Transfer-Encoding must end with \"chunked\" (RFC 9112 "
+                             "6.3)");
     const char *expect = al_http_req_header(q, "expect");
     if (expect) {
         if (strcasecmp(expect, "100-continue") != 0 || al_http_req_header_count(q, "expect") > 1)
@@ -683,8 +685,7 @@ static int srv__on_body(llhttp_t *p, const char *at, size_t len)
     case BODY_BUFFER: {
         int rc = al_buf_append(&c->req->pub.body, at, len);
         if (rc == -E2BIG)
-            return conn__fail_cb(c, 413, "request body larger than %" PRIu64 " bytes",
-                                 c->body_max);
+            return conn__fail_cb(c, 413, "request body larger than %" PRIu64 " bytes", c->body_max);
         if (rc)
             return conn__fail_cb(c, 500, "out of memory");
         break;
@@ -754,10 +755,14 @@ static void conn__reject(struct http_conn *c, int status, const char *msg)
 static int conn__status_err(int status)
 {
     switch (status) {
-    case 413: return -E2BIG;
-    case 408: return -ETIMEDOUT;
-    case 400: return -EBADMSG;
-    default: return -ECONNRESET;
+    case 413:
+        return -E2BIG;
+    case 408:
+        return -ETIMEDOUT;
+    case 400:
+        return -EBADMSG;
+    default:
+        return -ECONNRESET;
     }
 }
 
@@ -1065,11 +1070,21 @@ static void conn__step(struct http_conn *c)
         }
         bool more;
         switch (c->phase) {
-        case PH_HEADERS: more = conn__read_headers(c); break;
-        case PH_HANDLER: more = conn__wait_handler(c); break;
-        case PH_BODY: more = conn__read_body(c); break;
-        case PH_DONE: more = conn__finish_request(c); break;
-        default: more = false; break;
+        case PH_HEADERS:
+            more = conn__read_headers(c);
+            break;
+        case PH_HANDLER:
+            more = conn__wait_handler(c);
+            break;
+        case PH_BODY:
+            more = conn__read_body(c);
+            break;
+        case PH_DONE:
+            more = conn__finish_request(c);
+            break;
+        default:
+            more = false;
+            break;
         }
         if (!more)
             return;
@@ -1084,9 +1099,15 @@ static void conn__update_reading(struct http_conn *c)
     if (!c->dead && !c->closing) {
         switch (c->phase) {
         case PH_HEADERS:
-        case PH_LINGER: want = true; break;
-        case PH_BODY: want = !c->body_paused; break;
-        default: want = c->in_len < CONN_IN_MAX; break;
+        case PH_LINGER:
+            want = true;
+            break;
+        case PH_BODY:
+            want = !c->body_paused;
+            break;
+        default:
+            want = c->in_len < CONN_IN_MAX;
+            break;
         }
     }
     if (want && !c->reading) {
@@ -1479,8 +1500,7 @@ static int srv__fd_kind(int fd, bool want_listening, bool *is_unix, struct al_er
         return al_error_set(err, -EAFNOSUPPORT, "fd %d: socket family %d not supported", fd,
                             domain);
     if (want_listening != (acc != 0))
-        return al_error_set(err, -EINVAL, "fd %d is %s a listening socket", fd,
-                            acc ? "" : "not");
+        return al_error_set(err, -EINVAL, "fd %d is %s a listening socket", fd, acc ? "" : "not");
     *is_unix = domain == AF_UNIX;
     return 0;
 }
@@ -1505,9 +1525,8 @@ int al_http_server_listen_fd(struct al_http_server *s, int fd, struct al_error *
         struct sockaddr_storage bound;
         int blen = sizeof bound;
         if (uv_tcp_getsockname(&l->h.tcp, (struct sockaddr *)&bound, &blen) == 0)
-            l->port = ntohs(bound.ss_family == AF_INET6
-                                ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                : ((struct sockaddr_in *)&bound)->sin_port);
+            l->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                        : ((struct sockaddr_in *)&bound)->sin_port);
     }
     return 0;
 }
@@ -1709,14 +1728,14 @@ void al_http_req_on_close(struct al_http_req *req, void (*cb)(struct al_http_req
 /* ---- response API ------------------------------------------------------------------ */
 static bool resp__skip_header(const char *name)
 {
-    return strcasecmp(name, "content-length") == 0 ||
-           strcasecmp(name, "transfer-encoding") == 0 || strcasecmp(name, "connection") == 0 ||
-           strcasecmp(name, "keep-alive") == 0 || strcasecmp(name, "date") == 0;
+    return strcasecmp(name, "content-length") == 0 || strcasecmp(name, "transfer-encoding") == 0 ||
+           strcasecmp(name, "connection") == 0 || strcasecmp(name, "keep-alive") == 0 ||
+           strcasecmp(name, "date") == 0;
 }
 
 /* Builds the response head into the server's scratch buffer. */
-static int resp__head(struct http_req *r, int status, const struct al_http_header *hdrs,
-                      size_t n, int64_t cl, const char *ctype)
+static int resp__head(struct http_req *r, int status, const struct al_http_header *hdrs, size_t n,
+                      int64_t cl, const char *ctype)
 {
     struct http_conn *c = r->conn;
     struct al_http_server *s = c->srv;
@@ -1724,7 +1743,8 @@ static int resp__head(struct http_req *r, int status, const struct al_http_heade
         return -EINVAL;
     bool user_server = false;
     for (size_t i = 0; i < n; i++) {
-        if (!hdrs[i].name || !hdrs[i].value || !http__is_token(hdrs[i].name, strlen(hdrs[i].name)) ||
+        if (!hdrs[i].name || !hdrs[i].value ||
+            !http__is_token(hdrs[i].name, strlen(hdrs[i].name)) ||
             !http__is_field_value(hdrs[i].value))
             return -EINVAL;
         if (strcasecmp(hdrs[i].name, "server") == 0)
@@ -1820,8 +1840,8 @@ int al_http_resp_write(struct al_http_req *req, const void *data, size_t len)
     if (r->resp_chunked) {
         char hex[24];
         int hl = snprintf(hex, sizeof hex, "%zx\r\n", len);
-        uv_buf_t bufs[3] = {uv_buf_init(hex, (unsigned)hl), uv_buf_init((char *)data, (unsigned)len),
-                            uv_buf_init("\r\n", 2)};
+        uv_buf_t bufs[3] = {uv_buf_init(hex, (unsigned)hl),
+                            uv_buf_init((char *)data, (unsigned)len), uv_buf_init("\r\n", 2)};
         return conn__write(c, bufs, 3);
     }
     return conn__write1(c, data, len);
@@ -1883,8 +1903,8 @@ int al_http_resp_end(struct al_http_req *req)
     int rc = resp__check(r);
     if (!rc) {
         if (!c->resp_started) {
-            al_warn("http: %s %s: response ended before it started; answering 500",
-                    r->pub.method, r->pub.path);
+            al_warn("http: %s %s: response ended before it started; answering 500", r->pub.method,
+                    r->pub.path);
             conn__send_error(c, 500, "the handler ended the response without a status");
             rc = -EINVAL;
         } else if (r->resp_chunked) {
@@ -1930,8 +1950,8 @@ static int resp__reply(struct http_req *r, int status, const char *ctype,
     return rc;
 }
 
-int al_http_reply(struct al_http_req *req, int status, const char *content_type,
-                  const void *body, size_t len)
+int al_http_reply(struct al_http_req *req, int status, const char *content_type, const void *body,
+                  size_t len)
 {
     return resp__reply(req__of(req), status, content_type, NULL, 0, body, len);
 }

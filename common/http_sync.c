@@ -91,8 +91,8 @@ static void sync__on_deadline(uv_timer_t *t)
 
 int al_http_call(const char *target, const char *method, const char *path,
                  const struct al_http_header *hdrs, size_t n_hdrs, const void *body,
-                 size_t body_len, uint32_t timeout_ms, size_t max_body,
-                 struct al_http_resp *out, struct al_error *err)
+                 size_t body_len, uint32_t timeout_ms, size_t max_body, struct al_http_resp *out,
+                 struct al_error *err)
 {
     memset(out, 0, sizeof *out);
     struct sync_call s = {.out = out};
@@ -137,8 +137,7 @@ int al_http_call(const char *target, const char *method, const char *path,
                                 "must start with '/' without spaces or control characters, and "
                                 "header values must not contain CR, LF or NUL",
                                 method ? method : "(null)", path ? path : "(null)");
-        return al_error_set(err, rc, "cannot start the request to %s: %s", target,
-                            strerror(-rc));
+        return al_error_set(err, rc, "cannot start the request to %s: %s", target, strerror(-rc));
     }
     uv_timer_start(&s.deadline, sync__on_deadline, s.timeout_ms, 0);
     uv_run(&loop, UV_RUN_DEFAULT); /* ends when the request is done and handles are closed */
@@ -149,13 +148,13 @@ int al_http_call(const char *target, const char *method, const char *path,
         al_warn("http: private loop not closed: %s", uv_strerror(lc));
     if (s.too_big) {
         al_http_resp_free(out);
-        return al_error_set(err, -EFBIG, "the response from %s %s is larger than %zu bytes",
-                            target, path, s.max_body);
+        return al_error_set(err, -EFBIG, "the response from %s %s is larger than %zu bytes", target,
+                            path, s.max_body);
     }
     if (s.timed_out) {
         al_http_resp_free(out);
-        return al_error_set(err, -ETIMEDOUT, "%s %s %s: no complete answer within %u ms",
-                            method, target, path, s.timeout_ms);
+        return al_error_set(err, -ETIMEDOUT, "%s %s %s: no complete answer within %u ms", method,
+                            target, path, s.timeout_ms);
     }
     if (s.err) {
         al_http_resp_free(out);
@@ -188,8 +187,9 @@ int al_http_call_json(const char *target, const char *method, const char *path, 
         struct al_error jerr = {0};
         *out = al_json_parse(r.body.data, r.body.len, &jerr);
         if (!*out) {
-            rc = al_error_set(err, -EBADMSG, "%s %s answered %d with a body that is not JSON "
-                                             "(%s): %.80s",
+            rc = al_error_set(err, -EBADMSG,
+                              "%s %s answered %d with a body that is not JSON "
+                              "(%s): %.80s",
                               method, path, r.status, jerr.msg, r.body.data);
         }
     }

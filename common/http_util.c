@@ -23,67 +23,72 @@ atomic_long http__live_creqs;
 atomic_long http__live_cconns;
 
 /* ---- status texts ------------------------------------------------------------------ */
+static const struct {
+    int code;
+    const char *text;
+} util__status[] = {
+    {100, "Continue"},
+    {101, "Switching Protocols"},
+    {200, "OK"},
+    {201, "Created"},
+    {202, "Accepted"},
+    {203, "Non-Authoritative Information"},
+    {204, "No Content"},
+    {205, "Reset Content"},
+    {206, "Partial Content"},
+    {207, "Multi-Status"},
+    {300, "Multiple Choices"},
+    {301, "Moved Permanently"},
+    {302, "Found"},
+    {303, "See Other"},
+    {304, "Not Modified"},
+    {307, "Temporary Redirect"},
+    {308, "Permanent Redirect"},
+    {400, "Bad Request"},
+    {401, "Unauthorized"},
+    {402, "Payment Required"},
+    {403, "Forbidden"},
+    {404, "Not Found"},
+    {405, "Method Not Allowed"},
+    {406, "Not Acceptable"},
+    {407, "Proxy Authentication Required"},
+    {408, "Request Timeout"},
+    {409, "Conflict"},
+    {410, "Gone"},
+    {411, "Length Required"},
+    {412, "Precondition Failed"},
+    {413, "Content Too Large"},
+    {414, "URI Too Long"},
+    {415, "Unsupported Media Type"},
+    {416, "Range Not Satisfiable"},
+    {417, "Expectation Failed"},
+    {421, "Misdirected Request"},
+    {422, "Unprocessable Content"},
+    {423, "Locked"},
+    {424, "Failed Dependency"},
+    {425, "Too Early"},
+    {426, "Upgrade Required"},
+    {428, "Precondition Required"},
+    {429, "Too Many Requests"},
+    {431, "Request Header Fields Too Large"},
+    {451, "Unavailable For Legal Reasons"},
+    {499, "Client Closed Request"},
+    {500, "Internal Server Error"},
+    {501, "Not Implemented"},
+    {502, "Bad Gateway"},
+    {503, "Service Unavailable"},
+    {504, "Gateway Timeout"},
+    {505, "HTTP Version Not Supported"},
+    {507, "Insufficient Storage"},
+    {508, "Loop Detected"},
+    {511, "Network Authentication Required"},
+};
+
 const char *al_http_status_text(int status)
 {
-    switch (status) {
-    case 100: return "Continue";
-    case 101: return "Switching Protocols";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 203: return "Non-Authoritative Information";
-    case 204: return "No Content";
-    case 205: return "Reset Content";
-    case 206: return "Partial Content";
-    case 207: return "Multi-Status";
-    case 300: return "Multiple Choices";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 303: return "See Other";
-    case 304: return "Not Modified";
-    case 307: return "Temporary Redirect";
-    case 308: return "Permanent Redirect";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 402: return "Payment Required";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 406: return "Not Acceptable";
-    case 407: return "Proxy Authentication Required";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 411: return "Length Required";
-    case 412: return "Precondition Failed";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 416: return "Range Not Satisfiable";
-    case 417: return "Expectation Failed";
-    case 421: return "Misdirected Request";
-    case 422: return "Unprocessable Content";
-    case 423: return "Locked";
-    case 424: return "Failed Dependency";
-    case 425: return "Too Early";
-    case 426: return "Upgrade Required";
-    case 428: return "Precondition Required";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 451: return "Unavailable For Legal Reasons";
-    case 499: return "Client Closed Request";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
-    case 507: return "Insufficient Storage";
-    case 508: return "Loop Detected";
-    case 511: return "Network Authentication Required";
-    default:
-        break;
-    }
+    for (size_t i = 0; i < sizeof util__status / sizeof util__status[0]; i++)
+        if (util__status[i].code == status)
+            return util__status[i].text;
     if (status >= 100 && status < 200)
         return "Informational";
     if (status >= 200 && status < 300)
@@ -96,8 +101,7 @@ const char *al_http_status_text(int status)
 }
 
 /* ---- header lookup ------------------------------------------------------------------ */
-const struct al_http_header *http__find(const struct al_http_header *h, size_t n,
-                                        const char *name)
+const struct al_http_header *http__find(const struct al_http_header *h, size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++)
         if (strcasecmp(h[i].name, name) == 0)
@@ -262,10 +266,14 @@ int http__scan(struct http__scan *s, const char *p, size_t n, size_t max, size_t
 const char *http__scan_strerror(int rc)
 {
     switch (rc) {
-    case HTTP__SCAN_TOO_BIG: return "header block too large";
-    case HTTP__SCAN_BARE_LF: return "line ends with a bare LF (CRLF required)";
-    case HTTP__SCAN_FOLD: return "obsolete line folding (a header line starts with whitespace)";
-    default: return "malformed header block";
+    case HTTP__SCAN_TOO_BIG:
+        return "header block too large";
+    case HTTP__SCAN_BARE_LF:
+        return "line ends with a bare LF (CRLF required)";
+    case HTTP__SCAN_FOLD:
+        return "obsolete line folding (a header line starts with whitespace)";
+    default:
+        return "malformed header block";
     }
 }
 
@@ -375,27 +383,20 @@ int http__hdrs_finish(struct http__hdrs *h)
 }
 
 /* ---- validation ---------------------------------------------------------------------- */
-static const char util__tchar[256] = {
-    ['!'] = 1, ['#'] = 1, ['$'] = 1, ['%'] = 1, ['&'] = 1, ['\''] = 1, ['*'] = 1, ['+'] = 1,
-    ['-'] = 1, ['.'] = 1, ['^'] = 1, ['_'] = 1, ['`'] = 1, ['|'] = 1, ['~'] = 1,
-    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
-    ['8'] = 1, ['9'] = 1,
-    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1, ['H'] = 1,
-    ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1, ['O'] = 1, ['P'] = 1,
-    ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1, ['V'] = 1, ['W'] = 1, ['X'] = 1,
-    ['Y'] = 1, ['Z'] = 1,
-    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1, ['h'] = 1,
-    ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1, ['o'] = 1, ['p'] = 1,
-    ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1, ['v'] = 1, ['w'] = 1, ['x'] = 1,
-    ['y'] = 1, ['z'] = 1,
-};
+/* RFC 9110 tchar: ALPHA / DIGIT / "!#$%&'*+-.^_`|~" */
+static inline bool util__is_tchar(unsigned char c)
+{
+    if (((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || (c >= '0' && c <= '9'))
+        return true;
+    return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
 
 bool http__is_token(const char *s, size_t len)
 {
     if (len == 0)
         return false;
     for (size_t i = 0; i < len; i++)
-        if (!util__tchar[(unsigned char)s[i]])
+        if (!util__is_tchar((unsigned char)s[i]))
             return false;
     return true;
 }
@@ -425,8 +426,9 @@ int http__parse_target(const char *target, struct http__target *t, char *msg, si
 {
     memset(t, 0, sizeof *t);
     if (!target || !*target) {
-        snprintf(msg, msglen, "empty target: use \"unix:/path.sock\", \"host:port\" or "
-                              "\"http://host:port\"");
+        snprintf(msg, msglen,
+                 "empty target: use \"unix:/path.sock\", \"host:port\" or "
+                 "\"http://host:port\"");
         return -EINVAL;
     }
     if (strncmp(target, "unix:", 5) == 0) {

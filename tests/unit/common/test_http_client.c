@@ -602,8 +602,8 @@ START_TEST(stale_pooled_connection_is_retried_for_idempotent_requests)
 {
     ck_assert_int_eq(uv_loop_init(&L), 0);
     static const char *const script[] = {
-        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none", "", NULL, /* conn 1 */
-        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo", NULL,     /* conn 2 */
+        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none", "",   NULL, /* conn 1 */
+        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo", NULL,       /* conn 2 */
     };
     struct raw srv;
     raw_start(&srv, script, 2);
@@ -626,7 +626,9 @@ START_TEST(stale_pooled_connection_is_not_retried_for_post)
 {
     ck_assert_int_eq(uv_loop_init(&L), 0);
     static const char *const script[] = {
-        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none", "", NULL,
+        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none",
+        "",
+        NULL,
     };
     struct raw srv;
     raw_start(&srv, script, 1);
@@ -742,9 +744,8 @@ START_TEST(blocking_call_and_json)
     ck_assert_int_eq(al_http_call_json(target, "GET", "/hello", NULL, 5000, &status, &out, &err),
                      -EBADMSG);
     ck_assert_ptr_nonnull(strstr(err.msg, "not JSON"));
-    ck_assert_int_eq(al_http_call_json(target, "GET", "/nocontent", NULL, 5000, &status, &out,
-                                       &err),
-                     0);
+    ck_assert_int_eq(
+        al_http_call_json(target, "GET", "/nocontent", NULL, 5000, &status, &out, &err), 0);
     ck_assert_int_eq(status, 204);
     ck_assert_ptr_null(out);
     tsrv_stop(&T);
@@ -762,19 +763,18 @@ START_TEST(blocking_call_limits_and_errors)
         al_http_call(target, "GET", "/bulk?kib=64", NULL, 0, NULL, 0, 5000, 1000, &resp, &err),
         -EFBIG);
     ck_assert_ptr_nonnull(strstr(err.msg, "larger than 1000 bytes"));
-    ck_assert_int_eq(
-        al_http_call(target, "GET", "/chunks?n=100&delay=20", NULL, 0, NULL, 0, 200, 0, &resp, &err),
-        -ETIMEDOUT);
+    ck_assert_int_eq(al_http_call(target, "GET", "/chunks?n=100&delay=20", NULL, 0, NULL, 0, 200, 0,
+                                  &resp, &err),
+                     -ETIMEDOUT);
     ck_assert_ptr_nonnull(strstr(err.msg, "within 200 ms"));
     ck_assert_int_eq(al_http_call("nohost", "GET", "/", NULL, 0, NULL, 0, 1000, 0, &resp, &err),
                      -EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "missing port"));
-    ck_assert_int_eq(al_http_call("https://127.0.0.1:1", "GET", "/", NULL, 0, NULL, 0, 1000, 0,
-                                  &resp, &err),
-                     -EPROTONOSUPPORT);
-    ck_assert_int_eq(al_http_call(target, "GET", "no-slash", NULL, 0, NULL, 0, 1000, 0, &resp,
-                                  &err),
-                     -EINVAL);
+    ck_assert_int_eq(
+        al_http_call("https://127.0.0.1:1", "GET", "/", NULL, 0, NULL, 0, 1000, 0, &resp, &err),
+        -EPROTONOSUPPORT);
+    ck_assert_int_eq(
+        al_http_call(target, "GET", "no-slash", NULL, 0, NULL, 0, 1000, 0, &resp, &err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "must start with '/'"));
     /* The server's own errors come back as responses, not failures. */
     ck_assert_int_eq(al_http_call(target, "GET", "/nope", NULL, 0, NULL, 0, 5000, 0, &resp, &err),

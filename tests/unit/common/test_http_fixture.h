@@ -37,10 +37,10 @@ static inline bool t_selected(const char *name)
     const char *only = getenv("AL_TEST_ONLY");
     return !only || strcmp(only, name) == 0;
 }
-#define T_ADD(tc, fn)                                                                              \
-    do {                                                                                           \
-        if (t_selected(#fn))                                                                       \
-            tcase_add_test(tc, fn);                                                                \
+#define T_ADD(tc, fn)               \
+    do {                            \
+        if (t_selected(#fn))        \
+            tcase_add_test(tc, fn); \
     } while (0)
 
 /* ---- counters the handlers bump (read from the test thread) ------------------------ */
@@ -184,7 +184,8 @@ static __attribute__((unused)) void t_sends(int fd, const char *s)
 
 /* Reads what arrives until the peer closes or timeout_ms passes; returns the length
  * (out is NUL-terminated) and sets *closed. */
-static __attribute__((unused)) size_t t_read_until_close(int fd, char *out, size_t cap, int timeout_ms, bool *closed)
+static __attribute__((unused)) size_t t_read_until_close(int fd, char *out, size_t cap,
+                                                         int timeout_ms, bool *closed)
 {
     size_t len = 0;
     uint64_t end = t_now_ms() + (uint64_t)timeout_ms;
@@ -222,9 +223,9 @@ struct t_resp {
     bool complete;
     bool keep_alive;
     char last_field[128];
-    int chunks; /* on_body calls (for chunk observations) */
+    int chunks;   /* on_body calls (for chunk observations) */
     size_t total; /* body bytes, including those that did not fit in body[] */
-    bool head;  /* response to HEAD: no body */
+    bool head;    /* response to HEAD: no body */
 };
 
 static __attribute__((unused)) int t__on_hf(llhttp_t *p, const char *at, size_t n)
@@ -293,8 +294,8 @@ struct t_reader {
     size_t len;
 };
 
-static __attribute__((unused)) bool t_read_response_ex(int fd, struct t_reader *rd, struct t_resp *r, int timeout_ms,
-                               bool head)
+static __attribute__((unused)) bool t_read_response_ex(int fd, struct t_reader *rd,
+                                                       struct t_resp *r, int timeout_ms, bool head)
 {
     memset(r, 0, sizeof *r);
     r->head = head;
@@ -328,7 +329,8 @@ static __attribute__((unused)) bool t_read_response_ex(int fd, struct t_reader *
         uint64_t now = t_now_ms();
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         if (now >= end || poll(&pfd, 1, (int)(end - now)) <= 0) {
-            fprintf(stderr, "t_read_response: timed out (status %d, %d body pieces, %zu buffered)\n",
+            fprintf(stderr,
+                    "t_read_response: timed out (status %d, %d body pieces, %zu buffered)\n",
                     r->status, r->chunks, rd->len);
             return false;
         }
@@ -342,7 +344,8 @@ static __attribute__((unused)) bool t_read_response_ex(int fd, struct t_reader *
     }
 }
 
-static __attribute__((unused)) bool t_read_response(int fd, struct t_reader *rd, struct t_resp *r, int timeout_ms)
+static __attribute__((unused)) bool t_read_response(int fd, struct t_reader *rd, struct t_resp *r,
+                                                    int timeout_ms)
 {
     return t_read_response_ex(fd, rd, r, timeout_ms, false);
 }
@@ -390,7 +393,8 @@ static __attribute__((unused)) void t__stream_resume(uv_timer_t *t)
     al_http_req_resume_body(s->req);
 }
 
-static __attribute__((unused)) int t__stream_data(struct al_http_req *req, const char *data, size_t len)
+static __attribute__((unused)) int t__stream_data(struct al_http_req *req, const char *data,
+                                                  size_t len)
 {
     struct t_stream *s = req->user;
     if (!s->started) {
@@ -599,8 +603,8 @@ static __attribute__((unused)) void t_handler(struct al_http_req *req, void *ctx
         pc->timer.data = pc;
         req->user = pc;
         al_http_req_on_close(req, t__pace_on_close);
-        al_http_resp_start(req, 200, (struct al_http_header[]){{"Content-Type", "text/plain"}},
-                           1, -1);
+        al_http_resp_start(req, 200, (struct al_http_header[]){{"Content-Type", "text/plain"}}, 1,
+                           -1);
         uv_timer_start(&pc->timer, t__pace_tick, (uint64_t)pc->delay, (uint64_t)pc->delay);
     } else if (strcmp(p, "/slow") == 0) {
         struct t_slow *s = calloc(1, sizeof *s);

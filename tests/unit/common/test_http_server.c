@@ -248,7 +248,8 @@ START_TEST(expect_100_continue_when_the_body_is_claimed)
 {
     setup();
     int fd = t_connect_tcp(T.port);
-    t_sends(fd, "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
+    t_sends(fd,
+            "POST /echo HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
     char buf[256];
     size_t len = 0;
     uint64_t end = t_now_ms() + 5000;
@@ -277,7 +278,8 @@ START_TEST(expect_100_continue_unclaimed_gets_answer_and_close)
 {
     setup();
     int fd = t_connect_tcp(T.port);
-    t_sends(fd, "POST /hello HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
+    t_sends(fd,
+            "POST /hello HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
     char buf[1024];
     bool closed;
     t_read_until_close(fd, buf, sizeof buf, 3000, &closed);
@@ -377,19 +379,20 @@ START_TEST(body_over_read_cap_gets_413_json)
 {
     setup();
     struct t_resp r;
-    ck_assert_int_eq(t_roundtrip(T.port,
-                                 "POST /echo?max=10 HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
-                                 &r),
-                     413);
+    ck_assert_int_eq(
+        t_roundtrip(T.port, "POST /echo?max=10 HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
+                    &r),
+        413);
     ck_assert_ptr_nonnull(strstr(r.body, "{\"code\":413,\"message\":\""));
     ck_assert(has_header(&r, "connection:close"));
     ck_assert_int_eq(t_wait_int(&t_last_body_err, -E2BIG, 2000), -E2BIG);
     /* chunked: discovered while reading */
-    ck_assert_int_eq(t_roundtrip(T.port,
-                                 "POST /echo?max=10 HTTP/1.1\r\nHost: x\r\n"
-                                 "Transfer-Encoding: chunked\r\n\r\n8\r\n01234567\r\n8\r\n01234567\r\n",
-                                 &r),
-                     413);
+    ck_assert_int_eq(
+        t_roundtrip(T.port,
+                    "POST /echo?max=10 HTTP/1.1\r\nHost: x\r\n"
+                    "Transfer-Encoding: chunked\r\n\r\n8\r\n01234567\r\n8\r\n01234567\r\n",
+                    &r),
+        413);
     ck_assert_int_eq(t_wait_int(&t_body_err, 2, 2000), 2);
     teardown();
 }
@@ -420,7 +423,8 @@ START_TEST(slowloris_headers_get_408)
     struct al_http_limits lim = {.header_timeout_ms = 200};
     setup_limits(&lim);
     int fd = t_connect_tcp(T.port);
-    const char *req = "GET /hello HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const char *req =
+        "GET /hello HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     uint64_t start = t_now_ms();
     for (const char *p = req; *p; p++) {
         if (send(fd, p, 1, MSG_NOSIGNAL) != 1)
@@ -553,12 +557,14 @@ static void expect_rejected(const char *req, size_t len, int status)
 START_TEST(content_length_with_transfer_encoding_is_400)
 {
     setup();
-    REJECT("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
-           "0\r\n\r\n",
-           400);
-    REJECT("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
-           "0\r\n\r\n",
-           400);
+    REJECT(
+        "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "0\r\n\r\n",
+        400);
+    REJECT(
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"
+        "0\r\n\r\n",
+        400);
     ck_assert_int_eq(atomic_load(&t_requests), 0);
     teardown();
 }
@@ -567,11 +573,13 @@ END_TEST
 START_TEST(bad_chunk_size_is_400)
 {
     setup();
-    REJECT("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n", 400);
+    REJECT("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n",
+           400);
     REJECT("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
            "ffffffffffffffffffff\r\nabc\r\n",
            400);
-    REJECT("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n", 400);
+    REJECT("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n",
+           400);
     ck_assert_int_eq(t_wait_int(&t_last_body_err, -EBADMSG, 2000), -EBADMSG);
     teardown();
 }
@@ -608,10 +616,11 @@ START_TEST(malformed_request_lines_and_headers_are_400)
     REJECT("GEX /hello HTTP/1.1\r\nHost: x\r\n\r\n", 400);
     REJECT("GET /hello HTTP/1.1\r\nHost : x\r\n\r\n", 400);
     REJECT("GET /hello HTTP/1.1\r\n: x\r\nHost: x\r\n\r\n", 400);
-    REJECT("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc", 400);
+    REJECT("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc",
+           400);
     REJECT("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400);
-    REJECT("GET /hello HTTP/1.1\r\n\r\n", 400);                        /* no Host */
-    REJECT("GET /hello HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400);  /* two */
+    REJECT("GET /hello HTTP/1.1\r\n\r\n", 400);                       /* no Host */
+    REJECT("GET /hello HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400); /* two */
     REJECT("GET hello HTTP/1.1\r\nHost: x\r\n\r\n", 400);
     REJECT("POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400);
     REJECT("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabc", 400);

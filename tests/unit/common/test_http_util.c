@@ -120,8 +120,7 @@ START_TEST(scanner_finds_the_block_end_and_refuses_bad_lines)
     ck_assert_uint_eq(used, strlen(ok) - 4);
     ck_assert_int_eq(scan_all("\r\n\r\nGET / HTTP/1.1\r\n\r\n", 1000, &used), HTTP__SCAN_DONE);
     ck_assert_int_eq(scan_all("GET / HTTP/1.1\r\nHost: x\r\n", 1000, &used), HTTP__SCAN_MORE);
-    ck_assert_int_eq(scan_all("GET / HTTP/1.1\nHost: x\r\n\r\n", 1000, &used),
-                     HTTP__SCAN_BARE_LF);
+    ck_assert_int_eq(scan_all("GET / HTTP/1.1\nHost: x\r\n\r\n", 1000, &used), HTTP__SCAN_BARE_LF);
     ck_assert_int_eq(scan_all("GET / HTTP/1.1\r\nA: b\r\n\tc\r\n\r\n", 1000, &used),
                      HTTP__SCAN_FOLD);
     ck_assert_int_eq(scan_all("GET / HTTP/1.1\r\nA: b\r\n\n", 1000, &used), HTTP__SCAN_BARE_LF);
