@@ -176,7 +176,8 @@ int al_http_req_read_body(struct al_http_req *req, size_t max, al_http_body_done
  * is valid during the call only), on_end once (err = 0 at the end of the body, < 0 as for
  * read_body, final). Returning non-zero from on_data stops reading the socket until
  * al_http_req_resume_body (at most one read's worth, 64 KiB, is buffered meanwhile); no
- * callback, on_end included, runs while paused. Ending the response stops the callbacks:
+ * callback, on_end included, runs while paused. A resume called from inside on_data
+ * cancels the pause that on_data then returns. Ending the response stops the callbacks:
  * the rest of the body is discarded (up to max_body_bytes, else the connection closes). */
 typedef int (*al_http_body_data_fn)(struct al_http_req *req, const char *data, size_t len);
 typedef void (*al_http_body_end_fn)(struct al_http_req *req, int err);
@@ -258,7 +259,8 @@ struct al_http_creq_opts {
     int (*on_response)(struct al_http_creq *c, int status, const struct al_http_header *h, size_t n,
                        void *arg);
     /* a piece of the (de-chunked) response body, valid during the call; return non-zero
-     * to pause (stop reading) until al_http_creq_resume. */
+     * to pause (stop reading) until al_http_creq_resume (a resume called from inside
+     * on_data cancels that pause). */
     int (*on_data)(struct al_http_creq *c, const char *data, size_t len, void *arg);
     /* exactly once: err = 0 when the response is complete, < 0 otherwise. After it
      * returns the creq is freed. */

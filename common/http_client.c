@@ -107,6 +107,8 @@ struct al_http_creq {
     bool headers_ready;
     bool informational;
     bool paused;
+    bool in_on_data;   /* inside on_data */
+    bool resume_asked; /* al_http_creq_resume called from inside it */
     bool msg_complete;
     bool finish_pending;
     bool finished;
@@ -527,6 +529,12 @@ static int cli__on_headers_complete(llhttp_t *p)
 {
     struct al_http_creq *c = p->data;
     int status = p->status_code;
+    if (status < 100 || status > 599) {
+        snprintf(c->err, sizeof c->err, "%s answered with status %d (not 100..599)",
+                 c->o.target, status);
+        c->parse_err = -EPROTO;
+        return -1;
+    }
     if (status / 100 == 1) {
         if (status == 101) {
             snprintf(c->err, sizeof c->err, "%s switched protocols (101): not supported",
@@ -663,8 +671,14 @@ static void creq__process(struct al_http_creq *c)
         size_t dlen = data ? (size_t)(c->cb_end - data) : 0;
         c->cur += u;
         c->cur_len -= u;
-        if (dlen && c->o.on_data && c->o.on_data(c, data, dlen, c->o.arg) != 0)
-            c->paused = true;
+        if (dlen && c->o.on_data) {
+            c->in_on_data = true;
+            c->resume_asked = false;
+            int pause = c->o.on_data(c, data, dlen, c->o.arg);
+            c->in_on_data = false;
+            if (pause && !c->resume_asked)
+                c->paused = true;
+        }
         if (e != HPE_OK && e != HPE_PAUSED) {
             creq__parse_error(c, e);
             break;
@@ -1077,6 +1091,10 @@ size_t al_http_creq_queued(const struct al_http_creq *c)
 
 void al_http_creq_resume(struct al_http_creq *c)
 {
+    if (c->in_on_data) { /* cancels the pause on_data is about to ask for */
+        c->resume_asked = true;
+        return;
+    }
     if (c->finished || !c->paused)
         return;
     c->paused = false;

@@ -133,6 +133,8 @@ struct http_conn {
     bool http10;
     bool expect_continue;
     bool body_paused;
+    bool in_on_data;    /* inside the handler's on_data */
+    bool resume_asked;  /* al_http_req_resume_body called from inside it */
     bool body_complete;
     bool body_cb_done; /* done/on_end delivered (claimed bodies) */
     bool body_too_big; /* Content-Length over the buffered cap */
@@ -378,8 +380,10 @@ static void conn__send_error(struct http_conn *c, int status, const char *msg)
 /* ---- input ------------------------------------------------------------------------- */
 static inline void conn__consume(struct http_conn *c, size_t n)
 {
-    c->cur += n;
-    c->cur_len -= n;
+    if (n) { /* cur may be NULL when there was nothing to consume */
+        c->cur += n;
+        c->cur_len -= n;
+    }
 }
 
 /* Keeps what the frame left unparsed in c->in (it may live in the read buffer). */
@@ -965,7 +969,11 @@ static bool conn__read_body(struct http_conn *c)
     if (e != HPE_OK)
         c->body_complete = true;
     if (dlen && c->body_mode == BODY_STREAM && r && !r->released) {
-        if (r->on_data(&r->pub, data, dlen) != 0)
+        c->in_on_data = true;
+        c->resume_asked = false;
+        int pause = r->on_data(&r->pub, data, dlen);
+        c->in_on_data = false;
+        if (pause && !c->resume_asked && c->body_mode == BODY_STREAM)
             c->body_paused = true;
     }
     return c->body_complete || c->cur_len > 0;
@@ -1706,6 +1714,10 @@ void al_http_req_resume_body(struct al_http_req *req)
 {
     struct http_req *r = req__of(req);
     struct http_conn *c = r->conn;
+    if (c && c->in_on_data) { /* cancels the pause on_data is about to ask for */
+        c->resume_asked = true;
+        return;
+    }
     if (!c || !c->body_paused)
         return;
     c->body_paused = false;

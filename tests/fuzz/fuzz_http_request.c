@@ -25,6 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static uv_loop_t fz_loop;
 static struct al_http_server *fz_srv;
+static struct al_http_req *fz_paused; /* a streamed body waiting for the harness to resume */
 
 static void fz_die(const char *what)
 {
@@ -47,15 +48,22 @@ static int fz_stream_data(struct al_http_req *req, const char *d, size_t len)
         al_http_resp_start(req, 200, NULL, 0, -1);
     req->user = (void *)(n + 1);
     al_http_resp_write(req, d, len);
-    if (n % 2) {
-        al_http_req_resume_body(req); /* pause, and ask to go on at once */
+    switch (n % 3) {
+    case 1:
+        fz_paused = req; /* the harness resumes it after the next loop turn */
         return 1;
+    case 2:
+        al_http_req_resume_body(req); /* a resume from inside cancels the pause */
+        return 1;
+    default:
+        return 0;
     }
-    return 0;
 }
 
 static void fz_stream_end(struct al_http_req *req, int err)
 {
+    if (fz_paused == req)
+        fz_paused = NULL;
     if (err)
         return;
     if (!req->user)
@@ -179,15 +187,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (al_http_server_serve_fd(fz_srv, sv[0], &err) != 0)
         fz_die(err.msg);
 
-    size_t sent = 0, out = 0;
+    /* Two halves, with a loop turn between them, so bodies arrive in pieces. */
+    size_t sent = 0, out = 0, half = size / 2;
     int quiet = 0;
+    fz_paused = NULL;
     for (int i = 0; i < 100000 && quiet < 4; i++) {
-        if (sent < size) {
-            ssize_t n = send(sv[1], data + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        size_t upto = i == 0 ? half : size;
+        if (sent < upto) {
+            ssize_t n = send(sv[1], data + sent, upto - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (n > 0)
                 sent += (size_t)n;
         }
         uv_run(&fz_loop, UV_RUN_NOWAIT);
+        if (fz_paused) {
+            struct al_http_req *p = fz_paused;
+            fz_paused = NULL;
+            al_http_req_resume_body(p);
+        }
         size_t got = fz_drain(sv[1]);
         out += got;
         quiet = (got || sent < size) ? 0 : quiet + 1;
