@@ -198,10 +198,10 @@ static void main__find_lib(struct agent *a)
     }
     exe[n] = '\0';
     char *dir = dirname(exe);
-    static const char *const cands[] = {"%s/../lib", "%s/../agent-root/.airlock/lib"};
+    static const char *const cands[] = {"/../lib", "/../agent-root/.airlock/lib"};
     for (size_t i = 0; i < 2; i++) {
         char p[PATH_MAX], k[PATH_MAX + 32];
-        snprintf(p, sizeof p, cands[i], dir);
+        snprintf(p, sizeof p, "%s%s", dir, cands[i]);
         snprintf(k, sizeof k, "%s/airlock_kernel.py", p);
         if (access(k, R_OK) == 0) {
             char real[PATH_MAX];

@@ -10,7 +10,10 @@
 #             {"type": "result", "is_main_result": bool, "text": ..., "html": ..., "png": ...}
 #             {"type": "error", "name": ..., "value": ..., "traceback": ...}
 #             {"type": "done"}
-# Output written before a message is flushed first, so the agent can keep them in order.
+#             {"type": "stdout"|"stderr", "text": ..., "timestamp": ...} (print & co)
+# print() output travels on fd 4 with the results, so their order is exact; what
+# subprocesses write to fd 1/2 is read by the agent before each message (approximately in
+# order, as in Jupyter).
 # Semantics follow IPython where the E2B SDK can see them: the value of the last expression
 # is the main result (not shown when the cell ends with ';'), rich representations
 # (_repr_html_, _repr_png_, ... and _repr_mimebundle_), matplotlib figures shown by
@@ -110,13 +113,19 @@ def _read_exact(n):
 
 # ---- output -----------------------------------------------------------------------------
 
+def _timestamp():
+    import datetime
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 class _Out(io.TextIOBase):
     """sys.stdout/sys.stderr: line-buffered text onto fd 1/2 (one write per line or block)."""
 
-    def __init__(self, fd, name):
+    def __init__(self, fd, name, kind):
         super().__init__()
         self._fd = fd
         self._name = name
+        self._kind = kind
         self._buf = []
         self._len = 0
 
@@ -158,10 +167,13 @@ class _Out(io.TextIOBase):
     def flush(self):
         if not self._buf:
             return
-        data = "".join(self._buf).encode("utf-8", "replace")
+        text = "".join(self._buf)
         self._buf = []
         self._len = 0
-        _write_all(self._fd, data)
+        # Python-level output travels with the results (one ordered channel); fd 1/2 carry
+        # only what subprocesses and C code write there.
+        send({"type": self._kind, "text": text.encode("utf-8", "replace").decode("utf-8"),
+              "timestamp": _timestamp()})
 
 
 def _flush_streams():
@@ -588,8 +600,8 @@ class Kernel:
 def main():
     for fd in (REQ_FD, MSG_FD):
         os.set_inheritable(fd, False)
-    sys.stdout = _Out(1, "<stdout>")
-    sys.stderr = _Out(2, "<stderr>")
+    sys.stdout = _Out(1, "<stdout>", "stdout")
+    sys.stderr = _Out(2, "<stderr>", "stderr")
     sys.stdin = open(os.devnull, "r")
     lib = os.path.dirname(os.path.abspath(__file__))
     if lib not in sys.path:
