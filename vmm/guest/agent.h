@@ -179,8 +179,6 @@ void agent_process_call(struct agent_call *c);
 void agent_fs_call(struct agent_call *c);
 /* EntryInfo of a path (lstat semantics, envd's field rules). -ENOENT etc. */
 int agent_entry_info(struct agent *a, const char *path, json_t **out, struct al_error *err);
-/* Go's os.FileMode.String() for a stat mode. */
-void agent_go_mode_string(mode_t mode, char *out, size_t outlen);
 /* mkdir -p owned by uid/gid for every directory created. */
 int agent_ensure_dirs(const char *path, uid_t uid, gid_t gid, bool chown_new, struct al_error *err);
 

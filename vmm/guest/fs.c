@@ -25,37 +25,6 @@
 
 #define FS_XATTR_PREFIX "user.e2b."
 
-void agent_go_mode_string(mode_t mode, char *out, size_t outlen)
-{
-    /* Go: type letters "dalTLDpSugct?" in bit order, then rwxrwxrwx. */
-    char b[32];
-    size_t w = 0;
-    switch (mode & S_IFMT) {
-    case S_IFDIR: b[w++] = 'd'; break;
-    case S_IFLNK: b[w++] = 'L'; break;
-    case S_IFBLK: b[w++] = 'D'; break;
-    case S_IFCHR: b[w++] = 'D'; break;
-    case S_IFIFO: b[w++] = 'p'; break;
-    case S_IFSOCK: b[w++] = 'S'; break;
-    default: break;
-    }
-    if (mode & S_ISUID)
-        b[w++] = 'u';
-    if (mode & S_ISGID)
-        b[w++] = 'g';
-    if ((mode & S_IFMT) == S_IFCHR)
-        b[w++] = 'c';
-    if (mode & S_ISVTX)
-        b[w++] = 't';
-    if (w == 0)
-        b[w++] = '-';
-    static const char rwx[] = "rwxrwxrwx";
-    for (int i = 0; i < 9; i++)
-        b[w++] = (mode & (1u << (8 - i))) ? rwx[i] : '-';
-    b[w] = '\0';
-    snprintf(out, outlen, "%s", b);
-}
-
 static const char *fs__type_name(mode_t m)
 {
     switch (m & S_IFMT) {

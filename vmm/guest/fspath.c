@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void agent_path_clean(char *path)
 {
@@ -113,4 +114,35 @@ int agent_path_rel(const char *parent, const char *child, char *out, size_t outl
         return -ENAMETOOLONG;
     strcpy(out, rel);
     return 0;
+}
+
+void agent_go_mode_string(mode_t mode, char *out, size_t outlen)
+{
+    /* Go: type letters "dalTLDpSugct?" in bit order, then rwxrwxrwx. */
+    char b[32];
+    size_t w = 0;
+    switch (mode & S_IFMT) {
+    case S_IFDIR: b[w++] = 'd'; break;
+    case S_IFLNK: b[w++] = 'L'; break;
+    case S_IFBLK: b[w++] = 'D'; break;
+    case S_IFCHR: b[w++] = 'D'; break;
+    case S_IFIFO: b[w++] = 'p'; break;
+    case S_IFSOCK: b[w++] = 'S'; break;
+    default: break;
+    }
+    if (mode & S_ISUID)
+        b[w++] = 'u';
+    if (mode & S_ISGID)
+        b[w++] = 'g';
+    if ((mode & S_IFMT) == S_IFCHR)
+        b[w++] = 'c';
+    if (mode & S_ISVTX)
+        b[w++] = 't';
+    if (w == 0)
+        b[w++] = '-';
+    static const char rwx[] = "rwxrwxrwx";
+    for (int i = 0; i < 9; i++)
+        b[w++] = (mode & (1u << (8 - i))) ? rwx[i] : '-';
+    b[w] = '\0';
+    snprintf(out, outlen, "%s", b);
 }

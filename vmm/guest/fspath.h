@@ -3,12 +3,13 @@
  * Owns: the rules (empty -> the default workdir, else the user's home; "~" and "~/x" ->
  * the home; "~other" is refused; relative -> joined to the home, never to the workdir;
  * absolute -> as given), lexical cleaning (Go's filepath.Clean for absolute paths), and
- * the split into parent and base name.
+ * the split into parent and base name, and Go's spelling of file modes.
  */
 #ifndef AIRLOCK_GUEST_FSPATH_H
 #define AIRLOCK_GUEST_FSPATH_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "common/error.h"
 
@@ -24,5 +25,8 @@ const char *agent_path_base(const char *path);
 void agent_path_dir(const char *path, char *out, size_t outlen);
 /* Relative path of child below parent ("a/b"), both clean and absolute; -EINVAL if not below. */
 int agent_path_rel(const char *parent, const char *child, char *out, size_t outlen);
+
+/* Go's os.FileMode.String() for a stat mode ("-rw-r--r--", "dtrwxrwxrwx", "Lrwxrwxrwx"). */
+void agent_go_mode_string(mode_t mode, char *out, size_t outlen);
 
 #endif

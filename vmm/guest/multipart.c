@@ -312,6 +312,20 @@ static int mp__process(struct agent_mp *mp, bool at_end)
             char *m = memmem(mp->win, mp->win_len, mp->delim, mp->delim_len);
             if (m) {
                 size_t n = (size_t)(m - mp->win);
+                /* Like Go's reader: "\r\n--boundary" is a delimiter only when "--", blanks
+                 * or a line end follow; otherwise it is part of the data. */
+                if (n + mp->delim_len >= mp->win_len)
+                    return 0; /* need one more byte to decide */
+                char next = mp->win[n + mp->delim_len];
+                if (next != '-' && next != ' ' && next != '\t' && next != '\r' && next != '\n') {
+                    if (mp->cb && mp->cb->on_part_data) {
+                        int r = mp->cb->on_part_data(mp->ctx, mp->win, n + 1);
+                        if (r)
+                            return r;
+                    }
+                    mp__consume(mp, n + 1);
+                    continue;
+                }
                 if (n && mp->cb && mp->cb->on_part_data) {
                     int r = mp->cb->on_part_data(mp->ctx, mp->win, n);
                     if (r)
