@@ -194,8 +194,10 @@ static void watch__close(struct agent_watch *w)
 
 static void watch__end(struct agent_watch *w, enum agent_connect_code code, const char *msg)
 {
-    if (w->s)
+    if (w->s && msg)
         agent_stream_end(w->s, code, "%s", msg);
+    else if (w->s)
+        agent_stream_end(w->s, code, NULL);
     w->s = NULL;
     watch__close(w);
 }
