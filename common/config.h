@@ -8,12 +8,14 @@
  *
  *   struct egress_cfg { char *listen; uint64_t idle_ms; bool audit_fail_closed; };
  *   static const struct al_cfg_field egress_fields[] = {
- *       {"listen", AL_CFG_STR, offsetof(struct egress_cfg, listen), "127.0.0.1:3128",
- *        .env = "AIRLOCK_EGRESS_LISTEN", .help = "transparent listener address"},
- *       {"timeouts.idle", AL_CFG_DURATION, offsetof(struct egress_cfg, idle_ms), "60s",
- *        .min = 1000, .max = 3600000, .help = "idle connection timeout"},
- *       {0}};
+ *       {.key = "listen", .type = AL_CFG_STR, .offset = offsetof(struct egress_cfg, listen),
+ *        .def = "127.0.0.1:3128", .env = "AIRLOCK_EGRESS_LISTEN", .help = "listener address"},
+ *       {.key = "timeouts.idle", .type = AL_CFG_DURATION,
+ *        .offset = offsetof(struct egress_cfg, idle_ms), .def = "60s", .min = 1000,
+ *        .max = 3600000, .help = "idle connection timeout"},
+ *       {.key = NULL}};
  *
+ * (Use designated initializers: -Wextra rejects partial positional ones.)
  * Dotted keys ("timeouts.idle") are nested maps in the file. Types and struct members:
  * STR char * (malloc'd, NULL when no default), BOOL bool, INT int64_t, SIZE uint64_t bytes,
  * DURATION uint64_t milliseconds, ENUM int (index into choices), STRLIST struct

@@ -477,7 +477,8 @@ static bool name__single_script(const char *u)
 
 /* An xn-- label must be a valid A-label: it decodes, re-encodes to itself (no fake or
  * non-canonical punycode), and its Unicode form is not a mix of scripts. */
-static int name__check_alabel(const char *label, size_t len, struct al_error *err)
+static int name__check_alabel(const char *label, size_t len, const char *name,
+                              struct al_error *err)
 {
     char a[POLICY_LABEL_MAX + 1];
     memcpy(a, label, len);
@@ -486,23 +487,27 @@ static int name__check_alabel(const char *label, size_t len, struct al_error *er
     int rc = idn2_to_unicode_8z8z(a, &u, 0);
     if (rc != IDN2_OK || !u || !*u) {
         free(u);
-        return al_error_set(err, -EINVAL, "label '%s' is not valid punycode", a);
+        return al_error_set(err, -EINVAL, "label '%s' of '%s' is not valid punycode", a, name);
     }
     rc = idn2_to_ascii_8z(u, &back, IDN2_NONTRANSITIONAL | IDN2_NFC_INPUT);
     bool same = rc == IDN2_OK && back && strcmp(back, a) == 0;
-    bool single = same && name__single_script(u);
     free(back);
+    if (!same) {
+        free(u);
+        return al_error_set(err, -EINVAL,
+                            "label '%s' of '%s' is not a valid IDNA A-label (it does not "
+                            "round-trip through IDNA 2008/UTS-46)",
+                            a, name);
+    }
+    if (!name__single_script(u)) {
+        al_error_set(err, -EINVAL,
+                     "label '%s' ('%s') of '%s' mixes scripts (e.g. Latin with Cyrillic or "
+                     "Greek), a homograph risk; such names are refused",
+                     a, u, name);
+        free(u);
+        return -EINVAL;
+    }
     free(u);
-    if (!same)
-        return al_error_set(err, -EINVAL,
-                            "label '%s' is not a valid IDNA A-label (it does not round-trip "
-                            "through IDNA 2008/UTS-46)",
-                            a);
-    if (!single)
-        return al_error_set(err, -EINVAL,
-                            "label '%s' mixes scripts (e.g. Latin with Cyrillic or Greek), a "
-                            "homograph risk; such names are refused",
-                            a);
     return 0;
 }
 
@@ -552,7 +557,7 @@ static int name__ascii(const char *s, size_t len, struct policy_host *out, struc
         size_t ll = i - start;
         if (ll == 0)
             return al_error_set(err, -EINVAL, "'%s' has an empty label ('..' or a leading dot)",
-                                t);
+                                s[0] == '.' || len == 0 ? t : t);
         if (ll > POLICY_LABEL_MAX)
             return al_error_set(err, -EINVAL, "'%s' has a label longer than %d characters", t,
                                 POLICY_LABEL_MAX);
@@ -560,7 +565,7 @@ static int name__ascii(const char *s, size_t len, struct policy_host *out, struc
             return al_error_set(err, -EINVAL, "'%s' has a label that starts or ends with '-'",
                                 t);
         if (ll >= 4 && memcmp(t + start, "xn--", 4) == 0) {
-            int rc = name__check_alabel(t + start, ll, err);
+            int rc = name__check_alabel(t + start, ll, t, err);
             if (rc)
                 return rc;
         }
@@ -599,11 +604,13 @@ int policy_host_canon(const char *in, size_t len, struct policy_host *out, struc
         return name__parse_v6(in + 1, len - 2, out, err);
     }
     if (colon) {
-        if (name__parse_v6(in, len, out, NULL) == 0)
-            return 0;
+        const char *c1 = memchr(in, ':', len);
+        if (memchr(c1 + 1, ':', len - (size_t)(c1 + 1 - in)))
+            return name__parse_v6(in, len, out, err); /* two colons: meant as IPv6 */
         return al_error_set(err, -EINVAL,
-                            "host contains ':' but is not an IPv6 address (give the port "
-                            "separately)");
+                            "'%.*s' contains ':' but is not an IPv6 address (give the port "
+                            "separately)",
+                            (int)len, in);
     }
     if (!nonascii)
         return name__ascii(in, len, out, err);
@@ -618,7 +625,7 @@ int policy_host_canon(const char *in, size_t len, struct policy_host *out, struc
     int rc = idn2_to_ascii_8z(u, &a, IDN2_NONTRANSITIONAL | IDN2_NFC_INPUT);
     if (rc != IDN2_OK || !a) {
         free(a);
-        return al_error_set(err, -EINVAL, "not a valid internationalised name: %s",
+        return al_error_set(err, -EINVAL, "'%s' is not a valid internationalised name: %s", u,
                             idn2_strerror(rc));
     }
     size_t alen = strlen(a), adots = 0;
@@ -627,8 +634,9 @@ int policy_host_canon(const char *in, size_t len, struct policy_host *out, struc
     if (adots != dots) {
         free(a);
         return al_error_set(err, -EINVAL,
-                            "host contains a full-width or ideographic dot (or another character "
-                            "that stands for '.'); write labels separated by ASCII '.'");
+                            "'%s' contains a full-width or ideographic dot (or another character "
+                            "that stands for '.'); write labels separated by ASCII '.'",
+                            u);
     }
     if (alen > NAME__RAW_MAX) {
         free(a);

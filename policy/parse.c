@@ -164,12 +164,6 @@ static int parse__template(struct parse__ctx *c, const struct al_yaml_node *n,
         if (i == len)
             break;
     }
-    if (ns == 0)
-        return PERR(c, n, "literal_secret",
-                    "%s: the value for header '%s' references no secret: injected values must "
-                    "come from the vault; store the credential with `airlock vault put NAME` "
-                    "and write \"...${secret:NAME}\"",
-                    c->what, header);
     for (size_t k = 0; k < np; k++) {
         size_t at, run;
         if (!parts[k].secret && parse__looks_like_secret(parts[k].text, parts[k].len, &at, &run))
@@ -180,6 +174,12 @@ static int parse__template(struct parse__ctx *c, const struct al_yaml_node *n,
                         "${secret:NAME} instead",
                         c->what, header, run, (size_t)(parts[k].text - v) + at);
     }
+    if (ns == 0)
+        return PERR(c, n, "literal_secret",
+                    "%s: the value for header '%s' references no secret: injected values must "
+                    "come from the vault; store the credential with `airlock vault put NAME` "
+                    "and write \"...${secret:NAME}\"",
+                    c->what, header);
     struct policy__arena *a = &c->p->arena;
     struct policy_tmpl_part *pv = policy__alloc(a, np * sizeof *pv);
     const char **sv = policy__alloc(a, ns * sizeof *sv);
@@ -392,13 +392,13 @@ static int parse__hosts(struct parse__ctx *c, const struct al_yaml_node *n, stru
         struct policy_pattern pat;
         struct al_error err = {0};
         if (policy_pattern_canon(it->str, it->len, &pat, &err)) {
-            rc = PERR(c, it, "bad_host", "%s: host '%s': %s", c->what, it->str, err.msg);
+            rc = PERR(c, it, "bad_host", "%s: %s", c->what, err.msg);
             continue;
         }
         if (pat.kind == POLICY_PATTERN_EXACT && policy__is_public_suffix(pat.base, true)) {
             rc = PERR(c, it, "public_suffix",
                       "%s: '%s' is a public suffix (a top-level or registry domain such as com "
-                      "or co.uk), not a host; name the host itself (e.g. api.%s)",
+                      "or co.uk), not a host; name the host itself (e.g. www.example.%s)",
                       c->what, pat.text, pat.text);
             continue;
         }
@@ -683,6 +683,11 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
     r->pub.index = (unsigned)idx;
     r->pub.line = n->line;
     r->col = n->col;
+    char fallback[32];
+    snprintf(fallback, sizeof fallback, "rule-%zu", idx + 1);
+    r->pub.name = policy__strdup(&c->p->arena, fallback);
+    if (!r->pub.name)
+        return -ENOMEM;
     if (n->kind != AL_YAML_MAP)
         return PERR(c, n, "wrong_type", "rule %zu must be a map (name:, hosts:, ...), not %s",
                     idx + 1, al_yaml_describe(n));
@@ -698,16 +703,12 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
                       "with a letter or digit",
                       s);
         } else {
-            r->pub.name = policy__strdup(&c->p->arena, s);
+            if (!(r->pub.name = policy__strdup(&c->p->arena, s)))
+                return -ENOMEM;
             snprintf(c->what, sizeof c->what, "rule '%s'", s);
         }
     } else {
         rc = PERR(c, n, "missing_key", "rule %zu has no name: add name: <short-id>", idx + 1);
-    }
-    if (!r->pub.name) {
-        char buf[32];
-        snprintf(buf, sizeof buf, "rule-%zu", idx + 1);
-        r->pub.name = policy__strdup(&c->p->arena, buf);
     }
     if (al_yaml_expect_map(n, c->what, parse__rule_keys, c->d))
         rc = -EINVAL;
@@ -889,7 +890,8 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
                   c->what);
     }
     if (ws_n) {
-        if (al_yaml_bool(ws_n, "websocket", &r->pub.websocket, c->d))
+        snprintf(what, sizeof what, "%s: websocket", c->what);
+        if (al_yaml_bool(ws_n, what, &r->pub.websocket, c->d))
             rc = -EINVAL;
         else if (r->pub.websocket && r->pub.tls == POLICY_TLS_PASSTHROUGH)
             PWARN(c, ws_n, "websocket_passthrough",
@@ -898,7 +900,8 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
                   c->what);
     }
     if (api_n) {
-        if (al_yaml_bool(api_n, "allow_plaintext_inject", &r->pub.allow_plaintext_inject, c->d))
+        snprintf(what, sizeof what, "%s: allow_plaintext_inject", c->what);
+        if (al_yaml_bool(api_n, what, &r->pub.allow_plaintext_inject, c->d))
             rc = -EINVAL;
         else if (r->pub.allow_plaintext_inject &&
                  (r->pub.scheme != POLICY_SCHEME_HTTP || !inject_n))
