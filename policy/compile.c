@@ -719,6 +719,7 @@ int policy_decide(const struct policy *p, const struct policy_request *req,
         decide__addrs(p, addr, &q, out);
         if (out->verdict != POLICY_ALLOW && out->addr_info.internal) {
             out->reason = POLICY_R_INTERNAL;
+            out->rule = NULL;
             return 0;
         }
     }
