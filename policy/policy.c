@@ -88,6 +88,12 @@ void policy_unref(struct policy *p)
 int policy__parse(struct policy *p, const struct al_yaml_node *root, const char *file,
                   struct al_diags *d);
 
+static int policy__strptr_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Host patterns of inspecting rules, sorted and deduplicated. */
 static void policy__intercepted(struct policy *p)
 {
     size_t n = 0;
@@ -100,17 +106,16 @@ static void policy__intercepted(struct policy *p)
     size_t k = 0;
     for (size_t r = 0; r < p->n_rules; r++) {
         const struct policy_rule *ru = &p->rules[r].pub;
-        if (ru->tls != POLICY_TLS_INSPECT)
-            continue;
-        for (size_t i = 0; i < ru->n_hosts; i++) {
-            bool dup = false;
-            for (size_t j = 0; j < k && !dup; j++)
-                dup = strcmp(p->intercepted[j], ru->hosts[i]) == 0;
-            if (!dup)
+        if (ru->tls == POLICY_TLS_INSPECT)
+            for (size_t i = 0; i < ru->n_hosts; i++)
                 p->intercepted[k++] = ru->hosts[i];
-        }
     }
-    p->n_intercepted = k;
+    qsort(p->intercepted, k, sizeof *p->intercepted, policy__strptr_cmp);
+    size_t m = 0;
+    for (size_t i = 0; i < k; i++)
+        if (m == 0 || strcmp(p->intercepted[m - 1], p->intercepted[i]) != 0)
+            p->intercepted[m++] = p->intercepted[i];
+    p->n_intercepted = m;
 }
 
 static struct policy *policy__from_doc(const struct al_yaml_doc *doc, const char *file,
