@@ -39,8 +39,8 @@ static uint32_t bench__rand(void)
 
 static const char *const tlds[] = {"com", "net", "org", "io", "dev", "cloud", "ai", "co.uk"};
 #define NTLD (sizeof tlds / sizeof tlds[0])
-static const char *const words[] = {"api", "cdn", "static", "auth", "login", "uploads",
-                                    "registry", "repo", "mirror", "files", "docs", "data"};
+static const char *const words[] = {"api",      "cdn",  "static", "auth",  "login", "uploads",
+                                    "registry", "repo", "mirror", "files", "docs",  "data"};
 #define NWORD (sizeof words / sizeof words[0])
 
 static void bench__json(const char *bench, const char *metric, double value, const char *unit)
@@ -167,8 +167,10 @@ int main(int argc, char **argv)
     struct policy_decision dec;
     for (int pass = 0; pass < 2; pass++) { /* pass 0 warms caches and branch predictors */
         for (size_t i = 0; i < nqueries; i++) {
-            struct policy_request r = {.host = q[i].host, .host_len = strlen(q[i].host),
-                                       .port = q[i].port, .scheme = POLICY_SCHEME_HTTPS,
+            struct policy_request r = {.host = q[i].host,
+                                       .host_len = strlen(q[i].host),
+                                       .port = q[i].port,
+                                       .scheme = POLICY_SCHEME_HTTPS,
                                        .method = q[i].method,
                                        .method_len = q[i].method ? strlen(q[i].method) : 0,
                                        .path = q[i].path,
@@ -191,8 +193,8 @@ int main(int argc, char **argv)
     qsort(lat, nqueries, sizeof *lat, bench__cmp);
     bench__json("policy_decide", "queries", (double)nqueries, "requests");
     bench__json("policy_decide", "allowed_share", 100.0 * (double)allowed / (double)nqueries, "%");
-    bench__json("policy_decide", "request_level_share", 100.0 * (double)nq_request / (double)nqueries,
-                "%");
+    bench__json("policy_decide", "request_level_share",
+                100.0 * (double)nq_request / (double)nqueries, "%");
     bench__json("policy_decide", "p50_us", (double)lat[nqueries / 2] / 1000.0, "us");
     bench__json("policy_decide", "p99_us", (double)lat[nqueries * 99 / 100] / 1000.0, "us");
     bench__json("policy_decide", "p999_us", (double)lat[nqueries * 999 / 1000] / 1000.0, "us");
@@ -240,10 +242,12 @@ int main(int argc, char **argv)
             (void)mismatches;
         }
         qsort(lat, nr, sizeof *lat, bench__cmp);
-        double ref_p50 = (double)lat[nr / 2] / 1000.0, ref_p99 = (double)lat[nr * 99 / 100] / 1000.0;
+        double ref_p50 = (double)lat[nr / 2] / 1000.0,
+               ref_p99 = (double)lat[nr * 99 / 100] / 1000.0;
         bench__json("policy_decide_linear_reference", "p50_us", ref_p50, "us");
         bench__json("policy_decide_linear_reference", "p99_us", ref_p99, "us");
-        bench__json("policy_decide", "p99_speedup_vs_linear", ref_p99 / (p99 > 0 ? p99 : 1e-3), "x");
+        bench__json("policy_decide", "p99_speedup_vs_linear", ref_p99 / (p99 > 0 ? p99 : 1e-3),
+                    "x");
         free(pats);
         free(owner);
     }

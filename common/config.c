@@ -118,8 +118,8 @@ static int cfg__set_node(const struct al_cfg_field *f, void *cfg, const struct a
 static int cfg__set_text(const struct al_cfg_field *f, void *cfg, const char *text,
                          const char *what, struct al_diags *d)
 {
-    struct al_yaml_node scalar = {.kind = AL_YAML_SCALAR, .str = text, .len = strlen(text),
-                                  .plain = true};
+    struct al_yaml_node scalar = {
+        .kind = AL_YAML_SCALAR, .str = text, .len = strlen(text), .plain = true};
     if (f->type != AL_CFG_STRLIST)
         return cfg__set_node(f, cfg, &scalar, what, d);
     char *copy = strdup(text);
@@ -214,8 +214,8 @@ static int cfg__walk(const struct al_cfg_field *table, void *cfg, const struct a
         allowed[na++] = word;
     }
     char what[256];
-    snprintf(what, sizeof what, pl ? "section '%.*s'" : "the configuration",
-             (int)(pl ? pl - 1 : 0), prefix);
+    snprintf(what, sizeof what, pl ? "section '%.*s'" : "the configuration", (int)(pl ? pl - 1 : 0),
+             prefix);
     int rc = al_yaml_expect_map(map, what, allowed, d);
     if (map && map->kind == AL_YAML_MAP) {
         for (size_t i = 0; i < map->n; i++) {
@@ -283,8 +283,8 @@ static int cfg__required(const struct al_cfg_field *table, const bool *set, cons
     for (const struct al_cfg_field *f = table; f->key; f++) {
         if ((f->flags & AL_CFG_REQUIRED) && !f->def && !set[f - table])
             rc = al_diags_add(d, AL_DIAG_ERROR, file, 0, 0, "missing_key",
-                              "'%s' is required (%s): set it in the configuration file%s%s",
-                              f->key, f->help ? f->help : cfg__type_name(f->type),
+                              "'%s' is required (%s): set it in the configuration file%s%s", f->key,
+                              f->help ? f->help : cfg__type_name(f->type),
                               f->env ? " or in the environment variable " : "",
                               f->env ? f->env : "");
     }
@@ -312,8 +312,8 @@ static int cfg__load(const struct al_cfg_field *table, void *cfg, const struct a
     return rc;
 }
 
-int al_config_load_buffer(const struct al_cfg_field *table, void *cfg, const char *text,
-                          size_t len, const char *file, struct al_diags *d)
+int al_config_load_buffer(const struct al_cfg_field *table, void *cfg, const char *text, size_t len,
+                          const char *file, struct al_diags *d)
 {
     struct al_yaml_doc *doc = NULL;
     int rc = al_yaml_parse(text, len, file, NULL, &doc, d);
@@ -324,8 +324,8 @@ int al_config_load_buffer(const struct al_cfg_field *table, void *cfg, const cha
     return rc;
 }
 
-int al_config_load(const struct al_cfg_field *table, void *cfg, const char *path,
-                   unsigned flags, struct al_diags *d)
+int al_config_load(const struct al_cfg_field *table, void *cfg, const char *path, unsigned flags,
+                   struct al_diags *d)
 {
     if (!path)
         return cfg__load(table, cfg, NULL, NULL, d);
@@ -340,8 +340,8 @@ int al_config_load(const struct al_cfg_field *table, void *cfg, const char *path
     return rc;
 }
 
-int al_config_set(const struct al_cfg_field *table, void *cfg, const char *key,
-                  const char *value, const char *origin, struct al_diags *d)
+int al_config_set(const struct al_cfg_field *table, void *cfg, const char *key, const char *value,
+                  const char *origin, struct al_diags *d)
 {
     const struct al_cfg_field *f = cfg__find(table, key);
     if (!f)
@@ -365,7 +365,9 @@ void al_config_help(const struct al_cfg_field *table, FILE *out)
         }
         if (f->min || f->max)
             fprintf(out, "  %-28s range %" PRId64 "..%" PRId64 "%s\n", "", f->min, f->max,
-                    f->type == AL_CFG_DURATION ? " ms" : f->type == AL_CFG_SIZE ? " bytes" : "");
+                    f->type == AL_CFG_DURATION ? " ms"
+                    : f->type == AL_CFG_SIZE   ? " bytes"
+                                               : "");
         if (f->help)
             fprintf(out, "  %-28s %s\n", "", f->help);
     }

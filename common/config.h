@@ -43,7 +43,8 @@ enum al_cfg_type {
 };
 
 enum {
-    AL_CFG_REQUIRED = 1 << 0, /* must end up set (by file, environment or override) */
+    AL_CFG_REQUIRED = 1 << 0, /* must be set by the file or the environment (checked by
+                                 al_config_load; al_config_set comes after that check) */
 };
 
 struct al_cfg_strlist {
@@ -52,7 +53,7 @@ struct al_cfg_strlist {
 };
 
 struct al_cfg_field {
-    const char *key;            /* "listen" or "dns.upstream" */
+    const char *key; /* "listen" or "dns.upstream" */
     enum al_cfg_type type;
     size_t offset;              /* offsetof(struct yours, member) */
     const char *def;            /* default, in file syntax; NULL = none */
@@ -71,15 +72,15 @@ enum {
  * at path (NULL = no file) and the environment. Every problem is added to d with its
  * position; returns 0, or -EINVAL if any error was found (cfg then holds what could be
  * read; free it with al_config_free). */
-int al_config_load(const struct al_cfg_field *table, void *cfg, const char *path,
-                   unsigned flags, struct al_diags *d);
+int al_config_load(const struct al_cfg_field *table, void *cfg, const char *path, unsigned flags,
+                   struct al_diags *d);
 /* The same from text in memory; file names it in messages. */
-int al_config_load_buffer(const struct al_cfg_field *table, void *cfg, const char *text,
-                          size_t len, const char *file, struct al_diags *d);
+int al_config_load_buffer(const struct al_cfg_field *table, void *cfg, const char *text, size_t len,
+                          const char *file, struct al_diags *d);
 /* Sets one key from text (e.g. a command-line flag), after loading. origin names the source
  * in messages ("--listen"). */
-int al_config_set(const struct al_cfg_field *table, void *cfg, const char *key,
-                  const char *value, const char *origin, struct al_diags *d);
+int al_config_set(const struct al_cfg_field *table, void *cfg, const char *key, const char *value,
+                  const char *origin, struct al_diags *d);
 /* Releases strings and lists and zeroes them. */
 void al_config_free(const struct al_cfg_field *table, void *cfg);
 /* Prints the table: key, type, default, environment variable, help. */

@@ -207,7 +207,7 @@ const char *al_yaml_file(const struct al_yaml_doc *doc)
 
 struct yaml__frame {
     struct al_yaml_node *node;
-    void *vec;    /* struct al_yaml_node ** (seq) or struct al_yaml_pair * (map) */
+    void *vec; /* struct al_yaml_node ** (seq) or struct al_yaml_pair * (map) */
     size_t n, cap;
     struct al_yaml_node *key; /* map: key waiting for its value */
 };
@@ -299,8 +299,8 @@ static int yaml__attach(struct yaml__ctx *c, struct al_yaml_node *n, const yaml_
     }
     if (!f->key) {
         if (n->kind != AL_YAML_SCALAR)
-            return yaml__err(c, m, "yaml_complex_key",
-                             "a key must be a plain string, not %s", al_yaml_describe(n));
+            return yaml__err(c, m, "yaml_complex_key", "a key must be a plain string, not %s",
+                             al_yaml_describe(n));
         if (n->plain && strcmp(n->str, "<<") == 0)
             return yaml__err(c, m, "yaml_merge_key",
                              "merge keys (<<) are not supported: write the keys out in full");
@@ -352,9 +352,9 @@ static int yaml__check_dups(struct yaml__ctx *c, const struct al_yaml_node *map)
     for (size_t i = 1; i < map->n; i++) {
         bool same = r[i].key->len == r[i - 1].key->len &&
                     memcmp(r[i].key->str, r[i - 1].key->str, r[i].key->len) == 0;
-        bool run_start = i == 1 || !(r[i - 1].key->len == r[i - 2].key->len &&
-                                     memcmp(r[i - 1].key->str, r[i - 2].key->str,
-                                            r[i - 1].key->len) == 0);
+        bool run_start =
+            i == 1 || !(r[i - 1].key->len == r[i - 2].key->len &&
+                        memcmp(r[i - 1].key->str, r[i - 2].key->str, r[i - 1].key->len) == 0);
         if (same && run_start && r[i].idx < best_dup) {
             best_dup = r[i].idx;
             best_first = r[i - 1].idx;
@@ -406,8 +406,7 @@ static int yaml__open(struct yaml__ctx *c, enum al_yaml_kind kind, const yaml_ev
 {
     if (c->depth >= c->lim->max_depth)
         return yaml__err(c, &ev->start_mark, "too_deep",
-                         "nesting deeper than %u levels; simplify the document",
-                         c->lim->max_depth);
+                         "nesting deeper than %u levels; simplify the document", c->lim->max_depth);
     if (c->depth > 0) {
         struct yaml__frame *p = &c->stack[c->depth - 1];
         if (p->node->kind == AL_YAML_MAP && !p->key)
@@ -446,8 +445,7 @@ static int yaml__scalar(struct yaml__ctx *c, const yaml_event_t *ev)
 }
 
 int al_yaml_parse(const char *text, size_t len, const char *file,
-                  const struct al_yaml_limits *limits, struct al_yaml_doc **out,
-                  struct al_diags *d)
+                  const struct al_yaml_limits *limits, struct al_yaml_doc **out, struct al_diags *d)
 {
     struct al_yaml_limits lim = {8u << 20, 64, 2000000, 64u << 10};
     if (limits) {
@@ -493,8 +491,7 @@ int al_yaml_parse(const char *text, size_t len, const char *file,
                 rc = yaml__err(&c, &parser.problem_mark, "yaml_syntax", "YAML syntax: %s %s",
                                problem, parser.context);
             else
-                rc = yaml__err(&c, &parser.problem_mark, "yaml_syntax", "YAML syntax: %s",
-                               problem);
+                rc = yaml__err(&c, &parser.problem_mark, "yaml_syntax", "YAML syntax: %s", problem);
             break;
         }
         switch (ev.type) {
@@ -528,8 +525,8 @@ int al_yaml_parse(const char *text, size_t len, const char *file,
                 rc = yaml__open(&c, AL_YAML_SEQ, &ev);
             break;
         case YAML_MAPPING_START_EVENT:
-            rc = yaml__check_props(&c, &ev, ev.data.mapping_start.anchor,
-                                   ev.data.mapping_start.tag);
+            rc =
+                yaml__check_props(&c, &ev, ev.data.mapping_start.anchor, ev.data.mapping_start.tag);
             if (!rc)
                 rc = yaml__open(&c, AL_YAML_MAP, &ev);
             break;
@@ -610,12 +607,12 @@ const char *al_yaml_describe(const struct al_yaml_node *n)
     return "a string";
 }
 
-static int yaml__vdiag(struct al_diags *d, enum al_diag_severity sev,
-                       const struct al_yaml_node *n, const char *code, const char *fmt, va_list ap)
+static int yaml__vdiag(struct al_diags *d, enum al_diag_severity sev, const struct al_yaml_node *n,
+                       const char *code, const char *fmt, va_list ap)
     __attribute__((format(printf, 5, 0)));
 
-static int yaml__vdiag(struct al_diags *d, enum al_diag_severity sev,
-                       const struct al_yaml_node *n, const char *code, const char *fmt, va_list ap)
+static int yaml__vdiag(struct al_diags *d, enum al_diag_severity sev, const struct al_yaml_node *n,
+                       const char *code, const char *fmt, va_list ap)
 {
     return al_diags_vadd(d, sev, n ? n->file : NULL, n ? n->line : 0, n ? n->col : 0, code, fmt,
                          ap);
@@ -660,7 +657,8 @@ static unsigned yaml__distance(const char *a, const char *b)
                 v = dp[i][j - 1] + 1;
             if (dp[i - 1][j - 1] + cost < v)
                 v = dp[i - 1][j - 1] + cost;
-            if (i > 1 && j > 1 && tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 2]) &&
+            if (i > 1 && j > 1 &&
+                tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 2]) &&
                 tolower((unsigned char)a[i - 2]) == tolower((unsigned char)b[j - 1]) &&
                 dp[i - 2][j - 2] + 1 < v)
                 v = dp[i - 2][j - 2] + 1;
@@ -700,8 +698,8 @@ static void yaml__join(const char *const *words, char *buf, size_t len)
     }
 }
 
-int al_yaml_expect_map(const struct al_yaml_node *n, const char *what,
-                       const char *const *allowed, struct al_diags *d)
+int al_yaml_expect_map(const struct al_yaml_node *n, const char *what, const char *const *allowed,
+                       struct al_diags *d)
 {
     if (!n || n->kind != AL_YAML_MAP)
         return al_yaml_error(d, n, "wrong_type", "%s must be a map (key: value lines), not %s",
@@ -816,9 +814,8 @@ int al_yaml_size(const struct al_yaml_node *n, const char *what, uint64_t min, u
                  uint64_t *out, struct al_diags *d)
 {
     if (!n || n->kind != AL_YAML_SCALAR || al_yaml_is_null(n))
-        return al_yaml_error(d, n, "wrong_type",
-                             "%s must be a size such as 10MiB or 4096, not %s", what,
-                             al_yaml_describe(n));
+        return al_yaml_error(d, n, "wrong_type", "%s must be a size such as 10MiB or 4096, not %s",
+                             what, al_yaml_describe(n));
     uint64_t v;
     int rc = al_parse_size(n->str, &v);
     if (rc == -ERANGE)
@@ -837,8 +834,8 @@ int al_yaml_size(const struct al_yaml_node *n, const char *what, uint64_t min, u
     return 0;
 }
 
-int al_yaml_duration_ms(const struct al_yaml_node *n, const char *what, uint64_t min,
-                        uint64_t max, uint64_t *out, struct al_diags *d)
+int al_yaml_duration_ms(const struct al_yaml_node *n, const char *what, uint64_t min, uint64_t max,
+                        uint64_t *out, struct al_diags *d)
 {
     if (!n || n->kind != AL_YAML_SCALAR || al_yaml_is_null(n))
         return al_yaml_error(d, n, "wrong_type",
@@ -848,8 +845,8 @@ int al_yaml_duration_ms(const struct al_yaml_node *n, const char *what, uint64_t
     size_t digits = strspn(s, "0123456789");
     uint64_t v;
     if (digits && s[digits] == '\0' && strcmp(s, "0") != 0)
-        return al_yaml_error(d, n, "bad_duration",
-                             "%s '%s' has no unit: write e.g. %ss or %sms", what, s, s, s);
+        return al_yaml_error(d, n, "bad_duration", "%s '%s' has no unit: write e.g. %ss or %sms",
+                             what, s, s, s);
     int rc = al_parse_duration_ms(s, &v);
     if (rc == -ERANGE)
         return al_yaml_error(d, n, "out_of_range", "%s '%s' is too large", what, s);
@@ -882,8 +879,9 @@ int al_yaml_enum(const struct al_yaml_node *n, const char *what, const char *con
     }
     const char *hint = al_suggest(n->str, choices);
     if (hint)
-        return al_yaml_error(d, n, "bad_value", "%s must be one of %s, not '%s'; did you mean '%s'?",
-                             what, list, n->str, hint);
+        return al_yaml_error(d, n, "bad_value",
+                             "%s must be one of %s, not '%s'; did you mean '%s'?", what, list,
+                             n->str, hint);
     return al_yaml_error(d, n, "bad_value", "%s must be one of %s, not '%s'", what, list, n->str);
 }
 
@@ -893,8 +891,7 @@ int al_yaml_strlist(const struct al_yaml_node *n, const char *what, bool nonempt
     if (!n || n->kind != AL_YAML_SEQ) {
         if (n && n->kind == AL_YAML_SCALAR && !al_yaml_is_null(n))
             return al_yaml_error(d, n, "wrong_type",
-                                 "%s must be a list, not a single value: write [%s]", what,
-                                 n->str);
+                                 "%s must be a list, not a single value: write [%s]", what, n->str);
         return al_yaml_error(d, n, "wrong_type", "%s must be a list, not %s", what,
                              al_yaml_describe(n));
     }

@@ -27,22 +27,25 @@ enum al_diag_severity { AL_DIAG_ERROR = 0, AL_DIAG_WARNING = 1 };
 
 struct al_diag {
     enum al_diag_severity severity;
-    char *file;     /* may be NULL (no file) */
-    unsigned line;  /* 1-based; 0 = no position */
-    unsigned col;   /* 1-based; 0 = no position */
-    char *code;     /* stable machine-readable code, e.g. "unknown_key"; never NULL */
-    char *msg;      /* what is wrong and how to fix it; never contains secret values */
+    char *file;    /* may be NULL (no file) */
+    unsigned line; /* 1-based; 0 = no position */
+    unsigned col;  /* 1-based; 0 = no position */
+    char *code;    /* stable machine-readable code, e.g. "unknown_key"; never NULL */
+    char *msg;     /* what is wrong and how to fix it; never contains secret values */
 };
 
 struct al_diags {
     struct al_diag *v;
     size_t n, cap;
     size_t errors, warnings;
-    size_t max;        /* keep at most this many (0 = 200); further ones are only counted */
+    size_t max; /* keep at most this many (0 = 200); further ones are only counted */
     size_t dropped;
 };
 
-#define AL_DIAGS_INIT {NULL, 0, 0, 0, 0, 0, 0}
+#define AL_DIAGS_INIT          \
+    {                          \
+        NULL, 0, 0, 0, 0, 0, 0 \
+    }
 
 void al_diags_init(struct al_diags *d);
 void al_diags_free(struct al_diags *d);
@@ -70,12 +73,12 @@ struct al_yaml_pair;
 
 struct al_yaml_node {
     enum al_yaml_kind kind;
-    unsigned line, col;       /* 1-based position where the node starts */
-    const char *file;         /* the document's file name (shared, may be NULL) */
+    unsigned line, col; /* 1-based position where the node starts */
+    const char *file;   /* the document's file name (shared, may be NULL) */
     /* AL_YAML_SCALAR: */
-    const char *str;          /* NUL-terminated; may contain an embedded NUL (see len) */
+    const char *str; /* NUL-terminated; may contain an embedded NUL (see len) */
     size_t len;
-    bool plain;               /* unquoted plain scalar (only plain scalars can be null/bool) */
+    bool plain; /* unquoted plain scalar (only plain scalars can be null/bool) */
     /* AL_YAML_SEQ: items[0..n); AL_YAML_MAP: pairs[0..n) in file order */
     size_t n;
     struct al_yaml_node **items;
@@ -83,15 +86,15 @@ struct al_yaml_node {
 };
 
 struct al_yaml_pair {
-    struct al_yaml_node *key;   /* always a scalar */
+    struct al_yaml_node *key; /* always a scalar */
     struct al_yaml_node *value;
 };
 
 struct al_yaml_limits {
-    size_t max_bytes;     /* default 8 MiB */
-    unsigned max_depth;   /* default 64 */
-    size_t max_nodes;     /* default 2,000,000 */
-    size_t max_scalar;    /* default 64 KiB */
+    size_t max_bytes;   /* default 8 MiB */
+    unsigned max_depth; /* default 64 */
+    size_t max_nodes;   /* default 2,000,000 */
+    size_t max_scalar;  /* default 64 KiB */
 };
 
 struct al_yaml_doc;
@@ -126,8 +129,8 @@ int al_yaml_warning(struct al_diags *d, const struct al_yaml_node *n, const char
  * is an error at the key's position with the nearest allowed key as a hint:
  *   unknown key 'hots' in rule 'x'; did you mean 'hosts'? (allowed: name, hosts, ...)
  * what names the map in messages ("the policy", "rule 'x'"). Returns 0 or -EINVAL. */
-int al_yaml_expect_map(const struct al_yaml_node *n, const char *what,
-                       const char *const *allowed, struct al_diags *d);
+int al_yaml_expect_map(const struct al_yaml_node *n, const char *what, const char *const *allowed,
+                       struct al_diags *d);
 /* Value of key in map n, or NULL (also NULL when n is not a map). If pair is non-NULL it
  * receives the pair (for the key's position). */
 const struct al_yaml_node *al_yaml_get(const struct al_yaml_node *n, const char *key);
@@ -142,8 +145,8 @@ int al_yaml_int(const struct al_yaml_node *n, const char *what, int64_t min, int
                 int64_t *out, struct al_diags *d);
 int al_yaml_size(const struct al_yaml_node *n, const char *what, uint64_t min, uint64_t max,
                  uint64_t *out, struct al_diags *d);
-int al_yaml_duration_ms(const struct al_yaml_node *n, const char *what, uint64_t min,
-                        uint64_t max, uint64_t *out, struct al_diags *d);
+int al_yaml_duration_ms(const struct al_yaml_node *n, const char *what, uint64_t min, uint64_t max,
+                        uint64_t *out, struct al_diags *d);
 /* One of choices (NULL-terminated); *out = index. Near misses get a hint. */
 int al_yaml_enum(const struct al_yaml_node *n, const char *what, const char *const *choices,
                  int *out, struct al_diags *d);

@@ -16,20 +16,20 @@
 
 static void cli__usage(FILE *f)
 {
-    fprintf(f,
-            "usage: airlock policy <command> ...\n"
-            "\n"
-            "  lint FILE... [--strict] [--quiet]\n"
-            "      Validate policies. Exit 0 when valid (warnings are printed), 1 on errors\n"
-            "      (--strict: also on warnings).\n"
-            "  explain FILE URL [--method M] [--addr IP] [--connection] [--json]\n"
-            "      Decide one request and say why. URL: https://host[:port]/path,\n"
-            "      http://host[:port]/path, host:port or tcp://host:port (raw TCP), dns:NAME.\n"
-            "  test FILE CASES.yaml [--verbose]\n"
-            "      Run golden request -> decision cases (format: docs/policy.md). Exit 1 if any\n"
-            "      case fails.\n"
-            "  hash FILE [--canonical]\n"
-            "      Print the policy hash (BLAKE2b of the canonical form), or the canonical JSON.\n");
+    fprintf(
+        f, "usage: airlock policy <command> ...\n"
+           "\n"
+           "  lint FILE... [--strict] [--quiet]\n"
+           "      Validate policies. Exit 0 when valid (warnings are printed), 1 on errors\n"
+           "      (--strict: also on warnings).\n"
+           "  explain FILE URL [--method M] [--addr IP] [--connection] [--json]\n"
+           "      Decide one request and say why. URL: https://host[:port]/path,\n"
+           "      http://host[:port]/path, host:port or tcp://host:port (raw TCP), dns:NAME.\n"
+           "  test FILE CASES.yaml [--verbose]\n"
+           "      Run golden request -> decision cases (format: docs/policy.md). Exit 1 if any\n"
+           "      case fails.\n"
+           "  hash FILE [--canonical]\n"
+           "      Print the policy hash (BLAKE2b of the canonical form), or the canonical JSON.\n");
 }
 
 /* ---- requests from URLs --------------------------------------------------------------- */
@@ -83,8 +83,7 @@ static int cli__url(const char *url, const char *method, bool connection, struct
     } else if (strncmp(url, "tcp://", 6) == 0) {
         rest = url + 6;
     } else if (strstr(url, "://")) {
-        return al_error_set(err, -EINVAL, "unsupported URL scheme in '%s' (https, http, tcp)",
-                            url);
+        return al_error_set(err, -EINVAL, "unsupported URL scheme in '%s' (https, http, tcp)", url);
     }
     size_t alen = strcspn(rest, "/?#");
     const char *tail = rest + alen;
@@ -129,8 +128,9 @@ static int cli__url(const char *url, const char *method, bool connection, struct
     r->req.scheme = scheme;
     if (scheme == POLICY_SCHEME_TCP || connection) {
         if (method)
-            return al_error_set(err, -EINVAL, "a method needs an http:// or https:// request "
-                                              "(not raw TCP or --connection)");
+            return al_error_set(err, -EINVAL,
+                                "a method needs an http:// or https:// request "
+                                "(not raw TCP or --connection)");
         return 0;
     }
     snprintf(r->method, sizeof r->method, "%s", method ? method : "GET");
@@ -155,8 +155,7 @@ static int cli__addr(const char *s, struct cli__req *r, struct al_error *err)
     return 0;
 }
 
-static void cli__decide(const struct policy *p, const struct cli__req *r,
-                        struct policy_decision *d)
+static void cli__decide(const struct policy *p, const struct cli__req *r, struct policy_decision *d)
 {
     if (r->dns)
         policy_dns_decide(p, r->host, strlen(r->host), d);
@@ -166,8 +165,9 @@ static void cli__decide(const struct policy *p, const struct cli__req *r,
 
 static const char *cli__tls(enum policy_tls t)
 {
-    return t == POLICY_TLS_INSPECT ? "inspect" : t == POLICY_TLS_PASSTHROUGH ? "passthrough"
-                                                                             : "none";
+    return t == POLICY_TLS_INSPECT       ? "inspect"
+           : t == POLICY_TLS_PASSTHROUGH ? "passthrough"
+                                         : "none";
 }
 
 static const char *cli__scheme(enum policy_scheme s)
@@ -260,9 +260,10 @@ static json_t *cli__decision_json(const struct policy *p, const struct cli__req 
         json_array_append_new(inj, json_string(d->inject[i].header));
     json_object_set_new(o, "inject", inj);
     json_object_set_new(o, "host", d->host.len ? json_string(d->host.text) : json_null());
-    json_object_set_new(o, "host_kind", d->host.kind == POLICY_HOST_ADDR   ? json_string("address")
-                                        : d->host.kind == POLICY_HOST_NAME ? json_string("name")
-                                                                           : json_null());
+    json_object_set_new(o, "host_kind",
+                        d->host.kind == POLICY_HOST_ADDR   ? json_string("address")
+                        : d->host.kind == POLICY_HOST_NAME ? json_string("name")
+                                                           : json_null());
     json_object_set_new(o, "address_class",
                         d->addr_info.code ? json_string(d->addr_info.code) : json_null());
     if (r->dns) {
@@ -275,8 +276,8 @@ static json_t *cli__decision_json(const struct policy *p, const struct cli__req 
         json_object_set_new(o, "path", r->req.path ? json_string(r->req.path) : json_null());
     }
     json_object_set_new(o, "policy",
-                        json_pack("{s:s, s:s, s:s}", "name", policy_name(p), "hash",
-                                  policy_hash(p), "mode",
+                        json_pack("{s:s, s:s, s:s}", "name", policy_name(p), "hash", policy_hash(p),
+                                  "mode",
                                   policy_mode(p) == POLICY_MODE_REPORT ? "report" : "enforce"));
     return o;
 }
@@ -285,12 +286,10 @@ static int cli__explain(int argc, char **argv)
 {
     const char *method = NULL, *addr = NULL;
     bool json = false, connection = false;
-    static const struct option opts[] = {{"method", required_argument, NULL, 'X'},
-                                         {"addr", required_argument, NULL, 'a'},
-                                         {"connection", no_argument, NULL, 'c'},
-                                         {"json", no_argument, NULL, 'j'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"method", required_argument, NULL, 'X'}, {"addr", required_argument, NULL, 'a'},
+        {"connection", no_argument, NULL, 'c'},   {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:a:cjh", opts, NULL)) != -1) {
@@ -355,7 +354,8 @@ static int cli__explain(int argc, char **argv)
         else
             printf("rule:     (none)\n");
         printf("host:     %s%s%s\n", d.host.len ? d.host.text : "(invalid)",
-               d.addr_info.code ? ", address class " : "", d.addr_info.code ? d.addr_info.code : "");
+               d.addr_info.code ? ", address class " : "",
+               d.addr_info.code ? d.addr_info.code : "");
         if (!r->dns) {
             printf("tls:      %s\n", cli__tls(d.tls));
             printf("inject:  ");
@@ -373,8 +373,8 @@ static int cli__explain(int argc, char **argv)
 /* ---- test ----------------------------------------------------------------------------- */
 
 static const char *const cli__case_keys[] = {
-    "name", "url", "method", "connection", "addr", "network", "expect", "rule",
-    "reason", "tls", "inject", "would_deny", "websocket", NULL};
+    "name", "url",    "method", "connection", "addr",       "network",   "expect",
+    "rule", "reason", "tls",    "inject",     "would_deny", "websocket", NULL};
 
 /* Builds the policy a case runs against: the loaded one, or a narrowed view of it. */
 static struct policy *cli__case_policy(struct policy *p, const struct al_yaml_node *net,
@@ -465,11 +465,11 @@ static int cli__case(struct policy *p, const struct al_yaml_node *cs, size_t idx
     cli__decide(cp, r, &dec);
     char fail[1024] = "";
     size_t fo = 0;
-#define FAILF(...)                                                                               \
-    do {                                                                                         \
-        int k_ = snprintf(fail + fo, sizeof fail - fo, __VA_ARGS__);                             \
-        if (k_ > 0 && (size_t)k_ < sizeof fail - fo)                                             \
-            fo += (size_t)k_;                                                                    \
+#define FAILF(...)                                                   \
+    do {                                                             \
+        int k_ = snprintf(fail + fo, sizeof fail - fo, __VA_ARGS__); \
+        if (k_ > 0 && (size_t)k_ < sizeof fail - fo)                 \
+            fo += (size_t)k_;                                        \
     } while (0)
     if ((int)dec.verdict != expect)
         FAILF("; expected %s, got %s", verdicts[expect], verdicts[dec.verdict]);
@@ -530,9 +530,8 @@ static int cli__case(struct policy *p, const struct al_yaml_node *cs, size_t idx
 static int cli__test(int argc, char **argv)
 {
     bool verbose = false;
-    static const struct option opts[] = {{"verbose", no_argument, NULL, 'v'},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {
+        {"verbose", no_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {

@@ -375,10 +375,20 @@ out:
 /* ---- decisions ------------------------------------------------------------------------ */
 
 static const char *const compile__reasons[POLICY_R__COUNT] = {
-    "rule_allows",     "rule_denies",        "no_rule_matched",  "scheme_not_allowed",
-    "port_not_allowed", "method_not_allowed", "path_not_allowed", "internal_address",
-    "invalid_host",    "invalid_path",       "invalid_request",  "address_mismatch",
-    "sandbox_network_denies", "dns_disabled",
+    "rule_allows",
+    "rule_denies",
+    "no_rule_matched",
+    "scheme_not_allowed",
+    "port_not_allowed",
+    "method_not_allowed",
+    "path_not_allowed",
+    "internal_address",
+    "invalid_host",
+    "invalid_path",
+    "invalid_request",
+    "address_mismatch",
+    "sandbox_network_denies",
+    "dns_disabled",
 };
 
 const char *policy_reason_code(enum policy_reason r)
@@ -437,12 +447,12 @@ static int decide__eval(const struct policy__rule *r, const struct decide__q *q)
 
 /* First-match evaluation over an ordered stream of candidate rules. */
 struct decide__walk {
-    const struct policy__rule *matched;   /* request level: full match */
-    const struct policy__rule *near;      /* best near miss among allow rules */
+    const struct policy__rule *matched; /* request level: full match */
+    const struct policy__rule *near;    /* best near miss among allow rules */
     int near_stage;
     /* connection level */
-    const struct policy__rule *decided;   /* first unconditional match */
-    const struct policy__rule *maybe;     /* first conditional allow before it */
+    const struct policy__rule *decided; /* first unconditional match */
+    const struct policy__rule *maybe;   /* first conditional allow before it */
     bool conditional_seen;
 };
 
@@ -800,8 +810,8 @@ int policy_dns_decide(const struct policy *p, const char *name, size_t len,
         if (r->conditional)
             continue;
         for (size_t i = 0; i < r->pub.n_ports && nc < 32; i++)
-            cover[nc++] = (struct dns__cover){r->pub.scheme, r->pub.ports[i].lo,
-                                              r->pub.ports[i].hi};
+            cover[nc++] =
+                (struct dns__cover){r->pub.scheme, r->pub.ports[i].lo, r->pub.ports[i].hi};
     }
     if (p->mode == POLICY_MODE_REPORT || (out->rule && out->rule->report)) {
         out->verdict = POLICY_ALLOW;
@@ -877,18 +887,17 @@ size_t policy_explain(const struct policy *p, const struct policy_request *req,
         n = snprintf(buf, len, "%srule '%s' (line %u) denies %s", prefix, rn, rl, what);
         break;
     case POLICY_R_NO_RULE:
-        n = snprintf(buf, len,
-                     "%sno rule matches %s; everything a rule does not allow is denied", prefix,
-                     what);
+        n = snprintf(buf, len, "%sno rule matches %s; everything a rule does not allow is denied",
+                     prefix, what);
         break;
     case POLICY_R_SCHEME:
-        n = snprintf(buf, len, "%srule '%s' (line %u) names %s but for scheme %s, not %s",
-                     prefix, rn, rl, host, explain__scheme(r->scheme), scheme);
+        n = snprintf(buf, len, "%srule '%s' (line %u) names %s but for scheme %s, not %s", prefix,
+                     rn, rl, host, explain__scheme(r->scheme), scheme);
         break;
     case POLICY_R_PORT:
         explain__ports(r, list, sizeof list);
-        n = snprintf(buf, len, "%srule '%s' (line %u) allows %s only on port(s) %s, not %u",
-                     prefix, rn, rl, host, list, port);
+        n = snprintf(buf, len, "%srule '%s' (line %u) allows %s only on port(s) %s, not %u", prefix,
+                     rn, rl, host, list, port);
         break;
     case POLICY_R_METHOD:
         explain__list(r->methods, r->n_methods, list, sizeof list);
@@ -899,7 +908,8 @@ size_t policy_explain(const struct policy *p, const struct policy_request *req,
     case POLICY_R_PATH:
         explain__list(r->paths, r->n_paths, list, sizeof list);
         n = snprintf(buf, len, "%srule '%s' (line %u) allows %s but not path %.*s (allowed: %s)",
-                     prefix, rn, rl, host, req ? (int)(req->path_len > 200 ? 200 : req->path_len) : 0,
+                     prefix, rn, rl, host,
+                     req ? (int)(req->path_len > 200 ? 200 : req->path_len) : 0,
                      req && req->path ? req->path : "", list);
         break;
     case POLICY_R_INTERNAL:

@@ -60,19 +60,19 @@ static json_t *hash__rule(const struct policy_rule *r)
     if (!o)
         return NULL;
     json_object_set_new(o, "name", json_string(r->name));
-    json_object_set_new(o, "description", r->description ? json_string(r->description)
-                                                         : json_null());
-    json_object_set_new(o, "action", json_string(r->action == POLICY_ACTION_ALLOW ? "allow"
-                                                                                  : "deny"));
+    json_object_set_new(o, "description",
+                        r->description ? json_string(r->description) : json_null());
+    json_object_set_new(o, "action",
+                        json_string(r->action == POLICY_ACTION_ALLOW ? "allow" : "deny"));
     json_object_set_new(o, "report", json_boolean(r->report));
     json_object_set_new(o, "scheme", json_string(hash__scheme(r->scheme)));
     json_object_set_new(o, "tls", hash__tls(r->tls) ? json_string(hash__tls(r->tls)) : json_null());
     json_object_set_new(o, "websocket", json_boolean(r->websocket));
     json_object_set_new(o, "allow_plaintext_inject", json_boolean(r->allow_plaintext_inject));
-    json_object_set_new(o, "scrub", json_string(r->scrub == POLICY_SCRUB_STRICT ? "strict"
-                                                : r->scrub == POLICY_SCRUB_BEST_EFFORT
-                                                    ? "best_effort"
-                                                    : "none"));
+    json_object_set_new(o, "scrub",
+                        json_string(r->scrub == POLICY_SCRUB_STRICT        ? "strict"
+                                    : r->scrub == POLICY_SCRUB_BEST_EFFORT ? "best_effort"
+                                                                           : "none"));
     json_object_set_new(o, "hosts", hash__sorted(r->hosts, r->n_hosts));
     json_object_set_new(o, "cidrs", hash__sorted(r->cidrs, r->n_cidrs));
     json_object_set_new(o, "methods", hash__sorted(r->methods, r->n_methods));
@@ -99,11 +99,11 @@ static json_t *hash__rule(const struct policy_rule *r)
             lower[hl] = '\0';
             json_t *e = json_object();
             json_object_set_new(e, "header", json_string(lower));
-            json_object_set_new(e, "value", sorted[i].value ? json_string(sorted[i].value)
-                                                            : json_null());
-            json_object_set_new(e, "placeholder", sorted[i].placeholder_env
-                                                      ? json_string(sorted[i].placeholder_env)
-                                                      : json_null());
+            json_object_set_new(e, "value",
+                                sorted[i].value ? json_string(sorted[i].value) : json_null());
+            json_object_set_new(e, "placeholder",
+                                sorted[i].placeholder_env ? json_string(sorted[i].placeholder_env)
+                                                          : json_null());
             json_object_set_new(e, "secrets", hash__sorted(sorted[i].secrets, sorted[i].n_secrets));
             json_array_append_new(inj, e);
         }
@@ -141,10 +141,10 @@ int policy__canonicalize(struct policy *p)
         return -ENOMEM;
     json_object_set_new(doc, "version", json_integer(POLICY_VERSION));
     json_object_set_new(doc, "name", json_string(p->name));
-    json_object_set_new(doc, "description", p->description ? json_string(p->description)
-                                                           : json_null());
-    json_object_set_new(doc, "mode", json_string(p->mode == POLICY_MODE_REPORT ? "report"
-                                                                               : "enforce"));
+    json_object_set_new(doc, "description",
+                        p->description ? json_string(p->description) : json_null());
+    json_object_set_new(doc, "mode",
+                        json_string(p->mode == POLICY_MODE_REPORT ? "report" : "enforce"));
     json_object_set_new(doc, "dns",
                         json_pack("{s:s, s:I, s:I}", "resolve",
                                   p->dns.resolve == POLICY_DNS_NONE ? "none" : "allowed",
@@ -153,8 +153,7 @@ int policy__canonicalize(struct policy *p)
     json_object_set_new(doc, "limits",
                         json_pack("{s:I, s:I, s:I}", "max_connections",
                                   (json_int_t)p->limits.max_connections, "max_request_body",
-                                  (json_int_t)p->limits.max_request_body,
-                                  "max_requests_per_second",
+                                  (json_int_t)p->limits.max_request_body, "max_requests_per_second",
                                   (json_int_t)p->limits.max_requests_per_second));
     json_t *rules = json_array();
     for (size_t i = 0; i < p->n_rules; i++)

@@ -14,7 +14,7 @@ struct policy__block;
 struct policy__arena {
     struct policy__block *head;
 };
-void *policy__alloc(struct policy__arena *a, size_t size);       /* zeroed; NULL on ENOMEM */
+void *policy__alloc(struct policy__arena *a, size_t size); /* zeroed; NULL on ENOMEM */
 char *policy__strndup(struct policy__arena *a, const char *s, size_t n);
 char *policy__strdup(struct policy__arena *a, const char *s);
 void policy__arena_free(struct policy__arena *a);
@@ -22,9 +22,14 @@ void policy__arena_free(struct policy__arena *a);
 /* ---- compiled rules -------------------------------------------------------------------- */
 
 enum {
-    POLICY__M_GET = 1u << 0, POLICY__M_HEAD = 1u << 1, POLICY__M_POST = 1u << 2,
-    POLICY__M_PUT = 1u << 3, POLICY__M_DELETE = 1u << 4, POLICY__M_OPTIONS = 1u << 5,
-    POLICY__M_PATCH = 1u << 6, POLICY__M_TRACE = 1u << 7,
+    POLICY__M_GET = 1u << 0,
+    POLICY__M_HEAD = 1u << 1,
+    POLICY__M_POST = 1u << 2,
+    POLICY__M_PUT = 1u << 3,
+    POLICY__M_DELETE = 1u << 4,
+    POLICY__M_OPTIONS = 1u << 5,
+    POLICY__M_PATCH = 1u << 6,
+    POLICY__M_TRACE = 1u << 7,
 };
 
 struct policy__cidr {
@@ -33,10 +38,10 @@ struct policy__cidr {
 };
 
 struct policy__rule {
-    struct policy_rule pub;       /* what callers see (points into the arena) */
+    struct policy_rule pub; /* what callers see (points into the arena) */
     unsigned col;
-    bool conditional;             /* has methods or paths: decided per request */
-    uint32_t method_bits;         /* standard methods */
+    bool conditional;               /* has methods or paths: decided per request */
+    uint32_t method_bits;           /* standard methods */
     const char *const *ext_methods; /* other method tokens */
     size_t n_ext_methods;
     struct policy_pattern *patterns; /* pub.n_hosts of them */
@@ -57,8 +62,8 @@ struct policy__glob {
 };
 
 struct policy__node {
-    struct policy__list one;  /* *.<suffix> */
-    struct policy__list any;  /* **.<suffix> */
+    struct policy__list one;   /* *.<suffix> */
+    struct policy__list any;   /* **.<suffix> */
     uint32_t glob_off, n_glob; /* matcher.globs, ascending rule order */
 };
 
@@ -90,7 +95,7 @@ struct policy__matcher {
 };
 
 struct policy__narrow {
-    bool deny_all;                 /* denyOut has 0.0.0.0/0 or ::/0, or no internet */
+    bool deny_all; /* denyOut has 0.0.0.0/0 or ::/0, or no internet */
     struct policy_pattern *allow_names;
     size_t n_allow_names;
     struct policy_pattern *deny_names;
@@ -104,8 +109,8 @@ struct policy__narrow {
 struct policy {
     atomic_int refs;
     struct policy__arena arena;
-    struct policy *base;            /* narrowed view: holds a reference to base */
-    struct policy__narrow *narrow;  /* non-NULL for narrowed views */
+    struct policy *base;           /* narrowed view: holds a reference to base */
+    struct policy__narrow *narrow; /* non-NULL for narrowed views */
     char *name, *description, *file;
     enum policy_mode mode;
     struct policy__rule *rules;
@@ -116,7 +121,7 @@ struct policy {
     size_t n_placeholders;
     const char **intercepted;
     size_t n_intercepted;
-    char *canonical;                /* canonical JSON (arena) */
+    char *canonical; /* canonical JSON (arena) */
     char hash[POLICY_HASH_HEX_LEN + 1];
     struct policy__matcher m;
 };

@@ -87,25 +87,35 @@ static bool addr__in(const uint8_t *a, const uint8_t *net, unsigned bits)
 /* Most specific first; the first range that contains the address decides. */
 static const struct addr__range addr__v4[] = {
     {{255, 255, 255, 255}, 32, POLICY_ADDR_BROADCAST, "broadcast", "broadcast (255.255.255.255)"},
-    {{169, 254, 169, 254}, 32, POLICY_ADDR_METADATA, "metadata",
+    {{169, 254, 169, 254},
+     32,
+     POLICY_ADDR_METADATA,
+     "metadata",
      "cloud metadata service (169.254.169.254)"},
     {{0}, 8, POLICY_ADDR_UNSPECIFIED, "unspecified", "\"this network\" (0.0.0.0/8)"},
     {{10}, 8, POLICY_ADDR_PRIVATE, "private", "private-use (10.0.0.0/8, RFC 1918)"},
-    {{100, 64}, 10, POLICY_ADDR_SHARED, "shared",
+    {{100, 64},
+     10,
+     POLICY_ADDR_SHARED,
+     "shared",
      "shared address space / carrier-grade NAT (100.64.0.0/10)"},
     {{127}, 8, POLICY_ADDR_LOOPBACK, "loopback", "loopback (127.0.0.0/8)"},
     {{169, 254}, 16, POLICY_ADDR_LINK_LOCAL, "link_local", "link-local (169.254.0.0/16)"},
     {{172, 16}, 12, POLICY_ADDR_PRIVATE, "private", "private-use (172.16.0.0/12, RFC 1918)"},
-    {{192, 0, 0}, 24, POLICY_ADDR_RESERVED, "reserved",
-     "IETF protocol assignments (192.0.0.0/24)"},
-    {{192, 0, 2}, 24, POLICY_ADDR_DOCUMENTATION, "documentation",
-     "documentation (192.0.2.0/24)"},
+    {{192, 0, 0}, 24, POLICY_ADDR_RESERVED, "reserved", "IETF protocol assignments (192.0.0.0/24)"},
+    {{192, 0, 2}, 24, POLICY_ADDR_DOCUMENTATION, "documentation", "documentation (192.0.2.0/24)"},
     {{192, 88, 99}, 24, POLICY_ADDR_TUNNEL, "tunnel", "6to4 relay anycast (192.88.99.0/24)"},
     {{192, 168}, 16, POLICY_ADDR_PRIVATE, "private", "private-use (192.168.0.0/16, RFC 1918)"},
     {{198, 18}, 15, POLICY_ADDR_BENCHMARK, "benchmark", "benchmarking (198.18.0.0/15)"},
-    {{198, 51, 100}, 24, POLICY_ADDR_DOCUMENTATION, "documentation",
+    {{198, 51, 100},
+     24,
+     POLICY_ADDR_DOCUMENTATION,
+     "documentation",
      "documentation (198.51.100.0/24)"},
-    {{203, 0, 113}, 24, POLICY_ADDR_DOCUMENTATION, "documentation",
+    {{203, 0, 113},
+     24,
+     POLICY_ADDR_DOCUMENTATION,
+     "documentation",
      "documentation (203.0.113.0/24)"},
     {{224}, 4, POLICY_ADDR_MULTICAST, "multicast", "multicast (224.0.0.0/4)"},
     {{240}, 4, POLICY_ADDR_RESERVED, "reserved", "reserved (240.0.0.0/4)"},
@@ -113,22 +123,43 @@ static const struct addr__range addr__v4[] = {
 
 static const struct addr__range addr__v6[] = {
     {{0}, 128, POLICY_ADDR_UNSPECIFIED, "unspecified", "unspecified (::)"},
-    {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 128, POLICY_ADDR_LOOPBACK, "loopback",
+    {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1},
+     128,
+     POLICY_ADDR_LOOPBACK,
+     "loopback",
      "loopback (::1)"},
-    {{0x20, 0x01, 0x00, 0x02}, 48, POLICY_ADDR_BENCHMARK, "benchmark",
+    {{0x20, 0x01, 0x00, 0x02},
+     48,
+     POLICY_ADDR_BENCHMARK,
+     "benchmark",
      "benchmarking (2001:2::/48)"},
-    {{0x20, 0x01, 0x0d, 0xb8}, 32, POLICY_ADDR_DOCUMENTATION, "documentation",
+    {{0x20, 0x01, 0x0d, 0xb8},
+     32,
+     POLICY_ADDR_DOCUMENTATION,
+     "documentation",
      "documentation (2001:db8::/32)"},
-    {{0x20, 0x01, 0x00, 0x00}, 23, POLICY_ADDR_RESERVED, "reserved",
+    {{0x20, 0x01, 0x00, 0x00},
+     23,
+     POLICY_ADDR_RESERVED,
+     "reserved",
      "IETF protocol assignments (2001::/23)"},
     {{0x3f, 0xff}, 20, POLICY_ADDR_DOCUMENTATION, "documentation", "documentation (3fff::/20)"},
-    {{0x00, 0x64, 0xff, 0x9b, 0x00, 0x01}, 48, POLICY_ADDR_RESERVED, "reserved",
+    {{0x00, 0x64, 0xff, 0x9b, 0x00, 0x01},
+     48,
+     POLICY_ADDR_RESERVED,
+     "reserved",
      "local-use NAT64 (64:ff9b:1::/48)"},
-    {{0x01, 0x00, 0, 0, 0, 0, 0, 0}, 64, POLICY_ADDR_RESERVED, "reserved",
+    {{0x01, 0x00, 0, 0, 0, 0, 0, 0},
+     64,
+     POLICY_ADDR_RESERVED,
+     "reserved",
      "discard-only (100::/64)"},
     {{0x5f, 0x00}, 16, POLICY_ADDR_RESERVED, "reserved", "SRv6 SIDs (5f00::/16)"},
-    {{0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54}, 128,
-     POLICY_ADDR_METADATA, "metadata", "cloud metadata service (fd00:ec2::254)"},
+    {{0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x54},
+     128,
+     POLICY_ADDR_METADATA,
+     "metadata",
+     "cloud metadata service (fd00:ec2::254)"},
     {{0xfc}, 7, POLICY_ADDR_ULA, "ula", "unique local (fc00::/7)"},
     {{0xfe, 0x80}, 10, POLICY_ADDR_LINK_LOCAL, "link_local", "link-local (fe80::/10)"},
     {{0xfe, 0xc0}, 10, POLICY_ADDR_RESERVED, "reserved", "site-local, deprecated (fec0::/10)"},
@@ -232,8 +263,7 @@ void policy_addr_classify(const struct policy_addr *a, struct policy_addr_info *
         }
     }
     if ((b[0] & 0xe0) != 0x20) {
-        addr__set(out, POLICY_ADDR_RESERVED, "reserved",
-                  "outside IPv6 global unicast (2000::/3)");
+        addr__set(out, POLICY_ADDR_RESERVED, "reserved", "outside IPv6 global unicast (2000::/3)");
         return;
     }
     addr__set(out, POLICY_ADDR_PUBLIC, "public", "public address");
@@ -341,8 +371,7 @@ static bool name__parse_v4(const char *s, size_t len, uint8_t out[4])
     return true;
 }
 
-static int name__parse_v6(const char *s, size_t len, struct policy_host *out,
-                          struct al_error *err)
+static int name__parse_v6(const char *s, size_t len, struct policy_host *out, struct al_error *err)
 {
     char buf[64];
     const char *pct = memchr(s, '%', len);
@@ -380,10 +409,22 @@ static int name__parse_v6(const char *s, size_t len, struct policy_host *out,
 /* ---- names ---------------------------------------------------------------------------- */
 
 enum {
-    SC_LATIN = 1u << 0, SC_GREEK = 1u << 1, SC_CYRILLIC = 1u << 2, SC_ARMENIAN = 1u << 3,
-    SC_HEBREW = 1u << 4, SC_ARABIC = 1u << 5, SC_INDIC = 1u << 6, SC_THAI = 1u << 7,
-    SC_GEORGIAN = 1u << 8, SC_HANGUL = 1u << 9, SC_HAN = 1u << 10, SC_HIRAGANA = 1u << 11,
-    SC_KATAKANA = 1u << 12, SC_BOPOMOFO = 1u << 13, SC_ETHIOPIC = 1u << 14, SC_OTHER = 1u << 15,
+    SC_LATIN = 1u << 0,
+    SC_GREEK = 1u << 1,
+    SC_CYRILLIC = 1u << 2,
+    SC_ARMENIAN = 1u << 3,
+    SC_HEBREW = 1u << 4,
+    SC_ARABIC = 1u << 5,
+    SC_INDIC = 1u << 6,
+    SC_THAI = 1u << 7,
+    SC_GEORGIAN = 1u << 8,
+    SC_HANGUL = 1u << 9,
+    SC_HAN = 1u << 10,
+    SC_HIRAGANA = 1u << 11,
+    SC_KATAKANA = 1u << 12,
+    SC_BOPOMOFO = 1u << 13,
+    SC_ETHIOPIC = 1u << 14,
+    SC_OTHER = 1u << 15,
 };
 
 struct name__script_range {
@@ -396,25 +437,65 @@ struct name__script_range {
  * point block, so two unknown blocks, or an unknown block next to a known script, are
  * treated as a mix. */
 static const struct name__script_range name__scripts[] = {
-    {0x30, 0x39, 0}, {0x2d, 0x2d, 0}, {0x61, 0x7a, SC_LATIN}, {0xaa, 0xaa, SC_LATIN},
-    {0xb7, 0xb7, 0}, {0xba, 0xba, SC_LATIN}, {0xc0, 0x24f, SC_LATIN}, {0x250, 0x2af, SC_LATIN},
-    {0x2b0, 0x2ff, 0}, {0x300, 0x36f, 0}, {0x370, 0x3ff, SC_GREEK}, {0x400, 0x52f, SC_CYRILLIC},
-    {0x530, 0x58f, SC_ARMENIAN}, {0x590, 0x5ff, SC_HEBREW}, {0x600, 0x6ff, SC_ARABIC},
-    {0x750, 0x77f, SC_ARABIC}, {0x8a0, 0x8ff, SC_ARABIC}, {0x900, 0xdff, SC_INDIC},
-    {0xe00, 0xeff, SC_THAI}, {0x10a0, 0x10ff, SC_GEORGIAN}, {0x1100, 0x11ff, SC_HANGUL},
-    {0x1200, 0x139f, SC_ETHIOPIC}, {0x1ab0, 0x1aff, 0}, {0x1c80, 0x1c8f, SC_CYRILLIC},
-    {0x1d00, 0x1d7f, SC_LATIN}, {0x1dc0, 0x1dff, 0}, {0x1e00, 0x1eff, SC_LATIN},
-    {0x1f00, 0x1fff, SC_GREEK}, {0x200c, 0x200d, 0}, {0x20d0, 0x20ff, 0},
-    {0x2c60, 0x2c7f, SC_LATIN}, {0x2d00, 0x2d2f, SC_GEORGIAN}, {0x2de0, 0x2dff, SC_CYRILLIC},
-    {0x2e80, 0x2fdf, SC_HAN}, {0x3000, 0x3004, 0}, {0x3005, 0x3007, SC_HAN},
-    {0x3021, 0x3029, SC_HAN}, {0x3038, 0x303b, SC_HAN}, {0x3040, 0x309f, SC_HIRAGANA},
-    {0x30a0, 0x30fb, SC_KATAKANA}, {0x30fc, 0x30fc, 0}, {0x30fd, 0x30ff, SC_KATAKANA},
-    {0x3100, 0x312f, SC_BOPOMOFO}, {0x3130, 0x318f, SC_HANGUL}, {0x31a0, 0x31bf, SC_BOPOMOFO},
-    {0x31f0, 0x31ff, SC_KATAKANA}, {0x3400, 0x4dbf, SC_HAN}, {0x4e00, 0x9fff, SC_HAN},
-    {0xa640, 0xa69f, SC_CYRILLIC}, {0xa720, 0xa7ff, SC_LATIN}, {0xa960, 0xa97f, SC_HANGUL},
-    {0xab30, 0xab6f, SC_LATIN}, {0xac00, 0xd7ff, SC_HANGUL}, {0xf900, 0xfaff, SC_HAN},
-    {0xfb50, 0xfdff, SC_ARABIC}, {0xfe00, 0xfe0f, 0}, {0xfe20, 0xfe2f, 0},
-    {0xfe70, 0xfeff, SC_ARABIC}, {0x20000, 0x3ffff, SC_HAN},
+    {0x30, 0x39, 0},
+    {0x2d, 0x2d, 0},
+    {0x61, 0x7a, SC_LATIN},
+    {0xaa, 0xaa, SC_LATIN},
+    {0xb7, 0xb7, 0},
+    {0xba, 0xba, SC_LATIN},
+    {0xc0, 0x24f, SC_LATIN},
+    {0x250, 0x2af, SC_LATIN},
+    {0x2b0, 0x2ff, 0},
+    {0x300, 0x36f, 0},
+    {0x370, 0x3ff, SC_GREEK},
+    {0x400, 0x52f, SC_CYRILLIC},
+    {0x530, 0x58f, SC_ARMENIAN},
+    {0x590, 0x5ff, SC_HEBREW},
+    {0x600, 0x6ff, SC_ARABIC},
+    {0x750, 0x77f, SC_ARABIC},
+    {0x8a0, 0x8ff, SC_ARABIC},
+    {0x900, 0xdff, SC_INDIC},
+    {0xe00, 0xeff, SC_THAI},
+    {0x10a0, 0x10ff, SC_GEORGIAN},
+    {0x1100, 0x11ff, SC_HANGUL},
+    {0x1200, 0x139f, SC_ETHIOPIC},
+    {0x1ab0, 0x1aff, 0},
+    {0x1c80, 0x1c8f, SC_CYRILLIC},
+    {0x1d00, 0x1d7f, SC_LATIN},
+    {0x1dc0, 0x1dff, 0},
+    {0x1e00, 0x1eff, SC_LATIN},
+    {0x1f00, 0x1fff, SC_GREEK},
+    {0x200c, 0x200d, 0},
+    {0x20d0, 0x20ff, 0},
+    {0x2c60, 0x2c7f, SC_LATIN},
+    {0x2d00, 0x2d2f, SC_GEORGIAN},
+    {0x2de0, 0x2dff, SC_CYRILLIC},
+    {0x2e80, 0x2fdf, SC_HAN},
+    {0x3000, 0x3004, 0},
+    {0x3005, 0x3007, SC_HAN},
+    {0x3021, 0x3029, SC_HAN},
+    {0x3038, 0x303b, SC_HAN},
+    {0x3040, 0x309f, SC_HIRAGANA},
+    {0x30a0, 0x30fb, SC_KATAKANA},
+    {0x30fc, 0x30fc, 0},
+    {0x30fd, 0x30ff, SC_KATAKANA},
+    {0x3100, 0x312f, SC_BOPOMOFO},
+    {0x3130, 0x318f, SC_HANGUL},
+    {0x31a0, 0x31bf, SC_BOPOMOFO},
+    {0x31f0, 0x31ff, SC_KATAKANA},
+    {0x3400, 0x4dbf, SC_HAN},
+    {0x4e00, 0x9fff, SC_HAN},
+    {0xa640, 0xa69f, SC_CYRILLIC},
+    {0xa720, 0xa7ff, SC_LATIN},
+    {0xa960, 0xa97f, SC_HANGUL},
+    {0xab30, 0xab6f, SC_LATIN},
+    {0xac00, 0xd7ff, SC_HANGUL},
+    {0xf900, 0xfaff, SC_HAN},
+    {0xfb50, 0xfdff, SC_ARABIC},
+    {0xfe00, 0xfe0f, 0},
+    {0xfe20, 0xfe2f, 0},
+    {0xfe70, 0xfeff, SC_ARABIC},
+    {0x20000, 0x3ffff, SC_HAN},
 };
 
 static unsigned name__script_of(uint32_t cp)
@@ -477,8 +558,7 @@ static bool name__single_script(const char *u)
 
 /* An xn-- label must be a valid A-label: it decodes, re-encodes to itself (no fake or
  * non-canonical punycode), and its Unicode form is not a mix of scripts. */
-static int name__check_alabel(const char *label, size_t len, const char *name,
-                              struct al_error *err)
+static int name__check_alabel(const char *label, size_t len, const char *name, struct al_error *err)
 {
     char a[POLICY_LABEL_MAX + 1];
     memcpy(a, label, len);
@@ -562,8 +642,7 @@ static int name__ascii(const char *s, size_t len, struct policy_host *out, struc
             return al_error_set(err, -EINVAL, "'%s' has a label longer than %d characters", t,
                                 POLICY_LABEL_MAX);
         if (t[start] == '-' || t[i - 1] == '-')
-            return al_error_set(err, -EINVAL, "'%s' has a label that starts or ends with '-'",
-                                t);
+            return al_error_set(err, -EINVAL, "'%s' has a label that starts or ends with '-'", t);
         if (ll >= 4 && memcmp(t + start, "xn--", 4) == 0) {
             int rc = name__check_alabel(t + start, ll, t, err);
             if (rc)
@@ -585,8 +664,7 @@ int policy_host_canon(const char *in, size_t len, struct policy_host *out, struc
     if (!in || len == 0)
         return al_error_set(err, -EINVAL, "empty host");
     if (len > NAME__RAW_MAX)
-        return al_error_set(err, -EINVAL, "host is %zu bytes, far longer than any valid name",
-                            len);
+        return al_error_set(err, -EINVAL, "host is %zu bytes, far longer than any valid name", len);
     bool nonascii = false, colon = false;
     size_t dots = 0;
     for (size_t i = 0; i < len; i++) {
@@ -859,14 +937,14 @@ int policy__cidr_parse(const char *s, struct policy__cidr *out, struct al_error 
         bool mapped = maxbits == 32 && strchr(buf, ':');
         if (mapped) {
             if (bits < 96 || bits > 128)
-                return al_error_set(err, -EINVAL, "'%s': prefix out of range for an "
-                                                  "IPv4-mapped address",
+                return al_error_set(err, -EINVAL,
+                                    "'%s': prefix out of range for an "
+                                    "IPv4-mapped address",
                                     s);
             bits -= 96;
         }
         if (bits > maxbits)
-            return al_error_set(err, -EINVAL, "'%s': the prefix length must be 0..%u", s,
-                                maxbits);
+            return al_error_set(err, -EINVAL, "'%s': the prefix length must be 0..%u", s, maxbits);
     }
     out->bits = (uint8_t)bits;
     struct policy__cidr masked = *out;

@@ -64,8 +64,7 @@ static int narrow__entry(struct policy *p, const char *s, bool allow, struct nar
             pat.base = pat.text + 3;
         }
         acc->names[acc->n_names] = pat;
-        acc->names[acc->n_names].base =
-            acc->names[acc->n_names].text + (pat.base - pat.text);
+        acc->names[acc->n_names].base = acc->names[acc->n_names].text + (pat.base - pat.text);
         acc->n_names++;
         snprintf(text, sizeof text, "%s", pat.text);
     } else {
@@ -73,8 +72,7 @@ static int narrow__entry(struct policy *p, const char *s, bool allow, struct nar
         if (policy_host_canon(s, strlen(s), &h, err))
             return al_error_prefix(err, "network.%s entry '%s'", list, s);
         if (h.kind == POLICY_HOST_ADDR) {
-            struct policy__cidr c = {.net = h.addr,
-                                     .bits = h.addr.family == AF_INET ? 32 : 128};
+            struct policy__cidr c = {.net = h.addr, .bits = h.addr.family == AF_INET ? 32 : 128};
             acc->cidrs[acc->n_cidrs++] = c;
             policy__cidr_format(&c, text, sizeof text);
         } else {
@@ -160,8 +158,8 @@ struct policy *policy_narrow(struct policy *base, const struct policy_narrowing 
         nw->deny_cidrs = deny.cidrs;
         nw->n_deny_cidrs = deny.n_cidrs;
         p->narrow = nw;
-        rc = policy__canonicalize_narrowed(p, allow.texts, allow.n_texts, deny.texts,
-                                           deny.n_texts, n->no_internet);
+        rc = policy__canonicalize_narrowed(p, allow.texts, allow.n_texts, deny.texts, deny.n_texts,
+                                           n->no_internet);
     }
     if (rc) {
         if (rc == -ENOMEM)

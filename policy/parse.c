@@ -46,16 +46,15 @@ static bool parse__prefix_ci(const char *s, size_t len, const char *prefix)
 static bool parse__looks_like_secret(const char *s, size_t len, size_t *at, size_t *run)
 {
     static const char *const prefixes[] = {
-        "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xoxb-", "xoxp-",
-        "xoxa-", "xoxs-", "sk-", "sk_live_", "sk_test_", "rk_live_", "AKIA", "ASIA", "AIza",
-        "ya29.", "eyJ", "npm_", "pypi-", "hf_", "-----BEGIN", "SG.", "shpat_", "dop_v1_",
-        NULL};
+        "ghp_",     "gho_",  "ghu_",       "ghs_",  "ghr_",   "github_pat_", "glpat-",
+        "xoxb-",    "xoxp-", "xoxa-",      "xoxs-", "sk-",    "sk_live_",    "sk_test_",
+        "rk_live_", "AKIA",  "ASIA",       "AIza",  "ya29.",  "eyJ",         "npm_",
+        "pypi-",    "hf_",   "-----BEGIN", "SG.",   "shpat_", "dop_v1_",     NULL};
     for (size_t i = 0; i < len; i++) {
         if (i > 0 && (isalnum((unsigned char)s[i - 1])))
             continue; /* prefixes count at the start of a word */
         for (size_t k = 0; prefixes[k]; k++) {
-            if (parse__prefix_ci(s + i, len - i, prefixes[k]) &&
-                len - i > strlen(prefixes[k])) {
+            if (parse__prefix_ci(s + i, len - i, prefixes[k]) && len - i > strlen(prefixes[k])) {
                 *at = i;
                 *run = len - i;
                 return true;
@@ -82,13 +81,22 @@ static bool parse__looks_like_secret(const char *s, size_t len, size_t *at, size
     return false;
 }
 
-static const char *const parse__forbidden_headers[] = {
-    "host", "content-length", "transfer-encoding", "connection", "upgrade", "te", "trailer",
-    "keep-alive", "proxy-authorization", "proxy-connection", "proxy-authenticate", "expect",
-    "http2-settings", NULL};
+static const char *const parse__forbidden_headers[] = {"host",
+                                                       "content-length",
+                                                       "transfer-encoding",
+                                                       "connection",
+                                                       "upgrade",
+                                                       "te",
+                                                       "trailer",
+                                                       "keep-alive",
+                                                       "proxy-authorization",
+                                                       "proxy-connection",
+                                                       "proxy-authenticate",
+                                                       "expect",
+                                                       "http2-settings",
+                                                       NULL};
 
-static int parse__header_name(struct parse__ctx *c, const struct al_yaml_node *n,
-                              const char **out)
+static int parse__header_name(struct parse__ctx *c, const struct al_yaml_node *n, const char **out)
 {
     const char *h;
     if (al_yaml_str(n, "inject header", &h, c->d))
@@ -439,8 +447,7 @@ static int parse__cidrs(struct parse__ctx *c, const struct al_yaml_node *n, stru
         return -EINVAL;
     if (n->n == 0)
         return PERR(c, n, "empty_cidrs",
-                    "%s: cidrs is empty; list at least one network, or remove the rule",
-                    c->what);
+                    "%s: cidrs is empty; list at least one network, or remove the rule", c->what);
     struct policy__arena *a = &c->p->arena;
     r->cidrs = policy__alloc(a, n->n * sizeof *r->cidrs);
     const char **texts = policy__alloc(a, n->n * sizeof *texts);
@@ -500,10 +507,10 @@ static int parse__ports(struct parse__ctx *c, const struct al_yaml_node *n, stru
 {
     if (n->kind != AL_YAML_SEQ) {
         if (n->kind == AL_YAML_SCALAR && !al_yaml_is_null(n))
-            return PERR(c, n, "wrong_type", "%s: ports must be a list: write ports: [%s]",
-                        c->what, n->str);
-        return PERR(c, n, "wrong_type", "%s: ports must be a list of port numbers, not %s",
-                    c->what, al_yaml_describe(n));
+            return PERR(c, n, "wrong_type", "%s: ports must be a list: write ports: [%s]", c->what,
+                        n->str);
+        return PERR(c, n, "wrong_type", "%s: ports must be a list of port numbers, not %s", c->what,
+                    al_yaml_describe(n));
     }
     if (n->n == 0)
         return PERR(c, n, "empty_ports",
@@ -561,10 +568,9 @@ static int parse__str_cmp(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static const char *const parse__known_methods[] = {"GET", "HEAD", "POST", "PUT", "DELETE",
-                                                   "OPTIONS", "PATCH", "TRACE", "CONNECT",
-                                                   "PROPFIND", "PROPPATCH", "MKCOL", "COPY",
-                                                   "MOVE", "LOCK", "UNLOCK", "REPORT", NULL};
+static const char *const parse__known_methods[] = {
+    "GET",      "HEAD",      "POST",  "PUT",  "DELETE", "OPTIONS", "PATCH",  "TRACE",  "CONNECT",
+    "PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE",   "LOCK",    "UNLOCK", "REPORT", NULL};
 
 static int parse__methods(struct parse__ctx *c, const struct al_yaml_node *n,
                           struct policy__rule *r)
@@ -584,8 +590,7 @@ static int parse__methods(struct parse__ctx *c, const struct al_yaml_node *n,
         const struct al_yaml_node *it = n->items[i];
         const char *m = it->str;
         if (!policy__method_token_valid(m, it->len)) {
-            rc = PERR(c, it, "bad_method", "%s: '%s' is not a valid HTTP method token", c->what,
-                      m);
+            rc = PERR(c, it, "bad_method", "%s: '%s' is not a valid HTTP method token", c->what, m);
             continue;
         }
         bool known_upper = false;
@@ -672,9 +677,9 @@ static int parse__paths(struct parse__ctx *c, const struct al_yaml_node *n, stru
 /* ---- a rule --------------------------------------------------------------------------- */
 
 static const char *const parse__rule_keys[] = {
-    "name",   "description", "hosts", "cidrs",     "ports",
-    "scheme", "tls",         "methods", "paths",   "inject",
-    "action", "mode",        "websocket", "allow_plaintext_inject", "scrub", NULL};
+    "name",    "description", "hosts",  "cidrs",  "ports", "scheme",    "tls",
+    "methods", "paths",       "inject", "action", "mode",  "websocket", "allow_plaintext_inject",
+    "scrub",   NULL};
 
 static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_t idx,
                        struct policy__rule *r)
@@ -767,8 +772,8 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
                   "split it into two rules",
                   c->what);
     } else if (!hosts_n && !cidrs_n) {
-        rc = PERR(c, n, "no_target",
-                  "%s needs hosts: [...] (names) or cidrs: [...] (addresses)", c->what);
+        rc = PERR(c, n, "no_target", "%s needs hosts: [...] (names) or cidrs: [...] (addresses)",
+                  c->what);
     } else if (hosts_n) {
         int hrc = parse__hosts(c, hosts_n, r);
         if (hrc == -ENOMEM)
@@ -810,8 +815,8 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
         if (!pr)
             return -ENOMEM;
         if (r->pub.scheme == POLICY_SCHEME_TCP) {
-            rc = PERR(c, n, "missing_key",
-                      "%s: scheme: tcp has no default port: list ports: [...]", c->what);
+            rc = PERR(c, n, "missing_key", "%s: scheme: tcp has no default port: list ports: [...]",
+                      c->what);
         }
         pr->lo = pr->hi = r->pub.scheme == POLICY_SCHEME_HTTP ? 80 : 443;
         r->pub.ports = pr;
@@ -819,8 +824,8 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
     }
     const struct al_yaml_node *methods_n = al_yaml_get(n, "methods"),
                               *paths_n = al_yaml_get(n, "paths"),
-                              *inject_n = al_yaml_get(n, "inject"),
-                              *tls_n = al_yaml_get(n, "tls"), *ws_n = al_yaml_get(n, "websocket"),
+                              *inject_n = al_yaml_get(n, "inject"), *tls_n = al_yaml_get(n, "tls"),
+                              *ws_n = al_yaml_get(n, "websocket"),
                               *api_n = al_yaml_get(n, "allow_plaintext_inject"),
                               *scrub_n = al_yaml_get(n, "scrub");
     if (methods_n) {
@@ -846,10 +851,10 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
     }
     r->conditional = methods_n || paths_n;
     if (r->pub.scheme == POLICY_SCHEME_TCP) {
-        const struct al_yaml_node *l7 = methods_n ? methods_n
-                                        : paths_n ? paths_n
+        const struct al_yaml_node *l7 = methods_n  ? methods_n
+                                        : paths_n  ? paths_n
                                         : inject_n ? inject_n
-                                        : ws_n ? ws_n
+                                        : ws_n     ? ws_n
                                                    : tls_n;
         if (l7)
             rc = PERR(c, l7, "tcp_no_http",
@@ -872,8 +877,12 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
                           "inside a TLS stream it does not terminate; remove 'tls: "
                           "passthrough' (inspect is implied) or remove %s",
                           c->what,
-                          inject_n ? "inject" : methods_n ? "methods" : "paths",
-                          inject_n ? "inject" : methods_n ? "methods" : "paths");
+                          inject_n    ? "inject"
+                          : methods_n ? "methods"
+                                      : "paths",
+                          inject_n    ? "inject"
+                          : methods_n ? "methods"
+                                      : "paths");
             } else {
                 r->pub.tls = e == 1 ? POLICY_TLS_INSPECT : POLICY_TLS_PASSTHROUGH;
             }
@@ -941,8 +950,8 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
 
 /* ---- the document --------------------------------------------------------------------- */
 
-static const char *const parse__top_keys[] = {"version", "name",  "description", "mode",
-                                              "rules",   "dns",   "limits",      NULL};
+static const char *const parse__top_keys[] = {"version", "name", "description", "mode",
+                                              "rules",   "dns",  "limits",      NULL};
 
 static int parse__dns(struct parse__ctx *c, const struct al_yaml_node *n)
 {

@@ -58,8 +58,9 @@ static int path__check_segments(const char *p, size_t len, bool pattern, struct 
         /* Pieces between encoded slashes or backslashes. */
         size_t ps = 0;
         for (size_t j = 0; j <= sl; j++) {
-            bool sep = j + 3 <= sl && s[j] == '%' &&
-                       ((s[j + 1] == '2' && s[j + 2] == 'F') || (s[j + 1] == '5' && s[j + 2] == 'C'));
+            bool sep =
+                j + 3 <= sl && s[j] == '%' &&
+                ((s[j + 1] == '2' && s[j + 2] == 'F') || (s[j + 1] == '5' && s[j + 2] == 'C'));
             if (j == sl || sep) {
                 if ((ps > 0 || j < sl) && path__dotseg(s + ps, j - ps))
                     return al_error_set(err, -EINVAL,
@@ -112,8 +113,9 @@ static int path__normalize(const char *in, size_t len, char *out, size_t outlen,
         if (c == '#')
             return al_error_set(err, -EINVAL, "a fragment ('#') does not belong in a path");
         if (c == '\\')
-            return al_error_set(err, -EINVAL, "a backslash in a path is ambiguous (some servers "
-                                              "treat it as '/')");
+            return al_error_set(err, -EINVAL,
+                                "a backslash in a path is ambiguous (some servers "
+                                "treat it as '/')");
         if (pattern && c == '?')
             return al_error_set(err, -EINVAL,
                                 "path patterns match the path only: remove the query ('?...')");

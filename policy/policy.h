@@ -25,15 +25,15 @@ struct sockaddr;
 
 #define POLICY_NAME_MAX     253 /* longest canonical host name (no trailing dot) */
 #define POLICY_LABEL_MAX    63
-#define POLICY_HASH_HEX_LEN 64  /* BLAKE2b-256 as lowercase hex */
+#define POLICY_HASH_HEX_LEN 64   /* BLAKE2b-256 as lowercase hex */
 #define POLICY_PATH_MAX     8192 /* longest request path the matcher accepts */
-#define POLICY_VERSION      1   /* the language version this library reads */
+#define POLICY_VERSION      1    /* the language version this library reads */
 
 /* ---- addresses ------------------------------------------------------------------------ */
 
 struct policy_addr {
-    uint8_t family;      /* AF_INET or AF_INET6 (0 = none) */
-    uint8_t bytes[16];   /* network order; IPv4 uses bytes[0..4) */
+    uint8_t family;    /* AF_INET or AF_INET6 (0 = none) */
+    uint8_t bytes[16]; /* network order; IPv4 uses bytes[0..4) */
 };
 
 /* What kind of destination an address is. "internal" classes are refused unless a CIDR
@@ -59,9 +59,9 @@ enum policy_addr_class {
 
 struct policy_addr_info {
     enum policy_addr_class cls;
-    bool internal;       /* refused unless a CIDR rule opens it */
-    const char *code;    /* stable: "public", "loopback", "metadata", ... */
-    const char *reason;  /* human: "loopback (127.0.0.0/8)" (static string) */
+    bool internal;               /* refused unless a CIDR rule opens it */
+    const char *code;            /* stable: "public", "loopback", "metadata", ... */
+    const char *reason;          /* human: "loopback (127.0.0.0/8)" (static string) */
     struct policy_addr embedded; /* the IPv4 inside NAT64/6to4/Teredo/v4-compatible forms */
 };
 
@@ -106,8 +106,8 @@ enum policy_pattern_kind {
 
 struct policy_pattern {
     enum policy_pattern_kind kind;
-    char text[POLICY_NAME_MAX + 8]; /* canonical pattern text */
-    const char *base;               /* points into text: the name after the wildcard label */
+    char text[POLICY_NAME_MAX + 8];  /* canonical pattern text */
+    const char *base;                /* points into text: the name after the wildcard label */
     char glob[POLICY_LABEL_MAX + 1]; /* GLOB: the leftmost label ("api-*") */
 };
 
@@ -147,7 +147,7 @@ struct policy_port_range {
 
 /* A value template split at ${secret:NAME} references. */
 struct policy_tmpl_part {
-    bool secret;      /* true: text is a secret name; false: literal text */
+    bool secret; /* true: text is a secret name; false: literal text */
     const char *text;
     size_t len;
 };
@@ -157,57 +157,57 @@ struct policy_inject {
     const char *value;                    /* template as written; NULL in placeholder mode */
     const struct policy_tmpl_part *parts; /* value split (placeholder mode: one secret part) */
     size_t n_parts;
-    const char *const *secrets;           /* distinct secret names referenced */
+    const char *const *secrets; /* distinct secret names referenced */
     size_t n_secrets;
-    const char *placeholder_env;          /* placeholder mode: the sandbox's env var, else NULL */
+    const char *placeholder_env; /* placeholder mode: the sandbox's env var, else NULL */
 };
 
 struct policy_rule {
     const char *name;
-    const char *description;              /* NULL if none */
-    unsigned index;                       /* 0-based position in the policy */
-    unsigned line;                        /* where the rule starts in its file */
+    const char *description; /* NULL if none */
+    unsigned index;          /* 0-based position in the policy */
+    unsigned line;           /* where the rule starts in its file */
     enum policy_action action;
-    bool report;                          /* effective: rule or policy in report mode */
+    bool report; /* effective: rule or policy in report mode */
     enum policy_scheme scheme;
-    enum policy_tls tls;                  /* NONE for http and tcp rules */
-    bool websocket;                       /* WebSocket upgrades allowed (inspected traffic) */
+    enum policy_tls tls; /* NONE for http and tcp rules */
+    bool websocket;      /* WebSocket upgrades allowed (inspected traffic) */
     bool allow_plaintext_inject;
-    enum policy_scrub scrub;              /* NONE unless the rule injects */
-    const char *const *hosts;             /* canonical patterns; n_hosts == 0 for CIDR rules */
+    enum policy_scrub scrub;  /* NONE unless the rule injects */
+    const char *const *hosts; /* canonical patterns; n_hosts == 0 for CIDR rules */
     size_t n_hosts;
-    const char *const *cidrs;             /* canonical "10.20.0.5/32" */
+    const char *const *cidrs; /* canonical "10.20.0.5/32" */
     size_t n_cidrs;
     const struct policy_port_range *ports;
     size_t n_ports;
-    const char *const *methods;           /* n_methods == 0: any method */
+    const char *const *methods; /* n_methods == 0: any method */
     size_t n_methods;
-    const char *const *paths;             /* n_paths == 0: any path */
+    const char *const *paths; /* n_paths == 0: any path */
     size_t n_paths;
     const struct policy_inject *inject;
     size_t n_inject;
 };
 
 struct policy_limits {
-    uint64_t max_connections;          /* 0 = not set: the proxy's default applies */
-    uint64_t max_request_body;         /* bytes */
+    uint64_t max_connections;  /* 0 = not set: the proxy's default applies */
+    uint64_t max_request_body; /* bytes */
     uint64_t max_requests_per_second;
 };
 
 struct policy_dns {
     enum policy_dns_resolve resolve;
-    uint64_t min_ttl_ms, max_ttl_ms;   /* clamps for cached answers */
+    uint64_t min_ttl_ms, max_ttl_ms; /* clamps for cached answers */
 };
 
 struct policy_placeholder {
-    const char *env;     /* environment variable the sandbox sees */
-    const char *secret;  /* vault secret it stands for */
+    const char *env;    /* environment variable the sandbox sees */
+    const char *secret; /* vault secret it stands for */
 };
 
 const char *policy_name(const struct policy *p);
-const char *policy_description(const struct policy *p);      /* NULL if none */
-const char *policy_file(const struct policy *p);             /* NULL for buffers without one */
-const char *policy_hash(const struct policy *p);             /* 64 lowercase hex chars */
+const char *policy_description(const struct policy *p); /* NULL if none */
+const char *policy_file(const struct policy *p);        /* NULL for buffers without one */
+const char *policy_hash(const struct policy *p);        /* 64 lowercase hex chars */
 enum policy_mode policy_mode(const struct policy *p);
 size_t policy_rule_count(const struct policy *p);
 const struct policy_rule *policy_rule_at(const struct policy *p, size_t i);
@@ -228,47 +228,49 @@ enum policy_verdict { POLICY_DENY = 0, POLICY_ALLOW = 1 };
 
 /* Stable reason codes (policy_reason_code() gives the string written to audit records). */
 enum policy_reason {
-    POLICY_R_RULE_ALLOWS = 0,   /* "rule_allows" */
-    POLICY_R_RULE_DENIES,       /* "rule_denies" */
-    POLICY_R_NO_RULE,           /* "no_rule_matched" */
-    POLICY_R_SCHEME,            /* "scheme_not_allowed": a rule names the host, other scheme */
-    POLICY_R_PORT,              /* "port_not_allowed" */
-    POLICY_R_METHOD,            /* "method_not_allowed" */
-    POLICY_R_PATH,              /* "path_not_allowed" */
-    POLICY_R_INTERNAL,          /* "internal_address": internal/special, no CIDR rule opens it */
-    POLICY_R_INVALID_HOST,      /* "invalid_host": not a valid name or address */
-    POLICY_R_INVALID_PATH,      /* "invalid_path": malformed or ambiguous (.., //, %2e, ...) */
-    POLICY_R_INVALID_REQUEST,   /* "invalid_request": bad method token, port 0, no target */
-    POLICY_R_ADDR_MISMATCH,     /* "address_mismatch": IP-literal host != destination address */
-    POLICY_R_NARROWED,          /* "sandbox_network_denies": E2B allowOut/denyOut/no internet */
-    POLICY_R_DNS_DISABLED,      /* "dns_disabled": dns.resolve is none */
+    POLICY_R_RULE_ALLOWS = 0, /* "rule_allows" */
+    POLICY_R_RULE_DENIES,     /* "rule_denies" */
+    POLICY_R_NO_RULE,         /* "no_rule_matched" */
+    POLICY_R_SCHEME,          /* "scheme_not_allowed": a rule names the host, other scheme */
+    POLICY_R_PORT,            /* "port_not_allowed" */
+    POLICY_R_METHOD,          /* "method_not_allowed" */
+    POLICY_R_PATH,            /* "path_not_allowed" */
+    POLICY_R_INTERNAL,        /* "internal_address": internal/special, no CIDR rule opens it */
+    POLICY_R_INVALID_HOST,    /* "invalid_host": not a valid name or address */
+    POLICY_R_INVALID_PATH,    /* "invalid_path": malformed or ambiguous (.., //, %2e, ...) */
+    POLICY_R_INVALID_REQUEST, /* "invalid_request": bad method token, port 0, no target */
+    POLICY_R_ADDR_MISMATCH,   /* "address_mismatch": IP-literal host != destination address */
+    POLICY_R_NARROWED,        /* "sandbox_network_denies": E2B allowOut/denyOut/no internet */
+    POLICY_R_DNS_DISABLED,    /* "dns_disabled": dns.resolve is none */
     POLICY_R__COUNT
 };
 
 struct policy_request {
-    const char *host;          /* SNI / Host / CONNECT authority (raw), or NULL */
+    const char *host; /* SNI / Host / CONNECT authority (raw), or NULL */
     size_t host_len;
     const struct policy_addr *addr; /* destination address (original or resolved), or NULL */
     uint16_t port;
     enum policy_scheme scheme; /* what the proxy observed: TLS, plain HTTP, or neither (TCP) */
     const char *method;        /* NULL: connection-level decision (method/path not known) */
     size_t method_len;
-    const char *path;          /* request-target path (query allowed, ignored); NULL with method */
+    const char *path; /* request-target path (query allowed, ignored); NULL with method */
     size_t path_len;
 };
 
 struct policy_decision {
-    enum policy_verdict verdict;    /* what to do */
-    bool would_deny;                /* report mode: allowed, but enforcement would deny */
-    enum policy_reason reason;      /* why (for would_deny: why it would be denied) */
-    const struct policy_rule *rule; /* deciding rule; for port/method/path misses the rule
-                                       that named the host; NULL when none */
-    enum policy_tls tls;            /* HTTPS allow: PASSTHROUGH or INSPECT; else NONE */
-    bool websocket;                 /* upgrades to WebSocket allowed for this request */
+    enum policy_verdict verdict;        /* what to do */
+    bool would_deny;                    /* report mode: allowed, but enforcement would deny */
+    enum policy_reason reason;          /* why (for would_deny: why it would be denied) */
+    const struct policy_rule *rule;     /* deciding rule; for port/method/path misses the
+                                         * rule that named the host; NULL when none */
+    enum policy_tls tls;                /* connection level: what to do with the TLS stream
+                                         * (HTTPS allow: PASSTHROUGH or INSPECT); request
+                                         * level: the matched rule's setting; else NONE */
+    bool websocket;                     /* upgrades to WebSocket allowed for this request */
     const struct policy_inject *inject; /* request-level allow only: headers to inject */
     size_t n_inject;
-    struct policy_host host;        /* canonical host (or address) the decision was made on */
-    struct policy_addr_info addr_info; /* class of the destination address, if known */
+    struct policy_host host;            /* canonical host (or address) decided on */
+    struct policy_addr_info addr_info;  /* class of the destination address, if known */
 };
 
 /* Decides one connection (method == NULL) or one request. Rules are tried in order, first
@@ -299,10 +301,10 @@ bool policy_path_match(const char *pattern, const char *normalized_path);
 /* ---- narrowing by E2B network fields (issue 6) ---------------------------------------- */
 
 struct policy_narrowing {
-    bool no_internet;                 /* allow_internet_access == false */
-    const char *const *allow_out;     /* IPs, CIDRs, names, *.names (any depth) */
+    bool no_internet;             /* allow_internet_access == false */
+    const char *const *allow_out; /* IPs, CIDRs, names, *.names (any depth) */
     size_t n_allow_out;
-    const char *const *deny_out;      /* IPs, CIDRs (0.0.0.0/0 = all traffic), names */
+    const char *const *deny_out; /* IPs, CIDRs (0.0.0.0/0 = all traffic), names */
     size_t n_deny_out;
 };
 

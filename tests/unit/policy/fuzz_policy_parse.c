@@ -61,8 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 h = strchr(h, '.') + 1;
             struct policy_decision dec;
             policy_dns_decide(p, h, strlen(h), &dec);
-            struct policy_request q = {.host = h, .host_len = strlen(h),
-                                       .port = r->ports[0].lo, .scheme = r->scheme};
+            struct policy_request q = {
+                .host = h, .host_len = strlen(h), .port = r->ports[0].lo, .scheme = r->scheme};
             policy_decide(p, &q, &dec);
         }
     }
@@ -72,8 +72,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     policy_placeholders(p, &n);
     const char *allow[] = {"*.github.com", "203.0.113.0/24"};
     const char *deny[] = {"0.0.0.0/0"};
-    struct policy_narrowing nw = {.allow_out = allow, .n_allow_out = 2, .deny_out = deny,
-                                  .n_deny_out = 1};
+    struct policy_narrowing nw = {
+        .allow_out = allow, .n_allow_out = 2, .deny_out = deny, .n_deny_out = 1};
     struct policy *np = policy_narrow(p, &nw, NULL);
     if (np) {
         struct policy_decision dec;

@@ -33,11 +33,14 @@ struct q {
     const char *addr;
 };
 
-static struct policy_decision D(const struct policy *p, struct q q)
-{
-    struct policy_request r = {.host = q.host, .host_len = q.host ? strlen(q.host) : 0,
-                               .port = q.port, .scheme = q.scheme, .method = q.method,
-                               .method_len = q.method ? strlen(q.method) : 0, .path = q.path,
+static struct policy_decision D(const struct policy *p, struct q q) {
+    struct policy_request r = {.host = q.host,
+                               .host_len = q.host ? strlen(q.host) : 0,
+                               .port = q.port,
+                               .scheme = q.scheme,
+                               .method = q.method,
+                               .method_len = q.method ? strlen(q.method) : 0,
+                               .path = q.path,
                                .path_len = q.path ? strlen(q.path) : 0};
     struct policy_addr a;
     if (q.addr) {
@@ -57,8 +60,8 @@ static struct policy_decision D(const struct policy *p, struct q q)
 #define HTTPS(h, m, path) ((struct q){h, 443, POLICY_SCHEME_HTTPS, m, path, NULL})
 #define CONN(h, port)     ((struct q){h, port, POLICY_SCHEME_HTTPS, NULL, NULL, NULL})
 
-static void expect(struct policy_decision d, enum policy_verdict v, enum policy_reason r,
-                   const char *rule)
+static void
+expect(struct policy_decision d, enum policy_verdict v, enum policy_reason r, const char *rule)
 {
     ck_assert_msg(d.verdict == v, "verdict %d, want %d (reason %s)", d.verdict, v,
                   policy_reason_code(d.reason));
@@ -108,8 +111,7 @@ START_TEST(github_example)
     ck_assert_uint_eq(d.n_inject, 0);
     expect(D(p, HTTPS("api.github.com", "get", "/repos/o/r")), POLICY_DENY, POLICY_R_METHOD,
            "github-api");
-    expect(D(p, HTTPS("api.github.com", "GET", "/user")), POLICY_DENY, POLICY_R_PATH,
-           "github-api");
+    expect(D(p, HTTPS("api.github.com", "GET", "/user")), POLICY_DENY, POLICY_R_PATH, "github-api");
     expect(D(p, HTTPS("api.github.com", "GET", "/repos/../user")), POLICY_DENY,
            POLICY_R_INVALID_PATH, NULL);
     expect(D(p, HTTPS("api.github.com", "GET", "/repos/%2e%2e/user")), POLICY_DENY,
@@ -192,15 +194,27 @@ START_TEST(bypass_ip_literals_and_internal)
 {
     struct policy *p = P(github);
     /* Every spelling of loopback, and the metadata service, as a host: internal. */
-    const char *lits[] = {"127.0.0.1", "2130706433", "0177.0.0.1", "0x7f.1", "127.1",
-                          "[::1]", "[::ffff:127.0.0.1]", "[64:ff9b::7f00:1]", "169.254.169.254",
-                          "0xa9fea9fe", "[fe80::1%25eth0]", "[2002:7f00:1::1]", "0", "10.20.0.6",
-                          "[fd00:ec2::254]", NULL};
+    const char *lits[] = {"127.0.0.1",
+                          "2130706433",
+                          "0177.0.0.1",
+                          "0x7f.1",
+                          "127.1",
+                          "[::1]",
+                          "[::ffff:127.0.0.1]",
+                          "[64:ff9b::7f00:1]",
+                          "169.254.169.254",
+                          "0xa9fea9fe",
+                          "[fe80::1%25eth0]",
+                          "[2002:7f00:1::1]",
+                          "0",
+                          "10.20.0.6",
+                          "[fd00:ec2::254]",
+                          NULL};
     for (size_t i = 0; lits[i]; i++) {
         struct policy_decision d =
             D(p, ((struct q){lits[i], 8080, POLICY_SCHEME_HTTP, "GET", "/", NULL}));
-        ck_assert_msg(d.verdict == POLICY_DENY && d.reason == POLICY_R_INTERNAL, "%s: %s",
-                      lits[i], policy_reason_code(d.reason));
+        ck_assert_msg(d.verdict == POLICY_DENY && d.reason == POLICY_R_INTERNAL, "%s: %s", lits[i],
+                      policy_reason_code(d.reason));
         ck_assert(d.addr_info.internal);
     }
     /* A public IP literal is simply not in the policy. */
@@ -221,8 +235,8 @@ START_TEST(bypass_ip_literals_and_internal)
            POLICY_DENY, POLICY_R_INTERNAL, NULL);
     /* An allowed name whose address is internal is refused (rebinding, /etc/hosts tricks),
      * unless a CIDR rule opens that address. */
-    struct policy_decision d = D(p, ((struct q){"pypi.org", 443, POLICY_SCHEME_HTTPS, NULL, NULL,
-                                                "127.0.0.1"}));
+    struct policy_decision d =
+        D(p, ((struct q){"pypi.org", 443, POLICY_SCHEME_HTTPS, NULL, NULL, "127.0.0.1"}));
     expect(d, POLICY_DENY, POLICY_R_INTERNAL, "pypi");
     ck_assert_int_eq(d.addr_info.cls, POLICY_ADDR_LOOPBACK);
     expect(D(p, ((struct q){"pypi.org", 443, POLICY_SCHEME_HTTPS, NULL, NULL, "151.101.0.223"})),
@@ -261,8 +275,12 @@ START_TEST(bypass_ports_and_malformed_requests)
     /* Malformed: port 0, method without path, a method that is not a token, a method on
      * raw TCP, no host and no address. */
     expect(D(p, CONN("a.example.com", 0)), POLICY_DENY, POLICY_R_INVALID_REQUEST, NULL);
-    struct policy_request r = {.host = "b.example.com", .host_len = 13, .port = 80,
-                               .scheme = POLICY_SCHEME_HTTP, .method = "GET", .method_len = 3};
+    struct policy_request r = {.host = "b.example.com",
+                               .host_len = 13,
+                               .port = 80,
+                               .scheme = POLICY_SCHEME_HTTP,
+                               .method = "GET",
+                               .method_len = 3};
     struct policy_decision d;
     policy_decide(p, &r, &d);
     expect(d, POLICY_DENY, POLICY_R_INVALID_REQUEST, NULL);
@@ -367,8 +385,8 @@ START_TEST(cidr_rules_and_tcp)
            POLICY_ALLOW, POLICY_R_RULE_ALLOWS, "db");
     expect(D(p, ((struct q){"203.0.113.9", 5432, POLICY_SCHEME_TCP, NULL, NULL, NULL})),
            POLICY_ALLOW, POLICY_R_RULE_ALLOWS, "db");
-    expect(D(p, ((struct q){"203.0.113.9", 22, POLICY_SCHEME_TCP, NULL, NULL, NULL})),
-           POLICY_DENY, POLICY_R_RULE_DENIES, "no-db-host");
+    expect(D(p, ((struct q){"203.0.113.9", 22, POLICY_SCHEME_TCP, NULL, NULL, NULL})), POLICY_DENY,
+           POLICY_R_RULE_DENIES, "no-db-host");
     expect(D(p, ((struct q){"203.0.113.17", 5432, POLICY_SCHEME_TCP, NULL, NULL, NULL})),
            POLICY_DENY, POLICY_R_NO_RULE, NULL);
     expect(D(p, ((struct q){"203.0.113.5", 5433, POLICY_SCHEME_TCP, NULL, NULL, NULL})),
@@ -476,16 +494,16 @@ START_TEST(narrowing_only_removes)
     ck_assert_str_ne(policy_hash(p), policy_hash(base));
     ck_assert_str_eq(policy_name(p), policy_name(base));
     expect(D(p, CONN("pypi.org", 443)), POLICY_DENY, POLICY_R_NARROWED, NULL);
-    expect(D(p, ((struct q){"10.20.0.5", 8080, POLICY_SCHEME_HTTP, "GET", "/", NULL})),
-           POLICY_DENY, POLICY_R_NARROWED, NULL);
+    expect(D(p, ((struct q){"10.20.0.5", 8080, POLICY_SCHEME_HTTP, "GET", "/", NULL})), POLICY_DENY,
+           POLICY_R_NARROWED, NULL);
     policy_dns_decide(p, "pypi.org", 8, &d);
     expect(d, POLICY_DENY, POLICY_R_NARROWED, NULL);
     policy_unref(p);
     /* denyOut all + allowOut: only the allowOut names the base also allows. */
     const char *allow[] = {"pypi.org", "*.github.com", "evil.example", "203.0.113.0/24"};
     const char *deny[] = {"0.0.0.0/0"};
-    n = (struct policy_narrowing){.allow_out = allow, .n_allow_out = 4, .deny_out = deny,
-                                  .n_deny_out = 1};
+    n = (struct policy_narrowing){
+        .allow_out = allow, .n_allow_out = 4, .deny_out = deny, .n_deny_out = 1};
     p = policy_narrow(base, &n, &err);
     ck_assert_ptr_nonnull(p);
     expect(D(p, CONN("pypi.org", 443)), POLICY_ALLOW, POLICY_R_RULE_ALLOWS, "pypi");
@@ -496,8 +514,8 @@ START_TEST(narrowing_only_removes)
     expect(D(p, CONN("gist.github.com", 443)), POLICY_DENY, POLICY_R_RULE_DENIES, "no-gists");
     /* allowOut never widens: evil.example is not in the base. */
     expect(D(p, CONN("evil.example", 443)), POLICY_DENY, POLICY_R_NO_RULE, NULL);
-    expect(D(p, ((struct q){"203.0.113.9", 443, POLICY_SCHEME_TCP, NULL, NULL, NULL})),
-           POLICY_DENY, POLICY_R_NO_RULE, NULL);
+    expect(D(p, ((struct q){"203.0.113.9", 443, POLICY_SCHEME_TCP, NULL, NULL, NULL})), POLICY_DENY,
+           POLICY_R_NO_RULE, NULL);
     policy_unref(p);
     /* denyOut of an address range: names are checked against their resolved address. */
     const char *deny2[] = {"151.101.0.0/16", "gist.github.com"};
@@ -520,8 +538,7 @@ START_TEST(narrowing_only_removes)
     expect(D(p3, CONN("pypi.org", 443)), POLICY_DENY, POLICY_R_NARROWED, NULL);
     expect(D(p3, ((struct q){"pypi.org", 443, POLICY_SCHEME_HTTPS, NULL, NULL, "151.101.0.1"})),
            POLICY_DENY, POLICY_R_NARROWED, NULL);
-    expect(D(p3, CONN("files.pythonhosted.org", 443)), POLICY_ALLOW, POLICY_R_RULE_ALLOWS,
-           "pypi");
+    expect(D(p3, CONN("files.pythonhosted.org", 443)), POLICY_ALLOW, POLICY_R_RULE_ALLOWS, "pypi");
     /* Same narrowing, same hash; entries are normalised before hashing. */
     const char *deny4[] = {"PyPI.org."};
     struct policy_narrowing n4 = {.deny_out = deny4, .n_deny_out = 1};
@@ -589,8 +606,7 @@ START_TEST(matcher_equals_brute_force_on_large_policy)
     struct policy_pattern *pats = calloc(NRULES, sizeof *pats);
     for (int i = 0; i < NRULES; i++) {
         const struct policy_rule *r = policy_rule_at(p, (size_t)i);
-        ck_assert_int_eq(policy_pattern_canon(r->hosts[0], strlen(r->hosts[0]), &pats[i], NULL),
-                         0);
+        ck_assert_int_eq(policy_pattern_canon(r->hosts[0], strlen(r->hosts[0]), &pats[i], NULL), 0);
     }
     int matched = 0, wild_matched = 0;
     for (int qn = 0; qn < 20000; qn++) {
@@ -611,8 +627,8 @@ START_TEST(matcher_equals_brute_force_on_large_policy)
             if (r->ports[0].lo == port && policy_pattern_match(&pats[i], name, strlen(name)))
                 want = i;
         }
-        struct policy_request req = {.host = name, .host_len = strlen(name), .port = port,
-                                     .scheme = POLICY_SCHEME_HTTPS};
+        struct policy_request req = {
+            .host = name, .host_len = strlen(name), .port = port, .scheme = POLICY_SCHEME_HTTPS};
         struct policy_decision dec;
         policy_decide(p, &req, &dec);
         if (want < 0) {
@@ -624,10 +640,9 @@ START_TEST(matcher_equals_brute_force_on_large_policy)
             const struct policy_rule *r = policy_rule_at(p, (size_t)want);
             matched++;
             wild_matched += strchr(r->hosts[0], '*') != NULL;
-            ck_assert_msg(dec.rule == r &&
-                              dec.reason == (r->action == POLICY_ACTION_ALLOW
-                                                 ? POLICY_R_RULE_ALLOWS
-                                                 : POLICY_R_RULE_DENIES),
+            ck_assert_msg(dec.rule == r && dec.reason == (r->action == POLICY_ACTION_ALLOW
+                                                              ? POLICY_R_RULE_ALLOWS
+                                                              : POLICY_R_RULE_DENIES),
                           "%s:%u: expected rule r%d, got %s (%s)", name, port, want,
                           dec.rule ? dec.rule->name : "none", policy_reason_code(dec.reason));
         }
@@ -652,9 +667,13 @@ static void *decide_thread(void *arg)
     a->ok = 1;
     for (int i = 0; i < 20000; i++) {
         struct policy_request r = {.host = i % 2 ? "api.github.com" : "gist.github.com",
-                                   .host_len = i % 2 ? 14 : 15, .port = 443,
-                                   .scheme = POLICY_SCHEME_HTTPS, .method = "GET",
-                                   .method_len = 3, .path = "/repos/x", .path_len = 8};
+                                   .host_len = i % 2 ? 14 : 15,
+                                   .port = 443,
+                                   .scheme = POLICY_SCHEME_HTTPS,
+                                   .method = "GET",
+                                   .method_len = 3,
+                                   .path = "/repos/x",
+                                   .path_len = 8};
         struct policy_decision d;
         policy_decide(a->p, &r, &d);
         if ((i % 2) != (d.verdict == POLICY_ALLOW))

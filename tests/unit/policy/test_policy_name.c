@@ -98,7 +98,9 @@ START_TEST(canon_idn_punycode_and_dots)
     /* Full-width letters map to ASCII (UTS-46). */
     canon_ok("\xef\xbd\x85xample.com", POLICY_HOST_NAME, "example.com");
     /* Full-width, ideographic and half-width ideographic full stops are refused. */
-    canon_bad("api\xef\xbc\x8egithub\xef\xbc\x8e" "com", 18, "full-width or ideographic dot");
+    canon_bad("api\xef\xbc\x8egithub\xef\xbc\x8e"
+              "com",
+              18, "full-width or ideographic dot");
     canon_bad("api\xe3\x80\x82github.com", 16, "full-width or ideographic dot");
     canon_bad("api\xef\xbd\xa1github.com", 16, "full-width or ideographic dot");
     /* Invalid or non-canonical punycode. */
@@ -118,11 +120,11 @@ START_TEST(canon_homographs)
     /* Greek alpha in "paypal". */
     canon_bad("p\xce\xb1ypal.com", 11, "mixes scripts");
     /* Single-script names are fine, and so are the CJK combinations with Latin. */
-    canon_ok("\xd1\x8f\xd0\xbd\xd0\xb4\xd0\xb5\xd0\xba\xd1\x81.\xd1\x80\xd1\x84",
-             POLICY_HOST_NAME, "xn--d1acpjx3f.xn--p1ai");
+    canon_ok("\xd1\x8f\xd0\xbd\xd0\xb4\xd0\xb5\xd0\xba\xd1\x81.\xd1\x80\xd1\x84", POLICY_HOST_NAME,
+             "xn--d1acpjx3f.xn--p1ai");
     struct policy_host h;
-    ck_assert_int_eq(policy_host_canon("日本語とカタカナ.jp", strlen("日本語とカタカナ.jp"), &h, NULL),
-                     0);
+    ck_assert_int_eq(
+        policy_host_canon("日本語とカタカナ.jp", strlen("日本語とカタカナ.jp"), &h, NULL), 0);
     ck_assert_int_eq(policy_host_canon("abc日本.jp", strlen("abc日本.jp"), &h, NULL), 0);
     ck_assert_int_eq(policy_host_canon("\xd0\xb0\xce\xb1.com", 8, &h, NULL), -EINVAL);
 }
@@ -131,10 +133,19 @@ END_TEST
 START_TEST(canon_ip_literals_every_spelling)
 {
     /* All of these are 127.0.0.1. */
-    const char *v4[] = {"127.0.0.1", "2130706433", "0177.0.0.1", "0x7f.1", "0x7F000001",
-                        "127.1", "127.0.1", "0177.0.0.01", "0x7f.0.0.1", "127.0.0.1.",
+    const char *v4[] = {"127.0.0.1",
+                        "2130706433",
+                        "0177.0.0.1",
+                        "0x7f.1",
+                        "0x7F000001",
+                        "127.1",
+                        "127.0.1",
+                        "0177.0.0.01",
+                        "0x7f.0.0.1",
+                        "127.0.0.1.",
                         "\xef\xbc\x91\xef\xbc\x92\xef\xbc\x97.0.0.1", /* full-width 127 */
-                        "017700000001", NULL};
+                        "017700000001",
+                        NULL};
     for (size_t i = 0; v4[i]; i++)
         canon_ok(v4[i], POLICY_HOST_ADDR, "127.0.0.1");
     canon_ok("0", POLICY_HOST_ADDR, "0.0.0.0");
@@ -290,8 +301,8 @@ static bool pmatch(const char *pattern, const char *name)
 {
     struct policy_pattern p;
     struct al_error err = {0};
-    ck_assert_msg(policy_pattern_canon(pattern, strlen(pattern), &p, &err) == 0, "%s: %s",
-                  pattern, err.msg);
+    ck_assert_msg(policy_pattern_canon(pattern, strlen(pattern), &p, &err) == 0, "%s: %s", pattern,
+                  err.msg);
     return policy_pattern_match(&p, name, strlen(name));
 }
 
@@ -361,8 +372,8 @@ START_TEST(secret_names)
     const char *good[] = {"github/token", "a", "A.b-c_d/e", "team/ci/npm-token", "x.y", NULL};
     for (size_t i = 0; good[i]; i++)
         ck_assert_msg(policy_secret_name_valid(good[i], strlen(good[i])), "%s", good[i]);
-    const char *bad[] = {"", "/a", "a/", "a//b", "../x", "a/../b", "a/./b", ".hidden", "a b",
-                         "a\n", "a:b", "a}b", "a$b", NULL};
+    const char *bad[] = {"",        "/a",  "a/",  "a//b", "../x", "a/../b", "a/./b",
+                         ".hidden", "a b", "a\n", "a:b",  "a}b",  "a$b",    NULL};
     for (size_t i = 0; bad[i]; i++)
         ck_assert_msg(!policy_secret_name_valid(bad[i], strlen(bad[i])), "%s", bad[i]);
     char longname[200];
@@ -376,8 +387,8 @@ static void path_ok(const char *in, const char *want)
 {
     char out[POLICY_PATH_MAX + 1];
     struct al_error err = {0};
-    ck_assert_msg(policy_path_normalize(in, strlen(in), out, sizeof out, &err) == 0, "%s: %s",
-                  in, err.msg);
+    ck_assert_msg(policy_path_normalize(in, strlen(in), out, sizeof out, &err) == 0, "%s: %s", in,
+                  err.msg);
     ck_assert_msg(strcmp(out, want) == 0, "'%s' -> '%s', want '%s'", in, out, want);
 }
 

@@ -36,23 +36,34 @@ void *__wrap_realloc(void *p, size_t n)
 
 START_TEST(decide_does_not_allocate)
 {
-    const char *text = "version: 1\nname: n\nrules:\n"
-                       "  - name: api\n    hosts: [api.example.com]\n    methods: [GET]\n"
-                       "    paths: [\"/v1/**\"]\n"
-                       "    inject:\n      - header: X-Key\n        value: \"${secret:k}\"\n"
-                       "  - name: wild\n    hosts: [\"**.example.org\", \"*.example.net\", "
-                       "\"api-*.example.io\"]\n"
-                       "  - name: db\n    cidrs: [10.0.0.0/24]\n    scheme: tcp\n    ports: [5432]\n";
+    const char *text =
+        "version: 1\nname: n\nrules:\n"
+        "  - name: api\n    hosts: [api.example.com]\n    methods: [GET]\n"
+        "    paths: [\"/v1/**\"]\n"
+        "    inject:\n      - header: X-Key\n        value: \"${secret:k}\"\n"
+        "  - name: wild\n    hosts: [\"**.example.org\", \"*.example.net\", "
+        "\"api-*.example.io\"]\n"
+        "  - name: db\n    cidrs: [10.0.0.0/24]\n    scheme: tcp\n    ports: [5432]\n";
     allocations = 0;
     struct policy *p = policy_load_buffer(text, strlen(text), "n.yaml", NULL);
     ck_assert_ptr_nonnull(p);
     ck_assert_int_gt(allocations, 10); /* the counter does see the library's allocations */
     allocations = 0;
-    const char *hosts[] = {"API.EXAMPLE.COM.", "a.b.example.org", "x.example.net", "api-1.example.io",
-                           "evil.example", "0x7f.1", "10.0.0.9", "[::ffff:10.0.0.1]", "a..b", NULL};
+    const char *hosts[] = {"API.EXAMPLE.COM.",
+                           "a.b.example.org",
+                           "x.example.net",
+                           "api-1.example.io",
+                           "evil.example",
+                           "0x7f.1",
+                           "10.0.0.9",
+                           "[::ffff:10.0.0.1]",
+                           "a..b",
+                           NULL};
     for (size_t i = 0; hosts[i]; i++) {
         struct policy_decision d;
-        struct policy_request r = {.host = hosts[i], .host_len = strlen(hosts[i]), .port = 443,
+        struct policy_request r = {.host = hosts[i],
+                                   .host_len = strlen(hosts[i]),
+                                   .port = 443,
                                    .scheme = POLICY_SCHEME_HTTPS};
         policy_decide(p, &r, &d);
         r.method = "GET";

@@ -83,7 +83,8 @@ START_TEST(yaml_duplicate_keys_name_both_positions)
         snprintf(big + strlen(big), sizeof big - strlen(big), "k%d: %d\n", i, i);
     strcat(big, "k7: again\nk3: again\n");
     parse_fail(big, NULL, msg, sizeof msg);
-    ck_assert_ptr_nonnull(strstr(msg, "t.yaml:301:1: error: duplicate key 'k7' (first set at line 8"));
+    ck_assert_ptr_nonnull(
+        strstr(msg, "t.yaml:301:1: error: duplicate key 'k7' (first set at line 8"));
 }
 END_TEST
 
@@ -255,23 +256,51 @@ struct test_cfg {
 static const char *const levels[] = {"debug", "info", "warn", NULL};
 
 static const struct al_cfg_field test_fields[] = {
-    {.key = "listen", .type = AL_CFG_STR, .offset = offsetof(struct test_cfg, listen),
-     .def = "127.0.0.1:3128", .env = "T_LISTEN", .help = "listener"},
-    {.key = "audit.fail_closed", .type = AL_CFG_BOOL,
-     .offset = offsetof(struct test_cfg, fail_closed), .def = "true"},
-    {.key = "workers", .type = AL_CFG_INT, .offset = offsetof(struct test_cfg, workers),
-     .def = "2", .min = 1, .max = 64, .env = "T_WORKERS"},
-    {.key = "limits.max_body", .type = AL_CFG_SIZE, .offset = offsetof(struct test_cfg, max_body),
-     .def = "10MiB", .min = 1, .max = 1ll << 30},
-    {.key = "limits.idle", .type = AL_CFG_DURATION, .offset = offsetof(struct test_cfg, idle_ms),
-     .def = "60s", .min = 1000, .max = 3600000},
-    {.key = "log_level", .type = AL_CFG_ENUM, .offset = offsetof(struct test_cfg, level),
-     .def = "info", .choices = levels},
-    {.key = "dns.upstreams", .type = AL_CFG_STRLIST,
-     .offset = offsetof(struct test_cfg, upstreams), .def = "1.1.1.1, 9.9.9.9",
+    {.key = "listen",
+     .type = AL_CFG_STR,
+     .offset = offsetof(struct test_cfg, listen),
+     .def = "127.0.0.1:3128",
+     .env = "T_LISTEN",
+     .help = "listener"},
+    {.key = "audit.fail_closed",
+     .type = AL_CFG_BOOL,
+     .offset = offsetof(struct test_cfg, fail_closed),
+     .def = "true"},
+    {.key = "workers",
+     .type = AL_CFG_INT,
+     .offset = offsetof(struct test_cfg, workers),
+     .def = "2",
+     .min = 1,
+     .max = 64,
+     .env = "T_WORKERS"},
+    {.key = "limits.max_body",
+     .type = AL_CFG_SIZE,
+     .offset = offsetof(struct test_cfg, max_body),
+     .def = "10MiB",
+     .min = 1,
+     .max = 1ll << 30},
+    {.key = "limits.idle",
+     .type = AL_CFG_DURATION,
+     .offset = offsetof(struct test_cfg, idle_ms),
+     .def = "60s",
+     .min = 1000,
+     .max = 3600000},
+    {.key = "log_level",
+     .type = AL_CFG_ENUM,
+     .offset = offsetof(struct test_cfg, level),
+     .def = "info",
+     .choices = levels},
+    {.key = "dns.upstreams",
+     .type = AL_CFG_STRLIST,
+     .offset = offsetof(struct test_cfg, upstreams),
+     .def = "1.1.1.1, 9.9.9.9",
      .env = "T_UPSTREAMS"},
-    {.key = "secret_dir", .type = AL_CFG_STR, .offset = offsetof(struct test_cfg, secret_dir),
-     .flags = AL_CFG_REQUIRED, .env = "T_SECRET_DIR", .help = "where secrets live"},
+    {.key = "secret_dir",
+     .type = AL_CFG_STR,
+     .offset = offsetof(struct test_cfg, secret_dir),
+     .flags = AL_CFG_REQUIRED,
+     .env = "T_SECRET_DIR",
+     .help = "where secrets live"},
     {.key = NULL},
 };
 
@@ -379,9 +408,8 @@ START_TEST(config_file_missing_or_optional)
     al_config_free(test_fields, &c);
     al_diags_free(&d);
     memset(&c, 0, sizeof c);
-    ck_assert_int_eq(al_config_load(test_fields, &c, "/nonexistent/airlock.yaml",
-                                    AL_CFG_FILE_OPTIONAL, &d),
-                     0);
+    ck_assert_int_eq(
+        al_config_load(test_fields, &c, "/nonexistent/airlock.yaml", AL_CFG_FILE_OPTIONAL, &d), 0);
     ck_assert_str_eq(c.listen, "127.0.0.1:3128");
     al_config_free(test_fields, &c);
     al_diags_free(&d);
