@@ -269,8 +269,8 @@ struct policy_decision {
     bool websocket;                     /* upgrades to WebSocket allowed for this request */
     const struct policy_inject *inject; /* request-level allow only: headers to inject */
     size_t n_inject;
-    struct policy_host host;            /* canonical host (or address) decided on */
-    struct policy_addr_info addr_info;  /* class of the destination address, if known */
+    struct policy_host host;           /* canonical host (or address) decided on */
+    struct policy_addr_info addr_info; /* class of the destination address, if known */
 };
 
 /* Decides one connection (method == NULL) or one request. Rules are tried in order, first
