@@ -253,7 +253,9 @@ struct policy_request {
     enum policy_scheme scheme; /* what the proxy observed: TLS, plain HTTP, or neither (TCP) */
     const char *method;        /* NULL: connection-level decision (method/path not known) */
     size_t method_len;
-    const char *path; /* request-target path (query allowed, ignored); NULL with method */
+    /* Origin-form request target ("/a?q"; the query is ignored); an absolute-form target
+     * must be split by the caller first. Given together with method, or not at all. */
+    const char *path;
     size_t path_len;
 };
 
