@@ -8,6 +8,8 @@
  *   heap bytes held per idle keep-alive connection (1000 of them, mallinfo2 delta).
  *
  * Usage: http_bench [requests]   (default 20000 per measurement)
+ * Figures: cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j2 &&
+ *          build/bench/http_bench 50000
  */
 #include "common/http.h"
 #include "common/http_internal.h"
