@@ -530,8 +530,8 @@ static int cli__on_headers_complete(llhttp_t *p)
     struct al_http_creq *c = p->data;
     int status = p->status_code;
     if (status < 100 || status > 599) {
-        snprintf(c->err, sizeof c->err, "%s answered with status %d (not 100..599)",
-                 c->o.target, status);
+        snprintf(c->err, sizeof c->err, "%s answered with status %d (not 100..599)", c->o.target,
+                 status);
         c->parse_err = -EPROTO;
         return -1;
     }

@@ -133,8 +133,8 @@ struct http_conn {
     bool http10;
     bool expect_continue;
     bool body_paused;
-    bool in_on_data;    /* inside the handler's on_data */
-    bool resume_asked;  /* al_http_req_resume_body called from inside it */
+    bool in_on_data;   /* inside the handler's on_data */
+    bool resume_asked; /* al_http_req_resume_body called from inside it */
     bool body_complete;
     bool body_cb_done; /* done/on_end delivered (claimed bodies) */
     bool body_too_big; /* Content-Length over the buffered cap */

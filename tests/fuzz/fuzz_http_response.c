@@ -115,7 +115,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct fz_req r = {.pause = (mode & 4) != 0};
     struct al_http_creq_opts o = {
         .target = fz_target,
-        .method = (mode & 3) == 1 ? "HEAD" : (mode & 3) == 2 ? "POST" : "GET",
+        .method = (mode & 3) == 1   ? "HEAD"
+                  : (mode & 3) == 2 ? "POST"
+                                    : "GET",
         .path = "/fuzz",
         .stream_body = (mode & 3) == 2,
         .timeout_ms = 60000,

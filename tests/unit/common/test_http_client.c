@@ -319,6 +319,31 @@ static void cancel_cb(uv_timer_t *t)
         al_http_creq_cancel(r->c);
 }
 
+static int resume_inside(struct al_http_creq *c, const char *data, size_t len, void *arg)
+{
+    struct rec *r = arg;
+    r->total += len;
+    r->pieces++;
+    (void)data;
+    al_http_creq_resume(c); /* cancels the pause asked for below */
+    return 1;
+}
+
+START_TEST(resume_from_inside_on_data_cancels_the_pause)
+{
+    loop_setup(NULL);
+    struct rec r;
+    rec_init(&r);
+    struct al_http_creq_opts o = rec_opts(&r, S_target_tcp, "GET", "/chunks?n=5&delay=5");
+    o.on_data = resume_inside;
+    do_request(&o, &r); /* nothing else resumes it: it must complete on its own */
+    ck_assert_int_eq(r.err, 0);
+    ck_assert_uint_eq(r.total, strlen("chunk-0;chunk-1;chunk-2;chunk-3;chunk-4;"));
+    rec_fini(&r);
+    loop_teardown(NULL);
+}
+END_TEST
+
 START_TEST(cancel_reports_ecanceled_and_server_sees_close)
 {
     loop_setup(NULL);
@@ -795,6 +820,7 @@ static Suite *suite(void)
     T_ADD(tc, streamed_response_arrives_in_pieces);
     T_ADD(tc, streamed_upload_both_ways_with_flow_control);
     T_ADD(tc, slow_reader_pauses_and_resumes);
+    T_ADD(tc, resume_from_inside_on_data_cancels_the_pause);
     T_ADD(tc, cancel_reports_ecanceled_and_server_sees_close);
     T_ADD(tc, cancel_from_inside_on_data);
     T_ADD(tc, timeout_waiting_for_headers);

@@ -568,6 +568,31 @@ static __attribute__((unused)) void t__bulk_start(struct al_http_req *req)
     t__bulk_pump(req);
 }
 
+/* Late answer without on_close: the request must survive (detached) until the handler
+ * ends it, whatever happened to the connection. */
+static atomic_int t_late_rc = 1;
+
+struct t_late {
+    uv_timer_t timer;
+    struct al_http_req *req;
+};
+
+static void t__late_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void t__late_fire(uv_timer_t *t)
+{
+    struct t_late *l = t->data;
+    /* Touch the request as a handler would, then answer. */
+    const char *ua = al_http_req_header(l->req, "user-agent");
+    al_http_resp_queued(l->req);
+    int rc = al_http_reply(l->req, 200, "text/plain", ua ? ua : "late", ua ? strlen(ua) : 4);
+    atomic_store(&t_late_rc, rc);
+    uv_close((uv_handle_t *)t, t__late_closed);
+}
+
 static __attribute__((unused)) int t_qint(const struct al_http_req *req, const char *name, int def)
 {
     char v[32];
@@ -626,6 +651,12 @@ static __attribute__((unused)) void t_handler(struct al_http_req *req, void *ctx
         uv_timer_start(&g->timer, t__gated_poll, 2, 2);
     } else if (strcmp(p, "/bulk") == 0) {
         t__bulk_start(req);
+    } else if (strcmp(p, "/late") == 0) {
+        struct t_late *l = calloc(1, sizeof *l);
+        l->req = req;
+        uv_timer_init(req->loop, &l->timer);
+        l->timer.data = l;
+        uv_timer_start(&l->timer, t__late_fire, (uint64_t)t_qint(req, "ms", 200), 0);
     } else if (strcmp(p, "/peer") == 0) {
         char out[128];
         int n = snprintf(out, sizeof out, "%d %d %d %d", req->peer.is_unix, (int)req->peer.uid,

@@ -790,6 +790,24 @@ START_TEST(on_close_runs_when_the_peer_leaves_mid_request)
 }
 END_TEST
 
+START_TEST(detached_request_lives_until_the_handler_ends_it)
+{
+    setup();
+    int fd = t_connect_tcp(T.port);
+    t_sends(fd, "GET /late?ms=300 HTTP/1.1\r\nHost: x\r\nUser-Agent: gone\r\n\r\n");
+    ck_assert_int_eq(t_wait_int(&t_requests, 1, 3000), 1);
+    close(fd); /* the peer leaves; the handler (no on_close) still holds the request */
+    uint64_t end = t_now_ms() + 3000;
+    while (atomic_load(&http__live_conns) && t_now_ms() < end)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&http__live_conns), 0);
+    ck_assert_int_eq(atomic_load(&http__live_reqs), 1); /* detached, not freed */
+    ck_assert_int_eq(t_wait_int(&t_late_rc, -EPIPE, 3000), -EPIPE);
+    ck_assert_int_eq(atomic_load(&http__live_reqs), 0); /* released by the late answer */
+    teardown();
+}
+END_TEST
+
 START_TEST(server_close_runs_on_close_for_requests_in_flight)
 {
     setup();
@@ -941,6 +959,7 @@ static Suite *suite(void)
     T_ADD(tc, listen_tcp_v6_and_listen_fd);
     T_ADD(tc, serve_fd_on_a_socketpair);
     T_ADD(tc, on_close_runs_when_the_peer_leaves_mid_request);
+    T_ADD(tc, detached_request_lives_until_the_handler_ends_it);
     T_ADD(tc, server_close_runs_on_close_for_requests_in_flight);
     T_ADD(tc, slow_reader_gets_everything_through_flow_control);
     T_ADD(tc, peer_that_stops_reading_is_disconnected);
