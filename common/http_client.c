@@ -592,24 +592,20 @@ static int cli__on_message_complete(llhttp_t *p)
     return HPE_PAUSED;
 }
 
+/* llhttp_settings_init zeroes the struct: designated initializers do the same. */
+static const llhttp_settings_t cli__llhttp_table = {
+    .on_header_field = cli__on_header_field,
+    .on_header_field_complete = cli__on_header_field_complete,
+    .on_header_value = cli__on_header_value,
+    .on_header_value_complete = cli__on_header_value_complete,
+    .on_headers_complete = cli__on_headers_complete,
+    .on_body = cli__on_body,
+    .on_message_complete = cli__on_message_complete,
+};
+
 static const llhttp_settings_t *cli__settings(void)
 {
-    static llhttp_settings_t st;
-    static bool ready;
-    if (!ready) {
-        llhttp_settings_t s;
-        llhttp_settings_init(&s);
-        s.on_header_field = cli__on_header_field;
-        s.on_header_field_complete = cli__on_header_field_complete;
-        s.on_header_value = cli__on_header_value;
-        s.on_header_value_complete = cli__on_header_value_complete;
-        s.on_headers_complete = cli__on_headers_complete;
-        s.on_body = cli__on_body;
-        s.on_message_complete = cli__on_message_complete;
-        st = s;
-        ready = true;
-    }
-    return &st;
+    return &cli__llhttp_table;
 }
 
 static void creq__parse_error(struct al_http_creq *c, llhttp_errno_t e)

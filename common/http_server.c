@@ -719,26 +719,22 @@ static int srv__on_message_complete(llhttp_t *p)
     return HPE_PAUSED;
 }
 
+/* llhttp_settings_init zeroes the struct: designated initializers do the same. */
+static const llhttp_settings_t srv__llhttp_table = {
+    .on_url = srv__on_url,
+    .on_url_complete = srv__on_url_complete,
+    .on_header_field = srv__on_header_field,
+    .on_header_field_complete = srv__on_header_field_complete,
+    .on_header_value = srv__on_header_value,
+    .on_header_value_complete = srv__on_header_value_complete,
+    .on_headers_complete = srv__on_headers_complete,
+    .on_body = srv__on_body,
+    .on_message_complete = srv__on_message_complete,
+};
+
 static const llhttp_settings_t *srv__settings(void)
 {
-    static llhttp_settings_t st;
-    static bool ready;
-    if (!ready) {
-        llhttp_settings_t s;
-        llhttp_settings_init(&s);
-        s.on_url = srv__on_url;
-        s.on_url_complete = srv__on_url_complete;
-        s.on_header_field = srv__on_header_field;
-        s.on_header_field_complete = srv__on_header_field_complete;
-        s.on_header_value = srv__on_header_value;
-        s.on_header_value_complete = srv__on_header_value_complete;
-        s.on_headers_complete = srv__on_headers_complete;
-        s.on_body = srv__on_body;
-        s.on_message_complete = srv__on_message_complete;
-        st = s;
-        ready = true;
-    }
-    return &st;
+    return &srv__llhttp_table;
 }
 
 /* ---- the state machine ------------------------------------------------------------- */
