@@ -199,6 +199,7 @@ static struct http_req *req__new(struct http_conn *c)
     const struct al_http_limits *lim = &c->srv->lim;
     /* The strings are the raw header block minus its syntax, plus a copy of the path. */
     http__hdrs_init(&r->hdrs, 2 * lim->max_header_bytes + 64, lim->max_headers);
+    al_buf_reserve(&r->hdrs.strs, 448); /* a typical header block, in one allocation */
     r->conn = c;
     r->pub.loop = c->srv->loop;
     r->pub.server = c->srv;
@@ -339,12 +340,60 @@ static int conn__write1(struct http_conn *c, const void *data, size_t len)
     return conn__write(c, &b, 1);
 }
 
+/* Head building is on every response: plain appends, no printf. */
+static int head__line(struct al_buf *b, const char *name, const char *value)
+{
+    size_t nl = strlen(name), vl = strlen(value);
+    int rc = al_buf_reserve(b, nl + vl + 4);
+    if (rc)
+        return rc;
+    char *p = b->data + b->len;
+    memcpy(p, name, nl);
+    p[nl] = ':';
+    p[nl + 1] = ' ';
+    memcpy(p + nl + 2, value, vl);
+    p[nl + 2 + vl] = '\r';
+    p[nl + 3 + vl] = '\n';
+    b->len += nl + vl + 4;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+static char *head__u64(char *end, uint64_t v)
+{
+    *end = '\0';
+    do {
+        *--end = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return end;
+}
+
+static int head__status(struct al_buf *b, int status)
+{
+    char num[24];
+    int rc = al_buf_appends(b, "HTTP/1.1 ");
+    if (!rc)
+        rc = al_buf_appends(b, head__u64(num + sizeof num - 1, (uint64_t)status));
+    if (!rc)
+        rc = al_buf_appends(b, " ");
+    if (!rc)
+        rc = al_buf_appends(b, al_http_status_text(status));
+    return rc ? rc : al_buf_append(b, "\r\n", 2);
+}
+
+static int head__length(struct al_buf *b, uint64_t len)
+{
+    char num[24];
+    return head__line(b, "Content-Length", head__u64(num + sizeof num - 1, len));
+}
+
 /* Appends "Date", "Server" (unless the handler set one) and "Connection". */
 static int head__common(struct al_http_server *s, struct al_buf *b, bool user_server, bool keep)
 {
-    int rc = al_buf_printf(b, "Date: %s\r\n", http__date());
+    int rc = head__line(b, "Date", http__date());
     if (!rc && s->server_name && !user_server)
-        rc = al_buf_printf(b, "Server: %s\r\n", s->server_name);
+        rc = head__line(b, "Server", s->server_name);
     if (!rc)
         rc = al_buf_appends(b, keep ? "Connection: keep-alive\r\n" : "Connection: close\r\n");
     return rc;
@@ -359,12 +408,15 @@ static void conn__send_error(struct http_conn *c, int status, const char *msg)
     size_t blen = http__error_body(body, sizeof body, status, msg);
     struct al_buf *b = &c->srv->head;
     b->len = 0;
-    int rc = al_buf_printf(b, "HTTP/1.1 %d %s\r\n", status, al_http_status_text(status));
+    int rc = head__status(b, status);
     if (!rc)
         rc = head__common(c->srv, b, false, false);
     if (!rc)
-        rc =
-            al_buf_printf(b, "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n", blen);
+        rc = head__line(b, "Content-Type", "application/json");
+    if (!rc)
+        rc = head__length(b, blen);
+    if (!rc)
+        rc = al_buf_append(b, "\r\n", 2);
     c->resp_started = c->resp_ended = true;
     c->close_after = true;
     if (c->req)
@@ -1770,15 +1822,15 @@ static int resp__head(struct http_req *r, int status, const struct al_http_heade
         keep = false; /* the unread body will not be read */
     struct al_buf *b = &s->head;
     b->len = 0;
-    int rc = al_buf_printf(b, "HTTP/1.1 %d %s\r\n", status, al_http_status_text(status));
+    int rc = head__status(b, status);
     if (!rc && ctype)
-        rc = al_buf_printf(b, "Content-Type: %s\r\n", ctype);
+        rc = head__line(b, "Content-Type", ctype);
     for (size_t i = 0; !rc && i < n; i++)
         if (!resp__skip_header(hdrs[i].name))
-            rc = al_buf_printf(b, "%s: %s\r\n", hdrs[i].name, hdrs[i].value);
+            rc = head__line(b, hdrs[i].name, hdrs[i].value);
     if (!rc && !nobody_status) {
         if (cl >= 0) {
-            rc = al_buf_printf(b, "Content-Length: %" PRId64 "\r\n", cl);
+            rc = head__length(b, (uint64_t)cl);
             if (!c->head)
                 r->resp_left = cl;
         } else if (c->http10) {
@@ -1946,9 +1998,13 @@ static int resp__reply(struct http_req *r, int status, const char *ctype,
         if (!rc) {
             c->resp_started = true;
             struct al_buf *b = &c->srv->head;
+            bool with_body = !r->resp_nobody && len;
+            /* A small body joins the head: one contiguous write. */
+            if (with_body && len <= 16384 && al_buf_append(b, body, len) == 0)
+                with_body = false;
             uv_buf_t bufs[2] = {uv_buf_init(b->data, (unsigned)b->len),
                                 uv_buf_init((char *)body, (unsigned)len)};
-            rc = conn__write(c, bufs, (r->resp_nobody || !len) ? 1 : 2);
+            rc = conn__write(c, bufs, with_body ? 2 : 1);
             r->resp_left = 0;
         } else {
             conn__send_error(c, 500, "the handler produced an invalid response");
