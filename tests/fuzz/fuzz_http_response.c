@@ -40,13 +40,21 @@ static void fz_die(const char *what)
     abort();
 }
 
+static char fz_path[108];
+
+static void fz_cleanup(void)
+{
+    unlink(fz_path);
+}
+
 static void fz_init(void)
 {
     if (uv_loop_init(&fz_loop) != 0)
         fz_die("uv_loop_init");
-    char path[108];
-    snprintf(path, sizeof path, "/tmp/al-fuzz-resp-%d.sock", (int)getpid());
+    char *path = fz_path;
+    snprintf(fz_path, sizeof fz_path, "/tmp/al-fuzz-resp-%d.sock", (int)getpid());
     unlink(path);
+    atexit(fz_cleanup);
     fz_lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
     snprintf(sun.sun_path, sizeof sun.sun_path, "%s", path);
