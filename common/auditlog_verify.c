@@ -188,9 +188,10 @@ static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno,
     } else if (f->seq == c->expect) {
         if (strcmp(f->prev, c->head) != 0) {
             /* Who changed? Look at the record after this one. */
-            struct verify__line nx;
+            struct verify__line nx = {0};
             size_t np;
-            bool have = verify__line_at(map, size, next_pos, &nx, &np) && nx.ok;
+            bool got = verify__line_at(map, size, next_pos, &nx, &np);
+            bool have = got && nx.ok;
             int rc;
             if (have && nx.f.seq == f->seq && strcmp(nx.f.prev, c->head) == 0)
                 rc = verify__fail(c, AL_AUDIT_INSERTED, path, lineno, f->seq,
@@ -211,7 +212,7 @@ static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno,
                                   f->seq - 1,
                                   verify__loc(c, c->last_file, c->last_line, loc, sizeof loc),
                                   f->seq, verify__loc(c, fi, lineno, loc2, sizeof loc2));
-            if (have)
+            if (got)
                 json_decref(nx.j);
             return rc;
         }
@@ -268,11 +269,11 @@ static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno,
     } else {
         /* seq < expect: a record that is not part of the chain. */
         if (f->seq == c->expect - 1 && strcmp(f->prev, c->last_prev) == 0) {
-            struct verify__line nx;
+            struct verify__line nx = {0};
             size_t np;
-            bool have = verify__line_at(map, size, next_pos, &nx, &np) && nx.ok;
-            bool this_is_genuine = have && strcmp(nx.f.prev, hash) == 0;
-            if (have)
+            bool got = verify__line_at(map, size, next_pos, &nx, &np);
+            bool this_is_genuine = got && nx.ok && strcmp(nx.f.prev, hash) == 0;
+            if (got)
                 json_decref(nx.j);
             if (this_is_genuine)
                 return verify__fail(c, AL_AUDIT_INSERTED, c->files[c->last_file].path,

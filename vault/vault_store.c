@@ -347,7 +347,7 @@ int vault_store_open(const char *dir, const struct vault_unlock *u, struct vault
             goto fail;
     } else if ((rc = vault_key_file_load(s->master, mk, err))) {
         if (rc == -ENOENT)
-            al_error_set(err, -ENOKEY,
+            rc = al_error_set(err, -ENOKEY,
                          "the master key %s is missing: restore it from your backup (without it "
                          "the vault cannot be opened)",
                          s->master);
