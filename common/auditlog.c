@@ -70,6 +70,19 @@ static int auditlog__file_cmp(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
+/* The creation time in a file name "<prefix>-<seq>-yyyymmddThhmmssZ.jsonl" (wall ns), or 0. */
+static uint64_t auditlog__name_time(const char *name)
+{
+    const char *dash = strrchr(name, '-');
+    if (!dash || strlen(dash) != 1 + 16 + 6 || dash[9] != 'T' || dash[16] != 'Z')
+        return 0;
+    char iso[32];
+    snprintf(iso, sizeof iso, "%.4s-%.2s-%.2sT%.2s:%.2s:%.2sZ", dash + 1, dash + 5, dash + 7,
+             dash + 10, dash + 12, dash + 14);
+    uint64_t ns = 0;
+    return al_time_parse_rfc3339(iso, &ns) == 0 ? ns : 0;
+}
+
 void auditlog__sort(struct auditlog__file *files, size_t n)
 {
     if (n > 1)
@@ -1376,6 +1389,13 @@ int al_auditlog_open(const struct al_auditlog_opts *o, struct al_auditlog **out,
     }
 
     l->last_ckpt_ns = l->file_opened_ns = al_now_ns();
+    if (!new_file) {
+        /* A continued file is as old as the time in its name (for rotation by age). */
+        uint64_t born = auditlog__name_time(l->cur_name);
+        uint64_t wall = al_wall_ns();
+        if (born && born < wall && wall - born < l->file_opened_ns)
+            l->file_opened_ns -= wall - born;
+    }
     pthread_mutex_lock(&l->mu);
     rc = auditlog__checkpoint_locked(l, found ? "open" : "start",
                                      new_file ? SEG_NEWFILE : SEG_CHECKPOINT, recovered);

@@ -50,10 +50,12 @@
 #define VAULT_AUDIT_PREFIX  "vault"
 
 /* ---- values ------------------------------------------------------------------------------ */
-/* A secret value in locked, guarded memory (sodium_malloc). */
+/* A secret value in locked, guarded memory (sodium_malloc). Blocks are recycled through a
+ * small pool (sodium_malloc costs several system calls) and wiped whenever they are freed. */
 struct vault_value {
     unsigned char *data;
     size_t len;
+    size_t cap;                        /* bytes that may have been written (wiped on free) */
 };
 int vault_value_alloc(struct vault_value *v, size_t len);
 int vault_value_set(struct vault_value *v, const void *data, size_t len);

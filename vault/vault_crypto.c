@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,13 +20,41 @@
 
 /* ---- values ---------------------------------------------------------------------------------- */
 
+/* Recycled guarded blocks by size class. sodium_malloc puts a guard page right after the
+ * block it returns for the exact size requested: blocks of a class are allocated at the class
+ * size, so an overflow past the class still faults. */
+#define VAULT__POOL_PER_CLASS 8
+static const size_t vault__classes[] = {256, 4096, 128 * 1024};
+static struct {
+    void *blocks[VAULT__POOL_PER_CLASS];
+    int n;
+} vault__pool[3];
+static pthread_mutex_t vault__pool_mu = PTHREAD_MUTEX_INITIALIZER;
+
 int vault_value_alloc(struct vault_value *v, size_t len)
 {
-    v->data = sodium_malloc(len ? len : 1);
-    v->len = 0;
+    v->data = NULL;
+    v->len = v->cap = 0;
+    size_t need = len ? len : 1;
+    int cls = -1;
+    for (int i = 0; i < 3 && cls < 0; i++) {
+        if (need <= vault__classes[i])
+            cls = i;
+    }
+    if (cls >= 0) {
+        pthread_mutex_lock(&vault__pool_mu);
+        if (vault__pool[cls].n > 0)
+            v->data = vault__pool[cls].blocks[--vault__pool[cls].n];
+        pthread_mutex_unlock(&vault__pool_mu);
+        if (!v->data)
+            v->data = sodium_malloc(vault__classes[cls]);
+    } else {
+        v->data = sodium_malloc(need);
+    }
     if (!v->data)
         return -ENOMEM;
     v->len = len;
+    v->cap = need;
     return 0;
 }
 
@@ -38,11 +68,27 @@ int vault_value_set(struct vault_value *v, const void *data, size_t len)
 
 void vault_value_free(struct vault_value *v)
 {
-    if (v && v->data) {
-        sodium_free(v->data); /* sodium_free zeroes before releasing */
-        v->data = NULL;
-        v->len = 0;
+    if (!v || !v->data)
+        return;
+    sodium_memzero(v->data, v->cap);
+    int cls = -1;
+    for (int i = 0; i < 3 && cls < 0; i++) {
+        if (v->cap <= vault__classes[i])
+            cls = i;
     }
+    bool pooled = false;
+    if (cls >= 0) {
+        pthread_mutex_lock(&vault__pool_mu);
+        if (vault__pool[cls].n < VAULT__POOL_PER_CLASS) {
+            vault__pool[cls].blocks[vault__pool[cls].n++] = v->data;
+            pooled = true;
+        }
+        pthread_mutex_unlock(&vault__pool_mu);
+    }
+    if (!pooled)
+        sodium_free(v->data); /* zeroes again and unmaps */
+    v->data = NULL;
+    v->len = v->cap = 0;
 }
 
 /* ---- keys ------------------------------------------------------------------------------------ */

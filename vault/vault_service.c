@@ -6,6 +6,7 @@
 #include "vault/vault.h"
 
 #include "common/log.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -21,11 +22,25 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 
+/* What the user database says about a uid, cached: looking it up costs ~10 us per call and
+ * every request needs it. */
+#define SVC__UIDS     32
+#define SVC__UID_TTL  (60ull * 1000000000ull)
+struct svc__uid {
+    uid_t uid;
+    bool used;
+    bool in_admin_group;
+    char actor[64];
+    uint64_t expires;
+};
+
 struct vault_service {
     struct vault_store *store;
     struct al_auditlog *audit;
     struct vault_roles roles;
     uint32_t max_age_ms;
+    struct svc__uid uids[SVC__UIDS];
+    unsigned next_uid;
 };
 
 /* ---- process hardening -------------------------------------------------------------------------- */
@@ -139,14 +154,55 @@ static json_t *svc__roles_json(unsigned m)
     return a;
 }
 
-static void svc__actor(const struct vault_peer *p, char *out, size_t n)
+static void svc__actor_lookup(uid_t uid, char *out, size_t n)
 {
     struct passwd pw, *res = NULL;
     char buf[4096];
-    if (getpwuid_r(p->uid, &pw, buf, sizeof buf, &res) == 0 && res)
-        snprintf(out, n, "uid %u (%.32s)", (unsigned)p->uid, res->pw_name);
+    if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res)
+        snprintf(out, n, "uid %u (%.32s)", (unsigned)uid, res->pw_name);
     else
-        snprintf(out, n, "uid %u", (unsigned)p->uid);
+        snprintf(out, n, "uid %u", (unsigned)uid);
+}
+
+static struct svc__uid *svc__uid(struct vault_service *svc, uid_t uid)
+{
+    uint64_t now = al_now_ns();
+    for (int i = 0; i < SVC__UIDS; i++) {
+        struct svc__uid *u = &svc->uids[i];
+        if (u->used && u->uid == uid && now < u->expires)
+            return u;
+    }
+    struct svc__uid *u = &svc->uids[svc->next_uid++ % SVC__UIDS];
+    for (int i = 0; i < SVC__UIDS; i++) { /* refresh an expired entry in place */
+        if (svc->uids[i].used && svc->uids[i].uid == uid)
+            u = &svc->uids[i];
+    }
+    u->used = true;
+    u->uid = uid;
+    u->expires = now + SVC__UID_TTL;
+    svc__actor_lookup(uid, u->actor, sizeof u->actor);
+    u->in_admin_group = svc->roles.admin_group_set && svc__in_group(uid, svc->roles.admin_gid);
+    return u;
+}
+
+static unsigned svc__roles(struct vault_service *svc, const struct vault_peer *p)
+{
+    const struct vault_roles *r = &svc->roles;
+    unsigned m = 0;
+    if (p->uid == 0 || (r->admin_group_set && (p->gid == r->admin_gid ||
+                                                svc__uid(svc, p->uid)->in_admin_group)))
+        m |= VAULT_ROLE_ADMIN;
+    if (r->egress_set && p->uid == r->egress_uid)
+        m |= VAULT_ROLE_EGRESS;
+    if (r->reader_set && p->uid == r->reader_uid)
+        m |= VAULT_ROLE_READER;
+    return m;
+}
+
+static void svc__actor(struct vault_service *svc, const struct vault_peer *p, char *out,
+                       size_t n)
+{
+    snprintf(out, n, "%s", svc__uid(svc, p->uid)->actor);
 }
 
 /* ---- service ---------------------------------------------------------------------------------------- */
@@ -192,7 +248,7 @@ static int svc__audit(struct vault_service *svc, const char *op, const struct va
                       json_t *on_behalf, const char *result, int status, const char *reason)
 {
     char actor[64];
-    svc__actor(p, actor, sizeof actor);
+    svc__actor(svc, p, actor, sizeof actor);
     json_t *r = json_pack("{s:s,s:s,s:i,s:{s:I,s:I,s:I,s:s},s:o}", "op", op, "result", result,
                           "status", status, "peer", "uid", (json_int_t)p->uid, "gid",
                           (json_int_t)p->gid, "pid", (json_int_t)p->pid, "who", actor, "roles",
@@ -224,7 +280,7 @@ static int svc__audit(struct vault_service *svc, const char *op, const struct va
 static int svc__begin(struct vault_service *svc, const char *op, const struct vault_peer *p,
                       unsigned need, unsigned *roles, const char *secret, json_t **out)
 {
-    *roles = vault_roles_of(&svc->roles, p);
+    *roles = svc__roles(svc, p);
     int arc = svc->audit ? al_auditlog_status(svc->audit) : 0;
     if (arc)
         return svc__error(out, 503,
@@ -233,7 +289,7 @@ static int svc__begin(struct vault_service *svc, const char *op, const struct va
                           strerror(-arc), vault_store_dir(svc->store));
     if (!(*roles & need)) {
         char actor[64];
-        svc__actor(p, actor, sizeof actor);
+        svc__actor(svc, p, actor, sizeof actor);
         const char *who = need == VAULT_ROLE_ADMIN ? "administrators (root or the admin group)"
                           : need == (VAULT_ROLE_ADMIN | VAULT_ROLE_READER)
                               ? "administrators and airlockd"
@@ -279,9 +335,9 @@ static int svc__status_of(int rc)
 
 int vault_svc_whoami(struct vault_service *svc, const struct vault_peer *p, json_t **out)
 {
-    unsigned roles = vault_roles_of(&svc->roles, p);
+    unsigned roles = svc__roles(svc, p);
     char actor[64];
-    svc__actor(p, actor, sizeof actor);
+    svc__actor(svc, p, actor, sizeof actor);
     if (!roles)
         svc__audit(svc, "whoami", p, roles, NULL, 0, NULL, NULL, "no_role", 200, NULL);
     *out = json_pack("{s:I,s:I,s:s,s:o,s:I}", "uid", (json_int_t)p->uid, "gid",
@@ -353,7 +409,7 @@ static int svc__put(struct vault_service *svc, const struct vault_peer *p,
         return svc__error(out, 400, "%s", put->invalid);
     }
     char actor[64];
-    svc__actor(p, actor, sizeof actor);
+    svc__actor(svc, p, actor, sizeof actor);
     struct al_error e = {0};
     uint32_t version = 0;
     int rc = create ? vault_store_create(svc->store, put, actor, &version, &e)
@@ -395,7 +451,7 @@ int vault_svc_delete(struct vault_service *svc, const struct vault_peer *p, cons
     if (st)
         return st;
     char actor[64];
-    svc__actor(p, actor, sizeof actor);
+    svc__actor(svc, p, actor, sizeof actor);
     struct al_error e = {0};
     const struct vault_secret *s = vault_catalog_find(vault_store_catalog(svc->store), name);
     uint32_t version = s ? s->current : 0;
@@ -543,7 +599,7 @@ int vault_put_from_json(const json_t *body, const char *name, struct vault_put *
     static const char *const keys[] = {"value_b64", "description", "bound_hosts", "keep", NULL};
     memset(put, 0, sizeof *put);
     value->data = NULL;
-    value->len = 0;
+    value->len = value->cap = 0;
     *hosts = NULL;
     if (!json_is_object(body))
         return al_error_set(err, -EINVAL, "the request body must be a JSON object");

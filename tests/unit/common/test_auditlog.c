@@ -423,6 +423,27 @@ START_TEST(rotation_keeps_the_chain)
 }
 END_TEST
 
+START_TEST(rotation_by_age)
+{
+    const char *d = tdir("rotage");
+    struct al_auditlog_opts o = {.rotate_interval_ms = 300};
+    struct al_auditlog *l = open_log(d, &o);
+    append_n(l, 3, 0);
+    ck_assert_int_eq(al_auditlog_sync(l, 0), 0);
+    usleep(450000);
+    append_n(l, 3, 10); /* the first of these goes to a new file */
+    ck_assert_int_eq(al_auditlog_close(l), 0);
+    char files[8][600];
+    ck_assert_uint_eq(log_files(d, files, 8), 2);
+    struct lines L;
+    lines_load(files[1], &L);
+    ck_assert_ptr_nonnull(strstr(L.v[0], "\"reason\":\"rotate\""));
+    ck_assert_uint_eq(L.n, 1 + 3 + 1);
+    lines_free(&L);
+    expect_intact(d);
+}
+END_TEST
+
 START_TEST(retention_keeps_a_verifiable_suffix)
 {
     const char *d = tdir("retain");
@@ -1229,6 +1250,7 @@ static Suite *auditlog_suite(void)
     tcase_add_test(w, checkpoints_by_count_and_time);
     tcase_add_test(w, group_commit_makes_records_durable);
     tcase_add_test(w, rotation_keeps_the_chain);
+    tcase_add_test(w, rotation_by_age);
     tcase_add_test(w, retention_keeps_a_verifiable_suffix);
     tcase_add_test(w, retention_by_age);
     tcase_add_test(w, pending_limit_fails_closed);

@@ -267,7 +267,7 @@ START_TEST(round_trip)
     vault_store_close(s);
 
     /* the file never holds a value */
-    size_t len;
+    size_t len = 0;
     char *data = slurp(vfile(d), &len);
     ck_assert(!al_audit_line_contains_secret(data, len, SECRET_A, strlen(SECRET_A)));
     ck_assert(!al_audit_line_contains_secret(data, len, "rotated-value-3", 15));
@@ -385,7 +385,7 @@ START_TEST(clear_errors)
     free(orig);
 
     /* a newer format */
-    size_t len;
+    size_t len = 0;
     char *data = slurp(vfile(d), &len);
     data[14] = '9';
     spit(vfile(d), data, len);
@@ -426,7 +426,7 @@ static size_t line_at(const char *data, size_t i, size_t *len)
  * that a write attempt changes nothing. */
 static void tamper(const char *d, void (*f)(char *data, size_t *len), const char *want)
 {
-    size_t len;
+    size_t len = 0;
     char *data = slurp(vfile(d), &len);
     data = realloc(data, len * 2 + 64);
     char *orig = malloc(len);
@@ -578,7 +578,7 @@ START_TEST(tamper_detected_when_writing_and_nothing_changes)
 {
     const char *d = three("t-write");
     struct vault_store *s = sopen(d);
-    size_t len;
+    size_t len = 0;
     char *data = slurp(vfile(d), &len);
     flip_ct(data, &len);
     spit(vfile(d), data, len);
@@ -590,7 +590,7 @@ START_TEST(tamper_detected_when_writing_and_nothing_changes)
     ck_assert_int_eq(vault_store_rotate(s, &p, "t", NULL, &e), -EBADMSG);
     ck_assert_ptr_nonnull(strstr(e.msg, "nothing was changed"));
     vault_value_free(&v);
-    size_t len2;
+    size_t len2 = 0;
     char *after = slurp(vfile(d), &len2);
     ck_assert_uint_eq(len, len2);
     ck_assert(memcmp(data, after, len) == 0);
@@ -605,7 +605,7 @@ END_TEST
 START_TEST(values_are_bound_to_name_version_and_vault)
 {
     const char *d = three("t-move");
-    size_t len, off;
+    size_t len = 0, off = 0;
     char *data = slurp(vfile(d), &len);
     struct vault_header h;
     ck_assert_int_eq(vault_file_header(data, len, &h, &off, NULL), 0);
@@ -1194,7 +1194,7 @@ END_TEST
 
 static bool file_has_secret(const char *path, const char *secret)
 {
-    size_t len;
+    size_t len = 0;
     char *d = slurp(path, &len);
     if (!d)
         return false;
