@@ -34,16 +34,16 @@ static void emit(const char *metric, double value, const char *unit)
 /* A record shaped like the egress proxy's (issue 5's field list). */
 static json_t *sample_record(void)
 {
-    return json_pack(
-        "{s:s,s:s,s:s,s:{s:s,s:s},s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:i,s:i,"
-        "s:{s:f,s:f,s:f,s:f,s:f},s:s,s:I}",
-        "type", "http", "sandbox", "sbx-7f3a9c2e", "template", "python-3.12", "policy", "name",
-        "default", "hash", "sha256:4c1e0f3b9a2d", "rule", "github-api", "decision", "allow",
-        "reason", "rule_match", "mode", "enforce", "sni", "api.github.com", "host",
-        "api.github.com", "dst", "140.82.112.6:443", "method", "GET", "path",
-        "/repos/airlock/airlock/pulls", "status", 200, "bytes_up", 812, "bytes_down", 48213,
-        "timings_ms", "dns", 0.12, "decide", 0.01, "connect", 4.2, "tls", 11.8, "upstream",
-        63.5, "request_id", "req-0000000000000000", "n", (json_int_t)0);
+    return json_pack("{s:s,s:s,s:s,s:{s:s,s:s},s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:i,s:i,"
+                     "s:{s:f,s:f,s:f,s:f,s:f},s:s,s:I}",
+                     "type", "http", "sandbox", "sbx-7f3a9c2e", "template", "python-3.12", "policy",
+                     "name", "default", "hash", "sha256:4c1e0f3b9a2d", "rule", "github-api",
+                     "decision", "allow", "reason", "rule_match", "mode", "enforce", "sni",
+                     "api.github.com", "host", "api.github.com", "dst", "140.82.112.6:443",
+                     "method", "GET", "path", "/repos/airlock/airlock/pulls", "status", 200,
+                     "bytes_up", 812, "bytes_down", 48213, "timings_ms", "dns", 0.12, "decide",
+                     0.01, "connect", 4.2, "tls", 11.8, "upstream", 63.5, "request_id",
+                     "req-0000000000000000", "n", (json_int_t)0);
 }
 
 static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
@@ -198,7 +198,8 @@ int main(int argc, char **argv)
     struct al_auditlog_stats st;
     al_auditlog_get_stats(log, &st);
     if (failed || rc) {
-        fprintf(stderr, "bench_audit_append: append failed: %s\n", strerror(-(failed ? failed : rc)));
+        fprintf(stderr, "bench_audit_append: append failed: %s\n",
+                strerror(-(failed ? failed : rc)));
         return 1;
     }
     double total = (double)per * threads;

@@ -32,8 +32,8 @@ int main(int argc, char **argv);
 
 static void emit(const char *metric, double value, const char *unit)
 {
-    printf("{\"bench\":\"vault_fetch\",\"metric\":\"%s\",\"value\":%.2f,\"unit\":\"%s\"}\n",
-           metric, value, unit);
+    printf("{\"bench\":\"vault_fetch\",\"metric\":\"%s\",\"value\":%.2f,\"unit\":\"%s\"}\n", metric,
+           value, unit);
     fflush(stdout);
 }
 
@@ -126,16 +126,19 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *hosts[] = {"api.github.com"};
-    struct vault_put p = {.name = "github/token", .value = &v, .hosts = hosts, .n_hosts = 1,
-                          .set_hosts = true};
+    struct vault_put p = {
+        .name = "github/token", .value = &v, .hosts = hosts, .n_hosts = 1, .set_hosts = true};
     if (vault_store_create(store, &p, "bench", NULL, &e)) {
         fprintf(stderr, "bench_vault_fetch: %s\n", al_error_str(&e));
         return 1;
     }
     vault_value_free(&v);
     uint64_t *lat = calloc((size_t)requests, sizeof *lat);
-    struct vault_fetch_req rq = {.name = "github/token", .sandbox = "sbx-bench", .rule = "gh",
-                                 .host = "api.github.com", .request_id = "req-bench"};
+    struct vault_fetch_req rq = {.name = "github/token",
+                                 .sandbox = "sbx-bench",
+                                 .rule = "gh",
+                                 .host = "api.github.com",
+                                 .request_id = "req-bench"};
 
     /* Reference 1: in process (no socket): role check, decrypt, access-log append. */
     {
@@ -146,8 +149,8 @@ int main(int argc, char **argv)
             return 1;
         }
         struct vault_service *svc;
-        struct vault_service_opts so = {.store = store, .audit = log,
-                                        .roles = {.egress_set = true, .egress_uid = 0}};
+        struct vault_service_opts so = {
+            .store = store, .audit = log, .roles = {.egress_set = true, .egress_uid = 0}};
         vault_service_new(&so, &svc);
         struct vault_peer me = {.uid = 0, .gid = 0, .pid = getpid()};
         for (long i = 0; i < requests; i++) {
@@ -170,7 +173,10 @@ int main(int argc, char **argv)
 
     /* Reference 2: a cache hit in the proxy: look the name up, copy the value out. */
     {
-        struct { char name[64]; struct vault_value v; } cache[16];
+        struct {
+            char name[64];
+            struct vault_value v;
+        } cache[16];
         for (int i = 0; i < 16; i++) {
             snprintf(cache[i].name, sizeof cache[i].name, "secret/%d", i);
             vault_value_set(&cache[i].v, SECRET, strlen(SECRET));
@@ -213,8 +219,8 @@ int main(int argc, char **argv)
     if (pid == 0) {
         int null = open("/dev/null", O_WRONLY);
         dup2(null, 2);
-        execl(daemon, "airlock-vault", "--state-dir", state, "--egress-user", "0",
-              "--log-level", "warn", (char *)NULL);
+        execl(daemon, "airlock-vault", "--state-dir", state, "--egress-user", "0", "--log-level",
+              "warn", (char *)NULL);
         _exit(127);
     }
     int fd = -1;

@@ -18,11 +18,11 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 
-#define AUDITLOG__SEG_SIZE      (256 * 1024)
-#define AUDITLOG__FLUSH_BYTES   (4u * 1024 * 1024)
-#define AUDITLOG__TAIL_SCAN     (4u * 1024 * 1024)
-#define AUDITLOG__KEY_FORMAT    "airlock-auditlog-key-v1"
-#define AUDITLOG__PUB_FORMAT    "airlock-auditlog-pubkey-v1"
+#define AUDITLOG__SEG_SIZE    (256 * 1024)
+#define AUDITLOG__FLUSH_BYTES (4u * 1024 * 1024)
+#define AUDITLOG__TAIL_SCAN   (4u * 1024 * 1024)
+#define AUDITLOG__KEY_FORMAT  "airlock-auditlog-key-v1"
+#define AUDITLOG__PUB_FORMAT  "airlock-auditlog-pubkey-v1"
 
 /* ==== shared helpers ====================================================================== */
 
@@ -206,8 +206,8 @@ size_t auditlog__sig_message(char *out, size_t outlen, const char *log_id, uint6
     return (size_t)n >= outlen ? outlen - 1 : (size_t)n;
 }
 
-int auditlog__check_checkpoint(const struct auditlog__fields *f,
-                               const struct auditlog__pubkey *pk, const char **why)
+int auditlog__check_checkpoint(const struct auditlog__fields *f, const struct auditlog__pubkey *pk,
+                               const char **why)
 {
     const json_t *a = f->internal;
     const char *event = json_string_value(json_object_get(a, "event"));
@@ -238,8 +238,8 @@ int auditlog__check_checkpoint(const struct auditlog__fields *f,
         return -EINVAL;
     }
     char msg[512];
-    size_t ml = auditlog__sig_message(msg, sizeof msg, f->log_id, f->seq - 1, f->prev, f->time,
-                                      reason);
+    size_t ml =
+        auditlog__sig_message(msg, sizeof msg, f->log_id, f->seq - 1, f->prev, f->time, reason);
     if (crypto_sign_verify_detached(s, (const unsigned char *)msg, ml, pk->pk) != 0) {
         *why = "the checkpoint's signature does not verify with the public key";
         return -EBADMSG;
@@ -345,8 +345,7 @@ static int auditlog__key_load(const char *path, char log_id[AL_AUDITLOG_ID_HEX +
         if (!skh || strlen(skh) != 2 * crypto_sign_SECRETKEYBYTES ||
             sodium_hex2bin(sk, crypto_sign_SECRETKEYBYTES, skh, strlen(skh), NULL, &bl, NULL) ||
             bl != crypto_sign_SECRETKEYBYTES)
-            rc = al_error_set(err, -EINVAL, "audit log key %s has no valid \"secret_key\"",
-                              path);
+            rc = al_error_set(err, -EINVAL, "audit log key %s has no valid \"secret_key\"", path);
         else if (memcmp(sk + 32, pub.pk, 32) != 0)
             rc = al_error_set(err, -EINVAL,
                               "audit log key %s: the secret and public keys do not match", path);
@@ -442,8 +441,8 @@ struct auditlog__seg {
     size_t len, cap, off; /* off: bytes already written */
     uint64_t last_seq;
     int kind;
-    bool opened;          /* SEG_NEWFILE: file created */
-    bool exported;        /* checkpoint copied to the checkpoint file */
+    bool opened;   /* SEG_NEWFILE: file created */
+    bool exported; /* checkpoint copied to the checkpoint file */
     char new_name[128];
 };
 
@@ -498,8 +497,8 @@ static void auditlog__time(struct al_auditlog *l, char out[40], char name_ts[20]
     if (ts.tv_sec != l->tsec) {
         struct tm tm;
         gmtime_r(&ts.tv_sec, &tm);
-        snprintf(l->tprefix, sizeof l->tprefix, "%04d-%02d-%02dT%02d:%02d:%02d",
-                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        snprintf(l->tprefix, sizeof l->tprefix, "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
         l->tsec = ts.tv_sec;
     }
     snprintf(out, 40, "%s.%06ldZ", l->tprefix, (long)(ts.tv_nsec / 1000));
@@ -635,8 +634,7 @@ int al_auditlog_append(struct al_auditlog *l, const json_t *fields, uint64_t *se
     /* Serialise outside the lock; most records fit the stack buffer. */
     char stackbuf[4096];
     char *body = stackbuf;
-    size_t blen = json_dumpb(fields, stackbuf, sizeof stackbuf,
-                             JSON_COMPACT | JSON_PRESERVE_ORDER);
+    size_t blen = json_dumpb(fields, stackbuf, sizeof stackbuf, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (blen == 0)
         return -EINVAL;
     if (blen > sizeof stackbuf) {
@@ -1034,8 +1032,8 @@ struct auditlog__tail {
     char head[AL_AUDITLOG_HASH_HEX + 1];
     uint64_t valid_end; /* offset just after the last valid record's '\n' */
     uint64_t size;
-    bool has_newline;   /* the file holds at least one '\n' */
-    bool all_nul;       /* every byte is NUL (or the file is empty) */
+    bool has_newline; /* the file holds at least one '\n' */
+    bool all_nul;     /* every byte is NUL (or the file is empty) */
 };
 
 /* Finds the last complete line of this log in path, scanning back at most
@@ -1275,8 +1273,8 @@ int al_auditlog_open(const struct al_auditlog_opts *o, struct al_auditlog **out,
         snprintf(pub, sizeof pub, "%s/%s.pub", l->dir, l->prefix);
         rc = auditlog__key_create(l->key_path, pub, l->log_id, l->pk, l->sk, err);
         if (rc == 0)
-            al_info("audit log %s/%s: created signing key %s (public key %s)", l->dir,
-                    l->prefix, l->key_path, pub);
+            al_info("audit log %s/%s: created signing key %s (public key %s)", l->dir, l->prefix,
+                    l->key_path, pub);
     }
     if (rc) {
         free(files);
@@ -1313,9 +1311,9 @@ int al_auditlog_open(const struct al_auditlog_opts *o, struct al_auditlog **out,
                 snprintf(l->cur_name, sizeof l->cur_name, "%s", f->name);
                 l->file_bytes = t.size;
             } else if (!recovered) {
-                recovered = json_pack("{s:s,s:I,s:I}", "file", f->name, "offset",
-                                      (json_int_t)t.valid_end, "bytes",
-                                      (json_int_t)(t.size - t.valid_end));
+                recovered =
+                    json_pack("{s:s,s:I,s:I}", "file", f->name, "offset", (json_int_t)t.valid_end,
+                              "bytes", (json_int_t)(t.size - t.valid_end));
                 al_warn("audit log: %s ends with %" PRIu64 " bytes of an interrupted write "
                         "after seq %" PRIu64 "; continuing the chain in a new file",
                         f->path, t.size - t.valid_end, t.seq);
@@ -1323,7 +1321,8 @@ int al_auditlog_open(const struct al_auditlog_opts *o, struct al_auditlog **out,
         } else if (t.size == 0 || t.all_nul) {
             /* A file created just before a crash: nothing in it to keep. */
             al_warn("audit log: removing %s (%" PRIu64 " bytes, no record: created just "
-                    "before a crash)", f->path, t.size);
+                    "before a crash)",
+                    f->path, t.size);
             unlink(f->path);
             al_fsync_dir(l->dir);
             nfiles--;
@@ -1332,15 +1331,14 @@ int al_auditlog_open(const struct al_auditlog_opts *o, struct al_auditlog **out,
             char torn[AL_AUDITLOG_PATH_MAX + 8];
             snprintf(torn, sizeof torn, "%s.torn", f->path);
             if (rename(f->path, torn) < 0) {
-                rc = al_error_set(err, -errno, "cannot rename %s: %s", f->path,
-                                  strerror(errno));
+                rc = al_error_set(err, -errno, "cannot rename %s: %s", f->path, strerror(errno));
                 free(files);
                 json_decref(recovered);
                 goto fail;
             }
             al_fsync_dir(l->dir);
-            al_warn("audit log: %s held only a torn line (%" PRIu64 " bytes); kept as %s",
-                    f->path, t.size, torn);
+            al_warn("audit log: %s held only a torn line (%" PRIu64 " bytes); kept as %s", f->path,
+                    t.size, torn);
             json_decref(recovered);
             recovered = json_pack("{s:s,s:I,s:I}", "file", strrchr(torn, '/') + 1, "offset",
                                   (json_int_t)0, "bytes", (json_int_t)t.size);
@@ -1381,8 +1379,8 @@ int al_auditlog_open(const struct al_auditlog_opts *o, struct al_auditlog **out,
         }
         l->ckpt_fd = open(l->ckpt_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (l->ckpt_fd < 0) {
-            rc = al_error_set(err, -errno, "cannot open the checkpoint file %s: %s",
-                              l->ckpt_path, strerror(errno));
+            rc = al_error_set(err, -errno, "cannot open the checkpoint file %s: %s", l->ckpt_path,
+                              strerror(errno));
             json_decref(recovered);
             goto fail;
         }
@@ -1510,8 +1508,8 @@ bool al_audit_line_contains_secret(const char *line, size_t len, const void *sec
         size_t total = secret_len + (size_t)shift;
         for (size_t v = 0; v < 2 && !found; v++) {
             sodium_bin2base64(b64, bl, tmp, total, variants[v]);
-            size_t skip = shift ? 4 : 0;                    /* group mixing the padding */
-            size_t keep = (total / 3) * 4;                  /* complete groups */
+            size_t skip = shift ? 4 : 0;   /* group mixing the padding */
+            size_t keep = (total / 3) * 4; /* complete groups */
             if (keep > skip + 4)
                 found = auditlog__memmem(line, len, b64 + skip, keep - skip);
         }

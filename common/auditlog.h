@@ -69,10 +69,10 @@
 
 #include "error.h"
 
-#define AL_AUDITLOG_MAX_RECORD   (256 * 1024) /* bytes of one line; longer is refused */
-#define AL_AUDITLOG_ID_HEX       32           /* log_id: 16 random bytes in hex */
-#define AL_AUDITLOG_HASH_HEX     64           /* prev: BLAKE2b-256 in hex */
-#define AL_AUDITLOG_PATH_MAX     1024
+#define AL_AUDITLOG_MAX_RECORD (256 * 1024) /* bytes of one line; longer is refused */
+#define AL_AUDITLOG_ID_HEX     32           /* log_id: 16 random bytes in hex */
+#define AL_AUDITLOG_HASH_HEX   64           /* prev: BLAKE2b-256 in hex */
+#define AL_AUDITLOG_PATH_MAX   1024
 
 /* ---- writer ------------------------------------------------------------------------ */
 struct al_auditlog;
@@ -119,14 +119,14 @@ uint64_t al_auditlog_durable_seq(struct al_auditlog *log);
 const char *al_auditlog_id(const struct al_auditlog *log);
 
 struct al_auditlog_stats {
-    uint64_t next_seq;        /* seq the next record will get */
-    uint64_t durable_seq;     /* highest seq known on disk */
-    uint64_t records;         /* appended by this writer (caller records + checkpoints) */
-    uint64_t checkpoints;     /* written by this writer */
+    uint64_t next_seq;    /* seq the next record will get */
+    uint64_t durable_seq; /* highest seq known on disk */
+    uint64_t records;     /* appended by this writer (caller records + checkpoints) */
+    uint64_t checkpoints; /* written by this writer */
     uint64_t rotations;
     uint64_t fsyncs;
     uint64_t bytes_written;
-    size_t pending_bytes;     /* buffered, not yet written */
+    size_t pending_bytes; /* buffered, not yet written */
     int status;
     char current_file[AL_AUDITLOG_PATH_MAX];
 };
@@ -143,22 +143,22 @@ int al_auditlog_export_pubkey(const char *key_file, const char *out_path, struct
 struct al_auditlog_reader;
 
 struct al_auditlog_reader_opts {
-    const char *dir;                 /* read <dir>/<prefix>-*.jsonl in order, or: */
+    const char *dir; /* read <dir>/<prefix>-*.jsonl in order, or: */
     const char *prefix;
-    const char *const *files;        /* these files, in this order (dir/prefix ignored) */
+    const char *const *files; /* these files, in this order (dir/prefix ignored) */
     size_t n_files;
-    bool follow;                     /* at the end, wait for more (and for new files) */
+    bool follow; /* at the end, wait for more (and for new files) */
 };
 
 struct al_auditlog_record {
-    const char *line;                /* exact bytes without '\n'; valid until the next call */
+    const char *line; /* exact bytes without '\n'; valid until the next call */
     size_t len;
-    json_t *json;                    /* parsed, or NULL if the line is not a JSON object;
+    json_t *json;     /* parsed, or NULL if the line is not a JSON object;
                                         borrowed until the next call (json_incref to keep) */
-    uint64_t seq;                    /* 0 when absent */
-    bool internal;                   /* the log's own record (a checkpoint) */
-    const char *file;                /* path of the file it came from */
-    uint64_t lineno;                 /* 1-based line in that file */
+    uint64_t seq;     /* 0 when absent */
+    bool internal;    /* the log's own record (a checkpoint) */
+    const char *file; /* path of the file it came from */
+    uint64_t lineno;  /* 1-based line in that file */
 };
 
 int al_auditlog_reader_open(const struct al_auditlog_reader_opts *opts,
@@ -200,12 +200,12 @@ enum al_auditlog_tail {
 };
 
 struct al_auditlog_verify_opts {
-    const char *dir;                 /* verify <dir>/<prefix>-*.jsonl, or: */
+    const char *dir; /* verify <dir>/<prefix>-*.jsonl, or: */
     const char *prefix;
-    const char *const *files;        /* these files (sorted by the seq in their names) */
+    const char *const *files; /* these files (sorted by the seq in their names) */
     size_t n_files;
-    const char *pubkey_file;         /* default <dir>/<prefix>.pub; required with files */
-    const char *checkpoint_file;     /* optional: checkpoints kept elsewhere that the log must
+    const char *pubkey_file;     /* default <dir>/<prefix>.pub; required with files */
+    const char *checkpoint_file; /* optional: checkpoints kept elsewhere that the log must
                                         still contain (detects truncation and rollback) */
 };
 
@@ -213,8 +213,8 @@ struct al_auditlog_verify_result {
     enum al_auditlog_verdict verdict;
     /* The first bad record (when verdict != INTACT). */
     char file[AL_AUDITLOG_PATH_MAX];
-    uint64_t line;                   /* 1-based; 0 when the problem is not one line */
-    uint64_t seq;                    /* the record's seq or the first missing one; 0 unknown */
+    uint64_t line; /* 1-based; 0 when the problem is not one line */
+    uint64_t seq;  /* the record's seq or the first missing one; 0 unknown */
     char reason[768];
     /* What was verified. */
     char log_id[AL_AUDITLOG_ID_HEX + 1];
@@ -222,20 +222,20 @@ struct al_auditlog_verify_result {
     uint64_t files, records, checkpoints;
     uint64_t first_seq, last_seq;
     char first_file[AL_AUDITLOG_PATH_MAX];
-    bool starts_at_genesis;          /* seq 1: nothing was deleted by retention */
-    bool start_anchored;             /* the first record is seq 1 or a signed checkpoint */
+    bool starts_at_genesis; /* seq 1: nothing was deleted by retention */
+    bool start_anchored;    /* the first record is seq 1 or a signed checkpoint */
     enum al_auditlog_tail tail;
-    uint64_t torn_bytes;             /* bytes of the incomplete last line */
-    uint64_t unsigned_tail;          /* records after the last signed checkpoint */
-    uint64_t crash_recoveries;       /* interrupted writes declared by a later writer */
-    uint64_t external_checkpoints;   /* checkpoint-file entries matched against the log */
+    uint64_t torn_bytes;           /* bytes of the incomplete last line */
+    uint64_t unsigned_tail;        /* records after the last signed checkpoint */
+    uint64_t crash_recoveries;     /* interrupted writes declared by a later writer */
+    uint64_t external_checkpoints; /* checkpoint-file entries matched against the log */
 };
 
 /* Returns 0 when the verification ran (res->verdict says what it found), < 0 when it could
  * not run (no public key, unreadable files: err says why). */
 int al_auditlog_verify(const struct al_auditlog_verify_opts *opts,
                        struct al_auditlog_verify_result *res, struct al_error *err);
-const char *al_auditlog_verdict_name(enum al_auditlog_verdict v);  /* "edited", ... */
+const char *al_auditlog_verdict_name(enum al_auditlog_verdict v); /* "edited", ... */
 /* One human paragraph: start point, counts, tail, and the first problem. */
 void al_auditlog_verify_print(const struct al_auditlog_verify_result *res, FILE *out);
 json_t *al_auditlog_verify_json(const struct al_auditlog_verify_result *res);

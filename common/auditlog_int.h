@@ -19,7 +19,7 @@
 struct auditlog__file {
     char path[AL_AUDITLOG_PATH_MAX];
     char name[256];
-    uint64_t first_seq;  /* from the name; 0 if the name does not carry one */
+    uint64_t first_seq; /* from the name; 0 if the name does not carry one */
 };
 
 /* Lists <dir>/<prefix>-<20 digits>-*.jsonl sorted by seq. *out is malloc'd (may be NULL
@@ -58,8 +58,8 @@ size_t auditlog__sig_message(char *out, size_t outlen, const char *log_id, uint6
                              const char *prev, const char *time, const char *reason);
 /* Checks a checkpoint record (fields + "auditlog" object) against pk: 0 = good,
  * -EBADMSG = bad signature, -EINVAL = malformed (why says what). */
-int auditlog__check_checkpoint(const struct auditlog__fields *f,
-                               const struct auditlog__pubkey *pk, const char **why);
+int auditlog__check_checkpoint(const struct auditlog__fields *f, const struct auditlog__pubkey *pk,
+                               const char **why);
 /* json_loadb options for records. */
 #define AUDITLOG__JSON_FLAGS JSON_REJECT_DUPLICATES
 

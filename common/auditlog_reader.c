@@ -21,7 +21,7 @@ struct al_auditlog_reader {
     int fd;
     char *buf;
     size_t len, cap, pos;
-    bool skipping;       /* dropping an over-long line up to its '\n' */
+    bool skipping; /* dropping an over-long line up to its '\n' */
     uint64_t lineno;
     json_t *cur;
     int ino;
@@ -91,8 +91,9 @@ int al_auditlog_reader_open(const struct al_auditlog_reader_opts *o,
         r->n = o->n_files;
     } else {
         if (!o->dir || !auditlog__prefix_ok(o->prefix)) {
-            rc = al_error_set(err, -EINVAL, "audit log reader: a directory and a prefix are "
-                                            "required");
+            rc = al_error_set(err, -EINVAL,
+                              "audit log reader: a directory and a prefix are "
+                              "required");
             goto fail;
         }
         snprintf(r->dir, sizeof r->dir, "%s", o->dir);

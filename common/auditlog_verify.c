@@ -17,8 +17,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
-#define VERIFY__RING        1024
-#define VERIFY__LOOKAHEAD   4096
+#define VERIFY__RING      1024
+#define VERIFY__LOOKAHEAD 4096
 
 struct verify__ext {
     uint64_t seq;
@@ -53,23 +53,34 @@ struct verify__ctx {
 const char *al_auditlog_verdict_name(enum al_auditlog_verdict v)
 {
     switch (v) {
-    case AL_AUDIT_INTACT: return "intact";
-    case AL_AUDIT_EDITED: return "edited";
-    case AL_AUDIT_REMOVED: return "removed";
-    case AL_AUDIT_REORDERED: return "reordered";
-    case AL_AUDIT_INSERTED: return "inserted";
-    case AL_AUDIT_TRUNCATED: return "truncated";
-    case AL_AUDIT_BAD_SIGNATURE: return "bad_signature";
-    case AL_AUDIT_MISSING_FILE: return "missing_file";
-    case AL_AUDIT_MALFORMED: return "malformed";
-    case AL_AUDIT_NO_RECORDS: return "no_records";
+    case AL_AUDIT_INTACT:
+        return "intact";
+    case AL_AUDIT_EDITED:
+        return "edited";
+    case AL_AUDIT_REMOVED:
+        return "removed";
+    case AL_AUDIT_REORDERED:
+        return "reordered";
+    case AL_AUDIT_INSERTED:
+        return "inserted";
+    case AL_AUDIT_TRUNCATED:
+        return "truncated";
+    case AL_AUDIT_BAD_SIGNATURE:
+        return "bad_signature";
+    case AL_AUDIT_MISSING_FILE:
+        return "missing_file";
+    case AL_AUDIT_MALFORMED:
+        return "malformed";
+    case AL_AUDIT_NO_RECORDS:
+        return "no_records";
     }
     return "unknown";
 }
 
-__attribute__((format(printf, 6, 7))) static int
-verify__fail(struct verify__ctx *c, enum al_auditlog_verdict v, const char *path, uint64_t line,
-             uint64_t seq, const char *fmt, ...)
+__attribute__((format(printf, 6, 7))) static int verify__fail(struct verify__ctx *c,
+                                                              enum al_auditlog_verdict v,
+                                                              const char *path, uint64_t line,
+                                                              uint64_t seq, const char *fmt, ...)
 {
     struct al_auditlog_verify_result *r = c->res;
     if (r->verdict != AL_AUDIT_INTACT)
@@ -130,9 +141,8 @@ static const char *verify__loc(struct verify__ctx *c, size_t file, uint64_t line
 
 /* Checks one record; returns 1 to stop. next_pos is where the following line starts in the
  * same mapping (for look-ahead). */
-static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno,
-                          struct verify__line *l, const char *map, size_t size, size_t next_pos,
-                          bool first_in_file)
+static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno, struct verify__line *l,
+                          const char *map, size_t size, size_t next_pos, bool first_in_file)
 {
     struct al_auditlog_verify_result *r = c->res;
     const char *path = c->files[fi].path;
@@ -168,8 +178,8 @@ static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno,
                                 "%" PRIu64 ": the records before it were removed",
                                 c->files[fi].name, c->files[fi].first_seq, f->seq);
         if (!f->internal)
-            return verify__fail(c, f->seq == 1 ? AL_AUDIT_INSERTED : AL_AUDIT_REMOVED, path,
-                                lineno, f->seq,
+            return verify__fail(c, f->seq == 1 ? AL_AUDIT_INSERTED : AL_AUDIT_REMOVED, path, lineno,
+                                f->seq,
                                 f->seq == 1 ? "seq 1 is not the log's signed start checkpoint: "
                                               "the beginning of the log was replaced"
                                             : "the log starts at seq %" PRIu64 " with an "
@@ -205,13 +215,12 @@ static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno,
                                   "record after it",
                                   f->seq, verify__loc(c, fi, lineno, loc, sizeof loc));
             else
-                rc = verify__fail(c, AL_AUDIT_EDITED, c->files[c->last_file].path, c->last_line,
-                                  f->seq - 1,
-                                  "record seq %" PRIu64 " at %s was modified: its hash no "
-                                  "longer matches the prev recorded in seq %" PRIu64 " at %s",
-                                  f->seq - 1,
-                                  verify__loc(c, c->last_file, c->last_line, loc, sizeof loc),
-                                  f->seq, verify__loc(c, fi, lineno, loc2, sizeof loc2));
+                rc = verify__fail(
+                    c, AL_AUDIT_EDITED, c->files[c->last_file].path, c->last_line, f->seq - 1,
+                    "record seq %" PRIu64 " at %s was modified: its hash no "
+                    "longer matches the prev recorded in seq %" PRIu64 " at %s",
+                    f->seq - 1, verify__loc(c, c->last_file, c->last_line, loc, sizeof loc), f->seq,
+                    verify__loc(c, fi, lineno, loc2, sizeof loc2));
             if (got)
                 json_decref(nx.j);
             return rc;
@@ -247,25 +256,23 @@ static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno,
                 return verify__fail(c, AL_AUDIT_REORDERED, path, lineno, f->seq,
                                     "records are out of order: seq %" PRIu64 " at %s comes "
                                     "before seq %" PRIu64 " at line %" PRIu64,
-                                    f->seq, verify__loc(c, fi, lineno, loc, sizeof loc),
-                                    c->expect, ln);
+                                    f->seq, verify__loc(c, fi, lineno, loc, sizeof loc), c->expect,
+                                    ln);
             pos = np;
         }
         if (f->seq - c->expect == 1)
-            return verify__fail(c, AL_AUDIT_REMOVED, path, lineno, c->expect,
-                                "record seq %" PRIu64 " is missing: %s (seq %" PRIu64 ") is "
-                                "followed by %s (seq %" PRIu64 ")",
-                                c->expect,
-                                verify__loc(c, c->last_file, c->last_line, loc, sizeof loc),
-                                c->expect - 1, verify__loc(c, fi, lineno, loc2, sizeof loc2),
-                                f->seq);
+            return verify__fail(
+                c, AL_AUDIT_REMOVED, path, lineno, c->expect,
+                "record seq %" PRIu64 " is missing: %s (seq %" PRIu64 ") is "
+                "followed by %s (seq %" PRIu64 ")",
+                c->expect, verify__loc(c, c->last_file, c->last_line, loc, sizeof loc),
+                c->expect - 1, verify__loc(c, fi, lineno, loc2, sizeof loc2), f->seq);
         return verify__fail(c, AL_AUDIT_REMOVED, path, lineno, c->expect,
                             "records %" PRIu64 "..%" PRIu64 " are missing: %s (seq %" PRIu64
                             ") is followed by %s (seq %" PRIu64 ")",
                             c->expect, f->seq - 1,
                             verify__loc(c, c->last_file, c->last_line, loc, sizeof loc),
-                            c->expect - 1, verify__loc(c, fi, lineno, loc2, sizeof loc2),
-                            f->seq);
+                            c->expect - 1, verify__loc(c, fi, lineno, loc2, sizeof loc2), f->seq);
     } else {
         /* seq < expect: a record that is not part of the chain. */
         if (f->seq == c->expect - 1 && strcmp(f->prev, c->last_prev) == 0) {
@@ -276,24 +283,23 @@ static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno,
             if (got)
                 json_decref(nx.j);
             if (this_is_genuine)
-                return verify__fail(c, AL_AUDIT_INSERTED, c->files[c->last_file].path,
-                                    c->last_line, f->seq,
-                                    "record seq %" PRIu64 " at %s is not part of the chain: the "
-                                    "genuine seq %" PRIu64 " follows it at %s; this one was "
-                                    "inserted",
-                                    f->seq,
-                                    verify__loc(c, c->last_file, c->last_line, loc, sizeof loc),
-                                    f->seq, verify__loc(c, fi, lineno, loc2, sizeof loc2));
+                return verify__fail(
+                    c, AL_AUDIT_INSERTED, c->files[c->last_file].path, c->last_line, f->seq,
+                    "record seq %" PRIu64 " at %s is not part of the chain: the "
+                    "genuine seq %" PRIu64 " follows it at %s; this one was "
+                    "inserted",
+                    f->seq, verify__loc(c, c->last_file, c->last_line, loc, sizeof loc), f->seq,
+                    verify__loc(c, fi, lineno, loc2, sizeof loc2));
         }
         for (size_t i = 0; i < VERIFY__RING; i++) {
             if (c->ring[i].seq == f->seq && strcmp(c->ring[i].hash, hash) == 0)
-                return verify__fail(c, AL_AUDIT_INSERTED, path, lineno, f->seq,
-                                    "record seq %" PRIu64 " at %s is a copy of %s (inserted "
-                                    "again after seq %" PRIu64 ")",
-                                    f->seq, verify__loc(c, fi, lineno, loc, sizeof loc),
-                                    verify__loc(c, c->ring[i].file, c->ring[i].line, loc2,
-                                                sizeof loc2),
-                                    c->expect - 1);
+                return verify__fail(
+                    c, AL_AUDIT_INSERTED, path, lineno, f->seq,
+                    "record seq %" PRIu64 " at %s is a copy of %s (inserted "
+                    "again after seq %" PRIu64 ")",
+                    f->seq, verify__loc(c, fi, lineno, loc, sizeof loc),
+                    verify__loc(c, c->ring[i].file, c->ring[i].line, loc2, sizeof loc2),
+                    c->expect - 1);
         }
         return verify__fail(c, AL_AUDIT_INSERTED, path, lineno, f->seq,
                             "record seq %" PRIu64 " at %s does not belong after seq %" PRIu64
@@ -527,8 +533,7 @@ static int verify__load_ext(struct verify__ctx *c, const char *path, struct al_e
         }
         if (n && l.f.seq <= c->ext[n - 1].seq) {
             verify__fail(c, AL_AUDIT_MALFORMED, path, lineno, l.f.seq,
-                         "the checkpoint file %s is out of order at line %" PRIu64, path,
-                         lineno);
+                         "the checkpoint file %s is out of order at line %" PRIu64, path, lineno);
             json_decref(l.j);
             break;
         }
@@ -560,8 +565,9 @@ int al_auditlog_verify(const struct al_auditlog_verify_opts *o,
     } else if (o->dir && o->prefix) {
         snprintf(pub, sizeof pub, "%s/%s.pub", o->dir, o->prefix);
     } else {
-        rc = al_error_set(err, -EINVAL, "audit verify: the public key file is required "
-                                        "(--pubkey FILE)");
+        rc = al_error_set(err, -EINVAL,
+                          "audit verify: the public key file is required "
+                          "(--pubkey FILE)");
         goto out;
     }
     if ((rc = auditlog__pubkey_load(pub, &c->pk, err)) != 0) {
@@ -630,13 +636,12 @@ int al_auditlog_verify(const struct al_auditlog_verify_opts *o,
             res->tail = AL_AUDIT_TAIL_CLOSED;
         for (size_t i = 0; i < c->next; i++) {
             if (c->ext[i].seq > res->last_seq) {
-                verify__fail(c, AL_AUDIT_TRUNCATED,
-                             c->files[c->last_file].path, 0, res->last_seq + 1,
-                             "the log ends at seq %" PRIu64 " but %s holds a checkpoint at seq "
-                             "%" PRIu64 ": records %" PRIu64 "..%" PRIu64 " (at least) were "
-                             "removed from the end",
-                             res->last_seq, c->ext_path, c->ext[i].seq, res->last_seq + 1,
-                             c->ext[i].seq);
+                verify__fail(
+                    c, AL_AUDIT_TRUNCATED, c->files[c->last_file].path, 0, res->last_seq + 1,
+                    "the log ends at seq %" PRIu64 " but %s holds a checkpoint at seq "
+                    "%" PRIu64 ": records %" PRIu64 "..%" PRIu64 " (at least) were "
+                    "removed from the end",
+                    res->last_seq, c->ext_path, c->ext[i].seq, res->last_seq + 1, c->ext[i].seq);
                 break;
             }
         }
@@ -650,8 +655,8 @@ out:
 
 void al_auditlog_verify_print(const struct al_auditlog_verify_result *r, FILE *out)
 {
-    fprintf(out, "log %s (signing key %s): %" PRIu64 " file(s), %" PRIu64 " record(s)",
-            r->log_id, r->key_id, r->files, r->records);
+    fprintf(out, "log %s (signing key %s): %" PRIu64 " file(s), %" PRIu64 " record(s)", r->log_id,
+            r->key_id, r->files, r->records);
     if (r->records)
         fprintf(out, ", seq %" PRIu64 "..%" PRIu64, r->first_seq, r->last_seq);
     fprintf(out, ", %" PRIu64 " signed checkpoint(s)\n", r->checkpoints);
@@ -709,19 +714,16 @@ void al_auditlog_verify_print(const struct al_auditlog_verify_result *r, FILE *o
 json_t *al_auditlog_verify_json(const struct al_auditlog_verify_result *r)
 {
     static const char *const tails[] = {"clean", "torn", "closed"};
-    json_t *j = json_pack("{s:b,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:s,s:b,s:b,s:s,s:I,s:I,s:I,s:I}",
-                          "intact", r->verdict == AL_AUDIT_INTACT, "verdict",
-                          al_auditlog_verdict_name(r->verdict), "log_id", r->log_id, "key_id",
-                          r->key_id, "files", (json_int_t)r->files, "records",
-                          (json_int_t)r->records, "checkpoints", (json_int_t)r->checkpoints,
-                          "first_seq", (json_int_t)r->first_seq, "last_seq",
-                          (json_int_t)r->last_seq, "first_file", r->first_file,
-                          "starts_at_genesis", r->starts_at_genesis, "start_anchored",
-                          r->start_anchored, "tail", tails[r->tail], "torn_bytes",
-                          (json_int_t)r->torn_bytes, "unsigned_tail",
-                          (json_int_t)r->unsigned_tail, "crash_recoveries",
-                          (json_int_t)r->crash_recoveries, "external_checkpoints",
-                          (json_int_t)r->external_checkpoints);
+    json_t *j = json_pack(
+        "{s:b,s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:s,s:b,s:b,s:s,s:I,s:I,s:I,s:I}", "intact",
+        r->verdict == AL_AUDIT_INTACT, "verdict", al_auditlog_verdict_name(r->verdict), "log_id",
+        r->log_id, "key_id", r->key_id, "files", (json_int_t)r->files, "records",
+        (json_int_t)r->records, "checkpoints", (json_int_t)r->checkpoints, "first_seq",
+        (json_int_t)r->first_seq, "last_seq", (json_int_t)r->last_seq, "first_file", r->first_file,
+        "starts_at_genesis", r->starts_at_genesis, "start_anchored", r->start_anchored, "tail",
+        tails[r->tail], "torn_bytes", (json_int_t)r->torn_bytes, "unsigned_tail",
+        (json_int_t)r->unsigned_tail, "crash_recoveries", (json_int_t)r->crash_recoveries,
+        "external_checkpoints", (json_int_t)r->external_checkpoints);
     if (j && r->verdict != AL_AUDIT_INTACT) {
         json_object_set_new(j, "problem",
                             json_pack("{s:s,s:I,s:I,s:s}", "file", r->file, "line",

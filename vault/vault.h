@@ -30,17 +30,17 @@
 #include "common/auditlog.h"
 #include "common/error.h"
 
-#define VAULT_NAME_MAX      128          /* bytes of a secret name */
-#define VAULT_VALUE_MAX     (64 * 1024)  /* bytes of a value */
-#define VAULT_DESC_MAX      512
-#define VAULT_HOSTS_MAX     32
-#define VAULT_HOST_MAX      253
-#define VAULT_KEEP_DEFAULT  3            /* versions kept by rotate */
-#define VAULT_KEEP_MAX      20
-#define VAULT_HISTORY_MAX   64           /* lifecycle events kept per secret */
-#define VAULT_SECRETS_MAX   10000
-#define VAULT_TOMBSTONES_MAX 1024        /* deletions remembered for "changes since" */
-#define VAULT_SECRET_ID_LEN AL_AUDIT_KEYED_ID_LEN
+#define VAULT_NAME_MAX       128         /* bytes of a secret name */
+#define VAULT_VALUE_MAX      (64 * 1024) /* bytes of a value */
+#define VAULT_DESC_MAX       512
+#define VAULT_HOSTS_MAX      32
+#define VAULT_HOST_MAX       253
+#define VAULT_KEEP_DEFAULT   3 /* versions kept by rotate */
+#define VAULT_KEEP_MAX       20
+#define VAULT_HISTORY_MAX    64 /* lifecycle events kept per secret */
+#define VAULT_SECRETS_MAX    10000
+#define VAULT_TOMBSTONES_MAX 1024 /* deletions remembered for "changes since" */
+#define VAULT_SECRET_ID_LEN  AL_AUDIT_KEYED_ID_LEN
 
 #define VAULT_FILE          "secrets.vault"
 #define VAULT_MASTER_KEY    "master.key"
@@ -55,11 +55,11 @@
 struct vault_value {
     unsigned char *data;
     size_t len;
-    size_t cap;                        /* bytes that may have been written (wiped on free) */
+    size_t cap; /* bytes that may have been written (wiped on free) */
 };
 int vault_value_alloc(struct vault_value *v, size_t len);
 int vault_value_set(struct vault_value *v, const void *data, size_t len);
-void vault_value_free(struct vault_value *v);   /* wipes; safe on an empty value */
+void vault_value_free(struct vault_value *v); /* wipes; safe on an empty value */
 
 /* ---- names and hosts ---------------------------------------------------------------------- */
 /* Secret names are path-like: segments of [a-z0-9._-] (not starting with '.') separated by
@@ -87,32 +87,32 @@ int vault_hash_secret_main(int argc, char **argv);
 struct vault_version {
     uint32_t version;
     char created[40];
-    char by[64];                       /* actor that stored it */
+    char by[64]; /* actor that stored it */
     unsigned char nonce[24];
-    unsigned char *ct;                 /* ciphertext + tag */
+    unsigned char *ct; /* ciphertext + tag */
     size_t ct_len;
     char secret_id[VAULT_SECRET_ID_LEN + 1];
 };
 
 struct vault_event {
     char time[40];
-    char event[16];                    /* create, rotate, update */
+    char event[16]; /* create, rotate, update */
     uint32_t version;
     char by[64];
 };
 
 struct vault_secret {
     char name[VAULT_NAME_MAX + 1];
-    char *description;                 /* "" when none */
-    char **hosts;                      /* bound hosts; none = any host the policy allows */
+    char *description; /* "" when none */
+    char **hosts;      /* bound hosts; none = any host the policy allows */
     size_t n_hosts;
     char created[40], updated[40];
-    uint64_t generation;               /* vault generation of its last change */
-    uint32_t current;                  /* current version */
-    uint32_t keep;                     /* versions kept */
-    struct vault_version *versions;    /* newest first; versions[0].version == current */
+    uint64_t generation;            /* vault generation of its last change */
+    uint32_t current;               /* current version */
+    uint32_t keep;                  /* versions kept */
+    struct vault_version *versions; /* newest first; versions[0].version == current */
     size_t n_versions;
-    struct vault_event *history;       /* oldest first */
+    struct vault_event *history; /* oldest first */
     size_t n_history;
 };
 
@@ -123,11 +123,11 @@ struct vault_tombstone {
 };
 
 struct vault_catalog {
-    uint64_t generation;               /* +1 on every change */
-    uint64_t tomb_horizon;             /* deletions before this generation are forgotten */
-    struct vault_secret *secrets;      /* sorted by name */
+    uint64_t generation;          /* +1 on every change */
+    uint64_t tomb_horizon;        /* deletions before this generation are forgotten */
+    struct vault_secret *secrets; /* sorted by name */
     size_t n;
-    struct vault_tombstone *tombs;     /* by generation */
+    struct vault_tombstone *tombs; /* by generation */
     size_t n_tombs;
 };
 
@@ -141,17 +141,17 @@ json_t *vault_secret_json(const struct vault_secret *s, bool with_history);
 struct vault_store;
 
 struct vault_init_opts {
-    const char *passphrase;            /* NULL: a random master key in master.key */
+    const char *passphrase; /* NULL: a random master key in master.key */
     size_t passphrase_len;
-    uint64_t kdf_opslimit;             /* Argon2id; 0 = 3 */
-    uint64_t kdf_memlimit;             /* bytes; 0 = 256 MiB; at least 8 MiB */
+    uint64_t kdf_opslimit; /* Argon2id; 0 = 3 */
+    uint64_t kdf_memlimit; /* bytes; 0 = 256 MiB; at least 8 MiB */
 };
 /* Creates <dir> (0700) with an empty vault, its keys and the access log's key. Refuses to
  * touch an existing vault. */
 int vault_store_init(const char *dir, const struct vault_init_opts *o, struct al_error *err);
 
 struct vault_unlock {
-    const char *passphrase;            /* for passphrase vaults; NULL otherwise */
+    const char *passphrase; /* for passphrase vaults; NULL otherwise */
     size_t passphrase_len;
 };
 /* Opens and verifies the vault (every entry's MAC and the file's trailer). Errors name the
@@ -171,13 +171,13 @@ const char *vault_store_dir(const struct vault_store *s);
 /* What create/rotate store. */
 struct vault_put {
     const char *name;
-    const struct vault_value *value;   /* required */
-    const char *description;           /* NULL = unchanged (rotate) / none (create) */
-    const char *const *hosts;          /* with set_hosts: replace the bound hosts */
+    const struct vault_value *value; /* required */
+    const char *description;         /* NULL = unchanged (rotate) / none (create) */
+    const char *const *hosts;        /* with set_hosts: replace the bound hosts */
     size_t n_hosts;
     bool set_hosts;
-    uint32_t keep;                     /* 0 = unchanged / default */
-    const char *invalid;               /* set: the request was malformed (this says why); the
+    uint32_t keep;       /* 0 = unchanged / default */
+    const char *invalid; /* set: the request was malformed (this says why); the
                                           service checks the role, logs and answers 400 */
 };
 /* Each mutation takes the vault lock, re-reads and verifies the file, applies the change and
@@ -201,9 +201,9 @@ extern void (*vault_store_test_hook)(const char *stage);
 
 /* ---- service: roles, audit, operations ------------------------------------------------------ */
 enum vault_role {
-    VAULT_ROLE_ADMIN = 1,              /* root or the admin group: create, rotate, delete, list */
-    VAULT_ROLE_EGRESS = 2,             /* the egress proxy's uid: fetch values */
-    VAULT_ROLE_READER = 4,             /* airlockd's uid: list names and metadata */
+    VAULT_ROLE_ADMIN = 1,  /* root or the admin group: create, rotate, delete, list */
+    VAULT_ROLE_EGRESS = 2, /* the egress proxy's uid: fetch values */
+    VAULT_ROLE_READER = 4, /* airlockd's uid: list names and metadata */
 };
 
 struct vault_roles {
@@ -229,10 +229,10 @@ unsigned vault_roles_of(const struct vault_roles *r, const struct vault_peer *p)
 struct vault_service;
 
 struct vault_service_opts {
-    struct vault_store *store;         /* borrowed */
-    struct al_auditlog *audit;         /* borrowed; every access is appended here */
+    struct vault_store *store; /* borrowed */
+    struct al_auditlog *audit; /* borrowed; every access is appended here */
     struct vault_roles roles;
-    uint32_t cache_max_age_ms;         /* told to the egress proxy; default 60000 */
+    uint32_t cache_max_age_ms; /* told to the egress proxy; default 60000 */
 };
 int vault_service_new(const struct vault_service_opts *o, struct vault_service **out);
 void vault_service_free(struct vault_service *svc);
@@ -259,15 +259,15 @@ int vault_svc_changes(struct vault_service *svc, const struct vault_peer *p, uin
 
 struct vault_fetch_req {
     const char *name;
-    uint32_t version;                  /* 0 = current */
-    const char *sandbox;               /* on whose behalf (required) */
-    const char *rule;                  /* the policy rule asking (required) */
-    const char *host;                  /* the upstream host it will be sent to (required) */
-    const char *request_id;            /* optional, for correlation with the egress log */
-    const char *invalid;               /* set: the request was malformed (this says why) */
+    uint32_t version;       /* 0 = current */
+    const char *sandbox;    /* on whose behalf (required) */
+    const char *rule;       /* the policy rule asking (required) */
+    const char *host;       /* the upstream host it will be sent to (required) */
+    const char *request_id; /* optional, for correlation with the egress log */
+    const char *invalid;    /* set: the request was malformed (this says why) */
 };
 struct vault_fetched {
-    struct vault_value value;          /* sodium_malloc'd: vault_value_free */
+    struct vault_value value; /* sodium_malloc'd: vault_value_free */
     uint32_t version;
     uint64_t generation;
     uint32_t max_age_ms;
@@ -294,8 +294,7 @@ int vault_api_handle(struct vault_service *svc, const struct vault_peer *p, cons
 bool vault_api_wants_body(const char *method);
 /* The fetch answer: meta's fields plus "value_b64", built in guarded memory (*body is
  * sodium_malloc'd; vault_value_free it once sent). */
-int vault_api_fetch_body(const json_t *meta, const struct vault_value *v,
-                         struct vault_value *body);
+int vault_api_fetch_body(const json_t *meta, const struct vault_value *v, struct vault_value *body);
 /* Parses "since" and "wait_ms" of GET /v1/changes (wait_ms capped at 60000). */
 int vault_api_changes_query(const char *query, uint64_t *since, uint32_t *wait_ms);
 

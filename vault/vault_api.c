@@ -108,8 +108,8 @@ static const char *api__str(const json_t *body, const char *k)
 static int api__fetch(struct vault_service *svc, const struct vault_peer *p, const json_t *body,
                       json_t **out, struct vault_fetched *fetched)
 {
-    static const char *const keys[] = {"name", "version", "sandbox", "rule", "host",
-                                       "request_id", NULL};
+    static const char *const keys[] = {"name", "version",    "sandbox", "rule",
+                                       "host", "request_id", NULL};
     struct vault_fetch_req rq = {0};
     /* A malformed request is still an access: the service checks the role and logs it. */
     if (!json_is_object(body)) {
@@ -222,8 +222,7 @@ int vault_api_handle(struct vault_service *svc, const struct vault_peer *p, cons
                       "/v1/fetch, /v1/changes, /v1/whoami, /v1/health)");
 }
 
-int vault_api_fetch_body(const json_t *meta, const struct vault_value *v,
-                         struct vault_value *body)
+int vault_api_fetch_body(const json_t *meta, const struct vault_value *v, struct vault_value *body)
 {
     char *m = json_dumps(meta, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!m)

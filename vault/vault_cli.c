@@ -50,30 +50,31 @@ struct cli {
 
 static void cli__usage(FILE *f)
 {
-    fprintf(f,
-            "usage: airlock vault <command> [options]\n"
-            "\n"
-            "  init [--passphrase | --passphrase-file F] [--kdf-ops N] [--kdf-mem SIZE]\n"
-            "                              create the vault (a master key file, or Argon2id)\n"
-            "  put NAME [--description D] [--bound-host H]... [--from-file F] [--keep N]\n"
-            "                              store a new secret; the value is read from stdin\n"
-            "  rotate NAME [--from-file F] [--description D] [--bound-host H]...\n"
-            "              [--clear-bound-hosts] [--keep N]\n"
-            "                              replace its value (the last N versions are kept)\n"
-            "  rm NAME                     delete a secret\n"
-            "  ls [--json]                 list secrets (metadata only)\n"
-            "  show NAME [--json]          a secret's metadata (never its value)\n"
-            "  history NAME [--json]       when it was created and rotated, and by whom\n"
-            "  hash-secret [--key F] [--from-file F]\n"
-            "                              the secret id (b2k:...) audit records carry for a value\n"
-            "  check                       decrypt every stored version (integrity check)\n"
-            "  log tail [-n N] [-f] [--json] | log verify [--pubkey F] [--checkpoints F]\n"
-            "                              the vault's access log\n"
-            "\n"
-            "Values are never accepted on the command line and never shown. Without a running\n"
-            "airlock-vault (or with --offline) commands work on %s/" AL_DIR_VAULT " directly\n"
-            "(root only). For a passphrase vault offline: --passphrase-file F or a terminal.\n",
-            al_state_dir());
+    fprintf(
+        f,
+        "usage: airlock vault <command> [options]\n"
+        "\n"
+        "  init [--passphrase | --passphrase-file F] [--kdf-ops N] [--kdf-mem SIZE]\n"
+        "                              create the vault (a master key file, or Argon2id)\n"
+        "  put NAME [--description D] [--bound-host H]... [--from-file F] [--keep N]\n"
+        "                              store a new secret; the value is read from stdin\n"
+        "  rotate NAME [--from-file F] [--description D] [--bound-host H]...\n"
+        "              [--clear-bound-hosts] [--keep N]\n"
+        "                              replace its value (the last N versions are kept)\n"
+        "  rm NAME                     delete a secret\n"
+        "  ls [--json]                 list secrets (metadata only)\n"
+        "  show NAME [--json]          a secret's metadata (never its value)\n"
+        "  history NAME [--json]       when it was created and rotated, and by whom\n"
+        "  hash-secret [--key F] [--from-file F]\n"
+        "                              the secret id (b2k:...) audit records carry for a value\n"
+        "  check                       decrypt every stored version (integrity check)\n"
+        "  log tail [-n N] [-f] [--json] | log verify [--pubkey F] [--checkpoints F]\n"
+        "                              the vault's access log\n"
+        "\n"
+        "Values are never accepted on the command line and never shown. Without a running\n"
+        "airlock-vault (or with --offline) commands work on %s/" AL_DIR_VAULT " directly\n"
+        "(root only). For a passphrase vault offline: --passphrase-file F or a terminal.\n",
+        al_state_dir());
 }
 
 /* ---- option parsing ---------------------------------------------------------------------------- */
@@ -83,7 +84,7 @@ static int cli__parse(struct cli *c, int argc, char **argv, int first)
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
-#define CLI_VALUE(opt)                                                                         \
+#define CLI_VALUE(opt) \
     (strcmp(a, opt) == 0 ? (i + 1 < argc ? (val = argv[++i], true) : (val = NULL, true)) : false)
         if (strcmp(a, "--json") == 0)
             c->json = true;
@@ -113,8 +114,7 @@ static int cli__parse(struct cli *c, int argc, char **argv, int first)
             c->checkpoints = val;
         else if (CLI_VALUE("--bound-host")) {
             if (val && c->n_hosts == CLI_MAX_HOSTS) {
-                fprintf(stderr, "airlock vault: at most %d --bound-host options\n",
-                        CLI_MAX_HOSTS);
+                fprintf(stderr, "airlock vault: at most %d --bound-host options\n", CLI_MAX_HOSTS);
                 return 2;
             }
             if (val)
@@ -159,9 +159,8 @@ static int cli__parse(struct cli *c, int argc, char **argv, int first)
             (strcmp(a, "--description") == 0 || strcmp(a, "--from-file") == 0 ||
              strcmp(a, "--passphrase-file") == 0 || strcmp(a, "--key") == 0 ||
              strcmp(a, "--pubkey") == 0 || strcmp(a, "--checkpoints") == 0 ||
-             strcmp(a, "--bound-host") == 0 || strcmp(a, "--keep") == 0 ||
-             strcmp(a, "-n") == 0 || strcmp(a, "--kdf-ops") == 0 ||
-             strcmp(a, "--kdf-mem") == 0)) {
+             strcmp(a, "--bound-host") == 0 || strcmp(a, "--keep") == 0 || strcmp(a, "-n") == 0 ||
+             strcmp(a, "--kdf-ops") == 0 || strcmp(a, "--kdf-mem") == 0)) {
             fprintf(stderr, "airlock vault: %s needs a value\n", a);
             return 2;
         }
@@ -277,8 +276,9 @@ static int cli__read_value(const struct cli *c, const char *what, struct vault_v
         fprintf(stderr, "airlock vault: cannot read the value: %s\n", strerror(-rc));
     else if (v->len == 0) {
         vault_value_free(v);
-        fprintf(stderr, "airlock vault: the value is empty: pipe it to stdin (printf %%s \"$TOKEN\" "
-                        "| airlock vault put NAME) or use --from-file FILE\n");
+        fprintf(stderr,
+                "airlock vault: the value is empty: pipe it to stdin (printf %%s \"$TOKEN\" "
+                "| airlock vault put NAME) or use --from-file FILE\n");
         return -EINVAL;
     }
     return rc;
@@ -388,15 +388,16 @@ static int cli__connect(struct cli *c)
             return 0;
         }
         if (rc != -ECONNREFUSED && rc != -ENOENT) {
-            fprintf(stderr, "airlock vault: the vault daemon at %s does not answer: %s\n",
-                    c->sock, al_error_str(&e));
+            fprintf(stderr, "airlock vault: the vault daemon at %s does not answer: %s\n", c->sock,
+                    al_error_str(&e));
             return 1;
         }
     }
 #endif
     if (!c->offline)
-        fprintf(stderr, "airlock vault: note: airlock-vault is not running; working on %s "
-                        "directly\n",
+        fprintf(stderr,
+                "airlock vault: note: airlock-vault is not running; working on %s "
+                "directly\n",
                 c->vault_dir);
     return cli__open_offline(c);
 }
@@ -516,19 +517,19 @@ static void cli__print_show(json_t *s, bool history)
     size_t i;
     json_t *v;
     json_array_foreach(json_object_get(s, "versions"), i, v)
-    printf("  v%-4" JSON_INTEGER_FORMAT " %s  %s  by %s\n",
-           json_integer_value(json_object_get(v, "version")),
-           json_string_value(json_object_get(v, "created")),
-           json_string_value(json_object_get(v, "secret_id")),
-           json_string_value(json_object_get(v, "by")));
+        printf("  v%-4" JSON_INTEGER_FORMAT " %s  %s  by %s\n",
+               json_integer_value(json_object_get(v, "version")),
+               json_string_value(json_object_get(v, "created")),
+               json_string_value(json_object_get(v, "secret_id")),
+               json_string_value(json_object_get(v, "by")));
     if (history) {
         printf("history:\n");
         json_array_foreach(json_object_get(s, "history"), i, v)
-        printf("  %s  %-7s v%-4" JSON_INTEGER_FORMAT " by %s\n",
-               json_string_value(json_object_get(v, "time")),
-               json_string_value(json_object_get(v, "event")),
-               json_integer_value(json_object_get(v, "version")),
-               json_string_value(json_object_get(v, "by")));
+            printf("  %s  %-7s v%-4" JSON_INTEGER_FORMAT " by %s\n",
+                   json_string_value(json_object_get(v, "time")),
+                   json_string_value(json_object_get(v, "event")),
+                   json_integer_value(json_object_get(v, "version")),
+                   json_string_value(json_object_get(v, "by")));
     }
 }
 
@@ -538,8 +539,9 @@ static int cli__need_name(const struct cli *c, const char *cmd)
 {
     if (c->n_pos != 1) {
         if (c->n_pos > 1 && (strcmp(cmd, "put") == 0 || strcmp(cmd, "rotate") == 0))
-            fprintf(stderr, "airlock vault: %s takes one NAME; the value comes from stdin or "
-                            "--from-file, never from the command line\n",
+            fprintf(stderr,
+                    "airlock vault: %s takes one NAME; the value comes from stdin or "
+                    "--from-file, never from the command line\n",
                     cmd);
         else
             fprintf(stderr, "airlock vault: usage: airlock vault %s NAME\n", cmd);
@@ -677,10 +679,9 @@ static void cli__audit_self(struct al_auditlog *log, const char *op, const char 
     struct vault_peer p = {.uid = getuid(), .gid = getgid(), .pid = getpid()};
     char who[32];
     snprintf(who, sizeof who, "uid %u", (unsigned)p.uid);
-    json_t *r = json_pack("{s:s,s:s,s:i,s:{s:I,s:I,s:I,s:s}}", "op", op, "result", result,
-                          "status", strcmp(result, "ok") == 0 ? 200 : 500, "peer", "uid",
-                          (json_int_t)p.uid, "gid", (json_int_t)p.gid, "pid", (json_int_t)p.pid,
-                          "who", who);
+    json_t *r = json_pack("{s:s,s:s,s:i,s:{s:I,s:I,s:I,s:s}}", "op", op, "result", result, "status",
+                          strcmp(result, "ok") == 0 ? 200 : 500, "peer", "uid", (json_int_t)p.uid,
+                          "gid", (json_int_t)p.gid, "pid", (json_int_t)p.pid, "who", who);
     if (extra)
         json_object_update(r, extra);
     json_decref(extra);
@@ -734,9 +735,10 @@ static int cli__init(struct cli *c)
         printf("master key: %s/" VAULT_MASTER_KEY " (back it up somewhere safe: without it the "
                "vault cannot be opened)\n",
                c->vault_dir);
-    printf("access log public key (for `airlock vault log verify` elsewhere): %s/"
-           VAULT_AUDIT_PREFIX ".pub\n",
-           c->audit_dir);
+    printf(
+        "access log public key (for `airlock vault log verify` elsewhere): %s/" VAULT_AUDIT_PREFIX
+        ".pub\n",
+        c->audit_dir);
     return rc ? 1 : 0;
 }
 
@@ -775,7 +777,8 @@ static int cli__log(struct cli *c)
     }
     struct al_error e = {0};
     if (strcmp(sub, "verify") == 0) {
-        struct al_auditlog_verify_opts vo = {.dir = c->audit_dir, .prefix = VAULT_AUDIT_PREFIX,
+        struct al_auditlog_verify_opts vo = {.dir = c->audit_dir,
+                                             .prefix = VAULT_AUDIT_PREFIX,
                                              .pubkey_file = c->pubkey,
                                              .checkpoint_file = c->checkpoints};
         struct al_auditlog_verify_result r;
@@ -792,8 +795,8 @@ static int cli__log(struct cli *c)
         }
         return r.verdict == AL_AUDIT_INTACT ? 0 : 1;
     }
-    struct al_auditlog_reader_opts ro = {.dir = c->audit_dir, .prefix = VAULT_AUDIT_PREFIX,
-                                         .follow = c->follow};
+    struct al_auditlog_reader_opts ro = {
+        .dir = c->audit_dir, .prefix = VAULT_AUDIT_PREFIX, .follow = c->follow};
     struct al_auditlog_reader *rd;
     if (al_auditlog_reader_open(&ro, &rd, &e) != 0) {
         fprintf(stderr, "airlock vault: %s\n", al_error_str(&e));
@@ -812,16 +815,15 @@ static int cli__log(struct cli *c)
             if (rec.internal) {
                 const char *time = json_string_value(json_object_get(j, "time"));
                 printf("%s  -- %s checkpoint (seq %" PRIu64 ")\n", time ? time : "-",
-                       json_string_value(json_object_get(json_object_get(j, "auditlog"),
-                                                         "reason")),
+                       json_string_value(json_object_get(json_object_get(j, "auditlog"), "reason")),
                        rec.seq);
                 continue;
             }
 #define CLI_S(o, k) (json_string_value(json_object_get((o), (k))) ?: "-")
             json_t *ob = json_object_get(j, "on_behalf");
             json_t *reason = json_object_get(j, "reason");
-            printf("%s  %-12s %-9s %-28s %s", CLI_S(j, "time"), CLI_S(j, "op"),
-                   CLI_S(j, "result"), CLI_S(j, "secret"), CLI_S(json_object_get(j, "peer"), "who"));
+            printf("%s  %-12s %-9s %-28s %s", CLI_S(j, "time"), CLI_S(j, "op"), CLI_S(j, "result"),
+                   CLI_S(j, "secret"), CLI_S(json_object_get(j, "peer"), "who"));
             if (ob)
                 printf("  sandbox=%s rule=%s host=%s", CLI_S(ob, "sandbox"), CLI_S(ob, "rule"),
                        CLI_S(ob, "host"));
@@ -855,8 +857,9 @@ int vault_hash_secret_main(int argc, char **argv)
         return 0;
     }
     if (c->n_pos) {
-        fprintf(stderr, "airlock: %s takes no arguments: the value is read from stdin or "
-                        "--from-file, never from the command line\n",
+        fprintf(stderr,
+                "airlock: %s takes no arguments: the value is read from stdin or "
+                "--from-file, never from the command line\n",
                 argv[0]);
         return 2;
     }

@@ -15,8 +15,8 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#define VAULT__DK_AD     "airlock-vault-dk-v1"
-#define VAULT__VALUE_AD  "airlock-vault-value-v1"
+#define VAULT__DK_AD    "airlock-vault-dk-v1"
+#define VAULT__VALUE_AD "airlock-vault-value-v1"
 
 /* ---- values ---------------------------------------------------------------------------------- */
 
@@ -141,8 +141,8 @@ void vault_dk_wrap(const unsigned char *mk, struct vault_header *h, const struct
     size_t adl = vault__dk_ad(h, ad, sizeof ad);
     randombytes_buf(h->wrap_nonce, sizeof h->wrap_nonce);
     unsigned long long cl = 0;
-    crypto_aead_xchacha20poly1305_ietf_encrypt(h->wrapped, &cl, k->dk, sizeof k->dk, ad, adl,
-                                               NULL, h->wrap_nonce, mk);
+    crypto_aead_xchacha20poly1305_ietf_encrypt(h->wrapped, &cl, k->dk, sizeof k->dk, ad, adl, NULL,
+                                               h->wrap_nonce, mk);
 }
 
 int vault_dk_unwrap(const unsigned char *mk, const struct vault_header *h, struct vault_keys *k)
@@ -150,9 +150,8 @@ int vault_dk_unwrap(const unsigned char *mk, const struct vault_header *h, struc
     unsigned char ad[96];
     size_t adl = vault__dk_ad(h, ad, sizeof ad);
     unsigned long long ml = 0;
-    if (crypto_aead_xchacha20poly1305_ietf_decrypt(k->dk, &ml, NULL, h->wrapped,
-                                                   sizeof h->wrapped, ad, adl, h->wrap_nonce,
-                                                   mk) != 0 ||
+    if (crypto_aead_xchacha20poly1305_ietf_decrypt(k->dk, &ml, NULL, h->wrapped, sizeof h->wrapped,
+                                                   ad, adl, h->wrap_nonce, mk) != 0 ||
         ml != sizeof k->dk) {
         sodium_memzero(k, sizeof *k);
         return -EKEYREJECTED;
@@ -165,8 +164,8 @@ int vault_dk_unwrap(const unsigned char *mk, const struct vault_header *h, struc
 static size_t vault__value_ad(const char *file_id, const char *name, uint32_t version,
                               unsigned char *ad, size_t cap)
 {
-    int n = snprintf((char *)ad, cap, VAULT__VALUE_AD "%c%s%c%s%c%" PRIu32, 0, file_id, 0, name,
-                     0, version);
+    int n = snprintf((char *)ad, cap, VAULT__VALUE_AD "%c%s%c%s%c%" PRIu32, 0, file_id, 0, name, 0,
+                     version);
     return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
 }
 
@@ -204,8 +203,8 @@ int vault_value_open(const struct vault_keys *k, const char *file_id, const char
     if (rc)
         return rc;
     unsigned long long ml = 0;
-    if (crypto_aead_xchacha20poly1305_ietf_decrypt(out->data, &ml, NULL, ver->ct, ver->ct_len,
-                                                   ad, adl, ver->nonce, k->enc) != 0) {
+    if (crypto_aead_xchacha20poly1305_ietf_decrypt(out->data, &ml, NULL, ver->ct, ver->ct_len, ad,
+                                                   adl, ver->nonce, k->enc) != 0) {
         vault_value_free(out);
         return -EBADMSG;
     }

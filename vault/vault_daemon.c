@@ -114,8 +114,7 @@ int vault_daemon_main(int argc, char **argv)
             return 0;
         }
         if (!v) {
-            fprintf(stderr, "airlock-vault: %s: unknown option or missing value (see --help)\n",
-                    a);
+            fprintf(stderr, "airlock-vault: %s: unknown option or missing value (see --help)\n", a);
             return 2;
         }
         i++;
@@ -204,8 +203,8 @@ int vault_daemon_main(int argc, char **argv)
     if (al_auditlog_open(&ao, &audit, &e) != 0)
         al_die("cannot open the access log: %s", al_error_str(&e));
     struct vault_service *svc = NULL;
-    struct vault_service_opts so = {.store = store, .audit = audit, .roles = roles,
-                                    .cache_max_age_ms = (uint32_t)max_age};
+    struct vault_service_opts so = {
+        .store = store, .audit = audit, .roles = roles, .cache_max_age_ms = (uint32_t)max_age};
     if (vault_service_new(&so, &svc) != 0)
         al_die("out of memory");
     int mk = al_mkdir_p(run, 0755);
@@ -222,22 +221,19 @@ int vault_daemon_main(int argc, char **argv)
     uv_signal_start(&c.sigterm, daemon__on_signal, SIGTERM);
     uv_signal_start(&c.sigint, daemon__on_signal, SIGINT);
 
-    json_t *start = json_pack("{s:s,s:s,s:i,s:{s:I,s:I,s:I},s:{s:o,s:o,s:o},s:I}", "op",
-                              "daemon_start", "result", "ok", "status", 200, "peer", "uid",
-                              (json_int_t)getuid(), "gid", (json_int_t)getgid(), "pid",
-                              (json_int_t)getpid(), "config", "egress_uid",
-                              roles.egress_set ? json_integer(roles.egress_uid) : json_null(),
-                              "airlockd_uid",
-                              roles.reader_set ? json_integer(roles.reader_uid) : json_null(),
-                              "admin_gid",
-                              roles.admin_group_set ? json_integer(roles.admin_gid) : json_null(),
-                              "generation", (json_int_t)vault_service_generation(svc));
+    json_t *start =
+        json_pack("{s:s,s:s,s:i,s:{s:I,s:I,s:I},s:{s:o,s:o,s:o},s:I}", "op", "daemon_start",
+                  "result", "ok", "status", 200, "peer", "uid", (json_int_t)getuid(), "gid",
+                  (json_int_t)getgid(), "pid", (json_int_t)getpid(), "config", "egress_uid",
+                  roles.egress_set ? json_integer(roles.egress_uid) : json_null(), "airlockd_uid",
+                  roles.reader_set ? json_integer(roles.reader_uid) : json_null(), "admin_gid",
+                  roles.admin_group_set ? json_integer(roles.admin_gid) : json_null(), "generation",
+                  (json_int_t)vault_service_generation(svc));
     if (al_auditlog_append(audit, start, NULL) != 0)
         al_die("cannot write the access log");
     json_decref(start);
     al_info("vault: serving %s on %s (%zu secrets, generation %llu)", dir, sock,
-            vault_store_catalog(store)->n,
-            (unsigned long long)vault_service_generation(svc));
+            vault_store_catalog(store)->n, (unsigned long long)vault_service_generation(svc));
     if (!roles.egress_set)
         al_warn("vault: no --egress-user: nobody can fetch values (injection is off)");
 

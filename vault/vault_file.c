@@ -66,22 +66,21 @@ json_t *vault_secret_json(const struct vault_secret *s, bool with_history)
         json_array_append_new(hosts, json_string(s->hosts[i]));
     json_t *vers = json_array();
     for (size_t i = 0; i < s->n_versions; i++)
-        json_array_append_new(vers, json_pack("{s:i,s:s,s:s,s:s}", "version",
-                                              (int)s->versions[i].version, "created",
-                                              s->versions[i].created, "by", s->versions[i].by,
-                                              "secret_id", s->versions[i].secret_id));
-    json_t *j = json_pack("{s:s,s:s,s:o,s:s,s:s,s:i,s:i,s:o,s:I}", "name", s->name,
-                          "description", s->description ? s->description : "", "bound_hosts",
-                          hosts, "created", s->created, "updated", s->updated, "current_version",
-                          (int)s->current, "keep", (int)s->keep, "versions", vers, "generation",
-                          (json_int_t)s->generation);
+        json_array_append_new(vers,
+                              json_pack("{s:i,s:s,s:s,s:s}", "version", (int)s->versions[i].version,
+                                        "created", s->versions[i].created, "by", s->versions[i].by,
+                                        "secret_id", s->versions[i].secret_id));
+    json_t *j =
+        json_pack("{s:s,s:s,s:o,s:s,s:s,s:i,s:i,s:o,s:I}", "name", s->name, "description",
+                  s->description ? s->description : "", "bound_hosts", hosts, "created", s->created,
+                  "updated", s->updated, "current_version", (int)s->current, "keep", (int)s->keep,
+                  "versions", vers, "generation", (json_int_t)s->generation);
     if (j && with_history) {
         json_t *h = json_array();
         for (size_t i = 0; i < s->n_history; i++)
             json_array_append_new(h, json_pack("{s:s,s:s,s:i,s:s}", "time", s->history[i].time,
                                                "event", s->history[i].event, "version",
-                                               (int)s->history[i].version, "by",
-                                               s->history[i].by));
+                                               (int)s->history[i].version, "by", s->history[i].by));
         json_object_set_new(j, "history", h);
     }
     return j;
@@ -91,9 +90,9 @@ json_t *vault_secret_json(const struct vault_secret *s, bool with_history)
 
 struct file__line {
     const char *p;
-    size_t len;       /* without '\n' */
-    size_t start;     /* offset in the file */
-    uint64_t no;      /* 1-based */
+    size_t len;   /* without '\n' */
+    size_t start; /* offset in the file */
+    uint64_t no;  /* 1-based */
 };
 
 /* Next complete line; false at the end. *partial is set when bytes remain without '\n'. */
@@ -274,9 +273,9 @@ int vault_file_header(const char *data, size_t len, struct vault_header *h, size
 
 static int file__secret(const json_t *j, struct vault_secret *s)
 {
-    static const char *const sk[] = {"name", "description", "bound_hosts", "created", "updated",
-                                     "generation", "current", "keep", "versions", "history",
-                                     NULL};
+    static const char *const sk[] = {"name",     "description", "bound_hosts", "created",
+                                     "updated",  "generation",  "current",     "keep",
+                                     "versions", "history",     NULL};
     static const char *const vk[] = {"version", "created", "by", "nonce", "ct", "secret_id", NULL};
     static const char *const ek[] = {"time", "event", "version", "by", NULL};
     memset(s, 0, sizeof *s);
@@ -452,10 +451,9 @@ int vault_file_body(const char *data, size_t len, size_t body_off, const struct 
             goto fail;
         }
         if (letter == 'S') {
-            if (c.n >= VAULT_SECRETS_MAX || file__grow((void **)&c.secrets, &cap_s, c.n,
-                                                       sizeof *c.secrets)) {
-                rc = al_error_set(err, -E2BIG, "too many secrets (at most %d)",
-                                  VAULT_SECRETS_MAX);
+            if (c.n >= VAULT_SECRETS_MAX ||
+                file__grow((void **)&c.secrets, &cap_s, c.n, sizeof *c.secrets)) {
+                rc = al_error_set(err, -E2BIG, "too many secrets (at most %d)", VAULT_SECRETS_MAX);
                 goto fail;
             }
             struct vault_secret *s = &c.secrets[c.n];
@@ -492,8 +490,9 @@ int vault_file_body(const char *data, size_t len, size_t body_off, const struct 
             }
             struct vault_tombstone *t = &c.tombs[c.n_tombs];
             if (file__tomb(j, t) != 0) {
-                rc = al_error_set(err, -EBADMSG, "line %" PRIu64 " (a deletion record) has "
-                                                 "invalid fields",
+                rc = al_error_set(err, -EBADMSG,
+                                  "line %" PRIu64 " (a deletion record) has "
+                                  "invalid fields",
                                   l.no);
                 goto fail;
             }
@@ -511,7 +510,7 @@ int vault_file_body(const char *data, size_t len, size_t body_off, const struct 
             }
             c.n_tombs++;
         } else {
-            static const char *const tk[] = {"generation", "secrets", "tombstones",
+            static const char *const tk[] = {"generation",   "secrets", "tombstones",
                                              "tomb_horizon", "written", NULL};
             int64_t gen, ns, nt, hz;
             char written[40];
@@ -520,8 +519,9 @@ int vault_file_body(const char *data, size_t len, size_t body_off, const struct 
                 !file__int(j, "tombstones", 0, VAULT_TOMBSTONES_MAX, &nt) ||
                 !file__int(j, "tomb_horizon", 0, INT64_MAX, &hz) ||
                 !file__time(j, "written", written)) {
-                rc = al_error_set(err, -EBADMSG, "line %" PRIu64 " (the trailer) has invalid "
-                                                 "fields",
+                rc = al_error_set(err, -EBADMSG,
+                                  "line %" PRIu64 " (the trailer) has invalid "
+                                  "fields",
                                   l.no);
                 goto fail;
             }
@@ -539,8 +539,9 @@ int vault_file_body(const char *data, size_t len, size_t body_off, const struct 
                 goto fail;
             }
             if ((size_t)ns != c.n || (size_t)nt != c.n_tombs) {
-                rc = al_error_set(err, -EBADMSG, "the trailer's counts do not match the "
-                                                 "entries");
+                rc = al_error_set(err, -EBADMSG,
+                                  "the trailer's counts do not match the "
+                                  "entries");
                 goto fail;
             }
             c.generation = (uint64_t)gen;
@@ -641,18 +642,18 @@ static json_t *file__secret_json(const struct vault_secret *s)
             return NULL;
         }
         sodium_bin2base64(b64, bl, v->ct, v->ct_len, sodium_base64_VARIANT_ORIGINAL);
-        json_array_append_new(vers, json_pack("{s:I,s:s,s:s,s:s,s:s,s:s}", "version",
-                                              (json_int_t)v->version, "created", v->created, "by",
-                                              v->by, "nonce", nonce, "ct", b64, "secret_id",
-                                              v->secret_id));
+        json_array_append_new(vers,
+                              json_pack("{s:I,s:s,s:s,s:s,s:s,s:s}", "version",
+                                        (json_int_t)v->version, "created", v->created, "by", v->by,
+                                        "nonce", nonce, "ct", b64, "secret_id", v->secret_id));
         free(b64);
     }
     json_t *hist = json_array();
     for (size_t i = 0; i < s->n_history; i++)
-        json_array_append_new(hist, json_pack("{s:s,s:s,s:I,s:s}", "time", s->history[i].time,
-                                              "event", s->history[i].event, "version",
-                                              (json_int_t)s->history[i].version, "by",
-                                              s->history[i].by));
+        json_array_append_new(hist,
+                              json_pack("{s:s,s:s,s:I,s:s}", "time", s->history[i].time, "event",
+                                        s->history[i].event, "version",
+                                        (json_int_t)s->history[i].version, "by", s->history[i].by));
     return json_pack("{s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:I,s:o,s:o}", "name", s->name, "description",
                      s->description ? s->description : "", "bound_hosts", hosts, "created",
                      s->created, "updated", s->updated, "generation", (json_int_t)s->generation,
@@ -665,16 +666,15 @@ int vault_file_write(const struct vault_header *h, const struct vault_keys *k,
 {
     char *buf = NULL;
     size_t len = 0, cap = 0;
-    int rc = file__append_line(&buf, &len, &cap, VAULT_FILE_MAGIC "\n",
-                               strlen(VAULT_FILE_MAGIC) + 1);
+    int rc =
+        file__append_line(&buf, &len, &cap, VAULT_FILE_MAGIC "\n", strlen(VAULT_FILE_MAGIC) + 1);
     char nonce[49], wrapped[97], salt[33];
     sodium_bin2hex(nonce, sizeof nonce, h->wrap_nonce, sizeof h->wrap_nonce);
     sodium_bin2hex(wrapped, sizeof wrapped, h->wrapped, sizeof h->wrapped);
     sodium_bin2hex(salt, sizeof salt, h->salt, sizeof h->salt);
     json_t *kdf = h->kdf == VAULT_KDF_ARGON2ID
-                      ? json_pack("{s:s,s:s,s:I,s:I}", "type", "argon2id", "salt", salt,
-                                  "opslimit", (json_int_t)h->opslimit, "memlimit",
-                                  (json_int_t)h->memlimit)
+                      ? json_pack("{s:s,s:s,s:I,s:I}", "type", "argon2id", "salt", salt, "opslimit",
+                                  (json_int_t)h->opslimit, "memlimit", (json_int_t)h->memlimit)
                       : json_pack("{s:s}", "type", "keyfile");
     if (rc == 0)
         rc = file__entry(&buf, &len, &cap, k, 'H',
@@ -688,8 +688,7 @@ int vault_file_write(const struct vault_header *h, const struct vault_keys *k,
     for (size_t i = 0; rc == 0 && i < c->n_tombs; i++)
         rc = file__entry(&buf, &len, &cap, k, 'D',
                          json_pack("{s:s,s:I,s:s}", "name", c->tombs[i].name, "generation",
-                                   (json_int_t)c->tombs[i].generation, "time",
-                                   c->tombs[i].time));
+                                   (json_int_t)c->tombs[i].generation, "time", c->tombs[i].time));
     if (rc == 0) {
         json_t *t = json_pack("{s:I,s:I,s:I,s:I,s:s}", "generation", (json_int_t)c->generation,
                               "secrets", (json_int_t)c->n, "tombstones", (json_int_t)c->n_tombs,

@@ -30,12 +30,12 @@
 
 #include "vault/vault.h"
 
-#define VAULT_FILE_MAGIC    "airlock-vault 1"
-#define VAULT_FILE_MAX      (64u * 1024 * 1024)
-#define VAULT_LINE_MAX      (2u * 1024 * 1024)
-#define VAULT_KDF_OPS_MAX   20
-#define VAULT_KDF_MEM_MIN   (8ull * 1024 * 1024)
-#define VAULT_KDF_MEM_MAX   (1024ull * 1024 * 1024)
+#define VAULT_FILE_MAGIC  "airlock-vault 1"
+#define VAULT_FILE_MAX    (64u * 1024 * 1024)
+#define VAULT_LINE_MAX    (2u * 1024 * 1024)
+#define VAULT_KDF_OPS_MAX 20
+#define VAULT_KDF_MEM_MIN (8ull * 1024 * 1024)
+#define VAULT_KDF_MEM_MAX (1024ull * 1024 * 1024)
 
 enum vault_kdf_type { VAULT_KDF_KEYFILE = 0, VAULT_KDF_ARGON2ID = 1 };
 

@@ -211,8 +211,7 @@ static void httpd__on_request(struct al_http_req *req, void *ctx)
 }
 
 int vault_httpd_start(uv_loop_t *loop, struct vault_service *svc, struct vault_store *store,
-                      const char *sock, mode_t mode, struct vault_httpd **out,
-                      struct al_error *err)
+                      const char *sock, mode_t mode, struct vault_httpd **out, struct al_error *err)
 {
     struct vault_httpd *d = calloc(1, sizeof *d);
     if (!d)

@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
-#define VAULT__NAME_HINT                                                                       \
+#define VAULT__NAME_HINT \
     "use lowercase path segments of a-z 0-9 . _ - separated by '/', e.g. github/token"
 
 int vault_name_check(const char *name, struct al_error *err)
@@ -17,9 +17,9 @@ int vault_name_check(const char *name, struct al_error *err)
     if (n == 0)
         return al_error_set(err, -EINVAL, "the secret name is empty: " VAULT__NAME_HINT);
     if (n > VAULT_NAME_MAX)
-        return al_error_set(err, -EINVAL,
-                            "the secret name is too long (%zu bytes, at most %d): " VAULT__NAME_HINT,
-                            n, VAULT_NAME_MAX);
+        return al_error_set(
+            err, -EINVAL, "the secret name is too long (%zu bytes, at most %d): " VAULT__NAME_HINT,
+            n, VAULT_NAME_MAX);
     int segments = 1;
     bool seg_start = true;
     for (size_t i = 0; i < n; i++) {
@@ -31,27 +31,25 @@ int vault_name_check(const char *name, struct al_error *err)
                                     "(leading, trailing or double '/'): " VAULT__NAME_HINT,
                                     i + 1);
             if (++segments > 8)
-                return al_error_set(err, -EINVAL,
-                                    "invalid secret name: more than 8 path segments: "
-                                    VAULT__NAME_HINT);
+                return al_error_set(
+                    err, -EINVAL,
+                    "invalid secret name: more than 8 path segments: " VAULT__NAME_HINT);
             seg_start = true;
             continue;
         }
         if (seg_start && c == '.')
-            return al_error_set(err, -EINVAL,
-                                "invalid secret name: a segment starts with '.' at byte %zu: "
-                                VAULT__NAME_HINT,
-                                i + 1);
+            return al_error_set(
+                err, -EINVAL,
+                "invalid secret name: a segment starts with '.' at byte %zu: " VAULT__NAME_HINT,
+                i + 1);
         if (isupper(c))
-            return al_error_set(err, -EINVAL,
-                                "invalid secret name: uppercase letter at byte %zu: "
-                                VAULT__NAME_HINT,
-                                i + 1);
+            return al_error_set(
+                err, -EINVAL,
+                "invalid secret name: uppercase letter at byte %zu: " VAULT__NAME_HINT, i + 1);
         if (!(islower(c) || isdigit(c) || c == '.' || c == '_' || c == '-'))
-            return al_error_set(err, -EINVAL,
-                                "invalid secret name: character not allowed at byte %zu: "
-                                VAULT__NAME_HINT,
-                                i + 1);
+            return al_error_set(
+                err, -EINVAL,
+                "invalid secret name: character not allowed at byte %zu: " VAULT__NAME_HINT, i + 1);
         seg_start = false;
     }
     if (seg_start)

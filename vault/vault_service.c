@@ -24,8 +24,8 @@
 
 /* What the user database says about a uid, cached: looking it up costs ~10 us per call and
  * every request needs it. */
-#define SVC__UIDS     32
-#define SVC__UID_TTL  (60ull * 1000000000ull)
+#define SVC__UIDS    32
+#define SVC__UID_TTL (60ull * 1000000000ull)
 struct svc__uid {
     uid_t uid;
     bool used;
@@ -82,8 +82,7 @@ int vault_roles_set_user(uid_t *uid, bool *set, const char *spec, struct al_erro
     struct passwd pw, *res = NULL;
     char buf[4096];
     if (getpwnam_r(spec, &pw, buf, sizeof buf, &res) != 0 || !res)
-        return al_error_set(err, -ENOENT, "no user named '%s' (give a user name or a uid)",
-                            spec);
+        return al_error_set(err, -ENOENT, "no user named '%s' (give a user name or a uid)", spec);
     *uid = res->pw_uid;
     *set = true;
     return 0;
@@ -102,8 +101,7 @@ int vault_roles_set_group(struct vault_roles *r, const char *spec, struct al_err
     struct group gr, *res = NULL;
     char buf[16384];
     if (getgrnam_r(spec, &gr, buf, sizeof buf, &res) != 0 || !res)
-        return al_error_set(err, -ENOENT, "no group named '%s' (give a group name or a gid)",
-                            spec);
+        return al_error_set(err, -ENOENT, "no group named '%s' (give a group name or a gid)", spec);
     r->admin_gid = res->gr_gid;
     r->admin_group_set = true;
     return 0;
@@ -189,8 +187,8 @@ static unsigned svc__roles(struct vault_service *svc, const struct vault_peer *p
 {
     const struct vault_roles *r = &svc->roles;
     unsigned m = 0;
-    if (p->uid == 0 || (r->admin_group_set && (p->gid == r->admin_gid ||
-                                                svc__uid(svc, p->uid)->in_admin_group)))
+    if (p->uid == 0 ||
+        (r->admin_group_set && (p->gid == r->admin_gid || svc__uid(svc, p->uid)->in_admin_group)))
         m |= VAULT_ROLE_ADMIN;
     if (r->egress_set && p->uid == r->egress_uid)
         m |= VAULT_ROLE_EGRESS;
@@ -199,8 +197,7 @@ static unsigned svc__roles(struct vault_service *svc, const struct vault_peer *p
     return m;
 }
 
-static void svc__actor(struct vault_service *svc, const struct vault_peer *p, char *out,
-                       size_t n)
+static void svc__actor(struct vault_service *svc, const struct vault_peer *p, char *out, size_t n)
 {
     snprintf(out, n, "%s", svc__uid(svc, p->uid)->actor);
 }
@@ -249,10 +246,10 @@ static int svc__audit(struct vault_service *svc, const char *op, const struct va
 {
     char actor[64];
     svc__actor(svc, p, actor, sizeof actor);
-    json_t *r = json_pack("{s:s,s:s,s:i,s:{s:I,s:I,s:I,s:s},s:o}", "op", op, "result", result,
-                          "status", status, "peer", "uid", (json_int_t)p->uid, "gid",
-                          (json_int_t)p->gid, "pid", (json_int_t)p->pid, "who", actor, "roles",
-                          svc__roles_json(roles));
+    json_t *r =
+        json_pack("{s:s,s:s,s:i,s:{s:I,s:I,s:I,s:s},s:o}", "op", op, "result", result, "status",
+                  status, "peer", "uid", (json_int_t)p->uid, "gid", (json_int_t)p->gid, "pid",
+                  (json_int_t)p->pid, "who", actor, "roles", svc__roles_json(roles));
     if (!r) {
         json_decref(on_behalf);
         return -ENOMEM;
@@ -267,8 +264,7 @@ static int svc__audit(struct vault_service *svc, const char *op, const struct va
         json_object_set_new(r, "on_behalf", on_behalf);
     if (reason && *reason)
         json_object_set_new(r, "reason", json_string(reason));
-    json_object_set_new(r, "generation",
-                        json_integer((json_int_t)vault_service_generation(svc)));
+    json_object_set_new(r, "generation", json_integer((json_int_t)vault_service_generation(svc)));
     int rc = svc->audit ? al_auditlog_append(svc->audit, r, NULL) : 0;
     json_decref(r);
     if (rc)
@@ -340,9 +336,9 @@ int vault_svc_whoami(struct vault_service *svc, const struct vault_peer *p, json
     svc__actor(svc, p, actor, sizeof actor);
     if (!roles)
         svc__audit(svc, "whoami", p, roles, NULL, 0, NULL, NULL, "no_role", 200, NULL);
-    *out = json_pack("{s:I,s:I,s:s,s:o,s:I}", "uid", (json_int_t)p->uid, "gid",
-                     (json_int_t)p->gid, "who", actor, "roles", svc__roles_json(roles),
-                     "generation", (json_int_t)vault_service_generation(svc));
+    *out = json_pack("{s:I,s:I,s:s,s:o,s:I}", "uid", (json_int_t)p->uid, "gid", (json_int_t)p->gid,
+                     "who", actor, "roles", svc__roles_json(roles), "generation",
+                     (json_int_t)vault_service_generation(svc));
     return 200;
 }
 
@@ -404,8 +400,8 @@ static int svc__put(struct vault_service *svc, const struct vault_peer *p,
     if (st)
         return st;
     if (put->invalid) {
-        svc__audit(svc, op, p, roles, svc__loggable_name(put->name), 0, NULL, NULL, "invalid",
-                   400, put->invalid);
+        svc__audit(svc, op, p, roles, svc__loggable_name(put->name), 0, NULL, NULL, "invalid", 400,
+                   put->invalid);
         return svc__error(out, 400, "%s", put->invalid);
     }
     char actor[64];
@@ -417,8 +413,10 @@ static int svc__put(struct vault_service *svc, const struct vault_peer *p,
     if (rc) {
         int status = svc__status_of(rc);
         svc__audit(svc, op, p, roles, svc__loggable_name(put->name), 0, NULL, NULL,
-                   status == 404 ? "not_found" : status < 500 ? "invalid" : "error", status,
-                   al_error_str(&e));
+                   status == 404  ? "not_found"
+                   : status < 500 ? "invalid"
+                                  : "error",
+                   status, al_error_str(&e));
         return svc__error(out, status, "%s", al_error_str(&e));
     }
     const struct vault_secret *s = vault_catalog_find(vault_store_catalog(svc->store), put->name);
@@ -459,8 +457,10 @@ int vault_svc_delete(struct vault_service *svc, const struct vault_peer *p, cons
     if (rc) {
         int status = svc__status_of(rc);
         svc__audit(svc, "delete", p, roles, svc__loggable_name(name), 0, NULL, NULL,
-                   status == 404 ? "not_found" : status < 500 ? "invalid" : "error", status,
-                   al_error_str(&e));
+                   status == 404  ? "not_found"
+                   : status < 500 ? "invalid"
+                                  : "error",
+                   status, al_error_str(&e));
         return svc__error(out, status, "%s", al_error_str(&e));
     }
     if (svc__audit(svc, "delete", p, roles, name, version, NULL, NULL, "ok", 200, NULL) == 0 &&
@@ -475,9 +475,8 @@ int vault_svc_changes(struct vault_service *svc, const struct vault_peer *p, uin
                       json_t **out)
 {
     unsigned roles;
-    int st = svc__begin(svc, "changes", p,
-                        VAULT_ROLE_EGRESS | VAULT_ROLE_ADMIN | VAULT_ROLE_READER, &roles, NULL,
-                        out);
+    int st = svc__begin(svc, "changes", p, VAULT_ROLE_EGRESS | VAULT_ROLE_ADMIN | VAULT_ROLE_READER,
+                        &roles, NULL, out);
     if (st)
         return st;
     const struct vault_catalog *c = vault_store_catalog(svc->store);
@@ -489,8 +488,7 @@ int vault_svc_changes(struct vault_service *svc, const struct vault_peer *p, uin
                 json_array_append_new(names, json_string(c->secrets[i].name));
         }
         for (size_t i = 0; i < c->n_tombs; i++) {
-            if (c->tombs[i].generation > since &&
-                !vault_catalog_find(c, c->tombs[i].name))
+            if (c->tombs[i].generation > since && !vault_catalog_find(c, c->tombs[i].name))
                 json_array_append_new(names, json_string(c->tombs[i].name));
         }
     }
@@ -516,8 +514,8 @@ int vault_svc_fetch(struct vault_service *svc, const struct vault_peer *p,
 {
     memset(f, 0, sizeof *f);
     unsigned roles;
-    int st = svc__begin(svc, "fetch", p, VAULT_ROLE_EGRESS, &roles, svc__loggable_name(rq->name),
-                        out);
+    int st =
+        svc__begin(svc, "fetch", p, VAULT_ROLE_EGRESS, &roles, svc__loggable_name(rq->name), out);
     if (st)
         return st;
     struct al_error e = {0};
@@ -535,12 +533,12 @@ int vault_svc_fetch(struct vault_service *svc, const struct vault_peer *p,
     else if (rq->request_id && !svc__field_ok(rq->request_id, 128))
         bad = "\"request_id\" must be printable, at most 128 bytes";
     if (bad) {
-        svc__audit(svc, "fetch", p, roles, svc__loggable_name(rq->name), 0, NULL, NULL,
-                   "invalid", 400, bad);
+        svc__audit(svc, "fetch", p, roles, svc__loggable_name(rq->name), 0, NULL, NULL, "invalid",
+                   400, bad);
         return svc__error(out, 400, "%s", bad);
     }
-    json_t *ob = json_pack("{s:s,s:s,s:s}", "sandbox", rq->sandbox, "rule", rq->rule, "host",
-                           rq->host);
+    json_t *ob =
+        json_pack("{s:s,s:s,s:s}", "sandbox", rq->sandbox, "rule", rq->rule, "host", rq->host);
     if (ob && rq->request_id)
         json_object_set_new(ob, "request_id", json_string(rq->request_id));
     const struct vault_secret *s = vault_catalog_find(vault_store_catalog(svc->store), rq->name);

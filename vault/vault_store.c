@@ -342,15 +342,15 @@ int vault_store_open(const char *dir, const struct vault_unlock *u, struct vault
                               dir);
             goto fail;
         }
-        if ((rc = vault_master_from_passphrase(u->passphrase, u->passphrase_len, &s->hdr, mk,
-                                               err)))
+        if ((rc = vault_master_from_passphrase(u->passphrase, u->passphrase_len, &s->hdr, mk, err)))
             goto fail;
     } else if ((rc = vault_key_file_load(s->master, mk, err))) {
         if (rc == -ENOENT)
-            rc = al_error_set(err, -ENOKEY,
-                         "the master key %s is missing: restore it from your backup (without it "
-                         "the vault cannot be opened)",
-                         s->master);
+            rc = al_error_set(
+                err, -ENOKEY,
+                "the master key %s is missing: restore it from your backup (without it "
+                "the vault cannot be opened)",
+                s->master);
         goto fail;
     }
     if (vault_dk_unwrap(mk, &s->hdr, s->keys) != 0) {
@@ -532,16 +532,14 @@ static int store__validate_put(const struct vault_put *p, bool create, char ***h
                                 VAULT_DESC_MAX);
         for (const char *c = p->description; *c; c++) {
             if ((unsigned char)*c < 0x20 || *c == 0x7f)
-                return al_error_set(err, -EINVAL,
-                                    "the description contains a control character");
+                return al_error_set(err, -EINVAL, "the description contains a control character");
         }
     }
     if (p->keep > VAULT_KEEP_MAX)
         return al_error_set(err, -EINVAL, "--keep must be between 1 and %d", VAULT_KEEP_MAX);
     if (p->set_hosts || create) {
         if (p->n_hosts > VAULT_HOSTS_MAX)
-            return al_error_set(err, -EINVAL, "too many bound hosts (at most %d)",
-                                VAULT_HOSTS_MAX);
+            return al_error_set(err, -EINVAL, "too many bound hosts (at most %d)", VAULT_HOSTS_MAX);
         char **h = calloc(p->n_hosts + 1, sizeof *h);
         if (!h)
             return al_error_set(err, -ENOMEM, "out of memory");
@@ -726,8 +724,7 @@ static int store__apply_delete(struct vault_store *s, struct vault_catalog *c, v
     const char *name = arg;
     const struct vault_secret *found = vault_catalog_find(c, name);
     if (!found)
-        return al_error_set(err, -ENOENT, "no secret named \"%s\" (see `airlock vault ls`)",
-                            name);
+        return al_error_set(err, -ENOENT, "no secret named \"%s\" (see `airlock vault ls`)", name);
     size_t at = (size_t)(found - c->secrets);
     vault_secret_clear(&c->secrets[at]);
     memmove(&c->secrets[at], &c->secrets[at + 1], (c->n - at - 1) * sizeof *c->secrets);
@@ -770,8 +767,7 @@ int vault_store_value(struct vault_store *s, const struct vault_secret *sec, uin
     }
     if (!v)
         return al_error_set(err, -ENOENT,
-                            "secret \"%s\" has no version %" PRIu32 " (kept: the last %" PRIu32
-                            ")",
+                            "secret \"%s\" has no version %" PRIu32 " (kept: the last %" PRIu32 ")",
                             sec->name, version, sec->keep);
     int rc = vault_value_open(s->keys, s->hdr.file_id, sec->name, v, out);
     if (rc == -EBADMSG)
@@ -780,8 +776,7 @@ int vault_store_value(struct vault_store *s, const struct vault_secret *sec, uin
                             "was tampered with",
                             sec->name, v->version);
     if (rc)
-        return al_error_set(err, rc, "cannot decrypt secret \"%s\": %s", sec->name,
-                            strerror(-rc));
+        return al_error_set(err, rc, "cannot decrypt secret \"%s\": %s", sec->name, strerror(-rc));
     return 0;
 }
 

@@ -613,8 +613,8 @@ START_TEST(sigkill_while_appending)
         pid_t pid = fork();
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {
-            struct al_auditlog_opts o = {.dir = d, .prefix = "test", .rotate_bytes = 65536,
-                                         .checkpoint_records = 500};
+            struct al_auditlog_opts o = {
+                .dir = d, .prefix = "test", .rotate_bytes = 65536, .checkpoint_records = 500};
             struct al_auditlog *l;
             if (al_auditlog_open(&o, &l, NULL))
                 _exit(3);
@@ -791,11 +791,10 @@ START_TEST(tamper_inserted_forged)
     char hex[65];
     crypto_generichash(h, 32, (unsigned char *)L.v[i], strlen(L.v[i]), NULL, 0);
     sodium_bin2hex(hex, sizeof hex, h, 32);
-    json_t *fake = json_pack("{s:I,s:s,s:s,s:s,s:s}", "seq",
-                             json_integer_value(json_object_get(prev, "seq")) + 1, "time",
-                             "2026-01-01T00:00:00.000000Z", "log_id",
-                             json_string_value(json_object_get(prev, "log_id")), "prev", hex,
-                             "event", "nothing to see");
+    json_t *fake = json_pack(
+        "{s:I,s:s,s:s,s:s,s:s}", "seq", json_integer_value(json_object_get(prev, "seq")) + 1,
+        "time", "2026-01-01T00:00:00.000000Z", "log_id",
+        json_string_value(json_object_get(prev, "log_id")), "prev", hex, "event", "nothing to see");
     char *fs = json_dumps(fake, JSON_COMPACT | JSON_PRESERVE_ORDER);
     uint64_t seq = line_seq(fs);
     size_t len = strlen(L.v[i]) + strlen(fs) + 2;
@@ -1077,7 +1076,8 @@ START_TEST(full_disk_fails_closed_and_recovers)
     int rc = 0;
     uint64_t accepted = 0;
     for (int i = 0; i < 200000 && rc == 0; i++) {
-        json_t *r = json_pack("{s:i,s:s}", "n", i, "pad", "0123456789012345678901234567890123456789");
+        json_t *r =
+            json_pack("{s:i,s:s}", "n", i, "pad", "0123456789012345678901234567890123456789");
         rc = al_auditlog_append(l, r, NULL);
         json_decref(r);
         if (rc == 0)

@@ -107,9 +107,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (name[0])
             snprintf(fuzz__files[n], sizeof fuzz__files[n], "%s/%s", fuzz__dir, name);
         else
-            snprintf(fuzz__files[n], sizeof fuzz__files[n],
-                     "%s/fz-%020llu-2026010%dT000000Z.jsonl", fuzz__dir,
-                     fuzz__first_seq(body, (size_t)(stop - body), n), n);
+            snprintf(fuzz__files[n], sizeof fuzz__files[n], "%s/fz-%020llu-2026010%dT000000Z.jsonl",
+                     fuzz__dir, fuzz__first_seq(body, (size_t)(stop - body), n), n);
         FILE *f = fopen(fuzz__files[n], "w");
         if (!f)
             abort();

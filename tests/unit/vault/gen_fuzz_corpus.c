@@ -78,8 +78,7 @@ static void add_secret(struct vault_catalog *c, const struct vault_keys *k, cons
     s->generation = ++c->generation;
 }
 
-static void vault_seed(const char *dir, const char *name, bool argon, int nsecrets,
-                       bool tombstone)
+static void vault_seed(const char *dir, const char *name, bool argon, int nsecrets, bool tombstone)
 {
     struct vault_header h;
     memset(&h, 0, sizeof h);
@@ -156,12 +155,16 @@ static void audit_seeds(const char *out)
     sodium_bin2hex(skh, sizeof skh, sk, 64);
     snprintf(key, sizeof key, "%s/fz.key", dir);
     int fd = open(key, O_WRONLY | O_CREAT | O_EXCL, 0600);
-    dprintf(fd, "{\"format\":\"airlock-auditlog-key-v1\",\"log_id\":\"%s\",\"public_key\":\"%s\","
-                "\"secret_key\":\"%s\"}\n",
+    dprintf(fd,
+            "{\"format\":\"airlock-auditlog-key-v1\",\"log_id\":\"%s\",\"public_key\":\"%s\","
+            "\"secret_key\":\"%s\"}\n",
             FUZZ_LOG_ID, pkh, skh);
     close(fd);
-    struct al_auditlog_opts o = {.dir = dir, .prefix = "fz", .checkpoint_records = 6,
-                                 .rotate_bytes = 2500, .checkpoint_file = ""};
+    struct al_auditlog_opts o = {.dir = dir,
+                                 .prefix = "fz",
+                                 .checkpoint_records = 6,
+                                 .rotate_bytes = 2500,
+                                 .checkpoint_file = ""};
     struct al_auditlog *l;
     struct al_error e = {0};
     for (int round = 0; round < 2; round++) {

@@ -86,8 +86,12 @@ static void put(struct vault_store *s, const char *name, const char *value, bool
 {
     struct vault_value v;
     ck_assert_int_eq(vault_value_set(&v, value, strlen(value)), 0);
-    struct vault_put p = {.name = name, .value = &v, .hosts = hosts, .n_hosts = nh,
-                          .set_hosts = hosts != NULL, .description = create ? "test" : NULL};
+    struct vault_put p = {.name = name,
+                          .value = &v,
+                          .hosts = hosts,
+                          .n_hosts = nh,
+                          .set_hosts = hosts != NULL,
+                          .description = create ? "test" : NULL};
     struct al_error e = {0};
     int rc = create ? vault_store_create(s, &p, "uid 0 (test)", NULL, &e)
                     : vault_store_rotate(s, &p, "uid 0 (test)", NULL, &e);
@@ -316,8 +320,10 @@ END_TEST
 START_TEST(passphrase_vault)
 {
     const char *d = tdir("pass");
-    struct vault_init_opts o = {.passphrase = "correct horse battery", .passphrase_len = 21,
-                                .kdf_opslimit = 1, .kdf_memlimit = 8 << 20};
+    struct vault_init_opts o = {.passphrase = "correct horse battery",
+                                .passphrase_len = 21,
+                                .kdf_opslimit = 1,
+                                .kdf_memlimit = 8 << 20};
     struct al_error e = {0};
     ck_assert_int_eq(vault_store_init(d, &o, &e), 0);
     struct stat st;
@@ -837,8 +843,12 @@ static void env_open(struct svc_env *e, const char *name)
     struct vault_service_opts so = {
         .store = e->store,
         .audit = e->audit,
-        .roles = {.egress_set = true, .egress_uid = EGRESS_UID, .reader_set = true,
-                  .reader_uid = READER_UID, .admin_group_set = true, .admin_gid = ADMIN_GID},
+        .roles = {.egress_set = true,
+                  .egress_uid = EGRESS_UID,
+                  .reader_set = true,
+                  .reader_uid = READER_UID,
+                  .admin_group_set = true,
+                  .admin_gid = ADMIN_GID},
         .cache_max_age_ms = 30000,
     };
     ck_assert_int_eq(vault_service_new(&so, &e->svc), 0);
@@ -857,9 +867,8 @@ static const struct vault_peer READER = {READER_UID, READER_UID, 3};
 static const struct vault_peer GROUPADMIN = {OTHER_UID + 1, ADMIN_GID, 4};
 static const struct vault_peer OTHER = {OTHER_UID, OTHER_UID, 5};
 
-static int api(struct svc_env *e, const struct vault_peer *p, const char *method,
-               const char *path, const char *query, const char *body, json_t **out,
-               struct vault_fetched *f)
+static int api(struct svc_env *e, const struct vault_peer *p, const char *method, const char *path,
+               const char *query, const char *body, json_t **out, struct vault_fetched *f)
 {
     json_t *b = body ? json_loads(body, 0, NULL) : NULL;
     int st = vault_api_handle(e->svc, p, method, path, query, b, out, f);
@@ -882,8 +891,8 @@ static int create_b64(struct svc_env *e, const struct vault_peer *p, const char 
     return st;
 }
 
-static int fetch(struct svc_env *e, const struct vault_peer *p, const char *name,
-                 const char *host, struct vault_fetched *f, json_t **out)
+static int fetch(struct svc_env *e, const struct vault_peer *p, const char *name, const char *host,
+                 struct vault_fetched *f, json_t **out)
 {
     char body[512];
     snprintf(body, sizeof body,
@@ -904,9 +913,8 @@ START_TEST(roles_decide_everything)
     ck_assert_int_eq(create_b64(&e, &OTHER, "gh/token", SECRET_A, NULL), 403);
     ck_assert_int_eq(create_b64(&e, &EGRESS, "gh/token", SECRET_A, NULL), 403);
     ck_assert_int_eq(create_b64(&e, &READER, "gh/token", SECRET_A, NULL), 403);
-    ck_assert_int_eq(create_b64(&e, &ROOT, "gh/token", SECRET_A,
-                                ",\"bound_hosts\":[\"api.github.com\"]"),
-                     201);
+    ck_assert_int_eq(
+        create_b64(&e, &ROOT, "gh/token", SECRET_A, ",\"bound_hosts\":[\"api.github.com\"]"), 201);
     ck_assert_int_eq(create_b64(&e, &GROUPADMIN, "other/x", SECRET_B, NULL), 201);
     ck_assert_int_eq(create_b64(&e, &ROOT, "gh/token", SECRET_A, NULL), 409);
     /* list: admins and airlockd */
@@ -920,8 +928,7 @@ START_TEST(roles_decide_everything)
     json_decref(out);
     /* fetch: the egress role only, even root cannot read a value back */
     ck_assert_int_eq(fetch(&e, &ROOT, "gh/token", "api.github.com", &f, &out), 403);
-    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(out, "message")),
-                                 "write-only"));
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(out, "message")), "write-only"));
     json_decref(out);
     ck_assert_int_eq(fetch(&e, &READER, "gh/token", "api.github.com", &f, &out), 403);
     json_decref(out);
@@ -959,35 +966,32 @@ START_TEST(roles_decide_everything)
     ck_assert_int_eq(fetch(&e, &EGRESS, "missing", "a.com", &f, &out), 404);
     json_decref(out);
     /* fetch needs its context */
-    ck_assert_int_eq(api(&e, &EGRESS, "POST", "/v1/fetch", "", "{\"name\":\"gh/token\"}", &out,
-                         &f),
+    ck_assert_int_eq(api(&e, &EGRESS, "POST", "/v1/fetch", "", "{\"name\":\"gh/token\"}", &out, &f),
                      400);
     json_decref(out);
-    ck_assert_int_eq(api(&e, &EGRESS, "POST", "/v1/fetch", "", "{\"name\":\"gh/token\","
+    ck_assert_int_eq(api(&e, &EGRESS, "POST", "/v1/fetch", "",
+                         "{\"name\":\"gh/token\","
                          "\"sandbox\":\"s\",\"rule\":\"r\",\"host\":\"api.github.com\","
                          "\"extra\":1}",
                          &out, &f),
                      400);
     json_decref(out);
     /* rotate/delete: admins only */
-    ck_assert_int_eq(api(&e, &EGRESS, "DELETE", "/v1/secrets/gh/token", "", NULL, &out, NULL),
-                     403);
+    ck_assert_int_eq(api(&e, &EGRESS, "DELETE", "/v1/secrets/gh/token", "", NULL, &out, NULL), 403);
     json_decref(out);
-    ck_assert_int_eq(api(&e, &ROOT, "PUT", "/v1/secrets/gh/token", "", "{\"value_b64\":\"eHg=\"}",
-                         &out, NULL),
-                     200);
+    ck_assert_int_eq(
+        api(&e, &ROOT, "PUT", "/v1/secrets/gh/token", "", "{\"value_b64\":\"eHg=\"}", &out, NULL),
+        200);
     ck_assert_int_eq(json_integer_value(json_object_get(out, "current_version")), 2);
     json_decref(out);
-    ck_assert_int_eq(api(&e, &ROOT, "PUT", "/v1/secrets/gh/token", "", "{\"value\":\"xx\"}",
-                         &out, NULL),
-                     400);
+    ck_assert_int_eq(
+        api(&e, &ROOT, "PUT", "/v1/secrets/gh/token", "", "{\"value\":\"xx\"}", &out, NULL), 400);
     json_decref(out);
     ck_assert_int_eq(api(&e, &ROOT, "DELETE", "/v1/secrets/other/x", "", NULL, &out, NULL), 200);
     json_decref(out);
     /* whoami, health, unknown routes */
     ck_assert_int_eq(api(&e, &GROUPADMIN, "GET", "/v1/whoami", "", NULL, &out, NULL), 200);
-    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(out, "roles"), 0)),
-                     "admin");
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(out, "roles"), 0)), "admin");
     json_decref(out);
     ck_assert_int_eq(api(&e, &OTHER, "GET", "/v1/health", "", NULL, &out, NULL), 200);
     json_decref(out);
@@ -1021,9 +1025,8 @@ START_TEST(every_access_is_logged)
     env_open(&e, "logged");
     json_t *out;
     struct vault_fetched f;
-    ck_assert_int_eq(create_b64(&e, &ROOT, "gh/token", SECRET_A,
-                                ",\"bound_hosts\":[\"api.github.com\"]"),
-                     201);
+    ck_assert_int_eq(
+        create_b64(&e, &ROOT, "gh/token", SECRET_A, ",\"bound_hosts\":[\"api.github.com\"]"), 201);
     ck_assert_int_eq(fetch(&e, &EGRESS, "gh/token", "api.github.com", &f, &out), 200);
     char sid[VAULT_SECRET_ID_LEN + 1];
     snprintf(sid, sizeof sid, "%s", f.secret_id);
@@ -1085,14 +1088,12 @@ START_TEST(changes_feed_for_the_egress_cache)
     ck_assert_str_eq(json_string_value(json_array_get(json_object_get(out, "changed"), 0)), "b");
     json_decref(out);
     /* a rotation and a deletion both show */
-    ck_assert_int_eq(api(&e, &ROOT, "PUT", "/v1/secrets/a", "", "{\"value_b64\":\"eA==\"}", &out,
-                         NULL),
-                     200);
+    ck_assert_int_eq(
+        api(&e, &ROOT, "PUT", "/v1/secrets/a", "", "{\"value_b64\":\"eA==\"}", &out, NULL), 200);
     json_decref(out);
     ck_assert_int_eq(api(&e, &ROOT, "DELETE", "/v1/secrets/b", "", NULL, &out, NULL), 200);
     json_decref(out);
-    ck_assert_int_eq(api(&e, &EGRESS, "GET", "/v1/changes", "since=2&wait_ms=10", NULL, &out,
-                         NULL),
+    ck_assert_int_eq(api(&e, &EGRESS, "GET", "/v1/changes", "since=2&wait_ms=10", NULL, &out, NULL),
                      200);
     ck_assert_uint_eq(json_array_size(json_object_get(out, "changed")), 2);
     json_decref(out);
@@ -1137,7 +1138,8 @@ START_TEST(fails_closed_without_the_access_log)
     snprintf(e.audit_dir, sizeof e.audit_dir, "%s", audit);
     struct al_auditlog_opts ao = {.dir = audit, .prefix = VAULT_AUDIT_PREFIX};
     ck_assert_int_eq(al_auditlog_open(&ao, &e.audit, NULL), 0);
-    struct vault_service_opts so = {.store = e.store, .audit = e.audit,
+    struct vault_service_opts so = {.store = e.store,
+                                    .audit = e.audit,
                                     .roles = {.egress_set = true, .egress_uid = EGRESS_UID}};
     ck_assert_int_eq(vault_service_new(&so, &e.svc), 0);
     ck_assert_int_eq(create_b64(&e, &ROOT, "gh/token", SECRET_A, NULL), 201);
@@ -1167,8 +1169,7 @@ START_TEST(fails_closed_without_the_access_log)
     ck_assert_int_eq(rc, -ENOSPC);
     ck_assert_int_eq(fetch(&e, &EGRESS, "gh/token", "a.com", &f, &out), 503);
     ck_assert_ptr_null(f.value.data);
-    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(out, "message")),
-                                 "access log"));
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(out, "message")), "access log"));
     json_decref(out);
     ck_assert_int_eq(api(&e, &ROOT, "GET", "/v1/secrets", "", NULL, &out, NULL), 503);
     json_decref(out);
@@ -1262,9 +1263,8 @@ START_TEST(cli_is_write_only_and_never_echoes)
                      0);
     ck_assert_ptr_nonnull(strstr(out, "version 1 stored"));
     ck_assert_ptr_null(strstr(out, "ghp_"));
-    ck_assert_int_eq(run_cli(state, SECRET_B, out, sizeof out, "rotate", "github/token", NULL,
-                             NULL),
-                     0);
+    ck_assert_int_eq(
+        run_cli(state, SECRET_B, out, sizeof out, "rotate", "github/token", NULL, NULL), 0);
     /* reading back is not a thing */
     ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "get", "github/token", NULL, NULL), 2);
     ck_assert_ptr_nonnull(strstr(out, "write-only"));
@@ -1279,8 +1279,7 @@ START_TEST(cli_is_write_only_and_never_echoes)
     ck_assert_int_eq(run_cli(state, "", out, sizeof out, "put", "empty/one", NULL, NULL), 1);
     ck_assert_ptr_nonnull(strstr(out, "empty"));
     /* metadata only */
-    ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "show", "github/token", "--json",
-                             NULL),
+    ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "show", "github/token", "--json", NULL),
                      0);
     json_t *j = json_loads(strchr(out, '{'), JSON_DISABLE_EOF_CHECK, NULL);
     ck_assert_ptr_nonnull(j);
@@ -1294,9 +1293,8 @@ START_TEST(cli_is_write_only_and_never_echoes)
                      0);
     ck_assert_ptr_nonnull(strstr(out, "rotate"));
     /* the auditor's tool gives the same id for the same value */
-    ck_assert_int_eq(run_cli(state, SECRET_B "\n", out, sizeof out, "hash-secret", NULL, NULL,
-                             NULL),
-                     0);
+    ck_assert_int_eq(
+        run_cli(state, SECRET_B "\n", out, sizeof out, "hash-secret", NULL, NULL, NULL), 0);
     ck_assert_ptr_nonnull(strstr(out, want_sid));
     ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "check", NULL, NULL, NULL), 0);
     ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "log", "verify", NULL, NULL), 0);
@@ -1333,9 +1331,8 @@ START_TEST(no_value_in_logs_or_errors)
     json_t *out;
     struct vault_fetched f;
     json_t *answers = json_array();
-    ck_assert_int_eq(create_b64(&e, &ROOT, "gh/token", SECRET_A,
-                                ",\"bound_hosts\":[\"api.github.com\"]"),
-                     201);
+    ck_assert_int_eq(
+        create_b64(&e, &ROOT, "gh/token", SECRET_A, ",\"bound_hosts\":[\"api.github.com\"]"), 201);
     ck_assert_int_eq(create_b64(&e, &OTHER, "x", SECRET_A, NULL), 403);
     ck_assert_int_eq(create_b64(&e, &ROOT, "gh/token", SECRET_A, NULL), 409);
     int sts[] = {fetch(&e, &EGRESS, "gh/token", "evil.com", &f, &out), 0};
@@ -1345,9 +1342,9 @@ START_TEST(no_value_in_logs_or_errors)
     ck_assert_int_eq(sts[1], 200);
     json_array_append_new(answers, out); /* the metadata part of the answer */
     vault_value_free(&f.value);
-    ck_assert_int_eq(api(&e, &ROOT, "PUT", "/v1/secrets/gh/token", "", "{\"value_b64\":\"!!\"}",
-                         &out, NULL),
-                     400);
+    ck_assert_int_eq(
+        api(&e, &ROOT, "PUT", "/v1/secrets/gh/token", "", "{\"value_b64\":\"!!\"}", &out, NULL),
+        400);
     json_array_append_new(answers, out);
     ck_assert_int_eq(api(&e, &ROOT, "GET", "/v1/history/gh/token", "", NULL, &out, NULL), 200);
     json_array_append_new(answers, out);
@@ -1615,8 +1612,7 @@ static int longpoll_probe(void *arg)
 {
     uint64_t since = *(uint64_t *)arg;
     char path[128];
-    snprintf(path, sizeof path, "/v1/changes?since=%llu&wait_ms=10000",
-             (unsigned long long)since);
+    snprintf(path, sizeof path, "/v1/changes?since=%llu&wait_ms=10000", (unsigned long long)since);
     uint64_t t0 = al_now_ns();
     json_t *out;
     if (http_status("GET", path, NULL, &out) != 200)
@@ -1643,8 +1639,7 @@ START_TEST(daemon_decides_by_peer_credentials)
     char body[256], b64[128];
     sodium_bin2base64(b64, sizeof b64, (const unsigned char *)SECRET_A, strlen(SECRET_A),
                       sodium_base64_VARIANT_ORIGINAL);
-    snprintf(body, sizeof body, "{\"value_b64\":\"%s\",\"bound_hosts\":[\"api.github.com\"]}",
-             b64);
+    snprintf(body, sizeof body, "{\"value_b64\":\"%s\",\"bound_hosts\":[\"api.github.com\"]}", b64);
     ck_assert_int_eq(http_status("POST", "/v1/secrets/gh/token", body, NULL), 201);
     ck_assert_int_eq(http_status("POST", "/v1/fetch", FETCH_GH, NULL), 403); /* root: no */
     ck_assert_int_eq(as_uid(g_uid_other, other_uid_probe, NULL), 0);
@@ -1702,9 +1697,9 @@ START_TEST(daemon_decides_by_peer_credentials)
         if (uid == (json_int_t)g_uid_egress && op && strcmp(op, "fetch") == 0 && res &&
             strcmp(res, "ok") == 0) {
             fetched++;
-            ck_assert_str_eq(json_string_value(json_object_get(
-                                 json_object_get(r, "on_behalf"), "sandbox")),
-                             "sbx-7");
+            ck_assert_str_eq(
+                json_string_value(json_object_get(json_object_get(r, "on_behalf"), "sandbox")),
+                "sbx-7");
         }
         if (res && strcmp(res, "denied") == 0 && json_object_get(r, "reason") &&
             strstr(json_string_value(json_object_get(r, "reason")), "evil.example"))
