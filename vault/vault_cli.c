@@ -6,6 +6,7 @@
 #include "vault/vault.h"
 
 #include "common/auditlog.h"
+#include "common/cleanup.h"
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/util.h"
@@ -38,6 +39,7 @@ struct cli {
     const char *hosts[CLI_MAX_HOSTS];
     size_t n_hosts;
     long keep, lines, kdf_ops;
+    unsigned given; /* options seen (O_*) */
     uint64_t kdf_mem;
     const char *pos[4];
     int n_pos;
@@ -79,75 +81,76 @@ static void cli__usage(FILE *f)
 
 /* ---- option parsing ---------------------------------------------------------------------------- */
 
+enum {
+    O_JSON = 1u << 0,
+    O_OFFLINE = 1u << 1,
+    O_PASS = 1u << 2,
+    O_CLEAR = 1u << 3,
+    O_FOLLOW = 1u << 4,
+    O_KEEPNL = 1u << 5,
+    O_HELP = 1u << 6,
+    O_DESC = 1u << 7,
+    O_FROM = 1u << 8,
+    O_PASSFILE = 1u << 9,
+    O_KEY = 1u << 10,
+    O_PUBKEY = 1u << 11,
+    O_CKPTS = 1u << 12,
+    O_HOST = 1u << 13,
+    O_KEEP = 1u << 14,
+    O_LINES = 1u << 15,
+    O_KDFOPS = 1u << 16,
+    O_KDFMEM = 1u << 17,
+};
+
+static const struct {
+    const char *name;
+    unsigned bit;
+    bool value;
+} cli__opts[] = {
+    {"--json", O_JSON, false},
+    {"--offline", O_OFFLINE, false},
+    {"--passphrase", O_PASS, false},
+    {"--clear-bound-hosts", O_CLEAR, false},
+    {"-f", O_FOLLOW, false},
+    {"--follow", O_FOLLOW, false},
+    {"--keep-newline", O_KEEPNL, false},
+    {"-h", O_HELP, false},
+    {"--help", O_HELP, false},
+    {"--description", O_DESC, true},
+    {"--from-file", O_FROM, true},
+    {"--passphrase-file", O_PASSFILE, true},
+    {"--key", O_KEY, true},
+    {"--pubkey", O_PUBKEY, true},
+    {"--checkpoints", O_CKPTS, true},
+    {"--bound-host", O_HOST, true},
+    {"--keep", O_KEEP, true},
+    {"-n", O_LINES, true},
+    {"--kdf-ops", O_KDFOPS, true},
+    {"--kdf-mem", O_KDFMEM, true},
+};
+
+static long cli__number(const char *opt, const char *val)
+{
+    char *end;
+    long v = strtol(val, &end, 10);
+    if (*end || v < 1 || v > 1000000) {
+        fprintf(stderr, "airlock vault: %s needs a positive number\n", opt);
+        return -1;
+    }
+    return v;
+}
+
 static int cli__parse(struct cli *c, int argc, char **argv, int first)
 {
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
-        const char *val = NULL;
-#define CLI_VALUE(opt) \
-    (strcmp(a, opt) == 0 ? (i + 1 < argc ? (val = argv[++i], true) : (val = NULL, true)) : false)
-        if (strcmp(a, "--json") == 0)
-            c->json = true;
-        else if (strcmp(a, "--offline") == 0)
-            c->offline = true;
-        else if (strcmp(a, "--passphrase") == 0)
-            c->passphrase = true;
-        else if (strcmp(a, "--clear-bound-hosts") == 0)
-            c->clear_hosts = true;
-        else if (strcmp(a, "-f") == 0 || strcmp(a, "--follow") == 0)
-            c->follow = true;
-        else if (strcmp(a, "--keep-newline") == 0)
-            c->keep_newline = true;
-        else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
-            c->help = true;
-        else if (CLI_VALUE("--description"))
-            c->description = val;
-        else if (CLI_VALUE("--from-file"))
-            c->from_file = val;
-        else if (CLI_VALUE("--passphrase-file"))
-            c->passphrase_file = val;
-        else if (CLI_VALUE("--key"))
-            c->key_file = val;
-        else if (CLI_VALUE("--pubkey"))
-            c->pubkey = val;
-        else if (CLI_VALUE("--checkpoints"))
-            c->checkpoints = val;
-        else if (CLI_VALUE("--bound-host")) {
-            if (val && c->n_hosts == CLI_MAX_HOSTS) {
-                fprintf(stderr, "airlock vault: at most %d --bound-host options\n", CLI_MAX_HOSTS);
-                return 2;
-            }
-            if (val)
-                c->hosts[c->n_hosts++] = val;
-        } else if (CLI_VALUE("--keep") || CLI_VALUE("-n") || CLI_VALUE("--kdf-ops")) {
-            if (val) {
-                char *end;
-                long v = strtol(val, &end, 10);
-                if (*end || v < 1 || v > 1000000) {
-                    fprintf(stderr, "airlock vault: %s needs a positive number\n", a);
-                    return 2;
-                }
-                if (strcmp(a, "--keep") == 0)
-                    c->keep = v;
-                else if (strcmp(a, "-n") == 0)
-                    c->lines = v;
-                else
-                    c->kdf_ops = v;
-            }
-        } else if (CLI_VALUE("--kdf-mem")) {
-            if (val && al_parse_size(val, &c->kdf_mem) != 0) {
-                fprintf(stderr, "airlock vault: --kdf-mem needs a size such as 256MiB\n");
-                return 2;
-            }
-        } else if (strcmp(a, "--value") == 0 || strncmp(a, "--value=", 8) == 0) {
+        if (strcmp(a, "--value") == 0 || strncmp(a, "--value=", 8) == 0) {
             fprintf(stderr, "airlock vault: values are never taken from the command line (they "
                             "would show in ps and in shell history): pipe the value to stdin or "
                             "use --from-file FILE\n");
             return 2;
-        } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "airlock vault: unknown option %s (see `airlock vault --help`)\n", a);
-            return 2;
-        } else {
+        }
+        if (a[0] != '-' || !a[1]) {
             if (c->n_pos == 4) {
                 fprintf(stderr, "airlock vault: too many arguments\n");
                 return 2;
@@ -155,18 +158,110 @@ static int cli__parse(struct cli *c, int argc, char **argv, int first)
             c->pos[c->n_pos++] = a;
             continue;
         }
-        if (!val && i < argc && (strncmp(a, "--", 2) == 0 || strcmp(a, "-n") == 0) &&
-            (strcmp(a, "--description") == 0 || strcmp(a, "--from-file") == 0 ||
-             strcmp(a, "--passphrase-file") == 0 || strcmp(a, "--key") == 0 ||
-             strcmp(a, "--pubkey") == 0 || strcmp(a, "--checkpoints") == 0 ||
-             strcmp(a, "--bound-host") == 0 || strcmp(a, "--keep") == 0 || strcmp(a, "-n") == 0 ||
-             strcmp(a, "--kdf-ops") == 0 || strcmp(a, "--kdf-mem") == 0)) {
-            fprintf(stderr, "airlock vault: %s needs a value\n", a);
+        size_t k = 0;
+        while (k < AL_ARRAY_SIZE(cli__opts) && strcmp(cli__opts[k].name, a) != 0)
+            k++;
+        if (k == AL_ARRAY_SIZE(cli__opts)) {
+            fprintf(stderr, "airlock vault: unknown option %s (see `airlock vault --help`)\n", a);
             return 2;
         }
-#undef CLI_VALUE
+        const char *val = NULL;
+        if (cli__opts[k].value) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "airlock vault: %s needs a value\n", a);
+                return 2;
+            }
+            val = argv[++i];
+        }
+        unsigned bit = cli__opts[k].bit;
+        c->given |= bit;
+        long n;
+        switch (bit) {
+        case O_JSON:
+            c->json = true;
+            break;
+        case O_OFFLINE:
+            c->offline = true;
+            break;
+        case O_PASS:
+            c->passphrase = true;
+            break;
+        case O_CLEAR:
+            c->clear_hosts = true;
+            break;
+        case O_FOLLOW:
+            c->follow = true;
+            break;
+        case O_KEEPNL:
+            c->keep_newline = true;
+            break;
+        case O_HELP:
+            c->help = true;
+            break;
+        case O_DESC:
+            c->description = val;
+            break;
+        case O_FROM:
+            c->from_file = val;
+            break;
+        case O_PASSFILE:
+            c->passphrase_file = val;
+            break;
+        case O_KEY:
+            c->key_file = val;
+            break;
+        case O_PUBKEY:
+            c->pubkey = val;
+            break;
+        case O_CKPTS:
+            c->checkpoints = val;
+            break;
+        case O_HOST:
+            if (c->n_hosts == CLI_MAX_HOSTS) {
+                fprintf(stderr, "airlock vault: at most %d --bound-host options\n", CLI_MAX_HOSTS);
+                return 2;
+            }
+            c->hosts[c->n_hosts++] = val;
+            break;
+        case O_KEEP:
+        case O_LINES:
+        case O_KDFOPS:
+            if ((n = cli__number(a, val)) < 0)
+                return 2;
+            if (bit == O_KEEP)
+                c->keep = n;
+            else if (bit == O_LINES)
+                c->lines = n;
+            else
+                c->kdf_ops = n;
+            break;
+        case O_KDFMEM:
+            if (al_parse_size(val, &c->kdf_mem) != 0) {
+                fprintf(stderr, "airlock vault: --kdf-mem needs a size such as 256MiB\n");
+                return 2;
+            }
+            break;
+        }
     }
     return 0;
+}
+
+/* Refuses options that mean nothing to the command (a typo must not be silently ignored). */
+static int cli__allowed(const struct cli *c, const char *cmd, unsigned allowed)
+{
+    unsigned extra = c->given & ~(allowed | O_HELP);
+    if (!extra)
+        return 0;
+    for (size_t k = 0; k < AL_ARRAY_SIZE(cli__opts); k++) {
+        if (extra & cli__opts[k].bit) {
+            fprintf(stderr,
+                    "airlock vault: %s does not apply to `airlock vault %s` (see "
+                    "`airlock vault --help`)\n",
+                    cli__opts[k].name, cmd);
+            break;
+        }
+    }
+    return 2;
 }
 
 /* ---- reading values and passphrases ----------------------------------------------------------- */
@@ -856,6 +951,10 @@ int vault_hash_secret_main(int argc, char **argv)
                argv[0], al_state_dir());
         return 0;
     }
+    if (c->given & ~(unsigned)(O_KEY | O_FROM | O_KEEPNL | O_HELP)) {
+        fprintf(stderr, "airlock: %s takes --key, --from-file and --keep-newline only\n", argv[0]);
+        return 2;
+    }
     if (c->n_pos) {
         fprintf(stderr,
                 "airlock: %s takes no arguments: the value is read from stdin or "
@@ -915,19 +1014,22 @@ int vault_cli_main(int argc, char **argv)
     snprintf(c->sock, sizeof c->sock, "%s/" AL_SOCK_VAULT, al_state_dir());
     signal(SIGPIPE, SIG_IGN);
 
+    const unsigned conn = O_OFFLINE | O_PASSFILE;
+    const unsigned put = conn | O_JSON | O_DESC | O_HOST | O_FROM | O_KEEP | O_KEEPNL;
     if (strcmp(cmd, "init") == 0)
-        rc = cli__init(c);
+        rc = cli__allowed(c, cmd, O_PASS | O_PASSFILE | O_KDFOPS | O_KDFMEM) ?: cli__init(c);
     else if (strcmp(cmd, "put") == 0)
-        rc = cli__put(c, true);
+        rc = cli__allowed(c, cmd, put) ?: cli__put(c, true);
     else if (strcmp(cmd, "rotate") == 0)
-        rc = cli__put(c, false);
-    else if (strcmp(cmd, "rm") == 0 || strcmp(cmd, "ls") == 0 || strcmp(cmd, "show") == 0 ||
-             strcmp(cmd, "history") == 0)
-        rc = cli__simple(c, cmd);
+        rc = cli__allowed(c, cmd, put | O_CLEAR) ?: cli__put(c, false);
+    else if (strcmp(cmd, "rm") == 0)
+        rc = cli__allowed(c, cmd, conn) ?: cli__simple(c, cmd);
+    else if (strcmp(cmd, "ls") == 0 || strcmp(cmd, "show") == 0 || strcmp(cmd, "history") == 0)
+        rc = cli__allowed(c, cmd, conn | O_JSON) ?: cli__simple(c, cmd);
     else if (strcmp(cmd, "check") == 0)
-        rc = cli__check(c);
+        rc = cli__allowed(c, cmd, O_PASSFILE) ?: cli__check(c);
     else if (strcmp(cmd, "log") == 0)
-        rc = cli__log(c);
+        rc = cli__allowed(c, cmd, O_LINES | O_FOLLOW | O_JSON | O_PUBKEY | O_CKPTS) ?: cli__log(c);
     else if (strcmp(cmd, "get") == 0 || strcmp(cmd, "cat") == 0 || strcmp(cmd, "read") == 0) {
         fprintf(stderr, "airlock vault: there is no command to read a value back: the vault is "
                         "write-only (only the egress proxy receives values, for injection); use "

@@ -1305,6 +1305,12 @@ START_TEST(cli_is_write_only_and_never_echoes)
     ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "show", "github/token", NULL, NULL), 1);
     ck_assert_ptr_nonnull(strstr(out, "no secret named"));
     ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "frobnicate", NULL, NULL, NULL), 2);
+    /* an option that means nothing to a command is an error, not silently ignored */
+    ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "ls", "--bound-host", "a.com", NULL),
+                     2);
+    ck_assert_ptr_nonnull(strstr(out, "does not apply"));
+    ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "put", "x", "--keep", NULL), 2);
+    ck_assert_ptr_nonnull(strstr(out, "needs a value"));
 
     /* nothing under the state directory holds either value in any encoding */
     g_grep_secret = SECRET_A;
