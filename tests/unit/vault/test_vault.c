@@ -1216,13 +1216,29 @@ static int grep_cb(const char *p, const struct stat *st, int flag, struct FTW *f
     return 0;
 }
 
+/* A binary of this build: $AIRLOCK_BINARY_DIR/bin (ctest), else next to this test. */
+static void bin_path(char *out, size_t n, const char *name)
+{
+    const char *bd = getenv("AIRLOCK_BINARY_DIR");
+    if (bd) {
+        snprintf(out, n, "%s/bin/%s", bd, name);
+        return;
+    }
+    char self[512];
+    ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[l > 0 ? l : 0] = '\0';
+    char *sl = strrchr(self, '/');
+    if (sl)
+        *sl = '\0';
+    snprintf(out, n, "%s/%s", self, name);
+}
+
 /* Runs the airlock CLI with stdin; returns the exit status, output in out (stdout+stderr). */
 static int run_cli(const char *state, const char *in, char *out, size_t outlen, const char *a1,
                    const char *a2, const char *a3, const char *a4)
 {
     char bin[600];
-    const char *bd = getenv("AIRLOCK_BINARY_DIR");
-    snprintf(bin, sizeof bin, "%s/bin/airlock", bd ? bd : ".");
+    bin_path(bin, sizeof bin, "airlock");
     int pin[2], pout[2];
     ck_assert_int_eq(pipe(pin), 0);
     ck_assert_int_eq(pipe(pout), 0);
@@ -1452,8 +1468,7 @@ static void throwaway_uids(void)
 static pid_t start_daemon(const char *state)
 {
     char bin[700], eg[32], rd[32], logf[700];
-    const char *bd = getenv("AIRLOCK_BINARY_DIR");
-    snprintf(bin, sizeof bin, "%s/bin/airlock-vault", bd ? bd : ".");
+    bin_path(bin, sizeof bin, "airlock-vault");
     snprintf(eg, sizeof eg, "%u", (unsigned)g_uid_egress);
     snprintf(rd, sizeof rd, "%u", (unsigned)g_uid_reader);
     snprintf(logf, sizeof logf, "%s/daemon.log", state);
