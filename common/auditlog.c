@@ -757,7 +757,7 @@ void al_auditlog_get_stats(struct al_auditlog *l, struct al_auditlog_stats *st)
 int al_auditlog_sync(struct al_auditlog *l, uint32_t timeout_ms)
 {
     struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
+    clock_gettime(CLOCK_MONOTONIC, &dl);
     uint64_t ns = (uint64_t)dl.tv_nsec + (uint64_t)timeout_ms * 1000000ull;
     dl.tv_sec += (time_t)(ns / 1000000000ull);
     dl.tv_nsec = (long)(ns % 1000000000ull);
@@ -929,17 +929,24 @@ static void *auditlog__thread(void *arg)
 {
     struct al_auditlog *l = arg;
     pthread_mutex_lock(&l->mu);
+    uint64_t last_round = al_now_ns();
     for (;;) {
         bool stopping = l->stopping;
-        if (!stopping && !l->flush_now && l->pending_bytes < AUDITLOG__FLUSH_BYTES) {
-            struct timespec dl;
-            clock_gettime(CLOCK_REALTIME, &dl);
-            uint64_t ns = (uint64_t)dl.tv_nsec + (uint64_t)l->sync_ms * 1000000ull;
-            dl.tv_sec += (time_t)(ns / 1000000000ull);
-            dl.tv_nsec = (long)(ns % 1000000000ull);
+        /* The next round starts sync_ms after the previous one started (not after it ended),
+         * so that records wait at most sync_ms plus one write and fdatasync. */
+        uint64_t due = last_round + (uint64_t)l->sync_ms * 1000000ull;
+        if (!stopping && !l->flush_now && l->pending_bytes < AUDITLOG__FLUSH_BYTES &&
+            al_now_ns() < due) {
+            struct timespec dl = {.tv_sec = (time_t)(due / 1000000000ull),
+                                  .tv_nsec = (long)(due % 1000000000ull)};
             pthread_cond_timedwait(&l->wake, &l->mu, &dl);
             stopping = l->stopping;
         }
+        if (al_now_ns() >= due || l->flush_now || stopping ||
+            l->pending_bytes >= AUDITLOG__FLUSH_BYTES)
+            last_round = al_now_ns();
+        else
+            continue; /* woken early for nothing */
         l->flush_now = false;
         /* Time-driven checkpoints and rotation, also while no record arrives. */
         if (l->status == 0 && !stopping) {
@@ -1209,6 +1216,7 @@ int al_auditlog_open(const struct al_auditlog_opts *o, struct al_auditlog **out,
     pthread_mutex_init(&l->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&l->wake, &ca);
     pthread_cond_init(&l->synced, &ca);
     pthread_condattr_destroy(&ca);
