@@ -623,44 +623,16 @@ static int auditlog__checkpoint_locked(struct al_auditlog *l, const char *reason
 
 static const char *const auditlog__reserved[] = {"seq", "time", "log_id", "prev", "auditlog"};
 
-int al_auditlog_append(struct al_auditlog *l, const json_t *fields, uint64_t *seq_out)
+/* Appends a record whose caller fields are the JSON object members (without the braces). */
+static int auditlog__append_members(struct al_auditlog *l, const char *members, size_t mlen,
+                                    uint64_t *seq_out)
 {
-    if (!json_is_object(fields))
-        return -EINVAL;
-    for (size_t i = 0; i < sizeof auditlog__reserved / sizeof auditlog__reserved[0]; i++) {
-        if (json_object_get(fields, auditlog__reserved[i]))
-            return -EINVAL;
-    }
-    /* Serialise outside the lock; most records fit the stack buffer. */
-    char stackbuf[4096];
-    char *body = stackbuf;
-    size_t blen = json_dumpb(fields, stackbuf, sizeof stackbuf, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (blen == 0)
-        return -EINVAL;
-    if (blen > sizeof stackbuf) {
-        if (blen > AL_AUDITLOG_MAX_RECORD)
-            return -E2BIG;
-        body = malloc(blen);
-        if (!body)
-            return -ENOMEM;
-        if (json_dumpb(fields, body, blen, JSON_COMPACT | JSON_PRESERVE_ORDER) != blen) {
-            free(body);
-            return -EINVAL;
-        }
-    }
-    /* body is "{...}"; "{}" has no members. */
-    const char *members = body + 1;
-    size_t mlen = blen - 2;
-
     char *line = NULL;
     char linebuf[4096 + 256];
     size_t cap = mlen + 256;
     line = cap <= sizeof linebuf ? linebuf : malloc(cap);
-    if (!line) {
-        if (body != stackbuf)
-            free(body);
+    if (!line)
         return -ENOMEM;
-    }
 
     pthread_mutex_lock(&l->mu);
     int rc = l->status;
@@ -701,9 +673,60 @@ int al_auditlog_append(struct al_auditlog *l, const json_t *fields, uint64_t *se
     pthread_mutex_unlock(&l->mu);
     if (line != linebuf)
         free(line);
+    return rc;
+}
+
+int al_auditlog_append(struct al_auditlog *l, const json_t *fields, uint64_t *seq_out)
+{
+    if (!json_is_object(fields))
+        return -EINVAL;
+    for (size_t i = 0; i < sizeof auditlog__reserved / sizeof auditlog__reserved[0]; i++) {
+        if (json_object_get(fields, auditlog__reserved[i]))
+            return -EINVAL;
+    }
+    /* Serialise outside the lock; most records fit the stack buffer. */
+    char stackbuf[4096];
+    char *body = stackbuf;
+    size_t blen = json_dumpb(fields, stackbuf, sizeof stackbuf, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (blen == 0)
+        return -EINVAL;
+    if (blen > sizeof stackbuf) {
+        if (blen > AL_AUDITLOG_MAX_RECORD)
+            return -E2BIG;
+        body = malloc(blen);
+        if (!body)
+            return -ENOMEM;
+        if (json_dumpb(fields, body, blen, JSON_COMPACT | JSON_PRESERVE_ORDER) != blen) {
+            free(body);
+            return -EINVAL;
+        }
+    }
+    /* body is "{...}"; "{}" has no members. */
+    int rc = auditlog__append_members(l, body + 1, blen - 2, seq_out);
     if (body != stackbuf)
         free(body);
     return rc;
+}
+
+int al_auditlog_append_raw(struct al_auditlog *l, const char *obj, size_t len, uint64_t *seq_out)
+{
+    if (len < 2 || obj[0] != '{' || obj[len - 1] != '}')
+        return -EINVAL;
+    if (len > AL_AUDITLOG_MAX_RECORD)
+        return -E2BIG;
+    if (memchr(obj, '\n', len) || memchr(obj, '\r', len) || memchr(obj, '\0', len))
+        return -EINVAL; /* one record, one line */
+#ifndef NDEBUG
+    /* Debug builds check what release builds trust: an object without reserved keys. */
+    json_t *j = json_loadb(obj, len, JSON_REJECT_DUPLICATES, NULL);
+    bool ok = json_is_object(j);
+    for (size_t i = 0; ok && i < sizeof auditlog__reserved / sizeof auditlog__reserved[0]; i++)
+        ok = json_object_get(j, auditlog__reserved[i]) == NULL;
+    json_decref(j);
+    if (!ok)
+        return -EINVAL;
+#endif
+    return auditlog__append_members(l, obj + 1, len - 2, seq_out);
 }
 
 int al_auditlog_checkpoint(struct al_auditlog *l)

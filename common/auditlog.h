@@ -108,6 +108,11 @@ int al_auditlog_open(const struct al_auditlog_opts *opts, struct al_auditlog **o
  * large), -ENOBUFS (too much unwritten data), or the log's sticky error (-ENOSPC, -EIO, ...).
  * A record is durable once al_auditlog_durable_seq() >= its seq. */
 int al_auditlog_append(struct al_auditlog *log, const json_t *fields, uint64_t *seq);
+/* The same for a record the caller serialised itself (a high-rate caller may format its
+ * records without building a json_t): obj must be one compact JSON object, without the
+ * reserved keys and without raw newlines. Release builds only check its framing (braces, no
+ * newline or NUL); debug builds parse it and refuse reserved keys. */
+int al_auditlog_append_raw(struct al_auditlog *log, const char *obj, size_t len, uint64_t *seq);
 /* Writes a checkpoint now (reason "request"). */
 int al_auditlog_checkpoint(struct al_auditlog *log);
 /* Blocks until every record appended before the call is durable, or the log fails.
