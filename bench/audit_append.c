@@ -5,10 +5,11 @@
  * of the caller's object is most of the cost) and records the caller formats itself
  * (al_auditlog_append_raw). Prints JSON lines.
  *
- *   bench_audit_append [--records N] [--threads T] [--dir DIR]
+ *   build/bench/bench_audit_append [--records N] [--threads T] [--dir DIR]
  *
  * Defaults: 500000 records, 1 appending thread, a fresh directory under /tmp (removed at the
- * end). Target (issue 5): >= 100,000 records/s.
+ * end). Target (issue 5): >= 100,000 records/s ("meets_target"; the exit status only says
+ * whether the run worked). Use a Release build on a quiet machine for figures that count.
  */
 #include "common/auditlog.h"
 #include "common/util.h"
@@ -272,5 +273,6 @@ int main(int argc, char **argv)
     if (own_dir)
         nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
     emit("target_records_per_s", 100000, "records/s");
-    return json_rate >= 100000 || raw_rate >= 100000 ? 0 : 1;
+    emit("meets_target", json_rate >= 100000 || raw_rate >= 100000, "bool");
+    return 0;
 }

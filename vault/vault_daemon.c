@@ -4,6 +4,8 @@
 #include "vault/vault.h"
 #include "vault/vault_http.h"
 
+#include "common/cleanup.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/util.h"
@@ -11,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,19 +30,21 @@ struct daemon__ctx {
 
 static void daemon__usage(FILE *f)
 {
-    fprintf(f,
-            "usage: airlock-vault [--state-dir DIR] [--egress-user USER] [--airlockd-user USER]\n"
-            "                     [--admin-group GROUP] [--passphrase-file F | --passphrase-fd N]\n"
-            "                     [--socket PATH] [--socket-mode MODE] [--cache-max-age DURATION]\n"
-            "                     [--log-level LEVEL]\n"
-            "\n"
-            "Serves the vault of <state>/" AL_DIR_VAULT " on <state>/" AL_SOCK_VAULT ".\n"
-            "Roles (by the caller's uid, from SO_PEERCRED):\n"
-            "  --egress-user      the egress proxy: may fetch values (for injection only)\n"
-            "  --airlockd-user    airlockd: may list names and metadata\n"
-            "  --admin-group      members (and root) may create, rotate, delete and list\n"
-            "Anyone else is refused, and every access is logged in <state>/" AL_DIR_VAULT
-            "/" VAULT_AUDIT_DIR ".\n");
+    fprintf(f, "usage: airlock-vault [--state-dir DIR] [--config FILE] [--egress-user USER]\n"
+               "                     [--airlockd-user USER] [--admin-group GROUP]\n"
+               "                     [--passphrase-file F | --passphrase-fd N] [--socket PATH]\n"
+               "                     [--socket-mode MODE] [--cache-max-age DURATION]\n"
+               "                     [--log-level LEVEL] [--help-config]\n"
+               "\n"
+               "Serves the vault of <state>/" AL_DIR_VAULT " on <state>/" AL_SOCK_VAULT ".\n"
+               "Settings come from <state>/" AL_DIR_VAULT "/vault.yaml (or --config FILE; keys:\n"
+               "--help-config), the environment, then these flags.\n"
+               "Roles (by the caller's uid, from SO_PEERCRED):\n"
+               "  --egress-user      the egress proxy: may fetch values (for injection only)\n"
+               "  --airlockd-user    airlockd: may list names and metadata\n"
+               "  --admin-group      members (and root) may create, rotate, delete and list\n"
+               "Anyone else is refused, and every access is logged in <state>/" AL_DIR_VAULT
+               "/" VAULT_AUDIT_DIR ".\n");
 }
 
 static void daemon__closed(void *arg)
@@ -94,38 +99,97 @@ static int daemon__read_pass(const char *file, int fd, struct vault_value *v)
     return rc;
 }
 
+/* The daemon's settings: <state>/vault/vault.yaml (or --config FILE), overridden by the
+ * environment and then by flags. */
+struct daemon__cfg {
+    char *egress_user;
+    char *airlockd_user;
+    char *admin_group;
+    uint64_t cache_max_age_ms;
+    char *socket;
+    char *socket_mode;
+    char *passphrase_file;
+};
+
+static const struct al_cfg_field daemon__fields[] = {
+    {.key = "roles.egress_user",
+     .type = AL_CFG_STR,
+     .offset = offsetof(struct daemon__cfg, egress_user),
+     .env = "AIRLOCK_VAULT_EGRESS_USER",
+     .help = "user (name or uid) of the egress proxy: may fetch values, for injection"},
+    {.key = "roles.airlockd_user",
+     .type = AL_CFG_STR,
+     .offset = offsetof(struct daemon__cfg, airlockd_user),
+     .env = "AIRLOCK_VAULT_AIRLOCKD_USER",
+     .help = "user (name or uid) of airlockd: may list names and metadata"},
+    {.key = "roles.admin_group",
+     .type = AL_CFG_STR,
+     .offset = offsetof(struct daemon__cfg, admin_group),
+     .env = "AIRLOCK_VAULT_ADMIN_GROUP",
+     .help = "group (name or gid) whose members administer secrets (root always may)"},
+    {.key = "cache_max_age",
+     .type = AL_CFG_DURATION,
+     .offset = offsetof(struct daemon__cfg, cache_max_age_ms),
+     .def = "60s",
+     .min = 1000,
+     .max = 3600000,
+     .help = "longest time the egress proxy may use a fetched value (told in each answer)"},
+    {.key = "socket",
+     .type = AL_CFG_STR,
+     .offset = offsetof(struct daemon__cfg, socket),
+     .help = "unix socket to serve on (default <state>/run/vault.sock)"},
+    {.key = "socket_mode",
+     .type = AL_CFG_STR,
+     .offset = offsetof(struct daemon__cfg, socket_mode),
+     .def = "0666",
+     .help = "mode of the socket; access is decided per request by the caller's uid"},
+    {.key = "passphrase_file",
+     .type = AL_CFG_STR,
+     .offset = offsetof(struct daemon__cfg, passphrase_file),
+     .help = "file holding the passphrase of a passphrase vault (e.g. a systemd credential)"},
+    {.key = NULL},
+};
+
+static const struct {
+    const char *flag;
+    const char *key;
+} daemon__flags[] = {
+    {"--egress-user", "roles.egress_user"},
+    {"--airlockd-user", "roles.airlockd_user"},
+    {"--admin-group", "roles.admin_group"},
+    {"--cache-max-age", "cache_max_age"},
+    {"--socket", "socket"},
+    {"--socket-mode", "socket_mode"},
+    {"--passphrase-file", "passphrase_file"},
+};
+
 int vault_daemon_main(int argc, char **argv)
 {
     vault_harden_process();
     al_log_init("vault", AL_LOG_AUTO, AL_LOG_INFO);
     argc = al_take_state_dir_arg(argc, argv);
     struct vault_roles roles = {0};
-    const char *pass_file = NULL, *sock_opt = NULL;
+    const char *config = NULL;
     int pass_fd = -1;
-    mode_t sock_mode = 0666;
-    uint64_t max_age = 60000;
     struct al_error e = {0};
+    /* First pass: the options that are not settings, and the config file's name. */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             daemon__usage(stdout);
             return 0;
         }
-        if (!v) {
+        if (strcmp(a, "--help-config") == 0) {
+            al_config_help(daemon__fields, stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
             fprintf(stderr, "airlock-vault: %s: unknown option or missing value (see --help)\n", a);
             return 2;
         }
-        i++;
-        if (strcmp(a, "--egress-user") == 0) {
-            rc = vault_roles_set_user(&roles.egress_uid, &roles.egress_set, v, &e);
-        } else if (strcmp(a, "--airlockd-user") == 0) {
-            rc = vault_roles_set_user(&roles.reader_uid, &roles.reader_set, v, &e);
-        } else if (strcmp(a, "--admin-group") == 0) {
-            rc = vault_roles_set_group(&roles, v, &e);
-        } else if (strcmp(a, "--passphrase-file") == 0) {
-            pass_file = v;
+        const char *v = argv[++i];
+        if (strcmp(a, "--config") == 0) {
+            config = v;
         } else if (strcmp(a, "--passphrase-fd") == 0) {
             char *end;
             long fd = strtol(v, &end, 10);
@@ -134,22 +198,6 @@ int vault_daemon_main(int argc, char **argv)
                 return 2;
             }
             pass_fd = (int)fd;
-        } else if (strcmp(a, "--socket") == 0) {
-            sock_opt = v;
-        } else if (strcmp(a, "--socket-mode") == 0) {
-            char *end;
-            long m = strtol(v, &end, 8);
-            if (*end || m < 0 || m > 0777) {
-                fprintf(stderr, "airlock-vault: --socket-mode needs an octal mode such as 0660\n");
-                return 2;
-            }
-            sock_mode = (mode_t)m;
-        } else if (strcmp(a, "--cache-max-age") == 0) {
-            if (al_parse_duration_ms(v, &max_age) != 0 || max_age > 3600000) {
-                fprintf(stderr, "airlock-vault: --cache-max-age needs a duration up to 1h "
-                                "(e.g. 30s)\n");
-                return 2;
-            }
         } else if (strcmp(a, "--log-level") == 0) {
             enum al_log_level l;
             if (al_log_level_parse(v, &l) != 0) {
@@ -158,24 +206,74 @@ int vault_daemon_main(int argc, char **argv)
             }
             al_log_set_level(l);
         } else {
-            fprintf(stderr, "airlock-vault: unknown option %s (see --help)\n", a);
-            return 2;
-        }
-        if (rc) {
-            fprintf(stderr, "airlock-vault: %s: %s\n", a, al_error_str(&e));
-            return 2;
+            size_t k = 0;
+            while (k < AL_ARRAY_SIZE(daemon__flags) && strcmp(daemon__flags[k].flag, a) != 0)
+                k++;
+            if (k == AL_ARRAY_SIZE(daemon__flags)) {
+                fprintf(stderr, "airlock-vault: unknown option %s (see --help)\n", a);
+                return 2;
+            }
         }
     }
-    signal(SIGPIPE, SIG_IGN);
-
     char dir[PATH_MAX], audit_dir[PATH_MAX + 16], sock[PATH_MAX], run[PATH_MAX];
+    char def_config[PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s/" AL_DIR_VAULT, al_state_dir());
     snprintf(audit_dir, sizeof audit_dir, "%s/" VAULT_AUDIT_DIR, dir);
-    if (sock_opt)
-        snprintf(sock, sizeof sock, "%s", sock_opt);
+    snprintf(def_config, sizeof def_config, "%s/vault.yaml", dir);
+    al_state_path(run, sizeof run, "run");
+
+    /* Settings: defaults < file < environment < flags. */
+    struct daemon__cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    struct al_diags d;
+    al_diags_init(&d);
+    int rc = al_config_load(daemon__fields, &cfg, config ? config : def_config,
+                            config ? 0 : AL_CFG_FILE_OPTIONAL, &d);
+    for (int i = 1; rc == 0 && i + 1 < argc; i += 2) {
+        for (size_t k = 0; k < AL_ARRAY_SIZE(daemon__flags); k++) {
+            if (strcmp(daemon__flags[k].flag, argv[i]) == 0)
+                rc = al_config_set(daemon__fields, &cfg, daemon__flags[k].key, argv[i + 1],
+                                   daemon__flags[k].flag, &d);
+        }
+    }
+    if (rc || d.errors) {
+        al_diags_print(&d, stderr, false);
+        al_diags_free(&d);
+        al_config_free(daemon__fields, &cfg);
+        return 2;
+    }
+    al_diags_print(&d, stderr, false); /* warnings */
+    al_diags_free(&d);
+    if ((cfg.egress_user &&
+         vault_roles_set_user(&roles.egress_uid, &roles.egress_set, cfg.egress_user, &e)) ||
+        (cfg.airlockd_user &&
+         vault_roles_set_user(&roles.reader_uid, &roles.reader_set, cfg.airlockd_user, &e)) ||
+        (cfg.admin_group && vault_roles_set_group(&roles, cfg.admin_group, &e))) {
+        fprintf(stderr, "airlock-vault: roles: %s\n", al_error_str(&e));
+        al_config_free(daemon__fields, &cfg);
+        return 2;
+    }
+    char *end;
+    long m = strtol(cfg.socket_mode ? cfg.socket_mode : "", &end, 8);
+    if (!cfg.socket_mode || !*cfg.socket_mode || *end || m < 0 || m > 0777) {
+        fprintf(stderr, "airlock-vault: socket_mode must be an octal mode such as 0660\n");
+        al_config_free(daemon__fields, &cfg);
+        return 2;
+    }
+    mode_t sock_mode = (mode_t)m;
+    uint64_t max_age = cfg.cache_max_age_ms;
+    if (cfg.socket)
+        snprintf(sock, sizeof sock, "%s", cfg.socket);
     else
         al_state_path(sock, sizeof sock, AL_SOCK_VAULT);
-    al_state_path(run, sizeof run, "run");
+    char pass_file_buf[PATH_MAX];
+    const char *pass_file = NULL;
+    if (cfg.passphrase_file) {
+        snprintf(pass_file_buf, sizeof pass_file_buf, "%s", cfg.passphrase_file);
+        pass_file = pass_file_buf;
+    }
+    al_config_free(daemon__fields, &cfg);
+    signal(SIGPIPE, SIG_IGN);
 
     bool needs_pass = false;
     if (vault_store_probe(dir, &needs_pass, &e) != 0)
@@ -193,7 +291,7 @@ int vault_daemon_main(int argc, char **argv)
         u.passphrase_len = pass.len;
     }
     struct vault_store *store = NULL;
-    int rc = vault_store_open(dir, &u, &store, &e);
+    rc = vault_store_open(dir, &u, &store, &e);
     vault_value_free(&pass);
     if (rc)
         al_die("%s", al_error_str(&e));
