@@ -1322,8 +1322,7 @@ START_TEST(cli_is_write_only_and_never_echoes)
     ck_assert_ptr_nonnull(strstr(out, "no secret named"));
     ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "frobnicate", NULL, NULL, NULL), 2);
     /* an option that means nothing to a command is an error, not silently ignored */
-    ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "ls", "--bound-host", "a.com", NULL),
-                     2);
+    ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "ls", "--bound-host", "a.com", NULL), 2);
     ck_assert_ptr_nonnull(strstr(out, "does not apply"));
     ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "put", "x", "--keep", NULL), 2);
     ck_assert_ptr_nonnull(strstr(out, "needs a value"));
@@ -1477,8 +1476,16 @@ static pid_t start_daemon(const char *state)
     if (pid == 0) {
         int fd = open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         dup2(fd, 2);
-        execl(bin, "airlock-vault", "--state-dir", state, "--egress-user", eg, "--airlockd-user",
-              rd, "--log-level", "debug", (char *)NULL);
+        /* roles from both sources: the config file and a flag */
+        char cfgp[800];
+        snprintf(cfgp, sizeof cfgp, "%s/vault/vault.yaml", state);
+        FILE *cf = fopen(cfgp, "w");
+        if (!cf)
+            _exit(126);
+        fprintf(cf, "roles:\n  airlockd_user: \"%s\"\ncache_max_age: 45s\n", rd);
+        fclose(cf);
+        execl(bin, "airlock-vault", "--state-dir", state, "--egress-user", eg, "--log-level",
+              "debug", (char *)NULL);
         _exit(127);
     }
     snprintf(g_sock_target, sizeof g_sock_target, "unix:%s/run/vault.sock", state);
@@ -1593,7 +1600,7 @@ static int egress_probe(void *arg)
     if (dl != strlen(want) || memcmp(dec, want, dl) != 0)
         return 24;
     if (!json_is_integer(json_object_get(out, "generation")) ||
-        json_integer_value(json_object_get(out, "max_age_ms")) != 60000)
+        json_integer_value(json_object_get(out, "max_age_ms")) != 45000)
         return 25;
     json_decref(out);
     /* bound hosts hold even for the egress proxy */
