@@ -24,14 +24,18 @@
 
 /* What the user database says about a uid, cached: looking it up costs ~10 us per call and
  * every request needs it. */
-#define SVC__UIDS    32
-#define SVC__UID_TTL (60ull * 1000000000ull)
+#define SVC__UIDS           32
+#define SVC__UID_TTL        (60ull * 1000000000ull)
+#define SVC__DENY_LOG_PER_S 20
 struct svc__uid {
     uid_t uid;
     bool used;
     bool in_admin_group;
     char actor[64];
     uint64_t expires;
+    uint64_t deny_window;     /* start of the current second of refusals */
+    uint32_t deny_count;      /* refusals in it */
+    uint64_t deny_suppressed; /* refusals not logged one by one */
 };
 
 struct vault_service {
@@ -175,8 +179,11 @@ static struct svc__uid *svc__uid(struct vault_service *svc, uid_t uid)
         if (svc->uids[i].used && svc->uids[i].uid == uid)
             u = &svc->uids[i];
     }
-    u->used = true;
-    u->uid = uid;
+    if (!u->used || u->uid != uid) {
+        memset(u, 0, sizeof *u);
+        u->used = true;
+        u->uid = uid;
+    }
     u->expires = now + SVC__UID_TTL;
     svc__actor_lookup(uid, u->actor, sizeof u->actor);
     u->in_admin_group = svc->roles.admin_group_set && svc__in_group(uid, svc->roles.admin_gid);
@@ -290,11 +297,29 @@ static int svc__begin(struct vault_service *svc, const char *op, const struct va
                           : need == (VAULT_ROLE_ADMIN | VAULT_ROLE_READER)
                               ? "administrators and airlockd"
                               : "the egress proxy, airlockd and administrators";
-        char reason[200];
-        snprintf(reason, sizeof reason, "%s is not allowed to %s", actor, op);
-        if (svc__audit(svc, op, p, *roles, secret, 0, NULL, NULL, "denied", 403, reason))
-            return svc__error(out, 503, "the vault's access log cannot be written");
-        al_warn("vault: refused %s to %s (pid %d)", op, actor, (int)p->pid);
+        /* Refusals are logged, but one uid cannot flood the log (and fill the disk, which
+         * would close the vault for everyone): beyond SVC__DENY_LOG_PER_S a second they are
+         * counted, and the count goes into the next logged refusal. */
+        struct svc__uid *u = svc__uid(svc, p->uid);
+        uint64_t now = al_now_ns();
+        if (now - u->deny_window >= 1000000000ull) {
+            u->deny_window = now;
+            u->deny_count = 0;
+        }
+        if (++u->deny_count <= SVC__DENY_LOG_PER_S) {
+            char reason[256];
+            int n = snprintf(reason, sizeof reason, "%s is not allowed to %s", actor, op);
+            if (u->deny_suppressed && n > 0 && (size_t)n < sizeof reason)
+                snprintf(reason + n, sizeof reason - (size_t)n,
+                         " (and %llu earlier refusals of this uid were not logged one by one)",
+                         (unsigned long long)u->deny_suppressed);
+            if (svc__audit(svc, op, p, *roles, secret, 0, NULL, NULL, "denied", 403, reason))
+                return svc__error(out, 503, "the vault's access log cannot be written");
+            u->deny_suppressed = 0;
+            al_warn("vault: refused %s to %s (pid %d)", op, actor, (int)p->pid);
+        } else {
+            u->deny_suppressed++;
+        }
         if (need == VAULT_ROLE_EGRESS)
             return svc__error(out, 403,
                               "%s may not read secret values: only the egress proxy can, for "

@@ -1019,6 +1019,31 @@ static json_t *access_log(const char *audit_dir)
     return all;
 }
 
+START_TEST(refusals_cannot_flood_the_log)
+{
+    struct svc_env e;
+    env_open(&e, "flood");
+    json_t *out;
+    for (int i = 0; i < 500; i++) {
+        ck_assert_int_eq(api(&e, &OTHER, "GET", "/v1/secrets", "", NULL, &out, NULL), 403);
+        json_decref(out);
+    }
+    usleep(1100000);
+    ck_assert_int_eq(api(&e, &OTHER, "GET", "/v1/secrets", "", NULL, &out, NULL), 403);
+    json_decref(out);
+    env_close(&e);
+    json_t *log = access_log(e.audit_dir);
+    size_t n = json_array_size(log);
+    /* at most 20 a second are logged one by one: the loop takes well under 25 s */
+    ck_assert_uint_ge(n, 21);
+    ck_assert_uint_lt(n, 500);
+    /* and the next logged refusal says how many were only counted */
+    const char *reason = json_string_value(json_object_get(json_array_get(log, n - 1), "reason"));
+    ck_assert_ptr_nonnull(strstr(reason, "were not logged one by one"));
+    json_decref(log);
+}
+END_TEST
+
 START_TEST(every_access_is_logged)
 {
     struct svc_env e;
@@ -1786,6 +1811,7 @@ static Suite *vault_suite(void)
     tcase_add_unchecked_fixture(v, root_setup, root_teardown);
     tcase_add_test(v, roles_decide_everything);
     tcase_add_test(v, every_access_is_logged);
+    tcase_add_test(v, refusals_cannot_flood_the_log);
     tcase_add_test(v, changes_feed_for_the_egress_cache);
     tcase_add_test(v, fails_closed_without_the_access_log);
     suite_add_tcase(s, v);
