@@ -51,10 +51,13 @@ static int loader__libbpf_print(enum libbpf_print_level level, const char *fmt, 
     size_t n = strlen(buf);
     while (n && buf[n - 1] == '\n')
         buf[--n] = '\0';
+    /* bpf_tc_hook_create on an interface that has its clsact qdisc already: expected. */
+    if (strstr(buf, "Exclusivity flag on"))
+        level = LIBBPF_DEBUG;
     if (level == LIBBPF_WARN)
-        al_warn("libbpf: %s", buf);
+        al_warn("%s", buf);
     else
-        al_debug("libbpf: %s", buf);
+        al_debug("%s", buf);
     return 0;
 }
 
@@ -128,10 +131,13 @@ static int loader__attach_clsact(struct vswitch *vs, int ifindex, bool ingress,
                                        : vs->skel->progs.vs_to_sandbox);
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
                 .attach_point = ingress ? BPF_TC_INGRESS : BPF_TC_EGRESS);
-    int rc = bpf_tc_hook_create(&hook);
-    if (rc && rc != -EEXIST)
-        return al_error_set(err, rc, "creating the clsact qdisc on interface %d: %s", ifindex,
-                            strerror(-rc));
+    int rc = 0;
+    if (ingress) { /* one clsact qdisc carries both directions */
+        rc = bpf_tc_hook_create(&hook);
+        if (rc && rc != -EEXIST)
+            return al_error_set(err, rc, "creating the clsact qdisc on interface %d: %s",
+                                ifindex, strerror(-rc));
+    }
     LIBBPF_OPTS(bpf_tc_opts, o, .handle = VS_TC_HANDLE, .priority = VS_TC_PRIORITY,
                 .prog_fd = prog, .flags = BPF_TC_F_REPLACE);
     rc = bpf_tc_attach(&hook, &o);
