@@ -54,6 +54,8 @@ al_ok "IPv4 fragment sent" al_net sb1 rawip 203.0.113.7 --proto udp --frag --cou
 al_ok "IPv4 with options sent" al_net sb1 rawip 203.0.113.7 --proto udp --options --count 2
 al_ok "IPv6 frames sent" al_net sb1 frame eth0 --ethertype 0x86dd --count 2
 al_ok "raw frames sent" al_net sb1 frame eth0 --ethertype 0x88b5 --count 2
+HMAC1=$(al_nsx host cat "/sys/class/net/$IF1/address")
+al_ok "a truncated IPv4 frame sent" al_net sb1 frame eth0 --ethertype 0x0800 --dst-mac "$HMAC1" --bytes 10
 al_ok "TCP without a SYN and without a flow sent" al_net sb1 rawip 203.0.113.7 --proto tcp --tcp-flags 0x10 --dport 80
 al_match "the switch still serves sandbox 1 after all that" "^TCP ORIG 203\.0\.113\.7:443 " \
   al_net sb1 tcp 203.0.113.7 443
@@ -85,6 +87,7 @@ vs_counter_ge "$IF1" fragment 2
 vs_counter_ge "$IF1" ip_options 2
 vs_counter_ge "$IF1" ipv6 2
 vs_counter_ge "$IF1" raw_frame 2
+vs_counter_ge "$IF1" malformed 1
 vs_counter_ge "$IF1" tcp_no_flow 1
 vs_counter_ge "$IF1" in_reply 10
 vs_counter_ge "$IF2" tcp_syn 1

@@ -11,7 +11,8 @@ bounded by --timeout and exits 0 when it got what it waited for, 1 otherwise (pr
   rawip HOST --proto udp|tcp [--src ADDR] [--frag] [--options] [--dport N] [--count N]
         [--tcp-flags 0x02]                    hand-made IPv4 packets (IP_HDRINCL): spoofed
                                               sources, fragments, IP options; send only
-  frame IFACE --ethertype 0x86dd|0x88b5 [--count N]   raw Ethernet frames (AF_PACKET)
+  frame IFACE --ethertype 0x86dd|0x88b5|0x0800 [--count N] [--dst-mac M] [--bytes N]
+                                              raw Ethernet frames (AF_PACKET)
   serve-tcp ADDR PORT [--name N]              accept forever; answer "HELLO <name>" and
                                               print "CONN <peer>" for every connection
   serve-udp ADDR PORT [--name N]              answer every datagram, print "DGRAM <peer>"
@@ -161,7 +162,10 @@ def cmd_frame(a):
         body += struct.pack("!HHHH", 40000, 53, 8, 0)
     else:
         body = b"airlock raw frame".ljust(46, b"\0")
-    frame = b"\xff" * 6 + mac + struct.pack("!H", etype) + body
+    if a.bytes is not None:
+        body = body[:a.bytes]
+    dst = bytes.fromhex(a.dst_mac.replace(":", "")) if a.dst_mac else b"\xff" * 6
+    frame = dst + mac + struct.pack("!H", etype) + body
     for _ in range(a.count):
         s.send(frame)
     s.close()
@@ -224,6 +228,8 @@ def main():
     f.add_argument("iface")
     f.add_argument("--ethertype", default="0x88b5")
     f.add_argument("--count", type=int, default=1)
+    f.add_argument("--dst-mac", help="default broadcast")
+    f.add_argument("--bytes", type=int, help="truncate the payload to this many bytes")
     st = sub.add_parser("serve-tcp")
     st.add_argument("addr")
     st.add_argument("port", type=int)

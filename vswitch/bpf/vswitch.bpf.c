@@ -172,7 +172,8 @@ static __always_inline int vs__assign(struct __sk_buff *skb, __u32 key, struct b
         p->assigned += 1;
         p->reason = r;
         p->sk_state = sk->state;
-        p->sk_protocol = sk->protocol;
+        struct bpf_sock *full = bpf_sk_fullsock(sk); /* request socks are not full */
+        p->sk_protocol = full ? full->protocol : 0;
         p->sk_src_ip4 = sk->src_ip4;
         p->sk_src_port = sk->src_port;
         p->mark = cfg_steer_mark;
