@@ -29,6 +29,7 @@ static const char *const view__reasons[VS_R_MAX] = {
     [VS_R_DNS_TCP_SYN] = "dns_tcp_syn",
     [VS_R_ARP_REPLY] = "arp_reply",
     [VS_R_ICMP_GATEWAY] = "icmp_gateway",
+    [VS_R_TCP_ACK_LISTENER] = "tcp_ack_listener",
     [VS_R_NO_PROXY] = "no_proxy",
     [VS_R_UNASSIGNED] = "unassigned",
     [VS_R_UNKNOWN_IFACE] = "unknown_iface",
@@ -57,7 +58,8 @@ const char *vswitch_reason_name(unsigned reason)
 
 bool vswitch_reason_is_drop(unsigned reason)
 {
-    return reason < VS_R_MAX && !(reason <= VS_R_ICMP_GATEWAY || reason == VS_R_IN_REPLY);
+    return reason < VS_R_MAX &&
+           !(reason <= VS_R_TCP_ACK_LISTENER || reason == VS_R_IN_REPLY);
 }
 
 const char *vswitch_proxy_sock_name(enum vswitch_proxy_sock kind)

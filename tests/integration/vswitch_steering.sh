@@ -36,6 +36,10 @@ al_match "DNS over UDP to the gateway" "FROM $GW1:53$" al_net sb1 udp "$GW1" 53
 al_match "DNS over TCP reaches the DNS listener" "^DNSTCP ORIG 9\.9\.9\.9:53 PEER $SB1:" \
   al_net sb1 tcp 9.9.9.9 53
 al_match "ping to the gateway is answered by the switch" "REPLY from $GW1" al_net sb1 icmp "$GW1"
+al_nsx host sysctl -qw net.ipv4.tcp_syncookies=2
+al_match "with SYN cookies forced, the handshake still completes (the bare ACK reaches the proxy's listener)" \
+  "^TCP ORIG 203\.0\.113\.7:443 " al_net sb1 tcp 203.0.113.7 443
+al_nsx host sysctl -qw net.ipv4.tcp_syncookies=1
 
 al_note "dropped"
 al_fail "no ping to the internet" al_net sb1 --timeout 1 icmp 203.0.113.7
@@ -56,7 +60,7 @@ al_ok "IPv6 frames sent" al_net sb1 frame eth0 --ethertype 0x86dd --count 2
 al_ok "raw frames sent" al_net sb1 frame eth0 --ethertype 0x88b5 --count 2
 HMAC1=$(al_nsx host cat "/sys/class/net/$IF1/address")
 al_ok "a truncated IPv4 frame sent" al_net sb1 frame eth0 --ethertype 0x0800 --dst-mac "$HMAC1" --bytes 10
-al_ok "TCP without a SYN and without a flow sent" al_net sb1 rawip 203.0.113.7 --proto tcp --tcp-flags 0x10 --dport 80
+al_ok "TCP FIN without a flow sent" al_net sb1 rawip 203.0.113.7 --proto tcp --tcp-flags 0x01 --dport 80
 al_match "the switch still serves sandbox 1 after all that" "^TCP ORIG 203\.0\.113\.7:443 " \
   al_net sb1 tcp 203.0.113.7 443
 
@@ -73,7 +77,7 @@ else
 fi
 
 al_note "counters, per sandbox and reason"
-vs_counter_ge "$IF1" tcp_syn 5
+vs_counter_ge "$IF1" tcp_syn 6
 vs_counter_ge "$IF1" tcp_flow 6
 vs_counter_ge "$IF1" dns_udp 2
 vs_counter_ge "$IF1" dns_tcp_syn 1
@@ -89,6 +93,7 @@ vs_counter_ge "$IF1" ipv6 2
 vs_counter_ge "$IF1" raw_frame 2
 vs_counter_ge "$IF1" malformed 1
 vs_counter_ge "$IF1" tcp_no_flow 1
+vs_counter_ge "$IF1" tcp_ack_listener 1
 vs_counter_ge "$IF1" in_reply 10
 vs_counter_ge "$IF2" tcp_syn 1
 al_eq "sandbox 2 was never charged for sandbox 1's drops" "$(vs_counter "$IF2" spoofed_source)" 0

@@ -307,11 +307,15 @@ static __always_inline int vs__tcp(struct __sk_buff *skb, __u32 key, struct iphd
             return vs__assign(skb, key, sk, VS_R_TCP_FLOW);
         bpf_sk_release(sk);
     }
-    if (!th->syn || th->ack || th->rst || th->fin)
-        return vs__drop(skb, key, VS_R_TCP_NO_FLOW);
-    if (dns)
-        return vs__to_proxy(skb, key, VS_SOCK_DNS_TCP, VS_R_DNS_TCP_SYN);
-    return vs__to_proxy(skb, key, VS_SOCK_TCP, VS_R_TCP_SYN);
+    __u32 slot = dns ? VS_SOCK_DNS_TCP : VS_SOCK_TCP;
+    if (th->syn && !th->ack && !th->rst && !th->fin)
+        return vs__to_proxy(skb, key, slot, dns ? VS_R_DNS_TCP_SYN : VS_R_TCP_SYN);
+    /* A bare ACK without a flow is the end of a SYN-cookie handshake when the proxy's
+     * listener was flooded (by any sandbox): only that listener can validate it, so it
+     * gets it (and answers anything else with a RST). Everything else goes nowhere. */
+    if (th->ack && !th->syn && !th->rst)
+        return vs__to_proxy(skb, key, slot, VS_R_TCP_ACK_LISTENER);
+    return vs__drop(skb, key, VS_R_TCP_NO_FLOW);
 }
 
 SEC("tc")

@@ -34,6 +34,8 @@ enum vs_reason {
     VS_R_DNS_TCP_SYN,      /* new TCP/53 connection handed to the proxy's DNS listener */
     VS_R_ARP_REPLY,        /* ARP request for the gateway, answered by the switch */
     VS_R_ICMP_GATEWAY,     /* ICMP echo to the gateway, answered by the switch */
+    VS_R_TCP_ACK_LISTENER, /* bare ACK of no known flow, handed to the proxy's listener: it
+                              completes a SYN-cookie handshake or answers with a RST */
     /* from the sandbox: dropped */
     VS_R_NO_PROXY,         /* the proxy socket for this traffic is not registered */
     VS_R_UNASSIGNED,       /* interface is attached but not yet given to a sandbox (pool) */
@@ -50,7 +52,7 @@ enum vs_reason {
     VS_R_OTHER_PROTO,      /* IPv4 protocol other than TCP, UDP, ICMP */
     VS_R_TO_SANDBOX,       /* destination is another sandbox (inside the address range) */
     VS_R_BAD_DESTINATION,  /* 0/8, loopback, multicast, reserved or broadcast destination */
-    VS_R_TCP_NO_FLOW,      /* TCP segment that is not a SYN and belongs to no proxied flow */
+    VS_R_TCP_NO_FLOW,      /* SYN+ACK, RST or FIN of no proxied flow */
     VS_R_ASSIGN_FAILED,    /* the kernel refused to hand the packet to the proxy socket */
     /* toward the sandbox */
     VS_R_IN_REPLY,         /* reply from the proxy or the switch, delivered */

@@ -496,6 +496,31 @@ START_TEST(dns_tcp_goes_to_the_dns_listener)
 }
 END_TEST
 
+START_TEST(bare_ack_without_flow_goes_to_the_proxy_listener)
+{
+    /* The end of a SYN-cookie handshake: only the proxy's listener can validate it; never
+     * the host listener that owns the original destination. */
+    world();
+    struct obj o;
+    obj_load(&o, true);
+    set_identity(&o, 7, 0);
+    proxy(&o);
+    int host = tsock(SOCK_STREAM, DST_ADDR, 443, false);
+    struct pkt k;
+    tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 443, TH_ACK);
+    ck_assert_int_eq(from_sb(&o, &k).retval, TC_ACT_OK);
+    struct vs_probe p = probe_get(&o);
+    ck_assert_uint_eq(p.reason, VS_R_TCP_ACK_LISTENER);
+    ck_assert_uint_eq(p.sk_src_port, 15001);
+    tcp_pkt(&k, SB_ADDR, "1.1.1.1", 40000, 53, TH_ACK);
+    ck_assert_int_eq(from_sb(&o, &k).retval, TC_ACT_OK);
+    ck_assert_uint_eq(probe_get(&o).sk_src_port, 15054);
+    ck_assert_uint_eq(counter(&o, IFINDEX, VS_R_TCP_ACK_LISTENER), 2);
+    close(host);
+    obj_free(&o);
+}
+END_TEST
+
 START_TEST(product_build_reaches_the_assignment)
 {
     /* The product object takes the same path up to bpf_sk_assign, which the test-run
@@ -542,7 +567,9 @@ END_TEST
 START_TEST(tcp_without_syn_or_flow_drops)
 {
     world();
-    EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 444, TH_ACK),
+    EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 444, TH_FIN),
+                VS_R_TCP_NO_FLOW, IFINDEX);
+    EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 444, TH_RST | TH_ACK),
                 VS_R_TCP_NO_FLOW, IFINDEX);
     EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 444, TH_SYN | TH_ACK),
                 VS_R_TCP_NO_FLOW, IFINDEX);
@@ -826,6 +853,7 @@ static Suite *vswitch_bpf_suite(void)
     tcase_add_test(t, tcp_segment_of_a_flow_goes_to_its_socket);
     tcase_add_test(t, dns_udp_goes_to_the_dns_socket);
     tcase_add_test(t, dns_tcp_goes_to_the_dns_listener);
+    tcase_add_test(t, bare_ack_without_flow_goes_to_the_proxy_listener);
     tcase_add_test(t, product_build_reaches_the_assignment);
     tcase_add_test(t, no_proxy_registered_drops);
     tcase_add_test(t, unknown_and_pooled_interfaces_drop);
