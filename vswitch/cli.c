@@ -1,9 +1,9 @@
-/* vswitch/cli: `airlock vswitch status|check`, for operators.
+/* vswitch/cli: `airlock vswitch status|check|teardown`, for operators.
  *
  * Owns: the text and JSON presentation of a switch instance (configuration, the proxy's
  * registered sockets, the guard, every interface with its sandbox and counters) read from
- * the pins through a view, and the host checks of vswitch_open, runnable on their own.
- * Read-only: nothing here changes the switch.
+ * the pins through a view, the host checks of vswitch_open runnable on their own, and the
+ * operator's teardown (which takes the instance's lock, so never while airlockd runs).
  */
 #include "internal.h"
 
@@ -26,7 +26,11 @@ static void cli__usage(FILE *f)
                "  status [--json]   the switch of this state directory: configuration, proxy\n"
                "                    sockets, guard, sandboxes, interfaces, counters\n"
                "  check             the host settings the switch needs (what it checks at\n"
-               "                    start); exit 1 if one is unsafe\n\n"
+               "                    start); exit 1 if one is unsafe\n"
+               "  teardown [--force]  remove the switch of this state directory: sandbox\n"
+               "                    interfaces, pins, rule, route table, nftables guard.\n"
+               "                    Stop airlockd first; --force also ends attached sandboxes'\n"
+               "                    networks\n\n"
                "The state directory (--state-dir, before or after the group) says which\n"
                "switch instance to read. Run as root, in the switch's network namespace.\n");
 }
@@ -209,32 +213,75 @@ static int cli__status(bool json)
     return 0;
 }
 
+/* The options an existing instance was started with (so that checks and teardown speak of
+ * the same switch); false if none was started for this state directory. */
+struct cli__inst {
+    struct vswitch_opts o;
+    char pin_dir[PATH_MAX], ifp[16], nft[32], cidr[40];
+};
+
+static bool cli__instance(struct cli__inst *in, struct al_error *err)
+{
+    memset(in, 0, sizeof *in);
+    struct vswitch_view *v = NULL;
+    if (vs__read_instance(al_state_dir(), in->pin_dir, sizeof in->pin_dir, err) != 0 ||
+        vswitch_view_open_pins(in->pin_dir, &v, err) != 0)
+        return false;
+    struct vs_config cfg;
+    bool ok = vswitch_view_config(v, &cfg) == 0;
+    if (ok) {
+        char rb[INET_ADDRSTRLEN];
+        snprintf(in->cidr, sizeof in->cidr, "%s/%u", cli__ip(cfg.range_addr, rb),
+                 cfg.range_len);
+        snprintf(in->ifp, sizeof in->ifp, "%s", cfg.ifname_prefix);
+        snprintf(in->nft, sizeof in->nft, "%s", cfg.nft_table);
+        in->o.state_dir = al_state_dir();
+        in->o.pin_dir = in->pin_dir;
+        in->o.range = in->cidr;
+        in->o.prefix_len = cfg.prefix_len;
+        in->o.ifname_prefix = in->ifp;
+        in->o.nft_table = in->nft;
+        in->o.steer_mark = cfg.steer_mark;
+        in->o.reply_mark = cfg.reply_mark;
+        in->o.route_table = cfg.route_table;
+        in->o.rule_priority = cfg.rule_priority;
+        in->o.attach_mode = (enum vswitch_attach_mode)cfg.attach_mode;
+    }
+    vswitch_view_close(v);
+    return ok;
+}
+
+static int cli__teardown(bool force)
+{
+    struct cli__inst in;
+    struct al_error err = {0};
+    if (!cli__instance(&in, &err)) {
+        fprintf(stderr, "airlock vswitch teardown: %s\n", al_error_str(&err));
+        return 1;
+    }
+    struct vswitch *vs = NULL;
+    if (vs__open(&in.o, true, &vs, &err) != 0) {
+        fprintf(stderr, "airlock vswitch teardown: %s\n", al_error_str(&err));
+        return 1;
+    }
+    if (vswitch_destroy(vs, force, &err) != 0) {
+        fprintf(stderr, "airlock vswitch teardown: %s%s\n", al_error_str(&err),
+                err.code == -EBUSY ? " (--force ends them)" : "");
+        return 1;
+    }
+    printf("vswitch of %s removed (pins %s, rule, route table, guard %s)\n", al_state_dir(),
+           in.pin_dir, in.nft);
+    return 0;
+}
+
 static int cli__check(bool allow_ip_forward)
 {
     /* The settings of the instance if one was started, the defaults otherwise. */
-    struct vswitch_opts o = {.allow_ip_forward = allow_ip_forward};
-    char pin_dir[PATH_MAX], ifp[16], nft[32], cidr[40];
-    struct vswitch_view *v = NULL;
-    if (vs__read_instance(al_state_dir(), pin_dir, sizeof pin_dir, NULL) == 0 &&
-        vswitch_view_open_pins(pin_dir, &v, NULL) == 0) {
-        struct vs_config cfg;
-        if (vswitch_view_config(v, &cfg) == 0) {
-            char rb[INET_ADDRSTRLEN];
-            snprintf(cidr, sizeof cidr, "%s/%u", cli__ip(cfg.range_addr, rb), cfg.range_len);
-            snprintf(ifp, sizeof ifp, "%s", cfg.ifname_prefix);
-            snprintf(nft, sizeof nft, "%s", cfg.nft_table);
-            o.pin_dir = pin_dir;
-            o.range = cidr;
-            o.prefix_len = cfg.prefix_len;
-            o.ifname_prefix = ifp;
-            o.nft_table = nft;
-            o.steer_mark = cfg.steer_mark;
-            o.reply_mark = cfg.reply_mark;
-            o.route_table = cfg.route_table;
-            o.rule_priority = cfg.rule_priority;
-        }
-        vswitch_view_close(v);
-    }
+    struct cli__inst in;
+    if (!cli__instance(&in, NULL))
+        memset(&in, 0, sizeof in);
+    struct vswitch_opts o = in.o;
+    o.allow_ip_forward = allow_ip_forward;
     struct vswitch_check res[16];
     size_t n = 0;
     int failed = vswitch_host_check(&o, res, AL_ARRAY_SIZE(res), &n);
@@ -254,12 +301,14 @@ int vswitch_cli_main(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
-    bool json = false, allow_fwd = false;
+    bool json = false, allow_fwd = false, force = false;
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0 && strcmp(cmd, "status") == 0)
             json = true;
         else if (strcmp(argv[i], "--allow-ip-forward") == 0 && strcmp(cmd, "check") == 0)
             allow_fwd = true;
+        else if (strcmp(argv[i], "--force") == 0 && strcmp(cmd, "teardown") == 0)
+            force = true;
         else {
             fprintf(stderr, "airlock vswitch %s: unknown option '%s'\n", cmd, argv[i]);
             return 2;
@@ -269,6 +318,8 @@ int vswitch_cli_main(int argc, char **argv)
         return cli__status(json);
     if (strcmp(cmd, "check") == 0)
         return cli__check(allow_fwd);
+    if (strcmp(cmd, "teardown") == 0)
+        return cli__teardown(force);
     fprintf(stderr, "airlock vswitch: unknown command '%s'\n\n", cmd);
     cli__usage(stderr);
     return 2;

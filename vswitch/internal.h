@@ -100,6 +100,9 @@ bool vs__mac_is_ours(const uint8_t mac[6]);
 void vs__pool_drain(struct vswitch *vs);
 
 /* ---- loader.c ---- */
+/* vswitch_open; for_teardown skips the host checks (see `airlock vswitch teardown`). */
+int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch **out,
+             struct al_error *err);
 /* Attaches both programs to ifindex and records the identity (caller holds vs->mu). */
 int vs__attach_locked(struct vswitch *vs, int ifindex, const struct vs_iface *ifc,
                       struct al_error *err);

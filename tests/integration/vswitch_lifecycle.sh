@@ -63,9 +63,11 @@ al_eq "the freed address is reused" "$(vs_field sb3 addr)" 10.200.0.2
 al_match "the new sandbox works" "SANDBOX 13 third" al_net sb3 tcp 203.0.113.7 443
 
 al_note "teardown"
+al_fail "airlock vswitch teardown refuses while sandboxes are attached" vs_cli teardown
+al_match "... and says how to force it" "still attached.*--force" printf '%s' "$AL_OUT"
 al_ok "sandbox 2 ends" vs_tool destroy --id 12
-al_ok "sandbox 3 ends" vs_tool destroy --id 13
-al_ok "teardown" vs_tool teardown
+al_ok "airlock vswitch teardown --force ends the last one too" vs_cli teardown --force
+al_fail "sandbox 3's interface is gone" al_nsx sb3 ip link show eth0
 al_fail "no pins left" test -e "$VS_PIN"
 al_fail "no instance record left" test -e "$VS_STATE/vswitch/instance.json"
 al_fail "no fwmark rule left" sh -c "ip -n '$host' rule | grep -q 0x414c0001"
