@@ -74,8 +74,8 @@ static void die(const char *what, const struct al_error *e)
 
 struct sink {
     int lfd;
-    size_t expect;      /* bytes per connection (0: accept and close) */
-    size_t conns;       /* connections to serve */
+    size_t expect; /* bytes per connection (0: accept and close) */
+    size_t conns;  /* connections to serve */
     size_t received;
 };
 
@@ -99,9 +99,9 @@ static void *sink_thread(void *arg)
 }
 
 struct client {
-    int netns_fd;       /* -1: stay in the host namespace */
+    int netns_fd; /* -1: stay in the host namespace */
     struct sockaddr_in dst;
-    size_t bytes;       /* per connection */
+    size_t bytes; /* per connection */
     size_t conns;
     double seconds;
     int failed;
@@ -151,16 +151,15 @@ static int listener(uint32_t addr, int port, bool transparent)
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (transparent && setsockopt(fd, SOL_IP, IP_TRANSPARENT, &one, sizeof one) != 0)
         die("IP_TRANSPARENT", NULL);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = addr};
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = addr};
     if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 1024) != 0)
         die("listen", NULL);
     return fd;
 }
 
 /* One run: the sink serves conns connections of bytes each; returns seconds. */
-static double run_pair(int lfd, int netns_fd, const char *dst, int port, size_t bytes,
-                       size_t conns)
+static double run_pair(int lfd, int netns_fd, const char *dst, int port, size_t bytes, size_t conns)
 {
     struct sink s = {.lfd = lfd, .expect = bytes, .conns = conns};
     struct client c = {.netns_fd = netns_fd, .bytes = bytes, .conns = conns};
@@ -178,8 +177,7 @@ static double run_pair(int lfd, int netns_fd, const char *dst, int port, size_t 
     }
     pthread_join(ts, NULL);
     if (s.received != bytes * conns) {
-        fprintf(stderr, "vswitch_bench: sink got %zu of %zu bytes\n", s.received,
-                bytes * conns);
+        fprintf(stderr, "vswitch_bench: sink got %zu of %zu bytes\n", s.received, bytes * conns);
         exit(1);
     }
     return c.seconds;
@@ -216,18 +214,26 @@ int main(int argc, char **argv)
                    : strcmp(optarg, "tcx") == 0  ? VSWITCH_ATTACH_TCX
                                                  : VSWITCH_ATTACH_AUTO;
             break;
-        case 'n': nnets = strtoul(optarg, NULL, 10); break;
-        case 'p': pool = strtoul(optarg, NULL, 10); break;
-        case 'm': megabytes = strtoul(optarg, NULL, 10); break;
-        case 'c': nconns = strtoul(optarg, NULL, 10); break;
+        case 'n':
+            nnets = strtoul(optarg, NULL, 10);
+            break;
+        case 'p':
+            pool = strtoul(optarg, NULL, 10);
+            break;
+        case 'm':
+            megabytes = strtoul(optarg, NULL, 10);
+            break;
+        case 'c':
+            nconns = strtoul(optarg, NULL, 10);
+            break;
         default:
             fprintf(stderr, "usage: vswitch_bench [-n NETWORKS] [-p POOL] [-m MEGABYTES] "
                             "[-c CONNECTIONS] [-a tcx|clsact]\n");
             return 2;
         }
     }
-    if (nnets < 1 || nnets > 2000 || pool < 1 || pool > 2000 || megabytes < 1 ||
-        megabytes > 8192 || nconns < 1 || nconns > 100000) {
+    if (nnets < 1 || nnets > 2000 || pool < 1 || pool > 2000 || megabytes < 1 || megabytes > 8192 ||
+        nconns < 1 || nconns > 100000) {
         fprintf(stderr, "vswitch_bench: bounds: -n 1..2000, -p 1..2000, -m 1..8192, "
                         "-c 1..100000\n");
         return 2;
@@ -246,7 +252,10 @@ int main(int argc, char **argv)
     atexit(cleanup);
 
     struct al_error e = {0};
-    struct vswitch_opts o = {.state_dir = g_state, .pin_dir = g_pin, .ifname_prefix = "bn", .attach_mode = mode,
+    struct vswitch_opts o = {.state_dir = g_state,
+                             .pin_dir = g_pin,
+                             .ifname_prefix = "bn",
+                             .attach_mode = mode,
                              .pool_size = (unsigned)pool};
     struct vswitch *vs;
     if (vswitch_open(&o, &vs, &e) != 0)

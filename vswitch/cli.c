@@ -62,8 +62,8 @@ static json_t *cli__counters_json(const struct vswitch_counters *c)
         if (!c->packets[r])
             continue;
         json_object_set_new(o, vswitch_reason_name(r),
-                            json_pack("{s:I, s:I}", "packets", (json_int_t)c->packets[r],
-                                      "bytes", (json_int_t)c->bytes[r]));
+                            json_pack("{s:I, s:I}", "packets", (json_int_t)c->packets[r], "bytes",
+                                      (json_int_t)c->bytes[r]));
     }
     return o;
 }
@@ -108,26 +108,25 @@ static int cli__iface_cb(const struct vswitch_iface_info *i, void *arg)
     char a[INET_ADDRSTRLEN], g[INET_ADDRSTRLEN], hm[18], gm[18];
     const char *kind = i->iface.flags & VS_IF_TAP ? "tap" : "veth";
     if (st->json) {
-        json_t *o = json_pack("{s:i, s:s, s:s, s:I, s:s, s:s, s:s, s:i, s:s, s:s, s:b}",
-                              "ifindex", i->host_ifindex, "ifname", i->iface.ifname,
-                              "kind", kind, "sandbox_id", (json_int_t)i->iface.sandbox_id,
-                              "label", i->iface.label, "address", cli__ip(i->iface.addr, a),
-                              "gateway", cli__ip(i->iface.gateway, g),
-                              "slot", (int)i->iface.slot,
-                              "host_mac", cli__mac(i->iface.host_mac, hm),
-                              "guest_mac", cli__mac(i->iface.guest_mac, gm), "pool", pool);
+        json_t *o =
+            json_pack("{s:i, s:s, s:s, s:I, s:s, s:s, s:s, s:i, s:s, s:s, s:b}", "ifindex",
+                      i->host_ifindex, "ifname", i->iface.ifname, "kind", kind, "sandbox_id",
+                      (json_int_t)i->iface.sandbox_id, "label", i->iface.label, "address",
+                      cli__ip(i->iface.addr, a), "gateway", cli__ip(i->iface.gateway, g), "slot",
+                      (int)i->iface.slot, "host_mac", cli__mac(i->iface.host_mac, hm), "guest_mac",
+                      cli__mac(i->iface.guest_mac, gm), "pool", pool);
         json_object_set_new(o, "counters", cli__counters_json(&c));
         json_array_append_new(st->arr, o);
         return 0;
     }
     if (pool)
-        printf("  %-8s ifindex %-5d %-15s (pool: not given to a sandbox yet)\n",
-               i->iface.ifname, i->host_ifindex, cli__ip(i->iface.addr, a));
+        printf("  %-8s ifindex %-5d %-15s (pool: not given to a sandbox yet)\n", i->iface.ifname,
+               i->host_ifindex, cli__ip(i->iface.addr, a));
     else
-        printf("  %-8s ifindex %-5d %-4s sandbox %" PRIu64 "%s%s%s  %s via %s\n",
-               i->iface.ifname, i->host_ifindex, kind, (uint64_t)i->iface.sandbox_id,
-               i->iface.label[0] ? " (" : "", i->iface.label, i->iface.label[0] ? ")" : "",
-               cli__ip(i->iface.addr, a), cli__ip(i->iface.gateway, g));
+        printf("  %-8s ifindex %-5d %-4s sandbox %" PRIu64 "%s%s%s  %s via %s\n", i->iface.ifname,
+               i->host_ifindex, kind, (uint64_t)i->iface.sandbox_id, i->iface.label[0] ? " (" : "",
+               i->iface.label, i->iface.label[0] ? ")" : "", cli__ip(i->iface.addr, a),
+               cli__ip(i->iface.gateway, g));
     cli__counters_text(&c, "           ");
     return 0;
 }
@@ -176,10 +175,9 @@ static int cli__status(bool json)
             "pin_dir", v->pin_dir, "range", cidr, "prefix_len", (int)cfg.prefix_len,
             "ifname_prefix", cfg.ifname_prefix, "nft_table", cfg.nft_table, "attach_mode", mode,
             "steer_mark", (json_int_t)cfg.steer_mark, "reply_mark", (json_int_t)cfg.reply_mark,
-            "route_table", (json_int_t)cfg.route_table,
-            "rule_priority", (json_int_t)cfg.rule_priority, "guard_present", guard,
-            "proxy", proxy, "interfaces", st.arr, "sandboxes", (int)st.sandboxes,
-            "pool", (int)st.pool, "unknown_iface_dropped",
+            "route_table", (json_int_t)cfg.route_table, "rule_priority",
+            (json_int_t)cfg.rule_priority, "guard_present", guard, "proxy", proxy, "interfaces",
+            st.arr, "sandboxes", (int)st.sandboxes, "pool", (int)st.pool, "unknown_iface_dropped",
             (json_int_t)unknown.packets[VS_R_UNKNOWN_IFACE]);
         char *s = al_json_dump(o);
         printf("%s\n", s ? s : "{}");
@@ -231,8 +229,7 @@ static bool cli__instance(struct cli__inst *in, struct al_error *err)
     bool ok = vswitch_view_config(v, &cfg) == 0;
     if (ok) {
         char rb[INET_ADDRSTRLEN];
-        snprintf(in->cidr, sizeof in->cidr, "%s/%u", cli__ip(cfg.range_addr, rb),
-                 cfg.range_len);
+        snprintf(in->cidr, sizeof in->cidr, "%s/%u", cli__ip(cfg.range_addr, rb), cfg.range_len);
         snprintf(in->ifp, sizeof in->ifp, "%s", cfg.ifname_prefix);
         snprintf(in->nft, sizeof in->nft, "%s", cfg.nft_table);
         in->o.state_dir = al_state_dir();

@@ -44,8 +44,8 @@ static int host__parse_cidr(const char *s, uint32_t *addr, unsigned *len, struct
     char buf[32];
     const char *slash = strchr(s, '/');
     if (!slash || (size_t)(slash - s) >= sizeof buf)
-        return al_error_set(err, -EINVAL, "address range '%s' is not an IPv4 CIDR such as %s",
-                            s, VSWITCH_DEFAULT_RANGE);
+        return al_error_set(err, -EINVAL, "address range '%s' is not an IPv4 CIDR such as %s", s,
+                            VSWITCH_DEFAULT_RANGE);
     memcpy(buf, s, (size_t)(slash - s));
     buf[slash - s] = '\0';
     struct in_addr a;
@@ -62,8 +62,10 @@ static int host__parse_cidr(const char *s, uint32_t *addr, unsigned *len, struct
         struct in_addr net = {a.s_addr & mask};
         char nb[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &net, nb, sizeof nb);
-        return al_error_set(err, -EINVAL, "address range '%s' has host bits set; did you mean "
-                            "%s/%ld?", s, nb, l);
+        return al_error_set(err, -EINVAL,
+                            "address range '%s' has host bits set; did you mean "
+                            "%s/%ld?",
+                            s, nb, l);
     }
     *addr = a.s_addr;
     *len = (unsigned)l;
@@ -116,8 +118,10 @@ int vs__settings(const struct vswitch_opts *o, struct vs_settings *s, struct al_
 
     if (o->pin_dir) {
         if (o->pin_dir[0] != '/')
-            return al_error_set(err, -EINVAL, "pin directory '%s' must be an absolute path on "
-                                "bpffs (e.g. %s/airlock/NAME)", o->pin_dir, VS_BPFFS_ROOT);
+            return al_error_set(err, -EINVAL,
+                                "pin directory '%s' must be an absolute path on "
+                                "bpffs (e.g. %s/airlock/NAME)",
+                                o->pin_dir, VS_BPFFS_ROOT);
         if (snprintf(s->pin_dir, sizeof s->pin_dir, "%s", o->pin_dir) >= (int)sizeof s->pin_dir)
             return al_error_set(err, -ENAMETOOLONG, "pin directory path is too long");
         size_t n = strlen(s->pin_dir);
@@ -127,8 +131,8 @@ int vs__settings(const struct vswitch_opts *o, struct vs_settings *s, struct al_
         if (sodium_init() < 0)
             return al_error_set(err, -EIO, "libsodium failed to initialise");
         unsigned char h[8];
-        crypto_generichash(h, sizeof h, (const unsigned char *)s->state_dir,
-                           strlen(s->state_dir), NULL, 0);
+        crypto_generichash(h, sizeof h, (const unsigned char *)s->state_dir, strlen(s->state_dir),
+                           NULL, 0);
         char hex[17];
         sodium_bin2hex(hex, sizeof hex, h, sizeof h);
         snprintf(s->pin_dir, sizeof s->pin_dir, "%s/airlock/%s", VS_BPFFS_ROOT, hex);
@@ -140,24 +144,32 @@ int vs__settings(const struct vswitch_opts *o, struct vs_settings *s, struct al_
         return rc;
     s->prefix_len = o->prefix_len ? o->prefix_len : VSWITCH_DEFAULT_PREFIX_LEN;
     if (s->prefix_len != 30 && s->prefix_len != 31)
-        return al_error_set(err, -EINVAL, "per-sandbox prefix length %u: use 30 (default) or "
-                            "31", s->prefix_len);
+        return al_error_set(err, -EINVAL,
+                            "per-sandbox prefix length %u: use 30 (default) or "
+                            "31",
+                            s->prefix_len);
     if (s->range_len > s->prefix_len)
-        return al_error_set(err, -EINVAL, "address range /%u is smaller than one sandbox "
-                            "subnet (/%u)", s->range_len, s->prefix_len);
+        return al_error_set(err, -EINVAL,
+                            "address range /%u is smaller than one sandbox "
+                            "subnet (/%u)",
+                            s->range_len, s->prefix_len);
     if (host__range_reserved(s->range_addr, s->range_len))
-        return al_error_set(err, -EINVAL, "address range overlaps 0.0.0.0/8, 127.0.0.0/8 or "
+        return al_error_set(err, -EINVAL,
+                            "address range overlaps 0.0.0.0/8, 127.0.0.0/8 or "
                             "224.0.0.0/3: use a private range such as %s",
                             VSWITCH_DEFAULT_RANGE);
 
     const char *pfx = o->ifname_prefix ? o->ifname_prefix : VSWITCH_DEFAULT_IFNAME_PREFIX;
     if (!host__name_ok(pfx, 10, false))
-        return al_error_set(err, -EINVAL, "interface prefix '%s': use 1..10 characters of "
-                            "[a-z0-9], starting with a letter", pfx);
+        return al_error_set(err, -EINVAL,
+                            "interface prefix '%s': use 1..10 characters of "
+                            "[a-z0-9], starting with a letter",
+                            pfx);
     snprintf(s->ifname_prefix, sizeof s->ifname_prefix, "%s", pfx);
     if (o->nft_table) {
         if (!host__name_ok(o->nft_table, 31, true))
-            return al_error_set(err, -EINVAL, "nftables table name '%s': use up to 31 "
+            return al_error_set(err, -EINVAL,
+                                "nftables table name '%s': use up to 31 "
                                 "characters of [a-zA-Z0-9_], starting with a lowercase letter",
                                 o->nft_table);
         snprintf(s->nft_table, sizeof s->nft_table, "%s", o->nft_table);
@@ -172,12 +184,16 @@ int vs__settings(const struct vswitch_opts *o, struct vs_settings *s, struct al_
                             s->steer_mark);
     s->route_table = o->route_table ? o->route_table : VSWITCH_DEFAULT_ROUTE_TABLE;
     if (s->route_table >= 253 && s->route_table <= 255)
-        return al_error_set(err, -EINVAL, "route table %u is one of the kernel's own "
-                            "(default, main, local): pick another number", s->route_table);
+        return al_error_set(err, -EINVAL,
+                            "route table %u is one of the kernel's own "
+                            "(default, main, local): pick another number",
+                            s->route_table);
     s->rule_priority = o->rule_priority ? o->rule_priority : VSWITCH_DEFAULT_RULE_PRIORITY;
     if (s->rule_priority >= 32766)
-        return al_error_set(err, -EINVAL, "rule priority %u must be below 32766 (the main "
-                            "table's rule)", s->rule_priority);
+        return al_error_set(err, -EINVAL,
+                            "rule priority %u must be below 32766 (the main "
+                            "table's rule)",
+                            s->rule_priority);
     if (o->attach_mode != VSWITCH_ATTACH_AUTO && o->attach_mode != VSWITCH_ATTACH_TCX &&
         o->attach_mode != VSWITCH_ATTACH_CLSACT)
         return al_error_set(err, -EINVAL, "unknown attach mode %d", (int)o->attach_mode);
@@ -262,11 +278,14 @@ int vs__bpffs_ensure(const char *pin_dir, struct al_error *err)
     if (host__on_bpffs(anc))
         return 0;
     if (!host__under_bpffs_root(pin_dir) || strcmp(anc, VS_BPFFS_ROOT) != 0)
-        return al_error_set(err, -ENOTSUP, "pin directory %s is not on a bpffs mount (nearest "
+        return al_error_set(err, -ENOTSUP,
+                            "pin directory %s is not on a bpffs mount (nearest "
                             "existing directory: %s); mount one (mount -t bpf bpf DIR) or use "
-                            "the default under %s", pin_dir, anc, VS_BPFFS_ROOT);
+                            "the default under %s",
+                            pin_dir, anc, VS_BPFFS_ROOT);
     if (mount("bpf", VS_BPFFS_ROOT, "bpf", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0700") != 0)
-        return al_error_set(err, -errno, "bpffs is not mounted at %s and mounting it failed "
+        return al_error_set(err, -errno,
+                            "bpffs is not mounted at %s and mounting it failed "
                             "(%s): mount it with `mount -t bpf bpf %s` (add it to /etc/fstab)",
                             VS_BPFFS_ROOT, strerror(errno), VS_BPFFS_ROOT);
     return 0;
@@ -291,8 +310,10 @@ static int host__nft_run(const char *script, const char *what, struct al_error *
             if (nl)
                 *nl = '\0';
         }
-        al_error_set(err, -EIO, "%s failed: %s (is the nf_tables module available, and do "
-                     "we have CAP_NET_ADMIN?)", what, first[0] ? first : "nftables error");
+        al_error_set(err, -EIO,
+                     "%s failed: %s (is the nf_tables module available, and do "
+                     "we have CAP_NET_ADMIN?)",
+                     what, first[0] ? first : "nftables error");
         nft_ctx_free(ctx);
         return -EIO;
     }
@@ -308,7 +329,8 @@ int vs__guard_install(const struct vs_settings *s, struct al_error *err)
     const char *t = s->nft_table;
     const char *p = s->ifname_prefix;
     char script[4096];
-    int n = snprintf(script, sizeof script,
+    int n = snprintf(
+        script, sizeof script,
         "add table inet %1$s\n"
         "add chain inet %1$s sandbox_prerouting { type filter hook prerouting priority -300; "
         "policy accept; }\n"
@@ -351,7 +373,8 @@ int vs__guard_remove(const char *t, struct al_error *err)
     char script[512];
     snprintf(script, sizeof script,
              "add table inet %1$s\ndelete table inet %1$s\nadd table arp %1$s\n"
-             "delete table arp %1$s\n", t);
+             "delete table arp %1$s\n",
+             t);
     return host__nft_run(script, "removing the nftables guard", err);
 }
 
@@ -478,8 +501,7 @@ static int host__addr_overlap_cb(const struct vs_nl_addr_info *a, void *arg)
     return 1;
 }
 
-int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size_t max,
-                    size_t *n)
+int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size_t max, size_t *n)
 {
     int failed = 0;
     *n = 0;
@@ -490,8 +512,7 @@ int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size
     host__add(res, max, n, &failed, "privileges", admin && bpf,
               admin && bpf ? "CAP_NET_ADMIN and CAP_BPF present"
                            : "missing %s%s%s: run the switch as root (airlockd does)",
-              admin ? "" : "CAP_NET_ADMIN", !admin && !bpf ? " and " : "",
-              bpf ? "" : "CAP_BPF");
+              admin ? "" : "CAP_NET_ADMIN", !admin && !bpf ? " and " : "", bpf ? "" : "CAP_BPF");
 
     char anc[PATH_MAX];
     host__existing_ancestor(s->pin_dir, anc, sizeof anc);
@@ -512,12 +533,14 @@ int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size
     else if (s->allow_ip_forward)
         host__add(res, max, n, &failed, "net.ipv4.ip_forward", true,
                   "%ld, accepted because allow_ip_forward is set (the guard's forward chain "
-                  "is the remaining second layer)", v);
+                  "is the remaining second layer)",
+                  v);
     else
         host__add(res, max, n, &failed, "net.ipv4.ip_forward", false,
                   "is %ld: a sandbox packet that got past the switch could be routed onward. "
                   "Set it to 0 (sysctl -w net.ipv4.ip_forward=0, and in /etc/sysctl.d), or run "
-                  "airlock in its own network namespace", v);
+                  "airlock in its own network namespace",
+                  v);
 
     if (vs__sysctl_read("net/ipv4/tcp_fwmark_accept", &v) != 0)
         host__add(res, max, n, &failed, "net.ipv4.tcp_fwmark_accept", false, "cannot be read");
@@ -527,40 +550,42 @@ int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size
                          : "is %ld: accepted connections would take the steer mark instead "
                            "of the proxy's reply mark, and their replies would be routed "
                            "back into the host. Set it to 0 (sysctl -w "
-                           "net.ipv4.tcp_fwmark_accept=0)", v);
+                           "net.ipv4.tcp_fwmark_accept=0)",
+                  v);
 
     long all = 0, def = 0;
     if (vs__sysctl_read("net/ipv4/conf/all/src_valid_mark", &all) != 0 ||
         vs__sysctl_read("net/ipv4/conf/default/src_valid_mark", &def) != 0)
-        host__add(res, max, n, &failed, "net.ipv4.conf.*.src_valid_mark", false,
-                  "cannot be read");
+        host__add(res, max, n, &failed, "net.ipv4.conf.*.src_valid_mark", false, "cannot be read");
     else
         host__add(res, max, n, &failed, "net.ipv4.conf.*.src_valid_mark", all == 0 && def == 0,
                   all == 0 && def == 0
                       ? "0"
                       : "all=%ld default=%ld: the reverse-path check would use the steer "
                         "mark, see every sandbox address as local and drop all sandbox "
-                        "traffic. Set both to 0", all, def);
+                        "traffic. Set both to 0",
+                  all, def);
 
     long rpa = 0, rpd = 0;
     if (vs__sysctl_read("net/ipv4/conf/all/rp_filter", &rpa) == 0 &&
         vs__sysctl_read("net/ipv4/conf/default/rp_filter", &rpd) == 0)
         host__add(res, max, n, &failed, "net.ipv4.conf.*.rp_filter", true,
                   "all=%ld default=%ld (any value works: each sandbox has a /32 route "
-                  "through its own interface)", rpa, rpd);
+                  "through its own interface)",
+                  rpa, rpd);
 
     struct vs_nl nl = {.fd = -1};
     if (vs_nl_open(&nl, NULL) == 0) {
         struct host__links links = {.prefix = s->ifname_prefix};
         int r = vs_nl_link_dump(&nl, host__links_cb, &links, NULL);
         if (r < 0)
-            host__add(res, max, n, &failed, "interface prefix", false,
-                      "cannot list interfaces");
+            host__add(res, max, n, &failed, "interface prefix", false, "cannot list interfaces");
         else if (links.foreign[0])
             host__add(res, max, n, &failed, "interface prefix", false,
                       "interface %s is named like a sandbox interface (%s*) but is not one: "
                       "the guard would drop its traffic. Rename it or choose another "
-                      "ifname_prefix", links.foreign, s->ifname_prefix);
+                      "ifname_prefix",
+                      links.foreign, s->ifname_prefix);
         else
             host__add(res, max, n, &failed, "interface prefix", true,
                       "no foreign interface is named %s*", s->ifname_prefix);

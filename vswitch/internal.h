@@ -23,8 +23,8 @@
 #define VS_RTPROT        0xa1 /* rtm_protocol of every route the switch installs */
 #define VS_TABLE_MAIN    254
 /* tc handle/priority of the legacy (clsact) filters. */
-#define VS_TC_HANDLE     0xa1
-#define VS_TC_PRIORITY   1
+#define VS_TC_HANDLE   0xa1
+#define VS_TC_PRIORITY 1
 
 struct vswitch_view {
     int map_config;
@@ -32,7 +32,7 @@ struct vswitch_view {
     int map_addrs;
     int map_counters;
     int map_sockets;
-    bool owns_fds;        /* false when the fds belong to a loaded skeleton */
+    bool owns_fds; /* false when the fds belong to a loaded skeleton */
     int ncpus;
     char pin_dir[PATH_MAX];
 };
@@ -43,18 +43,18 @@ struct vswitch {
     pthread_mutex_t mu;
     struct vswitch_bpf *skel;
     struct vswitch_view view;
-    struct vs_nl nl;              /* bound to the switch's namespace */
-    struct vs_config cfg;         /* effective configuration (also in vs_config[0]) */
+    struct vs_nl nl;      /* bound to the switch's namespace */
+    struct vs_config cfg; /* effective configuration (also in vs_config[0]) */
     char state_dir[PATH_MAX];
     int lock_fd;
-    uint32_t range_host;          /* range address, host order */
+    uint32_t range_host; /* range address, host order */
     uint32_t nslots;
-    uint8_t *slot_used;           /* one byte per slot */
+    uint8_t *slot_used; /* one byte per slot */
     unsigned pool_size;
-    struct vswitch_net *pool;     /* ready, unassigned networks (netns_fd open) */
+    struct vswitch_net *pool; /* ready, unassigned networks (netns_fd open) */
     size_t pool_n;
     bool allow_ip_forward;
-    dev_t netns_dev;              /* the namespace vswitch_open ran in */
+    dev_t netns_dev; /* the namespace vswitch_open ran in */
     ino_t netns_ino;
 };
 
@@ -62,7 +62,7 @@ struct vswitch {
 struct vs_settings {
     char state_dir[PATH_MAX];
     char pin_dir[PATH_MAX];
-    uint32_t range_addr;          /* network order */
+    uint32_t range_addr; /* network order */
     unsigned range_len;
     unsigned prefix_len;
     char ifname_prefix[16];
@@ -77,8 +77,7 @@ int vs__settings(const struct vswitch_opts *opts, struct vs_settings *s, struct 
 int vs__sysctl_read(const char *path, long *value);
 int vs__sysctl_write(const char *path, const char *value);
 /* Runs every host check; returns the number of failures (results as in vswitch.h). */
-int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size_t max,
-                    size_t *n);
+int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size_t max, size_t *n);
 /* Mounts bpffs at /sys/fs/bpf if pin_dir lives there and it is not mounted. */
 int vs__bpffs_ensure(const char *pin_dir, struct al_error *err);
 int vs__guard_install(const struct vs_settings *s, struct al_error *err);

@@ -89,11 +89,10 @@ static int loader__tcx_link_ifindex(int link_fd)
     return (int)info.xdp.ifindex;
 }
 
-static int loader__attach_tcx(struct vswitch *vs, int ifindex, bool ingress,
-                              struct al_error *err)
+static int loader__attach_tcx(struct vswitch *vs, int ifindex, bool ingress, struct al_error *err)
 {
-    int prog = bpf_program__fd(ingress ? vs->skel->progs.vs_from_sandbox
-                                       : vs->skel->progs.vs_to_sandbox);
+    int prog =
+        bpf_program__fd(ingress ? vs->skel->progs.vs_from_sandbox : vs->skel->progs.vs_to_sandbox);
     char path[PATH_MAX];
     loader__link_path(vs, ifindex, ingress, path, sizeof path);
     int lfd = bpf_obj_get(path);
@@ -102,8 +101,8 @@ static int loader__attach_tcx(struct vswitch *vs, int ifindex, bool ingress,
             int rc = bpf_link_update(lfd, prog, NULL);
             close(lfd);
             if (rc)
-                return al_error_set(err, rc, "updating the program on interface %d: %s",
-                                    ifindex, strerror(-rc));
+                return al_error_set(err, rc, "updating the program on interface %d: %s", ifindex,
+                                    strerror(-rc));
             return 0;
         }
         close(lfd);
@@ -127,19 +126,19 @@ static int loader__attach_tcx(struct vswitch *vs, int ifindex, bool ingress,
 static int loader__attach_clsact(struct vswitch *vs, int ifindex, bool ingress,
                                  struct al_error *err)
 {
-    int prog = bpf_program__fd(ingress ? vs->skel->progs.vs_from_sandbox
-                                       : vs->skel->progs.vs_to_sandbox);
+    int prog =
+        bpf_program__fd(ingress ? vs->skel->progs.vs_from_sandbox : vs->skel->progs.vs_to_sandbox);
     LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex,
                 .attach_point = ingress ? BPF_TC_INGRESS : BPF_TC_EGRESS);
     int rc = 0;
     if (ingress) { /* one clsact qdisc carries both directions */
         rc = bpf_tc_hook_create(&hook);
         if (rc && rc != -EEXIST)
-            return al_error_set(err, rc, "creating the clsact qdisc on interface %d: %s",
-                                ifindex, strerror(-rc));
+            return al_error_set(err, rc, "creating the clsact qdisc on interface %d: %s", ifindex,
+                                strerror(-rc));
     }
-    LIBBPF_OPTS(bpf_tc_opts, o, .handle = VS_TC_HANDLE, .priority = VS_TC_PRIORITY,
-                .prog_fd = prog, .flags = BPF_TC_F_REPLACE);
+    LIBBPF_OPTS(bpf_tc_opts, o, .handle = VS_TC_HANDLE, .priority = VS_TC_PRIORITY, .prog_fd = prog,
+                .flags = BPF_TC_F_REPLACE);
     rc = bpf_tc_attach(&hook, &o);
     if (rc)
         return al_error_set(err, rc, "attaching the %s filter to interface %d: %s",
@@ -185,16 +184,15 @@ int vs__set_identity_locked(struct vswitch *vs, int ifindex, struct vs_iface *if
 {
     __u32 key = (__u32)ifindex;
     if (bpf_map_update_elem(vs->view.map_ifaces, &key, ifc, BPF_ANY) != 0)
-        return al_error_set(err, -errno, "recording the identity of interface %d: %s",
-                            ifindex, strerror(errno));
+        return al_error_set(err, -errno, "recording the identity of interface %d: %s", ifindex,
+                            strerror(errno));
     if (!(ifc->flags & VS_IF_POOL)) {
-        struct vs_addr_entry a = {.sandbox_id = ifc->sandbox_id,
-                                  .ifindex = key,
-                                  .flags = ifc->flags};
+        struct vs_addr_entry a = {
+            .sandbox_id = ifc->sandbox_id, .ifindex = key, .flags = ifc->flags};
         memcpy(a.label, ifc->label, sizeof a.label);
         if (bpf_map_update_elem(vs->view.map_addrs, &ifc->addr, &a, BPF_ANY) != 0)
-            return al_error_set(err, -errno, "recording the address of interface %d: %s",
-                                ifindex, strerror(errno));
+            return al_error_set(err, -errno, "recording the address of interface %d: %s", ifindex,
+                                strerror(errno));
     }
     return 0;
 }
@@ -317,8 +315,10 @@ static int loader__lock(struct vswitch *vs, struct al_error *err)
         pid[strcspn(pid, "\n")] = '\0';
         close(vs->lock_fd);
         vs->lock_fd = -1;
-        return al_error_set(err, -EBUSY, "another process (pid %s) has the switch of %s open "
-                            "(lock %s)", pid[0] ? pid : "?", vs->state_dir, path);
+        return al_error_set(err, -EBUSY,
+                            "another process (pid %s) has the switch of %s open "
+                            "(lock %s)",
+                            pid[0] ? pid : "?", vs->state_dir, path);
     }
     char pid[32];
     int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
@@ -338,18 +338,14 @@ static int loader__write_instance(struct vswitch *vs, struct al_error *err)
     inet_ntop(AF_INET, &vs->cfg.range_addr, range, sizeof range);
     char cidr[40];
     snprintf(cidr, sizeof cidr, "%s/%u", range, vs->cfg.range_len);
-    json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:i}",
-                          "abi_version", (int)vs->cfg.abi_version, "pin_dir", vs->view.pin_dir,
-                          "state_dir", vs->state_dir, "range", cidr,
-                          "prefix_len", (int)vs->cfg.prefix_len,
-                          "ifname_prefix", vs->cfg.ifname_prefix,
-                          "nft_table", vs->cfg.nft_table,
-                          "steer_mark", (json_int_t)vs->cfg.steer_mark,
-                          "reply_mark", (json_int_t)vs->cfg.reply_mark,
-                          "route_table", (json_int_t)vs->cfg.route_table,
-                          "rule_priority", (json_int_t)vs->cfg.rule_priority,
-                          "attach_mode", loader__mode_name(vs->cfg.attach_mode),
-                          "pid", (int)getpid());
+    json_t *o = json_pack(
+        "{s:i, s:s, s:s, s:s, s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:i}", "abi_version",
+        (int)vs->cfg.abi_version, "pin_dir", vs->view.pin_dir, "state_dir", vs->state_dir, "range",
+        cidr, "prefix_len", (int)vs->cfg.prefix_len, "ifname_prefix", vs->cfg.ifname_prefix,
+        "nft_table", vs->cfg.nft_table, "steer_mark", (json_int_t)vs->cfg.steer_mark, "reply_mark",
+        (json_int_t)vs->cfg.reply_mark, "route_table", (json_int_t)vs->cfg.route_table,
+        "rule_priority", (json_int_t)vs->cfg.rule_priority, "attach_mode",
+        loader__mode_name(vs->cfg.attach_mode), "pid", (int)getpid());
     if (!o)
         return al_error_set(err, -ENOMEM, "out of memory");
     char *s = al_json_dump(o);
@@ -397,8 +393,7 @@ static int loader__cfg_compare(const struct vs_config *have, const struct vs_con
         what = "per-sandbox prefix length";
     else if (have->steer_mark != want->steer_mark || have->reply_mark != want->reply_mark)
         what = "marks";
-    else if (have->route_table != want->route_table ||
-             have->rule_priority != want->rule_priority)
+    else if (have->route_table != want->route_table || have->rule_priority != want->rule_priority)
         what = "route table or rule priority";
     else if (strcmp(have->ifname_prefix, want->ifname_prefix) != 0)
         what = "interface prefix";
@@ -408,9 +403,11 @@ static int loader__cfg_compare(const struct vs_config *have, const struct vs_con
         what = "attach mode";
     if (!what)
         return 0;
-    return al_error_set(err, -EEXIST, "the switch pinned at %s was started with a different "
+    return al_error_set(err, -EEXIST,
+                        "the switch pinned at %s was started with a different "
                         "%s: keep the old setting, or end every sandbox and tear it down first "
-                        "(vswitch_destroy)", pin_dir, what);
+                        "(vswitch_destroy)",
+                        pin_dir, what);
 }
 
 static uint32_t loader__probe_attach_mode(void)
@@ -565,14 +562,16 @@ static int loader__refusal(const struct vs_settings *s, struct al_error *err)
     for (size_t i = 0; i < n; i++) {
         if (res[i].ok)
             continue;
-        int w = snprintf(msg + used, sizeof msg - used, "%s%s %s", used ? "; " : "",
-                         res[i].name, res[i].detail);
+        int w = snprintf(msg + used, sizeof msg - used, "%s%s %s", used ? "; " : "", res[i].name,
+                         res[i].detail);
         if (w < 0 || (size_t)w >= sizeof msg - used)
             break;
         used += (size_t)w;
     }
-    return al_error_set(err, -EPERM, "the switch refuses to start on this host: %s "
-                        "(see docs/operations.md, `airlock vswitch check`)", msg);
+    return al_error_set(err, -EPERM,
+                        "the switch refuses to start on this host: %s "
+                        "(see docs/operations.md, `airlock vswitch check`)",
+                        msg);
 }
 
 void vswitch_close(struct vswitch *vs)
@@ -667,10 +666,12 @@ int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch 
     vs->skel->rodata->cfg_reply_mark = s.reply_mark;
     rc = vswitch_bpf__load(vs->skel);
     if (rc) {
-        al_error_set(err, rc, "loading the switch's eBPF programs failed (%s): the kernel "
+        al_error_set(err, rc,
+                     "loading the switch's eBPF programs failed (%s): the kernel "
                      "needs bpf_sk_assign and sockmap lookups (Linux >= 5.10); if maps are "
                      "already pinned at %s by an incompatible build, tear that instance down "
-                     "first. libbpf's log above has the details", strerror(-rc), s.pin_dir);
+                     "first. libbpf's log above has the details",
+                     strerror(-rc), s.pin_dir);
         goto fail;
     }
     vs->view.map_config = bpf_map__fd(vs->skel->maps.vs_config);
@@ -766,8 +767,7 @@ static int loader__count_live(struct vswitch *vs, size_t *live)
     *live = 0;
     while (bpf_map_get_next_key(vs->view.map_ifaces, prev, &next) == 0) {
         struct vs_iface ifc;
-        if (bpf_map_lookup_elem(vs->view.map_ifaces, &next, &ifc) == 0 &&
-            !(ifc.flags & VS_IF_POOL))
+        if (bpf_map_lookup_elem(vs->view.map_ifaces, &next, &ifc) == 0 && !(ifc.flags & VS_IF_POOL))
             (*live)++;
         key = next;
         prev = &key;
@@ -785,8 +785,10 @@ int vswitch_destroy(struct vswitch *vs, bool force, struct al_error *err)
     if (live && !force) {
         pthread_mutex_unlock(&vs->mu);
         vswitch_close(vs);
-        return al_error_set(err, -EBUSY, "%zu sandbox interface(s) are still attached: end "
-                            "those sandboxes first (or force the teardown)", live);
+        return al_error_set(err, -EBUSY,
+                            "%zu sandbox interface(s) are still attached: end "
+                            "those sandboxes first (or force the teardown)",
+                            live);
     }
     vs__pool_drain(vs);
     int rc = 0;
@@ -808,7 +810,8 @@ int vswitch_destroy(struct vswitch *vs, bool force, struct al_error *err)
             al_warn("vswitch: deleting the local route table entry failed: %s", strerror(-r));
         bool exists = true;
         while (vs_nl_rule_exists(&vs->nl, vs->cfg.steer_mark, vs->cfg.route_table,
-                                 vs->cfg.rule_priority, &exists, NULL) == 0 && exists) {
+                                 vs->cfg.rule_priority, &exists, NULL) == 0 &&
+               exists) {
             if (vs_nl_rule_del(&vs->nl, vs->cfg.steer_mark, vs->cfg.route_table,
                                vs->cfg.rule_priority, NULL) != 0)
                 break;
@@ -848,8 +851,8 @@ const char *vswitch_pin_dir(const struct vswitch *vs)
     return vs->view.pin_dir;
 }
 
-int vswitch_host_check(const struct vswitch_opts *opts, struct vswitch_check *results,
-                       size_t max, size_t *n)
+int vswitch_host_check(const struct vswitch_opts *opts, struct vswitch_check *results, size_t max,
+                       size_t *n)
 {
     struct vs_settings s;
     struct al_error e = {0};

@@ -52,8 +52,10 @@ int vs__slot_alloc(struct vswitch *vs, uint32_t *slot, struct al_error *err)
             return 0;
         }
     }
-    return al_error_set(err, -ENOSPC, "the address range has no free sandbox subnet (%u in "
-                        "use): end sandboxes or configure a larger range", vs->nslots);
+    return al_error_set(err, -ENOSPC,
+                        "the address range has no free sandbox subnet (%u in "
+                        "use): end sandboxes or configure a larger range",
+                        vs->nslots);
 }
 
 void vs__slot_free(struct vswitch *vs, uint32_t slot)
@@ -129,7 +131,7 @@ static int net__find_locked(struct vswitch *vs, uint64_t id, int *ifindex, struc
 
 struct net__ns {
     int nsfd;
-    struct vs_nl nl;       /* bound to the new namespace */
+    struct vs_nl nl; /* bound to the new namespace */
     struct al_error err;
 };
 
@@ -142,8 +144,7 @@ static void *net__ns_thread(void *arg)
     }
     ns->nsfd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
     if (ns->nsfd < 0) {
-        al_error_set(&ns->err, -errno, "opening the new network namespace: %s",
-                     strerror(errno));
+        al_error_set(&ns->err, -errno, "opening the new network namespace: %s", strerror(errno));
         return NULL;
     }
     /* No IPv6 inside: the switch drops it anyway, and applications fail fast instead of
@@ -359,7 +360,8 @@ static int net__same_netns(const struct vswitch *vs, struct al_error *err)
         return al_error_set(err, -errno, "cannot stat this thread's network namespace: %s",
                             strerror(errno));
     if (st.st_ino != vs->netns_ino || st.st_dev != vs->netns_dev)
-        return al_error_set(err, -EXDEV, "this thread is not in the switch's network "
+        return al_error_set(err, -EXDEV,
+                            "this thread is not in the switch's network "
                             "namespace: create taps from a thread that is");
     return 0;
 }
@@ -458,28 +460,33 @@ int vswitch_attach(struct vswitch *vs, int ifindex, const struct vswitch_sandbox
         goto out;
     size_t plen = strlen(vs->cfg.ifname_prefix);
     if (strncmp(l.name, vs->cfg.ifname_prefix, plen) != 0 || !l.name[plen]) {
-        rc = al_error_set(err, -EINVAL, "interface %s is not named %s<something>: the "
+        rc = al_error_set(err, -EINVAL,
+                          "interface %s is not named %s<something>: the "
                           "nftables guard would not cover it. Create it with that prefix",
                           l.name, vs->cfg.ifname_prefix);
         goto out;
     }
     if (l.flags & IFF_UP) {
-        rc = al_error_set(err, -EBUSY, "interface %s is up: attach it while it is down, so "
-                          "that no packet passes unattached", l.name);
+        rc = al_error_set(err, -EBUSY,
+                          "interface %s is up: attach it while it is down, so "
+                          "that no packet passes unattached",
+                          l.name);
         goto out;
     }
     bool tap = strcmp(l.kind, "tun") == 0;
     if (!tap && strcmp(l.kind, "veth") != 0) {
-        rc = al_error_set(err, -EINVAL, "interface %s is a '%s': only veth and tap interfaces "
-                          "can be attached", l.name, l.kind[0] ? l.kind : "device without a kind");
+        rc = al_error_set(err, -EINVAL,
+                          "interface %s is a '%s': only veth and tap interfaces "
+                          "can be attached",
+                          l.name, l.kind[0] ? l.kind : "device without a kind");
         goto out;
     }
     __u32 key = (__u32)ifindex;
     struct vs_iface ifc;
     if (bpf_map_lookup_elem(vs->view.map_ifaces, &key, &ifc) == 0 ||
         net__find_locked(vs, sb->id, &(int){0}, &ifc) == 0) {
-        rc = al_error_set(err, -EEXIST, "interface %s or sandbox %llu is already attached",
-                          l.name, (unsigned long long)sb->id);
+        rc = al_error_set(err, -EEXIST, "interface %s or sandbox %llu is already attached", l.name,
+                          (unsigned long long)sb->id);
         goto out;
     }
     uint32_t slot;

@@ -154,8 +154,8 @@ static const char *nl__ext_msg(const struct nlmsghdr *h)
         const struct nlattr *a = (const struct nlattr *)p;
         if (a->nla_len < sizeof *a || a->nla_len > left)
             break;
-        if ((a->nla_type & NLA_TYPE_MASK) == NLMSGERR_ATTR_MSG &&
-            a->nla_len > sizeof *a && p[a->nla_len - 1] == '\0')
+        if ((a->nla_type & NLA_TYPE_MASK) == NLMSGERR_ATTR_MSG && a->nla_len > sizeof *a &&
+            p[a->nla_len - 1] == '\0')
             return p + sizeof *a;
         size_t step = NLA_ALIGN(a->nla_len);
         if (step >= left)
@@ -196,8 +196,7 @@ static int nl__talk(struct vs_nl *nl, struct nl_msg *m, const char *what, struct
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            rc = al_error_set(err, -errno, "%s: netlink receive failed: %s", what,
-                              strerror(errno));
+            rc = al_error_set(err, -errno, "%s: netlink receive failed: %s", what, strerror(errno));
             break;
         }
         for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n);
@@ -240,8 +239,7 @@ static int nl__dump(struct vs_nl *nl, struct nl_msg *m, uint16_t want,
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            rc = al_error_set(err, -errno, "%s: netlink receive failed: %s", what,
-                              strerror(errno));
+            rc = al_error_set(err, -errno, "%s: netlink receive failed: %s", what, strerror(errno));
             goto out;
         }
         for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n);
@@ -460,8 +458,7 @@ int vs_nl_link_index(struct vs_nl *nl, const char *name, int *ifindex, struct al
     return 0;
 }
 
-int vs_nl_link_get(struct vs_nl *nl, int ifindex, struct vs_nl_link_info *out,
-                   struct al_error *err)
+int vs_nl_link_get(struct vs_nl *nl, int ifindex, struct vs_nl_link_info *out, struct al_error *err)
 {
     struct nl_msg m;
     nl__init(&m, RTM_GETLINK, NLM_F_ACK);
@@ -605,8 +602,8 @@ static int nl__rule_cb(const struct nlmsghdr *h, void *arg)
     return 0;
 }
 
-int vs_nl_rule_exists(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio,
-                      bool *exists, struct al_error *err)
+int vs_nl_rule_exists(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio, bool *exists,
+                      struct al_error *err)
 {
     struct nl_msg m;
     nl__init(&m, RTM_GETRULE, 0);

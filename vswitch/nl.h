@@ -24,12 +24,12 @@ int vs_nl_open(struct vs_nl *nl, struct al_error *err);
 void vs_nl_close(struct vs_nl *nl);
 
 struct vs_veth_spec {
-    const char *name;             /* host side */
-    const uint8_t *mac;           /* host side MAC, or NULL */
-    const char *peer_name;        /* sandbox side */
-    const uint8_t *peer_mac;      /* sandbox side MAC, or NULL */
-    int peer_netns_fd;            /* create the peer directly in this netns, or -1 */
-    uint32_t mtu;                 /* 0 = default */
+    const char *name;        /* host side */
+    const uint8_t *mac;      /* host side MAC, or NULL */
+    const char *peer_name;   /* sandbox side */
+    const uint8_t *peer_mac; /* sandbox side MAC, or NULL */
+    int peer_netns_fd;       /* create the peer directly in this netns, or -1 */
+    uint32_t mtu;            /* 0 = default */
 };
 /* Creates a veth pair (both ends down). */
 int vs_nl_veth_add(struct vs_nl *nl, const struct vs_veth_spec *spec, struct al_error *err);
@@ -45,18 +45,18 @@ int vs_nl_addr_add(struct vs_nl *nl, int ifindex, uint32_t addr, unsigned prefix
                    struct al_error *err);
 
 enum vs_route_kind {
-    VS_ROUTE_UNICAST_DEV,  /* dst/len dev oif scope link */
-    VS_ROUTE_DEFAULT_VIA,  /* default via gw dev oif onlink */
-    VS_ROUTE_LOCAL_ALL,    /* local 0.0.0.0/0 dev oif (lo) scope host */
+    VS_ROUTE_UNICAST_DEV, /* dst/len dev oif scope link */
+    VS_ROUTE_DEFAULT_VIA, /* default via gw dev oif onlink */
+    VS_ROUTE_LOCAL_ALL,   /* local 0.0.0.0/0 dev oif (lo) scope host */
 };
 struct vs_route_spec {
     enum vs_route_kind kind;
     uint32_t table;
-    uint32_t dst;           /* network order */
+    uint32_t dst; /* network order */
     unsigned dst_len;
-    uint32_t gateway;       /* network order */
+    uint32_t gateway; /* network order */
     int oif;
-    uint8_t protocol;       /* RTPROT_* (identifies our routes) */
+    uint8_t protocol; /* RTPROT_* (identifies our routes) */
 };
 /* replace: NLM_F_REPLACE instead of NLM_F_EXCL (idempotent). */
 int vs_nl_route_add(struct vs_nl *nl, const struct vs_route_spec *r, bool replace,
@@ -69,8 +69,8 @@ int vs_nl_rule_add(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t pri
 int vs_nl_rule_del(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio,
                    struct al_error *err);
 /* True if exactly that rule exists. */
-int vs_nl_rule_exists(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio,
-                      bool *exists, struct al_error *err);
+int vs_nl_rule_exists(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio, bool *exists,
+                      struct al_error *err);
 
 /* Permanent neighbour entry ip -> mac on ifindex. */
 int vs_nl_neigh_add(struct vs_nl *nl, int ifindex, uint32_t ip, const uint8_t mac[6],
@@ -80,9 +80,9 @@ int vs_nl_neigh_add(struct vs_nl *nl, int ifindex, uint32_t ip, const uint8_t ma
  * 0 when it ran to the end, or a negative errno. */
 struct vs_nl_route_info {
     uint32_t table;
-    uint8_t type;         /* RTN_* */
+    uint8_t type; /* RTN_* */
     uint8_t protocol;
-    uint32_t dst;         /* network order */
+    uint32_t dst; /* network order */
     unsigned dst_len;
     int oif;
 };
@@ -90,7 +90,7 @@ int vs_nl_route_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_route_info *
                      void *arg, struct al_error *err);
 struct vs_nl_addr_info {
     int ifindex;
-    uint32_t addr;        /* network order */
+    uint32_t addr; /* network order */
     unsigned prefix_len;
 };
 int vs_nl_addr_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_addr_info *a, void *arg),
@@ -98,9 +98,9 @@ int vs_nl_addr_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_addr_info *a,
 struct vs_nl_link_info {
     int ifindex;
     char name[16];
-    uint8_t mac[6];       /* zero if the link has no Ethernet address */
-    char kind[16];        /* IFLA_INFO_KIND ("veth", "tun", ...), "" if none */
-    unsigned flags;       /* IFF_* */
+    uint8_t mac[6]; /* zero if the link has no Ethernet address */
+    char kind[16];  /* IFLA_INFO_KIND ("veth", "tun", ...), "" if none */
+    unsigned flags; /* IFF_* */
 };
 /* One interface by index (-ENODEV if absent). */
 int vs_nl_link_get(struct vs_nl *nl, int ifindex, struct vs_nl_link_info *out,

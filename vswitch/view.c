@@ -58,8 +58,7 @@ const char *vswitch_reason_name(unsigned reason)
 
 bool vswitch_reason_is_drop(unsigned reason)
 {
-    return reason < VS_R_MAX &&
-           !(reason <= VS_R_TCP_ACK_LISTENER || reason == VS_R_IN_REPLY);
+    return reason < VS_R_MAX && !(reason <= VS_R_TCP_ACK_LISTENER || reason == VS_R_IN_REPLY);
 }
 
 const char *vswitch_proxy_sock_name(enum vswitch_proxy_sock kind)
@@ -81,8 +80,7 @@ void vs__view_release(struct vswitch_view *v)
 {
     if (!v->owns_fds)
         return;
-    int *fds[] = {&v->map_config, &v->map_ifaces, &v->map_addrs, &v->map_counters,
-                  &v->map_sockets};
+    int *fds[] = {&v->map_config, &v->map_ifaces, &v->map_addrs, &v->map_counters, &v->map_sockets};
     for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++) {
         if (*fds[i] >= 0)
             close(*fds[i]);
@@ -99,8 +97,10 @@ int vs__view_open_fds(struct vswitch_view *v, const char *pin_dir, struct al_err
     struct {
         const char *name;
         int *fd;
-    } maps[] = {{"vs_config", &v->map_config},     {"vs_ifaces", &v->map_ifaces},
-                {"vs_addrs", &v->map_addrs},       {"vs_counters", &v->map_counters},
+    } maps[] = {{"vs_config", &v->map_config},
+                {"vs_ifaces", &v->map_ifaces},
+                {"vs_addrs", &v->map_addrs},
+                {"vs_counters", &v->map_counters},
                 {"vs_sockets", &v->map_sockets}};
     for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++) {
         char path[PATH_MAX];
@@ -110,7 +110,8 @@ int vs__view_open_fds(struct vswitch_view *v, const char *pin_dir, struct al_err
             int e = errno;
             vs__view_release(v);
             if (e == ENOENT)
-                return al_error_set(err, -ENOENT, "no switch is pinned at %s (%s is missing): "
+                return al_error_set(err, -ENOENT,
+                                    "no switch is pinned at %s (%s is missing): "
                                     "is airlockd running, with the same state directory?",
                                     pin_dir, maps[i].name);
             return al_error_set(err, -e, "opening %s: %s%s", path, strerror(e),
@@ -119,11 +120,12 @@ int vs__view_open_fds(struct vswitch_view *v, const char *pin_dir, struct al_err
     }
     struct vs_config cfg;
     __u32 zero = 0;
-    if (bpf_map_lookup_elem(v->map_config, &zero, &cfg) != 0 ||
-        cfg.abi_version != VS_ABI_VERSION) {
+    if (bpf_map_lookup_elem(v->map_config, &zero, &cfg) != 0 || cfg.abi_version != VS_ABI_VERSION) {
         vs__view_release(v);
-        return al_error_set(err, -EPROTO, "the switch pinned at %s has layout version %u; this "
-                            "build reads version %u", pin_dir, cfg.abi_version, VS_ABI_VERSION);
+        return al_error_set(err, -EPROTO,
+                            "the switch pinned at %s has layout version %u; this "
+                            "build reads version %u",
+                            pin_dir, cfg.abi_version, VS_ABI_VERSION);
     }
     v->ncpus = libbpf_num_possible_cpus();
     if (v->ncpus <= 0) {
@@ -139,9 +141,10 @@ int vs__read_instance(const char *state_dir, char *pin_dir, size_t len, struct a
     snprintf(path, sizeof path, "%s/%s", state_dir, VS_INSTANCE_FILE);
     json_t *o = al_json_load_file(path, NULL);
     if (!o)
-        return al_error_set(err, -ENOENT, "no virtual switch was started for %s (%s is "
-                            "missing): start airlockd first, or pass --state-dir", state_dir,
-                            path);
+        return al_error_set(err, -ENOENT,
+                            "no virtual switch was started for %s (%s is "
+                            "missing): start airlockd first, or pass --state-dir",
+                            state_dir, path);
     const char *p = NULL;
     struct al_error e2 = {0};
     int rc = al_json_get_str(o, "pin_dir", true, &p, path, &e2);
@@ -171,8 +174,8 @@ int vswitch_view_open_pins(const char *pin_dir, struct vswitch_view **out, struc
 int vswitch_view_open(const char *state_dir, struct vswitch_view **out, struct al_error *err)
 {
     char pin_dir[PATH_MAX];
-    int rc = vs__read_instance(state_dir ? state_dir : al_state_dir(), pin_dir, sizeof pin_dir,
-                               err);
+    int rc =
+        vs__read_instance(state_dir ? state_dir : al_state_dir(), pin_dir, sizeof pin_dir, err);
     if (rc)
         return rc;
     return vswitch_view_open_pins(pin_dir, out, err);
@@ -194,8 +197,7 @@ int vswitch_view_config(const struct vswitch_view *v, struct vs_config *out)
 
 /* ---- lookups ------------------------------------------------------------------------ */
 
-int vswitch_view_peer(const struct vswitch_view *v, struct in_addr peer,
-                      struct vswitch_peer *out)
+int vswitch_view_peer(const struct vswitch_view *v, struct in_addr peer, struct vswitch_peer *out)
 {
     struct vs_addr_entry a;
     if (bpf_map_lookup_elem(v->map_addrs, &peer.s_addr, &a) != 0)
@@ -287,26 +289,34 @@ static int view__check_socket(enum vswitch_proxy_sock kind, int fd, struct al_er
         view__sockopt_int(fd, SOL_SOCKET, SO_DOMAIN, &domain) != 0)
         return al_error_set(err, -ENOTSOCK, "proxy socket %s: fd %d is not a socket", name, fd);
     if (domain != AF_INET)
-        return al_error_set(err, -EAFNOSUPPORT, "proxy socket %s must be AF_INET (sandboxes "
-                            "speak IPv4 only)", name);
+        return al_error_set(err, -EAFNOSUPPORT,
+                            "proxy socket %s must be AF_INET (sandboxes "
+                            "speak IPv4 only)",
+                            name);
     view__sockopt_int(fd, SOL_IP, IP_TRANSPARENT, &transparent);
     if (!transparent)
-        return al_error_set(err, -EINVAL, "proxy socket %s needs IP_TRANSPARENT (set it "
-                            "before bind; needs CAP_NET_ADMIN)", name);
+        return al_error_set(err, -EINVAL,
+                            "proxy socket %s needs IP_TRANSPARENT (set it "
+                            "before bind; needs CAP_NET_ADMIN)",
+                            name);
     if (kind == VSWITCH_PROXY_DNS_UDP) {
         if (type != SOCK_DGRAM)
             return al_error_set(err, -EINVAL, "proxy socket %s must be SOCK_DGRAM", name);
         view__sockopt_int(fd, SOL_IP, IP_RECVORIGDSTADDR, &origdst);
         if (!origdst)
-            return al_error_set(err, -EINVAL, "proxy socket %s needs IP_RECVORIGDSTADDR, or "
-                                "it cannot tell which address a query was sent to", name);
+            return al_error_set(err, -EINVAL,
+                                "proxy socket %s needs IP_RECVORIGDSTADDR, or "
+                                "it cannot tell which address a query was sent to",
+                                name);
     } else {
         if (type != SOCK_STREAM)
             return al_error_set(err, -EINVAL, "proxy socket %s must be SOCK_STREAM", name);
         view__sockopt_int(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening);
         if (!listening)
-            return al_error_set(err, -EINVAL, "proxy socket %s must be listening (call "
-                                "listen() before registering)", name);
+            return al_error_set(err, -EINVAL,
+                                "proxy socket %s must be listening (call "
+                                "listen() before registering)",
+                                name);
     }
     return 0;
 }
@@ -325,8 +335,10 @@ int vswitch_proxy_register(const struct vswitch_view *v, enum vswitch_proxy_sock
         return al_error_set(err, rc, "reading the switch configuration: %s", strerror(-rc));
     int mark = (int)cfg.reply_mark;
     if (setsockopt(fd, SOL_SOCKET, SO_MARK, &mark, sizeof mark) != 0)
-        return al_error_set(err, -errno, "setting SO_MARK on proxy socket %s: %s (needs "
-                            "CAP_NET_ADMIN)", vswitch_proxy_sock_name(kind), strerror(errno));
+        return al_error_set(err, -errno,
+                            "setting SO_MARK on proxy socket %s: %s (needs "
+                            "CAP_NET_ADMIN)",
+                            vswitch_proxy_sock_name(kind), strerror(errno));
     __u32 key = (__u32)kind;
     __u64 val = (__u64)fd;
     if (bpf_map_update_elem(v->map_sockets, &key, &val, BPF_ANY) != 0)

@@ -68,35 +68,38 @@
 #define VSWITCH_DEFAULT_IFNAME_PREFIX "alsb"
 #define VSWITCH_DEFAULT_STEER_MARK    0x414c0001u /* "AL" 0001 */
 #define VSWITCH_DEFAULT_REPLY_MARK    0x414c0002u
-#define VSWITCH_DEFAULT_ROUTE_TABLE   16716u      /* 0x414c */
+#define VSWITCH_DEFAULT_ROUTE_TABLE   16716u /* 0x414c */
 #define VSWITCH_DEFAULT_RULE_PRIORITY 99u
 #define VSWITCH_GUEST_IFNAME          "eth0"
-#define VSWITCH_LABEL_MAX             47          /* bytes of vswitch_sandbox.label */
+#define VSWITCH_LABEL_MAX             47 /* bytes of vswitch_sandbox.label */
 #define VSWITCH_REASON_MAX            VS_R_MAX
 
 struct vswitch;
 struct vswitch_view;
 
 enum vswitch_attach_mode {
-    VSWITCH_ATTACH_AUTO = 0,  /* TCX links if the kernel has them (>= 6.6), else clsact */
+    VSWITCH_ATTACH_AUTO = 0, /* TCX links if the kernel has them (>= 6.6), else clsact */
     VSWITCH_ATTACH_TCX = VS_ATTACH_TCX,
     VSWITCH_ATTACH_CLSACT = VS_ATTACH_CLSACT,
 };
 
 struct vswitch_opts {
-    const char *state_dir;      /* default al_state_dir() */
-    const char *pin_dir;        /* default /sys/fs/bpf/airlock/<hash of state_dir> */
-    const char *range;          /* IPv4 CIDR, default VSWITCH_DEFAULT_RANGE */
-    unsigned prefix_len;        /* per-sandbox subnet, 30 or 31; 0 = 30 */
-    const char *ifname_prefix;  /* host-side names "<prefix><slot>", 1..10 chars of
-                                   [a-z0-9]; reserved for the switch (the guard matches
-                                   it); default VSWITCH_DEFAULT_IFNAME_PREFIX */
-    uint32_t steer_mark;        /* 0 = defaults above; the four must not collide with */
-    uint32_t reply_mark;        /*     other users of marks, tables and rule priorities */
-    uint32_t route_table;       /*     on the host */
+    const char *state_dir; /* default al_state_dir() */
+    const char *pin_dir;   /* default /sys/fs/bpf/airlock/<hash of state_dir> */
+    const char *range;     /* IPv4 CIDR, default VSWITCH_DEFAULT_RANGE */
+    unsigned prefix_len;   /* per-sandbox subnet, 30 or 31; 0 = 30 */
+    /* Host-side interface names are "<prefix><slot>": 1..10 characters of [a-z0-9]. The
+     * prefix is reserved for the switch (the guard matches it). Default
+     * VSWITCH_DEFAULT_IFNAME_PREFIX. */
+    const char *ifname_prefix;
+    /* 0 = the defaults above. They must not collide with other users of marks, routing
+     * tables and rule priorities on the host. */
+    uint32_t steer_mark;
+    uint32_t reply_mark;
+    uint32_t route_table;
     uint32_t rule_priority;
-    const char *nft_table;      /* default "airlock_<ifname_prefix>" */
-    unsigned pool_size;         /* networks vswitch_pool_fill keeps ready (0 = none) */
+    const char *nft_table; /* default "airlock_<ifname_prefix>" */
+    unsigned pool_size;    /* networks vswitch_pool_fill keeps ready (0 = none) */
     enum vswitch_attach_mode attach_mode;
     /* Start although net.ipv4.ip_forward=1 (the host routes for something else). The
      * switch never passes unassigned packets and the guard's forward chain drops anything
@@ -114,7 +117,7 @@ struct vswitch_opts {
  * Only one process may have an instance open (-EBUSY otherwise). */
 int vswitch_open(const struct vswitch_opts *opts, struct vswitch **out, struct al_error *err);
 /* Releases the handle. Everything stays attached and pinned (fail closed); pooled,
- * unassigned networks are given back to the kernel. NULL is allowed. */
+ * unassigned networks are deleted (tens of ms each). NULL is allowed. */
 void vswitch_close(struct vswitch *vs);
 /* Tears the instance down: deletes every sandbox interface it attached, the pins, the rule,
  * the route table, the guard and the instance record, then frees vs. Refuses (-EBUSY) while
@@ -124,35 +127,36 @@ int vswitch_destroy(struct vswitch *vs, bool force, struct al_error *err);
 /* What vswitch_open checks, without changing anything (also `airlock vswitch check`).
  * Fills up to max results; returns how many checks failed (0 = safe), or a negative errno. */
 struct vswitch_check {
-    char name[48];        /* "net.ipv4.ip_forward", "bpffs", ... */
+    char name[48]; /* "net.ipv4.ip_forward", "bpffs", ... */
     bool ok;
-    char detail[256];     /* the value found and, when not ok, what to do */
+    char detail[256]; /* the value found and, when not ok, what to do */
 };
-int vswitch_host_check(const struct vswitch_opts *opts, struct vswitch_check *results,
-                       size_t max, size_t *n);
+int vswitch_host_check(const struct vswitch_opts *opts, struct vswitch_check *results, size_t max,
+                       size_t *n);
 
 /* ---- sandboxes ----------------------------------------------------------------------- */
 
 struct vswitch_sandbox {
-    uint64_t id;          /* non-zero; unique among the instance's live sandboxes */
-    const char *label;    /* optional, <= VSWITCH_LABEL_MAX bytes: shown by status and
-                             returned to the proxy (e.g. the E2B sandbox id) */
+    uint64_t id; /* non-zero; unique among the instance's live sandboxes */
+    /* Optional, at most VSWITCH_LABEL_MAX bytes: shown by status and returned to the proxy
+     * with the id (e.g. the E2B sandbox id). */
+    const char *label;
 };
 
 struct vswitch_net {
     uint64_t sandbox_id;
-    int netns_fd;                  /* veth: the sandbox's network namespace (the caller owns
-                                      it and must close it); -1 for taps and after
-                                      vswitch_net_find */
-    int tap_fd;                    /* tap: the tap queue (caller owns); -1 otherwise */
-    int host_ifindex;              /* in the switch's namespace */
+    /* veth: the sandbox's network namespace; the caller owns it and must close it. -1 for
+     * taps and after vswitch_net_find. */
+    int netns_fd;
+    int tap_fd;       /* tap: the tap queue (the caller owns it); -1 otherwise */
+    int host_ifindex; /* in the switch's namespace */
     char host_ifname[IFNAMSIZ];
-    char guest_ifname[IFNAMSIZ];   /* "eth0" in netns_fd (veth); = host_ifname for taps */
-    struct in_addr addr;           /* the sandbox's address */
-    struct in_addr gateway;        /* its default gateway and DNS server */
+    char guest_ifname[IFNAMSIZ]; /* "eth0" in netns_fd (veth); = host_ifname for taps */
+    struct in_addr addr;         /* the sandbox's address */
+    struct in_addr gateway;      /* its default gateway and DNS server */
     unsigned prefix_len;
     uint8_t host_mac[6];
-    uint8_t guest_mac[6];          /* the sandbox side's MAC (give it to the guest NIC) */
+    uint8_t guest_mac[6]; /* the sandbox side's MAC (give it to the guest NIC) */
 };
 
 /* Gives a sandbox a network: a new network namespace with "eth0" configured (from the pool
@@ -162,8 +166,8 @@ int vswitch_net_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
                        struct vswitch_net *out, struct al_error *err);
 
 struct vswitch_tap_opts {
-    bool vnet_hdr;        /* IFF_VNET_HDR on the tap */
-    const uint8_t *guest_mac;  /* the guest NIC's MAC, or NULL to let the switch pick one */
+    bool vnet_hdr;            /* IFF_VNET_HDR on the tap */
+    const uint8_t *guest_mac; /* the guest NIC's MAC, or NULL to let the switch pick one */
 };
 /* Creates a tap device for a KVM guest, attached before it goes up. out->tap_fd is the
  * open queue; closing its last copy deletes the device (the switch then forgets it on the
@@ -206,8 +210,7 @@ const char *vswitch_pin_dir(const struct vswitch *vs);
  * switch was ever started for it. */
 int vswitch_view_open(const char *state_dir, struct vswitch_view **out, struct al_error *err);
 /* The same, straight from a pin directory. */
-int vswitch_view_open_pins(const char *pin_dir, struct vswitch_view **out,
-                           struct al_error *err);
+int vswitch_view_open_pins(const char *pin_dir, struct vswitch_view **out, struct al_error *err);
 void vswitch_view_close(struct vswitch_view *v);
 int vswitch_view_config(const struct vswitch_view *v, struct vs_config *out);
 
@@ -217,12 +220,11 @@ struct vswitch_peer {
     int host_ifindex;
     char label[VSWITCH_LABEL_MAX + 1];
 };
-int vswitch_view_peer(const struct vswitch_view *v, struct in_addr peer,
-                      struct vswitch_peer *out);
+int vswitch_view_peer(const struct vswitch_view *v, struct in_addr peer, struct vswitch_peer *out);
 
 struct vswitch_iface_info {
     int host_ifindex;
-    struct vs_iface iface;    /* identity, addresses, MACs, flags, name, label */
+    struct vs_iface iface; /* identity, addresses, MACs, flags, name, label */
 };
 /* Calls cb for every attached interface (sorted by slot); cb returns non-zero to stop. */
 int vswitch_view_foreach(const struct vswitch_view *v,

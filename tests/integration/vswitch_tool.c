@@ -119,9 +119,9 @@ static void print_net(const struct vswitch_net *n)
     printf("{\"sandbox_id\":%llu,\"host_ifname\":\"%s\",\"host_ifindex\":%d,"
            "\"guest_ifname\":\"%s\",\"addr\":\"%s\",\"gateway\":\"%s\",\"prefix_len\":%u,"
            "\"guest_mac\":\"%02x:%02x:%02x:%02x:%02x:%02x\"}\n",
-           (unsigned long long)n->sandbox_id, n->host_ifname, n->host_ifindex, n->guest_ifname,
-           a, g, n->prefix_len, n->guest_mac[0], n->guest_mac[1], n->guest_mac[2],
-           n->guest_mac[3], n->guest_mac[4], n->guest_mac[5]);
+           (unsigned long long)n->sandbox_id, n->host_ifname, n->host_ifindex, n->guest_ifname, a,
+           g, n->prefix_len, n->guest_mac[0], n->guest_mac[1], n->guest_mac[2], n->guest_mac[3],
+           n->guest_mac[4], n->guest_mac[5]);
 }
 
 static int cmd_create(uint64_t id, const char *label, const char *netns_path)
@@ -206,8 +206,8 @@ static void fmt_sa(const struct sockaddr_in *a, char *out, size_t len)
     snprintf(out, len, "%s:%u", ip, ntohs(a->sin_port));
 }
 
-static void describe_peer(const struct vswitch_view *v, const struct sockaddr_in *peer,
-                          char *out, size_t len)
+static void describe_peer(const struct vswitch_view *v, const struct sockaddr_in *peer, char *out,
+                          size_t len)
 {
     struct vswitch_peer p;
     if (vswitch_view_peer(v, peer->sin_addr, &p) == 0)
@@ -347,8 +347,8 @@ int main(int argc, char **argv)
         else if (TAKE("--prefix-len"))
             opts.prefix_len = (unsigned)atoi(val);
         else if (TAKE("--attach"))
-            opts.attach_mode = strcmp(val, "clsact") == 0 ? VSWITCH_ATTACH_CLSACT
-                                                          : VSWITCH_ATTACH_TCX;
+            opts.attach_mode =
+                strcmp(val, "clsact") == 0 ? VSWITCH_ATTACH_CLSACT : VSWITCH_ATTACH_TCX;
         else if (strcmp(a, "--allow-ip-forward") == 0)
             opts.allow_ip_forward = true;
         else if (TAKE("--pool"))

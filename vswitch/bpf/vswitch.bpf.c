@@ -210,8 +210,7 @@ static __always_inline int vs__arp(struct __sk_buff *skb, __u32 key, const struc
     if ((void *)(arp + 1) > data_end)
         return vs__drop(skb, key, VS_R_MALFORMED);
     if (arp->h.ar_hrd != bpf_htons(ARPHRD_ETHER) || arp->h.ar_pro != bpf_htons(ETH_P_IP) ||
-        arp->h.ar_hln != ETH_ALEN || arp->h.ar_pln != 4 ||
-        arp->h.ar_op != bpf_htons(ARPOP_REQUEST))
+        arp->h.ar_hln != ETH_ALEN || arp->h.ar_pln != 4 || arp->h.ar_op != bpf_htons(ARPOP_REQUEST))
         return vs__drop(skb, key, VS_R_ARP_OTHER);
     __u32 sip, tip;
     __builtin_memcpy(&sip, arp->sip, 4);
@@ -300,8 +299,8 @@ static __always_inline int vs__tcp(struct __sk_buff *skb, __u32 key, struct iphd
     /* A socket of this very flow (request, established, time-wait) gets the packet. A
      * listener found here is whatever host service owns the original destination: never
      * used; only the proxy's own listener may take a new connection. */
-    struct bpf_sock *sk = bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv4),
-                                             BPF_F_CURRENT_NETNS, 0);
+    struct bpf_sock *sk =
+        bpf_skc_lookup_tcp(skb, &tuple, sizeof(tuple.ipv4), BPF_F_CURRENT_NETNS, 0);
     if (sk) {
         if (sk->state != BPF_TCP_LISTEN)
             return vs__assign(skb, key, sk, VS_R_TCP_FLOW);

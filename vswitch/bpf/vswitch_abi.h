@@ -28,35 +28,36 @@ enum vs_sock_slot {
  * switch handled (steered or answered); the rest are drops. Names in vswitch_reason_name. */
 enum vs_reason {
     /* from the sandbox: delivered to the proxy or answered by the switch */
-    VS_R_TCP_SYN = 0,      /* new TCP connection handed to the proxy's TCP listener */
-    VS_R_TCP_FLOW,         /* packet of a connection the proxy already owns */
-    VS_R_DNS_UDP,          /* UDP/53 handed to the proxy's DNS socket */
-    VS_R_DNS_TCP_SYN,      /* new TCP/53 connection handed to the proxy's DNS listener */
-    VS_R_ARP_REPLY,        /* ARP request for the gateway, answered by the switch */
-    VS_R_ICMP_GATEWAY,     /* ICMP echo to the gateway, answered by the switch */
-    VS_R_TCP_ACK_LISTENER, /* bare ACK of no known flow, handed to the proxy's listener: it
-                              completes a SYN-cookie handshake or answers with a RST */
+    VS_R_TCP_SYN = 0,  /* new TCP connection handed to the proxy's TCP listener */
+    VS_R_TCP_FLOW,     /* packet of a connection the proxy already owns */
+    VS_R_DNS_UDP,      /* UDP/53 handed to the proxy's DNS socket */
+    VS_R_DNS_TCP_SYN,  /* new TCP/53 connection handed to the proxy's DNS listener */
+    VS_R_ARP_REPLY,    /* ARP request for the gateway, answered by the switch */
+    VS_R_ICMP_GATEWAY, /* ICMP echo to the gateway, answered by the switch */
+    /* bare ACK of no known flow, handed to the proxy's listener: it completes a SYN-cookie
+     * handshake or answers with a RST */
+    VS_R_TCP_ACK_LISTENER,
     /* from the sandbox: dropped */
-    VS_R_NO_PROXY,         /* the proxy socket for this traffic is not registered */
-    VS_R_UNASSIGNED,       /* interface is attached but not yet given to a sandbox (pool) */
-    VS_R_UNKNOWN_IFACE,    /* packet on an interface the switch has no identity for */
-    VS_R_SPOOFED,          /* IPv4 source is not the address assigned to the interface */
-    VS_R_IPV6,             /* IPv6 (not routed for sandboxes) */
-    VS_R_FRAGMENT,         /* IPv4 fragment */
-    VS_R_IP_OPTIONS,       /* IPv4 header with options */
-    VS_R_MALFORMED,        /* truncated or inconsistent headers */
-    VS_R_RAW_FRAME,        /* not IPv4/ARP, VLAN-tagged, or IPv4 not sent to the gateway MAC */
-    VS_R_ARP_OTHER,        /* ARP that is not a request for the gateway from the sandbox */
-    VS_R_UDP,              /* UDP to a port other than 53 (QUIC, NTP, ...) */
-    VS_R_ICMP,             /* ICMP to anything but the gateway, or not an echo request */
-    VS_R_OTHER_PROTO,      /* IPv4 protocol other than TCP, UDP, ICMP */
-    VS_R_TO_SANDBOX,       /* destination is another sandbox (inside the address range) */
-    VS_R_BAD_DESTINATION,  /* 0/8, loopback, multicast, reserved or broadcast destination */
-    VS_R_TCP_NO_FLOW,      /* SYN+ACK, RST or FIN of no proxied flow */
-    VS_R_ASSIGN_FAILED,    /* the kernel refused to hand the packet to the proxy socket */
+    VS_R_NO_PROXY,        /* the proxy socket for this traffic is not registered */
+    VS_R_UNASSIGNED,      /* interface is attached but not yet given to a sandbox (pool) */
+    VS_R_UNKNOWN_IFACE,   /* packet on an interface the switch has no identity for */
+    VS_R_SPOOFED,         /* IPv4 source is not the address assigned to the interface */
+    VS_R_IPV6,            /* IPv6 (not routed for sandboxes) */
+    VS_R_FRAGMENT,        /* IPv4 fragment */
+    VS_R_IP_OPTIONS,      /* IPv4 header with options */
+    VS_R_MALFORMED,       /* truncated or inconsistent headers */
+    VS_R_RAW_FRAME,       /* not IPv4/ARP, VLAN-tagged, or IPv4 not sent to the gateway MAC */
+    VS_R_ARP_OTHER,       /* ARP that is not a request for the gateway from the sandbox */
+    VS_R_UDP,             /* UDP to a port other than 53 (QUIC, NTP, ...) */
+    VS_R_ICMP,            /* ICMP to anything but the gateway, or not an echo request */
+    VS_R_OTHER_PROTO,     /* IPv4 protocol other than TCP, UDP, ICMP */
+    VS_R_TO_SANDBOX,      /* destination is another sandbox (inside the address range) */
+    VS_R_BAD_DESTINATION, /* 0/8, loopback, multicast, reserved or broadcast destination */
+    VS_R_TCP_NO_FLOW,     /* SYN+ACK, RST or FIN of no proxied flow */
+    VS_R_ASSIGN_FAILED,   /* the kernel refused to hand the packet to the proxy socket */
     /* toward the sandbox */
-    VS_R_IN_REPLY,         /* reply from the proxy or the switch, delivered */
-    VS_R_IN_DROPPED,       /* anything else the host tried to send into the sandbox */
+    VS_R_IN_REPLY,   /* reply from the proxy or the switch, delivered */
+    VS_R_IN_DROPPED, /* anything else the host tried to send into the sandbox */
     VS_R_MAX,
 };
 
@@ -83,21 +84,21 @@ enum vs_attach_mode {
 };
 
 /* Interface flags. */
-#define VS_IF_POOL 0x1u   /* pre-created, not given to a sandbox yet: every packet dropped */
-#define VS_IF_TAP  0x2u   /* a tap device (KVM backend) rather than a veth */
+#define VS_IF_POOL 0x1u /* pre-created, not given to a sandbox yet: every packet dropped */
+#define VS_IF_TAP  0x2u /* a tap device (KVM backend) rather than a veth */
 
 /* vs_ifaces[ifindex of the host-side interface]: the identity of the sandbox behind it. */
 struct vs_iface {
-    __u64 sandbox_id;     /* 0 only while VS_IF_POOL */
-    __u32 addr;           /* the sandbox's address, network order */
-    __u32 gateway;        /* its gateway (the host side, virtual), network order */
-    __u8 host_mac[6];     /* MAC of the host-side interface (source of our ARP/ICMP replies) */
-    __u8 guest_mac[6];    /* MAC of the sandbox's interface */
-    __u32 slot;           /* index in the address plan */
-    __u32 flags;          /* VS_IF_* */
+    __u64 sandbox_id;  /* 0 only while VS_IF_POOL */
+    __u32 addr;        /* the sandbox's address, network order */
+    __u32 gateway;     /* its gateway (the host side, virtual), network order */
+    __u8 host_mac[6];  /* MAC of the host-side interface (source of our ARP/ICMP replies) */
+    __u8 guest_mac[6]; /* MAC of the sandbox's interface */
+    __u32 slot;        /* index in the address plan */
+    __u32 flags;       /* VS_IF_* */
     /* Below: for operators (status) and the loader only; the programs do not read them. */
-    char ifname[16];      /* host-side interface name */
-    char label[48];       /* the control plane's name for the sandbox, NUL-terminated */
+    char ifname[16]; /* host-side interface name */
+    char label[48];  /* the control plane's name for the sandbox, NUL-terminated */
 };
 
 /* vs_addrs[sandbox address, network order]: reverse lookup for airlock-egress, which sees
@@ -118,13 +119,13 @@ struct vs_counters {
 /* Probe builds only (the unit tests' BPF_PROG_TEST_RUN object): what would have been
  * handed to bpf_sk_assign, which the test-run context cannot execute. */
 struct vs_probe {
-    __u32 assigned;      /* number of assignments seen */
-    __u32 reason;        /* enum vs_reason of the last one */
-    __u32 sk_state;      /* BPF_TCP_* of the chosen socket (UDP: 7 = unconnected) */
-    __u32 sk_protocol;   /* IPPROTO_TCP / IPPROTO_UDP */
-    __u32 sk_src_ip4;    /* the chosen socket's local address (network order) */
-    __u32 sk_src_port;   /* the chosen socket's local port (host order) */
-    __u32 mark;          /* skb->mark that would have been set */
+    __u32 assigned;    /* number of assignments seen */
+    __u32 reason;      /* enum vs_reason of the last one */
+    __u32 sk_state;    /* BPF_TCP_* of the chosen socket (UDP: 7 = unconnected) */
+    __u32 sk_protocol; /* IPPROTO_TCP / IPPROTO_UDP */
+    __u32 sk_src_ip4;  /* the chosen socket's local address (network order) */
+    __u32 sk_src_port; /* the chosen socket's local port (host order) */
+    __u32 mark;        /* skb->mark that would have been set */
     __u32 pad;
 };
 

@@ -128,8 +128,8 @@ static void obj_free(struct obj *o)
 
 static void set_identity(struct obj *o, uint64_t id, uint32_t flags)
 {
-    struct vs_iface ifc = {.sandbox_id = id, .addr = ip(SB_ADDR), .gateway = ip(GW_ADDR),
-                           .flags = flags};
+    struct vs_iface ifc = {
+        .sandbox_id = id, .addr = ip(SB_ADDR), .gateway = ip(GW_ADDR), .flags = flags};
     memcpy(ifc.host_mac, host_mac, 6);
     memcpy(ifc.guest_mac, guest_mac, 6);
     snprintf(ifc.ifname, sizeof ifc.ifname, "lo");
@@ -183,8 +183,8 @@ static int tsock(int type, const char *addr, int port, bool transparent)
             ck_assert_int_eq(setsockopt(fd, SOL_IP, IP_RECVORIGDSTADDR, &one, sizeof one), 0);
     }
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = ip(addr)};
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = ip(addr)};
     ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
     if (type == SOCK_STREAM)
         ck_assert_int_eq(listen(fd, 16), 0);
@@ -244,8 +244,8 @@ static void eth(struct pkt *k, const uint8_t dst[6], uint16_t type)
 struct ipspec {
     const char *src, *dst;
     uint8_t proto;
-    uint16_t frag;      /* flags + offset, host order */
-    int options;        /* 4-byte words of options */
+    uint16_t frag; /* flags + offset, host order */
+    int options;   /* 4-byte words of options */
     int bad_tot_len;
 };
 
@@ -297,8 +297,8 @@ static size_t udp(uint8_t *u, uint16_t sport, uint16_t dport)
 #define TH_RST 0x04
 #define TH_ACK 0x10
 
-static void tcp_pkt(struct pkt *k, const char *src, const char *dst, uint16_t sport,
-                    uint16_t dport, uint8_t flags)
+static void tcp_pkt(struct pkt *k, const char *src, const char *dst, uint16_t sport, uint16_t dport,
+                    uint8_t flags)
 {
     uint8_t l4[20];
     eth(k, lo_mac, 0x0800);
@@ -357,7 +357,8 @@ static struct result run_prog(int prog, const struct pkt *k, uint32_t mark)
                 .data_out = r.out.b, .data_size_out = sizeof r.out.b, .ctx_in = &ctx,
                 .ctx_size_in = sizeof ctx);
     int rc = bpf_prog_test_run_opts(prog, &t);
-    ck_assert_msg(rc == 0, "BPF_PROG_TEST_RUN of a %zu-byte frame failed: %s", k->len, strerror(-rc));
+    ck_assert_msg(rc == 0, "BPF_PROG_TEST_RUN of a %zu-byte frame failed: %s", k->len,
+                  strerror(-rc));
     r.retval = (int)t.retval;
     r.out.len = t.data_size_out;
     return r;
@@ -369,21 +370,21 @@ static struct result from_sb(struct obj *o, const struct pkt *k)
 }
 
 /* A drop verdict, checked on both objects: SHOT, and one count of reason on key. */
-#define EXPECT_DROP(setup, build, reason, key)                                              \
-    do {                                                                                    \
+#define EXPECT_DROP(setup, build, reason, key)                                             \
+    do {                                                                                   \
         for (int variant = 0; variant < 2; variant++) {                                    \
-            struct obj o;                                                                   \
-            obj_load(&o, variant == 1);                                                     \
-            setup;                                                                          \
-            struct pkt k;                                                                   \
-            build;                                                                          \
-            struct result r = from_sb(&o, &k);                                              \
-            ck_assert_msg(r.retval == TC_ACT_SHOT, "%s build: verdict %d, want drop (%s)",  \
-                          variant ? "probe" : "product", r.retval, #reason);                \
-            ck_assert_msg(counter(&o, key, reason) == 1, "%s build: %s not counted",        \
-                          variant ? "probe" : "product", #reason);                          \
-            obj_free(&o);                                                                   \
-        }                                                                                   \
+            struct obj o;                                                                  \
+            obj_load(&o, variant == 1);                                                    \
+            setup;                                                                         \
+            struct pkt k;                                                                  \
+            build;                                                                         \
+            struct result r = from_sb(&o, &k);                                             \
+            ck_assert_msg(r.retval == TC_ACT_SHOT, "%s build: verdict %d, want drop (%s)", \
+                          variant ? "probe" : "product", r.retval, #reason);               \
+            ck_assert_msg(counter(&o, key, reason) == 1, "%s build: %s not counted",       \
+                          variant ? "probe" : "product", #reason);                         \
+            obj_free(&o);                                                                  \
+        }                                                                                  \
     } while (0)
 
 #define STD_SETUP (set_identity(&o, 7, 0), proxy(&o))
@@ -429,8 +430,8 @@ START_TEST(tcp_segment_of_a_flow_goes_to_its_socket)
     int c = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in src = {.sin_family = AF_INET, .sin_addr.s_addr = ip(SB_ADDR)};
     ck_assert_int_eq(bind(c, (struct sockaddr *)&src, sizeof src), 0);
-    struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(443),
-                              .sin_addr.s_addr = ip(DST_ADDR)};
+    struct sockaddr_in dst = {
+        .sin_family = AF_INET, .sin_port = htons(443), .sin_addr.s_addr = ip(DST_ADDR)};
     ck_assert_int_eq(connect(c, (struct sockaddr *)&dst, sizeof dst), 0);
     int a = accept(l, NULL, NULL);
     ck_assert_int_ge(a, 0);
@@ -557,8 +558,8 @@ END_TEST
 START_TEST(unknown_and_pooled_interfaces_drop)
 {
     world();
-    EXPECT_DROP(proxy(&o), tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 443, TH_SYN),
-                VS_R_UNKNOWN_IFACE, 0);
+    EXPECT_DROP(proxy(&o), tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 443, TH_SYN), VS_R_UNKNOWN_IFACE,
+                0);
     EXPECT_DROP((set_identity(&o, 0, VS_IF_POOL), proxy(&o)),
                 tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 443, TH_SYN), VS_R_UNASSIGNED, IFINDEX);
 }
@@ -567,16 +568,16 @@ END_TEST
 START_TEST(tcp_without_syn_or_flow_drops)
 {
     world();
-    EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 444, TH_FIN),
-                VS_R_TCP_NO_FLOW, IFINDEX);
+    EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 444, TH_FIN), VS_R_TCP_NO_FLOW,
+                IFINDEX);
     EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 444, TH_RST | TH_ACK),
                 VS_R_TCP_NO_FLOW, IFINDEX);
     EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 444, TH_SYN | TH_ACK),
                 VS_R_TCP_NO_FLOW, IFINDEX);
     EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 444, TH_SYN | TH_FIN),
                 VS_R_TCP_NO_FLOW, IFINDEX);
-    EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 444, TH_RST),
-                VS_R_TCP_NO_FLOW, IFINDEX);
+    EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 444, TH_RST), VS_R_TCP_NO_FLOW,
+                IFINDEX);
 }
 END_TEST
 
@@ -616,8 +617,7 @@ START_TEST(fragments_drop)
     struct ipspec mf = {.src = SB_ADDR, .dst = DST_ADDR, .proto = IPPROTO_UDP, .frag = 0x2000};
     struct ipspec off = {.src = SB_ADDR, .dst = DST_ADDR, .proto = IPPROTO_UDP, .frag = 0x0010};
     struct ipspec df = {.src = SB_ADDR, .dst = DST_ADDR, .proto = IPPROTO_UDP, .frag = 0x4000};
-    EXPECT_DROP(STD_SETUP, (eth(&k, lo_mac, 0x0800), ipv4(&k, &mf, l4, n)), VS_R_FRAGMENT,
-                IFINDEX);
+    EXPECT_DROP(STD_SETUP, (eth(&k, lo_mac, 0x0800), ipv4(&k, &mf, l4, n)), VS_R_FRAGMENT, IFINDEX);
     EXPECT_DROP(STD_SETUP, (eth(&k, lo_mac, 0x0800), ipv4(&k, &off, l4, n)), VS_R_FRAGMENT,
                 IFINDEX);
     /* DF alone is no fragment: it is steered (probe build). */
@@ -646,8 +646,8 @@ END_TEST
 START_TEST(spoofed_source_drops)
 {
     world();
-    EXPECT_DROP(STD_SETUP, tcp_pkt(&k, "10.200.0.6", DST_ADDR, 40000, 443, TH_SYN),
-                VS_R_SPOOFED, IFINDEX);
+    EXPECT_DROP(STD_SETUP, tcp_pkt(&k, "10.200.0.6", DST_ADDR, 40000, 443, TH_SYN), VS_R_SPOOFED,
+                IFINDEX);
     EXPECT_DROP(STD_SETUP, udp_pkt(&k, "198.18.0.1", "9.9.9.9", 53), VS_R_SPOOFED, IFINDEX);
     EXPECT_DROP(STD_SETUP, udp_pkt(&k, "0.0.0.0", "9.9.9.9", 53), VS_R_SPOOFED, IFINDEX);
 }
@@ -656,8 +656,8 @@ END_TEST
 START_TEST(sandbox_to_sandbox_drops)
 {
     world();
-    EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, "10.200.0.6", 40000, 443, TH_SYN),
-                VS_R_TO_SANDBOX, IFINDEX);
+    EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, "10.200.0.6", 40000, 443, TH_SYN), VS_R_TO_SANDBOX,
+                IFINDEX);
     EXPECT_DROP(STD_SETUP, udp_pkt(&k, SB_ADDR, "10.200.0.5", 53), VS_R_TO_SANDBOX, IFINDEX);
     EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, "10.200.255.254", 40000, 80, TH_SYN),
                 VS_R_TO_SANDBOX, IFINDEX);
@@ -670,8 +670,8 @@ END_TEST
 START_TEST(bad_destinations_drop)
 {
     world();
-    const char *bad[] = {"127.0.0.1", "0.1.2.3", "224.0.0.251", "239.255.255.250",
-                         "255.255.255.255", "240.0.0.1"};
+    const char *bad[] = {"127.0.0.1",       "0.1.2.3",         "224.0.0.251",
+                         "239.255.255.250", "255.255.255.255", "240.0.0.1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         EXPECT_DROP(STD_SETUP, tcp_pkt(&k, SB_ADDR, bad[i], 40000, 443, TH_SYN),
                     VS_R_BAD_DESTINATION, IFINDEX);
@@ -695,11 +695,9 @@ START_TEST(malformed_drops)
     world();
     /* (An IPv4 frame shorter than its header cannot be test-run: newer kernels refuse it
      * with EINVAL. vswitch_steering sends one on the live path.) */
-    EXPECT_DROP(STD_SETUP,
-                (tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 443, TH_SYN), k.b[14] = 0x44),
+    EXPECT_DROP(STD_SETUP, (tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 443, TH_SYN), k.b[14] = 0x44),
                 VS_R_MALFORMED, IFINDEX); /* ihl 4 */
-    EXPECT_DROP(STD_SETUP,
-                (tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 443, TH_SYN), k.b[14] = 0x65),
+    EXPECT_DROP(STD_SETUP, (tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 443, TH_SYN), k.b[14] = 0x65),
                 VS_R_MALFORMED, IFINDEX); /* version 6 in an IPv4 frame */
     uint8_t l4[20];
     size_t n = tcp(l4, 40000, 443, TH_SYN);
@@ -710,8 +708,8 @@ START_TEST(malformed_drops)
                 (tcp_pkt(&k, SB_ADDR, DST_ADDR, 40000, 443, TH_SYN), k.b[14 + 20 + 12] = 0x40),
                 VS_R_MALFORMED, IFINDEX); /* doff 4 */
     struct ipspec shortudp = {.src = SB_ADDR, .dst = DST_ADDR, .proto = IPPROTO_UDP};
-    EXPECT_DROP(STD_SETUP, (eth(&k, lo_mac, 0x0800), ipv4(&k, &shortudp, l4, 4)),
-                VS_R_MALFORMED, IFINDEX);
+    EXPECT_DROP(STD_SETUP, (eth(&k, lo_mac, 0x0800), ipv4(&k, &shortudp, l4, 4)), VS_R_MALFORMED,
+                IFINDEX);
 }
 END_TEST
 
@@ -742,10 +740,10 @@ START_TEST(arp_for_the_gateway_is_answered)
         struct result r = from_sb(&o, &k);
         ck_assert_int_eq(r.retval, TC_ACT_REDIRECT);
         const uint8_t *e = r.out.b, *a = r.out.b + 14;
-        ck_assert_mem_eq(e, guest_mac, 6);      /* to the asker */
-        ck_assert_mem_eq(e + 6, host_mac, 6);   /* from the gateway */
-        ck_assert_uint_eq(a[7], 2);             /* op = reply */
-        ck_assert_mem_eq(a + 8, host_mac, 6);   /* sender MAC */
+        ck_assert_mem_eq(e, guest_mac, 6);    /* to the asker */
+        ck_assert_mem_eq(e + 6, host_mac, 6); /* from the gateway */
+        ck_assert_uint_eq(a[7], 2);           /* op = reply */
+        ck_assert_mem_eq(a + 8, host_mac, 6); /* sender MAC */
         uint32_t sip, tip;
         memcpy(&sip, a + 14, 4);
         memcpy(&tip, a + 24, 4);
@@ -789,10 +787,10 @@ START_TEST(ping_to_the_gateway_is_answered)
         memcpy(&d, h + 16, 4);
         ck_assert_uint_eq(s, ip(GW_ADDR));
         ck_assert_uint_eq(d, ip(SB_ADDR));
-        ck_assert_uint_eq(csum16(h, 20, 0), 0);           /* IPv4 checksum valid */
-        ck_assert_uint_eq(ic[0], 0);                      /* echo reply */
+        ck_assert_uint_eq(csum16(h, 20, 0), 0);              /* IPv4 checksum valid */
+        ck_assert_uint_eq(ic[0], 0);                         /* echo reply */
         ck_assert_uint_eq(csum16(ic, r.out.len - 34, 0), 0); /* ICMP checksum valid */
-        ck_assert_mem_eq(ic + 4, k.b + 34 + 4, 12);       /* id, seq and payload kept */
+        ck_assert_mem_eq(ic + 4, k.b + 34 + 4, 12);          /* id, seq and payload kept */
         ck_assert_uint_eq(counter(&o, IFINDEX, VS_R_ICMP_GATEWAY), 1);
         obj_free(&o);
     }

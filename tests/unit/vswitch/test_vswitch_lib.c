@@ -46,8 +46,7 @@ static void world(void)
     ck_assert_int_eq(vs_nl_link_set_up(&nl, 1, true, NULL), 0);
     vs_nl_close(&nl);
     snprintf(g_state, sizeof g_state, "/tmp/airlock-unit-%d-%d", (int)getppid(), (int)getpid());
-    snprintf(g_pin, sizeof g_pin, "/sys/fs/bpf/airlock-unit-%d-%d", (int)getppid(),
-             (int)getpid());
+    snprintf(g_pin, sizeof g_pin, "/sys/fs/bpf/airlock-unit-%d-%d", (int)getppid(), (int)getpid());
 }
 
 static struct vswitch_opts opts(void)
@@ -473,12 +472,12 @@ START_TEST(tap_datapath)
     int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     ck_assert_int_eq(setsockopt(l, SOL_IP, IP_TRANSPARENT, &one, sizeof one), 0);
-    struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons(15001),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in la = {
+        .sin_family = AF_INET, .sin_port = htons(15001), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     ck_assert_int_eq(bind(l, (struct sockaddr *)&la, sizeof la), 0);
     ck_assert_int_eq(listen(l, 8), 0);
-    ck_assert_msg(vswitch_proxy_register(vswitch_get_view(vs), VSWITCH_PROXY_TCP, l, &e) == 0,
-                  "%s", al_error_str(&e));
+    ck_assert_msg(vswitch_proxy_register(vswitch_get_view(vs), VSWITCH_PROXY_TCP, l, &e) == 0, "%s",
+                  al_error_str(&e));
 
     /* ARP: "who has the gateway?" from the guest, answered by the switch. */
     uint8_t f[128] = {0};
@@ -527,9 +526,9 @@ START_TEST(tap_datapath)
     n = read_frame(net.tap_fd, r, sizeof r, 0x0800);
     ck_assert_msg(n >= 54, "no SYN-ACK came back through the tap");
     ck_assert_mem_eq(r, net.guest_mac, 6);
-    ck_assert_mem_eq(r + 14 + 12, &dst, 4);          /* from the original destination */
+    ck_assert_mem_eq(r + 14 + 12, &dst, 4); /* from the original destination */
     ck_assert_mem_eq(r + 14 + 16, &net.addr, 4);
-    ck_assert_uint_eq(r[34 + 13] & 0x12, 0x12);      /* SYN+ACK */
+    ck_assert_uint_eq(r[34 + 13] & 0x12, 0x12); /* SYN+ACK */
     ck_assert_uint_eq(r[34] << 8 | r[35], 443);
 
     struct vswitch_counters cnt;
