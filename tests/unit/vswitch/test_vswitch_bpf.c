@@ -881,7 +881,7 @@ START_TEST(mutated_frames_never_pass_unassigned)
     arp_pkt(&seeds[3], 1, SB_ADDR, GW_ADDR);
     tcp_pkt(&seeds[4], SB_ADDR, DST_ADDR, 40000, 53, TH_ACK);
     udp_pkt(&seeds[5], SB_ADDR, DST_ADDR, 443);
-    uint64_t runs = 0;
+    uint64_t runs = 0, passed = 0, answered = 0, dropped = 0;
     for (int i = 0; i < 20000; i++) {
         struct pkt k = seeds[rnd() % 6];
         int flips = 1 + (int)(rnd() % 4);
@@ -910,6 +910,7 @@ START_TEST(mutated_frames_never_pass_unassigned)
         uint32_t after = probe_get(&o).assigned;
         int v = (int)t.retval;
         if (v == TC_ACT_OK) {
+            passed++;
             ck_assert_msg(after == before + 1, "frame %d passed without an assignment", i);
             ck_assert_uint_eq(k.b[12] << 8 | k.b[13], 0x0800);
             ck_assert_uint_eq(k.b[14], 0x45);
@@ -919,6 +920,7 @@ START_TEST(mutated_frames_never_pass_unassigned)
             ck_assert(k.b[23] == IPPROTO_TCP || k.b[23] == IPPROTO_UDP);
             ck_assert_uint_eq((k.b[20] << 8 | k.b[21]) & 0x3fff, 0);
         } else if (v == TC_ACT_REDIRECT) {
+            answered++;
             ck_assert_uint_eq(after, before);
             const uint8_t *e = r.out.b;
             ck_assert_mem_eq(e + 6, host_mac, 6);
@@ -940,9 +942,14 @@ START_TEST(mutated_frames_never_pass_unassigned)
         } else {
             ck_assert_int_eq(v, TC_ACT_SHOT);
             ck_assert_uint_eq(after, before);
+            dropped++;
         }
     }
     ck_assert_uint_gt(runs, 15000);
+    /* Mutations that keep a frame valid exercise the positive paths too. */
+    ck_assert_msg(passed > 500 && answered > 200 && dropped > 5000,
+                  "passed %llu, answered %llu, dropped %llu", (unsigned long long)passed,
+                  (unsigned long long)answered, (unsigned long long)dropped);
     ck_assert_uint_eq(counted(&o), runs);
     obj_free(&o);
 }
