@@ -46,9 +46,10 @@
  * nowhere) while no loader runs, and the next vswitch_open takes it over without a window.
  *
  * Threading: one struct vswitch may be used from several threads (an internal mutex
- * serialises changes); calls block (rtnetlink, bpf syscalls). vswitch_net_create takes
- * ~1 ms from the pool or when creating; vswitch_net_destroy waits for the kernel to delete
- * the interface (tens of ms): call it from a worker thread, not an event loop.
+ * serialises changes); calls block (rtnetlink, bpf syscalls). vswitch_net_create takes ~20 us
+ * from the pool and 1-2 ms when it has to create (more under load); vswitch_pool_fill and
+ * vswitch_net_destroy (the kernel deletes interfaces synchronously: tens of ms) belong on a
+ * worker thread, not an event loop.
  * Errors: negative errno; with struct al_error, a message saying what to do.
  */
 #ifndef AIRLOCK_VSWITCH_H
@@ -246,10 +247,15 @@ bool vswitch_reason_is_drop(unsigned reason);
 /* The proxy's sockets. airlock-egress creates each socket, then registers it:
  *   VSWITCH_PROXY_TCP      SOCK_STREAM AF_INET, IP_TRANSPARENT, bound (e.g. 127.0.0.1:15001),
  *                          listening. Gets every TCP connection except to port 53.
- *   VSWITCH_PROXY_DNS_UDP  SOCK_DGRAM AF_INET, IP_TRANSPARENT and IP_RECVORIGDSTADDR, bound.
- *                          Gets UDP to port 53 of any address; answer with sendmsg and
- *                          IP_PKTINFO.ipi_spec_dst = the original destination.
+ *   VSWITCH_PROXY_DNS_UDP  SOCK_DGRAM AF_INET, IP_TRANSPARENT and IP_RECVORIGDSTADDR, bound
+ *                          to port 53 (e.g. 127.0.0.1:53): answers leave from the socket's
+ *                          own port, and resolvers drop answers from any other. Gets UDP to
+ *                          port 53 of any address; answer with sendmsg and
+ *                          IP_PKTINFO.ipi_spec_dst = the original destination (from the
+ *                          IP_ORIGDSTADDR control message).
  *   VSWITCH_PROXY_DNS_TCP  like TCP, for TCP to port 53.
+ * The sockets must live in the switch's network namespace (the kernel refuses to hand a
+ * packet to a socket of another one: counted as assign_failed).
  * Registering sets SO_MARK = the instance's reply mark on the socket (accepted sockets
  * inherit it; only traffic carrying it may enter a sandbox) and puts it in the switch's
  * sockmap. Needs CAP_NET_ADMIN (SO_MARK) and CAP_BPF, or root; whoever holds the fd may
