@@ -420,6 +420,40 @@ static uint32_t loader__probe_attach_mode(void)
 
 /* ---- re-adoption ------------------------------------------------------------------------ */
 
+/* Interfaces with our name prefix and MAC signature but no identity: left down and
+ * unattached by a process that died in the middle of creating them. */
+struct loader__orphans {
+    struct vswitch *vs;
+    int idx[64];
+    size_t n;
+};
+
+static int loader__orphan_cb(const struct vs_nl_link_info *l, void *arg)
+{
+    struct loader__orphans *o = arg;
+    if (strncmp(l->name, o->vs->cfg.ifname_prefix, strlen(o->vs->cfg.ifname_prefix)) != 0 ||
+        !vs__mac_is_ours(l->mac))
+        return 0;
+    __u32 k = (__u32)l->ifindex;
+    struct vs_iface ifc;
+    if (bpf_map_lookup_elem(o->vs->view.map_ifaces, &k, &ifc) == 0)
+        return 0;
+    if (o->n < AL_ARRAY_SIZE(o->idx))
+        o->idx[o->n++] = l->ifindex;
+    return 0;
+}
+
+static void loader__delete_orphans(struct vswitch *vs)
+{
+    struct loader__orphans o = {.vs = vs};
+    if (vs_nl_link_dump(&vs->nl, loader__orphan_cb, &o, NULL) < 0)
+        return;
+    for (size_t i = 0; i < o.n; i++) {
+        al_info("vswitch: deleting unattached interface %d left by a previous run", o.idx[i]);
+        vs_nl_link_del(&vs->nl, o.idx[i], NULL);
+    }
+}
+
 static int loader__readopt(struct vswitch *vs, struct al_error *err)
 {
     /* Collect first: entries are deleted while we go. */
@@ -490,7 +524,9 @@ static int loader__readopt(struct vswitch *vs, struct al_error *err)
     if (rc)
         return rc;
 
-    /* Pins of links whose interface has no identity any more. */
+    /* Interfaces without identity go first (so that no program is ever released from a
+     * live one), then the pins of links whose interface has no identity any more. */
+    loader__delete_orphans(vs);
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/links", vs->view.pin_dir);
     DIR *d = opendir(dir);
@@ -512,40 +548,6 @@ static int loader__readopt(struct vswitch *vs, struct al_error *err)
     if (adopted || dropped)
         al_info("vswitch: adopted %zu sandbox interface(s), cleaned up %zu", adopted, dropped);
     return 0;
-}
-
-/* Interfaces with our name prefix and MAC signature but no identity: left down and
- * unattached by a process that died in the middle of creating them. */
-struct loader__orphans {
-    struct vswitch *vs;
-    int idx[64];
-    size_t n;
-};
-
-static int loader__orphan_cb(const struct vs_nl_link_info *l, void *arg)
-{
-    struct loader__orphans *o = arg;
-    if (strncmp(l->name, o->vs->cfg.ifname_prefix, strlen(o->vs->cfg.ifname_prefix)) != 0 ||
-        !vs__mac_is_ours(l->mac))
-        return 0;
-    __u32 k = (__u32)l->ifindex;
-    struct vs_iface ifc;
-    if (bpf_map_lookup_elem(o->vs->view.map_ifaces, &k, &ifc) == 0)
-        return 0;
-    if (o->n < AL_ARRAY_SIZE(o->idx))
-        o->idx[o->n++] = l->ifindex;
-    return 0;
-}
-
-static void loader__delete_orphans(struct vswitch *vs)
-{
-    struct loader__orphans o = {.vs = vs};
-    if (vs_nl_link_dump(&vs->nl, loader__orphan_cb, &o, NULL) < 0)
-        return;
-    for (size_t i = 0; i < o.n; i++) {
-        al_info("vswitch: deleting unattached interface %d left by a previous run", o.idx[i]);
-        vs_nl_link_del(&vs->nl, o.idx[i], NULL);
-    }
 }
 
 /* ---- open / close / destroy ---------------------------------------------------------- */
@@ -741,8 +743,6 @@ int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch 
 
     pthread_mutex_lock(&vs->mu);
     rc = loader__readopt(vs, err);
-    if (!rc)
-        loader__delete_orphans(vs);
     pthread_mutex_unlock(&vs->mu);
     if (rc)
         goto fail;

@@ -359,6 +359,33 @@ START_TEST(reopen_adopts_and_forgets)
 }
 END_TEST
 
+START_TEST(interface_without_identity_is_deleted_not_unattached)
+{
+    /* An interface whose identity is gone (a deletion that failed half-way) must be deleted
+     * by the next open before its pinned programs are released: never a live interface
+     * without programs. */
+    world();
+    struct vswitch_opts o = opts();
+    struct vswitch *vs = open_ok(&o);
+    struct al_error e = {0};
+    struct vswitch_sandbox sb = {.id = 8};
+    struct vswitch_net net;
+    ck_assert_int_eq(vswitch_net_create(vs, &sb, &net, &e), 0);
+    __u32 key = (__u32)net.host_ifindex;
+    ck_assert_int_eq(bpf_map_delete_elem(vswitch_get_view(vs)->map_ifaces, &key), 0);
+    vswitch_close(vs);
+    ck_assert(link_exists(net.host_ifindex));
+    vs = open_ok(&o);
+    ck_assert(!link_exists(net.host_ifindex));
+    char pin[PATH_MAX];
+    struct stat st;
+    snprintf(pin, sizeof pin, "%s/links/%d_in", g_pin, net.host_ifindex);
+    ck_assert_int_ne(stat(pin, &st), 0);
+    vswitch_net_close_fds(&net);
+    ck_assert_int_eq(vswitch_destroy(vs, false, &e), 0);
+}
+END_TEST
+
 START_TEST(one_owner_and_fixed_settings)
 {
     world();
@@ -690,6 +717,7 @@ static Suite *vswitch_lib_suite(void)
     tcase_add_test(t, network_create_find_destroy);
     tcase_add_test(t, pool_hands_out_ready_networks);
     tcase_add_test(t, reopen_adopts_and_forgets);
+    tcase_add_test(t, interface_without_identity_is_deleted_not_unattached);
     tcase_add_test(t, one_owner_and_fixed_settings);
     tcase_add_test(t, attach_checks_the_interface);
     tcase_add_test(t, tap_datapath);
