@@ -627,7 +627,7 @@ int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size
     __u32 cnt = 0;
     int tcx = bpf_prog_query(1 /* lo */, VS_BPF_TCX_INGRESS, 0, NULL, NULL, &cnt);
     host__add(res, max, n, &failed, "attach", true,
-              tcx == 0 ? "TCX links (pinned; kernel >= 6.6)"
-                       : "kernel without TCX: legacy clsact filters will be used");
+              tcx == 0 ? "clsact filters by default; TCX links available (kernel >= 6.6)"
+                       : "clsact filters (this kernel has no TCX)");
     return failed;
 }

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # vswitch_lifecycle: a switch instance from start to teardown, with either attach mode
-# (VS_ATTACH=tcx, the default, or clsact). Pool networks are created attached and are given
+# (VS_ATTACH=tcx or clsact; ctest runs both). Pool networks are created attached and are given
 # back at close; a sandbox's network is configured as documented (eth0, /30, default route,
 # no IPv6) and attached before it is up; ending a sandbox removes its interface, pins and
 # counters and frees its address; teardown refuses while sandboxes live, and afterwards
 # nothing is left: no pins, rule, route table, guard, interfaces or instance record.
 set -uo pipefail
 source "$(dirname "$0")/vswitch_world.sh"
-vs_world "vswitch_lifecycle_${VS_ATTACH:-tcx}"
+VS_ATTACH=${VS_ATTACH:-tcx}
+vs_world "vswitch_lifecycle_$VS_ATTACH"
 host=$(al_ns host)
 
 al_match "the switch opens with a pool of 2" '"pool":2' vs_tool open --pool 2

@@ -18,7 +18,7 @@
  *                                   and every DNS datagram with "DNS ORIG ... \n" sent from
  *                                   the original destination; prints "ready" when registered
  * common options: --state-dir DIR --pin-dir DIR --prefix P --range CIDR --prefix-len N
- *                 --attach tcx|clsact --allow-ip-forward
+ *                 --attach auto|tcx|clsact --allow-ip-forward
  */
 #include "common/log.h"
 #include "vswitch/vswitch.h"
@@ -347,8 +347,9 @@ int main(int argc, char **argv)
         else if (TAKE("--prefix-len"))
             opts.prefix_len = (unsigned)atoi(val);
         else if (TAKE("--attach"))
-            opts.attach_mode =
-                strcmp(val, "clsact") == 0 ? VSWITCH_ATTACH_CLSACT : VSWITCH_ATTACH_TCX;
+            opts.attach_mode = strcmp(val, "clsact") == 0 ? VSWITCH_ATTACH_CLSACT
+                               : strcmp(val, "tcx") == 0  ? VSWITCH_ATTACH_TCX
+                                                          : VSWITCH_ATTACH_AUTO;
         else if (strcmp(a, "--allow-ip-forward") == 0)
             opts.allow_ip_forward = true;
         else if (TAKE("--pool"))

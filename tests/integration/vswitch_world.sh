@@ -22,7 +22,7 @@ vs_world() {
   VS_PREFIX="t$(($$ % 100000))"
   VS_PIN="/sys/fs/bpf/airlock-test-$$"
   VS_STATE="$AL_TMP/state"
-  VS_ATTACH=${VS_ATTACH:-tcx}
+  VS_ATTACH=${VS_ATTACH:-auto} # the product's default; the lifecycle runs tcx and clsact
   al_cleanup_path "$VS_PIN"
   al_ns_add host
   al_ns_add up

@@ -315,6 +315,7 @@ START_TEST(reopen_adopts_and_forgets)
 {
     world();
     struct vswitch_opts o = opts();
+    o.attach_mode = VSWITCH_ATTACH_TCX; /* pinned links, checked below */
     struct vswitch *vs = open_ok(&o);
     struct al_error e = {0};
     struct vswitch_net a, b;
@@ -366,6 +367,7 @@ START_TEST(interface_without_identity_is_deleted_not_unattached)
      * without programs. */
     world();
     struct vswitch_opts o = opts();
+    o.attach_mode = VSWITCH_ATTACH_TCX; /* the case where programs hang on pinned links */
     struct vswitch *vs = open_ok(&o);
     struct al_error e = {0};
     struct vswitch_sandbox sb = {.id = 8};
