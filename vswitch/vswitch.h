@@ -46,7 +46,7 @@
  * nowhere) while no loader runs, and the next vswitch_open takes it over without a window.
  *
  * Threading: one struct vswitch may be used from several threads (an internal mutex
- * serialises changes); calls block (rtnetlink, bpf syscalls). vswitch_net_create takes ~20 us
+ * serialises changes); calls block (rtnetlink, bpf syscalls). vswitch_net_create takes ~50 us
  * from the pool and 1-2 ms when it has to create (more under load); vswitch_pool_fill and
  * vswitch_net_destroy (the kernel deletes interfaces synchronously: tens of ms) belong on a
  * worker thread, not an event loop.
