@@ -23,6 +23,7 @@
 #include <ftw.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,22 @@ static double run_pair(int lfd, int netns_fd, const char *dst, int port, size_t 
 /* ---- cleanup ---------------------------------------------------------------------------- */
 
 static char g_pin[128], g_state[128];
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
+
+/* Between steps: a Ctrl-C ends the run through exit(), so the pins are removed. */
+static void check_stop(void)
+{
+    if (g_stop) {
+        fprintf(stderr, "vswitch_bench: interrupted\n");
+        exit(1);
+    }
+}
 
 static int rm_cb(const char *p, const struct stat *st, int f, struct FTW *w)
 {
@@ -250,6 +267,9 @@ int main(int argc, char **argv)
     snprintf(g_pin, sizeof g_pin, "/sys/fs/bpf/airlock-bench-%d", (int)getpid());
     snprintf(g_state, sizeof g_state, "/tmp/airlock-bench-%d", (int)getpid());
     atexit(cleanup);
+    signal(SIGPIPE, SIG_IGN); /* a closed stdout must not skip the cleanup */
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
 
     struct al_error e = {0};
     struct vswitch_opts o = {.state_dir = g_state,
@@ -274,6 +294,7 @@ int main(int argc, char **argv)
     double *t = calloc(cap, sizeof *t);
     struct vswitch_net *nets = calloc(cap, sizeof *nets);
     for (size_t i = 0; i < nnets; i++) {
+        check_stop();
         struct vswitch_sandbox sb = {.id = 1000 + i};
         double t0 = now_s();
         if (vswitch_net_create(vs, &sb, &nets[i], &e) != 0)
@@ -308,6 +329,7 @@ int main(int argc, char **argv)
 
     /* 3. destroy. */
     for (size_t i = 0; i < nnets; i++) {
+        check_stop();
         double t0 = now_s();
         if (vswitch_net_destroy(vs, nets[i].sandbox_id, &e) != 0)
             die("vswitch_net_destroy", &e);
