@@ -492,6 +492,24 @@ bool intercept_matcher_find(const struct intercept_matcher *m, const void *buf, 
     return false;
 }
 
+uint32_t intercept_matcher_find_mask(const struct intercept_matcher *m, const void *buf, size_t len)
+{
+    if (m->n_pats == 0)
+        return 0;
+    const unsigned char *p = buf;
+    uint32_t s = 0, mask = 0;
+    for (size_t i = 0; i < len; i++) {
+        s = m__goto(m, s, p[i]);
+        /* every pattern ending here: the longest, then shorter ones through failure links */
+        for (uint32_t t = s; t && m->s[t].out; t = m->s[t].fail) {
+            mask |= 1u << (m->out_value[m->s[t].out] & 31);
+            if (m->out_len[m->s[t].out] == 0)
+                break;
+        }
+    }
+    return mask;
+}
+
 /* ---- streams ----------------------------------------------------------------------------- */
 
 int intercept_scrub_init(struct intercept_scrub *s, struct intercept_matcher *const *m, size_t n)

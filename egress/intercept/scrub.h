@@ -81,6 +81,8 @@ size_t intercept_scrub_buffer(const struct intercept_matcher *m, size_t mi, void
                               struct intercept_scrub_report *rep);
 /* Whether buf contains an occurrence (nothing is changed). */
 bool intercept_matcher_find(const struct intercept_matcher *m, const void *buf, size_t len);
+/* Which values occur in buf (bit i = value i), in any spelling; nothing is changed. */
+uint32_t intercept_matcher_find_mask(const struct intercept_matcher *m, const void *buf, size_t len);
 
 /* ---- streams ------------------------------------------------------------------------ */
 

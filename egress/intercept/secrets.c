@@ -57,6 +57,43 @@ void intercept_secret_unref(struct intercept_secret *s)
     free(i);
 }
 
+struct intercept_secret *intercept_secret_new(const char *name, const void *value, size_t len,
+                                              const char *secret_id, uint32_t version,
+                                              const char *const *bound_hosts, size_t n_bound)
+{
+    if (intercept_init(NULL) < 0 || n_bound > INTERCEPT_SECRET_HOSTS_MAX || len == 0)
+        return NULL;
+    struct secret__impl *si = calloc(1, sizeof *si);
+    if (!si)
+        return NULL;
+    atomic_init(&si->refs, 1);
+    struct intercept_secret *s = &si->pub;
+    snprintf(s->name, sizeof s->name, "%s", name);
+    snprintf(s->secret_id, sizeof s->secret_id, "%s", secret_id ? secret_id : "");
+    s->version = version;
+    si->mem_len = len;
+    if (!(si->mem = sodium_malloc(len)))
+        goto fail;
+    memcpy(si->mem, value, len);
+    s->value = si->mem;
+    s->len = len;
+    for (size_t i = 0; i < n_bound; i++) {
+        if (!(s->bound_hosts[i] = strdup(bound_hosts[i])))
+            goto fail;
+        s->n_bound++;
+    }
+    const void *vals[1] = {s->value};
+    size_t lens[1] = {len};
+    if (intercept_matcher_new(vals, lens, 1, &s->matcher) < 0)
+        goto fail;
+    s->fetched_ns = al_now_ns();
+    s->expires_ns = UINT64_MAX;
+    return s;
+fail:
+    intercept_secret_unref(s);
+    return NULL;
+}
+
 bool intercept_secret_bound_to(const struct intercept_secret *s, const char *host)
 {
     if (s->n_bound == 0)

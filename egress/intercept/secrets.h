@@ -53,6 +53,11 @@ struct intercept_secret {
     struct intercept_matcher *matcher; /* its spellings, for scrubbing */
     uint64_t fetched_ns, expires_ns;   /* monotonic */
 };
+/* A secret built in memory (tests, benchmarks, tools): value copied into guarded memory,
+ * matcher built, no expiry. NULL on ENOMEM. */
+struct intercept_secret *intercept_secret_new(const char *name, const void *value, size_t len,
+                                              const char *secret_id, uint32_t version,
+                                              const char *const *bound_hosts, size_t n_bound);
 struct intercept_secret *intercept_secret_ref(struct intercept_secret *s);
 void intercept_secret_unref(struct intercept_secret *s); /* NULL is fine; wipes the value */
 /* May the value go toward host (canonical)? Bound hosts are exact names or one-label
