@@ -56,6 +56,14 @@ struct intercept_req_info {
     size_t path_len;
 };
 
+/* Validates a raw HTTP head up to and including its blank line, before any parser sees it:
+ * CRLF line ends only (no bare CR or LF), no obs-fold, header names are tokens directly
+ * followed by ':', no NUL or other controls (HTAB allowed in values); for requests also the
+ * request line (METHOD SP target SP HTTP/1.0|1.1, a target of visible ASCII). 0, or -EINVAL
+ * with *reason ("invalid_line_ending", "obs_fold", "invalid_header_name",
+ * "invalid_header_value", "invalid_request_line", "invalid_status_line"). */
+int intercept_head_validate(const char *buf, size_t len, bool request, const char **reason);
+
 bool intercept_hdr_is(const struct intercept_hdr *h, const char *name);
 /* The value of the only header called name; NULL if none; *count says how many there are. */
 const struct intercept_hdr *intercept_hdr_find(const struct intercept_hdr *h, size_t n,

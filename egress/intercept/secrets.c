@@ -550,14 +550,23 @@ static struct intercept_secret *fetch__parse(struct intercept_secrets *s, struct
     size_t n = fl->body.len;
     if (!b || n < 2)
         return NULL;
-    static const char key[] = "\"value_b64\":\"";
+    /* "value_b64" (the last one), then optional blanks, ':', blanks, '"'. */
+    static const char key[] = "\"value_b64\"";
     char *k = NULL;
     for (char *p = b; (p = memmem(p, n - (size_t)(p - b), key, sizeof key - 1)); p++)
         k = p;
     if (!k)
         return NULL;
-    char *v = k + sizeof key - 1;
-    char *e = memchr(v, '"', n - (size_t)(v - b));
+    char *v = k + sizeof key - 1, *end = b + n;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    if (v >= end || *v++ != ':')
+        return NULL;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    if (v >= end || *v++ != '"')
+        return NULL;
+    char *e = memchr(v, '"', (size_t)(end - v));
     if (!e)
         return NULL;
     size_t vl = (size_t)(e - v);
