@@ -29,8 +29,13 @@ int intercept_head_validate(const char *buf, size_t len, bool request, const cha
         const unsigned char *eol = memchr(p + pos, '\r', len - pos);
         size_t ll = (size_t)(eol - (p + pos));
         const unsigned char *l = p + pos;
-        if (ll == 0)
-            break; /* the blank line */
+        if (ll == 0) {
+            if (pos + 2 != len) {
+                *reason = "data_after_head"; /* the head must end at its blank line */
+                return -EINVAL;
+            }
+            break;
+        }
         if (line == 0) {
             if (request) {
                 size_t m = 0;

@@ -61,7 +61,7 @@ struct intercept_req_info {
  * followed by ':', no NUL or other controls (HTAB allowed in values); for requests also the
  * request line (METHOD SP target SP HTTP/1.0|1.1, a target of visible ASCII). 0, or -EINVAL
  * with *reason ("invalid_line_ending", "obs_fold", "invalid_header_name",
- * "invalid_header_value", "invalid_request_line", "invalid_status_line"). */
+ * "invalid_header_value", "invalid_request_line", "invalid_status_line", "data_after_head"). */
 int intercept_head_validate(const char *buf, size_t len, bool request, const char **reason);
 
 bool intercept_hdr_is(const struct intercept_hdr *h, const char *name);

@@ -469,11 +469,44 @@ START_TEST(placeholder_misuse_refused)
 }
 END_TEST
 
+START_TEST(head_validation)
+{
+    const char *reason;
+    const char ok[] = "GET /a?b=1 HTTP/1.1\r\nHost: x.test\r\nX-Tab:\tv\r\n\r\n";
+    ck_assert_int_eq(intercept_head_validate(ok, strlen(ok), true, &reason), 0);
+    struct {
+        const char *head;
+        bool request;
+        const char *reason;
+    } bad[] = {
+        {"GET / HTTP/1.1\nHost: x\r\n\r\n", true, "invalid_line_ending"},
+        {"GET / HTTP/1.1\r\nHost: x\r\r\n\r\n", true, "invalid_line_ending"},
+        {"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n", true, "obs_fold"},
+        {"GET / HTTP/1.1\r\nHost : x\r\n\r\n", true, "invalid_header_name"},
+        {"GET / HTTP/1.1\r\nHost: x\x01y\r\n\r\n", true, "invalid_header_value"},
+        {"GET  / HTTP/1.1\r\nHost: x\r\n\r\n", true, "invalid_request_line"},
+        {"GET /\x80 HTTP/1.1\r\nHost: x\r\n\r\n", true, "invalid_request_line"},
+        {"GET / HTTP/2.0\r\nHost: x\r\n\r\n", true, "invalid_request_line"},
+        {"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\n\r\n", true, "data_after_head"},
+        {"HTTP/1.1 200\r\n\r\n", false, "invalid_status_line"},
+        {"HTTP/1.1 200 OK\r\nX: \x7f\r\n\r\n", false, "invalid_header_value"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_msg(intercept_head_validate(bad[i].head, strlen(bad[i].head), bad[i].request, &reason) == -EINVAL,
+                      "case %zu accepted", i);
+        ck_assert_msg(strcmp(reason, bad[i].reason) == 0, "case %zu: %s", i, reason);
+    }
+    const char resp[] = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+    ck_assert_int_eq(intercept_head_validate(resp, strlen(resp), false, &reason), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("intercept_inject");
     TCase *tc = tcase_create("inject");
     tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, head_validation);
     tcase_add_test(tc, host_must_be_sni);
     tcase_add_test(tc, relays_and_http2_refused);
     tcase_add_test(tc, websocket_per_rule);
