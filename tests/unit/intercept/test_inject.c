@@ -488,7 +488,7 @@ START_TEST(head_validation)
         {"GET /\x80 HTTP/1.1\r\nHost: x\r\n\r\n", true, "invalid_request_line"},
         {"GET / HTTP/2.0\r\nHost: x\r\n\r\n", true, "invalid_request_line"},
         {"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\n\r\n", true, "data_after_head"},
-        {"HTTP/1.1 200\r\n\r\n", false, "invalid_status_line"},
+        {"HTTP/1.1200 OK\r\n\r\n", false, "invalid_status_line"},
         {"HTTP/1.1 200 OK\r\nX: \x7f\r\n\r\n", false, "invalid_header_value"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
