@@ -130,6 +130,8 @@ struct intercept_session {
     bool ws_allowed, upgraded;
     struct intercept_body body;
     bool body_live;
+    struct intercept_scrub tscrub; /* upstream -> sandbox after a 101 */
+    bool tscrub_live;
     uint64_t resp_bytes;
 
     /* Secrets injected on this connection: every response is scrubbed of them. */
@@ -1495,10 +1497,10 @@ static void sess__tunnel(struct intercept_session *s, bool *progress)
     }
     if (q_len(&s->rin, s->rin_off)) {
         size_t n = q_len(&s->rin, s->rin_off);
-        size_t at = s->cq.len;
-        al_buf_append(&s->cq, s->rin.data + s->rin_off, n);
-        for (size_t k = 0; k < s->n_used; k++)
-            s->stats.scrubbed_matches += intercept_scrub_buffer(s->used[k]->matcher, k, s->cq.data + at, n, NULL);
+        if (s->tscrub_live)
+            intercept_scrub_feed(&s->tscrub, s->rin.data + s->rin_off, n, &s->cq);
+        else
+            al_buf_append(&s->cq, s->rin.data + s->rin_off, n);
         s->bytes_down += n;
         s->rin_off = s->rin.len;
         q_compact(&s->rin, &s->rin_off);
@@ -1614,6 +1616,11 @@ static void sess__run(struct intercept_session *s)
                 s->u_eof = true;
                 progress = true;
                 if (s->st == S_TUNNEL) {
+                    sess__tunnel(s, &progress);
+                    if (s->tscrub_live) {
+                        s->stats.scrubbed_matches += s->tscrub.rep.matches;
+                        intercept_scrub_finish(&s->tscrub, &s->cq);
+                    }
                     sess__close_upstream(s);
                     s->close_after = true;
                     s->st = S_CLOSING;
@@ -1652,6 +1659,12 @@ static void sess__run(struct intercept_session *s)
             return;
         if (s->st == S_FORWARD && s->upgraded) {
             s->st = S_TUNNEL;
+            if (s->n_used) {
+                struct intercept_matcher *ms[MAX_USED];
+                for (size_t k = 0; k < s->n_used; k++)
+                    ms[k] = s->used[k]->matcher;
+                s->tscrub_live = intercept_scrub_init(&s->tscrub, ms, s->n_used) == 0;
+            }
             sess__audit_request(s, "allow", "rule_allows", NULL);
             s->ops->deadline(s->ctx, lim_or(s->lim.idle_timeout_ms, 300000));
             progress = true;
@@ -1828,6 +1841,8 @@ void intercept_session_free(struct intercept_session *s)
             sess__close_upstream(s);
         }
     }
+    if (s->tscrub_live)
+        intercept_scrub_free(&s->tscrub);
     for (size_t i = 0; i < s->n_used; i++)
         intercept_secret_unref(s->used[i]);
     intercept_tls_free(s->ctls);
