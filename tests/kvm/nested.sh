@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# tests/kvm/nested.sh SCENARIO: runs tests/kvm/scenarios/SCENARIO.sh inside an L1 TCG
+# guest that has /dev/kvm (see lib.sh), with the airlock KVM VMM, the airlock guest kernel
+# and the test payload (tests/kvm/payload/) available under /airlock. PASS/FAIL comes back
+# on L1's serial console; the whole serial log is printed on failure (or with -v).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+scenario=${1:?usage: nested.sh SCENARIO [-v]}
+verbose=${2:-}
+[ -f "$here/scenarios/$scenario.sh" ] || kvm_fail "no scenario $here/scenarios/$scenario.sh"
+kvm_tmp=$(mktemp -d "/tmp/al-kvm-$scenario-$$.XXXXXX")
+trap kvm_cleanup EXIT
+
+kvm_require
+vmm="$kvm_bin/airlock-vmm-kvm"
+[ -x "$vmm" ] || kvm_fail "$vmm not built"
+kdir=$(kvm_l1_kernel)
+guest_kernel=$(kvm_guest_kernel) || kvm_fail "guest kernel build failed"
+
+# L2 payload: a static init in an initramfs.
+groot="$kvm_tmp/guest"
+mkdir -p "$groot/dev" "$groot/proc"
+cc -static -O2 -Wall -Wextra -Werror -o "$groot/init" "$here/payload/guest_init.c"
+mknod -m 600 "$groot/dev/console" c 5 1
+kvm_cpio "$groot" "$kvm_tmp/guest.cpio.gz"
+
+# L1: busybox, modules, the VMM, the guest kernel and payload, the scenario.
+root=$(kvm_l1_root "$kdir")
+kvm_copy_bin "$root" "$vmm"
+cp "$guest_kernel" "$root/airlock/bzImage"
+cp "$kvm_tmp/guest.cpio.gz" "$root/airlock/guest.cpio.gz"
+cp "$here/scenarios/$scenario.sh" "$root/scenario"
+kvm_cpio "$root" "$kvm_tmp/l1.cpio.gz"
+
+serial="$kvm_tmp/serial.log"
+if kvm_boot_l1 "$kdir" "$kvm_tmp/l1.cpio.gz" "$serial"; then
+  [ "$verbose" = -v ] && cat "$serial"
+  grep -E '^(AIRLOCK-|bench:)' "$serial" || true
+  echo "kvm nested $scenario: PASS"
+else
+  cat "$serial"
+  kvm_fail "kvm nested $scenario: $(grep '^AIRLOCK-KVM-VERDICT' "$serial" || echo 'no verdict (timeout or crash)')"
+fi
