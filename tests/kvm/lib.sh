@@ -115,6 +115,7 @@ if [ ! -c /dev/kvm ]; then
   echo "AIRLOCK-KVM-VERDICT: FAIL no /dev/kvm in L1 (does -cpu max offer svm?)"
   poweroff -f
 fi
+[ -f /env ] && . /env
 echo "l1: /dev/kvm ready, running scenario"
 if sh /scenario; then
   echo "AIRLOCK-KVM-VERDICT: PASS"
@@ -124,6 +125,12 @@ fi
 poweroff -f
 INIT
   chmod +x "$root/init"
+  # Debug knobs reach the scenario: AIRLOCK_KVM_VERBOSE (stream the guest console),
+  # AIRLOCK_KVM_QUIET (kernel "quiet" flag; set to empty for full kernel logs).
+  : > "$root/env"
+  for v in AIRLOCK_KVM_VERBOSE AIRLOCK_KVM_QUIET; do
+    if [ -n "${!v+x}" ]; then printf 'export %s=%q\n' "$v" "${!v}" >> "$root/env"; fi
+  done
   echo "$root"
 }
 

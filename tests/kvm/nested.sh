@@ -23,12 +23,14 @@ guest_kernel=$(kvm_guest_kernel) || kvm_fail "guest kernel build failed"
 groot="$kvm_tmp/guest"
 mkdir -p "$groot/dev" "$groot/proc"
 cc -static -O2 -Wall -Wextra -Werror -o "$groot/init" "$here/payload/guest_init.c"
+cc -static -O2 -Wall -Wextra -Werror -o "$kvm_tmp/l1_tool" "$here/payload/l1_tool.c"
 mknod -m 600 "$groot/dev/console" c 5 1
 kvm_cpio "$groot" "$kvm_tmp/guest.cpio.gz"
 
 # L1: busybox, modules, the VMM, the guest kernel and payload, the scenario.
 root=$(kvm_l1_root "$kdir")
 kvm_copy_bin "$root" "$vmm"
+cp "$kvm_tmp/l1_tool" "$root/bin/l1_tool"
 cp "$guest_kernel" "$root/airlock/bzImage"
 cp "$kvm_tmp/guest.cpio.gz" "$root/airlock/guest.cpio.gz"
 cp "$here/scenarios/$scenario.sh" "$root/scenario"

@@ -44,6 +44,11 @@ bool virtq_has_avail(const struct virtq *q)
     return virtq__load16(&q->avail[1]) != q->last_avail;
 }
 
+void virtq_unpop(struct virtq *q)
+{
+    q->last_avail--;
+}
+
 void virtq_push(struct virtq *q, uint16_t head, uint32_t len)
 {
     if (!q->used)

@@ -70,6 +70,9 @@ void virtq_reset(struct virtq *q);
  * -EINVAL for a malformed chain (already returned to the used ring with length 0, the
  * queue stays usable), -EIO if the queue is (now) broken. */
 int virtq_pop(struct virtq *q, const struct guest_mem *gm, struct virtq_chain *c);
+/* Undoes the last successful virtq_pop (the chain was not used and goes back to the
+ * available ring's view, e.g. a receive buffer taken when no data turned out to wait). */
+void virtq_unpop(struct virtq *q);
 /* Puts head back on the used ring with `len` bytes written. */
 void virtq_push(struct virtq *q, uint16_t head, uint32_t len);
 /* Whether the driver wants an interrupt for what was pushed (VIRTQ_AVAIL_F_NO_INTERRUPT). */

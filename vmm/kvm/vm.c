@@ -87,13 +87,132 @@ static int vm__open_kvm(struct al_error *err)
     return fd;
 }
 
+/* The probe's guest: 64-bit code at 0x1000: out 0xf1, al (al = 0x42); hlt. Some hosts offer
+ * a /dev/kvm that passes every capability check but cannot run an ordinary guest (e.g. a
+ * paravirtual "PVM" KVM that only runs specially built kernels), so the probe runs one. */
+struct vm__probe {
+    int fd;
+    struct kvm_run *run;
+    int result; /* 1 = saw the OUT then HLT */
+    char why[128];
+};
+
+static void vm__kick_handler(int sig);
+
+static void *vm__probe_thread(void *arg)
+{
+    struct vm__probe *p = arg;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    bool saw_out = false;
+    for (int i = 0; i < 16; i++) {
+        if (ioctl(p->fd, KVM_RUN, 0) < 0) {
+            snprintf(p->why, sizeof p->why, "KVM_RUN: %s", strerror(errno));
+            return NULL;
+        }
+        if (p->run->exit_reason == KVM_EXIT_IO && p->run->io.port == 0xf1 &&
+            p->run->io.direction == KVM_EXIT_IO_OUT &&
+            *((uint8_t *)p->run + p->run->io.data_offset) == 0x42) {
+            saw_out = true;
+        } else if (p->run->exit_reason == KVM_EXIT_HLT) {
+            p->result = saw_out;
+            if (!saw_out)
+                snprintf(p->why, sizeof p->why, "the test guest halted without its port write");
+            return NULL;
+        } else {
+            snprintf(p->why, sizeof p->why, "the test guest exited with reason %u",
+                     p->run->exit_reason);
+            return NULL;
+        }
+    }
+    snprintf(p->why, sizeof p->why, "the test guest did not halt");
+    return NULL;
+}
+
 int vmm_kvm_probe(struct al_error *err)
 {
-    int fd = vm__open_kvm(err);
-    if (fd < 0)
-        return fd;
-    close(fd);
-    return 0;
+    al_autoclose int kvm = vm__open_kvm(err);
+    if (kvm < 0)
+        return kvm;
+    al_autoclose int vmfd = ioctl(kvm, KVM_CREATE_VM, 0);
+    if (vmfd < 0)
+        return al_error_set(err, -errno, "KVM_CREATE_VM: %s", strerror(errno));
+    size_t memsz = 0x10000;
+    uint8_t *mem = mmap(NULL, memsz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        return al_error_set(err, -errno, "mmap: %s", strerror(errno));
+    static const uint8_t code[] = {0xb0, 0x42, 0xe6, 0xf1, 0xf4}; /* mov al,0x42; out 0xf1,al; hlt */
+    memcpy(mem + 0x1000, code, sizeof code);
+    int rc = 0;
+    struct vm__probe p = {.fd = -1};
+    int run_size = ioctl(kvm, KVM_GET_VCPU_MMAP_SIZE, 0);
+    struct kvm_userspace_memory_region r = {
+        .slot = 0, .guest_phys_addr = 0, .memory_size = memsz, .userspace_addr = (uintptr_t)mem};
+    if (ioctl(vmfd, KVM_SET_USER_MEMORY_REGION, &r) < 0 ||
+        ioctl(vmfd, KVM_SET_TSS_ADDR, VM_TSS_ADDR) < 0) {
+        rc = al_error_set(err, -errno, "cannot set up a test VM: %s", strerror(errno));
+        goto out;
+    }
+    p.fd = ioctl(vmfd, KVM_CREATE_VCPU, 0);
+    if (p.fd < 0 || run_size <= 0) {
+        rc = al_error_set(err, -errno, "KVM_CREATE_VCPU: %s", strerror(errno));
+        goto out;
+    }
+    p.run = mmap(NULL, (size_t)run_size, PROT_READ | PROT_WRITE, MAP_SHARED, p.fd, 0);
+    if (p.run == MAP_FAILED) {
+        p.run = NULL;
+        rc = al_error_set(err, -errno, "mmap kvm_run: %s", strerror(errno));
+        goto out;
+    }
+    struct kvm_sregs sregs;
+    struct kvm_regs regs = {.rip = 0x1000, .rflags = 2};
+    if (ioctl(p.fd, KVM_GET_SREGS, &sregs) < 0) {
+        rc = al_error_set(err, -errno, "KVM_GET_SREGS: %s", strerror(errno));
+        goto out;
+    }
+    /* Long mode with the same page tables and GDT a Linux guest gets. */
+    struct guest_mem gm = {.fd = -1};
+    gm_layout(&gm, mem, memsz);
+    if (x86_setup_long_mode(&gm, &sregs) < 0) {
+        rc = al_error_set(err, -ENOMEM, "probe memory too small");
+        goto out;
+    }
+    if (ioctl(p.fd, KVM_SET_SREGS, &sregs) < 0 || ioctl(p.fd, KVM_SET_REGS, &regs) < 0) {
+        rc = al_error_set(err, -errno, "cannot set the test vCPU's registers: %s", strerror(errno));
+        goto out;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = vm__kick_handler;
+    sigaction(SIGUSR1, &sa, NULL);
+    pthread_t t;
+    if (pthread_create(&t, NULL, vm__probe_thread, &p) != 0) {
+        rc = al_error_set(err, -EAGAIN, "cannot start the probe thread");
+        goto out;
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 2;
+    if (pthread_timedjoin_np(t, NULL, &deadline) != 0) {
+        __atomic_store_n(&p.run->immediate_exit, 1, __ATOMIC_SEQ_CST);
+        pthread_kill(t, SIGUSR1);
+        pthread_join(t, NULL);
+        snprintf(p.why, sizeof p.why, "the test guest did not finish within 2 s");
+    }
+    if (!p.result)
+        rc = al_error_set(err, -ENOTSUP,
+                          "/dev/kvm cannot run an ordinary guest (%s); this host's KVM is "
+                          "not usable for the KVM backend: use the jail backend",
+                          p.why);
+out:
+    if (p.run)
+        munmap(p.run, (size_t)run_size);
+    if (p.fd >= 0)
+        close(p.fd);
+    munmap(mem, memsz);
+    return rc;
 }
 
 void vm_register_pio(struct vmm_kvm *vm, struct pio_dev *d)
@@ -199,8 +318,14 @@ static int vm__load_kernel(struct vmm_kvm *vm, uint64_t *entry, struct al_error 
             return rc;
         }
     }
-    rc = boot_load_linux(&vm->gm, k, klen, i, ilen,
-                         vm->cfg.cmdline ? vm->cfg.cmdline : VM_DEFAULT_CMDLINE, entry, err);
+    char cmdline[4096], devs[512];
+    if (devices_cmdline(&vm->cfg, devs, sizeof devs) < 0 ||
+        snprintf(cmdline, sizeof cmdline, "%s%s", vm->cfg.cmdline ? vm->cfg.cmdline : VM_DEFAULT_CMDLINE,
+                 devs) >= (int)sizeof cmdline) {
+        rc = al_error_set(err, -E2BIG, "kernel command line too long");
+    } else {
+        rc = boot_load_linux(&vm->gm, k, klen, i, ilen, cmdline, entry, err);
+    }
     munmap(k, klen);
     if (i)
         munmap(i, ilen);

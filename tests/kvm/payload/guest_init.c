@@ -6,8 +6,15 @@
  * which the VMM turns into a clean exit). The scenario in L1 reads the console log.
  * The checks it runs are named on the kernel command line (airlock.test=a,b,c).
  */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/vm_sockets.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +84,142 @@ static void check_boot(void)
     result("boot", ncpu >= 1, why);
 }
 
+
+/* disk: /dev/vda's first sector carries a marker the scenario wrote; we write one of our
+ * own at 4096 and read it back (the scenario then finds it in the overlay, not the base). */
+static void check_disk(void)
+{
+    char buf[4096], why[128];
+    int fd = open("/dev/vda", O_RDWR);
+    if (fd < 0) {
+        snprintf(why, sizeof why, "open /dev/vda: %s", strerror(errno));
+        result("disk", 0, why);
+        return;
+    }
+    ssize_t n = pread(fd, buf, 512, 0);
+    if (n != 512 || memcmp(buf, "AIRLOCK-DISK-v1", 15) != 0) {
+        result("disk", 0, "marker not found in sector 0");
+        close(fd);
+        return;
+    }
+    memset(buf, 0, sizeof buf);
+    strcpy(buf, "GUEST-WROTE-THIS");
+    if (pwrite(fd, buf, 4096, 4096) != 4096 || fsync(fd) != 0) {
+        snprintf(why, sizeof why, "write: %s", strerror(errno));
+        result("disk", 0, why);
+        close(fd);
+        return;
+    }
+    /* Read back through the device, bypassing the page cache. */
+    close(fd);
+    fd = open("/dev/vda", O_RDONLY | O_DIRECT);
+    static char abuf[4096] __attribute__((aligned(4096)));
+    n = fd < 0 ? -1 : pread(fd, abuf, 4096, 4096);
+    result("disk", n == 4096 && strcmp(abuf, "GUEST-WROTE-THIS") == 0, "read-back mismatch");
+    if (fd >= 0)
+        close(fd);
+    /* A read beyond the end must fail cleanly, not crash anything. */
+    fd = open("/dev/vda", O_RDONLY);
+    off_t end = lseek(fd, 0, SEEK_END);
+    n = pread(fd, buf, 512, end);
+    result("disk-end", n == 0, "read at the end returned data");
+    close(fd);
+}
+
+static int if_set(int s, const char *name, unsigned long req, struct ifreq *ifr)
+{
+    strncpy(ifr->ifr_name, name, IFNAMSIZ - 1);
+    return ioctl(s, req, ifr);
+}
+
+/* net: eth0 = 192.0.2.2/24; TCP to 192.0.2.1:7777 (the scenario's listener in L1). */
+static void check_net(void)
+{
+    char why[128];
+    int s = socket(AF_INET, SOCK_DGRAM, 0);
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    struct sockaddr_in *sin = (struct sockaddr_in *)&ifr.ifr_addr;
+    sin->sin_family = AF_INET;
+    inet_pton(AF_INET, "192.0.2.2", &sin->sin_addr);
+    if (if_set(s, "eth0", SIOCSIFADDR, &ifr) < 0) {
+        snprintf(why, sizeof why, "SIOCSIFADDR eth0: %s", strerror(errno));
+        result("net", 0, why);
+        close(s);
+        return;
+    }
+    inet_pton(AF_INET, "255.255.255.0", &sin->sin_addr);
+    if_set(s, "eth0", SIOCSIFNETMASK, &ifr);
+    memset(&ifr, 0, sizeof ifr);
+    if_set(s, "eth0", SIOCGIFFLAGS, &ifr);
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if_set(s, "eth0", SIOCSIFFLAGS, &ifr);
+    memset(&ifr, 0, sizeof ifr);
+    strcpy(ifr.ifr_name, "lo");
+    ioctl(s, SIOCGIFFLAGS, &ifr);
+    ifr.ifr_flags |= IFF_UP;
+    ioctl(s, SIOCSIFFLAGS, &ifr);
+    close(s);
+
+    struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(7777)};
+    inet_pton(AF_INET, "192.0.2.1", &dst.sin_addr);
+    int ok = 0;
+    for (int attempt = 0; attempt < 100 && !ok; attempt++) {
+        int c = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(c, (struct sockaddr *)&dst, sizeof dst) == 0) {
+            const char msg[] = "hello-from-the-guest\n";
+            ok = write(c, msg, sizeof msg - 1) == (ssize_t)sizeof msg - 1;
+            snprintf(why, sizeof why, "write: %s", strerror(errno));
+        } else {
+            snprintf(why, sizeof why, "connect 192.0.2.1:7777: %s", strerror(errno));
+            usleep(100000);
+        }
+        close(c);
+    }
+    result("net", ok, why);
+}
+
+/* vsock: serve N echo connections on port 1234 (the scenario's client talks to the VMM's
+ * unix socket, which the VMM bridges here). Echo until EOF, then close. */
+static void check_vsock(int conns)
+{
+    char why[128];
+    int l = socket(AF_VSOCK, SOCK_STREAM, 0);
+    struct sockaddr_vm sa = {.svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_ANY, .svm_port = 1234};
+    if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(l, 4) < 0) {
+        snprintf(why, sizeof why, "vsock listen: %s", strerror(errno));
+        result("vsock", 0, why);
+        return;
+    }
+    say("AIRLOCK-GUEST: vsock listening");
+    long total_bytes = 0;
+    for (int i = 0; i < conns; i++) {
+        int c = accept(l, NULL, NULL);
+        if (c < 0) {
+            snprintf(why, sizeof why, "accept: %s", strerror(errno));
+            result("vsock", 0, why);
+            return;
+        }
+        static char buf[65536];
+        for (;;) {
+            ssize_t n = read(c, buf, sizeof buf);
+            if (n <= 0)
+                break;
+            for (ssize_t off = 0; off < n;) {
+                ssize_t w = write(c, buf + off, (size_t)(n - off));
+                if (w <= 0)
+                    break;
+                off += w;
+            }
+            total_bytes += n;
+        }
+        close(c);
+    }
+    close(l);
+    say("AIRLOCK-GUEST: vsock echoed %ld bytes", total_bytes);
+    result("vsock", 1, "");
+}
+
 int main(void)
 {
     int fd = open("/dev/console", O_RDWR);
@@ -90,6 +233,8 @@ int main(void)
         dup2(fd, 1);
         dup2(fd, 2);
     }
+    mkdir("/dev", 0755);
+    mount("devtmpfs", "/dev", "devtmpfs", 0, NULL);
     mkdir("/proc", 0755);
     mount("proc", "/proc", "proc", 0, NULL);
     int cfd = open("/proc/cmdline", O_RDONLY);
@@ -101,6 +246,12 @@ int main(void)
     say("AIRLOCK-GUEST: started");
     if (wants("boot"))
         check_boot();
+    if (wants("disk"))
+        check_disk();
+    if (wants("net"))
+        check_net();
+    if (wants("vsock"))
+        check_vsock(2);
     say("AIRLOCK-GUEST: done %d/%d", passed, total);
     sync();
     reboot(RB_AUTOBOOT);

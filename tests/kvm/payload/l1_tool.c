@@ -1,0 +1,118 @@
+/* tests/kvm/payload/l1_tool: helpers the L1 scenarios run next to the VMM (static).
+ *
+ *   l1_tool echo SOCKET BYTES    connects to the VMM's unix socket (bridged to the guest's
+ *                                vsock echo server), sends BYTES of a pattern while reading
+ *                                the echo, half-closes, and checks every byte came back.
+ *                                Retries the connection while the guest is not listening.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+static unsigned char pattern(long i)
+{
+    return (unsigned char)((i * 7 + (i >> 8)) & 0xff);
+}
+
+static int echo_once(const char *path, long bytes, int *retry)
+{
+    *retry = 0;
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        close(fd);
+        *retry = 1;
+        return -1;
+    }
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    long sent = 0, got = 0;
+    int wr_closed = bytes == 0;
+    if (wr_closed)
+        shutdown(fd, SHUT_WR);
+    static unsigned char out[65536], in[65536];
+    time_t start = time(NULL);
+    while (1) {
+        struct pollfd p = {.fd = fd, .events = POLLIN | (wr_closed ? 0 : POLLOUT)};
+        if (poll(&p, 1, 1000) < 0)
+            return -1;
+        if (time(NULL) - start > 60) {
+            fprintf(stderr, "l1_tool: timeout (sent %ld, got %ld)\n", sent, got);
+            return -1;
+        }
+        if (!wr_closed && (p.revents & POLLOUT)) {
+            long n = bytes - sent < (long)sizeof out ? bytes - sent : (long)sizeof out;
+            for (long i = 0; i < n; i++)
+                out[i] = pattern(sent + i);
+            ssize_t w = write(fd, out, (size_t)n);
+            if (w > 0)
+                sent += w;
+            if (sent == bytes) {
+                shutdown(fd, SHUT_WR);
+                wr_closed = 1;
+            }
+        }
+        if (p.revents & (POLLIN | POLLHUP)) {
+            ssize_t r = read(fd, in, sizeof in);
+            if (r == 0)
+                break;
+            if (r < 0) {
+                if (errno == EAGAIN)
+                    continue;
+                if (errno == ECONNRESET && got == 0) {
+                    close(fd);
+                    *retry = 1;   /* refused before the guest listened */
+                    return -1;
+                }
+                fprintf(stderr, "l1_tool: read: %s\n", strerror(errno));
+                return -1;
+            }
+            for (ssize_t i = 0; i < r; i++) {
+                if (in[i] != pattern(got + i)) {
+                    fprintf(stderr, "l1_tool: byte %ld differs\n", got + i);
+                    return -1;
+                }
+            }
+            got += r;
+        }
+    }
+    close(fd);
+    if (got == 0 && sent == 0 && bytes > 0) {
+        *retry = 1;   /* reset before anything happened: guest not listening yet */
+        return -1;
+    }
+    if (got != bytes) {
+        fprintf(stderr, "l1_tool: sent %ld, echoed %ld\n", sent, got);
+        if (got == 0)
+            *retry = 1;
+        return -1;
+    }
+    printf("l1_tool: echoed %ld bytes\n", got);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 4 && strcmp(argv[1], "echo") == 0) {
+        long bytes = atol(argv[3]);
+        for (int i = 0; i < 300; i++) {
+            int retry;
+            if (echo_once(argv[2], bytes, &retry) == 0)
+                return 0;
+            if (!retry)
+                return 1;
+            usleep(100000);
+        }
+        fprintf(stderr, "l1_tool: gave up connecting to %s\n", argv[2]);
+        return 1;
+    }
+    fprintf(stderr, "usage: l1_tool echo SOCKET BYTES\n");
+    return 2;
+}
