@@ -121,6 +121,7 @@ static void virtio__set_status(struct virtio_dev *d, uint32_t v)
         virtio__reset(d);
         return;
     }
+    v |= d->status & VIRTIO_STATUS_NEEDS_RESET;  /* ours to set; only a reset clears it */
     if ((v & VIRTIO_STATUS_FEATURES_OK) && !(d->status & VIRTIO_STATUS_FEATURES_OK)) {
         /* Accept only what we offered, and only the modern interface. */
         if ((d->driver_features & ~d->features) || !(d->driver_features & VIRTIO_F_VERSION_1)) {
