@@ -22,7 +22,7 @@ guest_kernel=$(kvm_guest_kernel) || kvm_fail "guest kernel build failed"
 # L2 payload: a static init in an initramfs.
 groot="$kvm_tmp/guest"
 mkdir -p "$groot/dev" "$groot/proc"
-cc -static -O2 -Wall -Wextra -Werror -o "$groot/init" "$here/payload/guest_init.c"
+cc -static -O2 -Wall -Wextra -Werror -Wno-format-truncation -o "$groot/init" "$here/payload/guest_init.c"
 cc -static -O2 -Wall -Wextra -Werror -o "$kvm_tmp/l1_tool" "$here/payload/l1_tool.c"
 mknod -m 600 "$groot/dev/console" c 5 1
 kvm_cpio "$groot" "$kvm_tmp/guest.cpio.gz"

@@ -171,3 +171,36 @@ int disk_flush(struct disk *d)
         return -errno;
     return 0;
 }
+
+int disk_copy_sparse(int src, int dst, uint64_t size)
+{
+    if (ftruncate(dst, 0) < 0 || ftruncate(dst, (off_t)size) < 0)
+        return -errno;
+    static __thread uint8_t buf[1 << 20];
+    off_t pos = 0;
+    while ((uint64_t)pos < size) {
+        off_t data = lseek(src, pos, SEEK_DATA);
+        if (data < 0) {
+            if (errno == ENXIO)
+                break;     /* only holes remain */
+            return -errno;
+        }
+        off_t hole = lseek(src, data, SEEK_HOLE);
+        if (hole < 0)
+            return -errno;
+        if ((uint64_t)hole > size)
+            hole = (off_t)size;
+        for (off_t o = data; o < hole;) {
+            size_t n = (size_t)(hole - o) < sizeof buf ? (size_t)(hole - o) : sizeof buf;
+            ssize_t r = pread(src, buf, n, o);
+            if (r <= 0)
+                return r < 0 ? -errno : -EIO;
+            ssize_t w = pwrite(dst, buf, (size_t)r, o);
+            if (w != r)
+                return w < 0 ? -errno : -EIO;
+            o += r;
+        }
+        pos = hole;
+    }
+    return 0;
+}

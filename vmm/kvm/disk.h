@@ -34,6 +34,10 @@ int disk_read(struct disk *d, uint64_t sector, const struct iovec *iov, int iovc
 int disk_write(struct disk *d, uint64_t sector, const struct iovec *iov, int iovcnt, uint64_t len);
 int disk_flush(struct disk *d);
 
+/* Copies the first `size` bytes of src to dst, leaving holes where src has them (SEEK_DATA/
+ * SEEK_HOLE); dst is truncated to size. */
+int disk_copy_sparse(int src, int dst, uint64_t size);
+
 /* iov_slice: the part [off, off+len) of iov as a new iovec array (at most max entries);
  * returns the count, or -1 if it does not fit in max or iov is shorter. */
 int iov_slice(const struct iovec *iov, int iovcnt, uint64_t off, uint64_t len, struct iovec *out,

@@ -35,7 +35,8 @@ struct vmm_kvm_config {
     const char *console_log;   /* serial output appended here; NULL: stderr */
     /* Root disk: a read-only image; writes go to a per-VM copy-on-write overlay. */
     const char *disk;          /* NULL: no virtio-blk */
-    const char *disk_overlay;  /* sparse file created for the writes; NULL: in memory? no: required with disk unless disk_readonly */
+    const char *disk_overlay;  /* sparse file created for this VM's writes (required unless
+                                * disk_readonly) */
     bool disk_readonly;
     /* Network: a tap device (created by the caller or by name). */
     const char *tap;           /* NULL: no virtio-net */
@@ -44,6 +45,9 @@ struct vmm_kvm_config {
     uint32_t guest_cid;        /* 0: no vsock device */
     struct vmm_kvm_vsock_port vsock[VMM_KVM_MAX_VSOCK_PORTS];
     int n_vsock;
+    /* Restore from this snapshot directory instead of booting kernel/initrd (memory size
+     * and vCPU count come from the snapshot; devices must match it). */
+    const char *restore_dir;
 };
 
 struct vmm_kvm;
@@ -68,6 +72,14 @@ enum vmm_kvm_exit vmm_kvm_wait(struct vmm_kvm *vm);
 /* Asks the VM to stop (thread-safe, async-signal-safe). */
 void vmm_kvm_stop(struct vmm_kvm *vm);
 void vmm_kvm_destroy(struct vmm_kvm *vm);
+/* Pause/resume the vCPUs (devices keep serving host sockets; the guest does not run). */
+int vmm_kvm_pause(struct vmm_kvm *vm, struct al_error *err);
+void vmm_kvm_resume(struct vmm_kvm *vm);
+/* Writes a snapshot into dir (created if needed); the VM is paused while it is taken and
+ * continues afterwards unless it was paused before. See snapshot.h for the layout. */
+int vmm_kvm_snapshot(struct vmm_kvm *vm, const char *dir, struct al_error *err);
+/* An fd that becomes readable once the VM has ended (for poll loops). */
+int vmm_kvm_exit_fd(const struct vmm_kvm *vm);
 const char *vmm_kvm_exit_str(enum vmm_kvm_exit e);
 
 #endif

@@ -184,6 +184,29 @@ void serial_free(struct serial *s)
     free(s);
 }
 
+void serial_save(struct serial *s, struct serial_snap *o)
+{
+    pthread_mutex_lock(&s->lock);
+    *o = (struct serial_snap){s->ier, s->lcr, s->mcr, s->scr, s->dll, s->dlm, s->fcr, s->thri_pending};
+    pthread_mutex_unlock(&s->lock);
+}
+
+void serial_load(struct serial *s, const struct serial_snap *in)
+{
+    pthread_mutex_lock(&s->lock);
+    s->ier = in->ier & 0x0f;
+    s->lcr = in->lcr;
+    s->mcr = in->mcr & 0x1f;
+    s->scr = in->scr;
+    s->dll = in->dll;
+    s->dlm = in->dlm;
+    s->fcr = in->fcr;
+    s->thri_pending = in->thri_pending != 0;
+    s->level = -1;   /* force the line to be driven to its restored level */
+    serial__update_irq(s);
+    pthread_mutex_unlock(&s->lock);
+}
+
 /* ---- i8042 (reset only), CMOS, POST ------------------------------------------------------ */
 static void i8042__in(struct pio_dev *d, uint16_t off, uint8_t *data, uint32_t size)
 {

@@ -1,10 +1,19 @@
 /* vmm/kvm/main: airlock-vmm-kvm, the development front end of the KVM backend until it
- * plugs into airlock-vmm (--backend kvm). Boots one VM from command-line options and exits
- * when the guest resets or powers off (0), on SIGTERM/SIGINT (0), or on error (1).
+ * plugs into airlock-vmm (--backend kvm). Boots (or restores) one VM from command-line
+ * options and exits when the guest resets or powers off (0), on SIGTERM/SIGINT or a "stop"
+ * command (0), or on error (1).
+ *
+ * --control PATH: a unix socket taking one command per line, answering "ok ..." or
+ * "error <why>": pause | resume | snapshot DIR | stop.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +29,85 @@ static void main__on_signal(int sig)
     (void)sig;
     if (main__vm)
         vmm_kvm_stop(main__vm);
+}
+
+static int main__listen(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path)
+        return -ENAMETOOLONG;
+    strcpy(sa.sun_path, path);
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(path, 0600) < 0 || listen(fd, 4) < 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    return fd;
+}
+
+/* One command from a control connection; the answer goes back on the same connection. */
+static void main__command(struct vmm_kvm *vm, int fd)
+{
+    char line[4200];
+    size_t n = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (n < sizeof line - 1 && poll(&p, 1, 5000) == 1) {
+        ssize_t r = read(fd, line + n, 1);
+        if (r <= 0 || line[n] == '\n')
+            break;
+        n++;
+    }
+    line[n] = 0;
+    char reply[700];
+    struct al_error err = {0};
+    if (strcmp(line, "pause") == 0) {
+        if (vmm_kvm_pause(vm, &err) == 0)
+            snprintf(reply, sizeof reply, "ok\n");
+        else
+            snprintf(reply, sizeof reply, "error %s\n", al_error_str(&err));
+    } else if (strcmp(line, "resume") == 0) {
+        vmm_kvm_resume(vm);
+        snprintf(reply, sizeof reply, "ok\n");
+    } else if (strncmp(line, "snapshot ", 9) == 0 && line[9]) {
+        uint64_t t0 = al_now_ns();
+        if (vmm_kvm_snapshot(vm, line + 9, &err) == 0)
+            snprintf(reply, sizeof reply, "ok %.3f ms\n", (double)(al_now_ns() - t0) / 1e6);
+        else
+            snprintf(reply, sizeof reply, "error %s\n", al_error_str(&err));
+    } else if (strcmp(line, "stop") == 0) {
+        vmm_kvm_stop(vm);
+        snprintf(reply, sizeof reply, "ok\n");
+    } else {
+        snprintf(reply, sizeof reply, "error unknown command (pause, resume, snapshot DIR, stop)\n");
+    }
+    ssize_t w = write(fd, reply, strlen(reply));
+    (void)w;
+}
+
+/* Serves the control socket (if any) until the VM ends. */
+static void main__serve(struct vmm_kvm *vm, int ctl)
+{
+    struct pollfd p[2] = {{.fd = vmm_kvm_exit_fd(vm), .events = POLLIN}, {.fd = ctl, .events = POLLIN}};
+    for (;;) {
+        int n = poll(p, ctl >= 0 ? 2 : 1, -1);
+        if (n < 0 && errno != EINTR)
+            return;
+        if (p[0].revents)
+            return;
+        if (ctl >= 0 && (p[1].revents & POLLIN)) {
+            int c = accept4(ctl, NULL, NULL, SOCK_CLOEXEC);
+            if (c >= 0) {
+                main__command(vm, c);
+                close(c);
+            }
+        }
+    }
 }
 
 static void main__usage(FILE *f)
@@ -38,6 +126,8 @@ static void main__usage(FILE *f)
             "  --tap NAME           virtio-net on this tap device\n"
             "  --cid N              virtio-vsock with this guest CID\n"
             "  --vsock PORT=PATH    bridge unix socket PATH on the host to guest vsock PORT\n"
+            "  --restore DIR        restore the snapshot in DIR instead of booting\n"
+            "  --control PATH       command socket: pause | resume | snapshot DIR | stop\n"
             "  --probe              only check that /dev/kvm is usable\n");
 }
 
@@ -47,6 +137,7 @@ int main(int argc, char **argv)
     al_log_init("vmm-kvm", AL_LOG_AUTO, AL_LOG_INFO);
     struct vmm_kvm_config cfg = {.mem_bytes = 256ull << 20, .vcpus = 1};
     bool probe = false;
+    const char *control = NULL;
     static const struct option opts[] = {
         {"kernel", required_argument, 0, 'k'}, {"initrd", required_argument, 0, 'i'},
         {"cmdline", required_argument, 0, 'c'}, {"mem", required_argument, 0, 'm'},
@@ -54,6 +145,7 @@ int main(int argc, char **argv)
         {"disk", required_argument, 0, 'd'}, {"overlay", required_argument, 0, 'w'},
         {"disk-ro", no_argument, 0, 'r'}, {"tap", required_argument, 0, 't'},
         {"cid", required_argument, 0, 'C'}, {"vsock", required_argument, 0, 'V'},
+        {"restore", required_argument, 0, 'R'}, {"control", required_argument, 0, 'L'},
         {"probe", no_argument, 0, 'p'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     int c;
@@ -88,6 +180,8 @@ int main(int argc, char **argv)
             cfg.n_vsock++;
             break;
         }
+        case 'R': cfg.restore_dir = optarg; break;
+        case 'L': control = optarg; break;
         case 'p': probe = true; break;
         case 'h': main__usage(stdout); return 0;
         default: main__usage(stderr); return 2;
@@ -102,7 +196,7 @@ int main(int argc, char **argv)
         printf("/dev/kvm is usable\n");
         return 0;
     }
-    if (!cfg.kernel) {
+    if (!cfg.kernel && !cfg.restore_dir) {
         main__usage(stderr);
         return 2;
     }
@@ -120,6 +214,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "airlock-vmm-kvm: %s\n", al_error_str(&err));
         vmm_kvm_destroy(main__vm);
         return 1;
+    }
+    int ctl = -1;
+    if (control) {
+        ctl = main__listen(control);
+        if (ctl < 0) {
+            fprintf(stderr, "airlock-vmm-kvm: cannot listen on %s: %s\n", control, strerror(-ctl));
+            vmm_kvm_stop(main__vm);
+        }
+    }
+    main__serve(main__vm, ctl);
+    if (ctl >= 0) {
+        close(ctl);
+        unlink(control);
     }
     enum vmm_kvm_exit how = vmm_kvm_wait(main__vm);
     al_info("VM ended after %.3f s: %s", (double)(al_now_ns() - t0) / 1e9, vmm_kvm_exit_str(how));

@@ -50,6 +50,21 @@ struct virtio_dev_ops {
     void (*activate)(struct virtio_dev *d);
     /* The driver reset the device (vCPU thread, lock held): drop in-flight state. */
     void (*reset)(struct virtio_dev *d);
+    /* The device was rebuilt from a snapshot (lock held): resume its back-end. */
+    void (*restored)(struct virtio_dev *d);
+};
+
+/* Transport state in a snapshot (plain data, fixed layout). */
+struct virtio_snap {
+    uint32_t device_id;
+    uint32_t status, dev_feat_sel, drv_feat_sel, queue_sel, config_gen, int_status;
+    uint32_t active;
+    uint64_t features, driver_features;
+    struct {
+        uint16_t size, last_avail, used_idx;
+        uint8_t ready, broken;
+        uint64_t desc_gpa, avail_gpa, used_gpa;
+    } q[VIRTIO_MAX_QUEUES];
 };
 
 struct virtio_dev {
@@ -85,6 +100,11 @@ void virtio_dev_interrupt(struct virtio_dev *d, uint32_t bits);
 void virtio_dev_used(struct virtio_dev *d, int qi);
 /* Logs a malformed chain (rate-limited) for device d. */
 void virtio_dev_bad_chain(struct virtio_dev *d, int qi, const char *why);
+
+/* Snapshot support (lock taken inside). Load checks that the snapshot describes this
+ * device (type, offered features) and re-validates every queue against guest memory. */
+void virtio_dev_save(struct virtio_dev *d, struct virtio_snap *s);
+int virtio_dev_load(struct virtio_dev *d, const struct virtio_snap *s, struct al_error *err);
 
 /* Copies [off, off+len) of a device's config structure into data, zero beyond its end. */
 void virtio_config_copy(const void *cfg, uint32_t cfg_len, uint32_t off, uint8_t *data, uint32_t len);

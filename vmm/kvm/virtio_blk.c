@@ -7,7 +7,10 @@
  * device thread.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "common/log.h"
@@ -180,4 +183,52 @@ void vblk_destroy(struct virtio_dev *d)
     virtio_dev_free(d);
     disk_close(&b->disk);
     free(b);
+}
+
+int vblk_save(struct virtio_dev *d, const char *dir, const uint8_t **bitmap, size_t *len,
+              struct al_error *err)
+{
+    struct vblk *b = d->priv;
+    *bitmap = b->disk.bitmap;
+    *len = b->disk.bitmap ? (b->disk.sectors + 7) / 8 : 0;
+    if (b->disk.over_fd < 0)
+        return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/disk.overlay", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return al_error_set(err, -errno, "cannot create %s: %s", path, strerror(errno));
+    int rc = disk_copy_sparse(b->disk.over_fd, fd, b->disk.sectors * DISK_SECTOR);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = -errno;
+    close(fd);
+    if (rc < 0)
+        return al_error_set(err, rc, "cannot save the disk overlay to %s: %s", path, strerror(-rc));
+    return 0;
+}
+
+int vblk_load(struct virtio_dev *d, const char *dir, const uint8_t *bitmap, size_t len,
+              struct al_error *err)
+{
+    struct vblk *b = d->priv;
+    size_t want = b->disk.bitmap ? (b->disk.sectors + 7) / 8 : 0;
+    if (len != want)
+        return al_error_set(err, -EINVAL,
+                            "snapshot disk has %zu bitmap bytes, this disk needs %zu: was the "
+                            "snapshot taken with another root image?",
+                            len, want);
+    if (!want)
+        return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/disk.overlay", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return al_error_set(err, -errno, "cannot open %s: %s", path, strerror(errno));
+    int rc = disk_copy_sparse(fd, b->disk.over_fd, b->disk.sectors * DISK_SECTOR);
+    close(fd);
+    if (rc < 0)
+        return al_error_set(err, rc, "cannot restore the disk overlay from %s: %s", path,
+                            strerror(-rc));
+    memcpy(b->disk.bitmap, bitmap, len);
+    return 0;
 }

@@ -256,7 +256,12 @@ int virtio_dev_init(struct virtio_dev *d, struct vmm_kvm *vm, const struct virti
     d->irqfd = -1;
     for (int i = 0; i < VIRTIO_MAX_QUEUES; i++)
         d->notify_ev[i].fd = -1;
-    pthread_mutex_init(&d->lock, NULL);
+    /* Recursive: a snapshot holds every device lock while it saves each device. */
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&d->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
     d->mmio = (struct mmio_dev){.base = base, .len = VM_MMIO_SIZE, .read = virtio__mmio_read,
                                 .write = virtio__mmio_write, .ctx = d};
     if (vm->vm_fd < 0)
@@ -316,4 +321,79 @@ void virtio_config_copy(const void *cfg, uint32_t cfg_len, uint32_t off, uint8_t
         return;
     uint32_t n = cfg_len - off < len ? cfg_len - off : len;
     memcpy(data, (const uint8_t *)cfg + off, n);
+}
+
+void virtio_dev_save(struct virtio_dev *d, struct virtio_snap *s)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_lock(&d->lock);
+    s->device_id = d->ops->device_id;
+    s->status = d->status;
+    s->dev_feat_sel = d->dev_feat_sel;
+    s->drv_feat_sel = d->drv_feat_sel;
+    s->queue_sel = d->queue_sel;
+    s->config_gen = d->config_gen;
+    s->int_status = atomic_load(&d->int_status);
+    s->active = d->active;
+    s->features = d->features;
+    s->driver_features = d->driver_features;
+    for (int i = 0; i < VIRTIO_MAX_QUEUES; i++) {
+        struct virtq *q = &d->vq[i];
+        s->q[i].size = q->size;
+        s->q[i].last_avail = q->last_avail;
+        s->q[i].used_idx = q->used_idx;
+        s->q[i].ready = q->ready;
+        s->q[i].broken = q->broken;
+        s->q[i].desc_gpa = q->desc_gpa;
+        s->q[i].avail_gpa = q->avail_gpa;
+        s->q[i].used_gpa = q->used_gpa;
+    }
+    pthread_mutex_unlock(&d->lock);
+}
+
+int virtio_dev_load(struct virtio_dev *d, const struct virtio_snap *s, struct al_error *err)
+{
+    if (s->device_id != d->ops->device_id || s->features != d->features ||
+        (s->driver_features & ~s->features))
+        return al_error_set(err, -EINVAL,
+                            "snapshot of virtio-%s does not match this device (features 0x%llx, "
+                            "this VM offers 0x%llx)",
+                            d->ops->name, (unsigned long long)s->features,
+                            (unsigned long long)d->features);
+    pthread_mutex_lock(&d->lock);
+    d->status = s->status;
+    d->dev_feat_sel = s->dev_feat_sel;
+    d->drv_feat_sel = s->drv_feat_sel;
+    d->queue_sel = s->queue_sel;
+    d->config_gen = s->config_gen;
+    atomic_store(&d->int_status, s->int_status);
+    d->driver_features = s->driver_features;
+    d->active = s->active != 0;
+    int rc = 0;
+    for (int i = 0; i < VIRTIO_MAX_QUEUES && rc == 0; i++) {
+        struct virtq *q = &d->vq[i];
+        virtq_reset(q);
+        q->size = s->q[i].size;
+        q->desc_gpa = s->q[i].desc_gpa;
+        q->avail_gpa = s->q[i].avail_gpa;
+        q->used_gpa = s->q[i].used_gpa;
+        q->last_avail = s->q[i].last_avail;
+        q->used_idx = s->q[i].used_idx;
+        if (s->q[i].ready) {
+            if (i >= d->ops->nqueues || virtq_activate(q, &d->vm->gm) < 0)
+                rc = al_error_set(err, -EINVAL, "snapshot of virtio-%s: queue %d is invalid",
+                                  d->ops->name, i);
+            q->ready = true;
+            q->broken = s->q[i].broken;
+        }
+    }
+    if (rc == 0 && d->active && d->ops->restored)
+        d->ops->restored(d);
+    pthread_mutex_unlock(&d->lock);
+    if (rc == 0 && d->irqfd >= 0 && atomic_load(&d->int_status)) {
+        uint64_t one = 1;   /* an interrupt was pending when the snapshot was taken */
+        ssize_t w = write(d->irqfd, &one, sizeof one);
+        (void)w;
+    }
+    return rc;
 }

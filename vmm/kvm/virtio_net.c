@@ -181,6 +181,7 @@ static const struct virtio_dev_ops vnet__ops = {
     .notify = vnet__notify,
     .activate = vnet__activate,
     .reset = vnet__reset,
+    .restored = vnet__activate,
 };
 
 static int vnet__open_tap(const char *name, struct al_error *err)

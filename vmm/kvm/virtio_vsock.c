@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
 #include "vmm/kvm/devices_int.h"
 
 #define VSOCK_HOST_CID   2
@@ -107,6 +108,7 @@ struct vsock {
     uint32_t next_port;
     bool reset_event_pending;
     uint64_t dropped;      /* packets dropped as invalid */
+    uint64_t refused, refused_logged_ns;
 };
 
 static void vsock__pump(struct vsock *vs);
@@ -480,8 +482,15 @@ static void vsock__on_accept(struct ev_handler *h, uint32_t events)
         if (vs->conns[i].state == VCONN_FREE)
             c = &vs->conns[i];
     if (!c || !vs->dev.active) {
-        al_warn("vsock: refusing a connection to guest port %u (%s)", l->port,
-                c ? "the guest driver is not ready" : "too many connections");
+        /* At most one line per 5 s: clients retry while the guest boots. */
+        uint64_t now = al_now_ns();
+        vs->refused++;
+        if (now - vs->refused_logged_ns > 5000000000ull) {
+            al_warn("vsock: refusing connections to guest port %u (%s; %llu refused so far)",
+                    l->port, c ? "the guest driver is not ready" : "too many connections",
+                    (unsigned long long)vs->refused);
+            vs->refused_logged_ns = now;
+        }
         close(fd);
         pthread_mutex_unlock(&vs->dev.lock);
         return;
@@ -533,6 +542,16 @@ static void vsock__activate(struct virtio_dev *d)
     vsock__pump(d->priv);
 }
 
+/* After a restore the guest's connections refer to host sockets that no longer exist:
+ * tell it the transport was reset (it drops them and re-reads its CID). */
+static void vsock__restored(struct virtio_dev *d)
+{
+    struct vsock *vs = d->priv;
+    vs->reset_event_pending = true;
+    vsock__notify(d, VSOCK_EVQ);
+    vsock__pump(vs);
+}
+
 static const struct virtio_dev_ops vsock__ops = {
     .name = "vsock",
     .device_id = VIRTIO_ID_VSOCK,
@@ -541,6 +560,7 @@ static const struct virtio_dev_ops vsock__ops = {
     .notify = vsock__notify,
     .activate = vsock__activate,
     .reset = vsock__reset,
+    .restored = vsock__restored,
 };
 
 static int vsock__listen(struct vsock_listener *l, const char *path, struct al_error *err)

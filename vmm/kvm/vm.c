@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "vmm/kvm/boot.h"
 #include "vmm/kvm/devices.h"
+#include "vmm/kvm/snapshot.h"
 #include "vmm/kvm/vm.h"
 #include "vmm/kvm/x86.h"
 
@@ -236,11 +237,8 @@ void vm_irq_line(struct vmm_kvm *vm, uint32_t irq, int level)
         al_warn("KVM_IRQ_LINE %u: %s", irq, strerror(errno));
 }
 
-void vm_request_exit(struct vmm_kvm *vm, enum vmm_kvm_exit why)
+static void vm__kick_all(struct vmm_kvm *vm)
 {
-    int none = VMM_KVM_EXIT_NONE;
-    if (!atomic_compare_exchange_strong(&vm->exit_reason, &none, (int)why))
-        return;
     for (int i = 0; i < vm->nvcpus; i++) {
         struct vcpu *c = &vm->vcpus[i];
         if (c->run)
@@ -248,6 +246,56 @@ void vm_request_exit(struct vmm_kvm *vm, enum vmm_kvm_exit why)
         if (c->started)
             pthread_kill(c->thread, VM_KICK_SIGNAL);
     }
+}
+
+int vm_pause(struct vmm_kvm *vm)
+{
+    pthread_mutex_lock(&vm->pause_lock);
+    vm->pause_req = true;
+    pthread_mutex_unlock(&vm->pause_lock);
+    vm__kick_all(vm);
+    int started = 0;
+    for (int i = 0; i < vm->nvcpus; i++)
+        started += vm->vcpus[i].started;
+    pthread_mutex_lock(&vm->pause_lock);
+    while (vm->paused < started && atomic_load(&vm->exit_reason) == VMM_KVM_EXIT_NONE)
+        pthread_cond_wait(&vm->pause_cond, &vm->pause_lock);
+    int rc = atomic_load(&vm->exit_reason) == VMM_KVM_EXIT_NONE ? 0 : -ECANCELED;
+    pthread_mutex_unlock(&vm->pause_lock);
+    return rc;
+}
+
+void vm_resume(struct vmm_kvm *vm)
+{
+    pthread_mutex_lock(&vm->pause_lock);
+    vm->pause_req = false;
+    pthread_cond_broadcast(&vm->pause_cond);
+    pthread_mutex_unlock(&vm->pause_lock);
+}
+
+/* vCPU side of a pause: called after KVM_RUN returned EINTR. */
+static void vm__maybe_park(struct vmm_kvm *vm)
+{
+    pthread_mutex_lock(&vm->pause_lock);
+    if (vm->pause_req) {
+        vm->paused++;
+        pthread_cond_broadcast(&vm->pause_cond);
+        while (vm->pause_req && atomic_load(&vm->exit_reason) == VMM_KVM_EXIT_NONE)
+            pthread_cond_wait(&vm->pause_cond, &vm->pause_lock);
+        vm->paused--;
+    }
+    pthread_mutex_unlock(&vm->pause_lock);
+}
+
+void vm_request_exit(struct vmm_kvm *vm, enum vmm_kvm_exit why)
+{
+    int none = VMM_KVM_EXIT_NONE;
+    if (!atomic_compare_exchange_strong(&vm->exit_reason, &none, (int)why))
+        return;
+    vm__kick_all(vm);
+    pthread_mutex_lock(&vm->pause_lock);
+    pthread_cond_broadcast(&vm->pause_cond);
+    pthread_mutex_unlock(&vm->pause_lock);
     uint64_t one = 1;
     ssize_t w = write(vm->exit_fd, &one, sizeof one);
     (void)w;
@@ -304,6 +352,37 @@ static int vm__setup_memory(struct vmm_kvm *vm, struct al_error *err)
     return 0;
 }
 
+static int vm__restore_memory(struct vmm_kvm *vm, const char *dir, struct al_error *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/memory", dir);
+    vm->mem_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (vm->mem_fd < 0)
+        return al_error_set(err, -errno, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    uint64_t size = vm->cfg.mem_bytes;
+    if (fstat(vm->mem_fd, &st) < 0 || (uint64_t)st.st_size != size)
+        return al_error_set(err, -EINVAL, "%s does not hold %llu bytes of guest memory", path,
+                            (unsigned long long)size);
+    /* Private: pages come from the file on first touch; the guest's writes stay ours. */
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, vm->mem_fd, 0);
+    if (base == MAP_FAILED)
+        return al_error_set(err, -errno, "cannot map %s: %s", path, strerror(errno));
+    gm_layout(&vm->gm, base, size);
+    vm->gm.fd = vm->mem_fd;
+    for (int i = 0; i < vm->gm.n; i++) {
+        struct kvm_userspace_memory_region r = {
+            .slot = (uint32_t)i,
+            .guest_phys_addr = vm->gm.r[i].gpa,
+            .memory_size = vm->gm.r[i].size,
+            .userspace_addr = (uint64_t)(uintptr_t)vm->gm.r[i].hva,
+        };
+        if (ioctl(vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &r) < 0)
+            return al_error_set(err, -errno, "KVM_SET_USER_MEMORY_REGION: %s", strerror(errno));
+    }
+    return 0;
+}
+
 static int vm__load_kernel(struct vmm_kvm *vm, uint64_t *entry, struct al_error *err)
 {
     uint8_t *k = NULL, *i = NULL;
@@ -340,7 +419,7 @@ static int vm__load_kernel(struct vmm_kvm *vm, uint64_t *entry, struct al_error 
 /* ---- vCPUs ------------------------------------------------------------------------------ */
 
 static int vm__setup_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct kvm_cpuid2 *supported,
-                          uint64_t entry, struct al_error *err)
+                          uint64_t entry, const struct snap_state *snap, struct al_error *err)
 {
     c->fd = ioctl(vm->vm_fd, KVM_CREATE_VCPU, (unsigned long)c->index);
     if (c->fd < 0)
@@ -359,6 +438,8 @@ static int vm__setup_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct kvm_c
     x86_cpuid_fixup(cpuid, (uint32_t)c->index, (uint32_t)vm->nvcpus);
     if (ioctl(c->fd, KVM_SET_CPUID2, cpuid) < 0)
         return al_error_set(err, -errno, "KVM_SET_CPUID2: %s", strerror(errno));
+    if (snap)
+        return snap_restore_vcpu(vm, c, snap, err);
 
     struct {
         struct kvm_msrs hdr;
@@ -474,6 +555,7 @@ static void *vm__vcpu_thread(void *arg)
         if (rc < 0) {
             if (errno == EINTR || errno == EAGAIN) {
                 __atomic_store_n(&c->run->immediate_exit, 0, __ATOMIC_SEQ_CST);
+                vm__maybe_park(vm);
                 continue;
             }
             al_error("vCPU %d: KVM_RUN: %s", c->index, strerror(errno));
@@ -528,8 +610,19 @@ static void *vm__vcpu_thread(void *arg)
 int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struct al_error *err)
 {
     *out = NULL;
-    if (!cfg->kernel)
+    struct snap_state snap_st = {0}, *snap = NULL;
+    struct vmm_kvm_config c2 = *cfg;
+    if (cfg->restore_dir) {
+        int rc = snap_read(cfg->restore_dir, &snap_st, err);
+        if (rc < 0)
+            return rc;
+        snap = &snap_st;
+        c2.mem_bytes = snap->mem_bytes;
+        c2.vcpus = snap->nvcpus;
+        cfg = &c2;
+    } else if (!cfg->kernel) {
         return al_error_set(err, -EINVAL, "no kernel given");
+    }
     if (cfg->vcpus < 1 || cfg->vcpus > VMM_KVM_MAX_VCPUS)
         return al_error_set(err, -EINVAL, "vcpus must be 1..%d, not %u", VMM_KVM_MAX_VCPUS, cfg->vcpus);
     if (cfg->mem_bytes < (32ull << 20) || cfg->mem_bytes > (256ull << 30) || (cfg->mem_bytes & 0xfff))
@@ -537,8 +630,11 @@ int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struc
                             "guest memory must be a multiple of 4 KiB between 32 MiB and 256 GiB");
 
     struct vmm_kvm *vm = calloc(1, sizeof *vm);
-    if (!vm)
+    if (!vm) {
+        snap_free(&snap_st);
         return al_error_set(err, -ENOMEM, "out of memory");
+    }
+    vm->restored = snap != NULL;
     vm->cfg = *cfg;
     vm->kvm_fd = vm->vm_fd = vm->mem_fd = vm->console_fd = vm->exit_fd = -1;
     vm->nvcpus = (int)cfg->vcpus;
@@ -548,6 +644,8 @@ int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struc
         vm->vcpus[i].vm = vm;
     }
     atomic_init(&vm->exit_reason, VMM_KVM_EXIT_NONE);
+    pthread_mutex_init(&vm->pause_lock, NULL);
+    pthread_cond_init(&vm->pause_cond, NULL);
     vm->loop.epfd = vm->loop.stop_fd = -1;
     vm->exit_fd = eventfd(0, EFD_CLOEXEC);
     int rc;
@@ -589,13 +687,19 @@ int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struc
     }
     vm->run_size = (size_t)run_size;
 
-    rc = vm__setup_memory(vm, err);
-    if (rc < 0)
-        goto fail;
     uint64_t entry = 0;
-    rc = vm__load_kernel(vm, &entry, err);
-    if (rc < 0)
-        goto fail;
+    if (snap) {
+        rc = vm__restore_memory(vm, cfg->restore_dir, err);
+        if (rc < 0)
+            goto fail;
+    } else {
+        rc = vm__setup_memory(vm, err);
+        if (rc < 0)
+            goto fail;
+        rc = vm__load_kernel(vm, &entry, err);
+        if (rc < 0)
+            goto fail;
+    }
 
     /* CPUID as KVM supports it on this host, adjusted per vCPU. */
     struct kvm_cpuid2 *supported = NULL;
@@ -616,7 +720,7 @@ int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struc
         }
     }
     for (int i = 0; i < vm->nvcpus; i++) {
-        rc = vm__setup_vcpu(vm, &vm->vcpus[i], supported, entry, err);
+        rc = vm__setup_vcpu(vm, &vm->vcpus[i], supported, entry, snap, err);
         if (rc < 0) {
             free(supported);
             goto fail;
@@ -648,10 +752,17 @@ int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struc
     rc = devices_create(vm, err);
     if (rc < 0)
         goto fail;
+    if (snap) {
+        rc = snap_restore_vm(vm, snap, cfg->restore_dir, err);
+        if (rc < 0)
+            goto fail;
+        snap_free(snap);
+    }
 
     *out = vm;
     return 0;
 fail:
+    snap_free(&snap_st);
     vmm_kvm_destroy(vm);
     return rc;
 }
@@ -732,5 +843,25 @@ void vmm_kvm_destroy(struct vmm_kvm *vm)
         close(vm->console_fd);
     if (vm->exit_fd >= 0)
         close(vm->exit_fd);
+    pthread_mutex_destroy(&vm->pause_lock);
+    pthread_cond_destroy(&vm->pause_cond);
     free(vm);
+}
+
+int vmm_kvm_pause(struct vmm_kvm *vm, struct al_error *err)
+{
+    int rc = vm_pause(vm);
+    if (rc < 0)
+        return al_error_set(err, rc, "the VM has ended");
+    return 0;
+}
+
+void vmm_kvm_resume(struct vmm_kvm *vm)
+{
+    vm_resume(vm);
+}
+
+int vmm_kvm_exit_fd(const struct vmm_kvm *vm)
+{
+    return vm->exit_fd;
 }

@@ -84,6 +84,12 @@ struct vmm_kvm {
     int n_mmio;
 
     struct evloop loop;
+    /* Pause: vCPU threads park on pause_cond while pause_req is set. */
+    pthread_mutex_t pause_lock;
+    pthread_cond_t pause_cond;
+    bool pause_req;
+    int paused;                   /* vCPU threads parked */
+    bool restored;                /* built from a snapshot rather than booted */
     atomic_int exit_reason;       /* enum vmm_kvm_exit, first one wins */
     int exit_fd;                  /* eventfd signalled when exit_reason is set */
 
@@ -96,6 +102,10 @@ void vm_register_pio(struct vmm_kvm *vm, struct pio_dev *d);
 void vm_register_mmio(struct vmm_kvm *vm, struct mmio_dev *d);
 /* Records why the VM ends (the first reason wins) and kicks every vCPU out of KVM_RUN. */
 void vm_request_exit(struct vmm_kvm *vm, enum vmm_kvm_exit why);
+/* Parks every vCPU outside KVM_RUN with its state consistent (pending I/O completed);
+ * 0, or -ECANCELED if the VM ended meanwhile. vm_resume lets them run again. */
+int vm_pause(struct vmm_kvm *vm);
+void vm_resume(struct vmm_kvm *vm);
 /* Level of an interrupt line of the in-kernel irqchip (PIC + IOAPIC). */
 void vm_irq_line(struct vmm_kvm *vm, uint32_t irq, int level);
 
@@ -104,5 +114,10 @@ struct serial;
 struct serial *serial_new(struct vmm_kvm *vm, uint16_t base, uint32_t irq, int out_fd);
 void serial_free(struct serial *s);
 void legacy_register(struct vmm_kvm *vm);  /* i8042, CMOS, POST port */
+struct serial_snap {
+    uint8_t ier, lcr, mcr, scr, dll, dlm, fcr, thri_pending;
+};
+void serial_save(struct serial *s, struct serial_snap *out);
+void serial_load(struct serial *s, const struct serial_snap *in);
 
 #endif

@@ -220,6 +220,72 @@ static void check_vsock(int conns)
     result("vsock", 1, "");
 }
 
+/* state: a tiny stateful server on vsock port 1234 for the snapshot scenario. One command
+ * line per connection:  get | set VALUE | disk-write VALUE | disk-read | quit  */
+static void state_server(void)
+{
+    char value[128] = "unset";
+    int l = socket(AF_VSOCK, SOCK_STREAM, 0);
+    struct sockaddr_vm sa = {.svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_ANY, .svm_port = 1234};
+    if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(l, 4) < 0) {
+        result("state", 0, "vsock listen failed");
+        return;
+    }
+    say("AIRLOCK-GUEST: state server listening");
+    static char sector[4096] __attribute__((aligned(4096)));
+    for (;;) {
+        int c = accept(l, NULL, NULL);
+        if (c < 0)
+            continue;
+        char line[256];
+        size_t n = 0;
+        while (n < sizeof line - 1) {
+            ssize_t r = read(c, line + n, 1);
+            if (r <= 0 || line[n] == '\n')
+                break;
+            n++;
+        }
+        line[n] = 0;
+        char reply[300];
+        int quit = 0;
+        if (strcmp(line, "get") == 0) {
+            snprintf(reply, sizeof reply, "%s\n", value);
+        } else if (strncmp(line, "set ", 4) == 0) {
+            snprintf(value, sizeof value, "%s", line + 4);
+            snprintf(reply, sizeof reply, "ok\n");
+        } else if (strncmp(line, "disk-write ", 11) == 0 || strcmp(line, "disk-read") == 0) {
+            int fd = open("/dev/vda", O_RDWR | O_DIRECT);
+            int ok = fd >= 0;
+            if (ok && line[5] == 'w') {
+                memset(sector, 0, sizeof sector);
+                snprintf(sector, sizeof sector, "%s", line + 11);
+                ok = pwrite(fd, sector, 4096, 8192) == 4096 && fsync(fd) == 0;
+                snprintf(reply, sizeof reply, ok ? "ok\n" : "error\n");
+            } else if (ok) {
+                ok = pread(fd, sector, 4096, 8192) == 4096;
+                sector[200] = 0;
+                snprintf(reply, sizeof reply, "%s\n", ok ? sector : "error");
+            } else {
+                snprintf(reply, sizeof reply, "error\n");
+            }
+            if (fd >= 0)
+                close(fd);
+        } else if (strcmp(line, "quit") == 0) {
+            snprintf(reply, sizeof reply, "bye\n");
+            quit = 1;
+        } else {
+            snprintf(reply, sizeof reply, "unknown command\n");
+        }
+        ssize_t w = write(c, reply, strlen(reply));
+        (void)w;
+        close(c);
+        if (quit)
+            break;
+    }
+    close(l);
+    result("state", 1, "");
+}
+
 int main(void)
 {
     int fd = open("/dev/console", O_RDWR);
@@ -252,6 +318,8 @@ int main(void)
         check_net();
     if (wants("vsock"))
         check_vsock(2);
+    if (wants("state"))
+        state_server();
     say("AIRLOCK-GUEST: done %d/%d", passed, total);
     sync();
     reboot(RB_AUTOBOOT);

@@ -4,6 +4,8 @@
  *                                vsock echo server), sends BYTES of a pattern while reading
  *                                the echo, half-closes, and checks every byte came back.
  *                                Retries the connection while the guest is not listening.
+ *   l1_tool cmd SOCKET LINE      sends one line, prints the reply (retries likewise); used
+ *                                for the guest's state server and the VMM's control socket.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -98,8 +100,49 @@ static int echo_once(const char *path, long bytes, int *retry)
     return 0;
 }
 
+/* One request line, the whole reply printed. Retries while the peer resets or closes
+ * without answering (guest not listening yet). */
+static int cmd(const char *path, const char *line, int retries)
+{
+    for (int attempt = 0; attempt <= retries; attempt++) {
+        if (attempt)
+            usleep(100000);
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+            close(fd);
+            continue;
+        }
+        char req[512];
+        int n = snprintf(req, sizeof req, "%s\n", line);
+        if (write(fd, req, (size_t)n) != n) {
+            close(fd);
+            continue;
+        }
+        char buf[4096];
+        size_t got = 0;
+        for (;;) {
+            ssize_t r = read(fd, buf + got, sizeof buf - 1 - got);
+            if (r <= 0)
+                break;
+            got += (size_t)r;
+        }
+        close(fd);
+        if (got == 0)
+            continue;
+        buf[got] = 0;
+        fputs(buf, stdout);
+        return 0;
+    }
+    fprintf(stderr, "l1_tool: no answer from %s to '%s'\n", path, line);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "cmd") == 0)
+        return cmd(argv[2], argv[3], 300);
     if (argc == 4 && strcmp(argv[1], "echo") == 0) {
         long bytes = atol(argv[3]);
         for (int i = 0; i < 300; i++) {
