@@ -86,7 +86,11 @@ kvm_cpio() {
 
 # kvm_guest_kernel: path of the L2 guest bzImage (built and cached on first use).
 kvm_guest_kernel() {
-  "$kvm_top/vmm/kvm/guest-kernel/build"
+  if [ -n "${AIRLOCK_KVM_GUEST_KERNEL:-}" ]; then
+    echo "$AIRLOCK_KVM_GUEST_KERNEL"   # a prebuilt bzImage (debugging)
+  else
+    "$kvm_top/vmm/kvm/guest-kernel/build"
+  fi
 }
 
 # kvm_l1_root: creates $kvm_tmp/l1 with busybox, modules, /init; prints the root path.

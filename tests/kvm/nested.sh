@@ -31,15 +31,25 @@ kvm_cpio "$groot" "$kvm_tmp/guest.cpio.gz"
 root=$(kvm_l1_root "$kdir")
 kvm_copy_bin "$root" "$vmm"
 cp "$kvm_tmp/l1_tool" "$root/bin/l1_tool"
+# The Release build too (tests/run builds it first): the confinement scenario runs it, since
+# sanitizer builds only log seccomp violations instead of dying of them.
+release=${AIRLOCK_KVM_RELEASE_BIN:-$kvm_top/build/bin/airlock-vmm-kvm}
+if [ -x "$release" ]; then
+  kvm_copy_bin "$root" "$release" airlock-vmm-kvm-release
+fi
 cp "$guest_kernel" "$root/airlock/bzImage"
 cp "$kvm_tmp/guest.cpio.gz" "$root/airlock/guest.cpio.gz"
 cp "$here/scenarios/$scenario.sh" "$root/scenario"
+# The kernel comparison (docs/kvm.md) also boots Debian's cloud kernel as the guest.
+if [ "$scenario" = kernelcmp ]; then
+  cp "$(ls "$kdir"/boot/vmlinuz-* | head -1)" "$root/airlock/debian-vmlinuz"
+fi
 kvm_cpio "$root" "$kvm_tmp/l1.cpio.gz"
 
 serial="$kvm_tmp/serial.log"
 if kvm_boot_l1 "$kdir" "$kvm_tmp/l1.cpio.gz" "$serial"; then
   [ "$verbose" = -v ] && cat "$serial"
-  grep -E '^(AIRLOCK-|bench:)' "$serial" || true
+  grep -E '^(AIRLOCK-|bench:|bench-json:)' "$serial" || true
   echo "kvm nested $scenario: PASS"
 else
   cat "$serial"

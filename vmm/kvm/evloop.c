@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "vmm/kvm/confine.h"
 #include "vmm/kvm/vm.h"
 
 int evloop_init(struct evloop *l)
@@ -53,6 +54,12 @@ static void *evloop__thread(void *arg)
 {
     struct evloop *l = arg;
     struct epoll_event evs[32];
+    pthread_setname_np(pthread_self(), "devices");
+    struct al_error err = {0};
+    if (confine_thread(CONFINE_DEVICES, &err) < 0) {
+        al_error("device thread: %s", al_error_str(&err));
+        return NULL;
+    }
     for (;;) {
         int n = epoll_wait(l->epfd, evs, 32, -1);
         if (n < 0) {

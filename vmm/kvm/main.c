@@ -7,6 +7,7 @@
  * "error <why>": pause | resume | snapshot DIR | stop.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <poll.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "vmm/kvm/confine.h"
 #include "vmm/kvm/kvm.h"
 
 static struct vmm_kvm *main__vm;
@@ -128,6 +130,11 @@ static void main__usage(FILE *f)
             "  --vsock PORT=PATH    bridge unix socket PATH on the host to guest vsock PORT\n"
             "  --restore DIR        restore the snapshot in DIR instead of booting\n"
             "  --control PATH       command socket: pause | resume | snapshot DIR | stop\n"
+            "  --jail DIR           after setup, pivot_root into DIR (paths in later\n"
+            "                       commands are inside it)\n"
+            "  --uid N --gid N      after setup, run as this unprivileged identity\n"
+            "  --cgroup DIR         join this cgroup (repeatable: one per v1 hierarchy)\n"
+            "  --seccomp            per-thread seccomp filters after setup\n"
             "  --probe              only check that /dev/kvm is usable\n");
 }
 
@@ -138,6 +145,7 @@ int main(int argc, char **argv)
     struct vmm_kvm_config cfg = {.mem_bytes = 256ull << 20, .vcpus = 1};
     bool probe = false;
     const char *control = NULL;
+    struct confine_opts conf = {0};
     static const struct option opts[] = {
         {"kernel", required_argument, 0, 'k'}, {"initrd", required_argument, 0, 'i'},
         {"cmdline", required_argument, 0, 'c'}, {"mem", required_argument, 0, 'm'},
@@ -146,6 +154,9 @@ int main(int argc, char **argv)
         {"disk-ro", no_argument, 0, 'r'}, {"tap", required_argument, 0, 't'},
         {"cid", required_argument, 0, 'C'}, {"vsock", required_argument, 0, 'V'},
         {"restore", required_argument, 0, 'R'}, {"control", required_argument, 0, 'L'},
+        {"jail", required_argument, 0, 'J'}, {"uid", required_argument, 0, 'U'},
+        {"gid", required_argument, 0, 'G'}, {"cgroup", required_argument, 0, 'g'},
+        {"seccomp", no_argument, 0, 'S'},
         {"probe", no_argument, 0, 'p'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     int c;
@@ -182,6 +193,17 @@ int main(int argc, char **argv)
         }
         case 'R': cfg.restore_dir = optarg; break;
         case 'L': control = optarg; break;
+        case 'J': conf.jail_dir = optarg; break;
+        case 'U': conf.uid = (uid_t)strtoul(optarg, NULL, 10); break;
+        case 'G': conf.gid = (gid_t)strtoul(optarg, NULL, 10); break;
+        case 'g':
+            if (conf.n_cgroups >= CONFINE_MAX_CGROUPS) {
+                fprintf(stderr, "airlock-vmm-kvm: at most %d --cgroup\n", CONFINE_MAX_CGROUPS);
+                return 2;
+            }
+            conf.cgroups[conf.n_cgroups++] = optarg;
+            break;
+        case 'S': conf.seccomp = true; break;
         case 'p': probe = true; break;
         case 'h': main__usage(stdout); return 0;
         default: main__usage(stderr); return 2;
@@ -205,6 +227,37 @@ int main(int argc, char **argv)
         fprintf(stderr, "airlock-vmm-kvm: %s\n", al_error_str(&err));
         return 1;
     }
+    if ((conf.uid && !conf.gid) || (!conf.uid && conf.gid)) {
+        fprintf(stderr, "airlock-vmm-kvm: --uid and --gid go together\n");
+        vmm_kvm_destroy(main__vm);
+        return 2;
+    }
+    /* The control socket is bound before confinement; its directory is kept open so the
+     * socket can be removed from inside the jail. */
+    int ctl = -1, ctl_dir = -1;
+    char ctl_name[108] = "";
+    if (control) {
+        ctl = main__listen(control);
+        if (ctl < 0) {
+            fprintf(stderr, "airlock-vmm-kvm: cannot listen on %s: %s\n", control, strerror(-ctl));
+            vmm_kvm_destroy(main__vm);
+            return 1;
+        }
+        const char *slash = strrchr(control, '/');
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - control) : 1, slash ? control : ".");
+        snprintf(ctl_name, sizeof ctl_name, "%s", slash ? slash + 1 : control);
+        ctl_dir = open(dir[0] ? dir : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    }
+    if (conf.jail_dir || conf.uid || conf.n_cgroups || conf.seccomp) {
+        al_log_init("vmm-kvm", AL_LOG_JSON, al_log_get_level());  /* no isatty() per line */
+        if (confine_process(&conf, &err) < 0) {
+            fprintf(stderr, "airlock-vmm-kvm: confinement failed: %s\n", al_error_str(&err));
+            vmm_kvm_destroy(main__vm);
+            return 1;
+        }
+        confine_enable_seccomp(conf.seccomp);
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = main__on_signal;
@@ -215,19 +268,18 @@ int main(int argc, char **argv)
         vmm_kvm_destroy(main__vm);
         return 1;
     }
-    int ctl = -1;
-    if (control) {
-        ctl = main__listen(control);
-        if (ctl < 0) {
-            fprintf(stderr, "airlock-vmm-kvm: cannot listen on %s: %s\n", control, strerror(-ctl));
-            vmm_kvm_stop(main__vm);
-        }
+    if (confine_thread(CONFINE_CONTROL, &err) < 0) {
+        fprintf(stderr, "airlock-vmm-kvm: %s\n", al_error_str(&err));
+        vmm_kvm_stop(main__vm);
     }
     main__serve(main__vm, ctl);
     if (ctl >= 0) {
         close(ctl);
-        unlink(control);
+        if (ctl_dir >= 0)
+            unlinkat(ctl_dir, ctl_name, 0);
     }
+    if (ctl_dir >= 0)
+        close(ctl_dir);
     enum vmm_kvm_exit how = vmm_kvm_wait(main__vm);
     al_info("VM ended after %.3f s: %s", (double)(al_now_ns() - t0) / 1e9, vmm_kvm_exit_str(how));
     vmm_kvm_destroy(main__vm);

@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -93,7 +94,9 @@ struct vsock_ctl {
 struct vsock_listener {
     struct ev_handler ev;
     uint32_t port;
-    char path[108];
+    int dir_fd;          /* O_PATH of the socket's directory: unlink works after pivot_root */
+    char name[108];      /* the socket's name in that directory */
+    bool bound;          /* we created the socket file (only then is it ours to unlink) */
     struct vsock *vs;
 };
 
@@ -569,7 +572,19 @@ static int vsock__listen(struct vsock_listener *l, const char *path, struct al_e
     if (strlen(path) >= sizeof sa.sun_path)
         return al_error_set(err, -ENAMETOOLONG, "agent socket path %s is too long", path);
     strcpy(sa.sun_path, path);
-    strcpy(l->path, path);
+    const char *slash = strrchr(path, '/');
+    char dir[108];
+    if (slash) {
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+        if (!dir[0])
+            strcpy(dir, "/");
+    } else {
+        strcpy(dir, ".");
+    }
+    snprintf(l->name, sizeof l->name, "%s", slash ? slash + 1 : path);
+    l->dir_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (l->dir_fd < 0)
+        return al_error_set(err, -errno, "cannot open directory %s: %s", dir, strerror(errno));
     struct stat st;
     if (lstat(path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode))
@@ -579,7 +594,9 @@ static int vsock__listen(struct vsock_listener *l, const char *path, struct al_e
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return al_error_set(err, -errno, "socket: %s", strerror(errno));
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(path, 0600) < 0 || listen(fd, 64) < 0) {
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+        l->bound = true;
+    if (!l->bound || chmod(path, 0600) < 0 || listen(fd, 64) < 0) {
         int e = -errno;
         close(fd);
         return al_error_set(err, e, "cannot listen on %s: %s", path, strerror(-e));
@@ -602,18 +619,18 @@ struct virtio_dev *vsock_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
     for (int i = 0; i < VSOCK_MAX_CONNS; i++)
         vs->conns[i].ev.fd = -1;
     for (int i = 0; i < VMM_KVM_MAX_VSOCK_PORTS; i++)
-        vs->lst[i].ev.fd = -1;
+        vs->lst[i].ev.fd = vs->lst[i].dir_fd = -1;
     if (virtio_dev_init(&vs->dev, vm, &vsock__ops, vs, 0, base, irq, err) < 0)
         goto fail;
     for (int i = 0; i < vm->cfg.n_vsock; i++) {
         struct vsock_listener *l = &vs->lst[i];
         l->vs = vs;
         l->port = vm->cfg.vsock[i].port;
+        vs->n_lst++;
         int fd = vsock__listen(l, vm->cfg.vsock[i].path, err);
         if (fd < 0)
             goto fail;
         l->ev = (struct ev_handler){.fd = fd, .fn = vsock__on_accept, .ctx = l};
-        vs->n_lst++;
         if (evloop_add(&vm->loop, &l->ev, EPOLLIN) < 0) {
             al_error_set(err, -errno, "epoll: %s", strerror(errno));
             goto fail;
@@ -635,7 +652,11 @@ void vsock_destroy(struct virtio_dev *d)
         if (vs->lst[i].ev.fd >= 0) {
             evloop_del(&d->vm->loop, &vs->lst[i].ev);
             close(vs->lst[i].ev.fd);
-            unlink(vs->lst[i].path);
+        }
+        if (vs->lst[i].dir_fd >= 0) {
+            if (vs->lst[i].bound)
+                unlinkat(vs->lst[i].dir_fd, vs->lst[i].name, 0);
+            close(vs->lst[i].dir_fd);
         }
     }
     virtio_dev_free(d);

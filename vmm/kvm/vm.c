@@ -21,6 +21,7 @@
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "vmm/kvm/boot.h"
+#include "vmm/kvm/confine.h"
 #include "vmm/kvm/devices.h"
 #include "vmm/kvm/snapshot.h"
 #include "vmm/kvm/vm.h"
@@ -549,6 +550,13 @@ static void *vm__vcpu_thread(void *arg)
     sigemptyset(&set);
     sigaddset(&set, VM_KICK_SIGNAL);
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+
+    struct al_error err = {0};
+    if (confine_thread(CONFINE_VCPU, &err) < 0) {
+        al_error("vCPU %d: %s", c->index, al_error_str(&err));
+        vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
+        return NULL;
+    }
 
     while (atomic_load(&vm->exit_reason) == VMM_KVM_EXIT_NONE) {
         int rc = ioctl(c->fd, KVM_RUN, 0);

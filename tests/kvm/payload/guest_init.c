@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/io.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
 #include <sys/stat.h>
@@ -286,6 +288,116 @@ static void state_server(void)
     result("state", 1, "");
 }
 
+/* garbage: a hostile guest. Writes random values of every width to every register of the
+ * VMM's MMIO windows (and the unassigned space around them) and to the I/O ports the VMM
+ * emulates or leaves unassigned, including queue set-ups whose rings and buffers point at
+ * the edges of RAM and beyond. The VMM must survive all of it; we then restore the UART
+ * enough to report and reset. The in-kernel PIC/PIT ports (KVM's, not ours) and the i8042
+ * reset command are left alone so that the guest can still report. */
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static uint32_t edge_value(void)
+{
+    static const uint32_t v[] = {0, 1, 2, 3, 4, 7, 8, 0xb, 0xf, 0x40, 0x80, 0xff, 0x100, 0x101,
+                                 0xffff, 0x10000, 0x7ffffff, 0x7ffff000, 0x80000000, 0xfffff000,
+                                 0xfffffff0, 0xffffffff, 0xd0000000, 0xfee00000};
+    return rnd() & 1 ? (uint32_t)rnd() : v[rnd() % (sizeof v / sizeof v[0])];
+}
+
+static void check_garbage(void)
+{
+    char why[128];
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    rng_state ^= (uint64_t)ts.tv_nsec;
+    say("AIRLOCK-GUEST: garbage seed %llu", (unsigned long long)rng_state);
+    int fd = open("/dev/mem", O_RDWR | O_SYNC);
+    volatile uint8_t *m = fd < 0 ? MAP_FAILED
+                                 : mmap(NULL, 0x8000, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0xd0000000);
+    if (m == MAP_FAILED) {
+        snprintf(why, sizeof why, "cannot map the MMIO windows: %s", strerror(errno));
+        result("garbage", 0, why);
+        return;
+    }
+    long writes = 0, reads = 0;
+    for (int round = 0; round < 30000; round++) {
+        unsigned dev = (unsigned)(rnd() % 8);          /* 3 devices + 5 unassigned pages */
+        unsigned off = (unsigned)(rnd() % 0x200);
+        if (rnd() % 4 == 0)
+            off &= ~3u;
+        volatile uint8_t *p = m + dev * 0x1000 + off;
+        switch (rnd() % 6) {
+        case 0: *p = (uint8_t)edge_value(); writes++; break;
+        case 1: *(volatile uint16_t *)(p - ((uintptr_t)p & 1)) = (uint16_t)edge_value(); writes++; break;
+        case 2: *(volatile uint32_t *)(p - ((uintptr_t)p & 3)) = edge_value(); writes++; break;
+        case 3: *(volatile uint64_t *)(p - ((uintptr_t)p & 7)) = ((uint64_t)edge_value() << 32) | edge_value(); writes++; break;
+        default: (void)*(volatile uint32_t *)(p - ((uintptr_t)p & 3)); reads++; break;
+        }
+        /* A driver-like sequence now and then: reset, features, a queue with wild rings,
+         * DRIVER_OK, notify - so the back-ends see descriptor chains built from garbage. */
+        if (round % 500 == 0) {
+            volatile uint32_t *r = (volatile uint32_t *)(m + (rnd() % 3) * 0x1000);
+            r[0x70 / 4] = 0;
+            r[0x70 / 4] = 3;
+            r[0x24 / 4] = 1;
+            r[0x20 / 4] = 1;
+            r[0x70 / 4] = 0xb;
+            for (unsigned q = 0; q < 3; q++) {
+                r[0x30 / 4] = q;
+                r[0x38 / 4] = 1u << (rnd() % 9);
+                uint64_t base = (rnd() % 2) ? (rnd() % (120u << 20)) & ~0xfffull
+                                            : (uint64_t)edge_value() & ~0xfull;
+                r[0x80 / 4] = (uint32_t)base;
+                r[0x90 / 4] = (uint32_t)(base + 0x1000);
+                r[0xa0 / 4] = (uint32_t)(base + 0x2000);
+                r[0x44 / 4] = 1;
+            }
+            r[0x70 / 4] = 0xf;
+            for (unsigned q = 0; q < 4; q++)
+                r[0x50 / 4] = q;
+            writes += 20;
+        }
+    }
+    munmap((void *)m, 0x8000);
+    close(fd);
+    /* Ports: the UART, the i8042 data/status (not the reset command), CMOS, POST, and
+     * unassigned ranges. Skips KVM's own PIC (0x20, 0xa0), PIT (0x40-0x43, 0x61) and ELCR. */
+    long ports = 0;
+    if (iopl(3) == 0) {
+        static const uint16_t ours[] = {0x3f8, 0x3f9, 0x3fa, 0x3fb, 0x3fc, 0x3fd, 0x3fe, 0x3ff,
+                                        0x60, 0x62, 0x63, 0x70, 0x71, 0x80};
+        for (int i = 0; i < 20000; i++) {
+            uint16_t port = rnd() % 2 ? ours[rnd() % (sizeof ours / sizeof ours[0])]
+                                      : (uint16_t)(0x100 + rnd() % 0xff00);
+            if (port >= 0x4d0 && port <= 0x4d1)
+                continue;   /* ELCR */
+            if (port >= 0x3f8 && port <= 0x3ff && rnd() % 2)
+                (void)inb(port);
+            else
+                outb((uint8_t)rnd(), port);
+            if (rnd() % 3 == 0)
+                (void)inl(port & ~3);
+            ports++;
+        }
+        /* The UART back to 8N1, no interrupts, no loopback, so the report goes out. */
+        outb(0x03, 0x3fb);
+        outb(0x00, 0x3f9);
+        outb(0x0b, 0x3fc);
+    } else {
+        snprintf(why, sizeof why, "iopl: %s", strerror(errno));
+        result("garbage-ports", 0, why);
+    }
+    say("AIRLOCK-GUEST: garbage wrote %ld MMIO, read %ld, %ld port accesses", writes, reads, ports);
+    result("garbage", 1, "");
+}
+
 int main(void)
 {
     int fd = open("/dev/console", O_RDWR);
@@ -320,6 +432,8 @@ int main(void)
         check_vsock(2);
     if (wants("state"))
         state_server();
+    if (wants("garbage"))
+        check_garbage();
     say("AIRLOCK-GUEST: done %d/%d", passed, total);
     sync();
     reboot(RB_AUTOBOOT);
