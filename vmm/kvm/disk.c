@@ -176,31 +176,45 @@ int disk_copy_sparse(int src, int dst, uint64_t size)
 {
     if (ftruncate(dst, 0) < 0 || ftruncate(dst, (off_t)size) < 0)
         return -errno;
-    static __thread uint8_t buf[1 << 20];
+    /* Heap, not thread-local: a static TLS array costs its size in RSS in every thread. */
+    enum { BUF = 1 << 20 };
+    uint8_t *buf = malloc(BUF);
+    if (!buf)
+        return -ENOMEM;
+    int rc = 0;
     off_t pos = 0;
     while ((uint64_t)pos < size) {
         off_t data = lseek(src, pos, SEEK_DATA);
         if (data < 0) {
-            if (errno == ENXIO)
-                break;     /* only holes remain */
-            return -errno;
+            if (errno != ENXIO)    /* ENXIO: only holes remain */
+                rc = -errno;
+            break;
         }
         off_t hole = lseek(src, data, SEEK_HOLE);
-        if (hole < 0)
-            return -errno;
+        if (hole < 0) {
+            rc = -errno;
+            break;
+        }
         if ((uint64_t)hole > size)
             hole = (off_t)size;
-        for (off_t o = data; o < hole;) {
-            size_t n = (size_t)(hole - o) < sizeof buf ? (size_t)(hole - o) : sizeof buf;
+        for (off_t o = data; o < hole && rc == 0;) {
+            size_t n = (size_t)(hole - o) < BUF ? (size_t)(hole - o) : BUF;
             ssize_t r = pread(src, buf, n, o);
-            if (r <= 0)
-                return r < 0 ? -errno : -EIO;
+            if (r <= 0) {
+                rc = r < 0 ? -errno : -EIO;
+                break;
+            }
             ssize_t w = pwrite(dst, buf, (size_t)r, o);
-            if (w != r)
-                return w < 0 ? -errno : -EIO;
+            if (w != r) {
+                rc = w < 0 ? -errno : -EIO;
+                break;
+            }
             o += r;
         }
+        if (rc < 0)
+            break;
         pos = hole;
     }
-    return 0;
+    free(buf);
+    return rc;
 }

@@ -64,6 +64,9 @@ enum vmm_kvm_exit {
 /* Checks that /dev/kvm is usable for this backend (API version and every capability we
  * rely on); the message says what is missing. Used by airlockd to pick a backend. */
 int vmm_kvm_probe(struct al_error *err);
+/* The stronger check: boots `kernel` (no initrd) until it writes to its console, within
+ * timeout_ms. Some hosts run the tiny probe guest but not a Linux kernel. */
+int vmm_kvm_probe_kernel(const char *kernel, unsigned timeout_ms, struct al_error *err);
 
 int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struct al_error *err);
 int vmm_kvm_start(struct vmm_kvm *vm, struct al_error *err);

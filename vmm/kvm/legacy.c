@@ -71,6 +71,7 @@ static void serial__out(struct pio_dev *d, uint16_t off, const uint8_t *data, ui
             s->dll = v;
         } else {
             if (!(s->mcr & UART_MCR_LOOP)) {
+                atomic_fetch_add(&s->vm->console_bytes, 1);
                 s->line[s->line_len++] = (char)v;
                 if (v == '\n' || s->line_len == sizeof s->line)
                     serial__flush(s);

@@ -135,7 +135,8 @@ static void main__usage(FILE *f)
             "  --uid N --gid N      after setup, run as this unprivileged identity\n"
             "  --cgroup DIR         join this cgroup (repeatable: one per v1 hierarchy)\n"
             "  --seccomp            per-thread seccomp filters after setup\n"
-            "  --probe              only check that /dev/kvm is usable\n");
+            "  --probe              only check that /dev/kvm is usable (with --kernel: that\n"
+            "                       it boots that kernel to its first console output)\n");
 }
 
 int main(int argc, char **argv);
@@ -211,7 +212,7 @@ int main(int argc, char **argv)
     }
     struct al_error err = {0};
     if (probe) {
-        if (vmm_kvm_probe(&err) < 0) {
+        if ((cfg.kernel ? vmm_kvm_probe_kernel(cfg.kernel, 10000, &err) : vmm_kvm_probe(&err)) < 0) {
             fprintf(stderr, "airlock-vmm-kvm: %s\n", al_error_str(&err));
             return 1;
         }

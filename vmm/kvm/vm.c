@@ -20,6 +20,7 @@
 
 #include "common/cleanup.h"
 #include "common/log.h"
+#include "common/util.h"
 #include "vmm/kvm/boot.h"
 #include "vmm/kvm/confine.h"
 #include "vmm/kvm/devices.h"
@@ -872,4 +873,38 @@ void vmm_kvm_resume(struct vmm_kvm *vm)
 int vmm_kvm_exit_fd(const struct vmm_kvm *vm)
 {
     return vm->exit_fd;
+}
+
+int vmm_kvm_probe_kernel(const char *kernel, unsigned timeout_ms, struct al_error *err)
+{
+    int rc = vmm_kvm_probe(err);
+    if (rc < 0)
+        return rc;
+    struct vmm_kvm_config cfg = {
+        .kernel = kernel,
+        .mem_bytes = 128ull << 20,
+        .vcpus = 1,
+        .console_log = "/dev/null",
+        .cmdline = "console=ttyS0 earlyprintk=serial,ttyS0,115200 reboot=k panic=-1 loglevel=8",
+    };
+    struct vmm_kvm *vm;
+    rc = vmm_kvm_create(&cfg, &vm, err);
+    if (rc < 0)
+        return rc;
+    rc = vmm_kvm_start(vm, err);
+    uint64_t deadline = al_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    while (rc == 0 && atomic_load(&vm->console_bytes) == 0 &&
+           atomic_load(&vm->exit_reason) == VMM_KVM_EXIT_NONE && al_now_ns() < deadline)
+        usleep(10000);
+    bool spoke = atomic_load(&vm->console_bytes) > 0;
+    vmm_kvm_destroy(vm);
+    if (rc < 0)
+        return rc;
+    if (!spoke)
+        return al_error_set(err, -ENOTSUP,
+                            "/dev/kvm passes the checks but the guest kernel %s printed nothing "
+                            "within %u ms: this host's KVM cannot run airlock guests (use the "
+                            "jail backend)",
+                            kernel, timeout_ms);
+    return 0;
 }

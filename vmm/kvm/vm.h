@@ -94,6 +94,7 @@ struct vmm_kvm {
     int exit_fd;                  /* eventfd signalled when exit_reason is set */
 
     struct serial *serial;
+    atomic_ulong console_bytes;   /* bytes the guest wrote to its console (probe) */
     struct virtio_dev *blk, *net, *vsock;
     int console_fd;
 };

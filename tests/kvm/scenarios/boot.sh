@@ -2,6 +2,8 @@
 # init; the payload reports over serial and resets through the i8042; the VMM exits 0.
 set -e
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+# The probe airlockd will use: capabilities, a tiny guest, then this kernel's first words.
+/bin/airlock-vmm-kvm --probe --kernel /airlock/bzImage
 t0=$(cut -d' ' -f1 /proc/uptime)
 /bin/airlock-vmm-kvm --kernel /airlock/bzImage --initrd /airlock/guest.cpio.gz --mem 128MiB \
   --console /tmp/console.log --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=boot"
