@@ -85,6 +85,7 @@ struct virtio_dev {
     struct ev_handler notify_ev[VIRTIO_MAX_QUEUES];  /* ioeventfd per queue */
     bool active;                /* DRIVER_OK and not reset since */
     uint64_t bad_chains;        /* malformed chains seen (logged, rate-limited) */
+    uint64_t guest_warnings;    /* other guest errors (logged, rate-limited) */
 };
 
 /* Sets up the transport at `base` with interrupt line `irq`: registers the MMIO window, an

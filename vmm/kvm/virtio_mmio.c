@@ -61,6 +61,13 @@ void virtio_dev_bad_chain(struct virtio_dev *d, int qi, const char *why)
                 d->ops->name, qi, why, (unsigned long long)d->bad_chains);
 }
 
+/* Warnings a guest can trigger at will are rate-limited: the 1st, 2nd, 4th, 8th, ... */
+static bool virtio__guest_warn_due(struct virtio_dev *d)
+{
+    d->guest_warnings++;
+    return (d->guest_warnings & (d->guest_warnings - 1)) == 0;
+}
+
 static void virtio__reset(struct virtio_dev *d)
 {
     if (d->ops->reset)
@@ -125,9 +132,11 @@ static void virtio__set_status(struct virtio_dev *d, uint32_t v)
     if ((v & VIRTIO_STATUS_FEATURES_OK) && !(d->status & VIRTIO_STATUS_FEATURES_OK)) {
         /* Accept only what we offered, and only the modern interface. */
         if ((d->driver_features & ~d->features) || !(d->driver_features & VIRTIO_F_VERSION_1)) {
-            al_warn("virtio-%s: driver accepted features 0x%llx, offered 0x%llx: refused",
-                    d->ops->name, (unsigned long long)d->driver_features,
-                    (unsigned long long)d->features);
+            if (virtio__guest_warn_due(d))
+                al_warn("virtio-%s: driver accepted features 0x%llx, offered 0x%llx: refused "
+                        "(%llu guest errors so far)",
+                        d->ops->name, (unsigned long long)d->driver_features,
+                        (unsigned long long)d->features, (unsigned long long)d->guest_warnings);
             v &= ~(uint32_t)VIRTIO_STATUS_FEATURES_OK;
         }
     }
@@ -176,9 +185,12 @@ void virtio_mmio_write(struct virtio_dev *d, uint64_t off, const uint8_t *data, 
             break;
         if (v == 1 && !q->ready) {
             if (virtq_activate(q, &d->vm->gm) < 0) {
-                al_warn("virtio-%s queue %u: invalid layout (size %u, rings 0x%llx/0x%llx/0x%llx)",
-                        d->ops->name, d->queue_sel, q->size, (unsigned long long)q->desc_gpa,
-                        (unsigned long long)q->avail_gpa, (unsigned long long)q->used_gpa);
+                if (virtio__guest_warn_due(d))
+                    al_warn("virtio-%s queue %u: invalid layout (size %u, rings "
+                            "0x%llx/0x%llx/0x%llx; %llu guest errors so far)",
+                            d->ops->name, d->queue_sel, q->size, (unsigned long long)q->desc_gpa,
+                            (unsigned long long)q->avail_gpa, (unsigned long long)q->used_gpa,
+                            (unsigned long long)d->guest_warnings);
                 d->status |= VIRTIO_STATUS_NEEDS_RESET;
                 virtio_dev_interrupt(d, VIRTIO_INT_CONFIG);
             } else {

@@ -280,6 +280,16 @@ static void state_server(void)
         }
         ssize_t w = write(c, reply, strlen(reply));
         (void)w;
+        if (quit) {
+            /* Reboot only once the host has the answer: half-close, then wait (bounded)
+             * for the host to close its side. */
+            shutdown(c, SHUT_WR);
+            struct timeval tv = {.tv_sec = 2};
+            setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            char sink[64];
+            while (read(c, sink, sizeof sink) > 0)
+                ;
+        }
         close(c);
         if (quit)
             break;

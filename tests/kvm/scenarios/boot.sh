@@ -14,3 +14,9 @@ echo "bench: vmm_boot_to_reset_s $(echo "$t1 $t0" | awk '{print $1-$2}')"
 [ "$rc" = 0 ] || { echo "VMM exited $rc"; exit 1; }
 grep -q '^AIRLOCK-GUEST: ok boot' /tmp/console.log
 grep -q '^AIRLOCK-GUEST: done 1/1' /tmp/console.log
+# Two vCPUs: the MP table must bring the second one up.
+/bin/airlock-vmm-kvm --kernel /airlock/bzImage --initrd /airlock/guest.cpio.gz --mem 128MiB \
+  --vcpus 2 --console /tmp/console2.log \
+  --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=boot"
+grep -a 'AIRLOCK-GUEST' /tmp/console2.log
+grep -q '^AIRLOCK-GUEST: cpus 2' /tmp/console2.log || { echo "second vCPU not online"; exit 1; }

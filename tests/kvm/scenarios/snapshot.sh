@@ -1,4 +1,4 @@
-# Scenario (runs in L1): snapshot and restore. VM A boots, gets state (a value in guest
+# Scenario (runs in L1): snapshot and restore. VM A (2 vCPUs) boots, gets state (a value in guest
 # memory, a sector on its disk), is snapshotted through the control socket and carries on.
 # VMs B and C are restored from the same snapshot: both see A's state as of the snapshot,
 # and what B changes (memory and disk) C does not see. Every VMM exits 0.
@@ -15,7 +15,7 @@ now() { cut -d' ' -f1 /proc/uptime; }
 
 t0=$(now)
 /bin/airlock-vmm-kvm --kernel /airlock/bzImage --initrd /airlock/guest.cpio.gz --mem 128MiB \
-  --console /tmp/a.log --disk /tmp/disk.img --overlay /tmp/a.ovl --cid 3 \
+  --vcpus 2 --console /tmp/a.log --disk /tmp/disk.img --overlay /tmp/a.ovl --cid 3 \
   --vsock 1234=/tmp/a.sock --control /tmp/a.ctl \
   --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=state" &
 a=$!
