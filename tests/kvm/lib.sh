@@ -41,7 +41,10 @@ kvm_require() {
     command -v "$t" >/dev/null || missing+=("$t")
   done
   [ "${#missing[@]}" = 0 ] || kvm_fail "missing tools: ${missing[*]} (run deploy/setup)"
-  busybox --list 2>/dev/null | grep -qx insmod || kvm_fail "busybox has no insmod (install busybox-static)"
+  # (no "| grep -q": with pipefail, grep's early exit can fail the pipeline by SIGPIPE)
+  local applets
+  applets=$(busybox --list 2>/dev/null || true)
+  grep -qx insmod <<<"$applets" || kvm_fail "busybox has no insmod (install busybox-static)"
   ldd "$(command -v busybox)" >/dev/null 2>&1 && kvm_fail "busybox is dynamically linked; install busybox-static"
   return 0
 }
@@ -49,7 +52,7 @@ kvm_require() {
 # Prints the directory holding the extracted L1 kernel (boot/vmlinuz-*, lib/modules/*).
 kvm_l1_kernel() {
   local pkg deb dir
-  pkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[^ ]*-cloud-amd64\)$/\1/p' | head -1)
+  pkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[^ ]*-cloud-amd64\)$/\1/p' | awk 'NR==1')
   [ -n "$pkg" ] || kvm_fail "cannot resolve linux-image-cloud-amd64 (run apt-get update)"
   dir="$kvm_cache/l1/$pkg"
   if [ ! -f "$dir/.done" ]; then
@@ -142,7 +145,7 @@ INIT
 # 0 when the scenario printed PASS, 1 otherwise (the serial log says why).
 kvm_boot_l1() {
   local kdir=$1 initrd=$2 serial=$3 kernel start rc=0
-  kernel=$(ls "$kdir"/boot/vmlinuz-* | head -1)
+  kernel=$(ls "$kdir"/boot/vmlinuz-* | awk 'NR==1')
   start=$(date +%s.%N)
   # No network device of any kind (-nodefaults, -nic none); no reboot; serial to a file.
   qemu-system-x86_64 -M pc -accel tcg -cpu max -m 1024 -smp 1 \

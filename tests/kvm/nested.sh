@@ -42,7 +42,7 @@ cp "$kvm_tmp/guest.cpio.gz" "$root/airlock/guest.cpio.gz"
 cp "$here/scenarios/$scenario.sh" "$root/scenario"
 # The kernel comparison (docs/kvm.md) also boots Debian's cloud kernel as the guest.
 if [ "$scenario" = kernelcmp ]; then
-  cp "$(ls "$kdir"/boot/vmlinuz-* | head -1)" "$root/airlock/debian-vmlinuz"
+  cp "$(ls "$kdir"/boot/vmlinuz-* | awk 'NR==1')" "$root/airlock/debian-vmlinuz"
 fi
 kvm_cpio "$root" "$kvm_tmp/l1.cpio.gz"
 
