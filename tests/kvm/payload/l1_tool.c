@@ -145,12 +145,12 @@ int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);   /* a peer that closes early is an answer, not a crash */
     if (argc == 4 && strcmp(argv[1], "cmd") == 0)
-        return cmd(argv[2], argv[3], 300, 100000);
+        return cmd(argv[2], argv[3], 1200, 100000);   /* up to 2 min: slow nested boots under load */
     if (argc == 4 && strcmp(argv[1], "fastcmd") == 0)   /* for timing: retry every 5 ms */
-        return cmd(argv[2], argv[3], 6000, 5000);
+        return cmd(argv[2], argv[3], 24000, 5000);
     if (argc == 4 && strcmp(argv[1], "echo") == 0) {
         long bytes = atol(argv[3]);
-        for (int i = 0; i < 300; i++) {
+        for (int i = 0; i < 1200; i++) {
             int retry;
             if (echo_once(argv[2], bytes, &retry) == 0)
                 return 0;

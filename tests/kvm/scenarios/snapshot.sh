@@ -12,6 +12,8 @@ expect() { # expect WANT CMD...
   echo "ok: $* -> $got"
 }
 now() { cut -d' ' -f1 /proc/uptime; }
+trap 'rc=$?; if [ $rc != 0 ]; then for f in /tmp/a.log /tmp/b.log /tmp/c.log; do
+  [ -f $f ] && { echo "--- $f"; tr -cd "\11\12\15\40-\176" < $f | tail -40; }; done; fi' EXIT
 
 t0=$(now)
 /bin/airlock-vmm-kvm --kernel /airlock/bzImage --initrd /airlock/guest.cpio.gz --mem 128MiB \
