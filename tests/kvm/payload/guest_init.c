@@ -166,7 +166,7 @@ static void check_net(void)
     struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(7777)};
     inet_pton(AF_INET, "192.0.2.1", &dst.sin_addr);
     int ok = 0;
-    for (int attempt = 0; attempt < 100 && !ok; attempt++) {
+    for (int attempt = 0; attempt < 600 && !ok; attempt++) {
         int c = socket(AF_INET, SOCK_STREAM, 0);
         if (connect(c, (struct sockaddr *)&dst, sizeof dst) == 0) {
             const char msg[] = "hello-from-the-guest\n";
