@@ -40,6 +40,20 @@ fi
 cp "$guest_kernel" "$root/airlock/bzImage"
 cp "$kvm_tmp/guest.cpio.gz" "$root/airlock/guest.cpio.gz"
 cp "$here/scenarios/$scenario.sh" "$root/scenario"
+# The rootfs scenario boots from a disk image built like a template's: a tiny template
+# (static busybox), the test payload standing in for the agent, airlock-kvm-init as PID 1.
+if [ "$scenario" = rootfs ]; then
+  init_bin="$kvm_bin/airlock-kvm-init"
+  [ -x "$init_bin" ] || kvm_fail "$init_bin not built"
+  tpl="$kvm_tmp/template"
+  mkdir -p "$tpl/bin" "$tpl/etc" "$kvm_tmp/agent/bin"
+  cp "$(command -v busybox)" "$tpl/bin/busybox"
+  ln -s busybox "$tpl/bin/sh"
+  echo "root:x:0:0:root:/root:/bin/sh" > "$tpl/etc/passwd"
+  cp "$groot/init" "$kvm_tmp/agent/bin/airlock-agent"
+  "$kvm_top/vmm/kvm/mkrootfs" --rootfs "$tpl" --agent-dir "$kvm_tmp/agent" --init "$init_bin" \
+    --out "$root/airlock/rootfs.img" --slack 16
+fi
 # The kernel comparison (docs/kvm.md) also boots Debian's cloud kernel as the guest.
 if [ "$scenario" = kernelcmp ]; then
   cp "$(ls "$kdir"/boot/vmlinuz-* | awk 'NR==1')" "$root/airlock/debian-vmlinuz"
