@@ -25,7 +25,7 @@ int devices_cmdline(const struct vmm_kvm_config *cfg, char *out, size_t outlen)
 {
     size_t n = 0;
     out[0] = 0;
-    bool present[3] = {cfg->disk != NULL, cfg->tap != NULL, cfg->guest_cid != 0};
+    bool present[3] = {cfg->disk != NULL, cfg->tap != NULL || cfg->tap_fd > 2, cfg->guest_cid != 0};
     for (int slot = 0; slot < 3; slot++) {
         if (!present[slot])
             continue;
@@ -45,7 +45,7 @@ int devices_create(struct vmm_kvm *vm, struct al_error *err)
         if (!vm->blk)
             return err ? err->code : -EINVAL;
     }
-    if (vm->cfg.tap) {
+    if (vm->cfg.tap || vm->cfg.tap_fd > 2) {
         vm->net = vnet_create(vm, devices__base(SLOT_NET), VM_MMIO_IRQ0 + SLOT_NET, err);
         if (!vm->net)
             return err ? err->code : -EINVAL;

@@ -21,9 +21,13 @@
 #define VMM_KVM_MAX_VCPUS 16
 #define VMM_KVM_MAX_VSOCK_PORTS 4
 
+/* Descriptors handed in by a supervisor (airlock-vmm) are used when the matching path is
+ * NULL and the fd is > 2 (stdio is never one of them, so a zeroed config means "none").
+ * The VMM owns and closes them. */
 struct vmm_kvm_vsock_port {
     uint32_t port;      /* guest vsock port the agent listens on */
-    const char *path;   /* unix socket on the host bridged to it */
+    const char *path;   /* unix socket on the host bridged to it (created, removed at exit) */
+    int fd;             /* or: an already-listening unix socket (path NULL) */
 };
 
 struct vmm_kvm_config {
@@ -32,14 +36,16 @@ struct vmm_kvm_config {
     const char *cmdline;       /* NULL: a default for the airlock guest */
     uint64_t mem_bytes;        /* guest RAM */
     uint32_t vcpus;
-    const char *console_log;   /* serial output appended here; NULL: stderr */
+    const char *console_log;   /* serial output appended here; NULL: console_fd or stderr */
+    int console_fd;            /* (> 2) where serial output goes when console_log is NULL */
     /* Root disk: a read-only image; writes go to a per-VM copy-on-write overlay. */
     const char *disk;          /* NULL: no virtio-blk */
     const char *disk_overlay;  /* sparse file created for this VM's writes (required unless
                                 * disk_readonly) */
     bool disk_readonly;
     /* Network: a tap device (created by the caller or by name). */
-    const char *tap;           /* NULL: no virtio-net */
+    const char *tap;           /* NULL: tap_fd, or no virtio-net */
+    int tap_fd;                /* (> 2) a tap opened with IFF_TAP | IFF_NO_PI | IFF_VNET_HDR */
     uint8_t mac[6];
     /* Agent channel: virtio-vsock with these port bridges. */
     uint32_t guest_cid;        /* 0: no vsock device */

@@ -128,6 +128,8 @@ static void main__usage(FILE *f)
             "  --tap NAME           virtio-net on this tap device\n"
             "  --cid N              virtio-vsock with this guest CID\n"
             "  --vsock PORT=PATH    bridge unix socket PATH on the host to guest vsock PORT\n"
+            "  --tap-fd N / --console-fd N / --vsock-fd PORT=N\n"
+            "                       descriptors handed in by a supervisor instead of names\n"
             "  --restore DIR        restore the snapshot in DIR instead of booting\n"
             "  --control PATH       command socket: pause | resume | snapshot DIR | stop\n"
             "  --jail DIR           after setup, pivot_root into DIR (paths in later\n"
@@ -154,6 +156,8 @@ int main(int argc, char **argv)
         {"disk", required_argument, 0, 'd'}, {"overlay", required_argument, 0, 'w'},
         {"disk-ro", no_argument, 0, 'r'}, {"tap", required_argument, 0, 't'},
         {"cid", required_argument, 0, 'C'}, {"vsock", required_argument, 0, 'V'},
+        {"tap-fd", required_argument, 0, 'F'}, {"console-fd", required_argument, 0, 'O'},
+        {"vsock-fd", required_argument, 0, 'W'},
         {"restore", required_argument, 0, 'R'}, {"control", required_argument, 0, 'L'},
         {"jail", required_argument, 0, 'J'}, {"uid", required_argument, 0, 'U'},
         {"gid", required_argument, 0, 'G'}, {"cgroup", required_argument, 0, 'g'},
@@ -179,6 +183,21 @@ int main(int argc, char **argv)
         case 'r': cfg.disk_readonly = true; break;
         case 't': cfg.tap = optarg; break;
         case 'C': cfg.guest_cid = (uint32_t)strtoul(optarg, NULL, 10); break;
+        case 'F': cfg.tap_fd = atoi(optarg); break;
+        case 'O': cfg.console_fd = atoi(optarg); break;
+        case 'W': {
+            char *eq = strchr(optarg, '=');
+            if (!eq || cfg.n_vsock >= VMM_KVM_MAX_VSOCK_PORTS) {
+                fprintf(stderr, "airlock-vmm-kvm: --vsock-fd wants PORT=FD (at most %d)\n",
+                        VMM_KVM_MAX_VSOCK_PORTS);
+                return 2;
+            }
+            *eq = 0;
+            cfg.vsock[cfg.n_vsock].port = (uint32_t)strtoul(optarg, NULL, 10);
+            cfg.vsock[cfg.n_vsock].fd = atoi(eq + 1);
+            cfg.n_vsock++;
+            break;
+        }
         case 'V': {
             char *eq = strchr(optarg, '=');
             if (!eq || cfg.n_vsock >= VMM_KVM_MAX_VSOCK_PORTS) {

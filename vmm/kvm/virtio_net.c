@@ -184,6 +184,32 @@ static const struct virtio_dev_ops vnet__ops = {
     .restored = vnet__activate,
 };
 
+/* Header size and no offloads; takes ownership of fd (closed on failure). */
+static int vnet__setup_tap(int fd, const char *name, struct al_error *err)
+{
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    if (ioctl(fd, TUNGETIFF, &ifr) < 0 || !(ifr.ifr_flags & IFF_TAP) || !(ifr.ifr_flags & IFF_NO_PI) ||
+        !(ifr.ifr_flags & IFF_VNET_HDR)) {
+        close(fd);
+        return al_error_set(err, -EINVAL, "%s is not a tap opened with IFF_TAP|IFF_NO_PI|IFF_VNET_HDR",
+                            name);
+    }
+    int hdr = VNET_HDR_LEN;
+    if (ioctl(fd, TUNSETVNETHDRSZ, &hdr) < 0 || ioctl(fd, TUNSETOFFLOAD, 0) < 0) {
+        int e = -errno;
+        close(fd);
+        return al_error_set(err, e, "cannot configure tap %s: %s", name, strerror(-e));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+        int e = -errno;
+        close(fd);
+        return al_error_set(err, e, "cannot make tap %s non-blocking: %s", name, strerror(-e));
+    }
+    return fd;
+}
+
 static int vnet__open_tap(const char *name, struct al_error *err)
 {
     int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
@@ -204,13 +230,7 @@ static int vnet__open_tap(const char *name, struct al_error *err)
         return al_error_set(err, e, "cannot attach to tap %s: %s (create it first, owned by this user)",
                             name, strerror(-e));
     }
-    int hdr = VNET_HDR_LEN;
-    if (ioctl(fd, TUNSETVNETHDRSZ, &hdr) < 0 || ioctl(fd, TUNSETOFFLOAD, 0) < 0) {
-        int e = -errno;
-        close(fd);
-        return al_error_set(err, e, "cannot configure tap %s: %s", name, strerror(-e));
-    }
-    return fd;
+    return vnet__setup_tap(fd, name, err);
 }
 
 struct virtio_dev *vnet_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq, struct al_error *err)
@@ -220,7 +240,8 @@ struct virtio_dev *vnet_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq, 
         al_error_set(err, -ENOMEM, "out of memory");
         return NULL;
     }
-    n->tap_ev.fd = vnet__open_tap(vm->cfg.tap, err);
+    n->tap_ev.fd = vm->cfg.tap ? vnet__open_tap(vm->cfg.tap, err)
+                               : vnet__setup_tap(vm->cfg.tap_fd, "the tap handed in", err);
     if (n->tap_ev.fd < 0) {
         free(n);
         return NULL;

@@ -627,7 +627,21 @@ struct virtio_dev *vsock_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
         l->vs = vs;
         l->port = vm->cfg.vsock[i].port;
         vs->n_lst++;
-        int fd = vsock__listen(l, vm->cfg.vsock[i].path, err);
+        int fd;
+        if (vm->cfg.vsock[i].path) {
+            fd = vsock__listen(l, vm->cfg.vsock[i].path, err);
+        } else if (vm->cfg.vsock[i].fd > 2) {
+            fd = vm->cfg.vsock[i].fd;   /* handed in, already listening; not ours to unlink */
+            int fl = fcntl(fd, F_GETFL);
+            if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+                al_error_set(err, -errno, "agent socket fd %d: %s", fd, strerror(errno));
+                goto fail;
+            }
+        } else {
+            al_error_set(err, -EINVAL, "vsock port %u has neither a socket path nor a descriptor",
+                         l->port);
+            goto fail;
+        }
         if (fd < 0)
             goto fail;
         l->ev = (struct ev_handler){.fd = fd, .fn = vsock__on_accept, .ctx = l};

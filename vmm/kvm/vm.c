@@ -752,6 +752,8 @@ int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struc
             goto fail;
         }
     }
+    if (!cfg->console_log && cfg->console_fd > 2)
+        vm->console_fd = cfg->console_fd;   /* handed in; closed with the VM */
     vm->serial = serial_new(vm, 0x3f8, 4, vm->console_fd >= 0 ? vm->console_fd : STDERR_FILENO);
     if (!vm->serial) {
         rc = al_error_set(err, -ENOMEM, "out of memory");

@@ -7,6 +7,7 @@
  *   l1_tool cmd SOCKET LINE      sends one line, prints the reply (retries likewise); used
  *                                for the guest's state server and the VMM's control socket.
  *   l1_tool fastcmd SOCKET LINE  the same, retrying every 5 ms (benchmarks).
+ *   l1_tool listen-exec PATH FD PROG ARGS...   listening unix socket PATH as fd FD, exec.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -141,9 +142,34 @@ static int cmd(const char *path, const char *line, int retries, unsigned interva
     return 1;
 }
 
+/* listen-exec PATH FD PROG ARGS...: a listening unix socket at PATH as descriptor FD, then
+ * exec PROG (how a supervisor hands the agent channel to the VMM). */
+static int listen_exec(char **argv)
+{
+    const char *path = argv[0];
+    int want = atoi(argv[1]);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    unlink(path);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 16) < 0) {
+        perror("l1_tool: listen");
+        return 1;
+    }
+    if (fd != want) {
+        dup2(fd, want);
+        close(fd);
+    }
+    execv(argv[2], argv + 2);
+    perror("l1_tool: exec");
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);   /* a peer that closes early is an answer, not a crash */
+    if (argc >= 5 && strcmp(argv[1], "listen-exec") == 0)
+        return listen_exec(argv + 2);
     if (argc == 4 && strcmp(argv[1], "cmd") == 0)
         return cmd(argv[2], argv[3], 1200, 100000);   /* up to 2 min: slow nested boots under load */
     if (argc == 4 && strcmp(argv[1], "fastcmd") == 0)   /* for timing: retry every 5 ms */

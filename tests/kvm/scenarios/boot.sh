@@ -20,3 +20,28 @@ grep -q '^AIRLOCK-GUEST: done 1/1' /tmp/console.log
   --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=boot"
 grep -a 'AIRLOCK-GUEST' /tmp/console2.log
 grep -q '^AIRLOCK-GUEST: cpus 2' /tmp/console2.log || { echo "second vCPU not online"; exit 1; }
+# Descriptors handed in by a supervisor (agent socket, console), stopped through the
+# control socket: exit 0, the VMM's own socket gone, nothing left running.
+/bin/l1_tool listen-exec /tmp/agent.sock 5 /bin/airlock-vmm-kvm --kernel /airlock/bzImage \
+  --initrd /airlock/guest.cpio.gz --mem 128MiB --cid 3 --vsock-fd 1234=5 --console-fd 6 \
+  --control /tmp/ctl.sock --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=state" \
+  6>/tmp/console3.log &
+pid=$!
+[ "$(/bin/l1_tool cmd /tmp/agent.sock get)" = unset ] || { echo "agent channel from a handed-in fd failed"; exit 1; }
+[ "$(/bin/l1_tool cmd /tmp/ctl.sock stop)" = ok ] || { echo "stop command failed"; exit 1; }
+wait $pid || { echo "VMM exited $? after stop"; exit 1; }
+[ ! -e /tmp/ctl.sock ] || { echo "control socket left behind"; exit 1; }
+grep -q 'state server listening' /tmp/console3.log || { echo "console fd not used"; exit 1; }
+# SIGTERM ends it cleanly too.
+/bin/airlock-vmm-kvm --kernel /airlock/bzImage --initrd /airlock/guest.cpio.gz --mem 128MiB \
+  --cid 3 --vsock 1234=/tmp/agent4.sock --console /tmp/console4.log \
+  --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=state" &
+pid=$!
+[ "$(/bin/l1_tool cmd /tmp/agent4.sock get)" = unset ] || { echo "fourth VM did not answer"; exit 1; }
+kill -TERM $pid
+wait $pid || { echo "VMM exited $? after SIGTERM"; exit 1; }
+[ ! -e /tmp/agent4.sock ] || { echo "agent socket left behind after SIGTERM"; exit 1; }
+for p in /proc/[0-9]*; do
+  case "$(cat $p/comm 2>/dev/null)" in airlock-vmm-kvm|vcpu*|devices) echo "leftover $(cat $p/comm)"; exit 1;; esac
+done
+echo "boot scenario ok"
