@@ -153,6 +153,14 @@ static const int confine__control[] = {
     SCMP_SYS(epoll_ctl),
 };
 
+/* ioctl allowed when its request (argument 1) compares: EQ a, or MASKED_EQ (mask a) == b. */
+static int confine__allow_ioctl(scmp_filter_ctx ctx, enum scmp_compare op, scmp_datum_t a,
+                                scmp_datum_t b)
+{
+    struct scmp_arg_cmp cmp = {.arg = 1, .op = op, .datum_a = a, .datum_b = b};
+    return seccomp_rule_add_array(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1, &cmp);
+}
+
 int confine_thread(enum confine_role role, struct al_error *err)
 {
     if (!confine__seccomp)
@@ -174,11 +182,9 @@ int confine_thread(enum confine_role role, struct al_error *err)
     case CONFINE_VCPU:
         /* KVM_RUN on its vCPU, KVM_IRQ_LINE for the UART's interrupt: nothing else. */
         if (rc == 0)
-            rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-                                  SCMP_A1(SCMP_CMP_EQ, KVM_RUN));
+            rc = confine__allow_ioctl(ctx, SCMP_CMP_EQ, KVM_RUN, 0);
         if (rc == 0)
-            rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-                                  SCMP_A1(SCMP_CMP_EQ, KVM_IRQ_LINE));
+            rc = confine__allow_ioctl(ctx, SCMP_CMP_EQ, KVM_IRQ_LINE, 0);
         break;
     case CONFINE_DEVICES:
         for (size_t i = 0; i < sizeof confine__devices / sizeof confine__devices[0] && rc == 0; i++)
@@ -189,8 +195,7 @@ int confine_thread(enum confine_role role, struct al_error *err)
             rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, confine__control[i], 0);
         /* KVM ioctls (type 0xAE) for pause and snapshot; no other device's ioctls. */
         if (rc == 0)
-            rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-                                  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xff00, KVMIO << 8));
+            rc = confine__allow_ioctl(ctx, SCMP_CMP_MASKED_EQ, 0xff00, KVMIO << 8);
         break;
     }
     if (rc == 0)

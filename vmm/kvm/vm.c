@@ -443,18 +443,16 @@ static int vm__setup_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct kvm_c
     if (snap)
         return snap_restore_vcpu(vm, c, snap, err);
 
-    struct {
-        struct kvm_msrs hdr;
-        struct kvm_msr_entry e[16];
-    } msrs;
-    memset(&msrs, 0, sizeof msrs);
-    msrs.hdr.nmsrs = (uint32_t)x86_boot_msrs(msrs.e, 16);
-    int set = ioctl(c->fd, KVM_SET_MSRS, &msrs);
+    al_autofree struct kvm_msrs *msrs = calloc(1, sizeof *msrs + 16 * sizeof(struct kvm_msr_entry));
+    if (!msrs)
+        return al_error_set(err, -ENOMEM, "out of memory");
+    msrs->nmsrs = (uint32_t)x86_boot_msrs(msrs->entries, 16);
+    int set = ioctl(c->fd, KVM_SET_MSRS, msrs);
     if (set < 0)
         return al_error_set(err, -errno, "KVM_SET_MSRS: %s", strerror(errno));
-    if ((uint32_t)set != msrs.hdr.nmsrs)
+    if ((uint32_t)set != msrs->nmsrs)
         al_debug("vCPU %d: KVM accepted %d of %u boot MSRs (MSR 0x%x refused)", c->index, set,
-                 msrs.hdr.nmsrs, msrs.e[set].index);
+                 msrs->nmsrs, msrs->entries[set].index);
 
     struct kvm_lapic_state lapic;
     if (ioctl(c->fd, KVM_GET_LAPIC, &lapic) < 0)
