@@ -54,6 +54,23 @@ if [ "$scenario" = rootfs ]; then
   "$kvm_top/vmm/kvm/mkrootfs" --rootfs "$tpl" --agent-dir "$kvm_tmp/agent" --init "$init_bin" \
     --out "$root/airlock/rootfs.img" --slack 16
 fi
+# The agent scenario: the real airlock-agent (static, from the build's agent-root) in a
+# template image with busybox, PID 1 airlock-kvm-init.
+if [ "$scenario" = agent ]; then
+  init_bin="$kvm_bin/airlock-kvm-init"
+  agent_root="$kvm_bin/../agent-root/.airlock"
+  [ -x "$init_bin" ] || kvm_fail "$init_bin not built"
+  [ -x "$agent_root/bin/airlock-agent" ] || kvm_fail "$agent_root/bin/airlock-agent not built"
+  tpl="$kvm_tmp/template"
+  mkdir -p "$tpl/bin" "$tpl/etc" "$tpl/root" "$tpl/home/user"
+  cp "$(command -v busybox)" "$tpl/bin/busybox"
+  for a in sh echo cat ls id; do ln -s busybox "$tpl/bin/$a"; done
+  printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n' > "$tpl/etc/passwd"
+  printf 'root:x:0:\nuser:x:1000:\n' > "$tpl/etc/group"
+  chown 1000:1000 "$tpl/home/user"
+  "$kvm_top/vmm/kvm/mkrootfs" --rootfs "$tpl" --agent-dir "$agent_root" --init "$init_bin" \
+    --out "$root/airlock/rootfs.img" --slack 32
+fi
 # The kernel comparison (docs/kvm.md) also boots Debian's cloud kernel as the guest.
 if [ "$scenario" = kernelcmp ]; then
   cp "$(ls "$kdir"/boot/vmlinuz-* | awk 'NR==1')" "$root/airlock/debian-vmlinuz"

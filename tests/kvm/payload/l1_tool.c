@@ -8,7 +8,9 @@
  *                                for the guest's state server and the VMM's control socket.
  *   l1_tool fastcmd SOCKET LINE  the same, retrying every 5 ms (benchmarks).
  *   l1_tool listen-exec PATH FD PROG ARGS...   listening unix socket PATH as fd FD, exec.
+ *   l1_tool http SOCKET METHOD TARGET [BODY|-] [TYPE] [OUT]   one HTTP request (see below).
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -142,6 +144,110 @@ static int cmd(const char *path, const char *line, int retries, unsigned interva
     return 1;
 }
 
+/* http SOCKET METHOD TARGET [BODYFILE|-] [CONTENT-TYPE] [OUTFILE]: one HTTP/1.1 request
+ * (Connection: close) over the unix socket; prints "status N" and writes the de-chunked
+ * body to OUTFILE (default: stdout after the status). A content type ending in
+ * "connect+json" wraps the body in one Connect envelope. Retries while nobody answers. */
+static int http(int argc, char **argv)
+{
+    const char *path = argv[0], *method = argv[1], *target = argv[2];
+    const char *bodyf = argc > 3 && strcmp(argv[3], "-") ? argv[3] : NULL;
+    const char *ctype = argc > 4 ? argv[4] : "application/octet-stream";
+    const char *outf = argc > 5 ? argv[5] : NULL;
+    static unsigned char body[8 << 20], resp[16 << 20];
+    size_t blen = 0;
+    if (bodyf) {
+        FILE *f = fopen(bodyf, "rb");
+        if (!f) {
+            perror(bodyf);
+            return 1;
+        }
+        blen = fread(body + 5, 1, sizeof body - 5, f);
+        fclose(f);
+    }
+    const char *sfx = "connect+json";
+    size_t cl = strlen(ctype), sl = strlen(sfx);
+    int envelope = cl >= sl && strcmp(ctype + cl - sl, sfx) == 0;
+    unsigned char *b = body + 5;
+    if (envelope) {
+        body[0] = 0;
+        body[1] = (unsigned char)(blen >> 24);
+        body[2] = (unsigned char)(blen >> 16);
+        body[3] = (unsigned char)(blen >> 8);
+        body[4] = (unsigned char)blen;
+        b = body;
+        blen += 5;
+    }
+    for (int attempt = 0; attempt < 1200; attempt++) {
+        if (attempt)
+            usleep(100000);
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+            close(fd);
+            continue;
+        }
+        char hdr[1024];
+        int n = snprintf(hdr, sizeof hdr,
+                         "%s %s HTTP/1.1\r\nHost: sandbox\r\nConnection: close\r\n"
+                         "Connect-Protocol-Version: 1\r\nContent-Type: %s\r\n"
+                         "Content-Length: %zu\r\n\r\n",
+                         method, target, ctype, blen);
+        if (write(fd, hdr, (size_t)n) != n || (blen && write(fd, b, blen) != (ssize_t)blen)) {
+            close(fd);
+            continue;
+        }
+        size_t got = 0;
+        for (;;) {
+            ssize_t r = read(fd, resp + got, sizeof resp - 1 - got);
+            if (r <= 0)
+                break;
+            got += (size_t)r;
+        }
+        close(fd);
+        if (got == 0)
+            continue;
+        resp[got] = 0;
+        char *eoh = strstr((char *)resp, "\r\n\r\n");
+        if (!eoh) {
+            fprintf(stderr, "l1_tool: malformed response\n");
+            return 1;
+        }
+        int status = atoi((char *)resp + 9);
+        printf("status %d\n", status);
+        unsigned char *p = (unsigned char *)eoh + 4, *end = resp + got;
+        FILE *o = outf ? fopen(outf, "wb") : stdout;
+        if (!o) {
+            perror(outf);
+            return 1;
+        }
+        *eoh = 0;
+        if (strcasestr((char *)resp, "transfer-encoding: chunked")) {
+            while (p < end) {
+                unsigned long len = strtoul((char *)p, NULL, 16);
+                unsigned char *data = (unsigned char *)strstr((char *)p, "\r\n");
+                if (!data || len == 0)
+                    break;
+                data += 2;
+                if (data + len > end)
+                    len = (unsigned long)(end - data);
+                fwrite(data, 1, len, o);
+                p = data + len + 2;
+            }
+        } else {
+            fwrite(p, 1, (size_t)(end - p), o);
+        }
+        if (outf)
+            fclose(o);
+        else
+            fflush(o);
+        return 0;
+    }
+    fprintf(stderr, "l1_tool: no answer from %s\n", path);
+    return 1;
+}
+
 /* listen-exec PATH FD PROG ARGS...: a listening unix socket at PATH as descriptor FD, then
  * exec PROG (how a supervisor hands the agent channel to the VMM). */
 static int listen_exec(char **argv)
@@ -168,6 +274,8 @@ static int listen_exec(char **argv)
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);   /* a peer that closes early is an answer, not a crash */
+    if (argc >= 5 && strcmp(argv[1], "http") == 0)
+        return http(argc - 2, argv + 2);
     if (argc >= 5 && strcmp(argv[1], "listen-exec") == 0)
         return listen_exec(argv + 2);
     if (argc == 4 && strcmp(argv[1], "cmd") == 0)
