@@ -188,12 +188,13 @@ static int http(int argc, char **argv)
             close(fd);
             continue;
         }
-        char hdr[1024];
+        char hdr[1536];
+        const char *extra = getenv("L1_TOOL_HEADER");   /* one more header line, e.g. a token */
         int n = snprintf(hdr, sizeof hdr,
                          "%s %s HTTP/1.1\r\nHost: sandbox\r\nConnection: close\r\n"
-                         "Connect-Protocol-Version: 1\r\nContent-Type: %s\r\n"
+                         "Connect-Protocol-Version: 1\r\nContent-Type: %s\r\n%s%s"
                          "Content-Length: %zu\r\n\r\n",
-                         method, target, ctype, blen);
+                         method, target, ctype, extra ? extra : "", extra ? "\r\n" : "", blen);
         if (write(fd, hdr, (size_t)n) != n || (blen && write(fd, b, blen) != (ssize_t)blen)) {
             close(fd);
             continue;
