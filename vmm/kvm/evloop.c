@@ -80,7 +80,11 @@ static void *evloop__thread(void *arg)
 
 int evloop_start(struct evloop *l)
 {
-    int rc = pthread_create(&l->thread, NULL, evloop__thread, l);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, VM_THREAD_STACK);
+    int rc = pthread_create(&l->thread, &attr, evloop__thread, l);
+    pthread_attr_destroy(&attr);
     if (rc)
         return -rc;
     l->running = true;

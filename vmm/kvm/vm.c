@@ -795,7 +795,11 @@ int vmm_kvm_start(struct vmm_kvm *vm, struct al_error *err)
         return al_error_set(err, rc, "cannot start the device thread: %s", strerror(-rc));
     for (int i = 0; i < vm->nvcpus; i++) {
         struct vcpu *c = &vm->vcpus[i];
-        rc = pthread_create(&c->thread, NULL, vm__vcpu_thread, c);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, VM_THREAD_STACK);
+        rc = pthread_create(&c->thread, &attr, vm__vcpu_thread, c);
+        pthread_attr_destroy(&attr);
         if (rc) {
             vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
             return al_error_set(err, -rc, "cannot start vCPU thread %d: %s", i, strerror(rc));

@@ -15,6 +15,10 @@
 #include "vmm/kvm/guest_mem.h"
 #include "vmm/kvm/kvm.h"
 
+/* Stack of the VMM's threads: small, so that it is never backed by a transparent huge page
+ * (a 2 MiB page per thread would double the VMM's memory overhead). */
+#define VM_THREAD_STACK (256u * 1024)
+
 /* ---- event loop (evloop.c) --------------------------------------------------------- */
 struct ev_handler;
 typedef void (*ev_fn)(struct ev_handler *h, uint32_t events);
