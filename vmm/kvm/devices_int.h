@@ -15,6 +15,8 @@ int vblk_load(struct virtio_dev *d, const char *dir, const uint8_t *bitmap, size
               struct al_error *err);
 struct virtio_dev *vnet_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq, struct al_error *err);
 void vnet_destroy(struct virtio_dev *d);
+struct virtio_dev *vrng_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq, struct al_error *err);
+void vrng_destroy(struct virtio_dev *d);
 struct virtio_dev *vsock_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq, struct al_error *err);
 void vsock_destroy(struct virtio_dev *d);
 

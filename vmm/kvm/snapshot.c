@@ -29,7 +29,7 @@ enum {
     SNAP_PIT,
     SNAP_CLOCK,
     SNAP_SERIAL,
-    SNAP_VIRTIO = 30,   /* index = device slot: 0 blk, 1 net, 2 vsock */
+    SNAP_VIRTIO = 30,   /* index = device slot: 0 blk, 1 net, 2 vsock, 3 rng */
     SNAP_BLK_BITMAP,
 };
 
@@ -203,9 +203,16 @@ out:
     return 0;
 }
 
+#define SNAP_SLOTS 4
+
 static struct virtio_dev *snap__slot(struct vmm_kvm *vm, int slot)
 {
-    return slot == 0 ? vm->blk : slot == 1 ? vm->net : vm->vsock;
+    switch (slot) {
+    case 0: return vm->blk;
+    case 1: return vm->net;
+    case 2: return vm->vsock;
+    default: return vm->rng;
+    }
 }
 
 int vmm_kvm_snapshot(struct vmm_kvm *vm, const char *dir, struct al_error *err)
@@ -219,7 +226,7 @@ int vmm_kvm_snapshot(struct vmm_kvm *vm, const char *dir, struct al_error *err)
         return al_error_set(err, rc, "the VM ended before it could be paused");
     /* Hold every device still: the device thread must not touch guest memory or queue
      * state while we copy them. */
-    for (int slot = 0; slot < 3; slot++)
+    for (int slot = 0; slot < SNAP_SLOTS; slot++)
         if (snap__slot(vm, slot))
             pthread_mutex_lock(&snap__slot(vm, slot)->lock);
 
@@ -261,7 +268,7 @@ int vmm_kvm_snapshot(struct vmm_kvm *vm, const char *dir, struct al_error *err)
     struct serial_snap ss;
     serial_save(vm->serial, &ss);
     snap__add(&o, SNAP_SERIAL, 0, &ss, sizeof ss);
-    for (int slot = 0; slot < 3; slot++) {
+    for (int slot = 0; slot < SNAP_SLOTS; slot++) {
         struct virtio_dev *d = snap__slot(vm, slot);
         if (!d)
             continue;
@@ -302,7 +309,7 @@ int vmm_kvm_snapshot(struct vmm_kvm *vm, const char *dir, struct al_error *err)
 out:
     free(ml);
     free(o.data);
-    for (int slot = 2; slot >= 0; slot--)
+    for (int slot = SNAP_SLOTS - 1; slot >= 0; slot--)
         if (snap__slot(vm, slot))
             pthread_mutex_unlock(&snap__slot(vm, slot)->lock);
     if (!was_paused)
@@ -467,7 +474,7 @@ int snap_restore_vm(struct vmm_kvm *vm, const struct snap_state *st, const char 
         return al_error_set(err, -errno, "KVM_SET_PIT2: %s", strerror(errno));
     SNAP_NEED(ss, struct serial_snap, SNAP_SERIAL, 0, "serial state");
     serial_load(vm->serial, &ss);
-    for (int slot = 0; slot < 3; slot++) {
+    for (int slot = 0; slot < SNAP_SLOTS; slot++) {
         struct virtio_dev *d = snap__slot(vm, slot);
         const struct virtio_snap *vs = snap_find(st, SNAP_VIRTIO, (uint32_t)slot, sizeof *vs, NULL);
         if (!d && !vs)
@@ -476,7 +483,7 @@ int snap_restore_vm(struct vmm_kvm *vm, const struct snap_state *st, const char 
             return al_error_set(err, -EINVAL,
                                 "snapshot and configuration disagree on virtio slot %d (%s): "
                                 "restore with the same devices the snapshot had",
-                                slot, slot == 0 ? "disk" : slot == 1 ? "network" : "vsock");
+                                slot, slot == 0 ? "disk" : slot == 1 ? "network" : slot == 2 ? "vsock" : "rng");
         struct virtio_snap copy;
         memcpy(&copy, vs, sizeof copy);
         if (slot == 0) {

@@ -34,6 +34,7 @@
 
 #define VIRTIO_ID_NET   1
 #define VIRTIO_ID_BLOCK 2
+#define VIRTIO_ID_RNG   4
 #define VIRTIO_ID_VSOCK 19
 
 struct virtio_dev;

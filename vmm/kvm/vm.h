@@ -99,7 +99,7 @@ struct vmm_kvm {
 
     struct serial *serial;
     atomic_ulong console_bytes;   /* bytes the guest wrote to its console (probe) */
-    struct virtio_dev *blk, *net, *vsock;
+    struct virtio_dev *blk, *net, *vsock, *rng;
     int console_fd;
 };
 

@@ -224,6 +224,30 @@ static void check_vsock(int conns)
     result("vsock", 1, "");
 }
 
+/* rng: the virtio-rng device is the guest's current hwrng and yields bytes. */
+static void check_rng(void)
+{
+    char cur[64] = "";
+    int fd = open("/sys/class/misc/hw_random/rng_current", O_RDONLY);
+    if (fd >= 0) {
+        ssize_t n = read(fd, cur, sizeof cur - 1);
+        cur[n > 0 ? n : 0] = 0;
+        close(fd);
+    }
+    unsigned char buf[64];
+    memset(buf, 0, sizeof buf);
+    fd = open("/dev/hwrng", O_RDONLY);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf) : -1;
+    if (fd >= 0)
+        close(fd);
+    int nonzero = 0;
+    for (size_t i = 0; i < sizeof buf; i++)
+        nonzero += buf[i] != 0;
+    char why[160];
+    snprintf(why, sizeof why, "rng_current '%s', read %zd bytes, %d non-zero", cur, n, nonzero);
+    result("rng", strncmp(cur, "virtio_rng", 10) == 0 && n == (ssize_t)sizeof buf && nonzero > 32, why);
+}
+
 /* One TCP connection to 192.0.2.1:7777 (the scenario's listener), a line, close. */
 static int tcp_hello(void)
 {
@@ -469,6 +493,8 @@ int main(void)
     mount("devtmpfs", "/dev", "devtmpfs", 0, NULL);
     mkdir("/proc", 0755);
     mount("proc", "/proc", "proc", 0, NULL);
+    mkdir("/sys", 0755);
+    mount("sysfs", "/sys", "sysfs", 0, NULL);
     int cfd = open("/proc/cmdline", O_RDONLY);
     if (cfd >= 0) {
         ssize_t n = read(cfd, cmdline, sizeof cmdline - 1);
@@ -482,6 +508,8 @@ int main(void)
         check_disk();
     if (wants("net"))
         check_net();
+    if (wants("rng"))
+        check_rng();
     if (wants("vsock"))
         check_vsock(2);
     if (wants("state"))

@@ -23,6 +23,16 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Every retry loop ends at a wall-clock deadline (90 s), so that a scenario fails and shows
+ * the guest's console well before the harness kills L1. */
+static time_t l1__deadline;
+static int l1__expired(void)
+{
+    if (!l1__deadline)
+        l1__deadline = time(NULL) + 90;
+    return time(NULL) > l1__deadline;
+}
+
 static unsigned char pattern(long i)
 {
     return (unsigned char)((i * 7 + (i >> 8)) & 0xff);
@@ -109,7 +119,7 @@ static int echo_once(const char *path, long bytes, int *retry)
  * resets or closes without answering (guest not listening yet). */
 static int cmd(const char *path, const char *line, int retries, unsigned interval_us)
 {
-    for (int attempt = 0; attempt <= retries; attempt++) {
+    for (int attempt = 0; attempt <= retries && !l1__expired(); attempt++) {
         if (attempt)
             usleep(interval_us);
         int fd = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -178,7 +188,7 @@ static int http(int argc, char **argv)
         b = body;
         blen += 5;
     }
-    for (int attempt = 0; attempt < 1200; attempt++) {
+    for (int attempt = 0; attempt < 1200 && !l1__expired(); attempt++) {
         if (attempt)
             usleep(100000);
         int fd = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -285,7 +295,7 @@ int main(int argc, char **argv)
         return cmd(argv[2], argv[3], 24000, 5000);
     if (argc == 4 && strcmp(argv[1], "echo") == 0) {
         long bytes = atol(argv[3]);
-        for (int i = 0; i < 1200; i++) {
+        for (int i = 0; i < 1200 && !l1__expired(); i++) {
             int retry;
             if (echo_once(argv[2], bytes, &retry) == 0)
                 return 0;

@@ -19,8 +19,9 @@ t0=$(now)
 /bin/airlock-vmm-kvm --kernel /airlock/bzImage --initrd /airlock/guest.cpio.gz --mem 128MiB \
   --vcpus 2 --console /tmp/a.log --disk /tmp/disk.img --overlay /tmp/a.ovl --cid 3 \
   --vsock 1234=/tmp/a.sock --control /tmp/a.ctl \
-  --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=state" &
+  --cmdline "console=ttyS0 reboot=k panic=-1 ${AIRLOCK_KVM_QUIET-quiet} airlock.test=state" &
 a=$!
+[ -n "${AIRLOCK_KVM_VERBOSE:-}" ] && { while [ ! -e /tmp/a.log ]; do sleep 0.1; done; tail -f /tmp/a.log & }
 expect ok /bin/l1_tool cmd /tmp/a.sock "set alpha"
 t1=$(now)
 expect ok /bin/l1_tool cmd /tmp/a.sock "disk-write disk-alpha"

@@ -317,6 +317,36 @@ START_TEST(blk_readonly)
 }
 END_TEST
 
+START_TEST(rng_fills_buffers)
+{
+    struct al_error err = {0};
+    struct virtio_dev *d = vrng_create(vm, 0, 8, &err);
+    ck_assert_msg(d != NULL, "%s", err.msg);
+    ck_assert_uint_eq(vqd_r(d, 0x8), VIRTIO_ID_RNG);
+    ck_assert_uint_eq(vqd_setup(d, 0, QSZ, DESC, AVAIL, USED, 0), 0xf);
+    vqd_desc(vm, DESC, 0, DATA, 64, VIRTQ_DESC_F_WRITE, 0);
+    vqd_desc(vm, DESC, 1, DATA + 0x100, 16, 0, 0);           /* readable: nothing written */
+    vqd_desc(vm, DESC, 2, DATA + 0x200, 100000, VIRTQ_DESC_F_WRITE, 0);  /* capped */
+    vqd_avail(vm, AVAIL, QSZ, 0);
+    vqd_avail(vm, AVAIL, QSZ, 1);
+    vqd_avail(vm, AVAIL, QSZ, 2);
+    vqd_w(d, 0x50, 0);
+    ck_assert_uint_eq(vqd_used_idx(vm, USED), 3);
+    uint32_t id, len;
+    vqd_used_elem(vm, USED, QSZ, 0, &id, &len);
+    ck_assert_uint_eq(len, 64);
+    vqd_used_elem(vm, USED, QSZ, 1, &id, &len);
+    ck_assert_uint_eq(len, 0);
+    vqd_used_elem(vm, USED, QSZ, 2, &id, &len);
+    ck_assert_uint_eq(len, 4096);
+    int nonzero = 0;
+    for (int i = 0; i < 64; i++)
+        nonzero += vm->gm.base[DATA + i] != 0;
+    ck_assert_int_gt(nonzero, 32);
+    vrng_destroy(d);
+}
+END_TEST
+
 START_TEST(iov_slice_bounds)
 {
     uint8_t a[10], b[20];
@@ -345,6 +375,7 @@ static Suite *virtq_suite(void)
     tcase_add_test(tc, transport_negotiation);
     tcase_add_test(tc, blk_read_write_cow);
     tcase_add_test(tc, blk_readonly);
+    tcase_add_test(tc, rng_fills_buffers);
     tcase_add_test(tc, iov_slice_bounds);
     suite_add_tcase(s, tc);
     return s;
