@@ -134,7 +134,9 @@ INIT
   chmod +x "$root/init"
   # Debug knobs reach the scenario: AIRLOCK_KVM_VERBOSE (stream the guest console),
   # AIRLOCK_KVM_QUIET (kernel "quiet" flag; set to empty for full kernel logs).
-  : > "$root/env"
+  # The guest console is streamed into L1's serial log by default: it is only shown when a
+  # test fails (or with -v), and then it is what explains a guest that hung.
+  printf 'export AIRLOCK_KVM_VERBOSE=1\n' > "$root/env"
   for v in AIRLOCK_KVM_VERBOSE AIRLOCK_KVM_QUIET; do
     if [ -n "${!v+x}" ]; then printf 'export %s=%q\n' "$v" "${!v}" >> "$root/env"; fi
   done
