@@ -71,6 +71,26 @@ if [ "$scenario" = agent ]; then
   "$kvm_top/vmm/kvm/mkrootfs" --rootfs "$tpl" --agent-dir "$agent_root" --init "$init_bin" \
     --out "$root/airlock/rootfs.img" --slack 32
 fi
+# The vswitch scenario: the switch's loader and stand-in proxy (l1-vswitch), the L1 kernel's
+# netfilter and traffic-control modules (busybox depmod indexes them at boot), and the same
+# template image as the rootfs scenario.
+if [ "$scenario" = vswitch ]; then
+  [ -x "$kvm_bin/l1-vswitch" ] || kvm_fail "$kvm_bin/l1-vswitch not built"
+  kvm_copy_bin "$root" "$kvm_bin/l1-vswitch"
+  kver=$(ls "$kdir/lib/modules")
+  for d in net/netfilter net/sched lib; do
+    mkdir -p "$root/lib/modules/$kver/kernel/$d"
+    cp -a "$kdir/lib/modules/$kver/kernel/$d/." "$root/lib/modules/$kver/kernel/$d/"
+  done
+  init_bin="$kvm_bin/airlock-kvm-init"
+  tpl="$kvm_tmp/template"
+  mkdir -p "$tpl/bin" "$tpl/etc" "$kvm_tmp/agent/bin"
+  cp "$(command -v busybox)" "$tpl/bin/busybox"
+  echo "root:x:0:0:root:/root:/bin/sh" > "$tpl/etc/passwd"
+  cp "$groot/init" "$kvm_tmp/agent/bin/airlock-agent"
+  "$kvm_top/vmm/kvm/mkrootfs" --rootfs "$tpl" --agent-dir "$kvm_tmp/agent" --init "$init_bin" \
+    --out "$root/airlock/rootfs.img" --slack 16
+fi
 # The kernel comparison (docs/kvm.md) also boots Debian's cloud kernel as the guest.
 if [ "$scenario" = kernelcmp ]; then
   cp "$(ls "$kdir"/boot/vmlinuz-* | awk 'NR==1')" "$root/airlock/debian-vmlinuz"

@@ -127,6 +127,7 @@ static void main__usage(FILE *f)
             "  --overlay PATH       copy-on-write file for the disk's writes\n"
             "  --disk-ro            present the disk read-only\n"
             "  --tap NAME           virtio-net on this tap device\n"
+            "  --mac MAC            the guest NIC's address (default: random, locally administered)\n"
             "  --cid N              virtio-vsock with this guest CID\n"
             "  --vsock PORT=PATH    bridge unix socket PATH on the host to guest vsock PORT\n"
             "  --tap-fd N / --console-fd N / --vsock-fd PORT=N\n"
@@ -160,7 +161,7 @@ int main(int argc, char **argv)
         {"disk", required_argument, 0, 'd'}, {"overlay", required_argument, 0, 'w'},
         {"disk-ro", no_argument, 0, 'r'}, {"tap", required_argument, 0, 't'},
         {"cid", required_argument, 0, 'C'}, {"vsock", required_argument, 0, 'V'},
-        {"tap-fd", required_argument, 0, 'F'}, {"console-fd", required_argument, 0, 'O'},
+        {"mac", required_argument, 0, 'M'}, {"tap-fd", required_argument, 0, 'F'}, {"console-fd", required_argument, 0, 'O'},
         {"vsock-fd", required_argument, 0, 'W'},
         {"restore", required_argument, 0, 'R'}, {"control", required_argument, 0, 'L'},
         {"jail", required_argument, 0, 'J'}, {"uid", required_argument, 0, 'U'},
@@ -187,6 +188,18 @@ int main(int argc, char **argv)
         case 'r': cfg.disk_readonly = true; break;
         case 't': cfg.tap = optarg; break;
         case 'C': cfg.guest_cid = (uint32_t)strtoul(optarg, NULL, 10); break;
+        case 'M': {
+            unsigned m[6];
+            if (sscanf(optarg, "%2x:%2x:%2x:%2x:%2x:%2x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) != 6 ||
+                (m[0] & 1)) {
+                fprintf(stderr, "airlock-vmm-kvm: --mac '%s' is not a unicast MAC (aa:bb:cc:dd:ee:ff)\n",
+                        optarg);
+                return 2;
+            }
+            for (int i = 0; i < 6; i++)
+                cfg.mac[i] = (uint8_t)m[i];
+            break;
+        }
         case 'F': cfg.tap_fd = atoi(optarg); break;
         case 'O': cfg.console_fd = atoi(optarg); break;
         case 'W': {
