@@ -54,36 +54,39 @@ for vm in b c; do
   [ "$st" = "status 204" ] || [ "$st" = "status 200" ] || { echo "FAILED: restored $vm /health -> $st"; exit 1; }
   echo "ok: restored $vm healthy after $((t1 - t0)) ms"
   echo "bench-json: {\"bench\":\"kvm\",\"metric\":\"restore_to_agent_healthy_ms\",\"value\":$((t1 - t0)),\"unit\":\"ms\",\"env\":\"tcg-nested\"}"
-  # (no accessToken yet: the agent does not call sodium_init, and setting a token aborts it;
-  # reported to the agent's owner)
-  printf '{"sandboxID":"sbx-%s","hostname":"sbx-%s","envVars":{"SANDBOX":"%s"}}' $vm $vm $vm > /tmp/init-$vm.json
+  printf '{"accessToken":"token-%s-0123456789","sandboxID":"sbx-%s","hostname":"sbx-%s","envVars":{"SANDBOX":"%s"}}' \
+    $vm $vm $vm $vm > /tmp/init-$vm.json
   st=$(/bin/l1_tool http /tmp/agent-$vm.sock POST /init /tmp/init-$vm.json application/json | head -1)
   [ "$st" = "status 204" ] || { echo "FAILED: POST /init on $vm -> $st"; exit 1; }
 done
 # State from before the snapshot is there in both.
 for vm in b c; do
-  /bin/l1_tool http /tmp/agent-$vm.sock GET '/files?path=/home/user/rt.bin' - \
-    application/octet-stream /tmp/down-$vm.bin >/dev/null
+  L1_TOOL_HEADER="X-Access-Token: token-$vm-0123456789" /bin/l1_tool http /tmp/agent-$vm.sock GET \
+    '/files?path=/home/user/rt.bin' - application/octet-stream /tmp/down-$vm.bin >/dev/null
   cmp /tmp/up.bin /tmp/down-$vm.bin || { echo "FAILED: $vm lost the file written before the snapshot"; exit 1; }
 done
 echo "ok: both restored sandboxes have the pre-snapshot file"
-# What one restored sandbox writes, the other does not see; each got its own identity.
+# What one restored sandbox writes, the other does not see; each got its own identity and
+# token (B's token does not open C).
 echo only-in-b > /tmp/b.txt
-st=$(/bin/l1_tool http /tmp/agent-b.sock POST '/files?path=/home/user/only-b.txt' /tmp/b.txt \
-  application/octet-stream /dev/null)
+st=$(L1_TOOL_HEADER="X-Access-Token: token-b-0123456789" /bin/l1_tool http /tmp/agent-b.sock POST \
+  '/files?path=/home/user/only-b.txt' /tmp/b.txt application/octet-stream /dev/null)
 [ "$st" = "status 200" ] || { echo "FAILED: write in b -> $st"; exit 1; }
-st=$(/bin/l1_tool http /tmp/agent-c.sock GET '/files?path=/home/user/only-b.txt' - \
-  application/octet-stream /dev/null)
+st=$(L1_TOOL_HEADER="X-Access-Token: token-c-0123456789" /bin/l1_tool http /tmp/agent-c.sock GET \
+  '/files?path=/home/user/only-b.txt' - application/octet-stream /dev/null)
 [ "$st" = "status 404" ] || { echo "FAILED: c sees b's file ($st)"; exit 1; }
 printf '{"process":{"cmd":"/bin/sh","args":["-c","echo $SANDBOX"]}}' > /tmp/env.json
+st=$(L1_TOOL_HEADER="X-Access-Token: token-b-0123456789" /bin/l1_tool http /tmp/agent-c.sock POST \
+  /process.Process/Start /tmp/env.json application/connect+json /dev/null)
+[ "$st" = "status 401" ] || { echo "FAILED: b's token accepted by c ($st)"; exit 1; }
 for vm in b c; do
-  /bin/l1_tool http /tmp/agent-$vm.sock POST /process.Process/Start /tmp/env.json \
-    application/connect+json /tmp/env-$vm.out >/dev/null
+  L1_TOOL_HEADER="X-Access-Token: token-$vm-0123456789" /bin/l1_tool http /tmp/agent-$vm.sock POST \
+    /process.Process/Start /tmp/env.json application/connect+json /tmp/env-$vm.out >/dev/null
 done
 # base64 of "b\n" is Ygo=, of "c\n" Ywo=
 grep -q 'Ygo=' /tmp/env-b.out && grep -q 'Ywo=' /tmp/env-c.out \
   || { echo "FAILED: per-sandbox init not applied"; tr -c '\40-\176' '\n' < /tmp/env-b.out; exit 1; }
-echo "ok: restored sandboxes are independent (files, their own init)"
+echo "ok: restored sandboxes are independent (files, their own init and token)"
 for vm in b c; do
   [ "$(/bin/l1_tool cmd /tmp/ctl-$vm.sock stop)" = ok ] || { echo "FAILED: stop $vm"; exit 1; }
 done
