@@ -59,8 +59,8 @@ int main(int argc, char **argv)
 
     int one = 1;
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(15001),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(15001), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (lfd < 0 || setsockopt(lfd, SOL_IP, IP_TRANSPARENT, &one, sizeof one) != 0 ||
         bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 64) != 0) {
         perror("l1_vswitch: proxy socket");
@@ -110,8 +110,8 @@ int main(int argc, char **argv)
         perror("l1_vswitch: exec");
         _exit(127);
     }
-    close(net.tap_fd);   /* the VMM holds the tap now */
-    free(cmdline);   /* the extended command line (the child has its copy) */
+    close(net.tap_fd); /* the VMM holds the tap now */
+    free(cmdline);     /* the extended command line (the child has its copy) */
     free(vargv);
 
     int status = 0;

@@ -29,7 +29,8 @@ int boot_parse_bzimage(const uint8_t *img, size_t len, struct bzimage_info *out,
 {
     memset(out, 0, sizeof *out);
     if (len < 0x264)
-        return al_error_set(err, -EINVAL, "kernel image is %zu bytes: too small to be a bzImage", len);
+        return al_error_set(err, -EINVAL, "kernel image is %zu bytes: too small to be a bzImage",
+                            len);
     if (boot__r16(img, BP_BOOT_FLAG) != 0xaa55 || memcmp(img + BP_HEADER, "HdrS", 4) != 0)
         return al_error_set(err, -EINVAL,
                             "kernel image is not a bzImage (no 'HdrS' setup header); "
@@ -43,7 +44,8 @@ int boot_parse_bzimage(const uint8_t *img, size_t len, struct bzimage_info *out,
     unsigned sects = img[BP_SETUP_SECTS] ? img[BP_SETUP_SECTS] : 4;
     out->setup_size = (sects + 1) * 512;
     if (out->setup_size >= len)
-        return al_error_set(err, -EINVAL, "bzImage is truncated: setup (%u bytes) covers the whole file",
+        return al_error_set(err, -EINVAL,
+                            "bzImage is truncated: setup (%u bytes) covers the whole file",
                             out->setup_size);
     out->kernel_size = len - out->setup_size;
     out->loadflags = img[BP_LOADFLAGS];
@@ -56,12 +58,14 @@ int boot_parse_bzimage(const uint8_t *img, size_t len, struct bzimage_info *out,
     if (out->hdr_end > 0x290)
         out->hdr_end = 0x290;
     if (!(out->xloadflags & XLF_KERNEL_64))
-        return al_error_set(err, -EINVAL, "bzImage has no 64-bit entry point (XLF_KERNEL_64 unset): "
-                                          "build an x86_64 kernel");
+        return al_error_set(err, -EINVAL,
+                            "bzImage has no 64-bit entry point (XLF_KERNEL_64 unset): "
+                            "build an x86_64 kernel");
     if (!(out->loadflags & LOADFLAG_LOADED_HIGH))
         return al_error_set(err, -EINVAL, "bzImage is a zImage (not loaded high): unsupported");
     if (out->init_size < out->kernel_size)
-        return al_error_set(err, -EINVAL, "bzImage header is inconsistent: init_size %u < kernel %llu bytes",
+        return al_error_set(err, -EINVAL,
+                            "bzImage header is inconsistent: init_size %u < kernel %llu bytes",
                             out->init_size, (unsigned long long)out->kernel_size);
     return 0;
 }
@@ -69,10 +73,10 @@ int boot_parse_bzimage(const uint8_t *img, size_t len, struct bzimage_info *out,
 int boot_e820(const struct guest_mem *gm, struct e820_entry *out, int max)
 {
     int n = 0;
-#define E820_ADD(a, s, t)                                                              \
-    do {                                                                               \
-        if (n < max)                                                                   \
-            out[n++] = (struct e820_entry){.addr = (a), .size = (s), .type = (t)};     \
+#define E820_ADD(a, s, t)                                                          \
+    do {                                                                           \
+        if (n < max)                                                               \
+            out[n++] = (struct e820_entry){.addr = (a), .size = (s), .type = (t)}; \
     } while (0)
     /* Base memory up to the EBDA (which holds the MP table), the legacy BIOS hole, then
      * everything from 1 MiB up to the gap, then RAM above 4 GiB. */
@@ -89,8 +93,8 @@ int boot_e820(const struct guest_mem *gm, struct e820_entry *out, int max)
 }
 
 int boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t klen,
-                    const uint8_t *initrd, size_t ilen, const char *cmdline,
-                    uint64_t *entry, struct al_error *err)
+                    const uint8_t *initrd, size_t ilen, const char *cmdline, uint64_t *entry,
+                    struct al_error *err)
 {
     struct bzimage_info bi;
     int rc = boot_parse_bzimage(kernel, klen, &bi, err);
@@ -106,8 +110,9 @@ int boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t kl
     size_t clen = cmdline ? strlen(cmdline) : 0;
     uint64_t cmax = bi.cmdline_size ? bi.cmdline_size : 255;
     if (clen > cmax || clen + 1 > BOOT_CMDLINE_MAX)
-        return al_error_set(err, -E2BIG, "kernel command line is %zu bytes; this kernel accepts %llu",
-                            clen, (unsigned long long)cmax);
+        return al_error_set(err, -E2BIG,
+                            "kernel command line is %zu bytes; this kernel accepts %llu", clen,
+                            (unsigned long long)cmax);
 
     /* Protected-mode kernel at 1 MiB. */
     uint8_t *kdst = gm_ptr(gm, BOOT_HIMEM_START, bi.kernel_size);
@@ -124,10 +129,11 @@ int boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t kl
             limit = low;
         uint64_t floor = BOOT_HIMEM_START + ((bi.init_size + 0xfffull) & ~0xfffull);
         if (ilen > limit || ((limit - ilen) & ~0xfffull) < floor)
-            return al_error_set(err, -ENOMEM,
-                                "initrd of %zu bytes does not fit below %llu MiB next to the kernel; "
-                                "give the VM more memory",
-                                ilen, (unsigned long long)(limit >> 20));
+            return al_error_set(
+                err, -ENOMEM,
+                "initrd of %zu bytes does not fit below %llu MiB next to the kernel; "
+                "give the VM more memory",
+                ilen, (unsigned long long)(limit >> 20));
         initrd_addr = (limit - ilen) & ~0xfffull;
         memcpy(gm_ptr(gm, initrd_addr, ilen), initrd, ilen);
     }
@@ -141,7 +147,7 @@ int boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t kl
 
     memset(zp, 0, 4096);
     memcpy(zp + BP_SETUP_SECTS, kernel + BP_SETUP_SECTS, bi.hdr_end - BP_SETUP_SECTS);
-    zp[BP_TYPE_OF_LOADER] = 0xff;  /* "undefined" boot loader */
+    zp[BP_TYPE_OF_LOADER] = 0xff; /* "undefined" boot loader */
     zp[BP_LOADFLAGS] = (uint8_t)(bi.loadflags | LOADFLAG_CAN_USE_HEAP);
     boot__w16(zp, BP_HEAP_END_PTR, 0xfe00);
     boot__w32(zp, BP_CMD_LINE_PTR, (uint32_t)BOOT_CMDLINE_ADDR);

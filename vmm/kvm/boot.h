@@ -22,7 +22,7 @@
 #define BOOT_STACK_TOP    0x8ff0ull
 #define BOOT_PML4_ADDR    0x9000ull
 #define BOOT_PDPT_ADDR    0xa000ull
-#define BOOT_PD_ADDR      0xb000ull   /* 4 pages: identity map of the first 4 GiB */
+#define BOOT_PD_ADDR      0xb000ull /* 4 pages: identity map of the first 4 GiB */
 #define BOOT_CMDLINE_ADDR 0x20000ull
 #define BOOT_CMDLINE_MAX  0x10000ull
 #define BOOT_EBDA_START   0x9fc00ull  /* MP table lives here ("last KiB of base memory") */
@@ -41,15 +41,15 @@ struct e820_entry {
 
 /* What the loader needs to know from a bzImage's setup header. */
 struct bzimage_info {
-    uint16_t version;          /* boot protocol version, e.g. 0x020f */
-    uint32_t setup_size;       /* bytes of real-mode setup (incl. the boot sector) */
-    uint64_t kernel_size;      /* protected-mode part that follows it */
+    uint16_t version;     /* boot protocol version, e.g. 0x020f */
+    uint32_t setup_size;  /* bytes of real-mode setup (incl. the boot sector) */
+    uint64_t kernel_size; /* protected-mode part that follows it */
     uint8_t loadflags;
     uint16_t xloadflags;
-    uint32_t initrd_addr_max;  /* highest address the initrd may end at (inclusive) */
-    uint32_t cmdline_size;     /* longest command line, without the NUL */
-    uint32_t init_size;        /* memory the kernel needs from its load address */
-    uint32_t hdr_end;          /* end offset of the setup header in the image */
+    uint32_t initrd_addr_max; /* highest address the initrd may end at (inclusive) */
+    uint32_t cmdline_size;    /* longest command line, without the NUL */
+    uint32_t init_size;       /* memory the kernel needs from its load address */
+    uint32_t hdr_end;         /* end offset of the setup header in the image */
 };
 
 /* Checks the setup header; -EINVAL with a message saying what is wrong (not a bzImage,
@@ -63,8 +63,8 @@ int boot_e820(const struct guest_mem *gm, struct e820_entry *out, int max);
 /* Loads kernel (bzImage), initrd (may be NULL/0) and cmdline into guest memory and writes
  * the zero page at BOOT_ZERO_PAGE. On success *entry is the 64-bit entry point. */
 int boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t klen,
-                    const uint8_t *initrd, size_t ilen, const char *cmdline,
-                    uint64_t *entry, struct al_error *err);
+                    const uint8_t *initrd, size_t ilen, const char *cmdline, uint64_t *entry,
+                    struct al_error *err);
 
 /* Offsets into the zero page / setup header that the loader and tests use. */
 #define BP_EXT_RAMDISK_IMAGE 0x0c0

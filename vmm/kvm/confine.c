@@ -57,7 +57,8 @@ static int confine__pivot(const char *dir, struct al_error *err)
     if (mount(dir, dir, NULL, MS_BIND | MS_REC, NULL) < 0)
         return al_error_set(err, -errno, "bind-mounting %s: %s", dir, strerror(errno));
     if (mount(NULL, dir, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
-        return al_error_set(err, -errno, "remounting %s nosuid,nodev,noexec: %s", dir, strerror(errno));
+        return al_error_set(err, -errno, "remounting %s nosuid,nodev,noexec: %s", dir,
+                            strerror(errno));
     if (chdir(dir) < 0)
         return al_error_set(err, -errno, "chdir %s: %s", dir, strerror(errno));
     /* pivot_root(".", "."): the old root ends up on top of the new one; detach it. */
@@ -102,7 +103,8 @@ int confine_process(const struct confine_opts *o, struct al_error *err)
     if (o->uid) {
         for (int cap = 0; cap <= CAP_LAST_CAP; cap++)
             if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-                return al_error_set(err, -errno, "dropping capability %d: %s", cap, strerror(errno));
+                return al_error_set(err, -errno, "dropping capability %d: %s", cap,
+                                    strerror(errno));
         if (setgroups(0, NULL) < 0)
             return al_error_set(err, -errno, "setgroups: %s", strerror(errno));
         if (setresgid(o->gid, o->gid, o->gid) < 0)
@@ -128,29 +130,50 @@ int confine_process(const struct confine_opts *o, struct al_error *err)
 
 /* Calls every thread needs: memory, futexes, signals for the kick, exit, time. */
 static const int confine__common[] = {
-    SCMP_SYS(read), SCMP_SYS(write), SCMP_SYS(close), SCMP_SYS(futex), SCMP_SYS(rt_sigreturn),
-    SCMP_SYS(rt_sigprocmask), SCMP_SYS(sigaltstack), SCMP_SYS(exit), SCMP_SYS(exit_group),
-    SCMP_SYS(mmap), SCMP_SYS(munmap), SCMP_SYS(madvise), SCMP_SYS(mprotect), SCMP_SYS(brk),
-    SCMP_SYS(mremap), SCMP_SYS(clock_gettime), SCMP_SYS(clock_nanosleep), SCMP_SYS(nanosleep),
-    SCMP_SYS(gettid), SCMP_SYS(getpid), SCMP_SYS(tgkill), SCMP_SYS(sched_yield),
-    SCMP_SYS(restart_syscall), SCMP_SYS(rseq), SCMP_SYS(set_robust_list), SCMP_SYS(getrandom),
-    SCMP_SYS(gettimeofday), SCMP_SYS(time),
+    SCMP_SYS(read),
+    SCMP_SYS(write),
+    SCMP_SYS(close),
+    SCMP_SYS(futex),
+    SCMP_SYS(rt_sigreturn),
+    SCMP_SYS(rt_sigprocmask),
+    SCMP_SYS(sigaltstack),
+    SCMP_SYS(exit),
+    SCMP_SYS(exit_group),
+    SCMP_SYS(mmap),
+    SCMP_SYS(munmap),
+    SCMP_SYS(madvise),
+    SCMP_SYS(mprotect),
+    SCMP_SYS(brk),
+    SCMP_SYS(mremap),
+    SCMP_SYS(clock_gettime),
+    SCMP_SYS(clock_nanosleep),
+    SCMP_SYS(nanosleep),
+    SCMP_SYS(gettid),
+    SCMP_SYS(getpid),
+    SCMP_SYS(tgkill),
+    SCMP_SYS(sched_yield),
+    SCMP_SYS(restart_syscall),
+    SCMP_SYS(rseq),
+    SCMP_SYS(set_robust_list),
+    SCMP_SYS(getrandom),
+    SCMP_SYS(gettimeofday),
+    SCMP_SYS(time),
 };
 
 static const int confine__devices[] = {
     SCMP_SYS(epoll_wait), SCMP_SYS(epoll_pwait), SCMP_SYS(epoll_ctl), SCMP_SYS(readv),
-    SCMP_SYS(writev), SCMP_SYS(pread64), SCMP_SYS(pwrite64), SCMP_SYS(preadv),
-    SCMP_SYS(pwritev), SCMP_SYS(fdatasync), SCMP_SYS(sendto), SCMP_SYS(recvfrom),
-    SCMP_SYS(accept4), SCMP_SYS(shutdown), SCMP_SYS(lseek),
+    SCMP_SYS(writev),     SCMP_SYS(pread64),     SCMP_SYS(pwrite64),  SCMP_SYS(preadv),
+    SCMP_SYS(pwritev),    SCMP_SYS(fdatasync),   SCMP_SYS(sendto),    SCMP_SYS(recvfrom),
+    SCMP_SYS(accept4),    SCMP_SYS(shutdown),    SCMP_SYS(lseek),
 };
 
 static const int confine__control[] = {
-    SCMP_SYS(poll), SCMP_SYS(ppoll), SCMP_SYS(accept4), SCMP_SYS(openat), SCMP_SYS(mkdir),
-    SCMP_SYS(mkdirat), SCMP_SYS(fsync), SCMP_SYS(fdatasync), SCMP_SYS(rename),
-    SCMP_SYS(renameat), SCMP_SYS(unlink), SCMP_SYS(unlinkat), SCMP_SYS(pread64),
-    SCMP_SYS(pwrite64), SCMP_SYS(ftruncate), SCMP_SYS(lseek), SCMP_SYS(fstat),
-    SCMP_SYS(newfstatat), SCMP_SYS(fchmod), SCMP_SYS(sendto), SCMP_SYS(readv), SCMP_SYS(writev),
-    SCMP_SYS(epoll_ctl),
+    SCMP_SYS(poll),    SCMP_SYS(ppoll),      SCMP_SYS(accept4),   SCMP_SYS(openat),
+    SCMP_SYS(mkdir),   SCMP_SYS(mkdirat),    SCMP_SYS(fsync),     SCMP_SYS(fdatasync),
+    SCMP_SYS(rename),  SCMP_SYS(renameat),   SCMP_SYS(unlink),    SCMP_SYS(unlinkat),
+    SCMP_SYS(pread64), SCMP_SYS(pwrite64),   SCMP_SYS(ftruncate), SCMP_SYS(lseek),
+    SCMP_SYS(fstat),   SCMP_SYS(newfstatat), SCMP_SYS(fchmod),    SCMP_SYS(sendto),
+    SCMP_SYS(readv),   SCMP_SYS(writev),     SCMP_SYS(epoll_ctl),
 };
 
 /* ioctl allowed when its request (argument 1) compares: EQ a, or MASKED_EQ (mask a) == b. */
@@ -199,7 +222,7 @@ int confine_thread(enum confine_role role, struct al_error *err)
         break;
     }
     if (rc == 0)
-        rc = seccomp_load(ctx);  /* this thread only: no TSYNC */
+        rc = seccomp_load(ctx); /* this thread only: no TSYNC */
     seccomp_release(ctx);
     if (rc < 0)
         return al_error_set(err, rc, "installing the seccomp filter: %s", strerror(-rc));

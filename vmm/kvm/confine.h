@@ -23,10 +23,10 @@
 #define CONFINE_MAX_CGROUPS 8
 
 struct confine_opts {
-    const char *jail_dir;          /* NULL: keep the file system view */
-    uid_t uid;                     /* 0: keep the identity (only for development) */
+    const char *jail_dir; /* NULL: keep the file system view */
+    uid_t uid;            /* 0: keep the identity (only for development) */
     gid_t gid;
-    const char *cgroups[CONFINE_MAX_CGROUPS];  /* cgroup directories to join */
+    const char *cgroups[CONFINE_MAX_CGROUPS]; /* cgroup directories to join */
     int n_cgroups;
     bool seccomp;
 };

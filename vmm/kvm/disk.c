@@ -47,8 +47,9 @@ int disk_open(struct disk *d, const char *base, const char *overlay, struct al_e
     }
     if (st.st_size == 0 || st.st_size % DISK_SECTOR) {
         disk_close(d);
-        return al_error_set(err, -EINVAL, "disk image %s is %lld bytes: not a non-zero multiple of %u",
-                            base, (long long)st.st_size, DISK_SECTOR);
+        return al_error_set(err, -EINVAL,
+                            "disk image %s is %lld bytes: not a non-zero multiple of %u", base,
+                            (long long)st.st_size, DISK_SECTOR);
     }
     d->sectors = (uint64_t)st.st_size / DISK_SECTOR;
     if (!overlay) {
@@ -109,7 +110,8 @@ static int disk__xfer(int fd, bool write, const struct iovec *iov, int iovcnt, u
         int n = iov_slice(iov, iovcnt, done, len - done, v, DISK_MAX_IOV);
         if (n < 0)
             return -EINVAL;
-        ssize_t r = write ? pwritev(fd, v, n, (off_t)(off + done)) : preadv(fd, v, n, (off_t)(off + done));
+        ssize_t r =
+            write ? pwritev(fd, v, n, (off_t)(off + done)) : preadv(fd, v, n, (off_t)(off + done));
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -186,7 +188,7 @@ int disk_copy_sparse(int src, int dst, uint64_t size)
     while ((uint64_t)pos < size) {
         off_t data = lseek(src, pos, SEEK_DATA);
         if (data < 0) {
-            if (errno != ENXIO)    /* ENXIO: only holes remain */
+            if (errno != ENXIO) /* ENXIO: only holes remain */
                 rc = -errno;
             break;
         }

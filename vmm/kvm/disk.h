@@ -19,9 +19,9 @@
 
 struct disk {
     int base_fd;
-    int over_fd;          /* -1: read-only disk */
+    int over_fd; /* -1: read-only disk */
     uint64_t sectors;
-    uint8_t *bitmap;      /* 1 bit per sector: 1 = in the overlay */
+    uint8_t *bitmap; /* 1 bit per sector: 1 = in the overlay */
     bool readonly;
 };
 

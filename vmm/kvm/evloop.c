@@ -71,7 +71,7 @@ static void *evloop__thread(void *arg)
         for (int i = 0; i < n; i++) {
             struct ev_handler *h = evs[i].data.ptr;
             if (!h)
-                return NULL;  /* stop_fd */
+                return NULL; /* stop_fd */
             h->fn(h, evs[i].events);
         }
     }

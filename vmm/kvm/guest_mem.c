@@ -12,8 +12,8 @@ void gm_layout(struct guest_mem *gm, uint8_t *base, uint64_t size)
     gm->r[0] = (struct gm_region){.gpa = 0, .size = low, .hva = base, .file_off = 0};
     gm->n = 1;
     if (size > low) {
-        gm->r[1] = (struct gm_region){.gpa = GM_4G, .size = size - low, .hva = base + low,
-                                      .file_off = low};
+        gm->r[1] = (struct gm_region){
+            .gpa = GM_4G, .size = size - low, .hva = base + low, .file_off = low};
         gm->n = 2;
     }
 }

@@ -15,22 +15,22 @@
 #include <stdint.h>
 
 #define GM_MAX_REGIONS 2
-#define GM_GAP_START   0xc0000000ull  /* 3 GiB: MMIO devices, IOAPIC, LAPIC above here */
+#define GM_GAP_START   0xc0000000ull /* 3 GiB: MMIO devices, IOAPIC, LAPIC above here */
 #define GM_4G          0x100000000ull
 
 struct gm_region {
     uint64_t gpa;
     uint64_t size;
     uint8_t *hva;
-    uint64_t file_off;  /* offset of this region in the memory file */
+    uint64_t file_off; /* offset of this region in the memory file */
 };
 
 struct guest_mem {
     struct gm_region r[GM_MAX_REGIONS];
     int n;
-    uint64_t total;   /* bytes of RAM */
-    uint8_t *base;    /* one mapping of the whole memory file */
-    int fd;           /* memfd (or snapshot file), -1 for test buffers */
+    uint64_t total; /* bytes of RAM */
+    uint8_t *base;  /* one mapping of the whole memory file */
+    int fd;         /* memfd (or snapshot file), -1 for test buffers */
 };
 
 /* Splits `size` bytes of RAM around the gap, backed by one buffer at base (size bytes). */

@@ -18,37 +18,37 @@
 
 #include "common/error.h"
 
-#define VMM_KVM_MAX_VCPUS 16
+#define VMM_KVM_MAX_VCPUS       16
 #define VMM_KVM_MAX_VSOCK_PORTS 4
 
 /* Descriptors handed in by a supervisor (airlock-vmm) are used when the matching path is
  * NULL and the fd is > 2 (stdio is never one of them, so a zeroed config means "none").
  * The VMM owns and closes them. */
 struct vmm_kvm_vsock_port {
-    uint32_t port;      /* guest vsock port the agent listens on */
-    const char *path;   /* unix socket on the host bridged to it (created, removed at exit) */
-    int fd;             /* or: an already-listening unix socket (path NULL) */
+    uint32_t port;    /* guest vsock port the agent listens on */
+    const char *path; /* unix socket on the host bridged to it (created, removed at exit) */
+    int fd;           /* or: an already-listening unix socket (path NULL) */
 };
 
 struct vmm_kvm_config {
-    const char *kernel;        /* bzImage */
-    const char *initrd;        /* optional */
-    const char *cmdline;       /* NULL: a default for the airlock guest */
-    uint64_t mem_bytes;        /* guest RAM */
+    const char *kernel;  /* bzImage */
+    const char *initrd;  /* optional */
+    const char *cmdline; /* NULL: a default for the airlock guest */
+    uint64_t mem_bytes;  /* guest RAM */
     uint32_t vcpus;
-    const char *console_log;   /* serial output appended here; NULL: console_fd or stderr */
-    int console_fd;            /* (> 2) where serial output goes when console_log is NULL */
+    const char *console_log; /* serial output appended here; NULL: console_fd or stderr */
+    int console_fd;          /* (> 2) where serial output goes when console_log is NULL */
     /* Root disk: a read-only image; writes go to a per-VM copy-on-write overlay. */
-    const char *disk;          /* NULL: no virtio-blk */
-    const char *disk_overlay;  /* sparse file created for this VM's writes (required unless
+    const char *disk;         /* NULL: no virtio-blk */
+    const char *disk_overlay; /* sparse file created for this VM's writes (required unless
                                 * disk_readonly) */
     bool disk_readonly;
     /* Network: a tap device (created by the caller or by name). */
-    const char *tap;           /* NULL: tap_fd, or no virtio-net */
-    int tap_fd;                /* (> 2) a tap opened with IFF_TAP | IFF_NO_PI | IFF_VNET_HDR */
+    const char *tap; /* NULL: tap_fd, or no virtio-net */
+    int tap_fd;      /* (> 2) a tap opened with IFF_TAP | IFF_NO_PI | IFF_VNET_HDR */
     uint8_t mac[6];
     /* Agent channel: virtio-vsock with these port bridges. */
-    uint32_t guest_cid;        /* 0: no vsock device */
+    uint32_t guest_cid; /* 0: no vsock device */
     struct vmm_kvm_vsock_port vsock[VMM_KVM_MAX_VSOCK_PORTS];
     int n_vsock;
     /* Restore from this snapshot directory instead of booting kernel/initrd (memory size
@@ -61,10 +61,10 @@ struct vmm_kvm;
 /* How the guest ended. */
 enum vmm_kvm_exit {
     VMM_KVM_EXIT_NONE = 0,
-    VMM_KVM_EXIT_RESET,      /* i8042 reset, triple fault, or KVM system reset */
-    VMM_KVM_EXIT_POWEROFF,   /* KVM system event shutdown */
-    VMM_KVM_EXIT_STOPPED,    /* vmm_kvm_stop */
-    VMM_KVM_EXIT_ERROR,      /* internal error, failed entry, emulation failure */
+    VMM_KVM_EXIT_RESET,    /* i8042 reset, triple fault, or KVM system reset */
+    VMM_KVM_EXIT_POWEROFF, /* KVM system event shutdown */
+    VMM_KVM_EXIT_STOPPED,  /* vmm_kvm_stop */
+    VMM_KVM_EXIT_ERROR,    /* internal error, failed entry, emulation failure */
 };
 
 /* Checks that /dev/kvm is usable for this backend (API version and every capability we

@@ -16,13 +16,13 @@
 #include "vmm/kvm/vm.h"
 
 /* ---- 16550A --------------------------------------------------------------------------- */
-#define UART_IER_RDI  0x01
-#define UART_IER_THRI 0x02
-#define UART_LCR_DLAB 0x80
-#define UART_MCR_LOOP 0x10
-#define UART_LSR_DR   0x01
-#define UART_LSR_THRE 0x20
-#define UART_LSR_TEMT 0x40
+#define UART_IER_RDI    0x01
+#define UART_IER_THRI   0x02
+#define UART_LCR_DLAB   0x80
+#define UART_MCR_LOOP   0x10
+#define UART_LSR_DR     0x01
+#define UART_LSR_THRE   0x20
+#define UART_LSR_TEMT   0x40
 #define UART_IIR_NO_INT 0x01
 #define UART_IIR_THRI   0x02
 #define UART_FCR_ENABLE 0x01
@@ -45,7 +45,7 @@ static void serial__flush(struct serial *s)
 {
     if (s->line_len && s->out_fd >= 0) {
         ssize_t w = write(s->out_fd, s->line, s->line_len);
-        (void)w;  /* a full disk must not stop the guest; the log is best effort */
+        (void)w; /* a full disk must not stop the guest; the log is best effort */
     }
     s->line_len = 0;
 }
@@ -117,7 +117,7 @@ static void serial__in(struct pio_dev *d, uint16_t off, uint8_t *data, uint32_t 
     bool dlab = s->lcr & UART_LCR_DLAB;
     switch (off) {
     case 0:
-        v = dlab ? s->dll : 0;  /* no input */
+        v = dlab ? s->dll : 0; /* no input */
         break;
     case 1:
         v = dlab ? s->dlm : s->ier;
@@ -125,7 +125,7 @@ static void serial__in(struct pio_dev *d, uint16_t off, uint8_t *data, uint32_t 
     case 2:
         if ((s->ier & UART_IER_THRI) && s->thri_pending) {
             v = UART_IIR_THRI;
-            s->thri_pending = false;  /* reading IIR acknowledges THRI */
+            s->thri_pending = false; /* reading IIR acknowledges THRI */
         } else {
             v = UART_IIR_NO_INT;
         }
@@ -147,7 +147,7 @@ static void serial__in(struct pio_dev *d, uint16_t off, uint8_t *data, uint32_t 
             v = (uint8_t)(((s->mcr & 0x02) << 3) | ((s->mcr & 0x01) << 5) | ((s->mcr & 0x04) << 4) |
                           ((s->mcr & 0x08) << 4));
         } else {
-            v = 0xb0;  /* DCD, DSR, CTS */
+            v = 0xb0; /* DCD, DSR, CTS */
         }
         break;
     case 7:
@@ -171,7 +171,8 @@ struct serial *serial_new(struct vmm_kvm *vm, uint16_t base, uint32_t irq, int o
     s->irq = irq;
     s->out_fd = out_fd;
     pthread_mutex_init(&s->lock, NULL);
-    s->pio = (struct pio_dev){.base = base, .len = 8, .in = serial__in, .out = serial__out, .ctx = s};
+    s->pio =
+        (struct pio_dev){.base = base, .len = 8, .in = serial__in, .out = serial__out, .ctx = s};
     vm_register_pio(vm, &s->pio);
     return s;
 }
@@ -188,7 +189,8 @@ void serial_free(struct serial *s)
 void serial_save(struct serial *s, struct serial_snap *o)
 {
     pthread_mutex_lock(&s->lock);
-    *o = (struct serial_snap){s->ier, s->lcr, s->mcr, s->scr, s->dll, s->dlm, s->fcr, s->thri_pending};
+    *o = (struct serial_snap){s->ier, s->lcr, s->mcr, s->scr,
+                              s->dll, s->dlm, s->fcr, s->thri_pending};
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -203,7 +205,7 @@ void serial_load(struct serial *s, const struct serial_snap *in)
     s->dlm = in->dlm;
     s->fcr = in->fcr;
     s->thri_pending = in->thri_pending != 0;
-    s->level = -1;   /* force the line to be driven to its restored level */
+    s->level = -1; /* force the line to be driven to its restored level */
     serial__update_irq(s);
     pthread_mutex_unlock(&s->lock);
 }
@@ -211,13 +213,13 @@ void serial_load(struct serial *s, const struct serial_snap *in)
 /* ---- i8042 (reset only), CMOS, POST ------------------------------------------------------ */
 static void i8042__in(struct pio_dev *d, uint16_t off, uint8_t *data, uint32_t size)
 {
-    memset(data, 0, size);  /* status: input and output buffers empty */
+    memset(data, 0, size); /* status: input and output buffers empty */
 }
 
 static void i8042__out(struct pio_dev *d, uint16_t off, const uint8_t *data, uint32_t size)
 {
     struct vmm_kvm *vm = d->ctx;
-    if (off == 4 && data[0] == 0xfe) {   /* port 0x64, "pulse reset line" */
+    if (off == 4 && data[0] == 0xfe) { /* port 0x64, "pulse reset line" */
         al_info("guest reset through the i8042 controller");
         vm_request_exit(vm, VMM_KVM_EXIT_RESET);
     }

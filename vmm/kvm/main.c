@@ -46,7 +46,8 @@ static int main__listen(const char *path)
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(path, 0600) < 0 || listen(fd, 4) < 0) {
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(path, 0600) < 0 ||
+        listen(fd, 4) < 0) {
         int e = -errno;
         close(fd);
         return e;
@@ -87,7 +88,8 @@ static void main__command(struct vmm_kvm *vm, int fd)
         vmm_kvm_stop(vm);
         snprintf(reply, sizeof reply, "ok\n");
     } else {
-        snprintf(reply, sizeof reply, "error unknown command (pause, resume, snapshot DIR, stop)\n");
+        snprintf(reply, sizeof reply,
+                 "error unknown command (pause, resume, snapshot DIR, stop)\n");
     }
     ssize_t w = write(fd, reply, strlen(reply));
     (void)w;
@@ -96,7 +98,8 @@ static void main__command(struct vmm_kvm *vm, int fd)
 /* Serves the control socket (if any) until the VM ends. */
 static void main__serve(struct vmm_kvm *vm, int ctl)
 {
-    struct pollfd p[2] = {{.fd = vmm_kvm_exit_fd(vm), .events = POLLIN}, {.fd = ctl, .events = POLLIN}};
+    struct pollfd p[2] = {{.fd = vmm_kvm_exit_fd(vm), .events = POLLIN},
+                          {.fd = ctl, .events = POLLIN}};
     for (;;) {
         int n = poll(p, ctl >= 0 ? 2 : 1, -1);
         if (n < 0 && errno != EINTR)
@@ -115,32 +118,33 @@ static void main__serve(struct vmm_kvm *vm, int ctl)
 
 static void main__usage(FILE *f)
 {
-    fprintf(f,
-            "usage: airlock-vmm-kvm --kernel BZIMAGE [options]\n"
-            "  --kernel PATH        guest kernel (bzImage)\n"
-            "  --initrd PATH        initramfs\n"
-            "  --cmdline STR        kernel command line (default: airlock guest defaults)\n"
-            "  --mem SIZE           guest memory (default 256MiB)\n"
-            "  --vcpus N            vCPUs (default 1)\n"
-            "  --console PATH       append the serial console here (default stderr)\n"
-            "  --disk PATH          root disk image (read-only; writes go to --overlay)\n"
-            "  --overlay PATH       copy-on-write file for the disk's writes\n"
-            "  --disk-ro            present the disk read-only\n"
-            "  --tap NAME           virtio-net on this tap device\n"
-            "  --mac MAC            the guest NIC's address (default: random, locally administered)\n"
-            "  --cid N              virtio-vsock with this guest CID\n"
-            "  --vsock PORT=PATH    bridge unix socket PATH on the host to guest vsock PORT\n"
-            "  --tap-fd N / --console-fd N / --vsock-fd PORT=N\n"
-            "                       descriptors handed in by a supervisor instead of names\n"
-            "  --restore DIR        restore the snapshot in DIR instead of booting\n"
-            "  --control PATH       command socket: pause | resume | snapshot DIR | stop\n"
-            "  --jail DIR           after setup, pivot_root into DIR (paths in later\n"
-            "                       commands are inside it)\n"
-            "  --uid N --gid N      after setup, run as this unprivileged identity\n"
-            "  --cgroup DIR         join this cgroup (repeatable: one per v1 hierarchy)\n"
-            "  --seccomp            per-thread seccomp filters after setup\n"
-            "  --probe              only check that /dev/kvm is usable (with --kernel: that\n"
-            "                       it boots that kernel to its first console output)\n");
+    fprintf(
+        f,
+        "usage: airlock-vmm-kvm --kernel BZIMAGE [options]\n"
+        "  --kernel PATH        guest kernel (bzImage)\n"
+        "  --initrd PATH        initramfs\n"
+        "  --cmdline STR        kernel command line (default: airlock guest defaults)\n"
+        "  --mem SIZE           guest memory (default 256MiB)\n"
+        "  --vcpus N            vCPUs (default 1)\n"
+        "  --console PATH       append the serial console here (default stderr)\n"
+        "  --disk PATH          root disk image (read-only; writes go to --overlay)\n"
+        "  --overlay PATH       copy-on-write file for the disk's writes\n"
+        "  --disk-ro            present the disk read-only\n"
+        "  --tap NAME           virtio-net on this tap device\n"
+        "  --mac MAC            the guest NIC's address (default: random, locally administered)\n"
+        "  --cid N              virtio-vsock with this guest CID\n"
+        "  --vsock PORT=PATH    bridge unix socket PATH on the host to guest vsock PORT\n"
+        "  --tap-fd N / --console-fd N / --vsock-fd PORT=N\n"
+        "                       descriptors handed in by a supervisor instead of names\n"
+        "  --restore DIR        restore the snapshot in DIR instead of booting\n"
+        "  --control PATH       command socket: pause | resume | snapshot DIR | stop\n"
+        "  --jail DIR           after setup, pivot_root into DIR (paths in later\n"
+        "                       commands are inside it)\n"
+        "  --uid N --gid N      after setup, run as this unprivileged identity\n"
+        "  --cgroup DIR         join this cgroup (repeatable: one per v1 hierarchy)\n"
+        "  --seccomp            per-thread seccomp filters after setup\n"
+        "  --probe              only check that /dev/kvm is usable (with --kernel: that\n"
+        "                       it boots that kernel to its first console output)\n");
 }
 
 int main(int argc, char **argv);
@@ -155,44 +159,80 @@ int main(int argc, char **argv)
     const char *control = NULL;
     struct confine_opts conf = {0};
     static const struct option opts[] = {
-        {"kernel", required_argument, 0, 'k'}, {"initrd", required_argument, 0, 'i'},
-        {"cmdline", required_argument, 0, 'c'}, {"mem", required_argument, 0, 'm'},
-        {"vcpus", required_argument, 0, 'n'}, {"console", required_argument, 0, 'o'},
-        {"disk", required_argument, 0, 'd'}, {"overlay", required_argument, 0, 'w'},
-        {"disk-ro", no_argument, 0, 'r'}, {"tap", required_argument, 0, 't'},
-        {"cid", required_argument, 0, 'C'}, {"vsock", required_argument, 0, 'V'},
-        {"mac", required_argument, 0, 'M'}, {"tap-fd", required_argument, 0, 'F'}, {"console-fd", required_argument, 0, 'O'},
+        {"kernel", required_argument, 0, 'k'},
+        {"initrd", required_argument, 0, 'i'},
+        {"cmdline", required_argument, 0, 'c'},
+        {"mem", required_argument, 0, 'm'},
+        {"vcpus", required_argument, 0, 'n'},
+        {"console", required_argument, 0, 'o'},
+        {"disk", required_argument, 0, 'd'},
+        {"overlay", required_argument, 0, 'w'},
+        {"disk-ro", no_argument, 0, 'r'},
+        {"tap", required_argument, 0, 't'},
+        {"cid", required_argument, 0, 'C'},
+        {"vsock", required_argument, 0, 'V'},
+        {"mac", required_argument, 0, 'M'},
+        {"tap-fd", required_argument, 0, 'F'},
+        {"console-fd", required_argument, 0, 'O'},
         {"vsock-fd", required_argument, 0, 'W'},
-        {"restore", required_argument, 0, 'R'}, {"control", required_argument, 0, 'L'},
-        {"jail", required_argument, 0, 'J'}, {"uid", required_argument, 0, 'U'},
-        {"gid", required_argument, 0, 'G'}, {"cgroup", required_argument, 0, 'g'},
+        {"restore", required_argument, 0, 'R'},
+        {"control", required_argument, 0, 'L'},
+        {"jail", required_argument, 0, 'J'},
+        {"uid", required_argument, 0, 'U'},
+        {"gid", required_argument, 0, 'G'},
+        {"cgroup", required_argument, 0, 'g'},
         {"seccomp", no_argument, 0, 'S'},
-        {"probe", no_argument, 0, 'p'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"probe", no_argument, 0, 'p'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'k': cfg.kernel = optarg; break;
-        case 'i': cfg.initrd = optarg; break;
-        case 'c': cfg.cmdline = optarg; break;
+        case 'k':
+            cfg.kernel = optarg;
+            break;
+        case 'i':
+            cfg.initrd = optarg;
+            break;
+        case 'c':
+            cfg.cmdline = optarg;
+            break;
         case 'm':
             if (al_parse_size(optarg, &cfg.mem_bytes) < 0) {
-                fprintf(stderr, "airlock-vmm-kvm: --mem '%s' is not a size (e.g. 256MiB)\n", optarg);
+                fprintf(stderr, "airlock-vmm-kvm: --mem '%s' is not a size (e.g. 256MiB)\n",
+                        optarg);
                 return 2;
             }
             break;
-        case 'n': cfg.vcpus = (uint32_t)strtoul(optarg, NULL, 10); break;
-        case 'o': cfg.console_log = optarg; break;
-        case 'd': cfg.disk = optarg; break;
-        case 'w': cfg.disk_overlay = optarg; break;
-        case 'r': cfg.disk_readonly = true; break;
-        case 't': cfg.tap = optarg; break;
-        case 'C': cfg.guest_cid = (uint32_t)strtoul(optarg, NULL, 10); break;
+        case 'n':
+            cfg.vcpus = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
+        case 'o':
+            cfg.console_log = optarg;
+            break;
+        case 'd':
+            cfg.disk = optarg;
+            break;
+        case 'w':
+            cfg.disk_overlay = optarg;
+            break;
+        case 'r':
+            cfg.disk_readonly = true;
+            break;
+        case 't':
+            cfg.tap = optarg;
+            break;
+        case 'C':
+            cfg.guest_cid = (uint32_t)strtoul(optarg, NULL, 10);
+            break;
         case 'M': {
             unsigned m[6];
-            if (sscanf(optarg, "%2x:%2x:%2x:%2x:%2x:%2x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) != 6 ||
+            if (sscanf(optarg, "%2x:%2x:%2x:%2x:%2x:%2x", &m[0], &m[1], &m[2], &m[3], &m[4],
+                       &m[5]) != 6 ||
                 (m[0] & 1)) {
-                fprintf(stderr, "airlock-vmm-kvm: --mac '%s' is not a unicast MAC (aa:bb:cc:dd:ee:ff)\n",
+                fprintf(stderr,
+                        "airlock-vmm-kvm: --mac '%s' is not a unicast MAC (aa:bb:cc:dd:ee:ff)\n",
                         optarg);
                 return 2;
             }
@@ -200,8 +240,12 @@ int main(int argc, char **argv)
                 cfg.mac[i] = (uint8_t)m[i];
             break;
         }
-        case 'F': cfg.tap_fd = atoi(optarg); break;
-        case 'O': cfg.console_fd = atoi(optarg); break;
+        case 'F':
+            cfg.tap_fd = atoi(optarg);
+            break;
+        case 'O':
+            cfg.console_fd = atoi(optarg);
+            break;
         case 'W': {
             char *eq = strchr(optarg, '=');
             if (!eq || cfg.n_vsock >= VMM_KVM_MAX_VSOCK_PORTS) {
@@ -228,11 +272,21 @@ int main(int argc, char **argv)
             cfg.n_vsock++;
             break;
         }
-        case 'R': cfg.restore_dir = optarg; break;
-        case 'L': control = optarg; break;
-        case 'J': conf.jail_dir = optarg; break;
-        case 'U': conf.uid = (uid_t)strtoul(optarg, NULL, 10); break;
-        case 'G': conf.gid = (gid_t)strtoul(optarg, NULL, 10); break;
+        case 'R':
+            cfg.restore_dir = optarg;
+            break;
+        case 'L':
+            control = optarg;
+            break;
+        case 'J':
+            conf.jail_dir = optarg;
+            break;
+        case 'U':
+            conf.uid = (uid_t)strtoul(optarg, NULL, 10);
+            break;
+        case 'G':
+            conf.gid = (gid_t)strtoul(optarg, NULL, 10);
+            break;
         case 'g':
             if (conf.n_cgroups >= CONFINE_MAX_CGROUPS) {
                 fprintf(stderr, "airlock-vmm-kvm: at most %d --cgroup\n", CONFINE_MAX_CGROUPS);
@@ -240,15 +294,24 @@ int main(int argc, char **argv)
             }
             conf.cgroups[conf.n_cgroups++] = optarg;
             break;
-        case 'S': conf.seccomp = true; break;
-        case 'p': probe = true; break;
-        case 'h': main__usage(stdout); return 0;
-        default: main__usage(stderr); return 2;
+        case 'S':
+            conf.seccomp = true;
+            break;
+        case 'p':
+            probe = true;
+            break;
+        case 'h':
+            main__usage(stdout);
+            return 0;
+        default:
+            main__usage(stderr);
+            return 2;
         }
     }
     struct al_error err = {0};
     if (probe) {
-        if ((cfg.kernel ? vmm_kvm_probe_kernel(cfg.kernel, 10000, &err) : vmm_kvm_probe(&err)) < 0) {
+        if ((cfg.kernel ? vmm_kvm_probe_kernel(cfg.kernel, 10000, &err) : vmm_kvm_probe(&err)) <
+            0) {
             fprintf(stderr, "airlock-vmm-kvm: %s\n", al_error_str(&err));
             return 1;
         }
@@ -282,12 +345,13 @@ int main(int argc, char **argv)
         }
         const char *slash = strrchr(control, '/');
         char dir[4096];
-        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - control) : 1, slash ? control : ".");
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - control) : 1,
+                 slash ? control : ".");
         snprintf(ctl_name, sizeof ctl_name, "%s", slash ? slash + 1 : control);
         ctl_dir = open(dir[0] ? dir : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
     }
     if (conf.jail_dir || conf.uid || conf.n_cgroups || conf.seccomp) {
-        al_log_init("vmm-kvm", AL_LOG_JSON, al_log_get_level());  /* no isatty() per line */
+        al_log_init("vmm-kvm", AL_LOG_JSON, al_log_get_level()); /* no isatty() per line */
         if (confine_process(&conf, &err) < 0) {
             fprintf(stderr, "airlock-vmm-kvm: confinement failed: %s\n", al_error_str(&err));
             vmm_kvm_destroy(main__vm);

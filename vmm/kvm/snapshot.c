@@ -29,7 +29,7 @@ enum {
     SNAP_PIT,
     SNAP_CLOCK,
     SNAP_SERIAL,
-    SNAP_VIRTIO = 30,   /* index = device slot: 0 blk, 1 net, 2 vsock, 3 rng */
+    SNAP_VIRTIO = 30, /* index = device slot: 0 blk, 1 net, 2 vsock, 3 rng */
     SNAP_BLK_BITMAP,
 };
 
@@ -102,13 +102,13 @@ static int snap__save_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct kvm_
                            struct snap_out *o, struct al_error *err)
 {
     uint32_t i = (uint32_t)c->index;
-#define SAVE(ioc, type, tag)                                                                  \
-    do {                                                                                      \
-        type v;                                                                               \
-        memset(&v, 0, sizeof v);                                                              \
-        if (ioctl(c->fd, ioc, &v) < 0)                                                        \
-            return al_error_set(err, -errno, "vCPU %u: " #ioc ": %s", i, strerror(errno));    \
-        snap__add(o, tag, i, &v, sizeof v);                                                   \
+#define SAVE(ioc, type, tag)                                                               \
+    do {                                                                                   \
+        type v;                                                                            \
+        memset(&v, 0, sizeof v);                                                           \
+        if (ioctl(c->fd, ioc, &v) < 0)                                                     \
+            return al_error_set(err, -errno, "vCPU %u: " #ioc ": %s", i, strerror(errno)); \
+        snap__add(o, tag, i, &v, sizeof v);                                                \
     } while (0)
     SAVE(KVM_GET_REGS, struct kvm_regs, SNAP_VCPU_REGS);
     SAVE(KVM_GET_SREGS, struct kvm_sregs, SNAP_VCPU_SREGS);
@@ -143,7 +143,7 @@ static int snap__save_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct kvm_
         }
         memcpy(&m->entries[got], b->entries, (size_t)r * sizeof(struct kvm_msr_entry));
         got += (uint32_t)r;
-        k += (size_t)r + 1;   /* skip the one that failed (if any) */
+        k += (size_t)r + 1; /* skip the one that failed (if any) */
         free(b);
     }
     m->nmsrs = got;
@@ -208,10 +208,14 @@ out:
 static struct virtio_dev *snap__slot(struct vmm_kvm *vm, int slot)
 {
     switch (slot) {
-    case 0: return vm->blk;
-    case 1: return vm->net;
-    case 2: return vm->vsock;
-    default: return vm->rng;
+    case 0:
+        return vm->blk;
+    case 1:
+        return vm->net;
+    case 2:
+        return vm->vsock;
+    default:
+        return vm->rng;
     }
 }
 
@@ -219,7 +223,8 @@ int vmm_kvm_snapshot(struct vmm_kvm *vm, const char *dir, struct al_error *err)
 {
     uint64_t t0 = al_now_ns();
     if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-        return al_error_set(err, -errno, "cannot create snapshot directory %s: %s", dir, strerror(errno));
+        return al_error_set(err, -errno, "cannot create snapshot directory %s: %s", dir,
+                            strerror(errno));
     bool was_paused = vm->pause_req;
     int rc = vm_pause(vm);
     if (rc < 0)
@@ -231,8 +236,8 @@ int vmm_kvm_snapshot(struct vmm_kvm *vm, const char *dir, struct al_error *err)
             pthread_mutex_lock(&snap__slot(vm, slot)->lock);
 
     struct snap_out o = {0};
-    struct snap_hdr h = {.version = SNAP_VERSION, .nvcpus = (uint32_t)vm->nvcpus,
-                         .mem_bytes = vm->gm.total};
+    struct snap_hdr h = {
+        .version = SNAP_VERSION, .nvcpus = (uint32_t)vm->nvcpus, .mem_bytes = vm->gm.total};
     memcpy(h.magic, SNAP_MAGIC, 8);
     struct kvm_msr_list *ml = NULL;
     rc = snap__msr_list(vm, &ml);
@@ -396,13 +401,14 @@ const void *snap_find(const struct snap_state *st, uint32_t tag, uint32_t index,
     return NULL;
 }
 
-#define SNAP_NEED(var, type, tag, idx, what)                                                   \
-    type var;                                                                                  \
-    do {                                                                                       \
-        const void *p_ = snap_find(st, tag, idx, sizeof(type), NULL);                          \
-        if (!p_)                                                                               \
-            return al_error_set(err, -EINVAL, "snapshot lacks %s (or it has the wrong size)", what); \
-        memcpy(&var, p_, sizeof(type));                                                        \
+#define SNAP_NEED(var, type, tag, idx, what)                                                  \
+    type var;                                                                                 \
+    do {                                                                                      \
+        const void *p_ = snap_find(st, tag, idx, sizeof(type), NULL);                         \
+        if (!p_)                                                                              \
+            return al_error_set(err, -EINVAL, "snapshot lacks %s (or it has the wrong size)", \
+                                what);                                                        \
+        memcpy(&var, p_, sizeof(type));                                                       \
     } while (0)
 
 int snap_restore_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct snap_state *st,
@@ -428,10 +434,10 @@ int snap_restore_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct snap_stat
     if (xcrs.nr_xcrs > KVM_MAX_XCRS)
         return al_error_set(err, -EINVAL, "snapshot XCRs of vCPU %u are malformed", i);
 
-#define LOAD(ioc, ptr)                                                                      \
-    do {                                                                                    \
-        if (ioctl(c->fd, ioc, ptr) < 0)                                                     \
-            return al_error_set(err, -errno, "vCPU %u: " #ioc ": %s", i, strerror(errno));  \
+#define LOAD(ioc, ptr)                                                                     \
+    do {                                                                                   \
+        if (ioctl(c->fd, ioc, ptr) < 0)                                                    \
+            return al_error_set(err, -errno, "vCPU %u: " #ioc ": %s", i, strerror(errno)); \
     } while (0)
     LOAD(KVM_SET_SREGS, &sregs);
     LOAD(KVM_SET_REGS, &regs);
@@ -443,7 +449,7 @@ int snap_restore_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct snap_stat
     struct kvm_msrs *mc = malloc(mlen);
     if (!mc)
         return al_error_set(err, -ENOMEM, "out of memory");
-    memcpy(mc, mraw, mlen);   /* also aligns it */
+    memcpy(mc, mraw, mlen); /* also aligns it */
     int set = ioctl(c->fd, KVM_SET_MSRS, mc);
     if (set < 0) {
         free(mc);
@@ -483,7 +489,11 @@ int snap_restore_vm(struct vmm_kvm *vm, const struct snap_state *st, const char 
             return al_error_set(err, -EINVAL,
                                 "snapshot and configuration disagree on virtio slot %d (%s): "
                                 "restore with the same devices the snapshot had",
-                                slot, slot == 0 ? "disk" : slot == 1 ? "network" : slot == 2 ? "vsock" : "rng");
+                                slot,
+                                slot == 0   ? "disk"
+                                : slot == 1 ? "network"
+                                : slot == 2 ? "vsock"
+                                            : "rng");
         struct virtio_snap copy;
         memcpy(&copy, vs, sizeof copy);
         if (slot == 0) {

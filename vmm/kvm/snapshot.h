@@ -21,12 +21,12 @@
 struct vmm_kvm;
 struct vcpu;
 
-#define SNAP_MAGIC   "ALKVMSS1"
-#define SNAP_VERSION 1
+#define SNAP_MAGIC     "ALKVMSS1"
+#define SNAP_VERSION   1
 #define SNAP_MAX_STATE (64u << 20)
 
 struct snap_state {
-    uint8_t *data;     /* the whole vm.state file */
+    uint8_t *data; /* the whole vm.state file */
     size_t len;
     uint32_t nvcpus;
     uint64_t mem_bytes;

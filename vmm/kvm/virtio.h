@@ -74,19 +74,19 @@ struct virtio_dev {
     struct vmm_kvm *vm;
     struct mmio_dev mmio;
     pthread_mutex_t lock;
-    uint64_t features;          /* offered */
-    uint64_t driver_features;   /* accepted */
+    uint64_t features;        /* offered */
+    uint64_t driver_features; /* accepted */
     uint32_t status;
     uint32_t dev_feat_sel, drv_feat_sel, queue_sel;
     uint32_t config_gen;
     _Atomic uint32_t int_status;
     uint32_t irq;
-    int irqfd;                  /* eventfd wired to irq with KVM_IRQFD */
+    int irqfd; /* eventfd wired to irq with KVM_IRQFD */
     struct virtq vq[VIRTIO_MAX_QUEUES];
-    struct ev_handler notify_ev[VIRTIO_MAX_QUEUES];  /* ioeventfd per queue */
-    bool active;                /* DRIVER_OK and not reset since */
-    uint64_t bad_chains;        /* malformed chains seen (logged, rate-limited) */
-    uint64_t guest_warnings;    /* other guest errors (logged, rate-limited) */
+    struct ev_handler notify_ev[VIRTIO_MAX_QUEUES]; /* ioeventfd per queue */
+    bool active;                                    /* DRIVER_OK and not reset since */
+    uint64_t bad_chains;     /* malformed chains seen (logged, rate-limited) */
+    uint64_t guest_warnings; /* other guest errors (logged, rate-limited) */
 };
 
 /* Sets up the transport at `base` with interrupt line `irq`: registers the MMIO window, an
@@ -109,7 +109,8 @@ void virtio_dev_save(struct virtio_dev *d, struct virtio_snap *s);
 int virtio_dev_load(struct virtio_dev *d, const struct virtio_snap *s, struct al_error *err);
 
 /* Copies [off, off+len) of a device's config structure into data, zero beyond its end. */
-void virtio_config_copy(const void *cfg, uint32_t cfg_len, uint32_t off, uint8_t *data, uint32_t len);
+void virtio_config_copy(const void *cfg, uint32_t cfg_len, uint32_t off, uint8_t *data,
+                        uint32_t len);
 
 /* Register-level access, exposed for the unit tests and the fuzzer (no KVM needed when
  * vm->vm_fd is -1: ioeventfds/irqfd are then plain eventfds). */

@@ -16,10 +16,10 @@
 #include "common/log.h"
 #include "vmm/kvm/devices_int.h"
 
-#define VIRTIO_BLK_F_SEG_MAX 2
-#define VIRTIO_BLK_F_RO      5
+#define VIRTIO_BLK_F_SEG_MAX  2
+#define VIRTIO_BLK_F_RO       5
 #define VIRTIO_BLK_F_BLK_SIZE 6
-#define VIRTIO_BLK_F_FLUSH   9
+#define VIRTIO_BLK_F_FLUSH    9
 
 #define VIRTIO_BLK_T_IN     0
 #define VIRTIO_BLK_T_OUT    1
@@ -62,9 +62,9 @@ static uint32_t vblk__request(struct vblk *b, const struct virtq_chain *c)
         uint64_t sector;
     } hdr;
     if (c->n_in == 0 || c->in_len == 0)
-        return 0;  /* nowhere to put the status: drop */
+        return 0; /* nowhere to put the status: drop */
     uint8_t status = VIRTIO_BLK_S_IOERR;
-    uint64_t data_in = c->in_len - 1;   /* writable bytes before the status byte */
+    uint64_t data_in = c->in_len - 1; /* writable bytes before the status byte */
     uint32_t written = 0;
     struct iovec src[VIRTQ_MAX_SEGS], v[VIRTQ_MAX_SEGS];
 
@@ -144,7 +144,8 @@ static const struct virtio_dev_ops vblk__ops = {
     .notify = vblk__notify,
 };
 
-struct virtio_dev *vblk_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq, struct al_error *err)
+struct virtio_dev *vblk_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
+                               struct al_error *err)
 {
     struct vblk *b = calloc(1, sizeof *b);
     if (!b) {
@@ -153,7 +154,8 @@ struct virtio_dev *vblk_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq, 
     }
     const char *overlay = vm->cfg.disk_readonly ? NULL : vm->cfg.disk_overlay;
     if (!vm->cfg.disk_readonly && !overlay) {
-        al_error_set(err, -EINVAL, "a writable disk needs an overlay file (--overlay) for its writes");
+        al_error_set(err, -EINVAL,
+                     "a writable disk needs an overlay file (--overlay) for its writes");
         free(b);
         return NULL;
     }

@@ -9,30 +9,30 @@
 #include "common/log.h"
 #include "vmm/kvm/virtio.h"
 
-#define VMMIO_MAGIC            0x000
-#define VMMIO_VERSION          0x004
-#define VMMIO_DEVICE_ID        0x008
-#define VMMIO_VENDOR_ID        0x00c
-#define VMMIO_DEVICE_FEATURES  0x010
-#define VMMIO_DEVICE_FEAT_SEL  0x014
-#define VMMIO_DRIVER_FEATURES  0x020
-#define VMMIO_DRIVER_FEAT_SEL  0x024
-#define VMMIO_QUEUE_SEL        0x030
-#define VMMIO_QUEUE_NUM_MAX    0x034
-#define VMMIO_QUEUE_NUM        0x038
-#define VMMIO_QUEUE_READY      0x044
-#define VMMIO_QUEUE_NOTIFY     0x050
-#define VMMIO_INT_STATUS       0x060
-#define VMMIO_INT_ACK          0x064
-#define VMMIO_STATUS           0x070
-#define VMMIO_QUEUE_DESC_LOW   0x080
-#define VMMIO_QUEUE_DESC_HIGH  0x084
-#define VMMIO_QUEUE_DRIVER_LOW 0x090
+#define VMMIO_MAGIC             0x000
+#define VMMIO_VERSION           0x004
+#define VMMIO_DEVICE_ID         0x008
+#define VMMIO_VENDOR_ID         0x00c
+#define VMMIO_DEVICE_FEATURES   0x010
+#define VMMIO_DEVICE_FEAT_SEL   0x014
+#define VMMIO_DRIVER_FEATURES   0x020
+#define VMMIO_DRIVER_FEAT_SEL   0x024
+#define VMMIO_QUEUE_SEL         0x030
+#define VMMIO_QUEUE_NUM_MAX     0x034
+#define VMMIO_QUEUE_NUM         0x038
+#define VMMIO_QUEUE_READY       0x044
+#define VMMIO_QUEUE_NOTIFY      0x050
+#define VMMIO_INT_STATUS        0x060
+#define VMMIO_INT_ACK           0x064
+#define VMMIO_STATUS            0x070
+#define VMMIO_QUEUE_DESC_LOW    0x080
+#define VMMIO_QUEUE_DESC_HIGH   0x084
+#define VMMIO_QUEUE_DRIVER_LOW  0x090
 #define VMMIO_QUEUE_DRIVER_HIGH 0x094
-#define VMMIO_QUEUE_DEVICE_LOW 0x0a0
+#define VMMIO_QUEUE_DEVICE_LOW  0x0a0
 #define VMMIO_QUEUE_DEVICE_HIGH 0x0a4
-#define VMMIO_CONFIG_GEN       0x0fc
-#define VMMIO_CONFIG           0x100
+#define VMMIO_CONFIG_GEN        0x0fc
+#define VMMIO_CONFIG            0x100
 
 #define VMMIO_VENDOR 0x4c524941u /* "AIRL" */
 
@@ -98,24 +98,44 @@ void virtio_mmio_read(struct virtio_dev *d, uint64_t off, uint8_t *data, uint32_
         goto out;
     }
     if (size != 4 || (off & 3))
-        goto out;  /* registers are 32-bit only */
+        goto out; /* registers are 32-bit only */
     uint32_t v = 0;
     struct virtq *q = virtio__sel_queue(d);
     switch (off) {
-    case VMMIO_MAGIC: v = 0x74726976; break;  /* "virt" */
-    case VMMIO_VERSION: v = 2; break;
-    case VMMIO_DEVICE_ID: v = d->ops->device_id; break;
-    case VMMIO_VENDOR_ID: v = VMMIO_VENDOR; break;
-    case VMMIO_DEVICE_FEATURES:
-        v = d->dev_feat_sel == 0 ? (uint32_t)d->features
-            : d->dev_feat_sel == 1 ? (uint32_t)(d->features >> 32) : 0;
+    case VMMIO_MAGIC:
+        v = 0x74726976;
+        break; /* "virt" */
+    case VMMIO_VERSION:
+        v = 2;
         break;
-    case VMMIO_QUEUE_NUM_MAX: v = q ? VIRTQ_MAX_SIZE : 0; break;
-    case VMMIO_QUEUE_READY: v = q ? q->ready : 0; break;
-    case VMMIO_INT_STATUS: v = atomic_load(&d->int_status); break;
-    case VMMIO_STATUS: v = d->status; break;
-    case VMMIO_CONFIG_GEN: v = d->config_gen; break;
-    default: break;
+    case VMMIO_DEVICE_ID:
+        v = d->ops->device_id;
+        break;
+    case VMMIO_VENDOR_ID:
+        v = VMMIO_VENDOR;
+        break;
+    case VMMIO_DEVICE_FEATURES:
+        v = d->dev_feat_sel == 0   ? (uint32_t)d->features
+            : d->dev_feat_sel == 1 ? (uint32_t)(d->features >> 32)
+                                   : 0;
+        break;
+    case VMMIO_QUEUE_NUM_MAX:
+        v = q ? VIRTQ_MAX_SIZE : 0;
+        break;
+    case VMMIO_QUEUE_READY:
+        v = q ? q->ready : 0;
+        break;
+    case VMMIO_INT_STATUS:
+        v = atomic_load(&d->int_status);
+        break;
+    case VMMIO_STATUS:
+        v = d->status;
+        break;
+    case VMMIO_CONFIG_GEN:
+        v = d->config_gen;
+        break;
+    default:
+        break;
     }
     memcpy(data, &v, 4);
 out:
@@ -128,7 +148,7 @@ static void virtio__set_status(struct virtio_dev *d, uint32_t v)
         virtio__reset(d);
         return;
     }
-    v |= d->status & VIRTIO_STATUS_NEEDS_RESET;  /* ours to set; only a reset clears it */
+    v |= d->status & VIRTIO_STATUS_NEEDS_RESET; /* ours to set; only a reset clears it */
     if ((v & VIRTIO_STATUS_FEATURES_OK) && !(d->status & VIRTIO_STATUS_FEATURES_OK)) {
         /* Accept only what we offered, and only the modern interface. */
         if ((d->driver_features & ~d->features) || !(d->driver_features & VIRTIO_F_VERSION_1)) {
@@ -158,14 +178,16 @@ void virtio_mmio_write(struct virtio_dev *d, uint64_t off, const uint8_t *data, 
 {
     pthread_mutex_lock(&d->lock);
     if (off >= VMMIO_CONFIG || size != 4 || (off & 3))
-        goto out;  /* config space is read-only for our devices; registers are 32-bit */
+        goto out; /* config space is read-only for our devices; registers are 32-bit */
     uint32_t v;
     memcpy(&v, data, 4);
     struct virtq *q = virtio__sel_queue(d);
     /* Queue layout may change only while the queue is not ready (spec 4.2.2.2). */
     bool q_writable = q && !q->ready;
     switch (off) {
-    case VMMIO_DEVICE_FEAT_SEL: d->dev_feat_sel = v; break;
+    case VMMIO_DEVICE_FEAT_SEL:
+        d->dev_feat_sel = v;
+        break;
     case VMMIO_DRIVER_FEATURES:
         if (d->status & VIRTIO_STATUS_FEATURES_OK)
             break;
@@ -174,8 +196,12 @@ void virtio_mmio_write(struct virtio_dev *d, uint64_t off, const uint8_t *data, 
         else if (d->drv_feat_sel == 1)
             d->driver_features = (d->driver_features & 0xffffffffull) | ((uint64_t)v << 32);
         break;
-    case VMMIO_DRIVER_FEAT_SEL: d->drv_feat_sel = v; break;
-    case VMMIO_QUEUE_SEL: d->queue_sel = v; break;
+    case VMMIO_DRIVER_FEAT_SEL:
+        d->drv_feat_sel = v;
+        break;
+    case VMMIO_QUEUE_SEL:
+        d->queue_sel = v;
+        break;
     case VMMIO_QUEUE_NUM:
         if (q_writable)
             q->size = v > 0xffff ? 0 : (uint16_t)v;
@@ -206,27 +232,38 @@ void virtio_mmio_write(struct virtio_dev *d, uint64_t off, const uint8_t *data, 
         if (v < (uint32_t)d->ops->nqueues && d->active && d->ops->notify)
             d->ops->notify(d, (int)v);
         break;
-    case VMMIO_INT_ACK: atomic_fetch_and(&d->int_status, ~v); break;
-    case VMMIO_STATUS: virtio__set_status(d, v); break;
+    case VMMIO_INT_ACK:
+        atomic_fetch_and(&d->int_status, ~v);
+        break;
+    case VMMIO_STATUS:
+        virtio__set_status(d, v);
+        break;
     case VMMIO_QUEUE_DESC_LOW:
-        if (q_writable) q->desc_gpa = (q->desc_gpa & ~0xffffffffull) | v;
+        if (q_writable)
+            q->desc_gpa = (q->desc_gpa & ~0xffffffffull) | v;
         break;
     case VMMIO_QUEUE_DESC_HIGH:
-        if (q_writable) q->desc_gpa = (q->desc_gpa & 0xffffffffull) | ((uint64_t)v << 32);
+        if (q_writable)
+            q->desc_gpa = (q->desc_gpa & 0xffffffffull) | ((uint64_t)v << 32);
         break;
     case VMMIO_QUEUE_DRIVER_LOW:
-        if (q_writable) q->avail_gpa = (q->avail_gpa & ~0xffffffffull) | v;
+        if (q_writable)
+            q->avail_gpa = (q->avail_gpa & ~0xffffffffull) | v;
         break;
     case VMMIO_QUEUE_DRIVER_HIGH:
-        if (q_writable) q->avail_gpa = (q->avail_gpa & 0xffffffffull) | ((uint64_t)v << 32);
+        if (q_writable)
+            q->avail_gpa = (q->avail_gpa & 0xffffffffull) | ((uint64_t)v << 32);
         break;
     case VMMIO_QUEUE_DEVICE_LOW:
-        if (q_writable) q->used_gpa = (q->used_gpa & ~0xffffffffull) | v;
+        if (q_writable)
+            q->used_gpa = (q->used_gpa & ~0xffffffffull) | v;
         break;
     case VMMIO_QUEUE_DEVICE_HIGH:
-        if (q_writable) q->used_gpa = (q->used_gpa & 0xffffffffull) | ((uint64_t)v << 32);
+        if (q_writable)
+            q->used_gpa = (q->used_gpa & 0xffffffffull) | ((uint64_t)v << 32);
         break;
-    default: break;
+    default:
+        break;
     }
 out:
     pthread_mutex_unlock(&d->lock);
@@ -274,10 +311,13 @@ int virtio_dev_init(struct virtio_dev *d, struct vmm_kvm *vm, const struct virti
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&d->lock, &attr);
     pthread_mutexattr_destroy(&attr);
-    d->mmio = (struct mmio_dev){.base = base, .len = VM_MMIO_SIZE, .read = virtio__mmio_read,
-                                .write = virtio__mmio_write, .ctx = d};
+    d->mmio = (struct mmio_dev){.base = base,
+                                .len = VM_MMIO_SIZE,
+                                .read = virtio__mmio_read,
+                                .write = virtio__mmio_write,
+                                .ctx = d};
     if (vm->vm_fd < 0)
-        return 0;  /* unit tests: no KVM, notifications handled inline */
+        return 0; /* unit tests: no KVM, notifications handled inline */
 
     d->irqfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (d->irqfd < 0)
@@ -326,7 +366,8 @@ void virtio_dev_free(struct virtio_dev *d)
     pthread_mutex_destroy(&d->lock);
 }
 
-void virtio_config_copy(const void *cfg, uint32_t cfg_len, uint32_t off, uint8_t *data, uint32_t len)
+void virtio_config_copy(const void *cfg, uint32_t cfg_len, uint32_t off, uint8_t *data,
+                        uint32_t len)
 {
     memset(data, 0, len);
     if (off >= cfg_len)
@@ -403,7 +444,7 @@ int virtio_dev_load(struct virtio_dev *d, const struct virtio_snap *s, struct al
         d->ops->restored(d);
     pthread_mutex_unlock(&d->lock);
     if (rc == 0 && d->irqfd >= 0 && atomic_load(&d->int_status)) {
-        uint64_t one = 1;   /* an interrupt was pending when the snapshot was taken */
+        uint64_t one = 1; /* an interrupt was pending when the snapshot was taken */
         ssize_t w = write(d->irqfd, &one, sizeof one);
         (void)w;
     }

@@ -25,8 +25,8 @@
 #define VIRTIO_NET_F_MAC 5
 #define VNET_HDR_LEN     12
 #define VNET_MAX_FRAME   (65535 + 14)
-#define VNET_RXQ 0
-#define VNET_TXQ 1
+#define VNET_RXQ         0
+#define VNET_TXQ         1
 
 struct virtio_net_config {
     uint8_t mac[6];
@@ -80,13 +80,14 @@ static void vnet__tx(struct vnet *n)
         struct iovec src[VIRTQ_MAX_SEGS], v[VIRTQ_MAX_SEGS + 1];
         for (unsigned i = 0; i < c.n_out; i++)
             src[i] = (struct iovec){c.seg[i].p, c.seg[i].len};
-        uint8_t hdr[VNET_HDR_LEN] = {0};  /* ours, not the guest's */
+        uint8_t hdr[VNET_HDR_LEN] = {0}; /* ours, not the guest's */
         v[0] = (struct iovec){hdr, sizeof hdr};
-        int k = iov_slice(src, c.n_out, VNET_HDR_LEN, c.out_len - VNET_HDR_LEN, v + 1, VIRTQ_MAX_SEGS);
+        int k =
+            iov_slice(src, c.n_out, VNET_HDR_LEN, c.out_len - VNET_HDR_LEN, v + 1, VIRTQ_MAX_SEGS);
         if (k >= 0 && writev(n->tap_ev.fd, v, k + 1) >= 0)
             n->tx_frames++;
         else
-            n->tx_dropped++;   /* tap full or gone: a NIC drops too */
+            n->tx_dropped++; /* tap full or gone: a NIC drops too */
         virtq_push(q, c.head, 0);
     }
     if (done)
@@ -102,7 +103,7 @@ static void vnet__rx(struct vnet *n)
     int done = 0;
     for (;;) {
         if (!d->active || !virtq_has_avail(q)) {
-            vnet__poll_tap(n, false);   /* resumed by the guest's next rx notify */
+            vnet__poll_tap(n, false); /* resumed by the guest's next rx notify */
             break;
         }
         int rc = virtq_pop(q, &d->vm->gm, &c);
@@ -131,7 +132,7 @@ static void vnet__rx(struct vnet *n)
             break;
         }
         uint16_t one = 1;
-        virtq_chain_write(&c, 10, &one, 2);   /* num_buffers */
+        virtq_chain_write(&c, 10, &one, 2); /* num_buffers */
         if ((uint64_t)got > c.in_len)
             n->rx_truncated++;
         virtq_push(q, c.head, (uint32_t)((uint64_t)got < c.in_len ? (uint64_t)got : c.in_len));
@@ -189,11 +190,11 @@ static int vnet__setup_tap(int fd, const char *name, struct al_error *err)
 {
     struct ifreq ifr;
     memset(&ifr, 0, sizeof ifr);
-    if (ioctl(fd, TUNGETIFF, &ifr) < 0 || !(ifr.ifr_flags & IFF_TAP) || !(ifr.ifr_flags & IFF_NO_PI) ||
-        !(ifr.ifr_flags & IFF_VNET_HDR)) {
+    if (ioctl(fd, TUNGETIFF, &ifr) < 0 || !(ifr.ifr_flags & IFF_TAP) ||
+        !(ifr.ifr_flags & IFF_NO_PI) || !(ifr.ifr_flags & IFF_VNET_HDR)) {
         close(fd);
-        return al_error_set(err, -EINVAL, "%s is not a tap opened with IFF_TAP|IFF_NO_PI|IFF_VNET_HDR",
-                            name);
+        return al_error_set(err, -EINVAL,
+                            "%s is not a tap opened with IFF_TAP|IFF_NO_PI|IFF_VNET_HDR", name);
     }
     int hdr = VNET_HDR_LEN;
     if (ioctl(fd, TUNSETVNETHDRSZ, &hdr) < 0 || ioctl(fd, TUNSETOFFLOAD, 0) < 0) {
@@ -227,13 +228,15 @@ static int vnet__open_tap(const char *name, struct al_error *err)
     if (ioctl(fd, TUNSETIFF, &ifr) < 0) {
         int e = -errno;
         close(fd);
-        return al_error_set(err, e, "cannot attach to tap %s: %s (create it first, owned by this user)",
+        return al_error_set(err, e,
+                            "cannot attach to tap %s: %s (create it first, owned by this user)",
                             name, strerror(-e));
     }
     return vnet__setup_tap(fd, name, err);
 }
 
-struct virtio_dev *vnet_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq, struct al_error *err)
+struct virtio_dev *vnet_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
+                               struct al_error *err)
 {
     struct vnet *n = calloc(1, sizeof *n);
     if (!n) {

@@ -53,7 +53,7 @@ static void vrng__notify(struct virtio_dev *d, int qi)
 
 static void vrng__config_read(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32_t len)
 {
-    memset(data, 0, len);   /* no configuration space */
+    memset(data, 0, len); /* no configuration space */
 }
 
 static const struct virtio_dev_ops vrng__ops = {
@@ -64,7 +64,8 @@ static const struct virtio_dev_ops vrng__ops = {
     .notify = vrng__notify,
 };
 
-struct virtio_dev *vrng_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq, struct al_error *err)
+struct virtio_dev *vrng_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
+                               struct al_error *err)
 {
     struct vrng *r = calloc(1, sizeof *r);
     if (!r) {

@@ -27,27 +27,27 @@
 #include "common/util.h"
 #include "vmm/kvm/devices_int.h"
 
-#define VSOCK_HOST_CID   2
-#define VSOCK_TYPE_STREAM 1
-#define VSOCK_OP_REQUEST  1
-#define VSOCK_OP_RESPONSE 2
-#define VSOCK_OP_RST      3
-#define VSOCK_OP_SHUTDOWN 4
-#define VSOCK_OP_RW       5
+#define VSOCK_HOST_CID          2
+#define VSOCK_TYPE_STREAM       1
+#define VSOCK_OP_REQUEST        1
+#define VSOCK_OP_RESPONSE       2
+#define VSOCK_OP_RST            3
+#define VSOCK_OP_SHUTDOWN       4
+#define VSOCK_OP_RW             5
 #define VSOCK_OP_CREDIT_UPDATE  6
 #define VSOCK_OP_CREDIT_REQUEST 7
-#define VSOCK_SHUTDOWN_RCV  1
-#define VSOCK_SHUTDOWN_SEND 2
+#define VSOCK_SHUTDOWN_RCV      1
+#define VSOCK_SHUTDOWN_SEND     2
 
 #define VSOCK_RXQ 0
 #define VSOCK_TXQ 1
 #define VSOCK_EVQ 2
 
-#define VSOCK_BUF_ALLOC  (256u * 1024)
-#define VSOCK_MAX_PKT    (64u * 1024)
-#define VSOCK_MAX_CONNS  64
-#define VSOCK_CTL_MAX    256
-#define VSOCK_PORT_BASE  0x40000000u
+#define VSOCK_BUF_ALLOC (256u * 1024)
+#define VSOCK_MAX_PKT   (64u * 1024)
+#define VSOCK_MAX_CONNS 64
+#define VSOCK_CTL_MAX   256
+#define VSOCK_PORT_BASE 0x40000000u
 
 struct vsock_hdr {
     uint64_t src_cid;
@@ -70,18 +70,18 @@ struct vconn {
     struct vsock *vs;
     struct ev_handler ev;
     enum vconn_state state;
-    uint32_t local_port;   /* host side */
-    uint32_t peer_port;    /* guest side */
+    uint32_t local_port; /* host side */
+    uint32_t peer_port;  /* guest side */
     uint32_t peer_buf_alloc, peer_fwd_cnt;
-    uint32_t tx_cnt;       /* bytes sent to the guest */
-    uint32_t fwd_cnt;      /* guest bytes delivered to the host socket */
+    uint32_t tx_cnt;  /* bytes sent to the guest */
+    uint32_t fwd_cnt; /* guest bytes delivered to the host socket */
     uint32_t fwd_advertised;
-    bool host_eof;         /* the host side sent EOF; SHUTDOWN(SEND) queued */
-    bool guest_done;       /* the guest will send no more */
-    uint32_t events;       /* current epoll interest */
-    bool registered;       /* in the epoll set (removed when interest is empty: a hung-up
+    bool host_eof;   /* the host side sent EOF; SHUTDOWN(SEND) queued */
+    bool guest_done; /* the guest will send no more */
+    uint32_t events; /* current epoll interest */
+    bool registered; /* in the epoll set (removed when interest is empty: a hung-up
                             * socket would otherwise report EPOLLHUP forever) */
-    uint8_t *out;          /* guest -> host bytes not yet written */
+    uint8_t *out;    /* guest -> host bytes not yet written */
     uint32_t out_len;
 };
 
@@ -94,9 +94,9 @@ struct vsock_ctl {
 struct vsock_listener {
     struct ev_handler ev;
     uint32_t port;
-    int dir_fd;          /* O_PATH of the socket's directory: unlink works after pivot_root */
-    char name[108];      /* the socket's name in that directory */
-    bool bound;          /* we created the socket file (only then is it ours to unlink) */
+    int dir_fd;     /* O_PATH of the socket's directory: unlink works after pivot_root */
+    char name[108]; /* the socket's name in that directory */
+    bool bound;     /* we created the socket file (only then is it ours to unlink) */
     struct vsock *vs;
 };
 
@@ -110,7 +110,7 @@ struct vsock {
     unsigned ctl_head, ctl_len;
     uint32_t next_port;
     bool reset_event_pending;
-    uint64_t dropped;      /* packets dropped as invalid */
+    uint64_t dropped; /* packets dropped as invalid */
     uint64_t refused, refused_logged_ns;
 };
 
@@ -194,7 +194,7 @@ static bool vsock__flush_out(struct vconn *c)
         if (w < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 return true;
-            vsock__reset_conn(c);   /* the host side went away */
+            vsock__reset_conn(c); /* the host side went away */
             return false;
         }
         memmove(c->out, c->out + w, c->out_len - (uint32_t)w);
@@ -204,7 +204,7 @@ static bool vsock__flush_out(struct vconn *c)
     if (c->guest_done) {
         shutdown(c->ev.fd, SHUT_WR);
         if (c->host_eof) {
-            vsock__reset_conn(c);   /* both directions finished */
+            vsock__reset_conn(c); /* both directions finished */
             return false;
         }
     }
@@ -215,10 +215,11 @@ static bool vsock__flush_out(struct vconn *c)
 }
 
 /* Takes `len` data bytes of a guest RW packet (at byte `off` of the chain). */
-static void vsock__guest_data(struct vconn *c, const struct virtq_chain *ch, uint64_t off, uint32_t len)
+static void vsock__guest_data(struct vconn *c, const struct virtq_chain *ch, uint64_t off,
+                              uint32_t len)
 {
     if (c->out_len + (uint64_t)len > VSOCK_BUF_ALLOC) {
-        vsock__reset_conn(c);       /* the guest ignored the credit we gave it */
+        vsock__reset_conn(c); /* the guest ignored the credit we gave it */
         return;
     }
     if (!c->out) {
@@ -279,14 +280,14 @@ static void vsock__tx_packet(struct vsock *vs, const struct virtq_chain *ch)
             vsock__guest_data(c, ch, sizeof h, h.len);
         break;
     case VSOCK_OP_CREDIT_UPDATE:
-        break;  /* credit already taken from the header */
+        break; /* credit already taken from the header */
     case VSOCK_OP_CREDIT_REQUEST:
         vsock__queue_ctl(vs, c->local_port, c->peer_port, VSOCK_OP_CREDIT_UPDATE, 0);
         break;
     case VSOCK_OP_SHUTDOWN:
         if (h.flags & VSOCK_SHUTDOWN_SEND) {
             c->guest_done = true;
-            vsock__flush_out(c);  /* may close c */
+            vsock__flush_out(c); /* may close c */
         }
         break;
     case VSOCK_OP_RST:
@@ -368,7 +369,7 @@ static bool vsock__rx_data(struct vsock *vs, struct vconn *c, int *done)
         if (r <= 0) {
             virtq_unpop(&d->vq[VSOCK_RXQ]);
             if (r == 0) {
-                c->host_eof = true;   /* half-close: the guest may still answer */
+                c->host_eof = true; /* half-close: the guest may still answer */
                 vsock__queue_ctl(vs, c->local_port, c->peer_port, VSOCK_OP_SHUTDOWN,
                                  VSOCK_SHUTDOWN_SEND);
                 if (c->guest_done && !c->out_len)
@@ -429,7 +430,8 @@ static void vsock__pump(struct vsock *vs)
         if (rc == 0)
             break;
         if (rc < 0) {
-            virtio_dev_bad_chain(d, VSOCK_TXQ, rc == -EIO ? "queue broken" : "bad descriptor chain");
+            virtio_dev_bad_chain(d, VSOCK_TXQ,
+                                 rc == -EIO ? "queue broken" : "bad descriptor chain");
             if (rc == -EIO)
                 break;
             tx_done++;
@@ -467,7 +469,7 @@ static void vsock__on_conn(struct ev_handler *h, uint32_t events)
         vsock__flush_out(c);
     if (c->state != VCONN_FREE && (events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN) &&
         !(c->events & EPOLLIN))
-        vsock__reset_conn(c);   /* gone, and nothing left for us to read */
+        vsock__reset_conn(c); /* gone, and nothing left for us to read */
     vsock__pump(vs);
     pthread_mutex_unlock(&vs->dev.lock);
 }
@@ -588,7 +590,8 @@ static int vsock__listen(struct vsock_listener *l, const char *path, struct al_e
     struct stat st;
     if (lstat(path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode))
-            return al_error_set(err, -EEXIST, "%s exists and is not a socket; not replacing it", path);
+            return al_error_set(err, -EEXIST, "%s exists and is not a socket; not replacing it",
+                                path);
         unlink(path);
     }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -604,7 +607,8 @@ static int vsock__listen(struct vsock_listener *l, const char *path, struct al_e
     return fd;
 }
 
-struct virtio_dev *vsock_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq, struct al_error *err)
+struct virtio_dev *vsock_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
+                                struct al_error *err)
 {
     if (vm->cfg.guest_cid < 3 || vm->cfg.guest_cid > 0xfffffffeu) {
         al_error_set(err, -EINVAL, "guest CID %u is reserved: use 3 or more", vm->cfg.guest_cid);
@@ -631,7 +635,7 @@ struct virtio_dev *vsock_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
         if (vm->cfg.vsock[i].path) {
             fd = vsock__listen(l, vm->cfg.vsock[i].path, err);
         } else if (vm->cfg.vsock[i].fd > 2) {
-            fd = vm->cfg.vsock[i].fd;   /* handed in, already listening; not ours to unlink */
+            fd = vm->cfg.vsock[i].fd; /* handed in, already listening; not ours to unlink */
             int fl = fcntl(fd, F_GETFL);
             if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
                 al_error_set(err, -errno, "agent socket fd %d: %s", fd, strerror(errno));

@@ -26,8 +26,8 @@ int virtq_activate(struct virtq *q, const struct guest_mem *gm)
     if ((q->desc_gpa & 15) || (q->avail_gpa & 1) || (q->used_gpa & 3))
         return -EINVAL;
     void *d = gm_ptr(gm, q->desc_gpa, 16 * n);
-    void *a = gm_ptr(gm, q->avail_gpa, 6 + 2 * n);   /* flags, idx, ring, used_event */
-    void *u = gm_ptr(gm, q->used_gpa, 6 + 8 * n);    /* flags, idx, ring, avail_event */
+    void *a = gm_ptr(gm, q->avail_gpa, 6 + 2 * n); /* flags, idx, ring, used_event */
+    void *u = gm_ptr(gm, q->used_gpa, 6 + 8 * n);  /* flags, idx, ring, avail_event */
     if (!d || !a || !u)
         return -EINVAL;
     q->desc = d;
@@ -92,13 +92,13 @@ int virtq_pop(struct virtq *q, const struct guest_mem *gm, struct virtq_chain *c
     c->n_out = c->n_in = 0;
     c->out_len = c->in_len = 0;
     if (head >= q->size)
-        goto bad_head;  /* nothing to give back: head is not a valid id */
+        goto bad_head; /* nothing to give back: head is not a valid id */
 
     uint16_t idx = head;
     unsigned visited = 0;
     for (;;) {
         if (++visited > q->size || c->n_out + c->n_in >= VIRTQ_MAX_SEGS)
-            goto bad;   /* a loop, or longer than we accept */
+            goto bad; /* a loop, or longer than we accept */
         struct virtq_desc d;
         /* One copy: the guest may rewrite the descriptor while we look at it. */
         d.addr = q->desc[idx].addr;
@@ -118,7 +118,7 @@ int virtq_pop(struct virtq *q, const struct guest_mem *gm, struct virtq_chain *c
             c->in_len += d.len;
         } else {
             if (c->n_in)
-                goto bad;  /* readable after writable */
+                goto bad; /* readable after writable */
             c->n_out++;
             c->out_len += d.len;
         }

@@ -20,9 +20,9 @@
 #define VIRTQ_MAX_SIZE 256
 #define VIRTQ_MAX_SEGS 128
 
-#define VIRTQ_DESC_F_NEXT     1
-#define VIRTQ_DESC_F_WRITE    2
-#define VIRTQ_DESC_F_INDIRECT 4
+#define VIRTQ_DESC_F_NEXT          1
+#define VIRTQ_DESC_F_WRITE         2
+#define VIRTQ_DESC_F_INDIRECT      4
 #define VIRTQ_AVAIL_F_NO_INTERRUPT 1
 
 struct virtq_desc {
@@ -34,7 +34,7 @@ struct virtq_desc {
 
 struct virtq {
     /* Set by the driver through the transport. */
-    uint16_t size;       /* QueueNum: a power of two, 1..VIRTQ_MAX_SIZE */
+    uint16_t size; /* QueueNum: a power of two, 1..VIRTQ_MAX_SIZE */
     bool ready;
     uint64_t desc_gpa, avail_gpa, used_gpa;
     /* Device state. */
@@ -43,8 +43,8 @@ struct virtq {
     bool broken;
     /* Host pointers resolved by virtq_activate. */
     volatile struct virtq_desc *desc;
-    volatile uint16_t *avail;  /* flags, idx, ring[size] */
-    volatile uint8_t *used;    /* flags u16, idx u16, ring[size] of {u32 id, u32 len} */
+    volatile uint16_t *avail; /* flags, idx, ring[size] */
+    volatile uint8_t *used;   /* flags u16, idx u16, ring[size] of {u32 id, u32 len} */
 };
 
 struct virtq_seg {
@@ -54,8 +54,8 @@ struct virtq_seg {
 
 struct virtq_chain {
     uint16_t head;
-    uint16_t n_out;      /* readable (driver -> device) segments: seg[0 .. n_out) */
-    uint16_t n_in;       /* writable segments: seg[n_out .. n_out + n_in) */
+    uint16_t n_out; /* readable (driver -> device) segments: seg[0 .. n_out) */
+    uint16_t n_in;  /* writable segments: seg[n_out .. n_out + n_in) */
     uint64_t out_len;
     uint64_t in_len;
     struct virtq_seg seg[VIRTQ_MAX_SEGS];
@@ -85,6 +85,7 @@ bool virtq_has_avail(const struct virtq *q);
 uint64_t virtq_chain_read(const struct virtq_chain *c, uint64_t off, void *dst, uint64_t len);
 /* Copies up to len bytes into the chain's writable part starting at byte `off`; returns
  * the count copied. */
-uint64_t virtq_chain_write(const struct virtq_chain *c, uint64_t off, const void *src, uint64_t len);
+uint64_t virtq_chain_write(const struct virtq_chain *c, uint64_t off, const void *src,
+                           uint64_t len);
 
 #endif

@@ -31,7 +31,7 @@
 #define VM_TSS_ADDR          0xfffbd000ull
 #define VM_IDENTITY_MAP_ADDR 0xfffbc000ull
 #define VM_KICK_SIGNAL       SIGUSR1
-#define VM_DEFAULT_CMDLINE                                                                  \
+#define VM_DEFAULT_CMDLINE                                                                   \
     "console=ttyS0 reboot=k panic=-1 pci=off nomodules i8042.noaux i8042.nomux i8042.nopnp " \
     "i8042.dumbkbd tsc=reliable quiet"
 
@@ -55,11 +55,16 @@ static const struct {
 const char *vmm_kvm_exit_str(enum vmm_kvm_exit e)
 {
     switch (e) {
-    case VMM_KVM_EXIT_NONE: return "running";
-    case VMM_KVM_EXIT_RESET: return "guest reset";
-    case VMM_KVM_EXIT_POWEROFF: return "guest powered off";
-    case VMM_KVM_EXIT_STOPPED: return "stopped";
-    case VMM_KVM_EXIT_ERROR: return "error";
+    case VMM_KVM_EXIT_NONE:
+        return "running";
+    case VMM_KVM_EXIT_RESET:
+        return "guest reset";
+    case VMM_KVM_EXIT_POWEROFF:
+        return "guest powered off";
+    case VMM_KVM_EXIT_STOPPED:
+        return "stopped";
+    case VMM_KVM_EXIT_ERROR:
+        return "error";
     }
     return "?";
 }
@@ -146,7 +151,8 @@ int vmm_kvm_probe(struct al_error *err)
     uint8_t *mem = mmap(NULL, memsz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED)
         return al_error_set(err, -errno, "mmap: %s", strerror(errno));
-    static const uint8_t code[] = {0xb0, 0x42, 0xe6, 0xf1, 0xf4}; /* mov al,0x42; out 0xf1,al; hlt */
+    static const uint8_t code[] = {0xb0, 0x42, 0xe6, 0xf1,
+                                   0xf4}; /* mov al,0x42; out 0xf1,al; hlt */
     memcpy(mem + 0x1000, code, sizeof code);
     int rc = 0;
     struct vm__probe p = {.fd = -1};
@@ -336,7 +342,8 @@ static int vm__setup_memory(struct vmm_kvm *vm, struct al_error *err)
     if (ftruncate(vm->mem_fd, (off_t)size) < 0)
         return al_error_set(err, -errno, "cannot size guest memory to %llu MiB: %s",
                             (unsigned long long)(size >> 20), strerror(errno));
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, vm->mem_fd, 0);
+    void *base =
+        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, vm->mem_fd, 0);
     if (base == MAP_FAILED)
         return al_error_set(err, -errno, "cannot map guest memory: %s", strerror(errno));
     gm_layout(&vm->gm, base, size);
@@ -367,7 +374,8 @@ static int vm__restore_memory(struct vmm_kvm *vm, const char *dir, struct al_err
         return al_error_set(err, -EINVAL, "%s does not hold %llu bytes of guest memory", path,
                             (unsigned long long)size);
     /* Private: pages come from the file on first touch; the guest's writes stay ours. */
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, vm->mem_fd, 0);
+    void *base =
+        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, vm->mem_fd, 0);
     if (base == MAP_FAILED)
         return al_error_set(err, -errno, "cannot map %s: %s", path, strerror(errno));
     gm_layout(&vm->gm, base, size);
@@ -401,7 +409,8 @@ static int vm__load_kernel(struct vmm_kvm *vm, uint64_t *entry, struct al_error 
     }
     char cmdline[4096], devs[512];
     if (devices_cmdline(&vm->cfg, devs, sizeof devs) < 0 ||
-        snprintf(cmdline, sizeof cmdline, "%s%s", vm->cfg.cmdline ? vm->cfg.cmdline : VM_DEFAULT_CMDLINE,
+        snprintf(cmdline, sizeof cmdline, "%s%s",
+                 vm->cfg.cmdline ? vm->cfg.cmdline : VM_DEFAULT_CMDLINE,
                  devs) >= (int)sizeof cmdline) {
         rc = al_error_set(err, -E2BIG, "kernel command line too long");
     } else {
@@ -462,7 +471,7 @@ static int vm__setup_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct kvm_c
         return al_error_set(err, -errno, "KVM_SET_LAPIC: %s", strerror(errno));
 
     if (c->index != 0)
-        return 0;  /* application processors wait for INIT/SIPI from the boot CPU */
+        return 0; /* application processors wait for INIT/SIPI from the boot CPU */
 
     struct kvm_sregs sregs;
     if (ioctl(c->fd, KVM_GET_SREGS, &sregs) < 0)
@@ -507,7 +516,7 @@ static void vm__pio(struct vmm_kvm *vm, struct kvm_run *run)
             if (d)
                 d->in(d, off, data, size);
             else
-                memset(data, 0xff, size);  /* nothing there: the bus floats high */
+                memset(data, 0xff, size); /* nothing there: the bus floats high */
         }
     }
 }
@@ -631,8 +640,10 @@ int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struc
         return al_error_set(err, -EINVAL, "no kernel given");
     }
     if (cfg->vcpus < 1 || cfg->vcpus > VMM_KVM_MAX_VCPUS)
-        return al_error_set(err, -EINVAL, "vcpus must be 1..%d, not %u", VMM_KVM_MAX_VCPUS, cfg->vcpus);
-    if (cfg->mem_bytes < (32ull << 20) || cfg->mem_bytes > (256ull << 30) || (cfg->mem_bytes & 0xfff))
+        return al_error_set(err, -EINVAL, "vcpus must be 1..%d, not %u", VMM_KVM_MAX_VCPUS,
+                            cfg->vcpus);
+    if (cfg->mem_bytes < (32ull << 20) || cfg->mem_bytes > (256ull << 30) ||
+        (cfg->mem_bytes & 0xfff))
         return al_error_set(err, -EINVAL,
                             "guest memory must be a multiple of 4 KiB between 32 MiB and 256 GiB");
 
@@ -751,7 +762,7 @@ int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struc
         }
     }
     if (!cfg->console_log && cfg->console_fd > 2)
-        vm->console_fd = cfg->console_fd;   /* handed in; closed with the VM */
+        vm->console_fd = cfg->console_fd; /* handed in; closed with the VM */
     vm->serial = serial_new(vm, 0x3f8, 4, vm->console_fd >= 0 ? vm->console_fd : STDERR_FILENO);
     if (!vm->serial) {
         rc = al_error_set(err, -ENOMEM, "out of memory");

@@ -29,7 +29,7 @@ struct ev_handler {
 };
 struct evloop {
     int epfd;
-    int stop_fd;       /* eventfd: ends the loop */
+    int stop_fd; /* eventfd: ends the loop */
     pthread_t thread;
     bool running;
 };
@@ -59,9 +59,9 @@ struct mmio_dev {
 #define VM_MAX_MMIO 8
 
 /* virtio-mmio windows and their interrupt lines */
-#define VM_MMIO_BASE  0xd0000000ull
-#define VM_MMIO_SIZE  0x1000ull
-#define VM_MMIO_IRQ0  5
+#define VM_MMIO_BASE 0xd0000000ull
+#define VM_MMIO_SIZE 0x1000ull
+#define VM_MMIO_IRQ0 5
 
 struct vcpu {
     struct vmm_kvm *vm;
@@ -92,13 +92,13 @@ struct vmm_kvm {
     pthread_mutex_t pause_lock;
     pthread_cond_t pause_cond;
     bool pause_req;
-    int paused;                   /* vCPU threads parked */
-    bool restored;                /* built from a snapshot rather than booted */
-    atomic_int exit_reason;       /* enum vmm_kvm_exit, first one wins */
-    int exit_fd;                  /* eventfd signalled when exit_reason is set */
+    int paused;             /* vCPU threads parked */
+    bool restored;          /* built from a snapshot rather than booted */
+    atomic_int exit_reason; /* enum vmm_kvm_exit, first one wins */
+    int exit_fd;            /* eventfd signalled when exit_reason is set */
 
     struct serial *serial;
-    atomic_ulong console_bytes;   /* bytes the guest wrote to its console (probe) */
+    atomic_ulong console_bytes; /* bytes the guest wrote to its console (probe) */
     struct virtio_dev *blk, *net, *vsock, *rng;
     int console_fd;
 };
@@ -118,7 +118,7 @@ void vm_irq_line(struct vmm_kvm *vm, uint32_t irq, int level);
 struct serial;
 struct serial *serial_new(struct vmm_kvm *vm, uint16_t base, uint32_t irq, int out_fd);
 void serial_free(struct serial *s);
-void legacy_register(struct vmm_kvm *vm);  /* i8042, CMOS, POST port */
+void legacy_register(struct vmm_kvm *vm); /* i8042, CMOS, POST port */
 struct serial_snap {
     uint8_t ier, lcr, mcr, scr, dll, dlm, fcr, thri_pending;
 };

@@ -73,8 +73,8 @@ int x86_setup_long_mode(const struct guest_mem *gm, struct kvm_sregs *sregs)
     sregs->idt.limit = 0;
     memset(&sregs->ldt, 0, sizeof sregs->ldt);
     sregs->ldt.unusable = 1;
-    sregs->cr0 = X86_CR0_PE | X86_CR0_MP | X86_CR0_ET | X86_CR0_NE | X86_CR0_WP | X86_CR0_AM |
-                 X86_CR0_PG;
+    sregs->cr0 =
+        X86_CR0_PE | X86_CR0_MP | X86_CR0_ET | X86_CR0_NE | X86_CR0_WP | X86_CR0_AM | X86_CR0_PG;
     sregs->cr3 = BOOT_PML4_ADDR;
     sregs->cr4 = X86_CR4_PAE;
     sregs->efer = X86_EFER_LME | X86_EFER_LMA;
@@ -104,16 +104,16 @@ int x86_boot_msrs(struct kvm_msr_entry *e, int max)
         uint32_t index;
         uint64_t data;
     } init[] = {
-        {0x174, 0},                 /* IA32_SYSENTER_CS */
-        {0x175, 0},                 /* IA32_SYSENTER_ESP */
-        {0x176, 0},                 /* IA32_SYSENTER_EIP */
-        {0xc0000081, 0},            /* STAR */
-        {0xc0000082, 0},            /* LSTAR */
-        {0xc0000083, 0},            /* CSTAR */
-        {0xc0000084, 0},            /* SYSCALL_MASK */
-        {0xc0000102, 0},            /* KERNEL_GS_BASE */
-        {0x1a0, 1},                 /* IA32_MISC_ENABLE: fast strings */
-        {0x2ff, (1u << 11) | 6},    /* MTRRdefType: MTRRs on, default write-back */
+        {0x174, 0},              /* IA32_SYSENTER_CS */
+        {0x175, 0},              /* IA32_SYSENTER_ESP */
+        {0x176, 0},              /* IA32_SYSENTER_EIP */
+        {0xc0000081, 0},         /* STAR */
+        {0xc0000082, 0},         /* LSTAR */
+        {0xc0000083, 0},         /* CSTAR */
+        {0xc0000084, 0},         /* SYSCALL_MASK */
+        {0xc0000102, 0},         /* KERNEL_GS_BASE */
+        {0x1a0, 1},              /* IA32_MISC_ENABLE: fast strings */
+        {0x2ff, (1u << 11) | 6}, /* MTRRdefType: MTRRs on, default write-back */
     };
     int n = 0;
     for (size_t i = 0; i < sizeof init / sizeof init[0] && n < max; i++, n++) {
@@ -141,9 +141,9 @@ void x86_cpuid_fixup(struct kvm_cpuid2 *c, uint32_t index, uint32_t count)
         case 0x1:
             /* EBX: CLFLUSH size kept, logical processor count, initial APIC id. */
             e->ebx = (e->ebx & 0x0000ffffu) | ((count & 0xff) << 16) | (apic_id << 24);
-            e->ecx |= 1u << 31;                /* running under a hypervisor */
+            e->ecx |= 1u << 31; /* running under a hypervisor */
             if (count > 1)
-                e->edx |= 1u << 28;            /* HTT: the count above is meaningful */
+                e->edx |= 1u << 28; /* HTT: the count above is meaningful */
             else
                 e->edx &= ~(1u << 28);
             break;
@@ -162,14 +162,14 @@ void x86_cpuid_fixup(struct kvm_cpuid2 *c, uint32_t index, uint32_t count)
             if (e->index == 0) {
                 e->eax = 0;
                 e->ebx = 1;
-                e->ecx = (1u << 8) | 0;        /* level type SMT */
+                e->ecx = (1u << 8) | 0; /* level type SMT */
             } else if (e->index == 1) {
                 e->eax = x86__bits_for(count);
                 e->ebx = count;
-                e->ecx = (2u << 8) | 1;        /* level type core */
+                e->ecx = (2u << 8) | 1; /* level type core */
             } else {
                 e->eax = e->ebx = 0;
-                e->ecx = e->index;             /* invalid level */
+                e->ecx = e->index; /* invalid level */
             }
             break;
         case 0x80000008:
@@ -185,11 +185,11 @@ void x86_cpuid_fixup(struct kvm_cpuid2 *c, uint32_t index, uint32_t count)
 void x86_lapic_setup(struct kvm_lapic_state *lapic)
 {
     uint32_t v;
-    memcpy(&v, &lapic->regs[0x350], 4);        /* LVT LINT0 */
-    v = (v & ~0x700u) | (7u << 8);             /* ExtINT */
+    memcpy(&v, &lapic->regs[0x350], 4); /* LVT LINT0 */
+    v = (v & ~0x700u) | (7u << 8);      /* ExtINT */
     memcpy(&lapic->regs[0x350], &v, 4);
-    memcpy(&v, &lapic->regs[0x360], 4);        /* LVT LINT1 */
-    v = (v & ~0x700u) | (4u << 8);             /* NMI */
+    memcpy(&v, &lapic->regs[0x360], 4); /* LVT LINT1 */
+    v = (v & ~0x700u) | (4u << 8);      /* NMI */
     memcpy(&lapic->regs[0x360], &v, 4);
 }
 
@@ -205,8 +205,7 @@ static uint8_t x86__checksum(const uint8_t *p, size_t n)
 
 int x86_write_mptable(const struct guest_mem *gm, uint32_t ncpus)
 {
-    const size_t fp_len = 16, hdr_len = 44, cpu_len = 20, bus_len = 8, ioapic_len = 8,
-                 irq_len = 8;
+    const size_t fp_len = 16, hdr_len = 44, cpu_len = 20, bus_len = 8, ioapic_len = 8, irq_len = 8;
     size_t n_irq = X86_IOAPIC_PINS + 2; /* every pin, plus LINT0/LINT1 */
     size_t total = fp_len + hdr_len + ncpus * cpu_len + bus_len + ioapic_len + n_irq * irq_len;
     if (ncpus == 0 || ncpus > 254 || total > 0xa0000 - BOOT_EBDA_START)
@@ -228,32 +227,32 @@ int x86_write_mptable(const struct guest_mem *gm, uint32_t ncpus)
         memcpy(p + 4, &sig, 4);
         memcpy(p + 8, &feat, 4);
     }
-    p[0] = 1;                               /* bus entry: ISA bus 0 */
+    p[0] = 1; /* bus entry: ISA bus 0 */
     p[1] = 0;
     memcpy(p + 2, "ISA   ", 6);
     p += bus_len;
-    p[0] = 2;                               /* IOAPIC entry */
+    p[0] = 2; /* IOAPIC entry */
     p[1] = ioapic_id;
     p[2] = 0x11;
-    p[3] = 0x01;                            /* enabled */
+    p[3] = 0x01; /* enabled */
     uint32_t ioapic_addr = X86_IOAPIC_ADDR;
     memcpy(p + 4, &ioapic_addr, 4);
     p += ioapic_len;
     for (uint8_t pin = 0; pin < X86_IOAPIC_PINS; pin++, p += irq_len) {
-        p[0] = 3;                           /* I/O interrupt assignment */
-        p[1] = 0;                           /* INT */
-        p[2] = 0;                           /* flags: conforming polarity/trigger */
-        p[4] = 0;                           /* source bus */
-        p[5] = pin;                         /* source bus irq */
+        p[0] = 3;   /* I/O interrupt assignment */
+        p[1] = 0;   /* INT */
+        p[2] = 0;   /* flags: conforming polarity/trigger */
+        p[4] = 0;   /* source bus */
+        p[5] = pin; /* source bus irq */
         p[6] = ioapic_id;
         p[7] = pin;
     }
     for (uint8_t lint = 0; lint < 2; lint++, p += irq_len) {
-        p[0] = 4;                           /* local interrupt assignment */
-        p[1] = lint == 0 ? 3 : 1;           /* ExtINT, NMI */
+        p[0] = 4;                 /* local interrupt assignment */
+        p[1] = lint == 0 ? 3 : 1; /* ExtINT, NMI */
         p[4] = 0;
         p[5] = 0;
-        p[6] = 0xff;                        /* every local APIC */
+        p[6] = 0xff; /* every local APIC */
         p[7] = lint;
     }
 
@@ -261,7 +260,7 @@ int x86_write_mptable(const struct guest_mem *gm, uint32_t ncpus)
     memcpy(hdr, "PCMP", 4);
     uint16_t tl = (uint16_t)table_len, count = (uint16_t)(ncpus + 2 + n_irq);
     memcpy(hdr + 4, &tl, 2);
-    hdr[6] = 4;                             /* spec revision 1.4 */
+    hdr[6] = 4; /* spec revision 1.4 */
     memcpy(hdr + 8, "AIRLOCK ", 8);
     memcpy(hdr + 16, "MICROVM     ", 12);
     memcpy(hdr + 34, &count, 2);
@@ -271,7 +270,7 @@ int x86_write_mptable(const struct guest_mem *gm, uint32_t ncpus)
 
     memcpy(fp, "_MP_", 4);
     memcpy(fp + 4, &hdr_gpa, 4);
-    fp[8] = 1;                              /* length in 16-byte units */
+    fp[8] = 1; /* length in 16-byte units */
     fp[9] = 4;
     fp[10] = x86__checksum(fp, fp_len);
     return 0;

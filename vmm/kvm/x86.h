@@ -14,19 +14,19 @@
 
 #include "vmm/kvm/guest_mem.h"
 
-#define X86_CR0_PE 0x1ull
-#define X86_CR0_MP 0x2ull
-#define X86_CR0_ET 0x10ull
-#define X86_CR0_NE 0x20ull
-#define X86_CR0_WP 0x10000ull
-#define X86_CR0_AM 0x40000ull
-#define X86_CR0_PG 0x80000000ull
-#define X86_CR4_PAE 0x20ull
+#define X86_CR0_PE   0x1ull
+#define X86_CR0_MP   0x2ull
+#define X86_CR0_ET   0x10ull
+#define X86_CR0_NE   0x20ull
+#define X86_CR0_WP   0x10000ull
+#define X86_CR0_AM   0x40000ull
+#define X86_CR0_PG   0x80000000ull
+#define X86_CR4_PAE  0x20ull
 #define X86_EFER_LME 0x100ull
 #define X86_EFER_LMA 0x400ull
 
-#define X86_BOOT_CS 0x10   /* __BOOT_CS of the boot protocol */
-#define X86_BOOT_DS 0x18   /* __BOOT_DS */
+#define X86_BOOT_CS  0x10 /* __BOOT_CS of the boot protocol */
+#define X86_BOOT_DS  0x18 /* __BOOT_DS */
 #define X86_BOOT_TSS 0x20
 
 #define X86_IOAPIC_ADDR 0xfec00000u

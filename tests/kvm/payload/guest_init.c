@@ -88,7 +88,6 @@ static void check_boot(void)
     result("boot", ncpu >= 1, why);
 }
 
-
 /* disk: /dev/vda's first sector carries a marker the scenario wrote; we write one of our
  * own at 4096 and read it back (the scenario then finds it in the overlay, not the base). */
 static void check_disk(void)
@@ -245,7 +244,8 @@ static void check_rng(void)
         nonzero += buf[i] != 0;
     char why[160];
     snprintf(why, sizeof why, "rng_current '%s', read %zd bytes, %d non-zero", cur, n, nonzero);
-    result("rng", strncmp(cur, "virtio_rng", 10) == 0 && n == (ssize_t)sizeof buf && nonzero > 32, why);
+    result("rng", strncmp(cur, "virtio_rng", 10) == 0 && n == (ssize_t)sizeof buf && nonzero > 32,
+           why);
 }
 
 /* One TCP connection to 192.0.2.1:7777 (the scenario's listener), a line, close. */
@@ -372,8 +372,10 @@ static uint64_t rnd(void)
 
 static uint32_t edge_value(void)
 {
-    static const uint32_t v[] = {0, 1, 2, 3, 4, 7, 8, 0xb, 0xf, 0x40, 0x80, 0xff, 0x100, 0x101,
-                                 0xffff, 0x10000, 0x7ffffff, 0x7ffff000, 0x80000000, 0xfffff000,
+    static const uint32_t v[] = {0,          1,          2,          3,          4,
+                                 7,          8,          0xb,        0xf,        0x40,
+                                 0x80,       0xff,       0x100,      0x101,      0xffff,
+                                 0x10000,    0x7ffffff,  0x7ffff000, 0x80000000, 0xfffff000,
                                  0xfffffff0, 0xffffffff, 0xd0000000, 0xfee00000};
     return rnd() & 1 ? (uint32_t)rnd() : v[rnd() % (sizeof v / sizeof v[0])];
 }
@@ -386,8 +388,9 @@ static void check_garbage(void)
     rng_state ^= (uint64_t)ts.tv_nsec;
     say("AIRLOCK-GUEST: garbage seed %llu", (unsigned long long)rng_state);
     int fd = open("/dev/mem", O_RDWR | O_SYNC);
-    volatile uint8_t *m = fd < 0 ? MAP_FAILED
-                                 : mmap(NULL, 0x8000, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0xd0000000);
+    volatile uint8_t *m =
+        fd < 0 ? MAP_FAILED
+               : mmap(NULL, 0x8000, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0xd0000000);
     if (m == MAP_FAILED) {
         snprintf(why, sizeof why, "cannot map the MMIO windows: %s", strerror(errno));
         result("garbage", 0, why);
@@ -395,17 +398,33 @@ static void check_garbage(void)
     }
     long writes = 0, reads = 0;
     for (int round = 0; round < 30000; round++) {
-        unsigned dev = (unsigned)(rnd() % 8);          /* 3 devices + 5 unassigned pages */
+        unsigned dev = (unsigned)(rnd() % 8); /* 3 devices + 5 unassigned pages */
         unsigned off = (unsigned)(rnd() % 0x200);
         if (rnd() % 4 == 0)
             off &= ~3u;
         volatile uint8_t *p = m + dev * 0x1000 + off;
         switch (rnd() % 6) {
-        case 0: *p = (uint8_t)edge_value(); writes++; break;
-        case 1: *(volatile uint16_t *)(p - ((uintptr_t)p & 1)) = (uint16_t)edge_value(); writes++; break;
-        case 2: *(volatile uint32_t *)(p - ((uintptr_t)p & 3)) = edge_value(); writes++; break;
-        case 3: *(volatile uint64_t *)(p - ((uintptr_t)p & 7)) = ((uint64_t)edge_value() << 32) | edge_value(); writes++; break;
-        default: (void)*(volatile uint32_t *)(p - ((uintptr_t)p & 3)); reads++; break;
+        case 0:
+            *p = (uint8_t)edge_value();
+            writes++;
+            break;
+        case 1:
+            *(volatile uint16_t *)(p - ((uintptr_t)p & 1)) = (uint16_t)edge_value();
+            writes++;
+            break;
+        case 2:
+            *(volatile uint32_t *)(p - ((uintptr_t)p & 3)) = edge_value();
+            writes++;
+            break;
+        case 3:
+            *(volatile uint64_t *)(p - ((uintptr_t)p & 7)) =
+                ((uint64_t)edge_value() << 32) | edge_value();
+            writes++;
+            break;
+        default:
+            (void)*(volatile uint32_t *)(p - ((uintptr_t)p & 3));
+            reads++;
+            break;
         }
         /* A driver-like sequence now and then: reset, features, a queue with wild rings,
          * DRIVER_OK, notify - so the back-ends see descriptor chains built from garbage. */
@@ -438,13 +457,13 @@ static void check_garbage(void)
      * unassigned ranges. Skips KVM's own PIC (0x20, 0xa0), PIT (0x40-0x43, 0x61) and ELCR. */
     long ports = 0;
     if (iopl(3) == 0) {
-        static const uint16_t ours[] = {0x3f8, 0x3f9, 0x3fa, 0x3fb, 0x3fc, 0x3fd, 0x3fe, 0x3ff,
-                                        0x60, 0x62, 0x63, 0x70, 0x71, 0x80};
+        static const uint16_t ours[] = {0x3f8, 0x3f9, 0x3fa, 0x3fb, 0x3fc, 0x3fd, 0x3fe,
+                                        0x3ff, 0x60,  0x62,  0x63,  0x70,  0x71,  0x80};
         for (int i = 0; i < 20000; i++) {
             uint16_t port = rnd() % 2 ? ours[rnd() % (sizeof ours / sizeof ours[0])]
                                       : (uint16_t)(0x100 + rnd() % 0xff00);
             if (port >= 0x4d0 && port <= 0x4d1)
-                continue;   /* ELCR */
+                continue; /* ELCR */
             if (port >= 0x3f8 && port <= 0x3ff && rnd() % 2)
                 (void)inb(port);
             else

@@ -85,7 +85,7 @@ static int echo_once(const char *path, long bytes, int *retry)
                     continue;
                 if (errno == ECONNRESET && got == 0) {
                     close(fd);
-                    *retry = 1;   /* refused before the guest listened */
+                    *retry = 1; /* refused before the guest listened */
                     return -1;
                 }
                 fprintf(stderr, "l1_tool: read: %s\n", strerror(errno));
@@ -102,7 +102,7 @@ static int echo_once(const char *path, long bytes, int *retry)
     }
     close(fd);
     if (got == 0 && sent == 0 && bytes > 0) {
-        *retry = 1;   /* reset before anything happened: guest not listening yet */
+        *retry = 1; /* reset before anything happened: guest not listening yet */
         return -1;
     }
     if (got != bytes) {
@@ -199,7 +199,7 @@ static int http(int argc, char **argv)
             continue;
         }
         char hdr[1536];
-        const char *extra = getenv("L1_TOOL_HEADER");   /* one more header line, e.g. a token */
+        const char *extra = getenv("L1_TOOL_HEADER"); /* one more header line, e.g. a token */
         int n = snprintf(hdr, sizeof hdr,
                          "%s %s HTTP/1.1\r\nHost: sandbox\r\nConnection: close\r\n"
                          "Connect-Protocol-Version: 1\r\nContent-Type: %s\r\n%s%s"
@@ -284,14 +284,14 @@ static int listen_exec(char **argv)
 
 int main(int argc, char **argv)
 {
-    signal(SIGPIPE, SIG_IGN);   /* a peer that closes early is an answer, not a crash */
+    signal(SIGPIPE, SIG_IGN); /* a peer that closes early is an answer, not a crash */
     if (argc >= 5 && strcmp(argv[1], "http") == 0)
         return http(argc - 2, argv + 2);
     if (argc >= 5 && strcmp(argv[1], "listen-exec") == 0)
         return listen_exec(argv + 2);
     if (argc == 4 && strcmp(argv[1], "cmd") == 0)
-        return cmd(argv[2], argv[3], 1200, 100000);   /* up to 2 min: slow nested boots under load */
-    if (argc == 4 && strcmp(argv[1], "fastcmd") == 0)   /* for timing: retry every 5 ms */
+        return cmd(argv[2], argv[3], 1200, 100000); /* up to 2 min: slow nested boots under load */
+    if (argc == 4 && strcmp(argv[1], "fastcmd") == 0) /* for timing: retry every 5 ms */
         return cmd(argv[2], argv[3], 24000, 5000);
     if (argc == 4 && strcmp(argv[1], "echo") == 0) {
         long bytes = atol(argv[3]);

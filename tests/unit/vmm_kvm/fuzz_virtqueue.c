@@ -24,7 +24,7 @@
 #define FZ_AVAIL 0x1000ull
 #define FZ_USED  0x2000ull
 /* vsock's three queues */
-#define FZ_Q(i)  (0x3000ull + (i) * 0x1000ull)
+#define FZ_Q(i) (0x3000ull + (i)*0x1000ull)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -60,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 2)
         return 0;
     uint8_t mode = data[0] % 4;
-    uint16_t qsz = (uint16_t)(1u << (data[1] % 9));   /* 1..256 */
+    uint16_t qsz = (uint16_t)(1u << (data[1] % 9)); /* 1..256 */
     data += 2;
     size -= 2;
     struct vmm_kvm *vm = vqd_fake_vm(FZ_MEM);
@@ -118,9 +118,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (d) {
             for (int qi = 0; qi < 3; qi++)
                 vqd_setup(d, qi, qsz, FZ_Q(qi), FZ_Q(qi) + 0x400, FZ_Q(qi) + 0x800, 0);
-            vqd_w(d, 0x50, 1);   /* transmit */
-            vqd_w(d, 0x50, 0);   /* receive */
-            vqd_w(d, 0x50, 2);   /* event */
+            vqd_w(d, 0x50, 1); /* transmit */
+            vqd_w(d, 0x50, 0); /* receive */
+            vqd_w(d, 0x50, 2); /* event */
             vqd_w(d, 0x50, 1);
             vsock_destroy(d);
         }

@@ -34,17 +34,17 @@ static uint8_t *fake_bzimage(size_t payload, size_t *len)
     k[BP_BOOT_FLAG] = 0x55;
     k[BP_BOOT_FLAG + 1] = 0xaa;
     k[BP_JUMP] = 0xeb;
-    k[BP_JUMP + 1] = 0x66;                 /* header ends at 0x268 */
+    k[BP_JUMP + 1] = 0x66; /* header ends at 0x268 */
     memcpy(k + BP_HEADER, "HdrS", 4);
     k[BP_VERSION] = 0x0f;
-    k[BP_VERSION + 1] = 0x02;              /* 2.15 */
+    k[BP_VERSION + 1] = 0x02; /* 2.15 */
     k[BP_LOADFLAGS] = LOADFLAG_LOADED_HIGH;
     k[BP_XLOADFLAGS] = XLF_KERNEL_64;
     uint32_t v = 0x37ffffff;
     memcpy(k + BP_INITRD_ADDR_MAX, &v, 4);
     v = 2047;
     memcpy(k + BP_CMDLINE_SIZE, &v, 4);
-    v = (uint32_t)(payload + (4u << 20));  /* init_size */
+    v = (uint32_t)(payload + (4u << 20)); /* init_size */
     memcpy(k + BP_INIT_SIZE, &v, 4);
     for (size_t i = 0; i < payload; i++)
         k[5 * 512 + i] = (uint8_t)(i * 13);
@@ -81,7 +81,7 @@ START_TEST(bzimage_rejects_bad_images)
     ck_assert_ptr_nonnull(strstr(err.msg, "not a bzImage"));
     k[BP_HEADER] = 'H';
 
-    k[BP_VERSION] = 0x0b;                   /* 2.11 */
+    k[BP_VERSION] = 0x0b; /* 2.11 */
     ck_assert_int_eq(boot_parse_bzimage(k, len, &bi, &err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "too old"));
     k[BP_VERSION] = 0x0f;
@@ -91,12 +91,12 @@ START_TEST(bzimage_rejects_bad_images)
     ck_assert_ptr_nonnull(strstr(err.msg, "64-bit"));
     k[BP_XLOADFLAGS] = XLF_KERNEL_64;
 
-    k[BP_SETUP_SECTS] = 200;                /* setup larger than the file */
+    k[BP_SETUP_SECTS] = 200; /* setup larger than the file */
     ck_assert_int_eq(boot_parse_bzimage(k, len, &bi, &err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "truncated"));
     k[BP_SETUP_SECTS] = 4;
 
-    uint32_t small = 16;                    /* init_size below the kernel size */
+    uint32_t small = 16; /* init_size below the kernel size */
     memcpy(k + BP_INIT_SIZE, &small, 4);
     ck_assert_int_eq(boot_parse_bzimage(k, len, &bi, &err), -EINVAL);
     free(k);
@@ -118,8 +118,8 @@ START_TEST(load_linux_fills_zero_page)
     memset(initrd, 0x5a, sizeof initrd);
     uint64_t entry = 0;
     struct al_error err = {0};
-    ck_assert_int_eq(boot_load_linux(&gm, k, len, initrd, sizeof initrd, "console=ttyS0 x=1",
-                                     &entry, &err), 0);
+    ck_assert_int_eq(
+        boot_load_linux(&gm, k, len, initrd, sizeof initrd, "console=ttyS0 x=1", &entry, &err), 0);
     ck_assert_uint_eq(entry, BOOT_HIMEM_START + 0x200);
     /* The protected-mode kernel is at 1 MiB. */
     ck_assert_int_eq(memcmp(mem + BOOT_HIMEM_START, k + 5 * 512, 8192), 0);
@@ -179,7 +179,7 @@ END_TEST
 START_TEST(e820_splits_around_the_gap)
 {
     struct guest_mem big;
-    gm_layout(&big, (uint8_t *)0x1000, 4ull << 30);  /* never dereferenced */
+    gm_layout(&big, (uint8_t *)0x1000, 4ull << 30); /* never dereferenced */
     ck_assert_int_eq(big.n, 2);
     ck_assert_uint_eq(big.r[0].size, GM_GAP_START);
     ck_assert_uint_eq(big.r[1].gpa, GM_4G);
@@ -202,8 +202,8 @@ START_TEST(gm_ptr_bounds)
     ck_assert_ptr_null(gm_ptr(&gm, 0, MEM + 1ull));
     ck_assert_ptr_null(gm_ptr(&gm, MEM, 1));
     ck_assert_ptr_nonnull(gm_ptr(&gm, MEM, 0));
-    ck_assert_ptr_null(gm_ptr(&gm, UINT64_MAX, 2));          /* wraps */
-    ck_assert_ptr_null(gm_ptr(&gm, 16, UINT64_MAX - 8));     /* wraps */
+    ck_assert_ptr_null(gm_ptr(&gm, UINT64_MAX, 2));      /* wraps */
+    ck_assert_ptr_null(gm_ptr(&gm, 16, UINT64_MAX - 8)); /* wraps */
 }
 END_TEST
 
@@ -228,7 +228,7 @@ START_TEST(long_mode_state)
     ck_assert_uint_eq(pml4[0], BOOT_PDPT_ADDR | 3);
     ck_assert_uint_eq(pdpt[3], (BOOT_PD_ADDR + 3 * 4096) | 3);
     ck_assert_uint_eq(pd[0], 0x83);
-    ck_assert_uint_eq(pd[2047], (2047ull << 21) | 0x83);  /* last 2 MiB below 4 GiB */
+    ck_assert_uint_eq(pd[2047], (2047ull << 21) | 0x83); /* last 2 MiB below 4 GiB */
     /* The GDT entry for CS decodes back to the segment. */
     uint64_t *gdt = (uint64_t *)(mem + BOOT_GDT_ADDR);
     struct kvm_segment seg;
@@ -265,7 +265,7 @@ START_TEST(regs_fpu_msrs)
         }
     }
     ck_assert(saw_misc && saw_mtrr);
-    ck_assert_int_eq(x86_boot_msrs(e, 3), 3);  /* bounded by max */
+    ck_assert_int_eq(x86_boot_msrs(e, 3), 3); /* bounded by max */
 }
 END_TEST
 
@@ -287,14 +287,14 @@ START_TEST(cpuid_topology)
     ck_assert(c->entries[0].edx & (1u << 28));
     ck_assert_uint_eq(c->entries[1].edx, 2);
     ck_assert_uint_eq(c->entries[1].ebx, 1);
-    ck_assert_uint_eq(c->entries[2].eax, 2);                /* 4 CPUs: 2 bits */
+    ck_assert_uint_eq(c->entries[2].eax, 2); /* 4 CPUs: 2 bits */
     ck_assert_uint_eq(c->entries[2].ebx, 4);
     ck_assert_uint_eq(c->entries[2].ecx, (2u << 8) | 1);
     ck_assert_uint_eq(c->entries[3].ecx, 2);
-    ck_assert_uint_eq(c->entries[4].eax, 0);                /* no PMU */
+    ck_assert_uint_eq(c->entries[4].eax, 0); /* no PMU */
     ck_assert_uint_eq(c->entries[5].ecx & 0xff, 3);
     x86_cpuid_fixup(c, 0, 1);
-    ck_assert(!(c->entries[0].edx & (1u << 28)));            /* one CPU: no HTT */
+    ck_assert(!(c->entries[0].edx & (1u << 28))); /* one CPU: no HTT */
     free(c);
 }
 END_TEST
@@ -339,11 +339,11 @@ START_TEST(mptable_is_valid)
     for (int i = 0; i < 4; i++, p += 20) {
         ck_assert_uint_eq(p[0], 0);
         ck_assert_uint_eq(p[1], i);
-        ck_assert_uint_eq(p[3] & 2, i == 0 ? 2 : 0);  /* only CPU 0 is the BSP */
+        ck_assert_uint_eq(p[3] & 2, i == 0 ? 2 : 0); /* only CPU 0 is the BSP */
     }
-    ck_assert_uint_eq(p[0], 1);                        /* bus */
-    ck_assert_uint_eq(p[8], 2);                        /* IOAPIC */
-    ck_assert_uint_eq(p[9], 4);                        /* its id follows the CPUs */
+    ck_assert_uint_eq(p[0], 1); /* bus */
+    ck_assert_uint_eq(p[8], 2); /* IOAPIC */
+    ck_assert_uint_eq(p[9], 4); /* its id follows the CPUs */
     ck_assert_int_eq(x86_write_mptable(&gm, 0), -E2BIG);
     ck_assert_int_eq(x86_write_mptable(&gm, 255), -E2BIG);
 }

@@ -39,7 +39,7 @@ static void teardown(void)
 START_TEST(pop_simple_chain)
 {
     struct virtq_chain c;
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), 0);  /* nothing available */
+    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), 0); /* nothing available */
     vqd_desc(vm, DESC, 0, DATA, 16, VIRTQ_DESC_F_NEXT, 1);
     vqd_desc(vm, DESC, 1, DATA + 16, 100, VIRTQ_DESC_F_NEXT | VIRTQ_DESC_F_WRITE, 2);
     vqd_desc(vm, DESC, 2, DATA + 200, 1, VIRTQ_DESC_F_WRITE, 0);
@@ -74,15 +74,15 @@ START_TEST(pop_rejects_loops)
 {
     struct virtq_chain c;
     vqd_desc(vm, DESC, 0, DATA, 16, VIRTQ_DESC_F_NEXT, 1);
-    vqd_desc(vm, DESC, 1, DATA, 16, VIRTQ_DESC_F_NEXT, 0);   /* 0 -> 1 -> 0 ... */
+    vqd_desc(vm, DESC, 1, DATA, 16, VIRTQ_DESC_F_NEXT, 0); /* 0 -> 1 -> 0 ... */
     vqd_avail(vm, AVAIL, QSZ, 0);
     ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EINVAL);
-    ck_assert_uint_eq(vqd_used_idx(vm, USED), 1);  /* handed back with length 0 */
+    ck_assert_uint_eq(vqd_used_idx(vm, USED), 1); /* handed back with length 0 */
     /* self loop */
     vqd_desc(vm, DESC, 3, DATA, 16, VIRTQ_DESC_F_NEXT, 3);
     vqd_avail(vm, AVAIL, QSZ, 3);
     ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EINVAL);
-    ck_assert(!q.broken);   /* a bad chain does not break the queue */
+    ck_assert(!q.broken); /* a bad chain does not break the queue */
 }
 END_TEST
 
@@ -126,7 +126,7 @@ START_TEST(avail_index_jump_breaks_queue)
 {
     struct virtq_chain c;
     uint16_t *a = gm_ptr(&vm->gm, AVAIL, 4);
-    a[1] = QSZ + 1;    /* claims more entries than the ring holds */
+    a[1] = QSZ + 1; /* claims more entries than the ring holds */
     ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EIO);
     ck_assert(q.broken);
     ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EIO);
@@ -138,7 +138,7 @@ START_TEST(activate_checks_layout)
 {
     struct virtq b;
     virtq_reset(&b);
-    b.size = 3;   /* not a power of two */
+    b.size = 3; /* not a power of two */
     b.desc_gpa = DESC;
     b.avail_gpa = AVAIL;
     b.used_gpa = USED;
@@ -146,9 +146,9 @@ START_TEST(activate_checks_layout)
     b.size = 512; /* above the maximum */
     ck_assert_int_eq(virtq_activate(&b, &vm->gm), -EINVAL);
     b.size = 8;
-    b.desc_gpa = DESC + 8;  /* misaligned */
+    b.desc_gpa = DESC + 8; /* misaligned */
     ck_assert_int_eq(virtq_activate(&b, &vm->gm), -EINVAL);
-    b.desc_gpa = MEM - 16;  /* ring runs past RAM */
+    b.desc_gpa = MEM - 16; /* ring runs past RAM */
     ck_assert_int_eq(virtq_activate(&b, &vm->gm), -EINVAL);
     b.desc_gpa = DESC;
     b.used_gpa = USED + 2;
@@ -217,7 +217,7 @@ static uint8_t blk_request(struct virtio_dev *d, uint32_t type, uint64_t sector,
     vqd_desc(vm, DESC, (uint16_t)(head + 1), DATA + 0x100, len, data_flags, (uint16_t)(head + 2));
     vqd_desc(vm, DESC, (uint16_t)(head + 2), DATA + 0x80, 1, VIRTQ_DESC_F_WRITE, 0);
     vqd_avail(vm, AVAIL, QSZ, head);
-    vqd_w(d, 0x50, 0);  /* QueueNotify */
+    vqd_w(d, 0x50, 0); /* QueueNotify */
     return *st;
 }
 
@@ -228,7 +228,7 @@ START_TEST(transport_negotiation)
     ck_assert_uint_eq(vqd_r(d, 0x4), 2);
     ck_assert_uint_eq(vqd_r(d, 0x8), VIRTIO_ID_BLOCK);
     vqd_w(d, 0x14, 1);
-    ck_assert_uint_eq(vqd_r(d, 0x10), 1);   /* VERSION_1 in the high word */
+    ck_assert_uint_eq(vqd_r(d, 0x10), 1); /* VERSION_1 in the high word */
     /* capacity in config space, read byte-wise and beyond the end */
     uint8_t b[8];
     virtio_mmio_read(d, 0x100, b, 8);
@@ -279,13 +279,13 @@ START_TEST(blk_read_write_cow)
     struct virtio_dev *d = make_blk(false);
     ck_assert_uint_eq(vqd_setup(d, 0, QSZ, DESC, AVAIL, USED, 0), 0xf);
     uint8_t *data = gm_ptr(&vm->gm, DATA + 0x100, 2048);
-    ck_assert_uint_eq(blk_request(d, 0, 2, 1024, 0), 0);   /* read sectors 2,3 */
+    ck_assert_uint_eq(blk_request(d, 0, 2, 1024, 0), 0); /* read sectors 2,3 */
     ck_assert_uint_eq(data[0], 'C');
     ck_assert_uint_eq(data[1023], 'D');
     memset(data, 'z', 512);
-    ck_assert_uint_eq(blk_request(d, 1, 3, 512, 3), 0);    /* write sector 3 */
+    ck_assert_uint_eq(blk_request(d, 1, 3, 512, 3), 0); /* write sector 3 */
     memset(data, 0, 2048);
-    ck_assert_uint_eq(blk_request(d, 0, 2, 1536, 0), 0);   /* read 2,3,4: base, overlay, base */
+    ck_assert_uint_eq(blk_request(d, 0, 2, 1536, 0), 0); /* read 2,3,4: base, overlay, base */
     ck_assert_uint_eq(data[0], 'C');
     ck_assert_uint_eq(data[512], 'z');
     ck_assert_uint_eq(data[1024], 'E');
@@ -296,11 +296,11 @@ START_TEST(blk_read_write_cow)
     ck_assert_uint_eq(c, 'D');
     close(fd);
     /* out of range, partial sectors, unknown types */
-    ck_assert_uint_eq(blk_request(d, 0, 15, 1024, 3), 1);  /* IOERR: past the end */
+    ck_assert_uint_eq(blk_request(d, 0, 15, 1024, 3), 1); /* IOERR: past the end */
     ck_assert_uint_eq(blk_request(d, 0, UINT64_MAX, 512, 0), 1);
-    ck_assert_uint_eq(blk_request(d, 1, 0, 100, 3), 1);    /* not a multiple of 512 */
-    ck_assert_uint_eq(blk_request(d, 77, 0, 512, 0), 2);   /* UNSUPP */
-    ck_assert_uint_eq(blk_request(d, 4, 0, 512, 3), 0);    /* FLUSH */
+    ck_assert_uint_eq(blk_request(d, 1, 0, 100, 3), 1);  /* not a multiple of 512 */
+    ck_assert_uint_eq(blk_request(d, 77, 0, 512, 0), 2); /* UNSUPP */
+    ck_assert_uint_eq(blk_request(d, 4, 0, 512, 3), 0);  /* FLUSH */
     drop_blk(d);
 }
 END_TEST
@@ -309,9 +309,9 @@ START_TEST(blk_readonly)
 {
     struct virtio_dev *d = make_blk(true);
     vqd_w(d, 0x14, 0);
-    ck_assert(vqd_r(d, 0x10) & (1u << 5));               /* VIRTIO_BLK_F_RO offered */
+    ck_assert(vqd_r(d, 0x10) & (1u << 5)); /* VIRTIO_BLK_F_RO offered */
     ck_assert_uint_eq(vqd_setup(d, 0, QSZ, DESC, AVAIL, USED, 1u << 5), 0xf);
-    ck_assert_uint_eq(blk_request(d, 1, 0, 512, 0), 1);    /* write refused */
+    ck_assert_uint_eq(blk_request(d, 1, 0, 512, 0), 1); /* write refused */
     ck_assert_uint_eq(blk_request(d, 0, 0, 512, 3), 0);
     drop_blk(d);
 }
@@ -325,8 +325,8 @@ START_TEST(rng_fills_buffers)
     ck_assert_uint_eq(vqd_r(d, 0x8), VIRTIO_ID_RNG);
     ck_assert_uint_eq(vqd_setup(d, 0, QSZ, DESC, AVAIL, USED, 0), 0xf);
     vqd_desc(vm, DESC, 0, DATA, 64, VIRTQ_DESC_F_WRITE, 0);
-    vqd_desc(vm, DESC, 1, DATA + 0x100, 16, 0, 0);           /* readable: nothing written */
-    vqd_desc(vm, DESC, 2, DATA + 0x200, 100000, VIRTQ_DESC_F_WRITE, 0);  /* capped */
+    vqd_desc(vm, DESC, 1, DATA + 0x100, 16, 0, 0); /* readable: nothing written */
+    vqd_desc(vm, DESC, 2, DATA + 0x200, 100000, VIRTQ_DESC_F_WRITE, 0); /* capped */
     vqd_avail(vm, AVAIL, QSZ, 0);
     vqd_avail(vm, AVAIL, QSZ, 1);
     vqd_avail(vm, AVAIL, QSZ, 2);
@@ -355,8 +355,8 @@ START_TEST(iov_slice_bounds)
     ck_assert_ptr_eq(out[0].iov_base, a + 5);
     ck_assert_uint_eq(out[0].iov_len, 5);
     ck_assert_uint_eq(out[1].iov_len, 5);
-    ck_assert_int_eq(iov_slice(v, 2, 25, 10, out, 4), -1);  /* runs past the end */
-    ck_assert_int_eq(iov_slice(v, 2, 0, 30, out, 1), -1);   /* does not fit in max */
+    ck_assert_int_eq(iov_slice(v, 2, 25, 10, out, 4), -1); /* runs past the end */
+    ck_assert_int_eq(iov_slice(v, 2, 0, 30, out, 1), -1);  /* does not fit in max */
     ck_assert_int_eq(iov_slice(v, 2, 30, 0, out, 4), 0);
 }
 END_TEST

@@ -46,14 +46,14 @@ static inline void vqd_w(struct virtio_dev *d, uint64_t off, uint32_t v)
 static inline uint32_t vqd_setup(struct virtio_dev *d, int qi, uint16_t size, uint64_t desc,
                                  uint64_t avail, uint64_t used, uint32_t feat_lo)
 {
-    if (qi == 0) {              /* queue 0 starts from a reset device */
+    if (qi == 0) { /* queue 0 starts from a reset device */
         vqd_w(d, 0x70, 0);
         vqd_w(d, 0x70, 1);
         vqd_w(d, 0x70, 3);
         vqd_w(d, 0x24, 0);
         vqd_w(d, 0x20, feat_lo);
         vqd_w(d, 0x24, 1);
-        vqd_w(d, 0x20, 1);      /* VIRTIO_F_VERSION_1 */
+        vqd_w(d, 0x20, 1); /* VIRTIO_F_VERSION_1 */
         vqd_w(d, 0x70, 0xb);
     }
     vqd_w(d, 0x30, (uint32_t)qi);

@@ -191,7 +191,8 @@ int main(void)
         close(fd);
     }
     init__mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
-    init__mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "gid=5,mode=620,ptmxmode=666");
+    init__mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+                "gid=5,mode=620,ptmxmode=666");
     init__mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
     init__mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
     init__mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
@@ -205,10 +206,10 @@ int main(void)
     if (!init__param("agent", agent, sizeof agent)[0])
         snprintf(agent, sizeof agent, "%s", INIT_DEFAULT_AGENT);
     unsigned long port = init__param("port", port_s, sizeof port_s)[0] ? strtoul(port_s, NULL, 10)
-                                                                        : INIT_DEFAULT_PORT;
-    int l = socket(AF_VSOCK, SOCK_STREAM, 0);   /* inherited by the agent: no CLOEXEC */
-    struct sockaddr_vm sa = {.svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_ANY,
-                             .svm_port = (unsigned)port};
+                                                                       : INIT_DEFAULT_PORT;
+    int l = socket(AF_VSOCK, SOCK_STREAM, 0); /* inherited by the agent: no CLOEXEC */
+    struct sockaddr_vm sa = {
+        .svm_family = AF_VSOCK, .svm_cid = VMADDR_CID_ANY, .svm_port = (unsigned)port};
     if (l < 0 || bind(l, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(l, 128) < 0)
         init__fatal("listening on the agent's vsock port");
     if (l != 3) {
