@@ -137,13 +137,14 @@ START_TEST(percent_and_json)
     snprintf(t, sizeof t, "q=%s", all);
     expect_scrubbed(m, t, all, INTERCEPT_ENC_PERCENT);
     /* JSON with escaped slashes (PHP) */
-    char js[256] = "";
+    char js[256];
+    size_t jl = 0;
     for (const char *s = SECRET; *s; s++) {
         if (*s == '/')
-            strcat(js, "\\/");
-        else
-            strncat(js, s, 1);
+            js[jl++] = '\\';
+        js[jl++] = *s;
     }
+    js[jl] = 0;
     snprintf(t, sizeof t, "{\"headers\":{\"authorization\":\"token %s\"}}", js);
     expect_scrubbed(m, t, js, INTERCEPT_ENC_JSON);
     intercept_matcher_unref(m);
@@ -220,7 +221,7 @@ START_TEST(streaming_equals_one_shot)
         al_buf_free(&out);
     }
     /* one byte at a time */
-    size_t cuts[2048];
+    size_t cuts[2048] = {0};
     for (size_t i = 0; i < n; i++)
         cuts[i] = i;
     struct al_buf out = AL_BUF_INIT;

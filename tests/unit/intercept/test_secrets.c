@@ -173,6 +173,8 @@ static void fv_notify(void)
 static void fv_rotate(const char *name, const char *value)
 {
     struct fsecret *s = fv_find(name);
+    if (!s)
+        ck_abort_msg("no fake secret %s", name);
     snprintf(s->value, sizeof s->value, "%s", value);
     s->version++;
     V.gen++;

@@ -3,6 +3,7 @@
  * a fake HTTPS upstream (fake_servers.py), with a fake vault on a unix socket. Checks what
  * the upstream received, what the client got back, and what was audited. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -109,8 +110,11 @@ static pid_t spawn(const char *logname, const char *fmt, ...)
     if (pid == 0) {
         char lp[512];
         snprintf(lp, sizeof lp, "%s/%s", W.dir, logname);
-        freopen(lp, "w", stdout);
-        freopen(lp, "a", stderr);
+        int fd = open(lp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0)
+            _exit(126);
+        dup2(fd, 1);
+        dup2(fd, 2);
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
