@@ -61,6 +61,7 @@ struct intercept_session {
     struct intercept_session_limits lim;
     char sandbox[128];
     char name[POLICY_NAME_MAX + 1];
+    bool plain;
     uint16_t port;
     struct policy_addr dst;
     char pool_key[INTERCEPT_POOL_KEY_MAX];
@@ -285,9 +286,10 @@ static void sess__audit_request(struct intercept_session *s, const char *decisio
     json_t *r = json_object();
     json_object_set_new(r, "type", json_string("http_request"));
     json_object_set_new(r, "request_id", json_string(s->rid));
-    json_object_set_new(r, "proto", json_string("https"));
+    json_object_set_new(r, "proto", json_string(s->plain ? "http" : "https"));
     json_object_set_new(r, "inspected", json_true());
-    json_object_set_new(r, "sni", json_string(s->name));
+    if (!s->plain)
+        json_object_set_new(r, "sni", json_string(s->name));
     json_object_set_new(r, "decision", json_string(decision));
     json_object_set_new(r, "reason", json_string(reason ? reason : ""));
     json_object_set_new(r, "rule", s->d.rule ? json_string(s->d.rule->name) : json_null());
@@ -743,7 +745,7 @@ static void sess__after_fetch(struct intercept_session *s)
         return;
     }
     struct intercept_inject_ctx ic = {
-        .conn = &(struct intercept_conn_view){.tls = true, .sni = s->name, .port = s->port},
+        .conn = &(struct intercept_conn_view){.tls = !s->plain, .sni = s->plain ? NULL : s->name, .port = s->port},
         .host = s->info.host.text,
         .hdrs = s->hdrs,
         .n_hdrs = s->n_hdrs,
@@ -830,13 +832,18 @@ static void sess__on_request(struct intercept_session *s)
         sess__deny(s, 503, "proxy_unavailable", "audit_unavailable");
         return;
     }
-    struct intercept_conn_view cv = {.tls = true, .sni = s->name, .port = s->port};
+    struct intercept_conn_view cv = {.tls = !s->plain, .sni = s->plain ? NULL : s->name, .port = s->port};
     struct intercept_req_view rv = {.method = s->method, .target = s->url_at, .target_len = s->url_len,
                                     .hdrs = s->hdrs, .n_hdrs = s->n_hdrs};
     int status = 0;
     const char *reason = NULL;
     if (intercept_request_check(&cv, &rv, &s->info, &status, &reason) < 0) {
         sess__deny(s, status, status == 403 ? "blocked_by_policy" : "bad_request", reason);
+        return;
+    }
+    if (s->plain && (s->info.host.len != strlen(s->name) || memcmp(s->info.host.text, s->name, s->info.host.len) != 0)) {
+        /* Plain HTTP: the connection is bound to the host it was handed over for. */
+        sess__deny(s, 403, "blocked_by_policy", "host_changed_on_connection");
         return;
     }
     const struct policy *p = s->ops->policy(s->ctx);
@@ -849,7 +856,7 @@ static void sess__on_request(struct intercept_session *s)
         .host_len = s->info.host.len,
         .addr = s->dst.family ? &s->dst : NULL,
         .port = s->port,
-        .scheme = POLICY_SCHEME_HTTPS,
+        .scheme = s->plain ? POLICY_SCHEME_HTTP : POLICY_SCHEME_HTTPS,
         .method = s->method,
         .method_len = strlen(s->method),
         .path = s->info.path,
@@ -1106,7 +1113,10 @@ static void sess__on_connected(struct intercept_session *s, bool *progress)
         return;
     }
     struct al_error e = {0};
-    if (intercept_tls_connect(s->cli, s->ufd, s->name, s->u_tls12 ? INTERCEPT_TLS_CONNECT_TLS12 : 0, &s->utls, &e) < 0) {
+    int r = s->plain ? intercept_tls_plain(s->ufd, NULL, 0, &s->utls)
+                     : intercept_tls_connect(s->cli, s->ufd, s->name, s->u_tls12 ? INTERCEPT_TLS_CONNECT_TLS12 : 0,
+                                             &s->utls, &e);
+    if (r < 0) {
         sess__close_upstream(s);
         sess__up_failed(s, "upstream_tls_failed", al_error_str(&e));
         return;
@@ -1734,7 +1744,10 @@ int intercept_session_start(const struct intercept_session_opts *o, struct inter
     s->dst = o->dst;
     s->cfd = o->client_fd;
     s->ufd = -1;
-    intercept_pool_key(s->pool_key, s->sandbox, s->name, s->port);
+    s->plain = o->plaintext;
+    char pool_host[POLICY_NAME_MAX + 8];
+    snprintf(pool_host, sizeof pool_host, "%s%s", s->plain ? "http:" : "", s->name);
+    intercept_pool_key(s->pool_key, s->sandbox, pool_host, s->port);
     al_buf_init(&s->cin, 0);
     al_buf_init(&s->cq, 0);
     al_buf_init(&s->uq, 0);
@@ -1742,7 +1755,14 @@ int intercept_session_start(const struct intercept_session_opts *o, struct inter
     al_buf_init(&s->head, 0);
     al_buf_init(&s->rhead, 0);
     al_buf_init(&s->saved_head, 0);
-    int r = intercept_tls_accept(s->srv, s->cfd, s->name, o->prefix, o->prefix_len, &s->ctls, err);
+    int r = s->plain ? intercept_tls_plain(s->cfd, o->prefix, o->prefix_len, &s->ctls)
+                     : intercept_tls_accept(s->srv, s->cfd, s->name, o->prefix, o->prefix_len, &s->ctls, err);
+    if (r < 0 && s->plain) {
+        al_error_set(err, r, "out of memory");
+        s->done_called = true;
+        intercept_session_free(s);
+        return r;
+    }
     if (r < 0) {
         intercept_tls_raw_alert(o->client_fd, r == -EPERM ? MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED
                                                           : MBEDTLS_SSL_ALERT_MSG_INTERNAL_ERROR);

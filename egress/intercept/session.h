@@ -86,7 +86,10 @@ struct intercept_session_opts {
     struct intercept_fetcher *fetcher;  /* this loop's; NULL: no injection possible */
     struct intercept_placeholders *ph;  /* the sandbox's, or NULL */
     const char *sandbox_id;
-    const char *name;                   /* the canonical SNI the proxy decided on */
+    const char *name;                   /* the canonical SNI the proxy decided on (plaintext:
+                                           the host the connection is bound to) */
+    bool plaintext;                     /* plain HTTP both ways (rules with
+                                           allow_plaintext_inject): no TLS, scheme http */
     uint16_t port;                      /* original destination port */
     struct policy_addr dst;             /* original destination (for decisions) */
     int client_fd;

@@ -115,6 +115,7 @@ struct intercept_tls {
     uint64_t bytes_in, bytes_out;
     bool resumed; /* a session ticket of ours was accepted */
     bool tls12_only;
+    bool plain;   /* no TLS at all (plain HTTP through the same engine) */
     /* Record boundaries of what the peer sends, to see its plaintext alerts (a client that
      * rejects our certificate says so before it encrypts anything). */
     unsigned char rec_hdr[5];
@@ -495,7 +496,7 @@ void intercept_tls_free(struct intercept_tls *t)
 {
     if (!t)
         return;
-    mbedtls_ssl_free(&t->ssl); /* wipes keys and record buffers */
+    mbedtls_ssl_free(&t->ssl); /* initialised even for plain endpoints */ /* wipes keys and record buffers */
     if (t->pre) {
         sodium_memzero(t->pre, t->pre_len);
         free(t->pre);
@@ -659,6 +660,26 @@ static int tls__fail(struct intercept_tls *t, int m)
     return m == MBEDTLS_ERR_SSL_ALLOC_FAILED ? -ENOMEM : -EPROTO;
 }
 
+int intercept_tls_plain(int fd, const void *prefix, size_t prefix_len, struct intercept_tls **out)
+{
+    *out = NULL;
+    struct intercept_tls *t = tls__new(fd, "");
+    if (!t)
+        return -ENOMEM;
+    t->plain = true;
+    t->hs_done = true;
+    if (prefix_len) {
+        if (!(t->pre = malloc(prefix_len))) {
+            intercept_tls_free(t);
+            return -ENOMEM;
+        }
+        memcpy(t->pre, prefix, prefix_len);
+        t->pre_len = prefix_len;
+    }
+    *out = t;
+    return 0;
+}
+
 int intercept_tls_handshake(struct intercept_tls *t)
 {
     if (t->hs_done)
@@ -696,6 +717,18 @@ int intercept_tls_want(const struct intercept_tls *t)
 ssize_t intercept_tls_read(struct intercept_tls *t, void *buf, size_t len)
 {
     t->want &= INTERCEPT_TLS_WANT_WRITE;
+    if (t->plain) {
+        int n = tls__bio_recv_raw(t, buf, len);
+        if (n > 0)
+            return n;
+        if (n == 0)
+            return 0; /* EOF is a clean end without TLS */
+        if (n == MBEDTLS_ERR_SSL_WANT_READ)
+            return -EAGAIN;
+        t->reason = "peer_reset";
+        snprintf(t->error, sizeof t->error, "socket error: %s", strerror(t->sys_err ? t->sys_err : EIO));
+        return -ECONNRESET;
+    }
     for (;;) {
         int m = mbedtls_ssl_read(&t->ssl, buf, len);
         if (tls__pending(t)) {
@@ -728,6 +761,8 @@ ssize_t intercept_tls_read(struct intercept_tls *t, void *buf, size_t len)
 
 bool intercept_tls_in_pending(const struct intercept_tls *t)
 {
+    if (t->plain)
+        return t->pre_off < t->pre_len;
     return t->pre_off < t->pre_len || mbedtls_ssl_get_bytes_avail(&t->ssl) > 0 ||
            mbedtls_ssl_check_pending(&t->ssl);
 }
@@ -743,6 +778,12 @@ ssize_t intercept_tls_write(struct intercept_tls *t, const void *buf, size_t len
     }
     if (len == 0)
         return 0;
+    if (t->plain) {
+        int n = tls__bio_send(t, buf, len);
+        if (n == MBEDTLS_ERR_SSL_WANT_WRITE)
+            return -EAGAIN;
+        return n < 0 ? (t->sys_err == ECONNRESET ? -ECONNRESET : -EPIPE) : n;
+    }
     int m = mbedtls_ssl_write(&t->ssl, buf, len);
     if (m > 0) {
         int f = tls__pending(t) ? intercept_tls_flush(t) : 0;
@@ -760,6 +801,8 @@ ssize_t intercept_tls_write(struct intercept_tls *t, const void *buf, size_t len
 
 int intercept_tls_close_notify(struct intercept_tls *t)
 {
+    if (t->plain)
+        return intercept_tls_flush(t);
     int m = mbedtls_ssl_close_notify(&t->ssl);
     if (m != 0 && m != MBEDTLS_ERR_SSL_WANT_WRITE && m != MBEDTLS_ERR_SSL_WANT_READ)
         return tls__fail(t, m);
@@ -768,6 +811,8 @@ int intercept_tls_close_notify(struct intercept_tls *t)
 
 int intercept_tls_send_alert(struct intercept_tls *t, unsigned char description)
 {
+    if (t->plain)
+        return 0;
     int m = mbedtls_ssl_send_alert_message(&t->ssl, MBEDTLS_SSL_ALERT_LEVEL_FATAL, description);
     if (m != 0 && m != MBEDTLS_ERR_SSL_WANT_WRITE)
         return tls__fail(t, m);
@@ -786,16 +831,22 @@ const char *intercept_tls_error(const struct intercept_tls *t)
 
 const char *intercept_tls_version(const struct intercept_tls *t)
 {
+    if (t->plain)
+        return "none";
     return mbedtls_ssl_get_version(&t->ssl);
 }
 
 const char *intercept_tls_ciphersuite(const struct intercept_tls *t)
 {
+    if (t->plain)
+        return "";
     return mbedtls_ssl_get_ciphersuite(&t->ssl);
 }
 
 const char *intercept_tls_alpn(const struct intercept_tls *t)
 {
+    if (t->plain)
+        return NULL;
     return mbedtls_ssl_get_alpn_protocol(&t->ssl);
 }
 

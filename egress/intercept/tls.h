@@ -85,6 +85,9 @@ int intercept_tls_accept(struct intercept_tls_server *srv, int fd, const char *n
 #define INTERCEPT_TLS_CONNECT_TLS12 1u
 int intercept_tls_connect(struct intercept_tls_client *cli, int fd, const char *name,
                           unsigned flags, struct intercept_tls **out, struct al_error *err);
+/* The same interface without TLS (plain HTTP through the same engine, rules with
+ * allow_plaintext_inject): reads and writes go to the socket; prefix as for accept. */
+int intercept_tls_plain(int fd, const void *prefix, size_t prefix_len, struct intercept_tls **out);
 /* Frees the TLS state (not the socket). Wipes buffers. */
 void intercept_tls_free(struct intercept_tls *t);
 int intercept_tls_fd(const struct intercept_tls *t);

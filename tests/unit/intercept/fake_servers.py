@@ -7,6 +7,7 @@ interception tests (loopback and unix sockets only).
         /user            200 {"login":"octocat"} if Authorization is "Bearer T" (or
                          "token T"), else 401 with what it got
         /svc             200 if X-Api-Key is T, else 401
+        /plain           200 if X-Token is T, else 401
         /echo            200, the request's headers as JSON (reflection)
         /echo-header     200, Authorization echoed in the X-Echo response header
         /echo-b64        200, the headers as base64 of their JSON
@@ -72,6 +73,9 @@ def upstream(a):
             elif path == "/svc":
                 ok = self.headers.get("X-Api-Key", "") == a.token
                 self.send(200 if ok else 401, json.dumps({"ok": ok}).encode())
+            elif path == "/plain":
+                ok = self.headers.get("X-Token", "") == a.token
+                self.send(200 if ok else 401, json.dumps({"ok": ok}).encode())
             elif path == "/echo":
                 self.send(200, js)
             elif path == "/echo-header":
@@ -110,10 +114,11 @@ def upstream(a):
         daemon_threads = True
 
     srv = S(("127.0.0.1", 0), H)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(a.cert, a.key)
-    ctx.set_alpn_protocols(["http/1.1"])
-    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    if not a.plain:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(a.cert, a.key)
+        ctx.set_alpn_protocols(["http/1.1"])
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     with open(a.port_file + ".tmp", "w") as f:
         f.write(str(srv.server_address[1]))
     os.rename(a.port_file + ".tmp", a.port_file)
@@ -184,6 +189,7 @@ def main():
     u.add_argument("--cert", required=True)
     u.add_argument("--key", required=True)
     u.add_argument("--token", required=True)
+    u.add_argument("--plain", action="store_true", help="plain HTTP instead of HTTPS")
     v = sub.add_parser("vault")
     v.add_argument("--socket", required=True)
     v.add_argument("--secret", action="append", default=[])

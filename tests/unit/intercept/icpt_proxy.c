@@ -9,7 +9,10 @@
  *   icpt-proxy --listen 127.0.0.1:0 --port-file F --name api.github.test
  *              --upstream 127.0.0.1:PORT --upstream-ca roots.pem --policy p.yaml
  *              [--vault-socket S] [--audit FILE] [--ca-out FILE] [--placeholders-out FILE]
- *              [--sandbox ID] [--no-pool]
+ *              [--sandbox ID] [--no-pool] [--plaintext]
+ *
+ * --plaintext: plain HTTP both ways (the engine's mode for rules with allow_plaintext_inject);
+ * the connection is bound to --name as egress binds plain-HTTP connections to their host.
  *
  * One thread, one libuv loop; sockets are watched through one epoll set (as egress does).
  * SIGTERM stops it.
@@ -67,6 +70,7 @@ struct proxy {
     struct intercept_fetcher *fetcher;
     struct intercept_placeholders *ph;
     FILE *audit;
+    bool plaintext;
     unsigned long rid;
     unsigned long active;
 };
@@ -256,7 +260,8 @@ static void on_accept(uv_poll_t *h, int status, int events)
         p->active++;
         struct intercept_session_opts o = {
             .ops = &ops, .ctx = c, .srv = p->srv, .cli = p->cli, .pool = p->pool, .fetcher = p->fetcher,
-            .ph = p->ph, .sandbox_id = p->sandbox, .name = p->name, .port = 443, .client_fd = fd,
+            .ph = p->ph, .sandbox_id = p->sandbox, .name = p->name, .port = p->plaintext ? 80 : 443,
+            .client_fd = fd, .plaintext = p->plaintext,
         };
         struct al_error err = {0};
         if (intercept_session_start(&o, &c->s, &err) < 0) {
@@ -343,7 +348,7 @@ int main(int argc, char **argv)
     const char *listen_s = "127.0.0.1:0", *port_file = NULL, *upstream = NULL, *roots = NULL, *policy = NULL;
     const char *vault = NULL, *audit = NULL, *ca_out = NULL, *ph_out = NULL, *name = NULL;
     const char *sandbox = "sb-test";
-    bool no_pool = false;
+    bool no_pool = false, plaintext = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -368,6 +373,10 @@ int main(int argc, char **argv)
             no_pool = true;
             continue;
         }
+        if (strcmp(a, "--plaintext") == 0) {
+            plaintext = true;
+            continue;
+        }
         fprintf(stderr, "icpt-proxy: unknown option %s\n", a);
         return 2;
     }
@@ -378,6 +387,7 @@ int main(int argc, char **argv)
     al_log_init("icpt-proxy", AL_LOG_TEXT, AL_LOG_WARN);
     signal(SIGPIPE, SIG_IGN);
     struct proxy p = {0};
+    p.plaintext = plaintext;
     snprintf(p.name, sizeof p.name, "%s", name);
     snprintf(p.sandbox, sizeof p.sandbox, "%s", sandbox);
     if (parse_addr(upstream, &p.up, &p.up_len) < 0) {

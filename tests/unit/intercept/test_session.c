@@ -38,6 +38,13 @@ static const char POLICY[] =
     "  - name: echo\n"
     "    hosts: [echo.test]\n"
     "    tls: inspect\n"
+    "  - name: plain\n"
+    "    hosts: [plain.test]\n"
+    "    scheme: http\n"
+    "    allow_plaintext_inject: true\n"
+    "    inject:\n"
+    "      - header: X-Token\n"
+    "        value: \"${secret:plain/token}\"\n"
     "  - name: ws\n"
     "    hosts: [ws.test]\n"
     "    websocket: true\n"
@@ -157,6 +164,8 @@ static const char *script(void)
 }
 
 /* Upstream PKI, fake vault and upstream, and a proxy for name. vault: start the fake vault. */
+static bool plaintext_world;
+
 static void world_start(const char *name, bool vault)
 {
     memset(&W, 0, sizeof W);
@@ -177,11 +186,12 @@ static void world_start(const char *name, bool vault)
     fputs(POLICY, f);
     fclose(f);
     W.up = spawn("upstream.log", "exec python3 %s upstream --port-file %s/up.port --cert %s/up.pem --key %s/up.key "
-                                 "--token %s", script(), W.dir, W.dir, W.dir, TOKEN);
+                                 "--token %s %s", script(), W.dir, W.dir, W.dir, TOKEN, plaintext_world ? "--plain" : "");
     unsigned up_port = wait_port("up.port");
     if (vault) {
         W.vault = spawn("vault.log", "exec python3 %s vault --socket %s/vault.sock --secret github/token=%s@api.github.test "
-                                     "--secret service/key=%s@svc.test --secret ws/token=%s@ws.test", script(), W.dir, TOKEN, TOKEN, TOKEN);
+                                     "--secret service/key=%s@svc.test --secret ws/token=%s@ws.test --secret plain/token=%s@plain.test",
+                    script(), W.dir, TOKEN, TOKEN, TOKEN, TOKEN);
         (void)0;
         char vs[512];
         snprintf(vs, sizeof vs, "%s/vault.sock", W.dir);
@@ -191,8 +201,9 @@ static void world_start(const char *name, bool vault)
     W.proxy = spawn("proxy.log", "exec %s/icpt-proxy --listen 127.0.0.1:0 --port-file %s/proxy.port --name %s "
                                  "--upstream 127.0.0.1:%u --upstream-ca %s/roots.pem --policy %s/policy.yaml "
                                  "--vault-socket %s/vault.sock --audit %s/audit.jsonl --ca-out %s/sandbox-ca.pem "
-                                 "--placeholders-out %s/ph.json",
-                    bin_dir(), W.dir, name, up_port, W.dir, W.dir, W.dir, W.dir, W.dir, W.dir);
+                                 "--placeholders-out %s/ph.json %s",
+                    bin_dir(), W.dir, name, up_port, W.dir, W.dir, W.dir, W.dir, W.dir, W.dir,
+                    plaintext_world ? "--plaintext" : "");
     W.port = wait_port("proxy.port");
     usleep(150000); /* the vault feed connects */
 }
@@ -487,6 +498,43 @@ START_TEST(websocket_tunnel)
 }
 END_TEST
 
+/* Plain HTTP through the same engine, for a rule that allows plaintext injection. */
+START_TEST(plaintext_inject)
+{
+    plaintext_world = true;
+    world_start("plain.test", true);
+    static char body[65536], up[1 << 16];
+    char status[16];
+    run(status, sizeof status,
+        "curl -sS --max-time 10 --connect-to plain.test:80:127.0.0.1:%u -o %s/body -w '%%{http_code}' "
+        "-H 'X-Token: sandbox-own' http://plain.test/plain",
+        W.port, W.dir);
+    read_file("body", body, sizeof body);
+    ck_assert_msg(strcmp(status, "200") == 0, "%s %s", status, body);
+    read_file("upstream.log", up, sizeof up);
+    ck_assert_ptr_nonnull(strstr(up, TOKEN));
+    ck_assert_ptr_null(strstr(up, "sandbox-own"));
+    run(status, sizeof status,
+        "curl -sS --max-time 10 --connect-to plain.test:80:127.0.0.1:%u -o %s/body -w '%%{http_code}' "
+        "http://plain.test/echo",
+        W.port, W.dir);
+    read_file("body", body, sizeof body);
+    ck_assert_str_eq(status, "200");
+    ck_assert_msg(!strstr(body, TOKEN), "%s", body);
+    /* The connection is bound to its host. */
+    run(status, sizeof status,
+        "curl -sS --max-time 10 --connect-to plain.test:80:127.0.0.1:%u -o %s/body -w '%%{http_code}' "
+        "-H 'Host: other.test' http://plain.test/plain",
+        W.port, W.dir);
+    read_file("body", body, sizeof body);
+    ck_assert_str_eq(status, "403");
+    ck_assert_ptr_nonnull(strstr(body, "host_changed_on_connection"));
+    ck_assert(audit_has("\"proto\":\"http\""));
+    world_stop();
+    plaintext_world = false;
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("intercept_session");
@@ -500,6 +548,7 @@ static Suite *suite(void)
     tcase_add_test(tc, vault_unreachable_fails_closed);
     tcase_add_test(tc, sandbox_without_the_ca);
     tcase_add_test(tc, websocket_tunnel);
+    tcase_add_test(tc, plaintext_inject);
     suite_add_tcase(s, tc);
     return s;
 }
