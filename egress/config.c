@@ -110,6 +110,9 @@ void egress_config_usage(FILE *f)
 "  --workers N                event loops (default: one per CPU)\n"
 "  --relay splice|copy        how bytes move on passthrough (default splice)\n"
 "  --upstream-mark N          SO_MARK on connections to upstreams (default none)\n"
+"  --vswitch auto|on|off      register the listeners with the vswitch of the state\n"
+"                             directory (auto: if there is one; default auto)\n"
+"  --vswitch-pins DIR         the switch's bpffs pin directory (default: from its state)\n"
 "Limits:\n"
 "  --max-connections N        all sandboxes together (default 16384)\n"
 "  --max-sandbox-connections N  per sandbox (default 256; a policy may lower it)\n"
@@ -319,6 +322,17 @@ int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, s
             if (!*v || *end || x <= 0 || x > 8)
                 return cfg__bad(err, a, v, "bits per character between 0 and 8, e.g. 4.0");
             cfg->dns_entropy_max = x;
+        } else if (strcmp(a, "--vswitch") == 0) {
+            if (strcmp(v, "auto") == 0)
+                cfg->vswitch_mode = 0;
+            else if (strcmp(v, "on") == 0)
+                cfg->vswitch_mode = 1;
+            else if (strcmp(v, "off") == 0)
+                cfg->vswitch_mode = 2;
+            else
+                return cfg__bad(err, a, v, "auto, on or off");
+        } else if (strcmp(a, "--vswitch-pins") == 0) {
+            snprintf(cfg->vswitch_pins, sizeof cfg->vswitch_pins, "%s", v);
         } else if (strcmp(a, "--log-level") == 0 || strcmp(a, "--log-format") == 0) {
             /* handled by main */
         } else {

@@ -181,6 +181,32 @@ int egress_sync_audit(struct egress *e, uint32_t timeout_ms)
     return egress_audit_sync(e->audit, timeout_ms);
 }
 
+size_t egress_listener_fds(const struct egress *e, int kind, size_t i, int *fds, size_t max)
+{
+    size_t n = 0;
+    if (i >= EGRESS_MAX_LISTEN)
+        return 0;
+    for (unsigned w = 0; w < e->n_workers && n < max; w++) {
+        int fd = kind == 0 ? e->tcp_fds[w][i] : kind == 1 ? e->dns_udp_fds[w][i] : e->dns_tcp_fds[w][i];
+        if (fd >= 0)
+            fds[n++] = fd;
+    }
+    return n;
+}
+
+int egress_set_reply_mark(struct egress *e, uint32_t mark)
+{
+    e->cfg.reply_mark = mark;
+    for (unsigned w = 0; w < e->n_workers; w++)
+        for (size_t k = 0; k < EGRESS_MAX_LISTEN; k++) {
+            int fds[3] = {e->tcp_fds[w][k], e->dns_udp_fds[w][k], e->dns_tcp_fds[w][k]};
+            for (int j = 0; j < 3; j++)
+                if (fds[j] >= 0 && setsockopt(fds[j], SOL_SOCKET, SO_MARK, &mark, sizeof mark) < 0)
+                    return -errno;
+        }
+    return 0;
+}
+
 uint16_t egress_tcp_port(const struct egress *e, size_t i)
 {
     return i < EGRESS_MAX_LISTEN ? e->tcp_ports[i] : 0;

@@ -111,6 +111,9 @@ static void dns__udp_send(struct dns_ctx *x, const uint8_t *msg, size_t len)
             setsockopt(s, SOL_IPV6, IPV6_TRANSPARENT, &one, sizeof one);
         else
             setsockopt(s, SOL_IP, IP_TRANSPARENT, &one, sizeof one);
+        uint32_t mark = x->w->e->cfg.reply_mark;
+        if (mark)
+            setsockopt(s, SOL_SOCKET, SO_MARK, &mark, sizeof mark);
         if (bind(s, (struct sockaddr *)&from, fl) == 0)
             sendmsg(s, &mh, MSG_DONTWAIT);
         close(s);

@@ -60,6 +60,12 @@ struct egress_config {
     uint32_t dns_entropy_min_len;       /* labels this long are checked for entropy: 24 */
     double dns_entropy_max;             /* bits/char above which they are refused: 4.0 */
 
+    /* vswitch: register the listening sockets with the switch of this state directory
+     * (auto: when one exists), and mark replies toward sandboxes with its reply mark. */
+    int vswitch_mode;                   /* 0 auto, 1 on, 2 off */
+    char vswitch_pins[512];             /* pin dir of the switch (default: from its state) */
+    uint32_t reply_mark;                /* SO_MARK of sockets that answer sandboxes (0 none) */
+
     /* Audit. */
     bool audit_fail_open;               /* default false: an audit failure denies traffic */
     bool audit_query_strings;           /* default false: paths are logged without query */
@@ -126,6 +132,12 @@ struct json_t *egress_sandboxes_json(struct egress *e);
 struct uv_loop_s *egress_ctl_loop(struct egress *e);
 /* Blocks until audit records appended so far are durable. */
 int egress_sync_audit(struct egress *e, uint32_t timeout_ms);
+
+/* The listening sockets of one kind (0 transparent TCP, 1 DNS UDP, 2 DNS TCP) of
+ * listener index i, one per worker (a SO_REUSEPORT group). Returns how many. */
+size_t egress_listener_fds(const struct egress *e, int kind, size_t i, int *fds, size_t max);
+/* Applies SO_MARK to every listening socket (answers to sandboxes carry it). */
+int egress_set_reply_mark(struct egress *e, uint32_t mark);
 
 /* Ports actually bound (for port 0 listeners): index into tcp_listen / dns_listen. */
 uint16_t egress_tcp_port(const struct egress *e, size_t i);
