@@ -84,7 +84,7 @@ static json_t *conn__record(struct egress_conn *c, const char *type)
 }
 
 static void conn__audit_decision(struct egress_conn *c, const char *decision, const char *rule,
-                                 const char *reason)
+                                 const char *reason, const char *error)
 {
     if (c->decision_audited)
         return;
@@ -96,6 +96,8 @@ static void conn__audit_decision(struct egress_conn *c, const char *decision, co
     egress_rec_str(r, "reason", reason);
     egress_rec_str(r, "rule", rule);
     egress_rec_str(r, "mode", c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
+    if (error)
+        egress_rec_str(r, "error", error);
     if (c->ch) {
         if (c->ch->has_sni)
             egress_rec_strn(r, "sni", c->ch->sni, c->ch->sni_len);
@@ -282,8 +284,18 @@ static void conn__deny_reset(struct egress_conn *c, const char *rule, const char
     atomic_fetch_add(&c->w->e->stats.conns_denied, 1);
     if (c->sb)
         atomic_fetch_add(&c->sb->n_denied, 1);
-    conn__audit_decision(c, "deny", rule, reason);
+    conn__audit_decision(c, "deny", rule, reason, NULL);
     egress_conn_close(c, true, reason);
+}
+
+/* Allowed, but the upstream could not be reached: the decision as it was, the error, and
+ * a reset (what the sandbox would have seen without a proxy). */
+static void conn__fail_reset(struct egress_conn *c, const char *error)
+{
+    atomic_fetch_add(&c->w->e->stats.upstream_errors, 1);
+    conn__audit_decision(c, c->verdict.would_deny ? "would_deny" : "allow", c->verdict.rule,
+                         c->verdict.reason, error);
+    egress_conn_close(c, true, error);
 }
 
 /* ---- accept -------------------------------------------------------------------------- */
@@ -309,14 +321,6 @@ static void conn__audit_unknown(struct egress_conn *c)
     egress_rec_str(r, "proto", "tcp");
     egress_audit(e, r);
 }
-
-/* A deny decided before the first bytes (limits, no policy, audit down) still reads the
- * first bytes so that an HTTP client gets a JSON answer with the reason. */
-struct conn__early {
-    int status;
-    const char *error;
-    const char *reason;
-};
 
 static uint64_t conn__sandbox_cap(struct egress_conn *c)
 {
@@ -345,13 +349,6 @@ static void conn__limit_event(struct egress_conn *c, const char *reason)
     egress_audit(c->w->e, r);
 }
 
-static struct conn__early *conn__early_slot(struct egress_conn *c)
-{
-    /* Stored in the verdict's reason fields until classification. */
-    (void)c;
-    return NULL;
-}
-
 void egress_conn_accept(struct egress_worker *w, int fd)
 {
     struct egress *e = w->e;
@@ -361,7 +358,6 @@ void egress_conn_accept(struct egress_worker *w, int fd)
         close(fd);
         return;
     }
-    (void)conn__early_slot;
     c->w = w;
     c->client.fd = -1;
     c->upstream.fd = -1;
@@ -410,7 +406,8 @@ void egress_conn_accept(struct egress_worker *w, int fd)
     uint32_t conns = atomic_fetch_add(&c->sb->conns, 1) + 1;
     c->counted = true;
 
-    /* Decisions that do not need the first bytes. */
+    /* Decisions that do not need the first bytes. They still wait for them, so that an
+     * HTTP client gets a JSON answer with the reason (429, 503, 403). */
     const char *early = NULL;
     uint64_t cap = conn__sandbox_cap(c);
     uint64_t active = atomic_load(&e->stats.conns_active);
@@ -660,10 +657,6 @@ static void conn__peek_read(struct egress_conn *c)
 
 /* ---- destination check -------------------------------------------------------------- */
 
-struct conn__dst_ctx {
-    egress_dst_check_cb done;
-};
-
 static egress_dst_check_cb conn__dst_cb_of(struct egress_conn *c)
 {
     return (egress_dst_check_cb)c->rreq.data;
@@ -763,12 +756,12 @@ static void conn__start_connect(struct egress_conn *c)
 {
     int rc = egress_conn_connect(c);
     if (rc < 0) {
-        atomic_fetch_add(&c->w->e->stats.upstream_errors, 1);
         if (c->proto == PROTO_HTTP) {
+            atomic_fetch_add(&c->w->e->stats.upstream_errors, 1);
             egress_http_on_connected(c, rc);
             return;
         }
-        conn__deny_reset(c, c->verdict.rule, "upstream_connect_failed");
+        conn__fail_reset(c, "upstream_connect_failed");
     }
 }
 
@@ -786,9 +779,7 @@ static void conn__connected(struct egress_conn *c)
         return;
     }
     if (err) {
-        atomic_fetch_add(&c->w->e->stats.upstream_errors, 1);
-        conn__deny_reset(c, c->verdict.rule, err == ETIMEDOUT ? "upstream_connect_timeout"
-                                                             : "upstream_connect_failed");
+        conn__fail_reset(c, err == ETIMEDOUT ? "upstream_connect_timeout" : "upstream_connect_failed");
         return;
     }
     /* Allowed: audit the decision now that the dial succeeded, then relay. */
@@ -796,7 +787,7 @@ static void conn__connected(struct egress_conn *c)
     atomic_fetch_add(&c->w->e->stats.conns_allowed, 1);
     atomic_fetch_add(&c->sb->n_allowed, 1);
     conn__audit_decision(c, c->verdict.would_deny ? "would_deny" : "allow", c->verdict.rule,
-                         c->verdict.reason);
+                         c->verdict.reason, NULL);
     free(c->ch);
     c->ch = NULL;
     /* The first bytes go upstream first, then the pipes take over. */
@@ -862,7 +853,7 @@ static void conn__on_timer(uv_timer_t *t)
             egress_http_on_connected(c, -ETIMEDOUT);
             return;
         }
-        conn__deny_reset(c, c->verdict.rule, "upstream_connect_timeout");
+        conn__fail_reset(c, "upstream_connect_timeout");
         break;
     case CONN_RELAY: {
         uint64_t idle_ns = (uint64_t)e->cfg.idle_timeout_ms * 1000000ull;

@@ -76,7 +76,8 @@ static const llhttp_settings_t *http__resp_settings(void);
 static void http__process(struct egress_conn *c);
 static void http__update_events(struct egress_conn *c);
 static void http__audit_request(struct egress_conn *c, const char *decision, const char *rule,
-                                const char *reason);
+                                const char *reason, const char *error);
+static void http__audit_fail(struct egress_conn *c, const char *error);
 
 static struct egress_http *http__of(llhttp_t *p)
 {
@@ -296,7 +297,7 @@ void egress_http_free(struct egress_conn *c)
 /* ---- answers and audit ------------------------------------------------------------- */
 
 static void http__audit_request(struct egress_conn *c, const char *decision, const char *rule,
-                                const char *reason)
+                                const char *reason, const char *error)
 {
     struct egress_http *h = c->http;
     json_t *r = egress_rec_new("http_request");
@@ -319,6 +320,10 @@ static void http__audit_request(struct egress_conn *c, const char *decision, con
     egress_rec_str(r, "reason", reason);
     egress_rec_str(r, "rule", rule);
     egress_rec_str(r, "mode", c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
+    if (error)
+        egress_rec_str(r, "error", error);
+    if (h->r.websocket)
+        egress_rec_bool(r, "websocket", true);
     if (h->r.method)
         egress_rec_str(r, "method", h->r.method);
     if (h->r.host_name[0])
@@ -343,6 +348,15 @@ static void http__audit_request(struct egress_conn *c, const char *decision, con
     json_object_set_new(r, "timing_ms", tm);
     egress_audit(c->w->e, r);
     h->decision = NULL; /* recorded */
+}
+
+/* An allowed request that failed after its decision (upstream errors, timeouts, a broken
+ * body): the decision as it was, and what went wrong. */
+static void http__audit_fail(struct egress_conn *c, const char *error)
+{
+    struct egress_http *h = c->http;
+    const char *decision = h->decision ? h->decision : (h->would_deny ? "would_deny" : "allow");
+    http__audit_request(c, decision, c->verdict.rule, c->verdict.reason, error);
 }
 
 static void http__flush_client(struct egress_conn *c);
@@ -382,7 +396,7 @@ static void http__deny(struct egress_conn *c, int status, const char *error, con
     if (c->sb)
         atomic_fetch_add(&c->sb->n_denied, 1);
     h->status = status;
-    http__audit_request(c, "deny", rule, reason);
+    http__audit_request(c, "deny", rule, reason, NULL);
     egress_http_answer(c, status, error, rule, reason, true);
 }
 
@@ -604,7 +618,7 @@ void egress_http_on_connected(struct egress_conn *c, int status)
         const char *why = status == -ETIMEDOUT ? "upstream_connect_timeout" : "upstream_connect_failed";
         h->status = status == -ETIMEDOUT ? 504 : 502;
         atomic_fetch_add(&e->stats.http_requests, 1);
-        http__audit_request(c, h->would_deny ? "would_deny" : "allow", c->verdict.rule, why);
+        http__audit_fail(c, why);
         egress_http_answer(c, h->status, status == -ETIMEDOUT ? "gateway_timeout" : "bad_gateway",
                            c->verdict.rule, why, true);
         return;
@@ -642,7 +656,7 @@ static void http__send_head(struct egress_conn *c)
 static void http__response_complete(struct egress_conn *c)
 {
     struct egress_http *h = c->http;
-    http__audit_request(c, h->would_deny ? "would_deny" : "allow", c->verdict.rule, c->verdict.reason);
+    http__audit_request(c, h->would_deny ? "would_deny" : "allow", c->verdict.rule, c->verdict.reason, NULL);
     /* The upstream connection lives as long as the client's: when either side will not
      * keep it (or the upstream sent bytes after its response, a protocol error), the
      * client connection closes after this response. */
@@ -715,7 +729,7 @@ static void http__to_tunnel(struct egress_conn *c)
     /* WebSocket accepted: audit the request, then relay raw bytes both ways. Bytes the
      * client sent after its request and bytes the upstream sent after its 101 are the
      * first of each direction. */
-    http__audit_request(c, h->would_deny ? "would_deny" : "allow", c->verdict.rule, "websocket_upgrade");
+    http__audit_request(c, h->would_deny ? "would_deny" : "allow", c->verdict.rule, c->verdict.reason, NULL);
     size_t cl = c->in_len - h->in_off, ul = h->up_len - h->up_off;
     if (cl) {
         char *b = malloc(cl);
@@ -794,13 +808,11 @@ static void http__read_upstream(struct egress_conn *c)
             }
             if (!h->resp_started) {
                 h->status = 502;
-                http__audit_request(c, h->decision ? h->decision : "allow", c->verdict.rule,
-                                    "upstream_closed_before_response");
+                http__audit_fail(c, "upstream_closed_before_response");
                 egress_http_answer(c, 502, "bad_gateway", c->verdict.rule,
                                    "upstream_closed_before_response", true);
             } else {
-                http__audit_request(c, h->decision ? h->decision : "allow", c->verdict.rule,
-                                    "upstream_closed_mid_response");
+                http__audit_fail(c, "upstream_closed_mid_response");
                 egress_conn_close(c, true, "upstream_closed_mid_response");
             }
             return;
@@ -812,12 +824,10 @@ static void http__read_upstream(struct egress_conn *c)
             const char *why = llhttp_get_error_reason(&h->resp);
             if (!h->resp_started) {
                 h->status = 502;
-                http__audit_request(c, h->decision ? h->decision : "allow", c->verdict.rule,
-                                    "malformed_response");
+                http__audit_fail(c, "malformed_response");
                 egress_http_answer(c, 502, "bad_gateway", c->verdict.rule, "malformed_response", true);
             } else {
-                http__audit_request(c, h->decision ? h->decision : "allow", c->verdict.rule,
-                                    "malformed_response");
+                http__audit_fail(c, "malformed_response");
                 egress_conn_close(c, true, "malformed_response");
             }
             (void)why;
@@ -904,7 +914,7 @@ static void http__parse_client(struct egress_conn *c)
         if (h->phase == H_BODY || h->phase == H_WAIT) {
             /* Part of this request already went upstream: the exchange is broken. */
             h->status = status;
-            http__audit_request(c, h->decision ? h->decision : "deny", c->verdict.rule, reason);
+            http__audit_fail(c, reason);
             egress_http_answer(c, status, status == 413 ? "payload_too_large" : "bad_request",
                                c->verdict.rule, reason, true);
             return;
@@ -986,7 +996,7 @@ static void http__process(struct egress_conn *c)
         return;
     if (c->upstream.fd >= 0 && c->upstream.poll_init && h->to_up.len &&
         http__send(c->upstream.fd, &h->to_up, &c->t_last_io) < 0) {
-        http__audit_request(c, h->decision ? h->decision : "allow", c->verdict.rule, "upstream_write_failed");
+        http__audit_fail(c, "upstream_write_failed");
         egress_http_answer(c, 502, "bad_gateway", c->verdict.rule, "upstream_write_failed", true);
         return;
     }
@@ -1006,7 +1016,7 @@ static void http__process(struct egress_conn *c)
          * here; the rest of the body cannot be trusted to resynchronise. */
         h->resp_done = false;
         h->close_after = true;
-        http__audit_request(c, h->decision ? h->decision : "allow", c->verdict.rule, "early_response");
+        http__audit_fail(c, "early_response");
         h->draining = true;
         c->state = CONN_DRAIN;
         egress_conn_deadline(c, DRAIN_MS);
@@ -1077,7 +1087,7 @@ void egress_http_on_event(struct egress_conn *c, struct egress_end *end, int eve
                     egress_conn_set_events(&c->client, c->client.events & ~UV_READABLE);
                 } else {
                     if (h->decision)
-                        http__audit_request(c, h->decision, c->verdict.rule, "client_closed");
+                        http__audit_fail(c, "client_closed");
                     egress_conn_close(c, true, "client_closed");
                     return;
                 }
@@ -1086,7 +1096,7 @@ void egress_http_on_event(struct egress_conn *c, struct egress_end *end, int eve
     } else {
         if (events & UV_WRITABLE && h->to_up.len &&
             http__send(c->upstream.fd, &h->to_up, &c->t_last_io) < 0) {
-            http__audit_request(c, h->decision ? h->decision : "allow", c->verdict.rule, "upstream_write_failed");
+            http__audit_fail(c, "upstream_write_failed");
             egress_http_answer(c, 502, "bad_gateway", c->verdict.rule, "upstream_write_failed", true);
             return;
         }
@@ -1135,7 +1145,7 @@ void egress_http_on_timeout(struct egress_conn *c)
         }
         if (!h->req_done) {
             h->status = 408;
-            http__audit_request(c, h->decision ? h->decision : "allow", c->verdict.rule, "request_body_timeout");
+            http__audit_fail(c, "request_body_timeout");
             egress_http_answer(c, 408, "request_timeout", c->verdict.rule, "request_body_timeout", true);
             return;
         }
@@ -1151,10 +1161,10 @@ void egress_http_on_timeout(struct egress_conn *c)
         }
         if (!h->resp_started) {
             h->status = 504;
-            http__audit_request(c, h->decision ? h->decision : "allow", c->verdict.rule, "upstream_response_timeout");
+            http__audit_fail(c, "upstream_response_timeout");
             egress_http_answer(c, 504, "gateway_timeout", c->verdict.rule, "upstream_response_timeout", true);
         } else {
-            http__audit_request(c, h->decision ? h->decision : "allow", c->verdict.rule, "upstream_idle_timeout");
+            http__audit_fail(c, "upstream_idle_timeout");
             egress_conn_close(c, true, "upstream_idle_timeout");
         }
         break;
