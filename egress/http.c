@@ -67,6 +67,8 @@ struct egress_http {
     uint64_t t_start, t_decided, t_sent, t_first_resp, t_body_io;
     const char *decision, *reason, *rule;
     bool would_deny;
+    bool head_prev_lf;      /* obs-fold detection across reads: last head byte was LF */
+    bool head_fold;         /* an obs-fold (LF followed by SP/HT) was seen in this head */
     char path_log[512];
     size_t discarded;
 };
@@ -701,7 +703,11 @@ static int http__parse_response(struct egress_conn *c)
         }
         h->up_off += used;
         if (err == HPE_PAUSED && h->resp_in_head) {
-            /* Head complete and valid: release it to the client. */
+            /* Head complete and valid (no obs-fold, which llhttp would unfold): release it
+             * to the client. */
+            for (size_t i = 1; i < h->resp_raw.len; i++)
+                if (h->resp_raw.data[i - 1] == '\n' && (h->resp_raw.data[i] == ' ' || h->resp_raw.data[i] == '\t'))
+                    return -1;
             h->resp_in_head = false;
             if (al_buf_append(&h->to_client, h->resp_raw.data, h->resp_raw.len) < 0)
                 return -1;
@@ -893,14 +899,33 @@ static void http__parse_client(struct egress_conn *c)
         size_t len = c->in_len - h->in_off;
         if (h->phase == H_BODY && len > CLIENT_READ)
             len = CLIENT_READ;
+        bool in_head = h->phase == H_IDLE || h->phase == H_HEAD;
+        if (h->phase == H_IDLE) {
+            h->head_prev_lf = false;
+            h->head_fold = false;
+        }
         llhttp_errno_t err = llhttp_execute(&h->req, data, len);
         size_t used = len;
         if (err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE)
             used = (size_t)(llhttp_get_error_pos(&h->req) - data);
+        if (in_head) {
+            /* llhttp unfolds obs-fold silently; we refuse it (EGRESS.md, smuggling). A LF
+             * followed by SP or HT inside a head can only be a fold. */
+            for (size_t i = 0; i < used; i++) {
+                char b = data[i];
+                if (h->head_prev_lf && (b == ' ' || b == '\t'))
+                    h->head_fold = true;
+                h->head_prev_lf = b == '\n';
+            }
+        }
         h->in_off += used;
         if (err == HPE_OK)
             continue;
         if (err == HPE_PAUSED && h->phase == H_HEAD) {
+            if (h->head_fold) {
+                http__deny(c, 400, "bad_request", NULL, "obs_fold");
+                return;
+            }
             http__on_head(c);
             return;
         }

@@ -287,7 +287,7 @@ class HTTPHandler(socketserver.StreamRequestHandler):
                                  b"Connection: Upgrade\r\n\r\n")
                 self.wfile.flush()
                 while True:
-                    d = self.connection.recv(4096)
+                    d = self.rfile.read1(4096)  # bytes already buffered come first
                     if not d:
                         return
                     self.connection.sendall(d)
@@ -405,7 +405,8 @@ def read_until_end(s, timeout):
 
 
 def cmd_raw(a):
-    data = a.data.encode("latin-1").decode("unicode_escape").encode("latin-1")
+    import codecs
+    data = codecs.escape_decode(os.fsencode(a.data))[0]
     try:
         s = socket.create_connection((a.host, a.port), timeout=a.timeout)
     except OSError as e:
