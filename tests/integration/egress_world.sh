@@ -143,13 +143,13 @@ ew_match() {
   local m=$1 re=$2
   shift 2
   EW_OUT=$("$@" 2>&1)
-  grep -Eq -- "$re" <<<"$EW_OUT" && ew__result 1 "$m" || ew__result 0 "$m (want /$re/)"
+  grep -Ezq -- "$re" <<<"$EW_OUT" && ew__result 1 "$m" || ew__result 0 "$m (want /$re/)"
 }
 ew_nomatch() {
   local m=$1 re=$2
   shift 2
   EW_OUT=$("$@" 2>&1)
-  grep -Eq -- "$re" <<<"$EW_OUT" && ew__result 0 "$m (unexpected /$re/)" || ew__result 1 "$m"
+  grep -Ezq -- "$re" <<<"$EW_OUT" && ew__result 0 "$m (unexpected /$re/)" || ew__result 1 "$m"
 }
 ew_eq() { EW_OUT="got '$2'"; [ "$2" = "$3" ] && ew__result 1 "$1" || ew__result 0 "$1 (got '$2', want '$3')"; }
 ew_done() {
