@@ -67,6 +67,8 @@ struct egress_http {
     uint64_t t_start, t_decided, t_sent, t_first_resp, t_body_io;
     const char *decision, *reason, *rule;
     bool would_deny;
+    bool req_kick, resp_kick; /* a parser was resumed: run it once even without new bytes
+                                 (llhttp finishes a message with no body on an empty call) */
     bool head_prev_lf;      /* obs-fold detection across reads: last head byte was LF */
     bool head_fold;         /* an obs-fold (LF followed by SP/HT) was seen in this head */
     char path_log[512];
@@ -648,6 +650,7 @@ static void http__send_head(struct egress_conn *c)
     h->t_first_resp = 0;
     h->phase = H_BODY;
     llhttp_resume(&h->req); /* continue with the body (if any) */
+    h->req_kick = true;
     egress_conn_deadline(c, c->w->e->cfg.body_timeout_ms);
     h->t_body_io = al_now_ns();
     http__process(c);
@@ -676,6 +679,7 @@ static void http__response_complete(struct egress_conn *c)
         return;
     }
     llhttp_resume(&h->req); /* the next request may already be buffered */
+    h->req_kick = true;
     egress_conn_deadline(c, c->w->e->cfg.keepalive_timeout_ms);
 }
 
@@ -683,7 +687,8 @@ static void http__response_complete(struct egress_conn *c)
 static int http__parse_response(struct egress_conn *c)
 {
     struct egress_http *h = c->http;
-    while (h->up_off < h->up_len && !h->resp_done && !h->upgrade) {
+    while ((h->up_off < h->up_len || h->resp_kick) && !h->resp_done && !h->upgrade) {
+        h->resp_kick = false;
         const char *data = h->upbuf + h->up_off;
         size_t len = h->up_len - h->up_off;
         llhttp_errno_t err = llhttp_execute(&h->resp, data, len);
@@ -715,6 +720,7 @@ static int http__parse_response(struct egress_conn *c)
             h->resp_started = true;
             al_buf_reset(&h->resp_raw);
             llhttp_resume(&h->resp);
+            h->resp_kick = true; /* a message without body completes on an empty call */
             continue;
         }
         if (err == HPE_PAUSED_UPGRADE) {
@@ -724,6 +730,7 @@ static int http__parse_response(struct egress_conn *c)
         if (err == HPE_PAUSED)
             break; /* resp_done */
     }
+    h->resp_kick = false;
     if (h->up_off == h->up_len)
         h->up_off = h->up_len = 0;
     return 0;
@@ -892,10 +899,11 @@ static const char *http__parse_error_reason(llhttp_t *p, int *status)
 static void http__parse_client(struct egress_conn *c)
 {
     struct egress_http *h = c->http;
-    while (h->in_off < c->in_len && c->state == CONN_HTTP &&
+    while ((h->in_off < c->in_len || h->req_kick) && c->state == CONN_HTTP &&
            (h->phase == H_IDLE || h->phase == H_HEAD || (h->phase == H_BODY && !h->req_done)) &&
            h->to_up.len < QUEUE_HIGH) {
-        const char *data = (const char *)c->in + h->in_off;
+        h->req_kick = false;
+        const char *data = c->in ? (const char *)c->in + h->in_off : "";
         size_t len = c->in_len - h->in_off;
         if (h->phase == H_BODY && len > CLIENT_READ)
             len = CLIENT_READ;
@@ -952,6 +960,7 @@ static void http__parse_client(struct egress_conn *c)
                    NULL, reason);
         return;
     }
+    h->req_kick = false;
     if (h->in_off == c->in_len)
         h->in_off = c->in_len = 0; /* all parsed: reuse the buffer from the start */
 }
