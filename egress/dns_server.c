@@ -278,6 +278,19 @@ static const char *dns__shape(const struct egress_config *cfg, const struct dns_
         const char *dot = strchr(p, '.');
         size_t l = dot ? (size_t)(dot - p) : strlen(p);
         if (l >= cfg->dns_entropy_min_len) {
+            /* Hex is the classic tunnel encoding, and its entropy stays under 4 bits/char:
+             * a long label of hex digits mixing letters and digits is refused as such. */
+            size_t digits = 0, hex_letters = 0;
+            for (size_t i = 0; i < l; i++) {
+                if (p[i] >= '0' && p[i] <= '9')
+                    digits++;
+                else if (p[i] >= 'a' && p[i] <= 'f')
+                    hex_letters++;
+            }
+            if (digits + hex_letters == l && digits * 5 >= l && hex_letters * 5 >= l) {
+                snprintf(detail, dlen, "label of %zu hex digits", l);
+                return "hex_encoded_label";
+            }
             double h = dns_label_entropy(p, l);
             if (h > cfg->dns_entropy_max) {
                 snprintf(detail, dlen, "label of %zu characters with %.2f bits/char (limit %.2f)",

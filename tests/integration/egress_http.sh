@@ -46,6 +46,10 @@ ew_audit_sync
 ew_fail "query strings are not logged" grep -q s3cr3t "$EW_STATE"/audit/egress-*.jsonl
 ew_match "keep-alive: two requests on one connection" 'HTTP/1.1 200.*HTTP/1.1 200' \
   ew_raw 1 203.0.113.10 80 'GET /a HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET /b HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n'
+EW_OUT=$(ew_curl 1 http://allowed.test/ka1 http://allowed.test/ka2)
+p1=$(grep -o 'GET /ka1 .*peer=[0-9.:]*' "$EW_TMP/up.req" | sed 's/.*peer=//')
+p2=$(grep -o 'GET /ka2 .*peer=[0-9.:]*' "$EW_TMP/up.req" | sed 's/.*peer=//')
+ew_eq "keep-alive: a client's second request reuses the upstream connection" "$p2" "$p1"
 ew_match "a POST body arrives whole (Content-Length)" '"body_len": 5' \
   ew_raw 1 203.0.113.10 80 'POST /p HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello'
 ew_match "a chunked body is re-framed and arrives whole" '"body_len": 11' \

@@ -193,8 +193,12 @@ def cmd_dns_server(a):
 
 def cmd_dns_query(a):
     qid = int.from_bytes(os.urandom(2), "big")
-    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + dns_name(a.name) + \
+    qname = dns_name(a.name) if not a.name_hex else bytes.fromhex(a.name_hex)
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + qname + \
         struct.pack(">HH", TYPES.get(a.type.upper(), 1) if not a.type.isdigit() else int(a.type), 1)
+    if a.raw_hex is not None:
+        q = bytes.fromhex(a.raw_hex)
+        qid = int.from_bytes(q[:2], "big") if len(q) >= 2 else 0
     try:
         if a.tcp:
             s = socket.create_connection((a.server, 53), timeout=a.timeout)
@@ -276,9 +280,10 @@ class HTTPHandler(socketserver.StreamRequestHandler):
                         break
                     body += self.rfile.read(n)
                     self.rfile.readline()
-            log_line(srv.logpath, "REQ %s %s %s host=%s auth=%s pauth=%s len=%d" % (
+            log_line(srv.logpath, "REQ %s %s %s host=%s auth=%s pauth=%s len=%d peer=%s:%d" % (
                 srv.name, method, target, hd.get("host", "-"), hd.get("authorization", "-"),
-                hd.get("proxy-authorization", "-"), len(body)))
+                hd.get("proxy-authorization", "-"), len(body), self.client_address[0],
+                self.client_address[1]))
             path = target.split("?")[0]
             query = target.split("?")[1] if "?" in target else ""
             params = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
@@ -456,7 +461,21 @@ def cmd_tls_hello(a):
     except OSError as e:
         print("CONNECT_FAILED %s" % e)
         return 1
-    s.sendall(client_hello(None if a.no_sni else a.sni, a.ech, a.alpn))
+    hello = client_hello(None if a.no_sni else a.sni, a.ech, a.alpn)
+    if a.record_size:
+        hs = hello[5:]
+        hello = b""
+        for i in range(0, len(hs), a.record_size):
+            part = hs[i:i + a.record_size]
+            hello += b"\x16\x03\x01" + struct.pack(">H", len(part)) + part
+    if a.garbage:
+        hello = b"\x16\x03\x01\x00\x05\x01\x00\xff\xff\xff" + os.urandom(64)
+    if a.slow:
+        for b in hello:
+            s.sendall(bytes([b]))
+            time.sleep(a.slow)
+    else:
+        s.sendall(hello)
     out, how = read_until_end(s, a.timeout)
     if out[:1] == b"\x16":
         print("SERVERHELLO")
@@ -471,6 +490,32 @@ def cmd_tls_hello(a):
     return 0
 
 
+def cmd_hold(a):
+    """Opens N connections and keeps them (idle) for S seconds; prints how many opened."""
+    socks = []
+    for _ in range(a.n):
+        try:
+            s = socket.create_connection((a.host, a.port), timeout=2)
+            socks.append(s)
+        except OSError:
+            pass
+    print("OPENED %d" % len(socks), flush=True)
+    time.sleep(a.seconds)
+    alive = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            d = s.recv(1)
+            if d:
+                alive += 1
+        except BlockingIOError:
+            alive += 1
+        except OSError:
+            pass
+    print("ALIVE %d" % alive, flush=True)
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -480,6 +525,8 @@ def main():
     x = sub.add_parser("dns-query")
     x.add_argument("server"); x.add_argument("name"); x.add_argument("type")
     x.add_argument("--tcp", action="store_true"); x.add_argument("--timeout", type=float, default=3)
+    x.add_argument("--name-hex", help="the question name in wire form, hex")
+    x.add_argument("--raw-hex", help="send these bytes as the whole message")
     x = sub.add_parser("http-server")
     x.add_argument("addr"); x.add_argument("port", type=int)
     x.add_argument("--log"); x.add_argument("--name", default="http")
@@ -497,10 +544,16 @@ def main():
     x.add_argument("--sni", default="example.test"); x.add_argument("--no-sni", action="store_true")
     x.add_argument("--ech", action="store_true"); x.add_argument("--alpn")
     x.add_argument("--timeout", type=float, default=3)
+    x.add_argument("--record-size", type=int, default=0)
+    x.add_argument("--slow", type=float, default=0)
+    x.add_argument("--garbage", action="store_true")
+    x = sub.add_parser("hold")
+    x.add_argument("host"); x.add_argument("port", type=int); x.add_argument("n", type=int)
+    x.add_argument("seconds", type=float)
     a = p.parse_args()
     fn = {"dns-server": cmd_dns_server, "dns-query": cmd_dns_query, "http-server": cmd_http_server,
           "tls-server": cmd_tls_server, "tcp-banner": cmd_tcp_banner, "raw": cmd_raw,
-          "tls-hello": cmd_tls_hello}[a.cmd]
+          "tls-hello": cmd_tls_hello, "hold": cmd_hold}[a.cmd]
     sys.exit(fn(a) or 0)
 
 

@@ -119,6 +119,12 @@ ew_dns() {
   shift
   ip netns exec "$(ew_ns "sb$n")" python3 "$EW_TOOL" dns-query "$@"
 }
+# ew_hold N HOST PORT COUNT SECONDS: COUNT idle connections from sandbox N.
+ew_hold() {
+  local n=$1
+  shift
+  ip netns exec "$(ew_ns "sb$n")" python3 "$EW_TOOL" hold "$@"
+}
 ew_hello() {
   local n=$1
   shift
@@ -215,8 +221,8 @@ ew_world() {
 table ip egress_test {
   chain pre {
     type filter hook prerouting priority mangle; policy accept;
-    iifname "${p}h*" tcp dport 53 tproxy to 127.0.0.1:15053 meta mark set 1 accept
-    iifname "${p}h*" udp dport 53 tproxy to 127.0.0.1:15053 meta mark set 1 accept
+    iifname "${p}h*" tcp dport 53 tproxy to 127.0.0.1:${EW_DNS_PORT:-15053} meta mark set 1 accept
+    iifname "${p}h*" udp dport 53 tproxy to 127.0.0.1:${EW_DNS_PORT:-15053} meta mark set 1 accept
     iifname "${p}h*" meta l4proto tcp tproxy to 127.0.0.1:15001 meta mark set 1 accept
     iifname "${p}h*" drop
   }
@@ -258,7 +264,7 @@ ew_start_proxy() {
   mkdir -p "$EW_STATE"
   "$EW_BIN/airlock-egress" --help >/dev/null || exit 1
   ip netns exec "$(ew_ns host)" "$EW_BIN/airlock-egress" --state-dir "$EW_STATE" \
-    --resolver 203.0.113.53 --listen 127.0.0.1:15001 --dns 127.0.0.1:15053 --vswitch off \
+    --resolver 203.0.113.53 --listen 127.0.0.1:15001 --dns "127.0.0.1:${EW_DNS_PORT:-15053}" --vswitch off \
     --workers 2 "$@" >"$EW_TMP/egress.log" 2>"$EW_TMP/egress.err" &
   EW_PIDS[egress]=$!
   ew_wait_line egress 'ready' 30 || { cat "$EW_TMP/egress.err" >&2; exit 1; }
