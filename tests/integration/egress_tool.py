@@ -441,7 +441,7 @@ def client_hello(sni, ech=False, alpn=None):
         ext += struct.pack(">HHHBH", 0, len(n) + 5, len(n) + 3, 0, len(n)) + n
     ext += struct.pack(">HHB", 43, 3, 2) + b"\x03\x04"                      # TLS 1.3
     ext += struct.pack(">HHH", 10, 4, 2) + b"\x00\x1d"                      # x25519
-    ext += struct.pack(">HHH", 13, 4, 2) + b"\x08\x04"                      # rsa_pss_rsae_sha256
+    ext += struct.pack(">HHH", 13, 6, 4) + b"\x04\x03\x08\x04"              # ecdsa_p256, rsa_pss
     key = os.urandom(32)
     ext += struct.pack(">HHHHH", 51, 38, 36, 0x1d, 32) + key                # key_share
     if alpn:
@@ -469,7 +469,7 @@ def cmd_tls_hello(a):
             part = hs[i:i + a.record_size]
             hello += b"\x16\x03\x01" + struct.pack(">H", len(part)) + part
     if a.garbage:
-        hello = b"\x16\x03\x01\x00\x05\x01\x00\xff\xff\xff" + os.urandom(64)
+        hello = b"\x16\x03\x01\x00\x05\x01\x00\x00\x01\xff" + os.urandom(64)
     if a.slow:
         for b in hello:
             s.sendall(bytes([b]))
