@@ -52,8 +52,8 @@ ew_fail "and never asked upstream" grep -q 'QUERY evil.test' "$EW_TMP/dns.q"
 ew_match "MX of an allowed name: REFUSED" "RCODE REFUSED" ew_dns 1 10.200.1.1 allowed.test MX
 ew_audit_has "audited" type=dns_query qname=allowed.test qtype=MX reason=unsupported_type
 ew_match "a CNAME chain is flattened to the asked name" "RCODE NOERROR ANSWERS 203.0.113.10 " ew_dns 1 10.200.1.1 cname.test A
-ew_match "TTL 0 is raised to the minimum" "TTL 1$" ew_dns 1 10.200.1.1 shortttl.test A
-ew_match "a day is cut to the maximum" "TTL 300$" ew_dns 1 10.200.1.1 longttl.test A
+ew_match "TTL 0 is raised to the minimum" "TTL 1[[:space:]]*$" ew_dns 1 10.200.1.1 shortttl.test A
+ew_match "a day is cut to the maximum" "TTL 300[[:space:]]*$" ew_dns 1 10.200.1.1 longttl.test A
 ew_match "a malformed query: FORMERR" "RCODE FORMERR" ew_dns 1 10.200.1.1 x A --raw-hex 12340100000200000000000001610000010001
 ew_match "an IP literal as a name: NXDOMAIN" "RCODE NXDOMAIN" ew_dns 1 10.200.1.1 203.0.113.10 A
 ew_match "DoH/DoT provider names are not resolvable" "RCODE NXDOMAIN" ew_dns 1 10.200.1.1 dns.google A
@@ -90,7 +90,7 @@ ew_audit_has "audited" type=security_event reason=label_too_long
 long=$(printf 'abcdefgh%.0s.' $(seq 1 25))exfil.test
 ew_match "an over-long name: REFUSED" "RCODE REFUSED" ew_dns 1 10.200.1.1 "$long" A
 ew_audit_has "audited" type=security_event reason=name_too_long
-ew_match "non-hostname bytes: REFUSED" "RCODE REFUSED" ew_dns 1 10.200.1.1 x A --name-hex 0361016205657866696c0474657374 00
+ew_match "non-hostname bytes: REFUSED" "RCODE REFUSED" ew_dns 1 10.200.1.1 x A --name-hex 0361016205657866696c047465737400
 ew_match "TXT to an unknown name: REFUSED" "RCODE REFUSED" ew_dns 1 10.200.1.1 data.attacker.test TXT
 ew_audit_has "audited" type=security_event reason=record_type_to_unknown_name qtype=TXT
 ew_match "NULL to an unknown name: REFUSED" "RCODE REFUSED" ew_dns 1 10.200.1.1 data.attacker.test NULL
