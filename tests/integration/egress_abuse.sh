@@ -68,16 +68,23 @@ ew_note "thousands of connections"
 ew_host_conns() { curl -s --unix-socket "$EW_STATE/run/egress.sock" http://egress/v1/sandboxes/sbx-abuser |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["stats"]["connections"])'; }
 # Idle connections live until the header deadline (2 s here): act while they are open.
-ip netns exec "$(ew_ns sb1)" python3 "$EW_TOOL" hold 203.0.113.10 80 150 3 >"$EW_TMP/hold.log" 2>&1 &
+# Beyond the cap (20) a connection is still read so that HTTP gets a 429 answer; beyond the
+# cap + 64 it is reset at once, so a flood costs the proxy a bounded amount.
+ip netns exec "$(ew_ns sb1)" python3 "$EW_TOOL" hold 203.0.113.10 80 30 3 >"$EW_TMP/hold.log" 2>&1 &
 hold_pid=$!
 ew_wait_line hold OPENED 10
-ew_match "the 21st concurrent connection of the abuser gets 429" '^HTTP/1.1 429 .*"reason":"sandbox_connection_limit"' \
+ew_match "over the cap, the abuser's request gets 429" '^HTTP/1.1 429 .*"reason":"sandbox_connection_limit"' \
   ew_raw 1 203.0.113.10 80 'GET /over HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
 ew_match "the bystander is served meanwhile" '"server": "good"' ew_curl 2 http://allowed.test/bystander
-ew_match "and its TLS too" '"server": "tls"' ew_curl 2 --cacert "$EW_TMP/ca.pem" https://allowed.test/bystander-tls
+wait "$hold_pid"
+ip netns exec "$(ew_ns sb1)" python3 "$EW_TOOL" hold 203.0.113.10 443 300 1 >"$EW_TMP/flood.log" 2>&1 &
+hold_pid=$!
+ew_wait_line flood OPENED 20
 live=$(ew_host_conns)
-[ "$live" -le 20 ] && ew__result 1 "the proxy holds at most the cap for the abuser ($live)" ||
-  ew__result 0 "the proxy holds at most the cap for the abuser ($live)"
+[ "$live" -le 84 ] && ew__result 1 "a flood of 300: the proxy holds at most cap + 64 ($live)" ||
+  ew__result 0 "a flood of 300: the proxy holds at most cap + 64 ($live)"
+ew_match "the bystander's TLS is served during the flood" '"server": "tls"' \
+  ew_curl 2 --cacert "$EW_TMP/ca.pem" https://allowed.test/bystander-tls
 wait "$hold_pid"
 ew_audit_has "the limit is audited (rate-limited)" type=security_event event=limit reason=sandbox_connection_limit sandbox=sbx-abuser
 ew_fail "no /over request reached the upstream" ew_upstream_saw 'GET /over'
