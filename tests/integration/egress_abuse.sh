@@ -79,10 +79,14 @@ ew_match "the bystander is served meanwhile" '"server": "good"' ew_curl 2 http:/
 wait "$hold_pid"
 ip netns exec "$(ew_ns sb1)" python3 "$EW_TOOL" hold 203.0.113.10 443 300 1 >"$EW_TMP/flood.log" 2>&1 &
 hold_pid=$!
-ew_wait_line flood OPENED 20
-live=$(ew_host_conns)
-[ "$live" -le 84 ] && ew__result 1 "a flood of 300: the proxy holds at most cap + 64 ($live)" ||
-  ew__result 0 "a flood of 300: the proxy holds at most cap + 64 ($live)"
+max=0
+for _ in $(seq 1 15); do
+  live=$(ew_host_conns)
+  [ "$live" -gt "$max" ] && max=$live
+  sleep 0.1
+done
+[ "$max" -gt 20 ] && [ "$max" -le 84 ] && ew__result 1 "a flood of 300: the proxy holds at most cap + 64 (max $max)" ||
+  ew__result 0 "a flood of 300: the proxy holds at most cap + 64 (max $max)"
 ew_match "the bystander's TLS is served during the flood" '"server": "tls"' \
   ew_curl 2 --cacert "$EW_TMP/ca.pem" https://allowed.test/bystander-tls
 wait "$hold_pid"
