@@ -64,7 +64,7 @@ YAML
 
 ew_note "before registration"
 ew_match "admin API healthy" '"status":"ok"' ew_admin GET /v1/health
-ew_match "traffic from an unregistered sandbox is refused (reset)" 'END reset' \
+ew_match "traffic from an unregistered sandbox is refused (reset)" '[Rr]eset' \
   ew_raw 1 203.0.113.10 80 'GET /early HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
 ew_audit_has "audited as unknown_source" type=security_event event=unknown_source
 ew_fail "it never reached an upstream" ew_upstream_saw 'GET /early'
@@ -72,7 +72,7 @@ ew_fail "it never reached an upstream" ew_upstream_saw 'GET /early'
 ew_note "invalid policies"
 ew_match "registering with an invalid policy: 400 naming file:line:col" 'bad.yaml:5:[0-9]+.*HTTP 400' \
   ew_register sbx-c 1 "$EW_TMP/bad.yaml"
-ew_match "nothing was registered" 'END reset' ew_raw 1 203.0.113.10 80 'GET /still HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
+ew_match "nothing was registered" '[Rr]eset' ew_raw 1 203.0.113.10 80 'GET /still HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
 ew_match "registering with a valid policy: 201" 'control-v1.*HTTP 201' ew_register sbx-c 1 "$EW_TMP/p1.yaml"
 ew_match "the same id again: 409" 'HTTP 409' ew_register sbx-c 2 "$EW_TMP/p1.yaml"
 ew_match "the same address again: 409" 'already belongs to sandbox.*HTTP 409' ew_register sbx-dup 1 "$EW_TMP/p1.yaml"
@@ -113,7 +113,9 @@ wait "$ka_pid"
 ew_match "the kept-alive connection's next request is decided on the new policy" \
   'FIRST HTTP/1.1 200.*SECOND HTTP/1.1 403.*no_rule_matched' cat "$EW_TMP/ka.log"
 ew_audit_has "the reload is audited with both hashes" type=policy event=reload policy.name=control-v2 'old_policy_hash=/^[0-9a-f]{64}$/'
-ew_match "new connections too" '"reason":"no_rule_matched"' ew_curl 1 http://allowed.test/after
+ew_match "new connections too (and the name no longer resolves)" '"reason":"no_rule_matched"' \
+  ew_curl 1 --resolve allowed.test:80:203.0.113.10 http://allowed.test/after
+ew_match "DNS follows the new policy" 'RCODE NXDOMAIN' ew_dns 1 10.200.1.1 allowed.test A
 ew_match "and what it allows works" '"server": "evil"' ew_curl 1 --resolve other.test:80:203.0.113.11 http://other.test/v2
 
 ew_note "report mode"
@@ -148,7 +150,7 @@ wait "$tun_pid"
 ew_match "its open tunnel was closed at once" '(RESET|EOF).*after [0-4]\.' cat "$EW_TMP/tunnel.log"
 ew_audit_has "the end is audited" type=connection_end end=sandbox_removed sandbox=sbx-c
 ew_audit_has "the removal is audited" type=sandbox event=unregister sandbox=sbx-c
-ew_match "its traffic is refused again" 'END reset' ew_raw 1 203.0.113.10 80 'GET /gone HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
+ew_match "its traffic is refused again" '[Rr]eset' ew_raw 1 203.0.113.10 80 'GET /gone HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
 ew_match "unknown sandbox: 404" 'HTTP 404' ew_admin DELETE /v1/sandboxes/sbx-c
 
 ew_note "file policies"
@@ -158,7 +160,7 @@ ew_match "register with a policy file" 'HTTP 201' ew_admin POST /v1/sandboxes \
 ew_match "allowed by the file" '"server": "good"' ew_curl 2 http://allowed.test/file1
 cp "$EW_TMP/p2.yaml" "$EW_TMP/file-policy.yaml"
 ew_match "reload re-reads it" '"reloaded":\["sbx-f"\]' ew_admin POST /v1/reload
-ew_match "now denied" '"reason":"no_rule_matched"' ew_curl 2 http://allowed.test/file2
+ew_match "now denied" '"reason":"no_rule_matched"' ew_curl 2 --resolve allowed.test:80:203.0.113.10 http://allowed.test/file2
 cp "$EW_TMP/bad.yaml" "$EW_TMP/file-policy.yaml"
 ew_match "a broken file on reload is reported, the policy stays" '"failed":\[\{"sandbox":"sbx-f","error":"[^"]*file-policy.yaml:5' \
   ew_admin POST /v1/reload
