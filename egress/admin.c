@@ -16,6 +16,7 @@
  *   POST   /v1/reload                 re-reads file-based policies: 200 {"reloaded":[...],
  *                                     "failed":[{"sandbox","error"}]}
  *   POST   /v1/audit/sync             204 once every record so far is on disk
+ *   POST   /v1/audit/checkpoint       204 once a signed checkpoint is written
  * Errors use common/http's {"code": status, "message": "..."} shape.
  */
 #include "admin.h"
@@ -260,6 +261,16 @@ static void admin__handle(struct al_http_req *req, void *ctx)
     }
     if (strcmp(p, "/v1/audit/sync") == 0 && strcmp(m, "POST") == 0) {
         int rc = egress_sync_audit(e, 5000);
+        if (rc < 0)
+            al_http_reply_error(req, 503, "audit log: %s", strerror(-rc));
+        else
+            al_http_reply(req, 204, NULL, NULL, 0);
+        return;
+    }
+    if (strcmp(p, "/v1/audit/checkpoint") == 0 && strcmp(m, "POST") == 0) {
+        int rc = egress_checkpoint_audit(e);
+        if (rc == 0)
+            rc = egress_sync_audit(e, 5000);
         if (rc < 0)
             al_http_reply_error(req, 503, "audit log: %s", strerror(-rc));
         else

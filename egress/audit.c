@@ -98,6 +98,11 @@ int egress_audit_status(const struct egress_audit *a)
     return al_auditlog_status(a->log);
 }
 
+int egress_audit_checkpoint(struct egress_audit *a)
+{
+    return al_auditlog_checkpoint(a->log);
+}
+
 int egress_audit_sync(struct egress_audit *a, uint32_t timeout_ms)
 {
     return al_auditlog_sync(a->log, timeout_ms);

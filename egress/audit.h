@@ -48,6 +48,8 @@ int egress_audit_append(struct egress_audit *a, json_t *rec);
 bool egress_audit_ok(const struct egress_audit *a);
 /* 0 while healthy, else the log's sticky negative errno. */
 int egress_audit_status(const struct egress_audit *a);
+/* Writes a signed checkpoint now (operators before shipping the checkpoint file). */
+int egress_audit_checkpoint(struct egress_audit *a);
 /* Blocks until everything appended so far is durable (tests, shutdown, admin). */
 int egress_audit_sync(struct egress_audit *a, uint32_t timeout_ms);
 uint64_t egress_audit_records(const struct egress_audit *a);

@@ -207,6 +207,11 @@ int egress_set_reply_mark(struct egress *e, uint32_t mark)
     return 0;
 }
 
+int egress_checkpoint_audit(struct egress *e)
+{
+    return egress_audit_checkpoint(e->audit);
+}
+
 uint16_t egress_tcp_port(const struct egress *e, size_t i)
 {
     return i < EGRESS_MAX_LISTEN ? e->tcp_ports[i] : 0;

@@ -132,6 +132,8 @@ struct json_t *egress_sandboxes_json(struct egress *e);
 struct uv_loop_s *egress_ctl_loop(struct egress *e);
 /* Blocks until audit records appended so far are durable. */
 int egress_sync_audit(struct egress *e, uint32_t timeout_ms);
+/* A signed checkpoint of the audit log now. */
+int egress_checkpoint_audit(struct egress *e);
 
 /* The listening sockets of one kind (0 transparent TCP, 1 DNS UDP, 2 DNS TCP) of
  * listener index i, one per worker (a SO_REUSEPORT group). Returns how many. */

@@ -22,6 +22,7 @@ for i in 1 2 3; do ew_curl 1 "http://allowed.test/ok$i?secret=hunter$i" >/dev/nu
 ew_curl 1 -H 'Host: evil.test' http://203.0.113.11/denied >/dev/null
 ew_dns 1 10.200.1.1 evil.test A >/dev/null
 ew_hello 1 203.0.113.10 443 --sni allowed.test >/dev/null
+ew_match "a checkpoint on request" 'HTTP 204' ew_admin POST /v1/audit/checkpoint
 ew_audit_sync
 A="$EW_STATE/audit"
 
@@ -122,7 +123,7 @@ mnt sh -c "dd if=/dev/zero of='$EW_TMP/small/fill' bs=4k 2>/dev/null; true"
 # The writer notices at its next write; from then on nothing is allowed.
 got=""
 for i in $(seq 1 40); do
-  out=$(ew_curl 1 "http://allowed.test/full$i" 2>&1)
+  out=$(ew_curl 1 --resolve allowed.test:80:203.0.113.10 "http://allowed.test/full$i" 2>&1)
   if grep -q '"reason":"audit_unavailable"' <<<"$out"; then got=$i; break; fi
   sleep 0.1
 done
@@ -137,7 +138,7 @@ ew_match "health says so" '"status":"audit_failing".*HTTP 503' ew_admin GET /v1/
 mnt rm -f "$EW_TMP/small/fill"
 ok=""
 for i in $(seq 1 50); do
-  if ew_curl 1 "http://allowed.test/back$i" 2>/dev/null | grep -q '"server": "good"'; then ok=1; break; fi
+  if ew_curl 1 --resolve allowed.test:80:203.0.113.10 "http://allowed.test/back$i" 2>/dev/null | grep -q '"server": "good"'; then ok=1; break; fi
   sleep 0.2
 done
 [ -n "$ok" ] && ew__result 1 "with space back, traffic flows again" || ew__result 0 "with space back, traffic flows again"
