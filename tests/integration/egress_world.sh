@@ -228,15 +228,7 @@ table ip egress_test {
   }
 }
 NFT
-  # Test CA and the upstreams' certificate.
-  (cd "$EW_TMP" &&
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-      -subj "/CN=airlock egress test CA $$" -keyout ca.key -out ca.pem 2>/dev/null &&
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=allowed.test" \
-      -keyout up.key -out up.csr 2>/dev/null &&
-    printf 'subjectAltName=DNS:allowed.test,DNS:other.test,DNS:*.allowed.test,DNS:rebind.test\n' >up.ext &&
-    openssl x509 -req -in up.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-      -extfile up.ext -out up.pem 2>/dev/null) || { echo "openssl failed" >&2; exit 1; }
+  ew_make_certs "$EW_TMP" || { echo "openssl failed" >&2; exit 1; }
   # The fake internet.
   cat >"$EW_TMP/zone.json" <<'ZONE'
 {
@@ -257,6 +249,19 @@ ZONE
   ew_wait_line dns LISTEN && ew_wait_line good LISTEN && ew_wait_line evil LISTEN &&
     ew_wait_line tls LISTEN && ew_wait_line banner LISTEN || exit 1
   ew_start_proxy "$@"
+}
+
+# ew_make_certs DIR: a test CA (ca.pem) and the upstreams' certificate (up.pem, up.key) for
+# allowed.test and friends, made by openssl now (never a fixed key in the repository).
+ew_make_certs() {
+  (cd "$1" &&
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+      -subj "/CN=airlock egress test CA $$" -keyout ca.key -out ca.pem 2>/dev/null &&
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=allowed.test" \
+      -keyout up.key -out up.csr 2>/dev/null &&
+    printf 'subjectAltName=DNS:allowed.test,DNS:other.test,DNS:*.allowed.test,DNS:rebind.test\n' >up.ext &&
+    openssl x509 -req -in up.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile up.ext -out up.pem 2>/dev/null)
 }
 
 ew_start_proxy() {
