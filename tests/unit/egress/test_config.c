@@ -4,6 +4,7 @@
 #include "egress/egress.h"
 
 #include <arpa/inet.h>
+#include <stdarg.h>
 #include <netinet/in.h>
 #include <string.h>
 

@@ -3,6 +3,7 @@
 #include "egress/sandbox.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
