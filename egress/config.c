@@ -235,6 +235,20 @@ int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, s
         }
         if (strncmp(a, "--", 2) != 0)
             return al_error_set(err, -EINVAL, "unexpected argument '%s' (see --help)", a);
+        static const char *const with_value[] = {
+            "--state-dir", "--admin-socket", "--audit-dir", "--listen", "--dns", "--resolver",
+            "--workers", "--relay", "--upstream-mark", "--max-connections",
+            "--max-sandbox-connections", "--memory-budget", "--sandbox-memory",
+            "--max-header-bytes", "--max-body", "--header-timeout", "--connect-timeout",
+            "--response-timeout", "--idle-timeout", "--keepalive-timeout", "--body-timeout",
+            "--dns-min-ttl", "--dns-max-ttl", "--dns-neg-ttl", "--dns-remember", "--dns-timeout",
+            "--dns-max-name", "--dns-max-label", "--dns-entropy-min-len", "--dns-entropy-max",
+            "--vswitch", "--vswitch-pins", "--log-level", "--log-format", NULL};
+        bool known = false;
+        for (const char *const *k = with_value; *k && !known; k++)
+            known = strcmp(*k, a) == 0;
+        if (!known)
+            return al_error_set(err, -EINVAL, "unknown option '%s' (see --help)", a);
         if (!v) {
             if (i + 1 >= argc)
                 return al_error_set(err, -EINVAL, "%s needs a value (see --help)", a);

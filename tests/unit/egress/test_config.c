@@ -34,7 +34,7 @@ START_TEST(defaults_and_values)
     ck_assert_uint_eq(c.max_conns_per_sandbox, 256);
     ck_assert_uint_eq(c.sandbox_memory, c.memory_budget / 4);
     ck_assert(!c.audit_fail_open);
-    ck_assert_int_eq(parse(&c, &err, 17, "--listen", "0.0.0.0:15001", "--listen=[::1]:15002",
+    ck_assert_int_eq(parse(&c, &err, 16, "--listen", "0.0.0.0:15001", "--listen=[::1]:15002",
                            "--dns", "127.0.0.1:53", "--resolver", "192.0.2.53", "--header-timeout", "2s",
                            "--max-body", "10MiB", "--relay", "copy", "--audit-fail-open",
                            "--dns-entropy-max", "3.5"), 0);
