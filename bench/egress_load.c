@@ -163,7 +163,7 @@ static const char http_resp[] =
 
 static char stream_chunk[65536];
 
-static int serve(const char *ip, int port, bool tls, long bytes)
+static _Noreturn void serve(const char *ip, int port, bool tls, long bytes)
 {
     raise_nofile();
     signal(SIGPIPE, SIG_IGN);
@@ -556,9 +556,9 @@ int main(int argc, char **argv)
     raise_nofile();
     const char *m = argv[1];
     if (!strcmp(m, "serve-http"))
-        return serve(o.ip, o.port, false, 0);
+        serve(o.ip, o.port, false, 0);
     if (!strcmp(m, "serve-tls"))
-        return serve(o.ip, o.port, true, bytes);
+        serve(o.ip, o.port, true, bytes);
     if (!strcmp(m, "http"))
         return http_client(&o);
     if (!strcmp(m, "tls-conns"))
