@@ -4,7 +4,9 @@
 # ssl_preread allowlisting on SNI), all measured in the same run, in a namespace world with
 # no route out (needs root). Prints JSON lines; every figure has its references next to it.
 #
-#   bench/egress_bench.sh [--build DIR] [--duration S] [--quick]
+#   bench/egress_bench.sh [--build DIR] [--duration S] [--quick] [--only GROUP] [--perf]
+#   GROUP: http, latency, tls_conns, tls_bulk, idle, copy. --perf records the proxy with
+#   `perf record -g` during its runs (perf.data in the current directory).
 #
 #   sb1 --TPROXY--> airlock-egress (host ns) --> upstreams (up ns, 203.0.113.10)
 #   sb2 -----------> nginx (host ns, 10.200.2.1:8080 http, :8443/:8444 stream) --> upstreams
@@ -20,8 +22,12 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 build="$top/build"
 dur=5
 quick=0
+only=""
+perf=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --only) only=$2; shift 2 ;;
+    --perf) perf=1; shift ;;
     --build) build=$2; shift 2 ;;
     --duration) dur=$2; shift 2 ;;
     --quick) quick=1; dur=2; shift ;;
@@ -154,33 +160,55 @@ stop_egress() { kill "$EGRESS_PID"; wait "$EGRESS_PID" 2>/dev/null || true; }
 SB1=(ip netns exec "$W-sb1"); SB2=(ip netns exec "$W-sb2")
 OUT="$TMP/results.jsonl"
 run() { "$@" | tee -a "$OUT"; }
+want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
+# run_egress CMD...: a run through the proxy (recorded by perf when asked).
+run_egress() {
+  if [ "$perf" = 1 ]; then
+    perf record -q -g -o "perf.data" -p "$EGRESS_PID" >/dev/null 2>&1 &
+    local pp=$!
+    sleep 0.2
+    run "$@"
+    kill -INT "$pp"; wait "$pp" 2>/dev/null || true
+  else
+    run "$@"
+  fi
+}
 
 start_egress
 # Warm up: DNS answer and caches.
 "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 2 --duration 0.5 --name warmup >/dev/null
 "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 2 --duration 0.5 --name warmup >/dev/null
 
+if want http; then
 echo "# HTTP keep-alive, 32 connections, ${dur}s each" >&2
 run "${SB2[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name http_keepalive_direct
-run "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name http_keepalive_egress
+run_egress "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name http_keepalive_egress
 [ "$have_nginx" = 1 ] && run "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name http_keepalive_nginx
+fi
 
+if want latency; then
 echo "# HTTP latency at 1,000 requests/s (20 connections)" >&2
 ldur=$((dur * 2))
 run "${SB2[@]}" "$LOAD" http 203.0.113.10 80 --conns 20 --rate 1000 --duration "$ldur" --name http_1000rps_direct
-run "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 20 --rate 1000 --duration "$ldur" --name http_1000rps_egress
+run_egress "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 20 --rate 1000 --duration "$ldur" --name http_1000rps_egress
 [ "$have_nginx" = 1 ] && run "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 20 --rate 1000 --duration "$ldur" --name http_1000rps_nginx
+fi
 
+if want tls_conns; then
 echo "# TLS passthrough: new connections/s (16 at a time)" >&2
 run "${SB2[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name tls_conns_direct
-run "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name tls_conns_egress
+run_egress "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name tls_conns_egress
 [ "$have_nginx" = 1 ] && run "${SB2[@]}" "$LOAD" tls-conns 10.200.2.1 8443 --conns 16 --duration "$dur" --name tls_conns_nginx
+fi
 
+if want tls_bulk; then
 echo "# TLS passthrough throughput (4 connections)" >&2
 run "${SB2[@]}" "$LOAD" tls-bulk 203.0.113.10 8443 --conns 4 --duration "$dur" --name tls_bulk_direct
-run "${SB1[@]}" "$LOAD" tls-bulk 203.0.113.10 8443 --conns 4 --duration "$dur" --name tls_bulk_egress_splice
+run_egress "${SB1[@]}" "$LOAD" tls-bulk 203.0.113.10 8443 --conns 4 --duration "$dur" --name tls_bulk_egress_splice
 [ "$have_nginx" = 1 ] && run "${SB2[@]}" "$LOAD" tls-bulk 10.200.2.1 8444 --conns 4 --duration "$dur" --name tls_bulk_nginx
+fi
 
+if want idle; then
 echo "# memory per idle proxied connection" >&2
 n_idle=$([ "$quick" = 1 ] && echo 500 || echo 2000)
 rss() { awk '/^VmRSS/ {print $2 * 1024}' "/proc/$EGRESS_PID/status"; }
@@ -200,13 +228,16 @@ for metric, value in (("idle_connections", n), ("proxy_rss_per_idle_conn", (rss1
     print('{"bench":"egress_idle_memory","metric":"%s","value":%.1f,"unit":"%s"}' %
           (metric, value, "count" if metric == "idle_connections" else "bytes"))
 PY
+fi
 stop_egress
 
+if want copy || want tls_bulk; then
 echo "# TLS throughput with the read/write relay (for comparison with splice)" >&2
 start_egress --relay copy
 "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 2 --duration 0.5 --name warmup >/dev/null
 run "${SB1[@]}" "$LOAD" tls-bulk 203.0.113.10 8443 --conns 4 --duration "$dur" --name tls_bulk_egress_copy
 stop_egress
+fi
 
 # Summary: overheads and ratios computed from figures of this run.
 python3 - "$OUT" <<'PY'
