@@ -28,6 +28,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --only) only=$2; shift 2 ;;
     --perf) perf=1; shift ;;
+    --strace) perf=2; shift ;;
     --build) build=$2; shift 2 ;;
     --duration) dur=$2; shift 2 ;;
     --quick) quick=1; dur=2; shift ;;
@@ -163,7 +164,13 @@ run() { "$@" | tee -a "$OUT"; }
 want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 # run_egress CMD...: a run through the proxy (recorded by perf when asked).
 run_egress() {
-  if [ "$perf" = 1 ]; then
+  if [ "$perf" = 2 ]; then
+    strace -c -f -o strace.out -p "$EGRESS_PID" &
+    local sp=$!
+    sleep 0.5
+    run "$@"
+    kill -INT "$sp"; wait "$sp" 2>/dev/null || true
+  elif [ "$perf" = 1 ]; then
     perf record -q -g -o "perf.data" -p "$EGRESS_PID" >/dev/null 2>&1 &
     local pp=$!
     sleep 0.2
