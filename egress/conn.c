@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
+#include <sys/epoll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,7 +19,6 @@
 #define PEEK_INITIAL 2048
 #define REJECT_SLACK 64   /* connections beyond a cap still answered 429/503, then reset */
 
-static void conn__on_poll(uv_poll_t *h, int status, int events);
 static void conn__on_timer(uv_timer_t *t);
 static void conn__peek_read(struct egress_conn *c);
 static void conn__start_connect(struct egress_conn *c);
@@ -27,13 +27,25 @@ static void conn__start_connect(struct egress_conn *c);
 
 void egress_conn_set_events(struct egress_end *end, int events)
 {
-    if (!end->poll_init || end->events == events)
+    if (end->fd < 0 || end->events == events)
         return;
-    end->events = events;
-    if (events == 0)
-        uv_poll_stop(&end->poll);
-    else
-        uv_poll_start(&end->poll, events, conn__on_poll);
+    int ep = end->c->w->ep;
+    struct epoll_event ev = {.events = ((events & UV_READABLE) ? EPOLLIN | EPOLLRDHUP : 0) |
+                                       ((events & UV_WRITABLE) ? EPOLLOUT : 0),
+                             .data.ptr = end};
+    int rc;
+    if (events == 0) {
+        /* Level-triggered HUP/ERR would keep firing: leave the set until wanted again. */
+        rc = end->registered ? epoll_ctl(ep, EPOLL_CTL_DEL, end->fd, &ev) : 0;
+        end->registered = false;
+    } else if (end->registered) {
+        rc = epoll_ctl(ep, EPOLL_CTL_MOD, end->fd, &ev);
+    } else {
+        rc = epoll_ctl(ep, EPOLL_CTL_ADD, end->fd, &ev);
+        end->registered = rc == 0;
+    }
+    if (rc == 0)
+        end->events = events;
 }
 
 void egress_conn_deadline(struct egress_conn *c, uint32_t ms)
@@ -47,12 +59,8 @@ static int conn__end_init(struct egress_conn *c, struct egress_end *end, int fd)
 {
     end->fd = fd;
     end->c = c;
-    int rc = uv_poll_init(&c->w->loop, &end->poll, fd);
-    if (rc < 0)
-        return rc;
-    end->poll.data = end;
-    end->poll_init = true;
-    c->handles_open++;
+    end->registered = false;
+    end->events = 0;
     return 0;
 }
 
@@ -165,13 +173,6 @@ static void conn__free(struct egress_conn *c)
 static void conn__on_handle_closed(uv_handle_t *h)
 {
     struct egress_conn *c = h->data;
-    if (h->type == UV_POLL) {
-        struct egress_end *end = (struct egress_end *)((char *)h - offsetof(struct egress_end, poll));
-        c = end->c;
-        if (end->fd >= 0)
-            close(end->fd);
-        end->fd = -1;
-    }
     if (--c->handles_open == 0)
         conn__free(c);
 }
@@ -184,14 +185,11 @@ static void conn__close_end(struct egress_conn *c, struct egress_end *end, bool 
         struct linger l = {1, 0};
         setsockopt(end->fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
     }
-    if (end->poll_init) {
-        uv_poll_stop(&end->poll);
-        end->poll.data = c;
-        uv_close((uv_handle_t *)&end->poll, conn__on_handle_closed);
-    } else {
-        close(end->fd);
-        end->fd = -1;
-    }
+    /* close() takes the socket out of the epoll set; events already fetched for it in
+     * this batch find the connection CLOSING (its memory lives until the timer closes). */
+    close(end->fd);
+    end->fd = -1;
+    end->registered = false;
 }
 
 void egress_flow_free(struct egress_conn *c, struct egress_flow *f)
@@ -805,12 +803,19 @@ static void conn__connected(struct egress_conn *c)
 
 /* ---- events ------------------------------------------------------------------------- */
 
-static void conn__on_poll(uv_poll_t *h, int status, int events)
+void egress_conn_on_events(struct egress_end *end, uint32_t epoll_events)
 {
-    struct egress_end *end = h->data;
     struct egress_conn *c = end->c;
-    if (status < 0)
-        events = UV_READABLE | UV_WRITABLE; /* let the syscalls report the error */
+    if (c->state == CONN_CLOSING || end->fd < 0)
+        return;
+    int events = 0;
+    if (epoll_events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        events |= UV_READABLE;
+    if (epoll_events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+        events |= UV_WRITABLE;
+    events &= end->events; /* only what was asked for (an error shows up as both) */
+    if (!events)
+        return;
     switch (c->state) {
     case CONN_PEEK:
         if (end == &c->client && (events & UV_READABLE))

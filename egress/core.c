@@ -628,6 +628,7 @@ void egress_free(struct egress *e)
             if (w->resolver)
                 egress_resolver_close(w->resolver);
             uv_close((uv_handle_t *)&w->wake, NULL);
+            uv_close((uv_handle_t *)&w->ep_poll, NULL);
             uv_run(&w->loop, UV_RUN_DEFAULT);
         }
         egress_worker_fini(w);

@@ -379,7 +379,7 @@ void egress_http_answer(struct egress_conn *c, int status, const char *error, co
     h->close_after = true;
     c->state = CONN_DRAIN;
     /* The upstream (if any) is of no further use. */
-    if (c->upstream.fd >= 0 && c->upstream.poll_init)
+    if (c->upstream.fd >= 0)
         egress_conn_set_events(&c->upstream, 0);
     egress_conn_deadline(c, DRAIN_MS);
     http__flush_client(c);
@@ -453,7 +453,7 @@ static void http__update_events(struct egress_conn *c)
         if (!c->client.eof)
             ce |= UV_READABLE; /* lingering close: read and discard */
         egress_conn_set_events(&c->client, ce);
-        if (c->upstream.poll_init)
+        if (c->upstream.fd >= 0)
             egress_conn_set_events(&c->upstream, 0);
         return;
     }
@@ -467,7 +467,7 @@ static void http__update_events(struct egress_conn *c)
                         (h->phase == H_BODY && !h->req_done));
     if (want_client && c->in_len - h->in_off == 0)
         ce |= UV_READABLE;
-    if (c->upstream.fd >= 0 && c->upstream.poll_init && c->state == CONN_HTTP) {
+    if (c->upstream.fd >= 0 && c->state == CONN_HTTP) {
         if (h->to_up.len)
             ue |= UV_WRITABLE;
         if (!c->upstream.eof && h->to_client.len < QUEUE_HIGH)
@@ -1028,7 +1028,7 @@ static void http__process(struct egress_conn *c)
     http__parse_client(c);
     if (c->state != CONN_HTTP)
         return;
-    if (c->upstream.fd >= 0 && c->upstream.poll_init && h->to_up.len &&
+    if (c->upstream.fd >= 0 && h->to_up.len &&
         http__send(c->upstream.fd, &h->to_up, &c->t_last_io) < 0) {
         http__audit_fail(c, "upstream_write_failed");
         egress_http_answer(c, 502, "bad_gateway", c->verdict.rule, "upstream_write_failed", true);

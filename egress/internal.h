@@ -124,6 +124,8 @@ struct egress_worker {
     uv_async_t wake;            /* stop, sandbox removed */
     atomic_bool kick_removed;   /* close connections of removed sandboxes */
     struct egress_listener listeners[3 * EGRESS_MAX_LISTEN];
+    int ep;                     /* epoll set of the connections' sockets */
+    uv_poll_t ep_poll;          /* ... watched by the loop */
     size_t n_listeners;
     struct egress_conn *conns;  /* doubly linked */
     size_t n_conns;
@@ -159,10 +161,12 @@ enum egress_conn_state {
 
 enum egress_proto { PROTO_UNKNOWN = 0, PROTO_TLS, PROTO_HTTP, PROTO_TCP };
 
+/* One socket of a connection. Sockets of the data path are watched through the worker's
+ * own epoll set (see worker.c), not one uv_poll_t each: a change of interest is one
+ * epoll_ctl, and an idle connection costs no libuv handle. */
 struct egress_end {
     int fd;
-    uv_poll_t poll;
-    bool poll_init;
+    bool registered;          /* in the worker's epoll set */
     int events;               /* UV_READABLE | UV_WRITABLE currently asked for */
     bool eof;                 /* read side saw EOF */
     bool shut_wr;             /* we shut down its write side */
@@ -229,6 +233,8 @@ void egress_conn_accept(struct egress_worker *w, int fd);
 /* Closes (RST when reset), auditing the end if needed. Idempotent. */
 void egress_conn_close(struct egress_conn *c, bool reset, const char *why);
 void egress_conn_set_events(struct egress_end *end, int events);
+/* The worker's epoll set reported events (worker.c calls this for each). */
+void egress_conn_on_events(struct egress_end *end, uint32_t epoll_events);
 /* Timer helpers. */
 void egress_conn_deadline(struct egress_conn *c, uint32_t ms);
 /* Connects to c->dialled:c->dst_port; calls egress_conn_on_connected when done. */

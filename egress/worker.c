@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
+#include <sys/epoll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -204,6 +205,22 @@ static void worker__on_listener(uv_poll_t *h, int status, int events)
     }
 }
 
+/* The connections' epoll set is readable: dispatch what it reports. */
+static void worker__on_ep(uv_poll_t *h, int status, int events)
+{
+    struct egress_worker *w = h->data;
+    struct epoll_event evs[128];
+    for (int round = 0; round < 4; round++) {
+        int n = epoll_wait(w->ep, evs, 128, 0);
+        if (n <= 0)
+            return;
+        for (int i = 0; i < n; i++)
+            egress_conn_on_events(evs[i].data.ptr, evs[i].events);
+        if (n < 128)
+            return;
+    }
+}
+
 static void worker__on_wake(uv_async_t *a)
 {
     struct egress_worker *w = a->data;
@@ -217,6 +234,7 @@ static void worker__on_wake(uv_async_t *a)
         uv_close((uv_handle_t *)&w->listeners[i].poll, NULL);
     while (w->conns)
         egress_conn_close(w->conns, true, "proxy_stopping");
+    uv_close((uv_handle_t *)&w->ep_poll, NULL);
     egress_dns_close_all(w);
     if (w->resolver) {
         egress_resolver_close(w->resolver);
@@ -235,6 +253,8 @@ static void worker__main(void *arg)
 
 int egress_worker_start(struct egress_worker *w)
 {
+    if (uv_poll_start(&w->ep_poll, UV_READABLE, worker__on_ep) < 0)
+        return -EIO;
     for (size_t i = 0; i < w->n_listeners; i++) {
         struct egress_listener *l = &w->listeners[i];
         l->w = w;
@@ -255,12 +275,18 @@ int egress_worker_init(struct egress_worker *w, struct egress *e, unsigned index
 int egress_worker_init(struct egress_worker *w, struct egress *e, unsigned index)
 {
     memset(w, 0, sizeof *w);
+    w->ep = -1;
     w->e = e;
     w->index = index;
     int rc = uv_loop_init(&w->loop);
     if (rc < 0)
         return rc;
     w->loop.data = w;
+    w->ep = epoll_create1(EPOLL_CLOEXEC);
+    if (w->ep < 0)
+        return -errno;
+    uv_poll_init(&w->loop, &w->ep_poll, w->ep);
+    w->ep_poll.data = w;
     uv_async_init(&w->loop, &w->wake, worker__on_wake);
     w->wake.data = w;
     if (e->cfg.have_resolver &&
@@ -274,4 +300,6 @@ void egress_worker_fini(struct egress_worker *w)
 {
     /* The thread has returned from uv_run: every handle is closed. */
     uv_loop_close(&w->loop);
+    if (w->ep >= 0)
+        close(w->ep);
 }
