@@ -3,9 +3,11 @@
  * connection).
  *
  * Two modes (egress_config.relay): splice(2) through a pipe (zero-copy: the bytes never
- * enter user space), or read/write through a 16 KiB buffer. Either way a direction holds a
- * pipe or a buffer only while bytes are in flight: an idle connection holds neither, which
- * is what keeps idle connections cheap. Backpressure: a direction with bytes in flight
+ * enter user space), or read/write through a 16 KiB buffer. In splice mode a direction still
+ * starts with read/write and switches to splice once it has carried SPLICE_AFTER bytes:
+ * most connections are small, and for them a pipe costs more syscalls than it saves.
+ * Either way a direction holds a pipe or a buffer only while bytes are in flight: an idle
+ * connection holds neither, which is what keeps idle connections cheap. Backpressure: a direction with bytes in flight
  * stops reading its source until the destination has taken them. Half-close is forwarded
  * (EOF on one side becomes shutdown(SHUT_WR) on the other); a reset or write error on
  * either side resets both.
@@ -25,6 +27,7 @@
 #define SPLICE_LEN (64 * 1024)
 #define PIPE_COST  65536
 #define PUMP_ROUNDS 8   /* fairness: at most this many reads per event */
+#define SPLICE_AFTER (64 * 1024)
 
 enum { PUMP_OK = 0, PUMP_RESET = -1 };
 
@@ -105,7 +108,16 @@ static int flow__pump(struct egress_conn *c, struct egress_end *src, struct egre
             return PUMP_OK;
         }
         ssize_t n;
-        if (e->cfg.relay == EGRESS_RELAY_SPLICE) {
+        bool use_splice = e->cfg.relay == EGRESS_RELAY_SPLICE && f->bytes >= SPLICE_AFTER &&
+                          !(f->buf && f->off < f->len);
+        if (use_splice && f->buf) {
+            /* Switching to splice: the buffer is empty, let it go. */
+            egress_mem_give(e, c->sb, f->cap);
+            free(f->buf);
+            f->buf = NULL;
+            f->off = f->len = f->cap = 0;
+        }
+        if (use_splice) {
             if (!f->pipe) {
                 if (!egress_mem_take(e, c->sb, PIPE_COST))
                     return PUMP_RESET;
