@@ -96,4 +96,14 @@ sleep 1
 ew_match "after the flood the abuser is served again" '"server": "good"' ew_curl 1 http://allowed.test/after
 stats=$(curl -s --unix-socket "$EW_STATE/run/egress.sock" http://egress/v1/stats)
 ew_match "stats count the limit hits" '"sandbox_connections":[1-9]' echo "$stats"
+
+ew_note "memory budget"
+ew_kill egress
+ew_start_proxy --memory-budget 24KiB
+ew_match "registered again" "HTTP 201" ew_register sbx-abuser 1 "$EW_TMP/policy.yaml"
+ew_match "a request that needs more buffer than the sandbox's share: 503" \
+  '^HTTP/1.1 503 .*"reason":"memory_budget"' \
+  ew_raw 1 203.0.113.10 80 'GET /mem HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
+ew_audit_has "audited" decision=deny reason=memory_budget
+ew_match "the proxy is still up" '"status":"ok"' ew_admin GET /v1/health
 ew_done
