@@ -790,6 +790,8 @@ static void http__read_upstream(struct egress_conn *c)
             if (!h->upbuf)
                 egress_mem_give(e, c->sb, UP_READ);
             atomic_fetch_add(&e->stats.limit_memory, 1);
+            h->status = 503;
+            http__audit_fail(c, "memory_budget");
             egress_http_answer(c, 503, "proxy_overloaded", NULL, "memory_budget", true);
             return;
         }
@@ -1107,6 +1109,12 @@ void egress_http_on_event(struct egress_conn *c, struct egress_end *end, int eve
             int rc = http__read_client(c);
             if (rc == -ENOBUFS || rc == -ENOMEM) {
                 atomic_fetch_add(&c->w->e->stats.limit_memory, 1);
+                if (!h->rid[0])
+                    egress_new_request_id(c->w->e, h->rid);
+                if (h->decision)
+                    http__audit_fail(c, "memory_budget");
+                else
+                    http__audit_request(c, "deny", NULL, "memory_budget", NULL);
                 egress_http_answer(c, 503, "proxy_overloaded", NULL, "memory_budget", true);
                 return;
             }
