@@ -104,6 +104,6 @@ ew_match "registered again" "HTTP 201" ew_register sbx-abuser 1 "$EW_TMP/policy.
 ew_match "a request that needs more buffer than the sandbox's share: 503" \
   '^HTTP/1.1 503 .*"reason":"memory_budget"' \
   ew_raw 1 203.0.113.10 80 'GET /mem HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
-ew_audit_has "audited" decision=deny reason=memory_budget
+ew_audit_has "audited" type=http_request error=memory_budget status=503
 ew_match "the proxy is still up" '"status":"ok"' ew_admin GET /v1/health
 ew_done
