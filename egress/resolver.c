@@ -11,6 +11,10 @@
 #include "common/log.h"
 #include "common/util.h"
 
+/* Upstream queries in flight per worker; beyond, new questions fail at once (SERVFAIL to a
+ * sandbox) instead of opening more sockets. */
+#define RQ_MAX_INFLIGHT 512
+
 /* ---- cache -------------------------------------------------------------------------- */
 
 #define RC_SLOTS 4096
@@ -477,11 +481,11 @@ int egress_resolve(struct egress_resolver *r, const char *name, uint16_t qtype,
     for (q = r->queries; q; q = q->next)
         if (!q->done && q->qtype == qtype && strcmp(q->name, name) == 0)
             break;
-    if (!q && !r->closing)
+    if (!q && !r->closing && r->live < RQ_MAX_INFLIGHT)
         q = rq__start(r, name, qtype);
     if (!q) {
         memset(out, 0, sizeof *out);
-        out->status = r->closing ? -ECANCELED : -EIO;
+        out->status = r->closing ? -ECANCELED : r->live >= RQ_MAX_INFLIGHT ? -EBUSY : -EIO;
         return 1;
     }
     req->q = q;
