@@ -112,7 +112,7 @@ pid $TMP/nginx/nginx.pid;
 error_log $TMP/nginx/error.log warn;
 events { worker_connections 20000; }
 http {
-  access_log off;
+  access_log off; keepalive_requests 1000000; keepalive_timeout 300s;
   client_body_temp_path $TMP/nginx; proxy_temp_path $TMP/nginx; fastcgi_temp_path $TMP/nginx;
   uwsgi_temp_path $TMP/nginx; scgi_temp_path $TMP/nginx;
   upstream up { server 203.0.113.10:80; keepalive 64; }

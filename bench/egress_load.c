@@ -405,6 +405,12 @@ static int http_client(const struct opts *o)
     emit("requests_per_s", (double)done / secs, "req/s");
     emit("errors", (double)errors, "count");
     emit_lat("latency", &l);
+    for (int i = 0; i < o->conns; i++)
+        if (cs[i].fd >= 0)
+            close(cs[i].fd);
+    close(ep);
+    free(cs);
+    free(l.v);
     return errors && !done ? 1 : 0;
 }
 
@@ -488,6 +494,12 @@ static int tls_conns(const struct opts *o, bool bulk)
         emit_lat("first_byte", &l);
     }
     emit("errors", (double)errors, "count");
+    for (int i = 0; i < o->conns; i++)
+        if (cs[i].fd >= 0)
+            close(cs[i].fd);
+    close(ep);
+    free(cs);
+    free(l.v);
     return 0;
 }
 
@@ -524,6 +536,7 @@ static int idle_conns(const struct opts *o)
     for (int i = 0; i < o->count; i++)
         if (fds[i] >= 0)
             close(fds[i]);
+    free(fds);
     return 0;
 }
 

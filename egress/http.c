@@ -1180,9 +1180,12 @@ void egress_http_on_timeout(struct egress_conn *c)
         http__deny(c, 408, "request_timeout", NULL, "request_head_timeout");
         break;
     case H_BODY: {
+        /* A gap in the body counts only while the proxy is waiting for the client: bytes
+         * moving toward the upstream (backpressure from a slow upstream) are progress. */
         uint64_t gap = (uint64_t)e->cfg.body_timeout_ms * 1000000ull;
-        if (now - h->t_body_io < gap && !h->req_done) {
-            egress_conn_deadline(c, (uint32_t)((gap - (now - h->t_body_io)) / 1000000ull) + 1);
+        uint64_t last = h->t_body_io > c->t_last_io ? h->t_body_io : c->t_last_io;
+        if (now - last < gap && !h->req_done) {
+            egress_conn_deadline(c, (uint32_t)((gap - (now - last)) / 1000000ull) + 1);
             return;
         }
         if (!h->req_done) {
