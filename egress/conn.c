@@ -511,7 +511,7 @@ static void conn__decide_tls(struct egress_conn *c)
         conn__deny_reset(c, c->verdict.rule, "proxy_address");
         return;
     }
-    if (!ch->has_sni) {
+    if (!ch->has_sni || c->verdict.by_address) {
         /* Allowed by an address rule: the destination is what the rule names. */
         conn__on_dst_checked(c, true, NULL);
         return;

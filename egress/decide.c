@@ -173,6 +173,7 @@ static void dec__verdict(const struct policy_decision *d, struct egress_verdict 
     v->websocket = d->websocket;
     v->n_inject = d->n_inject;
     v->addr_class = d->addr_info.code;
+    v->by_address = d->rule && d->rule->n_cidrs > 0 && d->rule->n_hosts == 0;
     if (d->host.kind)
         dec__host(&d->host, &v->host);
 }

@@ -103,6 +103,9 @@ struct egress_verdict {
     bool websocket;            /* WebSocket upgrades allowed for this request */
     size_t n_inject;           /* headers the rule would inject (part 2) */
     const char *addr_class;    /* class code of the destination ("public", ...) or NULL */
+    bool by_address;           /* the deciding rule matched the destination address (cidrs),
+                                  not a name: the address itself is what is allowed, so no
+                                  name-to-address check applies */
     struct egress_host host;   /* the canonical host the decision was made on */
 };
 

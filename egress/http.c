@@ -351,6 +351,9 @@ static void http__audit_request(struct egress_conn *c, const char *decision, con
     egress_rec_ms(tm, "total", now - h->t_start);
     json_object_set_new(r, "timing_ms", tm);
     egress_audit(c->w->e, r);
+    /* The connection's totals (its connection_end record). */
+    c->up.bytes += h->req_bytes;
+    c->down.bytes += h->resp_bytes;
     h->decision = NULL; /* recorded */
 }
 
@@ -594,6 +597,11 @@ static void http__on_head(struct egress_conn *c)
         http__send_head(c);
         return;
     }
+    if (c->verdict.by_address) {
+        /* An address rule allowed it: the destination is what the rule names. */
+        http__on_dst_checked(c, true, NULL);
+        return;
+    }
     egress_check_destination(c, &c->host, http__on_dst_checked);
 }
 
@@ -771,9 +779,7 @@ static void http__to_tunnel(struct egress_conn *c)
         c->down.buf = b;
         c->down.cap = dl;
         c->down.len = dl;
-        c->down.bytes = 0;
     }
-    c->up.bytes = h->req_bytes;
     egress_http_free(c);
     c->allowed = true;
     c->end_reason = NULL;
@@ -1180,12 +1186,19 @@ void egress_http_on_timeout(struct egress_conn *c)
         http__deny(c, 408, "request_timeout", NULL, "request_head_timeout");
         break;
     case H_BODY: {
-        /* A gap in the body counts only while the proxy is waiting for the client: bytes
-         * moving toward the upstream (backpressure from a slow upstream) are progress. */
-        uint64_t gap = (uint64_t)e->cfg.body_timeout_ms * 1000000ull;
-        uint64_t last = h->t_body_io > c->t_last_io ? h->t_body_io : c->t_last_io;
+        /* Who is slow? With body bytes queued for the upstream, the proxy waits for the
+         * upstream (response deadline, 504); otherwise for the client (body gap, 408). */
+        bool upstream_slow = h->to_up.len > 0;
+        uint64_t gap = (uint64_t)(upstream_slow ? e->cfg.response_timeout_ms : e->cfg.body_timeout_ms) * 1000000ull;
+        uint64_t last = upstream_slow ? c->t_last_io : (h->t_body_io > c->t_last_io ? h->t_body_io : c->t_last_io);
         if (now - last < gap && !h->req_done) {
             egress_conn_deadline(c, (uint32_t)((gap - (now - last)) / 1000000ull) + 1);
+            return;
+        }
+        if (!h->req_done && upstream_slow) {
+            h->status = 504;
+            http__audit_fail(c, "upstream_stalled");
+            egress_http_answer(c, 504, "gateway_timeout", c->verdict.rule, "upstream_stalled", true);
             return;
         }
         if (!h->req_done) {
