@@ -20,10 +20,10 @@ rules:
     ports: [22]
     scheme: tcp
   - name: by-address
-    cidrs: [203.0.113.10/32]
+    cidrs: [203.0.113.12/32]
     ports: [8443]
 YAML
-ew_bg tls8443 ip netns exec "$(ew_ns up)" python3 "$EW_TOOL" tls-server 203.0.113.10 8443 \
+ew_bg tls8443 ip netns exec "$(ew_ns up)" python3 "$EW_TOOL" tls-server 203.0.113.12 8443 \
   --cert "$EW_TMP/up.pem" --key "$EW_TMP/up.key" --name tls8443 --log "$EW_TMP/up.req"
 ew_wait_line tls8443 LISTEN || exit 1
 ew_match "sandbox registered" "HTTP 201" ew_register sbx-tls 1 "$EW_TMP/policy.yaml"
@@ -74,13 +74,13 @@ ew_match "a path rule over TLS cannot be enforced by passthrough: reset" RESET \
   ew_hello 1 203.0.113.10 443 --sni api.allowed.test
 ew_audit_has "audited" type=connection decision=deny rule=needs-inspection reason=interception_unavailable
 
-ew_note "an address rule"
-ew_match "TLS to an address a CIDR rule opens, with a name no resolver knows" SERVERHELLO \
-  ew_hello 1 203.0.113.10 8443 --sni build-cache.internal
-ew_audit_has "allowed by the address rule (no name check)" type=connection decision=allow rule=by-address \
-  sni=build-cache.internal dialled=203.0.113.10:8443
-ew_match "without SNI too" SERVERHELLO ew_hello 1 203.0.113.10 8443 --no-sni
-ew_match "the same address on another port is not opened" RESET ew_hello 1 203.0.113.10 8444 --sni build-cache.internal
+ew_note "an address rule (cidrs, TLS passthrough)"
+ew_match "TLS without SNI to an address a CIDR rule opens" SERVERHELLO ew_hello 1 203.0.113.12 8443 --no-sni
+ew_audit_has "allowed by the address rule, dialled as asked" type=connection decision=allow rule=by-address \
+  dialled=203.0.113.12:8443
+ew_match "a name in the SNI is decided by name rules (none matches)" RESET \
+  ew_hello 1 203.0.113.12 8443 --sni build-cache.internal
+ew_match "the same address on another port is not opened" RESET ew_hello 1 203.0.113.12 8444 --no-sni
 
 ew_note "raw TCP"
 ew_match "neither TLS nor HTTP to an allowed host's address: reset" 'END reset' \
