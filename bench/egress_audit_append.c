@@ -56,10 +56,10 @@ static json_t *build(uint64_t i)
     egress_rec_int(r, "bytes_up", 0);
     egress_rec_int(r, "bytes_down", 5123);
     json_t *tm = json_object();
-    egress_rec_ms(tm, "decide", 4100);
-    egress_rec_ms(tm, "upstream", 812345);
-    egress_rec_ms(tm, "total", 901234);
-    json_object_set_new(r, "timing_ms", tm);
+    egress_rec_us(tm, "decide", 4100);
+    egress_rec_us(tm, "upstream", 812345);
+    egress_rec_us(tm, "total", 901234);
+    json_object_set_new(r, "timing_us", tm);
     return r;
 }
 

@@ -28,7 +28,7 @@ void egress_rec_str(json_t *r, const char *key, const char *s);   /* NULL -> nul
 void egress_rec_strn(json_t *r, const char *key, const char *s, size_t n);
 void egress_rec_int(json_t *r, const char *key, int64_t v);
 void egress_rec_bool(json_t *r, const char *key, bool v);
-void egress_rec_ms(json_t *r, const char *key, uint64_t ns);      /* milliseconds, real */
+void egress_rec_us(json_t *r, const char *key, uint64_t ns);      /* microseconds, integer */
 
 struct egress_audit;
 

@@ -96,8 +96,7 @@ void egress_rec_bool(json_t *r, const char *key, bool v)
     json_object_set_new(r, key, json_boolean(v));
 }
 
-void egress_rec_ms(json_t *r, const char *key, uint64_t ns)
+void egress_rec_us(json_t *r, const char *key, uint64_t ns)
 {
-    /* Three decimals, as a real. */
-    json_object_set_new(r, key, json_real((double)(ns / 1000) / 1000.0));
+    json_object_set_new(r, key, json_integer((json_int_t)(ns / 1000)));
 }

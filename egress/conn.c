@@ -34,11 +34,11 @@ void egress_conn_set_events(struct egress_end *end, int events)
                                        ((events & UV_WRITABLE) ? EPOLLOUT : 0),
                              .data.ptr = end};
     int rc;
-    if (events == 0) {
-        /* Level-triggered HUP/ERR would keep firing: leave the set until wanted again. */
-        rc = end->registered ? epoll_ctl(ep, EPOLL_CTL_DEL, end->fd, &ev) : 0;
-        end->registered = false;
+    if (events == 0 && !end->registered) {
+        rc = 0;
     } else if (end->registered) {
+        /* Interest 0 stays in the set (one MOD instead of DEL + ADD later); only a hang-up
+         * or an error can then be reported, and egress_conn_on_events closes on those. */
         rc = epoll_ctl(ep, EPOLL_CTL_MOD, end->fd, &ev);
     } else {
         rc = epoll_ctl(ep, EPOLL_CTL_ADD, end->fd, &ev);
@@ -83,11 +83,8 @@ static json_t *conn__record(struct egress_conn *c, const char *type)
     egress_rec_sandbox(r, c->sb, c->policy);
     egress_rec_str(r, "request_id", c->request_id);
     egress_rec_str(r, "proto", conn__proto_name(c->proto));
-    char t[80];
-    egress_endpoint_text(&c->src, c->src_port, t, sizeof t);
-    egress_rec_str(r, "src", t);
-    egress_endpoint_text(&c->dst, c->dst_port, t, sizeof t);
-    egress_rec_str(r, "dst", t);
+    egress_rec_str(r, "src", c->src_text);
+    egress_rec_str(r, "dst", c->dst_text);
     return r;
 }
 
@@ -120,21 +117,18 @@ static void conn__audit_decision(struct egress_conn *c, const char *decision, co
     }
     if (c->have_host)
         egress_rec_str(r, "host", c->host.text);
-    if (c->dialled.family) {
-        char t[80];
-        egress_endpoint_text(&c->dialled, c->dst_port, t, sizeof t);
-        egress_rec_str(r, "dialled", t);
-    }
+    if (c->dialled.family)
+        egress_rec_str(r, "dialled", c->dialled_text);
     json_t *tm = json_object();
     if (c->t_first)
-        egress_rec_ms(tm, "peek", c->t_first - c->t_accept);
+        egress_rec_us(tm, "peek", c->t_first - c->t_accept);
     if (c->t_dns)
-        egress_rec_ms(tm, "dns", c->t_dns - c->t_dns0);
+        egress_rec_us(tm, "dns", c->t_dns - c->t_dns0);
     if (c->t_decided)
-        egress_rec_ms(tm, "decide", c->t_decided - (c->t_first ? c->t_first : c->t_accept));
+        egress_rec_us(tm, "decide", c->t_decided - (c->t_first ? c->t_first : c->t_accept));
     if (c->t_connected)
-        egress_rec_ms(tm, "connect", c->t_connected - c->t_connect0);
-    json_object_set_new(r, "timing_ms", tm);
+        egress_rec_us(tm, "connect", c->t_connected - c->t_connect0);
+    json_object_set_new(r, "timing_us", tm);
     egress_audit(c->w->e, r);
 }
 
@@ -148,7 +142,7 @@ static void conn__audit_end(struct egress_conn *c)
         return;
     egress_rec_int(r, "bytes_up", (int64_t)c->up.bytes);
     egress_rec_int(r, "bytes_down", (int64_t)c->down.bytes);
-    egress_rec_ms(r, "duration_ms", al_now_ns() - c->t_accept);
+    egress_rec_us(r, "duration_us", al_now_ns() - c->t_accept);
     egress_rec_str(r, "end", c->end_reason ? c->end_reason : "closed");
     egress_audit(c->w->e, r);
 }
@@ -311,11 +305,8 @@ static void conn__audit_unknown(struct egress_conn *c)
     egress_rec_str(r, "event", "unknown_source");
     egress_rec_str(r, "decision", "deny");
     egress_rec_str(r, "reason", "unknown_source");
-    char t[80];
-    egress_endpoint_text(&c->src, c->src_port, t, sizeof t);
-    egress_rec_str(r, "src", t);
-    egress_endpoint_text(&c->dst, c->dst_port, t, sizeof t);
-    egress_rec_str(r, "dst", t);
+    egress_rec_str(r, "src", c->src_text);
+    egress_rec_str(r, "dst", c->dst_text);
     egress_rec_str(r, "proto", "tcp");
     egress_audit(e, r);
 }
@@ -391,6 +382,8 @@ void egress_conn_accept(struct egress_worker *w, int fd)
     l = sizeof ss;
     getsockname(fd, (struct sockaddr *)&ss, &l);
     egress_ip_from_sockaddr((struct sockaddr *)&ss, &c->dst, &c->dst_port);
+    egress_endpoint_text(&c->src, c->src_port, c->src_text, sizeof c->src_text);
+    egress_endpoint_text(&c->dst, c->dst_port, c->dst_text, sizeof c->dst_text);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 
@@ -442,7 +435,7 @@ void egress_conn_accept(struct egress_worker *w, int fd)
             c->proto = PROTO_TCP;
             c->verdict = v;
             c->t_decided = al_now_ns();
-            c->dialled = c->dst;
+            egress_conn_set_dialled(c, &c->dst);
             conn__start_connect(c);
             return;
         }
@@ -525,7 +518,7 @@ static void conn__on_dst_checked(struct egress_conn *c, bool ok, const char *rea
         conn__deny_reset(c, c->verdict.rule, reason);
         return;
     }
-    c->dialled = c->dst;
+    egress_conn_set_dialled(c, &c->dst);
     conn__start_connect(c);
 }
 
@@ -549,7 +542,7 @@ static void conn__decide_tcp(struct egress_conn *c)
         conn__deny_reset(c, c->verdict.rule, "proxy_address");
         return;
     }
-    c->dialled = c->dst;
+    egress_conn_set_dialled(c, &c->dst);
     conn__start_connect(c);
 }
 
@@ -720,6 +713,12 @@ void egress_check_destination(struct egress_conn *c, const struct egress_host *h
 
 /* ---- upstream connect ----------------------------------------------------------------- */
 
+void egress_conn_set_dialled(struct egress_conn *c, const struct egress_ip *ip)
+{
+    c->dialled = *ip;
+    egress_endpoint_text(ip, c->dst_port, c->dialled_text, sizeof c->dialled_text);
+}
+
 int egress_conn_connect(struct egress_conn *c)
 {
     struct egress *e = c->w->e;
@@ -813,6 +812,14 @@ void egress_conn_on_events(struct egress_end *end, uint32_t epoll_events)
         events |= UV_READABLE;
     if (epoll_events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
         events |= UV_WRITABLE;
+    if (end->events == 0) {
+        /* Nothing was asked of this socket: only a hang-up or an error wakes it, and with
+         * level-triggered epoll it would keep doing so. The peer is gone: so is the
+         * connection. */
+        if (epoll_events & (EPOLLHUP | EPOLLERR))
+            egress_conn_close(c, true, end == &c->client ? "client_reset" : "upstream_reset");
+        return;
+    }
     events &= end->events; /* only what was asked for (an error shows up as both) */
     if (!events)
         return;

@@ -205,8 +205,8 @@ static void dns__audit_query(struct dns_ctx *x, const char *decision, const char
         egress_rec_bool(r, "cached", cached);
     }
     json_t *tm = json_object();
-    egress_rec_ms(tm, "dns", al_now_ns() - x->t0);
-    json_object_set_new(r, "timing_ms", tm);
+    egress_rec_us(tm, "dns", al_now_ns() - x->t0);
+    json_object_set_new(r, "timing_us", tm);
     egress_audit(x->w->e, r);
 }
 

@@ -311,15 +311,10 @@ static void http__audit_request(struct egress_conn *c, const char *decision, con
     egress_rec_str(r, "request_id", h->rid);
     egress_rec_str(r, "connection_id", c->request_id);
     egress_rec_str(r, "proto", "http");
-    char t[80];
-    egress_endpoint_text(&c->src, c->src_port, t, sizeof t);
-    egress_rec_str(r, "src", t);
-    egress_endpoint_text(&c->dst, c->dst_port, t, sizeof t);
-    egress_rec_str(r, "dst", t);
-    if (c->dialled.family) {
-        egress_endpoint_text(&c->dialled, c->dst_port, t, sizeof t);
-        egress_rec_str(r, "dialled", t);
-    }
+    egress_rec_str(r, "src", c->src_text);
+    egress_rec_str(r, "dst", c->dst_text);
+    if (c->dialled.family)
+        egress_rec_str(r, "dialled", c->dialled_text);
     egress_rec_str(r, "decision", decision);
     egress_rec_str(r, "reason", reason);
     egress_rec_str(r, "rule", rule);
@@ -341,15 +336,15 @@ static void http__audit_request(struct egress_conn *c, const char *decision, con
     json_t *tm = json_object();
     uint64_t now = al_now_ns();
     if (h->t_decided)
-        egress_rec_ms(tm, "decide", h->t_decided - h->t_start);
+        egress_rec_us(tm, "decide", h->t_decided - h->t_start);
     if (c->t_dns && h->n == 1)
-        egress_rec_ms(tm, "dns", c->t_dns - c->t_dns0);
+        egress_rec_us(tm, "dns", c->t_dns - c->t_dns0);
     if (c->t_connected && h->n == 1)
-        egress_rec_ms(tm, "connect", c->t_connected - c->t_connect0);
+        egress_rec_us(tm, "connect", c->t_connected - c->t_connect0);
     if (h->t_first_resp && h->t_sent)
-        egress_rec_ms(tm, "upstream", h->t_first_resp > h->t_sent ? h->t_first_resp - h->t_sent : 0);
-    egress_rec_ms(tm, "total", now - h->t_start);
-    json_object_set_new(r, "timing_ms", tm);
+        egress_rec_us(tm, "upstream", h->t_first_resp > h->t_sent ? h->t_first_resp - h->t_sent : 0);
+    egress_rec_us(tm, "total", now - h->t_start);
+    json_object_set_new(r, "timing_us", tm);
     egress_audit(c->w->e, r);
     /* The connection's totals (its connection_end record). */
     c->up.bytes += h->req_bytes;
@@ -614,7 +609,7 @@ static void http__on_dst_checked(struct egress_conn *c, bool ok, const char *rea
         return;
     }
     h->decision = h->would_deny ? "would_deny" : "allow";
-    c->dialled = c->dst;
+    egress_conn_set_dialled(c, &c->dst);
     int rc = egress_conn_connect(c);
     if (rc < 0)
         egress_http_on_connected(c, rc);

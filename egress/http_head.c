@@ -410,13 +410,16 @@ static const char *const req__hop_by_hop[] = {
 int egress_http_serialize_request(const struct egress_http_head *h,
                                   const struct egress_http_request *r, struct al_buf *out)
 {
-    int rc = al_buf_printf(out, "%s %.*s HTTP/1.%d\r\n", r->method, (int)r->target_len, r->target,
-                           r->http_minor);
-    if (rc)
+    int rc;
+    if ((rc = al_buf_appends(out, r->method)) || (rc = al_buf_append(out, " ", 1)) ||
+        (rc = al_buf_append(out, r->target, r->target_len)) ||
+        (rc = al_buf_appends(out, r->http_minor ? " HTTP/1.1\r\n" : " HTTP/1.0\r\n")))
         return rc;
-    if (r->host_raw)
-        rc = al_buf_printf(out, "Host: %s\r\n", r->host_raw);
-    else if (r->port == 80)
+    if (r->host_raw) {
+        if ((rc = al_buf_append(out, "Host: ", 6)) || (rc = al_buf_appends(out, r->host_raw)))
+            return rc;
+        rc = al_buf_append(out, "\r\n", 2);
+    } else if (r->port == 80)
         rc = al_buf_printf(out, "Host: %s\r\n", r->host_name);
     else
         rc = al_buf_printf(out, "Host: %s:%u\r\n", r->host_name, r->port);
@@ -432,7 +435,10 @@ int egress_http_serialize_request(const struct egress_http_head *h,
             skip = true;
         if (skip)
             continue;
-        if ((rc = al_buf_printf(out, "%s: %s\r\n", name, h->buf + h->hdr[i].value)))
+        if ((rc = al_buf_append(out, name, h->hdr[i].name_len)) ||
+            (rc = al_buf_append(out, ": ", 2)) ||
+            (rc = al_buf_append(out, h->buf + h->hdr[i].value, h->hdr[i].value_len)) ||
+            (rc = al_buf_append(out, "\r\n", 2)))
             return rc;
     }
     if (r->chunked)

@@ -199,6 +199,7 @@ struct egress_conn {
 
     struct egress_ip src, dst, dialled;
     uint16_t src_port, dst_port;
+    char src_text[56], dst_text[56], dialled_text[56];  /* for audit records, made once */
     char request_id[32];
     uint64_t t_accept, t_first, t_decided, t_dns0, t_dns, t_connect0, t_connected, t_last_io;
 
@@ -230,6 +231,8 @@ struct egress_conn {
 };
 
 void egress_conn_accept(struct egress_worker *w, int fd);
+/* The address to dial (a checked one); keeps its text for audit records. */
+void egress_conn_set_dialled(struct egress_conn *c, const struct egress_ip *ip);
 /* Closes (RST when reset), auditing the end if needed. Idempotent. */
 void egress_conn_close(struct egress_conn *c, bool reset, const char *why);
 void egress_conn_set_events(struct egress_end *end, int events);
