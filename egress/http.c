@@ -28,7 +28,7 @@
 #define QUEUE_HIGH     (64 * 1024)   /* stop reading the other side above this */
 #define RESP_HEAD_MAX  (64 * 1024)
 #define DRAIN_MS       2000
-#define DRAIN_DISCARD  (256 * 1024)
+#define DRAIN_DISCARD  (16 * 1024 * 1024) /* lingering close: bounded by DRAIN_MS too */
 
 enum http_phase {
     H_IDLE = 0,      /* between requests */
@@ -460,10 +460,14 @@ static void http__update_events(struct egress_conn *c)
     /* Read the client while a head is being received, or a body forwarded, and the
      * upstream queue has room; never while a decision is pending or a response awaited
      * (pipelined requests wait in the kernel). */
+    bool unparsed = c->in_len > h->in_off;
+    bool room = !c->in || c->in_len < c->in_cap || h->in_off > 0;
+    bool parsing = h->phase == H_IDLE || h->phase == H_HEAD || (h->phase == H_BODY && !h->req_done);
+    /* While a response is awaited the client stays readable (a pipelined request is
+     * buffered, not parsed) until the buffer is full: no interest change per request. */
     bool want_client = !c->client.eof && h->to_up.len < QUEUE_HIGH &&
-                       (h->phase == H_IDLE || h->phase == H_HEAD ||
-                        (h->phase == H_BODY && !h->req_done));
-    if (want_client && c->in_len - h->in_off == 0)
+                       ((parsing && !unparsed) || (h->phase == H_WAIT && room));
+    if (want_client)
         ce |= UV_READABLE;
     if (c->upstream.fd >= 0 && c->state == CONN_HTTP) {
         if (h->to_up.len)
@@ -972,8 +976,30 @@ static int http__read_client(struct egress_conn *c)
 {
     struct egress_http *h = c->http;
     struct egress *e = c->w->e;
-    if (h->in_off < c->in_len)
-        return 0; /* unparsed bytes first */
+    if (h->in_off < c->in_len) {
+        if (h->phase != H_WAIT)
+            return 0; /* unparsed bytes first */
+        /* Waiting for a response: buffer what comes (a pipelined request) behind what is
+         * already there; it is parsed once this exchange is over. */
+        if (h->in_off) {
+            memmove(c->in, c->in + h->in_off, c->in_len - h->in_off);
+            c->in_len -= h->in_off;
+            h->in_off = 0;
+        }
+        if (c->in_len == c->in_cap)
+            return 0;
+        ssize_t n;
+        do
+            n = recv(c->client.fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && errno == EAGAIN)
+            return 0;
+        if (n <= 0)
+            return n == 0 ? -EPIPE : -ECONNRESET;
+        c->in_len += (size_t)n;
+        c->t_last_io = al_now_ns();
+        return 1;
+    }
     h->in_off = c->in_len = 0;
     if (c->in_cap < CLIENT_READ) {
         size_t want = CLIENT_READ;
