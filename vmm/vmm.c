@@ -208,6 +208,28 @@ int vmm_sweep(const json_t *defaults, struct al_error *err)
     return first ? first : reclaimed;
 }
 
+/* The record is replaced atomically (temporary file + rename) but not fsync'ed: it only
+ * matters while the machine is up (a reboot ends every sandbox and its cgroups), and an
+ * fsync costs tens of milliseconds on a busy disk, on every sandbox creation. */
+static int vmm__write_record(const char *path, const char *data, struct al_error *err)
+{
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return al_error_set(err, -errno, "cannot create %s: %s", tmp, strerror(errno));
+    int rc = al_write_all(fd, data, strlen(data));
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = -errno;
+    if (rc) {
+        unlink(tmp);
+        return al_error_set(err, rc, "cannot write %s: %s", path, strerror(-rc));
+    }
+    return 0;
+}
+
 /* ---- the agent channel ------------------------------------------------------------- */
 
 static int vmm__listen_unix(const char *path, struct al_error *err)
@@ -661,7 +683,7 @@ int vmm_run(const struct vmm_opts *o)
     char *recs = json_dumps(rec, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(rec);
     snprintf(tmp, sizeof tmp, "%s/vmm.json", v->dir);
-    rc = recs ? al_write_file_atomic(tmp, recs, strlen(recs), 0600, &err) : -ENOMEM;
+    rc = recs ? vmm__write_record(tmp, recs, &err) : al_error_set(&err, -ENOMEM, "out of memory");
     free(recs);
     if (rc)
         goto fail;

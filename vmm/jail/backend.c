@@ -30,6 +30,13 @@ static int jb__start(void *priv, int listen_fd, struct vmm_started *out, struct 
     json_object_set_new(t, "prepare_us", json_integer((json_int_t)(j->timing.prepare_ns / 1000)));
     json_object_set_new(t, "clone_us", json_integer((json_int_t)(j->timing.clone_ns / 1000)));
     json_object_set_new(t, "setup_us", json_integer((json_int_t)(j->timing.setup_ns / 1000)));
+    json_object_set_new(t, "cgroup_attach_us",
+                        json_integer((json_int_t)(j->timing.cgroup_attach_ns / 1000)));
+    json_object_set_new(t, "child_rootfs_us", json_integer(j->timing.child.rootfs_us));
+    json_object_set_new(t, "child_mounts_us", json_integer(j->timing.child.plan_us));
+    json_object_set_new(t, "child_pivot_us", json_integer(j->timing.child.pivot_us));
+    json_object_set_new(t, "child_cgroup_wait_us", json_integer(j->timing.child.cgroup_wait_us));
+    json_object_set_new(t, "child_locks_us", json_integer(j->timing.child.locks_us));
     json_object_set_new(t, "child_us", json_integer((json_int_t)(j->timing.child_ns / 1000)));
     json_object_set_new(t, "exec_us", json_integer((json_int_t)(j->timing.exec_ns / 1000)));
     json_object_set_new(t, "total_us", json_integer((json_int_t)(j->timing.total_ns / 1000)));

@@ -112,12 +112,13 @@ static int jail__write_file(const char *path, const char *data)
     return rc;
 }
 
-static int jail__send_fds(int sock, char tag, const int *fds, size_t n)
+static int jail__send_msg(int sock, char tag, const void *data, size_t len, const int *fds,
+                          size_t n)
 {
     char buf[CMSG_SPACE(sizeof(int) * (VMM_MAX_BINDS + 2))];
     memset(buf, 0, sizeof buf);
-    struct iovec iov = {&tag, 1};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+    struct iovec iov[2] = {{&tag, 1}, {(void *)data, len}};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
     if (n) {
         m.msg_control = buf;
         m.msg_controllen = CMSG_SPACE(sizeof(int) * n);
@@ -129,7 +130,7 @@ static int jail__send_fds(int sock, char tag, const int *fds, size_t n)
     }
     for (;;) {
         ssize_t r = sendmsg(sock, &m, MSG_NOSIGNAL);
-        if (r == 1)
+        if (r == (ssize_t)(1 + len))
             return 0;
         if (r < 0 && errno == EINTR)
             continue;
@@ -137,13 +138,19 @@ static int jail__send_fds(int sock, char tag, const int *fds, size_t n)
     }
 }
 
-/* Receives one message; returns its tag, or a negative errno (-EPIPE at EOF). */
-static int jail__recv_fds(int sock, int *fds, size_t max, size_t *n)
+static int jail__send_fds(int sock, char tag, const int *fds, size_t n)
+{
+    return jail__send_msg(sock, tag, NULL, 0, fds, n);
+}
+
+/* Receives one message; returns its tag, or a negative errno (-EPIPE at EOF). A payload
+ * of up to len bytes is copied to data (if given). */
+static int jail__recv_msg(int sock, void *data, size_t len, int *fds, size_t max, size_t *n)
 {
     char tag = 0;
     char buf[CMSG_SPACE(sizeof(int) * (VMM_MAX_BINDS + 2))];
-    struct iovec iov = {&tag, 1};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = buf,
+    struct iovec iov[2] = {{&tag, 1}, {data, data ? len : 0}};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = data ? 2 : 1, .msg_control = buf,
                        .msg_controllen = sizeof buf};
     ssize_t r;
     do {
@@ -169,6 +176,11 @@ static int jail__recv_fds(int sock, int *fds, size_t max, size_t *n)
         }
     }
     return (unsigned char)tag;
+}
+
+static int jail__recv_fds(int sock, int *fds, size_t max, size_t *n)
+{
+    return jail__recv_msg(sock, NULL, 0, fds, max, n);
 }
 
 /* Waits up to timeout_ms for fd to become readable. */
@@ -291,10 +303,11 @@ static int child__main(struct jail__child *c)
     if (ws < 0)
         child__fail(c, "open workspace", NULL, errno);
 
+    struct jail_child_timing ct = {0};
+    uint64_t tc = al_now_ns();
     CHILD_TRY(c, "setresgid", setresgid(0, 0, 0));
     CHILD_TRY(c, "setresuid", setresuid(0, 0, 0));
     CHILD_TRY(c, "setgroups", setgroups(0, NULL));
-    CHILD_TRY(c, "unshare(CLONE_NEWCGROUP)", unshare(CLONE_NEWCGROUP));
     CHILD_TRY(c, "sethostname", sethostname(s->hostname, strlen(s->hostname)));
     CHILD_TRY(c, "make / private", mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
 
@@ -345,6 +358,8 @@ static int child__main(struct jail__child *c)
     CHILD_TRY(c, "attach root", move_mount(root, "", ws, "",
                                            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
 
+    ct.rootfs_us = (uint32_t)((al_now_ns() - tc) / 1000);
+    tc = al_now_ns();
     int rc = jail_mnt_plan_exec(c->plan, root, up, fds + 1, nfds - 1, &e);
     if (rc < 0)
         child__fail(c, "mounts", &e, rc);
@@ -353,6 +368,8 @@ static int child__main(struct jail__child *c)
         (c->resolv[0] && (rc = jail_mnt_write_file(root, "etc/resolv.conf", c->resolv, &e)) < 0))
         child__fail(c, "etc files", &e, rc);
 
+    ct.plan_us = (uint32_t)((al_now_ns() - tc) / 1000);
+    tc = al_now_ns();
     CHILD_TRY(c, "chdir new root", fchdir(root));
     CHILD_TRY(c, "pivot_root", syscall(SYS_pivot_root, ".", "."));
     CHILD_TRY(c, "detach old root", umount2(".", MNT_DETACH));
@@ -381,6 +398,17 @@ static int child__main(struct jail__child *c)
     c->sync = extra[0];
     c->errw = extra[1];
 
+    ct.pivot_us = (uint32_t)((al_now_ns() - tc) / 1000);
+    /* The parent moves this process into the sandbox's cgroups while it builds the root
+     * (a cgroup v1 migration can take milliseconds: it waits for an RCU grace period);
+     * 'C' says it is done. The cgroup namespace is rooted where the process is now. */
+    tc = al_now_ns();
+    tag = jail__recv_fds(c->sync, NULL, 0, NULL);
+    if (tag != 'C')
+        _exit(125);
+    ct.cgroup_wait_us = (uint32_t)((al_now_ns() - tc) / 1000);
+    tc = al_now_ns();
+    CHILD_TRY(c, "unshare(CLONE_NEWCGROUP)", unshare(CLONE_NEWCGROUP));
     if ((rc = jail_landlock_apply(c->landlock_abi, &e)) < 0)
         child__fail(c, "landlock", &e, rc);
     if ((rc = jail_caps_limit(jail_caps_agent_mask(), &e)) < 0)
@@ -390,7 +418,8 @@ static int child__main(struct jail__child *c)
         child__fail(c, "seccomp", &e, rc);
     /* Armed last: any change of credentials clears it. */
     CHILD_TRY(c, "pdeathsig", prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));
-    if (jail__send_fds(c->sync, 'R', NULL, 0) < 0)
+    ct.locks_us = (uint32_t)((al_now_ns() - tc) / 1000);
+    if (jail__send_msg(c->sync, 'R', &ct, sizeof ct, NULL, 0) < 0)
         _exit(125);
     tag = jail__recv_fds(c->sync, NULL, 0, NULL);
     if (tag != 'G')
@@ -682,8 +711,6 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
         al_error_set(err, rc, "write %s: %s", p, strerror(-rc));
         goto fail;
     }
-    if ((rc = jail_cg_attach(&j->cg, pid, err)))
-        goto fail;
     snprintf(p, sizeof p, "/proc/%d/ns/user", (int)pid);
     userns = open(p, O_RDONLY | O_CLOEXEC);
     if (userns < 0) {
@@ -742,13 +769,22 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     sodium_memzero(init, init_len);
     close(initp[1]);
     initp[1] = -1;
+    /* While the child builds its root: the cgroups (see the child's side). */
+    uint64_t tcg = al_now_ns();
+    if ((rc = jail_cg_attach(&j->cg, pid, err)))
+        goto fail;
+    j->timing.cgroup_attach_ns = al_now_ns() - tcg;
+    if ((rc = jail__send_fds(sv[0], 'C', NULL, 0))) {
+        al_error_set(err, rc, "release the sandbox: %s", strerror(-rc));
+        goto fail;
+    }
     j->timing.setup_ns = al_now_ns() - t2;
     uint64_t t3 = al_now_ns();
 
     /* The child reports 'R' when it is ready to exec, or an error on errp. */
     int tag = -ETIMEDOUT;
     if (jail__wait_readable(sv[0], (int)s->start_timeout_ms) == 0)
-        tag = jail__recv_fds(sv[0], NULL, 0, NULL);
+        tag = jail__recv_msg(sv[0], &j->timing.child, sizeof j->timing.child, NULL, 0, NULL);
     if (tag != 'R') {
         char msg[AL_ERROR_MSG_MAX];
         ssize_t n = read(errp[0], msg, sizeof msg - 1);

@@ -42,14 +42,25 @@
 #include "idmap.h"
 #include "vmm/spec.h"
 
+/* The child's own account of its steps (microseconds), sent with its 'R' message. */
+struct jail_child_timing {
+    uint32_t rootfs_us;      /* credentials, upper tmpfs, overlay */
+    uint32_t plan_us;        /* /proc, /dev, /sys, /tmp, /.airlock, binds, /etc files */
+    uint32_t pivot_us;       /* pivot_root, rlimits, descriptors */
+    uint32_t cgroup_wait_us; /* waiting for the parent's cgroup move */
+    uint32_t locks_us;       /* cgroup ns, Landlock, capabilities, no_new_privs, seccomp */
+};
+
 /* Where the creation time goes (nanoseconds), for the benchmark and debug logs. */
 struct jail_timing {
-    uint64_t prepare_ns; /* cgroups, id slot, filter, plan */
-    uint64_t clone_ns;   /* netns switch + clone3 */
-    uint64_t setup_ns;   /* maps, cgroup attach, id-mapped mounts, handing over */
-    uint64_t child_ns;   /* the child's mounts and locks until the exec handshake */
-    uint64_t exec_ns;    /* handshake until execve succeeded */
+    uint64_t prepare_ns;       /* cgroups, id slot, filter, plan */
+    uint64_t clone_ns;         /* netns switch + clone3 */
+    uint64_t setup_ns;         /* maps, id-mapped mounts, init data, cgroup attach */
+    uint64_t cgroup_attach_ns; /* part of setup: moving the child into the cgroups */
+    uint64_t child_ns;         /* after setup until the child is ready to exec */
+    uint64_t exec_ns;          /* handshake until execve succeeded */
     uint64_t total_ns;
+    struct jail_child_timing child;
 };
 
 struct jail {
