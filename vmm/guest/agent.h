@@ -1,0 +1,196 @@
+/* vmm/guest/agent: the in-sandbox agent's shared state and the interfaces between its
+ * modules (internal to vmm/guest; nothing outside includes this).
+ *
+ *   main.c         PID 1 duties, arguments, channels (listen fd, init fd)
+ *   agent.c        state, configuration (/init), users, routing, /health /envs /metrics
+ *   rpc.c          Connect unary calls and server streams over common/http
+ *   proc.c         process.Process (pipes, ptys, stdin, signals, timeouts, retained exits)
+ *   fs.c           filesystem.Filesystem unary calls and EntryInfo
+ *   watch.c        filesystem.Filesystem/WatchDir (inotify)
+ *   files.c        GET/POST /files
+ *   interp.c       code interpreter: /execute, /contexts, kernels
+ *   connect.c protojson.c multipart.c users.c fspath.c spawn.c fdio.c ndjson.c: pure helpers
+ */
+#ifndef AIRLOCK_GUEST_AGENT_H
+#define AIRLOCK_GUEST_AGENT_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "common/error.h"
+#include "common/http.h"
+#include "connect.h"
+#include "users.h"
+
+/* The envd version this agent implements (see README.md for what it means). */
+#define AGENT_ENVD_VERSION "0.6.4"
+#define AGENT_ENVD_PORT    "49983"
+#define AGENT_INTERP_PORT  "49999"
+
+struct agent_limits {
+    size_t rpc_max_body;         /* a Connect request message */
+    size_t json_max_body;        /* /init, /execute, /contexts bodies */
+    size_t max_procs;            /* live processes started through process.Process */
+    size_t max_subscribers;      /* streams attached to one process */
+    size_t stream_high_water;    /* queued response bytes that pause a producer */
+    size_t stdin_max_queued;     /* bytes waiting for a slow stdin reader */
+    size_t max_watchers;         /* concurrent WatchDir streams */
+    size_t max_watches;          /* inotify watches per recursive WatchDir */
+    size_t max_contexts;         /* code-interpreter contexts */
+    size_t max_pending_exec;     /* queued executions per context */
+    size_t kernel_max_frame;     /* one message from a kernel */
+    size_t max_list_entries;     /* ListDir */
+    uint64_t max_upload_bytes;   /* one /files upload, after decompression */
+    size_t max_retained_exits;
+};
+
+struct agent_procs;
+struct agent_watchers;
+struct agent_interp;
+
+struct agent {
+    uv_loop_t *loop;
+    struct al_http_server *server;
+    struct agent_limits lim;
+    struct agent_userdb users;
+
+    /* Configuration (template defaults, init channel, POST /init). */
+    char *default_user;      /* NULL: "user" when it exists and we may switch, else ourselves */
+    char *default_workdir;   /* NULL: the user's home */
+    json_t *env;             /* envVars from init: name -> value (values never logged) */
+    char *token;             /* sodium_malloc'd, NUL-terminated; NULL when unset */
+    size_t token_len;
+    char *sandbox_id, *template_id, *hostname;
+
+    /* Who we are. */
+    bool pid1;
+    uid_t self_uid;
+    gid_t self_gid;
+    bool can_switch_user;
+    char *home_override;     /* --home: the home of the agent's own user (tests) */
+    char *path_env;          /* PATH handed to children */
+    char lib_dir[PATH_MAX];  /* holds airlock_kernel.py and friends */
+    char *python;            /* interpreter for Python contexts */
+
+    struct agent_procs *procs;
+    struct agent_watchers *watchers;
+    struct agent_interp *interp;
+
+    uint64_t start_ns;
+    bool stopping;
+};
+
+void agent_limits_default(struct agent_limits *lim);
+
+/* ---- agent.c ------------------------------------------------------------------------ */
+int agent_init(struct agent *a, uv_loop_t *loop, struct al_error *err);
+void agent_free(struct agent *a);
+/* Applies an init object (envVars, accessToken, defaultUser, defaultWorkdir, sandboxID,
+ * templateID, hostname, timestamp). authorized = came from the init fd or carried the
+ * current token. */
+int agent_apply_init(struct agent *a, json_t *init, struct al_error *err);
+/* Resolves name (NULL = the default user) and checks we may act as that user.
+ * -ENOENT: no such user; -EPERM: we lack the capability to switch. */
+int agent_resolve_user(struct agent *a, const char *name, struct agent_user *u,
+                       struct al_error *err);
+/* The Basic-auth user of a request, or NULL (into buf). -EINVAL on a malformed header. */
+int agent_basic_auth_user(const struct al_http_req *req, char *buf, size_t buflen);
+/* Constant-time check of X-Access-Token (true when no token is configured). */
+bool agent_token_ok(const struct agent *a, const char *presented);
+/* The environment for a child: PATH, HOME, USER, LOGNAME, init envVars, then extra (an
+ * object of strings, may be NULL), later entries winning. NULL-terminated, malloc'd. */
+char **agent_child_env(struct agent *a, const struct agent_user *u, const json_t *extra,
+                       const char *const *more);
+void agent_free_strv(char **v);
+/* Request router (the al_http on_request handler). */
+void agent_on_request(struct al_http_req *req, void *ctx);
+/* envd-style JSON error: {"code": status, "message": ...}. */
+void agent_reply_error(struct al_http_req *req, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- children (main.c) ------------------------------------------------------------- */
+/* Called by the SIGCHLD handler for every reaped child; returns true when the pid was one
+ * of ours (processes, kernels). Unknown pids (orphans reparented to us) are just reaped. */
+typedef void (*agent_child_exit_fn)(void *arg, pid_t pid, int wstatus);
+int agent_child_watch(struct agent *a, pid_t pid, agent_child_exit_fn fn, void *arg);
+void agent_child_unwatch(struct agent *a, pid_t pid);
+void agent_reap_children(struct agent *a);
+
+/* ---- rpc.c -------------------------------------------------------------------------- */
+struct agent_call {
+    struct agent *a;
+    struct al_http_req *req;
+    const char *method;          /* "Start", ... */
+    json_t *msg;                 /* the request message (owned by the call) */
+    bool has_user;               /* Basic auth named a user */
+    char user[256];
+};
+
+struct agent_stream;
+typedef void (*agent_stream_fn)(struct agent_stream *s);
+
+struct agent_stream {
+    struct agent *a;
+    struct al_http_req *req;
+    uv_timer_t keepalive;
+    uint64_t keepalive_ms;
+    const char *keepalive_json;  /* the service's keepalive message */
+    bool ended;
+    bool peer_gone;
+    agent_stream_fn on_peer_gone; /* the owner must drop the stream inside this callback */
+    agent_stream_fn on_drain;     /* queued bytes fell below the low-water mark */
+    void *owner;
+    bool drain_armed;
+};
+
+/* Replies to a unary call with msg (stolen; NULL = {}), or with an error. */
+void agent_rpc_reply(struct agent_call *c, json_t *msg);
+void agent_rpc_error(struct agent_call *c, enum agent_connect_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void agent_call_free(struct agent_call *c);
+/* Begins a server stream (200, application/connect+json). Keepalive-Ping-Interval from
+ * the request, keepalive_json sent after that much silence. */
+struct agent_stream *agent_stream_start(struct agent_call *c, const char *keepalive_json);
+/* Sends one message (stolen). -EPIPE when the peer is gone. */
+int agent_stream_send(struct agent_stream *s, json_t *msg);
+size_t agent_stream_queued(const struct agent_stream *s);
+/* Ends with the end-stream frame and releases the stream (do not touch it afterwards). */
+void agent_stream_end(struct agent_stream *s, enum agent_connect_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Asks for on_drain once the queue is below low water. */
+void agent_stream_want_drain(struct agent_stream *s);
+/* A stream that fails before it starts: 200 + end-stream frame carrying the error. */
+void agent_stream_fail(struct agent_call *c, enum agent_connect_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void agent_rpc_dispatch(struct agent *a, struct al_http_req *req, const char *service,
+                        const char *method);
+
+/* ---- services ----------------------------------------------------------------------- */
+int agent_procs_init(struct agent *a);
+void agent_procs_free(struct agent *a);
+void agent_procs_shutdown(struct agent *a, int sig);
+void agent_process_call(struct agent_call *c);
+
+void agent_fs_call(struct agent_call *c);
+/* EntryInfo of a path (lstat semantics, envd's field rules). -ENOENT etc. */
+int agent_entry_info(struct agent *a, const char *path, json_t **out, struct al_error *err);
+/* mkdir -p owned by uid/gid for every directory created. */
+int agent_ensure_dirs(const char *path, uid_t uid, gid_t gid, bool chown_new, struct al_error *err);
+
+int agent_watchers_init(struct agent *a);
+void agent_watchers_free(struct agent *a);
+void agent_watch_call(struct agent_call *c);
+
+void agent_files_request(struct agent *a, struct al_http_req *req);
+
+int agent_interp_init(struct agent *a);
+void agent_interp_free(struct agent *a);
+void agent_interp_request(struct agent *a, struct al_http_req *req);
+void agent_interp_shutdown(struct agent *a, int sig);
+
+#endif
