@@ -145,7 +145,7 @@ static const int sc__allow[] = {
     __NR_sched_getparam, __NR_sched_setscheduler, __NR_sched_getscheduler,
     __NR_sched_get_priority_max, __NR_sched_get_priority_min, __NR_sched_rr_get_interval,
     __NR_sched_setaffinity, __NR_sched_getaffinity, __NR_sched_setattr, __NR_sched_getattr,
-    __NR_getcpu, __NR_uname, __NR_sysinfo, __NR_seccomp, __NR_restart_syscall,
+    __NR_getcpu, __NR_uname, __NR_sysinfo, __NR_seccomp, __NR_restart_syscall, __NR_getrandom,
     __NR_pidfd_open, __NR_pidfd_send_signal, __NR_landlock_create_ruleset,
     __NR_landlock_add_rule, __NR_landlock_restrict_self, __NR_get_thread_area,
     __NR_set_thread_area,
