@@ -13,8 +13,8 @@ static void main__usage(FILE *f)
     fprintf(f,
             "usage: airlock-vmm [--state-dir DIR] [run] --spec FILE|- [--ready-fd N]\n"
             "       airlock-vmm [--state-dir DIR] --cleanup ID [--keep-logs]\n"
-            "       airlock-vmm [--state-dir DIR] --sweep [--cgroup-parent P] [--uid-base N]"
-            " [--uid-slots N]\n"
+            "       airlock-vmm [--state-dir DIR] --sweep [--keep-logs] [--cgroup-parent P]"
+            " [--uid-base N] [--uid-slots N]\n"
             "\n"
             "run      start the sandbox the spec describes (\"-\" reads it from standard input,\n"
             "         which keeps its access token off the disk) and supervise it until it is\n"
@@ -24,7 +24,10 @@ static void main__usage(FILE *f)
             "         \"error\":...}), then close it.\n"
             "--cleanup  reclaim what a crashed airlock-vmm of sandbox ID left (cgroups, id\n"
             "         slot, files). Refuses while that sandbox still runs.\n"
-            "--sweep  reclaim every sandbox of the state directory whose airlock-vmm is gone.\n"
+            "--sweep  reclaim every sandbox of the state directory whose airlock-vmm is gone,\n"
+            "         and the cgroups and id slots of sandboxes that crashed before they had a\n"
+            "         record (--cgroup-parent etc.: the values the sandboxes were started with).\n"
+            "--keep-logs  keep agent.log of what is cleaned up.\n"
             "\n"
             "Exit codes of run: 0 stopped on request, 1 could not start, 2 usage, 3 the agent\n"
             "exited on its own, 4 the agent never became healthy, 5 cleanup incomplete (run\n"
@@ -117,7 +120,7 @@ int main(int argc, char **argv)
         json_object_set_new(d, "uid_base", json_integer((json_int_t)uid_base));
     if (uid_slots)
         json_object_set_new(d, "uid_slots", json_integer((json_int_t)uid_slots));
-    int rc = vmm_sweep(d, &err);
+    int rc = vmm_sweep(d, keep_logs, &err);
     json_decref(d);
     if (rc < 0) {
         fprintf(stderr, "airlock-vmm: sweep: %s\n", al_error_str(&err));

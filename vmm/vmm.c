@@ -163,7 +163,7 @@ int vmm_cleanup(const char *id, bool keep_logs, struct al_error *err)
     return rc;
 }
 
-int vmm_sweep(const json_t *defaults, struct al_error *err)
+int vmm_sweep(const json_t *defaults, bool keep_logs, struct al_error *err)
 {
     char base[4096];
     snprintf(base, sizeof base, "%s/%s", al_state_dir(), AL_DIR_SANDBOXES);
@@ -183,7 +183,7 @@ int vmm_sweep(const json_t *defaults, struct al_error *err)
             char p[4300];
             snprintf(p, sizeof p, "%s/vmm.json", dir);
             bool had = access(p, F_OK) == 0;
-            int rc = vmm__cleanup_locked(e->d_name, dir, true, &e1);
+            int rc = vmm__cleanup_locked(e->d_name, dir, keep_logs, &e1);
             close(fd);
             if (rc && !first)
                 first = al_error_set(err, rc, "sandbox %s: %s", e->d_name, e1.msg);

@@ -76,9 +76,10 @@ int vmm_run(const struct vmm_opts *o);
  * Returns 0 (also when there was nothing to do). */
 int vmm_cleanup(const char *id, bool keep_logs, struct al_error *err);
 /* Reclaims every sandbox of the state directory that has no live airlock-vmm, then the
- * backends' orphans (defaults: backend options such as the cgroup parent). Returns the
+ * backends' orphans (defaults: backend options such as the cgroup parent); keep_logs keeps
+ * the agent logs of the reclaimed sandboxes. Returns the
  * number of sandboxes reclaimed, or a negative errno. */
-int vmm_sweep(const json_t *defaults, struct al_error *err);
+int vmm_sweep(const json_t *defaults, bool keep_logs, struct al_error *err);
 /* true if an airlock-vmm holds the lock of sandbox id. */
 bool vmm_is_live(const char *id, void *arg);
 

@@ -70,7 +70,8 @@ static void reply(int fd, int status, const char *reason, const char *extra, con
 {
     char h[512];
     int n = snprintf(h, sizeof h,
-                     "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n",
+                     "HTTP/1.1 %d %s\r\nContent-Length: %zu\r\nConnection: close\r\n"
+                     "X-Airlock-Testinit: 1\r\n%s\r\n",
                      status, reason, len, extra ? extra : "");
     write_all(fd, h, (size_t)n);
     if (len)
