@@ -72,8 +72,10 @@ int jail_mnt_plan_build(const struct jail_mnt_opts *o, struct jail_mnt_plan *p)
         snprintf(s, sizeof s, "/dev/%s", *n);
         rc |= mnt__add(p, JAIL_MNT_DEV_NODE, t, s, NULL, JAIL_MA_NOSUID | JAIL_MA_NOEXEC, -1);
     }
+    /* Not nodev: /dev/pts/ptmx and the ptys are device nodes of this instance. */
     rc |= mnt__add(p, JAIL_MNT_DEVPTS, "dev/pts", NULL,
-                   "newinstance,ptmxmode=0666,mode=0620,gid=5", nsd | JAIL_MA_NOEXEC, -1);
+                   "newinstance,ptmxmode=0666,mode=0620,gid=5", JAIL_MA_NOSUID | JAIL_MA_NOEXEC,
+                   -1);
     rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/ptmx", "pts/ptmx", NULL, 0, -1);
     rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/fd", "/proc/self/fd", NULL, 0, -1);
     rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/stdin", "/proc/self/fd/0", NULL, 0, -1);

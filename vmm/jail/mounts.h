@@ -19,9 +19,9 @@
  * populated: null, zero, full, random, urandom, tty bound from the host; a new devpts
  * instance with ptmx; shm; fd/stdin/stdout/stderr links), /sys as an empty read-only tmpfs
  * (the sandbox gets no sysfs: it would show host devices), /tmp, the agent directory at
- * /.airlock (read-only), and the spec's read-only binds. Every mount is nosuid and nodev
- * (except the bound device nodes, which need dev), /proc, /sys, /dev/shm and /.airlock
- * binds of data are noexec where that makes sense.
+ * /.airlock (read-only), and the spec's read-only binds. Every mount is nosuid; every mount
+ * is nodev except the bound device nodes and devpts (their nodes must work); /proc, /sys,
+ * /dev and /dev/shm are noexec.
  */
 #ifndef AIRLOCK_VMM_JAIL_MOUNTS_H
 #define AIRLOCK_VMM_JAIL_MOUNTS_H

@@ -128,6 +128,8 @@ START_TEST(mount_plan_shape)
     ck_assert(!(n->attr & JAIL_MA_NODEV));
     ck_assert(idev < inull && inull < iro && ipts < iro);
     ck_assert_ptr_nonnull(strstr(p.steps[ipts].data, "newinstance"));
+    ck_assert(!(p.steps[ipts].attr & JAIL_MA_NODEV)); /* ptmx and the ptys are devices */
+    ck_assert(p.steps[ipts].attr & JAIL_MA_NOSUID);
     ck_assert_ptr_nonnull(strstr(p.steps[ipts].data, "ptmxmode=0666"));
     ck_assert_ptr_nonnull(step_at(&p, "dev/ptmx", JAIL_MNT_SYMLINK, NULL));
     /* Only these device nodes, nothing else from the host's /dev. */
