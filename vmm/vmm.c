@@ -514,8 +514,22 @@ static void vmm__on_healthy(struct vmm *v, int rc)
     json_object_set_new(o, "api_socket", json_string(v->api ? v->api_sock : ""));
     json_object_set_new(o, "startup_ms", json_real(ms));
     json_object_set_new(o, "exec_ms", json_real((double)(v->t_exec_ns - v->t_begin_ns) / 1e6));
-    if (v->started.timing)
-        json_object_set(o, "timing", v->started.timing);
+    if (v->started.timing) {
+        /* airlock-vmm's own steps before the backend (spec + template, state directory
+         * and lock, backend reservation, record, agent socket + log file), then the
+         * backend's, then the health probe. */
+        json_t *t = v->started.timing;
+        static const char *const names[] = {"vmm_spec_us", "vmm_state_dir_us", "vmm_reserve_us",
+                                            "vmm_record_us", "vmm_socket_us"};
+        uint64_t prev = v->t_begin_ns;
+        for (int i = 0; i < 5; i++) {
+            json_object_set_new(t, names[i], json_integer((json_int_t)((v->t_mark[i] - prev) / 1000)));
+            prev = v->t_mark[i];
+        }
+        json_object_set_new(t, "health_us",
+                            json_integer((json_int_t)((v->t_healthy_ns - v->t_exec_ns) / 1000)));
+        json_object_set(o, "timing", t);
+    }
     vmm__notify(v, o);
 }
 
@@ -600,6 +614,7 @@ int vmm_run(const struct vmm_opts *o)
     al_log_init(NULL, AL_LOG_AUTO, al_log_get_level());
     if ((rc = vmm_spec_load_template(&v->spec, &err)))
         goto fail;
+    v->t_mark[0] = al_now_ns();
     v->backend = vmm_backend_find(v->spec.backend);
     if (!v->backend) {
         rc = al_error_set(&err, -ENOTSUP,
@@ -672,8 +687,10 @@ int vmm_run(const struct vmm_opts *o)
     v->priv = calloc(1, v->backend->priv_size);
     if (!v->priv)
         al_die("out of memory");
+    v->t_mark[1] = al_now_ns();
     if ((rc = v->backend->prepare(v->priv, &v->spec, al_state_dir(), &err)))
         goto fail;
+    v->t_mark[2] = al_now_ns();
     prepared = true;
     json_t *rec = json_object();
     json_object_set_new(rec, "id", json_string(v->spec.id));
@@ -688,6 +705,7 @@ int vmm_run(const struct vmm_opts *o)
     if (rc)
         goto fail;
 
+    v->t_mark[3] = al_now_ns();
     if ((listen_fd = vmm__listen_unix(v->agent_sock, &err)) < 0) {
         rc = listen_fd;
         goto fail;
@@ -700,6 +718,7 @@ int vmm_run(const struct vmm_opts *o)
         goto fail;
     vmm_logcap_stop(&v->log);
 
+    v->t_mark[4] = al_now_ns();
     if ((rc = v->backend->start(v->priv, listen_fd, &v->started, &err)))
         goto fail;
     close(listen_fd); /* the agent holds the channel now */

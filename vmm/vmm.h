@@ -54,6 +54,7 @@ struct vmm {
     int agent_status; /* wait status once reaped */
     struct vmm_started started;
     uint64_t t_begin_ns;   /* when airlock-vmm started */
+    uint64_t t_mark[5];    /* steps before the backend starts (see the ready line) */
     uint64_t t_exec_ns;    /* agent exec'd */
     uint64_t t_healthy_ns; /* /health answered */
     uint64_t started_wall_ns;
