@@ -450,13 +450,11 @@ int jail_cg_attach(const struct jail_cg *cg, pid_t pid, struct al_error *err)
 {
     char v[32];
     snprintf(v, sizeof v, "%d", (int)pid);
-    /* On v1, "tasks" moves one thread without taking the global threadgroup rwsem for
-     * writing, whose rcu_sync costs an RCU grace period (milliseconds on a busy host)
-     * per move. The caller guarantees pid is single-threaded and not forking (it is
-     * waiting on a socket), which is what that lock would otherwise ensure. */
-    const char *file = cg->layout.version == 1 ? "tasks" : "cgroup.procs";
+    /* The first write waits for an RCU grace period (the global threadgroup rwsem's
+     * rcu_sync; milliseconds on a busy host) unless a migration happened moments ago or
+     * the hierarchy is mounted with favordynmods; the others are then cheap. */
     for (size_t u = 0; u < cg->n_uniq; u++) {
-        int rc = cg__writef(cg->uniq[u], file, v);
+        int rc = cg__writef(cg->uniq[u], "cgroup.procs", v);
         if (rc)
             return al_error_set(err, rc, "cannot move process %d into cgroup %s: %s", (int)pid,
                                 cg->uniq[u], strerror(-rc));

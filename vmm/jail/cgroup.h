@@ -87,8 +87,7 @@ int jail_cg_plan(const struct jail_cg *cg, const struct jail_cg_limits *lim,
 /* Creates the parent (once, kept) and sandbox directories and applies the limits. If the
  * sandbox directories already exist and are empty, they are reused. */
 int jail_cg_create(struct jail_cg *cg, const struct jail_cg_limits *lim, struct al_error *err);
-/* Moves pid into every hierarchy. pid must be single-threaded and not forking meanwhile
- * (on v1 it is moved through "tasks", which is cheaper; see cgroup.c). */
+/* Moves pid (the whole thread group) into every hierarchy. */
 int jail_cg_attach(const struct jail_cg *cg, pid_t pid, struct al_error *err);
 /* Freezes or thaws, waiting (up to timeout_ms) until the state is reached. */
 int jail_cg_freeze(const struct jail_cg *cg, bool frozen, unsigned timeout_ms, struct al_error *err);
