@@ -9,6 +9,9 @@
  *                                     probe got a 2xx), sandboxes created one at a time,
  *                                     each joining a pre-created network namespace (the
  *                                     "pooled network" of the vswitch); phase medians too
+ *   warm_create_healthy_p50_ms / _p99_ms  the same from a warm airlock-vmm (started with
+ *                                     --warm earlier, as a pool would): the spec written to
+ *                                     its stdin -> its ready line
  *   reference_bare_agent_p50_ms       the same agent binary started directly on the host
  *                                     (no namespaces, mounts, cgroups, filters) until it
  *                                     answers /health: what the sandbox costs on top
@@ -26,6 +29,7 @@
  *   build/bench/jail_bench --template /var/lib/airlock/templates/base --samples 200 --density 500
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
@@ -145,49 +149,121 @@ static int write_spec(const char *id, const char *netns, char *path, size_t len)
     return 0;
 }
 
-/* Starts a sandbox; waits for its ready line. Returns ms from spawn to ready, or < 0. */
-static double start_sandbox(struct sbx *s, char *ready, size_t rlen)
+/* Reads one line from fd (30 s at most) into buf. */
+static size_t read_line(int fd, char *buf, size_t len)
+{
+    size_t n = 0;
+    for (;;) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        if (poll(&pf, 1, 30000) <= 0)
+            break;
+        ssize_t r = read(fd, buf + n, len - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        if (memchr(buf, '\n', n))
+            break;
+    }
+    buf[n] = '\0';
+    return n;
+}
+
+/* Spawns airlock-vmm for s: cold (--spec FILE) or warm (--warm, spec later on stdin).
+ * Returns the read end of its ready fd; *spec_w the write end of its stdin (warm). */
+static int spawn_vmm(struct sbx *s, bool warm, int *spec_w)
 {
     char spec[600];
     if (write_spec(s->id, s->netns[0] ? s->netns : NULL, spec, sizeof spec))
         return -1;
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0)
+    int p[2], in[2] = {-1, -1};
+    if (pipe2(p, O_CLOEXEC) < 0 || (warm && pipe2(in, O_CLOEXEC) < 0))
         return -1;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, p[1], 3);
+    if (warm)
+        posix_spawn_file_actions_adddup2(&fa, in[0], 0);
     char logp[600];
     snprintf(logp, sizeof logp, "%s/vmm-%s.log", tmp, s->id);
     posix_spawn_file_actions_addopen(&fa, 2, logp, O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    char *argv[] = {vmm_path, "--state-dir", state, "--spec", spec, "--ready-fd", "3", NULL};
-    double t0 = now_ms();
-    int rc = posix_spawn(&s->vmm, vmm_path, &fa, NULL, argv, environ);
+    char *cold[] = {vmm_path, "--state-dir", state, "--spec", spec, "--ready-fd", "3", NULL};
+    char *hot[] = {vmm_path, "--state-dir", state, "--warm", "--cgroup-parent", cgparent,
+                   "--spec", "-", "--ready-fd", "3", NULL};
+    int rc = posix_spawn(&s->vmm, vmm_path, &fa, NULL, warm ? hot : cold, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(p[1]);
+    if (warm)
+        close(in[0]);
     if (rc) {
         close(p[0]);
+        if (warm)
+            close(in[1]);
         return -1;
     }
-    size_t n = 0;
-    for (;;) {
-        struct pollfd pf = {p[0], POLLIN, 0};
-        if (poll(&pf, 1, 30000) <= 0)
-            break;
-        ssize_t r = read(p[0], ready + n, rlen - 1 - n);
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-        if (memchr(ready, '\n', n))
-            break;
-    }
+    if (spec_w)
+        *spec_w = in[1];
+    return p[0];
+}
+
+/* Starts a sandbox cold; waits for its ready line. Returns ms from spawn to ready, or < 0. */
+static double start_sandbox(struct sbx *s, char *ready, size_t rlen)
+{
+    double t0 = now_ms();
+    int fd = spawn_vmm(s, false, NULL);
+    if (fd < 0)
+        return -1;
+    read_line(fd, ready, rlen);
     double t1 = now_ms();
-    close(p[0]);
-    ready[n] = '\0';
+    close(fd);
     if (!strstr(ready, "\"ready\":true"))
         return -1;
     return t1 - t0;
+}
+
+/* A warm airlock-vmm waiting for its spec. */
+struct warm {
+    struct sbx s;
+    int ready_fd, spec_fd;
+};
+
+static int warm_spawn(struct warm *w, const char *id, const char *netns)
+{
+    memset(w, 0, sizeof *w);
+    snprintf(w->s.id, sizeof w->s.id, "%s", id);
+    snprintf(w->s.netns, sizeof w->s.netns, "%s", netns ? netns : "");
+    w->ready_fd = spawn_vmm(&w->s, true, &w->spec_fd);
+    if (w->ready_fd < 0)
+        return -1;
+    char line[256];
+    read_line(w->ready_fd, line, sizeof line);
+    return strstr(line, "\"warm\":true") ? 0 : -1;
+}
+
+/* Hands the spec to a warm airlock-vmm; ms from the write to the ready line. */
+static double warm_start(struct warm *w, char *ready, size_t rlen)
+{
+    char spec[600], *data = NULL;
+    snprintf(spec, sizeof spec, "%s/spec-%s.json", tmp, w->s.id);
+    FILE *f = fopen(spec, "re");
+    size_t cap = 0;
+    ssize_t n = f ? getdelim(&data, &cap, '\0', f) : -1;
+    if (f)
+        fclose(f);
+    if (n <= 0) {
+        free(data);
+        return -1;
+    }
+    double t0 = now_ms();
+    ssize_t wr = write(w->spec_fd, data, (size_t)n);
+    close(w->spec_fd);
+    free(data);
+    if (wr != n)
+        return -1;
+    read_line(w->ready_fd, ready, rlen);
+    double t1 = now_ms();
+    close(w->ready_fd);
+    return strstr(ready, "\"ready\":true") ? t1 - t0 : -1;
 }
 
 static int stop_sandbox(struct sbx *s)
@@ -398,6 +474,7 @@ int main(int argc, char **argv)
                                          "total_us", "health_us"};
     enum { NPH = sizeof phases / sizeof phases[0] };
     double *ph[NPH], *exec_ms = calloc((size_t)samples, sizeof(double));
+    double *spawn_ms = calloc((size_t)(unsigned)samples, sizeof(double));
     for (int k = 0; k < NPH; k++)
         ph[k] = calloc((size_t)samples, sizeof(double));
     double deadline = now_ms() + max_seconds * 1000.0;
@@ -440,6 +517,7 @@ int main(int argc, char **argv)
         }
         lat[got] = ms;
         exec_ms[got] = json_num(ready, "exec_ms");
+        spawn_ms[got] = ms - json_num(ready, "startup_ms");
         for (int k = 0; k < NPH; k++)
             ph[k][got] = json_num(ready, phases[k]) / 1000.0;
         got++;
@@ -451,6 +529,7 @@ int main(int argc, char **argv)
         emit("create_healthy_p99_ms", p99, "ms");
         emit("create_healthy_samples", got, "count");
         emit("create_exec_p50_ms", pct(exec_ms, got, 50), "ms");
+        emit("vmm_process_start_p50_ms", pct(spawn_ms, got, 50), "ms");
         for (int k = 0; k < NPH; k++) {
             char m[64];
             snprintf(m, sizeof m, "phase_%.*s_p50_ms", (int)(strlen(phases[k]) - 3), phases[k]);
@@ -472,6 +551,37 @@ int main(int argc, char **argv)
             free(ref);
         }
     }
+
+    /* Warm: the same, handing each spec to an airlock-vmm started (and warmed) earlier,
+     * as a control plane with a pool of warm airlock-vmm processes does. */
+    double *wl = calloc((size_t)(unsigned)samples, sizeof(double));
+    int wgot = 0;
+    for (int i = 0; i < samples && !interrupted && now_ms() < deadline; i++) {
+        struct warm w;
+        char id[32], ns[400];
+        snprintf(id, sizeof id, "warm%d", i);
+        snprintf(ns, sizeof ns, "%s/wns%d", nsdir, i);
+        if (netns_create(ns) < 0 || warm_spawn(&w, id, ns) < 0) {
+            fprintf(stderr, "jail_bench: cannot start a warm airlock-vmm\n");
+            rc = 1;
+            break;
+        }
+        usleep(20000); /* it waits for its spec, as in a pool */
+        double ms = warm_start(&w, ready, sizeof ready);
+        if (ms < 0) {
+            fprintf(stderr, "jail_bench: warm sandbox %s did not start: %s\n", id, ready);
+            stop_sandbox(&w.s);
+            rc = 1;
+            break;
+        }
+        wl[wgot++] = ms;
+        stop_sandbox(&w.s);
+    }
+    if (wgot) {
+        emit("warm_create_healthy_p50_ms", pct(wl, wgot, 50), "ms");
+        emit("warm_create_healthy_p99_ms", pct(wl, wgot, 99), "ms");
+    }
+    free(wl);
 
     /* Density: idle sandboxes, held at once. */
     if (density > 0 && !interrupted) {

@@ -35,6 +35,11 @@ struct vmm_sweep_opts {
 struct vmm_backend {
     const char *name;
     size_t priv_size;
+    /* Optional: work that needs no spec, done by a warm airlock-vmm before its spec
+     * arrives (opts: the backend's settings, e.g. jail: {"cgroup_parent": ...}). */
+    int (*warm)(const json_t *opts, struct al_error *err);
+    /* Optional: called once the agent is healthy (e.g. leave the warm cgroups). */
+    void (*settle)(void *priv);
     /* Checks the host, reserves what must be reserved before the record is written. */
     int (*prepare)(void *priv, const struct vmm_spec *spec, const char *state_dir,
                    struct al_error *err);

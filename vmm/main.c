@@ -12,6 +12,7 @@ static void main__usage(FILE *f)
 {
     fprintf(f,
             "usage: airlock-vmm [--state-dir DIR] [run] --spec FILE|- [--ready-fd N]\n"
+            "       airlock-vmm [--state-dir DIR] --warm [--cgroup-parent P] --spec - --ready-fd N\n"
             "       airlock-vmm [--state-dir DIR] --cleanup ID [--keep-logs]\n"
             "       airlock-vmm [--state-dir DIR] --sweep [--keep-logs] [--cgroup-parent P]"
             " [--uid-base N] [--uid-slots N]\n"
@@ -22,6 +23,11 @@ static void main__usage(FILE *f)
             "         --ready-fd N: write one JSON line to fd N when the agent answers\n"
             "         /health ({\"ready\":true,...}) or when starting failed ({\"ready\":false,\n"
             "         \"error\":...}), then close it.\n"
+            "--warm   prepare what needs no spec first (the sandbox's cgroups, with this process\n"
+            "         already in them), write {\"warm\":true,\"vmm_pid\":N} to the ready fd, then\n"
+            "         wait for the spec on standard input: a pool of warm airlock-vmm processes\n"
+            "         takes process start-up and the cgroup move off the creation path.\n"
+            "         Closing standard input (or SIGTERM) releases it unused.\n"
             "--cleanup  reclaim what a crashed airlock-vmm of sandbox ID left (cgroups, id\n"
             "         slot, files). Refuses while that sandbox still runs.\n"
             "--sweep  reclaim every sandbox of the state directory whose airlock-vmm is gone,\n"
@@ -51,7 +57,7 @@ int main(int argc, char **argv)
     al_log_init("airlock-vmm", AL_LOG_AUTO, AL_LOG_INFO);
     argc = al_take_state_dir_arg(argc, argv);
     const char *spec = NULL, *cleanup = NULL, *parent = NULL;
-    bool sweep = false, keep_logs = false;
+    bool sweep = false, keep_logs = false, warm = false;
     long ready_fd = -1;
     unsigned long uid_base = 0, uid_slots = 0;
     for (int i = 1; i < argc; i++) {
@@ -70,6 +76,8 @@ int main(int argc, char **argv)
             ready_fd = (long)v;
         } else if (strcmp(a, "--cleanup") == 0 && next) {
             cleanup = argv[++i];
+        } else if (strcmp(a, "--warm") == 0) {
+            warm = true;
         } else if (strcmp(a, "--keep-logs") == 0) {
             keep_logs = true;
         } else if (strcmp(a, "--sweep") == 0) {
@@ -100,9 +108,19 @@ int main(int argc, char **argv)
         main__usage(stderr);
         return VMM_EXIT_USAGE;
     }
+    if (warm && (!spec || strcmp(spec, "-") != 0 || ready_fd < 0)) {
+        fprintf(stderr, "airlock-vmm: --warm needs --spec - and --ready-fd N\n");
+        return VMM_EXIT_USAGE;
+    }
     if (spec) {
-        struct vmm_opts o = {.spec_path = spec, .ready_fd = (int)ready_fd};
-        return vmm_run(&o);
+        json_t *wo = json_object();
+        if (parent)
+            json_object_set_new(wo, "cgroup_parent", json_string(parent));
+        struct vmm_opts o = {.spec_path = spec, .ready_fd = (int)ready_fd, .warm = warm,
+                             .warm_opts = wo};
+        int rc = vmm_run(&o);
+        json_decref(wo);
+        return rc;
     }
     struct al_error err = {0};
     if (cleanup) {

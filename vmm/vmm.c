@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/util.h"
+#include "vmm/jail/jail.h"
 
 #define VMM_LOG_RATE_BPS   (1u << 20) /* agent log: 1 MiB/s sustained */
 #define VMM_REAP_POLL_MS   5
@@ -501,7 +502,6 @@ static void vmm__on_healthy(struct vmm *v, int rc)
         return;
     }
     v->healthy = true;
-    v->state = VMM_RUNNING;
     v->t_healthy_ns = al_now_ns();
     double ms = (double)(v->t_healthy_ns - v->t_begin_ns) / 1e6;
     al_info("sandbox %s ready in %.2f ms (agent pid %d)", v->spec.id, ms, (int)v->started.pid);
@@ -531,9 +531,21 @@ static void vmm__on_healthy(struct vmm *v, int rc)
         json_object_set(o, "timing", t);
     }
     vmm__notify(v, o);
+    /* After the answer: e.g. a warm start leaves the sandbox's cgroups (this costs an
+     * RCU grace period; nobody waits for it now). */
+    if (v->backend->settle)
+        v->backend->settle(v->priv);
+    v->state = VMM_RUNNING;
 }
 
 /* ---- run ---------------------------------------------------------------------------- */
+
+static volatile sig_atomic_t vmm__warm_signal;
+
+static void vmm__on_warm_signal(int sig)
+{
+    vmm__warm_signal = sig;
+}
 
 static int vmm__read_spec(const char *path, char **out, size_t *len, struct al_error *err)
 {
@@ -564,6 +576,12 @@ static int vmm__read_spec(const char *path, char **out, size_t *len, struct al_e
             cap *= 2;
         }
         ssize_t r = read(0, buf + n, cap - n - 1);
+        if (r < 0 && errno == EINTR && vmm__warm_signal) {
+            sodium_memzero(buf, n);
+            free(buf);
+            return al_error_set(err, -EINTR, "signal %d while waiting for the spec",
+                                (int)vmm__warm_signal);
+        }
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
@@ -603,7 +621,40 @@ int vmm_run(const struct vmm_opts *o)
     size_t len = 0;
 
     signal(SIGPIPE, SIG_IGN);
-    int rc = vmm__read_spec(o->spec_path, &data, &len, &err);
+    int rc;
+    if (o->warm) {
+        /* Only the jail backend has warm work today. */
+        if ((rc = vmm_backend_jail.warm(o->warm_opts, &err)))
+            goto fail;
+        struct sigaction sa = {.sa_handler = vmm__on_warm_signal}; /* no SA_RESTART */
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        if (v->ready_fd >= 0) {
+            char line[96];
+            int n = snprintf(line, sizeof line, "{\"warm\":true,\"vmm_pid\":%d}\n", (int)getpid());
+            al_write_all(v->ready_fd, line, (size_t)n);
+        }
+    }
+    rc = vmm__read_spec(o->spec_path, &data, &len, &err);
+    if (o->warm) {
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        if (rc == 0 && len == 0)
+            rc = al_error_set(&err, -ENODATA, "standard input closed without a spec: a warm "
+                              "airlock-vmm released unused");
+        if (rc) {
+            jail_warm_release();
+            if (rc == -EINTR || rc == -ENODATA) {
+                al_info("%s", al_error_str(&err));
+                code = VMM_EXIT_STOPPED;
+                goto fail_quiet;
+            }
+            goto fail;
+        }
+        /* The sandbox's creation starts now. */
+        v->t_begin_ns = al_now_ns();
+        v->started_wall_ns = al_wall_ns();
+    }
     if (rc)
         goto fail;
     rc = vmm_spec_parse(data, len, &v->spec, &err);
@@ -785,6 +836,7 @@ fail:
 fail_nodir:
     al_error("%s", al_error_str(&err));
     vmm__notify_error(v, al_error_str(&err));
+fail_quiet:
     if (v->lock_fd >= 0)
         close(v->lock_fd);
     if (v->spec.root)

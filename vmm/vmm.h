@@ -33,6 +33,10 @@ enum vmm_state { VMM_STARTING = 0, VMM_RUNNING, VMM_PAUSED, VMM_STOPPING, VMM_ST
 struct vmm_opts {
     const char *spec_path; /* "-" = standard input (keeps the access token off the disk) */
     int ready_fd;          /* -1, or where one JSON line reports ready / failed */
+    /* Warm start: do the spec-independent work (the jail backend: its cgroups) first, say
+     * {"warm":true,...} on ready_fd, then wait for the spec on standard input. */
+    bool warm;
+    const json_t *warm_opts; /* e.g. {"cgroup_parent": "airlock"} */
 };
 
 struct vmm_probe;

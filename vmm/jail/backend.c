@@ -116,9 +116,25 @@ static int jb__sweep(const struct vmm_sweep_opts *o, struct al_error *err)
     return jail_sweep(&so, err);
 }
 
+static int jb__warm(const json_t *opts, struct al_error *err)
+{
+    const char *parent = "airlock";
+    if (opts && al_json_get_str(opts, "cgroup_parent", false, &parent, "warm", err))
+        return -EINVAL;
+    return jail_warm(parent ? parent : "airlock", err);
+}
+
+static void jb__settle(void *priv)
+{
+    (void)priv;
+    jail_warm_release();
+}
+
 const struct vmm_backend vmm_backend_jail = {
     .name = "jail",
     .priv_size = sizeof(struct jail),
+    .warm = jb__warm,
+    .settle = jb__settle,
     .prepare = jb__prepare,
     .record = jb__record,
     .start = jb__start,

@@ -59,6 +59,137 @@ static int jail__get_layout(struct jail_cg_layout *out, struct al_error *err)
     return 0;
 }
 
+/* ---- warm start --------------------------------------------------------------------- */
+
+/* A warm airlock-vmm (started ahead of any request) has already made its cgroups
+ * (<parent>/warm-<pid>) and moved itself into them, which on a busy host costs an RCU grace
+ * period (several milliseconds). When the spec arrives the directories are renamed to the
+ * sandbox id and the sandbox's first process is cloned from inside them, inheriting its
+ * cgroups without a move; airlock-vmm moves itself back out once the agent runs. */
+static struct {
+    bool active;   /* this process is inside the warm (or renamed) cgroups */
+    bool claimed;  /* renamed to a sandbox id */
+    struct jail_cg cg;
+    char home[JAIL_CG_NCTRL][JAIL_CG_PATH_MAX]; /* where this process was, per controller */
+} jail__warm;
+
+/* Fills jail__warm.home from /proc/self/cgroup. */
+static int jail__own_cgroups(const struct jail_cg_layout *l, struct al_error *err)
+{
+    al_autofree char *txt = NULL;
+    int rc = al_read_file("/proc/self/cgroup", 65536, &txt, NULL, err);
+    if (rc)
+        return rc;
+    static const char *const names[JAIL_CG_NCTRL] = {"memory", "pids", "cpu", "cpuacct",
+                                                     "freezer"};
+    for (char *line = strtok(txt, "\n"); line; line = strtok(NULL, "\n")) {
+        char *c1 = strchr(line, ':');
+        char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        *c2 = '\0';
+        const char *ctrls = c1 + 1, *path = c2 + 1;
+        for (int c = 0; c < JAIL_CG_NCTRL; c++) {
+            const char *root = l->version == 2 ? l->v2_root : l->v1_root[c];
+            if (!root[0])
+                continue;
+            bool match = false;
+            if (l->version == 2) {
+                match = ctrls[0] == '\0' && line[0] == '0';
+            } else {
+                size_t n = strlen(names[c]);
+                for (const char *p = ctrls; p && *p;) {
+                    const char *e = strchr(p, ',');
+                    size_t len = e ? (size_t)(e - p) : strlen(p);
+                    match |= len == n && strncmp(p, names[c], n) == 0;
+                    p = e ? e + 1 : NULL;
+                }
+            }
+            if (match)
+                snprintf(jail__warm.home[c], JAIL_CG_PATH_MAX, "%s%s", root,
+                         strcmp(path, "/") == 0 ? "" : path);
+        }
+    }
+    return 0;
+}
+
+int jail_warm(const char *cgroup_parent, struct al_error *err)
+{
+    struct jail_cg_layout layout;
+    int rc = jail__get_layout(&layout, err);
+    if (rc)
+        return rc;
+    char id[32];
+    snprintf(id, sizeof id, "warm-%d", (int)getpid());
+    if ((rc = jail_cg_init(&jail__warm.cg, &layout, cgroup_parent, id, err)) ||
+        (rc = jail__own_cgroups(&layout, err)))
+        return rc;
+    struct jail_cg_limits none = {0};
+    if ((rc = jail_cg_create(&jail__warm.cg, &none, err)))
+        return rc;
+    if ((rc = jail_cg_attach(&jail__warm.cg, getpid(), err))) {
+        jail_cg_destroy(&jail__warm.cg, NULL);
+        return rc;
+    }
+    jail__warm.active = true;
+    return 0;
+}
+
+void jail_warm_release(void)
+{
+    if (!jail__warm.active)
+        return;
+    char v[32];
+    snprintf(v, sizeof v, "%d", (int)getpid());
+    for (int c = 0; c < JAIL_CG_NCTRL; c++) {
+        if (!jail__warm.home[c][0] || !jail__warm.cg.dir[c][0])
+            continue;
+        char p[JAIL_CG_PATH_MAX + 32];
+        snprintf(p, sizeof p, "%s/cgroup.procs", jail__warm.home[c]);
+        int fd = open(p, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, v, strlen(v)) < 0)
+            al_warn("cannot move airlock-vmm back to %s: %s", jail__warm.home[c],
+                    strerror(errno));
+        if (fd >= 0)
+            close(fd);
+    }
+    jail__warm.active = false;
+    if (!jail__warm.claimed)
+        jail_cg_destroy(&jail__warm.cg, NULL);
+}
+
+/* Renames the warm cgroups to the sandbox's; false if there are none or they do not fit. */
+static bool jail__claim_warm(struct jail *j)
+{
+    if (!jail__warm.active || jail__warm.claimed)
+        return false;
+    if (strcmp(jail__warm.cg.parent, j->cg.parent) != 0) {
+        al_warn("warm cgroups are under %s, the spec wants %s: starting cold",
+                jail__warm.cg.parent, j->cg.parent);
+        jail_warm_release();
+        return false;
+    }
+    if (jail_cg_exists(&j->cg)) {
+        al_warn("cgroups of %s exist already: starting cold", j->spec->id);
+        jail_warm_release();
+        return false;
+    }
+    size_t done = 0;
+    for (; done < j->cg.n_uniq; done++)
+        if (rename(jail__warm.cg.uniq[done], j->cg.uniq[done]) < 0)
+            break;
+    if (done < j->cg.n_uniq) {
+        al_warn("cannot rename %s to %s: %s; starting cold", jail__warm.cg.uniq[done],
+                j->cg.uniq[done], strerror(errno));
+        while (done-- > 0)
+            rename(j->cg.uniq[done], jail__warm.cg.uniq[done]);
+        jail_warm_release();
+        return false;
+    }
+    jail__warm.claimed = true;
+    return true;
+}
+
 /* ---- prepare / record ------------------------------------------------------------- */
 
 int jail_prepare(struct jail *j, const struct vmm_spec *spec, const char *state_dir,
@@ -75,6 +206,9 @@ int jail_prepare(struct jail *j, const struct vmm_spec *spec, const char *state_
         return rc;
     if ((rc = jail_cg_init(&j->cg, &layout, spec->cgroup_parent, spec->id, err)))
         return rc;
+    j->cg_inherited = jail__claim_warm(j);
+    if (j->cg_inherited)
+        j->cg_created = true;
     snprintf(j->ids_dir, sizeof j->ids_dir, "%s/jail/idslots", state_dir);
     j->ids = (struct jail_idmap_cfg){spec->uid_base, spec->uid_slots, j->ids_dir};
     if ((rc = jail_idmap_alloc(&j->ids, spec->id, &j->slot, err)))
@@ -771,7 +905,7 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     initp[1] = -1;
     /* While the child builds its root: the cgroups (see the child's side). */
     uint64_t tcg = al_now_ns();
-    if ((rc = jail_cg_attach(&j->cg, pid, err)))
+    if (!j->cg_inherited && (rc = jail_cg_attach(&j->cg, pid, err)))
         goto fail;
     j->timing.cgroup_attach_ns = al_now_ns() - tcg;
     if ((rc = jail__send_fds(sv[0], 'C', NULL, 0))) {
@@ -857,6 +991,8 @@ fail:
     jail__strv_free(argv);
     jail__strv_free(envp);
     if (j->cg_created) {
+        if (j->cg_inherited)
+            jail_warm_release(); /* out of the cgroups before killing what is in them */
         jail_cg_kill_all(&j->cg, NULL);
         for (int i = 0; i < 200 && jail_cg_nprocs(&j->cg) > 0; i++)
             usleep(5000);
@@ -901,6 +1037,8 @@ int jail_kill(struct jail *j, struct al_error *err)
         kill(j->pid, SIGKILL);
     if (!j->cg_created)
         return 0;
+    if (j->cg_inherited)
+        jail_warm_release();
     int rc = jail_cg_kill_all(&j->cg, err);
     return rc < 0 ? rc : 0;
 }
@@ -921,6 +1059,8 @@ int jail_reclaim(struct jail *j, struct al_error *err)
         close(j->pidfd);
         j->pidfd = -1;
     }
+    if (j->cg_inherited)
+        jail_warm_release();
     if (j->cg_created) {
         rc = jail_cg_destroy(&j->cg, err);
         if (rc == 0)
@@ -1020,10 +1160,30 @@ struct jail__sweep_ctx {
     struct al_error *err;
 };
 
+/* warm-<pid> cgroups belong to a waiting airlock-vmm while that process lives. */
+static bool jail__warm_live(const char *id)
+{
+    if (strncmp(id, "warm-", 5) != 0)
+        return false;
+    char *end;
+    long pid = strtol(id + 5, &end, 10);
+    if (*end || pid <= 0)
+        return false;
+    char p[64], comm[32] = "";
+    snprintf(p, sizeof p, "/proc/%ld/comm", pid);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, comm, sizeof comm - 1);
+    close(fd);
+    comm[n > 0 ? n : 0] = '\0';
+    return strncmp(comm, "airlock-vmm", 11) == 0;
+}
+
 static int jail__sweep_cg(const char *id, void *arg)
 {
     struct jail__sweep_ctx *x = arg;
-    if (x->o->is_live(id, x->o->arg))
+    if (x->o->is_live(id, x->o->arg) || jail__warm_live(id))
         return 0;
     struct jail_cg cg;
     struct al_error e = {0};

@@ -67,6 +67,7 @@ struct jail {
     const struct vmm_spec *spec;
     struct jail_cg cg;
     bool cg_created;
+    bool cg_inherited; /* warm start: the cgroups were this process's; no move needed */
     char ids_dir[512];
     struct jail_idmap_cfg ids;
     uint32_t slot;
@@ -78,7 +79,16 @@ struct jail {
     struct jail_timing timing;
 };
 
-/* Fills in what the record needs and checks the host (cgroup layout). No side effects. */
+/* Warm start (airlock-vmm --warm): creates <cgroup_parent>/warm-<pid> and moves this process
+ * into it, so that a later jail_prepare (same parent) renames it to the sandbox's cgroups
+ * and the sandbox is cloned inside them: no cgroup move on the creation path. */
+int jail_warm(const char *cgroup_parent, struct al_error *err);
+/* Moves this process back to where it was (once the sandbox runs); idempotent. Removes
+ * the warm cgroups if no sandbox claimed them. */
+void jail_warm_release(void);
+
+/* Fills in what the record needs, checks the host (cgroup layout) and reserves the id slot
+ * (and the warm cgroups, if any). */
 int jail_prepare(struct jail *j, const struct vmm_spec *spec, const char *state_dir,
                  struct al_error *err);
 /* What airlock-vmm --cleanup needs to undo a crashed sandbox (new reference). Valid after
