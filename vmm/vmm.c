@@ -364,11 +364,31 @@ static void vmm__all_closed(struct vmm *v)
     uv_stop(v->loop);
 }
 
+/* The end of agent.log in airlock-vmm's own log: when the agent died or never answered,
+ * its last words are the explanation, and agent.log is about to be removed. */
+static void vmm__log_agent_tail(const struct vmm *v)
+{
+    int fd = open(v->log_path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return;
+    char buf[1536];
+    off_t end = lseek(fd, 0, SEEK_END);
+    off_t from = end > (off_t)sizeof buf - 1 ? end - (off_t)sizeof buf + 1 : 0;
+    ssize_t n = pread(fd, buf, sizeof buf - 1, from);
+    close(fd);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    al_warn("sandbox %s: last output of the agent: %s", v->spec.id, buf);
+}
+
 static void vmm__finish(struct vmm *v)
 {
     struct al_error err = {0};
     vmm_probe_cancel(v);
     vmm_logcap_stop(&v->log);
+    if (v->exit_code == VMM_EXIT_AGENT_DIED || v->exit_code == VMM_EXIT_UNHEALTHY)
+        vmm__log_agent_tail(v);
     int rc = v->backend->reclaim(v->priv, &err);
     if (rc) {
         al_error("sandbox %s: could not reclaim everything: %s; the record stays in %s for "
