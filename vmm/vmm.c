@@ -659,9 +659,12 @@ int vmm_run(const struct vmm_opts *o)
     if (o->warm) {
         signal(SIGTERM, SIG_DFL);
         signal(SIGINT, SIG_DFL);
-        if (rc == 0 && len == 0)
+        if (rc == 0 && len == 0) {
+            free(data);
+            data = NULL;
             rc = al_error_set(&err, -ENODATA, "standard input closed without a spec: a warm "
                               "airlock-vmm released unused");
+        }
         if (rc) {
             jail_warm_release();
             if (rc == -EINTR || rc == -ENODATA) {

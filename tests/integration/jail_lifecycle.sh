@@ -161,4 +161,52 @@ grep -q 'did not answer GET /health' "$T/ready-mute" || fail "mute agent: $(cat 
 ls /sys/fs/cgroup/pids/"$CGP"/mute >/dev/null 2>&1 && fail "the mute agent's cgroup is left"
 ok "agent never healthy: exit 4 after the timeout, nothing left"
 
+# --- warm start: cgroups made and joined before the spec, renamed, left after ready ---------
+mkfifo "$T/warm-in"
+"$VMM" --state-dir "$STATE" --warm --cgroup-parent "$CGP" --spec - --ready-fd 3 \
+  <"$T/warm-in" 3>"$T/ready-warm" 2>>"$T/vmm-warm.log" >/dev/null &
+wpid=$!
+VMM_PID[warm]=$wpid
+exec 7>"$T/warm-in"
+for i in $(seq 200); do grep -q '"warm":true' "$T/ready-warm" 2>/dev/null && break; sleep 0.02; done
+grep -q "\"warm\":true,\"vmm_pid\":$wpid" "$T/ready-warm" || fail "no warm line: $(cat "$T/ready-warm")"
+grep -q "/$CGP/warm-$wpid\$" "/proc/$wpid/cgroup" || fail "the warm airlock-vmm is not in its cgroups: $(cat /proc/$wpid/cgroup)"
+jail_spec warm "$T/bb" >&7
+exec 7>&-
+for i in $(seq 300); do grep -q '"ready"' "$T/ready-warm" && break; sleep 0.02; done
+grep -q '"ready":true' "$T/ready-warm" || fail "warm start failed: $(cat "$T/ready-warm")"
+ls -d /sys/fs/cgroup/*/"$CGP/warm-$wpid" 2>/dev/null | grep -q . && fail "the warm cgroups were not renamed"
+apid=$(python3 -c 'import json,sys; [print(json.loads(l)["agent_pid"]) for l in open(sys.argv[1]) if "ready" in l]' "$T/ready-warm")
+grep -q "/$CGP/warm\$" "/proc/$apid/cgroup" || fail "the agent is not in the sandbox's cgroups: $(cat /proc/$apid/cgroup)"
+for i in $(seq 100); do grep -q "/$CGP/" "/proc/$wpid/cgroup" || break; sleep 0.02; done
+grep -q "/$CGP/" "/proc/$wpid/cgroup" && fail "airlock-vmm stayed in the sandbox's cgroups: $(cat /proc/$wpid/cgroup)"
+huid=$(jail_host_uid warm)
+netino=$(jail_netns_inode "$apid")
+jail_exec warm user 'echo warm-ok' | grep -qx warm-ok || fail "the warm-started sandbox does not work"
+jail_stop warm
+jail_assert_gone warm "$huid" "$apid" "$netino"
+ok "warm start: joined its cgroups before the spec, renamed them, left them after ready"
+
+# A warm airlock-vmm released unused (stdin closed) exits 0 and removes its cgroups; one
+# that is SIGKILLed leaves them to the sweep.
+"$VMM" --state-dir "$STATE" --warm --cgroup-parent "$CGP" --spec - --ready-fd 3 \
+  </dev/null 3>"$T/ready-w2" 2>>"$T/vmm-w2.log" >/dev/null || fail "an unused warm airlock-vmm exited $?"
+ls -d /sys/fs/cgroup/*/"$CGP"/warm-* 2>/dev/null | grep -q . && fail "an unused warm airlock-vmm left its cgroups"
+mkfifo "$T/w3-in"
+"$VMM" --state-dir "$STATE" --warm --cgroup-parent "$CGP" --spec - --ready-fd 3 \
+  <"$T/w3-in" 3>"$T/ready-w3" 2>>"$T/vmm-w3.log" >/dev/null &
+VMM_PID[w3]=$!
+exec 8>"$T/w3-in"
+for i in $(seq 200); do grep -q '"warm":true' "$T/ready-w3" 2>/dev/null && break; sleep 0.02; done
+w3=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["vmm_pid"])' "$T/ready-w3")
+"$VMM" --state-dir "$STATE" --sweep --cgroup-parent "$CGP" >/dev/null || fail "sweep with a live warm process failed"
+ls -d /sys/fs/cgroup/*/"$CGP/warm-$w3" 2>/dev/null | grep -q . || fail "the sweep removed a live warm process's cgroups"
+kill -KILL "$w3"
+wait "$w3" 2>/dev/null || true
+unset "VMM_PID[w3]"
+exec 8>&-
+"$VMM" --state-dir "$STATE" --sweep --cgroup-parent "$CGP" >/dev/null || fail "sweep failed"
+ls -d /sys/fs/cgroup/*/"$CGP/warm-$w3" 2>/dev/null | grep -q . && fail "the sweep left a dead warm process's cgroups"
+ok "warm processes: released unused cleanly; the sweep spares live ones and reclaims dead ones"
+
 echo "PASS: $JAIL_TEST"
