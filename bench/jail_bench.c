@@ -636,6 +636,12 @@ int main(int argc, char **argv)
     }
 out:
     cleanup_all();
+    free(lat);
+    free(exec_ms);
+    free(spawn_ms);
+    for (int k = 0; k < NPH; k++)
+        free(ph[k]);
+    free(live);
     if (interrupted)
         fprintf(stderr, "jail_bench: interrupted; cleaned up\n");
     return rc;

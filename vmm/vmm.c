@@ -269,7 +269,6 @@ static void vmm__notify(struct vmm *v, json_t *msg)
     json_decref(msg);
     if (s) {
         size_t n = strlen(s);
-        s[n] = '\0';
         al_write_all(v->ready_fd, s, n);
         al_write_all(v->ready_fd, "\n", 1);
         free(s);
@@ -797,6 +796,12 @@ int vmm_run(const struct vmm_opts *o)
         goto fail;
     close(listen_fd); /* the agent holds the channel now */
     listen_fd = -1;
+    /* The agent has its token; this process has no further use for it (the zeroing
+     * allocator wipes it as it is freed). */
+    if (v->spec.access_token) {
+        json_object_del(v->spec.root, "access_token");
+        v->spec.access_token = NULL;
+    }
     v->agent_alive = true;
     v->t_exec_ns = al_now_ns();
     v->state = VMM_STARTING;
