@@ -188,8 +188,8 @@ static int spawn_vmm(struct sbx *s, bool warm, int *spec_w)
     posix_spawn_file_actions_addopen(&fa, 2, logp, O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     char *cold[] = {vmm_path, "--state-dir", state, "--spec", spec, "--ready-fd", "3", NULL};
-    char *hot[] = {vmm_path, "--state-dir", state, "--warm", "--cgroup-parent", cgparent,
-                   "--spec", "-", "--ready-fd", "3", NULL};
+    char *hot[] = {vmm_path, "--state-dir", state, "--warm", "--cgroup-parent", cgparent, "--spec",
+                   "-",      "--ready-fd",  "3",   NULL};
     int rc = posix_spawn(&s->vmm, vmm_path, &fa, NULL, warm ? hot : cold, environ);
     posix_spawn_file_actions_destroy(&fa);
     close(p[1]);
@@ -322,7 +322,8 @@ static double bare_agent_once(int i)
     for (int attempt = 0; attempt < 5000 && t < 0; attempt++) {
         int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (connect(c, (struct sockaddr *)&sa, sizeof sa) == 0) {
-            static const char req[] = "GET /health HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+            static const char req[] =
+                "GET /health HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
             if (write(c, req, sizeof req - 1) == (ssize_t)(sizeof req - 1)) {
                 char buf[64];
                 ssize_t r = read(c, buf, sizeof buf - 1);
@@ -390,8 +391,7 @@ static void cleanup_all(void)
     static const char *const ctrls[] = {"memory", "pids", "cpu", "cpuacct", "freezer", ""};
     for (size_t i = 0; i < sizeof ctrls / sizeof ctrls[0]; i++) {
         char p[200];
-        snprintf(p, sizeof p, "/sys/fs/cgroup/%s%s%s", ctrls[i], ctrls[i][0] ? "/" : "",
-                 cgparent);
+        snprintf(p, sizeof p, "/sys/fs/cgroup/%s%s%s", ctrls[i], ctrls[i][0] ? "/" : "", cgparent);
         rmdir(p);
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
@@ -467,11 +467,24 @@ int main(int argc, char **argv)
     int cap = samples > density ? samples : density;
     live = calloc((size_t)cap + 4, sizeof *live);
     double *lat = calloc((size_t)samples, sizeof *lat);
-    static const char *const phases[] = {"vmm_spec_us", "vmm_state_dir_us", "vmm_reserve_us",
-                                         "vmm_record_us", "vmm_socket_us", "prepare_us", "clone_us", "setup_us", "cgroup_attach_us",
-                                         "child_rootfs_us", "child_mounts_us", "child_pivot_us",
-                                         "child_cgroup_wait_us", "child_locks_us", "child_us", "exec_us",
-                                         "total_us", "health_us"};
+    static const char *const phases[] = {"vmm_spec_us",
+                                         "vmm_state_dir_us",
+                                         "vmm_reserve_us",
+                                         "vmm_record_us",
+                                         "vmm_socket_us",
+                                         "prepare_us",
+                                         "clone_us",
+                                         "setup_us",
+                                         "cgroup_attach_us",
+                                         "child_rootfs_us",
+                                         "child_mounts_us",
+                                         "child_pivot_us",
+                                         "child_cgroup_wait_us",
+                                         "child_locks_us",
+                                         "child_us",
+                                         "exec_us",
+                                         "total_us",
+                                         "health_us"};
     enum { NPH = sizeof phases / sizeof phases[0] };
     double *ph[NPH], *exec_ms = calloc((size_t)samples, sizeof(double));
     double *spawn_ms = calloc((size_t)(unsigned)samples, sizeof(double));

@@ -130,8 +130,10 @@ static void api__on_request(struct al_http_req *req, void *ctx)
         if (al_http_req_read_body(req, 4096, api__stop_body) < 0)
             al_http_reply_error(req, 400, "cannot read the request body");
     } else {
-        al_http_reply_error(req, 404, "no such endpoint %s (try GET /status, GET /stats, POST "
-                                      "/pause, /resume, /stop)", p);
+        al_http_reply_error(req, 404,
+                            "no such endpoint %s (try GET /status, GET /stats, POST "
+                            "/pause, /resume, /stop)",
+                            p);
     }
     return;
 method:

@@ -19,9 +19,9 @@
 #include "spec.h"
 
 struct vmm_started {
-    pid_t pid;  /* the process whose exit means the sandbox is gone (host pid) */
-    int pidfd;  /* its pidfd; owned by the backend */
-    int log_fd; /* read end of the agent's stdout+stderr; owned by the backend */
+    pid_t pid;      /* the process whose exit means the sandbox is gone (host pid) */
+    int pidfd;      /* its pidfd; owned by the backend */
+    int log_fd;     /* read end of the agent's stdout+stderr; owned by the backend */
     json_t *timing; /* optional breakdown of the start (new reference or NULL) */
 };
 

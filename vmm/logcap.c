@@ -12,8 +12,8 @@
 
 static int logcap__open(struct vmm_logcap *l, bool truncate)
 {
-    int fd = open(l->path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW |
-                               (truncate ? O_TRUNC : 0),
+    int fd = open(l->path,
+                  O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | (truncate ? O_TRUNC : 0),
                   0640);
     if (fd < 0)
         return -errno;

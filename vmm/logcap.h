@@ -22,12 +22,12 @@ struct vmm_logcap {
     int out_fd;
     char path[4096];
     uint64_t max_bytes;
-    uint64_t written;   /* in the current file */
+    uint64_t written; /* in the current file */
     uint64_t rate_bps;
     double tokens;
     uint64_t last_ns;
-    uint64_t dropped;   /* since the last drop notice */
-    uint64_t total_in;  /* all bytes read */
+    uint64_t dropped;  /* since the last drop notice */
+    uint64_t total_in; /* all bytes read */
     uint64_t total_dropped;
     bool active;
     bool poll_inited;

@@ -10,35 +10,36 @@
 
 static void main__usage(FILE *f)
 {
-    fprintf(f,
-            "usage: airlock-vmm [--state-dir DIR] [run] --spec FILE|- [--ready-fd N]\n"
-            "       airlock-vmm [--state-dir DIR] --warm [--cgroup-parent P] --spec - --ready-fd N\n"
-            "       airlock-vmm [--state-dir DIR] --cleanup ID [--keep-logs]\n"
-            "       airlock-vmm [--state-dir DIR] --sweep [--keep-logs] [--cgroup-parent P]"
-            " [--uid-base N] [--uid-slots N]\n"
-            "\n"
-            "run      start the sandbox the spec describes (\"-\" reads it from standard input,\n"
-            "         which keeps its access token off the disk) and supervise it until it is\n"
-            "         stopped through its API (<state>/sandboxes/<id>/vmm.sock) or SIGTERM.\n"
-            "         --ready-fd N: write one JSON line to fd N when the agent answers\n"
-            "         /health ({\"ready\":true,...}) or when starting failed ({\"ready\":false,\n"
-            "         \"error\":...}), then close it.\n"
-            "--warm   prepare what needs no spec first (the sandbox's cgroups, with this process\n"
-            "         already in them), write {\"warm\":true,\"vmm_pid\":N} to the ready fd, then\n"
-            "         wait for the spec on standard input: a pool of warm airlock-vmm processes\n"
-            "         takes process start-up and the cgroup move off the creation path.\n"
-            "         Closing standard input (or SIGTERM) releases it unused.\n"
-            "--cleanup  reclaim what a crashed airlock-vmm of sandbox ID left (cgroups, id\n"
-            "         slot, files). Refuses while that sandbox still runs.\n"
-            "--sweep  reclaim every sandbox of the state directory whose airlock-vmm is gone,\n"
-            "         and the cgroups and id slots of sandboxes that crashed before they had a\n"
-            "         record (--cgroup-parent etc.: the values the sandboxes were started with).\n"
-            "--keep-logs  keep agent.log of what is cleaned up.\n"
-            "\n"
-            "Exit codes of run: 0 stopped on request, 1 could not start, 2 usage, 3 the agent\n"
-            "exited on its own, 4 the agent never became healthy, 5 cleanup incomplete (run\n"
-            "--cleanup). State directory: %s\n",
-            al_state_dir());
+    fprintf(
+        f,
+        "usage: airlock-vmm [--state-dir DIR] [run] --spec FILE|- [--ready-fd N]\n"
+        "       airlock-vmm [--state-dir DIR] --warm [--cgroup-parent P] --spec - --ready-fd N\n"
+        "       airlock-vmm [--state-dir DIR] --cleanup ID [--keep-logs]\n"
+        "       airlock-vmm [--state-dir DIR] --sweep [--keep-logs] [--cgroup-parent P]"
+        " [--uid-base N] [--uid-slots N]\n"
+        "\n"
+        "run      start the sandbox the spec describes (\"-\" reads it from standard input,\n"
+        "         which keeps its access token off the disk) and supervise it until it is\n"
+        "         stopped through its API (<state>/sandboxes/<id>/vmm.sock) or SIGTERM.\n"
+        "         --ready-fd N: write one JSON line to fd N when the agent answers\n"
+        "         /health ({\"ready\":true,...}) or when starting failed ({\"ready\":false,\n"
+        "         \"error\":...}), then close it.\n"
+        "--warm   prepare what needs no spec first (the sandbox's cgroups, with this process\n"
+        "         already in them), write {\"warm\":true,\"vmm_pid\":N} to the ready fd, then\n"
+        "         wait for the spec on standard input: a pool of warm airlock-vmm processes\n"
+        "         takes process start-up and the cgroup move off the creation path.\n"
+        "         Closing standard input (or SIGTERM) releases it unused.\n"
+        "--cleanup  reclaim what a crashed airlock-vmm of sandbox ID left (cgroups, id\n"
+        "         slot, files). Refuses while that sandbox still runs.\n"
+        "--sweep  reclaim every sandbox of the state directory whose airlock-vmm is gone,\n"
+        "         and the cgroups and id slots of sandboxes that crashed before they had a\n"
+        "         record (--cgroup-parent etc.: the values the sandboxes were started with).\n"
+        "--keep-logs  keep agent.log of what is cleaned up.\n"
+        "\n"
+        "Exit codes of run: 0 stopped on request, 1 could not start, 2 usage, 3 the agent\n"
+        "exited on its own, 4 the agent never became healthy, 5 cleanup incomplete (run\n"
+        "--cleanup). State directory: %s\n",
+        al_state_dir());
 }
 
 static int main__uint(const char *s, unsigned long max, unsigned long *out)
@@ -116,8 +117,8 @@ int main(int argc, char **argv)
         json_t *wo = json_object();
         if (parent)
             json_object_set_new(wo, "cgroup_parent", json_string(parent));
-        struct vmm_opts o = {.spec_path = spec, .ready_fd = (int)ready_fd, .warm = warm,
-                             .warm_opts = wo};
+        struct vmm_opts o = {
+            .spec_path = spec, .ready_fd = (int)ready_fd, .warm = warm, .warm_opts = wo};
         int rc = vmm_run(&o);
         json_decref(wo);
         return rc;

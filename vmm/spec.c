@@ -69,7 +69,8 @@ static int spec__check_env(const json_t *o, const char *what, struct al_error *e
 {
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)o, k, v) {
+    json_object_foreach((json_t *)o, k, v)
+    {
         size_t kl = strlen(k);
         bool ok = kl > 0 && kl < 256 && !(k[0] >= '0' && k[0] <= '9');
         for (size_t i = 0; ok && i < kl; i++)
@@ -81,8 +82,10 @@ static int spec__check_env(const json_t *o, const char *what, struct al_error *e
                                 "digits and '_', not starting with a digit)",
                                 what, k);
         if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
-            return al_error_set(err, -EINVAL, "%s: the value of \"%s\" must be a string without "
-                                "NUL bytes", what, k);
+            return al_error_set(err, -EINVAL,
+                                "%s: the value of \"%s\" must be a string without "
+                                "NUL bytes",
+                                what, k);
     }
     return 0;
 }
@@ -138,10 +141,12 @@ static int spec__resources(struct vmm_spec *s, json_t *r, struct al_error *err)
     json_t *c = json_object_get(r, "cpus");
     if (c && !json_is_null(c)) {
         if (!json_is_number(c))
-            return al_error_set(err, -EINVAL, "%s: \"cpus\" must be a number (e.g. 2 or 0.5)", what);
+            return al_error_set(err, -EINVAL, "%s: \"cpus\" must be a number (e.g. 2 or 0.5)",
+                                what);
         double v = json_number_value(c);
         if (!(v >= 0.01 && v <= 1024) || isnan(v))
-            return al_error_set(err, -ERANGE, "%s: \"cpus\" = %g is out of range 0.01..1024", what, v);
+            return al_error_set(err, -ERANGE, "%s: \"cpus\" = %g is out of range 0.01..1024", what,
+                                v);
         s->cpus = v;
     }
     if ((rc = spec__size_mib(r, "memory_mib", 16, 1u << 20, &s->memory_bytes, what, err)) ||
@@ -197,7 +202,8 @@ static int spec__network(struct vmm_spec *s, json_t *n, struct al_error *err)
             return al_error_set(err, -E2BIG, "%s: at most %d \"dns\" servers", what, VMM_MAX_DNS);
         size_t i;
         json_t *d;
-        json_array_foreach(dns, i, d) {
+        json_array_foreach(dns, i, d)
+        {
             unsigned char buf[16];
             const char *a = json_string_value(d);
             if (!a || (inet_pton(AF_INET, a, buf) != 1 && inet_pton(AF_INET6, a, buf) != 1))
@@ -212,8 +218,8 @@ static int spec__network(struct vmm_spec *s, json_t *n, struct al_error *err)
 
 static int spec__agent(struct vmm_spec *s, json_t *a, struct al_error *err)
 {
-    static const char *const keys[] = {"dir", "path", "args", "env", "log_max_bytes",
-                                       "start_timeout_ms", NULL};
+    static const char *const keys[] = {
+        "dir", "path", "args", "env", "log_max_bytes", "start_timeout_ms", NULL};
     const char *what = "spec.agent";
     int rc = al_json_check_keys(a, keys, what, err);
     if (rc)
@@ -241,7 +247,8 @@ static int spec__agent(struct vmm_spec *s, json_t *a, struct al_error *err)
         json_t *v;
         if (json_array_size(s->agent_args) > 64)
             return al_error_set(err, -E2BIG, "%s: at most 64 \"args\"", what);
-        json_array_foreach(s->agent_args, i, v) {
+        json_array_foreach(s->agent_args, i, v)
+        {
             if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
                 return al_error_set(err, -EINVAL, "%s: \"args\"[%zu] must be a string", what, i);
         }
@@ -270,7 +277,8 @@ static int spec__binds(struct vmm_spec *s, json_t *arr, struct al_error *err)
     static const char *const reserved[] = {"/proc", "/dev", "/sys", "/.airlock", "/tmp", NULL};
     size_t i;
     json_t *b;
-    json_array_foreach(arr, i, b) {
+    json_array_foreach(arr, i, b)
+    {
         char what[64];
         snprintf(what, sizeof what, "spec.binds[%zu]", i);
         int rc = al_json_check_keys(b, keys, what, err);
@@ -344,9 +352,9 @@ int vmm_spec_parse(const char *data, size_t len, struct vmm_spec *s, struct al_e
     if (!s->root)
         return al_error_set(err, -EINVAL, "spec: %s", jerr.msg);
     const char *what = "spec";
-    static const char *const keys[] = {"id", "backend", "template", "template_id", "resources",
-                                       "network", "hostname", "agent", "env", "user", "workdir",
-                                       "access_token", "binds", "keep_logs", "jail", NULL};
+    static const char *const keys[] = {
+        "id",  "backend", "template", "template_id",  "resources", "network",   "hostname", "agent",
+        "env", "user",    "workdir",  "access_token", "binds",     "keep_logs", "jail",     NULL};
     int rc = al_json_check_keys(s->root, keys, what, err);
     if (rc)
         goto fail;
@@ -401,8 +409,9 @@ int vmm_spec_parse(const char *data, size_t len, struct vmm_spec *s, struct al_e
         (o && (rc = spec__agent(s, o, err))))
         goto fail;
     if (!s->agent_dir[0] && (rc = vmm_default_agent_dir(s->agent_dir, sizeof s->agent_dir))) {
-        al_error_set(err, rc, "cannot find the default agent directory: set spec.agent.dir or "
-                              "AIRLOCK_AGENT_DIR");
+        al_error_set(err, rc,
+                     "cannot find the default agent directory: set spec.agent.dir or "
+                     "AIRLOCK_AGENT_DIR");
         goto fail;
     }
     if ((rc = al_json_get_obj(s->root, "env", false, &s->env, what, err)) ||
@@ -416,8 +425,8 @@ int vmm_spec_parse(const char *data, size_t len, struct vmm_spec *s, struct al_e
         rc = al_error_set(err, -EINVAL, "spec: \"workdir\" must be a normalised absolute path");
         goto fail;
     }
-    if (s->user && (!*s->user || strlen(s->user) > 32 || strchr(s->user, ':') ||
-                    strchr(s->user, '/'))) {
+    if (s->user &&
+        (!*s->user || strlen(s->user) > 32 || strchr(s->user, ':') || strchr(s->user, '/'))) {
         rc = al_error_set(err, -EINVAL, "spec: \"user\" must be a user name of 1..32 characters");
         goto fail;
     }
@@ -440,8 +449,8 @@ fail:
 
 int vmm_template_validate(const json_t *t, const char *where, struct al_error *err)
 {
-    static const char *const keys[] = {"name", "description", "user", "workdir", "env", "agent",
-                                       "build", NULL};
+    static const char *const keys[] = {"name", "description", "user",  "workdir",
+                                       "env",  "agent",       "build", NULL};
     int rc = al_json_check_keys(t, keys, where, err);
     if (rc)
         return rc;

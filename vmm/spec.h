@@ -23,7 +23,7 @@
 #define VMM_ID_MAX        63
 #define VMM_MAX_BINDS     16
 #define VMM_MAX_DNS       3
-#define VMM_SPEC_MAX_SIZE (1u << 20) /* the whole spec */
+#define VMM_SPEC_MAX_SIZE (1u << 20)   /* the whole spec */
 #define VMM_INIT_MAX_SIZE (256u << 10) /* the init object handed to the agent */
 
 enum vmm_net_mode {

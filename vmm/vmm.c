@@ -24,8 +24,8 @@
 #include "common/util.h"
 #include "vmm/jail/jail.h"
 
-#define VMM_LOG_RATE_BPS   (1u << 20) /* agent log: 1 MiB/s sustained */
-#define VMM_REAP_POLL_MS   5
+#define VMM_LOG_RATE_BPS    (1u << 20) /* agent log: 1 MiB/s sustained */
+#define VMM_REAP_POLL_MS    5
 #define VMM_REAP_TIMEOUT_MS 10000
 
 const struct vmm_backend *vmm_backend_find(const char *name)
@@ -542,7 +542,8 @@ static void vmm__on_healthy(struct vmm *v, int rc)
                                             "vmm_record_us", "vmm_socket_us"};
         uint64_t prev = v->t_begin_ns;
         for (int i = 0; i < 5; i++) {
-            json_object_set_new(t, names[i], json_integer((json_int_t)((v->t_mark[i] - prev) / 1000)));
+            json_object_set_new(t, names[i],
+                                json_integer((json_int_t)((v->t_mark[i] - prev) / 1000)));
             prev = v->t_mark[i];
         }
         json_object_set_new(t, "health_us",
@@ -579,8 +580,10 @@ static int vmm__read_spec(const char *path, char **out, size_t *len, struct al_e
             if (cap > VMM_SPEC_MAX_SIZE) {
                 sodium_memzero(buf, n);
                 free(buf);
-                return al_error_set(err, -E2BIG, "the spec on standard input is larger than %u "
-                                    "bytes", VMM_SPEC_MAX_SIZE);
+                return al_error_set(err, -E2BIG,
+                                    "the spec on standard input is larger than %u "
+                                    "bytes",
+                                    VMM_SPEC_MAX_SIZE);
             }
             char *nb = malloc(cap * 2);
             if (!nb) {
@@ -661,7 +664,8 @@ int vmm_run(const struct vmm_opts *o)
         if (rc == 0 && len == 0) {
             free(data);
             data = NULL;
-            rc = al_error_set(&err, -ENODATA, "standard input closed without a spec: a warm "
+            rc = al_error_set(&err, -ENODATA,
+                              "standard input closed without a spec: a warm "
                               "airlock-vmm released unused");
         }
         if (rc) {
@@ -714,8 +718,10 @@ int vmm_run(const struct vmm_opts *o)
     }
     v->lock_fd = vmm__lock(v->dir, true, LOCK_EX);
     if (v->lock_fd == -EWOULDBLOCK) {
-        rc = al_error_set(&err, -EBUSY, "sandbox %s already runs (another airlock-vmm holds "
-                          "%s/vmm.lock)", v->spec.id, v->dir);
+        rc = al_error_set(&err, -EBUSY,
+                          "sandbox %s already runs (another airlock-vmm holds "
+                          "%s/vmm.lock)",
+                          v->spec.id, v->dir);
         v->lock_fd = -1;
         goto fail_nodir;
     }

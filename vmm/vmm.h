@@ -67,7 +67,7 @@ struct vmm {
     uv_loop_t *loop;
     uv_poll_t pid_poll;
     uv_signal_t sig_term, sig_int, sig_hup;
-    uv_timer_t stop_timer;  /* grace period, then the reap poll */
+    uv_timer_t stop_timer; /* grace period, then the reap poll */
     uint64_t stop_deadline_ns;
     bool killed;
     struct vmm_logcap log;

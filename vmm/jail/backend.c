@@ -103,8 +103,7 @@ static int jb__sweep(const struct vmm_sweep_opts *o, struct al_error *err)
             return -EINVAL;
         if (p)
             so.cgroup_parent = p;
-        if (al_json_get_int(o->defaults, "uid_base", false, 65536, 0xffffffffll, &v, "sweep",
-                            err))
+        if (al_json_get_int(o->defaults, "uid_base", false, 65536, 0xffffffffll, &v, "sweep", err))
             return -EINVAL;
         if (json_object_get(o->defaults, "uid_base"))
             so.uid_base = (uint32_t)v;

@@ -17,8 +17,7 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 
-static const char *const cg__names[JAIL_CG_NCTRL] = {"memory", "pids", "cpu", "cpuacct",
-                                                      "freezer"};
+static const char *const cg__names[JAIL_CG_NCTRL] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
 
 /* ---- layout --------------------------------------------------------------------- */
 
@@ -477,12 +476,12 @@ bool jail_cg_is_frozen(const struct jail_cg *cg)
     return strncmp(buf, "FROZEN", 6) == 0 || strncmp(buf, "FREEZING", 8) == 0;
 }
 
-int jail_cg_freeze(const struct jail_cg *cg, bool frozen, unsigned timeout_ms,
-                   struct al_error *err)
+int jail_cg_freeze(const struct jail_cg *cg, bool frozen, unsigned timeout_ms, struct al_error *err)
 {
     const char *dir = cg->layout.version == 2 ? cg->dir[JAIL_CG_MEMORY] : cg->dir[JAIL_CG_FREEZER];
-    int rc = cg->layout.version == 2 ? cg__writef(dir, "cgroup.freeze", frozen ? "1" : "0")
-                                     : cg__writef(dir, "freezer.state", frozen ? "FROZEN" : "THAWED");
+    int rc = cg->layout.version == 2
+                 ? cg__writef(dir, "cgroup.freeze", frozen ? "1" : "0")
+                 : cg__writef(dir, "freezer.state", frozen ? "FROZEN" : "THAWED");
     if (rc)
         return al_error_set(err, rc, "cannot %s cgroup %s: %s", frozen ? "freeze" : "thaw", dir,
                             strerror(-rc));
@@ -644,8 +643,8 @@ int jail_cg_list(const struct jail_cg_layout *layout, const char *parent,
     size_t n_seen = 0;
     int rc = 0;
     for (int c = 0; c < JAIL_CG_NCTRL && rc == 0; c++) {
-        const char *root = layout->version == 2 ? (c == 0 ? layout->v2_root : "")
-                                                : layout->v1_root[c];
+        const char *root =
+            layout->version == 2 ? (c == 0 ? layout->v2_root : "") : layout->v1_root[c];
         if (!root[0])
             continue;
         char p[JAIL_CG_PATH_MAX];
@@ -691,8 +690,8 @@ void jail_cg_remove_parent(const struct jail_cg_layout *layout, const char *pare
     if (!cg__valid_rel(parent))
         return;
     for (int c = 0; c < JAIL_CG_NCTRL; c++) {
-        const char *root = layout->version == 2 ? (c == 0 ? layout->v2_root : "")
-                                                : layout->v1_root[c];
+        const char *root =
+            layout->version == 2 ? (c == 0 ? layout->v2_root : "") : layout->v1_root[c];
         if (!root[0])
             continue;
         /* Remove the deepest component first, then its ancestors, as long as empty. */

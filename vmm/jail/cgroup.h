@@ -39,8 +39,8 @@ enum jail_cg_ctrl {
 #define JAIL_CG_PATH_MAX 512
 
 struct jail_cg_layout {
-    int version;                                 /* 1 or 2 */
-    char v2_root[JAIL_CG_PATH_MAX];               /* mount point of the unified hierarchy, or "" */
+    int version;                                   /* 1 or 2 */
+    char v2_root[JAIL_CG_PATH_MAX];                /* mount point of the unified hierarchy, or "" */
     char v1_root[JAIL_CG_NCTRL][JAIL_CG_PATH_MAX]; /* mount point per controller, or "" */
 };
 
@@ -69,9 +69,9 @@ struct jail_cg_write {
 
 struct jail_cg {
     struct jail_cg_layout layout;
-    char parent[128];                            /* relative, e.g. "airlock" */
+    char parent[128]; /* relative, e.g. "airlock" */
     char id[64];
-    char dir[JAIL_CG_NCTRL][JAIL_CG_PATH_MAX];    /* per controller; "" if absent */
+    char dir[JAIL_CG_NCTRL][JAIL_CG_PATH_MAX];     /* per controller; "" if absent */
     char uniq[JAIL_CG_MAX_DIRS][JAIL_CG_PATH_MAX]; /* distinct directories to create/remove */
     size_t n_uniq;
 };
@@ -90,7 +90,8 @@ int jail_cg_create(struct jail_cg *cg, const struct jail_cg_limits *lim, struct 
 /* Moves pid (the whole thread group) into every hierarchy. */
 int jail_cg_attach(const struct jail_cg *cg, pid_t pid, struct al_error *err);
 /* Freezes or thaws, waiting (up to timeout_ms) until the state is reached. */
-int jail_cg_freeze(const struct jail_cg *cg, bool frozen, unsigned timeout_ms, struct al_error *err);
+int jail_cg_freeze(const struct jail_cg *cg, bool frozen, unsigned timeout_ms,
+                   struct al_error *err);
 /* true if frozen (or freezing). */
 bool jail_cg_is_frozen(const struct jail_cg *cg);
 /* Sends SIGKILL to every process in the group (v2: cgroup.kill; v1: freeze, kill each,

@@ -16,8 +16,7 @@
 uint64_t jail_caps_agent_mask(void)
 {
     return (1ull << CAP_CHOWN) | (1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_FOWNER) |
-           (1ull << CAP_KILL) | (1ull << CAP_SETGID) | (1ull << CAP_SETUID) |
-           (1ull << CAP_SETPCAP);
+           (1ull << CAP_KILL) | (1ull << CAP_SETGID) | (1ull << CAP_SETUID) | (1ull << CAP_SETPCAP);
 }
 
 int jail_caps_limit(uint64_t keep, struct al_error *err)

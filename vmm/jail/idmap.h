@@ -21,9 +21,9 @@
 
 #include "common/error.h"
 
-#define JAIL_IDS_PER_SLOT      65536u
-#define JAIL_ID_BASE_DEFAULT   1073741824u
-#define JAIL_ID_SLOTS_DEFAULT  16384u
+#define JAIL_IDS_PER_SLOT     65536u
+#define JAIL_ID_BASE_DEFAULT  1073741824u
+#define JAIL_ID_SLOTS_DEFAULT 16384u
 
 struct jail_idmap_cfg {
     uint32_t base;

@@ -67,8 +67,8 @@ static int jail__get_layout(struct jail_cg_layout *out, struct al_error *err)
  * sandbox id and the sandbox's first process is cloned from inside them, inheriting its
  * cgroups without a move; airlock-vmm moves itself back out once the agent runs. */
 static struct {
-    bool active;   /* this process is inside the warm (or renamed) cgroups */
-    bool claimed;  /* renamed to a sandbox id */
+    bool active;  /* this process is inside the warm (or renamed) cgroups */
+    bool claimed; /* renamed to a sandbox id */
     struct jail_cg cg;
     char home[JAIL_CG_NCTRL][JAIL_CG_PATH_MAX]; /* where this process was, per controller */
 } jail__warm;
@@ -80,8 +80,7 @@ static int jail__own_cgroups(const struct jail_cg_layout *l, struct al_error *er
     int rc = al_read_file("/proc/self/cgroup", 65536, &txt, NULL, err);
     if (rc)
         return rc;
-    static const char *const names[JAIL_CG_NCTRL] = {"memory", "pids", "cpu", "cpuacct",
-                                                     "freezer"};
+    static const char *const names[JAIL_CG_NCTRL] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
     for (char *line = strtok(txt, "\n"); line; line = strtok(NULL, "\n")) {
         char *c1 = strchr(line, ':');
         char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
@@ -148,8 +147,7 @@ void jail_warm_release(void)
         snprintf(p, sizeof p, "%s/cgroup.procs", jail__warm.home[c]);
         int fd = open(p, O_WRONLY | O_CLOEXEC);
         if (fd < 0 || write(fd, v, strlen(v)) < 0)
-            al_warn("cannot move airlock-vmm back to %s: %s", jail__warm.home[c],
-                    strerror(errno));
+            al_warn("cannot move airlock-vmm back to %s: %s", jail__warm.home[c], strerror(errno));
         if (fd >= 0)
             close(fd);
     }
@@ -164,8 +162,8 @@ static bool jail__claim_warm(struct jail *j)
     if (!jail__warm.active || jail__warm.claimed)
         return false;
     if (strcmp(jail__warm.cg.parent, j->cg.parent) != 0) {
-        al_warn("warm cgroups are under %s, the spec wants %s: starting cold",
-                jail__warm.cg.parent, j->cg.parent);
+        al_warn("warm cgroups are under %s, the spec wants %s: starting cold", jail__warm.cg.parent,
+                j->cg.parent);
         jail_warm_release();
         return false;
     }
@@ -284,7 +282,9 @@ static int jail__recv_msg(int sock, void *data, size_t len, int *fds, size_t max
     char tag = 0;
     char buf[CMSG_SPACE(sizeof(int) * (VMM_MAX_BINDS + 2))];
     struct iovec iov[2] = {{&tag, 1}, {data, data ? len : 0}};
-    struct msghdr m = {.msg_iov = iov, .msg_iovlen = data ? 2 : 1, .msg_control = buf,
+    struct msghdr m = {.msg_iov = iov,
+                       .msg_iovlen = data ? 2 : 1,
+                       .msg_control = buf,
                        .msg_controllen = sizeof buf};
     ssize_t r;
     do {
@@ -356,10 +356,10 @@ static int jail__lo_up(struct al_error *err)
 
 struct jail__child {
     const struct jail *j;
-    int sync;       /* socketpair end */
-    int errw;       /* close-on-exec error pipe, write end */
+    int sync; /* socketpair end */
+    int errw; /* close-on-exec error pipe, write end */
     int listen_fd;
-    int init_r;     /* -1 if no init data */
+    int init_r; /* -1 if no init data */
     int log_w;
     char ws_path[512];
     const struct jail_mnt_plan *plan;
@@ -383,10 +383,10 @@ static _Noreturn void child__fail(const struct jail__child *c, const char *step,
     _exit(126);
 }
 
-#define CHILD_TRY(c, step, expr)                                                                  \
-    do {                                                                                          \
-        if ((expr) < 0)                                                                           \
-            child__fail((c), (step), NULL, errno);                                                \
+#define CHILD_TRY(c, step, expr)                   \
+    do {                                           \
+        if ((expr) < 0)                            \
+            child__fail((c), (step), NULL, errno); \
     } while (0)
 
 /* Moves fds so that targets[i] = sources[i], then closes everything >= keep_from except the
@@ -465,8 +465,8 @@ static int child__main(struct jail__child *c)
 
     /* The lower layer must be attached in this namespace before overlayfs can use it. */
     int lower = fds[0];
-    CHILD_TRY(c, "attach template", move_mount(lower, "", ws, "",
-                                               MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
+    CHILD_TRY(c, "attach template",
+              move_mount(lower, "", ws, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
     int ofs = fsopen("overlay", FSOPEN_CLOEXEC);
     if (ofs < 0)
         child__fail(c, "fsopen overlay", NULL, errno);
@@ -489,8 +489,8 @@ static int child__main(struct jail__child *c)
     int root = fsmount(ofs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
     if (root < 0)
         child__fail(c, "fsmount overlay", NULL, errno);
-    CHILD_TRY(c, "attach root", move_mount(root, "", ws, "",
-                                           MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
+    CHILD_TRY(c, "attach root",
+              move_mount(root, "", ws, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
 
     ct.rootfs_us = (uint32_t)((al_now_ns() - tc) / 1000);
     tc = al_now_ns();
@@ -613,7 +613,8 @@ static char **jail__envp(const struct vmm_spec *s, bool have_init)
     const char *k;
     json_t *val;
     if (s->agent_env) {
-        json_object_foreach(s->agent_env, k, val) {
+        json_object_foreach(s->agent_env, k, val)
+        {
             ok &= asprintf(&v[i++], "%s=%s", k, json_string_value(val)) > 0;
         }
     }
@@ -636,8 +637,10 @@ static int jail__check_paths(const struct vmm_spec *s, struct al_error *err)
                             "bin/airlock-agent",
                             p);
     if (!(st.st_mode & S_IXOTH))
-        return al_error_set(err, -EACCES, "the agent binary %s is not executable by others "
-                                          "(mode %o): chmod 0755 it", p, st.st_mode & 07777);
+        return al_error_set(err, -EACCES,
+                            "the agent binary %s is not executable by others "
+                            "(mode %o): chmod 0755 it",
+                            p, st.st_mode & 07777);
     for (size_t i = 0; i < s->n_binds; i++)
         if (stat(s->binds[i].source, &st) < 0)
             return al_error_set(err, -errno, "spec.binds[%zu]: source %s: %s", i,
@@ -784,8 +787,10 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
             goto fail;
         }
         if (setns(target_net, CLONE_NEWNET) < 0) {
-            rc = al_error_set(err, -errno, "join network namespace %s: %s (is it a network "
-                              "namespace?)", s->netns_path, strerror(errno));
+            rc = al_error_set(err, -errno,
+                              "join network namespace %s: %s (is it a network "
+                              "namespace?)",
+                              s->netns_path, strerror(errno));
             goto fail;
         }
     } else {
@@ -799,8 +804,8 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
         goto fail;
 
     struct clone_args ca = {
-        .flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-                 CLONE_PIDFD,
+        .flags =
+            CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD,
         .pidfd = (uint64_t)(uintptr_t)&pidfd,
         .exit_signal = SIGCHLD,
     };
@@ -817,8 +822,10 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
         al_die_errno(errno, "cannot return to the host network namespace");
     net_switched = false;
     if (pid < 0) {
-        rc = al_error_set(err, -clone_errno, "clone3 (new user, mount, pid, ipc, uts "
-                          "namespaces): %s", strerror(clone_errno));
+        rc = al_error_set(err, -clone_errno,
+                          "clone3 (new user, mount, pid, ipc, uts "
+                          "namespaces): %s",
+                          strerror(clone_errno));
         pid = -1;
         goto fail;
     }
@@ -877,8 +884,7 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
             ma.userns_fd = (uint64_t)userns;
         }
         if (mount_setattr(fd, "", AT_EMPTY_PATH, &ma, sizeof ma) < 0) {
-            rc = al_error_set(err, -errno,
-                              "make %s a read-only%s mount: %s%s", srcs[i],
+            rc = al_error_set(err, -errno, "make %s a read-only%s mount: %s%s", srcs[i],
                               i < 2 ? ", id-mapped" : "", strerror(errno),
                               i < 2 ? " (the template and agent directories must be on a file "
                                       "system that supports id-mapped mounts, e.g. ext4, xfs, "
@@ -979,8 +985,8 @@ fail:
         close(pidfd);
     for (size_t i = 0; i < n_mfds; i++)
         close(mfds[i]);
-    int all[] = {sv[0], sv[1], errp[0], errp[1], logp[0], logp[1], initp[0], initp[1],
-                 orig_net, target_net, userns};
+    int all[] = {sv[0],    sv[1],    errp[0],  errp[1],    logp[0], logp[1],
+                 initp[0], initp[1], orig_net, target_net, userns};
     for (size_t i = 0; i < AL_ARRAY_SIZE(all); i++)
         if (all[i] >= 0)
             close(all[i]);
@@ -1095,7 +1101,8 @@ json_t *jail_stats(const struct jail *j)
     if (j->pid > 0 && statfs(p, &sf) == 0) {
         json_object_set_new(o, "disk_used_bytes",
                             json_integer((json_int_t)((sf.f_blocks - sf.f_bfree) * sf.f_bsize)));
-        json_object_set_new(o, "disk_total_bytes", json_integer((json_int_t)(sf.f_blocks * sf.f_bsize)));
+        json_object_set_new(o, "disk_total_bytes",
+                            json_integer((json_int_t)(sf.f_blocks * sf.f_bsize)));
     }
     return o;
 }
@@ -1146,8 +1153,7 @@ int jail_cleanup_record(const json_t *rec, unsigned timeout_ms, struct al_error 
         struct jail_idmap_cfg ids = {(uint32_t)base, (uint32_t)slots, ids_dir};
         int r = jail_idmap_release(&ids, (uint32_t)slot, id);
         if (r && r != -ENOENT && r != -EPERM)
-            return al_error_set(err, r, "release id slot %lld: %s", (long long)slot,
-                                strerror(-r));
+            return al_error_set(err, r, "release id slot %lld: %s", (long long)slot, strerror(-r));
     }
     return 0;
 }
@@ -1205,8 +1211,7 @@ int jail_sweep(const struct jail_sweep_opts *o, struct al_error *err)
         return rc;
     rc = jail_cg_list(&x.layout, o->cgroup_parent, jail__sweep_cg, &x);
     if (rc < 0)
-        return al_error_set(err, rc, "list cgroups under %s: %s", o->cgroup_parent,
-                            strerror(-rc));
+        return al_error_set(err, rc, "list cgroups under %s: %s", o->cgroup_parent, strerror(-rc));
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/jail/idslots", o->state_dir);
     struct jail_idmap_cfg ids = {o->uid_base, o->uid_slots, dir};

@@ -75,7 +75,7 @@ struct jail {
     uint32_t host_uid; /* host id of the sandbox's root */
     pid_t pid;         /* the agent (PID 1 of the sandbox), as seen on the host */
     int pidfd;
-    int log_fd;        /* read end of the agent's stdout + stderr */
+    int log_fd; /* read end of the agent's stdout + stderr */
     struct jail_timing timing;
 };
 

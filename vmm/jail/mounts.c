@@ -41,16 +41,17 @@ static int mnt__add(struct jail_mnt_plan *p, enum jail_mnt_kind kind, const char
 int jail_mnt_plan_build(const struct jail_mnt_opts *o, struct jail_mnt_plan *p)
 {
     static const char *const mask_files[] = {
-        "proc/kcore", "proc/keys", "proc/key-users", "proc/timer_list", "proc/sched_debug",
-        "proc/latency_stats", "proc/timer_stats", "proc/kallsyms", "proc/kmsg",
-        "proc/sysrq-trigger", "proc/config.gz", "proc/kpagecount", "proc/kpageflags",
-        "proc/kpagecgroup", "proc/vmallocinfo", "proc/pagetypeinfo", "proc/slabinfo", NULL};
-    static const char *const mask_dirs[] = {"proc/acpi", "proc/scsi", "proc/asound",
+        "proc/kcore",         "proc/keys",        "proc/key-users",
+        "proc/timer_list",    "proc/sched_debug", "proc/latency_stats",
+        "proc/timer_stats",   "proc/kallsyms",    "proc/kmsg",
+        "proc/sysrq-trigger", "proc/config.gz",   "proc/kpagecount",
+        "proc/kpageflags",    "proc/kpagecgroup", "proc/vmallocinfo",
+        "proc/pagetypeinfo",  "proc/slabinfo",    NULL};
+    static const char *const mask_dirs[] = {"proc/acpi",     "proc/scsi",       "proc/asound",
                                             "proc/firmware", "proc/tty/driver", NULL};
-    static const char *const ro_dirs[] = {"proc/sys", "proc/bus", "proc/fs", "proc/irq",
+    static const char *const ro_dirs[] = {"proc/sys",    "proc/bus",      "proc/fs", "proc/irq",
                                           "proc/driver", "proc/pressure", NULL};
-    static const char *const nodes[] = {"null", "zero", "full", "random", "urandom", "tty",
-                                        NULL};
+    static const char *const nodes[] = {"null", "zero", "full", "random", "urandom", "tty", NULL};
     const unsigned nsd = JAIL_MA_NOSUID | JAIL_MA_NODEV;
     int rc = 0;
     memset(p, 0, sizeof *p);
@@ -73,9 +74,8 @@ int jail_mnt_plan_build(const struct jail_mnt_opts *o, struct jail_mnt_plan *p)
         rc |= mnt__add(p, JAIL_MNT_DEV_NODE, t, s, NULL, JAIL_MA_NOSUID | JAIL_MA_NOEXEC, -1);
     }
     /* Not nodev: /dev/pts/ptmx and the ptys are device nodes of this instance. */
-    rc |= mnt__add(p, JAIL_MNT_DEVPTS, "dev/pts", NULL,
-                   "newinstance,ptmxmode=0666,mode=0620,gid=5", JAIL_MA_NOSUID | JAIL_MA_NOEXEC,
-                   -1);
+    rc |= mnt__add(p, JAIL_MNT_DEVPTS, "dev/pts", NULL, "newinstance,ptmxmode=0666,mode=0620,gid=5",
+                   JAIL_MA_NOSUID | JAIL_MA_NOEXEC, -1);
     rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/ptmx", "pts/ptmx", NULL, 0, -1);
     rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/fd", "/proc/self/fd", NULL, 0, -1);
     rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/stdin", "/proc/self/fd/0", NULL, 0, -1);
@@ -141,8 +141,7 @@ int jail_mnt_resolve(int rootfd, const char *rel, bool create, bool dir, struct 
                 parent = dup(rootfd);
             }
             if (parent < 0)
-                return al_error_set(err, -errno, "resolve parent of /%s: %s", rel,
-                                    strerror(errno));
+                return al_error_set(err, -errno, "resolve parent of /%s: %s", rel, strerror(errno));
             int r;
             if (!last || dir) {
                 r = mkdirat(parent, name, 0755);
@@ -237,8 +236,8 @@ int jail_mnt_tmpfs(const char *opts, unsigned attr, struct al_error *err)
 
 static int mnt__clone(int dirfd, const char *path, bool empty, struct al_error *err)
 {
-    int fd = open_tree(dirfd, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
-                                        (empty ? AT_EMPTY_PATH : 0));
+    int fd =
+        open_tree(dirfd, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (empty ? AT_EMPTY_PATH : 0));
     if (fd < 0)
         return al_error_set(err, -errno, "clone mount %s: %s", *path ? path : "(fd)",
                             strerror(errno));
@@ -271,10 +270,9 @@ static int mnt__step(const struct jail_mnt_step *s, int rootfd, int upperfd, con
             m = mnt__clone(AT_FDCWD, s->source, false, err);
         } else if (s->kind == JAIL_MNT_MASK_DIR) {
             if (*emptyfd < 0) {
-                *emptyfd = jail_mnt_tmpfs("mode=0555,size=4096,nr_inodes=1",
-                                          JAIL_MA_RDONLY | JAIL_MA_NOSUID | JAIL_MA_NODEV |
-                                              JAIL_MA_NOEXEC,
-                                          err);
+                *emptyfd = jail_mnt_tmpfs(
+                    "mode=0555,size=4096,nr_inodes=1",
+                    JAIL_MA_RDONLY | JAIL_MA_NOSUID | JAIL_MA_NODEV | JAIL_MA_NOEXEC, err);
                 if (*emptyfd < 0)
                     return *emptyfd;
             }
@@ -319,9 +317,9 @@ static int mnt__step(const struct jail_mnt_step *s, int rootfd, int upperfd, con
             *slash = '\0';
             name = slash + 1;
         }
-        al_autoclose int pfd = slash ? (int)mnt__openat2(rootfd, parent,
-                                                         O_PATH | O_DIRECTORY | O_CLOEXEC)
-                                     : dup(rootfd);
+        al_autoclose int pfd =
+            slash ? (int)mnt__openat2(rootfd, parent, O_PATH | O_DIRECTORY | O_CLOEXEC)
+                  : dup(rootfd);
         if (pfd < 0)
             return al_error_set(err, -errno, "resolve /%s: %s", parent, strerror(errno));
         if (symlinkat(s->source, pfd, name) < 0 && errno != EEXIST)
@@ -353,8 +351,8 @@ static int mnt__step(const struct jail_mnt_step *s, int rootfd, int upperfd, con
     return al_error_set(err, -EINVAL, "unknown mount step %d", (int)s->kind);
 }
 
-int jail_mnt_plan_exec(const struct jail_mnt_plan *plan, int rootfd, int upperfd,
-                       const int *fds, size_t nfds, struct al_error *err)
+int jail_mnt_plan_exec(const struct jail_mnt_plan *plan, int rootfd, int upperfd, const int *fds,
+                       size_t nfds, struct al_error *err)
 {
     al_autoclose int emptyfd = -1;
     for (size_t i = 0; i < plan->n; i++) {

@@ -57,8 +57,8 @@ struct jail_mnt_step {
     char target[256]; /* relative to the new root, no leading '/' */
     char source[64];
     char data[128];
-    unsigned attr;    /* JAIL_MA_* */
-    int fd_index;     /* JAIL_MNT_FD */
+    unsigned attr; /* JAIL_MA_* */
+    int fd_index;  /* JAIL_MNT_FD */
 };
 
 #define JAIL_MNT_MAX 64
@@ -69,9 +69,9 @@ struct jail_mnt_plan {
 };
 
 struct jail_mnt_opts {
-    bool agent;                       /* the agent tree is fds[0] */
-    size_t n_binds;                   /* spec binds are fds[1..n] */
-    const char *bind_targets[16];     /* absolute, normalised */
+    bool agent;                   /* the agent tree is fds[0] */
+    size_t n_binds;               /* spec binds are fds[1..n] */
+    const char *bind_targets[16]; /* absolute, normalised */
 };
 
 /* Fills plan; returns 0 or -E2BIG / -EINVAL. */
@@ -80,8 +80,8 @@ int jail_mnt_plan_build(const struct jail_mnt_opts *o, struct jail_mnt_plan *pla
 /* Executes plan under rootfd (the overlay's root, attached in this mount namespace).
  * upperfd is the upper tmpfs's root (for UPPER_BIND); fds the detached mounts. Runs in the
  * sandbox's first process, as root of its user namespace, before pivot_root. */
-int jail_mnt_plan_exec(const struct jail_mnt_plan *plan, int rootfd, int upperfd,
-                       const int *fds, size_t nfds, struct al_error *err);
+int jail_mnt_plan_exec(const struct jail_mnt_plan *plan, int rootfd, int upperfd, const int *fds,
+                       size_t nfds, struct al_error *err);
 
 /* Pieces of the root file system, also used by the child (see child.c). */
 /* tmpfs with options, detached; returns the mount fd. */

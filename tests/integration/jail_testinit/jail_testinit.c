@@ -185,8 +185,8 @@ static void do_run(int cfd, const char *query, char *cmd)
         char e_home[300], e_user[80];
         snprintf(e_home, sizeof e_home, "HOME=%s", home);
         snprintf(e_user, sizeof e_user, "USER=%s", user);
-        char *envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                        e_home, e_user, "LANG=C.UTF-8", NULL};
+        char *envp[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", e_home,
+                        e_user, "LANG=C.UTF-8", NULL};
         char *argv[] = {"sh", "-c", cmd, NULL};
         execve("/bin/sh", argv, envp);
         dprintf(2, "jail_testinit: execve /bin/sh: %s\n", strerror(errno));

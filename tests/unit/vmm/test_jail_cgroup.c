@@ -51,9 +51,8 @@ START_TEST(unified_machine_is_v2)
 {
     struct jail_cg_layout l;
     struct al_error e = {0};
-    ck_assert_int_eq(jail_cg_layout_parse(mi_v2, "cpuset cpu io memory hugetlb pids rdma\n", &l,
-                                          &e),
-                     0);
+    ck_assert_int_eq(
+        jail_cg_layout_parse(mi_v2, "cpuset cpu io memory hugetlb pids rdma\n", &l, &e), 0);
     ck_assert_int_eq(l.version, 2);
     ck_assert_str_eq(l.v2_root, "/sys/fs/cgroup");
     /* v2 without the memory controller delegated: refused, naming what is missing. */
@@ -86,9 +85,9 @@ START_TEST(nothing_usable)
     ck_assert_int_eq(jail_cg_layout_parse("23 1 254:0 / / rw - ext4 /dev/vda rw\n", NULL, &l, &e),
                      -ENOTSUP);
     ck_assert_ptr_nonnull(strstr(e.msg, "memory, pids, cpu"));
-    ck_assert_int_eq(jail_cg_layout_parse(
-                         "34 30 0:30 / /c/memory rw - cgroup cgroup rw,memory\n", NULL, &l, &e),
-                     -ENOTSUP);
+    ck_assert_int_eq(
+        jail_cg_layout_parse("34 30 0:30 / /c/memory rw - cgroup cgroup rw,memory\n", NULL, &l, &e),
+        -ENOTSUP);
     ck_assert_ptr_nonnull(strstr(e.msg, "missing: pids, cpu, freezer"));
 }
 END_TEST

@@ -99,8 +99,8 @@ static const struct jail_mnt_step *step_at(const struct jail_mnt_plan *p, const 
 
 START_TEST(mount_plan_shape)
 {
-    struct jail_mnt_opts o = {.agent = true, .n_binds = 2,
-                              .bind_targets = {"/opt/data", "/srv/x/y"}};
+    struct jail_mnt_opts o = {
+        .agent = true, .n_binds = 2, .bind_targets = {"/opt/data", "/srv/x/y"}};
     struct jail_mnt_plan p;
     ck_assert_int_eq(jail_mnt_plan_build(&o, &p), 0);
     /* /proc first: masks and read-only binds need it. */
@@ -108,8 +108,9 @@ START_TEST(mount_plan_shape)
     ck_assert_str_eq(p.steps[0].target, "proc");
     ck_assert(p.steps[0].attr & JAIL_MA_NOSUID);
     ck_assert(p.steps[0].attr & JAIL_MA_NOEXEC);
-    static const char *const masked[] = {"proc/kcore", "proc/keys", "proc/timer_list",
-                                         "proc/sched_debug", "proc/sysrq-trigger", NULL};
+    static const char *const masked[] = {"proc/kcore",         "proc/keys",
+                                         "proc/timer_list",    "proc/sched_debug",
+                                         "proc/sysrq-trigger", NULL};
     for (const char *const *m = masked; *m; m++) {
         const struct jail_mnt_step *s = step_at(&p, *m, JAIL_MNT_MASK_FILE, NULL);
         ck_assert_msg(s != NULL, "%s is not masked", *m);
@@ -155,8 +156,7 @@ START_TEST(mount_plan_shape)
         enum jail_mnt_kind k = p.steps[i].kind;
         if (k == JAIL_MNT_PROC || k == JAIL_MNT_TMPFS || k == JAIL_MNT_DEV_NODE ||
             k == JAIL_MNT_DEVPTS || k == JAIL_MNT_UPPER_BIND || k == JAIL_MNT_MASK_FILE)
-            ck_assert_msg(p.steps[i].attr & JAIL_MA_NOSUID, "%s is not nosuid",
-                          p.steps[i].target);
+            ck_assert_msg(p.steps[i].attr & JAIL_MA_NOSUID, "%s is not nosuid", p.steps[i].target);
     }
 }
 END_TEST
