@@ -80,28 +80,8 @@ jail__cleanup() {
 }
 trap jail__cleanup EXIT
 
-# A tiny template from the host's static busybox (seconds to make; no Debian needed).
-make_busybox_template() {
-  local dir=$1 bb
-  bb=$(command -v busybox) || fail "busybox is not installed (deploy/setup installs busybox-static)"
-  file -L "$bb" | grep -q 'statically linked' || fail "$bb is not statically linked"
-  mkdir -p "$dir/rootfs"/{bin,etc,proc,dev,sys,tmp,root,home/user,.airlock,mnt,usr/bin}
-  cp "$bb" "$dir/rootfs/bin/busybox"
-  local c
-  for c in $("$bb" --list); do
-    [ "$c" = busybox ] || ln -sf busybox "$dir/rootfs/bin/$c"
-  done
-  printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\nnobody:x:65534:65534::/nonexistent:/bin/false\n' \
-    > "$dir/rootfs/etc/passwd"
-  printf 'root:x:0:\ntty:x:5:\nuser:x:1000:\nnogroup:x:65534:\n' > "$dir/rootfs/etc/group"
-  echo 'root:*:19000:0:99999:7:::' > "$dir/rootfs/etc/shadow"
-  chmod 0640 "$dir/rootfs/etc/shadow"
-  chown 1000:1000 "$dir/rootfs/home/user"
-  chmod 1777 "$dir/rootfs/tmp"
-  chmod 0700 "$dir/rootfs/root"
-  printf '{"name":"busybox","user":"user","workdir":"/home/user","env":{"PATH":"/bin:/usr/bin"}}\n' \
-    > "$dir/template.json"
-}
+# make_busybox_template DIR: see jail_busybox.sh.
+. "$(dirname "${BASH_SOURCE[0]}")/jail_busybox.sh"
 
 # A Debian template from deploy/templates (built once, then cached), installed in $STATE.
 ensure_template() {
