@@ -16,7 +16,7 @@ AGENT_DIR=$AIRLOCK_BINARY_DIR/agent-root/.airlock
 STATE=$AL_TMP/state
 CGP=al-test/jail_vswitch-$$
 TOKEN=tok-$$
-al_on_cleanup "'$VMM' --state-dir '$STATE' --sweep --cgroup-parent '$CGP' >/dev/null 2>&1; for h in /sys/fs/cgroup/*/; do rmdir \$h$CGP \${h}al-test 2>/dev/null; done"
+al_on_cleanup "'$VMM' --state-dir '$STATE' --sweep --cgroup-parent '$CGP' >/dev/null 2>&1; for h in /sys/fs/cgroup/*/; do rmdir \${h}$CGP \${h}al-test 2>/dev/null; done"
 
 al_note "switch, proxy, a sandbox network, a busybox template"
 al_ok "the switch opens" vs_tool open
