@@ -209,8 +209,15 @@ int jail_prepare(struct jail *j, const struct vmm_spec *spec, const char *state_
         j->cg_created = true;
     snprintf(j->ids_dir, sizeof j->ids_dir, "%s/jail/idslots", state_dir);
     j->ids = (struct jail_idmap_cfg){spec->uid_base, spec->uid_slots, j->ids_dir};
-    if ((rc = jail_idmap_alloc(&j->ids, spec->id, &j->slot, err)))
+    if ((rc = jail_idmap_alloc(&j->ids, spec->id, &j->slot, err))) {
+        if (j->cg_inherited) {
+            /* Undo the claim: out of the (renamed) cgroups, which then go. */
+            jail_warm_release();
+            jail_cg_destroy(&j->cg, NULL);
+            j->cg_created = false;
+        }
         return rc;
+    }
     j->have_slot = true;
     j->host_uid = jail_idmap_host_base(&j->ids, j->slot);
     return 0;
