@@ -587,12 +587,20 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
+        for (int k = 0; k < NPH; k++)
+            ph[k][wgot] = json_num(ready, phases[k]) / 1000.0;
         wl[wgot++] = ms;
         stop_sandbox(&w.s);
     }
     if (wgot) {
         emit("warm_create_healthy_p50_ms", pct(wl, wgot, 50), "ms");
         emit("warm_create_healthy_p99_ms", pct(wl, wgot, 99), "ms");
+        for (int k = 0; k < NPH; k++) {
+            char m[64];
+            snprintf(m, sizeof m, "warm_phase_%.*s_p50_ms", (int)(strlen(phases[k]) - 3),
+                     phases[k]);
+            emit(m, pct(ph[k], wgot, 50), "ms");
+        }
     }
     free(wl);
 

@@ -703,7 +703,7 @@ int vmm_run(const struct vmm_opts *o)
     /* The state directory and the lock that makes this process the sandbox's owner. */
     char base[4096];
     snprintf(base, sizeof base, "%s/%s", al_state_dir(), AL_DIR_SANDBOXES);
-    if ((rc = al_mkdir_p(base, 0711))) {
+    if ((rc = (mkdir(base, 0711) < 0 && errno != EEXIST ? al_mkdir_p(base, 0711) : 0))) {
         al_error_set(&err, rc, "cannot create %s: %s", base, strerror(-rc));
         goto fail;
     }

@@ -375,7 +375,8 @@ static int cg__mkdir_parent(const struct jail_cg *cg, const char *root, struct a
 {
     char p[JAIL_CG_PATH_MAX];
     snprintf(p, sizeof p, "%s/%s", root, cg->parent);
-    int rc = al_mkdir_p(p, 0755);
+    /* Usually there already: one mkdir, not one per path component. */
+    int rc = mkdir(p, 0755) < 0 && errno != EEXIST ? al_mkdir_p(p, 0755) : 0;
     if (rc)
         return al_error_set(err, rc, "cannot create cgroup %s: %s", p, strerror(-rc));
     if (cg->layout.version == 2) {

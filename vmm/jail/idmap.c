@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "common/util.h"
 
@@ -75,7 +76,7 @@ int jail_idmap_alloc(const struct jail_idmap_cfg *cfg, const char *id, uint32_t 
     int rc = jail_idmap_check(cfg, err);
     if (rc)
         return rc;
-    rc = al_mkdir_p(cfg->dir, 0700);
+    rc = mkdir(cfg->dir, 0700) < 0 && errno != EEXIST ? al_mkdir_p(cfg->dir, 0700) : 0;
     if (rc)
         return al_error_set(err, rc, "cannot create %s: %s", cfg->dir, strerror(-rc));
     uint32_t start = jail_idmap_start_slot(cfg, id);

@@ -756,7 +756,7 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     snprintf(state_dir, sizeof state_dir, "%s", j->ids_dir);
     *strrchr(state_dir, '/') = '\0'; /* <state>/jail */
     snprintf(c.ws_path, sizeof c.ws_path, "%s/mnt", state_dir);
-    if ((rc = al_mkdir_p(c.ws_path, 0755))) {
+    if ((rc = mkdir(c.ws_path, 0755) < 0 && errno != EEXIST ? al_mkdir_p(c.ws_path, 0755) : 0)) {
         al_error_set(err, rc, "cannot create %s: %s", c.ws_path, strerror(-rc));
         goto fail;
     }
