@@ -36,20 +36,6 @@ else
 fi
 [ -x "$VMM" ] || { echo "$0: $VMM is not built" >&2; exit 1; }
 
-# airlock-agent as merged aborts when its init data carries an access token (vmm/guest calls
-# sodium_malloc without sodium_init). Detect it on the host, say so loudly, and run the
-# tests without tokens until it is fixed (the tests use tokens again by themselves then).
-if [ "$AGENT_KIND" = airlock-agent ]; then
-  rc=0
-  printf '{"accessToken":"probe"}' > "$T/init-probe.json"
-  AIRLOCK_AGENT_INIT_FD=5 timeout 2 "$AGENT_DIR/bin/airlock-agent" \
-    --listen "unix:$T/agent-probe.sock" 5<"$T/init-probe.json" >/dev/null 2>&1 || rc=$?
-  if [ "$rc" = 134 ]; then
-    echo "WARNING: airlock-agent aborts when given an access token (SIGABRT: sodium_malloc" \
-         "before sodium_init in vmm/guest); these tests run without access tokens" >&2
-    TOKEN=
-  fi
-fi
 
 fail() {
   echo "FAIL: $*" >&2
@@ -94,7 +80,7 @@ ensure_template() {
 jail_spec() {
   local id=$1 tpl=$2 extra=${3:-}
   printf '{"id":"%s","template":"%s",%s"env":{"AL_TEST":"%s"},' \
-    "$id" "$tpl" "${TOKEN:+\"access_token\":\"$TOKEN\",}" "$JAIL_TEST"
+    "$id" "$tpl" "\"access_token\":\"$TOKEN\"," "$JAIL_TEST"
   printf '"resources":{"memory_mib":%s,"disk_mib":%s,"pids":%s,"cpus":%s},' \
     "${MEM:-256}" "${DISK:-128}" "${PIDS:-256}" "${CPUS:-1}"
   printf '"agent":{"dir":"%s","start_timeout_ms":15000,"log_max_bytes":%s},' \

@@ -80,12 +80,10 @@ else
   out=$(jail_exec life user 'echo "AL_TEST=$AL_TEST"; pwd')
   echo "$out" | grep -qx "AL_TEST=$JAIL_TEST" || fail "envVars did not reach commands: $out"
   echo "$out" | grep -qx /home/user || fail "defaultWorkdir not used: $out"
-  if [ -n "$TOKEN" ]; then
-    code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$(jail_sock life)" \
-      -H 'Content-Type: application/json' -H 'Connect-Protocol-Version: 1' \
-      --data '{"path":"/"}' http://x/filesystem.Filesystem/Stat)
-    [ "$code" = 401 ] || fail "the agent accepted a request without the access token ($code)"
-  fi
+  code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$(jail_sock life)" \
+    -H 'Content-Type: application/json' -H 'Connect-Protocol-Version: 1' \
+    --data '{"path":"/"}' http://x/filesystem.Filesystem/Stat)
+  [ "$code" = 401 ] || fail "the agent accepted a request without the access token ($code)"
 fi
 ok "init data delivered ($AGENT_KIND)"
 

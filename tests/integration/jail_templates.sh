@@ -63,7 +63,7 @@ print(open(\"/tmp/plot.png\", \"rb\").read(8) == b\"\\x89PNG\\r\\n\\x1a\\n\")
 '") || fail "code-interpreter-v1: python failed: $out"
 [ "$(echo "$out" | tr '\n' ' ')" = "30 True True " ] || fail "code-interpreter-v1: $out"
 if [ "$AGENT_KIND" = airlock-agent ]; then
-  res=$(curl -s --max-time 120 --unix-socket "$(jail_sock tc)" ${TOKEN:+-H "X-Access-Token: $TOKEN"} \
+  res=$(curl -s --max-time 120 --unix-socket "$(jail_sock tc)" -H "X-Access-Token: $TOKEN" \
     -H 'Content-Type: application/json' --data '{"code":"import pandas as pd\npd.DataFrame({\"a\":[1,2]}).a.sum() + 40"}' \
     http://x/execute)
   echo "$res" | grep -q '"type":"result"' && echo "$res" | grep -q '"text":"43"' ||
