@@ -1,0 +1,254 @@
+/* Unit tests: vmm/jail id slots, the mount plan, and vmm/logcap (agent log capture). */
+#include "al_test.h"
+#include "vmm/jail/idmap.h"
+#include "vmm/jail/mounts.h"
+#include "vmm/logcap.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static void mkdir_tmp(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/al-test-jailparts-%d-XXXXXX", getpid());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void rm_tmp(void)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* ---- id slots ---------------------------------------------------------------------- */
+
+START_TEST(idmap_ranges_are_checked)
+{
+    struct al_error e = {0};
+    struct jail_idmap_cfg c = {JAIL_ID_BASE_DEFAULT, JAIL_ID_SLOTS_DEFAULT, "/x"};
+    ck_assert_int_eq(jail_idmap_check(&c, &e), 0);
+    ck_assert_uint_eq(jail_idmap_host_base(&c, 0), 1073741824u);
+    ck_assert_uint_eq(jail_idmap_host_base(&c, 3), 1073741824u + 3 * 65536u);
+    /* The last id of the last slot stays below 2^32 - 1. */
+    struct jail_idmap_cfg too_many = {1u << 31, 1u << 15, "/x"};
+    ck_assert_int_eq(jail_idmap_check(&too_many, &e), -ERANGE);
+    ck_assert_ptr_nonnull(strstr(e.msg, "past the largest id"));
+    struct jail_idmap_cfg low = {1000, 10, "/x"};
+    ck_assert_int_eq(jail_idmap_check(&low, &e), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.msg, "at least 65536"));
+    struct jail_idmap_cfg zero = {65536, 0, "/x"};
+    ck_assert_int_eq(jail_idmap_check(&zero, &e), -EINVAL);
+    /* Deterministic start slot. */
+    ck_assert_uint_eq(jail_idmap_start_slot(&c, "abc"), jail_idmap_start_slot(&c, "abc"));
+    ck_assert_uint_lt(jail_idmap_start_slot(&c, "abc"), c.slots);
+}
+END_TEST
+
+START_TEST(idmap_slots_are_distinct_and_released_by_their_holder)
+{
+    mkdir_tmp();
+    char sdir[300];
+    snprintf(sdir, sizeof sdir, "%s/slots", dir);
+    struct jail_idmap_cfg c = {65536, 64, sdir};
+    struct al_error e = {0};
+    uint32_t slots[64];
+    for (int i = 0; i < 64; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "sbx%d", i);
+        ck_assert_msg(jail_idmap_alloc(&c, id, &slots[i], &e) == 0, "%s", e.msg);
+        for (int k = 0; k < i; k++)
+            ck_assert_uint_ne(slots[k], slots[i]);
+        char holder[64];
+        ck_assert_int_eq(jail_idmap_holder(&c, slots[i], holder, sizeof holder), 0);
+        ck_assert_str_eq(holder, id);
+    }
+    uint32_t extra;
+    ck_assert_int_eq(jail_idmap_alloc(&c, "one-too-many", &extra, &e), -ENOSPC);
+    ck_assert_ptr_nonnull(strstr(e.msg, "--sweep"));
+    /* Only the holder can release a slot. */
+    ck_assert_int_eq(jail_idmap_release(&c, slots[5], "sbx6"), -EPERM);
+    ck_assert_int_eq(jail_idmap_release(&c, slots[5], "sbx5"), 0);
+    ck_assert_int_eq(jail_idmap_release(&c, slots[5], "sbx5"), 0); /* idempotent */
+    ck_assert_int_eq(jail_idmap_alloc(&c, "newcomer", &extra, &e), 0);
+    ck_assert_uint_eq(extra, slots[5]);
+    rm_tmp();
+}
+END_TEST
+
+/* ---- mount plan ---------------------------------------------------------------------- */
+
+static const struct jail_mnt_step *step_at(const struct jail_mnt_plan *p, const char *target,
+                                           enum jail_mnt_kind kind, size_t *index)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        if (strcmp(p->steps[i].target, target) == 0 && p->steps[i].kind == kind) {
+            if (index)
+                *index = i;
+            return &p->steps[i];
+        }
+    }
+    return NULL;
+}
+
+START_TEST(mount_plan_shape)
+{
+    struct jail_mnt_opts o = {
+        .agent = true, .n_binds = 2, .bind_targets = {"/opt/data", "/srv/x/y"}};
+    struct jail_mnt_plan p;
+    ck_assert_int_eq(jail_mnt_plan_build(&o, &p), 0);
+    /* /proc first: masks and read-only binds need it. */
+    ck_assert_int_eq(p.steps[0].kind, JAIL_MNT_PROC);
+    ck_assert_str_eq(p.steps[0].target, "proc");
+    ck_assert(p.steps[0].attr & JAIL_MA_NOSUID);
+    ck_assert(p.steps[0].attr & JAIL_MA_NOEXEC);
+    static const char *const masked[] = {"proc/kcore",         "proc/keys",
+                                         "proc/timer_list",    "proc/sched_debug",
+                                         "proc/sysrq-trigger", NULL};
+    for (const char *const *m = masked; *m; m++) {
+        const struct jail_mnt_step *s = step_at(&p, *m, JAIL_MNT_MASK_FILE, NULL);
+        ck_assert_msg(s != NULL, "%s is not masked", *m);
+        ck_assert(s->attr & JAIL_MA_RDONLY);
+    }
+    ck_assert_ptr_nonnull(step_at(&p, "proc/acpi", JAIL_MNT_MASK_DIR, NULL));
+    ck_assert_ptr_nonnull(step_at(&p, "proc/sys", JAIL_MNT_RO_SELF, NULL));
+    /* /dev: tmpfs, nodes, devpts, then read-only; no device node is bound after that. */
+    size_t idev, iro, ipts, inull;
+    ck_assert_ptr_nonnull(step_at(&p, "dev", JAIL_MNT_TMPFS, &idev));
+    ck_assert_ptr_nonnull(step_at(&p, "dev", JAIL_MNT_READONLY, &iro));
+    ck_assert_ptr_nonnull(step_at(&p, "dev/pts", JAIL_MNT_DEVPTS, &ipts));
+    const struct jail_mnt_step *n = step_at(&p, "dev/null", JAIL_MNT_DEV_NODE, &inull);
+    ck_assert_ptr_nonnull(n);
+    ck_assert_str_eq(n->source, "/dev/null");
+    ck_assert(!(n->attr & JAIL_MA_NODEV));
+    ck_assert(idev < inull && inull < iro && ipts < iro);
+    ck_assert_ptr_nonnull(strstr(p.steps[ipts].data, "newinstance"));
+    ck_assert(!(p.steps[ipts].attr & JAIL_MA_NODEV)); /* ptmx and the ptys are devices */
+    ck_assert(p.steps[ipts].attr & JAIL_MA_NOSUID);
+    ck_assert_ptr_nonnull(strstr(p.steps[ipts].data, "ptmxmode=0666"));
+    ck_assert_ptr_nonnull(step_at(&p, "dev/ptmx", JAIL_MNT_SYMLINK, NULL));
+    /* Only these device nodes, nothing else from the host's /dev. */
+    int nodes = 0;
+    for (size_t i = 0; i < p.n; i++)
+        nodes += p.steps[i].kind == JAIL_MNT_DEV_NODE;
+    ck_assert_int_eq(nodes, 6);
+    const struct jail_mnt_step *sys = step_at(&p, "sys", JAIL_MNT_TMPFS, NULL);
+    ck_assert_ptr_nonnull(sys);
+    ck_assert(sys->attr & JAIL_MA_RDONLY);
+    const struct jail_mnt_step *tmp = step_at(&p, "tmp", JAIL_MNT_UPPER_BIND, NULL);
+    ck_assert_ptr_nonnull(tmp);
+    ck_assert(tmp->attr & JAIL_MA_NOSUID && tmp->attr & JAIL_MA_NODEV);
+    ck_assert_ptr_nonnull(step_at(&p, "dev/shm", JAIL_MNT_UPPER_BIND, NULL));
+    const struct jail_mnt_step *ag = step_at(&p, ".airlock", JAIL_MNT_FD, NULL);
+    ck_assert_ptr_nonnull(ag);
+    ck_assert_int_eq(ag->fd_index, 0);
+    ck_assert_int_eq(step_at(&p, "opt/data", JAIL_MNT_FD, NULL)->fd_index, 1);
+    ck_assert_int_eq(step_at(&p, "srv/x/y", JAIL_MNT_FD, NULL)->fd_index, 2);
+    /* Every target is relative to the new root and every mount is nosuid. */
+    for (size_t i = 0; i < p.n; i++) {
+        ck_assert_msg(p.steps[i].target[0] != '/', "absolute target %s", p.steps[i].target);
+        enum jail_mnt_kind k = p.steps[i].kind;
+        if (k == JAIL_MNT_PROC || k == JAIL_MNT_TMPFS || k == JAIL_MNT_DEV_NODE ||
+            k == JAIL_MNT_DEVPTS || k == JAIL_MNT_UPPER_BIND || k == JAIL_MNT_MASK_FILE)
+            ck_assert_msg(p.steps[i].attr & JAIL_MA_NOSUID, "%s is not nosuid", p.steps[i].target);
+    }
+}
+END_TEST
+
+START_TEST(mount_plan_rejects_bad_binds)
+{
+    struct jail_mnt_plan p;
+    struct jail_mnt_opts bad = {.agent = true, .n_binds = 1, .bind_targets = {"relative"}};
+    ck_assert_int_eq(jail_mnt_plan_build(&bad, &p), -EINVAL);
+    struct jail_mnt_opts root = {.agent = true, .n_binds = 1, .bind_targets = {"/"}};
+    ck_assert_int_eq(jail_mnt_plan_build(&root, &p), -EINVAL);
+}
+END_TEST
+
+/* ---- log capture --------------------------------------------------------------------- */
+
+static off_t fsize(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 ? st.st_size : -1;
+}
+
+START_TEST(logcap_rotates_and_bounds_disk)
+{
+    mkdir_tmp();
+    char path[300], old[310];
+    snprintf(path, sizeof path, "%s/agent.log", dir);
+    snprintf(old, sizeof old, "%s.1", path);
+    struct vmm_logcap l = {0};
+    struct al_error e = {0};
+    uv_loop_t *loop = uv_default_loop();
+    /* A huge rate: only the size bound matters here. */
+    ck_assert_int_eq(vmm_logcap_start(&l, loop, -1, path, 10000, 1ull << 40, &e), 0);
+    char chunk[3000];
+    memset(chunk, 'a', sizeof chunk);
+    uint64_t t = 1000000000ull;
+    for (int i = 0; i < 100; i++)
+        vmm_logcap_feed(&l, chunk, sizeof chunk, t += 1000);
+    vmm_logcap_stop(&l);
+    ck_assert_int_le(fsize(path), 10000);
+    ck_assert_int_eq(fsize(old), 10000);
+    ck_assert_uint_eq(l.total_in, 300000);
+    ck_assert_uint_eq(l.total_dropped, 0);
+    /* Reopening appends to the current file. */
+    ck_assert_int_eq(vmm_logcap_start(&l, loop, -1, path, 10000, 1ull << 40, &e), 0);
+    off_t before = fsize(path);
+    vmm_logcap_feed(&l, "xyz\n", 4, t += 1000);
+    vmm_logcap_stop(&l);
+    ck_assert_int_eq(fsize(path), before + 4 <= 10000 ? before + 4 : 4);
+    rm_tmp();
+}
+END_TEST
+
+START_TEST(logcap_rate_limit_drops_and_says_so)
+{
+    mkdir_tmp();
+    char path[300];
+    snprintf(path, sizeof path, "%s/agent.log", dir);
+    struct vmm_logcap l = {0};
+    struct al_error e = {0};
+    /* 1000 bytes/s, burst = max = 4000 bytes. */
+    ck_assert_int_eq(vmm_logcap_start(&l, uv_default_loop(), -1, path, 4000, 1000, &e), 0);
+    char chunk[1000];
+    memset(chunk, 'b', sizeof chunk);
+    uint64_t t = 5000000000ull;
+    for (int i = 0; i < 10; i++) /* 10 KB at once: 4 KB pass, 6 KB dropped */
+        vmm_logcap_feed(&l, chunk, sizeof chunk, t);
+    ck_assert_uint_eq(l.total_dropped, 6000);
+    t += 2000000000ull; /* 2 s later: 2000 more bytes of budget */
+    vmm_logcap_feed(&l, chunk, sizeof chunk, t);
+    vmm_logcap_stop(&l);
+    char *data = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(al_read_file(path, 1 << 20, &data, &len, NULL), 0);
+    ck_assert_ptr_nonnull(strstr(data, "[airlock-vmm: 6000 bytes of agent output dropped"));
+    free(data);
+    rm_tmp();
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("jail_parts");
+    TCase *t = tcase_create("parts");
+    tcase_add_test(t, idmap_ranges_are_checked);
+    tcase_add_test(t, idmap_slots_are_distinct_and_released_by_their_holder);
+    tcase_add_test(t, mount_plan_shape);
+    tcase_add_test(t, mount_plan_rejects_bad_binds);
+    tcase_add_test(t, logcap_rotates_and_bounds_disk);
+    tcase_add_test(t, logcap_rate_limit_drops_and_says_so);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+AL_SUITE_MAIN(suite)

@@ -1,0 +1,71 @@
+/* vmm/backend: what airlock-vmm needs from a sandbox backend (jail now, kvm later).
+ *
+ * Owns nothing; it is the contract. A backend builds the sandbox, starts the agent in it
+ * with the agent channel handed in as a listening socket, and reports the agent's
+ * process (a pidfd that becomes readable when the sandbox is gone) and a pipe carrying
+ * the agent's stdout and stderr. airlock-vmm owns everything around it: the spec, the
+ * state directory, the API, logs, health, stop and crash cleanup. Every call except
+ * start and cleanup_record/sweep runs on the event loop and must not block for long.
+ */
+#ifndef AIRLOCK_VMM_BACKEND_H
+#define AIRLOCK_VMM_BACKEND_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+#include "spec.h"
+
+struct vmm_started {
+    pid_t pid;      /* the process whose exit means the sandbox is gone (host pid) */
+    int pidfd;      /* its pidfd; owned by the backend */
+    int log_fd;     /* read end of the agent's stdout+stderr; owned by the backend */
+    json_t *timing; /* optional breakdown of the start (new reference or NULL) */
+};
+
+struct vmm_sweep_opts {
+    const char *state_dir;
+    const json_t *defaults; /* backend defaults (e.g. jail: cgroup_parent, uid_base) */
+    bool (*is_live)(const char *id, void *arg);
+    void *arg;
+};
+
+struct vmm_backend {
+    const char *name;
+    size_t priv_size;
+    /* Optional: work that needs no spec, done by a warm airlock-vmm before its spec
+     * arrives (opts: the backend's settings, e.g. jail: {"cgroup_parent": ...}). */
+    int (*warm)(const json_t *opts, struct al_error *err);
+    /* Optional: called once the agent is healthy (e.g. leave the warm cgroups). */
+    void (*settle)(void *priv);
+    /* Checks the host, reserves what must be reserved before the record is written. */
+    int (*prepare)(void *priv, const struct vmm_spec *spec, const char *state_dir,
+                   struct al_error *err);
+    /* What cleanup_record needs after a crash (new reference). */
+    json_t *(*record)(const void *priv);
+    int (*start)(void *priv, int agent_listen_fd, struct vmm_started *out, struct al_error *err);
+    int (*pause)(void *priv, struct al_error *err);
+    int (*resume)(void *priv, struct al_error *err);
+    /* Graceful: ask the agent to exit. */
+    int (*terminate)(void *priv);
+    /* Kill everything now (returns without waiting). */
+    int (*kill)(void *priv, struct al_error *err);
+    /* Processes of the sandbox still alive (0 when all are gone). */
+    int (*nprocs)(const void *priv);
+    /* Releases host resources once the sandbox is dead; idempotent. */
+    int (*reclaim)(void *priv, struct al_error *err);
+    json_t *(*stats)(const void *priv);
+    /* After a crash of airlock-vmm: undo what the record describes. Blocking. */
+    int (*cleanup_record)(const json_t *record, unsigned timeout_ms, struct al_error *err);
+    /* Reclaims resources of sandboxes that have no live airlock-vmm. Blocking. */
+    int (*sweep)(const struct vmm_sweep_opts *o, struct al_error *err);
+};
+
+extern const struct vmm_backend vmm_backend_jail;
+
+/* The backend of a name ("jail"), or NULL. */
+const struct vmm_backend *vmm_backend_find(const char *name);
+
+#endif

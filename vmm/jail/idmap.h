@@ -1,0 +1,48 @@
+/* vmm/jail/idmap: host uid/gid ranges for sandbox user namespaces.
+ *
+ * Every sandbox gets its own slot of 65536 host ids: sandbox id N (0 = root, 1000 = user)
+ * is host id base + slot * 65536 + N, for uids and gids alike. Distinct slots mean two
+ * sandboxes never share a host id, so a process that escaped one sandbox could not touch
+ * another's files or signal its processes, and on the host it is nobody.
+ *
+ * Allocation is a file per slot, <dir>/<slot>, created with O_EXCL and holding the sandbox
+ * id. The file is removed when the sandbox has been torn down (stop, or cleanup after a
+ * crash), never merely because airlock-vmm died, so a slot cannot be reused while a
+ * crashed sandbox's processes might still exist. Allocation starts at a hash of the sandbox
+ * id and probes linearly, so it is O(1) in practice and needs no global lock.
+ *
+ * Defaults: base 1073741824 (2^30), 16384 slots, i.e. host ids 2^30 .. 2^31-1. The range
+ * must not overlap ids used on the host (check /etc/subuid and /etc/subgid).
+ */
+#ifndef AIRLOCK_VMM_JAIL_IDMAP_H
+#define AIRLOCK_VMM_JAIL_IDMAP_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+
+#define JAIL_IDS_PER_SLOT     65536u
+#define JAIL_ID_BASE_DEFAULT  1073741824u
+#define JAIL_ID_SLOTS_DEFAULT 16384u
+
+struct jail_idmap_cfg {
+    uint32_t base;
+    uint32_t slots;
+    const char *dir; /* where slot files live, e.g. <state>/jail/idslots */
+};
+
+/* Checks that the range is sane: base >= 65536, base + slots * 65536 - 1 < 2^32 - 1. */
+int jail_idmap_check(const struct jail_idmap_cfg *cfg, struct al_error *err);
+/* First host id of a slot. */
+uint32_t jail_idmap_host_base(const struct jail_idmap_cfg *cfg, uint32_t slot);
+/* The slot where probing starts for id (pure). */
+uint32_t jail_idmap_start_slot(const struct jail_idmap_cfg *cfg, const char *id);
+/* Claims a free slot for sandbox id. */
+int jail_idmap_alloc(const struct jail_idmap_cfg *cfg, const char *id, uint32_t *slot,
+                     struct al_error *err);
+/* Releases slot if it is held by id (a slot held by another id is left alone). */
+int jail_idmap_release(const struct jail_idmap_cfg *cfg, uint32_t slot, const char *id);
+/* Who holds slot: copies the holder's id into out; -ENOENT if free. */
+int jail_idmap_holder(const struct jail_idmap_cfg *cfg, uint32_t slot, char *out, size_t outlen);
+
+#endif

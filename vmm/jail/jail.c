@@ -1,0 +1,1248 @@
+/* vmm/jail/jail: see jail.h. */
+#include "jail.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <net/if.h>
+#include <grp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <sodium.h>
+
+#include "common/cleanup.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "harden.h"
+#include "mounts.h"
+#include "seccomp.h"
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+#ifndef F_SETPIPE_SZ
+#define F_SETPIPE_SZ 1031
+#endif
+
+/* Fixed descriptor numbers in the agent (the contract with airlock-agent). */
+#define JAIL_FD_LISTEN 3
+#define JAIL_FD_INIT   4
+
+/* The host's cgroup layout does not change while we run: detect it once. */
+static struct jail_cg_layout jail__layout;
+static bool jail__layout_ok;
+
+static int jail__get_layout(struct jail_cg_layout *out, struct al_error *err)
+{
+    if (!jail__layout_ok) {
+        int rc = jail_cg_layout_detect(&jail__layout, err);
+        if (rc)
+            return rc;
+        jail__layout_ok = true;
+    }
+    *out = jail__layout;
+    return 0;
+}
+
+/* ---- warm start --------------------------------------------------------------------- */
+
+/* A warm airlock-vmm (started ahead of any request) has already made its cgroups
+ * (<parent>/warm-<pid>) and moved itself into them, which on a busy host costs an RCU grace
+ * period (several milliseconds). When the spec arrives the directories are renamed to the
+ * sandbox id and the sandbox's first process is cloned from inside them, inheriting its
+ * cgroups without a move; airlock-vmm moves itself back out once the agent runs. */
+static struct {
+    bool active;  /* this process is inside the warm (or renamed) cgroups */
+    bool claimed; /* renamed to a sandbox id */
+    struct jail_cg cg;
+    char home[JAIL_CG_NCTRL][JAIL_CG_PATH_MAX]; /* where this process was, per controller */
+} jail__warm;
+
+/* Fills jail__warm.home from /proc/self/cgroup. */
+static int jail__own_cgroups(const struct jail_cg_layout *l, struct al_error *err)
+{
+    al_autofree char *txt = NULL;
+    int rc = al_read_file("/proc/self/cgroup", 65536, &txt, NULL, err);
+    if (rc)
+        return rc;
+    static const char *const names[JAIL_CG_NCTRL] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
+    for (char *line = strtok(txt, "\n"); line; line = strtok(NULL, "\n")) {
+        char *c1 = strchr(line, ':');
+        char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        *c2 = '\0';
+        const char *ctrls = c1 + 1, *path = c2 + 1;
+        for (int c = 0; c < JAIL_CG_NCTRL; c++) {
+            const char *root = l->version == 2 ? l->v2_root : l->v1_root[c];
+            if (!root[0])
+                continue;
+            bool match = false;
+            if (l->version == 2) {
+                match = ctrls[0] == '\0' && line[0] == '0';
+            } else {
+                size_t n = strlen(names[c]);
+                for (const char *p = ctrls; p && *p;) {
+                    const char *e = strchr(p, ',');
+                    size_t len = e ? (size_t)(e - p) : strlen(p);
+                    match |= len == n && strncmp(p, names[c], n) == 0;
+                    p = e ? e + 1 : NULL;
+                }
+            }
+            if (match)
+                snprintf(jail__warm.home[c], JAIL_CG_PATH_MAX, "%s%s", root,
+                         strcmp(path, "/") == 0 ? "" : path);
+        }
+    }
+    return 0;
+}
+
+int jail_warm(const char *cgroup_parent, struct al_error *err)
+{
+    struct jail_cg_layout layout;
+    int rc = jail__get_layout(&layout, err);
+    if (rc)
+        return rc;
+    char id[32];
+    snprintf(id, sizeof id, "warm-%d", (int)getpid());
+    if ((rc = jail_cg_init(&jail__warm.cg, &layout, cgroup_parent, id, err)) ||
+        (rc = jail__own_cgroups(&layout, err)))
+        return rc;
+    struct jail_cg_limits none = {0};
+    if ((rc = jail_cg_create(&jail__warm.cg, &none, err)))
+        return rc;
+    if ((rc = jail_cg_attach(&jail__warm.cg, getpid(), err))) {
+        jail_cg_destroy(&jail__warm.cg, NULL);
+        return rc;
+    }
+    jail__warm.active = true;
+    return 0;
+}
+
+void jail_warm_release(void)
+{
+    if (!jail__warm.active)
+        return;
+    char v[32];
+    snprintf(v, sizeof v, "%d", (int)getpid());
+    for (int c = 0; c < JAIL_CG_NCTRL; c++) {
+        if (!jail__warm.home[c][0] || !jail__warm.cg.dir[c][0])
+            continue;
+        char p[JAIL_CG_PATH_MAX + 32];
+        snprintf(p, sizeof p, "%s/cgroup.procs", jail__warm.home[c]);
+        int fd = open(p, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, v, strlen(v)) < 0)
+            al_warn("cannot move airlock-vmm back to %s: %s", jail__warm.home[c], strerror(errno));
+        if (fd >= 0)
+            close(fd);
+    }
+    jail__warm.active = false;
+    if (!jail__warm.claimed)
+        jail_cg_destroy(&jail__warm.cg, NULL);
+}
+
+/* Renames the warm cgroups to the sandbox's; false if there are none or they do not fit. */
+static bool jail__claim_warm(struct jail *j)
+{
+    if (!jail__warm.active || jail__warm.claimed)
+        return false;
+    if (strcmp(jail__warm.cg.parent, j->cg.parent) != 0) {
+        al_warn("warm cgroups are under %s, the spec wants %s: starting cold", jail__warm.cg.parent,
+                j->cg.parent);
+        jail_warm_release();
+        return false;
+    }
+    if (jail_cg_exists(&j->cg)) {
+        al_warn("cgroups of %s exist already: starting cold", j->spec->id);
+        jail_warm_release();
+        return false;
+    }
+    size_t done = 0;
+    for (; done < j->cg.n_uniq; done++)
+        if (rename(jail__warm.cg.uniq[done], j->cg.uniq[done]) < 0)
+            break;
+    if (done < j->cg.n_uniq) {
+        al_warn("cannot rename %s to %s: %s; starting cold", jail__warm.cg.uniq[done],
+                j->cg.uniq[done], strerror(errno));
+        while (done-- > 0)
+            rename(j->cg.uniq[done], jail__warm.cg.uniq[done]);
+        jail_warm_release();
+        return false;
+    }
+    jail__warm.claimed = true;
+    return true;
+}
+
+/* ---- prepare / record ------------------------------------------------------------- */
+
+int jail_prepare(struct jail *j, const struct vmm_spec *spec, const char *state_dir,
+                 struct al_error *err)
+{
+    memset(j, 0, sizeof *j);
+    j->spec = spec;
+    j->pid = -1;
+    j->pidfd = -1;
+    j->log_fd = -1;
+    struct jail_cg_layout layout;
+    int rc = jail__get_layout(&layout, err);
+    if (rc)
+        return rc;
+    if ((rc = jail_cg_init(&j->cg, &layout, spec->cgroup_parent, spec->id, err)))
+        return rc;
+    j->cg_inherited = jail__claim_warm(j);
+    if (j->cg_inherited)
+        j->cg_created = true;
+    snprintf(j->ids_dir, sizeof j->ids_dir, "%s/jail/idslots", state_dir);
+    j->ids = (struct jail_idmap_cfg){spec->uid_base, spec->uid_slots, j->ids_dir};
+    if ((rc = jail_idmap_alloc(&j->ids, spec->id, &j->slot, err))) {
+        if (j->cg_inherited) {
+            /* Undo the claim: out of the (renamed) cgroups, which then go. */
+            jail_warm_release();
+            jail_cg_destroy(&j->cg, NULL);
+            j->cg_created = false;
+        }
+        return rc;
+    }
+    j->have_slot = true;
+    j->host_uid = jail_idmap_host_base(&j->ids, j->slot);
+    return 0;
+}
+
+json_t *jail_record(const struct jail *j)
+{
+    json_t *r = json_object();
+    json_object_set_new(r, "backend", json_string("jail"));
+    json_object_set_new(r, "id", json_string(j->spec->id));
+    json_object_set_new(r, "cgroup_parent", json_string(j->cg.parent));
+    json_object_set_new(r, "ids_dir", json_string(j->ids_dir));
+    json_object_set_new(r, "uid_base", json_integer(j->ids.base));
+    json_object_set_new(r, "uid_slots", json_integer(j->ids.slots));
+    if (j->have_slot) {
+        json_object_set_new(r, "slot", json_integer(j->slot));
+        json_object_set_new(r, "host_uid", json_integer(j->host_uid));
+    }
+    return r;
+}
+
+/* ---- helpers --------------------------------------------------------------------- */
+
+static int jail__write_file(const char *path, const char *data)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = al_write_all(fd, data, strlen(data));
+    close(fd);
+    return rc;
+}
+
+static int jail__send_msg(int sock, char tag, const void *data, size_t len, const int *fds,
+                          size_t n)
+{
+    char buf[CMSG_SPACE(sizeof(int) * (VMM_MAX_BINDS + 2))];
+    memset(buf, 0, sizeof buf);
+    struct iovec iov[2] = {{&tag, 1}, {(void *)data, len}};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
+    if (n) {
+        m.msg_control = buf;
+        m.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
+    }
+    for (;;) {
+        ssize_t r = sendmsg(sock, &m, MSG_NOSIGNAL);
+        if (r == (ssize_t)(1 + len))
+            return 0;
+        if (r < 0 && errno == EINTR)
+            continue;
+        return r < 0 ? -errno : -EIO;
+    }
+}
+
+static int jail__send_fds(int sock, char tag, const int *fds, size_t n)
+{
+    return jail__send_msg(sock, tag, NULL, 0, fds, n);
+}
+
+/* Receives one message; returns its tag, or a negative errno (-EPIPE at EOF). A payload
+ * of up to len bytes is copied to data (if given). */
+static int jail__recv_msg(int sock, void *data, size_t len, int *fds, size_t max, size_t *n)
+{
+    char tag = 0;
+    char buf[CMSG_SPACE(sizeof(int) * (VMM_MAX_BINDS + 2))];
+    struct iovec iov[2] = {{&tag, 1}, {data, data ? len : 0}};
+    struct msghdr m = {.msg_iov = iov,
+                       .msg_iovlen = data ? 2 : 1,
+                       .msg_control = buf,
+                       .msg_controllen = sizeof buf};
+    ssize_t r;
+    do {
+        r = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0)
+        return -errno;
+    if (r == 0)
+        return -EPIPE;
+    if (n)
+        *n = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (n && *n < max)
+                fds[(*n)++] = fd;
+            else
+                close(fd);
+        }
+    }
+    return (unsigned char)tag;
+}
+
+static int jail__recv_fds(int sock, int *fds, size_t max, size_t *n)
+{
+    return jail__recv_msg(sock, NULL, 0, fds, max, n);
+}
+
+/* Waits up to timeout_ms for fd to become readable. */
+static int jail__wait_readable(int fd, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    for (;;) {
+        int r = poll(&p, 1, timeout_ms);
+        if (r > 0)
+            return 0;
+        if (r == 0)
+            return -ETIMEDOUT;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+static int jail__lo_up(struct al_error *err)
+{
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return al_error_set(err, -errno, "socket: %s", strerror(errno));
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+    int rc = 0;
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0) {
+        rc = al_error_set(err, -errno, "SIOCGIFFLAGS lo: %s", strerror(errno));
+    } else {
+        ifr.ifr_flags |= IFF_UP;
+        if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+            rc = al_error_set(err, -errno, "bring lo up: %s", strerror(errno));
+    }
+    close(s);
+    return rc;
+}
+
+/* ---- the child ------------------------------------------------------------------- */
+
+struct jail__child {
+    const struct jail *j;
+    int sync; /* socketpair end */
+    int errw; /* close-on-exec error pipe, write end */
+    int listen_fd;
+    int init_r; /* -1 if no init data */
+    int log_w;
+    char ws_path[512];
+    const struct jail_mnt_plan *plan;
+    const struct sock_filter *prog;
+    size_t prog_len;
+    int landlock_abi;
+    char *const *argv;
+    char *const *envp;
+    char hosts[512];
+    char resolv[256];
+};
+
+static _Noreturn void child__fail(const struct jail__child *c, const char *step,
+                                  const struct al_error *e, int code)
+{
+    char msg[AL_ERROR_MSG_MAX + 64];
+    int n = snprintf(msg, sizeof msg, "%s: %s", step,
+                     e && e->msg[0] ? e->msg : strerror(code < 0 ? -code : code));
+    if (n > 0)
+        al_write_all(c->errw, msg, (size_t)AL_MIN((size_t)n, sizeof msg - 1));
+    _exit(126);
+}
+
+#define CHILD_TRY(c, step, expr)                   \
+    do {                                           \
+        if ((expr) < 0)                            \
+            child__fail((c), (step), NULL, errno); \
+    } while (0)
+
+/* Moves fds so that targets[i] = sources[i], then closes everything >= keep_from except the
+ * listed extra descriptors (which become close-on-exec). */
+static int child__arrange_fds(const int *src, const int *dst, size_t n, int *extra, size_t nextra)
+{
+    int tmp[8];
+    for (size_t i = 0; i < n; i++) {
+        tmp[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 64);
+        if (tmp[i] < 0)
+            return -1;
+    }
+    int etmp[4];
+    for (size_t i = 0; i < nextra; i++) {
+        etmp[i] = fcntl(extra[i], F_DUPFD_CLOEXEC, 64);
+        if (etmp[i] < 0)
+            return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (dup2(tmp[i], dst[i]) < 0) /* dup2 clears close-on-exec on the target */
+            return -1;
+    int next = 0;
+    for (size_t i = 0; i < n; i++)
+        next = AL_MAX(next, dst[i] + 1);
+    for (size_t i = 0; i < nextra; i++) {
+        if (dup3(etmp[i], next, O_CLOEXEC) < 0)
+            return -1;
+        extra[i] = next++;
+    }
+    return (int)syscall(SYS_close_range, (unsigned)next, ~0u, 0);
+}
+
+static int child__main(struct jail__child *c)
+{
+    const struct jail *j = c->j;
+    const struct vmm_spec *s = j->spec;
+    struct al_error e = {0};
+    int fds[VMM_MAX_BINDS + 2];
+    size_t nfds = 0;
+
+    /* Wait for the maps, the cgroups and the mounts. Opening the workspace by path happens
+     * before setresuid: until then the child is still host uid 0, the owner of the state
+     * directory, so a 0700 state directory is no obstacle. */
+    int tag = jail__recv_fds(c->sync, fds, VMM_MAX_BINDS + 2, &nfds);
+    if (tag != 'M')
+        _exit(125); /* the parent went away */
+    int ws = open(c->ws_path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (ws < 0)
+        child__fail(c, "open workspace", NULL, errno);
+
+    struct jail_child_timing ct = {0};
+    uint64_t tc = al_now_ns();
+    CHILD_TRY(c, "setresgid", setresgid(0, 0, 0));
+    CHILD_TRY(c, "setresuid", setresuid(0, 0, 0));
+    CHILD_TRY(c, "setgroups", setgroups(0, NULL));
+    CHILD_TRY(c, "sethostname", sethostname(s->hostname, strlen(s->hostname)));
+    CHILD_TRY(c, "make / private", mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
+
+    /* The writable layer: one tmpfs, capped at the disk size, holding the overlay's upper
+     * and work directories and the backing directories of /tmp and /dev/shm. */
+    char opts[96];
+    snprintf(opts, sizeof opts, "mode=0755,size=%llu", (unsigned long long)s->disk_bytes);
+    int up = jail_mnt_tmpfs(opts, JAIL_MA_NOSUID | JAIL_MA_NODEV, &e);
+    if (up < 0)
+        child__fail(c, "upper tmpfs", &e, up);
+    CHILD_TRY(c, "mkdir upper", mkdirat(up, "upper", 0755));
+    CHILD_TRY(c, "mkdir work", mkdirat(up, "work", 0700));
+    CHILD_TRY(c, "mkdir tmp", mkdirat(up, "tmp", 0755));
+    CHILD_TRY(c, "mkdir shm", mkdirat(up, "shm", 0755));
+    CHILD_TRY(c, "chmod tmp", fchmodat(up, "tmp", 01777, 0));
+    CHILD_TRY(c, "chmod shm", fchmodat(up, "shm", 01777, 0));
+    int upper = openat(up, "upper", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int work = openat(up, "work", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (upper < 0 || work < 0)
+        child__fail(c, "open upper", NULL, errno);
+
+    /* The lower layer must be attached in this namespace before overlayfs can use it. */
+    int lower = fds[0];
+    CHILD_TRY(c, "attach template",
+              move_mount(lower, "", ws, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
+    int ofs = fsopen("overlay", FSOPEN_CLOEXEC);
+    if (ofs < 0)
+        child__fail(c, "fsopen overlay", NULL, errno);
+    CHILD_TRY(c, "overlay lowerdir", fsconfig(ofs, FSCONFIG_SET_FD, "lowerdir+", NULL, lower));
+    CHILD_TRY(c, "overlay upperdir", fsconfig(ofs, FSCONFIG_SET_FD, "upperdir", NULL, upper));
+    CHILD_TRY(c, "overlay workdir", fsconfig(ofs, FSCONFIG_SET_FD, "workdir", NULL, work));
+    /* In a user namespace overlayfs keeps its metadata in user.* xattrs. */
+    CHILD_TRY(c, "overlay userxattr", fsconfig(ofs, FSCONFIG_SET_FLAG, "userxattr", NULL, 0));
+    if (fsconfig(ofs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) {
+        int saved = errno;
+        char log[256];
+        ssize_t n = read(ofs, log, sizeof log - 1);
+        if (n > 0) {
+            log[n] = '\0';
+            al_error_set(&e, -saved, "create overlay: %s (%s)", strerror(saved), log);
+            child__fail(c, "root overlay", &e, saved);
+        }
+        child__fail(c, "create overlay", NULL, saved);
+    }
+    int root = fsmount(ofs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    if (root < 0)
+        child__fail(c, "fsmount overlay", NULL, errno);
+    CHILD_TRY(c, "attach root",
+              move_mount(root, "", ws, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
+
+    ct.rootfs_us = (uint32_t)((al_now_ns() - tc) / 1000);
+    tc = al_now_ns();
+    int rc = jail_mnt_plan_exec(c->plan, root, up, fds + 1, nfds - 1, &e);
+    if (rc < 0)
+        child__fail(c, "mounts", &e, rc);
+    if ((rc = jail_mnt_write_file(root, "etc/hostname", s->hostname, &e)) < 0 ||
+        (rc = jail_mnt_write_file(root, "etc/hosts", c->hosts, &e)) < 0 ||
+        (c->resolv[0] && (rc = jail_mnt_write_file(root, "etc/resolv.conf", c->resolv, &e)) < 0))
+        child__fail(c, "etc files", &e, rc);
+
+    ct.plan_us = (uint32_t)((al_now_ns() - tc) / 1000);
+    tc = al_now_ns();
+    CHILD_TRY(c, "chdir new root", fchdir(root));
+    CHILD_TRY(c, "pivot_root", syscall(SYS_pivot_root, ".", "."));
+    CHILD_TRY(c, "detach old root", umount2(".", MNT_DETACH));
+    CHILD_TRY(c, "chdir /", chdir("/"));
+
+    struct jail_rlimits rl = {
+        .nofile = s->nofile,
+        .nproc = s->pids,
+        .fsize = s->disk_bytes,
+        .memlock = 64 << 10,
+        .msgqueue = 800 << 10,
+        .sigpending = 4096,
+        .core = 0,
+    };
+    if ((rc = jail_rlimits_apply(&rl, &e)) < 0)
+        child__fail(c, "rlimits", &e, rc);
+
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull < 0)
+        child__fail(c, "open /dev/null", NULL, errno);
+    int src[5] = {devnull, c->log_w, c->log_w, c->listen_fd, c->init_r};
+    int dst[5] = {0, 1, 2, JAIL_FD_LISTEN, JAIL_FD_INIT};
+    int extra[2] = {c->sync, c->errw};
+    if (child__arrange_fds(src, dst, c->init_r >= 0 ? 5 : 4, extra, 2) < 0)
+        child__fail(c, "arrange fds", NULL, errno);
+    c->sync = extra[0];
+    c->errw = extra[1];
+
+    ct.pivot_us = (uint32_t)((al_now_ns() - tc) / 1000);
+    /* The parent moves this process into the sandbox's cgroups while it builds the root
+     * (a cgroup v1 migration can take milliseconds: it waits for an RCU grace period);
+     * 'C' says it is done. The cgroup namespace is rooted where the process is now. */
+    tc = al_now_ns();
+    tag = jail__recv_fds(c->sync, NULL, 0, NULL);
+    if (tag != 'C')
+        _exit(125);
+    ct.cgroup_wait_us = (uint32_t)((al_now_ns() - tc) / 1000);
+    tc = al_now_ns();
+    CHILD_TRY(c, "unshare(CLONE_NEWCGROUP)", unshare(CLONE_NEWCGROUP));
+    if ((rc = jail_landlock_apply(c->landlock_abi, &e)) < 0)
+        child__fail(c, "landlock", &e, rc);
+    if ((rc = jail_caps_limit(jail_caps_agent_mask(), &e)) < 0)
+        child__fail(c, "capabilities", &e, rc);
+    CHILD_TRY(c, "no_new_privs", prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
+    if ((rc = jail_seccomp_install(c->prog, c->prog_len, &e)) < 0)
+        child__fail(c, "seccomp", &e, rc);
+    /* Armed last: any change of credentials clears it. */
+    CHILD_TRY(c, "pdeathsig", prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));
+    ct.locks_us = (uint32_t)((al_now_ns() - tc) / 1000);
+    if (jail__send_msg(c->sync, 'R', &ct, sizeof ct, NULL, 0) < 0)
+        _exit(125);
+    tag = jail__recv_fds(c->sync, NULL, 0, NULL);
+    if (tag != 'G')
+        _exit(125); /* the parent died before the death signal was armed */
+    execve(s->agent_path, c->argv, c->envp);
+    child__fail(c, "execve agent", NULL, errno);
+}
+
+/* ---- start ----------------------------------------------------------------------- */
+
+static char **jail__strv_new(size_t n)
+{
+    return calloc(n + 1, sizeof(char *));
+}
+
+static void jail__strv_free(char **v)
+{
+    if (!v)
+        return;
+    for (char **p = v; *p; p++)
+        free(*p);
+    free(v);
+}
+
+static char **jail__argv(const struct vmm_spec *s)
+{
+    size_t n = s->agent_args ? json_array_size(s->agent_args) : 0;
+    char **v = jail__strv_new(n + 1);
+    if (!v)
+        return NULL;
+    v[0] = strdup(s->agent_path);
+    for (size_t i = 0; i < n; i++)
+        v[i + 1] = strdup(json_string_value(json_array_get(s->agent_args, i)));
+    for (size_t i = 0; i <= n; i++)
+        if (!v[i]) {
+            jail__strv_free(v);
+            return NULL;
+        }
+    return v;
+}
+
+static char **jail__envp(const struct vmm_spec *s, bool have_init)
+{
+    size_t n = s->agent_env ? json_object_size(s->agent_env) : 0;
+    char **v = jail__strv_new(n + 6);
+    if (!v)
+        return NULL;
+    size_t i = 0;
+    bool ok = true;
+    ok &= asprintf(&v[i++], "AIRLOCK_AGENT_LISTEN_FD=%d", JAIL_FD_LISTEN) > 0;
+    if (have_init)
+        ok &= asprintf(&v[i++], "AIRLOCK_AGENT_INIT_FD=%d", JAIL_FD_INIT) > 0;
+    ok &= asprintf(&v[i++], "AIRLOCK_SANDBOX_ID=%s", s->id) > 0;
+    ok &= (v[i++] = strdup("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")) !=
+          NULL;
+    ok &= (v[i++] = strdup("HOME=/root")) != NULL;
+    const char *k;
+    json_t *val;
+    if (s->agent_env) {
+        json_object_foreach(s->agent_env, k, val)
+        {
+            ok &= asprintf(&v[i++], "%s=%s", k, json_string_value(val)) > 0;
+        }
+    }
+    if (!ok) {
+        jail__strv_free(v);
+        return NULL;
+    }
+    return v;
+}
+
+static int jail__check_paths(const struct vmm_spec *s, struct al_error *err)
+{
+    char p[PATH_MAX * 2];
+    struct stat st;
+    snprintf(p, sizeof p, "%s%s", s->agent_dir, s->agent_path + strlen("/.airlock"));
+    if (stat(p, &st) < 0 || !S_ISREG(st.st_mode))
+        return al_error_set(err, -ENOENT,
+                            "the agent binary %s does not exist: build airlock-agent, or point "
+                            "spec.agent.dir (or AIRLOCK_AGENT_DIR) at the directory that holds "
+                            "bin/airlock-agent",
+                            p);
+    if (!(st.st_mode & S_IXOTH))
+        return al_error_set(err, -EACCES,
+                            "the agent binary %s is not executable by others "
+                            "(mode %o): chmod 0755 it",
+                            p, st.st_mode & 07777);
+    for (size_t i = 0; i < s->n_binds; i++)
+        if (stat(s->binds[i].source, &st) < 0)
+            return al_error_set(err, -errno, "spec.binds[%zu]: source %s: %s", i,
+                                s->binds[i].source, strerror(errno));
+    if (s->net_mode == VMM_NET_NETNS && stat(s->netns_path, &st) < 0)
+        return al_error_set(err, -errno,
+                            "spec.network.netns %s: %s (the network namespace must be created "
+                            "before the sandbox, e.g. by the vswitch's pool)",
+                            s->netns_path, strerror(errno));
+    return 0;
+}
+
+static void jail__hosts(const struct vmm_spec *s, char *hosts, size_t hl, char *resolv, size_t rl)
+{
+    snprintf(hosts, hl,
+             "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
+             s->hostname);
+    resolv[0] = '\0';
+    size_t o = 0;
+    for (size_t i = 0; i < s->n_dns && o < rl; i++)
+        o += (size_t)snprintf(resolv + o, rl - o, "nameserver %s\n", s->dns[i]);
+}
+
+int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
+{
+    const struct vmm_spec *s = j->spec;
+    uint64_t t0 = al_now_ns();
+    int rc;
+    struct sock_filter *prog = NULL;
+    size_t prog_len = 0;
+    char **argv = NULL, **envp = NULL;
+    al_autofree char *init = NULL;
+    size_t init_len = 0;
+    int sv[2] = {-1, -1}, errp[2] = {-1, -1}, logp[2] = {-1, -1}, initp[2] = {-1, -1};
+    int orig_net = -1, target_net = -1, userns = -1;
+    int mfds[VMM_MAX_BINDS + 1];
+    size_t n_mfds = 0;
+    struct jail_mnt_plan *plan = NULL;
+    pid_t pid = -1;
+    int pidfd = -1;
+    bool net_switched = false;
+
+    for (size_t i = 0; i < AL_ARRAY_SIZE(mfds); i++)
+        mfds[i] = -1;
+    if ((rc = jail__check_paths(s, err)))
+        goto fail;
+
+    struct jail_cg_limits lim = {s->memory_bytes, s->pids, s->cpus};
+    if ((rc = jail_cg_create(&j->cg, &lim, err)))
+        goto fail;
+    j->cg_created = true;
+
+    if ((rc = jail_seccomp_build(&prog, &prog_len))) {
+        al_error_set(err, rc, "cannot build the seccomp filter: %s", strerror(-rc));
+        goto fail;
+    }
+    plan = malloc(sizeof *plan);
+    if (!plan) {
+        rc = al_error_set(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    struct jail_mnt_opts mo = {.agent = true, .n_binds = s->n_binds};
+    for (size_t i = 0; i < s->n_binds; i++)
+        mo.bind_targets[i] = s->binds[i].target;
+    if ((rc = jail_mnt_plan_build(&mo, plan))) {
+        al_error_set(err, rc, "cannot build the mount plan: %s", strerror(-rc));
+        goto fail;
+    }
+    json_t *io = vmm_spec_init_object(s);
+    if (!io) {
+        rc = al_error_set(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    init = al_json_dump(io);
+    json_decref(io);
+    if (!init) {
+        rc = al_error_set(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    init_len = strlen(init);
+    if (init_len > VMM_INIT_MAX_SIZE) {
+        rc = al_error_set(err, -E2BIG,
+                          "the agent's init data (env vars etc.) is %zu bytes, more than %u",
+                          init_len, VMM_INIT_MAX_SIZE);
+        goto fail;
+    }
+    argv = jail__argv(s);
+    envp = jail__envp(s, true);
+    if (!argv || !envp) {
+        rc = al_error_set(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+
+    struct jail__child c = {
+        .j = j,
+        .listen_fd = agent_listen_fd,
+        .plan = plan,
+        .prog = prog,
+        .prog_len = prog_len,
+        .landlock_abi = jail_landlock_abi(),
+        .argv = argv,
+        .envp = envp,
+    };
+    jail__hosts(s, c.hosts, sizeof c.hosts, c.resolv, sizeof c.resolv);
+    char state_dir[512];
+    snprintf(state_dir, sizeof state_dir, "%s", j->ids_dir);
+    *strrchr(state_dir, '/') = '\0'; /* <state>/jail */
+    snprintf(c.ws_path, sizeof c.ws_path, "%s/mnt", state_dir);
+    if ((rc = mkdir(c.ws_path, 0755) < 0 && errno != EEXIST ? al_mkdir_p(c.ws_path, 0755) : 0)) {
+        al_error_set(err, rc, "cannot create %s: %s", c.ws_path, strerror(-rc));
+        goto fail;
+    }
+
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ||
+        pipe2(errp, O_CLOEXEC) < 0 || pipe2(logp, O_CLOEXEC) < 0 || pipe2(initp, O_CLOEXEC) < 0) {
+        rc = al_error_set(err, -errno, "cannot create pipes: %s", strerror(errno));
+        goto fail;
+    }
+    if ((size_t)fcntl(initp[1], F_GETPIPE_SZ) < init_len + 1 &&
+        fcntl(initp[1], F_SETPIPE_SZ, (int)(init_len + 4096)) < 0) {
+        rc = al_error_set(err, -errno, "cannot size the init pipe: %s", strerror(errno));
+        goto fail;
+    }
+    c.sync = sv[1];
+    c.errw = errp[1];
+    c.log_w = logp[1];
+    c.init_r = initp[0];
+
+    /* Network: the child is created inside the sandbox's network namespace; this process
+     * goes back to its own right after the clone. A namespace made here ("none") is owned
+     * by the host's user namespace, so root of the sandbox cannot reconfigure it. */
+    orig_net = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (orig_net < 0) {
+        rc = al_error_set(err, -errno, "open /proc/self/ns/net: %s", strerror(errno));
+        goto fail;
+    }
+    j->timing.prepare_ns = al_now_ns() - t0;
+    uint64_t t1 = al_now_ns();
+    if (s->net_mode == VMM_NET_NETNS) {
+        target_net = open(s->netns_path, O_RDONLY | O_CLOEXEC);
+        if (target_net < 0) {
+            rc = al_error_set(err, -errno, "open network namespace %s: %s", s->netns_path,
+                              strerror(errno));
+            goto fail;
+        }
+        if (setns(target_net, CLONE_NEWNET) < 0) {
+            rc = al_error_set(err, -errno,
+                              "join network namespace %s: %s (is it a network "
+                              "namespace?)",
+                              s->netns_path, strerror(errno));
+            goto fail;
+        }
+    } else {
+        if (unshare(CLONE_NEWNET) < 0) {
+            rc = al_error_set(err, -errno, "create a network namespace: %s", strerror(errno));
+            goto fail;
+        }
+    }
+    net_switched = true;
+    if (s->net_mode == VMM_NET_NONE && (rc = jail__lo_up(err)))
+        goto fail;
+
+    struct clone_args ca = {
+        .flags =
+            CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD,
+        .pidfd = (uint64_t)(uintptr_t)&pidfd,
+        .exit_signal = SIGCHLD,
+    };
+    pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+    if (pid == 0) {
+        close(sv[0]);
+        close(errp[0]);
+        close(logp[0]);
+        close(initp[1]);
+        _exit(child__main(&c));
+    }
+    int clone_errno = errno;
+    if (setns(orig_net, CLONE_NEWNET) < 0)
+        al_die_errno(errno, "cannot return to the host network namespace");
+    net_switched = false;
+    if (pid < 0) {
+        rc = al_error_set(err, -clone_errno,
+                          "clone3 (new user, mount, pid, ipc, uts "
+                          "namespaces): %s",
+                          strerror(clone_errno));
+        pid = -1;
+        goto fail;
+    }
+    j->timing.clone_ns = al_now_ns() - t1;
+    uint64_t t2 = al_now_ns();
+    close(sv[1]);
+    sv[1] = -1;
+    close(errp[1]);
+    errp[1] = -1;
+    close(logp[1]);
+    logp[1] = -1;
+    close(initp[0]);
+    initp[0] = -1;
+
+    char p[64], map[64];
+    snprintf(map, sizeof map, "0 %u %u\n", j->host_uid, JAIL_IDS_PER_SLOT);
+    snprintf(p, sizeof p, "/proc/%d/uid_map", (int)pid);
+    if ((rc = jail__write_file(p, map))) {
+        al_error_set(err, rc, "write %s: %s", p, strerror(-rc));
+        goto fail;
+    }
+    snprintf(p, sizeof p, "/proc/%d/gid_map", (int)pid);
+    if ((rc = jail__write_file(p, map))) {
+        al_error_set(err, rc, "write %s: %s", p, strerror(-rc));
+        goto fail;
+    }
+    snprintf(p, sizeof p, "/proc/%d/ns/user", (int)pid);
+    userns = open(p, O_RDONLY | O_CLOEXEC);
+    if (userns < 0) {
+        rc = al_error_set(err, -errno, "open %s: %s", p, strerror(errno));
+        goto fail;
+    }
+
+    /* Id-mapped, read-only clones of the template and the agent directory; plain
+     * read-only clones for the spec's binds. */
+    char tpath[PATH_MAX + 16];
+    snprintf(tpath, sizeof tpath, "%s/rootfs", s->template_dir);
+    const char *srcs[VMM_MAX_BINDS + 2];
+    size_t nsrc = 0;
+    srcs[nsrc++] = tpath;
+    srcs[nsrc++] = s->agent_dir;
+    for (size_t i = 0; i < s->n_binds; i++)
+        srcs[nsrc++] = s->binds[i].source;
+    for (size_t i = 0; i < nsrc; i++) {
+        int fd = open_tree(AT_FDCWD, srcs[i], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+        if (fd < 0) {
+            rc = al_error_set(err, -errno, "clone mount of %s: %s", srcs[i], strerror(errno));
+            goto fail;
+        }
+        mfds[n_mfds++] = fd;
+        struct mount_attr ma = {
+            .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        };
+        if (i < 2) {
+            ma.attr_set |= MOUNT_ATTR_IDMAP;
+            ma.userns_fd = (uint64_t)userns;
+        }
+        if (mount_setattr(fd, "", AT_EMPTY_PATH, &ma, sizeof ma) < 0) {
+            rc = al_error_set(err, -errno, "make %s a read-only%s mount: %s%s", srcs[i],
+                              i < 2 ? ", id-mapped" : "", strerror(errno),
+                              i < 2 ? " (the template and agent directories must be on a file "
+                                      "system that supports id-mapped mounts, e.g. ext4, xfs, "
+                                      "btrfs or tmpfs)"
+                                    : "");
+            goto fail;
+        }
+    }
+    if ((rc = jail__send_fds(sv[0], 'M', mfds, n_mfds))) {
+        al_error_set(err, rc, "hand the mounts to the sandbox: %s", strerror(-rc));
+        goto fail;
+    }
+    for (size_t i = 0; i < n_mfds; i++) {
+        close(mfds[i]);
+        mfds[i] = -1;
+    }
+    n_mfds = 0;
+    if ((rc = al_write_all(initp[1], init, init_len)) < 0) {
+        al_error_set(err, rc, "write the init data: %s", strerror(-rc));
+        goto fail;
+    }
+    sodium_memzero(init, init_len);
+    close(initp[1]);
+    initp[1] = -1;
+    /* While the child builds its root: the cgroups (see the child's side). */
+    uint64_t tcg = al_now_ns();
+    if (!j->cg_inherited && (rc = jail_cg_attach(&j->cg, pid, err)))
+        goto fail;
+    j->timing.cgroup_attach_ns = al_now_ns() - tcg;
+    if ((rc = jail__send_fds(sv[0], 'C', NULL, 0))) {
+        al_error_set(err, rc, "release the sandbox: %s", strerror(-rc));
+        goto fail;
+    }
+    j->timing.setup_ns = al_now_ns() - t2;
+    uint64_t t3 = al_now_ns();
+
+    /* The child reports 'R' when it is ready to exec, or an error on errp. */
+    int tag = -ETIMEDOUT;
+    if (jail__wait_readable(sv[0], (int)s->start_timeout_ms) == 0)
+        tag = jail__recv_msg(sv[0], &j->timing.child, sizeof j->timing.child, NULL, 0, NULL);
+    if (tag != 'R') {
+        char msg[AL_ERROR_MSG_MAX];
+        ssize_t n = read(errp[0], msg, sizeof msg - 1);
+        if (n > 0) {
+            msg[n] = '\0';
+            rc = al_error_set(err, -EIO, "sandbox setup failed at %s", msg);
+        } else {
+            rc = al_error_set(err, tag == -ETIMEDOUT ? -ETIMEDOUT : -EIO,
+                              "the sandbox's first process %s before it was ready",
+                              tag == -ETIMEDOUT ? "hung" : "died");
+        }
+        goto fail;
+    }
+    j->timing.child_ns = al_now_ns() - t3;
+    uint64_t t4 = al_now_ns();
+    if ((rc = jail__send_fds(sv[0], 'G', NULL, 0))) {
+        al_error_set(err, rc, "release the sandbox: %s", strerror(-rc));
+        goto fail;
+    }
+    /* The error pipe closes at a successful execve; a message means it failed. */
+    char msg[AL_ERROR_MSG_MAX];
+    ssize_t n;
+    do {
+        n = read(errp[0], msg, sizeof msg - 1);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        msg[n] = '\0';
+        rc = al_error_set(err, -EIO, "sandbox setup failed at %s", msg);
+        goto fail;
+    }
+    j->timing.exec_ns = al_now_ns() - t4;
+    j->timing.total_ns = al_now_ns() - t0;
+
+    close(sv[0]);
+    close(errp[0]);
+    close(orig_net);
+    if (target_net >= 0)
+        close(target_net);
+    close(userns);
+    free(prog);
+    free(plan);
+    jail__strv_free(argv);
+    jail__strv_free(envp);
+    j->pid = pid;
+    j->pidfd = pidfd;
+    j->log_fd = logp[0];
+    return 0;
+
+fail:
+    if (net_switched && setns(orig_net, CLONE_NEWNET) < 0)
+        al_die_errno(errno, "cannot return to the host network namespace");
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    if (pidfd >= 0)
+        close(pidfd);
+    for (size_t i = 0; i < n_mfds; i++)
+        close(mfds[i]);
+    int all[] = {sv[0],    sv[1],    errp[0],  errp[1],    logp[0], logp[1],
+                 initp[0], initp[1], orig_net, target_net, userns};
+    for (size_t i = 0; i < AL_ARRAY_SIZE(all); i++)
+        if (all[i] >= 0)
+            close(all[i]);
+    if (init)
+        sodium_memzero(init, init_len);
+    free(prog);
+    free(plan);
+    jail__strv_free(argv);
+    jail__strv_free(envp);
+    if (j->cg_created) {
+        if (j->cg_inherited)
+            jail_warm_release(); /* out of the cgroups before killing what is in them */
+        jail_cg_kill_all(&j->cg, NULL);
+        for (int i = 0; i < 200 && jail_cg_nprocs(&j->cg) > 0; i++)
+            usleep(5000);
+        jail_cg_destroy(&j->cg, NULL);
+        j->cg_created = false;
+    }
+    return rc;
+}
+
+/* ---- running sandbox -------------------------------------------------------------- */
+
+int jail_pause(struct jail *j, struct al_error *err)
+{
+    return jail_cg_freeze(&j->cg, true, 5000, err);
+}
+
+int jail_resume(struct jail *j, struct al_error *err)
+{
+    return jail_cg_freeze(&j->cg, false, 5000, err);
+}
+
+bool jail_is_paused(const struct jail *j)
+{
+    return jail_cg_is_frozen(&j->cg);
+}
+
+int jail_terminate(struct jail *j)
+{
+    if (j->pidfd >= 0 && syscall(SYS_pidfd_send_signal, j->pidfd, SIGTERM, NULL, 0) == 0)
+        return 0;
+    return j->pid > 0 && kill(j->pid, SIGTERM) < 0 ? -errno : 0;
+}
+
+int jail_kill(struct jail *j, struct al_error *err)
+{
+    /* Killing PID 1 of the sandbox makes the kernel kill every process in its PID
+     * namespace; the cgroup sweep catches anything in between. A frozen task only dies once
+     * thawed, which jail_cg_kill_all does. */
+    if (j->pidfd >= 0)
+        syscall(SYS_pidfd_send_signal, j->pidfd, SIGKILL, NULL, 0);
+    else if (j->pid > 0)
+        kill(j->pid, SIGKILL);
+    if (!j->cg_created)
+        return 0;
+    if (j->cg_inherited)
+        jail_warm_release();
+    int rc = jail_cg_kill_all(&j->cg, err);
+    return rc < 0 ? rc : 0;
+}
+
+int jail_nprocs(const struct jail *j)
+{
+    return j->cg_created ? jail_cg_nprocs(&j->cg) : 0;
+}
+
+int jail_reclaim(struct jail *j, struct al_error *err)
+{
+    int rc = 0;
+    if (j->log_fd >= 0) {
+        close(j->log_fd);
+        j->log_fd = -1;
+    }
+    if (j->pidfd >= 0) {
+        close(j->pidfd);
+        j->pidfd = -1;
+    }
+    if (j->cg_inherited)
+        jail_warm_release();
+    if (j->cg_created) {
+        rc = jail_cg_destroy(&j->cg, err);
+        if (rc == 0)
+            j->cg_created = false;
+    }
+    if (j->have_slot && rc == 0) {
+        int r = jail_idmap_release(&j->ids, j->slot, j->spec->id);
+        if (r && r != -ENOENT)
+            rc = al_error_set(err, r, "release id slot %u: %s", j->slot, strerror(-r));
+        else
+            j->have_slot = false;
+    }
+    return rc;
+}
+
+json_t *jail_stats(const struct jail *j)
+{
+    struct jail_cg_stats st;
+    jail_cg_stats(&j->cg, &st);
+    json_t *o = json_object();
+    json_object_set_new(o, "cpu_usage_ns", json_integer((json_int_t)st.cpu_usage_ns));
+    json_object_set_new(o, "cpus", json_real(j->spec->cpus));
+    json_object_set_new(o, "memory_bytes", json_integer((json_int_t)st.memory_bytes));
+    json_object_set_new(o, "memory_peak_bytes", json_integer((json_int_t)st.memory_peak_bytes));
+    json_object_set_new(o, "memory_limit_bytes", json_integer((json_int_t)j->spec->memory_bytes));
+    json_object_set_new(o, "oom_kills", json_integer((json_int_t)st.oom_kills));
+    json_object_set_new(o, "pids", json_integer((json_int_t)st.pids));
+    json_object_set_new(o, "pids_limit", json_integer((json_int_t)j->spec->pids));
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/root/", (int)j->pid);
+    struct statfs sf;
+    if (j->pid > 0 && statfs(p, &sf) == 0) {
+        json_object_set_new(o, "disk_used_bytes",
+                            json_integer((json_int_t)((sf.f_blocks - sf.f_bfree) * sf.f_bsize)));
+        json_object_set_new(o, "disk_total_bytes",
+                            json_integer((json_int_t)(sf.f_blocks * sf.f_bsize)));
+    }
+    return o;
+}
+
+/* ---- cleanup after a crash --------------------------------------------------------- */
+
+static int jail__drain_cgroup(struct jail_cg *cg, unsigned timeout_ms, struct al_error *err)
+{
+    if (!jail_cg_exists(cg))
+        return 0;
+    uint64_t deadline = al_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        int n = jail_cg_nprocs(cg);
+        if (n <= 0)
+            break;
+        jail_cg_kill_all(cg, NULL);
+        if (al_now_ns() > deadline)
+            return al_error_set(err, -ETIMEDOUT,
+                                "%d processes of cgroup %s did not exit within %u ms", n,
+                                cg->uniq[0], timeout_ms);
+        usleep(5000);
+    }
+    /* A crashed sandbox may have been frozen; a frozen empty cgroup still removes fine. */
+    return jail_cg_destroy(cg, err);
+}
+
+int jail_cleanup_record(const json_t *rec, unsigned timeout_ms, struct al_error *err)
+{
+    const char *id = NULL, *parent = NULL, *ids_dir = NULL;
+    int64_t base = 0, slots = 0, slot = -1;
+    int rc;
+    if ((rc = al_json_get_str(rec, "id", true, &id, "record", err)) ||
+        (rc = al_json_get_str(rec, "cgroup_parent", true, &parent, "record", err)) ||
+        (rc = al_json_get_str(rec, "ids_dir", true, &ids_dir, "record", err)) ||
+        (rc = al_json_get_int(rec, "uid_base", true, 0, 0xffffffffll, &base, "record", err)) ||
+        (rc = al_json_get_int(rec, "uid_slots", true, 1, 0xffffffffll, &slots, "record", err)) ||
+        (rc = al_json_get_int(rec, "slot", false, 0, 0xffffffffll, &slot, "record", err)))
+        return rc;
+    struct jail_cg_layout layout;
+    if ((rc = jail__get_layout(&layout, err)))
+        return rc;
+    struct jail_cg cg;
+    if ((rc = jail_cg_init(&cg, &layout, parent, id, err)))
+        return rc;
+    if ((rc = jail__drain_cgroup(&cg, timeout_ms, err)))
+        return rc;
+    if (slot >= 0) {
+        struct jail_idmap_cfg ids = {(uint32_t)base, (uint32_t)slots, ids_dir};
+        int r = jail_idmap_release(&ids, (uint32_t)slot, id);
+        if (r && r != -ENOENT && r != -EPERM)
+            return al_error_set(err, r, "release id slot %lld: %s", (long long)slot, strerror(-r));
+    }
+    return 0;
+}
+
+struct jail__sweep_ctx {
+    const struct jail_sweep_opts *o;
+    struct jail_cg_layout layout;
+    int reclaimed;
+    int first_err;
+    struct al_error *err;
+};
+
+/* warm-<pid> cgroups belong to a waiting airlock-vmm while that process lives. */
+static bool jail__warm_live(const char *id)
+{
+    if (strncmp(id, "warm-", 5) != 0)
+        return false;
+    char *end;
+    long pid = strtol(id + 5, &end, 10);
+    if (*end || pid <= 0)
+        return false;
+    char p[64], comm[32] = "";
+    snprintf(p, sizeof p, "/proc/%ld/comm", pid);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, comm, sizeof comm - 1);
+    close(fd);
+    comm[n > 0 ? n : 0] = '\0';
+    return strncmp(comm, "airlock-vmm", 11) == 0;
+}
+
+static int jail__sweep_cg(const char *id, void *arg)
+{
+    struct jail__sweep_ctx *x = arg;
+    if (x->o->is_live(id, x->o->arg) || jail__warm_live(id))
+        return 0;
+    struct jail_cg cg;
+    struct al_error e = {0};
+    if (jail_cg_init(&cg, &x->layout, x->o->cgroup_parent, id, &e) == 0 &&
+        jail__drain_cgroup(&cg, 5000, &e) == 0) {
+        x->reclaimed++;
+        al_info("sweep: removed the cgroups of sandbox %s", id);
+    } else if (!x->first_err) {
+        x->first_err = al_error_set(x->err, e.code ? e.code : -EIO, "sandbox %s: %s", id, e.msg);
+    }
+    return 0;
+}
+
+int jail_sweep(const struct jail_sweep_opts *o, struct al_error *err)
+{
+    struct jail__sweep_ctx x = {.o = o, .err = err};
+    int rc = jail__get_layout(&x.layout, err);
+    if (rc)
+        return rc;
+    rc = jail_cg_list(&x.layout, o->cgroup_parent, jail__sweep_cg, &x);
+    if (rc < 0)
+        return al_error_set(err, rc, "list cgroups under %s: %s", o->cgroup_parent, strerror(-rc));
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/jail/idslots", o->state_dir);
+    struct jail_idmap_cfg ids = {o->uid_base, o->uid_slots, dir};
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            char *end;
+            unsigned long slot = strtoul(e->d_name, &end, 10);
+            if (e->d_name[0] < '0' || e->d_name[0] > '9' || *end)
+                continue;
+            char holder[128];
+            if (jail_idmap_holder(&ids, (uint32_t)slot, holder, sizeof holder) != 0)
+                continue;
+            if (vmm_id_valid(holder) && o->is_live(holder, o->arg))
+                continue;
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            if (unlink(p) == 0) {
+                x.reclaimed++;
+                al_info("sweep: released id slot %lu of sandbox %s", slot, holder);
+            }
+        }
+        closedir(d);
+    }
+    return x.first_err ? x.first_err : x.reclaimed;
+}

@@ -1,0 +1,150 @@
+/* vmm/main: the airlock-vmm command line: run one sandbox, or clean up after crashed ones. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/paths.h"
+#include "vmm.h"
+
+static void main__usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: airlock-vmm [--state-dir DIR] [run] --spec FILE|- [--ready-fd N]\n"
+        "       airlock-vmm [--state-dir DIR] --warm [--cgroup-parent P] --spec - --ready-fd N\n"
+        "       airlock-vmm [--state-dir DIR] --cleanup ID [--keep-logs]\n"
+        "       airlock-vmm [--state-dir DIR] --sweep [--keep-logs] [--cgroup-parent P]"
+        " [--uid-base N] [--uid-slots N]\n"
+        "\n"
+        "run      start the sandbox the spec describes (\"-\" reads it from standard input,\n"
+        "         which keeps its access token off the disk) and supervise it until it is\n"
+        "         stopped through its API (<state>/sandboxes/<id>/vmm.sock) or SIGTERM.\n"
+        "         --ready-fd N: write one JSON line to fd N when the agent answers\n"
+        "         /health ({\"ready\":true,...}) or when starting failed ({\"ready\":false,\n"
+        "         \"error\":...}), then close it.\n"
+        "--warm   prepare what needs no spec first (the sandbox's cgroups, with this process\n"
+        "         already in them), write {\"warm\":true,\"vmm_pid\":N} to the ready fd, then\n"
+        "         wait for the spec on standard input: a pool of warm airlock-vmm processes\n"
+        "         takes process start-up and the cgroup move off the creation path.\n"
+        "         Closing standard input (or SIGTERM) releases it unused.\n"
+        "--cleanup  reclaim what a crashed airlock-vmm of sandbox ID left (cgroups, id\n"
+        "         slot, files). Refuses while that sandbox still runs.\n"
+        "--sweep  reclaim every sandbox of the state directory whose airlock-vmm is gone,\n"
+        "         and the cgroups and id slots of sandboxes that crashed before they had a\n"
+        "         record (--cgroup-parent etc.: the values the sandboxes were started with).\n"
+        "--keep-logs  keep agent.log of what is cleaned up.\n"
+        "\n"
+        "Exit codes of run: 0 stopped on request, 1 could not start, 2 usage, 3 the agent\n"
+        "exited on its own, 4 the agent never became healthy, 5 cleanup incomplete (run\n"
+        "--cleanup). State directory: %s\n",
+        al_state_dir());
+}
+
+static int main__uint(const char *s, unsigned long max, unsigned long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || !*s || *end || v > max)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    al_log_init("airlock-vmm", AL_LOG_AUTO, AL_LOG_INFO);
+    argc = al_take_state_dir_arg(argc, argv);
+    const char *spec = NULL, *cleanup = NULL, *parent = NULL;
+    bool sweep = false, keep_logs = false, warm = false;
+    long ready_fd = -1;
+    unsigned long uid_base = 0, uid_slots = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        unsigned long v;
+        if (strcmp(a, "run") == 0 && i == 1) {
+            continue;
+        } else if (strcmp(a, "--spec") == 0 && next) {
+            spec = argv[++i];
+        } else if (strcmp(a, "--ready-fd") == 0 && next) {
+            if (main__uint(argv[++i], 65535, &v) || v < 3) {
+                fprintf(stderr, "airlock-vmm: --ready-fd wants a descriptor number >= 3\n");
+                return VMM_EXIT_USAGE;
+            }
+            ready_fd = (long)v;
+        } else if (strcmp(a, "--cleanup") == 0 && next) {
+            cleanup = argv[++i];
+        } else if (strcmp(a, "--warm") == 0) {
+            warm = true;
+        } else if (strcmp(a, "--keep-logs") == 0) {
+            keep_logs = true;
+        } else if (strcmp(a, "--sweep") == 0) {
+            sweep = true;
+        } else if (strcmp(a, "--cgroup-parent") == 0 && next) {
+            parent = argv[++i];
+        } else if (strcmp(a, "--uid-base") == 0 && next) {
+            if (main__uint(argv[++i], 0xfffeffffu, &uid_base) || uid_base < 65536) {
+                fprintf(stderr, "airlock-vmm: --uid-base wants a number >= 65536\n");
+                return VMM_EXIT_USAGE;
+            }
+        } else if (strcmp(a, "--uid-slots") == 0 && next) {
+            if (main__uint(argv[++i], 65535, &uid_slots) || uid_slots == 0) {
+                fprintf(stderr, "airlock-vmm: --uid-slots wants a number in 1..65535\n");
+                return VMM_EXIT_USAGE;
+            }
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            main__usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "airlock-vmm: unknown or incomplete argument '%s'\n\n", a);
+            main__usage(stderr);
+            return VMM_EXIT_USAGE;
+        }
+    }
+    if (!!spec + !!cleanup + sweep != 1) {
+        fprintf(stderr, "airlock-vmm: give exactly one of --spec, --cleanup, --sweep\n\n");
+        main__usage(stderr);
+        return VMM_EXIT_USAGE;
+    }
+    if (warm && (!spec || strcmp(spec, "-") != 0 || ready_fd < 0)) {
+        fprintf(stderr, "airlock-vmm: --warm needs --spec - and --ready-fd N\n");
+        return VMM_EXIT_USAGE;
+    }
+    if (spec) {
+        json_t *wo = json_object();
+        if (parent)
+            json_object_set_new(wo, "cgroup_parent", json_string(parent));
+        struct vmm_opts o = {
+            .spec_path = spec, .ready_fd = (int)ready_fd, .warm = warm, .warm_opts = wo};
+        int rc = vmm_run(&o);
+        json_decref(wo);
+        return rc;
+    }
+    struct al_error err = {0};
+    if (cleanup) {
+        int rc = vmm_cleanup(cleanup, keep_logs, &err);
+        if (rc) {
+            fprintf(stderr, "airlock-vmm: %s\n", al_error_str(&err));
+            return 1;
+        }
+        return 0;
+    }
+    json_t *d = json_object();
+    if (parent)
+        json_object_set_new(d, "cgroup_parent", json_string(parent));
+    if (uid_base)
+        json_object_set_new(d, "uid_base", json_integer((json_int_t)uid_base));
+    if (uid_slots)
+        json_object_set_new(d, "uid_slots", json_integer((json_int_t)uid_slots));
+    int rc = vmm_sweep(d, keep_logs, &err);
+    json_decref(d);
+    if (rc < 0) {
+        fprintf(stderr, "airlock-vmm: sweep: %s\n", al_error_str(&err));
+        return 1;
+    }
+    printf("airlock-vmm: sweep reclaimed %d sandbox resource set%s\n", rc, rc == 1 ? "" : "s");
+    return 0;
+}
