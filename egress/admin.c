@@ -158,6 +158,13 @@ static void admin__register(struct al_http_req *req, struct egress_admin *a)
         return;
     }
     json_t *out = egress_stats_json(a->e, id);
+    /* What the control plane hands the sandbox's agent: the CA it trusts, the placeholders
+     * of its environment (docs/egress-intercept.md). */
+    json_t *ix = egress_sandbox_intercept_json(a->e, id);
+    if (out && ix)
+        json_object_update_new(out, ix);
+    else
+        json_decref(ix);
     json_decref(body);
     al_http_reply_json(req, 201, out);
 }

@@ -274,10 +274,11 @@ static void sess__audit(struct intercept_session *s, json_t *rec)
         s->audit_failed = true;
 }
 
-static void rec_ms(json_t *o, const char *k, uint64_t a, uint64_t b)
+/* Durations as egress writes them: integer microseconds. */
+static void rec_us(json_t *o, const char *k, uint64_t a, uint64_t b)
 {
     if (a && b >= a)
-        json_object_set_new(o, k, json_real((double)(b - a) / 1e6));
+        json_object_set_new(o, k, json_integer((json_int_t)((b - a) / 1000)));
 }
 
 static void sess__audit_request(struct intercept_session *s, const char *decision, const char *reason,
@@ -331,12 +332,12 @@ static void sess__audit_request(struct intercept_session *s, const char *decisio
     json_object_set_new(r, "tls", tls);
     json_t *tm = json_object();
     uint64_t now = al_now_ns();
-    rec_ms(tm, "decide", s->t_start, s->t_decided);
-    rec_ms(tm, "vault", s->t_fetch0, s->t_fetched);
-    rec_ms(tm, "connect", s->t_connect0, s->t_connected);
-    rec_ms(tm, "upstream", s->t_sent, s->t_first_resp);
-    rec_ms(tm, "total", s->t_start, now);
-    json_object_set_new(r, "timing_ms", tm);
+    rec_us(tm, "decide", s->t_start, s->t_decided);
+    rec_us(tm, "vault", s->t_fetch0, s->t_fetched);
+    rec_us(tm, "connect", s->t_connect0, s->t_connected);
+    rec_us(tm, "upstream", s->t_sent, s->t_first_resp);
+    rec_us(tm, "total", s->t_start, now);
+    json_object_set_new(r, "timing_us", tm);
     sess__audit(s, r);
 }
 
