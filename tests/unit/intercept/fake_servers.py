@@ -2,7 +2,7 @@
 """tests/unit/intercept/fake_servers.py: the fake upstream and the fake vault of the
 interception tests (loopback and unix sockets only).
 
-  upstream --port-file F --cert C --key K --token T
+  upstream [--listen ADDR:PORT] [--port-file F] --cert C --key K --token T [--plain]
       HTTPS (HTTP/1.1 keep-alive) with test routes:
         /user            200 {"login":"octocat"} if Authorization is "Bearer T" (or
                          "token T"), else 401 with what it got
@@ -113,15 +113,18 @@ def upstream(a):
     class S(ThreadingHTTPServer):
         daemon_threads = True
 
-    srv = S(("127.0.0.1", 0), H)
+    host, _, port = (a.listen or "127.0.0.1:0").rpartition(":")
+    srv = S((host, int(port)), H)
     if not a.plain:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(a.cert, a.key)
         ctx.set_alpn_protocols(["http/1.1"])
         srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-    with open(a.port_file + ".tmp", "w") as f:
-        f.write(str(srv.server_address[1]))
-    os.rename(a.port_file + ".tmp", a.port_file)
+    if a.port_file:
+        with open(a.port_file + ".tmp", "w") as f:
+            f.write(str(srv.server_address[1]))
+        os.rename(a.port_file + ".tmp", a.port_file)
+    print("LISTEN", flush=True)
     srv.serve_forever()
 
 
@@ -178,6 +181,7 @@ def vault(a):
     except FileNotFoundError:
         pass
     srv = S(a.socket, H)
+    print("LISTEN", flush=True)
     srv.serve_forever()
 
 
@@ -185,7 +189,8 @@ def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
     u = sub.add_parser("upstream")
-    u.add_argument("--port-file", required=True)
+    u.add_argument("--port-file")
+    u.add_argument("--listen", help="ADDR:PORT (default 127.0.0.1:0)")
     u.add_argument("--cert", required=True)
     u.add_argument("--key", required=True)
     u.add_argument("--token", required=True)
