@@ -29,6 +29,7 @@
 #define MAX_HDRS       128
 #define CLOSE_MS       2000
 #define MAX_USED       8
+#define TUNNEL_FLUSH_MS 20 /* a tunnel's held-back bytes go after this much quiet */
 
 enum sess_state {
     S_HANDSHAKE = 1, /* TLS with the sandbox */
@@ -1519,6 +1520,14 @@ static void sess__tunnel(struct intercept_session *s, bool *progress)
     }
 }
 
+static size_t sess__tunnel_held(const struct intercept_session *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; s->tscrub_live && i < s->tscrub.n; i++)
+        n += s->tscrub.st[i].carry.len;
+    return n;
+}
+
 static void sess__update_watch(struct intercept_session *s)
 {
     if (s->st == S_DONE)
@@ -1556,6 +1565,11 @@ static void sess__update_watch(struct intercept_session *s)
     }
     s->ops->watch(s->ctx, INTERCEPT_END_CLIENT, s->cfd, ce);
     s->ops->watch(s->ctx, INTERCEPT_END_UPSTREAM, s->ufd, ue);
+    if (s->st == S_TUNNEL) {
+        /* Bytes held back by the scrubber (they could begin a secret) go out after a short
+         * quiet: an interactive protocol must not wait for the next message. */
+        s->ops->deadline(s->ctx, sess__tunnel_held(s) ? TUNNEL_FLUSH_MS : lim_or(s->lim.idle_timeout_ms, 300000));
+    }
 }
 
 static void sess__run(struct intercept_session *s)
@@ -1823,6 +1837,12 @@ void intercept_session_on_timeout(struct intercept_session *s)
             sess__fail(s, 504, "gateway_timeout", "upstream_response_timeout", "");
         break;
     case S_TUNNEL:
+        if (sess__tunnel_held(s)) {
+            s->stats.scrubbed_matches += s->tscrub.rep.matches;
+            s->tscrub.rep.matches = 0;
+            intercept_scrub_finish(&s->tscrub, &s->cq);
+            break; /* runs, flushes, re-arms the idle deadline */
+        }
         sess__close_upstream(s);
         sess__finish(s, "idle_timeout", "");
         return;

@@ -108,4 +108,4 @@ sleep 1.5
 ew_match "a value not cached: 503 credentials_unavailable, the feed is down" 'vault_feed_down' \
   iw_curl 1 https://echo.test/late/x
 ew_audit_has "audited" type=http_request decision=deny reason=vault_feed_down rule=late
-ew_done
+iw_done

@@ -88,3 +88,16 @@ iw_py() {
 
 # iw_upstream_saw PATTERN: what the echo upstream logged (one JSON line per request).
 iw_upstream_saw() { grep -Eq -- "$1" "$EW_TMP/iwup.log" "$EW_TMP/iwplain.log" 2>/dev/null; }
+
+# iw_done: stops airlock-egress (SIGTERM, a clean stop: sessions aborted, pools and the vault
+# client closed), checks that the sanitized build reported nothing, then ew_done.
+iw_done() {
+  ew_kill egress
+  if grep -Eq 'Sanitizer|runtime error' "$EW_TMP/egress.err" 2>/dev/null; then
+    ew__result 0 "airlock-egress stopped cleanly (see its log below)"
+    grep -E -A20 'Sanitizer|runtime error' "$EW_TMP/egress.err" | head -60
+  else
+    ew__result 1 "airlock-egress stopped cleanly"
+  fi
+  ew_done
+}
