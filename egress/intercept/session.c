@@ -1005,6 +1005,18 @@ static void sess__parse_client(struct intercept_session *s, bool *progress)
         }
         const char *data = s->cin.data + s->cin_off;
         const char *end = memmem(data, avail, "\r\n\r\n", 4);
+        /* A head ended by bare LFs is refused at once (the validator says why), not left
+         * to wait for a CRLF that never comes. */
+        const char *lf2 = memmem(data, avail, "\n\n", 2);
+        if (lf2 && (!end || lf2 < end + 2)) {
+            size_t at = (size_t)(lf2 - data);
+            end = at >= 2 ? data + at - 2 : NULL;
+        }
+        if (!end && lf2) {
+            s->ops->request_id(s->ctx, s->rid);
+            sess__deny(s, 400, "bad_request", "invalid_line_ending");
+            return;
+        }
         if (!end) {
             if (avail > maxh) {
                 s->method[0] = 0;

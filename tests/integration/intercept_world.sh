@@ -101,3 +101,30 @@ iw_done() {
   fi
   ew_done
 }
+
+# iw_tls_raw N HOST DATA: a TLS connection from sandbox N to HOST:443 (trusting its CA),
+# sends DATA (Python escapes), prints the status line of each response (or what failed).
+iw_tls_raw() {
+  local n=$1 host=$2 data=$3
+  ip netns exec "$(ew_ns "sb$n")" timeout 20 python3 - "$EW_TMP/sb$n-ca.pem" "$host" "$data" <<'PY'
+import socket, ssl, sys
+ca, host, data = sys.argv[1], sys.argv[2], sys.argv[3].encode().decode("unicode_escape").encode("latin-1")
+ctx = ssl.create_default_context(cafile=ca)
+try:
+    s = ctx.wrap_socket(socket.create_connection((host, 443), timeout=8), server_hostname=host)
+    s.sendall(data)
+    got = b""
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+except Exception as e:  # noqa: BLE001
+    got = b"" if "got" not in dir() else got
+    print("ERROR", type(e).__name__, e)
+for line in got.split(b"\r\n"):
+    if line.startswith(b"HTTP/1."):
+        print(line.decode(errors="replace"))
+print(got.decode(errors="replace")[-400:].replace("\r\n", " | "))
+PY
+}
