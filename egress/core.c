@@ -282,7 +282,7 @@ int egress_register_sandbox(struct egress *e, const struct egress_register *r, s
     }
     /* Its interception state (CA, TLS configuration, placeholders) before it can connect. */
     struct egress_inspect_sandbox *x = NULL;
-    if ((rc = egress_inspect_sandbox_new(e, r->id, p, &x, err)) < 0) {
+    if ((rc = egress_inspect_sandbox_new(e, r->id, p, (const json_t *)r->placeholders, &x, err)) < 0) {
         egress_policy_unref(p);
         return rc;
     }

@@ -120,6 +120,9 @@ struct egress_register {
     size_t policy_len;
     const char *policy_origin;
     const char *policy_file;
+    /* Placeholders handed out at an earlier registration (a JSON object ENV -> value) that
+     * the sandbox's processes still hold: kept (interception, docs/egress-intercept.md). */
+    const struct json_t *placeholders;
 };
 int egress_register_sandbox(struct egress *e, const struct egress_register *r, struct al_error *err);
 /* Removes it and closes its connections (each audited). -ENOENT if unknown. */

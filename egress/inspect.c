@@ -151,7 +151,8 @@ void egress_inspect_worker_stop(struct egress_worker *w)
 /* ---- sandboxes ------------------------------------------------------------------------------ */
 
 int egress_inspect_sandbox_new(struct egress *e, const char *id, const struct egress_policy *p,
-                               struct egress_inspect_sandbox **out, struct al_error *err)
+                               const json_t *keep_placeholders, struct egress_inspect_sandbox **out,
+                               struct al_error *err)
 {
     (void)e;
     *out = NULL;
@@ -168,7 +169,7 @@ int egress_inspect_sandbox_new(struct egress *e, const char *id, const struct eg
         rc = intercept_tls_server_new(&so, &x->srv, err);
     }
     if (rc == 0)
-        rc = intercept_placeholders_new(inspect__raw(p), NULL, &x->ph, err);
+        rc = intercept_placeholders_restore(inspect__raw(p), keep_placeholders, &x->ph, err);
     if (rc < 0) {
         egress_inspect_sandbox_free(x);
         return al_error_prefix(err, "sandbox %s: interception", id), rc;

@@ -52,7 +52,8 @@ void egress_inspect_worker_stop(struct egress_worker *w);
 struct egress_inspect_sandbox;
 /* The sandbox's CA, TLS configuration and placeholders for policy p. */
 int egress_inspect_sandbox_new(struct egress *e, const char *id, const struct egress_policy *p,
-                               struct egress_inspect_sandbox **out, struct al_error *err);
+                               const json_t *keep_placeholders, struct egress_inspect_sandbox **out,
+                               struct al_error *err);
 void egress_inspect_sandbox_free(struct egress_inspect_sandbox *x);
 /* A policy replaced (reload): placeholders follow it (existing ones keep their values); the
  * CA keeps the names it was created for. */

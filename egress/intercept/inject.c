@@ -94,6 +94,40 @@ int intercept_placeholders_new(const struct policy *p, const struct intercept_pl
     return 0;
 }
 
+static bool ph__valid(const char *v)
+{
+    size_t pl = sizeof INTERCEPT_PLACEHOLDER_PREFIX - 1;
+    if (!v || strlen(v) != pl + 40 || strncmp(v, INTERCEPT_PLACEHOLDER_PREFIX, pl) != 0)
+        return false;
+    for (const char *c = v + pl; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
+            return false;
+    return true;
+}
+
+int intercept_placeholders_restore(const struct policy *p, const json_t *keep,
+                                   struct intercept_placeholders **out, struct al_error *err)
+{
+    /* A previous set made of the values to keep, then the usual path. */
+    size_t n = 0;
+    const struct policy_placeholder *pp = policy_placeholders(p, &n);
+    struct intercept_placeholders prev = {0};
+    char *env[INTERCEPT_SCRUB_MAX_VALUES], *sec[INTERCEPT_SCRUB_MAX_VALUES], *val[INTERCEPT_SCRUB_MAX_VALUES];
+    for (size_t i = 0; keep && i < n && prev.n < INTERCEPT_SCRUB_MAX_VALUES; i++) {
+        const char *v = json_string_value(json_object_get(keep, pp[i].env));
+        if (!ph__valid(v))
+            continue;
+        env[prev.n] = (char *)pp[i].env;
+        sec[prev.n] = (char *)pp[i].secret;
+        val[prev.n] = (char *)v;
+        prev.n++;
+    }
+    prev.env = env;
+    prev.secret = sec;
+    prev.value = val;
+    return intercept_placeholders_new(p, prev.n ? &prev : NULL, out, err);
+}
+
 struct intercept_placeholders *intercept_placeholders_ref(struct intercept_placeholders *ph)
 {
     if (ph)

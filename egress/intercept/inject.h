@@ -53,6 +53,11 @@ struct intercept_placeholders;
  * sandbox's environment cannot change after creation). NULL *out when the policy has none. */
 int intercept_placeholders_new(const struct policy *p, const struct intercept_placeholders *prev,
                                struct intercept_placeholders **out, struct al_error *err);
+/* The same, keeping the values given in keep ({"ENV": "alph_..."}, what the control plane
+ * stored from an earlier registration: the sandbox's processes still hold them); a value not
+ * of the placeholder form is ignored (a fresh one is made). */
+int intercept_placeholders_restore(const struct policy *p, const json_t *keep,
+                                   struct intercept_placeholders **out, struct al_error *err);
 struct intercept_placeholders *intercept_placeholders_ref(struct intercept_placeholders *ph);
 void intercept_placeholders_unref(struct intercept_placeholders *ph);
 size_t intercept_placeholders_count(const struct intercept_placeholders *ph);

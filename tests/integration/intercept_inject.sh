@@ -102,6 +102,16 @@ ew_note "the auditor never sees the value"
 ew_audit_sync
 ew_fail "no audit file holds the token" grep -rqF "$IW_TOKEN" "$EW_STATE/audit"
 
+ew_note "registered again (as after a restart of the proxy): the placeholders it is given stay"
+ew_admin DELETE /v1/sandboxes/sbx-inj >/dev/null
+BODY=$(python3 -c 'import json,sys; print(json.dumps({"id": "sbx-inj", "template": "base",
+  "addresses": ["10.200.1.2"], "policy": {"yaml": open(sys.argv[1]).read(), "origin": sys.argv[1]},
+  "placeholders": json.load(open(sys.argv[2]))}))' "$EW_TMP/policy.yaml" "$EW_TMP/sb1-ph.json")
+ew_match "the same placeholder, a new CA" "\"SERVICE_KEY\": *\"$PH\"" ew_admin POST /v1/sandboxes "$BODY"
+ew_nomatch "... the CA is new (its key never left the old process)" "$(sed -n 2p "$EW_TMP/sb1-ca.pem")" echo "$EW_OUT"
+# what airlockd would now send the agent with POST /init
+printf '%s\n' "$EW_OUT" | head -1 | python3 -c 'import json,sys; open(sys.argv[1], "w").write(json.loads(sys.stdin.readline())["caCertPem"])' "$EW_TMP/sb1-ca.pem"
+
 ew_note "the vault gone: injecting rules fail closed"
 ew_kill vault
 sleep 1.5

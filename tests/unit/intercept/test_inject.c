@@ -347,6 +347,18 @@ START_TEST(placeholders_generated)
     json_decref(env);
     struct intercept_placeholders *again = make_ph(ph); /* a reload keeps it */
     ck_assert_str_eq(intercept_placeholder_value(again, 0), v);
+    /* Restored from what the control plane kept (an earlier registration). */
+    json_t *keep = json_pack("{s:s,s:s}", "SERVICE_KEY", v, "OTHER", "alph_0000000000000000000000000000000000000000");
+    struct intercept_placeholders *restored = NULL;
+    ck_assert_int_eq(intercept_placeholders_restore(P, keep, &restored, NULL), 0);
+    ck_assert_str_eq(intercept_placeholder_value(restored, 0), v);
+    intercept_placeholders_unref(restored);
+    json_object_set_new(keep, "SERVICE_KEY", json_string("not-a-placeholder"));
+    ck_assert_int_eq(intercept_placeholders_restore(P, keep, &restored, NULL), 0);
+    ck_assert_str_ne(intercept_placeholder_value(restored, 0), v);
+    ck_assert_int_eq(strncmp(intercept_placeholder_value(restored, 0), "alph_", 5), 0);
+    intercept_placeholders_unref(restored);
+    json_decref(keep);
     struct intercept_placeholders *other = make_ph(NULL); /* another sandbox: another value */
     ck_assert_str_ne(intercept_placeholder_value(other, 0), v);
     intercept_placeholders_unref(ph);
