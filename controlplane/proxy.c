@@ -1,0 +1,345 @@
+/* controlplane/proxy: data-plane routing (E2B-PROTOCOL.md sections 1 and 9).
+ *
+ * Owns: recognising sandbox traffic (E2b-Sandbox-Id, else X-Access-Token for what older
+ * SDKs send without sandbox headers), and forwarding it to the sandbox's agent over its
+ * unix-socket channel (never over the sandbox network): method, target, headers (minus
+ * hop-by-hop ones) and body unchanged, streamed both ways with flow control in each
+ * direction, so Connect streams, NDJSON executions and file transfers of any size pass
+ * without being buffered whole. The agent routes on E2b-Sandbox-Port itself (49983 envd,
+ * 49999 code interpreter; other ports are answered by the agent).
+ * "Sandbox gone" is a 502, as E2B's own proxy answers; the SDKs turn it into the right
+ * error (TimeoutError, SandboxNotFoundError for streams, isRunning() == false).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/log.h"
+#include "cp.h"
+#include "metrics.h"
+
+#define PX_HIGH_WATER (256u << 10)
+#define PX_LOW_WATER  (64u << 10)
+#define PX_MAX_HEADERS 128
+#define PX_TIMEOUT_MS 120000
+
+struct px {
+    struct cp *cp;
+    struct cp_sandbox *sb;
+    struct al_http_req *req;    /* NULL once answered or gone */
+    struct al_http_creq *creq;  /* NULL once done */
+    bool resp_started;
+    bool body_streaming;        /* the client's body is still arriving */
+    int status;
+    char sid[64];
+    char target[160];
+};
+
+static bool px__hop_by_hop(const char *name)
+{
+    static const char *const hop[] = {"Connection", "Keep-Alive", "Proxy-Connection",
+                                      "Proxy-Authorization", "Proxy-Authenticate", "TE",
+                                      "Trailer", "Transfer-Encoding", "Upgrade",
+                                      "Content-Length", "Host", NULL};
+    for (const char *const *h = hop; *h; h++)
+        if (strcasecmp(name, *h) == 0)
+            return true;
+    return false;
+}
+
+static void px__maybe_free(struct px *p)
+{
+    if (p->req || p->creq || p->body_streaming)
+        return;
+    cp_sb_unref(p->sb);
+    free(p);
+}
+
+static void px__fail(struct px *p, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void px__fail(struct px *p, int status, const char *fmt, ...)
+{
+    struct al_http_req *req = p->req;
+    if (!req)
+        return;
+    p->req = NULL;
+    p->body_streaming = false; /* ending the response stops the body callbacks */
+    req->user = NULL;
+    cp_metrics_proxy(p->cp->metrics, status);
+    if (p->resp_started) {
+        /* Too late for a status: cut the response short so the client sees a broken one. */
+        al_http_resp_end(req);
+        return;
+    }
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cp_rest_error(req, status, "%s", msg);
+}
+
+/* ---- upstream (the agent) --------------------------------------------------------------- */
+
+static void px__client_drained(struct al_http_req *req)
+{
+    struct px *p = req->user;
+    if (p && p->creq)
+        al_http_creq_resume(p->creq);
+}
+
+static int px__on_response(struct al_http_creq *c, int status, const struct al_http_header *h,
+                           size_t n, void *arg)
+{
+    struct px *p = arg;
+    (void)c;
+    if (!p->req)
+        return 1;
+    struct al_http_header out[PX_MAX_HEADERS];
+    size_t k = 0;
+    int64_t cl = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (strcasecmp(h[i].name, "Content-Length") == 0) {
+            char *end;
+            long long v = strtoll(h[i].value, &end, 10);
+            if (*h[i].value && !*end && v >= 0)
+                cl = v;
+            continue;
+        }
+        if (px__hop_by_hop(h[i].name) || strcasecmp(h[i].name, "Date") == 0 ||
+            strcasecmp(h[i].name, "Server") == 0)
+            continue;
+        if (k < PX_MAX_HEADERS)
+            out[k++] = h[i];
+    }
+    p->status = status;
+    int rc = al_http_resp_start(p->req, status, out, k, cl);
+    if (rc) {
+        al_warn("sandbox %s: cannot relay the agent's response: %s", p->sid, strerror(-rc));
+        return 1;
+    }
+    p->resp_started = true;
+    return 0;
+}
+
+static int px__on_data(struct al_http_creq *c, const char *data, size_t len, void *arg)
+{
+    struct px *p = arg;
+    (void)c;
+    if (!p->req)
+        return 0;
+    if (al_http_resp_write(p->req, data, len) < 0)
+        return 0; /* the client is gone: on_close cancels us */
+    if (al_http_resp_queued(p->req) > PX_HIGH_WATER) {
+        al_http_resp_on_drain(p->req, PX_LOW_WATER, px__client_drained);
+        return 1;
+    }
+    return 0;
+}
+
+static void px__on_done(struct al_http_creq *c, int err, void *arg)
+{
+    struct px *p = arg;
+    p->creq = NULL;
+    if (p->req) {
+        if (err == 0) {
+            struct al_http_req *req = p->req;
+            p->req = NULL;
+            p->body_streaming = false; /* ending the response stops the body callbacks */
+            cp_metrics_proxy(p->cp->metrics, p->status);
+            req->user = NULL;
+            al_http_resp_end(req);
+        } else {
+            const char *why = al_http_creq_strerror(c);
+            al_info("sandbox %s: request %.120s to its agent failed: %s", p->sid, p->target,
+                    why && *why ? why : strerror(-err));
+            px__fail(p, 502, "sandbox %s is not reachable: %s", p->sid,
+                     why && *why ? why : strerror(-err));
+        }
+    }
+    px__maybe_free(p);
+}
+
+/* ---- downstream (the client) ------------------------------------------------------------- */
+
+/* The client is gone: cancel the agent's side. p may be freed when this returns. */
+static void px__abandon(struct px *p)
+{
+    if (p->creq) {
+        struct al_http_creq *c = p->creq;
+        al_http_creq_cancel(c); /* on_done frees p, now or from the loop */
+        return;
+    }
+    px__maybe_free(p);
+}
+
+static void px__up_drained(struct al_http_creq *c, void *arg)
+{
+    struct px *p = arg;
+    (void)c;
+    if (p->req && p->body_streaming)
+        al_http_req_resume_body(p->req);
+}
+
+static int px__body_data(struct al_http_req *req, const char *data, size_t len)
+{
+    struct px *p = req->user;
+    if (!p || !p->creq)
+        return 0;
+    if (al_http_creq_write(p->creq, data, len) < 0)
+        return 0;
+    if (al_http_creq_queued(p->creq) > PX_HIGH_WATER) {
+        al_http_creq_on_drain(p->creq, PX_LOW_WATER, px__up_drained);
+        return 1;
+    }
+    return 0;
+}
+
+static void px__body_end(struct al_http_req *req, int err)
+{
+    struct px *p = req->user;
+    if (!p)
+        return;
+    p->body_streaming = false;
+    if (err == 0) {
+        if (p->creq)
+            al_http_creq_end(p->creq);
+        return;
+    }
+    /* The client's body broke (or the client went away): the request is released when we
+     * return, and the agent's side is abandoned. */
+    p->req = NULL;
+    req->user = NULL;
+    px__abandon(p);
+}
+
+static void px__on_close(struct al_http_req *req)
+{
+    struct px *p = req->user;
+    if (!p)
+        return;
+    p->req = NULL;
+    p->body_streaming = false;
+    req->user = NULL;
+    px__abandon(p);
+}
+
+void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req)
+{
+    struct al_http_header hdrs[PX_MAX_HEADERS];
+    size_t n = 0;
+    for (size_t i = 0; i < req->n_headers; i++) {
+        if (px__hop_by_hop(req->headers[i].name))
+            continue;
+        if (n == PX_MAX_HEADERS) {
+            cp_rest_error(req, 431, "too many request headers");
+            return;
+        }
+        hdrs[n++] = req->headers[i];
+    }
+    if (strlen(sb->agent_sock) == 0) {
+        cp_rest_error(req, 502, "sandbox %s has no agent channel", sb->rec.id);
+        return;
+    }
+    struct px *p = calloc(1, sizeof *p);
+    if (!p) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    p->cp = cp;
+    p->sb = sb;
+    cp_sb_ref(sb);
+    p->req = req;
+    snprintf(p->sid, sizeof p->sid, "%s", sb->rec.id);
+    snprintf(p->target, sizeof p->target, "%s %s", req->method, req->path);
+    bool has_body = req->chunked || req->content_length > 0;
+    char target[128];
+    snprintf(target, sizeof target, "unix:%s", sb->agent_sock);
+    struct al_http_creq_opts o = {
+        .target = target,
+        .method = req->method,
+        .path = req->target,
+        .headers = hdrs,
+        .n_headers = n,
+        .stream_body = has_body,
+        .timeout_ms = PX_TIMEOUT_MS,
+        .on_response = px__on_response,
+        .on_data = px__on_data,
+        .on_done = px__on_done,
+        .arg = p,
+        .pool = cp->pool,
+    };
+    req->user = p;
+    int rc = al_http_creq_start(cp->loop, &o, &p->creq);
+    if (rc) {
+        p->creq = NULL;
+        req->user = NULL;
+        px__fail(p, 502, "sandbox %s: cannot reach its agent: %s", sb->rec.id, strerror(-rc));
+        px__maybe_free(p);
+        return;
+    }
+    al_http_req_on_close(req, px__on_close);
+    if (has_body) {
+        p->body_streaming = true;
+        rc = al_http_req_stream_body(req, px__body_data, px__body_end);
+        if (rc) {
+            p->body_streaming = false;
+            px__fail(p, 400, "cannot read the request body: %s", strerror(-rc));
+            px__abandon(p);
+        }
+    }
+}
+
+/* Paths of the control plane: never routed by access token. */
+static bool px__control_path(const char *p)
+{
+    static const char *const cp_prefixes[] = {"/sandboxes", "/v1/", "/v2/", "/v3/", "/templates",
+                                              "/snapshots", "/volumes", "/teams", "/secrets",
+                                              NULL};
+    for (const char *const *c = cp_prefixes; *c; c++)
+        if (strncmp(p, *c, strlen(*c)) == 0)
+            return true;
+    return false;
+}
+
+bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
+{
+    size_t nid = al_http_req_header_count(req, "E2b-Sandbox-Id");
+    struct cp_sandbox *sb = NULL;
+    if (nid > 1) {
+        cp_rest_error(req, 400, "more than one E2b-Sandbox-Id header");
+        return true;
+    }
+    if (nid == 1) {
+        const char *id = al_http_req_header(req, "E2b-Sandbox-Id");
+        if (cp_sandbox_id_valid(id))
+            sb = cp_sandbox_get(cp, id);
+        if (!sb || (sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED)) {
+            cp_metrics_proxy(cp->metrics, 502);
+            cp_rest_error(req, 502, "sandbox \"%.64s\" not found", id);
+            return true;
+        }
+    } else {
+        const char *tok = al_http_req_header(req, "X-Access-Token");
+        if (!tok || px__control_path(req->path) ||
+            al_http_req_header_count(req, "X-Access-Token") != 1)
+            return false;
+        sb = cp_sandbox_by_token(cp, tok, strlen(tok));
+        if (!sb || (sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED)) {
+            cp_metrics_proxy(cp->metrics, 502);
+            cp_rest_error(req, 502, "no running sandbox has this access token");
+            return true;
+        }
+    }
+    if (sb->rec.state == CP_SB_PAUSED) {
+        cp_metrics_proxy(cp->metrics, 502);
+        cp_rest_error(req, 502, "sandbox %s is paused (resume it with Sandbox.connect)",
+                      sb->rec.id);
+        return true;
+    }
+    cp_proxy(cp, sb, req);
+    return true;
+}
