@@ -1,0 +1,127 @@
+/* common/http_internal: what the HTTP server, the clients and the utilities share, and
+ * nothing else sees (not installed, not included outside common/http*.c and the HTTP
+ * tests).
+ *
+ * Owns: the header-block pre-scanner (bare LF, obs-fold, size cap: the checks llhttp's
+ * loose build does not make), the header store (names and values copied out of the
+ * input, bounded), the write helper (try the socket first, copy only what is left), the
+ * per-thread read buffer, token/field validation, and the counters the tests use to prove
+ * that nothing leaks.
+ */
+#ifndef AIRLOCK_COMMON_HTTP_INTERNAL_H
+#define AIRLOCK_COMMON_HTTP_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <llhttp.h>
+#include <uv.h>
+
+#include "buf.h"
+#include "http.h"
+
+/* Size of one read from a socket (the per-thread buffer). */
+#define HTTP__READ_BUF (64 * 1024)
+
+/* ---- header-block scanner -------------------------------------------------------- */
+struct http__scan {
+    uint32_t bytes;    /* bytes of this header block so far (leading empty lines included) */
+    uint32_t line_len; /* bytes of the current, unfinished line */
+    uint32_t lines;    /* complete non-empty lines */
+    char last;         /* last byte seen (for a CR split from its LF) */
+};
+
+enum {
+    HTTP__SCAN_MORE = 0,     /* consumed everything, the block is not complete */
+    HTTP__SCAN_DONE = 1,     /* the block ends at *used */
+    HTTP__SCAN_TOO_BIG = -1, /* more than max bytes */
+    HTTP__SCAN_BARE_LF = -2, /* a line ended by LF without CR */
+    HTTP__SCAN_FOLD = -3,    /* a header line starting with SP/HT (obs-fold) */
+};
+
+void http__scan_reset(struct http__scan *s);
+int http__scan(struct http__scan *s, const char *p, size_t n, size_t max, size_t *used);
+const char *http__scan_strerror(int rc);
+
+/* ---- header store ---------------------------------------------------------------- */
+/* Names and values are appended to one buffer as NUL-terminated strings; offsets are kept
+ * while parsing (the buffer may move) and turned into pointers by http__hdrs_finish. The
+ * parser callbacks map one to one: on_header_field -> field, on_header_field_complete ->
+ * field_done, on_header_value -> value, on_header_value_complete -> value_done. */
+struct http__hdrs {
+    struct al_buf strs;
+    struct al_http_header *v;
+    size_t n, cap, max_n;
+    bool in_field; /* a name is being received */
+    bool in_value; /* a value is being received */
+};
+
+void http__hdrs_init(struct http__hdrs *h, size_t max_bytes, size_t max_n);
+void http__hdrs_reset(struct http__hdrs *h);
+void http__hdrs_free(struct http__hdrs *h);
+/* -E2BIG over the caps (bytes or count), -ENOMEM. */
+int http__hdrs_field(struct http__hdrs *h, const char *at, size_t len);
+int http__hdrs_field_done(struct http__hdrs *h);
+int http__hdrs_value(struct http__hdrs *h, const char *at, size_t len);
+int http__hdrs_value_done(struct http__hdrs *h);
+/* Appends a string that is not a header (method, target) and returns its offset. */
+int http__hdrs_add_string(struct http__hdrs *h, const char *s, size_t len, size_t *off);
+/* Offsets become pointers (call once, after the last append). */
+int http__hdrs_finish(struct http__hdrs *h);
+
+const struct al_http_header *http__find(const struct al_http_header *h, size_t n, const char *name);
+
+/* ---- validation ------------------------------------------------------------------ */
+bool http__is_token(const char *s, size_t len);
+/* A header value we are willing to emit: no CR, LF or NUL (and no other controls but HT). */
+bool http__is_field_value(const char *s);
+/* Request-target characters: visible ASCII only. */
+bool http__is_target(const char *s, size_t len);
+
+/* ---- target parsing (clients) ---------------------------------------------------- */
+struct http__target {
+    bool is_unix;
+    char path[108]; /* unix socket path */
+    char host[256]; /* host name or address literal (no brackets) */
+    int port;
+    char hostport[300]; /* for the Host header ("host:port", "[v6]:port", "localhost") */
+};
+/* Parses "unix:/path", "host:port", "[v6]:port", "http://host[:port][/...]". */
+int http__parse_target(const char *target, struct http__target *t, char *msg, size_t msglen);
+
+/* ---- writes ---------------------------------------------------------------------- */
+struct http__wreq {
+    uv_write_t req;
+    void *owner;
+    size_t len;
+    char data[];
+};
+/* Writes bufs to s: tries the socket first and copies only what it did not take into one
+ * queued write (cb gets a struct http__wreq; it must free it). *queued = bytes queued. */
+int http__write(uv_stream_t *s, const uv_buf_t *bufs, unsigned n, bool queue_empty, void *owner,
+                uv_write_cb cb, size_t *queued);
+
+/* ---- the per-thread read buffer -------------------------------------------------- */
+/* One HTTP__READ_BUF buffer per thread, lent to one read at a time (a nested loop on the
+ * same thread gets a heap buffer instead). */
+void http__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+/* Gives the buffer back (call at the end of every read callback). */
+void http__release_buf(const uv_buf_t *buf);
+
+/* ---- misc ------------------------------------------------------------------------ */
+/* "Mon, 30 Nov 2026 01:02:03 GMT" for now (cached per second, per thread). */
+const char *http__date(void);
+/* Formats {"code":status,"message":"..."} into out; returns its length. */
+size_t http__error_body(char *out, size_t outlen, int status, const char *msg);
+
+/* Sets SIGPIPE to ignored unless the application installed its own disposition. */
+void http__ignore_sigpipe(void);
+
+/* Live objects, for tests (leak checks that also work without ASan). */
+extern atomic_long http__live_reqs;
+extern atomic_long http__live_conns;
+extern atomic_long http__live_creqs;
+extern atomic_long http__live_cconns;
+
+#endif

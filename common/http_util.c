@@ -1,0 +1,667 @@
+/* common/http_util: the parts of HTTP that need no connection: status texts, header
+ * lookup, query and percent decoding, the header-block scanner, the header store,
+ * field/token validation, target parsing for the clients, the write helper and the
+ * per-thread read buffer. See http_internal.h.
+ */
+#include "http.h"
+#include "http_internal.h"
+#include "json.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+atomic_long http__live_reqs;
+atomic_long http__live_conns;
+atomic_long http__live_creqs;
+atomic_long http__live_cconns;
+
+/* ---- status texts ------------------------------------------------------------------ */
+static const struct {
+    int code;
+    const char *text;
+} util__status[] = {
+    {100, "Continue"},
+    {101, "Switching Protocols"},
+    {200, "OK"},
+    {201, "Created"},
+    {202, "Accepted"},
+    {203, "Non-Authoritative Information"},
+    {204, "No Content"},
+    {205, "Reset Content"},
+    {206, "Partial Content"},
+    {207, "Multi-Status"},
+    {300, "Multiple Choices"},
+    {301, "Moved Permanently"},
+    {302, "Found"},
+    {303, "See Other"},
+    {304, "Not Modified"},
+    {307, "Temporary Redirect"},
+    {308, "Permanent Redirect"},
+    {400, "Bad Request"},
+    {401, "Unauthorized"},
+    {402, "Payment Required"},
+    {403, "Forbidden"},
+    {404, "Not Found"},
+    {405, "Method Not Allowed"},
+    {406, "Not Acceptable"},
+    {407, "Proxy Authentication Required"},
+    {408, "Request Timeout"},
+    {409, "Conflict"},
+    {410, "Gone"},
+    {411, "Length Required"},
+    {412, "Precondition Failed"},
+    {413, "Content Too Large"},
+    {414, "URI Too Long"},
+    {415, "Unsupported Media Type"},
+    {416, "Range Not Satisfiable"},
+    {417, "Expectation Failed"},
+    {421, "Misdirected Request"},
+    {422, "Unprocessable Content"},
+    {423, "Locked"},
+    {424, "Failed Dependency"},
+    {425, "Too Early"},
+    {426, "Upgrade Required"},
+    {428, "Precondition Required"},
+    {429, "Too Many Requests"},
+    {431, "Request Header Fields Too Large"},
+    {451, "Unavailable For Legal Reasons"},
+    {499, "Client Closed Request"},
+    {500, "Internal Server Error"},
+    {501, "Not Implemented"},
+    {502, "Bad Gateway"},
+    {503, "Service Unavailable"},
+    {504, "Gateway Timeout"},
+    {505, "HTTP Version Not Supported"},
+    {507, "Insufficient Storage"},
+    {508, "Loop Detected"},
+    {511, "Network Authentication Required"},
+};
+
+const char *al_http_status_text(int status)
+{
+    for (size_t i = 0; i < sizeof util__status / sizeof util__status[0]; i++)
+        if (util__status[i].code == status)
+            return util__status[i].text;
+    if (status >= 100 && status < 200)
+        return "Informational";
+    if (status >= 200 && status < 300)
+        return "Success";
+    if (status >= 300 && status < 400)
+        return "Redirection";
+    if (status >= 400 && status < 500)
+        return "Client Error";
+    return "Server Error";
+}
+
+/* ---- header lookup ------------------------------------------------------------------ */
+const struct al_http_header *http__find(const struct al_http_header *h, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcasecmp(h[i].name, name) == 0)
+            return &h[i];
+    return NULL;
+}
+
+const char *al_http_req_header(const struct al_http_req *req, const char *name)
+{
+    const struct al_http_header *h = http__find(req->headers, req->n_headers, name);
+    return h ? h->value : NULL;
+}
+
+size_t al_http_req_header_count(const struct al_http_req *req, const char *name)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < req->n_headers; i++)
+        if (strcasecmp(req->headers[i].name, name) == 0)
+            n++;
+    return n;
+}
+
+const char *al_http_resp_header(const struct al_http_resp *r, const char *name)
+{
+    const struct al_http_header *h = http__find(r->headers, r->n_headers, name);
+    return h ? h->value : NULL;
+}
+
+/* ---- percent decoding ---------------------------------------------------------------- */
+static int util__hex(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Decodes one character of s at *i (advancing it): returns the byte, or -1 on a bad
+ * escape. */
+static int util__decode_at(const char *s, size_t len, size_t *i, bool plus_is_space)
+{
+    unsigned char c = (unsigned char)s[*i];
+    if (c == '%') {
+        if (*i + 2 >= len)
+            return -1;
+        int hi = util__hex((unsigned char)s[*i + 1]);
+        int lo = util__hex((unsigned char)s[*i + 2]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        *i += 3;
+        return hi << 4 | lo;
+    }
+    *i += 1;
+    return (plus_is_space && c == '+') ? ' ' : c;
+}
+
+int al_http_percent_decode(char *s, bool plus_is_space)
+{
+    size_t len = strlen(s), i = 0, o = 0;
+    while (i < len) {
+        int c = util__decode_at(s, len, &i, plus_is_space);
+        if (c <= 0)
+            return -EINVAL; /* bad escape, or an encoded NUL */
+        s[o++] = (char)c;
+    }
+    s[o] = '\0';
+    return 0;
+}
+
+int al_http_query_get(const char *query, const char *name, char *out, size_t outlen)
+{
+    if (!query || !name)
+        return -ENOENT;
+    if (*query == '?')
+        query++;
+    size_t nlen = strlen(name);
+    const char *p = query;
+    while (*p) {
+        const char *end = strchr(p, '&');
+        size_t plen = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', plen);
+        size_t klen = eq ? (size_t)(eq - p) : plen;
+        /* Compare the decoded key with name, without a copy. */
+        size_t i = 0, k = 0;
+        bool match = true;
+        while (i < klen) {
+            int c = util__decode_at(p, klen, &i, true);
+            if (c <= 0 || k >= nlen || (char)c != name[k]) {
+                match = false;
+                break;
+            }
+            k++;
+        }
+        if (match && k == nlen) {
+            if (outlen == 0)
+                return -E2BIG;
+            const char *v = eq ? eq + 1 : p + plen;
+            size_t vlen = eq ? plen - klen - 1 : 0, j = 0, o = 0;
+            while (j < vlen) {
+                int c = util__decode_at(v, vlen, &j, true);
+                if (c <= 0)
+                    return -EINVAL;
+                if (o + 1 >= outlen)
+                    return -E2BIG;
+                out[o++] = (char)c;
+            }
+            out[o] = '\0';
+            return 0;
+        }
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return -ENOENT;
+}
+
+/* ---- header-block scanner -------------------------------------------------------------- */
+void http__scan_reset(struct http__scan *s)
+{
+    memset(s, 0, sizeof *s);
+}
+
+int http__scan(struct http__scan *s, const char *p, size_t n, size_t max, size_t *used)
+{
+    size_t i = 0;
+    while (i < n) {
+        if (s->line_len == 0 && s->lines > 0 && (p[i] == ' ' || p[i] == '\t'))
+            return HTTP__SCAN_FOLD;
+        const char *nl = memchr(p + i, '\n', n - i);
+        size_t seg = nl ? (size_t)(nl - (p + i)) + 1 : n - i;
+        if ((size_t)s->bytes + seg > max)
+            return HTTP__SCAN_TOO_BIG;
+        s->bytes += (uint32_t)seg;
+        if (!nl) {
+            s->line_len += (uint32_t)seg;
+            s->last = p[n - 1];
+            break;
+        }
+        char before = seg >= 2 ? nl[-1] : (s->line_len > 0 ? s->last : '\0');
+        if (before != '\r')
+            return HTTP__SCAN_BARE_LF;
+        size_t line = s->line_len + seg;
+        i += seg;
+        s->line_len = 0;
+        s->last = '\n';
+        if (line == 2) {
+            if (s->lines > 0) {
+                *used = i;
+                return HTTP__SCAN_DONE;
+            }
+            continue; /* an empty line before the start line (RFC 9112 2.2 allows it) */
+        }
+        s->lines++;
+    }
+    *used = n;
+    return HTTP__SCAN_MORE;
+}
+
+const char *http__scan_strerror(int rc)
+{
+    switch (rc) {
+    case HTTP__SCAN_TOO_BIG:
+        return "header block too large";
+    case HTTP__SCAN_BARE_LF:
+        return "line ends with a bare LF (CRLF required)";
+    case HTTP__SCAN_FOLD:
+        return "obsolete line folding (a header line starts with whitespace)";
+    default:
+        return "malformed header block";
+    }
+}
+
+/* ---- header store ------------------------------------------------------------------ */
+void http__hdrs_init(struct http__hdrs *h, size_t max_bytes, size_t max_n)
+{
+    al_buf_init(&h->strs, max_bytes);
+    h->v = NULL;
+    h->n = h->cap = 0;
+    h->max_n = max_n;
+    h->in_field = h->in_value = false;
+}
+
+void http__hdrs_reset(struct http__hdrs *h)
+{
+    h->strs.len = 0;
+    if (h->strs.data)
+        h->strs.data[0] = '\0';
+    h->n = 0;
+    h->in_field = h->in_value = false;
+}
+
+void http__hdrs_free(struct http__hdrs *h)
+{
+    al_buf_free(&h->strs);
+    free(h->v);
+    h->v = NULL;
+    h->n = h->cap = 0;
+}
+
+int http__hdrs_add_string(struct http__hdrs *h, const char *s, size_t len, size_t *off)
+{
+    *off = h->strs.len;
+    int rc = al_buf_append(&h->strs, s, len);
+    return rc ? rc : al_buf_append(&h->strs, "", 1);
+}
+
+int http__hdrs_field(struct http__hdrs *h, const char *at, size_t len)
+{
+    if (!h->in_field) {
+        if (h->n >= h->max_n)
+            return -E2BIG;
+        if (h->n == h->cap) {
+            size_t ncap = h->cap ? h->cap * 2 : 16;
+            if (ncap > h->max_n)
+                ncap = h->max_n;
+            struct al_http_header *v = realloc(h->v, ncap * sizeof *v);
+            if (!v)
+                return -ENOMEM;
+            h->v = v;
+            h->cap = ncap;
+        }
+        h->v[h->n].name = (const char *)(uintptr_t)h->strs.len;
+        h->v[h->n].value = NULL;
+        h->n++;
+        h->in_field = true;
+        h->in_value = false;
+    }
+    return al_buf_append(&h->strs, at, len);
+}
+
+int http__hdrs_field_done(struct http__hdrs *h)
+{
+    if (!h->in_field) /* an empty name: llhttp rejects it in strict builds, we do in all */
+        return -EINVAL;
+    h->in_field = false;
+    return al_buf_append(&h->strs, "", 1);
+}
+
+int http__hdrs_value(struct http__hdrs *h, const char *at, size_t len)
+{
+    if (h->n == 0 || h->in_field)
+        return -EINVAL;
+    if (!h->in_value) {
+        h->in_value = true;
+        h->v[h->n - 1].value = (const char *)(uintptr_t)h->strs.len;
+    }
+    return al_buf_append(&h->strs, at, len);
+}
+
+int http__hdrs_value_done(struct http__hdrs *h)
+{
+    if (h->n == 0)
+        return -EINVAL;
+    if (!h->in_value) /* empty value: "X:" */
+        h->v[h->n - 1].value = (const char *)(uintptr_t)h->strs.len;
+    h->in_value = false;
+    return al_buf_append(&h->strs, "", 1);
+}
+
+int http__hdrs_finish(struct http__hdrs *h)
+{
+    if (!h->strs.data) {
+        int rc = al_buf_reserve(&h->strs, 1);
+        if (rc)
+            return rc;
+        h->strs.data[0] = '\0';
+    }
+    for (size_t i = 0; i < h->n; i++) {
+        struct al_http_header *e = &h->v[i];
+        if (!e->value) /* a name whose value never completed: cannot happen after headers */
+            return -EINVAL;
+        e->name = h->strs.data + (uintptr_t)e->name;
+        e->value = h->strs.data + (uintptr_t)e->value;
+    }
+    return 0;
+}
+
+/* ---- validation ---------------------------------------------------------------------- */
+/* RFC 9110 tchar: ALPHA / DIGIT / "!#$%&'*+-.^_`|~" */
+static inline bool util__is_tchar(unsigned char c)
+{
+    if (((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || (c >= '0' && c <= '9'))
+        return true;
+    return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+bool http__is_token(const char *s, size_t len)
+{
+    if (len == 0)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!util__is_tchar((unsigned char)s[i]))
+            return false;
+    return true;
+}
+
+bool http__is_field_value(const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if ((*p < 0x20 && *p != '\t') || *p == 0x7f)
+            return false;
+    return true;
+}
+
+bool http__is_target(const char *s, size_t len)
+{
+    if (len == 0)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= 0x20 || c >= 0x7f)
+            return false;
+    }
+    return true;
+}
+
+/* ---- target parsing ---------------------------------------------------------------- */
+int http__parse_target(const char *target, struct http__target *t, char *msg, size_t msglen)
+{
+    memset(t, 0, sizeof *t);
+    if (!target || !*target) {
+        snprintf(msg, msglen,
+                 "empty target: use \"unix:/path.sock\", \"host:port\" or "
+                 "\"http://host:port\"");
+        return -EINVAL;
+    }
+    if (strncmp(target, "unix:", 5) == 0) {
+        const char *path = target + 5;
+        if (strncmp(path, "//", 2) == 0) /* unix:///run/x.sock */
+            path += 2;
+        size_t len = strlen(path);
+        if (len == 0 || len >= sizeof t->path) {
+            snprintf(msg, msglen, "unix socket path in \"%s\" is empty or longer than %zu bytes",
+                     target, sizeof t->path - 1);
+            return -EINVAL;
+        }
+        t->is_unix = true;
+        memcpy(t->path, path, len + 1);
+        snprintf(t->hostport, sizeof t->hostport, "localhost");
+        return 0;
+    }
+    const char *p = target;
+    bool scheme = false;
+    if (strncasecmp(p, "http://", 7) == 0) {
+        p += 7;
+        scheme = true;
+    } else if (strncasecmp(p, "https://", 8) == 0) {
+        snprintf(msg, msglen, "\"%s\": https is not supported by this client (plain HTTP only)",
+                 target);
+        return -EPROTONOSUPPORT;
+    }
+    const char *end = p + strcspn(p, "/?#");
+    if (!scheme && *end) {
+        snprintf(msg, msglen, "\"%s\" is not \"host:port\" (a path needs \"http://\")", target);
+        return -EINVAL;
+    }
+    const char *host = p, *hend, *portp = NULL;
+    if (*p == '[') {
+        host = p + 1;
+        hend = memchr(host, ']', (size_t)(end - host));
+        if (!hend) {
+            snprintf(msg, msglen, "\"%s\": missing ']' after an IPv6 address", target);
+            return -EINVAL;
+        }
+        if (hend + 1 < end) {
+            if (hend[1] != ':') {
+                snprintf(msg, msglen, "\"%s\": expected ':port' after ']'", target);
+                return -EINVAL;
+            }
+            portp = hend + 2;
+        }
+    } else {
+        hend = memchr(host, ':', (size_t)(end - host));
+        if (hend)
+            portp = hend + 1;
+        else
+            hend = end;
+    }
+    size_t hlen = (size_t)(hend - host);
+    if (hlen == 0 || hlen >= sizeof t->host) {
+        snprintf(msg, msglen, "\"%s\": missing or too long host", target);
+        return -EINVAL;
+    }
+    memcpy(t->host, host, hlen);
+    t->host[hlen] = '\0';
+    for (size_t i = 0; i < hlen; i++) {
+        unsigned char c = (unsigned char)t->host[i];
+        if (!(isalnum(c) || c == '.' || c == '-' || c == ':' || c == '_' || c == '%')) {
+            snprintf(msg, msglen, "\"%s\": invalid character in host", target);
+            return -EINVAL;
+        }
+    }
+    if (portp) {
+        char *pe;
+        long port = strtol(portp, &pe, 10);
+        if (pe == portp || pe != end || port < 1 || port > 65535) {
+            snprintf(msg, msglen, "\"%s\": port must be a number in 1..65535", target);
+            return -EINVAL;
+        }
+        t->port = (int)port;
+    } else if (scheme) {
+        t->port = 80;
+    } else {
+        snprintf(msg, msglen, "\"%s\": missing port (use \"host:port\")", target);
+        return -EINVAL;
+    }
+    if (strchr(t->host, ':'))
+        snprintf(t->hostport, sizeof t->hostport, "[%s]:%d", t->host, t->port);
+    else
+        snprintf(t->hostport, sizeof t->hostport, "%s:%d", t->host, t->port);
+    return 0;
+}
+
+/* ---- writes ---------------------------------------------------------------------- */
+int http__write(uv_stream_t *s, const uv_buf_t *bufs, unsigned n, bool queue_empty, void *owner,
+                uv_write_cb cb, size_t *queued)
+{
+    size_t total = 0, done = 0;
+    *queued = 0;
+    for (unsigned i = 0; i < n; i++)
+        total += bufs[i].len;
+    if (total == 0)
+        return 0;
+    if (queue_empty) {
+        int r = uv_try_write(s, bufs, n);
+        if (r >= 0)
+            done = (size_t)r;
+        else if (r != UV_EAGAIN)
+            return r;
+        if (done == total)
+            return 0;
+    }
+    size_t rest = total - done;
+    struct http__wreq *w = malloc(sizeof *w + rest);
+    if (!w)
+        return -ENOMEM;
+    w->owner = owner;
+    w->len = rest;
+    size_t skip = done, o = 0;
+    for (unsigned i = 0; i < n; i++) {
+        size_t l = bufs[i].len;
+        if (skip >= l) {
+            skip -= l;
+            continue;
+        }
+        memcpy(w->data + o, bufs[i].base + skip, l - skip);
+        o += l - skip;
+        skip = 0;
+    }
+    uv_buf_t b = uv_buf_init(w->data, (unsigned)rest);
+    int r = uv_write(&w->req, s, &b, 1, cb);
+    if (r) {
+        free(w);
+        return r;
+    }
+    *queued = rest;
+    return 0;
+}
+
+/* ---- per-thread read buffer -------------------------------------------------------- */
+struct util__rbuf {
+    char *data;
+    bool busy;
+};
+
+static pthread_key_t util__rbuf_key;
+static pthread_once_t util__rbuf_once = PTHREAD_ONCE_INIT;
+
+static void util__rbuf_free(void *p)
+{
+    struct util__rbuf *rb = p;
+    free(rb->data);
+    free(rb);
+}
+
+static void util__rbuf_init(void)
+{
+    if (pthread_key_create(&util__rbuf_key, util__rbuf_free) != 0)
+        abort();
+}
+
+void http__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)h;
+    (void)suggested;
+    pthread_once(&util__rbuf_once, util__rbuf_init);
+    struct util__rbuf *rb = pthread_getspecific(util__rbuf_key);
+    if (!rb) {
+        rb = calloc(1, sizeof *rb);
+        if (rb && !(rb->data = malloc(HTTP__READ_BUF))) {
+            free(rb);
+            rb = NULL;
+        }
+        if (rb)
+            pthread_setspecific(util__rbuf_key, rb);
+    }
+    if (rb && !rb->busy) {
+        rb->busy = true;
+        *buf = uv_buf_init(rb->data, HTTP__READ_BUF);
+        return;
+    }
+    /* Nested loop on this thread (or out of memory): a private buffer. */
+    char *p = malloc(HTTP__READ_BUF);
+    *buf = uv_buf_init(p, p ? HTTP__READ_BUF : 0);
+}
+
+void http__release_buf(const uv_buf_t *buf)
+{
+    if (!buf || !buf->base)
+        return;
+    struct util__rbuf *rb = pthread_getspecific(util__rbuf_key);
+    if (rb && buf->base == rb->data)
+        rb->busy = false;
+    else
+        free(buf->base);
+}
+
+/* ---- misc -------------------------------------------------------------------------- */
+const char *http__date(void)
+{
+    static __thread char date[40];
+    static __thread time_t date_sec = -1;
+    time_t now = time(NULL);
+    if (now != date_sec) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        date_sec = now;
+    }
+    return date;
+}
+
+size_t http__error_body(char *out, size_t outlen, int status, const char *msg)
+{
+    char esc[1024];
+    al_json_escape(msg ? msg : "", esc, sizeof esc);
+    int n = snprintf(out, outlen, "{\"code\":%d,\"message\":\"%s\"}", status, esc);
+    if (n < 0)
+        return 0;
+    return (size_t)n < outlen ? (size_t)n : outlen - 1;
+}
+
+/* libuv writes with write(2)/writev(2): a peer that went away raises SIGPIPE, which kills
+ * a process that did not ignore it. Every HTTP user wants EPIPE instead; a handler the
+ * application installed itself is left alone. */
+static void util__sigpipe_once(void)
+{
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL) {
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = SIG_IGN;
+        sigaction(SIGPIPE, &sa, NULL);
+    }
+}
+
+void http__ignore_sigpipe(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, util__sigpipe_once);
+}

@@ -1,0 +1,270 @@
+/* Unit tests: common/http utilities (decoding, scanning, parsing helpers; no sockets). */
+#include "al_test.h"
+#include "common/http.h"
+#include "common/http_internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+static int q(const char *query, const char *name, char *out, size_t outlen)
+{
+    memset(out, '#', outlen);
+    return al_http_query_get(query, name, out, outlen);
+}
+
+START_TEST(query_finds_decodes_and_takes_the_first)
+{
+    char v[64];
+    ck_assert_int_eq(q("a=1&b=2", "b", v, sizeof v), 0);
+    ck_assert_str_eq(v, "2");
+    ck_assert_int_eq(q("a=1&a=2", "a", v, sizeof v), 0);
+    ck_assert_str_eq(v, "1");
+    ck_assert_int_eq(q("?path=%2Ftmp%2Fx+y.txt&username=user", "path", v, sizeof v), 0);
+    ck_assert_str_eq(v, "/tmp/x y.txt");
+    ck_assert_int_eq(q("x=hello+world%21%c3%A9", "x", v, sizeof v), 0);
+    ck_assert_str_eq(v, "hello world!\xc3\xa9");
+    ck_assert_int_eq(q("%61=encoded-key", "a", v, sizeof v), 0);
+    ck_assert_str_eq(v, "encoded-key");
+    ck_assert_int_eq(q("my+key=1", "my key", v, sizeof v), 0);
+    ck_assert_str_eq(v, "1");
+}
+END_TEST
+
+START_TEST(query_empty_and_missing_values)
+{
+    char v[16];
+    ck_assert_int_eq(q("flag&x=1", "flag", v, sizeof v), 0);
+    ck_assert_str_eq(v, "");
+    ck_assert_int_eq(q("a=&b=1", "a", v, sizeof v), 0);
+    ck_assert_str_eq(v, "");
+    ck_assert_int_eq(q("a=1", "b", v, sizeof v), -ENOENT);
+    ck_assert_int_eq(q("", "a", v, sizeof v), -ENOENT);
+    ck_assert_int_eq(q(NULL, "a", v, sizeof v), -ENOENT);
+    ck_assert_int_eq(q("ab=1&ba=2", "a", v, sizeof v), -ENOENT); /* no prefix matches */
+    ck_assert_int_eq(q("a=1&&&b=2", "b", v, sizeof v), 0);
+    ck_assert_str_eq(v, "2");
+    ck_assert_int_eq(q("a=1=2", "a", v, sizeof v), 0); /* '=' in a value is data */
+    ck_assert_str_eq(v, "1=2");
+}
+END_TEST
+
+START_TEST(query_bad_escapes_and_sizes)
+{
+    char v[16];
+    ck_assert_int_eq(q("a=%zz", "a", v, sizeof v), -EINVAL);
+    ck_assert_int_eq(q("a=%4", "a", v, sizeof v), -EINVAL);
+    ck_assert_int_eq(q("a=%", "a", v, sizeof v), -EINVAL);
+    ck_assert_int_eq(q("a=x%00y", "a", v, sizeof v), -EINVAL); /* encoded NUL */
+    ck_assert_int_eq(q("a%=1&a=2", "a", v, sizeof v), 0);      /* a broken key never matches */
+    ck_assert_str_eq(v, "2");
+    ck_assert_int_eq(q("a=12345", "a", v, 5), -E2BIG);
+    ck_assert_int_eq(q("a=12345", "a", v, 6), 0);
+    ck_assert_str_eq(v, "12345");
+    ck_assert_int_eq(q("a=%41%41", "a", v, 3), 0); /* decoded length counts */
+    ck_assert_str_eq(v, "AA");
+    ck_assert_int_eq(q("a=", "a", v, 0), -E2BIG);
+}
+END_TEST
+
+START_TEST(percent_decode_in_place)
+{
+    char s[64];
+    strcpy(s, "a%20b+c");
+    ck_assert_int_eq(al_http_percent_decode(s, false), 0);
+    ck_assert_str_eq(s, "a b+c");
+    strcpy(s, "a%20b+c");
+    ck_assert_int_eq(al_http_percent_decode(s, true), 0);
+    ck_assert_str_eq(s, "a b c");
+    strcpy(s, "");
+    ck_assert_int_eq(al_http_percent_decode(s, true), 0);
+    ck_assert_str_eq(s, "");
+    const char *bad[] = {"%", "%2", "%G0", "x%0", "%00", "a%2g"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        strcpy(s, bad[i]);
+        ck_assert_msg(al_http_percent_decode(s, false) == -EINVAL, "%s", bad[i]);
+    }
+    /* E2B list filters: the metadata parameter arrives encoded three times. */
+    char v[128];
+    ck_assert_int_eq(q("metadata=owner%3Dagent%252520x%26k%3Dv", "metadata", v, sizeof v), 0);
+    ck_assert_str_eq(v, "owner=agent%2520x&k=v");
+    char part[64];
+    ck_assert_int_eq(q(v, "owner", part, sizeof part), 0);
+    ck_assert_str_eq(part, "agent%20x");
+    ck_assert_int_eq(al_http_percent_decode(part, false), 0);
+    ck_assert_str_eq(part, "agent x");
+}
+END_TEST
+
+START_TEST(status_texts)
+{
+    ck_assert_str_eq(al_http_status_text(200), "OK");
+    ck_assert_str_eq(al_http_status_text(413), "Content Too Large");
+    ck_assert_str_eq(al_http_status_text(431), "Request Header Fields Too Large");
+    ck_assert_str_eq(al_http_status_text(599), "Server Error");
+    ck_assert_str_eq(al_http_status_text(299), "Success");
+}
+END_TEST
+
+static int scan_all(const char *s, size_t max, size_t *used)
+{
+    struct http__scan sc;
+    http__scan_reset(&sc);
+    return http__scan(&sc, s, strlen(s), max, used);
+}
+
+START_TEST(scanner_finds_the_block_end_and_refuses_bad_lines)
+{
+    size_t used;
+    const char *ok = "GET / HTTP/1.1\r\nHost: x\r\n\r\nBODY";
+    ck_assert_int_eq(scan_all(ok, 1000, &used), HTTP__SCAN_DONE);
+    ck_assert_uint_eq(used, strlen(ok) - 4);
+    ck_assert_int_eq(scan_all("\r\n\r\nGET / HTTP/1.1\r\n\r\n", 1000, &used), HTTP__SCAN_DONE);
+    ck_assert_int_eq(scan_all("GET / HTTP/1.1\r\nHost: x\r\n", 1000, &used), HTTP__SCAN_MORE);
+    ck_assert_int_eq(scan_all("GET / HTTP/1.1\nHost: x\r\n\r\n", 1000, &used), HTTP__SCAN_BARE_LF);
+    ck_assert_int_eq(scan_all("GET / HTTP/1.1\r\nA: b\r\n\tc\r\n\r\n", 1000, &used),
+                     HTTP__SCAN_FOLD);
+    ck_assert_int_eq(scan_all("GET / HTTP/1.1\r\nA: b\r\n\n", 1000, &used), HTTP__SCAN_BARE_LF);
+    ck_assert_int_eq(scan_all(ok, 20, &used), HTTP__SCAN_TOO_BIG);
+    /* the limit is exact */
+    ck_assert_int_eq(scan_all(ok, strlen(ok) - 4, &used), HTTP__SCAN_DONE);
+    ck_assert_int_eq(scan_all(ok, strlen(ok) - 5, &used), HTTP__SCAN_TOO_BIG);
+}
+END_TEST
+
+START_TEST(scanner_state_survives_any_split)
+{
+    const char *msg = "POST /x HTTP/1.1\r\nHost: x\r\nA: 1\r\n\r\n";
+    size_t len = strlen(msg);
+    for (size_t cut = 0; cut <= len; cut++) {
+        struct http__scan sc;
+        http__scan_reset(&sc);
+        size_t used = 0;
+        int rc = http__scan(&sc, msg, cut, 1000, &used);
+        if (cut < len) {
+            ck_assert_int_eq(rc, HTTP__SCAN_MORE);
+            rc = http__scan(&sc, msg + cut, len - cut, 1000, &used);
+        }
+        ck_assert_int_eq(rc, HTTP__SCAN_DONE);
+    }
+    /* one byte at a time, with a fold split from its line */
+    const char *fold = "GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n";
+    struct http__scan sc;
+    http__scan_reset(&sc);
+    int rc = HTTP__SCAN_MORE;
+    size_t used;
+    for (size_t i = 0; fold[i] && rc == HTTP__SCAN_MORE; i++)
+        rc = http__scan(&sc, fold + i, 1, 1000, &used);
+    ck_assert_int_eq(rc, HTTP__SCAN_FOLD);
+}
+END_TEST
+
+START_TEST(header_store_keeps_empty_values_and_counts)
+{
+    struct http__hdrs h;
+    http__hdrs_init(&h, 1000, 3);
+    ck_assert_int_eq(http__hdrs_field(&h, "Ho", 2), 0);
+    ck_assert_int_eq(http__hdrs_field(&h, "st", 2), 0);
+    ck_assert_int_eq(http__hdrs_field_done(&h), 0);
+    ck_assert_int_eq(http__hdrs_value(&h, "a", 1), 0);
+    ck_assert_int_eq(http__hdrs_value_done(&h), 0);
+    ck_assert_int_eq(http__hdrs_field(&h, "Empty", 5), 0);
+    ck_assert_int_eq(http__hdrs_field_done(&h), 0);
+    ck_assert_int_eq(http__hdrs_value_done(&h), 0); /* "Empty:" */
+    ck_assert_int_eq(http__hdrs_field(&h, "X", 1), 0);
+    ck_assert_int_eq(http__hdrs_field_done(&h), 0);
+    ck_assert_int_eq(http__hdrs_value(&h, "y", 1), 0);
+    ck_assert_int_eq(http__hdrs_value_done(&h), 0);
+    ck_assert_int_eq(http__hdrs_field(&h, "Four", 4), -E2BIG);
+    ck_assert_int_eq(http__hdrs_finish(&h), 0);
+    ck_assert_uint_eq(h.n, 3);
+    ck_assert_str_eq(h.v[0].name, "Host");
+    ck_assert_str_eq(h.v[0].value, "a");
+    ck_assert_str_eq(h.v[1].name, "Empty");
+    ck_assert_str_eq(h.v[1].value, "");
+    ck_assert_str_eq(h.v[2].value, "y");
+    ck_assert_ptr_eq(http__find(h.v, h.n, "EMPTY"), &h.v[1]);
+    http__hdrs_free(&h);
+    /* the byte cap */
+    http__hdrs_init(&h, 8, 10);
+    ck_assert_int_eq(http__hdrs_field(&h, "abcdefgh", 8), 0);
+    ck_assert_int_eq(http__hdrs_field_done(&h), -E2BIG);
+    http__hdrs_free(&h);
+}
+END_TEST
+
+START_TEST(tokens_and_values)
+{
+    ck_assert(http__is_token("Content-Type", 12));
+    ck_assert(!http__is_token("Host ", 5));
+    ck_assert(!http__is_token("", 0));
+    ck_assert(!http__is_token("a:b", 3));
+    ck_assert(http__is_field_value("text/plain; charset=utf-8\t"));
+    ck_assert(!http__is_field_value("a\r\nb"));
+    ck_assert(!http__is_field_value("a\x7f"));
+}
+END_TEST
+
+START_TEST(targets_parse_with_clear_errors)
+{
+    struct http__target t;
+    char msg[256];
+    ck_assert_int_eq(http__parse_target("unix:/run/a.sock", &t, msg, sizeof msg), 0);
+    ck_assert(t.is_unix);
+    ck_assert_str_eq(t.path, "/run/a.sock");
+    ck_assert_str_eq(t.hostport, "localhost");
+    ck_assert_int_eq(http__parse_target("unix:///run/a.sock", &t, msg, sizeof msg), 0);
+    ck_assert_str_eq(t.path, "/run/a.sock");
+    ck_assert_int_eq(http__parse_target("127.0.0.1:3000", &t, msg, sizeof msg), 0);
+    ck_assert_str_eq(t.host, "127.0.0.1");
+    ck_assert_int_eq(t.port, 3000);
+    ck_assert_int_eq(http__parse_target("[::1]:8080", &t, msg, sizeof msg), 0);
+    ck_assert_str_eq(t.host, "::1");
+    ck_assert_str_eq(t.hostport, "[::1]:8080");
+    ck_assert_int_eq(http__parse_target("http://localhost:49983/prefix", &t, msg, sizeof msg), 0);
+    ck_assert_str_eq(t.host, "localhost");
+    ck_assert_int_eq(t.port, 49983);
+    ck_assert_int_eq(http__parse_target("http://example.test", &t, msg, sizeof msg), 0);
+    ck_assert_int_eq(t.port, 80);
+    ck_assert_int_eq(http__parse_target("example.test", &t, msg, sizeof msg), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(msg, "missing port"));
+    ck_assert_int_eq(http__parse_target("h:0", &t, msg, sizeof msg), -EINVAL);
+    ck_assert_int_eq(http__parse_target("h:65536", &t, msg, sizeof msg), -EINVAL);
+    ck_assert_int_eq(http__parse_target("h:12x", &t, msg, sizeof msg), -EINVAL);
+    ck_assert_int_eq(http__parse_target("[::1:80", &t, msg, sizeof msg), -EINVAL);
+    ck_assert_int_eq(http__parse_target("h:1/p", &t, msg, sizeof msg), -EINVAL);
+    ck_assert_int_eq(http__parse_target("https://h:1", &t, msg, sizeof msg), -EPROTONOSUPPORT);
+    ck_assert_int_eq(http__parse_target("unix:", &t, msg, sizeof msg), -EINVAL);
+    ck_assert_int_eq(http__parse_target("", &t, msg, sizeof msg), -EINVAL);
+    ck_assert_int_eq(http__parse_target("h o:1", &t, msg, sizeof msg), -EINVAL);
+}
+END_TEST
+
+START_TEST(error_body_is_escaped_json)
+{
+    char out[256];
+    size_t n = http__error_body(out, sizeof out, 400, "bad \"x\"\n");
+    ck_assert_str_eq(out, "{\"code\":400,\"message\":\"bad \\\"x\\\"\\n\"}");
+    ck_assert_uint_eq(n, strlen(out));
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("http_util");
+    TCase *tc = tcase_create("util");
+    tcase_add_test(tc, query_finds_decodes_and_takes_the_first);
+    tcase_add_test(tc, query_empty_and_missing_values);
+    tcase_add_test(tc, query_bad_escapes_and_sizes);
+    tcase_add_test(tc, percent_decode_in_place);
+    tcase_add_test(tc, status_texts);
+    tcase_add_test(tc, scanner_finds_the_block_end_and_refuses_bad_lines);
+    tcase_add_test(tc, scanner_state_survives_any_split);
+    tcase_add_test(tc, header_store_keeps_empty_values_and_counts);
+    tcase_add_test(tc, tokens_and_values);
+    tcase_add_test(tc, targets_parse_with_clear_errors);
+    tcase_add_test(tc, error_body_is_escaped_json);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+AL_SUITE_MAIN(suite)
