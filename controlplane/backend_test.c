@@ -29,11 +29,15 @@
 
 #define TB_NOBODY 65534
 
+struct tb_timer {
+    uv_timer_t t;
+    struct tb_priv *p;
+};
+
 struct tb_priv {
     struct cp_sandbox *sb;
     cp_backend_cb cb;
-    uv_timer_t timer;
-    bool timer_open;
+    struct tb_timer *timer;     /* the current phase's timer (a closing one is forgotten) */
     uint64_t deadline_ns;
     int phase; /* 1 probing, 2 stopping */
     bool probe_inflight;
@@ -88,15 +92,17 @@ static int tb__rm_rf(const char *path)
 
 static void tb__timer_closed(uv_handle_t *h)
 {
-    struct tb_priv *p = h->data;
-    cp_sb_unref(p->sb);
+    struct tb_timer *t = h->data;
+    struct cp_sandbox *sb = t->p->sb;
+    free(t);
+    cp_sb_unref(sb);
 }
 
 static void tb__timer_stop(struct tb_priv *p)
 {
-    if (p->timer_open) {
-        p->timer_open = false;
-        uv_close((uv_handle_t *)&p->timer, tb__timer_closed);
+    if (p->timer) {
+        uv_close((uv_handle_t *)&p->timer->t, tb__timer_closed);
+        p->timer = NULL;
     }
 }
 
@@ -135,7 +141,7 @@ static int tb__probe_resp(struct al_http_creq *c, int status, const struct al_ht
 
 static void tb__probe_tick(uv_timer_t *t)
 {
-    struct tb_priv *p = t->data;
+    struct tb_priv *p = ((struct tb_timer *)t->data)->p;
     struct cp_sandbox *sb = p->sb;
     if (p->phase != 1)
         return;
@@ -172,13 +178,17 @@ static void tb__probe_tick(uv_timer_t *t)
 
 static int tb__timer(struct tb_priv *p, uv_timer_cb cb, uint64_t every_ms)
 {
-    if (!p->timer_open) {
-        uv_timer_init(p->sb->cp->loop, &p->timer);
-        p->timer.data = p;
-        p->timer_open = true;
+    if (!p->timer) {
+        struct tb_timer *t = calloc(1, sizeof *t);
+        if (!t)
+            return -ENOMEM;
+        t->p = p;
+        uv_timer_init(p->sb->cp->loop, &t->t);
+        t->t.data = t;
+        p->timer = t;
         cp_sb_ref(p->sb);
     }
-    return uv_timer_start(&p->timer, cb, 0, every_ms);
+    return uv_timer_start(&p->timer->t, cb, 0, every_ms);
 }
 
 /* ---- start ------------------------------------------------------------------------------ */
@@ -233,16 +243,24 @@ static int tb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_bac
     size_t ne = 0;
     while (environ[ne])
         ne++;
-    char **envp = calloc(ne + 3, sizeof *envp);
+    char **envp = calloc(ne + 4, sizeof *envp);
+    char preload[4300];
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s/libairlock_test_sodium_shim.so",
+             cp->cfg.bin_path);
     size_t k = 0;
     if (envp) {
         for (size_t i = 0; i < ne; i++)
             if (strncmp(environ[i], "AIRLOCK_AGENT_", 14) != 0 &&
-                strncmp(environ[i], "AIRLOCK_API_KEY=", 16) != 0)
+                strncmp(environ[i], "AIRLOCK_API_KEY=", 16) != 0 &&
+                strncmp(environ[i], "ASAN_OPTIONS=", 13) != 0 &&
+                strncmp(environ[i], "LD_PRELOAD=", 11) != 0)
                 envp[k++] = environ[i];
         envp[k++] = "AIRLOCK_AGENT_INIT_FD=3";
-        /* The sanitizer build of the agent must not fail the sandbox on leak reports. */
-        envp[k++] = "ASAN_OPTIONS=detect_leaks=0";
+        /* The sanitizer build of the agent must not fail the sandbox on leak reports, and
+         * must accept the preloaded shim (testshim/sodium_init.c) ahead of its runtime. */
+        envp[k++] = "ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0";
+        if (access(preload + 11, R_OK) == 0)
+            envp[k++] = preload;
     }
     struct cp_spawn s = {.path = argv[0], .argv = argv, .envp = envp,
                          .fds = {-1, logfd, logfd, initp[0]}, .nfds = 4, .new_session = true};
@@ -285,7 +303,7 @@ static void tb__reclaim(struct cp_sandbox *sb)
 
 static void tb__stop_tick(uv_timer_t *t)
 {
-    struct tb_priv *p = t->data;
+    struct tb_priv *p = ((struct tb_timer *)t->data)->p;
     struct cp_sandbox *sb = p->sb;
     if (p->phase != 2)
         return;

@@ -30,6 +30,7 @@
 #include "egressreg.h"
 #include "metrics.h"
 #include "policysel.h"
+#include "store.h"
 #include "templates.h"
 
 /* ---- registry ------------------------------------------------------------------------ */

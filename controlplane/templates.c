@@ -93,18 +93,21 @@ int cp_template_resolve(struct cp *cp, const char *id, char *dir, size_t len,
 }
 
 /* The builder script: templates.builder, else deploy/templates/build of the source tree
- * (bin_path is <tree>/build*/bin), else the installed copy. */
+ * (bin_path is <tree>/build-x/bin), else the installed copy. */
 static int tpl__builder(const struct cp *cp, char *out, size_t len)
 {
     if (cp->cfg.template_builder && cp->cfg.template_builder[0]) {
         snprintf(out, len, "%s", cp->cfg.template_builder);
         return access(out, X_OK) == 0 ? 0 : -ENOENT;
     }
-    const char *cands[] = {"%s/../../deploy/templates/build", "%s/../lib/airlock/templates/build",
-                           "/usr/lib/airlock/templates/build"};
+    const char *cands[] = {"/../../deploy/templates/build", "/../lib/airlock/templates/build",
+                           NULL};
     for (size_t i = 0; i < sizeof cands / sizeof *cands; i++) {
         char p[4200];
-        snprintf(p, sizeof p, cands[i], cp->cfg.bin_path);
+        if (cands[i])
+            snprintf(p, sizeof p, "%s%s", cp->cfg.bin_path, cands[i]);
+        else
+            snprintf(p, sizeof p, "/usr/lib/airlock/templates/build");
         char real[PATH_MAX];
         if (realpath(p, real) && access(real, X_OK) == 0) {
             snprintf(out, len, "%s", real);

@@ -279,11 +279,12 @@ done:
     return rc;
 }
 
-static int sb_cli__simple(const char *method, const char *fmt, const char *id, json_t *body,
+/* METHOD /sandboxes/ID<suffix>. */
+static int sb_cli__simple(const char *method, const char *id, const char *suffix, json_t *body,
                           int want, bool print)
 {
     char path[256];
-    snprintf(path, sizeof path, fmt, id);
+    snprintf(path, sizeof path, "/sandboxes/%s%s", id, suffix);
     int status;
     json_t *out = NULL;
     int rc = sb_cli__call(method, path, body, &status, &out, NULL);
@@ -597,7 +598,7 @@ int sandbox_cli_main(int argc, char **argv)
     if (!strcmp(cmd, "kill")) {
         int rc = 0;
         for (int i = 1; i < argc; i++) {
-            if (sb_cli__simple("DELETE", "/sandboxes/%s", argv[i], NULL, 204, false))
+            if (sb_cli__simple("DELETE", argv[i], "", NULL, 204, false))
                 rc = 1;
             else
                 printf("killed %s\n", argv[i]);
@@ -605,14 +606,14 @@ int sandbox_cli_main(int argc, char **argv)
         return rc;
     }
     if (!strcmp(cmd, "pause"))
-        return sb_cli__simple("POST", "/sandboxes/%s/pause", argv[1], NULL, 204, false);
+        return sb_cli__simple("POST", argv[1], "/pause", NULL, 204, false);
     if (!strcmp(cmd, "info"))
-        return sb_cli__simple("GET", "/sandboxes/%s", argv[1], NULL, 200, true);
+        return sb_cli__simple("GET", argv[1], "", NULL, 200, true);
     if (!strcmp(cmd, "resume")) {
         json_t *b = json_object();
         if (argc > 3 && !strcmp(argv[2], "--timeout"))
             json_object_set_new(b, "timeout", json_integer(atoll(argv[3])));
-        int rc = sb_cli__simple("POST", "/sandboxes/%s/connect", argv[1], b, 201, false);
+        int rc = sb_cli__simple("POST", argv[1], "/connect", b, 201, false);
         json_decref(b);
         return rc;
     }
