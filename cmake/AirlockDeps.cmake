@@ -19,6 +19,7 @@ airlock_pkg(sqlite3 sqlite3)
 airlock_pkg(bpf libbpf)
 airlock_pkg(elf libelf)
 airlock_pkg(check check)
+airlock_pkg(nftables libnftables)
 
 # llhttp: the C sources Debian ships in node-llhttp (llhttp 8.1).
 find_path(LLHTTP_INCLUDE_DIR llhttp.h PATHS /usr/share/include/llhttp /usr/include NO_DEFAULT_PATH)

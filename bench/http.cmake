@@ -1,0 +1,8 @@
+if(TARGET airlock_common)
+  airlock_bench(http_bench http_bench.c)
+  target_link_libraries(http_bench PRIVATE airlock_common)
+  if(AIRLOCK_TESTS)
+    add_test(NAME http_bench_smoke COMMAND http_bench 500)
+    set_tests_properties(http_bench_smoke PROPERTIES LABELS "bench;http" TIMEOUT 120)
+  endif()
+endif()

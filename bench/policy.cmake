@@ -1,0 +1,8 @@
+if(TARGET airlock_policy)
+  airlock_bench(policy_bench policy_bench.c)
+  target_link_libraries(policy_bench PRIVATE airlock_policy)
+  if(AIRLOCK_TESTS)
+    add_test(NAME policy_bench_smoke COMMAND policy_bench --rules 500 --queries 2000 --no-reference)
+    set_tests_properties(policy_bench_smoke PROPERTIES LABELS "bench;policy" TIMEOUT 120)
+  endif()
+endif()

@@ -1,0 +1,15 @@
+# The vault: fetch latency over airlock-vault's socket, in-process and cache-hit references.
+if(TARGET airlock_vault)
+  airlock_bench(bench_vault_fetch vault_fetch.c)
+  target_link_libraries(bench_vault_fetch PRIVATE airlock_vault)
+  target_compile_definitions(bench_vault_fetch PRIVATE
+                             AIRLOCK_BIN_DIR="${CMAKE_RUNTIME_OUTPUT_DIRECTORY}")
+  if(AIRLOCK_VAULT_HTTP)
+    target_compile_definitions(bench_vault_fetch PRIVATE AIRLOCK_VAULT_HTTP=1)
+    add_dependencies(bench_vault_fetch airlock-vault)
+  endif()
+  if(AIRLOCK_TESTS)
+    add_test(NAME bench_vault_fetch_smoke COMMAND bench_vault_fetch --requests 500)
+    set_tests_properties(bench_vault_fetch_smoke PROPERTIES LABELS "bench;vault" TIMEOUT 120)
+  endif()
+endif()

@@ -1,0 +1,276 @@
+/* bench/vault_fetch: latency of POST /v1/fetch over airlock-vault's unix socket (p50/p99;
+ * target p99 <= 200 us), against references measured in the same run: the same fetch in
+ * process (role check, decrypt, access-log append; no socket), and a cache hit in the egress
+ * proxy (what the cache saves per injection). Prints JSON lines.
+ *
+ *   build/bench/bench_vault_fetch [--requests N] [--daemon PATH]
+ *
+ * It makes a throwaway state directory under /tmp, starts the daemon of the same build (--egress-user 0: the benchmark runs as root and plays the egress proxy), and
+ * stops and removes everything at the end.
+ */
+#include "common/auditlog.h"
+#include "common/util.h"
+#include "vault/vault.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+int main(int argc, char **argv);
+
+static void emit(const char *metric, double value, const char *unit)
+{
+    printf("{\"bench\":\"vault_fetch\",\"metric\":\"%s\",\"value\":%.2f,\"unit\":\"%s\"}\n", metric,
+           value, unit);
+    fflush(stdout);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void percentiles(const char *what, uint64_t *lat, size_t n)
+{
+    qsort(lat, n, sizeof *lat, cmp_u64);
+    char m[96];
+    snprintf(m, sizeof m, "%s_p50_us", what);
+    emit(m, (double)lat[n / 2] / 1000.0, "us");
+    snprintf(m, sizeof m, "%s_p99_us", what);
+    emit(m, (double)lat[(size_t)((double)n * 0.99)] / 1000.0, "us");
+}
+
+static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st;
+    (void)flag;
+    (void)f;
+    remove(p);
+    return 0;
+}
+
+static const char *SECRET = "ghp_benchmark_value_0123456789abcdefghijklmnopqrstu";
+
+#ifdef AIRLOCK_VAULT_HTTP
+/* One keep-alive request/response on fd; returns the status or -1. */
+static int fetch_once(int fd, const char *req, size_t reqlen, char *buf, size_t cap)
+{
+    if (al_write_all(fd, req, reqlen) != 0)
+        return -1;
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r <= 0)
+            return -1;
+        n += (size_t)r;
+        buf[n] = '\0';
+        char *hend = strstr(buf, "\r\n\r\n");
+        if (!hend)
+            continue;
+        char *cl = strcasestr(buf, "\r\ncontent-length:");
+        if (!cl || cl > hend)
+            return -1;
+        size_t want = (size_t)(hend + 4 - buf) + (size_t)strtoul(cl + 17, NULL, 10);
+        if (n >= want)
+            return atoi(buf + 9);
+    }
+}
+#endif
+
+int main(int argc, char **argv)
+{
+    long requests = 20000;
+    char daemon[PATH_MAX] = "";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--requests") == 0 && i + 1 < argc)
+            requests = atol(argv[++i]);
+        else if (strcmp(argv[i], "--daemon") == 0 && i + 1 < argc)
+            snprintf(daemon, sizeof daemon, "%s", argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--requests N] [--daemon PATH]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (requests < 100) {
+        fprintf(stderr, "bench_vault_fetch: --requests must be at least 100\n");
+        return 2;
+    }
+    vault_harden_process();
+    char state[128], vdir[256], adir[300];
+    snprintf(state, sizeof state, "/tmp/al-bench-vault-%d-XXXXXX", (int)getpid());
+    if (!mkdtemp(state)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    snprintf(vdir, sizeof vdir, "%s/vault", state);
+    snprintf(adir, sizeof adir, "%s/" VAULT_AUDIT_DIR, vdir);
+    struct al_error e = {0};
+    struct vault_store *store = NULL;
+    struct vault_value v = {0};
+    if (vault_store_init(vdir, NULL, &e) || vault_store_open(vdir, NULL, &store, &e) ||
+        vault_value_set(&v, SECRET, strlen(SECRET))) {
+        fprintf(stderr, "bench_vault_fetch: %s\n", al_error_str(&e));
+        return 1;
+    }
+    const char *hosts[] = {"api.github.com"};
+    struct vault_put p = {
+        .name = "github/token", .value = &v, .hosts = hosts, .n_hosts = 1, .set_hosts = true};
+    if (vault_store_create(store, &p, "bench", NULL, &e)) {
+        fprintf(stderr, "bench_vault_fetch: %s\n", al_error_str(&e));
+        return 1;
+    }
+    vault_value_free(&v);
+    uint64_t *lat = calloc((size_t)requests, sizeof *lat);
+    struct vault_fetch_req rq = {.name = "github/token",
+                                 .sandbox = "sbx-bench",
+                                 .rule = "gh",
+                                 .host = "api.github.com",
+                                 .request_id = "req-bench"};
+
+    /* Reference 1: in process (no socket): role check, decrypt, access-log append. */
+    {
+        struct al_auditlog *log;
+        struct al_auditlog_opts ao = {.dir = adir, .prefix = VAULT_AUDIT_PREFIX};
+        if (al_auditlog_open(&ao, &log, &e)) {
+            fprintf(stderr, "bench_vault_fetch: %s\n", al_error_str(&e));
+            return 1;
+        }
+        struct vault_service *svc;
+        struct vault_service_opts so = {
+            .store = store, .audit = log, .roles = {.egress_set = true, .egress_uid = 0}};
+        vault_service_new(&so, &svc);
+        struct vault_peer me = {.uid = 0, .gid = 0, .pid = getpid()};
+        for (long i = 0; i < requests; i++) {
+            struct vault_fetched f;
+            json_t *out = NULL;
+            uint64_t t0 = al_now_ns();
+            int st = vault_svc_fetch(svc, &me, &rq, &f, &out);
+            lat[i] = al_now_ns() - t0;
+            vault_value_free(&f.value);
+            json_decref(out);
+            if (st != 200) {
+                fprintf(stderr, "bench_vault_fetch: in-process fetch failed: %d\n", st);
+                return 1;
+            }
+        }
+        percentiles("in_process_fetch", lat, (size_t)requests);
+        vault_service_free(svc);
+        al_auditlog_close(log);
+    }
+
+    /* Reference 2: a cache hit in the proxy: look the name up, copy the value out. */
+    {
+        struct {
+            char name[64];
+            struct vault_value v;
+        } cache[16];
+        for (int i = 0; i < 16; i++) {
+            snprintf(cache[i].name, sizeof cache[i].name, "secret/%d", i);
+            vault_value_set(&cache[i].v, SECRET, strlen(SECRET));
+        }
+        snprintf(cache[11].name, sizeof cache[11].name, "github/token");
+        char out[128];
+        volatile size_t sink = 0;
+        for (long i = 0; i < requests; i++) {
+            uint64_t t0 = al_now_ns();
+            for (int k = 0; k < 16; k++) {
+                if (strcmp(cache[k].name, rq.name) == 0) {
+                    memcpy(out, cache[k].v.data, cache[k].v.len);
+                    sink += cache[k].v.len;
+                    break;
+                }
+            }
+            lat[i] = al_now_ns() - t0;
+        }
+        (void)sink;
+        percentiles("cache_hit", lat, (size_t)requests);
+        for (int i = 0; i < 16; i++)
+            vault_value_free(&cache[i].v);
+    }
+    vault_store_close(store);
+
+#ifdef AIRLOCK_VAULT_HTTP
+    /* The daemon, over its socket, keep-alive. */
+    if (!daemon[0])
+        snprintf(daemon, sizeof daemon, "%s/airlock-vault", AIRLOCK_BIN_DIR);
+    char sock[300];
+    snprintf(sock, sizeof sock, "%s/run/vault.sock", state);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 2);
+        execl(daemon, "airlock-vault", "--state-dir", state, "--egress-user", "0", "--log-level",
+              "warn", (char *)NULL);
+        _exit(127);
+    }
+    int fd = -1;
+    for (int i = 0; i < 200 && fd < 0; i++) {
+        usleep(25000);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    if (fd < 0) {
+        fprintf(stderr, "bench_vault_fetch: the daemon %s did not start\n", daemon);
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+        return 1;
+    }
+    const char *body = "{\"name\":\"github/token\",\"sandbox\":\"sbx-bench\",\"rule\":\"gh\","
+                       "\"host\":\"api.github.com\",\"request_id\":\"req-bench\"}";
+    char req[1024];
+    int rl = snprintf(req, sizeof req,
+                      "POST /v1/fetch HTTP/1.1\r\nHost: vault\r\nContent-Type: application/json"
+                      "\r\nContent-Length: %zu\r\n\r\n%s",
+                      strlen(body), body);
+    char buf[8192];
+    for (int i = 0; i < 200; i++) /* warm up */
+        fetch_once(fd, req, (size_t)rl, buf, sizeof buf);
+    int failed = 0;
+    for (long i = 0; i < requests; i++) {
+        uint64_t t0 = al_now_ns();
+        int st = fetch_once(fd, req, (size_t)rl, buf, sizeof buf);
+        lat[i] = al_now_ns() - t0;
+        if (st != 200)
+            failed++;
+    }
+    sodium_memzero(buf, sizeof buf);
+    close(fd);
+    if (failed) {
+        fprintf(stderr, "bench_vault_fetch: %d fetches failed\n", failed);
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+        return 1;
+    }
+    percentiles("socket_fetch", lat, (size_t)requests);
+    double p99 = (double)lat[(size_t)((double)requests * 0.99)] / 1000.0;
+    emit("cache_saves_per_injection_us", (double)lat[requests / 2] / 1000.0, "us");
+    emit("target_p99_us", 200, "us");
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+#else
+    double p99 = 0;
+    fprintf(stderr, "bench_vault_fetch: built without common/http: no socket measurement\n");
+#endif
+    emit("requests", (double)requests, "count");
+    emit("meets_target", p99 > 0 && p99 <= 200, "bool");
+    free(lat);
+    nftw(state, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    return 0;
+}

@@ -1,0 +1,66 @@
+/* common/auditlog_int: what the audit log's writer, reader and verifier share (file names,
+ * key files, record fields, checkpoint messages). Not for use outside common/auditlog*.c. */
+#ifndef AIRLOCK_COMMON_AUDITLOG_INT_H
+#define AIRLOCK_COMMON_AUDITLOG_INT_H
+
+#include <jansson.h>
+#include <sodium.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "auditlog.h"
+#include "error.h"
+
+#define AUDITLOG__SIG_DOMAIN "airlock-auditlog-checkpoint-v1\n"
+#define AUDITLOG__SEQ_DIGITS 20
+
+/* One log file found in a directory. */
+struct auditlog__file {
+    char path[AL_AUDITLOG_PATH_MAX];
+    char name[256];
+    uint64_t first_seq; /* from the name; 0 if the name does not carry one */
+};
+
+/* Lists <dir>/<prefix>-<20 digits>-*.jsonl sorted by seq. *out is malloc'd (may be NULL
+ * when n is 0). */
+int auditlog__list(const char *dir, const char *prefix, struct auditlog__file **out, size_t *n,
+                   struct al_error *err);
+void auditlog__sort(struct auditlog__file *files, size_t n);
+/* Parses the seq in a file name "<prefix>-<20 digits>-..." (0 when it has none). */
+uint64_t auditlog__name_seq(const char *name, const char *prefix);
+bool auditlog__prefix_ok(const char *prefix);
+
+/* Key material. The secret key lives in sodium_malloc'd memory. */
+struct auditlog__pubkey {
+    char log_id[AL_AUDITLOG_ID_HEX + 1];
+    unsigned char pk[crypto_sign_PUBLICKEYBYTES];
+    char key_id[17];
+};
+int auditlog__pubkey_load(const char *path, struct auditlog__pubkey *out, struct al_error *err);
+int auditlog__pubkey_from_json(const json_t *j, const char *path, struct auditlog__pubkey *out,
+                               struct al_error *err);
+void auditlog__key_id(const unsigned char pk[crypto_sign_PUBLICKEYBYTES], char out[17]);
+
+/* The fields every record has, taken from a parsed line. */
+struct auditlog__fields {
+    uint64_t seq;
+    const char *time;
+    const char *log_id;
+    const char *prev;       /* 64 lowercase hex */
+    const json_t *internal; /* the "auditlog" object, or NULL */
+};
+/* 0, or -EINVAL with a reason in why (a short phrase). */
+int auditlog__fields(const json_t *rec, struct auditlog__fields *f, const char **why);
+void auditlog__hash_hex(const void *line, size_t len, char out[AL_AUDITLOG_HASH_HEX + 1]);
+/* Builds the text a checkpoint signs into out (>= 256 bytes); returns its length. */
+size_t auditlog__sig_message(char *out, size_t outlen, const char *log_id, uint64_t covers,
+                             const char *prev, const char *time, const char *reason);
+/* Checks a checkpoint record (fields + "auditlog" object) against pk: 0 = good,
+ * -EBADMSG = bad signature, -EINVAL = malformed (why says what). */
+int auditlog__check_checkpoint(const struct auditlog__fields *f, const struct auditlog__pubkey *pk,
+                               const char **why);
+/* json_loadb options for records. */
+#define AUDITLOG__JSON_FLAGS JSON_REJECT_DUPLICATES
+
+#endif

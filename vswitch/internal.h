@@ -1,0 +1,118 @@
+/* vswitch/internal: what the files of vswitch/ share and nobody else may use.
+ *
+ * Owns: the definitions of struct vswitch and struct vswitch_view, and the split of the
+ * loader into files: loader.c (open/close/destroy, re-adoption, attach/detach), net.c
+ * (address plan, netns + veth, taps, pool), host.c (host checks, bpffs, nftables guard,
+ * sysctls), view.c (pinned-state readers, proxy registration), cli.c (`airlock vswitch`).
+ */
+#ifndef AIRLOCK_VSWITCH_INTERNAL_H
+#define AIRLOCK_VSWITCH_INTERNAL_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "vswitch/nl.h"
+#include "vswitch/vswitch.h"
+
+#define VS_INSTANCE_FILE "vswitch/instance.json"
+#define VS_LOCK_FILE     "vswitch/lock"
+#define VS_BPFFS_ROOT    "/sys/fs/bpf"
+#define VS_RTPROT        0xa1 /* rtm_protocol of every route the switch installs */
+#define VS_TABLE_MAIN    254
+/* tc handle/priority of the legacy (clsact) filters. */
+#define VS_TC_HANDLE   0xa1
+#define VS_TC_PRIORITY 1
+
+struct vswitch_view {
+    int map_config;
+    int map_ifaces;
+    int map_addrs;
+    int map_counters;
+    int map_sockets;
+    bool owns_fds; /* false when the fds belong to a loaded skeleton */
+    int ncpus;
+    char pin_dir[PATH_MAX];
+};
+
+struct vswitch_bpf;
+
+struct vswitch {
+    pthread_mutex_t mu;
+    struct vswitch_bpf *skel;
+    struct vswitch_view view;
+    struct vs_nl nl;      /* bound to the switch's namespace */
+    struct vs_config cfg; /* effective configuration (also in vs_config[0]) */
+    char state_dir[PATH_MAX];
+    int lock_fd;
+    uint32_t range_host; /* range address, host order */
+    uint32_t nslots;
+    uint8_t *slot_used; /* one byte per slot */
+    unsigned pool_size;
+    struct vswitch_net *pool; /* ready, unassigned networks (netns_fd open) */
+    size_t pool_n;
+    bool allow_ip_forward;
+    dev_t netns_dev; /* the namespace vswitch_open ran in */
+    ino_t netns_ino;
+};
+
+/* ---- host.c ---- */
+struct vs_settings {
+    char state_dir[PATH_MAX];
+    char pin_dir[PATH_MAX];
+    uint32_t range_addr; /* network order */
+    unsigned range_len;
+    unsigned prefix_len;
+    char ifname_prefix[16];
+    char nft_table[32];
+    uint32_t steer_mark, reply_mark, route_table, rule_priority;
+    enum vswitch_attach_mode attach_mode;
+    bool allow_ip_forward;
+};
+/* Validates opts and fills in the defaults. */
+int vs__settings(const struct vswitch_opts *opts, struct vs_settings *s, struct al_error *err);
+/* Reads an integer sysctl of the calling thread's namespace ("net/ipv4/ip_forward"). */
+int vs__sysctl_read(const char *path, long *value);
+int vs__sysctl_write(const char *path, const char *value);
+/* Runs every host check; returns the number of failures (results as in vswitch.h). */
+int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size_t max, size_t *n);
+/* Mounts bpffs at /sys/fs/bpf if pin_dir lives there and it is not mounted. */
+int vs__bpffs_ensure(const char *pin_dir, struct al_error *err);
+int vs__guard_install(const struct vs_settings *s, struct al_error *err);
+int vs__guard_remove(const char *nft_table, struct al_error *err);
+int vs__guard_present(const char *nft_table, bool *present, struct al_error *err);
+
+/* ---- view.c ---- */
+int vs__view_open_fds(struct vswitch_view *v, const char *pin_dir, struct al_error *err);
+void vs__view_release(struct vswitch_view *v);
+int vs__read_instance(const char *state_dir, char *pin_dir, size_t len, struct al_error *err);
+
+/* ---- net.c ---- */
+/* Slot i's addresses (network order). */
+void vs__slot_addrs(const struct vswitch *vs, uint32_t slot, uint32_t *gateway, uint32_t *addr);
+int vs__slot_alloc(struct vswitch *vs, uint32_t *slot, struct al_error *err);
+void vs__slot_free(struct vswitch *vs, uint32_t slot);
+void vs__slot_macs(uint32_t slot, uint8_t host[6], uint8_t guest[6]);
+bool vs__mac_is_ours(const uint8_t mac[6]);
+void vs__pool_drain(struct vswitch *vs);
+
+/* ---- loader.c ---- */
+/* vswitch_open; for_teardown skips the host checks (see `airlock vswitch teardown`). */
+int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch **out,
+             struct al_error *err);
+/* Attaches both programs to ifindex and records the identity (caller holds vs->mu). */
+int vs__attach_locked(struct vswitch *vs, int ifindex, const struct vs_iface *ifc,
+                      struct al_error *err);
+int vs__detach_locked(struct vswitch *vs, int ifindex, struct al_error *err);
+/* Sets addresses and the flags of a fresh vs_iface for slot. */
+void vs__iface_init(struct vswitch *vs, struct vs_iface *ifc, uint32_t slot,
+                    const struct vswitch_sandbox *sb, const char *ifname, uint32_t flags);
+/* Host-side route and neighbour entry toward the sandbox of ifc (after link up). */
+int vs__host_routes(struct vswitch *vs, int ifindex, const struct vs_iface *ifc,
+                    struct al_error *err);
+int vs__set_identity_locked(struct vswitch *vs, int ifindex, struct vs_iface *ifc,
+                            struct al_error *err);
+
+#endif

@@ -1,0 +1,565 @@
+/* vswitch/net: a sandbox's network, built over rtnetlink (no iproute2 at run time).
+ *
+ * Owns: the address plan (slots of the range, MACs), creating a network namespace with a
+ * configured "eth0" whose veth peer on the host is attached before it goes up, taps for the
+ * KVM backend, attaching interfaces a backend made itself, and the pool of ready networks
+ * that keeps creation off the sandbox start path.
+ *
+ * The network namespace is created on a short-lived helper thread (unshare is per thread),
+ * so the caller's thread never changes namespace; that thread also opens the rtnetlink
+ * socket bound to the new namespace, through which "eth0" is configured.
+ */
+#include "internal.h"
+
+#include "common/cleanup.h"
+#include "common/log.h"
+
+#include <bpf/bpf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/if_tun.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+/* ---- address plan ----------------------------------------------------------------------- */
+
+void vs__slot_addrs(const struct vswitch *vs, uint32_t slot, uint32_t *gateway, uint32_t *addr)
+{
+    uint32_t size = 1u << (32 - vs->cfg.prefix_len);
+    uint32_t base = vs->range_host + slot * size;
+    if (vs->cfg.prefix_len == 31) {
+        *gateway = htonl(base);
+        *addr = htonl(base + 1);
+    } else {
+        *gateway = htonl(base + 1);
+        *addr = htonl(base + 2);
+    }
+}
+
+int vs__slot_alloc(struct vswitch *vs, uint32_t *slot, struct al_error *err)
+{
+    for (uint32_t i = 0; i < vs->nslots; i++) {
+        if (!vs->slot_used[i]) {
+            vs->slot_used[i] = 1;
+            *slot = i;
+            return 0;
+        }
+    }
+    return al_error_set(err, -ENOSPC,
+                        "the address range has no free sandbox subnet (%u in "
+                        "use): end sandboxes or configure a larger range",
+                        vs->nslots);
+}
+
+void vs__slot_free(struct vswitch *vs, uint32_t slot)
+{
+    if (slot < vs->nslots)
+        vs->slot_used[slot] = 0;
+}
+
+/* Locally administered unicast MACs with an "AL" signature: 02:41:4c:<slot> on the host
+ * side (how the switch recognises its interfaces), 06:41:4c:<slot> for the sandbox. */
+void vs__slot_macs(uint32_t slot, uint8_t host[6], uint8_t guest[6])
+{
+    uint8_t tail[3] = {(uint8_t)(slot >> 16), (uint8_t)(slot >> 8), (uint8_t)slot};
+    host[0] = 0x02, host[1] = 0x41, host[2] = 0x4c;
+    guest[0] = 0x06, guest[1] = 0x41, guest[2] = 0x4c;
+    memcpy(host + 3, tail, 3);
+    memcpy(guest + 3, tail, 3);
+}
+
+bool vs__mac_is_ours(const uint8_t mac[6])
+{
+    return mac[0] == 0x02 && mac[1] == 0x41 && mac[2] == 0x4c;
+}
+
+static void net__ifname(const struct vswitch *vs, uint32_t slot, char out[IFNAMSIZ])
+{
+    snprintf(out, IFNAMSIZ, "%s%u", vs->cfg.ifname_prefix, slot);
+}
+
+static void net__fill(const struct vs_iface *ifc, int ifindex, struct vswitch_net *out)
+{
+    memset(out, 0, sizeof *out);
+    out->sandbox_id = ifc->sandbox_id;
+    out->netns_fd = -1;
+    out->tap_fd = -1;
+    out->host_ifindex = ifindex;
+    snprintf(out->host_ifname, sizeof out->host_ifname, "%s", ifc->ifname);
+    snprintf(out->guest_ifname, sizeof out->guest_ifname, "%s",
+             ifc->flags & VS_IF_TAP ? ifc->ifname : VSWITCH_GUEST_IFNAME);
+    out->addr.s_addr = ifc->addr;
+    out->gateway.s_addr = ifc->gateway;
+    memcpy(out->host_mac, ifc->host_mac, 6);
+    memcpy(out->guest_mac, ifc->guest_mac, 6);
+}
+
+static int net__check_sandbox(const struct vswitch_sandbox *sb, struct al_error *err)
+{
+    if (!sb || sb->id == 0)
+        return al_error_set(err, -EINVAL, "a sandbox needs a non-zero id");
+    if (sb->label && strlen(sb->label) > VSWITCH_LABEL_MAX)
+        return al_error_set(err, -EINVAL, "sandbox label '%.20s...' is longer than %d bytes",
+                            sb->label, VSWITCH_LABEL_MAX);
+    return 0;
+}
+
+/* -ENOENT if no interface carries sandbox id (caller holds the lock). */
+static int net__find_locked(struct vswitch *vs, uint64_t id, int *ifindex, struct vs_iface *ifc)
+{
+    __u32 key, next, *prev = NULL;
+    while (bpf_map_get_next_key(vs->view.map_ifaces, prev, &next) == 0) {
+        if (bpf_map_lookup_elem(vs->view.map_ifaces, &next, ifc) == 0 &&
+            !(ifc->flags & VS_IF_POOL) && ifc->sandbox_id == id) {
+            *ifindex = (int)next;
+            return 0;
+        }
+        key = next;
+        prev = &key;
+    }
+    return -ENOENT;
+}
+
+/* ---- network namespaces ------------------------------------------------------------------ */
+
+struct net__ns {
+    int nsfd;
+    struct vs_nl nl; /* bound to the new namespace */
+    struct al_error err;
+};
+
+static void *net__ns_thread(void *arg)
+{
+    struct net__ns *ns = arg;
+    if (unshare(CLONE_NEWNET) != 0) {
+        al_error_set(&ns->err, -errno, "creating a network namespace: %s", strerror(errno));
+        return NULL;
+    }
+    ns->nsfd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (ns->nsfd < 0) {
+        al_error_set(&ns->err, -errno, "opening the new network namespace: %s", strerror(errno));
+        return NULL;
+    }
+    /* No IPv6 inside: the switch drops it anyway, and applications fail fast instead of
+     * waiting for timeouts. (Absent when the kernel has no IPv6: fine.) */
+    vs__sysctl_write("net/ipv6/conf/all/disable_ipv6", "1");
+    vs__sysctl_write("net/ipv6/conf/default/disable_ipv6", "1");
+    if (vs_nl_open(&ns->nl, &ns->err) != 0) {
+        close(ns->nsfd);
+        ns->nsfd = -1;
+    }
+    return NULL;
+}
+
+static int net__ns_create(struct net__ns *ns, struct al_error *err)
+{
+    memset(ns, 0, sizeof *ns);
+    ns->nsfd = -1;
+    ns->nl.fd = -1;
+    pthread_t t;
+    int rc = pthread_create(&t, NULL, net__ns_thread, ns);
+    if (rc)
+        return al_error_set(err, -rc, "starting the namespace thread: %s", strerror(rc));
+    pthread_join(t, NULL);
+    if (ns->nsfd < 0) {
+        if (err)
+            *err = ns->err;
+        return ns->err.code ? ns->err.code : -EIO;
+    }
+    return 0;
+}
+
+/* Configures the sandbox side: lo up, eth0 addr/prefix up, default route via the gateway. */
+static int net__guest_config(struct vswitch *vs, struct vs_nl *gnl, const struct vs_iface *ifc,
+                             struct al_error *err)
+{
+    int rc = vs_nl_link_set_up(gnl, 1, true, err);
+    int eth = 0;
+    if (!rc)
+        rc = vs_nl_link_index(gnl, VSWITCH_GUEST_IFNAME, &eth, err);
+    if (!rc)
+        rc = vs_nl_addr_add(gnl, eth, ifc->addr, vs->cfg.prefix_len, err);
+    if (!rc)
+        rc = vs_nl_link_set_up(gnl, eth, true, err);
+    if (!rc) {
+        struct vs_route_spec r = {.kind = VS_ROUTE_DEFAULT_VIA,
+                                  .table = VS_TABLE_MAIN,
+                                  .gateway = ifc->gateway,
+                                  .oif = eth,
+                                  .protocol = VS_RTPROT};
+        rc = vs_nl_route_add(gnl, &r, true, err);
+    }
+    if (rc)
+        al_error_prefix(err, "configuring the sandbox side");
+    return rc;
+}
+
+/* Creates, attaches and configures one veth network (caller holds the lock). sb NULL makes
+ * a pool network. */
+static int net__create_locked(struct vswitch *vs, const struct vswitch_sandbox *sb,
+                              struct vswitch_net *out, struct al_error *err)
+{
+    uint32_t slot;
+    int rc = vs__slot_alloc(vs, &slot, err);
+    if (rc)
+        return rc;
+    char name[IFNAMSIZ];
+    net__ifname(vs, slot, name);
+    struct vs_iface ifc;
+    vs__iface_init(vs, &ifc, slot, sb, name, sb ? 0 : VS_IF_POOL);
+
+    struct net__ns ns;
+    rc = net__ns_create(&ns, err);
+    if (rc) {
+        vs__slot_free(vs, slot);
+        return rc;
+    }
+    struct vs_veth_spec spec = {.name = name,
+                                .mac = ifc.host_mac,
+                                .peer_name = VSWITCH_GUEST_IFNAME,
+                                .peer_mac = ifc.guest_mac,
+                                .peer_netns_fd = ns.nsfd};
+    rc = vs_nl_veth_add(&vs->nl, &spec, err);
+    if (rc) {
+        vs__slot_free(vs, slot);
+        goto out_ns;
+    }
+    int ifindex = 0;
+    rc = vs_nl_link_index(&vs->nl, name, &ifindex, err);
+    if (!rc)
+        rc = vs_nl_link_addrgen_none(&vs->nl, ifindex, err); /* no IPv6 from the host side */
+    if (rc) {
+        /* Cannot happen short of someone deleting it; the next vswitch_open removes it. */
+        vs__slot_free(vs, slot);
+        goto out_ns;
+    }
+    /* Programs and identity while the link is still down: no packet ever passes
+     * unattached. Then up, host route + neighbour, and the sandbox side. */
+    rc = vs__attach_locked(vs, ifindex, &ifc, err);
+    if (rc) {
+        vs_nl_link_del(&vs->nl, ifindex, NULL);
+        vs__slot_free(vs, slot);
+        goto out_ns;
+    }
+    rc = vs_nl_link_set_up(&vs->nl, ifindex, true, err);
+    if (!rc)
+        rc = vs__host_routes(vs, ifindex, &ifc, err);
+    if (!rc)
+        rc = net__guest_config(vs, &ns.nl, &ifc, err);
+    if (rc) {
+        vs__detach_locked(vs, ifindex, NULL);
+        goto out_ns;
+    }
+    net__fill(&ifc, ifindex, out);
+    out->prefix_len = vs->cfg.prefix_len;
+    out->netns_fd = ns.nsfd;
+    ns.nsfd = -1;
+out_ns:
+    vs_nl_close(&ns.nl);
+    if (ns.nsfd >= 0)
+        close(ns.nsfd);
+    return rc;
+}
+
+int vswitch_net_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
+                       struct vswitch_net *out, struct al_error *err)
+{
+    int rc = net__check_sandbox(sb, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&vs->mu);
+    int ifindex;
+    struct vs_iface ifc;
+    if (net__find_locked(vs, sb->id, &ifindex, &ifc) == 0) {
+        pthread_mutex_unlock(&vs->mu);
+        return al_error_set(err, -EEXIST, "sandbox %llu already has a network (%s)",
+                            (unsigned long long)sb->id, ifc.ifname);
+    }
+    if (vs->pool_n > 0) {
+        /* Hand out a ready network: one map update makes it live. */
+        struct vswitch_net net = vs->pool[--vs->pool_n];
+        __u32 key = (__u32)net.host_ifindex;
+        if (bpf_map_lookup_elem(vs->view.map_ifaces, &key, &ifc) == 0) {
+            ifc.sandbox_id = sb->id;
+            ifc.flags &= ~VS_IF_POOL;
+            memset(ifc.label, 0, sizeof ifc.label);
+            if (sb->label)
+                snprintf(ifc.label, sizeof ifc.label, "%s", sb->label);
+            rc = vs__set_identity_locked(vs, net.host_ifindex, &ifc, err);
+            if (rc == 0) {
+                net.sandbox_id = sb->id;
+                *out = net;
+                pthread_mutex_unlock(&vs->mu);
+                return 0;
+            }
+        }
+        /* The pooled network is unusable: throw it away and build a fresh one. */
+        vs__detach_locked(vs, net.host_ifindex, NULL);
+        vswitch_net_close_fds(&net);
+        al_error_clear(err);
+    }
+    rc = net__create_locked(vs, sb, out, err);
+    pthread_mutex_unlock(&vs->mu);
+    return rc;
+}
+
+int vswitch_pool_fill(struct vswitch *vs, struct al_error *err)
+{
+    pthread_mutex_lock(&vs->mu);
+    if (!vs->pool && vs->pool_size) {
+        vs->pool = calloc(vs->pool_size, sizeof *vs->pool);
+        if (!vs->pool) {
+            pthread_mutex_unlock(&vs->mu);
+            return al_error_set(err, -ENOMEM, "out of memory");
+        }
+    }
+    int rc = 0;
+    while (vs->pool_n < vs->pool_size) {
+        struct vswitch_net net;
+        rc = net__create_locked(vs, NULL, &net, err);
+        if (rc)
+            break;
+        vs->pool[vs->pool_n++] = net;
+    }
+    int ready = (int)vs->pool_n;
+    pthread_mutex_unlock(&vs->mu);
+    return rc ? rc : ready;
+}
+
+size_t vswitch_pool_ready(struct vswitch *vs)
+{
+    pthread_mutex_lock(&vs->mu);
+    size_t n = vs->pool_n;
+    pthread_mutex_unlock(&vs->mu);
+    return n;
+}
+
+void vs__pool_drain(struct vswitch *vs)
+{
+    while (vs->pool_n > 0) {
+        struct vswitch_net *net = &vs->pool[--vs->pool_n];
+        vs__detach_locked(vs, net->host_ifindex, NULL);
+        vswitch_net_close_fds(net);
+    }
+}
+
+/* ---- taps and foreign interfaces ------------------------------------------------------- */
+
+static int net__same_netns(const struct vswitch *vs, struct al_error *err)
+{
+    /* A tap is created in the namespace of the thread that opens /dev/net/tun. */
+    struct stat st;
+    if (stat("/proc/thread-self/ns/net", &st) != 0)
+        return al_error_set(err, -errno, "cannot stat this thread's network namespace: %s",
+                            strerror(errno));
+    if (st.st_ino != vs->netns_ino || st.st_dev != vs->netns_dev)
+        return al_error_set(err, -EXDEV,
+                            "this thread is not in the switch's network "
+                            "namespace: create taps from a thread that is");
+    return 0;
+}
+
+int vswitch_tap_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
+                       const struct vswitch_tap_opts *o, struct vswitch_net *out,
+                       struct al_error *err)
+{
+    int rc = net__check_sandbox(sb, err);
+    if (rc)
+        return rc;
+    rc = net__same_netns(vs, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&vs->mu);
+    int ifindex;
+    struct vs_iface ifc;
+    if (net__find_locked(vs, sb->id, &ifindex, &ifc) == 0) {
+        pthread_mutex_unlock(&vs->mu);
+        return al_error_set(err, -EEXIST, "sandbox %llu already has a network (%s)",
+                            (unsigned long long)sb->id, ifc.ifname);
+    }
+    uint32_t slot;
+    rc = vs__slot_alloc(vs, &slot, err);
+    if (rc) {
+        pthread_mutex_unlock(&vs->mu);
+        return rc;
+    }
+    char name[IFNAMSIZ];
+    net__ifname(vs, slot, name);
+    vs__iface_init(vs, &ifc, slot, sb, name, VS_IF_TAP);
+    if (o && o->guest_mac)
+        memcpy(ifc.guest_mac, o->guest_mac, 6);
+
+    int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        rc = al_error_set(err, -errno, "opening /dev/net/tun: %s (is the tun module loaded?)",
+                          strerror(errno));
+        vs__slot_free(vs, slot);
+        pthread_mutex_unlock(&vs->mu);
+        return rc;
+    }
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", name);
+    ifr.ifr_flags = IFF_TAP | IFF_NO_PI | (o && o->vnet_hdr ? IFF_VNET_HDR : 0);
+    if (ioctl(fd, TUNSETIFF, &ifr) != 0) {
+        rc = al_error_set(err, -errno, "creating tap %s: %s", name, strerror(errno));
+        close(fd);
+        vs__slot_free(vs, slot);
+        pthread_mutex_unlock(&vs->mu);
+        return rc;
+    }
+    ifindex = 0;
+    rc = vs_nl_link_index(&vs->nl, name, &ifindex, err);
+    if (!rc)
+        rc = vs_nl_link_set_mac(&vs->nl, ifindex, ifc.host_mac, err);
+    if (!rc)
+        rc = vs_nl_link_addrgen_none(&vs->nl, ifindex, err);
+    if (!rc)
+        rc = vs__attach_locked(vs, ifindex, &ifc, err);
+    if (rc) {
+        close(fd); /* deletes the (unattached, down) tap */
+        vs__slot_free(vs, slot);
+        pthread_mutex_unlock(&vs->mu);
+        return rc;
+    }
+    rc = vs_nl_link_set_up(&vs->nl, ifindex, true, err);
+    if (!rc)
+        rc = vs__host_routes(vs, ifindex, &ifc, err);
+    if (rc) {
+        vs__detach_locked(vs, ifindex, NULL);
+        close(fd);
+        pthread_mutex_unlock(&vs->mu);
+        return rc;
+    }
+    net__fill(&ifc, ifindex, out);
+    out->prefix_len = vs->cfg.prefix_len;
+    out->tap_fd = fd;
+    pthread_mutex_unlock(&vs->mu);
+    return 0;
+}
+
+int vswitch_attach(struct vswitch *vs, int ifindex, const struct vswitch_sandbox *sb,
+                   const uint8_t guest_mac[6], struct vswitch_net *out, struct al_error *err)
+{
+    int rc = net__check_sandbox(sb, err);
+    if (rc)
+        return rc;
+    if (!guest_mac)
+        return al_error_set(err, -EINVAL, "vswitch_attach needs the far end's MAC address");
+    pthread_mutex_lock(&vs->mu);
+    struct vs_nl_link_info l;
+    rc = vs_nl_link_get(&vs->nl, ifindex, &l, err);
+    if (rc)
+        goto out;
+    size_t plen = strlen(vs->cfg.ifname_prefix);
+    if (strncmp(l.name, vs->cfg.ifname_prefix, plen) != 0 || !l.name[plen]) {
+        rc = al_error_set(err, -EINVAL,
+                          "interface %s is not named %s<something>: the "
+                          "nftables guard would not cover it. Create it with that prefix",
+                          l.name, vs->cfg.ifname_prefix);
+        goto out;
+    }
+    if (l.flags & IFF_UP) {
+        rc = al_error_set(err, -EBUSY,
+                          "interface %s is up: attach it while it is down, so "
+                          "that no packet passes unattached",
+                          l.name);
+        goto out;
+    }
+    bool tap = strcmp(l.kind, "tun") == 0;
+    if (!tap && strcmp(l.kind, "veth") != 0) {
+        rc = al_error_set(err, -EINVAL,
+                          "interface %s is a '%s': only veth and tap interfaces "
+                          "can be attached",
+                          l.name, l.kind[0] ? l.kind : "device without a kind");
+        goto out;
+    }
+    __u32 key = (__u32)ifindex;
+    struct vs_iface ifc;
+    if (bpf_map_lookup_elem(vs->view.map_ifaces, &key, &ifc) == 0 ||
+        net__find_locked(vs, sb->id, &(int){0}, &ifc) == 0) {
+        rc = al_error_set(err, -EEXIST, "interface %s or sandbox %llu is already attached", l.name,
+                          (unsigned long long)sb->id);
+        goto out;
+    }
+    uint32_t slot;
+    rc = vs__slot_alloc(vs, &slot, err);
+    if (rc)
+        goto out;
+    vs__iface_init(vs, &ifc, slot, sb, l.name, tap ? VS_IF_TAP : 0);
+    memcpy(ifc.guest_mac, guest_mac, 6);
+    rc = vs_nl_link_set_mac(&vs->nl, ifindex, ifc.host_mac, err);
+    if (!rc)
+        rc = vs_nl_link_addrgen_none(&vs->nl, ifindex, err);
+    if (!rc)
+        rc = vs__attach_locked(vs, ifindex, &ifc, err);
+    if (rc) {
+        vs__slot_free(vs, slot);
+        goto out;
+    }
+    rc = vs_nl_link_set_up(&vs->nl, ifindex, true, err);
+    if (!rc)
+        rc = vs__host_routes(vs, ifindex, &ifc, err);
+    if (rc) {
+        vs__detach_locked(vs, ifindex, NULL);
+        goto out;
+    }
+    net__fill(&ifc, ifindex, out);
+    out->prefix_len = vs->cfg.prefix_len;
+out:
+    pthread_mutex_unlock(&vs->mu);
+    return rc;
+}
+
+int vswitch_detach(struct vswitch *vs, int host_ifindex, struct al_error *err)
+{
+    pthread_mutex_lock(&vs->mu);
+    int rc = vs__detach_locked(vs, host_ifindex, err);
+    pthread_mutex_unlock(&vs->mu);
+    return rc;
+}
+
+int vswitch_net_destroy(struct vswitch *vs, uint64_t sandbox_id, struct al_error *err)
+{
+    pthread_mutex_lock(&vs->mu);
+    int ifindex;
+    struct vs_iface ifc;
+    int rc = net__find_locked(vs, sandbox_id, &ifindex, &ifc);
+    if (rc)
+        al_error_set(err, rc, "sandbox %llu has no network", (unsigned long long)sandbox_id);
+    else
+        rc = vs__detach_locked(vs, ifindex, err);
+    pthread_mutex_unlock(&vs->mu);
+    return rc;
+}
+
+int vswitch_net_find(struct vswitch *vs, uint64_t sandbox_id, struct vswitch_net *out)
+{
+    pthread_mutex_lock(&vs->mu);
+    int ifindex;
+    struct vs_iface ifc;
+    int rc = net__find_locked(vs, sandbox_id, &ifindex, &ifc);
+    if (!rc) {
+        net__fill(&ifc, ifindex, out);
+        out->prefix_len = vs->cfg.prefix_len;
+    }
+    pthread_mutex_unlock(&vs->mu);
+    return rc;
+}
+
+void vswitch_net_close_fds(struct vswitch_net *net)
+{
+    if (net->netns_fd >= 0)
+        close(net->netns_fd);
+    if (net->tap_fd >= 0)
+        close(net->tap_fd);
+    net->netns_fd = -1;
+    net->tap_fd = -1;
+}
