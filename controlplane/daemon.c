@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -191,6 +192,119 @@ static const struct cp_backend_ops *daemon__backend(struct cp *cp, const struct 
     }
 }
 
+/* ---- the network: pool and reconciliation (on the thread pool) ---------------------------- */
+
+struct daemon_network {
+    uv_work_t w;
+    struct cp *cp;
+    uint64_t *stale;
+    size_t n_stale;
+    int rc;
+    struct al_error err;
+};
+
+static bool daemon__pool_busy;
+
+static void daemon__pool_work(uv_work_t *w)
+{
+    struct daemon_network *x = w->data;
+    x->rc = x->cp->net->pool_fill(x->cp->net_priv, &x->err);
+}
+
+static void daemon__pool_done(uv_work_t *w, int status)
+{
+    struct daemon_network *x = w->data;
+    if (status == 0 && x->rc < 0)
+        al_warn("vswitch: filling the network pool: %s", al_error_str(&x->err));
+    daemon__pool_busy = false;
+    free(x);
+}
+
+static void daemon__pool_fill(struct cp *cp)
+{
+    if (!cp->net || !cp->net->pool_fill || daemon__pool_busy || cp->stopping ||
+        cp->cfg.net_pool_size <= 0)
+        return;
+    struct daemon_network *x = calloc(1, sizeof *x);
+    if (!x)
+        return;
+    x->cp = cp;
+    x->w.data = x;
+    daemon__pool_busy = true;
+    if (uv_queue_work(cp->loop, &x->w, daemon__pool_work, daemon__pool_done)) {
+        daemon__pool_busy = false;
+        free(x);
+    }
+}
+
+struct daemon_stale {
+    struct cp *cp;
+    struct daemon_network *x;
+    size_t cap;
+};
+
+static int daemon__seq_live(void *v, void *arg)
+{
+    struct cp_sandbox *sb = v;
+    uint64_t *seq = arg;
+    return sb->rec.seq == *seq ? 1 : 0;
+}
+
+static int daemon__stale_each(uint64_t seq, const char *label, void *arg)
+{
+    struct daemon_stale *s = arg;
+    if (cp_map_foreach(&s->cp->sandboxes, daemon__seq_live, &seq))
+        return 0;
+    al_info("vswitch: network of sandbox %s (#%llu) has no sandbox any more: removing it",
+            label && *label ? label : "?", (unsigned long long)seq);
+    if (s->x->n_stale == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 16;
+        uint64_t *nv = realloc(s->x->stale, nc * sizeof *nv);
+        if (!nv)
+            return 0;
+        s->x->stale = nv;
+        s->cap = nc;
+    }
+    s->x->stale[s->x->n_stale++] = seq;
+    return 0;
+}
+
+static void daemon__stale_work(uv_work_t *w)
+{
+    struct daemon_network *x = w->data;
+    for (size_t i = 0; i < x->n_stale; i++) {
+        struct al_error err = {0};
+        if (x->cp->net->release(x->cp->net_priv, x->stale[i], &err) && err.code != -ENOENT)
+            al_warn("vswitch: %s", al_error_str(&err));
+    }
+}
+
+static void daemon__stale_done(uv_work_t *w, int status)
+{
+    struct daemon_network *x = w->data;
+    (void)status;
+    free(x->stale);
+    free(x);
+}
+
+/* After re-adoption: networks the switch holds for sandboxes that no longer exist. */
+static void daemon__net_reconcile(struct cp *cp)
+{
+    if (!cp->net || !cp->net->foreach)
+        return;
+    struct daemon_network *x = calloc(1, sizeof *x);
+    if (!x)
+        return;
+    x->cp = cp;
+    struct daemon_stale s = {.cp = cp, .x = x};
+    cp->net->foreach(cp->net_priv, daemon__stale_each, &s);
+    x->w.data = x;
+    if (!x->n_stale || uv_queue_work(cp->loop, &x->w, daemon__stale_work, daemon__stale_done)) {
+        free(x->stale);
+        free(x);
+    }
+}
+
 /* ---- the tick ---------------------------------------------------------------------------- */
 
 static void daemon__tick(uv_timer_t *t)
@@ -199,6 +313,7 @@ static void daemon__tick(uv_timer_t *t)
     if (cp->stopping)
         return;
     cp_metrics_sample_all(cp);
+    daemon__pool_fill(cp);
 }
 
 /* ---- stop -------------------------------------------------------------------------------- */
@@ -360,6 +475,8 @@ static void daemon__adopted(struct cp *cp)
         return;
     if (cp->egress)
         cp_egress_resync(cp->egress);
+    daemon__net_reconcile(cp);
+    daemon__pool_fill(cp);
     if (daemon__listen(cp)) {
         al_error("airlockd cannot serve: stopping");
         daemon__stop(cp);
@@ -408,6 +525,36 @@ static void daemon__wait_tick(uv_timer_t *t)
 }
 
 /* ---- main --------------------------------------------------------------------------------- */
+
+/* First start: a vault with a random master key (`airlock vault init`), so that
+ * airlock-vault can start; operators who want a passphrase vault make it themselves first. */
+static int daemon__vault_init(struct cp *cp)
+{
+    char p[4200], cli[4200];
+    snprintf(p, sizeof p, "%s/vault/secrets.vault", cp->cfg.state_dir);
+    if (access(p, F_OK) == 0)
+        return 0;
+    snprintf(cli, sizeof cli, "%s/airlock", cp->cfg.bin_path);
+    char *argv[] = {cli, "--state-dir", cp->cfg.state_dir, "vault", "init", NULL};
+    struct cp_spawn s = {.path = cli, .argv = argv, .fds = {-1, 2, 2}, .nfds = 3};
+    pid_t pid;
+    struct al_error err = {0};
+    int rc = cp_proc_spawn(&s, &pid, NULL, &err);
+    if (rc) {
+        al_error("cannot create the vault: %s", al_error_str(&err));
+        return rc;
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        al_error("`airlock vault init` failed (above): airlock-vault is not started");
+        return -EIO;
+    }
+    al_info("created the vault (random master key in %s/vault/master.key: back it up)",
+            cp->cfg.state_dir);
+    return 0;
+}
 
 static int daemon__bin(struct cp *cp, char *out, size_t len, const char *name, bool required)
 {
@@ -589,6 +736,11 @@ int cp_main(int argc, char **argv)
     if (cp->cfg.vault == CP_TRI_ON && !have_vault) {
         al_error("vault.mode is on but airlock-vault was not found in %s", cp->cfg.bin_path);
         goto out;
+    }
+    if (have_vault && cp->cfg.vault != CP_TRI_OFF && daemon__vault_init(cp)) {
+        if (cp->cfg.vault == CP_TRI_ON)
+            goto out;
+        have_vault = false;
     }
     if (have_vault && cp->cfg.vault != CP_TRI_OFF) {
         char *vargv[64] = {vault_bin, "--state-dir", cp->cfg.state_dir};

@@ -46,7 +46,8 @@ struct cp_supervisor {
     struct cp_daemon d[SUP_MAX];
     size_t n;
     bool stopping;
-    size_t pending_close;
+    size_t open_handles;       /* timers and process watches not yet closed */
+    bool finishing;
     void (*done)(struct cp *cp);
 };
 
@@ -81,6 +82,7 @@ int cp_sup_add(struct cp_supervisor *s, const struct cp_daemon_def *def)
     for (size_t i = 0; i < n; i++)
         d->argv[i] = strdup(def->argv[i]);
     d->backoff_ms = SUP_BACKOFF_MIN_MS;
+    s->open_handles++;
     uv_timer_init(s->cp->loop, &d->timer);
     d->timer.data = d;
     s->n++;
@@ -107,9 +109,12 @@ static void sup__record(struct cp_daemon *d)
 static void sup__spawn(struct cp_daemon *d);
 static void sup__probe(uv_timer_t *t);
 
+static void sup__release(struct cp_supervisor *s);
+
 static void sup__watch_closed(struct cp_proc_watch *w)
 {
-    (void)w;
+    struct cp_daemon *d = w->data;
+    sup__release(d->sup);
 }
 
 static void sup__maybe_done(struct cp_supervisor *s);
@@ -151,8 +156,10 @@ static int sup__watch(struct cp_daemon *d, int pidfd)
 {
     d->watch.data = d;
     int rc = cp_proc_watch_start(d->sup->cp->loop, &d->watch, d->pid, pidfd, sup__on_exit);
-    if (rc == 0)
+    if (rc == 0) {
         d->watching = true;
+        d->sup->open_handles++;
+    }
     return rc;
 }
 
@@ -279,11 +286,10 @@ bool cp_sup_ready(const struct cp_supervisor *s, const char *name)
 
 /* ---- stop ------------------------------------------------------------------------------ */
 
-static void sup__timer_closed(uv_handle_t *h)
+/* Frees the supervisor once it is finishing and its last handle is closed. */
+static void sup__release(struct cp_supervisor *s)
 {
-    struct cp_daemon *d = h->data;
-    struct cp_supervisor *s = d->sup;
-    if (--s->pending_close > 0)
+    if (--s->open_handles > 0 || !s->finishing)
         return;
     void (*done)(struct cp *) = s->done;
     struct cp *cp = s->cp;
@@ -297,24 +303,25 @@ static void sup__timer_closed(uv_handle_t *h)
         done(cp);
 }
 
+static void sup__timer_closed(uv_handle_t *h)
+{
+    struct cp_daemon *d = h->data;
+    sup__release(d->sup);
+}
+
 static void sup__finish(struct cp_supervisor *s)
 {
-    s->pending_close = s->n;
-    if (!s->n) {
-        s->pending_close = 1;
-        /* nothing to close: call done directly */
-        void (*done)(struct cp *) = s->done;
-        struct cp *cp = s->cp;
-        free(s);
-        if (done)
-            done(cp);
+    s->finishing = true;
+    if (!s->open_handles) {
+        s->open_handles = 1;
+        sup__release(s);
         return;
     }
     for (size_t i = 0; i < s->n; i++) {
         struct cp_daemon *d = &s->d[i];
         if (d->watching) {
             d->watching = false;
-            cp_proc_watch_stop(&d->watch, NULL);
+            cp_proc_watch_stop(&d->watch, sup__watch_closed);
         }
         uv_close((uv_handle_t *)&d->timer, sup__timer_closed);
     }
