@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <sodium.h>
 #include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
@@ -263,6 +264,9 @@ int main(int argc, char **argv)
         return 2;
     }
     al_log_init("agent", AL_LOG_AUTO, level);
+    /* sodium_malloc (the access token) and the signature checks need libsodium set up. */
+    if (sodium_init() < 0)
+        al_die("libsodium could not be initialised");
     signal(SIGPIPE, SIG_IGN);
     umask(022);
 
