@@ -243,24 +243,17 @@ static int tb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_bac
     size_t ne = 0;
     while (environ[ne])
         ne++;
-    char **envp = calloc(ne + 4, sizeof *envp);
-    char preload[4300];
-    snprintf(preload, sizeof preload, "LD_PRELOAD=%s/libairlock_test_sodium_shim.so",
-             cp->cfg.bin_path);
+    char **envp = calloc(ne + 3, sizeof *envp);
     size_t k = 0;
     if (envp) {
         for (size_t i = 0; i < ne; i++)
             if (strncmp(environ[i], "AIRLOCK_AGENT_", 14) != 0 &&
                 strncmp(environ[i], "AIRLOCK_API_KEY=", 16) != 0 &&
-                strncmp(environ[i], "ASAN_OPTIONS=", 13) != 0 &&
-                strncmp(environ[i], "LD_PRELOAD=", 11) != 0)
+                strncmp(environ[i], "ASAN_OPTIONS=", 13) != 0)
                 envp[k++] = environ[i];
         envp[k++] = "AIRLOCK_AGENT_INIT_FD=3";
-        /* The sanitizer build of the agent must not fail the sandbox on leak reports, and
-         * must accept the preloaded shim (testshim/sodium_init.c) ahead of its runtime. */
-        envp[k++] = "ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0";
-        if (access(preload + 11, R_OK) == 0)
-            envp[k++] = preload;
+        /* The sanitizer build of the agent must not fail the sandbox on leak reports. */
+        envp[k++] = "ASAN_OPTIONS=detect_leaks=0";
     }
     struct cp_spawn s = {.path = argv[0], .argv = argv, .envp = envp,
                          .fds = {-1, logfd, logfd, initp[0]}, .nfds = 4, .new_session = true};
