@@ -28,19 +28,16 @@
 #define VMM_API_TIMEOUT_MS  15000
 #define VMM_STOP_TIMEOUT_MS 20000
 
+struct vmm_proc;
+
 struct vmm_priv {
     struct cp_sandbox *sb;
     /* start */
     cp_backend_cb start_cb;
-    uv_pipe_t ready;
-    uv_pipe_t spec;
-    uv_write_t wr;
+    struct vmm_proc *proc;
     uv_timer_t timer;
-    int open_handles;
-    char *spec_text;
-    size_t spec_len;
-    char line[8192];
-    size_t line_len;
+    bool timer_open;
+    int netns_fd;           /* kept open until the ready line (the spec names it by path) */
     bool start_done;
     /* cleanup */
     struct cp_proc_watch cleanup_watch;
@@ -50,11 +47,20 @@ struct vmm_priv {
 static struct vmm_priv *vmm__priv(struct cp_sandbox *sb)
 {
     if (!sb->bpriv) {
-        sb->bpriv = calloc(1, sizeof(struct vmm_priv));
-        if (sb->bpriv)
-            ((struct vmm_priv *)sb->bpriv)->sb = sb;
+        struct vmm_priv *p = calloc(1, sizeof *p);
+        if (p) {
+            p->sb = sb;
+            p->netns_fd = -1;
+        }
+        sb->bpriv = p;
     }
     return sb->bpriv;
+}
+
+static void vmm__handle_closed(uv_handle_t *h)
+{
+    struct vmm_priv *p = h->data;
+    cp_sb_unref(p->sb);
 }
 
 static void vmm__paths(struct cp_sandbox *sb)
@@ -241,53 +247,134 @@ static int vmm_cleanup(struct cp_sandbox *sb, cp_backend_cb cb)
     return vmm__run_cleanup(sb, cb);
 }
 
-/* ---- start ----------------------------------------------------------------------------- */
+/* ---- airlock-vmm processes and the warm pool --------------------------------------------
+ *
+ * A vmm_proc is one airlock-vmm process from its spawn to its ready line: its standard input
+ * (the spec goes there), its ready pipe, and its pidfd. Warm ones were started with --warm
+ * and have said {"warm":true}: they have done what needs no spec (their cgroups) and wait on
+ * standard input. A create takes a warm process if there is one (and starts a replacement),
+ * else starts one cold; either way the spec names the sandbox's network namespace through
+ * /proc/<airlockd>/fd/<n>, which airlockd keeps open until the ready line. */
 
-static void vmm__handle_closed(uv_handle_t *h)
+enum vp_state { VP_STARTING = 0, VP_WARM, VP_ASSIGNED, VP_DONE };
+
+struct vmm_proc {
+    struct cp *cp;
+    enum vp_state state;
+    pid_t pid;
+    int pidfd;            /* handed to the sandbox on assignment */
+    int pool_pidfd;       /* a duplicate the pool polls while the process is warm */
+    uv_pipe_t ready;
+    uv_pipe_t spec;
+    uv_poll_t pool_poll;
+    bool pool_poll_init;
+    uv_write_t wr;
+    int open_handles;
+    char line[8192];
+    size_t line_len;
+    char *spec_text;
+    size_t spec_len;
+    struct vmm_priv *owner; /* assigned: whose start this is */
+    struct vmm_proc *next;  /* in the warm list */
+    bool in_pool;
+};
+
+struct vmm_pool {
+    struct vmm_proc *warm;  /* ready to take a spec */
+    size_t n_warm, n_starting;
+    bool closing;
+};
+
+static struct vmm_pool vmm__pool;
+
+static void vmm__start_finish(struct vmm_priv *p, int rc, const char *msg);
+static void vmm__pool_refill(struct cp *cp);
+
+static void vp__closed(uv_handle_t *h)
 {
-    struct vmm_priv *p = h->data;
-    struct cp_sandbox *sb = p->sb;
-    if (--p->open_handles == 0) {
-        if (p->spec_text) {
-            explicit_bzero(p->spec_text, p->spec_len);
-            free(p->spec_text);
-            p->spec_text = NULL;
-        }
+    struct vmm_proc *v = h->data;
+    if (--v->open_handles > 0)
+        return;
+    if (v->spec_text) {
+        explicit_bzero(v->spec_text, v->spec_len);
+        free(v->spec_text);
     }
-    cp_sb_unref(sb);
+    if (v->pool_pidfd >= 0)
+        close(v->pool_pidfd);
+    if (v->pidfd >= 0)
+        close(v->pidfd);
+    free(v);
 }
 
-static void vmm__close(struct vmm_priv *p, uv_handle_t *h)
+static void vp__close(struct vmm_proc *v, uv_handle_t *h)
 {
     if (!uv_is_closing(h))
-        uv_close(h, vmm__handle_closed);
+        uv_close(h, vp__closed);
 }
 
-static void vmm__start_finish(struct vmm_priv *p, int rc, const char *msg)
+/* Ends the process's life as a vmm_proc (the process itself goes on if assigned). */
+static void vp__done(struct vmm_proc *v)
 {
-    if (p->start_done)
+    if (v->state == VP_DONE)
         return;
-    p->start_done = true;
-    vmm__close(p, (uv_handle_t *)&p->ready);
-    vmm__close(p, (uv_handle_t *)&p->timer);
-    struct cp_sandbox *sb = p->sb;
-    cp_backend_cb cb = p->start_cb;
-    p->start_cb = NULL;
-    cb(sb, rc, msg);
+    v->state = VP_DONE;
+    vp__close(v, (uv_handle_t *)&v->ready);
+    if (v->pool_poll_init)
+        vp__close(v, (uv_handle_t *)&v->pool_poll);
+    if (!v->spec_text) /* nothing being written */
+        vp__close(v, (uv_handle_t *)&v->spec);
 }
 
-static void vmm__on_ready_line(struct vmm_priv *p)
+static void vp__pool_remove(struct vmm_proc *v)
 {
-    struct cp_sandbox *sb = p->sb;
-    p->line[p->line_len] = '\0';
-    json_t *j = json_loads(p->line, 0, NULL);
+    if (!v->in_pool)
+        return;
+    for (struct vmm_proc **pp = &vmm__pool.warm; *pp; pp = &(*pp)->next) {
+        if (*pp == v) {
+            *pp = v->next;
+            vmm__pool.n_warm--;
+            break;
+        }
+    }
+    v->in_pool = false;
+}
+
+static void vp__line(struct vmm_proc *v)
+{
+    v->line[v->line_len] = '\0';
+    json_t *j = json_loads(v->line, 0, NULL);
+    if (v->state == VP_STARTING) {
+        if (j && json_is_true(json_object_get(j, "warm"))) {
+            v->state = VP_WARM;
+            vmm__pool.n_starting--;
+            v->next = vmm__pool.warm;
+            vmm__pool.warm = v;
+            vmm__pool.n_warm++;
+            v->in_pool = true;
+        } else {
+            al_warn("a warm airlock-vmm (pid %d) did not get ready: %s", (int)v->pid, v->line);
+            vmm__pool.n_starting--;
+            cp_proc_signal(v->pidfd, SIGKILL);
+            vp__done(v);
+        }
+        json_decref(j);
+        return;
+    }
+    if (v->state != VP_ASSIGNED || !v->owner) {
+        json_decref(j);
+        return;
+    }
+    struct vmm_priv *p = v->owner;
+    v->owner = NULL;
     if (!j || !json_is_object(j)) {
         json_decref(j);
+        vp__done(v);
         vmm__start_finish(p, -EPROTO, "airlock-vmm's ready line is not JSON");
         return;
     }
     if (json_is_true(json_object_get(j, "ready"))) {
         json_decref(j);
+        vp__done(v);
         vmm__start_finish(p, 0, NULL);
         return;
     }
@@ -295,52 +382,216 @@ static void vmm__on_ready_line(struct vmm_priv *p)
     const char *e = json_string_value(json_object_get(j, "error"));
     snprintf(msg, sizeof msg, "%s", e ? e : "airlock-vmm reported a failure");
     json_decref(j);
-    al_warn("sandbox %s: %s", sb->rec.id, msg);
+    vp__done(v);
     vmm__start_finish(p, -EIO, msg);
 }
 
-static void vmm__alloc(uv_handle_t *h, size_t sz, uv_buf_t *b)
+static void vp__alloc(uv_handle_t *h, size_t sz, uv_buf_t *b)
 {
-    struct vmm_priv *p = h->data;
+    struct vmm_proc *v = h->data;
     (void)sz;
-    size_t room = sizeof p->line - 1 - p->line_len;
-    b->base = p->line + p->line_len;
-    b->len = room;
+    b->base = v->line + v->line_len;
+    b->len = sizeof v->line - 1 - v->line_len;
 }
 
-static void vmm__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
+static void vp__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
 {
-    struct vmm_priv *p = s->data;
+    struct vmm_proc *v = s->data;
     (void)b;
-    if (p->start_done)
+    if (v->state == VP_DONE)
         return;
     if (n > 0) {
-        p->line_len += (size_t)n;
-        char *nl = memchr(p->line, '\n', p->line_len);
-        if (nl) {
-            p->line_len = (size_t)(nl - p->line);
-            vmm__on_ready_line(p);
-        } else if (p->line_len >= sizeof p->line - 1) {
-            vmm__start_finish(p, -EPROTO, "airlock-vmm's ready line is too long");
+        v->line_len += (size_t)n;
+        char *nl;
+        while (v->state != VP_DONE && (nl = memchr(v->line, '\n', v->line_len))) {
+            size_t l = (size_t)(nl - v->line);
+            char rest[sizeof v->line];
+            size_t rl = v->line_len - l - 1;
+            memcpy(rest, nl + 1, rl);
+            v->line_len = l;
+            vp__line(v);
+            memcpy(v->line, rest, rl);
+            v->line_len = rl;
+        }
+        if (v->line_len >= sizeof v->line - 1) {
+            v->line_len = 0; /* a line that long is garbage: drop it */
         }
         return;
     }
-    if (n == UV_EOF || n < 0) {
-        /* No line: airlock-vmm exited (its status comes with the process watch; say what
-         * we know). */
-        if (p->line_len) {
-            vmm__on_ready_line(p);
-            return;
-        }
+    if (n < 0) {
+        /* EOF: the process is exiting (its status comes with its pidfd). */
         int st = -1;
         char how[128] = "exited";
-        if (p->sb->pidfd >= 0 && cp_proc_reap(p->sb->pidfd, &st) == 0)
+        int fd = v->owner ? v->owner->sb->pidfd : v->pidfd;
+        if (v->state == VP_ASSIGNED && v->owner && fd >= 0 && cp_proc_reap(fd, &st) == 0)
             cp_proc_describe(st, how, sizeof how);
-        char msg[256];
-        snprintf(msg, sizeof msg, "airlock-vmm %s before its sandbox was ready (its log lines "
-                 "are in airlockd's output)", how);
-        vmm__start_finish(p, -EIO, msg);
+        if (v->state == VP_STARTING)
+            vmm__pool.n_starting--;
+        vp__pool_remove(v);
+        struct vmm_priv *p = v->state == VP_ASSIGNED ? v->owner : NULL;
+        v->owner = NULL;
+        vp__done(v);
+        if (p) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "airlock-vmm %s before its sandbox was ready (its log lines "
+                     "are in airlockd's output)", how);
+            vmm__start_finish(p, -EIO, msg);
+        }
     }
+}
+
+/* A warm process that dies while waiting is forgotten (and replaced at the next refill). */
+static void vp__pool_exit(uv_poll_t *h, int status, int events)
+{
+    struct vmm_proc *v = h->data;
+    (void)status;
+    (void)events;
+    if (v->state != VP_WARM && v->state != VP_STARTING)
+        return;
+    int st;
+    if (cp_proc_reap(v->pool_pidfd, &st) == -EAGAIN)
+        return;
+    if (v->state == VP_STARTING)
+        vmm__pool.n_starting--;
+    vp__pool_remove(v);
+    vp__done(v);
+}
+
+/* Spawns airlock-vmm, warm (waits for a spec) or cold (the spec is written at once). */
+static struct vmm_proc *vp__spawn(struct cp *cp, bool warm, struct al_error *err)
+{
+    struct vmm_proc *v = calloc(1, sizeof *v);
+    if (!v) {
+        al_error_set(err, -ENOMEM, "out of memory");
+        return NULL;
+    }
+    v->cp = cp;
+    v->pidfd = v->pool_pidfd = -1;
+    int specp[2] = {-1, -1}, readyp[2] = {-1, -1};
+    if (pipe2(specp, O_CLOEXEC) < 0 || pipe2(readyp, O_CLOEXEC) < 0) {
+        al_error_set(err, -errno, "pipe: %s", strerror(errno));
+        if (specp[0] >= 0) {
+            close(specp[0]);
+            close(specp[1]);
+        }
+        free(v);
+        return NULL;
+    }
+    char *argv[16];
+    int n = 0;
+    argv[n++] = cp->vmm_bin;
+    argv[n++] = "--state-dir";
+    argv[n++] = cp->cfg.state_dir;
+    if (warm) {
+        argv[n++] = "--warm";
+        argv[n++] = "--cgroup-parent";
+        argv[n++] = cp->cfg.cgroup_parent;
+    }
+    argv[n++] = "--spec";
+    argv[n++] = "-";
+    argv[n++] = "--ready-fd";
+    argv[n++] = "3";
+    argv[n] = NULL;
+    struct cp_spawn s = {.path = cp->vmm_bin, .argv = argv, .fds = {specp[0], 2, 2, readyp[1]},
+                         .nfds = 4, .new_session = true};
+    int rc = cp_proc_spawn(&s, &v->pid, &v->pidfd, err);
+    close(specp[0]);
+    close(readyp[1]);
+    if (rc) {
+        close(specp[1]);
+        close(readyp[0]);
+        free(v);
+        return NULL;
+    }
+    uv_pipe_init(cp->loop, &v->spec, 0);
+    uv_pipe_init(cp->loop, &v->ready, 0);
+    v->spec.data = v->ready.data = v->pool_poll.data = v;
+    uv_pipe_open(&v->spec, specp[1]);
+    uv_pipe_open(&v->ready, readyp[0]);
+    v->open_handles = 2;
+    if (warm) {
+        v->pool_pidfd = fcntl(v->pidfd, F_DUPFD_CLOEXEC, 0);
+        if (v->pool_pidfd >= 0 && uv_poll_init(cp->loop, &v->pool_poll, v->pool_pidfd) == 0) {
+            v->open_handles++;
+            v->pool_poll_init = true;
+            uv_poll_start(&v->pool_poll, UV_READABLE, vp__pool_exit);
+        }
+        vmm__pool.n_starting++;
+    } else {
+        v->state = VP_ASSIGNED;
+    }
+    uv_read_start((uv_stream_t *)&v->ready, vp__alloc, vp__on_read);
+    return v;
+}
+
+static void vmm__pool_refill(struct cp *cp)
+{
+    if (vmm__pool.closing || cp->stopping)
+        return;
+    while (vmm__pool.n_warm + vmm__pool.n_starting < (size_t)cp->cfg.warm_pool) {
+        struct al_error err = {0};
+        if (!vp__spawn(cp, true, &err)) {
+            al_warn("cannot start a warm airlock-vmm: %s", al_error_str(&err));
+            return;
+        }
+    }
+}
+
+/* Takes a warm process (its pool watch ends: the sandbox's lifecycle watches it now). */
+static struct vmm_proc *vp__take_warm(void)
+{
+    struct vmm_proc *v = vmm__pool.warm;
+    if (!v)
+        return NULL;
+    vp__pool_remove(v);
+    v->state = VP_ASSIGNED;
+    if (v->pool_poll_init)
+        vp__close(v, (uv_handle_t *)&v->pool_poll);
+    return v;
+}
+
+void cp_vmm_pool_start(struct cp *cp)
+{
+    if (cp->backend == &cp_backend_vmm && strcmp(cp->backend_kind, "jail") == 0)
+        vmm__pool_refill(cp);
+}
+
+void cp_vmm_pool_stop(void)
+{
+    /* Closing their standard input releases warm processes (they exit 0). */
+    vmm__pool.closing = true;
+    while (vmm__pool.warm) {
+        struct vmm_proc *v = vmm__pool.warm;
+        vp__pool_remove(v);
+        vp__done(v);
+    }
+}
+
+/* ---- start ----------------------------------------------------------------------------- */
+
+static void vmm__start_finish(struct vmm_priv *p, int rc, const char *msg)
+{
+    if (p->start_done)
+        return;
+    p->start_done = true;
+    if (p->timer_open) {
+        p->timer_open = false;
+        uv_close((uv_handle_t *)&p->timer, vmm__handle_closed);
+    }
+    if (p->netns_fd >= 0) {
+        close(p->netns_fd);
+        p->netns_fd = -1;
+    }
+    struct cp_sandbox *sb = p->sb;
+    cp_backend_cb cb = p->start_cb;
+    p->start_cb = NULL;
+    if (rc && p->proc) {
+        /* The process is on its way out (or stuck): make sure it goes. */
+        p->proc->owner = NULL;
+    }
+    p->proc = NULL;
+    cb(sb, rc, msg);
+    cp_sb_unref(sb); /* the start's reference */
 }
 
 static void vmm__on_start_timeout(uv_timer_t *t)
@@ -349,6 +600,10 @@ static void vmm__on_start_timeout(uv_timer_t *t)
     struct cp_sandbox *sb = p->sb;
     if (sb->pidfd >= 0)
         cp_proc_signal(sb->pidfd, SIGKILL);
+    if (p->proc) {
+        p->proc->owner = NULL;
+        vp__done(p->proc);
+    }
     char msg[160];
     snprintf(msg, sizeof msg, "the sandbox was not ready within %llu ms",
              (unsigned long long)sb->cp->cfg.start_timeout_ms + 5000);
@@ -357,13 +612,16 @@ static void vmm__on_start_timeout(uv_timer_t *t)
 
 static void vmm__spec_written(uv_write_t *w, int status)
 {
-    struct vmm_priv *p = w->data;
+    struct vmm_proc *v = w->data;
     if (status)
-        al_debug("sandbox %s: writing the spec: %s", p->sb->rec.id, uv_strerror(status));
-    vmm__close(p, (uv_handle_t *)&p->spec);
+        al_debug("airlock-vmm %d: writing the spec: %s", (int)v->pid, uv_strerror(status));
+    explicit_bzero(v->spec_text, v->spec_len);
+    free(v->spec_text);
+    v->spec_text = NULL;
+    vp__close(v, (uv_handle_t *)&v->spec); /* EOF: the spec is complete */
 }
 
-static json_t *vmm__spec(struct cp_sandbox *sb, const struct cp_start_args *a)
+static json_t *vmm__spec(struct cp_sandbox *sb, const struct cp_start_args *a, int netns_fd)
 {
     struct cp *cp = sb->cp;
     const char *kind = strcmp(cp->backend_kind, "kvm") == 0 ? "kvm" : "jail";
@@ -371,8 +629,10 @@ static json_t *vmm__spec(struct cp_sandbox *sb, const struct cp_start_args *a)
                             (json_int_t)sb->rec.memory_mb, "disk_mib", (json_int_t)sb->rec.disk_mb,
                             "pids", (json_int_t)cp->cfg.pids);
     json_t *net;
-    if (a->netns_fd >= 0) {
-        net = json_pack("{s:s,s:s}", "mode", "netns", "netns", "/proc/self/fd/4");
+    if (netns_fd >= 0) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)getpid(), netns_fd);
+        net = json_pack("{s:s,s:s}", "mode", "netns", "netns", path);
         if (a->dns)
             json_object_set_new(net, "dns", json_pack("[s]", a->dns));
     } else {
@@ -388,17 +648,12 @@ static json_t *vmm__spec(struct cp_sandbox *sb, const struct cp_start_args *a)
                           a->env_vars ? a->env_vars : json_object(), "access_token",
                           sb->rec.token);
     if (!strcmp(kind, "jail")) {
-        json_t *j = json_object();
-        if (cp->cfg.cgroup_parent && cp->cfg.cgroup_parent[0])
-            json_object_set_new(j, "cgroup_parent", json_string(cp->cfg.cgroup_parent));
+        json_t *j = json_pack("{s:s}", "cgroup_parent", cp->cfg.cgroup_parent);
         if (cp->cfg.uid_base)
             json_object_set_new(j, "uid_base", json_integer(cp->cfg.uid_base));
         if (cp->cfg.uid_slots)
             json_object_set_new(j, "uid_slots", json_integer(cp->cfg.uid_slots));
-        if (json_object_size(j))
-            json_object_set_new(s, "jail", j);
-        else
-            json_decref(j);
+        json_object_set_new(s, "jail", j);
     }
     if (a->hostname)
         json_object_set_new(s, "hostname", json_string(a->hostname));
@@ -412,68 +667,56 @@ static int vmm_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_ba
     if (!p)
         return -ENOMEM;
     vmm__paths(sb);
-    int specp[2] = {-1, -1}, readyp[2] = {-1, -1};
-    if (pipe2(specp, O_CLOEXEC) < 0 || pipe2(readyp, O_CLOEXEC) < 0) {
-        int e = -errno;
-        if (specp[0] >= 0) {
-            close(specp[0]);
-            close(specp[1]);
-        }
-        return e;
-    }
-    json_t *spec = vmm__spec(sb, a);
-    p->spec_text = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
+    p->netns_fd = -1;
+    if (a->netns_fd >= 0 && (p->netns_fd = fcntl(a->netns_fd, F_DUPFD_CLOEXEC, 0)) < 0)
+        return -errno;
+    json_t *spec = vmm__spec(sb, a, p->netns_fd);
+    char *text = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
     json_decref(spec); /* (the env values are the caller's; it wipes them) */
-    if (!p->spec_text) {
-        close(specp[0]);
-        close(specp[1]);
-        close(readyp[0]);
-        close(readyp[1]);
+    if (!text) {
+        if (p->netns_fd >= 0)
+            close(p->netns_fd);
         return -ENOMEM;
     }
-    p->spec_len = strlen(p->spec_text);
-    char *argv[] = {cp->vmm_bin, "--state-dir", cp->cfg.state_dir, "run", "--spec", "-",
-                    "--ready-fd", "3", NULL};
-    struct cp_spawn s = {.path = cp->vmm_bin, .argv = argv,
-                         .fds = {specp[0], 2, 2, readyp[1], a->netns_fd},
-                         .nfds = a->netns_fd >= 0 ? 5 : 4, .new_session = true};
-    pid_t pid;
     struct al_error err = {0};
-    int rc = cp_proc_spawn(&s, &pid, &sb->pidfd, &err);
-    close(specp[0]);
-    close(readyp[1]);
-    if (rc) {
+    struct vmm_proc *v = vp__take_warm();
+    bool warm = v != NULL;
+    if (!v && !(v = vp__spawn(cp, false, &err))) {
         al_error("sandbox %s: %s", sb->rec.id, al_error_str(&err));
-        close(specp[1]);
-        close(readyp[0]);
-        explicit_bzero(p->spec_text, p->spec_len);
-        free(p->spec_text);
-        p->spec_text = NULL;
-        return rc;
+        explicit_bzero(text, strlen(text));
+        free(text);
+        if (p->netns_fd >= 0)
+            close(p->netns_fd);
+        return err.code ? err.code : -EIO;
     }
-    sb->rec.pid = pid;
-    sb->rec.pid_start = cp_proc_start_time(pid);
+    vmm__pool_refill(cp);
+    /* The sandbox owns the process from now on: its pidfd is the sandbox's. */
+    sb->pidfd = v->pidfd;
+    v->pidfd = -1;
+    sb->rec.pid = v->pid;
+    sb->rec.pid_start = cp_proc_start_time(v->pid);
     cp_sb_save(sb); /* so that a restart during the creation finds the process */
+    v->owner = p;
+    v->spec_text = text;
+    v->spec_len = strlen(text);
+    p->proc = v;
     p->start_cb = cb;
     p->start_done = false;
-    p->line_len = 0;
-    /* Three handles: the spec writer, the ready reader, the deadline. */
-    uv_pipe_init(cp->loop, &p->spec, 0);
-    uv_pipe_init(cp->loop, &p->ready, 0);
+    cp_sb_ref(sb); /* the start's reference */
     uv_timer_init(cp->loop, &p->timer);
-    p->spec.data = p->ready.data = p->timer.data = p;
-    p->open_handles = 3;
+    p->timer.data = p;
+    p->timer_open = true;
     cp_sb_ref(sb);
-    cp_sb_ref(sb);
-    cp_sb_ref(sb);
-    uv_pipe_open(&p->spec, specp[1]);
-    uv_pipe_open(&p->ready, readyp[0]);
-    uv_buf_t b = uv_buf_init(p->spec_text, (unsigned)p->spec_len);
-    p->wr.data = p;
-    if (uv_write(&p->wr, (uv_stream_t *)&p->spec, &b, 1, vmm__spec_written))
-        vmm__close(p, (uv_handle_t *)&p->spec);
-    uv_read_start((uv_stream_t *)&p->ready, vmm__alloc, vmm__on_read);
     uv_timer_start(&p->timer, vmm__on_start_timeout, cp->cfg.start_timeout_ms + 5000, 0);
+    uv_buf_t b = uv_buf_init(v->spec_text, (unsigned)v->spec_len);
+    v->wr.data = v;
+    if (uv_write(&v->wr, (uv_stream_t *)&v->spec, &b, 1, vmm__spec_written)) {
+        explicit_bzero(v->spec_text, v->spec_len);
+        free(v->spec_text);
+        v->spec_text = NULL;
+        vp__close(v, (uv_handle_t *)&v->spec);
+    }
+    al_debug("sandbox %s: airlock-vmm %d (%s)", sb->rec.id, (int)v->pid, warm ? "warm" : "cold");
     return 0;
 }
 

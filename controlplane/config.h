@@ -45,7 +45,8 @@ struct cp_config {
     uint64_t log_max_bytes;
     uint64_t metrics_interval_ms;
     int on_shutdown;          /* enum cp_on_shutdown */
-    char *cgroup_parent;      /* jail: cgroup parent ("" = airlock-vmm's default) */
+    char *cgroup_parent;      /* jail: cgroup parent */
+    int64_t warm_pool;        /* airlock-vmm processes kept waiting for a spec */
     int64_t uid_base;         /* jail: first host uid of the sandboxes (0 = default) */
     int64_t uid_slots;
 

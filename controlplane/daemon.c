@@ -380,6 +380,7 @@ static void daemon__stop(struct cp *cp)
         cp->local = NULL;
     }
     uv_timer_stop(&cp->tick);
+    cp_vmm_pool_stop();
     if (keep) {
         cp_lifecycle_detach_all(cp);
         daemon__sandboxes_gone(cp);
@@ -477,6 +478,7 @@ static void daemon__adopted(struct cp *cp)
         cp_egress_resync(cp->egress);
     daemon__net_reconcile(cp);
     daemon__pool_fill(cp);
+    cp_vmm_pool_start(cp);
     if (daemon__listen(cp)) {
         al_error("airlockd cannot serve: stopping");
         daemon__stop(cp);
