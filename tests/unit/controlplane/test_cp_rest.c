@@ -303,7 +303,7 @@ static void req_full(struct resp *r, const char *target, const char *method, con
                      const char *key, const char *body, const struct al_http_header *extra,
                      size_t n_extra)
 {
-    struct al_http_header h[16];
+    struct al_http_header h[16] = {{NULL, NULL}};
     size_t n = 0;
     if (key)
         h[n++] = (struct al_http_header){"X-API-KEY", key};
