@@ -339,13 +339,20 @@ static void daemon__final(struct cp *cp)
 static void daemon__sup_stopped(struct cp *cp)
 {
     cp->sup = NULL;
-#ifdef CP_HAVE_VSWITCH
     if (cp->net_priv) {
-        cp->net->close(cp->net_priv);
+        struct al_error err = {0};
+        if (cp->cfg.on_shutdown == CP_SHUTDOWN_KEEP) {
+            cp->net->close(cp->net_priv);
+        } else if (cp->net->destroy(cp->net_priv, &err)) {
+            /* Sandbox networks remain (a sandbox could not be reclaimed): the switch stays
+             * in place, fail closed, for the next airlockd. */
+            al_warn("the vswitch stays in place: %s", al_error_str(&err));
+        } else {
+            al_info("the vswitch is removed");
+        }
         cp->net_priv = NULL;
         cp->net = NULL;
     }
-#endif
     daemon__final(cp);
 }
 

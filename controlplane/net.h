@@ -32,7 +32,11 @@ struct cp_net_ops {
     int (*foreach)(void *priv, int (*fn)(uint64_t seq, const char *label, void *arg), void *arg);
     /* Keeps the pool of ready networks full (worker thread). */
     int (*pool_fill)(void *priv, struct al_error *err);
+    /* Releases the handle; everything stays attached (fail closed) for the next airlockd. */
     void (*close)(void *priv);
+    /* Removes the whole switch instance (rules, guard, pins); refuses (-EBUSY) while
+     * sandbox networks exist. Frees priv in every case. */
+    int (*destroy)(void *priv, struct al_error *err);
 };
 
 #endif

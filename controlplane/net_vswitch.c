@@ -90,6 +90,14 @@ static void nv_close(void *priv)
     free(v);
 }
 
+static int nv_destroy(void *priv, struct al_error *err)
+{
+    struct nv *v = priv;
+    int rc = vswitch_destroy(v->vs, false, err);
+    free(v);
+    return rc;
+}
+
 static const struct cp_net_ops nv_ops = {
     .name = "vswitch",
     .acquire = nv_acquire,
@@ -98,6 +106,7 @@ static const struct cp_net_ops nv_ops = {
     .foreach = nv_foreach,
     .pool_fill = nv_pool_fill,
     .close = nv_close,
+    .destroy = nv_destroy,
 };
 
 int cp_net_vswitch_open(struct cp *cp, struct al_error *err)

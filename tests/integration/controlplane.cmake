@@ -1,0 +1,7 @@
+# Control-plane integration tests (included by tests/integration/CMakeLists.txt). Each builds
+# its own network-namespace world; airlockd always runs with --listen 127.0.0.1:<free port>
+# and --state-dir <tmp>, with its own cgroup parent.
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_egress SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_egress.sh
+                      LABELS controlplane TIMEOUT 900)
+endif()
