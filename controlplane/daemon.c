@@ -314,6 +314,8 @@ static void daemon__tick(uv_timer_t *t)
         return;
     cp_metrics_sample_all(cp);
     daemon__pool_fill(cp);
+    if (cp->egress)
+        cp_egress_stats(cp->egress); /* refreshes the cached counters for /metrics */
 }
 
 /* ---- stop -------------------------------------------------------------------------------- */

