@@ -28,12 +28,12 @@
 #define REST_MAX_BODY (1u << 20)
 #define REST_ENVD_VERSION "0.6.4"
 
-static struct cp_metrics *rest__metrics;
+static struct cp_metrics *rest__api_metrics;
 
 void cp_rest_error(struct al_http_req *req, int status, const char *fmt, ...)
 {
-    if (rest__metrics)
-        cp_metrics_api(rest__metrics, status);
+    if (rest__api_metrics)
+        cp_metrics_api(rest__api_metrics, status);
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -773,7 +773,7 @@ static void rest__prometheus(struct al_http_req *req, struct cp *cp)
 void cp_on_request(struct al_http_req *req, void *ctx)
 {
     struct cp *cp = ctx;
-    rest__metrics = cp->metrics;
+    rest__api_metrics = cp->metrics;
     if (cp_proxy_route(cp, req))
         return;
     cp_metrics_api(cp->metrics, 0);
