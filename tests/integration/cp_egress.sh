@@ -124,7 +124,7 @@ scrape() {
   return 1
 }
 al_ok "Prometheus shows the egress decisions" \
-  scrape 'airlock_egress_decisions_total\{kind="connection",decision="deny"\} [1-9]'
+  scrape 'airlock_egress_decisions_total\{kind="(http|dns)",decision="deny"\} [1-9]'
 al_ok "... and the sandboxes" scrape 'airlock_sandboxes\{state="running"\} 1'
 PINS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pin_dir"])' \
   "$STATE/vswitch/instance.json" 2>/dev/null)
