@@ -44,6 +44,30 @@ struct eg_call {
     char id[64];
 };
 
+/* What a policy narrowed to nothing becomes (deploy/policies/deny-all.yaml). */
+#define EG_DENY_ALL                                                                        \
+    "version: 1\nname: deny-all\ndescription: no network access (E2B network fields)\n"    \
+    "rules: []\ndns:\n  resolve: none\n"
+
+/* True when the E2B fields leave no destination at all: no internet (or every address
+ * denied) and nothing allowed back. */
+static bool eg__denies_everything(const json_t *n)
+{
+    if (json_array_size(json_object_get(n, "allow_out")) > 0)
+        return false;
+    if (json_is_false(json_object_get(n, "allow_internet_access")))
+        return true;
+    bool v4 = false, v6 = false;
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(n, "deny_out"), i, d) {
+        const char *s = json_string_value(d);
+        v4 |= s && strcmp(s, "0.0.0.0/0") == 0;
+        v6 |= s && strcmp(s, "::/0") == 0;
+    }
+    return v4 || v6;
+}
+
 int cp_egress_new(struct cp *cp, const char *sock_path, struct cp_egress **out)
 {
     struct cp_egress *e = calloc(1, sizeof *e);
@@ -73,9 +97,20 @@ json_t *cp_egress_body(struct cp *cp, const struct cp_sandbox *sb)
         if (access(file, R_OK) == 0)
             break;
     }
+    json_t *n = cp_policy_narrowing(sb->rec.network, sb->rec.allow_internet);
+    if (n && eg__denies_everything(n)) {
+        /* The narrowing leaves nothing: the sandbox gets a policy that allows nothing (and
+         * resolves no name), which is exactly what the E2B fields ask for. */
+        json_decref(n);
+        char origin[200];
+        snprintf(origin, sizeof origin, "sandbox %s: %s narrowed to nothing by its E2B network "
+                 "fields", sb->rec.id, sb->rec.policy_name);
+        return json_pack("{s:s,s:s,s:[s],s:{s:s,s:s}}", "id", sb->rec.id, "template",
+                         sb->rec.template_id, "addresses", sb->rec.addr, "policy", "yaml",
+                         EG_DENY_ALL, "origin", origin);
+    }
     json_t *b = json_pack("{s:s,s:s,s:[s],s:s}", "id", sb->rec.id, "template",
                           sb->rec.template_id, "addresses", sb->rec.addr, "policy_file", file);
-    json_t *n = cp_policy_narrowing(sb->rec.network, sb->rec.allow_internet);
     if (n)
         json_object_set_new(b, "network", n);
     return b;

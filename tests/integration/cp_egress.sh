@@ -103,6 +103,22 @@ sleep 1
 al_fail "... but none reaches the upstream" grep -q '^DGRAM' "$AL_TMP/udp.log"
 al_fail "nothing denied reached an upstream" grep -q 'REQ evil' "$AL_TMP/up.req"
 
+al_note "E2B network fields only narrow: allow_internet_access=false under the same policy"
+URL=$(sed -n 's/^export E2B_API_URL=//p' "$AL_TMP/airlockd.log")
+KEY=e2b_$(printf '%040d' 7)
+api() { nsenter --net="/run/netns/$HOSTNS" curl -sS -H "X-API-KEY: $KEY" "$@"; }
+SB2=$(api -X POST "$URL/v2/sandboxes" -d '{"templateID":"base","timeout":300,
+  "metadata":{"airlock.policy":"e2e"},"allow_internet_access":false}' |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["sandboxID"])')
+al_note "sandbox $SB2 (no internet)"
+sb2_exec() { cli sandbox exec "$SB2" -- "$@"; }
+al_fail "the allowed name does not resolve any more" sb2_exec curl -sS -m 8 http://allowed.test/no
+al_match "nor does the allowed address answer" '"reason":"[a-z_]+"' \
+  sb2_exec curl -sS -m 8 -H 'Host: allowed.test' http://203.0.113.10/no-internet
+al_match "its details say so" '"allowInternetAccess":false' api "$URL/sandboxes/$SB2"
+al_fail "nothing of it reached an upstream" grep -q 'REQ good GET /no' "$AL_TMP/up.req"
+al_ok "kill it" cli sandbox kill "$SB2"
+
 al_note "the audit log"
 curl -s --unix-socket "$STATE/run/egress.sock" -X POST http://egress/v1/audit/sync >/dev/null
 al_match "the allowed request, with the sandbox's id" "\"sandbox\":\"$SB\"" \
@@ -113,7 +129,6 @@ al_match "the refused DNS name" "evil.test" cli audit query --sandbox "$SB" --de
 al_ok "airlock audit verify passes" cli audit verify
 
 al_note "metrics and teardown"
-URL=$(sed -n 's/^export E2B_API_URL=//p' "$AL_TMP/airlockd.log")
 scrape() {
   # The proxy's counters are fetched in the background: the first scrape may predate them.
   for _ in 1 2 3 4 5 6 7 8 9 10; do
