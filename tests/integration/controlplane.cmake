@@ -5,3 +5,11 @@ if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
   airlock_script_test(NAME cp_egress SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_egress.sh
                       LABELS controlplane TIMEOUT 900)
 endif()
+if(TARGET airlockd AND TARGET airlock-agent-dev)
+  airlock_script_test(NAME cp_restart_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_restart.sh
+                      ARGS test LABELS controlplane TIMEOUT 900)
+endif()
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_restart_jail SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_restart.sh
+                      ARGS jail LABELS controlplane TIMEOUT 900)
+endif()

@@ -15,66 +15,18 @@
 # and after the sandbox is killed and airlockd is stopped nothing is left: interfaces,
 # cgroups, mounts, processes, bpffs pins.
 set -uo pipefail
-source "${AIRLOCK_SOURCE_DIR:?}/tests/lib/netns.sh"
-ET="$AIRLOCK_SOURCE_DIR/tests/integration/egress_tool.py"
+source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 for b in airlockd airlock airlock-vmm airlock-egress; do
   [ -x "$AIRLOCK_BIN/$b" ] || { echo "cp_egress: $b is not built: SKIP"; exit 0; }
 done
-[ -f "$ET" ] || { echo "cp_egress: egress_tool.py is missing: SKIP"; exit 0; }
+[ -f "$CP_ET" ] || { echo "cp_egress: egress_tool.py is missing: SKIP"; exit 0; }
 
-al_world_init cp_egress
-al_ns_add host
-al_ns_add up
-al_link host 192.0.2.1/30 up 192.0.2.2/30 "cpup$(($$ % 100000))"
-HOSTNS=$(al_ns host)
-UPNS=$(al_ns up)
-ip -n "$HOSTNS" route add 203.0.113.0/24 via 192.0.2.2
-for a in 203.0.113.10 203.0.113.11 203.0.113.53; do ip -n "$UPNS" addr add "$a/32" dev lo; done
-
-al_note "the fake internet"
-cat >"$AL_TMP/zone.json" <<'ZONE'
-{"allowed.test": {"A": ["203.0.113.10"], "ttl": 30}, "evil.test": {"A": ["203.0.113.11"], "ttl": 30}}
-ZONE
-al_bg dns ip netns exec "$UPNS" python3 "$ET" dns-server 203.0.113.53 53 "$AL_TMP/zone.json" --log "$AL_TMP/dns.q"
-al_bg good ip netns exec "$UPNS" python3 "$ET" http-server 203.0.113.10 80 --name good --log "$AL_TMP/up.req"
-al_bg evil ip netns exec "$UPNS" python3 "$ET" http-server 203.0.113.11 80 --name evil --log "$AL_TMP/up.req"
-al_bg udp ip netns exec "$UPNS" python3 "$AL_NETTOOL" serve-udp 203.0.113.10 443 --name upstream-udp
-al_wait_line dns LISTEN && al_wait_line good LISTEN && al_wait_line evil LISTEN &&
-  al_wait_line udp LISTEN || exit 1
-
+cp_world cp_egress jail on
+STATE=$CP_STATE
+HOSTNS=$CP_HOSTNS
 al_note "airlockd, as deploy/up runs it, plus this world's settings"
-STATE="$AL_TMP/state"
-CG="al-cpe-$$"
-mkdir -p "$STATE/policies"
-chmod 0711 "$AL_TMP" "$STATE"
-cat >"$STATE/policies/e2e.yaml" <<'YAML'
-version: 1
-name: e2e
-description: the end-to-end test's policy
-rules:
-  - name: web
-    hosts: [allowed.test]
-    ports: [80]
-    scheme: http
-YAML
-cat >"$AL_TMP/airlockd.yaml" <<CFG
-sandboxes:
-  backend: jail
-  cgroup_parent: $CG
-network:
-  mode: "on"
-  ifname_prefix: c$(($$ % 100000))
-  range: 10.201.0.0/16
-  pool_size: 2
-egress:
-  args: ["--resolver", "203.0.113.53", "--workers", "1"]
-CFG
-al_on_cleanup "for d in /sys/fs/cgroup/*/$CG /sys/fs/cgroup/$CG; do [ -d \"\$d\" ] && rmdir \"\$d\"; done 2>/dev/null; true"
-al_bg airlockd nsenter --net="/run/netns/$HOSTNS" -- env AIRLOCK_API_KEY=e2b_"$(printf '%040d' 7)" \
-  AIRLOCK_LOG_FORMAT=json "$AIRLOCK_BIN/airlockd" --listen 127.0.0.1:0 --state-dir "$STATE" \
-  --config "$AL_TMP/airlockd.yaml"
-al_wait_line airlockd '^export E2B_API_URL=' 600 || { tail -40 "$AL_TMP/airlockd.log"; exit 1; }
-cli() { "$AIRLOCK_BIN/airlock" --state-dir "$STATE" "$@"; }
+cp_start || exit 1
+cli() { cp_cli "$@"; }
 sbx_exec() { cli sandbox exec "$SB" -- "$@"; }
 
 al_ok "a sandbox with the e2e policy" cli sandbox create base --policy e2e --timeout 600
@@ -104,9 +56,8 @@ al_fail "... but none reaches the upstream" grep -q '^DGRAM' "$AL_TMP/udp.log"
 al_fail "nothing denied reached an upstream" grep -q 'REQ evil' "$AL_TMP/up.req"
 
 al_note "E2B network fields only narrow: allow_internet_access=false under the same policy"
-URL=$(sed -n 's/^export E2B_API_URL=//p' "$AL_TMP/airlockd.log")
-KEY=e2b_$(printf '%040d' 7)
-api() { nsenter --net="/run/netns/$HOSTNS" curl -sS -H "X-API-KEY: $KEY" "$@"; }
+URL=$CP_URL
+api() { cp_api "$@"; }
 SB2=$(api -X POST "$URL/v2/sandboxes" -d '{"templateID":"base","timeout":300,
   "metadata":{"airlock.policy":"e2e"},"allow_internet_access":false}' |
   python3 -c 'import json,sys; print(json.load(sys.stdin)["sandboxID"])')
@@ -147,10 +98,7 @@ al_note "the switch's pins: ${PINS:-?}"
 al_ok "kill" cli sandbox kill "$SB"
 al_kill airlockd TERM
 al_eq "airlockd stopped" "$(kill -0 "$(al_pid airlockd)" 2>/dev/null && echo running || echo gone)" gone
-al_eq "no sandbox interface left" "$(ip -n "$HOSTNS" -o link | grep -c " c$(($$ % 100000))" || true)" 0
-al_eq "no sandbox directory left" "$(ls -A "$STATE/sandboxes" 2>/dev/null | wc -l)" 0
-al_eq "no cgroup left" "$(find /sys/fs/cgroup/*/"$CG" /sys/fs/cgroup/"$CG" -mindepth 1 -type d 2>/dev/null | wc -l)" 0
-al_eq "no mount of this state left" "$(grep -c "$STATE" /proc/self/mountinfo || true)" 0
-al_eq "no process of this state left" "$(pgrep -fc -- "$STATE/" || true)" 0
+sleep 0.5 # warm airlock-vmm processes leave once airlockd closed their standard input
+al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks)" ""
 al_eq "the switch is removed (no bpffs pins left)" "$([ -n "$PINS" ] && [ -e "$PINS" ] && echo left || echo gone)" gone
 al_done
