@@ -329,8 +329,46 @@ static int tb_stop(struct cp_sandbox *sb, cp_backend_cb cb)
     return tb__timer(p, tb__stop_tick, 10);
 }
 
+/* An agent started just before airlockd died may not have been recorded: find it by its
+ * listening path (unique to this sandbox of this state directory) and kill it. */
+static void tb__kill_unrecorded(struct cp_sandbox *sb)
+{
+    char want[200];
+    snprintf(want, sizeof want, "unix:%s", sb->agent_sock);
+    DIR *d = opendir("/proc");
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 1 || pid == getpid())
+            continue;
+        char p[64], cmd[8192];
+        snprintf(p, sizeof p, "/proc/%ld/cmdline", pid);
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, cmd, sizeof cmd - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        cmd[n] = '\0';
+        for (ssize_t i = 0; i < n; i += (ssize_t)strlen(cmd + i) + 1) {
+            if (strcmp(cmd + i, want) == 0) {
+                al_warn("sandbox %s: killing its unrecorded agent (pid %ld)", sb->rec.id, pid);
+                kill((pid_t)pid, SIGKILL);
+                break;
+            }
+        }
+    }
+    closedir(d);
+}
+
 static int tb_cleanup(struct cp_sandbox *sb, cp_backend_cb cb)
 {
+    tb__paths(sb);
+    tb__kill_unrecorded(sb);
     return tb_stop(sb, cb);
 }
 
