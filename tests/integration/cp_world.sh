@@ -8,7 +8,8 @@
 #       server on .10:443.
 #       BACKEND: jail (default) or test (airlockd's test backend); NETWORK: on (default) or
 #       off. Sets CP_STATE, CP_CG (this instance's cgroup parent), CP_PREFIX (its interface
-#       prefix), CP_KEY; writes $AL_TMP/airlockd.yaml; registers cleanups.
+#       prefix), CP_KEY; writes $AL_TMP/airlockd.yaml (CP_SANDBOXES_EXTRA: more lines, indented
+#       by two spaces, for its "sandboxes:" section); registers cleanups.
 #   cp_start [NAME]       starts airlockd (background job NAME, default airlockd), waits for
 #                         its banner, sets CP_URL; earlier runs' logs go to NAME.history.log
 #   cp_cli ARGS...        `airlock --state-dir $CP_STATE ARGS...`
@@ -69,6 +70,7 @@ YAML
 sandboxes:
   backend: $CP_BACKEND
   cgroup_parent: $CP_CG
+${CP_SANDBOXES_EXTRA:-}
 network:
   mode: "$CP_NETWORK"
   ifname_prefix: $CP_PREFIX
