@@ -1,6 +1,7 @@
 /* bench/cp_bench: what the control plane costs, in JSON lines.
  *
  *   cp_bench [-b jail|test] [-n N1] [-N NC] [-c CONC] [-i IDLE] [-m MAXHELD] [-r REFRUNS]
+ *            [-w WARM_POOL] [-p NETWORK_POOL]      (pools: default airlockd's)
  *
  * Runs as root in a network namespace of its own (only loopback), with airlockd started on
  * 127.0.0.1:<free port> and a state directory, cgroup parent and interface prefix unique to
@@ -41,6 +42,7 @@
 
 static const char *opt_backend = "jail";
 static int opt_n1 = 50, opt_nc = 200, opt_conc = 50, opt_idle = 50, opt_max = 520, opt_ref = 20;
+static int opt_warm = -1, opt_netpool = -1; /* -1: airlockd's defaults */
 static char g_dir[256], g_state[300], g_url[128], g_key[64], g_bin[4096], g_cg[64];
 static pid_t g_airlockd;
 
@@ -124,10 +126,15 @@ static int start_airlockd(void)
     if (!f)
         return -errno;
     int maxsb = opt_max > opt_nc ? opt_max : opt_nc;
-    fprintf(f, "sandboxes:\n  backend: %s\n  cgroup_parent: %s\n  max: %d\n  max_creating: %d\n"
-               "log:\n  level: warn\nnetwork:\n  ifname_prefix: b%d\n  range: 10.202.0.0/16\n"
-               "egress:\n  args: [\"--resolver\", \"192.0.2.53\", \"--workers\", \"1\"]\n",
-            opt_backend, g_cg, maxsb + 10, opt_conc > 64 ? opt_conc : 64, getpid() % 100000);
+    fprintf(f, "sandboxes:\n  backend: %s\n  cgroup_parent: %s\n  max: %d\n  max_creating: %d\n",
+            opt_backend, g_cg, maxsb + 10, opt_conc > 64 ? opt_conc : 64);
+    if (opt_warm >= 0)
+        fprintf(f, "  warm_pool: %d\n", opt_warm);
+    fprintf(f, "log:\n  level: warn\nnetwork:\n  ifname_prefix: b%d\n  range: 10.202.0.0/16\n",
+            getpid() % 100000);
+    if (opt_netpool >= 0)
+        fprintf(f, "  pool_size: %d\n", opt_netpool);
+    fprintf(f, "egress:\n  args: [\"--resolver\", \"192.0.2.53\", \"--workers\", \"1\"]\n");
     fclose(f);
     snprintf(g_key, sizeof g_key, "e2b_%040d", 42);
     char listen[] = "127.0.0.1:0";
@@ -422,7 +429,7 @@ static double vmm_direct_once(int i)
 int main(int argc, char **argv)
 {
     int c;
-    while ((c = getopt(argc, argv, "b:n:N:c:i:m:r:h")) != -1) {
+    while ((c = getopt(argc, argv, "b:n:N:c:i:m:r:w:p:h")) != -1) {
         switch (c) {
         case 'b': opt_backend = optarg; break;
         case 'n': opt_n1 = atoi(optarg); break;
@@ -431,9 +438,11 @@ int main(int argc, char **argv)
         case 'i': opt_idle = atoi(optarg); break;
         case 'm': opt_max = atoi(optarg); break;
         case 'r': opt_ref = atoi(optarg); break;
+        case 'w': opt_warm = atoi(optarg); break;
+        case 'p': opt_netpool = atoi(optarg); break;
         default:
             fprintf(stderr, "usage: cp_bench [-b jail|test] [-n N1] [-N NC] [-c CONC] [-i IDLE] "
-                            "[-m MAXHELD] [-r REFRUNS]\n");
+                            "[-m MAXHELD] [-r REFRUNS] [-w WARM] [-p NETPOOL]\n");
             return 2;
         }
     }
