@@ -19,6 +19,7 @@
  *                    with IDLE idle sandboxes - without any) / IDLE
  *   max_idle_sandboxes  sandboxes created (8 at a time) and held idle until MAXHELD or the
  *                    first failure (target >= 500); then all are killed
+ * CP_BENCH_DIR=DIR puts the run's state directory under DIR instead of /tmp.
  * Every figure: {"bench":"cp","metric":...,"value":...,"unit":...}. Figures from a busy
  * machine are noisy: run it on a quiet one (Release build) for numbers that count.
  */
@@ -113,7 +114,8 @@ static void on_signal(int sig)
 
 static int start_airlockd(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/al-cp-bench-%d-XXXXXX", getpid());
+    const char *base = getenv("CP_BENCH_DIR") ? getenv("CP_BENCH_DIR") : "/tmp";
+    snprintf(g_dir, sizeof g_dir, "%s/al-cp-bench-%d-XXXXXX", base, getpid());
     if (!mkdtemp(g_dir))
         return -errno;
     chmod(g_dir, 0711);
