@@ -465,6 +465,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "cp_bench: airlockd did not start: %s\n", strerror(-rc));
         return 1;
     }
+    /* Let the pools (warm airlock-vmm processes, sandbox networks) fill before measuring. */
+    sleep(opt_warm > 16 || opt_netpool > 16 ? 15 : 3);
     int fails = 0;
     int nmax = opt_nc > opt_n1 ? opt_nc : opt_n1;
     char (*ids)[32] = calloc((size_t)(nmax > opt_max ? nmax : opt_max) + 1, sizeof *ids);
