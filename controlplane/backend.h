@@ -66,6 +66,8 @@ struct cp_backend_ops {
 extern const struct cp_backend_ops cp_backend_vmm;
 /* The vmm backend's pool of warm airlock-vmm processes (sandboxes.warm_pool). */
 void cp_vmm_pool_start(struct cp *cp);
+/* Tops the pool up (does nothing while creations are in flight). */
+void cp_vmm_pool_refill(struct cp *cp);
 void cp_vmm_pool_stop(void);
 extern const struct cp_backend_ops cp_backend_test;
 

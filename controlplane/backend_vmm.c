@@ -526,7 +526,9 @@ static struct vmm_proc *vp__spawn(struct cp *cp, bool warm, struct al_error *err
 
 static void vmm__pool_refill(struct cp *cp)
 {
-    if (vmm__pool.closing || cp->stopping)
+    /* Refilled between bursts, not during one: a burst takes what is ready and does not
+     * compete with its own replacements for the CPU. */
+    if (vmm__pool.closing || cp->stopping || cp->n_creating > 0)
         return;
     while (vmm__pool.n_warm + vmm__pool.n_starting < (size_t)cp->cfg.warm_pool) {
         struct al_error err = {0};
@@ -548,6 +550,12 @@ static struct vmm_proc *vp__take_warm(void)
     if (v->pool_poll_init)
         vp__close(v, (uv_handle_t *)&v->pool_poll);
     return v;
+}
+
+void cp_vmm_pool_refill(struct cp *cp)
+{
+    if (cp->backend == &cp_backend_vmm && strcmp(cp->backend_kind, "jail") == 0)
+        vmm__pool_refill(cp);
 }
 
 void cp_vmm_pool_start(struct cp *cp)

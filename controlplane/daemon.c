@@ -223,7 +223,7 @@ static void daemon__pool_done(uv_work_t *w, int status)
 static void daemon__pool_fill(struct cp *cp)
 {
     if (!cp->net || !cp->net->pool_fill || daemon__pool_busy || cp->stopping ||
-        cp->cfg.net_pool_size <= 0)
+        cp->cfg.net_pool_size <= 0 || cp->n_creating > 0)
         return;
     struct daemon_network *x = calloc(1, sizeof *x);
     if (!x)
@@ -314,6 +314,7 @@ static void daemon__tick(uv_timer_t *t)
         return;
     cp_metrics_sample_all(cp);
     daemon__pool_fill(cp);
+    cp_vmm_pool_refill(cp);
     if (cp->egress)
         cp_egress_stats(cp->egress); /* refreshes the cached counters for /metrics */
 }

@@ -312,6 +312,8 @@ static void lc__create_done(struct lc_create *c)
     struct al_http_req *req = sb->create_req;
     sb->create_req = NULL;
     lc__answer(sb, req, sb->create_api, 201);
+    if (cp->n_creating == 0)
+        cp_vmm_pool_refill(cp); /* a burst is over: get ready for the next one */
     sb->opctx = NULL;
     sb->busy = false;
     lc__create_free(c);
