@@ -74,7 +74,11 @@ const struct al_cfg_field cp_config_fields[] = {
      .def = "airlock",
      .help = "jail: cgroup under which sandboxes are placed (one per airlockd instance: the "
              "sweep reclaims what it finds there)"},
-    {.key = "sandboxes.warm_pool", .type = AL_CFG_INT, .offset = F(warm_pool), .def = "4",
+    {.key = "sandboxes.runtime_tmpfs", .type = AL_CFG_BOOL, .offset = F(runtime_tmpfs),
+     .def = "true",
+     .help = "keep <state>/sandboxes (sockets, locks, logs of live sandboxes) on a tmpfs: "
+             "cheaper than a disk file system under churn"},
+    {.key = "sandboxes.warm_pool", .type = AL_CFG_INT, .offset = F(warm_pool), .def = "32",
      .min = 0, .max = 256,
      .help = "airlock-vmm processes kept started and waiting for a spec (faster creates)"},
     {.key = "sandboxes.uid_base", .type = AL_CFG_INT, .offset = F(uid_base), .def = "0",
@@ -105,7 +109,7 @@ const struct al_cfg_field cp_config_fields[] = {
      .min = 30, .max = 31, .help = "per-sandbox subnet"},
     {.key = "network.ifname_prefix", .type = AL_CFG_STR, .offset = F(net_ifname_prefix),
      .def = "alsb", .help = "host-side interface names (reserved for the switch)"},
-    {.key = "network.pool_size", .type = AL_CFG_INT, .offset = F(net_pool_size), .def = "16",
+    {.key = "network.pool_size", .type = AL_CFG_INT, .offset = F(net_pool_size), .def = "32",
      .min = 0, .max = 4096, .help = "sandbox networks kept ready"},
 
     {.key = "egress.mode", .type = AL_CFG_ENUM, .offset = F(egress), .def = "auto",

@@ -47,6 +47,7 @@ struct cp_config {
     int on_shutdown;          /* enum cp_on_shutdown */
     char *cgroup_parent;      /* jail: cgroup parent */
     int64_t warm_pool;        /* airlock-vmm processes kept waiting for a spec */
+    bool runtime_tmpfs;       /* <state>/sandboxes on a tmpfs */
     int64_t uid_base;         /* jail: first host uid of the sandboxes (0 = default) */
     int64_t uid_slots;
 

@@ -14,7 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <linux/magic.h>
 #include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/statfs.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,6 +63,50 @@ static void daemon__usage(FILE *f)
 }
 
 /* ---- start helpers ---------------------------------------------------------------------- */
+
+/* <state>/sandboxes holds only what lives as long as its sandboxes (sockets, locks, the vmm
+ * record, agent logs): on a tmpfs its churn costs no disk inode allocation. Mounted only
+ * over an empty directory (sandboxes of an airlockd that did not mount one stay where they
+ * are) and left mounted across restarts (re-adoption finds everything). */
+static void daemon__runtime_tmpfs(const char *path)
+{
+    struct statfs sf;
+    if (statfs(path, &sf) == 0 && sf.f_type == TMPFS_MAGIC)
+        return; /* already (ours from a previous run, or the operator's) */
+    DIR *d = opendir(path);
+    if (!d)
+        return;
+    struct dirent *e;
+    bool empty = true;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            empty = false;
+    closedir(d);
+    if (!empty) {
+        al_info("%s is not empty: sandboxes stay on its file system (runtime_tmpfs applies "
+                "from the next start with no sandbox)", path);
+        return;
+    }
+    if (mount("airlock-sandboxes", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "mode=0711") < 0) {
+        al_warn("cannot mount a tmpfs on %s (%s): sandboxes' runtime files stay on disk", path,
+                strerror(errno));
+        return;
+    }
+}
+
+/* At a full stop (every sandbox gone) the tmpfs goes too. */
+static void daemon__runtime_tmpfs_release(struct cp *cp)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/sandboxes", cp->cfg.state_dir);
+    struct statfs sf;
+    if (!cp->cfg.runtime_tmpfs || statfs(p, &sf) < 0 || sf.f_type != TMPFS_MAGIC ||
+        cp->n_live > 0)
+        return;
+    if (umount2(p, 0) < 0)
+        al_warn("cannot unmount the tmpfs on %s: %s", p, strerror(errno));
+}
 
 static int daemon__dirs(struct cp *cp)
 {
@@ -342,6 +390,8 @@ static void daemon__final(struct cp *cp)
 static void daemon__sup_stopped(struct cp *cp)
 {
     cp->sup = NULL;
+    if (cp->cfg.on_shutdown == CP_SHUTDOWN_KILL)
+        daemon__runtime_tmpfs_release(cp);
     if (cp->net_priv) {
         struct al_error err = {0};
         if (cp->cfg.on_shutdown == CP_SHUTDOWN_KEEP) {
@@ -643,6 +693,11 @@ int cp_main(int argc, char **argv)
     int lockfd = -1, rc = 1;
     if (daemon__dirs(cp) || (lockfd = daemon__lock(cp)) < 0)
         goto out;
+    if (cp->cfg.runtime_tmpfs && cp->cfg.backend != CP_BACKEND_TEST) {
+        char sbdir[4200];
+        snprintf(sbdir, sizeof sbdir, "%s/sandboxes", cp->cfg.state_dir);
+        daemon__runtime_tmpfs(sbdir);
+    }
     char dbp[4200];
     snprintf(dbp, sizeof dbp, "%s/airlockd.db", cp->cfg.state_dir);
     struct al_error err = {0};
