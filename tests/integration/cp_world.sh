@@ -86,6 +86,8 @@ CFG
 # them with itself), helper daemons, the switch, the cgroup parent.
 cp__cleanup() {
   local p
+  # CP_KEEP_LOGS=DIR keeps airlockd's logs of a run for a post-mortem.
+  [ -n "${CP_KEEP_LOGS:-}" ] && mkdir -p "$CP_KEEP_LOGS" && cp "$AL_TMP"/*.log "$CP_KEEP_LOGS"/ 2>/dev/null
   for p in $(pgrep -f -- "$CP_STATE" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
   sleep 0.2
   if [ -x "$AIRLOCK_BIN/airlock-vmm" ] && [ -d "$CP_STATE/sandboxes" ]; then
