@@ -101,7 +101,7 @@ al_check "only the pooled networks remain ($n)" test "$n" -le 2
 al_eq "no sandbox directory left" "$(ls -A "$CP_STATE/sandboxes" | wc -l)" 0
 al_eq "no sandbox cgroup left (warm ones aside)" \
   "$(find /sys/fs/cgroup/*/"$CP_CG" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | grep -vc '/warm' || true)" 0
-al_eq "no sandbox mount left" "$(grep -cF "$CP_STATE/sandboxes" /proc/self/mountinfo || true)" 0
+al_eq "no sandbox mount left" "$(grep -cF "$CP_STATE/sandboxes/" /proc/self/mountinfo || true)" 0
 al_eq "no agent left" "$(pgrep -fc -- "$CP_STATE/sandboxes" || true)" 0
 FD1=$(ls /proc/"$APID"/fd | wc -l)
 al_note "airlockd holds $FD1 descriptors after the load"
