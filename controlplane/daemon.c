@@ -104,7 +104,9 @@ static void daemon__runtime_tmpfs_release(struct cp *cp)
     if (!cp->cfg.runtime_tmpfs || statfs(p, &sf) < 0 || sf.f_type != TMPFS_MAGIC ||
         cp->n_live > 0)
         return;
-    if (umount2(p, 0) < 0)
+    /* Lazily: an airlock-vmm that has just answered its stop may still be closing a file
+     * there; the tmpfs goes with its last user. */
+    if (umount2(p, MNT_DETACH) < 0)
         al_warn("cannot unmount the tmpfs on %s: %s", p, strerror(errno));
 }
 
