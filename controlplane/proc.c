@@ -33,8 +33,12 @@ int cp_proc_spawn(const struct cp_spawn *s, pid_t *pid, int *pidfd, struct al_er
     posix_spawnattr_init(&at);
     int rc = 0;
     /* Descriptors are moved into place in two rounds so that one target never clobbers
-     * another source: first dup everything above the range, then down. */
-    int base = 100;
+     * another source: first dup everything above every source (a busy airlockd has
+     * hundreds of descriptors open, so no fixed number is safe), then down. */
+    int base = s->nfds > 3 ? s->nfds : 3;
+    for (int i = 0; i < s->nfds; i++)
+        if (s->fds[i] >= base)
+            base = s->fds[i] + 1;
     for (int i = 0; i < s->nfds; i++) {
         if (s->fds[i] >= 0)
             posix_spawn_file_actions_adddup2(&fa, s->fds[i], base + i);
