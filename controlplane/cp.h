@@ -54,6 +54,10 @@ struct cp_op {
     int api;                   /* how to answer (rest.c's CP_ANSWER_*) */
     uint64_t timeout_s;        /* resume/connect: new lifetime (0 = default) */
     bool auto_pause;           /* resume: autoPause */
+    /* Instead of (or besides) an HTTP answer: called when the operation is over, rc 0 on
+     * success (auto-resume on traffic continues the request that woke the sandbox). */
+    void (*done)(struct cp_sandbox *sb, int rc, void *arg);
+    void *done_arg;
     struct cp_op *next;
 };
 
@@ -188,6 +192,10 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *c, struct al_htt
 /* Queues an operation; answers req when done. */
 void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req,
                      int api, uint64_t timeout_s, bool auto_pause);
+/* Resumes a paused sandbox (auto-resume on traffic) and calls done afterwards. */
+void cp_lifecycle_resume_then(struct cp_sandbox *sb, void (*done)(struct cp_sandbox *sb, int rc,
+                                                                  void *arg),
+                              void *arg);
 /* Sets the expiry to now + seconds (E2B setTimeout / refreshes). */
 void cp_lifecycle_set_timeout(struct cp_sandbox *sb, uint64_t seconds);
 /* Re-adopts what the store says was running (at start). */

@@ -706,6 +706,8 @@ static void lc__td_forget(struct lc_teardown *t)
         struct cp_op *n = op->next;
         if (op->req)
             cp_rest_error(op->req, 404, "sandbox %s not found (it was killed)", sb->rec.id);
+        if (op->done)
+            op->done(sb, -ESRCH, op->done_arg);
         free(op);
         op = n;
     }
@@ -754,6 +756,11 @@ static void lc__op_finish(struct cp_sandbox *sb)
 {
     struct cp_op *op = sb->opctx;
     sb->opctx = NULL;
+    if (op && op->done) {
+        /* Not running at the end (killed, failed): the waiter is told so. */
+        op->done(sb, sb->rec.state == CP_SB_RUNNING ? 0 : -ESRCH, op->done_arg);
+        op->done = NULL;
+    }
     free(op);
     sb->busy = false;
     lc__run_ops(sb);
@@ -944,6 +951,24 @@ static void lc__expired(uv_timer_t *t)
         return;
     }
     cp_lifecycle_op(sb, CP_OP_EXPIRE, NULL, CP_ANSWER_NONE, 0, false);
+}
+
+void cp_lifecycle_resume_then(struct cp_sandbox *sb, void (*done)(struct cp_sandbox *sb, int rc,
+                                                                  void *arg),
+                              void *arg)
+{
+    struct cp_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        done(sb, -ENOMEM, arg);
+        return;
+    }
+    op->kind = CP_OP_RESUME;
+    op->api = CP_ANSWER_CONNECT;
+    op->done = done;
+    op->done_arg = arg;
+    *sb->ops_tail = op;
+    sb->ops_tail = &op->next;
+    lc__run_ops(sb);
 }
 
 void cp_lifecycle_set_timeout(struct cp_sandbox *sb, uint64_t seconds)

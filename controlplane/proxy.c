@@ -16,6 +16,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <sodium.h>
+
 #include "common/log.h"
 #include "cp.h"
 #include "metrics.h"
@@ -80,6 +82,43 @@ static void px__fail(struct px *p, int status, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     cp_rest_error(req, status, "%s", msg);
+}
+
+/* ---- signed file URLs ------------------------------------------------------------------- */
+
+struct px_sig_find {
+    const char *sig, *path, *user, *op, *exp;
+    struct cp_sandbox *found;
+};
+
+static int px__sig_try(void *v, void *arg)
+{
+    struct cp_sandbox *sb = v;
+    struct px_sig_find *f = arg;
+    if (sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED)
+        return 0;
+    crypto_hash_sha256_state st;
+    crypto_hash_sha256_init(&st);
+    const char *parts[] = {f->path, ":", f->op, ":", f->user, ":", sb->rec.token};
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
+        crypto_hash_sha256_update(&st, (const unsigned char *)parts[i], strlen(parts[i]));
+    if (f->exp) {
+        crypto_hash_sha256_update(&st, (const unsigned char *)":", 1);
+        crypto_hash_sha256_update(&st, (const unsigned char *)f->exp, strlen(f->exp));
+    }
+    unsigned char h[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256_final(&st, h);
+    char b64[sodium_base64_ENCODED_LEN(crypto_hash_sha256_BYTES, sodium_base64_VARIANT_ORIGINAL)];
+    sodium_bin2base64(b64, sizeof b64, h, sizeof h, sodium_base64_VARIANT_ORIGINAL);
+    size_t n = strlen(b64);
+    while (n && b64[n - 1] == '=')
+        n--;
+    b64[n] = '\0';
+    if (cp_secret_equal(f->sig, strlen(f->sig), b64, n)) {
+        f->found = sb;
+        return 1;
+    }
+    return 0;
 }
 
 /* ---- upstream (the agent) --------------------------------------------------------------- */
@@ -293,6 +332,41 @@ void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req)
     }
 }
 
+static void px__resumed(struct cp_sandbox *sb, int rc, void *arg)
+{
+    struct al_http_req *req = arg;
+    if (rc || sb->rec.state != CP_SB_RUNNING) {
+        cp_metrics_proxy(sb->cp->metrics, 502);
+        cp_rest_error(req, 502, "sandbox %s could not be resumed for this request", sb->rec.id);
+    } else {
+        cp_proxy(sb->cp, sb, req);
+    }
+    cp_sb_unref(sb);
+}
+
+/* uploadUrl()/downloadUrl(): GET|POST /files?path=P[&username=U]&signature=v1_S
+ * [&signature_expiration=E], with no sandbox header and no token: the signature is
+ * base64(sha256("P:read|write:U:TOKEN[:E]")) without padding, so exactly one sandbox's token
+ * produces it. Every running sandbox is tried, each comparison in constant time. */
+static struct cp_sandbox *px__by_signature(struct cp *cp, const struct al_http_req *req)
+{
+    char sig[128], path[4096], user[256], exp[32];
+    if (strcmp(req->path, "/files") != 0 ||
+        al_http_query_get(req->query, "signature", sig, sizeof sig) != 0 ||
+        strncmp(sig, "v1_", 3) != 0)
+        return NULL;
+    if (al_http_query_get(req->query, "path", path, sizeof path) != 0)
+        path[0] = '\0';
+    if (al_http_query_get(req->query, "username", user, sizeof user) != 0)
+        user[0] = '\0';
+    bool has_exp = al_http_query_get(req->query, "signature_expiration", exp, sizeof exp) == 0;
+    const char *op = strcmp(req->method, "POST") == 0 ? "write" : "read";
+    struct px_sig_find f = {.sig = sig + 3, .path = path, .user = user, .op = op,
+                            .exp = has_exp ? exp : NULL};
+    cp_map_foreach(&cp->sandboxes, px__sig_try, &f);
+    return f.found;
+}
+
 /* Paths of the control plane: never routed by access token. */
 static bool px__control_path(const char *p)
 {
@@ -322,10 +396,21 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
             cp_rest_error(req, 502, "sandbox \"%.64s\" not found", id);
             return true;
         }
+    } else if (!al_http_req_header(req, "X-Access-Token")) {
+        /* A signed file URL is sandbox traffic too. */
+        char sig[8];
+        if (strcmp(req->path, "/files") != 0 ||
+            al_http_query_get(req->query, "signature", sig, sizeof sig) == -ENOENT)
+            return false;
+        sb = px__by_signature(cp, req);
+        if (!sb) {
+            cp_metrics_proxy(cp->metrics, 502);
+            cp_rest_error(req, 502, "no running sandbox matches this signed file URL");
+            return true;
+        }
     } else {
         const char *tok = al_http_req_header(req, "X-Access-Token");
-        if (!tok || px__control_path(req->path) ||
-            al_http_req_header_count(req, "X-Access-Token") != 1)
+        if (px__control_path(req->path) || al_http_req_header_count(req, "X-Access-Token") != 1)
             return false;
         sb = cp_sandbox_by_token(cp, tok, strlen(tok));
         if (!sb || (sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED)) {
@@ -335,6 +420,13 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
         }
     }
     if (sb->rec.state == CP_SB_PAUSED) {
+        if (sb->rec.auto_resume) {
+            /* autoResume: traffic wakes the sandbox; the request goes on once it runs. */
+            al_info("sandbox %s: resuming it for a request (autoResume)", sb->rec.id);
+            cp_sb_ref(sb);
+            cp_lifecycle_resume_then(sb, px__resumed, req);
+            return true;
+        }
         cp_metrics_proxy(cp->metrics, 502);
         cp_rest_error(req, 502, "sandbox %s is paused (resume it with Sandbox.connect)",
                       sb->rec.id);

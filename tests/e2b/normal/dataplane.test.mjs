@@ -144,3 +144,21 @@ test('routing: each sandbox sees only its own files; a wrong token is refused', 
   assert.equal(g.status, 502)
   await sleep(0)
 })
+
+test('signed file URLs (uploadUrl/downloadUrl) are routed by their signature', async () => {
+  const s = await sbx()
+  const name = uniq('signed')
+  const up = await s.uploadUrl(name)
+  assert.ok(up.includes('signature=v1_'), up)
+  const form = new FormData()
+  form.append('file', new Blob(['through a signed URL']), name)
+  const r = await fetch(up, { method: 'POST', body: form })
+  assert.equal(r.status, 200, await r.text())
+  const down = await s.downloadUrl(name)
+  const g = await fetch(down)
+  assert.equal(g.status, 200)
+  assert.equal(await g.text(), 'through a signed URL')
+  // A signature made with another token matches no sandbox.
+  const forged = down.replace(/signature=v1_[^&]+/, 'signature=v1_AAAA')
+  assert.equal((await fetch(forged)).status, 502)
+})

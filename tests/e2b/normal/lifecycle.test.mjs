@@ -193,3 +193,23 @@ test('REST details the SDK relies on: error bodies, 204s, x-next-token, v1 list'
   assert.match(prom, /airlock_sandbox_create_duration_seconds_count \d+/)
   await sleep(0)
 })
+
+test('autoResume: traffic to a paused sandbox resumes it', async () => {
+  const s = await create({ lifecycle: { onTimeout: 'pause', autoResume: true } })
+  await s.files.write('auto.txt', 'awake')
+  assert.equal(await s.pause(), true)
+  assert.equal((await Sandbox.getInfo(s.sandboxId)).state, 'paused')
+  assert.equal(await s.files.read('auto.txt'), 'awake')
+  assert.equal((await Sandbox.getInfo(s.sandboxId)).state, 'running')
+  const info = await s.getInfo()
+  assert.equal(info.lifecycle?.autoResume ?? true, true)
+})
+
+test('autoPause: the timeout pauses instead of killing', async () => {
+  const s = await create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'pause' } })
+  await s.commands.run('echo x > kept.txt')
+  await until(async () => (await Sandbox.getInfo(s.sandboxId)).state === 'paused',
+              { timeoutMs: 15_000, what: 'the pause at the timeout' })
+  const r = await Sandbox.connect(s.sandboxId, { timeoutMs: 60_000 })
+  assert.equal((await r.commands.run('cat kept.txt')).stdout, 'x\n')
+})
