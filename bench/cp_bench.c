@@ -469,9 +469,11 @@ int main(int argc, char **argv)
     sleep(opt_warm > 16 || opt_netpool > 16 ? 15 : 3);
     int fails = 0;
     int nmax = opt_nc > opt_n1 ? opt_nc : opt_n1;
-    char (*ids)[32] = calloc((size_t)(nmax > opt_max ? nmax : opt_max) + 1, sizeof *ids);
-    double *ms = calloc((size_t)(nmax > opt_max ? nmax : opt_max) + 1, sizeof *ms);
-    double *ms2 = calloc((size_t)nmax + 1, sizeof *ms2);
+    size_t cap = (size_t)(nmax > opt_max ? nmax : opt_max);
+    cap = (cap > (size_t)opt_idle ? cap : (size_t)opt_idle) + 1;
+    char (*ids)[32] = calloc(cap, sizeof *ids);
+    double *ms = calloc(cap, sizeof *ms);
+    double *ms2 = calloc(cap, sizeof *ms2);
     double secs;
 
     /* c = 1 */
