@@ -19,7 +19,8 @@
  *                    with IDLE idle sandboxes - without any) / IDLE
  *   max_idle_sandboxes  sandboxes created (8 at a time) and held idle until MAXHELD or the
  *                    first failure (target >= 500); then all are killed
- * CP_BENCH_DIR=DIR puts the run's state directory under DIR instead of /tmp.
+ * CP_BENCH_DIR=DIR puts the run's state directory under DIR instead of /tmp;
+ * CP_BENCH_NETWORK=off runs without the vswitch and airlock-egress (to see their share).
  * Every figure: {"bench":"cp","metric":...,"value":...,"unit":...}. Figures from a busy
  * machine are noisy: run it on a quiet one (Release build) for numbers that count.
  */
@@ -134,6 +135,8 @@ static int start_airlockd(void)
         fprintf(f, "  warm_pool: %d\n", opt_warm);
     fprintf(f, "log:\n  level: warn\nnetwork:\n  ifname_prefix: b%d\n  range: 10.202.0.0/16\n",
             getpid() % 100000);
+    if (getenv("CP_BENCH_NETWORK"))
+        fprintf(f, "  mode: \"%s\"\n", getenv("CP_BENCH_NETWORK"));
     if (opt_netpool >= 0)
         fprintf(f, "  pool_size: %d\n", opt_netpool);
     fprintf(f, "egress:\n  args: [\"--resolver\", \"192.0.2.53\", \"--workers\", \"1\"]\n");
