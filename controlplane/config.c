@@ -44,7 +44,7 @@ const struct al_cfg_field cp_config_fields[] = {
      .help = "lifetime of a sandbox whose create request names none"},
     {.key = "sandboxes.max_timeout", .type = AL_CFG_DURATION, .offset = F(max_timeout_ms),
      .def = "24h", .min = 1000, .max = 365LL * 24 * 3600 * 1000,
-     .help = "longest timeout a client may ask for (longer ones are cut to this)"},
+     .help = "longest timeout a client may ask for (a longer one is a 400)"},
     {.key = "sandboxes.cpu_count", .type = AL_CFG_INT, .offset = F(cpu_count), .def = "2",
      .min = 1, .max = 256, .help = "CPUs of a sandbox (quota)"},
     {.key = "sandboxes.memory", .type = AL_CFG_SIZE, .offset = F(memory_bytes), .def = "512MiB",

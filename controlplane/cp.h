@@ -217,8 +217,9 @@ void cp_rest_error(struct al_http_req *req, int status, const char *fmt, ...)
 
 /* ---- servers -------------------------------------------------------------------------- */
 void cp_on_request(struct al_http_req *req, void *ctx);       /* router (rest.c) */
-/* Forwards req to the sandbox's agent (proxy.c). */
-void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req);
+/* Forwards req to the sandbox's agent (proxy.c); port non-NULL adds the E2b-Sandbox-Id and
+ * E2b-Sandbox-Port headers of a request routed by its Host. */
+void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, const char *port);
 /* Routes data-plane requests; returns false if req is not one (proxy.c). */
 bool cp_proxy_route(struct cp *cp, struct al_http_req *req);
 

@@ -814,6 +814,15 @@ int cp_main(int argc, char **argv)
     if (have_vault && cp->cfg.vault != CP_TRI_OFF) {
         char *vargv[64] = {vault_bin, "--state-dir", cp->cfg.state_dir};
         size_t n = 3;
+        /* airlock-egress runs with airlockd's uid: give that uid the egress role (fetching
+         * values for injection) unless the operator configured the roles. Root can read the
+         * vault's key files anyway; separate users need airlock-egress run as its own user. */
+        static char uidarg[32];
+        snprintf(uidarg, sizeof uidarg, "%u", (unsigned)geteuid());
+        if (cp->cfg.vault_args.n == 0) {
+            vargv[n++] = "--egress-user";
+            vargv[n++] = uidarg;
+        }
         for (size_t i = 0; i < cp->cfg.vault_args.n && n < 63; i++)
             vargv[n++] = cp->cfg.vault_args.v[i];
         vargv[n] = NULL;

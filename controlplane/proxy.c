@@ -266,18 +266,26 @@ static void px__on_close(struct al_http_req *req)
     px__abandon(p);
 }
 
-void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req)
+void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, const char *port)
 {
-    struct al_http_header hdrs[PX_MAX_HEADERS];
+    struct al_http_header hdrs[PX_MAX_HEADERS + 2];
     size_t n = 0;
     for (size_t i = 0; i < req->n_headers; i++) {
         if (px__hop_by_hop(req->headers[i].name))
+            continue;
+        /* Routed by Host: the sandbox headers say what the Host said, nothing else. */
+        if (port && (strcasecmp(req->headers[i].name, "E2b-Sandbox-Id") == 0 ||
+                     strcasecmp(req->headers[i].name, "E2b-Sandbox-Port") == 0))
             continue;
         if (n == PX_MAX_HEADERS) {
             cp_rest_error(req, 431, "too many request headers");
             return;
         }
         hdrs[n++] = req->headers[i];
+    }
+    if (port) {
+        hdrs[n++] = (struct al_http_header){"E2b-Sandbox-Id", sb->rec.id};
+        hdrs[n++] = (struct al_http_header){"E2b-Sandbox-Port", port};
     }
     if (strlen(sb->agent_sock) == 0) {
         cp_rest_error(req, 502, "sandbox %s has no agent channel", sb->rec.id);
@@ -332,15 +340,22 @@ void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req)
     }
 }
 
+struct px_wake {
+    struct al_http_req *req;
+    char port[8];
+};
+
 static void px__resumed(struct cp_sandbox *sb, int rc, void *arg)
 {
-    struct al_http_req *req = arg;
+    struct px_wake *w = arg;
     if (rc || sb->rec.state != CP_SB_RUNNING) {
         cp_metrics_proxy(sb->cp->metrics, 502);
-        cp_rest_error(req, 502, "sandbox %s could not be resumed for this request", sb->rec.id);
+        cp_rest_error(w->req, 502, "sandbox %s could not be resumed for this request",
+                      sb->rec.id);
     } else {
-        cp_proxy(sb->cp, sb, req);
+        cp_proxy(sb->cp, sb, w->req, w->port[0] ? w->port : NULL);
     }
+    free(w);
     cp_sb_unref(sb);
 }
 
@@ -367,6 +382,36 @@ static struct cp_sandbox *px__by_signature(struct cp *cp, const struct al_http_r
     return f.found;
 }
 
+/* getHost(port) URLs: "<port>-<sandbox id>.<api.domain>" (wildcard DNS to airlockd). */
+static struct cp_sandbox *px__by_host(struct cp *cp, const struct al_http_req *req, char *port,
+                                      size_t portlen)
+{
+    const char *dom = cp->cfg.domain;
+    const char *host = al_http_req_header(req, "Host");
+    if (!dom || !*dom || !host)
+        return NULL;
+    const char *dash = strchr(host, '-');
+    const char *dot = dash ? strchr(dash, '.') : NULL;
+    if (!dash || !dot || dash == host || (size_t)(dash - host) >= portlen || dot - dash - 1 <= 0 ||
+        dot - dash - 1 >= 64)
+        return NULL;
+    size_t dl = strlen(dom);
+    const char *rest = dot + 1;
+    const char *colon = strchr(rest, ':');
+    size_t rl = colon ? (size_t)(colon - rest) : strlen(rest);
+    if (rl != dl || strncasecmp(rest, dom, dl) != 0)
+        return NULL;
+    for (const char *c = host; c < dash; c++)
+        if (*c < '0' || *c > '9')
+            return NULL;
+    memcpy(port, host, (size_t)(dash - host));
+    port[dash - host] = '\0';
+    char id[64];
+    memcpy(id, dash + 1, (size_t)(dot - dash - 1));
+    id[dot - dash - 1] = '\0';
+    return cp_sandbox_id_valid(id) ? cp_sandbox_get(cp, id) : NULL;
+}
+
 /* Paths of the control plane: never routed by access token. */
 static bool px__control_path(const char *p)
 {
@@ -383,6 +428,8 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
 {
     size_t nid = al_http_req_header_count(req, "E2b-Sandbox-Id");
     struct cp_sandbox *sb = NULL;
+    char host_port[8] = "";
+    bool by_host = false;
     if (nid > 1) {
         cp_rest_error(req, 400, "more than one E2b-Sandbox-Id header");
         return true;
@@ -396,6 +443,8 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
             cp_rest_error(req, 502, "sandbox \"%.64s\" not found", id);
             return true;
         }
+    } else if ((sb = px__by_host(cp, req, host_port, sizeof host_port))) {
+        by_host = true;
     } else if (!al_http_req_header(req, "X-Access-Token")) {
         /* A signed file URL is sandbox traffic too. */
         char sig[8];
@@ -419,12 +468,25 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
             return true;
         }
     }
+    if (by_host && sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED) {
+        cp_metrics_proxy(cp->metrics, 502);
+        cp_rest_error(req, 502, "sandbox %s not found", sb->rec.id);
+        return true;
+    }
+    const char *port = by_host ? host_port : NULL;
     if (sb->rec.state == CP_SB_PAUSED) {
         if (sb->rec.auto_resume) {
             /* autoResume: traffic wakes the sandbox; the request goes on once it runs. */
+            struct px_wake *w = calloc(1, sizeof *w);
+            if (!w) {
+                cp_rest_error(req, 500, "out of memory");
+                return true;
+            }
+            w->req = req;
+            snprintf(w->port, sizeof w->port, "%s", port ? port : "");
             al_info("sandbox %s: resuming it for a request (autoResume)", sb->rec.id);
             cp_sb_ref(sb);
-            cp_lifecycle_resume_then(sb, px__resumed, req);
+            cp_lifecycle_resume_then(sb, px__resumed, w);
             return true;
         }
         cp_metrics_proxy(cp->metrics, 502);
@@ -432,6 +494,6 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
                       sb->rec.id);
         return true;
     }
-    cp_proxy(cp, sb, req);
+    cp_proxy(cp, sb, req, port);
     return true;
 }

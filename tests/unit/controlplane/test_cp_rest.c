@@ -211,7 +211,8 @@ static void setup(void)
     char cfgp[300];
     snprintf(cfgp, sizeof cfgp, "%s/cfg.yaml", tmpdir);
     FILE *f = fopen(cfgp, "w");
-    fprintf(f, "state_dir: %s\nsandboxes:\n  max: 6\n  max_timeout: 1h\n  default_timeout: 300s\n",
+    fprintf(f, "state_dir: %s\nsandboxes:\n  max: 6\n  max_timeout: 1h\n  default_timeout: 300s\n"
+               "api:\n  domain: sbx.test\n",
             tmpdir);
     fclose(f);
     ck_assert_int_eq(cp_config_load(&cp->cfg, cfgp, "127.0.0.1:0", NULL, stderr), 0);
@@ -378,7 +379,7 @@ START_TEST(create_shapes_v1_v2)
     ck_assert_str_eq(jstr(r.body, "templateID"), "base");
     ck_assert_str_eq(jstr(r.body, "envdVersion"), "0.6.4");
     ck_assert_uint_eq(strlen(jstr(r.body, "envdAccessToken")), CP_TOKEN_LEN);
-    ck_assert(json_is_null(json_object_get(r.body, "domain")));
+    ck_assert_str_eq(jstr(r.body, "domain"), "sbx.test"); /* api.domain */
     ck_assert(json_is_null(json_object_get(r.body, "trafficAccessToken")));
     ck_assert_ptr_nonnull(jstr(r.body, "clientID"));
     char id[64];
@@ -395,6 +396,7 @@ START_TEST(create_shapes_v1_v2)
     ck_assert_int_eq(r.status, 200);
     ck_assert_str_eq(jstr(r.body, "state"), "running");
     ck_assert_int_eq(json_integer_value(json_object_get(r.body, "cpuCount")), 2);
+    ck_assert_str_eq(jstr(r.body, "domain"), "sbx.test");
     ck_assert_int_eq(json_integer_value(json_object_get(r.body, "memoryMB")), 512);
     ck_assert_str_eq(jstr(json_object_get(r.body, "metadata"), "k"), "v");
     ck_assert_ptr_null(json_object_get(r.body, "envVars")); /* never echoed */
@@ -807,6 +809,20 @@ START_TEST(dataplane_routing)
     struct al_http_header badtok[] = {{"X-Access-Token", "0123"}};
     req_full(&r, g_target, "GET", "/files?path=/x", NULL, NULL, badtok, 1);
     assert_error(&r, 502, "access token");
+    resp_free(&r);
+    /* By Host, as getHost(port) builds it (api.domain set): the sandbox headers are made
+     * from the Host, whatever the client sent. */
+    char host[128];
+    snprintf(host, sizeof host, "8080-%s.sbx.test:3000", id);
+    struct al_http_header hh[] = {{"Host", host}, {"E2b-Sandbox-Port", "49983"}};
+    req_full(&r, g_target, "POST", "/app?x=2", NULL, "{}", hh, 2);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(jstr(r.body, "sandbox"), id);
+    ck_assert_str_eq(jstr(r.body, "port"), "8080");
+    resp_free(&r);
+    struct al_http_header hx[] = {{"Host", "8080-nosuch.sbx.test"}};
+    req_full(&r, g_target, "GET", "/", NULL, NULL, hx, 1);
+    ck_assert_int_ne(r.status, 200);
     resp_free(&r);
     /* Unknown, duplicated, paused. */
     struct al_http_header unk[] = {{"E2b-Sandbox-Id", "nosuchsandbox"}};
