@@ -1339,7 +1339,16 @@ static void conn__start(struct http_conn *c)
     c->peer.uid = (uid_t)-1;
     c->peer.gid = (gid_t)-1;
     c->peer.pid = -1;
-    if (c->is_unix) {
+    int domain = AF_UNIX;
+    socklen_t dlen = sizeof domain;
+    if (c->is_unix && fd >= 0)
+        getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dlen);
+    if (c->is_unix && domain == AF_VSOCK) {
+        c->peer.is_unix = false;               /* no SO_PEERCRED on vsock: uid/pid stay -1 */
+        socklen_t len = sizeof c->peer.addr;
+        if (getpeername(fd, (struct sockaddr *)&c->peer.addr, &len) == 0)
+            c->peer.addrlen = len;
+    } else if (c->is_unix) {
         struct ucred cr;
         socklen_t len = sizeof cr;
         if (fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0) {
@@ -1552,12 +1561,15 @@ static int srv__fd_kind(int fd, bool want_listening, bool *is_unix, struct al_er
     getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len);
     if (type != SOCK_STREAM)
         return al_error_set(err, -EINVAL, "fd %d is not a stream socket", fd);
-    if (domain != AF_UNIX && domain != AF_INET && domain != AF_INET6)
+    /* AF_VSOCK: the KVM backend's agent channel (the VMM bridges agent.sock to it). libuv
+     * has no vsock handle, but its pipe handles serve any stream socket; the peer is then
+     * reported with family AF_VSOCK and no credentials. */
+    if (domain != AF_UNIX && domain != AF_INET && domain != AF_INET6 && domain != AF_VSOCK)
         return al_error_set(err, -EAFNOSUPPORT, "fd %d: socket family %d not supported", fd,
                             domain);
     if (want_listening != (acc != 0))
         return al_error_set(err, -EINVAL, "fd %d is %s a listening socket", fd, acc ? "" : "not");
-    *is_unix = domain == AF_UNIX;
+    *is_unix = domain == AF_UNIX || domain == AF_VSOCK;
     return 0;
 }
 

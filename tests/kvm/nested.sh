@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# tests/kvm/nested.sh SCENARIO: runs tests/kvm/scenarios/SCENARIO.sh inside an L1 TCG
+# guest that has /dev/kvm (see lib.sh), with the airlock KVM VMM, the airlock guest kernel
+# and the test payload (tests/kvm/payload/) available under /airlock. PASS/FAIL comes back
+# on L1's serial console; the whole serial log is printed on failure (or with -v).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+
+scenario=${1:?usage: nested.sh SCENARIO [-v]}
+verbose=${2:-}
+[ -f "$here/scenarios/$scenario.sh" ] || kvm_fail "no scenario $here/scenarios/$scenario.sh"
+kvm_tmp=$(mktemp -d "/tmp/al-kvm-$scenario-$$.XXXXXX")
+trap kvm_cleanup EXIT
+
+kvm_require
+vmm="$kvm_bin/airlock-vmm-kvm"
+[ -x "$vmm" ] || kvm_fail "$vmm not built"
+kdir=$(kvm_l1_kernel)
+guest_kernel=$(kvm_guest_kernel) || kvm_fail "guest kernel build failed"
+
+# L2 payload: a static init in an initramfs.
+groot="$kvm_tmp/guest"
+mkdir -p "$groot/dev" "$groot/proc"
+cc -static -O2 -Wall -Wextra -Werror -Wno-format-truncation -o "$groot/init" "$here/payload/guest_init.c"
+cc -static -O2 -Wall -Wextra -Werror -o "$kvm_tmp/l1_tool" "$here/payload/l1_tool.c"
+mknod -m 600 "$groot/dev/console" c 5 1
+kvm_cpio "$groot" "$kvm_tmp/guest.cpio.gz"
+
+# L1: busybox, modules, the VMM, the guest kernel and payload, the scenario.
+root=$(kvm_l1_root "$kdir")
+kvm_copy_bin "$root" "$vmm"
+cp "$kvm_tmp/l1_tool" "$root/bin/l1_tool"
+# The Release build too (tests/run builds it first): the confinement scenario runs it, since
+# sanitizer builds only log seccomp violations instead of dying of them.
+release=${AIRLOCK_KVM_RELEASE_BIN:-$kvm_top/build/bin/airlock-vmm-kvm}
+if [ -x "$release" ]; then
+  kvm_copy_bin "$root" "$release" airlock-vmm-kvm-release
+fi
+cp "$guest_kernel" "$root/airlock/bzImage"
+cp "$kvm_tmp/guest.cpio.gz" "$root/airlock/guest.cpio.gz"
+cp "$here/scenarios/$scenario.sh" "$root/scenario"
+# The rootfs scenario boots from a disk image built like a template's: a tiny template
+# (static busybox), the test payload standing in for the agent, airlock-kvm-init as PID 1.
+if [ "$scenario" = rootfs ]; then
+  init_bin="$kvm_bin/airlock-kvm-init"
+  [ -x "$init_bin" ] || kvm_fail "$init_bin not built"
+  tpl="$kvm_tmp/template"
+  mkdir -p "$tpl/bin" "$tpl/etc" "$kvm_tmp/agent/bin"
+  cp "$(command -v busybox)" "$tpl/bin/busybox"
+  ln -s busybox "$tpl/bin/sh"
+  echo "root:x:0:0:root:/root:/bin/sh" > "$tpl/etc/passwd"
+  cp "$groot/init" "$kvm_tmp/agent/bin/airlock-agent"
+  "$kvm_top/vmm/kvm/mkrootfs" --rootfs "$tpl" --agent-dir "$kvm_tmp/agent" --init "$init_bin" \
+    --out "$root/airlock/rootfs.img" --slack 16
+fi
+# The agent scenario: the real airlock-agent (static, from the build's agent-root) in a
+# template image with busybox, PID 1 airlock-kvm-init.
+if [ "$scenario" = agent ]; then
+  init_bin="$kvm_bin/airlock-kvm-init"
+  agent_root="$kvm_bin/../agent-root/.airlock"
+  [ -x "$init_bin" ] || kvm_fail "$init_bin not built"
+  [ -x "$agent_root/bin/airlock-agent" ] || kvm_fail "$agent_root/bin/airlock-agent not built"
+  tpl="$kvm_tmp/template"
+  mkdir -p "$tpl/bin" "$tpl/etc" "$tpl/root" "$tpl/home/user"
+  cp "$(command -v busybox)" "$tpl/bin/busybox"
+  for a in sh echo cat ls id; do ln -s busybox "$tpl/bin/$a"; done
+  printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n' > "$tpl/etc/passwd"
+  printf 'root:x:0:\nuser:x:1000:\n' > "$tpl/etc/group"
+  chown 1000:1000 "$tpl/home/user"
+  "$kvm_top/vmm/kvm/mkrootfs" --rootfs "$tpl" --agent-dir "$agent_root" --init "$init_bin" \
+    --out "$root/airlock/rootfs.img" --slack 32
+fi
+# The vswitch scenario: the switch's loader and stand-in proxy (l1-vswitch), the L1 kernel's
+# netfilter and traffic-control modules (busybox depmod indexes them at boot), and the same
+# template image as the rootfs scenario.
+if [ "$scenario" = vswitch ]; then
+  [ -x "$kvm_bin/l1-vswitch" ] || kvm_fail "$kvm_bin/l1-vswitch not built"
+  kvm_copy_bin "$root" "$kvm_bin/l1-vswitch"
+  kver=$(ls "$kdir/lib/modules")
+  for d in net/netfilter net/sched lib; do
+    mkdir -p "$root/lib/modules/$kver/kernel/$d"
+    cp -a "$kdir/lib/modules/$kver/kernel/$d/." "$root/lib/modules/$kver/kernel/$d/"
+  done
+  init_bin="$kvm_bin/airlock-kvm-init"
+  tpl="$kvm_tmp/template"
+  mkdir -p "$tpl/bin" "$tpl/etc" "$kvm_tmp/agent/bin"
+  cp "$(command -v busybox)" "$tpl/bin/busybox"
+  echo "root:x:0:0:root:/root:/bin/sh" > "$tpl/etc/passwd"
+  cp "$groot/init" "$kvm_tmp/agent/bin/airlock-agent"
+  "$kvm_top/vmm/kvm/mkrootfs" --rootfs "$tpl" --agent-dir "$kvm_tmp/agent" --init "$init_bin" \
+    --out "$root/airlock/rootfs.img" --slack 16
+fi
+# The kernel comparison (docs/kvm.md) also boots Debian's cloud kernel as the guest.
+if [ "$scenario" = kernelcmp ]; then
+  cp "$(ls "$kdir"/boot/vmlinuz-* | awk 'NR==1')" "$root/airlock/debian-vmlinuz"
+fi
+kvm_cpio "$root" "$kvm_tmp/l1.cpio.gz"
+
+serial="$kvm_tmp/serial.log"
+if kvm_boot_l1 "$kdir" "$kvm_tmp/l1.cpio.gz" "$serial"; then
+  [ "$verbose" = -v ] && cat "$serial"
+  grep -E '^(AIRLOCK-|bench:|bench-json:)' "$serial" || true
+  echo "kvm nested $scenario: PASS"
+else
+  cat "$serial"
+  kvm_fail "kvm nested $scenario: $(grep '^AIRLOCK-KVM-VERDICT' "$serial" || echo 'no verdict (timeout or crash)')"
+fi

@@ -1,0 +1,113 @@
+/* vmm/kvm/evloop: the device thread's epoll loop.
+ *
+ * Owns: one thread that waits on every device fd (queue-notify eventfds, the tap, unix
+ * sockets of the agent channel) and calls the registered handler; stopped through an
+ * eventfd. Handlers run on this thread only, so device back-ends need no locking among
+ * themselves (the transport lock still guards state shared with vCPU threads).
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "vmm/kvm/confine.h"
+#include "vmm/kvm/vm.h"
+
+int evloop_init(struct evloop *l)
+{
+    memset(l, 0, sizeof *l);
+    l->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (l->epfd < 0)
+        return -errno;
+    l->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (l->stop_fd < 0) {
+        int e = -errno;
+        close(l->epfd);
+        return e;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->stop_fd, &ev) < 0)
+        return -errno;
+    return 0;
+}
+
+int evloop_add(struct evloop *l, struct ev_handler *h, uint32_t events)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = h};
+    return epoll_ctl(l->epfd, EPOLL_CTL_ADD, h->fd, &ev) < 0 ? -errno : 0;
+}
+
+int evloop_mod(struct evloop *l, struct ev_handler *h, uint32_t events)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = h};
+    return epoll_ctl(l->epfd, EPOLL_CTL_MOD, h->fd, &ev) < 0 ? -errno : 0;
+}
+
+void evloop_del(struct evloop *l, struct ev_handler *h)
+{
+    epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+}
+
+static void *evloop__thread(void *arg)
+{
+    struct evloop *l = arg;
+    struct epoll_event evs[32];
+    pthread_setname_np(pthread_self(), "devices");
+    struct al_error err = {0};
+    if (confine_thread(CONFINE_DEVICES, &err) < 0) {
+        al_error("device thread: %s", al_error_str(&err));
+        return NULL;
+    }
+    for (;;) {
+        int n = epoll_wait(l->epfd, evs, 32, -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            al_error("device loop: epoll_wait: %s", strerror(errno));
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            struct ev_handler *h = evs[i].data.ptr;
+            if (!h)
+                return NULL; /* stop_fd */
+            h->fn(h, evs[i].events);
+        }
+    }
+    return NULL;
+}
+
+int evloop_start(struct evloop *l)
+{
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, VM_THREAD_STACK);
+    int rc = pthread_create(&l->thread, &attr, evloop__thread, l);
+    pthread_attr_destroy(&attr);
+    if (rc)
+        return -rc;
+    l->running = true;
+    return 0;
+}
+
+void evloop_stop(struct evloop *l)
+{
+    if (!l->running)
+        return;
+    uint64_t one = 1;
+    ssize_t w = write(l->stop_fd, &one, sizeof one);
+    (void)w;
+    pthread_join(l->thread, NULL);
+    l->running = false;
+}
+
+void evloop_free(struct evloop *l)
+{
+    evloop_stop(l);
+    if (l->epfd >= 0)
+        close(l->epfd);
+    if (l->stop_fd >= 0)
+        close(l->stop_fd);
+    l->epfd = l->stop_fd = -1;
+}
