@@ -17,3 +17,7 @@ if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
   airlock_script_test(NAME cp_load_jail SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_load.sh
                       ARGS jail 200 50 LABELS controlplane TIMEOUT 900)
 endif()
+if(TARGET airlockd AND TARGET airlock-agent-dev)
+  airlock_script_test(NAME cp_cli SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_cli.sh
+                      LABELS controlplane TIMEOUT 300)
+endif()

@@ -70,6 +70,21 @@ al_match "its details say so" '"allowInternetAccess":false' api "$URL/sandboxes/
 al_fail "nothing of it reached an upstream" grep -q 'REQ good GET /no' "$AL_TMP/up.req"
 al_ok "kill it" cli sandbox kill "$SB2"
 
+al_note "airlock-egress dies: airlockd restarts it and registers the sandbox again"
+EPID=$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT value FROM meta WHERE key=?", ("daemon.egress.pid",)).fetchone()[0])' "$STATE/airlockd.db")
+al_ok "kill -9 airlock-egress ($EPID)" kill -KILL "$EPID"
+back=no
+for _ in $(seq 40); do
+  sleep 0.5
+  if sbx_exec curl -sS -m 3 http://allowed.test/after-egress-restart 2>/dev/null | grep -q '"server": "good"'; then
+    back=yes; break
+  fi
+done
+al_eq "the sandbox reaches the allowed upstream again" "$back" yes
+al_match "airlockd restarted it" "airlock-egress \\(pid $EPID\\) killed by signal 9" cat "$AL_TMP/airlockd.log"
+al_match "... and it still denies the rest" '"reason":"[a-z_]+"' \
+  sbx_exec curl -sS -m 8 http://203.0.113.11/after-egress-restart
+
 al_note "the audit log"
 curl -s --unix-socket "$STATE/run/egress.sock" -X POST http://egress/v1/audit/sync >/dev/null
 al_match "the allowed request, with the sandbox's id" "\"sandbox\":\"$SB\"" \
@@ -95,6 +110,7 @@ al_ok "... and the sandboxes" scrape 'airlock_sandboxes\{state="running"\} 1'
 PINS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pin_dir"])' \
   "$STATE/vswitch/instance.json" 2>/dev/null)
 al_note "the switch's pins: ${PINS:-?}"
+al_match "the sandbox's logs (its agent's output)" "process [0-9]+ started" cli sandbox logs "$SB"
 al_ok "kill" cli sandbox kill "$SB"
 al_kill airlockd TERM
 al_eq "airlockd stopped" "$(kill -0 "$(al_pid airlockd)" 2>/dev/null && echo running || echo gone)" gone
