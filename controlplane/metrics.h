@@ -18,7 +18,7 @@ struct cp;
 struct cp_sandbox;
 struct cp_metrics;
 
-#define CP_SAMPLES_MAX 720 /* one hour at 5 s */
+#define CP_SAMPLES_MAX 360 /* 30 minutes at the default 5 s */
 
 int cp_metrics_new(struct cp_metrics **out);
 void cp_metrics_free(struct cp_metrics *m);
