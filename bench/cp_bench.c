@@ -50,8 +50,9 @@ static pid_t g_airlockd;
 
 static void out(const char *metric, double v, const char *unit)
 {
-    printf("{\"bench\":\"cp\",\"metric\":\"%s\",\"value\":%.3f,\"unit\":\"%s\",\"backend\":\"%s\"}\n",
-           metric, v, unit, opt_backend);
+    printf(
+        "{\"bench\":\"cp\",\"metric\":\"%s\",\"value\":%.3f,\"unit\":\"%s\",\"backend\":\"%s\"}\n",
+        metric, v, unit, opt_backend);
     fflush(stdout);
 }
 
@@ -257,8 +258,8 @@ static void one_done(struct al_http_creq *c, int err, void *arg)
     bool ok = !err && (f->kill ? o->status == 204 : (o->status >= 200 && o->status < 300));
     if (!ok) {
         f->failed++;
-        fprintf(stderr, "cp_bench: %s %d failed: %s status %d %.*s\n",
-                f->kill ? "kill" : "create", o->idx, err ? strerror(-err) : "", o->status,
+        fprintf(stderr, "cp_bench: %s %d failed: %s status %d %.*s\n", f->kill ? "kill" : "create",
+                o->idx, err ? strerror(-err) : "", o->status,
                 (int)(o->body.len > 200 ? 200 : o->body.len), o->body.data ? o->body.data : "");
     }
     f->ms[o->idx] = (double)(al_now_ns() - o->t0) / 1e6;
@@ -274,9 +275,14 @@ static void one_start(struct one *o)
     struct flight *f = o->f;
     struct al_http_header h[3] = {{"X-API-KEY", g_key}, {"Content-Type", "application/json"}};
     char path[96];
-    struct al_http_creq_opts co = {.target = g_url, .headers = h, .n_headers = 2,
-                                   .timeout_ms = 120000, .on_response = one_resp,
-                                   .on_data = one_data, .on_done = one_done, .arg = o,
+    struct al_http_creq_opts co = {.target = g_url,
+                                   .headers = h,
+                                   .n_headers = 2,
+                                   .timeout_ms = 120000,
+                                   .on_response = one_resp,
+                                   .on_data = one_data,
+                                   .on_done = one_done,
+                                   .arg = o,
                                    .pool = f->pool};
     if (f->kill) {
         snprintf(path, sizeof path, "/sandboxes/%s", f->ids[o->idx]);
@@ -320,8 +326,13 @@ static int flight_run(int total, int conc, bool kill, char (*ids)[32], double *m
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
-    struct flight f = {.loop = &loop, .total = total, .conc = conc, .kill = kill, .ids = ids,
-                       .ms = ms, .body = "{\"templateID\":\"base\",\"timeout\":3600}"};
+    struct flight f = {.loop = &loop,
+                       .total = total,
+                       .conc = conc,
+                       .kill = kill,
+                       .ids = ids,
+                       .ms = ms,
+                       .body = "{\"templateID\":\"base\",\"timeout\":3600}"};
     struct al_http_pool_opts po = {.max_idle = (size_t)conc, .max_idle_per_target = (size_t)conc};
     al_http_pool_new(&loop, &po, &f.pool);
     uint64_t t0 = al_now_ns();
@@ -396,7 +407,8 @@ static double vmm_direct_once(int i)
     snprintf(id, sizeof id, "ref%d-%d", getpid(), i);
     snprintf(spec, sizeof spec,
              "{\"id\":\"%s\",\"template\":\"%s/templates/base\",\"network\":{\"mode\":\"none\"},"
-             "\"jail\":{\"cgroup_parent\":\"%s\"}}", id, g_state, g_cg);
+             "\"jail\":{\"cgroup_parent\":\"%s\"}}",
+             id, g_state, g_cg);
     snprintf(vmm, sizeof vmm, "%s/airlock-vmm", g_bin);
     int in[2], rd[2];
     if (pipe(in) || pipe(rd))
@@ -436,15 +448,33 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt(argc, argv, "b:n:N:c:i:m:r:w:p:h")) != -1) {
         switch (c) {
-        case 'b': opt_backend = optarg; break;
-        case 'n': opt_n1 = atoi(optarg); break;
-        case 'N': opt_nc = atoi(optarg); break;
-        case 'c': opt_conc = atoi(optarg); break;
-        case 'i': opt_idle = atoi(optarg); break;
-        case 'm': opt_max = atoi(optarg); break;
-        case 'r': opt_ref = atoi(optarg); break;
-        case 'w': opt_warm = atoi(optarg); break;
-        case 'p': opt_netpool = atoi(optarg); break;
+        case 'b':
+            opt_backend = optarg;
+            break;
+        case 'n':
+            opt_n1 = atoi(optarg);
+            break;
+        case 'N':
+            opt_nc = atoi(optarg);
+            break;
+        case 'c':
+            opt_conc = atoi(optarg);
+            break;
+        case 'i':
+            opt_idle = atoi(optarg);
+            break;
+        case 'm':
+            opt_max = atoi(optarg);
+            break;
+        case 'r':
+            opt_ref = atoi(optarg);
+            break;
+        case 'w':
+            opt_warm = atoi(optarg);
+            break;
+        case 'p':
+            opt_netpool = atoi(optarg);
+            break;
         default:
             fprintf(stderr, "usage: cp_bench [-b jail|test] [-n N1] [-N NC] [-c CONC] [-i IDLE] "
                             "[-m MAXHELD] [-r REFRUNS] [-w WARM] [-p NETPOOL]\n");
@@ -474,7 +504,7 @@ int main(int argc, char **argv)
     int nmax = opt_nc > opt_n1 ? opt_nc : opt_n1;
     size_t cap = (size_t)(nmax > opt_max ? nmax : opt_max);
     cap = (cap > (size_t)opt_idle ? cap : (size_t)opt_idle) + 1;
-    char (*ids)[32] = calloc(cap, sizeof *ids);
+    char(*ids)[32] = calloc(cap, sizeof *ids);
     double *ms = calloc(cap, sizeof *ms);
     double *ms2 = calloc(cap, sizeof *ms2);
     double secs;

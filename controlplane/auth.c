@@ -47,7 +47,8 @@ int cp_auth(struct cp *cp, const struct al_http_req *req, struct cp_principal *w
         return al_error_set(err, -EACCES, "more than one X-API-KEY header");
     const char *key = al_http_req_header(req, "X-API-KEY");
     if (!key || !*key)
-        return al_error_set(err, -EACCES, "missing X-API-KEY header (set E2B_API_KEY to a key "
+        return al_error_set(err, -EACCES,
+                            "missing X-API-KEY header (set E2B_API_KEY to a key "
                             "printed by airlockd or made with `airlock apikey create`)");
     size_t kl = strlen(key);
     if (kl > 512)

@@ -27,11 +27,11 @@ struct cp_sandbox;
 
 /* What the lifecycle hands to start(). */
 struct cp_start_args {
-    const char *template_dir;   /* resolved template directory (vmm) */
+    const char *template_dir; /* resolved template directory (vmm) */
     const char *template_name;
-    json_t *env_vars;           /* E2B envVars (borrowed; may hold secrets) */
-    int netns_fd;               /* the sandbox's network namespace, or -1 (loopback only) */
-    const char *dns;            /* the sandbox's DNS server, or NULL */
+    json_t *env_vars; /* E2B envVars (borrowed; may hold secrets) */
+    int netns_fd;     /* the sandbox's network namespace, or -1 (loopback only) */
+    const char *dns;  /* the sandbox's DNS server, or NULL */
     const char *hostname;
 };
 
@@ -39,7 +39,7 @@ typedef void (*cp_backend_cb)(struct cp_sandbox *sb, int rc, const char *msg);
 typedef void (*cp_backend_stats_cb)(struct cp_sandbox *sb, int rc, json_t *stats, void *arg);
 
 struct cp_backend_ops {
-    const char *name;        /* "vmm", "test" */
+    const char *name; /* "vmm", "test" */
     /* Starts the sandbox and calls cb once its agent answers /health (rc 0: sb->rec.pid,
      * pid_start, sb->pidfd and the socket paths are set) or starting failed (nothing left
      * behind). */

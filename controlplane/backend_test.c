@@ -37,7 +37,7 @@ struct tb_timer {
 struct tb_priv {
     struct cp_sandbox *sb;
     cp_backend_cb cb;
-    struct tb_timer *timer;     /* the current phase's timer (a closing one is forgotten) */
+    struct tb_timer *timer; /* the current phase's timer (a closing one is forgotten) */
     uint64_t deadline_ns;
     int phase; /* 1 probing, 2 stopping */
     bool probe_inflight;
@@ -149,8 +149,10 @@ static void tb__probe_tick(uv_timer_t *t)
     if (sb->pidfd >= 0 && cp_proc_reap(sb->pidfd, &st) == 0) {
         char how[128], msg[256];
         cp_proc_describe(st, how, sizeof how);
-        snprintf(msg, sizeof msg, "the agent %s during start-up (see its log %s/sandboxes/%s/"
-                 "agent.log)", how, sb->cp->cfg.state_dir, sb->rec.id);
+        snprintf(msg, sizeof msg,
+                 "the agent %s during start-up (see its log %s/sandboxes/%s/"
+                 "agent.log)",
+                 how, sb->cp->cfg.state_dir, sb->rec.id);
         tb__finish(p, -EIO, msg);
         return;
     }
@@ -164,9 +166,13 @@ static void tb__probe_tick(uv_timer_t *t)
         return;
     char target[160];
     snprintf(target, sizeof target, "unix:%s", sb->agent_sock);
-    struct al_http_creq_opts o = {.target = target, .method = "GET", .path = "/health",
-                                  .timeout_ms = 1000, .on_response = tb__probe_resp,
-                                  .on_done = tb__probe_done, .arg = p};
+    struct al_http_creq_opts o = {.target = target,
+                                  .method = "GET",
+                                  .path = "/health",
+                                  .timeout_ms = 1000,
+                                  .on_response = tb__probe_resp,
+                                  .on_done = tb__probe_done,
+                                  .arg = p};
     struct al_http_creq *c;
     cp_sb_ref(sb);
     p->probe_inflight = true;
@@ -214,8 +220,8 @@ static int tb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_bac
     if (mkdir(dir, 0711) < 0 || mkdir(home, 0700) < 0)
         return -errno;
     bool as_nobody = geteuid() == 0;
-    if (as_nobody && (chown(dir, TB_NOBODY, TB_NOBODY) < 0 ||
-                      chown(home, TB_NOBODY, TB_NOBODY) < 0))
+    if (as_nobody &&
+        (chown(dir, TB_NOBODY, TB_NOBODY) < 0 || chown(home, TB_NOBODY, TB_NOBODY) < 0))
         return -errno;
     int logfd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (logfd < 0)
@@ -226,17 +232,26 @@ static int tb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_bac
         close(logfd);
         return rc;
     }
-    json_t *init = json_pack("{s:O,s:s,s:s,s:s}", "envVars",
-                             a->env_vars ? a->env_vars : json_object(), "accessToken",
-                             sb->rec.token, "sandboxID", sb->rec.id, "templateID",
-                             sb->rec.template_id);
+    json_t *init = json_pack(
+        "{s:O,s:s,s:s,s:s}", "envVars", a->env_vars ? a->env_vars : json_object(), "accessToken",
+        sb->rec.token, "sandboxID", sb->rec.id, "templateID", sb->rec.template_id);
     char *text = init ? json_dumps(init, JSON_COMPACT) : NULL;
     json_decref(init);
     char *agent = cp->agent_bin;
     char *argv_direct[] = {agent, "--listen", listen, "--home", home, NULL};
-    char *argv_nobody[] = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
-                           "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--",
-                           agent, "--listen", listen, "--home", home, NULL};
+    char *argv_nobody[] = {"/usr/bin/setpriv",
+                           "--reuid=65534",
+                           "--regid=65534",
+                           "--clear-groups",
+                           "--inh-caps=-all",
+                           "--bounding-set=-all",
+                           "--",
+                           agent,
+                           "--listen",
+                           listen,
+                           "--home",
+                           home,
+                           NULL};
     char **argv = as_nobody ? argv_nobody : argv_direct;
     /* The agent reads its init object from descriptor 3 (AIRLOCK_AGENT_INIT_FD). */
     extern char **environ;
@@ -255,8 +270,12 @@ static int tb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_bac
         /* The sanitizer build of the agent must not fail the sandbox on leak reports. */
         envp[k++] = "ASAN_OPTIONS=detect_leaks=0";
     }
-    struct cp_spawn s = {.path = argv[0], .argv = argv, .envp = envp,
-                         .fds = {-1, logfd, logfd, initp[0]}, .nfds = 4, .new_session = true};
+    struct cp_spawn s = {.path = argv[0],
+                         .argv = argv,
+                         .envp = envp,
+                         .fds = {-1, logfd, logfd, initp[0]},
+                         .nfds = 4,
+                         .new_session = true};
     pid_t pid;
     struct al_error err = {0};
     rc = text && envp ? cp_proc_spawn(&s, &pid, &sb->pidfd, &err) : -ENOMEM;
@@ -479,9 +498,8 @@ static json_t *tb__proc_stats(const struct cp_sandbox *sb)
     }
     return json_pack("{s:I,s:i,s:I,s:I,s:I,s:I}", "cpu_usage_ns", (json_int_t)cpu_ns, "cpus",
                      sb->rec.cpu_count, "memory_bytes", (json_int_t)rss * sysconf(_SC_PAGESIZE),
-                     "memory_limit_bytes", (json_int_t)sb->rec.memory_mb << 20,
-                     "disk_used_bytes", (json_int_t)dused, "disk_total_bytes",
-                     (json_int_t)dtotal);
+                     "memory_limit_bytes", (json_int_t)sb->rec.memory_mb << 20, "disk_used_bytes",
+                     (json_int_t)dused, "disk_total_bytes", (json_int_t)dtotal);
 }
 
 static int tb_stats(struct cp_sandbox *sb, cp_backend_stats_cb cb, void *arg)

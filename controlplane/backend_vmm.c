@@ -37,7 +37,7 @@ struct vmm_priv {
     struct vmm_proc *proc;
     uv_timer_t timer;
     bool timer_open;
-    int netns_fd;           /* kept open until the ready line (the spec names it by path) */
+    int netns_fd; /* kept open until the ready line (the spec names it by path) */
     bool start_done;
     /* cleanup */
     struct cp_proc_watch cleanup_watch;
@@ -122,8 +122,8 @@ static void vmm__call_done(struct al_http_creq *c, int err, void *arg)
     free(x);
 }
 
-static int vmm__call(struct cp_sandbox *sb, const char *method, const char *path,
-                     const char *body, uint32_t timeout_ms, struct vmm_call *proto)
+static int vmm__call(struct cp_sandbox *sb, const char *method, const char *path, const char *body,
+                     uint32_t timeout_ms, struct vmm_call *proto)
 {
     struct vmm_call *x = malloc(sizeof *x);
     if (!x)
@@ -179,8 +179,8 @@ static void vmm__cleanup_exited(struct cp_proc_watch *w, int wstatus)
     int rc = wstatus >= 0 && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 ? 0 : -EIO;
     if (rc)
         al_error("sandbox %s: airlock-vmm --cleanup %s; run it by hand: airlock-vmm "
-                 "--state-dir %s --cleanup %s", sb->rec.id, how, sb->cp->cfg.state_dir,
-                 sb->rec.id);
+                 "--state-dir %s --cleanup %s",
+                 sb->rec.id, how, sb->cp->cfg.state_dir, sb->rec.id);
     cb(sb, rc, rc ? "airlock-vmm --cleanup failed" : NULL);
     cp_proc_watch_stop(w, vmm__cleanup_watch_closed);
 }
@@ -192,8 +192,8 @@ static int vmm__run_cleanup(struct cp_sandbox *sb, cp_backend_cb cb)
     if (!p)
         return -ENOMEM;
     char *argv[] = {cp->vmm_bin, "--state-dir", cp->cfg.state_dir, "--cleanup", sb->rec.id, NULL};
-    struct cp_spawn s = {.path = cp->vmm_bin, .argv = argv, .fds = {-1, 2, 2}, .nfds = 3,
-                         .new_session = true};
+    struct cp_spawn s = {
+        .path = cp->vmm_bin, .argv = argv, .fds = {-1, 2, 2}, .nfds = 3, .new_session = true};
     pid_t pid;
     int pidfd;
     struct al_error err = {0};
@@ -262,8 +262,8 @@ struct vmm_proc {
     struct cp *cp;
     enum vp_state state;
     pid_t pid;
-    int pidfd;            /* handed to the sandbox on assignment */
-    int pool_pidfd;       /* a duplicate the pool polls while the process is warm */
+    int pidfd;      /* handed to the sandbox on assignment */
+    int pool_pidfd; /* a duplicate the pool polls while the process is warm */
     uv_pipe_t ready;
     uv_pipe_t spec;
     uv_poll_t pool_poll;
@@ -280,7 +280,7 @@ struct vmm_proc {
 };
 
 struct vmm_pool {
-    struct vmm_proc *warm;  /* ready to take a spec */
+    struct vmm_proc *warm; /* ready to take a spec */
     size_t n_warm, n_starting;
     bool closing;
 };
@@ -433,8 +433,10 @@ static void vp__on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
         vp__done(v);
         if (p) {
             char msg[256];
-            snprintf(msg, sizeof msg, "airlock-vmm %s before its sandbox was ready (its log lines "
-                     "are in airlockd's output)", how);
+            snprintf(msg, sizeof msg,
+                     "airlock-vmm %s before its sandbox was ready (its log lines "
+                     "are in airlockd's output)",
+                     how);
             vmm__start_finish(p, -EIO, msg);
         }
     }
@@ -492,8 +494,11 @@ static struct vmm_proc *vp__spawn(struct cp *cp, bool warm, struct al_error *err
     argv[n++] = "--ready-fd";
     argv[n++] = "3";
     argv[n] = NULL;
-    struct cp_spawn s = {.path = cp->vmm_bin, .argv = argv, .fds = {specp[0], 2, 2, readyp[1]},
-                         .nfds = 4, .new_session = true};
+    struct cp_spawn s = {.path = cp->vmm_bin,
+                         .argv = argv,
+                         .fds = {specp[0], 2, 2, readyp[1]},
+                         .nfds = 4,
+                         .new_session = true};
     int rc = cp_proc_spawn(&s, &v->pid, &v->pidfd, err);
     close(specp[0]);
     close(readyp[1]);
@@ -653,8 +658,7 @@ static json_t *vmm__spec(struct cp_sandbox *sb, const struct cp_start_args *a, i
     json_t *s = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:O,s:s}", "id", sb->rec.id, "backend",
                           kind, "template", a->template_dir, "template_id", a->template_name,
                           "resources", res, "network", net, "agent", agent, "env",
-                          a->env_vars ? a->env_vars : json_object(), "access_token",
-                          sb->rec.token);
+                          a->env_vars ? a->env_vars : json_object(), "access_token", sb->rec.token);
     if (!strcmp(kind, "jail")) {
         json_t *j = json_pack("{s:s}", "cgroup_parent", cp->cfg.cgroup_parent);
         if (cp->cfg.uid_base)

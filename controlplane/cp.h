@@ -43,17 +43,17 @@ struct cp_metrics;
 /* An operation queued on a sandbox (one runs at a time, in order). */
 enum cp_op_kind {
     CP_OP_PAUSE = 1,
-    CP_OP_RESUME,   /* connect / resume of a paused sandbox */
+    CP_OP_RESUME, /* connect / resume of a paused sandbox */
     CP_OP_KILL,
-    CP_OP_EXPIRE,   /* the timeout fired: kill or pause */
+    CP_OP_EXPIRE, /* the timeout fired: kill or pause */
 };
 
 struct cp_op {
     enum cp_op_kind kind;
-    struct al_http_req *req;   /* who waits for the answer, or NULL */
-    int api;                   /* how to answer (rest.c's CP_ANSWER_*) */
-    uint64_t timeout_s;        /* resume/connect: new lifetime (0 = default) */
-    bool auto_pause;           /* resume: autoPause */
+    struct al_http_req *req; /* who waits for the answer, or NULL */
+    int api;                 /* how to answer (rest.c's CP_ANSWER_*) */
+    uint64_t timeout_s;      /* resume/connect: new lifetime (0 = default) */
+    bool auto_pause;         /* resume: autoPause */
     /* Instead of (or besides) an HTTP answer: called when the operation is over, rc 0 on
      * success (auto-resume on traffic continues the request that woke the sandbox). */
     void (*done)(struct cp_sandbox *sb, int rc, void *arg);
@@ -74,15 +74,15 @@ struct cp_sandbox {
     struct cp_sb_record rec;
     uint8_t token_digest[CP_DIGEST_LEN];
     int refs;
-    bool registered;           /* in cp->sandboxes */
-    bool token_indexed;        /* in cp->by_token */
+    bool registered;    /* in cp->sandboxes */
+    bool token_indexed; /* in cp->by_token */
 
     /* what is set up (each undone on failure or kill, in reverse) */
     bool has_net;
     struct cp_net net;
     bool egress_registered;
-    bool started;              /* the backend started it (or adopted it) */
-    bool backend_attempted;    /* start was called (a failed start may need cleanup) */
+    bool started;           /* the backend started it (or adopted it) */
+    bool backend_attempted; /* start was called (a failed start may need cleanup) */
     bool watching;
     struct cp_proc_watch watch;
     int pidfd;
@@ -90,13 +90,13 @@ struct cp_sandbox {
     uv_timer_t timer;
 
     /* operations */
-    bool busy;                 /* an operation runs */
-    void *opctx;               /* its context (lifecycle.c) */
+    bool busy;   /* an operation runs */
+    void *opctx; /* its context (lifecycle.c) */
     struct cp_op *ops, **ops_tail;
     struct al_http_req *create_req; /* the create request waiting for its 201 */
     int create_api;
     uint64_t create_t0_ns;
-    bool gone;                 /* the process exited (crash) */
+    bool gone; /* the process exited (crash) */
 
     /* backend */
     char agent_sock[108];
@@ -114,44 +114,44 @@ struct cp {
     uv_loop_t *loop;
     struct cp_config cfg;
     struct cp_store *store;
-    struct al_http_server *api;      /* TCP: the E2B API and the data plane */
-    struct al_http_server *local;    /* <state>/run/airlockd.sock: the same, for the CLI */
-    struct al_http_pool *pool;       /* keep-alive connections to agents and airlock-vmm */
+    struct al_http_server *api;   /* TCP: the E2B API and the data plane */
+    struct al_http_server *local; /* <state>/run/airlockd.sock: the same, for the CLI */
+    struct al_http_pool *pool;    /* keep-alive connections to agents and airlock-vmm */
     const struct cp_backend_ops *backend;
-    char backend_kind[16];           /* "jail", "kvm", "test": recorded with each sandbox */
+    char backend_kind[16]; /* "jail", "kvm", "test": recorded with each sandbox */
     const struct cp_net_ops *net;
     void *net_priv;
     struct cp_egress *egress;
     struct cp_supervisor *sup;
     struct cp_metrics *metrics;
 
-    struct cp_map sandboxes;         /* id -> struct cp_sandbox */
-    struct cp_map by_token;          /* token digest -> struct cp_sandbox */
+    struct cp_map sandboxes; /* id -> struct cp_sandbox */
+    struct cp_map by_token;  /* token digest -> struct cp_sandbox */
     size_t n_creating;
-    size_t n_live;                   /* in the registry, any state */
+    size_t n_live; /* in the registry, any state */
 
     /* API keys */
-    struct cp_map key_cache;         /* digest -> struct cp_apikey (copies) */
+    struct cp_map key_cache; /* digest -> struct cp_apikey (copies) */
     bool has_env_key;
     uint8_t env_key_digest[CP_DIGEST_LEN];
 
     char vmm_bin[4096];
-    char agent_bin[4096];            /* test backend */
+    char agent_bin[4096]; /* test backend */
     char api_url[128];
     uint64_t started_ns;
     bool stopping;
     bool adopting;
     uv_signal_t sig_term, sig_int, sig_hup;
-    uv_timer_t tick;                 /* metrics sampling, pool refill */
+    uv_timer_t tick; /* metrics sampling, pool refill */
     void (*on_stopped)(struct cp *cp);
 };
 
 /* ---- the daemon (daemon.c) ----------------------------------------------------------- */
 struct cp_opts {
-    const char *config_file;  /* NULL: /etc/airlock/airlockd.yaml if it exists */
-    const char *listen;       /* overrides */
+    const char *config_file; /* NULL: /etc/airlock/airlockd.yaml if it exists */
+    const char *listen;      /* overrides */
     const char *state_dir;
-    bool quiet;               /* no banner (tests) */
+    bool quiet; /* no banner (tests) */
 };
 int cp_main(int argc, char **argv);
 
@@ -178,10 +178,10 @@ struct cp_create {
     char template_id[CP_TEMPLATE_MAX];
     uint64_t timeout_s;
     bool timeout_given;
-    json_t *metadata;          /* borrowed */
-    json_t *env_vars;          /* borrowed */
-    json_t *network;           /* borrowed, or NULL */
-    int allow_internet;        /* -1 not given */
+    json_t *metadata;   /* borrowed */
+    json_t *env_vars;   /* borrowed */
+    json_t *network;    /* borrowed, or NULL */
+    int allow_internet; /* -1 not given */
     bool auto_pause;
     bool auto_resume;
     struct cp_principal who;
@@ -190,12 +190,11 @@ struct cp_create {
 void cp_lifecycle_create(struct cp *cp, const struct cp_create *c, struct al_http_req *req,
                          int api);
 /* Queues an operation; answers req when done. */
-void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req,
-                     int api, uint64_t timeout_s, bool auto_pause);
+void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req, int api,
+                     uint64_t timeout_s, bool auto_pause);
 /* Resumes a paused sandbox (auto-resume on traffic) and calls done afterwards. */
-void cp_lifecycle_resume_then(struct cp_sandbox *sb, void (*done)(struct cp_sandbox *sb, int rc,
-                                                                  void *arg),
-                              void *arg);
+void cp_lifecycle_resume_then(struct cp_sandbox *sb,
+                              void (*done)(struct cp_sandbox *sb, int rc, void *arg), void *arg);
 /* Sets the expiry to now + seconds (E2B setTimeout / refreshes). */
 void cp_lifecycle_set_timeout(struct cp_sandbox *sb, uint64_t seconds);
 /* Re-adopts what the store says was running (at start). */
@@ -206,8 +205,13 @@ void cp_lifecycle_kill_all(struct cp *cp, void (*done)(struct cp *cp));
 void cp_lifecycle_detach_all(struct cp *cp);
 
 /* ---- answers (rest.c) ----------------------------------------------------------------- */
-enum { CP_ANSWER_NONE = 0, CP_ANSWER_CREATED, CP_ANSWER_CONNECT, CP_ANSWER_RESUME,
-       CP_ANSWER_EMPTY };
+enum {
+    CP_ANSWER_NONE = 0,
+    CP_ANSWER_CREATED,
+    CP_ANSWER_CONNECT,
+    CP_ANSWER_RESUME,
+    CP_ANSWER_EMPTY
+};
 /* The E2B Sandbox object of a running sandbox. */
 json_t *cp_rest_sandbox_json(const struct cp_sandbox *sb);
 json_t *cp_rest_detail_json(const struct cp_sandbox *sb);
@@ -216,7 +220,7 @@ void cp_rest_error(struct al_http_req *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* ---- servers -------------------------------------------------------------------------- */
-void cp_on_request(struct al_http_req *req, void *ctx);       /* router (rest.c) */
+void cp_on_request(struct al_http_req *req, void *ctx); /* router (rest.c) */
 /* Forwards req to the sandbox's agent (proxy.c); port non-NULL adds the E2b-Sandbox-Id and
  * E2b-Sandbox-Port headers of a request routed by its Host. */
 void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, const char *port);

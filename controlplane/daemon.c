@@ -84,11 +84,12 @@ static void daemon__runtime_tmpfs(const char *path)
     closedir(d);
     if (!empty) {
         al_info("%s is not empty: sandboxes stay on its file system (runtime_tmpfs applies "
-                "from the next start with no sandbox)", path);
+                "from the next start with no sandbox)",
+                path);
         return;
     }
-    if (mount("airlock-sandboxes", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              "mode=0711") < 0) {
+    if (mount("airlock-sandboxes", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0711") <
+        0) {
         al_warn("cannot mount a tmpfs on %s (%s): sandboxes' runtime files stay on disk", path,
                 strerror(errno));
         return;
@@ -101,8 +102,7 @@ static void daemon__runtime_tmpfs_release(struct cp *cp)
     char p[4200];
     snprintf(p, sizeof p, "%s/sandboxes", cp->cfg.state_dir);
     struct statfs sf;
-    if (!cp->cfg.runtime_tmpfs || statfs(p, &sf) < 0 || sf.f_type != TMPFS_MAGIC ||
-        cp->n_live > 0)
+    if (!cp->cfg.runtime_tmpfs || statfs(p, &sf) < 0 || sf.f_type != TMPFS_MAGIC || cp->n_live > 0)
         return;
     /* Lazily: an airlock-vmm that has just answered its stop may still be closing a file
      * there; the tmpfs goes with its last user. */
@@ -148,7 +148,8 @@ static int daemon__lock(struct cp *cp)
     }
     if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
         al_error("another airlockd already runs with the state directory %s (it holds %s); "
-                 "stop it first, or give this one its own --state-dir", cp->cfg.state_dir, p);
+                 "stop it first, or give this one its own --state-dir",
+                 cp->cfg.state_dir, p);
         close(fd);
         return -EBUSY;
     }
@@ -347,7 +348,7 @@ static void daemon__net_reconcile(struct cp *cp)
         return;
     x->cp = cp;
     struct daemon_stale s = {.cp = cp, .x = x};
-    cp->net->foreach(cp->net_priv, daemon__stale_each, &s);
+    cp->net->foreach (cp->net_priv, daemon__stale_each, &s);
     x->w.data = x;
     if (!x->n_stale || uv_queue_work(cp->loop, &x->w, daemon__stale_work, daemon__stale_done)) {
         free(x->stale);
@@ -460,8 +461,7 @@ static void daemon__on_signal(uv_signal_t *s, int signum)
         return;
     }
     if (cp->stopping) {
-        al_warn("signal %d again: still stopping (waiting for sandboxes to be reclaimed)",
-                signum);
+        al_warn("signal %d again: still stopping (waiting for sandboxes to be reclaimed)", signum);
         return;
     }
     al_info("signal %d: stopping", signum);
@@ -476,8 +476,10 @@ static int daemon__listen(struct cp *cp)
 {
     struct al_error err = {0};
     struct al_http_server_opts o = {
-        .limits = {.max_body_bytes = 1u << 20, .max_connections = 4096,
-                   .idle_timeout_ms = 120000, .body_timeout_ms = 120000,
+        .limits = {.max_body_bytes = 1u << 20,
+                   .max_connections = 4096,
+                   .idle_timeout_ms = 120000,
+                   .body_timeout_ms = 120000,
                    .write_timeout_ms = 300000},
         .on_request = cp_on_request,
         .ctx = cp,
@@ -494,15 +496,14 @@ static int daemon__listen(struct cp *cp)
         return rc;
     }
     if ((rc = al_http_server_new(cp->loop, &o, &cp->api)) ||
-        (rc = al_http_server_listen_tcp(cp->api, cp->cfg.listen_host, cp->cfg.listen_port,
-                                        &err))) {
+        (rc = al_http_server_listen_tcp(cp->api, cp->cfg.listen_host, cp->cfg.listen_port, &err))) {
         al_error("cannot listen on %s: %s", cp->cfg.listen, al_error_str(&err));
         return rc ? rc : -EADDRINUSE;
     }
     int port = al_http_server_port(cp->api);
     bool v6 = strchr(cp->cfg.listen_host, ':') != NULL;
     const char *host = strcmp(cp->cfg.listen_host, "0.0.0.0") == 0 ? "127.0.0.1"
-                     : strcmp(cp->cfg.listen_host, "::") == 0      ? "::1"
+                       : strcmp(cp->cfg.listen_host, "::") == 0    ? "::1"
                                                                    : cp->cfg.listen_host;
     snprintf(cp->api_url, sizeof cp->api_url, v6 ? "http://[%s]:%d" : "http://%s:%d", host, port);
     return 0;
@@ -510,8 +511,8 @@ static int daemon__listen(struct cp *cp)
 
 static void daemon__banner(struct cp *cp)
 {
-    const char *surl = cp->cfg.sandbox_url && cp->cfg.sandbox_url[0] ? cp->cfg.sandbox_url
-                                                                     : cp->api_url;
+    const char *surl =
+        cp->cfg.sandbox_url && cp->cfg.sandbox_url[0] ? cp->cfg.sandbox_url : cp->api_url;
     fprintf(stderr, "\nairlockd %s is ready (pid %d). For the E2B SDK:\n", AIRLOCK_VERSION,
             (int)getpid());
     printf("export E2B_API_URL=%s\n", cp->api_url);
@@ -525,7 +526,8 @@ static void daemon__banner(struct cp *cp)
         printf("export E2B_API_KEY=\"$AIRLOCK_API_KEY\"\n");
     } else {
         printf("# E2B_API_KEY: the key printed at the first start, or a new one from "
-               "`airlock --state-dir %s apikey create`\n", cp->cfg.state_dir);
+               "`airlock --state-dir %s apikey create`\n",
+               cp->cfg.state_dir);
     }
     fflush(stdout);
     al_info("listening on %s (E2B API and sandbox traffic) and %s/run/airlockd.sock (CLI)",
@@ -634,11 +636,13 @@ static int daemon__bin(struct cp *cp, char *out, size_t len, const char *name, b
 int cp_main(int argc, char **argv)
 {
     const char *config = NULL, *listen = NULL, *state = NULL;
-    static const struct option opts[] = {
-        {"listen", required_argument, NULL, 'l'}, {"state-dir", required_argument, NULL, 's'},
-        {"config", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
-        {"help-config", no_argument, NULL, 'H'},  {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
+                                         {"state-dir", required_argument, NULL, 's'},
+                                         {"config", required_argument, NULL, 'c'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {"help-config", no_argument, NULL, 'H'},
+                                         {"version", no_argument, NULL, 'V'},
+                                         {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
@@ -750,8 +754,10 @@ int cp_main(int argc, char **argv)
 #ifdef CP_HAVE_VSWITCH
     if (want_net) {
         if (cp_net_vswitch_open(cp, &err) == 0) {
-            fprintf(stderr, "  network     vswitch %s (every sandbox connection goes to "
-                            "airlock-egress)\n", cp->cfg.net_range);
+            fprintf(stderr,
+                    "  network     vswitch %s (every sandbox connection goes to "
+                    "airlock-egress)\n",
+                    cp->cfg.net_range);
         } else if (cp->cfg.network == CP_TRI_ON) {
             al_error("the vswitch cannot start: %s", al_error_str(&err));
             goto out;
@@ -773,8 +779,8 @@ int cp_main(int argc, char **argv)
         fprintf(stderr, "  network     none: sandboxes have loopback only (no egress at all)\n");
 
     cp->loop = uv_default_loop();
-    struct al_http_pool_opts po = {.max_idle = 1024, .max_idle_per_target = 8,
-                                   .idle_timeout_ms = 15000};
+    struct al_http_pool_opts po = {
+        .max_idle = 1024, .max_idle_per_target = 8, .idle_timeout_ms = 15000};
     if (al_http_pool_new(cp->loop, &po, &cp->pool) || cp_metrics_new(&cp->metrics)) {
         al_error("out of memory");
         goto out;
@@ -794,8 +800,11 @@ int cp_main(int argc, char **argv)
         for (size_t i = 0; i < cp->cfg.egress_args.n && n < 63; i++)
             eargv[n++] = cp->cfg.egress_args.v[i];
         eargv[n] = NULL;
-        struct cp_daemon_def d = {.name = "egress", .path = egress_bin, .argv = eargv,
-                                  .socket = esock, .health_path = "/v1/health",
+        struct cp_daemon_def d = {.name = "egress",
+                                  .path = egress_bin,
+                                  .argv = eargv,
+                                  .socket = esock,
+                                  .health_path = "/v1/health",
                                   .on_ready = daemon__egress_ready};
         if (cp_sup_add(cp->sup, &d) || cp_egress_new(cp, esock, &cp->egress))
             goto out;
@@ -826,8 +835,11 @@ int cp_main(int argc, char **argv)
         for (size_t i = 0; i < cp->cfg.vault_args.n && n < 63; i++)
             vargv[n++] = cp->cfg.vault_args.v[i];
         vargv[n] = NULL;
-        struct cp_daemon_def d = {.name = "vault", .path = vault_bin, .argv = vargv,
-                                  .socket = vsock, .health_path = "/v1/health"};
+        struct cp_daemon_def d = {.name = "vault",
+                                  .path = vault_bin,
+                                  .argv = vargv,
+                                  .socket = vsock,
+                                  .health_path = "/v1/health"};
         if (cp_sup_add(cp->sup, &d))
             goto out;
         fprintf(stderr, "  vault       airlock-vault (supervised; socket %s)\n", vsock);

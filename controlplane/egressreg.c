@@ -36,7 +36,7 @@ struct cp_egress {
 
 struct eg_call {
     struct cp_egress *e;
-    struct cp_sandbox *sb;   /* referenced, or NULL */
+    struct cp_sandbox *sb; /* referenced, or NULL */
     cp_egress_cb cb;
     void (*done)(struct eg_call *c, int status, json_t *body);
     int status;
@@ -45,8 +45,8 @@ struct eg_call {
 };
 
 /* What a policy narrowed to nothing becomes (deploy/policies/deny-all.yaml). */
-#define EG_DENY_ALL                                                                        \
-    "version: 1\nname: deny-all\ndescription: no network access (E2B network fields)\n"    \
+#define EG_DENY_ALL                                                                     \
+    "version: 1\nname: deny-all\ndescription: no network access (E2B network fields)\n" \
     "rules: []\ndns:\n  resolve: none\n"
 
 /* True when the E2B fields leave no destination at all: no internet (or every address
@@ -60,7 +60,8 @@ static bool eg__denies_everything(const json_t *n)
     bool v4 = false, v6 = false;
     size_t i;
     json_t *d;
-    json_array_foreach(json_object_get(n, "deny_out"), i, d) {
+    json_array_foreach(json_object_get(n, "deny_out"), i, d)
+    {
         const char *s = json_string_value(d);
         v4 |= s && strcmp(s, "0.0.0.0/0") == 0;
         v6 |= s && strcmp(s, "::/0") == 0;
@@ -92,8 +93,7 @@ json_t *cp_egress_body(struct cp *cp, const struct cp_sandbox *sb)
     char file[4200] = "";
     const char *exts[] = {".yaml", ".yml"};
     for (int i = 0; i < 2; i++) {
-        snprintf(file, sizeof file, "%s/%s%s", cp->cfg.policies_path, sb->rec.policy_name,
-                 exts[i]);
+        snprintf(file, sizeof file, "%s/%s%s", cp->cfg.policies_path, sb->rec.policy_name, exts[i]);
         if (access(file, R_OK) == 0)
             break;
     }
@@ -103,14 +103,16 @@ json_t *cp_egress_body(struct cp *cp, const struct cp_sandbox *sb)
          * resolves no name), which is exactly what the E2B fields ask for. */
         json_decref(n);
         char origin[200];
-        snprintf(origin, sizeof origin, "sandbox %s: %s narrowed to nothing by its E2B network "
-                 "fields", sb->rec.id, sb->rec.policy_name);
+        snprintf(origin, sizeof origin,
+                 "sandbox %s: %s narrowed to nothing by its E2B network "
+                 "fields",
+                 sb->rec.id, sb->rec.policy_name);
         return json_pack("{s:s,s:s,s:[s],s:{s:s,s:s}}", "id", sb->rec.id, "template",
                          sb->rec.template_id, "addresses", sb->rec.addr, "policy", "yaml",
                          EG_DENY_ALL, "origin", origin);
     }
-    json_t *b = json_pack("{s:s,s:s,s:[s],s:s}", "id", sb->rec.id, "template",
-                          sb->rec.template_id, "addresses", sb->rec.addr, "policy_file", file);
+    json_t *b = json_pack("{s:s,s:s,s:[s],s:s}", "id", sb->rec.id, "template", sb->rec.template_id,
+                          "addresses", sb->rec.addr, "policy_file", file);
     if (n)
         json_object_set_new(b, "network", n);
     return b;
@@ -212,8 +214,8 @@ static const char *eg__msg(json_t *body)
 static void eg__registered(struct eg_call *x, int status, json_t *body)
 {
     int rc = status == 201 || status == 200 ? 0
-           : status == 400                  ? -EINVAL
-           : status == 409                  ? -EEXIST
+             : status == 400                ? -EINVAL
+             : status == 409                ? -EEXIST
                                             : -EIO;
     if (x->cb)
         x->cb(x->sb, rc, rc ? eg__msg(body) : NULL);
@@ -247,7 +249,8 @@ static void eg__resync_reg(struct cp_sandbox *sb, int rc, const char *msg)
 {
     if (rc && rc != -EEXIST)
         al_error("sandbox %s: registration with the egress proxy failed: %s (its traffic is "
-                 "refused until it succeeds)", sb->rec.id, msg && *msg ? msg : strerror(-rc));
+                 "refused until it succeeds)",
+                 sb->rec.id, msg && *msg ? msg : strerror(-rc));
     else
         sb->egress_registered = true;
 }
@@ -283,14 +286,15 @@ static void eg__resync_list(struct eg_call *x, int status, json_t *body)
     struct cp *cp = e->cp;
     e->resync_pending = false;
     if (status != 200 || !json_is_array(body)) {
-        al_warn("egress: cannot list its sandboxes (%s): will retry", status < 0 ? eg__msg(body)
-                                                                                : "bad answer");
+        al_warn("egress: cannot list its sandboxes (%s): will retry",
+                status < 0 ? eg__msg(body) : "bad answer");
         return;
     }
     json_t *ids = json_object();
     size_t i;
     json_t *s;
-    json_array_foreach(body, i, s) {
+    json_array_foreach(body, i, s)
+    {
         const char *id = json_string_value(json_object_get(s, "id"));
         if (!id)
             continue;

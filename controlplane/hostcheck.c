@@ -36,8 +36,8 @@ void cp_host_probe(struct cp_host *h)
     }
     struct stat st;
     h->cgroup2_unified = stat("/sys/fs/cgroup/cgroup.controllers", &st) == 0;
-    h->cgroup2_present = h->cgroup2_unified || stat("/sys/fs/cgroup/unified/cgroup.controllers",
-                                                    &st) == 0;
+    h->cgroup2_present =
+        h->cgroup2_unified || stat("/sys/fs/cgroup/unified/cgroup.controllers", &st) == 0;
     h->cgroup1 = stat("/sys/fs/cgroup/memory", &st) == 0 || stat("/sys/fs/cgroup/cpu", &st) == 0;
     h->userns = host__read_long("/proc/sys/user/max_user_namespaces", 1) > 0;
     h->seccomp = stat("/proc/sys/kernel/seccomp/actions_avail", &st) == 0;
@@ -71,11 +71,14 @@ void cp_host_probe(struct cp_host *h)
 void cp_host_print(const struct cp_host *h, FILE *f)
 {
     fprintf(f, "  kernel      %s%s\n", h->kernel,
-            h->kmajor > 5 || (h->kmajor == 5 && h->kminor >= 10) ? "" : " (older than 5.10: "
-                                                                       "unsupported)");
-    fprintf(f, "  cgroups     %s\n", h->cgroup2_unified ? "v2 (unified)"
-                                     : h->cgroup1 && h->cgroup2_present ? "v1 + v2 (hybrid)"
-                                     : h->cgroup1 ? "v1" : "none found");
+            h->kmajor > 5 || (h->kmajor == 5 && h->kminor >= 10) ? ""
+                                                                 : " (older than 5.10: "
+                                                                   "unsupported)");
+    fprintf(f, "  cgroups     %s\n",
+            h->cgroup2_unified                 ? "v2 (unified)"
+            : h->cgroup1 && h->cgroup2_present ? "v1 + v2 (hybrid)"
+            : h->cgroup1                       ? "v1"
+                                               : "none found");
     fprintf(f, "  namespaces  user namespaces %s; seccomp %s; Landlock %s\n",
             h->userns ? "available" : "DISABLED", h->seccomp ? "available" : "absent",
             h->landlock_abi ? "available" : "absent");

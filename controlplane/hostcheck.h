@@ -14,12 +14,12 @@
 struct cp_host {
     char kernel[128];
     int kmajor, kminor;
-    bool cgroup2_unified;      /* cgroup v2 only */
-    bool cgroup2_present;      /* any cgroup2 mount */
-    bool cgroup1;              /* v1 controllers mounted */
+    bool cgroup2_unified; /* cgroup v2 only */
+    bool cgroup2_present; /* any cgroup2 mount */
+    bool cgroup1;         /* v1 controllers mounted */
     bool userns;
     bool seccomp;
-    int landlock_abi;          /* 0 = none */
+    int landlock_abi; /* 0 = none */
     bool kvm_present;
     bool kvm_usable;
     char kvm_detail[128];

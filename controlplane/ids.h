@@ -12,11 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CP_ID_LEN        20  /* sandbox id */
-#define CP_TOKEN_LEN     64  /* envd access token (hex) */
-#define CP_APIKEY_LEN    44  /* "e2b_" + 40 hex */
-#define CP_KEYID_LEN     12  /* "key_" + 8 hex */
-#define CP_DIGEST_LEN    32
+#define CP_ID_LEN     20 /* sandbox id */
+#define CP_TOKEN_LEN  64 /* envd access token (hex) */
+#define CP_APIKEY_LEN 44 /* "e2b_" + 40 hex */
+#define CP_KEYID_LEN  12 /* "key_" + 8 hex */
+#define CP_DIGEST_LEN 32
 
 void cp_sandbox_id_new(char out[CP_ID_LEN + 1]);
 /* A syntactically valid sandbox id: 1..63 bytes of [a-z0-9_-] (ours are 20 of [a-z0-9]; the

@@ -265,7 +265,8 @@ static void lc__wipe_env(json_t *env)
     /* Environment values may be secrets: wipe them before they are freed. */
     const char *k;
     json_t *v;
-    json_object_foreach(env, k, v) {
+    json_object_foreach(env, k, v)
+    {
         if (json_is_string(v))
             explicit_bzero((char *)json_string_value(v), json_string_length(v));
     }
@@ -427,7 +428,8 @@ static int lc__check_env(const json_t *env, struct al_error *err)
     size_t total = 0;
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)env, k, v) {
+    json_object_foreach((json_t *)env, k, v)
+    {
         if (!json_is_string(v))
             return al_error_set(err, -EINVAL, "envVars.%s: values must be strings", k);
         size_t kl = strlen(k);
@@ -449,13 +451,17 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         return;
     }
     if (cp->n_live >= (size_t)cp->cfg.max_sandboxes) {
-        cp_rest_error(req, 429, "%zu sandboxes exist, the configured maximum "
-                      "(sandboxes.max): kill some first", cp->n_live);
+        cp_rest_error(req, 429,
+                      "%zu sandboxes exist, the configured maximum "
+                      "(sandboxes.max): kill some first",
+                      cp->n_live);
         return;
     }
     if (cp->n_creating >= (size_t)cp->cfg.max_creating) {
-        cp_rest_error(req, 429, "%zu sandboxes are being created, the configured maximum "
-                      "(sandboxes.max_creating): retry shortly", cp->n_creating);
+        cp_rest_error(req, 429,
+                      "%zu sandboxes are being created, the configured maximum "
+                      "(sandboxes.max_creating): retry shortly",
+                      cp->n_creating);
         return;
     }
     struct lc_create *c = calloc(1, sizeof *c);
@@ -476,19 +482,21 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     }
     struct cp_policy_sel sel = {0};
     int status = 500;
-    if (cp_policy_select(cp, req_c->metadata, req_c->network, req_c->allow_internet,
-                         &req_c->who, &sel, &status, &err)) {
+    if (cp_policy_select(cp, req_c->metadata, req_c->network, req_c->allow_internet, &req_c->who,
+                         &sel, &status, &err)) {
         free(c);
         cp_rest_error(req, status, "%s", al_error_str(&err));
         return;
     }
-    uint64_t timeout_s = req_c->timeout_given ? req_c->timeout_s
-                                              : (cp->cfg.default_timeout_ms + 999) / 1000;
+    uint64_t timeout_s =
+        req_c->timeout_given ? req_c->timeout_s : (cp->cfg.default_timeout_ms + 999) / 1000;
     if (timeout_s * 1000 > cp->cfg.max_timeout_ms) {
         free(c);
         cp_policy_sel_free(&sel);
-        cp_rest_error(req, 400, "timeout %llu s is longer than this server allows (%llu s, "
-                      "sandboxes.max_timeout)", (unsigned long long)timeout_s,
+        cp_rest_error(req, 400,
+                      "timeout %llu s is longer than this server allows (%llu s, "
+                      "sandboxes.max_timeout)",
+                      (unsigned long long)timeout_s,
                       (unsigned long long)(cp->cfg.max_timeout_ms / 1000));
         return;
     }
@@ -544,7 +552,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     sb->create_req = req;
     sb->create_api = api;
     sb->create_t0_ns = al_now_ns();
-    cp_sb_ref(sb); /* held by the creation until it ends */
+    cp_sb_ref(sb);   /* held by the creation until it ends */
     cp_sb_unref(sb); /* lc__new's reference: the registry holds one now */
     if (!cp->net) {
         lc__create_egress(c);
@@ -561,8 +569,8 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
 /* The context of a teardown (kill, expiry, crash, failed or abandoned create). */
 struct lc_teardown {
     struct cp_sandbox *sb;
-    struct lc_create *create;   /* a failed create: answer its request with its error */
-    struct cp_op *op;           /* a kill op: answer it once the processes are gone */
+    struct lc_create *create; /* a failed create: answer its request with its error */
+    struct cp_op *op;         /* a kill op: answer it once the processes are gone */
     uint64_t t0_ns;
     uv_work_t work;
     int work_rc;
@@ -585,8 +593,8 @@ static void lc__td_net_done(uv_work_t *w, int status)
     struct cp_sandbox *sb = t->sb;
     if (status || (t->work_rc && t->work_rc != -ENOENT))
         al_error("sandbox %s: releasing its network failed: %s (the vswitch reclaims it at "
-                 "the next start)", sb->rec.id,
-                 status ? uv_strerror(status) : al_error_str(&t->work_err));
+                 "the next start)",
+                 sb->rec.id, status ? uv_strerror(status) : al_error_str(&t->work_err));
     sb->has_net = false;
     lc__td_forget(t);
 }
@@ -625,8 +633,8 @@ static void lc__td_egress(struct lc_teardown *t)
 {
     struct cp_sandbox *sb = t->sb;
     struct cp *cp = sb->cp;
-    if (!sb->egress_registered || !cp->egress || cp_egress_unregister(cp->egress, sb,
-                                                                      lc__td_unregistered)) {
+    if (!sb->egress_registered || !cp->egress ||
+        cp_egress_unregister(cp->egress, sb, lc__td_unregistered)) {
         sb->egress_registered = false;
         lc__td_net(t);
     }
@@ -772,8 +780,8 @@ static void lc__paused(struct cp_sandbox *sb, int rc, const char *msg)
     struct cp_op *op = sb->opctx;
     if (rc) {
         al_warn("sandbox %s: pause failed: %s", sb->rec.id, msg && *msg ? msg : strerror(-rc));
-        lc__answer_op(op, rc == -EALREADY ? 409 : 500, "pausing sandbox %s failed: %s",
-                      sb->rec.id, msg && *msg ? msg : strerror(-rc));
+        lc__answer_op(op, rc == -EALREADY ? 409 : 500, "pausing sandbox %s failed: %s", sb->rec.id,
+                      msg && *msg ? msg : strerror(-rc));
         if (op->kind == CP_OP_EXPIRE && !sb->gone) {
             /* A sandbox that cannot be paused at its timeout is killed rather than left
              * running past it. */
@@ -867,8 +875,8 @@ static void lc__run_op(struct cp_sandbox *sb, struct cp_op *op)
                 lc__answer_op(op, 409, "sandbox %s is already running", sb->rec.id);
             } else {
                 /* connect to a running sandbox: its lifetime is extended, never shortened. */
-                uint64_t t = op->timeout_s ? op->timeout_s
-                                           : (cp->cfg.default_timeout_ms + 999) / 1000;
+                uint64_t t =
+                    op->timeout_s ? op->timeout_s : (cp->cfg.default_timeout_ms + 999) / 1000;
                 uint64_t end = al_wall_ns() + t * 1000000000ull;
                 if (end > sb->rec.end_ns) {
                     sb->rec.end_ns = end;
@@ -902,8 +910,8 @@ static void lc__run_ops(struct cp_sandbox *sb)
     lc__run_op(sb, op);
 }
 
-void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req,
-                     int api, uint64_t timeout_s, bool auto_pause)
+void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req, int api,
+                     uint64_t timeout_s, bool auto_pause)
 {
     if (sb->rec.state == CP_SB_STOPPING && req) {
         cp_rest_error(req, 404, "sandbox %s not found (it is being killed)", sb->rec.id);
@@ -953,9 +961,8 @@ static void lc__expired(uv_timer_t *t)
     cp_lifecycle_op(sb, CP_OP_EXPIRE, NULL, CP_ANSWER_NONE, 0, false);
 }
 
-void cp_lifecycle_resume_then(struct cp_sandbox *sb, void (*done)(struct cp_sandbox *sb, int rc,
-                                                                  void *arg),
-                              void *arg)
+void cp_lifecycle_resume_then(struct cp_sandbox *sb,
+                              void (*done)(struct cp_sandbox *sb, int rc, void *arg), void *arg)
 {
     struct cp_op *op = calloc(1, sizeof *op);
     if (!op) {
@@ -1034,7 +1041,8 @@ static void lc__adopted(struct cp_sandbox *sb, int rc, const char *msg)
             sb->net.netns_fd = -1;
         } else {
             al_error("sandbox %s: the vswitch has no network for it any more: it has no "
-                     "egress (kill it and create a new one)", sb->rec.id);
+                     "egress (kill it and create a new one)",
+                     sb->rec.id);
         }
     }
     /* The registration is checked against the proxy's list by the resync that follows. */
@@ -1096,7 +1104,8 @@ static void lc__adopt_bad(const char *id, const char *why, void *arg)
 {
     (void)arg;
     al_error("state database: sandbox %s cannot be read (%s): it is ignored; remove it with "
-             "sqlite3 if it is not needed", id, why);
+             "sqlite3 if it is not needed",
+             id, why);
 }
 
 void cp_lifecycle_adopt_all(struct cp *cp, void (*done)(struct cp *cp))

@@ -59,7 +59,8 @@ json_t *cp_list_parse_metadata(const char *value, struct al_error *err)
     }
     if (list__unescape(value, vl, true, once, vl + 1) < 0) {
         free(once);
-        al_error_set(err, -EINVAL, "metadata filter: malformed percent-encoding; send "
+        al_error_set(err, -EINVAL,
+                     "metadata filter: malformed percent-encoding; send "
                      "metadata=<url-encoded \"key=value&key2=value2\"> with each key and value "
                      "url-encoded");
         return NULL;
@@ -73,8 +74,10 @@ json_t *cp_list_parse_metadata(const char *value, struct al_error *err)
         if (n) {
             char *eq = memchr(p, '=', n);
             if (!eq) {
-                al_error_set(err, -EINVAL, "metadata filter: \"%.*s\" has no '=': each filter "
-                             "is key=value", (int)(n > 64 ? 64 : n), p);
+                al_error_set(err, -EINVAL,
+                             "metadata filter: \"%.*s\" has no '=': each filter "
+                             "is key=value",
+                             (int)(n > 64 ? 64 : n), p);
                 goto fail;
             }
             if (++count > CP_LIST_MAX_FILTERS) {
@@ -90,9 +93,10 @@ json_t *cp_list_parse_metadata(const char *value, struct al_error *err)
             if (rk < 0 || rv < 0 || rk == 0) {
                 free(k);
                 free(v);
-                al_error_set(err, -EINVAL, rk == 0 ? "metadata filter: an empty key"
-                                                   : "metadata filter: malformed percent-encoding "
-                                                     "in a key or value");
+                al_error_set(err, -EINVAL,
+                             rk == 0 ? "metadata filter: an empty key"
+                                     : "metadata filter: malformed percent-encoding "
+                                       "in a key or value");
                 goto fail;
             }
             json_object_set_new(obj, k, json_string(v));
@@ -115,8 +119,8 @@ void cp_list_token_encode(uint64_t started_ns, const char *id, char *out, size_t
 {
     char raw[128];
     int n = snprintf(raw, sizeof raw, "%llu:%s", (unsigned long long)started_ns, id);
-    if (n < 0 || (size_t)n >= sizeof raw || len < sodium_base64_ENCODED_LEN(
-                                                      (size_t)n, sodium_base64_VARIANT_URLSAFE_NO_PADDING)) {
+    if (n < 0 || (size_t)n >= sizeof raw ||
+        len < sodium_base64_ENCODED_LEN((size_t)n, sodium_base64_VARIANT_URLSAFE_NO_PADDING)) {
         if (len)
             out[0] = '\0';
         return;
@@ -129,9 +133,8 @@ int cp_list_token_decode(const char *tok, uint64_t *started_ns, char *id, size_t
 {
     unsigned char raw[128];
     size_t n = 0;
-    if (strlen(tok) > 160 ||
-        sodium_base642bin(raw, sizeof raw - 1, tok, strlen(tok), NULL, &n, NULL,
-                          sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0)
+    if (strlen(tok) > 160 || sodium_base642bin(raw, sizeof raw - 1, tok, strlen(tok), NULL, &n,
+                                               NULL, sodium_base64_VARIANT_URLSAFE_NO_PADDING) != 0)
         return -EINVAL;
     raw[n] = '\0';
     char *colon = strchr((char *)raw, ':');
@@ -166,7 +169,8 @@ static int list__states(const char *v, struct cp_list_query *q, struct al_error 
         else if (n == 6 && memcmp(p, "paused", 6) == 0)
             q->paused = true;
         else
-            return al_error_set(err, -EINVAL, "state: \"%.*s\" is not a sandbox state (use "
+            return al_error_set(err, -EINVAL,
+                                "state: \"%.*s\" is not a sandbox state (use "
                                 "running, paused, or both: state=running,paused)",
                                 (int)(n > 32 ? 32 : n), p);
         if (!c)
@@ -232,8 +236,10 @@ int cp_list_query_parse(const char *query, bool v2, struct cp_list_query *q, str
             } else if (strcmp(key, "startedAfter") == 0) {
                 if (*val) {
                     if (al_time_parse_rfc3339(val, &q->started_after_ns)) {
-                        rc = al_error_set(err, -EINVAL, "startedAfter: \"%.64s\" is not an RFC "
-                                          "3339 time (e.g. 2026-01-02T03:04:05Z)", val);
+                        rc = al_error_set(err, -EINVAL,
+                                          "startedAfter: \"%.64s\" is not an RFC "
+                                          "3339 time (e.g. 2026-01-02T03:04:05Z)",
+                                          val);
                         goto out;
                     }
                     q->has_started_after = true;
@@ -252,8 +258,10 @@ int cp_list_query_parse(const char *query, bool v2, struct cp_list_query *q, str
                 errno = 0;
                 long l = strtol(val, &end, 10);
                 if (!*val || *end || errno || l < 1 || l > CP_LIST_MAX_LIMIT) {
-                    rc = al_error_set(err, -EINVAL, "limit: \"%.32s\" must be an integer from 1 "
-                                      "to %d", val, CP_LIST_MAX_LIMIT);
+                    rc = al_error_set(err, -EINVAL,
+                                      "limit: \"%.32s\" must be an integer from 1 "
+                                      "to %d",
+                                      val, CP_LIST_MAX_LIMIT);
                     goto out;
                 }
                 q->limit = (size_t)l;
@@ -261,7 +269,8 @@ int cp_list_query_parse(const char *query, bool v2, struct cp_list_query *q, str
                 if (*val) {
                     if (cp_list_token_decode(val, &q->cursor_started_ns, q->cursor_id,
                                              sizeof q->cursor_id)) {
-                        rc = al_error_set(err, -EINVAL, "nextToken: not a token this server "
+                        rc = al_error_set(err, -EINVAL,
+                                          "nextToken: not a token this server "
                                           "issued (pass the x-next-token header of the "
                                           "previous page unchanged)");
                         goto out;
@@ -309,7 +318,8 @@ bool cp_list_match(const struct cp_list_query *q, const struct cp_list_item *it)
     if (q->metadata) {
         const char *k;
         json_t *want;
-        json_object_foreach((json_t *)q->metadata, k, want) {
+        json_object_foreach((json_t *)q->metadata, k, want)
+        {
             json_t *have = it->metadata ? json_object_get(it->metadata, k) : NULL;
             if (!have || !json_is_string(have) ||
                 strcmp(json_string_value(have), json_string_value(want)) != 0)
@@ -348,8 +358,8 @@ void cp_list_select(const struct cp_list_query *q, struct cp_list_item *items, s
         if (!cp_list_match(q, &items[i]))
             continue;
         if (q->has_cursor) {
-            int c = list__cmp_key(items[i].started_ns, items[i].id, q->cursor_started_ns,
-                                  q->cursor_id);
+            int c =
+                list__cmp_key(items[i].started_ns, items[i].id, q->cursor_started_ns, q->cursor_id);
             /* The cursor names the last item of the previous page. */
             if (q->ascending ? c <= 0 : c >= 0)
                 continue;
@@ -359,8 +369,7 @@ void cp_list_select(const struct cp_list_query *q, struct cp_list_item *items, s
     qsort(items, k, sizeof *items, q->ascending ? list__cmp_asc : list__cmp_desc);
     if (q->limit && k > q->limit) {
         k = q->limit;
-        cp_list_token_encode(items[k - 1].started_ns, items[k - 1].id, next_token,
-                             next_token_len);
+        cp_list_token_encode(items[k - 1].started_ns, items[k - 1].id, next_token, next_token_len);
     }
     *n_out = k;
 }

@@ -25,13 +25,13 @@
 #define CP_LIST_MAX_FILTERS   64
 
 struct cp_list_query {
-    json_t *metadata;          /* required key -> value, or NULL */
-    bool running, paused;      /* states wanted */
+    json_t *metadata;     /* required key -> value, or NULL */
+    bool running, paused; /* states wanted */
     bool has_started_after;
     uint64_t started_after_ns;
     char template_id[CP_TEMPLATE_MAX]; /* "" = any */
-    bool ascending;            /* default: newest first */
-    size_t limit;              /* 0 = no limit (v1) */
+    bool ascending;                    /* default: newest first */
+    size_t limit;                      /* 0 = no limit (v1) */
     bool has_cursor;
     uint64_t cursor_started_ns;
     char cursor_id[64];

@@ -40,7 +40,8 @@ json_t *cp_logs_parse_line(const char *line, size_t len, char *last_ts, size_t t
         ts = json_string_value(json_object_get(j, "time"));
         const char *k;
         json_t *v;
-        json_object_foreach(j, k, v) {
+        json_object_foreach(j, k, v)
+        {
             if (strcmp(k, "msg") == 0 || strcmp(k, "level") == 0 || strcmp(k, "time") == 0)
                 continue;
             if (json_is_string(v)) {

@@ -14,11 +14,11 @@
 #include <stdint.h>
 
 struct cp_logs_query {
-    uint64_t since_ms;   /* entries at or after this unix time in ms (0 = all) */
+    uint64_t since_ms; /* entries at or after this unix time in ms (0 = all) */
     size_t limit;
-    bool forward;        /* oldest first (else newest first) */
-    int min_level;       /* 0 debug .. 3 error */
-    char search[256];    /* case-sensitive substring of the message ("" = any) */
+    bool forward;     /* oldest first (else newest first) */
+    int min_level;    /* 0 debug .. 3 error */
+    char search[256]; /* case-sensitive substring of the message ("" = any) */
 };
 
 /* "debug" 0, "info" 1, "warn" 2, "error" 3; -1 otherwise. */

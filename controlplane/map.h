@@ -24,7 +24,10 @@ int cp_map_put(struct cp_map *m, const void *key, size_t klen, void *value);
 void *cp_map_get(const struct cp_map *m, const void *key, size_t klen);
 /* Returns the removed value, or NULL. */
 void *cp_map_del(struct cp_map *m, const void *key, size_t klen);
-static inline size_t cp_map_count(const struct cp_map *m) { return m->count; }
+static inline size_t cp_map_count(const struct cp_map *m)
+{
+    return m->count;
+}
 /* Calls fn for each value (in no particular order); fn may not change the map. Returns the
  * first non-zero value fn returned. */
 int cp_map_foreach(const struct cp_map *m, int (*fn)(void *value, void *arg), void *arg);

@@ -10,8 +10,8 @@
 #include "cp.h"
 #include "egressreg.h"
 
-static const double metrics__buckets_ms[] = {5, 10, 20, 50, 100, 150, 250, 500, 1000, 2500, 5000,
-                                             10000};
+static const double metrics__buckets_ms[] = {5,   10,  20,   50,   100,  150,
+                                             250, 500, 1000, 2500, 5000, 10000};
 #define NB (sizeof metrics__buckets_ms / sizeof *metrics__buckets_ms)
 
 struct hist {
@@ -85,8 +85,7 @@ void cp_metrics_proxy(struct cp_metrics *m, int status)
         m->proxy[status / 100]++;
 }
 
-static void render__hist(struct al_buf *b, const char *name, const char *help,
-                         const struct hist *h)
+static void render__hist(struct al_buf *b, const char *name, const char *help, const struct hist *h)
 {
     al_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
@@ -138,10 +137,14 @@ void cp_metrics_render(struct cp *cp, struct al_buf *b)
     render__counter(b, "airlock_sandbox_creates_total", "Sandboxes created.", m->created);
     render__counter(b, "airlock_sandbox_create_failures_total", "Creations that failed.",
                     m->create_failed);
-    render__counter(b, "airlock_sandbox_kills_total", "Sandboxes stopped (kill, timeout, "
-                                                      "crash).", m->killed);
-    render__counter(b, "airlock_sandbox_crashes_total", "Sandbox processes that exited on "
-                                                        "their own.", m->crashes);
+    render__counter(b, "airlock_sandbox_kills_total",
+                    "Sandboxes stopped (kill, timeout, "
+                    "crash).",
+                    m->killed);
+    render__counter(b, "airlock_sandbox_crashes_total",
+                    "Sandbox processes that exited on "
+                    "their own.",
+                    m->crashes);
     render__hist(b, "airlock_sandbox_create_duration_seconds",
                  "Time from a create request to a healthy agent.", &m->create_ms);
     render__hist(b, "airlock_sandbox_kill_duration_seconds",
@@ -158,8 +161,9 @@ void cp_metrics_render(struct cp *cp, struct al_buf *b)
         al_buf_printf(b, "airlock_dataplane_responses_total{code=\"%dxx\"} %llu\n", i,
                       (unsigned long long)m->proxy[i]);
     json_t *es = cp->egress ? cp_egress_stats(cp->egress) : NULL;
-    al_buf_printf(b, "# HELP airlock_egress_up Whether airlock-egress answered its last "
-                     "scrape.\n# TYPE airlock_egress_up gauge\nairlock_egress_up %d\n",
+    al_buf_printf(b,
+                  "# HELP airlock_egress_up Whether airlock-egress answered its last "
+                  "scrape.\n# TYPE airlock_egress_up gauge\nairlock_egress_up %d\n",
                   es ? 1 : 0);
     if (es) {
         al_buf_printf(b,
@@ -175,13 +179,16 @@ void cp_metrics_render(struct cp *cp, struct al_buf *b)
                       (unsigned long long)render__get(es, "connections", "denied"),
                       (unsigned long long)render__get(es, "http", "denied"),
                       (unsigned long long)render__get(es, "dns", "denied"));
-        render__counter(b, "airlock_egress_http_requests_total", "HTTP requests seen by the "
-                        "egress proxy.", render__get(es, "http", "requests"));
+        render__counter(b, "airlock_egress_http_requests_total",
+                        "HTTP requests seen by the "
+                        "egress proxy.",
+                        render__get(es, "http", "requests"));
         render__counter(b, "airlock_egress_dns_queries_total", "DNS queries from sandboxes.",
                         render__get(es, "dns", "queries"));
     }
-    al_buf_printf(b, "# HELP airlockd_uptime_seconds Seconds since airlockd started.\n"
-                     "# TYPE airlockd_uptime_seconds gauge\nairlockd_uptime_seconds %.0f\n",
+    al_buf_printf(b,
+                  "# HELP airlockd_uptime_seconds Seconds since airlockd started.\n"
+                  "# TYPE airlockd_uptime_seconds gauge\nairlockd_uptime_seconds %.0f\n",
                   (double)(al_now_ns() - cp->started_ns) / 1e9);
 }
 
@@ -202,8 +209,8 @@ void cp_metrics_add_sample(struct cp_sandbox *sb, const json_t *st)
     if (s.cpu_count <= 0)
         s.cpu_count = 1;
     if (sb->last_cpu_wall_ns && now > sb->last_cpu_wall_ns && cpu_ns >= sb->last_cpu_ns) {
-        double pct = (double)(cpu_ns - sb->last_cpu_ns) /
-                     (double)(now - sb->last_cpu_wall_ns) / s.cpu_count * 100.0;
+        double pct = (double)(cpu_ns - sb->last_cpu_ns) / (double)(now - sb->last_cpu_wall_ns) /
+                     s.cpu_count * 100.0;
         s.cpu_pct = (float)(pct > 100.0 ? 100.0 : pct);
     }
     sb->last_cpu_ns = cpu_ns;
@@ -264,12 +271,12 @@ json_t *cp_metrics_sandbox_json(const struct cp_sandbox *sb, uint64_t start_s, u
         char t[40];
         al_time_rfc3339(t, sizeof t, s->wall_ns);
         json_array_append_new(
-            arr, json_pack("{s:s,s:I,s:i,s:f,s:I,s:I,s:I,s:I,s:I}", "timestamp", t,
-                           "timestampUnix", (json_int_t)ts, "cpuCount", s->cpu_count,
-                           "cpuUsedPct", (double)s->cpu_pct, "memUsed", (json_int_t)s->mem_used,
-                           "memTotal", (json_int_t)s->mem_total, "memCache",
-                           (json_int_t)s->mem_cache, "diskUsed", (json_int_t)s->disk_used,
-                           "diskTotal", (json_int_t)s->disk_total));
+            arr,
+            json_pack("{s:s,s:I,s:i,s:f,s:I,s:I,s:I,s:I,s:I}", "timestamp", t, "timestampUnix",
+                      (json_int_t)ts, "cpuCount", s->cpu_count, "cpuUsedPct", (double)s->cpu_pct,
+                      "memUsed", (json_int_t)s->mem_used, "memTotal", (json_int_t)s->mem_total,
+                      "memCache", (json_int_t)s->mem_cache, "diskUsed", (json_int_t)s->disk_used,
+                      "diskTotal", (json_int_t)s->disk_total));
     }
     return arr;
 }

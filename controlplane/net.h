@@ -14,9 +14,9 @@
 #include "common/error.h"
 
 struct cp_net {
-    int netns_fd;        /* the sandbox's network namespace (owned by the caller) or -1 */
-    char addr[46];       /* the sandbox's address */
-    char gateway[46];    /* its gateway and DNS server */
+    int netns_fd;     /* the sandbox's network namespace (owned by the caller) or -1 */
+    char addr[46];    /* the sandbox's address */
+    char gateway[46]; /* its gateway and DNS server */
     int host_ifindex;
     char host_ifname[16];
 };

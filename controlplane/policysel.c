@@ -70,8 +70,8 @@ static struct policy *ps__load(const char *path, struct al_error *err)
     }
     if (slot >= 0) {
         struct ps_entry *e = &ps__cache[slot];
-        if (e->size == st.st_size && e->ino == st.st_ino &&
-            e->mtime.tv_sec == st.st_mtim.tv_sec && e->mtime.tv_nsec == st.st_mtim.tv_nsec)
+        if (e->size == st.st_size && e->ino == st.st_ino && e->mtime.tv_sec == st.st_mtim.tv_sec &&
+            e->mtime.tv_nsec == st.st_mtim.tv_nsec)
             return policy_ref(e->p);
         policy_unref(e->p);
         e->p = NULL;
@@ -87,8 +87,10 @@ static struct policy *ps__load(const char *path, struct al_error *err)
                 break;
             }
         }
-        al_error_set(err, -EINVAL, "%zu error%s, first: %s (check it with `airlock policy lint "
-                     "%s`)", d.errors, d.errors == 1 ? "" : "s", first, path);
+        al_error_set(err, -EINVAL,
+                     "%zu error%s, first: %s (check it with `airlock policy lint "
+                     "%s`)",
+                     d.errors, d.errors == 1 ? "" : "s", first, path);
         al_diags_free(&d);
         return NULL;
     }
@@ -135,8 +137,8 @@ static const char **ps__strv(json_t *arr, size_t *n)
 }
 
 int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *network,
-                     int allow_internet, const struct cp_principal *who,
-                     struct cp_policy_sel *out, int *status, struct al_error *err)
+                     int allow_internet, const struct cp_principal *who, struct cp_policy_sel *out,
+                     int *status, struct al_error *err)
 {
     memset(out, 0, sizeof *out);
     const char *name = cp->cfg.default_policy;
@@ -145,13 +147,15 @@ int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *networ
         name = json_string_value(m);
         if (!name || !ps__name_ok(name)) {
             *status = 400;
-            return al_error_set(err, -EINVAL, "metadata[\"%s\"] must name a policy of the "
+            return al_error_set(err, -EINVAL,
+                                "metadata[\"%s\"] must name a policy of the "
                                 "policies directory (letters, digits, '.', '_', '-')",
                                 CP_POLICY_META_KEY);
         }
         if (!cp_apikey_allows_policy(who->policies, name)) {
             *status = 403;
-            return al_error_set(err, -EPERM, "this API key may not use policy \"%s\" (it may "
+            return al_error_set(err, -EPERM,
+                                "this API key may not use policy \"%s\" (it may "
                                 "use: %s); ask an operator (`airlock apikey create --policies`)",
                                 name, who->policies);
         }

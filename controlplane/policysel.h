@@ -24,14 +24,14 @@ struct cp_principal;
 struct cp_policy_sel {
     char name[CP_POLICY_NAME_MAX];
     char file[4096];
-    char hash[65];       /* of the narrowed policy */
-    json_t *narrowing;   /* {"allow_internet_access"?, "allow_out"?, "deny_out"?} or NULL */
+    char hash[65];     /* of the narrowed policy */
+    json_t *narrowing; /* {"allow_internet_access"?, "allow_out"?, "deny_out"?} or NULL */
 };
 
 /* Chooses and validates. On error *status is the HTTP status to answer (400, 403, 500). */
 int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *network,
-                     int allow_internet, const struct cp_principal *who,
-                     struct cp_policy_sel *out, int *status, struct al_error *err);
+                     int allow_internet, const struct cp_principal *who, struct cp_policy_sel *out,
+                     int *status, struct al_error *err);
 void cp_policy_sel_free(struct cp_policy_sel *s);
 /* The narrowing object of a stored sandbox (for re-registration), or NULL. */
 json_t *cp_policy_narrowing(const json_t *network, int allow_internet);

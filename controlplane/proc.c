@@ -77,8 +77,8 @@ int cp_proc_spawn(const struct cp_spawn *s, pid_t *pid, int *pidfd, struct al_er
             rc = -errno;
             kill(p, SIGKILL);
             waitpid(p, NULL, 0);
-            return al_error_set(err, rc, "pidfd_open(%d): %s (airlockd needs Linux >= 5.3)",
-                                (int)p, strerror(-rc));
+            return al_error_set(err, rc, "pidfd_open(%d): %s (airlockd needs Linux >= 5.3)", (int)p,
+                                strerror(-rc));
         }
         *pidfd = fd;
     }

@@ -19,9 +19,9 @@
 #define CP_PROC_MAX_FDS 8
 
 struct cp_spawn {
-    const char *path;          /* executable */
+    const char *path; /* executable */
     char *const *argv;
-    char *const *envp;         /* NULL = airlockd's environment */
+    char *const *envp; /* NULL = airlockd's environment */
     /* fds[i] >= 0 becomes descriptor i in the child (0, 1, 2, then extra ones); -1 = closed
      * (0..2 become /dev/null instead). */
     int fds[CP_PROC_MAX_FDS];

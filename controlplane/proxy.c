@@ -22,18 +22,18 @@
 #include "cp.h"
 #include "metrics.h"
 
-#define PX_HIGH_WATER (256u << 10)
-#define PX_LOW_WATER  (64u << 10)
+#define PX_HIGH_WATER  (256u << 10)
+#define PX_LOW_WATER   (64u << 10)
 #define PX_MAX_HEADERS 128
-#define PX_TIMEOUT_MS 120000
+#define PX_TIMEOUT_MS  120000
 
 struct px {
     struct cp *cp;
     struct cp_sandbox *sb;
-    struct al_http_req *req;    /* NULL once answered or gone */
-    struct al_http_creq *creq;  /* NULL once done */
+    struct al_http_req *req;   /* NULL once answered or gone */
+    struct al_http_creq *creq; /* NULL once done */
     bool resp_started;
-    bool body_streaming;        /* the client's body is still arriving */
+    bool body_streaming; /* the client's body is still arriving */
     int status;
     char sid[64];
     char target[160];
@@ -41,10 +41,18 @@ struct px {
 
 static bool px__hop_by_hop(const char *name)
 {
-    static const char *const hop[] = {"Connection", "Keep-Alive", "Proxy-Connection",
-                                      "Proxy-Authorization", "Proxy-Authenticate", "TE",
-                                      "Trailer", "Transfer-Encoding", "Upgrade",
-                                      "Content-Length", "Host", NULL};
+    static const char *const hop[] = {"Connection",
+                                      "Keep-Alive",
+                                      "Proxy-Connection",
+                                      "Proxy-Authorization",
+                                      "Proxy-Authenticate",
+                                      "TE",
+                                      "Trailer",
+                                      "Transfer-Encoding",
+                                      "Upgrade",
+                                      "Content-Length",
+                                      "Host",
+                                      NULL};
     for (const char *const *h = hop; *h; h++)
         if (strcasecmp(name, *h) == 0)
             return true;
@@ -350,8 +358,7 @@ static void px__resumed(struct cp_sandbox *sb, int rc, void *arg)
     struct px_wake *w = arg;
     if (rc || sb->rec.state != CP_SB_RUNNING) {
         cp_metrics_proxy(sb->cp->metrics, 502);
-        cp_rest_error(w->req, 502, "sandbox %s could not be resumed for this request",
-                      sb->rec.id);
+        cp_rest_error(w->req, 502, "sandbox %s could not be resumed for this request", sb->rec.id);
     } else {
         cp_proxy(sb->cp, sb, w->req, w->port[0] ? w->port : NULL);
     }
@@ -376,8 +383,8 @@ static struct cp_sandbox *px__by_signature(struct cp *cp, const struct al_http_r
         user[0] = '\0';
     bool has_exp = al_http_query_get(req->query, "signature_expiration", exp, sizeof exp) == 0;
     const char *op = strcmp(req->method, "POST") == 0 ? "write" : "read";
-    struct px_sig_find f = {.sig = sig + 3, .path = path, .user = user, .op = op,
-                            .exp = has_exp ? exp : NULL};
+    struct px_sig_find f = {
+        .sig = sig + 3, .path = path, .user = user, .op = op, .exp = has_exp ? exp : NULL};
     cp_map_foreach(&cp->sandboxes, px__sig_try, &f);
     return f.found;
 }
@@ -415,9 +422,9 @@ static struct cp_sandbox *px__by_host(struct cp *cp, const struct al_http_req *r
 /* Paths of the control plane: never routed by access token. */
 static bool px__control_path(const char *p)
 {
-    static const char *const cp_prefixes[] = {"/sandboxes", "/v1/", "/v2/", "/v3/", "/templates",
-                                              "/snapshots", "/volumes", "/teams", "/secrets",
-                                              NULL};
+    static const char *const cp_prefixes[] = {"/sandboxes", "/v1/",       "/v2/",     "/v3/",
+                                              "/templates", "/snapshots", "/volumes", "/teams",
+                                              "/secrets",   NULL};
     for (const char *const *c = cp_prefixes; *c; c++)
         if (strncmp(p, *c, strlen(*c)) == 0)
             return true;

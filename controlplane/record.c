@@ -15,7 +15,7 @@ static const char *const record__states[] = {"creating", "running", "paused", "s
 const char *cp_sb_state_name(enum cp_sb_state s)
 {
     return (unsigned)s < sizeof record__states / sizeof *record__states ? record__states[s]
-                                                                          : "unknown";
+                                                                        : "unknown";
 }
 
 int cp_sb_state_parse(const char *s, enum cp_sb_state *out)
@@ -196,14 +196,16 @@ int cp_apikey_policies_check(const char *policies, struct al_error *err)
     if (strcmp(policies, "*") == 0)
         return 0;
     if (!*policies)
-        return al_error_set(err, -EINVAL, "the list of policies is empty: give \"*\" (any policy) "
+        return al_error_set(err, -EINVAL,
+                            "the list of policies is empty: give \"*\" (any policy) "
                             "or policy names separated by commas");
     const char *p = policies;
     for (;;) {
         const char *e = strchr(p, ',');
         size_t n = e ? (size_t)(e - p) : strlen(p);
         if (!record__policy_name_ok(p, n))
-            return al_error_set(err, -EINVAL, "\"%.*s\" is not a policy name (letters, digits, "
+            return al_error_set(err, -EINVAL,
+                                "\"%.*s\" is not a policy name (letters, digits, "
                                 "'.', '_' and '-'; names separated by commas, no spaces)",
                                 (int)n, p);
         if (!e)

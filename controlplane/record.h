@@ -16,14 +16,14 @@
 #include "common/error.h"
 #include "ids.h"
 
-#define CP_TEMPLATE_MAX 128
+#define CP_TEMPLATE_MAX    128
 #define CP_POLICY_NAME_MAX 128
 
 enum cp_sb_state {
     CP_SB_CREATING = 0, /* being created: not listed, not routable */
     CP_SB_RUNNING,
     CP_SB_PAUSED,
-    CP_SB_STOPPING,     /* being killed (or found dead and being reclaimed) */
+    CP_SB_STOPPING, /* being killed (or found dead and being reclaimed) */
 };
 
 const char *cp_sb_state_name(enum cp_sb_state s);
@@ -31,28 +31,28 @@ int cp_sb_state_parse(const char *s, enum cp_sb_state *out);
 
 struct cp_sb_record {
     char id[64];
-    uint64_t seq;                 /* numeric identity (vswitch), unique among live sandboxes */
+    uint64_t seq; /* numeric identity (vswitch), unique among live sandboxes */
     enum cp_sb_state state;
     char template_id[CP_TEMPLATE_MAX]; /* as the client named it ("base") */
-    char backend[16];             /* "jail", "kvm", "test" */
-    char key_id[32];              /* the API key that created it ("env", "local", key_...) */
-    char token[CP_TOKEN_LEN + 1]; /* envd access token (state dir is root-only) */
-    uint64_t created_ns;          /* wall clock */
-    uint64_t started_ns;          /* wall clock: E2B startedAt */
-    uint64_t end_ns;              /* wall clock: E2B endAt (expiry) */
-    bool on_timeout_pause;        /* autoPause */
+    char backend[16];                  /* "jail", "kvm", "test" */
+    char key_id[32];                   /* the API key that created it ("env", "local", key_...) */
+    char token[CP_TOKEN_LEN + 1];      /* envd access token (state dir is root-only) */
+    uint64_t created_ns;               /* wall clock */
+    uint64_t started_ns;               /* wall clock: E2B startedAt */
+    uint64_t end_ns;                   /* wall clock: E2B endAt (expiry) */
+    bool on_timeout_pause;             /* autoPause */
     bool auto_resume;
-    int allow_internet;           /* -1 not given, 0, 1 */
+    int allow_internet; /* -1 not given, 0, 1 */
     int cpu_count;
     int memory_mb;
     int disk_mb;
-    json_t *metadata;             /* object of strings (owned; never NULL once loaded) */
-    json_t *network;              /* E2B network object as accepted (owned), or NULL */
+    json_t *metadata; /* object of strings (owned; never NULL once loaded) */
+    json_t *network;  /* E2B network object as accepted (owned), or NULL */
     char policy_name[CP_POLICY_NAME_MAX];
     char policy_hash[65];
-    pid_t pid;                    /* the process whose exit means the sandbox is gone */
-    uint64_t pid_start;           /* its start time (/proc/PID/stat field 22): pid reuse guard */
-    char addr[46];                /* the sandbox's address ("" without a network) */
+    pid_t pid;          /* the process whose exit means the sandbox is gone */
+    uint64_t pid_start; /* its start time (/proc/PID/stat field 22): pid reuse guard */
+    char addr[46];      /* the sandbox's address ("" without a network) */
 };
 
 void cp_sb_record_init(struct cp_sb_record *r);
@@ -68,9 +68,9 @@ struct cp_apikey {
     char name[128];
     uint8_t digest[CP_DIGEST_LEN];
     uint64_t created_ns;
-    uint64_t last_used_ns;        /* 0 = never */
-    uint64_t revoked_ns;          /* 0 = valid */
-    char policies[1024];          /* "*" = any policy, else comma-separated policy names */
+    uint64_t last_used_ns; /* 0 = never */
+    uint64_t revoked_ns;   /* 0 = valid */
+    char policies[1024];   /* "*" = any policy, else comma-separated policy names */
 };
 
 /* May a key with this policies field name policy? */

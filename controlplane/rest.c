@@ -25,7 +25,7 @@
 #include "policysel.h"
 #include "templates.h"
 
-#define REST_MAX_BODY (1u << 20)
+#define REST_MAX_BODY     (1u << 20)
 #define REST_ENVD_VERSION "0.6.4"
 
 static struct cp_metrics *rest__api_metrics;
@@ -65,8 +65,9 @@ json_t *cp_rest_sandbox_json(const struct cp_sandbox *sb)
     json_object_set_new(o, "clientID", json_string("airlock"));
     json_object_set_new(o, "envdVersion", json_string(REST_ENVD_VERSION));
     json_object_set_new(o, "envdAccessToken", json_string(sb->rec.token));
-    json_object_set_new(o, "domain", cp->cfg.domain && cp->cfg.domain[0]
-                                         ? json_string(cp->cfg.domain) : json_null());
+    json_object_set_new(o, "domain",
+                        cp->cfg.domain && cp->cfg.domain[0] ? json_string(cp->cfg.domain)
+                                                            : json_null());
     json_object_set_new(o, "trafficAccessToken", json_null());
     return o;
 }
@@ -87,9 +88,9 @@ json_t *cp_rest_detail_json(const struct cp_sandbox *sb)
 {
     json_t *o = cp_rest_sandbox_json(sb);
     rest__common(sb, o);
-    json_object_set_new(o, "allowInternetAccess", sb->rec.allow_internet < 0
-                                                      ? json_null()
-                                                      : json_boolean(sb->rec.allow_internet));
+    json_object_set_new(o, "allowInternetAccess",
+                        sb->rec.allow_internet < 0 ? json_null()
+                                                   : json_boolean(sb->rec.allow_internet));
     if (sb->rec.network)
         json_object_set(o, "network", sb->rec.network);
     json_object_set_new(o, "lifecycle",
@@ -178,8 +179,10 @@ static int rest__seconds(const json_t *b, const char *key, bool *given, uint64_t
     else
         return al_error_set(err, -EINVAL, "\"%s\" must be a number of seconds", key);
     if (d < 0 || d > 31536000.0 || d != (double)(uint64_t)d)
-        return al_error_set(err, -EINVAL, "\"%s\" must be a whole number of seconds from 0 to "
-                            "31536000", key);
+        return al_error_set(err, -EINVAL,
+                            "\"%s\" must be a whole number of seconds from 0 to "
+                            "31536000",
+                            key);
     *out = (uint64_t)d;
     *given = true;
     return 0;
@@ -198,14 +201,17 @@ static int rest__string_map(const json_t *b, const char *key, size_t max_n, size
         return al_error_set(err, -E2BIG, "\"%s\": at most %zu entries", key, max_n);
     const char *k;
     json_t *x;
-    json_object_foreach(v, k, x) {
+    json_object_foreach(v, k, x)
+    {
         if (!json_is_string(x))
             return al_error_set(err, -EINVAL, "\"%s\".\"%.64s\" must be a string", key, k);
         if (strlen(k) == 0 || strlen(k) > max_k)
             return al_error_set(err, -EINVAL, "\"%s\": keys must have 1..%zu bytes", key, max_k);
         if (json_string_length(x) > max_v)
-            return al_error_set(err, -E2BIG, "\"%s\".\"%.64s\": values are limited to %zu "
-                                "bytes", key, k, max_v);
+            return al_error_set(err, -E2BIG,
+                                "\"%s\".\"%.64s\": values are limited to %zu "
+                                "bytes",
+                                key, k, max_v);
         if (strlen(json_string_value(x)) != json_string_length(x))
             return al_error_set(err, -EINVAL, "\"%s\".\"%.64s\" contains a NUL byte", key, k);
     }
@@ -220,14 +226,14 @@ static int rest__string_list(const json_t *o, const char *key, const char *what,
     if (!v || json_is_null(v))
         return 0;
     if (!json_is_array(v) || json_array_size(v) > 256)
-        return al_error_set(err, -EINVAL, "%s.%s must be a list of at most 256 strings", what,
-                            key);
+        return al_error_set(err, -EINVAL, "%s.%s must be a list of at most 256 strings", what, key);
     size_t i;
     json_t *x;
-    json_array_foreach(v, i, x) {
+    json_array_foreach(v, i, x)
+    {
         if (!json_is_string(x) || json_string_length(x) == 0 || json_string_length(x) > 260)
-            return al_error_set(err, -EINVAL, "%s.%s[%zu] must be a non-empty string", what,
-                                key, i);
+            return al_error_set(err, -EINVAL, "%s.%s[%zu] must be a non-empty string", what, key,
+                                i);
     }
     return 0;
 }
@@ -240,7 +246,8 @@ static int rest__network(const json_t *n, struct al_error *err)
         return al_error_set(err, -EINVAL, "\"network\" must be an object");
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)n, k, v) {
+    json_object_foreach((json_t *)n, k, v)
+    {
         if (strcmp(k, "allowOut") == 0 || strcmp(k, "denyOut") == 0) {
             if (rest__string_list(n, k, "network", err))
                 return -EINVAL;
@@ -256,21 +263,26 @@ static int rest__network(const json_t *n, struct al_error *err)
             if (!json_is_array(v) && !json_is_null(v))
                 return al_error_set(err, -EINVAL, "network.httpsPorts must be a list");
             if (json_array_size(v))
-                return al_error_set(err, -EINVAL, "network.httpsPorts is not supported: airlock "
+                return al_error_set(err, -EINVAL,
+                                    "network.httpsPorts is not supported: airlock "
                                     "forwards sandbox ports as plain HTTP");
         } else if (strcmp(k, "rules") == 0) {
             if (!json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0))
-                return al_error_set(err, -EINVAL, "network.rules (header transforms) is not "
+                return al_error_set(err, -EINVAL,
+                                    "network.rules (header transforms) is not "
                                     "supported: credentials are injected by airlock's egress "
                                     "proxy from its vault, as the sandbox's policy says "
                                     "(docs/policy.md, \"inject\")");
         } else if (strcmp(k, "egressProxy") == 0) {
             if (!json_is_null(v))
-                return al_error_set(err, -EINVAL, "network.egressProxy is not supported: every "
+                return al_error_set(err, -EINVAL,
+                                    "network.egressProxy is not supported: every "
                                     "sandbox connection goes through airlock's egress proxy");
         } else {
-            return al_error_set(err, -EINVAL, "network.%s is not a field airlock knows; remove "
-                                "it", k);
+            return al_error_set(err, -EINVAL,
+                                "network.%s is not a field airlock knows; remove "
+                                "it",
+                                k);
         }
     }
     return 0;
@@ -292,25 +304,33 @@ static void rest__create(struct al_http_req *req, struct rest_ctx *x)
     bool given = false;
     const char *k;
     int rc = 0;
-    json_object_foreach(b, k, v) {
-        static const char *const known[] = {
-            "templateID", "timeout", "metadata", "envVars", "autoPause", "autoPauseMemory",
-            "autoResume", "allow_internet_access", "network", "secure", "mcp", "iam",
-            "volumeMounts", NULL};
+    json_object_foreach(b, k, v)
+    {
+        static const char *const known[] = {"templateID",   "timeout",
+                                            "metadata",     "envVars",
+                                            "autoPause",    "autoPauseMemory",
+                                            "autoResume",   "allow_internet_access",
+                                            "network",      "secure",
+                                            "mcp",          "iam",
+                                            "volumeMounts", NULL};
         bool ok = false;
         for (const char *const *p = known; *p; p++)
             ok |= strcmp(*p, k) == 0;
         if (!ok) {
-            rc = al_error_set(&err, -EINVAL, "\"%s\" is not a field of a sandbox creation "
-                              "request that airlock knows; remove it", k);
+            rc = al_error_set(&err, -EINVAL,
+                              "\"%s\" is not a field of a sandbox creation "
+                              "request that airlock knows; remove it",
+                              k);
             goto bad;
         }
     }
     if ((rc = al_json_get_str(b, "templateID", true, &tpl, "sandbox", &err)))
         goto bad;
     if (!cp_template_id_valid(tpl)) {
-        rc = al_error_set(&err, -EINVAL, "templateID \"%.64s\" is not a template name "
-                          "(letters, digits, '.', '_', '-')", tpl);
+        rc = al_error_set(&err, -EINVAL,
+                          "templateID \"%.64s\" is not a template name "
+                          "(letters, digits, '.', '_', '-')",
+                          tpl);
         goto bad;
     }
     snprintf(c.template_id, sizeof c.template_id, "%s", tpl);
@@ -343,7 +363,8 @@ static void rest__create(struct al_http_req *req, struct rest_ctx *x)
         }
         c.auto_resume = json_is_true(en);
         if (c.auto_resume && !c.auto_pause) {
-            rc = al_error_set(&err, -EINVAL, "autoResume needs autoPause (the sandbox pauses "
+            rc = al_error_set(&err, -EINVAL,
+                              "autoResume needs autoPause (the sandbox pauses "
                               "at its timeout and resumes on traffic)");
             goto bad;
         }
@@ -370,12 +391,14 @@ static void rest__create(struct al_http_req *req, struct rest_ctx *x)
     }
     if ((v = json_object_get(b, "iam")) && !json_is_null(v) &&
         json_object_size(json_object_get(v, "tokens")) > 0) {
-        rc = al_error_set(&err, -EINVAL, "\"iam\" (workload identity tokens) is not supported "
+        rc = al_error_set(&err, -EINVAL,
+                          "\"iam\" (workload identity tokens) is not supported "
                           "by airlock");
         goto bad;
     }
     if ((v = json_object_get(b, "volumeMounts")) && !json_is_null(v) && json_array_size(v) > 0) {
-        rc = al_error_set(&err, -EINVAL, "\"volumeMounts\" (volumes) are not supported by "
+        rc = al_error_set(&err, -EINVAL,
+                          "\"volumeMounts\" (volumes) are not supported by "
                           "airlock");
         goto bad;
     }
@@ -438,16 +461,17 @@ static void rest__connect(struct al_http_req *req, struct rest_ctx *x)
     json_t *ap = json_object_get(b, "autoPause");
     if (rest__seconds(b, "timeout", &given, &s, &err) || (ap && !json_is_boolean(ap))) {
         json_decref(b);
-        cp_rest_error(req, 400, "%s", ap && !json_is_boolean(ap) ? "\"autoPause\" must be a "
-                                                                   "boolean"
-                                                                 : al_error_str(&err));
+        cp_rest_error(req, 400, "%s",
+                      ap && !json_is_boolean(ap) ? "\"autoPause\" must be a "
+                                                   "boolean"
+                                                 : al_error_str(&err));
         return;
     }
     bool auto_pause = json_is_true(ap);
     json_decref(b);
-    cp_lifecycle_op(sb, CP_OP_RESUME, req, x->route == R_RESUME ? CP_ANSWER_RESUME
-                                                                : CP_ANSWER_CONNECT,
-                    given ? s : 0, auto_pause);
+    cp_lifecycle_op(sb, CP_OP_RESUME, req,
+                    x->route == R_RESUME ? CP_ANSWER_RESUME : CP_ANSWER_CONNECT, given ? s : 0,
+                    auto_pause);
 }
 
 static void rest__on_body(struct al_http_req *req, int err)
@@ -483,8 +507,8 @@ static void rest__on_body(struct al_http_req *req, int err)
     free(x);
 }
 
-static void rest__with_body(struct al_http_req *req, struct cp *cp,
-                            const struct cp_principal *who, enum rest_route route, const char *id)
+static void rest__with_body(struct al_http_req *req, struct cp *cp, const struct cp_principal *who,
+                            enum rest_route route, const char *id)
 {
     struct rest_ctx *x = calloc(1, sizeof *x);
     if (!x) {
@@ -617,9 +641,9 @@ static void rest__metrics(struct al_http_req *req, struct cp *cp, const char *id
     /* A range that reaches the present gets a fresh sample when the last one is older than
      * a second (a sandbox created a moment ago has metrics at once). */
     uint64_t now = al_wall_ns();
-    uint64_t last = sb->n_samples ? sb->samples[(sb->sample_head + CP_SAMPLES_MAX - 1) %
-                                                CP_SAMPLES_MAX].wall_ns
-                                  : 0;
+    uint64_t last =
+        sb->n_samples ? sb->samples[(sb->sample_head + CP_SAMPLES_MAX - 1) % CP_SAMPLES_MAX].wall_ns
+                      : 0;
     struct rest_metrics_ctx *x;
     if (sb->rec.state == CP_SB_RUNNING && sb->started && !sb->busy && !sb->sampling &&
         (!end || end >= now / 1000000000ull) && now - last > 1000000000ull &&
@@ -713,7 +737,8 @@ static void rest__logs(struct al_http_req *req, struct cp *cp, const char *id, b
         json_t *lines = json_array();
         size_t i;
         json_t *e;
-        json_array_foreach(entries, i, e) {
+        json_array_foreach(entries, i, e)
+        {
             json_array_append_new(lines, json_pack("{s:O,s:O}", "timestamp",
                                                    json_object_get(e, "timestamp"), "line",
                                                    json_object_get(e, "message")));
@@ -783,8 +808,8 @@ void cp_on_request(struct al_http_req *req, void *ctx)
     /* Unauthenticated: liveness and Prometheus (loopback by default; put a reverse proxy
      * with its own auth in front if the listener is opened wider). */
     if (strcmp(p, "/health") == 0 && get) {
-        al_http_reply_json(req, 200, json_pack("{s:s}", "status", cp->stopping ? "stopping"
-                                                                                : "ok"));
+        al_http_reply_json(req, 200,
+                           json_pack("{s:s}", "status", cp->stopping ? "stopping" : "ok"));
         return;
     }
     if (strcmp(p, "/metrics") == 0 && get) {
@@ -861,9 +886,9 @@ void cp_on_request(struct al_http_req *req, void *ctx)
             cp_rest_error(req, 404, "no such endpoint: %s %s", m, p);
         return;
     }
-    static const char *const unsupported[] = {"/templates", "/v2/templates", "/v3/templates",
-                                              "/snapshots", "/volumes", "/teams", "/secrets",
-                                              NULL};
+    static const char *const unsupported[] = {
+        "/templates", "/v2/templates", "/v3/templates", "/snapshots",
+        "/volumes",   "/teams",        "/secrets",      NULL};
     for (const char *const *u = unsupported; *u; u++) {
         size_t l = strlen(*u);
         if (strncmp(p, *u, l) == 0 && (p[l] == '\0' || p[l] == '/')) {

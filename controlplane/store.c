@@ -67,9 +67,9 @@ static int store__err(struct cp_store *s, struct al_error *err, const char *what
 {
     int code = sqlite3_errcode(s->db);
     int e = code == SQLITE_BUSY || code == SQLITE_LOCKED ? -EBUSY
-          : code == SQLITE_FULL                          ? -ENOSPC
-          : code == SQLITE_CONSTRAINT                    ? -EEXIST
-          : code == SQLITE_READONLY                      ? -EROFS
+            : code == SQLITE_FULL                        ? -ENOSPC
+            : code == SQLITE_CONSTRAINT                  ? -EEXIST
+            : code == SQLITE_READONLY                    ? -EROFS
                                                          : -EIO;
     return al_error_set(err, e, "state database %s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
 }
@@ -136,16 +136,20 @@ int cp_store_open(const char *path, struct cp_store **out, struct al_error *err)
     }
     sqlite3_busy_timeout(s->db, 5000);
     sqlite3_extended_result_codes(s->db, 0);
-    if ((rc = store__exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
-                             "PRAGMA foreign_keys=ON; PRAGMA trusted_schema=OFF;", err)))
+    if ((rc = store__exec(s,
+                          "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+                          "PRAGMA foreign_keys=ON; PRAGMA trusted_schema=OFF;",
+                          err)))
         goto fail;
     int ver = 0;
     if ((rc = store__user_version(s, &ver, err)))
         goto fail;
     if (ver > CP_STORE_SCHEMA_VERSION) {
-        rc = al_error_set(err, -EPROTO, "state database %s has schema version %d, newer than this "
+        rc = al_error_set(err, -EPROTO,
+                          "state database %s has schema version %d, newer than this "
                           "airlockd understands (%d): run the airlockd that wrote it, or move "
-                          "the state directory aside", path, ver, CP_STORE_SCHEMA_VERSION);
+                          "the state directory aside",
+                          path, ver, CP_STORE_SCHEMA_VERSION);
         goto fail;
     }
     if (ver < CP_STORE_SCHEMA_VERSION) {
@@ -208,8 +212,7 @@ static sqlite3_stmt *store__st(struct cp_store *s, int which)
 }
 
 /* Runs a statement that returns no rows. */
-static int store__done(struct cp_store *s, sqlite3_stmt *st, const char *what,
-                       struct al_error *err)
+static int store__done(struct cp_store *s, sqlite3_stmt *st, const char *what, struct al_error *err)
 {
     int rc = sqlite3_step(st);
     sqlite3_reset(st);
@@ -403,8 +406,10 @@ int cp_store_key_get(struct cp_store *s, const char *id_or_name, struct cp_apike
     sqlite3_bind_text(st, 1, id_or_name, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
-        rc = rc == SQLITE_DONE ? al_error_set(err, -ENOENT, "no API key with the id or name \"%s\" "
-                                              "(`airlock apikey ls` lists them)", id_or_name)
+        rc = rc == SQLITE_DONE ? al_error_set(err, -ENOENT,
+                                              "no API key with the id or name \"%s\" "
+                                              "(`airlock apikey ls` lists them)",
+                                              id_or_name)
                                : store__err(s, err, "looking up an API key");
         sqlite3_reset(st);
         return rc;
@@ -413,8 +418,10 @@ int cp_store_key_get(struct cp_store *s, const char *id_or_name, struct cp_apike
     bool exact_id = strcmp(out->id, id_or_name) == 0;
     if (!exact_id && sqlite3_step(st) == SQLITE_ROW) {
         sqlite3_reset(st);
-        return al_error_set(err, -EEXIST, "several API keys are named \"%s\": give the key id "
-                            "(`airlock apikey ls` shows them)", id_or_name);
+        return al_error_set(err, -EEXIST,
+                            "several API keys are named \"%s\": give the key id "
+                            "(`airlock apikey ls` shows them)",
+                            id_or_name);
     }
     sqlite3_reset(st);
     return 0;
@@ -502,8 +509,7 @@ int cp_store_meta_get(struct cp_store *s, const char *key, char *out, size_t len
     return 0;
 }
 
-int cp_store_meta_set(struct cp_store *s, const char *key, const char *value,
-                      struct al_error *err)
+int cp_store_meta_set(struct cp_store *s, const char *key, const char *value, struct al_error *err)
 {
     sqlite3_stmt *st = store__st(s, ST_META_SET);
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);

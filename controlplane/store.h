@@ -36,8 +36,7 @@ int cp_store_sb_load(struct cp_store *s, const char *id, struct cp_sb_record *r,
                      struct al_error *err);
 /* Calls fn for every stored sandbox, ordered by seq; r is valid during the call only.
  * A row that cannot be read is reported through bad (may be NULL) and skipped. */
-int cp_store_sb_foreach(struct cp_store *s,
-                        int (*fn)(const struct cp_sb_record *r, void *arg),
+int cp_store_sb_foreach(struct cp_store *s, int (*fn)(const struct cp_sb_record *r, void *arg),
                         void (*bad)(const char *id, const char *why, void *arg), void *arg,
                         struct al_error *err);
 /* The next sequence number (persisted, never reused within one database). */
@@ -51,17 +50,14 @@ int cp_store_key_find(struct cp_store *s, const uint8_t digest[CP_DIGEST_LEN],
 /* By id or name; -ENOENT, -EEXIST when a name is ambiguous. */
 int cp_store_key_get(struct cp_store *s, const char *id_or_name, struct cp_apikey *out,
                      struct al_error *err);
-int cp_store_key_list(struct cp_store *s, struct cp_apikey **out, size_t *n,
-                      struct al_error *err);
-int cp_store_key_revoke(struct cp_store *s, const char *id, uint64_t when_ns,
-                        struct al_error *err);
+int cp_store_key_list(struct cp_store *s, struct cp_apikey **out, size_t *n, struct al_error *err);
+int cp_store_key_revoke(struct cp_store *s, const char *id, uint64_t when_ns, struct al_error *err);
 int cp_store_key_touch(struct cp_store *s, const char *id, uint64_t when_ns);
 /* How many keys are not revoked. */
 int cp_store_key_count_valid(struct cp_store *s, size_t *out, struct al_error *err);
 
 /* ---- meta --------------------------------------------------------------------------- */
 int cp_store_meta_get(struct cp_store *s, const char *key, char *out, size_t len);
-int cp_store_meta_set(struct cp_store *s, const char *key, const char *value,
-                      struct al_error *err);
+int cp_store_meta_set(struct cp_store *s, const char *key, const char *value, struct al_error *err);
 
 #endif

@@ -12,7 +12,7 @@
 #include "cp.h"
 #include "store.h"
 
-#define SUP_MAX 4
+#define SUP_MAX            4
 #define SUP_BACKOFF_MIN_MS 500
 #define SUP_BACKOFF_MAX_MS 30000
 #define SUP_STOP_GRACE_MS  5000
@@ -33,7 +33,7 @@ struct cp_daemon {
     pid_t pid;
     struct cp_proc_watch watch;
     bool watching;
-    uv_timer_t timer;          /* probe / restart backoff */
+    uv_timer_t timer; /* probe / restart backoff */
     uint64_t backoff_ms;
     uint64_t ready_ns;
     uint64_t stop_deadline_ns;
@@ -46,7 +46,7 @@ struct cp_supervisor {
     struct cp_daemon d[SUP_MAX];
     size_t n;
     bool stopping;
-    size_t open_handles;       /* timers and process watches not yet closed */
+    size_t open_handles; /* timers and process watches not yet closed */
     bool finishing;
     void (*done)(struct cp *cp);
 };
@@ -166,16 +166,16 @@ static int sup__watch(struct cp_daemon *d, int pidfd)
 static void sup__spawn(struct cp_daemon *d)
 {
     struct cp *cp = d->sup->cp;
-    struct cp_spawn sp = {.path = d->path, .argv = d->argv, .fds = {-1, 2, 2}, .nfds = 3,
-                          .new_session = true};
+    struct cp_spawn sp = {
+        .path = d->path, .argv = d->argv, .fds = {-1, 2, 2}, .nfds = 3, .new_session = true};
     int pidfd;
     struct al_error err = {0};
     if (cp_proc_spawn(&sp, &d->pid, &pidfd, &err)) {
         al_error("%s: %s; retrying in %.1f s", d->name, al_error_str(&err),
                  (double)d->backoff_ms / 1000.0);
         uv_timer_start(&d->timer, sup__restart_tick, d->backoff_ms, 0);
-        d->backoff_ms = d->backoff_ms * 2 > SUP_BACKOFF_MAX_MS ? SUP_BACKOFF_MAX_MS
-                                                                : d->backoff_ms * 2;
+        d->backoff_ms =
+            d->backoff_ms * 2 > SUP_BACKOFF_MAX_MS ? SUP_BACKOFF_MAX_MS : d->backoff_ms * 2;
         return;
     }
     d->adopted = false;
@@ -224,9 +224,13 @@ static void sup__probe(uv_timer_t *t)
         return;
     char target[4200];
     snprintf(target, sizeof target, "unix:%s", d->socket);
-    struct al_http_creq_opts o = {.target = target, .method = "GET", .path = d->health,
-                                  .timeout_ms = 2000, .on_response = sup__probe_resp,
-                                  .on_done = sup__probe_done, .arg = d};
+    struct al_http_creq_opts o = {.target = target,
+                                  .method = "GET",
+                                  .path = d->health,
+                                  .timeout_ms = 2000,
+                                  .on_response = sup__probe_resp,
+                                  .on_done = sup__probe_done,
+                                  .arg = d};
     if (al_http_creq_start(d->sup->cp->loop, &o, &d->probe))
         d->probe = NULL;
 }
@@ -368,8 +372,8 @@ void cp_sup_stop(struct cp_supervisor *s, bool keep, void (*done)(struct cp *cp)
     if (keep) {
         for (size_t i = 0; i < s->n; i++)
             if (s->d[i].watching)
-                al_info("leaving airlock-%s (pid %d) running for the next airlockd",
-                        s->d[i].name, (int)s->d[i].pid);
+                al_info("leaving airlock-%s (pid %d) running for the next airlockd", s->d[i].name,
+                        (int)s->d[i].pid);
         sup__finish(s);
         return;
     }

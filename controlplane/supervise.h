@@ -17,11 +17,11 @@ struct cp_supervisor;
 struct cp_daemon;
 
 struct cp_daemon_def {
-    const char *name;          /* "egress" */
-    const char *path;          /* executable */
-    char **argv;               /* NULL-terminated (copied) */
-    const char *socket;        /* admin socket */
-    const char *health_path;   /* "GET" this until 2xx */
+    const char *name;        /* "egress" */
+    const char *path;        /* executable */
+    char **argv;             /* NULL-terminated (copied) */
+    const char *socket;      /* admin socket */
+    const char *health_path; /* "GET" this until 2xx */
     /* Called each time the daemon becomes ready (first start, restart, adoption). */
     void (*on_ready)(struct cp *cp, struct cp_daemon *d);
 };

@@ -25,8 +25,7 @@ bool cp_template_id_valid(const char *id)
         return false;
     for (size_t i = 0; i < n; i++) {
         char c = id[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == '-'))
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
             return false;
     }
     return strstr(id, "..") == NULL;
@@ -74,8 +73,7 @@ static void tpl__list(const struct cp *cp, char *out, size_t len)
         snprintf(out, len, "none");
 }
 
-int cp_template_resolve(struct cp *cp, const char *id, char *dir, size_t len,
-                        struct al_error *err)
+int cp_template_resolve(struct cp *cp, const char *id, char *dir, size_t len, struct al_error *err)
 {
     if (!cp_template_id_valid(id))
         return al_error_set(err, -EINVAL, "template \"%.64s\" is not a valid template name", id);
@@ -88,8 +86,10 @@ int cp_template_resolve(struct cp *cp, const char *id, char *dir, size_t len,
         return 0;
     char have[1024];
     tpl__list(cp, have, sizeof have);
-    return al_error_set(err, -ENOENT, "template '%s' not found (templates available: %s; build "
-                        "more with deploy/templates/build)", id, have);
+    return al_error_set(err, -ENOENT,
+                        "template '%s' not found (templates available: %s; build "
+                        "more with deploy/templates/build)",
+                        id, have);
 }
 
 /* The builder script: templates.builder, else deploy/templates/build of the source tree
@@ -133,8 +133,8 @@ int cp_templates_ensure(struct cp *cp, struct al_error *err)
         return 0;
     char builder[4200];
     bool have_builder = tpl__builder(cp, builder, sizeof builder) == 0;
-    if (cp->cfg.build_templates == CP_TRI_OFF || (!have_builder && cp->cfg.build_templates ==
-                                                                       CP_TRI_AUTO)) {
+    if (cp->cfg.build_templates == CP_TRI_OFF ||
+        (!have_builder && cp->cfg.build_templates == CP_TRI_AUTO)) {
         for (size_t i = 0; i < nm; i++)
             al_warn("template %s is missing from %s%s", missing[i], cp->cfg.templates_path,
                     have_builder ? " (templates.build is off)"
@@ -142,12 +142,15 @@ int cp_templates_ensure(struct cp *cp, struct al_error *err)
         return 0;
     }
     if (!have_builder)
-        return al_error_set(err, -ENOENT, "default templates are missing and the builder "
+        return al_error_set(err, -ENOENT,
+                            "default templates are missing and the builder "
                             "(deploy/templates/build) was not found: set templates.builder");
     char state_arg[4200];
     snprintf(state_arg, sizeof state_arg, "%s", cp->cfg.state_dir);
-    fprintf(stderr, "\nairlockd: building %zu default template%s (first start; a few minutes "
-                    "each, cached afterwards):\n", nm, nm == 1 ? "" : "s");
+    fprintf(stderr,
+            "\nairlockd: building %zu default template%s (first start; a few minutes "
+            "each, cached afterwards):\n",
+            nm, nm == 1 ? "" : "s");
     for (size_t i = 0; i < nm; i++) {
         fprintf(stderr, "  [%zu/%zu] %s\n", i + 1, nm, missing[i]);
         char *argv[] = {builder, "--state-dir", state_arg, missing[i], NULL};
@@ -162,9 +165,11 @@ int cp_templates_ensure(struct cp *cp, struct al_error *err)
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
             char how[128];
             cp_proc_describe(st, how, sizeof how);
-            return al_error_set(err, -EIO, "building template %s failed (%s %s): see the output "
+            return al_error_set(err, -EIO,
+                                "building template %s failed (%s %s): see the output "
                                 "above; airlockd starts once the default templates exist "
-                                "(or set templates.build: off)", missing[i], builder, how);
+                                "(or set templates.build: off)",
+                                missing[i], builder, how);
         }
     }
     return 0;

@@ -19,8 +19,7 @@ struct cp;
  * digit. */
 bool cp_template_id_valid(const char *id);
 /* Resolves id to its directory. -ENOENT (with a message listing what exists) if none. */
-int cp_template_resolve(struct cp *cp, const char *id, char *dir, size_t len,
-                        struct al_error *err);
+int cp_template_resolve(struct cp *cp, const char *id, char *dir, size_t len, struct al_error *err);
 /* Checks the default templates and builds missing ones (blocking; at start). */
 int cp_templates_ensure(struct cp *cp, struct al_error *err);
 

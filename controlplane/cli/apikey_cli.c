@@ -23,17 +23,18 @@
 
 static void apikey__usage(FILE *f)
 {
-    fprintf(f, "usage: airlock [--state-dir DIR] apikey <command>\n"
-               "\n"
-               "  create [NAME] [--policies LIST]   make a key and print it (once)\n"
-               "                                    LIST: \"*\" (any policy, the default) or\n"
-               "                                    policy names separated by commas: the\n"
-               "                                    policies sandboxes of this key may use\n"
-               "                                    through metadata[\"airlock.policy\"]\n"
-               "  ls [--json]                       list keys (never the keys themselves)\n"
-               "  revoke ID|NAME                    revoke a key (takes effect at once)\n"
-               "\n"
-               "Keys live (as digests) in %s/airlockd.db.\n",
+    fprintf(f,
+            "usage: airlock [--state-dir DIR] apikey <command>\n"
+            "\n"
+            "  create [NAME] [--policies LIST]   make a key and print it (once)\n"
+            "                                    LIST: \"*\" (any policy, the default) or\n"
+            "                                    policy names separated by commas: the\n"
+            "                                    policies sandboxes of this key may use\n"
+            "                                    through metadata[\"airlock.policy\"]\n"
+            "  ls [--json]                       list keys (never the keys themselves)\n"
+            "  revoke ID|NAME                    revoke a key (takes effect at once)\n"
+            "\n"
+            "Keys live (as digests) in %s/airlockd.db.\n",
             al_state_dir());
 }
 
@@ -43,14 +44,16 @@ int cp_cli_open_store(struct cp_store **out, bool create)
     struct stat st;
     if (stat(al_state_dir(), &st) < 0 || !S_ISDIR(st.st_mode)) {
         if (!create) {
-            fprintf(stderr, "airlock: no state directory %s (start airlockd first, or pass "
-                            "--state-dir DIR)\n", al_state_dir());
+            fprintf(stderr,
+                    "airlock: no state directory %s (start airlockd first, or pass "
+                    "--state-dir DIR)\n",
+                    al_state_dir());
             return -ENOENT;
         }
         int rc = al_mkdir_p(al_state_dir(), 0700);
         if (rc) {
-            fprintf(stderr, "airlock: cannot create the state directory %s: %s\n",
-                    al_state_dir(), strerror(-rc));
+            fprintf(stderr, "airlock: cannot create the state directory %s: %s\n", al_state_dir(),
+                    strerror(-rc));
             return rc;
         }
     }
@@ -121,8 +124,8 @@ static int apikey__create(int argc, char **argv)
         fprintf(stderr, "airlock apikey create: %s\n", al_error_str(&err));
         return 1;
     }
-    fprintf(stderr, "created API key %s (%s), policies: %s. It is shown once, now:\n", k.id,
-            k.name, k.policies);
+    fprintf(stderr, "created API key %s (%s), policies: %s. It is shown once, now:\n", k.id, k.name,
+            k.policies);
     printf("%s\n", key);
     sodium_memzero(key, sizeof key);
     return 0;

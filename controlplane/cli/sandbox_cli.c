@@ -53,8 +53,8 @@ static int sb_cli__call(const char *method, const char *path, json_t *body, int 
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     struct al_http_header h[] = {{"Content-Type", "application/json"}};
     struct al_http_resp r = {0};
-    int rc = al_http_call(cli__target, method, path, h, body ? 1 : 0, text,
-                          text ? strlen(text) : 0, CLI_TIMEOUT_MS, 0, &r, &err);
+    int rc = al_http_call(cli__target, method, path, h, body ? 1 : 0, text, text ? strlen(text) : 0,
+                          CLI_TIMEOUT_MS, 0, &r, &err);
     free(text);
     if (rc) {
         fprintf(stderr, "airlock: cannot reach airlockd (%s): %s\n", cli__target,
@@ -194,7 +194,8 @@ static int sb_cli__ls(int argc, char **argv)
             printf("%-22s %-22s %-8s %-26s %s\n", "ID", "TEMPLATE", "STATE", "ENDS", "METADATA");
             size_t i;
             json_t *s;
-            json_array_foreach(all, i, s) {
+            json_array_foreach(all, i, s)
+            {
                 char *m = json_dumps(json_object_get(s, "metadata"), JSON_COMPACT);
                 printf("%-22s %-22s %-8s %-26s %s\n",
                        json_string_value(json_object_get(s, "sandboxID")),
@@ -214,11 +215,14 @@ static int sb_cli__create(int argc, char **argv)
     json_t *body = json_object(), *md = json_object(), *env = json_object();
     json_t *allow = json_array();
     bool as_json = false;
-    static const struct option opts[] = {
-        {"timeout", required_argument, NULL, 't'}, {"metadata", required_argument, NULL, 'm'},
-        {"env", required_argument, NULL, 'e'},     {"policy", required_argument, NULL, 'p'},
-        {"json", no_argument, NULL, 'j'},          {"no-internet", no_argument, NULL, 'n'},
-        {"allow-out", required_argument, NULL, 'a'}, {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"timeout", required_argument, NULL, 't'},
+                                         {"metadata", required_argument, NULL, 'm'},
+                                         {"env", required_argument, NULL, 'e'},
+                                         {"policy", required_argument, NULL, 'p'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"no-internet", no_argument, NULL, 'n'},
+                                         {"allow-out", required_argument, NULL, 'a'},
+                                         {NULL, 0, NULL, 0}};
     int c, rc = 2;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -331,7 +335,8 @@ static int sb_cli__logs(int argc, char **argv)
     }
     size_t i;
     json_t *e;
-    json_array_foreach(json_object_get(out, "logs"), i, e) {
+    json_array_foreach(json_object_get(out, "logs"), i, e)
+    {
         printf("%s %-5s %s\n", json_string_value(json_object_get(e, "timestamp")),
                json_string_value(json_object_get(e, "level")),
                json_string_value(json_object_get(e, "message")));
@@ -343,7 +348,7 @@ static int sb_cli__logs(int argc, char **argv)
 /* ---- exec: Connect streaming over the local socket -------------------------------------- */
 
 struct exec_ctx {
-    struct al_buf buf;   /* undecoded envelope bytes */
+    struct al_buf buf; /* undecoded envelope bytes */
     int exit_code;
     bool ended;
     bool started;
@@ -351,8 +356,8 @@ struct exec_ctx {
     char error[512];
 };
 
-static int exec__resp(struct al_http_creq *c, int status, const struct al_http_header *h,
-                      size_t n, void *arg)
+static int exec__resp(struct al_http_creq *c, int status, const struct al_http_header *h, size_t n,
+                      void *arg)
 {
     struct exec_ctx *x = arg;
     (void)c;
@@ -367,8 +372,8 @@ static void exec__write_b64(FILE *f, const char *b64)
     size_t l = strlen(b64);
     unsigned char *out = malloc(l + 1);
     size_t n = 0;
-    if (out && sodium_base642bin(out, l, b64, l, NULL, &n, NULL, sodium_base64_VARIANT_ORIGINAL) ==
-                   0) {
+    if (out &&
+        sodium_base642bin(out, l, b64, l, NULL, &n, NULL, sodium_base64_VARIANT_ORIGINAL) == 0) {
         fwrite(out, 1, n, f);
         fflush(f);
     }
@@ -381,8 +386,8 @@ static void exec__message(struct exec_ctx *x, unsigned flags, const char *data, 
     if (!m)
         return;
     if (flags & 2) {
-        const char *msg = json_string_value(json_object_get(json_object_get(m, "error"),
-                                                            "message"));
+        const char *msg =
+            json_string_value(json_object_get(json_object_get(m, "error"), "message"));
         if (msg)
             snprintf(x->error, sizeof x->error, "%s", msg);
         json_decref(m);
@@ -446,10 +451,11 @@ static int sb_cli__exec(int argc, char **argv)
     const char *user = NULL, *cwd = NULL;
     long timeout = 0;
     json_t *env = json_object();
-    static const struct option opts[] = {
-        {"user", required_argument, NULL, 'u'}, {"cwd", required_argument, NULL, 'c'},
-        {"env", required_argument, NULL, 'e'},  {"timeout", required_argument, NULL, 't'},
-        {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"user", required_argument, NULL, 'u'},
+                                         {"cwd", required_argument, NULL, 'c'},
+                                         {"env", required_argument, NULL, 'e'},
+                                         {"timeout", required_argument, NULL, 't'},
+                                         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
@@ -532,9 +538,11 @@ static int sb_cli__exec(int argc, char **argv)
         snprintf(auth, sizeof auth, "Basic %s", b64);
     }
     snprintf(tmo, sizeof tmo, "%ld", timeout * 1000);
-    struct al_http_header h[8] = {
-        {"Content-Type", "application/connect+json"}, {"Connect-Protocol-Version", "1"},
-        {"E2b-Sandbox-Id", id}, {"E2b-Sandbox-Port", "49983"}, {"X-Access-Token", token}};
+    struct al_http_header h[8] = {{"Content-Type", "application/connect+json"},
+                                  {"Connect-Protocol-Version", "1"},
+                                  {"E2b-Sandbox-Id", id},
+                                  {"E2b-Sandbox-Port", "49983"},
+                                  {"X-Access-Token", token}};
     size_t nh = 5;
     if (auth[0])
         h[nh++] = (struct al_http_header){"Authorization", auth};
@@ -544,11 +552,18 @@ static int sb_cli__exec(int argc, char **argv)
     uv_loop_init(&loop);
     struct exec_ctx x = {.exit_code = 1};
     al_buf_init(&x.buf, 64u << 20);
-    struct al_http_creq_opts o = {.target = cli__target, .method = "POST",
-                                  .path = "/process.Process/Start", .headers = h, .n_headers = nh,
-                                  .body = env5, .body_len = ml + 5, .timeout_ms = 30000,
-                                  .on_response = exec__resp, .on_data = exec__data,
-                                  .on_done = exec__done, .arg = &x};
+    struct al_http_creq_opts o = {.target = cli__target,
+                                  .method = "POST",
+                                  .path = "/process.Process/Start",
+                                  .headers = h,
+                                  .n_headers = nh,
+                                  .body = env5,
+                                  .body_len = ml + 5,
+                                  .timeout_ms = 30000,
+                                  .on_response = exec__resp,
+                                  .on_data = exec__data,
+                                  .on_done = exec__done,
+                                  .arg = &x};
     struct al_http_creq *cr;
     int rc = al_http_creq_start(&loop, &o, &cr);
     if (rc == 0)

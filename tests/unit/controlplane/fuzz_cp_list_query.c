@@ -23,11 +23,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (cp_list_query_parse(q, data[0] & 1, &lq, NULL) == 0) {
         json_t *md = json_pack("{s:s}", "k", "v");
         struct cp_list_item items[3] = {
-            {.id = "a", .state = CP_SB_RUNNING, .started_ns = 1, .template_id = "base",
+            {.id = "a",
+             .state = CP_SB_RUNNING,
+             .started_ns = 1,
+             .template_id = "base",
              .metadata = md},
-            {.id = "b", .state = CP_SB_PAUSED, .started_ns = 2, .template_id = "base",
+            {.id = "b",
+             .state = CP_SB_PAUSED,
+             .started_ns = 2,
+             .template_id = "base",
              .metadata = md},
-            {.id = "c", .state = CP_SB_RUNNING, .started_ns = 2, .template_id = "x",
+            {.id = "c",
+             .state = CP_SB_RUNNING,
+             .started_ns = 2,
+             .template_id = "x",
              .metadata = md},
         };
         size_t n;

@@ -20,11 +20,11 @@ START_TEST(metadata_triple_encoding)
     ck_assert_str_eq(json_string_value(json_object_get(q.metadata, "owner")), "agent x");
     cp_list_query_free(&q);
 
-    ck_assert_int_eq(cp_list_query_parse(
-                         "metadata=%2525C3%2525BCn%2525C3%2525AF%3D%2525C3%2525A7%2525C3%2525B6d"
-                         "%2525C3%2525A9%252526%25253D%252525%25252B%26a%252520b%3Dc",
-                         true, &q, &err),
-                     0);
+    ck_assert_int_eq(
+        cp_list_query_parse("metadata=%2525C3%2525BCn%2525C3%2525AF%3D%2525C3%2525A7%2525C3%2525B6d"
+                            "%2525C3%2525A9%252526%25253D%252525%25252B%26a%252520b%3Dc",
+                            true, &q, &err),
+        0);
     ck_assert_uint_eq(json_object_size(q.metadata), 2);
     ck_assert_str_eq(json_string_value(json_object_get(q.metadata, "ünï")), "çödé&=%+");
     ck_assert_str_eq(json_string_value(json_object_get(q.metadata, "a b")), "c");
@@ -36,9 +36,8 @@ START_TEST(metadata_triple_encoding)
     cp_list_query_free(&q);
 
     /* v1 takes metadata too. */
-    ck_assert_int_eq(cp_list_query_parse("metadata=owner%3Dagent%252520x&state=paused", false, &q,
-                                         &err),
-                     0);
+    ck_assert_int_eq(
+        cp_list_query_parse("metadata=owner%3Dagent%252520x&state=paused", false, &q, &err), 0);
     ck_assert_ptr_nonnull(q.metadata);
     ck_assert(q.running && !q.paused); /* v1 lists running sandboxes only */
     ck_assert_uint_eq(q.limit, 0);
@@ -126,8 +125,8 @@ START_TEST(token_roundtrip)
     ck_assert_uint_eq(ns, 1767323045123456789ull);
     ck_assert_str_eq(id, "abc123def");
     ck_assert_int_eq(cp_list_token_decode("", &ns, id, sizeof id), -EINVAL);
-    ck_assert_int_eq(cp_list_token_decode("MTIz", &ns, id, sizeof id), -EINVAL); /* "123" */
-    ck_assert_int_eq(cp_list_token_decode("OjEyMw", &ns, id, sizeof id), -EINVAL); /* ":123" */
+    ck_assert_int_eq(cp_list_token_decode("MTIz", &ns, id, sizeof id), -EINVAL);     /* "123" */
+    ck_assert_int_eq(cp_list_token_decode("OjEyMw", &ns, id, sizeof id), -EINVAL);   /* ":123" */
     ck_assert_int_eq(cp_list_token_decode("MTI6QUJD", &ns, id, sizeof id), -EINVAL); /* "12:ABC" */
 }
 END_TEST
@@ -147,7 +146,9 @@ static void world_init(struct world *w)
         w->md[i] = json_pack("{s:s}", "team", i % 3 == 0 ? "red" : "blue");
         w->items[i] = (struct cp_list_item){
             .id = w->ids[i],
-            .state = i % 5 == 0 ? CP_SB_PAUSED : i == 7 ? CP_SB_CREATING : CP_SB_RUNNING,
+            .state = i % 5 == 0 ? CP_SB_PAUSED
+                     : i == 7   ? CP_SB_CREATING
+                                : CP_SB_RUNNING,
             /* Pairs share a start time, so the id breaks ties. */
             .started_ns = 1000 + (uint64_t)(i / 2),
             .template_id = i % 2 ? "base" : "code-interpreter-v1",
@@ -224,9 +225,8 @@ START_TEST(filters_match)
     world_init(&w);
     struct cp_list_query q;
     struct al_error err = {0};
-    ck_assert_int_eq(cp_list_query_parse("startedAfter=1970-01-01T00%3A00%3A00.000001010Z",
-                                         true, &q, &err),
-                     0);
+    ck_assert_int_eq(
+        cp_list_query_parse("startedAfter=1970-01-01T00%3A00%3A00.000001010Z", true, &q, &err), 0);
     struct cp_list_item items[N];
     memcpy(items, w.items, sizeof items);
     size_t n;

@@ -44,11 +44,11 @@ static void agent__on_body(struct al_http_req *req, int err)
 {
     if (err < 0)
         return;
-    json_t *o = json_pack("{s:s,s:s,s:s?,s:s?,s:s?,s:I}", "method", req->method, "target",
-                          req->target, "sandbox", al_http_req_header(req, "E2b-Sandbox-Id"),
-                          "port", al_http_req_header(req, "E2b-Sandbox-Port"), "token",
-                          al_http_req_header(req, "X-Access-Token"), "body_len",
-                          (json_int_t)req->body.len);
+    json_t *o =
+        json_pack("{s:s,s:s,s:s?,s:s?,s:s?,s:I}", "method", req->method, "target", req->target,
+                  "sandbox", al_http_req_header(req, "E2b-Sandbox-Id"), "port",
+                  al_http_req_header(req, "E2b-Sandbox-Port"), "token",
+                  al_http_req_header(req, "X-Access-Token"), "body_len", (json_int_t)req->body.len);
     al_http_reply_json(req, 200, o);
 }
 
@@ -111,8 +111,8 @@ static int fb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_bac
     if (strcmp(sb->rec.template_id, "failing") == 0)
         return fb__later(sb, cb, -EIO);
     char *argv[] = {"/bin/sleep", "1000", NULL};
-    struct cp_spawn s = {.path = "/bin/sleep", .argv = argv, .fds = {-1, -1, -1}, .nfds = 3,
-                         .new_session = true};
+    struct cp_spawn s = {
+        .path = "/bin/sleep", .argv = argv, .fds = {-1, -1, -1}, .nfds = 3, .new_session = true};
     pid_t pid;
     if (cp_proc_spawn(&s, &pid, &sb->pidfd, NULL))
         return -EIO;
@@ -152,10 +152,10 @@ static int fb_resume(struct cp_sandbox *sb, cp_backend_cb cb)
 
 static int fb_stats(struct cp_sandbox *sb, cp_backend_stats_cb cb, void *arg)
 {
-    json_t *st = json_pack("{s:I,s:i,s:I,s:I,s:I,s:I}", "cpu_usage_ns", (json_int_t)1000000,
-                           "cpus", 2, "memory_bytes", (json_int_t)(64 << 20),
-                           "memory_limit_bytes", (json_int_t)(512 << 20), "disk_used_bytes",
-                           (json_int_t)(1 << 20), "disk_total_bytes", (json_int_t)(1 << 30));
+    json_t *st = json_pack("{s:I,s:i,s:I,s:I,s:I,s:I}", "cpu_usage_ns", (json_int_t)1000000, "cpus",
+                           2, "memory_bytes", (json_int_t)(64 << 20), "memory_limit_bytes",
+                           (json_int_t)(512 << 20), "disk_used_bytes", (json_int_t)(1 << 20),
+                           "disk_total_bytes", (json_int_t)(1 << 30));
     cb(sb, 0, st, arg);
     json_decref(st);
     return 0;
@@ -180,9 +180,16 @@ static void fb_log_path(const struct cp_sandbox *sb, char *out, size_t len)
 }
 
 static const struct cp_backend_ops fake_backend = {
-    .name = "fake", .start = fb_start, .stop = fb_stop, .pause = fb_pause,
-    .resume = fb_resume, .stats = fb_stats, .adopt = fb_adopt, .cleanup = fb_cleanup,
-    .sweep = fb_sweep, .log_path = fb_log_path,
+    .name = "fake",
+    .start = fb_start,
+    .stop = fb_stop,
+    .pause = fb_pause,
+    .resume = fb_resume,
+    .stats = fb_stats,
+    .adopt = fb_adopt,
+    .cleanup = fb_cleanup,
+    .sweep = fb_sweep,
+    .log_path = fb_log_path,
 };
 
 /* ---- the control plane under test ------------------------------------------------------- */
@@ -211,8 +218,9 @@ static void setup(void)
     char cfgp[300];
     snprintf(cfgp, sizeof cfgp, "%s/cfg.yaml", tmpdir);
     FILE *f = fopen(cfgp, "w");
-    fprintf(f, "state_dir: %s\nsandboxes:\n  max: 6\n  max_timeout: 1h\n  default_timeout: 300s\n"
-               "api:\n  domain: sbx.test\n",
+    fprintf(f,
+            "state_dir: %s\nsandboxes:\n  max: 6\n  max_timeout: 1h\n  default_timeout: 300s\n"
+            "api:\n  domain: sbx.test\n",
             tmpdir);
     fclose(f);
     ck_assert_int_eq(cp_config_load(&cp->cfg, cfgp, "127.0.0.1:0", NULL, stderr), 0);
@@ -315,8 +323,8 @@ static void req_full(struct resp *r, const char *target, const char *method, con
     struct al_http_resp out = {0};
     struct al_error err = {0};
     memset(r, 0, sizeof *r);
-    int rc = al_http_call(target, method, path, h, n, body, body ? strlen(body) : 0, 10000, 0,
-                          &out, &err);
+    int rc = al_http_call(target, method, path, h, n, body, body ? strlen(body) : 0, 10000, 0, &out,
+                          &err);
     ck_assert_msg(rc == 0, "%s %s: %s", method, path, err.msg);
     r->status = out.status;
     r->len = out.body.len < sizeof r->raw - 1 ? out.body.len : sizeof r->raw - 1;
@@ -372,8 +380,9 @@ static void assert_error(struct resp *r, int status, const char *needle)
 START_TEST(create_shapes_v1_v2)
 {
     struct resp r;
-    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"timeout\":120,"
-                                     "\"metadata\":{\"k\":\"v\"},\"envVars\":{\"A\":\"1\"}}");
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"base\",\"timeout\":120,"
+        "\"metadata\":{\"k\":\"v\"},\"envVars\":{\"A\":\"1\"}}");
     ck_assert_msg(r.status == 201, "%d %s", r.status, r.raw);
     ck_assert_uint_eq(strlen(jstr(r.body, "sandboxID")), CP_ID_LEN);
     ck_assert_str_eq(jstr(r.body, "templateID"), "base");
@@ -386,8 +395,9 @@ START_TEST(create_shapes_v1_v2)
     snprintf(id, sizeof id, "%s", jstr(r.body, "sandboxID"));
     resp_free(&r);
     /* The previous generation's path, with its extra fields. */
-    req(&r, "POST", "/sandboxes", "{\"templateID\":\"base\",\"secure\":true,"
-                                  "\"allow_internet_access\":true}");
+    req(&r, "POST", "/sandboxes",
+        "{\"templateID\":\"base\",\"secure\":true,"
+        "\"allow_internet_access\":true}");
     ck_assert_int_eq(r.status, 201);
     resp_free(&r);
     char path[128];
@@ -447,8 +457,9 @@ START_TEST(create_validation)
         "{\"templateID\":\"base\",\"network\":{\"rules\":{\"x.com\":[{}]}}}");
     assert_error(&r, 400, "network.rules");
     resp_free(&r);
-    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"network\":{\"egressProxy\":"
-                                     "{\"address\":\"p:1080\"}}}");
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"base\",\"network\":{\"egressProxy\":"
+        "{\"address\":\"p:1080\"}}}");
     assert_error(&r, 400, "egressProxy");
     resp_free(&r);
     req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"mcp\":{\"x\":1}}");
@@ -678,8 +689,7 @@ START_TEST(lifecycle_ops)
     req(&r, "GET", path, NULL);
     ck_assert_int_eq(r.status, 200);
     ck_assert_uint_eq(json_array_size(json_object_get(r.body, "logs")), 1);
-    ck_assert_str_eq(jstr(json_array_get(json_object_get(r.body, "logs"), 0), "message"),
-                     "hello");
+    ck_assert_str_eq(jstr(json_array_get(json_object_get(r.body, "logs"), 0), "message"), "hello");
     resp_free(&r);
     snprintf(path, sizeof path, "/sandboxes/%s/logs", id);
     req(&r, "GET", path, NULL);
@@ -782,8 +792,8 @@ START_TEST(dataplane_routing)
     create("{\"templateID\":\"base\"}", id, tok);
     struct resp r;
     /* By E2b-Sandbox-Id: everything reaches the agent unchanged. */
-    struct al_http_header h[] = {{"E2b-Sandbox-Id", id}, {"E2b-Sandbox-Port", "49999"},
-                                 {"X-Access-Token", tok}};
+    struct al_http_header h[] = {
+        {"E2b-Sandbox-Id", id}, {"E2b-Sandbox-Port", "49999"}, {"X-Access-Token", tok}};
     req_full(&r, g_target, "POST", "/execute?x=1", NULL, "{\"code\":\"1\"}", h, 3);
     ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
     ck_assert_str_eq(jstr(r.body, "target"), "/execute?x=1");

@@ -49,7 +49,8 @@ START_TEST(ids_shapes)
     ck_assert(!cp_sandbox_id_valid("ABC"));
     ck_assert(!cp_sandbox_id_valid("a/b"));
     ck_assert(!cp_sandbox_id_valid("a b"));
-    ck_assert(!cp_sandbox_id_valid("0123456789012345678901234567890123456789012345678901234567890123"));
+    ck_assert(
+        !cp_sandbox_id_valid("0123456789012345678901234567890123456789012345678901234567890123"));
     ck_assert(cp_sandbox_id_valid("debug_sandbox_id"));
 
     char key[CP_APIKEY_LEN + 1];
@@ -344,7 +345,8 @@ START_TEST(store_newer_schema_refused)
     char cmd[600];
     snprintf(cmd, sizeof cmd,
              "python3 -c \"import sqlite3; c=sqlite3.connect('%s'); c.execute('PRAGMA "
-             "user_version=99'); c.commit()\"", dbpath);
+             "user_version=99'); c.commit()\"",
+             dbpath);
     ck_assert_int_eq(system(cmd), 0);
     ck_assert_int_eq(cp_store_open(dbpath, &s, &err), -EPROTO);
     ck_assert_ptr_nonnull(strstr(err.msg, "newer"));
