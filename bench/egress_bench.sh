@@ -1,0 +1,281 @@
+#!/usr/bin/env bash
+# bench/egress_bench.sh: airlock-egress against a direct connection and a reference proxy
+# from Debian (nginx: http proxy_pass with an allowlisted server_name, and stream with
+# ssl_preread allowlisting on SNI), all measured in the same run, in a namespace world with
+# no route out (needs root). Prints JSON lines; every figure has its references next to it.
+#
+#   bench/egress_bench.sh [--build DIR] [--duration S] [--quick] [--only GROUP] [--perf]
+#   GROUP: http, latency, tls_conns, tls_bulk, idle, copy. --perf records the proxy with
+#   `perf record -g` during its runs (perf.data in the current directory).
+#
+#   sb1 --TPROXY--> airlock-egress (host ns) --> upstreams (up ns, 203.0.113.10)
+#   sb2 -----------> nginx (host ns, 10.200.2.1:8080 http, :8443/:8444 stream) --> upstreams
+#   sb2 ---routed--> upstreams directly
+# Upstreams and clients are bench/egress_load (single-threaded epoll). Measured:
+#   HTTP keep-alive requests/s (closed loop, 32 connections) and latency at 1,000 req/s
+#   (open loop, latency from the scheduled send time); TLS passthrough connections/s (a
+#   ClientHello and a 1 KiB server flight per connection) and throughput (MB/s, splice and
+#   read/write relays); memory per idle proxied connection (RSS of the proxy, and the
+#   kernel's TCP memory, per connection).
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+build="$top/build"
+dur=5
+quick=0
+only=""
+perf=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --only) only=$2; shift 2 ;;
+    --perf) perf=1; shift ;;
+    --strace) perf=2; shift ;;
+    --build) build=$2; shift 2 ;;
+    --duration) dur=$2; shift 2 ;;
+    --quick) quick=1; dur=2; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "egress_bench: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || { echo "egress_bench: needs root (network namespaces)" >&2; exit 1; }
+BIN="$build/bin"
+LOAD="$build/bench/egress_load"
+[ -x "$LOAD" ] || LOAD="$BIN/egress_load"
+for f in "$BIN/airlock-egress" "$LOAD"; do
+  [ -x "$f" ] || { echo "egress_bench: $f not built (cmake --build $build)" >&2; exit 1; }
+done
+STREAM_MOD=/usr/lib/nginx/modules/ngx_stream_module.so
+have_nginx=1
+if ! command -v nginx >/dev/null || [ ! -f "$STREAM_MOD" ]; then
+  echo "egress_bench: nginx with the stream module not found (deploy/setup installs nginx-light and libnginx-mod-stream); reference skipped" >&2
+  have_nginx=0
+fi
+
+W="al-egb$(($$ % 100000))"
+TMP=$(mktemp -d "/tmp/$W.XXXXXX")
+PIDS=()
+cleanup() {
+  set +e
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+  for n in host up sb1 sb2; do ip netns del "$W-$n" 2>/dev/null; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+bg() { local log=$1; shift; "$@" >"$TMP/$log" 2>&1 & PIDS+=($!); }
+wait_for() { for _ in $(seq 1 100); do grep -q "$2" "$TMP/$1" 2>/dev/null && return 0; sleep 0.1; done; echo "timeout: $1" >&2; cat "$TMP/$1" >&2; exit 1; }
+
+H=$W-host; U=$W-up
+for n in host up sb1 sb2; do ip netns add "$W-$n"; ip -n "$W-$n" link set lo up; done
+p="b$(($$ % 100000))"
+ip link add "${p}u" type veth peer name "${p}d"
+ip link set "${p}u" netns "$H"; ip link set "${p}d" netns "$U"
+ip -n "$H" addr add 192.0.2.1/30 dev "${p}u"; ip -n "$H" link set "${p}u" up
+ip -n "$U" addr add 192.0.2.2/30 dev "${p}d"; ip -n "$U" link set "${p}d" up
+ip -n "$U" addr add 203.0.113.10/32 dev lo; ip -n "$U" addr add 203.0.113.53/32 dev lo
+ip -n "$U" route add 10.200.0.0/16 via 192.0.2.1
+ip -n "$H" route add 203.0.113.0/24 via 192.0.2.2
+for n in 1 2; do
+  ip link add "${p}h$n" type veth peer name "${p}s$n"
+  ip link set "${p}h$n" netns "$H"; ip link set "${p}s$n" netns "$W-sb$n"
+  ip -n "$H" addr add "10.200.$n.1/30" dev "${p}h$n"; ip -n "$H" link set "${p}h$n" up
+  ip -n "$W-sb$n" addr add "10.200.$n.2/30" dev "${p}s$n"; ip -n "$W-sb$n" link set "${p}s$n" up
+  ip -n "$W-sb$n" route add default via "10.200.$n.1"
+done
+ip netns exec "$H" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+ip -n "$H" rule add fwmark 1 lookup 100
+ip -n "$H" route add local 0.0.0.0/0 dev lo table 100
+ip netns exec "$H" nft -f - <<NFT
+table ip egress_bench {
+  chain pre {
+    type filter hook prerouting priority mangle; policy accept;
+    iifname "${p}h1" udp dport 53 tproxy to 127.0.0.1:15053 meta mark set 1 accept
+    iifname "${p}h1" meta l4proto tcp tproxy to 127.0.0.1:15001 meta mark set 1 accept
+  }
+}
+NFT
+
+# Upstreams.
+echo '{"allowed.test": {"A": ["203.0.113.10"], "ttl": 300}}' >"$TMP/zone.json"
+bg dns.log ip netns exec "$U" python3 "$top/tests/integration/egress_tool.py" dns-server 203.0.113.53 53 "$TMP/zone.json"
+bg up_http.log ip netns exec "$U" "$LOAD" serve-http 203.0.113.10 80
+bg up_tls.log ip netns exec "$U" "$LOAD" serve-tls 203.0.113.10 443 --bytes 1024
+bg up_bulk.log ip netns exec "$U" "$LOAD" serve-tls 203.0.113.10 8443 --bytes 0
+wait_for dns.log LISTEN; wait_for up_http.log LISTEN; wait_for up_tls.log LISTEN; wait_for up_bulk.log LISTEN
+
+# The reference proxy.
+if [ "$have_nginx" = 1 ]; then
+  mkdir -p "$TMP/nginx"
+  cat >"$TMP/nginx/nginx.conf" <<CONF
+load_module $STREAM_MOD;
+worker_processes 2;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log warn;
+events { worker_connections 20000; }
+http {
+  access_log off; keepalive_requests 1000000; keepalive_timeout 300s;
+  client_body_temp_path $TMP/nginx; proxy_temp_path $TMP/nginx; fastcgi_temp_path $TMP/nginx;
+  uwsgi_temp_path $TMP/nginx; scgi_temp_path $TMP/nginx;
+  upstream up { server 203.0.113.10:80; keepalive 64; }
+  server { listen 10.200.2.1:8080 default_server; return 403; }
+  server {
+    listen 10.200.2.1:8080; server_name allowed.test;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+stream {
+  map \$ssl_preread_server_name \$tls_up { allowed.test 203.0.113.10:443; default 127.0.0.1:1; }
+  map \$ssl_preread_server_name \$bulk_up { allowed.test 203.0.113.10:8443; default 127.0.0.1:1; }
+  server { listen 10.200.2.1:8443; ssl_preread on; proxy_pass \$tls_up; }
+  server { listen 10.200.2.1:8444; ssl_preread on; proxy_pass \$bulk_up; }
+}
+CONF
+  bg nginx.log ip netns exec "$H" nginx -c "$TMP/nginx/nginx.conf" -g 'daemon off;'
+  sleep 0.5
+fi
+
+start_egress() {
+  mkdir -p "$TMP/state"
+  bg egress.log ip netns exec "$H" "$BIN/airlock-egress" --state-dir "$TMP/state" --resolver 203.0.113.53 \
+    --listen 127.0.0.1:15001 --dns 127.0.0.1:15053 --vswitch off --workers 2 \
+    --max-connections 20000 --max-sandbox-connections 10000 --memory-budget 1GiB --log-level warn "$@"
+  EGRESS_PID=${PIDS[-1]}
+  wait_for egress.log ready
+  cat >"$TMP/policy.yaml" <<'YAML'
+version: 1
+name: bench
+rules:
+  - name: http
+    hosts: [allowed.test]
+    ports: [80]
+    scheme: http
+  - name: tls
+    hosts: [allowed.test]
+    ports: [443, 8443]
+YAML
+  python3 -c 'import json,sys; print(json.dumps({"id":"bench","addresses":["10.200.1.2"],"policy":{"yaml":open(sys.argv[1]).read()}}))' \
+    "$TMP/policy.yaml" >"$TMP/reg.json"
+  curl -sf --unix-socket "$TMP/state/run/egress.sock" -X POST --data-binary @"$TMP/reg.json" http://egress/v1/sandboxes >/dev/null
+}
+stop_egress() { kill "$EGRESS_PID"; wait "$EGRESS_PID" 2>/dev/null || true; }
+
+SB1=(ip netns exec "$W-sb1"); SB2=(ip netns exec "$W-sb2")
+OUT="$TMP/results.jsonl"
+run() { "$@" | tee -a "$OUT"; }
+want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
+# run_egress CMD...: a run through the proxy (recorded by perf when asked).
+run_egress() {
+  if [ "$perf" = 2 ]; then
+    strace -c -f -o strace.out -p "$EGRESS_PID" &
+    local sp=$!
+    sleep 0.5
+    run "$@"
+    kill -INT "$sp"; wait "$sp" 2>/dev/null || true
+  elif [ "$perf" = 1 ]; then
+    perf record -q -g -o "perf.data" -p "$EGRESS_PID" >/dev/null 2>&1 &
+    local pp=$!
+    sleep 0.2
+    run "$@"
+    kill -INT "$pp"; wait "$pp" 2>/dev/null || true
+  else
+    run "$@"
+  fi
+}
+
+start_egress
+# Warm up: DNS answer and caches.
+"${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 2 --duration 0.5 --name warmup >/dev/null
+"${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 2 --duration 0.5 --name warmup >/dev/null
+
+if want http; then
+echo "# HTTP keep-alive, 32 connections, ${dur}s each" >&2
+run "${SB2[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name http_keepalive_direct
+run_egress "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name http_keepalive_egress
+[ "$have_nginx" = 1 ] && run "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name http_keepalive_nginx
+fi
+
+if want latency; then
+echo "# HTTP latency at 1,000 requests/s (20 connections)" >&2
+ldur=$((dur * 2))
+run "${SB2[@]}" "$LOAD" http 203.0.113.10 80 --conns 20 --rate 1000 --duration "$ldur" --name http_1000rps_direct
+run_egress "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 20 --rate 1000 --duration "$ldur" --name http_1000rps_egress
+[ "$have_nginx" = 1 ] && run "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 20 --rate 1000 --duration "$ldur" --name http_1000rps_nginx
+fi
+
+if want tls_conns; then
+echo "# TLS passthrough: new connections/s (16 at a time)" >&2
+run "${SB2[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name tls_conns_direct
+run_egress "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name tls_conns_egress
+[ "$have_nginx" = 1 ] && run "${SB2[@]}" "$LOAD" tls-conns 10.200.2.1 8443 --conns 16 --duration "$dur" --name tls_conns_nginx
+fi
+
+if want tls_bulk; then
+echo "# TLS passthrough throughput (4 connections)" >&2
+run "${SB2[@]}" "$LOAD" tls-bulk 203.0.113.10 8443 --conns 4 --duration "$dur" --name tls_bulk_direct
+run_egress "${SB1[@]}" "$LOAD" tls-bulk 203.0.113.10 8443 --conns 4 --duration "$dur" --name tls_bulk_egress_splice
+[ "$have_nginx" = 1 ] && run "${SB2[@]}" "$LOAD" tls-bulk 10.200.2.1 8444 --conns 4 --duration "$dur" --name tls_bulk_nginx
+fi
+
+if want idle; then
+echo "# memory per idle proxied connection" >&2
+n_idle=$([ "$quick" = 1 ] && echo 500 || echo 2000)
+rss() { awk '/^VmRSS/ {print $2 * 1024}' "/proc/$EGRESS_PID/status"; }
+tcpmem() { ip netns exec "$H" awk '/^TCP:/ {for (i = 1; i < NF; i++) if ($i == "mem") print $(i + 1) * 4096}' /proc/net/sockstat; }
+rss0=$(rss); mem0=$(tcpmem)
+bg idle.log "${SB1[@]}" "$LOAD" idle 203.0.113.10 443 --count "$n_idle" --hold 6
+wait_for idle.log READY
+sleep 1
+rss1=$(rss); mem1=$(tcpmem)
+ready=$(awk '/READY/ {print $2}' "$TMP/idle.log")
+python3 - "$rss0" "$rss1" "$mem0" "$mem1" "$ready" <<'PY' | tee -a "$OUT"
+import sys
+rss0, rss1, mem0, mem1, n = (int(x) for x in sys.argv[1:])
+n = max(n, 1)
+for metric, value in (("idle_connections", n), ("proxy_rss_per_idle_conn", (rss1 - rss0) / n),
+                      ("kernel_tcp_mem_per_idle_conn", (mem1 - mem0) / n)):
+    print('{"bench":"egress_idle_memory","metric":"%s","value":%.1f,"unit":"%s"}' %
+          (metric, value, "count" if metric == "idle_connections" else "bytes"))
+PY
+fi
+stop_egress
+
+if want copy || want tls_bulk; then
+echo "# TLS throughput with the read/write relay (for comparison with splice)" >&2
+start_egress --relay copy
+"${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 2 --duration 0.5 --name warmup >/dev/null
+run "${SB1[@]}" "$LOAD" tls-bulk 203.0.113.10 8443 --conns 4 --duration "$dur" --name tls_bulk_egress_copy
+stop_egress
+fi
+
+# Summary: overheads and ratios computed from figures of this run.
+python3 - "$OUT" <<'PY'
+import json, sys
+v = {}
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    v[(j["bench"], j["metric"])] = j["value"]
+def out(metric, value, unit):
+    print(json.dumps({"bench": "egress_summary", "metric": metric, "value": round(value, 3), "unit": unit}))
+g = lambda b, m: v.get((b, m))
+for p in ("p50", "p99"):
+    d, e, n = g("http_1000rps_direct", "latency_" + p), g("http_1000rps_egress", "latency_" + p), g("http_1000rps_nginx", "latency_" + p)
+    if d is not None and e is not None:
+        out("http_added_latency_%s_egress" % p, e - d, "ms")
+    if d is not None and n is not None:
+        out("http_added_latency_%s_nginx" % p, n - d, "ms")
+for b, m, unit in (("http_keepalive", "requests_per_s", "ratio"), ("tls_conns", "connections_per_s", "ratio")):
+    e, n, d = g(b + "_egress", m), g(b + "_nginx", m), g(b + "_direct", m)
+    if e and d:
+        out(b + "_egress_vs_direct", e / d, unit)
+    if e and n:
+        out(b + "_egress_vs_nginx", e / n, unit)
+e, n, d, c = g("tls_bulk_egress_splice", "throughput"), g("tls_bulk_nginx", "throughput"), g("tls_bulk_direct", "throughput"), g("tls_bulk_egress_copy", "throughput")
+if e and d:
+    out("tls_bulk_egress_vs_direct", e / d, "ratio")
+if e and n:
+    out("tls_bulk_egress_vs_nginx", e / n, "ratio")
+if e and c:
+    out("tls_bulk_splice_vs_copy", e / c, "ratio")
+PY

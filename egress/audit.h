@@ -1,0 +1,58 @@
+/* egress/audit: the content of the egress audit log (docs/audit.md says what each field
+ * means) and the proxy's handle on the hash-chained log writer (common/auditlog).
+ *
+ * Owns: building one record per decision (connection, connection end, HTTP request, DNS
+ * query, security event, sandbox registration, policy change, daemon start/stop) as a
+ * JSON object with bounded, sanitised strings, and handing it to the writer, whose health
+ * decides fail-closed behaviour. Never records a secret value, a body, or (by default) a
+ * query string.
+ */
+#ifndef AIRLOCK_EGRESS_AUDIT_H
+#define AIRLOCK_EGRESS_AUDIT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+#define EGRESS_REC_STR_MAX 1024   /* longest string value kept (bytes of input) */
+
+/* {"type": type}. NULL on ENOMEM (callers then count an audit failure). */
+json_t *egress_rec_new(const char *type);
+/* A JSON string from untrusted bytes: invalid UTF-8 and NULs become U+FFFD, longer than
+ * EGRESS_REC_STR_MAX is cut (at a character boundary) and ends in "...". */
+json_t *egress_json_str(const char *s, size_t n);
+void egress_rec_str(json_t *r, const char *key, const char *s);   /* NULL -> null */
+void egress_rec_strn(json_t *r, const char *key, const char *s, size_t n);
+void egress_rec_int(json_t *r, const char *key, int64_t v);
+void egress_rec_bool(json_t *r, const char *key, bool v);
+void egress_rec_us(json_t *r, const char *key, uint64_t ns);      /* microseconds, integer */
+
+struct egress_audit;
+
+struct egress_audit_opts {
+    const char *dir;     /* <state>/audit */
+    bool fail_open;      /* default false: a failing log makes egress_audit_ok false */
+};
+
+int egress_audit_open(const struct egress_audit_opts *opts, struct egress_audit **out,
+                      struct al_error *err);
+/* Writes a last record, flushes and closes. */
+void egress_audit_close(struct egress_audit *a);
+/* Appends (steals the reference). Thread-safe, never blocks on the disk. < 0 when the
+ * record could not be accepted (the failure is counted). */
+int egress_audit_append(struct egress_audit *a, json_t *rec);
+/* Whether traffic may be allowed: the log is healthy, or fail_open is configured. */
+bool egress_audit_ok(const struct egress_audit *a);
+/* 0 while healthy, else the log's sticky negative errno. */
+int egress_audit_status(const struct egress_audit *a);
+/* Writes a signed checkpoint now (operators before shipping the checkpoint file). */
+int egress_audit_checkpoint(struct egress_audit *a);
+/* Blocks until everything appended so far is durable (tests, shutdown, admin). */
+int egress_audit_sync(struct egress_audit *a, uint32_t timeout_ms);
+uint64_t egress_audit_records(const struct egress_audit *a);
+uint64_t egress_audit_failures(const struct egress_audit *a);
+
+#endif

@@ -1,0 +1,500 @@
+/* egress/audit_cli: `airlock audit tail|query|verify|export|hash-secret` over the egress
+ * audit log (<state>/audit/egress-*.jsonl; docs/audit.md describes every field).
+ *
+ * Reading and verifying are common/auditlog's (reader, verifier); this file owns the
+ * filters, the one-line human view, and the OCSF export mapping (HTTP Activity 4002, DNS
+ * Activity 4003, Network Activity 4001).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "common/auditlog.h"
+#include "common/json.h"
+#include "common/paths.h"
+#include "common/util.h"
+#ifdef AIRLOCK_EGRESS_VAULT
+#include "vault/vault.h"
+#endif
+
+int audit_cli_main(int argc, char **argv);
+
+#define OCSF_VERSION "1.1.0"
+
+static void cli__usage(FILE *f)
+{
+    fputs("usage: airlock [--state-dir DIR] audit <command> [options]\n"
+          "\n"
+          "  tail [-n N] [-f] [--json] [--all]      the last N records (default 20); -f follows\n"
+          "  query [filters] [--json] [--all]       records matching every filter given:\n"
+          "        --sandbox ID  --since T  --until T  --decision allow|deny|would_deny\n"
+          "        --host NAME (host, SNI or DNS name; '.example.com' matches subdomains)\n"
+          "        --type connection|connection_end|http_request|dns_query|security_event|...\n"
+          "        --reason R\n"
+          "        T is RFC 3339 (2026-01-02T03:04:05Z) or an age (90s, 10m, 2h)\n"
+          "  verify [FILES...] [--pubkey F] [--checkpoints F] [--json]\n"
+          "        checks the hash chain and signed checkpoints; exit 0 when intact, 1 naming\n"
+          "        the first bad record and why (edited, removed, reordered, truncated,\n"
+          "        bad signature)\n"
+          "  export --ocsf [filters]                  OCSF 1.1 events, one JSON per line\n"
+          "  hash-secret [--from-file F]            the secret id (keyed hash) of a value read\n"
+          "                                         from stdin, to search the log for it\n"
+          "\n"
+          "The log is read from <state>/audit (--dir DIR to read another directory).\n",
+          f);
+}
+
+struct cli__filter {
+    const char *sandbox, *decision, *host, *type, *reason;
+    uint64_t since_ns, until_ns;
+    bool all;     /* include the log's own records (checkpoints) */
+};
+
+static int cli__time_arg(const char *s, uint64_t *ns)
+{
+    uint64_t ms;
+    if (al_time_parse_rfc3339(s, ns) == 0)
+        return 0;
+    if (al_parse_duration_ms(s, &ms) == 0) {
+        uint64_t now = al_wall_ns();
+        *ns = now > ms * 1000000ull ? now - ms * 1000000ull : 0;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+static const char *cli__s(json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
+static bool cli__host_match(const char *want, const char *have)
+{
+    if (!have)
+        return false;
+    if (want[0] == '.') {
+        size_t wl = strlen(want), hl = strlen(have);
+        return (hl > wl && strcasecmp(have + hl - wl, want) == 0) || strcasecmp(have, want + 1) == 0;
+    }
+    return strcasecmp(want, have) == 0;
+}
+
+static bool cli__match(const struct cli__filter *f, const struct al_auditlog_record *rec)
+{
+    json_t *j = rec->json;
+    if (!j)
+        return f->all;
+    if (rec->internal && !f->all)
+        return false;
+    if (f->sandbox && (!cli__s(j, "sandbox") || strcmp(cli__s(j, "sandbox"), f->sandbox) != 0))
+        return false;
+    if (f->decision && (!cli__s(j, "decision") || strcmp(cli__s(j, "decision"), f->decision) != 0))
+        return false;
+    if (f->type && (!cli__s(j, "type") || strcmp(cli__s(j, "type"), f->type) != 0))
+        return false;
+    if (f->reason && (!cli__s(j, "reason") || strcmp(cli__s(j, "reason"), f->reason) != 0))
+        return false;
+    if (f->host && !cli__host_match(f->host, cli__s(j, "host")) &&
+        !cli__host_match(f->host, cli__s(j, "sni")) && !cli__host_match(f->host, cli__s(j, "qname")))
+        return false;
+    if (f->since_ns || f->until_ns) {
+        uint64_t t = 0;
+        const char *ts = cli__s(j, "time");
+        if (!ts || al_time_parse_rfc3339(ts, &t) < 0)
+            return false;
+        if (f->since_ns && t < f->since_ns)
+            return false;
+        if (f->until_ns && t > f->until_ns)
+            return false;
+    }
+    return true;
+}
+
+/* One line for humans. */
+static void cli__print_human(const struct al_auditlog_record *rec)
+{
+    json_t *j = rec->json;
+    if (!j) {
+        printf("%.*s\n", (int)rec->len, rec->line);
+        return;
+    }
+    const char *type = cli__s(j, "type");
+    json_t *al = json_object_get(j, "auditlog");
+    if (!type && al)
+        type = "checkpoint";
+    printf("%-24s %6llu %-14s %-10s %-26s %-12s", cli__s(j, "time") ? cli__s(j, "time") : "-",
+           (unsigned long long)rec->seq, type ? type : "-",
+           cli__s(j, "decision") ? cli__s(j, "decision") : "-",
+           cli__s(j, "reason") ? cli__s(j, "reason") : (cli__s(j, "event") ? cli__s(j, "event") : "-"),
+           cli__s(j, "sandbox") ? cli__s(j, "sandbox") : "-");
+    if (cli__s(j, "method"))
+        printf(" %s http://%s%s", cli__s(j, "method"), cli__s(j, "host") ? cli__s(j, "host") : "?",
+               cli__s(j, "path") ? cli__s(j, "path") : "");
+    else if (cli__s(j, "qname"))
+        printf(" %s %s", cli__s(j, "qtype") ? cli__s(j, "qtype") : "?", cli__s(j, "qname"));
+    else if (cli__s(j, "sni"))
+        printf(" tls %s", cli__s(j, "sni"));
+    else if (cli__s(j, "host"))
+        printf(" %s", cli__s(j, "host"));
+    if (cli__s(j, "dst"))
+        printf(" -> %s", cli__s(j, "dst"));
+    json_t *st = json_object_get(j, "status");
+    if (json_is_integer(st))
+        printf(" %lld", (long long)json_integer_value(st));
+    if (cli__s(j, "rcode"))
+        printf(" %s", cli__s(j, "rcode"));
+    if (al && json_is_object(al))
+        printf(" checkpoint (%s)", cli__s(al, "reason") ? cli__s(al, "reason") : "?");
+    putchar('\n');
+}
+
+/* ---- OCSF ------------------------------------------------------------------------------ */
+
+static void ocsf__endpoint(json_t *o, const char *key, const char *ep, const char *host)
+{
+    if (!ep && !host)
+        return;
+    json_t *e = json_object();
+    if (ep) {
+        /* "ip:port" or "[v6]:port" */
+        char ip[80] = "";
+        int port = 0;
+        const char *colon = strrchr(ep, ':');
+        if (colon) {
+            size_t l = (size_t)(colon - ep);
+            if (ep[0] == '[' && l >= 2) {
+                snprintf(ip, sizeof ip, "%.*s", (int)(l - 2), ep + 1);
+            } else {
+                snprintf(ip, sizeof ip, "%.*s", (int)l, ep);
+            }
+            port = atoi(colon + 1);
+        }
+        if (ip[0])
+            json_object_set_new(e, "ip", json_string(ip));
+        if (port)
+            json_object_set_new(e, "port", json_integer(port));
+    }
+    if (host)
+        json_object_set_new(e, "hostname", json_string(host));
+    json_object_set_new(o, key, e);
+}
+
+static int ocsf__http_activity(const char *m)
+{
+    static const char *const names[] = {"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT", "TRACE"};
+    for (int i = 0; i < 8; i++)
+        if (m && strcmp(m, names[i]) == 0)
+            return i + 1;
+    return 99;
+}
+
+/* One OCSF event for a record, or NULL for records that are not traffic. */
+static json_t *ocsf__event(const struct al_auditlog_record *rec)
+{
+    json_t *j = rec->json;
+    const char *type = cli__s(j, "type");
+    if (!type)
+        return NULL;
+    int class_uid, activity;
+    const char *decision = cli__s(j, "decision");
+    bool denied = decision && strcmp(decision, "deny") == 0;
+    if (strcmp(type, "http_request") == 0) {
+        class_uid = 4002;
+        activity = ocsf__http_activity(cli__s(j, "method"));
+    } else if (strcmp(type, "dns_query") == 0 ||
+               (strcmp(type, "security_event") == 0 && cli__s(j, "qname"))) {
+        class_uid = 4003;
+        activity = 2; /* Response: the record holds the query and our answer */
+    } else if (strcmp(type, "connection") == 0) {
+        class_uid = 4001;
+        activity = denied ? 5 : 1; /* Refuse / Open */
+    } else if (strcmp(type, "connection_end") == 0) {
+        class_uid = 4001;
+        activity = 2; /* Close */
+    } else if (strcmp(type, "security_event") == 0) {
+        class_uid = 4001;
+        activity = 5;
+    } else {
+        return NULL;
+    }
+    json_t *o = json_object();
+    uint64_t t = 0;
+    if (cli__s(j, "time"))
+        al_time_parse_rfc3339(cli__s(j, "time"), &t);
+    json_object_set_new(o, "class_uid", json_integer(class_uid));
+    json_object_set_new(o, "category_uid", json_integer(4));
+    json_object_set_new(o, "activity_id", json_integer(activity));
+    json_object_set_new(o, "type_uid", json_integer((json_int_t)class_uid * 100 + activity));
+    json_object_set_new(o, "time", json_integer((json_int_t)(t / 1000000)));
+    json_object_set_new(o, "severity_id", json_integer(strcmp(type, "security_event") == 0 ? 3 : 1));
+    json_object_set_new(o, "action_id", json_integer(denied ? 2 : 1));
+    json_object_set_new(o, "disposition_id", json_integer(denied ? 2 : 1));
+    json_object_set_new(o, "status_id", json_integer(denied ? 2 : 1));
+    if (cli__s(j, "reason"))
+        json_object_set_new(o, "status_detail", json_string(cli__s(j, "reason")));
+    json_t *md = json_pack("{s:s,s:{s:s,s:s,s:{s:s}},s:s,s:I}", "version", OCSF_VERSION, "product",
+                           "name", "airlock", "vendor_name", "airlock", "feature", "name", "egress",
+                           "log_name", "egress", "sequence", (json_int_t)rec->seq);
+    if (cli__s(j, "request_id"))
+        json_object_set_new(md, "uid", json_string(cli__s(j, "request_id")));
+    if (cli__s(j, "connection_id"))
+        json_object_set_new(md, "correlation_uid", json_string(cli__s(j, "connection_id")));
+    json_object_set_new(o, "metadata", md);
+    ocsf__endpoint(o, "src_endpoint", cli__s(j, "src"), NULL);
+    json_t *src = json_object_get(o, "src_endpoint");
+    if (src && cli__s(j, "sandbox"))
+        json_object_set_new(src, "uid", json_string(cli__s(j, "sandbox")));
+    const char *dsthost = cli__s(j, "host") ? cli__s(j, "host") : cli__s(j, "sni");
+    ocsf__endpoint(o, "dst_endpoint", cli__s(j, "dst"), class_uid == 4003 ? NULL : dsthost);
+    if (cli__s(j, "rule") || json_object_get(j, "policy")) {
+        json_t *fr = json_object();
+        if (cli__s(j, "rule"))
+            json_object_set_new(fr, "name", json_string(cli__s(j, "rule")));
+        json_t *pol = json_object_get(j, "policy");
+        if (json_is_object(pol) && cli__s(pol, "hash"))
+            json_object_set_new(fr, "uid", json_string(cli__s(pol, "hash")));
+        if (json_is_object(pol) && cli__s(pol, "name"))
+            json_object_set_new(fr, "desc", json_string(cli__s(pol, "name")));
+        json_object_set_new(o, "firewall_rule", fr);
+    }
+    json_t *bu = json_object_get(j, "bytes_up"), *bd = json_object_get(j, "bytes_down");
+    if (bu || bd)
+        json_object_set_new(o, "traffic", json_pack("{s:O*,s:O*}", "bytes_out", bu, "bytes_in", bd));
+    if (class_uid == 4002) {
+        json_t *req = json_pack("{s:s?,s:{s:s?,s:s?,s:s}}", "http_method", cli__s(j, "method"),
+                                "url", "hostname", cli__s(j, "host"), "path", cli__s(j, "path"),
+                                "scheme", "http");
+        json_object_set_new(o, "http_request", req);
+        json_t *st = json_object_get(j, "status");
+        if (json_is_integer(st))
+            json_object_set_new(o, "http_response", json_pack("{s:O}", "code", st));
+    } else if (class_uid == 4003) {
+        json_object_set_new(o, "query", json_pack("{s:s?,s:s?,s:s}", "hostname", cli__s(j, "qname"),
+                                                  "type", cli__s(j, "qtype"), "class", "IN"));
+        json_t *ans = json_object_get(j, "answers");
+        if (json_is_array(ans)) {
+            json_t *arr = json_array();
+            size_t i;
+            json_t *v;
+            json_array_foreach(ans, i, v)
+                json_array_append_new(arr, json_pack("{s:O,s:s?,s:O*}", "rdata", v, "type",
+                                                     cli__s(j, "qtype"), "ttl", json_object_get(j, "ttl")));
+            json_object_set_new(o, "answers", arr);
+        }
+        if (cli__s(j, "rcode"))
+            json_object_set_new(o, "rcode", json_string(cli__s(j, "rcode")));
+    } else if (cli__s(j, "sni")) {
+        json_object_set_new(o, "tls", json_pack("{s:s}", "sni", cli__s(j, "sni")));
+    }
+    /* Everything else (sandbox, template, decision, mode, timings...) as the record had it. */
+    json_object_set(o, "unmapped", j);
+    return o;
+}
+
+/* ---- commands -------------------------------------------------------------------------- */
+
+static int cli__open_reader(const char *dir, bool follow, struct al_auditlog_reader **r)
+{
+    struct al_error err = {0};
+    struct al_auditlog_reader_opts o = {.dir = dir, .prefix = "egress", .follow = follow};
+    int rc = al_auditlog_reader_open(&o, r, &err);
+    if (rc < 0)
+        fprintf(stderr, "airlock audit: %s\n", al_error_str(&err));
+    return rc;
+}
+
+enum { OUT_HUMAN, OUT_JSON, OUT_OCSF };
+
+static int cli__scan(const char *dir, const struct cli__filter *f, int out, uint64_t tail, bool follow)
+{
+    struct al_auditlog_reader *r;
+    if (cli__open_reader(dir, follow, &r) < 0)
+        return 1;
+    if (tail && al_auditlog_reader_seek_tail(r, tail) < 0) {
+        fprintf(stderr, "airlock audit: cannot seek: %s\n", strerror(errno));
+        al_auditlog_reader_close(r);
+        return 1;
+    }
+    struct al_auditlog_record rec;
+    for (;;) {
+        int rc = al_auditlog_reader_next(r, &rec);
+        if (rc < 0) {
+            fprintf(stderr, "airlock audit: reading the log: %s\n", strerror(-rc));
+            al_auditlog_reader_close(r);
+            return 1;
+        }
+        if (rc == 0) {
+            if (!follow)
+                break;
+            fflush(stdout);
+            al_auditlog_reader_wait(r, -1);
+            continue;
+        }
+        if (!cli__match(f, &rec))
+            continue;
+        if (out == OUT_JSON) {
+            printf("%.*s\n", (int)rec.len, rec.line);
+        } else if (out == OUT_OCSF) {
+            json_t *ev = rec.json ? ocsf__event(&rec) : NULL;
+            if (ev) {
+                char *s = json_dumps(ev, JSON_COMPACT);
+                if (s)
+                    puts(s);
+                free(s);
+                json_decref(ev);
+            }
+        } else {
+            cli__print_human(&rec);
+        }
+        if (follow)
+            fflush(stdout);
+    }
+    al_auditlog_reader_close(r);
+    return 0;
+}
+
+static int cli__verify(const char *dir, int argc, char **argv, int first)
+{
+    const char *pubkey = NULL, *checkpoints = NULL;
+    bool json = false;
+    const char *files[256];
+    size_t n = 0;
+    for (int i = first; i < argc; i++) {
+        if (strcmp(argv[i], "--pubkey") == 0 && i + 1 < argc) {
+            pubkey = argv[++i];
+        } else if (strcmp(argv[i], "--checkpoints") == 0 && i + 1 < argc) {
+            checkpoints = argv[++i];
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "airlock audit verify: unknown option '%s'\n", argv[i]);
+            return 2;
+        } else if (n < 256) {
+            files[n++] = argv[i];
+        }
+    }
+    char pk[1024];
+    if (n && !pubkey) {
+        /* Files given: the public key lives next to the log (or pass --pubkey). */
+        snprintf(pk, sizeof pk, "%s/egress.pub", dir);
+        pubkey = pk;
+    }
+    struct al_auditlog_verify_opts o = {.dir = n ? NULL : dir, .prefix = "egress", .files = n ? files : NULL,
+                                        .n_files = n, .pubkey_file = pubkey,
+                                        .checkpoint_file = checkpoints};
+    struct al_auditlog_verify_result res;
+    struct al_error err = {0};
+    if (al_auditlog_verify(&o, &res, &err) < 0) {
+        fprintf(stderr, "airlock audit verify: %s\n", al_error_str(&err));
+        return 1;
+    }
+    if (json) {
+        json_t *j = al_auditlog_verify_json(&res);
+        char *s = json_dumps(j, JSON_COMPACT);
+        puts(s ? s : "{}");
+        free(s);
+        json_decref(j);
+    } else {
+        al_auditlog_verify_print(&res, stdout);
+    }
+    return res.verdict == AL_AUDIT_INTACT ? 0 : 1;
+}
+
+int audit_cli_main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        cli__usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    char dir[1024];
+    al_state_path(dir, sizeof dir, "audit");
+    /* --dir may appear anywhere. */
+    for (int i = 2; i + 1 < argc; i++) {
+        if (strcmp(argv[i], "--dir") == 0) {
+            snprintf(dir, sizeof dir, "%s", argv[i + 1]);
+            memmove(argv + i, argv + i + 2, (size_t)(argc - i - 2) * sizeof *argv);
+            argc -= 2;
+            break;
+        }
+    }
+    if (strcmp(cmd, "verify") == 0)
+        return cli__verify(dir, argc, argv, 2);
+    if (strcmp(cmd, "hash-secret") == 0) {
+#ifdef AIRLOCK_EGRESS_VAULT
+        return vault_hash_secret_main(argc - 1, argv + 1);
+#else
+        fprintf(stderr, "airlock audit hash-secret: this build has no vault\n");
+        return 1;
+#endif
+    }
+    bool is_tail = strcmp(cmd, "tail") == 0, is_query = strcmp(cmd, "query") == 0,
+         is_export = strcmp(cmd, "export") == 0;
+    if (!is_tail && !is_query && !is_export) {
+        fprintf(stderr, "airlock audit: unknown command '%s'\n\n", cmd);
+        cli__usage(stderr);
+        return 2;
+    }
+    struct cli__filter f = {0};
+    int out = OUT_HUMAN;
+    bool follow = false, ocsf = false;
+    uint64_t tail = is_tail ? 20 : 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--json") == 0) {
+            out = OUT_JSON;
+        } else if (strcmp(a, "--all") == 0) {
+            f.all = true;
+        } else if (strcmp(a, "--ocsf") == 0 && is_export) {
+            ocsf = true;
+        } else if (strcmp(a, "-f") == 0 && is_tail) {
+            follow = true;
+        } else if (strcmp(a, "-n") == 0 && is_tail && v) {
+            char *end;
+            tail = strtoull(v, &end, 10);
+            if (*end || !*v) {
+                fprintf(stderr, "airlock audit tail: -n '%s' is not a number\n", v);
+                return 2;
+            }
+            i++;
+        } else if (v && strcmp(a, "--sandbox") == 0) {
+            f.sandbox = v, i++;
+        } else if (v && strcmp(a, "--decision") == 0) {
+            if (strcmp(v, "allow") && strcmp(v, "deny") && strcmp(v, "would_deny")) {
+                fprintf(stderr, "airlock audit: --decision is allow, deny or would_deny\n");
+                return 2;
+            }
+            f.decision = v, i++;
+        } else if (v && strcmp(a, "--host") == 0) {
+            f.host = v, i++;
+        } else if (v && strcmp(a, "--type") == 0) {
+            f.type = v, i++;
+        } else if (v && strcmp(a, "--reason") == 0) {
+            f.reason = v, i++;
+        } else if (v && (strcmp(a, "--since") == 0 || strcmp(a, "--until") == 0)) {
+            uint64_t *t = a[2] == 's' ? &f.since_ns : &f.until_ns;
+            if (cli__time_arg(v, t) < 0) {
+                fprintf(stderr, "airlock audit: %s '%s': give RFC 3339 time or an age like 10m\n", a, v);
+                return 2;
+            }
+            i++;
+        } else {
+            fprintf(stderr, "airlock audit %s: unknown or incomplete option '%s' (see --help)\n", cmd, a);
+            return 2;
+        }
+    }
+    if (is_export) {
+        if (!ocsf) {
+            fprintf(stderr, "airlock audit export: give the format (--ocsf)\n");
+            return 2;
+        }
+        out = OUT_OCSF;
+    }
+    return cli__scan(dir, &f, out, tail, follow);
+}

@@ -1,0 +1,888 @@
+/* egress/conn: the per-connection pipeline (see internal.h for the picture): accept,
+ * identify, limits, peek, classify, decide, destination check, connect, then hand over to
+ * the relay (TLS passthrough, raw TCP) or to the HTTP engine. Every path ends in an audit
+ * record and a close; nothing waits without a deadline. */
+#include "internal.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <sys/epoll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+
+#define PEEK_INITIAL 2048
+#define REJECT_SLACK 64   /* connections beyond a cap still answered 429/503, then reset */
+
+static void conn__on_timer(uv_timer_t *t);
+static void conn__peek_read(struct egress_conn *c);
+static void conn__start_connect(struct egress_conn *c);
+
+/* ---- small helpers ------------------------------------------------------------------ */
+
+void egress_conn_set_events(struct egress_end *end, int events)
+{
+    if (end->fd < 0 || end->events == events)
+        return;
+    int ep = end->c->w->ep;
+    struct epoll_event ev = {.events = ((events & UV_READABLE) ? EPOLLIN | EPOLLRDHUP : 0) |
+                                       ((events & UV_WRITABLE) ? EPOLLOUT : 0),
+                             .data.ptr = end};
+    int rc;
+    if (events == 0 && !end->registered) {
+        rc = 0;
+    } else if (end->registered) {
+        /* Interest 0 stays in the set (one MOD instead of DEL + ADD later); only a hang-up
+         * or an error can then be reported, and egress_conn_on_events closes on those. */
+        rc = epoll_ctl(ep, EPOLL_CTL_MOD, end->fd, &ev);
+    } else {
+        rc = epoll_ctl(ep, EPOLL_CTL_ADD, end->fd, &ev);
+        end->registered = rc == 0;
+    }
+    if (rc == 0)
+        end->events = events;
+}
+
+void egress_conn_deadline(struct egress_conn *c, uint32_t ms)
+{
+    if (c->state == CONN_CLOSING)
+        return;
+    uv_timer_start(&c->timer, conn__on_timer, ms ? ms : 1, 0);
+}
+
+static int conn__end_init(struct egress_conn *c, struct egress_end *end, int fd)
+{
+    end->fd = fd;
+    end->c = c;
+    end->registered = false;
+    end->events = 0;
+    return 0;
+}
+
+static const char *conn__proto_name(enum egress_proto p)
+{
+    switch (p) {
+    case PROTO_TLS: return "tls";
+    case PROTO_HTTP: return "http";
+    case PROTO_TCP: return "tcp";
+    default: return "unknown";
+    }
+}
+
+/* Fields common to connection records. */
+static json_t *conn__record(struct egress_conn *c, const char *type)
+{
+    json_t *r = egress_rec_new(type);
+    if (!r)
+        return NULL;
+    egress_rec_sandbox(r, c->sb, c->policy);
+    egress_rec_str(r, "request_id", c->request_id);
+    egress_rec_str(r, "proto", conn__proto_name(c->proto));
+    egress_rec_str(r, "src", c->src_text);
+    egress_rec_str(r, "dst", c->dst_text);
+    return r;
+}
+
+static void conn__audit_decision(struct egress_conn *c, const char *decision, const char *rule,
+                                 const char *reason, const char *error)
+{
+    if (c->decision_audited)
+        return;
+    c->decision_audited = true;
+    json_t *r = conn__record(c, "connection");
+    if (!r)
+        return;
+    egress_rec_str(r, "decision", decision);
+    egress_rec_str(r, "reason", reason);
+    egress_rec_str(r, "rule", rule);
+    egress_rec_str(r, "mode", c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
+    if (error)
+        egress_rec_str(r, "error", error);
+    if (c->ch) {
+        if (c->ch->has_sni)
+            egress_rec_strn(r, "sni", c->ch->sni, c->ch->sni_len);
+        else
+            egress_rec_str(r, "sni", NULL);
+        json_t *alpn = json_array();
+        for (size_t i = 0; i < c->ch->n_alpn; i++)
+            json_array_append_new(alpn, egress_json_str(c->ch->alpn[i], strlen(c->ch->alpn[i])));
+        json_object_set_new(r, "alpn", alpn);
+        if (c->ch->has_ech || c->ch->has_esni)
+            egress_rec_bool(r, "ech", true);
+    }
+    if (c->have_host)
+        egress_rec_str(r, "host", c->host.text);
+    if (c->dialled.family)
+        egress_rec_str(r, "dialled", c->dialled_text);
+    json_t *tm = json_object();
+    if (c->t_first)
+        egress_rec_us(tm, "peek", c->t_first - c->t_accept);
+    if (c->t_dns)
+        egress_rec_us(tm, "dns", c->t_dns - c->t_dns0);
+    if (c->t_decided)
+        egress_rec_us(tm, "decide", c->t_decided - (c->t_first ? c->t_first : c->t_accept));
+    if (c->t_connected)
+        egress_rec_us(tm, "connect", c->t_connected - c->t_connect0);
+    json_object_set_new(r, "timing_us", tm);
+    egress_audit(c->w->e, r);
+}
+
+static void conn__audit_end(struct egress_conn *c)
+{
+    if (c->audited_end || !c->allowed)
+        return;
+    c->audited_end = true;
+    json_t *r = conn__record(c, "connection_end");
+    if (!r)
+        return;
+    egress_rec_int(r, "bytes_up", (int64_t)c->up.bytes);
+    egress_rec_int(r, "bytes_down", (int64_t)c->down.bytes);
+    egress_rec_us(r, "duration_us", al_now_ns() - c->t_accept);
+    egress_rec_str(r, "end", c->end_reason ? c->end_reason : "closed");
+    egress_audit(c->w->e, r);
+}
+
+/* ---- lifetime ------------------------------------------------------------------------ */
+
+static void conn__free(struct egress_conn *c)
+{
+    struct egress *e = c->w->e;
+    if (c->sb) {
+        atomic_fetch_add(&c->sb->bytes_up, c->up.bytes);
+        atomic_fetch_add(&c->sb->bytes_down, c->down.bytes);
+    }
+    atomic_fetch_add(&e->stats.bytes_up, c->up.bytes);
+    atomic_fetch_add(&e->stats.bytes_down, c->down.bytes);
+    egress_policy_unref(c->policy);
+    egress_sandbox_put(c->sb);
+    free(c->ch);
+    free(c);
+}
+
+static void conn__on_handle_closed(uv_handle_t *h)
+{
+    struct egress_conn *c = h->data;
+    if (--c->handles_open == 0)
+        conn__free(c);
+}
+
+static void conn__close_end(struct egress_conn *c, struct egress_end *end, bool reset)
+{
+    if (end->fd < 0)
+        return;
+    if (reset) {
+        struct linger l = {1, 0};
+        setsockopt(end->fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    }
+    /* close() takes the socket out of the epoll set; events already fetched for it in
+     * this batch find the connection CLOSING (its memory lives until the timer closes). */
+    close(end->fd);
+    end->fd = -1;
+    end->registered = false;
+}
+
+void egress_flow_free(struct egress_conn *c, struct egress_flow *f)
+{
+    struct egress_worker *w = c->w;
+    if (f->pipe) {
+        if (f->in_pipe == 0) {
+            egress_pipe_put(w, f->pipe);
+        } else {
+            close(f->pipe->fd[0]);
+            close(f->pipe->fd[1]);
+            free(f->pipe);
+        }
+        egress_mem_give(w->e, c->sb, 65536);
+        f->pipe = NULL;
+        f->in_pipe = 0;
+    }
+    if (f->buf) {
+        egress_mem_give(w->e, c->sb, f->cap);
+        free(f->buf);
+        f->buf = NULL;
+        f->off = f->len = f->cap = 0;
+    }
+}
+
+static void conn__free_in(struct egress_conn *c)
+{
+    if (c->in) {
+        egress_mem_give(c->w->e, c->sb, c->in_cap);
+        free(c->in);
+        c->in = NULL;
+        c->in_len = c->in_cap = 0;
+    }
+}
+
+void egress_conn_close(struct egress_conn *c, bool reset, const char *why)
+{
+    if (c->state == CONN_CLOSING)
+        return;
+    struct egress_worker *w = c->w;
+    struct egress *e = w->e;
+    if (!c->end_reason)
+        c->end_reason = why;
+    if (c->resolving) {
+        egress_resolve_cancel(&c->rreq);
+        c->resolving = false;
+    }
+    if (c->allowed)
+        conn__audit_end(c);
+    c->state = CONN_CLOSING;
+    /* Unlink from the worker. */
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        w->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    w->n_conns--;
+    atomic_fetch_sub(&e->stats.conns_active, 1);
+    if (c->counted)
+        atomic_fetch_sub(&c->sb->conns, 1);
+    egress_http_free(c);
+    conn__free_in(c);
+    egress_flow_free(c, &c->up);
+    egress_flow_free(c, &c->down);
+    conn__close_end(c, &c->client, reset);
+    conn__close_end(c, &c->upstream, reset);
+    uv_timer_stop(&c->timer);
+    uv_close((uv_handle_t *)&c->timer, conn__on_handle_closed);
+}
+
+void egress_worker_reap_removed(struct egress_worker *w)
+{
+    struct egress_conn *c = w->conns;
+    while (c) {
+        struct egress_conn *next = c->next;
+        if (c->sb && atomic_load(&c->sb->removed))
+            egress_conn_close(c, true, "sandbox_removed");
+        c = next;
+    }
+}
+
+/* ---- deny ---------------------------------------------------------------------------- */
+
+/* TLS and raw TCP cannot carry an explanation before interception: audit, then reset. */
+static void conn__deny_reset(struct egress_conn *c, const char *rule, const char *reason)
+{
+    if (!c->t_decided)
+        c->t_decided = al_now_ns();
+    atomic_fetch_add(&c->w->e->stats.conns_denied, 1);
+    if (c->sb)
+        atomic_fetch_add(&c->sb->n_denied, 1);
+    conn__audit_decision(c, "deny", rule, reason, NULL);
+    egress_conn_close(c, true, reason);
+}
+
+/* Allowed, but the upstream could not be reached: the decision as it was, the error, and
+ * a reset (what the sandbox would have seen without a proxy). */
+static void conn__fail_reset(struct egress_conn *c, const char *error)
+{
+    atomic_fetch_add(&c->w->e->stats.upstream_errors, 1);
+    conn__audit_decision(c, c->verdict.would_deny ? "would_deny" : "allow", c->verdict.rule,
+                         c->verdict.reason, error);
+    egress_conn_close(c, true, error);
+}
+
+/* ---- accept -------------------------------------------------------------------------- */
+
+static void conn__audit_unknown(struct egress_conn *c)
+{
+    static atomic_uint_fast64_t last;
+    struct egress *e = c->w->e;
+    atomic_fetch_add(&e->stats.unknown_source, 1);
+    if (!egress_audit_throttle(&last, 1000000000ull))
+        return;
+    json_t *r = egress_rec_new("security_event");
+    if (!r)
+        return;
+    egress_rec_str(r, "event", "unknown_source");
+    egress_rec_str(r, "decision", "deny");
+    egress_rec_str(r, "reason", "unknown_source");
+    egress_rec_str(r, "src", c->src_text);
+    egress_rec_str(r, "dst", c->dst_text);
+    egress_rec_str(r, "proto", "tcp");
+    egress_audit(e, r);
+}
+
+static uint64_t conn__sandbox_cap(struct egress_conn *c)
+{
+    uint64_t cap = c->w->e->cfg.max_conns_per_sandbox;
+    uint64_t p = c->policy ? egress_policy_max_connections(c->policy) : 0;
+    if (p && p < cap)
+        cap = p;
+    return cap;
+}
+
+static void conn__limit_event(struct egress_conn *c, const char *reason)
+{
+    json_t *r;
+    if (!c->sb || !egress_audit_throttle(&c->sb->last_limit_audit_ns, 1000000000ull)) {
+        if (c->sb)
+            atomic_fetch_add(&c->sb->limit_events, 1);
+        return;
+    }
+    if (!(r = conn__record(c, "security_event")))
+        return;
+    egress_rec_str(r, "event", "limit");
+    egress_rec_str(r, "decision", "deny");
+    egress_rec_str(r, "reason", reason);
+    egress_rec_int(r, "suppressed", (int64_t)atomic_exchange(&c->sb->limit_events, 0));
+    egress_rec_int(r, "sandbox_connections", (int64_t)atomic_load(&c->sb->conns));
+    egress_audit(c->w->e, r);
+}
+
+void egress_conn_accept(struct egress_worker *w, int fd)
+{
+    struct egress *e = w->e;
+    atomic_fetch_add(&e->stats.conns_accepted, 1);
+    struct egress_conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    c->w = w;
+    c->client.fd = -1;
+    c->upstream.fd = -1;
+    c->t_accept = al_now_ns();
+    c->state = CONN_PEEK;
+    uv_timer_init(&w->loop, &c->timer);
+    c->timer.data = c;
+    c->handles_open = 1;
+    if (conn__end_init(c, &c->client, fd) < 0) {
+        close(fd);
+        c->client.fd = -1;
+    }
+    /* Link in first so that egress_conn_close can always be used. */
+    c->next = w->conns;
+    if (w->conns)
+        w->conns->prev = c;
+    w->conns = c;
+    w->n_conns++;
+    atomic_fetch_add(&e->stats.conns_active, 1);
+    egress_new_request_id(e, c->request_id);
+    if (c->client.fd < 0) {
+        egress_conn_close(c, true, "internal_error");
+        return;
+    }
+
+    struct sockaddr_storage ss;
+    socklen_t l = sizeof ss;
+    if (getpeername(fd, (struct sockaddr *)&ss, &l) < 0) {
+        egress_conn_close(c, true, "peer_gone");
+        return;
+    }
+    egress_ip_from_sockaddr((struct sockaddr *)&ss, &c->src, &c->src_port);
+    l = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &l);
+    egress_ip_from_sockaddr((struct sockaddr *)&ss, &c->dst, &c->dst_port);
+    egress_endpoint_text(&c->src, c->src_port, c->src_text, sizeof c->src_text);
+    egress_endpoint_text(&c->dst, c->dst_port, c->dst_text, sizeof c->dst_text);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+
+    c->sb = egress_registry_by_addr(e->reg, &c->src);
+    if (!c->sb) {
+        conn__audit_unknown(c);
+        egress_conn_close(c, true, "unknown_source");
+        return;
+    }
+    c->policy = egress_sandbox_policy(c->sb);
+    uint32_t conns = atomic_fetch_add(&c->sb->conns, 1) + 1;
+    c->counted = true;
+
+    /* Decisions that do not need the first bytes. They still wait for them, so that an
+     * HTTP client gets a JSON answer with the reason (429, 503, 403). */
+    const char *early = NULL;
+    uint64_t cap = conn__sandbox_cap(c);
+    uint64_t active = atomic_load(&e->stats.conns_active);
+    if (!c->policy)
+        early = "no_policy";
+    else if (!egress_audit_ok(e->audit))
+        early = "audit_unavailable";
+    else if (active > e->cfg.max_conns)
+        early = "proxy_connection_limit";
+    else if (conns > cap)
+        early = "sandbox_connection_limit";
+    if (early) {
+        bool limit = strstr(early, "limit") != NULL;
+        if (limit) {
+            atomic_fetch_add(strcmp(early, "sandbox_connection_limit") == 0 ? &e->stats.limit_sandbox
+                                                                           : &e->stats.limit_global, 1);
+            conn__limit_event(c, early);
+            /* Far beyond the cap: no more work for this one. */
+            if (conns > cap + REJECT_SLACK || active > e->cfg.max_conns + REJECT_SLACK) {
+                egress_conn_close(c, true, early);
+                return;
+            }
+        } else if (strcmp(early, "audit_unavailable") == 0) {
+            atomic_fetch_add(&e->stats.audit_denied, 1);
+        }
+        c->verdict.reason = early;
+        c->verdict.allow = false;
+    } else if (c->dst_port != 0) {
+        /* Raw TCP opened by a CIDR rule: connect at once (server-first protocols). */
+        struct egress_query q = {.dst = &c->dst, .port = c->dst_port, .scheme = EGRESS_SCHEME_TCP};
+        struct egress_verdict v;
+        egress_decide(c->policy, &q, &v);
+        if (v.allow && !v.would_deny && !egress_is_self(e, &c->dst)) {
+            c->proto = PROTO_TCP;
+            c->verdict = v;
+            c->t_decided = al_now_ns();
+            egress_conn_set_dialled(c, &c->dst);
+            conn__start_connect(c);
+            return;
+        }
+    }
+    egress_conn_set_events(&c->client, UV_READABLE);
+    egress_conn_deadline(c, e->cfg.header_timeout_ms);
+}
+
+/* ---- classification and decisions ------------------------------------------------------ */
+
+static bool conn__looks_http(const uint8_t *p, size_t n)
+{
+    /* A request line starts with a method token: upper-case letters, then a space. */
+    size_t i = 0;
+    while (i < n && i < 24 && p[i] >= 'A' && p[i] <= 'Z')
+        i++;
+    if (i == n)
+        return n > 0 && n < 24; /* undecided yet: treat as HTTP until proven otherwise */
+    return i > 0 && p[i] == ' ';
+}
+
+static void conn__on_dst_checked(struct egress_conn *c, bool ok, const char *reason);
+
+static void conn__decide_tls(struct egress_conn *c)
+{
+    struct egress *e = c->w->e;
+    const struct egress_clienthello *ch = c->ch;
+    c->t_decided = al_now_ns();
+    if (c->verdict.reason && !c->verdict.allow) {
+        conn__deny_reset(c, NULL, c->verdict.reason);
+        return;
+    }
+    if (ch->has_ech || ch->has_esni) {
+        conn__deny_reset(c, NULL, "ech_present");
+        return;
+    }
+    struct egress_query q = {.dst = &c->dst, .port = c->dst_port, .scheme = EGRESS_SCHEME_TLS};
+    if (ch->has_sni) {
+        struct al_error err = {0};
+        if (egress_canon_host(ch->sni, ch->sni_len, &c->host, &err) < 0) {
+            conn__deny_reset(c, NULL, "invalid_sni");
+            return;
+        }
+        c->have_host = true;
+        if (c->host.kind == EGRESS_HOST_IP) {
+            conn__deny_reset(c, NULL, "sni_is_ip_literal");
+            return;
+        }
+        q.host = c->host.text;
+        q.host_len = c->host.len;
+    }
+    egress_decide(c->policy, &q, &c->verdict);
+    c->t_decided = al_now_ns();
+    if (!c->verdict.allow) {
+        conn__deny_reset(c, c->verdict.rule, !ch->has_sni && strcmp(c->verdict.reason, "no_rule_matched") == 0
+                                                 ? "sni_missing" : c->verdict.reason);
+        return;
+    }
+    if (c->verdict.tls == EGRESS_TLS_INSPECT) {
+        /* Part 2 adds the intercept branch here; until then the rule cannot be honoured
+         * and passthrough would skip its checks: fail closed. */
+        conn__deny_reset(c, c->verdict.rule, "interception_unavailable");
+        return;
+    }
+    if (egress_is_self(e, &c->dst)) {
+        conn__deny_reset(c, c->verdict.rule, "proxy_address");
+        return;
+    }
+    if (!ch->has_sni || c->verdict.by_address) {
+        /* Allowed by an address rule: the destination is what the rule names. */
+        conn__on_dst_checked(c, true, NULL);
+        return;
+    }
+    egress_check_destination(c, &c->host, conn__on_dst_checked);
+}
+
+static void conn__on_dst_checked(struct egress_conn *c, bool ok, const char *reason)
+{
+    if (!ok) {
+        conn__deny_reset(c, c->verdict.rule, reason);
+        return;
+    }
+    egress_conn_set_dialled(c, &c->dst);
+    conn__start_connect(c);
+}
+
+static void conn__decide_tcp(struct egress_conn *c)
+{
+    c->proto = PROTO_TCP;
+    c->t_decided = al_now_ns();
+    if (c->verdict.reason && !c->verdict.allow) {
+        conn__deny_reset(c, NULL, c->verdict.reason);
+        return;
+    }
+    struct egress_query q = {.dst = &c->dst, .port = c->dst_port, .scheme = EGRESS_SCHEME_TCP};
+    egress_decide(c->policy, &q, &c->verdict);
+    if (!c->verdict.allow) {
+        conn__deny_reset(c, c->verdict.rule,
+                         strcmp(c->verdict.reason, "no_rule_matched") == 0 ? "unrecognised_protocol"
+                                                                            : c->verdict.reason);
+        return;
+    }
+    if (egress_is_self(c->w->e, &c->dst)) {
+        conn__deny_reset(c, c->verdict.rule, "proxy_address");
+        return;
+    }
+    egress_conn_set_dialled(c, &c->dst);
+    conn__start_connect(c);
+}
+
+static void conn__classify(struct egress_conn *c)
+{
+    if (c->in_len == 0)
+        return;
+    if (c->in[0] == 0x16) {
+        c->proto = PROTO_TLS;
+        if (!c->ch && !(c->ch = malloc(sizeof *c->ch))) {
+            conn__deny_reset(c, NULL, "out_of_memory");
+            return;
+        }
+        int rc = egress_clienthello_parse(c->in, c->in_len, c->ch);
+        if (rc == EGRESS_CH_MORE)
+            return;
+        if (rc < 0) {
+            conn__deny_reset(c, NULL, rc == EGRESS_CH_TOO_LARGE ? "clienthello_too_large"
+                                                               : "malformed_clienthello");
+            return;
+        }
+        uv_timer_stop(&c->timer);
+        egress_conn_set_events(&c->client, 0);
+        conn__decide_tls(c);
+        return;
+    }
+    if (conn__looks_http(c->in, c->in_len)) {
+        c->proto = PROTO_HTTP;
+        egress_conn_set_events(&c->client, 0);
+        if (egress_http_start(c) < 0)
+            egress_conn_close(c, true, "internal_error");
+        return;
+    }
+    egress_conn_set_events(&c->client, 0);
+    uv_timer_stop(&c->timer);
+    conn__decide_tcp(c);
+}
+
+static int conn__grow_in(struct egress_conn *c, size_t max)
+{
+    size_t ncap = c->in_cap ? c->in_cap * 2 : PEEK_INITIAL;
+    if (ncap > max)
+        ncap = max;
+    if (ncap <= c->in_cap)
+        return -E2BIG;
+    if (!egress_mem_take(c->w->e, c->sb, ncap - c->in_cap))
+        return -ENOBUFS;
+    uint8_t *n = realloc(c->in, ncap);
+    if (!n) {
+        egress_mem_give(c->w->e, c->sb, ncap - c->in_cap);
+        return -ENOMEM;
+    }
+    c->in = n;
+    c->in_cap = ncap;
+    return 0;
+}
+
+static void conn__peek_read(struct egress_conn *c)
+{
+    struct egress *e = c->w->e;
+    size_t max = EGRESS_CH_MAX_BUFFER;
+    if (e->cfg.max_header_bytes + 1 > max)
+        max = e->cfg.max_header_bytes + 1;
+    for (;;) {
+        if (c->in_len == c->in_cap) {
+            int rc = conn__grow_in(c, max);
+            if (rc == -E2BIG) {
+                /* Neither a complete ClientHello nor an HTTP head within the bounds. */
+                conn__classify(c);
+                if (c->state == CONN_PEEK)
+                    conn__deny_reset(c, NULL, "first_bytes_too_large");
+                return;
+            }
+            if (rc < 0) {
+                atomic_fetch_add(&e->stats.limit_memory, 1);
+                conn__limit_event(c, "memory_budget");
+                conn__deny_reset(c, NULL, "memory_budget");
+                return;
+            }
+        }
+        ssize_t n = read(c->client.fd, c->in + c->in_len, c->in_cap - c->in_len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        if (n <= 0) {
+            if (c->in_len == 0) {
+                c->proto = PROTO_UNKNOWN;
+                conn__deny_reset(c, NULL, n == 0 ? "closed_before_data" : "reset_before_data");
+            } else {
+                conn__deny_reset(c, NULL, "closed_before_complete");
+            }
+            return;
+        }
+        if (!c->t_first)
+            c->t_first = al_now_ns();
+        c->in_len += (size_t)n;
+        if (c->in_len < c->in_cap)
+            break;
+    }
+    conn__classify(c);
+}
+
+/* ---- destination check -------------------------------------------------------------- */
+
+static egress_dst_check_cb conn__dst_cb_of(struct egress_conn *c)
+{
+    return (egress_dst_check_cb)c->rreq.data;
+}
+
+static bool conn__in_resolution(const struct egress_resolution *res, const struct egress_ip *ip)
+{
+    for (size_t i = 0; i < res->n; i++)
+        if (egress_ip_equal(&res->ips[i], ip))
+            return true;
+    return false;
+}
+
+static void conn__dst_resolved(struct egress_resolve_req *req, const struct egress_resolution *res)
+{
+    struct egress_conn *c = (struct egress_conn *)((char *)req - offsetof(struct egress_conn, rreq));
+    egress_dst_check_cb done = conn__dst_cb_of(c);
+    c->resolving = false;
+    c->t_dns = al_now_ns();
+    if (res->status < 0) {
+        done(c, false, res->status == -ETIMEDOUT ? "resolution_timeout" : "resolution_failed");
+        return;
+    }
+    if (!conn__in_resolution(res, &c->dst)) {
+        done(c, false, res->n ? "destination_mismatch" : "destination_not_resolved");
+        return;
+    }
+    egress_sandbox_remember(c->sb, c->host.text, res->ips, res->n,
+                            res->ttl > c->w->e->cfg.dns_remember_s ? res->ttl : c->w->e->cfg.dns_remember_s);
+    done(c, true, NULL);
+}
+
+void egress_check_destination(struct egress_conn *c, const struct egress_host *host,
+                              egress_dst_check_cb done)
+{
+    if (host->kind == EGRESS_HOST_IP) {
+        done(c, egress_ip_equal(&host->ip, &c->dst), "address_mismatch");
+        return;
+    }
+    if (egress_sandbox_answered(c->sb, host->text, &c->dst)) {
+        done(c, true, NULL);
+        return;
+    }
+    if (!c->w->resolver) {
+        done(c, false, "destination_not_resolved");
+        return;
+    }
+    if (host != &c->host)
+        c->host = *host;
+    c->t_dns0 = al_now_ns();
+    c->rreq.cb = conn__dst_resolved;
+    c->rreq.data = (void *)done;
+    struct egress_resolution res;
+    uint16_t qtype = c->dst.family == 4 ? DNS_T_A : DNS_T_AAAA;
+    int rc = egress_resolve(c->w->resolver, c->host.text, qtype, &c->rreq, &res);
+    if (rc == 1) {
+        conn__dst_resolved(&c->rreq, &res);
+        return;
+    }
+    c->resolving = true;
+    c->state = CONN_RESOLVE;
+}
+
+/* ---- upstream connect ----------------------------------------------------------------- */
+
+void egress_conn_set_dialled(struct egress_conn *c, const struct egress_ip *ip)
+{
+    c->dialled = *ip;
+    egress_endpoint_text(ip, c->dst_port, c->dialled_text, sizeof c->dialled_text);
+}
+
+int egress_conn_connect(struct egress_conn *c)
+{
+    struct egress *e = c->w->e;
+    struct sockaddr_storage ss;
+    socklen_t l;
+    egress_sockaddr_from_ip(&c->dialled, c->dst_port, &ss, &l);
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (e->cfg.upstream_mark)
+        setsockopt(fd, SOL_SOCKET, SO_MARK, &e->cfg.upstream_mark, sizeof e->cfg.upstream_mark);
+    if (connect(fd, (struct sockaddr *)&ss, l) < 0 && errno != EINPROGRESS) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    int rc = conn__end_init(c, &c->upstream, fd);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    c->t_connect0 = al_now_ns();
+    c->state = CONN_CONNECT;
+    egress_conn_set_events(&c->upstream, UV_WRITABLE);
+    egress_conn_deadline(c, e->cfg.connect_timeout_ms);
+    return 0;
+}
+
+static void conn__start_connect(struct egress_conn *c)
+{
+    int rc = egress_conn_connect(c);
+    if (rc < 0) {
+        if (c->proto == PROTO_HTTP) {
+            atomic_fetch_add(&c->w->e->stats.upstream_errors, 1);
+            egress_http_on_connected(c, rc);
+            return;
+        }
+        conn__fail_reset(c, "upstream_connect_failed");
+    }
+}
+
+static void conn__connected(struct egress_conn *c)
+{
+    int err = 0;
+    socklen_t l = sizeof err;
+    if (getsockopt(c->upstream.fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+        err = errno;
+    if (err == 0)
+        c->t_connected = al_now_ns();
+    uv_timer_stop(&c->timer);
+    if (c->proto == PROTO_HTTP) {
+        egress_http_on_connected(c, -err);
+        return;
+    }
+    if (err) {
+        conn__fail_reset(c, err == ETIMEDOUT ? "upstream_connect_timeout" : "upstream_connect_failed");
+        return;
+    }
+    /* Allowed: audit the decision now that the dial succeeded, then relay. */
+    c->allowed = true;
+    atomic_fetch_add(&c->w->e->stats.conns_allowed, 1);
+    atomic_fetch_add(&c->sb->n_allowed, 1);
+    conn__audit_decision(c, c->verdict.would_deny ? "would_deny" : "allow", c->verdict.rule,
+                         c->verdict.reason, NULL);
+    free(c->ch);
+    c->ch = NULL;
+    /* The first bytes go upstream first, then the pipes take over. */
+    if (c->in_len) {
+        c->up.buf = (char *)c->in;
+        c->up.cap = c->in_cap;
+        c->up.off = 0;
+        c->up.len = c->in_len;
+        c->in = NULL;
+        c->in_len = c->in_cap = 0; /* the budget now counts it in the flow */
+    }
+    c->state = CONN_RELAY;
+    egress_relay_start(c);
+}
+
+/* ---- events ------------------------------------------------------------------------- */
+
+void egress_conn_on_events(struct egress_end *end, uint32_t epoll_events)
+{
+    struct egress_conn *c = end->c;
+    if (c->state == CONN_CLOSING || end->fd < 0)
+        return;
+    int events = 0;
+    if (epoll_events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        events |= UV_READABLE;
+    if (epoll_events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+        events |= UV_WRITABLE;
+    if (end->events == 0) {
+        /* Nothing was asked of this socket: only a hang-up or an error wakes it, and with
+         * level-triggered epoll it would keep doing so. The peer is gone: so is the
+         * connection. */
+        if (epoll_events & (EPOLLHUP | EPOLLERR))
+            egress_conn_close(c, true, end == &c->client ? "client_reset" : "upstream_reset");
+        return;
+    }
+    events &= end->events; /* only what was asked for (an error shows up as both) */
+    if (!events)
+        return;
+    switch (c->state) {
+    case CONN_PEEK:
+        if (end == &c->client && (events & UV_READABLE))
+            conn__peek_read(c);
+        break;
+    case CONN_CONNECT:
+        if (end == &c->upstream && (events & UV_WRITABLE))
+            conn__connected(c);
+        break;
+    case CONN_RELAY:
+        egress_relay_on_event(c, end, events);
+        break;
+    case CONN_HTTP:
+    case CONN_DRAIN:
+        egress_http_on_event(c, end, events);
+        break;
+    default:
+        egress_conn_set_events(end, 0);
+        break;
+    }
+}
+
+static void conn__on_timer(uv_timer_t *t)
+{
+    struct egress_conn *c = t->data;
+    struct egress *e = c->w->e;
+    switch (c->state) {
+    case CONN_PEEK:
+        atomic_fetch_add(&e->stats.timeouts, 1);
+        if (c->proto == PROTO_HTTP || (c->in_len && conn__looks_http(c->in, c->in_len))) {
+            egress_http_on_timeout(c);
+            return;
+        }
+        conn__deny_reset(c, NULL, c->in_len ? "handshake_timeout" : "no_data_timeout");
+        break;
+    case CONN_CONNECT:
+        atomic_fetch_add(&e->stats.timeouts, 1);
+        atomic_fetch_add(&e->stats.upstream_errors, 1);
+        if (c->proto == PROTO_HTTP) {
+            egress_http_on_connected(c, -ETIMEDOUT);
+            return;
+        }
+        conn__fail_reset(c, "upstream_connect_timeout");
+        break;
+    case CONN_RELAY: {
+        uint64_t idle_ns = (uint64_t)e->cfg.idle_timeout_ms * 1000000ull;
+        uint64_t now = al_now_ns();
+        if (now - c->t_last_io >= idle_ns) {
+            atomic_fetch_add(&e->stats.timeouts, 1);
+            egress_conn_close(c, true, "idle_timeout");
+        } else {
+            egress_conn_deadline(c, (uint32_t)((idle_ns - (now - c->t_last_io)) / 1000000ull) + 1);
+        }
+        break;
+    }
+    case CONN_HTTP:
+    case CONN_DRAIN:
+        egress_http_on_timeout(c);
+        break;
+    default:
+        break;
+    }
+}

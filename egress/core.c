@@ -1,0 +1,667 @@
+/* egress/core: one proxy instance: listeners (one socket per worker in each SO_REUSEPORT
+ * group), workers, the control loop, sandbox registration and policy replacement, the
+ * memory budget, and the helpers every file of egress/ uses. */
+#include "internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+
+int egress_worker_init(struct egress_worker *w, struct egress *e, unsigned index);
+void egress_worker_fini(struct egress_worker *w);
+
+/* ---- helpers --------------------------------------------------------------------------- */
+
+void egress_ip_from_sockaddr(const struct sockaddr *sa, struct egress_ip *ip, uint16_t *port)
+{
+    memset(ip, 0, sizeof *ip);
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *s = (const struct sockaddr_in *)sa;
+        ip->family = 4;
+        memcpy(ip->addr, &s->sin_addr, 4);
+        if (port)
+            *port = ntohs(s->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)sa;
+        if (IN6_IS_ADDR_V4MAPPED(&s->sin6_addr)) {
+            ip->family = 4;
+            memcpy(ip->addr, (const uint8_t *)&s->sin6_addr + 12, 4);
+        } else {
+            ip->family = 6;
+            memcpy(ip->addr, &s->sin6_addr, 16);
+        }
+        if (port)
+            *port = ntohs(s->sin6_port);
+    } else if (port) {
+        *port = 0;
+    }
+}
+
+void egress_sockaddr_from_ip(const struct egress_ip *ip, uint16_t port, struct sockaddr_storage *ss,
+                             socklen_t *len)
+{
+    memset(ss, 0, sizeof *ss);
+    if (ip->family == 4) {
+        struct sockaddr_in *s = (struct sockaddr_in *)ss;
+        s->sin_family = AF_INET;
+        s->sin_port = htons(port);
+        memcpy(&s->sin_addr, ip->addr, 4);
+        *len = sizeof *s;
+    } else {
+        struct sockaddr_in6 *s = (struct sockaddr_in6 *)ss;
+        s->sin6_family = AF_INET6;
+        s->sin6_port = htons(port);
+        memcpy(&s->sin6_addr, ip->addr, 16);
+        *len = sizeof *s;
+    }
+}
+
+void egress_endpoint_text(const struct egress_ip *ip, uint16_t port, char *out, size_t outlen)
+{
+    char t[64];
+    if (!ip->family) {
+        snprintf(out, outlen, "?:%u", port);
+        return;
+    }
+    inet_ntop(ip->family == 4 ? AF_INET : AF_INET6, ip->addr, t, sizeof t);
+    if (ip->family == 6)
+        snprintf(out, outlen, "[%s]:%u", t, port);
+    else
+        snprintf(out, outlen, "%s:%u", t, port);
+}
+
+void egress_new_request_id(struct egress *e, char out[32])
+{
+    uint64_t n = atomic_fetch_add(&e->req_seq, 1) + 1;
+    snprintf(out, 32, "%s-%" PRIx64, e->boot_id, n);
+}
+
+bool egress_mem_take(struct egress *e, struct egress_sandbox *sb, size_t n)
+{
+    size_t used = atomic_fetch_add(&e->mem_used, n) + n;
+    if (used > e->cfg.memory_budget) {
+        atomic_fetch_sub(&e->mem_used, n);
+        return false;
+    }
+    if (sb) {
+        size_t s = atomic_fetch_add(&sb->mem, n) + n;
+        if (s > e->cfg.sandbox_memory) {
+            atomic_fetch_sub(&sb->mem, n);
+            atomic_fetch_sub(&e->mem_used, n);
+            return false;
+        }
+    }
+    return true;
+}
+
+void egress_mem_give(struct egress *e, struct egress_sandbox *sb, size_t n)
+{
+    atomic_fetch_sub(&e->mem_used, n);
+    if (sb)
+        atomic_fetch_sub(&sb->mem, n);
+}
+
+bool egress_audit_throttle(atomic_uint_fast64_t *last_ns, uint64_t interval_ns)
+{
+    uint64_t now = al_now_ns(), last = atomic_load(last_ns);
+    if (last && now - last < interval_ns)
+        return false;
+    return atomic_compare_exchange_strong(last_ns, &last, now);
+}
+
+void egress_rec_sandbox(json_t *r, const struct egress_sandbox *sb, const struct egress_policy *p)
+{
+    egress_rec_str(r, "sandbox", sb ? sb->id : NULL);
+    egress_rec_str(r, "template", sb && sb->template_name[0] ? sb->template_name : NULL);
+    if (p) {
+        json_t *po = json_object();
+        egress_rec_str(po, "name", egress_policy_name(p));
+        egress_rec_str(po, "hash", egress_policy_hash(p));
+        json_object_set_new(r, "policy", po);
+    } else {
+        json_object_set_new(r, "policy", json_null());
+    }
+}
+
+void egress_audit(struct egress *e, json_t *rec)
+{
+    if (!rec)
+        return;
+    egress_audit_append(e->audit, rec);
+}
+
+bool egress_is_self(struct egress *e, const struct egress_ip *ip)
+{
+    bool found = false;
+    pthread_mutex_lock(&e->self_lock);
+    for (size_t i = 0; i < e->n_self && !found; i++)
+        found = egress_ip_equal(&e->self[i], ip);
+    pthread_mutex_unlock(&e->self_lock);
+    return found;
+}
+
+void egress_refresh_self(struct egress *e)
+{
+    struct ifaddrs *ifa = NULL;
+    if (getifaddrs(&ifa) < 0)
+        return;
+    struct egress_ip tmp[64];
+    size_t n = 0;
+    for (struct ifaddrs *i = ifa; i && n < 64; i = i->ifa_next) {
+        if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+            continue;
+        egress_ip_from_sockaddr(i->ifa_addr, &tmp[n], NULL);
+        n++;
+    }
+    freeifaddrs(ifa);
+    pthread_mutex_lock(&e->self_lock);
+    memcpy(e->self, tmp, n * sizeof tmp[0]);
+    e->n_self = n;
+    pthread_mutex_unlock(&e->self_lock);
+}
+
+uv_loop_t *egress_ctl_loop(struct egress *e)
+{
+    return &e->ctl_loop;
+}
+
+int egress_sync_audit(struct egress *e, uint32_t timeout_ms)
+{
+    return egress_audit_sync(e->audit, timeout_ms);
+}
+
+size_t egress_listener_fds(const struct egress *e, int kind, size_t i, int *fds, size_t max)
+{
+    size_t n = 0;
+    if (i >= EGRESS_MAX_LISTEN)
+        return 0;
+    for (unsigned w = 0; w < e->n_workers && n < max; w++) {
+        int fd = kind == 0 ? e->tcp_fds[w][i] : kind == 1 ? e->dns_udp_fds[w][i] : e->dns_tcp_fds[w][i];
+        if (fd >= 0)
+            fds[n++] = fd;
+    }
+    return n;
+}
+
+int egress_set_reply_mark(struct egress *e, uint32_t mark)
+{
+    e->cfg.reply_mark = mark;
+    for (unsigned w = 0; w < e->n_workers; w++)
+        for (size_t k = 0; k < EGRESS_MAX_LISTEN; k++) {
+            int fds[3] = {e->tcp_fds[w][k], e->dns_udp_fds[w][k], e->dns_tcp_fds[w][k]};
+            for (int j = 0; j < 3; j++)
+                if (fds[j] >= 0 && setsockopt(fds[j], SOL_SOCKET, SO_MARK, &mark, sizeof mark) < 0)
+                    return -errno;
+        }
+    return 0;
+}
+
+int egress_checkpoint_audit(struct egress *e)
+{
+    return egress_audit_checkpoint(e->audit);
+}
+
+uint16_t egress_tcp_port(const struct egress *e, size_t i)
+{
+    return i < EGRESS_MAX_LISTEN ? e->tcp_ports[i] : 0;
+}
+
+uint16_t egress_dns_port(const struct egress *e, size_t i)
+{
+    return i < EGRESS_MAX_LISTEN ? e->dns_ports[i] : 0;
+}
+
+/* ---- sandboxes and policies ---------------------------------------------------------- */
+
+static void core__audit_control(struct egress *e, const char *type, const char *event,
+                                struct egress_sandbox *sb, struct egress_policy *p,
+                                const char *error, const char *old_hash)
+{
+    json_t *r = egress_rec_new(type);
+    if (!r)
+        return;
+    egress_rec_str(r, "event", event);
+    egress_rec_sandbox(r, sb, p);
+    if (sb) {
+        json_t *a = json_array();
+        for (size_t i = 0; i < sb->n_addrs; i++) {
+            char t[64];
+            egress_ip_text(&sb->addrs[i], t, sizeof t);
+            json_array_append_new(a, json_string(t));
+        }
+        json_object_set_new(r, "addresses", a);
+        if (sb->policy_file[0])
+            egress_rec_str(r, "policy_file", sb->policy_file);
+    }
+    if (old_hash)
+        egress_rec_str(r, "old_policy_hash", old_hash);
+    if (error) {
+        egress_rec_str(r, "decision", "deny");
+        egress_rec_str(r, "reason", "invalid_policy");
+        egress_rec_str(r, "error", error);
+    }
+    egress_audit(e, r);
+}
+
+static int core__load_policy(const char *yaml, size_t len, const char *origin, const char *file,
+                             struct egress_policy **out, struct al_error *err)
+{
+    if (yaml)
+        return egress_policy_load(yaml, len, origin ? origin : "policy", out, err);
+    if (file)
+        return egress_policy_load(NULL, 0, file, out, err);
+    return al_error_set(err, -EINVAL, "a policy is required: give policy_yaml or policy_file");
+}
+
+int egress_register_sandbox(struct egress *e, const struct egress_register *r, struct al_error *err)
+{
+    struct egress_policy *p = NULL;
+    int rc = core__load_policy(r->policy_yaml, r->policy_len, r->policy_origin, r->policy_file, &p, err);
+    if (rc < 0) {
+        json_t *rec = egress_rec_new("sandbox");
+        if (rec) {
+            egress_rec_str(rec, "event", "register_refused");
+            egress_rec_str(rec, "sandbox", r->id);
+            egress_rec_str(rec, "decision", "deny");
+            egress_rec_str(rec, "reason", "invalid_policy");
+            egress_rec_str(rec, "error", al_error_str(err));
+            egress_audit(e, rec);
+        }
+        return rc;
+    }
+    rc = egress_registry_add(e->reg, r->id, r->template_name, r->addrs, r->n_addrs,
+                             r->policy_yaml ? NULL : r->policy_file, p, err);
+    if (rc < 0) {
+        egress_policy_unref(p);
+        return rc;
+    }
+    struct egress_sandbox *sb = egress_registry_by_id(e->reg, r->id);
+    if (sb) {
+        core__audit_control(e, "sandbox", "register", sb, p, NULL, NULL);
+        al_info("sandbox %s registered (policy %s %.12s)", r->id, egress_policy_name(p),
+                egress_policy_hash(p));
+        egress_sandbox_put(sb);
+    }
+    return 0;
+}
+
+static void core__kick_workers(struct egress *e)
+{
+    for (unsigned i = 0; i < e->n_workers; i++) {
+        atomic_store(&e->workers[i].kick_removed, true);
+        uv_async_send(&e->workers[i].wake);
+    }
+}
+
+int egress_unregister_sandbox(struct egress *e, const char *id)
+{
+    struct egress_sandbox *sb = egress_registry_remove(e->reg, id);
+    if (!sb)
+        return -ENOENT;
+    struct egress_policy *p = egress_sandbox_policy(sb);
+    core__audit_control(e, "sandbox", "unregister", sb, p, NULL, NULL);
+    egress_policy_unref(p);
+    al_info("sandbox %s removed", id);
+    egress_sandbox_put(sb);
+    core__kick_workers(e);
+    return 0;
+}
+
+int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t len,
+                      const char *origin, const char *file, struct al_error *err)
+{
+    struct egress_sandbox *sb = egress_registry_by_id(e->reg, id);
+    if (!sb)
+        return al_error_set(err, -ENOENT, "no sandbox '%s' is registered", id);
+    struct egress_policy *old = egress_sandbox_policy(sb);
+    struct egress_policy *p = NULL;
+    int rc = core__load_policy(yaml, len, origin, file ? file : (yaml ? NULL : sb->policy_file), &p, err);
+    if (rc < 0) {
+        core__audit_control(e, "policy", "reload_refused", sb, old, al_error_str(err), NULL);
+        al_warn("sandbox %s: new policy refused, the old one stays: %s", id, al_error_str(err));
+        egress_policy_unref(old);
+        egress_sandbox_put(sb);
+        return rc;
+    }
+    char old_hash[80];
+    snprintf(old_hash, sizeof old_hash, "%s", old ? egress_policy_hash(old) : "");
+    egress_sandbox_set_policy(sb, p, yaml ? "" : (file ? file : NULL));
+    core__audit_control(e, "policy", "reload", sb, p, NULL, old_hash);
+    egress_policy_unref(old);
+    egress_sandbox_put(sb);
+    return 0;
+}
+
+struct core__reload_ctx {
+    char (*ids)[128];
+    size_t n, cap;
+};
+
+static void core__collect_file_sandboxes(struct egress_sandbox *sb, void *arg)
+{
+    struct core__reload_ctx *x = arg;
+    if (!sb->policy_file[0])
+        return;
+    if (x->n == x->cap) {
+        size_t nc = x->cap ? x->cap * 2 : 16;
+        void *n = realloc(x->ids, nc * sizeof *x->ids);
+        if (!n)
+            return;
+        x->ids = n;
+        x->cap = nc;
+    }
+    snprintf(x->ids[x->n++], 128, "%s", sb->id);
+}
+
+int egress_reload(struct egress *e, json_t *report)
+{
+    struct core__reload_ctx x = {0};
+    egress_registry_each(e->reg, core__collect_file_sandboxes, &x);
+    int failed = 0;
+    json_t *ok = json_array(), *bad = json_array();
+    for (size_t i = 0; i < x.n; i++) {
+        struct al_error err = {0};
+        if (egress_set_policy(e, x.ids[i], NULL, 0, NULL, NULL, &err) < 0) {
+            failed++;
+            json_array_append_new(bad, json_pack("{s:s,s:s}", "sandbox", x.ids[i], "error",
+                                                 al_error_str(&err)));
+        } else {
+            json_array_append_new(ok, json_string(x.ids[i]));
+        }
+    }
+    free(x.ids);
+    egress_refresh_self(e);
+    if (report) {
+        json_object_set_new(report, "reloaded", ok);
+        json_object_set_new(report, "failed", bad);
+    } else {
+        json_decref(ok);
+        json_decref(bad);
+    }
+    return failed;
+}
+
+static json_t *core__sandbox_json(struct egress_sandbox *sb)
+{
+    struct egress_policy *p = egress_sandbox_policy(sb);
+    json_t *a = json_array();
+    for (size_t i = 0; i < sb->n_addrs; i++) {
+        char t[64];
+        egress_ip_text(&sb->addrs[i], t, sizeof t);
+        json_array_append_new(a, json_string(t));
+    }
+    json_t *o = json_pack("{s:s,s:s?,s:o,s:{s:s?,s:s?,s:s?},s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I}}",
+        "id", sb->id, "template", sb->template_name[0] ? sb->template_name : NULL, "addresses", a,
+        "policy", "name", p ? egress_policy_name(p) : NULL, "hash", p ? egress_policy_hash(p) : NULL,
+        "file", sb->policy_file[0] ? sb->policy_file : NULL,
+        "stats", "connections", (json_int_t)atomic_load(&sb->conns),
+        "memory", (json_int_t)atomic_load(&sb->mem),
+        "allowed", (json_int_t)atomic_load(&sb->n_allowed),
+        "denied", (json_int_t)atomic_load(&sb->n_denied),
+        "dns_queries", (json_int_t)atomic_load(&sb->n_dns),
+        "bytes_up", (json_int_t)atomic_load(&sb->bytes_up),
+        "bytes_down", (json_int_t)atomic_load(&sb->bytes_down));
+    egress_policy_unref(p);
+    return o;
+}
+
+static void core__list_one(struct egress_sandbox *sb, void *arg)
+{
+    json_array_append_new((json_t *)arg, core__sandbox_json(sb));
+}
+
+json_t *egress_sandboxes_json(struct egress *e)
+{
+    json_t *a = json_array();
+    egress_registry_each(e->reg, core__list_one, a);
+    return a;
+}
+
+json_t *egress_stats_json(struct egress *e, const char *id)
+{
+    if (id) {
+        struct egress_sandbox *sb = egress_registry_by_id(e->reg, id);
+        if (!sb)
+            return NULL;
+        json_t *o = core__sandbox_json(sb);
+        egress_sandbox_put(sb);
+        return o;
+    }
+    struct egress_stats *s = &e->stats;
+#define S(x) (json_int_t)atomic_load(&s->x)
+    return json_pack("{s:I,s:i,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:I},s:{s:I,s:I},s:{s:I,s:I,s:I},"
+                     "s:{s:I,s:I},s:{s:I,s:I,s:I,s:I},s:{s:I,s:I},s:{s:b,s:I,s:I,s:I}}",
+        "uptime_ms", (json_int_t)((al_now_ns() - e->started_ns) / 1000000),
+        "workers", (int)e->n_workers,
+        "sandboxes", (json_int_t)egress_registry_count(e->reg),
+        "memory", (json_int_t)atomic_load(&e->mem_used),
+        "connections", "accepted", S(conns_accepted), "active", S(conns_active),
+        "allowed", S(conns_allowed), "denied", S(conns_denied), "unknown_source", S(unknown_source),
+        "http", "requests", S(http_requests), "denied", S(http_denied),
+        "dns", "queries", S(dns_queries), "denied", S(dns_denied), "refused", S(dns_refused),
+        "bytes", "up", S(bytes_up), "down", S(bytes_down),
+        "limits", "sandbox_connections", S(limit_sandbox), "proxy_connections", S(limit_global),
+        "memory", S(limit_memory), "timeouts", S(timeouts),
+        "upstream", "errors", S(upstream_errors), "audit_denied", S(audit_denied),
+        "audit", "ok", egress_audit_ok(e->audit), "status", (json_int_t)egress_audit_status(e->audit),
+        "records", (json_int_t)egress_audit_records(e->audit),
+        "failures", (json_int_t)egress_audit_failures(e->audit));
+#undef S
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------ */
+
+static void core__raise_nofile(void)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+        r.rlim_cur = r.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &r);
+    }
+}
+
+static void core__on_ctl_wake(uv_async_t *a)
+{
+    struct egress *e = a->data;
+    if (atomic_load(&e->stopping))
+        uv_stop(&e->ctl_loop);
+}
+
+int egress_new(const struct egress_config *cfg, struct egress **out, struct al_error *err)
+{
+    struct egress *e = calloc(1, sizeof *e);
+    if (!e)
+        return al_error_set(err, -ENOMEM, "out of memory");
+    e->cfg = *cfg;
+    e->started_ns = al_now_ns();
+    pthread_mutex_init(&e->self_lock, NULL);
+    al_random_hex(e->boot_id, 4);
+    core__raise_nofile();
+    signal(SIGPIPE, SIG_IGN);
+    int rc;
+    if ((rc = egress_registry_new(&e->reg)) < 0 || (rc = egress_rcache_new(&e->cfg, &e->rcache)) < 0) {
+        al_error_set(err, rc, "out of memory");
+        goto fail;
+    }
+    struct egress_audit_opts ao = {.dir = e->cfg.audit_dir, .fail_open = e->cfg.audit_fail_open};
+    if ((rc = egress_audit_open(&ao, &e->audit, err)) < 0)
+        goto fail;
+    egress_refresh_self(e);
+
+    unsigned n = e->cfg.workers;
+    if (n == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        n = cpus > 0 ? (unsigned)cpus : 1;
+    }
+    if (n > 64)
+        n = 64;
+    e->n_workers = n;
+    e->workers = calloc(n, sizeof *e->workers);
+    e->tcp_fds = calloc(n, sizeof *e->tcp_fds);
+    e->dns_udp_fds = calloc(n, sizeof *e->dns_udp_fds);
+    e->dns_tcp_fds = calloc(n, sizeof *e->dns_tcp_fds);
+    if (!e->workers || !e->tcp_fds || !e->dns_udp_fds || !e->dns_tcp_fds) {
+        rc = al_error_set(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (unsigned i = 0; i < n; i++)
+        for (size_t k = 0; k < EGRESS_MAX_LISTEN; k++)
+            e->tcp_fds[i][k] = e->dns_udp_fds[i][k] = e->dns_tcp_fds[i][k] = -1;
+    /* One socket per worker in each reuseport group; the first one fixes the port. */
+    for (unsigned i = 0; i < n; i++) {
+        for (size_t k = 0; k < e->cfg.n_tcp_listen; k++) {
+            uint16_t port = e->tcp_ports[k];
+            int fd = egress_listen_tcp(&e->cfg.tcp_listen[k], true, 4096, &port, err);
+            if (fd < 0) {
+                rc = fd;
+                goto fail;
+            }
+            e->tcp_fds[i][k] = fd;
+            e->tcp_ports[k] = port;
+        }
+        for (size_t k = 0; k < e->cfg.n_dns_listen; k++) {
+            uint16_t port = e->dns_ports[k];
+            int fd = egress_listen_udp(&e->cfg.dns_listen[k], &port, err);
+            if (fd < 0) {
+                rc = fd;
+                goto fail;
+            }
+            e->dns_udp_fds[i][k] = fd;
+            e->dns_ports[k] = port;
+            fd = egress_listen_tcp(&e->cfg.dns_listen[k], true, 1024, &port, err);
+            if (fd < 0) {
+                rc = fd;
+                goto fail;
+            }
+            e->dns_tcp_fds[i][k] = fd;
+        }
+    }
+    for (unsigned i = 0; i < n; i++) {
+        struct egress_worker *w = &e->workers[i];
+        if ((rc = egress_worker_init(w, e, i)) < 0) {
+            al_error_set(err, rc, "worker %u: %s", i, uv_strerror(rc));
+            goto fail;
+        }
+        for (size_t k = 0; k < e->cfg.n_tcp_listen; k++)
+            w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->tcp_fds[i][k], .kind = 0,
+                                                                      .port = e->tcp_ports[k]};
+        for (size_t k = 0; k < e->cfg.n_dns_listen; k++) {
+            w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->dns_udp_fds[i][k], .kind = 1,
+                                                                      .port = e->dns_ports[k]};
+            w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->dns_tcp_fds[i][k], .kind = 2,
+                                                                      .port = e->dns_ports[k]};
+        }
+    }
+    if ((rc = uv_loop_init(&e->ctl_loop)) < 0) {
+        al_error_set(err, rc, "control loop: %s", uv_strerror(rc));
+        goto fail;
+    }
+    e->ctl_loop_init = true;
+    uv_async_init(&e->ctl_loop, &e->ctl_wake, core__on_ctl_wake);
+    e->ctl_wake.data = e;
+    *out = e;
+    return 0;
+fail:
+    egress_free(e);
+    return rc < 0 ? rc : -EINVAL;
+}
+
+int egress_start(struct egress *e, struct al_error *err)
+{
+    for (unsigned i = 0; i < e->n_workers; i++) {
+        int rc = egress_worker_start(&e->workers[i]);
+        if (rc < 0)
+            return al_error_set(err, rc, "starting worker %u: %s", i, uv_strerror(rc));
+    }
+    json_t *r = egress_rec_new("daemon");
+    if (r) {
+        egress_rec_str(r, "event", "start");
+        egress_rec_str(r, "version", AIRLOCK_VERSION);
+        egress_rec_int(r, "workers", e->n_workers);
+        egress_rec_bool(r, "audit_fail_open", e->cfg.audit_fail_open);
+        egress_audit(e, r);
+    }
+    return 0;
+}
+
+int egress_run(struct egress *e)
+{
+    uv_run(&e->ctl_loop, UV_RUN_DEFAULT);
+    return 0;
+}
+
+void egress_stop(struct egress *e)
+{
+    atomic_store(&e->stopping, true);
+    if (e->ctl_loop_init)
+        uv_async_send(&e->ctl_wake);
+    for (unsigned i = 0; i < e->n_workers; i++)
+        if (e->workers && e->workers[i].loop.data)
+            uv_async_send(&e->workers[i].wake);
+}
+
+void egress_free(struct egress *e)
+{
+    if (!e)
+        return;
+    atomic_store(&e->stopping, true);
+    for (unsigned i = 0; e->workers && i < e->n_workers; i++) {
+        struct egress_worker *w = &e->workers[i];
+        if (!w->loop.data)
+            continue;
+        if (w->started) {
+            uv_async_send(&w->wake);
+            uv_thread_join(&w->thread);
+        } else {
+            /* Never started: close what init opened and let the loop finish. */
+            if (w->resolver)
+                egress_resolver_close(w->resolver);
+            uv_close((uv_handle_t *)&w->wake, NULL);
+            uv_close((uv_handle_t *)&w->ep_poll, NULL);
+            uv_run(&w->loop, UV_RUN_DEFAULT);
+        }
+        egress_worker_fini(w);
+    }
+    for (unsigned i = 0; i < e->n_workers; i++) {
+        for (size_t k = 0; k < EGRESS_MAX_LISTEN; k++) {
+            if (e->tcp_fds && e->tcp_fds[i][k] >= 0)
+                close(e->tcp_fds[i][k]);
+            if (e->dns_udp_fds && e->dns_udp_fds[i][k] >= 0)
+                close(e->dns_udp_fds[i][k]);
+            if (e->dns_tcp_fds && e->dns_tcp_fds[i][k] >= 0)
+                close(e->dns_tcp_fds[i][k]);
+        }
+    }
+    if (e->ctl_loop_init) {
+        uv_close((uv_handle_t *)&e->ctl_wake, NULL);
+        uv_run(&e->ctl_loop, UV_RUN_DEFAULT);
+        uv_loop_close(&e->ctl_loop);
+    }
+    if (e->audit) {
+        json_t *r = egress_rec_new("daemon");
+        if (r) {
+            egress_rec_str(r, "event", "stop");
+            egress_audit(e, r);
+        }
+        egress_audit_close(e->audit);
+    }
+    egress_registry_free(e->reg);
+    egress_rcache_free(e->rcache);
+    free(e->workers);
+    free(e->tcp_fds);
+    free(e->dns_udp_fds);
+    free(e->dns_tcp_fds);
+    pthread_mutex_destroy(&e->self_lock);
+    free(e);
+}

@@ -1,0 +1,218 @@
+/* egress/decide: binds decide.h to the policy library (policy/policy.h). Thin on purpose:
+ * no matching, canonicalisation or classification happens here. */
+#include "decide.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "common/yaml.h"
+#include "policy/policy.h"
+
+/* struct egress_policy is the policy library's struct policy. */
+static struct policy *dec__p(const struct egress_policy *p)
+{
+    return (struct policy *)p;
+}
+
+int egress_policy_load(const char *yaml, size_t len, const char *origin,
+                       struct egress_policy **out, struct al_error *err)
+{
+    struct al_diags d;
+    al_diags_init(&d);
+    struct policy *p = yaml ? policy_load_buffer(yaml, len, origin, &d) : policy_load_file(origin, &d);
+    if (!p) {
+        al_diags_sort(&d);
+        char msg[AL_ERROR_MSG_MAX] = "";
+        size_t o = 0;
+        for (size_t i = 0; i < d.n && o + 2 < sizeof msg; i++) {
+            if (d.v[i].severity != AL_DIAG_ERROR)
+                continue;
+            char line[AL_ERROR_MSG_MAX];
+            al_diag_format(&d.v[i], line, sizeof line);
+            o += (size_t)snprintf(msg + o, sizeof msg - o, "%s%s", o ? "; " : "", line);
+        }
+        if (!msg[0])
+            snprintf(msg, sizeof msg, "%s: the policy could not be loaded", origin ? origin : "policy");
+        al_diags_free(&d);
+        return al_error_set(err, -EINVAL, "%s", msg);
+    }
+    al_diags_free(&d);
+    *out = (struct egress_policy *)p;
+    return 0;
+}
+
+struct egress_policy *egress_policy_ref(struct egress_policy *p)
+{
+    return (struct egress_policy *)policy_ref(dec__p(p));
+}
+
+void egress_policy_unref(struct egress_policy *p)
+{
+    if (p)
+        policy_unref(dec__p(p));
+}
+
+const char *egress_policy_name(const struct egress_policy *p)
+{
+    return policy_name(dec__p(p));
+}
+
+const char *egress_policy_hash(const struct egress_policy *p)
+{
+    return policy_hash(dec__p(p));
+}
+
+bool egress_policy_report_mode(const struct egress_policy *p)
+{
+    return policy_mode(dec__p(p)) == POLICY_MODE_REPORT;
+}
+
+uint64_t egress_policy_max_connections(const struct egress_policy *p)
+{
+    return policy_limits(dec__p(p))->max_connections;
+}
+
+uint64_t egress_policy_max_request_body(const struct egress_policy *p)
+{
+    return policy_limits(dec__p(p))->max_request_body;
+}
+
+static void dec__to_policy_addr(const struct egress_ip *ip, struct policy_addr *a)
+{
+    memset(a, 0, sizeof *a);
+    a->family = ip->family == 4 ? AF_INET : AF_INET6;
+    memcpy(a->bytes, ip->addr, ip->family == 4 ? 4 : 16);
+}
+
+static void dec__from_policy_addr(const struct policy_addr *a, struct egress_ip *ip)
+{
+    memset(ip, 0, sizeof *ip);
+    ip->family = a->family == AF_INET ? 4 : 6;
+    memcpy(ip->addr, a->bytes, a->family == AF_INET ? 4 : 16);
+}
+
+static void dec__host(const struct policy_host *h, struct egress_host *out)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = h->kind == POLICY_HOST_ADDR ? EGRESS_HOST_IP : EGRESS_HOST_NAME;
+    out->len = h->len < sizeof out->text ? h->len : sizeof out->text - 1;
+    memcpy(out->text, h->text, out->len);
+    if (h->kind == POLICY_HOST_ADDR)
+        dec__from_policy_addr(&h->addr, &out->ip);
+}
+
+int egress_canon_host(const char *in, size_t len, struct egress_host *out, struct al_error *err)
+{
+    struct policy_host h;
+    int rc = policy_host_canon(in, len, &h, err);
+    if (rc < 0)
+        return rc;
+    if (h.kind == POLICY_HOST_ADDR && h.zone[0])
+        return al_error_set(err, -EINVAL, "an IPv6 zone id is not a destination");
+    dec__host(&h, out);
+    return 0;
+}
+
+void egress_ip_classify(const struct egress_ip *ip, struct egress_ip_class *out)
+{
+    struct policy_addr a;
+    struct policy_addr_info info;
+    dec__to_policy_addr(ip, &a);
+    policy_addr_classify(&a, &info);
+    out->internal = info.internal;
+    out->code = info.code;
+}
+
+bool egress_ip_opened(const struct egress_policy *p, const struct egress_ip *ip)
+{
+    /* An internal address is opened when some allow rule's CIDR covers it: ask the policy
+     * for a connection-level decision with no name on each port range start of the CIDR
+     * rules; the library applies its own CIDR semantics. */
+    struct policy_addr a;
+    dec__to_policy_addr(ip, &a);
+    size_t n = policy_rule_count(dec__p(p));
+    for (size_t i = 0; i < n; i++) {
+        const struct policy_rule *r = policy_rule_at(dec__p(p), i);
+        if (r->action != POLICY_ACTION_ALLOW || r->n_cidrs == 0)
+            continue;
+        uint16_t port = r->n_ports ? r->ports[0].lo : (r->scheme == POLICY_SCHEME_HTTP ? 80 : 443);
+        struct policy_request req = {.addr = &a, .port = port, .scheme = r->scheme};
+        struct policy_decision d;
+        if (policy_decide(dec__p(p), &req, &d) == 0 && d.verdict == POLICY_ALLOW &&
+            d.rule == r)
+            return true;
+    }
+    return false;
+}
+
+void egress_ip_text(const struct egress_ip *ip, char *out, size_t outlen)
+{
+    if (!inet_ntop(ip->family == 4 ? AF_INET : AF_INET6, ip->addr, out, (socklen_t)outlen))
+        snprintf(out, outlen, "?");
+}
+
+int egress_path_normalize(const char *in, size_t len, char *out, size_t outlen,
+                          struct al_error *err)
+{
+    return policy_path_normalize(in, len, out, outlen, err);
+}
+
+static void dec__verdict(const struct policy_decision *d, struct egress_verdict *v)
+{
+    memset(v, 0, sizeof *v);
+    v->allow = d->verdict == POLICY_ALLOW;
+    v->would_deny = d->would_deny;
+    v->rule = d->rule ? d->rule->name : NULL;
+    v->reason = policy_reason_code(d->reason);
+    v->tls = d->tls == POLICY_TLS_INSPECT ? EGRESS_TLS_INSPECT
+             : d->tls == POLICY_TLS_PASSTHROUGH ? EGRESS_TLS_PASSTHROUGH : EGRESS_TLS_NONE;
+    v->websocket = d->websocket;
+    v->n_inject = d->n_inject;
+    v->addr_class = d->addr_info.code;
+    v->by_address = d->rule && d->rule->n_cidrs > 0 && d->rule->n_hosts == 0;
+    if (d->host.kind)
+        dec__host(&d->host, &v->host);
+}
+
+void egress_decide(const struct egress_policy *p, const struct egress_query *q,
+                   struct egress_verdict *v)
+{
+    struct policy_addr a;
+    if (q->dst)
+        dec__to_policy_addr(q->dst, &a);
+    struct policy_request req = {
+        .host = q->host,
+        .host_len = q->host_len,
+        .addr = q->dst ? &a : NULL,
+        .port = q->port,
+        .scheme = q->scheme == EGRESS_SCHEME_HTTP ? POLICY_SCHEME_HTTP
+                  : q->scheme == EGRESS_SCHEME_TCP ? POLICY_SCHEME_TCP : POLICY_SCHEME_HTTPS,
+        .method = q->method,
+        .method_len = q->method ? strlen(q->method) : 0,
+        .path = q->path,
+        .path_len = q->path_len,
+    };
+    struct policy_decision d;
+    if (policy_decide(dec__p(p), &req, &d) != 0) {
+        memset(v, 0, sizeof *v);
+        v->reason = "policy_error";
+        return;
+    }
+    dec__verdict(&d, v);
+}
+
+void egress_decide_dns(const struct egress_policy *p, const char *name, size_t len,
+                       struct egress_verdict *v)
+{
+    struct policy_decision d;
+    if (policy_dns_decide(dec__p(p), name, len, &d) != 0) {
+        memset(v, 0, sizeof *v);
+        v->reason = "policy_error";
+        return;
+    }
+    dec__verdict(&d, v);
+}

@@ -1,0 +1,1255 @@
+/* egress/http: the plain-HTTP engine of a connection.
+ *
+ * One request at a time (pipelined requests wait in the client buffer): the head is
+ * parsed by llhttp (strict build, no lenient flag), checked (http_head.c), decided under
+ * the sandbox's policy, and only then re-serialised to the upstream, which is bound to the
+ * first request's host and dialled on the address the destination check approved. Request
+ * bodies are re-framed (Content-Length kept, chunked re-chunked), so that what the
+ * upstream parses is exactly what was decided. The response is parsed too (strictly) so
+ * that its end is known; its head is validated before any byte reaches the sandbox, then
+ * head and body are forwarded as they came. Deny and error answers are JSON.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "http.h"
+
+#define UP_READ        (16 * 1024)
+#define CLIENT_READ    (16 * 1024)
+#define QUEUE_HIGH     (64 * 1024)   /* stop reading the other side above this */
+#define RESP_HEAD_MAX  (64 * 1024)
+#define DRAIN_MS       2000
+#define DRAIN_DISCARD  (16 * 1024 * 1024) /* lingering close: bounded by DRAIN_MS too */
+
+enum http_phase {
+    H_IDLE = 0,      /* between requests */
+    H_HEAD,          /* receiving a request head */
+    H_DECIDE,        /* destination check / connect in progress */
+    H_BODY,          /* forwarding the request body */
+    H_WAIT,          /* request sent, waiting for (the rest of) the response */
+};
+
+struct egress_http {
+    struct egress_conn *c;
+    llhttp_t req, resp;
+    struct egress_http_head reqh, resph;
+    struct egress_http_request r;
+    enum http_phase phase;
+    bool req_done;          /* the request message is complete (body forwarded) */
+    bool resp_in_head;      /* collecting a response head */
+    bool resp_done;
+    bool resp_started;      /* a byte of the final response went to the client */
+    bool upgrade;           /* 101 received: the connection becomes a tunnel */
+    bool close_after;       /* close once the response is delivered */
+    bool draining;
+    size_t in_off;          /* parsed bytes of c->in */
+    struct al_buf to_up, to_client, resp_raw;
+    char *upbuf;            /* upstream read buffer */
+    size_t up_len, up_off;  /* unparsed upstream bytes in upbuf */
+    /* The connection's bound host. */
+    bool bound;
+    struct egress_host host;
+    /* Current request (audit). */
+    char rid[32];
+    int n;
+    int status;
+    uint64_t max_body;
+    uint64_t body_bytes, req_bytes, resp_bytes;
+    uint64_t t_start, t_decided, t_sent, t_first_resp, t_body_io;
+    const char *decision, *reason, *rule;
+    bool would_deny;
+    bool req_kick, resp_kick; /* a parser was resumed: run it once even without new bytes
+                                 (llhttp finishes a message with no body on an empty call) */
+    bool head_prev_lf;      /* obs-fold detection across reads: last head byte was LF */
+    bool head_fold;         /* an obs-fold (LF followed by SP/HT) was seen in this head */
+    char path_log[512];
+    size_t discarded;
+};
+
+static const llhttp_settings_t *http__req_settings(void);
+static const llhttp_settings_t *http__resp_settings(void);
+static void http__process(struct egress_conn *c);
+static void http__update_events(struct egress_conn *c);
+static void http__audit_request(struct egress_conn *c, const char *decision, const char *rule,
+                                const char *reason, const char *error);
+static void http__audit_fail(struct egress_conn *c, const char *error);
+
+static struct egress_http *http__of(llhttp_t *p)
+{
+    return p->data;
+}
+
+/* ---- request parser callbacks ------------------------------------------------------- */
+
+static int req__on_begin(llhttp_t *p)
+{
+    struct egress_http *h = http__of(p);
+    egress_http_head_reset(&h->reqh);
+    h->phase = H_HEAD;
+    h->t_start = al_now_ns();
+    h->body_bytes = h->req_bytes = h->resp_bytes = 0;
+    h->status = 0;
+    h->req_done = false;
+    h->resp_done = false;
+    h->resp_started = false;
+    h->would_deny = false;
+    h->decision = h->reason = h->rule = NULL;
+    h->path_log[0] = 0;
+    h->n++;
+    egress_new_request_id(h->c->w->e, h->rid);
+    /* Slowloris: the whole head within header_timeout of its first byte. */
+    egress_conn_deadline(h->c, h->c->w->e->cfg.header_timeout_ms);
+    return 0;
+}
+
+static int req__on_url(llhttp_t *p, const char *at, size_t n)
+{
+    return egress_http_head_url(&http__of(p)->reqh, at, n) < 0 ? HPE_USER : 0;
+}
+
+static int req__on_field(llhttp_t *p, const char *at, size_t n)
+{
+    return egress_http_head_field(&http__of(p)->reqh, at, n) < 0 ? HPE_USER : 0;
+}
+
+static int req__on_value(llhttp_t *p, const char *at, size_t n)
+{
+    return egress_http_head_value(&http__of(p)->reqh, at, n) < 0 ? HPE_USER : 0;
+}
+
+static int req__on_headers_complete(llhttp_t *p)
+{
+    struct egress_http *h = http__of(p);
+    if (egress_http_head_finish(&h->reqh) < 0)
+        return HPE_USER;
+    return HPE_PAUSED; /* decide before a byte of the body is looked at */
+}
+
+static int req__on_body(llhttp_t *p, const char *at, size_t n)
+{
+    struct egress_http *h = http__of(p);
+    h->body_bytes += n;
+    if (h->max_body && h->body_bytes > h->max_body) {
+        llhttp_set_error_reason(p, "body_too_large");
+        return HPE_USER;
+    }
+    int rc = 0;
+    if (h->r.chunked)
+        rc = al_buf_printf(&h->to_up, "%zx\r\n", n);
+    if (!rc)
+        rc = al_buf_append(&h->to_up, at, n);
+    if (!rc && h->r.chunked)
+        rc = al_buf_append(&h->to_up, "\r\n", 2);
+    h->req_bytes += n;
+    return rc ? HPE_USER : 0;
+}
+
+static int req__on_complete(llhttp_t *p)
+{
+    struct egress_http *h = http__of(p);
+    if (h->r.chunked && al_buf_append(&h->to_up, "0\r\n\r\n", 5) < 0)
+        return HPE_USER;
+    h->req_done = true;
+    h->phase = H_WAIT;
+    h->t_sent = al_now_ns();
+    return HPE_PAUSED; /* the next (pipelined) request waits for this response */
+}
+
+static const llhttp_settings_t *http__req_settings(void)
+{
+    static llhttp_settings_t s;
+    static bool init;
+    if (!init) {
+        llhttp_settings_init(&s);
+        s.on_message_begin = req__on_begin;
+        s.on_url = req__on_url;
+        s.on_header_field = req__on_field;
+        s.on_header_value = req__on_value;
+        s.on_headers_complete = req__on_headers_complete;
+        s.on_body = req__on_body;
+        s.on_message_complete = req__on_complete;
+        init = true;
+    }
+    return &s;
+}
+
+/* ---- response parser callbacks ------------------------------------------------------ */
+
+static int resp__on_begin(llhttp_t *p)
+{
+    struct egress_http *h = http__of(p);
+    egress_http_head_reset(&h->resph);
+    h->resp_in_head = true;
+    return 0;
+}
+
+static int resp__on_status(llhttp_t *p, const char *at, size_t n)
+{
+    return egress_http_head_url(&http__of(p)->resph, at, n) < 0 ? HPE_USER : 0;
+}
+
+static int resp__on_field(llhttp_t *p, const char *at, size_t n)
+{
+    return egress_http_head_field(&http__of(p)->resph, at, n) < 0 ? HPE_USER : 0;
+}
+
+static int resp__on_value(llhttp_t *p, const char *at, size_t n)
+{
+    return egress_http_head_value(&http__of(p)->resph, at, n) < 0 ? HPE_USER : 0;
+}
+
+static int resp__on_headers_complete(llhttp_t *p)
+{
+    struct egress_http *h = http__of(p);
+    if (egress_http_head_finish(&h->resph) < 0)
+        return HPE_USER;
+    int status = llhttp_get_status_code(p);
+    if (status >= 200 || status == 101) {
+        h->status = status;
+        if (!h->t_first_resp)
+            h->t_first_resp = al_now_ns();
+    }
+    if (status == 101 && !h->r.websocket) {
+        llhttp_set_error_reason(p, "unrequested_upgrade");
+        return HPE_USER;
+    }
+    /* A response to HEAD has no body whatever its headers say. */
+    if (h->r.method && strcmp(h->r.method, "HEAD") == 0 && status >= 200)
+        p->flags |= F_SKIPBODY;
+    return HPE_PAUSED; /* the head is forwarded once it is known to be complete */
+}
+
+static int resp__on_complete(llhttp_t *p)
+{
+    struct egress_http *h = http__of(p);
+    int status = llhttp_get_status_code(p);
+    if (status < 200 && status != 101)
+        return 0; /* 100 Continue and friends: the final response follows */
+    if (status == 101)
+        return 0; /* llhttp stops with HPE_PAUSED_UPGRADE */
+    h->resp_done = true;
+    return HPE_PAUSED;
+}
+
+static const llhttp_settings_t *http__resp_settings(void)
+{
+    static llhttp_settings_t s;
+    static bool init;
+    if (!init) {
+        llhttp_settings_init(&s);
+        s.on_message_begin = resp__on_begin;
+        s.on_status = resp__on_status;
+        s.on_header_field = resp__on_field;
+        s.on_header_value = resp__on_value;
+        s.on_headers_complete = resp__on_headers_complete;
+        s.on_message_complete = resp__on_complete;
+        init = true;
+    }
+    return &s;
+}
+
+/* ---- lifetime ------------------------------------------------------------------------ */
+
+int egress_http_start(struct egress_conn *c)
+{
+    struct egress_http *h = calloc(1, sizeof *h);
+    if (!h)
+        return -ENOMEM;
+    h->c = c;
+    c->http = h;
+    llhttp_init(&h->req, HTTP_REQUEST, http__req_settings());
+    llhttp_init(&h->resp, HTTP_RESPONSE, http__resp_settings());
+    h->req.data = h;
+    h->resp.data = h;
+    egress_http_head_init(&h->reqh, c->w->e->cfg.max_header_bytes);
+    egress_http_head_init(&h->resph, RESP_HEAD_MAX);
+    al_buf_init(&h->to_up, 0);
+    al_buf_init(&h->to_client, 0);
+    al_buf_init(&h->resp_raw, RESP_HEAD_MAX);
+    c->state = CONN_HTTP;
+    http__process(c);
+    return 0;
+}
+
+void egress_http_free(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    if (!h)
+        return;
+    egress_http_head_free(&h->reqh);
+    egress_http_head_free(&h->resph);
+    al_buf_free(&h->to_up);
+    al_buf_free(&h->to_client);
+    al_buf_free(&h->resp_raw);
+    if (h->upbuf) {
+        egress_mem_give(c->w->e, c->sb, UP_READ);
+        free(h->upbuf);
+    }
+    free(h);
+    c->http = NULL;
+}
+
+/* ---- answers and audit ------------------------------------------------------------- */
+
+static void http__audit_request(struct egress_conn *c, const char *decision, const char *rule,
+                                const char *reason, const char *error)
+{
+    struct egress_http *h = c->http;
+    json_t *r = egress_rec_new("http_request");
+    if (!r)
+        return;
+    egress_rec_sandbox(r, c->sb, c->policy);
+    egress_rec_str(r, "request_id", h->rid);
+    egress_rec_str(r, "connection_id", c->request_id);
+    egress_rec_str(r, "proto", "http");
+    egress_rec_str(r, "src", c->src_text);
+    egress_rec_str(r, "dst", c->dst_text);
+    if (c->dialled.family)
+        egress_rec_str(r, "dialled", c->dialled_text);
+    egress_rec_str(r, "decision", decision);
+    egress_rec_str(r, "reason", reason);
+    egress_rec_str(r, "rule", rule);
+    egress_rec_str(r, "mode", c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
+    if (error)
+        egress_rec_str(r, "error", error);
+    if (h->r.websocket)
+        egress_rec_bool(r, "websocket", true);
+    if (h->r.method)
+        egress_rec_str(r, "method", h->r.method);
+    if (h->r.host_name[0])
+        egress_rec_str(r, "host", c->have_host ? c->host.text : h->r.host_name);
+    if (h->path_log[0])
+        egress_rec_str(r, "path", h->path_log);
+    if (h->status)
+        egress_rec_int(r, "status", h->status);
+    egress_rec_int(r, "bytes_up", (int64_t)h->req_bytes);
+    egress_rec_int(r, "bytes_down", (int64_t)h->resp_bytes);
+    json_t *tm = json_object();
+    uint64_t now = al_now_ns();
+    if (h->t_decided)
+        egress_rec_us(tm, "decide", h->t_decided - h->t_start);
+    if (c->t_dns && h->n == 1)
+        egress_rec_us(tm, "dns", c->t_dns - c->t_dns0);
+    if (c->t_connected && h->n == 1)
+        egress_rec_us(tm, "connect", c->t_connected - c->t_connect0);
+    if (h->t_first_resp && h->t_sent)
+        egress_rec_us(tm, "upstream", h->t_first_resp > h->t_sent ? h->t_first_resp - h->t_sent : 0);
+    egress_rec_us(tm, "total", now - h->t_start);
+    json_object_set_new(r, "timing_us", tm);
+    egress_audit(c->w->e, r);
+    /* The connection's totals (its connection_end record). */
+    c->up.bytes += h->req_bytes;
+    c->down.bytes += h->resp_bytes;
+    h->decision = NULL; /* recorded */
+}
+
+/* An allowed request that failed after its decision (upstream errors, timeouts, a broken
+ * body): the decision as it was, and what went wrong. */
+static void http__audit_fail(struct egress_conn *c, const char *error)
+{
+    struct egress_http *h = c->http;
+    const char *decision = h->decision ? h->decision : (h->would_deny ? "would_deny" : "allow");
+    http__audit_request(c, decision, c->verdict.rule, c->verdict.reason, error);
+}
+
+static void http__flush_client(struct egress_conn *c);
+
+void egress_http_answer(struct egress_conn *c, int status, const char *error, const char *rule,
+                        const char *reason, bool close_after)
+{
+    struct egress_http *h = c->http;
+    if (!h)
+        return;
+    h->status = status;
+    al_buf_reset(&h->to_client);
+    egress_http_error_response(&h->to_client, status, error, rule, reason, h->rid, true);
+    (void)close_after; /* every error answer closes: the connection state is not trusted */
+    h->draining = true;
+    h->close_after = true;
+    c->state = CONN_DRAIN;
+    /* The upstream (if any) is of no further use. */
+    if (c->upstream.fd >= 0)
+        egress_conn_set_events(&c->upstream, 0);
+    egress_conn_deadline(c, DRAIN_MS);
+    http__flush_client(c);
+    if (c->state == CONN_DRAIN)
+        http__update_events(c);
+}
+
+/* A request refused before reaching any upstream. */
+static void http__deny(struct egress_conn *c, int status, const char *error, const char *rule,
+                       const char *reason)
+{
+    struct egress_http *h = c->http;
+    struct egress *e = c->w->e;
+    if (!h->t_decided)
+        h->t_decided = al_now_ns();
+    atomic_fetch_add(&e->stats.http_denied, 1);
+    atomic_fetch_add(&e->stats.http_requests, 1);
+    if (c->sb)
+        atomic_fetch_add(&c->sb->n_denied, 1);
+    h->status = status;
+    http__audit_request(c, "deny", rule, reason, NULL);
+    egress_http_answer(c, status, error, rule, reason, true);
+}
+
+/* ---- I/O helpers ------------------------------------------------------------------- */
+
+static int http__send(int fd, struct al_buf *b, uint64_t *io_ts)
+{
+    while (b->len) {
+        ssize_t n = send(fd, b->data, b->len, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                return 0;
+            return -errno;
+        }
+        al_buf_consume(b, (size_t)n);
+        if (io_ts)
+            *io_ts = al_now_ns();
+    }
+    if (b->cap > 64 * 1024) {
+        al_buf_free(b); /* do not keep a large idle buffer */
+        al_buf_init(b, 0);
+    }
+    return 0;
+}
+
+static void http__flush_client(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    if (http__send(c->client.fd, &h->to_client, &c->t_last_io) < 0) {
+        egress_conn_close(c, true, "client_write_failed");
+        return;
+    }
+    if (h->draining && h->to_client.len == 0 && !c->client.shut_wr) {
+        shutdown(c->client.fd, SHUT_WR);
+        c->client.shut_wr = true;
+    }
+}
+
+static void http__update_events(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    if (c->state == CONN_CLOSING)
+        return;
+    int ce = 0, ue = 0;
+    if (h->draining) {
+        if (h->to_client.len)
+            ce |= UV_WRITABLE;
+        if (!c->client.eof)
+            ce |= UV_READABLE; /* lingering close: read and discard */
+        egress_conn_set_events(&c->client, ce);
+        if (c->upstream.fd >= 0)
+            egress_conn_set_events(&c->upstream, 0);
+        return;
+    }
+    if (h->to_client.len)
+        ce |= UV_WRITABLE;
+    /* Read the client while a head is being received, or a body forwarded, and the
+     * upstream queue has room; never while a decision is pending or a response awaited
+     * (pipelined requests wait in the kernel). */
+    bool unparsed = c->in_len > h->in_off;
+    bool room = !c->in || c->in_len < c->in_cap || h->in_off > 0;
+    bool parsing = h->phase == H_IDLE || h->phase == H_HEAD || (h->phase == H_BODY && !h->req_done);
+    /* While a response is awaited the client stays readable (a pipelined request is
+     * buffered, not parsed) until the buffer is full: no interest change per request. */
+    bool want_client = !c->client.eof && h->to_up.len < QUEUE_HIGH &&
+                       ((parsing && !unparsed) || (h->phase == H_WAIT && room));
+    if (want_client)
+        ce |= UV_READABLE;
+    if (c->upstream.fd >= 0 && c->state == CONN_HTTP) {
+        if (h->to_up.len)
+            ue |= UV_WRITABLE;
+        if (!c->upstream.eof && h->to_client.len < QUEUE_HIGH)
+            ue |= UV_READABLE;
+        egress_conn_set_events(&c->upstream, ue);
+    }
+    egress_conn_set_events(&c->client, ce);
+}
+
+/* ---- the request side ---------------------------------------------------------------- */
+
+static void http__on_dst_checked(struct egress_conn *c, bool ok, const char *reason);
+static void http__send_head(struct egress_conn *c);
+
+/* A complete head: check, decide, then connect or send. */
+static void http__on_head(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    struct egress *e = c->w->e;
+    int status = 0;
+    const char *reason = NULL;
+    uv_timer_stop(&c->timer);
+    h->phase = H_DECIDE;
+    egress_conn_set_events(&c->client, 0); /* nothing more is read until decided */
+
+    /* Decisions taken before the bytes arrived (limits, no policy, audit down). */
+    if (c->verdict.reason && !c->verdict.allow && !c->have_host && !h->bound) {
+        const char *r = c->verdict.reason;
+        int st = strcmp(r, "sandbox_connection_limit") == 0 ? 429 : 503;
+        const char *err = st == 429 ? "too_many_connections"
+                          : strcmp(r, "no_policy") == 0 ? "blocked_by_policy" : "proxy_unavailable";
+        if (strcmp(r, "no_policy") == 0)
+            st = 403;
+        egress_http_check_request(&h->reqh, &h->req, c->dst_port, &h->r, &status, &reason);
+        http__deny(c, st, err, NULL, r);
+        return;
+    }
+    if (egress_http_check_request(&h->reqh, &h->req, c->dst_port, &h->r, &status, &reason) < 0) {
+        http__deny(c, status, status == 403 ? "blocked_by_policy" : "bad_request", NULL, reason);
+        return;
+    }
+    /* Log the path without its query string unless configured otherwise. */
+    {
+        size_t pl = e->cfg.audit_query_strings ? h->r.target_len : h->r.path_len;
+        if (pl >= sizeof h->path_log)
+            pl = sizeof h->path_log - 1;
+        memcpy(h->path_log, h->r.target, pl);
+        h->path_log[pl] = 0;
+    }
+    if (!egress_audit_ok(e->audit)) {
+        atomic_fetch_add(&e->stats.audit_denied, 1);
+        http__deny(c, 503, "proxy_unavailable", NULL, "audit_unavailable");
+        return;
+    }
+    /* The policy may have been replaced since the last request: decide on the current one. */
+    struct egress_policy *p = egress_sandbox_policy(c->sb);
+    if (!p) {
+        http__deny(c, 403, "blocked_by_policy", NULL, "no_policy");
+        return;
+    }
+    egress_policy_unref(c->policy);
+    c->policy = p;
+
+    struct egress_host host;
+    struct al_error err = {0};
+    if (egress_canon_host(h->r.host_name, strlen(h->r.host_name), &host, &err) < 0) {
+        http__deny(c, 400, "bad_request", NULL, "invalid_host");
+        return;
+    }
+    if (h->bound && (host.kind != h->host.kind || strcmp(host.text, h->host.text) != 0)) {
+        http__deny(c, 403, "blocked_by_policy", NULL, "host_changed_on_connection");
+        return;
+    }
+    struct egress_query q = {
+        .host = host.text,
+        .host_len = host.len,
+        .dst = &c->dst,
+        .port = c->dst_port,
+        .scheme = EGRESS_SCHEME_HTTP,
+        .method = h->r.method,
+        .path = h->r.target,
+        .path_len = h->r.target_len,
+    };
+    egress_decide(c->policy, &q, &c->verdict);
+    h->t_decided = al_now_ns();
+    h->rule = c->verdict.rule;
+    h->reason = c->verdict.reason;
+    if (!c->verdict.allow) {
+        http__deny(c, 403, "blocked_by_policy", c->verdict.rule, c->verdict.reason);
+        return;
+    }
+    h->would_deny = c->verdict.would_deny;
+    if (h->r.websocket && !c->verdict.websocket && !c->verdict.would_deny) {
+        http__deny(c, 403, "blocked_by_policy", c->verdict.rule, "websocket_not_allowed");
+        return;
+    }
+    if (c->verdict.n_inject) {
+        /* Part 2 fills credentials from the vault; without it the rule cannot be honoured. */
+        http__deny(c, 503, "proxy_unavailable", c->verdict.rule, "injection_unavailable");
+        return;
+    }
+    if (egress_is_self(e, &c->dst)) {
+        http__deny(c, 403, "blocked_by_policy", c->verdict.rule, "proxy_address");
+        return;
+    }
+    uint64_t pmax = egress_policy_max_request_body(c->policy);
+    h->max_body = e->cfg.max_body_bytes;
+    if (pmax && (h->max_body == 0 || pmax < h->max_body))
+        h->max_body = pmax;
+    if (h->max_body && h->r.content_length > 0 && (uint64_t)h->r.content_length > h->max_body) {
+        http__deny(c, 413, "payload_too_large", c->verdict.rule, "request_body_too_large");
+        return;
+    }
+    c->host = host;
+    c->have_host = true;
+    if (!h->bound) {
+        h->bound = true;
+        h->host = host;
+    }
+    h->decision = h->would_deny ? "would_deny" : "allow";
+    if (c->upstream.fd >= 0) {
+        /* Keep-alive: the same host on the upstream dialled for it. (An upstream that
+         * closed has closed this connection too, so it is never re-dialled here.) */
+        http__send_head(c);
+        return;
+    }
+    if (c->verdict.by_address) {
+        /* An address rule allowed it: the destination is what the rule names. */
+        http__on_dst_checked(c, true, NULL);
+        return;
+    }
+    egress_check_destination(c, &c->host, http__on_dst_checked);
+}
+
+static void http__on_dst_checked(struct egress_conn *c, bool ok, const char *reason)
+{
+    struct egress_http *h = c->http;
+    c->state = CONN_HTTP;
+    if (!ok) {
+        http__deny(c, 403, "blocked_by_policy", c->verdict.rule, reason);
+        return;
+    }
+    h->decision = h->would_deny ? "would_deny" : "allow";
+    egress_conn_set_dialled(c, &c->dst);
+    int rc = egress_conn_connect(c);
+    if (rc < 0)
+        egress_http_on_connected(c, rc);
+}
+
+void egress_http_on_connected(struct egress_conn *c, int status)
+{
+    struct egress_http *h = c->http;
+    struct egress *e = c->w->e;
+    c->state = CONN_HTTP;
+    if (status < 0) {
+        atomic_fetch_add(&e->stats.upstream_errors, 1);
+        const char *why = status == -ETIMEDOUT ? "upstream_connect_timeout" : "upstream_connect_failed";
+        h->status = status == -ETIMEDOUT ? 504 : 502;
+        atomic_fetch_add(&e->stats.http_requests, 1);
+        http__audit_fail(c, why);
+        egress_http_answer(c, h->status, status == -ETIMEDOUT ? "gateway_timeout" : "bad_gateway",
+                           c->verdict.rule, why, true);
+        return;
+    }
+    if (!c->allowed) {
+        c->allowed = true;
+        atomic_fetch_add(&e->stats.conns_allowed, 1);
+    }
+    http__send_head(c);
+}
+
+static void http__send_head(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    if (c->sb)
+        atomic_fetch_add(&c->sb->n_allowed, 1);
+    atomic_fetch_add(&c->w->e->stats.http_requests, 1);
+    if (egress_http_serialize_request(&h->reqh, &h->r, &h->to_up) < 0) {
+        egress_http_answer(c, 500, "proxy_error", NULL, "serialize_failed", true);
+        return;
+    }
+    /* Fresh response parser for this exchange. */
+    llhttp_init(&h->resp, HTTP_RESPONSE, http__resp_settings());
+    h->resp.data = h;
+    h->t_first_resp = 0;
+    h->phase = H_BODY;
+    llhttp_resume(&h->req); /* continue with the body (if any) */
+    h->req_kick = true;
+    egress_conn_deadline(c, c->w->e->cfg.body_timeout_ms);
+    h->t_body_io = al_now_ns();
+    http__process(c);
+}
+
+/* ---- the response side -------------------------------------------------------------- */
+
+static void http__response_complete(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    http__audit_request(c, h->would_deny ? "would_deny" : "allow", c->verdict.rule, c->verdict.reason, NULL);
+    /* The upstream connection lives as long as the client's: when either side will not
+     * keep it (or the upstream sent bytes after its response, a protocol error), the
+     * client connection closes after this response. */
+    bool keep = h->r.keep_alive && llhttp_should_keep_alive(&h->resp) && !c->client.eof &&
+                !c->upstream.eof && h->up_len == h->up_off;
+    if (!keep)
+        h->close_after = true;
+    h->phase = H_IDLE;
+    h->req_done = false;
+    egress_http_head_reset(&h->reqh);
+    if (h->close_after) {
+        h->draining = true;
+        c->state = CONN_DRAIN;
+        egress_conn_deadline(c, DRAIN_MS);
+        return;
+    }
+    llhttp_resume(&h->req); /* the next request may already be buffered */
+    h->req_kick = true;
+    egress_conn_deadline(c, c->w->e->cfg.keepalive_timeout_ms);
+}
+
+/* Feeds unparsed upstream bytes to the response parser, forwarding them. */
+static int http__parse_response(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    while ((h->up_off < h->up_len || h->resp_kick) && !h->resp_done && !h->upgrade) {
+        h->resp_kick = false;
+        const char *data = h->upbuf + h->up_off;
+        size_t len = h->up_len - h->up_off;
+        llhttp_errno_t err = llhttp_execute(&h->resp, data, len);
+        size_t used = len;
+        if (err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE)
+            used = (size_t)(llhttp_get_error_pos(&h->resp) - data);
+        else if (err != HPE_OK)
+            return -1;
+        /* Forward (or hold, while in a head) the bytes consumed. */
+        if (h->resp_in_head) {
+            if (al_buf_append(&h->resp_raw, data, used) < 0)
+                return -1;
+        } else if (used) {
+            if (al_buf_append(&h->to_client, data, used) < 0)
+                return -1;
+            h->resp_bytes += used;
+        }
+        h->up_off += used;
+        if (err == HPE_PAUSED && h->resp_in_head) {
+            /* Head complete and valid (no obs-fold, which llhttp would unfold): release it
+             * to the client. */
+            for (size_t i = 1; i < h->resp_raw.len; i++)
+                if (h->resp_raw.data[i - 1] == '\n' && (h->resp_raw.data[i] == ' ' || h->resp_raw.data[i] == '\t'))
+                    return -1;
+            h->resp_in_head = false;
+            if (al_buf_append(&h->to_client, h->resp_raw.data, h->resp_raw.len) < 0)
+                return -1;
+            h->resp_bytes += h->resp_raw.len;
+            h->resp_started = true;
+            al_buf_reset(&h->resp_raw);
+            llhttp_resume(&h->resp);
+            h->resp_kick = true; /* a message without body completes on an empty call */
+            continue;
+        }
+        if (err == HPE_PAUSED_UPGRADE) {
+            h->upgrade = true;
+            break;
+        }
+        if (err == HPE_PAUSED)
+            break; /* resp_done */
+    }
+    h->resp_kick = false;
+    if (h->up_off == h->up_len)
+        h->up_off = h->up_len = 0;
+    return 0;
+}
+
+static void http__to_tunnel(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    /* WebSocket accepted: audit the request, then relay raw bytes both ways. Bytes the
+     * client sent after its request and bytes the upstream sent after its 101 are the
+     * first of each direction. */
+    http__audit_request(c, h->would_deny ? "would_deny" : "allow", c->verdict.rule, c->verdict.reason, NULL);
+    size_t cl = c->in_len - h->in_off, ul = h->up_len - h->up_off;
+    if (cl) {
+        char *b = malloc(cl);
+        if (!b || !egress_mem_take(c->w->e, c->sb, cl)) {
+            free(b);
+            egress_conn_close(c, true, "out_of_memory");
+            return;
+        }
+        memcpy(b, c->in + h->in_off, cl);
+        c->up.buf = b;
+        c->up.cap = cl;
+        c->up.len = cl;
+    }
+    /* to_client holds the 101 head (and maybe frames): it goes first. */
+    size_t dl = h->to_client.len + ul;
+    if (dl) {
+        char *b = malloc(dl);
+        if (!b || !egress_mem_take(c->w->e, c->sb, dl)) {
+            free(b);
+            egress_conn_close(c, true, "out_of_memory");
+            return;
+        }
+        memcpy(b, h->to_client.data, h->to_client.len);
+        if (ul)
+            memcpy(b + h->to_client.len, h->upbuf + h->up_off, ul);
+        c->down.buf = b;
+        c->down.cap = dl;
+        c->down.len = dl;
+    }
+    egress_http_free(c);
+    c->allowed = true;
+    c->end_reason = NULL;
+    c->state = CONN_RELAY;
+    egress_relay_start(c);
+}
+
+static void http__read_upstream(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    struct egress *e = c->w->e;
+    if (!h->upbuf) {
+        if (!egress_mem_take(e, c->sb, UP_READ) || !(h->upbuf = malloc(UP_READ))) {
+            if (!h->upbuf)
+                egress_mem_give(e, c->sb, UP_READ);
+            atomic_fetch_add(&e->stats.limit_memory, 1);
+            h->status = 503;
+            http__audit_fail(c, "memory_budget");
+            egress_http_answer(c, 503, "proxy_overloaded", NULL, "memory_budget", true);
+            return;
+        }
+        h->up_len = h->up_off = 0;
+    }
+    while (h->to_client.len < QUEUE_HIGH && !h->resp_done && !h->upgrade) {
+        if (h->up_len == UP_READ)
+            break;
+        ssize_t n = recv(c->upstream.fd, h->upbuf + h->up_len, UP_READ - h->up_len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        if (n <= 0) {
+            c->upstream.eof = true;
+            egress_conn_set_events(&c->upstream, 0);
+            if (h->phase == H_IDLE) {
+                /* The server closed an idle keep-alive connection: so do we (the client
+                 * opens a new connection, which is decided and dialled afresh). */
+                egress_conn_close(c, false, "upstream_closed_idle");
+                return;
+            }
+            if (n == 0 && llhttp_message_needs_eof(&h->resp) && !h->resp_in_head) {
+                if (llhttp_finish(&h->resp) == HPE_OK || h->resp_done) {
+                    h->resp_done = true;
+                    h->close_after = true;
+                    return;
+                }
+            }
+            if (!h->resp_started) {
+                h->status = 502;
+                http__audit_fail(c, "upstream_closed_before_response");
+                egress_http_answer(c, 502, "bad_gateway", c->verdict.rule,
+                                   "upstream_closed_before_response", true);
+            } else {
+                http__audit_fail(c, "upstream_closed_mid_response");
+                egress_conn_close(c, true, "upstream_closed_mid_response");
+            }
+            return;
+        }
+        c->t_last_io = al_now_ns();
+        h->up_len += (size_t)n;
+        if (http__parse_response(c) < 0) {
+            atomic_fetch_add(&e->stats.upstream_errors, 1);
+            const char *why = llhttp_get_error_reason(&h->resp);
+            if (!h->resp_started) {
+                h->status = 502;
+                http__audit_fail(c, "malformed_response");
+                egress_http_answer(c, 502, "bad_gateway", c->verdict.rule, "malformed_response", true);
+            } else {
+                http__audit_fail(c, "malformed_response");
+                egress_conn_close(c, true, "malformed_response");
+            }
+            (void)why;
+            return;
+        }
+        if (h->up_len == UP_READ && h->up_off == 0 && h->resp_in_head)
+            break; /* waiting for the client to take bytes is not possible in a head */
+    }
+}
+
+/* ---- the driver --------------------------------------------------------------------- */
+
+static const char *http__parse_error_reason(llhttp_t *p, int *status)
+{
+    llhttp_errno_t err = llhttp_get_errno(p);
+    const char *r = llhttp_get_error_reason(p);
+    *status = 400;
+    if (err == HPE_USER && r && strcmp(r, "body_too_large") == 0) {
+        *status = 413;
+        return "request_body_too_large";
+    }
+    if (err == HPE_USER) {
+        *status = 431;
+        return "request_head_too_large";
+    }
+    switch (err) {
+    case HPE_INVALID_TRANSFER_ENCODING:
+    case HPE_UNEXPECTED_CONTENT_LENGTH:
+    case HPE_INVALID_CONTENT_LENGTH:
+        return "ambiguous_framing";
+    case HPE_INVALID_HEADER_TOKEN:
+        return "invalid_header";
+    case HPE_LF_EXPECTED:
+    case HPE_CR_EXPECTED:
+    case HPE_STRICT:
+        return "invalid_line_ending";
+    case HPE_INVALID_METHOD:
+        return "invalid_method";
+    case HPE_INVALID_URL:
+        return "invalid_target";
+    case HPE_INVALID_VERSION:
+        return "invalid_version";
+    case HPE_PAUSED_H2_UPGRADE:
+        *status = 403;
+        return "h2_prior_knowledge_refused";
+    case HPE_CLOSED_CONNECTION:
+        return "data_after_close";
+    case HPE_INVALID_CHUNK_SIZE:
+        return "invalid_chunk";
+    default:
+        return "malformed_request";
+    }
+}
+
+/* Parses what the client sent, as far as the current phase allows. */
+static void http__parse_client(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    while ((h->in_off < c->in_len || h->req_kick) && c->state == CONN_HTTP &&
+           (h->phase == H_IDLE || h->phase == H_HEAD || (h->phase == H_BODY && !h->req_done)) &&
+           h->to_up.len < QUEUE_HIGH) {
+        h->req_kick = false;
+        const char *data = c->in ? (const char *)c->in + h->in_off : "";
+        size_t len = c->in_len - h->in_off;
+        if (h->phase == H_BODY && len > CLIENT_READ)
+            len = CLIENT_READ;
+        bool in_head = h->phase == H_IDLE || h->phase == H_HEAD;
+        if (h->phase == H_IDLE) {
+            h->head_prev_lf = false;
+            h->head_fold = false;
+        }
+        llhttp_errno_t err = llhttp_execute(&h->req, data, len);
+        size_t used = len;
+        if (err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE)
+            used = (size_t)(llhttp_get_error_pos(&h->req) - data);
+        if (in_head) {
+            /* llhttp unfolds obs-fold silently; we refuse it (EGRESS.md, smuggling). A LF
+             * followed by SP or HT inside a head can only be a fold. */
+            for (size_t i = 0; i < used; i++) {
+                char b = data[i];
+                if (h->head_prev_lf && (b == ' ' || b == '\t'))
+                    h->head_fold = true;
+                h->head_prev_lf = b == '\n';
+            }
+        }
+        h->in_off += used;
+        if (err == HPE_OK)
+            continue;
+        if (err == HPE_PAUSED && h->phase == H_HEAD) {
+            if (h->head_fold) {
+                http__deny(c, 400, "bad_request", NULL, "obs_fold");
+                return;
+            }
+            http__on_head(c);
+            return;
+        }
+        if (err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE) {
+            /* Message complete (H_WAIT): the rest waits for the response. */
+            return;
+        }
+        /* A malformed request: 400 (or 413/431), audited, connection closed. */
+        int status;
+        const char *reason = http__parse_error_reason(&h->req, &status);
+        if (h->phase == H_BODY || h->phase == H_WAIT) {
+            /* Part of this request already went upstream: the exchange is broken. */
+            h->status = status;
+            http__audit_fail(c, reason);
+            egress_http_answer(c, status, status == 413 ? "payload_too_large" : "bad_request",
+                               c->verdict.rule, reason, true);
+            return;
+        }
+        if (!h->rid[0])
+            egress_new_request_id(c->w->e, h->rid);
+        http__deny(c, status, status == 413 ? "payload_too_large"
+                              : status == 431 ? "request_header_too_large"
+                              : status == 403 ? "blocked_by_policy" : "bad_request",
+                   NULL, reason);
+        return;
+    }
+    h->req_kick = false;
+    if (h->in_off == c->in_len)
+        h->in_off = c->in_len = 0; /* all parsed: reuse the buffer from the start */
+}
+
+static int http__read_client(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    struct egress *e = c->w->e;
+    if (h->in_off < c->in_len) {
+        if (h->phase != H_WAIT)
+            return 0; /* unparsed bytes first */
+        /* Waiting for a response: buffer what comes (a pipelined request) behind what is
+         * already there; it is parsed once this exchange is over. */
+        if (h->in_off) {
+            memmove(c->in, c->in + h->in_off, c->in_len - h->in_off);
+            c->in_len -= h->in_off;
+            h->in_off = 0;
+        }
+        if (c->in_len == c->in_cap)
+            return 0;
+        ssize_t n;
+        do
+            n = recv(c->client.fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        while (n < 0 && errno == EINTR);
+        if (n < 0 && errno == EAGAIN)
+            return 0;
+        if (n <= 0)
+            return n == 0 ? -EPIPE : -ECONNRESET;
+        c->in_len += (size_t)n;
+        c->t_last_io = al_now_ns();
+        return 1;
+    }
+    h->in_off = c->in_len = 0;
+    if (c->in_cap < CLIENT_READ) {
+        size_t want = CLIENT_READ;
+        if (!egress_mem_take(e, c->sb, want - c->in_cap))
+            return -ENOBUFS;
+        uint8_t *n = realloc(c->in, want);
+        if (!n) {
+            egress_mem_give(e, c->sb, want - c->in_cap);
+            return -ENOMEM;
+        }
+        c->in = n;
+        c->in_cap = want;
+    }
+    ssize_t n;
+    do
+        n = recv(c->client.fd, c->in, c->in_cap, 0);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && errno == EAGAIN)
+        return 0;
+    if (n <= 0)
+        return n == 0 ? -EPIPE : -ECONNRESET;
+    c->in_len = (size_t)n;
+    c->t_last_io = al_now_ns();
+    if (h->phase == H_BODY)
+        h->t_body_io = c->t_last_io;
+    return 1;
+}
+
+/* Releases the client buffer while idle between requests (memory per idle connection). */
+static void http__maybe_release(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    if (h->phase == H_IDLE && c->in_len == 0 && c->in) {
+        egress_mem_give(c->w->e, c->sb, c->in_cap);
+        free(c->in);
+        c->in = NULL;
+        c->in_cap = 0;
+    }
+    if (h->upbuf && h->up_len == 0 && h->phase == H_IDLE) {
+        egress_mem_give(c->w->e, c->sb, UP_READ);
+        free(h->upbuf);
+        h->upbuf = NULL;
+    }
+    if (h->phase == H_IDLE && h->reqh.buf) {
+        egress_http_head_free(&h->reqh);
+        egress_http_head_free(&h->resph);
+    }
+}
+
+static void http__process(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    if (c->state != CONN_HTTP)
+        return;
+    http__parse_client(c);
+    if (c->state != CONN_HTTP)
+        return;
+    if (c->upstream.fd >= 0 && h->to_up.len &&
+        http__send(c->upstream.fd, &h->to_up, &c->t_last_io) < 0) {
+        http__audit_fail(c, "upstream_write_failed");
+        egress_http_answer(c, 502, "bad_gateway", c->verdict.rule, "upstream_write_failed", true);
+        return;
+    }
+    if (h->to_client.len)
+        http__flush_client(c);
+    if (c->state != CONN_HTTP)
+        return;
+    if (h->resp_done && h->req_done && h->to_client.len == 0) {
+        h->resp_done = false;
+        http__response_complete(c);
+        if (c->state == CONN_HTTP) {
+            http__process(c); /* a pipelined request may be waiting */
+            return;
+        }
+    } else if (h->resp_done && !h->req_done && h->to_client.len == 0) {
+        /* The upstream answered before the request body was complete (e.g. 413): stop
+         * here; the rest of the body cannot be trusted to resynchronise. */
+        h->resp_done = false;
+        h->close_after = true;
+        http__audit_fail(c, "early_response");
+        h->draining = true;
+        c->state = CONN_DRAIN;
+        egress_conn_deadline(c, DRAIN_MS);
+    } else if (h->upgrade && h->to_client.len == 0) {
+        http__to_tunnel(c);
+        return;
+    }
+    if (c->state == CONN_HTTP)
+        http__maybe_release(c);
+    http__update_events(c);
+}
+
+void egress_http_on_event(struct egress_conn *c, struct egress_end *end, int events)
+{
+    struct egress_http *h = c->http;
+    if (!h)
+        return;
+    if (c->state == CONN_DRAIN) {
+        if (end == &c->client) {
+            if (events & UV_WRITABLE)
+                http__flush_client(c);
+            if (c->state != CONN_DRAIN)
+                return;
+            if (events & UV_READABLE) {
+                char junk[4096];
+                ssize_t n = recv(c->client.fd, junk, sizeof junk, 0);
+                if (n > 0)
+                    h->discarded += (size_t)n;
+                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || h->discarded > DRAIN_DISCARD) {
+                    c->client.eof = true;
+                    if (h->to_client.len == 0) {
+                        egress_conn_close(c, n != 0, "answered");
+                        return;
+                    }
+                }
+            }
+            if (c->client.shut_wr && c->client.eof) {
+                egress_conn_close(c, false, "answered");
+                return;
+            }
+        }
+        if (c->state == CONN_DRAIN && h->to_client.len == 0 && !c->client.shut_wr)
+            http__flush_client(c);
+        if (c->state == CONN_DRAIN)
+            http__update_events(c);
+        return;
+    }
+    if (end == &c->client) {
+        if (events & UV_WRITABLE)
+            http__flush_client(c);
+        if (c->state != CONN_HTTP)
+            return;
+        if (events & UV_READABLE) {
+            int rc = http__read_client(c);
+            if (rc == -ENOBUFS || rc == -ENOMEM) {
+                atomic_fetch_add(&c->w->e->stats.limit_memory, 1);
+                if (!h->rid[0])
+                    egress_new_request_id(c->w->e, h->rid);
+                if (h->decision)
+                    http__audit_fail(c, "memory_budget");
+                else
+                    http__audit_request(c, "deny", NULL, "memory_budget", NULL);
+                egress_http_answer(c, 503, "proxy_overloaded", NULL, "memory_budget", true);
+                return;
+            }
+            if (rc < 0) {
+                c->client.eof = true;
+                if (h->phase == H_IDLE || (h->phase == H_HEAD && h->reqh.len == 0)) {
+                    egress_conn_close(c, false, "client_closed");
+                    return;
+                }
+                if (h->phase == H_WAIT && rc == -EPIPE) {
+                    /* Half-close after a complete request: let the response come. */
+                    egress_conn_set_events(&c->client, c->client.events & ~UV_READABLE);
+                } else {
+                    if (h->decision)
+                        http__audit_fail(c, "client_closed");
+                    egress_conn_close(c, true, "client_closed");
+                    return;
+                }
+            }
+        }
+    } else {
+        if (events & UV_WRITABLE && h->to_up.len &&
+            http__send(c->upstream.fd, &h->to_up, &c->t_last_io) < 0) {
+            http__audit_fail(c, "upstream_write_failed");
+            egress_http_answer(c, 502, "bad_gateway", c->verdict.rule, "upstream_write_failed", true);
+            return;
+        }
+        if (events & UV_READABLE)
+            http__read_upstream(c);
+        if (c->state != CONN_HTTP)
+            return;
+    }
+    http__process(c);
+}
+
+void egress_http_on_timeout(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    struct egress *e = c->w->e;
+    if (!h) {
+        /* Timed out while still peeking at what looked like HTTP. */
+        if (egress_http_start(c) < 0 || !c->http) {
+            egress_conn_close(c, true, "request_timeout");
+            return;
+        }
+        h = c->http;
+        if (c->state != CONN_HTTP)
+            return;
+    }
+    if (c->state == CONN_DRAIN) {
+        egress_conn_close(c, true, "drain_timeout");
+        return;
+    }
+    atomic_fetch_add(&e->stats.timeouts, 1);
+    uint64_t now = al_now_ns();
+    switch (h->phase) {
+    case H_IDLE:
+        egress_conn_close(c, false, "keepalive_timeout");
+        break;
+    case H_HEAD:
+        if (!h->rid[0])
+            egress_new_request_id(e, h->rid);
+        http__deny(c, 408, "request_timeout", NULL, "request_head_timeout");
+        break;
+    case H_BODY: {
+        /* Who is slow? With body bytes queued for the upstream, the proxy waits for the
+         * upstream (response deadline, 504); otherwise for the client (body gap, 408). */
+        bool upstream_slow = h->to_up.len > 0;
+        uint64_t gap = (uint64_t)(upstream_slow ? e->cfg.response_timeout_ms : e->cfg.body_timeout_ms) * 1000000ull;
+        uint64_t last = upstream_slow ? c->t_last_io : (h->t_body_io > c->t_last_io ? h->t_body_io : c->t_last_io);
+        if (now - last < gap && !h->req_done) {
+            egress_conn_deadline(c, (uint32_t)((gap - (now - last)) / 1000000ull) + 1);
+            return;
+        }
+        if (!h->req_done && upstream_slow) {
+            h->status = 504;
+            http__audit_fail(c, "upstream_stalled");
+            egress_http_answer(c, 504, "gateway_timeout", c->verdict.rule, "upstream_stalled", true);
+            return;
+        }
+        if (!h->req_done) {
+            h->status = 408;
+            http__audit_fail(c, "request_body_timeout");
+            egress_http_answer(c, 408, "request_timeout", c->verdict.rule, "request_body_timeout", true);
+            return;
+        }
+        /* fallthrough: the body is complete, waiting for the response */
+    }
+    /* fallthrough */
+    case H_WAIT: {
+        uint64_t limit = (uint64_t)(h->resp_started ? e->cfg.idle_timeout_ms : e->cfg.response_timeout_ms) * 1000000ull;
+        uint64_t since = h->resp_started ? (c->t_last_io ? c->t_last_io : h->t_sent) : h->t_sent;
+        if (since && now - since < limit) {
+            egress_conn_deadline(c, (uint32_t)((limit - (now - since)) / 1000000ull) + 1);
+            return;
+        }
+        if (!h->resp_started) {
+            h->status = 504;
+            http__audit_fail(c, "upstream_response_timeout");
+            egress_http_answer(c, 504, "gateway_timeout", c->verdict.rule, "upstream_response_timeout", true);
+        } else {
+            http__audit_fail(c, "upstream_idle_timeout");
+            egress_conn_close(c, true, "upstream_idle_timeout");
+        }
+        break;
+    }
+    case H_DECIDE:
+        egress_conn_close(c, true, "decide_timeout");
+        break;
+    }
+}

@@ -1,0 +1,83 @@
+/* egress/http: plain-HTTP request heads as the proxy sees them (pure functions, fuzzed by
+ * fuzz_proxy_http together with the engine in http.c).
+ *
+ * Owns: collecting a request or response head from llhttp callbacks (bounded), and the
+ * checks a request must pass before any decision: one Host, target form and authority
+ * agreement, no userinfo/fragments/backslashes, ports, Transfer-Encoding, upgrades; then
+ * re-serialising the head for the upstream without hop-by-hop headers and without
+ * Proxy-Authorization.
+ */
+#ifndef AIRLOCK_EGRESS_HTTP_H
+#define AIRLOCK_EGRESS_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "egress/llhttp_strict.h"
+
+#include "decide.h"
+
+#define EGRESS_HTTP_MAX_HEADERS 128
+
+struct egress_http_hdr {
+    uint32_t name, name_len, value, value_len;  /* offsets into head.buf (NUL-terminated) */
+};
+
+struct egress_http_head {
+    char *buf;
+    uint32_t len, cap, max;      /* max: bytes of method + target + headers allowed */
+    uint32_t url, url_len;       /* request target (requests) */
+    uint32_t status, status_len; /* reason phrase (responses) */
+    struct egress_http_hdr hdr[EGRESS_HTTP_MAX_HEADERS];
+    uint32_t n_hdr;
+    int last;                    /* 0 none, 1 url/status, 2 field, 3 value */
+    bool too_large;              /* max or the header count was exceeded */
+};
+
+void egress_http_head_init(struct egress_http_head *h, uint32_t max);
+void egress_http_head_reset(struct egress_http_head *h);
+void egress_http_head_free(struct egress_http_head *h);
+/* llhttp data callbacks append through these; -1 when a bound is exceeded. */
+int egress_http_head_url(struct egress_http_head *h, const char *at, size_t n);
+int egress_http_head_field(struct egress_http_head *h, const char *at, size_t n);
+int egress_http_head_value(struct egress_http_head *h, const char *at, size_t n);
+int egress_http_head_finish(struct egress_http_head *h);
+const char *egress_http_head_get(const struct egress_http_head *h, const char *name, size_t *count);
+
+/* A request head after the checks. Strings point into the head or into this struct. */
+struct egress_http_request {
+    const char *method;          /* static (llhttp's method name) */
+    int http_minor;
+    bool absolute_form;
+    const char *host_raw;        /* the Host header (or the URI authority) as sent */
+    char host_name[256];         /* host part without port, as sent */
+    uint16_t port;               /* from the authority, or 80 */
+    const char *target;          /* origin-form target to send upstream (path?query) */
+    size_t target_len;
+    const char *path;            /* path without the query (for audit, decisions) */
+    size_t path_len;
+    bool chunked;
+    int64_t content_length;      /* -1 when none */
+    bool websocket;              /* Upgrade: websocket */
+    bool keep_alive;             /* the client wants the connection kept */
+};
+
+/* Checks a complete request head (p: the parser that produced it). dst_port is the
+ * original destination port. On refusal returns < 0 with *status (400/403/...) and
+ * *reason (a static machine-readable reason). */
+int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uint16_t dst_port,
+                              struct egress_http_request *r, int *status, const char **reason);
+
+/* Writes the head to send upstream: origin-form, the client's HTTP version, Host as sent,
+ * hop-by-hop headers, Proxy-* and HTTP2-Settings removed, framing restated. */
+int egress_http_serialize_request(const struct egress_http_head *h,
+                                  const struct egress_http_request *r, struct al_buf *out);
+
+/* Builds a complete error/deny answer (JSON body) into out. */
+int egress_http_error_response(struct al_buf *out, int status, const char *error,
+                               const char *rule, const char *reason, const char *request_id,
+                               bool close);
+
+#endif

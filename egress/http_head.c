@@ -1,0 +1,513 @@
+/* egress/http_head: request/response heads and the request checks of http.h. */
+#include "http.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/json.h"
+
+/* ---- head collection ---------------------------------------------------------------- */
+
+void egress_http_head_init(struct egress_http_head *h, uint32_t max)
+{
+    memset(h, 0, sizeof *h);
+    h->max = max;
+}
+
+void egress_http_head_reset(struct egress_http_head *h)
+{
+    char *buf = h->buf;
+    uint32_t cap = h->cap, max = h->max;
+    memset(h, 0, sizeof *h);
+    h->buf = buf;
+    h->cap = cap;
+    h->max = max;
+}
+
+void egress_http_head_free(struct egress_http_head *h)
+{
+    free(h->buf);
+    h->buf = NULL;
+    h->cap = 0;
+    egress_http_head_reset(h);
+}
+
+static int head__append(struct egress_http_head *h, const char *at, size_t n, bool nul)
+{
+    size_t need = (size_t)h->len + n + (nul ? 1 : 0);
+    if (need > h->max) {
+        h->too_large = true;
+        return -1;
+    }
+    if (need + 1 > h->cap) {
+        size_t ncap = h->cap ? h->cap : 1024;
+        while (ncap < need + 1)
+            ncap *= 2;
+        if (ncap > (size_t)h->max + 2)
+            ncap = (size_t)h->max + 2;
+        char *b = realloc(h->buf, ncap);
+        if (!b) {
+            h->too_large = true;
+            return -1;
+        }
+        h->buf = b;
+        h->cap = (uint32_t)ncap;
+    }
+    memcpy(h->buf + h->len, at, n);
+    h->len += (uint32_t)n;
+    if (nul)
+        h->buf[h->len++] = 0;
+    h->buf[h->len] = 0;
+    return 0;
+}
+
+/* Closes the string being collected (url, field or value) with a NUL. */
+static int head__terminate(struct egress_http_head *h)
+{
+    if (h->last == 0)
+        return 0;
+    if (head__append(h, "", 0, true) < 0)
+        return -1;
+    return 0;
+}
+
+int egress_http_head_url(struct egress_http_head *h, const char *at, size_t n)
+{
+    if (h->last != 1) {
+        if (head__terminate(h) < 0)
+            return -1;
+        h->url = h->len;
+        h->url_len = 0;
+        h->status = h->len;
+        h->last = 1;
+    }
+    if (head__append(h, at, n, false) < 0)
+        return -1;
+    h->url_len += (uint32_t)n;
+    h->status_len = h->url_len;
+    return 0;
+}
+
+int egress_http_head_field(struct egress_http_head *h, const char *at, size_t n)
+{
+    if (h->last != 2) {
+        if (head__terminate(h) < 0)
+            return -1;
+        if (h->n_hdr == EGRESS_HTTP_MAX_HEADERS) {
+            h->too_large = true;
+            return -1;
+        }
+        struct egress_http_hdr *x = &h->hdr[h->n_hdr++];
+        x->name = h->len;
+        x->name_len = 0;
+        x->value = 0;
+        x->value_len = 0;
+        h->last = 2;
+    }
+    if (head__append(h, at, n, false) < 0)
+        return -1;
+    h->hdr[h->n_hdr - 1].name_len += (uint32_t)n;
+    return 0;
+}
+
+int egress_http_head_value(struct egress_http_head *h, const char *at, size_t n)
+{
+    if (h->n_hdr == 0)
+        return -1;
+    if (h->last != 3) {
+        if (head__terminate(h) < 0)
+            return -1;
+        h->hdr[h->n_hdr - 1].value = h->len;
+        h->last = 3;
+    }
+    if (head__append(h, at, n, false) < 0)
+        return -1;
+    h->hdr[h->n_hdr - 1].value_len += (uint32_t)n;
+    return 0;
+}
+
+int egress_http_head_finish(struct egress_http_head *h)
+{
+    /* A header without a value (llhttp gives no value callback for "X:\r\n"). */
+    if (h->last == 2) {
+        if (head__terminate(h) < 0)
+            return -1;
+        h->hdr[h->n_hdr - 1].value = h->len;
+        h->hdr[h->n_hdr - 1].value_len = 0;
+        if (head__append(h, "", 0, true) < 0)
+            return -1;
+        h->last = 0;
+        return 0;
+    }
+    if (head__terminate(h) < 0)
+        return -1;
+    h->last = 0;
+    /* Trailing whitespace of values is not part of them (RFC 9110 5.5). */
+    for (uint32_t i = 0; i < h->n_hdr; i++) {
+        struct egress_http_hdr *x = &h->hdr[i];
+        while (x->value_len && (h->buf[x->value + x->value_len - 1] == ' ' ||
+                                h->buf[x->value + x->value_len - 1] == '\t'))
+            h->buf[x->value + --x->value_len] = 0;
+    }
+    return 0;
+}
+
+const char *egress_http_head_get(const struct egress_http_head *h, const char *name, size_t *count)
+{
+    const char *first = NULL;
+    size_t n = 0, nl = strlen(name);
+    for (uint32_t i = 0; i < h->n_hdr; i++) {
+        if (h->hdr[i].name_len == nl && strncasecmp(h->buf + h->hdr[i].name, name, nl) == 0) {
+            if (!first)
+                first = h->buf + h->hdr[i].value;
+            n++;
+        }
+    }
+    if (count)
+        *count = n;
+    return first;
+}
+
+/* ---- request checks ----------------------------------------------------------------- */
+
+static int req__refuse(int *status, const char **reason, int st, const char *why)
+{
+    *status = st;
+    *reason = why;
+    return -EINVAL;
+}
+
+/* host[:port] or [v6][:port]. Writes the host part to out; *port stays as given when the
+ * authority has none. */
+static int req__authority(const char *a, size_t n, char *out, size_t outlen, uint16_t *port,
+                          const char **reason)
+{
+    if (n == 0) {
+        *reason = "missing_host";
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)a[i];
+        if (ch == '@') {
+            *reason = "userinfo_in_authority";
+            return -1;
+        }
+        if (ch == '\\') {
+            *reason = "backslash_in_authority";
+            return -1;
+        }
+        if (ch <= 0x20 || ch == 0x7f || ch == '/' || ch == '?' || ch == '#' || ch == '%' ||
+            ch == ',' || ch == ';') {
+            *reason = "invalid_host";
+            return -1;
+        }
+    }
+    const char *host = a, *colon = NULL;
+    size_t hl;
+    if (a[0] == '[') {
+        const char *close = memchr(a, ']', n);
+        if (!close) {
+            *reason = "invalid_host";
+            return -1;
+        }
+        hl = (size_t)(close - a) + 1;
+        if (hl < n) {
+            if (a[hl] != ':') {
+                *reason = "invalid_host";
+                return -1;
+            }
+            colon = a + hl;
+        }
+    } else {
+        colon = memchr(a, ':', n);
+        if (colon && memchr(colon + 1, ':', n - (size_t)(colon - a) - 1)) {
+            *reason = "invalid_host"; /* an unbracketed IPv6 literal or junk */
+            return -1;
+        }
+        hl = colon ? (size_t)(colon - a) : n;
+    }
+    if (hl == 0 || hl >= outlen) {
+        *reason = hl == 0 ? "missing_host" : "invalid_host";
+        return -1;
+    }
+    memcpy(out, host, hl);
+    out[hl] = 0;
+    if (colon) {
+        const char *p = colon + 1, *end = a + n;
+        size_t digits = (size_t)(end - p);
+        if (digits == 0 || digits > 5) {
+            *reason = "invalid_port";
+            return -1;
+        }
+        unsigned v = 0;
+        for (; p < end; p++) {
+            if (*p < '0' || *p > '9') {
+                *reason = "invalid_port";
+                return -1;
+            }
+            v = v * 10 + (unsigned)(*p - '0');
+        }
+        if (v == 0 || v > 65535) {
+            *reason = "invalid_port";
+            return -1;
+        }
+        *port = (uint16_t)v;
+    }
+    return 0;
+}
+
+static bool req__token_in(const char *list, const char *token)
+{
+    size_t tl = strlen(token);
+    const char *p = list;
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        const char *s = p;
+        while (*p && *p != ',')
+            p++;
+        const char *e = p;
+        while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if ((size_t)(e - s) == tl && strncasecmp(s, token, tl) == 0)
+            return true;
+    }
+    return false;
+}
+
+int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uint16_t dst_port,
+                              struct egress_http_request *r, int *status, const char **reason)
+{
+    memset(r, 0, sizeof *r);
+    r->content_length = -1;
+    r->method = llhttp_method_name((llhttp_method_t)p->method);
+    r->http_minor = p->http_minor;
+    if (p->http_major != 1)
+        return req__refuse(status, reason, 400, "unsupported_http_version");
+    if (p->method == HTTP_CONNECT)
+        return req__refuse(status, reason, 403, "connect_refused");
+    if (p->method == HTTP_PRI)
+        return req__refuse(status, reason, 403, "h2_prior_knowledge_refused");
+
+    const char *url = h->buf + h->url;
+    size_t ul = h->url_len;
+    if (ul == 0)
+        return req__refuse(status, reason, 400, "invalid_target");
+    if (memchr(url, '#', ul))
+        return req__refuse(status, reason, 400, "fragment_in_target");
+    if (memchr(url, '\\', ul))
+        return req__refuse(status, reason, 400, "backslash_in_target");
+
+    size_t n_host = 0;
+    const char *host = egress_http_head_get(h, "Host", &n_host);
+    if (n_host > 1)
+        return req__refuse(status, reason, 400, "duplicate_host");
+
+    r->port = 80;
+    const char *why = NULL;
+    if (url[0] == '/') {
+        r->target = url;
+        r->target_len = ul;
+    } else if (ul == 1 && url[0] == '*') {
+        return req__refuse(status, reason, 400, "asterisk_form_refused");
+    } else if (ul > 8 && strncasecmp(url, "https://", 8) == 0) {
+        return req__refuse(status, reason, 403, "scheme_mismatch");
+    } else if (ul > 7 && strncasecmp(url, "http://", 7) == 0) {
+        r->absolute_form = true;
+        const char *a = url + 7, *end = url + ul, *q = a;
+        while (q < end && *q != '/' && *q != '?')
+            q++;
+        char uhost[256];
+        uint16_t uport = 80;
+        if (req__authority(a, (size_t)(q - a), uhost, sizeof uhost, &uport, &why) < 0)
+            return req__refuse(status, reason, 400, why);
+        if (host) {
+            char hhost[256];
+            uint16_t hport = 80;
+            if (req__authority(host, strlen(host), hhost, sizeof hhost, &hport, &why) < 0)
+                return req__refuse(status, reason, 400, why);
+            if (strcasecmp(hhost, uhost) != 0 || hport != uport)
+                return req__refuse(status, reason, 400, "authority_mismatch");
+        }
+        snprintf(r->host_name, sizeof r->host_name, "%s", uhost);
+        r->port = uport;
+        r->host_raw = host ? host : NULL;
+        if (q == end || *q == '?') {
+            /* "http://h" or "http://h?x": the path is "/" (kept as the target's start). */
+            r->target = q == end ? "/" : q;
+            r->target_len = q == end ? 1 : (size_t)(end - q);
+            if (q != end)
+                return req__refuse(status, reason, 400, "invalid_target");
+        } else {
+            r->target = q;
+            r->target_len = (size_t)(end - q);
+        }
+    } else {
+        return req__refuse(status, reason, 400, "invalid_target");
+    }
+    if (!r->absolute_form) {
+        if (!host)
+            return req__refuse(status, reason, 400, "missing_host");
+        if (req__authority(host, strlen(host), r->host_name, sizeof r->host_name, &r->port, &why) < 0)
+            return req__refuse(status, reason, 400, why);
+        r->host_raw = host;
+    }
+    if (r->port != dst_port)
+        return req__refuse(status, reason, 403, "port_mismatch");
+    const char *qm = memchr(r->target, '?', r->target_len);
+    r->path = r->target;
+    r->path_len = qm ? (size_t)(qm - r->target) : r->target_len;
+
+    /* Framing. */
+    size_t n_te = 0;
+    const char *te = egress_http_head_get(h, "Transfer-Encoding", &n_te);
+    if (n_te) {
+        if (n_te > 1 || strcasecmp(te, "chunked") != 0)
+            return req__refuse(status, reason, 400, "unsupported_transfer_encoding");
+        r->chunked = true;
+    }
+    if (p->flags & F_CONTENT_LENGTH) {
+        if (r->chunked)
+            return req__refuse(status, reason, 400, "content_length_with_chunked");
+        r->content_length = (int64_t)p->content_length;
+    }
+
+    /* Upgrades. */
+    size_t n_up = 0, n_h2s = 0;
+    const char *up = egress_http_head_get(h, "Upgrade", &n_up);
+    egress_http_head_get(h, "HTTP2-Settings", &n_h2s);
+    const char *conn = egress_http_head_get(h, "Connection", NULL);
+    if (n_h2s || (up && req__token_in(up, "h2c")))
+        return req__refuse(status, reason, 403, "h2c_upgrade_refused");
+    if (n_up) {
+        if (n_up > 1 || strcasecmp(up, "websocket") != 0)
+            return req__refuse(status, reason, 403, "upgrade_refused");
+        if (!conn || !req__token_in(conn, "upgrade"))
+            return req__refuse(status, reason, 400, "upgrade_without_connection_upgrade");
+        if (p->method != HTTP_GET)
+            return req__refuse(status, reason, 400, "websocket_needs_get");
+        r->websocket = true;
+    }
+    size_t n_exp = 0;
+    const char *exp = egress_http_head_get(h, "Expect", &n_exp);
+    if (n_exp && (n_exp > 1 || strcasecmp(exp, "100-continue") != 0))
+        return req__refuse(status, reason, 417, "expectation_unsupported");
+    r->keep_alive = llhttp_should_keep_alive(p) != 0;
+    return 0;
+}
+
+/* ---- serialisation ---------------------------------------------------------------- */
+
+static const char *const req__hop_by_hop[] = {
+    "host", "connection", "keep-alive", "proxy-connection", "proxy-authorization",
+    "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade", "http2-settings",
+    "content-length", NULL,
+};
+
+int egress_http_serialize_request(const struct egress_http_head *h,
+                                  const struct egress_http_request *r, struct al_buf *out)
+{
+    int rc;
+    if ((rc = al_buf_appends(out, r->method)) || (rc = al_buf_append(out, " ", 1)) ||
+        (rc = al_buf_append(out, r->target, r->target_len)) ||
+        (rc = al_buf_appends(out, r->http_minor ? " HTTP/1.1\r\n" : " HTTP/1.0\r\n")))
+        return rc;
+    if (r->host_raw) {
+        if ((rc = al_buf_append(out, "Host: ", 6)) || (rc = al_buf_appends(out, r->host_raw)))
+            return rc;
+        rc = al_buf_append(out, "\r\n", 2);
+    } else if (r->port == 80)
+        rc = al_buf_printf(out, "Host: %s\r\n", r->host_name);
+    else
+        rc = al_buf_printf(out, "Host: %s:%u\r\n", r->host_name, r->port);
+    if (rc)
+        return rc;
+    const char *conn = egress_http_head_get(h, "Connection", NULL);
+    for (uint32_t i = 0; i < h->n_hdr; i++) {
+        const char *name = h->buf + h->hdr[i].name;
+        bool skip = false;
+        for (const char *const *x = req__hop_by_hop; *x && !skip; x++)
+            skip = strcasecmp(name, *x) == 0;
+        if (!skip && conn && req__token_in(conn, name))
+            skip = true;
+        if (skip)
+            continue;
+        if ((rc = al_buf_append(out, name, h->hdr[i].name_len)) ||
+            (rc = al_buf_append(out, ": ", 2)) ||
+            (rc = al_buf_append(out, h->buf + h->hdr[i].value, h->hdr[i].value_len)) ||
+            (rc = al_buf_append(out, "\r\n", 2)))
+            return rc;
+    }
+    if (r->chunked)
+        rc = al_buf_appends(out, "Transfer-Encoding: chunked\r\n");
+    else if (r->content_length >= 0)
+        rc = al_buf_printf(out, "Content-Length: %lld\r\n", (long long)r->content_length);
+    if (rc)
+        return rc;
+    if (r->websocket)
+        rc = al_buf_appends(out, "Connection: Upgrade\r\nUpgrade: websocket\r\n");
+    else if (!r->keep_alive)
+        rc = al_buf_appends(out, "Connection: close\r\n");
+    else if (r->http_minor == 0)
+        rc = al_buf_appends(out, "Connection: keep-alive\r\n");
+    if (rc)
+        return rc;
+    return al_buf_appends(out, "\r\n");
+}
+
+static const char *resp__status_text(int status)
+{
+    switch (status) {
+    case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 408: return "Request Timeout";
+    case 413: return "Content Too Large";
+    case 417: return "Expectation Failed";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Error";
+    }
+}
+
+int egress_http_error_response(struct al_buf *out, int status, const char *error,
+                               const char *rule, const char *reason, const char *request_id,
+                               bool close)
+{
+    char e_rule[600], e_reason[300], e_err[100], e_id[100];
+    al_json_escape(error ? error : "error", e_err, sizeof e_err);
+    al_json_escape(reason ? reason : "", e_reason, sizeof e_reason);
+    al_json_escape(request_id ? request_id : "", e_id, sizeof e_id);
+    char body[1400];
+    int n;
+    if (rule) {
+        al_json_escape(rule, e_rule, sizeof e_rule);
+        n = snprintf(body, sizeof body,
+                     "{\"error\":\"%s\",\"rule\":\"%s\",\"reason\":\"%s\",\"request_id\":\"%s\"}\n",
+                     e_err, e_rule, e_reason, e_id);
+    } else {
+        n = snprintf(body, sizeof body,
+                     "{\"error\":\"%s\",\"rule\":null,\"reason\":\"%s\",\"request_id\":\"%s\"}\n",
+                     e_err, e_reason, e_id);
+    }
+    if (n < 0 || (size_t)n >= sizeof body)
+        return -E2BIG;
+    return al_buf_printf(out,
+                         "HTTP/1.1 %d %s\r\n"
+                         "Content-Type: application/json\r\n"
+                         "Content-Length: %d\r\n"
+                         "Cache-Control: no-store\r\n"
+                         "X-Airlock-Request-Id: %s\r\n"
+                         "%s"
+                         "%s"
+                         "\r\n%s",
+                         status, resp__status_text(status), n, e_id,
+                         status == 429 || status == 503 ? "Retry-After: 1\r\n" : "",
+                         close ? "Connection: close\r\n" : "", body);
+}

@@ -1,0 +1,276 @@
+/* egress/internal: what the files of egress/ share and nobody else sees: the instance,
+ * its workers (one libuv loop per core), and the per-connection pipeline state.
+ *
+ * The pipeline of one sandbox TCP connection (conn.c):
+ *
+ *   accept -> identify sandbox (source address) -> limits -> PEEK (first bytes, deadline)
+ *     -> TLS ClientHello (clienthello.c)  -> decide on SNI -> destination check
+ *            -> passthrough: connect, forward the hello, splice both ways (relay.c)
+ *            -> intercept (part 2, a second branch here): not available yet: deny
+ *     -> HTTP request (http.c, llhttp strict) -> decide per request -> destination check
+ *            -> upstream bound to the first request's host; each later request decided
+ *     -> neither -> decide raw TCP (CIDR rules only) -> relay, or deny
+ *   deny: HTTP 403 JSON body / reset for TLS and raw TCP; every outcome audited.
+ */
+#ifndef AIRLOCK_EGRESS_INTERNAL_H
+#define AIRLOCK_EGRESS_INTERNAL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "egress/llhttp_strict.h"
+
+#include "audit.h"
+#include "clienthello.h"
+#include "decide.h"
+#include "egress.h"
+#include "resolver.h"
+#include "sandbox.h"
+
+struct egress_worker;
+struct egress_conn;
+
+/* ---- the instance ------------------------------------------------------------------- */
+
+struct egress_stats {
+    atomic_uint_fast64_t conns_accepted, conns_active, conns_allowed, conns_denied;
+    atomic_uint_fast64_t http_requests, http_denied;
+    atomic_uint_fast64_t dns_queries, dns_denied, dns_refused;
+    atomic_uint_fast64_t bytes_up, bytes_down;
+    atomic_uint_fast64_t unknown_source, limit_sandbox, limit_global, limit_memory;
+    atomic_uint_fast64_t timeouts, upstream_errors, audit_denied;
+};
+
+struct egress {
+    struct egress_config cfg;
+    struct egress_registry *reg;
+    struct egress_rcache *rcache;
+    struct egress_audit *audit;
+    struct egress_worker *workers;
+    unsigned n_workers;
+    struct egress_stats stats;
+    atomic_size_t mem_used;
+    atomic_bool stopping;
+    /* The proxy's own addresses: never a destination. */
+    pthread_mutex_t self_lock;
+    struct egress_ip self[64];
+    size_t n_self;
+    char boot_id[9];
+    atomic_uint_fast64_t req_seq;
+    uint64_t started_ns;
+    /* Control loop (admin API, signals): */
+    uv_loop_t ctl_loop;
+    bool ctl_loop_init;
+    uv_async_t ctl_wake;
+    struct egress_admin *admin;
+    /* Listening fds opened by egress_new, handed to workers (reuseport: one per worker). */
+    int (*tcp_fds)[EGRESS_MAX_LISTEN];
+    int (*dns_udp_fds)[EGRESS_MAX_LISTEN];
+    int (*dns_tcp_fds)[EGRESS_MAX_LISTEN];
+    uint16_t tcp_ports[EGRESS_MAX_LISTEN];
+    uint16_t dns_ports[EGRESS_MAX_LISTEN];
+};
+
+/* request ids: "<boot id>-<counter>", unique per process start. */
+void egress_new_request_id(struct egress *e, char out[32]);
+/* Whether ip is one of the proxy host's own addresses. */
+bool egress_is_self(struct egress *e, const struct egress_ip *ip);
+/* Re-reads the host's addresses (start, reload). */
+void egress_refresh_self(struct egress *e);
+/* Buffer memory accounting: both the global budget and the sandbox's share. */
+bool egress_mem_take(struct egress *e, struct egress_sandbox *sb, size_t n);
+void egress_mem_give(struct egress *e, struct egress_sandbox *sb, size_t n);
+
+/* Common audit fields of a sandbox's record. */
+void egress_rec_sandbox(json_t *r, const struct egress_sandbox *sb, const struct egress_policy *p);
+/* Appends; when the log is unhealthy counts it. */
+void egress_audit(struct egress *e, json_t *rec);
+/* Rate limit for repeated events of one kind per sandbox (limit hits, unknown sources):
+ * true when this one should be audited. */
+bool egress_audit_throttle(atomic_uint_fast64_t *last_ns, uint64_t interval_ns);
+
+/* Sockets. */
+void egress_ip_from_sockaddr(const struct sockaddr *sa, struct egress_ip *ip, uint16_t *port);
+void egress_sockaddr_from_ip(const struct egress_ip *ip, uint16_t port, struct sockaddr_storage *ss,
+                             socklen_t *len);
+/* "ip:port" / "[ip]:port" */
+void egress_endpoint_text(const struct egress_ip *ip, uint16_t port, char *out, size_t outlen);
+
+/* ---- workers ------------------------------------------------------------------------ */
+
+struct egress_listener {
+    int fd;
+    uv_poll_t poll;
+    struct egress_worker *w;
+    int kind;  /* 0 = transparent TCP, 1 = DNS UDP, 2 = DNS TCP */
+    uint16_t port;
+};
+
+struct egress_pipe {
+    int fd[2];
+    struct egress_pipe *next;
+};
+
+struct egress_worker {
+    struct egress *e;
+    unsigned index;
+    uv_loop_t loop;
+    uv_thread_t thread;
+    uv_async_t wake;            /* stop, sandbox removed */
+    atomic_bool kick_removed;   /* close connections of removed sandboxes */
+    struct egress_listener listeners[3 * EGRESS_MAX_LISTEN];
+    int ep;                     /* epoll set of the connections' sockets */
+    uv_poll_t ep_poll;          /* ... watched by the loop */
+    size_t n_listeners;
+    struct egress_conn *conns;  /* doubly linked */
+    size_t n_conns;
+    struct egress_pipe *pipes;  /* idle pipes for splice */
+    size_t n_pipes;
+    struct egress_resolver *resolver;
+    struct egress_dns_state *dns;    /* DNS queries in flight, TCP DNS connections */
+    bool started;
+    bool stopping;
+};
+
+int egress_worker_start(struct egress_worker *w);
+/* Listening sockets (setup code). */
+int egress_listen_tcp(const struct sockaddr_storage *ss, bool transparent, int backlog,
+                      uint16_t *port, struct al_error *err);
+int egress_listen_udp(const struct sockaddr_storage *ss, uint16_t *port, struct al_error *err);
+
+/* Pipes for splice, pooled per worker. */
+struct egress_pipe *egress_pipe_get(struct egress_worker *w);
+void egress_pipe_put(struct egress_worker *w, struct egress_pipe *p);
+
+/* ---- connections --------------------------------------------------------------------- */
+
+enum egress_conn_state {
+    CONN_PEEK = 1,      /* waiting for the first bytes */
+    CONN_RESOLVE,       /* destination check waits for our own resolution */
+    CONN_CONNECT,       /* connecting upstream */
+    CONN_RELAY,         /* bytes flow both ways (passthrough, raw TCP, upgraded HTTP) */
+    CONN_HTTP,          /* plain HTTP, request by request */
+    CONN_DRAIN,         /* answer written, closing once it is flushed */
+    CONN_CLOSING,
+};
+
+enum egress_proto { PROTO_UNKNOWN = 0, PROTO_TLS, PROTO_HTTP, PROTO_TCP };
+
+/* One socket of a connection. Sockets of the data path are watched through the worker's
+ * own epoll set (see worker.c), not one uv_poll_t each: a change of interest is one
+ * epoll_ctl, and an idle connection costs no libuv handle. */
+struct egress_end {
+    int fd;
+    bool registered;          /* in the worker's epoll set */
+    int events;               /* UV_READABLE | UV_WRITABLE currently asked for */
+    bool eof;                 /* read side saw EOF */
+    bool shut_wr;             /* we shut down its write side */
+    struct egress_conn *c;
+};
+
+/* One direction of a relay. */
+struct egress_flow {
+    struct egress_pipe *pipe; /* splice mode: bytes in flight live here */
+    size_t in_pipe;
+    char *buf;                /* copy mode (and prefixes): bytes read, not yet written */
+    size_t off, len, cap;
+    uint64_t bytes;           /* delivered to the destination */
+    bool done;                /* source EOF and everything delivered */
+};
+
+struct egress_http;
+
+struct egress_conn {
+    struct egress_worker *w;
+    struct egress_conn *prev, *next;
+    struct egress_sandbox *sb;
+    struct egress_policy *policy;   /* snapshot for the current decision */
+    enum egress_conn_state state;
+    enum egress_proto proto;
+    struct egress_end client, upstream;
+    uv_timer_t timer;
+    int handles_open;
+    bool counted;                   /* holds a slot in the sandbox's connection count */
+
+    struct egress_ip src, dst, dialled;
+    uint16_t src_port, dst_port;
+    char src_text[56], dst_text[56], dialled_text[56];  /* for audit records, made once */
+    char request_id[32];
+    uint64_t t_accept, t_first, t_decided, t_dns0, t_dns, t_connect0, t_connected, t_last_io;
+
+    /* First bytes from the client (ClientHello or HTTP head), forwarded after the
+     * decision. Accounted in the memory budget. */
+    uint8_t *in;
+    size_t in_len, in_cap;
+
+    struct egress_clienthello *ch;  /* TLS: what the hello said (freed after the decision) */
+    struct egress_host host;        /* canonical host decided on */
+    bool have_host;
+    struct egress_verdict verdict;
+    struct egress_resolve_req rreq;
+    bool resolving;
+    uint16_t resolve_qtype;
+
+    /* Relay. */
+    struct egress_flow up, down;    /* up: client -> upstream; down: upstream -> client */
+
+    /* Plain HTTP. */
+    struct egress_http *http;
+
+    /* Why the connection ended, for the end record. */
+    const char *end_reason;
+    bool audited_end;
+    bool decision_audited;
+    bool allowed;
+    int mem_held;                   /* bytes accounted to the budget by this conn */
+};
+
+void egress_conn_accept(struct egress_worker *w, int fd);
+/* The address to dial (a checked one); keeps its text for audit records. */
+void egress_conn_set_dialled(struct egress_conn *c, const struct egress_ip *ip);
+/* Closes (RST when reset), auditing the end if needed. Idempotent. */
+void egress_conn_close(struct egress_conn *c, bool reset, const char *why);
+void egress_conn_set_events(struct egress_end *end, int events);
+/* The worker's epoll set reported events (worker.c calls this for each). */
+void egress_conn_on_events(struct egress_end *end, uint32_t epoll_events);
+/* Timer helpers. */
+void egress_conn_deadline(struct egress_conn *c, uint32_t ms);
+/* Connects to c->dialled:c->dst_port; calls egress_conn_on_connected when done. */
+int egress_conn_connect(struct egress_conn *c);
+/* Closes every connection of removed sandboxes on this worker. */
+void egress_worker_reap_removed(struct egress_worker *w);
+
+/* relay.c: moves bytes both ways until both sides are done. c->up.buf may hold bytes to
+ * send upstream first (the ClientHello). */
+void egress_relay_start(struct egress_conn *c);
+void egress_relay_on_event(struct egress_conn *c, struct egress_end *end, int events);
+void egress_flow_free(struct egress_conn *c, struct egress_flow *f);
+
+/* http.c: the plain-HTTP side. */
+int egress_http_start(struct egress_conn *c);      /* after PEEK recognised HTTP */
+void egress_http_on_event(struct egress_conn *c, struct egress_end *end, int events);
+void egress_http_on_connected(struct egress_conn *c, int status);
+void egress_http_on_timeout(struct egress_conn *c);
+void egress_http_free(struct egress_conn *c);
+/* Sends an HTTP error/deny answer and drains: status, error code, rule, reason. */
+void egress_http_answer(struct egress_conn *c, int status, const char *error, const char *rule,
+                        const char *reason, bool close_after);
+
+/* Destination check (conn.c), shared by TLS and HTTP: is c->dst an address the proxy's own
+ * resolution of host returned (or remembered for the sandbox)? Calls done(c, ok, reason)
+ * synchronously or after resolving. */
+typedef void (*egress_dst_check_cb)(struct egress_conn *c, bool ok, const char *reason);
+void egress_check_destination(struct egress_conn *c, const struct egress_host *host,
+                              egress_dst_check_cb done);
+
+/* dns_server.c */
+void egress_dns_udp_readable(struct egress_worker *w, struct egress_listener *l);
+void egress_dns_tcp_accept(struct egress_worker *w, int fd);
+void egress_dns_close_all(struct egress_worker *w);
+
+#endif

@@ -1,0 +1,305 @@
+/* egress/worker: one libuv loop per core. Each worker owns its listening sockets (one
+ * member of every SO_REUSEPORT group), the connections it accepted, a pool of pipes for
+ * splice, and a resolver client. Workers share nothing mutable but the registry, the
+ * resolver cache and the audit log, which are thread-safe. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <sys/epoll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+
+#define ACCEPT_BATCH 64
+#define PIPE_POOL_MAX 64
+#define PIPE_SIZE (64 * 1024)
+
+int egress_listen_tcp(const struct sockaddr_storage *ss, bool transparent, int backlog,
+                      uint16_t *port, struct al_error *err)
+{
+    int fam = ss->ss_family;
+    int fd = socket(fam, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return al_error_set(err, -errno, "socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
+        goto fail;
+    if (fam == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (transparent) {
+        int rc = fam == AF_INET6 ? setsockopt(fd, SOL_IPV6, IPV6_TRANSPARENT, &one, sizeof one)
+                                 : setsockopt(fd, SOL_IP, IP_TRANSPARENT, &one, sizeof one);
+        if (rc < 0) {
+            int e = errno;
+            close(fd);
+            return al_error_set(err, -e, "IP_TRANSPARENT: %s (the proxy needs CAP_NET_ADMIN)",
+                                strerror(e));
+        }
+    }
+    struct sockaddr_storage a = *ss;
+    if (*port) {
+        if (fam == AF_INET)
+            ((struct sockaddr_in *)&a)->sin_port = htons(*port);
+        else
+            ((struct sockaddr_in6 *)&a)->sin6_port = htons(*port);
+    }
+    if (bind(fd, (struct sockaddr *)&a, fam == AF_INET ? sizeof(struct sockaddr_in)
+                                                       : sizeof(struct sockaddr_in6)) < 0)
+        goto fail;
+    if (listen(fd, backlog) < 0)
+        goto fail;
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    *port = ntohs(fam == AF_INET ? ((struct sockaddr_in *)&a)->sin_port
+                                 : ((struct sockaddr_in6 *)&a)->sin6_port);
+    return fd;
+fail:;
+    int e = errno;
+    close(fd);
+    char t[80];
+    struct egress_ip ip;
+    uint16_t p;
+    egress_ip_from_sockaddr((const struct sockaddr *)ss, &ip, &p);
+    egress_endpoint_text(&ip, *port ? *port : p, t, sizeof t);
+    return al_error_set(err, -e, "cannot listen on %s: %s", t, strerror(e));
+}
+
+int egress_listen_udp(const struct sockaddr_storage *ss, uint16_t *port, struct al_error *err)
+{
+    int fam = ss->ss_family;
+    int fd = socket(fam, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return al_error_set(err, -errno, "socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    int rc;
+    if (fam == AF_INET6) {
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        rc = setsockopt(fd, SOL_IPV6, IPV6_TRANSPARENT, &one, sizeof one);
+        if (rc == 0)
+            rc = setsockopt(fd, SOL_IPV6, IPV6_RECVORIGDSTADDR, &one, sizeof one);
+        if (rc == 0)
+            rc = setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof one);
+    } else {
+        rc = setsockopt(fd, SOL_IP, IP_TRANSPARENT, &one, sizeof one);
+        if (rc == 0)
+            rc = setsockopt(fd, SOL_IP, IP_RECVORIGDSTADDR, &one, sizeof one);
+        if (rc == 0)
+            rc = setsockopt(fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one);
+    }
+    if (rc < 0) {
+        int e = errno;
+        close(fd);
+        return al_error_set(err, -e, "DNS socket options (IP_TRANSPARENT, IP_RECVORIGDSTADDR): %s "
+                            "(the proxy needs CAP_NET_ADMIN)", strerror(e));
+    }
+    struct sockaddr_storage a = *ss;
+    if (*port) {
+        if (fam == AF_INET)
+            ((struct sockaddr_in *)&a)->sin_port = htons(*port);
+        else
+            ((struct sockaddr_in6 *)&a)->sin6_port = htons(*port);
+    }
+    if (bind(fd, (struct sockaddr *)&a, fam == AF_INET ? sizeof(struct sockaddr_in)
+                                                       : sizeof(struct sockaddr_in6)) < 0) {
+        int e = errno;
+        close(fd);
+        char t[80];
+        struct egress_ip ip;
+        uint16_t p;
+        egress_ip_from_sockaddr((const struct sockaddr *)ss, &ip, &p);
+        egress_endpoint_text(&ip, *port ? *port : p, t, sizeof t);
+        return al_error_set(err, -e, "cannot bind DNS on %s: %s", t, strerror(e));
+    }
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    *port = ntohs(fam == AF_INET ? ((struct sockaddr_in *)&a)->sin_port
+                                 : ((struct sockaddr_in6 *)&a)->sin6_port);
+    return fd;
+}
+
+/* ---- pipes ------------------------------------------------------------------------- */
+
+struct egress_pipe *egress_pipe_get(struct egress_worker *w)
+{
+    struct egress_pipe *p = w->pipes;
+    if (p) {
+        w->pipes = p->next;
+        w->n_pipes--;
+        p->next = NULL;
+        return p;
+    }
+    p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    if (pipe2(p->fd, O_NONBLOCK | O_CLOEXEC) < 0) {
+        free(p);
+        return NULL;
+    }
+    fcntl(p->fd[0], F_SETPIPE_SZ, PIPE_SIZE);
+    return p;
+}
+
+/* Only empty pipes come back to the pool. */
+void egress_pipe_put(struct egress_worker *w, struct egress_pipe *p)
+{
+    if (!p)
+        return;
+    if (w->n_pipes >= PIPE_POOL_MAX || w->stopping) {
+        close(p->fd[0]);
+        close(p->fd[1]);
+        free(p);
+        return;
+    }
+    p->next = w->pipes;
+    w->pipes = p;
+    w->n_pipes++;
+}
+
+static void worker__free_pipes(struct egress_worker *w)
+{
+    while (w->pipes) {
+        struct egress_pipe *p = w->pipes;
+        w->pipes = p->next;
+        close(p->fd[0]);
+        close(p->fd[1]);
+        free(p);
+    }
+    w->n_pipes = 0;
+}
+
+/* ---- listeners ------------------------------------------------------------------------ */
+
+static void worker__on_listener(uv_poll_t *h, int status, int events)
+{
+    struct egress_listener *l = h->data;
+    struct egress_worker *w = l->w;
+    if (status < 0 || w->stopping)
+        return;
+    if (l->kind == 1) {
+        egress_dns_udp_readable(w, l);
+        return;
+    }
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN)
+                al_warn("accept: %s", strerror(errno));
+            /* EMFILE/ENFILE: the listen backlog holds the rest until fds are freed. */
+            return;
+        }
+        if (l->kind == 0)
+            egress_conn_accept(w, fd);
+        else
+            egress_dns_tcp_accept(w, fd);
+    }
+}
+
+/* The connections' epoll set is readable: dispatch what it reports. */
+static void worker__on_ep(uv_poll_t *h, int status, int events)
+{
+    struct egress_worker *w = h->data;
+    struct epoll_event evs[128];
+    for (int round = 0; round < 4; round++) {
+        int n = epoll_wait(w->ep, evs, 128, 0);
+        if (n <= 0)
+            return;
+        for (int i = 0; i < n; i++)
+            egress_conn_on_events(evs[i].data.ptr, evs[i].events);
+        if (n < 128)
+            return;
+    }
+}
+
+static void worker__on_wake(uv_async_t *a)
+{
+    struct egress_worker *w = a->data;
+    if (atomic_exchange(&w->kick_removed, false))
+        egress_worker_reap_removed(w);
+    if (!atomic_load(&w->e->stopping) || w->stopping)
+        return;
+    /* Stop: close listeners, connections (each audited), DNS, resolver. */
+    w->stopping = true;
+    for (size_t i = 0; i < w->n_listeners; i++)
+        uv_close((uv_handle_t *)&w->listeners[i].poll, NULL);
+    while (w->conns)
+        egress_conn_close(w->conns, true, "proxy_stopping");
+    uv_close((uv_handle_t *)&w->ep_poll, NULL);
+    egress_dns_close_all(w);
+    if (w->resolver) {
+        egress_resolver_close(w->resolver);
+        w->resolver = NULL;
+    }
+    worker__free_pipes(w);
+    uv_close((uv_handle_t *)&w->wake, NULL);
+}
+
+static void worker__main(void *arg)
+{
+    struct egress_worker *w = arg;
+    uv_run(&w->loop, UV_RUN_DEFAULT);
+    /* Listener fds were closed after their handles (by the owner, egress_free). */
+}
+
+int egress_worker_start(struct egress_worker *w)
+{
+    if (uv_poll_start(&w->ep_poll, UV_READABLE, worker__on_ep) < 0)
+        return -EIO;
+    for (size_t i = 0; i < w->n_listeners; i++) {
+        struct egress_listener *l = &w->listeners[i];
+        l->w = w;
+        int rc = uv_poll_init(&w->loop, &l->poll, l->fd);
+        if (rc < 0)
+            return rc;
+        l->poll.data = l;
+        if ((rc = uv_poll_start(&l->poll, UV_READABLE, worker__on_listener)) < 0)
+            return rc;
+    }
+    int rc = uv_thread_create(&w->thread, worker__main, w);
+    if (rc == 0)
+        w->started = true;
+    return rc;
+}
+
+int egress_worker_init(struct egress_worker *w, struct egress *e, unsigned index);
+int egress_worker_init(struct egress_worker *w, struct egress *e, unsigned index)
+{
+    memset(w, 0, sizeof *w);
+    w->ep = -1;
+    w->e = e;
+    w->index = index;
+    int rc = uv_loop_init(&w->loop);
+    if (rc < 0)
+        return rc;
+    w->loop.data = w;
+    w->ep = epoll_create1(EPOLL_CLOEXEC);
+    if (w->ep < 0)
+        return -errno;
+    uv_poll_init(&w->loop, &w->ep_poll, w->ep);
+    w->ep_poll.data = w;
+    uv_async_init(&w->loop, &w->wake, worker__on_wake);
+    w->wake.data = w;
+    if (e->cfg.have_resolver &&
+        (rc = egress_resolver_new(&w->loop, &e->cfg, e->rcache, &w->resolver)) < 0)
+        return rc;
+    return 0;
+}
+
+void egress_worker_fini(struct egress_worker *w);
+void egress_worker_fini(struct egress_worker *w)
+{
+    /* The thread has returned from uv_run: every handle is closed. */
+    uv_loop_close(&w->loop);
+    if (w->ep >= 0)
+        close(w->ep);
+}

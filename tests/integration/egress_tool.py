@@ -1,0 +1,561 @@
+#!/usr/bin/env python3
+"""tests/integration/egress_tool.py: fake servers and crafted clients for the egress tests.
+
+Servers (run inside the test world's namespaces, never anywhere else):
+  dns-server ADDR PORT ZONE.json --log FILE
+      UDP+TCP DNS with answers from ZONE.json (re-read on change):
+      {"name": {"A": ["203.0.113.10"], "AAAA": [], "ttl": 30,
+                "seq": [{"A": [...]}, {"A": [...]}],   # answers per query, cycling (rebinding)
+                "cname": "other.name", "rcode": "NXDOMAIN"}}
+      Every query is logged: "QUERY <name> <type> <peer>".
+  http-server ADDR PORT --log FILE [--name N]
+      HTTP/1.1 keep-alive server. Every request is logged ("REQ <name> <method> <target>
+      host=<Host> auth=<Authorization|->") and answered with a JSON echo. Paths:
+      /redirect?to=URL (302), /big?n=BYTES, /close (Connection: close), /http10 (HTTP/1.0
+      reply, no length), /ws (WebSocket-style 101 then echo), /chunked (chunked reply).
+  tls-server ADDR PORT --cert C --key K --log FILE [--name N]
+      TLS server (HTTP inside); logs "TLS <name> sni=<SNI>" per handshake.
+  tcp-banner ADDR PORT --log FILE
+      Server-first TCP: sends "BANNER\\n" on accept, then echoes.
+
+Clients (run inside a sandbox namespace):
+  dns-query SERVER NAME TYPE [--tcp] [--timeout S]
+      prints "RCODE <rcode> ANSWERS <a,b|-> TTL <ttl>" (exit 0), or "TIMEOUT" (exit 1)
+  raw HOST PORT DATA [--timeout S]
+      sends DATA (Python escapes: \\r\\n, \\x00) and prints what comes back; the last line is
+      "END eof|reset|timeout"
+  tls-hello HOST PORT [--sni NAME] [--ech] [--alpn P] [--timeout S]
+      sends a TLS 1.3 ClientHello; prints "SERVERHELLO" when a TLS server answers through
+      the proxy, "RESET" or "CLOSED" when the connection was refused
+"""
+import argparse
+import json
+import os
+import select
+import socket
+import socketserver
+import ssl
+import struct
+import sys
+import threading
+import time
+
+TYPES = {"A": 1, "NS": 2, "CNAME": 5, "SOA": 6, "NULL": 10, "MX": 15, "TXT": 16, "AAAA": 28,
+         "SRV": 33, "HTTPS": 65, "ANY": 255}
+RCODES = {"NOERROR": 0, "FORMERR": 1, "SERVFAIL": 2, "NXDOMAIN": 3, "NOTIMP": 4, "REFUSED": 5}
+RNAMES = {v: k for k, v in RCODES.items()}
+
+
+def log_line(path, line):
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+    print(line, flush=True)
+
+
+# ---- DNS --------------------------------------------------------------------------------
+
+def dns_name(name):
+    out = b""
+    for label in name.strip(".").split("."):
+        if label:
+            out += bytes([len(label)]) + label.encode()
+    return out + b"\0"
+
+
+def dns_read_name(msg, off):
+    labels = []
+    jumps = 0
+    end = None
+    while True:
+        n = msg[off]
+        if n & 0xC0 == 0xC0:
+            if end is None:
+                end = off + 2
+            off = ((n & 0x3F) << 8) | msg[off + 1]
+            jumps += 1
+            if jumps > 20:
+                raise ValueError("loop")
+            continue
+        if n == 0:
+            off += 1
+            break
+        labels.append(msg[off + 1:off + 1 + n].decode("latin-1"))
+        off += 1 + n
+    return ".".join(labels), (end if end is not None else off)
+
+
+class Zone:
+    def __init__(self, path):
+        self.path = path
+        self.mtime = None
+        self.data = {}
+        self.count = {}
+        self.lock = threading.Lock()
+
+    def get(self, name):
+        with self.lock:
+            try:
+                m = os.stat(self.path).st_mtime_ns
+                if m != self.mtime:
+                    with open(self.path) as f:
+                        self.data = {k.lower().rstrip("."): v for k, v in json.load(f).items()}
+                    self.mtime = m
+            except (OSError, ValueError):
+                pass
+            entry = self.data.get(name.lower().rstrip("."))
+            if entry and "seq" in entry:
+                i = self.count.get(name, 0)
+                self.count[name] = i + 1
+                merged = dict(entry)
+                merged.update(entry["seq"][i % len(entry["seq"])])
+                return merged
+            return entry
+
+
+def dns_answer(zone, q, logpath, peer):
+    qid, flags, qd = struct.unpack(">HHH", q[:6])
+    name, off = dns_read_name(q, 12)
+    qtype, qclass = struct.unpack(">HH", q[off:off + 4])
+    tname = next((k for k, v in TYPES.items() if v == qtype), str(qtype))
+    log_line(logpath, "QUERY %s %s %s" % (name.lower(), tname, peer))
+    question = q[12:off + 4]
+    entry = zone.get(name)
+    rcode = 3
+    answers = b""
+    count = 0
+    if entry is not None:
+        rcode = RCODES.get(entry.get("rcode", "NOERROR"), 0)
+        ttl = int(entry.get("ttl", 30))
+        owner = b"\xc0\x0c"
+        if entry.get("cname"):
+            target = dns_name(entry["cname"])
+            answers += owner + struct.pack(">HHIH", 5, 1, ttl, len(target)) + target
+            count += 1
+            owner = target
+        fam = {1: (socket.AF_INET, "A"), 28: (socket.AF_INET6, "AAAA")}.get(qtype)
+        if fam and rcode == 0:
+            for a in entry.get(fam[1], []):
+                raw = socket.inet_pton(fam[0], a)
+                answers += owner + struct.pack(">HHIH", qtype, 1, ttl, len(raw)) + raw
+                count += 1
+        if qtype == 16 and entry.get("TXT"):
+            for t in entry["TXT"]:
+                raw = bytes([len(t)]) + t.encode()
+                answers += owner + struct.pack(">HHIH", 16, 1, ttl, len(raw)) + raw
+                count += 1
+    hdr = struct.pack(">HHHHHH", qid, 0x8180 | (flags & 0x0100) | rcode, 1, count, 0, 0)
+    return hdr + question + answers
+
+
+def cmd_dns_server(a):
+    zone = Zone(a.zone)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind((a.addr, a.port))
+    t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    t.bind((a.addr, a.port))
+    t.listen(16)
+
+    def tcp_conn(c, peer):
+        try:
+            while True:
+                h = c.recv(2)
+                if len(h) < 2:
+                    return
+                n = struct.unpack(">H", h)[0]
+                q = b""
+                while len(q) < n:
+                    d = c.recv(n - len(q))
+                    if not d:
+                        return
+                    q += d
+                r = dns_answer(zone, q, a.log, "%s:%d/tcp" % peer)
+                c.sendall(struct.pack(">H", len(r)) + r)
+        except (OSError, ValueError, IndexError, struct.error):
+            pass
+        finally:
+            c.close()
+
+    log_line(a.log, "LISTEN dns %s:%d" % (a.addr, a.port))
+    while True:
+        r, _, _ = select.select([u, t], [], [])
+        if u in r:
+            q, peer = u.recvfrom(4096)
+            try:
+                u.sendto(dns_answer(zone, q, a.log, "%s:%d" % peer), peer)
+            except (ValueError, IndexError, struct.error):
+                pass
+        if t in r:
+            c, peer = t.accept()
+            threading.Thread(target=tcp_conn, args=(c, peer), daemon=True).start()
+
+
+def cmd_dns_query(a):
+    qid = int.from_bytes(os.urandom(2), "big")
+    qname = dns_name(a.name) if not a.name_hex else bytes.fromhex(a.name_hex)
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + qname + \
+        struct.pack(">HH", TYPES.get(a.type.upper(), 1) if not a.type.isdigit() else int(a.type), 1)
+    if a.raw_hex is not None:
+        q = bytes.fromhex(a.raw_hex)
+        qid = int.from_bytes(q[:2], "big") if len(q) >= 2 else 0
+    try:
+        if a.tcp:
+            s = socket.create_connection((a.server, 53), timeout=a.timeout)
+            s.sendall(struct.pack(">H", len(q)) + q)
+            n = struct.unpack(">H", s.recv(2))[0]
+            r = b""
+            while len(r) < n:
+                r += s.recv(n - len(r))
+        else:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.settimeout(a.timeout)
+            s.sendto(q, (a.server, 53))
+            r, peer = s.recvfrom(4096)
+            if peer[0] != a.server or peer[1] != 53:
+                print("WRONG_SOURCE %s:%d" % peer)
+                return 1
+    except socket.timeout:
+        print("TIMEOUT")
+        return 1
+    except ConnectionRefusedError:
+        print("REFUSED_CONNECTION")
+        return 1
+    rid, flags, qd, an = struct.unpack(">HHHH", r[:8])
+    if rid != qid:
+        print("BAD_ID")
+        return 1
+    off = 12
+    for _ in range(qd):
+        _, off = dns_read_name(r, off)
+        off += 4
+    answers, ttl = [], "-"
+    for _ in range(an):
+        _, off = dns_read_name(r, off)
+        t, c, tt, rl = struct.unpack(">HHIH", r[off:off + 10])
+        off += 10
+        data = r[off:off + rl]
+        off += rl
+        if t == 1:
+            answers.append(socket.inet_ntop(socket.AF_INET, data))
+        elif t == 28:
+            answers.append(socket.inet_ntop(socket.AF_INET6, data))
+        else:
+            answers.append("type%d" % t)
+        ttl = str(tt)
+    print("RCODE %s ANSWERS %s TTL %s" % (RNAMES.get(flags & 15, str(flags & 15)),
+                                          ",".join(answers) or "-", ttl))
+    return 0
+
+
+# ---- HTTP -------------------------------------------------------------------------------
+
+class HTTPHandler(socketserver.StreamRequestHandler):
+    def handle(self):
+        srv = self.server
+        while True:
+            line = self.rfile.readline(65536)
+            if not line:
+                return
+            parts = line.decode("latin-1").rstrip("\r\n").split(" ")
+            if len(parts) != 3:
+                return
+            method, target, version = parts
+            headers = []
+            while True:
+                h = self.rfile.readline(65536)
+                if not h or h in (b"\r\n", b"\n"):
+                    break
+                k, _, v = h.decode("latin-1").partition(":")
+                headers.append((k.strip(), v.strip()))
+            hd = {k.lower(): v for k, v in headers}
+            body = b""
+            if "content-length" in hd:
+                body = self.rfile.read(int(hd["content-length"]))
+            elif hd.get("transfer-encoding", "").lower() == "chunked":
+                while True:
+                    n = int(self.rfile.readline().strip().split(b";")[0], 16)
+                    if n == 0:
+                        self.rfile.readline()
+                        break
+                    body += self.rfile.read(n)
+                    self.rfile.readline()
+            log_line(srv.logpath, "REQ %s %s %s host=%s auth=%s pauth=%s len=%d peer=%s:%d" % (
+                srv.name, method, target, hd.get("host", "-"), hd.get("authorization", "-"),
+                hd.get("proxy-authorization", "-"), len(body), self.client_address[0],
+                self.client_address[1]))
+            path = target.split("?")[0]
+            query = target.split("?")[1] if "?" in target else ""
+            params = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
+            if path == "/ws" and hd.get("upgrade", "").lower() == "websocket":
+                self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                                 b"Connection: Upgrade\r\n\r\n")
+                self.wfile.flush()
+                while True:
+                    d = self.rfile.read1(4096)  # bytes already buffered come first
+                    if not d:
+                        return
+                    self.connection.sendall(d)
+            echo = json.dumps({"server": srv.name, "method": method, "target": target,
+                               "headers": headers, "body_len": len(body)}).encode() + b"\n"
+            extra = b""
+            close = hd.get("connection", "").lower() == "close" or version == "HTTP/1.0"
+            status = b"200 OK"
+            if path == "/redirect":
+                status = b"302 Found"
+                extra += b"Location: " + params.get("to", "/").encode() + b"\r\n"
+            if path == "/big":
+                echo = b"x" * int(params.get("n", "1000"))
+            if path == "/close":
+                close = True
+            if path == "/http10":
+                self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + echo)
+                self.wfile.flush()
+                return
+            if path == "/chunked":
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                                 b"%x\r\n" % len(echo) + echo + b"\r\n0\r\n\r\n")
+                self.wfile.flush()
+                if close:
+                    return
+                continue
+            resp = b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\n" + extra + \
+                b"Content-Length: %d\r\n" % len(echo)
+            if close:
+                resp += b"Connection: close\r\n"
+            self.wfile.write(resp + b"\r\n" + (b"" if method == "HEAD" else echo))
+            self.wfile.flush()
+            if close:
+                return
+
+
+class ThreadingServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def cmd_http_server(a):
+    srv = ThreadingServer((a.addr, a.port), HTTPHandler)
+    srv.logpath, srv.name = a.log, a.name
+    log_line(a.log, "LISTEN http %s:%d" % (a.addr, a.port))
+    srv.serve_forever()
+
+
+def cmd_tls_server(a):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(a.cert, a.key)
+
+    def sni_cb(sock, name, _ctx):
+        log_line(a.log, "TLS %s sni=%s" % (a.name, name))
+    ctx.sni_callback = sni_cb
+
+    class TLSServer(ThreadingServer):
+        def get_request(self):
+            c, peer = self.socket.accept()
+            c.settimeout(10)
+            return ctx.wrap_socket(c, server_side=True), peer
+
+        def handle_error(self, request, client_address):
+            pass
+    srv = TLSServer((a.addr, a.port), HTTPHandler, bind_and_activate=False)
+    srv.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.server_bind()
+    srv.server_activate()
+    srv.logpath, srv.name = a.log, a.name
+    log_line(a.log, "LISTEN tls %s:%d" % (a.addr, a.port))
+    srv.serve_forever()
+
+
+def cmd_tcp_banner(a):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((a.addr, a.port))
+    s.listen(64)
+    log_line(a.log, "LISTEN banner %s:%d" % (a.addr, a.port))
+
+    def serve(c, peer):
+        log_line(a.log, "BANNERCONN %s:%d" % peer)
+        try:
+            c.sendall(b"BANNER\n")
+            while True:
+                d = c.recv(4096)
+                if not d:
+                    break
+                c.sendall(d)
+        except OSError:
+            pass
+        c.close()
+    while True:
+        c, peer = s.accept()
+        threading.Thread(target=serve, args=(c, peer), daemon=True).start()
+
+
+# ---- raw clients ------------------------------------------------------------------------
+
+def read_until_end(s, timeout):
+    s.settimeout(timeout)
+    data = b""
+    how = "eof"
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+    except socket.timeout:
+        how = "timeout"
+    except ConnectionResetError:
+        how = "reset"
+    return data, how
+
+
+def cmd_raw(a):
+    import codecs
+    data = codecs.escape_decode(os.fsencode(a.data))[0]
+    try:
+        s = socket.create_connection((a.host, a.port), timeout=a.timeout)
+    except OSError as e:
+        print("CONNECT_FAILED %s" % e)
+        return 1
+    try:
+        if a.slow:
+            for b in data:
+                s.sendall(bytes([b]))
+                time.sleep(a.slow)
+        else:
+            s.sendall(data)
+    except OSError as e:
+        print("SEND_FAILED %s" % e)
+    out, how = read_until_end(s, a.timeout)
+    sys.stdout.write(out.decode("latin-1"))
+    if out and not out.endswith(b"\n"):
+        sys.stdout.write("\n")
+    print("END %s" % how)
+    return 0
+
+
+def client_hello(sni, ech=False, alpn=None):
+    ext = b""
+    if sni is not None:
+        n = sni.encode()
+        ext += struct.pack(">HHHBH", 0, len(n) + 5, len(n) + 3, 0, len(n)) + n
+    ext += struct.pack(">HHB", 43, 3, 2) + b"\x03\x04"                      # TLS 1.3
+    ext += struct.pack(">HHH", 10, 4, 2) + b"\x00\x1d"                      # x25519
+    ext += struct.pack(">HHH", 13, 6, 4) + b"\x04\x03\x08\x04"              # ecdsa_p256, rsa_pss
+    key = os.urandom(32)
+    ext += struct.pack(">HHHHH", 51, 38, 36, 0x1d, 32) + key                # key_share
+    if alpn:
+        p = b"".join(bytes([len(x)]) + x.encode() for x in alpn.split(","))
+        ext += struct.pack(">HHH", 16, len(p) + 2, len(p)) + p
+    if ech:
+        ext += struct.pack(">HH", 0xfe0d, 8) + b"\x00\x00\x01\x00\x01\x01\x00\x00"
+    body = b"\x03\x03" + os.urandom(32) + b"\x20" + os.urandom(32) + b"\x00\x02\x13\x01" + \
+        b"\x01\x00" + struct.pack(">H", len(ext)) + ext
+    hs = b"\x01" + struct.pack(">I", len(body))[1:] + body
+    return b"\x16\x03\x01" + struct.pack(">H", len(hs)) + hs
+
+
+def cmd_tls_hello(a):
+    try:
+        s = socket.create_connection((a.host, a.port), timeout=a.timeout)
+    except OSError as e:
+        print("CONNECT_FAILED %s" % e)
+        return 1
+    hello = client_hello(None if a.no_sni else a.sni, a.ech, a.alpn)
+    if a.record_size:
+        hs = hello[5:]
+        hello = b""
+        for i in range(0, len(hs), a.record_size):
+            part = hs[i:i + a.record_size]
+            hello += b"\x16\x03\x01" + struct.pack(">H", len(part)) + part
+    if a.garbage:
+        hello = b"\x16\x03\x01\x00\x05\x01\x00\x00\x01\xff" + os.urandom(64)
+    if a.slow:
+        for b in hello:
+            s.sendall(bytes([b]))
+            time.sleep(a.slow)
+    else:
+        s.sendall(hello)
+    out, how = read_until_end(s, a.timeout)
+    if out[:1] == b"\x16":
+        print("SERVERHELLO")
+    elif out[:1] == b"\x15":
+        print("ALERT")
+    elif how == "reset":
+        print("RESET")
+    elif how == "timeout":
+        print("TIMEOUT")
+    else:
+        print("CLOSED")
+    return 0
+
+
+def cmd_hold(a):
+    """Opens N connections and keeps them (idle) for S seconds; prints how many opened."""
+    socks = []
+    for _ in range(a.n):
+        try:
+            s = socket.create_connection((a.host, a.port), timeout=2)
+            socks.append(s)
+        except OSError:
+            pass
+    print("OPENED %d" % len(socks), flush=True)
+    time.sleep(a.seconds)
+    alive = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            d = s.recv(1)
+            if d:
+                alive += 1
+        except BlockingIOError:
+            alive += 1
+        except OSError:
+            pass
+    print("ALIVE %d" % alive, flush=True)
+    return 0
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    x = sub.add_parser("dns-server")
+    x.add_argument("addr"); x.add_argument("port", type=int); x.add_argument("zone")
+    x.add_argument("--log")
+    x = sub.add_parser("dns-query")
+    x.add_argument("server"); x.add_argument("name"); x.add_argument("type")
+    x.add_argument("--tcp", action="store_true"); x.add_argument("--timeout", type=float, default=3)
+    x.add_argument("--name-hex", help="the question name in wire form, hex")
+    x.add_argument("--raw-hex", help="send these bytes as the whole message")
+    x = sub.add_parser("http-server")
+    x.add_argument("addr"); x.add_argument("port", type=int)
+    x.add_argument("--log"); x.add_argument("--name", default="http")
+    x = sub.add_parser("tls-server")
+    x.add_argument("addr"); x.add_argument("port", type=int)
+    x.add_argument("--cert", required=True); x.add_argument("--key", required=True)
+    x.add_argument("--log"); x.add_argument("--name", default="tls")
+    x = sub.add_parser("tcp-banner")
+    x.add_argument("addr"); x.add_argument("port", type=int); x.add_argument("--log")
+    x = sub.add_parser("raw")
+    x.add_argument("host"); x.add_argument("port", type=int); x.add_argument("data")
+    x.add_argument("--timeout", type=float, default=3); x.add_argument("--slow", type=float, default=0)
+    x = sub.add_parser("tls-hello")
+    x.add_argument("host"); x.add_argument("port", type=int)
+    x.add_argument("--sni", default="example.test"); x.add_argument("--no-sni", action="store_true")
+    x.add_argument("--ech", action="store_true"); x.add_argument("--alpn")
+    x.add_argument("--timeout", type=float, default=3)
+    x.add_argument("--record-size", type=int, default=0)
+    x.add_argument("--slow", type=float, default=0)
+    x.add_argument("--garbage", action="store_true")
+    x = sub.add_parser("hold")
+    x.add_argument("host"); x.add_argument("port", type=int); x.add_argument("n", type=int)
+    x.add_argument("seconds", type=float)
+    a = p.parse_args()
+    fn = {"dns-server": cmd_dns_server, "dns-query": cmd_dns_query, "http-server": cmd_http_server,
+          "tls-server": cmd_tls_server, "tcp-banner": cmd_tcp_banner, "raw": cmd_raw,
+          "tls-hello": cmd_tls_hello, "hold": cmd_hold}[a.cmd]
+    sys.exit(fn(a) or 0)
+
+
+if __name__ == "__main__":
+    main()

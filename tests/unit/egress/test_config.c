@@ -1,0 +1,110 @@
+/* tests/unit/egress/test_config: the daemon's command line and the audit record helpers. */
+#include "al_test.h"
+#include "egress/audit.h"
+#include "egress/egress.h"
+
+#include <arpa/inet.h>
+#include <stdarg.h>
+#include <netinet/in.h>
+#include <string.h>
+
+static int parse(struct egress_config *c, struct al_error *err, int n, ...)
+{
+    char *argv[32] = {"airlock-egress"};
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++)
+        argv[i + 1] = va_arg(ap, char *);
+    va_end(ap);
+    egress_config_defaults(c);
+    int rc = egress_config_parse_args(c, n + 1, argv, err);
+    if (rc == 0)
+        rc = egress_config_finish(c, err);
+    return rc;
+}
+
+START_TEST(defaults_and_values)
+{
+    struct egress_config c;
+    struct al_error err = {0};
+    ck_assert_int_eq(parse(&c, &err, 2, "--state-dir", "/tmp/st"), 0);
+    ck_assert_str_eq(c.admin_socket, "/tmp/st/run/egress.sock");
+    ck_assert_str_eq(c.audit_dir, "/tmp/st/audit");
+    ck_assert_uint_eq(c.n_tcp_listen, 1);
+    ck_assert_uint_eq(c.max_conns_per_sandbox, 256);
+    ck_assert_uint_eq(c.sandbox_memory, c.memory_budget / 4);
+    ck_assert(!c.audit_fail_open);
+    ck_assert_int_eq(parse(&c, &err, 16, "--listen", "0.0.0.0:15001", "--listen=[::1]:15002",
+                           "--dns", "127.0.0.1:53", "--resolver", "192.0.2.53", "--header-timeout", "2s",
+                           "--max-body", "10MiB", "--relay", "copy", "--audit-fail-open",
+                           "--dns-entropy-max", "3.5"), 0);
+    ck_assert_uint_eq(c.n_tcp_listen, 2);
+    ck_assert_int_eq(c.tcp_listen[1].ss_family, AF_INET6);
+    ck_assert_uint_eq(ntohs(((struct sockaddr_in *)&c.resolver)->sin_port), 53);
+    ck_assert_uint_eq(c.header_timeout_ms, 2000);
+    ck_assert_uint_eq(c.max_body_bytes, 10u << 20);
+    ck_assert_int_eq(c.relay, EGRESS_RELAY_COPY);
+    ck_assert(c.audit_fail_open);
+    ck_assert(c.dns_entropy_max > 3.49 && c.dns_entropy_max < 3.51);
+}
+END_TEST
+
+START_TEST(errors_say_what)
+{
+    struct egress_config c;
+    struct al_error err = {0};
+    ck_assert_int_lt(parse(&c, &err, 1, "--bogus"), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "unknown option '--bogus'"));
+    ck_assert_int_lt(parse(&c, &err, 2, "--header-timeout", "soon"), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "a duration"));
+    ck_assert_int_lt(parse(&c, &err, 2, "--listen", "localhost"), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "ADDR:PORT"));
+    ck_assert_int_lt(parse(&c, &err, 2, "--relay", "zero-copy"), 0);
+    ck_assert_int_lt(parse(&c, &err, 2, "--workers", "0"), 0);
+    ck_assert_int_lt(parse(&c, &err, 1, "--workers"), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "needs a value"));
+    ck_assert_int_lt(parse(&c, &err, 4, "--memory-budget", "1MiB", "--sandbox-memory", "2MiB"), 0);
+    ck_assert_int_lt(parse(&c, &err, 4, "--dns-min-ttl", "10m", "--dns-max-ttl", "1m"), 0);
+    ck_assert_int_lt(parse(&c, &err, 2, "--max-header-bytes", "10"), 0);
+}
+END_TEST
+
+START_TEST(record_strings_are_sanitised)
+{
+    json_t *s = egress_json_str("ok\xff\x00x", 5);
+    ck_assert_str_eq(json_string_value(s), "ok\xef\xbf\xbd\xef\xbf\xbdx");
+    json_decref(s);
+    s = egress_json_str("\xe2\x82\xac", 3); /* a valid euro sign */
+    ck_assert_str_eq(json_string_value(s), "\xe2\x82\xac");
+    json_decref(s);
+    s = egress_json_str("\xed\xa0\x80", 3); /* a UTF-16 surrogate is not UTF-8 */
+    ck_assert_str_eq(json_string_value(s), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+    json_decref(s);
+    char big[3000];
+    memset(big, 'a', sizeof big);
+    s = egress_json_str(big, sizeof big);
+    ck_assert_uint_eq(json_string_length(s), EGRESS_REC_STR_MAX + 3);
+    ck_assert_str_eq(json_string_value(s) + EGRESS_REC_STR_MAX, "...");
+    json_decref(s);
+    json_t *r = egress_rec_new("http_request");
+    egress_rec_str(r, "host", NULL);
+    egress_rec_us(r, "t", 1234567);
+    char *d = json_dumps(r, JSON_COMPACT);
+    ck_assert_str_eq(d, "{\"type\":\"http_request\",\"host\":null,\"t\":1234}");
+    free(d);
+    json_decref(r);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *t = tcase_create("config");
+    tcase_add_test(t, defaults_and_values);
+    tcase_add_test(t, errors_say_what);
+    tcase_add_test(t, record_strings_are_sanitised);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+AL_SUITE_MAIN(suite)

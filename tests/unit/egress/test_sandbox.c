@@ -1,0 +1,158 @@
+/* tests/unit/egress/test_sandbox: the sandbox registry and the memory of DNS answers. */
+#include "al_test.h"
+#include "egress/sandbox.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static struct egress_ip ip4(const char *s)
+{
+    struct egress_ip ip = {.family = 4};
+    inet_pton(AF_INET, s, ip.addr);
+    return ip;
+}
+
+static struct egress_ip ip6(const char *s)
+{
+    struct egress_ip ip = {.family = 6};
+    inet_pton(AF_INET6, s, ip.addr);
+    return ip;
+}
+
+START_TEST(register_lookup_remove)
+{
+    struct egress_registry *r;
+    ck_assert_int_eq(egress_registry_new(&r), 0);
+    struct egress_ip a[2] = {ip4("10.200.0.2"), ip6("fd00::2")};
+    struct al_error err = {0};
+    ck_assert_int_eq(egress_registry_add(r, "sbx-1", "base", a, 2, NULL, NULL, &err), 0);
+    struct egress_sandbox *sb = egress_registry_by_addr(r, &a[1]);
+    ck_assert_ptr_nonnull(sb);
+    ck_assert_str_eq(sb->id, "sbx-1");
+    ck_assert_str_eq(sb->template_name, "base");
+    egress_sandbox_put(sb);
+    struct egress_ip other = ip4("10.200.0.3");
+    ck_assert_ptr_null(egress_registry_by_addr(r, &other));
+    /* Taken id, taken address, listed twice, none. */
+    ck_assert_int_eq(egress_registry_add(r, "sbx-1", NULL, &other, 1, NULL, NULL, &err), -EEXIST);
+    ck_assert_int_eq(egress_registry_add(r, "sbx-2", NULL, a, 1, NULL, NULL, &err), -EEXIST);
+    ck_assert_ptr_nonnull(strstr(err.msg, "already belongs to sandbox 'sbx-1'"));
+    struct egress_ip twice[2] = {other, other};
+    ck_assert_int_eq(egress_registry_add(r, "sbx-3", NULL, twice, 2, NULL, NULL, &err), -EINVAL);
+    ck_assert_int_eq(egress_registry_add(r, "sbx-3", NULL, twice, 0, NULL, NULL, &err), -EINVAL);
+    ck_assert_uint_eq(egress_registry_count(r), 1);
+    /* A reference outlives removal; the sandbox says it was removed. */
+    sb = egress_registry_by_id(r, "sbx-1");
+    struct egress_sandbox *gone = egress_registry_remove(r, "sbx-1");
+    ck_assert_ptr_eq(gone, sb);
+    ck_assert(atomic_load(&sb->removed));
+    egress_sandbox_put(gone);
+    ck_assert_ptr_null(egress_registry_by_addr(r, &a[0]));
+    ck_assert_ptr_null(egress_registry_remove(r, "sbx-1"));
+    ck_assert_str_eq(sb->id, "sbx-1");
+    egress_sandbox_put(sb);
+    egress_registry_free(r);
+}
+END_TEST
+
+/* Many sandboxes: growth and deletion keep every lookup right (open addressing with
+ * backward-shift deletion). */
+START_TEST(many_sandboxes)
+{
+    struct egress_registry *r;
+    egress_registry_new(&r);
+    char id[32], addr[32];
+    for (int i = 0; i < 2000; i++) {
+        snprintf(id, sizeof id, "sbx-%d", i);
+        snprintf(addr, sizeof addr, "10.%d.%d.2", i / 250, i % 250);
+        struct egress_ip a = ip4(addr);
+        ck_assert_int_eq(egress_registry_add(r, id, NULL, &a, 1, NULL, NULL, NULL), 0);
+    }
+    for (int i = 0; i < 2000; i += 2) {
+        snprintf(id, sizeof id, "sbx-%d", i);
+        egress_sandbox_put(egress_registry_remove(r, id));
+    }
+    for (int i = 0; i < 2000; i++) {
+        snprintf(addr, sizeof addr, "10.%d.%d.2", i / 250, i % 250);
+        struct egress_ip a = ip4(addr);
+        struct egress_sandbox *sb = egress_registry_by_addr(r, &a);
+        if (i % 2) {
+            ck_assert_ptr_nonnull(sb);
+            snprintf(id, sizeof id, "sbx-%d", i);
+            ck_assert_str_eq(sb->id, id);
+            egress_sandbox_put(sb);
+        } else {
+            ck_assert_ptr_null(sb);
+        }
+    }
+    ck_assert_uint_eq(egress_registry_count(r), 1000);
+    egress_registry_free(r);
+}
+END_TEST
+
+START_TEST(answers_memory)
+{
+    struct egress_registry *r;
+    egress_registry_new(&r);
+    struct egress_ip a = ip4("10.200.0.2");
+    egress_registry_add(r, "sbx", NULL, &a, 1, NULL, NULL, NULL);
+    struct egress_sandbox *sb = egress_registry_by_id(r, "sbx");
+    struct egress_ip ans[2] = {ip4("203.0.113.10"), ip6("2001:db8::10")};
+    struct egress_ip other = ip4("203.0.113.11");
+    ck_assert(!egress_sandbox_answered(sb, "allowed.test", &ans[0]));
+    egress_sandbox_remember(sb, "allowed.test", ans, 2, 60);
+    ck_assert(egress_sandbox_answered(sb, "allowed.test", &ans[0]));
+    ck_assert(egress_sandbox_answered(sb, "allowed.test", &ans[1]));
+    ck_assert(!egress_sandbox_answered(sb, "allowed.test", &other));
+    ck_assert(!egress_sandbox_answered(sb, "other.test", &ans[0]));
+    /* A new answer adds to what was given (connections may be on their way to it). */
+    egress_sandbox_remember(sb, "allowed.test", &other, 1, 60);
+    ck_assert(egress_sandbox_answered(sb, "allowed.test", &ans[0]));
+    ck_assert(egress_sandbox_answered(sb, "allowed.test", &other));
+    /* An answer kept 0 s is already expired. */
+    egress_sandbox_remember(sb, "short.test", ans, 1, 0);
+    ck_assert(!egress_sandbox_answered(sb, "short.test", &ans[0]));
+    /* Thousands of names: bounded, and the most recent are kept. */
+    char name[64];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(name, sizeof name, "n%d.test", i);
+        egress_sandbox_remember(sb, name, ans, 1, 60 + (uint32_t)i);
+    }
+    int kept = 0;
+    for (int i = 0; i < 5000; i++) {
+        snprintf(name, sizeof name, "n%d.test", i);
+        kept += egress_sandbox_answered(sb, name, &ans[0]);
+    }
+    ck_assert_int_le(kept, EGRESS_ANSWER_SLOTS);
+    ck_assert_int_gt(kept, EGRESS_ANSWER_SLOTS / 2);
+    snprintf(name, sizeof name, "n%d.test", 4999);
+    ck_assert(egress_sandbox_answered(sb, name, &ans[0]));
+    /* More than DNS_MAX_ANSWERS addresses for one name: the oldest fall out. */
+    for (int i = 0; i < DNS_MAX_ANSWERS + 4; i++) {
+        char t[32];
+        snprintf(t, sizeof t, "198.51.100.%d", i);
+        struct egress_ip x = ip4(t);
+        egress_sandbox_remember(sb, "many.test", &x, 1, 60);
+    }
+    struct egress_ip first = ip4("198.51.100.0"), last = ip4("198.51.100.19");
+    ck_assert(!egress_sandbox_answered(sb, "many.test", &first));
+    ck_assert(egress_sandbox_answered(sb, "many.test", &last));
+    egress_sandbox_put(sb);
+    egress_registry_free(r);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("sandbox");
+    TCase *t = tcase_create("registry");
+    tcase_add_test(t, register_lookup_remove);
+    tcase_add_test(t, many_sandboxes);
+    tcase_add_test(t, answers_memory);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+AL_SUITE_MAIN(suite)
