@@ -107,7 +107,10 @@ cp__cleanup() {
 cp_start() {
   local job=${1:-airlockd}
   # Each start truncates the job's log: keep the earlier runs' lines in <job>.history.log.
+  # al_bg's redirection happens in the background job: empty the log here first, or the
+  # wait below could find the previous run's banner.
   [ -f "$AL_TMP/$job.log" ] && cat "$AL_TMP/$job.log" >>"$AL_TMP/$job.history.log"
+  : >"$AL_TMP/$job.log"
   al_bg "$job" nsenter --net="/run/netns/$CP_HOSTNS" -- env AIRLOCK_API_KEY="$CP_KEY" \
     AIRLOCK_LOG_FORMAT=json "$AIRLOCK_BIN/airlockd" --listen 127.0.0.1:0 --state-dir "$CP_STATE" \
     --config "$AL_TMP/airlockd.yaml"
