@@ -171,10 +171,15 @@ static void lc__watch_closed(struct cp_proc_watch *w)
 static void lc__stop_watch(struct cp_sandbox *sb)
 {
     if (sb->watching) {
+        /* The process may exit a moment later (airlock-vmm answers its stop first): make
+         * sure it is reaped then. */
+        if (sb->watch.active)
+            cp_proc_reap_later(sb->cp->loop, sb->rec.pid, sb->watch.pidfd);
         sb->watching = false;
         sb->pidfd = -1; /* closed with the watch */
         cp_proc_watch_stop(&sb->watch, lc__watch_closed);
     } else if (sb->pidfd >= 0) {
+        cp_proc_reap_later(sb->cp->loop, sb->rec.pid, sb->pidfd);
         close(sb->pidfd);
         sb->pidfd = -1;
     }

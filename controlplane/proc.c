@@ -180,6 +180,44 @@ void cp_proc_watch_stop(struct cp_proc_watch *w, void (*close_cb)(struct cp_proc
     uv_close((uv_handle_t *)&w->poll, proc__closed);
 }
 
+static void proc__reaper_closed(struct cp_proc_watch *w)
+{
+    free(w);
+}
+
+static void proc__reaped(struct cp_proc_watch *w, int wstatus)
+{
+    (void)wstatus;
+    cp_proc_watch_stop(w, proc__reaper_closed);
+}
+
+void cp_proc_reap_later(uv_loop_t *loop, pid_t pid, int pidfd)
+{
+    int fd = fcntl(pidfd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    int st;
+    int r = cp_proc_reap(fd, &st);
+    if (r == 0 || r == -ECHILD) {
+        /* Gone already (reaped now), or not our child: nothing to wait for. */
+        close(fd);
+        return;
+    }
+    struct cp_proc_watch *w = calloc(1, sizeof *w);
+    if (!w || uv_poll_init(loop, &w->poll, fd) != 0) {
+        free(w);
+        close(fd);
+        return; /* (a zombie until airlockd exits: out of memory or descriptors) */
+    }
+    w->pidfd = fd;
+    w->pid = pid;
+    w->cb = proc__reaped;
+    w->poll.data = w;
+    w->active = true;
+    if (uv_poll_start(&w->poll, UV_READABLE, proc__on_poll) != 0)
+        cp_proc_watch_stop(w, proc__reaper_closed);
+}
+
 void cp_proc_describe(int wstatus, char *out, size_t len)
 {
     if (wstatus < 0)

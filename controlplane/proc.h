@@ -56,6 +56,11 @@ int cp_proc_watch_start(uv_loop_t *loop, struct cp_proc_watch *w, pid_t pid, int
  * closed then. */
 void cp_proc_watch_stop(struct cp_proc_watch *w, void (*close_cb)(struct cp_proc_watch *w));
 
+/* Reaps our child pid whenever it exits (a duplicate of pidfd is watched, so the caller may
+ * close or stop watching its own): no zombie is left behind by processes airlockd stops
+ * watching before they are gone (an airlock-vmm exits just after answering its stop). */
+void cp_proc_reap_later(uv_loop_t *loop, pid_t pid, int pidfd);
+
 /* "exited with status 3", "killed by signal 9 (Killed)". */
 void cp_proc_describe(int wstatus, char *out, size_t len);
 

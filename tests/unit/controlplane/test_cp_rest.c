@@ -709,11 +709,26 @@ START_TEST(lifecycle_ops)
     assert_error(&r, 404, "no such endpoint");
     resp_free(&r);
     /* Kill: 204, then 404 (the SDK's false). */
+    char db[300];
+    snprintf(db, sizeof db, "%s/airlockd.db", tmpdir);
+    struct cp_store *s2;
+    ck_assert_int_eq(cp_store_open(db, &s2, NULL), 0);
+    struct cp_sb_record rec;
+    cp_sb_record_init(&rec);
+    ck_assert_int_eq(cp_store_sb_load(s2, id, &rec, NULL), 0);
+    pid_t spid = rec.pid;
+    cp_sb_record_free(&rec);
+    cp_store_close(s2);
     snprintf(path, sizeof path, "/sandboxes/%s", id);
     req(&r, "DELETE", path, NULL);
     ck_assert_int_eq(r.status, 204);
     ck_assert_uint_eq(r.len, 0);
     resp_free(&r);
+    /* Its process is gone and reaped (a zombie would still answer kill(pid, 0)). */
+    int tries = 0;
+    while (kill(spid, 0) == 0 && tries++ < 100)
+        usleep(10000);
+    ck_assert_msg(kill(spid, 0) < 0 && errno == ESRCH, "process %d not reaped", (int)spid);
     req(&r, "DELETE", path, NULL);
     assert_error(&r, 404, "not found");
     resp_free(&r);
