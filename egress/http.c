@@ -304,48 +304,47 @@ static void http__audit_request(struct egress_conn *c, const char *decision, con
                                 const char *reason, const char *error)
 {
     struct egress_http *h = c->http;
-    json_t *r = egress_rec_new("http_request");
-    if (!r)
-        return;
-    egress_rec_sandbox(r, c->sb, c->policy);
-    egress_rec_str(r, "request_id", h->rid);
-    egress_rec_str(r, "connection_id", c->request_id);
-    egress_rec_str(r, "proto", "http");
-    egress_rec_str(r, "src", c->src_text);
-    egress_rec_str(r, "dst", c->dst_text);
+    struct egress_recw w;
+    egress_recw_begin(&w, "http_request");
+    egress_recw_sandbox(&w, c->sb, c->policy);
+    egress_recw_str(&w, "request_id", h->rid);
+    egress_recw_str(&w, "connection_id", c->request_id);
+    egress_recw_str(&w, "proto", "http");
+    egress_recw_str(&w, "src", c->src_text);
+    egress_recw_str(&w, "dst", c->dst_text);
     if (c->dialled.family)
-        egress_rec_str(r, "dialled", c->dialled_text);
-    egress_rec_str(r, "decision", decision);
-    egress_rec_str(r, "reason", reason);
-    egress_rec_str(r, "rule", rule);
-    egress_rec_str(r, "mode", c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
+        egress_recw_str(&w, "dialled", c->dialled_text);
+    egress_recw_str(&w, "decision", decision);
+    egress_recw_str(&w, "reason", reason);
+    egress_recw_str(&w, "rule", rule);
+    egress_recw_str(&w, "mode", c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
     if (error)
-        egress_rec_str(r, "error", error);
+        egress_recw_str(&w, "error", error);
     if (h->r.websocket)
-        egress_rec_bool(r, "websocket", true);
+        egress_recw_bool(&w, "websocket", true);
     if (h->r.method)
-        egress_rec_str(r, "method", h->r.method);
+        egress_recw_str(&w, "method", h->r.method);
     if (h->r.host_name[0])
-        egress_rec_str(r, "host", c->have_host ? c->host.text : h->r.host_name);
+        egress_recw_str(&w, "host", c->have_host ? c->host.text : h->r.host_name);
     if (h->path_log[0])
-        egress_rec_str(r, "path", h->path_log);
+        egress_recw_str(&w, "path", h->path_log);
     if (h->status)
-        egress_rec_int(r, "status", h->status);
-    egress_rec_int(r, "bytes_up", (int64_t)h->req_bytes);
-    egress_rec_int(r, "bytes_down", (int64_t)h->resp_bytes);
-    json_t *tm = json_object();
+        egress_recw_int(&w, "status", h->status);
+    egress_recw_int(&w, "bytes_up", (int64_t)h->req_bytes);
+    egress_recw_int(&w, "bytes_down", (int64_t)h->resp_bytes);
+    egress_recw_obj_begin(&w, "timing_us");
     uint64_t now = al_now_ns();
     if (h->t_decided)
-        egress_rec_us(tm, "decide", h->t_decided - h->t_start);
+        egress_recw_us(&w, "decide", h->t_decided - h->t_start);
     if (c->t_dns && h->n == 1)
-        egress_rec_us(tm, "dns", c->t_dns - c->t_dns0);
+        egress_recw_us(&w, "dns", c->t_dns - c->t_dns0);
     if (c->t_connected && h->n == 1)
-        egress_rec_us(tm, "connect", c->t_connected - c->t_connect0);
+        egress_recw_us(&w, "connect", c->t_connected - c->t_connect0);
     if (h->t_first_resp && h->t_sent)
-        egress_rec_us(tm, "upstream", h->t_first_resp > h->t_sent ? h->t_first_resp - h->t_sent : 0);
-    egress_rec_us(tm, "total", now - h->t_start);
-    json_object_set_new(r, "timing_us", tm);
-    egress_audit(c->w->e, r);
+        egress_recw_us(&w, "upstream", h->t_first_resp > h->t_sent ? h->t_first_resp - h->t_sent : 0);
+    egress_recw_us(&w, "total", now - h->t_start);
+    egress_recw_close(&w, '}');
+    egress_audit_w(c->w->e, &w);
     /* The connection's totals (its connection_end record). */
     c->up.bytes += h->req_bytes;
     c->down.bytes += h->resp_bytes;
@@ -494,7 +493,9 @@ static void http__on_head(struct egress_conn *c)
     const char *reason = NULL;
     uv_timer_stop(&c->timer);
     h->phase = H_DECIDE;
-    egress_conn_set_events(&c->client, 0); /* nothing more is read until decided */
+    /* Nothing more is read from the client until this request is decided: decisions taken
+     * at once leave the client's interest as it is (an epoll_ctl less per keep-alive
+     * request); those that wait (destination check, connect) clear it first. */
 
     /* Decisions taken before the bytes arrived (limits, no policy, audit down). */
     if (c->verdict.reason && !c->verdict.allow && !c->have_host && !h->bound) {
@@ -604,6 +605,7 @@ static void http__on_head(struct egress_conn *c)
         http__send_head(c);
         return;
     }
+    egress_conn_set_events(&c->client, 0);
     if (c->verdict.by_address) {
         /* An address rule allowed it: the destination is what the rule names. */
         http__on_dst_checked(c, true, NULL);
@@ -655,6 +657,7 @@ static void http__inspect_dst_checked(struct egress_conn *c, bool ok, const char
 
 static void http__to_inspect(struct egress_conn *c)
 {
+    egress_conn_set_events(&c->client, 0);
     if (c->verdict.by_address) {
         http__inspect_dst_checked(c, true, NULL);
         return;

@@ -95,6 +95,11 @@ void egress_mem_give(struct egress *e, struct egress_sandbox *sb, size_t n);
 void egress_rec_sandbox(json_t *r, const struct egress_sandbox *sb, const struct egress_policy *p);
 /* Appends; when the log is unhealthy counts it. */
 void egress_audit(struct egress *e, json_t *rec);
+/* The same two for records written with egress_recw (the per-request paths). egress_audit_w
+ * ends the record, appends it and frees the writer. */
+void egress_recw_sandbox(struct egress_recw *w, const struct egress_sandbox *sb,
+                         const struct egress_policy *p);
+void egress_audit_w(struct egress *e, struct egress_recw *w);
 /* Rate limit for repeated events of one kind per sandbox (limit hits, unknown sources):
  * true when this one should be audited. */
 bool egress_audit_throttle(atomic_uint_fast64_t *last_ns, uint64_t interval_ns);
