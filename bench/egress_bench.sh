@@ -146,7 +146,7 @@ start_egress() {
   [ "$perf" = 4 ] && wrap=(valgrind --tool=callgrind --instr-atstart=no
                            --callgrind-out-file="$PWD/callgrind.out.egress.%p")
   bg egress.log ip netns exec "$H" "${wrap[@]}" "$BIN/airlock-egress" --state-dir "$TMP/state" --resolver 203.0.113.53 \
-    --listen 127.0.0.1:15001 --dns 127.0.0.1:15053 --vswitch off --workers 2 \
+    --listen 127.0.0.1:15001 --dns 127.0.0.1:15053 --vswitch off --workers "${EGRESS_WORKERS:-2}" \
     --max-connections 20000 --max-sandbox-connections 10000 --memory-budget 1GiB --log-level warn "$@"
   EGRESS_PID=${PIDS[-1]}
   wait_for egress.log ready 600
@@ -173,9 +173,12 @@ OUT="$TMP/results.jsonl"
 run() { "$@" | tee -a "$OUT"; }
 want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 # run_egress CMD...: a run through the proxy (recorded by perf when asked).
-run_egress() {
+run_egress() { run_traced "$EGRESS_PID" "$@"; }
+# run_traced PIDS CMD...: PIDS (comma-separated) are the proxy's processes.
+run_traced() {
+  local pids=$1; shift
   if [ "$perf" = 3 ]; then
-    perf stat -x, -e raw_syscalls:sys_enter,task-clock,context-switches -p "$EGRESS_PID" -o "$TMP/pstat" &
+    perf stat -x, -e raw_syscalls:sys_enter,task-clock,context-switches -p "$pids" -o "$TMP/pstat" &
     local sp=$!
     sleep 0.2
     local out
@@ -215,13 +218,13 @@ PY
     callgrind_control -i off "$EGRESS_PID" >/dev/null
     callgrind_control -d "$EGRESS_PID" >/dev/null
   elif [ "$perf" = 2 ]; then
-    strace -c -f -o strace.out -p "$EGRESS_PID" &
+    strace -c -f -o strace.out -p "$pids" &
     local sp=$!
     sleep 0.5
     run "$@"
     kill -INT "$sp"; wait "$sp" 2>/dev/null || true
   elif [ "$perf" = 1 ]; then
-    perf record -q -g -o "perf.data" -p "$EGRESS_PID" >/dev/null 2>&1 &
+    perf record -q -g -o "perf.data" -p "$pids" >/dev/null 2>&1 &
     local pp=$!
     sleep 0.2
     run "$@"
@@ -253,16 +256,20 @@ cpu_ticks() {
 HZ=$(getconf CLK_TCK)
 # run_cpu NAME PID CMD...: runs CMD (a load generator printing "requests"), then prints the
 # CPU the proxy PID spent per request.
+# Busy ticks of the whole machine (everything but idle and iowait): the load generator, the
+# upstreams, the proxy, and the kernel's own threads (e.g. writing the audit log back to disk).
+sys_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 run_cpu() {
   local name=$1 pid=$2; shift 2
-  local c0 c1 out
-  c0=$(cpu_ticks "$pid")
+  local c0 c1 s0 s1 out
+  c0=$(cpu_ticks "$pid"); s0=$(sys_ticks)
   out=$("$@")
-  c1=$(cpu_ticks "$pid")
+  c1=$(cpu_ticks "$pid"); s1=$(sys_ticks)
   printf '%s\n' "$out" >"$TMP/run.out"; tee -a "$OUT" <"$TMP/run.out"
-  python3 - "$name" "$c0" "$c1" "$HZ" "$TMP/run.out" <<'PY' | tee -a "$OUT"
+  python3 - "$name" "$c0" "$c1" "$HZ" "$TMP/run.out" "$s0" "$s1" <<'PY' | tee -a "$OUT"
 import json, sys
 name, c0, c1, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+s0, s1 = int(sys.argv[6]), int(sys.argv[7])
 n = 0
 for line in open(sys.argv[5]):
     try:
@@ -275,6 +282,8 @@ cpu = (c1 - c0) / hz
 if n > 0 and cpu > 0:
     print(json.dumps({"bench": name, "metric": "proxy_cpu_us_per_request", "value": round(cpu / n * 1e6, 2), "unit": "us"}))
     print(json.dumps({"bench": name, "metric": "requests_per_proxy_cpu_s", "value": round(n / cpu, 1), "unit": "req/s"}))
+if n > 0:
+    print(json.dumps({"bench": name, "metric": "machine_cpu_us_per_request", "value": round((s1 - s0) / hz / n * 1e6, 2), "unit": "us"}))
 PY
 }
 NGINX_PID=${NGINX_PID:-0}
@@ -282,14 +291,45 @@ NGINX_PID=${NGINX_PID:-0}
 echo "{\"bench\":\"egress_machine\",\"metric\":\"load_1min_at_start\",\"value\":$(cut -d' ' -f1 /proc/loadavg),\"unit\":\"load\"}" | tee -a "$OUT"
 
 if want http; then
-echo "# HTTP keep-alive, 32 connections, ${dur}s each" >&2
-run "${SB2[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name http_keepalive_direct
-if [ "$perf" != 0 ]; then
-  run_egress "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name http_keepalive_egress
-else
-  run_cpu http_keepalive_egress "$EGRESS_PID" "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name http_keepalive_egress
-fi
-[ "$have_nginx" = 1 ] && run_cpu http_keepalive_nginx "$NGINX_PID" "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name http_keepalive_nginx
+# The paths take turns for several rounds (one with --quick or a profiler): each figure is
+# the median over the rounds, so that a burst of other load on the shared machine does not
+# decide the comparison.
+hrounds=$([ "$quick" = 1 ] || [ "$perf" != 0 ] && echo 1 || echo 3)
+echo "# HTTP keep-alive, 32 connections, $hrounds rounds of ${dur}s per path" >&2
+for r in $(seq 1 "$hrounds"); do
+  run_cpu "http_keepalive_direct_$r" 0 "${SB2[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_direct_$r"
+  if [ "$perf" != 0 ]; then
+    run_egress "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_egress_$r"
+  else
+    run_cpu "http_keepalive_egress_$r" "$EGRESS_PID" "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_egress_$r"
+  fi
+  if [ "$have_nginx" = 1 ] && { [ "$perf" = 3 ] || [ "$perf" = 1 ]; }; then
+    [ "$perf" = 1 ] && mv -f perf.data perf.egress.data
+    run_traced "$NGINX_PID,$(pgrep -P "$NGINX_PID" | paste -sd,)" "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name "http_keepalive_nginx_$r"
+  elif [ "$have_nginx" = 1 ]; then
+    run_cpu "http_keepalive_nginx_$r" "$NGINX_PID" "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name "http_keepalive_nginx_$r"
+  fi
+done
+python3 - "$OUT" "$hrounds" <<'PY' | tee -a "$OUT"
+import json, statistics, sys
+v = {}
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    v[(j["bench"], j["metric"])] = (j["value"], j["unit"])
+rounds = int(sys.argv[2])
+for path in ("direct", "egress", "nginx"):
+    for m in ("requests_per_s", "errors", "latency_p50", "latency_p99", "proxy_cpu_us_per_request", "client_cpu_us_per_request",
+              "machine_cpu_us_per_request",
+              "requests_per_proxy_cpu_s", "syscalls_per_request", "task_clock_us_per_request"):
+        got = [v[("http_keepalive_%s_%d" % (path, r), m)] for r in range(1, rounds + 1)
+               if ("http_keepalive_%s_%d" % (path, r), m) in v]
+        if got:
+            print(json.dumps({"bench": "http_keepalive_" + path, "metric": m,
+                              "value": round(statistics.median(x[0] for x in got), 3), "unit": got[0][1]}))
+PY
 fi
 
 if want latency; then

@@ -407,6 +407,14 @@ static int http_client(const struct opts *o)
     double secs = (double)(now_ns() - start) / 1e9;
     emit("requests_per_s", (double)done / secs, "req/s");
     emit("requests", (double)done, "count");
+    /* The client's own CPU per request: on these veths the receiving side's kernel work runs
+     * in the sender's context, so this shows what each path costs the sandbox side. */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+                 ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
+    if (done)
+        emit("client_cpu_us_per_request", cpu / (double)done * 1e6, "us");
     emit("errors", (double)errors, "count");
     emit_lat("latency", &l);
     for (int i = 0; i < o->conns; i++)

@@ -46,6 +46,7 @@ struct egress_recw {
     bool failed;       /* out of memory: the record is lost, egress_recw_end says so */
     int depth;
     bool comma[EGRESS_RECW_DEPTH]; /* a member/element was written at this level */
+    size_t mark;       /* end of {"type":... (egress_recw_members) */
     char stack[EGRESS_RECW_STACK];
 };
 
@@ -62,6 +63,12 @@ void egress_recw_obj_begin(struct egress_recw *w, const char *key);
 void egress_recw_arr_begin(struct egress_recw *w, const char *key);
 void egress_recw_elem_strn(struct egress_recw *w, const char *s, size_t n);
 void egress_recw_close(struct egress_recw *w, char bracket); /* '}' or ']' */
+/* Members serialised earlier (by another writer: egress_recw_members) written as they are:
+ * records of one connection repeat the sandbox's and the connection's fields. */
+void egress_recw_raw(struct egress_recw *w, const char *members, size_t len);
+/* The members written since egress_recw_begin (after "type"), for egress_recw_raw; NULL and
+ * 0 when the writer failed. Valid until the writer is freed. */
+const char *egress_recw_members(const struct egress_recw *w, size_t *len);
 /* Closes the record: 0 and (*out, *len) the object's bytes (valid until egress_recw_free),
  * or -ENOMEM. */
 int egress_recw_end(struct egress_recw *w, const char **out, size_t *len);

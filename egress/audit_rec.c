@@ -254,6 +254,7 @@ void egress_recw_begin(struct egress_recw *w, const char *type)
     memset(w->comma, 0, sizeof w->comma);
     recw__ch(w, '{');
     egress_recw_str(w, "type", type);
+    w->mark = w->len;
 }
 
 void egress_recw_strn(struct egress_recw *w, const char *key, const char *s, size_t n)
@@ -333,6 +334,29 @@ void egress_recw_close(struct egress_recw *w, char bracket)
     recw__ch(w, bracket);
     if (w->depth > 0)
         w->depth--;
+}
+
+void egress_recw_raw(struct egress_recw *w, const char *members, size_t len)
+{
+    if (!len)
+        return;
+    if (w->comma[w->depth])
+        recw__ch(w, ',');
+    w->comma[w->depth] = true;
+    recw__put(w, members, len);
+}
+
+const char *egress_recw_members(const struct egress_recw *w, size_t *len)
+{
+    if (w->failed || w->depth != 0) {
+        *len = 0;
+        return NULL;
+    }
+    size_t start = w->mark;
+    if (start < w->len && w->buf[start] == ',')
+        start++;
+    *len = w->len - start;
+    return w->buf + start;
 }
 
 int egress_recw_end(struct egress_recw *w, const char **out, size_t *len)

@@ -48,11 +48,25 @@ void egress_conn_set_events(struct egress_end *end, int events)
         end->events = events;
 }
 
+/* Deadlines are lazy: a connection keeps one due time (loop milliseconds), and its timer is
+ * re-armed only when the new due time is earlier than the armed one. When the timer fires
+ * early (the due time moved later since) it re-arms for the rest. A keep-alive request moves
+ * the deadline three times (head, body, keep-alive) without touching the timer heap. */
 void egress_conn_deadline(struct egress_conn *c, uint32_t ms)
 {
     if (c->state == CONN_CLOSING)
         return;
-    uv_timer_start(&c->timer, conn__on_timer, ms ? ms : 1, 0);
+    uint64_t now = uv_now(&c->w->loop);
+    c->due_ms = now + (ms ? ms : 1);
+    if (!uv_is_active((uv_handle_t *)&c->timer) || c->due_ms < c->armed_ms) {
+        uv_timer_start(&c->timer, conn__on_timer, c->due_ms - now, 0);
+        c->armed_ms = c->due_ms;
+    }
+}
+
+void egress_conn_no_deadline(struct egress_conn *c)
+{
+    c->due_ms = 0; /* the timer, if it fires, finds nothing due */
 }
 
 static int conn__end_init(struct egress_conn *c, struct egress_end *end, int fd)
@@ -253,7 +267,7 @@ void egress_conn_close(struct egress_conn *c, bool reset, const char *why)
     egress_inspect_conn_free(c); /* its upstream socket is its own (pooled or closed) */
     conn__close_end(c, &c->client, reset);
     conn__close_end(c, &c->upstream, reset);
-    uv_timer_stop(&c->timer);
+    uv_timer_stop(&c->timer); /* for real: the handle closes */
     uv_close((uv_handle_t *)&c->timer, conn__on_handle_closed);
 }
 
@@ -540,7 +554,7 @@ static void conn__on_dst_checked_inspect(struct egress_conn *c, bool ok, const c
         return;
     }
     egress_conn_set_dialled(c, &c->dst);
-    uv_timer_stop(&c->timer);
+    egress_conn_no_deadline(c);
     const char *why = NULL;
     if (egress_inspect_conn_start(c, &why) < 0) {
         /* A TLS alert went out (access_denied or internal_error): audit, then close without
@@ -605,7 +619,7 @@ static void conn__classify(struct egress_conn *c)
                                                                : "malformed_clienthello");
             return;
         }
-        uv_timer_stop(&c->timer);
+        egress_conn_no_deadline(c);
         egress_conn_set_events(&c->client, 0);
         conn__decide_tls(c);
         return;
@@ -618,7 +632,7 @@ static void conn__classify(struct egress_conn *c)
         return;
     }
     egress_conn_set_events(&c->client, 0);
-    uv_timer_stop(&c->timer);
+    egress_conn_no_deadline(c);
     conn__decide_tcp(c);
 }
 
@@ -811,7 +825,7 @@ static void conn__connected(struct egress_conn *c)
         err = errno;
     if (err == 0)
         c->t_connected = al_now_ns();
-    uv_timer_stop(&c->timer);
+    egress_conn_no_deadline(c);
     if (c->proto == PROTO_HTTP) {
         egress_http_on_connected(c, -err);
         return;
@@ -893,6 +907,16 @@ static void conn__on_timer(uv_timer_t *t)
 {
     struct egress_conn *c = t->data;
     struct egress *e = c->w->e;
+    uint64_t now = uv_now(&c->w->loop);
+    if (!c->due_ms)
+        return; /* the deadline was lifted */
+    if (now < c->due_ms) {
+        /* Moved later since the timer was armed. */
+        uv_timer_start(&c->timer, conn__on_timer, c->due_ms - now, 0);
+        c->armed_ms = c->due_ms;
+        return;
+    }
+    c->due_ms = 0;
     switch (c->state) {
     case CONN_PEEK:
         atomic_fetch_add(&e->stats.timeouts, 1);

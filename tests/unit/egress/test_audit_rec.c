@@ -144,6 +144,47 @@ START_TEST(large_records_grow_and_stay_exact)
 }
 END_TEST
 
+START_TEST(cached_members_are_the_same_bytes)
+{
+    /* What http.c does: members serialised once (egress_recw_members), written again into
+     * later records (egress_recw_raw), give the bytes of writing them each time. */
+    struct egress_recw t;
+    egress_recw_begin(&t, "");
+    egress_recw_str(&t, "sandbox", "sb-\x01\"x");
+    egress_recw_null(&t, "template");
+    egress_recw_obj_begin(&t, "policy");
+    egress_recw_str(&t, "name", "p");
+    egress_recw_close(&t, '}');
+    size_t n;
+    const char *m = egress_recw_members(&t, &n);
+    ck_assert_ptr_nonnull(m);
+    char cache[256];
+    ck_assert_uint_lt(n, sizeof cache);
+    memcpy(cache, m, n);
+    egress_recw_free(&t);
+
+    struct egress_recw a, b;
+    egress_recw_begin(&a, "http_request");
+    egress_recw_raw(&a, cache, n);
+    egress_recw_str(&a, "request_id", "r-1");
+    egress_recw_begin(&b, "http_request");
+    egress_recw_str(&b, "sandbox", "sb-\x01\"x");
+    egress_recw_null(&b, "template");
+    egress_recw_obj_begin(&b, "policy");
+    egress_recw_str(&b, "name", "p");
+    egress_recw_close(&b, '}');
+    egress_recw_str(&b, "request_id", "r-1");
+    const char *oa, *ob;
+    size_t la, lb;
+    ck_assert_int_eq(egress_recw_end(&a, &oa, &la), 0);
+    ck_assert_int_eq(egress_recw_end(&b, &ob, &lb), 0);
+    ck_assert_uint_eq(la, lb);
+    ck_assert_int_eq(memcmp(oa, ob, la), 0);
+    egress_recw_free(&a);
+    egress_recw_free(&b);
+}
+END_TEST
+
 START_TEST(unbalanced_nesting_is_refused)
 {
     struct egress_recw w;
@@ -164,6 +205,7 @@ static Suite *suite(void)
     tcase_add_test(t, strings_match_jansson);
     tcase_add_test(t, records_match_jansson);
     tcase_add_test(t, large_records_grow_and_stay_exact);
+    tcase_add_test(t, cached_members_are_the_same_bytes);
     tcase_add_test(t, unbalanced_nesting_is_refused);
     suite_add_tcase(s, t);
     return s;
