@@ -6,7 +6,11 @@
 #
 #   bench/egress_bench.sh [--build DIR] [--duration S] [--quick] [--only GROUP] [--perf]
 #   GROUP: http, latency, tls_conns, tls_bulk, idle, copy. --perf records the proxy with
-#   `perf record -g` during its runs (perf.data in the current directory).
+#   `perf record -g` during its runs (perf.data in the current directory); --perf-stat
+#   counts its system calls and CPU per request (perf stat); --callgrind runs the proxy under
+#   valgrind's callgrind for the HTTP group (callgrind.out.* in the current directory).
+#   Requests/s share the machine with the load generator and the upstreams (all on the
+#   same cores): "proxy_cpu_us_per_request" is what the proxy itself spent.
 #
 #   sb1 --TPROXY--> airlock-egress (host ns) --> upstreams (up ns, 203.0.113.10)
 #   sb2 -----------> nginx (host ns, 10.200.2.1:8080 http, :8443/:8444 stream) --> upstreams
@@ -29,6 +33,8 @@ while [ $# -gt 0 ]; do
     --only) only=$2; shift 2 ;;
     --perf) perf=1; shift ;;
     --strace) perf=2; shift ;;
+    --perf-stat) perf=3; shift ;;
+    --callgrind) perf=4; only=${only:-http}; shift ;;
     --build) build=$2; shift 2 ;;
     --duration) dur=$2; shift 2 ;;
     --quick) quick=1; dur=2; shift ;;
@@ -62,7 +68,7 @@ cleanup() {
 }
 trap cleanup EXIT
 bg() { local log=$1; shift; "$@" >"$TMP/$log" 2>&1 & PIDS+=($!); }
-wait_for() { for _ in $(seq 1 100); do grep -q "$2" "$TMP/$1" 2>/dev/null && return 0; sleep 0.1; done; echo "timeout: $1" >&2; cat "$TMP/$1" >&2; exit 1; }
+wait_for() { for _ in $(seq 1 "${3:-100}"); do grep -q "$2" "$TMP/$1" 2>/dev/null && return 0; sleep 0.1; done; echo "timeout: $1" >&2; cat "$TMP/$1" >&2; exit 1; }
 
 H=$W-host; U=$W-up
 for n in host up sb1 sb2; do ip netns add "$W-$n"; ip -n "$W-$n" link set lo up; done
@@ -130,16 +136,20 @@ stream {
 }
 CONF
   bg nginx.log ip netns exec "$H" nginx -c "$TMP/nginx/nginx.conf" -g 'daemon off;'
+  NGINX_PID=${PIDS[-1]}
   sleep 0.5
 fi
 
 start_egress() {
   mkdir -p "$TMP/state"
-  bg egress.log ip netns exec "$H" "$BIN/airlock-egress" --state-dir "$TMP/state" --resolver 203.0.113.53 \
-    --listen 127.0.0.1:15001 --dns 127.0.0.1:15053 --vswitch off --workers 2 \
+  local wrap=()
+  [ "$perf" = 4 ] && wrap=(valgrind --tool=callgrind --instr-atstart=no
+                           --callgrind-out-file="$PWD/callgrind.out.egress.%p")
+  bg egress.log ip netns exec "$H" "${wrap[@]}" "$BIN/airlock-egress" --state-dir "$TMP/state" --resolver 203.0.113.53 \
+    --listen 127.0.0.1:15001 --dns 127.0.0.1:15053 --vswitch off --workers "${EGRESS_WORKERS:-2}" \
     --max-connections 20000 --max-sandbox-connections 10000 --memory-budget 1GiB --log-level warn "$@"
   EGRESS_PID=${PIDS[-1]}
-  wait_for egress.log ready
+  wait_for egress.log ready 600
   cat >"$TMP/policy.yaml" <<'YAML'
 version: 1
 name: bench
@@ -163,15 +173,58 @@ OUT="$TMP/results.jsonl"
 run() { "$@" | tee -a "$OUT"; }
 want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
 # run_egress CMD...: a run through the proxy (recorded by perf when asked).
-run_egress() {
-  if [ "$perf" = 2 ]; then
-    strace -c -f -o strace.out -p "$EGRESS_PID" &
+run_egress() { run_traced "$EGRESS_PID" "$@"; }
+# run_traced PIDS CMD...: PIDS (comma-separated) are the proxy's processes.
+run_traced() {
+  local pids=$1; shift
+  if [ "$perf" = 3 ]; then
+    perf stat -x, -e raw_syscalls:sys_enter,task-clock,context-switches -p "$pids" -o "$TMP/pstat" &
+    local sp=$!
+    sleep 0.2
+    local out
+    out=$("$@")
+    kill -INT "$sp"; wait "$sp" 2>/dev/null || true
+    printf '%s\n' "$out" >"$TMP/run.out"; tee -a "$OUT" <"$TMP/run.out"
+    python3 - "$TMP/pstat" "$TMP/run.out" <<'PY' | tee -a "$OUT"
+import json, sys
+n, name = 0, "egress"
+for line in open(sys.argv[2]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    name = j["bench"]
+    if j["metric"] == "requests":
+        n = j["value"]
+for line in open(sys.argv[1]):
+    f = line.strip().split(",")
+    if len(f) < 3 or not n:
+        continue
+    try:
+        val = float(f[0])
+    except ValueError:
+        continue
+    ev = f[2]
+    metric = {"raw_syscalls:sys_enter": "syscalls_per_request", "task-clock": "task_clock_us_per_request",
+              "context-switches": "context_switches_per_request"}.get(ev)
+    if metric:
+        scale = 1000.0 if ev == "task-clock" else 1.0   # task-clock is in ms
+        print(json.dumps({"bench": name, "metric": metric, "value": round(val * scale / n, 3), "unit": "per_request"}))
+PY
+  elif [ "$perf" = 4 ]; then
+    callgrind_control -z "$EGRESS_PID" >/dev/null 2>&1 || true
+    callgrind_control -i on "$EGRESS_PID" >/dev/null
+    run "$@"
+    callgrind_control -i off "$EGRESS_PID" >/dev/null
+    callgrind_control -d "$EGRESS_PID" >/dev/null
+  elif [ "$perf" = 2 ]; then
+    strace -c -f -o strace.out -p "$pids" &
     local sp=$!
     sleep 0.5
     run "$@"
     kill -INT "$sp"; wait "$sp" 2>/dev/null || true
   elif [ "$perf" = 1 ]; then
-    perf record -q -g -o "perf.data" -p "$EGRESS_PID" >/dev/null 2>&1 &
+    perf record -q -g -o "perf.data" -p "$pids" >/dev/null 2>&1 &
     local pp=$!
     sleep 0.2
     run "$@"
@@ -186,19 +239,140 @@ start_egress
 "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 2 --duration 0.5 --name warmup >/dev/null
 "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 2 --duration 0.5 --name warmup >/dev/null
 
+# CPU time (clock ticks, user + system, all threads) of processes and their children's
+# processes (nginx workers), to state what each proxy spent per request: a figure that the
+# other load of a shared machine does not inflate, unlike requests/s.
+cpu_ticks() {
+  local t=0 p c
+  for p in "$@"; do
+    [ -r "/proc/$p/stat" ] || continue
+    t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+    for c in $(pgrep -P "$p" 2>/dev/null); do
+      [ -r "/proc/$c/stat" ] && t=$((t + $(awk '{print $14 + $15}' "/proc/$c/stat")))
+    done
+  done
+  echo "$t"
+}
+HZ=$(getconf CLK_TCK)
+# run_cpu NAME PID CMD...: runs CMD (a load generator printing "requests"), then prints the
+# CPU the proxy PID spent per request.
+# Busy ticks of the whole machine (everything but idle and iowait): the load generator, the
+# upstreams, the proxy, and the kernel's own threads (e.g. writing the audit log back to disk).
+sys_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
+run_cpu() {
+  local name=$1 pid=$2; shift 2
+  local c0 c1 s0 s1 out
+  c0=$(cpu_ticks "$pid"); s0=$(sys_ticks)
+  out=$("$@")
+  c1=$(cpu_ticks "$pid"); s1=$(sys_ticks)
+  printf '%s\n' "$out" >"$TMP/run.out"; tee -a "$OUT" <"$TMP/run.out"
+  python3 - "$name" "$c0" "$c1" "$HZ" "$TMP/run.out" "$s0" "$s1" <<'PY' | tee -a "$OUT"
+import json, sys
+name, c0, c1, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+s0, s1 = int(sys.argv[6]), int(sys.argv[7])
+n = 0
+for line in open(sys.argv[5]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    if j.get("metric") == "requests":
+        n = j["value"]
+cpu = (c1 - c0) / hz
+if n > 0 and cpu > 0:
+    print(json.dumps({"bench": name, "metric": "proxy_cpu_us_per_request", "value": round(cpu / n * 1e6, 2), "unit": "us"}))
+    print(json.dumps({"bench": name, "metric": "requests_per_proxy_cpu_s", "value": round(n / cpu, 1), "unit": "req/s"}))
+if n > 0:
+    print(json.dumps({"bench": name, "metric": "machine_cpu_us_per_request", "value": round((s1 - s0) / hz / n * 1e6, 2), "unit": "us"}))
+PY
+}
+NGINX_PID=${NGINX_PID:-0}
+
+echo "{\"bench\":\"egress_machine\",\"metric\":\"load_1min_at_start\",\"value\":$(cut -d' ' -f1 /proc/loadavg),\"unit\":\"load\"}" | tee -a "$OUT"
+
 if want http; then
-echo "# HTTP keep-alive, 32 connections, ${dur}s each" >&2
-run "${SB2[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name http_keepalive_direct
-run_egress "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name http_keepalive_egress
-[ "$have_nginx" = 1 ] && run "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name http_keepalive_nginx
+# The paths take turns for several rounds (one with --quick or a profiler): each figure is
+# the median over the rounds, so that a burst of other load on the shared machine does not
+# decide the comparison.
+hrounds=$([ "$quick" = 1 ] || [ "$perf" != 0 ] && echo 1 || echo 3)
+echo "# HTTP keep-alive, 32 connections, $hrounds rounds of ${dur}s per path" >&2
+for r in $(seq 1 "$hrounds"); do
+  run_cpu "http_keepalive_direct_$r" 0 "${SB2[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_direct_$r"
+  if [ "$perf" != 0 ]; then
+    run_egress "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_egress_$r"
+  else
+    run_cpu "http_keepalive_egress_$r" "$EGRESS_PID" "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_egress_$r"
+  fi
+  if [ "$have_nginx" = 1 ] && { [ "$perf" = 3 ] || [ "$perf" = 1 ]; }; then
+    [ "$perf" = 1 ] && mv -f perf.data perf.egress.data
+    run_traced "$NGINX_PID,$(pgrep -P "$NGINX_PID" | paste -sd,)" "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name "http_keepalive_nginx_$r"
+  elif [ "$have_nginx" = 1 ]; then
+    run_cpu "http_keepalive_nginx_$r" "$NGINX_PID" "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name "http_keepalive_nginx_$r"
+  fi
+done
+python3 - "$OUT" "$hrounds" <<'PY' | tee -a "$OUT"
+import json, statistics, sys
+v = {}
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    v[(j["bench"], j["metric"])] = (j["value"], j["unit"])
+rounds = int(sys.argv[2])
+for path in ("direct", "egress", "nginx"):
+    for m in ("requests_per_s", "errors", "latency_p50", "latency_p99", "proxy_cpu_us_per_request", "client_cpu_us_per_request",
+              "machine_cpu_us_per_request",
+              "requests_per_proxy_cpu_s", "syscalls_per_request", "task_clock_us_per_request"):
+        got = [v[("http_keepalive_%s_%d" % (path, r), m)] for r in range(1, rounds + 1)
+               if ("http_keepalive_%s_%d" % (path, r), m) in v]
+        if got:
+            print(json.dumps({"bench": "http_keepalive_" + path, "metric": m,
+                              "value": round(statistics.median(x[0] for x in got), 3), "unit": got[0][1]}))
+PY
 fi
 
 if want latency; then
-echo "# HTTP latency at 1,000 requests/s (20 connections)" >&2
-ldur=$((dur * 2))
-run "${SB2[@]}" "$LOAD" http 203.0.113.10 80 --conns 20 --rate 1000 --duration "$ldur" --name http_1000rps_direct
-run_egress "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 20 --rate 1000 --duration "$ldur" --name http_1000rps_egress
-[ "$have_nginx" = 1 ] && run "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 20 --rate 1000 --duration "$ldur" --name http_1000rps_nginx
+# Open loop at 1,000 requests/s; latency counted from each request's scheduled time. The
+# paths take turns (direct, egress, nginx) for several rounds so that a burst of other load
+# on the machine hits all of them alike; each path's p50/p99 is the median over the rounds,
+# and the added latency is the median of the per-round differences to the direct path.
+rounds=$([ "$quick" = 1 ] && echo 1 || echo 3)
+ldur=$([ "$quick" = 1 ] && echo 3 || echo $((dur * 2)))
+echo "# HTTP latency at 1,000 requests/s (20 connections), $rounds rounds of ${ldur}s per path" >&2
+for r in $(seq 1 "$rounds"); do
+  "${SB2[@]}" "$LOAD" http 203.0.113.10 80 --conns 20 --rate 1000 --duration "$ldur" --name "lat_direct_$r" >>"$TMP/lat.jsonl"
+  "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 20 --rate 1000 --duration "$ldur" --name "lat_egress_$r" >>"$TMP/lat.jsonl"
+  [ "$have_nginx" = 1 ] && "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 20 --rate 1000 --duration "$ldur" --name "lat_nginx_$r" >>"$TMP/lat.jsonl"
+done
+python3 - "$TMP/lat.jsonl" "$rounds" <<'PY' | tee -a "$OUT"
+import json, statistics, sys
+v = {}
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    v[(j["bench"], j["metric"])] = j["value"]
+rounds = int(sys.argv[2])
+def out(bench, metric, value, unit):
+    print(json.dumps({"bench": bench, "metric": metric, "value": round(value, 3), "unit": unit}))
+for path in ("direct", "egress", "nginx"):
+    got = [r for r in range(1, rounds + 1) if ("lat_%s_%d" % (path, r), "latency_p99") in v]
+    if not got:
+        continue
+    b = "http_1000rps_" + path
+    for m in ("latency_p50", "latency_p90", "latency_p99", "latency_max"):
+        out(b, m, statistics.median(v[("lat_%s_%d" % (path, r), m)] for r in got), "ms")
+    out(b, "samples", sum(v[("lat_%s_%d" % (path, r), "requests")] for r in got), "count")
+    out(b, "errors", sum(v[("lat_%s_%d" % (path, r), "errors")] for r in got), "count")
+    if path != "direct":
+        for p in ("p50", "p99"):
+            d = [v[("lat_%s_%d" % (path, r), "latency_" + p)] - v[("lat_direct_%d" % r, "latency_" + p)]
+                 for r in got if ("lat_direct_%d" % r, "latency_" + p) in v]
+            if d:
+                out(b, "added_%s_median_of_rounds" % p, statistics.median(d), "ms")
+PY
 fi
 
 if want tls_conns; then
@@ -260,11 +434,14 @@ def out(metric, value, unit):
     print(json.dumps({"bench": "egress_summary", "metric": metric, "value": round(value, 3), "unit": unit}))
 g = lambda b, m: v.get((b, m))
 for p in ("p50", "p99"):
-    d, e, n = g("http_1000rps_direct", "latency_" + p), g("http_1000rps_egress", "latency_" + p), g("http_1000rps_nginx", "latency_" + p)
-    if d is not None and e is not None:
-        out("http_added_latency_%s_egress" % p, e - d, "ms")
-    if d is not None and n is not None:
-        out("http_added_latency_%s_nginx" % p, n - d, "ms")
+    e, n = g("http_1000rps_egress", "added_%s_median_of_rounds" % p), g("http_1000rps_nginx", "added_%s_median_of_rounds" % p)
+    if e is not None:
+        out("http_added_latency_%s_egress" % p, e, "ms")
+    if n is not None:
+        out("http_added_latency_%s_nginx" % p, n, "ms")
+e, n = g("http_keepalive_egress", "requests_per_proxy_cpu_s"), g("http_keepalive_nginx", "requests_per_proxy_cpu_s")
+if e and n:
+    out("http_keepalive_per_proxy_cpu_egress_vs_nginx", e / n, "ratio")
 for b, m, unit in (("http_keepalive", "requests_per_s", "ratio"), ("tls_conns", "connections_per_s", "ratio")):
     e, n, d = g(b + "_egress", m), g(b + "_nginx", m), g(b + "_direct", m)
     if e and d:

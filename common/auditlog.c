@@ -501,7 +501,16 @@ static void auditlog__time(struct al_auditlog *l, char out[40], char name_ts[20]
                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
         l->tsec = ts.tv_sec;
     }
-    snprintf(out, 40, "%s.%06ldZ", l->tprefix, (long)(ts.tv_nsec / 1000));
+    /* "%s.%06ldZ" without printf: this runs for every record, under the log's lock. */
+    size_t n = strlen(l->tprefix);
+    memcpy(out, l->tprefix, n);
+    out[n++] = '.';
+    long us = (long)(ts.tv_nsec / 1000);
+    for (int i = 5; i >= 0; i--, us /= 10)
+        out[n + (size_t)i] = (char)('0' + us % 10);
+    n += 6;
+    out[n++] = 'Z';
+    out[n] = 0;
     if (name_ts) {
         /* yyyymmddThhmmssZ from "yyyy-mm-ddThh:mm:ss" */
         const char *p = l->tprefix;
@@ -646,10 +655,33 @@ static int auditlog__append_members(struct al_auditlog *l, const char *members, 
     if (rc == 0) {
         char ts[40];
         auditlog__time(l, ts, NULL);
-        int n = snprintf(line, cap,
-                         "{\"seq\":%" PRIu64 ",\"time\":\"%s\",\"log_id\":\"%s\",\"prev\":\"%s\"%s",
-                         l->next_seq, ts, l->log_id, l->head, mlen ? "," : "");
-        size_t len = (size_t)n;
+        /* {"seq":N,"time":"T","log_id":"I","prev":"P" (",") without printf: every record
+         * is formatted under the log's lock. */
+        size_t len = 0;
+        memcpy(line, "{\"seq\":", 7);
+        len = 7;
+        char digits[24];
+        int nd = 0;
+        uint64_t seq = l->next_seq;
+        do
+            digits[nd++] = (char)('0' + seq % 10);
+        while ((seq /= 10));
+        while (nd)
+            line[len++] = digits[--nd];
+#define AUDITLOG__PUT(str)                                                                       \
+    do {                                                                                         \
+        size_t pl_ = strlen(str);                                                                \
+        memcpy(line + len, str, pl_);                                                            \
+        len += pl_;                                                                              \
+    } while (0)
+        AUDITLOG__PUT(",\"time\":\"");
+        AUDITLOG__PUT(ts);
+        AUDITLOG__PUT("\",\"log_id\":\"");
+        AUDITLOG__PUT(l->log_id);
+        AUDITLOG__PUT("\",\"prev\":\"");
+        AUDITLOG__PUT(l->head);
+        AUDITLOG__PUT(mlen ? "\"," : "\"");
+#undef AUDITLOG__PUT
         memcpy(line + len, members, mlen);
         len += mlen;
         line[len++] = '}';

@@ -80,6 +80,20 @@ int egress_audit_append(struct egress_audit *a, json_t *rec)
     return 0;
 }
 
+int egress_audit_append_raw(struct egress_audit *a, const char *obj, size_t len)
+{
+    uint64_t seq;
+    int rc = al_auditlog_append_raw(a->log, obj, len, &seq);
+    if (rc < 0) {
+        atomic_fetch_add(&a->failures, 1);
+        if (rc != -EINVAL && rc != -E2BIG)
+            atomic_store(&a->status, rc);
+        return rc;
+    }
+    atomic_fetch_add(&a->records, 1);
+    return 0;
+}
+
 bool egress_audit_ok(const struct egress_audit *a)
 {
     if (a->fail_open)

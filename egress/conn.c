@@ -48,11 +48,25 @@ void egress_conn_set_events(struct egress_end *end, int events)
         end->events = events;
 }
 
+/* Deadlines are lazy: a connection keeps one due time (loop milliseconds), and its timer is
+ * re-armed only when the new due time is earlier than the armed one. When the timer fires
+ * early (the due time moved later since) it re-arms for the rest. A keep-alive request moves
+ * the deadline three times (head, body, keep-alive) without touching the timer heap. */
 void egress_conn_deadline(struct egress_conn *c, uint32_t ms)
 {
     if (c->state == CONN_CLOSING)
         return;
-    uv_timer_start(&c->timer, conn__on_timer, ms ? ms : 1, 0);
+    uint64_t now = uv_now(&c->w->loop);
+    c->due_ms = now + (ms ? ms : 1);
+    if (!uv_is_active((uv_handle_t *)&c->timer) || c->due_ms < c->armed_ms) {
+        uv_timer_start(&c->timer, conn__on_timer, c->due_ms - now, 0);
+        c->armed_ms = c->due_ms;
+    }
+}
+
+void egress_conn_no_deadline(struct egress_conn *c)
+{
+    c->due_ms = 0; /* the timer, if it fires, finds nothing due */
 }
 
 static int conn__end_init(struct egress_conn *c, struct egress_end *end, int fd)
@@ -75,17 +89,14 @@ static const char *conn__proto_name(enum egress_proto p)
 }
 
 /* Fields common to connection records. */
-static json_t *conn__record(struct egress_conn *c, const char *type)
+static void conn__record(struct egress_conn *c, struct egress_recw *w, const char *type)
 {
-    json_t *r = egress_rec_new(type);
-    if (!r)
-        return NULL;
-    egress_rec_sandbox(r, c->sb, c->policy);
-    egress_rec_str(r, "request_id", c->request_id);
-    egress_rec_str(r, "proto", conn__proto_name(c->proto));
-    egress_rec_str(r, "src", c->src_text);
-    egress_rec_str(r, "dst", c->dst_text);
-    return r;
+    egress_recw_begin(w, type);
+    egress_recw_sandbox(w, c->sb, c->policy);
+    egress_recw_str(w, "request_id", c->request_id);
+    egress_recw_str(w, "proto", conn__proto_name(c->proto));
+    egress_recw_str(w, "src", c->src_text);
+    egress_recw_str(w, "dst", c->dst_text);
 }
 
 static void conn__audit_decision(struct egress_conn *c, const char *decision, const char *rule,
@@ -94,44 +105,43 @@ static void conn__audit_decision(struct egress_conn *c, const char *decision, co
     if (c->decision_audited)
         return;
     c->decision_audited = true;
-    json_t *r = conn__record(c, "connection");
-    if (!r)
-        return;
-    egress_rec_str(r, "decision", decision);
-    egress_rec_str(r, "reason", reason);
-    egress_rec_str(r, "rule", rule);
-    egress_rec_str(r, "mode", c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
+    struct egress_recw w;
+    conn__record(c, &w, "connection");
+    egress_recw_str(&w, "decision", decision);
+    egress_recw_str(&w, "reason", reason);
+    egress_recw_str(&w, "rule", rule);
+    egress_recw_str(&w, "mode", c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
     if (error)
-        egress_rec_str(r, "error", error);
+        egress_recw_str(&w, "error", error);
     if (c->ch) {
         if (c->ch->has_sni)
-            egress_rec_strn(r, "sni", c->ch->sni, c->ch->sni_len);
+            egress_recw_strn(&w, "sni", c->ch->sni, c->ch->sni_len);
         else
-            egress_rec_str(r, "sni", NULL);
-        json_t *alpn = json_array();
+            egress_recw_null(&w, "sni");
+        egress_recw_arr_begin(&w, "alpn");
         for (size_t i = 0; i < c->ch->n_alpn; i++)
-            json_array_append_new(alpn, egress_json_str(c->ch->alpn[i], strlen(c->ch->alpn[i])));
-        json_object_set_new(r, "alpn", alpn);
+            egress_recw_elem_strn(&w, c->ch->alpn[i], strlen(c->ch->alpn[i]));
+        egress_recw_close(&w, ']');
         if (c->ch->has_ech || c->ch->has_esni)
-            egress_rec_bool(r, "ech", true);
+            egress_recw_bool(&w, "ech", true);
     }
     if (c->have_host)
-        egress_rec_str(r, "host", c->host.text);
+        egress_recw_str(&w, "host", c->host.text);
     if (c->dialled.family)
-        egress_rec_str(r, "dialled", c->dialled_text);
+        egress_recw_str(&w, "dialled", c->dialled_text);
     if (c->proto == PROTO_TLS && c->verdict.tls == EGRESS_TLS_INSPECT && c->verdict.allow)
-        egress_rec_bool(r, "inspected", true);
-    json_t *tm = json_object();
+        egress_recw_bool(&w, "inspected", true);
+    egress_recw_obj_begin(&w, "timing_us");
     if (c->t_first)
-        egress_rec_us(tm, "peek", c->t_first - c->t_accept);
+        egress_recw_us(&w, "peek", c->t_first - c->t_accept);
     if (c->t_dns)
-        egress_rec_us(tm, "dns", c->t_dns - c->t_dns0);
+        egress_recw_us(&w, "dns", c->t_dns - c->t_dns0);
     if (c->t_decided)
-        egress_rec_us(tm, "decide", c->t_decided - (c->t_first ? c->t_first : c->t_accept));
+        egress_recw_us(&w, "decide", c->t_decided - (c->t_first ? c->t_first : c->t_accept));
     if (c->t_connected)
-        egress_rec_us(tm, "connect", c->t_connected - c->t_connect0);
-    json_object_set_new(r, "timing_us", tm);
-    egress_audit(c->w->e, r);
+        egress_recw_us(&w, "connect", c->t_connected - c->t_connect0);
+    egress_recw_close(&w, '}');
+    egress_audit_w(c->w->e, &w);
 }
 
 static void conn__audit_end(struct egress_conn *c)
@@ -139,16 +149,15 @@ static void conn__audit_end(struct egress_conn *c)
     if (c->audited_end || !c->allowed)
         return;
     c->audited_end = true;
-    json_t *r = conn__record(c, "connection_end");
-    if (!r)
-        return;
-    egress_rec_int(r, "bytes_up", (int64_t)c->up.bytes);
-    egress_rec_int(r, "bytes_down", (int64_t)c->down.bytes);
-    egress_rec_us(r, "duration_us", al_now_ns() - c->t_accept);
-    egress_rec_str(r, "end", c->end_reason ? c->end_reason : "closed");
+    struct egress_recw w;
+    conn__record(c, &w, "connection_end");
+    egress_recw_int(&w, "bytes_up", (int64_t)c->up.bytes);
+    egress_recw_int(&w, "bytes_down", (int64_t)c->down.bytes);
+    egress_recw_us(&w, "duration_us", al_now_ns() - c->t_accept);
+    egress_recw_str(&w, "end", c->end_reason ? c->end_reason : "closed");
     if (c->end_detail && *c->end_detail)
-        egress_rec_str(r, "error", c->end_detail);
-    egress_audit(c->w->e, r);
+        egress_recw_str(&w, "error", c->end_detail);
+    egress_audit_w(c->w->e, &w);
 }
 
 /* ---- lifetime ------------------------------------------------------------------------ */
@@ -258,7 +267,7 @@ void egress_conn_close(struct egress_conn *c, bool reset, const char *why)
     egress_inspect_conn_free(c); /* its upstream socket is its own (pooled or closed) */
     conn__close_end(c, &c->client, reset);
     conn__close_end(c, &c->upstream, reset);
-    uv_timer_stop(&c->timer);
+    uv_timer_stop(&c->timer); /* for real: the handle closes */
     uv_close((uv_handle_t *)&c->timer, conn__on_handle_closed);
 }
 
@@ -329,20 +338,19 @@ static uint64_t conn__sandbox_cap(struct egress_conn *c)
 
 static void conn__limit_event(struct egress_conn *c, const char *reason)
 {
-    json_t *r;
     if (!c->sb || !egress_audit_throttle(&c->sb->last_limit_audit_ns, 1000000000ull)) {
         if (c->sb)
             atomic_fetch_add(&c->sb->limit_events, 1);
         return;
     }
-    if (!(r = conn__record(c, "security_event")))
-        return;
-    egress_rec_str(r, "event", "limit");
-    egress_rec_str(r, "decision", "deny");
-    egress_rec_str(r, "reason", reason);
-    egress_rec_int(r, "suppressed", (int64_t)atomic_exchange(&c->sb->limit_events, 0));
-    egress_rec_int(r, "sandbox_connections", (int64_t)atomic_load(&c->sb->conns));
-    egress_audit(c->w->e, r);
+    struct egress_recw w;
+    conn__record(c, &w, "security_event");
+    egress_recw_str(&w, "event", "limit");
+    egress_recw_str(&w, "decision", "deny");
+    egress_recw_str(&w, "reason", reason);
+    egress_recw_int(&w, "suppressed", (int64_t)atomic_exchange(&c->sb->limit_events, 0));
+    egress_recw_int(&w, "sandbox_connections", (int64_t)atomic_load(&c->sb->conns));
+    egress_audit_w(c->w->e, &w);
 }
 
 void egress_conn_accept(struct egress_worker *w, int fd)
@@ -546,7 +554,7 @@ static void conn__on_dst_checked_inspect(struct egress_conn *c, bool ok, const c
         return;
     }
     egress_conn_set_dialled(c, &c->dst);
-    uv_timer_stop(&c->timer);
+    egress_conn_no_deadline(c);
     const char *why = NULL;
     if (egress_inspect_conn_start(c, &why) < 0) {
         /* A TLS alert went out (access_denied or internal_error): audit, then close without
@@ -611,7 +619,7 @@ static void conn__classify(struct egress_conn *c)
                                                                : "malformed_clienthello");
             return;
         }
-        uv_timer_stop(&c->timer);
+        egress_conn_no_deadline(c);
         egress_conn_set_events(&c->client, 0);
         conn__decide_tls(c);
         return;
@@ -624,7 +632,7 @@ static void conn__classify(struct egress_conn *c)
         return;
     }
     egress_conn_set_events(&c->client, 0);
-    uv_timer_stop(&c->timer);
+    egress_conn_no_deadline(c);
     conn__decide_tcp(c);
 }
 
@@ -817,7 +825,7 @@ static void conn__connected(struct egress_conn *c)
         err = errno;
     if (err == 0)
         c->t_connected = al_now_ns();
-    uv_timer_stop(&c->timer);
+    egress_conn_no_deadline(c);
     if (c->proto == PROTO_HTTP) {
         egress_http_on_connected(c, -err);
         return;
@@ -899,6 +907,16 @@ static void conn__on_timer(uv_timer_t *t)
 {
     struct egress_conn *c = t->data;
     struct egress *e = c->w->e;
+    uint64_t now = uv_now(&c->w->loop);
+    if (!c->due_ms)
+        return; /* the deadline was lifted */
+    if (now < c->due_ms) {
+        /* Moved later since the timer was armed. */
+        uv_timer_start(&c->timer, conn__on_timer, c->due_ms - now, 0);
+        c->armed_ms = c->due_ms;
+        return;
+    }
+    c->due_ms = 0;
     switch (c->state) {
     case CONN_PEEK:
         atomic_fetch_add(&e->stats.timeouts, 1);

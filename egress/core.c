@@ -84,7 +84,18 @@ void egress_endpoint_text(const struct egress_ip *ip, uint16_t port, char *out, 
 void egress_new_request_id(struct egress *e, char out[32])
 {
     uint64_t n = atomic_fetch_add(&e->req_seq, 1) + 1;
-    snprintf(out, 32, "%s-%" PRIx64, e->boot_id, n);
+    /* "%s-%" PRIx64, without printf (one per request and connection). */
+    size_t o = strnlen(e->boot_id, sizeof e->boot_id);
+    memcpy(out, e->boot_id, o);
+    out[o++] = '-';
+    char t[16];
+    int k = 0;
+    do
+        t[k++] = "0123456789abcdef"[n & 15];
+    while ((n >>= 4));
+    while (k)
+        out[o++] = t[--k];
+    out[o] = 0;
 }
 
 bool egress_mem_take(struct egress *e, struct egress_sandbox *sb, size_t n)
@@ -139,6 +150,32 @@ void egress_audit(struct egress *e, json_t *rec)
     if (!rec)
         return;
     egress_audit_append(e->audit, rec);
+}
+
+void egress_recw_sandbox(struct egress_recw *w, const struct egress_sandbox *sb,
+                         const struct egress_policy *p)
+{
+    egress_recw_str(w, "sandbox", sb ? sb->id : NULL);
+    egress_recw_str(w, "template", sb && sb->template_name[0] ? sb->template_name : NULL);
+    if (p) {
+        egress_recw_obj_begin(w, "policy");
+        egress_recw_str(w, "name", egress_policy_name(p));
+        egress_recw_str(w, "hash", egress_policy_hash(p));
+        egress_recw_close(w, '}');
+    } else {
+        egress_recw_null(w, "policy");
+    }
+}
+
+void egress_audit_w(struct egress *e, struct egress_recw *w)
+{
+    const char *obj;
+    size_t len;
+    if (egress_recw_end(w, &obj, &len) == 0)
+        egress_audit_append_raw(e->audit, obj, len);
+    else
+        egress_audit_append(e->audit, NULL); /* counted as a failure */
+    egress_recw_free(w);
 }
 
 bool egress_is_self(struct egress *e, const struct egress_ip *ip)

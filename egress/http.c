@@ -55,9 +55,11 @@ struct egress_http {
     struct al_buf to_up, to_client, resp_raw;
     char *upbuf;            /* upstream read buffer */
     size_t up_len, up_off;  /* unparsed upstream bytes in upbuf */
-    /* The connection's bound host. */
+    /* The connection's bound host, and how its first request spelled it. */
     bool bound;
     struct egress_host host;
+    char host_raw[256];
+    size_t host_raw_len;    /* 0: not kept (longer than host_raw) */
     /* Current request (audit). */
     char rid[32];
     int n;
@@ -73,6 +75,14 @@ struct egress_http {
     bool head_fold;         /* an obs-fold (LF followed by SP/HT) was seen in this head */
     char path_log[512];
     size_t discarded;
+    /* Record members every request of the connection repeats, serialised once: the
+     * sandbox's (for the policy referenced here), and the connection's. */
+    struct egress_policy *rec_policy;
+    char rec_sb[768];
+    size_t rec_sb_len;
+    char rec_conn[384];
+    size_t rec_conn_len;
+    char rec_conn_dialled[56];  /* c->dialled_text the cache was made with ("" none) */
 };
 
 static const llhttp_settings_t *http__req_settings(void);
@@ -287,6 +297,7 @@ void egress_http_free(struct egress_conn *c)
         return;
     egress_http_head_free(&h->reqh);
     egress_http_head_free(&h->resph);
+    egress_policy_unref(h->rec_policy);
     al_buf_free(&h->to_up);
     al_buf_free(&h->to_client);
     al_buf_free(&h->resp_raw);
@@ -300,52 +311,101 @@ void egress_http_free(struct egress_conn *c)
 
 /* ---- answers and audit ------------------------------------------------------------- */
 
+/* Writes members into cache[cap] (*len) as fn serialises them; *len = 0 when they do not
+ * fit (the record then writes them itself). */
+static void http__rec_cache(struct egress_conn *c, char *cache, size_t cap, size_t *len,
+                            void (*fn)(struct egress_conn *c, struct egress_recw *w))
+{
+    struct egress_recw t;
+    egress_recw_begin(&t, "");
+    fn(c, &t);
+    size_t n;
+    const char *m = egress_recw_members(&t, &n);
+    *len = m && n <= cap ? n : 0;
+    if (*len)
+        memcpy(cache, m, n);
+    egress_recw_free(&t);
+}
+
+static void http__rec_sandbox(struct egress_conn *c, struct egress_recw *w)
+{
+    egress_recw_sandbox(w, c->sb, c->policy);
+}
+
+static void http__rec_conn(struct egress_conn *c, struct egress_recw *w)
+{
+    egress_recw_str(w, "connection_id", c->request_id);
+    egress_recw_str(w, "proto", "http");
+    egress_recw_str(w, "src", c->src_text);
+    egress_recw_str(w, "dst", c->dst_text);
+    if (c->dialled.family)
+        egress_recw_str(w, "dialled", c->dialled_text);
+}
+
+/* sandbox, template, policy, request_id, connection_id, proto, src, dst, dialled: the same
+ * bytes as writing them one by one, mostly from the connection's cache. */
+static void http__rec_common(struct egress_conn *c, struct egress_recw *w)
+{
+    struct egress_http *h = c->http;
+    if (h->rec_policy != c->policy || !h->rec_sb_len) {
+        egress_policy_unref(h->rec_policy);
+        h->rec_policy = c->policy ? egress_policy_ref(c->policy) : NULL;
+        http__rec_cache(c, h->rec_sb, sizeof h->rec_sb, &h->rec_sb_len, http__rec_sandbox);
+    }
+    if (h->rec_sb_len)
+        egress_recw_raw(w, h->rec_sb, h->rec_sb_len);
+    else
+        http__rec_sandbox(c, w);
+    egress_recw_str(w, "request_id", h->rid);
+    const char *dialled = c->dialled.family ? c->dialled_text : "";
+    if (!h->rec_conn_len || strcmp(h->rec_conn_dialled, dialled) != 0) {
+        http__rec_cache(c, h->rec_conn, sizeof h->rec_conn, &h->rec_conn_len, http__rec_conn);
+        snprintf(h->rec_conn_dialled, sizeof h->rec_conn_dialled, "%s", dialled);
+    }
+    if (h->rec_conn_len)
+        egress_recw_raw(w, h->rec_conn, h->rec_conn_len);
+    else
+        http__rec_conn(c, w);
+}
+
 static void http__audit_request(struct egress_conn *c, const char *decision, const char *rule,
                                 const char *reason, const char *error)
 {
     struct egress_http *h = c->http;
-    json_t *r = egress_rec_new("http_request");
-    if (!r)
-        return;
-    egress_rec_sandbox(r, c->sb, c->policy);
-    egress_rec_str(r, "request_id", h->rid);
-    egress_rec_str(r, "connection_id", c->request_id);
-    egress_rec_str(r, "proto", "http");
-    egress_rec_str(r, "src", c->src_text);
-    egress_rec_str(r, "dst", c->dst_text);
-    if (c->dialled.family)
-        egress_rec_str(r, "dialled", c->dialled_text);
-    egress_rec_str(r, "decision", decision);
-    egress_rec_str(r, "reason", reason);
-    egress_rec_str(r, "rule", rule);
-    egress_rec_str(r, "mode", c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
+    struct egress_recw w;
+    egress_recw_begin(&w, "http_request");
+    http__rec_common(c, &w);
+    egress_recw_str(&w, "decision", decision);
+    egress_recw_str(&w, "reason", reason);
+    egress_recw_str(&w, "rule", rule);
+    egress_recw_str(&w, "mode", c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
     if (error)
-        egress_rec_str(r, "error", error);
+        egress_recw_str(&w, "error", error);
     if (h->r.websocket)
-        egress_rec_bool(r, "websocket", true);
+        egress_recw_bool(&w, "websocket", true);
     if (h->r.method)
-        egress_rec_str(r, "method", h->r.method);
+        egress_recw_str(&w, "method", h->r.method);
     if (h->r.host_name[0])
-        egress_rec_str(r, "host", c->have_host ? c->host.text : h->r.host_name);
+        egress_recw_str(&w, "host", c->have_host ? c->host.text : h->r.host_name);
     if (h->path_log[0])
-        egress_rec_str(r, "path", h->path_log);
+        egress_recw_str(&w, "path", h->path_log);
     if (h->status)
-        egress_rec_int(r, "status", h->status);
-    egress_rec_int(r, "bytes_up", (int64_t)h->req_bytes);
-    egress_rec_int(r, "bytes_down", (int64_t)h->resp_bytes);
-    json_t *tm = json_object();
+        egress_recw_int(&w, "status", h->status);
+    egress_recw_int(&w, "bytes_up", (int64_t)h->req_bytes);
+    egress_recw_int(&w, "bytes_down", (int64_t)h->resp_bytes);
+    egress_recw_obj_begin(&w, "timing_us");
     uint64_t now = al_now_ns();
     if (h->t_decided)
-        egress_rec_us(tm, "decide", h->t_decided - h->t_start);
+        egress_recw_us(&w, "decide", h->t_decided - h->t_start);
     if (c->t_dns && h->n == 1)
-        egress_rec_us(tm, "dns", c->t_dns - c->t_dns0);
+        egress_recw_us(&w, "dns", c->t_dns - c->t_dns0);
     if (c->t_connected && h->n == 1)
-        egress_rec_us(tm, "connect", c->t_connected - c->t_connect0);
+        egress_recw_us(&w, "connect", c->t_connected - c->t_connect0);
     if (h->t_first_resp && h->t_sent)
-        egress_rec_us(tm, "upstream", h->t_first_resp > h->t_sent ? h->t_first_resp - h->t_sent : 0);
-    egress_rec_us(tm, "total", now - h->t_start);
-    json_object_set_new(r, "timing_us", tm);
-    egress_audit(c->w->e, r);
+        egress_recw_us(&w, "upstream", h->t_first_resp > h->t_sent ? h->t_first_resp - h->t_sent : 0);
+    egress_recw_us(&w, "total", now - h->t_start);
+    egress_recw_close(&w, '}');
+    egress_audit_w(c->w->e, &w);
     /* The connection's totals (its connection_end record). */
     c->up.bytes += h->req_bytes;
     c->down.bytes += h->resp_bytes;
@@ -492,9 +552,11 @@ static void http__on_head(struct egress_conn *c)
     struct egress *e = c->w->e;
     int status = 0;
     const char *reason = NULL;
-    uv_timer_stop(&c->timer);
+    egress_conn_no_deadline(c);
     h->phase = H_DECIDE;
-    egress_conn_set_events(&c->client, 0); /* nothing more is read until decided */
+    /* Nothing more is read from the client until this request is decided: decisions taken
+     * at once leave the client's interest as it is (an epoll_ctl less per keep-alive
+     * request); those that wait (destination check, connect) clear it first. */
 
     /* Decisions taken before the bytes arrived (limits, no policy, audit down). */
     if (c->verdict.reason && !c->verdict.allow && !c->have_host && !h->bound) {
@@ -536,7 +598,10 @@ static void http__on_head(struct egress_conn *c)
 
     struct egress_host host;
     struct al_error err = {0};
-    if (egress_canon_host(h->r.host_name, strlen(h->r.host_name), &host, &err) < 0) {
+    size_t hl = strlen(h->r.host_name);
+    if (h->bound && hl && hl == h->host_raw_len && memcmp(h->r.host_name, h->host_raw, hl) == 0) {
+        host = h->host; /* keep-alive: spelled as before, so canonically the bound host */
+    } else if (egress_canon_host(h->r.host_name, hl, &host, &err) < 0) {
         http__deny(c, 400, "bad_request", NULL, "invalid_host");
         return;
     }
@@ -596,6 +661,10 @@ static void http__on_head(struct egress_conn *c)
     if (!h->bound) {
         h->bound = true;
         h->host = host;
+        if (hl < sizeof h->host_raw) {
+            memcpy(h->host_raw, h->r.host_name, hl);
+            h->host_raw_len = hl;
+        }
     }
     h->decision = h->would_deny ? "would_deny" : "allow";
     if (c->upstream.fd >= 0) {
@@ -604,6 +673,7 @@ static void http__on_head(struct egress_conn *c)
         http__send_head(c);
         return;
     }
+    egress_conn_set_events(&c->client, 0);
     if (c->verdict.by_address) {
         /* An address rule allowed it: the destination is what the rule names. */
         http__on_dst_checked(c, true, NULL);
@@ -655,6 +725,7 @@ static void http__inspect_dst_checked(struct egress_conn *c, bool ok, const char
 
 static void http__to_inspect(struct egress_conn *c)
 {
+    egress_conn_set_events(&c->client, 0);
     if (c->verdict.by_address) {
         http__inspect_dst_checked(c, true, NULL);
         return;

@@ -288,7 +288,7 @@ static void op_deadline(void *ctx, uint32_t ms)
     if (ms)
         egress_conn_deadline(c, ms);
     else
-        uv_timer_stop(&c->timer);
+        egress_conn_no_deadline(c);
 }
 
 static int op_connect(void *ctx)

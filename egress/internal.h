@@ -95,6 +95,11 @@ void egress_mem_give(struct egress *e, struct egress_sandbox *sb, size_t n);
 void egress_rec_sandbox(json_t *r, const struct egress_sandbox *sb, const struct egress_policy *p);
 /* Appends; when the log is unhealthy counts it. */
 void egress_audit(struct egress *e, json_t *rec);
+/* The same two for records written with egress_recw (the per-request paths). egress_audit_w
+ * ends the record, appends it and frees the writer. */
+void egress_recw_sandbox(struct egress_recw *w, const struct egress_sandbox *sb,
+                         const struct egress_policy *p);
+void egress_audit_w(struct egress *e, struct egress_recw *w);
 /* Rate limit for repeated events of one kind per sandbox (limit hits, unknown sources):
  * true when this one should be audited. */
 bool egress_audit_throttle(atomic_uint_fast64_t *last_ns, uint64_t interval_ns);
@@ -201,6 +206,7 @@ struct egress_conn {
     enum egress_proto proto;
     struct egress_end client, upstream;
     uv_timer_t timer;
+    uint64_t due_ms, armed_ms;      /* deadline and what the timer is armed for (loop ms) */
     int handles_open;
     bool counted;                   /* holds a slot in the sandbox's connection count */
 
@@ -249,8 +255,9 @@ void egress_conn_close(struct egress_conn *c, bool reset, const char *why);
 void egress_conn_set_events(struct egress_end *end, int events);
 /* The worker's epoll set reported events (worker.c calls this for each). */
 void egress_conn_on_events(struct egress_end *end, uint32_t epoll_events);
-/* Timer helpers. */
+/* The connection's one deadline, ms from now (replacing the previous one), or none. */
 void egress_conn_deadline(struct egress_conn *c, uint32_t ms);
+void egress_conn_no_deadline(struct egress_conn *c);
 /* Connects to c->dialled:c->dst_port; calls egress_conn_on_connected when done. */
 int egress_conn_connect(struct egress_conn *c);
 /* Closes every connection of removed sandboxes on this worker. */

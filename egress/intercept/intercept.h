@@ -14,7 +14,8 @@
  *   scrub.h    response scrubbing (multi-pattern matcher, encodings, gzip)
  *
  * Owns here: one-time initialisation of the crypto libraries (libsodium, PSA for mbedtls'
- * TLS 1.3), the random generator every mbedtls call gets, and mbedtls error text.
+ * TLS 1.3, libsodium's X25519 for mbedtls), the random generator every mbedtls call gets,
+ * and mbedtls error text.
  * docs/egress-intercept.md describes the whole feature for users and auditors.
  */
 #ifndef AIRLOCK_EGRESS_INTERCEPT_H
@@ -28,6 +29,11 @@
  * Returns 0 or -EIO with err saying which library failed. Every constructor of this
  * library calls it; callers may call it early to fail at start-up rather than later. */
 int intercept_init(struct al_error *err);
+
+/* X25519(k, u) (RFC 7748) by libsodium: what intercept_init registers with mbedtls
+ * (mbedtls_ecp_set_x25519_impl, a patch of deploy/mbedtls/) for every Curve25519
+ * multiplication. 0, or -1 when the result is all zero. */
+int intercept_x25519(unsigned char out[32], const unsigned char k[32], const unsigned char u[32]);
 
 /* mbedtls f_rng: libsodium's CSPRNG (thread-safe; ctx unused). */
 int intercept_rng(void *ctx, unsigned char *out, size_t len);

@@ -16,9 +16,13 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <mbedtls/ecp.h>
 #include <mbedtls/ssl.h>
+#include <psa/crypto.h>
+#include <sodium.h>
 
 #include "al_test.h"
+#include "egress/intercept/intercept.h"
 #include "egress/intercept/tls.h"
 
 static char dir[256];
@@ -687,9 +691,102 @@ START_TEST(client_roots_loading)
 }
 END_TEST
 
+/* ---- X25519: libsodium's, registered with mbedtls (deploy/mbedtls/01-x25519-impl.patch) -- */
+
+static psa_key_id_t x25519_import(const unsigned char priv[32])
+{
+    psa_key_attributes_t a = PSA_KEY_ATTRIBUTES_INIT;
+    psa_set_key_type(&a, PSA_KEY_TYPE_ECC_KEY_PAIR(PSA_ECC_FAMILY_MONTGOMERY));
+    psa_set_key_bits(&a, 255);
+    psa_set_key_usage_flags(&a, PSA_KEY_USAGE_DERIVE | PSA_KEY_USAGE_EXPORT);
+    psa_set_key_algorithm(&a, PSA_ALG_ECDH);
+    psa_key_id_t k = 0;
+    ck_assert_int_eq(psa_import_key(&a, priv, 32, &k), PSA_SUCCESS);
+    return k;
+}
+
+/* The public key and the shared secret with peer, as TLS 1.3 gets them (PSA). */
+static int x25519_psa(const unsigned char priv[32], const unsigned char peer[32], unsigned char pub[32],
+                      unsigned char shared[32])
+{
+    psa_key_id_t k = x25519_import(priv);
+    size_t n = 0;
+    ck_assert_int_eq(psa_export_public_key(k, pub, 32, &n), PSA_SUCCESS);
+    ck_assert_uint_eq(n, 32);
+    psa_status_t st = psa_raw_key_agreement(PSA_ALG_ECDH, k, peer, 32, shared, 32, &n);
+    psa_destroy_key(k);
+    return st == PSA_SUCCESS && n == 32 ? 0 : -1;
+}
+
+static void unhex(const char *h, unsigned char out[32])
+{
+    ck_assert_int_eq(sodium_hex2bin(out, 32, h, 64, NULL, NULL, NULL), 0);
+}
+
+START_TEST(x25519_is_rfc7748)
+{
+    ck_assert_int_eq(intercept_init(NULL), 0);
+    unsigned char a[32], b[32], A[32], B[32], K[32], pub[32], shared[32];
+    unhex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a", a);
+    unhex("8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a", A);
+    unhex("5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb", b);
+    unhex("de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f", B);
+    unhex("4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742", K);
+    for (int builtin = 0; builtin < 2; builtin++) {
+        /* libsodium's (what intercept_init registers), then mbedtls' own ladder. */
+        mbedtls_ecp_set_x25519_impl(builtin ? NULL : intercept_x25519);
+        ck_assert_int_eq(x25519_psa(a, B, pub, shared), 0);
+        ck_assert_mem_eq(pub, A, 32);
+        ck_assert_mem_eq(shared, K, 32);
+        ck_assert_int_eq(x25519_psa(b, A, pub, shared), 0);
+        ck_assert_mem_eq(pub, B, 32);
+        ck_assert_mem_eq(shared, K, 32);
+    }
+}
+END_TEST
+
+START_TEST(x25519_matches_builtin_ladder)
+{
+    ck_assert_int_eq(intercept_init(NULL), 0);
+    for (int i = 0; i < 64; i++) {
+        unsigned char priv[32], peer[32], pub1[32], pub2[32], s1[32], s2[32];
+        randombytes_buf(priv, sizeof priv);
+        randombytes_buf(peer, sizeof peer);
+        if (i & 1)
+            peer[31] |= 0x80; /* bit 255 set: ignored (RFC 7748 5) by both */
+        mbedtls_ecp_set_x25519_impl(intercept_x25519);
+        int r1 = x25519_psa(priv, peer, pub1, s1);
+        mbedtls_ecp_set_x25519_impl(NULL);
+        int r2 = x25519_psa(priv, peer, pub2, s2);
+        ck_assert_int_eq(r1, 0);
+        ck_assert_int_eq(r2, 0);
+        ck_assert_mem_eq(pub1, pub2, 32);
+        ck_assert_mem_eq(s1, s2, 32);
+    }
+}
+END_TEST
+
+START_TEST(x25519_small_order_point_fails)
+{
+    ck_assert_int_eq(intercept_init(NULL), 0);
+    unsigned char priv[32], zero[32] = {0}, one[32] = {1}, pub[32], shared[32];
+    randombytes_buf(priv, sizeof priv);
+    for (int builtin = 0; builtin < 2; builtin++) {
+        mbedtls_ecp_set_x25519_impl(builtin ? NULL : intercept_x25519);
+        ck_assert_int_lt(x25519_psa(priv, zero, pub, shared), 0);
+        ck_assert_int_lt(x25519_psa(priv, one, pub, shared), 0);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("intercept_tls");
+    TCase *tx = tcase_create("x25519");
+    tcase_add_test(tx, x25519_is_rfc7748);
+    tcase_add_test(tx, x25519_matches_builtin_ladder);
+    tcase_add_test(tx, x25519_small_order_point_fails);
+    suite_add_tcase(s, tx);
     TCase *tc = tcase_create("tls");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
