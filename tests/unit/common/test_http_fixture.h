@@ -593,6 +593,16 @@ static void t__late_fire(uv_timer_t *t)
     uv_close((uv_handle_t *)t, t__late_closed);
 }
 
+static __attribute__((unused)) void t__framing_done(struct al_http_req *req, int err)
+{
+    if (err)
+        return;
+    char out[160];
+    int n = snprintf(out, sizeof out, "cl=%lld chunked=%d body=%.*s", (long long)req->content_length,
+                     (int)req->chunked, (int)AL_MIN(req->body.len, 64), req->body.data);
+    al_http_reply(req, 200, "text/plain", out, (size_t)n);
+}
+
 /* ---- aborted responses ------------------------------------------------------------- */
 static atomic_int t_abort_rc = 1;
 
@@ -764,6 +774,9 @@ static __attribute__((unused)) void t_handler(struct al_http_req *req, void *ctx
         al_http_resp_write(req, "01234", 5);
         al_http_resp_write(req, "56789", 5);
         al_http_resp_end(req);
+    } else if (strcmp(p, "/framing") == 0) {
+        /* How the body came: its Content-Length or chunked (then echoed by t__framing_done). */
+        ck_assert_int_eq(al_http_req_read_body(req, 0, t__framing_done), 0);
     } else if (strcmp(p, "/abort") == 0) {
         char mode[16] = "chunked";
         al_http_query_get(req->query, "mode", mode, sizeof mode);
