@@ -220,6 +220,9 @@ void agent_interp_shutdown(struct agent *a, int sig);
 void agent_forward_request(struct agent *a, struct al_http_req *req, const char *port_str);
 /* A port as E2b-Sandbox-Port carries it: decimal 1..65535 without leading zeros; -EINVAL. */
 int agent_forward_port(const char *s);
+/* The origin-form of a request-target: itself, or the path (and query) of an absolute URI
+ * ("http://h/p?q" -> "/p?q", "http://h" -> "/"); buf holds a rewritten one. */
+const char *agent_forward_origin_form(const char *target, char *buf, size_t len);
 /* May this request use the forwarded ports? E2B-Traffic-Access-Token = the traffic token
  * derived from the access token (al_http_traffic_token), or X-Access-Token = the access
  * token, each compared in constant time; true while no access token is configured. */

@@ -369,7 +369,7 @@ static void fwd__up_ready(struct al_http_creq *c, void *arg)
 }
 
 /* origin-form of the request-target (a proxy-style absolute URI keeps only its path). */
-static const char *fwd__origin_form(const char *target, char *buf, size_t len)
+const char *agent_forward_origin_form(const char *target, char *buf, size_t len)
 {
     if (target[0] == '/' || strcmp(target, "*") == 0)
         return target;
@@ -403,7 +403,7 @@ static int fwd__start(struct fwd *f)
     struct al_http_creq_opts o = {
         .target = target,
         .method = req->method,
-        .path = fwd__origin_form(req->target, path, sizeof path),
+        .path = agent_forward_origin_form(req->target, path, sizeof path),
         .headers = hdrs,
         .n_headers = n,
         .stream_body = f->has_body,
