@@ -243,6 +243,13 @@ static void fwd__on_upgrade(struct al_http_creq *c, const struct al_http_header 
 
 static int fwd__start(struct fwd *f);
 
+/* Connecting failed because nothing listens there (or, for [::1], the sandbox has no IPv6). */
+static bool fwd__not_listening(int err)
+{
+    return err == -ECONNREFUSED || err == -EADDRNOTAVAIL || err == -ENETUNREACH ||
+           err == -EAFNOSUPPORT || err == -EHOSTUNREACH;
+}
+
 static void fwd__on_done(struct al_http_creq *c, int err, void *arg)
 {
     struct fwd *f = arg;
@@ -262,7 +269,7 @@ static void fwd__on_done(struct al_http_creq *c, int err, void *arg)
             int rc = fwd__start(f);
             if (rc < 0)
                 fwd__reply(f, 502, "port %d is not open in the sandbox", f->port);
-        } else if (err == -ECONNREFUSED && !f->resp_started) {
+        } else if (fwd__not_listening(err) && !f->resp_started) {
             al_info("port %d: nothing listens on it (request %s %.120s)", f->port,
                     f->req->method, f->req->path);
             fwd__reply(f, 502,
