@@ -453,7 +453,10 @@ void agent_forward_request(struct agent *a, struct al_http_req *req, const char 
                           port);
         return;
     }
-    if (!a->fwd_pool && al_http_pool_new(a->loop, NULL, &a->fwd_pool) < 0)
+    /* Idle connections are dropped before the servers' own keep-alive timeouts (Node's is
+     * 5 s), so a reused one is rarely one the server is closing. */
+    static const struct al_http_pool_opts po = {.idle_timeout_ms = 4000};
+    if (!a->fwd_pool && al_http_pool_new(a->loop, &po, &a->fwd_pool) < 0)
         a->fwd_pool = NULL; /* one connection per request then */
     struct fwd *f = calloc(1, sizeof *f);
     if (!f) {
