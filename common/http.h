@@ -8,7 +8,8 @@
  * cap -> 503), peer identity (SO_PEERCRED on unix sockets, address on TCP).
  * Does not own: routing (handlers switch on method/path), authentication, JSON schemas.
  * Implementation: http_server.c, http_client.c (async client + pool), http_sync.c
- * (blocking client), http_util.c (decoding, validation, helpers).
+ * (blocking client), http_util.c (decoding, validation, helpers), http_tunnel.c (raw
+ * connections after a 101 Switching Protocols, and relaying two of them).
  *
  * Threading: a server, client request or pool belongs to one uv_loop_t and is used from
  * that loop's thread only. The blocking client (al_http_call*) runs a private loop per
@@ -24,7 +25,8 @@
  * an HTTP/1.0 request -> 400; header block over max_header_bytes or more than max_headers
  * fields -> 431; HTTP versions other than 1.0/1.1 (and the HTTP/2 preface) -> 505;
  * CONNECT -> 405; an Expect other than 100-continue -> 417. Upgrade requests are served as
- * plain requests and the connection is closed after the answer.
+ * plain requests and the connection is closed after the answer, unless the handler takes
+ * the connection over with al_http_req_upgrade (101 Switching Protocols).
  *
  * Lifetime of a request: the server allocates it and calls on_request once the headers are
  * complete. The handler then either answers at once (the body, if any, is discarded up to
@@ -126,6 +128,9 @@ struct al_http_req {
     uv_loop_t *loop;
     struct al_http_server *server;
     void *user; /* free for the handler */
+    /* Added: the request asks to switch protocols (HTTP/1.1 with an Upgrade header and
+     * "upgrade" in Connection); see al_http_req_upgrade. */
+    bool upgrade;
 };
 
 /* ---- server ---------------------------------------------------------------------- */
@@ -216,6 +221,18 @@ void al_http_resp_on_drain(struct al_http_req *req, size_t low_water,
  * is released in every case. */
 int al_http_resp_end(struct al_http_req *req);
 
+/* Added: ends a response so that the client sees it broken, never complete (an upstream
+ * died in the middle of a relayed reply: a cut-off download must fail, not pass as a
+ * shorter file). What was already written is still sent, then the connection is closed:
+ * without the terminating chunk (chunked), short of the Content-Length, or, where nothing
+ * but the close delimits the body (HTTP/1.0 client) or no response had started, with a TCP
+ * reset (over a unix socket only the close is possible: a close-delimited body there cannot
+ * be told from a complete one). The rest of a request body is not read. Releases the
+ * request in every case, like al_http_resp_end. Returns 0; -EALREADY if the response was
+ * already complete (every byte of its Content-Length, or a bodiless status or HEAD: the
+ * connection is still closed); -EPIPE if the peer was already gone. */
+int al_http_resp_abort(struct al_http_req *req);
+
 /* One-shot answers (start + write + end, in one write). They release the request in
  * every case, like al_http_resp_end; -EALREADY if a response was already started. */
 int al_http_reply(struct al_http_req *req, int status, const char *content_type, const void *body,
@@ -226,6 +243,84 @@ int al_http_reply_json(struct al_http_req *req, int status, json_t *body);
 int al_http_reply_error(struct al_http_req *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 const char *al_http_status_text(int status);
+
+/* ---- tunnels: raw connections after 101 Switching Protocols ----------------------- */
+/* A tunnel is the byte stream of a connection that left HTTP (WebSocket and other
+ * upgrades): the server side comes from al_http_req_upgrade, the client side from a creq's
+ * on_upgrade. Its owner reads (on_data, with pause/resume), writes (copied, with a queue
+ * and on_drain for flow control), half-closes (shutdown) and closes it; al_http_relay joins
+ * two of them. Callbacks run from the loop only, never inside an al_http_tunnel_* call.
+ * A tunnel made by a server is closed by al_http_server_close like its other connections
+ * (on_end reports -ESHUTDOWN); the owner still calls al_http_tunnel_close, which is what
+ * frees it. */
+struct al_http_tunnel;
+/* data is valid during the call; return non-zero to stop reading until
+ * al_http_tunnel_resume (at most one read's worth is held meanwhile). */
+typedef int (*al_http_tunnel_data_fn)(struct al_http_tunnel *t, const char *data, size_t len,
+                                      void *arg);
+/* Reading ended: err = 0 at the peer's end of stream (it may still read what we write),
+ * < 0 when the connection failed (nothing more passes either way). A failure after a clean
+ * end of stream is reported once more, with its error; nothing follows an error. */
+typedef void (*al_http_tunnel_end_fn)(struct al_http_tunnel *t, int err, void *arg);
+
+/* Takes the connection over after answering "101 Switching Protocols" with hdrs (which
+ * must hold the Upgrade header naming the protocol; "Connection: Upgrade" is added; the
+ * framing headers in hdrs are ignored). On success the request is released (do not touch
+ * it again) and *out is the connection as a tunnel, the 101 already queued on it and any
+ * bytes the client sent after its request as its first data. Errors leave the request as
+ * it was, for an ordinary answer: -EPROTO (the request does not ask for an upgrade, see
+ * req->upgrade), -ENOTSUP (it has a body), -EINVAL (no Upgrade in hdrs, or an invalid
+ * header), -EALREADY (a response started or the body was claimed), -EPIPE (the peer is
+ * gone; the request is released then), -EMFILE/-ENOMEM. */
+int al_http_req_upgrade(struct al_http_req *req, const struct al_http_header *hdrs, size_t n,
+                        struct al_http_tunnel **out);
+
+/* Starts reading (the first callback comes from the loop). -EALREADY if started. */
+int al_http_tunnel_start(struct al_http_tunnel *t, al_http_tunnel_data_fn on_data,
+                         al_http_tunnel_end_fn on_end, void *arg);
+void al_http_tunnel_resume(struct al_http_tunnel *t);
+/* Queues data (copied); -EPIPE once the connection failed or after shutdown/close. */
+int al_http_tunnel_write(struct al_http_tunnel *t, const void *data, size_t len);
+size_t al_http_tunnel_queued(const struct al_http_tunnel *t);
+/* cb once the write queue is at low_water bytes or less (once per registration). */
+void al_http_tunnel_on_drain(struct al_http_tunnel *t, size_t low_water,
+                             void (*cb)(struct al_http_tunnel *t, void *arg));
+/* Half-close: end of stream to the peer once the queue is written; done (may be NULL)
+ * gets 0 or the error. Reading goes on. */
+int al_http_tunnel_shutdown(struct al_http_tunnel *t,
+                            void (*done)(struct al_http_tunnel *t, int err, void *arg));
+/* Closes (pending writes are dropped) and releases the tunnel: no callback of it runs
+ * afterwards. Safe from inside its own callbacks. */
+void al_http_tunnel_close(struct al_http_tunnel *t);
+
+/* Relays two tunnels until both directions ended (each end of stream is passed on as a
+ * half-close), one failed, or nothing passed either way for idle_timeout_ms; then closes
+ * both and calls done (from the loop) with 0, the error, or -ETIMEDOUT, and the bytes that
+ * went each way. Flow control: a side whose peer has more than high_water bytes queued is
+ * not read until that queue drains to a quarter of it. The relay owns both tunnels from
+ * the call on, also when it fails (returns < 0 without calling done, both closed). */
+struct al_http_relay_opts {
+    uint32_t idle_timeout_ms; /* default 1 h */
+    size_t high_water;        /* default 256 KiB */
+};
+typedef void (*al_http_relay_done_fn)(int err, uint64_t a_to_b, uint64_t b_to_a, void *arg);
+int al_http_relay(struct al_http_tunnel *a, struct al_http_tunnel *b,
+                  const struct al_http_relay_opts *opts, al_http_relay_done_fn done, void *arg);
+
+/* ---- proxy helpers ------------------------------------------------------------------ */
+/* Added: whether a proxy must not forward a header field of this message (RFC 9110 7.6.1):
+ * Connection, Keep-Alive, Proxy-Connection, TE, Transfer-Encoding, Trailer, Upgrade,
+ * Proxy-Authenticate, Proxy-Authorization, and every field the message's Connection
+ * header(s) (found in hdrs) name. Content-Length is the caller's business (framing). */
+bool al_http_hop_by_hop(const char *name, const struct al_http_header *hdrs, size_t n);
+
+/* Added: the traffic access token of a sandbox (E2B's trafficAccessToken, sent as
+ * E2B-Traffic-Access-Token): 64 hex digits derived one way from its envd access token, so
+ * the agent and airlockd both compute it and knowing it grants traffic to the sandbox's
+ * ports but not the envd API. out must hold AL_HTTP_TRAFFIC_TOKEN_LEN + 1 bytes. */
+#define AL_HTTP_TRAFFIC_TOKEN_LEN 64
+void al_http_traffic_token(const char *access_token, size_t len,
+                           char out[AL_HTTP_TRAFFIC_TOKEN_LEN + 1]);
 
 /* ---- asynchronous client --------------------------------------------------------- */
 /* target: "unix:/path/to.sock", "host:port", "[v6]:port" or "http://host:port" (a path
@@ -269,6 +364,22 @@ struct al_http_creq_opts {
     /* Added: keep-alive connections are reused through this pool (NULL: one connection
      * per request, sent with "Connection: close"). */
     struct al_http_pool *pool;
+    /* Added: with stream_body, a body of exactly this many bytes, sent with Content-Length
+     * instead of chunked (for servers that do not take chunked bodies): al_http_creq_write
+     * past it is -EINVAL, al_http_creq_end short of it fails the request (-EPROTO).
+     * 0 = chunked. */
+    int64_t stream_length;
+    /* Added: asks the server to switch protocols: the request carries "Upgrade: <upgrade>"
+     * and "Connection: Upgrade" (an Upgrade or Connection in headers is ignored) and its
+     * connection never goes back to a pool. If the server answers 101, on_upgrade gets its
+     * headers and the raw connection as a tunnel (the callee owns it from then on; any
+     * bytes that followed the 101 are its first data), then on_done runs with err = 0;
+     * on_response and on_data are not called for a 101. Any other status is an ordinary
+     * response. A 101 when no upgrade was asked for, or without on_upgrade, is an error
+     * (-EPROTO). A request with an upgrade cannot have a body. */
+    const char *upgrade;
+    void (*on_upgrade)(struct al_http_creq *c, const struct al_http_header *h, size_t n,
+                       struct al_http_tunnel *t, void *arg);
 };
 int al_http_creq_start(uv_loop_t *loop, const struct al_http_creq_opts *opts,
                        struct al_http_creq **out);

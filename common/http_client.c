@@ -113,6 +113,9 @@ struct al_http_creq {
     bool finish_pending;
     bool finished;
     bool pool_ok; /* the connection may go back to the pool */
+    bool want_upgrade; /* the request asked to switch protocols */
+    bool upgraded;     /* ... and the server answered 101 */
+    int64_t body_left; /* Content-Length-framed streamed body: bytes still to write; -1 */
 };
 
 static void creq__finish(struct al_http_creq *c, int err);
@@ -536,9 +539,29 @@ static int cli__on_headers_complete(llhttp_t *p)
         return -1;
     }
     if (status / 100 == 1) {
+        if (status == 101 && c->want_upgrade && c->o.on_upgrade && p->http_major == 1 &&
+            p->http_minor == 1) {
+            int rc = http__hdrs_finish(&c->hdrs);
+            if (rc)
+                return cli__hdr_rc(c, rc);
+            for (size_t i = 0; i < c->hdrs.n; i++) {
+                const char *n = c->hdrs.v[i].name;
+                if (!http__is_token(n, strlen(n))) {
+                    snprintf(c->err, sizeof c->err, "invalid response header name from %s",
+                             c->o.target);
+                    c->parse_err = -EPROTO;
+                    return -1;
+                }
+            }
+            c->status = 101;
+            c->headers_ready = true;
+            c->upgraded = true;
+            return HPE_PAUSED; /* what follows is the new protocol's */
+        }
         if (status == 101) {
-            snprintf(c->err, sizeof c->err, "%s switched protocols (101): not supported",
-                     c->o.target);
+            snprintf(c->err, sizeof c->err, "%s switched protocols (101) %s", c->o.target,
+                     c->want_upgrade ? "without an on_upgrade callback"
+                                     : "although no upgrade was asked for");
             c->parse_err = -EPROTO;
             return -1;
         }
@@ -615,6 +638,30 @@ static void creq__parse_error(struct al_http_creq *c, llhttp_errno_t e)
                llhttp_get_error_reason(&c->parser), llhttp_errno_name(e));
 }
 
+/* The server switched protocols: the connection becomes a tunnel for on_upgrade. */
+static void creq__upgrade(struct al_http_creq *c)
+{
+    struct cconn *k = c->conn;
+    if (!k || k->queued) {
+        creq__fail(c, -EPROTO, "%s switched protocols before the request was sent", c->o.target);
+        return;
+    }
+    if (k->reading) {
+        uv_read_stop(&k->h.stream);
+        k->reading = false;
+    }
+    struct al_http_tunnel *t = NULL;
+    int rc = http__tunnel_new(c->loop, &k->h.stream, k->is_unix, c->cur, c->cur_len, &t);
+    c->cur_len = 0;
+    cconn__close(k); /* the socket lives on in the tunnel */
+    if (rc) {
+        creq__fail(c, rc, "taking over the connection to %s: %s", c->o.target, strerror(-rc));
+        return;
+    }
+    c->o.on_upgrade(c, c->hdrs.v, c->hdrs.n, t, c->o.arg);
+    creq__finish(c, 0);
+}
+
 /* Parses what is in c->cur: header block(s), then body pieces; calls the user. */
 static void creq__process(struct al_http_creq *c)
 {
@@ -653,6 +700,10 @@ static void creq__process(struct al_http_creq *c)
             al_buf_free(&c->out);
             uv_timer_stop(&c->timer);
             c->state = C_BODY;
+            if (c->upgraded) {
+                creq__upgrade(c);
+                break;
+            }
             if (c->o.on_response &&
                 c->o.on_response(c, c->status, c->hdrs.v, c->hdrs.n, c->o.arg) != 0) {
                 creq__fail(c, -ECANCELED, "aborted by the on_response callback");
@@ -916,10 +967,11 @@ static int creq__connect(struct al_http_creq *c)
 }
 
 /* ---- request building -------------------------------------------------------------- */
-static bool creq__skip_header(const char *name)
+static bool creq__skip_header(const char *name, bool upgrade)
 {
     return strcasecmp(name, "content-length") == 0 || strcasecmp(name, "transfer-encoding") == 0 ||
-           strcasecmp(name, "connection") == 0 || strcasecmp(name, "keep-alive") == 0;
+           strcasecmp(name, "connection") == 0 || strcasecmp(name, "keep-alive") == 0 ||
+           (upgrade && strcasecmp(name, "upgrade") == 0);
 }
 
 static int creq__build(struct al_http_creq *c, const struct al_http_creq_opts *o, char *msg,
@@ -935,6 +987,16 @@ static int creq__build(struct al_http_creq *c, const struct al_http_creq_opts *o
                  "invalid request path '%s' (it must start with '/' and contain "
                  "no spaces or control characters; percent-encode them)",
                  o->path);
+        return -EINVAL;
+    }
+    if (o->upgrade && (!o->upgrade[0] || !http__is_field_value(o->upgrade) ||
+                       o->stream_body || o->body)) {
+        snprintf(msg, msglen, "invalid upgrade request (an Upgrade value without controls, "
+                              "and no request body)");
+        return -EINVAL;
+    }
+    if (o->stream_body && o->stream_length < 0) {
+        snprintf(msg, msglen, "stream_length must be >= 0");
         return -EINVAL;
     }
     bool user_host = false;
@@ -956,16 +1018,20 @@ static int creq__build(struct al_http_creq *c, const struct al_http_creq_opts *o
     if (!rc && !user_host)
         rc = al_buf_printf(b, "Host: %s\r\n", c->tgt.hostport);
     for (size_t i = 0; !rc && i < o->n_headers; i++)
-        if (!creq__skip_header(o->headers[i].name))
+        if (!creq__skip_header(o->headers[i].name, o->upgrade != NULL))
             rc = al_buf_printf(b, "%s: %s\r\n", o->headers[i].name, o->headers[i].value);
     if (!rc) {
-        if (o->stream_body)
+        if (o->stream_body && o->stream_length > 0)
+            rc = al_buf_printf(b, "Content-Length: %lld\r\n", (long long)o->stream_length);
+        else if (o->stream_body)
             rc = al_buf_appends(b, "Transfer-Encoding: chunked\r\n");
         else if (o->body || strcmp(o->method, "POST") == 0 || strcmp(o->method, "PUT") == 0 ||
                  strcmp(o->method, "PATCH") == 0)
             rc = al_buf_printf(b, "Content-Length: %zu\r\n", o->body ? o->body_len : 0);
     }
-    if (!rc)
+    if (!rc && o->upgrade)
+        rc = al_buf_printf(b, "Upgrade: %s\r\nConnection: Upgrade\r\n\r\n", o->upgrade);
+    else if (!rc)
         rc = al_buf_appends(b, o->pool ? "Connection: keep-alive\r\n\r\n"
                                        : "Connection: close\r\n\r\n");
     if (!rc && !o->stream_body && o->body && o->body_len)
@@ -1000,6 +1066,9 @@ int al_http_creq_start(uv_loop_t *loop, const struct al_http_creq_opts *opts,
     c->o.target = NULL;
     c->o.method = NULL;
     c->o.path = NULL;
+    c->o.upgrade = NULL;
+    c->want_upgrade = opts->upgrade != NULL;
+    c->body_left = opts->stream_body && opts->stream_length > 0 ? opts->stream_length : -1;
     char msg[256] = "";
     int rc = http__parse_target(opts->target, &c->tgt, msg, sizeof msg);
     if (!rc)
@@ -1017,11 +1086,11 @@ int al_http_creq_start(uv_loop_t *loop, const struct al_http_creq_opts *opts,
     c->o.target = c->key;
     c->head_method = strcmp(opts->method, "HEAD") == 0;
     c->retryable =
-        opts->pool && !opts->stream_body &&
+        opts->pool && !opts->stream_body && !c->want_upgrade &&
         (strcmp(opts->method, "GET") == 0 || c->head_method || strcmp(opts->method, "PUT") == 0 ||
          strcmp(opts->method, "DELETE") == 0 || strcmp(opts->method, "OPTIONS") == 0);
     c->ended = !opts->stream_body;
-    c->pool_ok = opts->pool != NULL;
+    c->pool_ok = opts->pool != NULL && !c->want_upgrade;
     http__scan_reset(&c->scan);
     http__hdrs_init(&c->hdrs, 2 * c->o.max_header_bytes + 64, CREQ_MAX_HEADER_FIELDS);
     llhttp_init(&c->parser, HTTP_RESPONSE, cli__settings());
@@ -1051,6 +1120,16 @@ int al_http_creq_write(struct al_http_creq *c, const void *data, size_t len)
         return -EINVAL;
     if (len == 0)
         return 0;
+    if (c->body_left >= 0) {
+        if ((uint64_t)len > (uint64_t)c->body_left)
+            return -EINVAL;
+        c->body_left -= (int64_t)len;
+        uv_buf_t raw = uv_buf_init((char *)data, (unsigned)len);
+        int rc = creq__send(c, &raw, 1);
+        if (rc)
+            creq__fail(c, rc, "sending the request body to %s: %s", c->o.target, strerror(-rc));
+        return rc;
+    }
     char hex[24];
     int hl = snprintf(hex, sizeof hex, "%zx\r\n", len);
     uv_buf_t bufs[3] = {uv_buf_init(hex, (unsigned)hl), uv_buf_init((char *)data, (unsigned)len),
@@ -1067,8 +1146,12 @@ int al_http_creq_end(struct al_http_creq *c)
         return -EPIPE;
     if (!c->o.stream_body || c->ended)
         return -EINVAL;
+    if (c->body_left > 0)
+        return creq__fail(c, -EPROTO, "the request body to %s ended %lld bytes short of its "
+                                      "Content-Length",
+                          c->o.target, (long long)c->body_left);
     uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
-    int rc = creq__send(c, &b, 1);
+    int rc = c->body_left == 0 ? 0 : creq__send(c, &b, 1);
     if (rc)
         return creq__fail(c, rc, "sending the request body to %s: %s", c->o.target, strerror(-rc));
     c->ended = true;

@@ -118,10 +118,24 @@ size_t http__error_body(char *out, size_t outlen, int status, const char *msg);
 /* Sets SIGPIPE to ignored unless the application installed its own disposition. */
 void http__ignore_sigpipe(void);
 
+/* ---- tunnels (http_tunnel.c) ----------------------------------------------------- */
+/* A tunnel on a duplicate of from's socket (the caller closes its own handle afterwards;
+ * the socket lives on in the tunnel), with pre as its first data. */
+int http__tunnel_new(uv_loop_t *loop, uv_stream_t *from, bool is_unix, const char *pre,
+                     size_t pre_len, struct al_http_tunnel **out);
+/* Puts t on a server's list; http__server_tunnel_closed(s) runs once its handles closed. */
+void http__tunnel_attach(struct al_http_tunnel *t, struct al_http_server *s,
+                         struct al_http_tunnel **list);
+struct al_http_tunnel *http__tunnel_next(struct al_http_tunnel *t);
+/* Fails the tunnel (its owner hears err from the loop) and closes its handles. */
+void http__tunnel_kill(struct al_http_tunnel *t, int err);
+void http__server_tunnel_closed(struct al_http_server *s);
+
 /* Live objects, for tests (leak checks that also work without ASan). */
 extern atomic_long http__live_reqs;
 extern atomic_long http__live_conns;
 extern atomic_long http__live_creqs;
 extern atomic_long http__live_cconns;
+extern atomic_long http__live_tunnels;
 
 #endif

@@ -71,6 +71,7 @@ struct http_req {
     al_http_body_data_fn on_data;
     al_http_body_end_fn on_end;
     int64_t resp_left; /* Content-Length bytes still to write; -1 when not length-framed */
+    bool resp_cl;      /* Content-Length framing (a body is sent) */
     bool resp_chunked; /* chunked framing */
     bool resp_nobody;  /* HEAD, 204, 304: bytes written are dropped */
     bool dispatched;   /* on_request has seen it */
@@ -140,6 +141,8 @@ struct http_conn {
     bool body_too_big; /* Content-Length over the buffered cap */
     bool resp_started;
     bool resp_ended;
+    bool reset_on_close; /* an aborted response the framing cannot show: close with RST */
+    bool upgraded;       /* handed to a tunnel: this handle reads and writes no more */
 };
 
 struct srv_listener {
@@ -172,6 +175,8 @@ struct al_http_server {
     struct http_conn *defer_head, *defer_tail;
     uint64_t turn;
     struct al_buf head; /* scratch for response heads */
+    struct al_http_tunnel *tunnels; /* taken over by al_http_req_upgrade, still open */
+    size_t n_tunnels;
     bool closing;
     bool idle_closing;
     void (*done)(void *arg);
@@ -730,6 +735,7 @@ static int srv__on_headers_complete(llhttp_t *p)
     c->head = p->method == HTTP_HEAD;
     c->has_body = q->chunked || q->content_length > 0;
     c->keep_alive = llhttp_should_keep_alive(p) && !p->upgrade;
+    q->upgrade = p->upgrade && !c->http10;
     return HPE_PAUSED;
 }
 
@@ -1046,6 +1052,10 @@ static bool conn__finish_request(struct http_conn *c)
         req__free(r);
     }
     if (c->close_after || !c->keep_alive || c->srv->closing) {
+        if (c->reset_on_close) {
+            conn__close(c);
+            return false;
+        }
         c->phase = PH_LINGER;
         c->linger_until = conn__now(c) + LINGER_MS;
         c->cur_len = 0; /* pipelined requests after "close" are not served */
@@ -1152,7 +1162,7 @@ static void conn__on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 static void conn__update_reading(struct http_conn *c)
 {
     bool want = false;
-    if (!c->dead && !c->closing) {
+    if (!c->dead && !c->closing && !c->upgraded) {
         switch (c->phase) {
         case PH_HEADERS:
         case PH_LINGER:
@@ -1300,7 +1310,8 @@ static void conn__close(struct http_conn *c)
         c->req = NULL;
     }
     c->closes = 2;
-    uv_close(&c->h.handle, conn__on_closed);
+    if (!c->reset_on_close || c->is_unix || uv_tcp_close_reset(&c->h.tcp, conn__on_closed) != 0)
+        uv_close(&c->h.handle, conn__on_closed);
     uv_close((uv_handle_t *)&c->timer, conn__on_closed);
 }
 
@@ -1367,7 +1378,7 @@ static void conn__start(struct http_conn *c)
     c->phase = PH_HEADERS;
     c->idle_since = uv_now(s->loop);
     c->hdr_deadline = c->idle_since + s->lim.header_timeout_ms;
-    if (!c->rejecting && s->n_conns - s->n_rejecting > s->lim.max_connections) {
+    if (!c->rejecting && s->n_conns + s->n_tunnels - s->n_rejecting > s->lim.max_connections) {
         c->rejecting = true;
         s->n_rejecting++;
         if (s->n_rejecting > REJECTING_MAX) {
@@ -1693,7 +1704,7 @@ static void srv__on_idle_closed(uv_handle_t *h)
 
 static void srv__maybe_done(struct al_http_server *s)
 {
-    if (!s->closing || s->idle_closing || s->n_conns || s->n_listeners_open)
+    if (!s->closing || s->idle_closing || s->n_conns || s->n_listeners_open || s->n_tunnels)
         return;
     s->idle_closing = true;
     uv_idle_stop(&s->idle);
@@ -1715,6 +1726,14 @@ void al_http_server_close(struct al_http_server *s, void (*done)(void *arg), voi
     }
     for (struct http_conn *c = s->conns; c; c = c->next)
         conn__kill(c, -ESHUTDOWN);
+    for (struct al_http_tunnel *t = s->tunnels; t; t = http__tunnel_next(t))
+        http__tunnel_kill(t, -ESHUTDOWN);
+    srv__maybe_done(s);
+}
+
+void http__server_tunnel_closed(struct al_http_server *s)
+{
+    s->n_tunnels--;
     srv__maybe_done(s);
 }
 
@@ -1827,6 +1846,7 @@ static int resp__head(struct http_req *r, int status, const struct al_http_heade
     bool nobody_status = status == 204 || status == 304;
     r->resp_nobody = nobody_status || c->head;
     r->resp_chunked = false;
+    r->resp_cl = false;
     r->resp_left = -1;
     bool keep = c->keep_alive && !c->close_after && !s->closing;
     if (c->has_body && !c->body_complete && c->body_mode == BODY_NONE &&
@@ -1843,8 +1863,10 @@ static int resp__head(struct http_req *r, int status, const struct al_http_heade
     if (!rc && !nobody_status) {
         if (cl >= 0) {
             rc = head__length(b, (uint64_t)cl);
-            if (!c->head)
+            if (!c->head) {
                 r->resp_left = cl;
+                r->resp_cl = true;
+            }
         } else if (c->http10) {
             keep = false; /* close-delimited */
         } else {
@@ -1994,6 +2016,122 @@ int al_http_resp_end(struct al_http_req *req)
     }
     resp__finish(r);
     return rc;
+}
+
+int al_http_resp_abort(struct al_http_req *req)
+{
+    struct http_req *r = req__of(req);
+    struct http_conn *c = r->conn;
+    if (c && r->released)
+        return -EALREADY;
+    int rc = resp__check(r);
+    if (!rc) {
+        bool complete =
+            c->resp_started && (r->resp_nobody || (r->resp_cl && r->resp_left == 0));
+        bool framed = c->resp_started && (r->resp_chunked || r->resp_cl);
+        if (complete)
+            rc = -EALREADY;
+        else if (!framed)
+            c->reset_on_close = true; /* only a reset tells the client */
+        else
+            al_debug("http: %s %s: response aborted", r->pub.method, r->pub.path);
+        c->close_after = true;
+        c->resp_started = true; /* no answer of the server's own */
+        if (c->phase == PH_HANDLER || c->phase == PH_BODY) {
+            /* Do not wait for (or read) the rest of the request body. */
+            c->phase = PH_DONE;
+            c->body_complete = true;
+            c->body_paused = false;
+        }
+    }
+    resp__finish(r);
+    return rc;
+}
+
+int al_http_req_upgrade(struct al_http_req *req, const struct al_http_header *hdrs, size_t n,
+                        struct al_http_tunnel **out)
+{
+    struct http_req *r = req__of(req);
+    struct http_conn *c = r->conn;
+    if (!out)
+        return -EINVAL;
+    if (c && r->released)
+        return -EALREADY;
+    int rc = resp__check(r);
+    if (rc == -EPIPE) {
+        resp__finish(r);
+        return rc;
+    }
+    if (rc)
+        return rc;
+    if (!req->upgrade)
+        return -EPROTO;
+    if (c->has_body)
+        return -ENOTSUP;
+    if (c->resp_started || c->body_mode != BODY_NONE || c->phase != PH_HANDLER)
+        return -EALREADY;
+    bool has_upgrade = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!hdrs[i].name || !hdrs[i].value ||
+            !http__is_token(hdrs[i].name, strlen(hdrs[i].name)) ||
+            !http__is_field_value(hdrs[i].value))
+            return -EINVAL;
+        if (strcasecmp(hdrs[i].name, "upgrade") == 0 && hdrs[i].value[0])
+            has_upgrade = true;
+    }
+    if (!has_upgrade)
+        return -EINVAL;
+    struct al_buf *b = &c->srv->head;
+    b->len = 0;
+    rc = al_buf_appends(b, "HTTP/1.1 101 Switching Protocols\r\n");
+    for (size_t i = 0; !rc && i < n; i++)
+        if (!resp__skip_header(hdrs[i].name))
+            rc = head__line(b, hdrs[i].name, hdrs[i].value);
+    if (!rc)
+        rc = al_buf_appends(b, "Connection: Upgrade\r\n\r\n");
+    if (rc)
+        return rc;
+    /* What the client sent after its request belongs to the new protocol. Inside a frame
+     * the unparsed input is c->cur; outside one it was saved to c->in. */
+    const char *pre = c->busy ? c->cur : c->in;
+    size_t pre_len = c->busy ? c->cur_len : c->in_len;
+    if (c->reading) { /* from here on, only the tunnel reads the socket */
+        uv_read_stop(&c->h.stream);
+        c->reading = false;
+    }
+    c->upgraded = true;
+    struct al_http_tunnel *t = NULL;
+    rc = http__tunnel_new(c->srv->loop, &c->h.stream, c->is_unix, pre, pre_len, &t);
+    if (!rc) {
+        rc = al_http_tunnel_write(t, b->data, b->len);
+        if (rc) {
+            al_http_tunnel_close(t);
+            t = NULL;
+        }
+    }
+    if (rc) {
+        c->upgraded = false;
+        conn__schedule(c); /* reading resumes */
+        return rc;
+    }
+    if (c->busy)
+        c->cur_len = 0;
+    else
+        c->in_len = 0;
+    struct al_http_server *s = c->srv;
+    http__tunnel_attach(t, s, &s->tunnels);
+    s->n_tunnels++;
+    /* The request is done and this handle goes away; the socket lives on in the tunnel. */
+    c->resp_started = c->resp_ended = true;
+    c->body_cb_done = true;
+    c->close_after = true;
+    r->released = true;
+    r->close_cb = NULL;
+    r->drain_cb = NULL;
+    conn__kill(c, -ESHUTDOWN);
+    req__maybe_free(r);
+    *out = t;
+    return 0;
 }
 
 static int resp__reply(struct http_req *r, int status, const char *ctype,

@@ -1,11 +1,14 @@
 /* common/http_util: the parts of HTTP that need no connection: status texts, header
  * lookup, query and percent decoding, the header-block scanner, the header store,
- * field/token validation, target parsing for the clients, the write helper and the
- * per-thread read buffer. See http_internal.h.
+ * field/token validation, target parsing for the clients, the write helper, the
+ * per-thread read buffer, the proxy's hop-by-hop rule and the traffic-token derivation.
+ * See http_internal.h.
  */
 #include "http.h"
 #include "http_internal.h"
 #include "json.h"
+
+#include <sodium.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -664,4 +667,54 @@ void http__ignore_sigpipe(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, util__sigpipe_once);
+}
+
+/* ---- proxy helpers ----------------------------------------------------------------- */
+/* Whether the comma-separated list value holds name as one of its elements (OWS around
+ * elements, case-insensitive). */
+static bool util__list_has(const char *value, const char *name)
+{
+    size_t nl = strlen(name);
+    const char *p = value;
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        const char *s = p;
+        while (*p && *p != ',')
+            p++;
+        size_t l = (size_t)(p - s);
+        while (l && (s[l - 1] == ' ' || s[l - 1] == '\t'))
+            l--;
+        if (l == nl && l && strncasecmp(s, name, l) == 0)
+            return true;
+    }
+    return false;
+}
+
+bool al_http_hop_by_hop(const char *name, const struct al_http_header *hdrs, size_t n)
+{
+    static const char *const hop[] = {"Connection",          "Keep-Alive",        "Proxy-Connection",
+                                      "TE",                  "Transfer-Encoding", "Trailer",
+                                      "Upgrade",             "Proxy-Authenticate",
+                                      "Proxy-Authorization", NULL};
+    for (const char *const *h = hop; *h; h++)
+        if (strcasecmp(name, *h) == 0)
+            return true;
+    for (size_t i = 0; i < n; i++)
+        if (strcasecmp(hdrs[i].name, "Connection") == 0 && util__list_has(hdrs[i].value, name))
+            return true;
+    return false;
+}
+
+void al_http_traffic_token(const char *access_token, size_t len,
+                           char out[AL_HTTP_TRAFFIC_TOKEN_LEN + 1])
+{
+    /* BLAKE2b-256 keyed with a fixed label: a one-way function of the access token that no
+     * other use of that token produces. */
+    static const char label[] = "airlock traffic access token v1";
+    unsigned char h[AL_HTTP_TRAFFIC_TOKEN_LEN / 2];
+    crypto_generichash(h, sizeof h, (const unsigned char *)access_token, len,
+                       (const unsigned char *)label, sizeof label - 1);
+    sodium_bin2hex(out, AL_HTTP_TRAFFIC_TOKEN_LEN + 1, h, sizeof h);
+    sodium_memzero(h, sizeof h);
 }

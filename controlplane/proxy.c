@@ -1,14 +1,19 @@
 /* controlplane/proxy: data-plane routing (E2B-PROTOCOL.md sections 1 and 9).
  *
- * Owns: recognising sandbox traffic (E2b-Sandbox-Id, else X-Access-Token for what older
- * SDKs send without sandbox headers), and forwarding it to the sandbox's agent over its
- * unix-socket channel (never over the sandbox network): method, target, headers (minus
- * hop-by-hop ones) and body unchanged, streamed both ways with flow control in each
- * direction, so Connect streams, NDJSON executions and file transfers of any size pass
- * without being buffered whole. The agent routes on E2b-Sandbox-Port itself (49983 envd,
- * 49999 code interpreter; other ports are answered by the agent).
+ * Owns: recognising sandbox traffic (E2b-Sandbox-Id, else a getHost Host
+ * "<port>-<id>.<domain>", else X-Access-Token for what older SDKs send without sandbox
+ * headers, else a signed file URL), and forwarding it to the sandbox's agent over its
+ * unix-socket channel (never over the sandbox network): method, target, Host, headers
+ * (minus hop-by-hop ones, RFC 9110 7.6.1) and body unchanged (a Content-Length body keeps
+ * its length), streamed both ways with flow control in each direction, so Connect streams,
+ * NDJSON executions and file transfers of any size pass without being buffered whole.
+ * Upgrades (WebSocket to a port the sandbox serves) are relayed as raw bytes once the agent
+ * answers 101. The agent routes on E2b-Sandbox-Port itself (49983 envd, 49999 code
+ * interpreter, any other port forwarded to that port inside the sandbox).
  * "Sandbox gone" is a 502, as E2B's own proxy answers; the SDKs turn it into the right
- * error (TimeoutError, SandboxNotFoundError for streams, isRunning() == false).
+ * error (TimeoutError, SandboxNotFoundError for streams, isRunning() == false). An agent
+ * that fails after its answer started cuts the client's response short (al_http_resp_abort):
+ * a truncated download fails in the client instead of passing for a complete one.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -39,24 +44,11 @@ struct px {
     char target[160];
 };
 
-static bool px__hop_by_hop(const char *name)
+/* Not forwarded: hop-by-hop fields (RFC 9110 7.6.1, with those the message's Connection
+ * names) and the framing, which the next hop gets afresh. */
+static bool px__hop_by_hop(const char *name, const struct al_http_header *h, size_t n)
 {
-    static const char *const hop[] = {"Connection",
-                                      "Keep-Alive",
-                                      "Proxy-Connection",
-                                      "Proxy-Authorization",
-                                      "Proxy-Authenticate",
-                                      "TE",
-                                      "Trailer",
-                                      "Transfer-Encoding",
-                                      "Upgrade",
-                                      "Content-Length",
-                                      "Host",
-                                      NULL};
-    for (const char *const *h = hop; *h; h++)
-        if (strcasecmp(name, *h) == 0)
-            return true;
-    return false;
+    return strcasecmp(name, "Content-Length") == 0 || al_http_hop_by_hop(name, h, n);
 }
 
 static void px__maybe_free(struct px *p)
@@ -81,7 +73,7 @@ static void px__fail(struct px *p, int status, const char *fmt, ...)
     cp_metrics_proxy(p->cp->metrics, status);
     if (p->resp_started) {
         /* Too late for a status: cut the response short so the client sees a broken one. */
-        al_http_resp_end(req);
+        al_http_resp_abort(req);
         return;
     }
     char msg[512];
@@ -156,7 +148,7 @@ static int px__on_response(struct al_http_creq *c, int status, const struct al_h
                 cl = v;
             continue;
         }
-        if (px__hop_by_hop(h[i].name) || strcasecmp(h[i].name, "Date") == 0 ||
+        if (px__hop_by_hop(h[i].name, h, n) || strcasecmp(h[i].name, "Date") == 0 ||
             strcasecmp(h[i].name, "Server") == 0)
             continue;
         if (k < PX_MAX_HEADERS)
@@ -185,6 +177,57 @@ static int px__on_data(struct al_http_creq *c, const char *data, size_t len, voi
         return 1;
     }
     return 0;
+}
+
+/* ---- upgrades (WebSocket to a port the sandbox serves) ------------------------------------ */
+
+static void px__relay_done(int err, uint64_t up, uint64_t down, void *arg)
+{
+    char *sid = arg;
+    al_info("sandbox %s: upgraded connection closed (%llu bytes to the sandbox, %llu from it)%s%s",
+            sid, (unsigned long long)up, (unsigned long long)down, err ? ": " : "",
+            err ? strerror(-err) : "");
+    free(sid);
+}
+
+static void px__on_upgrade(struct al_http_creq *c, const struct al_http_header *h, size_t n,
+                           struct al_http_tunnel *t, void *arg)
+{
+    struct px *p = arg;
+    (void)c;
+    struct al_http_req *req = p->req;
+    if (!req) {
+        al_http_tunnel_close(t);
+        return;
+    }
+    struct al_http_header out[PX_MAX_HEADERS];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < PX_MAX_HEADERS; i++)
+        if (strcasecmp(h[i].name, "Upgrade") == 0 || !px__hop_by_hop(h[i].name, h, n))
+            out[k++] = h[i];
+    struct al_http_tunnel *down = NULL;
+    int rc = al_http_req_upgrade(req, out, k, &down);
+    if (rc) {
+        al_http_tunnel_close(t);
+        if (rc == -EPIPE) { /* the client left: the request is released */
+            p->req = NULL;
+            return;
+        }
+        al_warn("sandbox %s: cannot switch the client's connection over: %s", p->sid,
+                strerror(-rc));
+        px__fail(p, 502, "sandbox %s: the upgrade could not be completed", p->sid);
+        return;
+    }
+    /* The request is released by the upgrade. */
+    p->req = NULL;
+    p->body_streaming = false;
+    cp_metrics_proxy(p->cp->metrics, 101);
+    char *sid = strdup(p->sid);
+    rc = al_http_relay(down, t, NULL, px__relay_done, sid);
+    if (rc) {
+        al_warn("sandbox %s: cannot relay the upgraded connection: %s", p->sid, strerror(-rc));
+        free(sid);
+    }
 }
 
 static void px__on_done(struct al_http_creq *c, int err, void *arg)
@@ -279,7 +322,7 @@ void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, con
     struct al_http_header hdrs[PX_MAX_HEADERS + 2];
     size_t n = 0;
     for (size_t i = 0; i < req->n_headers; i++) {
-        if (px__hop_by_hop(req->headers[i].name))
+        if (px__hop_by_hop(req->headers[i].name, req->headers, req->n_headers))
             continue;
         /* Routed by Host: the sandbox headers say what the Host said, nothing else. */
         if (port && (strcasecmp(req->headers[i].name, "E2b-Sandbox-Id") == 0 ||
@@ -311,6 +354,9 @@ void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, con
     snprintf(p->sid, sizeof p->sid, "%s", sb->rec.id);
     snprintf(p->target, sizeof p->target, "%s %s", req->method, req->path);
     bool has_body = req->chunked || req->content_length > 0;
+    /* An upgrade (WebSocket) goes on as one; the agent's 101 turns both connections into a
+     * byte relay (px__on_upgrade). */
+    const char *upgrade = req->upgrade && !has_body ? al_http_req_header(req, "Upgrade") : NULL;
     char target[128];
     snprintf(target, sizeof target, "unix:%s", sb->agent_sock);
     struct al_http_creq_opts o = {
@@ -320,6 +366,9 @@ void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, con
         .headers = hdrs,
         .n_headers = n,
         .stream_body = has_body,
+        .stream_length = has_body && !req->chunked ? req->content_length : 0,
+        .upgrade = upgrade,
+        .on_upgrade = upgrade ? px__on_upgrade : NULL,
         .timeout_ms = PX_TIMEOUT_MS,
         .on_response = px__on_response,
         .on_data = px__on_data,

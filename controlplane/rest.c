@@ -68,7 +68,11 @@ json_t *cp_rest_sandbox_json(const struct cp_sandbox *sb)
     json_object_set_new(o, "domain",
                         cp->cfg.domain && cp->cfg.domain[0] ? json_string(cp->cfg.domain)
                                                             : json_null());
-    json_object_set_new(o, "trafficAccessToken", json_null());
+    /* Derived from the envd token (the agent derives the same): it opens the sandbox's
+     * other ports (E2B-Traffic-Access-Token) and nothing else. */
+    char traffic[AL_HTTP_TRAFFIC_TOKEN_LEN + 1];
+    al_http_traffic_token(sb->rec.token, strlen(sb->rec.token), traffic);
+    json_object_set_new(o, "trafficAccessToken", json_string(traffic));
     return o;
 }
 

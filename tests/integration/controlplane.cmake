@@ -21,3 +21,7 @@ if(TARGET airlockd AND TARGET airlock-agent-dev)
   airlock_script_test(NAME cp_cli SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_cli.sh
                       LABELS controlplane TIMEOUT 300)
 endif()
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_forward SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_forward.sh
+                      LABELS controlplane TIMEOUT 900)
+endif()

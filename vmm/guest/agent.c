@@ -36,6 +36,7 @@ void agent_limits_default(struct agent_limits *lim)
     lim->max_list_entries = 200000;
     lim->max_upload_bytes = 10ull << 30;
     lim->max_retained_exits = 256;
+    lim->forward_timeout_ms = 110000; /* under airlockd's 120 s: our 504 reaches the client */
 }
 
 int agent_init(struct agent *a, uv_loop_t *loop, struct al_error *err)
@@ -75,6 +76,7 @@ static void agent__free_token(struct agent *a)
 
 void agent_free(struct agent *a)
 {
+    agent_forward_free(a);
     agent_interp_free(a);
     agent_watchers_free(a);
     agent_procs_free(a);
@@ -544,9 +546,8 @@ void agent_on_request(struct al_http_req *req, void *ctx)
             return;
         }
         if (strcmp(port, AGENT_ENVD_PORT) != 0) {
-            agent_reply_error(req, 502, "port %.16s is not served by the sandbox agent (only %s "
-                                        "envd and %s code interpreter)",
-                              port, AGENT_ENVD_PORT, AGENT_INTERP_PORT);
+            /* Any other port: a server the sandbox runs (getHost), on its own loopback. */
+            agent_forward_request(a, req, port);
             return;
         }
         agent__envd(a, req);

@@ -9,6 +9,7 @@
  *   watch.c        filesystem.Filesystem/WatchDir (inotify)
  *   files.c        GET/POST /files
  *   interp.c       code interpreter: /execute, /contexts, kernels
+ *   forward.c      the sandbox's other ports (getHost): forwarded to its own loopback
  *   connect.c protojson.c multipart.c users.c fspath.c spawn.c fdio.c ndjson.c: pure helpers
  */
 #ifndef AIRLOCK_GUEST_AGENT_H
@@ -47,6 +48,7 @@ struct agent_limits {
     size_t max_list_entries;     /* ListDir */
     uint64_t max_upload_bytes;   /* one /files upload, after decompression */
     size_t max_retained_exits;
+    uint32_t forward_timeout_ms; /* a forwarded port's answer must start within this */
 };
 
 struct agent_procs;
@@ -85,6 +87,7 @@ struct agent {
     struct agent_procs *procs;
     struct agent_watchers *watchers;
     struct agent_interp *interp;
+    struct al_http_pool *fwd_pool; /* keep-alive connections to the sandbox's own servers */
 
     uint64_t start_ns;
     bool stopping;
@@ -210,5 +213,20 @@ int agent_interp_init(struct agent *a);
 void agent_interp_free(struct agent *a);
 void agent_interp_request(struct agent *a, struct al_http_req *req);
 void agent_interp_shutdown(struct agent *a, int sig);
+
+/* ---- forward.c ---------------------------------------------------------------------- */
+/* Forwards a request for another port of the sandbox (port_str: E2b-Sandbox-Port) to that
+ * port on the sandbox's loopback, after checking agent_traffic_ok. */
+void agent_forward_request(struct agent *a, struct al_http_req *req, const char *port_str);
+/* A port as E2b-Sandbox-Port carries it: decimal 1..65535 without leading zeros; -EINVAL. */
+int agent_forward_port(const char *s);
+/* The origin-form of a request-target: itself, or the path (and query) of an absolute URI
+ * ("http://h/p?q" -> "/p?q", "http://h" -> "/"); buf holds a rewritten one. */
+const char *agent_forward_origin_form(const char *target, char *buf, size_t len);
+/* May this request use the forwarded ports? E2B-Traffic-Access-Token = the traffic token
+ * derived from the access token (al_http_traffic_token), or X-Access-Token = the access
+ * token, each compared in constant time; true while no access token is configured. */
+bool agent_traffic_ok(const struct agent *a, const struct al_http_req *req);
+void agent_forward_free(struct agent *a);
 
 #endif

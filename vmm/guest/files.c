@@ -173,9 +173,14 @@ static void files__dl_pump(struct files__dl *d)
             n = 0; /* not a regular file after all: end here */
         }
         if (n < 0) {
-            al_warn("download: read error after %llu bytes: %s", (unsigned long long)d->sent,
-                    strerror(errno));
-            n = 0;
+            /* Never end it as if complete: the client must see a broken download. */
+            al_warn("download: read error after %llu bytes: %s; aborting the response",
+                    (unsigned long long)d->sent, strerror(errno));
+            d->done = true;
+            d->req->user = NULL;
+            al_http_resp_abort(d->req);
+            files__dl_free(d);
+            return;
         }
         if (!d->gzip) {
             if (n == 0) {

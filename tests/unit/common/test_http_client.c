@@ -733,6 +733,66 @@ START_TEST(malformed_responses_are_refused)
 }
 END_TEST
 
+
+/* ---- streamed bodies with a Content-Length, upgrades -------------------------------- */
+static int sl_write(struct rec *r, const char *s)
+{
+    return al_http_creq_write(r->c, s, strlen(s));
+}
+
+START_TEST(streamed_body_with_content_length)
+{
+    loop_setup(NULL);
+    struct rec r;
+    rec_init(&r);
+    struct al_http_creq_opts o = rec_opts(&r, S_target_tcp, "POST", "/framing");
+    o.stream_body = true;
+    o.stream_length = 11;
+    ck_assert_int_eq(al_http_creq_start(&L, &o, &r.c), 0);
+    ck_assert_int_eq(sl_write(&r, "hello "), 0);
+    ck_assert_int_eq(sl_write(&r, "world!"), -EINVAL); /* past the length: refused, not sent */
+    ck_assert_int_eq(sl_write(&r, "world"), 0);
+    ck_assert_int_eq(al_http_creq_end(r.c), 0);
+    run_until(&r.done, 10000);
+    ck_assert_msg(r.err == 0, "%s", r.errmsg);
+    ck_assert_str_eq(r.body, "cl=11 chunked=0 body=hello world");
+    rec_fini(&r);
+    /* Without a length: chunked, as before. */
+    rec_init(&r);
+    o = rec_opts(&r, S_target_tcp, "POST", "/framing");
+    o.stream_body = true;
+    ck_assert_int_eq(al_http_creq_start(&L, &o, &r.c), 0);
+    ck_assert_int_eq(sl_write(&r, "abc"), 0);
+    ck_assert_int_eq(al_http_creq_end(r.c), 0);
+    run_until(&r.done, 10000);
+    ck_assert_str_eq(r.body, "cl=-1 chunked=1 body=abc");
+    rec_fini(&r);
+    /* Ending short of the length fails the request and says why. */
+    rec_init(&r);
+    o = rec_opts(&r, S_target_tcp, "POST", "/framing");
+    o.stream_body = true;
+    o.stream_length = 10;
+    ck_assert_int_eq(al_http_creq_start(&L, &o, &r.c), 0);
+    ck_assert_int_eq(sl_write(&r, "abc"), 0);
+    ck_assert_int_eq(al_http_creq_end(r.c), -EPROTO);
+    run_until(&r.done, 10000);
+    ck_assert_int_eq(r.err, -EPROTO);
+    ck_assert_ptr_nonnull(strstr(r.errmsg, "7 bytes short"));
+    rec_fini(&r);
+    loop_teardown(NULL);
+}
+END_TEST
+
+START_TEST(unasked_switching_protocols_is_an_error)
+{
+    struct rec r;
+    raw_one("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\nraw", "GET",
+            &r);
+    ck_assert_int_eq(r.err, -EPROTO);
+    ck_assert_ptr_nonnull(strstr(r.errmsg, "no upgrade was asked for"));
+}
+END_TEST
+
 /* ---- blocking client --------------------------------------------------------------- */
 static struct tsrv T;
 
@@ -835,6 +895,8 @@ static Suite *suite(void)
     T_ADD(tc, close_delimited_response_is_complete_at_eof);
     T_ADD(tc, truncated_response_is_an_error);
     T_ADD(tc, malformed_responses_are_refused);
+    T_ADD(tc, streamed_body_with_content_length);
+    T_ADD(tc, unasked_switching_protocols_is_an_error);
     T_ADD(tc, blocking_call_and_json);
     T_ADD(tc, blocking_call_limits_and_errors);
     suite_add_tcase(s, tc);

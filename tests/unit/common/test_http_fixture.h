@@ -593,6 +593,113 @@ static void t__late_fire(uv_timer_t *t)
     uv_close((uv_handle_t *)t, t__late_closed);
 }
 
+static __attribute__((unused)) void t__framing_done(struct al_http_req *req, int err)
+{
+    if (err)
+        return;
+    char out[160];
+    int n = snprintf(out, sizeof out, "cl=%lld chunked=%d body=%.*s", (long long)req->content_length,
+                     (int)req->chunked, (int)AL_MIN(req->body.len, 64), req->body.data);
+    al_http_reply(req, 200, "text/plain", out, (size_t)n);
+}
+
+/* ---- aborted responses ------------------------------------------------------------- */
+static atomic_int t_abort_rc = 1;
+
+/* /abort?mode=chunked|length|full|none: some bytes, then al_http_resp_abort. */
+static __attribute__((unused)) void t__abort(struct al_http_req *req, const char *mode)
+{
+    int rc;
+    if (strcmp(mode, "none") == 0) {
+        rc = al_http_resp_abort(req);
+    } else {
+        int64_t cl = strcmp(mode, "length") == 0 ? 100 : strcmp(mode, "full") == 0 ? 7 : -1;
+        al_http_resp_start(req, 200, NULL, 0, cl);
+        al_http_resp_write(req, "partial", 7);
+        rc = al_http_resp_abort(req);
+    }
+    atomic_store(&t_abort_rc, rc);
+}
+
+/* /abort-body: a streamed request body; the first piece gets a chunk back, then the
+ * response is aborted while the body is still arriving. */
+static __attribute__((unused)) int t__abort_body_data(struct al_http_req *req, const char *data,
+                                                      size_t len)
+{
+    (void)data;
+    (void)len;
+    al_http_resp_start(req, 200, NULL, 0, -1);
+    al_http_resp_write(req, "got", 3);
+    atomic_store(&t_abort_rc, al_http_resp_abort(req));
+    return 0;
+}
+
+static __attribute__((unused)) void t__abort_body_end(struct al_http_req *req, int err)
+{
+    (void)req;
+    atomic_store(&t_last_body_err, err);
+    atomic_fetch_add(&t_body_err, 1); /* never expected: abort ends the callbacks */
+}
+
+/* ---- tunnels: an echo behind al_http_req_upgrade ------------------------------------ */
+static atomic_int t_upgrade_rc = 1, t_tunnel_ends, t_tunnel_end_err = 1;
+
+static __attribute__((unused)) void t__echo_drained(struct al_http_tunnel *t, void *arg)
+{
+    (void)arg;
+    al_http_tunnel_resume(t);
+}
+
+static __attribute__((unused)) int t__echo_data(struct al_http_tunnel *t, const char *d, size_t n,
+                                                void *arg)
+{
+    (void)arg;
+    if (al_http_tunnel_write(t, d, n) < 0)
+        return 0;
+    if (al_http_tunnel_queued(t) > 256 * 1024) {
+        al_http_tunnel_on_drain(t, 64 * 1024, t__echo_drained);
+        return 1;
+    }
+    return 0;
+}
+
+static __attribute__((unused)) void t__echo_shut(struct al_http_tunnel *t, int err, void *arg)
+{
+    (void)err;
+    (void)arg;
+    al_http_tunnel_close(t);
+}
+
+static __attribute__((unused)) void t__echo_end(struct al_http_tunnel *t, int err, void *arg)
+{
+    (void)arg;
+    atomic_store(&t_tunnel_end_err, err);
+    atomic_fetch_add(&t_tunnel_ends, 1);
+    if (err == 0 && al_http_tunnel_shutdown(t, t__echo_shut) == 0)
+        return; /* the peer ended: end ours once the echo is out */
+    al_http_tunnel_close(t);
+}
+
+/* /ws: switches to an echo of whatever the client sends (?noupgrade=1 omits the Upgrade
+ * header from the 101, which must be refused). A refusal answers 400 "upgrade refused: rc". */
+static __attribute__((unused)) void t__ws(struct al_http_req *req, bool no_upgrade_header)
+{
+    const char *up = al_http_req_header(req, "upgrade");
+    struct al_http_header h[] = {{"X-Test", "yes"}, {"Upgrade", up ? up : "x"}};
+    struct al_http_tunnel *t = NULL;
+    int rc = al_http_req_upgrade(req, h, no_upgrade_header ? 1 : 2, &t);
+    atomic_store(&t_upgrade_rc, rc);
+    if (rc) {
+        if (rc != -EPIPE) {
+            char m[64];
+            int n = snprintf(m, sizeof m, "upgrade refused: %d", rc);
+            al_http_reply(req, 400, "text/plain", m, (size_t)n);
+        }
+        return;
+    }
+    ck_assert_int_eq(al_http_tunnel_start(t, t__echo_data, t__echo_end, NULL), 0);
+}
+
 static __attribute__((unused)) int t_qint(const struct al_http_req *req, const char *name, int def)
 {
     char v[32];
@@ -667,6 +774,17 @@ static __attribute__((unused)) void t_handler(struct al_http_req *req, void *ctx
         al_http_resp_write(req, "01234", 5);
         al_http_resp_write(req, "56789", 5);
         al_http_resp_end(req);
+    } else if (strcmp(p, "/framing") == 0) {
+        /* How the body came: its Content-Length or chunked (then echoed by t__framing_done). */
+        ck_assert_int_eq(al_http_req_read_body(req, 0, t__framing_done), 0);
+    } else if (strcmp(p, "/abort") == 0) {
+        char mode[16] = "chunked";
+        al_http_query_get(req->query, "mode", mode, sizeof mode);
+        t__abort(req, mode);
+    } else if (strcmp(p, "/abort-body") == 0) {
+        ck_assert_int_eq(al_http_req_stream_body(req, t__abort_body_data, t__abort_body_end), 0);
+    } else if (strcmp(p, "/ws") == 0) {
+        t__ws(req, t_qint(req, "noupgrade", 0) != 0);
     } else if (strcmp(p, "/nocontent") == 0) {
         al_http_reply(req, 204, NULL, NULL, 0);
     } else if (strcmp(p, "/error") == 0) {

@@ -920,6 +920,134 @@ START_TEST(client_disconnect_at_every_stage)
 }
 END_TEST
 
+
+/* ---- aborted responses -------------------------------------------------------------- */
+/* Reads until the peer closes; *reset = the close was a reset (ECONNRESET). */
+static size_t read_to_close(int fd, char *out, size_t cap, bool *reset)
+{
+    size_t len = 0;
+    *reset = false;
+    uint64_t end = t_now_ms() + 5000;
+    while (t_now_ms() < end) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        ssize_t n = recv(fd, out + len, cap - 1 - len, 0);
+        if (n < 0 && errno == ECONNRESET) {
+            *reset = true;
+            break;
+        }
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    out[len] = '\0';
+    ck_assert_msg(t_now_ms() < end, "the connection was not closed");
+    return len;
+}
+
+START_TEST(abort_chunked_response_has_no_last_chunk)
+{
+    setup();
+    int fd = t_connect_tcp(T.port);
+    t_sends(fd, "GET /abort?mode=chunked HTTP/1.1\r\nHost: x\r\n\r\n");
+    struct t_reader rd = {.len = 0};
+    struct t_resp r;
+    /* A parser sees the body start and then the connection end: not a complete response. */
+    ck_assert(!t_read_response(fd, &rd, &r, 5000));
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.body, "partial");
+    ck_assert_int_eq(atomic_load(&t_abort_rc), 0);
+    close(fd);
+    /* On the wire: the chunk, never the terminating "0" chunk. */
+    fd = t_connect_tcp(T.port);
+    t_sends(fd, "GET /abort?mode=chunked HTTP/1.1\r\nHost: x\r\n\r\n");
+    char raw[4096];
+    bool reset;
+    read_to_close(fd, raw, sizeof raw, &reset);
+    ck_assert_ptr_nonnull(strstr(raw, "Transfer-Encoding: chunked"));
+    ck_assert_ptr_nonnull(strstr(raw, "7\r\npartial\r\n"));
+    ck_assert_ptr_null(strstr(raw, "\r\n0\r\n\r\n"));
+    close(fd);
+    teardown();
+}
+END_TEST
+
+START_TEST(abort_length_response_closes_short)
+{
+    setup();
+    int fd = t_connect_tcp(T.port);
+    t_sends(fd, "GET /abort?mode=length HTTP/1.1\r\nHost: x\r\n\r\n");
+    struct t_reader rd = {.len = 0};
+    struct t_resp r;
+    ck_assert(!t_read_response(fd, &rd, &r, 5000));
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.body, "partial"); /* 7 of the 100 bytes announced */
+    ck_assert_int_eq(atomic_load(&t_abort_rc), 0);
+    close(fd);
+    /* A response already complete stays complete: -EALREADY, and the connection closes. */
+    fd = t_connect_tcp(T.port);
+    t_sends(fd, "GET /abort?mode=full HTTP/1.1\r\nHost: x\r\n\r\n");
+    ck_assert(t_read_response(fd, &rd, &r, 5000));
+    ck_assert_str_eq(r.body, "partial");
+    char raw[256];
+    bool reset;
+    read_to_close(fd, raw, sizeof raw, &reset);
+    ck_assert_int_eq(atomic_load(&t_abort_rc), -EALREADY);
+    close(fd);
+    teardown();
+}
+END_TEST
+
+START_TEST(abort_unframed_responses_reset_the_connection)
+{
+    setup();
+    /* Before any response: no answer, a reset. */
+    int fd = t_connect_tcp(T.port);
+    t_sends(fd, "GET /abort?mode=none HTTP/1.1\r\nHost: x\r\n\r\n");
+    char raw[4096];
+    bool reset;
+    size_t n = read_to_close(fd, raw, sizeof raw, &reset);
+    ck_assert_uint_eq(n, 0);
+    ck_assert(reset);
+    close(fd);
+    /* HTTP/1.0: the body is delimited by the close alone, so only a reset tells. */
+    fd = t_connect_tcp(T.port);
+    t_sends(fd, "GET /abort?mode=chunked HTTP/1.0\r\n\r\n");
+    read_to_close(fd, raw, sizeof raw, &reset);
+    ck_assert_msg(reset, "a close-delimited body was ended by a plain close: %s", raw);
+    ck_assert_ptr_null(strstr(raw, "chunked"));
+    close(fd);
+    /* Over a unix socket the close is all there is (documented). */
+    fd = t_connect_unix(T.sock);
+    t_sends(fd, "GET /abort?mode=chunked HTTP/1.1\r\nHost: x\r\n\r\n");
+    read_to_close(fd, raw, sizeof raw, &reset);
+    ck_assert_ptr_nonnull(strstr(raw, "7\r\npartial\r\n"));
+    ck_assert_ptr_null(strstr(raw, "\r\n0\r\n\r\n"));
+    close(fd);
+    teardown();
+}
+END_TEST
+
+START_TEST(abort_while_the_request_body_arrives)
+{
+    setup();
+    int fd = t_connect_tcp(T.port);
+    t_sends(fd, "POST /abort-body HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                "5\r\nhello\r\n");
+    char raw[4096];
+    bool reset;
+    /* The server does not wait for the rest of the body: the connection closes. */
+    read_to_close(fd, raw, sizeof raw, &reset);
+    ck_assert_ptr_nonnull(strstr(raw, "3\r\ngot\r\n"));
+    ck_assert_ptr_null(strstr(raw, "\r\n0\r\n\r\n"));
+    ck_assert_int_eq(atomic_load(&t_abort_rc), 0);
+    ck_assert_int_eq(atomic_load(&t_body_err), 0); /* no body callback after the abort */
+    close(fd);
+    teardown();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("http_server");
@@ -964,6 +1092,10 @@ static Suite *suite(void)
     T_ADD(tc, slow_reader_gets_everything_through_flow_control);
     T_ADD(tc, peer_that_stops_reading_is_disconnected);
     T_ADD(tc, client_disconnect_at_every_stage);
+    T_ADD(tc, abort_chunked_response_has_no_last_chunk);
+    T_ADD(tc, abort_length_response_closes_short);
+    T_ADD(tc, abort_unframed_responses_reset_the_connection);
+    T_ADD(tc, abort_while_the_request_body_arrives);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -248,6 +248,43 @@ START_TEST(error_body_is_escaped_json)
 }
 END_TEST
 
+
+START_TEST(hop_by_hop_fields_and_connection_options)
+{
+    const struct al_http_header h[] = {{"Connection", "keep-alive, X-Secret ,\tX-Other"},
+                                       {"connection", "x-third"},
+                                       {"X-Secret", "1"},
+                                       {"Host", "a"}};
+    const char *hop[] = {"Connection", "keep-alive", "Proxy-Connection", "TE", "transfer-encoding",
+                         "Trailer", "Upgrade", "Proxy-Authenticate", "Proxy-Authorization",
+                         "X-Secret", "x-other", "X-THIRD"};
+    for (size_t i = 0; i < sizeof hop / sizeof *hop; i++)
+        ck_assert_msg(al_http_hop_by_hop(hop[i], h, 4), "%s should be hop-by-hop", hop[i]);
+    const char *e2e[] = {"Host", "Content-Type", "Authorization", "X-Secre", "X-Secret-2", "Via",
+                         "Cookie", "keep"};
+    for (size_t i = 0; i < sizeof e2e / sizeof *e2e; i++)
+        ck_assert_msg(!al_http_hop_by_hop(e2e[i], h, 4), "%s should be end-to-end", e2e[i]);
+    /* Without a Connection header only the fixed list. */
+    ck_assert(!al_http_hop_by_hop("X-Secret", h + 2, 2));
+    ck_assert(al_http_hop_by_hop("TE", NULL, 0));
+}
+END_TEST
+
+START_TEST(traffic_token_is_a_one_way_function_of_the_access_token)
+{
+    char a[AL_HTTP_TRAFFIC_TOKEN_LEN + 1], b[AL_HTTP_TRAFFIC_TOKEN_LEN + 1],
+        c[AL_HTTP_TRAFFIC_TOKEN_LEN + 1];
+    al_http_traffic_token("token-one", 9, a);
+    al_http_traffic_token("token-one", 9, b);
+    al_http_traffic_token("token-two", 9, c);
+    ck_assert_uint_eq(strlen(a), AL_HTTP_TRAFFIC_TOKEN_LEN);
+    ck_assert_uint_eq(strspn(a, "0123456789abcdef"), AL_HTTP_TRAFFIC_TOKEN_LEN);
+    ck_assert_str_eq(a, b);
+    ck_assert_str_ne(a, c);
+    ck_assert_ptr_null(strstr(a, "token"));
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("http_util");
@@ -263,6 +300,8 @@ static Suite *suite(void)
     tcase_add_test(tc, tokens_and_values);
     tcase_add_test(tc, targets_parse_with_clear_errors);
     tcase_add_test(tc, error_body_is_escaped_json);
+    tcase_add_test(tc, hop_by_hop_fields_and_connection_options);
+    tcase_add_test(tc, traffic_token_is_a_one_way_function_of_the_access_token);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -17,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "al_test.h"
@@ -52,9 +55,61 @@ static void agent__on_body(struct al_http_req *req, int err)
     al_http_reply_json(req, 200, o);
 }
 
+/* Upgrades: an echo of whatever the client sends, ended when the client ends. */
+static void agent__ws_shut(struct al_http_tunnel *t, int err, void *arg)
+{
+    (void)err;
+    (void)arg;
+    al_http_tunnel_close(t);
+}
+
+static int agent__ws_data(struct al_http_tunnel *t, const char *d, size_t n, void *arg)
+{
+    (void)arg;
+    al_http_tunnel_write(t, d, n);
+    return 0;
+}
+
+static void agent__ws_end(struct al_http_tunnel *t, int err, void *arg)
+{
+    (void)arg;
+    if (err || al_http_tunnel_shutdown(t, agent__ws_shut) < 0)
+        al_http_tunnel_close(t);
+}
+
 static void agent__on_request(struct al_http_req *req, void *ctx)
 {
     (void)ctx;
+    if (strcmp(req->path, "/cut-chunked") == 0 || strcmp(req->path, "/cut-length") == 0) {
+        /* An agent that dies in the middle of a download: 64 KiB, then the connection ends. */
+        static char piece[65536];
+        memset(piece, 'd', sizeof piece);
+        al_http_resp_start(req, 200, NULL, 0, req->path[5] == 'c' ? -1 : 1 << 20);
+        al_http_resp_write(req, piece, sizeof piece);
+        al_http_resp_abort(req);
+        return;
+    }
+    if (strcmp(req->path, "/ws") == 0) {
+        struct al_http_header h[] = {{"Upgrade", "websocket"}, {"Sec-WebSocket-Accept", "abc"}};
+        struct al_http_tunnel *t;
+        if (al_http_req_upgrade(req, h, 2, &t) == 0)
+            al_http_tunnel_start(t, agent__ws_data, agent__ws_end, NULL);
+        else
+            al_http_reply(req, 426, "text/plain", "no", 2);
+        return;
+    }
+    if (strcmp(req->path, "/seen") == 0) {
+        /* What reached the agent: Host, framing, a Connection-named field. */
+        json_t *o = json_pack("{s:s?,s:s?,s:s?,s:s?,s:s?,s:s?}", "host",
+                              al_http_req_header(req, "Host"), "cl",
+                              al_http_req_header(req, "Content-Length"), "te",
+                              al_http_req_header(req, "Transfer-Encoding"), "drop",
+                              al_http_req_header(req, "X-Drop"), "keep",
+                              al_http_req_header(req, "X-Keep"), "connection",
+                              al_http_req_header(req, "Connection"));
+        al_http_reply_json(req, 200, o);
+        return;
+    }
     if (strcmp(req->path, "/health") == 0) {
         al_http_reply(req, 204, NULL, NULL, 0);
         return;
@@ -389,7 +444,10 @@ START_TEST(create_shapes_v1_v2)
     ck_assert_str_eq(jstr(r.body, "envdVersion"), "0.6.4");
     ck_assert_uint_eq(strlen(jstr(r.body, "envdAccessToken")), CP_TOKEN_LEN);
     ck_assert_str_eq(jstr(r.body, "domain"), "sbx.test"); /* api.domain */
-    ck_assert(json_is_null(json_object_get(r.body, "trafficAccessToken")));
+    /* The traffic token (the sandbox's other ports) derives from the envd token. */
+    char traffic[AL_HTTP_TRAFFIC_TOKEN_LEN + 1];
+    al_http_traffic_token(jstr(r.body, "envdAccessToken"), CP_TOKEN_LEN, traffic);
+    ck_assert_str_eq(jstr(r.body, "trafficAccessToken"), traffic);
     ck_assert_ptr_nonnull(jstr(r.body, "clientID"));
     char id[64];
     snprintf(id, sizeof id, "%s", jstr(r.body, "sandboxID"));
@@ -910,6 +968,117 @@ START_TEST(failed_create_leaves_nothing)
 }
 END_TEST
 
+
+/* A raw TCP connection to airlockd (for what the blocking client cannot do). */
+static int raw_connect(void)
+{
+    int port = atoi(strchr(g_target, ':') + 1);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+static size_t raw_read_until(int fd, char *buf, size_t cap, const char *needle)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    while (len + 1 < cap && !strstr(buf, needle)) {
+        ssize_t n = recv(fd, buf + len, cap - 1 - len, 0);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        buf[len] = '\0';
+    }
+    return len;
+}
+
+START_TEST(proxy_cut_off_downloads_fail_in_the_client)
+{
+    char id[64];
+    create("{\"templateID\":\"base\"}", id, NULL);
+    struct al_http_header h[] = {{"E2b-Sandbox-Id", id}, {"E2b-Sandbox-Port", "49983"}};
+    const char *paths[] = {"/cut-chunked", "/cut-length"};
+    for (int i = 0; i < 2; i++) {
+        struct al_http_resp out = {0};
+        struct al_error err = {0};
+        int rc = al_http_call(g_target, "GET", paths[i], h, 2, NULL, 0, 10000, 0, &out, &err);
+        /* The agent's reply broke after 64 KiB: the relayed one must break too, never pass
+         * for a complete (shorter) download. */
+        ck_assert_msg(rc < 0, "%s: a cut-off download looked complete (%zu bytes)", paths[i],
+                      out.body.len);
+        ck_assert_msg(strstr(err.msg, "in the middle of the response"), "%s: %s", paths[i],
+                      err.msg);
+        al_http_resp_free(&out);
+    }
+    /* The proxy still serves. */
+    struct resp r;
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, h, 1);
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(proxy_keeps_host_and_length_and_drops_connection_fields)
+{
+    char id[64];
+    create("{\"templateID\":\"base\"}", id, NULL);
+    /* Raw, as the blocking client would not send a Connection header of ours. */
+    int fd = raw_connect();
+    char req_s[512];
+    snprintf(req_s, sizeof req_s,
+             "POST /seen HTTP/1.1\r\nHost: 8080-%s.sbx.test\r\nConnection: keep-alive, X-Drop\r\n"
+             "X-Drop: 1\r\nX-Keep: 2\r\nContent-Length: 7\r\n\r\n{\"a\":1}",
+             id);
+    ck_assert_int_eq(send(fd, req_s, strlen(req_s), MSG_NOSIGNAL), (ssize_t)strlen(req_s));
+    char buf[4096];
+    raw_read_until(fd, buf, sizeof buf, "}");
+    close(fd);
+    char *body = strstr(buf, "\r\n\r\n");
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 200 ", 13) == 0 && body, "%s", buf);
+    json_t *o = json_loads(body + 4, 0, NULL);
+    ck_assert_ptr_nonnull(o);
+    char host[128];
+    snprintf(host, sizeof host, "8080-%s.sbx.test", id);
+    ck_assert_str_eq(jstr(o, "host"), host); /* what the in-sandbox server is told */
+    ck_assert_str_eq(jstr(o, "cl"), "7");    /* a Content-Length body stays one */
+    ck_assert_ptr_null(jstr(o, "te"));
+    ck_assert_ptr_null(jstr(o, "drop")); /* named by Connection: this hop's only */
+    ck_assert_str_eq(jstr(o, "keep"), "2");
+    json_decref(o);
+}
+END_TEST
+
+START_TEST(proxy_relays_websocket_upgrades)
+{
+    char id[64];
+    create("{\"templateID\":\"base\"}", id, NULL);
+    int fd = raw_connect();
+    char req_s[512];
+    snprintf(req_s, sizeof req_s,
+             "GET /ws HTTP/1.1\r\nHost: 3000-%s.sbx.test\r\nConnection: Upgrade\r\n"
+             "Upgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+             "Sec-WebSocket-Version: 13\r\n\r\nhello",
+             id);
+    ck_assert_int_eq(send(fd, req_s, strlen(req_s), MSG_NOSIGNAL), (ssize_t)strlen(req_s));
+    char buf[4096];
+    raw_read_until(fd, buf, sizeof buf, "hello");
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 101 ", 13) == 0, "%s", buf);
+    ck_assert_ptr_nonnull(strcasestr(buf, "\r\nUpgrade: websocket\r\n"));
+    ck_assert_ptr_nonnull(strcasestr(buf, "\r\nSec-WebSocket-Accept: abc\r\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "\r\n\r\nhello"));
+    ck_assert_int_eq(send(fd, "more", 4, MSG_NOSIGNAL), 4);
+    raw_read_until(fd, buf, sizeof buf, "more");
+    ck_assert_str_eq(buf, "more");
+    shutdown(fd, SHUT_WR);
+    ck_assert_int_eq(recv(fd, buf, sizeof buf, 0), 0); /* the end passed through both hops */
+    close(fd);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_rest");
@@ -924,6 +1093,9 @@ static Suite *suite(void)
     tcase_add_test(t, timeout_kills_and_crash_is_detected);
     tcase_add_test(t, dataplane_routing);
     tcase_add_test(t, failed_create_leaves_nothing);
+    tcase_add_test(t, proxy_cut_off_downloads_fail_in_the_client);
+    tcase_add_test(t, proxy_keeps_host_and_length_and_drops_connection_fields);
+    tcase_add_test(t, proxy_relays_websocket_upgrades);
     suite_add_tcase(s, t);
     return s;
 }

@@ -1,0 +1,8 @@
+if(TARGET airlock_agent)
+  airlock_bench(forward_bench forward_bench.c)
+  target_link_libraries(forward_bench PRIVATE airlock_agent)
+  if(AIRLOCK_TESTS)
+    add_test(NAME forward_bench_smoke COMMAND forward_bench 200 8)
+    set_tests_properties(forward_bench_smoke PROPERTIES LABELS "bench;agent" TIMEOUT 120)
+  endif()
+endif()

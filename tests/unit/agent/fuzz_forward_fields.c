@@ -1,0 +1,48 @@
+/* Fuzz target: what vmm/guest/forward.c parses from a client before forwarding: the
+ * Connection options (al_http_hop_by_hop), the E2b-Sandbox-Port value and the
+ * request-target's origin-form. Input: lines "Connection value", "field name", "port",
+ * "target" (missing lines are empty). */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vmm/guest/agent.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static volatile size_t g_sink;
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size > 1 << 16)
+        return 0;
+    char *s = malloc(size + 1);
+    if (!s)
+        return 0;
+    memcpy(s, data, size);
+    s[size] = '\0';
+    char *line[4] = {"", "", "", ""};
+    char *p = s;
+    for (int i = 0; i < 4 && p; i++) {
+        line[i] = p;
+        p = strchr(p, '\n');
+        if (p)
+            *p++ = '\0';
+    }
+    const struct al_http_header h[] = {{"Connection", line[0]}, {"connection", line[2]}};
+    g_sink += al_http_hop_by_hop(line[1], h, 2);
+    g_sink += al_http_hop_by_hop(line[0], h, 1);
+    int port = agent_forward_port(line[2]);
+    if (port >= 0 && (port < 1 || port > 65535))
+        abort();
+    char buf[256];
+    const char *o = agent_forward_origin_form(line[3], buf, sizeof buf);
+    if (line[3][0] == '/' && o != line[3])
+        abort(); /* origin-form passes through untouched */
+    if (o != line[3] && o[0] != '/')
+        abort(); /* a rewritten target is always origin-form */
+    g_sink += strlen(o);
+    free(s);
+    return 0;
+}
