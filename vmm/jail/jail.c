@@ -1210,6 +1210,24 @@ static int jail__sweep_cg(const char *id, void *arg)
     return 0;
 }
 
+struct jail__sweep_slots {
+    const struct jail_sweep_opts *o;
+    const struct jail_idmap_cfg *ids;
+    int reclaimed;
+};
+
+static int jail__sweep_slot(uint32_t slot, const char *holder, void *arg)
+{
+    struct jail__sweep_slots *x = arg;
+    if (vmm_id_valid(holder) && x->o->is_live(holder, x->o->arg))
+        return 0;
+    if (jail_idmap_release(x->ids, slot, holder) == 0) {
+        x->reclaimed++;
+        al_info("sweep: released id slot %u of sandbox %s", slot, holder);
+    }
+    return 0;
+}
+
 int jail_sweep(const struct jail_sweep_opts *o, struct al_error *err)
 {
     struct jail__sweep_ctx x = {.o = o, .err = err};
@@ -1222,6 +1240,12 @@ int jail_sweep(const struct jail_sweep_opts *o, struct al_error *err)
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/jail/idslots", o->state_dir);
     struct jail_idmap_cfg ids = {o->uid_base, o->uid_slots, dir};
+    struct jail__sweep_slots ss = {.o = o, .ids = &ids};
+    int r = jail_idmap_foreach(&ids, jail__sweep_slot, &ss);
+    if (r < 0 && !x.first_err)
+        x.first_err = al_error_set(err, r, "read the id slot map %s.map: %s", dir, strerror(-r));
+    x.reclaimed += ss.reclaimed;
+    /* Slot files of earlier versions. */
     DIR *d = opendir(dir);
     if (d) {
         struct dirent *e;
@@ -1230,13 +1254,15 @@ int jail_sweep(const struct jail_sweep_opts *o, struct al_error *err)
             unsigned long slot = strtoul(e->d_name, &end, 10);
             if (e->d_name[0] < '0' || e->d_name[0] > '9' || *end)
                 continue;
-            char holder[128];
-            if (jail_idmap_holder(&ids, (uint32_t)slot, holder, sizeof holder) != 0)
-                continue;
+            char holder[128] = "", p[4200];
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            al_autofree char *txt = NULL;
+            if (al_read_file(p, 127, &txt, NULL, NULL) == 0) {
+                snprintf(holder, sizeof holder, "%s", txt);
+                holder[strcspn(holder, "\n")] = '\0';
+            }
             if (vmm_id_valid(holder) && o->is_live(holder, o->arg))
                 continue;
-            char p[4200];
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
             if (unlink(p) == 0) {
                 x.reclaimed++;
                 al_info("sweep: released id slot %lu of sandbox %s", slot, holder);
