@@ -485,15 +485,26 @@ static struct vmm_proc *vp__spawn(struct cp *cp, bool warm, struct al_error *err
         free(v);
         return NULL;
     }
-    char *argv[16];
+    char *argv[24];
     int n = 0;
     argv[n++] = cp->vmm_bin;
     argv[n++] = "--state-dir";
     argv[n++] = cp->cfg.state_dir;
+    char mem[32], pids[32], cpus[32];
     if (warm) {
+        /* The resources every create asks for (vmm__spec): the cgroups get them now. */
+        snprintf(mem, sizeof mem, "%lld", (long long)(cp->cfg.memory_bytes >> 20));
+        snprintf(pids, sizeof pids, "%lld", (long long)cp->cfg.pids);
+        snprintf(cpus, sizeof cpus, "%lld", (long long)cp->cfg.cpu_count);
         argv[n++] = "--warm";
         argv[n++] = "--cgroup-parent";
         argv[n++] = cp->cfg.cgroup_parent;
+        argv[n++] = "--memory-mib";
+        argv[n++] = mem;
+        argv[n++] = "--pids";
+        argv[n++] = pids;
+        argv[n++] = "--cpus";
+        argv[n++] = cpus;
     }
     argv[n++] = "--spec";
     argv[n++] = "-";

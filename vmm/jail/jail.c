@@ -70,6 +70,7 @@ static struct {
     bool active;  /* this process is inside the warm (or renamed) cgroups */
     bool claimed; /* renamed to a sandbox id */
     struct jail_cg cg;
+    struct jail_cg_limits lim; /* what the cgroups were created with */
     char home[JAIL_CG_NCTRL][JAIL_CG_PATH_MAX]; /* where this process was, per controller */
 } jail__warm;
 
@@ -112,7 +113,7 @@ static int jail__own_cgroups(const struct jail_cg_layout *l, struct al_error *er
     return 0;
 }
 
-int jail_warm(const char *cgroup_parent, struct al_error *err)
+int jail_warm(const char *cgroup_parent, const struct jail_cg_limits *lim, struct al_error *err)
 {
     struct jail_cg_layout layout;
     int rc = jail__get_layout(&layout, err);
@@ -123,8 +124,8 @@ int jail_warm(const char *cgroup_parent, struct al_error *err)
     if ((rc = jail_cg_init(&jail__warm.cg, &layout, cgroup_parent, id, err)) ||
         (rc = jail__own_cgroups(&layout, err)))
         return rc;
-    struct jail_cg_limits none = {0};
-    if ((rc = jail_cg_create(&jail__warm.cg, &none, err)))
+    jail__warm.lim = lim ? *lim : (struct jail_cg_limits){0};
+    if ((rc = jail_cg_create(&jail__warm.cg, &jail__warm.lim, err)))
         return rc;
     if ((rc = jail_cg_attach(&jail__warm.cg, getpid(), err))) {
         jail_cg_destroy(&jail__warm.cg, NULL);
@@ -696,8 +697,13 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
         goto fail;
 
     struct jail_cg_limits lim = {s->memory_bytes, s->pids, s->cpus};
-    if ((rc = jail_cg_create(&j->cg, &lim, err)))
+    if (j->cg_inherited) {
+        /* The warm cgroups, renamed: usually created with these very limits. */
+        if ((rc = jail_cg_relimit(&j->cg, &lim, &jail__warm.lim, err)))
+            goto fail;
+    } else if ((rc = jail_cg_create(&j->cg, &lim, err))) {
         goto fail;
+    }
     j->cg_created = true;
 
     if ((rc = jail_seccomp_build(&prog, &prog_len))) {
