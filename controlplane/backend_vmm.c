@@ -349,7 +349,11 @@ static void vp__line(struct vmm_proc *v)
     v->line[v->line_len] = '\0';
     json_t *j = json_loads(v->line, 0, NULL);
     if (v->state == VP_STARTING) {
-        if (j && json_is_true(json_object_get(j, "warm"))) {
+        if (j && json_is_true(json_object_get(j, "warm")) && vmm__pool.closing) {
+            /* Started before airlockd began to stop: release it (EOF on its stdin). */
+            vmm__pool.n_starting--;
+            vp__done(v);
+        } else if (j && json_is_true(json_object_get(j, "warm"))) {
             v->state = VP_WARM;
             vmm__pool.n_starting--;
             v->next = vmm__pool.warm;
