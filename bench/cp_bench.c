@@ -19,8 +19,19 @@
  *                    with IDLE idle sandboxes - without any) / IDLE
  *   max_idle_sandboxes  sandboxes created (8 at a time) and held idle until MAXHELD or the
  *                    first failure (target >= 500); then all are killed
+ * With every create and kill phase, the CPU it cost per sandbox, measured in the same run:
+ *   *_cpu_ms_per_sandbox       CPU time of airlockd, its helpers, every airlock-vmm and every
+ *                    sandbox (cgroup CPU accounting: airlockd is started in a cgroup of its
+ *                    own, the sandboxes live under the run's cgroup parent; both are summed,
+ *                    the bench's own HTTP client is not) / sandboxes
+ *   *_host_cpu_ms_per_sandbox  the whole machine's busy CPU time (/proc/stat) / sandboxes:
+ *                    includes kernel threads (network namespace teardown, RCU) and anything
+ *                    else that ran meanwhile (other jobs on a shared machine)
+ *   *_cores_busy     the same, divided by the phase's wall time: how many cores were in use
  * CP_BENCH_DIR=DIR puts the run's state directory under DIR instead of /tmp;
- * CP_BENCH_NETWORK=off runs without the vswitch and airlock-egress (to see their share).
+ * CP_BENCH_NETWORK=off runs without the vswitch and airlock-egress (to see their share);
+ * CP_BENCH_MARKS=1 prints each phase's CLOCK_MONOTONIC start and end (ns) on stderr, to cut
+ * a `perf record -k CLOCK_MONOTONIC` profile to one phase (perf report --time).
  * Every figure: {"bench":"cp","metric":...,"value":...,"unit":...}. Figures from a busy
  * machine are noisy: run it on a quiet one (Release build) for numbers that count.
  */
@@ -47,6 +58,10 @@ static int opt_n1 = 50, opt_nc = 200, opt_conc = 50, opt_idle = 50, opt_max = 52
 static int opt_warm = -1, opt_netpool = -1; /* -1: airlockd's defaults */
 static char g_dir[256], g_state[300], g_url[128], g_key[64], g_bin[4096], g_cg[64];
 static pid_t g_airlockd;
+/* CPU accounting: the cgroup airlockd runs in, the run's cgroup parent (the sandboxes), and
+ * the file that holds their CPU time (cpuacct.usage in ns on v1, cpu.stat usage_usec on v2). */
+static char g_acct_dir[512], g_acct_parent[512];
+static bool g_acct_v2;
 
 static void out(const char *metric, double v, const char *unit)
 {
@@ -105,6 +120,141 @@ static void cleanup(void)
             fprintf(stderr, "cp_bench: cleanup of %s incomplete\n", g_dir);
         g_dir[0] = '\0';
     }
+    if (g_acct_dir[0]) {
+        for (int i = 0; i < 50 && rmdir(g_acct_dir) < 0 && errno == EBUSY; i++)
+            usleep(100000);
+        g_acct_dir[0] = '\0';
+    }
+}
+
+/* ---- CPU accounting ------------------------------------------------------------------------ */
+
+/* Finds the cgroup hierarchy to account CPU with: v1 cpuacct if mounted, else the v2 root;
+ * creates <root>/<g_cg>-acct for airlockd. 0, or -1 (no figure then). */
+static int acct_setup(void)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+    if (!f)
+        return -1;
+    char line[1024], v1[256] = "", v2[256] = "";
+    while (fgets(line, sizeof line, f)) {
+        char mnt[256], rest[512];
+        rest[0] = ' '; /* " - " also when no optional field precedes it */
+        if (sscanf(line, "%*s %*s %*s %*s %255s %*s %510[^\n]", mnt, rest + 1) != 2)
+            continue;
+        char *sep = strstr(rest, " - ");
+        if (!sep)
+            continue;
+        char fstype[32], super[256] = "";
+        if (sscanf(sep + 3, "%31s %*s %255s", fstype, super) < 1)
+            continue;
+        if (!strcmp(fstype, "cgroup") && !v1[0]) {
+            for (char *t = strtok(super, ","); t; t = strtok(NULL, ","))
+                if (!strcmp(t, "cpuacct"))
+                    snprintf(v1, sizeof v1, "%s", mnt);
+        } else if (!strcmp(fstype, "cgroup2") && !v2[0]) {
+            snprintf(v2, sizeof v2, "%s", mnt);
+        }
+    }
+    fclose(f);
+    const char *root = v1[0] ? v1 : v2;
+    if (!root[0])
+        return -1;
+    g_acct_v2 = !v1[0];
+    snprintf(g_acct_dir, sizeof g_acct_dir, "%s/%s-acct", root, g_cg);
+    snprintf(g_acct_parent, sizeof g_acct_parent, "%s/%s", root, g_cg);
+    if (mkdir(g_acct_dir, 0755) < 0) {
+        g_acct_dir[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+/* In the child that becomes airlockd: into the accounting cgroup. */
+static void acct_join(void)
+{
+    if (!g_acct_dir[0])
+        return;
+    char p[600], v[32];
+    snprintf(p, sizeof p, "%s/cgroup.procs", g_acct_dir);
+    snprintf(v, sizeof v, "%d", (int)getpid());
+    int fd = open(p, O_WRONLY);
+    if (fd >= 0) {
+        if (write(fd, v, strlen(v)) < 0)
+            perror("cp_bench: join the accounting cgroup");
+        close(fd);
+    }
+}
+
+static uint64_t acct_read_one(const char *dir)
+{
+    char p[600], buf[4096];
+    snprintf(p, sizeof p, "%s/%s", dir, g_acct_v2 ? "cpu.stat" : "cpuacct.usage");
+    int fd = open(p, O_RDONLY);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    if (!g_acct_v2)
+        return strtoull(buf, NULL, 10);
+    char *u = strstr(buf, "usage_usec ");
+    return u ? strtoull(u + 11, NULL, 10) * 1000 : 0;
+}
+
+/* CPU ns of airlockd, its helpers and every sandbox so far. */
+static uint64_t acct_ns(void)
+{
+    return g_acct_dir[0] ? acct_read_one(g_acct_dir) + acct_read_one(g_acct_parent) : 0;
+}
+
+/* Busy CPU ns of the whole machine so far. */
+static uint64_t host_busy_ns(void)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f)
+        return 0;
+    unsigned long long u, ni, sy, id, io, irq, sirq, st;
+    int k = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &u, &ni, &sy, &id, &io, &irq,
+                   &sirq, &st);
+    fclose(f);
+    if (k != 8)
+        return 0;
+    return (u + ni + sy + irq + sirq + st) * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
+}
+
+struct phase {
+    uint64_t t0, acct0, host0;
+};
+
+static void phase_begin(struct phase *p)
+{
+    p->acct0 = acct_ns();
+    p->host0 = host_busy_ns();
+    p->t0 = al_now_ns();
+    if (getenv("CP_BENCH_MARKS"))
+        fprintf(stderr, "cp_bench: mark begin %llu\n", (unsigned long long)p->t0);
+}
+
+static void phase_end(const struct phase *p, const char *name, int n)
+{
+    uint64_t t1 = al_now_ns();
+    if (getenv("CP_BENCH_MARKS"))
+        fprintf(stderr, "cp_bench: mark end %s %llu\n", name, (unsigned long long)t1);
+    uint64_t acct = acct_ns() - p->acct0, host = host_busy_ns() - p->host0;
+    char m[96];
+    if (n <= 0)
+        return;
+    if (g_acct_dir[0]) {
+        snprintf(m, sizeof m, "%s_cpu_ms_per_sandbox", name);
+        out(m, (double)acct / 1e6 / n, "ms");
+    }
+    snprintf(m, sizeof m, "%s_host_cpu_ms_per_sandbox", name);
+    out(m, (double)host / 1e6 / n, "ms");
+    snprintf(m, sizeof m, "%s_cores_busy", name);
+    out(m, (double)host / (double)(t1 - p->t0), "cores");
 }
 
 static void on_signal(int sig)
@@ -123,6 +273,9 @@ static int start_airlockd(void)
     chmod(g_dir, 0711);
     snprintf(g_state, sizeof g_state, "%s/state", g_dir);
     snprintf(g_cg, sizeof g_cg, "al-cp-bench-%d", getpid());
+    if (acct_setup() < 0)
+        fprintf(stderr, "cp_bench: no cgroup CPU accounting (cpuacct or cgroup2): only the "
+                        "machine-wide CPU figures\n");
     char cfg[400], outp[400];
     snprintf(cfg, sizeof cfg, "%s/airlockd.yaml", g_dir);
     snprintf(outp, sizeof outp, "%s/out", g_dir);
@@ -163,6 +316,7 @@ static int start_airlockd(void)
             ef = open(getenv("CP_BENCH_LOG"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
         dup2(fd, 1);
         dup2(ef, 2);
+        acct_join();
         setenv("AIRLOCK_API_KEY", g_key, 1);
         setenv("AIRLOCK_LOG_FORMAT", "json", 1);
         execl(airlockd, airlockd, "--listen", listen, "--state-dir", g_state, "--config", cfg,
@@ -509,21 +663,34 @@ int main(int argc, char **argv)
     double *ms2 = calloc(cap, sizeof *ms2);
     double secs;
 
+    struct phase ph;
     /* c = 1 */
+    phase_begin(&ph);
     fails += flight_run(opt_n1, 1, false, ids, ms, &secs);
+    phase_end(&ph, "create_c1", opt_n1);
     out_dist("create_c1", ms, (size_t)opt_n1);
+    phase_begin(&ph);
     fails += flight_run(opt_n1, 1, true, ids, ms2, &secs);
+    phase_end(&ph, "kill_c1", opt_n1);
     out_dist("kill_c1", ms2, (size_t)opt_n1);
 
     /* c = CONC */
-    fails += flight_run(opt_nc, opt_conc, false, ids, ms, &secs);
     char m[64];
     snprintf(m, sizeof m, "create_c%d", opt_conc);
+    /* The pools refill between bursts (the kills' network releases finish meanwhile);
+     * large pools take longer. */
+    int pools = opt_warm > opt_netpool ? opt_warm : opt_netpool;
+    sleep(3 + (unsigned)(pools > 32 ? pools / 15 : 0));
+    phase_begin(&ph);
+    fails += flight_run(opt_nc, opt_conc, false, ids, ms, &secs);
+    phase_end(&ph, m, opt_nc);
     out_dist(m, ms, (size_t)opt_nc);
     snprintf(m, sizeof m, "create_c%d_rate", opt_conc);
     out(m, (double)opt_nc / secs, "sandboxes/s");
-    fails += flight_run(opt_nc, opt_conc, true, ids, ms2, &secs);
     snprintf(m, sizeof m, "kill_c%d", opt_conc);
+    phase_begin(&ph);
+    fails += flight_run(opt_nc, opt_conc, true, ids, ms2, &secs);
+    phase_end(&ph, m, opt_nc);
     out_dist(m, ms2, (size_t)opt_nc);
 
     /* The reference: airlock-vmm alone. */

@@ -27,6 +27,11 @@
 
 #define VMM_API_TIMEOUT_MS  15000
 #define VMM_STOP_TIMEOUT_MS 20000
+/* Warm airlock-vmm processes starting at once while the pool refills: each start costs a
+ * few milliseconds of CPU (exec, cgroups), and a refill of the whole pool at once (32 or
+ * more processes) took both cores for hundreds of milliseconds whenever a burst paused
+ * for an instant. Two at a time keep the refill in the background. */
+#define VMM_POOL_SPAWN_MAX 2
 
 struct vmm_proc;
 
@@ -344,13 +349,18 @@ static void vp__line(struct vmm_proc *v)
     v->line[v->line_len] = '\0';
     json_t *j = json_loads(v->line, 0, NULL);
     if (v->state == VP_STARTING) {
-        if (j && json_is_true(json_object_get(j, "warm"))) {
+        if (j && json_is_true(json_object_get(j, "warm")) && vmm__pool.closing) {
+            /* Started before airlockd began to stop: release it (EOF on its stdin). */
+            vmm__pool.n_starting--;
+            vp__done(v);
+        } else if (j && json_is_true(json_object_get(j, "warm"))) {
             v->state = VP_WARM;
             vmm__pool.n_starting--;
             v->next = vmm__pool.warm;
             vmm__pool.warm = v;
             vmm__pool.n_warm++;
             v->in_pool = true;
+            vmm__pool_refill(v->cp); /* the next one, if the pool is still short */
         } else {
             al_warn("a warm airlock-vmm (pid %d) did not get ready: %s", (int)v->pid, v->line);
             vmm__pool.n_starting--;
@@ -479,15 +489,26 @@ static struct vmm_proc *vp__spawn(struct cp *cp, bool warm, struct al_error *err
         free(v);
         return NULL;
     }
-    char *argv[16];
+    char *argv[24];
     int n = 0;
     argv[n++] = cp->vmm_bin;
     argv[n++] = "--state-dir";
     argv[n++] = cp->cfg.state_dir;
+    char mem[32], pids[32], cpus[32];
     if (warm) {
+        /* The resources every create asks for (vmm__spec): the cgroups get them now. */
+        snprintf(mem, sizeof mem, "%lld", (long long)(cp->cfg.memory_bytes >> 20));
+        snprintf(pids, sizeof pids, "%lld", (long long)cp->cfg.pids);
+        snprintf(cpus, sizeof cpus, "%lld", (long long)cp->cfg.cpu_count);
         argv[n++] = "--warm";
         argv[n++] = "--cgroup-parent";
         argv[n++] = cp->cfg.cgroup_parent;
+        argv[n++] = "--memory-mib";
+        argv[n++] = mem;
+        argv[n++] = "--pids";
+        argv[n++] = pids;
+        argv[n++] = "--cpus";
+        argv[n++] = cpus;
     }
     argv[n++] = "--spec";
     argv[n++] = "-";
@@ -532,10 +553,13 @@ static struct vmm_proc *vp__spawn(struct cp *cp, bool warm, struct al_error *err
 static void vmm__pool_refill(struct cp *cp)
 {
     /* Refilled between bursts, not during one: a burst takes what is ready and does not
-     * compete with its own replacements for the CPU. */
+     * compete with its own replacements for the CPU. A few at a time, each ready process
+     * starting the next (vp__line), so that a burst that resumes finds the CPU free: the
+     * refill stops as soon as a creation is in flight again. */
     if (vmm__pool.closing || cp->stopping || cp->n_creating > 0)
         return;
-    while (vmm__pool.n_warm + vmm__pool.n_starting < (size_t)cp->cfg.warm_pool) {
+    while (vmm__pool.n_warm + vmm__pool.n_starting < (size_t)cp->cfg.warm_pool &&
+           vmm__pool.n_starting < VMM_POOL_SPAWN_MAX) {
         struct al_error err = {0};
         if (!vp__spawn(cp, true, &err)) {
             al_warn("cannot start a warm airlock-vmm: %s", al_error_str(&err));

@@ -13,7 +13,8 @@ static void main__usage(FILE *f)
     fprintf(
         f,
         "usage: airlock-vmm [--state-dir DIR] [run] --spec FILE|- [--ready-fd N]\n"
-        "       airlock-vmm [--state-dir DIR] --warm [--cgroup-parent P] --spec - --ready-fd N\n"
+        "       airlock-vmm [--state-dir DIR] --warm [--cgroup-parent P] [--memory-mib N]"
+        " [--pids N] [--cpus X] --spec - --ready-fd N\n"
         "       airlock-vmm [--state-dir DIR] --cleanup ID [--keep-logs]\n"
         "       airlock-vmm [--state-dir DIR] --sweep [--keep-logs] [--cgroup-parent P]"
         " [--uid-base N] [--uid-slots N]\n"
@@ -28,6 +29,9 @@ static void main__usage(FILE *f)
         "         already in them), write {\"warm\":true,\"vmm_pid\":N} to the ready fd, then\n"
         "         wait for the spec on standard input: a pool of warm airlock-vmm processes\n"
         "         takes process start-up and the cgroup move off the creation path.\n"
+        "         --memory-mib/--pids/--cpus: the resources the spec will most likely ask\n"
+        "         for (default: the spec's defaults); the cgroups get them now, and a spec\n"
+        "         that asks for others has them rewritten.\n"
         "         Closing standard input (or SIGTERM) releases it unused.\n"
         "--cleanup  reclaim what a crashed airlock-vmm of sandbox ID left (cgroups, id\n"
         "         slot, files). Refuses while that sandbox still runs.\n"
@@ -59,7 +63,8 @@ int main(int argc, char **argv)
     argc = al_take_state_dir_arg(argc, argv);
     const char *spec = NULL, *cleanup = NULL, *parent = NULL;
     bool sweep = false, keep_logs = false, warm = false;
-    long ready_fd = -1;
+    long ready_fd = -1, memory_mib = -1, pids = -1;
+    double cpus = -1;
     unsigned long uid_base = 0, uid_slots = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -85,6 +90,25 @@ int main(int argc, char **argv)
             sweep = true;
         } else if (strcmp(a, "--cgroup-parent") == 0 && next) {
             parent = argv[++i];
+        } else if (strcmp(a, "--memory-mib") == 0 && next) {
+            if (main__uint(argv[++i], 1u << 30, &v) || v < 16) {
+                fprintf(stderr, "airlock-vmm: --memory-mib wants a number of MiB >= 16\n");
+                return VMM_EXIT_USAGE;
+            }
+            memory_mib = (long)v;
+        } else if (strcmp(a, "--pids") == 0 && next) {
+            if (main__uint(argv[++i], 1u << 22, &v) || v < 8) {
+                fprintf(stderr, "airlock-vmm: --pids wants a number in 8..4194304\n");
+                return VMM_EXIT_USAGE;
+            }
+            pids = (long)v;
+        } else if (strcmp(a, "--cpus") == 0 && next) {
+            char *end;
+            cpus = strtod(argv[++i], &end);
+            if (*end || !(cpus >= 0.01 && cpus <= 1024)) {
+                fprintf(stderr, "airlock-vmm: --cpus wants a number in 0.01..1024\n");
+                return VMM_EXIT_USAGE;
+            }
         } else if (strcmp(a, "--uid-base") == 0 && next) {
             if (main__uint(argv[++i], 0xfffeffffu, &uid_base) || uid_base < 65536) {
                 fprintf(stderr, "airlock-vmm: --uid-base wants a number >= 65536\n");
@@ -117,6 +141,12 @@ int main(int argc, char **argv)
         json_t *wo = json_object();
         if (parent)
             json_object_set_new(wo, "cgroup_parent", json_string(parent));
+        if (memory_mib > 0)
+            json_object_set_new(wo, "memory_mib", json_integer(memory_mib));
+        if (pids > 0)
+            json_object_set_new(wo, "pids", json_integer(pids));
+        if (cpus > 0)
+            json_object_set_new(wo, "cpus", json_real(cpus));
         struct vmm_opts o = {
             .spec_path = spec, .ready_fd = (int)ready_fd, .warm = warm, .warm_opts = wo};
         int rc = vmm_run(&o);

@@ -332,10 +332,10 @@ int vmm_spec_parse(const char *data, size_t len, struct vmm_spec *s, struct al_e
 {
     memset(s, 0, sizeof *s);
     s->backend = "jail";
-    s->cpus = 2;
-    s->memory_bytes = 512 * MIB;
+    s->cpus = VMM_DEFAULT_CPUS;
+    s->memory_bytes = (uint64_t)VMM_DEFAULT_MEMORY_MIB * MIB;
     s->disk_bytes = 512 * MIB;
-    s->pids = 1024;
+    s->pids = VMM_DEFAULT_PIDS;
     s->nofile = 4096;
     s->agent_path = "/.airlock/bin/airlock-agent";
     s->log_max_bytes = 1 << 20;

@@ -25,6 +25,10 @@
 #define VMM_MAX_DNS       3
 #define VMM_SPEC_MAX_SIZE (1u << 20)   /* the whole spec */
 #define VMM_INIT_MAX_SIZE (256u << 10) /* the init object handed to the agent */
+/* Resources a spec gets when it names none. */
+#define VMM_DEFAULT_CPUS       2
+#define VMM_DEFAULT_MEMORY_MIB 512
+#define VMM_DEFAULT_PIDS       1024
 
 enum vmm_net_mode {
     VMM_NET_NONE = 0, /* a fresh network namespace with only loopback (up) */

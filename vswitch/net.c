@@ -112,8 +112,43 @@ static int net__check_sandbox(const struct vswitch_sandbox *sb, struct al_error 
 }
 
 /* -ENOENT if no interface carries sandbox id (caller holds the lock). */
+/* The interface of sandbox id. Called on every creation: one batched read of the map (a
+ * few syscalls for the whole map) rather than two syscalls per interface, which with
+ * hundreds of sandboxes and pooled networks made this scan most of airlockd's CPU time per
+ * creation; the entry-by-entry walk stays as the fallback for kernels without batch ops. */
 static int net__find_locked(struct vswitch *vs, uint64_t id, int *ifindex, struct vs_iface *ifc)
 {
+    enum { CHUNK = 128 };
+    __u32 *keys = malloc(CHUNK * sizeof *keys);
+    struct vs_iface *vals = malloc(CHUNK * sizeof *vals);
+    int found = -ENOENT;
+    bool batched = keys && vals;
+    __u32 in = 0, out = 0;
+    for (bool first = true; batched;) {
+        __u32 n = CHUNK;
+        LIBBPF_OPTS(bpf_map_batch_opts, o);
+        int r = bpf_map_lookup_batch(vs->view.map_ifaces, first ? NULL : &in, &out, keys, vals,
+                                     &n, &o);
+        if (r < 0 && r != -ENOENT) {
+            batched = false; /* unsupported here: walk entry by entry */
+            break;
+        }
+        for (__u32 i = 0; i < n && found; i++) {
+            if (!(vals[i].flags & VS_IF_POOL) && vals[i].sandbox_id == id) {
+                *ifindex = (int)keys[i];
+                *ifc = vals[i];
+                found = 0;
+            }
+        }
+        if (r == -ENOENT || !found)
+            break;
+        in = out;
+        first = false;
+    }
+    free(keys);
+    free(vals);
+    if (batched)
+        return found;
     __u32 key, next, *prev = NULL;
     while (bpf_map_get_next_key(vs->view.map_ifaces, prev, &next) == 0) {
         if (bpf_map_lookup_elem(vs->view.map_ifaces, &next, ifc) == 0 &&

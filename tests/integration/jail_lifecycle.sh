@@ -169,6 +169,13 @@ exec 7>"$T/warm-in"
 for i in $(seq 200); do grep -q '"warm":true' "$T/ready-warm" 2>/dev/null && break; sleep 0.02; done
 grep -q "\"warm\":true,\"vmm_pid\":$wpid" "$T/ready-warm" || fail "no warm line: $(cat "$T/ready-warm")"
 grep -q "/$CGP/warm-$wpid\$" "/proc/$wpid/cgroup" || fail "the warm airlock-vmm is not in its cgroups: $(cat /proc/$wpid/cgroup)"
+# The warm cgroups carry the expected limits (the spec's defaults here) before any spec.
+cgv1=/sys/fs/cgroup/memory/$CGP
+if [ -d "$cgv1/warm-$wpid" ]; then
+  [ "$(cat "$cgv1/warm-$wpid/memory.limit_in_bytes")" = $((512 << 20)) ] ||
+    fail "warm memory limit: $(cat "$cgv1/warm-$wpid/memory.limit_in_bytes")"
+  [ "$(cat /sys/fs/cgroup/pids/$CGP/warm-$wpid/pids.max)" = 1024 ] || fail "warm pids.max"
+fi
 jail_spec warm "$T/bb" >&7
 exec 7>&-
 for i in $(seq 300); do grep -q '"ready"' "$T/ready-warm" && break; sleep 0.02; done
@@ -176,6 +183,13 @@ grep -q '"ready":true' "$T/ready-warm" || fail "warm start failed: $(cat "$T/rea
 ls -d /sys/fs/cgroup/*/"$CGP/warm-$wpid" 2>/dev/null | grep -q . && fail "the warm cgroups were not renamed"
 apid=$(python3 -c 'import json,sys; [print(json.loads(l)["agent_pid"]) for l in open(sys.argv[1]) if "ready" in l]' "$T/ready-warm")
 grep -q "/$CGP/warm\$" "/proc/$apid/cgroup" || fail "the agent is not in the sandbox's cgroups: $(cat /proc/$apid/cgroup)"
+# The spec asked for other limits than the warm process expected: they were rewritten.
+if [ -d "$cgv1/warm" ]; then
+  [ "$(cat "$cgv1/warm/memory.limit_in_bytes")" = $((256 << 20)) ] ||
+    fail "the spec's memory limit was not applied: $(cat "$cgv1/warm/memory.limit_in_bytes")"
+  [ "$(cat /sys/fs/cgroup/pids/$CGP/warm/pids.max)" = 256 ] || fail "the spec's pids.max was not applied"
+  [ "$(cat /sys/fs/cgroup/cpu/$CGP/warm/cpu.cfs_quota_us)" = 100000 ] || fail "the spec's CPU quota was not applied"
+fi
 for i in $(seq 100); do grep -q "/$CGP/" "/proc/$wpid/cgroup" || break; sleep 0.02; done
 grep -q "/$CGP/" "/proc/$wpid/cgroup" && fail "airlock-vmm stayed in the sandbox's cgroups: $(cat /proc/$wpid/cgroup)"
 huid=$(jail_host_uid warm)

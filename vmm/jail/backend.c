@@ -120,7 +120,25 @@ static int jb__warm(const json_t *opts, struct al_error *err)
     const char *parent = "airlock";
     if (opts && al_json_get_str(opts, "cgroup_parent", false, &parent, "warm", err))
         return -EINVAL;
-    return jail_warm(parent ? parent : "airlock", err);
+    /* The limits the sandbox will most likely get: the spec's defaults, or what the
+     * control plane says it will ask for. */
+    struct jail_cg_limits lim = {(uint64_t)VMM_DEFAULT_MEMORY_MIB << 20, VMM_DEFAULT_PIDS,
+                                 VMM_DEFAULT_CPUS};
+    int64_t v;
+    if (opts && json_object_get(opts, "memory_mib")) {
+        if (al_json_get_int(opts, "memory_mib", true, 1, 1 << 30, &v, "warm", err))
+            return -EINVAL;
+        lim.memory_bytes = (uint64_t)v << 20;
+    }
+    if (opts && json_object_get(opts, "pids")) {
+        if (al_json_get_int(opts, "pids", true, 1, 1 << 22, &v, "warm", err))
+            return -EINVAL;
+        lim.pids = (uint32_t)v;
+    }
+    json_t *c = opts ? json_object_get(opts, "cpus") : NULL;
+    if (c)
+        lim.cpus = json_number_value(c);
+    return jail_warm(parent ? parent : "airlock", &lim, err);
 }
 
 static void jb__settle(void *priv)

@@ -404,10 +404,50 @@ static int cg__mkdir_parent(const struct jail_cg *cg, const char *root, struct a
     return 0;
 }
 
+static int cg__apply(const struct jail_cg *cg, const struct jail_cg_limits *lim,
+                     struct al_error *err)
+{
+    struct jail_cg_write w[JAIL_CG_MAX_WRITES];
+    int n = jail_cg_plan(cg, lim, w, JAIL_CG_MAX_WRITES);
+    if (n < 0)
+        return al_error_set(err, n, "internal error: cgroup plan too long");
+    for (int i = 0; i < n; i++) {
+        int rc = cg__write(w[i].path, w[i].value);
+        if (rc == -ENOENT && w[i].optional)
+            continue;
+        if (rc && w[i].optional && rc == -EINVAL)
+            continue;
+        if (rc)
+            return al_error_set(err, rc, "cannot write '%s' to %s: %s", w[i].value, w[i].path,
+                                strerror(-rc));
+    }
+    return 0;
+}
+
+bool jail_cg_limits_equal(const struct jail_cg_limits *a, const struct jail_cg_limits *b)
+{
+    return a->memory_bytes == b->memory_bytes && a->pids == b->pids && a->cpus == b->cpus;
+}
+
+int jail_cg_relimit(const struct jail_cg *cg, const struct jail_cg_limits *lim,
+                    const struct jail_cg_limits *prev, struct al_error *err)
+{
+    if (prev && jail_cg_limits_equal(lim, prev))
+        return 0;
+    /* v1 refuses a memory limit above memory+swap: lift that first (the plan sets both). */
+    if (cg->layout.version == 1 && cg->dir[JAIL_CG_MEMORY][0])
+        cg__writef(cg->dir[JAIL_CG_MEMORY], "memory.memsw.limit_in_bytes", "-1");
+    return cg__apply(cg, lim, err);
+}
+
 int jail_cg_create(struct jail_cg *cg, const struct jail_cg_limits *lim, struct al_error *err)
 {
     int rc;
     for (size_t u = 0; u < cg->n_uniq; u++) {
+        /* v1: the parent is nearly always there already; one mkdir, not two. (v2 enables
+         * the controllers on the way down each time.) */
+        if (cg->layout.version == 1 && mkdir(cg->uniq[u], 0755) == 0)
+            continue;
         /* The parent is the directory above the sandbox's. */
         char root[JAIL_CG_PATH_MAX];
         snprintf(root, sizeof root, "%s", cg->uniq[u]);
@@ -422,24 +462,8 @@ int jail_cg_create(struct jail_cg *cg, const struct jail_cg_limits *lim, struct 
             goto fail;
         }
     }
-    struct jail_cg_write w[JAIL_CG_MAX_WRITES];
-    int n = jail_cg_plan(cg, lim, w, JAIL_CG_MAX_WRITES);
-    if (n < 0) {
-        rc = al_error_set(err, n, "internal error: cgroup plan too long");
+    if ((rc = cg__apply(cg, lim, err)))
         goto fail;
-    }
-    for (int i = 0; i < n; i++) {
-        rc = cg__write(w[i].path, w[i].value);
-        if (rc == -ENOENT && w[i].optional)
-            continue;
-        if (rc && w[i].optional && rc == -EINVAL)
-            continue;
-        if (rc) {
-            al_error_set(err, rc, "cannot write '%s' to %s: %s", w[i].value, w[i].path,
-                         strerror(-rc));
-            goto fail;
-        }
-    }
     return 0;
 fail:
     jail_cg_destroy(cg, NULL);

@@ -87,6 +87,11 @@ int jail_cg_plan(const struct jail_cg *cg, const struct jail_cg_limits *lim,
 /* Creates the parent (once, kept) and sandbox directories and applies the limits. If the
  * sandbox directories already exist and are empty, they are reused. */
 int jail_cg_create(struct jail_cg *cg, const struct jail_cg_limits *lim, struct al_error *err);
+/* Applies lim to existing directories (a warm process's, renamed), skipping the writes if
+ * prev (the limits they were created with, may be NULL) equals lim. */
+int jail_cg_relimit(const struct jail_cg *cg, const struct jail_cg_limits *lim,
+                    const struct jail_cg_limits *prev, struct al_error *err);
+bool jail_cg_limits_equal(const struct jail_cg_limits *a, const struct jail_cg_limits *b);
 /* Moves pid (the whole thread group) into every hierarchy. */
 int jail_cg_attach(const struct jail_cg *cg, pid_t pid, struct al_error *err);
 /* Freezes or thaws, waiting (up to timeout_ms) until the state is reached. */

@@ -5,11 +5,16 @@
  * sandboxes never share a host id, so a process that escaped one sandbox could not touch
  * another's files or signal its processes, and on the host it is nobody.
  *
- * Allocation is a file per slot, <dir>/<slot>, created with O_EXCL and holding the sandbox
- * id. The file is removed when the sandbox has been torn down (stop, or cleanup after a
- * crash), never merely because airlock-vmm died, so a slot cannot be reused while a
+ * Allocation is a record per slot in one file, <dir>.map (64 bytes each: the holder's
+ * sandbox id, NUL-padded; all zero = free), claimed under an open-file-description lock of
+ * that record. The record is cleared when the sandbox has been torn down (stop, or cleanup
+ * after a crash), never merely because airlock-vmm died, so a slot cannot be reused while a
  * crashed sandbox's processes might still exist. Allocation starts at a hash of the sandbox
- * id and probes linearly, so it is O(1) in practice and needs no global lock.
+ * id and probes linearly, so it is O(1) in practice and needs no global lock. One record
+ * rewritten in place rather than a file created and removed per sandbox: a disk file
+ * system's inode allocation under that churn was a large part of a creation's cost.
+ * Slot files of earlier versions (<dir>/<slot>, holding the id) are still honoured: such a
+ * slot is never handed out, and release and the sweep remove them.
  *
  * Defaults: base 1073741824 (2^30), 16384 slots, i.e. host ids 2^30 .. 2^31-1. The range
  * must not overlap ids used on the host (check /etc/subuid and /etc/subgid).
@@ -17,6 +22,8 @@
 #ifndef AIRLOCK_VMM_JAIL_IDMAP_H
 #define AIRLOCK_VMM_JAIL_IDMAP_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -24,11 +31,12 @@
 #define JAIL_IDS_PER_SLOT     65536u
 #define JAIL_ID_BASE_DEFAULT  1073741824u
 #define JAIL_ID_SLOTS_DEFAULT 16384u
+#define JAIL_IDMAP_RECORD     64 /* bytes per slot in the map (an id is at most 63) */
 
 struct jail_idmap_cfg {
     uint32_t base;
     uint32_t slots;
-    const char *dir; /* where slot files live, e.g. <state>/jail/idslots */
+    const char *dir; /* <state>/jail/idslots: the map is <dir>.map (legacy slot files in dir) */
 };
 
 /* Checks that the range is sane: base >= 65536, base + slots * 65536 - 1 < 2^32 - 1. */
@@ -44,5 +52,9 @@ int jail_idmap_alloc(const struct jail_idmap_cfg *cfg, const char *id, uint32_t 
 int jail_idmap_release(const struct jail_idmap_cfg *cfg, uint32_t slot, const char *id);
 /* Who holds slot: copies the holder's id into out; -ENOENT if free. */
 int jail_idmap_holder(const struct jail_idmap_cfg *cfg, uint32_t slot, char *out, size_t outlen);
+/* Calls fn for every held slot of the map (not legacy slot files) until fn returns non-zero;
+ * returns that value, 0, or a negative errno. */
+int jail_idmap_foreach(const struct jail_idmap_cfg *cfg,
+                       int (*fn)(uint32_t slot, const char *holder, void *arg), void *arg);
 
 #endif

@@ -70,6 +70,7 @@ static struct {
     bool active;  /* this process is inside the warm (or renamed) cgroups */
     bool claimed; /* renamed to a sandbox id */
     struct jail_cg cg;
+    struct jail_cg_limits lim; /* what the cgroups were created with */
     char home[JAIL_CG_NCTRL][JAIL_CG_PATH_MAX]; /* where this process was, per controller */
 } jail__warm;
 
@@ -112,7 +113,7 @@ static int jail__own_cgroups(const struct jail_cg_layout *l, struct al_error *er
     return 0;
 }
 
-int jail_warm(const char *cgroup_parent, struct al_error *err)
+int jail_warm(const char *cgroup_parent, const struct jail_cg_limits *lim, struct al_error *err)
 {
     struct jail_cg_layout layout;
     int rc = jail__get_layout(&layout, err);
@@ -123,8 +124,8 @@ int jail_warm(const char *cgroup_parent, struct al_error *err)
     if ((rc = jail_cg_init(&jail__warm.cg, &layout, cgroup_parent, id, err)) ||
         (rc = jail__own_cgroups(&layout, err)))
         return rc;
-    struct jail_cg_limits none = {0};
-    if ((rc = jail_cg_create(&jail__warm.cg, &none, err)))
+    jail__warm.lim = lim ? *lim : (struct jail_cg_limits){0};
+    if ((rc = jail_cg_create(&jail__warm.cg, &jail__warm.lim, err)))
         return rc;
     if ((rc = jail_cg_attach(&jail__warm.cg, getpid(), err))) {
         jail_cg_destroy(&jail__warm.cg, NULL);
@@ -696,8 +697,13 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
         goto fail;
 
     struct jail_cg_limits lim = {s->memory_bytes, s->pids, s->cpus};
-    if ((rc = jail_cg_create(&j->cg, &lim, err)))
+    if (j->cg_inherited) {
+        /* The warm cgroups, renamed: usually created with these very limits. */
+        if ((rc = jail_cg_relimit(&j->cg, &lim, &jail__warm.lim, err)))
+            goto fail;
+    } else if ((rc = jail_cg_create(&j->cg, &lim, err))) {
         goto fail;
+    }
     j->cg_created = true;
 
     if ((rc = jail_seccomp_build(&prog, &prog_len))) {
@@ -1210,6 +1216,24 @@ static int jail__sweep_cg(const char *id, void *arg)
     return 0;
 }
 
+struct jail__sweep_slots {
+    const struct jail_sweep_opts *o;
+    const struct jail_idmap_cfg *ids;
+    int reclaimed;
+};
+
+static int jail__sweep_slot(uint32_t slot, const char *holder, void *arg)
+{
+    struct jail__sweep_slots *x = arg;
+    if (vmm_id_valid(holder) && x->o->is_live(holder, x->o->arg))
+        return 0;
+    if (jail_idmap_release(x->ids, slot, holder) == 0) {
+        x->reclaimed++;
+        al_info("sweep: released id slot %u of sandbox %s", slot, holder);
+    }
+    return 0;
+}
+
 int jail_sweep(const struct jail_sweep_opts *o, struct al_error *err)
 {
     struct jail__sweep_ctx x = {.o = o, .err = err};
@@ -1222,6 +1246,12 @@ int jail_sweep(const struct jail_sweep_opts *o, struct al_error *err)
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/jail/idslots", o->state_dir);
     struct jail_idmap_cfg ids = {o->uid_base, o->uid_slots, dir};
+    struct jail__sweep_slots ss = {.o = o, .ids = &ids};
+    int r = jail_idmap_foreach(&ids, jail__sweep_slot, &ss);
+    if (r < 0 && !x.first_err)
+        x.first_err = al_error_set(err, r, "read the id slot map %s.map: %s", dir, strerror(-r));
+    x.reclaimed += ss.reclaimed;
+    /* Slot files of earlier versions. */
     DIR *d = opendir(dir);
     if (d) {
         struct dirent *e;
@@ -1230,13 +1260,15 @@ int jail_sweep(const struct jail_sweep_opts *o, struct al_error *err)
             unsigned long slot = strtoul(e->d_name, &end, 10);
             if (e->d_name[0] < '0' || e->d_name[0] > '9' || *end)
                 continue;
-            char holder[128];
-            if (jail_idmap_holder(&ids, (uint32_t)slot, holder, sizeof holder) != 0)
-                continue;
+            char holder[128] = "", p[4200];
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            al_autofree char *txt = NULL;
+            if (al_read_file(p, 127, &txt, NULL, NULL) == 0) {
+                snprintf(holder, sizeof holder, "%s", txt);
+                holder[strcspn(holder, "\n")] = '\0';
+            }
             if (vmm_id_valid(holder) && o->is_live(holder, o->arg))
                 continue;
-            char p[4200];
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
             if (unlink(p) == 0) {
                 x.reclaimed++;
                 al_info("sweep: released id slot %lu of sandbox %s", slot, holder);

@@ -79,10 +79,12 @@ struct jail {
     struct jail_timing timing;
 };
 
-/* Warm start (airlock-vmm --warm): creates <cgroup_parent>/warm-<pid> and moves this process
- * into it, so that a later jail_prepare (same parent) renames it to the sandbox's cgroups
- * and the sandbox is cloned inside them: no cgroup move on the creation path. */
-int jail_warm(const char *cgroup_parent, struct al_error *err);
+/* Warm start (airlock-vmm --warm): creates <cgroup_parent>/warm-<pid> with the limits the
+ * sandbox is expected to get (lim; a spec that asks for others has them rewritten) and moves
+ * this process into it, so that a later jail_prepare (same parent) renames it to the
+ * sandbox's cgroups and the sandbox is cloned inside them: no cgroup move and no limit
+ * writes on the creation path. Also builds what needs no spec (the seccomp program). */
+int jail_warm(const char *cgroup_parent, const struct jail_cg_limits *lim, struct al_error *err);
 /* Moves this process back to where it was (once the sandbox runs); idempotent. Removes
  * the warm cgroups if no sandbox claimed them. */
 void jail_warm_release(void);

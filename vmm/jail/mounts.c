@@ -117,10 +117,37 @@ int jail_mnt_resolve(int rootfd, const char *rel, bool create, bool dir, struct 
             return al_error_set(err, -errno, "resolve /%s: %s", rel, strerror(errno));
         return fd;
     }
-    /* Create the missing components one by one, each resolved inside the root. */
     char path[256];
     if ((size_t)snprintf(path, sizeof path, "%s", rel) >= sizeof path)
         return al_error_set(err, -ENAMETOOLONG, "path too long: /%s", rel);
+    /* Usually only the last component is missing: create it in its parent, then open it
+     * relative to that parent (one component, not followed if a symlink). */
+    char *base = strrchr(path, '/');
+    int parent = -1;
+    if (base) {
+        *base = '\0';
+        parent = (int)mnt__openat2(rootfd, path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        *base = '/';
+    }
+    if (parent >= 0) {
+        const char *name = base + 1;
+        int r;
+        if (dir) {
+            r = mkdirat(parent, name, 0755);
+        } else {
+            r = openat(parent, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+            if (r >= 0)
+                r = close(r);
+        }
+        if (r == 0 || errno == EEXIST)
+            fd = openat(parent, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        int saved = errno;
+        close(parent);
+        if (fd >= 0)
+            return fd;
+        return al_error_set(err, -saved, "create /%s: %s", rel, strerror(saved));
+    }
+    /* Create the missing components one by one, each resolved inside the root. */
     for (char *p = path;;) {
         char *slash = strchr(p, '/');
         bool last = slash == NULL;
@@ -244,39 +271,84 @@ static int mnt__clone(int dirfd, const char *path, bool empty, struct al_error *
     return fd;
 }
 
-static int mnt__step(const struct jail_mnt_step *s, int rootfd, int upperfd, const int *fds,
-                     size_t nfds, int *emptyfd, struct al_error *err)
+/* What the steps share: the roots to resolve targets in, and sources cloned more than
+ * once. Targets under proc/ and dev/ are resolved in the proc and dev mounts this plan made
+ * (the kernel's procfs, and a tmpfs holding only what the plan put there) rather than
+ * walked from the root through the overlay each time. */
+struct mnt__ctx {
+    int rootfd, upperfd;
+    const int *fds;
+    size_t nfds;
+    int emptyfd; /* an empty read-only tmpfs, cloned over masked directories */
+    int nullfd;  /* /dev/null, read-only, nosuid, noexec: cloned over masked files */
+    int procfd;  /* the new /proc */
+    int devfd;   /* the new /dev */
+};
+
+static int mnt__resolve(const struct mnt__ctx *c, const char *rel, bool create, bool dir,
+                        struct al_error *err)
+{
+    if (c->procfd >= 0 && strncmp(rel, "proc/", 5) == 0)
+        return jail_mnt_resolve(c->procfd, rel + 5, create, dir, err);
+    if (c->devfd >= 0 && strncmp(rel, "dev/", 4) == 0)
+        return jail_mnt_resolve(c->devfd, rel + 4, create, dir, err);
+    return jail_mnt_resolve(c->rootfd, rel, create, dir, err);
+}
+
+static int mnt__step(const struct jail_mnt_step *s, struct mnt__ctx *c, struct al_error *err)
 {
     al_autoclose int target = -1;
     al_autoclose int m = -1;
     int rc;
     switch (s->kind) {
     case JAIL_MNT_PROC:
-        if ((target = jail_mnt_resolve(rootfd, s->target, true, true, err)) < 0)
+        if ((target = mnt__resolve(c, s->target, true, true, err)) < 0)
             return target;
         if ((m = mnt__fs("proc", NULL, s->attr, err)) < 0)
             return m;
-        return mnt__attach(m, target, "/proc", err);
+        if ((rc = mnt__attach(m, target, "/proc", err)))
+            return rc;
+        if (strcmp(s->target, "proc") == 0 && c->procfd < 0) {
+            c->procfd = m; /* now the attached /proc */
+            m = -1;
+        }
+        return 0;
     case JAIL_MNT_MASK_FILE:
     case JAIL_MNT_MASK_DIR:
     case JAIL_MNT_RO_SELF:
-        target = jail_mnt_resolve(rootfd, s->target, false, false, NULL);
+        target = mnt__resolve(c, s->target, false, false, NULL);
         if (target < 0)
             return 0; /* absent on this kernel: nothing to hide */
         if (s->kind == JAIL_MNT_MASK_FILE) {
             struct stat st;
             if (fstat(target, &st) == 0 && S_ISDIR(st.st_mode))
                 return 0;
+            if (strcmp(s->source, "/dev/null") == 0) {
+                /* One clone of /dev/null with the attributes set, then clones of that
+                 * (a clone keeps its source's attributes). */
+                if (c->nullfd < 0) {
+                    if ((c->nullfd = mnt__clone(AT_FDCWD, s->source, false, err)) < 0)
+                        return c->nullfd;
+                    if ((rc = mnt__setattr(c->nullfd, s->attr, s->source, err))) {
+                        close(c->nullfd);
+                        c->nullfd = -1;
+                        return rc;
+                    }
+                }
+                if ((m = mnt__clone(c->nullfd, "", true, err)) < 0)
+                    return m;
+                return mnt__attach(m, target, s->target, err);
+            }
             m = mnt__clone(AT_FDCWD, s->source, false, err);
         } else if (s->kind == JAIL_MNT_MASK_DIR) {
-            if (*emptyfd < 0) {
-                *emptyfd = jail_mnt_tmpfs(
+            if (c->emptyfd < 0) {
+                c->emptyfd = jail_mnt_tmpfs(
                     "mode=0555,size=4096,nr_inodes=1",
                     JAIL_MA_RDONLY | JAIL_MA_NOSUID | JAIL_MA_NODEV | JAIL_MA_NOEXEC, err);
-                if (*emptyfd < 0)
-                    return *emptyfd;
+                if (c->emptyfd < 0)
+                    return c->emptyfd;
             }
-            m = mnt__clone(*emptyfd, "", true, err);
+            m = mnt__clone(c->emptyfd, "", true, err);
         } else {
             m = mnt__clone(target, "", true, err);
         }
@@ -289,13 +361,19 @@ static int mnt__step(const struct jail_mnt_step *s, int rootfd, int upperfd, con
             return rc;
         return mnt__attach(m, target, s->target, err);
     case JAIL_MNT_TMPFS:
-        if ((target = jail_mnt_resolve(rootfd, s->target, true, true, err)) < 0)
+        if ((target = mnt__resolve(c, s->target, true, true, err)) < 0)
             return target;
         if ((m = mnt__fs("tmpfs", s->data, s->attr, err)) < 0)
             return m;
-        return mnt__attach(m, target, s->target, err);
+        if ((rc = mnt__attach(m, target, s->target, err)))
+            return rc;
+        if (strcmp(s->target, "dev") == 0 && c->devfd < 0) {
+            c->devfd = m; /* now the attached /dev */
+            m = -1;
+        }
+        return 0;
     case JAIL_MNT_DEV_NODE:
-        if ((target = jail_mnt_resolve(rootfd, s->target, true, false, err)) < 0)
+        if ((target = mnt__resolve(c, s->target, true, false, err)) < 0)
             return target;
         if ((m = mnt__clone(AT_FDCWD, s->source, false, err)) < 0)
             return m;
@@ -303,7 +381,7 @@ static int mnt__step(const struct jail_mnt_step *s, int rootfd, int upperfd, con
             return rc;
         return mnt__attach(m, target, s->target, err);
     case JAIL_MNT_DEVPTS:
-        if ((target = jail_mnt_resolve(rootfd, s->target, true, true, err)) < 0)
+        if ((target = mnt__resolve(c, s->target, true, true, err)) < 0)
             return target;
         if ((m = mnt__fs("devpts", s->data, s->attr, err)) < 0)
             return m;
@@ -317,9 +395,12 @@ static int mnt__step(const struct jail_mnt_step *s, int rootfd, int upperfd, con
             *slash = '\0';
             name = slash + 1;
         }
-        al_autoclose int pfd =
-            slash ? (int)mnt__openat2(rootfd, parent, O_PATH | O_DIRECTORY | O_CLOEXEC)
-                  : dup(rootfd);
+        al_autoclose int pfd = -1;
+        if (c->devfd >= 0 && strcmp(parent, "dev") == 0)
+            pfd = dup(c->devfd);
+        else
+            pfd = slash ? (int)mnt__openat2(c->rootfd, parent, O_PATH | O_DIRECTORY | O_CLOEXEC)
+                        : dup(c->rootfd);
         if (pfd < 0)
             return al_error_set(err, -errno, "resolve /%s: %s", parent, strerror(errno));
         if (symlinkat(s->source, pfd, name) < 0 && errno != EEXIST)
@@ -327,24 +408,24 @@ static int mnt__step(const struct jail_mnt_step *s, int rootfd, int upperfd, con
         return 0;
     }
     case JAIL_MNT_UPPER_BIND:
-        if ((target = jail_mnt_resolve(rootfd, s->target, true, true, err)) < 0)
+        if ((target = mnt__resolve(c, s->target, true, true, err)) < 0)
             return target;
-        if ((m = mnt__clone(upperfd, s->source, false, err)) < 0)
+        if ((m = mnt__clone(c->upperfd, s->source, false, err)) < 0)
             return m;
         if ((rc = mnt__setattr(m, s->attr, s->target, err)))
             return rc;
         return mnt__attach(m, target, s->target, err);
     case JAIL_MNT_FD: {
-        if (s->fd_index < 0 || (size_t)s->fd_index >= nfds || fds[s->fd_index] < 0)
+        if (s->fd_index < 0 || (size_t)s->fd_index >= c->nfds || c->fds[s->fd_index] < 0)
             return al_error_set(err, -EBADF, "no mount handed in for /%s", s->target);
         struct stat st;
-        bool dir = fstat(fds[s->fd_index], &st) < 0 || S_ISDIR(st.st_mode);
-        if ((target = jail_mnt_resolve(rootfd, s->target, true, dir, err)) < 0)
+        bool dir = fstat(c->fds[s->fd_index], &st) < 0 || S_ISDIR(st.st_mode);
+        if ((target = jail_mnt_resolve(c->rootfd, s->target, true, dir, err)) < 0)
             return target;
-        return mnt__attach(fds[s->fd_index], target, s->target, err);
+        return mnt__attach(c->fds[s->fd_index], target, s->target, err);
     }
     case JAIL_MNT_READONLY:
-        if ((target = jail_mnt_resolve(rootfd, s->target, false, true, err)) < 0)
+        if ((target = jail_mnt_resolve(c->rootfd, s->target, false, true, err)) < 0)
             return target;
         return mnt__setattr(target, s->attr, s->target, err);
     }
@@ -354,13 +435,22 @@ static int mnt__step(const struct jail_mnt_step *s, int rootfd, int upperfd, con
 int jail_mnt_plan_exec(const struct jail_mnt_plan *plan, int rootfd, int upperfd, const int *fds,
                        size_t nfds, struct al_error *err)
 {
-    al_autoclose int emptyfd = -1;
-    for (size_t i = 0; i < plan->n; i++) {
-        int rc = mnt__step(&plan->steps[i], rootfd, upperfd, fds, nfds, &emptyfd, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
+    struct mnt__ctx c = {.rootfd = rootfd,
+                         .upperfd = upperfd,
+                         .fds = fds,
+                         .nfds = nfds,
+                         .emptyfd = -1,
+                         .nullfd = -1,
+                         .procfd = -1,
+                         .devfd = -1};
+    int rc = 0;
+    for (size_t i = 0; i < plan->n && rc >= 0; i++)
+        rc = mnt__step(&plan->steps[i], &c, err);
+    int own[] = {c.emptyfd, c.nullfd, c.procfd, c.devfd};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (own[i] >= 0)
+            close(own[i]);
+    return rc < 0 ? rc : 0;
 }
 
 int jail_mnt_write_file(int rootfd, const char *rel, const char *content, struct al_error *err)

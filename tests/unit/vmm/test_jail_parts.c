@@ -82,6 +82,50 @@ START_TEST(idmap_slots_are_distinct_and_released_by_their_holder)
 }
 END_TEST
 
+static int count_slot(uint32_t slot, const char *holder, void *arg)
+{
+    (void)slot;
+    ck_assert_ptr_nonnull(strstr(holder, "sbx"));
+    (*(int *)arg)++;
+    return 0;
+}
+
+START_TEST(idmap_map_records_and_legacy_slot_files)
+{
+    mkdir_tmp();
+    char sdir[300], legacy[400];
+    snprintf(sdir, sizeof sdir, "%s/jail/idslots", dir); /* <state>/jail made on demand */
+    struct jail_idmap_cfg c = {65536, 8, sdir};
+    struct al_error e = {0};
+    /* A slot file of an earlier airlock-vmm holds the slot the id hashes to. */
+    uint32_t want = jail_idmap_start_slot(&c, "sbxA");
+    ck_assert_int_eq(al_mkdir_p(sdir, 0700), 0);
+    snprintf(legacy, sizeof legacy, "%s/%u", sdir, want);
+    FILE *f = fopen(legacy, "w");
+    fputs("old1\n", f);
+    fclose(f);
+    uint32_t a, b;
+    ck_assert_msg(jail_idmap_alloc(&c, "sbxA", &a, &e) == 0, "%s", e.msg);
+    ck_assert_uint_ne(a, want);
+    ck_assert_msg(jail_idmap_alloc(&c, "sbxB", &b, &e) == 0, "%s", e.msg);
+    char h[64];
+    ck_assert_int_eq(jail_idmap_holder(&c, want, h, sizeof h), 0);
+    ck_assert_str_eq(h, "old1");
+    int n = 0;
+    ck_assert_int_eq(jail_idmap_foreach(&c, count_slot, &n), 0);
+    ck_assert_int_eq(n, 2);
+    /* Release clears the record (and the legacy file of its holder). */
+    ck_assert_int_eq(jail_idmap_release(&c, a, "sbxA"), 0);
+    ck_assert_int_eq(jail_idmap_holder(&c, a, h, sizeof h), -ENOENT);
+    ck_assert_int_eq(jail_idmap_release(&c, want, "old1"), 0);
+    ck_assert_int_eq(access(legacy, F_OK), -1);
+    n = 0;
+    ck_assert_int_eq(jail_idmap_foreach(&c, count_slot, &n), 0);
+    ck_assert_int_eq(n, 1);
+    rm_tmp();
+}
+END_TEST
+
 /* ---- mount plan ---------------------------------------------------------------------- */
 
 static const struct jail_mnt_step *step_at(const struct jail_mnt_plan *p, const char *target,
@@ -243,6 +287,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("parts");
     tcase_add_test(t, idmap_ranges_are_checked);
     tcase_add_test(t, idmap_slots_are_distinct_and_released_by_their_holder);
+    tcase_add_test(t, idmap_map_records_and_legacy_slot_files);
     tcase_add_test(t, mount_plan_shape);
     tcase_add_test(t, mount_plan_rejects_bad_binds);
     tcase_add_test(t, logcap_rotates_and_bounds_disk);

@@ -37,6 +37,8 @@ static void teardown(void)
 
 /* Interprets the filter for one call; fails the test on any instruction outside the
  * seccomp subset or a jump out of the program. */
+static int last_steps; /* instructions the last run() executed */
+
 static uint32_t run(uint32_t arch, int nr, uint64_t a0, uint64_t a1, uint64_t a2)
 {
     struct seccomp_data d = {.nr = nr, .arch = arch};
@@ -68,7 +70,11 @@ static uint32_t run(uint32_t arch, int nr, uint64_t a0, uint64_t a1, uint64_t a2
         case BPF_JMP | BPF_JSET | BPF_K:
             pc += 1 + ((A & f.k) ? f.jt : f.jf);
             break;
+        case BPF_JMP | BPF_JA:
+            pc += 1 + f.k;
+            break;
         case BPF_RET | BPF_K:
+            last_steps = steps + 1;
             return f.k;
         default:
             ck_abort_msg("unexpected BPF instruction 0x%x at %zu", f.code, pc);
@@ -320,6 +326,24 @@ START_TEST(unknown_syscalls_are_enosys)
 END_TEST
 
 /* The same program in a real kernel: a child installs it and makes the calls. */
+/* A binary search on the number: every call is decided in a few instructions (the kernel
+ * runs the filter for every number when it is installed, and for every uncached call). */
+START_TEST(every_call_is_decided_in_a_few_steps)
+{
+    int worst = 0;
+    for (int nr = 0; nr < 1024; nr++) {
+        uint32_t v = run(X86_64, nr, 0, 0, 0);
+        ck_assert(v == ALLOW || v == ERR(EPERM) || v == ERR(ENOSYS) ||
+                  v == ERR(EAFNOSUPPORT));
+        worst = last_steps > worst ? last_steps : worst;
+    }
+    ck_assert_msg(worst <= 32, "a call took %d instructions", worst);
+    ck_assert_uint_eq(run(X86_64, 0x3fffffff, 0, 0, 0), ERR(ENOSYS));
+    ck_assert_uint_eq(run(X86_64, 511, 0, 0, 0), ERR(ENOSYS));
+    ck_assert_uint_eq(run(X86_64, 512, 0, 0, 0), ERR(ENOSYS));
+}
+END_TEST
+
 START_TEST(kernel_enforces_it)
 {
     pid_t pid = fork();
@@ -377,6 +401,7 @@ static Suite *suite(void)
     tcase_add_test(t, personality);
     tcase_add_test(t, what_the_agent_and_programs_need_is_allowed);
     tcase_add_test(t, unknown_syscalls_are_enosys);
+    tcase_add_test(t, every_call_is_decided_in_a_few_steps);
     tcase_add_test(t, kernel_enforces_it);
     suite_add_tcase(s, t);
     return s;
