@@ -25,6 +25,7 @@
 #define VMM_MAX_DNS       3
 #define VMM_SPEC_MAX_SIZE (1u << 20)   /* the whole spec */
 #define VMM_INIT_MAX_SIZE (256u << 10) /* the init object handed to the agent */
+#define VMM_CA_PEM_MAX    (64 * 1024)  /* the sandbox CA (the agent's own limit) */
 
 enum vmm_net_mode {
     VMM_NET_NONE = 0, /* a fresh network namespace with only loopback (up) */
@@ -68,6 +69,9 @@ struct vmm_spec {
     const char *user;
     const char *workdir;
     const char *access_token;
+    /* The sandbox's CA of the egress proxy's interception (PEM), installed by the agent in
+     * the sandbox's trust stores (init "caCertPem", vmm/guest/trust.c), or NULL. */
+    const char *ca_cert_pem;
 
     struct vmm_bind binds[VMM_MAX_BINDS];
     size_t n_binds;

@@ -154,6 +154,9 @@ static void fill_record(struct cp_sb_record *r, const char *id, uint64_t seq)
     r->pid = 4242;
     r->pid_start = 987654321;
     snprintf(r->addr, sizeof r->addr, "10.200.0.6");
+    r->intercept = json_pack("{s:s,s:s,s:s,s:{s:s}}", "caCertPem", "-----BEGIN CERTIFICATE-----\n",
+                             "caFingerprint", "sha256:ab", "agentCaFingerprint", "sha256:cd",
+                             "placeholders", "SERVICE_KEY", "alph_0123");
 }
 
 START_TEST(record_doc_roundtrip)
@@ -173,6 +176,8 @@ START_TEST(record_doc_roundtrip)
     ck_assert_int_eq(b.memory_mb, 512);
     ck_assert(json_equal(a.metadata, b.metadata));
     ck_assert(json_equal(a.network, b.network));
+    /* The interception CA and placeholders survive a restart of airlockd. */
+    ck_assert(json_equal(a.intercept, b.intercept));
     ck_assert_int_eq(b.pid, 4242);
     ck_assert_uint_eq(b.pid_start, 987654321);
     ck_assert_str_eq(b.addr, "10.200.0.6");
