@@ -336,7 +336,10 @@ static int eg__resync_each(void *v, void *arg)
         return 0;
     if (json_object_get(c->registered, sb->rec.id))
         return 0;
-    al_info("sandbox %s: registering it with the egress proxy again", sb->rec.id);
+    json_t *ph = sb->rec.intercept ? json_object_get(sb->rec.intercept, "placeholders") : NULL;
+    al_info("sandbox %s: registering it with the egress proxy again (keeping its %zu "
+            "placeholder%s)",
+            sb->rec.id, json_object_size(ph), json_object_size(ph) == 1 ? "" : "s");
     if (cp_egress_register(c->e, sb, eg__resync_reg))
         al_error("sandbox %s: cannot register it with the egress proxy", sb->rec.id);
     return 0;

@@ -369,7 +369,9 @@ static void lc__create_intercept(struct lc_create *c, struct cp_start_args *a)
             al_warn("sandbox %s: envVars.%s is replaced by the placeholder its policy defines "
                     "for that variable",
                     sb->rec.id, k);
-        json_object_set(c->env_vars, k, v);
+        /* A copy: the environment is wiped when the creation ends (its values may be the
+         * caller's secrets), the record's placeholders must stay. */
+        json_object_set_new(c->env_vars, k, json_string(json_string_value(v)));
     }
 }
 

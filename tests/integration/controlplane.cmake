@@ -21,3 +21,9 @@ if(TARGET airlockd AND TARGET airlock-agent-dev)
   airlock_script_test(NAME cp_cli SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_cli.sh
                       LABELS controlplane TIMEOUT 300)
 endif()
+# Credential injection and E2B network narrowing end to end through airlockd and the real E2B
+# SDK (tests/e2b/sdk-driver.mjs), airlock-vault and airlock-egress as airlockd runs them.
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress AND TARGET airlock-vault)
+  airlock_script_test(NAME cp_intercept SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_intercept.sh
+                      LABELS controlplane intercept e2b TIMEOUT 900)
+endif()
