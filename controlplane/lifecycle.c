@@ -863,9 +863,11 @@ static void lc__resumed(struct cp_sandbox *sb, int rc, const char *msg)
         cp_sb_save(sb);
         lc__arm_timer(sb);
         al_info("sandbox %s resumed", sb->rec.id);
+        /* The egress proxy may have made a new CA meanwhile: its POST /init leaves for the
+         * agent before the client hears that the sandbox runs. */
+        cp_egress_ca_sync(sb);
         lc__answer(sb, op->req, op->api, 201);
         op->req = NULL;
-        cp_egress_ca_sync(sb); /* the egress proxy may have made a new CA meanwhile */
     }
     lc__op_finish(sb);
 }

@@ -11,6 +11,8 @@
 //   background ID CMD             commands.run(CMD, {background})  -> {"pid"}
 //   code ID PYTHON                sbx.runCode(PYTHON)              -> {"text","stdout","stderr","error"}
 //   info ID                       Sandbox.getInfo(ID)              -> the SandboxInfo
+//   pause ID                      Sandbox.pause(ID)                -> {"paused"}
+//                                 (every other op on a paused sandbox resumes it: connect)
 //   kill ID                       Sandbox.kill(ID)                 -> {"killed"}
 //
 // Exit status 0 when the SDK call itself worked (a command that exits non-zero is a result,
@@ -68,10 +70,12 @@ async function main() {
     }
     case 'info':
       return out(await Sandbox.getInfo(args[0]))
+    case 'pause':
+      return out({ paused: await Sandbox.pause(args[0]) })
     case 'kill':
       return out({ killed: await Sandbox.kill(args[0]) })
     default:
-      console.error('usage: sdk-driver.mjs create|run|background|code|info|kill ... (see the header)')
+      console.error('usage: sdk-driver.mjs create|run|background|code|info|pause|kill ... (see the header)')
       process.exit(2)
   }
 }

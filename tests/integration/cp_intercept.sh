@@ -263,6 +263,24 @@ al_match "and the proxy still swaps it (kept across the re-registration)" '"ok":
   run "$SB" 'curl -sS -m 20 -H "X-Api-Key: $SERVICE_KEY" https://svc.test/svc'
 FP3=$(ca_fp)
 al_check "the sandbox has the third proxy's CA" test -n "$FP3" -a "$FP3" != "$FP2"
+
+al_note "a paused sandbox gets the new CA when it is resumed"
+al_match "pause it (SDK)" '"paused": *true' sdk pause "$SB"
+egress_pid() { python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT value FROM meta WHERE key=?", ("daemon.egress.pid",)).fetchone()[0])' "$CP_STATE/airlockd.db"; }
+EPID=$(egress_pid)
+al_ok "kill -9 airlock-egress ($EPID)" kill -KILL "$EPID"
+back=no
+for _ in $(seq 60); do
+  sleep 0.5
+  [ "$(egress_pid)" != "$EPID" ] &&
+    curl -sf --unix-socket "$CP_STATE/run/egress.sock" "http://egress/v1/sandboxes/$SB" >/dev/null &&
+    { back=yes; break; }
+done
+al_eq "the paused sandbox is registered again" "$back" yes
+al_match "resumed by the SDK (connect): injection works at once" '"login": *"octocat"' \
+  run "$SB" 'curl -sS -m 20 https://api.github.test/user'
+FP4=$(ca_fp)
+al_check "it has the fourth proxy's CA" test -n "$FP4" -a "$FP4" != "$FP3"
 al_ok "kill it" sdk kill "$SB"
 
 al_note "E2B network fields narrow the policy exactly"
