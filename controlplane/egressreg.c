@@ -405,6 +405,8 @@ static void eg__ca_pushed(struct eg_call *x, int status, json_t *body)
 {
     struct cp_sandbox *sb = x->sb;
     sb->ca_pushing = false;
+    if (!sb->registered || sb->rec.state == CP_SB_STOPPING)
+        return; /* killed meanwhile */
     if (status != 204 && status != 200) {
         al_error("sandbox %s: its agent refused the new CA of the egress proxy (%s%s%d): its "
                  "intercepted connections fail until it takes it (tried again when the sandbox "
@@ -412,7 +414,7 @@ static void eg__ca_pushed(struct eg_call *x, int status, json_t *body)
                  sb->rec.id, eg__msg(body), *eg__msg(body) ? ", HTTP " : "HTTP ", status);
         return;
     }
-    if (!sb->registered || !sb->rec.intercept)
+    if (!sb->rec.intercept)
         return;
     json_object_set_new(sb->rec.intercept, "agentCaFingerprint", json_string(x->ca_fp));
     cp_sb_save(sb);
