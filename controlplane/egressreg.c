@@ -43,7 +43,6 @@ struct cp_egress {
 
 struct eg_call {
     struct cp_egress *e;
-    struct cp *cp;
     struct cp_sandbox *sb; /* referenced, or NULL */
     cp_egress_cb cb;
     void (*done)(struct eg_call *c, int status, json_t *body);
@@ -151,7 +150,6 @@ static int eg__call_to(struct cp_egress *e, const char *target, const char *toke
     if (!x)
         return -ENOMEM;
     x->e = e;
-    x->cp = e->cp;
     x->cb = cb;
     x->done = done;
     if (target)
@@ -237,6 +235,9 @@ static void eg__keep_answer(struct cp_sandbox *sb, json_t *body)
     if (pem && fp && strlen(pem) < CP_CA_PEM_MAX && strstr(pem, "-----BEGIN CERTIFICATE-----")) {
         json_object_set_new(ix, "caCertPem", json_string(pem));
         json_object_set_new(ix, "caFingerprint", json_string(fp));
+        json_t *names = json_object_get(body, "caNames");
+        if (json_is_array(names))
+            json_object_set(ix, "caNames", names);
     } else if (pem || fp) {
         al_warn("sandbox %s: the egress proxy's answer has no usable CA certificate (its "
                 "intercepted connections will fail)",
@@ -423,6 +424,22 @@ static void eg__ca_pushed(struct eg_call *x, int status, json_t *body)
     cp_egress_ca_sync(sb); /* another one may have come meanwhile */
 }
 
+bool cp_egress_ca_useful(const json_t *intercept)
+{
+    json_t *names = json_object_get(intercept, "caNames");
+    if (!json_is_array(names))
+        return json_is_string(json_object_get(intercept, "caCertPem")); /* not said: install */
+    size_t i;
+    json_t *n;
+    json_array_foreach(names, i, n)
+    {
+        const char *s = json_string_value(n);
+        if (s && strcmp(s, "invalid") != 0)
+            return true;
+    }
+    return false;
+}
+
 void cp_egress_ca_sync(struct cp_sandbox *sb)
 {
     struct cp *cp = sb->cp;
@@ -432,7 +449,7 @@ void cp_egress_ca_sync(struct cp_sandbox *sb)
     const char *pem = json_string_value(json_object_get(sb->rec.intercept, "caCertPem"));
     const char *fp = json_string_value(json_object_get(sb->rec.intercept, "caFingerprint"));
     const char *have = json_string_value(json_object_get(sb->rec.intercept, "agentCaFingerprint"));
-    if (!pem || !fp || (have && strcmp(have, fp) == 0))
+    if (!pem || !fp || (have && strcmp(have, fp) == 0) || !cp_egress_ca_useful(sb->rec.intercept))
         return;
     char target[160];
     snprintf(target, sizeof target, "unix:%s", sb->agent_sock);

@@ -306,6 +306,12 @@ al_match "allowed.test (the policy allows it): denied by the network fields" 'sa
   run "$N2" 'curl -sS -m 20 -H "Host: allowed.test" http://203.0.113.10/n2'
 N3=$(sdk create code-interpreter-v1 '{"metadata":{"airlock.policy":"icpt"},"network":{"allowOut":["0.0.0.0/0"]}}')
 al_match "allowOut of everything is refused (it would widen, not narrow)" 'would allow all traffic' echo "$N3"
+N4=$(sdk create base '{"metadata":{"airlock.policy":"e2e"}}' |
+  python3 -c 'import json,sys; print(json.load(sys.stdin).get("sandboxId",""))')
+al_ok "a policy that intercepts nothing (e2e): created ($N4)" test -n "$N4"
+al_match "... its sandbox gets no CA (one that can certify nothing is not installed)" \
+  'NO-CA 0' run "$N4" 'test -e /etc/ssl/certs/airlock-sandbox-ca.pem || echo NO-CA $(env | grep -c REQUESTS_CA_BUNDLE)'
+al_ok "kill it" sdk kill "$N4"
 curl -s --unix-socket "$CP_STATE/run/egress.sock" -X POST http://egress/v1/audit/sync >/dev/null
 al_match "the narrowed denials are audited with sandbox_network_denies (TLS)" \
   '"sni":"echo.test".*"reason":"sandbox_network_denies"|"reason":"sandbox_network_denies".*"sni":"echo.test"' \

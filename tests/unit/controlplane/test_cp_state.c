@@ -569,6 +569,17 @@ START_TEST(egress_registration_body)
     cp_sb_record_free(&sb->rec);
     free(sb);
     free(cp);
+
+    /* A CA constrained to nothing (the policy intercepts nothing) is not installed. */
+    json_t *ix = json_pack("{s:s,s:[s]}", "caCertPem", "pem", "caNames", "invalid");
+    ck_assert(!cp_egress_ca_useful(ix));
+    json_object_set_new(ix, "caNames", json_pack("[s,s]", "invalid", "api.github.com"));
+    ck_assert(cp_egress_ca_useful(ix));
+    json_object_del(ix, "caNames");
+    ck_assert(cp_egress_ca_useful(ix)); /* an answer that does not say: installed */
+    json_object_del(ix, "caCertPem");
+    ck_assert(!cp_egress_ca_useful(ix));
+    json_decref(ix);
 }
 END_TEST
 
