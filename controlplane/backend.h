@@ -33,6 +33,9 @@ struct cp_start_args {
     int netns_fd;     /* the sandbox's network namespace, or -1 (loopback only) */
     const char *dns;  /* the sandbox's DNS server, or NULL */
     const char *hostname;
+    /* The sandbox's CA of the egress proxy's interception (PEM), for the agent to install in
+     * the sandbox's trust stores, or NULL. */
+    const char *ca_cert_pem;
 };
 
 typedef void (*cp_backend_cb)(struct cp_sandbox *sb, int rc, const char *msg);

@@ -693,6 +693,8 @@ static json_t *vmm__spec(struct cp_sandbox *sb, const struct cp_start_args *a, i
     }
     if (a->hostname)
         json_object_set_new(s, "hostname", json_string(a->hostname));
+    if (a->ca_cert_pem)
+        json_object_set_new(s, "ca_cert_pem", json_string(a->ca_cert_pem));
     return s;
 }
 

@@ -2,11 +2,18 @@
  *
  * The admin API of airlock-egress (egress/admin.c):
  *   POST   /v1/sandboxes       {"id","template","addresses":[...],"policy_file":PATH,
- *                               "network":{"allow_internet_access"?,"allow_out"?,"deny_out"?}}
+ *                               "network":{"allow_internet_access"?,"allow_out"?,"deny_out"?},
+ *                               "placeholders":{ENV: value}}
+ *                               201 {..., "caCertPem","caFingerprint","caNames","placeholders"}
  *   DELETE /v1/sandboxes/{id}
  *   GET    /v1/sandboxes       [{"id",...}]
  *   GET    /v1/stats           the proxy's counters (decisions for /metrics)
- * "network" is sent only for sandboxes whose creation carried E2B network fields.
+ * "network" is sent only for sandboxes whose creation carried E2B network fields (the proxy
+ * narrows the policy file with them, also across its reloads); "placeholders" only when
+ * registering again a sandbox that already holds some (so that its processes keep them).
+ * The answer's CA and placeholders are kept in the sandbox's record (rec.intercept): the
+ * agent gets the CA in its init and the placeholders in its envVars at creation, and a new
+ * CA (airlock-egress restarted) with POST /init over its channel (cp_egress_ca_sync).
  */
 #include "egressreg.h"
 
@@ -42,32 +49,9 @@ struct eg_call {
     int status;
     struct al_buf body;
     char id[64];
+    char ca_fp[128]; /* a CA push: the fingerprint of the CA sent */
+    char target[160]; /* for messages */
 };
-
-/* What a policy narrowed to nothing becomes (deploy/policies/deny-all.yaml). */
-#define EG_DENY_ALL                                                                     \
-    "version: 1\nname: deny-all\ndescription: no network access (E2B network fields)\n" \
-    "rules: []\ndns:\n  resolve: none\n"
-
-/* True when the E2B fields leave no destination at all: no internet (or every address
- * denied) and nothing allowed back. */
-static bool eg__denies_everything(const json_t *n)
-{
-    if (json_array_size(json_object_get(n, "allow_out")) > 0)
-        return false;
-    if (json_is_false(json_object_get(n, "allow_internet_access")))
-        return true;
-    bool v4 = false, v6 = false;
-    size_t i;
-    json_t *d;
-    json_array_foreach(json_object_get(n, "deny_out"), i, d)
-    {
-        const char *s = json_string_value(d);
-        v4 |= s && strcmp(s, "0.0.0.0/0") == 0;
-        v6 |= s && strcmp(s, "::/0") == 0;
-    }
-    return v4 || v6;
-}
 
 int cp_egress_new(struct cp *cp, const char *sock_path, struct cp_egress **out)
 {
@@ -97,24 +81,19 @@ json_t *cp_egress_body(struct cp *cp, const struct cp_sandbox *sb)
         if (access(file, R_OK) == 0)
             break;
     }
-    json_t *n = cp_policy_narrowing(sb->rec.network, sb->rec.allow_internet);
-    if (n && eg__denies_everything(n)) {
-        /* The narrowing leaves nothing: the sandbox gets a policy that allows nothing (and
-         * resolves no name), which is exactly what the E2B fields ask for. */
-        json_decref(n);
-        char origin[200];
-        snprintf(origin, sizeof origin,
-                 "sandbox %s: %s narrowed to nothing by its E2B network "
-                 "fields",
-                 sb->rec.id, sb->rec.policy_name);
-        return json_pack("{s:s,s:s,s:[s],s:{s:s,s:s}}", "id", sb->rec.id, "template",
-                         sb->rec.template_id, "addresses", sb->rec.addr, "policy", "yaml",
-                         EG_DENY_ALL, "origin", origin);
-    }
     json_t *b = json_pack("{s:s,s:s,s:[s],s:s}", "id", sb->rec.id, "template", sb->rec.template_id,
                           "addresses", sb->rec.addr, "policy_file", file);
+    if (!b)
+        return NULL;
+    /* The E2B fields narrow the policy in the proxy, in front of it, for every policy the
+     * sandbox gets there (they can only remove access). */
+    json_t *n = cp_policy_narrowing(sb->rec.network, sb->rec.allow_internet);
     if (n)
         json_object_set_new(b, "network", n);
+    /* Registered again (the proxy restarted): the placeholders its processes hold. */
+    json_t *ph = sb->rec.intercept ? json_object_get(sb->rec.intercept, "placeholders") : NULL;
+    if (json_object_size(ph) > 0)
+        json_object_set(b, "placeholders", ph);
     return b;
 }
 
@@ -146,7 +125,7 @@ static void eg__on_done(struct al_http_creq *c, int err, void *arg)
     if (err) {
         const char *why = al_http_creq_strerror(c);
         char msg[512];
-        snprintf(msg, sizeof msg, "airlock-egress (%s) did not answer: %s", x->e->target,
+        snprintf(msg, sizeof msg, "%s did not answer: %s", x->target,
                  why && *why ? why : strerror(-err));
         x->status = -1;
         json_decref(body);
@@ -160,9 +139,12 @@ static void eg__on_done(struct al_http_creq *c, int err, void *arg)
     free(x);
 }
 
-static int eg__call(struct cp_egress *e, struct cp_sandbox *sb, const char *method,
-                    const char *path, json_t *body, cp_egress_cb cb,
-                    void (*done)(struct eg_call *c, int status, json_t *body))
+/* One request: to airlock-egress (target NULL) or to a sandbox's agent (its channel, with
+ * its access token). */
+static int eg__call_to(struct cp_egress *e, const char *target, const char *token,
+                       struct cp_sandbox *sb, const char *method, const char *path, json_t *body,
+                       cp_egress_cb cb, void (*done)(struct eg_call *c, int status, json_t *body),
+                       struct eg_call **out)
 {
     struct eg_call *x = calloc(1, sizeof *x);
     if (!x)
@@ -170,6 +152,10 @@ static int eg__call(struct cp_egress *e, struct cp_sandbox *sb, const char *meth
     x->e = e;
     x->cb = cb;
     x->done = done;
+    if (target)
+        snprintf(x->target, sizeof x->target, "the agent (%.140s)", target);
+    else
+        snprintf(x->target, sizeof x->target, "airlock-egress (%.130s)", e->target);
     al_buf_init(&x->body, 1 << 20);
     if (sb) {
         x->sb = sb;
@@ -177,13 +163,14 @@ static int eg__call(struct cp_egress *e, struct cp_sandbox *sb, const char *meth
         snprintf(x->id, sizeof x->id, "%s", sb->rec.id);
     }
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    struct al_http_header h[] = {{"Content-Type", "application/json"}};
+    struct al_http_header h[] = {{"Content-Type", "application/json"},
+                                 {"X-Access-Token", token ? token : ""}};
     struct al_http_creq_opts o = {
-        .target = e->target,
+        .target = target ? target : e->target,
         .method = method,
         .path = path,
         .headers = h,
-        .n_headers = body ? 1 : 0,
+        .n_headers = body ? (token ? 2 : 1) : 0,
         .body = text,
         .body_len = text ? strlen(text) : 0,
         .timeout_ms = EG_TIMEOUT_MS,
@@ -193,10 +180,14 @@ static int eg__call(struct cp_egress *e, struct cp_sandbox *sb, const char *meth
         .arg = x,
         .pool = e->cp->pool,
     };
+    if (out)
+        *out = x;
     struct al_http_creq *c;
     int rc = al_http_creq_start(e->cp->loop, &o, &c);
     free(text);
     if (rc) {
+        if (out)
+            *out = NULL;
         if (x->sb)
             cp_sb_unref(x->sb);
         al_buf_free(&x->body);
@@ -205,10 +196,76 @@ static int eg__call(struct cp_egress *e, struct cp_sandbox *sb, const char *meth
     return rc;
 }
 
+static int eg__call(struct cp_egress *e, struct cp_sandbox *sb, const char *method,
+                    const char *path, json_t *body, cp_egress_cb cb,
+                    void (*done)(struct eg_call *c, int status, json_t *body))
+{
+    return eg__call_to(e, NULL, NULL, sb, method, path, body, cb, done, NULL);
+}
+
 static const char *eg__msg(json_t *body)
 {
     const char *m = json_string_value(json_object_get(body, "message"));
     return m ? m : "";
+}
+
+/* Environment variable names the agent accepts (and a placeholder must have). */
+static bool eg__env_name_ok(const char *k)
+{
+    if (!k[0] || (k[0] >= '0' && k[0] <= '9') || strlen(k) > 128)
+        return false;
+    for (const char *p = k; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_'))
+            return false;
+    return true;
+}
+
+/* What the proxy handed out for the sandbox (its CA, its placeholders) goes into its record;
+ * the agent's CA fingerprint (what it has installed) is kept. Anything malformed is left out
+ * and said: the agent would refuse it anyway. */
+static void eg__keep_answer(struct cp_sandbox *sb, json_t *body)
+{
+    const char *pem = json_string_value(json_object_get(body, "caCertPem"));
+    const char *fp = json_string_value(json_object_get(body, "caFingerprint"));
+    json_t *ph = json_object_get(body, "placeholders");
+    json_t *ix = json_object();
+    if (!ix)
+        return;
+    if (pem && fp && strlen(pem) < CP_CA_PEM_MAX && strstr(pem, "-----BEGIN CERTIFICATE-----")) {
+        json_object_set_new(ix, "caCertPem", json_string(pem));
+        json_object_set_new(ix, "caFingerprint", json_string(fp));
+        json_t *names = json_object_get(body, "caNames");
+        if (json_is_array(names))
+            json_object_set(ix, "caNames", names);
+    } else if (pem || fp) {
+        al_warn("sandbox %s: the egress proxy's answer has no usable CA certificate (its "
+                "intercepted connections will fail)",
+                sb->rec.id);
+    }
+    json_t *keep = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_is_object(ph) ? ph : NULL, k, v)
+    {
+        const char *val = json_string_value(v);
+        if (val && eg__env_name_ok(k) && strlen(val) <= 256)
+            json_object_set(keep, k, v);
+        else
+            al_warn("sandbox %s: ignoring the malformed placeholder \"%.64s\" in the egress "
+                    "proxy's answer",
+                    sb->rec.id, k);
+    }
+    json_object_set_new(ix, "placeholders", keep);
+    json_t *had = sb->rec.intercept ? json_object_get(sb->rec.intercept, "agentCaFingerprint") : NULL;
+    if (json_is_string(had))
+        json_object_set(ix, "agentCaFingerprint", had);
+    json_decref(sb->rec.intercept);
+    sb->rec.intercept = ix;
+    /* A creation saves its record when it is done; a registration made again is saved now,
+     * so that the placeholders survive a restart of airlockd. */
+    if (sb->rec.state != CP_SB_CREATING)
+        cp_sb_save(sb);
 }
 
 static void eg__registered(struct eg_call *x, int status, json_t *body)
@@ -217,6 +274,8 @@ static void eg__registered(struct eg_call *x, int status, json_t *body)
              : status == 400                ? -EINVAL
              : status == 409                ? -EEXIST
                                             : -EIO;
+    if (rc == 0 && x->sb && json_is_object(body))
+        eg__keep_answer(x->sb, body);
     if (x->cb)
         x->cb(x->sb, rc, rc ? eg__msg(body) : NULL);
 }
@@ -247,12 +306,16 @@ int cp_egress_unregister(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_c
 
 static void eg__resync_reg(struct cp_sandbox *sb, int rc, const char *msg)
 {
-    if (rc && rc != -EEXIST)
+    if (rc && rc != -EEXIST) {
         al_error("sandbox %s: registration with the egress proxy failed: %s (its traffic is "
                  "refused until it succeeds)",
                  sb->rec.id, msg && *msg ? msg : strerror(-rc));
-    else
-        sb->egress_registered = true;
+        return;
+    }
+    sb->egress_registered = true;
+    /* A new registration comes with a new CA: the agent must trust it. */
+    if (rc == 0)
+        cp_egress_ca_sync(sb);
 }
 
 static void eg__resync_del(struct eg_call *x, int status, json_t *body)
@@ -274,7 +337,10 @@ static int eg__resync_each(void *v, void *arg)
         return 0;
     if (json_object_get(c->registered, sb->rec.id))
         return 0;
-    al_info("sandbox %s: registering it with the egress proxy again", sb->rec.id);
+    json_t *ph = sb->rec.intercept ? json_object_get(sb->rec.intercept, "placeholders") : NULL;
+    al_info("sandbox %s: registering it with the egress proxy again (keeping its %zu "
+            "placeholder%s)",
+            sb->rec.id, json_object_size(ph), json_object_size(ph) == 1 ? "" : "s");
     if (cp_egress_register(c->e, sb, eg__resync_reg))
         al_error("sandbox %s: cannot register it with the egress proxy", sb->rec.id);
     return 0;
@@ -332,6 +398,75 @@ static void eg__stats_done(struct eg_call *x, int status, json_t *body)
         e->stats = json_incref(body);
         e->stats_ns = al_now_ns();
     }
+}
+
+/* ---- the CA in the agent ---------------------------------------------------------------- */
+
+static void eg__ca_pushed(struct eg_call *x, int status, json_t *body)
+{
+    struct cp_sandbox *sb = x->sb;
+    sb->ca_pushing = false;
+    if (!sb->registered || sb->rec.state == CP_SB_STOPPING)
+        return; /* killed meanwhile */
+    if (status != 204 && status != 200) {
+        al_error("sandbox %s: its agent refused the new CA of the egress proxy (%s%s%d): its "
+                 "intercepted connections fail until it takes it (tried again when the sandbox "
+                 "is resumed or re-registered)",
+                 sb->rec.id, eg__msg(body), *eg__msg(body) ? ", HTTP " : "HTTP ", status);
+        return;
+    }
+    if (!sb->rec.intercept)
+        return;
+    json_object_set_new(sb->rec.intercept, "agentCaFingerprint", json_string(x->ca_fp));
+    cp_sb_save(sb);
+    al_info("sandbox %s: the agent installed the egress proxy's new CA (%.24s...)", sb->rec.id,
+            x->ca_fp);
+    cp_egress_ca_sync(sb); /* another one may have come meanwhile */
+}
+
+bool cp_egress_ca_useful(const json_t *intercept)
+{
+    json_t *names = json_object_get(intercept, "caNames");
+    if (!json_is_array(names))
+        return json_is_string(json_object_get(intercept, "caCertPem")); /* not said: install */
+    size_t i;
+    json_t *n;
+    json_array_foreach(names, i, n)
+    {
+        const char *s = json_string_value(n);
+        if (s && strcmp(s, "invalid") != 0)
+            return true;
+    }
+    return false;
+}
+
+void cp_egress_ca_sync(struct cp_sandbox *sb)
+{
+    struct cp *cp = sb->cp;
+    if (!cp->egress || sb->ca_pushing || !sb->registered || sb->rec.state != CP_SB_RUNNING ||
+        !sb->started || !sb->agent_sock[0] || !sb->rec.intercept)
+        return;
+    const char *pem = json_string_value(json_object_get(sb->rec.intercept, "caCertPem"));
+    const char *fp = json_string_value(json_object_get(sb->rec.intercept, "caFingerprint"));
+    const char *have = json_string_value(json_object_get(sb->rec.intercept, "agentCaFingerprint"));
+    if (!pem || !fp || (have && strcmp(have, fp) == 0) || !cp_egress_ca_useful(sb->rec.intercept))
+        return;
+    char target[160];
+    snprintf(target, sizeof target, "unix:%s", sb->agent_sock);
+    json_t *b = json_pack("{s:s}", "caCertPem", pem);
+    struct eg_call *x = NULL;
+    int rc = b ? eg__call_to(cp->egress, target, sb->rec.token, sb, "POST", "/init", b, NULL,
+                             eg__ca_pushed, &x)
+               : -ENOMEM;
+    json_decref(b);
+    if (rc) {
+        al_error("sandbox %s: cannot send the egress proxy's new CA to its agent: %s",
+                 sb->rec.id, strerror(-rc));
+        return;
+    }
+    snprintf(x->ca_fp, sizeof x->ca_fp, "%s", fp);
+    sb->ca_pushing = true;
+    al_info("sandbox %s: sending the egress proxy's new CA to its agent", sb->rec.id);
 }
 
 json_t *cp_egress_stats(struct cp_egress *e)

@@ -1,11 +1,14 @@
 /* controlplane/egressreg: registration of sandboxes with airlock-egress.
  *
  * Owns: the admin-API client of <state>/run/egress.sock (POST/DELETE /v1/sandboxes), the
- * body of a registration (id, template, the sandbox's address, its policy file and its E2B
- * narrowing), and resynchronisation: after airlock-egress (re)starts or airlockd re-adopts
- * sandboxes, every live sandbox with a network is registered again and registrations of
- * sandboxes airlockd no longer knows are removed. Until a sandbox is registered the proxy
- * refuses its traffic (fail closed), so registration precedes the sandbox's start.
+ * body of a registration (id, template, the sandbox's address, its policy file, its E2B
+ * narrowing and the placeholders it already holds), what the answer hands out for the
+ * sandbox (its interception CA and placeholders, kept in rec.intercept), bringing the
+ * agent a new CA, and resynchronisation: after airlock-egress (re)starts or airlockd
+ * re-adopts sandboxes, every live sandbox with a network is registered again (and its agent
+ * given the new CA) and registrations of sandboxes airlockd no longer knows are removed.
+ * Until a sandbox is registered the proxy refuses its traffic (fail closed), so
+ * registration precedes the sandbox's start.
  */
 #ifndef AIRLOCK_CP_EGRESSREG_H
 #define AIRLOCK_CP_EGRESSREG_H
@@ -29,6 +32,14 @@ int cp_egress_register(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_cb 
 int cp_egress_unregister(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_cb cb);
 /* Re-registers every live sandbox that has a network and drops unknown registrations. */
 void cp_egress_resync(struct cp_egress *e);
+/* Sends the sandbox's current CA of the egress proxy (rec.intercept) to its agent with
+ * POST /init when the agent has another one (the proxy restarted and made new CAs); only
+ * while the sandbox runs (a paused one gets it when resumed). */
+void cp_egress_ca_sync(struct cp_sandbox *sb);
+/* Whether the CA of a sandbox's rec.intercept can certify anything: a policy that intercepts
+ * nothing gets a CA constrained to the reserved "invalid" TLD (caNames ["invalid"]), which
+ * is not installed (nothing would ever use it; a reloaded policy cannot widen a CA). */
+bool cp_egress_ca_useful(const json_t *intercept);
 /* Counters for /metrics (egress decisions): the proxy's /v1/stats, cached (may be NULL). */
 json_t *cp_egress_stats(struct cp_egress *e);
 

@@ -250,6 +250,7 @@ static void lc__answer_op(struct cp_op *op, int status, const char *fmt, ...)
 struct lc_create {
     struct cp_sandbox *sb;
     json_t *env_vars;
+    char ca_fp[128]; /* the fingerprint of the CA handed to the agent at its start */
     char template_dir[4096];
     uint64_t timeout_s;
     int fail_status;
@@ -307,6 +308,8 @@ static void lc__create_done(struct lc_create *c)
     sb->rec.state = CP_SB_RUNNING;
     sb->rec.started_ns = now;
     sb->rec.end_ns = now + c->timeout_s * 1000000000ull;
+    if (c->ca_fp[0] && sb->rec.intercept)
+        json_object_set_new(sb->rec.intercept, "agentCaFingerprint", json_string(c->ca_fp));
     cp_sb_save(sb);
     lc__arm_timer(sb);
     lc__watch(sb);
@@ -339,6 +342,40 @@ static void lc__create_started(struct cp_sandbox *sb, int rc, const char *msg)
     lc__create_done(c);
 }
 
+/* What the egress proxy handed out for the sandbox (egressreg.c keeps it in rec.intercept):
+ * the CA goes into the agent's init (it installs it in the sandbox's trust stores), the
+ * placeholders into its envVars. A placeholder replaces an envVar of the same name: the
+ * policy says that variable holds it (a value of the caller's own would never be swapped
+ * for the secret, only removed from the request). */
+static void lc__create_intercept(struct lc_create *c, struct cp_start_args *a)
+{
+    struct cp_sandbox *sb = c->sb;
+    json_t *ix = sb->egress_registered ? sb->rec.intercept : NULL;
+    if (!ix)
+        return;
+    const char *pem = json_string_value(json_object_get(ix, "caCertPem"));
+    const char *fp = json_string_value(json_object_get(ix, "caFingerprint"));
+    /* The test backend runs the agent as a plain host process: it has no trust store of
+     * its own (and no network that reaches the proxy). A CA that can certify nothing (the
+     * policy intercepts nothing) is not worth a copy of the system bundle in the sandbox. */
+    if (pem && fp && strcmp(sb->cp->backend->name, "test") != 0 && cp_egress_ca_useful(ix)) {
+        a->ca_cert_pem = pem;
+        snprintf(c->ca_fp, sizeof c->ca_fp, "%s", fp);
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(ix, "placeholders"), k, v)
+    {
+        if (json_object_get(c->env_vars, k))
+            al_warn("sandbox %s: envVars.%s is replaced by the placeholder its policy defines "
+                    "for that variable",
+                    sb->rec.id, k);
+        /* A copy: the environment is wiped when the creation ends (its values may be the
+         * caller's secrets), the record's placeholders must stay. */
+        json_object_set_new(c->env_vars, k, json_string(json_string_value(v)));
+    }
+}
+
 static void lc__create_start(struct lc_create *c)
 {
     struct cp_sandbox *sb = c->sb;
@@ -355,6 +392,7 @@ static void lc__create_start(struct lc_create *c)
         .dns = sb->has_net && sb->net.gateway[0] ? sb->net.gateway : NULL,
         .hostname = NULL,
     };
+    lc__create_intercept(c, &a);
     sb->backend_attempted = true;
     int rc = cp->backend->start(sb, &a, lc__create_started);
     /* The network namespace is joined by (or passed to) the sandbox now; airlockd's copy is
@@ -826,6 +864,9 @@ static void lc__resumed(struct cp_sandbox *sb, int rc, const char *msg)
         cp_sb_save(sb);
         lc__arm_timer(sb);
         al_info("sandbox %s resumed", sb->rec.id);
+        /* The egress proxy may have made a new CA meanwhile: its POST /init leaves for the
+         * agent before the client hears that the sandbox runs. */
+        cp_egress_ca_sync(sb);
         lc__answer(sb, op->req, op->api, 201);
         op->req = NULL;
     }
@@ -1059,6 +1100,8 @@ static void lc__adopted(struct cp_sandbox *sb, int rc, const char *msg)
     a->adopted++;
     al_info("sandbox %s adopted (%s, process %d)", sb->rec.id, cp_sb_state_name(sb->rec.state),
             (int)sb->rec.pid);
+    /* airlockd may have died between a new registration and the agent's new CA. */
+    cp_egress_ca_sync(sb);
     free(c);
     lc__run_ops(sb);
     lc__adopt_one_done(a);

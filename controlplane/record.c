@@ -40,7 +40,8 @@ void cp_sb_record_free(struct cp_sb_record *r)
 {
     json_decref(r->metadata);
     json_decref(r->network);
-    r->metadata = r->network = NULL;
+    json_decref(r->intercept);
+    r->metadata = r->network = r->intercept = NULL;
 }
 
 void cp_sb_record_copy(struct cp_sb_record *dst, const struct cp_sb_record *src)
@@ -48,6 +49,7 @@ void cp_sb_record_copy(struct cp_sb_record *dst, const struct cp_sb_record *src)
     *dst = *src;
     dst->metadata = src->metadata ? json_deep_copy(src->metadata) : json_object();
     dst->network = src->network ? json_deep_copy(src->network) : NULL;
+    dst->intercept = src->intercept ? json_deep_copy(src->intercept) : NULL;
 }
 
 json_t *cp_sb_record_doc(const struct cp_sb_record *r)
@@ -75,6 +77,8 @@ json_t *cp_sb_record_doc(const struct cp_sb_record *r)
     json_object_set_new(d, "pid", json_integer(r->pid));
     json_object_set_new(d, "pid_start", json_integer((json_int_t)r->pid_start));
     json_object_set_new(d, "addr", json_string(r->addr));
+    if (r->intercept)
+        json_object_set(d, "intercept", r->intercept);
     return d;
 }
 
@@ -157,6 +161,11 @@ int cp_sb_record_from_doc(struct cp_sb_record *r, const json_t *d, struct al_err
         return rc;
     json_decref(r->network);
     r->network = o ? json_deep_copy(o) : NULL;
+    o = NULL;
+    if ((rc = al_json_get_obj(d, "intercept", false, &o, "stored sandbox", err)))
+        return rc;
+    json_decref(r->intercept);
+    r->intercept = o ? json_deep_copy(o) : NULL;
     return 0;
 }
 

@@ -18,6 +18,7 @@
 
 #define CP_TEMPLATE_MAX    128
 #define CP_POLICY_NAME_MAX 128
+#define CP_CA_PEM_MAX      (64 * 1024) /* a sandbox CA certificate (the agent's limit) */
 
 enum cp_sb_state {
     CP_SB_CREATING = 0, /* being created: not listed, not routable */
@@ -53,6 +54,12 @@ struct cp_sb_record {
     pid_t pid;          /* the process whose exit means the sandbox is gone */
     uint64_t pid_start; /* its start time (/proc/PID/stat field 22): pid reuse guard */
     char addr[46];      /* the sandbox's address ("" without a network) */
+    /* What airlock-egress handed out at the sandbox's (latest) registration, or NULL:
+     * {"caCertPem", "caFingerprint", "placeholders": {ENV: placeholder}}, and
+     * "agentCaFingerprint", the CA the sandbox's agent has installed (a push is due when
+     * they differ). Public material only: a CA certificate, and placeholders that are
+     * worthless outside the proxy (docs/egress-intercept.md). Never a secret value. */
+    json_t *intercept;
 };
 
 void cp_sb_record_init(struct cp_sb_record *r);

@@ -7,12 +7,16 @@
  *   GET    /v1/sandboxes              every registered sandbox with its figures
  *   POST   /v1/sandboxes              register: {"id","template","addresses":[...],
  *                                     "policy":{"yaml":"...","origin":"..."} | "policy_file",
- *                                     "placeholders"?:{ENV: value} (kept from before)}
+ *                                     "placeholders"?:{ENV: value} (kept from before),
+ *                                     "network"?:{"allow_internet_access"?,"allow_out"?,
+ *                                     "deny_out"?} (E2B fields: narrow every policy the
+ *                                     sandbox gets, docs/policy.md)}
  *                                     201 the sandbox, with "caCertPem", "caFingerprint",
  *                                     "caNames", "placeholders" (interception); 400 invalid
  *                                     (the reason, with file:line:col for policy errors);
  *                                     409 id/address taken
- *   GET    /v1/sandboxes/{id}         200 the sandbox; 404
+ *   GET    /v1/sandboxes/{id}         200 the sandbox (with "network" when narrowed; its
+ *                                     policy.hash is the narrowed policy's); 404
  *   DELETE /v1/sandboxes/{id}         204 (its connections are closed); 404
  *   PUT    /v1/sandboxes/{id}/policy  {"yaml":"...","origin":"..."} | {"file":"..."}:
  *                                     200 {"policy":{"name","hash"}}; 400 (old one kept); 404
@@ -99,16 +103,18 @@ static void admin__register(struct al_http_req *req, struct egress_admin *a)
         return;
     }
     static const char *const keys[] = {"id", "template", "addresses", "policy", "policy_file",
-                                       "placeholders", NULL};
+                                       "placeholders", "network", NULL};
     const char *id = NULL, *tmpl = NULL, *pfile = NULL;
-    json_t *addrs = NULL, *pol = NULL, *phs = NULL;
+    json_t *addrs = NULL, *pol = NULL, *phs = NULL, *net = NULL;
     if (al_json_check_keys(body, keys, "sandbox", &err) < 0 ||
         al_json_get_str(body, "id", true, &id, "sandbox", &err) < 0 ||
         al_json_get_str(body, "template", false, &tmpl, "sandbox", &err) < 0 ||
         al_json_get_arr(body, "addresses", true, &addrs, "sandbox", &err) < 0 ||
         al_json_get_obj(body, "policy", false, &pol, "sandbox", &err) < 0 ||
         al_json_get_str(body, "policy_file", false, &pfile, "sandbox", &err) < 0 ||
-        al_json_get_obj(body, "placeholders", false, &phs, "sandbox", &err) < 0) {
+        al_json_get_obj(body, "placeholders", false, &phs, "sandbox", &err) < 0 ||
+        ((net = json_object_get(body, "network")) && !json_is_null(net) &&
+         egress_network_check(net, &err) < 0)) {
         json_decref(body);
         al_http_reply_error(req, 400, "%s", al_error_str(&err));
         return;
@@ -130,7 +136,7 @@ static void admin__register(struct al_http_req *req, struct egress_admin *a)
         }
     }
     struct egress_register r = {.id = id, .template_name = tmpl, .addrs = ips, .n_addrs = n,
-                                .placeholders = phs};
+                                .placeholders = phs, .network = json_is_null(net) ? NULL : net};
     if (pol) {
         const char *file = NULL;
         if (admin__policy_src(pol, &r.policy_yaml, &r.policy_len, &r.policy_origin, &file, &err) < 0) {

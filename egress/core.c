@@ -263,7 +263,7 @@ uint16_t egress_dns_port(const struct egress *e, size_t i)
 
 static void core__audit_control(struct egress *e, const char *type, const char *event,
                                 struct egress_sandbox *sb, struct egress_policy *p,
-                                const char *error, const char *old_hash)
+                                const char *error, const char *old_hash, const char *base_hash)
 {
     json_t *r = egress_rec_new(type);
     if (!r)
@@ -280,7 +280,13 @@ static void core__audit_control(struct egress *e, const char *type, const char *
         json_object_set_new(r, "addresses", a);
         if (sb->policy_file[0])
             egress_rec_str(r, "policy_file", sb->policy_file);
+        /* The E2B fields that narrow the policy: policy.hash is the narrowed policy's,
+         * base_policy_hash the hash of the policy before narrowing. */
+        if (sb->network)
+            json_object_set(r, "network", sb->network);
     }
+    if (base_hash)
+        egress_rec_str(r, "base_policy_hash", base_hash);
     if (old_hash)
         egress_rec_str(r, "old_policy_hash", old_hash);
     if (error) {
@@ -301,17 +307,45 @@ static int core__load_policy(const char *yaml, size_t len, const char *origin, c
     return al_error_set(err, -EINVAL, "a policy is required: give policy_yaml or policy_file");
 }
 
+/* Loads a policy and narrows it by the sandbox's network fields; *base_hash gets the hash
+ * before narrowing ("" when network is NULL). *reason says which part was refused. */
+static int core__policy_for(const char *yaml, size_t len, const char *origin, const char *file,
+                            const json_t *network, struct egress_policy **out,
+                            char base_hash[72], const char **reason, struct al_error *err)
+{
+    struct egress_policy *base = NULL;
+    base_hash[0] = 0;
+    *reason = "invalid_policy";
+    int rc = core__load_policy(yaml, len, origin, file, &base, err);
+    if (rc < 0)
+        return rc;
+    if (network)
+        snprintf(base_hash, 72, "%s", egress_policy_hash(base));
+    rc = egress_policy_narrow(base, network, out, err);
+    egress_policy_unref(base);
+    if (rc < 0)
+        *reason = "invalid_network";
+    return rc;
+}
+
 int egress_register_sandbox(struct egress *e, const struct egress_register *r, struct al_error *err)
 {
     struct egress_policy *p = NULL;
-    int rc = core__load_policy(r->policy_yaml, r->policy_len, r->policy_origin, r->policy_file, &p, err);
+    char base_hash[72];
+    const char *reason = "invalid_policy";
+    int rc = r->network ? egress_network_check((const json_t *)r->network, err) : 0;
+    if (rc < 0)
+        reason = "invalid_network";
+    else
+        rc = core__policy_for(r->policy_yaml, r->policy_len, r->policy_origin, r->policy_file,
+                              (const json_t *)r->network, &p, base_hash, &reason, err);
     if (rc < 0) {
         json_t *rec = egress_rec_new("sandbox");
         if (rec) {
             egress_rec_str(rec, "event", "register_refused");
             egress_rec_str(rec, "sandbox", r->id);
             egress_rec_str(rec, "decision", "deny");
-            egress_rec_str(rec, "reason", "invalid_policy");
+            egress_rec_str(rec, "reason", reason);
             egress_rec_str(rec, "error", al_error_str(err));
             egress_audit(e, rec);
         }
@@ -323,9 +357,16 @@ int egress_register_sandbox(struct egress *e, const struct egress_register *r, s
         egress_policy_unref(p);
         return rc;
     }
+    json_t *net = r->network ? json_deep_copy((const json_t *)r->network) : NULL;
+    if (r->network && !net) {
+        egress_inspect_sandbox_free(x);
+        egress_policy_unref(p);
+        return al_error_set(err, -ENOMEM, "out of memory");
+    }
     rc = egress_registry_add(e->reg, r->id, r->template_name, r->addrs, r->n_addrs,
-                             r->policy_yaml ? NULL : r->policy_file, p, err);
+                             r->policy_yaml ? NULL : r->policy_file, p, net, err);
     if (rc < 0) {
+        json_decref(net);
         egress_inspect_sandbox_free(x);
         egress_policy_unref(p);
         return rc;
@@ -335,9 +376,10 @@ int egress_register_sandbox(struct egress *e, const struct egress_register *r, s
         egress_inspect_sandbox_free(x);
     if (sb) {
         sb->inspect = x;
-        core__audit_control(e, "sandbox", "register", sb, p, NULL, NULL);
-        al_info("sandbox %s registered (policy %s %.12s)", r->id, egress_policy_name(p),
-                egress_policy_hash(p));
+        core__audit_control(e, "sandbox", "register", sb, p, NULL, NULL,
+                            base_hash[0] ? base_hash : NULL);
+        al_info("sandbox %s registered (policy %s %.12s%s)", r->id, egress_policy_name(p),
+                egress_policy_hash(p), net ? ", narrowed by its E2B network fields" : "");
         egress_sandbox_put(sb);
     }
     return 0;
@@ -357,7 +399,7 @@ int egress_unregister_sandbox(struct egress *e, const char *id)
     if (!sb)
         return -ENOENT;
     struct egress_policy *p = egress_sandbox_policy(sb);
-    core__audit_control(e, "sandbox", "unregister", sb, p, NULL, NULL);
+    core__audit_control(e, "sandbox", "unregister", sb, p, NULL, NULL, NULL);
     egress_policy_unref(p);
     al_info("sandbox %s removed", id);
     egress_sandbox_put(sb);
@@ -373,9 +415,14 @@ int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t
         return al_error_set(err, -ENOENT, "no sandbox '%s' is registered", id);
     struct egress_policy *old = egress_sandbox_policy(sb);
     struct egress_policy *p = NULL;
-    int rc = core__load_policy(yaml, len, origin, file ? file : (yaml ? NULL : sb->policy_file), &p, err);
+    char base_hash[72];
+    const char *reason;
+    /* The sandbox's network fields narrow the new policy exactly as they narrowed the first
+     * one: a replacement or a reload never widens what the sandbox was created with. */
+    int rc = core__policy_for(yaml, len, origin, file ? file : (yaml ? NULL : sb->policy_file),
+                              sb->network, &p, base_hash, &reason, err);
     if (rc < 0) {
-        core__audit_control(e, "policy", "reload_refused", sb, old, al_error_str(err), NULL);
+        core__audit_control(e, "policy", "reload_refused", sb, old, al_error_str(err), NULL, NULL);
         al_warn("sandbox %s: new policy refused, the old one stays: %s", id, al_error_str(err));
         egress_policy_unref(old);
         egress_sandbox_put(sb);
@@ -387,7 +434,7 @@ int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t
     struct al_error ierr = {0};
     if (egress_inspect_sandbox_policy(sb, p, &ierr) < 0)
         al_warn("sandbox %s: placeholders of the new policy: %s (the previous ones stay)", id, al_error_str(&ierr));
-    core__audit_control(e, "policy", "reload", sb, p, NULL, old_hash);
+    core__audit_control(e, "policy", "reload", sb, p, NULL, old_hash, base_hash[0] ? base_hash : NULL);
     egress_policy_unref(old);
     egress_sandbox_put(sb);
     return 0;
@@ -463,6 +510,8 @@ static json_t *core__sandbox_json(struct egress_sandbox *sb)
         "bytes_up", (json_int_t)atomic_load(&sb->bytes_up),
         "bytes_down", (json_int_t)atomic_load(&sb->bytes_down));
     egress_policy_unref(p);
+    if (o && sb->network)
+        json_object_set(o, "network", sb->network);
     return o;
 }
 

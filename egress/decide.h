@@ -36,6 +36,18 @@ bool egress_policy_report_mode(const struct egress_policy *p);
 uint64_t egress_policy_max_connections(const struct egress_policy *p);
 uint64_t egress_policy_max_request_body(const struct egress_policy *p);
 
+/* ---- narrowing by E2B network fields (docs/policy.md) ------------------------------- */
+struct json_t;
+/* Checks the shape of a registration's "network" object: {"allow_internet_access"?: bool,
+ * "allow_out"?: [string], "deny_out"?: [string]}, nothing else (the entries themselves are
+ * checked by egress_policy_narrow). */
+int egress_network_check(const struct json_t *network, struct al_error *err);
+/* The policy a sandbox gets: base narrowed by its E2B network fields (a filter in front of
+ * base that can only remove access; denials carry "sandbox_network_denies"; its own hash).
+ * network NULL: base itself. *out is a new reference either way; base keeps its own. */
+int egress_policy_narrow(struct egress_policy *base, const struct json_t *network,
+                         struct egress_policy **out, struct al_error *err);
+
 /* ---- names and addresses ----------------------------------------------------------- */
 struct egress_ip {
     uint8_t family;     /* 4 or 6 */

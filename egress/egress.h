@@ -109,8 +109,9 @@ struct uv_loop_s;
 
 /* Registers a sandbox: its source addresses (the vswitch guarantees them), template, and
  * policy: YAML text (policy_yaml, with policy_origin naming it in errors) or a file
- * (policy_file) that reloads re-read. On an invalid policy nothing is registered and err
- * says why (file:line:col). */
+ * (policy_file) that reloads re-read, narrowed by the sandbox's E2B network fields when
+ * given (network; kept for every later policy of the sandbox). On an invalid policy or
+ * network nothing is registered and err says why (file:line:col). */
 struct egress_register {
     const char *id;
     const char *template_name;
@@ -123,11 +124,15 @@ struct egress_register {
     /* Placeholders handed out at an earlier registration (a JSON object ENV -> value) that
      * the sandbox's processes still hold: kept (interception, docs/egress-intercept.md). */
     const struct json_t *placeholders;
+    /* E2B network fields {"allow_internet_access"?, "allow_out"?, "deny_out"?} or NULL
+     * (egress_network_check; copied). */
+    const struct json_t *network;
 };
 int egress_register_sandbox(struct egress *e, const struct egress_register *r, struct al_error *err);
 /* Removes it and closes its connections (each audited). -ENOENT if unknown. */
 int egress_unregister_sandbox(struct egress *e, const char *id);
-/* Replaces a sandbox's policy atomically; on error the old policy stays and err says why. */
+/* Replaces a sandbox's policy atomically (narrowed by the sandbox's network fields, as at
+ * registration); on error the old policy stays and err says why. */
 int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t len,
                       const char *origin, const char *file, struct al_error *err);
 /* Re-reads every file-based policy; returns how many failed (each audited and logged; the

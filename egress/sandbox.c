@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "common/util.h"
 
 struct reg__slot {
@@ -164,6 +166,7 @@ void egress_sandbox_put(struct egress_sandbox *sb)
         return;
     egress_policy_unref(sb->policy);
     egress_inspect_sandbox_free(sb->inspect);
+    json_decref(sb->network);
     ans__free_all(sb);
     pthread_mutex_destroy(&sb->lock);
     free(sb);
@@ -171,7 +174,8 @@ void egress_sandbox_put(struct egress_sandbox *sb)
 
 int egress_registry_add(struct egress_registry *r, const char *id, const char *template_name,
                         const struct egress_ip *addrs, size_t n_addrs, const char *policy_file,
-                        struct egress_policy *policy, struct al_error *err)
+                        struct egress_policy *policy, struct json_t *network,
+                        struct al_error *err)
 {
     if (!id[0] || strlen(id) >= sizeof ((struct egress_sandbox *)0)->id)
         return al_error_set(err, -EINVAL, "sandbox id must be 1..127 characters");
@@ -215,6 +219,7 @@ int egress_registry_add(struct egress_registry *r, const char *id, const char *t
         }
     }
     sb->policy = policy;
+    sb->network = network;
     struct reg__slot *s = reg__find_id(r->id_slots, r->cap, id);
     s->hash = reg__hash_id(id);
     s->sb = sb;

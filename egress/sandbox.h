@@ -2,8 +2,9 @@
  *
  * Owns: the map from a sandbox's source address (guaranteed by the vswitch) to its
  * identity, template and current policy; atomic policy replacement (hot reload); the
- * per-sandbox counters that limits need (live connections, buffer memory); and the memory
- * of DNS answers the proxy gave the sandbox (for the destination check).
+ * per-sandbox counters that limits need (live connections, buffer memory); the memory of
+ * DNS answers the proxy gave the sandbox (for the destination check); and its E2B network
+ * fields, which narrow every policy it is given (registration, replacement, reload).
  *
  * Concurrency: the registry is guarded by a rwlock (lookups take it shared); a sandbox is
  * reference-counted and may outlive its removal while connections still hold it (they see
@@ -21,6 +22,8 @@
 #include "common/error.h"
 #include "decide.h"
 #include "dns_wire.h"
+
+struct json_t;
 
 #define EGRESS_SANDBOX_MAX_ADDRS 4
 #define EGRESS_ANSWER_SLOTS      512    /* names remembered per sandbox */
@@ -41,6 +44,10 @@ struct egress_sandbox {
     struct egress_ip addrs[EGRESS_SANDBOX_MAX_ADDRS];
     size_t n_addrs;
     char policy_file[512];          /* "" when the policy came inline */
+    /* E2B network fields ({"allow_internet_access","allow_out","deny_out"}) or NULL: every
+     * policy of this sandbox is narrowed by them (egress_policy_narrow). Set at
+     * registration, never changed, freed with the sandbox. */
+    struct json_t *network;
     atomic_bool removed;
 
     pthread_mutex_t lock;           /* policy and answers */
@@ -65,11 +72,13 @@ struct egress_registry;
 int egress_registry_new(struct egress_registry **out);
 void egress_registry_free(struct egress_registry *r);
 
-/* Registers a sandbox (takes ownership of policy's reference on success). -EEXIST when the
- * id or an address is taken (err says which). */
+/* Registers a sandbox (takes ownership of policy's reference and of network, which may be
+ * NULL, on success; policy is already narrowed by network). -EEXIST when the id or an
+ * address is taken (err says which). */
 int egress_registry_add(struct egress_registry *r, const char *id, const char *template_name,
                         const struct egress_ip *addrs, size_t n_addrs, const char *policy_file,
-                        struct egress_policy *policy, struct al_error *err);
+                        struct egress_policy *policy, struct json_t *network,
+                        struct al_error *err);
 /* Removes it; the sandbox is marked removed and dropped from the maps. Returns the
  * sandbox (a reference the caller must put) or NULL when unknown. */
 struct egress_sandbox *egress_registry_remove(struct egress_registry *r, const char *id);

@@ -354,7 +354,8 @@ int vmm_spec_parse(const char *data, size_t len, struct vmm_spec *s, struct al_e
     const char *what = "spec";
     static const char *const keys[] = {
         "id",  "backend", "template", "template_id",  "resources", "network",   "hostname", "agent",
-        "env", "user",    "workdir",  "access_token", "binds",     "keep_logs", "jail",     NULL};
+        "env", "user",    "workdir",  "access_token", "binds",     "keep_logs", "jail",
+        "ca_cert_pem", NULL};
     int rc = al_json_check_keys(s->root, keys, what, err);
     if (rc)
         goto fail;
@@ -419,8 +420,15 @@ int vmm_spec_parse(const char *data, size_t len, struct vmm_spec *s, struct al_e
         goto fail;
     if ((rc = al_json_get_str(s->root, "user", false, &s->user, what, err)) ||
         (rc = al_json_get_str(s->root, "workdir", false, &s->workdir, what, err)) ||
-        (rc = al_json_get_str(s->root, "access_token", false, &s->access_token, what, err)))
+        (rc = al_json_get_str(s->root, "access_token", false, &s->access_token, what, err)) ||
+        (rc = al_json_get_str(s->root, "ca_cert_pem", false, &s->ca_cert_pem, what, err)))
         goto fail;
+    if (s->ca_cert_pem && (!*s->ca_cert_pem || strlen(s->ca_cert_pem) > VMM_CA_PEM_MAX)) {
+        rc = al_error_set(err, -EINVAL,
+                          "spec: \"ca_cert_pem\" must be one PEM certificate of 1..%d bytes",
+                          VMM_CA_PEM_MAX);
+        goto fail;
+    }
     if (s->workdir && !vmm_path_normalised(s->workdir)) {
         rc = al_error_set(err, -EINVAL, "spec: \"workdir\" must be a normalised absolute path");
         goto fail;
@@ -547,6 +555,8 @@ json_t *vmm_spec_init_object(const struct vmm_spec *s)
     json_object_set_new(o, "envVars", env);
     if (s->access_token)
         json_object_set_new(o, "accessToken", json_string(s->access_token));
+    if (s->ca_cert_pem)
+        json_object_set_new(o, "caCertPem", json_string(s->ca_cert_pem));
     json_object_set_new(o, "defaultUser", json_string(user));
     json_object_set_new(o, "defaultWorkdir", json_string(workdir));
     json_t *agent = t ? json_object_get(t, "agent") : NULL;

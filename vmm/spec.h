@@ -25,6 +25,7 @@
 #define VMM_MAX_DNS       3
 #define VMM_SPEC_MAX_SIZE (1u << 20)   /* the whole spec */
 #define VMM_INIT_MAX_SIZE (256u << 10) /* the init object handed to the agent */
+#define VMM_CA_PEM_MAX    (64 * 1024)  /* the sandbox CA (the agent's own limit) */
 /* Resources a spec gets when it names none. */
 #define VMM_DEFAULT_CPUS       2
 #define VMM_DEFAULT_MEMORY_MIB 512
@@ -72,6 +73,9 @@ struct vmm_spec {
     const char *user;
     const char *workdir;
     const char *access_token;
+    /* The sandbox's CA of the egress proxy's interception (PEM), installed by the agent in
+     * the sandbox's trust stores (init "caCertPem", vmm/guest/trust.c), or NULL. */
+    const char *ca_cert_pem;
 
     struct vmm_bind binds[VMM_MAX_BINDS];
     size_t n_binds;

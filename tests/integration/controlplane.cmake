@@ -25,3 +25,9 @@ if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
   airlock_script_test(NAME cp_forward SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_forward.sh
                       LABELS controlplane TIMEOUT 900)
 endif()
+# Credential injection and E2B network narrowing end to end through airlockd and the real E2B
+# SDK (tests/e2b/sdk-driver.mjs), airlock-vault and airlock-egress as airlockd runs them.
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress AND TARGET airlock-vault)
+  airlock_script_test(NAME cp_intercept SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_intercept.sh
+                      LABELS controlplane intercept e2b TIMEOUT 900)
+endif()

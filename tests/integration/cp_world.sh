@@ -10,6 +10,8 @@
 #       off. Sets CP_STATE, CP_CG (this instance's cgroup parent), CP_PREFIX (its interface
 #       prefix), CP_KEY; writes $AL_TMP/airlockd.yaml (CP_SANDBOXES_EXTRA: more lines, indented
 #       by two spaces, for its "sandboxes:" section); registers cleanups.
+#   cp_egress_args ARGS...  more arguments of airlock-egress (egress.args; before cp_start),
+#                         e.g. --upstream-ca FILE
 #   cp_start [NAME]       starts airlockd (background job NAME, default airlockd), waits for
 #                         its banner, sets CP_URL; earlier runs' logs go to NAME.history.log
 #   cp_cli ARGS...        `airlock --state-dir $CP_STATE ARGS...`
@@ -102,6 +104,17 @@ cp__cleanup() {
     [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
   done
   true
+}
+
+cp_egress_args() {
+  python3 - "$AL_TMP/airlockd.yaml" "$@" <<'PY'
+import json, re, sys
+path = sys.argv[1]
+text = open(path).read()
+m = re.search(r"^  args: (\[.*\])$", text, re.M)
+args = json.loads(m.group(1)) + sys.argv[2:]
+open(path, "w").write(text[:m.start(1)] + json.dumps(args) + text[m.end(1):])
+PY
 }
 
 cp_start() {

@@ -1,6 +1,6 @@
 /* tests/unit/controlplane/test_cp_state: ids and credentials, the hash map, sandbox records,
- * and the SQLite store (round trips, crash safety across a kill -9, concurrent writers,
- * API keys and their digests). */
+ * the SQLite store (round trips, crash safety across a kill -9, concurrent writers, API keys
+ * and their digests), and the body of a registration with airlock-egress. */
 #include <errno.h>
 #include <signal.h>
 #include <sodium.h>
@@ -13,6 +13,8 @@
 
 #include "al_test.h"
 #include "common/util.h"
+#include "controlplane/cp.h"
+#include "controlplane/egressreg.h"
 #include "controlplane/ids.h"
 #include "controlplane/map.h"
 #include "controlplane/record.h"
@@ -154,6 +156,9 @@ static void fill_record(struct cp_sb_record *r, const char *id, uint64_t seq)
     r->pid = 4242;
     r->pid_start = 987654321;
     snprintf(r->addr, sizeof r->addr, "10.200.0.6");
+    r->intercept = json_pack("{s:s,s:s,s:s,s:{s:s}}", "caCertPem", "-----BEGIN CERTIFICATE-----\n",
+                             "caFingerprint", "sha256:ab", "agentCaFingerprint", "sha256:cd",
+                             "placeholders", "SERVICE_KEY", "alph_0123");
 }
 
 START_TEST(record_doc_roundtrip)
@@ -173,6 +178,8 @@ START_TEST(record_doc_roundtrip)
     ck_assert_int_eq(b.memory_mb, 512);
     ck_assert(json_equal(a.metadata, b.metadata));
     ck_assert(json_equal(a.network, b.network));
+    /* The interception CA and placeholders survive a restart of airlockd. */
+    ck_assert(json_equal(a.intercept, b.intercept));
     ck_assert_int_eq(b.pid, 4242);
     ck_assert_uint_eq(b.pid_start, 987654321);
     ck_assert_str_eq(b.addr, "10.200.0.6");
@@ -500,6 +507,82 @@ START_TEST(store_keys)
 }
 END_TEST
 
+/* What airlockd sends airlock-egress: the policy file, the E2B fields for the proxy to narrow
+ * it with (every combination, never a stand-in policy), and the placeholders the sandbox
+ * holds when it is registered again. */
+START_TEST(egress_registration_body)
+{
+    struct cp *cp = calloc(1, sizeof *cp);
+    snprintf(cp->cfg.policies_path, sizeof cp->cfg.policies_path, "%s", tmpdir);
+    char pf[400];
+    snprintf(pf, sizeof pf, "%s/default.yaml", tmpdir);
+    FILE *f = fopen(pf, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("version: 1\nname: default\nrules: []\n", f);
+    fclose(f);
+    struct cp_sandbox *sb = calloc(1, sizeof *sb);
+    fill_record(&sb->rec, "sbx1", 1);
+    json_decref(sb->rec.intercept);
+    sb->rec.intercept = NULL;
+
+    /* allow_internet_access false and no other field: the proxy narrows to nothing. */
+    json_decref(sb->rec.network);
+    sb->rec.network = NULL;
+    json_t *b = cp_egress_body(cp, sb);
+    ck_assert_str_eq(json_string_value(json_object_get(b, "policy_file")), pf);
+    ck_assert_ptr_null(json_object_get(b, "policy"));
+    json_t *want = json_pack("{s:b}", "allow_internet_access", 0);
+    ck_assert(json_equal(json_object_get(b, "network"), want));
+    json_decref(want);
+    ck_assert_ptr_null(json_object_get(b, "placeholders"));
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(b, "addresses"), 0)),
+                     "10.200.0.6");
+    json_decref(b);
+
+    /* allowOut and denyOut together, as E2B names them, in the proxy's names. */
+    sb->rec.allow_internet = -1;
+    sb->rec.network = json_pack("{s:[s],s:[s,s],s:b}", "allowOut", "*.github.com", "denyOut",
+                                "0.0.0.0/0", "evil.example", "allowPublicTraffic", 0);
+    b = cp_egress_body(cp, sb);
+    want = json_pack("{s:[s],s:[s,s]}", "allow_out", "*.github.com", "deny_out",
+                             "0.0.0.0/0", "evil.example");
+    ck_assert(json_equal(json_object_get(b, "network"), want));
+    json_decref(want);
+    json_decref(b);
+
+    /* No E2B fields: no network member (the policy as it is). */
+    json_decref(sb->rec.network);
+    sb->rec.network = NULL;
+    b = cp_egress_body(cp, sb);
+    ck_assert_ptr_null(json_object_get(b, "network"));
+    json_decref(b);
+
+    /* Registered again: the placeholders it holds go back to the proxy. */
+    sb->rec.intercept = json_pack("{s:s,s:{s:s}}", "caCertPem", "-----BEGIN CERTIFICATE-----",
+                                  "placeholders", "SERVICE_KEY", "alph_00");
+    b = cp_egress_body(cp, sb);
+    ck_assert_str_eq(
+        json_string_value(json_object_get(json_object_get(b, "placeholders"), "SERVICE_KEY")),
+        "alph_00");
+    ck_assert_ptr_null(json_object_get(b, "caCertPem"));
+    json_decref(b);
+    cp_sb_record_free(&sb->rec);
+    free(sb);
+    free(cp);
+
+    /* A CA constrained to nothing (the policy intercepts nothing) is not installed. */
+    json_t *ix = json_pack("{s:s,s:[s]}", "caCertPem", "pem", "caNames", "invalid");
+    ck_assert(!cp_egress_ca_useful(ix));
+    json_object_set_new(ix, "caNames", json_pack("[s,s]", "invalid", "api.github.com"));
+    ck_assert(cp_egress_ca_useful(ix));
+    json_object_del(ix, "caNames");
+    ck_assert(cp_egress_ca_useful(ix)); /* an answer that does not say: installed */
+    json_object_del(ix, "caCertPem");
+    ck_assert(!cp_egress_ca_useful(ix));
+    json_decref(ix);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_state");
@@ -511,6 +594,7 @@ static Suite *suite(void)
     tcase_add_test(t, record_doc_roundtrip);
     tcase_add_test(t, apikey_policies);
     tcase_add_test(t, proc_start_time);
+    tcase_add_test(t, egress_registration_body);
     suite_add_tcase(s, t);
     t = tcase_create("store");
     tcase_add_checked_fixture(t, setup, teardown);

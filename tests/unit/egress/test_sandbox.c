@@ -1,6 +1,9 @@
-/* tests/unit/egress/test_sandbox: the sandbox registry and the memory of DNS answers. */
+/* tests/unit/egress/test_sandbox: the sandbox registry, the memory of DNS answers, and a
+ * sandbox's policy narrowed by its E2B network fields. */
 #include "al_test.h"
 #include "egress/sandbox.h"
+
+#include <jansson.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,7 +30,7 @@ START_TEST(register_lookup_remove)
     ck_assert_int_eq(egress_registry_new(&r), 0);
     struct egress_ip a[2] = {ip4("10.200.0.2"), ip6("fd00::2")};
     struct al_error err = {0};
-    ck_assert_int_eq(egress_registry_add(r, "sbx-1", "base", a, 2, NULL, NULL, &err), 0);
+    ck_assert_int_eq(egress_registry_add(r, "sbx-1", "base", a, 2, NULL, NULL, NULL, &err), 0);
     struct egress_sandbox *sb = egress_registry_by_addr(r, &a[1]);
     ck_assert_ptr_nonnull(sb);
     ck_assert_str_eq(sb->id, "sbx-1");
@@ -36,12 +39,12 @@ START_TEST(register_lookup_remove)
     struct egress_ip other = ip4("10.200.0.3");
     ck_assert_ptr_null(egress_registry_by_addr(r, &other));
     /* Taken id, taken address, listed twice, none. */
-    ck_assert_int_eq(egress_registry_add(r, "sbx-1", NULL, &other, 1, NULL, NULL, &err), -EEXIST);
-    ck_assert_int_eq(egress_registry_add(r, "sbx-2", NULL, a, 1, NULL, NULL, &err), -EEXIST);
+    ck_assert_int_eq(egress_registry_add(r, "sbx-1", NULL, &other, 1, NULL, NULL, NULL, &err), -EEXIST);
+    ck_assert_int_eq(egress_registry_add(r, "sbx-2", NULL, a, 1, NULL, NULL, NULL, &err), -EEXIST);
     ck_assert_ptr_nonnull(strstr(err.msg, "already belongs to sandbox 'sbx-1'"));
     struct egress_ip twice[2] = {other, other};
-    ck_assert_int_eq(egress_registry_add(r, "sbx-3", NULL, twice, 2, NULL, NULL, &err), -EINVAL);
-    ck_assert_int_eq(egress_registry_add(r, "sbx-3", NULL, twice, 0, NULL, NULL, &err), -EINVAL);
+    ck_assert_int_eq(egress_registry_add(r, "sbx-3", NULL, twice, 2, NULL, NULL, NULL, &err), -EINVAL);
+    ck_assert_int_eq(egress_registry_add(r, "sbx-3", NULL, twice, 0, NULL, NULL, NULL, &err), -EINVAL);
     ck_assert_uint_eq(egress_registry_count(r), 1);
     /* A reference outlives removal; the sandbox says it was removed. */
     sb = egress_registry_by_id(r, "sbx-1");
@@ -68,7 +71,7 @@ START_TEST(many_sandboxes)
         snprintf(id, sizeof id, "sbx-%d", i);
         snprintf(addr, sizeof addr, "10.%d.%d.2", i / 250, i % 250);
         struct egress_ip a = ip4(addr);
-        ck_assert_int_eq(egress_registry_add(r, id, NULL, &a, 1, NULL, NULL, NULL), 0);
+        ck_assert_int_eq(egress_registry_add(r, id, NULL, &a, 1, NULL, NULL, NULL, NULL), 0);
     }
     for (int i = 0; i < 2000; i += 2) {
         snprintf(id, sizeof id, "sbx-%d", i);
@@ -97,7 +100,7 @@ START_TEST(answers_memory)
     struct egress_registry *r;
     egress_registry_new(&r);
     struct egress_ip a = ip4("10.200.0.2");
-    egress_registry_add(r, "sbx", NULL, &a, 1, NULL, NULL, NULL);
+    egress_registry_add(r, "sbx", NULL, &a, 1, NULL, NULL, NULL, NULL);
     struct egress_sandbox *sb = egress_registry_by_id(r, "sbx");
     struct egress_ip ans[2] = {ip4("203.0.113.10"), ip6("2001:db8::10")};
     struct egress_ip other = ip4("203.0.113.11");
@@ -144,6 +147,77 @@ START_TEST(answers_memory)
 }
 END_TEST
 
+static void decide(const struct egress_policy *p, const char *host, const char *dst,
+                   struct egress_verdict *v)
+{
+    struct egress_ip ip = ip4(dst);
+    struct egress_query q = {.host = host, .host_len = strlen(host), .dst = &ip, .port = 443,
+                             .scheme = EGRESS_SCHEME_TLS};
+    egress_decide(p, &q, v);
+}
+
+START_TEST(network_narrowing)
+{
+    static const char yaml[] = "version: 1\nname: n\nrules:\n"
+                               "  - name: gh\n    hosts: [api.github.com, \"**.example.com\"]\n";
+    struct egress_policy *base, *p;
+    struct al_error err = {0};
+    ck_assert_msg(egress_policy_load(yaml, strlen(yaml), "n.yaml", &base, &err) == 0, "%s", err.msg);
+
+    /* Shapes: an object with three known members of the right types. */
+    const char *bad[] = {"[]", "{\"allowOut\":[]}", "{\"allow_out\":\"a.com\"}",
+                         "{\"deny_out\":[1]}", "{\"allow_internet_access\":\"false\"}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        json_t *n = json_loads(bad[i], 0, NULL);
+        ck_assert_msg(egress_network_check(n, &err) < 0, "accepted %s", bad[i]);
+        ck_assert_int_lt(egress_policy_narrow(base, n, &p, &err), 0);
+        json_decref(n);
+    }
+    /* Entries the narrowing cannot take: refused with the entry named. */
+    json_t *n = json_pack("{s:[s]}", "allow_out", "0.0.0.0/0");
+    ck_assert_int_lt(egress_policy_narrow(base, n, &p, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "0.0.0.0/0"));
+    json_decref(n);
+
+    /* None: the base policy itself. */
+    ck_assert_int_eq(egress_policy_narrow(base, NULL, &p, &err), 0);
+    ck_assert_str_eq(egress_policy_hash(p), egress_policy_hash(base));
+    egress_policy_unref(p);
+
+    /* No internet but *.example.com (any depth, as in E2B). */
+    n = json_pack("{s:b,s:[s]}", "allow_internet_access", 0, "allow_out", "*.example.com");
+    ck_assert_msg(egress_policy_narrow(base, n, &p, &err) == 0, "%s", err.msg);
+    ck_assert_str_ne(egress_policy_hash(p), egress_policy_hash(base));
+    ck_assert_str_eq(egress_policy_name(p), "n");
+    struct egress_verdict v;
+    decide(p, "a.b.example.com", "203.0.113.5", &v);
+    ck_assert(v.allow);
+    decide(p, "api.github.com", "203.0.113.5", &v);
+    ck_assert(!v.allow);
+    ck_assert_str_eq(v.reason, "sandbox_network_denies");
+    egress_decide_dns(p, "api.github.com", 14, &v);
+    ck_assert(!v.allow);
+    /* ... never more than the policy: allowed by the fields, not by the policy. */
+    decide(p, "example.com", "203.0.113.5", &v);
+    ck_assert(!v.allow);
+    ck_assert_str_ne(v.reason, "rule_allows");
+    egress_policy_unref(p);
+    json_decref(n);
+
+    /* denyOut of an address: the name passes, that address does not. */
+    n = json_pack("{s:[s]}", "deny_out", "203.0.113.9/32");
+    ck_assert_int_eq(egress_policy_narrow(base, n, &p, &err), 0);
+    decide(p, "api.github.com", "203.0.113.5", &v);
+    ck_assert(v.allow);
+    decide(p, "api.github.com", "203.0.113.9", &v);
+    ck_assert(!v.allow);
+    ck_assert_str_eq(v.reason, "sandbox_network_denies");
+    egress_policy_unref(p);
+    json_decref(n);
+    egress_policy_unref(base);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("sandbox");
@@ -151,6 +225,9 @@ static Suite *suite(void)
     tcase_add_test(t, register_lookup_remove);
     tcase_add_test(t, many_sandboxes);
     tcase_add_test(t, answers_memory);
+    suite_add_tcase(s, t);
+    t = tcase_create("policy");
+    tcase_add_test(t, network_narrowing);
     suite_add_tcase(s, t);
     return s;
 }

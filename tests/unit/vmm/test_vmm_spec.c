@@ -200,7 +200,8 @@ START_TEST(template_and_init_object)
     char json[1024];
     snprintf(json, sizeof json,
              "{\"id\":\"s1\",\"template\":\"%s\",\"env\":{\"FOO\":\"spec\"},\"access_token\":"
-             "\"t0k\"}",
+             "\"t0k\",\"ca_cert_pem\":\"-----BEGIN CERTIFICATE-----\\nMIIB\\n-----END "
+             "CERTIFICATE-----\\n\"}",
              tmpdir);
     struct vmm_spec s;
     struct al_error e;
@@ -212,6 +213,9 @@ START_TEST(template_and_init_object)
     ck_assert_str_eq(json_string_value(json_object_get(o, "templateID")), "base");
     ck_assert_str_eq(json_string_value(json_object_get(o, "hostname")), "s1");
     ck_assert_str_eq(json_string_value(json_object_get(o, "accessToken")), "t0k");
+    /* The egress proxy's CA for the sandbox goes to the agent as caCertPem. */
+    ck_assert_str_eq(json_string_value(json_object_get(o, "caCertPem")),
+                     "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
     ck_assert_str_eq(json_string_value(json_object_get(o, "defaultUser")), "user");
     ck_assert_str_eq(json_string_value(json_object_get(o, "defaultWorkdir")), "/home/user");
     json_t *env = json_object_get(o, "envVars");
@@ -238,7 +242,13 @@ START_TEST(init_defaults_without_template_user)
     ck_assert_str_eq(json_string_value(json_object_get(o, "defaultUser")), "root");
     ck_assert_str_eq(json_string_value(json_object_get(o, "defaultWorkdir")), "/root");
     ck_assert_ptr_null(json_object_get(o, "accessToken"));
+    ck_assert_ptr_null(json_object_get(o, "caCertPem"));
     json_decref(o);
+    vmm_spec_free(&s);
+    /* An empty CA is a mistake, not "no CA". */
+    snprintf(json, sizeof json, "{\"id\":\"s2\",\"template\":\"%s\",\"ca_cert_pem\":\"\"}", tmpdir);
+    ck_assert_int_lt(parse(json, &s, &e), 0);
+    ck_assert_ptr_nonnull(strstr(e.msg, "ca_cert_pem"));
     vmm_spec_free(&s);
     remove_template();
 }
