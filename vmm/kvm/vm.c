@@ -95,6 +95,15 @@ static int vm__open_kvm(struct al_error *err)
     return fd;
 }
 
+int vmm_kvm_check_device(struct al_error *err)
+{
+    int fd = vm__open_kvm(err);
+    if (fd < 0)
+        return fd;
+    close(fd);
+    return 0;
+}
+
 /* The probe's guest: 64-bit code at 0x1000: out 0xf1, al (al = 0x42); hlt. Some hosts offer
  * a /dev/kvm that passes every capability check but cannot run an ordinary guest (e.g. a
  * paravirtual "PVM" KVM that only runs specially built kernels), so the probe runs one. */
