@@ -94,7 +94,10 @@ fi
 # The backend scenario: airlock-vmm --backend kvm as the control plane drives it (spec on
 # stdin, ready fd, the control API, --cleanup), with the image builder and mke2fs (it makes
 # the template's root image), the real agent's tree, a busybox template, and the vswitch.
-if [ "$scenario" = backend ]; then
+if [ "$scenario" = backend ] || [ "$scenario" = benchvmm ]; then
+  if [ -x "$kvm_top/build/bin/airlock-vmm" ]; then
+    kvm_copy_bin "$root" "$kvm_top/build/bin/airlock-vmm" airlock-vmm-release
+  fi
   for b in airlock-vmm airlock-kvm-init l1-vswitch; do
     [ -x "$kvm_bin/$b" ] || kvm_fail "$kvm_bin/$b not built"
     kvm_copy_bin "$root" "$kvm_bin/$b"
