@@ -85,6 +85,7 @@ struct vmm_kvm {
     int kvm_fd;
     int vm_fd;
     int mem_fd;
+    int pagemap_fd; /* restored VMs: /proc/self/pagemap, to tell written pages (snapshots) */
     struct guest_mem gm;
     size_t run_size;
     struct vcpu vcpus[VMM_KVM_MAX_VCPUS];

@@ -28,8 +28,8 @@ start() {
   rm -f /tmp/ready-$1
   $vmm --state-dir $S --spec - --ready-fd 3 < /tmp/spec-$1.json 3> /tmp/ready-$1 2>> /tmp/vmm-$1.log &
   eval "pid_$1=\$!"
-  i=0
-  while [ ! -s /tmp/ready-$1 ] && [ $i -lt 1800 ]; do sleep 0.05; i=$((i + 1)); done
+  w=0
+  while [ ! -s /tmp/ready-$1 ] && [ $w -lt 3600 ]; do sleep 0.05; w=$((w + 1)); done
   grep -q '"ready":true' /tmp/ready-$1 || fail "sandbox $1: $(cat /tmp/ready-$1)"
 }
 stop() {
@@ -65,6 +65,9 @@ t1=$(now_ms)
 st=$(/bin/l1_tool http $S/sandboxes/first/vmm.sock POST /snapshot /tmp/snapreq.json application/json /tmp/snap.out)
 [ "$st" = "status 200" ] || fail "POST /snapshot -> $st $(cat /tmp/snap.out)"
 emit api_snapshot_ms "$(sed -n 's/.*"ms":\([0-9]*\).*/\1/p' /tmp/snap.out)" ms
+v=$(sed -n 's/.*guest written to \/api-snap-1 in \([0-9.]*\) ms.*/\1/p' /tmp/vmm-first.log | head -1)
+[ -n "$v" ] && emit api_snapshot_vmm_ms "$v" ms
+emit api_snapshot_memory_file_kib "$(du -k /tmp/snap-first/memory | cut -f1)" KiB
 stop first
 
 i=0
