@@ -6,9 +6,12 @@
  *   GET    /v1/stats                  global counters
  *   GET    /v1/sandboxes              every registered sandbox with its figures
  *   POST   /v1/sandboxes              register: {"id","template","addresses":[...],
- *                                     "policy":{"yaml":"...","origin":"..."} | "policy_file"}
- *                                     201 the sandbox; 400 invalid (the reason, with
- *                                     file:line:col for policy errors); 409 id/address taken
+ *                                     "policy":{"yaml":"...","origin":"..."} | "policy_file",
+ *                                     "placeholders"?:{ENV: value} (kept from before)}
+ *                                     201 the sandbox, with "caCertPem", "caFingerprint",
+ *                                     "caNames", "placeholders" (interception); 400 invalid
+ *                                     (the reason, with file:line:col for policy errors);
+ *                                     409 id/address taken
  *   GET    /v1/sandboxes/{id}         200 the sandbox; 404
  *   DELETE /v1/sandboxes/{id}         204 (its connections are closed); 404
  *   PUT    /v1/sandboxes/{id}/policy  {"yaml":"...","origin":"..."} | {"file":"..."}:
@@ -95,15 +98,17 @@ static void admin__register(struct al_http_req *req, struct egress_admin *a)
         al_http_reply_error(req, 400, "the body must be a JSON object: %s", al_error_str(&err));
         return;
     }
-    static const char *const keys[] = {"id", "template", "addresses", "policy", "policy_file", NULL};
+    static const char *const keys[] = {"id", "template", "addresses", "policy", "policy_file",
+                                       "placeholders", NULL};
     const char *id = NULL, *tmpl = NULL, *pfile = NULL;
-    json_t *addrs = NULL, *pol = NULL;
+    json_t *addrs = NULL, *pol = NULL, *phs = NULL;
     if (al_json_check_keys(body, keys, "sandbox", &err) < 0 ||
         al_json_get_str(body, "id", true, &id, "sandbox", &err) < 0 ||
         al_json_get_str(body, "template", false, &tmpl, "sandbox", &err) < 0 ||
         al_json_get_arr(body, "addresses", true, &addrs, "sandbox", &err) < 0 ||
         al_json_get_obj(body, "policy", false, &pol, "sandbox", &err) < 0 ||
-        al_json_get_str(body, "policy_file", false, &pfile, "sandbox", &err) < 0) {
+        al_json_get_str(body, "policy_file", false, &pfile, "sandbox", &err) < 0 ||
+        al_json_get_obj(body, "placeholders", false, &phs, "sandbox", &err) < 0) {
         json_decref(body);
         al_http_reply_error(req, 400, "%s", al_error_str(&err));
         return;
@@ -124,7 +129,8 @@ static void admin__register(struct al_http_req *req, struct egress_admin *a)
             return;
         }
     }
-    struct egress_register r = {.id = id, .template_name = tmpl, .addrs = ips, .n_addrs = n};
+    struct egress_register r = {.id = id, .template_name = tmpl, .addrs = ips, .n_addrs = n,
+                                .placeholders = phs};
     if (pol) {
         const char *file = NULL;
         if (admin__policy_src(pol, &r.policy_yaml, &r.policy_len, &r.policy_origin, &file, &err) < 0) {
@@ -158,6 +164,13 @@ static void admin__register(struct al_http_req *req, struct egress_admin *a)
         return;
     }
     json_t *out = egress_stats_json(a->e, id);
+    /* What the control plane hands the sandbox's agent: the CA it trusts, the placeholders
+     * of its environment (docs/egress-intercept.md). */
+    json_t *ix = egress_sandbox_intercept_json(a->e, id);
+    if (out && ix)
+        json_object_update_new(out, ix);
+    else
+        json_decref(ix);
     json_decref(body);
     al_http_reply_json(req, 201, out);
 }

@@ -102,6 +102,10 @@ void egress_config_usage(FILE *f)
 "  --state-dir DIR            state directory (default /var/lib/airlock)\n"
 "  --admin-socket PATH        admin API socket (default <state>/run/egress.sock; 'none')\n"
 "  --audit-dir DIR            audit log directory (default <state>/audit)\n"
+"  --vault-socket PATH        airlock-vault, for credential injection (default\n"
+"                             <state>/run/vault.sock; 'none': injecting rules are refused)\n"
+"  --upstream-ca FILE         roots that upstream certificates are verified against when\n"
+"                             TLS is inspected (default /etc/ssl/certs/ca-certificates.crt)\n"
 "Listeners (repeatable; port 0 picks one):\n"
 "  --listen ADDR:PORT         transparent TCP listener (default 127.0.0.1:15001)\n"
 "  --dns ADDR:PORT            DNS listener, UDP and TCP (default 127.0.0.1:15053)\n"
@@ -236,7 +240,8 @@ int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, s
         if (strncmp(a, "--", 2) != 0)
             return al_error_set(err, -EINVAL, "unexpected argument '%s' (see --help)", a);
         static const char *const with_value[] = {
-            "--state-dir", "--admin-socket", "--audit-dir", "--listen", "--dns", "--resolver",
+            "--state-dir", "--admin-socket", "--audit-dir", "--vault-socket", "--upstream-ca",
+            "--listen", "--dns", "--resolver",
             "--workers", "--relay", "--upstream-mark", "--max-connections",
             "--max-sandbox-connections", "--memory-budget", "--sandbox-memory",
             "--max-header-bytes", "--max-body", "--header-timeout", "--connect-timeout",
@@ -262,6 +267,10 @@ int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, s
             snprintf(cfg->admin_socket, sizeof cfg->admin_socket, "%s", v);
         } else if (strcmp(a, "--audit-dir") == 0) {
             snprintf(cfg->audit_dir, sizeof cfg->audit_dir, "%s", v);
+        } else if (strcmp(a, "--vault-socket") == 0) {
+            snprintf(cfg->vault_socket, sizeof cfg->vault_socket, "%s", v);
+        } else if (strcmp(a, "--upstream-ca") == 0) {
+            snprintf(cfg->upstream_ca, sizeof cfg->upstream_ca, "%s", v);
         } else if (strcmp(a, "--listen") == 0 || strcmp(a, "--dns") == 0) {
             bool dns = strcmp(a, "--dns") == 0;
             size_t *n = dns ? &cfg->n_dns_listen : &cfg->n_tcp_listen;
@@ -364,6 +373,14 @@ int egress_config_finish(struct egress_config *cfg, struct al_error *err)
         snprintf(cfg->admin_socket, sizeof cfg->admin_socket, "%s/%s", cfg->state_dir, AL_SOCK_EGRESS);
     if (!cfg->audit_dir[0])
         snprintf(cfg->audit_dir, sizeof cfg->audit_dir, "%s/%s", cfg->state_dir, AL_DIR_AUDIT);
+    if (strcmp(cfg->vault_socket, "none") == 0) {
+        cfg->vault_socket[0] = 0;
+        cfg->no_vault = true;
+    } else if (!cfg->no_vault && !cfg->vault_socket[0]) {
+        snprintf(cfg->vault_socket, sizeof cfg->vault_socket, "%s/%s", cfg->state_dir, AL_SOCK_VAULT);
+    }
+    if (!cfg->upstream_ca[0])
+        snprintf(cfg->upstream_ca, sizeof cfg->upstream_ca, "%s", "/etc/ssl/certs/ca-certificates.crt");
     if (cfg->n_tcp_listen == 0) {
         egress_parse_sockaddr("127.0.0.1:15001", 0, &cfg->tcp_listen[0]);
         cfg->n_tcp_listen = 1;

@@ -119,6 +119,8 @@ static void conn__audit_decision(struct egress_conn *c, const char *decision, co
         egress_rec_str(r, "host", c->host.text);
     if (c->dialled.family)
         egress_rec_str(r, "dialled", c->dialled_text);
+    if (c->proto == PROTO_TLS && c->verdict.tls == EGRESS_TLS_INSPECT && c->verdict.allow)
+        egress_rec_bool(r, "inspected", true);
     json_t *tm = json_object();
     if (c->t_first)
         egress_rec_us(tm, "peek", c->t_first - c->t_accept);
@@ -144,6 +146,8 @@ static void conn__audit_end(struct egress_conn *c)
     egress_rec_int(r, "bytes_down", (int64_t)c->down.bytes);
     egress_rec_us(r, "duration_us", al_now_ns() - c->t_accept);
     egress_rec_str(r, "end", c->end_reason ? c->end_reason : "closed");
+    if (c->end_detail && *c->end_detail)
+        egress_rec_str(r, "error", c->end_detail);
     egress_audit(c->w->e, r);
 }
 
@@ -231,6 +235,8 @@ void egress_conn_close(struct egress_conn *c, bool reset, const char *why)
         egress_resolve_cancel(&c->rreq);
         c->resolving = false;
     }
+    /* An interception session ends first: its byte counts go into the end record. */
+    egress_inspect_conn_stop(c);
     if (c->allowed)
         conn__audit_end(c);
     c->state = CONN_CLOSING;
@@ -249,6 +255,7 @@ void egress_conn_close(struct egress_conn *c, bool reset, const char *why)
     conn__free_in(c);
     egress_flow_free(c, &c->up);
     egress_flow_free(c, &c->down);
+    egress_inspect_conn_free(c); /* its upstream socket is its own (pooled or closed) */
     conn__close_end(c, &c->client, reset);
     conn__close_end(c, &c->upstream, reset);
     uv_timer_stop(&c->timer);
@@ -458,6 +465,7 @@ static bool conn__looks_http(const uint8_t *p, size_t n)
 }
 
 static void conn__on_dst_checked(struct egress_conn *c, bool ok, const char *reason);
+static void conn__on_dst_checked_inspect(struct egress_conn *c, bool ok, const char *reason);
 
 static void conn__decide_tls(struct egress_conn *c)
 {
@@ -495,9 +503,17 @@ static void conn__decide_tls(struct egress_conn *c)
         return;
     }
     if (c->verdict.tls == EGRESS_TLS_INSPECT) {
-        /* Part 2 adds the intercept branch here; until then the rule cannot be honoured
-         * and passthrough would skip its checks: fail closed. */
-        conn__deny_reset(c, c->verdict.rule, "interception_unavailable");
+        /* Interception (inspect.c): the name must be known and its destination checked like
+         * any other; the session dials only the checked address. */
+        if (egress_is_self(e, &c->dst)) {
+            conn__deny_reset(c, c->verdict.rule, "proxy_address");
+            return;
+        }
+        if (!ch->has_sni || c->verdict.by_address) {
+            conn__deny_reset(c, c->verdict.rule, "interception_needs_sni");
+            return;
+        }
+        egress_check_destination(c, &c->host, conn__on_dst_checked_inspect);
         return;
     }
     if (egress_is_self(e, &c->dst)) {
@@ -520,6 +536,37 @@ static void conn__on_dst_checked(struct egress_conn *c, bool ok, const char *rea
     }
     egress_conn_set_dialled(c, &c->dst);
     conn__start_connect(c);
+}
+
+/* INSPECT: the destination is the name's; the session takes the connection over. */
+static void conn__on_dst_checked_inspect(struct egress_conn *c, bool ok, const char *reason)
+{
+    if (!ok) {
+        conn__deny_reset(c, c->verdict.rule, reason);
+        return;
+    }
+    egress_conn_set_dialled(c, &c->dst);
+    uv_timer_stop(&c->timer);
+    const char *why = NULL;
+    if (egress_inspect_conn_start(c, &why) < 0) {
+        /* A TLS alert went out (access_denied or internal_error): audit, then close without
+         * a reset so that the sandbox reads it. */
+        atomic_fetch_add(&c->w->e->stats.conns_denied, 1);
+        if (c->sb)
+            atomic_fetch_add(&c->sb->n_denied, 1);
+        conn__audit_decision(c, "deny", c->verdict.rule, why, NULL);
+        egress_conn_close(c, false, why);
+        return;
+    }
+    if (c->state == CONN_CLOSING)
+        return; /* the session ended at once */
+    c->allowed = true;
+    atomic_fetch_add(&c->w->e->stats.conns_allowed, 1);
+    conn__audit_decision(c, c->verdict.would_deny ? "would_deny" : "allow", c->verdict.rule, c->verdict.reason,
+                         NULL);
+    free(c->ch);
+    c->ch = NULL;
+    conn__free_in(c); /* the session copied the ClientHello */
 }
 
 static void conn__decide_tcp(struct egress_conn *c)
@@ -839,6 +886,9 @@ void egress_conn_on_events(struct egress_end *end, uint32_t epoll_events)
     case CONN_DRAIN:
         egress_http_on_event(c, end, events);
         break;
+    case CONN_INSPECT:
+        egress_inspect_on_events(c, end, events);
+        break;
     default:
         egress_conn_set_events(end, 0);
         break;
@@ -881,6 +931,9 @@ static void conn__on_timer(uv_timer_t *t)
     case CONN_HTTP:
     case CONN_DRAIN:
         egress_http_on_timeout(c);
+        break;
+    case CONN_INSPECT:
+        egress_inspect_on_timeout(c);
         break;
     default:
         break;

@@ -280,14 +280,24 @@ int egress_register_sandbox(struct egress *e, const struct egress_register *r, s
         }
         return rc;
     }
+    /* Its interception state (CA, TLS configuration, placeholders) before it can connect. */
+    struct egress_inspect_sandbox *x = NULL;
+    if ((rc = egress_inspect_sandbox_new(e, r->id, p, (const json_t *)r->placeholders, &x, err)) < 0) {
+        egress_policy_unref(p);
+        return rc;
+    }
     rc = egress_registry_add(e->reg, r->id, r->template_name, r->addrs, r->n_addrs,
                              r->policy_yaml ? NULL : r->policy_file, p, err);
     if (rc < 0) {
+        egress_inspect_sandbox_free(x);
         egress_policy_unref(p);
         return rc;
     }
     struct egress_sandbox *sb = egress_registry_by_id(e->reg, r->id);
+    if (!sb)
+        egress_inspect_sandbox_free(x);
     if (sb) {
+        sb->inspect = x;
         core__audit_control(e, "sandbox", "register", sb, p, NULL, NULL);
         al_info("sandbox %s registered (policy %s %.12s)", r->id, egress_policy_name(p),
                 egress_policy_hash(p));
@@ -337,6 +347,9 @@ int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t
     char old_hash[80];
     snprintf(old_hash, sizeof old_hash, "%s", old ? egress_policy_hash(old) : "");
     egress_sandbox_set_policy(sb, p, yaml ? "" : (file ? file : NULL));
+    struct al_error ierr = {0};
+    if (egress_inspect_sandbox_policy(sb, p, &ierr) < 0)
+        al_warn("sandbox %s: placeholders of the new policy: %s (the previous ones stay)", id, al_error_str(&ierr));
     core__audit_control(e, "policy", "reload", sb, p, NULL, old_hash);
     egress_policy_unref(old);
     egress_sandbox_put(sb);
@@ -498,6 +511,8 @@ int egress_new(const struct egress_config *cfg, struct egress **out, struct al_e
     if ((rc = egress_audit_open(&ao, &e->audit, err)) < 0)
         goto fail;
     egress_refresh_self(e);
+    if ((rc = egress_inspect_init(e, err)) < 0)
+        goto fail;
 
     unsigned n = e->cfg.workers;
     if (n == 0) {
@@ -592,6 +607,7 @@ int egress_start(struct egress *e, struct al_error *err)
         egress_rec_bool(r, "audit_fail_open", e->cfg.audit_fail_open);
         egress_audit(e, r);
     }
+    egress_inspect_start(e);
     return 0;
 }
 
@@ -627,6 +643,7 @@ void egress_free(struct egress *e)
             /* Never started: close what init opened and let the loop finish. */
             if (w->resolver)
                 egress_resolver_close(w->resolver);
+            egress_inspect_worker_stop(w);
             uv_close((uv_handle_t *)&w->wake, NULL);
             uv_close((uv_handle_t *)&w->ep_poll, NULL);
             uv_run(&w->loop, UV_RUN_DEFAULT);
@@ -643,6 +660,7 @@ void egress_free(struct egress *e)
                 close(e->dns_tcp_fds[i][k]);
         }
     }
+    egress_inspect_stop(e);
     if (e->ctl_loop_init) {
         uv_close((uv_handle_t *)&e->ctl_wake, NULL);
         uv_run(&e->ctl_loop, UV_RUN_DEFAULT);
@@ -656,7 +674,8 @@ void egress_free(struct egress *e)
         }
         egress_audit_close(e->audit);
     }
-    egress_registry_free(e->reg);
+    egress_registry_free(e->reg); /* sandboxes free their interception state */
+    egress_inspect_fini(e);
     egress_rcache_free(e->rcache);
     free(e->workers);
     free(e->tcp_fds);

@@ -45,6 +45,11 @@ int egress_policy_load(const char *yaml, size_t len, const char *origin,
     return 0;
 }
 
+const struct policy *egress_policy_raw(const struct egress_policy *p)
+{
+    return dec__p(p);
+}
+
 struct egress_policy *egress_policy_ref(struct egress_policy *p)
 {
     return (struct egress_policy *)policy_ref(dec__p(p));

@@ -25,6 +25,9 @@ struct egress_policy;
 int egress_policy_load(const char *yaml, size_t len, const char *origin,
                        struct egress_policy **out, struct al_error *err);
 struct egress_policy *egress_policy_ref(struct egress_policy *p);
+/* The policy library's own object (the interception library decides with it). */
+struct policy;
+const struct policy *egress_policy_raw(const struct egress_policy *p);
 void egress_policy_unref(struct egress_policy *p);  /* NULL is fine */
 const char *egress_policy_name(const struct egress_policy *p);
 const char *egress_policy_hash(const struct egress_policy *p);  /* 64 hex */

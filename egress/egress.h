@@ -24,6 +24,11 @@ struct egress_config {
     char state_dir[512];
     char admin_socket[512];        /* default <state>/run/egress.sock; "" = no admin API */
     char audit_dir[512];           /* default <state>/audit */
+    /* TLS interception and credential injection (inspect.c, egress/intercept/). */
+    char upstream_ca[512];         /* roots upstream certificates are verified against;
+                                      default /etc/ssl/certs/ca-certificates.crt */
+    char vault_socket[512];        /* airlock-vault; default <state>/run/vault.sock */
+    bool no_vault;                 /* --vault-socket none: injecting rules are refused */
     /* Transparent TCP listeners (IP_TRANSPARENT; original destination = local address). */
     struct sockaddr_storage tcp_listen[EGRESS_MAX_LISTEN];
     size_t n_tcp_listen;
@@ -115,6 +120,9 @@ struct egress_register {
     size_t policy_len;
     const char *policy_origin;
     const char *policy_file;
+    /* Placeholders handed out at an earlier registration (a JSON object ENV -> value) that
+     * the sandbox's processes still hold: kept (interception, docs/egress-intercept.md). */
+    const struct json_t *placeholders;
 };
 int egress_register_sandbox(struct egress *e, const struct egress_register *r, struct al_error *err);
 /* Removes it and closes its connections (each audited). -ENOENT if unknown. */
@@ -128,6 +136,9 @@ int egress_reload(struct egress *e, struct json_t *report);
 /* Figures for operators (global, per sandbox when id != NULL). NULL when unknown. */
 struct json_t *egress_stats_json(struct egress *e, const char *id);
 struct json_t *egress_sandboxes_json(struct egress *e);
+/* What the control plane hands a sandbox's agent (docs/egress-intercept.md): {"caCertPem",
+ * "caFingerprint", "caNames", "placeholders": {ENV: value}}. NULL when unknown. */
+struct json_t *egress_sandbox_intercept_json(struct egress *e, const char *id);
 /* The control loop (admin API runs on it). */
 struct uv_loop_s *egress_ctl_loop(struct egress *e);
 /* Blocks until audit records appended so far are durable. */

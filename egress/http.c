@@ -483,6 +483,7 @@ static void http__update_events(struct egress_conn *c)
 
 static void http__on_dst_checked(struct egress_conn *c, bool ok, const char *reason);
 static void http__send_head(struct egress_conn *c);
+static void http__to_inspect(struct egress_conn *c);
 
 /* A complete head: check, decide, then connect or send. */
 static void http__on_head(struct egress_conn *c)
@@ -566,11 +567,6 @@ static void http__on_head(struct egress_conn *c)
         http__deny(c, 403, "blocked_by_policy", c->verdict.rule, "websocket_not_allowed");
         return;
     }
-    if (c->verdict.n_inject) {
-        /* Part 2 fills credentials from the vault; without it the rule cannot be honoured. */
-        http__deny(c, 503, "proxy_unavailable", c->verdict.rule, "injection_unavailable");
-        return;
-    }
     if (egress_is_self(e, &c->dst)) {
         http__deny(c, 403, "blocked_by_policy", c->verdict.rule, "proxy_address");
         return;
@@ -581,6 +577,18 @@ static void http__on_head(struct egress_conn *c)
         h->max_body = pmax;
     if (h->max_body && h->r.content_length > 0 && (uint64_t)h->r.content_length > h->max_body) {
         http__deny(c, 413, "payload_too_large", c->verdict.rule, "request_body_too_large");
+        return;
+    }
+    if (egress_inspect_rule_injects(c->policy, c->verdict.rule)) {
+        /* Credentials (inspect.c): the connection goes to a plain interception session,
+         * which removes the sandbox's copy, injects (allow_plaintext_inject), scrubs. */
+        if (!egress_inspect_available(e)) {
+            http__deny(c, 503, "credentials_unavailable", c->verdict.rule, "vault_not_configured");
+            return;
+        }
+        c->host = host;
+        c->have_host = true;
+        http__to_inspect(c);
         return;
     }
     c->host = host;
@@ -602,6 +610,56 @@ static void http__on_head(struct egress_conn *c)
         return;
     }
     egress_check_destination(c, &c->host, http__on_dst_checked);
+}
+
+/* The session starts with this request as the strict parser accepted it (re-serialised from
+ * the parsed head), then the bytes not parsed yet (its body, pipelined requests). */
+static void http__inspect_dst_checked(struct egress_conn *c, bool ok, const char *reason)
+{
+    struct egress_http *h = c->http;
+    c->state = CONN_HTTP;
+    if (!ok) {
+        http__deny(c, 403, "blocked_by_policy", c->verdict.rule, reason);
+        return;
+    }
+    egress_conn_set_dialled(c, &c->dst);
+    struct al_buf b;
+    al_buf_init(&b, 0);
+    int rc = al_buf_printf(&b, "%s %s HTTP/1.%d\r\n", h->r.method, h->reqh.buf + h->reqh.url, h->r.http_minor);
+    for (uint32_t i = 0; i < h->reqh.n_hdr && rc == 0; i++) {
+        const struct egress_http_hdr *x = &h->reqh.hdr[i];
+        rc = al_buf_printf(&b, "%s: %s\r\n", h->reqh.buf + x->name, h->reqh.buf + x->value);
+    }
+    if (rc == 0)
+        rc = al_buf_append(&b, "\r\n", 2);
+    if (rc == 0 && c->in_len > h->in_off)
+        rc = al_buf_append(&b, c->in + h->in_off, c->in_len - h->in_off);
+    const char *why = "out_of_memory";
+    if (rc == 0 && c->upstream.fd >= 0) {
+        /* An upstream of earlier requests: the session dials its own. */
+        egress_conn_set_events(&c->upstream, 0);
+        close(c->upstream.fd);
+        c->upstream.fd = -1;
+        c->upstream.registered = false;
+        c->upstream.events = 0;
+    }
+    if (rc == 0 && egress_inspect_conn_start_plain(c, c->host.text, b.data, b.len, &why) == 0) {
+        al_buf_free_wipe(&b);
+        c->allowed = true;
+        egress_http_free(c); /* the session owns the exchange now */
+        return;
+    }
+    al_buf_free_wipe(&b);
+    http__deny(c, 503, "proxy_unavailable", c->verdict.rule, why);
+}
+
+static void http__to_inspect(struct egress_conn *c)
+{
+    if (c->verdict.by_address) {
+        http__inspect_dst_checked(c, true, NULL);
+        return;
+    }
+    egress_check_destination(c, &c->host, http__inspect_dst_checked);
 }
 
 static void http__on_dst_checked(struct egress_conn *c, bool ok, const char *reason)

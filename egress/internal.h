@@ -6,9 +6,11 @@
  *   accept -> identify sandbox (source address) -> limits -> PEEK (first bytes, deadline)
  *     -> TLS ClientHello (clienthello.c)  -> decide on SNI -> destination check
  *            -> passthrough: connect, forward the hello, splice both ways (relay.c)
- *            -> intercept (part 2, a second branch here): not available yet: deny
+ *            -> inspect: the session of egress/intercept/ on both sockets (inspect.c)
  *     -> HTTP request (http.c, llhttp strict) -> decide per request -> destination check
  *            -> upstream bound to the first request's host; each later request decided
+ *            -> a request whose rule injects: the connection goes to a plain session
+ *               of egress/intercept/ (inspect.c), which injects and scrubs
  *     -> neither -> decide raw TCP (CIDR rules only) -> relay, or deny
  *   deny: HTTP 403 JSON body / reset for TLS and raw TCP; every outcome audited.
  */
@@ -29,6 +31,7 @@
 #include "clienthello.h"
 #include "decide.h"
 #include "egress.h"
+#include "inspect.h"
 #include "resolver.h"
 #include "sandbox.h"
 
@@ -68,6 +71,8 @@ struct egress {
     bool ctl_loop_init;
     uv_async_t ctl_wake;
     struct egress_admin *admin;
+    /* TLS interception and credential injection (inspect.c). */
+    struct egress_inspect_state *inspect;
     /* Listening fds opened by egress_new, handed to workers (reuseport: one per worker). */
     int (*tcp_fds)[EGRESS_MAX_LISTEN];
     int (*dns_udp_fds)[EGRESS_MAX_LISTEN];
@@ -133,6 +138,7 @@ struct egress_worker {
     size_t n_pipes;
     struct egress_resolver *resolver;
     struct egress_dns_state *dns;    /* DNS queries in flight, TCP DNS connections */
+    struct egress_inspect_worker *inspect; /* upstream pool, vault fetcher (inspect.c) */
     bool started;
     bool stopping;
 };
@@ -156,6 +162,7 @@ enum egress_conn_state {
     CONN_RELAY,         /* bytes flow both ways (passthrough, raw TCP, upgraded HTTP) */
     CONN_HTTP,          /* plain HTTP, request by request */
     CONN_DRAIN,         /* answer written, closing once it is flushed */
+    CONN_INSPECT,       /* an interception session owns the exchange (inspect.c) */
     CONN_CLOSING,
 };
 
@@ -222,8 +229,12 @@ struct egress_conn {
     /* Plain HTTP. */
     struct egress_http *http;
 
+    /* Interception (inspect.c). */
+    struct egress_inspect_conn *inspect;
+
     /* Why the connection ended, for the end record. */
     const char *end_reason;
+    const char *end_detail;         /* a human explanation (interception), or NULL */
     bool audited_end;
     bool decision_audited;
     bool allowed;

@@ -1,6 +1,7 @@
 /* egress/sandbox: see sandbox.h. The maps are small open-addressing tables rebuilt on
  * growth; sandboxes come and go at human rates, lookups happen per connection. */
 #include "sandbox.h"
+#include "inspect.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -162,6 +163,7 @@ void egress_sandbox_put(struct egress_sandbox *sb)
     if (!sb || atomic_fetch_sub(&sb->refs, 1) != 1)
         return;
     egress_policy_unref(sb->policy);
+    egress_inspect_sandbox_free(sb->inspect);
     ans__free_all(sb);
     pthread_mutex_destroy(&sb->lock);
     free(sb);

@@ -48,6 +48,10 @@ struct egress_sandbox {
     struct egress_answer_entry **answers; /* EGRESS_ANSWER_SLOTS pointers, on first use */
     size_t n_answers;
 
+    /* Interception: its CA, TLS configuration, placeholders (inspect.c); set once at
+     * registration, freed with the sandbox. */
+    struct egress_inspect_sandbox *inspect;
+
     /* Live figures (limits and stats). */
     atomic_uint conns;
     atomic_size_t mem;

@@ -234,6 +234,7 @@ static void worker__on_wake(uv_async_t *a)
         uv_close((uv_handle_t *)&w->listeners[i].poll, NULL);
     while (w->conns)
         egress_conn_close(w->conns, true, "proxy_stopping");
+    egress_inspect_worker_stop(w); /* after the sessions: they may hand upstreams to the pool */
     uv_close((uv_handle_t *)&w->ep_poll, NULL);
     egress_dns_close_all(w);
     if (w->resolver) {
@@ -291,6 +292,8 @@ int egress_worker_init(struct egress_worker *w, struct egress *e, unsigned index
     w->wake.data = w;
     if (e->cfg.have_resolver &&
         (rc = egress_resolver_new(&w->loop, &e->cfg, e->rcache, &w->resolver)) < 0)
+        return rc;
+    if ((rc = egress_inspect_worker_init(w)) < 0)
         return rc;
     return 0;
 }

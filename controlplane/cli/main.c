@@ -21,6 +21,8 @@ int vault_cli_main(int argc, char **argv);
 #endif
 #ifdef AIRLOCK_HAVE_SANDBOX_CLI
 int sandbox_cli_main(int argc, char **argv);
+#endif
+#ifdef AIRLOCK_HAVE_APIKEY_CLI
 int apikey_cli_main(int argc, char **argv);
 #endif
 
@@ -39,6 +41,8 @@ static const struct al_cli_group cli__groups[] = {
 #endif
 #ifdef AIRLOCK_HAVE_SANDBOX_CLI
     {"sandbox", "list, create, exec in, and kill sandboxes", sandbox_cli_main},
+#endif
+#ifdef AIRLOCK_HAVE_APIKEY_CLI
     {"apikey", "create, list and revoke API keys", apikey_cli_main},
 #endif
     {NULL, NULL, NULL},

@@ -2,7 +2,7 @@
 # tests/integration/egress_tls.sh: TLS passthrough on SNI, and the bypass-list items that do
 # not need interception: 2 (allowed destination, other SNI), 3 (forged destination),
 # 16 (DNS over TLS/HTTPS to public resolvers), 18 (ECH, missing SNI, IP as SNI), raw TCP,
-# and what happens to rules that need interception before part 2 exists.
+# and that rules that need interception are handed to it (part 2).
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/egress_world.sh"
 ew_world tls
 
@@ -69,10 +69,10 @@ ew_match "DoT to 1.1.1.1:853: reset" RESET ew_hello 1 1.1.1.1 853 --sni cloudfla
 ew_fail "DoH to dns.google: refused" ew_curl 1 --resolve dns.google:443:8.8.8.8 https://dns.google/dns-query
 ew_audit_has "DoH attempt audited" type=connection decision=deny sni=dns.google
 
-ew_note "rules that need interception (part 2) fail closed"
-ew_match "a path rule over TLS cannot be enforced by passthrough: reset" RESET \
+ew_note "rules that need interception are intercepted (tests/integration/intercept_*.sh go further)"
+ew_match "a path rule over TLS: the proxy itself answers the hello (the sandbox CA's leaf)" SERVERHELLO \
   ew_hello 1 203.0.113.10 443 --sni api.allowed.test
-ew_audit_has "audited" type=connection decision=deny rule=needs-inspection reason=interception_unavailable
+ew_audit_has "audited as inspected" type=connection decision=allow rule=needs-inspection inspected=true
 
 ew_note "an address rule (cidrs, TLS passthrough)"
 ew_match "TLS without SNI to an address a CIDR rule opens" SERVERHELLO ew_hello 1 203.0.113.12 8443 --no-sni

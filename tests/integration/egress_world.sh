@@ -307,7 +307,8 @@ ew_set_policy() {
 ew_audit_sync() { ew_admin POST /v1/audit/sync >/dev/null; }
 
 # ew_audit FILTER...: records matching key=value filters (value may be a /regex/), as JSON
-# lines; "decision=deny reason=destination_mismatch host=allowed.test".
+# lines; "decision=deny reason=destination_mismatch host=allowed.test"; dotted keys reach into
+# objects and lists ("inject.0.header=Authorization").
 ew_audit() {
   ew_audit_sync
   python3 - "$EW_STATE/audit" "$@" <<'PY'
@@ -319,6 +320,9 @@ for f in filters:
     want.append((k, v))
 def get(j, k):
     for part in k.split("."):
+        if isinstance(j, list) and part.isdigit():
+            j = j[int(part)] if int(part) < len(j) else None
+            continue
         if not isinstance(j, dict):
             return None
         j = j.get(part)

@@ -89,6 +89,7 @@ void agent_free(struct agent *a)
     free(a->home_override);
     free(a->path_env);
     free(a->python);
+    free(a->ca_root);
     agent_userdb_free(&a->users);
 }
 
@@ -125,6 +126,12 @@ int agent_apply_init(struct agent *a, json_t *init, struct al_error *err)
         return r;
     if (token && strlen(token) > 4096)
         return al_error_set(err, -EINVAL, "accessToken is longer than 4096 bytes");
+    const char *ca = NULL;
+    r = agent_pj_string(init, "caCertPem", "ca_cert_pem", &ca, err);
+    if (r < 0 && r != -ENOENT)
+        return r;
+    if (ca && *ca && (r = agent_ca_check(ca, strlen(ca), err)) < 0)
+        return r;
     const char *wd = NULL;
     if (agent_pj_string(init, "defaultWorkdir", "default_workdir", &wd, err) == 0 && *wd &&
         wd[0] != '/')
@@ -142,6 +149,8 @@ int agent_apply_init(struct agent *a, json_t *init, struct al_error *err)
         (r = agent__set_str(&a->sandbox_id, init, "sandboxID", "sandbox_id", err)) < 0 ||
         (r = agent__set_str(&a->template_id, init, "templateID", "template_id", err)) < 0 ||
         (r = agent__set_str(&a->hostname, init, "hostname", NULL, err)) < 0)
+        return r;
+    if (ca && *ca && (r = agent_install_ca(a, ca, strlen(ca), err)) < 0)
         return r;
     if (env) {
         json_t *copy = json_deep_copy(env);
@@ -302,6 +311,17 @@ char **agent_child_env(struct agent *a, const struct agent_user *u, const json_t
     agent__env_set(&v, &n, &cap, "HOME", u->home);
     agent__env_set(&v, &n, &cap, "USER", u->name);
     agent__env_set(&v, &n, &cap, "LOGNAME", u->name);
+    if (a->ca_installed) {
+        /* The trust stores with the sandbox CA, for programs that bring their own. */
+        char bundle[PATH_MAX], ca[PATH_MAX];
+        const char *root = a->ca_root && strcmp(a->ca_root, "/") != 0 ? a->ca_root : "";
+        snprintf(bundle, sizeof bundle, "%s%s", root, AGENT_CA_BUNDLE);
+        snprintf(ca, sizeof ca, "%s%s", root, AGENT_CA_FILE);
+        agent__env_set(&v, &n, &cap, "SSL_CERT_FILE", bundle);
+        agent__env_set(&v, &n, &cap, "REQUESTS_CA_BUNDLE", bundle);
+        agent__env_set(&v, &n, &cap, "CURL_CA_BUNDLE", bundle);
+        agent__env_set(&v, &n, &cap, "NODE_EXTRA_CA_CERTS", ca);
+    }
     const char *k;
     json_t *val;
     json_object_foreach(a->env, k, val) {

@@ -78,6 +78,11 @@ struct agent {
     char lib_dir[PATH_MAX];  /* holds airlock_kernel.py and friends */
     char *python;            /* interpreter for Python contexts */
 
+    /* The sandbox CA (trust.c): where trust stores live ("/" as init; --ca-root in tests;
+     * NULL: installing is refused), and whether children get the CA variables. */
+    char *ca_root;
+    bool ca_installed;
+
     struct agent_procs *procs;
     struct agent_watchers *watchers;
     struct agent_interp *interp;
@@ -131,6 +136,19 @@ void agent_on_request(struct al_http_req *req, void *ctx);
 /* envd-style JSON error: {"code": status, "message": ...}. */
 void agent_reply_error(struct al_http_req *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* ---- trust.c: the sandbox's airlock CA ------------------------------------------------ */
+#define AGENT_CA_DIR    "/etc/ssl/certs"
+#define AGENT_CA_FILE   "/etc/ssl/certs/airlock-sandbox-ca.pem"
+#define AGENT_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
+struct al_buf;
+/* One PEM certificate, printable, at most 64 KiB. */
+int agent_ca_check(const char *pem, size_t len, struct al_error *err);
+/* The bundle old with the airlock block (between marker lines) replaced by pem, or added. */
+int agent_ca_bundle_merge(const char *old, size_t old_len, const char *pem, size_t len,
+                          struct al_buf *out);
+/* Writes AGENT_CA_FILE and merges AGENT_CA_BUNDLE under a->ca_root; sets ca_installed. */
+int agent_install_ca(struct agent *a, const char *pem, size_t len, struct al_error *err);
 
 /* ---- children (main.c) ------------------------------------------------------------- */
 /* Called by the SIGCHLD handler for every reaped child; returns true when the pid was one

@@ -47,6 +47,8 @@ static void main__usage(FILE *f)
             "  --lib-dir DIR        where airlock_kernel.py lives (default: next to the binary)\n"
             "  --python PATH        Python for code contexts (default python3 from PATH)\n"
             "  --log-level LEVEL    debug|info|warn|error (default info)\n"
+            "  --ca-root DIR        where the sandbox CA of init's caCertPem goes (default: / as PID 1;\n"
+            "                       otherwise installing a CA is refused)\n"
             "Environment: AIRLOCK_AGENT_LISTEN_FD, AIRLOCK_AGENT_INIT_FD (JSON init object).\n");
 }
 
@@ -221,12 +223,13 @@ int main(int argc, char **argv)
         {"passwd", required_argument, NULL, 'p'},  {"group", required_argument, NULL, 'g'},
         {"lib-dir", required_argument, NULL, 'L'}, {"python", required_argument, NULL, 'P'},
         {"log-level", required_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
+        {"ca-root", required_argument, NULL, 'C'},
         {NULL, 0, NULL, 0},
     };
     const char *listens[MAIN_MAX_LISTEN];
     size_t nlisten = 0;
     const char *user = NULL, *workdir = NULL, *home = NULL, *passwd = "/etc/passwd",
-               *group = "/etc/group", *libdir = NULL, *python = NULL;
+               *group = "/etc/group", *libdir = NULL, *python = NULL, *ca_root = NULL;
     enum al_log_level level = AL_LOG_INFO;
     const char *lv = getenv("AIRLOCK_LOG_LEVEL");
     if (lv)
@@ -248,6 +251,7 @@ int main(int argc, char **argv)
         case 'g': group = optarg; break;
         case 'L': libdir = optarg; break;
         case 'P': python = optarg; break;
+        case 'C': ca_root = optarg; break;
         case 'v':
             if (al_log_level_parse(optarg, &level) < 0) {
                 fprintf(stderr, "airlock-agent: --log-level: debug, info, warn or error\n");
@@ -286,6 +290,11 @@ int main(int argc, char **argv)
         a->home_override = strdup(home);
     if (python)
         a->python = strdup(python);
+    /* The sandbox CA goes into this root's trust stores: the sandbox's own as its init. */
+    if (ca_root)
+        a->ca_root = strdup(ca_root);
+    else if (getpid() == 1)
+        a->ca_root = strdup("/");
     if (libdir)
         snprintf(a->lib_dir, sizeof a->lib_dir, "%s", libdir);
     else

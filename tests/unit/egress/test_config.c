@@ -30,6 +30,9 @@ START_TEST(defaults_and_values)
     ck_assert_int_eq(parse(&c, &err, 2, "--state-dir", "/tmp/st"), 0);
     ck_assert_str_eq(c.admin_socket, "/tmp/st/run/egress.sock");
     ck_assert_str_eq(c.audit_dir, "/tmp/st/audit");
+    ck_assert_str_eq(c.vault_socket, "/tmp/st/run/vault.sock");
+    ck_assert_str_eq(c.upstream_ca, "/etc/ssl/certs/ca-certificates.crt");
+    ck_assert(!c.no_vault);
     ck_assert_uint_eq(c.n_tcp_listen, 1);
     ck_assert_uint_eq(c.max_conns_per_sandbox, 256);
     ck_assert_uint_eq(c.sandbox_memory, c.memory_budget / 4);
@@ -46,6 +49,13 @@ START_TEST(defaults_and_values)
     ck_assert_int_eq(c.relay, EGRESS_RELAY_COPY);
     ck_assert(c.audit_fail_open);
     ck_assert(c.dns_entropy_max > 3.49 && c.dns_entropy_max < 3.51);
+    /* Interception: the vault and the upstream roots. */
+    ck_assert_int_eq(parse(&c, &err, 4, "--vault-socket", "none", "--upstream-ca", "/tmp/roots.pem"), 0);
+    ck_assert(c.no_vault);
+    ck_assert_str_eq(c.vault_socket, "");
+    ck_assert_str_eq(c.upstream_ca, "/tmp/roots.pem");
+    ck_assert_int_eq(parse(&c, &err, 1, "--vault-socket=/run/v.sock"), 0);
+    ck_assert_str_eq(c.vault_socket, "/run/v.sock");
 }
 END_TEST
 

@@ -160,19 +160,30 @@ static void setup(void)
 {
     memset(&F, 0, sizeof F);
     uv_loop_init(&L);
+    /* The fake resolver needs the same port on UDP and TCP. The kernel picks a free UDP
+     * port; that TCP port may be in use by some other process (tests run in parallel),
+     * so try again with a fresh UDP port until both are ours. */
     struct sockaddr_in a;
-    uv_ip4_addr("127.0.0.1", 0, &a);
-    uv_udp_init(&L, &F.udp);
-    ck_assert_int_eq(uv_udp_bind(&F.udp, (struct sockaddr *)&a, 0), 0);
-    struct sockaddr_in got;
-    int l = sizeof got;
-    uv_udp_getsockname(&F.udp, (struct sockaddr *)&got, &l);
-    F.port = ntohs(got.sin_port);
+    int tries = 0;
+    for (;;) {
+        uv_ip4_addr("127.0.0.1", 0, &a);
+        uv_udp_init(&L, &F.udp);
+        ck_assert_int_eq(uv_udp_bind(&F.udp, (struct sockaddr *)&a, 0), 0);
+        struct sockaddr_in got;
+        int l = sizeof got;
+        uv_udp_getsockname(&F.udp, (struct sockaddr *)&got, &l);
+        F.port = ntohs(got.sin_port);
+        uv_tcp_init(&L, &F.tcp);
+        a.sin_port = got.sin_port;
+        if (uv_tcp_bind(&F.tcp, (struct sockaddr *)&a, 0) == 0 &&
+            uv_listen((uv_stream_t *)&F.tcp, 8, fake_tcp_conn) == 0)
+            break;
+        ck_assert_int_lt(++tries, 50);
+        uv_close((uv_handle_t *)&F.udp, NULL);
+        uv_close((uv_handle_t *)&F.tcp, NULL);
+        uv_run(&L, UV_RUN_NOWAIT);
+    }
     uv_udp_recv_start(&F.udp, fake_alloc, fake_udp_read);
-    uv_tcp_init(&L, &F.tcp);
-    a.sin_port = got.sin_port;
-    ck_assert_int_eq(uv_tcp_bind(&F.tcp, (struct sockaddr *)&a, 0), 0);
-    uv_listen((uv_stream_t *)&F.tcp, 8, fake_tcp_conn);
     egress_config_defaults(&C);
     C.dns_timeout_ms = 150;
     struct sockaddr_in *r = (struct sockaddr_in *)&C.resolver;

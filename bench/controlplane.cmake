@@ -1,0 +1,11 @@
+# Control plane: cp_bench (root; builds its own network namespace and airlockd instance).
+if(TARGET airlockd)
+  airlock_bench(cp_bench cp_bench.c)
+  target_link_libraries(cp_bench PRIVATE airlock_common)
+  if(AIRLOCK_TESTS AND TARGET airlock-agent-dev)
+    # A smoke run on airlockd's test backend (no sandboxes needed); the figures that count
+    # come from `cp_bench` (jail backend, defaults) on a quiet machine with a Release build.
+    add_test(NAME cp_bench_smoke COMMAND cp_bench -b test -n 3 -N 6 -c 3 -i 2 -m 0 -r 0)
+    set_tests_properties(cp_bench_smoke PROPERTIES LABELS "bench;controlplane" TIMEOUT 300)
+  endif()
+endif()

@@ -1,0 +1,587 @@
+/* bench/cp_bench: what the control plane costs, in JSON lines.
+ *
+ *   cp_bench [-b jail|test] [-n N1] [-N NC] [-c CONC] [-i IDLE] [-m MAXHELD] [-r REFRUNS]
+ *            [-w WARM_POOL] [-p NETWORK_POOL]      (pools: default airlockd's)
+ *
+ * Runs as root in a network namespace of its own (only loopback), with airlockd started on
+ * 127.0.0.1:<free port> and a state directory, cgroup parent and interface prefix unique to
+ * this run, all removed at the end (also on failure). airlockd runs with its defaults (the
+ * vswitch, airlock-egress, airlock-vault, a warm pool) except sandboxes.max. Measures,
+ * client-side, through the E2B API:
+ *   create_c1_*      N1 creations one after the other: POST /v2/sandboxes until 201 (the
+ *                    agent answered /health) plus the first GET /health through the data
+ *                    plane (target p50 <= 20 ms with the jail backend)
+ *   create_c50_*     NC creations with CONC in flight (target p95 <= 150 ms), sandboxes/s
+ *   kill_c1_*, kill_c50_*  DELETE /sandboxes/{id} until 204 (the processes are gone)
+ *   vmm_direct_*     reference, same run: airlock-vmm started directly with a spec (cold),
+ *                    until its ready line, without airlockd, network or egress
+ *   pss_per_idle_sandbox  (PSS of every airlock process and every process of the sandboxes,
+ *                    with IDLE idle sandboxes - without any) / IDLE
+ *   max_idle_sandboxes  sandboxes created (8 at a time) and held idle until MAXHELD or the
+ *                    first failure (target >= 500); then all are killed
+ * CP_BENCH_DIR=DIR puts the run's state directory under DIR instead of /tmp;
+ * CP_BENCH_NETWORK=off runs without the vswitch and airlock-egress (to see their share).
+ * Every figure: {"bench":"cp","metric":...,"value":...,"unit":...}. Figures from a busy
+ * machine are noisy: run it on a quiet one (Release build) for numbers that count.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/http.h"
+#include "common/json.h"
+#include "common/util.h"
+
+static const char *opt_backend = "jail";
+static int opt_n1 = 50, opt_nc = 200, opt_conc = 50, opt_idle = 50, opt_max = 520, opt_ref = 20;
+static int opt_warm = -1, opt_netpool = -1; /* -1: airlockd's defaults */
+static char g_dir[256], g_state[300], g_url[128], g_key[64], g_bin[4096], g_cg[64];
+static pid_t g_airlockd;
+
+static void out(const char *metric, double v, const char *unit)
+{
+    printf(
+        "{\"bench\":\"cp\",\"metric\":\"%s\",\"value\":%.3f,\"unit\":\"%s\",\"backend\":\"%s\"}\n",
+        metric, v, unit, opt_backend);
+    fflush(stdout);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double pct(double *v, size_t n, double p)
+{
+    if (!n)
+        return 0;
+    size_t i = (size_t)(p * (double)(n - 1) + 0.5);
+    return v[i < n ? i : n - 1];
+}
+
+static void out_dist(const char *name, double *v, size_t n)
+{
+    char m[96];
+    qsort(v, n, sizeof *v, cmp_d);
+    snprintf(m, sizeof m, "%s_p50", name);
+    out(m, pct(v, n, 0.50), "ms");
+    snprintf(m, sizeof m, "%s_p95", name);
+    out(m, pct(v, n, 0.95), "ms");
+    snprintf(m, sizeof m, "%s_p99", name);
+    out(m, pct(v, n, 0.99), "ms");
+}
+
+/* ---- the instance ----------------------------------------------------------------------- */
+
+static void cleanup(void)
+{
+    if (g_airlockd > 0) {
+        kill(g_airlockd, SIGTERM);
+        for (int i = 0; i < 600; i++) {
+            if (waitpid(g_airlockd, NULL, WNOHANG) == g_airlockd)
+                break;
+            usleep(100000);
+        }
+        g_airlockd = 0;
+    }
+    if (g_dir[0]) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd,
+                 "for d in /sys/fs/cgroup/*/%s /sys/fs/cgroup/%s; do [ -d \"$d\" ] && "
+                 "find \"$d\" -depth -type d -exec rmdir {} \\; ; done 2>/dev/null; rm -rf '%s'",
+                 g_cg, g_cg, g_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cp_bench: cleanup of %s incomplete\n", g_dir);
+        g_dir[0] = '\0';
+    }
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    cleanup();
+    _exit(1);
+}
+
+static int start_airlockd(void)
+{
+    const char *base = getenv("CP_BENCH_DIR") ? getenv("CP_BENCH_DIR") : "/tmp";
+    snprintf(g_dir, sizeof g_dir, "%s/al-cp-bench-%d-XXXXXX", base, getpid());
+    if (!mkdtemp(g_dir))
+        return -errno;
+    chmod(g_dir, 0711);
+    snprintf(g_state, sizeof g_state, "%s/state", g_dir);
+    snprintf(g_cg, sizeof g_cg, "al-cp-bench-%d", getpid());
+    char cfg[400], outp[400];
+    snprintf(cfg, sizeof cfg, "%s/airlockd.yaml", g_dir);
+    snprintf(outp, sizeof outp, "%s/out", g_dir);
+    FILE *f = fopen(cfg, "w");
+    if (!f)
+        return -errno;
+    int maxsb = opt_max > opt_nc ? opt_max : opt_nc;
+    fprintf(f, "sandboxes:\n  backend: %s\n  cgroup_parent: %s\n  max: %d\n  max_creating: %d\n",
+            opt_backend, g_cg, maxsb + 10, opt_conc > 64 ? opt_conc : 64);
+    if (opt_warm >= 0)
+        fprintf(f, "  warm_pool: %d\n", opt_warm);
+    fprintf(f, "log:\n  level: warn\nnetwork:\n  ifname_prefix: b%d\n  range: 10.202.0.0/16\n",
+            getpid() % 100000);
+    if (getenv("CP_BENCH_NETWORK"))
+        fprintf(f, "  mode: \"%s\"\n", getenv("CP_BENCH_NETWORK"));
+    if (opt_netpool >= 0)
+        fprintf(f, "  pool_size: %d\n", opt_netpool);
+    fprintf(f, "egress:\n  args: [\"--resolver\", \"192.0.2.53\", \"--workers\", \"1\"]\n");
+    fclose(f);
+    snprintf(g_key, sizeof g_key, "e2b_%040d", 42);
+    char listen[] = "127.0.0.1:0";
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return -errno;
+    self[n] = '\0';
+    *strrchr(self, '/') = '\0'; /* <build>/bench */
+    snprintf(g_bin, sizeof g_bin, "%s/../bin", self);
+    char airlockd[4200];
+    snprintf(airlockd, sizeof airlockd, "%s/airlockd", g_bin);
+    g_airlockd = fork();
+    if (g_airlockd < 0)
+        return -errno;
+    if (g_airlockd == 0) {
+        int fd = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int ef = open("/dev/null", O_WRONLY);
+        if (getenv("CP_BENCH_LOG"))
+            ef = open(getenv("CP_BENCH_LOG"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(fd, 1);
+        dup2(ef, 2);
+        setenv("AIRLOCK_API_KEY", g_key, 1);
+        setenv("AIRLOCK_LOG_FORMAT", "json", 1);
+        execl(airlockd, airlockd, "--listen", listen, "--state-dir", g_state, "--config", cfg,
+              (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 6000; i++) {
+        char *text = NULL;
+        size_t len;
+        if (al_read_file(outp, 1 << 16, &text, &len, NULL) == 0) {
+            char *u = strstr(text, "export E2B_API_URL=http://");
+            if (u) {
+                u += strlen("export E2B_API_URL=http://");
+                char *e = strchr(u, '\n');
+                if (e) {
+                    *e = '\0';
+                    snprintf(g_url, sizeof g_url, "%s", u);
+                    free(text);
+                    return 0;
+                }
+            }
+            free(text);
+        }
+        if (waitpid(g_airlockd, NULL, WNOHANG) == g_airlockd) {
+            g_airlockd = 0;
+            fprintf(stderr, "cp_bench: airlockd exited during start-up (CP_BENCH_LOG=FILE "
+                            "keeps its log)\n");
+            return -EIO;
+        }
+        usleep(100000);
+    }
+    return -ETIMEDOUT;
+}
+
+/* ---- requests ---------------------------------------------------------------------------- */
+
+/* Async creations and kills with a bounded number in flight. */
+struct flight {
+    uv_loop_t *loop;
+    struct al_http_pool *pool;
+    int total, started, done, failed, conc, inflight;
+    bool kill;
+    char (*ids)[32];
+    double *ms;
+    const char *body;
+};
+
+struct one {
+    struct flight *f;
+    int idx;
+    uint64_t t0;
+    int status;
+    struct al_buf body;
+    int phase; /* 0 create/kill, 1 health */
+};
+
+static void flight_next(struct flight *f);
+
+static int one_resp(struct al_http_creq *c, int status, const struct al_http_header *h, size_t n,
+                    void *arg)
+{
+    (void)c;
+    (void)h;
+    (void)n;
+    ((struct one *)arg)->status = status;
+    return 0;
+}
+
+static int one_data(struct al_http_creq *c, const char *d, size_t len, void *arg)
+{
+    (void)c;
+    al_buf_append(&((struct one *)arg)->body, d, len);
+    return 0;
+}
+
+static void one_start(struct one *o);
+
+static void one_done(struct al_http_creq *c, int err, void *arg)
+{
+    struct one *o = arg;
+    struct flight *f = o->f;
+    (void)c;
+    if (!f->kill && o->phase == 0 && !err && o->status == 201) {
+        json_t *j = json_loadb(o->body.data, o->body.len, 0, NULL);
+        const char *sid = json_string_value(json_object_get(j, "sandboxID"));
+        snprintf(f->ids[o->idx], sizeof f->ids[o->idx], "%s", sid ? sid : "");
+        json_decref(j);
+        o->phase = 1;
+        al_buf_reset(&o->body);
+        one_start(o);
+        return;
+    }
+    bool ok = !err && (f->kill ? o->status == 204 : (o->status >= 200 && o->status < 300));
+    if (!ok) {
+        f->failed++;
+        fprintf(stderr, "cp_bench: %s %d failed: %s status %d %.*s\n", f->kill ? "kill" : "create",
+                o->idx, err ? strerror(-err) : "", o->status,
+                (int)(o->body.len > 200 ? 200 : o->body.len), o->body.data ? o->body.data : "");
+    }
+    f->ms[o->idx] = (double)(al_now_ns() - o->t0) / 1e6;
+    f->done++;
+    f->inflight--;
+    al_buf_free(&o->body);
+    free(o);
+    flight_next(f);
+}
+
+static void one_start(struct one *o)
+{
+    struct flight *f = o->f;
+    struct al_http_header h[3] = {{"X-API-KEY", g_key}, {"Content-Type", "application/json"}};
+    char path[96];
+    struct al_http_creq_opts co = {.target = g_url,
+                                   .headers = h,
+                                   .n_headers = 2,
+                                   .timeout_ms = 120000,
+                                   .on_response = one_resp,
+                                   .on_data = one_data,
+                                   .on_done = one_done,
+                                   .arg = o,
+                                   .pool = f->pool};
+    if (f->kill) {
+        snprintf(path, sizeof path, "/sandboxes/%s", f->ids[o->idx]);
+        co.method = "DELETE";
+        co.path = path;
+    } else if (o->phase == 0) {
+        co.method = "POST";
+        co.path = "/v2/sandboxes";
+        co.body = f->body;
+        co.body_len = strlen(f->body);
+    } else {
+        h[0] = (struct al_http_header){"E2b-Sandbox-Id", f->ids[o->idx]};
+        h[1] = (struct al_http_header){"E2b-Sandbox-Port", "49983"};
+        co.method = "GET";
+        co.path = "/health";
+    }
+    struct al_http_creq *c;
+    if (al_http_creq_start(f->loop, &co, &c)) {
+        f->failed++;
+        f->done++;
+        f->inflight--;
+        free(o);
+    }
+}
+
+static void flight_next(struct flight *f)
+{
+    while (f->inflight < f->conc && f->started < f->total) {
+        struct one *o = calloc(1, sizeof *o);
+        o->f = f;
+        o->idx = f->started++;
+        o->t0 = al_now_ns();
+        al_buf_init(&o->body, 1 << 20);
+        f->inflight++;
+        one_start(o);
+    }
+}
+
+/* Runs total creations (kill = false) or kills of ids, conc at a time; returns failures. */
+static int flight_run(int total, int conc, bool kill, char (*ids)[32], double *ms, double *secs)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct flight f = {.loop = &loop,
+                       .total = total,
+                       .conc = conc,
+                       .kill = kill,
+                       .ids = ids,
+                       .ms = ms,
+                       .body = "{\"templateID\":\"base\",\"timeout\":3600}"};
+    struct al_http_pool_opts po = {.max_idle = (size_t)conc, .max_idle_per_target = (size_t)conc};
+    al_http_pool_new(&loop, &po, &f.pool);
+    uint64_t t0 = al_now_ns();
+    flight_next(&f);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    *secs = (double)(al_now_ns() - t0) / 1e9;
+    al_http_pool_close(f.pool);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return f.failed;
+}
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+static bool proc_has(long pid, const char *file, const char *needle)
+{
+    char p[64], buf[8192];
+    snprintf(p, sizeof p, "/proc/%ld/%s", pid, file);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    for (ssize_t i = 0; i < n; i++)
+        if (!buf[i])
+            buf[i] = ' ';
+    buf[n] = '\0';
+    return strstr(buf, needle) != NULL;
+}
+
+/* PSS (kB) of airlockd and what it runs: processes naming the state directory, and every
+ * process in this run's cgroups (the sandboxes' contents). */
+static double pss_kb(void)
+{
+    DIR *d = opendir("/proc");
+    double total = 0;
+    struct dirent *e;
+    char cgneedle[96];
+    snprintf(cgneedle, sizeof cgneedle, "/%s/", g_cg);
+    while ((e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 1)
+            continue;
+        if (!proc_has(pid, "cmdline", g_state) && !proc_has(pid, "cgroup", cgneedle))
+            continue;
+        char p[64], line[256];
+        snprintf(p, sizeof p, "/proc/%ld/smaps_rollup", pid);
+        FILE *f = fopen(p, "r");
+        if (!f)
+            continue;
+        while (fgets(line, sizeof line, f)) {
+            unsigned long kb;
+            if (sscanf(line, "Pss: %lu kB", &kb) == 1) {
+                total += (double)kb;
+                break;
+            }
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return total;
+}
+
+/* ---- the reference: airlock-vmm without airlockd ------------------------------------------ */
+
+static double vmm_direct_once(int i)
+{
+    char id[64], spec[1024], vmm[4200];
+    snprintf(id, sizeof id, "ref%d-%d", getpid(), i);
+    snprintf(spec, sizeof spec,
+             "{\"id\":\"%s\",\"template\":\"%s/templates/base\",\"network\":{\"mode\":\"none\"},"
+             "\"jail\":{\"cgroup_parent\":\"%s\"}}",
+             id, g_state, g_cg);
+    snprintf(vmm, sizeof vmm, "%s/airlock-vmm", g_bin);
+    int in[2], rd[2];
+    if (pipe(in) || pipe(rd))
+        return -1;
+    uint64_t t0 = al_now_ns();
+    pid_t p = fork();
+    if (p == 0) {
+        dup2(in[0], 0);
+        dup2(rd[1], 3);
+        int nul = open("/dev/null", O_WRONLY);
+        dup2(nul, 1);
+        dup2(nul, 2);
+        for (int fd = 4; fd < 64; fd++)
+            close(fd);
+        execl(vmm, vmm, "--state-dir", g_state, "--spec", "-", "--ready-fd", "3", (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(rd[1]);
+    al_write_all(in[1], spec, strlen(spec));
+    close(in[1]);
+    char line[4096];
+    ssize_t n = read(rd[0], line, sizeof line - 1);
+    double ms = (double)(al_now_ns() - t0) / 1e6;
+    close(rd[0]);
+    if (n <= 0 || !strstr(line, "\"ready\":true"))
+        ms = -1;
+    kill(p, SIGTERM);
+    waitpid(p, NULL, 0);
+    return ms;
+}
+
+/* ---- main ---------------------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+    int c;
+    while ((c = getopt(argc, argv, "b:n:N:c:i:m:r:w:p:h")) != -1) {
+        switch (c) {
+        case 'b':
+            opt_backend = optarg;
+            break;
+        case 'n':
+            opt_n1 = atoi(optarg);
+            break;
+        case 'N':
+            opt_nc = atoi(optarg);
+            break;
+        case 'c':
+            opt_conc = atoi(optarg);
+            break;
+        case 'i':
+            opt_idle = atoi(optarg);
+            break;
+        case 'm':
+            opt_max = atoi(optarg);
+            break;
+        case 'r':
+            opt_ref = atoi(optarg);
+            break;
+        case 'w':
+            opt_warm = atoi(optarg);
+            break;
+        case 'p':
+            opt_netpool = atoi(optarg);
+            break;
+        default:
+            fprintf(stderr, "usage: cp_bench [-b jail|test] [-n N1] [-N NC] [-c CONC] [-i IDLE] "
+                            "[-m MAXHELD] [-r REFRUNS] [-w WARM] [-p NETPOOL]\n");
+            return 2;
+        }
+    }
+    if (geteuid() != 0) {
+        fprintf(stderr, "cp_bench: needs root (namespaces, cgroups, the switch)\n");
+        return 2;
+    }
+    if (unshare(CLONE_NEWNET) < 0 || system("ip link set lo up") != 0) {
+        fprintf(stderr, "cp_bench: cannot make a private network namespace: %s\n", strerror(errno));
+        return 1;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGPIPE, SIG_IGN);
+    atexit(cleanup);
+    int rc = start_airlockd();
+    if (rc) {
+        fprintf(stderr, "cp_bench: airlockd did not start: %s\n", strerror(-rc));
+        return 1;
+    }
+    /* Let the pools (warm airlock-vmm processes, sandbox networks) fill before measuring. */
+    sleep(opt_warm > 16 || opt_netpool > 16 ? 15 : 3);
+    int fails = 0;
+    int nmax = opt_nc > opt_n1 ? opt_nc : opt_n1;
+    size_t cap = (size_t)(nmax > opt_max ? nmax : opt_max);
+    cap = (cap > (size_t)opt_idle ? cap : (size_t)opt_idle) + 1;
+    char(*ids)[32] = calloc(cap, sizeof *ids);
+    double *ms = calloc(cap, sizeof *ms);
+    double *ms2 = calloc(cap, sizeof *ms2);
+    double secs;
+
+    /* c = 1 */
+    fails += flight_run(opt_n1, 1, false, ids, ms, &secs);
+    out_dist("create_c1", ms, (size_t)opt_n1);
+    fails += flight_run(opt_n1, 1, true, ids, ms2, &secs);
+    out_dist("kill_c1", ms2, (size_t)opt_n1);
+
+    /* c = CONC */
+    fails += flight_run(opt_nc, opt_conc, false, ids, ms, &secs);
+    char m[64];
+    snprintf(m, sizeof m, "create_c%d", opt_conc);
+    out_dist(m, ms, (size_t)opt_nc);
+    snprintf(m, sizeof m, "create_c%d_rate", opt_conc);
+    out(m, (double)opt_nc / secs, "sandboxes/s");
+    fails += flight_run(opt_nc, opt_conc, true, ids, ms2, &secs);
+    snprintf(m, sizeof m, "kill_c%d", opt_conc);
+    out_dist(m, ms2, (size_t)opt_nc);
+
+    /* The reference: airlock-vmm alone. */
+    if (strcmp(opt_backend, "jail") == 0 && opt_ref > 0) {
+        double *ref = calloc((size_t)opt_ref, sizeof *ref);
+        size_t k = 0;
+        for (int i = 0; i < opt_ref; i++) {
+            double v = vmm_direct_once(i);
+            if (v >= 0)
+                ref[k++] = v;
+        }
+        if (k)
+            out_dist("vmm_direct", ref, k);
+        free(ref);
+    }
+
+    /* Memory per idle sandbox. */
+    if (opt_idle > 0) {
+        sleep(1);
+        double before = pss_kb();
+        fails += flight_run(opt_idle, 8, false, ids, ms, &secs);
+        sleep(2);
+        double after = pss_kb();
+        out("pss_all_airlock_idle", after, "kB");
+        out("pss_per_idle_sandbox", (after - before) / opt_idle, "kB");
+        fails += flight_run(opt_idle, 8, true, ids, ms2, &secs);
+    }
+
+    /* How many idle sandboxes airlockd holds. */
+    if (opt_max > 0) {
+        int held = 0;
+        for (; held < opt_max;) {
+            int batch = opt_max - held < 8 ? opt_max - held : 8;
+            int f = flight_run(batch, batch, false, ids + held, ms + held, &secs);
+            if (f) {
+                /* Keep what was made: kill only those with an id. */
+                int ok = 0;
+                for (int i = held; i < held + batch; i++)
+                    if (ids[i][0])
+                        memcpy(ids[held + ok++], ids[i], sizeof ids[i]);
+                held += ok;
+                break;
+            }
+            held += batch;
+        }
+        out("max_idle_sandboxes", held, "sandboxes");
+        out("max_idle_pss_total", pss_kb(), "kB");
+        int k = 0;
+        for (int i = 0; i < held; i++)
+            if (ids[i][0])
+                memcpy(ids[k++], ids[i], sizeof ids[i]);
+        fails += flight_run(k, 32, true, ids, ms2, &secs);
+    }
+    free(ids);
+    free(ms);
+    free(ms2);
+    cleanup();
+    if (fails)
+        fprintf(stderr, "cp_bench: %d request(s) failed (see above)\n", fails);
+    return fails ? 1 : 0;
+}

@@ -1,0 +1,74 @@
+/* controlplane/backend: what airlockd needs from a sandbox backend.
+ *
+ * Owns nothing; it is the narrow interface between the lifecycle (lifecycle.c) and the
+ * thing that runs a sandbox:
+ *   - "vmm" (backend_vmm.c): one airlock-vmm process per sandbox (jail now, kvm later),
+ *     driven through its spec, its ready line and its unix-socket API. The product.
+ *   - "test" (backend_test.c): the agent as a plain host process on a unix socket, with NO
+ *     isolation, no network namespace and no cgroup: for the control plane's own tests on
+ *     machines where sandboxes cannot be built. Never chosen automatically; airlockd says so
+ *     loudly when it is configured.
+ * Every operation is asynchronous on airlockd's loop and reports through its callback
+ * exactly once. The backend reports the sandbox's process (pid, start time, pidfd): the
+ * lifecycle watches it, and its exit means the sandbox is gone.
+ */
+#ifndef AIRLOCK_CP_BACKEND_H
+#define AIRLOCK_CP_BACKEND_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+
+struct cp;
+struct cp_sandbox;
+
+/* What the lifecycle hands to start(). */
+struct cp_start_args {
+    const char *template_dir; /* resolved template directory (vmm) */
+    const char *template_name;
+    json_t *env_vars; /* E2B envVars (borrowed; may hold secrets) */
+    int netns_fd;     /* the sandbox's network namespace, or -1 (loopback only) */
+    const char *dns;  /* the sandbox's DNS server, or NULL */
+    const char *hostname;
+};
+
+typedef void (*cp_backend_cb)(struct cp_sandbox *sb, int rc, const char *msg);
+typedef void (*cp_backend_stats_cb)(struct cp_sandbox *sb, int rc, json_t *stats, void *arg);
+
+struct cp_backend_ops {
+    const char *name; /* "vmm", "test" */
+    /* Starts the sandbox and calls cb once its agent answers /health (rc 0: sb->rec.pid,
+     * pid_start, sb->pidfd and the socket paths are set) or starting failed (nothing left
+     * behind). */
+    int (*start)(struct cp_sandbox *sb, const struct cp_start_args *a, cp_backend_cb cb);
+    /* Stops it and reclaims everything (also after its process died). cb rc 0 = gone. */
+    int (*stop)(struct cp_sandbox *sb, cp_backend_cb cb);
+    int (*pause)(struct cp_sandbox *sb, cp_backend_cb cb);
+    int (*resume)(struct cp_sandbox *sb, cp_backend_cb cb);
+    /* {"cpu_usage_ns","cpus","memory_bytes","memory_limit_bytes","memory_cache_bytes",
+     *  "disk_used_bytes","disk_total_bytes"} (missing keys = unknown). */
+    int (*stats)(struct cp_sandbox *sb, cp_backend_stats_cb cb, void *arg);
+    /* After an airlockd restart: sb->rec names a sandbox that was running. Checks that it
+     * still runs (cb rc 0, sb->pidfd set, *paused reported through sb->rec.state) or not
+     * (-ESRCH). */
+    int (*adopt)(struct cp_sandbox *sb, cp_backend_cb cb);
+    /* Reclaims what a dead sandbox left (crash cleanup). */
+    int (*cleanup)(struct cp_sandbox *sb, cp_backend_cb cb);
+    /* Sweeps leftovers of sandboxes airlockd no longer knows (at start, blocking). */
+    int (*sweep)(struct cp *cp, struct al_error *err);
+    /* The agent's log file of a sandbox (for GET .../logs), or "" when there is none. */
+    void (*log_path)(const struct cp_sandbox *sb, char *out, size_t len);
+};
+
+extern const struct cp_backend_ops cp_backend_vmm;
+/* The vmm backend's pool of warm airlock-vmm processes (sandboxes.warm_pool). */
+void cp_vmm_pool_start(struct cp *cp);
+/* Tops the pool up (does nothing while creations are in flight). */
+void cp_vmm_pool_refill(struct cp *cp);
+void cp_vmm_pool_stop(void);
+extern const struct cp_backend_ops cp_backend_test;
+
+#endif

@@ -1,0 +1,638 @@
+/* controlplane/cli/sandbox_cli: `airlock sandbox ls|create|exec|kill|logs|pause|resume`.
+ *
+ * Speaks the same E2B API as the SDKs, on airlockd's local socket
+ * (<state>/run/airlockd.sock, served to root and airlockd's uid without an API key), so it
+ * works on the host that runs airlockd whatever address the API listens on. `exec` runs a
+ * command through the sandbox's agent (process.Process/Start, Connect streaming) and
+ * streams its output; its exit status becomes ours.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/http.h"
+#include "common/json.h"
+#include "common/paths.h"
+#include "common/util.h"
+#include "controlplane/cp_cli.h"
+
+#define CLI_TIMEOUT_MS 60000
+
+static char cli__target[4200];
+
+static void sb_cli__usage(FILE *f)
+{
+    fprintf(f,
+            "usage: airlock [--state-dir DIR] sandbox <command>\n"
+            "\n"
+            "  ls [--json] [--state running|paused] [--metadata K=V]...\n"
+            "  create [TEMPLATE] [--timeout SECONDS] [--metadata K=V]... [--env K=V]...\n"
+            "         [--policy NAME] [--no-internet] [--allow-out HOST]... [--json]\n"
+            "         TEMPLATE defaults to base; --policy sets metadata airlock.policy\n"
+            "  exec ID [--user U] [--cwd DIR] [--env K=V]... [--timeout SECONDS] -- CMD [ARG...]\n"
+            "         runs CMD (through /bin/bash -c when it is one string) and exits with its\n"
+            "         status\n"
+            "  kill ID...\n"
+            "  logs ID [--limit N] [--level debug|info|warn|error]\n"
+            "  pause ID | resume ID [--timeout SECONDS] | info ID\n"
+            "\n"
+            "Talks to airlockd on %s/run/airlockd.sock.\n",
+            al_state_dir());
+}
+
+static int sb_cli__call(const char *method, const char *path, json_t *body, int *status,
+                        json_t **out, struct al_http_resp *raw)
+{
+    struct al_error err = {0};
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    struct al_http_header h[] = {{"Content-Type", "application/json"}};
+    struct al_http_resp r = {0};
+    int rc = al_http_call(cli__target, method, path, h, body ? 1 : 0, text, text ? strlen(text) : 0,
+                          CLI_TIMEOUT_MS, 0, &r, &err);
+    free(text);
+    if (rc) {
+        fprintf(stderr, "airlock: cannot reach airlockd (%s): %s\n", cli__target,
+                al_error_str(&err));
+        al_http_resp_free(&r);
+        return -1;
+    }
+    *status = r.status;
+    if (out) {
+        *out = r.body.len ? json_loadb(r.body.data, r.body.len, 0, NULL) : NULL;
+    }
+    if (r.status >= 400) {
+        json_t *e = r.body.len ? json_loadb(r.body.data, r.body.len, 0, NULL) : NULL;
+        const char *m = json_string_value(json_object_get(e, "message"));
+        fprintf(stderr, "airlock: %d: %s\n", r.status, m ? m : (r.body.data ? r.body.data : ""));
+        json_decref(e);
+    }
+    if (raw)
+        *raw = r;
+    else
+        al_http_resp_free(&r);
+    return 0;
+}
+
+static void sb_cli__print(json_t *v)
+{
+    char *t = json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    printf("%s\n", t ? t : "null");
+    free(t);
+}
+
+/* K=V into obj; false if malformed. */
+static bool sb_cli__kv(json_t *obj, const char *kv)
+{
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv)
+        return false;
+    char *k = strndup(kv, (size_t)(eq - kv));
+    json_object_set_new(obj, k, json_string(eq + 1));
+    free(k);
+    return true;
+}
+
+static char *sb_cli__urlenc(const char *s)
+{
+    size_t n = strlen(s);
+    char *o = malloc(3 * n + 1), *p = o;
+    if (!o)
+        return NULL;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '-' || c == '_' || c == '.' || c == '~') {
+            *p++ = (char)c;
+        } else {
+            sprintf(p, "%%%02X", c);
+            p += 3;
+        }
+    }
+    *p = '\0';
+    return o;
+}
+
+static int sb_cli__ls(int argc, char **argv)
+{
+    bool as_json = false;
+    const char *state = NULL;
+    struct al_buf md = AL_BUF_INIT;
+    static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+                                         {"state", required_argument, NULL, 's'},
+                                         {"metadata", required_argument, NULL, 'm'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'j') {
+            as_json = true;
+        } else if (c == 's') {
+            state = optarg;
+        } else if (c == 'm') {
+            const char *eq = strchr(optarg, '=');
+            if (!eq) {
+                fprintf(stderr, "airlock sandbox ls: --metadata wants KEY=VALUE\n");
+                al_buf_free(&md);
+                return 2;
+            }
+            /* The SDK's encoding: each key and value url-encoded, joined as a query. */
+            char *k = strndup(optarg, (size_t)(eq - optarg));
+            char *ek = sb_cli__urlenc(k), *ev = sb_cli__urlenc(eq + 1);
+            al_buf_printf(&md, "%s%s=%s", md.len ? "&" : "", ek, ev);
+            free(k);
+            free(ek);
+            free(ev);
+        } else {
+            sb_cli__usage(stderr);
+            al_buf_free(&md);
+            return 2;
+        }
+    }
+    json_t *all = json_array();
+    char token[256] = "";
+    int rc = 0;
+    do {
+        struct al_buf path = AL_BUF_INIT;
+        al_buf_printf(&path, "/v2/sandboxes?limit=100");
+        if (state)
+            al_buf_printf(&path, "&state=%s", state);
+        if (md.len) {
+            char *e = sb_cli__urlenc(md.data);
+            al_buf_printf(&path, "&metadata=%s", e);
+            free(e);
+        }
+        if (token[0])
+            al_buf_printf(&path, "&nextToken=%s", token);
+        int status;
+        json_t *out = NULL;
+        struct al_http_resp r = {0};
+        if (sb_cli__call("GET", path.data, NULL, &status, &out, &r) || status != 200) {
+            al_buf_free(&path);
+            json_decref(out);
+            al_http_resp_free(&r);
+            rc = 1;
+            break;
+        }
+        const char *nt = al_http_resp_header(&r, "x-next-token");
+        snprintf(token, sizeof token, "%s", nt ? nt : "");
+        json_array_extend(all, out);
+        json_decref(out);
+        al_http_resp_free(&r);
+        al_buf_free(&path);
+    } while (token[0]);
+    al_buf_free(&md);
+    if (!rc) {
+        if (as_json) {
+            sb_cli__print(all);
+        } else {
+            printf("%-22s %-22s %-8s %-26s %s\n", "ID", "TEMPLATE", "STATE", "ENDS", "METADATA");
+            size_t i;
+            json_t *s;
+            json_array_foreach(all, i, s)
+            {
+                char *m = json_dumps(json_object_get(s, "metadata"), JSON_COMPACT);
+                printf("%-22s %-22s %-8s %-26s %s\n",
+                       json_string_value(json_object_get(s, "sandboxID")),
+                       json_string_value(json_object_get(s, "templateID")),
+                       json_string_value(json_object_get(s, "state")),
+                       json_string_value(json_object_get(s, "endAt")), m ? m : "{}");
+                free(m);
+            }
+        }
+    }
+    json_decref(all);
+    return rc;
+}
+
+static int sb_cli__create(int argc, char **argv)
+{
+    json_t *body = json_object(), *md = json_object(), *env = json_object();
+    json_t *allow = json_array();
+    bool as_json = false;
+    static const struct option opts[] = {{"timeout", required_argument, NULL, 't'},
+                                         {"metadata", required_argument, NULL, 'm'},
+                                         {"env", required_argument, NULL, 'e'},
+                                         {"policy", required_argument, NULL, 'p'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"no-internet", no_argument, NULL, 'n'},
+                                         {"allow-out", required_argument, NULL, 'a'},
+                                         {NULL, 0, NULL, 0}};
+    int c, rc = 2;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            json_object_set_new(body, "timeout", json_integer(atoll(optarg)));
+            break;
+        case 'm':
+            if (!sb_cli__kv(md, optarg))
+                goto usage;
+            break;
+        case 'e':
+            if (!sb_cli__kv(env, optarg))
+                goto usage;
+            break;
+        case 'p':
+            json_object_set_new(md, "airlock.policy", json_string(optarg));
+            break;
+        case 'j':
+            as_json = true;
+            break;
+        case 'n':
+            json_object_set_new(body, "allow_internet_access", json_false());
+            break;
+        case 'a':
+            json_array_append_new(allow, json_string(optarg));
+            break;
+        default:
+            goto usage;
+        }
+    }
+    json_object_set_new(body, "templateID", json_string(optind < argc ? argv[optind] : "base"));
+    if (json_object_size(md))
+        json_object_set(body, "metadata", md);
+    if (json_object_size(env))
+        json_object_set(body, "envVars", env);
+    if (json_array_size(allow))
+        json_object_set_new(body, "network", json_pack("{s:O}", "allowOut", allow));
+    int status;
+    json_t *out = NULL;
+    rc = 1;
+    if (sb_cli__call("POST", "/v2/sandboxes", body, &status, &out, NULL) == 0 && status == 201) {
+        if (as_json)
+            sb_cli__print(out);
+        else
+            printf("%s\n", json_string_value(json_object_get(out, "sandboxID")));
+        rc = 0;
+    }
+    json_decref(out);
+    goto done;
+usage:
+    sb_cli__usage(stderr);
+done:
+    json_decref(body);
+    json_decref(md);
+    json_decref(env);
+    json_decref(allow);
+    return rc;
+}
+
+/* METHOD /sandboxes/ID<suffix>. */
+static int sb_cli__simple(const char *method, const char *id, const char *suffix, json_t *body,
+                          int want, bool print)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/sandboxes/%s%s", id, suffix);
+    int status;
+    json_t *out = NULL;
+    int rc = sb_cli__call(method, path, body, &status, &out, NULL);
+    if (!rc && (status == want || (want == 201 && status == 200))) {
+        if (print && out)
+            sb_cli__print(out);
+        json_decref(out);
+        return 0;
+    }
+    json_decref(out);
+    return 1;
+}
+
+static int sb_cli__logs(int argc, char **argv)
+{
+    const char *limit = "1000", *level = NULL;
+    static const struct option opts[] = {{"limit", required_argument, NULL, 'l'},
+                                         {"level", required_argument, NULL, 'v'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'l')
+            limit = optarg;
+        else if (c == 'v')
+            level = optarg;
+        else {
+            sb_cli__usage(stderr);
+            return 2;
+        }
+    }
+    if (optind >= argc) {
+        sb_cli__usage(stderr);
+        return 2;
+    }
+    char path[512];
+    snprintf(path, sizeof path, "/v2/sandboxes/%s/logs?limit=%s%s%s", argv[optind], limit,
+             level ? "&level=" : "", level ? level : "");
+    int status;
+    json_t *out = NULL;
+    if (sb_cli__call("GET", path, NULL, &status, &out, NULL) || status != 200) {
+        json_decref(out);
+        return 1;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(out, "logs"), i, e)
+    {
+        printf("%s %-5s %s\n", json_string_value(json_object_get(e, "timestamp")),
+               json_string_value(json_object_get(e, "level")),
+               json_string_value(json_object_get(e, "message")));
+    }
+    json_decref(out);
+    return 0;
+}
+
+/* ---- exec: Connect streaming over the local socket -------------------------------------- */
+
+struct exec_ctx {
+    struct al_buf buf; /* undecoded envelope bytes */
+    int exit_code;
+    bool ended;
+    bool started;
+    int status;
+    char error[512];
+};
+
+static int exec__resp(struct al_http_creq *c, int status, const struct al_http_header *h, size_t n,
+                      void *arg)
+{
+    struct exec_ctx *x = arg;
+    (void)c;
+    (void)h;
+    (void)n;
+    x->status = status;
+    return 0;
+}
+
+static void exec__write_b64(FILE *f, const char *b64)
+{
+    size_t l = strlen(b64);
+    unsigned char *out = malloc(l + 1);
+    size_t n = 0;
+    if (out &&
+        sodium_base642bin(out, l, b64, l, NULL, &n, NULL, sodium_base64_VARIANT_ORIGINAL) == 0) {
+        fwrite(out, 1, n, f);
+        fflush(f);
+    }
+    free(out);
+}
+
+static void exec__message(struct exec_ctx *x, unsigned flags, const char *data, size_t len)
+{
+    json_t *m = json_loadb(data, len, 0, NULL);
+    if (!m)
+        return;
+    if (flags & 2) {
+        const char *msg =
+            json_string_value(json_object_get(json_object_get(m, "error"), "message"));
+        if (msg)
+            snprintf(x->error, sizeof x->error, "%s", msg);
+        json_decref(m);
+        return;
+    }
+    json_t *ev = json_object_get(m, "event");
+    json_t *d = json_object_get(ev, "data");
+    if (json_object_get(ev, "start"))
+        x->started = true;
+    if (d) {
+        const char *o = json_string_value(json_object_get(d, "stdout"));
+        const char *e = json_string_value(json_object_get(d, "stderr"));
+        const char *p = json_string_value(json_object_get(d, "pty"));
+        if (o)
+            exec__write_b64(stdout, o);
+        if (p)
+            exec__write_b64(stdout, p);
+        if (e)
+            exec__write_b64(stderr, e);
+    }
+    json_t *end = json_object_get(ev, "end");
+    if (end) {
+        x->ended = true;
+        x->exit_code = (int)json_integer_value(json_object_get(end, "exitCode"));
+        const char *st = json_string_value(json_object_get(end, "status"));
+        if (x->exit_code == 0 && st && strncmp(st, "exit status ", 12) != 0)
+            x->exit_code = 128 + 9; /* signalled */
+    }
+    json_decref(m);
+}
+
+static int exec__data(struct al_http_creq *c, const char *d, size_t len, void *arg)
+{
+    struct exec_ctx *x = arg;
+    (void)c;
+    if (x->status != 200) {
+        al_buf_append(&x->buf, d, len);
+        return 0;
+    }
+    al_buf_append(&x->buf, d, len);
+    while (x->buf.len >= 5) {
+        const unsigned char *b = (const unsigned char *)x->buf.data;
+        size_t n = (size_t)b[1] << 24 | (size_t)b[2] << 16 | (size_t)b[3] << 8 | b[4];
+        if (x->buf.len < 5 + n)
+            break;
+        exec__message(x, b[0], x->buf.data + 5, n);
+        al_buf_consume(&x->buf, 5 + n);
+    }
+    return 0;
+}
+
+static void exec__done(struct al_http_creq *c, int err, void *arg)
+{
+    struct exec_ctx *x = arg;
+    if (err)
+        snprintf(x->error, sizeof x->error, "%s", al_http_creq_strerror(c));
+}
+
+static int sb_cli__exec(int argc, char **argv)
+{
+    const char *user = NULL, *cwd = NULL;
+    long timeout = 0;
+    json_t *env = json_object();
+    static const struct option opts[] = {{"user", required_argument, NULL, 'u'},
+                                         {"cwd", required_argument, NULL, 'c'},
+                                         {"env", required_argument, NULL, 'e'},
+                                         {"timeout", required_argument, NULL, 't'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+        if (c == 'u')
+            user = optarg;
+        else if (c == 'c')
+            cwd = optarg;
+        else if (c == 'e' && sb_cli__kv(env, optarg))
+            ;
+        else if (c == 't')
+            timeout = atol(optarg);
+        else {
+            json_decref(env);
+            sb_cli__usage(stderr);
+            return 2;
+        }
+    }
+    if (optind + 1 >= argc) {
+        json_decref(env);
+        sb_cli__usage(stderr);
+        return 2;
+    }
+    const char *id = argv[optind++];
+    if (strcmp(argv[optind], "--") == 0)
+        optind++;
+    if (optind >= argc) {
+        json_decref(env);
+        sb_cli__usage(stderr);
+        return 2;
+    }
+    /* The access token comes with the sandbox's details. */
+    char path[256];
+    snprintf(path, sizeof path, "/sandboxes/%s", id);
+    int status;
+    json_t *info = NULL;
+    if (sb_cli__call("GET", path, NULL, &status, &info, NULL) || status != 200) {
+        json_decref(info);
+        json_decref(env);
+        return 1;
+    }
+    char token[256];
+    snprintf(token, sizeof token, "%s",
+             json_string_value(json_object_get(info, "envdAccessToken"))
+                 ? json_string_value(json_object_get(info, "envdAccessToken"))
+                 : "");
+    json_decref(info);
+    json_t *args = json_array();
+    const char *cmd = "/bin/bash";
+    if (argc - optind == 1) {
+        json_array_append_new(args, json_string("-l"));
+        json_array_append_new(args, json_string("-c"));
+        json_array_append_new(args, json_string(argv[optind]));
+    } else {
+        cmd = argv[optind++];
+        for (; optind < argc; optind++)
+            json_array_append_new(args, json_string(argv[optind]));
+    }
+    json_t *proc = json_pack("{s:s,s:o,s:o}", "cmd", cmd, "args", args, "envs", env);
+    if (cwd)
+        json_object_set_new(proc, "cwd", json_string(cwd));
+    json_t *req = json_pack("{s:o,s:b}", "process", proc, "stdin", 0);
+    char *msg = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    size_t ml = strlen(msg);
+    unsigned char *env5 = malloc(ml + 5);
+    env5[0] = 0;
+    env5[1] = (unsigned char)(ml >> 24);
+    env5[2] = (unsigned char)(ml >> 16);
+    env5[3] = (unsigned char)(ml >> 8);
+    env5[4] = (unsigned char)ml;
+    memcpy(env5 + 5, msg, ml);
+    free(msg);
+    char auth[300] = "", tmo[32];
+    if (user) {
+        char up[256];
+        snprintf(up, sizeof up, "%s:", user);
+        char b64[400];
+        sodium_bin2base64(b64, sizeof b64, (const unsigned char *)up, strlen(up),
+                          sodium_base64_VARIANT_ORIGINAL);
+        snprintf(auth, sizeof auth, "Basic %s", b64);
+    }
+    snprintf(tmo, sizeof tmo, "%ld", timeout * 1000);
+    struct al_http_header h[8] = {{"Content-Type", "application/connect+json"},
+                                  {"Connect-Protocol-Version", "1"},
+                                  {"E2b-Sandbox-Id", id},
+                                  {"E2b-Sandbox-Port", "49983"},
+                                  {"X-Access-Token", token}};
+    size_t nh = 5;
+    if (auth[0])
+        h[nh++] = (struct al_http_header){"Authorization", auth};
+    if (timeout > 0)
+        h[nh++] = (struct al_http_header){"Connect-Timeout-Ms", tmo};
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct exec_ctx x = {.exit_code = 1};
+    al_buf_init(&x.buf, 64u << 20);
+    struct al_http_creq_opts o = {.target = cli__target,
+                                  .method = "POST",
+                                  .path = "/process.Process/Start",
+                                  .headers = h,
+                                  .n_headers = nh,
+                                  .body = env5,
+                                  .body_len = ml + 5,
+                                  .timeout_ms = 30000,
+                                  .on_response = exec__resp,
+                                  .on_data = exec__data,
+                                  .on_done = exec__done,
+                                  .arg = &x};
+    struct al_http_creq *cr;
+    int rc = al_http_creq_start(&loop, &o, &cr);
+    if (rc == 0)
+        uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    free(env5);
+    explicit_bzero(token, sizeof token);
+    if (rc || x.status != 200 || !x.ended) {
+        if (x.status && x.status != 200)
+            fprintf(stderr, "airlock sandbox exec: %d: %.*s\n", x.status, (int)x.buf.len,
+                    x.buf.data ? x.buf.data : "");
+        else
+            fprintf(stderr, "airlock sandbox exec: %s\n",
+                    x.error[0] ? x.error : "the command did not report an end");
+        al_buf_free(&x.buf);
+        return 1;
+    }
+    al_buf_free(&x.buf);
+    return x.exit_code & 0xff;
+}
+
+int sandbox_cli_main(int argc, char **argv)
+{
+    if (sodium_init() < 0)
+        return 1;
+    snprintf(cli__target, sizeof cli__target, "unix:%s/run/airlockd.sock", al_state_dir());
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
+        !strcmp(argv[1], "help")) {
+        sb_cli__usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    argc--;
+    argv++;
+    if (!strcmp(cmd, "ls") || !strcmp(cmd, "list"))
+        return sb_cli__ls(argc, argv);
+    if (!strcmp(cmd, "create"))
+        return sb_cli__create(argc, argv);
+    if (!strcmp(cmd, "exec"))
+        return sb_cli__exec(argc, argv);
+    if (!strcmp(cmd, "logs"))
+        return sb_cli__logs(argc, argv);
+    if (argc < 2) {
+        sb_cli__usage(stderr);
+        return 2;
+    }
+    if (!strcmp(cmd, "kill")) {
+        int rc = 0;
+        for (int i = 1; i < argc; i++) {
+            if (sb_cli__simple("DELETE", argv[i], "", NULL, 204, false))
+                rc = 1;
+            else
+                printf("killed %s\n", argv[i]);
+        }
+        return rc;
+    }
+    if (!strcmp(cmd, "pause"))
+        return sb_cli__simple("POST", argv[1], "/pause", NULL, 204, false);
+    if (!strcmp(cmd, "info"))
+        return sb_cli__simple("GET", argv[1], "", NULL, 200, true);
+    if (!strcmp(cmd, "resume")) {
+        json_t *b = json_object();
+        if (argc > 3 && !strcmp(argv[2], "--timeout"))
+            json_object_set_new(b, "timeout", json_integer(atoll(argv[3])));
+        int rc = sb_cli__simple("POST", argv[1], "/connect", b, 201, false);
+        json_decref(b);
+        return rc;
+    }
+    fprintf(stderr, "airlock sandbox: unknown command '%s'\n\n", cmd);
+    sb_cli__usage(stderr);
+    return 2;
+}

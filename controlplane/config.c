@@ -1,0 +1,386 @@
+/* controlplane/config: see config.h. */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/paths.h"
+
+#define F(m) offsetof(struct cp_config, m)
+
+static const char *const cfg__levels[] = {"debug", "info", "warn", "error", NULL};
+static const char *const cfg__formats[] = {"auto", "text", "json", NULL};
+static const char *const cfg__backends[] = {"auto", "jail", "kvm", "test", NULL};
+static const char *const cfg__shutdown[] = {"kill", "keep", NULL};
+static const char *const cfg__tri[] = {"auto", "on", "off", NULL};
+
+const struct al_cfg_field cp_config_fields[] = {
+    {.key = "listen",
+     .type = AL_CFG_STR,
+     .offset = F(listen),
+     .def = "127.0.0.1:3000",
+     .env = "AIRLOCK_LISTEN",
+     .help = "address of the E2B API (HOST:PORT; --listen)"},
+    {.key = "state_dir",
+     .type = AL_CFG_STR,
+     .offset = F(state_dir),
+     .def = AL_DEFAULT_STATE_DIR,
+     .env = "AIRLOCK_STATE_DIR",
+     .help = "the state directory (--state-dir)"},
+    {.key = "api.sandbox_url",
+     .type = AL_CFG_STR,
+     .offset = F(sandbox_url),
+     .help = "URL printed as E2B_SANDBOX_URL (default: the API's own URL)"},
+    {.key = "api.domain",
+     .type = AL_CFG_STR,
+     .offset = F(domain),
+     .help = "\"domain\" returned with sandboxes (default: null)"},
+    {.key = "log.level",
+     .type = AL_CFG_ENUM,
+     .offset = F(log_level),
+     .def = "info",
+     .env = "AIRLOCK_LOG_LEVEL",
+     .choices = cfg__levels,
+     .help = "log threshold"},
+    {.key = "log.format",
+     .type = AL_CFG_ENUM,
+     .offset = F(log_format),
+     .def = "auto",
+     .env = "AIRLOCK_LOG_FORMAT",
+     .choices = cfg__formats,
+     .help = "text on a terminal, JSON lines otherwise (auto)"},
+
+    {.key = "sandboxes.backend",
+     .type = AL_CFG_ENUM,
+     .offset = F(backend),
+     .def = "auto",
+     .env = "AIRLOCK_BACKEND",
+     .choices = cfg__backends,
+     .help = "kvm when /dev/kvm is usable, else jail (auto); test = the agent as a plain host "
+             "process, NO ISOLATION, for tests only"},
+    {.key = "sandboxes.default_timeout",
+     .type = AL_CFG_DURATION,
+     .offset = F(default_timeout_ms),
+     .def = "300s",
+     .min = 1000,
+     .max = 30LL * 24 * 3600 * 1000,
+     .help = "lifetime of a sandbox whose create request names none"},
+    {.key = "sandboxes.max_timeout",
+     .type = AL_CFG_DURATION,
+     .offset = F(max_timeout_ms),
+     .def = "24h",
+     .min = 1000,
+     .max = 365LL * 24 * 3600 * 1000,
+     .help = "longest timeout a client may ask for (a longer one is a 400)"},
+    {.key = "sandboxes.cpu_count",
+     .type = AL_CFG_INT,
+     .offset = F(cpu_count),
+     .def = "2",
+     .min = 1,
+     .max = 256,
+     .help = "CPUs of a sandbox (quota)"},
+    {.key = "sandboxes.memory",
+     .type = AL_CFG_SIZE,
+     .offset = F(memory_bytes),
+     .def = "512MiB",
+     .min = 16 << 20,
+     .max = 1LL << 40,
+     .help = "memory limit of a sandbox"},
+    {.key = "sandboxes.disk",
+     .type = AL_CFG_SIZE,
+     .offset = F(disk_bytes),
+     .def = "512MiB",
+     .min = 1 << 20,
+     .max = 1LL << 42,
+     .help = "size of a sandbox's writable layer (jail: a tmpfs counted in its memory)"},
+    {.key = "sandboxes.pids",
+     .type = AL_CFG_INT,
+     .offset = F(pids),
+     .def = "1024",
+     .min = 8,
+     .max = 1 << 22,
+     .help = "process limit of a sandbox"},
+    {.key = "sandboxes.max",
+     .type = AL_CFG_INT,
+     .offset = F(max_sandboxes),
+     .def = "1000",
+     .min = 1,
+     .max = 100000,
+     .help = "sandboxes alive at once (creates beyond: 429)"},
+    {.key = "sandboxes.max_creating",
+     .type = AL_CFG_INT,
+     .offset = F(max_creating),
+     .def = "64",
+     .min = 1,
+     .max = 10000,
+     .help = "creations in flight at once (beyond: 429)"},
+    {.key = "sandboxes.start_timeout",
+     .type = AL_CFG_DURATION,
+     .offset = F(start_timeout_ms),
+     .def = "30s",
+     .min = 100,
+     .max = 600000,
+     .help = "how long a sandbox may take to answer /health"},
+    {.key = "sandboxes.log_max",
+     .type = AL_CFG_SIZE,
+     .offset = F(log_max_bytes),
+     .def = "1MiB",
+     .min = 4096,
+     .max = 1LL << 30,
+     .help = "agent and console output kept per sandbox"},
+    {.key = "sandboxes.metrics_interval",
+     .type = AL_CFG_DURATION,
+     .offset = F(metrics_interval_ms),
+     .def = "5s",
+     .min = 1000,
+     .max = 3600000,
+     .help = "how often CPU/memory/disk of running sandboxes are sampled"},
+    {.key = "sandboxes.on_shutdown",
+     .type = AL_CFG_ENUM,
+     .offset = F(on_shutdown),
+     .def = "kill",
+     .choices = cfg__shutdown,
+     .help = "on SIGTERM: kill every sandbox and stop the helpers (kill), or leave sandboxes "
+             "and helpers running for the next airlockd to re-adopt (keep)"},
+    {.key = "sandboxes.cgroup_parent",
+     .type = AL_CFG_STR,
+     .offset = F(cgroup_parent),
+     .def = "airlock",
+     .help = "jail: cgroup under which sandboxes are placed (one per airlockd instance: the "
+             "sweep reclaims what it finds there)"},
+    {.key = "sandboxes.runtime_tmpfs",
+     .type = AL_CFG_BOOL,
+     .offset = F(runtime_tmpfs),
+     .def = "true",
+     .help = "keep <state>/sandboxes (sockets, locks, logs of live sandboxes) on a tmpfs: "
+             "cheaper than a disk file system under churn"},
+    {.key = "sandboxes.warm_pool",
+     .type = AL_CFG_INT,
+     .offset = F(warm_pool),
+     .def = "32",
+     .min = 0,
+     .max = 256,
+     .help = "airlock-vmm processes kept started and waiting for a spec (faster creates)"},
+    {.key = "sandboxes.uid_base",
+     .type = AL_CFG_INT,
+     .offset = F(uid_base),
+     .def = "0",
+     .min = 0,
+     .max = 0xfffeffffLL,
+     .help = "jail: first host uid of sandboxes (0 = default)"},
+    {.key = "sandboxes.uid_slots",
+     .type = AL_CFG_INT,
+     .offset = F(uid_slots),
+     .def = "0",
+     .min = 0,
+     .max = 65535,
+     .help = "jail: uid ranges available to sandboxes (0 = default)"},
+
+    {.key = "policies.dir",
+     .type = AL_CFG_STR,
+     .offset = F(policies_dir),
+     .help = "policies directory (default <state>/policies)"},
+    {.key = "policies.default",
+     .type = AL_CFG_STR,
+     .offset = F(default_policy),
+     .def = "default",
+     .help = "policy of sandboxes that name none"},
+    {.key = "templates.dir",
+     .type = AL_CFG_STR,
+     .offset = F(templates_dir),
+     .help = "templates directory (default <state>/templates)"},
+    {.key = "templates.defaults",
+     .type = AL_CFG_STRLIST,
+     .offset = F(default_templates),
+     .def = "base,code-interpreter-v1",
+     .help = "templates that must exist"},
+    {.key = "templates.build",
+     .type = AL_CFG_ENUM,
+     .offset = F(build_templates),
+     .def = "auto",
+     .choices = cfg__tri,
+     .help = "build missing default templates at start (auto: when the builder is present)"},
+    {.key = "templates.builder",
+     .type = AL_CFG_STR,
+     .offset = F(template_builder),
+     .help = "template build script (default: deploy/templates/build of this tree)"},
+
+    {.key = "network.mode",
+     .type = AL_CFG_ENUM,
+     .offset = F(network),
+     .def = "auto",
+     .choices = cfg__tri,
+     .help = "the vswitch (on); off = sandboxes have loopback only (no egress at all)"},
+    {.key = "network.range",
+     .type = AL_CFG_STR,
+     .offset = F(net_range),
+     .def = "10.200.0.0/16",
+     .help = "addresses of sandbox networks (IPv4 CIDR)"},
+    {.key = "network.prefix_len",
+     .type = AL_CFG_INT,
+     .offset = F(net_prefix_len),
+     .def = "30",
+     .min = 30,
+     .max = 31,
+     .help = "per-sandbox subnet"},
+    {.key = "network.ifname_prefix",
+     .type = AL_CFG_STR,
+     .offset = F(net_ifname_prefix),
+     .def = "alsb",
+     .help = "host-side interface names (reserved for the switch)"},
+    {.key = "network.pool_size",
+     .type = AL_CFG_INT,
+     .offset = F(net_pool_size),
+     .def = "32",
+     .min = 0,
+     .max = 4096,
+     .help = "sandbox networks kept ready"},
+
+    {.key = "egress.mode",
+     .type = AL_CFG_ENUM,
+     .offset = F(egress),
+     .def = "auto",
+     .choices = cfg__tri,
+     .help = "run airlock-egress (auto: whenever the network is on)"},
+    {.key = "egress.args",
+     .type = AL_CFG_STRLIST,
+     .offset = F(egress_args),
+     .help = "extra arguments of airlock-egress"},
+    {.key = "vault.mode",
+     .type = AL_CFG_ENUM,
+     .offset = F(vault),
+     .def = "auto",
+     .choices = cfg__tri,
+     .help = "run airlock-vault (auto: when it is installed)"},
+    {.key = "vault.args",
+     .type = AL_CFG_STRLIST,
+     .offset = F(vault_args),
+     .help = "extra arguments of airlock-vault"},
+    {.key = "bin_dir",
+     .type = AL_CFG_STR,
+     .offset = F(bin_dir),
+     .help = "where airlock-vmm, airlock-egress, airlock-vault live (default: next to airlockd)"},
+    {.key = "agent_dir",
+     .type = AL_CFG_STR,
+     .offset = F(agent_dir),
+     .help = "agent directory mounted read-only at /.airlock (default: airlock-vmm's)"},
+    {.key = NULL},
+};
+
+int cp_parse_listen(const char *s, char *host, size_t hostlen, int *port)
+{
+    const char *colon;
+    size_t hl;
+    const char *h = s;
+    if (s[0] == '[') {
+        const char *rb = strchr(s, ']');
+        if (!rb || rb[1] != ':')
+            return -EINVAL;
+        h = s + 1;
+        hl = (size_t)(rb - h);
+        colon = rb + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon)
+            return -EINVAL;
+        hl = (size_t)(colon - s);
+    }
+    if (hl == 0 || hl >= hostlen)
+        return -EINVAL;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (!colon[1] || *end || p < 0 || p > 65535)
+        return -EINVAL;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+static const char *cfg__s(const char *s)
+{
+    return s ? s : "";
+}
+
+int cp_config_finish(struct cp_config *c, struct al_diags *d)
+{
+    int rc = 0;
+    if (cp_parse_listen(cfg__s(c->listen), c->listen_host, sizeof c->listen_host, &c->listen_port) <
+        0)
+        rc = al_diags_add(d, AL_DIAG_ERROR, "listen", 0, 0, "bad_listen",
+                          "listen: \"%s\" is not HOST:PORT (e.g. 127.0.0.1:3000, [::1]:3000; "
+                          "port 0 picks a free one)",
+                          cfg__s(c->listen));
+    const char *sd = cfg__s(c->state_dir);
+    if (sd[0] != '/')
+        rc = al_diags_add(d, AL_DIAG_ERROR, "state_dir", 0, 0, "bad_state_dir",
+                          "state_dir: \"%s\" must be an absolute path", sd);
+    if (c->policies_dir && c->policies_dir[0])
+        snprintf(c->policies_path, sizeof c->policies_path, "%s", c->policies_dir);
+    else
+        snprintf(c->policies_path, sizeof c->policies_path, "%s/policies", sd);
+    if (c->templates_dir && c->templates_dir[0])
+        snprintf(c->templates_path, sizeof c->templates_path, "%s", c->templates_dir);
+    else
+        snprintf(c->templates_path, sizeof c->templates_path, "%s/templates", sd);
+    if (c->bin_dir && c->bin_dir[0]) {
+        snprintf(c->bin_path, sizeof c->bin_path, "%s", c->bin_dir);
+    } else {
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n > 0) {
+            self[n] = '\0';
+            char *slash = strrchr(self, '/');
+            if (slash)
+                *slash = '\0';
+            snprintf(c->bin_path, sizeof c->bin_path, "%s", self);
+        } else {
+            snprintf(c->bin_path, sizeof c->bin_path, "/usr/lib/airlock");
+        }
+    }
+    if (c->default_timeout_ms > c->max_timeout_ms)
+        rc = al_diags_add(d, AL_DIAG_ERROR, "sandboxes.default_timeout", 0, 0, "bad_timeout",
+                          "sandboxes.default_timeout is longer than sandboxes.max_timeout");
+    if (!c->default_policy || !c->default_policy[0])
+        rc = al_diags_add(d, AL_DIAG_ERROR, "policies.default", 0, 0, "bad_policy",
+                          "policies.default must name a policy (e.g. default, deny-all)");
+    return rc < 0 ? -EINVAL : 0;
+}
+
+int cp_config_load(struct cp_config *c, const char *file, const char *listen, const char *state_dir,
+                   FILE *f)
+{
+    memset(c, 0, sizeof *c);
+    struct al_diags d = AL_DIAGS_INIT;
+    const char *path = file;
+    unsigned flags = 0;
+    if (!path) {
+        path = CP_DEFAULT_CONFIG_FILE;
+        flags = AL_CFG_FILE_OPTIONAL;
+    }
+    int rc = al_config_load(cp_config_fields, c, path, flags, &d);
+    struct stat st;
+    if (!rc && stat(path, &st) == 0)
+        snprintf(c->config_file, sizeof c->config_file, "%s", path);
+    if (!rc && listen)
+        rc = al_config_set(cp_config_fields, c, "listen", listen, "--listen", &d);
+    if (!rc && state_dir)
+        rc = al_config_set(cp_config_fields, c, "state_dir", state_dir, "--state-dir", &d);
+    if (!rc)
+        rc = cp_config_finish(c, &d);
+    if (d.n)
+        al_diags_print(&d, f, false);
+    al_diags_free(&d);
+    return rc;
+}
+
+void cp_config_free(struct cp_config *c)
+{
+    al_config_free(cp_config_fields, c);
+}

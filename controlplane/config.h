@@ -1,0 +1,98 @@
+/* controlplane/config: airlockd's configuration.
+ *
+ * Owns: the configuration table (every key, its default, range, environment variable and
+ * help line: `airlockd --help-config` prints it), loading in increasing precedence:
+ * embedded defaults, the file (/etc/airlock/airlockd.yaml if it exists, or --config FILE,
+ * which must exist), environment variables, then --listen/--state-dir; and the derived
+ * values (paths under the state directory when not set).
+ * The file is strict (common/config: unknown keys are errors with file:line:col).
+ */
+#ifndef AIRLOCK_CP_CONFIG_H
+#define AIRLOCK_CP_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/config.h"
+#include "common/yaml.h"
+
+#define CP_DEFAULT_CONFIG_FILE "/etc/airlock/airlockd.yaml"
+
+enum cp_backend_choice { CP_BACKEND_AUTO = 0, CP_BACKEND_JAIL, CP_BACKEND_KVM, CP_BACKEND_TEST };
+enum cp_on_shutdown { CP_SHUTDOWN_KILL = 0, CP_SHUTDOWN_KEEP };
+enum cp_tri { CP_TRI_AUTO = 0, CP_TRI_ON, CP_TRI_OFF };
+
+struct cp_config {
+    char *listen; /* ADDR:PORT of the E2B API */
+    char *state_dir;
+    char *sandbox_url; /* what E2B_SANDBOX_URL should be ("" = the API's URL) */
+    char *domain;      /* "domain" in Sandbox responses ("" = null) */
+    int log_level;     /* enum al_log_level */
+    int log_format;    /* enum al_log_format */
+
+    /* sandboxes */
+    int backend; /* enum cp_backend_choice */
+    uint64_t default_timeout_ms;
+    uint64_t max_timeout_ms;
+    int64_t cpu_count;
+    uint64_t memory_bytes;
+    uint64_t disk_bytes;
+    int64_t pids;
+    int64_t max_sandboxes;
+    int64_t max_creating; /* creations in flight */
+    uint64_t start_timeout_ms;
+    uint64_t log_max_bytes;
+    uint64_t metrics_interval_ms;
+    int on_shutdown;     /* enum cp_on_shutdown */
+    char *cgroup_parent; /* jail: cgroup parent */
+    int64_t warm_pool;   /* airlock-vmm processes kept waiting for a spec */
+    bool runtime_tmpfs;  /* <state>/sandboxes on a tmpfs */
+    int64_t uid_base;    /* jail: first host uid of the sandboxes (0 = default) */
+    int64_t uid_slots;
+
+    /* policies and templates */
+    char *policies_dir; /* "" = <state>/policies */
+    char *default_policy;
+    char *templates_dir; /* "" = <state>/templates */
+    struct al_cfg_strlist default_templates;
+    int build_templates;    /* enum cp_tri: auto = build missing defaults at start */
+    char *template_builder; /* "" = deploy/templates/build next to the binaries */
+
+    /* network (vswitch) */
+    int network; /* enum cp_tri: auto = on when the host allows it */
+    char *net_range;
+    int64_t net_prefix_len;
+    char *net_ifname_prefix;
+    int64_t net_pool_size;
+
+    /* helper daemons */
+    int egress; /* enum cp_tri */
+    struct al_cfg_strlist egress_args;
+    int vault; /* enum cp_tri */
+    struct al_cfg_strlist vault_args;
+    char *bin_dir;   /* where airlock-vmm/-egress/-vault/-agent live ("" = ours) */
+    char *agent_dir; /* jail: the agent directory mounted at /.airlock */
+
+    /* derived (not keys) */
+    char listen_host[64];
+    int listen_port;
+    char policies_path[4096];
+    char templates_path[4096];
+    char bin_path[4096];
+    char config_file[4096]; /* the file that was loaded, "" = none */
+};
+
+extern const struct al_cfg_field cp_config_fields[];
+
+/* Loads the configuration. file NULL = the default path if it exists; listen/state_dir
+ * (may be NULL) override the file. Prints diagnostics to f. */
+int cp_config_load(struct cp_config *c, const char *file, const char *listen, const char *state_dir,
+                   FILE *f);
+/* Derives listen_host/port, the paths, and checks combinations. */
+int cp_config_finish(struct cp_config *c, struct al_diags *d);
+void cp_config_free(struct cp_config *c);
+/* Splits "127.0.0.1:3000" or "[::1]:3000". */
+int cp_parse_listen(const char *s, char *host, size_t hostlen, int *port);
+
+#endif

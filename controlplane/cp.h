@@ -1,0 +1,230 @@
+/* controlplane/cp: airlockd, the control plane, as one object on one libuv loop.
+ *
+ * Owns: the live sandbox registry (by id and by access-token digest), the components it
+ * wires together (state store, backend, network provider, egress registrar, helper-daemon
+ * supervisor, HTTP servers, the client pool to agents and airlock-vmm), authentication of
+ * API keys, and start/stop of the whole. The pieces live in their own files:
+ *   lifecycle.c  create, kill, pause/resume, timeouts, crash detection, re-adoption
+ *   rest.c       the E2B REST API (and the admin/CLI routes on the unix socket)
+ *   proxy.c      data-plane routing to a sandbox's agent (E2b-Sandbox-Id / X-Access-Token)
+ *   policysel.c  which policy a sandbox gets, narrowed by its E2B network fields
+ *   metrics.c    per-sandbox samples (getMetrics) and Prometheus /metrics
+ *   egressreg.c  registration of sandboxes with airlock-egress
+ *   supervise.c  airlock-egress and airlock-vault as supervised child processes
+ *   hostcheck.c  what the host offers (kernel, cgroups, KVM, user namespaces)
+ *   templates.c  the templates directory and first-start builds
+ * Threading: everything runs on the loop's thread except blocking network-provider calls,
+ * which run on libuv's thread pool and report back to the loop.
+ */
+#ifndef AIRLOCK_CP_H
+#define AIRLOCK_CP_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "backend.h"
+#include "common/error.h"
+#include "common/http.h"
+#include "config.h"
+#include "ids.h"
+#include "map.h"
+#include "net.h"
+#include "proc.h"
+#include "record.h"
+
+struct cp;
+struct cp_sandbox;
+struct cp_egress;
+struct cp_supervisor;
+struct cp_metrics;
+
+/* An operation queued on a sandbox (one runs at a time, in order). */
+enum cp_op_kind {
+    CP_OP_PAUSE = 1,
+    CP_OP_RESUME, /* connect / resume of a paused sandbox */
+    CP_OP_KILL,
+    CP_OP_EXPIRE, /* the timeout fired: kill or pause */
+};
+
+struct cp_op {
+    enum cp_op_kind kind;
+    struct al_http_req *req; /* who waits for the answer, or NULL */
+    int api;                 /* how to answer (rest.c's CP_ANSWER_*) */
+    uint64_t timeout_s;      /* resume/connect: new lifetime (0 = default) */
+    bool auto_pause;         /* resume: autoPause */
+    /* Instead of (or besides) an HTTP answer: called when the operation is over, rc 0 on
+     * success (auto-resume on traffic continues the request that woke the sandbox). */
+    void (*done)(struct cp_sandbox *sb, int rc, void *arg);
+    void *done_arg;
+    struct cp_op *next;
+};
+
+/* One sample of a sandbox's resource use (getMetrics). */
+struct cp_sample {
+    uint64_t wall_ns;
+    float cpu_pct;
+    int cpu_count;
+    uint64_t mem_used, mem_total, mem_cache, disk_used, disk_total;
+};
+
+struct cp_sandbox {
+    struct cp *cp;
+    struct cp_sb_record rec;
+    uint8_t token_digest[CP_DIGEST_LEN];
+    int refs;
+    bool registered;    /* in cp->sandboxes */
+    bool token_indexed; /* in cp->by_token */
+
+    /* what is set up (each undone on failure or kill, in reverse) */
+    bool has_net;
+    struct cp_net net;
+    bool egress_registered;
+    bool started;           /* the backend started it (or adopted it) */
+    bool backend_attempted; /* start was called (a failed start may need cleanup) */
+    bool watching;
+    struct cp_proc_watch watch;
+    int pidfd;
+    bool timer_init;
+    uv_timer_t timer;
+
+    /* operations */
+    bool busy;   /* an operation runs */
+    void *opctx; /* its context (lifecycle.c) */
+    struct cp_op *ops, **ops_tail;
+    struct al_http_req *create_req; /* the create request waiting for its 201 */
+    int create_api;
+    uint64_t create_t0_ns;
+    bool gone; /* the process exited (crash) */
+
+    /* backend */
+    char agent_sock[108];
+    char vmm_sock[108];
+    void *bpriv;
+
+    /* metrics */
+    struct cp_sample *samples;
+    size_t n_samples, sample_head;
+    uint64_t last_cpu_ns, last_cpu_wall_ns;
+    bool sampling;
+};
+
+struct cp {
+    uv_loop_t *loop;
+    struct cp_config cfg;
+    struct cp_store *store;
+    struct al_http_server *api;   /* TCP: the E2B API and the data plane */
+    struct al_http_server *local; /* <state>/run/airlockd.sock: the same, for the CLI */
+    struct al_http_pool *pool;    /* keep-alive connections to agents and airlock-vmm */
+    const struct cp_backend_ops *backend;
+    char backend_kind[16]; /* "jail", "kvm", "test": recorded with each sandbox */
+    const struct cp_net_ops *net;
+    void *net_priv;
+    struct cp_egress *egress;
+    struct cp_supervisor *sup;
+    struct cp_metrics *metrics;
+
+    struct cp_map sandboxes; /* id -> struct cp_sandbox */
+    struct cp_map by_token;  /* token digest -> struct cp_sandbox */
+    size_t n_creating;
+    size_t n_live; /* in the registry, any state */
+
+    /* API keys */
+    struct cp_map key_cache; /* digest -> struct cp_apikey (copies) */
+    bool has_env_key;
+    uint8_t env_key_digest[CP_DIGEST_LEN];
+
+    char vmm_bin[4096];
+    char agent_bin[4096]; /* test backend */
+    char api_url[128];
+    uint64_t started_ns;
+    bool stopping;
+    bool adopting;
+    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t tick; /* metrics sampling, pool refill */
+    void (*on_stopped)(struct cp *cp);
+};
+
+/* ---- the daemon (daemon.c) ----------------------------------------------------------- */
+struct cp_opts {
+    const char *config_file; /* NULL: /etc/airlock/airlockd.yaml if it exists */
+    const char *listen;      /* overrides */
+    const char *state_dir;
+    bool quiet; /* no banner (tests) */
+};
+int cp_main(int argc, char **argv);
+
+/* ---- registry -------------------------------------------------------------------------- */
+struct cp_sandbox *cp_sandbox_get(struct cp *cp, const char *id);
+struct cp_sandbox *cp_sandbox_by_token(struct cp *cp, const char *token, size_t len);
+void cp_sb_ref(struct cp_sandbox *sb);
+void cp_sb_unref(struct cp_sandbox *sb);
+/* Saves sb->rec (logs failures: state writes never fail a request that already happened). */
+int cp_sb_save(struct cp_sandbox *sb);
+
+/* ---- authentication (auth.c) ------------------------------------------------------------ */
+struct cp_principal {
+    char key_id[32];
+    char policies[1024];
+};
+/* Checks X-API-KEY (or the unix socket's peer). 0, or -EACCES with err saying why. */
+int cp_auth(struct cp *cp, const struct al_http_req *req, struct cp_principal *who,
+            struct al_error *err);
+void cp_auth_free(struct cp *cp);
+
+/* ---- lifecycle (lifecycle.c) ---------------------------------------------------------- */
+struct cp_create {
+    char template_id[CP_TEMPLATE_MAX];
+    uint64_t timeout_s;
+    bool timeout_given;
+    json_t *metadata;   /* borrowed */
+    json_t *env_vars;   /* borrowed */
+    json_t *network;    /* borrowed, or NULL */
+    int allow_internet; /* -1 not given */
+    bool auto_pause;
+    bool auto_resume;
+    struct cp_principal who;
+};
+/* Starts a creation; the answer (201 or an error) goes to req when it is done. */
+void cp_lifecycle_create(struct cp *cp, const struct cp_create *c, struct al_http_req *req,
+                         int api);
+/* Queues an operation; answers req when done. */
+void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req, int api,
+                     uint64_t timeout_s, bool auto_pause);
+/* Resumes a paused sandbox (auto-resume on traffic) and calls done afterwards. */
+void cp_lifecycle_resume_then(struct cp_sandbox *sb,
+                              void (*done)(struct cp_sandbox *sb, int rc, void *arg), void *arg);
+/* Sets the expiry to now + seconds (E2B setTimeout / refreshes). */
+void cp_lifecycle_set_timeout(struct cp_sandbox *sb, uint64_t seconds);
+/* Re-adopts what the store says was running (at start). */
+void cp_lifecycle_adopt_all(struct cp *cp, void (*done)(struct cp *cp));
+/* Kills every sandbox (SIGTERM with on_shutdown: kill); done when all are gone. */
+void cp_lifecycle_kill_all(struct cp *cp, void (*done)(struct cp *cp));
+/* Releases the in-memory state of every sandbox without stopping them (on_shutdown: keep). */
+void cp_lifecycle_detach_all(struct cp *cp);
+
+/* ---- answers (rest.c) ----------------------------------------------------------------- */
+enum {
+    CP_ANSWER_NONE = 0,
+    CP_ANSWER_CREATED,
+    CP_ANSWER_CONNECT,
+    CP_ANSWER_RESUME,
+    CP_ANSWER_EMPTY
+};
+/* The E2B Sandbox object of a running sandbox. */
+json_t *cp_rest_sandbox_json(const struct cp_sandbox *sb);
+json_t *cp_rest_detail_json(const struct cp_sandbox *sb);
+/* Answers an error in the E2B shape {"code":status,"message":...}. */
+void cp_rest_error(struct al_http_req *req, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- servers -------------------------------------------------------------------------- */
+void cp_on_request(struct al_http_req *req, void *ctx); /* router (rest.c) */
+/* Forwards req to the sandbox's agent (proxy.c); port non-NULL adds the E2b-Sandbox-Id and
+ * E2b-Sandbox-Port headers of a request routed by its Host. */
+void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, const char *port);
+/* Routes data-plane requests; returns false if req is not one (proxy.c). */
+bool cp_proxy_route(struct cp *cp, struct al_http_req *req);
+
+#endif

@@ -1,0 +1,35 @@
+/* controlplane/egressreg: registration of sandboxes with airlock-egress.
+ *
+ * Owns: the admin-API client of <state>/run/egress.sock (POST/DELETE /v1/sandboxes), the
+ * body of a registration (id, template, the sandbox's address, its policy file and its E2B
+ * narrowing), and resynchronisation: after airlock-egress (re)starts or airlockd re-adopts
+ * sandboxes, every live sandbox with a network is registered again and registrations of
+ * sandboxes airlockd no longer knows are removed. Until a sandbox is registered the proxy
+ * refuses its traffic (fail closed), so registration precedes the sandbox's start.
+ */
+#ifndef AIRLOCK_CP_EGRESSREG_H
+#define AIRLOCK_CP_EGRESSREG_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "common/error.h"
+
+struct cp;
+struct cp_sandbox;
+struct cp_egress;
+
+typedef void (*cp_egress_cb)(struct cp_sandbox *sb, int rc, const char *msg);
+
+int cp_egress_new(struct cp *cp, const char *sock_path, struct cp_egress **out);
+void cp_egress_free(struct cp_egress *e);
+/* The JSON registration of a sandbox (new reference). */
+json_t *cp_egress_body(struct cp *cp, const struct cp_sandbox *sb);
+int cp_egress_register(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_cb cb);
+int cp_egress_unregister(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_cb cb);
+/* Re-registers every live sandbox that has a network and drops unknown registrations. */
+void cp_egress_resync(struct cp_egress *e);
+/* Counters for /metrics (egress decisions): the proxy's /v1/stats, cached (may be NULL). */
+json_t *cp_egress_stats(struct cp_egress *e);
+
+#endif

@@ -1,0 +1,17 @@
+/* controlplane/embedded: files built into airlockd (the default policies of
+ * deploy/policies/), installed into the policies directory when they are missing. */
+#ifndef AIRLOCK_CP_EMBEDDED_H
+#define AIRLOCK_CP_EMBEDDED_H
+
+#include <stddef.h>
+
+struct cp_embedded {
+    const char *name;
+    const unsigned char *data;
+    size_t len;
+};
+
+/* Terminated by an entry with name NULL. */
+extern const struct cp_embedded cp_embedded_policies[];
+
+#endif

@@ -1,0 +1,1218 @@
+/* controlplane/lifecycle: a sandbox from create to gone.
+ *
+ * Owns: the registry, the state machine and its persistence, the order of set-up steps and
+ * their undoing, operations (pause, resume/connect, kill, expiry: one at a time per
+ * sandbox, queued in order), timeouts, crash detection (a pidfd per sandbox process: its
+ * exit is seen at once, and the sandbox's resources are reclaimed), and re-adoption after
+ * a restart of airlockd.
+ *
+ * Create:   record (state creating, saved) -> network (vswitch, thread pool) -> egress
+ *           registration -> backend start (agent healthy) -> state running, saved, timer,
+ *           watch -> 201. A failing step undoes the earlier ones in reverse and the row is
+ *           deleted: nothing is left half-done.
+ * Teardown (kill, expiry, crash, failed create): backend stop (or crash cleanup) ->
+ *           egress unregistration -> network release -> row deleted -> forgotten. The
+ *           client's kill is answered once the sandbox's processes are gone.
+ * Restart:  rows in state creating or stopping are torn down (nobody got their 201 / the
+ *           kill was under way); running and paused ones are adopted if their process is
+ *           still the one recorded (pid + start time), else torn down.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "cp.h"
+#include "egressreg.h"
+#include "metrics.h"
+#include "policysel.h"
+#include "store.h"
+#include "templates.h"
+
+/* ---- registry ------------------------------------------------------------------------ */
+
+struct cp_sandbox *cp_sandbox_get(struct cp *cp, const char *id)
+{
+    return cp_map_get(&cp->sandboxes, id, strlen(id));
+}
+
+struct cp_sandbox *cp_sandbox_by_token(struct cp *cp, const char *token, size_t len)
+{
+    uint8_t d[CP_DIGEST_LEN];
+    cp_digest(token, len, d);
+    /* The lookup is by digest, so its timing says nothing about the token; the digests are
+     * then compared in constant time. */
+    struct cp_sandbox *sb = cp_map_get(&cp->by_token, d, sizeof d);
+    if (sb && !cp_digest_equal(sb->token_digest, d))
+        sb = NULL;
+    return sb;
+}
+
+void cp_sb_ref(struct cp_sandbox *sb)
+{
+    sb->refs++;
+}
+
+/* Not inlined: gcc's -Wuse-after-free cannot see that other references keep sb alive. */
+__attribute__((noinline)) void cp_sb_unref(struct cp_sandbox *sb)
+{
+    if (--sb->refs > 0)
+        return;
+    explicit_bzero(sb->rec.token, sizeof sb->rec.token);
+    cp_sb_record_free(&sb->rec);
+    free(sb->samples);
+    free(sb->bpriv);
+    free(sb);
+}
+
+int cp_sb_save(struct cp_sandbox *sb)
+{
+    struct al_error err = {0};
+    int rc = cp_store_sb_save(sb->cp->store, &sb->rec, &err);
+    if (rc)
+        al_error("sandbox %s: cannot record state %s: %s", sb->rec.id,
+                 cp_sb_state_name(sb->rec.state), al_error_str(&err));
+    return rc;
+}
+
+static struct cp_sandbox *lc__new(struct cp *cp)
+{
+    struct cp_sandbox *sb = calloc(1, sizeof *sb);
+    if (!sb)
+        return NULL;
+    sb->cp = cp;
+    sb->refs = 1;
+    sb->pidfd = -1;
+    sb->net.netns_fd = -1;
+    sb->ops_tail = &sb->ops;
+    cp_sb_record_init(&sb->rec);
+    return sb;
+}
+
+static int lc__register(struct cp_sandbox *sb)
+{
+    struct cp *cp = sb->cp;
+    int rc = cp_map_put(&cp->sandboxes, sb->rec.id, strlen(sb->rec.id), sb);
+    if (rc)
+        return rc;
+    sb->registered = true;
+    cp->n_live++;
+    cp_sb_ref(sb);
+    if (sb->rec.token[0]) {
+        cp_digest(sb->rec.token, strlen(sb->rec.token), sb->token_digest);
+        if (cp_map_put(&cp->by_token, sb->token_digest, CP_DIGEST_LEN, sb) == 0)
+            sb->token_indexed = true;
+    }
+    return 0;
+}
+
+static void lc__unregister(struct cp_sandbox *sb)
+{
+    struct cp *cp = sb->cp;
+    if (sb->token_indexed) {
+        cp_map_del(&cp->by_token, sb->token_digest, CP_DIGEST_LEN);
+        sb->token_indexed = false;
+    }
+    if (sb->registered) {
+        cp_map_del(&cp->sandboxes, sb->rec.id, strlen(sb->rec.id));
+        sb->registered = false;
+        cp->n_live--;
+        cp_sb_unref(sb);
+    }
+}
+
+/* ---- timers and the process watch -------------------------------------------------- */
+
+static void lc__expired(uv_timer_t *t);
+static void lc__run_ops(struct cp_sandbox *sb);
+static void lc__teardown(struct cp_sandbox *sb);
+
+static void lc__timer_closed(uv_handle_t *h)
+{
+    cp_sb_unref(h->data);
+}
+
+static void lc__arm_timer(struct cp_sandbox *sb)
+{
+    if (!sb->timer_init) {
+        uv_timer_init(sb->cp->loop, &sb->timer);
+        sb->timer.data = sb;
+        sb->timer_init = true;
+        cp_sb_ref(sb);
+    }
+    uint64_t now = al_wall_ns();
+    uint64_t ms = sb->rec.end_ns > now ? (sb->rec.end_ns - now + 999999) / 1000000 : 0;
+    uv_timer_start(&sb->timer, lc__expired, ms, 0);
+}
+
+static void lc__disarm_timer(struct cp_sandbox *sb)
+{
+    if (sb->timer_init)
+        uv_timer_stop(&sb->timer);
+}
+
+static void lc__close_timer(struct cp_sandbox *sb)
+{
+    if (sb->timer_init) {
+        sb->timer_init = false;
+        uv_close((uv_handle_t *)&sb->timer, lc__timer_closed);
+    }
+}
+
+static void lc__watch_closed(struct cp_proc_watch *w)
+{
+    cp_sb_unref(w->data);
+}
+
+static void lc__stop_watch(struct cp_sandbox *sb)
+{
+    if (sb->watching) {
+        /* The process may exit a moment later (airlock-vmm answers its stop first): make
+         * sure it is reaped then. */
+        if (sb->watch.active)
+            cp_proc_reap_later(sb->cp->loop, sb->rec.pid, sb->watch.pidfd);
+        sb->watching = false;
+        sb->pidfd = -1; /* closed with the watch */
+        cp_proc_watch_stop(&sb->watch, lc__watch_closed);
+    } else if (sb->pidfd >= 0) {
+        cp_proc_reap_later(sb->cp->loop, sb->rec.pid, sb->pidfd);
+        close(sb->pidfd);
+        sb->pidfd = -1;
+    }
+}
+
+static void lc__on_exit(struct cp_proc_watch *w, int wstatus)
+{
+    struct cp_sandbox *sb = w->data;
+    char how[128];
+    cp_proc_describe(wstatus, how, sizeof how);
+    sb->gone = true;
+    if (sb->rec.state == CP_SB_STOPPING)
+        return; /* expected: it is being killed */
+    al_error("sandbox %s: its process %d %s while %s: reclaiming its resources", sb->rec.id,
+             (int)w->pid, how, cp_sb_state_name(sb->rec.state));
+    cp_metrics_crash(sb->cp->metrics);
+    /* Kill it for good: queued like a client's kill, answered to nobody. */
+    cp_lifecycle_op(sb, CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false);
+}
+
+static int lc__watch(struct cp_sandbox *sb)
+{
+    if (sb->pidfd < 0 || sb->watching)
+        return 0;
+    sb->watch.data = sb;
+    int rc = cp_proc_watch_start(sb->cp->loop, &sb->watch, sb->rec.pid, sb->pidfd, lc__on_exit);
+    if (rc) {
+        al_error("sandbox %s: cannot watch process %d: %s", sb->rec.id, (int)sb->rec.pid,
+                 uv_strerror(rc));
+        return rc;
+    }
+    sb->watching = true;
+    cp_sb_ref(sb);
+    return 0;
+}
+
+/* ---- answers ---------------------------------------------------------------------------- */
+
+static void lc__answer(struct cp_sandbox *sb, struct al_http_req *req, int api, int status)
+{
+    if (!req)
+        return;
+    if (api == CP_ANSWER_EMPTY || status == 204) {
+        al_http_reply(req, 204, NULL, NULL, 0);
+        return;
+    }
+    al_http_reply_json(req, status, cp_rest_sandbox_json(sb));
+}
+
+static void lc__answer_op(struct cp_op *op, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void lc__answer_op(struct cp_op *op, int status, const char *fmt, ...)
+{
+    if (!op->req)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cp_rest_error(op->req, status, "%s", msg);
+    op->req = NULL;
+}
+
+/* ---- create ----------------------------------------------------------------------------- */
+
+struct lc_create {
+    struct cp_sandbox *sb;
+    json_t *env_vars;
+    char template_dir[4096];
+    uint64_t timeout_s;
+    int fail_status;
+    char fail_msg[512];
+    uv_work_t work;
+    int work_rc;
+    struct al_error work_err;
+};
+
+static void lc__create_undo(struct lc_create *c);
+static void lc__create_egress(struct lc_create *c);
+static void lc__create_start(struct lc_create *c);
+
+static void lc__wipe_env(json_t *env)
+{
+    if (!env)
+        return;
+    /* Environment values may be secrets: wipe them before they are freed. */
+    const char *k;
+    json_t *v;
+    json_object_foreach(env, k, v)
+    {
+        if (json_is_string(v))
+            explicit_bzero((char *)json_string_value(v), json_string_length(v));
+    }
+    json_decref(env);
+}
+
+static void lc__create_free(struct lc_create *c)
+{
+    lc__wipe_env(c->env_vars);
+    free(c);
+}
+
+static void lc__create_fail(struct lc_create *c, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void lc__create_fail(struct lc_create *c, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->fail_msg, sizeof c->fail_msg, fmt, ap);
+    va_end(ap);
+    c->fail_status = status;
+    al_warn("sandbox %s: create failed: %s", c->sb->rec.id, c->fail_msg);
+    lc__create_undo(c);
+}
+
+static void lc__create_done(struct lc_create *c)
+{
+    struct cp_sandbox *sb = c->sb;
+    struct cp *cp = sb->cp;
+    cp->n_creating--;
+    uint64_t now = al_wall_ns();
+    sb->rec.state = CP_SB_RUNNING;
+    sb->rec.started_ns = now;
+    sb->rec.end_ns = now + c->timeout_s * 1000000000ull;
+    cp_sb_save(sb);
+    lc__arm_timer(sb);
+    lc__watch(sb);
+    double ms = (double)(al_now_ns() - sb->create_t0_ns) / 1e6;
+    cp_metrics_created(cp->metrics, ms);
+    al_info("sandbox %s created in %.1f ms (template %s, policy %s %.12s, backend %s%s)",
+            sb->rec.id, ms, sb->rec.template_id, sb->rec.policy_name, sb->rec.policy_hash,
+            sb->rec.backend, sb->rec.addr[0] ? "" : ", no network");
+    struct al_http_req *req = sb->create_req;
+    sb->create_req = NULL;
+    lc__answer(sb, req, sb->create_api, 201);
+    if (cp->n_creating == 0)
+        cp_vmm_pool_refill(cp); /* a burst is over: get ready for the next one */
+    sb->opctx = NULL;
+    sb->busy = false;
+    lc__create_free(c);
+    lc__run_ops(sb);
+    cp_sb_unref(sb);
+}
+
+static void lc__create_started(struct cp_sandbox *sb, int rc, const char *msg)
+{
+    struct lc_create *c = sb->opctx;
+    if (rc) {
+        lc__create_fail(c, rc == -ETIMEDOUT ? 504 : 500, "the sandbox did not start: %s",
+                        msg && *msg ? msg : strerror(-rc));
+        return;
+    }
+    sb->started = true;
+    lc__create_done(c);
+}
+
+static void lc__create_start(struct lc_create *c)
+{
+    struct cp_sandbox *sb = c->sb;
+    struct cp *cp = sb->cp;
+    if (cp->stopping) {
+        lc__create_fail(c, 503, "airlockd is shutting down");
+        return;
+    }
+    struct cp_start_args a = {
+        .template_dir = c->template_dir,
+        .template_name = sb->rec.template_id,
+        .env_vars = c->env_vars,
+        .netns_fd = sb->has_net ? sb->net.netns_fd : -1,
+        .dns = sb->has_net && sb->net.gateway[0] ? sb->net.gateway : NULL,
+        .hostname = NULL,
+    };
+    sb->backend_attempted = true;
+    int rc = cp->backend->start(sb, &a, lc__create_started);
+    /* The network namespace is joined by (or passed to) the sandbox now; airlockd's copy is
+     * not needed any more. */
+    if (sb->net.netns_fd >= 0) {
+        close(sb->net.netns_fd);
+        sb->net.netns_fd = -1;
+    }
+    if (rc)
+        lc__create_fail(c, 500, "cannot start the sandbox: %s", strerror(-rc));
+}
+
+static void lc__create_registered(struct cp_sandbox *sb, int rc, const char *msg)
+{
+    struct lc_create *c = sb->opctx;
+    if (rc) {
+        lc__create_fail(c, rc == -EINVAL ? 400 : 503,
+                        "the egress proxy refused the sandbox's registration: %s",
+                        msg && *msg ? msg : strerror(-rc));
+        return;
+    }
+    sb->egress_registered = true;
+    lc__create_start(c);
+}
+
+static void lc__create_egress(struct lc_create *c)
+{
+    struct cp_sandbox *sb = c->sb;
+    struct cp *cp = sb->cp;
+    if (!sb->has_net || !cp->egress) {
+        lc__create_start(c);
+        return;
+    }
+    int rc = cp_egress_register(cp->egress, sb, lc__create_registered);
+    if (rc)
+        lc__create_fail(c, 503, "cannot register the sandbox with the egress proxy: %s",
+                        strerror(-rc));
+}
+
+static void lc__net_work(uv_work_t *w)
+{
+    struct lc_create *c = w->data;
+    struct cp_sandbox *sb = c->sb;
+    struct cp *cp = sb->cp;
+    c->work_rc = cp->net->acquire(cp->net_priv, sb->rec.seq, sb->rec.id, &sb->net, &c->work_err);
+}
+
+static void lc__net_done(uv_work_t *w, int status)
+{
+    struct lc_create *c = w->data;
+    struct cp_sandbox *sb = c->sb;
+    if (status || c->work_rc) {
+        lc__create_fail(c, 503, "no network for the sandbox: %s",
+                        status ? uv_strerror(status) : al_error_str(&c->work_err));
+        return;
+    }
+    sb->has_net = true;
+    snprintf(sb->rec.addr, sizeof sb->rec.addr, "%s", sb->net.addr);
+    cp_sb_save(sb);
+    lc__create_egress(c);
+}
+
+/* Undoes, in reverse order, whatever the creation had done; the teardown answers the
+ * create request with the error. */
+static void lc__create_undo(struct lc_create *c)
+{
+    lc__teardown(c->sb);
+}
+
+static int lc__check_env(const json_t *env, struct al_error *err)
+{
+    if (!env)
+        return 0;
+    if (json_object_size(env) > 1024)
+        return al_error_set(err, -E2BIG, "envVars: at most 1024 variables");
+    size_t total = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)env, k, v)
+    {
+        if (!json_is_string(v))
+            return al_error_set(err, -EINVAL, "envVars.%s: values must be strings", k);
+        size_t kl = strlen(k);
+        if (kl == 0 || kl > 256 || strchr(k, '=') || strchr(k, '\0' + 0) != k + kl)
+            return al_error_set(err, -EINVAL, "envVars: \"%.64s\" is not a variable name", k);
+        total += kl + json_string_length(v) + 2;
+    }
+    if (total > 200 * 1024)
+        return al_error_set(err, -E2BIG, "envVars: more than 200 KiB in all");
+    return 0;
+}
+
+void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al_http_req *req,
+                         int api)
+{
+    struct al_error err = {0};
+    if (cp->stopping) {
+        cp_rest_error(req, 503, "airlockd is shutting down");
+        return;
+    }
+    if (cp->n_live >= (size_t)cp->cfg.max_sandboxes) {
+        cp_rest_error(req, 429,
+                      "%zu sandboxes exist, the configured maximum "
+                      "(sandboxes.max): kill some first",
+                      cp->n_live);
+        return;
+    }
+    if (cp->n_creating >= (size_t)cp->cfg.max_creating) {
+        cp_rest_error(req, 429,
+                      "%zu sandboxes are being created, the configured maximum "
+                      "(sandboxes.max_creating): retry shortly",
+                      cp->n_creating);
+        return;
+    }
+    struct lc_create *c = calloc(1, sizeof *c);
+    if (!c) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    if (cp_template_resolve(cp, req_c->template_id, c->template_dir, sizeof c->template_dir,
+                            &err)) {
+        free(c);
+        cp_rest_error(req, 404, "%s", al_error_str(&err));
+        return;
+    }
+    if (lc__check_env(req_c->env_vars, &err)) {
+        free(c);
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
+    struct cp_policy_sel sel = {0};
+    int status = 500;
+    if (cp_policy_select(cp, req_c->metadata, req_c->network, req_c->allow_internet, &req_c->who,
+                         &sel, &status, &err)) {
+        free(c);
+        cp_rest_error(req, status, "%s", al_error_str(&err));
+        return;
+    }
+    uint64_t timeout_s =
+        req_c->timeout_given ? req_c->timeout_s : (cp->cfg.default_timeout_ms + 999) / 1000;
+    if (timeout_s * 1000 > cp->cfg.max_timeout_ms) {
+        free(c);
+        cp_policy_sel_free(&sel);
+        cp_rest_error(req, 400,
+                      "timeout %llu s is longer than this server allows (%llu s, "
+                      "sandboxes.max_timeout)",
+                      (unsigned long long)timeout_s,
+                      (unsigned long long)(cp->cfg.max_timeout_ms / 1000));
+        return;
+    }
+    struct cp_sandbox *sb = lc__new(cp);
+    if (!sb) {
+        free(c);
+        cp_policy_sel_free(&sel);
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    c->sb = sb;
+    c->timeout_s = timeout_s;
+    c->env_vars = req_c->env_vars ? json_deep_copy(req_c->env_vars) : json_object();
+    struct cp_sb_record *r = &sb->rec;
+    do {
+        cp_sandbox_id_new(r->id);
+    } while (cp_sandbox_get(cp, r->id));
+    if (cp_store_next_seq(cp->store, &r->seq, &err)) {
+        cp_policy_sel_free(&sel);
+        lc__create_free(c);
+        cp_sb_unref(sb);
+        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        return;
+    }
+    r->state = CP_SB_CREATING;
+    snprintf(r->template_id, sizeof r->template_id, "%s", req_c->template_id);
+    snprintf(r->backend, sizeof r->backend, "%s", cp->backend_kind);
+    snprintf(r->key_id, sizeof r->key_id, "%s", req_c->who.key_id);
+    cp_token_new(r->token);
+    r->created_ns = al_wall_ns();
+    r->on_timeout_pause = req_c->auto_pause;
+    r->auto_resume = req_c->auto_resume;
+    r->allow_internet = req_c->allow_internet;
+    r->cpu_count = (int)cp->cfg.cpu_count;
+    r->memory_mb = (int)(cp->cfg.memory_bytes >> 20);
+    r->disk_mb = (int)(cp->cfg.disk_bytes >> 20);
+    json_decref(r->metadata);
+    r->metadata = req_c->metadata ? json_deep_copy(req_c->metadata) : json_object();
+    r->network = req_c->network ? json_deep_copy(req_c->network) : NULL;
+    snprintf(r->policy_name, sizeof r->policy_name, "%s", sel.name);
+    snprintf(r->policy_hash, sizeof r->policy_hash, "%s", sel.hash);
+    cp_policy_sel_free(&sel);
+    if (cp_store_sb_save(cp->store, r, &err) || lc__register(sb)) {
+        cp_store_sb_delete(cp->store, r->id, NULL);
+        lc__create_free(c);
+        cp_sb_unref(sb);
+        cp_rest_error(req, 500, "cannot record the sandbox: %s", al_error_str(&err));
+        return;
+    }
+    cp->n_creating++;
+    sb->busy = true;
+    sb->opctx = c;
+    sb->create_req = req;
+    sb->create_api = api;
+    sb->create_t0_ns = al_now_ns();
+    cp_sb_ref(sb);   /* held by the creation until it ends */
+    cp_sb_unref(sb); /* lc__new's reference: the registry holds one now */
+    if (!cp->net) {
+        lc__create_egress(c);
+        return;
+    }
+    c->work.data = c;
+    int rc = uv_queue_work(cp->loop, &c->work, lc__net_work, lc__net_done);
+    if (rc)
+        lc__create_fail(c, 500, "cannot queue the network set-up: %s", uv_strerror(rc));
+}
+
+/* ---- teardown ----------------------------------------------------------------------------- */
+
+/* The context of a teardown (kill, expiry, crash, failed or abandoned create). */
+struct lc_teardown {
+    struct cp_sandbox *sb;
+    struct lc_create *create; /* a failed create: answer its request with its error */
+    struct cp_op *op;         /* a kill op: answer it once the processes are gone */
+    uint64_t t0_ns;
+    uv_work_t work;
+    int work_rc;
+    struct al_error work_err;
+};
+
+static void lc__td_forget(struct lc_teardown *t);
+
+static void lc__td_net_work(uv_work_t *w)
+{
+    struct lc_teardown *t = w->data;
+    struct cp_sandbox *sb = t->sb;
+    struct cp *cp = sb->cp;
+    t->work_rc = cp->net->release(cp->net_priv, sb->rec.seq, &t->work_err);
+}
+
+static void lc__td_net_done(uv_work_t *w, int status)
+{
+    struct lc_teardown *t = w->data;
+    struct cp_sandbox *sb = t->sb;
+    if (status || (t->work_rc && t->work_rc != -ENOENT))
+        al_error("sandbox %s: releasing its network failed: %s (the vswitch reclaims it at "
+                 "the next start)",
+                 sb->rec.id, status ? uv_strerror(status) : al_error_str(&t->work_err));
+    sb->has_net = false;
+    lc__td_forget(t);
+}
+
+static void lc__td_net(struct lc_teardown *t)
+{
+    struct cp_sandbox *sb = t->sb;
+    struct cp *cp = sb->cp;
+    if (sb->net.netns_fd >= 0) {
+        close(sb->net.netns_fd);
+        sb->net.netns_fd = -1;
+    }
+    if (!sb->has_net || !cp->net) {
+        lc__td_forget(t);
+        return;
+    }
+    t->work.data = t;
+    if (uv_queue_work(cp->loop, &t->work, lc__td_net_work, lc__td_net_done)) {
+        /* Do it here rather than leak it. */
+        lc__td_net_work(&t->work);
+        lc__td_net_done(&t->work, 0);
+    }
+}
+
+static void lc__td_unregistered(struct cp_sandbox *sb, int rc, const char *msg)
+{
+    struct lc_teardown *t = sb->opctx;
+    if (rc && rc != -ENOENT)
+        al_warn("sandbox %s: egress unregistration: %s (resynchronised later)", sb->rec.id,
+                msg && *msg ? msg : strerror(-rc));
+    sb->egress_registered = false;
+    lc__td_net(t);
+}
+
+static void lc__td_egress(struct lc_teardown *t)
+{
+    struct cp_sandbox *sb = t->sb;
+    struct cp *cp = sb->cp;
+    if (!sb->egress_registered || !cp->egress ||
+        cp_egress_unregister(cp->egress, sb, lc__td_unregistered)) {
+        sb->egress_registered = false;
+        lc__td_net(t);
+    }
+}
+
+static void lc__td_stopped(struct cp_sandbox *sb, int rc, const char *msg)
+{
+    struct lc_teardown *t = sb->opctx;
+    struct cp *cp = sb->cp;
+    if (rc)
+        al_error("sandbox %s: stopping it failed: %s", sb->rec.id,
+                 msg && *msg ? msg : strerror(-rc));
+    sb->started = false;
+    lc__stop_watch(sb);
+    if (t->op) {
+        double ms = (double)(al_now_ns() - t->t0_ns) / 1e6;
+        cp_metrics_killed(cp->metrics, ms);
+        if (t->op->req) {
+            if (rc)
+                cp_rest_error(t->op->req, 500, "stopping sandbox %s failed: %s", sb->rec.id,
+                              msg && *msg ? msg : strerror(-rc));
+            else
+                al_http_reply(t->op->req, 204, NULL, NULL, 0);
+            t->op->req = NULL;
+        }
+    }
+    lc__td_egress(t);
+}
+
+static void lc__td_backend(struct lc_teardown *t)
+{
+    struct cp_sandbox *sb = t->sb;
+    struct cp *cp = sb->cp;
+    int rc;
+    if (!sb->started && !sb->gone && !sb->backend_attempted) {
+        lc__td_stopped(sb, 0, NULL);
+        return;
+    }
+    if (sb->gone || !sb->started)
+        rc = cp->backend->cleanup(sb, lc__td_stopped);
+    else
+        rc = cp->backend->stop(sb, lc__td_stopped);
+    if (rc)
+        lc__td_stopped(sb, rc, "cannot ask the backend");
+}
+
+static void lc__td_forget(struct lc_teardown *t)
+{
+    struct cp_sandbox *sb = t->sb;
+    struct cp *cp = sb->cp;
+    struct al_error err = {0};
+    if (cp_store_sb_delete(cp->store, sb->rec.id, &err))
+        al_error("sandbox %s: %s", sb->rec.id, al_error_str(&err));
+    lc__close_timer(sb);
+    lc__stop_watch(sb);
+    lc__unregister(sb);
+    if (t->create) {
+        struct lc_create *c = t->create;
+        cp->n_creating--;
+        cp_metrics_create_failed(cp->metrics);
+        if (sb->create_req) {
+            cp_rest_error(sb->create_req, c->fail_status ? c->fail_status : 500, "%s",
+                          c->fail_msg[0] ? c->fail_msg : "the sandbox could not be created");
+            sb->create_req = NULL;
+        }
+        lc__create_free(c);
+        cp_sb_unref(sb); /* the creation's reference */
+    } else {
+        al_info("sandbox %s: gone (%.1f ms to tear down)", sb->rec.id,
+                (double)(al_now_ns() - t->t0_ns) / 1e6);
+    }
+    /* Operations still queued find nothing to act on. */
+    struct cp_op *op = sb->ops;
+    sb->ops = NULL;
+    sb->ops_tail = &sb->ops;
+    while (op) {
+        struct cp_op *n = op->next;
+        if (op->req)
+            cp_rest_error(op->req, 404, "sandbox %s not found (it was killed)", sb->rec.id);
+        if (op->done)
+            op->done(sb, -ESRCH, op->done_arg);
+        free(op);
+        op = n;
+    }
+    if (t->op) {
+        if (t->op->req)
+            al_http_reply(t->op->req, 204, NULL, NULL, 0);
+        free(t->op);
+    }
+    sb->opctx = NULL;
+    sb->busy = false;
+    free(t);
+    cp_sb_unref(sb); /* the teardown's reference */
+}
+
+/* Tears a sandbox down; sb->busy must be set by the caller (op runner or create). */
+static void lc__teardown_op(struct cp_sandbox *sb, struct cp_op *op)
+{
+    struct lc_teardown *t = calloc(1, sizeof *t);
+    if (!t) {
+        al_error("sandbox %s: out of memory tearing it down", sb->rec.id);
+        return;
+    }
+    t->sb = sb;
+    t->op = op;
+    t->t0_ns = al_now_ns();
+    if (sb->opctx && !op)
+        t->create = sb->opctx; /* a failed create */
+    sb->opctx = t;
+    cp_sb_ref(sb);
+    lc__disarm_timer(sb);
+    if (sb->rec.state != CP_SB_STOPPING) {
+        sb->rec.state = CP_SB_STOPPING;
+        cp_sb_save(sb);
+    }
+    lc__td_backend(t);
+}
+
+static void lc__teardown(struct cp_sandbox *sb)
+{
+    lc__teardown_op(sb, NULL);
+}
+
+/* ---- operations ------------------------------------------------------------------------- */
+
+static void lc__op_finish(struct cp_sandbox *sb)
+{
+    struct cp_op *op = sb->opctx;
+    sb->opctx = NULL;
+    if (op && op->done) {
+        /* Not running at the end (killed, failed): the waiter is told so. */
+        op->done(sb, sb->rec.state == CP_SB_RUNNING ? 0 : -ESRCH, op->done_arg);
+        op->done = NULL;
+    }
+    free(op);
+    sb->busy = false;
+    lc__run_ops(sb);
+    cp_sb_unref(sb);
+}
+
+static void lc__paused(struct cp_sandbox *sb, int rc, const char *msg)
+{
+    struct cp_op *op = sb->opctx;
+    if (rc) {
+        al_warn("sandbox %s: pause failed: %s", sb->rec.id, msg && *msg ? msg : strerror(-rc));
+        lc__answer_op(op, rc == -EALREADY ? 409 : 500, "pausing sandbox %s failed: %s", sb->rec.id,
+                      msg && *msg ? msg : strerror(-rc));
+        if (op->kind == CP_OP_EXPIRE && !sb->gone) {
+            /* A sandbox that cannot be paused at its timeout is killed rather than left
+             * running past it. */
+            al_warn("sandbox %s: killing it instead (its timeout passed)", sb->rec.id);
+            op->kind = CP_OP_KILL;
+            sb->opctx = NULL;
+            lc__teardown_op(sb, op); /* owns op now */
+            cp_sb_unref(sb);
+            return;
+        }
+    } else {
+        sb->rec.state = CP_SB_PAUSED;
+        lc__disarm_timer(sb);
+        cp_sb_save(sb);
+        al_info("sandbox %s paused", sb->rec.id);
+        if (op->req) {
+            al_http_reply(op->req, 204, NULL, NULL, 0);
+            op->req = NULL;
+        }
+    }
+    lc__op_finish(sb);
+}
+
+static void lc__resumed(struct cp_sandbox *sb, int rc, const char *msg)
+{
+    struct cp_op *op = sb->opctx;
+    if (rc) {
+        lc__answer_op(op, 500, "resuming sandbox %s failed: %s", sb->rec.id,
+                      msg && *msg ? msg : strerror(-rc));
+    } else {
+        sb->rec.state = CP_SB_RUNNING;
+        uint64_t now = al_wall_ns();
+        uint64_t t = op->timeout_s ? op->timeout_s : (sb->cp->cfg.default_timeout_ms + 999) / 1000;
+        sb->rec.end_ns = now + t * 1000000000ull;
+        if (op->kind == CP_OP_RESUME && op->api == CP_ANSWER_RESUME)
+            sb->rec.on_timeout_pause = op->auto_pause || sb->rec.on_timeout_pause;
+        cp_sb_save(sb);
+        lc__arm_timer(sb);
+        al_info("sandbox %s resumed", sb->rec.id);
+        lc__answer(sb, op->req, op->api, 201);
+        op->req = NULL;
+    }
+    lc__op_finish(sb);
+}
+
+static void lc__run_op(struct cp_sandbox *sb, struct cp_op *op)
+{
+    struct cp *cp = sb->cp;
+    int rc = 0;
+    sb->busy = true;
+    sb->opctx = op;
+    cp_sb_ref(sb);
+    if (sb->rec.state == CP_SB_STOPPING && op->kind != CP_OP_KILL) {
+        lc__answer_op(op, 404, "sandbox %s not found (it is being killed)", sb->rec.id);
+        lc__op_finish(sb);
+        return;
+    }
+    switch (op->kind) {
+    case CP_OP_EXPIRE:
+        if (sb->rec.state != CP_SB_RUNNING || al_wall_ns() < sb->rec.end_ns) {
+            /* Paused meanwhile, or the timeout was extended: nothing to do. */
+            if (sb->rec.state == CP_SB_RUNNING)
+                lc__arm_timer(sb);
+            lc__op_finish(sb);
+            return;
+        }
+        if (sb->rec.on_timeout_pause && !sb->gone) {
+            al_info("sandbox %s: timeout reached: pausing it (autoPause)", sb->rec.id);
+            rc = cp->backend->pause(sb, lc__paused);
+            break;
+        }
+        al_info("sandbox %s: timeout reached: killing it", sb->rec.id);
+        op->kind = CP_OP_KILL;
+        /* fall through */
+    case CP_OP_KILL:
+        sb->opctx = NULL;
+        lc__teardown_op(sb, op);
+        cp_sb_unref(sb);
+        return;
+    case CP_OP_PAUSE:
+        if (sb->rec.state == CP_SB_PAUSED) {
+            lc__answer_op(op, 409, "sandbox %s is already paused", sb->rec.id);
+            lc__op_finish(sb);
+            return;
+        }
+        rc = cp->backend->pause(sb, lc__paused);
+        break;
+    case CP_OP_RESUME:
+        if (sb->rec.state == CP_SB_RUNNING) {
+            if (op->api == CP_ANSWER_RESUME) {
+                lc__answer_op(op, 409, "sandbox %s is already running", sb->rec.id);
+            } else {
+                /* connect to a running sandbox: its lifetime is extended, never shortened. */
+                uint64_t t =
+                    op->timeout_s ? op->timeout_s : (cp->cfg.default_timeout_ms + 999) / 1000;
+                uint64_t end = al_wall_ns() + t * 1000000000ull;
+                if (end > sb->rec.end_ns) {
+                    sb->rec.end_ns = end;
+                    cp_sb_save(sb);
+                    lc__arm_timer(sb);
+                }
+                lc__answer(sb, op->req, op->api, 200);
+                op->req = NULL;
+            }
+            lc__op_finish(sb);
+            return;
+        }
+        rc = cp->backend->resume(sb, lc__resumed);
+        break;
+    }
+    if (rc) {
+        lc__answer_op(op, 500, "sandbox %s: the backend refused: %s", sb->rec.id, strerror(-rc));
+        lc__op_finish(sb);
+    }
+}
+
+static void lc__run_ops(struct cp_sandbox *sb)
+{
+    if (sb->busy || !sb->ops || !sb->registered)
+        return;
+    struct cp_op *op = sb->ops;
+    sb->ops = op->next;
+    if (!sb->ops)
+        sb->ops_tail = &sb->ops;
+    op->next = NULL;
+    lc__run_op(sb, op);
+}
+
+void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req, int api,
+                     uint64_t timeout_s, bool auto_pause)
+{
+    if (sb->rec.state == CP_SB_STOPPING && req) {
+        cp_rest_error(req, 404, "sandbox %s not found (it is being killed)", sb->rec.id);
+        return;
+    }
+    if (timeout_s * 1000 > sb->cp->cfg.max_timeout_ms) {
+        if (req)
+            cp_rest_error(req, 400, "timeout %llu s is longer than this server allows (%llu s)",
+                          (unsigned long long)timeout_s,
+                          (unsigned long long)(sb->cp->cfg.max_timeout_ms / 1000));
+        return;
+    }
+    struct cp_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        if (req)
+            cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    op->kind = kind;
+    op->req = req;
+    op->api = api;
+    op->timeout_s = timeout_s;
+    op->auto_pause = auto_pause;
+    if (kind == CP_OP_KILL) {
+        /* A kill overtakes queued pauses and resumes (they are answered 404 when it is done):
+         * it goes first in the queue. */
+        op->next = sb->ops;
+        sb->ops = op;
+        if (sb->ops_tail == &sb->ops)
+            sb->ops_tail = &op->next;
+    } else {
+        *sb->ops_tail = op;
+        sb->ops_tail = &op->next;
+    }
+    lc__run_ops(sb);
+}
+
+static void lc__expired(uv_timer_t *t)
+{
+    struct cp_sandbox *sb = t->data;
+    if (sb->rec.state != CP_SB_RUNNING)
+        return;
+    if (al_wall_ns() + 1000000 < sb->rec.end_ns) {
+        lc__arm_timer(sb); /* extended meanwhile (or the wall clock moved) */
+        return;
+    }
+    cp_lifecycle_op(sb, CP_OP_EXPIRE, NULL, CP_ANSWER_NONE, 0, false);
+}
+
+void cp_lifecycle_resume_then(struct cp_sandbox *sb,
+                              void (*done)(struct cp_sandbox *sb, int rc, void *arg), void *arg)
+{
+    struct cp_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        done(sb, -ENOMEM, arg);
+        return;
+    }
+    op->kind = CP_OP_RESUME;
+    op->api = CP_ANSWER_CONNECT;
+    op->done = done;
+    op->done_arg = arg;
+    *sb->ops_tail = op;
+    sb->ops_tail = &op->next;
+    lc__run_ops(sb);
+}
+
+void cp_lifecycle_set_timeout(struct cp_sandbox *sb, uint64_t seconds)
+{
+    sb->rec.end_ns = al_wall_ns() + seconds * 1000000000ull;
+    cp_sb_save(sb);
+    if (sb->rec.state == CP_SB_RUNNING)
+        lc__arm_timer(sb);
+}
+
+/* ---- adoption after a restart ------------------------------------------------------------ */
+
+struct lc_adopt_all {
+    struct cp *cp;
+    size_t pending;
+    size_t adopted, torn_down;
+    bool listing_done;
+    void (*done)(struct cp *cp);
+};
+
+static void lc__adopt_one_done(struct lc_adopt_all *a)
+{
+    if (--a->pending > 0 || !a->listing_done)
+        return;
+    struct cp *cp = a->cp;
+    cp->adopting = false;
+    al_info("re-adoption: %zu sandbox%s adopted, %zu torn down", a->adopted,
+            a->adopted == 1 ? "" : "es", a->torn_down);
+    void (*done)(struct cp *) = a->done;
+    free(a);
+    if (done)
+        done(cp);
+}
+
+struct lc_adopt_ctx {
+    struct lc_adopt_all *all;
+};
+
+static void lc__adopted(struct cp_sandbox *sb, int rc, const char *msg)
+{
+    struct lc_adopt_ctx *c = sb->opctx;
+    struct lc_adopt_all *a = c->all;
+    struct cp *cp = sb->cp;
+    sb->opctx = NULL;
+    sb->busy = false;
+    if (rc) {
+        al_warn("sandbox %s: not running any more (%s): reclaiming what it left", sb->rec.id,
+                msg && *msg ? msg : strerror(-rc));
+        sb->gone = true;
+        a->torn_down++;
+        free(c);
+        cp_lifecycle_op(sb, CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false);
+        lc__adopt_one_done(a);
+        cp_sb_unref(sb);
+        return;
+    }
+    sb->started = true;
+    if (sb->rec.addr[0] && cp->net) {
+        struct cp_net n;
+        if (cp->net->find(cp->net_priv, sb->rec.seq, &n) == 0) {
+            sb->has_net = true;
+            sb->net = n;
+            sb->net.netns_fd = -1;
+        } else {
+            al_error("sandbox %s: the vswitch has no network for it any more: it has no "
+                     "egress (kill it and create a new one)",
+                     sb->rec.id);
+        }
+    }
+    /* The registration is checked against the proxy's list by the resync that follows. */
+    sb->egress_registered = sb->has_net && cp->egress;
+    lc__watch(sb);
+    if (sb->rec.state == CP_SB_RUNNING)
+        lc__arm_timer(sb);
+    cp_sb_save(sb);
+    a->adopted++;
+    al_info("sandbox %s adopted (%s, process %d)", sb->rec.id, cp_sb_state_name(sb->rec.state),
+            (int)sb->rec.pid);
+    free(c);
+    lc__run_ops(sb);
+    lc__adopt_one_done(a);
+    cp_sb_unref(sb);
+}
+
+static int lc__adopt_row(const struct cp_sb_record *r, void *arg)
+{
+    struct lc_adopt_all *a = arg;
+    struct cp *cp = a->cp;
+    struct cp_sandbox *sb = lc__new(cp);
+    if (!sb)
+        return -ENOMEM;
+    cp_sb_record_copy(&sb->rec, r);
+    if (lc__register(sb)) {
+        al_error("sandbox %s: listed twice in the state database", r->id);
+        cp_sb_unref(sb);
+        return 0;
+    }
+    cp_sb_unref(sb); /* the registry's reference remains */
+    if (strcmp(r->backend, cp->backend_kind) != 0)
+        al_warn("sandbox %s was started by the %s backend; this airlockd uses %s", r->id,
+                r->backend, cp->backend_kind);
+    a->pending++;
+    if (r->state == CP_SB_CREATING || r->state == CP_SB_STOPPING) {
+        al_info("sandbox %s was %s when airlockd stopped: tearing it down", r->id,
+                r->state == CP_SB_CREATING ? "being created" : "being killed");
+        sb->gone = true; /* whatever runs gets the crash cleanup */
+        a->torn_down++;
+        cp_lifecycle_op(sb, CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false);
+        a->pending--;
+        return 0;
+    }
+    struct lc_adopt_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    c->all = a;
+    sb->busy = true;
+    sb->opctx = c;
+    cp_sb_ref(sb);
+    int rc = cp->backend->adopt(sb, lc__adopted);
+    if (rc)
+        lc__adopted(sb, rc, "the backend cannot adopt it");
+    return 0;
+}
+
+static void lc__adopt_bad(const char *id, const char *why, void *arg)
+{
+    (void)arg;
+    al_error("state database: sandbox %s cannot be read (%s): it is ignored; remove it with "
+             "sqlite3 if it is not needed",
+             id, why);
+}
+
+void cp_lifecycle_adopt_all(struct cp *cp, void (*done)(struct cp *cp))
+{
+    struct lc_adopt_all *a = calloc(1, sizeof *a);
+    if (!a) {
+        al_error("out of memory");
+        if (done)
+            done(cp);
+        return;
+    }
+    a->cp = cp;
+    a->done = done;
+    a->pending = 1; /* the listing itself */
+    cp->adopting = true;
+    struct al_error err = {0};
+    if (cp_store_sb_foreach(cp->store, lc__adopt_row, lc__adopt_bad, a, &err))
+        al_error("re-adoption: %s", al_error_str(&err));
+    a->listing_done = true;
+    lc__adopt_one_done(a);
+}
+
+/* ---- shutdown ------------------------------------------------------------------------------ */
+
+struct lc_kill_all {
+    struct cp *cp;
+    void (*done)(struct cp *cp);
+    uv_timer_t poll;
+};
+
+static void lc__kill_all_closed(uv_handle_t *h)
+{
+    struct lc_kill_all *k = h->data;
+    void (*done)(struct cp *) = k->done;
+    struct cp *cp = k->cp;
+    free(k);
+    if (done)
+        done(cp);
+}
+
+static void lc__kill_all_poll(uv_timer_t *t)
+{
+    struct lc_kill_all *k = t->data;
+    if (k->cp->n_live > 0)
+        return;
+    uv_timer_stop(t);
+    uv_close((uv_handle_t *)t, lc__kill_all_closed);
+}
+
+struct lc_collect {
+    struct cp_sandbox **v;
+    size_t n;
+};
+
+static int lc__collect(void *v, void *arg)
+{
+    struct lc_collect *c = arg;
+    struct cp_sandbox *sb = v;
+    cp_sb_ref(sb);
+    c->v[c->n++] = sb;
+    return 0;
+}
+
+void cp_lifecycle_kill_all(struct cp *cp, void (*done)(struct cp *cp))
+{
+    struct lc_kill_all *k = calloc(1, sizeof *k);
+    struct lc_collect c = {.v = calloc(cp_map_count(&cp->sandboxes) + 1, sizeof *c.v)};
+    if (!k || !c.v) {
+        free(k);
+        free(c.v);
+        if (done)
+            done(cp);
+        return;
+    }
+    k->cp = cp;
+    k->done = done;
+    /* Collect first: a kill may change the registry before the walk is over. */
+    cp_map_foreach(&cp->sandboxes, lc__collect, &c);
+    for (size_t i = 0; i < c.n; i++) {
+        if (c.v[i]->registered)
+            cp_lifecycle_op(c.v[i], CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false);
+        cp_sb_unref(c.v[i]);
+    }
+    free(c.v);
+    uv_timer_init(cp->loop, &k->poll);
+    k->poll.data = k;
+    uv_timer_start(&k->poll, lc__kill_all_poll, 0, 20);
+}
+
+void cp_lifecycle_detach_all(struct cp *cp)
+{
+    /* Forget every sandbox without touching it: the next airlockd re-adopts it. */
+    struct lc_collect c = {.v = calloc(cp_map_count(&cp->sandboxes) + 1, sizeof *c.v)};
+    if (!c.v)
+        return;
+    cp_map_foreach(&cp->sandboxes, lc__collect, &c);
+    for (size_t i = 0; i < c.n; i++) {
+        struct cp_sandbox *sb = c.v[i];
+        lc__close_timer(sb);
+        lc__stop_watch(sb);
+        lc__unregister(sb);
+        cp_sb_unref(sb);
+    }
+    free(c.v);
+}

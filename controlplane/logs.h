@@ -1,0 +1,32 @@
+/* controlplane/logs: a sandbox's logs for GET /sandboxes/{id}/logs and /v2/.../logs.
+ *
+ * Owns: reading the agent's log file (and its one rotated predecessor; airlock-vmm bounds
+ * both), turning lines into E2B SandboxLogEntry objects (the agent writes JSON lines; other
+ * output becomes info entries), and the filters (since, level, search, direction, limit).
+ * Reads at most 2 x log_max bytes; never follows a symlink.
+ */
+#ifndef AIRLOCK_CP_LOGS_H
+#define AIRLOCK_CP_LOGS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cp_logs_query {
+    uint64_t since_ms; /* entries at or after this unix time in ms (0 = all) */
+    size_t limit;
+    bool forward;     /* oldest first (else newest first) */
+    int min_level;    /* 0 debug .. 3 error */
+    char search[256]; /* case-sensitive substring of the message ("" = any) */
+};
+
+/* "debug" 0, "info" 1, "warn" 2, "error" 3; -1 otherwise. */
+int cp_logs_level_parse(const char *s);
+/* SandboxLogEntry[] (new reference; empty when there is no file). */
+json_t *cp_logs_read(const char *path, uint64_t max_bytes, const struct cp_logs_query *q);
+/* One line into an entry (new reference), or NULL for a blank line; last_ts carries the
+ * timestamp of the previous JSON line to lines that have none. */
+json_t *cp_logs_parse_line(const char *line, size_t len, char *last_ts, size_t ts_len);
+
+#endif

@@ -1,0 +1,42 @@
+/* controlplane/metrics: what airlockd measures.
+ *
+ * Owns: the per-sandbox resource samples behind GET /sandboxes/{id}/metrics (a bounded ring
+ * per sandbox, filled every sandboxes.metrics_interval from the backend's stats: cgroup
+ * CPU, memory and disk), and the Prometheus text exposition at GET /metrics: sandboxes by
+ * state, creations and their latency histogram, crashes, API requests by status class,
+ * data-plane requests, and the egress proxy's decision counters.
+ */
+#ifndef AIRLOCK_CP_METRICS_H
+#define AIRLOCK_CP_METRICS_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+
+struct cp;
+struct cp_sandbox;
+struct cp_metrics;
+
+#define CP_SAMPLES_MAX 360 /* 30 minutes at the default 5 s */
+
+int cp_metrics_new(struct cp_metrics **out);
+void cp_metrics_free(struct cp_metrics *m);
+void cp_metrics_created(struct cp_metrics *m, double ms);
+void cp_metrics_create_failed(struct cp_metrics *m);
+void cp_metrics_killed(struct cp_metrics *m, double ms);
+void cp_metrics_crash(struct cp_metrics *m);
+/* status 0: a control-plane request arrived; >= 400: an error answer. */
+void cp_metrics_api(struct cp_metrics *m, int status);
+void cp_metrics_proxy(struct cp_metrics *m, int status);
+/* The Prometheus exposition (text format 0.0.4) into b. */
+void cp_metrics_render(struct cp *cp, struct al_buf *b);
+
+/* Samples every running sandbox (called by the tick). */
+void cp_metrics_sample_all(struct cp *cp);
+/* Adds a sample from backend stats. */
+void cp_metrics_add_sample(struct cp_sandbox *sb, const json_t *stats);
+/* SandboxMetric[] between start and end (unix seconds; 0 = open). */
+json_t *cp_metrics_sandbox_json(const struct cp_sandbox *sb, uint64_t start_s, uint64_t end_s);
+
+#endif

@@ -1,0 +1,219 @@
+/* controlplane/policysel: see policysel.h. */
+#include "policysel.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/log.h"
+#include "cp.h"
+#include "policy/policy.h"
+
+/* A small cache of compiled policies by file: a creation does not re-parse an unchanged
+ * policy (parsing is cheap, but a create must be cheaper). */
+#define PS_CACHE 32
+
+struct ps_entry {
+    char path[4096];
+    struct timespec mtime;
+    off_t size;
+    ino_t ino;
+    struct policy *p;
+};
+
+static struct ps_entry ps__cache[PS_CACHE];
+
+void cp_policy_cache_clear(void)
+{
+    for (int i = 0; i < PS_CACHE; i++) {
+        if (ps__cache[i].p)
+            policy_unref(ps__cache[i].p);
+        memset(&ps__cache[i], 0, sizeof ps__cache[i]);
+    }
+}
+
+static bool ps__name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= CP_POLICY_NAME_MAX || s[0] == '.' || s[0] == '-')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+/* Loads (or finds cached) the policy in path; NULL with err saying why. */
+static struct policy *ps__load(const char *path, struct al_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) < 0) {
+        al_error_set(err, -errno, "%s", strerror(errno));
+        return NULL;
+    }
+    int slot = -1, empty = -1;
+    for (int i = 0; i < PS_CACHE; i++) {
+        if (!ps__cache[i].p) {
+            if (empty < 0)
+                empty = i;
+            continue;
+        }
+        if (strcmp(ps__cache[i].path, path) == 0) {
+            slot = i;
+            break;
+        }
+    }
+    if (slot >= 0) {
+        struct ps_entry *e = &ps__cache[slot];
+        if (e->size == st.st_size && e->ino == st.st_ino && e->mtime.tv_sec == st.st_mtim.tv_sec &&
+            e->mtime.tv_nsec == st.st_mtim.tv_nsec)
+            return policy_ref(e->p);
+        policy_unref(e->p);
+        e->p = NULL;
+        empty = slot;
+    }
+    struct al_diags d = AL_DIAGS_INIT;
+    struct policy *p = policy_load_file(path, &d);
+    if (!p) {
+        char first[600] = "";
+        for (size_t i = 0; i < d.n; i++) {
+            if (d.v[i].severity == AL_DIAG_ERROR) {
+                al_diag_format(&d.v[i], first, sizeof first);
+                break;
+            }
+        }
+        al_error_set(err, -EINVAL,
+                     "%zu error%s, first: %s (check it with `airlock policy lint "
+                     "%s`)",
+                     d.errors, d.errors == 1 ? "" : "s", first, path);
+        al_diags_free(&d);
+        return NULL;
+    }
+    al_diags_free(&d);
+    if (empty < 0)
+        empty = (int)(st.st_ino % PS_CACHE);
+    struct ps_entry *e = &ps__cache[empty];
+    if (e->p)
+        policy_unref(e->p);
+    snprintf(e->path, sizeof e->path, "%s", path);
+    e->mtime = st.st_mtim;
+    e->size = st.st_size;
+    e->ino = st.st_ino;
+    e->p = policy_ref(p);
+    return p;
+}
+
+json_t *cp_policy_narrowing(const json_t *network, int allow_internet)
+{
+    json_t *allow = network ? json_object_get(network, "allowOut") : NULL;
+    json_t *deny = network ? json_object_get(network, "denyOut") : NULL;
+    bool has_allow = json_is_array(allow), has_deny = json_is_array(deny);
+    if (allow_internet < 0 && !has_allow && !has_deny)
+        return NULL;
+    json_t *n = json_object();
+    if (allow_internet >= 0)
+        json_object_set_new(n, "allow_internet_access", json_boolean(allow_internet));
+    if (has_allow)
+        json_object_set(n, "allow_out", allow);
+    if (has_deny)
+        json_object_set(n, "deny_out", deny);
+    return n;
+}
+
+static const char **ps__strv(json_t *arr, size_t *n)
+{
+    *n = json_array_size(arr);
+    const char **v = calloc(*n + 1, sizeof *v);
+    if (!v)
+        return NULL;
+    for (size_t i = 0; i < *n; i++)
+        v[i] = json_string_value(json_array_get(arr, i));
+    return v;
+}
+
+int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *network,
+                     int allow_internet, const struct cp_principal *who, struct cp_policy_sel *out,
+                     int *status, struct al_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *name = cp->cfg.default_policy;
+    json_t *m = metadata ? json_object_get(metadata, CP_POLICY_META_KEY) : NULL;
+    if (m) {
+        name = json_string_value(m);
+        if (!name || !ps__name_ok(name)) {
+            *status = 400;
+            return al_error_set(err, -EINVAL,
+                                "metadata[\"%s\"] must name a policy of the "
+                                "policies directory (letters, digits, '.', '_', '-')",
+                                CP_POLICY_META_KEY);
+        }
+        if (!cp_apikey_allows_policy(who->policies, name)) {
+            *status = 403;
+            return al_error_set(err, -EPERM,
+                                "this API key may not use policy \"%s\" (it may "
+                                "use: %s); ask an operator (`airlock apikey create --policies`)",
+                                name, who->policies);
+        }
+    }
+    snprintf(out->name, sizeof out->name, "%s", name);
+    char path[4200];
+    const char *exts[] = {".yaml", ".yml"};
+    struct stat st;
+    bool found = false;
+    for (int i = 0; i < 2 && !found; i++) {
+        snprintf(path, sizeof path, "%s/%s%s", cp->cfg.policies_path, name, exts[i]);
+        found = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    }
+    if (!found) {
+        *status = m ? 400 : 500;
+        return al_error_set(err, -ENOENT, "no policy \"%s\" in %s%s", name, cp->cfg.policies_path,
+                            m ? " (metadata[\"airlock.policy\"] names a file <name>.yaml there)"
+                              : " (the default policy, policies.default, is missing: restore it)");
+    }
+    snprintf(out->file, sizeof out->file, "%s", path);
+    struct al_error e2 = {0};
+    struct policy *base = ps__load(path, &e2);
+    if (!base) {
+        *status = 500;
+        return al_error_set(err, -EINVAL, "policy \"%s\" (%s) is invalid: %s", name, path,
+                            al_error_str(&e2));
+    }
+    out->narrowing = cp_policy_narrowing(network, allow_internet);
+    if (!out->narrowing) {
+        snprintf(out->hash, sizeof out->hash, "%s", policy_hash(base));
+        policy_unref(base);
+        return 0;
+    }
+    struct policy_narrowing n = {.no_internet = allow_internet == 0};
+    size_t na = 0, nd = 0;
+    const char **allow = ps__strv(json_object_get(out->narrowing, "allow_out"), &na);
+    const char **deny = ps__strv(json_object_get(out->narrowing, "deny_out"), &nd);
+    n.allow_out = allow;
+    n.n_allow_out = na;
+    n.deny_out = deny;
+    n.n_deny_out = nd;
+    struct policy *narrowed = allow && deny ? policy_narrow(base, &n, &e2) : NULL;
+    free(allow);
+    free(deny);
+    policy_unref(base);
+    if (!narrowed) {
+        json_decref(out->narrowing);
+        out->narrowing = NULL;
+        *status = 400;
+        return al_error_set(err, -EINVAL, "network: %s", al_error_str(&e2));
+    }
+    snprintf(out->hash, sizeof out->hash, "%s", policy_hash(narrowed));
+    policy_unref(narrowed);
+    return 0;
+}
+
+void cp_policy_sel_free(struct cp_policy_sel *s)
+{
+    json_decref(s->narrowing);
+    s->narrowing = NULL;
+}

@@ -1,0 +1,41 @@
+/* controlplane/policysel: which egress policy a sandbox gets.
+ *
+ * Owns: the rule (metadata["airlock.policy"] names a policy of the policies directory that
+ * the caller's API key may use; otherwise the default policy), loading and validating the
+ * named file (cached by path, size and mtime), and the E2B network fields
+ * (allow_internet_access, network.allowOut, network.denyOut), which may only narrow the
+ * policy: they are validated here with policy_narrow() and handed to airlock-egress, which
+ * applies them in front of the policy.
+ */
+#ifndef AIRLOCK_CP_POLICYSEL_H
+#define AIRLOCK_CP_POLICYSEL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "common/error.h"
+#include "record.h"
+
+struct cp;
+struct cp_principal;
+
+#define CP_POLICY_META_KEY "airlock.policy"
+
+struct cp_policy_sel {
+    char name[CP_POLICY_NAME_MAX];
+    char file[4096];
+    char hash[65];     /* of the narrowed policy */
+    json_t *narrowing; /* {"allow_internet_access"?, "allow_out"?, "deny_out"?} or NULL */
+};
+
+/* Chooses and validates. On error *status is the HTTP status to answer (400, 403, 500). */
+int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *network,
+                     int allow_internet, const struct cp_principal *who, struct cp_policy_sel *out,
+                     int *status, struct al_error *err);
+void cp_policy_sel_free(struct cp_policy_sel *s);
+/* The narrowing object of a stored sandbox (for re-registration), or NULL. */
+json_t *cp_policy_narrowing(const json_t *network, int allow_internet);
+/* Drops the cache. */
+void cp_policy_cache_clear(void);
+
+#endif

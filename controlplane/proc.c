@@ -1,0 +1,229 @@
+/* controlplane/proc: see proc.h. */
+#include "proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "record.h"
+
+extern char **environ;
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+static int proc__pidfd_open(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+int cp_proc_spawn(const struct cp_spawn *s, pid_t *pid, int *pidfd, struct al_error *err)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&at);
+    int rc = 0;
+    /* Descriptors are moved into place in two rounds so that one target never clobbers
+     * another source: first dup everything above every source (a busy airlockd has
+     * hundreds of descriptors open, so no fixed number is safe), then down. */
+    int base = s->nfds > 3 ? s->nfds : 3;
+    for (int i = 0; i < s->nfds; i++)
+        if (s->fds[i] >= base)
+            base = s->fds[i] + 1;
+    for (int i = 0; i < s->nfds; i++) {
+        if (s->fds[i] >= 0)
+            posix_spawn_file_actions_adddup2(&fa, s->fds[i], base + i);
+    }
+    for (int i = 0; i < s->nfds || i < 3; i++) {
+        if (i < s->nfds && s->fds[i] >= 0) {
+            posix_spawn_file_actions_adddup2(&fa, base + i, i);
+            posix_spawn_file_actions_addclose(&fa, base + i);
+        } else if (i < 3) {
+            posix_spawn_file_actions_addopen(&fa, i, "/dev/null", i == 0 ? O_RDONLY : O_WRONLY, 0);
+        }
+    }
+    /* Everything else airlockd holds is close-on-exec (libuv, common/http and this module
+     * open descriptors with O_CLOEXEC), so the child inherits exactly the map above. */
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    sigdelset(&all, SIGSTOP);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &all);
+    short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+    if (s->new_session)
+        flags |= POSIX_SPAWN_SETSID;
+    posix_spawnattr_setflags(&at, flags);
+    pid_t p;
+    int e = posix_spawn(&p, s->path, &fa, &at, s->argv, s->envp ? s->envp : environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    if (e)
+        return al_error_set(err, -e, "cannot start %s: %s", s->path, strerror(e));
+    if (pidfd) {
+        /* Our child cannot be reaped by anyone else before we do, so its pid is stable. */
+        int fd = proc__pidfd_open(p);
+        if (fd < 0) {
+            rc = -errno;
+            kill(p, SIGKILL);
+            waitpid(p, NULL, 0);
+            return al_error_set(err, rc, "pidfd_open(%d): %s (airlockd needs Linux >= 5.3)", (int)p,
+                                strerror(-rc));
+        }
+        *pidfd = fd;
+    }
+    *pid = p;
+    return rc;
+}
+
+int cp_proc_open(pid_t pid, uint64_t start_time, int *pidfd)
+{
+    if (pid <= 0)
+        return -ESRCH;
+    int fd = proc__pidfd_open(pid);
+    if (fd < 0)
+        return -errno;
+    /* The pidfd pins the process it names; if its start time is the recorded one, it is
+     * the process we started (pids are reused, start times are not). */
+    if (start_time && cp_proc_start_time(pid) != start_time) {
+        close(fd);
+        return -ESRCH;
+    }
+    *pidfd = fd;
+    return 0;
+}
+
+int cp_proc_reap(int pidfd, int *wstatus)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid((idtype_t)P_PIDFD, (id_t)pidfd, &si, WEXITED | WNOHANG) < 0)
+        return -errno;
+    if (si.si_pid == 0)
+        return -EAGAIN;
+    if (si.si_code == CLD_EXITED)
+        *wstatus = W_EXITCODE(si.si_status, 0);
+    else
+        *wstatus = si.si_status & 0x7f; /* killed or dumped: the signal number */
+    return 0;
+}
+
+int cp_proc_signal(int pidfd, int sig)
+{
+    if (syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) < 0)
+        return -errno;
+    return 0;
+}
+
+static void proc__on_poll(uv_poll_t *h, int status, int events)
+{
+    struct cp_proc_watch *w = h->data;
+    (void)status;
+    (void)events;
+    if (!w->active)
+        return;
+    int ws = -1;
+    int rc = cp_proc_reap(w->pidfd, &ws);
+    if (rc == -EAGAIN)
+        return; /* not gone yet (spurious wake-up) */
+    if (rc < 0)
+        ws = -1;
+    w->active = false;
+    uv_poll_stop(h);
+    w->cb(w, ws);
+}
+
+int cp_proc_watch_start(uv_loop_t *loop, struct cp_proc_watch *w, pid_t pid, int pidfd,
+                        void (*cb)(struct cp_proc_watch *w, int wstatus))
+{
+    w->pidfd = pidfd;
+    w->pid = pid;
+    w->cb = cb;
+    int rc = uv_poll_init(loop, &w->poll, pidfd);
+    if (rc)
+        return rc;
+    w->poll.data = w;
+    w->active = true;
+    rc = uv_poll_start(&w->poll, UV_READABLE, proc__on_poll);
+    if (rc) {
+        w->active = false;
+        return rc;
+    }
+    return 0;
+}
+
+static void proc__closed(uv_handle_t *h)
+{
+    struct cp_proc_watch *w = h->data;
+    if (w->pidfd >= 0) {
+        close(w->pidfd);
+        w->pidfd = -1;
+    }
+    if (w->close_cb)
+        w->close_cb(w);
+}
+
+void cp_proc_watch_stop(struct cp_proc_watch *w, void (*close_cb)(struct cp_proc_watch *w))
+{
+    w->active = false;
+    w->close_cb = close_cb;
+    uv_close((uv_handle_t *)&w->poll, proc__closed);
+}
+
+static void proc__reaper_closed(struct cp_proc_watch *w)
+{
+    free(w);
+}
+
+static void proc__reaped(struct cp_proc_watch *w, int wstatus)
+{
+    (void)wstatus;
+    cp_proc_watch_stop(w, proc__reaper_closed);
+}
+
+void cp_proc_reap_later(uv_loop_t *loop, pid_t pid, int pidfd)
+{
+    int fd = fcntl(pidfd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    int st;
+    int r = cp_proc_reap(fd, &st);
+    if (r == 0 || r == -ECHILD) {
+        /* Gone already (reaped now), or not our child: nothing to wait for. */
+        close(fd);
+        return;
+    }
+    struct cp_proc_watch *w = calloc(1, sizeof *w);
+    if (!w || uv_poll_init(loop, &w->poll, fd) != 0) {
+        free(w);
+        close(fd);
+        return; /* (a zombie until airlockd exits: out of memory or descriptors) */
+    }
+    w->pidfd = fd;
+    w->pid = pid;
+    w->cb = proc__reaped;
+    w->poll.data = w;
+    w->active = true;
+    if (uv_poll_start(&w->poll, UV_READABLE, proc__on_poll) != 0)
+        cp_proc_watch_stop(w, proc__reaper_closed);
+}
+
+void cp_proc_describe(int wstatus, char *out, size_t len)
+{
+    if (wstatus < 0)
+        snprintf(out, len, "exited (status unknown: not our child)");
+    else if (WIFEXITED(wstatus))
+        snprintf(out, len, "exited with status %d", WEXITSTATUS(wstatus));
+    else
+        snprintf(out, len, "killed by signal %d (%s)", wstatus & 0x7f, strsignal(wstatus & 0x7f));
+}

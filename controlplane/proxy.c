@@ -1,0 +1,506 @@
+/* controlplane/proxy: data-plane routing (E2B-PROTOCOL.md sections 1 and 9).
+ *
+ * Owns: recognising sandbox traffic (E2b-Sandbox-Id, else X-Access-Token for what older
+ * SDKs send without sandbox headers), and forwarding it to the sandbox's agent over its
+ * unix-socket channel (never over the sandbox network): method, target, headers (minus
+ * hop-by-hop ones) and body unchanged, streamed both ways with flow control in each
+ * direction, so Connect streams, NDJSON executions and file transfers of any size pass
+ * without being buffered whole. The agent routes on E2b-Sandbox-Port itself (49983 envd,
+ * 49999 code interpreter; other ports are answered by the agent).
+ * "Sandbox gone" is a 502, as E2B's own proxy answers; the SDKs turn it into the right
+ * error (TimeoutError, SandboxNotFoundError for streams, isRunning() == false).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <sodium.h>
+
+#include "common/log.h"
+#include "cp.h"
+#include "metrics.h"
+
+#define PX_HIGH_WATER  (256u << 10)
+#define PX_LOW_WATER   (64u << 10)
+#define PX_MAX_HEADERS 128
+#define PX_TIMEOUT_MS  120000
+
+struct px {
+    struct cp *cp;
+    struct cp_sandbox *sb;
+    struct al_http_req *req;   /* NULL once answered or gone */
+    struct al_http_creq *creq; /* NULL once done */
+    bool resp_started;
+    bool body_streaming; /* the client's body is still arriving */
+    int status;
+    char sid[64];
+    char target[160];
+};
+
+static bool px__hop_by_hop(const char *name)
+{
+    static const char *const hop[] = {"Connection",
+                                      "Keep-Alive",
+                                      "Proxy-Connection",
+                                      "Proxy-Authorization",
+                                      "Proxy-Authenticate",
+                                      "TE",
+                                      "Trailer",
+                                      "Transfer-Encoding",
+                                      "Upgrade",
+                                      "Content-Length",
+                                      "Host",
+                                      NULL};
+    for (const char *const *h = hop; *h; h++)
+        if (strcasecmp(name, *h) == 0)
+            return true;
+    return false;
+}
+
+static void px__maybe_free(struct px *p)
+{
+    if (p->req || p->creq || p->body_streaming)
+        return;
+    cp_sb_unref(p->sb);
+    free(p);
+}
+
+static void px__fail(struct px *p, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void px__fail(struct px *p, int status, const char *fmt, ...)
+{
+    struct al_http_req *req = p->req;
+    if (!req)
+        return;
+    p->req = NULL;
+    p->body_streaming = false; /* ending the response stops the body callbacks */
+    req->user = NULL;
+    cp_metrics_proxy(p->cp->metrics, status);
+    if (p->resp_started) {
+        /* Too late for a status: cut the response short so the client sees a broken one. */
+        al_http_resp_end(req);
+        return;
+    }
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cp_rest_error(req, status, "%s", msg);
+}
+
+/* ---- signed file URLs ------------------------------------------------------------------- */
+
+struct px_sig_find {
+    const char *sig, *path, *user, *op, *exp;
+    struct cp_sandbox *found;
+};
+
+static int px__sig_try(void *v, void *arg)
+{
+    struct cp_sandbox *sb = v;
+    struct px_sig_find *f = arg;
+    if (sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED)
+        return 0;
+    crypto_hash_sha256_state st;
+    crypto_hash_sha256_init(&st);
+    const char *parts[] = {f->path, ":", f->op, ":", f->user, ":", sb->rec.token};
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
+        crypto_hash_sha256_update(&st, (const unsigned char *)parts[i], strlen(parts[i]));
+    if (f->exp) {
+        crypto_hash_sha256_update(&st, (const unsigned char *)":", 1);
+        crypto_hash_sha256_update(&st, (const unsigned char *)f->exp, strlen(f->exp));
+    }
+    unsigned char h[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256_final(&st, h);
+    char b64[sodium_base64_ENCODED_LEN(crypto_hash_sha256_BYTES, sodium_base64_VARIANT_ORIGINAL)];
+    sodium_bin2base64(b64, sizeof b64, h, sizeof h, sodium_base64_VARIANT_ORIGINAL);
+    size_t n = strlen(b64);
+    while (n && b64[n - 1] == '=')
+        n--;
+    b64[n] = '\0';
+    if (cp_secret_equal(f->sig, strlen(f->sig), b64, n)) {
+        f->found = sb;
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- upstream (the agent) --------------------------------------------------------------- */
+
+static void px__client_drained(struct al_http_req *req)
+{
+    struct px *p = req->user;
+    if (p && p->creq)
+        al_http_creq_resume(p->creq);
+}
+
+static int px__on_response(struct al_http_creq *c, int status, const struct al_http_header *h,
+                           size_t n, void *arg)
+{
+    struct px *p = arg;
+    (void)c;
+    if (!p->req)
+        return 1;
+    struct al_http_header out[PX_MAX_HEADERS];
+    size_t k = 0;
+    int64_t cl = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (strcasecmp(h[i].name, "Content-Length") == 0) {
+            char *end;
+            long long v = strtoll(h[i].value, &end, 10);
+            if (*h[i].value && !*end && v >= 0)
+                cl = v;
+            continue;
+        }
+        if (px__hop_by_hop(h[i].name) || strcasecmp(h[i].name, "Date") == 0 ||
+            strcasecmp(h[i].name, "Server") == 0)
+            continue;
+        if (k < PX_MAX_HEADERS)
+            out[k++] = h[i];
+    }
+    p->status = status;
+    int rc = al_http_resp_start(p->req, status, out, k, cl);
+    if (rc) {
+        al_warn("sandbox %s: cannot relay the agent's response: %s", p->sid, strerror(-rc));
+        return 1;
+    }
+    p->resp_started = true;
+    return 0;
+}
+
+static int px__on_data(struct al_http_creq *c, const char *data, size_t len, void *arg)
+{
+    struct px *p = arg;
+    (void)c;
+    if (!p->req)
+        return 0;
+    if (al_http_resp_write(p->req, data, len) < 0)
+        return 0; /* the client is gone: on_close cancels us */
+    if (al_http_resp_queued(p->req) > PX_HIGH_WATER) {
+        al_http_resp_on_drain(p->req, PX_LOW_WATER, px__client_drained);
+        return 1;
+    }
+    return 0;
+}
+
+static void px__on_done(struct al_http_creq *c, int err, void *arg)
+{
+    struct px *p = arg;
+    p->creq = NULL;
+    if (p->req) {
+        if (err == 0) {
+            struct al_http_req *req = p->req;
+            p->req = NULL;
+            p->body_streaming = false; /* ending the response stops the body callbacks */
+            cp_metrics_proxy(p->cp->metrics, p->status);
+            req->user = NULL;
+            al_http_resp_end(req);
+        } else {
+            const char *why = al_http_creq_strerror(c);
+            al_info("sandbox %s: request %.120s to its agent failed: %s", p->sid, p->target,
+                    why && *why ? why : strerror(-err));
+            px__fail(p, 502, "sandbox %s is not reachable: %s", p->sid,
+                     why && *why ? why : strerror(-err));
+        }
+    }
+    px__maybe_free(p);
+}
+
+/* ---- downstream (the client) ------------------------------------------------------------- */
+
+/* The client is gone: cancel the agent's side. p may be freed when this returns. */
+static void px__abandon(struct px *p)
+{
+    if (p->creq) {
+        struct al_http_creq *c = p->creq;
+        al_http_creq_cancel(c); /* on_done frees p, now or from the loop */
+        return;
+    }
+    px__maybe_free(p);
+}
+
+static void px__up_drained(struct al_http_creq *c, void *arg)
+{
+    struct px *p = arg;
+    (void)c;
+    if (p->req && p->body_streaming)
+        al_http_req_resume_body(p->req);
+}
+
+static int px__body_data(struct al_http_req *req, const char *data, size_t len)
+{
+    struct px *p = req->user;
+    if (!p || !p->creq)
+        return 0;
+    if (al_http_creq_write(p->creq, data, len) < 0)
+        return 0;
+    if (al_http_creq_queued(p->creq) > PX_HIGH_WATER) {
+        al_http_creq_on_drain(p->creq, PX_LOW_WATER, px__up_drained);
+        return 1;
+    }
+    return 0;
+}
+
+static void px__body_end(struct al_http_req *req, int err)
+{
+    struct px *p = req->user;
+    if (!p)
+        return;
+    p->body_streaming = false;
+    if (err == 0) {
+        if (p->creq)
+            al_http_creq_end(p->creq);
+        return;
+    }
+    /* The client's body broke (or the client went away): the request is released when we
+     * return, and the agent's side is abandoned. */
+    p->req = NULL;
+    req->user = NULL;
+    px__abandon(p);
+}
+
+static void px__on_close(struct al_http_req *req)
+{
+    struct px *p = req->user;
+    if (!p)
+        return;
+    p->req = NULL;
+    p->body_streaming = false;
+    req->user = NULL;
+    px__abandon(p);
+}
+
+void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, const char *port)
+{
+    struct al_http_header hdrs[PX_MAX_HEADERS + 2];
+    size_t n = 0;
+    for (size_t i = 0; i < req->n_headers; i++) {
+        if (px__hop_by_hop(req->headers[i].name))
+            continue;
+        /* Routed by Host: the sandbox headers say what the Host said, nothing else. */
+        if (port && (strcasecmp(req->headers[i].name, "E2b-Sandbox-Id") == 0 ||
+                     strcasecmp(req->headers[i].name, "E2b-Sandbox-Port") == 0))
+            continue;
+        if (n == PX_MAX_HEADERS) {
+            cp_rest_error(req, 431, "too many request headers");
+            return;
+        }
+        hdrs[n++] = req->headers[i];
+    }
+    if (port) {
+        hdrs[n++] = (struct al_http_header){"E2b-Sandbox-Id", sb->rec.id};
+        hdrs[n++] = (struct al_http_header){"E2b-Sandbox-Port", port};
+    }
+    if (strlen(sb->agent_sock) == 0) {
+        cp_rest_error(req, 502, "sandbox %s has no agent channel", sb->rec.id);
+        return;
+    }
+    struct px *p = calloc(1, sizeof *p);
+    if (!p) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    p->cp = cp;
+    p->sb = sb;
+    cp_sb_ref(sb);
+    p->req = req;
+    snprintf(p->sid, sizeof p->sid, "%s", sb->rec.id);
+    snprintf(p->target, sizeof p->target, "%s %s", req->method, req->path);
+    bool has_body = req->chunked || req->content_length > 0;
+    char target[128];
+    snprintf(target, sizeof target, "unix:%s", sb->agent_sock);
+    struct al_http_creq_opts o = {
+        .target = target,
+        .method = req->method,
+        .path = req->target,
+        .headers = hdrs,
+        .n_headers = n,
+        .stream_body = has_body,
+        .timeout_ms = PX_TIMEOUT_MS,
+        .on_response = px__on_response,
+        .on_data = px__on_data,
+        .on_done = px__on_done,
+        .arg = p,
+        .pool = cp->pool,
+    };
+    req->user = p;
+    int rc = al_http_creq_start(cp->loop, &o, &p->creq);
+    if (rc) {
+        p->creq = NULL;
+        req->user = NULL;
+        px__fail(p, 502, "sandbox %s: cannot reach its agent: %s", sb->rec.id, strerror(-rc));
+        px__maybe_free(p);
+        return;
+    }
+    al_http_req_on_close(req, px__on_close);
+    if (has_body) {
+        p->body_streaming = true;
+        rc = al_http_req_stream_body(req, px__body_data, px__body_end);
+        if (rc) {
+            p->body_streaming = false;
+            px__fail(p, 400, "cannot read the request body: %s", strerror(-rc));
+            px__abandon(p);
+        }
+    }
+}
+
+struct px_wake {
+    struct al_http_req *req;
+    char port[8];
+};
+
+static void px__resumed(struct cp_sandbox *sb, int rc, void *arg)
+{
+    struct px_wake *w = arg;
+    if (rc || sb->rec.state != CP_SB_RUNNING) {
+        cp_metrics_proxy(sb->cp->metrics, 502);
+        cp_rest_error(w->req, 502, "sandbox %s could not be resumed for this request", sb->rec.id);
+    } else {
+        cp_proxy(sb->cp, sb, w->req, w->port[0] ? w->port : NULL);
+    }
+    free(w);
+    cp_sb_unref(sb);
+}
+
+/* uploadUrl()/downloadUrl(): GET|POST /files?path=P[&username=U]&signature=v1_S
+ * [&signature_expiration=E], with no sandbox header and no token: the signature is
+ * base64(sha256("P:read|write:U:TOKEN[:E]")) without padding, so exactly one sandbox's token
+ * produces it. Every running sandbox is tried, each comparison in constant time. */
+static struct cp_sandbox *px__by_signature(struct cp *cp, const struct al_http_req *req)
+{
+    char sig[128], path[4096], user[256], exp[32];
+    if (strcmp(req->path, "/files") != 0 ||
+        al_http_query_get(req->query, "signature", sig, sizeof sig) != 0 ||
+        strncmp(sig, "v1_", 3) != 0)
+        return NULL;
+    if (al_http_query_get(req->query, "path", path, sizeof path) != 0)
+        path[0] = '\0';
+    if (al_http_query_get(req->query, "username", user, sizeof user) != 0)
+        user[0] = '\0';
+    bool has_exp = al_http_query_get(req->query, "signature_expiration", exp, sizeof exp) == 0;
+    const char *op = strcmp(req->method, "POST") == 0 ? "write" : "read";
+    struct px_sig_find f = {
+        .sig = sig + 3, .path = path, .user = user, .op = op, .exp = has_exp ? exp : NULL};
+    cp_map_foreach(&cp->sandboxes, px__sig_try, &f);
+    return f.found;
+}
+
+/* getHost(port) URLs: "<port>-<sandbox id>.<api.domain>" (wildcard DNS to airlockd). */
+static struct cp_sandbox *px__by_host(struct cp *cp, const struct al_http_req *req, char *port,
+                                      size_t portlen)
+{
+    const char *dom = cp->cfg.domain;
+    const char *host = al_http_req_header(req, "Host");
+    if (!dom || !*dom || !host)
+        return NULL;
+    const char *dash = strchr(host, '-');
+    const char *dot = dash ? strchr(dash, '.') : NULL;
+    if (!dash || !dot || dash == host || (size_t)(dash - host) >= portlen || dot - dash - 1 <= 0 ||
+        dot - dash - 1 >= 64)
+        return NULL;
+    size_t dl = strlen(dom);
+    const char *rest = dot + 1;
+    const char *colon = strchr(rest, ':');
+    size_t rl = colon ? (size_t)(colon - rest) : strlen(rest);
+    if (rl != dl || strncasecmp(rest, dom, dl) != 0)
+        return NULL;
+    for (const char *c = host; c < dash; c++)
+        if (*c < '0' || *c > '9')
+            return NULL;
+    memcpy(port, host, (size_t)(dash - host));
+    port[dash - host] = '\0';
+    char id[64];
+    memcpy(id, dash + 1, (size_t)(dot - dash - 1));
+    id[dot - dash - 1] = '\0';
+    return cp_sandbox_id_valid(id) ? cp_sandbox_get(cp, id) : NULL;
+}
+
+/* Paths of the control plane: never routed by access token. */
+static bool px__control_path(const char *p)
+{
+    static const char *const cp_prefixes[] = {"/sandboxes", "/v1/",       "/v2/",     "/v3/",
+                                              "/templates", "/snapshots", "/volumes", "/teams",
+                                              "/secrets",   NULL};
+    for (const char *const *c = cp_prefixes; *c; c++)
+        if (strncmp(p, *c, strlen(*c)) == 0)
+            return true;
+    return false;
+}
+
+bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
+{
+    size_t nid = al_http_req_header_count(req, "E2b-Sandbox-Id");
+    struct cp_sandbox *sb = NULL;
+    char host_port[8] = "";
+    bool by_host = false;
+    if (nid > 1) {
+        cp_rest_error(req, 400, "more than one E2b-Sandbox-Id header");
+        return true;
+    }
+    if (nid == 1) {
+        const char *id = al_http_req_header(req, "E2b-Sandbox-Id");
+        if (cp_sandbox_id_valid(id))
+            sb = cp_sandbox_get(cp, id);
+        if (!sb || (sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED)) {
+            cp_metrics_proxy(cp->metrics, 502);
+            cp_rest_error(req, 502, "sandbox \"%.64s\" not found", id);
+            return true;
+        }
+    } else if ((sb = px__by_host(cp, req, host_port, sizeof host_port))) {
+        by_host = true;
+    } else if (!al_http_req_header(req, "X-Access-Token")) {
+        /* A signed file URL is sandbox traffic too. */
+        char sig[8];
+        if (strcmp(req->path, "/files") != 0 ||
+            al_http_query_get(req->query, "signature", sig, sizeof sig) == -ENOENT)
+            return false;
+        sb = px__by_signature(cp, req);
+        if (!sb) {
+            cp_metrics_proxy(cp->metrics, 502);
+            cp_rest_error(req, 502, "no running sandbox matches this signed file URL");
+            return true;
+        }
+    } else {
+        const char *tok = al_http_req_header(req, "X-Access-Token");
+        if (px__control_path(req->path) || al_http_req_header_count(req, "X-Access-Token") != 1)
+            return false;
+        sb = cp_sandbox_by_token(cp, tok, strlen(tok));
+        if (!sb || (sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED)) {
+            cp_metrics_proxy(cp->metrics, 502);
+            cp_rest_error(req, 502, "no running sandbox has this access token");
+            return true;
+        }
+    }
+    if (by_host && sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED) {
+        cp_metrics_proxy(cp->metrics, 502);
+        cp_rest_error(req, 502, "sandbox %s not found", sb->rec.id);
+        return true;
+    }
+    const char *port = by_host ? host_port : NULL;
+    if (sb->rec.state == CP_SB_PAUSED) {
+        if (sb->rec.auto_resume) {
+            /* autoResume: traffic wakes the sandbox; the request goes on once it runs. */
+            struct px_wake *w = calloc(1, sizeof *w);
+            if (!w) {
+                cp_rest_error(req, 500, "out of memory");
+                return true;
+            }
+            w->req = req;
+            snprintf(w->port, sizeof w->port, "%s", port ? port : "");
+            al_info("sandbox %s: resuming it for a request (autoResume)", sb->rec.id);
+            cp_sb_ref(sb);
+            cp_lifecycle_resume_then(sb, px__resumed, w);
+            return true;
+        }
+        cp_metrics_proxy(cp->metrics, 502);
+        cp_rest_error(req, 502, "sandbox %s is paused (resume it with Sandbox.connect)",
+                      sb->rec.id);
+        return true;
+    }
+    cp_proxy(cp, sb, req, port);
+    return true;
+}

@@ -1,0 +1,84 @@
+/* controlplane/record: what airlockd remembers about a sandbox and an API key, as stored.
+ *
+ * Owns: the persisted fields of a sandbox (the rest of struct cp_sandbox is runtime state
+ * rebuilt after a restart), their JSON form (the store's "doc" column), and the sandbox
+ * states. Environment variables are deliberately not part of the record: they may carry
+ * secrets, are handed to the agent once at creation and never written to disk by airlockd.
+ */
+#ifndef AIRLOCK_CP_RECORD_H
+#define AIRLOCK_CP_RECORD_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+#include "ids.h"
+
+#define CP_TEMPLATE_MAX    128
+#define CP_POLICY_NAME_MAX 128
+
+enum cp_sb_state {
+    CP_SB_CREATING = 0, /* being created: not listed, not routable */
+    CP_SB_RUNNING,
+    CP_SB_PAUSED,
+    CP_SB_STOPPING, /* being killed (or found dead and being reclaimed) */
+};
+
+const char *cp_sb_state_name(enum cp_sb_state s);
+int cp_sb_state_parse(const char *s, enum cp_sb_state *out);
+
+struct cp_sb_record {
+    char id[64];
+    uint64_t seq; /* numeric identity (vswitch), unique among live sandboxes */
+    enum cp_sb_state state;
+    char template_id[CP_TEMPLATE_MAX]; /* as the client named it ("base") */
+    char backend[16];                  /* "jail", "kvm", "test" */
+    char key_id[32];                   /* the API key that created it ("env", "local", key_...) */
+    char token[CP_TOKEN_LEN + 1];      /* envd access token (state dir is root-only) */
+    uint64_t created_ns;               /* wall clock */
+    uint64_t started_ns;               /* wall clock: E2B startedAt */
+    uint64_t end_ns;                   /* wall clock: E2B endAt (expiry) */
+    bool on_timeout_pause;             /* autoPause */
+    bool auto_resume;
+    int allow_internet; /* -1 not given, 0, 1 */
+    int cpu_count;
+    int memory_mb;
+    int disk_mb;
+    json_t *metadata; /* object of strings (owned; never NULL once loaded) */
+    json_t *network;  /* E2B network object as accepted (owned), or NULL */
+    char policy_name[CP_POLICY_NAME_MAX];
+    char policy_hash[65];
+    pid_t pid;          /* the process whose exit means the sandbox is gone */
+    uint64_t pid_start; /* its start time (/proc/PID/stat field 22): pid reuse guard */
+    char addr[46];      /* the sandbox's address ("" without a network) */
+};
+
+void cp_sb_record_init(struct cp_sb_record *r);
+void cp_sb_record_free(struct cp_sb_record *r);
+/* Deep copy (dst is overwritten; free it first if it held anything). */
+void cp_sb_record_copy(struct cp_sb_record *dst, const struct cp_sb_record *src);
+/* The JSON document stored for everything that has no column of its own. */
+json_t *cp_sb_record_doc(const struct cp_sb_record *r);
+int cp_sb_record_from_doc(struct cp_sb_record *r, const json_t *doc, struct al_error *err);
+
+struct cp_apikey {
+    char id[32];
+    char name[128];
+    uint8_t digest[CP_DIGEST_LEN];
+    uint64_t created_ns;
+    uint64_t last_used_ns; /* 0 = never */
+    uint64_t revoked_ns;   /* 0 = valid */
+    char policies[1024];   /* "*" = any policy, else comma-separated policy names */
+};
+
+/* May a key with this policies field name policy? */
+bool cp_apikey_allows_policy(const char *policies, const char *policy);
+/* Validates a policies field ("*" or names of [A-Za-z0-9._-], comma-separated). */
+int cp_apikey_policies_check(const char *policies, struct al_error *err);
+
+/* /proc/PID/stat start time, 0 if the process does not exist. */
+uint64_t cp_proc_start_time(pid_t pid);
+
+#endif

@@ -1,0 +1,900 @@
+/* controlplane/rest: the E2B REST API of airlockd (E2B-PROTOCOL.md section 2).
+ *
+ * Owns: routing of every request that is not data-plane traffic (proxy.c decides that
+ * first), authentication, request bodies (chunked ones too, capped), validation of create
+ * requests (unknown fields are errors; fields airlock cannot honour are a 400 that says
+ * so), and the JSON shapes the SDKs parse: Sandbox, SandboxDetail, ListedSandbox,
+ * SandboxMetric, SandboxLogs. Errors are {"code": status, "message": "..."}; a 2xx without
+ * a body is 204. Both SDK generations: POST /sandboxes and /v2/sandboxes, GET /sandboxes
+ * and /v2/sandboxes, POST /sandboxes/{id}/connect and /v2/sandboxes/{id}/connect.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/json.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "cp.h"
+#include "list.h"
+#include "logs.h"
+#include "metrics.h"
+#include "policysel.h"
+#include "templates.h"
+
+#define REST_MAX_BODY     (1u << 20)
+#define REST_ENVD_VERSION "0.6.4"
+
+static struct cp_metrics *rest__api_metrics;
+
+void cp_rest_error(struct al_http_req *req, int status, const char *fmt, ...)
+{
+    if (rest__api_metrics)
+        cp_metrics_api(rest__api_metrics, status);
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *b = json_pack("{s:i,s:s}", "code", status, "message", msg);
+    al_http_reply_json(req, status, b);
+}
+
+static json_t *rest__time(uint64_t ns)
+{
+    char buf[40];
+    al_time_rfc3339(buf, sizeof buf, ns);
+    return json_string(buf);
+}
+
+static const char *rest__state(const struct cp_sandbox *sb)
+{
+    return sb->rec.state == CP_SB_PAUSED ? "paused" : "running";
+}
+
+json_t *cp_rest_sandbox_json(const struct cp_sandbox *sb)
+{
+    const struct cp *cp = sb->cp;
+    json_t *o = json_object();
+    json_object_set_new(o, "sandboxID", json_string(sb->rec.id));
+    json_object_set_new(o, "templateID", json_string(sb->rec.template_id));
+    json_object_set_new(o, "alias", json_string(sb->rec.template_id));
+    json_object_set_new(o, "clientID", json_string("airlock"));
+    json_object_set_new(o, "envdVersion", json_string(REST_ENVD_VERSION));
+    json_object_set_new(o, "envdAccessToken", json_string(sb->rec.token));
+    json_object_set_new(o, "domain",
+                        cp->cfg.domain && cp->cfg.domain[0] ? json_string(cp->cfg.domain)
+                                                            : json_null());
+    json_object_set_new(o, "trafficAccessToken", json_null());
+    return o;
+}
+
+static void rest__common(const struct cp_sandbox *sb, json_t *o)
+{
+    json_object_set_new(o, "cpuCount", json_integer(sb->rec.cpu_count));
+    json_object_set_new(o, "memoryMB", json_integer(sb->rec.memory_mb));
+    json_object_set_new(o, "diskSizeMB", json_integer(sb->rec.disk_mb));
+    json_object_set_new(o, "startedAt", rest__time(sb->rec.started_ns));
+    json_object_set_new(o, "endAt", rest__time(sb->rec.end_ns));
+    json_object_set_new(o, "state", json_string(rest__state(sb)));
+    json_object_set(o, "metadata", sb->rec.metadata ? sb->rec.metadata : json_object());
+    json_object_set_new(o, "volumeMounts", json_array());
+}
+
+json_t *cp_rest_detail_json(const struct cp_sandbox *sb)
+{
+    json_t *o = cp_rest_sandbox_json(sb);
+    rest__common(sb, o);
+    json_object_set_new(o, "allowInternetAccess",
+                        sb->rec.allow_internet < 0 ? json_null()
+                                                   : json_boolean(sb->rec.allow_internet));
+    if (sb->rec.network)
+        json_object_set(o, "network", sb->rec.network);
+    json_object_set_new(o, "lifecycle",
+                        json_pack("{s:b,s:s}", "autoResume", sb->rec.auto_resume, "onTimeout",
+                                  sb->rec.on_timeout_pause ? "pause" : "kill"));
+    return o;
+}
+
+static json_t *rest__listed_json(const struct cp_sandbox *sb)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "sandboxID", json_string(sb->rec.id));
+    json_object_set_new(o, "templateID", json_string(sb->rec.template_id));
+    json_object_set_new(o, "alias", json_string(sb->rec.template_id));
+    json_object_set_new(o, "clientID", json_string("airlock"));
+    json_object_set_new(o, "envdVersion", json_string(REST_ENVD_VERSION));
+    rest__common(sb, o);
+    return o;
+}
+
+/* ---- request context -------------------------------------------------------------------- */
+
+enum rest_route {
+    R_CREATE_V1 = 1,
+    R_CREATE_V2,
+    R_CONNECT,
+    R_RESUME,
+    R_TIMEOUT,
+    R_REFRESH,
+    R_PAUSE,
+};
+
+struct rest_ctx {
+    struct cp *cp;
+    struct cp_principal who;
+    enum rest_route route;
+    char id[64];
+};
+
+static struct cp_sandbox *rest__find(struct cp *cp, struct al_http_req *req, const char *id)
+{
+    struct cp_sandbox *sb = cp_sandbox_id_valid(id) ? cp_sandbox_get(cp, id) : NULL;
+    if (!sb || sb->rec.state == CP_SB_CREATING || sb->rec.state == CP_SB_STOPPING) {
+        cp_rest_error(req, 404, "sandbox \"%s\" not found", id);
+        return NULL;
+    }
+    return sb;
+}
+
+static json_t *rest__body(struct al_http_req *req, bool required)
+{
+    if (req->body.len == 0) {
+        if (required) {
+            cp_rest_error(req, 400, "a JSON object body is required");
+            return NULL;
+        }
+        return json_object();
+    }
+    struct al_error err = {0};
+    json_t *b = al_json_parse(req->body.data, req->body.len, &err);
+    if (!b) {
+        cp_rest_error(req, 400, "the body is not JSON: %s", al_error_str(&err));
+        return NULL;
+    }
+    if (!json_is_object(b)) {
+        json_decref(b);
+        cp_rest_error(req, 400, "the body must be a JSON object");
+        return NULL;
+    }
+    return b;
+}
+
+/* A timeout in seconds: an integer >= 0 (JSON numbers like 30.0 are accepted). */
+static int rest__seconds(const json_t *b, const char *key, bool *given, uint64_t *out,
+                         struct al_error *err)
+{
+    json_t *v = json_object_get(b, key);
+    *given = false;
+    if (!v || json_is_null(v))
+        return 0;
+    double d;
+    if (json_is_integer(v))
+        d = (double)json_integer_value(v);
+    else if (json_is_real(v))
+        d = json_real_value(v);
+    else
+        return al_error_set(err, -EINVAL, "\"%s\" must be a number of seconds", key);
+    if (d < 0 || d > 31536000.0 || d != (double)(uint64_t)d)
+        return al_error_set(err, -EINVAL,
+                            "\"%s\" must be a whole number of seconds from 0 to "
+                            "31536000",
+                            key);
+    *out = (uint64_t)d;
+    *given = true;
+    return 0;
+}
+
+static int rest__string_map(const json_t *b, const char *key, size_t max_n, size_t max_k,
+                            size_t max_v, json_t **out, struct al_error *err)
+{
+    json_t *v = json_object_get(b, key);
+    *out = NULL;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_object(v))
+        return al_error_set(err, -EINVAL, "\"%s\" must be an object of strings", key);
+    if (json_object_size(v) > max_n)
+        return al_error_set(err, -E2BIG, "\"%s\": at most %zu entries", key, max_n);
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x)
+    {
+        if (!json_is_string(x))
+            return al_error_set(err, -EINVAL, "\"%s\".\"%.64s\" must be a string", key, k);
+        if (strlen(k) == 0 || strlen(k) > max_k)
+            return al_error_set(err, -EINVAL, "\"%s\": keys must have 1..%zu bytes", key, max_k);
+        if (json_string_length(x) > max_v)
+            return al_error_set(err, -E2BIG,
+                                "\"%s\".\"%.64s\": values are limited to %zu "
+                                "bytes",
+                                key, k, max_v);
+        if (strlen(json_string_value(x)) != json_string_length(x))
+            return al_error_set(err, -EINVAL, "\"%s\".\"%.64s\" contains a NUL byte", key, k);
+    }
+    *out = v;
+    return 0;
+}
+
+static int rest__string_list(const json_t *o, const char *key, const char *what,
+                             struct al_error *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_array(v) || json_array_size(v) > 256)
+        return al_error_set(err, -EINVAL, "%s.%s must be a list of at most 256 strings", what, key);
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x)
+    {
+        if (!json_is_string(x) || json_string_length(x) == 0 || json_string_length(x) > 260)
+            return al_error_set(err, -EINVAL, "%s.%s[%zu] must be a non-empty string", what, key,
+                                i);
+    }
+    return 0;
+}
+
+/* The E2B network object: what narrows egress is validated here (policysel.c checks the
+ * entries themselves); what airlock cannot do is refused with the reason. */
+static int rest__network(const json_t *n, struct al_error *err)
+{
+    if (!json_is_object(n))
+        return al_error_set(err, -EINVAL, "\"network\" must be an object");
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)n, k, v)
+    {
+        if (strcmp(k, "allowOut") == 0 || strcmp(k, "denyOut") == 0) {
+            if (rest__string_list(n, k, "network", err))
+                return -EINVAL;
+        } else if (strcmp(k, "allowPublicTraffic") == 0) {
+            /* Every request to a sandbox needs its access token (checked by the agent and
+             * here); public (token-less) traffic is never allowed, whatever this says. */
+            if (!json_is_boolean(v) && !json_is_null(v))
+                return al_error_set(err, -EINVAL, "network.allowPublicTraffic must be a boolean");
+        } else if (strcmp(k, "maskRequestHost") == 0) {
+            if (!json_is_string(v) && !json_is_null(v))
+                return al_error_set(err, -EINVAL, "network.maskRequestHost must be a string");
+        } else if (strcmp(k, "httpsPorts") == 0) {
+            if (!json_is_array(v) && !json_is_null(v))
+                return al_error_set(err, -EINVAL, "network.httpsPorts must be a list");
+            if (json_array_size(v))
+                return al_error_set(err, -EINVAL,
+                                    "network.httpsPorts is not supported: airlock "
+                                    "forwards sandbox ports as plain HTTP");
+        } else if (strcmp(k, "rules") == 0) {
+            if (!json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0))
+                return al_error_set(err, -EINVAL,
+                                    "network.rules (header transforms) is not "
+                                    "supported: credentials are injected by airlock's egress "
+                                    "proxy from its vault, as the sandbox's policy says "
+                                    "(docs/policy.md, \"inject\")");
+        } else if (strcmp(k, "egressProxy") == 0) {
+            if (!json_is_null(v))
+                return al_error_set(err, -EINVAL,
+                                    "network.egressProxy is not supported: every "
+                                    "sandbox connection goes through airlock's egress proxy");
+        } else {
+            return al_error_set(err, -EINVAL,
+                                "network.%s is not a field airlock knows; remove "
+                                "it",
+                                k);
+        }
+    }
+    return 0;
+}
+
+static void rest__create(struct al_http_req *req, struct rest_ctx *x)
+{
+    struct cp *cp = x->cp;
+    json_t *b = rest__body(req, true);
+    if (!b)
+        return;
+    struct al_error err = {0};
+    struct cp_create c;
+    memset(&c, 0, sizeof c);
+    c.allow_internet = -1;
+    c.who = x->who;
+    const char *tpl = NULL;
+    json_t *v;
+    bool given = false;
+    const char *k;
+    int rc = 0;
+    json_object_foreach(b, k, v)
+    {
+        static const char *const known[] = {"templateID",   "timeout",
+                                            "metadata",     "envVars",
+                                            "autoPause",    "autoPauseMemory",
+                                            "autoResume",   "allow_internet_access",
+                                            "network",      "secure",
+                                            "mcp",          "iam",
+                                            "volumeMounts", NULL};
+        bool ok = false;
+        for (const char *const *p = known; *p; p++)
+            ok |= strcmp(*p, k) == 0;
+        if (!ok) {
+            rc = al_error_set(&err, -EINVAL,
+                              "\"%s\" is not a field of a sandbox creation "
+                              "request that airlock knows; remove it",
+                              k);
+            goto bad;
+        }
+    }
+    if ((rc = al_json_get_str(b, "templateID", true, &tpl, "sandbox", &err)))
+        goto bad;
+    if (!cp_template_id_valid(tpl)) {
+        rc = al_error_set(&err, -EINVAL,
+                          "templateID \"%.64s\" is not a template name "
+                          "(letters, digits, '.', '_', '-')",
+                          tpl);
+        goto bad;
+    }
+    snprintf(c.template_id, sizeof c.template_id, "%s", tpl);
+    if ((rc = rest__seconds(b, "timeout", &given, &c.timeout_s, &err)))
+        goto bad;
+    c.timeout_given = given;
+    if (given && c.timeout_s == 0) {
+        rc = al_error_set(&err, -EINVAL, "\"timeout\" must be at least 1 second");
+        goto bad;
+    }
+    if ((rc = rest__string_map(b, "metadata", 128, 256, 4096, &c.metadata, &err)) ||
+        (rc = rest__string_map(b, "envVars", 1024, 256, 128 * 1024, &c.env_vars, &err)))
+        goto bad;
+    if ((v = json_object_get(b, "autoPause")) && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            rc = al_error_set(&err, -EINVAL, "\"autoPause\" must be a boolean");
+            goto bad;
+        }
+        c.auto_pause = json_is_true(v);
+    }
+    if ((v = json_object_get(b, "autoPauseMemory")) && !json_is_null(v) && !json_is_boolean(v)) {
+        rc = al_error_set(&err, -EINVAL, "\"autoPauseMemory\" must be a boolean");
+        goto bad;
+    }
+    if ((v = json_object_get(b, "autoResume")) && !json_is_null(v)) {
+        json_t *en = json_object_get(v, "enabled");
+        if (!json_is_object(v) || (en && !json_is_boolean(en)) || json_object_size(v) > 1) {
+            rc = al_error_set(&err, -EINVAL, "\"autoResume\" must be {\"enabled\": true|false}");
+            goto bad;
+        }
+        c.auto_resume = json_is_true(en);
+        if (c.auto_resume && !c.auto_pause) {
+            rc = al_error_set(&err, -EINVAL,
+                              "autoResume needs autoPause (the sandbox pauses "
+                              "at its timeout and resumes on traffic)");
+            goto bad;
+        }
+    }
+    if ((v = json_object_get(b, "allow_internet_access")) && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            rc = al_error_set(&err, -EINVAL, "\"allow_internet_access\" must be a boolean");
+            goto bad;
+        }
+        c.allow_internet = json_is_true(v);
+    }
+    if ((v = json_object_get(b, "network")) && !json_is_null(v)) {
+        if ((rc = rest__network(v, &err)))
+            goto bad;
+        c.network = v;
+    }
+    if ((v = json_object_get(b, "secure")) && !json_is_null(v) && !json_is_boolean(v)) {
+        rc = al_error_set(&err, -EINVAL, "\"secure\" must be a boolean");
+        goto bad;
+    }
+    if ((v = json_object_get(b, "mcp")) && !json_is_null(v)) {
+        rc = al_error_set(&err, -EINVAL, "\"mcp\" (the MCP gateway) is not supported by airlock");
+        goto bad;
+    }
+    if ((v = json_object_get(b, "iam")) && !json_is_null(v) &&
+        json_object_size(json_object_get(v, "tokens")) > 0) {
+        rc = al_error_set(&err, -EINVAL,
+                          "\"iam\" (workload identity tokens) is not supported "
+                          "by airlock");
+        goto bad;
+    }
+    if ((v = json_object_get(b, "volumeMounts")) && !json_is_null(v) && json_array_size(v) > 0) {
+        rc = al_error_set(&err, -EINVAL,
+                          "\"volumeMounts\" (volumes) are not supported by "
+                          "airlock");
+        goto bad;
+    }
+    cp_lifecycle_create(cp, &c, req, CP_ANSWER_CREATED);
+    json_decref(b);
+    return;
+bad:
+    json_decref(b);
+    cp_rest_error(req, 400, "%s", al_error_str(&err));
+    (void)rc;
+}
+
+static void rest__timeout_like(struct al_http_req *req, struct rest_ctx *x, const char *key)
+{
+    struct cp_sandbox *sb = rest__find(x->cp, req, x->id);
+    if (!sb)
+        return;
+    json_t *b = rest__body(req, false);
+    if (!b)
+        return;
+    struct al_error err = {0};
+    bool given;
+    uint64_t s = 0;
+    if (rest__seconds(b, key, &given, &s, &err)) {
+        json_decref(b);
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
+    json_decref(b);
+    if (!given) {
+        if (x->route == R_TIMEOUT) {
+            cp_rest_error(req, 400, "\"timeout\" (seconds) is required");
+            return;
+        }
+        s = (x->cp->cfg.default_timeout_ms + 999) / 1000;
+    }
+    if (s * 1000 > x->cp->cfg.max_timeout_ms) {
+        cp_rest_error(req, 400, "%s %llu s is longer than this server allows (%llu s)", key,
+                      (unsigned long long)s,
+                      (unsigned long long)(x->cp->cfg.max_timeout_ms / 1000));
+        return;
+    }
+    cp_lifecycle_set_timeout(sb, s);
+    al_http_reply(req, 204, NULL, NULL, 0);
+}
+
+static void rest__connect(struct al_http_req *req, struct rest_ctx *x)
+{
+    struct cp_sandbox *sb = cp_sandbox_id_valid(x->id) ? cp_sandbox_get(x->cp, x->id) : NULL;
+    if (!sb || sb->rec.state == CP_SB_CREATING || sb->rec.state == CP_SB_STOPPING) {
+        cp_rest_error(req, 404, "sandbox \"%s\" not found", x->id);
+        return;
+    }
+    json_t *b = rest__body(req, false);
+    if (!b)
+        return;
+    struct al_error err = {0};
+    bool given;
+    uint64_t s = 0;
+    json_t *ap = json_object_get(b, "autoPause");
+    if (rest__seconds(b, "timeout", &given, &s, &err) || (ap && !json_is_boolean(ap))) {
+        json_decref(b);
+        cp_rest_error(req, 400, "%s",
+                      ap && !json_is_boolean(ap) ? "\"autoPause\" must be a "
+                                                   "boolean"
+                                                 : al_error_str(&err));
+        return;
+    }
+    bool auto_pause = json_is_true(ap);
+    json_decref(b);
+    cp_lifecycle_op(sb, CP_OP_RESUME, req,
+                    x->route == R_RESUME ? CP_ANSWER_RESUME : CP_ANSWER_CONNECT, given ? s : 0,
+                    auto_pause);
+}
+
+static void rest__on_body(struct al_http_req *req, int err)
+{
+    struct rest_ctx *x = req->user;
+    req->user = NULL;
+    if (err < 0) {
+        free(x);
+        return; /* answered by the server (413/408/400) or the peer is gone */
+    }
+    switch (x->route) {
+    case R_CREATE_V1:
+    case R_CREATE_V2:
+        rest__create(req, x);
+        break;
+    case R_CONNECT:
+    case R_RESUME:
+        rest__connect(req, x);
+        break;
+    case R_TIMEOUT:
+        rest__timeout_like(req, x, "timeout");
+        break;
+    case R_REFRESH:
+        rest__timeout_like(req, x, "duration");
+        break;
+    case R_PAUSE: {
+        struct cp_sandbox *sb = rest__find(x->cp, req, x->id);
+        if (sb)
+            cp_lifecycle_op(sb, CP_OP_PAUSE, req, CP_ANSWER_EMPTY, 0, false);
+        break;
+    }
+    }
+    free(x);
+}
+
+static void rest__with_body(struct al_http_req *req, struct cp *cp, const struct cp_principal *who,
+                            enum rest_route route, const char *id)
+{
+    struct rest_ctx *x = calloc(1, sizeof *x);
+    if (!x) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    x->cp = cp;
+    x->who = *who;
+    x->route = route;
+    snprintf(x->id, sizeof x->id, "%s", id ? id : "");
+    req->user = x;
+    int rc = al_http_req_read_body(req, REST_MAX_BODY, rest__on_body);
+    if (rc < 0) {
+        req->user = NULL;
+        free(x);
+        cp_rest_error(req, 400, "cannot read the request body: %s", strerror(-rc));
+    }
+}
+
+/* ---- GET handlers ----------------------------------------------------------------------- */
+
+struct rest_list {
+    struct cp_list_item *items;
+    size_t n, cap;
+};
+
+static int rest__collect(void *v, void *arg)
+{
+    struct cp_sandbox *sb = v;
+    struct rest_list *l = arg;
+    if (l->n == l->cap)
+        return -ENOMEM;
+    l->items[l->n++] = (struct cp_list_item){
+        .id = sb->rec.id,
+        .state = sb->rec.state,
+        .started_ns = sb->rec.started_ns,
+        .template_id = sb->rec.template_id,
+        .metadata = sb->rec.metadata,
+        .user = sb,
+    };
+    return 0;
+}
+
+static void rest__list(struct al_http_req *req, struct cp *cp, bool v2)
+{
+    struct cp_list_query q;
+    struct al_error err = {0};
+    if (cp_list_query_parse(req->query, v2, &q, &err)) {
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
+    struct rest_list l = {.cap = cp_map_count(&cp->sandboxes)};
+    l.items = calloc(l.cap ? l.cap : 1, sizeof *l.items);
+    if (!l.items) {
+        cp_list_query_free(&q);
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    cp_map_foreach(&cp->sandboxes, rest__collect, &l);
+    size_t n;
+    char next[160];
+    cp_list_select(&q, l.items, l.n, &n, next, sizeof next);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, rest__listed_json(l.items[i].user));
+    free(l.items);
+    cp_list_query_free(&q);
+    char *body = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    if (!body) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    struct al_http_header h[2] = {{"Content-Type", "application/json"}, {"x-next-token", next}};
+    size_t len = strlen(body);
+    al_http_resp_start(req, 200, h, next[0] ? 2 : 1, (int64_t)len);
+    al_http_resp_write(req, body, len);
+    al_http_resp_end(req);
+    free(body);
+}
+
+static bool rest__u64_param(struct al_http_req *req, const char *name, uint64_t *out, bool *has)
+{
+    char buf[32];
+    *has = false;
+    int rc = al_http_query_get(req->query, name, buf, sizeof buf);
+    if (rc == -ENOENT || (rc == 0 && !buf[0]))
+        return true;
+    char *end;
+    errno = 0;
+    unsigned long long v = rc == 0 ? strtoull(buf, &end, 10) : 0;
+    if (rc || errno || *end || buf[0] == '-') {
+        cp_rest_error(req, 400, "query parameter %s must be a non-negative integer", name);
+        return false;
+    }
+    *out = v;
+    *has = true;
+    return true;
+}
+
+struct rest_metrics_ctx {
+    struct al_http_req *req;
+    uint64_t start, end;
+};
+
+static void rest__metrics_sampled(struct cp_sandbox *sb, int rc, json_t *stats, void *arg)
+{
+    struct rest_metrics_ctx *x = arg;
+    sb->sampling = false;
+    if (rc == 0 && stats)
+        cp_metrics_add_sample(sb, stats);
+    al_http_reply_json(x->req, 200, cp_metrics_sandbox_json(sb, x->start, x->end));
+    free(x);
+    cp_sb_unref(sb);
+}
+
+static void rest__metrics(struct al_http_req *req, struct cp *cp, const char *id)
+{
+    struct cp_sandbox *sb = rest__find(cp, req, id);
+    if (!sb)
+        return;
+    uint64_t start = 0, end = 0;
+    bool hs, he;
+    if (!rest__u64_param(req, "start", &start, &hs) || !rest__u64_param(req, "end", &end, &he))
+        return;
+    if (!hs)
+        start = 0;
+    if (!he)
+        end = 0;
+    /* A range that reaches the present gets a fresh sample when the last one is older than
+     * a second (a sandbox created a moment ago has metrics at once). */
+    uint64_t now = al_wall_ns();
+    uint64_t last =
+        sb->n_samples ? sb->samples[(sb->sample_head + CP_SAMPLES_MAX - 1) % CP_SAMPLES_MAX].wall_ns
+                      : 0;
+    struct rest_metrics_ctx *x;
+    if (sb->rec.state == CP_SB_RUNNING && sb->started && !sb->busy && !sb->sampling &&
+        (!end || end >= now / 1000000000ull) && now - last > 1000000000ull &&
+        (x = calloc(1, sizeof *x))) {
+        x->req = req;
+        x->start = start;
+        x->end = end;
+        sb->sampling = true;
+        cp_sb_ref(sb);
+        if (cp->backend->stats(sb, rest__metrics_sampled, x) == 0)
+            return;
+        sb->sampling = false;
+        cp_sb_unref(sb);
+        free(x);
+    }
+    al_http_reply_json(req, 200, cp_metrics_sandbox_json(sb, start, end));
+}
+
+static void rest__metrics_many(struct al_http_req *req, struct cp *cp)
+{
+    char ids[4096];
+    int rc = al_http_query_get(req->query, "sandbox_ids", ids, sizeof ids);
+    if (rc) {
+        cp_rest_error(req, 400, "query parameter sandbox_ids (comma-separated ids) is required");
+        return;
+    }
+    json_t *out = json_object(), *m = json_object();
+    json_object_set_new(out, "sandboxes", m);
+    char *save = NULL;
+    for (char *t = strtok_r(ids, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        struct cp_sandbox *sb = cp_sandbox_id_valid(t) ? cp_sandbox_get(cp, t) : NULL;
+        if (!sb || (sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED))
+            continue;
+        json_t *arr = cp_metrics_sandbox_json(sb, 0, 0);
+        size_t n = json_array_size(arr);
+        if (n)
+            json_object_set(m, t, json_array_get(arr, n - 1));
+        json_decref(arr);
+    }
+    al_http_reply_json(req, 200, out);
+}
+
+static void rest__logs(struct al_http_req *req, struct cp *cp, const char *id, bool v2)
+{
+    struct cp_sandbox *sb = rest__find(cp, req, id);
+    if (!sb)
+        return;
+    struct cp_logs_query q = {.limit = 1000, .forward = true, .min_level = 0};
+    uint64_t v = 0;
+    bool has;
+    if (!rest__u64_param(req, v2 ? "cursor" : "start", &v, &has))
+        return;
+    if (has)
+        q.since_ms = v;
+    if (!rest__u64_param(req, "limit", &v, &has))
+        return;
+    if (has)
+        q.limit = v > 10000 ? 10000 : (size_t)v;
+    if (v2) {
+        char buf[256];
+        if (al_http_query_get(req->query, "direction", buf, sizeof buf) == 0 && buf[0]) {
+            if (strcmp(buf, "forward") == 0)
+                q.forward = true;
+            else if (strcmp(buf, "backward") == 0)
+                q.forward = false;
+            else {
+                cp_rest_error(req, 400, "direction must be forward or backward");
+                return;
+            }
+        }
+        if (al_http_query_get(req->query, "level", buf, sizeof buf) == 0 && buf[0]) {
+            int l = cp_logs_level_parse(buf);
+            if (l < 0) {
+                cp_rest_error(req, 400, "level must be debug, info, warn or error");
+                return;
+            }
+            q.min_level = l;
+        }
+        if (al_http_query_get(req->query, "search", q.search, sizeof q.search) == -E2BIG) {
+            cp_rest_error(req, 400, "search: at most %zu bytes", sizeof q.search - 1);
+            return;
+        }
+    }
+    char path[4200];
+    cp->backend->log_path(sb, path, sizeof path);
+    json_t *entries = cp_logs_read(path, cp->cfg.log_max_bytes, &q);
+    json_t *out = json_object();
+    if (v2) {
+        json_object_set_new(out, "logs", entries);
+    } else {
+        json_t *lines = json_array();
+        size_t i;
+        json_t *e;
+        json_array_foreach(entries, i, e)
+        {
+            json_array_append_new(lines, json_pack("{s:O,s:O}", "timestamp",
+                                                   json_object_get(e, "timestamp"), "line",
+                                                   json_object_get(e, "message")));
+        }
+        json_object_set_new(out, "logs", lines);
+        json_object_set_new(out, "logEntries", entries);
+    }
+    al_http_reply_json(req, 200, out);
+}
+
+/* ---- router ------------------------------------------------------------------------------- */
+
+static bool rest__is(const char *m, const char *want)
+{
+    return strcmp(m, want) == 0;
+}
+
+/* Splits "/sandboxes/ID/action" (v2 prefix removed) into its parts; false if the path
+ * has another shape. */
+static bool rest__split(const char *p, char *id, size_t idlen, char *action, size_t alen)
+{
+    id[0] = action[0] = '\0';
+    if (strncmp(p, "/sandboxes/", 11) != 0)
+        return false;
+    p += 11;
+    const char *slash = strchr(p, '/');
+    size_t n = slash ? (size_t)(slash - p) : strlen(p);
+    if (n == 0 || n >= idlen)
+        return false;
+    memcpy(id, p, n);
+    id[n] = '\0';
+    if (al_http_percent_decode(id, false) < 0)
+        return false;
+    if (!slash)
+        return true;
+    p = slash + 1;
+    if (strchr(p, '/') || strlen(p) >= alen || !*p)
+        return false;
+    snprintf(action, alen, "%s", p);
+    return true;
+}
+
+static void rest__not_supported(struct al_http_req *req, const char *what)
+{
+    cp_rest_error(req, 501, "%s is not supported by airlock (see docs/api.md)", what);
+}
+
+static void rest__prometheus(struct al_http_req *req, struct cp *cp)
+{
+    struct al_buf b = AL_BUF_INIT;
+    cp_metrics_render(cp, &b);
+    al_http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.data ? b.data : "",
+                  b.len);
+    al_buf_free(&b);
+}
+
+void cp_on_request(struct al_http_req *req, void *ctx)
+{
+    struct cp *cp = ctx;
+    rest__api_metrics = cp->metrics;
+    if (cp_proxy_route(cp, req))
+        return;
+    cp_metrics_api(cp->metrics, 0);
+    const char *m = req->method;
+    const char *p = req->path;
+    bool get = rest__is(m, "GET"), post = rest__is(m, "POST");
+    /* Unauthenticated: liveness and Prometheus (loopback by default; put a reverse proxy
+     * with its own auth in front if the listener is opened wider). */
+    if (strcmp(p, "/health") == 0 && get) {
+        al_http_reply_json(req, 200,
+                           json_pack("{s:s}", "status", cp->stopping ? "stopping" : "ok"));
+        return;
+    }
+    if (strcmp(p, "/metrics") == 0 && get) {
+        rest__prometheus(req, cp);
+        return;
+    }
+    struct cp_principal who;
+    struct al_error err = {0};
+    if (cp_auth(cp, req, &who, &err)) {
+        cp_rest_error(req, err.code == -EACCES ? 401 : 500, "%s", al_error_str(&err));
+        return;
+    }
+    bool v2 = strncmp(p, "/v2/", 4) == 0;
+    const char *rp = v2 ? p + 3 : p;
+    if (strcmp(rp, "/sandboxes") == 0) {
+        if (post)
+            rest__with_body(req, cp, &who, v2 ? R_CREATE_V2 : R_CREATE_V1, NULL);
+        else if (get)
+            rest__list(req, cp, v2);
+        else
+            cp_rest_error(req, 405, "%s is not allowed on %s (GET lists, POST creates)", m, p);
+        return;
+    }
+    if (!v2 && strcmp(rp, "/sandboxes/metrics") == 0 && get) {
+        rest__metrics_many(req, cp);
+        return;
+    }
+    char id[64], action[32];
+    if (rest__split(rp, id, sizeof id, action, sizeof action)) {
+        if (v2) {
+            if (rest__is(action, "connect") && post)
+                rest__with_body(req, cp, &who, R_CONNECT, id);
+            else if (rest__is(action, "logs") && get)
+                rest__logs(req, cp, id, true);
+            else
+                cp_rest_error(req, 404, "no such endpoint: %s %s", m, p);
+            return;
+        }
+        if (!action[0]) {
+            if (get) {
+                struct cp_sandbox *sb = rest__find(cp, req, id);
+                if (sb)
+                    al_http_reply_json(req, 200, cp_rest_detail_json(sb));
+            } else if (rest__is(m, "DELETE")) {
+                struct cp_sandbox *sb = rest__find(cp, req, id);
+                if (sb)
+                    cp_lifecycle_op(sb, CP_OP_KILL, req, CP_ANSWER_EMPTY, 0, false);
+            } else {
+                cp_rest_error(req, 405, "%s is not allowed on %s (GET, DELETE)", m, p);
+            }
+            return;
+        }
+        if (post && rest__is(action, "timeout"))
+            rest__with_body(req, cp, &who, R_TIMEOUT, id);
+        else if (post && rest__is(action, "refreshes"))
+            rest__with_body(req, cp, &who, R_REFRESH, id);
+        else if (post && rest__is(action, "pause"))
+            rest__with_body(req, cp, &who, R_PAUSE, id);
+        else if (post && rest__is(action, "resume"))
+            rest__with_body(req, cp, &who, R_RESUME, id);
+        else if (post && rest__is(action, "connect"))
+            rest__with_body(req, cp, &who, R_CONNECT, id);
+        else if (get && rest__is(action, "metrics"))
+            rest__metrics(req, cp, id);
+        else if (get && rest__is(action, "logs"))
+            rest__logs(req, cp, id, false);
+        else if (rest__is(action, "fork"))
+            rest__not_supported(req, "Forking a sandbox");
+        else if (rest__is(action, "snapshots"))
+            rest__not_supported(req, "Snapshotting a sandbox");
+        else if (rest__is(action, "network"))
+            rest__not_supported(req, "Changing a running sandbox's network");
+        else
+            cp_rest_error(req, 404, "no such endpoint: %s %s", m, p);
+        return;
+    }
+    static const char *const unsupported[] = {
+        "/templates", "/v2/templates", "/v3/templates", "/snapshots",
+        "/volumes",   "/teams",        "/secrets",      NULL};
+    for (const char *const *u = unsupported; *u; u++) {
+        size_t l = strlen(*u);
+        if (strncmp(p, *u, l) == 0 && (p[l] == '\0' || p[l] == '/')) {
+            rest__not_supported(req, *u + (strncmp(*u, "/v", 2) == 0 ? 3 : 0));
+            return;
+        }
+    }
+    cp_rest_error(req, 404, "no such endpoint: %s %s", m, p);
+}

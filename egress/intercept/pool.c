@@ -1,0 +1,171 @@
+/* egress/intercept/pool: idle upstream connections (see pool.h). */
+#include "pool.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/util.h"
+
+struct pool__conn {
+    struct pool__conn *prev, *next; /* most recently put first */
+    char key[INTERCEPT_POOL_KEY_MAX];
+    int fd;
+    struct intercept_tls *tls;
+    uint64_t since_ns;
+};
+
+struct intercept_pool {
+    struct pool__conn *head, *tail;
+    size_t n;
+    size_t max_idle, max_per_key;
+    uint64_t idle_ns;
+    struct intercept_pool_stats st;
+};
+
+int intercept_pool_new(const struct intercept_pool_opts *o, struct intercept_pool **out)
+{
+    struct intercept_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    p->max_idle = o && o->max_idle ? o->max_idle : 256;
+    p->max_per_key = o && o->max_per_key ? o->max_per_key : 4;
+    p->idle_ns = (uint64_t)(o && o->idle_ms ? o->idle_ms : 30000) * 1000000ull;
+    *out = p;
+    return 0;
+}
+
+void intercept_pool_key(char *out, const char *sandbox, const char *host, uint16_t port)
+{
+    snprintf(out, INTERCEPT_POOL_KEY_MAX, "%s\x1f%s\x1f%u", sandbox, host, (unsigned)port);
+}
+
+static void pool__unlink(struct intercept_pool *p, struct pool__conn *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        p->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else
+        p->tail = c->prev;
+    p->n--;
+}
+
+static void pool__close(struct intercept_pool *p, struct pool__conn *c)
+{
+    pool__unlink(p, c);
+    intercept_tls_free(c->tls);
+    close(c->fd);
+    free(c);
+}
+
+void intercept_pool_sweep(struct intercept_pool *p)
+{
+    uint64_t now = al_now_ns();
+    /* Oldest at the tail. */
+    while (p->tail && now - p->tail->since_ns >= p->idle_ns) {
+        p->st.expired++;
+        pool__close(p, p->tail);
+    }
+}
+
+void intercept_pool_put(struct intercept_pool *p, const char *key, int fd, struct intercept_tls *tls)
+{
+    intercept_pool_sweep(p);
+    struct pool__conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        intercept_tls_free(tls);
+        close(fd);
+        return;
+    }
+    snprintf(c->key, sizeof c->key, "%s", key);
+    c->fd = fd;
+    c->tls = tls;
+    c->since_ns = al_now_ns();
+    /* Per key: drop the oldest beyond the bound. */
+    size_t same = 0;
+    struct pool__conn *oldest = NULL;
+    for (struct pool__conn *x = p->head; x; x = x->next)
+        if (strcmp(x->key, key) == 0) {
+            same++;
+            oldest = x;
+        }
+    if (same >= p->max_per_key && oldest) {
+        p->st.evicted++;
+        pool__close(p, oldest);
+    }
+    if (p->n >= p->max_idle && p->tail) {
+        p->st.evicted++;
+        pool__close(p, p->tail);
+    }
+    c->next = p->head;
+    if (p->head)
+        p->head->prev = c;
+    p->head = c;
+    if (!p->tail)
+        p->tail = c;
+    p->n++;
+}
+
+/* An idle connection is alive if reading finds nothing to read. Anything else (the server's
+ * close_notify, EOF, a reset, bytes nobody asked for) makes it unusable. */
+static bool pool__alive(struct pool__conn *c)
+{
+    unsigned char b[1];
+    ssize_t n = intercept_tls_read(c->tls, b, sizeof b);
+    return n == -EAGAIN && intercept_tls_out_pending(c->tls) == 0;
+}
+
+int intercept_pool_get(struct intercept_pool *p, const char *key, int *fd, struct intercept_tls **tls)
+{
+    intercept_pool_sweep(p);
+    struct pool__conn *c = p->head;
+    while (c) {
+        struct pool__conn *next = c->next;
+        if (strcmp(c->key, key) == 0) {
+            if (pool__alive(c)) {
+                pool__unlink(p, c);
+                *fd = c->fd;
+                *tls = c->tls;
+                free(c);
+                p->st.hits++;
+                return 0;
+            }
+            p->st.dead++;
+            pool__close(p, c);
+        }
+        c = next;
+    }
+    p->st.misses++;
+    return -ENOENT;
+}
+
+void intercept_pool_purge(struct intercept_pool *p, const char *prefix)
+{
+    size_t pl = prefix ? strlen(prefix) : 0;
+    struct pool__conn *c = p->head;
+    while (c) {
+        struct pool__conn *next = c->next;
+        if (!prefix || strncmp(c->key, prefix, pl) == 0)
+            pool__close(p, c);
+        c = next;
+    }
+}
+
+void intercept_pool_free(struct intercept_pool *p)
+{
+    if (!p)
+        return;
+    intercept_pool_purge(p, NULL);
+    free(p);
+}
+
+void intercept_pool_get_stats(const struct intercept_pool *p, struct intercept_pool_stats *st)
+{
+    *st = p->st;
+    st->idle = p->n;
+}

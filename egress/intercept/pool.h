@@ -1,0 +1,54 @@
+/* egress/intercept/pool: idle upstream TLS connections, reused per (sandbox, host, port).
+ *
+ * Owns: keeping a finished upstream connection (its socket and TLS session) for the next
+ * intercepted request of the same sandbox to the same host and port, so that keep-alive
+ * inside the sandbox's TLS, or a new sandbox connection, costs no upstream handshake.
+ * Bounded in total and per key; an idle connection expires after idle_ms; one the server
+ * closed (or that has unexpected bytes waiting) is dropped when it is taken. Never shared
+ * between sandboxes (the key starts with the sandbox id), so a connection's history stays
+ * within one sandbox's audit trail.
+ *
+ * Threading: one pool per event loop (worker); nothing is locked. The pool closes the
+ * sockets it holds.
+ */
+#ifndef AIRLOCK_EGRESS_INTERCEPT_POOL_H
+#define AIRLOCK_EGRESS_INTERCEPT_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "egress/intercept/tls.h"
+
+#define INTERCEPT_POOL_KEY_MAX 512
+
+struct intercept_pool_opts {
+    size_t max_idle;     /* 0 = 256 */
+    size_t max_per_key;  /* 0 = 4 */
+    uint32_t idle_ms;    /* 0 = 30000 (below common server keep-alive timeouts) */
+};
+
+struct intercept_pool;
+int intercept_pool_new(const struct intercept_pool_opts *o, struct intercept_pool **out);
+void intercept_pool_free(struct intercept_pool *p); /* closes every idle connection */
+
+/* "sandbox, host, port" (0x1f separated) into out (>= INTERCEPT_POOL_KEY_MAX). */
+void intercept_pool_key(char *out, const char *sandbox, const char *host, uint16_t port);
+/* Gives an idle connection (handshake done, no request in progress) to the pool, which now
+ * owns fd and tls. Dropped (closed) when the bounds say so. */
+void intercept_pool_put(struct intercept_pool *p, const char *key, int fd, struct intercept_tls *tls);
+/* Takes a live idle connection for key: 0 with fd and tls set (the caller owns them), or
+ * -ENOENT. */
+int intercept_pool_get(struct intercept_pool *p, const char *key, int *fd, struct intercept_tls **tls);
+/* Closes every idle connection whose key starts with prefix (a sandbox removed:
+ * the sandbox id and 0x1f), or all with NULL. */
+void intercept_pool_purge(struct intercept_pool *p, const char *prefix);
+/* Closes what expired (call now and then; get and put do it too). */
+void intercept_pool_sweep(struct intercept_pool *p);
+
+struct intercept_pool_stats {
+    uint64_t hits, misses, dead, expired, evicted;
+    size_t idle;
+};
+void intercept_pool_get_stats(const struct intercept_pool *p, struct intercept_pool_stats *st);
+
+#endif

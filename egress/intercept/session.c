@@ -1,0 +1,1920 @@
+/* egress/intercept/session: the intercepted connection engine (see session.h).
+ *
+ * Shape: one state per connection, and one driver (sess__run) that, after every event,
+ * moves bytes and makes whatever progress the state allows until nothing changes, then
+ * tells the proxy what to watch. Plaintext queues toward each side are bounded (QUEUE_HIGH):
+ * a side is not read while the queue toward the other is full.
+ */
+#include "session.h"
+
+#include <errno.h>
+#include <llhttp.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <mbedtls/ssl.h>
+
+#include "common/buf.h"
+#include "common/util.h"
+#include "egress/intercept/request.h"
+
+#define QUEUE_HIGH     (256 * 1024)
+#define READ_CHUNK     (16 * 1024)
+#define RESP_HEAD_MAX  (64 * 1024)
+#define MAX_HDRS       128
+#define CLOSE_MS       2000
+#define MAX_USED       8
+#define TUNNEL_FLUSH_MS 20 /* a tunnel's held-back bytes go after this much quiet */
+
+enum sess_state {
+    S_HANDSHAKE = 1, /* TLS with the sandbox */
+    S_IDLE,          /* between requests */
+    S_HEAD,          /* a request head is arriving */
+    S_FETCH,         /* waiting for the vault */
+    S_CONNECT,       /* TCP to the upstream */
+    S_UP_HS,         /* TLS with the upstream */
+    S_FORWARD,       /* request sent (body streaming), response arriving */
+    S_TUNNEL,        /* after 101: bytes both ways */
+    S_CLOSING,       /* our last bytes are going out */
+    S_DONE,
+};
+
+struct sess_fetch {
+    struct intercept_fetch req; /* first: the callback casts */
+    struct intercept_session *s;
+    size_t idx;
+    bool pending;
+};
+
+struct intercept_session {
+    const struct intercept_host_ops *ops;
+    void *ctx;
+    struct intercept_tls_server *srv;
+    struct intercept_tls_client *cli;
+    struct intercept_pool *pool;
+    struct intercept_fetcher *fetcher;
+    struct intercept_placeholders *ph;
+    struct intercept_session_limits lim;
+    char sandbox[128];
+    char name[POLICY_NAME_MAX + 1];
+    bool plain;
+    uint16_t port;
+    struct policy_addr dst;
+    char pool_key[INTERCEPT_POOL_KEY_MAX];
+
+    enum sess_state st;
+    bool done_called;
+    const char *end_why;
+    char end_detail[320];
+
+    /* The sandbox side. */
+    int cfd;
+    struct intercept_tls *ctls;
+    bool c_eof;
+    struct al_buf cin;  /* plaintext received, not yet consumed */
+    size_t cin_off;
+    struct al_buf cq;   /* plaintext toward the sandbox */
+    size_t cq_off;
+    bool close_after;   /* close once cq is flushed */
+
+    /* The upstream side. */
+    int ufd;
+    struct intercept_tls *utls;
+    bool u_eof;
+    bool u_pooled;      /* this connection came from the pool */
+    bool u_reusable;    /* idle and clean: may go back to the pool */
+    bool u_tls12;       /* retried as TLS 1.2 already */
+    struct al_buf uq;   /* plaintext toward the upstream */
+    size_t uq_off;
+    struct al_buf rin;  /* plaintext from the upstream, unparsed */
+    size_t rin_off;
+
+    /* The current request. */
+    llhttp_t req;
+    llhttp_t resp;
+    struct al_buf head;     /* the request head (headers point into it) */
+    struct intercept_hdr hdrs[MAX_HDRS];
+    size_t n_hdrs;
+    bool hdr_overflow;
+    const char *url_at;
+    size_t url_len;
+    char method[24];
+    int http_minor;
+    struct intercept_req_info info;
+    struct policy_decision d;
+    char rid[32];
+    char path_log[512];
+    bool req_chunked, req_done, req_close, expect_continue;
+    uint64_t req_body, max_body;
+    struct intercept_inject_edit edit;
+    bool edit_live;
+    struct sess_fetch fetch[INTERCEPT_INJECT_MAX];
+    struct intercept_secret *fetched[INTERCEPT_INJECT_MAX];
+    size_t n_fetch, fetch_left;
+    const char *fetch_fail;
+    struct intercept_scrub ph_scan; /* placeholders in the request body */
+    bool ph_scan_live;
+    struct al_buf saved_head; /* what was sent upstream (a retry on a dead pooled connection) */
+    bool retried;
+
+    /* The response. */
+    struct al_buf rhead;
+    struct intercept_hdr rhdrs[MAX_HDRS];
+    size_t n_rhdrs;
+    bool rhdr_overflow;
+    bool resp_in_head, resp_started, resp_done, resp_chunked_out, resp_close_delim, resp_skip;
+    int status;
+    bool ws_allowed, upgraded;
+    struct intercept_body body;
+    bool body_live;
+    struct intercept_scrub tscrub; /* upstream -> sandbox after a 101 */
+    bool tscrub_live;
+    uint64_t resp_bytes;
+
+    /* Secrets injected on this connection: every response is scrubbed of them. */
+    struct intercept_secret *used[MAX_USED];
+    size_t n_used;
+    enum policy_scrub scrub_mode;
+
+    /* Timing (monotonic ns). */
+    uint64_t t_start, t_decided, t_fetch0, t_fetched, t_connect0, t_connected, t_sent, t_first_resp;
+    uint64_t bytes_up, bytes_down;
+    struct intercept_session_stats stats;
+    bool audit_failed;
+};
+
+static void sess__run(struct intercept_session *s);
+static int req__on_headers_complete(llhttp_t *p);
+static int req__on_body(llhttp_t *p, const char *at, size_t n);
+static int req__on_complete(llhttp_t *p);
+static int req__on_url(llhttp_t *p, const char *at, size_t n);
+static int req__on_field(llhttp_t *p, const char *at, size_t n);
+static int req__on_value(llhttp_t *p, const char *at, size_t n);
+static int req__on_value_complete(llhttp_t *p);
+static int resp__on_field(llhttp_t *p, const char *at, size_t n);
+static int resp__on_value(llhttp_t *p, const char *at, size_t n);
+static int resp__on_value_complete(llhttp_t *p);
+static int resp__on_headers_complete(llhttp_t *p);
+static int resp__on_body(llhttp_t *p, const char *at, size_t n);
+static int resp__on_complete(llhttp_t *p);
+
+static const llhttp_settings_t req_settings = {
+    .on_url = req__on_url,
+    .on_header_field = req__on_field,
+    .on_header_value = req__on_value,
+    .on_header_value_complete = req__on_value_complete,
+    .on_headers_complete = req__on_headers_complete,
+    .on_body = req__on_body,
+    .on_message_complete = req__on_complete,
+};
+
+static const llhttp_settings_t resp_settings = {
+    .on_header_field = resp__on_field,
+    .on_header_value = resp__on_value,
+    .on_header_value_complete = resp__on_value_complete,
+    .on_headers_complete = resp__on_headers_complete,
+    .on_body = resp__on_body,
+    .on_message_complete = resp__on_complete,
+};
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static uint32_t lim_or(uint32_t v, uint32_t d)
+{
+    return v ? v : d;
+}
+
+static size_t q_len(const struct al_buf *b, size_t off)
+{
+    return b->len - off;
+}
+
+static void q_compact(struct al_buf *b, size_t *off)
+{
+    if (*off == b->len) {
+        al_buf_reset(b);
+        *off = 0;
+    } else if (*off > 65536 && *off * 2 > b->len) {
+        al_buf_consume(b, *off);
+        *off = 0;
+    }
+}
+
+static void sess__finish(struct intercept_session *s, const char *why, const char *detail)
+{
+    if (s->done_called)
+        return;
+    s->done_called = true;
+    s->st = S_DONE;
+    if (!s->end_why)
+        s->end_why = why;
+    if (detail && !s->end_detail[0])
+        snprintf(s->end_detail, sizeof s->end_detail, "%s", detail);
+    s->ops->deadline(s->ctx, 0);
+    s->ops->watch(s->ctx, INTERCEPT_END_CLIENT, s->cfd, 0);
+    s->ops->watch(s->ctx, INTERCEPT_END_UPSTREAM, -1, 0);
+    s->ops->done(s->ctx, s->end_why, s->end_detail);
+}
+
+static void sess__close_upstream(struct intercept_session *s)
+{
+    if (s->ufd >= 0) {
+        s->ops->watch(s->ctx, INTERCEPT_END_UPSTREAM, -1, 0);
+        intercept_tls_free(s->utls);
+        s->utls = NULL;
+        close(s->ufd);
+        s->ufd = -1;
+    }
+    s->u_eof = false;
+    s->u_reusable = false;
+    al_buf_reset(&s->uq);
+    s->uq_off = 0;
+    al_buf_reset(&s->rin);
+    s->rin_off = 0;
+}
+
+static void sess__release_request(struct intercept_session *s)
+{
+    if (s->edit_live) {
+        intercept_inject_edit_free(&s->edit);
+        s->edit_live = false;
+    }
+    for (size_t i = 0; i < s->n_fetch; i++) {
+        if (s->fetch[i].pending) {
+            intercept_fetch_cancel(&s->fetch[i].req);
+            s->fetch[i].pending = false;
+        }
+        intercept_secret_unref(s->fetched[i]);
+        s->fetched[i] = NULL;
+    }
+    s->n_fetch = s->fetch_left = 0;
+    if (s->ph_scan_live) {
+        intercept_scrub_free(&s->ph_scan);
+        s->ph_scan_live = false;
+    }
+    if (s->body_live) {
+        intercept_body_free(&s->body);
+        s->body_live = false;
+    }
+    al_buf_free_wipe(&s->saved_head);
+    al_buf_init(&s->saved_head, 0);
+}
+
+/* ---- audit ----------------------------------------------------------------------------------- */
+
+static void sess__audit(struct intercept_session *s, json_t *rec)
+{
+    if (!rec)
+        return;
+    if (!s->ops->audit(s->ctx, rec))
+        s->audit_failed = true;
+}
+
+/* Durations as egress writes them: integer microseconds. */
+static void rec_us(json_t *o, const char *k, uint64_t a, uint64_t b)
+{
+    if (a && b >= a)
+        json_object_set_new(o, k, json_integer((json_int_t)((b - a) / 1000)));
+}
+
+static void sess__audit_request(struct intercept_session *s, const char *decision, const char *reason,
+                                const char *error)
+{
+    json_t *r = json_object();
+    json_object_set_new(r, "type", json_string("http_request"));
+    json_object_set_new(r, "request_id", json_string(s->rid));
+    json_object_set_new(r, "proto", json_string(s->plain ? "http" : "https"));
+    json_object_set_new(r, "inspected", json_true());
+    if (!s->plain)
+        json_object_set_new(r, "sni", json_string(s->name));
+    json_object_set_new(r, "decision", json_string(decision));
+    json_object_set_new(r, "reason", json_string(reason ? reason : ""));
+    json_object_set_new(r, "rule", s->d.rule ? json_string(s->d.rule->name) : json_null());
+    if (s->method[0])
+        json_object_set_new(r, "method", json_string(s->method));
+    if (s->info.host.len)
+        json_object_set_new(r, "host", json_string(s->info.host.text));
+    if (s->path_log[0])
+        json_object_set_new(r, "path", json_string(s->path_log));
+    if (s->status)
+        json_object_set_new(r, "status", json_integer(s->status));
+    if (error)
+        json_object_set_new(r, "error", json_string(error));
+    if (s->info.websocket)
+        json_object_set_new(r, "websocket", json_true());
+    json_object_set_new(r, "bytes_up", json_integer((json_int_t)s->req_body));
+    json_object_set_new(r, "bytes_down", json_integer((json_int_t)s->resp_bytes));
+    if (s->edit_live && s->edit.n_notes)
+        json_object_set_new(r, "inject", intercept_inject_notes_json(&s->edit));
+    if (s->body_live || s->n_used) {
+        json_t *sc = json_object();
+        json_object_set_new(sc, "secrets", json_integer((json_int_t)s->n_used));
+        if (s->body_live) {
+            json_object_set_new(sc, "mode", json_string(s->body.mode == INTERCEPT_BODY_DECODE ? "decoded"
+                                                         : s->body.mode == INTERCEPT_BODY_SCRUB ? "scrubbed"
+                                                                                                : "passed"));
+            if (s->body.not_inspected)
+                json_object_set_new(sc, "not_inspected", json_true());
+        }
+        json_object_set_new(r, "scrub", sc);
+    }
+    json_t *tls = json_object();
+    if (s->ctls)
+        json_object_set_new(tls, "sandbox", json_string(intercept_tls_version(s->ctls)));
+    if (s->utls && intercept_tls_handshake_done(s->utls)) {
+        json_object_set_new(tls, "upstream", json_string(intercept_tls_version(s->utls)));
+        json_object_set_new(tls, "upstream_reused", json_boolean(s->u_pooled));
+    }
+    json_object_set_new(r, "tls", tls);
+    json_t *tm = json_object();
+    uint64_t now = al_now_ns();
+    rec_us(tm, "decide", s->t_start, s->t_decided);
+    rec_us(tm, "vault", s->t_fetch0, s->t_fetched);
+    rec_us(tm, "connect", s->t_connect0, s->t_connected);
+    rec_us(tm, "upstream", s->t_sent, s->t_first_resp);
+    rec_us(tm, "total", s->t_start, now);
+    json_object_set_new(r, "timing_us", tm);
+    sess__audit(s, r);
+}
+
+static void sess__security_event(struct intercept_session *s, const char *event, json_t *extra)
+{
+    json_t *r = json_object();
+    json_object_set_new(r, "type", json_string("security_event"));
+    json_object_set_new(r, "event", json_string(event));
+    json_object_set_new(r, "request_id", json_string(s->rid));
+    json_object_set_new(r, "sni", json_string(s->name));
+    json_object_set_new(r, "rule", s->d.rule ? json_string(s->d.rule->name) : json_null());
+    if (extra)
+        json_object_update(r, extra);
+    json_decref(extra);
+    sess__audit(s, r);
+}
+
+/* ---- answers of our own ------------------------------------------------------------------------ */
+
+static const char *status_text(int st)
+{
+    switch (st) {
+    case 400: return "Bad Request";
+    case 403: return "Forbidden";
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 431: return "Request Header Fields Too Large";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Error";
+    }
+}
+
+/* An error/deny answer, then close. error: "blocked_by_policy", "bad_gateway", ... */
+static void sess__answer(struct intercept_session *s, int status, const char *error, const char *reason)
+{
+    s->status = status;
+    json_t *b = json_pack("{s:s,s:o,s:s,s:s}", "error", error, "rule",
+                          s->d.rule ? json_string(s->d.rule->name) : json_null(), "reason", reason ? reason : "",
+                          "request_id", s->rid);
+    char *body = b ? json_dumps(b, JSON_COMPACT) : NULL;
+    json_decref(b);
+    size_t bl = body ? strlen(body) : 0;
+    al_buf_printf(&s->cq,
+                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                  "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+                  status, status_text(status), bl + 1);
+    if (body)
+        al_buf_append(&s->cq, body, bl);
+    al_buf_append(&s->cq, "\n", 1);
+    free(body);
+    s->close_after = true;
+    s->st = S_CLOSING;
+    sess__close_upstream(s);
+    s->ops->deadline(s->ctx, CLOSE_MS);
+}
+
+/* Denied before any upstream byte: audit, answer. */
+static void sess__deny(struct intercept_session *s, int status, const char *error, const char *reason)
+{
+    if (!s->t_decided)
+        s->t_decided = al_now_ns();
+    s->status = status;
+    s->stats.denied++;
+    sess__audit_request(s, "deny", reason, NULL);
+    sess__answer(s, status, error, reason);
+}
+
+/* An allowed request that failed afterwards. */
+static void sess__fail(struct intercept_session *s, int status, const char *error, const char *why,
+                       const char *detail)
+{
+    s->status = status;
+    sess__audit_request(s, s->d.would_deny ? "would_deny" : "allow", s->d.reason < POLICY_R__COUNT ?
+                        policy_reason_code(s->d.reason) : "", detail && *detail ? detail : why);
+    if (!s->resp_started) {
+        sess__answer(s, status, error, why);
+    } else {
+        /* Part of the response went out: it cannot be completed. */
+        snprintf(s->end_detail, sizeof s->end_detail, "%s", detail ? detail : "");
+        sess__close_upstream(s);
+        if (s->ctls)
+            intercept_tls_send_alert(s->ctls, MBEDTLS_SSL_ALERT_MSG_INTERNAL_ERROR);
+        sess__finish(s, why, detail);
+    }
+}
+
+void intercept_tls_raw_alert(int fd, unsigned char description)
+{
+    unsigned char rec[7] = {0x15, 0x03, 0x03, 0x00, 0x02, 0x02, description};
+    ssize_t n = send(fd, rec, sizeof rec, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)n;
+}
+
+/* ---- moving bytes ------------------------------------------------------------------------------- */
+
+/* Writes queued plaintext through TLS; false on a fatal error (session finished). */
+static bool sess__flush_tls(struct intercept_session *s, struct intercept_tls *t, struct al_buf *q, size_t *off,
+                            bool client, bool *progress)
+{
+    if (!t)
+        return true;
+    while (q_len(q, *off)) {
+        ssize_t n = intercept_tls_write(t, q->data + *off, q_len(q, *off));
+        if (n == -EAGAIN)
+            break;
+        if (n < 0) {
+            if (client) {
+                sess__close_upstream(s);
+                sess__finish(s, "sandbox_write_failed", intercept_tls_error(t));
+            } else {
+                sess__fail(s, 502, "bad_gateway", "upstream_write_failed", intercept_tls_error(t));
+            }
+            return false;
+        }
+        *off += (size_t)n;
+        *progress = true;
+    }
+    if (intercept_tls_out_pending(t)) {
+        int f = intercept_tls_flush(t);
+        if (f < 0 && f != -EAGAIN) {
+            if (client) {
+                sess__close_upstream(s);
+                sess__finish(s, "sandbox_write_failed", strerror(-f));
+            } else {
+                sess__fail(s, 502, "bad_gateway", "upstream_write_failed", strerror(-f));
+            }
+            return false;
+        }
+    }
+    q_compact(q, off);
+    return true;
+}
+
+/* Reads plaintext into b; returns bytes read, 0 nothing now, -1 EOF (clean or not), -2 error. */
+static ssize_t sess__read_tls(struct intercept_tls *t, struct al_buf *b, size_t max)
+{
+    if (b->len >= max)
+        return 0;
+    size_t room = max - b->len < READ_CHUNK ? max - b->len : READ_CHUNK;
+    if (al_buf_reserve(b, room + 1) < 0)
+        return -2;
+    ssize_t n = intercept_tls_read(t, b->data + b->len, room);
+    if (n > 0) {
+        b->len += (size_t)n;
+        b->data[b->len] = 0;
+        return n;
+    }
+    if (n == -EAGAIN)
+        return 0;
+    if (n == 0 || n == -EPIPE)
+        return -1;
+    return -2;
+}
+
+/* ---- the request side ----------------------------------------------------------------------------- */
+
+static struct intercept_session *of_req(llhttp_t *p)
+{
+    return p->data;
+}
+
+static int req__on_url(llhttp_t *p, const char *at, size_t n)
+{
+    struct intercept_session *s = of_req(p);
+    if (!s->url_at)
+        s->url_at = at;
+    s->url_len = (size_t)(at + n - s->url_at);
+    return 0;
+}
+
+static int req__on_field(llhttp_t *p, const char *at, size_t n)
+{
+    struct intercept_session *s = of_req(p);
+    if (s->n_hdrs == MAX_HDRS) {
+        s->hdr_overflow = true;
+        return 0;
+    }
+    struct intercept_hdr *h = &s->hdrs[s->n_hdrs];
+    if (!h->name)
+        h->name = at;
+    h->name_len = (size_t)(at + n - h->name);
+    return 0;
+}
+
+static int req__on_value(llhttp_t *p, const char *at, size_t n)
+{
+    struct intercept_session *s = of_req(p);
+    if (s->n_hdrs == MAX_HDRS)
+        return 0;
+    struct intercept_hdr *h = &s->hdrs[s->n_hdrs];
+    if (!h->value)
+        h->value = at;
+    h->value_len = (size_t)(at + n - h->value);
+    return 0;
+}
+
+static int req__on_value_complete(llhttp_t *p)
+{
+    struct intercept_session *s = of_req(p);
+    if (s->n_hdrs == MAX_HDRS)
+        return 0;
+    if (!s->hdrs[s->n_hdrs].value)
+        s->hdrs[s->n_hdrs].value = "";
+    s->n_hdrs++;
+    if (s->n_hdrs < MAX_HDRS)
+        s->hdrs[s->n_hdrs] = (struct intercept_hdr){0};
+    return 0;
+}
+
+static int req__on_headers_complete(llhttp_t *p)
+{
+    (void)p;
+    return HPE_PAUSED;
+}
+
+static int req__on_body(llhttp_t *p, const char *at, size_t n)
+{
+    struct intercept_session *s = of_req(p);
+    s->req_body += n;
+    if (s->max_body && s->req_body > s->max_body) {
+        llhttp_set_error_reason(p, "request_body_too_large");
+        return HPE_USER;
+    }
+    const char *data = at;
+    size_t len = n;
+    struct al_buf scanned = AL_BUF_INIT;
+    if (s->ph_scan_live) {
+        /* Placeholders must not leave in a body: scan it (the scan's output is what goes). */
+        uint64_t before = s->ph_scan.rep.matches;
+        if (intercept_scrub_feed(&s->ph_scan, at, n, &scanned) < 0)
+            return HPE_USER;
+        if (s->ph_scan.rep.matches != before) {
+            al_buf_free_wipe(&scanned);
+            llhttp_set_error_reason(p, "placeholder_in_body");
+            return HPE_USER;
+        }
+        data = scanned.data ? scanned.data : "";
+        len = scanned.len;
+    }
+    int rc = 0;
+    if (len) {
+        if (s->req_chunked)
+            rc = al_buf_printf(&s->uq, "%zx\r\n", len);
+        if (!rc)
+            rc = al_buf_append(&s->uq, data, len);
+        if (!rc && s->req_chunked)
+            rc = al_buf_append(&s->uq, "\r\n", 2);
+    }
+    al_buf_free(&scanned);
+    s->bytes_up += n;
+    return rc ? HPE_USER : 0;
+}
+
+static int req__on_complete(llhttp_t *p)
+{
+    struct intercept_session *s = of_req(p);
+    if (s->ph_scan_live) {
+        struct al_buf rest = AL_BUF_INIT;
+        intercept_scrub_finish(&s->ph_scan, &rest);
+        if (rest.len) {
+            if (s->req_chunked)
+                al_buf_printf(&s->uq, "%zx\r\n", rest.len);
+            al_buf_append(&s->uq, rest.data, rest.len);
+            if (s->req_chunked)
+                al_buf_append(&s->uq, "\r\n", 2);
+        }
+        al_buf_free(&rest);
+    }
+    if (s->req_chunked)
+        al_buf_append(&s->uq, "0\r\n\r\n", 5);
+    s->req_done = true;
+    return HPE_PAUSED;
+}
+
+/* Hop-by-hop and framing headers never forwarded as they came. */
+static bool hop_by_hop(const struct intercept_hdr *h, bool websocket)
+{
+    static const char *const names[] = {"Connection", "Keep-Alive", "TE", "Trailer", "Transfer-Encoding",
+                                        "Content-Length", "HTTP2-Settings", "Expect", NULL};
+    for (size_t i = 0; names[i]; i++)
+        if (intercept_hdr_is(h, names[i]))
+            return true;
+    if (intercept_hdr_is(h, "Upgrade"))
+        return !websocket;
+    return false;
+}
+
+/* Serialises the request head for the upstream into uq (and keeps a copy for a retry). */
+static int sess__serialize_request(struct intercept_session *s)
+{
+    struct al_buf *o = &s->uq;
+    size_t start = o->len;
+    int rc = al_buf_printf(o, "%s %.*s HTTP/1.1\r\n", s->method, (int)s->info.path_len, s->info.path);
+    bool scrubbing = s->n_used > 0 || (s->edit_live && s->edit.n_used > 0);
+    bool host_done = false;
+    for (size_t i = 0; i < s->n_hdrs && rc == 0; i++) {
+        const struct intercept_hdr *h = &s->hdrs[i];
+        if (s->edit_live && s->edit.drop[i])
+            continue;
+        if (hop_by_hop(h, s->info.websocket && s->ws_allowed))
+            continue;
+        if (scrubbing && (intercept_hdr_is(h, "Accept-Encoding") || intercept_hdr_is(h, "Range") ||
+                          intercept_hdr_is(h, "If-Range")))
+            continue;
+        if (intercept_hdr_is(h, "Host")) {
+            if (host_done)
+                continue;
+            host_done = true;
+        }
+        rc = al_buf_printf(o, "%.*s: %.*s\r\n", (int)h->name_len, h->name, (int)h->value_len, h->value);
+    }
+    for (size_t i = 0; s->edit_live && i < s->edit.n_add && rc == 0; i++) {
+        rc = al_buf_printf(o, "%s: ", s->edit.add[i].name);
+        if (!rc)
+            rc = al_buf_append(o, s->edit.add[i].value, s->edit.add[i].len);
+        if (!rc)
+            rc = al_buf_append(o, "\r\n", 2);
+    }
+    if (rc == 0 && scrubbing)
+        rc = al_buf_appends(o, "Accept-Encoding: identity\r\n");
+    if (rc == 0 && s->info.websocket && s->ws_allowed)
+        rc = al_buf_appends(o, "Connection: Upgrade\r\n");
+    if (rc == 0 && s->req_chunked)
+        rc = al_buf_appends(o, "Transfer-Encoding: chunked\r\n");
+    else if (rc == 0 && (s->req.flags & F_CONTENT_LENGTH))
+        rc = al_buf_printf(o, "Content-Length: %llu\r\n", (unsigned long long)s->req.content_length);
+    if (rc == 0)
+        rc = al_buf_append(o, "\r\n", 2);
+    if (rc == 0) {
+        al_buf_reset(&s->saved_head);
+        rc = al_buf_append(&s->saved_head, o->data + start, o->len - start);
+    }
+    return rc;
+}
+
+static void sess__start_upstream(struct intercept_session *s);
+
+/* The request is on its way: read the response, then the body (if any) follows. */
+static void sess__begin_forward(struct intercept_session *s)
+{
+    s->t_sent = al_now_ns();
+    s->st = S_FORWARD;
+    s->resp_in_head = true;
+    s->resp_started = s->resp_done = false;
+    llhttp_init(&s->resp, HTTP_RESPONSE, &resp_settings);
+    s->resp.data = s;
+    s->n_rhdrs = 0;
+    s->rhdr_overflow = false;
+    memset(s->rhdrs, 0, sizeof s->rhdrs);
+    al_buf_reset(&s->rhead);
+    s->ops->deadline(s->ctx, lim_or(s->lim.response_timeout_ms, 60000));
+}
+
+/* The request is decided, edited and ready: send its head, then the body follows. */
+static void sess__send(struct intercept_session *s)
+{
+
+    if (sess__serialize_request(s) < 0) {
+        sess__fail(s, 502, "bad_gateway", "proxy_error", "cannot serialise the request");
+        return;
+    }
+    if (s->edit_live) {
+        /* The added values are in uq and saved_head now: wipe the edit's copies early. */
+        for (size_t i = 0; i < s->edit.n_add; i++)
+            sodium_memzero(s->edit.add[i].value, s->edit.add[i].len);
+    }
+    if (s->expect_continue)
+        al_buf_appends(&s->cq, "HTTP/1.1 100 Continue\r\n\r\n");
+    sess__begin_forward(s);
+    llhttp_resume(&s->req);
+    /* A message without a body completes on an empty call. */
+    llhttp_errno_t err = llhttp_execute(&s->req, "", 0);
+    if (err != HPE_OK && err != HPE_PAUSED && err != HPE_PAUSED_UPGRADE)
+        sess__fail(s, 400, "bad_request", "malformed_request", llhttp_errno_name(err));
+}
+
+/* Remembers a secret the upstream now knows (for scrubbing every later response). */
+static void sess__use_secret(struct intercept_session *s, const struct intercept_secret *sec, enum policy_scrub mode)
+{
+    if (mode == POLICY_SCRUB_NONE)
+        return;
+    if (mode == POLICY_SCRUB_STRICT || s->scrub_mode == POLICY_SCRUB_NONE)
+        s->scrub_mode = mode;
+    for (size_t i = 0; i < s->n_used; i++)
+        if (s->used[i] == sec)
+            return;
+    if (s->n_used == MAX_USED) {
+        /* The oldest goes; strict rules then fail closed on nothing: keep the bound tight. */
+        intercept_secret_unref(s->used[0]);
+        memmove(s->used, s->used + 1, (MAX_USED - 1) * sizeof *s->used);
+        s->n_used--;
+    }
+    s->used[s->n_used++] = intercept_secret_ref((struct intercept_secret *)sec);
+}
+
+/* Secrets are there (or not needed): edit, then go upstream. */
+static void sess__after_fetch(struct intercept_session *s)
+{
+    s->t_fetched = s->n_fetch ? al_now_ns() : 0;
+    if (s->fetch_fail) {
+        const char *r = s->fetch_fail;
+        bool refused = strcmp(r, "vault_refused") == 0 || strcmp(r, "secret_not_found") == 0;
+        sess__deny(s, refused ? 403 : 503, refused ? "blocked_by_policy" : "credentials_unavailable", r);
+        return;
+    }
+    struct intercept_inject_ctx ic = {
+        .conn = &(struct intercept_conn_view){.tls = !s->plain, .sni = s->plain ? NULL : s->name, .port = s->port},
+        .host = s->info.host.text,
+        .hdrs = s->hdrs,
+        .n_hdrs = s->n_hdrs,
+        .target = s->url_at,
+        .target_len = s->url_len,
+        .d = &s->d,
+        .secrets = s->fetched,
+        .n_secrets = s->n_fetch,
+        .ph = s->ph,
+    };
+    if (intercept_inject_edit_init(&s->edit, s->n_hdrs) < 0) {
+        sess__deny(s, 503, "proxy_unavailable", "out_of_memory");
+        return;
+    }
+    s->edit_live = true;
+    const char *reason = NULL;
+    if (intercept_inject_apply(&ic, &s->edit, &reason) < 0) {
+        if (s->edit.placeholder_misuse) {
+            json_t *x = json_pack("{s:s,s:s,s:s,s:s}", "decision", "deny", "reason", "placeholder_misuse",
+                                  "where", s->edit.misuse_where ? s->edit.misuse_where : "",
+                                  "secret", s->edit.misuse_secret ? s->edit.misuse_secret : "");
+            sess__security_event(s, "placeholder_misuse", x);
+        }
+        sess__deny(s, 403, "blocked_by_policy", reason);
+        return;
+    }
+    enum policy_scrub mode = s->d.rule ? s->d.rule->scrub : POLICY_SCRUB_NONE;
+    for (size_t i = 0; i < s->edit.n_used; i++)
+        sess__use_secret(s, s->edit.used[i], mode == POLICY_SCRUB_NONE ? POLICY_SCRUB_STRICT : mode);
+    if (s->edit.n_injected)
+        s->stats.injected++;
+    /* Placeholders in the body are refused as they stream. */
+    const struct intercept_matcher *pm = intercept_placeholders_matcher(s->ph);
+    if (pm && (s->req_chunked || (s->req.flags & F_CONTENT_LENGTH && s->req.content_length > 0))) {
+        struct intercept_matcher *m = (struct intercept_matcher *)pm;
+        if (intercept_scrub_init(&s->ph_scan, &m, 1) == 0)
+            s->ph_scan_live = true;
+    }
+    if (s->ufd >= 0 && s->utls && !s->u_eof) {
+        sess__send(s);
+        return;
+    }
+    sess__start_upstream(s);
+}
+
+static void sess__fetch_cb(struct intercept_fetch *req, struct intercept_secret *sec, int err, const char *reason)
+{
+    struct sess_fetch *f = (struct sess_fetch *)req;
+    struct intercept_session *s = f->s;
+    f->pending = false;
+    if (err < 0 || !sec) {
+        if (!s->fetch_fail)
+            s->fetch_fail = reason ? reason : "vault_unavailable";
+    } else {
+        s->fetched[f->idx] = sec;
+    }
+    if (--s->fetch_left == 0 && s->st == S_FETCH) {
+        sess__after_fetch(s);
+        sess__run(s);
+    }
+}
+
+/* A complete, valid head is in s->head: check, decide, fetch. */
+static void sess__on_request(struct intercept_session *s)
+{
+    s->stats.requests++;
+    s->t_start = al_now_ns();
+    s->t_decided = s->t_fetch0 = s->t_fetched = s->t_connect0 = s->t_connected = s->t_sent = s->t_first_resp = 0;
+    s->ops->request_id(s->ctx, s->rid);
+    /* Path for the log: without the query. */
+    size_t pl = 0;
+    while (pl < s->url_len && s->url_at[pl] != '?' && s->url_at[pl] != '#' && pl < sizeof s->path_log - 1)
+        pl++;
+    memcpy(s->path_log, s->url_at, pl);
+    s->path_log[pl] = 0;
+    const char *m = llhttp_method_name((llhttp_method_t)s->req.method);
+    snprintf(s->method, sizeof s->method, "%s", m);
+    s->http_minor = s->req.http_minor;
+    if (s->hdr_overflow) {
+        sess__deny(s, 431, "request_header_too_large", "too_many_headers");
+        return;
+    }
+    if (s->audit_failed) {
+        sess__deny(s, 503, "proxy_unavailable", "audit_unavailable");
+        return;
+    }
+    struct intercept_conn_view cv = {.tls = !s->plain, .sni = s->plain ? NULL : s->name, .port = s->port};
+    struct intercept_req_view rv = {.method = s->method, .target = s->url_at, .target_len = s->url_len,
+                                    .hdrs = s->hdrs, .n_hdrs = s->n_hdrs};
+    int status = 0;
+    const char *reason = NULL;
+    if (intercept_request_check(&cv, &rv, &s->info, &status, &reason) < 0) {
+        sess__deny(s, status, status == 403 ? "blocked_by_policy" : "bad_request", reason);
+        return;
+    }
+    if (s->plain && (s->info.host.len != strlen(s->name) || memcmp(s->info.host.text, s->name, s->info.host.len) != 0)) {
+        /* Plain HTTP: the connection is bound to the host it was handed over for. */
+        sess__deny(s, 403, "blocked_by_policy", "host_changed_on_connection");
+        return;
+    }
+    const struct policy *p = s->ops->policy(s->ctx);
+    if (!p) {
+        sess__deny(s, 403, "blocked_by_policy", "no_policy");
+        return;
+    }
+    struct policy_request pr = {
+        .host = s->info.host.text,
+        .host_len = s->info.host.len,
+        .addr = s->dst.family ? &s->dst : NULL,
+        .port = s->port,
+        .scheme = s->plain ? POLICY_SCHEME_HTTP : POLICY_SCHEME_HTTPS,
+        .method = s->method,
+        .method_len = strlen(s->method),
+        .path = s->info.path,
+        .path_len = s->info.path_len,
+    };
+    policy_decide(p, &pr, &s->d);
+    s->t_decided = al_now_ns();
+    if (s->d.verdict != POLICY_ALLOW) {
+        sess__deny(s, 403, "blocked_by_policy", policy_reason_code(s->d.reason));
+        return;
+    }
+    if (intercept_request_check_decided(&s->info, &s->d, &reason) < 0) {
+        sess__deny(s, 403, "blocked_by_policy", reason);
+        return;
+    }
+    s->ws_allowed = s->info.websocket;
+    s->req_chunked = (s->req.flags & F_CHUNKED) != 0;
+    s->req_close = !llhttp_should_keep_alive(&s->req);
+    const struct intercept_hdr *ex = intercept_hdr_find(s->hdrs, s->n_hdrs, "Expect", NULL);
+    s->expect_continue = ex && ex->value_len == 12 && strncasecmp(ex->value, "100-continue", 12) == 0;
+    if (ex && !s->expect_continue) {
+        sess__deny(s, 400, "bad_request", "unsupported_expectation");
+        return;
+    }
+    const struct policy_limits *pl2 = policy_limits(p);
+    s->max_body = s->lim.max_body_bytes;
+    if (pl2 && pl2->max_request_body && (!s->max_body || pl2->max_request_body < s->max_body))
+        s->max_body = pl2->max_request_body;
+    if (s->max_body && (s->req.flags & F_CONTENT_LENGTH) && s->req.content_length > s->max_body) {
+        sess__deny(s, 413, "payload_too_large", "request_body_too_large");
+        return;
+    }
+    /* Secrets for a genuine allow that injects. */
+    s->fetch_fail = NULL;
+    s->n_fetch = s->fetch_left = 0;
+    if (s->d.inject && s->d.n_inject && !s->d.would_deny) {
+        const char *names[INTERCEPT_INJECT_MAX];
+        size_t n = intercept_inject_secrets(&s->d, names, INTERCEPT_INJECT_MAX);
+        if (!s->fetcher) {
+            s->fetch_fail = "vault_not_configured";
+            sess__after_fetch(s);
+            return;
+        }
+        s->t_fetch0 = al_now_ns();
+        s->n_fetch = n;
+        s->fetch_left = n;
+        s->st = S_FETCH;
+        for (size_t i = 0; i < n; i++) {
+            struct sess_fetch *f = &s->fetch[i];
+            memset(f, 0, sizeof *f);
+            f->req.cb = sess__fetch_cb;
+            f->s = s;
+            f->idx = i;
+            struct intercept_fetch_args a = {.name = names[i], .sandbox = s->sandbox,
+                                             .rule = s->d.rule ? s->d.rule->name : "", .host = s->info.host.text,
+                                             .request_id = s->rid};
+            struct intercept_secret *got = NULL;
+            const char *why = NULL;
+            int r = intercept_fetch_start(s->fetcher, &a, &f->req, &got, &why);
+            if (r == 1) {
+                s->fetched[i] = got;
+                s->fetch_left--;
+            } else if (r == 0) {
+                f->pending = true;
+            } else {
+                s->fetch_left--;
+                if (!s->fetch_fail)
+                    s->fetch_fail = why ? why : "vault_unavailable";
+            }
+        }
+        if (s->fetch_left == 0)
+            sess__after_fetch(s);
+        else
+            s->ops->deadline(s->ctx, lim_or(s->lim.response_timeout_ms, 60000));
+        return;
+    }
+    sess__after_fetch(s);
+}
+
+static const char *req__parse_error(llhttp_t *p, int *status)
+{
+    const char *r = llhttp_get_error_reason(p);
+    llhttp_errno_t e = llhttp_get_errno(p);
+    *status = 400;
+    if (e == HPE_USER && r && strcmp(r, "request_body_too_large") == 0) {
+        *status = 413;
+        return "request_body_too_large";
+    }
+    if (e == HPE_USER && r && strcmp(r, "placeholder_in_body") == 0) {
+        *status = 403;
+        return "placeholder_misuse";
+    }
+    switch (e) {
+    case HPE_INVALID_TRANSFER_ENCODING:
+    case HPE_UNEXPECTED_CONTENT_LENGTH:
+    case HPE_INVALID_CONTENT_LENGTH: return "ambiguous_framing";
+    case HPE_INVALID_METHOD: return "invalid_method";
+    case HPE_INVALID_VERSION: return "invalid_version";
+    case HPE_INVALID_CHUNK_SIZE: return "invalid_chunk";
+    case HPE_PAUSED_H2_UPGRADE: *status = 403; return "h2_prior_knowledge_refused";
+    default: return "malformed_request";
+    }
+}
+
+/* Parses what the sandbox sent, as far as the state allows. */
+static void sess__parse_client(struct intercept_session *s, bool *progress)
+{
+    uint32_t maxh = lim_or(s->lim.max_header_bytes, 32 * 1024);
+    while (s->st == S_IDLE || s->st == S_HEAD || (s->st == S_FORWARD && !s->req_done)) {
+        size_t avail = q_len(&s->cin, s->cin_off);
+        if (s->st == S_FORWARD) {
+            /* The body, while the upstream queue has room. */
+            if (!avail || q_len(&s->uq, s->uq_off) >= QUEUE_HIGH)
+                return;
+            const char *data = s->cin.data + s->cin_off;
+            llhttp_errno_t err = llhttp_execute(&s->req, data, avail);
+            size_t used = avail;
+            if (err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE)
+                used = (size_t)(llhttp_get_error_pos(&s->req) - data);
+            s->cin_off += used;
+            *progress = true;
+            if (err == HPE_PAUSED_UPGRADE)
+                return; /* what follows belongs to the upgraded protocol */
+            if (err == HPE_OK || err == HPE_PAUSED) {
+                q_compact(&s->cin, &s->cin_off);
+                continue;
+            }
+            int st;
+            const char *why = req__parse_error(&s->req, &st);
+            if (strcmp(why, "placeholder_misuse") == 0) {
+                json_t *x = json_pack("{s:s,s:s,s:s}", "decision", "deny", "reason", "placeholder_misuse", "where",
+                                      "body");
+                sess__security_event(s, "placeholder_misuse", x);
+            }
+            sess__fail(s, st, st == 413 ? "payload_too_large" : st == 403 ? "blocked_by_policy" : "bad_request",
+                       why, why);
+            return;
+        }
+        if (!avail)
+            return;
+        if (s->st == S_IDLE) {
+            s->st = S_HEAD;
+            s->ops->deadline(s->ctx, lim_or(s->lim.header_timeout_ms, 10000));
+        }
+        const char *data = s->cin.data + s->cin_off;
+        const char *end = memmem(data, avail, "\r\n\r\n", 4);
+        /* A head ended by bare LFs is refused at once (the validator says why), not left
+         * to wait for a CRLF that never comes. */
+        const char *lf2 = memmem(data, avail, "\n\n", 2);
+        if (lf2 && (!end || lf2 < end + 2)) {
+            size_t at = (size_t)(lf2 - data);
+            end = at >= 2 ? data + at - 2 : NULL;
+        }
+        if (!end && lf2) {
+            s->ops->request_id(s->ctx, s->rid);
+            sess__deny(s, 400, "bad_request", "invalid_line_ending");
+            return;
+        }
+        if (!end) {
+            if (avail > maxh) {
+                s->method[0] = 0;
+                s->ops->request_id(s->ctx, s->rid);
+                sess__deny(s, 431, "request_header_too_large", "request_head_too_large");
+            }
+            return;
+        }
+        size_t hl = (size_t)(end - data) + 4;
+        if (hl > maxh) {
+            s->ops->request_id(s->ctx, s->rid);
+            sess__deny(s, 431, "request_header_too_large", "request_head_too_large");
+            return;
+        }
+        /* A new request: reset, copy the head, validate its bytes, parse it. */
+        sess__release_request(s);
+        memset(&s->d, 0, sizeof s->d);
+        memset(&s->info, 0, sizeof s->info);
+        s->status = 0;
+        s->req_body = 0;
+        s->resp_bytes = 0;
+        s->req_done = false;
+        s->method[0] = 0;
+        s->path_log[0] = 0;
+        al_buf_reset(&s->head);
+        if (al_buf_append(&s->head, data, hl) < 0) {
+            sess__deny(s, 503, "proxy_unavailable", "out_of_memory");
+            return;
+        }
+        s->cin_off += hl;
+        *progress = true;
+        const char *why = NULL;
+        if (intercept_head_validate(s->head.data, hl, true, &why) < 0) {
+            s->ops->request_id(s->ctx, s->rid);
+            sess__deny(s, 400, "bad_request", why);
+            return;
+        }
+        llhttp_init(&s->req, HTTP_REQUEST, &req_settings);
+        s->req.data = s;
+        s->n_hdrs = 0;
+        s->hdr_overflow = false;
+        memset(s->hdrs, 0, sizeof s->hdrs);
+        s->url_at = NULL;
+        s->url_len = 0;
+        llhttp_errno_t err = llhttp_execute(&s->req, s->head.data, hl);
+        if (err != HPE_PAUSED || llhttp_get_error_pos(&s->req) != s->head.data + hl) {
+            int st;
+            const char *r = req__parse_error(&s->req, &st);
+            s->ops->request_id(s->ctx, s->rid);
+            sess__deny(s, st, st == 403 ? "blocked_by_policy" : "bad_request", r);
+            return;
+        }
+        if (!s->url_at) {
+            s->ops->request_id(s->ctx, s->rid);
+            sess__deny(s, 400, "bad_request", "invalid_target");
+            return;
+        }
+        s->ops->deadline(s->ctx, 0);
+        sess__on_request(s);
+        return;
+    }
+}
+
+/* ---- the upstream ---------------------------------------------------------------------------- */
+
+static void sess__up_failed(struct intercept_session *s, const char *why, const char *detail)
+{
+    int st = strcmp(why, "upstream_connect_timeout") == 0 ? 504 : 502;
+    sess__fail(s, st, st == 504 ? "gateway_timeout" : "bad_gateway", why, detail);
+}
+
+static void sess__connect_new(struct intercept_session *s)
+{
+    s->u_pooled = false;
+    s->t_connect0 = al_now_ns();
+    int fd = s->ops->connect(s->ctx);
+    if (fd < 0) {
+        sess__up_failed(s, "upstream_connect_failed", strerror(-fd));
+        return;
+    }
+    s->ufd = fd;
+    s->st = S_CONNECT;
+    s->ops->deadline(s->ctx, lim_or(s->lim.response_timeout_ms, 60000));
+}
+
+static void sess__start_upstream(struct intercept_session *s)
+{
+    if (s->pool && intercept_pool_get(s->pool, s->pool_key, &s->ufd, &s->utls) == 0) {
+        s->u_pooled = true;
+        s->stats.upstream_pooled = true;
+        s->u_eof = false;
+        s->t_connect0 = s->t_connected = al_now_ns();
+        sess__send(s);
+        return;
+    }
+    sess__connect_new(s);
+}
+
+static void sess__on_connected(struct intercept_session *s, bool *progress)
+{
+    int err = 0;
+    socklen_t l = sizeof err;
+    if (getsockopt(s->ufd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+        err = errno;
+    if (err) {
+        sess__close_upstream(s);
+        sess__up_failed(s, err == ETIMEDOUT ? "upstream_connect_timeout" : "upstream_connect_failed", strerror(err));
+        return;
+    }
+    struct al_error e = {0};
+    int r = s->plain ? intercept_tls_plain(s->ufd, NULL, 0, &s->utls)
+                     : intercept_tls_connect(s->cli, s->ufd, s->name, s->u_tls12 ? INTERCEPT_TLS_CONNECT_TLS12 : 0,
+                                             &s->utls, &e);
+    if (r < 0) {
+        sess__close_upstream(s);
+        sess__up_failed(s, "upstream_tls_failed", al_error_str(&e));
+        return;
+    }
+    s->st = S_UP_HS;
+    *progress = true;
+}
+
+static void sess__up_handshake(struct intercept_session *s, bool *progress)
+{
+    int r = intercept_tls_handshake(s->utls);
+    if (r == -EAGAIN)
+        return;
+    *progress = true;
+    if (r == 0) {
+        s->t_connected = al_now_ns();
+        if (s->retried)
+            sess__begin_forward(s); /* the head is queued already */
+        else
+            sess__send(s);
+        return;
+    }
+    const char *reason = intercept_tls_reason(s->utls);
+    char detail[320];
+    snprintf(detail, sizeof detail, "%s", intercept_tls_error(s->utls));
+    if (strcmp(reason, "retry_tls12") == 0 && !s->u_tls12) {
+        s->u_tls12 = true;
+        sess__close_upstream(s);
+        sess__connect_new(s);
+        return;
+    }
+    sess__close_upstream(s);
+    sess__up_failed(s, strcmp(reason, "certificate_verify_failed") == 0 ? "upstream_certificate_invalid"
+                                                                        : "upstream_tls_failed",
+                    detail);
+}
+
+/* ---- the response side ------------------------------------------------------------------------- */
+
+static int resp__on_field(llhttp_t *p, const char *at, size_t n)
+{
+    struct intercept_session *s = p->data;
+    if (s->n_rhdrs == MAX_HDRS) {
+        s->rhdr_overflow = true;
+        return 0;
+    }
+    struct intercept_hdr *h = &s->rhdrs[s->n_rhdrs];
+    if (!h->name)
+        h->name = at;
+    h->name_len = (size_t)(at + n - h->name);
+    return 0;
+}
+
+static int resp__on_value(llhttp_t *p, const char *at, size_t n)
+{
+    struct intercept_session *s = p->data;
+    if (s->n_rhdrs == MAX_HDRS)
+        return 0;
+    struct intercept_hdr *h = &s->rhdrs[s->n_rhdrs];
+    if (!h->value)
+        h->value = at;
+    h->value_len = (size_t)(at + n - h->value);
+    return 0;
+}
+
+static int resp__on_value_complete(llhttp_t *p)
+{
+    struct intercept_session *s = p->data;
+    if (s->n_rhdrs == MAX_HDRS)
+        return 0;
+    if (!s->rhdrs[s->n_rhdrs].value)
+        s->rhdrs[s->n_rhdrs].value = "";
+    s->n_rhdrs++;
+    if (s->n_rhdrs < MAX_HDRS)
+        s->rhdrs[s->n_rhdrs] = (struct intercept_hdr){0};
+    return 0;
+}
+
+static int resp__on_headers_complete(llhttp_t *p)
+{
+    struct intercept_session *s = p->data;
+    if (strcmp(s->method, "HEAD") == 0 && p->status_code >= 200)
+        p->flags |= F_SKIPBODY;
+    return HPE_PAUSED;
+}
+
+static int resp__on_body(llhttp_t *p, const char *at, size_t n)
+{
+    struct intercept_session *s = p->data;
+    struct al_buf out = AL_BUF_INIT;
+    const char *reason = NULL;
+    int r = s->body_live ? intercept_body_feed(&s->body, at, n, &out, &reason)
+                         : (al_buf_append(&out, at, n) < 0 ? -ENOMEM : 0);
+    if (r < 0) {
+        al_buf_free_wipe(&out);
+        llhttp_set_error_reason(p, reason ? reason : "scrub_failed");
+        return HPE_USER;
+    }
+    int rc = 0;
+    if (out.len) {
+        if (s->resp_chunked_out)
+            rc = al_buf_printf(&s->cq, "%zx\r\n", out.len);
+        if (!rc)
+            rc = al_buf_append(&s->cq, out.data, out.len);
+        if (!rc && s->resp_chunked_out)
+            rc = al_buf_append(&s->cq, "\r\n", 2);
+        s->resp_bytes += out.len;
+        s->bytes_down += out.len;
+    }
+    al_buf_free(&out);
+    return rc ? HPE_USER : 0;
+}
+
+static int resp__on_complete(llhttp_t *p)
+{
+    struct intercept_session *s = p->data;
+    if (p->status_code < 200 && p->status_code != 101)
+        return 0; /* an interim response: the final one follows */
+    s->resp_done = true;
+    return HPE_PAUSED;
+}
+
+static bool resp_hop_by_hop(const struct intercept_hdr *h, bool upgrade)
+{
+    static const char *const names[] = {"Connection", "Keep-Alive", "TE", "Trailer", "Transfer-Encoding",
+                                        "Content-Length", "Proxy-Authenticate", "Proxy-Connection", NULL};
+    for (size_t i = 0; names[i]; i++)
+        if (intercept_hdr_is(h, names[i]))
+            return true;
+    if (intercept_hdr_is(h, "Upgrade"))
+        return !upgrade;
+    return false;
+}
+
+/* The response head is parsed: check, scrub, re-frame, queue it for the sandbox. */
+static void sess__on_response_head(struct intercept_session *s)
+{
+    int status = s->resp.status_code;
+    s->status = status;
+    if (!s->t_first_resp)
+        s->t_first_resp = al_now_ns();
+    if (s->rhdr_overflow) {
+        sess__fail(s, 502, "bad_gateway", "malformed_response", "too many response headers");
+        return;
+    }
+    const char *reason;
+    if (intercept_response_check(status, s->ws_allowed, &reason) < 0) {
+        sess__fail(s, 502, "bad_gateway", reason, reason);
+        return;
+    }
+    /* How the body goes. */
+    struct intercept_matcher *ms[MAX_USED];
+    for (size_t i = 0; i < s->n_used; i++)
+        ms[i] = s->used[i]->matcher;
+    const struct intercept_hdr *ce = intercept_hdr_find(s->rhdrs, s->n_rhdrs, "Content-Encoding", NULL);
+    char cebuf[128] = "";
+    if (ce)
+        snprintf(cebuf, sizeof cebuf, "%.*s", (int)(ce->value_len < 127 ? ce->value_len : 127), ce->value);
+    bool no_body = status == 204 || status == 304 || (status >= 100 && status < 200) || strcmp(s->method, "HEAD") == 0;
+    if (!no_body && s->n_used) {
+        if (intercept_body_start(&s->body, ms, s->n_used, ce ? cebuf : NULL, s->scrub_mode,
+                                 s->lim.max_decoded_body, &reason) < 0) {
+            json_t *x = json_pack("{s:s,s:s,s:s}", "decision", "deny", "reason", reason ? reason : "",
+                                  "content_encoding", cebuf);
+            sess__security_event(s, "response_not_inspectable", x);
+            sess__fail(s, 502, "response_not_inspectable", reason ? reason : "unsupported_content_encoding",
+                       reason);
+            return;
+        }
+        s->body_live = true;
+    }
+    bool decode = s->body_live && s->body.mode == INTERCEPT_BODY_DECODE;
+    bool has_cl = (s->resp.flags & F_CONTENT_LENGTH) != 0;
+    bool upgrade = status == 101;
+    bool client10 = s->http_minor == 0;
+    s->resp_skip = no_body;
+    s->resp_chunked_out = !no_body && !upgrade && (decode || !has_cl) && !client10;
+    s->resp_close_delim = !no_body && !upgrade && (decode || !has_cl) && client10;
+    bool close = s->req_close || s->resp_close_delim || !llhttp_should_keep_alive(&s->resp) || s->close_after;
+    if (close)
+        s->close_after = true;
+    /* The head toward the sandbox. */
+    struct intercept_scrub_report rep = {0};
+    /* The status line as the upstream wrote it (validated), in our HTTP version. */
+    const char *sl = s->rhead.data;
+    const char *sle = memchr(sl, '\r', s->rhead.len);
+    size_t at0 = s->cq.len;
+    int rc = al_buf_printf(&s->cq, "HTTP/1.%d%.*s\r\n", client10 ? 0 : 1, (int)(sle - sl - 8), sl + 8);
+    for (size_t k = 0; rc == 0 && k < s->n_used; k++)
+        s->stats.scrubbed_matches +=
+            intercept_scrub_buffer(s->used[k]->matcher, k, s->cq.data + at0, s->cq.len - at0, &rep);
+    for (size_t i = 0; i < s->n_rhdrs && rc == 0; i++) {
+        const struct intercept_hdr *h = &s->rhdrs[i];
+        if (resp_hop_by_hop(h, upgrade))
+            continue;
+        if (decode && intercept_hdr_is(h, "Content-Encoding"))
+            continue;
+        size_t at = s->cq.len;
+        rc = al_buf_printf(&s->cq, "%.*s: %.*s\r\n", (int)h->name_len, h->name, (int)h->value_len, h->value);
+        for (size_t k = 0; rc == 0 && k < s->n_used; k++)
+            s->stats.scrubbed_matches +=
+                intercept_scrub_buffer(s->used[k]->matcher, k, s->cq.data + at, s->cq.len - at, &rep);
+    }
+    if (rc == 0) {
+        if (upgrade)
+            rc = al_buf_appends(&s->cq, "Connection: Upgrade\r\n");
+        else if (has_cl && !decode && status != 204 && status != 304)
+            rc = al_buf_printf(&s->cq, "Content-Length: %llu\r\n", (unsigned long long)s->resp.content_length);
+        if (rc == 0 && s->resp_chunked_out)
+            rc = al_buf_appends(&s->cq, "Transfer-Encoding: chunked\r\n");
+        if (rc == 0 && close && !upgrade)
+            rc = al_buf_appends(&s->cq, "Connection: close\r\n");
+        if (rc == 0)
+            rc = al_buf_append(&s->cq, "\r\n", 2);
+    }
+    if (rep.matches) {
+        json_t *enc = json_array();
+        for (int e = 0; e < INTERCEPT_ENC__COUNT; e++)
+            if (rep.enc_mask & (1u << e))
+                json_array_append_new(enc, json_string(intercept_enc_name((enum intercept_enc)e)));
+        json_t *x = json_pack("{s:s,s:s,s:I,s:o}", "decision", "scrubbed", "where", "response_headers",
+                              "matches", (json_int_t)rep.matches, "encodings", enc);
+        json_t *ids = json_array();
+        for (size_t k = 0; k < s->n_used; k++)
+            if (rep.value_mask[k])
+                json_array_append_new(ids, json_string(s->used[k]->secret_id));
+        json_object_set_new(x, "secret_ids", ids);
+        sess__security_event(s, "secret_reflected", x);
+    }
+    if (rc < 0) {
+        sess__fail(s, 502, "bad_gateway", "proxy_error", "cannot build the response head");
+        return;
+    }
+    s->resp_started = true;
+    s->resp_in_head = false;
+    if (upgrade)
+        s->upgraded = true;
+}
+
+/* The response is complete (and the request too): audit, then keep-alive or close. */
+static void sess__response_complete(struct intercept_session *s)
+{
+    if (s->body_live) {
+        struct al_buf out = AL_BUF_INIT;
+        const char *reason = NULL;
+        if (intercept_body_finish(&s->body, &out, &reason) < 0) {
+            al_buf_free_wipe(&out);
+            sess__fail(s, 502, "bad_gateway", reason ? reason : "scrub_failed", reason);
+            return;
+        }
+        if (out.len) {
+            if (s->resp_chunked_out)
+                al_buf_printf(&s->cq, "%zx\r\n", out.len);
+            al_buf_append(&s->cq, out.data, out.len);
+            if (s->resp_chunked_out)
+                al_buf_append(&s->cq, "\r\n", 2);
+            s->resp_bytes += out.len;
+        }
+        al_buf_free(&out);
+    }
+    if (s->resp_chunked_out)
+        al_buf_append(&s->cq, "0\r\n\r\n", 5);
+    /* Reflection in the body. */
+    if (s->body_live && s->body.scrub.rep.matches) {
+        const struct intercept_scrub_report *rep = &s->body.scrub.rep;
+        s->stats.scrubbed_matches += rep->matches;
+        json_t *enc = json_array();
+        for (int e = 0; e < INTERCEPT_ENC__COUNT; e++)
+            if (rep->enc_mask & (1u << e))
+                json_array_append_new(enc, json_string(intercept_enc_name((enum intercept_enc)e)));
+        json_t *ids = json_array();
+        for (size_t k = 0; k < s->n_used; k++)
+            if (rep->value_mask[k])
+                json_array_append_new(ids, json_string(s->used[k]->secret_id));
+        json_t *x = json_pack("{s:s,s:s,s:I,s:o,s:o,s:b}", "decision", "scrubbed", "where", "response_body",
+                              "matches", (json_int_t)rep->matches, "encodings", enc, "secret_ids", ids, "decoded",
+                              s->body.mode == INTERCEPT_BODY_DECODE);
+        sess__security_event(s, "secret_reflected", x);
+    }
+    sess__audit_request(s, s->d.would_deny ? "would_deny" : "allow", policy_reason_code(s->d.reason), NULL);
+    bool up_ok = llhttp_should_keep_alive(&s->resp) && !s->u_eof && q_len(&s->rin, s->rin_off) == 0;
+    if (!up_ok)
+        sess__close_upstream(s);
+    else
+        s->u_reusable = true;
+    sess__release_request(s);
+    s->resp_done = false;
+    if (s->close_after) {
+        s->st = S_CLOSING;
+        s->ops->deadline(s->ctx, CLOSE_MS);
+        return;
+    }
+    s->st = S_IDLE;
+    s->ops->deadline(s->ctx, lim_or(s->lim.keepalive_timeout_ms, 60000));
+}
+
+/* Parses upstream bytes; false when the session ended. */
+static bool sess__parse_upstream(struct intercept_session *s, bool *progress)
+{
+    while (s->st == S_FORWARD && !s->resp_done && q_len(&s->rin, s->rin_off) &&
+           q_len(&s->cq, s->cq_off) < QUEUE_HIGH) {
+        const char *data = s->rin.data + s->rin_off;
+        size_t avail = q_len(&s->rin, s->rin_off);
+        if (s->resp_in_head) {
+            /* The head must be whole before any of it is parsed or forwarded. */
+            const char *end = memmem(data, avail, "\r\n\r\n", 4);
+            if (!end) {
+                if (avail > RESP_HEAD_MAX) {
+                    sess__fail(s, 502, "bad_gateway", "response_head_too_large", "response head too large");
+                    return false;
+                }
+                return true;
+            }
+            size_t hl = (size_t)(end - data) + 4;
+            const char *why = NULL;
+            if (intercept_head_validate(data, hl, false, &why) < 0) {
+                sess__fail(s, 502, "bad_gateway", "malformed_response", why);
+                return false;
+            }
+            al_buf_reset(&s->rhead);
+            al_buf_append(&s->rhead, data, hl);
+            s->rin_off += hl;
+            *progress = true;
+            s->n_rhdrs = 0;
+            memset(s->rhdrs, 0, sizeof s->rhdrs);
+            llhttp_errno_t err = llhttp_execute(&s->resp, s->rhead.data, hl);
+            if (err != HPE_PAUSED || llhttp_get_error_pos(&s->resp) != s->rhead.data + hl) {
+                sess__fail(s, 502, "bad_gateway", "malformed_response", llhttp_errno_name(err));
+                return false;
+            }
+            if (s->resp.status_code >= 100 && s->resp.status_code < 200 && s->resp.status_code != 101) {
+                /* An interim response: dropped (we answered Expect ourselves); the final
+                 * one follows on the same parser. */
+                llhttp_resume(&s->resp);
+                llhttp_execute(&s->resp, "", 0);
+                continue;
+            }
+            sess__on_response_head(s);
+            if (s->st != S_FORWARD)
+                return false;
+            if (s->upgraded) {
+                /* WebSocket accepted: from here on a tunnel. */
+                return true;
+            }
+            llhttp_resume(&s->resp);
+            /* A message without a body completes on an empty call. */
+            err = llhttp_execute(&s->resp, "", 0);
+            if (err != HPE_OK && err != HPE_PAUSED) {
+                sess__fail(s, 502, "bad_gateway", "malformed_response", llhttp_errno_name(err));
+                return false;
+            }
+            continue;
+        }
+        llhttp_errno_t err = llhttp_execute(&s->resp, data, avail);
+        size_t used = avail;
+        if (err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE)
+            used = (size_t)(llhttp_get_error_pos(&s->resp) - data);
+        s->rin_off += used;
+        *progress = true;
+        if (err == HPE_OK || err == HPE_PAUSED)
+            continue;
+        const char *r = llhttp_get_error_reason(&s->resp);
+        if (err == HPE_USER && r && (strcmp(r, "decoded_body_too_large") == 0 || strcmp(r, "corrupt_encoding") == 0)) {
+            json_t *x = json_pack("{s:s,s:s}", "decision", "abort", "reason", r);
+            sess__security_event(s, "response_not_inspectable", x);
+            sess__fail(s, 502, "response_not_inspectable", r, r);
+        } else {
+            sess__fail(s, 502, "bad_gateway", "malformed_response", llhttp_errno_name(err));
+        }
+        return false;
+    }
+    q_compact(&s->rin, &s->rin_off);
+    return true;
+}
+
+/* ---- the driver ------------------------------------------------------------------------------ */
+
+static void sess__tunnel(struct intercept_session *s, bool *progress)
+{
+    /* Sandbox -> upstream as it comes; upstream -> sandbox through the scrubbers (if any,
+     * best_effort rules only: strict ones refuse WebSocket). */
+    if (q_len(&s->cin, s->cin_off)) {
+        al_buf_append(&s->uq, s->cin.data + s->cin_off, q_len(&s->cin, s->cin_off));
+        s->bytes_up += q_len(&s->cin, s->cin_off);
+        s->cin_off = s->cin.len;
+        q_compact(&s->cin, &s->cin_off);
+        *progress = true;
+    }
+    if (q_len(&s->rin, s->rin_off)) {
+        size_t n = q_len(&s->rin, s->rin_off);
+        if (s->tscrub_live)
+            intercept_scrub_feed(&s->tscrub, s->rin.data + s->rin_off, n, &s->cq);
+        else
+            al_buf_append(&s->cq, s->rin.data + s->rin_off, n);
+        s->bytes_down += n;
+        s->rin_off = s->rin.len;
+        q_compact(&s->rin, &s->rin_off);
+        *progress = true;
+    }
+}
+
+static size_t sess__tunnel_held(const struct intercept_session *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; s->tscrub_live && i < s->tscrub.n; i++)
+        n += s->tscrub.st[i].carry.len;
+    return n;
+}
+
+static void sess__update_watch(struct intercept_session *s)
+{
+    if (s->st == S_DONE)
+        return;
+    int ce = 0, ue = 0;
+    if (s->ctls) {
+        ce = intercept_tls_want(s->ctls) & INTERCEPT_TLS_WANT_WRITE;
+        if (q_len(&s->cq, s->cq_off))
+            ce |= INTERCEPT_TLS_WANT_WRITE;
+        bool want_read = false;
+        switch (s->st) {
+        case S_HANDSHAKE: want_read = intercept_tls_want(s->ctls) & INTERCEPT_TLS_WANT_READ; break;
+        case S_IDLE:
+        case S_HEAD: want_read = true; break;
+        case S_FORWARD: want_read = !s->req_done && q_len(&s->uq, s->uq_off) < QUEUE_HIGH; break;
+        case S_TUNNEL: want_read = q_len(&s->uq, s->uq_off) < QUEUE_HIGH; break;
+        case S_CLOSING: want_read = true; break; /* read and discard until the close */
+        default: break;
+        }
+        if (want_read && !s->c_eof)
+            ce |= INTERCEPT_TLS_WANT_READ;
+    }
+    if (s->ufd >= 0) {
+        if (s->st == S_CONNECT) {
+            ue = INTERCEPT_TLS_WANT_WRITE;
+        } else if (s->utls) {
+            ue = intercept_tls_want(s->utls);
+            if (q_len(&s->uq, s->uq_off))
+                ue |= INTERCEPT_TLS_WANT_WRITE;
+            if ((s->st == S_FORWARD || s->st == S_TUNNEL) && !s->u_eof && q_len(&s->cq, s->cq_off) < QUEUE_HIGH)
+                ue |= INTERCEPT_TLS_WANT_READ;
+            if (s->st == S_IDLE)
+                ue &= ~INTERCEPT_TLS_WANT_READ; /* idle: a close is noticed at the next request */
+        }
+    }
+    s->ops->watch(s->ctx, INTERCEPT_END_CLIENT, s->cfd, ce);
+    s->ops->watch(s->ctx, INTERCEPT_END_UPSTREAM, s->ufd, ue);
+    if (s->st == S_TUNNEL) {
+        /* Bytes held back by the scrubber (they could begin a secret) go out after a short
+         * quiet: an interactive protocol must not wait for the next message. */
+        s->ops->deadline(s->ctx, sess__tunnel_held(s) ? TUNNEL_FLUSH_MS : lim_or(s->lim.idle_timeout_ms, 300000));
+    }
+}
+
+static void sess__run(struct intercept_session *s)
+{
+    for (int guard = 0; guard < 256 && s->st != S_DONE; guard++) {
+        bool progress = false;
+        switch (s->st) {
+        case S_HANDSHAKE: {
+            int r = intercept_tls_handshake(s->ctls);
+            if (r == 0) {
+                s->st = S_IDLE;
+                s->ops->deadline(s->ctx, lim_or(s->lim.keepalive_timeout_ms, 60000));
+                progress = true;
+            } else if (r != -EAGAIN) {
+                char detail[400];
+                snprintf(detail, sizeof detail, "%s: %s", intercept_tls_reason(s->ctls), intercept_tls_error(s->ctls));
+                sess__finish(s, "sandbox_tls_failed", detail);
+                return;
+            }
+            break;
+        }
+        case S_CONNECT:
+            break; /* on writability */
+        case S_UP_HS:
+            sess__up_handshake(s, &progress);
+            break;
+        default:
+            break;
+        }
+        if (s->st == S_DONE)
+            return;
+        /* Reads. */
+        if (s->ctls && intercept_tls_handshake_done(s->ctls) && !s->c_eof &&
+            (s->st == S_IDLE || s->st == S_HEAD || s->st == S_CLOSING || s->st == S_TUNNEL ||
+             (s->st == S_FORWARD && !s->req_done)) &&
+            q_len(&s->cin, s->cin_off) < (size_t)lim_or(s->lim.max_header_bytes, 32 * 1024) + READ_CHUNK) {
+            ssize_t n = sess__read_tls(s->ctls, &s->cin, s->cin.len + READ_CHUNK);
+            if (n > 0) {
+                progress = true;
+                if (s->st == S_CLOSING) {
+                    al_buf_reset(&s->cin);
+                    s->cin_off = 0;
+                }
+            } else if (n < 0) {
+                s->c_eof = true;
+                progress = true;
+                if (s->st == S_IDLE || s->st == S_CLOSING || (s->st == S_HEAD && q_len(&s->cin, s->cin_off) == 0)) {
+                    sess__finish(s, "sandbox_closed", "");
+                    return;
+                }
+                if (s->st == S_TUNNEL) {
+                    sess__finish(s, "sandbox_closed", "");
+                    return;
+                }
+                if (s->st == S_HEAD || (s->st == S_FORWARD && !s->req_done)) {
+                    sess__audit_request(s, s->method[0] ? "allow" : "deny", "sandbox_closed", "sandbox_closed");
+                    sess__close_upstream(s);
+                    sess__finish(s, "sandbox_closed", "");
+                    return;
+                }
+            }
+        }
+        if ((s->st == S_FORWARD || s->st == S_TUNNEL) && s->utls && !s->u_eof &&
+            q_len(&s->cq, s->cq_off) < QUEUE_HIGH) {
+            ssize_t n = sess__read_tls(s->utls, &s->rin, s->rin.len + READ_CHUNK);
+            if (n > 0) {
+                progress = true;
+            } else if (n < 0) {
+                s->u_eof = true;
+                progress = true;
+                if (s->st == S_TUNNEL) {
+                    sess__tunnel(s, &progress);
+                    if (s->tscrub_live) {
+                        s->stats.scrubbed_matches += s->tscrub.rep.matches;
+                        intercept_scrub_finish(&s->tscrub, &s->cq);
+                    }
+                    sess__close_upstream(s);
+                    s->close_after = true;
+                    s->st = S_CLOSING;
+                } else if (s->resp_in_head && !s->resp_started && s->u_pooled && !s->retried &&
+                           s->req_done && q_len(&s->rin, s->rin_off) == 0) {
+                    /* A pooled connection the server had closed: one retry on a new one. */
+                    s->retried = true;
+                    struct al_buf again = s->saved_head;
+                    al_buf_init(&s->saved_head, 0);
+                    sess__close_upstream(s);
+                    al_buf_append(&s->uq, again.data, again.len);
+                    al_buf_free_wipe(&again);
+                    s->u_eof = false;
+                    sess__connect_new(s);
+                } else if (!s->resp_in_head && llhttp_message_needs_eof(&s->resp)) {
+                    if (llhttp_finish(&s->resp) != HPE_OK && !s->resp_done) {
+                        sess__fail(s, 502, "bad_gateway", "upstream_closed_mid_response", "");
+                        return;
+                    }
+                } else if (!s->resp_done) {
+                    sess__fail(s, 502, "bad_gateway",
+                               s->resp_started ? "upstream_closed_mid_response" : "upstream_closed_before_response",
+                               s->utls ? intercept_tls_error(s->utls) : "");
+                    return;
+                }
+            }
+        }
+        /* Parsing. */
+        if (s->st == S_IDLE || s->st == S_HEAD || s->st == S_FORWARD)
+            sess__parse_client(s, &progress);
+        if (s->st == S_DONE)
+            return;
+        if (s->st == S_FORWARD)
+            sess__parse_upstream(s, &progress);
+        if (s->st == S_DONE)
+            return;
+        if (s->st == S_FORWARD && s->upgraded) {
+            s->st = S_TUNNEL;
+            if (s->n_used) {
+                struct intercept_matcher *ms[MAX_USED];
+                for (size_t k = 0; k < s->n_used; k++)
+                    ms[k] = s->used[k]->matcher;
+                s->tscrub_live = intercept_scrub_init(&s->tscrub, ms, s->n_used) == 0;
+            }
+            sess__audit_request(s, "allow", "rule_allows", NULL);
+            s->ops->deadline(s->ctx, lim_or(s->lim.idle_timeout_ms, 300000));
+            progress = true;
+        }
+        if (s->st == S_TUNNEL)
+            sess__tunnel(s, &progress);
+        /* Writes. */
+        if (!sess__flush_tls(s, s->utls, &s->uq, &s->uq_off, false, &progress))
+            return;
+        if (s->st == S_DONE)
+            return;
+        if (!sess__flush_tls(s, s->ctls, &s->cq, &s->cq_off, true, &progress))
+            return;
+        if (s->st == S_FORWARD && s->resp_done && s->req_done && q_len(&s->cq, s->cq_off) < QUEUE_HIGH) {
+            sess__response_complete(s);
+            progress = true;
+        }
+        if (s->st == S_FORWARD && s->resp_done && !s->req_done) {
+            /* Answered before the request body ended: the rest cannot be trusted. */
+            s->close_after = true;
+            s->req_done = true;
+            sess__close_upstream(s);
+            s->u_eof = true;
+        }
+        if (s->st == S_CLOSING && q_len(&s->cq, s->cq_off) == 0 && intercept_tls_out_pending(s->ctls) == 0) {
+            intercept_tls_close_notify(s->ctls);
+            sess__finish(s, s->end_why ? s->end_why : "closed", NULL);
+            return;
+        }
+        if (s->st == S_FORWARD && progress)
+            s->ops->deadline(s->ctx, s->resp_started ? lim_or(s->lim.idle_timeout_ms, 300000)
+                                                     : lim_or(s->lim.response_timeout_ms, 60000));
+        if (!progress) {
+            /* Decrypted bytes the sockets no longer signal? */
+            bool more = s->ctls && intercept_tls_handshake_done(s->ctls) && intercept_tls_in_pending(s->ctls) &&
+                        (s->st == S_IDLE || s->st == S_HEAD || s->st == S_TUNNEL ||
+                         (s->st == S_FORWARD && !s->req_done));
+            if (!more)
+                break;
+        }
+    }
+    sess__update_watch(s);
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------------- */
+
+int intercept_session_start(const struct intercept_session_opts *o, struct intercept_session **out,
+                            struct al_error *err)
+{
+    *out = NULL;
+    struct intercept_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        intercept_tls_raw_alert(o->client_fd, MBEDTLS_SSL_ALERT_MSG_INTERNAL_ERROR);
+        return al_error_set(err, -ENOMEM, "out of memory");
+    }
+    s->ops = o->ops;
+    s->ctx = o->ctx;
+    s->srv = intercept_tls_server_ref(o->srv);
+    s->cli = intercept_tls_client_ref(o->cli);
+    s->pool = o->pool;
+    s->fetcher = o->fetcher;
+    s->ph = intercept_placeholders_ref(o->ph);
+    s->lim = o->limits;
+    snprintf(s->sandbox, sizeof s->sandbox, "%s", o->sandbox_id ? o->sandbox_id : "");
+    snprintf(s->name, sizeof s->name, "%s", o->name);
+    s->port = o->port;
+    s->dst = o->dst;
+    s->cfd = o->client_fd;
+    s->ufd = -1;
+    s->plain = o->plaintext;
+    char pool_host[POLICY_NAME_MAX + 8];
+    snprintf(pool_host, sizeof pool_host, "%s%s", s->plain ? "http:" : "", s->name);
+    intercept_pool_key(s->pool_key, s->sandbox, pool_host, s->port);
+    al_buf_init(&s->cin, 0);
+    al_buf_init(&s->cq, 0);
+    al_buf_init(&s->uq, 0);
+    al_buf_init(&s->rin, 0);
+    al_buf_init(&s->head, 0);
+    al_buf_init(&s->rhead, 0);
+    al_buf_init(&s->saved_head, 0);
+    int r = s->plain ? intercept_tls_plain(s->cfd, o->prefix, o->prefix_len, &s->ctls)
+                     : intercept_tls_accept(s->srv, s->cfd, s->name, o->prefix, o->prefix_len, &s->ctls, err);
+    if (r < 0 && s->plain) {
+        al_error_set(err, r, "out of memory");
+        s->done_called = true;
+        intercept_session_free(s);
+        return r;
+    }
+    if (r < 0) {
+        intercept_tls_raw_alert(o->client_fd, r == -EPERM ? MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED
+                                                          : MBEDTLS_SSL_ALERT_MSG_INTERNAL_ERROR);
+        s->done_called = true;
+        intercept_session_free(s);
+        return r;
+    }
+    s->st = S_HANDSHAKE;
+    s->ops->deadline(s->ctx, lim_or(s->lim.handshake_timeout_ms, 10000));
+    *out = s;
+    sess__run(s);
+    return 0;
+}
+
+void intercept_session_on_events(struct intercept_session *s, int end, int events)
+{
+    if (s->st == S_DONE)
+        return;
+    if (end == INTERCEPT_END_UPSTREAM && s->st == S_CONNECT && (events & INTERCEPT_TLS_WANT_WRITE)) {
+        bool progress = false;
+        sess__on_connected(s, &progress);
+        if (s->st == S_DONE)
+            return;
+    }
+    sess__run(s);
+}
+
+void intercept_session_on_timeout(struct intercept_session *s)
+{
+    switch (s->st) {
+    case S_HANDSHAKE:
+        sess__finish(s, "handshake_timeout", "the sandbox did not complete the TLS handshake in time");
+        return;
+    case S_IDLE:
+        intercept_tls_close_notify(s->ctls);
+        sess__finish(s, "keepalive_timeout", "");
+        return;
+    case S_HEAD:
+        if (!s->rid[0])
+            s->ops->request_id(s->ctx, s->rid);
+        sess__deny(s, 408, "request_timeout", "request_head_timeout");
+        break;
+    case S_FETCH:
+        sess__deny(s, 503, "credentials_unavailable", "vault_timeout");
+        break;
+    case S_CONNECT:
+    case S_UP_HS:
+        sess__close_upstream(s);
+        sess__fail(s, 504, "gateway_timeout", "upstream_connect_timeout", "");
+        break;
+    case S_FORWARD:
+        if (s->resp_started)
+            sess__fail(s, 504, "gateway_timeout", "upstream_idle_timeout", "");
+        else if (!s->req_done)
+            sess__fail(s, 408, "request_timeout", "request_body_timeout", "");
+        else
+            sess__fail(s, 504, "gateway_timeout", "upstream_response_timeout", "");
+        break;
+    case S_TUNNEL:
+        if (sess__tunnel_held(s)) {
+            s->stats.scrubbed_matches += s->tscrub.rep.matches;
+            s->tscrub.rep.matches = 0;
+            intercept_scrub_finish(&s->tscrub, &s->cq);
+            break; /* runs, flushes, re-arms the idle deadline */
+        }
+        sess__close_upstream(s);
+        sess__finish(s, "idle_timeout", "");
+        return;
+    case S_CLOSING:
+        sess__finish(s, s->end_why ? s->end_why : "closed", "");
+        return;
+    default:
+        return;
+    }
+    if (s->st != S_DONE)
+        sess__run(s);
+}
+
+void intercept_session_abort(struct intercept_session *s, const char *why)
+{
+    if (s->st == S_DONE)
+        return;
+    sess__close_upstream(s);
+    if (s->ctls && intercept_tls_handshake_done(s->ctls))
+        intercept_tls_send_alert(s->ctls, MBEDTLS_SSL_ALERT_MSG_INTERNAL_ERROR);
+    sess__finish(s, why, "");
+}
+
+void intercept_session_free(struct intercept_session *s)
+{
+    if (!s)
+        return;
+    sess__release_request(s);
+    if (s->ufd >= 0) {
+        if (s->u_reusable && s->pool && s->utls && !s->u_eof && q_len(&s->uq, s->uq_off) == 0 &&
+            intercept_tls_out_pending(s->utls) == 0) {
+            s->ops->watch(s->ctx, INTERCEPT_END_UPSTREAM, -1, 0);
+            intercept_pool_put(s->pool, s->pool_key, s->ufd, s->utls);
+            s->ufd = -1;
+            s->utls = NULL;
+        } else {
+            sess__close_upstream(s);
+        }
+    }
+    if (s->tscrub_live)
+        intercept_scrub_free(&s->tscrub);
+    for (size_t i = 0; i < s->n_used; i++)
+        intercept_secret_unref(s->used[i]);
+    intercept_tls_free(s->ctls);
+    al_buf_free_wipe(&s->cin);
+    al_buf_free_wipe(&s->cq);
+    al_buf_free_wipe(&s->uq);
+    al_buf_free_wipe(&s->rin);
+    al_buf_free_wipe(&s->head);
+    al_buf_free_wipe(&s->rhead);
+    al_buf_free_wipe(&s->saved_head);
+    intercept_placeholders_unref(s->ph);
+    intercept_tls_server_unref(s->srv);
+    intercept_tls_client_unref(s->cli);
+    free(s);
+}
+
+void intercept_session_get_stats(const struct intercept_session *s, struct intercept_session_stats *st)
+{
+    *st = s->stats;
+    st->bytes_up = s->bytes_up;
+    st->bytes_down = s->bytes_down;
+}

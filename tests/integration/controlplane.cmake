@@ -1,0 +1,23 @@
+# Control-plane integration tests (included by tests/integration/CMakeLists.txt). Each builds
+# its own network-namespace world; airlockd always runs with --listen 127.0.0.1:<free port>
+# and --state-dir <tmp>, with its own cgroup parent.
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_egress SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_egress.sh
+                      LABELS controlplane TIMEOUT 900)
+endif()
+if(TARGET airlockd AND TARGET airlock-agent-dev)
+  airlock_script_test(NAME cp_restart_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_restart.sh
+                      ARGS test LABELS controlplane TIMEOUT 900)
+endif()
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_restart_jail SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_restart.sh
+                      ARGS jail LABELS controlplane TIMEOUT 900)
+endif()
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_load_jail SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_load.sh
+                      ARGS jail 200 50 LABELS controlplane TIMEOUT 900)
+endif()
+if(TARGET airlockd AND TARGET airlock-agent-dev)
+  airlock_script_test(NAME cp_cli SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_cli.sh
+                      LABELS controlplane TIMEOUT 300)
+endif()

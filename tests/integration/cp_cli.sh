@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# tests/integration/cp_cli.sh: the `airlock` commands of the control plane against a running
+# airlockd (test backend, loopback-only world): `apikey create|ls|revoke` (a revoked key
+# stops working at once, keys are stored as digests only), `sandbox create|ls|info|exec|
+# logs|pause|resume|kill`, exit statuses, and the messages for a wrong state directory.
+set -uo pipefail
+source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
+[ -x "$AIRLOCK_BIN/airlock-agent-dev" ] || { echo "cp_cli: airlock-agent-dev is not built: SKIP"; exit 0; }
+cp_world cp_cli test off
+cp_start || exit 1
+
+al_note "API keys"
+al_ok "create a key restricted to two policies" cp_cli apikey create ci --policies default,e2e
+KEY=$(echo "$AL_OUT" | grep -E '^e2b_[0-9a-f]{40}$')
+al_check "the key is printed, in the SDK's shape" test -n "$KEY"
+al_match "ls shows it, never the key" "ci +.*valid +default,e2e" cp_cli apikey ls
+al_fail "... nor anywhere in the database" grep -qF "$KEY" "$CP_STATE/airlockd.db"
+api_with() { nsenter --net="/run/netns/$CP_HOSTNS" curl -s -o /dev/null -w '%{http_code}' -H "X-API-KEY: $1" "$CP_URL/v2/sandboxes"; }
+al_eq "the key works" "$(api_with "$KEY")" 200
+al_fail "a bad policy list is refused (usage error)" cp_cli apikey create x --policies 'a b'
+al_ok "revoke it" cp_cli apikey revoke ci
+al_eq "refused at once" "$(api_with "$KEY")" 401
+al_fail "revoking twice says so" cp_cli apikey revoke ci
+al_match "ls --json shows it revoked" '"status": "revoked"' cp_cli apikey ls --json
+
+al_note "sandboxes"
+al_ok "create with metadata and environment" cp_cli sandbox create base --metadata team=cli --env GREETING=hello --timeout 300
+SB=$AL_OUT
+al_match "ls" "$SB +base +running" cp_cli sandbox ls
+al_match "ls filtered by metadata" "$SB" cp_cli sandbox ls --metadata team=cli
+al_eq "ls filtered by other metadata" "$(cp_cli sandbox ls --json --metadata team=other)" "[]"
+al_match "info" '"templateID": "base"' cp_cli sandbox info "$SB"
+al_match "exec: output and environment" '^hello$' cp_cli sandbox exec "$SB" -- 'echo $GREETING'
+cp_cli sandbox exec "$SB" -- 'exit 7'
+al_eq "exec: the command's exit status is ours" "$?" 7
+al_match "logs: the agent's lines" "process [0-9]+ started" cp_cli sandbox logs "$SB"
+al_ok "pause" cp_cli sandbox pause "$SB"
+al_match "ls shows it paused" "$SB +base +paused" cp_cli sandbox ls
+al_ok "resume" cp_cli sandbox resume "$SB" --timeout 120
+al_match "exec after resume" '^again$' cp_cli sandbox exec "$SB" -- echo again
+al_ok "kill" cp_cli sandbox kill "$SB"
+al_fail "kill again: not found" cp_cli sandbox kill "$SB"
+# Failures: exit status 1 and a message that says why.
+fails_with() { "$@" 2>&1; [ $? = 1 ]; }
+al_match "create with an unknown template: the reason" "template 'nope' not found" \
+  fails_with cp_cli sandbox create nope
+al_match "a wrong state directory: the reason" "cannot reach airlockd" \
+  fails_with "$AIRLOCK_BIN/airlock" --state-dir "$AL_TMP/nowhere" sandbox ls
+"$AIRLOCK_BIN/airlock" sandbox frob >/dev/null 2>&1
+al_eq "an unknown command is a usage error" "$?" 2
+
+al_kill airlockd TERM
+al_eq "nothing left" "$(cp_leaks)" ""
+al_done

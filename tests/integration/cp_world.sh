@@ -1,0 +1,145 @@
+# tests/integration/cp_world.sh: the world of the control-plane integration tests (sourced).
+#
+#   cp_world NAME [BACKEND] [NETWORK]
+#       "host" namespace: airlockd runs here (with the vswitch, airlock-egress and
+#       airlock-vault it starts itself); a link to "up".
+#       "up" namespace: the fake internet on 203.0.113.0/24: DNS at 203.0.113.53 (allowed.test
+#       -> .10, evil.test -> .11), HTTP servers "good" (.10:80) and "evil" (.11:80), a UDP
+#       server on .10:443.
+#       BACKEND: jail (default) or test (airlockd's test backend); NETWORK: on (default) or
+#       off. Sets CP_STATE, CP_CG (this instance's cgroup parent), CP_PREFIX (its interface
+#       prefix), CP_KEY; writes $AL_TMP/airlockd.yaml (CP_SANDBOXES_EXTRA: more lines, indented
+#       by two spaces, for its "sandboxes:" section); registers cleanups.
+#   cp_start [NAME]       starts airlockd (background job NAME, default airlockd), waits for
+#                         its banner, sets CP_URL; earlier runs' logs go to NAME.history.log
+#   cp_cli ARGS...        `airlock --state-dir $CP_STATE ARGS...`
+#   cp_api ARGS...        curl against the API (in the host namespace, with the key)
+#   cp_create [JSON]      POST /v2/sandboxes; echoes the sandbox id
+#   cp_exec ID CMD...     runs CMD in the sandbox (airlock sandbox exec)
+#   cp_leaks              echoes what this instance left (interfaces, cgroups, sandbox
+#                         directories, mounts, processes); empty = nothing
+# Nothing has a route out of the machine; netns.sh's trap removes everything.
+# shellcheck shell=bash
+source "${AIRLOCK_SOURCE_DIR:?}/tests/lib/netns.sh"
+CP_ET="$AIRLOCK_SOURCE_DIR/tests/integration/egress_tool.py"
+
+cp_world() {
+  local name=$1
+  CP_BACKEND=${2:-jail}
+  CP_NETWORK=${3:-on}
+  al_world_init "$name"
+  al_ns_add host
+  al_ns_add up
+  al_link host 192.0.2.1/30 up 192.0.2.2/30 "cpup$(($$ % 100000))"
+  CP_HOSTNS=$(al_ns host)
+  CP_UPNS=$(al_ns up)
+  ip -n "$CP_HOSTNS" route add 203.0.113.0/24 via 192.0.2.2
+  for a in 203.0.113.10 203.0.113.11 203.0.113.53; do ip -n "$CP_UPNS" addr add "$a/32" dev lo; done
+  cat >"$AL_TMP/zone.json" <<'ZONE'
+{"allowed.test": {"A": ["203.0.113.10"], "ttl": 30}, "evil.test": {"A": ["203.0.113.11"], "ttl": 30}}
+ZONE
+  if [ "$CP_NETWORK" = on ]; then
+    al_bg dns ip netns exec "$CP_UPNS" python3 "$CP_ET" dns-server 203.0.113.53 53 \
+      "$AL_TMP/zone.json" --log "$AL_TMP/dns.q"
+    al_bg good ip netns exec "$CP_UPNS" python3 "$CP_ET" http-server 203.0.113.10 80 --name good \
+      --log "$AL_TMP/up.req"
+    al_bg evil ip netns exec "$CP_UPNS" python3 "$CP_ET" http-server 203.0.113.11 80 --name evil \
+      --log "$AL_TMP/up.req"
+    al_bg udp ip netns exec "$CP_UPNS" python3 "$AL_NETTOOL" serve-udp 203.0.113.10 443 \
+      --name upstream-udp
+    al_wait_line dns LISTEN && al_wait_line good LISTEN && al_wait_line evil LISTEN &&
+      al_wait_line udp LISTEN || { echo "cp_world: servers did not start" >&2; exit 1; }
+  fi
+  CP_STATE="$AL_TMP/state"
+  CP_CG="al-cp-$name-$$"
+  CP_PREFIX="c$(($$ % 100000))"
+  CP_KEY=e2b_$(head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  mkdir -p "$CP_STATE/policies"
+  chmod 0711 "$AL_TMP" "$CP_STATE"
+  cat >"$CP_STATE/policies/e2e.yaml" <<'YAML'
+version: 1
+name: e2e
+description: the control-plane tests' policy
+rules:
+  - name: web
+    hosts: [allowed.test]
+    ports: [80]
+    scheme: http
+YAML
+  cat >"$AL_TMP/airlockd.yaml" <<CFG
+sandboxes:
+  backend: $CP_BACKEND
+  cgroup_parent: $CP_CG
+${CP_SANDBOXES_EXTRA:-}
+network:
+  mode: "$CP_NETWORK"
+  ifname_prefix: $CP_PREFIX
+  range: 10.201.0.0/16
+  pool_size: 2
+egress:
+  args: ["--resolver", "203.0.113.53", "--workers", "1"]
+CFG
+  al_on_cleanup "cp__cleanup"
+}
+
+# What airlockd could leave behind if a test fails half-way: sandboxes (airlock-vmm kills
+# them with itself), helper daemons, the switch, the cgroup parent.
+cp__cleanup() {
+  local p
+  # CP_KEEP_LOGS=DIR keeps airlockd's logs of a run for a post-mortem.
+  [ -n "${CP_KEEP_LOGS:-}" ] && mkdir -p "$CP_KEEP_LOGS" && cp "$AL_TMP"/*.log "$CP_KEEP_LOGS"/ 2>/dev/null
+  for p in $(pgrep -f -- "$CP_STATE" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+  sleep 0.2
+  if [ -x "$AIRLOCK_BIN/airlock-vmm" ] && [ -d "$CP_STATE/sandboxes" ]; then
+    "$AIRLOCK_BIN/airlock-vmm" --state-dir "$CP_STATE" --sweep --cgroup-parent "$CP_CG" >/dev/null 2>&1
+  fi
+  if [ -f "$CP_STATE/vswitch/instance.json" ]; then
+    nsenter --net="/run/netns/$CP_HOSTNS" "$AIRLOCK_BIN/airlock" --state-dir "$CP_STATE" \
+      vswitch teardown --force >/dev/null 2>&1
+  fi
+  local d
+  for d in /sys/fs/cgroup/*/"$CP_CG" /sys/fs/cgroup/"$CP_CG"; do
+    [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null
+  done
+  true
+}
+
+cp_start() {
+  local job=${1:-airlockd}
+  # Each start truncates the job's log: keep the earlier runs' lines in <job>.history.log.
+  # al_bg's redirection happens in the background job: empty the log here first, or the
+  # wait below could find the previous run's banner.
+  [ -f "$AL_TMP/$job.log" ] && cat "$AL_TMP/$job.log" >>"$AL_TMP/$job.history.log"
+  : >"$AL_TMP/$job.log"
+  al_bg "$job" nsenter --net="/run/netns/$CP_HOSTNS" -- env AIRLOCK_API_KEY="$CP_KEY" \
+    AIRLOCK_LOG_FORMAT=json "$AIRLOCK_BIN/airlockd" --listen 127.0.0.1:0 --state-dir "$CP_STATE" \
+    --config "$AL_TMP/airlockd.yaml"
+  al_wait_line "$job" '^export E2B_API_URL=' 600 || { tail -40 "$AL_TMP/$job.log" >&2; return 1; }
+  CP_URL=$(sed -n 's/^export E2B_API_URL=//p' "$AL_TMP/$job.log" | tail -1)
+}
+
+cp_cli() { "$AIRLOCK_BIN/airlock" --state-dir "$CP_STATE" "$@"; }
+
+cp_api() { nsenter --net="/run/netns/$CP_HOSTNS" curl -sS -H "X-API-KEY: $CP_KEY" "$@"; }
+
+cp_create() {
+  local body=${1:-'{"templateID":"base","timeout":600}'}
+  cp_api -X POST "$CP_URL/v2/sandboxes" -d "$body" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["sandboxID"])'
+}
+
+cp_exec() {
+  local id=$1
+  shift
+  cp_cli sandbox exec "$id" -- "$@"
+}
+
+cp_leaks() {
+  ip -n "$CP_HOSTNS" -o link 2>/dev/null | grep -o " $CP_PREFIX[0-9a-z]*" | sed 's/^/interface/'
+  find /sys/fs/cgroup/*/"$CP_CG" /sys/fs/cgroup/"$CP_CG" -mindepth 1 -type d 2>/dev/null |
+    sed 's/^/cgroup /'
+  ls -A "$CP_STATE/sandboxes" 2>/dev/null | sed 's/^/sandbox-dir /'
+  grep -F "$CP_STATE" /proc/self/mountinfo | sed 's/^/mount /'
+  pgrep -af -- "$CP_STATE/" | sed 's/^/process /'
+  true
+}

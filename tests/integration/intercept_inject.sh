@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# tests/integration/intercept_inject.sh: credential injection through airlock-egress, in a
+# namespace world (intercept_world.sh). Bypass list 1 (Host != SNI, no injection), 14
+# (credential hygiene: the sandbox's Authorization replaced, Proxy-Authorization never
+# forwarded), the gates of issue 8 (bound hosts, plaintext, vault down), placeholders, and what
+# the auditor sees (header and secret id, never the value).
+source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/intercept_world.sh"
+ew_world icptinj
+
+cat >"$EW_TMP/policy.yaml" <<'YAML'
+version: 1
+name: intercept-inject-test
+rules:
+  - name: github-api
+    hosts: [api.github.test]
+    methods: [GET, POST]
+    inject:
+      - header: Authorization
+        value: "Bearer ${secret:github/token}"
+  - name: svc
+    hosts: [svc.test]
+    tls: inspect
+    inject:
+      - header: X-Api-Key
+        placeholder: SERVICE_KEY
+        secret: service/key
+  - name: wrong-binding
+    hosts: [echo.test]
+    paths: ["/bound/**"]
+    inject:
+      - header: Authorization
+        value: "token ${secret:other/token}"
+  - name: late
+    hosts: [echo.test]
+    paths: ["/late/**"]
+    inject:
+      - header: X-Late
+        value: "${secret:ws/token}"
+  - name: echo
+    hosts: [echo.test]
+    tls: inspect
+  - name: plain
+    hosts: [plain.test]
+    scheme: http
+    allow_plaintext_inject: true
+    inject:
+      - header: X-Token
+        value: "${secret:plain/token}"
+YAML
+ew_match "sandbox registered, with a CA and placeholders" '"caCertPem": *"-----BEGIN CERTIFICATE' \
+  iw_register sbx-inj 1 "$EW_TMP/policy.yaml"
+ew_ok "the CA permits only the intercepted names (openssl)" \
+  bash -c "openssl x509 -in '$EW_TMP/sb1-ca.pem' -noout -text | grep -A4 'Name Constraints: critical' | grep -q 'DNS:api.github.test'"
+ew_ok "placeholder handed out for SERVICE_KEY" grep -q '"SERVICE_KEY": *"alph_' "$EW_TMP/sb1-ph.json"
+
+ew_note "14: the token is injected, the sandbox's own copy replaced"
+ew_match "GET through the proxy: the upstream accepts the injected token" '"login": *"octocat"' \
+  iw_curl 1 -H 'Authorization: Bearer sandbox-guess' -H 'Proxy-Authorization: Basic eDp5' https://api.github.test/user
+ew_ok "the upstream saw the vault's token" iw_upstream_saw "Bearer $IW_TOKEN"
+ew_fail "... and never the sandbox's guess" iw_upstream_saw "sandbox-guess"
+ew_fail "Proxy-Authorization was not forwarded" iw_upstream_saw "Proxy-Authorization"
+ew_audit_has "audited: header and secret id, injected" type=http_request decision=allow rule=github-api \
+  inject.0.header=Authorization inject.0.outcome=injected 'inject.0.secret_id=/^b2k:/' inspected=true
+ew_match "Python requests too" '^200 .*octocat' iw_py 1 "
+import requests
+r = requests.get('https://api.github.test/user', headers={'Authorization': 'token mine'})
+print(r.status_code, r.text)"
+ew_audit_has "the connection was audited as inspected" type=connection decision=allow rule=github-api inspected=true
+
+ew_note "1: Host != SNI: refused, nothing injected"
+ew_match "Host evil.test inside TLS for api.github.test: 403" 'host_sni_mismatch' \
+  iw_curl 1 -H 'Host: evil.test' https://api.github.test/user
+ew_audit_has "audited" type=http_request decision=deny reason=host_sni_mismatch sni=api.github.test
+
+ew_note "per request: method"
+ew_match "DELETE is not in the rule: 403 with the rule and reason" '"reason": *"method_not_allowed"' \
+  iw_curl 1 -X DELETE https://api.github.test/user
+ew_fail "the denied request never reached the upstream" iw_upstream_saw '"method": "DELETE"'
+
+ew_note "bound hosts: the vault's binding is a second check"
+ew_match "a rule injecting a secret bound elsewhere: 403" '"reason": *"vault_refused"' \
+  iw_curl 1 https://echo.test/bound/x
+ew_audit_has "audited" type=http_request decision=deny reason=vault_refused rule=wrong-binding
+
+ew_note "placeholders"
+PH=$(iw_placeholder 1 SERVICE_KEY)
+ew_match "the placeholder is swapped for the value toward the bound host" '"ok": *true' \
+  iw_curl 1 -H "X-Api-Key: $PH" https://svc.test/svc
+ew_fail "the upstream never saw the placeholder" iw_upstream_saw "$PH"
+ew_match "the placeholder toward another host: refused" 'placeholder_misuse' \
+  iw_curl 1 -H "X-Leak: $PH" https://echo.test/echo
+ew_match "the placeholder in a query string: refused" 'placeholder_misuse' \
+  iw_curl 1 "https://svc.test/svc?key=$PH"
+ew_audit_has "audited as a security event" type=security_event event=placeholder_misuse secret=service/key
+
+ew_note "plain HTTP where the rule allows injecting"
+ew_match "the token goes over plain HTTP only for allow_plaintext_inject" '"ok": *true' \
+  ew_curl 1 -H 'X-Token: mine' http://plain.test/plain
+ew_audit_has "audited as http" type=http_request proto=http rule=plain inject.0.outcome=injected
+
+ew_note "the auditor never sees the value"
+ew_audit_sync
+ew_fail "no audit file holds the token" grep -rqF "$IW_TOKEN" "$EW_STATE/audit"
+
+ew_note "registered again (as after a restart of the proxy): the placeholders it is given stay"
+ew_admin DELETE /v1/sandboxes/sbx-inj >/dev/null
+BODY=$(python3 -c 'import json,sys; print(json.dumps({"id": "sbx-inj", "template": "base",
+  "addresses": ["10.200.1.2"], "policy": {"yaml": open(sys.argv[1]).read(), "origin": sys.argv[1]},
+  "placeholders": json.load(open(sys.argv[2]))}))' "$EW_TMP/policy.yaml" "$EW_TMP/sb1-ph.json")
+ew_match "the same placeholder, a new CA" "\"SERVICE_KEY\": *\"$PH\"" ew_admin POST /v1/sandboxes "$BODY"
+ew_nomatch "... the CA is new (its key never left the old process)" "$(sed -n 2p "$EW_TMP/sb1-ca.pem")" echo "$EW_OUT"
+# what airlockd would now send the agent with POST /init
+printf '%s\n' "$EW_OUT" | head -1 | python3 -c 'import json,sys; open(sys.argv[1], "w").write(json.loads(sys.stdin.readline())["caCertPem"])' "$EW_TMP/sb1-ca.pem"
+
+ew_note "the vault gone: injecting rules fail closed"
+ew_kill vault
+sleep 1.5
+ew_match "a value not cached: 503 credentials_unavailable, the feed is down" 'vault_feed_down' \
+  iw_curl 1 https://echo.test/late/x
+ew_audit_has "audited" type=http_request decision=deny reason=vault_feed_down rule=late
+iw_done

@@ -1,0 +1,931 @@
+/* tests/unit/controlplane/test_cp_rest: the E2B REST layer, the lifecycle behind it, and
+ * data-plane routing, in process: airlockd's router on a real HTTP server (its own loop
+ * thread) with a fake backend (sandboxes are `sleep` processes watched through pidfds) and
+ * a fake agent on a unix socket. Requests come from the test thread with the blocking
+ * client, exactly as bytes on the wire.
+ *
+ * Covered: response shapes (Sandbox, SandboxDetail, ListedSandbox, errors with a JSON code),
+ * 201/200/204/400/401/404/409/429/501/502 semantics, empty 2xx bodies, v1 and v2 paths,
+ * validation of create requests, API keys (environment key, stored keys, revocation by
+ * another connection takes effect at once, the local socket's peer rule), access-token
+ * routing, timeouts, crash detection within a second, and the Prometheus exposition. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "al_test.h"
+#include "common/http.h"
+#include "common/json.h"
+#include "common/util.h"
+#include "controlplane/cp.h"
+#include "controlplane/metrics.h"
+#include "controlplane/store.h"
+
+#define KEY_ENV "e2b_1111111111111111111111111111111111111111"
+
+static char tmpdir[256];
+static struct cp g_cp;
+static pthread_t g_thread;
+static uv_async_t g_stop;
+static char g_target[64];
+static struct al_http_server *g_agent;
+static char g_agent_sock[300];
+static int g_stops, g_pauses, g_resumes;
+
+/* ---- the fake agent: echoes what it got ------------------------------------------------- */
+
+static void agent__on_body(struct al_http_req *req, int err)
+{
+    if (err < 0)
+        return;
+    json_t *o =
+        json_pack("{s:s,s:s,s:s?,s:s?,s:s?,s:I}", "method", req->method, "target", req->target,
+                  "sandbox", al_http_req_header(req, "E2b-Sandbox-Id"), "port",
+                  al_http_req_header(req, "E2b-Sandbox-Port"), "token",
+                  al_http_req_header(req, "X-Access-Token"), "body_len", (json_int_t)req->body.len);
+    al_http_reply_json(req, 200, o);
+}
+
+static void agent__on_request(struct al_http_req *req, void *ctx)
+{
+    (void)ctx;
+    if (strcmp(req->path, "/health") == 0) {
+        al_http_reply(req, 204, NULL, NULL, 0);
+        return;
+    }
+    if (strcmp(req->path, "/stream") == 0) {
+        /* Three chunks, flushed one by one. */
+        al_http_resp_start(req, 200, NULL, 0, -1);
+        for (int i = 0; i < 3; i++)
+            al_http_resp_write(req, "chunk\n", 6);
+        al_http_resp_end(req);
+        return;
+    }
+    al_http_req_read_body(req, 64 << 20, agent__on_body);
+}
+
+/* ---- the fake backend ------------------------------------------------------------------- */
+
+struct fb_later {
+    uv_timer_t t;
+    struct cp_sandbox *sb;
+    cp_backend_cb cb;
+    int rc;
+};
+
+static void fb__closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void fb__fire(uv_timer_t *t)
+{
+    struct fb_later *l = t->data;
+    l->cb(l->sb, l->rc, l->rc ? "fake failure" : NULL);
+    cp_sb_unref(l->sb);
+    uv_close((uv_handle_t *)t, fb__closed);
+}
+
+static int fb__later(struct cp_sandbox *sb, cp_backend_cb cb, int rc)
+{
+    struct fb_later *l = calloc(1, sizeof *l);
+    l->sb = sb;
+    l->cb = cb;
+    l->rc = rc;
+    cp_sb_ref(sb);
+    uv_timer_init(sb->cp->loop, &l->t);
+    l->t.data = l;
+    uv_timer_start(&l->t, fb__fire, 1, 0);
+    return 0;
+}
+
+static int fb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_backend_cb cb)
+{
+    (void)a;
+    if (strcmp(sb->rec.template_id, "failing") == 0)
+        return fb__later(sb, cb, -EIO);
+    char *argv[] = {"/bin/sleep", "1000", NULL};
+    struct cp_spawn s = {
+        .path = "/bin/sleep", .argv = argv, .fds = {-1, -1, -1}, .nfds = 3, .new_session = true};
+    pid_t pid;
+    if (cp_proc_spawn(&s, &pid, &sb->pidfd, NULL))
+        return -EIO;
+    sb->rec.pid = pid;
+    sb->rec.pid_start = cp_proc_start_time(pid);
+    if (strcmp(sb->rec.template_id, "noagent") == 0)
+        snprintf(sb->agent_sock, sizeof sb->agent_sock, "%s/none.sock", tmpdir);
+    else
+        snprintf(sb->agent_sock, sizeof sb->agent_sock, "%s", g_agent_sock);
+    return fb__later(sb, cb, 0);
+}
+
+static int fb_stop(struct cp_sandbox *sb, cp_backend_cb cb)
+{
+    g_stops++;
+    if (sb->pidfd >= 0)
+        cp_proc_signal(sb->pidfd, SIGKILL);
+    return fb__later(sb, cb, 0);
+}
+
+static int fb_cleanup(struct cp_sandbox *sb, cp_backend_cb cb)
+{
+    return fb_stop(sb, cb);
+}
+
+static int fb_pause(struct cp_sandbox *sb, cp_backend_cb cb)
+{
+    g_pauses++;
+    return fb__later(sb, cb, 0);
+}
+
+static int fb_resume(struct cp_sandbox *sb, cp_backend_cb cb)
+{
+    g_resumes++;
+    return fb__later(sb, cb, 0);
+}
+
+static int fb_stats(struct cp_sandbox *sb, cp_backend_stats_cb cb, void *arg)
+{
+    json_t *st = json_pack("{s:I,s:i,s:I,s:I,s:I,s:I}", "cpu_usage_ns", (json_int_t)1000000, "cpus",
+                           2, "memory_bytes", (json_int_t)(64 << 20), "memory_limit_bytes",
+                           (json_int_t)(512 << 20), "disk_used_bytes", (json_int_t)(1 << 20),
+                           "disk_total_bytes", (json_int_t)(1 << 30));
+    cb(sb, 0, st, arg);
+    json_decref(st);
+    return 0;
+}
+
+static int fb_adopt(struct cp_sandbox *sb, cp_backend_cb cb)
+{
+    return fb__later(sb, cb, -ESRCH);
+}
+
+static int fb_sweep(struct cp *cp, struct al_error *err)
+{
+    (void)cp;
+    (void)err;
+    return 0;
+}
+
+static void fb_log_path(const struct cp_sandbox *sb, char *out, size_t len)
+{
+    (void)sb;
+    snprintf(out, len, "%s/agent.log", tmpdir);
+}
+
+static const struct cp_backend_ops fake_backend = {
+    .name = "fake",
+    .start = fb_start,
+    .stop = fb_stop,
+    .pause = fb_pause,
+    .resume = fb_resume,
+    .stats = fb_stats,
+    .adopt = fb_adopt,
+    .cleanup = fb_cleanup,
+    .sweep = fb_sweep,
+    .log_path = fb_log_path,
+};
+
+/* ---- the control plane under test ------------------------------------------------------- */
+
+static void stop_cb(uv_async_t *a)
+{
+    (void)a;
+    uv_stop(g_cp.loop);
+}
+
+static void *loop_thread(void *arg)
+{
+    (void)arg;
+    uv_run(g_cp.loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+static void setup(void)
+{
+    ck_assert_int_ge(sodium_init(), 0);
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/al-cp-rest-%d-XXXXXX", getpid());
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    memset(&g_cp, 0, sizeof g_cp);
+    struct cp *cp = &g_cp;
+    char cfgp[300];
+    snprintf(cfgp, sizeof cfgp, "%s/cfg.yaml", tmpdir);
+    FILE *f = fopen(cfgp, "w");
+    fprintf(f,
+            "state_dir: %s\nsandboxes:\n  max: 6\n  max_timeout: 1h\n  default_timeout: 300s\n"
+            "api:\n  domain: sbx.test\n",
+            tmpdir);
+    fclose(f);
+    ck_assert_int_eq(cp_config_load(&cp->cfg, cfgp, "127.0.0.1:0", NULL, stderr), 0);
+    ck_assert_int_eq(al_mkdir_p(cp->cfg.policies_path, 0755), 0);
+    char pol[400];
+    snprintf(pol, sizeof pol, "%s/default.yaml", cp->cfg.policies_path);
+    f = fopen(pol, "w");
+    fprintf(f, "version: 1\nname: default\nrules:\n  - name: pypi\n    hosts: [pypi.org]\n");
+    fclose(f);
+    snprintf(pol, sizeof pol, "%s/other.yaml", cp->cfg.policies_path);
+    f = fopen(pol, "w");
+    fprintf(f, "version: 1\nname: other\nrules:\n  - name: gh\n    hosts: [api.github.com]\n");
+    fclose(f);
+    /* Templates as deploy/templates/build installs them (contents do not matter here). */
+    const char *tpls[] = {"base", "code-interpreter-v1", "failing", "noagent"};
+    for (int i = 0; i < 4; i++) {
+        char d[400];
+        snprintf(d, sizeof d, "%s/templates/%s/rootfs", tmpdir, tpls[i]);
+        ck_assert_int_eq(al_mkdir_p(d, 0755), 0);
+        snprintf(d, sizeof d, "%s/templates/%s/template.json", tmpdir, tpls[i]);
+        f = fopen(d, "w");
+        fprintf(f, "{\"name\":\"%s\"}\n", tpls[i]);
+        fclose(f);
+    }
+    char db[300];
+    snprintf(db, sizeof db, "%s/airlockd.db", tmpdir);
+    ck_assert_int_eq(cp_store_open(db, &cp->store, NULL), 0);
+    cp->loop = calloc(1, sizeof *cp->loop);
+    uv_loop_init(cp->loop);
+    cp->backend = &fake_backend;
+    snprintf(cp->backend_kind, sizeof cp->backend_kind, "test");
+    cp_map_init(&cp->sandboxes);
+    cp_map_init(&cp->by_token);
+    cp_map_init(&cp->key_cache);
+    cp->started_ns = al_now_ns();
+    cp_digest(KEY_ENV, strlen(KEY_ENV), cp->env_key_digest);
+    cp->has_env_key = true;
+    ck_assert_int_eq(cp_metrics_new(&cp->metrics), 0);
+    ck_assert_int_eq(al_http_pool_new(cp->loop, NULL, &cp->pool), 0);
+    struct al_http_server_opts o = {.on_request = cp_on_request, .ctx = cp};
+    ck_assert_int_eq(al_http_server_new(cp->loop, &o, &cp->api), 0);
+    ck_assert_int_eq(al_http_server_listen_tcp(cp->api, "127.0.0.1", 0, NULL), 0);
+    snprintf(g_target, sizeof g_target, "127.0.0.1:%d", al_http_server_port(cp->api));
+    ck_assert_int_eq(al_http_server_new(cp->loop, &o, &cp->local), 0);
+    char sock[300];
+    snprintf(sock, sizeof sock, "%s/cp.sock", tmpdir);
+    ck_assert_int_eq(al_http_server_listen_unix(cp->local, sock, 0600, NULL), 0);
+    struct al_http_server_opts ao = {.on_request = agent__on_request};
+    ck_assert_int_eq(al_http_server_new(cp->loop, &ao, &g_agent), 0);
+    snprintf(g_agent_sock, sizeof g_agent_sock, "%s/agent.sock", tmpdir);
+    ck_assert_int_eq(al_http_server_listen_unix(g_agent, g_agent_sock, 0600, NULL), 0);
+    uv_async_init(cp->loop, &g_stop, stop_cb);
+    g_stops = g_pauses = g_resumes = 0;
+    ck_assert_int_eq(pthread_create(&g_thread, NULL, loop_thread, NULL), 0);
+}
+
+static int kill_each(void *v, void *arg)
+{
+    struct cp_sandbox *sb = v;
+    (void)arg;
+    if (sb->rec.pid > 0)
+        kill(sb->rec.pid, SIGKILL);
+    return 0;
+}
+
+static void teardown(void)
+{
+    uv_async_send(&g_stop);
+    pthread_join(g_thread, NULL);
+    /* Sandboxes a test left running: their `sleep` processes must not outlive it. */
+    cp_map_foreach(&g_cp.sandboxes, kill_each, NULL);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+struct resp {
+    int status;
+    json_t *body;
+    char raw[8192];
+    size_t len;
+    char next[256];
+    char ctype[128];
+};
+
+static void req_full(struct resp *r, const char *target, const char *method, const char *path,
+                     const char *key, const char *body, const struct al_http_header *extra,
+                     size_t n_extra)
+{
+    struct al_http_header h[16] = {{NULL, NULL}};
+    size_t n = 0;
+    if (key)
+        h[n++] = (struct al_http_header){"X-API-KEY", key};
+    if (body)
+        h[n++] = (struct al_http_header){"Content-Type", "application/json"};
+    for (size_t i = 0; i < n_extra; i++)
+        h[n++] = extra[i];
+    struct al_http_resp out = {0};
+    struct al_error err = {0};
+    memset(r, 0, sizeof *r);
+    int rc = al_http_call(target, method, path, h, n, body, body ? strlen(body) : 0, 10000, 0, &out,
+                          &err);
+    ck_assert_msg(rc == 0, "%s %s: %s", method, path, err.msg);
+    r->status = out.status;
+    r->len = out.body.len < sizeof r->raw - 1 ? out.body.len : sizeof r->raw - 1;
+    memcpy(r->raw, out.body.data ? out.body.data : "", r->len);
+    r->raw[r->len] = '\0';
+    r->body = r->len ? json_loads(r->raw, 0, NULL) : NULL;
+    const char *nt = al_http_resp_header(&out, "x-next-token");
+    snprintf(r->next, sizeof r->next, "%s", nt ? nt : "");
+    const char *ct = al_http_resp_header(&out, "Content-Type");
+    snprintf(r->ctype, sizeof r->ctype, "%s", ct ? ct : "");
+    al_http_resp_free(&out);
+}
+
+static void req(struct resp *r, const char *method, const char *path, const char *body)
+{
+    req_full(r, g_target, method, path, KEY_ENV, body, NULL, 0);
+}
+
+static void resp_free(struct resp *r)
+{
+    json_decref(r->body);
+    r->body = NULL;
+}
+
+static const char *jstr(const json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
+/* Creates a sandbox and returns its id (and token). */
+static void create(const char *body, char id[64], char token[80])
+{
+    struct resp r;
+    req(&r, "POST", "/v2/sandboxes", body);
+    ck_assert_msg(r.status == 201, "create: %d %s", r.status, r.raw);
+    snprintf(id, 64, "%s", jstr(r.body, "sandboxID"));
+    if (token)
+        snprintf(token, 80, "%s", jstr(r.body, "envdAccessToken"));
+    resp_free(&r);
+}
+
+static void assert_error(struct resp *r, int status, const char *needle)
+{
+    ck_assert_msg(r->status == status, "want %d, got %d: %s", status, r->status, r->raw);
+    ck_assert_ptr_nonnull(r->body);
+    ck_assert_int_eq(json_integer_value(json_object_get(r->body, "code")), status);
+    ck_assert_msg(!needle || strstr(jstr(r->body, "message"), needle), "message %s lacks %s",
+                  jstr(r->body, "message"), needle);
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+START_TEST(create_shapes_v1_v2)
+{
+    struct resp r;
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"base\",\"timeout\":120,"
+        "\"metadata\":{\"k\":\"v\"},\"envVars\":{\"A\":\"1\"}}");
+    ck_assert_msg(r.status == 201, "%d %s", r.status, r.raw);
+    ck_assert_uint_eq(strlen(jstr(r.body, "sandboxID")), CP_ID_LEN);
+    ck_assert_str_eq(jstr(r.body, "templateID"), "base");
+    ck_assert_str_eq(jstr(r.body, "envdVersion"), "0.6.4");
+    ck_assert_uint_eq(strlen(jstr(r.body, "envdAccessToken")), CP_TOKEN_LEN);
+    ck_assert_str_eq(jstr(r.body, "domain"), "sbx.test"); /* api.domain */
+    ck_assert(json_is_null(json_object_get(r.body, "trafficAccessToken")));
+    ck_assert_ptr_nonnull(jstr(r.body, "clientID"));
+    char id[64];
+    snprintf(id, sizeof id, "%s", jstr(r.body, "sandboxID"));
+    resp_free(&r);
+    /* The previous generation's path, with its extra fields. */
+    req(&r, "POST", "/sandboxes",
+        "{\"templateID\":\"base\",\"secure\":true,"
+        "\"allow_internet_access\":true}");
+    ck_assert_int_eq(r.status, 201);
+    resp_free(&r);
+    char path[128];
+    snprintf(path, sizeof path, "/sandboxes/%s", id);
+    req(&r, "GET", path, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(jstr(r.body, "state"), "running");
+    ck_assert_int_eq(json_integer_value(json_object_get(r.body, "cpuCount")), 2);
+    ck_assert_str_eq(jstr(r.body, "domain"), "sbx.test");
+    ck_assert_int_eq(json_integer_value(json_object_get(r.body, "memoryMB")), 512);
+    ck_assert_str_eq(jstr(json_object_get(r.body, "metadata"), "k"), "v");
+    ck_assert_ptr_null(json_object_get(r.body, "envVars")); /* never echoed */
+    ck_assert_str_eq(jstr(json_object_get(r.body, "lifecycle"), "onTimeout"), "kill");
+    uint64_t s, e;
+    ck_assert_int_eq(al_time_parse_rfc3339(jstr(r.body, "startedAt"), &s), 0);
+    ck_assert_int_eq(al_time_parse_rfc3339(jstr(r.body, "endAt"), &e), 0);
+    ck_assert_uint_eq((e - s) / 1000000000ull, 120);
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(create_validation)
+{
+    struct resp r;
+    req(&r, "POST", "/v2/sandboxes", "{}");
+    assert_error(&r, 400, "templateID");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "not json");
+    assert_error(&r, 400, "JSON");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "[1]");
+    assert_error(&r, 400, "object");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"frob\":1}");
+    assert_error(&r, 400, "frob");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"timeout\":0}");
+    assert_error(&r, 400, "timeout");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"timeout\":7200}");
+    assert_error(&r, 400, "longer");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"timeout\":1.5}");
+    assert_error(&r, 400, "whole");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"metadata\":{\"k\":1}}");
+    assert_error(&r, 400, "string");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"envVars\":{\"A=B\":\"1\"}}");
+    assert_error(&r, 400, "variable name");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"base\",\"volumeMounts\":[{\"name\":\"v\",\"path\":\"/v\"}]}");
+    assert_error(&r, 400, "volumeMounts");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"base\",\"network\":{\"rules\":{\"x.com\":[{}]}}}");
+    assert_error(&r, 400, "network.rules");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"base\",\"network\":{\"egressProxy\":"
+        "{\"address\":\"p:1080\"}}}");
+    assert_error(&r, 400, "egressProxy");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"mcp\":{\"x\":1}}");
+    assert_error(&r, 400, "mcp");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"autoResume\":{\"enabled\":true}}");
+    assert_error(&r, 400, "autoPause");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"Bad Name\"}");
+    assert_error(&r, 400, "template");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"no-such-template\"}");
+    assert_error(&r, 404, "template 'no-such-template' not found");
+    resp_free(&r);
+    /* Policies: a named one must exist and be allowed; network fields are validated. */
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"base\",\"metadata\":{\"airlock.policy\":\"nope\"}}");
+    assert_error(&r, 400, "no policy \"nope\"");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"base\",\"metadata\":{\"airlock.policy\":\"../etc\"}}");
+    assert_error(&r, 400, "airlock.policy");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"base\",\"metadata\":{\"airlock.policy\":\"other\"},"
+        "\"network\":{\"allowOut\":[\"api.github.com\"],\"denyOut\":[\"0.0.0.0/0\"]}}");
+    ck_assert_msg(r.status == 201, "%d %s", r.status, r.raw);
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"base\",\"network\":{\"denyOut\":[\"not a cidr!\"]}}");
+    assert_error(&r, 400, "network");
+    resp_free(&r);
+    /* A backend failure undoes everything and says why. */
+    (void)0;
+}
+END_TEST
+
+START_TEST(auth_keys)
+{
+    struct resp r;
+    req_full(&r, g_target, "GET", "/v2/sandboxes", NULL, NULL, NULL, 0);
+    assert_error(&r, 401, "X-API-KEY");
+    resp_free(&r);
+    req_full(&r, g_target, "GET", "/v2/sandboxes", "e2b_2222222222222222222222222222222222222222",
+             NULL, NULL, 0);
+    assert_error(&r, 401, "invalid API key");
+    resp_free(&r);
+    /* A stored key (as `airlock apikey create` makes them), restricted to one policy. */
+    char db[300];
+    snprintf(db, sizeof db, "%s/airlockd.db", tmpdir);
+    struct cp_store *s2;
+    ck_assert_int_eq(cp_store_open(db, &s2, NULL), 0);
+    struct cp_apikey k = {0};
+    cp_keyid_new(k.id);
+    snprintf(k.name, sizeof k.name, "team");
+    snprintf(k.policies, sizeof k.policies, "default");
+    char key[CP_APIKEY_LEN + 1];
+    cp_apikey_new(key);
+    cp_digest(key, strlen(key), k.digest);
+    ck_assert_int_eq(cp_store_key_insert(s2, &k, NULL), 0);
+    req_full(&r, g_target, "POST", "/v2/sandboxes", key, "{\"templateID\":\"base\"}", NULL, 0);
+    ck_assert_int_eq(r.status, 201);
+    resp_free(&r);
+    req_full(&r, g_target, "POST", "/v2/sandboxes", key,
+             "{\"templateID\":\"base\",\"metadata\":{\"airlock.policy\":\"other\"}}", NULL, 0);
+    assert_error(&r, 403, "may not use policy \"other\"");
+    resp_free(&r);
+    /* Revoked by another connection: refused at once. */
+    ck_assert_int_eq(cp_store_key_revoke(s2, k.id, al_wall_ns(), NULL), 0);
+    cp_store_close(s2);
+    req_full(&r, g_target, "GET", "/v2/sandboxes", key, NULL, NULL, 0);
+    assert_error(&r, 401, "revoked");
+    resp_free(&r);
+    /* Two keys in one request are refused. */
+    struct al_http_header two[] = {{"X-API-KEY", KEY_ENV}};
+    req_full(&r, g_target, "GET", "/v2/sandboxes", KEY_ENV, NULL, two, 1);
+    assert_error(&r, 401, "more than one");
+    resp_free(&r);
+    /* The local socket: root (us) needs no key. */
+    char t[320];
+    snprintf(t, sizeof t, "unix:%s/cp.sock", tmpdir);
+    req_full(&r, t, "GET", "/v2/sandboxes", NULL, NULL, NULL, 0);
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+    /* Liveness and metrics are open. */
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, NULL, 0);
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(list_pagination_and_filters)
+{
+    char ids[5][64];
+    for (int i = 0; i < 5; i++) {
+        char body[200];
+        snprintf(body, sizeof body, "{\"templateID\":\"%s\",\"metadata\":{\"team\":\"%s\"}}",
+                 i == 4 ? "code-interpreter-v1" : "base", i % 2 ? "odd one" : "even");
+        create(body, ids[i], NULL);
+        usleep(2000);
+    }
+    struct resp r;
+    char path[512] = "/v2/sandboxes?limit=2";
+    int total = 0, pages = 0;
+    for (;;) {
+        req(&r, "GET", path, NULL);
+        ck_assert_int_eq(r.status, 200);
+        ck_assert_uint_le(json_array_size(r.body), 2);
+        total += (int)json_array_size(r.body);
+        pages++;
+        json_t *first = json_array_get(r.body, 0);
+        ck_assert_ptr_nonnull(jstr(first, "startedAt"));
+        ck_assert_ptr_null(json_object_get(first, "envdAccessToken"));
+        if (!r.next[0]) {
+            resp_free(&r);
+            break;
+        }
+        snprintf(path, sizeof path, "/v2/sandboxes?limit=2&nextToken=%s", r.next);
+        resp_free(&r);
+    }
+    ck_assert_int_eq(total, 5);
+    ck_assert_int_eq(pages, 3);
+    /* Newest first; asc on request. */
+    req(&r, "GET", "/v2/sandboxes?limit=1", NULL);
+    ck_assert_str_eq(jstr(json_array_get(r.body, 0), "sandboxID"), ids[4]);
+    resp_free(&r);
+    req(&r, "GET", "/v2/sandboxes?limit=1&order=asc", NULL);
+    ck_assert_str_eq(jstr(json_array_get(r.body, 0), "sandboxID"), ids[0]);
+    resp_free(&r);
+    /* The SDK's triple-encoded metadata ("odd one"). */
+    req(&r, "GET", "/v2/sandboxes?metadata=team%3Dodd%252520one", NULL);
+    ck_assert_uint_eq(json_array_size(r.body), 2);
+    resp_free(&r);
+    req(&r, "GET", "/v2/sandboxes?template=code-interpreter-v1", NULL);
+    ck_assert_uint_eq(json_array_size(r.body), 1);
+    resp_free(&r);
+    /* v1: running only, all of them, no pagination. */
+    char p2[128];
+    snprintf(p2, sizeof p2, "/sandboxes/%s/pause", ids[0]);
+    req(&r, "POST", p2, NULL);
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+    req(&r, "GET", "/sandboxes", NULL);
+    ck_assert_uint_eq(json_array_size(r.body), 4);
+    resp_free(&r);
+    req(&r, "GET", "/v2/sandboxes?state=paused", NULL);
+    ck_assert_uint_eq(json_array_size(r.body), 1);
+    resp_free(&r);
+    req(&r, "GET", "/v2/sandboxes?state=zombie", NULL);
+    assert_error(&r, 400, "running, paused");
+    resp_free(&r);
+    req(&r, "GET", "/v2/sandboxes?nextToken=xyz!", NULL);
+    assert_error(&r, 400, "nextToken");
+    resp_free(&r);
+    /* Beyond sandboxes.max (6): 429, the SDK's RateLimitError. */
+    char extra[64];
+    create("{\"templateID\":\"base\"}", extra, NULL);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\"}");
+    assert_error(&r, 429, "maximum");
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(lifecycle_ops)
+{
+    char id[64], path[160];
+    create("{\"templateID\":\"base\",\"timeout\":60}", id, NULL);
+    struct resp r;
+    snprintf(path, sizeof path, "/sandboxes/%s/pause", id);
+    req(&r, "POST", path, NULL);
+    ck_assert_int_eq(r.status, 204);
+    ck_assert_uint_eq(r.len, 0);
+    resp_free(&r);
+    req(&r, "POST", path, NULL);
+    assert_error(&r, 409, "already paused");
+    resp_free(&r);
+    snprintf(path, sizeof path, "/sandboxes/%s", id);
+    req(&r, "GET", path, NULL);
+    ck_assert_str_eq(jstr(r.body, "state"), "paused");
+    resp_free(&r);
+    /* Connect resumes a paused sandbox: 201; a running one: 200. */
+    snprintf(path, sizeof path, "/v2/sandboxes/%s/connect", id);
+    req(&r, "POST", path, "{\"timeout\":30}");
+    ck_assert_int_eq(r.status, 201);
+    ck_assert_str_eq(jstr(r.body, "sandboxID"), id);
+    ck_assert_uint_eq(strlen(jstr(r.body, "envdAccessToken")), CP_TOKEN_LEN);
+    resp_free(&r);
+    snprintf(path, sizeof path, "/sandboxes/%s/connect", id);
+    req(&r, "POST", path, "{\"timeout\":30}");
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+    snprintf(path, sizeof path, "/sandboxes/%s/resume", id);
+    req(&r, "POST", path, "{}");
+    assert_error(&r, 409, "already running");
+    resp_free(&r);
+    ck_assert_int_eq(g_pauses, 1);
+    ck_assert_int_eq(g_resumes, 1);
+    /* Timeouts: 204 with no body. */
+    snprintf(path, sizeof path, "/sandboxes/%s/timeout", id);
+    req(&r, "POST", path, "{\"timeout\":600}");
+    ck_assert_int_eq(r.status, 204);
+    ck_assert_uint_eq(r.len, 0);
+    resp_free(&r);
+    req(&r, "POST", path, "{}");
+    assert_error(&r, 400, "timeout");
+    resp_free(&r);
+    snprintf(path, sizeof path, "/sandboxes/%s/refreshes", id);
+    req(&r, "POST", path, "{\"duration\":5}");
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+    /* Metrics and logs. */
+    snprintf(path, sizeof path, "/sandboxes/%s/metrics", id);
+    req(&r, "GET", path, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_ge(json_array_size(r.body), 1);
+    json_t *m = json_array_get(r.body, 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "memUsed")), 64 << 20);
+    ck_assert_ptr_nonnull(json_object_get(m, "timestampUnix"));
+    resp_free(&r);
+    char logp[300];
+    snprintf(logp, sizeof logp, "%s/agent.log", tmpdir);
+    FILE *f = fopen(logp, "w");
+    fprintf(f, "{\"time\":\"2026-01-01T00:00:00.000Z\",\"level\":\"warn\",\"msg\":\"hello\","
+               "\"src\":\"a.c:1\"}\nplain line\n");
+    fclose(f);
+    snprintf(path, sizeof path, "/v2/sandboxes/%s/logs?level=warn", id);
+    req(&r, "GET", path, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(json_array_size(json_object_get(r.body, "logs")), 1);
+    ck_assert_str_eq(jstr(json_array_get(json_object_get(r.body, "logs"), 0), "message"), "hello");
+    resp_free(&r);
+    snprintf(path, sizeof path, "/sandboxes/%s/logs", id);
+    req(&r, "GET", path, NULL);
+    ck_assert_uint_eq(json_array_size(json_object_get(r.body, "logs")), 2);
+    ck_assert_str_eq(jstr(json_array_get(json_object_get(r.body, "logs"), 1), "line"),
+                     "plain line");
+    resp_free(&r);
+    /* Unsupported endpoints say so. */
+    snprintf(path, sizeof path, "/sandboxes/%s/fork", id);
+    req(&r, "POST", path, "{}");
+    assert_error(&r, 501, "not supported");
+    resp_free(&r);
+    req(&r, "GET", "/templates", NULL);
+    assert_error(&r, 501, "not supported");
+    resp_free(&r);
+    req(&r, "GET", "/nope", NULL);
+    assert_error(&r, 404, "no such endpoint");
+    resp_free(&r);
+    /* Kill: 204, then 404 (the SDK's false). */
+    char db[300];
+    snprintf(db, sizeof db, "%s/airlockd.db", tmpdir);
+    struct cp_store *s2;
+    ck_assert_int_eq(cp_store_open(db, &s2, NULL), 0);
+    struct cp_sb_record rec;
+    cp_sb_record_init(&rec);
+    ck_assert_int_eq(cp_store_sb_load(s2, id, &rec, NULL), 0);
+    pid_t spid = rec.pid;
+    cp_sb_record_free(&rec);
+    cp_store_close(s2);
+    snprintf(path, sizeof path, "/sandboxes/%s", id);
+    req(&r, "DELETE", path, NULL);
+    ck_assert_int_eq(r.status, 204);
+    ck_assert_uint_eq(r.len, 0);
+    resp_free(&r);
+    /* Its process is gone and reaped (a zombie would still answer kill(pid, 0)). */
+    int tries = 0;
+    while (kill(spid, 0) == 0 && tries++ < 100)
+        usleep(10000);
+    ck_assert_msg(kill(spid, 0) < 0 && errno == ESRCH, "process %d not reaped", (int)spid);
+    req(&r, "DELETE", path, NULL);
+    assert_error(&r, 404, "not found");
+    resp_free(&r);
+    req(&r, "GET", path, NULL);
+    assert_error(&r, 404, "not found");
+    resp_free(&r);
+    snprintf(path, sizeof path, "/v2/sandboxes/%s/connect", id);
+    req(&r, "POST", path, "{}");
+    assert_error(&r, 404, "not found");
+    resp_free(&r);
+    ck_assert_int_eq(g_stops, 1);
+    /* Prometheus. */
+    req_full(&r, g_target, "GET", "/metrics", NULL, NULL, NULL, 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(strstr(r.ctype, "text/plain"));
+    ck_assert_ptr_nonnull(strstr(r.raw, "airlock_sandbox_creates_total 1"));
+    ck_assert_ptr_nonnull(strstr(r.raw, "airlock_sandbox_kills_total 1"));
+    ck_assert_ptr_nonnull(strstr(r.raw, "airlock_sandboxes{state=\"running\"} 0"));
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(timeout_kills_and_crash_is_detected)
+{
+    char id[64], id2[64], path[160];
+    create("{\"templateID\":\"base\",\"timeout\":1}", id, NULL);
+    create("{\"templateID\":\"base\",\"timeout\":60}", id2, NULL);
+    struct resp r;
+    /* The crash: the sandbox's process dies on its own. */
+    struct cp_sb_record rec;
+    cp_sb_record_init(&rec);
+    char db[300];
+    snprintf(db, sizeof db, "%s/airlockd.db", tmpdir);
+    struct cp_store *s2;
+    ck_assert_int_eq(cp_store_open(db, &s2, NULL), 0);
+    ck_assert_int_eq(cp_store_sb_load(s2, id2, &rec, NULL), 0);
+    ck_assert_int_gt(rec.pid, 0);
+    uint64_t t0 = al_now_ns();
+    kill(rec.pid, SIGKILL);
+    snprintf(path, sizeof path, "/sandboxes/%s", id2);
+    for (;;) {
+        req(&r, "GET", path, NULL);
+        int st = r.status;
+        resp_free(&r);
+        if (st == 404)
+            break;
+        ck_assert_msg(al_now_ns() - t0 < 1000000000ull, "crash not detected within 1 s");
+        usleep(10000);
+    }
+    /* Gone from the store too. */
+    struct cp_sb_record gone;
+    cp_sb_record_init(&gone);
+    usleep(100000);
+    ck_assert_int_eq(cp_store_sb_load(s2, id2, &gone, NULL), -ENOENT);
+    cp_sb_record_free(&gone);
+    cp_sb_record_free(&rec);
+    cp_store_close(s2);
+    /* The timeout. */
+    snprintf(path, sizeof path, "/sandboxes/%s", id);
+    t0 = al_now_ns();
+    for (;;) {
+        req(&r, "GET", path, NULL);
+        int st = r.status;
+        resp_free(&r);
+        if (st == 404)
+            break;
+        ck_assert_msg(al_now_ns() - t0 < 3000000000ull, "not killed at its timeout");
+        usleep(50000);
+    }
+}
+END_TEST
+
+START_TEST(dataplane_routing)
+{
+    char id[64], tok[80], path[160];
+    create("{\"templateID\":\"base\"}", id, tok);
+    struct resp r;
+    /* By E2b-Sandbox-Id: everything reaches the agent unchanged. */
+    struct al_http_header h[] = {
+        {"E2b-Sandbox-Id", id}, {"E2b-Sandbox-Port", "49999"}, {"X-Access-Token", tok}};
+    req_full(&r, g_target, "POST", "/execute?x=1", NULL, "{\"code\":\"1\"}", h, 3);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(jstr(r.body, "target"), "/execute?x=1");
+    ck_assert_str_eq(jstr(r.body, "port"), "49999");
+    ck_assert_str_eq(jstr(r.body, "token"), tok);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.body, "body_len")), 12);
+    resp_free(&r);
+    req_full(&r, g_target, "GET", "/stream", NULL, NULL, h, 1);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.raw, "chunk\nchunk\nchunk\n");
+    resp_free(&r);
+    /* By X-Access-Token alone (SDKs before 2.14.1 on /files and /health). */
+    struct al_http_header t[] = {{"X-Access-Token", tok}};
+    req_full(&r, g_target, "GET", "/files?path=/x", NULL, NULL, t, 1);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_null(jstr(r.body, "sandbox"));
+    ck_assert_str_eq(jstr(r.body, "target"), "/files?path=/x");
+    resp_free(&r);
+    /* ... but never for control-plane paths. */
+    req_full(&r, g_target, "GET", "/v2/sandboxes", NULL, NULL, t, 1);
+    assert_error(&r, 401, "X-API-KEY");
+    resp_free(&r);
+    struct al_http_header badtok[] = {{"X-Access-Token", "0123"}};
+    req_full(&r, g_target, "GET", "/files?path=/x", NULL, NULL, badtok, 1);
+    assert_error(&r, 502, "access token");
+    resp_free(&r);
+    /* By Host, as getHost(port) builds it (api.domain set): the sandbox headers are made
+     * from the Host, whatever the client sent. */
+    char host[128];
+    snprintf(host, sizeof host, "8080-%s.sbx.test:3000", id);
+    struct al_http_header hh[] = {{"Host", host}, {"E2b-Sandbox-Port", "49983"}};
+    req_full(&r, g_target, "POST", "/app?x=2", NULL, "{}", hh, 2);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(jstr(r.body, "sandbox"), id);
+    ck_assert_str_eq(jstr(r.body, "port"), "8080");
+    resp_free(&r);
+    struct al_http_header hx[] = {{"Host", "8080-nosuch.sbx.test"}};
+    req_full(&r, g_target, "GET", "/", NULL, NULL, hx, 1);
+    ck_assert_int_ne(r.status, 200);
+    resp_free(&r);
+    /* Unknown, duplicated, paused. */
+    struct al_http_header unk[] = {{"E2b-Sandbox-Id", "nosuchsandbox"}};
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, unk, 1);
+    assert_error(&r, 502, "not found");
+    resp_free(&r);
+    struct al_http_header dup[] = {{"E2b-Sandbox-Id", id}, {"E2b-Sandbox-Id", id}};
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, dup, 2);
+    assert_error(&r, 400, "more than one");
+    resp_free(&r);
+    snprintf(path, sizeof path, "/sandboxes/%s/pause", id);
+    req(&r, "POST", path, NULL);
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, h, 1);
+    assert_error(&r, 502, "paused");
+    resp_free(&r);
+    snprintf(path, sizeof path, "/sandboxes/%s/connect", id);
+    req(&r, "POST", path, "{}");
+    ck_assert_int_eq(r.status, 201);
+    resp_free(&r);
+    /* A sandbox whose agent does not answer: 502 (the SDK's "sandbox not running"). */
+    char id2[64];
+    create("{\"templateID\":\"noagent\"}", id2, NULL);
+    struct al_http_header h2[] = {{"E2b-Sandbox-Id", id2}};
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, h2, 1);
+    assert_error(&r, 502, "not reachable");
+    resp_free(&r);
+}
+END_TEST
+
+static int count_rows(const struct cp_sb_record *r, void *arg)
+{
+    (void)r;
+    (*(int *)arg)++;
+    return 0;
+}
+
+START_TEST(failed_create_leaves_nothing)
+{
+    struct resp r;
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\"}");
+    ck_assert_int_eq(r.status, 201);
+    resp_free(&r);
+    /* The backend fails: every step is undone and the error says why. */
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"failing\"}");
+    assert_error(&r, 500, "fake failure");
+    resp_free(&r);
+    char db[300];
+    snprintf(db, sizeof db, "%s/airlockd.db", tmpdir);
+    struct cp_store *s2;
+    ck_assert_int_eq(cp_store_open(db, &s2, NULL), 0);
+    int rows = 0;
+    ck_assert_int_eq(cp_store_sb_foreach(s2, count_rows, NULL, &rows, NULL), 0);
+    ck_assert_int_eq(rows, 1);
+    cp_store_close(s2);
+    req(&r, "GET", "/v2/sandboxes", NULL);
+    ck_assert_uint_eq(json_array_size(r.body), 1);
+    resp_free(&r);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("cp_rest");
+    TCase *t = tcase_create("rest");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, create_shapes_v1_v2);
+    tcase_add_test(t, create_validation);
+    tcase_add_test(t, auth_keys);
+    tcase_add_test(t, list_pagination_and_filters);
+    tcase_add_test(t, lifecycle_ops);
+    tcase_add_test(t, timeout_kills_and_crash_is_detected);
+    tcase_add_test(t, dataplane_routing);
+    tcase_add_test(t, failed_create_leaves_nothing);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+AL_SUITE_MAIN(suite)

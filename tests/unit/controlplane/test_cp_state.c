@@ -1,0 +1,526 @@
+/* tests/unit/controlplane/test_cp_state: ids and credentials, the hash map, sandbox records,
+ * and the SQLite store (round trips, crash safety across a kill -9, concurrent writers,
+ * API keys and their digests). */
+#include <errno.h>
+#include <signal.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "al_test.h"
+#include "common/util.h"
+#include "controlplane/ids.h"
+#include "controlplane/map.h"
+#include "controlplane/record.h"
+#include "controlplane/store.h"
+
+static char tmpdir[256];
+static char dbpath[300];
+
+static void setup(void)
+{
+    ck_assert_int_ge(sodium_init(), 0);
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/al-cp-state-%d-XXXXXX", getpid());
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    snprintf(dbpath, sizeof dbpath, "%s/airlockd.db", tmpdir);
+}
+
+static void teardown(void)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(ids_shapes)
+{
+    char id[CP_ID_LEN + 1], id2[CP_ID_LEN + 1];
+    cp_sandbox_id_new(id);
+    cp_sandbox_id_new(id2);
+    ck_assert_uint_eq(strlen(id), CP_ID_LEN);
+    ck_assert(id[0] >= 'a' && id[0] <= 'z');
+    ck_assert(cp_sandbox_id_valid(id));
+    ck_assert_str_ne(id, id2);
+    ck_assert(!cp_sandbox_id_valid(""));
+    ck_assert(!cp_sandbox_id_valid("ABC"));
+    ck_assert(!cp_sandbox_id_valid("a/b"));
+    ck_assert(!cp_sandbox_id_valid("a b"));
+    ck_assert(
+        !cp_sandbox_id_valid("0123456789012345678901234567890123456789012345678901234567890123"));
+    ck_assert(cp_sandbox_id_valid("debug_sandbox_id"));
+
+    char key[CP_APIKEY_LEN + 1];
+    cp_apikey_new(key);
+    ck_assert_uint_eq(strlen(key), CP_APIKEY_LEN);
+    ck_assert(cp_apikey_wellformed(key));
+    ck_assert(cp_apikey_wellformed("e2b_0000000000000000000000000000000000000000"));
+    ck_assert(!cp_apikey_wellformed("e2b_"));
+    ck_assert(!cp_apikey_wellformed("e2b_ABCDEF0123"));
+    ck_assert(!cp_apikey_wellformed("xyz_0123456789"));
+
+    char tok[CP_TOKEN_LEN + 1];
+    cp_token_new(tok);
+    ck_assert_uint_eq(strlen(tok), CP_TOKEN_LEN);
+    char kid[CP_KEYID_LEN + 1];
+    cp_keyid_new(kid);
+    ck_assert_int_eq(strncmp(kid, "key_", 4), 0);
+    ck_assert_uint_eq(strlen(kid), CP_KEYID_LEN);
+}
+END_TEST
+
+START_TEST(secret_compare)
+{
+    const char *a = "0123456789abcdef";
+    ck_assert(cp_secret_equal(a, strlen(a), "0123456789abcdef", 16));
+    ck_assert(!cp_secret_equal(a, strlen(a), "0123456789abcdeF", 16));
+    ck_assert(!cp_secret_equal(a, strlen(a), "0123456789abcde", 15));
+    ck_assert(!cp_secret_equal("", 0, a, strlen(a)));
+    uint8_t d1[CP_DIGEST_LEN], d2[CP_DIGEST_LEN];
+    cp_digest("x", 1, d1);
+    cp_digest("x", 1, d2);
+    ck_assert(cp_digest_equal(d1, d2));
+    d2[31] ^= 1;
+    ck_assert(!cp_digest_equal(d1, d2));
+    char hex[2 * CP_DIGEST_LEN + 1];
+    cp_digest_hex(d1, hex);
+    ck_assert_uint_eq(strlen(hex), 64);
+}
+END_TEST
+
+static int count_cb(void *v, void *arg)
+{
+    (void)v;
+    (*(int *)arg)++;
+    return 0;
+}
+
+START_TEST(map_basics)
+{
+    struct cp_map m;
+    cp_map_init(&m);
+    static int vals[5000];
+    char k[32];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(k, sizeof k, "key-%d", i);
+        ck_assert_int_eq(cp_map_put(&m, k, strlen(k), &vals[i]), 0);
+    }
+    ck_assert_int_eq(cp_map_put(&m, "key-7", 5, &vals[0]), -EEXIST);
+    ck_assert_uint_eq(cp_map_count(&m), 5000);
+    for (int i = 0; i < 5000; i += 7) {
+        snprintf(k, sizeof k, "key-%d", i);
+        ck_assert_ptr_eq(cp_map_get(&m, k, strlen(k)), &vals[i]);
+    }
+    ck_assert_ptr_null(cp_map_get(&m, "key-5000", 8));
+    ck_assert_ptr_eq(cp_map_del(&m, "key-10", 6), &vals[10]);
+    ck_assert_ptr_null(cp_map_del(&m, "key-10", 6));
+    ck_assert_ptr_null(cp_map_get(&m, "key-10", 6));
+    int n = 0;
+    cp_map_foreach(&m, count_cb, &n);
+    ck_assert_int_eq(n, 4999);
+    cp_map_free(&m);
+    ck_assert_uint_eq(cp_map_count(&m), 0);
+    ck_assert_ptr_null(cp_map_get(&m, "key-1", 5));
+}
+END_TEST
+
+static void fill_record(struct cp_sb_record *r, const char *id, uint64_t seq)
+{
+    cp_sb_record_init(r);
+    snprintf(r->id, sizeof r->id, "%s", id);
+    r->seq = seq;
+    r->state = CP_SB_RUNNING;
+    snprintf(r->template_id, sizeof r->template_id, "base");
+    snprintf(r->backend, sizeof r->backend, "jail");
+    snprintf(r->key_id, sizeof r->key_id, "key_01234567");
+    cp_token_new(r->token);
+    r->created_ns = 1000;
+    r->started_ns = 2000 + seq;
+    r->end_ns = 3000000000000ull;
+    r->on_timeout_pause = true;
+    r->auto_resume = false;
+    r->allow_internet = 0;
+    r->cpu_count = 2;
+    r->memory_mb = 512;
+    r->disk_mb = 1024;
+    json_object_set_new(r->metadata, "owner", json_string("agent x"));
+    json_object_set_new(r->metadata, "ünï", json_string("çödé&=%"));
+    r->network = json_pack("{s:[s]}", "allowOut", "pypi.org");
+    snprintf(r->policy_name, sizeof r->policy_name, "default");
+    memset(r->policy_hash, 'a', 64);
+    r->pid = 4242;
+    r->pid_start = 987654321;
+    snprintf(r->addr, sizeof r->addr, "10.200.0.6");
+}
+
+START_TEST(record_doc_roundtrip)
+{
+    struct cp_sb_record a, b;
+    fill_record(&a, "abc123", 7);
+    json_t *doc = cp_sb_record_doc(&a);
+    cp_sb_record_init(&b);
+    struct al_error err = {0};
+    ck_assert_int_eq(cp_sb_record_from_doc(&b, doc, &err), 0);
+    ck_assert_str_eq(b.template_id, "base");
+    ck_assert_str_eq(b.token, a.token);
+    ck_assert_uint_eq(b.started_ns, a.started_ns);
+    ck_assert_uint_eq(b.end_ns, a.end_ns);
+    ck_assert(b.on_timeout_pause);
+    ck_assert_int_eq(b.allow_internet, 0);
+    ck_assert_int_eq(b.memory_mb, 512);
+    ck_assert(json_equal(a.metadata, b.metadata));
+    ck_assert(json_equal(a.network, b.network));
+    ck_assert_int_eq(b.pid, 4242);
+    ck_assert_uint_eq(b.pid_start, 987654321);
+    ck_assert_str_eq(b.addr, "10.200.0.6");
+    /* allow_internet absent = not given. */
+    json_object_del(doc, "allow_internet");
+    ck_assert_int_eq(cp_sb_record_from_doc(&b, doc, &err), 0);
+    ck_assert_int_eq(b.allow_internet, -1);
+    /* A wrong type is an error that names the field. */
+    json_object_set_new(doc, "memory_mb", json_string("x"));
+    ck_assert_int_lt(cp_sb_record_from_doc(&b, doc, &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "memory_mb"));
+    json_decref(doc);
+    cp_sb_record_free(&a);
+    cp_sb_record_free(&b);
+
+    enum cp_sb_state st;
+    ck_assert_int_eq(cp_sb_state_parse("paused", &st), 0);
+    ck_assert_int_eq(st, CP_SB_PAUSED);
+    ck_assert_int_eq(cp_sb_state_parse("zombie", &st), -EINVAL);
+    ck_assert_str_eq(cp_sb_state_name(CP_SB_STOPPING), "stopping");
+}
+END_TEST
+
+START_TEST(apikey_policies)
+{
+    ck_assert(cp_apikey_allows_policy("*", "anything"));
+    ck_assert(cp_apikey_allows_policy("default,pypi", "pypi"));
+    ck_assert(cp_apikey_allows_policy("default,pypi", "default"));
+    ck_assert(!cp_apikey_allows_policy("default,pypi", "py"));
+    ck_assert(!cp_apikey_allows_policy("default,pypi", "pypi2"));
+    ck_assert(!cp_apikey_allows_policy("default", "*"));
+    struct al_error err = {0};
+    ck_assert_int_eq(cp_apikey_policies_check("*", &err), 0);
+    ck_assert_int_eq(cp_apikey_policies_check("a,b-c,d.e_f", &err), 0);
+    ck_assert_int_lt(cp_apikey_policies_check("", &err), 0);
+    ck_assert_int_lt(cp_apikey_policies_check("a,,b", &err), 0);
+    ck_assert_int_lt(cp_apikey_policies_check("a, b", &err), 0);
+    ck_assert_int_lt(cp_apikey_policies_check("../x", &err), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "policy name"));
+}
+END_TEST
+
+START_TEST(proc_start_time)
+{
+    uint64_t t = cp_proc_start_time(getpid());
+    ck_assert_uint_gt(t, 0);
+    ck_assert_uint_eq(cp_proc_start_time(getpid()), t);
+    ck_assert_uint_eq(cp_proc_start_time(0), 0);
+    ck_assert_uint_eq(cp_proc_start_time(0x3fffffff), 0);
+}
+END_TEST
+
+struct collect {
+    char ids[16][64];
+    uint64_t seqs[16];
+    int n;
+    int bad;
+};
+
+static int collect_cb(const struct cp_sb_record *r, void *arg)
+{
+    struct collect *c = arg;
+    snprintf(c->ids[c->n], sizeof c->ids[0], "%s", r->id);
+    c->seqs[c->n++] = r->seq;
+    return 0;
+}
+
+static void bad_cb(const char *id, const char *why, void *arg)
+{
+    (void)id;
+    (void)why;
+    ((struct collect *)arg)->bad++;
+}
+
+START_TEST(store_sandboxes)
+{
+    struct cp_store *s;
+    struct al_error err = {0};
+    ck_assert_msg(cp_store_open(dbpath, &s, &err) == 0, "%s", err.msg);
+    struct stat st;
+    ck_assert_int_eq(stat(dbpath, &st), 0);
+    ck_assert_int_eq(st.st_mode & 0777, 0600);
+
+    uint64_t s1, s2;
+    ck_assert_int_eq(cp_store_next_seq(s, &s1, &err), 0);
+    ck_assert_int_eq(cp_store_next_seq(s, &s2, &err), 0);
+    ck_assert_uint_eq(s2, s1 + 1);
+
+    struct cp_sb_record a, b, c;
+    fill_record(&a, "aaaa", 3);
+    fill_record(&b, "bbbb", 1);
+    ck_assert_int_eq(cp_store_sb_save(s, &a, &err), 0);
+    ck_assert_int_eq(cp_store_sb_save(s, &b, &err), 0);
+    /* seq is unique: another sandbox with seq 3 is refused. */
+    fill_record(&c, "cccc", 3);
+    ck_assert_int_eq(cp_store_sb_save(s, &c, &err), -EEXIST);
+    cp_sb_record_free(&c);
+
+    a.state = CP_SB_PAUSED;
+    json_object_set_new(a.metadata, "k", json_string("v"));
+    ck_assert_int_eq(cp_store_sb_save(s, &a, &err), 0);
+
+    struct collect col = {0};
+    ck_assert_int_eq(cp_store_sb_foreach(s, collect_cb, bad_cb, &col, &err), 0);
+    ck_assert_int_eq(col.n, 2);
+    ck_assert_str_eq(col.ids[0], "bbbb"); /* by seq */
+    ck_assert_str_eq(col.ids[1], "aaaa");
+
+    struct cp_sb_record r;
+    cp_sb_record_init(&r);
+    ck_assert_int_eq(cp_store_sb_load(s, "aaaa", &r, &err), 0);
+    ck_assert_int_eq(r.state, CP_SB_PAUSED);
+    ck_assert_str_eq(json_string_value(json_object_get(r.metadata, "k")), "v");
+    ck_assert_str_eq(r.token, a.token);
+    cp_sb_record_free(&r);
+
+    ck_assert_int_eq(cp_store_sb_delete(s, "aaaa", &err), 0);
+    cp_sb_record_init(&r);
+    ck_assert_int_eq(cp_store_sb_load(s, "aaaa", &r, &err), -ENOENT);
+    cp_sb_record_free(&r);
+    cp_store_close(s);
+
+    /* Reopen: what was written is there, the sequence continues. */
+    ck_assert_int_eq(cp_store_open(dbpath, &s, &err), 0);
+    memset(&col, 0, sizeof col);
+    ck_assert_int_eq(cp_store_sb_foreach(s, collect_cb, bad_cb, &col, &err), 0);
+    ck_assert_int_eq(col.n, 1);
+    ck_assert_str_eq(col.ids[0], "bbbb");
+    uint64_t s3;
+    ck_assert_int_eq(cp_store_next_seq(s, &s3, &err), 0);
+    ck_assert_uint_eq(s3, s2 + 1);
+    cp_store_close(s);
+    cp_sb_record_free(&a);
+    cp_sb_record_free(&b);
+}
+END_TEST
+
+START_TEST(store_bad_rows_are_reported)
+{
+    struct cp_store *s;
+    struct al_error err = {0};
+    ck_assert_int_eq(cp_store_open(dbpath, &s, &err), 0);
+    struct cp_sb_record a;
+    fill_record(&a, "good", 1);
+    ck_assert_int_eq(cp_store_sb_save(s, &a, &err), 0);
+    cp_sb_record_free(&a);
+    cp_store_close(s);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import sqlite3; c=sqlite3.connect('%s'); c.execute(\\\"INSERT INTO "
+             "sandboxes VALUES('evil', 9, 'running', '{not json')\\\"); c.execute(\\\"INSERT INTO "
+             "sandboxes VALUES('odd', 10, 'zombie', '{}')\\\"); c.commit()\"",
+             dbpath);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(cp_store_open(dbpath, &s, &err), 0);
+    struct collect col = {0};
+    ck_assert_int_eq(cp_store_sb_foreach(s, collect_cb, bad_cb, &col, &err), 0);
+    ck_assert_int_eq(col.n, 1);
+    ck_assert_int_eq(col.bad, 2);
+    cp_store_close(s);
+}
+END_TEST
+
+START_TEST(store_newer_schema_refused)
+{
+    struct cp_store *s;
+    struct al_error err = {0};
+    ck_assert_int_eq(cp_store_open(dbpath, &s, &err), 0);
+    cp_store_close(s);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import sqlite3; c=sqlite3.connect('%s'); c.execute('PRAGMA "
+             "user_version=99'); c.commit()\"",
+             dbpath);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(cp_store_open(dbpath, &s, &err), -EPROTO);
+    ck_assert_ptr_nonnull(strstr(err.msg, "newer"));
+}
+END_TEST
+
+/* A writer killed with SIGKILL in the middle of a stream of transactions leaves a database
+ * that opens and holds every transaction it had committed. */
+START_TEST(store_survives_kill9)
+{
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        struct cp_store *s;
+        struct al_error err = {0};
+        if (cp_store_open(dbpath, &s, &err))
+            _exit(1);
+        for (uint64_t i = 1;; i++) {
+            struct cp_sb_record r;
+            char id[32];
+            snprintf(id, sizeof id, "sb%llu", (unsigned long long)i);
+            fill_record(&r, id, i);
+            if (cp_store_sb_save(s, &r, &err))
+                _exit(1);
+            cp_sb_record_free(&r);
+            /* Tell the parent this one is committed. */
+            uint32_t v = (uint32_t)i;
+            if (write(pfd[1], &v, sizeof v) != sizeof v)
+                _exit(1);
+        }
+    }
+    close(pfd[1]);
+    uint32_t last = 0, v;
+    while (last < 300 && read(pfd[0], &v, sizeof v) == sizeof v)
+        last = v;
+    kill(pid, SIGKILL);
+    while (read(pfd[0], &v, sizeof v) == sizeof v)
+        last = v;
+    close(pfd[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    ck_assert(WIFSIGNALED(status));
+
+    struct cp_store *s;
+    struct al_error err = {0};
+    ck_assert_msg(cp_store_open(dbpath, &s, &err) == 0, "%s", err.msg);
+    struct cp_sb_record r;
+    char id[32];
+    snprintf(id, sizeof id, "sb%u", last);
+    cp_sb_record_init(&r);
+    ck_assert_msg(cp_store_sb_load(s, id, &r, &err) == 0, "committed %s lost: %s", id, err.msg);
+    cp_sb_record_free(&r);
+    cp_store_close(s);
+}
+END_TEST
+
+START_TEST(store_keys)
+{
+    struct cp_store *s;
+    struct al_error err = {0};
+    ck_assert_int_eq(cp_store_open(dbpath, &s, &err), 0);
+    size_t n = 99;
+    ck_assert_int_eq(cp_store_key_count_valid(s, &n, &err), 0);
+    ck_assert_uint_eq(n, 0);
+
+    struct cp_apikey k = {0};
+    cp_keyid_new(k.id);
+    snprintf(k.name, sizeof k.name, "ci");
+    snprintf(k.policies, sizeof k.policies, "default,pypi");
+    k.created_ns = 5;
+    char key[CP_APIKEY_LEN + 1];
+    cp_apikey_new(key);
+    cp_digest(key, strlen(key), k.digest);
+    ck_assert_int_eq(cp_store_key_insert(s, &k, &err), 0);
+    /* The same digest twice is refused. */
+    struct cp_apikey k2 = k;
+    cp_keyid_new(k2.id);
+    ck_assert_int_eq(cp_store_key_insert(s, &k2, &err), -EEXIST);
+
+    /* Nothing in the database file is the key itself. */
+    char *data = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(al_read_file(dbpath, 1 << 24, &data, &len, NULL), 0);
+    ck_assert_ptr_null(memmem(data, len, key + 4, 40));
+    free(data);
+    char wal[320];
+    snprintf(wal, sizeof wal, "%s-wal", dbpath);
+    if (al_read_file(wal, 1 << 24, &data, &len, NULL) == 0) {
+        ck_assert_ptr_null(memmem(data, len, key + 4, 40));
+        free(data);
+    }
+
+    struct cp_apikey f;
+    uint8_t d[CP_DIGEST_LEN];
+    cp_digest(key, strlen(key), d);
+    ck_assert_int_eq(cp_store_key_find(s, d, &f, &err), 0);
+    ck_assert_str_eq(f.id, k.id);
+    ck_assert_str_eq(f.policies, "default,pypi");
+    ck_assert_uint_eq(f.revoked_ns, 0);
+    d[0] ^= 1;
+    ck_assert_int_eq(cp_store_key_find(s, d, &f, &err), -ENOENT);
+
+    ck_assert_int_eq(cp_store_key_get(s, "ci", &f, &err), 0);
+    ck_assert_str_eq(f.id, k.id);
+    ck_assert_int_eq(cp_store_key_get(s, k.id, &f, &err), 0);
+    ck_assert_int_eq(cp_store_key_get(s, "nope", &f, &err), -ENOENT);
+
+    /* Two keys named alike: the name is ambiguous, the ids are not. */
+    struct cp_apikey k3 = {0};
+    cp_keyid_new(k3.id);
+    snprintf(k3.name, sizeof k3.name, "ci");
+    snprintf(k3.policies, sizeof k3.policies, "*");
+    k3.created_ns = 6;
+    cp_digest("other", 5, k3.digest);
+    ck_assert_int_eq(cp_store_key_insert(s, &k3, &err), 0);
+    ck_assert_int_eq(cp_store_key_get(s, "ci", &f, &err), -EEXIST);
+    ck_assert_int_eq(cp_store_key_get(s, k3.id, &f, &err), 0);
+
+    ck_assert(!cp_store_changed(s));
+    /* A second connection (the CLI) revokes: the first one notices. */
+    struct cp_store *s2;
+    ck_assert_int_eq(cp_store_open(dbpath, &s2, &err), 0);
+    ck_assert_int_eq(cp_store_key_revoke(s2, k.id, 77, &err), 0);
+    ck_assert_int_eq(cp_store_key_revoke(s2, k.id, 78, &err), -EALREADY);
+    cp_store_close(s2);
+    ck_assert(cp_store_changed(s));
+    ck_assert(!cp_store_changed(s));
+    cp_digest(key, strlen(key), d);
+    ck_assert_int_eq(cp_store_key_find(s, d, &f, &err), 0);
+    ck_assert_uint_eq(f.revoked_ns, 77);
+
+    ck_assert_int_eq(cp_store_key_touch(s, k3.id, 99), 0);
+    struct cp_apikey *all;
+    ck_assert_int_eq(cp_store_key_list(s, &all, &n, &err), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(all[0].id, k.id);
+    ck_assert_uint_eq(all[1].last_used_ns, 99);
+    free(all);
+    ck_assert_int_eq(cp_store_key_count_valid(s, &n, &err), 0);
+    ck_assert_uint_eq(n, 1);
+
+    char buf[64];
+    ck_assert_int_eq(cp_store_meta_get(s, "x", buf, sizeof buf), -ENOENT);
+    ck_assert_int_eq(cp_store_meta_set(s, "x", "y", &err), 0);
+    ck_assert_int_eq(cp_store_meta_get(s, "x", buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "y");
+    cp_store_close(s);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("cp_state");
+    TCase *t = tcase_create("ids");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, ids_shapes);
+    tcase_add_test(t, secret_compare);
+    tcase_add_test(t, map_basics);
+    tcase_add_test(t, record_doc_roundtrip);
+    tcase_add_test(t, apikey_policies);
+    tcase_add_test(t, proc_start_time);
+    suite_add_tcase(s, t);
+    t = tcase_create("store");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, store_sandboxes);
+    tcase_add_test(t, store_bad_rows_are_reported);
+    tcase_add_test(t, store_newer_schema_refused);
+    tcase_add_test(t, store_survives_kill9);
+    tcase_add_test(t, store_keys);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+AL_SUITE_MAIN(suite)

@@ -1,0 +1,710 @@
+/* tests/unit/intercept/test_tls: TLS toward sandboxes (the proxy as server with a leaf of the
+ * sandbox CA, against OpenSSL clients) and toward upstreams (the proxy as client verifying
+ * against test roots, against OpenSSL servers), on non-blocking loopback sockets. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <mbedtls/ssl.h>
+
+#include "al_test.h"
+#include "egress/intercept/tls.h"
+
+static char dir[256];
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    ck_assert_msg(st == 0, "command failed (%d): %s", st, cmd);
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/al-icpt-tls-%d-XXXXXX", (int)getpid());
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cleanup failed\n");
+}
+
+static const char *peer_script(void)
+{
+    static char p[512];
+    snprintf(p, sizeof p, "%s/tests/unit/intercept/tls_peer.py", al_test_srcdir());
+    return p;
+}
+
+static void write_text(const char *name, const char *text)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* ---- blocking helpers over the non-blocking API ---------------------------------------- */
+
+static void wait_want(struct intercept_tls *t, int ms)
+{
+    int w = intercept_tls_want(t);
+    struct pollfd p = {.fd = intercept_tls_fd(t),
+                       .events = (short)(((w & INTERCEPT_TLS_WANT_READ) ? POLLIN : 0) |
+                                         ((w & INTERCEPT_TLS_WANT_WRITE) ? POLLOUT : 0))};
+    if (!p.events)
+        p.events = POLLIN;
+    poll(&p, 1, ms);
+}
+
+static int hs(struct intercept_tls *t)
+{
+    for (int i = 0; i < 2000; i++) {
+        int r = intercept_tls_handshake(t);
+        if (r == 0) {
+            while (intercept_tls_out_pending(t)) {
+                int f = intercept_tls_flush(t);
+                if (f < 0 && f != -EAGAIN)
+                    return f;
+                if (f == -EAGAIN)
+                    wait_want(t, 100);
+            }
+            return 0;
+        }
+        if (r != -EAGAIN)
+            return r;
+        wait_want(t, 100);
+    }
+    return -ETIMEDOUT;
+}
+
+static ssize_t rd(struct intercept_tls *t, void *buf, size_t len)
+{
+    for (int i = 0; i < 2000; i++) {
+        ssize_t n = intercept_tls_read(t, buf, len);
+        if (n != -EAGAIN)
+            return n;
+        wait_want(t, 100);
+    }
+    return -ETIMEDOUT;
+}
+
+/* Reads until a newline (or close). */
+static ssize_t rd_line(struct intercept_tls *t, char *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len - 1) {
+        ssize_t n = rd(t, buf + got, len - 1 - got);
+        if (n <= 0) {
+            buf[got] = 0;
+            return got ? (ssize_t)got : n;
+        }
+        got += (size_t)n;
+        buf[got] = 0;
+        if (memchr(buf, '\n', got))
+            break;
+    }
+    return (ssize_t)got;
+}
+
+static int wr_all(struct intercept_tls *t, const void *buf, size_t len)
+{
+    size_t off = 0;
+    for (int i = 0; off < len && i < 100000; i++) {
+        ssize_t n = intercept_tls_write(t, (const char *)buf + off, len - off);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n != -EAGAIN)
+            return (int)n;
+        wait_want(t, 100);
+    }
+    while (intercept_tls_out_pending(t)) {
+        int f = intercept_tls_flush(t);
+        if (f < 0 && f != -EAGAIN)
+            return f;
+        if (f == -EAGAIN)
+            wait_want(t, 100);
+    }
+    return off == len ? 0 : -ETIMEDOUT;
+}
+
+static void finish_close(struct intercept_tls *t)
+{
+    intercept_tls_close_notify(t);
+    for (int i = 0; i < 50 && intercept_tls_out_pending(t); i++) {
+        wait_want(t, 100);
+        intercept_tls_flush(t);
+    }
+}
+
+static int listen_any(uint16_t *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(fd, 16), 0);
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static int accept_nb(int lfd)
+{
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    ck_assert_int_eq(poll(&p, 1, 15000), 1);
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    return fd;
+}
+
+/* ---- the sandbox side ------------------------------------------------------------------- */
+
+struct sbx {
+    struct intercept_ca *ca;
+    struct intercept_tls_server *srv;
+    char ca_file[512];
+};
+
+static void sbx_init(struct sbx *s, bool no_tls13)
+{
+    const char *names[] = {"api.github.test", "*.example.test"};
+    struct intercept_ca_opts o = {.sandbox_id = "sb-tls", .names = names, .n_names = 2};
+    struct al_error err = {0};
+    ck_assert_int_eq(intercept_ca_new(&o, &s->ca, &err), 0);
+    struct intercept_tls_server_opts so = {.ca = s->ca, .no_tls13 = no_tls13};
+    ck_assert_msg(intercept_tls_server_new(&so, &s->srv, &err) == 0, "%s", err.msg);
+    write_text("sandbox-ca.pem", intercept_ca_pem(s->ca));
+    snprintf(s->ca_file, sizeof s->ca_file, "%s/sandbox-ca.pem", dir);
+}
+
+static void sbx_free(struct sbx *s)
+{
+    intercept_tls_server_unref(s->srv);
+    intercept_ca_unref(s->ca);
+}
+
+static FILE *start_client(uint16_t port, const char *extra)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "python3 %s client --port %u %s", peer_script(), port, extra);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    return f;
+}
+
+/* Reads the client's JSON lines (one per connection). */
+static json_t *client_results(FILE *f)
+{
+    json_t *arr = json_array();
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        json_t *j = json_loads(line, 0, NULL);
+        if (j)
+            json_array_append_new(arr, j);
+    }
+    pclose(f);
+    return arr;
+}
+
+static const char *jstr(json_t *arr, size_t i, const char *k)
+{
+    json_t *o = json_array_get(arr, i);
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+static bool jtrue(json_t *arr, size_t i, const char *k)
+{
+    return json_is_true(json_object_get(json_array_get(arr, i), k));
+}
+
+/* Serves one connection: optional prefix read first (like egress's peek), handshake, one
+ * line, answer "hello:<line>", close_notify. Returns the handshake result. */
+static int serve_one(struct sbx *s, int lfd, const char *name, size_t prefix, bool *resumed,
+                     struct intercept_tls **keep)
+{
+    int fd = accept_nb(lfd);
+    char pre[4096];
+    size_t pl = 0;
+    while (pl < prefix) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        poll(&p, 1, 5000);
+        ssize_t n = recv(fd, pre + pl, prefix - pl, 0);
+        if (n <= 0)
+            break;
+        pl += (size_t)n;
+    }
+    struct intercept_tls *t = NULL;
+    struct al_error err = {0};
+    int r = intercept_tls_accept(s->srv, fd, name, pre, pl, &t, &err);
+    ck_assert_msg(r == 0, "accept: %s", err.msg);
+    r = hs(t);
+    if (r == 0) {
+        ck_assert(intercept_tls_handshake_done(t));
+        if (resumed)
+            *resumed = intercept_tls_resumed(t);
+        char line[1024];
+        ssize_t n = rd_line(t, line, sizeof line);
+        if (n > 0) {
+            char ans[1100];
+            snprintf(ans, sizeof ans, "hello:%s", line);
+            ck_assert_int_eq(wr_all(t, ans, strlen(ans)), 0);
+        }
+        finish_close(t);
+    }
+    if (keep) {
+        *keep = t;
+    } else {
+        intercept_tls_free(t);
+        close(fd);
+    }
+    return r;
+}
+
+START_TEST(sandbox_tls13_alpn_and_data)
+{
+    struct sbx s;
+    sbx_init(&s, false);
+    uint16_t port;
+    int lfd = listen_any(&port);
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--name api.github.test --ca %s --alpn h2,http/1.1 --send 'GET /\n'", s.ca_file);
+    FILE *cf = start_client(port, extra);
+    struct intercept_tls *t = NULL;
+    ck_assert_int_eq(serve_one(&s, lfd, "api.github.test", 0, NULL, &t), 0);
+    ck_assert_str_eq(intercept_tls_version(t), "TLSv1.3");
+    ck_assert_str_eq(intercept_tls_alpn(t), "http/1.1");
+    ck_assert_str_eq(intercept_tls_sni(t), "api.github.test");
+    ck_assert_uint_gt(intercept_tls_bytes_in(t), 0);
+    ck_assert_uint_gt(intercept_tls_bytes_out(t), 0);
+    close(intercept_tls_fd(t));
+    intercept_tls_free(t);
+    json_t *res = client_results(cf);
+    ck_assert_uint_eq(json_array_size(res), 1);
+    ck_assert_msg(jtrue(res, 0, "ok"), "client: %s", jstr(res, 0, "error"));
+    ck_assert_str_eq(jstr(res, 0, "version"), "TLSv1.3");
+    ck_assert_str_eq(jstr(res, 0, "alpn"), "http/1.1");
+    ck_assert_str_eq(jstr(res, 0, "reply"), "hello:GET /\n");
+    json_decref(res);
+    close(lfd);
+    sbx_free(&s);
+}
+END_TEST
+
+START_TEST(sandbox_tls12_and_wildcard_name)
+{
+    struct sbx s;
+    sbx_init(&s, false);
+    uint16_t port;
+    int lfd = listen_any(&port);
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--name a.example.test --ca %s --max12 --send 'x\n'", s.ca_file);
+    FILE *cf = start_client(port, extra);
+    struct intercept_tls *t = NULL;
+    ck_assert_int_eq(serve_one(&s, lfd, "a.example.test", 0, NULL, &t), 0);
+    ck_assert_str_eq(intercept_tls_version(t), "TLSv1.2");
+    ck_assert_ptr_nonnull(strstr(intercept_tls_ciphersuite(t), "ECDHE-ECDSA"));
+    ck_assert_ptr_null(intercept_tls_alpn(t)); /* the client offered none */
+    close(intercept_tls_fd(t));
+    intercept_tls_free(t);
+    json_t *res = client_results(cf);
+    ck_assert_msg(jtrue(res, 0, "ok"), "client: %s", jstr(res, 0, "error"));
+    ck_assert_str_eq(jstr(res, 0, "version"), "TLSv1.2");
+    ck_assert_str_eq(jstr(res, 0, "reply"), "hello:x\n");
+    json_decref(res);
+    close(lfd);
+    sbx_free(&s);
+}
+END_TEST
+
+/* The proxy read part of the ClientHello (or all of it) before handing over. */
+START_TEST(sandbox_prefix_bytes)
+{
+    struct sbx s;
+    sbx_init(&s, false);
+    size_t prefixes[] = {1, 5, 200};
+    for (size_t i = 0; i < 3; i++) {
+        uint16_t port;
+        int lfd = listen_any(&port);
+        char extra[1024];
+        snprintf(extra, sizeof extra, "--name api.github.test --ca %s --send 'p\n'", s.ca_file);
+        FILE *cf = start_client(port, extra);
+        ck_assert_int_eq(serve_one(&s, lfd, "api.github.test", prefixes[i], NULL, NULL), 0);
+        json_t *res = client_results(cf);
+        ck_assert_msg(jtrue(res, 0, "ok"), "prefix %zu: %s", prefixes[i], jstr(res, 0, "error"));
+        ck_assert_str_eq(jstr(res, 0, "reply"), "hello:p\n");
+        json_decref(res);
+        close(lfd);
+    }
+    sbx_free(&s);
+}
+END_TEST
+
+START_TEST(sandbox_session_resumption)
+{
+    for (int v = 0; v < 2; v++) {
+        struct sbx s;
+        sbx_init(&s, false);
+        uint16_t port;
+        int lfd = listen_any(&port);
+        char extra[1024];
+        snprintf(extra, sizeof extra, "--name api.github.test --ca %s --conns 3 --send 'r\n' %s", s.ca_file,
+                 v ? "--max12" : "");
+        FILE *cf = start_client(port, extra);
+        bool resumed[3] = {0};
+        for (int i = 0; i < 3; i++)
+            ck_assert_int_eq(serve_one(&s, lfd, "api.github.test", 0, &resumed[i], NULL), 0);
+        json_t *res = client_results(cf);
+        ck_assert_uint_eq(json_array_size(res), 3);
+        ck_assert(!resumed[0]);
+        ck_assert_msg(resumed[1] && resumed[2], "tls%s: not resumed", v ? "1.2" : "1.3");
+        ck_assert(jtrue(res, 1, "reused"));
+        ck_assert_str_eq(jstr(res, 2, "reply"), "hello:r\n");
+        json_decref(res);
+        close(lfd);
+        sbx_free(&s);
+    }
+}
+END_TEST
+
+START_TEST(sandbox_refusals)
+{
+    struct sbx s;
+    sbx_init(&s, false);
+    struct al_error err = {0};
+    struct intercept_tls *t;
+    /* No leaf outside the CA's constraints: refused before any byte. */
+    ck_assert_int_eq(intercept_tls_accept(s.srv, -1, "evil.test", NULL, 0, &t, &err), -EPERM);
+
+    /* h2 only: no common application protocol. */
+    uint16_t port;
+    int lfd = listen_any(&port);
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--name api.github.test --ca %s --alpn h2", s.ca_file);
+    FILE *cf = start_client(port, extra);
+    int fd = accept_nb(lfd);
+    ck_assert_int_eq(intercept_tls_accept(s.srv, fd, "api.github.test", NULL, 0, &t, &err), 0);
+    int r = hs(t);
+    ck_assert_int_eq(r, -EPROTO);
+    ck_assert_str_eq(intercept_tls_reason(t), "no_application_protocol");
+    intercept_tls_free(t);
+    close(fd);
+    json_t *res = client_results(cf);
+    ck_assert(!jtrue(res, 0, "ok"));
+    json_decref(res);
+
+    /* A client that does not trust the sandbox CA (system roots only). */
+    snprintf(extra, sizeof extra, "--name api.github.test");
+    cf = start_client(port, extra);
+    fd = accept_nb(lfd);
+    ck_assert_int_eq(intercept_tls_accept(s.srv, fd, "api.github.test", NULL, 0, &t, &err), 0);
+    r = hs(t);
+    if (r == 0) {
+        /* TLS 1.3: the client's alert arrives after our Finished. */
+        char b[16];
+        r = (int)rd(t, b, sizeof b);
+    }
+    ck_assert_int_lt(r, 0);
+    ck_assert_msg(strcmp(intercept_tls_reason(t), "peer_alert") == 0 && strstr(intercept_tls_error(t), "unknown_ca"),
+                  "reason %s: %s", intercept_tls_reason(t), intercept_tls_error(t));
+    intercept_tls_free(t);
+    close(fd);
+    res = client_results(cf);
+    ck_assert(!jtrue(res, 0, "ok"));
+    ck_assert_ptr_nonnull(strstr(jstr(res, 0, "error"), "CERTIFICATE_VERIFY_FAILED"));
+    json_decref(res);
+
+    /* SNI other than the decided name (the hello the proxy decided on said otherwise). */
+    snprintf(extra, sizeof extra, "--name b.example.test --ca %s", s.ca_file);
+    cf = start_client(port, extra);
+    fd = accept_nb(lfd);
+    ck_assert_int_eq(intercept_tls_accept(s.srv, fd, "api.github.test", NULL, 0, &t, &err), 0);
+    ck_assert_int_eq(hs(t), -EPROTO);
+    ck_assert_str_eq(intercept_tls_reason(t), "sni_mismatch");
+    intercept_tls_free(t);
+    close(fd);
+    json_decref(client_results(cf));
+    close(lfd);
+    sbx_free(&s);
+}
+END_TEST
+
+/* A deny after interception: a fatal alert the client reports. */
+START_TEST(sandbox_alert_after_handshake)
+{
+    struct sbx s;
+    sbx_init(&s, false);
+    uint16_t port;
+    int lfd = listen_any(&port);
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--name api.github.test --ca %s --send 'q\n'", s.ca_file);
+    FILE *cf = start_client(port, extra);
+    int fd = accept_nb(lfd);
+    struct intercept_tls *t;
+    ck_assert_int_eq(intercept_tls_accept(s.srv, fd, "api.github.test", NULL, 0, &t, NULL), 0);
+    ck_assert_int_eq(hs(t), 0);
+    char line[64];
+    ck_assert_int_gt(rd_line(t, line, sizeof line), 0);
+    ck_assert_int_eq(intercept_tls_send_alert(t, MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED), 0);
+    intercept_tls_free(t);
+    close(fd);
+    json_t *res = client_results(cf);
+    ck_assert_ptr_nonnull(strstr(jstr(res, 0, "read_error"), "ACCESS_DENIED"));
+    json_decref(res);
+    close(lfd);
+    sbx_free(&s);
+}
+END_TEST
+
+/* ---- the upstream side ------------------------------------------------------------------ */
+
+static void make_upstream_pki(void)
+{
+    sh("cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key "
+       "-out roots.pem -days 2 -subj '/CN=airlock test upstream CA' >/dev/null 2>&1",
+       dir);
+    sh("cd %s && printf 'subjectAltName=DNS:upstream.test\\n' > san.ext && "
+       "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout up.key -out up.csr "
+       "-subj '/CN=upstream.test' >/dev/null 2>&1 && "
+       "openssl x509 -req -in up.csr -CA roots.pem -CAkey ca.key -CAcreateserial -out up.pem -days 2 "
+       "-extfile san.ext >/dev/null 2>&1",
+       dir);
+    sh("cd %s && openssl req -newkey rsa:2048 -nodes -keyout uprsa.key -out uprsa.csr "
+       "-subj '/CN=upstream.test' >/dev/null 2>&1 && "
+       "openssl x509 -req -in uprsa.csr -CA roots.pem -CAkey ca.key -CAcreateserial -out uprsa.pem -days 2 "
+       "-extfile san.ext >/dev/null 2>&1",
+       dir);
+    /* A server certificate from a CA the proxy does not trust. */
+    sh("cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout self.key "
+       "-out self.pem -days 2 -subj '/CN=upstream.test' -addext subjectAltName=DNS:upstream.test >/dev/null 2>&1",
+       dir);
+}
+
+static pid_t start_server(const char *cert, const char *key, const char *extra, uint16_t *port)
+{
+    char pf[512];
+    snprintf(pf, sizeof pf, "%s/port", dir);
+    unlink(pf);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "exec python3 %s server --port-file %s --cert %s/%s --key %s/%s %s", peer_script(),
+                 pf, dir, cert, dir, key, extra);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 200; i++) {
+        FILE *f = fopen(pf, "r");
+        if (f) {
+            unsigned p = 0;
+            if (fscanf(f, "%u", &p) == 1 && p) {
+                fclose(f);
+                *port = (uint16_t)p;
+                return pid;
+            }
+            fclose(f);
+        }
+        usleep(50000);
+    }
+    ck_abort_msg("the test TLS server did not start");
+    return -1;
+}
+
+static void stop_server(pid_t pid)
+{
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+}
+
+static int connect_nb(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int r = connect(fd, (struct sockaddr *)&a, sizeof a);
+    ck_assert(r == 0 || errno == EINPROGRESS);
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    ck_assert_int_eq(poll(&p, 1, 5000), 1);
+    return fd;
+}
+
+static struct intercept_tls_client *client_cfg(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/roots.pem", dir);
+    struct intercept_tls_client_opts o = {.ca_file = path};
+    struct intercept_tls_client *c = NULL;
+    struct al_error err = {0};
+    ck_assert_msg(intercept_tls_client_new(&o, &c, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(intercept_tls_client_roots(c), 1);
+    return c;
+}
+
+START_TEST(upstream_verified_exchange)
+{
+    make_upstream_pki();
+    struct intercept_tls_client *c = client_cfg();
+    const char *certs[][2] = {{"up.pem", "up.key"}, {"uprsa.pem", "uprsa.key"}};
+    for (int k = 0; k < 2; k++) {
+        for (int v = 0; v < 2; v++) {
+            uint16_t port;
+            pid_t pid = start_server(certs[k][0], certs[k][1], v ? "--max12 --alpn http/1.1" : "--alpn http/1.1", &port);
+            int fd = connect_nb(port);
+            struct intercept_tls *t;
+            ck_assert_int_eq(intercept_tls_connect(c, fd, "upstream.test", 0, &t, NULL), 0);
+            int r = hs(t);
+            if (r == -EPROTO && k == 1 && v == 1) {
+                /* TLS 1.2 only with an RSA key: OpenSSL signs with PSS; retry as 1.2. */
+                ck_assert_str_eq(intercept_tls_reason(t), "retry_tls12");
+                intercept_tls_free(t);
+                close(fd);
+                stop_server(pid);
+                pid = start_server(certs[k][0], certs[k][1], "--max12 --alpn http/1.1", &port);
+                fd = connect_nb(port);
+                ck_assert_int_eq(intercept_tls_connect(c, fd, "upstream.test", INTERCEPT_TLS_CONNECT_TLS12, &t, NULL), 0);
+                r = hs(t);
+            }
+            ck_assert_msg(r == 0, "k=%d v=%d %s: %s", k, v, intercept_tls_reason(t), intercept_tls_error(t));
+            ck_assert_str_eq(intercept_tls_version(t), v ? "TLSv1.2" : "TLSv1.3");
+            ck_assert_str_eq(intercept_tls_alpn(t), "http/1.1");
+            ck_assert_int_eq(wr_all(t, "ping\n", 5), 0);
+            char buf[256];
+            ck_assert_int_gt(rd_line(t, buf, sizeof buf), 0);
+            ck_assert_str_eq(buf, "echo:ping\n");
+            /* close_notify from the server: a clean end */
+            ck_assert_int_eq(rd(t, buf, sizeof buf), 0);
+            intercept_tls_free(t);
+            close(fd);
+            stop_server(pid);
+        }
+    }
+    intercept_tls_client_unref(c);
+}
+END_TEST
+
+START_TEST(upstream_verification_failures)
+{
+    make_upstream_pki();
+    struct intercept_tls_client *c = client_cfg();
+    /* Wrong name. */
+    uint16_t port;
+    pid_t pid = start_server("up.pem", "up.key", "", &port);
+    int fd = connect_nb(port);
+    struct intercept_tls *t;
+    ck_assert_int_eq(intercept_tls_connect(c, fd, "other.test", 0, &t, NULL), 0);
+    ck_assert_int_eq(hs(t), -EPROTO);
+    ck_assert_str_eq(intercept_tls_reason(t), "certificate_verify_failed");
+    ck_assert_msg(strstr(intercept_tls_error(t), "other.test") && strstr(intercept_tls_error(t), "CN"),
+                  "%s", intercept_tls_error(t));
+    intercept_tls_free(t);
+    close(fd);
+    stop_server(pid);
+    /* Untrusted issuer. */
+    pid = start_server("self.pem", "self.key", "", &port);
+    fd = connect_nb(port);
+    ck_assert_int_eq(intercept_tls_connect(c, fd, "upstream.test", 0, &t, NULL), 0);
+    ck_assert_int_eq(hs(t), -EPROTO);
+    ck_assert_str_eq(intercept_tls_reason(t), "certificate_verify_failed");
+    ck_assert_msg(strstr(intercept_tls_error(t), "not correctly signed by the trusted CA"), "%s",
+                  intercept_tls_error(t));
+    intercept_tls_free(t);
+    close(fd);
+    stop_server(pid);
+    intercept_tls_client_unref(c);
+}
+END_TEST
+
+START_TEST(upstream_truncation_and_big_transfer)
+{
+    make_upstream_pki();
+    struct intercept_tls_client *c = client_cfg();
+    uint16_t port;
+    pid_t pid = start_server("up.pem", "up.key", "--no-close-notify --big 3000000", &port);
+    int fd = connect_nb(port);
+    struct intercept_tls *t;
+    ck_assert_int_eq(intercept_tls_connect(c, fd, "upstream.test", 0, &t, NULL), 0);
+    ck_assert_int_eq(hs(t), 0);
+    ck_assert_int_eq(wr_all(t, "big\n", 4), 0);
+    size_t total = 0;
+    char *buf = malloc(65536);
+    ssize_t n;
+    while ((n = rd(t, buf, 65536)) > 0)
+        total += (size_t)n;
+    ck_assert_uint_eq(total, 3000000 + 4);
+    ck_assert_int_eq(n, -EPIPE); /* no close_notify */
+    ck_assert_str_eq(intercept_tls_reason(t), "peer_closed");
+    free(buf);
+    intercept_tls_free(t);
+    close(fd);
+    stop_server(pid);
+    intercept_tls_client_unref(c);
+}
+END_TEST
+
+START_TEST(client_roots_loading)
+{
+    struct intercept_tls_client *c = NULL;
+    struct al_error err = {0};
+    struct intercept_tls_client_opts o = {.ca_file = "/nonexistent/roots.pem"};
+    ck_assert_int_eq(intercept_tls_client_new(&o, &c, &err), -ENOENT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "/nonexistent/roots.pem"));
+    struct intercept_tls_client_opts o2 = {.ca_pem = "not a certificate"};
+    ck_assert_int_eq(intercept_tls_client_new(&o2, &c, &err), -EINVAL);
+    /* The host's bundle (as in production), when installed. */
+    if (access(INTERCEPT_TLS_DEFAULT_CA, R_OK) == 0) {
+        ck_assert_int_eq(intercept_tls_client_new(NULL, &c, &err), 0);
+        ck_assert_uint_gt(intercept_tls_client_roots(c), 50);
+        intercept_tls_client_unref(c);
+    }
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("intercept_tls");
+    TCase *tc = tcase_create("tls");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, sandbox_tls13_alpn_and_data);
+    tcase_add_test(tc, sandbox_tls12_and_wildcard_name);
+    tcase_add_test(tc, sandbox_prefix_bytes);
+    tcase_add_test(tc, sandbox_session_resumption);
+    tcase_add_test(tc, sandbox_refusals);
+    tcase_add_test(tc, sandbox_alert_after_handshake);
+    tcase_add_test(tc, upstream_verified_exchange);
+    tcase_add_test(tc, upstream_verification_failures);
+    tcase_add_test(tc, upstream_truncation_and_big_transfer);
+    tcase_add_test(tc, client_roots_loading);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+AL_SUITE_MAIN(suite)
