@@ -9,6 +9,9 @@
  *                      "disk_used_bytes","disk_total_bytes","log_bytes","log_dropped_bytes"}
  *   POST /pause   204; 409 if already paused; 409 if not running
  *   POST /resume  204; 409 if not paused
+ *   POST /snapshot  (backends that can: kvm) body {"path": "/new/dir"}: the sandbox's full
+ *                 state written there; 200 {"path","ms","memory_file_bytes"}; the API
+ *                 answers nothing else while it is written; 501 for other backends
  *   POST /stop    body optional {"grace_ms": N} (SIGTERM, N ms, then SIGKILL; default 0)
  *                 204 once every process is gone and everything is reclaimed; then
  *                 airlock-vmm exits (status 0)
@@ -85,6 +88,38 @@ static void api__stop_body(struct al_http_req *req, int rc)
     vmm_stop(v, grace, VMM_EXIT_STOPPED);
 }
 
+static void api__snapshot_body(struct al_http_req *req, int rc)
+{
+    struct vmm_api *a = req->user;
+    struct vmm *v = a->v;
+    if (rc < 0)
+        return;
+    struct al_error err = {0};
+    json_t *b = req->body.len ? al_json_parse(req->body.data, req->body.len, &err) : NULL;
+    static const char *const keys[] = {"path", NULL};
+    const char *path = NULL;
+    if (!b || al_json_check_keys(b, keys, "snapshot request", &err) ||
+        al_json_get_str(b, "path", true, &path, "snapshot request", &err)) {
+        json_decref(b);
+        al_http_reply_error(req, 400, "%s", req->body.len ? al_error_str(&err)
+                                                          : "the body must be {\"path\": \"/new/dir\"}");
+        return;
+    }
+    if (v->state != VMM_RUNNING && v->state != VMM_PAUSED) {
+        json_decref(b);
+        al_http_reply_error(req, 409, "sandbox %s is %s", v->spec.id, vmm_state_name(v->state));
+        return;
+    }
+    json_t *info = NULL;
+    rc = v->backend->snapshot(v->priv, path, &info, &err);
+    json_decref(b);
+    if (rc)
+        al_http_reply_error(req, rc == -EEXIST || rc == -EINVAL ? 400 : 500, "%s",
+                            al_error_str(&err));
+    else
+        al_http_reply_json(req, 200, info);
+}
+
 static bool api__peer_ok(const struct al_http_req *req)
 {
     return req->peer.is_unix && (req->peer.uid == 0 || req->peer.uid == geteuid());
@@ -124,6 +159,14 @@ static void api__on_request(struct al_http_req *req, void *ctx)
             api__reply_err(req, &err);
         else
             al_http_reply(req, 204, NULL, NULL, 0);
+    } else if (strcmp(p, "/snapshot") == 0) {
+        if (!post)
+            goto method;
+        if (!v->backend->snapshot)
+            al_http_reply_error(req, 501, "the %s backend cannot take snapshots",
+                                v->backend->name);
+        else if (al_http_req_read_body(req, 4096, api__snapshot_body) < 0)
+            al_http_reply_error(req, 400, "cannot read the request body");
     } else if (strcmp(p, "/stop") == 0) {
         if (!post)
             goto method;
@@ -132,7 +175,7 @@ static void api__on_request(struct al_http_req *req, void *ctx)
     } else {
         al_http_reply_error(req, 404,
                             "no such endpoint %s (try GET /status, GET /stats, POST "
-                            "/pause, /resume, /stop)",
+                            "/pause, /resume, /snapshot, /stop)",
                             p);
     }
     return;

@@ -1,4 +1,4 @@
-/* vmm/backend: what airlock-vmm needs from a sandbox backend (jail now, kvm later).
+/* vmm/backend: what airlock-vmm needs from a sandbox backend (jail, kvm).
  *
  * Owns nothing; it is the contract. A backend builds the sandbox, starts the agent in it
  * with the agent channel handed in as a listening socket, and reports the agent's
@@ -57,6 +57,9 @@ struct vmm_backend {
     /* Releases host resources once the sandbox is dead; idempotent. */
     int (*reclaim)(void *priv, struct al_error *err);
     json_t *(*stats)(const void *priv);
+    /* Optional (kvm): writes the sandbox's full state into dest, a new directory; info:
+     * what to answer (new reference). Blocks while the snapshot is written. */
+    int (*snapshot)(void *priv, const char *dest, json_t **info, struct al_error *err);
     /* After a crash of airlock-vmm: undo what the record describes. Blocking. */
     int (*cleanup_record)(const json_t *record, unsigned timeout_ms, struct al_error *err);
     /* Reclaims resources of sandboxes that have no live airlock-vmm. Blocking. */
@@ -64,8 +67,15 @@ struct vmm_backend {
 };
 
 extern const struct vmm_backend vmm_backend_jail;
+extern const struct vmm_backend vmm_backend_kvm;
 
-/* The backend of a name ("jail"), or NULL. */
+/* The backend of a name ("jail", "kvm"), or NULL. */
 const struct vmm_backend *vmm_backend_find(const char *name);
+
+/* Whether this host can run KVM sandboxes (backend_kvm.c): /dev/kvm, its capabilities, not a
+ * paravirtual PVM KVM, a tiny test guest, then the guest kernel (kernel, or
+ * $AIRLOCK_KVM_KERNEL, or the installed one) booting to its first console output within
+ * timeout_ms. {"usable":bool,"reason":"...","kernel":"...","checks":{...},"elapsed_ms":N}. */
+json_t *vmm_kvm_probe_json(const char *kernel, unsigned timeout_ms);
 
 #endif

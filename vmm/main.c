@@ -18,6 +18,7 @@ static void main__usage(FILE *f)
         "       airlock-vmm [--state-dir DIR] --cleanup ID [--keep-logs]\n"
         "       airlock-vmm [--state-dir DIR] --sweep [--keep-logs] [--cgroup-parent P]"
         " [--uid-base N] [--uid-slots N]\n"
+        "       airlock-vmm --probe-kvm [--kernel BZIMAGE] [--timeout-ms N]\n"
         "\n"
         "run      start the sandbox the spec describes (\"-\" reads it from standard input,\n"
         "         which keeps its access token off the disk) and supervise it until it is\n"
@@ -39,6 +40,11 @@ static void main__usage(FILE *f)
         "         and the cgroups and id slots of sandboxes that crashed before they had a\n"
         "         record (--cgroup-parent etc.: the values the sandboxes were started with).\n"
         "--keep-logs  keep agent.log of what is cleaned up.\n"
+        "--probe-kvm  can this host run KVM sandboxes? One JSON line on stdout:\n"
+        "         {\"usable\":true|false,\"reason\":...,\"checks\":{...}}; exit 0 if usable,\n"
+        "         1 if not. Checks /dev/kvm, a tiny guest, then boots the guest kernel\n"
+        "         (--kernel, else $AIRLOCK_KVM_KERNEL, else /usr/lib/airlock/kvm/bzImage) to\n"
+        "         its first console output within --timeout-ms (default 3000).\n"
         "\n"
         "Exit codes of run: 0 stopped on request, 1 could not start, 2 usage, 3 the agent\n"
         "exited on its own, 4 the agent never became healthy, 5 cleanup incomplete (run\n"
@@ -62,9 +68,16 @@ int main(int argc, char **argv)
     al_log_init("airlock-vmm", AL_LOG_AUTO, AL_LOG_INFO);
     argc = al_take_state_dir_arg(argc, argv);
     const char *spec = NULL, *cleanup = NULL, *parent = NULL;
+<<<<<<< HEAD
     bool sweep = false, keep_logs = false, warm = false;
     long ready_fd = -1, memory_mib = -1, pids = -1;
     double cpus = -1;
+=======
+    bool sweep = false, keep_logs = false, warm = false, probe_kvm = false;
+    const char *kernel = NULL;
+    unsigned long timeout_ms = 3000;
+    long ready_fd = -1;
+>>>>>>> wip/kvm2
     unsigned long uid_base = 0, uid_slots = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -82,6 +95,15 @@ int main(int argc, char **argv)
             ready_fd = (long)v;
         } else if (strcmp(a, "--cleanup") == 0 && next) {
             cleanup = argv[++i];
+        } else if (strcmp(a, "--probe-kvm") == 0) {
+            probe_kvm = true;
+        } else if (strcmp(a, "--kernel") == 0 && next) {
+            kernel = argv[++i];
+        } else if (strcmp(a, "--timeout-ms") == 0 && next) {
+            if (main__uint(argv[++i], 600000, &timeout_ms) || timeout_ms < 10) {
+                fprintf(stderr, "airlock-vmm: --timeout-ms wants 10..600000\n");
+                return VMM_EXIT_USAGE;
+            }
         } else if (strcmp(a, "--warm") == 0) {
             warm = true;
         } else if (strcmp(a, "--keep-logs") == 0) {
@@ -128,8 +150,28 @@ int main(int argc, char **argv)
             return VMM_EXIT_USAGE;
         }
     }
+    if (probe_kvm) {
+        if (spec || cleanup || sweep || warm) {
+            fprintf(stderr, "airlock-vmm: --probe-kvm goes alone (with --kernel, --timeout-ms)\n");
+            return VMM_EXIT_USAGE;
+        }
+        al_log_init("airlock-vmm", AL_LOG_AUTO, AL_LOG_WARN); /* stdout is the answer */
+        json_t *r = vmm_kvm_probe_json(kernel, (unsigned)timeout_ms);
+        char *out = json_dumps(r, JSON_COMPACT);
+        bool usable = json_is_true(json_object_get(r, "usable"));
+        json_decref(r);
+        printf("%s\n", out ? out : "{\"usable\":false,\"reason\":\"out of memory\"}");
+        free(out);
+        return usable ? 0 : 1;
+    }
+    if (kernel) {
+        fprintf(stderr, "airlock-vmm: --kernel goes with --probe-kvm (a sandbox's kernel is "
+                        "spec.kvm.kernel)\n");
+        return VMM_EXIT_USAGE;
+    }
     if (!!spec + !!cleanup + sweep != 1) {
-        fprintf(stderr, "airlock-vmm: give exactly one of --spec, --cleanup, --sweep\n\n");
+        fprintf(stderr, "airlock-vmm: give exactly one of --spec, --cleanup, --sweep, "
+                        "--probe-kvm\n\n");
         main__usage(stderr);
         return VMM_EXIT_USAGE;
     }

@@ -12,6 +12,8 @@
 
 #include "common/json.h"
 #include "common/paths.h"
+#include "common/cleanup.h"
+#include "common/util.h"
 
 #define MIB (1024ull * 1024ull)
 
@@ -164,9 +166,71 @@ static int spec__resources(struct vmm_spec *s, json_t *r, struct al_error *err)
     return 0;
 }
 
+static int spec__mac(const char *m, uint8_t out[6])
+{
+    unsigned v[6];
+    char tail;
+    if (sscanf(m, "%2x:%2x:%2x:%2x:%2x:%2x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &tail) !=
+            6 ||
+        (v[0] & 1) || strlen(m) != 17)
+        return -EINVAL;
+    for (int i = 0; i < 6; i++)
+        out[i] = (uint8_t)v[i];
+    return 0;
+}
+
+/* "A.B.C.D/N", N in 1..32 */
+static bool spec__cidr4(const char *a)
+{
+    const char *slash = strchr(a, '/');
+    char ip[INET_ADDRSTRLEN];
+    unsigned char buf[4];
+    if (!slash || (size_t)(slash - a) >= sizeof ip)
+        return false;
+    memcpy(ip, a, (size_t)(slash - a));
+    ip[slash - a] = '\0';
+    char *end;
+    long n = strtol(slash + 1, &end, 10);
+    return inet_pton(AF_INET, ip, buf) == 1 && slash[1] && !*end && n >= 1 && n <= 32;
+}
+
+static int spec__tap(struct vmm_spec *s, json_t *n, const char *what, struct al_error *err)
+{
+    int64_t fd;
+    int rc;
+    if ((rc = al_json_get_int(n, "tap_fd", true, 3, 65535, &fd, what, err)))
+        return rc;
+    s->tap_fd = (int)fd;
+    const char *mac = NULL;
+    if ((rc = al_json_get_str(n, "mac", false, &mac, what, err)))
+        return rc;
+    if (mac) {
+        if (spec__mac(mac, s->tap_mac) < 0)
+            return al_error_set(err, -EINVAL,
+                                "%s: \"mac\" must be a unicast MAC aa:bb:cc:dd:ee:ff (the "
+                                "guest_mac vswitch_tap_create returned), got \"%s\"",
+                                what, mac);
+        s->have_tap_mac = true;
+    }
+    if ((rc = al_json_get_str(n, "address", true, &s->net_address, what, err)) ||
+        (rc = al_json_get_str(n, "gateway", false, &s->net_gateway, what, err)))
+        return rc;
+    if (!spec__cidr4(s->net_address))
+        return al_error_set(err, -EINVAL,
+                            "%s: \"address\" must be the guest's IPv4 address with its prefix "
+                            "length (e.g. 10.200.0.2/30), got \"%s\"",
+                            what, s->net_address);
+    unsigned char buf[4];
+    if (s->net_gateway && inet_pton(AF_INET, s->net_gateway, buf) != 1)
+        return al_error_set(err, -EINVAL, "%s: \"gateway\" must be an IPv4 address, got \"%s\"",
+                            what, s->net_gateway);
+    return 0;
+}
+
 static int spec__network(struct vmm_spec *s, json_t *n, struct al_error *err)
 {
-    static const char *const keys[] = {"mode", "netns", "dns", NULL};
+    static const char *const keys[] = {"mode",    "netns",   "dns", "tap_fd",
+                                       "mac",     "address", "gateway", NULL};
     const char *what = "spec.network";
     int rc = al_json_check_keys(n, keys, what, err);
     if (rc)
@@ -174,11 +238,26 @@ static int spec__network(struct vmm_spec *s, json_t *n, struct al_error *err)
     const char *mode = "none";
     if ((rc = al_json_get_str(n, "mode", false, &mode, what, err)))
         return rc;
+    static const char *const tap_keys[] = {"tap_fd", "mac", "address", "gateway"};
+    if (strcmp(mode, "tap") != 0) {
+        for (size_t i = 0; i < AL_ARRAY_SIZE(tap_keys); i++)
+            if (json_object_get(n, tap_keys[i]))
+                return al_error_set(err, -EINVAL,
+                                    "%s: \"%s\" only goes with \"mode\": \"tap\" (kvm)", what,
+                                    tap_keys[i]);
+    }
     if (strcmp(mode, "none") == 0) {
         s->net_mode = VMM_NET_NONE;
         if (json_object_get(n, "netns"))
             return al_error_set(err, -EINVAL, "%s: \"netns\" only goes with \"mode\": \"netns\"",
                                 what);
+    } else if (strcmp(mode, "tap") == 0) {
+        s->net_mode = VMM_NET_TAP;
+        if (json_object_get(n, "netns"))
+            return al_error_set(err, -EINVAL, "%s: \"netns\" only goes with \"mode\": \"netns\"",
+                                what);
+        if ((rc = spec__tap(s, n, what, err)))
+            return rc;
     } else if (strcmp(mode, "netns") == 0) {
         s->net_mode = VMM_NET_NETNS;
         if ((rc = al_json_get_str(n, "netns", true, &s->netns_path, what, err)))
@@ -190,8 +269,8 @@ static int spec__network(struct vmm_spec *s, json_t *n, struct al_error *err)
                                 what, s->netns_path);
     } else {
         return al_error_set(err, -EINVAL,
-                            "%s: \"mode\" must be \"none\" (loopback only) or \"netns\" (join a "
-                            "prepared namespace), got \"%s\"",
+                            "%s: \"mode\" must be \"none\" (loopback only), \"netns\" (join a "
+                            "prepared namespace; jail) or \"tap\" (a vswitch tap; kvm), got \"%s\"",
                             what, mode);
     }
     json_t *dns = NULL;
@@ -307,6 +386,70 @@ static int spec__binds(struct vmm_spec *s, json_t *arr, struct al_error *err)
     return 0;
 }
 
+static int spec__kvm(struct vmm_spec *s, json_t *k, struct al_error *err)
+{
+    static const char *const keys[] = {"kernel", "vcpus", "snapshot", "restore", "cache_dir", NULL};
+    const char *what = "spec.kvm";
+    int rc = al_json_check_keys(k, keys, what, err);
+    if (rc)
+        return rc;
+    int64_t v;
+    if ((rc = al_json_get_str(k, "kernel", false, &s->kvm_kernel, what, err)) ||
+        (rc = al_json_get_str(k, "restore", false, &s->kvm_restore, what, err)) ||
+        (rc = al_json_get_str(k, "cache_dir", false, &s->kvm_cache_dir, what, err)) ||
+        (rc = al_json_get_bool(k, "snapshot", false, &s->kvm_snapshot, what, err)) ||
+        (rc = al_json_get_int(k, "vcpus", false, 1, 16, &v, what, err)))
+        return rc;
+    if (json_object_get(k, "vcpus"))
+        s->kvm_vcpus = (uint32_t)v;
+    const struct {
+        const char *key;
+        const char **val;
+    } paths[] = {{"kernel", &s->kvm_kernel}, {"restore", &s->kvm_restore},
+                 {"cache_dir", &s->kvm_cache_dir}};
+    for (size_t i = 0; i < AL_ARRAY_SIZE(paths); i++)
+        if (*paths[i].val && !vmm_path_normalised(*paths[i].val))
+            return al_error_set(err, -EINVAL, "%s: \"%s\" must be a normalised absolute path",
+                                what, paths[i].key);
+    return 0;
+}
+
+/* What only one backend understands. */
+static int spec__backend_fit(const struct vmm_spec *s, struct al_error *err)
+{
+    bool kvm = strcmp(s->backend, "kvm") == 0;
+    if (!kvm && s->net_mode == VMM_NET_TAP)
+        return al_error_set(err, -EINVAL,
+                            "spec.network: \"mode\": \"tap\" is for \"backend\": \"kvm\"; the jail "
+                            "backend joins a network namespace (\"mode\": \"netns\")");
+    if (!kvm && json_object_get(s->root, "kvm"))
+        return al_error_set(err, -EINVAL, "spec.kvm only applies to \"backend\": \"kvm\"");
+    if (!kvm)
+        return 0;
+    if (s->net_mode == VMM_NET_NETNS)
+        return al_error_set(err, -EINVAL,
+                            "spec.network: the kvm backend's network is a tap: give \"mode\": "
+                            "\"tap\" with the tap_fd, mac and address vswitch_tap_create returned "
+                            "(or \"none\")");
+    if (s->n_binds)
+        return al_error_set(err, -EINVAL,
+                            "spec.binds: the kvm backend cannot bind host directories into a guest; "
+                            "put the files into the template");
+    if ((s->agent_args && json_array_size(s->agent_args)) ||
+        (s->agent_env && json_object_size(s->agent_env)))
+        return al_error_set(err, -EINVAL,
+                            "spec.agent: \"args\" and \"env\" are not supported by the kvm backend "
+                            "(the guest's init starts the agent); use \"env\" for the sandbox's "
+                            "environment");
+    for (size_t i = 0; i < s->n_dns; i++) {
+        unsigned char b[4];
+        if (inet_pton(AF_INET, s->dns[i], b) != 1)
+            return al_error_set(err, -EINVAL,
+                                "spec.network: \"dns\"[%zu]: the kvm guest takes IPv4 resolvers", i);
+    }
+    return 0;
+}
+
 static int spec__jail(struct vmm_spec *s, json_t *j, struct al_error *err)
 {
     static const char *const keys[] = {"cgroup_parent", "uid_base", "uid_slots", NULL};
@@ -343,6 +486,8 @@ int vmm_spec_parse(const char *data, size_t len, struct vmm_spec *s, struct al_e
     s->cgroup_parent = "airlock";
     s->uid_base = 1073741824u;
     s->uid_slots = 16384;
+    s->tap_fd = -1;
+    s->kvm_snapshot = true;
 
     if (len > VMM_SPEC_MAX_SIZE)
         return al_error_set(err, -E2BIG, "the spec is %zu bytes, more than the limit of %u", len,
@@ -354,7 +499,7 @@ int vmm_spec_parse(const char *data, size_t len, struct vmm_spec *s, struct al_e
     const char *what = "spec";
     static const char *const keys[] = {
         "id",  "backend", "template", "template_id",  "resources", "network",   "hostname", "agent",
-        "env", "user",    "workdir",  "access_token", "binds",     "keep_logs", "jail",
+        "env", "user",    "workdir",  "access_token", "binds",     "keep_logs", "jail",     "kvm",
         "ca_cert_pem", NULL};
     int rc = al_json_check_keys(s->root, keys, what, err);
     if (rc)
@@ -447,6 +592,12 @@ int vmm_spec_parse(const char *data, size_t len, struct vmm_spec *s, struct al_e
     o = NULL;
     if ((rc = al_json_get_obj(s->root, "jail", false, &o, what, err)) ||
         (o && (rc = spec__jail(s, o, err))))
+        goto fail;
+    o = NULL;
+    if ((rc = al_json_get_obj(s->root, "kvm", false, &o, what, err)) ||
+        (o && (rc = spec__kvm(s, o, err))))
+        goto fail;
+    if ((rc = spec__backend_fit(s, err)))
         goto fail;
     return 0;
 fail:

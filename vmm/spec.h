@@ -34,6 +34,7 @@
 enum vmm_net_mode {
     VMM_NET_NONE = 0, /* a fresh network namespace with only loopback (up) */
     VMM_NET_NETNS,    /* join a prepared namespace (the vswitch's), by path */
+    VMM_NET_TAP,      /* kvm: a tap the vswitch made (vswitch_tap_create), inherited as an fd */
 };
 
 struct vmm_bind {
@@ -61,6 +62,13 @@ struct vmm_spec {
     const char *hostname;
     const char *dns[VMM_MAX_DNS];
     size_t n_dns;
+    /* tap mode (kvm): the guest configures these on its interface (through the agent's
+     * init), the VMM gives it the tap. */
+    int tap_fd;
+    uint8_t tap_mac[6];
+    bool have_tap_mac;
+    const char *net_address; /* "A.B.C.D/N" */
+    const char *net_gateway; /* "A.B.C.D" */
 
     char agent_dir[PATH_MAX]; /* host directory mounted read-only at /.airlock */
     const char *agent_path;   /* inside the sandbox */
@@ -80,6 +88,14 @@ struct vmm_spec {
     struct vmm_bind binds[VMM_MAX_BINDS];
     size_t n_binds;
     bool keep_logs;
+
+    /* kvm backend (spec.kvm; the jail section's cgroup parent and id range also confine
+     * the VMM process) */
+    const char *kvm_kernel;    /* guest bzImage; NULL: $AIRLOCK_KVM_KERNEL, installed default */
+    uint32_t kvm_vcpus;        /* 0: ceil(cpus), at most 16 */
+    bool kvm_snapshot;         /* start by restoring the template snapshot (default true) */
+    const char *kvm_restore;   /* a snapshot of this sandbox (POST /snapshot) to resume */
+    const char *kvm_cache_dir; /* root images and template snapshots; NULL: <state>/kvm */
 
     /* jail backend */
     const char *cgroup_parent;

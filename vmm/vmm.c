@@ -32,6 +32,8 @@ const struct vmm_backend *vmm_backend_find(const char *name)
 {
     if (strcmp(name, "jail") == 0)
         return &vmm_backend_jail;
+    if (strcmp(name, "kvm") == 0)
+        return &vmm_backend_kvm;
     return NULL;
 }
 
@@ -200,12 +202,15 @@ int vmm_sweep(const json_t *defaults, bool keep_logs, struct al_error *err)
         .defaults = defaults,
         .is_live = vmm_is_live,
     };
-    struct al_error e2 = {0};
-    int rc = vmm_backend_jail.sweep(&so, &e2);
-    if (rc < 0 && !first)
-        first = al_error_set(err, rc, "%s", e2.msg);
-    else if (rc > 0)
-        reclaimed += rc;
+    static const struct vmm_backend *const backends[] = {&vmm_backend_jail, &vmm_backend_kvm};
+    for (size_t i = 0; i < AL_ARRAY_SIZE(backends); i++) {
+        struct al_error e2 = {0};
+        int rc = backends[i]->sweep(&so, &e2);
+        if (rc < 0 && !first)
+            first = al_error_set(err, rc, "%s", e2.msg);
+        else if (rc > 0)
+            reclaimed += rc;
+    }
     return first ? first : reclaimed;
 }
 
@@ -689,13 +694,16 @@ int vmm_run(const struct vmm_opts *o)
     if (rc)
         goto fail;
     al_log_init(NULL, AL_LOG_AUTO, al_log_get_level());
+    if (o->warm && strcmp(v->spec.backend, "jail") != 0)
+        jail_warm_release(); /* the warm cgroups are the jail's */
     if ((rc = vmm_spec_load_template(&v->spec, &err)))
         goto fail;
     v->t_mark[0] = al_now_ns();
     v->backend = vmm_backend_find(v->spec.backend);
     if (!v->backend) {
         rc = al_error_set(&err, -ENOTSUP,
-                          "backend \"%s\" is not built into this airlock-vmm (available: jail)",
+                          "backend \"%s\" is not built into this airlock-vmm (available: jail, "
+                          "kvm)",
                           v->spec.backend);
         goto fail;
     }

@@ -9,13 +9,17 @@
  * the kernel command line. Every connection the proxy receives is logged to LOG as
  *   TCP ORIG <original destination> PEER <guest address:port> SANDBOX <id> <label>
  * When the VMM exits, the sandbox's network and the switch are torn down and its exit
- * status is returned. Test code: not part of the product.
+ * status is returned. A program other than the VMM (no --cmdline among its arguments, e.g.
+ * a script that starts airlock-vmm --backend kvm the way the control plane will) gets the
+ * tap inherited and its description in the environment instead: L1VS_TAP_FD, L1VS_MAC,
+ * L1VS_ADDR (address/prefix), L1VS_GW, L1VS_IFNAME. Test code: not part of the product.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +85,16 @@ int main(int argc, char **argv)
     fprintf(stderr, "l1_vswitch: sandbox 1 on %s: %s/%u via %s, guest MAC %s\n", net.host_ifname,
             addr, net.prefix_len, gw, mac);
 
+    char addr_prefix[40];
+    snprintf(addr_prefix, sizeof addr_prefix, "%s/%u", addr, net.prefix_len);
+    setenv("L1VS_TAP_FD", tapfd, 1);
+    setenv("L1VS_MAC", mac, 1);
+    setenv("L1VS_ADDR", addr_prefix, 1);
+    setenv("L1VS_GW", gw, 1);
+    setenv("L1VS_IFNAME", net.host_ifname, 1);
+    bool is_vmm = false;
+    for (int i = 4; i < argc; i++)
+        is_vmm |= strcmp(argv[i], "--cmdline") == 0;
     /* The VMM's arguments, with --cmdline's value extended and the tap/MAC added. */
     int n = argc - 4;
     char **vargv = calloc((size_t)n + 6, sizeof *vargv);
@@ -97,10 +111,12 @@ int main(int argc, char **argv)
             i++;
         }
     }
-    vargv[k++] = "--tap-fd";
-    vargv[k++] = tapfd;
-    vargv[k++] = "--mac";
-    vargv[k++] = mac;
+    if (is_vmm) {
+        vargv[k++] = "--tap-fd";
+        vargv[k++] = tapfd;
+        vargv[k++] = "--mac";
+        vargv[k++] = mac;
+    }
     vargv[k] = NULL;
     int fl = fcntl(net.tap_fd, F_GETFD);
     fcntl(net.tap_fd, F_SETFD, fl & ~FD_CLOEXEC);

@@ -137,7 +137,7 @@ INIT
   # The guest console is streamed into L1's serial log by default: it is only shown when a
   # test fails (or with -v), and then it is what explains a guest that hung.
   printf 'export AIRLOCK_KVM_VERBOSE=1\n' > "$root/env"
-  for v in AIRLOCK_KVM_VERBOSE AIRLOCK_KVM_QUIET; do
+  for v in AIRLOCK_KVM_VERBOSE AIRLOCK_KVM_QUIET AIRLOCK_KVM_FORCE_ASAN_VMM AIRLOCK_KVM_STRESS_N AIRLOCK_KVM_STRESS_VCPUS AIRLOCK_KVM_STRESS_WAIT AIRLOCK_KVM_STRESS_CMDLINE AIRLOCK_KVM_STRESS_SHOW AIRLOCK_KVM_STRESS_CHURN AIRLOCK_KVM_BENCH_RUNS AIRLOCK_KVM_BENCH_CREATES; do
     if [ -n "${!v+x}" ]; then printf 'export %s=%q\n' "$v" "${!v}" >> "$root/env"; fi
   done
   echo "$root"

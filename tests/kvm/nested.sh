@@ -91,6 +91,35 @@ if [ "$scenario" = vswitch ]; then
   "$kvm_top/vmm/kvm/mkrootfs" --rootfs "$tpl" --agent-dir "$kvm_tmp/agent" --init "$init_bin" \
     --out "$root/airlock/rootfs.img" --slack 16
 fi
+# The backend scenario: airlock-vmm --backend kvm as the control plane drives it (spec on
+# stdin, ready fd, the control API, --cleanup), with the image builder and mke2fs (it makes
+# the template's root image), the real agent's tree, a busybox template, and the vswitch.
+if [ "$scenario" = backend ] || [ "$scenario" = benchvmm ]; then
+  if [ -x "$kvm_top/build/bin/airlock-vmm" ]; then
+    kvm_copy_bin "$root" "$kvm_top/build/bin/airlock-vmm" airlock-vmm-release
+  fi
+  for b in airlock-vmm airlock-kvm-init l1-vswitch; do
+    [ -x "$kvm_bin/$b" ] || kvm_fail "$kvm_bin/$b not built"
+    kvm_copy_bin "$root" "$kvm_bin/$b"
+  done
+  install -m 0755 "$kvm_top/vmm/kvm/mkrootfs" "$root/bin/airlock-kvm-mkrootfs"
+  kvm_copy_bin "$root" "$(command -v mke2fs)" e2fs-mke2fs # busybox installs its own mke2fs
+  mkdir -p "$root/agent-root"
+  cp -a "$kvm_bin/../agent-root/.airlock" "$root/agent-root/"
+  kver=$(ls "$kdir/lib/modules")
+  for d in net/netfilter net/sched lib; do
+    mkdir -p "$root/lib/modules/$kver/kernel/$d"
+    cp -a "$kdir/lib/modules/$kver/kernel/$d/." "$root/lib/modules/$kver/kernel/$d/"
+  done
+  tpl="$root/airlock/template"
+  mkdir -p "$tpl/rootfs/bin" "$tpl/rootfs/etc" "$tpl/rootfs/root" "$tpl/rootfs/home/user"
+  cp "$(command -v busybox)" "$tpl/rootfs/bin/busybox"
+  for a in sh echo cat ls id date od head nc hostname sleep; do ln -s busybox "$tpl/rootfs/bin/$a"; done
+  printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n' > "$tpl/rootfs/etc/passwd"
+  printf 'root:x:0:\nuser:x:1000:\n' > "$tpl/rootfs/etc/group"
+  chown 1000:1000 "$tpl/rootfs/home/user"
+  printf '{"name":"kvmtest","user":"user","workdir":"/home/user","env":{"PATH":"/bin"}}\n' > "$tpl/template.json"
+fi
 # The kernel comparison (docs/kvm.md) also boots Debian's cloud kernel as the guest.
 if [ "$scenario" = kernelcmp ]; then
   cp "$(ls "$kdir"/boot/vmlinuz-* | awk 'NR==1')" "$root/airlock/debian-vmlinuz"

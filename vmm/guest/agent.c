@@ -46,6 +46,7 @@ int agent_init(struct agent *a, uv_loop_t *loop, struct al_error *err)
     a->self_uid = getuid();
     a->self_gid = getgid();
     a->pid1 = getpid() == 1;
+    a->vm_guest = agent_vm_guest_detect();
     a->can_switch_user = agent_can_switch_user();
     a->start_ns = al_now_ns();
     if (!a->path_env) {
@@ -138,6 +139,13 @@ int agent_apply_init(struct agent *a, json_t *init, struct al_error *err)
         wd[0] != '/')
         return al_error_set(err, -EINVAL, "defaultWorkdir '%.200s' must be an absolute path", wd);
     /* Validate everything before changing anything. */
+    struct agent_vm_init vm;
+    r = agent_vm_parse(init, &vm, err);
+    if (r == 0)
+        r = agent_vm_apply(a, &vm, err);
+    sodium_memzero(vm.seed, sizeof vm.seed);
+    if (r < 0)
+        return r;
     if ((r = agent__set_str(&a->default_user, init, "defaultUser", "default_user", err)) < 0 ||
         (r = agent__set_str(&a->default_workdir, init, "defaultWorkdir", "default_workdir", err)) < 0 ||
         (r = agent__set_str(&a->sandbox_id, init, "sandboxID", "sandbox_id", err)) < 0 ||

@@ -71,6 +71,7 @@ struct agent {
 
     /* Who we are. */
     bool pid1;
+    bool vm_guest; /* PID 1 of a KVM guest: init may set clock, entropy, network (vmguest.c) */
     uid_t self_uid;
     gid_t self_gid;
     bool can_switch_user;
@@ -102,6 +103,24 @@ void agent_free(struct agent *a);
  * templateID, hostname, timestamp). authorized = came from the init fd or carried the
  * current token. */
 int agent_apply_init(struct agent *a, json_t *init, struct al_error *err);
+/* ---- vmguest.c: init fields only a KVM guest's PID 1 applies ------------------------- */
+struct agent_vm_init {
+    bool have_ts;
+    uint64_t ts_ns; /* "timestamp" (wall clock, ns since the epoch) */
+    uint8_t seed[512]; /* "seed" (wiped after use) */
+    size_t seed_len;
+    bool have_net; /* "network" */
+    char address[48], gateway[40], mac[24], dns[160];
+    char hostname[64]; /* "hostname" ("" = absent) */
+};
+/* true when airlock-kvm-init exec'd us as PID 1 of a KVM guest (AIRLOCK_AGENT_VM=kvm). */
+bool agent_vm_guest_detect(void);
+/* Validates timestamp, seed, network and hostname (nothing is changed). */
+int agent_vm_parse(const json_t *init, struct agent_vm_init *v, struct al_error *err);
+/* Applies them in a KVM guest (clock, RNG reseed, network and hostname through
+ * airlock-kvm-init configure); elsewhere a no-op with a debug log. */
+int agent_vm_apply(struct agent *a, const struct agent_vm_init *v, struct al_error *err);
+
 /* Resolves name (NULL = the default user) and checks we may act as that user.
  * -ENOENT: no such user; -EPERM: we lack the capability to switch. */
 int agent_resolve_user(struct agent *a, const char *name, struct agent_user *u,

@@ -173,7 +173,7 @@ static const int confine__control[] = {
     SCMP_SYS(rename),  SCMP_SYS(renameat),   SCMP_SYS(unlink),    SCMP_SYS(unlinkat),
     SCMP_SYS(pread64), SCMP_SYS(pwrite64),   SCMP_SYS(ftruncate), SCMP_SYS(lseek),
     SCMP_SYS(fstat),   SCMP_SYS(newfstatat), SCMP_SYS(fchmod),    SCMP_SYS(sendto),
-    SCMP_SYS(readv),   SCMP_SYS(writev),     SCMP_SYS(epoll_ctl),
+    SCMP_SYS(readv),   SCMP_SYS(writev),     SCMP_SYS(epoll_ctl), SCMP_SYS(copy_file_range),
 };
 
 /* ioctl allowed when its request (argument 1) compares: EQ a, or MASKED_EQ (mask a) == b. */

@@ -25,7 +25,8 @@ int devices_cmdline(const struct vmm_kvm_config *cfg, char *out, size_t outlen)
 {
     size_t n = 0;
     out[0] = 0;
-    bool present[SLOTS] = {cfg->disk != NULL, cfg->tap != NULL || cfg->tap_fd > 2,
+    bool present[SLOTS] = {cfg->disk != NULL,
+                           cfg->tap != NULL || cfg->tap_fd > 2 || cfg->net_unplugged,
                            cfg->guest_cid != 0, true};
     for (int slot = 0; slot < SLOTS; slot++) {
         if (!present[slot])
@@ -46,7 +47,7 @@ int devices_create(struct vmm_kvm *vm, struct al_error *err)
         if (!vm->blk)
             return err ? err->code : -EINVAL;
     }
-    if (vm->cfg.tap || vm->cfg.tap_fd > 2) {
+    if (vm->cfg.tap || vm->cfg.tap_fd > 2 || vm->cfg.net_unplugged) {
         vm->net = vnet_create(vm, devices__base(SLOT_NET), VM_MMIO_IRQ0 + SLOT_NET, err);
         if (!vm->net)
             return err ? err->code : -EINVAL;

@@ -184,6 +184,7 @@ int disk_copy_sparse(int src, int dst, uint64_t size)
     if (!buf)
         return -ENOMEM;
     int rc = 0;
+    bool use_cfr = true;
     off_t pos = 0;
     while ((uint64_t)pos < size) {
         off_t data = lseek(src, pos, SEEK_DATA);
@@ -201,6 +202,21 @@ int disk_copy_sparse(int src, int dst, uint64_t size)
             hole = (off_t)size;
         for (off_t o = data; o < hole && rc == 0;) {
             size_t n = (size_t)(hole - o) < BUF ? (size_t)(hole - o) : BUF;
+            /* In the kernel when it can (one copy, no buffer); read + write otherwise. */
+            if (use_cfr) {
+                off_t in = o, out = o;
+                ssize_t c = copy_file_range(src, &in, dst, &out, n, 0);
+                if (c > 0) {
+                    o += c;
+                    continue;
+                }
+                if (c < 0 && errno != EXDEV && errno != EINVAL && errno != ENOSYS &&
+                    errno != EOPNOTSUPP) {
+                    rc = -errno;
+                    break;
+                }
+                use_cfr = false; /* c == 0 (short source) falls back too */
+            }
             ssize_t r = pread(src, buf, n, o);
             if (r <= 0) {
                 rc = r < 0 ? -errno : -EIO;

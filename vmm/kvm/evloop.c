@@ -4,6 +4,11 @@
  * sockets of the agent channel) and calls the registered handler; stopped through an
  * eventfd. Handlers run on this thread only, so device back-ends need no locking among
  * themselves (the transport lock still guards state shared with vCPU threads).
+ *
+ * A handler may remove another handler (or itself) while the rest of the batch that
+ * epoll_wait returned is still to be dispatched, and the removed handler's memory may be
+ * reused at once (virtio-vsock connection slots): events of handlers removed during the
+ * batch are dropped (level-triggered, so a live fd reports again on the next wait).
  */
 #include <errno.h>
 #include <string.h>
@@ -45,9 +50,31 @@ int evloop_mod(struct evloop *l, struct ev_handler *h, uint32_t events)
     return epoll_ctl(l->epfd, EPOLL_CTL_MOD, h->fd, &ev) < 0 ? -errno : 0;
 }
 
+/* The loop this thread dispatches, if it is a device thread. */
+static __thread struct evloop *evloop__current;
+
+void evloop_forget(struct evloop *l, struct ev_handler *h)
+{
+    if (evloop__current == l) {
+        if (l->ndead < EVLOOP_MAX_DEAD)
+            l->dead[l->ndead++] = h;
+        else
+            l->dead_overflow = true; /* drop the rest of the batch */
+    }
+}
+
 void evloop_del(struct evloop *l, struct ev_handler *h)
 {
     epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+    evloop_forget(l, h);
+}
+
+static bool evloop__is_dead(const struct evloop *l, const struct ev_handler *h)
+{
+    for (int i = 0; i < l->ndead; i++)
+        if (l->dead[i] == h)
+            return true;
+    return false;
 }
 
 static void *evloop__thread(void *arg)
@@ -55,6 +82,7 @@ static void *evloop__thread(void *arg)
     struct evloop *l = arg;
     struct epoll_event evs[32];
     pthread_setname_np(pthread_self(), "devices");
+    evloop__current = l;
     struct al_error err = {0};
     if (confine_thread(CONFINE_DEVICES, &err) < 0) {
         al_error("device thread: %s", al_error_str(&err));
@@ -68,10 +96,14 @@ static void *evloop__thread(void *arg)
             al_error("device loop: epoll_wait: %s", strerror(errno));
             break;
         }
-        for (int i = 0; i < n; i++) {
+        l->ndead = 0;
+        l->dead_overflow = false;
+        for (int i = 0; i < n && !l->dead_overflow; i++) {
             struct ev_handler *h = evs[i].data.ptr;
             if (!h)
                 return NULL; /* stop_fd */
+            if (evloop__is_dead(l, h))
+                continue;
             h->fn(h, evs[i].events);
         }
     }

@@ -46,6 +46,10 @@ struct vmm_kvm_config {
     /* Network: a tap device (created by the caller or by name). */
     const char *tap; /* NULL: tap_fd, or no virtio-net */
     int tap_fd;      /* (> 2) a tap opened with IFF_TAP | IFF_NO_PI | IFF_VNET_HDR */
+    /* A virtio-net device with no tap behind it (frames sent are dropped, none arrive):
+     * template snapshots have the NIC that sandboxes restored from them are given a tap
+     * for, and a sandbox without network keeps the same device layout. */
+    bool net_unplugged;
     uint8_t mac[6];
     /* Agent channel: virtio-vsock with these port bridges. */
     uint32_t guest_cid; /* 0: no vsock device */
@@ -70,6 +74,8 @@ enum vmm_kvm_exit {
 /* Checks that /dev/kvm is usable for this backend (API version and every capability we
  * rely on); the message says what is missing. Used by airlockd to pick a backend. */
 int vmm_kvm_probe(struct al_error *err);
+/* The cheapest check: /dev/kvm opens, speaks our API version and has every capability. */
+int vmm_kvm_check_device(struct al_error *err);
 /* The stronger check: boots `kernel` (no initrd) until it writes to its console, within
  * timeout_ms. Some hosts run the tiny probe guest but not a Linux kernel. */
 int vmm_kvm_probe_kernel(const char *kernel, unsigned timeout_ms, struct al_error *err);

@@ -4,7 +4,9 @@
  * command (0), or on error (1).
  *
  * --control PATH: a unix socket taking one command per line, answering "ok ..." or
- * "error <why>": pause | resume | snapshot DIR | stop.
+ * "error <why>": pause | resume | snapshot DIR | stop. --control-fd N: the same protocol on
+ * a connected stream socket handed in by a supervisor (airlock-vmm's KVM backend), for as
+ * long as it lives: end of file on it means the supervisor is gone, and the VM stops.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -55,18 +57,26 @@ static int main__listen(const char *path)
     return fd;
 }
 
-/* One command from a control connection; the answer goes back on the same connection. */
-static void main__command(struct vmm_kvm *vm, int fd)
+/* One command from a control connection; the answer goes back on the same connection.
+ * Returns -1 when the peer closed the connection before sending anything. */
+static int main__command(struct vmm_kvm *vm, int fd)
 {
     char line[4200];
     size_t n = 0;
+    bool eof = false;
     struct pollfd p = {.fd = fd, .events = POLLIN};
     while (n < sizeof line - 1 && poll(&p, 1, 5000) == 1) {
         ssize_t r = read(fd, line + n, 1);
-        if (r <= 0 || line[n] == '\n')
+        if (r <= 0) {
+            eof = r == 0 || errno != EINTR;
+            break;
+        }
+        if (line[n] == '\n')
             break;
         n++;
     }
+    if (eof && n == 0)
+        return -1;
     line[n] = 0;
     char reply[700];
     struct al_error err = {0};
@@ -93,24 +103,36 @@ static void main__command(struct vmm_kvm *vm, int fd)
     }
     ssize_t w = write(fd, reply, strlen(reply));
     (void)w;
+    return 0;
 }
 
-/* Serves the control socket (if any) until the VM ends. */
-static void main__serve(struct vmm_kvm *vm, int ctl)
+/* Serves the control socket and the supervisor's connection (either may be -1) until the
+ * VM ends. */
+static void main__serve(struct vmm_kvm *vm, int ctl, int conn)
 {
-    struct pollfd p[2] = {{.fd = vmm_kvm_exit_fd(vm), .events = POLLIN},
-                          {.fd = ctl, .events = POLLIN}};
+    struct pollfd p[3] = {{.fd = vmm_kvm_exit_fd(vm), .events = POLLIN},
+                          {.fd = ctl, .events = POLLIN},
+                          {.fd = conn, .events = POLLIN}};
     for (;;) {
-        int n = poll(p, ctl >= 0 ? 2 : 1, -1);
+        int n = poll(p, 3, -1);
         if (n < 0 && errno != EINTR)
             return;
+        if (n < 0)
+            continue;
         if (p[0].revents)
             return;
-        if (ctl >= 0 && (p[1].revents & POLLIN)) {
+        if (p[1].revents & POLLIN) {
             int c = accept4(ctl, NULL, NULL, SOCK_CLOEXEC);
             if (c >= 0) {
                 main__command(vm, c);
                 close(c);
+            }
+        }
+        if (p[2].revents & (POLLIN | POLLHUP | POLLERR)) {
+            if (main__command(vm, conn) < 0) {
+                al_info("the supervisor closed the control connection: stopping the VM");
+                vmm_kvm_stop(vm);
+                p[2].fd = -1;
             }
         }
     }
@@ -138,6 +160,9 @@ static void main__usage(FILE *f)
         "                       descriptors handed in by a supervisor instead of names\n"
         "  --restore DIR        restore the snapshot in DIR instead of booting\n"
         "  --control PATH       command socket: pause | resume | snapshot DIR | stop\n"
+        "  --control-fd N       the same commands on a connected socket handed in; its\n"
+        "                       end of file stops the VM\n"
+        "  --net-unplugged      a virtio-net device without a tap (drops what is sent)\n"
         "  --jail DIR           after setup, pivot_root into DIR (paths in later\n"
         "                       commands are inside it)\n"
         "  --uid N --gid N      after setup, run as this unprivileged identity\n"
@@ -157,6 +182,7 @@ int main(int argc, char **argv)
     struct vmm_kvm_config cfg = {.mem_bytes = 256ull << 20, .vcpus = 1};
     bool probe = false;
     const char *control = NULL;
+    int control_fd = -1;
     struct confine_opts conf = {0};
     static const struct option opts[] = {
         {"kernel", required_argument, 0, 'k'},
@@ -183,6 +209,8 @@ int main(int argc, char **argv)
         {"cgroup", required_argument, 0, 'g'},
         {"seccomp", no_argument, 0, 'S'},
         {"probe", no_argument, 0, 'p'},
+        {"control-fd", required_argument, 0, 'K'},
+        {"net-unplugged", no_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -300,6 +328,16 @@ int main(int argc, char **argv)
         case 'p':
             probe = true;
             break;
+        case 'K':
+            control_fd = atoi(optarg);
+            if (control_fd <= 2) {
+                fprintf(stderr, "airlock-vmm-kvm: --control-fd wants a descriptor > 2\n");
+                return 2;
+            }
+            break;
+        case 'N':
+            cfg.net_unplugged = true;
+            break;
         case 'h':
             main__usage(stdout);
             return 0;
@@ -359,6 +397,7 @@ int main(int argc, char **argv)
         }
         confine_enable_seccomp(conf.seccomp);
     }
+    signal(SIGPIPE, SIG_IGN); /* a supervisor gone mid-answer is EPIPE, not death */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = main__on_signal;
@@ -373,7 +412,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "airlock-vmm-kvm: %s\n", al_error_str(&err));
         vmm_kvm_stop(main__vm);
     }
-    main__serve(main__vm, ctl);
+    main__serve(main__vm, ctl, control_fd);
     if (ctl >= 0) {
         close(ctl);
         if (ctl_dir >= 0)
@@ -381,6 +420,8 @@ int main(int argc, char **argv)
     }
     if (ctl_dir >= 0)
         close(ctl_dir);
+    if (control_fd >= 0)
+        close(control_fd);
     enum vmm_kvm_exit how = vmm_kvm_wait(main__vm);
     al_info("VM ended after %.3f s: %s", (double)(al_now_ns() - t0) / 1e9, vmm_kvm_exit_str(how));
     vmm_kvm_destroy(main__vm);

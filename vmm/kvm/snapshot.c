@@ -1,5 +1,6 @@
 /* vmm/kvm/snapshot: snapshot and restore of a VM (see snapshot.h). */
 #include "vmm/kvm/snapshot.h"
+#include "vmm/kvm/disk.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -154,6 +155,43 @@ static int snap__save_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct kvm_
 
 /* Writes guest RAM to path, sparse: only ranges with data (memfd: SEEK_DATA; a restored
  * VM's private mapping: pages that are not all zero). */
+/* Guest memory of a restored VM: the file it was restored from (the pages nobody wrote
+ * since), then every page the guest wrote (a private copy: in the pagemap, present or
+ * swapped and not file-backed). Untouched pages are never faulted in. */
+static int snap__save_restored(struct vmm_kvm *vm, int fd, uint64_t size)
+{
+    int rc = disk_copy_sparse(vm->mem_fd, fd, size);
+    if (rc < 0)
+        return rc;
+    enum { CHUNK = 4096 };
+    uint64_t *pm = malloc(CHUNK * sizeof *pm);
+    if (!pm)
+        return -ENOMEM;
+    uint64_t pages = size / 4096;
+    uintptr_t base = (uintptr_t)vm->gm.base;
+    for (uint64_t p0 = 0; p0 < pages && rc == 0; p0 += CHUNK) {
+        uint64_t n = pages - p0 < CHUNK ? pages - p0 : CHUNK;
+        off_t at = (off_t)((base / 4096 + p0) * sizeof *pm);
+        if (pread(vm->pagemap_fd, pm, n * sizeof *pm, at) != (ssize_t)(n * sizeof *pm)) {
+            rc = -EIO;
+            break;
+        }
+        for (uint64_t i = 0; i < n; i++) {
+            bool resident = pm[i] & (3ull << 62); /* present or swapped */
+            bool file = pm[i] & (1ull << 61);
+            if (!resident || file)
+                continue;
+            uint64_t off = (p0 + i) * 4096;
+            if (pwrite(fd, vm->gm.base + off, 4096, (off_t)off) != 4096) {
+                rc = -EIO;
+                break;
+            }
+        }
+    }
+    free(pm);
+    return rc;
+}
+
 static int snap__save_memory(struct vmm_kvm *vm, const char *path, struct al_error *err)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -183,6 +221,8 @@ static int snap__save_memory(struct vmm_kvm *vm, const char *path, struct al_err
             }
             pos = hole;
         }
+    } else if (vm->pagemap_fd >= 0) {
+        rc = snap__save_restored(vm, fd, size);
     } else {
         static const uint8_t zero[4096];
         for (uint64_t off = 0; off < size; off += 4096) {

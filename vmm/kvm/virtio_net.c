@@ -1,6 +1,6 @@
 /* vmm/kvm/virtio_net: virtio-net on a tap device (virtio 1.2, section 5.1).
  *
- * Owns: the tap (IFF_TAP | IFF_NO_PI | IFF_VNET_HDR, 12-byte header, no offloads), moving
+ * Owns: the tap (or none: an unplugged NIC drops what the guest sends) (IFF_TAP | IFF_NO_PI | IFF_VNET_HDR, 12-byte header, no offloads), moving
  * frames between it and the guest's queues on the device thread. No offload feature is
  * offered, and the virtio-net header the guest sends is never passed on: the tap gets a
  * zeroed header of our own, so a guest cannot ask the host for GSO or checksum work.
@@ -51,7 +51,7 @@ static void vnet__config_read(struct virtio_dev *d, uint32_t off, uint8_t *data,
 
 static void vnet__poll_tap(struct vnet *n, bool on)
 {
-    if (n->tap_polling == on)
+    if (n->tap_polling == on || n->tap_ev.fd < 0)
         return;
     if (evloop_mod(&n->dev.vm->loop, &n->tap_ev, on ? EPOLLIN : 0) == 0)
         n->tap_polling = on;
@@ -84,7 +84,7 @@ static void vnet__tx(struct vnet *n)
         v[0] = (struct iovec){hdr, sizeof hdr};
         int k =
             iov_slice(src, c.n_out, VNET_HDR_LEN, c.out_len - VNET_HDR_LEN, v + 1, VIRTQ_MAX_SEGS);
-        if (k >= 0 && writev(n->tap_ev.fd, v, k + 1) >= 0)
+        if (k >= 0 && n->tap_ev.fd >= 0 && writev(n->tap_ev.fd, v, k + 1) >= 0)
             n->tx_frames++;
         else
             n->tx_dropped++; /* tap full or gone: a NIC drops too */
@@ -243,9 +243,13 @@ struct virtio_dev *vnet_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
         al_error_set(err, -ENOMEM, "out of memory");
         return NULL;
     }
-    n->tap_ev.fd = vm->cfg.tap ? vnet__open_tap(vm->cfg.tap, err)
-                               : vnet__setup_tap(vm->cfg.tap_fd, "the tap handed in", err);
-    if (n->tap_ev.fd < 0) {
+    if (vm->cfg.tap)
+        n->tap_ev.fd = vnet__open_tap(vm->cfg.tap, err);
+    else if (vm->cfg.tap_fd > 2)
+        n->tap_ev.fd = vnet__setup_tap(vm->cfg.tap_fd, "the tap handed in", err);
+    else
+        n->tap_ev.fd = -1; /* unplugged */
+    if (n->tap_ev.fd < 0 && !vm->cfg.net_unplugged) {
         free(n);
         return NULL;
     }
@@ -260,7 +264,7 @@ struct virtio_dev *vnet_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
             n->cfg.mac[5] = 1;
     }
     if (virtio_dev_init(&n->dev, vm, &vnet__ops, n, 1ull << VIRTIO_NET_F_MAC, base, irq, err) < 0 ||
-        evloop_add(&vm->loop, &n->tap_ev, 0) < 0) {
+        (n->tap_ev.fd >= 0 && evloop_add(&vm->loop, &n->tap_ev, 0) < 0)) {
         vnet_destroy(&n->dev);
         return NULL;
     }

@@ -115,6 +115,7 @@ struct vsock {
 };
 
 static void vsock__pump(struct vsock *vs);
+static void vsock__on_conn(struct ev_handler *h, uint32_t events);
 
 static void vsock__config_read(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32_t len)
 {
@@ -142,6 +143,18 @@ static struct vconn *vsock__find(struct vsock *vs, uint32_t local_port, uint32_t
     return NULL;
 }
 
+/* A slot's vs and handler (fn, ctx) never change: an event the device thread already took
+ * from epoll for a connection closed meanwhile (by an earlier event of the same batch, or
+ * by a vCPU resetting the device) finds a FREE slot and is ignored (vsock__on_conn), never
+ * a zeroed handler. */
+static void vsock__slot_clear(struct vconn *c)
+{
+    struct vsock *vs = c->vs;
+    memset(c, 0, sizeof *c);
+    c->vs = vs;
+    c->ev = (struct ev_handler){.fd = -1, .fn = vsock__on_conn, .ctx = c};
+}
+
 static void vsock__close(struct vconn *c)
 {
     if (c->state == VCONN_FREE)
@@ -150,8 +163,7 @@ static void vsock__close(struct vconn *c)
         evloop_del(&c->vs->dev.vm->loop, &c->ev);
     close(c->ev.fd);
     free(c->out);
-    memset(c, 0, sizeof *c);
-    c->ev.fd = -1;
+    vsock__slot_clear(c);
 }
 
 /* Closes c and tells the guest (RST). */
@@ -465,6 +477,10 @@ static void vsock__on_conn(struct ev_handler *h, uint32_t events)
     struct vconn *c = h->ctx;
     struct vsock *vs = c->vs;
     pthread_mutex_lock(&vs->dev.lock);
+    if (c->state == VCONN_FREE) {
+        pthread_mutex_unlock(&vs->dev.lock); /* closed after epoll reported it */
+        return;
+    }
     if (c->state != VCONN_FREE && (events & EPOLLOUT))
         vsock__flush_out(c);
     if (c->state != VCONN_FREE && (events & (EPOLLERR | EPOLLHUP)) && !(events & EPOLLIN) &&
@@ -500,9 +516,9 @@ static void vsock__on_accept(struct ev_handler *h, uint32_t events)
         pthread_mutex_unlock(&vs->dev.lock);
         return;
     }
-    memset(c, 0, sizeof *c);
-    c->vs = vs;
-    c->ev = (struct ev_handler){.fd = fd, .fn = vsock__on_conn, .ctx = c};
+    vsock__slot_clear(c);
+    evloop_forget(&vs->dev.vm->loop, &c->ev); /* the slot's old events are not this fd's */
+    c->ev.fd = fd;
     c->state = VCONN_CONNECTING;
     c->peer_port = l->port;
     c->local_port = VSOCK_PORT_BASE + (vs->next_port++ & 0x3fffffff);
@@ -620,8 +636,10 @@ struct virtio_dev *vsock_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
         return NULL;
     }
     vs->guest_cid = vm->cfg.guest_cid;
-    for (int i = 0; i < VSOCK_MAX_CONNS; i++)
-        vs->conns[i].ev.fd = -1;
+    for (int i = 0; i < VSOCK_MAX_CONNS; i++) {
+        vs->conns[i].vs = vs;
+        vsock__slot_clear(&vs->conns[i]);
+    }
     for (int i = 0; i < VMM_KVM_MAX_VSOCK_PORTS; i++)
         vs->lst[i].ev.fd = vs->lst[i].dir_fd = -1;
     if (virtio_dev_init(&vs->dev, vm, &vsock__ops, vs, 0, base, irq, err) < 0)

@@ -95,6 +95,15 @@ static int vm__open_kvm(struct al_error *err)
     return fd;
 }
 
+int vmm_kvm_check_device(struct al_error *err)
+{
+    int fd = vm__open_kvm(err);
+    if (fd < 0)
+        return fd;
+    close(fd);
+    return 0;
+}
+
 /* The probe's guest: 64-bit code at 0x1000: out 0xf1, al (al = 0x42); hlt. Some hosts offer
  * a /dev/kvm that passes every capability check but cannot run an ordinary guest (e.g. a
  * paravirtual "PVM" KVM that only runs specially built kernels), so the probe runs one. */
@@ -390,6 +399,12 @@ static int vm__restore_memory(struct vmm_kvm *vm, const char *dir, struct al_err
         if (ioctl(vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &r) < 0)
             return al_error_set(err, -errno, "KVM_SET_USER_MEMORY_REGION: %s", strerror(errno));
     }
+    /* A snapshot of this VM copies the file and then only the pages written since (private
+     * copies), which the pagemap tells; opened now, before confinement hides /proc. */
+    vm->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (vm->pagemap_fd < 0)
+        al_debug("no /proc/self/pagemap (%s): snapshots of this VM scan all of its memory",
+                 strerror(errno));
     return 0;
 }
 
@@ -655,6 +670,7 @@ int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struc
     vm->restored = snap != NULL;
     vm->cfg = *cfg;
     vm->kvm_fd = vm->vm_fd = vm->mem_fd = vm->console_fd = vm->exit_fd = -1;
+    vm->pagemap_fd = -1;
     vm->nvcpus = (int)cfg->vcpus;
     for (int i = 0; i < VMM_KVM_MAX_VCPUS; i++) {
         vm->vcpus[i].fd = -1;
@@ -859,6 +875,8 @@ void vmm_kvm_destroy(struct vmm_kvm *vm)
         munmap(vm->gm.base, vm->gm.total);
     if (vm->mem_fd >= 0)
         close(vm->mem_fd);
+    if (vm->pagemap_fd >= 0)
+        close(vm->pagemap_fd);
     if (vm->vm_fd >= 0)
         close(vm->vm_fd);
     if (vm->kvm_fd >= 0)

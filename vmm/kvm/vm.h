@@ -27,16 +27,24 @@ struct ev_handler {
     ev_fn fn;
     void *ctx;
 };
+#define EVLOOP_MAX_DEAD 32
 struct evloop {
     int epfd;
     int stop_fd; /* eventfd: ends the loop */
     pthread_t thread;
     bool running;
+    /* Handlers removed by a handler during the current batch of events: their remaining
+     * events in the batch are stale (the memory may already serve another fd). */
+    struct ev_handler *dead[EVLOOP_MAX_DEAD];
+    int ndead;
+    bool dead_overflow;
 };
 int evloop_init(struct evloop *l);
 int evloop_add(struct evloop *l, struct ev_handler *h, uint32_t events);
 int evloop_mod(struct evloop *l, struct ev_handler *h, uint32_t events);
 void evloop_del(struct evloop *l, struct ev_handler *h);
+/* Events already taken for h (from the device thread) are stale: h now serves another fd. */
+void evloop_forget(struct evloop *l, struct ev_handler *h);
 int evloop_start(struct evloop *l);
 void evloop_stop(struct evloop *l);
 void evloop_free(struct evloop *l);
@@ -77,6 +85,7 @@ struct vmm_kvm {
     int kvm_fd;
     int vm_fd;
     int mem_fd;
+    int pagemap_fd; /* restored VMs: /proc/self/pagemap, to tell written pages (snapshots) */
     struct guest_mem gm;
     size_t run_size;
     struct vcpu vcpus[VMM_KVM_MAX_VCPUS];

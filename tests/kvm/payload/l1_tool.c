@@ -19,18 +19,32 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
-/* Every retry loop ends at a wall-clock deadline (90 s), so that a scenario fails and shows
- * the guest's console well before the harness kills L1. */
+/* Every retry loop ends at a wall-clock deadline (90 s, or $L1_TOOL_TIMEOUT seconds, which
+ * also bounds each read: "no answer within T" is then an answer, e.g. from a paused VM),
+ * so that a scenario fails and shows the guest's console well before the harness kills L1. */
 static time_t l1__deadline;
+static int l1__timeout(void)
+{
+    const char *t = getenv("L1_TOOL_TIMEOUT");
+    return t && atoi(t) > 0 ? atoi(t) : 0;
+}
 static int l1__expired(void)
 {
     if (!l1__deadline)
-        l1__deadline = time(NULL) + 90;
+        l1__deadline = time(NULL) + (l1__timeout() ? l1__timeout() : 90);
     return time(NULL) > l1__deadline;
+}
+static void l1__read_timeout(int fd)
+{
+    if (l1__timeout()) {
+        struct timeval tv = {.tv_sec = l1__timeout()};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    }
 }
 
 static unsigned char pattern(long i)
@@ -198,6 +212,7 @@ static int http(int argc, char **argv)
             close(fd);
             continue;
         }
+        l1__read_timeout(fd);
         char hdr[1536];
         const char *extra = getenv("L1_TOOL_HEADER"); /* one more header line, e.g. a token */
         int n = snprintf(hdr, sizeof hdr,

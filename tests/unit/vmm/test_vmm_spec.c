@@ -147,6 +147,90 @@ START_TEST(bad_specs_say_what_is_wrong)
 }
 END_TEST
 
+START_TEST(kvm_spec)
+{
+    const char *json =
+        "{\"id\":\"k1\",\"backend\":\"kvm\",\"template\":\"base\",\"resources\":{\"cpus\":1.5,"
+        "\"memory_mib\":256},\"network\":{\"mode\":\"tap\",\"tap_fd\":7,\"mac\":"
+        "\"02:00:0a:c8:00:02\",\"address\":\"10.200.0.2/30\",\"gateway\":\"10.200.0.1\","
+        "\"dns\":[\"10.200.0.1\"]},\"kvm\":{\"kernel\":\"/k/bzImage\",\"vcpus\":2,\"snapshot\":"
+        "false,\"cache_dir\":\"/var/cache/airlock/kvm\"}}";
+    struct vmm_spec s;
+    struct al_error e;
+    ck_assert_msg(parse(json, &s, &e) == 0, "%s", e.msg);
+    ck_assert_str_eq(s.backend, "kvm");
+    ck_assert_int_eq(s.net_mode, VMM_NET_TAP);
+    ck_assert_int_eq(s.tap_fd, 7);
+    ck_assert(s.have_tap_mac);
+    ck_assert_uint_eq(s.tap_mac[0], 0x02);
+    ck_assert_uint_eq(s.tap_mac[5], 0x02);
+    ck_assert_str_eq(s.net_address, "10.200.0.2/30");
+    ck_assert_str_eq(s.net_gateway, "10.200.0.1");
+    ck_assert_str_eq(s.kvm_kernel, "/k/bzImage");
+    ck_assert_uint_eq(s.kvm_vcpus, 2);
+    ck_assert(!s.kvm_snapshot);
+    ck_assert_str_eq(s.kvm_cache_dir, "/var/cache/airlock/kvm");
+    vmm_spec_free(&s);
+    /* Defaults: snapshots on, no tap. */
+    ck_assert_int_eq(parse("{\"id\":\"k2\",\"backend\":\"kvm\",\"template\":\"b\"}", &s, &e), 0);
+    ck_assert(s.kvm_snapshot);
+    ck_assert_int_eq(s.tap_fd, -1);
+    ck_assert_int_eq(s.kvm_vcpus, 0);
+    vmm_spec_free(&s);
+}
+END_TEST
+
+START_TEST(kvm_specs_say_what_is_wrong)
+{
+    const char *tap = "\"network\":{\"mode\":\"tap\",\"tap_fd\":7,\"address\":\"10.0.0.2/30\"";
+    char j[512];
+    snprintf(j, sizeof j, "{\"id\":\"x\",\"template\":\"b\",%s}}", tap);
+    expect_error(j, "\"tap\" is for \"backend\": \"kvm\"");
+    expect_error("{\"id\":\"x\",\"template\":\"b\",\"kvm\":{}}", "only applies");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"network\":{\"mode\":"
+                 "\"netns\",\"netns\":\"/run/netns/x\"}}",
+                 "network is a tap");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"binds\":[{\"source\":"
+                 "\"/a\",\"target\":\"/x\"}]}",
+                 "cannot bind");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"agent\":{\"args\":"
+                 "[\"-v\"]}}",
+                 "not supported by the kvm backend");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"network\":{\"mode\":"
+                 "\"tap\",\"address\":\"10.0.0.2/30\"}}",
+                 "\"tap_fd\" is required");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"network\":{\"mode\":"
+                 "\"tap\",\"tap_fd\":1,\"address\":\"10.0.0.2/30\"}}",
+                 "out of range");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"network\":{\"mode\":"
+                 "\"tap\",\"tap_fd\":7,\"address\":\"10.0.0.2\"}}",
+                 "prefix length");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"network\":{\"mode\":"
+                 "\"tap\",\"tap_fd\":7,\"address\":\"10.0.0.2/33\"}}",
+                 "prefix length");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"network\":{\"mode\":"
+                 "\"tap\",\"tap_fd\":7,\"address\":\"10.0.0.2/30\",\"mac\":\"01:00:00:00:00:01\"}}",
+                 "unicast MAC");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"network\":{\"mode\":"
+                 "\"tap\",\"tap_fd\":7,\"address\":\"10.0.0.2/30\",\"gateway\":\"x\"}}",
+                 "\"gateway\" must be");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"network\":{\"mode\":"
+                 "\"none\",\"tap_fd\":7}}",
+                 "only goes with");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"network\":{\"dns\":["
+                 "\"fd00::1\"]}}",
+                 "IPv4 resolvers");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"kvm\":{\"vcpus\":17}}",
+                 "out of range");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"kvm\":{\"kernel\":"
+                 "\"bzImage\"}}",
+                 "normalised absolute path");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"kvm\":{\"kernal\":"
+                 "\"/k\"}}",
+                 "unknown field \"kernal\"");
+}
+END_TEST
+
 START_TEST(paths_and_ids)
 {
     ck_assert(vmm_path_normalised("/"));
@@ -284,6 +368,8 @@ static Suite *suite(void)
     tcase_add_test(t, minimal_spec_gets_defaults);
     tcase_add_test(t, full_spec);
     tcase_add_test(t, bad_specs_say_what_is_wrong);
+    tcase_add_test(t, kvm_spec);
+    tcase_add_test(t, kvm_specs_say_what_is_wrong);
     tcase_add_test(t, paths_and_ids);
     tcase_add_test(t, template_and_init_object);
     tcase_add_test(t, init_defaults_without_template_user);

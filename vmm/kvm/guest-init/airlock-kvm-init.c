@@ -8,6 +8,15 @@
  * port). Then it execs the agent, which becomes PID 1. Any failure is printed on the
  * console and ends the VM (reboot: the VMM exits), never a guest stuck half set up.
  *
+ * The agent runs with AIRLOCK_AGENT_VM=kvm, which tells it that it may set the clock,
+ * reseed the kernel's RNG and configure the network when its init object asks (a VM
+ * restored from a template snapshot learns its identity that way, after the boot).
+ *
+ * Second use, by the agent (not PID 1):
+ *   airlock-kvm-init configure [ip=A.B.C.D/LEN] [gw=A.B.C.D] [dns=A,B] [mac=MAC] [hostname=H]
+ * applies the same settings (and the MAC of eth0) to the running guest and exits 0, or
+ * prints why not and exits 1. An existing address and default route are replaced.
+ *
  * Kernel command line (all optional):
  *   airlock.agent=PATH       default /.airlock/bin/airlock-agent
  *   airlock.port=N           vsock port of the agent channel, default 1024
@@ -21,6 +30,7 @@
 #include <fcntl.h>
 #include <linux/vm_sockets.h>
 #include <net/if.h>
+#include <net/if_arp.h>
 #include <net/route.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -38,6 +48,7 @@
 #define INIT_DEFAULT_PORT  1024
 
 static char init__cmdline[4096];
+static int init__configuring; /* "configure" mode: failures exit 1 instead of rebooting */
 
 static void init__say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void init__say(const char *fmt, ...)
@@ -58,6 +69,10 @@ static void init__say(const char *fmt, ...)
 
 static _Noreturn void init__fatal(const char *what)
 {
+    if (init__configuring) {
+        init__say("airlock-kvm-init configure: %s: %s", what, strerror(errno));
+        exit(1);
+    }
     init__say("airlock-kvm-init: %s: %s; stopping the sandbox", what, strerror(errno));
     sync();
     reboot(RB_AUTOBOOT);
@@ -113,6 +128,27 @@ static void init__link_up(int s, const char *ifname)
         init__fatal("SIOCSIFFLAGS");
 }
 
+static void init__mac(int s)
+{
+    char mac[32];
+    if (!init__param("mac", mac, sizeof mac)[0])
+        return;
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    unsigned m[6];
+    char tail;
+    errno = EINVAL;
+    if (sscanf(mac, "%2x:%2x:%2x:%2x:%2x:%2x%c", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5], &tail) !=
+            6 ||
+        (m[0] & 1))
+        init__fatal("mac is not a unicast MAC address (aa:bb:cc:dd:ee:ff)");
+    ifr.ifr_hwaddr.sa_family = ARPHRD_ETHER;
+    for (int i = 0; i < 6; i++)
+        ifr.ifr_hwaddr.sa_data[i] = (char)m[i];
+    if (init__ifreq(s, "eth0", SIOCSIFHWADDR, &ifr) < 0)
+        init__fatal("setting the MAC address of eth0");
+}
+
 static void init__network(void)
 {
     char ip[64], gw[32], dns[256];
@@ -120,6 +156,7 @@ static void init__network(void)
     if (s < 0)
         init__fatal("socket");
     init__link_up(s, "lo");
+    init__mac(s);
     if (init__param("ip", ip, sizeof ip)[0]) {
         char *slash = strchr(ip, '/');
         int len = slash ? atoi(slash + 1) : 24;
@@ -151,6 +188,15 @@ static void init__network(void)
             init__fatal("airlock.gw is not A.B.C.D");
         rt.rt_flags = RTF_UP | RTF_GATEWAY;
         rt.rt_dev = (char *)"eth0";
+        if (init__configuring) {
+            /* Replace whatever default route there is (a re-configuration). */
+            struct rtentry del;
+            memset(&del, 0, sizeof del);
+            ((struct sockaddr_in *)&del.rt_dst)->sin_family = AF_INET;
+            ((struct sockaddr_in *)&del.rt_genmask)->sin_family = AF_INET;
+            while (ioctl(s, SIOCDELRT, &del) == 0) {
+            }
+        }
         if (ioctl(s, SIOCADDRT, &rt) < 0)
             init__fatal("adding the default route");
     }
@@ -169,9 +215,70 @@ static void init__network(void)
     }
 }
 
-int main(void);
-int main(void)
+/* sethostname, and /etc/hostname and /etc/hosts as the jail backend writes them (best
+ * effort: a template may keep them read-only). */
+static void init__hostname(void)
 {
+    char host[65];
+    if (!init__param("hostname", host, sizeof host)[0])
+        return;
+    if (sethostname(host, strlen(host)) < 0)
+        init__fatal("sethostname");
+    char buf[256];
+    int n = snprintf(buf, sizeof buf, "%s\n", host);
+    int fd = open("/etc/hostname", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        ssize_t w = write(fd, buf, (size_t)n);
+        (void)w;
+        close(fd);
+    }
+    n = snprintf(buf, sizeof buf,
+                 "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                 "127.0.1.1\t%s\n",
+                 host);
+    fd = open("/etc/hosts", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        ssize_t w = write(fd, buf, (size_t)n);
+        (void)w;
+        close(fd);
+    }
+}
+
+/* airlock-kvm-init configure KEY=VALUE...: the settings of the command line, for a running
+ * guest. The arguments become "airlock.KEY=VALUE" words so the same parsing applies. */
+static int init__configure(int argc, char **argv)
+{
+    init__configuring = 1;
+    size_t n = 0;
+    for (int i = 2; i < argc; i++) {
+        static const char *const keys[] = {"ip=", "gw=", "dns=", "mac=", "hostname=", NULL};
+        int ok = 0;
+        for (const char *const *k = keys; *k; k++)
+            ok |= strncmp(argv[i], *k, strlen(*k)) == 0;
+        errno = EINVAL;
+        if (!ok || strchr(argv[i], ' '))
+            init__fatal("arguments are ip=A.B.C.D/LEN gw= dns= mac= hostname=");
+        int w = snprintf(init__cmdline + n, sizeof init__cmdline - n, " airlock.%s", argv[i]);
+        errno = E2BIG;
+        if (w < 0 || (size_t)w >= sizeof init__cmdline - n)
+            init__fatal("arguments too long");
+        n += (size_t)w;
+    }
+    init__hostname();
+    init__network();
+    return 0;
+}
+
+int main(int argc, char **argv);
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "configure") == 0)
+        return init__configure(argc, argv);
+    if (getpid() != 1) {
+        fprintf(stderr, "airlock-kvm-init: PID 1 of a KVM sandbox, or: airlock-kvm-init configure "
+                        "[ip=A.B.C.D/LEN] [gw=A.B.C.D] [dns=A,B] [mac=MAC] [hostname=NAME]\n");
+        return 2;
+    }
     /* The console first, so every later message is seen. */
     mkdir("/dev", 0755);
     mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
@@ -197,9 +304,7 @@ int main(void)
     init__mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
     init__mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
 
-    char host[65];
-    if (init__param("hostname", host, sizeof host)[0] && sethostname(host, strlen(host)) < 0)
-        init__fatal("sethostname");
+    init__hostname();
     init__network();
 
     char agent[256], port_s[16];
@@ -218,9 +323,10 @@ int main(void)
         close(l);
     }
     setenv("AIRLOCK_AGENT_LISTEN_FD", "3", 1);
+    setenv("AIRLOCK_AGENT_VM", "kvm", 1);
     if (!getenv("PATH"))
         setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", 1);
-    char *const argv[] = {agent, NULL};
-    execv(agent, argv);
+    char *const agent_argv[] = {agent, NULL};
+    execv(agent, agent_argv);
     init__fatal(agent);
 }
