@@ -68,16 +68,11 @@ int main(int argc, char **argv)
     al_log_init("airlock-vmm", AL_LOG_AUTO, AL_LOG_INFO);
     argc = al_take_state_dir_arg(argc, argv);
     const char *spec = NULL, *cleanup = NULL, *parent = NULL;
-<<<<<<< HEAD
-    bool sweep = false, keep_logs = false, warm = false;
-    long ready_fd = -1, memory_mib = -1, pids = -1;
-    double cpus = -1;
-=======
     bool sweep = false, keep_logs = false, warm = false, probe_kvm = false;
     const char *kernel = NULL;
     unsigned long timeout_ms = 3000;
-    long ready_fd = -1;
->>>>>>> wip/kvm2
+    long ready_fd = -1, memory_mib = -1, pids = -1;
+    double cpus = -1;
     unsigned long uid_base = 0, uid_slots = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
