@@ -1345,6 +1345,17 @@ void egress_http_on_timeout(struct egress_conn *c)
             egress_conn_deadline(c, (uint32_t)((gap - (now - last)) / 1000000ull) + 1);
             return;
         }
+        /* The loop runs due timers before it polls: after a stall of the proxy itself (a
+         * busy machine), body bytes can be waiting unread in the socket or in our buffer.
+         * A client whose bytes are here is not slow: count them as its activity. */
+        char peek;
+        if (!h->req_done && !upstream_slow &&
+            (h->in_off < c->in_len || recv(c->client.fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT) > 0)) {
+            h->t_body_io = now;
+            egress_conn_deadline(c, e->cfg.body_timeout_ms);
+            http__process(c); /* parses what is buffered, re-arms the interest */
+            return;
+        }
         if (!h->req_done && upstream_slow) {
             h->status = 504;
             http__audit_fail(c, "upstream_stalled");
