@@ -39,6 +39,10 @@ void egress_config_defaults(struct egress_config *cfg)
     cfg->dns_max_label = 52;
     cfg->dns_entropy_min_len = 24;
     cfg->dns_entropy_max = 4.0;
+    cfg->dns_rate = 200;
+    cfg->dns_burst = 400;
+    cfg->dns_inflight = 64;
+    cfg->deny_audit_rate = 20;
 }
 
 int egress_parse_sockaddr(const char *s, uint16_t default_port, struct sockaddr_storage *ss)
@@ -139,10 +143,17 @@ void egress_config_usage(FILE *f)
 "  --dns-max-label N          longer labels likewise (default 52)\n"
 "  --dns-entropy-min-len N    labels this long are checked for entropy (default 24)\n"
 "  --dns-entropy-max BITS     refused above this many bits per character (default 4.0)\n"
+"  --dns-rate N               queries per second per sandbox; beyond, REFUSED and one\n"
+"                             aggregated audit record per second (default 200; 0 = none)\n"
+"  --dns-burst N              queries a sandbox may send at once (default 2 x rate)\n"
+"  --dns-inflight N           upstream resolutions one sandbox may wait on at a time;\n"
+"                             beyond, REFUSED unless cached (default 64)\n"
 "Audit:\n"
 "  --audit-fail-open          keep serving when the audit log cannot be written\n"
 "                             (default: deny everything until it can)\n"
 "  --audit-query-strings      log request paths with their query string\n"
+"  --deny-audit-rate N        identical denials of one sandbox written per second; more\n"
+"                             are counted in one aggregated record (default 20; 0 = all)\n"
 "Other:\n"
 "  --log-level LEVEL          debug|info|warn|error (default info)\n"
 "  -h, --help\n", f);
@@ -213,6 +224,7 @@ static int cfg__resolv_conf(struct sockaddr_storage *ss)
 
 int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, struct al_error *err)
 {
+    bool burst_given = false; /* else --dns-rate sets the burst to twice the rate */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -248,6 +260,7 @@ int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, s
             "--response-timeout", "--idle-timeout", "--keepalive-timeout", "--body-timeout",
             "--dns-min-ttl", "--dns-max-ttl", "--dns-neg-ttl", "--dns-remember", "--dns-timeout",
             "--dns-max-name", "--dns-max-label", "--dns-entropy-min-len", "--dns-entropy-max",
+            "--dns-rate", "--dns-burst", "--dns-inflight", "--deny-audit-rate",
             "--vswitch", "--vswitch-pins", "--log-level", "--log-format", NULL};
         bool known = false;
         for (const char *const *k = with_value; *k && !known; k++)
@@ -345,6 +358,17 @@ int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, s
             if (!*v || *end || x <= 0 || x > 8)
                 return cfg__bad(err, a, v, "bits per character between 0 and 8, e.g. 4.0");
             cfg->dns_entropy_max = x;
+        } else if (strcmp(a, "--dns-rate") == 0) {
+            rc = cfg__u32(a, v, 0, 1000000, &cfg->dns_rate, err);
+            if (rc == 0 && !burst_given)
+                cfg->dns_burst = cfg->dns_rate ? 2 * cfg->dns_rate : 0;
+        } else if (strcmp(a, "--dns-burst") == 0) {
+            rc = cfg__u32(a, v, 1, 2000000, &cfg->dns_burst, err);
+            burst_given = true;
+        } else if (strcmp(a, "--dns-inflight") == 0) {
+            rc = cfg__u32(a, v, 1, 100000, &cfg->dns_inflight, err);
+        } else if (strcmp(a, "--deny-audit-rate") == 0) {
+            rc = cfg__u32(a, v, 0, 1000000, &cfg->deny_audit_rate, err);
         } else if (strcmp(a, "--vswitch") == 0) {
             if (strcmp(v, "auto") == 0)
                 cfg->vswitch_mode = 0;

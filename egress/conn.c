@@ -3,6 +3,7 @@
  * the relay (TLS passthrough, raw TCP) or to the HTTP engine. Every path ends in an audit
  * record and a close; nothing waits without a deadline. */
 #include "internal.h"
+#include "ratelimit.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -292,7 +293,16 @@ static void conn__deny_reset(struct egress_conn *c, const char *rule, const char
     atomic_fetch_add(&c->w->e->stats.conns_denied, 1);
     if (c->sb)
         atomic_fetch_add(&c->sb->n_denied, 1);
-    conn__audit_decision(c, "deny", rule, reason, NULL);
+    /* Beyond a rate, identical denials are counted into one record (ratelimit.c). */
+    char target[128] = "";
+    if (c->ch && c->ch->has_sni)
+        snprintf(target, sizeof target, "%.*s", (int)c->ch->sni_len, c->ch->sni);
+    else if (c->have_host)
+        snprintf(target, sizeof target, "%s", c->host.text);
+    if (egress_deny_audit_ok(c->w->e, c->sb, "connection", reason, target, c->dst_text))
+        conn__audit_decision(c, "deny", rule, reason, NULL);
+    else
+        c->decision_audited = true;
     egress_conn_close(c, true, reason);
 }
 

@@ -2,6 +2,7 @@
  * group), workers, the control loop, sandbox registration and policy replacement, the
  * memory budget, and the helpers every file of egress/ uses. */
 #include "internal.h"
+#include "ratelimit.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -398,6 +399,7 @@ int egress_unregister_sandbox(struct egress *e, const char *id)
     struct egress_sandbox *sb = egress_registry_remove(e->reg, id);
     if (!sb)
         return -ENOENT;
+    egress_limits_flush_sandbox(e, sb, true);
     struct egress_policy *p = egress_sandbox_policy(sb);
     core__audit_control(e, "sandbox", "unregister", sb, p, NULL, NULL, NULL);
     egress_policy_unref(p);
@@ -570,6 +572,11 @@ static void core__raise_nofile(void)
     }
 }
 
+static void core__on_limits_timer(uv_timer_t *t)
+{
+    egress_limits_flush(t->data, false);
+}
+
 static void core__on_ctl_wake(uv_async_t *a)
 {
     struct egress *e = a->data;
@@ -671,6 +678,9 @@ int egress_new(const struct egress_config *cfg, struct egress **out, struct al_e
     e->ctl_loop_init = true;
     uv_async_init(&e->ctl_loop, &e->ctl_wake, core__on_ctl_wake);
     e->ctl_wake.data = e;
+    uv_timer_init(&e->ctl_loop, &e->limits_timer);
+    e->limits_timer.data = e;
+    e->limits_timer_init = true;
     *out = e;
     return 0;
 fail:
@@ -694,6 +704,8 @@ int egress_start(struct egress *e, struct al_error *err)
         egress_audit(e, r);
     }
     egress_inspect_start(e);
+    uint64_t every = EGRESS_LIMIT_INTERVAL_NS / 1000000ull;
+    uv_timer_start(&e->limits_timer, core__on_limits_timer, every, every);
     return 0;
 }
 
@@ -749,10 +761,14 @@ void egress_free(struct egress *e)
     egress_inspect_stop(e);
     if (e->ctl_loop_init) {
         uv_close((uv_handle_t *)&e->ctl_wake, NULL);
+        if (e->limits_timer_init)
+            uv_close((uv_handle_t *)&e->limits_timer, NULL);
         uv_run(&e->ctl_loop, UV_RUN_DEFAULT);
         uv_loop_close(&e->ctl_loop);
     }
     if (e->audit) {
+        if (e->reg)
+            egress_limits_flush(e, true); /* counts no later event would have carried */
         json_t *r = egress_rec_new("daemon");
         if (r) {
             egress_rec_str(r, "event", "stop");

@@ -9,9 +9,12 @@
  * resolve through the configured upstream (resolver.c, cached, TTLs clamped); drop
  * answers that point at internal addresses (DNS rebinding) unless a CIDR rule opens them,
  * and at the proxy's own addresses; remember what was handed out for the destination
- * check of later connections; one audit record per query.
+ * check of later connections; one audit record per query, within the sandbox's limits
+ * (ratelimit.c: a query rate, a share of the resolutions in flight, identical denials
+ * counted beyond a rate; over them REFUSED and one aggregated record per second).
  */
 #include "internal.h"
+#include "ratelimit.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -44,6 +47,7 @@ struct dns_ctx {
     uint64_t t0;
     struct egress_resolve_req rreq;
     bool resolving;
+    bool inflight;                       /* holds one of the sandbox's in-flight slots */
     /* Where the answer goes. */
     struct dns_tcp *tcp;                 /* TCP, or: */
     int udp_fd;
@@ -231,6 +235,8 @@ static void dns__ctx_free(struct dns_ctx *x)
     struct egress_dns_state *st = x->w->dns;
     if (x->resolving)
         egress_resolve_cancel(&x->rreq);
+    if (x->inflight)
+        atomic_fetch_sub(&x->sb->dns_inflight, 1);
     if (x->prev)
         x->prev->next = x->next;
     else if (st && st->ctxs == x)
@@ -254,7 +260,9 @@ static void dns__finish_refused(struct dns_ctx *x, uint8_t rcode, const char *de
     else if (strcmp(decision, "deny") == 0)
         atomic_fetch_add(&e->stats.dns_denied, 1);
     dns__send(x, rcode, NULL, 0, 0);
-    dns__audit_query(x, decision, rule, reason, rcode, NULL, 0, 0, false);
+    if (strcmp(decision, "deny") != 0 ||
+        egress_deny_audit_ok(e, x->sb, "dns_query", reason, x->q.qname, NULL))
+        dns__audit_query(x, decision, rule, reason, rcode, NULL, 0, 0, false);
     dns__ctx_free(x);
 }
 
@@ -392,6 +400,13 @@ static void dns__handle(struct dns_ctx *x)
         return;
     }
     atomic_fetch_add(&x->sb->n_dns, 1);
+    if (!egress_dns_rate_ok(e, x->sb)) {
+        /* Over the sandbox's rate: counted into one aggregated record, not one each. */
+        atomic_fetch_add(&e->stats.dns_refused, 1);
+        dns__send(x, DNS_R_REFUSED, NULL, 0, 0);
+        dns__ctx_free(x);
+        return;
+    }
     x->p = egress_sandbox_policy(x->sb);
     if (!x->p) {
         dns__finish_refused(x, DNS_R_REFUSED, "deny", NULL, "no_policy");
@@ -452,6 +467,20 @@ static void dns__handle(struct dns_ctx *x)
     }
     x->rreq.cb = dns__resolved;
     struct egress_resolution res;
+    /* The sandbox's share of the upstream resolutions in flight (the resolver's own cap is
+     * per worker and shared): beyond it only cached answers are given. */
+    x->inflight = true;
+    if (atomic_fetch_add(&x->sb->dns_inflight, 1) >= e->cfg.dns_inflight) {
+        if (egress_rcache_get(e->rcache, x->name.text, x->q.qtype, &res)) {
+            dns__answer(x, &res);
+            return;
+        }
+        atomic_fetch_add(&e->stats.dns_refused, 1);
+        egress_dns_inflight_refused(e, x->sb);
+        dns__send(x, DNS_R_REFUSED, NULL, 0, 0);
+        dns__ctx_free(x);
+        return;
+    }
     int rc = egress_resolve(w->resolver, x->name.text, x->q.qtype, &x->rreq, &res);
     if (rc == 1) {
         dns__answer(x, &res);

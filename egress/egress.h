@@ -64,6 +64,9 @@ struct egress_config {
     uint32_t dns_max_label;             /* longer labels likewise: 52 */
     uint32_t dns_entropy_min_len;       /* labels this long are checked for entropy: 24 */
     double dns_entropy_max;             /* bits/char above which they are refused: 4.0 */
+    uint32_t dns_rate;                  /* queries per second per sandbox: 200 (0 = no limit) */
+    uint32_t dns_burst;                 /* ... of which at once: 400 */
+    uint32_t dns_inflight;              /* upstream resolutions one sandbox may wait on: 64 */
 
     /* vswitch: register the listening sockets with the switch of this state directory
      * (auto: when one exists), and mark replies toward sandboxes with its reply mark. */
@@ -74,6 +77,8 @@ struct egress_config {
     /* Audit. */
     bool audit_fail_open;               /* default false: an audit failure denies traffic */
     bool audit_query_strings;           /* default false: paths are logged without query */
+    uint32_t deny_audit_rate;           /* identical denials of a sandbox written per second
+                                           (more are counted in one record): 20; 0 = all */
 };
 
 /* Defaults as documented above (state dir from common/paths). */

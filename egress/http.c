@@ -10,6 +10,7 @@
  * head and body are forwarded as they came. Deny and error answers are JSON.
  */
 #include "internal.h"
+#include "ratelimit.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -458,7 +459,8 @@ static void http__deny(struct egress_conn *c, int status, const char *error, con
     if (c->sb)
         atomic_fetch_add(&c->sb->n_denied, 1);
     h->status = status;
-    http__audit_request(c, "deny", rule, reason, NULL);
+    if (egress_deny_audit_ok(e, c->sb, "http_request", reason, h->r.host_name, c->dst_text))
+        http__audit_request(c, "deny", rule, reason, NULL); /* else counted (ratelimit.c) */
     egress_http_answer(c, status, error, rule, reason, true);
 }
 

@@ -70,6 +70,8 @@ struct egress {
     uv_loop_t ctl_loop;
     bool ctl_loop_init;
     uv_async_t ctl_wake;
+    uv_timer_t limits_timer;    /* writes aggregated limit records (ratelimit.c) */
+    bool limits_timer_init;
     struct egress_admin *admin;
     /* TLS interception and credential injection (inspect.c). */
     struct egress_inspect_state *inspect;

@@ -37,6 +37,16 @@ struct egress_answer_entry {
     char name[];
 };
 
+/* Identical denials of one sandbox in the current second (ratelimit.c). */
+#define EGRESS_DENY_SLOTS 8
+struct egress_deny_slot {
+    uint64_t key;                   /* hash of kind, reason, target, dst; 0 = free */
+    uint64_t window_ns;             /* start of its one-second window */
+    uint32_t count;                 /* denials in the window */
+    uint32_t suppressed;            /* of which counted, not written */
+    char kind[16], reason[48], target[128], dst[56];
+};
+
 struct egress_sandbox {
     atomic_int refs;
     char id[128];
@@ -65,6 +75,13 @@ struct egress_sandbox {
     atomic_uint_fast64_t n_allowed, n_denied, n_dns, bytes_up, bytes_down;
     atomic_uint_fast64_t limit_events;  /* for rate-limiting audit of repeated limit hits */
     atomic_uint_fast64_t last_limit_audit_ns;
+
+    /* Rate limits and aggregated audit records (ratelimit.c). */
+    atomic_uint_fast64_t dns_tat;       /* the DNS query bucket (GCRA) */
+    atomic_uint dns_inflight;           /* its queries waiting for the upstream resolver */
+    atomic_uint_fast64_t dns_rate_suppressed, dns_inflight_suppressed;
+    atomic_uint_fast64_t last_dns_rate_audit_ns, last_dns_inflight_audit_ns;
+    struct egress_deny_slot deny[EGRESS_DENY_SLOTS]; /* under lock */
 };
 
 struct egress_registry;

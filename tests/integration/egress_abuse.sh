@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # tests/integration/egress_abuse.sh: bypass item 21. Slowloris, silent connections, huge
-# header blocks and bodies, thousands of connections: the abuser gets 408/413/431/429 (or a
-# reset), the event is audited, and the other sandbox is served all along.
+# header blocks and bodies, thousands of connections, DNS floods and repeated denials: the
+# abuser gets 408/413/431/429/REFUSED (or a reset), the event is audited (floods as one
+# aggregated record per second, so the audit log grows by a bounded amount), and the other
+# sandbox is served all along.
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/egress_world.sh"
 ew_world abuse --header-timeout 2s --max-body 1MiB --max-header-bytes 8KiB \
-  --max-sandbox-connections 20 --body-timeout 2s
+  --max-sandbox-connections 20 --body-timeout 2s \
+  --dns-rate 20 --dns-burst 40 --dns-inflight 8 --deny-audit-rate 5
 
 cat >"$EW_TMP/policy.yaml" <<'YAML'
 version: 1
@@ -16,7 +19,15 @@ rules:
     scheme: http
   - name: tls
     hosts: [allowed.test]
+  - name: slow
+    hosts: ["*.slow.test"]
 YAML
+python3 - "$EW_TMP/zone.json" <<'PY2'
+import json, sys
+z = json.load(open(sys.argv[1]))
+z["*.slow.test"] = {"A": ["203.0.113.10"], "ttl": 30, "delay": 1.5}
+json.dump(z, open(sys.argv[1], "w"))
+PY2
 ew_match "abuser registered" "HTTP 201" ew_register sbx-abuser 1 "$EW_TMP/policy.yaml"
 ew_match "bystander registered" "HTTP 201" ew_register sbx-bystander 2 "$EW_TMP/policy.yaml"
 
@@ -96,6 +107,93 @@ sleep 1
 ew_match "after the flood the abuser is served again" '"server": "good"' ew_curl 1 http://allowed.test/after
 stats=$(curl -s --unix-socket "$EW_STATE/run/egress.sock" http://egress/v1/stats)
 ew_match "stats count the limit hits" '"sandbox_connections":[1-9]' echo "$stats"
+
+ew_note "a DNS flood: the sandbox's query rate (20/s, burst 40)"
+# ew_sum FIELD FILTER...: the sum of FIELD over the matching audit records.
+ew_sum() {
+  local f=$1
+  shift
+  ew_audit "$@" | python3 -c 'import json,sys; print(sum(int(json.loads(l).get(sys.argv[1]) or 0) for l in sys.stdin))' "$f"
+}
+ew_count() { ew_audit "$@" | wc -l; }
+ew_field() { sed -n "s/.* $1 \([0-9]*\).*/\1/p" <<<"$2"; }
+ew_dns 1 10.200.1.1 allowed.test A >/dev/null # the answer is cached: the flood costs no upstream query
+sleep 2.5                                      # the bucket is full again
+q_before=$(ew_count type=dns_query sandbox=sbx-abuser)
+ev_before=$(ew_count type=security_event event=limit sandbox=sbx-abuser)
+for i in $(seq 1 10); do ew_dns 2 10.200.2.1 allowed.test A; sleep 0.1; done >"$EW_TMP/bystander-dns.log" 2>&1 &
+by_pid=$!
+flood=$(ew_sb 1 python3 "$EW_TOOL" dns-flood 10.200.1.1 400 allowed.test --wait 3)
+wait "$by_pid"
+echo "     flood: $flood"
+ok=$(ew_field NOERROR "$flood")
+refused=$(ew_field REFUSED "$flood")
+EW_OUT=$flood
+[ "${refused:-0}" -ge 300 ] && [ "${ok:-0}" -ge 30 ] && [ "$ok" -le 100 ] &&
+  ew__result 1 "400 queries at once: the burst is answered ($ok), the rest REFUSED ($refused)" ||
+  ew__result 0 "400 queries at once: the burst is answered, the rest REFUSED (got $ok, $refused)"
+ew_eq "the bystander's 10 queries were all answered during the flood" \
+  "$(grep -c 'RCODE NOERROR ANSWERS 203.0.113.10' "$EW_TMP/bystander-dns.log")" 10
+sleep 1.5 # the sweep writes what is still counted
+ew_eq "one record per answered query, none per refused one" \
+  "$(($(ew_count type=dns_query sandbox=sbx-abuser) - q_before))" "$ok"
+events=$(($(ew_count type=security_event event=limit sandbox=sbx-abuser) - ev_before))
+[ "$events" -ge 1 ] && [ "$events" -le 6 ] && ew__result 1 "the refused queries: $events aggregated records" ||
+  ew__result 0 "the refused queries: 1..6 aggregated records (got $events)"
+ew_eq "the aggregated records count every refused query" \
+  "$(ew_sum suppressed type=security_event event=limit reason=dns_rate_limit sandbox=sbx-abuser)" "$refused"
+ew_audit_has "the aggregated record names the limit" type=security_event event=limit reason=dns_rate_limit \
+  decision=deny limit=20 interval_ms=1000 sandbox=sbx-abuser 'policy.hash=/^[0-9a-f]{64}$/'
+
+ew_note "a DNS flood of names that need the upstream: the sandbox's in-flight share (8)"
+sleep 2.5
+ew_sb 1 python3 "$EW_TOOL" dns-flood 10.200.1.1 30 'a{i}.slow.test' --wait 5 >"$EW_TMP/slow-flood.log" 2>&1 &
+fl_pid=$!
+sleep 0.3
+ew_match "the bystander's uncached name is resolved meanwhile" "RCODE NOERROR ANSWERS 203.0.113.10" \
+  ew_dns 2 10.200.2.1 b1.slow.test A --timeout 5
+wait "$fl_pid"
+flood=$(cat "$EW_TMP/slow-flood.log")
+ew_match "8 resolved, 22 REFUSED at once (not queued behind the slow upstream)" \
+  'NOERROR 8 NXDOMAIN 0 REFUSED 22 SERVFAIL 0 NOANSWER 0' echo "$flood"
+sleep 1.5
+ew_eq "aggregated as dns_inflight_limit with the count" \
+  "$(ew_sum suppressed type=security_event event=limit reason=dns_inflight_limit sandbox=sbx-abuser)" 22
+
+ew_note "repeated identical denials (5 written per second, the rest counted)"
+rep=$(ew_sb 1 python3 - "$EW_TOOL" <<'PY2'
+import os, socket, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import egress_tool
+http403 = resets = 0
+for _ in range(30):
+    s = socket.create_connection(("203.0.113.11", 80), timeout=3)
+    s.sendall(b"GET /rep HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+    out, _ = egress_tool.read_until_end(s, 3)
+    http403 += out.startswith(b"HTTP/1.1 403")
+    s = socket.create_connection(("203.0.113.10", 443), timeout=3)
+    s.sendall(egress_tool.client_hello("evil.test"))
+    out, how = egress_tool.read_until_end(s, 3)
+    resets += how == "reset"
+print("HTTP403 %d RESETS %d" % (http403, resets))
+PY2
+)
+ew_match "every one is still denied" 'HTTP403 30 RESETS 30' echo "$rep"
+sleep 1.5
+written=$(ew_count type=http_request decision=deny host=evil.test path=/rep sandbox=sbx-abuser)
+counted=$(ew_sum suppressed type=security_event event=limit reason=repeated_denials denied_type=http_request \
+  denied_reason=no_rule_matched target=evil.test dst=203.0.113.11:80 sandbox=sbx-abuser)
+EW_OUT="written $written counted $counted"
+[ "$written" -lt 30 ] && [ "$((written + counted))" = 30 ] &&
+  ew__result 1 "HTTP: $written written one by one, $counted counted in aggregated records" ||
+  ew__result 0 "HTTP: fewer than 30 written, written + counted = 30 (got $written + $counted)"
+written=$(ew_count type=connection decision=deny sni=evil.test reason=no_rule_matched sandbox=sbx-abuser)
+counted=$(ew_sum suppressed type=security_event event=limit reason=repeated_denials denied_type=connection \
+  target=evil.test dst=203.0.113.10:443 sandbox=sbx-abuser)
+EW_OUT="written $written counted $counted"
+[ "$written" -lt 30 ] && [ "$((written + counted))" = 30 ] &&
+  ew__result 1 "TLS: $written written one by one, $counted counted in aggregated records" ||
+  ew__result 0 "TLS: fewer than 30 written, written + counted = 30 (got $written + $counted)"
 
 ew_note "memory budget"
 ew_kill egress

@@ -6,7 +6,9 @@ Servers (run inside the test world's namespaces, never anywhere else):
       UDP+TCP DNS with answers from ZONE.json (re-read on change):
       {"name": {"A": ["203.0.113.10"], "AAAA": [], "ttl": 30,
                 "seq": [{"A": [...]}, {"A": [...]}],   # answers per query, cycling (rebinding)
-                "cname": "other.name", "rcode": "NXDOMAIN"}}
+                "cname": "other.name", "rcode": "NXDOMAIN", "delay": 1.5}}
+      "*.name" answers every name one label below (when no exact entry); "delay" answers
+      UDP queries that many seconds late (without holding up other queries).
       Every query is logged: "QUERY <name> <type> <peer>".
   http-server ADDR PORT --log FILE [--name N]
       HTTP/1.1 keep-alive server. Every request is logged ("REQ <name> <method> <target>
@@ -21,6 +23,10 @@ Servers (run inside the test world's namespaces, never anywhere else):
 Clients (run inside a sandbox namespace):
   dns-query SERVER NAME TYPE [--tcp] [--timeout S]
       prints "RCODE <rcode> ANSWERS <a,b|-> TTL <ttl>" (exit 0), or "TIMEOUT" (exit 1)
+  dns-flood SERVER COUNT NAME [--type T] [--wait S]
+      sends COUNT UDP queries at once from one socket ("{i}" in NAME becomes the query's
+      index), waits up to S seconds for the answers; prints
+      "SENT <n> NOERROR <a> NXDOMAIN <b> REFUSED <c> SERVFAIL <d> NOANSWER <e>"
   raw HOST PORT DATA [--timeout S]
       sends DATA (Python escapes: \\r\\n, \\x00) and prints what comes back; the last line is
       "END eof|reset|timeout"
@@ -103,7 +109,10 @@ class Zone:
                     self.mtime = m
             except (OSError, ValueError):
                 pass
-            entry = self.data.get(name.lower().rstrip("."))
+            key = name.lower().rstrip(".")
+            entry = self.data.get(key)
+            if entry is None and "." in key:
+                entry = self.data.get("*." + key.split(".", 1)[1])
             if entry and "seq" in entry:
                 i = self.count.get(name, 0)
                 self.count[name] = i + 1
@@ -113,7 +122,7 @@ class Zone:
             return entry
 
 
-def dns_answer(zone, q, logpath, peer):
+def dns_answer(zone, q, logpath, peer, delays=None):
     qid, flags, qd = struct.unpack(">HHH", q[:6])
     name, off = dns_read_name(q, 12)
     qtype, qclass = struct.unpack(">HH", q[off:off + 4])
@@ -125,6 +134,8 @@ def dns_answer(zone, q, logpath, peer):
     answers = b""
     count = 0
     if entry is not None:
+        if delays is not None and entry.get("delay"):
+            delays.append(float(entry["delay"]))
         rcode = RCODES.get(entry.get("rcode", "NOERROR"), 0)
         ttl = int(entry.get("ttl", 30))
         owner = b"\xc0\x0c"
@@ -183,7 +194,12 @@ def cmd_dns_server(a):
         if u in r:
             q, peer = u.recvfrom(4096)
             try:
-                u.sendto(dns_answer(zone, q, a.log, "%s:%d" % peer), peer)
+                delays = []
+                resp = dns_answer(zone, q, a.log, "%s:%d" % peer, delays)
+                if delays:
+                    threading.Timer(delays[0], u.sendto, args=(resp, peer)).start()
+                else:
+                    u.sendto(resp, peer)
             except (ValueError, IndexError, struct.error):
                 pass
         if t in r:
@@ -245,6 +261,40 @@ def cmd_dns_query(a):
         ttl = str(tt)
     print("RCODE %s ANSWERS %s TTL %s" % (RNAMES.get(flags & 15, str(flags & 15)),
                                           ",".join(answers) or "-", ttl))
+    return 0
+
+
+def cmd_dns_flood(a):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    qtype = TYPES.get(a.type.upper(), 1)
+    pending = {}
+    for i in range(a.count):
+        qid = i & 0xffff
+        name = a.name.replace("{i}", str(i))
+        q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + dns_name(name) + struct.pack(">HH", qtype, 1)
+        pending[qid] = True
+        s.sendto(q, (a.server, 53))
+        if i % 50 == 49:
+            time.sleep(0.01)  # bursts of 50: no socket buffer overflows on either side
+    counts = {k: 0 for k in ("NOERROR", "NXDOMAIN", "REFUSED", "SERVFAIL", "OTHER")}
+    deadline = time.time() + a.wait
+    while pending and time.time() < deadline:
+        s.settimeout(max(0.01, deadline - time.time()))
+        try:
+            r, peer = s.recvfrom(4096)
+        except socket.timeout:
+            break
+        if len(r) < 12:
+            continue
+        rid, flags = struct.unpack(">HH", r[:4])
+        if pending.pop(rid, None) is None:
+            continue
+        name = RNAMES.get(flags & 15, "OTHER")
+        counts[name if name in counts else "OTHER"] += 1
+    print("SENT %d NOERROR %d NXDOMAIN %d REFUSED %d SERVFAIL %d NOANSWER %d" % (
+        a.count, counts["NOERROR"], counts["NXDOMAIN"], counts["REFUSED"], counts["SERVFAIL"],
+        len(pending)))
     return 0
 
 
@@ -527,6 +577,9 @@ def main():
     x.add_argument("--tcp", action="store_true"); x.add_argument("--timeout", type=float, default=3)
     x.add_argument("--name-hex", help="the question name in wire form, hex")
     x.add_argument("--raw-hex", help="send these bytes as the whole message")
+    x = sub.add_parser("dns-flood")
+    x.add_argument("server"); x.add_argument("count", type=int); x.add_argument("name")
+    x.add_argument("--type", default="A"); x.add_argument("--wait", type=float, default=3)
     x = sub.add_parser("http-server")
     x.add_argument("addr"); x.add_argument("port", type=int)
     x.add_argument("--log"); x.add_argument("--name", default="http")
@@ -553,7 +606,7 @@ def main():
     a = p.parse_args()
     fn = {"dns-server": cmd_dns_server, "dns-query": cmd_dns_query, "http-server": cmd_http_server,
           "tls-server": cmd_tls_server, "tcp-banner": cmd_tcp_banner, "raw": cmd_raw,
-          "tls-hello": cmd_tls_hello, "hold": cmd_hold}[a.cmd]
+          "tls-hello": cmd_tls_hello, "hold": cmd_hold, "dns-flood": cmd_dns_flood}[a.cmd]
     sys.exit(fn(a) or 0)
 
 
