@@ -1,7 +1,9 @@
-/* tests/unit/egress/test_config: the daemon's command line and the audit record helpers. */
+/* tests/unit/egress/test_config: the daemon's command line, the audit record helpers, and
+ * the per-sandbox rate bucket (ratelimit.c). */
 #include "al_test.h"
 #include "egress/audit.h"
 #include "egress/egress.h"
+#include "egress/ratelimit.h"
 
 #include <arpa/inet.h>
 #include <stdarg.h>
@@ -79,6 +81,53 @@ START_TEST(errors_say_what)
 }
 END_TEST
 
+START_TEST(dns_and_deny_limits)
+{
+    struct egress_config c;
+    struct al_error err = {0};
+    ck_assert_int_eq(parse(&c, &err, 0), 0);
+    ck_assert_uint_eq(c.dns_rate, 200);
+    ck_assert_uint_eq(c.dns_burst, 400);
+    ck_assert_uint_eq(c.dns_inflight, 64);
+    ck_assert_uint_eq(c.deny_audit_rate, 20);
+    /* The burst follows the rate unless given, in either order. */
+    ck_assert_int_eq(parse(&c, &err, 2, "--dns-rate", "50"), 0);
+    ck_assert_uint_eq(c.dns_burst, 100);
+    ck_assert_int_eq(parse(&c, &err, 4, "--dns-burst", "7", "--dns-rate", "50"), 0);
+    ck_assert_uint_eq(c.dns_rate, 50);
+    ck_assert_uint_eq(c.dns_burst, 7);
+    ck_assert_int_eq(parse(&c, &err, 4, "--dns-inflight", "8", "--deny-audit-rate", "0"), 0);
+    ck_assert_uint_eq(c.dns_inflight, 8);
+    ck_assert_uint_eq(c.deny_audit_rate, 0);
+    ck_assert_int_lt(parse(&c, &err, 2, "--dns-inflight", "0"), 0);
+    ck_assert_int_lt(parse(&c, &err, 2, "--dns-rate", "many"), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "--dns-rate"));
+}
+END_TEST
+
+START_TEST(rate_bucket)
+{
+    atomic_uint_fast64_t tat = 0;
+    uint64_t t0 = 1000000000000ull;
+    /* 10/s, burst 5: five at once, then one per 100 ms. */
+    int n = 0;
+    for (int i = 0; i < 20; i++)
+        n += egress_rate_admit(&tat, 10, 5, t0);
+    ck_assert_int_eq(n, 5);
+    ck_assert(!egress_rate_admit(&tat, 10, 5, t0 + 50000000ull));
+    ck_assert(egress_rate_admit(&tat, 10, 5, t0 + 100000000ull));
+    ck_assert(!egress_rate_admit(&tat, 10, 5, t0 + 100000000ull));
+    /* A second idle refills the whole burst, not more. */
+    n = 0;
+    for (int i = 0; i < 20; i++)
+        n += egress_rate_admit(&tat, 10, 5, t0 + 2000000000ull);
+    ck_assert_int_eq(n, 5);
+    /* Rate 0: no limit. */
+    for (int i = 0; i < 100; i++)
+        ck_assert(egress_rate_admit(&tat, 0, 0, t0));
+}
+END_TEST
+
 START_TEST(record_strings_are_sanitised)
 {
     json_t *s = egress_json_str("ok\xff\x00x", 5);
@@ -113,6 +162,8 @@ static Suite *suite(void)
     tcase_add_test(t, defaults_and_values);
     tcase_add_test(t, errors_say_what);
     tcase_add_test(t, record_strings_are_sanitised);
+    tcase_add_test(t, dns_and_deny_limits);
+    tcase_add_test(t, rate_bucket);
     suite_add_tcase(s, t);
     return s;
 }
