@@ -107,6 +107,7 @@ static int req__on_begin(llhttp_t *p)
     egress_http_head_reset(&h->reqh);
     h->phase = H_HEAD;
     h->t_start = al_now_ns();
+    h->t_decided = h->t_sent = h->t_first_resp = 0; /* this request's timings, not the last one's */
     h->body_bytes = h->req_bytes = h->resp_bytes = 0;
     h->status = 0;
     h->req_done = false;
@@ -608,6 +609,7 @@ static void http__on_head(struct egress_conn *c)
         return;
     }
     if (h->bound && (host.kind != h->host.kind || strcmp(host.text, h->host.text) != 0)) {
+        c->host = host; /* the record names the host asked for (the connection ends here) */
         http__deny(c, 403, "blocked_by_policy", NULL, "host_changed_on_connection");
         return;
     }

@@ -686,7 +686,18 @@ int policy_decide(const struct policy *p, const struct policy_request *req,
         }
         if (out->host.kind == POLICY_HOST_ADDR) {
             if (addr && !policy_addr_equal(addr, &out->host.addr)) {
+                /* An internal address in any spelling (0x7f.1, 2130706433,
+                 * [::ffff:127.0.0.1]) is named as such, whatever address the connection
+                 * went to, unless a CIDR rule opens it (then it is only a mismatch). */
                 out->reason = POLICY_R_ADDR_MISMATCH;
+                policy_addr_classify(&out->host.addr, &out->addr_info);
+                if (out->addr_info.internal) {
+                    struct policy_decision c;
+                    memset(&c, 0, offsetof(struct policy_decision, host));
+                    decide__addrs(p, &out->host.addr, &q, &c);
+                    if (c.verdict != POLICY_ALLOW)
+                        out->reason = POLICY_R_INTERNAL;
+                }
                 return 0;
             }
             addr = &out->host.addr;

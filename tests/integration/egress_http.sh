@@ -27,6 +27,10 @@ rules:
     ports: [80]
     scheme: http
     websocket: true
+  - name: by-address
+    cidrs: [203.0.113.10/32]
+    ports: [80]
+    scheme: http
 YAML
 python3 - "$EW_TMP/zone.json" <<'PY'
 import json, sys
@@ -36,6 +40,21 @@ z["proxy.allowed.test"] = {"A": ["10.200.1.1"], "ttl": 30}
 json.dump(z, open(sys.argv[1], "w"))
 PY
 ew_match "sandbox registered" "HTTP 201" ew_register sbx-1 1 "$EW_TMP/policy.yaml"
+
+# ew_denied MSG STATUS REASON N IP PORT DATA: sandbox N's raw request is answered STATUS with
+# REASON, and the audit record with the answer's request_id says deny, REASON, STATUS.
+ew_denied() {
+  local m=$1 st=$2 reason=$3 rid
+  shift 3
+  EW_OUT=$(ew_raw "$@" 2>&1)
+  rid=$(grep -o '"request_id":"[^"]*"' <<<"$EW_OUT" | head -1 | cut -d'"' -f4)
+  if grep -Ezq -- "^HTTP/1.1 $st .*\"reason\":\"$reason\"" <<<"$EW_OUT" && [ -n "$rid" ] &&
+    [ -n "$(ew_audit type=http_request request_id="$rid" decision=deny reason="$reason" status="$st")" ]; then
+    ew__result 1 "$m: $st $reason, audited"
+  else
+    ew__result 0 "$m (want $st $reason in the answer and in its audit record)"
+  fi
+}
 
 ew_note "allowed traffic"
 ew_match "GET to an allowed host reaches it" '"server": "good".*"target": "/hello"' ew_curl 1 http://allowed.test/hello
@@ -78,19 +97,42 @@ ew_match "allowed Host sent to another address: denied" '"reason":"destination_m
 ew_audit_has "audited" type=http_request decision=deny reason=destination_mismatch dst=203.0.113.11:80
 
 ew_note "5: IP literals in every spelling"
-for host in 203.0.113.10 3405803786 0313.0.0161.012 0xcb.0x0.0x71.0xa 203.29450 '[::ffff:203.0.113.10]' \
-            '[::ffff:cb00:710a]' '[64:ff9b::cb00:710a]' '[fe80::1%25eth0]'; do
-  ew_match "Host: $host denied" 'HTTP/1.1 (400|403)' \
-    ew_raw 1 203.0.113.10 80 "GET /lit HTTP/1.1\\r\\nHost: $host\\r\\n\\r\\n"
+# The by-address rule opens 203.0.113.10:80: every spelling of that address is that address
+# (canonical in the record) and lands on that rule; no spelling reaches anything else.
+spellings=(203.0.113.10 3405803786 0313.0.0161.012 0xcb.0x0.0x71.0xa 0xCB00710A 203.28938 203.0.28938
+  '[::ffff:203.0.113.10]' '[::ffff:cb00:710a]')
+for host in "${spellings[@]}"; do
+  ew_match "Host: $host is 203.0.113.10: allowed" '^HTTP/1.1 200 .*"server": "good"' \
+    ew_raw 1 203.0.113.10 80 "GET /lit-ok HTTP/1.1\\r\\nHost: $host\\r\\nConnection: close\\r\\n\\r\\n"
 done
-ew_match "internal destination with an allowed Host: denied" '"reason":"(internal_address|destination_mismatch)"' \
-  ew_raw 1 10.0.0.5 80 'GET /internal HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
-ew_match "metadata address: denied" 'HTTP/1.1 403' \
-  ew_raw 1 169.254.169.254 80 'GET /latest/meta-data/ HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n'
+ew_eq "each spelling audited on the address rule with the canonical host" \
+  "$(ew_audit type=http_request decision=allow rule=by-address host=203.0.113.10 path=/lit-ok status=200 | wc -l)" \
+  "${#spellings[@]}"
+ew_denied "Host: NAT64 [64:ff9b::cb00:710a] is another address than the IPv4 one" 403 address_mismatch \
+  1 203.0.113.10 80 'GET /lit HTTP/1.1\r\nHost: [64:ff9b::cb00:710a]\r\n\r\n'
+ew_denied "Host: another public address than the destination" 403 address_mismatch \
+  1 203.0.113.10 80 'GET /lit HTTP/1.1\r\nHost: 203.0.113.11\r\n\r\n'
+ew_denied "Host: 0313.0.0161.013 (octal 203.0.113.11)" 403 address_mismatch \
+  1 203.0.113.10 80 'GET /lit HTTP/1.1\r\nHost: 0313.0.0161.013\r\n\r\n'
+ew_denied "Host: a zone id ([fe80::1%25eth0])" 400 invalid_host \
+  1 203.0.113.10 80 'GET /lit HTTP/1.1\r\nHost: [fe80::1%25eth0]\r\n\r\n'
+for host in 0x7f.1 2130706433 '[::ffff:127.0.0.1]' 017700000001 127.1 '[::1]' 0xa9.254.169.254 \
+            '[::ffff:a9fe:a9fe]' 012.0.0.5 '[::203.0.113.10]'; do
+  ew_denied "Host: $host (internal) sent to an opened address" 403 internal_address \
+    1 203.0.113.10 80 "GET /lit HTTP/1.1\\r\\nHost: $host\\r\\n\\r\\n"
+done
+ew_denied "internal destination with an allowed Host" 403 internal_address \
+  1 10.0.0.5 80 'GET /internal HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
+ew_denied "metadata address" 403 internal_address \
+  1 169.254.169.254 80 'GET /latest/meta-data/ HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n'
+ew_denied "metadata address as a decimal Host" 403 internal_address \
+  1 169.254.169.254 80 'GET /latest/meta-data/ HTTP/1.1\r\nHost: 2852039166\r\n\r\n'
 
 ew_note "6: the proxy itself as target"
-ew_match "the gateway (the proxy's own address) with an allowed Host" 'HTTP/1.1 403' \
-  ew_raw 1 10.200.1.1 80 'GET /self HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
+ew_denied "the gateway (the proxy's own address) with an allowed Host" 403 internal_address \
+  1 10.200.1.1 80 'GET /self HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
+ew_denied "the gateway as an IP-literal Host" 403 internal_address \
+  1 10.200.1.1 80 'GET /self HTTP/1.1\r\nHost: 10.200.1.1\r\n\r\n'
 ew_match "a name that resolves to the proxy gets no address" "RCODE NOERROR ANSWERS - " \
   ew_dns 1 10.200.1.1 proxy.allowed.test A
 ew_audit_has "the filtered answer is a security event" type=security_event event=dns_answer_filtered qname=proxy.allowed.test
@@ -108,13 +150,13 @@ ew_match "Host port different from the destination port" '"reason":"port_mismatc
 ew_note "8: normalisation"
 ew_match "upper case is the same name" '"server": "good"' ew_raw 1 203.0.113.10 80 'GET /up HTTP/1.1\r\nHost: ALLOWED.Test\r\nConnection: close\r\n\r\n'
 ew_match "one trailing dot is the same name" '"server": "good"' ew_raw 1 203.0.113.10 80 'GET /dot HTTP/1.1\r\nHost: allowed.test.\r\nConnection: close\r\n\r\n'
-ew_match "full-width dot: denied" 'HTTP/1.1 (400|403)' ew_raw 1 203.0.113.10 80 $'GET / HTTP/1.1\\r\\nHost: allowed\xef\xbc\x8etest\\r\\n\\r\\n'
-ew_match "homograph (Cyrillic a): denied" 'HTTP/1.1 (400|403)' ew_raw 1 203.0.113.10 80 $'GET / HTTP/1.1\\r\\nHost: \xd0\xb0llowed.test\\r\\n\\r\\n'
-ew_match "its punycode form: denied" 'HTTP/1.1 (400|403)' ew_raw 1 203.0.113.10 80 'GET / HTTP/1.1\r\nHost: xn--llowed-4fg.test\r\n\r\n'
+ew_denied "full-width dot" 400 invalid_host 1 203.0.113.10 80 $'GET / HTTP/1.1\\r\\nHost: allowed\xef\xbc\x8etest\\r\\n\\r\\n'
+ew_denied "homograph (Cyrillic a)" 400 invalid_host 1 203.0.113.10 80 $'GET / HTTP/1.1\\r\\nHost: \xd0\xb0llowed.test\\r\\n\\r\\n'
+ew_denied "its punycode form" 400 invalid_host 1 203.0.113.10 80 'GET / HTTP/1.1\r\nHost: xn--llowed-4fg.test\r\n\r\n'
 
 ew_note "9: wildcard over-match"
 for host in evilallowed.test allowed.test.evil.net deep.api.allowed.test xallowed.test; do
-  ew_match "$host denied" 'HTTP/1.1 403' ew_raw 1 203.0.113.10 80 "GET /v1/x HTTP/1.1\\r\\nHost: $host\\r\\n\\r\\n"
+  ew_denied "$host" 403 no_rule_matched 1 203.0.113.10 80 "GET /v1/x HTTP/1.1\\r\\nHost: $host\\r\\n\\r\\n"
 done
 
 ew_note "10: authority tricks"
@@ -124,8 +166,8 @@ ew_match "userinfo in Host" '"reason":"userinfo_in_authority"' \
   ew_raw 1 203.0.113.10 80 'GET / HTTP/1.1\r\nHost: allowed.test@evil.test\r\n\r\n'
 ew_match "fragment in the target" '"reason":"fragment_in_target"' \
   ew_raw 1 203.0.113.10 80 'GET /x#@evil.test HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
-ew_match "backslash in the target" 'HTTP/1.1 400' \
-  ew_raw 1 203.0.113.10 80 'GET /\\evil.test HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
+ew_denied "backslash in the target" 400 backslash_in_target \
+  1 203.0.113.10 80 'GET /\\evil.test HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
 ew_match "absolute-URI host differs from Host" '"reason":"authority_mismatch"' \
   ew_raw 1 203.0.113.10 80 'GET http://evil.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
 ew_match "absolute-URI that agrees with Host is fine" '"server": "good"' \
@@ -137,36 +179,39 @@ ew_match "duplicate Host" '"reason":"duplicate_host"' \
 ew_match "no Host" '"reason":"missing_host"' ew_raw 1 203.0.113.10 80 'GET / HTTP/1.1\r\n\r\n'
 
 ew_note "11: request smuggling"
-ew_match "Content-Length with Transfer-Encoding" 'HTTP/1.1 400' \
-  ew_raw 1 203.0.113.10 80 'POST / HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n'
-ew_match "Transfer-Encoding: chunked, identity" 'HTTP/1.1 400' \
-  ew_raw 1 203.0.113.10 80 'POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n'
-ew_match "Transfer-Encoding: xchunked" 'HTTP/1.1 400' \
-  ew_raw 1 203.0.113.10 80 'POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n'
-ew_match "two Transfer-Encoding headers" 'HTTP/1.1 400' \
-  ew_raw 1 203.0.113.10 80 'POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n0\r\n\r\n'
-ew_match "two Content-Length headers" 'HTTP/1.1 400' \
-  ew_raw 1 203.0.113.10 80 'POST / HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab'
-ew_match "obs-fold" 'HTTP/1.1 400' \
-  ew_raw 1 203.0.113.10 80 'GET / HTTP/1.1\r\nHost: allowed.test\r\nX-A: a\r\n b\r\n\r\n'
-ew_match "space before the colon" 'HTTP/1.1 400' \
-  ew_raw 1 203.0.113.10 80 'GET / HTTP/1.1\r\nHost : allowed.test\r\n\r\n'
-ew_match "bare LF line endings" 'HTTP/1.1 400' \
-  ew_raw 1 203.0.113.10 80 'GET / HTTP/1.1\nHost: allowed.test\n\n'
-ew_match "NUL in a header value" 'HTTP/1.1 400' \
-  ew_raw 1 203.0.113.10 80 'GET / HTTP/1.1\r\nHost: allowed.test\r\nX-A: a\x00b\r\n\r\n'
-ew_match "CR inside a header value" 'HTTP/1.1 400' \
-  ew_raw 1 203.0.113.10 80 'GET / HTTP/1.1\r\nHost: allowed.test\r\nX-A: a\rb\r\n\r\n'
+ew_denied "Content-Length with Transfer-Encoding" 400 ambiguous_framing \
+  1 203.0.113.10 80 'POST / HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n'
+ew_denied "Transfer-Encoding: chunked, identity" 400 ambiguous_framing \
+  1 203.0.113.10 80 'POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n'
+ew_denied "Transfer-Encoding: xchunked" 400 unsupported_transfer_encoding \
+  1 203.0.113.10 80 'POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n'
+ew_denied "two Transfer-Encoding headers" 400 ambiguous_framing \
+  1 203.0.113.10 80 'POST / HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n0\r\n\r\n'
+ew_denied "two Content-Length headers" 400 ambiguous_framing \
+  1 203.0.113.10 80 'POST / HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab'
+ew_denied "obs-fold" 400 obs_fold \
+  1 203.0.113.10 80 'GET / HTTP/1.1\r\nHost: allowed.test\r\nX-A: a\r\n b\r\n\r\n'
+ew_denied "space before the colon" 400 invalid_header \
+  1 203.0.113.10 80 'GET / HTTP/1.1\r\nHost : allowed.test\r\n\r\n'
+ew_denied "bare LF line endings" 400 invalid_header \
+  1 203.0.113.10 80 'GET / HTTP/1.1\nHost: allowed.test\n\n'
+ew_denied "NUL in a header value" 400 invalid_header \
+  1 203.0.113.10 80 'GET / HTTP/1.1\r\nHost: allowed.test\r\nX-A: a\x00b\r\n\r\n'
+ew_denied "CR inside a header value" 400 invalid_line_ending \
+  1 203.0.113.10 80 'GET / HTTP/1.1\r\nHost: allowed.test\r\nX-A: a\rb\r\n\r\n'
 EW_OUT=$(ew_raw 1 203.0.113.10 80 'GET /first HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET /second HTTP/1.1\r\nHost: evil.test\r\n\r\n')
 ew_match "pipelined second host: the first answered" '"target": "/first"' echo "$EW_OUT"
 ew_match "pipelined second host: the second denied" '"reason":"host_changed_on_connection"' echo "$EW_OUT"
+ew_audit_has "pipelined second host: audited with the host it asked for and its own timings" type=http_request \
+  decision=deny reason=host_changed_on_connection host=evil.test path=/second 'timing_us.decide=/^[0-9]{1,7}$/' \
+  timing_us.upstream=None
 ew_fail "no request with a smuggling shape reached an upstream" ew_upstream_saw 'evil GET /second|REQ [a-z]+ POST / host=allowed.test.*len=[1-9]|X-A'
 
 ew_note "12: upgrades"
 ew_match "h2c upgrade" '"reason":"h2c_upgrade_refused"' \
   ew_raw 1 203.0.113.10 80 'GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n'
-ew_match "HTTP/2 prior knowledge" 'HTTP/1.1 (400|403)' \
-  ew_raw 1 203.0.113.10 80 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'
+ew_denied "HTTP/2 prior knowledge" 403 h2_prior_knowledge_refused \
+  1 203.0.113.10 80 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'
 ew_match "WebSocket where no rule allows it" '"reason":"websocket_not_allowed"' \
   ew_raw 1 203.0.113.10 80 'GET /ws HTTP/1.1\r\nHost: allowed.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n'
 ew_match "CONNECT-UDP style upgrade" '"reason":"upgrade_refused"' \
@@ -196,6 +241,6 @@ ew_match "CONNECT is refused" '"reason":"connect_refused"' \
 ew_match "CONNECT to a proxy address: refused" '"reason":"connect_refused"' \
   ew_raw 1 203.0.113.11 3128 'CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n'
 
-ew_fail "no denied request reached an upstream" ew_upstream_saw 'REQ evil|host=evil|/lit|/self|/internal|/forged'
+ew_fail "no denied request reached an upstream" ew_upstream_saw 'REQ evil|host=evil|/lit |/self|/internal|/forged|/latest'
 ew_audit_has "every deny carries the sandbox and the policy hash" type=http_request decision=deny sandbox=sbx-1 'policy.hash=/^[0-9a-f]{64}$/'
 ew_done

@@ -12,6 +12,8 @@ name: egress-tls-test
 rules:
   - name: allowed-tls
     hosts: [allowed.test]
+  - name: other-tls
+    hosts: [other.test]
   - name: needs-inspection
     hosts: [api.allowed.test]
     paths: ["/v1/**"]
@@ -45,7 +47,15 @@ ew_audit_has "ALPN in the record" type=connection decision=allow 'alpn=/h2/'
 ew_note "names and destinations"
 ew_match "SNI outside the policy: reset" RESET ew_hello 1 203.0.113.10 443 --sni evil.test
 ew_audit_has "audited" type=connection decision=deny sni=evil.test reason=no_rule_matched
-ew_match "2: an allowed name's address, then another SNI: reset" RESET ew_hello 1 203.0.113.10 443 --sni other.test
+ew_match "2: an allowed name's address, then another allowed SNI (other.test is 203.0.113.11): reset" RESET \
+  ew_hello 1 203.0.113.10 443 --sni other.test
+ew_audit_has "audited as destination_mismatch" type=connection decision=deny reason=destination_mismatch \
+  rule=other-tls sni=other.test dst=203.0.113.10:443
+ew_match "2: the same with the sandbox having resolved other.test first" "RCODE NOERROR ANSWERS 203.0.113.11" \
+  ew_dns 1 10.200.1.1 other.test A
+ew_match "still reset" RESET ew_hello 1 203.0.113.10 443 --sni other.test
+ew_eq "both audited as destination_mismatch" \
+  "$(ew_audit type=connection decision=deny reason=destination_mismatch sni=other.test dst=203.0.113.10:443 | wc -l)" 2
 ew_fail "3: forged destination (curl --resolve allowed.test to another address)" \
   ew_curl 1 --cacert "$EW_TMP/ca.pem" --resolve allowed.test:443:203.0.113.11 https://allowed.test/forged
 ew_audit_has "audited as destination_mismatch" type=connection decision=deny reason=destination_mismatch \

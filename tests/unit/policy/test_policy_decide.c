@@ -246,6 +246,16 @@ START_TEST(bypass_ip_literals_and_internal)
     /* An IP-literal host must be the destination itself. */
     expect(D(p, ((struct q){"10.20.0.5", 8080, POLICY_SCHEME_HTTP, "GET", "/", "10.20.0.6"})),
            POLICY_DENY, POLICY_R_ADDR_MISMATCH, NULL);
+    expect(D(p, ((struct q){"151.101.0.223", 80, POLICY_SCHEME_HTTP, "GET", "/", "151.101.0.224"})),
+           POLICY_DENY, POLICY_R_ADDR_MISMATCH, NULL);
+    /* ... and an internal one, in any spelling, is named as internal whatever the
+     * destination (unless a CIDR rule opens it: above, only a mismatch). */
+    static const char *const internal[] = {"0x7f.1", "2130706433", "[::ffff:127.0.0.1]",
+                                           "017700000001", "127.1", "[::1]", "0xa9.254.169.254"};
+    for (size_t i = 0; i < sizeof internal / sizeof *internal; i++) {
+        d = D(p, ((struct q){internal[i], 80, POLICY_SCHEME_HTTP, "GET", "/", "151.101.0.223"}));
+        expect(d, POLICY_DENY, POLICY_R_INTERNAL, NULL);
+    }
     policy_unref(p);
     /* A name rule plus a CIDR rule for its internal address: allowed. */
     p = P("version: 1\nname: i\nrules:\n"
