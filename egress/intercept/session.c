@@ -143,6 +143,9 @@ struct intercept_session {
 
     /* Timing (monotonic ns). */
     uint64_t t_start, t_decided, t_fetch0, t_fetched, t_connect0, t_connected, t_sent, t_first_resp;
+    uint64_t t_up_tcp;               /* upstream TCP connected (its TLS handshake follows) */
+    uint64_t t_chs0, t_chs1;         /* the sandbox's TLS handshake (once per connection) */
+    bool chs_recorded;               /* ... written in the first request's record */
     uint64_t bytes_up, bytes_down;
     struct intercept_session_stats stats;
     bool audit_failed;
@@ -335,7 +338,19 @@ static void sess__audit_request(struct intercept_session *s, const char *decisio
     uint64_t now = al_now_ns();
     rec_us(tm, "decide", s->t_start, s->t_decided);
     rec_us(tm, "vault", s->t_fetch0, s->t_fetched);
-    rec_us(tm, "connect", s->t_connect0, s->t_connected);
+    /* tls_sandbox: the handshake with the sandbox (first request of the connection);
+     * tls_upstream: a fresh upstream handshake (none when the connection was pooled), and
+     * then connect is the TCP connect alone. */
+    if (!s->chs_recorded && s->t_chs1) {
+        rec_us(tm, "tls_sandbox", s->t_chs0, s->t_chs1);
+        s->chs_recorded = true;
+    }
+    if (s->t_up_tcp && !s->plain && !s->u_pooled) {
+        rec_us(tm, "connect", s->t_connect0, s->t_up_tcp);
+        rec_us(tm, "tls_upstream", s->t_up_tcp, s->t_connected);
+    } else {
+        rec_us(tm, "connect", s->t_connect0, s->t_connected);
+    }
     rec_us(tm, "upstream", s->t_sent, s->t_first_resp);
     rec_us(tm, "total", s->t_start, now);
     json_object_set_new(r, "timing_us", tm);
@@ -816,6 +831,7 @@ static void sess__on_request(struct intercept_session *s)
     s->stats.requests++;
     s->t_start = al_now_ns();
     s->t_decided = s->t_fetch0 = s->t_fetched = s->t_connect0 = s->t_connected = s->t_sent = s->t_first_resp = 0;
+    s->t_up_tcp = 0;
     s->ops->request_id(s->ctx, s->rid);
     /* Path for the log: without the query. */
     size_t pl = 0;
@@ -1135,6 +1151,7 @@ static void sess__on_connected(struct intercept_session *s, bool *progress)
         sess__up_failed(s, "upstream_tls_failed", al_error_str(&e));
         return;
     }
+    s->t_up_tcp = al_now_ns();
     s->st = S_UP_HS;
     *progress = true;
 }
@@ -1592,6 +1609,7 @@ static void sess__run(struct intercept_session *s)
         case S_HANDSHAKE: {
             int r = intercept_tls_handshake(s->ctls);
             if (r == 0) {
+                s->t_chs1 = al_now_ns();
                 s->st = S_IDLE;
                 s->ops->deadline(s->ctx, lim_or(s->lim.keepalive_timeout_ms, 60000));
                 progress = true;
@@ -1798,6 +1816,7 @@ int intercept_session_start(const struct intercept_session_opts *o, struct inter
         return r;
     }
     s->st = S_HANDSHAKE;
+    s->t_chs0 = al_now_ns();
     s->ops->deadline(s->ctx, lim_or(s->lim.handshake_timeout_ms, 10000));
     *out = s;
     sess__run(s);
