@@ -152,8 +152,9 @@ void egress_config_usage(FILE *f)
 "  --audit-fail-open          keep serving when the audit log cannot be written\n"
 "                             (default: deny everything until it can)\n"
 "  --audit-query-strings      log request paths with their query string\n"
-"  --deny-audit-rate N        identical denials of one sandbox written per second; more\n"
-"                             are counted in one aggregated record (default 20; 0 = all)\n"
+"  --deny-audit-rate N        identical denials of one sandbox written per second (all\n"
+"                             denials: 5 x that); more are counted in one aggregated\n"
+"                             record per second (default 20; 0 = write all)\n"
 "Other:\n"
 "  --log-level LEVEL          debug|info|warn|error (default info)\n"
 "  -h, --help\n", f);

@@ -54,7 +54,7 @@ static void rl__record(struct egress *e, struct egress_sandbox *sb, const char *
     egress_audit(e, r);
 }
 
-/* Writes the count of one DNS limit when one is pending and the interval allows (or force). */
+/* Writes the count of one counted limit when one is pending and the interval allows (or force). */
 static void rl__dns_flush(struct egress *e, struct egress_sandbox *sb, atomic_uint_fast64_t *count,
                           atomic_uint_fast64_t *last, const char *reason, int64_t limit, bool force)
 {
@@ -93,6 +93,8 @@ static uint64_t rl__hash(uint64_t h, const char *s)
     h ^= 0xff; /* separator: ("ab","c") differs from ("a","bc") */
     return h * 0x100000001b3ull;
 }
+
+#define RL_DENY_ALL 5 /* all denial records of a sandbox: this many times --deny-audit-rate */
 
 bool egress_deny_audit_ok(struct egress *e, struct egress_sandbox *sb, const char *kind,
                           const char *reason, const char *target, const char *dst)
@@ -144,6 +146,14 @@ bool egress_deny_audit_ok(struct egress *e, struct egress_sandbox *sb, const cha
     pthread_mutex_unlock(&sb->lock);
     if (do_flush)
         rl__record(e, sb, "repeated_denials", flush.suppressed, rate, &flush);
+    /* Denials that all differ (a new name each time) are not identical, but the sandbox's
+     * records of them are bounded too: RL_DENY_ALL times the rate per second. */
+    if (ok && !egress_rate_admit(&sb->deny_tat, rate * RL_DENY_ALL, rate * RL_DENY_ALL * 2, now)) {
+        ok = false;
+        atomic_fetch_add(&sb->deny_rate_suppressed, 1);
+        rl__dns_flush(e, sb, &sb->deny_rate_suppressed, &sb->last_deny_rate_audit_ns, "denial_rate_limit",
+                      (int64_t)rate * RL_DENY_ALL, false);
+    }
     return ok;
 }
 
@@ -153,6 +163,8 @@ void egress_limits_flush_sandbox(struct egress *e, struct egress_sandbox *sb, bo
                   e->cfg.dns_rate, force);
     rl__dns_flush(e, sb, &sb->dns_inflight_suppressed, &sb->last_dns_inflight_audit_ns,
                   "dns_inflight_limit", e->cfg.dns_inflight, force);
+    rl__dns_flush(e, sb, &sb->deny_rate_suppressed, &sb->last_deny_rate_audit_ns, "denial_rate_limit",
+                  (int64_t)e->cfg.deny_audit_rate * RL_DENY_ALL, force);
     struct egress_deny_slot due[EGRESS_DENY_SLOTS];
     size_t n = 0;
     uint64_t now = al_now_ns();

@@ -34,7 +34,9 @@ void egress_dns_inflight_refused(struct egress *e, struct egress_sandbox *sb);
 /* A denial of sb is about to be audited: kind ("connection", "http_request", "dns_query"),
  * reason, target (SNI, Host or query name; may be NULL) and dst (may be NULL) make it
  * "identical" to others. True when it should be written (the first cfg.deny_audit_rate
- * identical ones per second); false when it was counted into an aggregated record. */
+ * identical ones per second, and within 5 x that rate for all of the sandbox's denials:
+ * names that differ each time are not identical but are bounded too); false when it was
+ * counted into an aggregated record (repeated_denials, denial_rate_limit). */
 bool egress_deny_audit_ok(struct egress *e, struct egress_sandbox *sb, const char *kind,
                           const char *reason, const char *target, const char *dst);
 

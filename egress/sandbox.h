@@ -82,6 +82,8 @@ struct egress_sandbox {
     atomic_uint_fast64_t dns_rate_suppressed, dns_inflight_suppressed;
     atomic_uint_fast64_t last_dns_rate_audit_ns, last_dns_inflight_audit_ns;
     struct egress_deny_slot deny[EGRESS_DENY_SLOTS]; /* under lock */
+    atomic_uint_fast64_t deny_tat;      /* all its denial records (GCRA) */
+    atomic_uint_fast64_t deny_rate_suppressed, last_deny_rate_audit_ns;
 };
 
 struct egress_registry;

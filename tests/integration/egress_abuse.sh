@@ -195,6 +195,30 @@ EW_OUT="written $written counted $counted"
   ew__result 1 "TLS: $written written one by one, $counted counted in aggregated records" ||
   ew__result 0 "TLS: fewer than 30 written, written + counted = 30 (got $written + $counted)"
 
+ew_note "denials that all differ (a new name each): 25 records per second at most (5 x 5), burst 50"
+sleep 2.5
+rep=$(ew_sb 1 python3 - "$EW_TOOL" <<'PY2'
+import os, socket, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import egress_tool
+http403 = 0
+for i in range(120):
+    s = socket.create_connection(("203.0.113.11", 80), timeout=3)
+    s.sendall(b"GET /many HTTP/1.1\r\nHost: n%d.evil.test\r\n\r\n" % i)
+    out, _ = egress_tool.read_until_end(s, 3)
+    http403 += out.startswith(b"HTTP/1.1 403")
+print("HTTP403 %d" % http403)
+PY2
+)
+ew_match "every one is still denied" 'HTTP403 120' echo "$rep"
+sleep 2.5
+written=$(ew_count type=http_request decision=deny path=/many sandbox=sbx-abuser)
+counted=$(ew_sum suppressed type=security_event event=limit reason=denial_rate_limit limit=25 sandbox=sbx-abuser)
+EW_OUT="written $written counted $counted"
+[ "$written" -lt 120 ] && [ "$((written + counted))" = 120 ] &&
+  ew__result 1 "$written written one by one, $counted counted in denial_rate_limit records" ||
+  ew__result 0 "fewer than 120 written, written + counted = 120 (got $written + $counted)"
+
 ew_note "memory budget"
 ew_kill egress
 ew_start_proxy --memory-budget 24KiB
