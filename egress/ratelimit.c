@@ -55,8 +55,9 @@ static void rl__record(struct egress *e, struct egress_sandbox *sb, const char *
 }
 
 /* Writes the count of one counted limit when one is pending and the interval allows (or force). */
-static void rl__dns_flush(struct egress *e, struct egress_sandbox *sb, atomic_uint_fast64_t *count,
-                          atomic_uint_fast64_t *last, const char *reason, int64_t limit, bool force)
+static void rl__count_flush(struct egress *e, struct egress_sandbox *sb,
+                            atomic_uint_fast64_t *count, atomic_uint_fast64_t *last,
+                            const char *reason, int64_t limit, bool force)
 {
     if (atomic_load(count) == 0)
         return;
@@ -72,16 +73,16 @@ bool egress_dns_rate_ok(struct egress *e, struct egress_sandbox *sb)
     if (egress_rate_admit(&sb->dns_tat, e->cfg.dns_rate, e->cfg.dns_burst, al_now_ns()))
         return true;
     atomic_fetch_add(&sb->dns_rate_suppressed, 1);
-    rl__dns_flush(e, sb, &sb->dns_rate_suppressed, &sb->last_dns_rate_audit_ns, "dns_rate_limit",
-                  e->cfg.dns_rate, false);
+    rl__count_flush(e, sb, &sb->dns_rate_suppressed, &sb->last_dns_rate_audit_ns, "dns_rate_limit",
+                    e->cfg.dns_rate, false);
     return false;
 }
 
 void egress_dns_inflight_refused(struct egress *e, struct egress_sandbox *sb)
 {
     atomic_fetch_add(&sb->dns_inflight_suppressed, 1);
-    rl__dns_flush(e, sb, &sb->dns_inflight_suppressed, &sb->last_dns_inflight_audit_ns,
-                  "dns_inflight_limit", e->cfg.dns_inflight, false);
+    rl__count_flush(e, sb, &sb->dns_inflight_suppressed, &sb->last_dns_inflight_audit_ns,
+                    "dns_inflight_limit", e->cfg.dns_inflight, false);
 }
 
 static uint64_t rl__hash(uint64_t h, const char *s)
@@ -102,7 +103,8 @@ bool egress_deny_audit_ok(struct egress *e, struct egress_sandbox *sb, const cha
     uint32_t rate = e->cfg.deny_audit_rate;
     if (!sb || rate == 0)
         return true;
-    uint64_t key = rl__hash(rl__hash(rl__hash(rl__hash(0xcbf29ce484222325ull, kind), reason), target), dst);
+    uint64_t key =
+        rl__hash(rl__hash(rl__hash(rl__hash(0xcbf29ce484222325ull, kind), reason), target), dst);
     if (key == 0)
         key = 1;
     uint64_t now = al_now_ns();
@@ -151,20 +153,20 @@ bool egress_deny_audit_ok(struct egress *e, struct egress_sandbox *sb, const cha
     if (ok && !egress_rate_admit(&sb->deny_tat, rate * RL_DENY_ALL, rate * RL_DENY_ALL * 2, now)) {
         ok = false;
         atomic_fetch_add(&sb->deny_rate_suppressed, 1);
-        rl__dns_flush(e, sb, &sb->deny_rate_suppressed, &sb->last_deny_rate_audit_ns, "denial_rate_limit",
-                      (int64_t)rate * RL_DENY_ALL, false);
+        rl__count_flush(e, sb, &sb->deny_rate_suppressed, &sb->last_deny_rate_audit_ns,
+                        "denial_rate_limit", (int64_t)rate * RL_DENY_ALL, false);
     }
     return ok;
 }
 
 void egress_limits_flush_sandbox(struct egress *e, struct egress_sandbox *sb, bool force)
 {
-    rl__dns_flush(e, sb, &sb->dns_rate_suppressed, &sb->last_dns_rate_audit_ns, "dns_rate_limit",
-                  e->cfg.dns_rate, force);
-    rl__dns_flush(e, sb, &sb->dns_inflight_suppressed, &sb->last_dns_inflight_audit_ns,
-                  "dns_inflight_limit", e->cfg.dns_inflight, force);
-    rl__dns_flush(e, sb, &sb->deny_rate_suppressed, &sb->last_deny_rate_audit_ns, "denial_rate_limit",
-                  (int64_t)e->cfg.deny_audit_rate * RL_DENY_ALL, force);
+    rl__count_flush(e, sb, &sb->dns_rate_suppressed, &sb->last_dns_rate_audit_ns, "dns_rate_limit",
+                    e->cfg.dns_rate, force);
+    rl__count_flush(e, sb, &sb->dns_inflight_suppressed, &sb->last_dns_inflight_audit_ns,
+                    "dns_inflight_limit", e->cfg.dns_inflight, force);
+    rl__count_flush(e, sb, &sb->deny_rate_suppressed, &sb->last_deny_rate_audit_ns,
+                    "denial_rate_limit", (int64_t)e->cfg.deny_audit_rate * RL_DENY_ALL, force);
     struct egress_deny_slot due[EGRESS_DENY_SLOTS];
     size_t n = 0;
     uint64_t now = al_now_ns();
