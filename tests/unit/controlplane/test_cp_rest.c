@@ -927,6 +927,49 @@ START_TEST(dataplane_routing)
     req(&r, "POST", path, "{}");
     ck_assert_int_eq(r.status, 201);
     resp_free(&r);
+    /* autoResume: traffic wakes a paused sandbox, but only traffic holding one of its
+     * credentials; knowing the id (or a getHost name) is not enough. */
+    char ar[64], artok[80], artt[AL_HTTP_TRAFFIC_TOKEN_LEN + 1];
+    create("{\"templateID\":\"base\",\"autoPause\":true,\"autoResume\":{\"enabled\":true}}", ar,
+           artok);
+    al_http_traffic_token(artok, strlen(artok), artt);
+    snprintf(path, sizeof path, "/sandboxes/%s/pause", ar);
+    req(&r, "POST", path, NULL);
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+    int resumes = g_resumes;
+    struct al_http_header a0[] = {{"E2b-Sandbox-Id", ar}};
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, a0, 1);
+    assert_error(&r, 401, "access token");
+    resp_free(&r);
+    struct al_http_header a1[] = {{"E2b-Sandbox-Id", ar}, {"X-Access-Token", tok}};
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, a1, 2); /* another sandbox's token */
+    assert_error(&r, 401, "access token");
+    resp_free(&r);
+    struct al_http_header a2[] = {
+        {"E2b-Sandbox-Id", ar}, {"X-Access-Token", artok}, {"X-Access-Token", artok}};
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, a2, 3);
+    assert_error(&r, 401, "access token");
+    resp_free(&r);
+    ck_assert_int_eq(g_resumes, resumes);
+    snprintf(path, sizeof path, "/sandboxes/%s", ar);
+    req(&r, "GET", path, NULL);
+    ck_assert_str_eq(jstr(r.body, "state"), "paused");
+    resp_free(&r);
+    struct al_http_header a3[] = {{"E2b-Sandbox-Id", ar}, {"E2B-Traffic-Access-Token", artt}};
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, a3, 2);
+    ck_assert_msg(r.status == 204, "%d %s", r.status, r.raw); /* the agent's /health */
+    resp_free(&r);
+    ck_assert_int_eq(g_resumes, resumes + 1);
+    snprintf(path, sizeof path, "/sandboxes/%s/pause", ar);
+    req(&r, "POST", path, NULL);
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+    struct al_http_header a4[] = {{"E2b-Sandbox-Id", ar}, {"X-Access-Token", artok}};
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, a4, 2);
+    ck_assert_msg(r.status == 204, "%d %s", r.status, r.raw); /* the agent's /health */
+    resp_free(&r);
+    ck_assert_int_eq(g_resumes, resumes + 2);
     /* A sandbox whose agent does not answer: 502 (the SDK's "sandbox not running"). */
     char id2[64];
     create("{\"templateID\":\"noagent\"}", id2, NULL);
