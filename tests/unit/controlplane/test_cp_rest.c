@@ -160,9 +160,12 @@ static int fb__later(struct cp_sandbox *sb, cp_backend_cb cb, int rc)
     return 0;
 }
 
+static char g_started_policy[CP_POLICY_NAME_MAX]; /* the policy of the last start */
+
 static int fb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_backend_cb cb)
 {
     (void)a;
+    snprintf(g_started_policy, sizeof g_started_policy, "%s", sb->rec.policy_name);
     if (strcmp(sb->rec.template_id, "failing") == 0)
         return fb__later(sb, cb, -EIO);
     char *argv[] = {"/bin/sleep", "1000", NULL};
@@ -290,14 +293,17 @@ static void setup(void)
     fprintf(f, "version: 1\nname: other\nrules:\n  - name: gh\n    hosts: [api.github.com]\n");
     fclose(f);
     /* Templates as deploy/templates/build installs them (contents do not matter here). */
-    const char *tpls[] = {"base", "code-interpreter-v1", "failing", "noagent"};
-    for (int i = 0; i < 4; i++) {
+    const char *tpls[] = {"base", "code-interpreter-v1", "failing", "noagent",
+                          "pinned", "pinned-missing", "pinned-bad"};
+    const char *tpl_extra[] = {"", "", "", "", ",\"policy\":\"other\"", ",\"policy\":\"gone\"",
+                               ",\"policy\":\"../other\""};
+    for (int i = 0; i < 7; i++) {
         char d[400];
         snprintf(d, sizeof d, "%s/templates/%s/rootfs", tmpdir, tpls[i]);
         ck_assert_int_eq(al_mkdir_p(d, 0755), 0);
         snprintf(d, sizeof d, "%s/templates/%s/template.json", tmpdir, tpls[i]);
         f = fopen(d, "w");
-        fprintf(f, "{\"name\":\"%s\"}\n", tpls[i]);
+        fprintf(f, "{\"name\":\"%s\"%s}\n", tpls[i], tpl_extra[i]);
         fclose(f);
     }
     char db[300];
@@ -549,6 +555,26 @@ START_TEST(create_validation)
     req(&r, "POST", "/v2/sandboxes",
         "{\"templateID\":\"base\",\"network\":{\"denyOut\":[\"not a cidr!\"]}}");
     assert_error(&r, 400, "network");
+    resp_free(&r);
+    /* The template's default policy (template.json "policy"), unless metadata names one. */
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\"}");
+    ck_assert_int_eq(r.status, 201);
+    ck_assert_str_eq(g_started_policy, "default");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"pinned\"}");
+    ck_assert_msg(r.status == 201, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(g_started_policy, "other");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"pinned\",\"metadata\":{\"airlock.policy\":\"default\"}}");
+    ck_assert_int_eq(r.status, 201);
+    ck_assert_str_eq(g_started_policy, "default");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"pinned-missing\"}");
+    assert_error(&r, 500, "template.json names it");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"pinned-bad\"}");
+    assert_error(&r, 500, "\"policy\" must name a policy");
     resp_free(&r);
     /* A backend failure undoes everything and says why. */
     (void)0;
