@@ -31,3 +31,8 @@ if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress AND TARGET a
   airlock_script_test(NAME cp_intercept SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_intercept.sh
                       LABELS controlplane intercept e2b TIMEOUT 900)
 endif()
+# A creation that fails after the network was taken and egress registered is undone whole.
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_rollback SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_rollback.sh
+                      LABELS controlplane TIMEOUT 600)
+endif()
