@@ -88,6 +88,7 @@ static struct cp_sandbox *lc__new(struct cp *cp)
     sb->refs = 1;
     sb->pidfd = -1;
     sb->net.netns_fd = -1;
+    sb->net.tap_fd = -1;
     sb->ops_tail = &sb->ops;
     cp_sb_record_init(&sb->rec);
     return sb;
@@ -389,17 +390,25 @@ static void lc__create_start(struct lc_create *c)
         .template_name = sb->rec.template_id,
         .env_vars = c->env_vars,
         .netns_fd = sb->has_net ? sb->net.netns_fd : -1,
+        .tap_fd = sb->has_net ? sb->net.tap_fd : -1,
+        .tap_mac = sb->has_net ? sb->net.guest_mac : NULL,
+        .addr = sb->has_net ? sb->net.addr : NULL,
+        .prefix_len = sb->has_net ? sb->net.prefix_len : 0,
         .dns = sb->has_net && sb->net.gateway[0] ? sb->net.gateway : NULL,
         .hostname = NULL,
     };
     lc__create_intercept(c, &a);
     sb->backend_attempted = true;
     int rc = cp->backend->start(sb, &a, lc__create_started);
-    /* The network namespace is joined by (or passed to) the sandbox now; airlockd's copy is
-     * not needed any more. */
+    /* The network namespace (or tap) is joined by (or passed to) the sandbox now; airlockd's
+     * copy is not needed any more (a tap goes away with the last copy: its VMM's). */
     if (sb->net.netns_fd >= 0) {
         close(sb->net.netns_fd);
         sb->net.netns_fd = -1;
+    }
+    if (sb->net.tap_fd >= 0) {
+        close(sb->net.tap_fd);
+        sb->net.tap_fd = -1;
     }
     if (rc)
         lc__create_fail(c, 500, "cannot start the sandbox: %s", strerror(-rc));
@@ -649,6 +658,10 @@ static void lc__td_net(struct lc_teardown *t)
     if (sb->net.netns_fd >= 0) {
         close(sb->net.netns_fd);
         sb->net.netns_fd = -1;
+    }
+    if (sb->net.tap_fd >= 0) {
+        close(sb->net.tap_fd);
+        sb->net.tap_fd = -1;
     }
     if (!sb->has_net || !cp->net) {
         lc__td_forget(t);
@@ -1085,6 +1098,7 @@ static void lc__adopted(struct cp_sandbox *sb, int rc, const char *msg)
             sb->has_net = true;
             sb->net = n;
             sb->net.netns_fd = -1;
+            sb->net.tap_fd = -1;
         } else {
             al_error("sandbox %s: the vswitch has no network for it any more: it has no "
                      "egress (kill it and create a new one)",
