@@ -170,7 +170,7 @@ int cp_backend_select(const struct cp_backend_sel_opts *o, struct cp_backend_sel
         return 0;
     case CP_BACKEND_JAIL:
         snprintf(out->kind, sizeof out->kind, "jail");
-        snprintf(out->why, sizeof out->why, "sandboxes.backend: jail (KVM not probed)");
+        snprintf(out->why, sizeof out->why, "sandboxes.backend: jail; KVM not probed");
         return 0;
     case CP_BACKEND_KVM:
         cp_kvm_probe_run(o->vmm_bin, o->kernel, o->timeout_ms, kill_after, &out->probe);

@@ -707,11 +707,6 @@ int cp_main(int argc, char **argv)
     int lockfd = -1, rc = 1;
     if (daemon__dirs(cp) || (lockfd = daemon__lock(cp)) < 0)
         goto out;
-    if (cp->cfg.runtime_tmpfs && cp->cfg.backend != CP_BACKEND_TEST) {
-        char sbdir[4200];
-        snprintf(sbdir, sizeof sbdir, "%s/sandboxes", cp->cfg.state_dir);
-        daemon__runtime_tmpfs(sbdir);
-    }
     char dbp[4200];
     snprintf(dbp, sizeof dbp, "%s/airlockd.db", cp->cfg.state_dir);
     struct al_error err = {0};
@@ -738,6 +733,12 @@ int cp_main(int argc, char **argv)
         if (!host.root)
             al_warn("airlockd is not running as root: sandboxes (namespaces, cgroups, the "
                     "vswitch) will fail to start");
+    }
+    /* (After the backend choice, which may refuse to start: nothing is mounted then.) */
+    if (cp->cfg.runtime_tmpfs && cp->backend != &cp_backend_test) {
+        char sbdir[4200];
+        snprintf(sbdir, sizeof sbdir, "%s/sandboxes", cp->cfg.state_dir);
+        daemon__runtime_tmpfs(sbdir);
     }
     fprintf(stderr, "  state       %s\n  policies    %s (default: %s)\n  templates   %s\n",
             cp->cfg.state_dir, cp->cfg.policies_path, cp->cfg.default_policy,

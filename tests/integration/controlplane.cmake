@@ -31,3 +31,9 @@ if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress AND TARGET a
   airlock_script_test(NAME cp_intercept SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_intercept.sh
                       LABELS controlplane intercept e2b TIMEOUT 900)
 endif()
+# The backend choice (the real KVM probe on this host; forced modes) and the KVM sandbox
+# spec with its vswitch tap (a fake airlock-vmm records what airlockd hands it).
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_backend SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_backend.sh
+                      LABELS controlplane kvm-select TIMEOUT 600)
+endif()
