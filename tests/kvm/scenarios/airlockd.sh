@@ -2,8 +2,9 @@
 #   - sandboxes.backend: auto; L1's /dev/kvm boots the guest kernel, so airlockd's probe
 #     (airlock-vmm --probe-kvm) says usable and airlockd picks kvm, printing why;
 #   - a sandbox created through airlockd's API (its local socket, as the CLI uses it) is a
-#     microVM on a vswitch tap: its guest has the MAC and address the switch assigned;
-#     a command runs through airlockd (airlock sandbox exec), pause/resume, info;
+#     microVM on a vswitch tap: its guest has the address the switch assigned and the
+#     switch answers its ARP for the gateway through the tap;
+#     a command runs through airlockd (airlock sandbox exec), metrics, pause/resume, info;
 #   - kill leaves no VMM, tap, cgroup or sandbox directory; airlockd stops cleanly.
 # No airlock-egress here (the guest's connections have no proxy to go to): the steering of a
 # tap's traffic to the proxy is the backend scenario's.
@@ -97,6 +98,25 @@ echo "ok: command in the guest through airlockd; guest eth0 $addr"
 grep -q "${addr%/*}" /tmp/vs.out || { cat /tmp/vs.out; fail "the switch does not list the guest's address ${addr%/*}"; }
 grep -q "$tap" /tmp/vs.out || { cat /tmp/vs.out; fail "the switch does not list the tap $tap"; }
 echo "ok: the switch lists the sandbox on $tap with ${addr%/*}"
+# Frames through the tap: the guest's connection attempt to its gateway makes it ask for the
+# gateway's MAC, which only the switch answers (ARP, through the tap); the tap's counters on
+# the host side move. (The connection itself has no proxy here: egress is off.)
+gw=$(sed -n 's/^default via \([0-9.]*\) .*/\1/p' /tmp/exec.out)
+rx0=$(cat /sys/class/net/$tap/statistics/rx_packets)
+cli sandbox exec "$id" -- /bin/busybox sh -c "/bin/busybox nc -w 3 $gw 80 </dev/null; cat /proc/net/arp" > /tmp/arp.out 2>&1 || true
+rx1=$(cat /sys/class/net/$tap/statistics/rx_packets)
+cat /tmp/arp.out
+grep -E "^$gw +0x1 +0x2 +([0-9a-f]{2}:){5}[0-9a-f]{2} " /tmp/arp.out | grep -qv '00:00:00:00:00:00' \
+  || fail "the guest did not resolve its gateway $gw (no ARP answer through the tap)"
+[ "$rx1" -gt "$rx0" ] || fail "the tap's host side received nothing ($rx0 -> $rx1)"
+echo "ok: the switch answered the guest's ARP for $gw through the tap ($((rx1 - rx0)) packets from the guest)"
+
+st=$(/bin/l1_tool http $S/run/airlockd.sock GET /sandboxes/$id/metrics - application/json /tmp/metrics.out)
+[ "$st" = "status 200" ] || { cat /tmp/metrics.out; fail "metrics -> $st"; }
+cat /tmp/metrics.out; echo
+grep -qE '"cpuCount": ?1[,}]' /tmp/metrics.out || fail "metrics: cpuCount"
+grep -qE '"memUsed": ?[1-9]' /tmp/metrics.out || fail "metrics: memUsed"
+echo "ok: metrics through airlockd (the VMM's stats)"
 
 cli sandbox pause "$id" || fail "pause"
 cli sandbox ls > /tmp/ls.out
