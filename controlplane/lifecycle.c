@@ -169,21 +169,30 @@ static void lc__watch_closed(struct cp_proc_watch *w)
     cp_sb_unref(w->data);
 }
 
-static void lc__stop_watch(struct cp_sandbox *sb)
+/* reap: the process is ending (a stop) and must not stay a zombie. Not when airlockd leaves
+ * its sandboxes running for the next airlockd (on_shutdown: keep): a reaper watching a live
+ * airlock-vmm would keep airlockd's loop, and so airlockd, running until that sandbox ends. */
+static void lc__stop_watch_ex(struct cp_sandbox *sb, bool reap)
 {
     if (sb->watching) {
         /* The process may exit a moment later (airlock-vmm answers its stop first): make
          * sure it is reaped then. */
-        if (sb->watch.active)
+        if (reap && sb->watch.active)
             cp_proc_reap_later(sb->cp->loop, sb->rec.pid, sb->watch.pidfd);
         sb->watching = false;
         sb->pidfd = -1; /* closed with the watch */
         cp_proc_watch_stop(&sb->watch, lc__watch_closed);
     } else if (sb->pidfd >= 0) {
-        cp_proc_reap_later(sb->cp->loop, sb->rec.pid, sb->pidfd);
+        if (reap)
+            cp_proc_reap_later(sb->cp->loop, sb->rec.pid, sb->pidfd);
         close(sb->pidfd);
         sb->pidfd = -1;
     }
+}
+
+static void lc__stop_watch(struct cp_sandbox *sb)
+{
+    lc__stop_watch_ex(sb, true);
 }
 
 static void lc__on_exit(struct cp_proc_watch *w, int wstatus)
@@ -1267,7 +1276,7 @@ void cp_lifecycle_detach_all(struct cp *cp)
     for (size_t i = 0; i < c.n; i++) {
         struct cp_sandbox *sb = c.v[i];
         lc__close_timer(sb);
-        lc__stop_watch(sb);
+        lc__stop_watch_ex(sb, false);
         lc__unregister(sb);
         cp_sb_unref(sb);
     }

@@ -37,3 +37,8 @@ if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
   airlock_script_test(NAME cp_backend SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_backend.sh
                       LABELS controlplane kvm-select TIMEOUT 600)
 endif()
+# on_shutdown: keep: airlockd exits at once on SIGTERM, and the next one re-adopts.
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_keep SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_keep.sh
+                      LABELS controlplane TIMEOUT 600)
+endif()

@@ -5,6 +5,7 @@
 #     microVM on a vswitch tap: its guest has the address the switch assigned and the
 #     switch answers its ARP for the gateway through the tap;
 #     a command runs through airlockd (airlock sandbox exec), metrics, pause/resume, info;
+#   - airlockd restarts (on_shutdown: keep) and re-adopts the running KVM sandbox;
 #   - kill leaves no VMM, tap, cgroup or sandbox directory; airlockd stops cleanly.
 # No airlock-egress here (the guest's connections have no proxy to go to): the steering of a
 # tap's traffic to the proxy is the backend scenario's.
@@ -19,7 +20,7 @@ mkdir -p /sys/fs/bpf && mount -t bpf bpf /sys/fs/bpf
 mkdir -p /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup
 mkdir -p $S
 ip link set lo up
-trap 'rc=$?; [ $rc = 0 ] || { for f in /tmp/airlockd.log /tmp/airlockd.out $S/sandboxes/*/agent.log; do [ -f $f ] && { echo "--- $f"; tr -cd "\11\12\15\40-\176" < $f | tail -60; }; done; echo "--- dmesg"; dmesg | tail -15; }' EXIT
+trap 'rc=$?; [ $rc = 0 ] || { for f in /tmp/airlockd.history.log /tmp/airlockd.log /tmp/airlockd.out $S/sandboxes/*/agent.log; do [ -f $f ] && { echo "--- $f"; tr -cd "\11\12\15\40-\176" < $f | tail -60; }; done; echo "--- dmesg"; dmesg | tail -15; }' EXIT
 
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export MKE2FS=/bin/e2fs-mke2fs
@@ -40,6 +41,7 @@ sandboxes:
   disk: 64MiB
   start_timeout: 300s
   warm_pool: 0
+  on_shutdown: keep
 templates:
   dir: /airlock
   defaults: [template]
@@ -54,16 +56,20 @@ vault:
 log:
   format: text
 CFG
-AIRLOCK_API_KEY=e2b_0123456789abcdef0123456789abcdef01234567 \
-  /bin/airlockd --listen 127.0.0.1:0 --state-dir $S --config /tmp/airlockd.yaml \
-  > /tmp/airlockd.out 2> /tmp/airlockd.log &
-apid=$!
-w=0
-while ! grep -q '^export E2B_API_URL=' /tmp/airlockd.out 2>/dev/null; do
-  kill -0 $apid 2>/dev/null || fail "airlockd exited during its start"
-  [ $w -lt 1800 ] || fail "airlockd did not get ready"
-  sleep 0.1; w=$((w + 1))
-done
+start_airlockd() {
+  [ -f /tmp/airlockd.log ] && cat /tmp/airlockd.log >> /tmp/airlockd.history.log
+  AIRLOCK_API_KEY=e2b_0123456789abcdef0123456789abcdef01234567 \
+    /bin/airlockd --listen 127.0.0.1:0 --state-dir $S --config /tmp/airlockd.yaml \
+    > /tmp/airlockd.out 2> /tmp/airlockd.log &
+  apid=$!
+  w=0
+  while ! grep -q '^export E2B_API_URL=' /tmp/airlockd.out 2>/dev/null; do
+    kill -0 $apid 2>/dev/null || fail "airlockd exited during its start"
+    [ $w -lt 1800 ] || fail "airlockd did not get ready"
+    sleep 0.1; w=$((w + 1))
+  done
+}
+start_airlockd
 sed -n '/^host:/,/^  templates/p' /tmp/airlockd.log
 grep -q '^  KVM probe   usable: ' /tmp/airlockd.log || fail "the probe did not say usable"
 grep -q '^  backend     kvm: KVM microVMs, one guest kernel per sandbox (sandboxes.backend: auto; KVM probe: usable: ' /tmp/airlockd.log \
@@ -125,6 +131,20 @@ cli sandbox resume "$id" --timeout 900 || fail "resume"
 cli sandbox exec "$id" -- /bin/busybox echo after-resume > /tmp/exec2.out 2>&1 || { cat /tmp/exec2.out; fail "exec after resume"; }
 grep -q after-resume /tmp/exec2.out || fail "no output after resume"
 echo "ok: pause, resume, exec again"
+
+# airlockd restarts (on_shutdown: keep): the KVM sandbox goes on and is re-adopted, with its
+# network (the switch's record of its tap).
+kill -TERM $apid
+wait $apid || fail "airlockd exited $? on SIGTERM (keep)"
+[ -e $S/sandboxes/$id ] || fail "the sandbox did not outlive airlockd (on_shutdown: keep)"
+ip link show "$tap" >/dev/null 2>&1 || fail "the tap went with airlockd"
+start_airlockd
+grep -q '^  backend     kvm: ' /tmp/airlockd.log || fail "the restarted airlockd did not choose kvm"
+cli sandbox ls > /tmp/ls2.out
+grep "$id" /tmp/ls2.out | grep -q running || { cat /tmp/ls2.out; fail "not re-adopted as running"; }
+cli sandbox exec "$id" -- /bin/busybox echo after-restart > /tmp/exec3.out 2>&1 || { cat /tmp/exec3.out; fail "exec after the restart"; }
+grep -q after-restart /tmp/exec3.out || fail "no output after the restart"
+echo "ok: airlockd restarted; the KVM sandbox was re-adopted and runs commands"
 
 cli sandbox kill "$id" || fail "kill"
 i=0
