@@ -58,6 +58,9 @@ log:
 CFG
 start_airlockd() {
   [ -f /tmp/airlockd.log ] && cat /tmp/airlockd.log >> /tmp/airlockd.history.log
+  # Emptied here: the background job's own redirection may come after the wait below looks.
+  : > /tmp/airlockd.log
+  : > /tmp/airlockd.out
   AIRLOCK_API_KEY=e2b_0123456789abcdef0123456789abcdef01234567 \
     /bin/airlockd --listen 127.0.0.1:0 --state-dir $S --config /tmp/airlockd.yaml \
     > /tmp/airlockd.out 2> /tmp/airlockd.log &
