@@ -374,8 +374,10 @@ static void daemon__tick(uv_timer_t *t)
     cp_metrics_sample_all(cp);
     daemon__pool_fill(cp);
     cp_vmm_pool_refill(cp);
-    if (cp->egress)
+    if (cp->egress) {
         cp_egress_stats(cp->egress); /* refreshes the cached counters for /metrics */
+        cp_egress_tick(cp->egress);
+    }
 }
 
 /* ---- stop -------------------------------------------------------------------------------- */

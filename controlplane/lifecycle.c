@@ -544,7 +544,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     struct cp_policy_sel sel = {0};
     int status = 500;
     if (cp_policy_select(cp, req_c->metadata, req_c->network, req_c->allow_internet, &req_c->who,
-                         &sel, &status, &err)) {
+                         c->template_dir, &sel, &status, &err)) {
         free(c);
         cp_rest_error(req, status, "%s", al_error_str(&err));
         return;
