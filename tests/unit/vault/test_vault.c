@@ -996,6 +996,11 @@ START_TEST(roles_decide_everything)
         create_b64(&e, &ROOT, "gh/token", SECRET_A, ",\"bound_hosts\":[\"api.github.com\"]"), 201);
     ck_assert_int_eq(create_b64(&e, &GROUPADMIN, "other/x", SECRET_B, NULL), 201);
     ck_assert_int_eq(create_b64(&e, &ROOT, "gh/token", SECRET_A, NULL), 409);
+    /* the HTTP API refuses a wildcard over a public suffix too (400, nothing stored) */
+    ck_assert_int_eq(create_b64(&e, &ROOT, "psl/x", SECRET_A, ",\"bound_hosts\":[\"*.co.uk\"]"),
+                     400);
+    ck_assert_int_eq(api(&e, &ROOT, "GET", "/v1/secrets/psl/x", "", NULL, &out, NULL), 404);
+    json_decref(out);
     /* list: admins and airlockd */
     ck_assert_int_eq(api(&e, &READER, "GET", "/v1/secrets", "", NULL, &out, NULL), 200);
     ck_assert_uint_eq(json_array_size(json_object_get(out, "secrets")), 2);
@@ -1466,6 +1471,13 @@ START_TEST(cli_is_write_only_and_never_echoes)
     ck_assert_ptr_null(strstr(out, "ghp_"));
     ck_assert_int_eq(
         run_cli(state, SECRET_B, out, sizeof out, "rotate", "github/token", NULL, NULL), 0);
+    /* a wildcard over a public suffix: refused before the value is read, the rule named */
+    ck_assert_int_eq(run_cli(state, SECRET_A, out, sizeof out, "put", "x/psl", "--bound-host",
+                             "*.co.uk"),
+                     2);
+    ck_assert_ptr_nonnull(strstr(out, "wildcard_public_suffix"));
+    ck_assert_ptr_nonnull(strstr(out, "co.uk"));
+    ck_assert_ptr_null(strstr(out, "ghp_"));
     /* reading back is not a thing */
     ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "get", "github/token", NULL, NULL), 2);
     ck_assert_ptr_nonnull(strstr(out, "write-only"));
