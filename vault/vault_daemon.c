@@ -350,6 +350,10 @@ int vault_daemon_main(int argc, char **argv)
     else if (!roles.egress_exe_set && roles.egress_uid == 0)
         al_warn("vault: the egress user is root and no --egress-exe is set: any root process "
                 "(a shell with curl) may read values; give --egress-exe PATH-OF-airlock-egress");
+    if (roles.egress_exe_set && geteuid() != 0)
+        al_warn("vault: --egress-exe needs /proc/<pid>/exe of the egress proxy, which only root "
+                "(or CAP_SYS_PTRACE) may read when it runs as another user: fetches will be "
+                "refused if it cannot");
     if (roles.egress_set && roles.egress_exe_set)
         al_info("vault: values go only to uid %u running %s", (unsigned)roles.egress_uid,
                 roles.egress_exe);

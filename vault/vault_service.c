@@ -170,8 +170,15 @@ bool vault_roles_exe_ok(const struct vault_roles *r, pid_t pid, char *seen, size
      * whoever runs it, is not the egress proxy. */
     char link[PATH_MAX + 16];
     ssize_t l = readlink(proc, link, sizeof link - 1);
-    if (l <= 0)
+    if (l <= 0) {
+        if (seen && n)
+            snprintf(seen, n, "? (%s unreadable: %s%s)", proc, strerror(errno),
+                     errno == EACCES || errno == EPERM
+                         ? "; with --egress-exe airlock-vault must run as root or with "
+                           "CAP_SYS_PTRACE"
+                         : "");
         return false;
+    }
     link[l] = '\0';
     if (seen && n)
         snprintf(seen, n, "%s", link);
