@@ -383,7 +383,7 @@ static int svc__begin(struct vault_service *svc, const char *op, const struct va
             if (svc__audit(svc, op, p, *roles, secret, 0, NULL, NULL, "denied", 403, reason))
                 return svc__error(out, 503, "the vault's access log cannot be written");
             u->deny_suppressed = 0;
-            al_warn("vault: refused %s to %s (pid %d)", op, actor, (int)p->pid);
+            al_warn("vault: refused %s: %s (pid %d)", op, reason, (int)p->pid);
         } else {
             u->deny_suppressed++;
         }
