@@ -5,7 +5,8 @@
  *
  *   build/bench/bench_vault_fetch [--requests N] [--daemon PATH]
  *
- * It makes a throwaway state directory under /tmp, starts the daemon of the same build (--egress-user 0: the benchmark runs as root and plays the egress proxy), and
+ * It makes a throwaway state directory under /tmp, starts the daemon of the same build (--egress-user 0 --egress-exe <this program>: the
+ * benchmark runs as root and plays the egress proxy, checked as airlockd configures it), and
  * stops and removes everything at the end.
  */
 #include "common/auditlog.h"
@@ -211,8 +212,13 @@ int main(int argc, char **argv)
     if (pid == 0) {
         int null = open("/dev/null", O_WRONLY);
         dup2(null, 2);
-        execl(daemon, "airlock-vault", "--state-dir", state, "--egress-user", "0", "--log-level",
-              "warn", (char *)NULL);
+        /* As airlockd runs it: the egress role also needs the caller's executable (this
+         * benchmark plays airlock-egress), so the /proc/<pid>/exe check is in the numbers. */
+        char self[PATH_MAX];
+        if (!realpath("/proc/self/exe", self))
+            _exit(127);
+        execl(daemon, "airlock-vault", "--state-dir", state, "--egress-user", "0", "--egress-exe",
+              self, "--log-level", "warn", (char *)NULL);
         _exit(127);
     }
     int fd = -1;
