@@ -70,7 +70,7 @@ static struct {
     bool active;  /* this process is inside the warm (or renamed) cgroups */
     bool claimed; /* renamed to a sandbox id */
     struct jail_cg cg;
-    struct jail_cg_limits lim; /* what the cgroups were created with */
+    struct jail_cg_limits lim;                  /* what the cgroups were created with */
     char home[JAIL_CG_NCTRL][JAIL_CG_PATH_MAX]; /* where this process was, per controller */
 } jail__warm;
 
