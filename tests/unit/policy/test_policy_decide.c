@@ -250,8 +250,9 @@ START_TEST(bypass_ip_literals_and_internal)
            POLICY_DENY, POLICY_R_ADDR_MISMATCH, NULL);
     /* ... and an internal one, in any spelling, is named as internal whatever the
      * destination (unless a CIDR rule opens it: above, only a mismatch). */
-    static const char *const internal[] = {"0x7f.1", "2130706433", "[::ffff:127.0.0.1]",
-                                           "017700000001", "127.1", "[::1]", "0xa9.254.169.254"};
+    static const char *const internal[] = {"0x7f.1",          "2130706433", "[::ffff:127.0.0.1]",
+                                           "017700000001",    "127.1",      "[::1]",
+                                           "0xa9.254.169.254"};
     for (size_t i = 0; i < sizeof internal / sizeof *internal; i++) {
         d = D(p, ((struct q){internal[i], 80, POLICY_SCHEME_HTTP, "GET", "/", "151.101.0.223"}));
         expect(d, POLICY_DENY, POLICY_R_INTERNAL, NULL);
