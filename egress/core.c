@@ -542,7 +542,7 @@ json_t *egress_stats_json(struct egress *e, const char *id)
     struct egress_stats *s = &e->stats;
 #define S(x) (json_int_t)atomic_load(&s->x)
     return json_pack("{s:I,s:i,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:I},s:{s:I,s:I},s:{s:I,s:I,s:I},"
-                     "s:{s:I,s:I},s:{s:I,s:I,s:I,s:I},s:{s:I,s:I},s:{s:b,s:I,s:I,s:I}}",
+                     "s:{s:I,s:I},s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I},s:{s:I,s:I},s:{s:b,s:I,s:I,s:I}}",
         "uptime_ms", (json_int_t)((al_now_ns() - e->started_ns) / 1000000),
         "workers", (int)e->n_workers,
         "sandboxes", (json_int_t)egress_registry_count(e->reg),
@@ -553,7 +553,8 @@ json_t *egress_stats_json(struct egress *e, const char *id)
         "dns", "queries", S(dns_queries), "denied", S(dns_denied), "refused", S(dns_refused),
         "bytes", "up", S(bytes_up), "down", S(bytes_down),
         "limits", "sandbox_connections", S(limit_sandbox), "proxy_connections", S(limit_global),
-        "memory", S(limit_memory), "timeouts", S(timeouts),
+        "memory", S(limit_memory), "timeouts", S(timeouts), "dns_rate", S(limit_dns_rate),
+        "dns_inflight", S(limit_dns_inflight), "audit_aggregated", S(audit_aggregated),
         "upstream", "errors", S(upstream_errors), "audit_denied", S(audit_denied),
         "audit", "ok", egress_audit_ok(e->audit), "status", (json_int_t)egress_audit_status(e->audit),
         "records", (json_int_t)egress_audit_records(e->audit),

@@ -46,6 +46,7 @@ struct egress_stats {
     atomic_uint_fast64_t dns_queries, dns_denied, dns_refused;
     atomic_uint_fast64_t bytes_up, bytes_down;
     atomic_uint_fast64_t unknown_source, limit_sandbox, limit_global, limit_memory;
+    atomic_uint_fast64_t limit_dns_rate, limit_dns_inflight, audit_aggregated; /* ratelimit.c */
     atomic_uint_fast64_t timeouts, upstream_errors, audit_denied;
 };
 

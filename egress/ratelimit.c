@@ -73,6 +73,7 @@ bool egress_dns_rate_ok(struct egress *e, struct egress_sandbox *sb)
     if (egress_rate_admit(&sb->dns_tat, e->cfg.dns_rate, e->cfg.dns_burst, al_now_ns()))
         return true;
     atomic_fetch_add(&sb->dns_rate_suppressed, 1);
+    atomic_fetch_add(&e->stats.limit_dns_rate, 1);
     rl__count_flush(e, sb, &sb->dns_rate_suppressed, &sb->last_dns_rate_audit_ns, "dns_rate_limit",
                     e->cfg.dns_rate, false);
     return false;
@@ -81,6 +82,7 @@ bool egress_dns_rate_ok(struct egress *e, struct egress_sandbox *sb)
 void egress_dns_inflight_refused(struct egress *e, struct egress_sandbox *sb)
 {
     atomic_fetch_add(&sb->dns_inflight_suppressed, 1);
+    atomic_fetch_add(&e->stats.limit_dns_inflight, 1);
     rl__count_flush(e, sb, &sb->dns_inflight_suppressed, &sb->last_dns_inflight_audit_ns,
                     "dns_inflight_limit", e->cfg.dns_inflight, false);
 }
@@ -143,8 +145,10 @@ bool egress_deny_audit_ok(struct egress *e, struct egress_sandbox *sb, const cha
         s->suppressed = 0;
     }
     ok = ++s->count <= rate;
-    if (!ok)
+    if (!ok) {
         s->suppressed++;
+        atomic_fetch_add(&e->stats.audit_aggregated, 1);
+    }
     pthread_mutex_unlock(&sb->lock);
     if (do_flush)
         rl__record(e, sb, "repeated_denials", flush.suppressed, rate, &flush);
@@ -153,6 +157,7 @@ bool egress_deny_audit_ok(struct egress *e, struct egress_sandbox *sb, const cha
     if (ok && !egress_rate_admit(&sb->deny_tat, rate * RL_DENY_ALL, rate * RL_DENY_ALL * 2, now)) {
         ok = false;
         atomic_fetch_add(&sb->deny_rate_suppressed, 1);
+        atomic_fetch_add(&e->stats.audit_aggregated, 1);
         rl__count_flush(e, sb, &sb->deny_rate_suppressed, &sb->last_deny_rate_audit_ns,
                         "denial_rate_limit", (int64_t)rate * RL_DENY_ALL, false);
     }

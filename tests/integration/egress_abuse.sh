@@ -142,6 +142,9 @@ events=$(($(ew_count type=security_event event=limit sandbox=sbx-abuser) - ev_be
   ew__result 0 "the refused queries: 1..6 aggregated records (got $events)"
 ew_eq "the aggregated records count every refused query" \
   "$(ew_sum suppressed type=security_event event=limit reason=dns_rate_limit sandbox=sbx-abuser)" "$refused"
+stats=$(curl -s --unix-socket "$EW_STATE/run/egress.sock" http://egress/v1/stats)
+ew_eq "/v1/stats counts them (limits.dns_rate)" \
+  "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["limits"]["dns_rate"])' "$stats")" "$refused"
 ew_audit_has "the aggregated record names the limit" type=security_event event=limit reason=dns_rate_limit \
   decision=deny limit=20 interval_ms=1000 sandbox=sbx-abuser 'policy.hash=/^[0-9a-f]{64}$/'
 
@@ -218,6 +221,9 @@ EW_OUT="written $written counted $counted"
 [ "$written" -lt 120 ] && [ "$((written + counted))" = 120 ] &&
   ew__result 1 "$written written one by one, $counted counted in denial_rate_limit records" ||
   ew__result 0 "fewer than 120 written, written + counted = 120 (got $written + $counted)"
+stats=$(curl -s --unix-socket "$EW_STATE/run/egress.sock" http://egress/v1/stats)
+ew_match "/v1/stats counts the denials not written one by one (limits.audit_aggregated)" \
+  '"audit_aggregated": *[1-9]' echo "$stats"
 
 ew_note "memory budget"
 ew_kill egress
