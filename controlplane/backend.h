@@ -2,7 +2,7 @@
  *
  * Owns nothing; it is the narrow interface between the lifecycle (lifecycle.c) and the
  * thing that runs a sandbox:
- *   - "vmm" (backend_vmm.c): one airlock-vmm process per sandbox (jail now, kvm later),
+ *   - "vmm" (backend_vmm.c): one airlock-vmm process per sandbox (jail or kvm),
  *     driven through its spec, its ready line and its unix-socket API. The product.
  *   - "test" (backend_test.c): the agent as a plain host process on a unix socket, with NO
  *     isolation, no network namespace and no cgroup: for the control plane's own tests on
@@ -30,8 +30,14 @@ struct cp_start_args {
     const char *template_dir; /* resolved template directory (vmm) */
     const char *template_name;
     json_t *env_vars; /* E2B envVars (borrowed; may hold secrets) */
-    int netns_fd;     /* the sandbox's network namespace, or -1 (loopback only) */
-    const char *dns;  /* the sandbox's DNS server, or NULL */
+    int netns_fd;     /* jail: the sandbox's network namespace, or -1 (loopback only) */
+    /* kvm: the sandbox's vswitch tap (IFF_VNET_HDR), or -1 (no network), with the MAC its
+     * guest NIC must have and the guest's address (addr/prefix_len; the gateway is dns). */
+    int tap_fd;
+    const char *tap_mac;
+    const char *addr;
+    unsigned prefix_len;
+    const char *dns; /* the sandbox's DNS server (= its gateway), or NULL */
     const char *hostname;
     /* The sandbox's CA of the egress proxy's interception (PEM), for the agent to install in
      * the sandbox's trust stores, or NULL. */
@@ -67,6 +73,13 @@ struct cp_backend_ops {
 };
 
 extern const struct cp_backend_ops cp_backend_vmm;
+/* kvm: the descriptor airlock-vmm inherits the sandbox's tap as. */
+#define CP_VMM_TAP_FD 4
+/* The spec the vmm backend writes for sb (new reference; it holds the sandbox's token and
+ * borrowed env values: wipe its text). Jail: network through netns_fd (a descriptor of
+ * airlockd, named by /proc path), or none. Kvm (cp->backend_kind): network through a->tap_fd
+ * as CP_VMM_TAP_FD, and the kvm section (sandboxes.kvm_kernel). */
+json_t *cp_vmm_spec(struct cp_sandbox *sb, const struct cp_start_args *a, int netns_fd);
 /* The vmm backend's pool of warm airlock-vmm processes (sandboxes.warm_pool). */
 void cp_vmm_pool_start(struct cp *cp);
 /* Tops the pool up (does nothing while creations are in flight). */

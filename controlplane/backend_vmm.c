@@ -1,8 +1,9 @@
-/* controlplane/backend_vmm: sandboxes as airlock-vmm processes (vmm/; jail now, kvm later).
+/* controlplane/backend_vmm: sandboxes as airlock-vmm processes (vmm/; jail or kvm).
  *
  * Owns: the spec airlockd writes for a sandbox (to the process's standard input, so the
- * access token and environment never touch the disk), starting airlock-vmm in its own
- * session with the sandbox's network namespace as descriptor 4, reading its ready line
+ * access token and environment never touch the disk; cp_vmm_spec), starting airlock-vmm in
+ * its own session (jail: the sandbox's network namespace named by /proc/<airlockd>/fd/<n>;
+ * kvm: the sandbox's vswitch tap inherited as descriptor 4), reading its ready line
  * (descriptor 3), and the vmm's control API on <state>/sandboxes/<id>/vmm.sock (status,
  * stats, pause, resume, stop). After a crash: `airlock-vmm --cleanup ID` reclaims what a
  * dead airlock-vmm left; at start: `airlock-vmm --sweep` reclaims what nobody owns.
@@ -470,7 +471,7 @@ static void vp__pool_exit(uv_poll_t *h, int status, int events)
 }
 
 /* Spawns airlock-vmm, warm (waits for a spec) or cold (the spec is written at once). */
-static struct vmm_proc *vp__spawn(struct cp *cp, bool warm, struct al_error *err)
+static struct vmm_proc *vp__spawn(struct cp *cp, bool warm, int tap_fd, struct al_error *err)
 {
     struct vmm_proc *v = calloc(1, sizeof *v);
     if (!v) {
@@ -496,7 +497,7 @@ static struct vmm_proc *vp__spawn(struct cp *cp, bool warm, struct al_error *err
     argv[n++] = cp->cfg.state_dir;
     char mem[32], pids[32], cpus[32];
     if (warm) {
-        /* The resources every create asks for (vmm__spec): the cgroups get them now. */
+        /* The resources every create asks for (cp_vmm_spec): the cgroups get them now. */
         snprintf(mem, sizeof mem, "%lld", (long long)(cp->cfg.memory_bytes >> 20));
         snprintf(pids, sizeof pids, "%lld", (long long)cp->cfg.pids);
         snprintf(cpus, sizeof cpus, "%lld", (long long)cp->cfg.cpu_count);
@@ -517,8 +518,8 @@ static struct vmm_proc *vp__spawn(struct cp *cp, bool warm, struct al_error *err
     argv[n] = NULL;
     struct cp_spawn s = {.path = cp->vmm_bin,
                          .argv = argv,
-                         .fds = {specp[0], 2, 2, readyp[1]},
-                         .nfds = 4,
+                         .fds = {specp[0], 2, 2, readyp[1], tap_fd},
+                         .nfds = tap_fd >= 0 ? 5 : 4,
                          .new_session = true};
     int rc = cp_proc_spawn(&s, &v->pid, &v->pidfd, err);
     close(specp[0]);
@@ -556,12 +557,13 @@ static void vmm__pool_refill(struct cp *cp)
      * compete with its own replacements for the CPU. A few at a time, each ready process
      * starting the next (vp__line), so that a burst that resumes finds the CPU free: the
      * refill stops as soon as a creation is in flight again. */
-    if (vmm__pool.closing || cp->stopping || cp->n_creating > 0)
-        return;
+    if (vmm__pool.closing || cp->stopping || cp->n_creating > 0 ||
+        strcmp(cp->backend_kind, "jail") != 0)
+        return; /* (kvm: a sandbox's VMM inherits its tap at its start: no warm processes) */
     while (vmm__pool.n_warm + vmm__pool.n_starting < (size_t)cp->cfg.warm_pool &&
            vmm__pool.n_starting < VMM_POOL_SPAWN_MAX) {
         struct al_error err = {0};
-        if (!vp__spawn(cp, true, &err)) {
+        if (!vp__spawn(cp, true, -1, &err)) {
             al_warn("cannot start a warm airlock-vmm: %s", al_error_str(&err));
             return;
         }
@@ -658,15 +660,26 @@ static void vmm__spec_written(uv_write_t *w, int status)
     vp__close(v, (uv_handle_t *)&v->spec); /* EOF: the spec is complete */
 }
 
-static json_t *vmm__spec(struct cp_sandbox *sb, const struct cp_start_args *a, int netns_fd)
+json_t *cp_vmm_spec(struct cp_sandbox *sb, const struct cp_start_args *a, int netns_fd)
 {
     struct cp *cp = sb->cp;
-    const char *kind = strcmp(cp->backend_kind, "kvm") == 0 ? "kvm" : "jail";
+    bool kvm = strcmp(cp->backend_kind, "kvm") == 0;
     json_t *res = json_pack("{s:i,s:I,s:I,s:I}", "cpus", sb->rec.cpu_count, "memory_mib",
                             (json_int_t)sb->rec.memory_mb, "disk_mib", (json_int_t)sb->rec.disk_mb,
                             "pids", (json_int_t)cp->cfg.pids);
     json_t *net;
-    if (netns_fd >= 0) {
+    if (kvm && a->tap_fd >= 0 && a->addr && a->tap_mac) {
+        /* The tap is descriptor CP_VMM_TAP_FD of airlock-vmm (vp__spawn); the guest
+         * configures its address itself, and its gateway is its DNS server. */
+        char cidr[64];
+        snprintf(cidr, sizeof cidr, "%s/%u", a->addr, a->prefix_len);
+        net = json_pack("{s:s,s:i,s:s,s:s}", "mode", "tap", "tap_fd", CP_VMM_TAP_FD, "mac",
+                        a->tap_mac, "address", cidr);
+        if (a->dns) {
+            json_object_set_new(net, "gateway", json_string(a->dns));
+            json_object_set_new(net, "dns", json_pack("[s]", a->dns));
+        }
+    } else if (!kvm && netns_fd >= 0) {
         char path[64];
         snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)getpid(), netns_fd);
         net = json_pack("{s:s,s:s}", "mode", "netns", "netns", path);
@@ -679,17 +692,26 @@ static json_t *vmm__spec(struct cp_sandbox *sb, const struct cp_start_args *a, i
                               "start_timeout_ms", (json_int_t)cp->cfg.start_timeout_ms);
     if (cp->cfg.agent_dir && cp->cfg.agent_dir[0])
         json_object_set_new(agent, "dir", json_string(cp->cfg.agent_dir));
-    json_t *s = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:O,s:s}", "id", sb->rec.id, "backend",
-                          kind, "template", a->template_dir, "template_id", a->template_name,
-                          "resources", res, "network", net, "agent", agent, "env",
-                          a->env_vars ? a->env_vars : json_object(), "access_token", sb->rec.token);
-    if (!strcmp(kind, "jail")) {
-        json_t *j = json_pack("{s:s}", "cgroup_parent", cp->cfg.cgroup_parent);
-        if (cp->cfg.uid_base)
-            json_object_set_new(j, "uid_base", json_integer(cp->cfg.uid_base));
-        if (cp->cfg.uid_slots)
-            json_object_set_new(j, "uid_slots", json_integer(cp->cfg.uid_slots));
-        json_object_set_new(s, "jail", j);
+    json_t *env = a->env_vars ? json_incref(a->env_vars) : json_object();
+    json_t *s = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o,s:s}", "id", sb->rec.id, "backend",
+                          kvm ? "kvm" : "jail", "template", a->template_dir, "template_id",
+                          a->template_name, "resources", res, "network", net, "agent", agent, "env",
+                          env, "access_token", sb->rec.token);
+    /* The jail section confines the KVM backend's VMM process too (its cgroup parent, its
+     * id range), so that --sweep finds both the same way. */
+    json_t *j = json_pack("{s:s}", "cgroup_parent", cp->cfg.cgroup_parent);
+    if (cp->cfg.uid_base)
+        json_object_set_new(j, "uid_base", json_integer(cp->cfg.uid_base));
+    if (cp->cfg.uid_slots)
+        json_object_set_new(j, "uid_slots", json_integer(cp->cfg.uid_slots));
+    json_object_set_new(s, "jail", j);
+    if (kvm) {
+        /* No kernel: airlock-vmm's default ($AIRLOCK_KVM_KERNEL, the installed one), the
+         * same the probe booted. */
+        json_t *k = json_object();
+        if (cp->cfg.kvm_kernel && cp->cfg.kvm_kernel[0])
+            json_object_set_new(k, "kernel", json_string(cp->cfg.kvm_kernel));
+        json_object_set_new(s, "kvm", k);
     }
     if (a->hostname)
         json_object_set_new(s, "hostname", json_string(a->hostname));
@@ -708,7 +730,8 @@ static int vmm_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_ba
     p->netns_fd = -1;
     if (a->netns_fd >= 0 && (p->netns_fd = fcntl(a->netns_fd, F_DUPFD_CLOEXEC, 0)) < 0)
         return -errno;
-    json_t *spec = vmm__spec(sb, a, p->netns_fd);
+    bool jail = strcmp(cp->backend_kind, "jail") == 0;
+    json_t *spec = cp_vmm_spec(sb, a, p->netns_fd);
     char *text = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
     json_decref(spec); /* (the env values are the caller's; it wipes them) */
     if (!text) {
@@ -717,9 +740,10 @@ static int vmm_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_ba
         return -ENOMEM;
     }
     struct al_error err = {0};
-    struct vmm_proc *v = vp__take_warm();
+    /* kvm: always a fresh process, which inherits the tap (descriptor CP_VMM_TAP_FD). */
+    struct vmm_proc *v = jail ? vp__take_warm() : NULL;
     bool warm = v != NULL;
-    if (!v && !(v = vp__spawn(cp, false, &err))) {
+    if (!v && !(v = vp__spawn(cp, false, jail ? -1 : a->tap_fd, &err))) {
         al_error("sandbox %s: %s", sb->rec.id, al_error_str(&err));
         explicit_bzero(text, strlen(text));
         free(text);

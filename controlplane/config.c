@@ -62,8 +62,23 @@ const struct al_cfg_field cp_config_fields[] = {
      .def = "auto",
      .env = "AIRLOCK_BACKEND",
      .choices = cfg__backends,
-     .help = "kvm when /dev/kvm is usable, else jail (auto); test = the agent as a plain host "
-             "process, NO ISOLATION, for tests only"},
+     .help = "auto: kvm when /dev/kvm exists and `airlock-vmm --probe-kvm` boots the guest "
+             "kernel, else jail; kvm: refuse to start unless the probe passes; jail; test = the "
+             "agent as a plain host process, NO ISOLATION, for tests only"},
+    {.key = "sandboxes.kvm_kernel",
+     .type = AL_CFG_STR,
+     .offset = F(kvm_kernel),
+     .env = "AIRLOCK_KVM_KERNEL",
+     .help = "kvm: the guest kernel (bzImage) of sandboxes and of the probe (default: "
+             "airlock-vmm's, /usr/lib/airlock/kvm/bzImage)"},
+    {.key = "sandboxes.kvm_probe_timeout",
+     .type = AL_CFG_DURATION,
+     .offset = F(kvm_probe_timeout_ms),
+     .def = "5s",
+     .min = 100,
+     .max = 120000,
+     .help = "how long the KVM probe may take to boot the guest kernel to its console (the "
+             "probe is killed 5 s after that)"},
     {.key = "sandboxes.default_timeout",
      .type = AL_CFG_DURATION,
      .offset = F(default_timeout_ms),
@@ -261,7 +276,8 @@ const struct al_cfg_field cp_config_fields[] = {
     {.key = "vault.args",
      .type = AL_CFG_STRLIST,
      .offset = F(vault_args),
-     .help = "extra arguments of airlock-vault"},
+     .help = "extra arguments of airlock-vault (when set, airlockd adds no --egress-user, "
+             "--egress-exe, --airlockd-user: give the roles here)"},
     {.key = "bin_dir",
      .type = AL_CFG_STR,
      .offset = F(bin_dir),

@@ -32,7 +32,9 @@ struct cp_config {
     int log_format;    /* enum al_log_format */
 
     /* sandboxes */
-    int backend; /* enum cp_backend_choice */
+    int backend;                   /* enum cp_backend_choice */
+    char *kvm_kernel;              /* kvm: guest bzImage ("" = airlock-vmm's default) */
+    uint64_t kvm_probe_timeout_ms; /* airlock-vmm --probe-kvm --timeout-ms */
     uint64_t default_timeout_ms;
     uint64_t max_timeout_ms;
     int64_t cpu_count;

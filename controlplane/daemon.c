@@ -27,6 +27,7 @@
 #include "common/paths.h"
 #include "common/util.h"
 #include "cp.h"
+#include "backendsel.h"
 #include "egressreg.h"
 #include "embedded.h"
 #include "hostcheck.h"
@@ -218,29 +219,36 @@ static int daemon__api_key(struct cp *cp, char *fresh, size_t len)
     return 0;
 }
 
-static const struct cp_backend_ops *daemon__backend(struct cp *cp, const struct cp_host *h)
+/* The backend sandboxes.backend and the host imply (backendsel.h): prints the choice and
+ * why; -1 when the configuration forces a backend this host cannot run. */
+static int daemon__backend(struct cp *cp)
 {
-    switch (cp->cfg.backend) {
-    case CP_BACKEND_TEST:
-        snprintf(cp->backend_kind, sizeof cp->backend_kind, "test");
-        return &cp_backend_test;
-    case CP_BACKEND_KVM:
-        snprintf(cp->backend_kind, sizeof cp->backend_kind, "kvm");
-        return &cp_backend_vmm;
-    case CP_BACKEND_JAIL:
-        snprintf(cp->backend_kind, sizeof cp->backend_kind, "jail");
-        return &cp_backend_vmm;
-    default:
-#ifdef CP_HAVE_KVM_BACKEND
-        if (h->kvm_usable) {
-            snprintf(cp->backend_kind, sizeof cp->backend_kind, "kvm");
-            return &cp_backend_vmm;
-        }
-#endif
-        (void)h;
-        snprintf(cp->backend_kind, sizeof cp->backend_kind, "jail");
-        return &cp_backend_vmm;
+    struct cp_backend_sel sel;
+    struct cp_backend_sel_opts o = {.choice = cp->cfg.backend,
+                                    .vmm_bin = cp->vmm_bin,
+                                    .kernel = cp->cfg.kvm_kernel,
+                                    .timeout_ms = cp->cfg.kvm_probe_timeout_ms};
+    struct al_error err = {0};
+    int rc = cp_backend_select(&o, &sel, &err);
+    if (sel.probe.ran)
+        fprintf(stderr, "  KVM probe   %s: %s (airlock-vmm --probe-kvm, %llu ms)\n",
+                sel.probe.usable ? "usable" : "NOT usable", sel.probe.reason,
+                (unsigned long long)sel.probe.elapsed_ms);
+    if (rc) {
+        fprintf(stderr, "  backend     none\n");
+        al_error("%s", al_error_str(&err));
+        return -1;
     }
+    snprintf(cp->backend_kind, sizeof cp->backend_kind, "%s", sel.kind);
+    cp->backend = strcmp(sel.kind, "test") == 0 ? &cp_backend_test : &cp_backend_vmm;
+    if (cp->backend == &cp_backend_test)
+        return 0;
+    fprintf(stderr, "  backend     %s: %s (%s)\n", sel.kind,
+            strcmp(sel.kind, "kvm") == 0 ? "KVM microVMs, one guest kernel per sandbox"
+                                         : "namespaces, cgroups, seccomp, Landlock",
+            sel.why);
+    al_info("sandbox backend: %s (%s)", sel.kind, sel.why);
+    return 0;
 }
 
 /* ---- the network: pool and reconciliation (on the thread pool) ---------------------------- */
@@ -366,8 +374,10 @@ static void daemon__tick(uv_timer_t *t)
     cp_metrics_sample_all(cp);
     daemon__pool_fill(cp);
     cp_vmm_pool_refill(cp);
-    if (cp->egress)
+    if (cp->egress) {
         cp_egress_stats(cp->egress); /* refreshes the cached counters for /metrics */
+        cp_egress_tick(cp->egress);
+    }
 }
 
 /* ---- stop -------------------------------------------------------------------------------- */
@@ -699,11 +709,6 @@ int cp_main(int argc, char **argv)
     int lockfd = -1, rc = 1;
     if (daemon__dirs(cp) || (lockfd = daemon__lock(cp)) < 0)
         goto out;
-    if (cp->cfg.runtime_tmpfs && cp->cfg.backend != CP_BACKEND_TEST) {
-        char sbdir[4200];
-        snprintf(sbdir, sizeof sbdir, "%s/sandboxes", cp->cfg.state_dir);
-        daemon__runtime_tmpfs(sbdir);
-    }
     char dbp[4200];
     snprintf(dbp, sizeof dbp, "%s/airlockd.db", cp->cfg.state_dir);
     struct al_error err = {0};
@@ -713,9 +718,13 @@ int cp_main(int argc, char **argv)
     }
     struct cp_host host;
     cp_host_probe(&host);
-    cp->backend = daemon__backend(cp, &host);
     fprintf(stderr, "host:\n");
     cp_host_print(&host, stderr);
+    if (cp->cfg.backend != CP_BACKEND_TEST &&
+        daemon__bin(cp, cp->vmm_bin, sizeof cp->vmm_bin, "airlock-vmm", true))
+        goto out;
+    if (daemon__backend(cp))
+        goto out;
     if (cp->backend == &cp_backend_test) {
         fprintf(stderr, "  backend     TEST (sandboxes.backend: test): the agent runs as a plain "
                         "host process. NO ISOLATION, NO EGRESS POLICY. For airlock's own tests "
@@ -723,17 +732,15 @@ int cp_main(int argc, char **argv)
         if (daemon__bin(cp, cp->agent_bin, sizeof cp->agent_bin, "airlock-agent-dev", true))
             goto out;
     } else {
-        fprintf(stderr, "  backend     %s%s\n", cp->backend_kind,
-                !strcmp(cp->backend_kind, "jail")
-                    ? (host.kvm_usable ? " (KVM is usable, but this build has no KVM backend)"
-                                       : " (namespaces, cgroups, seccomp, Landlock; no usable "
-                                         "KVM)")
-                    : " (KVM microVMs)");
-        if (daemon__bin(cp, cp->vmm_bin, sizeof cp->vmm_bin, "airlock-vmm", true))
-            goto out;
         if (!host.root)
             al_warn("airlockd is not running as root: sandboxes (namespaces, cgroups, the "
                     "vswitch) will fail to start");
+    }
+    /* (After the backend choice, which may refuse to start: nothing is mounted then.) */
+    if (cp->cfg.runtime_tmpfs && cp->backend != &cp_backend_test) {
+        char sbdir[4200];
+        snprintf(sbdir, sizeof sbdir, "%s/sandboxes", cp->cfg.state_dir);
+        daemon__runtime_tmpfs(sbdir);
     }
     fprintf(stderr, "  state       %s\n  policies    %s (default: %s)\n  templates   %s\n",
             cp->cfg.state_dir, cp->cfg.policies_path, cp->cfg.default_policy,
@@ -823,13 +830,23 @@ int cp_main(int argc, char **argv)
     if (have_vault && cp->cfg.vault != CP_TRI_OFF) {
         char *vargv[64] = {vault_bin, "--state-dir", cp->cfg.state_dir};
         size_t n = 3;
-        /* airlock-egress runs with airlockd's uid: give that uid the egress role (fetching
-         * values for injection) unless the operator configured the roles. Root can read the
-         * vault's key files anyway; separate users need airlock-egress run as its own user. */
+        /* Roles, unless the operator configured them (vault.args): airlock-egress runs with
+         * airlockd's uid, so that uid gets the egress role (fetching values for injection)
+         * only for a caller running this very airlock-egress binary (--egress-exe: the
+         * vault checks /proc/<pid>/exe of the peer). airlockd itself, and any other program
+         * of its uid (a root shell with curl), gets the metadata role (--airlockd-user) and,
+         * as root, the admin role: never values. Root can still read the vault's key file;
+         * docs/vault.md, "Who may read values", says what this does and does not protect. */
         static char uidarg[32];
         snprintf(uidarg, sizeof uidarg, "%u", (unsigned)geteuid());
         if (cp->cfg.vault_args.n == 0) {
-            vargv[n++] = "--egress-user";
+            if (run_egress) {
+                vargv[n++] = "--egress-user";
+                vargv[n++] = uidarg;
+                vargv[n++] = "--egress-exe";
+                vargv[n++] = egress_bin;
+            }
+            vargv[n++] = "--airlockd-user";
             vargv[n++] = uidarg;
         }
         for (size_t i = 0; i < cp->cfg.vault_args.n && n < 63; i++)

@@ -17,6 +17,7 @@
  */
 #include "egressreg.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ struct cp_egress {
     uint64_t stats_ns;
     bool stats_pending;
     bool resync_pending;
+    bool resync_again; /* a registration met a conflict: list and register again */
 };
 
 struct eg_call {
@@ -306,7 +308,19 @@ int cp_egress_unregister(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_c
 
 static void eg__resync_reg(struct cp_sandbox *sb, int rc, const char *msg)
 {
-    if (rc && rc != -EEXIST) {
+    if (rc == -EEXIST) {
+        /* 409: this id, or this sandbox's address, is registered already. Never taken as
+         * success: an address still held by a stale registration (its removal in flight)
+         * would have this sandbox's traffic decided and audited under another sandbox's
+         * policy. The next tick lists the registrations again: this id then shows up as
+         * registered (with its address), or the stale one is gone and it registers. */
+        al_warn("sandbox %s: the egress proxy refused its registration (%s): trying again",
+                sb->rec.id, msg && *msg ? msg : "conflict");
+        if (sb->cp->egress)
+            sb->cp->egress->resync_again = true;
+        return;
+    }
+    if (rc) {
         al_error("sandbox %s: registration with the egress proxy failed: %s (its traffic is "
                  "refused until it succeeds)",
                  sb->rec.id, msg && *msg ? msg : strerror(-rc));
@@ -314,14 +328,25 @@ static void eg__resync_reg(struct cp_sandbox *sb, int rc, const char *msg)
     }
     sb->egress_registered = true;
     /* A new registration comes with a new CA: the agent must trust it. */
-    if (rc == 0)
-        cp_egress_ca_sync(sb);
+    cp_egress_ca_sync(sb);
 }
 
 static void eg__resync_del(struct eg_call *x, int status, json_t *body)
 {
     if (status != 204 && status != 404)
         al_warn("egress: could not drop the stale registration of %s: %s", x->id, eg__msg(body));
+}
+
+/* Whether a registration's "addresses" are exactly the sandbox's one address (compared as
+ * addresses, not as text). */
+static bool eg__same_addresses(const json_t *addrs, const char *mine)
+{
+    unsigned char a[16], b[16];
+    int fam = strchr(mine, ':') ? AF_INET6 : AF_INET;
+    if (!json_is_array(addrs) || json_array_size(addrs) != 1 || inet_pton(fam, mine, a) != 1)
+        return false;
+    const char *t = json_string_value(json_array_get(addrs, 0));
+    return t && inet_pton(fam, t, b) == 1 && memcmp(a, b, fam == AF_INET ? 4 : 16) == 0;
 }
 
 struct eg_resync_ctx {
@@ -371,6 +396,17 @@ static void eg__resync_list(struct eg_call *x, int status, json_t *body)
             char path[128];
             snprintf(path, sizeof path, "/v1/sandboxes/%s", id);
             eg__call(e, NULL, "DELETE", path, NULL, NULL, eg__resync_del);
+        } else if (!eg__same_addresses(json_object_get(s, "addresses"), sb->rec.addr)) {
+            /* Our id with another address (a registration older than this sandbox's
+             * network): dropped, and registered again on the next tick. */
+            al_warn("egress: the registration of %s has other addresses than the sandbox: "
+                    "dropping it",
+                    id);
+            sb->egress_registered = false;
+            e->resync_again = true;
+            char path[128];
+            snprintf(path, sizeof path, "/v1/sandboxes/%s", id);
+            eg__call(e, NULL, "DELETE", path, NULL, NULL, eg__resync_del);
         } else {
             sb->egress_registered = true;
         }
@@ -378,6 +414,14 @@ static void eg__resync_list(struct eg_call *x, int status, json_t *body)
     struct eg_resync_ctx c = {.registered = ids, .e = e};
     cp_map_foreach(&cp->sandboxes, eg__resync_each, &c);
     json_decref(ids);
+}
+
+void cp_egress_tick(struct cp_egress *e)
+{
+    if (e->resync_again && !e->resync_pending) {
+        e->resync_again = false;
+        cp_egress_resync(e);
+    }
 }
 
 void cp_egress_resync(struct cp_egress *e)

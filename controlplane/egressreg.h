@@ -32,6 +32,9 @@ int cp_egress_register(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_cb 
 int cp_egress_unregister(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_cb cb);
 /* Re-registers every live sandbox that has a network and drops unknown registrations. */
 void cp_egress_resync(struct cp_egress *e);
+/* Called on airlockd's tick: lists and registers again after a registration met a
+ * conflict (409) during a resynchronisation. */
+void cp_egress_tick(struct cp_egress *e);
 /* Sends the sandbox's current CA of the egress proxy (rec.intercept) to its agent with
  * POST /init when the agent has another one (the proxy restarted and made new CAs); only
  * while the sandbox runs (a paused one gets it when resumed). */

@@ -58,7 +58,8 @@ void cp_host_probe(struct cp_host *h)
     int vm = v == KVM_API_VERSION ? ioctl(fd, KVM_CREATE_VM, 0) : -1;
     if (vm >= 0) {
         h->kvm_usable = true;
-        snprintf(h->kvm_detail, sizeof h->kvm_detail, "usable (API %d)", v);
+        snprintf(h->kvm_detail, sizeof h->kvm_detail,
+                 "/dev/kvm present (API %d, creates VMs; the probe below decides)", v);
         close(vm);
     } else {
         snprintf(h->kvm_detail, sizeof h->kvm_detail, "/dev/kvm present but %s",

@@ -1,8 +1,9 @@
 /* controlplane/hostcheck: what this host offers airlockd, said plainly at start.
  *
- * Owns: the checks (kernel release, cgroup v1/v2, user namespaces, seccomp, Landlock, KVM
- * usable or not), the backend choice they imply (kvm where /dev/kvm is usable and the KVM
- * backend is built, else jail), and the summary airlockd prints.
+ * Owns: the checks (kernel release, cgroup v1/v2, user namespaces, seccomp, Landlock, whether
+ * /dev/kvm opens and creates a VM) and the summary airlockd prints. Whether KVM can run
+ * sandboxes is not decided here (a paravirtual KVM creates VMs but boots no Linux guest):
+ * backendsel.c runs airlock-vmm --probe-kvm for that.
  */
 #ifndef AIRLOCK_CP_HOSTCHECK_H
 #define AIRLOCK_CP_HOSTCHECK_H
@@ -21,7 +22,7 @@ struct cp_host {
     bool seccomp;
     int landlock_abi; /* 0 = none */
     bool kvm_present;
-    bool kvm_usable;
+    bool kvm_usable; /* opens, expected API, KVM_CREATE_VM works (not: boots a guest) */
     char kvm_detail[128];
     bool root;
 };

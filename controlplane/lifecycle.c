@@ -88,6 +88,7 @@ static struct cp_sandbox *lc__new(struct cp *cp)
     sb->refs = 1;
     sb->pidfd = -1;
     sb->net.netns_fd = -1;
+    sb->net.tap_fd = -1;
     sb->ops_tail = &sb->ops;
     cp_sb_record_init(&sb->rec);
     return sb;
@@ -168,21 +169,30 @@ static void lc__watch_closed(struct cp_proc_watch *w)
     cp_sb_unref(w->data);
 }
 
-static void lc__stop_watch(struct cp_sandbox *sb)
+/* reap: the process is ending (a stop) and must not stay a zombie. Not when airlockd leaves
+ * its sandboxes running for the next airlockd (on_shutdown: keep): a reaper watching a live
+ * airlock-vmm would keep airlockd's loop, and so airlockd, running until that sandbox ends. */
+static void lc__stop_watch_ex(struct cp_sandbox *sb, bool reap)
 {
     if (sb->watching) {
         /* The process may exit a moment later (airlock-vmm answers its stop first): make
          * sure it is reaped then. */
-        if (sb->watch.active)
+        if (reap && sb->watch.active)
             cp_proc_reap_later(sb->cp->loop, sb->rec.pid, sb->watch.pidfd);
         sb->watching = false;
         sb->pidfd = -1; /* closed with the watch */
         cp_proc_watch_stop(&sb->watch, lc__watch_closed);
     } else if (sb->pidfd >= 0) {
-        cp_proc_reap_later(sb->cp->loop, sb->rec.pid, sb->pidfd);
+        if (reap)
+            cp_proc_reap_later(sb->cp->loop, sb->rec.pid, sb->pidfd);
         close(sb->pidfd);
         sb->pidfd = -1;
     }
+}
+
+static void lc__stop_watch(struct cp_sandbox *sb)
+{
+    lc__stop_watch_ex(sb, true);
 }
 
 static void lc__on_exit(struct cp_proc_watch *w, int wstatus)
@@ -389,17 +399,25 @@ static void lc__create_start(struct lc_create *c)
         .template_name = sb->rec.template_id,
         .env_vars = c->env_vars,
         .netns_fd = sb->has_net ? sb->net.netns_fd : -1,
+        .tap_fd = sb->has_net ? sb->net.tap_fd : -1,
+        .tap_mac = sb->has_net ? sb->net.guest_mac : NULL,
+        .addr = sb->has_net ? sb->net.addr : NULL,
+        .prefix_len = sb->has_net ? sb->net.prefix_len : 0,
         .dns = sb->has_net && sb->net.gateway[0] ? sb->net.gateway : NULL,
         .hostname = NULL,
     };
     lc__create_intercept(c, &a);
     sb->backend_attempted = true;
     int rc = cp->backend->start(sb, &a, lc__create_started);
-    /* The network namespace is joined by (or passed to) the sandbox now; airlockd's copy is
-     * not needed any more. */
+    /* The network namespace (or tap) is joined by (or passed to) the sandbox now; airlockd's
+     * copy is not needed any more (a tap goes away with the last copy: its VMM's). */
     if (sb->net.netns_fd >= 0) {
         close(sb->net.netns_fd);
         sb->net.netns_fd = -1;
+    }
+    if (sb->net.tap_fd >= 0) {
+        close(sb->net.tap_fd);
+        sb->net.tap_fd = -1;
     }
     if (rc)
         lc__create_fail(c, 500, "cannot start the sandbox: %s", strerror(-rc));
@@ -526,7 +544,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     struct cp_policy_sel sel = {0};
     int status = 500;
     if (cp_policy_select(cp, req_c->metadata, req_c->network, req_c->allow_internet, &req_c->who,
-                         &sel, &status, &err)) {
+                         c->template_dir, &sel, &status, &err)) {
         free(c);
         cp_rest_error(req, status, "%s", al_error_str(&err));
         return;
@@ -649,6 +667,10 @@ static void lc__td_net(struct lc_teardown *t)
     if (sb->net.netns_fd >= 0) {
         close(sb->net.netns_fd);
         sb->net.netns_fd = -1;
+    }
+    if (sb->net.tap_fd >= 0) {
+        close(sb->net.tap_fd);
+        sb->net.tap_fd = -1;
     }
     if (!sb->has_net || !cp->net) {
         lc__td_forget(t);
@@ -1085,6 +1107,7 @@ static void lc__adopted(struct cp_sandbox *sb, int rc, const char *msg)
             sb->has_net = true;
             sb->net = n;
             sb->net.netns_fd = -1;
+            sb->net.tap_fd = -1;
         } else {
             al_error("sandbox %s: the vswitch has no network for it any more: it has no "
                      "egress (kill it and create a new one)",
@@ -1253,7 +1276,7 @@ void cp_lifecycle_detach_all(struct cp *cp)
     for (size_t i = 0; i < c.n; i++) {
         struct cp_sandbox *sb = c.v[i];
         lc__close_timer(sb);
-        lc__stop_watch(sb);
+        lc__stop_watch_ex(sb, false);
         lc__unregister(sb);
         cp_sb_unref(sb);
     }

@@ -2,7 +2,9 @@
  *
  * Owns nothing; the interface between the lifecycle and vswitch/ (net_vswitch.c). Calls
  * block (rtnetlink, bpf): the lifecycle runs them on libuv's thread pool. A provider is
- * optional: without one, sandboxes have loopback only (no egress at all).
+ * optional: without one, sandboxes have loopback only (no egress at all). A sandbox's network
+ * is a network namespace with a veth (jail) or a tap (kvm: the provider is opened for taps
+ * when the backend is kvm).
  */
 #ifndef AIRLOCK_CP_NET_H
 #define AIRLOCK_CP_NET_H
@@ -14,9 +16,12 @@
 #include "common/error.h"
 
 struct cp_net {
-    int netns_fd;     /* the sandbox's network namespace (owned by the caller) or -1 */
-    char addr[46];    /* the sandbox's address */
-    char gateway[46]; /* its gateway and DNS server */
+    int netns_fd; /* the sandbox's network namespace (owned by the caller) or -1 */
+    int tap_fd;   /* kvm: the sandbox's tap (owned by the caller) or -1 */
+    unsigned prefix_len;
+    char guest_mac[18]; /* kvm: the MAC the guest NIC must have ("aa:bb:cc:dd:ee:ff") */
+    char addr[46];      /* the sandbox's address */
+    char gateway[46];   /* its gateway and DNS server */
     int host_ifindex;
     char host_ifname[16];
 };

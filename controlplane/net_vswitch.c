@@ -14,12 +14,18 @@
 
 struct nv {
     struct vswitch *vs;
+    bool tap; /* kvm: sandboxes get taps (no pool of network namespaces) */
 };
 
 static void nv__fill(const struct vswitch_net *n, struct cp_net *out)
 {
     memset(out, 0, sizeof *out);
     out->netns_fd = n->netns_fd;
+    out->tap_fd = n->tap_fd;
+    out->prefix_len = n->prefix_len;
+    snprintf(out->guest_mac, sizeof out->guest_mac, "%02x:%02x:%02x:%02x:%02x:%02x",
+             n->guest_mac[0], n->guest_mac[1], n->guest_mac[2], n->guest_mac[3], n->guest_mac[4],
+             n->guest_mac[5]);
     inet_ntop(AF_INET, &n->addr, out->addr, sizeof out->addr);
     inet_ntop(AF_INET, &n->gateway, out->gateway, sizeof out->gateway);
     out->host_ifindex = n->host_ifindex;
@@ -32,7 +38,10 @@ static int nv_acquire(void *priv, uint64_t seq, const char *label, struct cp_net
     struct nv *v = priv;
     struct vswitch_sandbox sb = {.id = seq, .label = label};
     struct vswitch_net n;
-    int rc = vswitch_net_create(v->vs, &sb, &n, err);
+    /* The KVM backend's virtio-net wants the virtio-net header on the tap. */
+    struct vswitch_tap_opts to = {.vnet_hdr = true};
+    int rc = v->tap ? vswitch_tap_create(v->vs, &sb, &to, &n, err)
+                    : vswitch_net_create(v->vs, &sb, &n, err);
     if (rc)
         return rc;
     nv__fill(&n, out);
@@ -54,6 +63,7 @@ static int nv_find(void *priv, uint64_t seq, struct cp_net *out)
         return rc;
     nv__fill(&n, out);
     out->netns_fd = -1;
+    out->tap_fd = -1;
     return 0;
 }
 
@@ -80,6 +90,8 @@ static int nv_foreach(void *priv, int (*fn)(uint64_t seq, const char *label, voi
 static int nv_pool_fill(void *priv, struct al_error *err)
 {
     struct nv *v = priv;
+    if (v->tap)
+        return 0; /* taps are made per sandbox; the pool holds network namespaces */
     return vswitch_pool_fill(v->vs, err);
 }
 
@@ -121,6 +133,9 @@ int cp_net_vswitch_open(struct cp *cp, struct al_error *err)
         .ifname_prefix = cp->cfg.net_ifname_prefix,
         .pool_size = (unsigned)cp->cfg.net_pool_size,
     };
+    v->tap = strcmp(cp->backend_kind, "kvm") == 0;
+    if (v->tap)
+        o.pool_size = 0;
     int rc = vswitch_open(&o, &v->vs, err);
     if (rc) {
         free(v);

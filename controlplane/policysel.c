@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "cp.h"
@@ -136,13 +137,58 @@ static const char **ps__strv(json_t *arr, size_t *n)
     return v;
 }
 
+int cp_template_policy(const char *template_dir, char *out, struct al_error *err)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/template.json", template_dir);
+    out[0] = '\0';
+    json_error_t je;
+    json_t *t = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!t) {
+        if (access(path, F_OK) != 0 && errno == ENOENT)
+            return 0;
+        return al_error_set(err, -EINVAL, "%s: %s (line %d)", path, je.text, je.line);
+    }
+    json_t *v = json_object_get(t, "policy");
+    int rc = 0;
+    if (v && !json_is_null(v)) {
+        const char *name = json_string_value(v);
+        if (!name || !ps__name_ok(name))
+            rc = al_error_set(err, -EINVAL,
+                              "%s: \"policy\" must name a policy of the policies directory "
+                              "(letters, digits, '.', '_', '-')",
+                              path);
+        else {
+            snprintf(out, CP_POLICY_NAME_MAX, "%s", name);
+            rc = 1;
+        }
+    }
+    json_decref(t);
+    return rc;
+}
+
 int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *network,
-                     int allow_internet, const struct cp_principal *who, struct cp_policy_sel *out,
-                     int *status, struct al_error *err)
+                     int allow_internet, const struct cp_principal *who, const char *template_dir,
+                     struct cp_policy_sel *out, int *status, struct al_error *err)
 {
     memset(out, 0, sizeof *out);
     const char *name = cp->cfg.default_policy;
     json_t *m = metadata ? json_object_get(metadata, CP_POLICY_META_KEY) : NULL;
+    char tpl_policy[CP_POLICY_NAME_MAX];
+    bool from_template = false;
+    if (!m && template_dir) {
+        /* The template's own default, chosen by whoever installed the template (like the
+         * configured default: not subject to the API key's list of policies). */
+        int rc = cp_template_policy(template_dir, tpl_policy, err);
+        if (rc < 0) {
+            *status = 500;
+            return rc;
+        }
+        if (rc == 1) {
+            name = tpl_policy;
+            from_template = true;
+        }
+    }
     if (m) {
         name = json_string_value(m);
         if (!name || !ps__name_ok(name)) {
@@ -173,7 +219,10 @@ int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *networ
         *status = m ? 400 : 500;
         return al_error_set(err, -ENOENT, "no policy \"%s\" in %s%s", name, cp->cfg.policies_path,
                             m ? " (metadata[\"airlock.policy\"] names a file <name>.yaml there)"
-                              : " (the default policy, policies.default, is missing: restore it)");
+                            : from_template
+                                ? " (the template's template.json names it as its default "
+                                  "policy: add the policy or fix the template)"
+                                : " (the default policy, policies.default, is missing: restore it)");
     }
     snprintf(out->file, sizeof out->file, "%s", path);
     struct al_error e2 = {0};

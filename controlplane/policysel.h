@@ -1,7 +1,8 @@
 /* controlplane/policysel: which egress policy a sandbox gets.
  *
  * Owns: the rule (metadata["airlock.policy"] names a policy of the policies directory that
- * the caller's API key may use; otherwise the default policy), loading and validating the
+ * the caller's API key may use; otherwise the template's default policy, the "policy" key
+ * of its template.json; otherwise the configured default policy), loading and validating the
  * named file (cached by path, size and mtime), and the E2B network fields
  * (allow_internet_access, network.allowOut, network.denyOut), which may only narrow the
  * policy: they are validated here with policy_narrow() and handed to airlock-egress, which
@@ -28,10 +29,16 @@ struct cp_policy_sel {
     json_t *narrowing; /* {"allow_internet_access"?, "allow_out"?, "deny_out"?} or NULL */
 };
 
-/* Chooses and validates. On error *status is the HTTP status to answer (400, 403, 500). */
+/* Chooses and validates. template_dir: the template's directory (its template.json may
+ * name a default policy), or NULL. On error *status is the HTTP status to answer (400, 403,
+ * 500). */
 int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *network,
-                     int allow_internet, const struct cp_principal *who, struct cp_policy_sel *out,
-                     int *status, struct al_error *err);
+                     int allow_internet, const struct cp_principal *who, const char *template_dir,
+                     struct cp_policy_sel *out, int *status, struct al_error *err);
+/* The default policy a template's template.json names ("policy"), into out (size
+ * CP_POLICY_NAME_MAX): 1 when it names one, 0 when it names none (or has no template.json),
+ * <0 with err when the file or the key is malformed. */
+int cp_template_policy(const char *template_dir, char *out, struct al_error *err);
 void cp_policy_sel_free(struct cp_policy_sel *s);
 /* The narrowing object of a stored sandbox (for re-registration), or NULL. */
 json_t *cp_policy_narrowing(const json_t *network, int allow_internet);

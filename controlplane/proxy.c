@@ -480,8 +480,34 @@ static bool px__control_path(const char *p)
     return false;
 }
 
+/* Whether a request holds a credential of sb: its envd access token (X-Access-Token) or its
+ * traffic access token (E2B-Traffic-Access-Token), each given once. The agent checks them on
+ * everything it serves; airlockd checks them itself before acting on a request's behalf
+ * (waking a paused sandbox), so that knowing a sandbox id is not enough to wake it. */
+static bool px__credential_ok(const struct cp_sandbox *sb, const struct al_http_req *req)
+{
+    size_t len = strlen(sb->rec.token);
+    if (!len)
+        return false;
+    const char *xt = al_http_req_header(req, "X-Access-Token");
+    if (xt && al_http_req_header_count(req, "X-Access-Token") == 1 && strlen(xt) == len &&
+        sodium_memcmp(xt, sb->rec.token, len) == 0)
+        return true;
+    const char *tt = al_http_req_header(req, "E2B-Traffic-Access-Token");
+    if (tt && al_http_req_header_count(req, "E2B-Traffic-Access-Token") == 1 &&
+        strlen(tt) == AL_HTTP_TRAFFIC_TOKEN_LEN) {
+        char want[AL_HTTP_TRAFFIC_TOKEN_LEN + 1];
+        al_http_traffic_token(sb->rec.token, len, want);
+        bool ok = sodium_memcmp(tt, want, AL_HTTP_TRAFFIC_TOKEN_LEN) == 0;
+        sodium_memzero(want, sizeof want);
+        return ok;
+    }
+    return false;
+}
+
 bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
 {
+    bool credentialed = false; /* found by its token or a signature made with it */
     size_t nid = al_http_req_header_count(req, "E2b-Sandbox-Id");
     struct cp_sandbox *sb = NULL;
     char host_port[8] = "";
@@ -508,6 +534,7 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
             al_http_query_get(req->query, "signature", sig, sizeof sig) == -ENOENT)
             return false;
         sb = px__by_signature(cp, req);
+        credentialed = sb != NULL;
         if (!sb) {
             cp_metrics_proxy(cp->metrics, 502);
             cp_rest_error(req, 502, "no running sandbox matches this signed file URL");
@@ -518,6 +545,7 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
         if (px__control_path(req->path) || al_http_req_header_count(req, "X-Access-Token") != 1)
             return false;
         sb = cp_sandbox_by_token(cp, tok, strlen(tok));
+        credentialed = sb != NULL;
         if (!sb || (sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED)) {
             cp_metrics_proxy(cp->metrics, 502);
             cp_rest_error(req, 502, "no running sandbox has this access token");
@@ -531,8 +559,19 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
     }
     const char *port = by_host ? host_port : NULL;
     if (sb->rec.state == CP_SB_PAUSED) {
+        if (sb->rec.auto_resume && !credentialed && !px__credential_ok(sb, req)) {
+            cp_metrics_proxy(cp->metrics, 401);
+            al_info("sandbox %s: not resumed for a request without its access token", sb->rec.id);
+            cp_rest_error(req, 401,
+                          "sandbox %s is paused; waking it (autoResume) needs its access token "
+                          "(X-Access-Token) or its traffic access token "
+                          "(E2B-Traffic-Access-Token)",
+                          sb->rec.id);
+            return true;
+        }
         if (sb->rec.auto_resume) {
-            /* autoResume: traffic wakes the sandbox; the request goes on once it runs. */
+            /* autoResume: traffic wakes the sandbox; the request goes on once it runs. Only
+             * a request holding one of its credentials (checked above) may wake it. */
             struct px_wake *w = calloc(1, sizeof *w);
             if (!w) {
                 cp_rest_error(req, 500, "out of memory");

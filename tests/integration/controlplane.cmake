@@ -31,3 +31,19 @@ if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress AND TARGET a
   airlock_script_test(NAME cp_intercept SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_intercept.sh
                       LABELS controlplane intercept e2b TIMEOUT 900)
 endif()
+# A creation that fails after the network was taken and egress registered is undone whole.
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_rollback SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_rollback.sh
+                      LABELS controlplane TIMEOUT 600)
+endif()
+# The backend choice (the real KVM probe on this host; forced modes) and the KVM sandbox
+# spec with its vswitch tap (a fake airlock-vmm records what airlockd hands it).
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_backend SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_backend.sh
+                      LABELS controlplane TIMEOUT 600)
+endif()
+# on_shutdown: keep: airlockd exits at once on SIGTERM, and the next one re-adopts.
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_keep SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_keep.sh
+                      LABELS controlplane TIMEOUT 600)
+endif()

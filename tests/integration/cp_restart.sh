@@ -115,6 +115,27 @@ for _ in $(seq 10); do
   if ! cp_api -f -o /dev/null "$CP_URL/sandboxes/$C" 2>/dev/null; then gone=yes; break; fi
 done
 al_eq "C is gone within a second" "$gone" yes
+# ... and what it held is released while airlockd runs (not only at its next start).
+c_leftovers() {
+  ls -d "$CP_STATE/sandboxes/$C" 2>/dev/null | sed 's/^/sandbox-dir /'
+  find /sys/fs/cgroup/*/"$CP_CG" /sys/fs/cgroup/"$CP_CG" -mindepth 1 -maxdepth 1 -type d \
+    -name "$C" 2>/dev/null | sed 's/^/cgroup /'
+  grep -F "$CP_STATE/sandboxes/$C/" /proc/self/mountinfo | sed 's/^/mount /'
+  pgrep -af -- "$CP_STATE/sandboxes/$C" | sed 's/^/process /'
+  if [ -S "$CP_STATE/run/egress.sock" ]; then
+    code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$CP_STATE/run/egress.sock" \
+      "http://egress/v1/sandboxes/$C")
+    [ "$code" = 404 ] || echo "egress-registration HTTP $code"
+  fi
+  true
+}
+left=$(c_leftovers)
+for _ in $(seq 50); do
+  [ -z "$left" ] && break
+  sleep 0.1
+  left=$(c_leftovers)
+done
+al_eq "C's directory, cgroups, mounts, processes and egress registration are released at once" "$left" ""
 
 al_note "the end"
 al_ok "kill A" cp_cli sandbox kill "$A"

@@ -94,7 +94,14 @@ fi
 # The backend scenario: airlock-vmm --backend kvm as the control plane drives it (spec on
 # stdin, ready fd, the control API, --cleanup), with the image builder and mke2fs (it makes
 # the template's root image), the real agent's tree, a busybox template, and the vswitch.
-if [ "$scenario" = backend ] || [ "$scenario" = benchvmm ]; then
+# The airlockd scenario: the same, driven by airlockd (and the airlock CLI) instead.
+if [ "$scenario" = airlockd ]; then
+  for b in airlockd airlock; do
+    [ -x "$kvm_bin/$b" ] || kvm_fail "$kvm_bin/$b not built"
+    kvm_copy_bin "$root" "$kvm_bin/$b"
+  done
+fi
+if [ "$scenario" = backend ] || [ "$scenario" = benchvmm ] || [ "$scenario" = airlockd ]; then
   if [ -x "$kvm_top/build/bin/airlock-vmm" ]; then
     kvm_copy_bin "$root" "$kvm_top/build/bin/airlock-vmm" airlock-vmm-release
   fi

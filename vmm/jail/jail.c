@@ -427,6 +427,25 @@ static int child__arrange_fds(const int *src, const int *dst, size_t n, int *ext
     return (int)syscall(SYS_close_range, (unsigned)next, ~0u, 0);
 }
 
+/* The child went away while the parent was handing it something (rc: that send's error):
+ * its own reason, written to the error pipe before it exited, is the one worth reporting
+ * ("sandbox setup failed at etc files: ..."), not the broken pipe it left behind. */
+static int jail__child_failed(int errfd, int rc, struct al_error *err)
+{
+    char msg[AL_ERROR_MSG_MAX];
+    ssize_t n = -1;
+    if (jail__wait_readable(errfd, 1000) == 0) /* its end closes when it exits */
+        do {
+            n = read(errfd, msg, sizeof msg - 1);
+        } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        msg[n] = '\0';
+        return al_error_set(err, -EIO, "sandbox setup failed at %s", msg);
+    }
+    return al_error_set(err, rc, "the sandbox's first process died while being set up (%s)",
+                        strerror(-rc));
+}
+
 static int child__main(struct jail__child *c)
 {
     const struct jail *j = c->j;
@@ -928,7 +947,7 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
         goto fail;
     j->timing.cgroup_attach_ns = al_now_ns() - tcg;
     if ((rc = jail__send_fds(sv[0], 'C', NULL, 0))) {
-        al_error_set(err, rc, "release the sandbox: %s", strerror(-rc));
+        rc = jail__child_failed(errp[0], rc, err);
         goto fail;
     }
     j->timing.setup_ns = al_now_ns() - t2;
@@ -954,7 +973,7 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     j->timing.child_ns = al_now_ns() - t3;
     uint64_t t4 = al_now_ns();
     if ((rc = jail__send_fds(sv[0], 'G', NULL, 0))) {
-        al_error_set(err, rc, "release the sandbox: %s", strerror(-rc));
+        rc = jail__child_failed(errp[0], rc, err);
         goto fail;
     }
     /* The error pipe closes at a successful execve; a message means it failed. */

@@ -2,7 +2,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { CommandExitError, TimeoutError } from 'e2b'
-import { HOME, sandbox, until, uniq } from './helpers.mjs'
+import { HOME, UID, sandbox, until, uniq } from './helpers.mjs'
 
 test('run: stdout and exit code 0', async () => {
   const s = await sandbox()
@@ -63,7 +63,7 @@ test('run: HOME, USER and the default working directory', async () => {
   assert.equal(home, HOME)
   assert.equal(pwd, HOME)
   assert.ok(user.length > 0)
-  assert.equal(uid, String(process.getuid() === 0 ? 65534 : process.getuid()))
+  assert.equal(uid, UID)
 })
 
 test('run: cwd, relative to the home or absolute; a missing cwd is an error', async () => {

@@ -3,7 +3,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/code-interpreter'
-import { CI_TEMPLATE, create } from './helpers.mjs'
+import { BACKEND, CI_TEMPLATE, create } from './helpers.mjs'
 
 let shared
 async function sbx() {
@@ -51,4 +51,62 @@ test('contexts: python and bash, isolated from each other', async () => {
   const list = await s.listCodeContexts()
   assert.ok(list.some((x) => x.id === c.id))
   await s.removeCodeContext(c)
+})
+
+// The scientific stack of the code-interpreter-v1 template (whose environment sets
+// MPLBACKEND=Agg for plain scripts: the kernel still shows figures as results).
+test('rich results: matplotlib figures become PNG results (plt.show and end of cell)', async (t) => {
+  if (BACKEND === 'test') {
+    // The test backend runs the agent on the host, with the host's python (no numpy).
+    t.skip('SKIP: the test backend has no template file system (runs with the jail backend)')
+    return
+  }
+  const s = await sbx()
+  const r = await s.runCode(`
+        import matplotlib.pyplot as plt
+        import numpy as np
+
+        x = np.linspace(0, 20, 100)
+        plt.plot(x, np.sin(x))
+        plt.show()
+
+        x[:3].tolist()
+        `)
+  assert.equal(r.error, undefined)
+  assert.equal(r.results.length, 2)
+  assert.ok(r.results[0].png && Buffer.from(r.results[0].png, 'base64').subarray(1, 4).toString() === 'PNG')
+  assert.equal(r.results[0].isMainResult, false)
+  assert.equal(r.results[1].isMainResult, true)
+  const r2 = await s.runCode('import matplotlib.pyplot as plt\nplt.figure()\nplt.bar([1, 2], [3, 4]);')
+  assert.equal(r2.results.length, 1, 'an open figure is shown at the end of the cell')
+  assert.ok(r2.results[0].png)
+  const plain = await s.commands.run('python3 -c "import matplotlib; print(matplotlib.get_backend())"')
+  assert.match(plain.stdout, /agg/i, 'plain scripts keep the headless backend')
+})
+
+test('rich results: pandas DataFrame has HTML and data', async (t) => {
+  if (BACKEND === 'test') {
+    // The test backend runs the agent on the host, with the host's python (no numpy).
+    t.skip('SKIP: the test backend has no template file system (runs with the jail backend)')
+    return
+  }
+  const s = await sbx()
+  const r = await s.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2, 3], "b": [1.5, float("nan"), 3]})')
+  const m = r.results[0]
+  assert.match(m.html, /<table/)
+  assert.deepEqual(m.data.a, [1, 2, 3])
+  assert.match(m.text, /a\s+b/)
+})
+
+test('runCode: a client timeout interrupts the kernel; the next execution runs', async () => {
+  const s = await sbx()
+  await assert.rejects(s.runCode('import time; time.sleep(300)', { timeoutMs: 1500 }))
+  const r = await s.runCode('1 + 1', { timeoutMs: 20000 })
+  assert.equal(r.text, '2')
+})
+
+test('runCode: input() is refused like in Jupyter', async () => {
+  const s = await sbx()
+  const r = await s.runCode('input("name? ")')
+  assert.equal(r.error.name, 'StdinNotImplementedError')
 })

@@ -160,9 +160,12 @@ static int fb__later(struct cp_sandbox *sb, cp_backend_cb cb, int rc)
     return 0;
 }
 
+static char g_started_policy[CP_POLICY_NAME_MAX]; /* the policy of the last start */
+
 static int fb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_backend_cb cb)
 {
     (void)a;
+    snprintf(g_started_policy, sizeof g_started_policy, "%s", sb->rec.policy_name);
     if (strcmp(sb->rec.template_id, "failing") == 0)
         return fb__later(sb, cb, -EIO);
     char *argv[] = {"/bin/sleep", "1000", NULL};
@@ -290,14 +293,17 @@ static void setup(void)
     fprintf(f, "version: 1\nname: other\nrules:\n  - name: gh\n    hosts: [api.github.com]\n");
     fclose(f);
     /* Templates as deploy/templates/build installs them (contents do not matter here). */
-    const char *tpls[] = {"base", "code-interpreter-v1", "failing", "noagent"};
-    for (int i = 0; i < 4; i++) {
+    const char *tpls[] = {"base", "code-interpreter-v1", "failing", "noagent",
+                          "pinned", "pinned-missing", "pinned-bad"};
+    const char *tpl_extra[] = {"", "", "", "", ",\"policy\":\"other\"", ",\"policy\":\"gone\"",
+                               ",\"policy\":\"../other\""};
+    for (int i = 0; i < 7; i++) {
         char d[400];
         snprintf(d, sizeof d, "%s/templates/%s/rootfs", tmpdir, tpls[i]);
         ck_assert_int_eq(al_mkdir_p(d, 0755), 0);
         snprintf(d, sizeof d, "%s/templates/%s/template.json", tmpdir, tpls[i]);
         f = fopen(d, "w");
-        fprintf(f, "{\"name\":\"%s\"}\n", tpls[i]);
+        fprintf(f, "{\"name\":\"%s\"%s}\n", tpls[i], tpl_extra[i]);
         fclose(f);
     }
     char db[300];
@@ -549,6 +555,26 @@ START_TEST(create_validation)
     req(&r, "POST", "/v2/sandboxes",
         "{\"templateID\":\"base\",\"network\":{\"denyOut\":[\"not a cidr!\"]}}");
     assert_error(&r, 400, "network");
+    resp_free(&r);
+    /* The template's default policy (template.json "policy"), unless metadata names one. */
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\"}");
+    ck_assert_int_eq(r.status, 201);
+    ck_assert_str_eq(g_started_policy, "default");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"pinned\"}");
+    ck_assert_msg(r.status == 201, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(g_started_policy, "other");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"pinned\",\"metadata\":{\"airlock.policy\":\"default\"}}");
+    ck_assert_int_eq(r.status, 201);
+    ck_assert_str_eq(g_started_policy, "default");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"pinned-missing\"}");
+    assert_error(&r, 500, "template.json names it");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"pinned-bad\"}");
+    assert_error(&r, 500, "\"policy\" must name a policy");
     resp_free(&r);
     /* A backend failure undoes everything and says why. */
     (void)0;
@@ -927,6 +953,49 @@ START_TEST(dataplane_routing)
     req(&r, "POST", path, "{}");
     ck_assert_int_eq(r.status, 201);
     resp_free(&r);
+    /* autoResume: traffic wakes a paused sandbox, but only traffic holding one of its
+     * credentials; knowing the id (or a getHost name) is not enough. */
+    char ar[64], artok[80], artt[AL_HTTP_TRAFFIC_TOKEN_LEN + 1];
+    create("{\"templateID\":\"base\",\"autoPause\":true,\"autoResume\":{\"enabled\":true}}", ar,
+           artok);
+    al_http_traffic_token(artok, strlen(artok), artt);
+    snprintf(path, sizeof path, "/sandboxes/%s/pause", ar);
+    req(&r, "POST", path, NULL);
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+    int resumes = g_resumes;
+    struct al_http_header a0[] = {{"E2b-Sandbox-Id", ar}};
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, a0, 1);
+    assert_error(&r, 401, "access token");
+    resp_free(&r);
+    struct al_http_header a1[] = {{"E2b-Sandbox-Id", ar}, {"X-Access-Token", tok}};
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, a1, 2); /* another sandbox's token */
+    assert_error(&r, 401, "access token");
+    resp_free(&r);
+    struct al_http_header a2[] = {
+        {"E2b-Sandbox-Id", ar}, {"X-Access-Token", artok}, {"X-Access-Token", artok}};
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, a2, 3);
+    assert_error(&r, 401, "access token");
+    resp_free(&r);
+    ck_assert_int_eq(g_resumes, resumes);
+    snprintf(path, sizeof path, "/sandboxes/%s", ar);
+    req(&r, "GET", path, NULL);
+    ck_assert_str_eq(jstr(r.body, "state"), "paused");
+    resp_free(&r);
+    struct al_http_header a3[] = {{"E2b-Sandbox-Id", ar}, {"E2B-Traffic-Access-Token", artt}};
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, a3, 2);
+    ck_assert_msg(r.status == 204, "%d %s", r.status, r.raw); /* the agent's /health */
+    resp_free(&r);
+    ck_assert_int_eq(g_resumes, resumes + 1);
+    snprintf(path, sizeof path, "/sandboxes/%s/pause", ar);
+    req(&r, "POST", path, NULL);
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+    struct al_http_header a4[] = {{"E2b-Sandbox-Id", ar}, {"X-Access-Token", artok}};
+    req_full(&r, g_target, "GET", "/health", NULL, NULL, a4, 2);
+    ck_assert_msg(r.status == 204, "%d %s", r.status, r.raw); /* the agent's /health */
+    resp_free(&r);
+    ck_assert_int_eq(g_resumes, resumes + 2);
     /* A sandbox whose agent does not answer: 502 (the SDK's "sandbox not running"). */
     char id2[64];
     create("{\"templateID\":\"noagent\"}", id2, NULL);

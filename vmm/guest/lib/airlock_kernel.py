@@ -382,7 +382,10 @@ class _PostImport(importlib.abc.MetaPathFinder):
 
 
 def _hook_matplotlib(mpl):
-    if not os.environ.get("MPLBACKEND"):
+    # Figures become results, as with Jupyter's inline backend. A headless default (Agg,
+    # which the code-interpreter template sets so that plain scripts never look for a
+    # display) is replaced like Jupyter replaces it; another backend the user chose is kept.
+    if os.environ.get("MPLBACKEND", "").strip().lower() in ("", "agg"):
         mpl.use("module://airlock_mpl_backend")
 
 
