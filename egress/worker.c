@@ -32,8 +32,9 @@ enum egress_listener_mode egress_listener_mode_pick(const struct egress_config *
                                                     size_t whylen)
 {
     if (cfg->listener_mode != EGRESS_LISTENER_AUTO) {
-        snprintf(why, whylen, "%s", cfg->listener_mode_set ? "--listener-mode"
-                                                           : "AIRLOCK_EGRESS_LISTENER_MODE");
+        snprintf(why, whylen, "%s%s", cfg->listener_mode_set ? "--listener-mode "
+                                                             : "AIRLOCK_EGRESS_LISTENER_MODE=",
+                 egress_listener_mode_name(cfg->listener_mode));
         return cfg->listener_mode;
     }
     if (cfg->vswitch_mode == 2) {
