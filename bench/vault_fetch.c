@@ -1,16 +1,22 @@
 /* bench/vault_fetch: latency of POST /v1/fetch over airlock-vault's unix socket (p50/p99;
  * target p99 <= 200 us), against references measured in the same run: the same fetch in
- * process (role check, decrypt, access-log append; no socket), and a cache hit in the egress
- * proxy (what the cache saves per injection). Prints JSON lines.
+ * process (role check, decrypt, access-log append; no socket), and a hit in the egress
+ * proxy's own cache (egress/intercept/secrets.c, filled from the daemon: what the cache saves
+ * per injection). Prints JSON lines.
  *
  *   build/bench/bench_vault_fetch [--requests N] [--daemon PATH]
  *
- * It makes a throwaway state directory under /tmp, starts the daemon of the same build (--egress-user 0: the benchmark runs as root and plays the egress proxy), and
+ * It makes a throwaway state directory under /tmp, starts the daemon of the same build (--egress-user 0 --egress-exe <this program>: the
+ * benchmark runs as root and plays the egress proxy, checked as airlockd configures it), and
  * stops and removes everything at the end.
  */
 #include "common/auditlog.h"
 #include "common/util.h"
 #include "vault/vault.h"
+#ifdef AIRLOCK_VAULT_INTERCEPT
+#include "egress/intercept/secrets.h"
+#include <uv.h>
+#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -86,6 +92,108 @@ static int fetch_once(int fd, const char *req, size_t reqlen, char *buf, size_t 
         if (n >= want)
             return atoi(buf + 9);
     }
+}
+#endif
+
+
+#ifdef AIRLOCK_VAULT_INTERCEPT
+/* Reference 2: a hit in the egress proxy's own cache (egress/intercept/secrets.c, the code
+ * airlock-egress runs: lookup under its lock, a reference taken and dropped), filled by one
+ * real fetch from the daemon and kept valid by its changes feed. What the cache saves per
+ * injection is socket_fetch minus this. */
+struct bench_wait {
+    bool done;
+    int err;
+    const char *reason;
+};
+
+static void bench__fetched(struct intercept_fetch *req, struct intercept_secret *sec, int err,
+                           const char *reason)
+{
+    struct bench_wait *w = req->data;
+    w->done = true;
+    w->err = err;
+    w->reason = reason;
+    intercept_secret_unref(sec);
+}
+
+static void bench__stopped(void *arg)
+{
+    *(bool *)arg = true;
+}
+
+static int bench__cache_hits(const char *sock, uint64_t *lat, long requests)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct intercept_secrets_opts so = {.socket = sock};
+    struct intercept_secrets *secs = NULL;
+    struct intercept_fetcher *f = NULL;
+    struct al_error e = {0};
+    int rc = -1;
+    if (intercept_secrets_new(&so, &secs, &e) < 0 || intercept_secrets_start(secs, &loop) < 0 ||
+        intercept_fetcher_new(secs, &loop, &f) < 0) {
+        fprintf(stderr, "bench_vault_fetch: the proxy's cache: %s\n", al_error_str(&e));
+        goto out;
+    }
+    uint64_t t_end = al_now_ns() + 5000000000ull; /* the feed connects first */
+    while (!intercept_secrets_feed_ok(secs) && al_now_ns() < t_end)
+        uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
+    struct intercept_fetch_args fa = {.name = "github/token", .sandbox = "sbx-bench",
+                                      .rule = "gh", .host = "api.github.com",
+                                      .request_id = "req-bench"};
+    struct bench_wait w = {0};
+    struct intercept_fetch fr = {.cb = bench__fetched, .data = &w};
+    struct intercept_secret *sec = NULL;
+    const char *why = NULL;
+    int r = intercept_fetch_start(f, &fa, &fr, &sec, &why);
+    if (r == 0) {
+        while (!w.done && al_now_ns() < t_end)
+            uv_run(&loop, UV_RUN_ONCE);
+        r = w.done && !w.err ? 1 : -1;
+        why = w.reason;
+    } else if (r == 1) {
+        intercept_secret_unref(sec);
+    }
+    if (r != 1) {
+        fprintf(stderr, "bench_vault_fetch: the first fetch through the proxy's cache failed: %s\n",
+                why ? why : "timeout");
+        goto out;
+    }
+    long misses = 0;
+    for (long i = 0; i < requests; i++) {
+        struct intercept_fetch req = {.cb = bench__fetched, .data = &w};
+        uint64_t t0 = al_now_ns();
+        r = intercept_fetch_start(f, &fa, &req, &sec, &why);
+        if (r == 1)
+            intercept_secret_unref(sec);
+        lat[i] = al_now_ns() - t0;
+        if (r != 1) {
+            misses++;
+            if (r == 0)
+                intercept_fetch_cancel(&req);
+        }
+    }
+    if (misses) {
+        fprintf(stderr, "bench_vault_fetch: %ld of %ld lookups missed the proxy's cache\n", misses,
+                requests);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (f)
+        intercept_fetcher_close(f);
+    if (secs) {
+        bool stopped = false;
+        intercept_secrets_stop(secs, bench__stopped, &stopped);
+        while (!stopped)
+            uv_run(&loop, UV_RUN_ONCE);
+        uv_run(&loop, UV_RUN_NOWAIT);
+        intercept_secrets_free(secs);
+    }
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return rc;
 }
 #endif
 
@@ -170,35 +278,6 @@ int main(int argc, char **argv)
         al_auditlog_close(log);
     }
 
-    /* Reference 2: a cache hit in the proxy: look the name up, copy the value out. */
-    {
-        struct {
-            char name[64];
-            struct vault_value v;
-        } cache[16];
-        for (int i = 0; i < 16; i++) {
-            snprintf(cache[i].name, sizeof cache[i].name, "secret/%d", i);
-            vault_value_set(&cache[i].v, SECRET, strlen(SECRET));
-        }
-        snprintf(cache[11].name, sizeof cache[11].name, "github/token");
-        char out[128];
-        volatile size_t sink = 0;
-        for (long i = 0; i < requests; i++) {
-            uint64_t t0 = al_now_ns();
-            for (int k = 0; k < 16; k++) {
-                if (strcmp(cache[k].name, rq.name) == 0) {
-                    memcpy(out, cache[k].v.data, cache[k].v.len);
-                    sink += cache[k].v.len;
-                    break;
-                }
-            }
-            lat[i] = al_now_ns() - t0;
-        }
-        (void)sink;
-        percentiles("cache_hit", lat, (size_t)requests);
-        for (int i = 0; i < 16; i++)
-            vault_value_free(&cache[i].v);
-    }
     vault_store_close(store);
 
 #ifdef AIRLOCK_VAULT_HTTP
@@ -211,8 +290,13 @@ int main(int argc, char **argv)
     if (pid == 0) {
         int null = open("/dev/null", O_WRONLY);
         dup2(null, 2);
-        execl(daemon, "airlock-vault", "--state-dir", state, "--egress-user", "0", "--log-level",
-              "warn", (char *)NULL);
+        /* As airlockd runs it: the egress role also needs the caller's executable (this
+         * benchmark plays airlock-egress), so the /proc/<pid>/exe check is in the numbers. */
+        char self[PATH_MAX];
+        if (!realpath("/proc/self/exe", self))
+            _exit(127);
+        execl(daemon, "airlock-vault", "--state-dir", state, "--egress-user", "0", "--egress-exe",
+              self, "--log-level", "warn", (char *)NULL);
         _exit(127);
     }
     int fd = -1;
@@ -260,7 +344,18 @@ int main(int argc, char **argv)
     }
     percentiles("socket_fetch", lat, (size_t)requests);
     double p99 = (double)lat[(size_t)((double)requests * 0.99)] / 1000.0;
-    emit("cache_saves_per_injection_us", (double)lat[requests / 2] / 1000.0, "us");
+    double socket_p50 = (double)lat[requests / 2] / 1000.0;
+#ifdef AIRLOCK_VAULT_INTERCEPT
+    if (bench__cache_hits(sock, lat, requests) < 0) {
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+        return 1;
+    }
+    percentiles("cache_hit", lat, (size_t)requests);
+    emit("cache_saves_per_injection_us", socket_p50 - (double)lat[requests / 2] / 1000.0, "us");
+#else
+    emit("cache_saves_per_injection_us", socket_p50, "us");
+#endif
     emit("target_p99_us", 200, "us");
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);

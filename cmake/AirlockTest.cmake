@@ -34,6 +34,7 @@ function(airlock_fuzz_target)
     target_compile_options(${T_NAME} PRIVATE -fsanitize=fuzzer,address,undefined)
     target_link_options(${T_NAME} PRIVATE -fsanitize=fuzzer,address,undefined)
     target_link_libraries(${T_NAME} PRIVATE ${T_LIBS})
+    set_property(GLOBAL APPEND PROPERTY AIRLOCK_FUZZ_TARGETS ${T_NAME})
   else()
     # Without libFuzzer the same entry point is driven over the seed corpus by a small
     # main (tests/lib/fuzz_main.c) and run as a regression test.

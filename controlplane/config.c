@@ -276,7 +276,8 @@ const struct al_cfg_field cp_config_fields[] = {
     {.key = "vault.args",
      .type = AL_CFG_STRLIST,
      .offset = F(vault_args),
-     .help = "extra arguments of airlock-vault"},
+     .help = "extra arguments of airlock-vault (when set, airlockd adds no --egress-user, "
+             "--egress-exe, --airlockd-user: give the roles here)"},
     {.key = "bin_dir",
      .type = AL_CFG_STR,
      .offset = F(bin_dir),

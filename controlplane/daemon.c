@@ -830,13 +830,23 @@ int cp_main(int argc, char **argv)
     if (have_vault && cp->cfg.vault != CP_TRI_OFF) {
         char *vargv[64] = {vault_bin, "--state-dir", cp->cfg.state_dir};
         size_t n = 3;
-        /* airlock-egress runs with airlockd's uid: give that uid the egress role (fetching
-         * values for injection) unless the operator configured the roles. Root can read the
-         * vault's key files anyway; separate users need airlock-egress run as its own user. */
+        /* Roles, unless the operator configured them (vault.args): airlock-egress runs with
+         * airlockd's uid, so that uid gets the egress role (fetching values for injection)
+         * only for a caller running this very airlock-egress binary (--egress-exe: the
+         * vault checks /proc/<pid>/exe of the peer). airlockd itself, and any other program
+         * of its uid (a root shell with curl), gets the metadata role (--airlockd-user) and,
+         * as root, the admin role: never values. Root can still read the vault's key file;
+         * docs/vault.md, "Who may read values", says what this does and does not protect. */
         static char uidarg[32];
         snprintf(uidarg, sizeof uidarg, "%u", (unsigned)geteuid());
         if (cp->cfg.vault_args.n == 0) {
-            vargv[n++] = "--egress-user";
+            if (run_egress) {
+                vargv[n++] = "--egress-user";
+                vargv[n++] = uidarg;
+                vargv[n++] = "--egress-exe";
+                vargv[n++] = egress_bin;
+            }
+            vargv[n++] = "--airlockd-user";
             vargv[n++] = uidarg;
         }
         for (size_t i = 0; i < cp->cfg.vault_args.n && n < 63; i++)

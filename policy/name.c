@@ -861,6 +861,78 @@ bool policy_pattern_match(const struct policy_pattern *p, const char *name, size
     return name__glob_match(p->glob, strlen(p->glob), name, pre);
 }
 
+/* ---- vault bound hosts ------------------------------------------------------------------ */
+
+int policy_bound_host_canon(const char *in, size_t len, bool psl,
+                            char out[POLICY_BOUND_HOST_MAX + 1], struct al_error *err)
+{
+    out[0] = '\0';
+    if (!in || len == 0)
+        return al_error_set(err, -EINVAL, "empty bound host");
+    if (!memchr(in, '*', len)) {
+        struct policy_host h;
+        int rc = policy_host_canon(in, len, &h, err);
+        if (rc)
+            return rc;
+        if (h.kind == POLICY_HOST_ADDR) {
+            if (h.zone[0])
+                return al_error_set(err, -EINVAL,
+                                    "'%.*s': an IPv6 zone id has no meaning for a bound host; "
+                                    "give the address alone",
+                                    (int)len, in);
+            memcpy(out, h.text, h.len + 1);
+            return 0;
+        }
+    }
+    struct policy_pattern pat;
+    int rc = policy_pattern_canon(in, len, &pat, err);
+    if (rc)
+        return rc;
+    if (psl && pat.kind == POLICY_PATTERN_EXACT && policy__is_public_suffix(pat.base, true))
+        return al_error_set(err, -EINVAL,
+                            "bound host is the public suffix %s (a top-level or registry domain "
+                            "such as com or co.uk), not a host (rule public_suffix): name the "
+                            "host itself",
+                            pat.base);
+    if (psl && pat.kind != POLICY_PATTERN_EXACT &&
+        (policy__is_public_suffix(pat.base, true) || policy__is_public_suffix(pat.base, false)))
+        return al_error_set(err, -EINVAL,
+                            "a wildcard bound host over the public suffix %s would release the "
+                            "secret to every site registered under it (rule "
+                            "wildcard_public_suffix): bind the secret to exact hosts, or to a "
+                            "wildcard under a registrable domain (e.g. *.example.%s)",
+                            pat.base, pat.base);
+    size_t tl = strlen(pat.text);
+    if (tl > POLICY_BOUND_HOST_MAX)
+        return al_error_set(err, -EINVAL, "bound host is too long");
+    memcpy(out, pat.text, tl + 1);
+    return 0;
+}
+
+bool policy_bound_host_match(const char *const *bound, size_t n, const char *host, size_t len)
+{
+    struct policy_host h;
+    if (n == 0 || !host || policy_host_canon(host, len, &h, NULL) != 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        const char *b = bound[i];
+        if (!b || !*b)
+            continue;
+        if (h.kind == POLICY_HOST_ADDR) {
+            /* Entries are canonical: an address entry is its canonical text. */
+            if (!strchr(b, '*') && strcmp(b, h.text) == 0)
+                return true;
+            continue;
+        }
+        struct policy_pattern pat;
+        if (policy_pattern_canon(b, strlen(b), &pat, NULL) != 0)
+            continue; /* an address entry (or one this build cannot read): never a name's */
+        if (policy_pattern_match(&pat, h.text, h.len))
+            return true;
+    }
+    return false;
+}
+
 /* ---- secret names --------------------------------------------------------------------- */
 
 bool policy_secret_name_valid(const char *name, size_t len)

@@ -116,6 +116,24 @@ int policy_pattern_canon(const char *in, size_t len, struct policy_pattern *out,
 /* Does canonical name (as from policy_host_canon) match the pattern? */
 bool policy_pattern_match(const struct policy_pattern *p, const char *name, size_t len);
 
+/* Bound hosts of a vault secret (docs/vault.md, "Bound hosts"): the hosts the egress proxy may
+ * send the secret to, checked by the vault and by the proxy with this one matcher. An entry is
+ * a host pattern as policies write it (api.github.com, *.example.com, **.example.com,
+ * api-*.example.com; IDNs as punycode) or an IP literal in any spelling (canonical text:
+ * "203.0.113.5", "2001:db8::1"). Refused, besides what policy_host_canon and
+ * policy_pattern_canon refuse: a wildcard over a public suffix (ICANN or private section of the
+ * PSL: *.co.uk, *.github.io; rule "wildcard_public_suffix") and a host that is an ICANN public
+ * suffix itself (rule "public_suffix"); psl false skips these two (re-reading stored entries,
+ * whose check must not change with the installed PSL). Writes the canonical text (at most
+ * POLICY_BOUND_HOST_MAX bytes) into out. Messages quote the rejected text in '...'. */
+#define POLICY_BOUND_HOST_MAX (POLICY_NAME_MAX + 8)
+int policy_bound_host_canon(const char *in, size_t len, bool psl, char out[POLICY_BOUND_HOST_MAX + 1],
+                            struct al_error *err);
+/* Is host (any spelling: it is canonicalised first) matched by one of the n canonical bound
+ * hosts? n == 0 matches nothing (callers decide what "not bound" means). A name never matches
+ * an address entry nor the reverse. */
+bool policy_bound_host_match(const char *const *bound, size_t n, const char *host, size_t len);
+
 /* Vault secret names: segments of [A-Za-z0-9._-] joined by '/', not starting with '.',
  * no empty, "." or ".." segments, at most 128 bytes: "github/token". */
 bool policy_secret_name_valid(const char *name, size_t len);

@@ -65,10 +65,12 @@ void vault_value_free(struct vault_value *v); /* wipes; safe on an empty value *
 /* Secret names are path-like: segments of [a-z0-9._-] (not starting with '.') separated by
  * single '/', at most 8 segments and VAULT_NAME_MAX bytes: "github/token". */
 int vault_name_check(const char *name, struct al_error *err);
-/* Bound hosts: lowercase DNS names ("api.github.com", trailing dot stripped) or "*.example.com"
- * (exactly one label). Canonicalises in place. */
-int vault_host_check(char *host, struct al_error *err);
-/* True if host (any case, optional trailing dot) is allowed by the patterns. */
+/* Bound hosts: the policy library's bound-host syntax (policy_bound_host_canon: host names,
+ * IDNs, wildcards as in policies, IP literals; no wildcard over a public suffix when psl).
+ * Canonicalises in place: host must have room for VAULT_HOST_MAX + 1 bytes. Messages never
+ * repeat the rejected text. psl false: re-reading stored entries (no PSL rules). */
+int vault_host_check(char *host, bool psl, struct al_error *err);
+/* True if host (any spelling) is allowed by the canonical patterns (policy_bound_host_match). */
 bool vault_host_allowed(const char *const *patterns, size_t n, const char *host);
 
 /* ---- secret ids ---------------------------------------------------------------------------- */
@@ -213,11 +215,23 @@ struct vault_roles {
     uid_t reader_uid;
     bool admin_group_set;
     gid_t admin_gid;
+    /* --egress-exe: the egress role also needs the peer process (SO_PEERCRED pid) to run this
+     * executable (/proc/<pid>/exe: same file, or the same path if it was replaced since), so
+     * that another program of the same uid (root's curl, airlockd) cannot read values. */
+    bool egress_exe_set;
+    dev_t egress_exe_dev;
+    ino_t egress_exe_ino;
+    char egress_exe[4096];
 };
 /* Parses "--egress-user", "--airlockd-user" (name or uid) and "--admin-group" (name or gid)
  * values into r. */
 int vault_roles_set_user(uid_t *uid, bool *set, const char *spec, struct al_error *err);
 int vault_roles_set_group(struct vault_roles *r, const char *spec, struct al_error *err);
+/* Sets r's egress executable (resolved to an absolute path; must be an executable file). */
+int vault_roles_set_egress_exe(struct vault_roles *r, const char *path, struct al_error *err);
+/* Does process pid run r's egress executable? True when none is configured. seen (may be
+ * NULL) receives what it runs, for the log ("?" when unreadable). */
+bool vault_roles_exe_ok(const struct vault_roles *r, pid_t pid, char *seen, size_t n);
 
 struct vault_peer {
     uid_t uid;

@@ -673,7 +673,7 @@ static int cli__put(struct cli *c, bool create)
             fprintf(stderr, "airlock vault: --bound-host #%zu is too long\n", i + 1);
             return 2;
         }
-        if (vault_host_check(h, &e)) {
+        if (vault_host_check(h, true, &e)) {
             fprintf(stderr, "airlock vault: --bound-host #%zu: %s\n", i + 1, al_error_str(&e));
             return 2;
         }

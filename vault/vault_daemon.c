@@ -31,7 +31,7 @@ struct daemon__ctx {
 static void daemon__usage(FILE *f)
 {
     fprintf(f, "usage: airlock-vault [--state-dir DIR] [--config FILE] [--egress-user USER]\n"
-               "                     [--airlockd-user USER] [--admin-group GROUP]\n"
+               "                     [--egress-exe PATH] [--airlockd-user USER] [--admin-group GROUP]\n"
                "                     [--passphrase-file F | --passphrase-fd N] [--socket PATH]\n"
                "                     [--socket-mode MODE] [--cache-max-age DURATION]\n"
                "                     [--log-level LEVEL] [--help-config]\n"
@@ -41,6 +41,9 @@ static void daemon__usage(FILE *f)
                "--help-config), the environment, then these flags.\n"
                "Roles (by the caller's uid, from SO_PEERCRED):\n"
                "  --egress-user      the egress proxy: may fetch values (for injection only)\n"
+               "  --egress-exe       ... and only when the caller runs this airlock-egress\n"
+               "                     binary (/proc/<pid>/exe; strongly advised when the\n"
+               "                     egress user is root or shared with other programs)\n"
                "  --airlockd-user    airlockd: may list names and metadata\n"
                "  --admin-group      members (and root) may create, rotate, delete and list\n"
                "Anyone else is refused, and every access is logged in <state>/" AL_DIR_VAULT
@@ -103,6 +106,7 @@ static int daemon__read_pass(const char *file, int fd, struct vault_value *v)
  * environment and then by flags. */
 struct daemon__cfg {
     char *egress_user;
+    char *egress_exe;
     char *airlockd_user;
     char *admin_group;
     uint64_t cache_max_age_ms;
@@ -117,6 +121,12 @@ static const struct al_cfg_field daemon__fields[] = {
      .offset = offsetof(struct daemon__cfg, egress_user),
      .env = "AIRLOCK_VAULT_EGRESS_USER",
      .help = "user (name or uid) of the egress proxy: may fetch values, for injection"},
+    {.key = "roles.egress_exe",
+     .type = AL_CFG_STR,
+     .offset = offsetof(struct daemon__cfg, egress_exe),
+     .env = "AIRLOCK_VAULT_EGRESS_EXE",
+     .help = "path of airlock-egress: the egress role also needs the caller to run it (so "
+             "another program of the egress user, e.g. a root shell, cannot read values)"},
     {.key = "roles.airlockd_user",
      .type = AL_CFG_STR,
      .offset = offsetof(struct daemon__cfg, airlockd_user),
@@ -155,6 +165,7 @@ static const struct {
     const char *key;
 } daemon__flags[] = {
     {"--egress-user", "roles.egress_user"},
+    {"--egress-exe", "roles.egress_exe"},
     {"--airlockd-user", "roles.airlockd_user"},
     {"--admin-group", "roles.admin_group"},
     {"--cache-max-age", "cache_max_age"},
@@ -248,6 +259,7 @@ int vault_daemon_main(int argc, char **argv)
          vault_roles_set_user(&roles.egress_uid, &roles.egress_set, cfg.egress_user, &e)) ||
         (cfg.airlockd_user &&
          vault_roles_set_user(&roles.reader_uid, &roles.reader_set, cfg.airlockd_user, &e)) ||
+        (cfg.egress_exe && vault_roles_set_egress_exe(&roles, cfg.egress_exe, &e)) ||
         (cfg.admin_group && vault_roles_set_group(&roles, cfg.admin_group, &e))) {
         fprintf(stderr, "airlock-vault: roles: %s\n", al_error_str(&e));
         al_config_free(daemon__fields, &cfg);
@@ -320,10 +332,11 @@ int vault_daemon_main(int argc, char **argv)
     uv_signal_start(&c.sigint, daemon__on_signal, SIGINT);
 
     json_t *start =
-        json_pack("{s:s,s:s,s:i,s:{s:I,s:I,s:I},s:{s:o,s:o,s:o},s:I}", "op", "daemon_start",
+        json_pack("{s:s,s:s,s:i,s:{s:I,s:I,s:I},s:{s:o,s:o,s:o,s:o},s:I}", "op", "daemon_start",
                   "result", "ok", "status", 200, "peer", "uid", (json_int_t)getuid(), "gid",
                   (json_int_t)getgid(), "pid", (json_int_t)getpid(), "config", "egress_uid",
-                  roles.egress_set ? json_integer(roles.egress_uid) : json_null(), "airlockd_uid",
+                  roles.egress_set ? json_integer(roles.egress_uid) : json_null(), "egress_exe",
+                  roles.egress_exe_set ? json_string(roles.egress_exe) : json_null(), "airlockd_uid",
                   roles.reader_set ? json_integer(roles.reader_uid) : json_null(), "admin_gid",
                   roles.admin_group_set ? json_integer(roles.admin_gid) : json_null(), "generation",
                   (json_int_t)vault_service_generation(svc));
@@ -334,6 +347,16 @@ int vault_daemon_main(int argc, char **argv)
             vault_store_catalog(store)->n, (unsigned long long)vault_service_generation(svc));
     if (!roles.egress_set)
         al_warn("vault: no --egress-user: nobody can fetch values (injection is off)");
+    else if (!roles.egress_exe_set && roles.egress_uid == 0)
+        al_warn("vault: the egress user is root and no --egress-exe is set: any root process "
+                "(a shell with curl) may read values; give --egress-exe PATH-OF-airlock-egress");
+    if (roles.egress_exe_set && geteuid() != 0)
+        al_warn("vault: --egress-exe needs /proc/<pid>/exe of the egress proxy, which only root "
+                "(or CAP_SYS_PTRACE) may read when it runs as another user: fetches will be "
+                "refused if it cannot");
+    if (roles.egress_set && roles.egress_exe_set)
+        al_info("vault: values go only to uid %u running %s", (unsigned)roles.egress_uid,
+                roles.egress_exe);
 
     uv_run(&c.loop, UV_RUN_DEFAULT);
 

@@ -310,7 +310,7 @@ static int file__secret(const json_t *j, struct vault_secret *s)
             return -EINVAL;
         char buf[VAULT_HOST_MAX + 3];
         snprintf(buf, sizeof buf, "%s", json_string_value(v));
-        if (vault_host_check(buf, NULL) != 0 || strcmp(buf, json_string_value(v)) != 0)
+        if (vault_host_check(buf, false, NULL) != 0 || strcmp(buf, json_string_value(v)) != 0)
             return -EINVAL;
         s->hosts[i] = strdup(buf);
         if (!s->hosts[i])

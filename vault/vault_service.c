@@ -18,8 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <unistd.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 
 /* What the user database says about a uid, cached: looking it up costs ~10 us per call and
@@ -131,13 +133,69 @@ static bool svc__in_group(uid_t uid, gid_t gid)
     return false;
 }
 
+int vault_roles_set_egress_exe(struct vault_roles *r, const char *path, struct al_error *err)
+{
+    char abs[PATH_MAX];
+    struct stat st;
+    if (!path || !*path)
+        return al_error_set(err, -EINVAL, "--egress-exe: give the path of airlock-egress");
+    if (!realpath(path, abs))
+        return al_error_set(err, -errno, "--egress-exe %s: %s", path, strerror(errno));
+    if (stat(abs, &st) != 0 || !S_ISREG(st.st_mode) || access(abs, X_OK) != 0)
+        return al_error_set(err, -EINVAL, "--egress-exe %s: not an executable file", abs);
+    if (strlen(abs) >= sizeof r->egress_exe)
+        return al_error_set(err, -ENAMETOOLONG, "--egress-exe: path too long");
+    snprintf(r->egress_exe, sizeof r->egress_exe, "%s", abs);
+    r->egress_exe_dev = st.st_dev;
+    r->egress_exe_ino = st.st_ino;
+    r->egress_exe_set = true;
+    return 0;
+}
+
+bool vault_roles_exe_ok(const struct vault_roles *r, pid_t pid, char *seen, size_t n)
+{
+    if (seen && n)
+        snprintf(seen, n, "?");
+    if (!r->egress_exe_set)
+        return true;
+    if (pid <= 0)
+        return false;
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/%d/exe", (int)pid);
+    struct stat st;
+    if (stat(proc, &st) == 0 && st.st_dev == r->egress_exe_dev && st.st_ino == r->egress_exe_ino)
+        return true;
+    /* Not the same file: the same path still counts when the binary was replaced (an upgrade
+     * while airlock-egress runs); the kernel then says "<path> (deleted)". Any other program,
+     * whoever runs it, is not the egress proxy. */
+    char link[PATH_MAX + 16];
+    ssize_t l = readlink(proc, link, sizeof link - 1);
+    if (l <= 0) {
+        if (seen && n)
+            snprintf(seen, n, "? (%s unreadable: %s%s)", proc, strerror(errno),
+                     errno == EACCES || errno == EPERM
+                         ? "; with --egress-exe airlock-vault must run as root or with "
+                           "CAP_SYS_PTRACE"
+                         : "");
+        return false;
+    }
+    link[l] = '\0';
+    if (seen && n)
+        snprintf(seen, n, "%s", link);
+    static const char del[] = " (deleted)";
+    size_t dl = sizeof del - 1;
+    if ((size_t)l > dl && strcmp(link + l - dl, del) == 0)
+        link[l - dl] = '\0';
+    return strcmp(link, r->egress_exe) == 0;
+}
+
 unsigned vault_roles_of(const struct vault_roles *r, const struct vault_peer *p)
 {
     unsigned m = 0;
     if (p->uid == 0 ||
         (r->admin_group_set && (p->gid == r->admin_gid || svc__in_group(p->uid, r->admin_gid))))
         m |= VAULT_ROLE_ADMIN;
-    if (r->egress_set && p->uid == r->egress_uid)
+    if (r->egress_set && p->uid == r->egress_uid && vault_roles_exe_ok(r, p->pid, NULL, 0))
         m |= VAULT_ROLE_EGRESS;
     if (r->reader_set && p->uid == r->reader_uid)
         m |= VAULT_ROLE_READER;
@@ -197,7 +255,7 @@ static unsigned svc__roles(struct vault_service *svc, const struct vault_peer *p
     if (p->uid == 0 ||
         (r->admin_group_set && (p->gid == r->admin_gid || svc__uid(svc, p->uid)->in_admin_group)))
         m |= VAULT_ROLE_ADMIN;
-    if (r->egress_set && p->uid == r->egress_uid)
+    if (r->egress_set && p->uid == r->egress_uid && vault_roles_exe_ok(r, p->pid, NULL, 0))
         m |= VAULT_ROLE_EGRESS;
     if (r->reader_set && p->uid == r->reader_uid)
         m |= VAULT_ROLE_READER;
@@ -307,8 +365,17 @@ static int svc__begin(struct vault_service *svc, const char *op, const struct va
             u->deny_count = 0;
         }
         if (++u->deny_count <= SVC__DENY_LOG_PER_S) {
-            char reason[256];
-            int n = snprintf(reason, sizeof reason, "%s is not allowed to %s", actor, op);
+            char reason[1024], seen[256];
+            int n;
+            if ((need & VAULT_ROLE_EGRESS) && svc->roles.egress_set &&
+                p->uid == svc->roles.egress_uid &&
+                !vault_roles_exe_ok(&svc->roles, p->pid, seen, sizeof seen))
+                n = snprintf(reason, sizeof reason,
+                             "%s has the egress proxy's uid, but pid %d runs %s, not the "
+                             "configured airlock-egress (%s): only that program may %s",
+                             actor, (int)p->pid, seen, svc->roles.egress_exe, op);
+            else
+                n = snprintf(reason, sizeof reason, "%s is not allowed to %s", actor, op);
             if (u->deny_suppressed && n > 0 && (size_t)n < sizeof reason)
                 snprintf(reason + n, sizeof reason - (size_t)n,
                          " (and %llu earlier refusals of this uid were not logged one by one)",
@@ -316,7 +383,7 @@ static int svc__begin(struct vault_service *svc, const char *op, const struct va
             if (svc__audit(svc, op, p, *roles, secret, 0, NULL, NULL, "denied", 403, reason))
                 return svc__error(out, 503, "the vault's access log cannot be written");
             u->deny_suppressed = 0;
-            al_warn("vault: refused %s to %s (pid %d)", op, actor, (int)p->pid);
+            al_warn("vault: refused %s: %s (pid %d)", op, reason, (int)p->pid);
         } else {
             u->deny_suppressed++;
         }

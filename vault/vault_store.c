@@ -550,7 +550,7 @@ static int store__validate_put(const struct vault_put *p, bool create, char ***h
                           : al_error_set(err, -ENOMEM, "out of memory");
             } else {
                 snprintf(h[i], VAULT_HOST_MAX + 3, "%s", p->hosts[i]);
-                rc = vault_host_check(h[i], err);
+                rc = vault_host_check(h[i], true, err);
             }
             if (rc) {
                 for (size_t k = 0; k <= i; k++)

@@ -457,6 +457,13 @@ static int sb_cli__exec(int argc, char **argv)
                                          {"timeout", required_argument, NULL, 't'},
                                          {NULL, 0, NULL, 0}};
     int c;
+    /* The ID first, as the usage shows it (exec ID [options] -- CMD), or after the options. */
+    const char *id = NULL;
+    if (argc > 1 && argv[1][0] != '-') {
+        id = argv[1];
+        argv++;
+        argc--;
+    }
     optind = 1;
     while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
         if (c == 'u')
@@ -473,13 +480,14 @@ static int sb_cli__exec(int argc, char **argv)
             return 2;
         }
     }
-    if (optind + 1 >= argc) {
+    if (!id && optind < argc)
+        id = argv[optind++];
+    if (!id) {
         json_decref(env);
         sb_cli__usage(stderr);
         return 2;
     }
-    const char *id = argv[optind++];
-    if (strcmp(argv[optind], "--") == 0)
+    if (optind < argc && strcmp(argv[optind], "--") == 0)
         optind++;
     if (optind >= argc) {
         json_decref(env);

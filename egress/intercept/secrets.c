@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "intercept.h"
+#include "policy/policy.h"
 
 #define BODY_MAX     (256 * 1024)
 #define CHANGES_RING 1024
@@ -78,7 +79,10 @@ struct intercept_secret *intercept_secret_new(const char *name, const void *valu
     s->value = si->mem;
     s->len = len;
     for (size_t i = 0; i < n_bound; i++) {
-        if (!(s->bound_hosts[i] = strdup(bound_hosts[i])))
+        char canon[POLICY_BOUND_HOST_MAX + 1];
+        if (!bound_hosts[i] ||
+            policy_bound_host_canon(bound_hosts[i], strlen(bound_hosts[i]), false, canon, NULL) ||
+            !(s->bound_hosts[i] = strdup(canon)))
             goto fail;
         s->n_bound++;
     }
@@ -98,18 +102,9 @@ bool intercept_secret_bound_to(const struct intercept_secret *s, const char *hos
 {
     if (s->n_bound == 0)
         return true;
-    size_t hl = strlen(host);
-    for (size_t i = 0; i < s->n_bound; i++) {
-        const char *p = s->bound_hosts[i];
-        if (p[0] == '*' && p[1] == '.') {
-            size_t bl = strlen(p + 1); /* ".example.com" */
-            if (hl > bl && strcasecmp(host + hl - bl, p + 1) == 0 && !memchr(host, '.', hl - bl))
-                return true;
-        } else if (strcasecmp(p, host) == 0) {
-            return true;
-        }
-    }
-    return false;
+    /* The policy library's one matcher (the vault checks with the same one). */
+    return host && policy_bound_host_match((const char *const *)s->bound_hosts, s->n_bound, host,
+                                           strlen(host));
 }
 
 /* ---- the shared cache ------------------------------------------------------------------- */
@@ -602,15 +597,13 @@ static struct intercept_secret *fetch__parse(struct intercept_secrets *s, struct
     json_t *h;
     json_array_foreach(hosts, i, h) {
         const char *hs = json_string_value(h);
-        if (!hs || !*hs || strlen(hs) > 253 || !(sec->bound_hosts[sec->n_bound] = strdup(hs)))
+        char canon[POLICY_BOUND_HOST_MAX + 1];
+        /* The vault stored it canonical; canonicalise again (no PSL rules: the vault decided
+         * those when the secret was written) so that matching never sees raw text. */
+        if (!hs || policy_bound_host_canon(hs, strlen(hs), false, canon, NULL) != 0 ||
+            !(sec->bound_hosts[sec->n_bound] = strdup(canon)))
             goto bad;
-        char *t = sec->bound_hosts[sec->n_bound++];
-        for (char *q = t; *q; q++)
-            if (*q >= 'A' && *q <= 'Z')
-                *q = (char)(*q + 32);
-        size_t tl = strlen(t);
-        if (tl > 1 && t[tl - 1] == '.')
-            t[tl - 1] = 0;
+        sec->n_bound++;
     }
     uint64_t max_age = json_is_integer(age) && json_integer_value(age) > 0 ? (uint64_t)json_integer_value(age) : 0;
     if (max_age == 0 || max_age > s->max_age_cap_ms)

@@ -54,14 +54,16 @@ struct intercept_secret {
     uint64_t fetched_ns, expires_ns;   /* monotonic */
 };
 /* A secret built in memory (tests, benchmarks, tools): value copied into guarded memory,
- * matcher built, no expiry. NULL on ENOMEM. */
+ * matcher built, no expiry; bound hosts canonicalised (policy_bound_host_canon). NULL on ENOMEM
+ * or an invalid bound host. */
 struct intercept_secret *intercept_secret_new(const char *name, const void *value, size_t len,
                                               const char *secret_id, uint32_t version,
                                               const char *const *bound_hosts, size_t n_bound);
 struct intercept_secret *intercept_secret_ref(struct intercept_secret *s);
 void intercept_secret_unref(struct intercept_secret *s); /* NULL is fine; wipes the value */
-/* May the value go toward host (canonical)? Bound hosts are exact names or one-label
- * wildcards ("*.example.com"); none bound = any host. */
+/* May the value go toward host? Bound hosts are policy host patterns or IP literals, matched by
+ * the policy library (policy_bound_host_match, the same matcher the vault uses); none bound =
+ * any host. */
 bool intercept_secret_bound_to(const struct intercept_secret *s, const char *host);
 
 struct intercept_secrets_opts {

@@ -71,6 +71,7 @@ struct intercept_session {
     bool done_called;
     const char *end_why;
     char end_detail[320];
+    char fail_detail[320]; /* the explanation of a failed request's error code (audit) */
 
     /* The sandbox side. */
     int cfd;
@@ -305,6 +306,8 @@ static void sess__audit_request(struct intercept_session *s, const char *decisio
         json_object_set_new(r, "status", json_integer(s->status));
     if (error)
         json_object_set_new(r, "error", json_string(error));
+    if (error && s->fail_detail[0])
+        json_object_set_new(r, "error_detail", json_string(s->fail_detail));
     if (s->info.websocket)
         json_object_set_new(r, "websocket", json_true());
     json_object_set_new(r, "bytes_up", json_integer((json_int_t)s->req_body));
@@ -413,8 +416,11 @@ static void sess__fail(struct intercept_session *s, int status, const char *erro
                        const char *detail)
 {
     s->status = status;
+    /* error: the code (upstream_certificate_invalid, ...), error_detail: what exactly. */
+    snprintf(s->fail_detail, sizeof s->fail_detail, "%s", detail && strcmp(detail, why) ? detail : "");
     sess__audit_request(s, s->d.would_deny ? "would_deny" : "allow", s->d.reason < POLICY_R__COUNT ?
-                        policy_reason_code(s->d.reason) : "", detail && *detail ? detail : why);
+                        policy_reason_code(s->d.reason) : "", why);
+    s->fail_detail[0] = '\0';
     if (!s->resp_started) {
         sess__answer(s, status, error, why);
     } else {

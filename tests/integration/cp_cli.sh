@@ -38,6 +38,10 @@ al_ok "pause" cp_cli sandbox pause "$SB"
 al_match "ls shows it paused" "$SB +base +paused" cp_cli sandbox ls
 al_ok "resume" cp_cli sandbox resume "$SB" --timeout 120
 al_match "exec after resume" '^again$' cp_cli sandbox exec "$SB" -- echo again
+al_match "exec: options after the ID, as the usage shows" '^/tmp v$' \
+  cp_cli sandbox exec "$SB" --cwd /tmp --env V=v -- 'echo $(pwd) $V'
+al_match "exec: options before the ID" '^/tmp w$' \
+  cp_cli sandbox exec --cwd /tmp --env V=w "$SB" -- 'echo $(pwd) $V'
 al_ok "kill" cp_cli sandbox kill "$SB"
 al_fail "kill again: not found" cp_cli sandbox kill "$SB"
 # Failures: exit status 1 and a message that says why.

@@ -148,6 +148,42 @@ r = requests.get("https://api.github.test/user", timeout=20)
 str(r.status_code) + " " + r.json().get("login")'
 al_match "the upstream got it every time" "Bearer $TOKEN" cat "$AL_TMP/https.log"
 
+al_note "role separation: only airlock-egress reads values, not root nor airlockd (same uid)"
+# airlockd runs airlock-egress with its own uid (root here) and starts airlock-vault with
+# --egress-user <that uid> --egress-exe <airlock-egress> --airlockd-user <that uid>: a root
+# shell asking the vault's socket for the value is refused and logged, while injection (the
+# proxy fetched the token above) works.
+VSOCK="$CP_STATE/run/vault.sock"
+FETCH_BODY='{"name":"github/token","sandbox":"'"$SB"'","rule":"github-api","host":"api.github.test"}'
+vault_curl() { curl -sS -m 10 --unix-socket "$VSOCK" -w '\nHTTP %{http_code}\n' "$@"; }
+al_match "POST /v1/fetch from a root shell (curl): 403, the vault is write-only for it" \
+  'HTTP 403' vault_curl -X POST -H 'Content-Type: application/json' -d "$FETCH_BODY" http://vault/v1/fetch
+ANS=$(vault_curl -X POST -H 'Content-Type: application/json' -d "$FETCH_BODY" http://vault/v1/fetch 2>&1)
+al_match "... it says why" 'write-only' printf '%s\n' "$ANS"
+al_fail "... and the answer holds no value" bash -c 'grep -qE "$1" <<<"$2"' _ "$TOKEN|value_b64" "$ANS"
+al_match "whoami from root: admin and airlockd (metadata), not egress" \
+  '"roles": *\[ *"admin", *"airlockd" *\]' vault_curl http://vault/v1/whoami
+al_match "... root may still list names and metadata" '"name": *"github/token"' \
+  vault_curl http://vault/v1/secrets
+# vault_fetches RESULT: the access log's fetch records with that result (the log is written
+# by a group-commit thread: wait up to 5 s for the last one to reach the file).
+vault_fetches() {
+  local i out
+  for i in $(seq 50); do
+    out=$(grep -rhaE '"op": *"fetch"' "$CP_STATE/vault/audit" | grep -E "\"result\": *\"$1\"")
+    [ -n "$out" ] && grep -q "$2" <<<"$out" && break
+    sleep 0.1
+  done
+  printf '%s\n' "$out"
+}
+al_match "the refused fetch is in the vault's access log, with why" \
+  '"roles": *\["admin", *"airlockd"\].*not the configured airlock-egress' \
+  vault_fetches denied 'not the configured airlock-egress'
+al_match "the proxy's fetches are logged with the egress role, ok" '"roles": *\[[^]]*"egress"' \
+  vault_fetches ok egress
+al_match "injection still works after the refusal" '"login": *"octocat"' \
+  run "$SB" 'curl -sS -m 20 https://api.github.test/user'
+
 al_note "reflection: a host that echoes the request's headers"
 al_match "the echo comes back with the token scrubbed" '"Authorization": *"Bearer REDACTED' \
   run "$SB" 'curl -sS -m 20 https://echo.test/echo'

@@ -39,6 +39,10 @@ rules:
   - name: echo
     hosts: [echo.test]
     tls: inspect
+  - name: rogue
+    hosts: [echo.test]
+    ports: [8443]
+    tls: inspect
   - name: plain
     hosts: [plain.test]
     scheme: http
@@ -97,6 +101,29 @@ ew_note "plain HTTP where the rule allows injecting"
 ew_match "the token goes over plain HTTP only for allow_plaintext_inject" '"ok": *true' \
   ew_curl 1 -H 'X-Token: mine' http://plain.test/plain
 ew_audit_has "audited as http" type=http_request proto=http rule=plain inject.0.outcome=injected
+
+ew_note "plain HTTP toward a rule that injects over TLS only (CubeSandbox #1410)"
+ew_match "http://api.github.test: refused (an injecting rule is https only)" '"reason": *"scheme_not_allowed"(.|\n)*HTTP 403' \
+  iw_curl 1 -H 'Authorization: Bearer sandbox-plain' http://api.github.test/user-plain
+ew_fail "the upstream never saw the token over plain HTTP" \
+  bash -c "grep -F 'user-plain' '$EW_TMP/iwplain.log' | grep -qF '$IW_TOKEN'"
+ew_fail "... nor the sandbox's own copy" \
+  bash -c "grep -F 'user-plain' '$EW_TMP/iwplain.log' | grep -qF 'sandbox-plain'"
+ew_audit_has "audited" type=http_request proto=http decision=deny reason=scheme_not_allowed \
+  rule=github-api path=/user-plain
+
+ew_note "an upstream whose certificate does not verify"
+(cd "$EW_TMP" && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+  -subj "/CN=echo.test" -addext "subjectAltName=DNS:echo.test" -days 2 \
+  -keyout rogue.key -out rogue.pem 2>/dev/null)
+ew_bg rogue ip netns exec "$(ew_ns up)" python3 "$IW_FAKE" upstream --listen 203.0.113.20:8443 \
+  --cert "$EW_TMP/rogue.pem" --key "$EW_TMP/rogue.key" --token "$IW_TOKEN"
+ew_wait_line rogue LISTEN
+ew_match "a self-signed upstream: 502 upstream_certificate_invalid" \
+  'upstream_certificate_invalid(.|\n)*HTTP 502' iw_curl 1 https://echo.test:8443/rogue
+ew_audit_has "audited with the code and what failed" type=http_request rule=rogue status=502 \
+  error=upstream_certificate_invalid 'error_detail=/does not verify/'
+ew_fail "the request never reached the rogue upstream" grep -q '/rogue' "$EW_TMP/rogue.log"
 
 ew_note "the auditor never sees the value"
 ew_audit_sync

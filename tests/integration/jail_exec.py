@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """tests/integration/jail_exec.py: run a command in a jail sandbox through its agent socket.
 
-  jail_exec.py SOCKET [--user U] [--timeout S] [--token T] [--discard] -- COMMAND
+  jail_exec.py SOCKET [--user U] [--timeout S] [--token T] [--discard] [--stall S] -- COMMAND
 
 Speaks to whichever agent runs as PID 1: the real airlock-agent (envd Connect-RPC
 process.Process/Start, JSON codec, over the unix socket) or the tests' stand-in
 (jail_testinit: POST /run). Prints the command's output (stdout and stderr interleaved as
 they arrive) and exits with its exit status (128+N when killed by signal N). --discard
-counts the output instead of printing it (for floods). Exit 125 = could not talk to the
-agent at all.
+counts the output instead of printing it (for floods). --stall S stops reading for S
+seconds after the first output (a slow client: the agent must hold back, not buffer).
+Exit 125 = could not talk to the agent at all.
 """
 import argparse
 import base64
@@ -69,7 +70,15 @@ def via_envd(a, conn, counter):
         sys.stderr.write("jail_exec: agent answered %d: %s\n" % (r.status, r.read(2000)))
         return 125
     code = None
+    import time
     while True:
+        if a.stall and counter[0] > 0:
+            sys.stderr.write("jail_exec: stalled after %d bytes\n" % counter[0])
+            sys.stderr.flush()
+            time.sleep(a.stall)
+            a.stall = 0
+            sys.stderr.write("jail_exec: reading again\n")
+            sys.stderr.flush()
         hdr = r.read(5)
         if len(hdr) < 5:
             break
@@ -107,6 +116,7 @@ def main():
     p.add_argument("--timeout", type=float, default=60)
     p.add_argument("--token", default="")
     p.add_argument("--discard", action="store_true")
+    p.add_argument("--stall", type=float, default=0)
     argv = sys.argv[1:]
     if "--" not in argv:
         p.error("separate the command with --")

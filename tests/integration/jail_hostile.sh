@@ -199,6 +199,25 @@ else
 fi
 rss1=$(awk '/VmRSS/ {print $2}' "/proc/$vmm/status")
 [ "$rss1" -le $((rss0 + 16384)) ] || fail "airlock-vmm grew from $rss0 to $rss1 KiB during the flood"
+if [ "$AGENT_KIND" != testinit ]; then
+  # A client that stops reading a flood: the agent holds the process back (its pipe fills)
+  # instead of buffering; its memory stays put, and everything arrives once reading resumes.
+  apid=$(jail_agent_pid a-flood)
+  arss0=$(awk '/VmRSS/ {print $2}' "/proc/$apid/status")
+  python3 "$JAIL_EXEC" "$(jail_sock a-flood)" --user user --token "$TOKEN" --timeout 120 \
+    --discard --stall 6 -- 'head -c 100000000 /dev/zero | tr "\0" "x"' \
+    >/dev/null 2>"$T/stall.err" &
+  stall_pid=$!
+  for _ in $(seq 100); do grep -q 'stalled after' "$T/stall.err" && break; sleep 0.05; done
+  sleep 3
+  arss1=$(awk '/VmRSS/ {print $2}' "/proc/$apid/status")
+  wait "$stall_pid" || fail "the stalled flood failed: $(cat "$T/stall.err")"
+  sbytes=$(awk '/bytes of output/ {print $2}' "$T/stall.err")
+  [ "$sbytes" -eq 100000000 ] || fail "after a stalled client, 100 MB arrived as $sbytes bytes"
+  [ "$arss1" -le $((arss0 + 32768)) ] ||
+    fail "the agent grew from $arss0 to $arss1 KiB while its client did not read (no backpressure)"
+  ok "a client that stops reading: the agent's RSS $arss0 -> $arss1 KiB while stalled, all 100 MB delivered after"
+fi
 neighbour_ok "stdout flood"
 stop_a a-flood
 ok "stdout flood: 200 MB streamed ($bytes bytes delivered), airlock-vmm RSS $rss0 -> $rss1 KiB, logs bounded"

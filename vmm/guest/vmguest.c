@@ -248,16 +248,16 @@ int agent_vm_apply(struct agent *a, const struct agent_vm_init *v, struct al_err
         int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
         if (fd < 0)
             return al_error_set(err, -errno, "init: cannot open /dev/urandom: %s", strerror(errno));
-        struct {
-            struct rand_pool_info info;
-            uint8_t buf[VMG_SEED_MAX];
-        } req;
-        req.info.entropy_count = (int)(v->seed_len * 8);
-        req.info.buf_size = (int)v->seed_len;
-        memcpy(req.buf, v->seed, v->seed_len);
-        int r = ioctl(fd, RNDADDENTROPY, &req);
+        /* struct rand_pool_info ends in a flexible array: the seed follows it in one buffer
+         * (a struct wrapping it would be a GNU extension, which clang refuses). */
+        _Alignas(struct rand_pool_info) uint8_t req[sizeof(struct rand_pool_info) + VMG_SEED_MAX];
+        struct rand_pool_info *info = (struct rand_pool_info *)req;
+        info->entropy_count = (int)(v->seed_len * 8);
+        info->buf_size = (int)v->seed_len;
+        memcpy(req + sizeof(struct rand_pool_info), v->seed, v->seed_len);
+        int r = ioctl(fd, RNDADDENTROPY, req);
         int e = errno;
-        sodium_memzero(&req, sizeof req);
+        sodium_memzero(req, sizeof req);
         if (r == 0 && ioctl(fd, RNDRESEEDCRNG) < 0)
             r = -1, e = errno;
         close(fd);

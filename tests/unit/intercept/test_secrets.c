@@ -17,6 +17,7 @@
 #include "al_test.h"
 #include "common/http.h"
 #include "common/util.h"
+#include "common/cleanup.h"
 #include "egress/intercept/secrets.h"
 
 /* ---- a fake vault ----------------------------------------------------------------------- */
@@ -623,6 +624,41 @@ START_TEST(bound_host_patterns)
 }
 END_TEST
 
+/* The proxy's check is the policy library's matcher, the same one the vault uses: IDNs, IP
+ * literals in any spelling, and every wildcard form of the policy language. */
+START_TEST(bound_hosts_match_like_the_policy)
+{
+    const char *b[] = {"B\xc3\x9c" "CHER.example.", "0xcb.0.113.5", "[2001:DB8::1]",
+                       "**.deep.test", "api-*.example.test"};
+    struct intercept_secret *s =
+        intercept_secret_new("svc/key", "value-1", 7, "b2k:x", 1, b, AL_ARRAY_SIZE(b));
+    ck_assert_ptr_nonnull(s);
+    /* stored canonical, as the vault stores them */
+    ck_assert_str_eq(s->bound_hosts[0], "xn--bcher-kva.example");
+    ck_assert_str_eq(s->bound_hosts[1], "203.0.113.5");
+    ck_assert_str_eq(s->bound_hosts[2], "2001:db8::1");
+    ck_assert(intercept_secret_bound_to(s, "xn--bcher-kva.example"));
+    ck_assert(intercept_secret_bound_to(s, "b\xc3\xbc" "cher.example"));
+    ck_assert(!intercept_secret_bound_to(s, "bucher.example"));
+    ck_assert(intercept_secret_bound_to(s, "203.0.113.5"));
+    ck_assert(intercept_secret_bound_to(s, "3405803781")); /* 203.0.113.5 as one number */
+    ck_assert(!intercept_secret_bound_to(s, "203.0.113.50"));
+    ck_assert(intercept_secret_bound_to(s, "2001:db8:0:0:0:0:0:1"));
+    ck_assert(!intercept_secret_bound_to(s, "2001:db8::2"));
+    ck_assert(intercept_secret_bound_to(s, "a.b.deep.test"));
+    ck_assert(!intercept_secret_bound_to(s, "deep.test"));
+    ck_assert(intercept_secret_bound_to(s, "api-v2.example.test"));
+    ck_assert(!intercept_secret_bound_to(s, "www.example.test"));
+    ck_assert(!intercept_secret_bound_to(s, "a.api-v2.example.test"));
+    ck_assert(!intercept_secret_bound_to(s, ""));
+    ck_assert(!intercept_secret_bound_to(s, "bad host"));
+    intercept_secret_unref(s);
+    /* an entry the policy language cannot read is refused, not matched loosely */
+    const char *bad[] = {"a*b.*.example.test"};
+    ck_assert_ptr_null(intercept_secret_new("svc/key", "value-1", 7, "b2k:x", 1, bad, 1));
+}
+END_TEST
+
 /* ---- against the real daemon ------------------------------------------------------------ */
 
 static void bin_path(char *out, size_t len, const char *name)
@@ -727,6 +763,7 @@ static Suite *suite(void)
     tcase_add_test(tc, cancel_means_no_callback);
     tcase_add_test(tc, race_with_change_not_cached);
     tcase_add_test(tc, bound_host_patterns);
+    tcase_add_test(tc, bound_hosts_match_like_the_policy);
     tcase_add_test(tc, real_vault_daemon);
     suite_add_tcase(s, tc);
     return s;

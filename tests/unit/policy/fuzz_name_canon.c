@@ -35,6 +35,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         policy_pattern_match(&pat, "a.b.example.com", 15);
     }
+    /* Vault bound hosts: canonical forms are fixed points and match themselves (an address
+     * entry matches its address, a name entry the name it names). */
+    char bh[POLICY_BOUND_HOST_MAX + 1];
+    if (policy_bound_host_canon(s, size, false, bh, &err) == 0) {
+        char bh2[POLICY_BOUND_HOST_MAX + 1];
+        if (policy_bound_host_canon(bh, strlen(bh), false, bh2, NULL) != 0 || strcmp(bh, bh2) != 0)
+            abort();
+        const char *list[1] = {bh};
+        if (!strchr(bh, '*') && !policy_bound_host_match(list, 1, bh, strlen(bh)))
+            abort();
+        policy_bound_host_match(list, 1, "a.b.example.com", 15);
+        policy_bound_host_canon(s, size, true, bh2, NULL);
+    }
     char path[POLICY_PATH_MAX + 1];
     if (policy_path_normalize(s, size, path, sizeof path, &err) == 0) {
         char again[POLICY_PATH_MAX + 1];

@@ -367,6 +367,39 @@ START_TEST(patterns_invalid)
 }
 END_TEST
 
+/* Vault bound hosts (policy_bound_host_*): the one canonicaliser for the vault and the proxy. */
+START_TEST(bound_hosts)
+{
+    struct al_error e = {0};
+    char out[POLICY_BOUND_HOST_MAX + 1];
+    ck_assert_int_eq(policy_bound_host_canon("API.Example.COM.", 16, true, out, &e), 0);
+    ck_assert_str_eq(out, "api.example.com");
+    ck_assert_int_eq(policy_bound_host_canon("0x7f.1", 6, true, out, &e), 0);
+    ck_assert_str_eq(out, "127.0.0.1");
+    ck_assert_int_eq(policy_bound_host_canon("[::FFFF:1.2.3.4]", 16, true, out, &e), 0);
+    ck_assert_int_eq(policy_bound_host_canon("fe80::1%eth0", 12, true, out, &e), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.msg, "zone"));
+    ck_assert_int_eq(policy_bound_host_canon("*.co.uk", 7, true, out, &e), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.msg, "wildcard_public_suffix"));
+    ck_assert_int_eq(policy_bound_host_canon("*.co.uk", 7, false, out, &e), 0);
+    ck_assert_int_eq(policy_bound_host_canon("**.blogspot.com", 15, true, out, &e), -EINVAL);
+    ck_assert_int_eq(policy_bound_host_canon("uk", 2, true, out, &e), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(e.msg, "public_suffix"));
+    ck_assert_int_eq(policy_bound_host_canon("*.example.co.uk", 15, true, out, &e), 0);
+    ck_assert_int_eq(policy_bound_host_canon("", 0, true, out, &e), -EINVAL);
+
+    const char *b[] = {"127.0.0.1", "*.example.co.uk", "api.example.com"};
+    ck_assert(policy_bound_host_match(b, 3, "2130706433", 10)); /* 127.0.0.1 */
+    ck_assert(policy_bound_host_match(b, 3, "a.example.co.uk", 15));
+    ck_assert(!policy_bound_host_match(b, 3, "example.co.uk", 13));
+    ck_assert(policy_bound_host_match(b, 3, "API.example.com.", 16));
+    ck_assert(!policy_bound_host_match(b, 3, "127.0.0.2", 9));
+    ck_assert(!policy_bound_host_match(b, 0, "api.example.com", 15)); /* none: no match */
+    const char *a[] = {"127.0.0.1"};
+    ck_assert(!policy_bound_host_match(a, 1, "localhost", 9)); /* names never match addresses */
+}
+END_TEST
+
 START_TEST(secret_names)
 {
     const char *good[] = {"github/token", "a", "A.b-c_d/e", "team/ci/npm-token", "x.y", NULL};
@@ -494,6 +527,7 @@ static Suite *name_suite(void)
     tcase_add_test(tp, patterns_match_and_never_overmatch);
     tcase_add_test(tp, patterns_invalid);
     tcase_add_test(tp, secret_names);
+    tcase_add_test(tp, bound_hosts);
     tcase_add_test(tp, paths_normalise_or_refuse);
     tcase_add_test(tp, paths_match_patterns);
     suite_add_tcase(s, tp);

@@ -4,6 +4,7 @@
  * and that no value ever reaches a log, an error or a core file. */
 #include "al_test.h"
 #include "common/auditlog.h"
+#include "common/cleanup.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "vault/vault.h"
@@ -169,14 +170,14 @@ START_TEST(names_and_hosts)
 
     char h1[] = "API.GitHub.com.", h2[] = "*.example.com", h3[] = "host:443", h4[] = "*.com",
          h5[] = "-bad.com";
-    ck_assert_int_eq(vault_host_check(h1, &e), 0);
+    ck_assert_int_eq(vault_host_check(h1, true, &e), 0);
     ck_assert_str_eq(h1, "api.github.com");
-    ck_assert_int_eq(vault_host_check(h2, &e), 0);
-    ck_assert_int_eq(vault_host_check(h3, &e), -EINVAL);
+    ck_assert_int_eq(vault_host_check(h2, true, &e), 0);
+    ck_assert_int_eq(vault_host_check(h3, true, &e), -EINVAL);
     ck_assert_ptr_nonnull(strstr(e.msg, "port"));
     ck_assert_ptr_null(strstr(e.msg, "host:443"));
-    ck_assert_int_eq(vault_host_check(h4, &e), -EINVAL);
-    ck_assert_int_eq(vault_host_check(h5, &e), -EINVAL);
+    ck_assert_int_eq(vault_host_check(h4, true, &e), -EINVAL);
+    ck_assert_int_eq(vault_host_check(h5, true, &e), -EINVAL);
 
     const char *pats[] = {"api.github.com", "*.example.com"};
     ck_assert(vault_host_allowed(pats, 2, "api.github.com"));
@@ -188,6 +189,76 @@ START_TEST(names_and_hosts)
     ck_assert(!vault_host_allowed(pats, 2, "api.github.com.evil.net"));
     ck_assert(!vault_host_allowed(pats, 2, "github.com"));
     ck_assert(!vault_host_allowed(pats, 2, ""));
+}
+END_TEST
+
+/* Bound hosts go through the policy library's canonicaliser and matcher (issue 2): IDNs, IP
+ * literals in any spelling, the policy's wildcard forms, and no wildcard over a public suffix. */
+START_TEST(bound_hosts_use_the_policy_canonicaliser)
+{
+    struct al_error e = {0};
+    struct {
+        const char *in, *want;
+    } ok[] = {
+        {"b\xc3\xbc" "cher.example", "xn--bcher-kva.example"},
+        {"API.GitHub.com.", "api.github.com"},
+        {"203.0.113.5", "203.0.113.5"},
+        {"0xcb.0.113.5", "203.0.113.5"},
+        {"[2001:DB8::1]", "2001:db8::1"},
+        {"2001:db8:0:0::1", "2001:db8::1"},
+        {"**.example.com", "**.example.com"},
+        {"api-*.example.com", "api-*.example.com"},
+        {"*.Example.co.uk", "*.example.co.uk"},
+    };
+    for (size_t i = 0; i < AL_ARRAY_SIZE(ok); i++) {
+        char h[VAULT_HOST_MAX + 3];
+        snprintf(h, sizeof h, "%s", ok[i].in);
+        ck_assert_msg(vault_host_check(h, true, &e) == 0, "%s: %s", ok[i].in, e.msg);
+        ck_assert_str_eq(h, ok[i].want);
+    }
+    /* public suffixes: the rule is named, and a stored entry still reads back (psl false) */
+    struct {
+        const char *in, *rule;
+    } psl[] = {{"*.co.uk", "wildcard_public_suffix"},
+               {"**.com", "wildcard_public_suffix"},
+               {"api-*.co.uk", "wildcard_public_suffix"},
+               {"*.github.io", "wildcard_public_suffix"}, /* PSL private section too */
+               {"co.uk", "rule public_suffix"}};
+    for (size_t i = 0; i < AL_ARRAY_SIZE(psl); i++) {
+        char h[VAULT_HOST_MAX + 3];
+        snprintf(h, sizeof h, "%s", psl[i].in);
+        ck_assert_int_eq(vault_host_check(h, true, &e), -EINVAL);
+        ck_assert_msg(strstr(e.msg, psl[i].rule), "%s: %s", psl[i].in, e.msg);
+        snprintf(h, sizeof h, "%s", psl[i].in);
+        ck_assert_int_eq(vault_host_check(h, false, &e), 0);
+    }
+    /* invalid: the message says why and never repeats the text */
+    const char *bad[] = {"a*b.*.example.com", "*", "ex_ample.com", "fe80::1%eth0", "1.2.3.4:80",
+                         "ghp_pasted:value"};
+    for (size_t i = 0; i < AL_ARRAY_SIZE(bad); i++) {
+        char h[VAULT_HOST_MAX + 3];
+        snprintf(h, sizeof h, "%s", bad[i]);
+        ck_assert_msg(vault_host_check(h, true, &e) == -EINVAL, "%s accepted", bad[i]);
+        ck_assert_msg(strlen(bad[i]) < 2 || !strstr(e.msg, bad[i]), "%s echoed: %s", bad[i], e.msg);
+    }
+    ck_assert_ptr_null(strstr(e.msg, "ghp_"));
+
+    /* matching: the same as the policy's (the proxy uses the same function) */
+    const char *pats[] = {"xn--bcher-kva.example", "203.0.113.5", "2001:db8::1",
+                          "**.deep.example", "api-*.example.com"};
+    ck_assert(vault_host_allowed(pats, 5, "B\xc3\x9c" "CHER.example"));
+    ck_assert(vault_host_allowed(pats, 5, "xn--bcher-kva.example."));
+    ck_assert(vault_host_allowed(pats, 5, "203.0.113.5"));
+    ck_assert(vault_host_allowed(pats, 5, "0313.0.113.5")); /* octal spelling */
+    ck_assert(vault_host_allowed(pats, 5, "[2001:db8:0::1]"));
+    ck_assert(!vault_host_allowed(pats, 5, "203.0.113.6"));
+    ck_assert(vault_host_allowed(pats, 5, "a.b.deep.example"));
+    ck_assert(!vault_host_allowed(pats, 5, "deep.example"));
+    ck_assert(vault_host_allowed(pats, 5, "api-v2.example.com"));
+    ck_assert(!vault_host_allowed(pats, 5, "web.example.com"));
+    ck_assert(!vault_host_allowed(pats, 5, "x.api-v2.example.com"));
+    ck_assert(!vault_host_allowed(pats, 5, "bucher.example"));
+    ck_assert(!vault_host_allowed(pats, 5, "not a host"));
 }
 END_TEST
 
@@ -832,7 +903,13 @@ struct svc_env {
 #define ADMIN_GID  3103
 #define OTHER_UID  3104
 
+static void env_open_exe(struct svc_env *e, const char *name, const char *egress_exe);
 static void env_open(struct svc_env *e, const char *name)
+{
+    env_open_exe(e, name, NULL);
+}
+
+static void env_open_exe(struct svc_env *e, const char *name, const char *egress_exe)
 {
     memset(e, 0, sizeof *e);
     e->dir = vdir(name);
@@ -851,6 +928,8 @@ static void env_open(struct svc_env *e, const char *name)
                   .admin_gid = ADMIN_GID},
         .cache_max_age_ms = 30000,
     };
+    if (egress_exe)
+        ck_assert_int_eq(vault_roles_set_egress_exe(&so.roles, egress_exe, NULL), 0);
     ck_assert_int_eq(vault_service_new(&so, &e->svc), 0);
 }
 
@@ -917,6 +996,11 @@ START_TEST(roles_decide_everything)
         create_b64(&e, &ROOT, "gh/token", SECRET_A, ",\"bound_hosts\":[\"api.github.com\"]"), 201);
     ck_assert_int_eq(create_b64(&e, &GROUPADMIN, "other/x", SECRET_B, NULL), 201);
     ck_assert_int_eq(create_b64(&e, &ROOT, "gh/token", SECRET_A, NULL), 409);
+    /* the HTTP API refuses a wildcard over a public suffix too (400, nothing stored) */
+    ck_assert_int_eq(create_b64(&e, &ROOT, "psl/x", SECRET_A, ",\"bound_hosts\":[\"*.co.uk\"]"),
+                     400);
+    ck_assert_int_eq(api(&e, &ROOT, "GET", "/v1/secrets/psl/x", "", NULL, &out, NULL), 404);
+    json_decref(out);
     /* list: admins and airlockd */
     ck_assert_int_eq(api(&e, &READER, "GET", "/v1/secrets", "", NULL, &out, NULL), 200);
     ck_assert_uint_eq(json_array_size(json_object_get(out, "secrets")), 2);
@@ -1018,6 +1102,87 @@ static json_t *access_log(const char *audit_dir)
     al_auditlog_reader_close(r);
     return all;
 }
+
+/* --egress-exe: the egress uid alone is not enough; the caller must run the configured
+ * airlock-egress binary (here: this test program plays it, /bin/sh plays a root shell). */
+START_TEST(egress_role_needs_the_egress_program)
+{
+    struct vault_roles r = {0};
+    struct al_error err = {0};
+    ck_assert_int_eq(vault_roles_set_egress_exe(&r, "/nonexistent/airlock-egress", &err), -ENOENT);
+    ck_assert_int_eq(vault_roles_set_egress_exe(&r, "/etc/passwd", &err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not an executable"));
+    ck_assert_int_eq(vault_roles_set_egress_exe(&r, "/proc/self/exe", &err), 0);
+    ck_assert(r.egress_exe[0] == '/' && !strstr(r.egress_exe, "/proc/"));
+    char seen[256];
+    ck_assert(vault_roles_exe_ok(&r, getpid(), seen, sizeof seen));
+    ck_assert(!vault_roles_exe_ok(&r, 0, seen, sizeof seen));
+    pid_t child = fork();
+    if (child == 0) {
+        execl("/bin/sleep", "sleep", "5", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 200; i++) { /* until the child has exec'd */
+        char ln[PATH_MAX + 1], proc[64];
+        snprintf(proc, sizeof proc, "/proc/%d/exe", (int)child);
+        ssize_t l = readlink(proc, ln, PATH_MAX);
+        if (l > 0 && (ln[l] = 0, strstr(ln, "sleep")))
+            break;
+        usleep(5000);
+    }
+    ck_assert(!vault_roles_exe_ok(&r, child, seen, sizeof seen));
+    ck_assert_ptr_nonnull(strstr(seen, "sleep"));
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    /* a vanished pid is nobody */
+    ck_assert(!vault_roles_exe_ok(&r, child, seen, sizeof seen));
+
+    struct vault_peer me = {EGRESS_UID, EGRESS_UID, getpid()};
+    struct svc_env e;
+    json_t *out = NULL;
+    struct vault_fetched f;
+    /* the configured binary is this program: values are released to it */
+    env_open_exe(&e, "exe_ok", "/proc/self/exe");
+    ck_assert_int_eq(create_b64(&e, &ROOT, "gh/token", SECRET_A, NULL), 201);
+    ck_assert_int_eq(fetch(&e, &me, "gh/token", "api.github.com", &f, &out), 200);
+    vault_value_free(&f.value);
+    json_decref(out);
+    r.egress_set = true;
+    r.egress_uid = EGRESS_UID;
+    ck_assert_int_eq(vault_roles_of(&r, &me), VAULT_ROLE_EGRESS);
+    me.uid = OTHER_UID; /* the program alone is not enough either */
+    ck_assert_int_eq(vault_roles_of(&r, &me), 0);
+    me.uid = EGRESS_UID;
+    env_close(&e);
+    /* the configured binary is another program: same uid, refused and logged */
+    env_open_exe(&e, "exe_other", "/bin/sh");
+    ck_assert_int_eq(create_b64(&e, &ROOT, "gh/token", SECRET_A, NULL), 201);
+    ck_assert_int_eq(fetch(&e, &me, "gh/token", "api.github.com", &f, &out), 403);
+    ck_assert_ptr_null(f.value.data);
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(out, "message")), "write-only"));
+    json_decref(out);
+    ck_assert_int_eq(api(&e, &me, "GET", "/v1/whoami", "", NULL, &out, NULL), 200);
+    ck_assert_uint_eq(json_array_size(json_object_get(out, "roles")), 0);
+    json_decref(out);
+    env_close(&e);
+    json_t *log = access_log(e.audit_dir);
+    bool found = false;
+    size_t i;
+    json_t *rec;
+    json_array_foreach(log, i, rec) {
+        const char *op = json_string_value(json_object_get(rec, "op"));
+        const char *reason = json_string_value(json_object_get(rec, "reason"));
+        if (op && strcmp(op, "fetch") == 0 && reason &&
+            strstr(reason, "not the configured airlock-egress"))
+            found = true;
+        char *txt = json_dumps(rec, 0);
+        ck_assert_ptr_null(strstr(txt, "ghp_"));
+        free(txt);
+    }
+    json_decref(log);
+    ck_assert_msg(found, "the refused fetch is not in the access log with its reason");
+}
+END_TEST
 
 START_TEST(refusals_cannot_flood_the_log)
 {
@@ -1306,6 +1471,13 @@ START_TEST(cli_is_write_only_and_never_echoes)
     ck_assert_ptr_null(strstr(out, "ghp_"));
     ck_assert_int_eq(
         run_cli(state, SECRET_B, out, sizeof out, "rotate", "github/token", NULL, NULL), 0);
+    /* a wildcard over a public suffix: refused before the value is read, the rule named */
+    ck_assert_int_eq(run_cli(state, SECRET_A, out, sizeof out, "put", "x/psl", "--bound-host",
+                             "*.co.uk"),
+                     2);
+    ck_assert_ptr_nonnull(strstr(out, "wildcard_public_suffix"));
+    ck_assert_ptr_nonnull(strstr(out, "co.uk"));
+    ck_assert_ptr_null(strstr(out, "ghp_"));
     /* reading back is not a thing */
     ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "get", "github/token", NULL, NULL), 2);
     ck_assert_ptr_nonnull(strstr(out, "write-only"));
@@ -1784,6 +1956,7 @@ static Suite *vault_suite(void)
     TCase *b = tcase_create("basics");
     tcase_add_unchecked_fixture(b, root_setup, root_teardown);
     tcase_add_test(b, names_and_hosts);
+    tcase_add_test(b, bound_hosts_use_the_policy_canonicaliser);
     tcase_add_test(b, secret_ids_are_keyed);
     tcase_add_test(b, round_trip);
     tcase_add_test(b, bad_puts_are_refused);
@@ -1810,6 +1983,7 @@ static Suite *vault_suite(void)
     TCase *v = tcase_create("service");
     tcase_add_unchecked_fixture(v, root_setup, root_teardown);
     tcase_add_test(v, roles_decide_everything);
+    tcase_add_test(v, egress_role_needs_the_egress_program);
     tcase_add_test(v, every_access_is_logged);
     tcase_add_test(v, refusals_cannot_flood_the_log);
     tcase_add_test(v, changes_feed_for_the_egress_cache);
