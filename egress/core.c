@@ -670,12 +670,12 @@ int egress_new(const struct egress_config *cfg, struct egress **out, struct al_e
         unsigned row = shared ? 0 : i;
         for (size_t k = 0; k < e->cfg.n_tcp_listen; k++)
             w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->tcp_fds[row][k], .kind = 0,
-                                                                      .port = e->tcp_ports[k]};
+                                                                      .port = e->tcp_ports[k], .shared = shared};
         for (size_t k = 0; k < e->cfg.n_dns_listen; k++) {
             w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->dns_udp_fds[row][k], .kind = 1,
-                                                                      .port = e->dns_ports[k]};
+                                                                      .port = e->dns_ports[k], .shared = shared};
             w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->dns_tcp_fds[row][k], .kind = 2,
-                                                                      .port = e->dns_ports[k]};
+                                                                      .port = e->dns_ports[k], .shared = shared};
         }
     }
     if ((rc = uv_loop_init(&e->ctl_loop)) < 0) {

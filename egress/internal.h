@@ -121,6 +121,7 @@ struct egress_listener {
     struct egress_worker *w;
     int kind;  /* 0 = transparent TCP, 1 = DNS UDP, 2 = DNS TCP */
     uint16_t port;
+    bool shared; /* polled by every worker (EGRESS_LISTENER_SHARED) */
 };
 
 struct egress_pipe {

@@ -20,6 +20,9 @@
 #include "common/log.h"
 
 #define ACCEPT_BATCH 64
+/* A shared listener wakes every worker: the first one takes at most this many before it
+ * goes back to its loop, so that a burst is spread over the workers that race for it. */
+#define SHARED_ACCEPT_BATCH 8
 #define PIPE_POOL_MAX 64
 #define PIPE_SIZE (64 * 1024)
 
@@ -229,12 +232,13 @@ static void worker__on_listener(uv_poll_t *h, int status, int events)
         egress_dns_udp_readable(w, l);
         return;
     }
-    for (int i = 0; i < ACCEPT_BATCH; i++) {
+    int batch = l->shared ? SHARED_ACCEPT_BATCH : ACCEPT_BATCH;
+    for (int i = 0; i < batch; i++) {
         int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            if (errno != EAGAIN)
+            if (errno != EAGAIN) /* EAGAIN: none left (a shared listener: another worker won) */
                 al_warn("accept: %s", strerror(errno));
             /* EMFILE/ENFILE: the listen backlog holds the rest until fds are freed. */
             return;
