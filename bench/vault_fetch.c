@@ -95,7 +95,6 @@ static int fetch_once(int fd, const char *req, size_t reqlen, char *buf, size_t 
 }
 #endif
 
-
 #ifdef AIRLOCK_VAULT_INTERCEPT
 /* Reference 2: a hit in the egress proxy's own cache (egress/intercept/secrets.c, the code
  * airlock-egress runs: lookup under its lock, a reference taken and dropped), filled by one
@@ -139,8 +138,10 @@ static int bench__cache_hits(const char *sock, uint64_t *lat, long requests)
     uint64_t t_end = al_now_ns() + 5000000000ull; /* the feed connects first */
     while (!intercept_secrets_feed_ok(secs) && al_now_ns() < t_end)
         uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
-    struct intercept_fetch_args fa = {.name = "github/token", .sandbox = "sbx-bench",
-                                      .rule = "gh", .host = "api.github.com",
+    struct intercept_fetch_args fa = {.name = "github/token",
+                                      .sandbox = "sbx-bench",
+                                      .rule = "gh",
+                                      .host = "api.github.com",
                                       .request_id = "req-bench"};
     struct bench_wait w = {0};
     struct intercept_fetch fr = {.cb = bench__fetched, .data = &w};

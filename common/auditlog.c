@@ -668,11 +668,11 @@ static int auditlog__append_members(struct al_auditlog *l, const char *members, 
         while ((seq /= 10));
         while (nd)
             line[len++] = digits[--nd];
-#define AUDITLOG__PUT(str)                                                                       \
-    do {                                                                                         \
-        size_t pl_ = strlen(str);                                                                \
-        memcpy(line + len, str, pl_);                                                            \
-        len += pl_;                                                                              \
+#define AUDITLOG__PUT(str)            \
+    do {                              \
+        size_t pl_ = strlen(str);     \
+        memcpy(line + len, str, pl_); \
+        len += pl_;                   \
     } while (0)
         AUDITLOG__PUT(",\"time\":\"");
         AUDITLOG__PUT(ts);

@@ -10,20 +10,24 @@
 #include <stddef.h>
 
 struct al_buf {
-    char *data;  /* always NUL-terminated when non-NULL (the NUL is not counted in len) */
+    char *data; /* always NUL-terminated when non-NULL (the NUL is not counted in len) */
     size_t len;
-    size_t cap;  /* allocated bytes */
-    size_t max;  /* 0 = unlimited */
+    size_t cap; /* allocated bytes */
+    size_t max; /* 0 = unlimited */
 };
 
-#define AL_BUF_INIT {NULL, 0, 0, 0}
+#define AL_BUF_INIT   \
+    {                 \
+        NULL, 0, 0, 0 \
+    }
 
 void al_buf_init(struct al_buf *b, size_t max);
 int al_buf_reserve(struct al_buf *b, size_t extra);
 int al_buf_append(struct al_buf *b, const void *data, size_t len);
 int al_buf_appends(struct al_buf *b, const char *s);
 int al_buf_printf(struct al_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int al_buf_vprintf(struct al_buf *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+int al_buf_vprintf(struct al_buf *b, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 /* Drops the first n bytes. */
 void al_buf_consume(struct al_buf *b, size_t n);
 void al_buf_reset(struct al_buf *b);

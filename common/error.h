@@ -13,8 +13,8 @@
 #define AL_ERROR_MSG_MAX 512
 
 struct al_error {
-    int code;                    /* negative errno, 0 = no error */
-    char msg[AL_ERROR_MSG_MAX];  /* human text; never contains secret values */
+    int code;                   /* negative errno, 0 = no error */
+    char msg[AL_ERROR_MSG_MAX]; /* human text; never contains secret values */
 };
 
 /* Records code and message in err (if non-NULL) and returns code, so that
@@ -23,7 +23,8 @@ struct al_error {
 int al_error_set(struct al_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Prepends "prefix: " to an existing message (for adding context on the way up). */
-int al_error_prefix(struct al_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int al_error_prefix(struct al_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 void al_error_clear(struct al_error *err);
 /* The message if one was set, otherwise strerror(-code). */
 const char *al_error_str(const struct al_error *err);

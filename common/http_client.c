@@ -112,7 +112,7 @@ struct al_http_creq {
     bool msg_complete;
     bool finish_pending;
     bool finished;
-    bool pool_ok; /* the connection may go back to the pool */
+    bool pool_ok;      /* the connection may go back to the pool */
     bool want_upgrade; /* the request asked to switch protocols */
     bool upgraded;     /* ... and the server answered 101 */
     int64_t body_left; /* Content-Length-framed streamed body: bytes still to write; -1 */
@@ -989,10 +989,11 @@ static int creq__build(struct al_http_creq *c, const struct al_http_creq_opts *o
                  o->path);
         return -EINVAL;
     }
-    if (o->upgrade && (!o->upgrade[0] || !http__is_field_value(o->upgrade) ||
-                       o->stream_body || o->body)) {
-        snprintf(msg, msglen, "invalid upgrade request (an Upgrade value without controls, "
-                              "and no request body)");
+    if (o->upgrade &&
+        (!o->upgrade[0] || !http__is_field_value(o->upgrade) || o->stream_body || o->body)) {
+        snprintf(msg, msglen,
+                 "invalid upgrade request (an Upgrade value without controls, "
+                 "and no request body)");
         return -EINVAL;
     }
     if (o->stream_body && o->stream_length < 0) {
@@ -1147,8 +1148,9 @@ int al_http_creq_end(struct al_http_creq *c)
     if (!c->o.stream_body || c->ended)
         return -EINVAL;
     if (c->body_left > 0)
-        return creq__fail(c, -EPROTO, "the request body to %s ended %lld bytes short of its "
-                                      "Content-Length",
+        return creq__fail(c, -EPROTO,
+                          "the request body to %s ended %lld bytes short of its "
+                          "Content-Length",
                           c->o.target, (long long)c->body_left);
     uv_buf_t b = uv_buf_init("0\r\n\r\n", 5);
     int rc = c->body_left == 0 ? 0 : creq__send(c, &b, 1);

@@ -174,7 +174,7 @@ struct al_http_server {
     uv_idle_t idle;
     struct http_conn *defer_head, *defer_tail;
     uint64_t turn;
-    struct al_buf head; /* scratch for response heads */
+    struct al_buf head;             /* scratch for response heads */
     struct al_http_tunnel *tunnels; /* taken over by al_http_req_upgrade, still open */
     size_t n_tunnels;
     bool closing;
@@ -1355,7 +1355,7 @@ static void conn__start(struct http_conn *c)
     if (c->is_unix && fd >= 0)
         getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dlen);
     if (c->is_unix && domain == AF_VSOCK) {
-        c->peer.is_unix = false;               /* no SO_PEERCRED on vsock: uid/pid stay -1 */
+        c->peer.is_unix = false; /* no SO_PEERCRED on vsock: uid/pid stay -1 */
         socklen_t len = sizeof c->peer.addr;
         if (getpeername(fd, (struct sockaddr *)&c->peer.addr, &len) == 0)
             c->peer.addrlen = len;
@@ -2026,8 +2026,7 @@ int al_http_resp_abort(struct al_http_req *req)
         return -EALREADY;
     int rc = resp__check(r);
     if (!rc) {
-        bool complete =
-            c->resp_started && (r->resp_nobody || (r->resp_cl && r->resp_left == 0));
+        bool complete = c->resp_started && (r->resp_nobody || (r->resp_cl && r->resp_left == 0));
         bool framed = c->resp_started && (r->resp_chunked || r->resp_cl);
         if (complete)
             rc = -EALREADY;

@@ -48,14 +48,14 @@ struct al_http_tunnel {
     bool started;
     bool paused;
     bool reading;
-    bool eof;       /* on_end(0) delivered */
-    bool err_told;  /* on_end(err) delivered */
-    bool shut;      /* shutdown asked */
-    bool dead;      /* failed: nothing passes any more */
-    bool closing;   /* handles closing */
-    bool closed;    /* handles closed */
-    bool released;  /* the owner called al_http_tunnel_close */
-    bool in_data;   /* inside on_data */
+    bool eof;      /* on_end(0) delivered */
+    bool err_told; /* on_end(err) delivered */
+    bool shut;     /* shutdown asked */
+    bool dead;     /* failed: nothing passes any more */
+    bool closing;  /* handles closing */
+    bool closed;   /* handles closed */
+    bool released; /* the owner called al_http_tunnel_close */
+    bool in_data;  /* inside on_data */
     bool resume_asked;
     /* A server's tunnel: closed with it. */
     struct al_http_server *srv;

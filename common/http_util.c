@@ -693,10 +693,10 @@ static bool util__list_has(const char *value, const char *name)
 
 bool al_http_hop_by_hop(const char *name, const struct al_http_header *hdrs, size_t n)
 {
-    static const char *const hop[] = {"Connection",          "Keep-Alive",        "Proxy-Connection",
-                                      "TE",                  "Transfer-Encoding", "Trailer",
-                                      "Upgrade",             "Proxy-Authenticate",
-                                      "Proxy-Authorization", NULL};
+    static const char *const hop[] = {"Connection", "Keep-Alive",         "Proxy-Connection",
+                                      "TE",         "Transfer-Encoding",  "Trailer",
+                                      "Upgrade",    "Proxy-Authenticate", "Proxy-Authorization",
+                                      NULL};
     for (const char *const *h = hop; *h; h++)
         if (strcasecmp(name, *h) == 0)
             return true;

@@ -155,14 +155,14 @@ int al_json_get_int(const json_t *obj, const char *key, bool required, int64_t m
         return al_error_set(err, -EINVAL, "%s: \"%s\" must be an integer", what, key);
     int64_t i = (int64_t)json_integer_value(v);
     if (i < min || i > max)
-        return al_error_set(err, -ERANGE, "%s: \"%s\" = %lld is out of range %lld..%lld", what,
-                            key, (long long)i, (long long)min, (long long)max);
+        return al_error_set(err, -ERANGE, "%s: \"%s\" = %lld is out of range %lld..%lld", what, key,
+                            (long long)i, (long long)min, (long long)max);
     *out = i;
     return 0;
 }
 
-int al_json_get_bool(const json_t *obj, const char *key, bool required, bool *out,
-                     const char *what, struct al_error *err)
+int al_json_get_bool(const json_t *obj, const char *key, bool required, bool *out, const char *what,
+                     struct al_error *err)
 {
     int rc;
     json_t *v = json__lookup(obj, key, required, what, err, &rc);
@@ -207,7 +207,8 @@ int al_json_check_keys(const json_t *obj, const char *const *allowed, const char
         return al_error_set(err, -EINVAL, "%s must be a JSON object", what);
     const char *key;
     json_t *v;
-    json_object_foreach((json_t *)obj, key, v) {
+    json_object_foreach((json_t *)obj, key, v)
+    {
         bool ok = false;
         for (const char *const *a = allowed; *a; a++) {
             if (strcmp(*a, key) == 0) {

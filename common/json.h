@@ -32,8 +32,8 @@ int al_json_get_str(const json_t *obj, const char *key, bool required, const cha
                     const char *what, struct al_error *err);
 int al_json_get_int(const json_t *obj, const char *key, bool required, int64_t min, int64_t max,
                     int64_t *out, const char *what, struct al_error *err);
-int al_json_get_bool(const json_t *obj, const char *key, bool required, bool *out,
-                     const char *what, struct al_error *err);
+int al_json_get_bool(const json_t *obj, const char *key, bool required, bool *out, const char *what,
+                     struct al_error *err);
 int al_json_get_obj(const json_t *obj, const char *key, bool required, json_t **out,
                     const char *what, struct al_error *err);
 int al_json_get_arr(const json_t *obj, const char *key, bool required, json_t **out,

@@ -25,8 +25,8 @@ int al_log_level_parse(const char *s, enum al_log_level *out);
 
 void al_log_write(enum al_log_level level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-void al_log_vwrite(enum al_log_level level, const char *file, int line, const char *fmt,
-                   va_list ap) __attribute__((format(printf, 4, 0)));
+void al_log_vwrite(enum al_log_level level, const char *file, int line, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 
 #define al_debug(...) al_log_write(AL_LOG_DEBUG, __FILE__, __LINE__, __VA_ARGS__)
 #define al_info(...)  al_log_write(AL_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)

@@ -90,8 +90,12 @@ int al_time_parse_rfc3339(const char *s, uint64_t *wall_ns)
         return -EINVAL;
     if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
         return -EINVAL;
-    struct tm tm = {.tm_year = Y - 1900, .tm_mon = M - 1, .tm_mday = D,
-                    .tm_hour = h, .tm_min = m, .tm_sec = sec};
+    struct tm tm = {.tm_year = Y - 1900,
+                    .tm_mon = M - 1,
+                    .tm_mday = D,
+                    .tm_hour = h,
+                    .tm_min = m,
+                    .tm_sec = sec};
     time_t t = timegm(&tm);
     if (t == (time_t)-1 || t - off < 0)
         return -EINVAL;
@@ -159,8 +163,8 @@ int al_read_file(const char *path, size_t max, char **out, size_t *len, struct a
             if (cap > max + 1) {
                 free(buf);
                 close(fd);
-                return al_error_set(err, -EFBIG, "%s is larger than the limit of %zu bytes",
-                                    path, max);
+                return al_error_set(err, -EFBIG, "%s is larger than the limit of %zu bytes", path,
+                                    max);
             }
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
@@ -186,8 +190,7 @@ int al_read_file(const char *path, size_t max, char **out, size_t *len, struct a
         if (n > max) {
             free(buf);
             close(fd);
-            return al_error_set(err, -EFBIG, "%s is larger than the limit of %zu bytes", path,
-                                max);
+            return al_error_set(err, -EFBIG, "%s is larger than the limit of %zu bytes", path, max);
         }
     }
     close(fd);
@@ -299,10 +302,21 @@ int al_parse_size(const char *s, uint64_t *out)
     static const struct {
         const char *suffix;
         uint64_t mul;
-    } units[] = {{"", 1},          {"B", 1},           {"k", 1000},          {"K", 1000},
-                 {"kB", 1000},     {"KB", 1000},       {"KiB", 1024},        {"M", 1000000},
-                 {"MB", 1000000},  {"MiB", 1048576},   {"G", 1000000000ull}, {"GB", 1000000000ull},
-                 {"GiB", 1073741824ull}, {"T", 1000000000000ull}, {"TiB", 1099511627776ull}};
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"k", 1000},
+                 {"K", 1000},
+                 {"kB", 1000},
+                 {"KB", 1000},
+                 {"KiB", 1024},
+                 {"M", 1000000},
+                 {"MB", 1000000},
+                 {"MiB", 1048576},
+                 {"G", 1000000000ull},
+                 {"GB", 1000000000ull},
+                 {"GiB", 1073741824ull},
+                 {"T", 1000000000000ull},
+                 {"TiB", 1099511627776ull}};
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcmp(end, units[i].suffix) == 0) {
             if (v > UINT64_MAX / units[i].mul)

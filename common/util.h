@@ -13,15 +13,15 @@
 
 #include "error.h"
 
-uint64_t al_now_ns(void);       /* CLOCK_MONOTONIC */
-uint64_t al_wall_ns(void);      /* CLOCK_REALTIME */
+uint64_t al_now_ns(void);  /* CLOCK_MONOTONIC */
+uint64_t al_wall_ns(void); /* CLOCK_REALTIME */
 /* RFC 3339 UTC with milliseconds: "2026-11-30T01:02:03.456Z" (out >= 32 bytes). */
 void al_time_rfc3339(char *out, size_t outlen, uint64_t wall_ns);
 /* RFC 3339 / ISO 8601 parse (Z or ±hh:mm offsets, optional fraction). */
 int al_time_parse_rfc3339(const char *s, uint64_t *wall_ns);
 
 int al_write_all(int fd, const void *data, size_t len);
-int al_read_all(int fd, void *data, size_t len);   /* -EPIPE on early EOF */
+int al_read_all(int fd, void *data, size_t len); /* -EPIPE on early EOF */
 
 /* Reads a whole file up to max bytes (-EFBIG beyond). *out is NUL-terminated; caller frees. */
 int al_read_file(const char *path, size_t max, char **out, size_t *len, struct al_error *err);

@@ -81,7 +81,7 @@ struct cp_sandbox {
     bool has_net;
     struct cp_net net;
     bool egress_registered;
-    bool ca_pushing; /* a new CA of the egress proxy is on its way to the agent */
+    bool ca_pushing;        /* a new CA of the egress proxy is on its way to the agent */
     bool started;           /* the backend started it (or adopted it) */
     bool backend_attempted; /* start was called (a failed start may need cleanup) */
     bool watching;

@@ -51,7 +51,7 @@ struct eg_call {
     int status;
     struct al_buf body;
     char id[64];
-    char ca_fp[128]; /* a CA push: the fingerprint of the CA sent */
+    char ca_fp[128];  /* a CA push: the fingerprint of the CA sent */
     char target[160]; /* for messages */
 };
 
@@ -259,7 +259,8 @@ static void eg__keep_answer(struct cp_sandbox *sb, json_t *body)
                     sb->rec.id, k);
     }
     json_object_set_new(ix, "placeholders", keep);
-    json_t *had = sb->rec.intercept ? json_object_get(sb->rec.intercept, "agentCaFingerprint") : NULL;
+    json_t *had =
+        sb->rec.intercept ? json_object_get(sb->rec.intercept, "agentCaFingerprint") : NULL;
     if (json_is_string(had))
         json_object_set(ix, "agentCaFingerprint", had);
     json_decref(sb->rec.intercept);
@@ -504,8 +505,8 @@ void cp_egress_ca_sync(struct cp_sandbox *sb)
                : -ENOMEM;
     json_decref(b);
     if (rc) {
-        al_error("sandbox %s: cannot send the egress proxy's new CA to its agent: %s",
-                 sb->rec.id, strerror(-rc));
+        al_error("sandbox %s: cannot send the egress proxy's new CA to its agent: %s", sb->rec.id,
+                 strerror(-rc));
         return;
     }
     snprintf(x->ca_fp, sizeof x->ca_fp, "%s", fp);

@@ -217,12 +217,12 @@ int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *networ
     }
     if (!found) {
         *status = m ? 400 : 500;
-        return al_error_set(err, -ENOENT, "no policy \"%s\" in %s%s", name, cp->cfg.policies_path,
-                            m ? " (metadata[\"airlock.policy\"] names a file <name>.yaml there)"
-                            : from_template
-                                ? " (the template's template.json names it as its default "
-                                  "policy: add the policy or fix the template)"
-                                : " (the default policy, policies.default, is missing: restore it)");
+        return al_error_set(
+            err, -ENOENT, "no policy \"%s\" in %s%s", name, cp->cfg.policies_path,
+            m               ? " (metadata[\"airlock.policy\"] names a file <name>.yaml there)"
+            : from_template ? " (the template's template.json names it as its default "
+                              "policy: add the policy or fix the template)"
+                            : " (the default policy, policies.default, is missing: restore it)");
     }
     snprintf(out->file, sizeof out->file, "%s", path);
     struct al_error e2 = {0};

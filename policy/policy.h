@@ -127,8 +127,8 @@ bool policy_pattern_match(const struct policy_pattern *p, const char *name, size
  * whose check must not change with the installed PSL). Writes the canonical text (at most
  * POLICY_BOUND_HOST_MAX bytes) into out. Messages quote the rejected text in '...'. */
 #define POLICY_BOUND_HOST_MAX (POLICY_NAME_MAX + 8)
-int policy_bound_host_canon(const char *in, size_t len, bool psl, char out[POLICY_BOUND_HOST_MAX + 1],
-                            struct al_error *err);
+int policy_bound_host_canon(const char *in, size_t len, bool psl,
+                            char out[POLICY_BOUND_HOST_MAX + 1], struct al_error *err);
 /* Is host (any spelling: it is canonicalised first) matched by one of the n canonical bound
  * hosts? n == 0 matches nothing (callers decide what "not bound" means). A name never matches
  * an address entry nor the reverse. */

@@ -30,24 +30,25 @@ struct daemon__ctx {
 
 static void daemon__usage(FILE *f)
 {
-    fprintf(f, "usage: airlock-vault [--state-dir DIR] [--config FILE] [--egress-user USER]\n"
-               "                     [--egress-exe PATH] [--airlockd-user USER] [--admin-group GROUP]\n"
-               "                     [--passphrase-file F | --passphrase-fd N] [--socket PATH]\n"
-               "                     [--socket-mode MODE] [--cache-max-age DURATION]\n"
-               "                     [--log-level LEVEL] [--help-config]\n"
-               "\n"
-               "Serves the vault of <state>/" AL_DIR_VAULT " on <state>/" AL_SOCK_VAULT ".\n"
-               "Settings come from <state>/" AL_DIR_VAULT "/vault.yaml (or --config FILE; keys:\n"
-               "--help-config), the environment, then these flags.\n"
-               "Roles (by the caller's uid, from SO_PEERCRED):\n"
-               "  --egress-user      the egress proxy: may fetch values (for injection only)\n"
-               "  --egress-exe       ... and only when the caller runs this airlock-egress\n"
-               "                     binary (/proc/<pid>/exe; strongly advised when the\n"
-               "                     egress user is root or shared with other programs)\n"
-               "  --airlockd-user    airlockd: may list names and metadata\n"
-               "  --admin-group      members (and root) may create, rotate, delete and list\n"
-               "Anyone else is refused, and every access is logged in <state>/" AL_DIR_VAULT
-               "/" VAULT_AUDIT_DIR ".\n");
+    fprintf(
+        f, "usage: airlock-vault [--state-dir DIR] [--config FILE] [--egress-user USER]\n"
+           "                     [--egress-exe PATH] [--airlockd-user USER] [--admin-group GROUP]\n"
+           "                     [--passphrase-file F | --passphrase-fd N] [--socket PATH]\n"
+           "                     [--socket-mode MODE] [--cache-max-age DURATION]\n"
+           "                     [--log-level LEVEL] [--help-config]\n"
+           "\n"
+           "Serves the vault of <state>/" AL_DIR_VAULT " on <state>/" AL_SOCK_VAULT ".\n"
+           "Settings come from <state>/" AL_DIR_VAULT "/vault.yaml (or --config FILE; keys:\n"
+           "--help-config), the environment, then these flags.\n"
+           "Roles (by the caller's uid, from SO_PEERCRED):\n"
+           "  --egress-user      the egress proxy: may fetch values (for injection only)\n"
+           "  --egress-exe       ... and only when the caller runs this airlock-egress\n"
+           "                     binary (/proc/<pid>/exe; strongly advised when the\n"
+           "                     egress user is root or shared with other programs)\n"
+           "  --airlockd-user    airlockd: may list names and metadata\n"
+           "  --admin-group      members (and root) may create, rotate, delete and list\n"
+           "Anyone else is refused, and every access is logged in <state>/" AL_DIR_VAULT
+           "/" VAULT_AUDIT_DIR ".\n");
 }
 
 static void daemon__closed(void *arg)
@@ -164,14 +165,10 @@ static const struct {
     const char *flag;
     const char *key;
 } daemon__flags[] = {
-    {"--egress-user", "roles.egress_user"},
-    {"--egress-exe", "roles.egress_exe"},
-    {"--airlockd-user", "roles.airlockd_user"},
-    {"--admin-group", "roles.admin_group"},
-    {"--cache-max-age", "cache_max_age"},
-    {"--socket", "socket"},
-    {"--socket-mode", "socket_mode"},
-    {"--passphrase-file", "passphrase_file"},
+    {"--egress-user", "roles.egress_user"},     {"--egress-exe", "roles.egress_exe"},
+    {"--airlockd-user", "roles.airlockd_user"}, {"--admin-group", "roles.admin_group"},
+    {"--cache-max-age", "cache_max_age"},       {"--socket", "socket"},
+    {"--socket-mode", "socket_mode"},           {"--passphrase-file", "passphrase_file"},
 };
 
 int vault_daemon_main(int argc, char **argv)
@@ -336,10 +333,10 @@ int vault_daemon_main(int argc, char **argv)
                   "result", "ok", "status", 200, "peer", "uid", (json_int_t)getuid(), "gid",
                   (json_int_t)getgid(), "pid", (json_int_t)getpid(), "config", "egress_uid",
                   roles.egress_set ? json_integer(roles.egress_uid) : json_null(), "egress_exe",
-                  roles.egress_exe_set ? json_string(roles.egress_exe) : json_null(), "airlockd_uid",
-                  roles.reader_set ? json_integer(roles.reader_uid) : json_null(), "admin_gid",
-                  roles.admin_group_set ? json_integer(roles.admin_gid) : json_null(), "generation",
-                  (json_int_t)vault_service_generation(svc));
+                  roles.egress_exe_set ? json_string(roles.egress_exe) : json_null(),
+                  "airlockd_uid", roles.reader_set ? json_integer(roles.reader_uid) : json_null(),
+                  "admin_gid", roles.admin_group_set ? json_integer(roles.admin_gid) : json_null(),
+                  "generation", (json_int_t)vault_service_generation(svc));
     if (al_auditlog_append(audit, start, NULL) != 0)
         al_die("cannot write the access log");
     json_decref(start);

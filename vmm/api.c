@@ -101,8 +101,9 @@ static void api__snapshot_body(struct al_http_req *req, int rc)
     if (!b || al_json_check_keys(b, keys, "snapshot request", &err) ||
         al_json_get_str(b, "path", true, &path, "snapshot request", &err)) {
         json_decref(b);
-        al_http_reply_error(req, 400, "%s", req->body.len ? al_error_str(&err)
-                                                          : "the body must be {\"path\": \"/new/dir\"}");
+        al_http_reply_error(req, 400, "%s",
+                            req->body.len ? al_error_str(&err)
+                                          : "the body must be {\"path\": \"/new/dir\"}");
         return;
     }
     if (v->state != VMM_RUNNING && v->state != VMM_PAUSED) {
@@ -163,8 +164,7 @@ static void api__on_request(struct al_http_req *req, void *ctx)
         if (!post)
             goto method;
         if (!v->backend->snapshot)
-            al_http_reply_error(req, 501, "the %s backend cannot take snapshots",
-                                v->backend->name);
+            al_http_reply_error(req, 501, "the %s backend cannot take snapshots", v->backend->name);
         else if (al_http_req_read_body(req, 4096, api__snapshot_body) < 0)
             al_http_reply_error(req, 400, "cannot read the request body");
     } else if (strcmp(p, "/stop") == 0) {

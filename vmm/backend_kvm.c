@@ -79,9 +79,9 @@ extern char **environ;
 struct kvm_be {
     const struct vmm_spec *spec;
     char state_dir[PATH_MAX];
-    char sbx_dir[PATH_MAX];  /* <state>/sandboxes/<id> */
-    char vm_dir[PATH_MAX];   /* <sbx>/vm: the VMM's root after pivot_root */
-    char overlay[PATH_MAX];  /* <sbx>/disk.overlay */
+    char sbx_dir[PATH_MAX]; /* <state>/sandboxes/<id> */
+    char vm_dir[PATH_MAX];  /* <sbx>/vm: the VMM's root after pivot_root */
+    char overlay[PATH_MAX]; /* <sbx>/disk.overlay */
     char cache_dir[PATH_MAX];
     char vmm_bin[PATH_MAX], init_bin[PATH_MAX], mkrootfs[PATH_MAX], kernel[PATH_MAX];
     uint32_t vcpus;
@@ -122,14 +122,13 @@ static void kb__bindir(char *out, size_t len)
 }
 
 /* The first of: $env, <bindir>/name, fallback that exists. */
-static int kb__find(char *out, size_t len, const char *env, const char *name,
-                    const char *fallback, int mode, const char *what, struct al_error *err)
+static int kb__find(char *out, size_t len, const char *env, const char *name, const char *fallback,
+                    int mode, const char *what, struct al_error *err)
 {
     const char *e = env ? getenv(env) : NULL;
     if (e && *e) {
         if (access(e, mode) < 0)
-            return al_error_set(err, -errno, "%s %s (from $%s): %s", what, e, env,
-                                strerror(errno));
+            return al_error_set(err, -errno, "%s %s (from $%s): %s", what, e, env, strerror(errno));
         snprintf(out, len, "%s", e);
         return 0;
     }
@@ -143,11 +142,9 @@ static int kb__find(char *out, size_t len, const char *env, const char *name,
     snprintf(out, len, "%s", fallback);
     if (access(out, mode) == 0)
         return 0;
-    return al_error_set(err, -ENOENT,
-                        "cannot find %s: looked at %s%s%s and %s%s%s", what,
+    return al_error_set(err, -ENOENT, "cannot find %s: looked at %s%s%s and %s%s%s", what,
                         bin[0] && name ? bin : "", bin[0] && name ? "/" : "",
-                        bin[0] && name ? name : "", fallback, env ? "; set $" : "",
-                        env ? env : "");
+                        bin[0] && name ? name : "", fallback, env ? "; set $" : "", env ? env : "");
 }
 
 static int kb__find_kernel(struct kvm_be *k, struct al_error *err)
@@ -331,8 +328,8 @@ static int kb__ctl(int fd, const char *cmd, char *reply, size_t rlen, int timeou
         int64_t left = (int64_t)(deadline - al_now_ns()) / 1000000;
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (left <= 0 || poll(&p, 1, (int)left) <= 0)
-            return al_error_set(err, -ETIMEDOUT, "the VMM did not answer \"%s\" within %d ms",
-                                cmd, timeout_ms);
+            return al_error_set(err, -ETIMEDOUT, "the VMM did not answer \"%s\" within %d ms", cmd,
+                                timeout_ms);
         ssize_t r = read(fd, reply + got, 1);
         if (r <= 0)
             return al_error_set(err, -EPIPE, "the VMM closed its control connection");
@@ -470,7 +467,8 @@ static void kb__arg(struct kb__argv *a, const char *s)
     a->v[a->n] = NULL;
 }
 
-static void kb__argf(struct kb__argv *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void kb__argf(struct kb__argv *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void kb__argf(struct kb__argv *a, const char *fmt, ...)
 {
     if (a->ns >= (int)AL_ARRAY_SIZE(a->strs))
@@ -647,8 +645,7 @@ static int kb__make_template(void *ctx, char *parent, size_t plen, char *name, s
         if (kb__exited(&vm) || al_now_ns() > deadline) {
             char tail[1200];
             kb__tail(console, tail, sizeof tail);
-            rc = al_error_set(err, -ETIMEDOUT,
-                              "the template's agent %s (console: ...%s)",
+            rc = al_error_set(err, -ETIMEDOUT, "the template's agent %s (console: ...%s)",
                               kb__exited(&vm) ? "never answered: the VM ended"
                                               : "did not answer /health within 120 s",
                               tail);
@@ -705,8 +702,8 @@ static int kb__init_agent(struct kvm_be *k, const char *agent_sock, const struct
     const struct vmm_spec *s = k->spec;
     if (s->net_mode == VMM_NET_TAP) {
         char mac[24];
-        snprintf(mac, sizeof mac, "%02x:%02x:%02x:%02x:%02x:%02x", k->mac[0], k->mac[1],
-                 k->mac[2], k->mac[3], k->mac[4], k->mac[5]);
+        snprintf(mac, sizeof mac, "%02x:%02x:%02x:%02x:%02x:%02x", k->mac[0], k->mac[1], k->mac[2],
+                 k->mac[3], k->mac[4], k->mac[5]);
         json_t *net = json_pack("{s:s,s:s}", "address", s->net_address, "mac", mac);
         if (s->net_gateway)
             json_object_set_new(net, "gateway", json_string(s->net_gateway));
@@ -775,21 +772,21 @@ static int kb__snapshot_image(const char *dir, char *image, size_t len, struct a
     struct al_error je = {0};
     json_t *info = al_json_load_file(p, &je);
     if (!info)
-        return al_error_set(err, -EINVAL, "spec.kvm.restore: %s: %s (is it a snapshot made by "
-                                          "POST /snapshot?)", p, je.msg);
+        return al_error_set(err, -EINVAL,
+                            "spec.kvm.restore: %s: %s (is it a snapshot made by "
+                            "POST /snapshot?)",
+                            p, je.msg);
     const char *img = json_string_value(json_object_get(info, "image"));
     int rc = 0;
     if (!img || (size_t)snprintf(image, len, "%s", img) >= len)
         rc = al_error_set(err, -EINVAL, "%s names no root image", p);
     json_decref(info);
     if (rc == 0 && access(image, R_OK) < 0)
-        rc = al_error_set(err, -errno, "the snapshot's root image %s: %s", image,
-                          strerror(errno));
+        rc = al_error_set(err, -errno, "the snapshot's root image %s: %s", image, strerror(errno));
     return rc;
 }
 
-static int kb__start(void *priv, int agent_listen_fd, struct vmm_started *out,
-                     struct al_error *err)
+static int kb__start(void *priv, int agent_listen_fd, struct vmm_started *out, struct al_error *err)
 {
     struct kvm_be *k = priv;
     const struct vmm_spec *s = k->spec;
@@ -1070,10 +1067,10 @@ static int kb__snapshot(void *priv, const char *dest, json_t **info, struct al_e
         return rc;
     }
     double ms = (double)(al_now_ns() - t0) / 1e6;
-    json_t *meta = json_pack("{s:s,s:s,s:s,s:I,s:i,s:s}", "format", "airlock-kvm-snapshot-1",
-                             "image", k->image, "kernel", k->kernel, "memory_bytes",
-                             (json_int_t)k->mem_bytes, "vcpus", (int)k->vcpus, "sandbox",
-                             k->spec->id);
+    json_t *meta =
+        json_pack("{s:s,s:s,s:s,s:I,s:i,s:s}", "format", "airlock-kvm-snapshot-1", "image",
+                  k->image, "kernel", k->kernel, "memory_bytes", (json_int_t)k->mem_bytes, "vcpus",
+                  (int)k->vcpus, "sandbox", k->spec->id);
     char *s = json_dumps(meta, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(meta);
     char p[PATH_MAX + 16];

@@ -291,19 +291,28 @@ int kvm_cache_image(const char *cache, const struct kvm_image_req *r, kvm_cache_
     snprintf(img, sizeof img, "%s/rootfs.img", tmp);
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", r->template_dir);
     snprintf(slack, sizeof slack, "%llu", (unsigned long long)r->slack_mib);
-    char *argv[] = {(char *)r->mkrootfs, "--rootfs",         rootfs,  "--agent-dir",
-                    (char *)r->agent_dir, "--init", (char *)r->init_bin, "--out",
-                    img,                  "--slack", slack,               NULL};
+    char *argv[] = {(char *)r->mkrootfs,
+                    "--rootfs",
+                    rootfs,
+                    "--agent-dir",
+                    (char *)r->agent_dir,
+                    "--init",
+                    (char *)r->init_bin,
+                    "--out",
+                    img,
+                    "--slack",
+                    slack,
+                    NULL};
     uint64_t t0 = al_now_ns();
     al_info("kvm cache: building the root image of template %s (key %s)", r->template_dir, key);
     rc = run(ctx, argv, err);
     if (rc == 0 && chmod(img, 0644) < 0)
         rc = al_error_set(err, -errno, "chmod %s: %s", img, strerror(errno));
     if (rc == 0) {
-        json_t *info = json_pack("{s:s,s:s,s:s,s:I,s:f}", "format", KVM_CACHE_FORMAT, "template",
-                                 r->template_dir, "agent_dir", r->agent_dir, "slack_mib",
-                                 (json_int_t)r->slack_mib, "build_s",
-                                 (double)(al_now_ns() - t0) / 1e9);
+        json_t *info =
+            json_pack("{s:s,s:s,s:s,s:I,s:f}", "format", KVM_CACHE_FORMAT, "template",
+                      r->template_dir, "agent_dir", r->agent_dir, "slack_mib",
+                      (json_int_t)r->slack_mib, "build_s", (double)(al_now_ns() - t0) / 1e9);
         cache__write_info(tmp, info);
         if (rename(tmp, final) < 0)
             rc = al_error_set(err, -errno, "cannot move %s into place: %s", tmp, strerror(errno));
@@ -395,8 +404,7 @@ int kvm_cache_snapshot(const char *cache, const struct kvm_snap_req *r,
 
 static bool cache__snap_name(const char *n)
 {
-    return strcmp(n, "vm.state") == 0 || strcmp(n, "memory") == 0 ||
-           strcmp(n, "disk.overlay") == 0;
+    return strcmp(n, "vm.state") == 0 || strcmp(n, "memory") == 0 || strcmp(n, "disk.overlay") == 0;
 }
 
 int kvm_cache_take_dir(const char *parent, const char *name, uid_t owner, const char *dest,
@@ -411,8 +419,8 @@ int kvm_cache_take_dir(const char *parent, const char *name, uid_t owner, const 
         return al_error_set(err, -errno, "cannot open the snapshot %s/%s: %s", parent, name,
                             strerror(errno));
     if (st.st_uid != owner)
-        return al_error_set(err, -EPERM, "%s/%s is owned by uid %u, not the VMM's %u", parent,
-                            name, (unsigned)st.st_uid, (unsigned)owner);
+        return al_error_set(err, -EPERM, "%s/%s is owned by uid %u, not the VMM's %u", parent, name,
+                            (unsigned)st.st_uid, (unsigned)owner);
     if (mkdir(dest, 0700) < 0)
         return al_error_set(err, -errno, "cannot create %s: %s", dest, strerror(errno));
     al_autoclose int dfd = open(dest, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -433,8 +441,8 @@ int kvm_cache_take_dir(const char *parent, const char *name, uid_t owner, const 
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
         if (!cache__snap_name(e->d_name)) {
-            rc = al_error_set(err, -EINVAL, "unexpected entry \"%.64s\" in the snapshot",
-                              e->d_name);
+            rc =
+                al_error_set(err, -EINVAL, "unexpected entry \"%.64s\" in the snapshot", e->d_name);
             break;
         }
         /* Move the name first (out of the VMM's reach), then check what it is. */
@@ -458,8 +466,7 @@ int kvm_cache_take_dir(const char *parent, const char *name, uid_t owner, const 
         }
         int fd = src;
         if (copied) {
-            fd = openat(dfd, e->d_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                        0600);
+            fd = openat(dfd, e->d_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
             int r = fd < 0 ? -errno : disk_copy_sparse(src, fd, (uint64_t)fs.st_size);
             close(src);
             if (r < 0) {

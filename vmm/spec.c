@@ -229,8 +229,8 @@ static int spec__tap(struct vmm_spec *s, json_t *n, const char *what, struct al_
 
 static int spec__network(struct vmm_spec *s, json_t *n, struct al_error *err)
 {
-    static const char *const keys[] = {"mode",    "netns",   "dns", "tap_fd",
-                                       "mac",     "address", "gateway", NULL};
+    static const char *const keys[] = {"mode", "netns",   "dns",     "tap_fd",
+                                       "mac",  "address", "gateway", NULL};
     const char *what = "spec.network";
     int rc = al_json_check_keys(n, keys, what, err);
     if (rc)
@@ -405,12 +405,12 @@ static int spec__kvm(struct vmm_spec *s, json_t *k, struct al_error *err)
     const struct {
         const char *key;
         const char **val;
-    } paths[] = {{"kernel", &s->kvm_kernel}, {"restore", &s->kvm_restore},
-                 {"cache_dir", &s->kvm_cache_dir}};
+    } paths[] = {
+        {"kernel", &s->kvm_kernel}, {"restore", &s->kvm_restore}, {"cache_dir", &s->kvm_cache_dir}};
     for (size_t i = 0; i < AL_ARRAY_SIZE(paths); i++)
         if (*paths[i].val && !vmm_path_normalised(*paths[i].val))
-            return al_error_set(err, -EINVAL, "%s: \"%s\" must be a normalised absolute path",
-                                what, paths[i].key);
+            return al_error_set(err, -EINVAL, "%s: \"%s\" must be a normalised absolute path", what,
+                                paths[i].key);
     return 0;
 }
 
@@ -432,9 +432,10 @@ static int spec__backend_fit(const struct vmm_spec *s, struct al_error *err)
                             "\"tap\" with the tap_fd, mac and address vswitch_tap_create returned "
                             "(or \"none\")");
     if (s->n_binds)
-        return al_error_set(err, -EINVAL,
-                            "spec.binds: the kvm backend cannot bind host directories into a guest; "
-                            "put the files into the template");
+        return al_error_set(
+            err, -EINVAL,
+            "spec.binds: the kvm backend cannot bind host directories into a guest; "
+            "put the files into the template");
     if ((s->agent_args && json_array_size(s->agent_args)) ||
         (s->agent_env && json_object_size(s->agent_env)))
         return al_error_set(err, -EINVAL,
@@ -444,8 +445,8 @@ static int spec__backend_fit(const struct vmm_spec *s, struct al_error *err)
     for (size_t i = 0; i < s->n_dns; i++) {
         unsigned char b[4];
         if (inet_pton(AF_INET, s->dns[i], b) != 1)
-            return al_error_set(err, -EINVAL,
-                                "spec.network: \"dns\"[%zu]: the kvm guest takes IPv4 resolvers", i);
+            return al_error_set(
+                err, -EINVAL, "spec.network: \"dns\"[%zu]: the kvm guest takes IPv4 resolvers", i);
     }
     return 0;
 }
@@ -498,9 +499,9 @@ int vmm_spec_parse(const char *data, size_t len, struct vmm_spec *s, struct al_e
         return al_error_set(err, -EINVAL, "spec: %s", jerr.msg);
     const char *what = "spec";
     static const char *const keys[] = {
-        "id",  "backend", "template", "template_id",  "resources", "network",   "hostname", "agent",
-        "env", "user",    "workdir",  "access_token", "binds",     "keep_logs", "jail",     "kvm",
-        "ca_cert_pem", NULL};
+        "id",       "backend",   "template", "template_id", "resources",   "network",
+        "hostname", "agent",     "env",      "user",        "workdir",     "access_token",
+        "binds",    "keep_logs", "jail",     "kvm",         "ca_cert_pem", NULL};
     int rc = al_json_check_keys(s->root, keys, what, err);
     if (rc)
         goto fail;

@@ -53,8 +53,10 @@ static void cli__usage(FILE *f)
     fprintf(f, "usage: airlock [--state-dir DIR] <group> <command> [args...]\n\ngroups:\n");
     for (const struct al_cli_group *g = cli__groups; g->name; g++)
         fprintf(f, "  %-10s %s\n", g->name, g->summary);
-    fprintf(f, "\n`airlock <group> --help` lists a group's commands. "
-               "State directory: %s\n", al_state_dir());
+    fprintf(f,
+            "\n`airlock <group> --help` lists a group's commands. "
+            "State directory: %s\n",
+            al_state_dir());
 }
 
 int main(int argc, char **argv)

@@ -9,15 +9,15 @@
 #include <check.h>
 #include <stdlib.h>
 
-#define AL_SUITE_MAIN(suite_fn)                                                  \
-    int main(void);                                                              \
-    int main(void)                                                               \
-    {                                                                            \
-        SRunner *sr = srunner_create(suite_fn());                                \
-        srunner_run_all(sr, CK_NORMAL);                                          \
-        int failed = srunner_ntests_failed(sr);                                  \
-        srunner_free(sr);                                                        \
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;                             \
+#define AL_SUITE_MAIN(suite_fn)                      \
+    int main(void);                                  \
+    int main(void)                                   \
+    {                                                \
+        SRunner *sr = srunner_create(suite_fn());    \
+        srunner_run_all(sr, CK_NORMAL);              \
+        int failed = srunner_ntests_failed(sr);      \
+        srunner_free(sr);                            \
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS; \
     }
 
 /* Directory of the source tree (set by ctest), for fixtures. */

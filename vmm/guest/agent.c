@@ -51,7 +51,8 @@ int agent_init(struct agent *a, uv_loop_t *loop, struct al_error *err)
     a->start_ns = al_now_ns();
     if (!a->path_env) {
         const char *p = getenv("PATH");
-        a->path_env = strdup(p && *p ? p : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        a->path_env =
+            strdup(p && *p ? p : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
     }
     if (!a->python)
         a->python = strdup("python3");
@@ -147,7 +148,8 @@ int agent_apply_init(struct agent *a, json_t *init, struct al_error *err)
     if (r < 0)
         return r;
     if ((r = agent__set_str(&a->default_user, init, "defaultUser", "default_user", err)) < 0 ||
-        (r = agent__set_str(&a->default_workdir, init, "defaultWorkdir", "default_workdir", err)) < 0 ||
+        (r = agent__set_str(&a->default_workdir, init, "defaultWorkdir", "default_workdir", err)) <
+            0 ||
         (r = agent__set_str(&a->sandbox_id, init, "sandboxID", "sandbox_id", err)) < 0 ||
         (r = agent__set_str(&a->template_id, init, "templateID", "template_id", err)) < 0 ||
         (r = agent__set_str(&a->hostname, init, "hostname", NULL, err)) < 0)
@@ -326,12 +328,14 @@ char **agent_child_env(struct agent *a, const struct agent_user *u, const json_t
     }
     const char *k;
     json_t *val;
-    json_object_foreach(a->env, k, val) {
+    json_object_foreach(a->env, k, val)
+    {
         if (agent__env_name_ok(k) && json_is_string(val))
             agent__env_set(&v, &n, &cap, k, json_string_value(val));
     }
     if (extra) {
-        json_object_foreach((json_t *)extra, k, val) {
+        json_object_foreach((json_t *)extra, k, val)
+        {
             if (agent__env_name_ok(k) && json_is_string(val))
                 agent__env_set(&v, &n, &cap, k, json_string_value(val));
         }
@@ -391,8 +395,9 @@ static void agent__init_body_done(struct al_http_req *req, int err)
             json_decref(init);
             al_buf_free_wipe(&req->body);
             al_warn("POST /init refused: no valid access token");
-            agent_reply_error(req, 401, "access token validation failed: send the current token in "
-                                        "X-Access-Token or as accessToken");
+            agent_reply_error(req, 401,
+                              "access token validation failed: send the current token in "
+                              "X-Access-Token or as accessToken");
             return;
         }
     }
@@ -494,8 +499,9 @@ static void agent__envd(struct agent *a, struct al_http_req *req)
                      (is_post && strcmp(p, "/init") == 0);
     if (!open_path && !agent_token_ok(a, al_http_req_header(req, "X-Access-Token"))) {
         al_warn("%s %s refused: missing or wrong access token", m, p);
-        agent_reply_error(req, 401, "unauthorized access, please provide a valid access token or "
-                                    "method signing if supported");
+        agent_reply_error(req, 401,
+                          "unauthorized access, please provide a valid access token or "
+                          "method signing if supported");
         return;
     }
     if (strcmp(p, "/health") == 0 && is_get) {

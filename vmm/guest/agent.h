@@ -34,19 +34,19 @@
 #define AGENT_INTERP_PORT  "49999"
 
 struct agent_limits {
-    size_t rpc_max_body;         /* a Connect request message */
-    size_t json_max_body;        /* /init, /execute, /contexts bodies */
-    size_t max_procs;            /* live processes started through process.Process */
-    size_t max_subscribers;      /* streams attached to one process */
-    size_t stream_high_water;    /* queued response bytes that pause a producer */
-    size_t stdin_max_queued;     /* bytes waiting for a slow stdin reader */
-    size_t max_watchers;         /* concurrent WatchDir streams */
-    size_t max_watches;          /* inotify watches per recursive WatchDir */
-    size_t max_contexts;         /* code-interpreter contexts */
-    size_t max_pending_exec;     /* queued executions per context */
-    size_t kernel_max_frame;     /* one message from a kernel */
-    size_t max_list_entries;     /* ListDir */
-    uint64_t max_upload_bytes;   /* one /files upload, after decompression */
+    size_t rpc_max_body;       /* a Connect request message */
+    size_t json_max_body;      /* /init, /execute, /contexts bodies */
+    size_t max_procs;          /* live processes started through process.Process */
+    size_t max_subscribers;    /* streams attached to one process */
+    size_t stream_high_water;  /* queued response bytes that pause a producer */
+    size_t stdin_max_queued;   /* bytes waiting for a slow stdin reader */
+    size_t max_watchers;       /* concurrent WatchDir streams */
+    size_t max_watches;        /* inotify watches per recursive WatchDir */
+    size_t max_contexts;       /* code-interpreter contexts */
+    size_t max_pending_exec;   /* queued executions per context */
+    size_t kernel_max_frame;   /* one message from a kernel */
+    size_t max_list_entries;   /* ListDir */
+    uint64_t max_upload_bytes; /* one /files upload, after decompression */
     size_t max_retained_exits;
     uint32_t forward_timeout_ms; /* a forwarded port's answer must start within this */
 };
@@ -62,10 +62,10 @@ struct agent {
     struct agent_userdb users;
 
     /* Configuration (template defaults, init channel, POST /init). */
-    char *default_user;      /* NULL: "user" when it exists and we may switch, else ourselves */
-    char *default_workdir;   /* NULL: the user's home */
-    json_t *env;             /* envVars from init: name -> value (values never logged) */
-    char *token;             /* sodium_malloc'd, NUL-terminated; NULL when unset */
+    char *default_user;    /* NULL: "user" when it exists and we may switch, else ourselves */
+    char *default_workdir; /* NULL: the user's home */
+    json_t *env;           /* envVars from init: name -> value (values never logged) */
+    char *token;           /* sodium_malloc'd, NUL-terminated; NULL when unset */
     size_t token_len;
     char *sandbox_id, *template_id, *hostname;
 
@@ -75,10 +75,10 @@ struct agent {
     uid_t self_uid;
     gid_t self_gid;
     bool can_switch_user;
-    char *home_override;     /* --home: the home of the agent's own user (tests) */
-    char *path_env;          /* PATH handed to children */
-    char lib_dir[PATH_MAX];  /* holds airlock_kernel.py and friends */
-    char *python;            /* interpreter for Python contexts */
+    char *home_override;    /* --home: the home of the agent's own user (tests) */
+    char *path_env;         /* PATH handed to children */
+    char lib_dir[PATH_MAX]; /* holds airlock_kernel.py and friends */
+    char *python;           /* interpreter for Python contexts */
 
     /* The sandbox CA (trust.c): where trust stores live ("/" as init; --ca-root in tests;
      * NULL: installing is refused), and whether children get the CA variables. */
@@ -106,7 +106,7 @@ int agent_apply_init(struct agent *a, json_t *init, struct al_error *err);
 /* ---- vmguest.c: init fields only a KVM guest's PID 1 applies ------------------------- */
 struct agent_vm_init {
     bool have_ts;
-    uint64_t ts_ns; /* "timestamp" (wall clock, ns since the epoch) */
+    uint64_t ts_ns;    /* "timestamp" (wall clock, ns since the epoch) */
     uint8_t seed[512]; /* "seed" (wiped after use) */
     size_t seed_len;
     bool have_net; /* "network" */
@@ -165,9 +165,9 @@ void agent_reap_children(struct agent *a);
 struct agent_call {
     struct agent *a;
     struct al_http_req *req;
-    const char *method;          /* "Start", ... */
-    json_t *msg;                 /* the request message (owned by the call) */
-    bool has_user;               /* Basic auth named a user */
+    const char *method; /* "Start", ... */
+    json_t *msg;        /* the request message (owned by the call) */
+    bool has_user;      /* Basic auth named a user */
     char user[256];
 };
 
@@ -179,7 +179,7 @@ struct agent_stream {
     struct al_http_req *req;
     uv_timer_t keepalive;
     uint64_t keepalive_ms;
-    const char *keepalive_json;  /* the service's keepalive message */
+    const char *keepalive_json; /* the service's keepalive message */
     bool ended;
     bool peer_gone;
     agent_stream_fn on_peer_gone; /* the owner must drop the stream inside this callback */

@@ -163,16 +163,17 @@ int agent_connect_decoder_feed(struct agent_connect_decoder *d, const void *data
             d->need = (uint32_t)d->hdr[1] << 24 | (uint32_t)d->hdr[2] << 16 |
                       (uint32_t)d->hdr[3] << 8 | d->hdr[4];
             if (d->flags & AGENT_CONNECT_FLAG_COMPRESSED)
-                return connect__fail(d, -EPROTO,
-                                     "compressed Connect messages are not supported (flags 0x%02x); "
-                                     "send uncompressed envelopes",
-                                     d->flags);
+                return connect__fail(
+                    d, -EPROTO,
+                    "compressed Connect messages are not supported (flags 0x%02x); "
+                    "send uncompressed envelopes",
+                    d->flags);
             if (d->flags & ~(unsigned)AGENT_CONNECT_FLAG_END_STREAM)
                 return connect__fail(d, -EPROTO, "unknown Connect envelope flags 0x%02x", d->flags);
             if (d->max_msg && d->need > d->max_msg)
-                return connect__fail(d, -EMSGSIZE,
-                                     "Connect message of %u bytes is larger than this server accepts",
-                                     d->need);
+                return connect__fail(
+                    d, -EMSGSIZE, "Connect message of %u bytes is larger than this server accepts",
+                    d->need);
             d->hdr_have = 0;
             d->in_payload = true;
             al_buf_reset(&d->msg);
@@ -204,18 +205,18 @@ int agent_connect_unwrap_request(const uint8_t *body, size_t len, size_t max_msg
                             "sends flags:u8 length:u32 message)",
                             len);
     uint8_t flags = body[0];
-    uint32_t n = (uint32_t)body[1] << 24 | (uint32_t)body[2] << 16 | (uint32_t)body[3] << 8 |
-                 body[4];
+    uint32_t n =
+        (uint32_t)body[1] << 24 | (uint32_t)body[2] << 16 | (uint32_t)body[3] << 8 | body[4];
     if (flags & AGENT_CONNECT_FLAG_COMPRESSED)
-        return al_error_set(err, -EPROTO,
-                            "compressed Connect messages are not supported; send them uncompressed");
+        return al_error_set(
+            err, -EPROTO, "compressed Connect messages are not supported; send them uncompressed");
     if (flags != 0)
         return al_error_set(err, -EPROTO,
                             "the request envelope has flags 0x%02x; a request message has flags 0",
                             flags);
     if (max_msg && n > max_msg)
-        return al_error_set(err, -EMSGSIZE, "request message of %u bytes exceeds the %zu-byte limit",
-                            n, max_msg);
+        return al_error_set(err, -EMSGSIZE,
+                            "request message of %u bytes exceeds the %zu-byte limit", n, max_msg);
     if ((size_t)n != len - AGENT_CONNECT_HDR_LEN)
         return al_error_set(err, -EPROTO,
                             "the request envelope announces %u bytes but the body carries %zu; "

@@ -65,8 +65,8 @@ struct agent_connect_decoder {
     uint8_t hdr[AGENT_CONNECT_HDR_LEN];
     size_t hdr_have;
     uint8_t flags;
-    uint32_t need;        /* payload bytes of the current frame */
-    struct al_buf msg;    /* payload collected so far */
+    uint32_t need;     /* payload bytes of the current frame */
+    struct al_buf msg; /* payload collected so far */
     size_t max_msg;
     bool in_payload;
     bool failed;

@@ -25,12 +25,12 @@ typedef void (*agent_fdio_closed_fn)(struct agent_fdio *io);
 struct agent_fdio {
     uv_poll_t poll;
     int fd;
-    bool active;       /* poll handle initialised and not yet closing */
-    bool reading;      /* wants UV_READABLE */
-    bool paused;       /* reading suspended by the owner */
+    bool active;  /* poll handle initialised and not yet closing */
+    bool reading; /* wants UV_READABLE */
+    bool paused;  /* reading suspended by the owner */
     bool eof;
     bool close_after_flush;
-    struct al_buf wq;  /* pending writes (bounded by wq.max) */
+    struct al_buf wq; /* pending writes (bounded by wq.max) */
     agent_fdio_read_fn on_read;
     agent_fdio_closed_fn on_closed;
     void *owner;

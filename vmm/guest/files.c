@@ -32,15 +32,15 @@
 #include "fspath.h"
 #include "multipart.h"
 
-#define FILES_CHUNK       65536
-#define FILES_HIGH_WATER  (512u << 10)
-#define FILES_XATTR       "user.e2b."
-#define FILES_MAX_MD      4096
+#define FILES_CHUNK      65536
+#define FILES_HIGH_WATER (512u << 10)
+#define FILES_XATTR      "user.e2b."
+#define FILES_MAX_MD     4096
 
 /* ---- authorization ------------------------------------------------------------------- */
 
-static int files__check_auth(struct agent *a, struct al_http_req *req, const char *op,
-                             char *msg, size_t msglen)
+static int files__check_auth(struct agent *a, struct al_http_req *req, const char *op, char *msg,
+                             size_t msglen)
 {
     if (!a->token)
         return 0;
@@ -321,7 +321,8 @@ static void files__get(struct agent *a, struct al_http_req *req)
         if (errno == ENOENT || errno == ENOTDIR)
             agent_reply_error(req, 404, "path '%s' does not exist", path);
         else
-            agent_reply_error(req, 500, "error checking if path exists '%s': %s", path, strerror(errno));
+            agent_reply_error(req, 500, "error checking if path exists '%s': %s", path,
+                              strerror(errno));
         return;
     }
     if (S_ISDIR(st.st_mode)) {
@@ -329,8 +330,10 @@ static void files__get(struct agent *a, struct al_http_req *req)
         return;
     }
     if (!S_ISREG(st.st_mode)) {
-        agent_reply_error(req, 400, "path '%s' is not a regular file (a device, pipe or socket "
-                                    "cannot be downloaded)", path);
+        agent_reply_error(req, 400,
+                          "path '%s' is not a regular file (a device, pipe or socket "
+                          "cannot be downloaded)",
+                          path);
         return;
     }
     int gz = files__accept_gzip(al_http_req_header(req, "Accept-Encoding"));
@@ -395,7 +398,7 @@ struct files__up {
     uint64_t total;
     json_t *results;
     json_t *metadata;
-    int status;          /* 0 while fine, else the HTTP error to answer */
+    int status; /* 0 while fine, else the HTTP error to answer */
     char msg[768];
 };
 
@@ -474,7 +477,8 @@ static int files__write_all(struct files__up *up, const char *data, size_t len)
         if (n < 0) {
             int err = errno;
             if (err == ENOSPC || err == EDQUOT)
-                files__up_fail(up, 507, "attempted to write %llu bytes: not enough disk space available",
+                files__up_fail(up, 507,
+                               "attempted to write %llu bytes: not enough disk space available",
                                (unsigned long long)up->total);
             else
                 files__up_fail(up, 500, "error writing file: %s", strerror(err));
@@ -502,7 +506,8 @@ static void files__finish_file(struct files__up *up)
     }
     const char *k;
     json_t *v;
-    json_object_foreach(up->metadata, k, v) {
+    json_object_foreach(up->metadata, k, v)
+    {
         char xn[300];
         snprintf(xn, sizeof xn, FILES_XATTR "%s", k);
         if (fsetxattr(up->fd, xn, json_string_value(v), json_string_length(v), 0) < 0 &&
@@ -549,7 +554,8 @@ static int files__on_part_begin(void *ctx, const struct agent_mp_part *part)
     }
     size_t i;
     json_t *prev;
-    json_array_foreach(up->results, i, prev) {
+    json_array_foreach(up->results, i, prev)
+    {
         if (strcmp(json_string_value(json_object_get(prev, "path")), path) == 0) {
             files__up_fail(up, 400,
                            "you cannot upload multiple files to the same path '%s' in one upload "
@@ -658,7 +664,8 @@ static void files__up_on_end(struct al_http_req *req, int err)
         files__up_fail(up, 400, "the upload contained no file (a multipart part named 'file')");
     if (err < 0) {
         /* a broken body means a broken connection: nobody to answer */
-        al_warn("upload aborted after %llu bytes: %s", (unsigned long long)up->total, strerror(-err));
+        al_warn("upload aborted after %llu bytes: %s", (unsigned long long)up->total,
+                strerror(-err));
         files__up_free(up);
         return;
     }
@@ -707,8 +714,10 @@ static void files__post(struct agent *a, struct al_http_req *req)
         for (const char *p = v; *p; p++) {
             if (*p < 0x20 || *p > 0x7e) {
                 files__up_free(up);
-                agent_reply_error(req, 400, "invalid metadata: value for key \"%s\" contains "
-                                            "non-printable-ASCII bytes", key);
+                agent_reply_error(req, 400,
+                                  "invalid metadata: value for key \"%s\" contains "
+                                  "non-printable-ASCII bytes",
+                                  key);
                 return;
             }
         }
@@ -728,7 +737,8 @@ static void files__post(struct agent *a, struct al_http_req *req)
     if (ce && *ce && strcasecmp(ce, "identity") != 0) {
         if (strcasecmp(ce, "gzip") != 0) {
             files__up_free(up);
-            agent_reply_error(req, 400, "unsupported Content-Encoding: %.64s, supported: [gzip]", ce);
+            agent_reply_error(req, 400, "unsupported Content-Encoding: %.64s, supported: [gzip]",
+                              ce);
             return;
         }
         up->gzip = true;
@@ -774,8 +784,9 @@ static void files__post(struct agent *a, struct al_http_req *req)
         up->multipart = true;
     } else {
         files__up_free(up);
-        agent_reply_error(req, 400, "unsupported content type: %.100s, expected multipart/form-data "
-                                    "or application/octet-stream",
+        agent_reply_error(req, 400,
+                          "unsupported content type: %.100s, expected multipart/form-data "
+                          "or application/octet-stream",
                           ct ? ct : "(none)");
         return;
     }

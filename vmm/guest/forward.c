@@ -37,19 +37,19 @@ struct fwd {
     struct al_http_req *req;   /* NULL once answered, upgraded or gone */
     struct al_http_creq *creq; /* NULL once done */
     int port;
-    bool v6;            /* trying [::1] */
+    bool v6; /* trying [::1] */
     bool has_body;
-    bool body_claimed;  /* the client's body is ours (no retry from here) */
+    bool body_claimed; /* the client's body is ours (no retry from here) */
     bool body_streaming;
     bool resp_started;
 };
 
 static const char *const fwd__own_headers[] = {
-    "Content-Length",   /* framing: set afresh */
-    "Expect",           /* answered by our server already */
-    "X-Access-Token",   /* credentials for this hop */
+    "Content-Length", /* framing: set afresh */
+    "Expect",         /* answered by our server already */
+    "X-Access-Token", /* credentials for this hop */
     "E2B-Traffic-Access-Token",
-    "E2b-Sandbox-Id",   /* routing for this hop */
+    "E2b-Sandbox-Id", /* routing for this hop */
     "E2b-Sandbox-Port",
     NULL,
 };
@@ -227,10 +227,10 @@ static void fwd__on_upgrade(struct al_http_creq *c, const struct al_http_header 
             f->req = NULL;
             return;
         }
-        al_warn("port %d: cannot switch the client's connection over: %s", f->port,
-                strerror(-rc));
-        fwd__reply(f, 502, "port %d switched protocols, but the client's connection could not "
-                           "follow (%s)",
+        al_warn("port %d: cannot switch the client's connection over: %s", f->port, strerror(-rc));
+        fwd__reply(f, 502,
+                   "port %d switched protocols, but the client's connection could not "
+                   "follow (%s)",
                    f->port, strerror(-rc));
         return;
     }
@@ -270,8 +270,8 @@ static void fwd__on_done(struct al_http_creq *c, int err, void *arg)
             if (rc < 0)
                 fwd__reply(f, 502, "port %d is not open in the sandbox", f->port);
         } else if (fwd__not_listening(err) && !f->resp_started) {
-            al_info("port %d: nothing listens on it (request %s %.120s)", f->port,
-                    f->req->method, f->req->path);
+            al_info("port %d: nothing listens on it (request %s %.120s)", f->port, f->req->method,
+                    f->req->path);
             fwd__reply(f, 502,
                        "port %d is not open in the sandbox (nothing listens on 127.0.0.1:%d or "
                        "[::1]:%d)",
@@ -405,8 +405,7 @@ static int fwd__start(struct fwd *f)
     hdrs[n++] = (struct al_http_header){"Via", FWD_VIA};
     char target[64], path[8192];
     snprintf(target, sizeof target, f->v6 ? "[::1]:%d" : "127.0.0.1:%d", f->port);
-    const char *upgrade =
-        req->upgrade && !f->has_body ? al_http_req_header(req, "Upgrade") : NULL;
+    const char *upgrade = req->upgrade && !f->has_body ? al_http_req_header(req, "Upgrade") : NULL;
     struct al_http_creq_opts o = {
         .target = target,
         .method = req->method,

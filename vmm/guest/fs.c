@@ -28,9 +28,12 @@
 static const char *fs__type_name(mode_t m)
 {
     switch (m & S_IFMT) {
-    case S_IFREG: return "FILE_TYPE_FILE";
-    case S_IFDIR: return "FILE_TYPE_DIRECTORY";
-    default: return NULL; /* envd: anything else is UNSPECIFIED (omitted) */
+    case S_IFREG:
+        return "FILE_TYPE_FILE";
+    case S_IFDIR:
+        return "FILE_TYPE_DIRECTORY";
+    default:
+        return NULL; /* envd: anything else is UNSPECIFIED (omitted) */
     }
 }
 
@@ -68,8 +71,9 @@ int agent_entry_info(struct agent *a, const char *path, json_t **out, struct al_
     struct stat st;
     if (lstat(path, &st) < 0) {
         int e = errno;
-        return al_error_set(err, -e, "%s '%s': %s", e == ENOENT ? "file not found" : "error getting file info",
-                            path, strerror(e));
+        return al_error_set(err, -e, "%s '%s': %s",
+                            e == ENOENT ? "file not found" : "error getting file info", path,
+                            strerror(e));
     }
     json_t *o = json_object();
     json_object_set_new(o, "name", json_string(agent_path_base(path)));
@@ -164,14 +168,14 @@ static int fs__user(struct agent_call *c, struct agent_user *u)
     if (r == -ENOENT && c->has_user)
         agent_rpc_error(c, AGENT_CONNECT_UNAUTHENTICATED, "invalid username: '%.128s'", c->user);
     else if (r == -ENOENT)
-        agent_rpc_error(c, AGENT_CONNECT_UNAUTHENTICATED, "invalid default user: %s", al_error_str(&e));
+        agent_rpc_error(c, AGENT_CONNECT_UNAUTHENTICATED, "invalid default user: %s",
+                        al_error_str(&e));
     else
         agent_rpc_error(c, AGENT_CONNECT_PERMISSION_DENIED, "%s", al_error_str(&e));
     return r;
 }
 
-static int fs__path(struct agent_call *c, const struct agent_user *u, const char *field,
-                    char *out)
+static int fs__path(struct agent_call *c, const struct agent_user *u, const char *field, char *out)
 {
     struct al_error e = {0};
     const char *p = "";
@@ -311,8 +315,8 @@ static void fs__remove(struct agent_call *c)
     }
     int r = fs__remove_at(AT_FDCWD, path, 0);
     if (r < 0) {
-        agent_rpc_error(c, AGENT_CONNECT_INTERNAL, "error removing file or directory '%s': %s", path,
-                        strerror(-r));
+        agent_rpc_error(c, AGENT_CONNECT_INTERNAL, "error removing file or directory '%s': %s",
+                        path, strerror(-r));
         return;
     }
     agent_rpc_reply(c, NULL);
@@ -424,7 +428,8 @@ static void fs__list_dir(struct agent_call *c)
             agent_rpc_error(c, AGENT_CONNECT_FAILED_PRECONDITION,
                             "cyclic symlink or chain >255 links at \"%s\"", path);
         else
-            agent_rpc_error(c, AGENT_CONNECT_INTERNAL, "error resolving symlink: %s", strerror(err));
+            agent_rpc_error(c, AGENT_CONNECT_INTERNAL, "error resolving symlink: %s",
+                            strerror(err));
         return;
     }
     struct stat st;
@@ -441,7 +446,8 @@ static void fs__list_dir(struct agent_call *c)
     fs__walk(&w, real, path, 1, (int)depth);
     if (w.err) {
         json_decref(w.entries);
-        agent_rpc_error(c, w.err == -E2BIG ? AGENT_CONNECT_RESOURCE_EXHAUSTED : AGENT_CONNECT_INTERNAL,
+        agent_rpc_error(c,
+                        w.err == -E2BIG ? AGENT_CONNECT_RESOURCE_EXHAUSTED : AGENT_CONNECT_INTERNAL,
                         "%s", w.errmsg);
         return;
     }
@@ -464,6 +470,6 @@ void agent_fs_call(struct agent_call *c)
     else if (strcmp(m, "Remove") == 0)
         fs__remove(c);
     else
-        agent_rpc_error(c, AGENT_CONNECT_UNIMPLEMENTED, "filesystem.Filesystem/%s is not implemented",
-                        m);
+        agent_rpc_error(c, AGENT_CONNECT_UNIMPLEMENTED,
+                        "filesystem.Filesystem/%s is not implemented", m);
 }

@@ -122,13 +122,26 @@ void agent_go_mode_string(mode_t mode, char *out, size_t outlen)
     char b[32];
     size_t w = 0;
     switch (mode & S_IFMT) {
-    case S_IFDIR: b[w++] = 'd'; break;
-    case S_IFLNK: b[w++] = 'L'; break;
-    case S_IFBLK: b[w++] = 'D'; break;
-    case S_IFCHR: b[w++] = 'D'; break;
-    case S_IFIFO: b[w++] = 'p'; break;
-    case S_IFSOCK: b[w++] = 'S'; break;
-    default: break;
+    case S_IFDIR:
+        b[w++] = 'd';
+        break;
+    case S_IFLNK:
+        b[w++] = 'L';
+        break;
+    case S_IFBLK:
+        b[w++] = 'D';
+        break;
+    case S_IFCHR:
+        b[w++] = 'D';
+        break;
+    case S_IFIFO:
+        b[w++] = 'p';
+        break;
+    case S_IFSOCK:
+        b[w++] = 'S';
+        break;
+    default:
+        break;
     }
     if (mode & S_ISUID)
         b[w++] = 'u';

@@ -49,8 +49,8 @@ struct interp_kernel {
     bool alive;
     int handles;
     struct agent_fdio out, err, ctl_w, ctl_r;
-    struct al_buf frame;   /* python: partial message; bash: partial status line */
-    char carry[2][4];      /* incomplete UTF-8 at the end of the last read (out, err) */
+    struct al_buf frame; /* python: partial message; bash: partial status line */
+    char carry[2][4];    /* incomplete UTF-8 at the end of the last read (out, err) */
     size_t ncarry[2];
 };
 
@@ -119,10 +119,9 @@ static void interp__uuid(char *out, size_t outlen)
         sscanf(hex + 2 * i, "%2hhx", &b[i]);
     b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
     b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(out, outlen,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-             b[15]);
+    snprintf(out, outlen, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
 }
 
 static const char *interp__normalize(const char *lang, char *buf, size_t buflen)
@@ -380,8 +379,8 @@ static void interp__exec_done(struct interp_ctx *c)
     interp__start_next(c);
 }
 
-static const char *const interp__forward_types[] = {"number_of_executions", "result", "error",
-                                                     "stdout", "stderr", NULL};
+static const char *const interp__forward_types[] = {
+    "number_of_executions", "result", "error", "stdout", "stderr", NULL};
 
 static void interp__python_message(struct interp_kernel *k, json_t *msg)
 {
@@ -526,8 +525,7 @@ static int interp__kernel_start(struct interp_ctx *c, struct al_error *err)
     char *argv_sh[] = {"/bin/bash", "--noprofile", "--norc", "-s", NULL};
     char lib_pp[PATH_MAX];
     snprintf(lib_pp, sizeof lib_pp, "%s", a->lib_dir);
-    const char *more[] = {"AIRLOCK_KERNEL_LIB", lib_pp,
-                          "PYTHONIOENCODING", "utf-8", NULL, NULL};
+    const char *more[] = {"AIRLOCK_KERNEL_LIB", lib_pp, "PYTHONIOENCODING", "utf-8", NULL, NULL};
     char **envp = agent_child_env(a, &c->user, NULL, c->kind == KIND_PYTHON ? more : NULL);
     struct agent_spawn_opts so = {0};
     so.file = c->kind == KIND_PYTHON ? a->python : "/bin/bash";
@@ -617,7 +615,8 @@ static int interp__send_bash(struct interp_ctx *c, struct interp_exec *x)
     al_buf_init(&b, 0);
     const char *k;
     json_t *v;
-    json_object_foreach(x->env_vars, k, v) {
+    json_object_foreach(x->env_vars, k, v)
+    {
         if (!interp__env_name_ok(k))
             continue;
         al_buf_printf(&b, "export %s=", k);
@@ -634,7 +633,8 @@ static int interp__send_bash(struct interp_ctx *c, struct interp_exec *x)
     al_buf_appends(&b, x->code);
     al_buf_printf(&b, "\n%s\n)\" </dev/null\n__airlock_rc=$?\n", delim);
     /* per-execution variables do not outlive the execution (global ones are restored) */
-    json_object_foreach(x->env_vars, k, v) {
+    json_object_foreach(x->env_vars, k, v)
+    {
         if (!interp__env_name_ok(k))
             continue;
         json_t *g = json_object_get(c->a->env, k);
@@ -750,7 +750,8 @@ static struct interp_ctx *interp__ctx_new(struct agent *a, const char *language,
     return c;
 }
 
-static void interp__ctx_stop_kernel(struct interp_ctx *c, const char *err_name, const char *err_value)
+static void interp__ctx_stop_kernel(struct interp_ctx *c, const char *err_name,
+                                    const char *err_value)
 {
     struct interp_kernel *k = c->k;
     if (c->cur) {
@@ -797,7 +798,8 @@ static void interp__ctx_delete(struct agent *a, struct interp_ctx *c)
 static struct interp_ctx *interp__default(struct agent *a, const char *language,
                                           struct al_error *err)
 {
-    char *slot = strcmp(language, "bash") == 0 ? a->interp->default_bash : a->interp->default_python;
+    char *slot =
+        strcmp(language, "bash") == 0 ? a->interp->default_bash : a->interp->default_python;
     struct interp_ctx *c = *slot ? interp__find(a, slot) : NULL;
     if (c)
         return c;
@@ -835,7 +837,8 @@ static void interp__execute_body(struct al_http_req *req, int err)
         agent_pj_string(body, "context_id", "contextId", &ctx_id, &e) == -EINVAL ||
         agent_pj_string(body, "language", NULL, &lang, &e) == -EINVAL ||
         agent_pj_string_map(body, "env_vars", "envVars", &env, &e) == -EINVAL) {
-        interp__text(req, 422, "%s", e.code ? al_error_str(&e) : "field 'code' (a string) is required");
+        interp__text(req, 422, "%s",
+                     e.code ? al_error_str(&e) : "field 'code' (a string) is required");
         json_decref(body);
         return;
     }

@@ -34,22 +34,23 @@ static int g_stop_phase;
 
 static void main__usage(FILE *f)
 {
-    fprintf(f,
-            "usage: airlock-agent [options]\n"
-            "  --listen SPEC        serve on SPEC: unix:PATH, 127.0.0.1:PORT or [::1]:PORT\n"
-            "                       (repeatable; loopback only). Without it the agent serves\n"
-            "                       the listening socket in $AIRLOCK_AGENT_LISTEN_FD.\n"
-            "  --user NAME          default user (else init's defaultUser, else 'user', else self)\n"
-            "  --workdir DIR        default working directory\n"
-            "  --home DIR           home directory of the agent's own user (tests)\n"
-            "  --passwd FILE        users file (default /etc/passwd)\n"
-            "  --group FILE         groups file (default /etc/group)\n"
-            "  --lib-dir DIR        where airlock_kernel.py lives (default: next to the binary)\n"
-            "  --python PATH        Python for code contexts (default python3 from PATH)\n"
-            "  --log-level LEVEL    debug|info|warn|error (default info)\n"
-            "  --ca-root DIR        where the sandbox CA of init's caCertPem goes (default: / as PID 1;\n"
-            "                       otherwise installing a CA is refused)\n"
-            "Environment: AIRLOCK_AGENT_LISTEN_FD, AIRLOCK_AGENT_INIT_FD (JSON init object).\n");
+    fprintf(
+        f, "usage: airlock-agent [options]\n"
+           "  --listen SPEC        serve on SPEC: unix:PATH, 127.0.0.1:PORT or [::1]:PORT\n"
+           "                       (repeatable; loopback only). Without it the agent serves\n"
+           "                       the listening socket in $AIRLOCK_AGENT_LISTEN_FD.\n"
+           "  --user NAME          default user (else init's defaultUser, else 'user', else self)\n"
+           "  --workdir DIR        default working directory\n"
+           "  --home DIR           home directory of the agent's own user (tests)\n"
+           "  --passwd FILE        users file (default /etc/passwd)\n"
+           "  --group FILE         groups file (default /etc/group)\n"
+           "  --lib-dir DIR        where airlock_kernel.py lives (default: next to the binary)\n"
+           "  --python PATH        Python for code contexts (default python3 from PATH)\n"
+           "  --log-level LEVEL    debug|info|warn|error (default info)\n"
+           "  --ca-root DIR        where the sandbox CA of init's caCertPem goes (default: / as "
+           "PID 1;\n"
+           "                       otherwise installing a CA is refused)\n"
+           "Environment: AIRLOCK_AGENT_LISTEN_FD, AIRLOCK_AGENT_INIT_FD (JSON init object).\n");
 }
 
 static void main__finish_stop(uv_timer_t *t)
@@ -87,7 +88,9 @@ static void main__on_signal(uv_signal_t *h, int sig)
     }
     a->stopping = true;
     al_info("signal %s: stopping (the workload gets SIGTERM, then SIGKILL after 2 s)",
-            sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGHUP");
+            sig == SIGTERM  ? "SIGTERM"
+            : sig == SIGINT ? "SIGINT"
+                            : "SIGHUP");
     agent_procs_shutdown(a, SIGTERM);
     agent_interp_shutdown(a, SIGTERM);
     if (a->server)
@@ -218,13 +221,12 @@ static void main__find_lib(struct agent *a)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"listen", required_argument, NULL, 'l'},  {"user", required_argument, NULL, 'u'},
-        {"workdir", required_argument, NULL, 'w'}, {"home", required_argument, NULL, 'H'},
-        {"passwd", required_argument, NULL, 'p'},  {"group", required_argument, NULL, 'g'},
-        {"lib-dir", required_argument, NULL, 'L'}, {"python", required_argument, NULL, 'P'},
+        {"listen", required_argument, NULL, 'l'},    {"user", required_argument, NULL, 'u'},
+        {"workdir", required_argument, NULL, 'w'},   {"home", required_argument, NULL, 'H'},
+        {"passwd", required_argument, NULL, 'p'},    {"group", required_argument, NULL, 'g'},
+        {"lib-dir", required_argument, NULL, 'L'},   {"python", required_argument, NULL, 'P'},
         {"log-level", required_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
-        {"ca-root", required_argument, NULL, 'C'},
-        {NULL, 0, NULL, 0},
+        {"ca-root", required_argument, NULL, 'C'},   {NULL, 0, NULL, 0},
     };
     const char *listens[MAIN_MAX_LISTEN];
     size_t nlisten = 0;
@@ -244,22 +246,42 @@ int main(int argc, char **argv)
             }
             listens[nlisten++] = optarg;
             break;
-        case 'u': user = optarg; break;
-        case 'w': workdir = optarg; break;
-        case 'H': home = optarg; break;
-        case 'p': passwd = optarg; break;
-        case 'g': group = optarg; break;
-        case 'L': libdir = optarg; break;
-        case 'P': python = optarg; break;
-        case 'C': ca_root = optarg; break;
+        case 'u':
+            user = optarg;
+            break;
+        case 'w':
+            workdir = optarg;
+            break;
+        case 'H':
+            home = optarg;
+            break;
+        case 'p':
+            passwd = optarg;
+            break;
+        case 'g':
+            group = optarg;
+            break;
+        case 'L':
+            libdir = optarg;
+            break;
+        case 'P':
+            python = optarg;
+            break;
+        case 'C':
+            ca_root = optarg;
+            break;
         case 'v':
             if (al_log_level_parse(optarg, &level) < 0) {
                 fprintf(stderr, "airlock-agent: --log-level: debug, info, warn or error\n");
                 return 2;
             }
             break;
-        case 'h': main__usage(stdout); return 0;
-        default: main__usage(stderr); return 2;
+        case 'h':
+            main__usage(stdout);
+            return 0;
+        default:
+            main__usage(stderr);
+            return 2;
         }
     }
     if (optind < argc) {
@@ -333,7 +355,8 @@ int main(int argc, char **argv)
         if (al_http_server_listen_fd(a->server, lfd, &err) < 0)
             al_die("AIRLOCK_AGENT_LISTEN_FD %d: %s", lfd, al_error_str(&err));
     } else if (nlisten == 0) {
-        fprintf(stderr, "airlock-agent: nothing to serve: set AIRLOCK_AGENT_LISTEN_FD or pass --listen\n");
+        fprintf(stderr,
+                "airlock-agent: nothing to serve: set AIRLOCK_AGENT_LISTEN_FD or pass --listen\n");
         return 2;
     }
     for (size_t i = 0; i < nlisten; i++) {

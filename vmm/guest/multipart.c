@@ -142,8 +142,8 @@ int agent_mp_header_param(const char *value, const char *param, char *out, size_
     return found;
 }
 
-int agent_mp_init(struct agent_mp *mp, const char *content_type, const struct agent_mp_callbacks *cb,
-                  void *ctx)
+int agent_mp_init(struct agent_mp *mp, const char *content_type,
+                  const struct agent_mp_callbacks *cb, void *ctx)
 {
     memset(mp, 0, sizeof *mp);
     mp->cb = cb;

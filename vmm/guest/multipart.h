@@ -56,8 +56,8 @@ struct agent_mp {
 
 /* Reads the boundary parameter of a multipart Content-Type value. -EINVAL with a message in
  * mp->err when the header is not multipart/form-data or lacks a valid boundary. */
-int agent_mp_init(struct agent_mp *mp, const char *content_type, const struct agent_mp_callbacks *cb,
-                  void *ctx);
+int agent_mp_init(struct agent_mp *mp, const char *content_type,
+                  const struct agent_mp_callbacks *cb, void *ctx);
 void agent_mp_free(struct agent_mp *mp);
 /* 0 or a negative errno (-EPROTO for malformed input, message in mp->err), or a callback's
  * non-zero return. */

@@ -57,8 +57,9 @@ static int ndjson__seq(const unsigned char *p, size_t avail)
             return 0;
         cp = cp << 6 | (p[i] & 0x3f);
         /* reject overlongs/surrogates/out-of-range as early as the second byte allows */
-        if (i == 1 && ((n == 3 && c == 0xe0 && p[1] < 0xa0) || (n == 3 && c == 0xed && p[1] > 0x9f) ||
-                       (n == 4 && c == 0xf0 && p[1] < 0x90) || (n == 4 && c == 0xf4 && p[1] > 0x8f)))
+        if (i == 1 &&
+            ((n == 3 && c == 0xe0 && p[1] < 0xa0) || (n == 3 && c == 0xed && p[1] > 0x9f) ||
+             (n == 4 && c == 0xf0 && p[1] < 0x90) || (n == 4 && c == 0xf4 && p[1] > 0x8f)))
             return 0;
     }
     if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))

@@ -54,10 +54,10 @@ struct agent_proc {
     char *tag;
     json_t *config;
     bool pty;
-    struct agent_fdio out;   /* stdout, or the pty master (read and write) */
-    struct agent_fdio err;   /* stderr (pipes only) */
-    struct agent_fdio in;    /* stdin pipe (pipes with stdin only) */
-    int handles;             /* fdio + timer handles not yet closed */
+    struct agent_fdio out; /* stdout, or the pty master (read and write) */
+    struct agent_fdio err; /* stderr (pipes only) */
+    struct agent_fdio in;  /* stdin pipe (pipes with stdin only) */
+    int handles;           /* fdio + timer handles not yet closed */
     bool reaped;
     int wstatus;
     bool finished;
@@ -525,7 +525,8 @@ static void proc__start(struct agent_call *c)
     }
     size_t i;
     json_t *v;
-    json_array_foreach(args, i, v) {
+    json_array_foreach(args, i, v)
+    {
         if (!json_is_string(v) || memchr(json_string_value(v), '\0', json_string_length(v))) {
             agent_stream_fail(c, AGENT_CONNECT_INVALID_ARGUMENT,
                               "process.args[%zu] must be a string without NUL bytes", i);
@@ -792,7 +793,8 @@ static void proc__send_input(struct agent_call *c)
     } else {
         al_buf_free(&data);
         if (r == -ENOENT)
-            agent_rpc_error(c, AGENT_CONNECT_UNIMPLEMENTED, "invalid input type: expected stdin or pty");
+            agent_rpc_error(c, AGENT_CONNECT_UNIMPLEMENTED,
+                            "invalid input type: expected stdin or pty");
         else
             agent_rpc_error(c, AGENT_CONNECT_INVALID_ARGUMENT, "%s", al_error_str(&e));
         return;
@@ -844,7 +846,8 @@ static void proc__send_signal(struct agent_call *c)
     }
     if (sig != SIGKILL && sig != SIGTERM) {
         agent_rpc_error(c, AGENT_CONNECT_UNIMPLEMENTED,
-                        "invalid signal: %d (SIGNAL_SIGTERM and SIGNAL_SIGKILL are supported)", sig);
+                        "invalid signal: %d (SIGNAL_SIGTERM and SIGNAL_SIGKILL are supported)",
+                        sig);
         return;
     }
     /* The process leads its own process group: signal the group so that pipelines and
@@ -895,7 +898,8 @@ static void proc__update(struct agent_call *c)
             return;
         }
         if (!p->pty || !agent_fdio_is_open(&p->out)) {
-            agent_rpc_error(c, AGENT_CONNECT_INTERNAL, "error resizing tty: tty not assigned to process");
+            agent_rpc_error(c, AGENT_CONNECT_INTERNAL,
+                            "error resizing tty: tty not assigned to process");
             return;
         }
         int r = agent_pty_resize(p->out.fd, cols, rows);

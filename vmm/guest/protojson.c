@@ -76,8 +76,8 @@ static int pj__integer(const json_t *v, int64_t min, int64_t max, int64_t *out)
     return -EINVAL;
 }
 
-int agent_pj_uint32(const json_t *obj, const char *json_name, const char *proto_name,
-                    uint32_t *out, struct al_error *err)
+int agent_pj_uint32(const json_t *obj, const char *json_name, const char *proto_name, uint32_t *out,
+                    struct al_error *err)
 {
     json_t *v = agent_pj_field(obj, json_name, proto_name);
     if (!v)
@@ -90,8 +90,8 @@ int agent_pj_uint32(const json_t *obj, const char *json_name, const char *proto_
     return 0;
 }
 
-int agent_pj_object(const json_t *obj, const char *json_name, const char *proto_name,
-                    json_t **out, struct al_error *err)
+int agent_pj_object(const json_t *obj, const char *json_name, const char *proto_name, json_t **out,
+                    struct al_error *err)
 {
     json_t *v = agent_pj_field(obj, json_name, proto_name);
     if (!v)
@@ -154,7 +154,8 @@ int agent_pj_string_map(const json_t *obj, const char *json_name, const char *pr
         return al_error_set(err, -EINVAL, "field '%s' must be an object of strings", json_name);
     const char *k;
     json_t *val;
-    json_object_foreach(v, k, val) {
+    json_object_foreach(v, k, val)
+    {
         if (!json_is_string(val))
             return al_error_set(err, -EINVAL, "field '%s': the value of '%.64s' must be a string",
                                 json_name, k);

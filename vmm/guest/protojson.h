@@ -28,10 +28,10 @@ int agent_pj_string(const json_t *obj, const char *json_name, const char *proto_
                     const char **out, struct al_error *err);
 int agent_pj_bool(const json_t *obj, const char *json_name, const char *proto_name, bool *out,
                   struct al_error *err);
-int agent_pj_uint32(const json_t *obj, const char *json_name, const char *proto_name,
-                    uint32_t *out, struct al_error *err);
-int agent_pj_object(const json_t *obj, const char *json_name, const char *proto_name,
-                    json_t **out, struct al_error *err);
+int agent_pj_uint32(const json_t *obj, const char *json_name, const char *proto_name, uint32_t *out,
+                    struct al_error *err);
+int agent_pj_object(const json_t *obj, const char *json_name, const char *proto_name, json_t **out,
+                    struct al_error *err);
 /* bytes: decoded into out (cap-checked by the buffer's max). */
 int agent_pj_bytes(const json_t *obj, const char *json_name, const char *proto_name,
                    struct al_buf *out, struct al_error *err);

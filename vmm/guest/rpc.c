@@ -27,10 +27,10 @@ struct rpc__method {
 };
 
 static const struct rpc__method rpc__methods[] = {
-    {"process.Process", "List", false},       {"process.Process", "Connect", true},
-    {"process.Process", "Start", true},       {"process.Process", "Update", false},
-    {"process.Process", "SendInput", false},  {"process.Process", "SendSignal", false},
-    {"process.Process", "CloseStdin", false}, {"filesystem.Filesystem", "Stat", false},
+    {"process.Process", "List", false},          {"process.Process", "Connect", true},
+    {"process.Process", "Start", true},          {"process.Process", "Update", false},
+    {"process.Process", "SendInput", false},     {"process.Process", "SendSignal", false},
+    {"process.Process", "CloseStdin", false},    {"filesystem.Filesystem", "Stat", false},
     {"filesystem.Filesystem", "MakeDir", false}, {"filesystem.Filesystem", "Move", false},
     {"filesystem.Filesystem", "ListDir", false}, {"filesystem.Filesystem", "Remove", false},
     {"filesystem.Filesystem", "WatchDir", true},
@@ -54,7 +54,8 @@ static void rpc__unary_error(struct al_http_req *req, enum agent_connect_code co
     free(body);
 }
 
-static void rpc__stream_error(struct al_http_req *req, enum agent_connect_code code, const char *msg)
+static void rpc__stream_error(struct al_http_req *req, enum agent_connect_code code,
+                              const char *msg)
 {
     static const struct al_http_header h[] = {{"Content-Type", "application/connect+json"}};
     struct al_buf b;
@@ -143,7 +144,6 @@ static void rpc__on_peer_close(struct al_http_req *req)
         s->on_peer_gone(s);
     rpc__stream_release(s);
 }
-
 
 static int rpc__write_frame(struct agent_stream *s, uint8_t flags, const char *json, size_t n)
 {
@@ -280,9 +280,11 @@ static void rpc__on_body(struct al_http_req *req, int err)
     if (err < 0) {
         if (err != -E2BIG) {
             if (m->streaming)
-                rpc__stream_error(req, AGENT_CONNECT_INVALID_ARGUMENT, "cannot read the request body");
+                rpc__stream_error(req, AGENT_CONNECT_INVALID_ARGUMENT,
+                                  "cannot read the request body");
             else
-                rpc__unary_error(req, AGENT_CONNECT_INVALID_ARGUMENT, "cannot read the request body");
+                rpc__unary_error(req, AGENT_CONNECT_INVALID_ARGUMENT,
+                                 "cannot read the request body");
         }
         free(p);
         return;
@@ -378,10 +380,11 @@ void agent_rpc_dispatch(struct agent *a, struct al_http_req *req, const char *se
     if (!rpc__ctype_is(ct, want)) {
         static const struct al_http_header h[] = {{"Content-Type", "text/plain"}};
         char msg[256];
-        int n = snprintf(msg, sizeof msg,
-                         "%s/%s accepts Content-Type %s (the Connect protocol with the JSON codec); "
-                         "got '%.64s'\n",
-                         service, method, want, ct ? ct : "");
+        int n =
+            snprintf(msg, sizeof msg,
+                     "%s/%s accepts Content-Type %s (the Connect protocol with the JSON codec); "
+                     "got '%.64s'\n",
+                     service, method, want, ct ? ct : "");
         al_http_resp_start(req, 415, h, 1, n);
         al_http_resp_write(req, msg, (size_t)n);
         al_http_resp_end(req);

@@ -48,17 +48,28 @@ enum spawn__step {
 static const char *spawn__step_name(int step)
 {
     switch (step) {
-    case STEP_SETSID: return "start a new session";
-    case STEP_FDS: return "set up the standard file descriptors";
-    case STEP_CTTY: return "make the pty the controlling terminal";
-    case STEP_CHDIR: return "change to the working directory";
-    case STEP_BOUNDING: return "clear the capability bounding set";
-    case STEP_GROUPS: return "set the supplementary groups";
-    case STEP_SETGID: return "switch group id";
-    case STEP_SETUID: return "switch user id";
-    case STEP_CAPS: return "clear the capabilities";
-    case STEP_NNP: return "set no_new_privs";
-    default: return "prepare the process";
+    case STEP_SETSID:
+        return "start a new session";
+    case STEP_FDS:
+        return "set up the standard file descriptors";
+    case STEP_CTTY:
+        return "make the pty the controlling terminal";
+    case STEP_CHDIR:
+        return "change to the working directory";
+    case STEP_BOUNDING:
+        return "clear the capability bounding set";
+    case STEP_GROUPS:
+        return "set the supplementary groups";
+    case STEP_SETGID:
+        return "switch group id";
+    case STEP_SETUID:
+        return "switch user id";
+    case STEP_CAPS:
+        return "clear the capabilities";
+    case STEP_NNP:
+        return "set no_new_privs";
+    default:
+        return "prepare the process";
     }
 }
 
@@ -324,7 +335,8 @@ static _Noreturn void spawn__child(const struct agent_spawn_opts *o, int errfd)
 int agent_spawn(const struct agent_spawn_opts *o, pid_t *pid, struct al_error *err)
 {
     if (o->nfds < 3 || o->nfds > AGENT_SPAWN_MAX_FDS)
-        return al_error_set(err, -EINVAL, "spawn needs 3 to %d file descriptors", AGENT_SPAWN_MAX_FDS);
+        return al_error_set(err, -EINVAL, "spawn needs 3 to %d file descriptors",
+                            AGENT_SPAWN_MAX_FDS);
     int ep[2];
     if (pipe2(ep, O_CLOEXEC) < 0)
         return al_error_set(err, -errno, "cannot create a pipe: %s", strerror(errno));
@@ -451,7 +463,8 @@ void agent_exit_status(int wstatus, char *status, size_t statuslen, int *exit_co
         *exit_code = WEXITSTATUS(wstatus);
         snprintf(status, statuslen, "exit status %d", WEXITSTATUS(wstatus));
     } else if (WIFSIGNALED(wstatus)) {
-        snprintf(status, statuslen, "signal: %s%s", agent_signal_name(WTERMSIG(wstatus), b, sizeof b),
+        snprintf(status, statuslen, "signal: %s%s",
+                 agent_signal_name(WTERMSIG(wstatus), b, sizeof b),
                  WCOREDUMP(wstatus) ? " (core dumped)" : "");
     } else {
         snprintf(status, statuslen, "unknown wait status 0x%x", (unsigned)wstatus);

@@ -22,19 +22,19 @@
 #define AGENT_SPAWN_MAX_FDS 8
 
 struct agent_spawn_opts {
-    const char *file;        /* program; searched in the child's PATH when it has no '/' */
+    const char *file; /* program; searched in the child's PATH when it has no '/' */
     char *const *argv;
     char *const *envp;
     const char *cwd;
-    bool set_user;           /* switch to uid/gid/groups (needs CAP_SETUID/SETGID) */
+    bool set_user; /* switch to uid/gid/groups (needs CAP_SETUID/SETGID) */
     uid_t uid;
     gid_t gid;
     const gid_t *groups;
     size_t ngroups;
     int fds[AGENT_SPAWN_MAX_FDS]; /* child fd i <- fds[i]; -1 = /dev/null for 0..2, closed above */
-    size_t nfds;             /* at least 3 */
-    int ctty;                /* fd (in the child's numbering) to make the controlling tty, or -1 */
-    int oom_score_adj;       /* written when >= -1000 and <= 1000 */
+    size_t nfds;                  /* at least 3 */
+    int ctty;          /* fd (in the child's numbering) to make the controlling tty, or -1 */
+    int oom_score_adj; /* written when >= -1000 and <= 1000 */
 };
 
 /* Starts the child; *pid on success. Errors carry a message naming the failed step. */

@@ -39,28 +39,35 @@ int agent_ca_check(const char *pem, size_t len, struct al_error *err)
 {
     static const char b[] = "-----BEGIN CERTIFICATE-----", e[] = "-----END CERTIFICATE-----";
     if (len == 0 || len > TRUST_PEM_MAX)
-        return al_error_set(err, -EINVAL, "caCertPem must be one PEM certificate of at most %d bytes",
+        return al_error_set(err, -EINVAL,
+                            "caCertPem must be one PEM certificate of at most %d bytes",
                             TRUST_PEM_MAX);
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)pem[i];
         if ((c < 0x20 && c != '\n' && c != '\r') || c > 0x7e)
-            return al_error_set(err, -EINVAL, "caCertPem has a byte that is not PEM text at offset %zu", i);
+            return al_error_set(err, -EINVAL,
+                                "caCertPem has a byte that is not PEM text at offset %zu", i);
     }
     const char *pb = memmem(pem, len, b, sizeof b - 1);
     const char *pe = pb ? memmem(pb, len - (size_t)(pb - pem), e, sizeof e - 1) : NULL;
     if (!pb || !pe)
-        return al_error_set(err, -EINVAL, "caCertPem is not a PEM certificate (no BEGIN/END CERTIFICATE lines)");
+        return al_error_set(err, -EINVAL,
+                            "caCertPem is not a PEM certificate (no BEGIN/END CERTIFICATE lines)");
     if (memmem(pe + sizeof e - 1, len - (size_t)(pe + sizeof e - 1 - pem), b, sizeof b - 1))
         return al_error_set(err, -EINVAL, "caCertPem holds more than one certificate");
     return 0;
 }
 
-int agent_ca_bundle_merge(const char *old, size_t old_len, const char *pem, size_t len, struct al_buf *out)
+int agent_ca_bundle_merge(const char *old, size_t old_len, const char *pem, size_t len,
+                          struct al_buf *out)
 {
     al_buf_reset(out);
     /* Keep everything but an earlier airlock block. */
-    const char *bb = old ? memmem(old, old_len, TRUST_MARK_BEGIN, sizeof TRUST_MARK_BEGIN - 1) : NULL;
-    const char *be = bb ? memmem(bb, old_len - (size_t)(bb - old), TRUST_MARK_END, sizeof TRUST_MARK_END - 1) : NULL;
+    const char *bb =
+        old ? memmem(old, old_len, TRUST_MARK_BEGIN, sizeof TRUST_MARK_BEGIN - 1) : NULL;
+    const char *be =
+        bb ? memmem(bb, old_len - (size_t)(bb - old), TRUST_MARK_END, sizeof TRUST_MARK_END - 1)
+           : NULL;
     int r = 0;
     if (bb && be) {
         r = al_buf_append(out, old, (size_t)(bb - old));
@@ -89,9 +96,10 @@ int agent_install_ca(struct agent *a, const char *pem, size_t len, struct al_err
     if (r < 0)
         return r;
     if (!a->ca_root)
-        return al_error_set(err, -EPERM,
-                            "installing the sandbox CA needs the agent to be the sandbox's init "
-                            "(or --ca-root DIR for tests): it would change this machine's trust store");
+        return al_error_set(
+            err, -EPERM,
+            "installing the sandbox CA needs the agent to be the sandbox's init "
+            "(or --ca-root DIR for tests): it would change this machine's trust store");
     char dir[PATH_MAX], ca[PATH_MAX], bundle[PATH_MAX];
     const char *root = strcmp(a->ca_root, "/") == 0 ? "" : a->ca_root;
     snprintf(dir, sizeof dir, "%s%s", root, AGENT_CA_DIR);
@@ -106,7 +114,8 @@ int agent_install_ca(struct agent *a, const char *pem, size_t len, struct al_err
     struct al_error rerr = {0};
     if (al_read_file(bundle, 64u << 20, &old, &old_len, &rerr) < 0 && rerr.code != -ENOENT) {
         free(old);
-        return al_error_set(err, rerr.code, "cannot read the trust bundle: %s", al_error_str(&rerr));
+        return al_error_set(err, rerr.code, "cannot read the trust bundle: %s",
+                            al_error_str(&rerr));
     }
     struct al_buf merged = AL_BUF_INIT;
     r = agent_ca_bundle_merge(old, old_len, pem, len, &merged);

@@ -247,6 +247,7 @@ void agent_uid_name(struct agent_userdb *db, uid_t uid, char *out, size_t outlen
 void agent_gid_name(struct agent_userdb *db, gid_t gid, char *out, size_t outlen)
 {
     users__refresh(&db->group);
-    if (!db->group.data || agent_group_parse_name(db->group.data, db->group.len, gid, out, outlen) < 0)
+    if (!db->group.data ||
+        agent_group_parse_name(db->group.data, db->group.len, gid, out, outlen) < 0)
         snprintf(out, outlen, "%u", (unsigned)gid);
 }

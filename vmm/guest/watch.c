@@ -26,9 +26,9 @@
 #include "fspath.h"
 #include "protojson.h"
 
-#define WATCH_MASK                                                                           \
-    (IN_MOVED_TO | IN_MOVED_FROM | IN_CREATE | IN_ATTRIB | IN_MODIFY | IN_MOVE_SELF |        \
-     IN_DELETE | IN_DELETE_SELF)
+#define WATCH_MASK                                                                                \
+    (IN_MOVED_TO | IN_MOVED_FROM | IN_CREATE | IN_ATTRIB | IN_MODIFY | IN_MOVE_SELF | IN_DELETE | \
+     IN_DELETE_SELF)
 
 struct watch__wd {
     int wd;
@@ -140,13 +140,14 @@ static int watch__add_tree(struct agent_watch *w, const char *rel, int depth)
         bool isdir = de->d_type == DT_DIR;
         if (de->d_type == DT_UNKNOWN) {
             struct stat st;
-            isdir = fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-                    S_ISDIR(st.st_mode);
+            isdir =
+                fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
         }
         if (!isdir)
             continue;
         char sub[PATH_MAX];
-        if (snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name) >= (int)sizeof sub)
+        if (snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name) >=
+            (int)sizeof sub)
             continue;
         r = watch__add_tree(w, sub, depth + 1);
         if (r == -ENOSPC)
@@ -269,8 +270,9 @@ static void watch__event(struct agent_watch *w, const struct inotify_event *ev)
         if (w->recursive && (ev->mask & IN_ISDIR) && !self) {
             int r = watch__add_tree(w, name, 0);
             if (r == -ENOSPC)
-                al_warn("watch: more than %zu directories below %s; deeper changes are not reported",
-                        w->a->lim.max_watches, w->root);
+                al_warn(
+                    "watch: more than %zu directories below %s; deeper changes are not reported",
+                    w->a->lim.max_watches, w->root);
         }
     }
     if (ev->mask & (IN_MOVED_FROM | IN_MOVE_SELF))
@@ -322,11 +324,11 @@ static bool watch__network_fs(const char *path)
     if (statfs(path, &sf) < 0)
         return false;
     switch ((unsigned long)sf.f_type) {
-    case 0x6969UL:      /* NFS */
-    case 0xFF534D42UL:  /* CIFS */
-    case 0x517BUL:      /* SMB */
-    case 0xFE534D42UL:  /* SMB2 */
-    case 0x65735546UL:  /* FUSE */
+    case 0x6969UL:     /* NFS */
+    case 0xFF534D42UL: /* CIFS */
+    case 0x517BUL:     /* SMB */
+    case 0xFE534D42UL: /* SMB2 */
+    case 0x65735546UL: /* FUSE */
         return true;
     default:
         return false;
@@ -340,8 +342,9 @@ void agent_watch_call(struct agent_call *c)
     struct agent_user u;
     int r = agent_resolve_user(a, c->has_user ? c->user : NULL, &u, &e);
     if (r < 0) {
-        agent_stream_fail(c, r == -ENOENT ? AGENT_CONNECT_UNAUTHENTICATED : AGENT_CONNECT_PERMISSION_DENIED,
-                          "%s", al_error_str(&e));
+        agent_stream_fail(
+            c, r == -ENOENT ? AGENT_CONNECT_UNAUTHENTICATED : AGENT_CONNECT_PERMISSION_DENIED, "%s",
+            al_error_str(&e));
         return;
     }
     const char *p = "";
@@ -349,7 +352,8 @@ void agent_watch_call(struct agent_call *c)
     if (agent_pj_string(c->msg, "path", NULL, &p, &e) == -EINVAL ||
         agent_pj_bool(c->msg, "recursive", NULL, &recursive, &e) == -EINVAL ||
         agent_pj_bool(c->msg, "includeEntry", "include_entry", &include_entry, &e) == -EINVAL ||
-        agent_pj_bool(c->msg, "allowNetworkMounts", "allow_network_mounts", &allow_net, &e) == -EINVAL) {
+        agent_pj_bool(c->msg, "allowNetworkMounts", "allow_network_mounts", &allow_net, &e) ==
+            -EINVAL) {
         agent_stream_fail(c, AGENT_CONNECT_INVALID_ARGUMENT, "%s", al_error_str(&e));
         return;
     }

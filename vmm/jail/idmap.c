@@ -206,8 +206,7 @@ int jail_idmap_alloc(const struct jail_idmap_cfg *cfg, const char *id, uint32_t 
             continue;
         close(fd);
         if (rc < 0)
-            return al_error_set(err, rc, "cannot claim id slot %u in %s: %s", s, mp,
-                                strerror(-rc));
+            return al_error_set(err, rc, "cannot claim id slot %u in %s: %s", s, mp, strerror(-rc));
         *slot = s;
         return 0;
     }

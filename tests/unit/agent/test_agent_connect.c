@@ -97,7 +97,8 @@ START_TEST(unwrap_request_exactly_one_message)
     ck_assert_uint_eq(ml, 2);
     ck_assert_int_eq(memcmp(m, "{}", 2), 0);
     const uint8_t trailing[] = {0, 0, 0, 0, 1, '{', '}'};
-    ck_assert_int_eq(agent_connect_unwrap_request(trailing, sizeof trailing, 64, &m, &ml, &e), -EPROTO);
+    ck_assert_int_eq(agent_connect_unwrap_request(trailing, sizeof trailing, 64, &m, &ml, &e),
+                     -EPROTO);
     ck_assert_ptr_nonnull(strstr(e.msg, "exactly one message"));
     ck_assert_int_eq(agent_connect_unwrap_request(ok, 3, 64, &m, &ml, &e), -EPROTO);
     const uint8_t end[] = {2, 0, 0, 0, 0};
@@ -134,7 +135,8 @@ START_TEST(error_bodies)
     al_buf_init(&b, 0);
     agent_connect_end_stream_append(&b, AGENT_CONNECT_INVALID_ARGUMENT, "bad \"x\"");
     ck_assert_int_eq((unsigned char)b.data[0], 2);
-    ck_assert_str_eq(b.data + 5, "{\"error\":{\"code\":\"invalid_argument\",\"message\":\"bad \\\"x\\\"\"}}");
+    ck_assert_str_eq(b.data + 5,
+                     "{\"error\":{\"code\":\"invalid_argument\",\"message\":\"bad \\\"x\\\"\"}}");
     al_buf_free(&b);
     /* invalid UTF-8 in a message still yields valid JSON */
     s = agent_connect_error_json(AGENT_CONNECT_INTERNAL, "bad \xff byte");

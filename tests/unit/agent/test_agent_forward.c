@@ -53,10 +53,10 @@ static void up__seen_body(struct al_http_req *req, int err)
     unsigned long sum = 0;
     for (size_t i = 0; i < req->body.len; i++)
         sum = sum * 31 + (unsigned char)req->body.data[i];
-    json_t *o = json_pack("{s:s,s:s,s:o,s:I,s:b,s:I,s:I}", "method", req->method, "target",
-                          req->target, "headers", h, "cl", (json_int_t)req->content_length,
-                          "chunked", req->chunked, "len", (json_int_t)req->body.len, "sum",
-                          (json_int_t)(sum & 0x7fffffff));
+    json_t *o =
+        json_pack("{s:s,s:s,s:o,s:I,s:b,s:I,s:I}", "method", req->method, "target", req->target,
+                  "headers", h, "cl", (json_int_t)req->content_length, "chunked", req->chunked,
+                  "len", (json_int_t)req->body.len, "sum", (json_int_t)(sum & 0x7fffffff));
     al_http_reply_json(req, 200, o);
 }
 
@@ -160,7 +160,8 @@ static void up__on_request(struct al_http_req *req, void *ctx)
     } else if (strcmp(p, "/silent") == 0) {
         al_http_req_on_close(req, up__hold_closed); /* never answers */
     } else if (strcmp(p, "/ws") == 0) {
-        struct al_http_header h[] = {{"Upgrade", "websocket"}, {"Sec-WebSocket-Accept", "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="}};
+        struct al_http_header h[] = {{"Upgrade", "websocket"},
+                                     {"Sec-WebSocket-Accept", "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="}};
         struct al_http_tunnel *t;
         if (al_http_req_upgrade(req, h, 2, &t) == 0)
             al_http_tunnel_start(t, up__ws_data, up__ws_end, NULL);
@@ -374,7 +375,7 @@ START_TEST(the_server_sees_the_request_as_sent)
     ck_assert_ptr_null(seen_header(&r, "x-forwarded-host"));
     ck_assert_ptr_null(seen_header(&r, "x-forwarded-proto"));
     /* This hop's routing, credentials and hop-by-hop fields stay here. */
-    const char *gone[] = {"e2b-sandbox-id", "e2b-sandbox-port", "x-access-token",
+    const char *gone[] = {"e2b-sandbox-id",           "e2b-sandbox-port",    "x-access-token",
                           "e2b-traffic-access-token", "proxy-authorization", "te"};
     for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
         ck_assert_msg(!seen_header(&r, gone[i]), "%s was forwarded", gone[i]);
@@ -682,7 +683,8 @@ START_TEST(websocket_upgrades_are_relayed)
     ck_assert_msg(strncmp(buf, "HTTP/1.1 101 Switching Protocols\r\n", 34) == 0, "%s", buf);
     ck_assert_ptr_nonnull(strstr(buf, "\r\nUpgrade: websocket\r\n"));
     ck_assert_ptr_nonnull(strstr(buf, "\r\nConnection: Upgrade\r\n"));
-    ck_assert_ptr_nonnull(strstr(buf, "\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
+    ck_assert_ptr_nonnull(
+        strstr(buf, "\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
     ck_assert_ptr_nonnull(strstr(buf, "\r\nVia: 1.1 airlock\r\n"));
     ck_assert_ptr_nonnull(strstr(buf, "\r\n\r\nEARLY BYTES"));
     raw_send(fd, "live reload");

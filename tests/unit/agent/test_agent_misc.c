@@ -38,12 +38,14 @@ START_TEST(paths_resolve_like_envd)
     resolve_eq("../..", NULL, "/");
     char out[PATH_MAX];
     struct al_error e = {0};
-    ck_assert_int_eq(agent_path_resolve("~root/x", "/home/user", NULL, out, sizeof out, &e), -EINVAL);
+    ck_assert_int_eq(agent_path_resolve("~root/x", "/home/user", NULL, out, sizeof out, &e),
+                     -EINVAL);
     ck_assert_ptr_nonnull(strstr(e.msg, "~root"));
     char *longp = malloc(PATH_MAX + 10);
     memset(longp, 'a', PATH_MAX + 5);
     longp[PATH_MAX + 5] = '\0';
-    ck_assert_int_eq(agent_path_resolve(longp, "/home/user", NULL, out, sizeof out, &e), -ENAMETOOLONG);
+    ck_assert_int_eq(agent_path_resolve(longp, "/home/user", NULL, out, sizeof out, &e),
+                     -ENAMETOOLONG);
     free(longp);
 }
 END_TEST
@@ -65,19 +67,17 @@ START_TEST(path_parts)
 }
 END_TEST
 
-static const char passwd[] =
-    "root:x:0:0:root:/root:/bin/bash\n"
-    "# a comment\n"
-    "broken line without fields\n"
-    "user:x:1000:1000:User,,,:/home/user:/bin/bash\n"
-    "svc:x:abc:1:bad uid:/:/bin/false\n"
-    "nohome:x:1001:1001:::/bin/sh\r\n";
-static const char group[] =
-    "root:x:0:\n"
-    "user:x:1000:\n"
-    "docker:x:999:other,user\n"
-    "audio:x:29:user\n"
-    "users:x:100:\n";
+static const char passwd[] = "root:x:0:0:root:/root:/bin/bash\n"
+                             "# a comment\n"
+                             "broken line without fields\n"
+                             "user:x:1000:1000:User,,,:/home/user:/bin/bash\n"
+                             "svc:x:abc:1:bad uid:/:/bin/false\n"
+                             "nohome:x:1001:1001:::/bin/sh\r\n";
+static const char group[] = "root:x:0:\n"
+                            "user:x:1000:\n"
+                            "docker:x:999:other,user\n"
+                            "audio:x:29:user\n"
+                            "users:x:100:\n";
 
 START_TEST(passwd_and_group_parsing)
 {
@@ -102,7 +102,8 @@ START_TEST(passwd_and_group_parsing)
     char name[64];
     ck_assert_int_eq(agent_group_parse_name(group, strlen(group), 999, name, sizeof name), 0);
     ck_assert_str_eq(name, "docker");
-    ck_assert_int_eq(agent_group_parse_name(group, strlen(group), 4242, name, sizeof name), -ENOENT);
+    ck_assert_int_eq(agent_group_parse_name(group, strlen(group), 4242, name, sizeof name),
+                     -ENOENT);
 }
 END_TEST
 
@@ -214,15 +215,23 @@ END_TEST
 START_TEST(utf8_prefix_and_repair)
 {
     ck_assert_uint_eq(agent_utf8_complete_prefix("abc", 3), 3);
-    ck_assert_uint_eq(agent_utf8_complete_prefix("ab\xc3", 3), 2);           /* cut 2-byte */
+    ck_assert_uint_eq(agent_utf8_complete_prefix("ab\xc3", 3), 2);            /* cut 2-byte */
     ck_assert_uint_eq(agent_utf8_complete_prefix("a\xe2\x82", 3), 1);         /* cut 3-byte */
     ck_assert_uint_eq(agent_utf8_complete_prefix("a\xf0\x9f\x99", 4), 1);     /* cut 4-byte */
     ck_assert_uint_eq(agent_utf8_complete_prefix("a\xf0\x9f\x99\x82", 5), 5); /* complete */
     ck_assert_uint_eq(agent_utf8_complete_prefix("a\xff", 2), 2);             /* invalid, not cut */
     struct al_buf b;
     al_buf_init(&b, 0);
-    ck_assert_int_eq(agent_utf8_sanitize("a\xff" "b\xc0\xaf" "c\xed\xa0\x80" "d\xc3\xa9", 13, &b), 0);
-    ck_assert_str_eq(b.data, "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd" "c\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "d\xc3\xa9");
+    ck_assert_int_eq(agent_utf8_sanitize("a\xff"
+                                         "b\xc0\xaf"
+                                         "c\xed\xa0\x80"
+                                         "d\xc3\xa9",
+                                         13, &b),
+                     0);
+    ck_assert_str_eq(b.data, "a\xef\xbf\xbd"
+                             "b\xef\xbf\xbd\xef\xbf\xbd"
+                             "c\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+                             "d\xc3\xa9");
     al_buf_free(&b);
 }
 END_TEST

@@ -107,13 +107,17 @@ END_TEST
 START_TEST(header_param_parsing)
 {
     char out[64];
-    ck_assert_int_eq(agent_mp_header_param("form-data; name=\"a\\\"b\"; x=1", "name", out, sizeof out), 0);
+    ck_assert_int_eq(
+        agent_mp_header_param("form-data; name=\"a\\\"b\"; x=1", "name", out, sizeof out), 0);
     ck_assert_str_eq(out, "a\"b");
     ck_assert_int_eq(agent_mp_header_param("form-data; NAME=tok", "name", out, sizeof out), 0);
     ck_assert_str_eq(out, "tok");
-    ck_assert_int_eq(agent_mp_header_param("form-data; name=\"x\"", "filename", out, sizeof out), -ENOENT);
-    ck_assert_int_eq(agent_mp_header_param("form-data; name=\"unterminated", "name", out, sizeof out), -EINVAL);
-    ck_assert_int_eq(agent_mp_header_param("form-data; name=\"0123456789\"", "name", out, 4), -E2BIG);
+    ck_assert_int_eq(agent_mp_header_param("form-data; name=\"x\"", "filename", out, sizeof out),
+                     -ENOENT);
+    ck_assert_int_eq(
+        agent_mp_header_param("form-data; name=\"unterminated", "name", out, sizeof out), -EINVAL);
+    ck_assert_int_eq(agent_mp_header_param("form-data; name=\"0123456789\"", "name", out, 4),
+                     -E2BIG);
 }
 END_TEST
 
@@ -135,14 +139,17 @@ START_TEST(malformed_bodies_are_errors)
     struct rec r;
     const char *ct = "multipart/form-data; boundary=B";
     /* no closing delimiter */
-    ck_assert_int_eq(feed_all(ct, "--B\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nabc", &mp, &r), -EPROTO);
+    ck_assert_int_eq(
+        feed_all(ct, "--B\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nabc", &mp, &r),
+        -EPROTO);
     ck_assert_ptr_nonnull(strstr(mp.err, "closing boundary"));
     agent_mp_free(&mp);
     /* garbage after a boundary */
     ck_assert_int_eq(feed_all(ct, "--Bxx\r\n", &mp, &r), -EPROTO);
     agent_mp_free(&mp);
     /* a part without Content-Disposition */
-    ck_assert_int_eq(feed_all(ct, "--B\r\nContent-Type: text/plain\r\n\r\nx\r\n--B--", &mp, &r), -EPROTO);
+    ck_assert_int_eq(feed_all(ct, "--B\r\nContent-Type: text/plain\r\n\r\nx\r\n--B--", &mp, &r),
+                     -EPROTO);
     agent_mp_free(&mp);
     /* headers over the limit */
     char *big = malloc(AGENT_MP_MAX_HEADER + 100);

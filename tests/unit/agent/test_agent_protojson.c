@@ -32,7 +32,8 @@ END_TEST
 
 START_TEST(integers_as_numbers_or_strings)
 {
-    json_t *o = J("{\"a\":7,\"b\":\"42\",\"c\":-1,\"d\":4294967296,\"e\":\"x\",\"f\":3.0,\"g\":1.5}");
+    json_t *o =
+        J("{\"a\":7,\"b\":\"42\",\"c\":-1,\"d\":4294967296,\"e\":\"x\",\"f\":3.0,\"g\":1.5}");
     uint32_t v;
     ck_assert_int_eq(agent_pj_uint32(o, "a", NULL, &v, NULL), 0);
     ck_assert_uint_eq(v, 7);
@@ -53,7 +54,8 @@ END_TEST
 
 START_TEST(enums_by_name_or_number)
 {
-    static const struct agent_pj_enum t[] = {{"SIGNAL_SIGTERM", 15}, {"SIGNAL_SIGKILL", 9}, {NULL, 0}};
+    static const struct agent_pj_enum t[] = {
+        {"SIGNAL_SIGTERM", 15}, {"SIGNAL_SIGKILL", 9}, {NULL, 0}};
     json_t *o = J("{\"a\":\"SIGNAL_SIGKILL\",\"b\":15,\"c\":\"SIGKILL\",\"d\":true}");
     int v;
     ck_assert_int_eq(agent_pj_enum(o, "a", NULL, t, &v, NULL), 0);
@@ -70,7 +72,7 @@ END_TEST
 START_TEST(base64_both_alphabets_padding_optional)
 {
     static const char *const ok[][2] = {
-        {"aGkK", "hi\n"}, {"aGk=", "hi"}, {"aGk", "hi"}, {"", ""},
+        {"aGkK", "hi\n"},     {"aGk=", "hi"},      {"aGk", "hi"}, {"", ""},
         {"-_8=", "\xfb\xff"}, {"+/8", "\xfb\xff"}, {"YQ==", "a"}, {"YQ", "a"},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
@@ -111,7 +113,8 @@ END_TEST
 
 START_TEST(bytes_field_and_string_map)
 {
-    json_t *o = J("{\"input\":{\"stdin\":\"aGk=\"},\"envs\":{\"A\":\"1\"},\"bad\":{\"A\":1},\"n\":5}");
+    json_t *o =
+        J("{\"input\":{\"stdin\":\"aGk=\"},\"envs\":{\"A\":\"1\"},\"bad\":{\"A\":1},\"n\":5}");
     struct al_buf b;
     al_buf_init(&b, 0);
     ck_assert_int_eq(agent_pj_bytes(json_object_get(o, "input"), "stdin", NULL, &b, NULL), 0);

@@ -169,7 +169,8 @@ START_TEST(log_json_lines)
     json_t *line = al_json_parse(buf, (size_t)n, &e);
     ck_assert_ptr_nonnull(line);
     ck_assert_str_eq(json_string_value(json_object_get(line, "level")), "warn");
-    ck_assert_str_eq(json_string_value(json_object_get(line, "msg")), "quote \" and newline \n here");
+    ck_assert_str_eq(json_string_value(json_object_get(line, "msg")),
+                     "quote \" and newline \n here");
     ck_assert_str_eq(json_string_value(json_object_get(line, "component")), "test");
     json_decref(line);
 }

@@ -733,7 +733,6 @@ START_TEST(malformed_responses_are_refused)
 }
 END_TEST
 
-
 /* ---- streamed bodies with a Content-Length, upgrades -------------------------------- */
 static int sl_write(struct rec *r, const char *s)
 {
@@ -786,8 +785,8 @@ END_TEST
 START_TEST(unasked_switching_protocols_is_an_error)
 {
     struct rec r;
-    raw_one("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\nraw", "GET",
-            &r);
+    raw_one("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\nraw",
+            "GET", &r);
     ck_assert_int_eq(r.err, -EPROTO);
     ck_assert_ptr_nonnull(strstr(r.errmsg, "no upgrade was asked for"));
 }

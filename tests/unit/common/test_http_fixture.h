@@ -598,8 +598,9 @@ static __attribute__((unused)) void t__framing_done(struct al_http_req *req, int
     if (err)
         return;
     char out[160];
-    int n = snprintf(out, sizeof out, "cl=%lld chunked=%d body=%.*s", (long long)req->content_length,
-                     (int)req->chunked, (int)AL_MIN(req->body.len, 64), req->body.data);
+    int n =
+        snprintf(out, sizeof out, "cl=%lld chunked=%d body=%.*s", (long long)req->content_length,
+                 (int)req->chunked, (int)AL_MIN(req->body.len, 64), req->body.data);
     al_http_reply(req, 200, "text/plain", out, (size_t)n);
 }
 

@@ -920,7 +920,6 @@ START_TEST(client_disconnect_at_every_stage)
 }
 END_TEST
 
-
 /* ---- aborted responses -------------------------------------------------------------- */
 /* Reads until the peer closes; *reset = the close was a reset (ECONNRESET). */
 static size_t read_to_close(int fd, char *out, size_t cap, bool *reset)

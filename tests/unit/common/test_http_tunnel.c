@@ -108,11 +108,12 @@ START_TEST(upgrade_refusals_leave_an_ordinary_answer)
                      400);
     ck_assert_str_eq(r.body, "upgrade refused: -95");
     /* A 101 must name the protocol: -EINVAL. */
-    ck_assert_int_eq(t_roundtrip(T.port,
-                                 "GET /ws?noupgrade=1 HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\n"
-                                 "Upgrade: test\r\n\r\n",
-                                 &r),
-                     400);
+    ck_assert_int_eq(
+        t_roundtrip(T.port,
+                    "GET /ws?noupgrade=1 HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\n"
+                    "Upgrade: test\r\n\r\n",
+                    &r),
+        400);
     ck_assert_str_eq(r.body, "upgrade refused: -22");
     ck_assert_int_eq(atomic_load(&http__live_tunnels), 0);
     tsrv_teardown();
@@ -383,9 +384,15 @@ START_TEST(creq_upgrade_answered_normally_is_a_plain_response)
     ck_assert_int_eq(c.status, 200);
     ck_assert_str_eq(c.first, "hello");
     /* ... and an upgrade request with a body cannot be made. */
-    struct al_http_creq_opts o = {.target = S_target, .method = "POST", .path = "/ws",
-                                  .body = "x", .body_len = 1, .upgrade = "t",
-                                  .on_upgrade = cli_on_upgrade, .on_done = cli_on_done, .arg = &c};
+    struct al_http_creq_opts o = {.target = S_target,
+                                  .method = "POST",
+                                  .path = "/ws",
+                                  .body = "x",
+                                  .body_len = 1,
+                                  .upgrade = "t",
+                                  .on_upgrade = cli_on_upgrade,
+                                  .on_done = cli_on_done,
+                                  .arg = &c};
     struct al_http_creq *cr;
     ck_assert_int_eq(al_http_creq_start(&L, &o, &cr), -EINVAL);
     loop_teardown();

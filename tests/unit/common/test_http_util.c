@@ -248,20 +248,20 @@ START_TEST(error_body_is_escaped_json)
 }
 END_TEST
 
-
 START_TEST(hop_by_hop_fields_and_connection_options)
 {
     const struct al_http_header h[] = {{"Connection", "keep-alive, X-Secret ,\tX-Other"},
                                        {"connection", "x-third"},
                                        {"X-Secret", "1"},
                                        {"Host", "a"}};
-    const char *hop[] = {"Connection", "keep-alive", "Proxy-Connection", "TE", "transfer-encoding",
-                         "Trailer", "Upgrade", "Proxy-Authenticate", "Proxy-Authorization",
-                         "X-Secret", "x-other", "X-THIRD"};
+    const char *hop[] = {
+        "Connection",          "keep-alive", "Proxy-Connection", "TE",
+        "transfer-encoding",   "Trailer",    "Upgrade",          "Proxy-Authenticate",
+        "Proxy-Authorization", "X-Secret",   "x-other",          "X-THIRD"};
     for (size_t i = 0; i < sizeof hop / sizeof *hop; i++)
         ck_assert_msg(al_http_hop_by_hop(hop[i], h, 4), "%s should be hop-by-hop", hop[i]);
-    const char *e2e[] = {"Host", "Content-Type", "Authorization", "X-Secre", "X-Secret-2", "Via",
-                         "Cookie", "keep"};
+    const char *e2e[] = {"Host",       "Content-Type", "Authorization", "X-Secre",
+                         "X-Secret-2", "Via",          "Cookie",        "keep"};
     for (size_t i = 0; i < sizeof e2e / sizeof *e2e; i++)
         ck_assert_msg(!al_http_hop_by_hop(e2e[i], h, 4), "%s should be end-to-end", e2e[i]);
     /* Without a Connection header only the fixed list. */

@@ -100,13 +100,12 @@ static void agent__on_request(struct al_http_req *req, void *ctx)
     }
     if (strcmp(req->path, "/seen") == 0) {
         /* What reached the agent: Host, framing, a Connection-named field. */
-        json_t *o = json_pack("{s:s?,s:s?,s:s?,s:s?,s:s?,s:s?}", "host",
-                              al_http_req_header(req, "Host"), "cl",
-                              al_http_req_header(req, "Content-Length"), "te",
-                              al_http_req_header(req, "Transfer-Encoding"), "drop",
-                              al_http_req_header(req, "X-Drop"), "keep",
-                              al_http_req_header(req, "X-Keep"), "connection",
-                              al_http_req_header(req, "Connection"));
+        json_t *o =
+            json_pack("{s:s?,s:s?,s:s?,s:s?,s:s?,s:s?}", "host", al_http_req_header(req, "Host"),
+                      "cl", al_http_req_header(req, "Content-Length"), "te",
+                      al_http_req_header(req, "Transfer-Encoding"), "drop",
+                      al_http_req_header(req, "X-Drop"), "keep", al_http_req_header(req, "X-Keep"),
+                      "connection", al_http_req_header(req, "Connection"));
         al_http_reply_json(req, 200, o);
         return;
     }
@@ -293,9 +292,14 @@ static void setup(void)
     fprintf(f, "version: 1\nname: other\nrules:\n  - name: gh\n    hosts: [api.github.com]\n");
     fclose(f);
     /* Templates as deploy/templates/build installs them (contents do not matter here). */
-    const char *tpls[] = {"base", "code-interpreter-v1", "failing", "noagent",
-                          "pinned", "pinned-missing", "pinned-bad"};
-    const char *tpl_extra[] = {"", "", "", "", ",\"policy\":\"other\"", ",\"policy\":\"gone\"",
+    const char *tpls[] = {"base",   "code-interpreter-v1", "failing",   "noagent",
+                          "pinned", "pinned-missing",      "pinned-bad"};
+    const char *tpl_extra[] = {"",
+                               "",
+                               "",
+                               "",
+                               ",\"policy\":\"other\"",
+                               ",\"policy\":\"gone\"",
                                ",\"policy\":\"../other\""};
     for (int i = 0; i < 7; i++) {
         char d[400];
@@ -1036,7 +1040,6 @@ START_TEST(failed_create_leaves_nothing)
     resp_free(&r);
 }
 END_TEST
-
 
 /* A raw TCP connection to airlockd (for what the blocking client cannot do). */
 static int raw_connect(void)

@@ -544,8 +544,8 @@ START_TEST(egress_registration_body)
     sb->rec.network = json_pack("{s:[s],s:[s,s],s:b}", "allowOut", "*.github.com", "denyOut",
                                 "0.0.0.0/0", "evil.example", "allowPublicTraffic", 0);
     b = cp_egress_body(cp, sb);
-    want = json_pack("{s:[s],s:[s,s]}", "allow_out", "*.github.com", "deny_out",
-                             "0.0.0.0/0", "evil.example");
+    want = json_pack("{s:[s],s:[s,s]}", "allow_out", "*.github.com", "deny_out", "0.0.0.0/0",
+                     "evil.example");
     ck_assert(json_equal(json_object_get(b, "network"), want));
     json_decref(want);
     json_decref(b);

@@ -200,7 +200,9 @@ START_TEST(bound_hosts_use_the_policy_canonicaliser)
     struct {
         const char *in, *want;
     } ok[] = {
-        {"b\xc3\xbc" "cher.example", "xn--bcher-kva.example"},
+        {"b\xc3\xbc"
+         "cher.example",
+         "xn--bcher-kva.example"},
         {"API.GitHub.com.", "api.github.com"},
         {"203.0.113.5", "203.0.113.5"},
         {"0xcb.0.113.5", "203.0.113.5"},
@@ -233,8 +235,8 @@ START_TEST(bound_hosts_use_the_policy_canonicaliser)
         ck_assert_int_eq(vault_host_check(h, false, &e), 0);
     }
     /* invalid: the message says why and never repeats the text */
-    const char *bad[] = {"a*b.*.example.com", "*", "ex_ample.com", "fe80::1%eth0", "1.2.3.4:80",
-                         "ghp_pasted:value"};
+    const char *bad[] = {"a*b.*.example.com", "*",          "ex_ample.com",
+                         "fe80::1%eth0",      "1.2.3.4:80", "ghp_pasted:value"};
     for (size_t i = 0; i < AL_ARRAY_SIZE(bad); i++) {
         char h[VAULT_HOST_MAX + 3];
         snprintf(h, sizeof h, "%s", bad[i]);
@@ -244,9 +246,11 @@ START_TEST(bound_hosts_use_the_policy_canonicaliser)
     ck_assert_ptr_null(strstr(e.msg, "ghp_"));
 
     /* matching: the same as the policy's (the proxy uses the same function) */
-    const char *pats[] = {"xn--bcher-kva.example", "203.0.113.5", "2001:db8::1",
-                          "**.deep.example", "api-*.example.com"};
-    ck_assert(vault_host_allowed(pats, 5, "B\xc3\x9c" "CHER.example"));
+    const char *pats[] = {"xn--bcher-kva.example", "203.0.113.5", "2001:db8::1", "**.deep.example",
+                          "api-*.example.com"};
+    ck_assert(vault_host_allowed(pats, 5,
+                                 "B\xc3\x9c"
+                                 "CHER.example"));
     ck_assert(vault_host_allowed(pats, 5, "xn--bcher-kva.example."));
     ck_assert(vault_host_allowed(pats, 5, "203.0.113.5"));
     ck_assert(vault_host_allowed(pats, 5, "0313.0.113.5")); /* octal spelling */
@@ -1169,7 +1173,8 @@ START_TEST(egress_role_needs_the_egress_program)
     bool found = false;
     size_t i;
     json_t *rec;
-    json_array_foreach(log, i, rec) {
+    json_array_foreach(log, i, rec)
+    {
         const char *op = json_string_value(json_object_get(rec, "op"));
         const char *reason = json_string_value(json_object_get(rec, "reason"));
         if (op && strcmp(op, "fetch") == 0 && reason &&
@@ -1472,9 +1477,8 @@ START_TEST(cli_is_write_only_and_never_echoes)
     ck_assert_int_eq(
         run_cli(state, SECRET_B, out, sizeof out, "rotate", "github/token", NULL, NULL), 0);
     /* a wildcard over a public suffix: refused before the value is read, the rule named */
-    ck_assert_int_eq(run_cli(state, SECRET_A, out, sizeof out, "put", "x/psl", "--bound-host",
-                             "*.co.uk"),
-                     2);
+    ck_assert_int_eq(
+        run_cli(state, SECRET_A, out, sizeof out, "put", "x/psl", "--bound-host", "*.co.uk"), 2);
     ck_assert_ptr_nonnull(strstr(out, "wildcard_public_suffix"));
     ck_assert_ptr_nonnull(strstr(out, "co.uk"));
     ck_assert_ptr_null(strstr(out, "ghp_"));

@@ -333,8 +333,7 @@ START_TEST(every_call_is_decided_in_a_few_steps)
     int worst = 0;
     for (int nr = 0; nr < 1024; nr++) {
         uint32_t v = run(X86_64, nr, 0, 0, 0);
-        ck_assert(v == ALLOW || v == ERR(EPERM) || v == ERR(ENOSYS) ||
-                  v == ERR(EAFNOSUPPORT));
+        ck_assert(v == ALLOW || v == ERR(EPERM) || v == ERR(ENOSYS) || v == ERR(EAFNOSUPPORT));
         worst = last_steps > worst ? last_steps : worst;
     }
     ck_assert_msg(worst <= 32, "a call took %d instructions", worst);
