@@ -5,7 +5,10 @@
 # no route out (needs root). Prints JSON lines; every figure has its references next to it.
 #
 #   bench/egress_bench.sh [--build DIR] [--duration S] [--quick] [--only GROUP] [--perf]
-#   GROUP: http, latency, tls_conns, tls_bulk, idle, copy. --perf records the proxy with
+#                         [--nginx-log]
+#   GROUP: http, latency, tls_conns, tls_bulk, idle, copy. --nginx-log makes the reference
+#   nginx write an access log of every HTTP request (buffered, as in production), since
+#   airlock-egress audits every request: the same job; by default nginx logs nothing. --perf records the proxy with
 #   `perf record -g` during its runs (perf.data in the current directory); --perf-stat
 #   counts its system calls and CPU per request (perf stat); --callgrind runs the proxy under
 #   valgrind's callgrind for the HTTP group (callgrind.out.* in the current directory).
@@ -28,8 +31,10 @@ dur=5
 quick=0
 only=""
 perf=0
+nginx_log="access_log off;"
 while [ $# -gt 0 ]; do
   case "$1" in
+    --nginx-log) nginx_log="LOG"; shift ;;
     --only) only=$2; shift 2 ;;
     --perf) perf=1; shift ;;
     --strace) perf=2; shift ;;
@@ -118,7 +123,7 @@ pid $TMP/nginx/nginx.pid;
 error_log $TMP/nginx/error.log warn;
 events { worker_connections 20000; }
 http {
-  access_log off; keepalive_requests 1000000; keepalive_timeout 300s;
+  ${nginx_log/LOG/access_log $TMP/nginx/access.log combined buffer=64k flush=1s;} keepalive_requests 1000000; keepalive_timeout 300s;
   client_body_temp_path $TMP/nginx; proxy_temp_path $TMP/nginx; fastcgi_temp_path $TMP/nginx;
   uwsgi_temp_path $TMP/nginx; scgi_temp_path $TMP/nginx;
   upstream up { server 203.0.113.10:80; keepalive 64; }
@@ -289,6 +294,7 @@ PY
 NGINX_PID=${NGINX_PID:-0}
 
 echo "{\"bench\":\"egress_machine\",\"metric\":\"load_1min_at_start\",\"value\":$(cut -d' ' -f1 /proc/loadavg),\"unit\":\"load\"}" | tee -a "$OUT"
+echo "{\"bench\":\"egress_machine\",\"metric\":\"nginx_access_log\",\"value\":$([ "$nginx_log" = LOG ] && echo 1 || echo 0),\"unit\":\"bool\"}" | tee -a "$OUT"
 
 if want http; then
 # The paths take turns for several rounds (one with --quick or a profiler): each figure is

@@ -72,9 +72,12 @@ void cp_host_probe(struct cp_host *h)
 void cp_host_print(const struct cp_host *h, FILE *f)
 {
     fprintf(f, "  kernel      %s%s\n", h->kernel,
-            h->kmajor > 5 || (h->kmajor == 5 && h->kminor >= 10) ? ""
-                                                                 : " (older than 5.10: "
-                                                                   "unsupported)");
+            h->kmajor > 6 || (h->kmajor == 6 && h->kminor >= 5) ? ""
+            : h->kmajor > 5 || (h->kmajor == 5 && h->kminor >= 10)
+                ? " (older than 6.5: bpf_sk_assign refuses SO_REUSEPORT sockets, so "
+                  "airlock-egress listens with one socket per address shared by its workers; "
+                  "see docs/operations.md)"
+                : " (older than 5.10: unsupported)");
     fprintf(f, "  cgroups     %s\n",
             h->cgroup2_unified                 ? "v2 (unified)"
             : h->cgroup1 && h->cgroup2_present ? "v1 + v2 (hybrid)"

@@ -116,6 +116,12 @@ void egress_config_usage(FILE *f)
 "  --resolver ADDR[:PORT]     upstream resolver (default: first nameserver in\n"
 "                             /etc/resolv.conf)\n"
 "  --workers N                event loops (default: one per CPU)\n"
+"  --listener-mode auto|reuseport|shared\n"
+"                             reuseport: one listening socket per worker (SO_REUSEPORT);\n"
+"                             shared: one per address, polled by every worker (kernels\n"
+"                             before 6.5, whose bpf_sk_assign refuses SO_REUSEPORT sockets);\n"
+"                             auto: shared on such kernels when the vswitch may be used\n"
+"                             (default auto; also AIRLOCK_EGRESS_LISTENER_MODE)\n"
 "  --relay splice|copy        how bytes move on passthrough (default splice)\n"
 "  --upstream-mark N          SO_MARK on connections to upstreams (default none)\n"
 "  --vswitch auto|on|off      register the listeners with the vswitch of the state\n"
@@ -158,6 +164,24 @@ void egress_config_usage(FILE *f)
 "Other:\n"
 "  --log-level LEVEL          debug|info|warn|error (default info)\n"
 "  -h, --help\n", f);
+}
+
+const char *egress_listener_mode_name(enum egress_listener_mode m)
+{
+    return m == EGRESS_LISTENER_REUSEPORT ? "reuseport" : m == EGRESS_LISTENER_SHARED ? "shared" : "auto";
+}
+
+static int cfg__listener_mode(const char *v, enum egress_listener_mode *out)
+{
+    if (strcmp(v, "auto") == 0)
+        *out = EGRESS_LISTENER_AUTO;
+    else if (strcmp(v, "reuseport") == 0)
+        *out = EGRESS_LISTENER_REUSEPORT;
+    else if (strcmp(v, "shared") == 0)
+        *out = EGRESS_LISTENER_SHARED;
+    else
+        return -EINVAL;
+    return 0;
 }
 
 static int cfg__bad(struct al_error *err, const char *opt, const char *val, const char *want)
@@ -255,7 +279,7 @@ int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, s
         static const char *const with_value[] = {
             "--state-dir", "--admin-socket", "--audit-dir", "--vault-socket", "--upstream-ca",
             "--listen", "--dns", "--resolver",
-            "--workers", "--relay", "--upstream-mark", "--max-connections",
+            "--workers", "--listener-mode", "--relay", "--upstream-mark", "--max-connections",
             "--max-sandbox-connections", "--memory-budget", "--sandbox-memory",
             "--max-header-bytes", "--max-body", "--header-timeout", "--connect-timeout",
             "--response-timeout", "--idle-timeout", "--keepalive-timeout", "--body-timeout",
@@ -300,6 +324,10 @@ int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, s
             cfg->have_resolver = true;
         } else if (strcmp(a, "--workers") == 0) {
             rc = cfg__u32(a, v, 1, 64, &cfg->workers, err);
+        } else if (strcmp(a, "--listener-mode") == 0) {
+            if (cfg__listener_mode(v, &cfg->listener_mode) < 0)
+                return cfg__bad(err, a, v, "auto, reuseport or shared");
+            cfg->listener_mode_set = true;
         } else if (strcmp(a, "--relay") == 0) {
             if (strcmp(v, "splice") == 0)
                 cfg->relay = EGRESS_RELAY_SPLICE;
@@ -404,6 +432,10 @@ int egress_config_finish(struct egress_config *cfg, struct al_error *err)
     } else if (!cfg->no_vault && !cfg->vault_socket[0]) {
         snprintf(cfg->vault_socket, sizeof cfg->vault_socket, "%s/%s", cfg->state_dir, AL_SOCK_VAULT);
     }
+    const char *lm = getenv("AIRLOCK_EGRESS_LISTENER_MODE");
+    if (!cfg->listener_mode_set && lm && *lm && cfg__listener_mode(lm, &cfg->listener_mode) < 0)
+        return al_error_set(err, -EINVAL, "AIRLOCK_EGRESS_LISTENER_MODE='%s': use auto, reuseport "
+                            "or shared (or unset it)", lm);
     if (!cfg->upstream_ca[0])
         snprintf(cfg->upstream_ca, sizeof cfg->upstream_ca, "%s", "/etc/ssl/certs/ca-certificates.crt");
     if (cfg->n_tcp_listen == 0) {

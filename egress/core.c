@@ -219,6 +219,11 @@ int egress_sync_audit(struct egress *e, uint32_t timeout_ms)
     return egress_audit_sync(e->audit, timeout_ms);
 }
 
+enum egress_listener_mode egress_listener_mode(const struct egress *e)
+{
+    return e->listener_mode;
+}
+
 size_t egress_listener_fds(const struct egress *e, int kind, size_t i, int *fds, size_t max)
 {
     size_t n = 0;
@@ -627,11 +632,19 @@ int egress_new(const struct egress_config *cfg, struct egress **out, struct al_e
     for (unsigned i = 0; i < n; i++)
         for (size_t k = 0; k < EGRESS_MAX_LISTEN; k++)
             e->tcp_fds[i][k] = e->dns_udp_fds[i][k] = e->dns_tcp_fds[i][k] = -1;
-    /* One socket per worker in each reuseport group; the first one fixes the port. */
-    for (unsigned i = 0; i < n; i++) {
+    char why[256];
+    e->listener_mode = egress_listener_mode_pick(&e->cfg, why, sizeof why);
+    bool shared = e->listener_mode == EGRESS_LISTENER_SHARED;
+    al_info("listeners: %s (%s): %s", egress_listener_mode_name(e->listener_mode),
+            shared ? "one socket per address, polled by every worker"
+                   : "one socket per worker per address, SO_REUSEPORT",
+            why);
+    /* reuseport: one socket per worker in each group; the first one fixes the port.
+     * shared: row 0 only; every worker polls row 0's sockets. */
+    for (unsigned i = 0; i < (shared ? 1 : n); i++) {
         for (size_t k = 0; k < e->cfg.n_tcp_listen; k++) {
             uint16_t port = e->tcp_ports[k];
-            int fd = egress_listen_tcp(&e->cfg.tcp_listen[k], true, 4096, &port, err);
+            int fd = egress_listen_tcp(&e->cfg.tcp_listen[k], true, !shared, 4096, &port, err);
             if (fd < 0) {
                 rc = fd;
                 goto fail;
@@ -641,14 +654,14 @@ int egress_new(const struct egress_config *cfg, struct egress **out, struct al_e
         }
         for (size_t k = 0; k < e->cfg.n_dns_listen; k++) {
             uint16_t port = e->dns_ports[k];
-            int fd = egress_listen_udp(&e->cfg.dns_listen[k], &port, err);
+            int fd = egress_listen_udp(&e->cfg.dns_listen[k], !shared, &port, err);
             if (fd < 0) {
                 rc = fd;
                 goto fail;
             }
             e->dns_udp_fds[i][k] = fd;
             e->dns_ports[k] = port;
-            fd = egress_listen_tcp(&e->cfg.dns_listen[k], true, 1024, &port, err);
+            fd = egress_listen_tcp(&e->cfg.dns_listen[k], true, !shared, 1024, &port, err);
             if (fd < 0) {
                 rc = fd;
                 goto fail;
@@ -662,14 +675,15 @@ int egress_new(const struct egress_config *cfg, struct egress **out, struct al_e
             al_error_set(err, rc, "worker %u: %s", i, uv_strerror(rc));
             goto fail;
         }
+        unsigned row = shared ? 0 : i;
         for (size_t k = 0; k < e->cfg.n_tcp_listen; k++)
-            w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->tcp_fds[i][k], .kind = 0,
-                                                                      .port = e->tcp_ports[k]};
+            w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->tcp_fds[row][k], .kind = 0,
+                                                                      .port = e->tcp_ports[k], .shared = shared};
         for (size_t k = 0; k < e->cfg.n_dns_listen; k++) {
-            w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->dns_udp_fds[i][k], .kind = 1,
-                                                                      .port = e->dns_ports[k]};
-            w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->dns_tcp_fds[i][k], .kind = 2,
-                                                                      .port = e->dns_ports[k]};
+            w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->dns_udp_fds[row][k], .kind = 1,
+                                                                      .port = e->dns_ports[k], .shared = shared};
+            w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->dns_tcp_fds[row][k], .kind = 2,
+                                                                      .port = e->dns_ports[k], .shared = shared};
         }
     }
     if ((rc = uv_loop_init(&e->ctl_loop)) < 0) {
@@ -701,6 +715,7 @@ int egress_start(struct egress *e, struct al_error *err)
         egress_rec_str(r, "event", "start");
         egress_rec_str(r, "version", AIRLOCK_VERSION);
         egress_rec_int(r, "workers", e->n_workers);
+        egress_rec_str(r, "listener_mode", egress_listener_mode_name(e->listener_mode));
         egress_rec_bool(r, "audit_fail_open", e->cfg.audit_fail_open);
         egress_audit(e, r);
     }

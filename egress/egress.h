@@ -20,6 +20,23 @@
 
 enum egress_relay_mode { EGRESS_RELAY_SPLICE = 0, EGRESS_RELAY_COPY = 1 };
 
+/* How the listening sockets are laid out over the workers.
+ *   REUSEPORT  one socket per worker in a SO_REUSEPORT group per address: the kernel spreads
+ *              connections (and DNS datagrams) over the workers.
+ *   SHARED     one socket per address without SO_REUSEPORT, polled by every worker (accept4
+ *              and recvmsg are non-blocking; a worker that loses the race sees EAGAIN).
+ *              Needed where the vswitch hands packets with bpf_sk_assign and the kernel is
+ *              older than 6.5: there, bpf_sk_assign refuses any socket with SO_REUSEPORT, so
+ *              every sandbox connection would be dropped (assign_failed).
+ *   AUTO       SHARED when the vswitch may be used (--vswitch auto|on) and the kernel cannot
+ *              assign SO_REUSEPORT sockets (egress_listener_mode_pick), else REUSEPORT. */
+enum egress_listener_mode {
+    EGRESS_LISTENER_AUTO = 0,
+    EGRESS_LISTENER_REUSEPORT = 1,
+    EGRESS_LISTENER_SHARED = 2,
+};
+const char *egress_listener_mode_name(enum egress_listener_mode m);
+
 struct egress_config {
     char state_dir[512];
     char admin_socket[512];        /* default <state>/run/egress.sock; "" = no admin API */
@@ -38,6 +55,9 @@ struct egress_config {
     struct sockaddr_storage resolver;   /* upstream resolver (port 53 by default) */
     bool have_resolver;
     unsigned workers;                   /* 0 = one per online CPU */
+    enum egress_listener_mode listener_mode; /* --listener-mode (or the environment's
+                                                AIRLOCK_EGRESS_LISTENER_MODE); default auto */
+    bool listener_mode_set;             /* given on the command line (beats the environment) */
     uint32_t upstream_mark;             /* SO_MARK on upstream sockets (0 = none) */
     enum egress_relay_mode relay;
 
@@ -157,8 +177,11 @@ int egress_sync_audit(struct egress *e, uint32_t timeout_ms);
 int egress_checkpoint_audit(struct egress *e);
 
 /* The listening sockets of one kind (0 transparent TCP, 1 DNS UDP, 2 DNS TCP) of
- * listener index i, one per worker (a SO_REUSEPORT group). Returns how many. */
+ * listener index i: one per worker (a SO_REUSEPORT group), or the single shared socket in
+ * the shared listener mode. Returns how many. */
 size_t egress_listener_fds(const struct egress *e, int kind, size_t i, int *fds, size_t max);
+/* The listener layout egress_new chose (REUSEPORT or SHARED, never AUTO). */
+enum egress_listener_mode egress_listener_mode(const struct egress *e);
 /* Applies SO_MARK to every listening socket (answers to sandboxes carry it). */
 int egress_set_reply_mark(struct egress *e, uint32_t mark);
 

@@ -84,6 +84,16 @@ struct egress_http {
     char rec_conn[384];
     size_t rec_conn_len;
     char rec_conn_dialled[56];  /* c->dialled_text the cache was made with ("" none) */
+    /* The connection's last policy question and its answer (http__decide). */
+    struct egress_policy *dc_policy;  /* the policy answering, referenced; NULL: none kept */
+    const char *dc_method;
+    char dc_host[256];
+    size_t dc_host_len;
+    char dc_target[256];
+    size_t dc_target_len;
+    struct egress_ip dc_dst;
+    uint16_t dc_port;
+    struct egress_verdict dc_verdict;
 };
 
 static const llhttp_settings_t *http__req_settings(void);
@@ -300,6 +310,7 @@ void egress_http_free(struct egress_conn *c)
     egress_http_head_free(&h->reqh);
     egress_http_head_free(&h->resph);
     egress_policy_unref(h->rec_policy);
+    egress_policy_unref(h->dc_policy);
     al_buf_free(&h->to_up);
     al_buf_free(&h->to_client);
     al_buf_free(&h->resp_raw);
@@ -549,6 +560,40 @@ static void http__send_head(struct egress_conn *c);
 static void http__to_inspect(struct egress_conn *c);
 
 /* A complete head: check, decide, then connect or send. */
+/* Decides q under c->policy into c->verdict. A decision is a function of the policy (an
+ * immutable object: a reload makes a new one) and the question alone, and a keep-alive
+ * connection mostly asks the same question again: the last question is kept with its answer
+ * and a reference to the policy that gave it, and the same question under the same policy
+ * gets the same answer without the rule walk. Questions too long to keep are decided each
+ * time. */
+static void http__decide(struct egress_conn *c, const struct egress_query *q)
+{
+    struct egress_http *h = c->http;
+    if (h->dc_policy && h->dc_policy == c->policy && q->method && h->dc_method &&
+        strcmp(q->method, h->dc_method) == 0 && q->port == h->dc_port && q->dst &&
+        memcmp(q->dst, &h->dc_dst, sizeof h->dc_dst) == 0 && q->host_len == h->dc_host_len &&
+        memcmp(q->host, h->dc_host, q->host_len) == 0 && q->path_len == h->dc_target_len &&
+        memcmp(q->path, h->dc_target, q->path_len) == 0) {
+        c->verdict = h->dc_verdict;
+        return;
+    }
+    egress_decide(c->policy, q, &c->verdict);
+    egress_policy_unref(h->dc_policy);
+    h->dc_policy = NULL;
+    if (!c->policy || !q->method || !q->dst || !q->host || q->host_len >= sizeof h->dc_host ||
+        q->path_len > sizeof h->dc_target)
+        return;
+    h->dc_policy = egress_policy_ref(c->policy);
+    h->dc_method = q->method; /* static: llhttp's method names */
+    memcpy(h->dc_host, q->host, q->host_len);
+    h->dc_host_len = q->host_len;
+    memcpy(h->dc_target, q->path, q->path_len);
+    h->dc_target_len = q->path_len;
+    h->dc_dst = *q->dst;
+    h->dc_port = q->port;
+    h->dc_verdict = c->verdict;
+}
+
 static void http__on_head(struct egress_conn *c)
 {
     struct egress_http *h = c->http;
@@ -623,7 +668,7 @@ static void http__on_head(struct egress_conn *c)
         .path = h->r.target,
         .path_len = h->r.target_len,
     };
-    egress_decide(c->policy, &q, &c->verdict);
+    http__decide(c, &q);
     h->t_decided = al_now_ns();
     h->rule = c->verdict.rule;
     h->reason = c->verdict.reason;

@@ -76,7 +76,9 @@ struct egress {
     struct egress_admin *admin;
     /* TLS interception and credential injection (inspect.c). */
     struct egress_inspect_state *inspect;
-    /* Listening fds opened by egress_new, handed to workers (reuseport: one per worker). */
+    /* Listening fds opened by egress_new, handed to workers (reuseport: one per worker;
+     * shared: row 0 only, polled by every worker). */
+    enum egress_listener_mode listener_mode; /* as chosen (never AUTO) */
     int (*tcp_fds)[EGRESS_MAX_LISTEN];
     int (*dns_udp_fds)[EGRESS_MAX_LISTEN];
     int (*dns_tcp_fds)[EGRESS_MAX_LISTEN];
@@ -122,6 +124,7 @@ struct egress_listener {
     struct egress_worker *w;
     int kind;  /* 0 = transparent TCP, 1 = DNS UDP, 2 = DNS TCP */
     uint16_t port;
+    bool shared; /* polled by every worker (EGRESS_LISTENER_SHARED) */
 };
 
 struct egress_pipe {
@@ -153,9 +156,14 @@ struct egress_worker {
 
 int egress_worker_start(struct egress_worker *w);
 /* Listening sockets (setup code). */
-int egress_listen_tcp(const struct sockaddr_storage *ss, bool transparent, int backlog,
-                      uint16_t *port, struct al_error *err);
-int egress_listen_udp(const struct sockaddr_storage *ss, uint16_t *port, struct al_error *err);
+int egress_listen_tcp(const struct sockaddr_storage *ss, bool transparent, bool reuseport,
+                      int backlog, uint16_t *port, struct al_error *err);
+int egress_listen_udp(const struct sockaddr_storage *ss, bool reuseport, uint16_t *port,
+                      struct al_error *err);
+/* Resolves cfg->listener_mode (AUTO: by the vswitch mode and the running kernel) and says
+ * why in why. Never returns AUTO. */
+enum egress_listener_mode egress_listener_mode_pick(const struct egress_config *cfg, char *why,
+                                                    size_t whylen);
 
 /* Pipes for splice, pooled per worker. */
 struct egress_pipe *egress_pipe_get(struct egress_worker *w);

@@ -1,7 +1,9 @@
-/* egress/worker: one libuv loop per core. Each worker owns its listening sockets (one
- * member of every SO_REUSEPORT group), the connections it accepted, a pool of pipes for
+/* egress/worker: one libuv loop per core. Each worker polls its listening sockets (one
+ * member of every SO_REUSEPORT group, or in the shared listener mode the one socket per
+ * address that all workers poll), owns the connections it accepted, a pool of pipes for
  * splice, and a resolver client. Workers share nothing mutable but the registry, the
- * resolver cache and the audit log, which are thread-safe. */
+ * resolver cache and the audit log, which are thread-safe. Also: the listening sockets
+ * themselves and the choice of their layout (egress_listener_mode_pick). */
 #include "internal.h"
 
 #include <errno.h>
@@ -10,6 +12,7 @@
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <sys/epoll.h>
+#include <sys/utsname.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,11 +20,50 @@
 #include "common/log.h"
 
 #define ACCEPT_BATCH 64
+/* A shared listener wakes every worker: the first one takes at most this many before it
+ * goes back to its loop, so that a burst is spread over the workers that race for it. */
+#define SHARED_ACCEPT_BATCH 8
 #define PIPE_POOL_MAX 64
 #define PIPE_SIZE (64 * 1024)
 
-int egress_listen_tcp(const struct sockaddr_storage *ss, bool transparent, int backlog,
-                      uint16_t *port, struct al_error *err)
+/* Linux 6.5 ("bpf, net: Support SO_REUSEPORT sockets with bpf_sk_assign") is the first
+ * kernel whose bpf_sk_assign takes a socket with SO_REUSEPORT set; before it the helper
+ * answers -ESOCKTNOSUPPORT for any such socket, even a group of one. A distribution kernel
+ * that backports the change can be told so with --listener-mode reuseport (the vswitch
+ * refuses the registration if it is wrong, so the mistake cannot pass silently). */
+enum egress_listener_mode egress_listener_mode_pick(const struct egress_config *cfg, char *why,
+                                                    size_t whylen)
+{
+    if (cfg->listener_mode != EGRESS_LISTENER_AUTO) {
+        snprintf(why, whylen, "%s%s", cfg->listener_mode_set ? "--listener-mode "
+                                                             : "AIRLOCK_EGRESS_LISTENER_MODE=",
+                 egress_listener_mode_name(cfg->listener_mode));
+        return cfg->listener_mode;
+    }
+    if (cfg->vswitch_mode == 2) {
+        snprintf(why, whylen, "auto; --vswitch off: no bpf_sk_assign involved");
+        return EGRESS_LISTENER_REUSEPORT;
+    }
+    struct utsname u;
+    int maj = 0, min = 0;
+    if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &maj, &min) != 2) {
+        snprintf(why, whylen, "auto; the kernel version is unknown, so the layout that works "
+                              "on every kernel");
+        return EGRESS_LISTENER_SHARED;
+    }
+    if (maj > 6 || (maj == 6 && min >= 5)) {
+        snprintf(why, whylen, "auto; kernel %s >= 6.5: bpf_sk_assign takes SO_REUSEPORT sockets",
+                 u.release);
+        return EGRESS_LISTENER_REUSEPORT;
+    }
+    snprintf(why, whylen, "auto; kernel %s < 6.5: bpf_sk_assign refuses SO_REUSEPORT sockets, "
+                          "so the vswitch could not hand them any connection",
+             u.release);
+    return EGRESS_LISTENER_SHARED;
+}
+
+int egress_listen_tcp(const struct sockaddr_storage *ss, bool transparent, bool reuseport,
+                      int backlog, uint16_t *port, struct al_error *err)
 {
     int fam = ss->ss_family;
     int fd = socket(fam, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -29,7 +71,7 @@ int egress_listen_tcp(const struct sockaddr_storage *ss, bool transparent, int b
         return al_error_set(err, -errno, "socket: %s", strerror(errno));
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
+    if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
         goto fail;
     if (fam == AF_INET6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
@@ -71,7 +113,8 @@ fail:;
     return al_error_set(err, -e, "cannot listen on %s: %s", t, strerror(e));
 }
 
-int egress_listen_udp(const struct sockaddr_storage *ss, uint16_t *port, struct al_error *err)
+int egress_listen_udp(const struct sockaddr_storage *ss, bool reuseport, uint16_t *port,
+                      struct al_error *err)
 {
     int fam = ss->ss_family;
     int fd = socket(fam, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -79,7 +122,8 @@ int egress_listen_udp(const struct sockaddr_storage *ss, uint16_t *port, struct 
         return al_error_set(err, -errno, "socket: %s", strerror(errno));
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    if (reuseport)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
     int rc;
     if (fam == AF_INET6) {
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
@@ -188,12 +232,13 @@ static void worker__on_listener(uv_poll_t *h, int status, int events)
         egress_dns_udp_readable(w, l);
         return;
     }
-    for (int i = 0; i < ACCEPT_BATCH; i++) {
+    int batch = l->shared ? SHARED_ACCEPT_BATCH : ACCEPT_BATCH;
+    for (int i = 0; i < batch; i++) {
         int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            if (errno != EAGAIN)
+            if (errno != EAGAIN) /* EAGAIN: none left (a shared listener: another worker won) */
                 al_warn("accept: %s", strerror(errno));
             /* EMFILE/ENFILE: the listen backlog holds the rest until fds are freed. */
             return;

@@ -629,5 +629,14 @@ int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size
     host__add(res, max, n, &failed, "attach", true,
               tcx == 0 ? "clsact filters by default; TCX links available (kernel >= 6.6)"
                        : "clsact filters (this kernel has no TCX)");
+    char kernel[65];
+    bool rp = vswitch_assign_takes_reuseport(kernel, sizeof kernel);
+    host__add(res, max, n, &failed, "proxy sockets", true,
+              rp ? "kernel %s: bpf_sk_assign takes SO_REUSEPORT sockets (airlock-egress: one "
+                   "listening socket per worker)"
+                 : "kernel %s < 6.5: bpf_sk_assign refuses SO_REUSEPORT sockets; the proxy "
+                   "must register one plain socket per address (airlock-egress chooses "
+                   "--listener-mode shared by itself; a SO_REUSEPORT socket is refused)",
+              kernel);
     return failed;
 }

@@ -756,6 +756,13 @@ int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch 
     inet_ntop(AF_INET, &s.range_addr, rb, sizeof rb);
     al_info("vswitch: open (pins %s, %s, range %s/%u)", vs->view.pin_dir,
             loader__mode_name(vs->cfg.attach_mode), rb, s.range_len);
+    char kernel[65];
+    if (!vswitch_assign_takes_reuseport(kernel, sizeof kernel))
+        al_warn("vswitch: kernel %s is older than 6.5: bpf_sk_assign cannot hand packets to "
+                "SO_REUSEPORT sockets, so the proxy must register one plain socket per address "
+                "(airlock-egress does so by itself: --listener-mode auto picks shared); a "
+                "SO_REUSEPORT socket is refused at registration",
+                kernel);
     *out = vs;
     return 0;
 

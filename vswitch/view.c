@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 
 static const char *const view__reasons[VS_R_MAX] = {
     [VS_R_TCP_SYN] = "tcp_syn",
@@ -279,8 +280,25 @@ static int view__sockopt_int(int fd, int level, int opt, int *val)
     return getsockopt(fd, level, opt, val, &len) == 0 ? 0 : -errno;
 }
 
+/* Linux 6.5 is the first kernel whose bpf_sk_assign takes a socket with SO_REUSEPORT set
+ * (before it: -ESOCKTNOSUPPORT for any such socket, even alone in its group). */
+bool vswitch_assign_takes_reuseport(char *kernel, size_t len)
+{
+    struct utsname u;
+    int maj = 0, min = 0;
+    if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &maj, &min) != 2) {
+        if (kernel && len)
+            snprintf(kernel, len, "%s", "unknown");
+        return false;
+    }
+    if (kernel && len)
+        snprintf(kernel, len, "%s", u.release);
+    return maj > 6 || (maj == 6 && min >= 5);
+}
+
 /* The checks spare the proxy's authors a silent failure: a socket without IP_TRANSPARENT
- * accepts, but cannot answer from the original destination. */
+ * accepts, but cannot answer from the original destination; a SO_REUSEPORT socket on a
+ * kernel before 6.5 is registered fine but every packet handed to it fails (assign_failed). */
 static int view__check_socket(enum vswitch_proxy_sock kind, int fd, struct al_error *err)
 {
     const char *name = vswitch_proxy_sock_name(kind);
@@ -299,6 +317,17 @@ static int view__check_socket(enum vswitch_proxy_sock kind, int fd, struct al_er
                             "proxy socket %s needs IP_TRANSPARENT (set it "
                             "before bind; needs CAP_NET_ADMIN)",
                             name);
+    int reuseport = 0;
+    view__sockopt_int(fd, SOL_SOCKET, SO_REUSEPORT, &reuseport);
+    char kernel[65];
+    if (reuseport && !vswitch_assign_takes_reuseport(kernel, sizeof kernel))
+        return al_error_set(err, -EOPNOTSUPP,
+                            "proxy socket %s has SO_REUSEPORT, and this kernel (%s) cannot hand "
+                            "packets to such sockets (bpf_sk_assign takes them from Linux 6.5): "
+                            "every sandbox packet would be dropped as assign_failed. Use one "
+                            "socket without SO_REUSEPORT (airlock-egress --listener-mode shared "
+                            "or auto)",
+                            name, kernel);
     if (kind == VSWITCH_PROXY_DNS_UDP) {
         if (type != SOCK_DGRAM)
             return al_error_set(err, -EINVAL, "proxy socket %s must be SOCK_DGRAM", name);

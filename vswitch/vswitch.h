@@ -263,7 +263,9 @@ bool vswitch_reason_is_drop(unsigned reason);
  * sockmap. Needs CAP_NET_ADMIN (SO_MARK) and CAP_BPF, or root; whoever holds the fd may
  * call it (egress itself, or airlockd after receiving the fd). A socket leaves the map when
  * its last fd is closed: a dead proxy means every packet is dropped ("no_proxy"), and a
- * restarted proxy registers its new sockets. Registering again replaces the old socket. */
+ * restarted proxy registers its new sockets. Registering again replaces the old socket.
+ * On kernels before 6.5 a socket with SO_REUSEPORT is refused (-EOPNOTSUPP): bpf_sk_assign
+ * cannot take it there, so the proxy must use one plain socket shared by its threads. */
 enum vswitch_proxy_sock {
     VSWITCH_PROXY_TCP = VS_SOCK_TCP,
     VSWITCH_PROXY_DNS_UDP = VS_SOCK_DNS_UDP,
@@ -277,6 +279,9 @@ int vswitch_proxy_unregister(const struct vswitch_view *v, enum vswitch_proxy_so
 bool vswitch_proxy_registered(const struct vswitch_view *v, enum vswitch_proxy_sock kind,
                               uint64_t *cookie);
 const char *vswitch_proxy_sock_name(enum vswitch_proxy_sock kind);
+/* Whether this kernel's bpf_sk_assign takes sockets with SO_REUSEPORT (Linux >= 6.5).
+ * kernel (may be NULL) receives the release string. */
+bool vswitch_assign_takes_reuseport(char *kernel, size_t len);
 
 /* `airlock vswitch ...` (status, check). */
 int vswitch_cli_main(int argc, char **argv);

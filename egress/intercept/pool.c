@@ -31,7 +31,7 @@ int intercept_pool_new(const struct intercept_pool_opts *o, struct intercept_poo
     if (!p)
         return -ENOMEM;
     p->max_idle = o && o->max_idle ? o->max_idle : 256;
-    p->max_per_key = o && o->max_per_key ? o->max_per_key : 4;
+    p->max_per_key = o && o->max_per_key ? o->max_per_key : 16;
     p->idle_ns = (uint64_t)(o && o->idle_ms ? o->idle_ms : 30000) * 1000000ull;
     *out = p;
     return 0;

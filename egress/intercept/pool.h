@@ -23,7 +23,8 @@
 
 struct intercept_pool_opts {
     size_t max_idle;     /* 0 = 256 */
-    size_t max_per_key;  /* 0 = 4 */
+    size_t max_per_key;  /* 0 = 16: a session holds its upstream until it ends, so a sandbox
+                            with N connections to one host in flight needs more than N kept */
     uint32_t idle_ms;    /* 0 = 30000 (below common server keep-alive timeouts) */
 };
 

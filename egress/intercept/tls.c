@@ -116,6 +116,7 @@ struct intercept_tls {
     bool resumed; /* a session ticket of ours was accepted */
     bool tls12_only;
     bool plain;   /* no TLS at all (plain HTTP through the same engine) */
+    bool cork;    /* inside mbedtls_ssl_handshake: records queue in out, one send after it */
     /* Record boundaries of what the peer sends, to see its plaintext alerts (a client that
      * rejects our certificate says so before it encrypts anything). */
     unsigned char rec_hdr[5];
@@ -338,7 +339,7 @@ static int tls__bio_send(void *ctx, const unsigned char *buf, size_t len)
 {
     struct intercept_tls *t = ctx;
     size_t sent = 0;
-    if (tls__pending(t) == 0) {
+    if (tls__pending(t) == 0 && !t->cork) {
         for (;;) {
             ssize_t n = send(t->fd, buf, len, MSG_NOSIGNAL);
             if (n >= 0) {
@@ -686,17 +687,20 @@ int intercept_tls_handshake(struct intercept_tls *t)
         return 0;
     t->want &= INTERCEPT_TLS_WANT_WRITE;
     tls__current = t;
+    /* The records of a flight (ServerHello to Finished: five or six) leave in one send. */
+    t->cork = true;
     int m = mbedtls_ssl_handshake(&t->ssl);
+    t->cork = false;
     tls__current = NULL;
     int f = intercept_tls_flush(t);
+    if (f < 0 && f != -EAGAIN && (m == 0 || m == MBEDTLS_ERR_SSL_WANT_READ || m == MBEDTLS_ERR_SSL_WANT_WRITE))
+        return tls__fail(t, MBEDTLS_ERR_NET_SEND_FAILED); /* as if mbedtls had sent it itself */
     if (m == 0) {
         t->hs_done = true;
         t->want &= ~INTERCEPT_TLS_WANT_READ;
         return f == -EAGAIN ? 0 : f;
     }
     if (m == MBEDTLS_ERR_SSL_WANT_READ || m == MBEDTLS_ERR_SSL_WANT_WRITE) {
-        if (f < 0 && f != -EAGAIN)
-            return f;
         if (m == MBEDTLS_ERR_SSL_WANT_READ)
             t->want |= INTERCEPT_TLS_WANT_READ;
         return -EAGAIN;

@@ -11,5 +11,10 @@ if(TARGET airlock-egress)
     airlock_script_test(NAME egress_vswitch
       SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/egress_vswitch.sh
       LABELS egress vswitch TIMEOUT 300)
+    # The same through one shared listening socket per address (the layout for kernels
+    # before 6.5, forced here with --listener-mode shared).
+    airlock_script_test(NAME egress_vswitch_shared
+      SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/egress_vswitch.sh ARGS shared
+      LABELS egress vswitch TIMEOUT 300)
   endif()
 endif()

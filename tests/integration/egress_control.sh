@@ -85,7 +85,9 @@ ew_match "traffic still decided by the old policy" '"server": "good"' ew_curl 1 
 ew_audit_has "the refused reload is audited" type=policy event=reload_refused sandbox=sbx-c policy.name=control-v1
 
 ew_note "hot reload"
-# A kept-alive connection: one request before the reload, one after, on the same socket.
+# A kept-alive connection: the same request twice before the reload and once after, on the
+# same socket (the connection keeps its last decision for a repeated question: not across a
+# reload).
 ip netns exec "$(ew_ns sb1)" python3 - "$EW_TMP/ka.sig" >"$EW_TMP/ka.log" 2>&1 <<'PY' &
 import os, socket, sys, time
 s = socket.create_connection(("203.0.113.10", 80), timeout=10)
@@ -99,19 +101,20 @@ def req(path):
     while len(body) < n:
         body += s.recv(65536)
     return head.split(b"\r\n")[0].decode() + " " + body.decode()
-print("FIRST", req(b"/ka-before"), flush=True)
+print("FIRST", req(b"/ka"), flush=True)
+print("REPEAT", req(b"/ka"), flush=True)
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.05)
-print("SECOND", req(b"/ka-after"), flush=True)
+print("SECOND", req(b"/ka"), flush=True)
 PY
 ka_pid=$!
-ew_wait_line ka FIRST 10
+ew_wait_line ka REPEAT 10
 ew_match "reload to a policy without allowed.test: 200 with the new hash" '"name":"control-v2".*HTTP 200' \
   ew_set_policy sbx-c "$EW_TMP/p2.yaml"
 touch "$EW_TMP/ka.sig"
 wait "$ka_pid"
 ew_match "the kept-alive connection's next request is decided on the new policy" \
-  'FIRST HTTP/1.1 200.*SECOND HTTP/1.1 403.*no_rule_matched' cat "$EW_TMP/ka.log"
+  'FIRST HTTP/1.1 200.*REPEAT HTTP/1.1 200.*SECOND HTTP/1.1 403.*no_rule_matched' cat "$EW_TMP/ka.log"
 ew_audit_has "the reload is audited with both hashes" type=policy event=reload policy.name=control-v2 'old_policy_hash=/^[0-9a-f]{64}$/'
 ew_match "new connections too (and the name no longer resolves)" '"reason":"no_rule_matched"' \
   ew_curl 1 --resolve allowed.test:80:203.0.113.10 http://allowed.test/after

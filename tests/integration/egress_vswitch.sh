@@ -5,10 +5,16 @@
 # TLS passthrough with the certificate verified by the sandbox, denials audited with the
 # sandbox's identity; and what the switch drops never reaches the proxy or the upstream
 # (bypass item 17: UDP/QUIC, ICMP to the outside).
+# Argument: the proxy's listener mode. auto (the default; on this kernel >= 6.5: one
+# SO_REUSEPORT socket per worker) or shared (egress_vswitch_shared: one plain socket per
+# address polled by every worker, the layout kernels before 6.5 need; forced here so that
+# it is tested on a new kernel too, and the same checks run through it).
 set -uo pipefail
+mode=${1:-auto}
+case "$mode" in auto|shared) ;; *) echo "usage: egress_vswitch.sh [auto|shared]" >&2; exit 2 ;; esac
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/vswitch_world.sh"
 source "$AIRLOCK_SOURCE_DIR/tests/integration/egress_world.sh"
-vs_world egress_vswitch
+if [ "$mode" = auto ]; then vs_world egress_vswitch; else vs_world "egress_vs_$mode"; fi
 ET="$AIRLOCK_SOURCE_DIR/tests/integration/egress_tool.py"
 
 al_note "the fake internet (next to the switch's own test servers)"
@@ -29,8 +35,25 @@ al_note "switch and proxy"
 al_ok "the switch opens" vs_tool open
 al_bg egress nsenter --net="/run/netns/$(al_ns host)" -- "$AIRLOCK_BIN/airlock-egress" \
   --state-dir "$VS_STATE" --vswitch on --vswitch-pins "$VS_PIN" --resolver 203.0.113.53 \
-  --listen 127.0.0.1:15001 --dns 127.0.0.1:53 --workers 2
+  --listen 127.0.0.1:15001 --dns 127.0.0.1:53 --workers 2 --listener-mode "$mode"
 al_wait_line egress 'ready' 30 || exit 1
+HOSTNS=(ip netns exec "$(al_ns host)")
+kmaj=$(uname -r | cut -d. -f1); kmin=$(uname -r | cut -d. -f2)
+if [ "$mode" = shared ]; then
+  al_ok "the proxy says it listens in the shared mode, and why" \
+    grep -q 'listeners: shared (one socket per address, polled by every worker): --listener-mode' "$AL_TMP/egress.log"
+  al_eq "one TCP listening socket (no SO_REUSEPORT group) on :15001" \
+    "$("${HOSTNS[@]}" ss -Htln 'sport = :15001' | wc -l)" 1
+  al_eq "one DNS UDP socket on :53" "$("${HOSTNS[@]}" ss -Huln 'sport = :53' | wc -l)" 1
+elif [ "$kmaj" -gt 6 ] || { [ "$kmaj" = 6 ] && [ "$kmin" -ge 5 ]; }; then
+  al_ok "auto on kernel >= 6.5: one SO_REUSEPORT socket per worker, and why" \
+    grep -q 'listeners: reuseport (one socket per worker per address, SO_REUSEPORT): auto; kernel .* >= 6.5' "$AL_TMP/egress.log"
+  al_eq "two TCP listening sockets (one per worker) on :15001" \
+    "$("${HOSTNS[@]}" ss -Htln 'sport = :15001' | wc -l)" 2
+else
+  al_ok "auto on kernel < 6.5: the shared mode, and why" \
+    grep -q 'listeners: shared (.*): auto; kernel .* < 6.5' "$AL_TMP/egress.log"
+fi
 al_match "the proxy's sockets are registered with the switch" \
   "tcp=registered dns_udp=registered dns_tcp=registered" vs_cli status
 vs_sandbox sb1 1 sbx-one || exit 1
@@ -63,6 +86,17 @@ al_match "DNS at any address, answered from it" "RCODE NOERROR ANSWERS 203.0.113
 al_match "DNS over TCP" "RCODE NOERROR" "${SBX[@]}" python3 "$ET" dns-query 9.9.9.9 allowed.test A --tcp
 al_match "a name outside the policy: NXDOMAIN" "RCODE NXDOMAIN" "${SBX[@]}" python3 "$ET" dns-query "$GW1" evil.test A
 al_match "HTTP to an allowed name" '"server": "good"' "${SBX[@]}" curl -sS -m 8 http://allowed.test/e2e
+# Connections in parallel: with two workers on one shared socket, each is accepted by exactly
+# one of them (the other sees EAGAIN) and every one is answered.
+par() {
+  local i pids=() rc=0
+  for i in 1 2 3 4 5 6 7 8; do
+    "${SBX[@]}" curl -sS -m 8 -o "$AL_TMP/par.$i" "http://allowed.test/par$i" & pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || rc=1; done
+  [ $rc = 0 ] && [ "$(cat "$AL_TMP"/par.* | grep -c '"server": "good"')" = 8 ]
+}
+al_ok "8 parallel HTTP requests, all answered" par
 al_match "TLS passthrough, certificate verified in the sandbox" '"server": "tls"' \
   "${SBX[@]}" curl -sS -m 8 --cacert "$AL_TMP/ca.pem" https://allowed.test/e2e-tls
 al_match "a denied Host gets the JSON answer" '"reason":"no_rule_matched"' \

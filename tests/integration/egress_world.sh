@@ -141,6 +141,9 @@ ew__result() {
     EW_FAIL=$((EW_FAIL + 1))
     printf 'FAIL %s\n' "$msg"
     [ -n "${EW_OUT:-}" ] && printf '     output: %s\n' "$(head -c 600 <<<"$EW_OUT" | tr '\n' '|')"
+    # Kept with the world (a failed run keeps its directory): which check failed, and how.
+    [ -n "${EW_TMP:-}" ] && [ -d "$EW_TMP" ] &&
+      printf 'FAIL %s\n%s\n' "$msg" "$(head -c 4000 <<<"${EW_OUT:-}")" >>"$EW_TMP/failures.txt"
   fi
 }
 ew_ok() { local m=$1; shift; EW_OUT=$("$@" 2>&1) && ew__result 1 "$m" || ew__result 0 "$m"; }

@@ -47,6 +47,8 @@ echo "$out" | grep -q 'CapEff:[[:space:]]*0000000000000000' || fail "user proces
 echo "$out" | grep -q 'CapBnd:[[:space:]]*0000000000000000' || fail "user process bounding set not empty: $out"
 echo "$out" | grep -q 'NoNewPrivs:[[:space:]]*1' || fail "user process without no_new_privs: $out"
 echo "$out" | grep -qx life || fail "hostname: $out"
+out=$(jail_exec life user 'cat /etc/hostname; stat -c "%a %u" /etc/hostname /etc/hosts') || fail "exec failed: $out"
+[ "$out" = "$(printf 'life\n644 0\n644 0')" ] || fail "/etc/hostname and /etc/hosts (want life, 0644 root): $out"
 out=$(jail_exec life root 'id -u; grep CapEff /proc/self/status') || fail "exec as root failed: $out"
 echo "$out" | grep -qx 0 || fail "root is not uid 0: $out"
 echo "$out" | grep -q 'CapEff:[[:space:]]*0000000000000000' || fail "root in the sandbox has capabilities: $out"

@@ -13,6 +13,15 @@
  * a script that starts airlock-vmm --backend kvm the way the control plane will) gets the
  * tap inherited and its description in the environment instead: L1VS_TAP_FD, L1VS_MAC,
  * L1VS_ADDR (address/prefix), L1VS_GW, L1VS_IFNAME. Test code: not part of the product.
+ *
+ *   l1_vswitch --reuseport-probe PIN_DIR PORT SECONDS
+ *
+ * Shows the kernel's rule that airlock-egress's listener modes exist for: puts a
+ * transparent TCP listener on 127.0.0.1:PORT with SO_REUSEPORT (alone in its group) straight
+ * into the switch's sockmap (the TCP slot; vswitch_proxy_register would refuse it on a
+ * kernel before 6.5), prints "probe registered", then accepts for SECONDS and prints
+ * "probe accepted <peer>" per connection. Before Linux 6.5, bpf_sk_assign refuses the
+ * socket, so a sandbox's connection never arrives and the switch counts assign_failed.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,6 +36,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <bpf/bpf.h>
+#include <netinet/in.h>
+
 #include "common/log.h"
 #include "vswitch/vswitch.h"
 
@@ -36,10 +48,58 @@ static int l1vs__die(const char *what, const struct al_error *e)
     return 1;
 }
 
+static int l1vs__reuseport_probe(const char *pin_dir, int port, int seconds)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/vs_sockets", pin_dir);
+    int map = bpf_obj_get(path);
+    if (map < 0) {
+        fprintf(stderr, "l1_vswitch: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    int one = 1;
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (lfd < 0 || setsockopt(lfd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0 ||
+        setsockopt(lfd, SOL_IP, IP_TRANSPARENT, &one, sizeof one) != 0 ||
+        bind(lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(lfd, 16) != 0) {
+        perror("l1_vswitch: probe socket");
+        return 1;
+    }
+    __u32 key = VS_SOCK_TCP;
+    __u64 val = (__u64)lfd;
+    if (bpf_map_update_elem(map, &key, &val, BPF_ANY) != 0) {
+        fprintf(stderr, "l1_vswitch: sockmap update: %s\n", strerror(errno));
+        return 1;
+    }
+    printf("probe registered\n");
+    fflush(stdout);
+    for (int waited = 0; waited < seconds * 10; waited++) {
+        struct pollfd p = {.fd = lfd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        struct sockaddr_in peer;
+        socklen_t pl = sizeof peer;
+        int c = accept4(lfd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC);
+        if (c < 0)
+            continue;
+        char t[INET_ADDRSTRLEN];
+        printf("probe accepted %s\n", inet_ntop(AF_INET, &peer.sin_addr, t, sizeof t));
+        fflush(stdout);
+        close(c);
+    }
+    close(lfd);
+    close(map);
+    return 0;
+}
+
 int main(int argc, char **argv);
 int main(int argc, char **argv)
 {
     al_log_init("l1_vswitch", AL_LOG_TEXT, AL_LOG_WARN);
+    if (argc == 5 && strcmp(argv[1], "--reuseport-probe") == 0)
+        return l1vs__reuseport_probe(argv[2], atoi(argv[3]), atoi(argv[4]));
     if (argc < 5 || strcmp(argv[3], "--") != 0) {
         fprintf(stderr, "usage: l1_vswitch STATE_DIR LOG -- VMM ARGS...\n");
         return 2;

@@ -95,11 +95,20 @@ fi
 # stdin, ready fd, the control API, --cleanup), with the image builder and mke2fs (it makes
 # the template's root image), the real agent's tree, a busybox template, and the vswitch.
 # The airlockd scenario: the same, driven by airlockd (and the airlock CLI) instead.
+# With airlock-egress (the guest's HTTP goes through it to a fake upstream in a namespace of
+# L1), iproute2 for that namespace (busybox's ip has no netns) and the upstream trust roots
+# airlock-egress loads at start.
 if [ "$scenario" = airlockd ]; then
-  for b in airlockd airlock; do
+  for b in airlockd airlock airlock-egress; do
     [ -x "$kvm_bin/$b" ] || kvm_fail "$kvm_bin/$b not built"
     kvm_copy_bin "$root" "$kvm_bin/$b"
   done
+  kvm_copy_bin "$root" "$(command -v ip)" ip2
+  [ -f /etc/ssl/certs/ca-certificates.crt ] || kvm_fail "/etc/ssl/certs/ca-certificates.crt missing (install ca-certificates)"
+  install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
+  kver=$(ls "$kdir/lib/modules")
+  install -D -m 0644 "$kdir/lib/modules/$kver/kernel/drivers/net/veth.ko" \
+    "$root/lib/modules/$kver/kernel/drivers/net/veth.ko"
 fi
 if [ "$scenario" = backend ] || [ "$scenario" = benchvmm ] || [ "$scenario" = airlockd ]; then
   if [ -x "$kvm_top/build/bin/airlock-vmm" ]; then

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <net/if.h>
@@ -524,7 +525,9 @@ static int child__main(struct jail__child *c)
     int rc = jail_mnt_plan_exec(c->plan, root, up, fds + 1, nfds - 1, &e);
     if (rc < 0)
         child__fail(c, "mounts", &e, rc);
-    if ((rc = jail_mnt_write_file(root, "etc/hostname", s->hostname, &e)) < 0 ||
+    char hostname_line[HOST_NAME_MAX + 2]; /* sethostname above took it: at most 64 */
+    snprintf(hostname_line, sizeof hostname_line, "%s\n", s->hostname);
+    if ((rc = jail_mnt_write_file(root, "etc/hostname", hostname_line, &e)) < 0 ||
         (rc = jail_mnt_write_file(root, "etc/hosts", c->hosts, &e)) < 0 ||
         (c->resolv[0] && (rc = jail_mnt_write_file(root, "etc/resolv.conf", c->resolv, &e)) < 0))
         child__fail(c, "etc files", &e, rc);

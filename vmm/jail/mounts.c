@@ -477,6 +477,10 @@ int jail_mnt_write_file(int rootfd, const char *rel, const char *content, struct
         openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
         return al_error_set(err, -errno, "write /%s: %s", rel, strerror(errno));
+    /* 0644 also when the template's file had another mode (a template built on a host with
+     * an executable /etc/resolv.conf kept it). */
+    if (fchmod(fd, 0644) < 0)
+        return al_error_set(err, -errno, "chmod /%s: %s", rel, strerror(errno));
     int rc = al_write_all(fd, content, strlen(content));
     if (rc)
         return al_error_set(err, rc, "write /%s: %s", rel, strerror(-rc));

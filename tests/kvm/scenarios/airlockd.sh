@@ -7,8 +7,15 @@
 #     a command runs through airlockd (airlock sandbox exec), metrics, pause/resume, info;
 #   - airlockd restarts (on_shutdown: keep) and re-adopts the running KVM sandbox;
 #   - kill leaves no VMM, tap, cgroup or sandbox directory; airlockd stops cleanly.
-# No airlock-egress here (the guest's connections have no proxy to go to): the steering of a
-# tap's traffic to the proxy is the backend scenario's.
+#   - airlock-egress runs under airlockd (egress.mode: on) and the guest's HTTP goes through
+#     it: to an allowed fake upstream (a namespace "up" of L1 holding 203.0.113.10/.11) it is
+#     answered, to a denied one the proxy refuses it (403) and nothing reaches that upstream;
+#     L1's kernel decides airlock-egress's listener layout: before 6.5 (Debian 12's 6.1)
+#     bpf_sk_assign refuses SO_REUSEPORT sockets, so it must say "shared", the switch counts
+#     no assign_failed, a second airlock-egress forced to --listener-mode reuseport is refused
+#     at registration, and a raw SO_REUSEPORT socket put in the sockmap behind the switch's
+#     back (l1-vswitch --reuseport-probe) gets nothing while assign_failed counts the drops
+#     (the kernel rule itself, seen from a guest); from 6.5 "reuseport" and the probe is served.
 set -e
 S=/tmp/state
 fail() { echo "FAILED: $*"; exit 1; }
@@ -16,11 +23,12 @@ depmod -a 2>/dev/null || busybox depmod
 modprobe nf_tables
 modprobe sch_ingress
 modprobe cls_bpf
+modprobe veth
 mkdir -p /sys/fs/bpf && mount -t bpf bpf /sys/fs/bpf
 mkdir -p /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup
 mkdir -p $S
 ip link set lo up
-trap 'rc=$?; [ $rc = 0 ] || { for f in /tmp/airlockd.history.log /tmp/airlockd.log /tmp/airlockd.out $S/sandboxes/*/agent.log; do [ -f $f ] && { echo "--- $f"; tr -cd "\11\12\15\40-\176" < $f | tail -60; }; done; echo "--- dmesg"; dmesg | tail -15; }' EXIT
+trap 'rc=$?; [ $rc = 0 ] || { for f in /tmp/airlockd.history.log /tmp/airlockd.log /tmp/airlockd.out /tmp/good.log /tmp/evil.log /tmp/probe.out /tmp/egress2.log $S/sandboxes/*/agent.log; do [ -f $f ] && { echo "--- $f"; tr -cd "\11\12\15\40-\176" < $f | tail -60; }; done; echo "--- dmesg"; dmesg | tail -15; }' EXIT
 
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export MKE2FS=/bin/e2fs-mke2fs
@@ -50,12 +58,47 @@ network:
   mode: "on"
   pool_size: 0
 egress:
-  mode: "off"
+  mode: "on"
+  args: ["--resolver", "203.0.113.53", "--workers", "2"]
 vault:
   mode: "off"
+policies:
+  default: e2e
 log:
   format: text
 CFG
+# The policy: plain HTTP to 203.0.113.10 only.
+mkdir -p $S/policies
+cat > $S/policies/e2e.yaml <<'POL'
+version: 1
+name: e2e
+description: the nested airlockd scenario's policy
+rules:
+  - name: good
+    cidrs: [203.0.113.10/32]
+    ports: [80]
+    scheme: http
+POL
+# The fake internet: a namespace "up" behind a veth, with documentation addresses and two
+# busybox web servers (good, evil). L1 itself has no network device to the outside at all.
+IP=/bin/ip2
+$IP netns add up
+$IP link add upa type veth peer name upb netns up
+$IP addr add 192.0.2.1/30 dev upa
+$IP link set upa up
+$IP -n up addr add 192.0.2.2/30 dev upb
+$IP -n up link set upb up
+$IP -n up link set lo up
+for a in 203.0.113.10 203.0.113.11 203.0.113.53; do $IP -n up addr add $a/32 dev lo; done
+$IP route add 203.0.113.0/24 via 192.0.2.2
+mkdir -p /tmp/www-good /tmp/www-evil
+echo good-upstream > /tmp/www-good/index.html
+echo evil-upstream > /tmp/www-evil/index.html
+$IP netns exec up /bin/busybox httpd -f -vv -p 203.0.113.10:80 -h /tmp/www-good > /tmp/good.log 2>&1 &
+$IP netns exec up /bin/busybox httpd -f -vv -p 203.0.113.11:80 -h /tmp/www-evil > /tmp/evil.log 2>&1 &
+kmaj=$(uname -r | cut -d. -f1); kmin=$(uname -r | cut -d. -f2)
+if [ "$kmaj" -gt 6 ] || { [ "$kmaj" = 6 ] && [ "$kmin" -ge 5 ]; }; then old_kernel=0; else old_kernel=1; fi
+echo "L1 kernel $(uname -r) (before 6.5: $old_kernel)"
 start_airlockd() {
   [ -f /tmp/airlockd.log ] && cat /tmp/airlockd.log >> /tmp/airlockd.history.log
   # Emptied here: the background job's own redirection may come after the wait below looks.
@@ -120,6 +163,34 @@ grep -E "^$gw +0x1 +0x2 +([0-9a-f]{2}:){5}[0-9a-f]{2} " /tmp/arp.out | grep -qv 
 [ "$rx1" -gt "$rx0" ] || fail "the tap's host side received nothing ($rx0 -> $rx1)"
 echo "ok: the switch answered the guest's ARP for $gw through the tap ($((rx1 - rx0)) packets from the guest)"
 
+# airlock-egress: its listener layout, chosen by L1's kernel, and why.
+if [ $old_kernel = 1 ]; then
+  grep -q 'listeners: shared (one socket per address, polled by every worker): auto; kernel .* < 6.5: bpf_sk_assign refuses SO_REUSEPORT' /tmp/airlockd.log \
+    || fail "airlock-egress did not choose the shared listener mode on kernel $(uname -r)"
+  grep -q "^  kernel      $(uname -r) (older than 6.5: bpf_sk_assign refuses SO_REUSEPORT" /tmp/airlockd.log \
+    || fail "airlockd's host summary does not say what kernel $(uname -r) means for egress"
+else
+  grep -q 'listeners: reuseport (one socket per worker per address, SO_REUSEPORT): auto; kernel' /tmp/airlockd.log \
+    || fail "airlock-egress did not choose the reuseport listener mode on kernel $(uname -r)"
+fi
+grep 'listeners: ' /tmp/airlockd.log | head -1
+echo "ok: airlock-egress chose its listener layout by the kernel and said why"
+# The guest's HTTP through the switch and the proxy: allowed is answered by the upstream...
+cli sandbox exec "$id" -- /bin/busybox timeout 20 /bin/busybox wget -q -O - http://203.0.113.10/index.html > /tmp/http.out 2>&1 \
+  || { cat /tmp/http.out; /bin/airlock --state-dir $S vswitch status; fail "HTTP from the guest to the allowed upstream"; }
+grep -q '^good-upstream$' /tmp/http.out || { cat /tmp/http.out; fail "the allowed upstream's answer did not reach the guest"; }
+grep -q 'url:/index.html' /tmp/good.log || fail "the allowed upstream saw no request"
+echo "ok: the guest's HTTP to the allowed upstream went through airlock-egress and was answered"
+# ... denied is refused by the proxy (403: it was accepted and decided, not lost in the switch).
+cli sandbox exec "$id" -- /bin/busybox sh -c '/bin/busybox timeout 20 /bin/busybox wget -q -O - http://203.0.113.11/denied 2>&1; echo "rc=$?"' > /tmp/deny.out 2>&1 || true
+cat /tmp/deny.out
+grep -q '403' /tmp/deny.out || fail "the denied request was not refused by the proxy with 403"
+grep -q 'evil-upstream' /tmp/deny.out && fail "the denied upstream answered the guest"
+grep -q 'url:' /tmp/evil.log && fail "a request reached the denied upstream"
+/bin/airlock --state-dir $S vswitch status > /tmp/vs2.out 2>&1 || true
+grep -q 'assign_failed' /tmp/vs2.out && { cat /tmp/vs2.out; fail "the switch counted assign_failed with airlock-egress's own sockets"; }
+echo "ok: the denied request was refused by airlock-egress (403), nothing reached that upstream, no assign_failed"
+
 st=$(/bin/l1_tool http $S/run/airlockd.sock GET /sandboxes/$id/metrics - application/json /tmp/metrics.out)
 [ "$st" = "status 200" ] || { cat /tmp/metrics.out; fail "metrics -> $st"; }
 cat /tmp/metrics.out; echo
@@ -148,6 +219,56 @@ grep "$id" /tmp/ls2.out | grep -q running || { cat /tmp/ls2.out; fail "not re-ad
 cli sandbox exec "$id" -- /bin/busybox echo after-restart > /tmp/exec3.out 2>&1 || { cat /tmp/exec3.out; fail "exec after the restart"; }
 grep -q after-restart /tmp/exec3.out || fail "no output after the restart"
 echo "ok: airlockd restarted; the KVM sandbox was re-adopted and runs commands"
+
+# The kernel rule itself. A second airlock-egress forced to SO_REUSEPORT listeners: on a
+# kernel before 6.5 the switch refuses its sockets, and it stops saying why (fail closed).
+/bin/airlock-egress --state-dir $S --vswitch on --listener-mode reuseport --listen 127.0.0.1:0 \
+  --dns 127.0.0.1:0 --admin-socket none --audit-dir /tmp/audit2 --vault-socket none \
+  --resolver 203.0.113.53 --workers 2 > /tmp/egress2.log 2>&1 &
+e2pid=$!
+if [ $old_kernel = 1 ]; then
+  w=0
+  while kill -0 $e2pid 2>/dev/null && [ $w -lt 300 ]; do sleep 0.1; w=$((w + 1)); done
+  kill -0 $e2pid 2>/dev/null && { kill $e2pid; fail "airlock-egress --listener-mode reuseport kept running on kernel $(uname -r)"; }
+  wait $e2pid && fail "airlock-egress --listener-mode reuseport exited 0 on kernel $(uname -r)"
+  grep -q 'has SO_REUSEPORT, and this kernel .* cannot hand packets to such sockets' /tmp/egress2.log \
+    || { cat /tmp/egress2.log; fail "the refusal does not say why"; }
+  grep 'has SO_REUSEPORT' /tmp/egress2.log | head -1
+  echo "ok: a forced --listener-mode reuseport is refused at registration on kernel $(uname -r)"
+else
+  w=0
+  while ! grep -q 'listening sockets registered' /tmp/egress2.log && [ $w -lt 300 ]; do sleep 0.1; w=$((w + 1)); done
+  grep -q 'listening sockets registered' /tmp/egress2.log || { cat /tmp/egress2.log; fail "--listener-mode reuseport was not registered"; }
+  kill -TERM $e2pid; wait $e2pid || true
+  echo "ok: --listener-mode reuseport registers on kernel $(uname -r)"
+fi
+# A raw SO_REUSEPORT socket put into the sockmap behind the switch's back (it replaces the
+# proxy's TCP socket for the rest of the run): the guest's connection to it.
+pin=$(sed -n 's/^vswitch \(.*\)$/\1/p' /tmp/vs2.out)
+[ -n "$pin" ] || { cat /tmp/vs2.out; fail "no pin directory in vswitch status"; }
+af0=$(sed -n 's/.*assign_failed[^0-9]*\([0-9][0-9]*\).*/\1/p' /tmp/vs2.out | head -1); af0=${af0:-0}
+: > /tmp/probe.out
+/bin/l1-vswitch --reuseport-probe "$pin" 15099 30 >> /tmp/probe.out 2>&1 &
+ppid=$!
+w=0
+while ! grep -q 'probe registered' /tmp/probe.out && [ $w -lt 100 ]; do sleep 0.1; w=$((w + 1)); done
+grep -q 'probe registered' /tmp/probe.out || fail "the probe could not register its socket"
+cli sandbox exec "$id" -- /bin/busybox sh -c '/bin/busybox nc -w 5 203.0.113.10 80 </dev/null; echo "rc=$?"' > /tmp/nc.out 2>&1 || true
+sleep 1
+kill $ppid 2>/dev/null || true
+wait $ppid || true
+/bin/airlock --state-dir $S vswitch status > /tmp/vs3.out 2>&1 || true
+af1=$(sed -n 's/.*assign_failed[^0-9]*\([0-9][0-9]*\).*/\1/p' /tmp/vs3.out | head -1); af1=${af1:-0}
+cat /tmp/probe.out
+grep -A12 "$tap" /tmp/vs3.out | head -14
+if [ $old_kernel = 1 ]; then
+  grep -q 'probe accepted' /tmp/probe.out && fail "kernel $(uname -r) handed a connection to a SO_REUSEPORT socket: the shared mode would not be needed"
+  [ "$af1" -gt "$af0" ] || fail "the switch did not count assign_failed ($af0 -> $af1) for the SO_REUSEPORT socket"
+  echo "ok: kernel $(uname -r): bpf_sk_assign refuses a SO_REUSEPORT socket (assign_failed $af0 -> $af1; the guest's connection never arrived)"
+else
+  grep -q 'probe accepted' /tmp/probe.out || fail "kernel $(uname -r) did not hand the connection to the SO_REUSEPORT socket"
+  echo "ok: kernel $(uname -r): bpf_sk_assign hands connections to a SO_REUSEPORT socket"
+fi
 
 cli sandbox kill "$id" || fail "kill"
 i=0

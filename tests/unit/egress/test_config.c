@@ -128,6 +128,35 @@ START_TEST(rate_bucket)
 }
 END_TEST
 
+/* --listener-mode, and the environment's AIRLOCK_EGRESS_LISTENER_MODE under it. */
+START_TEST(listener_mode)
+{
+    struct egress_config c;
+    struct al_error err = {0};
+    unsetenv("AIRLOCK_EGRESS_LISTENER_MODE");
+    ck_assert_int_eq(parse(&c, &err, 2, "--resolver", "192.0.2.53"), 0);
+    ck_assert_int_eq(c.listener_mode, EGRESS_LISTENER_AUTO);
+    ck_assert_int_eq(parse(&c, &err, 4, "--resolver", "192.0.2.53", "--listener-mode", "shared"), 0);
+    ck_assert_int_eq(c.listener_mode, EGRESS_LISTENER_SHARED);
+    ck_assert_int_eq(parse(&c, &err, 3, "--resolver", "192.0.2.53", "--listener-mode=reuseport"), 0);
+    ck_assert_int_eq(c.listener_mode, EGRESS_LISTENER_REUSEPORT);
+    ck_assert_int_lt(parse(&c, &err, 2, "--listener-mode", "single"), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "auto, reuseport or shared"));
+    setenv("AIRLOCK_EGRESS_LISTENER_MODE", "shared", 1);
+    ck_assert_int_eq(parse(&c, &err, 2, "--resolver", "192.0.2.53"), 0);
+    ck_assert_int_eq(c.listener_mode, EGRESS_LISTENER_SHARED);
+    ck_assert(!c.listener_mode_set);
+    /* The command line wins. */
+    ck_assert_int_eq(parse(&c, &err, 4, "--resolver", "192.0.2.53", "--listener-mode", "auto"), 0);
+    ck_assert_int_eq(c.listener_mode, EGRESS_LISTENER_AUTO);
+    setenv("AIRLOCK_EGRESS_LISTENER_MODE", "bogus", 1);
+    ck_assert_int_lt(parse(&c, &err, 2, "--resolver", "192.0.2.53"), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "AIRLOCK_EGRESS_LISTENER_MODE='bogus'"));
+    unsetenv("AIRLOCK_EGRESS_LISTENER_MODE");
+    ck_assert_str_eq(egress_listener_mode_name(EGRESS_LISTENER_SHARED), "shared");
+}
+END_TEST
+
 START_TEST(record_strings_are_sanitised)
 {
     json_t *s = egress_json_str("ok\xff\x00x", 5);
@@ -161,6 +190,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("config");
     tcase_add_test(t, defaults_and_values);
     tcase_add_test(t, errors_say_what);
+    tcase_add_test(t, listener_mode);
     tcase_add_test(t, record_strings_are_sanitised);
     tcase_add_test(t, dns_and_deny_limits);
     tcase_add_test(t, rate_bucket);
