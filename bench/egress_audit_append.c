@@ -164,7 +164,8 @@ int main(int argc, char **argv)
     al_auditlog_sync(log, 0);
     al_auditlog_close(log);
     json_decref(pre);
-    emit("reference_prebuilt_records_per_s", (double)records / ((double)(t1 - t0) / 1e9), "records/s");
+    emit("reference_prebuilt_records_per_s", (double)records / ((double)(t1 - t0) / 1e9),
+         "records/s");
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return 0;
 }

@@ -87,7 +87,7 @@ static void raise_nofile(void)
 /* ---- latency statistics ---------------------------------------------------------------- */
 
 struct lat {
-    uint32_t *v;   /* microseconds */
+    uint32_t *v; /* microseconds */
     size_t n, cap;
 };
 
@@ -118,7 +118,8 @@ static const char *g_name = "egress";
 
 static void emit(const char *metric, double value, const char *unit)
 {
-    printf("{\"bench\":\"%s\",\"metric\":\"%s\",\"value\":%.3f,\"unit\":\"%s\"}\n", g_name, metric, value, unit);
+    printf("{\"bench\":\"%s\",\"metric\":\"%s\",\"value\":%.3f,\"unit\":\"%s\"}\n", g_name, metric,
+           value, unit);
     fflush(stdout);
 }
 
@@ -236,7 +237,8 @@ static _Noreturn void serve(const char *ip, int port, bool tls, long bytes)
                                 shutdown(c->fd, SHUT_WR);
                             } else {
                                 c->streaming = true;
-                                struct epoll_event e2 = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
+                                struct epoll_event e2 = {.events = EPOLLIN | EPOLLOUT,
+                                                         .data.ptr = c};
                                 epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &e2);
                             }
                         } else if (rc < 0 || c->len == sizeof c->buf) {
@@ -262,9 +264,15 @@ static size_t build_hello(const char *sni, uint8_t *out)
 {
     uint8_t ext[512];
     size_t e = 0, n = strlen(sni);
-    ext[e++] = 0; ext[e++] = 0; ext[e++] = (uint8_t)((n + 5) >> 8); ext[e++] = (uint8_t)(n + 5);
-    ext[e++] = (uint8_t)((n + 3) >> 8); ext[e++] = (uint8_t)(n + 3); ext[e++] = 0;
-    ext[e++] = (uint8_t)(n >> 8); ext[e++] = (uint8_t)n;
+    ext[e++] = 0;
+    ext[e++] = 0;
+    ext[e++] = (uint8_t)((n + 5) >> 8);
+    ext[e++] = (uint8_t)(n + 5);
+    ext[e++] = (uint8_t)((n + 3) >> 8);
+    ext[e++] = (uint8_t)(n + 3);
+    ext[e++] = 0;
+    ext[e++] = (uint8_t)(n >> 8);
+    ext[e++] = (uint8_t)n;
     memcpy(ext + e, sni, n);
     e += n;
     static const uint8_t versions[] = {0, 43, 0, 3, 2, 3, 4};
@@ -272,19 +280,31 @@ static size_t build_hello(const char *sni, uint8_t *out)
     e += sizeof versions;
     uint8_t body[1024];
     size_t b = 0;
-    body[b++] = 3; body[b++] = 3;
+    body[b++] = 3;
+    body[b++] = 3;
     for (int i = 0; i < 32; i++)
         body[b++] = (uint8_t)(i * 7);
     body[b++] = 0;
-    body[b++] = 0; body[b++] = 2; body[b++] = 0x13; body[b++] = 0x01;
-    body[b++] = 1; body[b++] = 0;
-    body[b++] = (uint8_t)(e >> 8); body[b++] = (uint8_t)e;
+    body[b++] = 0;
+    body[b++] = 2;
+    body[b++] = 0x13;
+    body[b++] = 0x01;
+    body[b++] = 1;
+    body[b++] = 0;
+    body[b++] = (uint8_t)(e >> 8);
+    body[b++] = (uint8_t)e;
     memcpy(body + b, ext, e);
     b += e;
     size_t o = 0;
-    out[o++] = 0x16; out[o++] = 3; out[o++] = 1;
-    out[o++] = (uint8_t)((b + 4) >> 8); out[o++] = (uint8_t)(b + 4);
-    out[o++] = 1; out[o++] = 0; out[o++] = (uint8_t)(b >> 8); out[o++] = (uint8_t)b;
+    out[o++] = 0x16;
+    out[o++] = 3;
+    out[o++] = 1;
+    out[o++] = (uint8_t)((b + 4) >> 8);
+    out[o++] = (uint8_t)(b + 4);
+    out[o++] = 1;
+    out[o++] = 0;
+    out[o++] = (uint8_t)(b >> 8);
+    out[o++] = (uint8_t)b;
     memcpy(out + o, body, b);
     return o + b;
 }
@@ -294,12 +314,12 @@ static size_t build_hello(const char *sni, uint8_t *out)
 struct cconn {
     int fd;
     bool connecting;
-    bool busy;           /* a request in flight */
-    uint64_t t_sched;    /* when the current request was due */
-    uint64_t next_due;   /* rate mode */
+    bool busy;         /* a request in flight */
+    uint64_t t_sched;  /* when the current request was due */
+    uint64_t next_due; /* rate mode */
     char buf[4096];
     size_t len;
-    size_t got;          /* tls: bytes received */
+    size_t got; /* tls: bytes received */
 };
 
 struct opts {
@@ -312,7 +332,9 @@ static int http_client(const struct opts *o)
 {
     struct sockaddr_in a = addr_of(o->ip, o->port);
     char req[512];
-    int rl = snprintf(req, sizeof req, "GET /bench HTTP/1.1\r\nHost: %s\r\nUser-Agent: egress-bench\r\n\r\n", o->host);
+    int rl =
+        snprintf(req, sizeof req,
+                 "GET /bench HTTP/1.1\r\nHost: %s\r\nUser-Agent: egress-bench\r\n\r\n", o->host);
     int ep = epoll_create1(EPOLL_CLOEXEC);
     struct cconn *cs = calloc((size_t)o->conns, sizeof *cs);
     uint64_t start = now_ns(), end = start + (uint64_t)(o->duration * 1e9);
@@ -555,24 +577,40 @@ static int idle_conns(const struct opts *o)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: egress_load serve-http|serve-tls|http|tls-conns|tls-bulk|idle ADDR PORT [options]\n");
+        fprintf(stderr, "usage: egress_load serve-http|serve-tls|http|tls-conns|tls-bulk|idle ADDR "
+                        "PORT [options]\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
-    struct opts o = {.ip = argv[2], .port = atoi(argv[3]), .host = "allowed.test", .sni = "allowed.test",
-                     .conns = 16, .duration = 5, .count = 1000, .hold = 10};
+    struct opts o = {.ip = argv[2],
+                     .port = atoi(argv[3]),
+                     .host = "allowed.test",
+                     .sni = "allowed.test",
+                     .conns = 16,
+                     .duration = 5,
+                     .count = 1000,
+                     .hold = 10};
     long bytes = 1024;
     for (int i = 4; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
-        if (!strcmp(k, "--host")) o.host = v;
-        else if (!strcmp(k, "--sni")) o.sni = v;
-        else if (!strcmp(k, "--conns")) o.conns = atoi(v);
-        else if (!strcmp(k, "--duration")) o.duration = atof(v);
-        else if (!strcmp(k, "--rate")) o.rate = atof(v);
-        else if (!strcmp(k, "--count")) o.count = atoi(v);
-        else if (!strcmp(k, "--hold")) o.hold = atof(v);
-        else if (!strcmp(k, "--bytes")) bytes = atol(v);
-        else if (!strcmp(k, "--name")) g_name = v;
+        if (!strcmp(k, "--host"))
+            o.host = v;
+        else if (!strcmp(k, "--sni"))
+            o.sni = v;
+        else if (!strcmp(k, "--conns"))
+            o.conns = atoi(v);
+        else if (!strcmp(k, "--duration"))
+            o.duration = atof(v);
+        else if (!strcmp(k, "--rate"))
+            o.rate = atof(v);
+        else if (!strcmp(k, "--count"))
+            o.count = atoi(v);
+        else if (!strcmp(k, "--hold"))
+            o.hold = atof(v);
+        else if (!strcmp(k, "--bytes"))
+            bytes = atol(v);
+        else if (!strcmp(k, "--name"))
+            g_name = v;
         else {
             fprintf(stderr, "egress_load: unknown option %s\n", k);
             return 2;

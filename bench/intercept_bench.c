@@ -65,8 +65,8 @@ int main(int argc, char **argv);
 static char dir[256];
 static int seconds = 5;
 static int conns = 4;
-static const char *only;     /* NULL: everything */
-static char *wrap;           /* command prefix for icpt-proxy, or NULL */
+static const char *only; /* NULL: everything */
+static char *wrap;       /* command prefix for icpt-proxy, or NULL */
 
 static bool want(const char *what)
 {
@@ -102,7 +102,8 @@ static void sh(const char *fmt, ...)
 
 static void emit(const char *bench, const char *metric, double v, const char *unit)
 {
-    printf("{\"bench\":\"%s\",\"metric\":\"%s\",\"value\":%.3f,\"unit\":\"%s\"}\n", bench, metric, v, unit);
+    printf("{\"bench\":\"%s\",\"metric\":\"%s\",\"value\":%.3f,\"unit\":\"%s\"}\n", bench, metric,
+           v, unit);
     fflush(stdout);
 }
 
@@ -130,7 +131,8 @@ static double proc_cpu_one(pid_t pid, pid_t *ppid)
     unsigned long utime = 0, stime = 0;
     int pp = 0;
     /* after ')': state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
-    if (sscanf(r + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &pp, &utime, &stime) != 3)
+    if (sscanf(r + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &pp, &utime, &stime) !=
+        3)
         return 0;
     if (ppid)
         *ppid = pp;
@@ -187,7 +189,8 @@ static void *up_conn(void *arg)
     if (mbedtls_ssl_handshake(&ssl) == 0) {
         char buf[8192];
         size_t have = 0;
-        static const char resp[] = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok";
+        static const char resp[] =
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok";
         for (;;) {
             int n = mbedtls_ssl_read(&ssl, (unsigned char *)buf + have, sizeof buf - 1 - have);
             if (n <= 0)
@@ -291,8 +294,8 @@ static void parked_closed(uv_handle_t *h)
 static void parked_fire(uv_timer_t *t)
 {
     struct parked *p = t->data;
-    json_t *a = json_pack("{s:I,s:I,s:b,s:[]}", "since", (json_int_t)1, "generation", (json_int_t)1, "full", 0,
-                          "changed");
+    json_t *a = json_pack("{s:I,s:I,s:b,s:[]}", "since", (json_int_t)1, "generation", (json_int_t)1,
+                          "full", 0, "changed");
     al_http_reply_json(p->req, 200, a);
     uv_close((uv_handle_t *)&p->t, parked_closed);
 }
@@ -302,10 +305,12 @@ static void vault_fetch_done(struct al_http_req *req, int err)
     if (err < 0)
         return;
     char b64[256];
-    sodium_bin2base64(b64, sizeof b64, (const unsigned char *)TOKEN, strlen(TOKEN), sodium_base64_VARIANT_ORIGINAL);
-    json_t *o = json_pack("{s:s,s:i,s:I,s:s,s:i,s:[s],s:s}", "name", "bench/token", "version", 1, "generation",
-                          (json_int_t)1, "secret_id", "b2k:0123456789abcdef0123456789abcdef", "max_age_ms", 3600000,
-                          "bound_hosts", NAME, "value_b64", b64);
+    sodium_bin2base64(b64, sizeof b64, (const unsigned char *)TOKEN, strlen(TOKEN),
+                      sodium_base64_VARIANT_ORIGINAL);
+    json_t *o =
+        json_pack("{s:s,s:i,s:I,s:s,s:i,s:[s],s:s}", "name", "bench/token", "version", 1,
+                  "generation", (json_int_t)1, "secret_id", "b2k:0123456789abcdef0123456789abcdef",
+                  "max_age_ms", 3600000, "bound_hosts", NAME, "value_b64", b64);
     al_http_reply_json(req, 200, o);
 }
 
@@ -338,7 +343,8 @@ static void vault_start(void)
     struct al_http_server *srv;
     struct al_http_server_opts o = {.on_request = vault_on_request};
     snprintf(vault_sock, sizeof vault_sock, "%s/vault.sock", dir);
-    if (al_http_server_new(&vault_loop, &o, &srv) < 0 || al_http_server_listen_unix(srv, vault_sock, 0600, NULL) < 0) {
+    if (al_http_server_new(&vault_loop, &o, &srv) < 0 ||
+        al_http_server_listen_unix(srv, vault_sock, 0600, NULL) < 0) {
         fprintf(stderr, "intercept_bench: cannot start the fake vault\n");
         exit(1);
     }
@@ -369,7 +375,8 @@ static int tcp_connect(uint16_t port)
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
         close(fd);
         return -1;
@@ -391,7 +398,8 @@ static int client_open(struct client *c, enum target t)
         return -1;
     if (t == T_SQUID) {
         char req[256], buf[1024];
-        int n = snprintf(req, sizeof req, "CONNECT %s:%u HTTP/1.1\r\nHost: %s:%u\r\n\r\n", NAME, up_port, NAME, up_port);
+        int n = snprintf(req, sizeof req, "CONNECT %s:%u HTTP/1.1\r\nHost: %s:%u\r\n\r\n", NAME,
+                         up_port, NAME, up_port);
         send(c->fd, req, (size_t)n, MSG_NOSIGNAL);
         size_t have = 0;
         while (have < sizeof buf - 1) {
@@ -445,8 +453,10 @@ static void client_close(struct client *c)
 static int client_request(struct client *c, enum target t)
 {
     char req[256];
-    int n = t == T_SQUID ? snprintf(req, sizeof req, "GET /bench HTTP/1.1\r\nHost: %s:%u\r\n\r\n", NAME, up_port)
-                         : snprintf(req, sizeof req, "GET /bench HTTP/1.1\r\nHost: %s\r\n\r\n", NAME);
+    int n =
+        t == T_SQUID
+            ? snprintf(req, sizeof req, "GET /bench HTTP/1.1\r\nHost: %s:%u\r\n\r\n", NAME, up_port)
+            : snprintf(req, sizeof req, "GET /bench HTTP/1.1\r\nHost: %s\r\n\r\n", NAME);
     if (mbedtls_ssl_write(&c->ssl, (const unsigned char *)req, (size_t)n) != n)
         return -1;
     char buf[4096];
@@ -471,8 +481,8 @@ static int client_request(struct client *c, enum target t)
 
 struct run {
     enum target t;
-    bool new_conn;      /* one connection per request */
-    bool resume;        /* ... resuming the previous session (TLS 1.2 ticket) */
+    bool new_conn; /* one connection per request */
+    bool resume;   /* ... resuming the previous session (TLS 1.2 ticket) */
     uint64_t end_ns;
     uint64_t interval_ns; /* paced (latency), 0 = closed loop */
     atomic_ulong done, errors;
@@ -550,8 +560,12 @@ static void throughput(const char *who, enum target t, pid_t pid)
         double cpu = tree_cpu(pid) - c0;
         double wall = (double)(now_ns() - t0) / 1e9;
         char bench[64];
-        snprintf(bench, sizeof bench, "%s_%s", who, mode == 0 ? "keepalive" : mode == 1 ? "handshakes" : "resumed_handshakes");
-        emit(bench, "per_core_per_s", cpu > 0 ? (double)r.done / cpu : 0, mode ? "handshakes/s" : "requests/s");
+        snprintf(bench, sizeof bench, "%s_%s", who,
+                 mode == 0   ? "keepalive"
+                 : mode == 1 ? "handshakes"
+                             : "resumed_handshakes");
+        emit(bench, "per_core_per_s", cpu > 0 ? (double)r.done / cpu : 0,
+             mode ? "handshakes/s" : "requests/s");
         emit(bench, "wall_per_s", (double)r.done / wall, mode ? "handshakes/s" : "requests/s");
         emit(bench, "proxy_cpu", cpu / wall, "cores");
         emit(bench, "errors", (double)atomic_load(&r.errors), "count");
@@ -573,7 +587,8 @@ static void latency(enum target t, double *p50, double *p99)
 static void leaf_mint(void)
 {
     const char *names[] = {"**.bench.test"};
-    struct intercept_ca_opts o = {.sandbox_id = "bench", .names = names, .n_names = 1, .max_leaves = 1000};
+    struct intercept_ca_opts o = {
+        .sandbox_id = "bench", .names = names, .n_names = 1, .max_leaves = 1000};
     struct intercept_ca *ca;
     if (intercept_ca_new(&o, &ca, NULL) < 0)
         return;
@@ -655,11 +670,16 @@ static pid_t proxy_start(void)
     snprintf(log, sizeof log, "%s/proxy.log", dir);
     snprintf(up, sizeof up, "127.0.0.1:%u", up_port);
     FILE *f = fopen(pol, "w");
-    fprintf(f, "version: 1\nname: bench\nrules:\n  - name: api\n    hosts: [%s]\n    methods: [GET]\n"
-               "    inject:\n      - header: Authorization\n        value: \"Bearer ${secret:bench/token}\"\n", NAME);
+    fprintf(f,
+            "version: 1\nname: bench\nrules:\n  - name: api\n    hosts: [%s]\n    methods: [GET]\n"
+            "    inject:\n      - header: Authorization\n        value: \"Bearer "
+            "${secret:bench/token}\"\n",
+            NAME);
     fclose(f);
-    char *argv[] = {bin, "--listen", "127.0.0.1:0", "--port-file", pf, "--name", NAME, "--upstream", up,
-                    "--upstream-ca", roots, "--policy", pol, "--vault-socket", vault_sock, NULL};
+    char *argv[] = {bin, "--listen",       "127.0.0.1:0", "--port-file",
+                    pf,  "--name",         NAME,          "--upstream",
+                    up,  "--upstream-ca",  roots,         "--policy",
+                    pol, "--vault-socket", vault_sock,    NULL};
     if (access(bin, X_OK) != 0) {
         fprintf(stderr, "intercept_bench: %s not built\n", bin);
         exit(1);
@@ -676,7 +696,8 @@ static pid_t proxy_start(void)
 
 static pid_t squid_start(void)
 {
-    if (access("/usr/sbin/squid", X_OK) != 0 || access("/usr/lib/squid/security_file_certgen", X_OK) != 0)
+    if (access("/usr/sbin/squid", X_OK) != 0 ||
+        access("/usr/lib/squid/security_file_certgen", X_OK) != 0)
         return -1;
     sh("mkdir -p %s/squid && cd %s && cp ca.key squid/bump.key && cp ca.pem squid/bump.pem && "
        "printf '127.0.0.1 %s\\n' > squid/hosts && "
@@ -702,7 +723,8 @@ static pid_t squid_start(void)
             "request_header_add Authorization \"Bearer " TOKEN "\" all\n"
             "cache deny all\ncache_mem 8 MB\naccess_log none\ncache_log %s/squid/cache.log\n"
             "pid_filename %s/squid/squid.pid\ncoredump_dir %s/squid\nworkers 1\n"
-            "shutdown_lifetime 1 seconds\nserver_persistent_connections on\nclient_persistent_connections on\n",
+            "shutdown_lifetime 1 seconds\nserver_persistent_connections "
+            "on\nclient_persistent_connections on\n",
             port, dir, dir, dir, dir, dir, dir, dir, dir);
     fclose(f);
     char log[512];
@@ -755,8 +777,9 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--wrap") == 0 && i + 1 < argc)
             wrap = argv[++i];
         else {
-            fprintf(stderr, "usage: intercept_bench [--seconds N] [--conns N] [--no-squid] [--quick] "
-                            "[--only mint,keepalive,handshakes,resumed,latency] [--wrap CMD]\n");
+            fprintf(stderr,
+                    "usage: intercept_bench [--seconds N] [--conns N] [--no-squid] [--quick] "
+                    "[--only mint,keepalive,handshakes,resumed,latency] [--wrap CMD]\n");
             return 2;
         }
     }
@@ -768,12 +791,15 @@ int main(int argc, char **argv)
     snprintf(dir, sizeof dir, "/tmp/al-icpt-bench-%d-XXXXXX", (int)getpid());
     if (!mkdtemp(dir))
         return 1;
-    sh("cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem "
+    sh("cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "
+       "ca.key -out ca.pem "
        "-days 2 -subj '/CN=airlock bench CA' -addext basicConstraints=critical,CA:TRUE "
        "-addext keyUsage=critical,keyCertSign,cRLSign >/dev/null 2>&1 && cp ca.pem roots.pem && "
        "printf 'subjectAltName=DNS:%s\\n' > san.ext && "
-       "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout up.key -out up.csr -subj '/CN=%s' "
-       ">/dev/null 2>&1 && openssl x509 -req -in up.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out up.pem "
+       "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout up.key -out up.csr "
+       "-subj '/CN=%s' "
+       ">/dev/null 2>&1 && openssl x509 -req -in up.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+       "-out up.pem "
        "-days 2 -extfile san.ext >/dev/null 2>&1",
        dir, NAME, NAME);
     upstream_start();

@@ -86,7 +86,8 @@ static int admin__policy_src(json_t *o, const char **yaml, size_t *len, const ch
         al_json_get_str(o, "file", false, file, "policy", err) < 0)
         return -EINVAL;
     if (!!*yaml == !!*file)
-        return al_error_set(err, -EINVAL, "policy: give exactly one of \"yaml\" (the policy text) "
+        return al_error_set(err, -EINVAL,
+                            "policy: give exactly one of \"yaml\" (the policy text) "
                             "or \"file\" (a path the proxy reads and re-reads on reload)");
     if (*yaml)
         *len = json_string_length(json_object_get(o, "yaml"));
@@ -102,8 +103,8 @@ static void admin__register(struct al_http_req *req, struct egress_admin *a)
         al_http_reply_error(req, 400, "the body must be a JSON object: %s", al_error_str(&err));
         return;
     }
-    static const char *const keys[] = {"id", "template", "addresses", "policy", "policy_file",
-                                       "placeholders", "network", NULL};
+    static const char *const keys[] = {"id",          "template",     "addresses", "policy",
+                                       "policy_file", "placeholders", "network",   NULL};
     const char *id = NULL, *tmpl = NULL, *pfile = NULL;
     json_t *addrs = NULL, *pol = NULL, *phs = NULL, *net = NULL;
     if (al_json_check_keys(body, keys, "sandbox", &err) < 0 ||
@@ -135,11 +136,16 @@ static void admin__register(struct al_http_req *req, struct egress_admin *a)
             return;
         }
     }
-    struct egress_register r = {.id = id, .template_name = tmpl, .addrs = ips, .n_addrs = n,
-                                .placeholders = phs, .network = json_is_null(net) ? NULL : net};
+    struct egress_register r = {.id = id,
+                                .template_name = tmpl,
+                                .addrs = ips,
+                                .n_addrs = n,
+                                .placeholders = phs,
+                                .network = json_is_null(net) ? NULL : net};
     if (pol) {
         const char *file = NULL;
-        if (admin__policy_src(pol, &r.policy_yaml, &r.policy_len, &r.policy_origin, &file, &err) < 0) {
+        if (admin__policy_src(pol, &r.policy_yaml, &r.policy_len, &r.policy_origin, &file, &err) <
+            0) {
             json_decref(body);
             al_http_reply_error(req, 400, "%s", al_error_str(&err));
             return;
@@ -154,7 +160,8 @@ static void admin__register(struct al_http_req *req, struct egress_admin *a)
         r.policy_file = pfile;
     } else {
         json_decref(body);
-        al_http_reply_error(req, 400, "sandbox: a policy is required (\"policy\": {\"yaml\": ...} or "
+        al_http_reply_error(req, 400,
+                            "sandbox: a policy is required (\"policy\": {\"yaml\": ...} or "
                             "\"policy_file\": PATH); without one all its traffic would be denied");
         return;
     }
@@ -262,8 +269,8 @@ static void admin__handle(struct al_http_req *req, void *ctx)
         json_t *st = egress_stats_json(e, NULL);
         json_t *audit = json_object_get(st, "audit");
         bool ok = json_is_true(json_object_get(audit, "ok"));
-        json_t *out = json_pack("{s:s,s:O,s:O}", "status", ok ? "ok" : "audit_failing",
-                                "sandboxes", json_object_get(st, "sandboxes"), "audit", audit);
+        json_t *out = json_pack("{s:s,s:O,s:O}", "status", ok ? "ok" : "audit_failing", "sandboxes",
+                                json_object_get(st, "sandboxes"), "audit", audit);
         json_decref(st);
         al_http_reply_json(req, ok ? 200 : 503, out);
         return;
@@ -349,7 +356,8 @@ static void admin__handle(struct al_http_req *req, void *ctx)
         al_http_reply_error(req, 405, "use GET or DELETE on /v1/sandboxes/{id}");
         return;
     }
-    al_http_reply_error(req, 404, "no such resource: %s %s (see the admin API in egress/admin.c)", m, p);
+    al_http_reply_error(req, 404, "no such resource: %s %s (see the admin API in egress/admin.c)",
+                        m, p);
 }
 
 int egress_admin_start(struct egress *e, const char *path, struct egress_admin **out,
@@ -360,7 +368,8 @@ int egress_admin_start(struct egress *e, const char *path, struct egress_admin *
         return al_error_set(err, -ENOMEM, "out of memory");
     a->e = e;
     snprintf(a->path, sizeof a->path, "%s", path);
-    struct al_http_server_opts o = {.on_request = admin__handle, .ctx = a, .server_name = "airlock-egress"};
+    struct al_http_server_opts o = {
+        .on_request = admin__handle, .ctx = a, .server_name = "airlock-egress"};
     o.limits.max_body_bytes = ADMIN_MAX_BODY;
     int rc = al_http_server_new(egress_ctl_loop(e), &o, &a->srv);
     if (rc < 0) {

@@ -16,7 +16,7 @@
 struct egress_audit {
     struct al_auditlog *log;
     bool fail_open;
-    atomic_int status;            /* 0 healthy, else the log's sticky error */
+    atomic_int status; /* 0 healthy, else the log's sticky error */
     atomic_uint_fast64_t records, failures;
 };
 
@@ -27,7 +27,8 @@ static void audit__on_state(struct al_auditlog *log, int err, void *arg)
     int old = atomic_exchange(&a->status, err);
     if (err && !old)
         al_error("audit log failing (%s): %s", strerror(-err),
-                 a->fail_open ? "traffic continues (--audit-fail-open)" : "all traffic is denied until it recovers");
+                 a->fail_open ? "traffic continues (--audit-fail-open)"
+                              : "all traffic is denied until it recovers");
     else if (!err && old)
         al_warn("audit log recovered: traffic is decided normally again");
 }

@@ -17,18 +17,18 @@
 
 #include "common/error.h"
 
-#define EGRESS_REC_STR_MAX 1024   /* longest string value kept (bytes of input) */
+#define EGRESS_REC_STR_MAX 1024 /* longest string value kept (bytes of input) */
 
 /* {"type": type}. NULL on ENOMEM (callers then count an audit failure). */
 json_t *egress_rec_new(const char *type);
 /* A JSON string from untrusted bytes: invalid UTF-8 and NULs become U+FFFD, longer than
  * EGRESS_REC_STR_MAX is cut (at a character boundary) and ends in "...". */
 json_t *egress_json_str(const char *s, size_t n);
-void egress_rec_str(json_t *r, const char *key, const char *s);   /* NULL -> null */
+void egress_rec_str(json_t *r, const char *key, const char *s); /* NULL -> null */
 void egress_rec_strn(json_t *r, const char *key, const char *s, size_t n);
 void egress_rec_int(json_t *r, const char *key, int64_t v);
 void egress_rec_bool(json_t *r, const char *key, bool v);
-void egress_rec_us(json_t *r, const char *key, uint64_t ns);      /* microseconds, integer */
+void egress_rec_us(json_t *r, const char *key, uint64_t ns); /* microseconds, integer */
 
 /* The same records serialised without building a json_t (the per-request paths): members
  * are written in call order into a buffer on the caller's stack (heap only for a record
@@ -42,11 +42,11 @@ void egress_rec_us(json_t *r, const char *key, uint64_t ns);      /* microsecond
 struct egress_recw {
     char *buf;
     size_t len, cap;
-    bool heap;         /* buf was allocated (the record outgrew the stack buffer) */
-    bool failed;       /* out of memory: the record is lost, egress_recw_end says so */
+    bool heap;   /* buf was allocated (the record outgrew the stack buffer) */
+    bool failed; /* out of memory: the record is lost, egress_recw_end says so */
     int depth;
     bool comma[EGRESS_RECW_DEPTH]; /* a member/element was written at this level */
-    size_t mark;       /* end of {"type":... (egress_recw_members) */
+    size_t mark;                   /* end of {"type":... (egress_recw_members) */
     char stack[EGRESS_RECW_STACK];
 };
 
@@ -77,8 +77,8 @@ void egress_recw_free(struct egress_recw *w);
 struct egress_audit;
 
 struct egress_audit_opts {
-    const char *dir;     /* <state>/audit */
-    bool fail_open;      /* default false: a failing log makes egress_audit_ok false */
+    const char *dir; /* <state>/audit */
+    bool fail_open;  /* default false: a failing log makes egress_audit_ok false */
 };
 
 int egress_audit_open(const struct egress_audit_opts *opts, struct egress_audit **out,

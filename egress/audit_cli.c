@@ -51,7 +51,7 @@ static void cli__usage(FILE *f)
 struct cli__filter {
     const char *sandbox, *decision, *host, *type, *reason;
     uint64_t since_ns, until_ns;
-    bool all;     /* include the log's own records (checkpoints) */
+    bool all; /* include the log's own records (checkpoints) */
 };
 
 static int cli__time_arg(const char *s, uint64_t *ns)
@@ -78,7 +78,8 @@ static bool cli__host_match(const char *want, const char *have)
         return false;
     if (want[0] == '.') {
         size_t wl = strlen(want), hl = strlen(have);
-        return (hl > wl && strcasecmp(have + hl - wl, want) == 0) || strcasecmp(have, want + 1) == 0;
+        return (hl > wl && strcasecmp(have + hl - wl, want) == 0) ||
+               strcasecmp(have, want + 1) == 0;
     }
     return strcasecmp(want, have) == 0;
 }
@@ -99,7 +100,8 @@ static bool cli__match(const struct cli__filter *f, const struct al_auditlog_rec
     if (f->reason && (!cli__s(j, "reason") || strcmp(cli__s(j, "reason"), f->reason) != 0))
         return false;
     if (f->host && !cli__host_match(f->host, cli__s(j, "host")) &&
-        !cli__host_match(f->host, cli__s(j, "sni")) && !cli__host_match(f->host, cli__s(j, "qname")))
+        !cli__host_match(f->host, cli__s(j, "sni")) &&
+        !cli__host_match(f->host, cli__s(j, "qname")))
         return false;
     if (f->since_ns || f->until_ns) {
         uint64_t t = 0;
@@ -129,7 +131,8 @@ static void cli__print_human(const struct al_auditlog_record *rec)
     printf("%-24s %6llu %-14s %-10s %-26s %-12s", cli__s(j, "time") ? cli__s(j, "time") : "-",
            (unsigned long long)rec->seq, type ? type : "-",
            cli__s(j, "decision") ? cli__s(j, "decision") : "-",
-           cli__s(j, "reason") ? cli__s(j, "reason") : (cli__s(j, "event") ? cli__s(j, "event") : "-"),
+           cli__s(j, "reason") ? cli__s(j, "reason")
+                               : (cli__s(j, "event") ? cli__s(j, "event") : "-"),
            cli__s(j, "sandbox") ? cli__s(j, "sandbox") : "-");
     if (cli__s(j, "method"))
         printf(" %s http://%s%s", cli__s(j, "method"), cli__s(j, "host") ? cli__s(j, "host") : "?",
@@ -185,7 +188,8 @@ static void ocsf__endpoint(json_t *o, const char *key, const char *ep, const cha
 
 static int ocsf__http_activity(const char *m)
 {
-    static const char *const names[] = {"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "POST", "PUT", "TRACE"};
+    static const char *const names[] = {"CONNECT", "DELETE", "GET", "HEAD",
+                                        "OPTIONS", "POST",   "PUT", "TRACE"};
     for (int i = 0; i < 8; i++)
         if (m && strcmp(m, names[i]) == 0)
             return i + 1;
@@ -230,7 +234,8 @@ static json_t *ocsf__event(const struct al_auditlog_record *rec)
     json_object_set_new(o, "activity_id", json_integer(activity));
     json_object_set_new(o, "type_uid", json_integer((json_int_t)class_uid * 100 + activity));
     json_object_set_new(o, "time", json_integer((json_int_t)(t / 1000000)));
-    json_object_set_new(o, "severity_id", json_integer(strcmp(type, "security_event") == 0 ? 3 : 1));
+    json_object_set_new(o, "severity_id",
+                        json_integer(strcmp(type, "security_event") == 0 ? 3 : 1));
     json_object_set_new(o, "action_id", json_integer(denied ? 2 : 1));
     json_object_set_new(o, "disposition_id", json_integer(denied ? 2 : 1));
     json_object_set_new(o, "status_id", json_integer(denied ? 2 : 1));
@@ -263,26 +268,28 @@ static json_t *ocsf__event(const struct al_auditlog_record *rec)
     }
     json_t *bu = json_object_get(j, "bytes_up"), *bd = json_object_get(j, "bytes_down");
     if (bu || bd)
-        json_object_set_new(o, "traffic", json_pack("{s:O*,s:O*}", "bytes_out", bu, "bytes_in", bd));
+        json_object_set_new(o, "traffic",
+                            json_pack("{s:O*,s:O*}", "bytes_out", bu, "bytes_in", bd));
     if (class_uid == 4002) {
-        json_t *req = json_pack("{s:s?,s:{s:s?,s:s?,s:s}}", "http_method", cli__s(j, "method"),
-                                "url", "hostname", cli__s(j, "host"), "path", cli__s(j, "path"),
-                                "scheme", "http");
+        json_t *req =
+            json_pack("{s:s?,s:{s:s?,s:s?,s:s}}", "http_method", cli__s(j, "method"), "url",
+                      "hostname", cli__s(j, "host"), "path", cli__s(j, "path"), "scheme", "http");
         json_object_set_new(o, "http_request", req);
         json_t *st = json_object_get(j, "status");
         if (json_is_integer(st))
             json_object_set_new(o, "http_response", json_pack("{s:O}", "code", st));
     } else if (class_uid == 4003) {
-        json_object_set_new(o, "query", json_pack("{s:s?,s:s?,s:s}", "hostname", cli__s(j, "qname"),
-                                                  "type", cli__s(j, "qtype"), "class", "IN"));
+        json_object_set_new(o, "query",
+                            json_pack("{s:s?,s:s?,s:s}", "hostname", cli__s(j, "qname"), "type",
+                                      cli__s(j, "qtype"), "class", "IN"));
         json_t *ans = json_object_get(j, "answers");
         if (json_is_array(ans)) {
             json_t *arr = json_array();
             size_t i;
             json_t *v;
-            json_array_foreach(ans, i, v)
-                json_array_append_new(arr, json_pack("{s:O,s:s?,s:O*}", "rdata", v, "type",
-                                                     cli__s(j, "qtype"), "ttl", json_object_get(j, "ttl")));
+            json_array_foreach(ans, i, v) json_array_append_new(
+                arr, json_pack("{s:O,s:s?,s:O*}", "rdata", v, "type", cli__s(j, "qtype"), "ttl",
+                               json_object_get(j, "ttl")));
             json_object_set_new(o, "answers", arr);
         }
         if (cli__s(j, "rcode"))
@@ -309,7 +316,8 @@ static int cli__open_reader(const char *dir, bool follow, struct al_auditlog_rea
 
 enum { OUT_HUMAN, OUT_JSON, OUT_OCSF };
 
-static int cli__scan(const char *dir, const struct cli__filter *f, int out, uint64_t tail, bool follow)
+static int cli__scan(const char *dir, const struct cli__filter *f, int out, uint64_t tail,
+                     bool follow)
 {
     struct al_auditlog_reader *r;
     if (cli__open_reader(dir, follow, &r) < 0)
@@ -383,8 +391,11 @@ static int cli__verify(const char *dir, int argc, char **argv, int first)
         snprintf(pk, sizeof pk, "%s/egress.pub", dir);
         pubkey = pk;
     }
-    struct al_auditlog_verify_opts o = {.dir = n ? NULL : dir, .prefix = "egress", .files = n ? files : NULL,
-                                        .n_files = n, .pubkey_file = pubkey,
+    struct al_auditlog_verify_opts o = {.dir = n ? NULL : dir,
+                                        .prefix = "egress",
+                                        .files = n ? files : NULL,
+                                        .n_files = n,
+                                        .pubkey_file = pubkey,
                                         .checkpoint_file = checkpoints};
     struct al_auditlog_verify_result res;
     struct al_error err = {0};
@@ -480,12 +491,14 @@ int audit_cli_main(int argc, char **argv)
         } else if (v && (strcmp(a, "--since") == 0 || strcmp(a, "--until") == 0)) {
             uint64_t *t = a[2] == 's' ? &f.since_ns : &f.until_ns;
             if (cli__time_arg(v, t) < 0) {
-                fprintf(stderr, "airlock audit: %s '%s': give RFC 3339 time or an age like 10m\n", a, v);
+                fprintf(stderr, "airlock audit: %s '%s': give RFC 3339 time or an age like 10m\n",
+                        a, v);
                 return 2;
             }
             i++;
         } else {
-            fprintf(stderr, "airlock audit %s: unknown or incomplete option '%s' (see --help)\n", cmd, a);
+            fprintf(stderr, "airlock audit %s: unknown or incomplete option '%s' (see --help)\n",
+                    cmd, a);
             return 2;
         }
     }

@@ -195,13 +195,27 @@ static void recw__quoted(struct egress_recw *w, const char *s, size_t n)
         }
         *o++ = '\\';
         switch (c) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '\b': *o++ = 'b'; break;
-        case '\f': *o++ = 'f'; break;
-        case '\n': *o++ = 'n'; break;
-        case '\r': *o++ = 'r'; break;
-        case '\t': *o++ = 't'; break;
+        case '"':
+            *o++ = '"';
+            break;
+        case '\\':
+            *o++ = '\\';
+            break;
+        case '\b':
+            *o++ = 'b';
+            break;
+        case '\f':
+            *o++ = 'f';
+            break;
+        case '\n':
+            *o++ = 'n';
+            break;
+        case '\r':
+            *o++ = 'r';
+            break;
+        case '\t':
+            *o++ = 't';
+            break;
         default:
             *o++ = 'u';
             *o++ = '0';
@@ -220,7 +234,10 @@ static void recw__string(struct egress_recw *w, const char *s, size_t n)
      * bound, is copied as it is. */
     /* Byte classes: 0 copied, 1 escaped ('"', '\\'), 2 sanitised (controls, non-ASCII). */
     static const unsigned char cls[256] = {
-        [0 ... 0x1f] = 2, ['"'] = 1, ['\\'] = 1, [0x80 ... 0xff] = 2,
+        [0 ... 0x1f] = 2,
+        ['"'] = 1,
+        ['\\'] = 1,
+        [0x80 ... 0xff] = 2,
     };
     unsigned acc = 0;
     const unsigned char *u = (const unsigned char *)s;

@@ -72,7 +72,8 @@ static int ch__sni(struct egress_clienthello *out, struct ch__rd r)
             if (out->has_sni)
                 return ch__fail(out, EGRESS_CH_MALFORMED, "more than one host_name in server_name");
             if (n == 0 || n > 255)
-                return ch__fail(out, EGRESS_CH_MALFORMED, "host_name is empty or longer than 255 bytes");
+                return ch__fail(out, EGRESS_CH_MALFORMED,
+                                "host_name is empty or longer than 255 bytes");
             if (memchr(r.p, 0, n))
                 return ch__fail(out, EGRESS_CH_MALFORMED, "host_name contains a NUL byte");
             memcpy(out->sni, r.p, n);
@@ -97,7 +98,8 @@ static int ch__alpn(struct egress_clienthello *out, struct ch__rd r)
         size_t n = r.p[0];
         r.p++;
         if (n == 0 || !ch__need(&r, n))
-            return ch__fail(out, EGRESS_CH_MALFORMED, "ALPN protocol name is empty or overruns the list");
+            return ch__fail(out, EGRESS_CH_MALFORMED,
+                            "ALPN protocol name is empty or overruns the list");
         if (out->n_alpn < EGRESS_CH_MAX_ALPN) {
             char *dst = out->alpn[out->n_alpn++];
             size_t keep = n < sizeof out->alpn[0] - 1 ? n : sizeof out->alpn[0] - 2;
@@ -140,7 +142,8 @@ static int ch__body(struct egress_clienthello *out, const uint8_t *body, size_t 
     size_t sid = r.p[0];
     r.p++;
     if (sid > 32 || !ch__need(&r, sid))
-        return ch__fail(out, EGRESS_CH_MALFORMED, "session id is longer than 32 bytes or truncated");
+        return ch__fail(out, EGRESS_CH_MALFORMED,
+                        "session id is longer than 32 bytes or truncated");
     r.p += sid;
     if (!ch__need(&r, 2))
         return ch__fail(out, EGRESS_CH_MALFORMED, "cipher suites are missing");
@@ -163,7 +166,8 @@ static int ch__body(struct egress_clienthello *out, const uint8_t *body, size_t 
     size_t ext = ch__be16(r.p);
     r.p += 2;
     if (ext != (size_t)(r.end - r.p))
-        return ch__fail(out, EGRESS_CH_MALFORMED, "extensions length does not match the ClientHello");
+        return ch__fail(out, EGRESS_CH_MALFORMED,
+                        "extensions length does not match the ClientHello");
     out->has_extensions = true;
 
     uint16_t seen[CH_MAX_EXTENSIONS];
@@ -185,12 +189,23 @@ static int ch__body(struct egress_clienthello *out, const uint8_t *body, size_t 
         struct ch__rd e = {r.p, r.p + elen};
         int rc = 0;
         switch (type) {
-        case EXT_SERVER_NAME: rc = ch__sni(out, e); break;
-        case EXT_ALPN: rc = ch__alpn(out, e); break;
-        case EXT_SUPPORTED_VERSIONS: rc = ch__versions(out, e); break;
-        case EXT_ECH: out->has_ech = true; break;
-        case EXT_ESNI: out->has_esni = true; break;
-        default: break;
+        case EXT_SERVER_NAME:
+            rc = ch__sni(out, e);
+            break;
+        case EXT_ALPN:
+            rc = ch__alpn(out, e);
+            break;
+        case EXT_SUPPORTED_VERSIONS:
+            rc = ch__versions(out, e);
+            break;
+        case EXT_ECH:
+            out->has_ech = true;
+            break;
+        case EXT_ESNI:
+            out->has_esni = true;
+            break;
+        default:
+            break;
         }
         if (rc < 0)
             return rc;
@@ -227,7 +242,8 @@ int egress_clienthello_parse(const uint8_t *buf, size_t len, struct egress_clien
             return ch__fail(out, EGRESS_CH_TOO_LARGE, "ClientHello is split over too many records");
         /* Early check on a partial first record: is it a ClientHello at all? */
         if (hs_len == 0 && len - pos > 5 && h[5] != TLS_HS_CLIENT_HELLO)
-            return ch__fail(out, EGRESS_CH_MALFORMED, "first handshake message is not a ClientHello");
+            return ch__fail(out, EGRESS_CH_MALFORMED,
+                            "first handshake message is not a ClientHello");
         if (len - pos - 5 < rlen)
             break; /* record not complete yet */
 
@@ -235,7 +251,8 @@ int egress_clienthello_parse(const uint8_t *buf, size_t len, struct egress_clien
         size_t take = rlen;
         if (need) {
             if (hs_len + take > need)
-                return ch__fail(out, EGRESS_CH_MALFORMED, "data follows the ClientHello in its record");
+                return ch__fail(out, EGRESS_CH_MALFORMED,
+                                "data follows the ClientHello in its record");
         } else if (take > room) {
             take = room;
         }
@@ -245,13 +262,15 @@ int egress_clienthello_parse(const uint8_t *buf, size_t len, struct egress_clien
 
         if (!need && hs_len >= 4) {
             if (hs[0] != TLS_HS_CLIENT_HELLO)
-                return ch__fail(out, EGRESS_CH_MALFORMED, "first handshake message is not a ClientHello");
+                return ch__fail(out, EGRESS_CH_MALFORMED,
+                                "first handshake message is not a ClientHello");
             size_t body = ((size_t)hs[1] << 16) | ((size_t)hs[2] << 8) | hs[3];
             if (body > EGRESS_CH_MAX_HANDSHAKE)
                 return ch__fail(out, EGRESS_CH_TOO_LARGE, "ClientHello is larger than 16 KiB");
             need = 4 + body;
             if (hs_len > need)
-                return ch__fail(out, EGRESS_CH_MALFORMED, "data follows the ClientHello in its record");
+                return ch__fail(out, EGRESS_CH_MALFORMED,
+                                "data follows the ClientHello in its record");
         }
         if (!need && take < rlen)
             return ch__fail(out, EGRESS_CH_TOO_LARGE, "ClientHello is larger than 16 KiB");

@@ -37,22 +37,22 @@ enum egress_ch_status {
 };
 
 struct egress_clienthello {
-    uint16_t record_version;   /* version field of the first record */
-    uint16_t client_version;   /* legacy_version of the ClientHello */
+    uint16_t record_version; /* version field of the first record */
+    uint16_t client_version; /* legacy_version of the ClientHello */
     bool has_sni;
-    char sni[256];             /* raw host_name bytes, NUL-terminated (no NUL inside) */
+    char sni[256]; /* raw host_name bytes, NUL-terminated (no NUL inside) */
     size_t sni_len;
-    size_t n_alpn;             /* protocols offered (the first EGRESS_CH_MAX_ALPN kept) */
+    size_t n_alpn; /* protocols offered (the first EGRESS_CH_MAX_ALPN kept) */
     size_t n_alpn_total;
-    char alpn[EGRESS_CH_MAX_ALPN][32];  /* truncated names are marked by a trailing '~' */
-    bool has_ech;              /* encrypted_client_hello (0xfe0d), real or GREASE */
-    bool has_esni;             /* draft ESNI (0xffce) */
-    bool offers_tls13;         /* supported_versions contains 0x0304 */
+    char alpn[EGRESS_CH_MAX_ALPN][32]; /* truncated names are marked by a trailing '~' */
+    bool has_ech;                      /* encrypted_client_hello (0xfe0d), real or GREASE */
+    bool has_esni;                     /* draft ESNI (0xffce) */
+    bool offers_tls13;                 /* supported_versions contains 0x0304 */
     bool has_extensions;
     size_t n_extensions;
-    size_t handshake_len;      /* length of the ClientHello message body */
-    size_t consumed;           /* bytes of whole records that carried it */
-    const char *error;         /* static text saying what was wrong (on < 0) */
+    size_t handshake_len; /* length of the ClientHello message body */
+    size_t consumed;      /* bytes of whole records that carried it */
+    const char *error;    /* static text saying what was wrong (on < 0) */
 };
 
 /* Parses buf[0..len). Returns an enum egress_ch_status; out is fully set on EGRESS_CH_OK,

@@ -96,79 +96,85 @@ int egress_parse_sockaddr(const char *s, uint16_t default_port, struct sockaddr_
 void egress_config_usage(FILE *f)
 {
     fputs(
-"usage: airlock-egress [options]\n"
-"\n"
-"The egress proxy of airlock: every TCP connection and DNS query of a sandbox is handed\n"
-"to it by the vswitch; it decides under the sandbox's policy and writes the audit log.\n"
-"Sandboxes are registered through the admin API (unix socket, HTTP+JSON).\n"
-"\n"
-"Places:\n"
-"  --state-dir DIR            state directory (default /var/lib/airlock)\n"
-"  --admin-socket PATH        admin API socket (default <state>/run/egress.sock; 'none')\n"
-"  --audit-dir DIR            audit log directory (default <state>/audit)\n"
-"  --vault-socket PATH        airlock-vault, for credential injection (default\n"
-"                             <state>/run/vault.sock; 'none': injecting rules are refused)\n"
-"  --upstream-ca FILE         roots that upstream certificates are verified against when\n"
-"                             TLS is inspected (default /etc/ssl/certs/ca-certificates.crt)\n"
-"Listeners (repeatable; port 0 picks one):\n"
-"  --listen ADDR:PORT         transparent TCP listener (default 127.0.0.1:15001)\n"
-"  --dns ADDR:PORT            DNS listener, UDP and TCP (default 127.0.0.1:15053)\n"
-"  --resolver ADDR[:PORT]     upstream resolver (default: first nameserver in\n"
-"                             /etc/resolv.conf)\n"
-"  --workers N                event loops (default: one per CPU)\n"
-"  --listener-mode auto|reuseport|shared\n"
-"                             reuseport: one listening socket per worker (SO_REUSEPORT);\n"
-"                             shared: one per address, polled by every worker (kernels\n"
-"                             before 6.5, whose bpf_sk_assign refuses SO_REUSEPORT sockets);\n"
-"                             auto: shared on such kernels when the vswitch may be used\n"
-"                             (default auto; also AIRLOCK_EGRESS_LISTENER_MODE)\n"
-"  --relay splice|copy        how bytes move on passthrough (default splice)\n"
-"  --upstream-mark N          SO_MARK on connections to upstreams (default none)\n"
-"  --vswitch auto|on|off      register the listeners with the vswitch of the state\n"
-"                             directory (auto: if there is one; default auto)\n"
-"  --vswitch-pins DIR         the switch's bpffs pin directory (default: from its state)\n"
-"Limits:\n"
-"  --max-connections N        all sandboxes together (default 16384)\n"
-"  --max-sandbox-connections N  per sandbox (default 256; a policy may lower it)\n"
-"  --memory-budget SIZE       buffers of all connections (default 256MiB)\n"
-"  --sandbox-memory SIZE      one sandbox's share (default budget/4)\n"
-"  --max-header-bytes SIZE    request line + headers (default 32KiB)\n"
-"  --max-body SIZE            request body (default 1GiB; a policy may lower it)\n"
-"  --header-timeout DUR       first bytes / complete request head (default 10s)\n"
-"  --connect-timeout DUR      upstream connect (default 10s)\n"
-"  --response-timeout DUR     upstream response head (default 60s)\n"
-"  --idle-timeout DUR         no byte either way on a tunnel (default 300s)\n"
-"  --keepalive-timeout DUR    between requests of a client (default 60s)\n"
-"  --body-timeout DUR         longest pause inside a request body (default 30s)\n"
-"DNS:\n"
-"  --dns-min-ttl DUR, --dns-max-ttl DUR   TTL clamp (default 5s, 300s)\n"
-"  --dns-neg-ttl DUR          longest negative caching (default 30s)\n"
-"  --dns-remember DUR         answers kept for the destination check (default 600s)\n"
-"  --dns-timeout DUR          one upstream attempt (default 2s)\n"
-"  --dns-max-name N           longer names are refused as exfiltration (default 200)\n"
-"  --dns-max-label N          longer labels likewise (default 52)\n"
-"  --dns-entropy-min-len N    labels this long are checked for entropy (default 24)\n"
-"  --dns-entropy-max BITS     refused above this many bits per character (default 4.0)\n"
-"  --dns-rate N               queries per second per sandbox; beyond, REFUSED and one\n"
-"                             aggregated audit record per second (default 200; 0 = none)\n"
-"  --dns-burst N              queries a sandbox may send at once (default 2 x rate)\n"
-"  --dns-inflight N           upstream resolutions one sandbox may wait on at a time;\n"
-"                             beyond, REFUSED unless cached (default 64)\n"
-"Audit:\n"
-"  --audit-fail-open          keep serving when the audit log cannot be written\n"
-"                             (default: deny everything until it can)\n"
-"  --audit-query-strings      log request paths with their query string\n"
-"  --deny-audit-rate N        identical denials of one sandbox written per second (all\n"
-"                             denials: 5 x that); more are counted in one aggregated\n"
-"                             record per second (default 20; 0 = write all)\n"
-"Other:\n"
-"  --log-level LEVEL          debug|info|warn|error (default info)\n"
-"  -h, --help\n", f);
+        "usage: airlock-egress [options]\n"
+        "\n"
+        "The egress proxy of airlock: every TCP connection and DNS query of a sandbox is handed\n"
+        "to it by the vswitch; it decides under the sandbox's policy and writes the audit log.\n"
+        "Sandboxes are registered through the admin API (unix socket, HTTP+JSON).\n"
+        "\n"
+        "Places:\n"
+        "  --state-dir DIR            state directory (default /var/lib/airlock)\n"
+        "  --admin-socket PATH        admin API socket (default <state>/run/egress.sock; 'none')\n"
+        "  --audit-dir DIR            audit log directory (default <state>/audit)\n"
+        "  --vault-socket PATH        airlock-vault, for credential injection (default\n"
+        "                             <state>/run/vault.sock; 'none': injecting rules are "
+        "refused)\n"
+        "  --upstream-ca FILE         roots that upstream certificates are verified against when\n"
+        "                             TLS is inspected (default "
+        "/etc/ssl/certs/ca-certificates.crt)\n"
+        "Listeners (repeatable; port 0 picks one):\n"
+        "  --listen ADDR:PORT         transparent TCP listener (default 127.0.0.1:15001)\n"
+        "  --dns ADDR:PORT            DNS listener, UDP and TCP (default 127.0.0.1:15053)\n"
+        "  --resolver ADDR[:PORT]     upstream resolver (default: first nameserver in\n"
+        "                             /etc/resolv.conf)\n"
+        "  --workers N                event loops (default: one per CPU)\n"
+        "  --listener-mode auto|reuseport|shared\n"
+        "                             reuseport: one listening socket per worker (SO_REUSEPORT);\n"
+        "                             shared: one per address, polled by every worker (kernels\n"
+        "                             before 6.5, whose bpf_sk_assign refuses SO_REUSEPORT "
+        "sockets);\n"
+        "                             auto: shared on such kernels when the vswitch may be used\n"
+        "                             (default auto; also AIRLOCK_EGRESS_LISTENER_MODE)\n"
+        "  --relay splice|copy        how bytes move on passthrough (default splice)\n"
+        "  --upstream-mark N          SO_MARK on connections to upstreams (default none)\n"
+        "  --vswitch auto|on|off      register the listeners with the vswitch of the state\n"
+        "                             directory (auto: if there is one; default auto)\n"
+        "  --vswitch-pins DIR         the switch's bpffs pin directory (default: from its state)\n"
+        "Limits:\n"
+        "  --max-connections N        all sandboxes together (default 16384)\n"
+        "  --max-sandbox-connections N  per sandbox (default 256; a policy may lower it)\n"
+        "  --memory-budget SIZE       buffers of all connections (default 256MiB)\n"
+        "  --sandbox-memory SIZE      one sandbox's share (default budget/4)\n"
+        "  --max-header-bytes SIZE    request line + headers (default 32KiB)\n"
+        "  --max-body SIZE            request body (default 1GiB; a policy may lower it)\n"
+        "  --header-timeout DUR       first bytes / complete request head (default 10s)\n"
+        "  --connect-timeout DUR      upstream connect (default 10s)\n"
+        "  --response-timeout DUR     upstream response head (default 60s)\n"
+        "  --idle-timeout DUR         no byte either way on a tunnel (default 300s)\n"
+        "  --keepalive-timeout DUR    between requests of a client (default 60s)\n"
+        "  --body-timeout DUR         longest pause inside a request body (default 30s)\n"
+        "DNS:\n"
+        "  --dns-min-ttl DUR, --dns-max-ttl DUR   TTL clamp (default 5s, 300s)\n"
+        "  --dns-neg-ttl DUR          longest negative caching (default 30s)\n"
+        "  --dns-remember DUR         answers kept for the destination check (default 600s)\n"
+        "  --dns-timeout DUR          one upstream attempt (default 2s)\n"
+        "  --dns-max-name N           longer names are refused as exfiltration (default 200)\n"
+        "  --dns-max-label N          longer labels likewise (default 52)\n"
+        "  --dns-entropy-min-len N    labels this long are checked for entropy (default 24)\n"
+        "  --dns-entropy-max BITS     refused above this many bits per character (default 4.0)\n"
+        "  --dns-rate N               queries per second per sandbox; beyond, REFUSED and one\n"
+        "                             aggregated audit record per second (default 200; 0 = none)\n"
+        "  --dns-burst N              queries a sandbox may send at once (default 2 x rate)\n"
+        "  --dns-inflight N           upstream resolutions one sandbox may wait on at a time;\n"
+        "                             beyond, REFUSED unless cached (default 64)\n"
+        "Audit:\n"
+        "  --audit-fail-open          keep serving when the audit log cannot be written\n"
+        "                             (default: deny everything until it can)\n"
+        "  --audit-query-strings      log request paths with their query string\n"
+        "  --deny-audit-rate N        identical denials of one sandbox written per second (all\n"
+        "                             denials: 5 x that); more are counted in one aggregated\n"
+        "                             record per second (default 20; 0 = write all)\n"
+        "Other:\n"
+        "  --log-level LEVEL          debug|info|warn|error (default info)\n"
+        "  -h, --help\n",
+        f);
 }
 
 const char *egress_listener_mode_name(enum egress_listener_mode m)
 {
-    return m == EGRESS_LISTENER_REUSEPORT ? "reuseport" : m == EGRESS_LISTENER_SHARED ? "shared" : "auto";
+    return m == EGRESS_LISTENER_REUSEPORT ? "reuseport"
+           : m == EGRESS_LISTENER_SHARED  ? "shared"
+                                          : "auto";
 }
 
 static int cfg__listener_mode(const char *v, enum egress_listener_mode *out)
@@ -238,7 +244,8 @@ static int cfg__resolv_conf(struct sockaddr_storage *ss)
     int rc = -ENOENT;
     while (fgets(line, sizeof line, f)) {
         char addr[128];
-        if (sscanf(line, " nameserver %127s", addr) == 1 && egress_parse_sockaddr(addr, 53, ss) == 0) {
+        if (sscanf(line, " nameserver %127s", addr) == 1 &&
+            egress_parse_sockaddr(addr, 53, ss) == 0) {
             rc = 0;
             break;
         }
@@ -276,17 +283,48 @@ int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, s
         }
         if (strncmp(a, "--", 2) != 0)
             return al_error_set(err, -EINVAL, "unexpected argument '%s' (see --help)", a);
-        static const char *const with_value[] = {
-            "--state-dir", "--admin-socket", "--audit-dir", "--vault-socket", "--upstream-ca",
-            "--listen", "--dns", "--resolver",
-            "--workers", "--listener-mode", "--relay", "--upstream-mark", "--max-connections",
-            "--max-sandbox-connections", "--memory-budget", "--sandbox-memory",
-            "--max-header-bytes", "--max-body", "--header-timeout", "--connect-timeout",
-            "--response-timeout", "--idle-timeout", "--keepalive-timeout", "--body-timeout",
-            "--dns-min-ttl", "--dns-max-ttl", "--dns-neg-ttl", "--dns-remember", "--dns-timeout",
-            "--dns-max-name", "--dns-max-label", "--dns-entropy-min-len", "--dns-entropy-max",
-            "--dns-rate", "--dns-burst", "--dns-inflight", "--deny-audit-rate",
-            "--vswitch", "--vswitch-pins", "--log-level", "--log-format", NULL};
+        static const char *const with_value[] = {"--state-dir",
+                                                 "--admin-socket",
+                                                 "--audit-dir",
+                                                 "--vault-socket",
+                                                 "--upstream-ca",
+                                                 "--listen",
+                                                 "--dns",
+                                                 "--resolver",
+                                                 "--workers",
+                                                 "--listener-mode",
+                                                 "--relay",
+                                                 "--upstream-mark",
+                                                 "--max-connections",
+                                                 "--max-sandbox-connections",
+                                                 "--memory-budget",
+                                                 "--sandbox-memory",
+                                                 "--max-header-bytes",
+                                                 "--max-body",
+                                                 "--header-timeout",
+                                                 "--connect-timeout",
+                                                 "--response-timeout",
+                                                 "--idle-timeout",
+                                                 "--keepalive-timeout",
+                                                 "--body-timeout",
+                                                 "--dns-min-ttl",
+                                                 "--dns-max-ttl",
+                                                 "--dns-neg-ttl",
+                                                 "--dns-remember",
+                                                 "--dns-timeout",
+                                                 "--dns-max-name",
+                                                 "--dns-max-label",
+                                                 "--dns-entropy-min-len",
+                                                 "--dns-entropy-max",
+                                                 "--dns-rate",
+                                                 "--dns-burst",
+                                                 "--dns-inflight",
+                                                 "--deny-audit-rate",
+                                                 "--vswitch",
+                                                 "--vswitch-pins",
+                                                 "--log-level",
+                                                 "--log-format",
+                                                 NULL};
         bool known = false;
         for (const char *const *k = with_value; *k && !known; k++)
             known = strcmp(*k, a) == 0;
@@ -423,21 +461,26 @@ int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, s
 int egress_config_finish(struct egress_config *cfg, struct al_error *err)
 {
     if (!cfg->admin_socket[0])
-        snprintf(cfg->admin_socket, sizeof cfg->admin_socket, "%s/%s", cfg->state_dir, AL_SOCK_EGRESS);
+        snprintf(cfg->admin_socket, sizeof cfg->admin_socket, "%s/%s", cfg->state_dir,
+                 AL_SOCK_EGRESS);
     if (!cfg->audit_dir[0])
         snprintf(cfg->audit_dir, sizeof cfg->audit_dir, "%s/%s", cfg->state_dir, AL_DIR_AUDIT);
     if (strcmp(cfg->vault_socket, "none") == 0) {
         cfg->vault_socket[0] = 0;
         cfg->no_vault = true;
     } else if (!cfg->no_vault && !cfg->vault_socket[0]) {
-        snprintf(cfg->vault_socket, sizeof cfg->vault_socket, "%s/%s", cfg->state_dir, AL_SOCK_VAULT);
+        snprintf(cfg->vault_socket, sizeof cfg->vault_socket, "%s/%s", cfg->state_dir,
+                 AL_SOCK_VAULT);
     }
     const char *lm = getenv("AIRLOCK_EGRESS_LISTENER_MODE");
     if (!cfg->listener_mode_set && lm && *lm && cfg__listener_mode(lm, &cfg->listener_mode) < 0)
-        return al_error_set(err, -EINVAL, "AIRLOCK_EGRESS_LISTENER_MODE='%s': use auto, reuseport "
-                            "or shared (or unset it)", lm);
+        return al_error_set(err, -EINVAL,
+                            "AIRLOCK_EGRESS_LISTENER_MODE='%s': use auto, reuseport "
+                            "or shared (or unset it)",
+                            lm);
     if (!cfg->upstream_ca[0])
-        snprintf(cfg->upstream_ca, sizeof cfg->upstream_ca, "%s", "/etc/ssl/certs/ca-certificates.crt");
+        snprintf(cfg->upstream_ca, sizeof cfg->upstream_ca, "%s",
+                 "/etc/ssl/certs/ca-certificates.crt");
     if (cfg->n_tcp_listen == 0) {
         egress_parse_sockaddr("127.0.0.1:15001", 0, &cfg->tcp_listen[0]);
         cfg->n_tcp_listen = 1;
@@ -448,16 +491,17 @@ int egress_config_finish(struct egress_config *cfg, struct al_error *err)
     }
     if (!cfg->have_resolver) {
         if (cfg__resolv_conf(&cfg->resolver) < 0)
-            return al_error_set(err, -EINVAL, "no upstream resolver: give --resolver ADDR (none "
+            return al_error_set(err, -EINVAL,
+                                "no upstream resolver: give --resolver ADDR (none "
                                 "found in /etc/resolv.conf)");
         cfg->have_resolver = true;
     }
     if (!cfg->sandbox_memory)
         cfg->sandbox_memory = cfg->memory_budget / 4;
     if (cfg->sandbox_memory > cfg->memory_budget)
-        return al_error_set(err, -EINVAL, "--sandbox-memory (%llu) is larger than --memory-budget (%llu)",
-                            (unsigned long long)cfg->sandbox_memory,
-                            (unsigned long long)cfg->memory_budget);
+        return al_error_set(
+            err, -EINVAL, "--sandbox-memory (%llu) is larger than --memory-budget (%llu)",
+            (unsigned long long)cfg->sandbox_memory, (unsigned long long)cfg->memory_budget);
     if (cfg->dns_min_ttl > cfg->dns_max_ttl)
         return al_error_set(err, -EINVAL, "--dns-min-ttl is above --dns-max-ttl");
     if (cfg->max_conns_per_sandbox > cfg->max_conns)

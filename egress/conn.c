@@ -18,7 +18,7 @@
 #include "common/util.h"
 
 #define PEEK_INITIAL 2048
-#define REJECT_SLACK 64   /* connections beyond a cap still answered 429/503, then reset */
+#define REJECT_SLACK 64 /* connections beyond a cap still answered 429/503, then reset */
 
 static void conn__on_timer(uv_timer_t *t);
 static void conn__peek_read(struct egress_conn *c);
@@ -82,10 +82,14 @@ static int conn__end_init(struct egress_conn *c, struct egress_end *end, int fd)
 static const char *conn__proto_name(enum egress_proto p)
 {
     switch (p) {
-    case PROTO_TLS: return "tls";
-    case PROTO_HTTP: return "http";
-    case PROTO_TCP: return "tcp";
-    default: return "unknown";
+    case PROTO_TLS:
+        return "tls";
+    case PROTO_HTTP:
+        return "http";
+    case PROTO_TCP:
+        return "tcp";
+    default:
+        return "unknown";
     }
 }
 
@@ -111,7 +115,8 @@ static void conn__audit_decision(struct egress_conn *c, const char *decision, co
     egress_recw_str(&w, "decision", decision);
     egress_recw_str(&w, "reason", reason);
     egress_recw_str(&w, "rule", rule);
-    egress_recw_str(&w, "mode", c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
+    egress_recw_str(&w, "mode",
+                    c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
     if (error)
         egress_recw_str(&w, "error", error);
     if (c->ch) {
@@ -438,8 +443,10 @@ void egress_conn_accept(struct egress_worker *w, int fd)
     if (early) {
         bool limit = strstr(early, "limit") != NULL;
         if (limit) {
-            atomic_fetch_add(strcmp(early, "sandbox_connection_limit") == 0 ? &e->stats.limit_sandbox
-                                                                           : &e->stats.limit_global, 1);
+            atomic_fetch_add(strcmp(early, "sandbox_connection_limit") == 0
+                                 ? &e->stats.limit_sandbox
+                                 : &e->stats.limit_global,
+                             1);
             conn__limit_event(c, early);
             /* Far beyond the cap: no more work for this one. */
             if (conns > cap + REJECT_SLACK || active > e->cfg.max_conns + REJECT_SLACK) {
@@ -516,8 +523,10 @@ static void conn__decide_tls(struct egress_conn *c)
     egress_decide(c->policy, &q, &c->verdict);
     c->t_decided = al_now_ns();
     if (!c->verdict.allow) {
-        conn__deny_reset(c, c->verdict.rule, !ch->has_sni && strcmp(c->verdict.reason, "no_rule_matched") == 0
-                                                 ? "sni_missing" : c->verdict.reason);
+        conn__deny_reset(c, c->verdict.rule,
+                         !ch->has_sni && strcmp(c->verdict.reason, "no_rule_matched") == 0
+                             ? "sni_missing"
+                             : c->verdict.reason);
         return;
     }
     if (c->verdict.tls == EGRESS_TLS_INSPECT) {
@@ -580,8 +589,8 @@ static void conn__on_dst_checked_inspect(struct egress_conn *c, bool ok, const c
         return; /* the session ended at once */
     c->allowed = true;
     atomic_fetch_add(&c->w->e->stats.conns_allowed, 1);
-    conn__audit_decision(c, c->verdict.would_deny ? "would_deny" : "allow", c->verdict.rule, c->verdict.reason,
-                         NULL);
+    conn__audit_decision(c, c->verdict.would_deny ? "would_deny" : "allow", c->verdict.rule,
+                         c->verdict.reason, NULL);
     free(c->ch);
     c->ch = NULL;
     conn__free_in(c); /* the session copied the ClientHello */
@@ -600,7 +609,7 @@ static void conn__decide_tcp(struct egress_conn *c)
     if (!c->verdict.allow) {
         conn__deny_reset(c, c->verdict.rule,
                          strcmp(c->verdict.reason, "no_rule_matched") == 0 ? "unrecognised_protocol"
-                                                                            : c->verdict.reason);
+                                                                           : c->verdict.reason);
         return;
     }
     if (egress_is_self(c->w->e, &c->dst)) {
@@ -625,8 +634,9 @@ static void conn__classify(struct egress_conn *c)
         if (rc == EGRESS_CH_MORE)
             return;
         if (rc < 0) {
-            conn__deny_reset(c, NULL, rc == EGRESS_CH_TOO_LARGE ? "clienthello_too_large"
-                                                               : "malformed_clienthello");
+            conn__deny_reset(c, NULL,
+                             rc == EGRESS_CH_TOO_LARGE ? "clienthello_too_large"
+                                                       : "malformed_clienthello");
             return;
         }
         egress_conn_no_deadline(c);
@@ -728,7 +738,8 @@ static bool conn__in_resolution(const struct egress_resolution *res, const struc
 
 static void conn__dst_resolved(struct egress_resolve_req *req, const struct egress_resolution *res)
 {
-    struct egress_conn *c = (struct egress_conn *)((char *)req - offsetof(struct egress_conn, rreq));
+    struct egress_conn *c =
+        (struct egress_conn *)((char *)req - offsetof(struct egress_conn, rreq));
     egress_dst_check_cb done = conn__dst_cb_of(c);
     c->resolving = false;
     c->t_dns = al_now_ns();
@@ -741,7 +752,8 @@ static void conn__dst_resolved(struct egress_resolve_req *req, const struct egre
         return;
     }
     egress_sandbox_remember(c->sb, c->host.text, res->ips, res->n,
-                            res->ttl > c->w->e->cfg.dns_remember_s ? res->ttl : c->w->e->cfg.dns_remember_s);
+                            res->ttl > c->w->e->cfg.dns_remember_s ? res->ttl
+                                                                   : c->w->e->cfg.dns_remember_s);
     done(c, true, NULL);
 }
 
@@ -841,7 +853,8 @@ static void conn__connected(struct egress_conn *c)
         return;
     }
     if (err) {
-        conn__fail_reset(c, err == ETIMEDOUT ? "upstream_connect_timeout" : "upstream_connect_failed");
+        conn__fail_reset(c,
+                         err == ETIMEDOUT ? "upstream_connect_timeout" : "upstream_connect_failed");
         return;
     }
     /* Allowed: audit the decision now that the dial succeeded, then relay. */

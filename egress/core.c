@@ -197,7 +197,8 @@ void egress_refresh_self(struct egress *e)
     struct egress_ip tmp[64];
     size_t n = 0;
     for (struct ifaddrs *i = ifa; i && n < 64; i = i->ifa_next) {
-        if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+        if (!i->ifa_addr ||
+            (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
             continue;
         egress_ip_from_sockaddr(i->ifa_addr, &tmp[n], NULL);
         n++;
@@ -230,7 +231,9 @@ size_t egress_listener_fds(const struct egress *e, int kind, size_t i, int *fds,
     if (i >= EGRESS_MAX_LISTEN)
         return 0;
     for (unsigned w = 0; w < e->n_workers && n < max; w++) {
-        int fd = kind == 0 ? e->tcp_fds[w][i] : kind == 1 ? e->dns_udp_fds[w][i] : e->dns_tcp_fds[w][i];
+        int fd = kind == 0   ? e->tcp_fds[w][i]
+                 : kind == 1 ? e->dns_udp_fds[w][i]
+                             : e->dns_tcp_fds[w][i];
         if (fd >= 0)
             fds[n++] = fd;
     }
@@ -316,8 +319,8 @@ static int core__load_policy(const char *yaml, size_t len, const char *origin, c
 /* Loads a policy and narrows it by the sandbox's network fields; *base_hash gets the hash
  * before narrowing ("" when network is NULL). *reason says which part was refused. */
 static int core__policy_for(const char *yaml, size_t len, const char *origin, const char *file,
-                            const json_t *network, struct egress_policy **out,
-                            char base_hash[72], const char **reason, struct al_error *err)
+                            const json_t *network, struct egress_policy **out, char base_hash[72],
+                            const char **reason, struct al_error *err)
 {
     struct egress_policy *base = NULL;
     base_hash[0] = 0;
@@ -359,7 +362,8 @@ int egress_register_sandbox(struct egress *e, const struct egress_register *r, s
     }
     /* Its interception state (CA, TLS configuration, placeholders) before it can connect. */
     struct egress_inspect_sandbox *x = NULL;
-    if ((rc = egress_inspect_sandbox_new(e, r->id, p, (const json_t *)r->placeholders, &x, err)) < 0) {
+    if ((rc = egress_inspect_sandbox_new(e, r->id, p, (const json_t *)r->placeholders, &x, err)) <
+        0) {
         egress_policy_unref(p);
         return rc;
     }
@@ -440,8 +444,10 @@ int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t
     egress_sandbox_set_policy(sb, p, yaml ? "" : (file ? file : NULL));
     struct al_error ierr = {0};
     if (egress_inspect_sandbox_policy(sb, p, &ierr) < 0)
-        al_warn("sandbox %s: placeholders of the new policy: %s (the previous ones stay)", id, al_error_str(&ierr));
-    core__audit_control(e, "policy", "reload", sb, p, NULL, old_hash, base_hash[0] ? base_hash : NULL);
+        al_warn("sandbox %s: placeholders of the new policy: %s (the previous ones stay)", id,
+                al_error_str(&ierr));
+    core__audit_control(e, "policy", "reload", sb, p, NULL, old_hash,
+                        base_hash[0] ? base_hash : NULL);
     egress_policy_unref(old);
     egress_sandbox_put(sb);
     return 0;
@@ -478,8 +484,8 @@ int egress_reload(struct egress *e, json_t *report)
         struct al_error err = {0};
         if (egress_set_policy(e, x.ids[i], NULL, 0, NULL, NULL, &err) < 0) {
             failed++;
-            json_array_append_new(bad, json_pack("{s:s,s:s}", "sandbox", x.ids[i], "error",
-                                                 al_error_str(&err)));
+            json_array_append_new(
+                bad, json_pack("{s:s,s:s}", "sandbox", x.ids[i], "error", al_error_str(&err)));
         } else {
             json_array_append_new(ok, json_string(x.ids[i]));
         }
@@ -505,17 +511,16 @@ static json_t *core__sandbox_json(struct egress_sandbox *sb)
         egress_ip_text(&sb->addrs[i], t, sizeof t);
         json_array_append_new(a, json_string(t));
     }
-    json_t *o = json_pack("{s:s,s:s?,s:o,s:{s:s?,s:s?,s:s?},s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I}}",
-        "id", sb->id, "template", sb->template_name[0] ? sb->template_name : NULL, "addresses", a,
-        "policy", "name", p ? egress_policy_name(p) : NULL, "hash", p ? egress_policy_hash(p) : NULL,
-        "file", sb->policy_file[0] ? sb->policy_file : NULL,
-        "stats", "connections", (json_int_t)atomic_load(&sb->conns),
-        "memory", (json_int_t)atomic_load(&sb->mem),
-        "allowed", (json_int_t)atomic_load(&sb->n_allowed),
-        "denied", (json_int_t)atomic_load(&sb->n_denied),
-        "dns_queries", (json_int_t)atomic_load(&sb->n_dns),
-        "bytes_up", (json_int_t)atomic_load(&sb->bytes_up),
-        "bytes_down", (json_int_t)atomic_load(&sb->bytes_down));
+    json_t *o = json_pack(
+        "{s:s,s:s?,s:o,s:{s:s?,s:s?,s:s?},s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I}}", "id", sb->id,
+        "template", sb->template_name[0] ? sb->template_name : NULL, "addresses", a, "policy",
+        "name", p ? egress_policy_name(p) : NULL, "hash", p ? egress_policy_hash(p) : NULL, "file",
+        sb->policy_file[0] ? sb->policy_file : NULL, "stats", "connections",
+        (json_int_t)atomic_load(&sb->conns), "memory", (json_int_t)atomic_load(&sb->mem), "allowed",
+        (json_int_t)atomic_load(&sb->n_allowed), "denied", (json_int_t)atomic_load(&sb->n_denied),
+        "dns_queries", (json_int_t)atomic_load(&sb->n_dns), "bytes_up",
+        (json_int_t)atomic_load(&sb->bytes_up), "bytes_down",
+        (json_int_t)atomic_load(&sb->bytes_down));
     egress_policy_unref(p);
     if (o && sb->network)
         json_object_set(o, "network", sb->network);
@@ -545,25 +550,24 @@ json_t *egress_stats_json(struct egress *e, const char *id)
         return o;
     }
     struct egress_stats *s = &e->stats;
-#define S(x) (json_int_t)atomic_load(&s->x)
-    return json_pack("{s:I,s:i,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:I},s:{s:I,s:I},s:{s:I,s:I,s:I},"
-                     "s:{s:I,s:I},s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I},s:{s:I,s:I},s:{s:b,s:I,s:I,s:I}}",
-        "uptime_ms", (json_int_t)((al_now_ns() - e->started_ns) / 1000000),
-        "workers", (int)e->n_workers,
-        "sandboxes", (json_int_t)egress_registry_count(e->reg),
-        "memory", (json_int_t)atomic_load(&e->mem_used),
-        "connections", "accepted", S(conns_accepted), "active", S(conns_active),
-        "allowed", S(conns_allowed), "denied", S(conns_denied), "unknown_source", S(unknown_source),
-        "http", "requests", S(http_requests), "denied", S(http_denied),
-        "dns", "queries", S(dns_queries), "denied", S(dns_denied), "refused", S(dns_refused),
-        "bytes", "up", S(bytes_up), "down", S(bytes_down),
-        "limits", "sandbox_connections", S(limit_sandbox), "proxy_connections", S(limit_global),
-        "memory", S(limit_memory), "timeouts", S(timeouts), "dns_rate", S(limit_dns_rate),
-        "dns_inflight", S(limit_dns_inflight), "audit_aggregated", S(audit_aggregated),
-        "upstream", "errors", S(upstream_errors), "audit_denied", S(audit_denied),
-        "audit", "ok", egress_audit_ok(e->audit), "status", (json_int_t)egress_audit_status(e->audit),
-        "records", (json_int_t)egress_audit_records(e->audit),
-        "failures", (json_int_t)egress_audit_failures(e->audit));
+#define S(x) (json_int_t) atomic_load(&s->x)
+    return json_pack(
+        "{s:I,s:i,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:I},s:{s:I,s:I},s:{s:I,s:I,s:I},"
+        "s:{s:I,s:I},s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I},s:{s:I,s:I},s:{s:b,s:I,s:I,s:I}}",
+        "uptime_ms", (json_int_t)((al_now_ns() - e->started_ns) / 1000000), "workers",
+        (int)e->n_workers, "sandboxes", (json_int_t)egress_registry_count(e->reg), "memory",
+        (json_int_t)atomic_load(&e->mem_used), "connections", "accepted", S(conns_accepted),
+        "active", S(conns_active), "allowed", S(conns_allowed), "denied", S(conns_denied),
+        "unknown_source", S(unknown_source), "http", "requests", S(http_requests), "denied",
+        S(http_denied), "dns", "queries", S(dns_queries), "denied", S(dns_denied), "refused",
+        S(dns_refused), "bytes", "up", S(bytes_up), "down", S(bytes_down), "limits",
+        "sandbox_connections", S(limit_sandbox), "proxy_connections", S(limit_global), "memory",
+        S(limit_memory), "timeouts", S(timeouts), "dns_rate", S(limit_dns_rate), "dns_inflight",
+        S(limit_dns_inflight), "audit_aggregated", S(audit_aggregated), "upstream", "errors",
+        S(upstream_errors), "audit_denied", S(audit_denied), "audit", "ok",
+        egress_audit_ok(e->audit), "status", (json_int_t)egress_audit_status(e->audit), "records",
+        (json_int_t)egress_audit_records(e->audit), "failures",
+        (json_int_t)egress_audit_failures(e->audit));
 #undef S
 }
 
@@ -602,7 +606,8 @@ int egress_new(const struct egress_config *cfg, struct egress **out, struct al_e
     core__raise_nofile();
     signal(SIGPIPE, SIG_IGN);
     int rc;
-    if ((rc = egress_registry_new(&e->reg)) < 0 || (rc = egress_rcache_new(&e->cfg, &e->rcache)) < 0) {
+    if ((rc = egress_registry_new(&e->reg)) < 0 ||
+        (rc = egress_rcache_new(&e->cfg, &e->rcache)) < 0) {
         al_error_set(err, rc, "out of memory");
         goto fail;
     }
@@ -677,13 +682,13 @@ int egress_new(const struct egress_config *cfg, struct egress **out, struct al_e
         }
         unsigned row = shared ? 0 : i;
         for (size_t k = 0; k < e->cfg.n_tcp_listen; k++)
-            w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->tcp_fds[row][k], .kind = 0,
-                                                                      .port = e->tcp_ports[k], .shared = shared};
+            w->listeners[w->n_listeners++] = (struct egress_listener){
+                .fd = e->tcp_fds[row][k], .kind = 0, .port = e->tcp_ports[k], .shared = shared};
         for (size_t k = 0; k < e->cfg.n_dns_listen; k++) {
-            w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->dns_udp_fds[row][k], .kind = 1,
-                                                                      .port = e->dns_ports[k], .shared = shared};
-            w->listeners[w->n_listeners++] = (struct egress_listener){.fd = e->dns_tcp_fds[row][k], .kind = 2,
-                                                                      .port = e->dns_ports[k], .shared = shared};
+            w->listeners[w->n_listeners++] = (struct egress_listener){
+                .fd = e->dns_udp_fds[row][k], .kind = 1, .port = e->dns_ports[k], .shared = shared};
+            w->listeners[w->n_listeners++] = (struct egress_listener){
+                .fd = e->dns_tcp_fds[row][k], .kind = 2, .port = e->dns_ports[k], .shared = shared};
         }
     }
     if ((rc = uv_loop_init(&e->ctl_loop)) < 0) {

@@ -19,12 +19,13 @@ static struct policy *dec__p(const struct egress_policy *p)
     return (struct policy *)p;
 }
 
-int egress_policy_load(const char *yaml, size_t len, const char *origin,
-                       struct egress_policy **out, struct al_error *err)
+int egress_policy_load(const char *yaml, size_t len, const char *origin, struct egress_policy **out,
+                       struct al_error *err)
 {
     struct al_diags d;
     al_diags_init(&d);
-    struct policy *p = yaml ? policy_load_buffer(yaml, len, origin, &d) : policy_load_file(origin, &d);
+    struct policy *p =
+        yaml ? policy_load_buffer(yaml, len, origin, &d) : policy_load_file(origin, &d);
     if (!p) {
         al_diags_sort(&d);
         char msg[AL_ERROR_MSG_MAX] = "";
@@ -37,7 +38,8 @@ int egress_policy_load(const char *yaml, size_t len, const char *origin,
             o += (size_t)snprintf(msg + o, sizeof msg - o, "%s%s", o ? "; " : "", line);
         }
         if (!msg[0])
-            snprintf(msg, sizeof msg, "%s: the policy could not be loaded", origin ? origin : "policy");
+            snprintf(msg, sizeof msg, "%s: the policy could not be loaded",
+                     origin ? origin : "policy");
         al_diags_free(&d);
         return al_error_set(err, -EINVAL, "%s", msg);
     }
@@ -223,8 +225,7 @@ bool egress_ip_opened(const struct egress_policy *p, const struct egress_ip *ip)
         uint16_t port = r->n_ports ? r->ports[0].lo : (r->scheme == POLICY_SCHEME_HTTP ? 80 : 443);
         struct policy_request req = {.addr = &a, .port = port, .scheme = r->scheme};
         struct policy_decision d;
-        if (policy_decide(dec__p(p), &req, &d) == 0 && d.verdict == POLICY_ALLOW &&
-            d.rule == r)
+        if (policy_decide(dec__p(p), &req, &d) == 0 && d.verdict == POLICY_ALLOW && d.rule == r)
             return true;
     }
     return false;
@@ -249,8 +250,9 @@ static void dec__verdict(const struct policy_decision *d, struct egress_verdict 
     v->would_deny = d->would_deny;
     v->rule = d->rule ? d->rule->name : NULL;
     v->reason = policy_reason_code(d->reason);
-    v->tls = d->tls == POLICY_TLS_INSPECT ? EGRESS_TLS_INSPECT
-             : d->tls == POLICY_TLS_PASSTHROUGH ? EGRESS_TLS_PASSTHROUGH : EGRESS_TLS_NONE;
+    v->tls = d->tls == POLICY_TLS_INSPECT       ? EGRESS_TLS_INSPECT
+             : d->tls == POLICY_TLS_PASSTHROUGH ? EGRESS_TLS_PASSTHROUGH
+                                                : EGRESS_TLS_NONE;
     v->websocket = d->websocket;
     v->n_inject = d->n_inject;
     v->addr_class = d->addr_info.code;
@@ -270,8 +272,9 @@ void egress_decide(const struct egress_policy *p, const struct egress_query *q,
         .host_len = q->host_len,
         .addr = q->dst ? &a : NULL,
         .port = q->port,
-        .scheme = q->scheme == EGRESS_SCHEME_HTTP ? POLICY_SCHEME_HTTP
-                  : q->scheme == EGRESS_SCHEME_TCP ? POLICY_SCHEME_TCP : POLICY_SCHEME_HTTPS,
+        .scheme = q->scheme == EGRESS_SCHEME_HTTP  ? POLICY_SCHEME_HTTP
+                  : q->scheme == EGRESS_SCHEME_TCP ? POLICY_SCHEME_TCP
+                                                   : POLICY_SCHEME_HTTPS,
         .method = q->method,
         .method_len = q->method ? strlen(q->method) : 0,
         .path = q->path,

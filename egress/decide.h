@@ -22,15 +22,15 @@ struct egress_policy;
 
 /* Compiles a policy from YAML text (or a file when yaml is NULL: origin is then the path).
  * On failure err holds every error as "file:line:col: error: ..." lines. */
-int egress_policy_load(const char *yaml, size_t len, const char *origin,
-                       struct egress_policy **out, struct al_error *err);
+int egress_policy_load(const char *yaml, size_t len, const char *origin, struct egress_policy **out,
+                       struct al_error *err);
 struct egress_policy *egress_policy_ref(struct egress_policy *p);
 /* The policy library's own object (the interception library decides with it). */
 struct policy;
 const struct policy *egress_policy_raw(const struct egress_policy *p);
-void egress_policy_unref(struct egress_policy *p);  /* NULL is fine */
+void egress_policy_unref(struct egress_policy *p); /* NULL is fine */
 const char *egress_policy_name(const struct egress_policy *p);
-const char *egress_policy_hash(const struct egress_policy *p);  /* 64 hex */
+const char *egress_policy_hash(const struct egress_policy *p); /* 64 hex */
 bool egress_policy_report_mode(const struct egress_policy *p);
 /* Limits the policy sets (0 = not set: the daemon's default applies). */
 uint64_t egress_policy_max_connections(const struct egress_policy *p);
@@ -50,8 +50,8 @@ int egress_policy_narrow(struct egress_policy *base, const struct json_t *networ
 
 /* ---- names and addresses ----------------------------------------------------------- */
 struct egress_ip {
-    uint8_t family;     /* 4 or 6 */
-    uint8_t addr[16];   /* IPv4 in the first 4 bytes, the rest zero */
+    uint8_t family;   /* 4 or 6 */
+    uint8_t addr[16]; /* IPv4 in the first 4 bytes, the rest zero */
 };
 
 enum egress_host_kind { EGRESS_HOST_NAME = 1, EGRESS_HOST_IP = 2 };
@@ -59,9 +59,9 @@ enum egress_host_kind { EGRESS_HOST_NAME = 1, EGRESS_HOST_IP = 2 };
 struct egress_host {
     enum egress_host_kind kind;
     size_t len;
-    char text[254];     /* canonical: lowercase A-label name without trailing dot, or the
+    char text[254];      /* canonical: lowercase A-label name without trailing dot, or the
                            canonical text of the address */
-    struct egress_ip ip;  /* when kind == EGRESS_HOST_IP */
+    struct egress_ip ip; /* when kind == EGRESS_HOST_IP */
 };
 
 /* Canonicalises a host as a sandbox spelled it (SNI, Host header without its port, DNS
@@ -69,8 +69,8 @@ struct egress_host {
 int egress_canon_host(const char *in, size_t len, struct egress_host *out, struct al_error *err);
 
 struct egress_ip_class {
-    bool internal;        /* refused unless a CIDR rule of the policy opens it */
-    const char *code;     /* stable: "public", "loopback", "private", "metadata", ... */
+    bool internal;    /* refused unless a CIDR rule of the policy opens it */
+    const char *code; /* stable: "public", "loopback", "private", "metadata", ... */
 };
 void egress_ip_classify(const struct egress_ip *ip, struct egress_ip_class *out);
 /* Whether an allow rule with a CIDR explicitly covers this address (DNS answers that point
@@ -90,38 +90,38 @@ int egress_path_normalize(const char *in, size_t len, char *out, size_t outlen,
 
 /* ---- decisions --------------------------------------------------------------------- */
 enum egress_scheme {
-    EGRESS_SCHEME_TLS = 0,   /* TLS (HTTPS), decided on the SNI, or per request once
+    EGRESS_SCHEME_TLS = 0,  /* TLS (HTTPS), decided on the SNI, or per request once
                                 intercepted */
-    EGRESS_SCHEME_HTTP = 1,  /* plain HTTP */
-    EGRESS_SCHEME_TCP = 2,   /* neither: only CIDR rules can allow it */
+    EGRESS_SCHEME_HTTP = 1, /* plain HTTP */
+    EGRESS_SCHEME_TCP = 2,  /* neither: only CIDR rules can allow it */
 };
 
 struct egress_query {
-    const char *host;                 /* canonical or raw host; NULL when none (no SNI, raw) */
+    const char *host; /* canonical or raw host; NULL when none (no SNI, raw) */
     size_t host_len;
-    const struct egress_ip *dst;      /* the original destination address */
+    const struct egress_ip *dst; /* the original destination address */
     uint16_t port;
     enum egress_scheme scheme;
-    const char *method;               /* NULL for connection-level questions */
-    const char *path;                 /* request target path (query ignored); NULL likewise */
+    const char *method; /* NULL for connection-level questions */
+    const char *path;   /* request target path (query ignored); NULL likewise */
     size_t path_len;
 };
 
 enum egress_tls_mode { EGRESS_TLS_NONE = 0, EGRESS_TLS_PASSTHROUGH = 1, EGRESS_TLS_INSPECT = 2 };
 
 struct egress_verdict {
-    bool allow;                /* what to do (report mode: true, with would_deny) */
-    bool would_deny;           /* report mode: enforcement would have denied */
-    const char *rule;          /* the deciding rule's name, or NULL */
-    const char *reason;        /* static, machine-readable ("no_rule_matched", ...) */
-    enum egress_tls_mode tls;  /* for allowed TLS: what the rule asks for */
-    bool websocket;            /* WebSocket upgrades allowed for this request */
-    size_t n_inject;           /* headers the rule would inject (part 2) */
-    const char *addr_class;    /* class code of the destination ("public", ...) or NULL */
-    bool by_address;           /* the deciding rule matched the destination address (cidrs),
+    bool allow;               /* what to do (report mode: true, with would_deny) */
+    bool would_deny;          /* report mode: enforcement would have denied */
+    const char *rule;         /* the deciding rule's name, or NULL */
+    const char *reason;       /* static, machine-readable ("no_rule_matched", ...) */
+    enum egress_tls_mode tls; /* for allowed TLS: what the rule asks for */
+    bool websocket;           /* WebSocket upgrades allowed for this request */
+    size_t n_inject;          /* headers the rule would inject (part 2) */
+    const char *addr_class;   /* class code of the destination ("public", ...) or NULL */
+    bool by_address;          /* the deciding rule matched the destination address (cidrs),
                                   not a name: the address itself is what is allowed, so no
                                   name-to-address check applies */
-    struct egress_host host;   /* the canonical host the decision was made on */
+    struct egress_host host;  /* the canonical host the decision was made on */
 };
 
 /* Decides one question. Never fails: a malformed question is a deny with a reason. */

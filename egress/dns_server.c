@@ -29,7 +29,7 @@
 #include "common/util.h"
 
 #define UDP_BATCH       32
-#define TCP_DNS_MAX_MSG 4096   /* a query longer than this over TCP is not a query */
+#define TCP_DNS_MAX_MSG 4096 /* a query longer than this over TCP is not a query */
 #define TCP_DNS_IDLE_MS 10000
 #define TCP_DNS_PER_SB  16
 
@@ -47,11 +47,11 @@ struct dns_ctx {
     uint64_t t0;
     struct egress_resolve_req rreq;
     bool resolving;
-    bool inflight;                       /* holds one of the sandbox's in-flight slots */
+    bool inflight; /* holds one of the sandbox's in-flight slots */
     /* Where the answer goes. */
-    struct dns_tcp *tcp;                 /* TCP, or: */
+    struct dns_tcp *tcp; /* TCP, or: */
     int udp_fd;
-    uint16_t udp_port;                   /* the listener's port */
+    uint16_t udp_port; /* the listener's port */
     struct sockaddr_storage client;
     socklen_t client_len;
     struct egress_ip src, odst;
@@ -72,7 +72,7 @@ struct dns_tcp {
     uint8_t in[2 + TCP_DNS_MAX_MSG];
     size_t in_len;
     struct al_buf out;
-    struct dns_ctx *busy;                /* the query being answered (one at a time) */
+    struct dns_ctx *busy; /* the query being answered (one at a time) */
     bool eof;
     bool broken;
 };
@@ -98,8 +98,8 @@ static void dns__tcp_close(struct dns_tcp *t);
 static void dns__udp_send(struct dns_ctx *x, const uint8_t *msg, size_t len)
 {
     struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
-    struct msghdr mh = {.msg_name = &x->client, .msg_namelen = x->client_len, .msg_iov = &iov,
-                        .msg_iovlen = 1};
+    struct msghdr mh = {
+        .msg_name = &x->client, .msg_namelen = x->client_len, .msg_iov = &iov, .msg_iovlen = 1};
     if (x->odst.family && x->odst_port != x->udp_port) {
         /* The sandbox asked another port (53) than ours: answer from a transparent socket
          * bound to exactly what it asked. */
@@ -278,7 +278,8 @@ static const char *dns__shape(const struct egress_config *cfg, const struct dns_
         return "name_too_long";
     }
     if (q->longest_label > cfg->dns_max_label) {
-        snprintf(detail, dlen, "label of %zu characters (limit %u)", q->longest_label, cfg->dns_max_label);
+        snprintf(detail, dlen, "label of %zu characters (limit %u)", q->longest_label,
+                 cfg->dns_max_label);
         return "label_too_long";
     }
     const char *p = q->qname;
@@ -345,8 +346,9 @@ static void dns__answer(struct dns_ctx *x, const struct egress_resolution *res)
         if (self || (cls.internal && !egress_ip_opened(x->p, ip))) {
             char t[64];
             egress_ip_text(ip, t, sizeof t);
-            dl += (size_t)snprintf(dropped + dl, dl < sizeof dropped ? sizeof dropped - dl : 0,
-                                   "%s%s (%s)", dl ? ", " : "", t, self ? "proxy address" : cls.code);
+            dl +=
+                (size_t)snprintf(dropped + dl, dl < sizeof dropped ? sizeof dropped - dl : 0,
+                                 "%s%s (%s)", dl ? ", " : "", t, self ? "proxy address" : cls.code);
             if (dl >= sizeof dropped)
                 dl = sizeof dropped - 1;
             continue;
@@ -361,11 +363,13 @@ static void dns__answer(struct dns_ctx *x, const struct egress_resolution *res)
         dns__security_event(x, "dns_answer_filtered", "internal_address_in_answer", dropped);
     if (nk)
         egress_sandbox_remember(x->sb, x->name.text, kept_ips, nk,
-                                res->ttl > e->cfg.dns_remember_s ? res->ttl : e->cfg.dns_remember_s);
+                                res->ttl > e->cfg.dns_remember_s ? res->ttl
+                                                                 : e->cfg.dns_remember_s);
     uint8_t rcode = res->rcode;
     dns__send(x, rcode, keep, nk, res->ttl);
-    dns__audit_query(x, "allow", x->rule_name[0] ? x->rule_name : NULL, dropped[0] && !nk ? "answers_filtered" : "resolved",
-                     rcode, keep, nk, res->ttl, res->from_cache);
+    dns__audit_query(x, "allow", x->rule_name[0] ? x->rule_name : NULL,
+                     dropped[0] && !nk ? "answers_filtered" : "resolved", rcode, keep, nk, res->ttl,
+                     res->from_cache);
     dns__ctx_free(x);
 }
 
@@ -530,8 +534,12 @@ void egress_dns_udp_readable(struct egress_worker *w, struct egress_listener *l)
         struct sockaddr_storage from;
         char cbuf[512];
         struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
-        struct msghdr mh = {.msg_name = &from, .msg_namelen = sizeof from, .msg_iov = &iov,
-                            .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+        struct msghdr mh = {.msg_name = &from,
+                            .msg_namelen = sizeof from,
+                            .msg_iov = &iov,
+                            .msg_iovlen = 1,
+                            .msg_control = cbuf,
+                            .msg_controllen = sizeof cbuf};
         ssize_t n = recvmsg(l->fd, &mh, MSG_DONTWAIT);
         if (n < 0)
             return; /* EAGAIN (or an error that the next event reports again) */

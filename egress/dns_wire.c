@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#define DNS_CLASS_IN      1
-#define DNS_MAX_JUMPS     32
-#define DNS_MAX_CHAIN     8
-#define DNS_MAX_RRS       64
+#define DNS_CLASS_IN  1
+#define DNS_MAX_JUMPS 32
+#define DNS_MAX_CHAIN 8
+#define DNS_MAX_RRS   64
 
 static uint16_t dns__be16(const uint8_t *p)
 {
@@ -307,7 +307,8 @@ int dns_parse_answer(const uint8_t *msg, size_t len, uint16_t id, const uint8_t 
             continue;
         size_t o = rrs[i].owner_off;
         bool want = (rrs[i].type == qtype) && (qtype == DNS_T_A || qtype == DNS_T_AAAA);
-        if (!want || dns__read_name(msg, len, &o, name, &nl) < 0 || !dns__name_eq(name, nl, cur, cl)) {
+        if (!want || dns__read_name(msg, len, &o, name, &nl) < 0 ||
+            !dns__name_eq(name, nl, cur, cl)) {
             ans->n_ignored++;
             continue;
         }
@@ -337,7 +338,8 @@ int dns_parse_answer(const uint8_t *msg, size_t len, uint16_t id, const uint8_t 
         if (rr.type != DNS_T_SOA || cls != DNS_CLASS_IN)
             continue;
         size_t r = rr.rdata_off;
-        if (dns__read_name(msg, len, &r, name, &nl) < 0 || dns__read_name(msg, len, &r, name, &nl) < 0)
+        if (dns__read_name(msg, len, &r, name, &nl) < 0 ||
+            dns__read_name(msg, len, &r, name, &nl) < 0)
             break;
         if (r + 20 != rr.rdata_off + rr.rdlen)
             break;
@@ -348,8 +350,8 @@ int dns_parse_answer(const uint8_t *msg, size_t len, uint16_t id, const uint8_t 
     return DNS_OK;
 }
 
-static size_t dns__put_header(uint8_t *out, uint16_t id, uint16_t flags, uint16_t qd,
-                              uint16_t an, uint16_t ar)
+static size_t dns__put_header(uint8_t *out, uint16_t id, uint16_t flags, uint16_t qd, uint16_t an,
+                              uint16_t ar)
 {
     dns__put16(out, id);
     dns__put16(out + 2, flags);
@@ -393,7 +395,8 @@ int dns_build_reply(const struct dns_query *q, uint8_t rcode, const struct dns_a
     }
     /* QR, opcode 0, RD echoed, RA set. */
     uint16_t flags = (uint16_t)(0x8000 | (q->flags & 0x0100) | 0x0080 | (rcode & 0xf));
-    size_t pos = dns__put_header(out, q->id, flags, question ? 1 : 0, (uint16_t)n, q->has_edns ? 1 : 0);
+    size_t pos =
+        dns__put_header(out, q->id, flags, question ? 1 : 0, (uint16_t)n, q->has_edns ? 1 : 0);
     if (question) {
         memcpy(out + pos, q->qname_wire, q->qname_wire_len);
         pos += q->qname_wire_len;
@@ -419,8 +422,8 @@ int dns_build_reply(const struct dns_query *q, uint8_t rcode, const struct dns_a
     return (int)pos;
 }
 
-int dns_build_query(uint16_t id, const uint8_t *qname_wire, size_t qname_wire_len,
-                    uint16_t qtype, uint8_t *out, size_t cap)
+int dns_build_query(uint16_t id, const uint8_t *qname_wire, size_t qname_wire_len, uint16_t qtype,
+                    uint8_t *out, size_t cap)
 {
     if (qname_wire_len == 0 || qname_wire_len > DNS_MAX_NAME ||
         DNS_HEADER_LEN + qname_wire_len + 4 + 11 > cap)
@@ -464,20 +467,34 @@ int dns_name_to_wire(const char *name, uint8_t *out, size_t cap)
 const char *dns_type_name(uint16_t type)
 {
     switch (type) {
-    case DNS_T_A: return "A";
-    case DNS_T_NS: return "NS";
-    case DNS_T_CNAME: return "CNAME";
-    case DNS_T_SOA: return "SOA";
-    case DNS_T_NULL: return "NULL";
-    case DNS_T_PTR: return "PTR";
-    case DNS_T_MX: return "MX";
-    case DNS_T_TXT: return "TXT";
-    case DNS_T_AAAA: return "AAAA";
-    case DNS_T_SRV: return "SRV";
-    case DNS_T_OPT: return "OPT";
-    case DNS_T_SVCB: return "SVCB";
-    case DNS_T_HTTPS: return "HTTPS";
-    case DNS_T_ANY: return "ANY";
+    case DNS_T_A:
+        return "A";
+    case DNS_T_NS:
+        return "NS";
+    case DNS_T_CNAME:
+        return "CNAME";
+    case DNS_T_SOA:
+        return "SOA";
+    case DNS_T_NULL:
+        return "NULL";
+    case DNS_T_PTR:
+        return "PTR";
+    case DNS_T_MX:
+        return "MX";
+    case DNS_T_TXT:
+        return "TXT";
+    case DNS_T_AAAA:
+        return "AAAA";
+    case DNS_T_SRV:
+        return "SRV";
+    case DNS_T_OPT:
+        return "OPT";
+    case DNS_T_SVCB:
+        return "SVCB";
+    case DNS_T_HTTPS:
+        return "HTTPS";
+    case DNS_T_ANY:
+        return "ANY";
     default: {
         static _Thread_local char buf[16];
         snprintf(buf, sizeof buf, "TYPE%u", (unsigned)type);
@@ -489,13 +506,20 @@ const char *dns_type_name(uint16_t type)
 const char *dns_rcode_name(uint8_t rcode)
 {
     switch (rcode) {
-    case DNS_R_NOERROR: return "NOERROR";
-    case DNS_R_FORMERR: return "FORMERR";
-    case DNS_R_SERVFAIL: return "SERVFAIL";
-    case DNS_R_NXDOMAIN: return "NXDOMAIN";
-    case DNS_R_NOTIMP: return "NOTIMP";
-    case DNS_R_REFUSED: return "REFUSED";
-    default: return "RCODE?";
+    case DNS_R_NOERROR:
+        return "NOERROR";
+    case DNS_R_FORMERR:
+        return "FORMERR";
+    case DNS_R_SERVFAIL:
+        return "SERVFAIL";
+    case DNS_R_NXDOMAIN:
+        return "NXDOMAIN";
+    case DNS_R_NOTIMP:
+        return "NOTIMP";
+    case DNS_R_REFUSED:
+        return "REFUSED";
+    default:
+        return "RCODE?";
     }
 }
 

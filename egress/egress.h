@@ -39,65 +39,65 @@ const char *egress_listener_mode_name(enum egress_listener_mode m);
 
 struct egress_config {
     char state_dir[512];
-    char admin_socket[512];        /* default <state>/run/egress.sock; "" = no admin API */
-    char audit_dir[512];           /* default <state>/audit */
+    char admin_socket[512]; /* default <state>/run/egress.sock; "" = no admin API */
+    char audit_dir[512];    /* default <state>/audit */
     /* TLS interception and credential injection (inspect.c, egress/intercept/). */
-    char upstream_ca[512];         /* roots upstream certificates are verified against;
+    char upstream_ca[512];  /* roots upstream certificates are verified against;
                                       default /etc/ssl/certs/ca-certificates.crt */
-    char vault_socket[512];        /* airlock-vault; default <state>/run/vault.sock */
-    bool no_vault;                 /* --vault-socket none: injecting rules are refused */
+    char vault_socket[512]; /* airlock-vault; default <state>/run/vault.sock */
+    bool no_vault;          /* --vault-socket none: injecting rules are refused */
     /* Transparent TCP listeners (IP_TRANSPARENT; original destination = local address). */
     struct sockaddr_storage tcp_listen[EGRESS_MAX_LISTEN];
     size_t n_tcp_listen;
     /* DNS listeners (UDP and TCP on the same address). */
     struct sockaddr_storage dns_listen[EGRESS_MAX_LISTEN];
     size_t n_dns_listen;
-    struct sockaddr_storage resolver;   /* upstream resolver (port 53 by default) */
+    struct sockaddr_storage resolver; /* upstream resolver (port 53 by default) */
     bool have_resolver;
-    unsigned workers;                   /* 0 = one per online CPU */
+    unsigned workers;                        /* 0 = one per online CPU */
     enum egress_listener_mode listener_mode; /* --listener-mode (or the environment's
                                                 AIRLOCK_EGRESS_LISTENER_MODE); default auto */
-    bool listener_mode_set;             /* given on the command line (beats the environment) */
-    uint32_t upstream_mark;             /* SO_MARK on upstream sockets (0 = none) */
+    bool listener_mode_set;                  /* given on the command line (beats the environment) */
+    uint32_t upstream_mark;                  /* SO_MARK on upstream sockets (0 = none) */
     enum egress_relay_mode relay;
 
     /* Limits. */
-    uint32_t max_conns_per_sandbox;     /* default 256 (a policy's limits may lower it) */
-    uint32_t max_conns;                 /* all sandboxes; default 16384 */
-    uint64_t memory_budget;             /* buffers of all connections; default 256 MiB */
-    uint64_t sandbox_memory;            /* one sandbox's share; default budget / 4 */
-    uint32_t max_header_bytes;          /* request line + headers; default 32 KiB */
-    uint64_t max_body_bytes;            /* per request; default 1 GiB (policy may lower) */
-    uint32_t header_timeout_ms;         /* first bytes / complete header block: 10 s */
-    uint32_t connect_timeout_ms;        /* upstream connect: 10 s */
-    uint32_t response_timeout_ms;       /* upstream response headers: 60 s */
-    uint32_t idle_timeout_ms;           /* no byte either way on a tunnel: 300 s */
-    uint32_t keepalive_timeout_ms;      /* between requests from a client: 60 s */
-    uint32_t body_timeout_ms;           /* longest gap inside a body: 30 s */
+    uint32_t max_conns_per_sandbox; /* default 256 (a policy's limits may lower it) */
+    uint32_t max_conns;             /* all sandboxes; default 16384 */
+    uint64_t memory_budget;         /* buffers of all connections; default 256 MiB */
+    uint64_t sandbox_memory;        /* one sandbox's share; default budget / 4 */
+    uint32_t max_header_bytes;      /* request line + headers; default 32 KiB */
+    uint64_t max_body_bytes;        /* per request; default 1 GiB (policy may lower) */
+    uint32_t header_timeout_ms;     /* first bytes / complete header block: 10 s */
+    uint32_t connect_timeout_ms;    /* upstream connect: 10 s */
+    uint32_t response_timeout_ms;   /* upstream response headers: 60 s */
+    uint32_t idle_timeout_ms;       /* no byte either way on a tunnel: 300 s */
+    uint32_t keepalive_timeout_ms;  /* between requests from a client: 60 s */
+    uint32_t body_timeout_ms;       /* longest gap inside a body: 30 s */
 
     /* DNS. */
-    uint32_t dns_min_ttl, dns_max_ttl;  /* clamp of answers: 5 s .. 300 s */
-    uint32_t dns_neg_ttl;               /* negative/failure cache: 30 s (max) */
-    uint32_t dns_remember_s;            /* answers kept for the destination check: 600 s */
-    uint32_t dns_timeout_ms;            /* one upstream attempt: 2 s (two attempts) */
-    uint32_t dns_max_name;              /* longer names are an exfiltration shape: 200 */
-    uint32_t dns_max_label;             /* longer labels likewise: 52 */
-    uint32_t dns_entropy_min_len;       /* labels this long are checked for entropy: 24 */
-    double dns_entropy_max;             /* bits/char above which they are refused: 4.0 */
-    uint32_t dns_rate;                  /* queries per second per sandbox: 200 (0 = no limit) */
-    uint32_t dns_burst;                 /* ... of which at once: 400 */
-    uint32_t dns_inflight;              /* upstream resolutions one sandbox may wait on: 64 */
+    uint32_t dns_min_ttl, dns_max_ttl; /* clamp of answers: 5 s .. 300 s */
+    uint32_t dns_neg_ttl;              /* negative/failure cache: 30 s (max) */
+    uint32_t dns_remember_s;           /* answers kept for the destination check: 600 s */
+    uint32_t dns_timeout_ms;           /* one upstream attempt: 2 s (two attempts) */
+    uint32_t dns_max_name;             /* longer names are an exfiltration shape: 200 */
+    uint32_t dns_max_label;            /* longer labels likewise: 52 */
+    uint32_t dns_entropy_min_len;      /* labels this long are checked for entropy: 24 */
+    double dns_entropy_max;            /* bits/char above which they are refused: 4.0 */
+    uint32_t dns_rate;                 /* queries per second per sandbox: 200 (0 = no limit) */
+    uint32_t dns_burst;                /* ... of which at once: 400 */
+    uint32_t dns_inflight;             /* upstream resolutions one sandbox may wait on: 64 */
 
     /* vswitch: register the listening sockets with the switch of this state directory
      * (auto: when one exists), and mark replies toward sandboxes with its reply mark. */
-    int vswitch_mode;                   /* 0 auto, 1 on, 2 off */
-    char vswitch_pins[512];             /* pin dir of the switch (default: from its state) */
-    uint32_t reply_mark;                /* SO_MARK of sockets that answer sandboxes (0 none) */
+    int vswitch_mode;       /* 0 auto, 1 on, 2 off */
+    char vswitch_pins[512]; /* pin dir of the switch (default: from its state) */
+    uint32_t reply_mark;    /* SO_MARK of sockets that answer sandboxes (0 none) */
 
     /* Audit. */
-    bool audit_fail_open;               /* default false: an audit failure denies traffic */
-    bool audit_query_strings;           /* default false: paths are logged without query */
-    uint32_t deny_audit_rate;           /* identical denials of a sandbox written per second
+    bool audit_fail_open;     /* default false: an audit failure denies traffic */
+    bool audit_query_strings; /* default false: paths are logged without query */
+    uint32_t deny_audit_rate; /* identical denials of a sandbox written per second
                                            (more are counted in one record): 20; 0 = all */
 };
 
@@ -153,7 +153,8 @@ struct egress_register {
      * (egress_network_check; copied). */
     const struct json_t *network;
 };
-int egress_register_sandbox(struct egress *e, const struct egress_register *r, struct al_error *err);
+int egress_register_sandbox(struct egress *e, const struct egress_register *r,
+                            struct al_error *err);
 /* Removes it and closes its connections (each audited). -ENOENT if unknown. */
 int egress_unregister_sandbox(struct egress *e, const char *id);
 /* Replaces a sandbox's policy atomically (narrowed by the sandbox's network fields, as at

@@ -24,19 +24,19 @@
 #include "common/util.h"
 #include "http.h"
 
-#define UP_READ        (16 * 1024)
-#define CLIENT_READ    (16 * 1024)
-#define QUEUE_HIGH     (64 * 1024)   /* stop reading the other side above this */
-#define RESP_HEAD_MAX  (64 * 1024)
-#define DRAIN_MS       2000
-#define DRAIN_DISCARD  (16 * 1024 * 1024) /* lingering close: bounded by DRAIN_MS too */
+#define UP_READ       (16 * 1024)
+#define CLIENT_READ   (16 * 1024)
+#define QUEUE_HIGH    (64 * 1024) /* stop reading the other side above this */
+#define RESP_HEAD_MAX (64 * 1024)
+#define DRAIN_MS      2000
+#define DRAIN_DISCARD (16 * 1024 * 1024) /* lingering close: bounded by DRAIN_MS too */
 
 enum http_phase {
-    H_IDLE = 0,      /* between requests */
-    H_HEAD,          /* receiving a request head */
-    H_DECIDE,        /* destination check / connect in progress */
-    H_BODY,          /* forwarding the request body */
-    H_WAIT,          /* request sent, waiting for (the rest of) the response */
+    H_IDLE = 0, /* between requests */
+    H_HEAD,     /* receiving a request head */
+    H_DECIDE,   /* destination check / connect in progress */
+    H_BODY,     /* forwarding the request body */
+    H_WAIT,     /* request sent, waiting for (the rest of) the response */
 };
 
 struct egress_http {
@@ -45,22 +45,22 @@ struct egress_http {
     struct egress_http_head reqh, resph;
     struct egress_http_request r;
     enum http_phase phase;
-    bool req_done;          /* the request message is complete (body forwarded) */
-    bool resp_in_head;      /* collecting a response head */
+    bool req_done;     /* the request message is complete (body forwarded) */
+    bool resp_in_head; /* collecting a response head */
     bool resp_done;
-    bool resp_started;      /* a byte of the final response went to the client */
-    bool upgrade;           /* 101 received: the connection becomes a tunnel */
-    bool close_after;       /* close once the response is delivered */
+    bool resp_started; /* a byte of the final response went to the client */
+    bool upgrade;      /* 101 received: the connection becomes a tunnel */
+    bool close_after;  /* close once the response is delivered */
     bool draining;
-    size_t in_off;          /* parsed bytes of c->in */
+    size_t in_off; /* parsed bytes of c->in */
     struct al_buf to_up, to_client, resp_raw;
-    char *upbuf;            /* upstream read buffer */
-    size_t up_len, up_off;  /* unparsed upstream bytes in upbuf */
+    char *upbuf;           /* upstream read buffer */
+    size_t up_len, up_off; /* unparsed upstream bytes in upbuf */
     /* The connection's bound host, and how its first request spelled it. */
     bool bound;
     struct egress_host host;
     char host_raw[256];
-    size_t host_raw_len;    /* 0: not kept (longer than host_raw) */
+    size_t host_raw_len; /* 0: not kept (longer than host_raw) */
     /* Current request (audit). */
     char rid[32];
     int n;
@@ -72,8 +72,8 @@ struct egress_http {
     bool would_deny;
     bool req_kick, resp_kick; /* a parser was resumed: run it once even without new bytes
                                  (llhttp finishes a message with no body on an empty call) */
-    bool head_prev_lf;      /* obs-fold detection across reads: last head byte was LF */
-    bool head_fold;         /* an obs-fold (LF followed by SP/HT) was seen in this head */
+    bool head_prev_lf;        /* obs-fold detection across reads: last head byte was LF */
+    bool head_fold;           /* an obs-fold (LF followed by SP/HT) was seen in this head */
     char path_log[512];
     size_t discarded;
     /* Record members every request of the connection repeats, serialised once: the
@@ -83,9 +83,9 @@ struct egress_http {
     size_t rec_sb_len;
     char rec_conn[384];
     size_t rec_conn_len;
-    char rec_conn_dialled[56];  /* c->dialled_text the cache was made with ("" none) */
+    char rec_conn_dialled[56]; /* c->dialled_text the cache was made with ("" none) */
     /* The connection's last policy question and its answer (http__decide). */
-    struct egress_policy *dc_policy;  /* the policy answering, referenced; NULL: none kept */
+    struct egress_policy *dc_policy; /* the policy answering, referenced; NULL: none kept */
     const char *dc_method;
     char dc_host[256];
     size_t dc_host_len;
@@ -391,7 +391,8 @@ static void http__audit_request(struct egress_conn *c, const char *decision, con
     egress_recw_str(&w, "decision", decision);
     egress_recw_str(&w, "reason", reason);
     egress_recw_str(&w, "rule", rule);
-    egress_recw_str(&w, "mode", c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
+    egress_recw_str(&w, "mode",
+                    c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
     if (error)
         egress_recw_str(&w, "error", error);
     if (h->r.websocket)
@@ -415,7 +416,8 @@ static void http__audit_request(struct egress_conn *c, const char *decision, con
     if (c->t_connected && h->n == 1)
         egress_recw_us(&w, "connect", c->t_connected - c->t_connect0);
     if (h->t_first_resp && h->t_sent)
-        egress_recw_us(&w, "upstream", h->t_first_resp > h->t_sent ? h->t_first_resp - h->t_sent : 0);
+        egress_recw_us(&w, "upstream",
+                       h->t_first_resp > h->t_sent ? h->t_first_resp - h->t_sent : 0);
     egress_recw_us(&w, "total", now - h->t_start);
     egress_recw_close(&w, '}');
     egress_audit_w(c->w->e, &w);
@@ -610,8 +612,9 @@ static void http__on_head(struct egress_conn *c)
     if (c->verdict.reason && !c->verdict.allow && !c->have_host && !h->bound) {
         const char *r = c->verdict.reason;
         int st = strcmp(r, "sandbox_connection_limit") == 0 ? 429 : 503;
-        const char *err = st == 429 ? "too_many_connections"
-                          : strcmp(r, "no_policy") == 0 ? "blocked_by_policy" : "proxy_unavailable";
+        const char *err = st == 429                     ? "too_many_connections"
+                          : strcmp(r, "no_policy") == 0 ? "blocked_by_policy"
+                                                        : "proxy_unavailable";
         if (strcmp(r, "no_policy") == 0)
             st = 403;
         egress_http_check_request(&h->reqh, &h->req, c->dst_port, &h->r, &status, &reason);
@@ -744,7 +747,8 @@ static void http__inspect_dst_checked(struct egress_conn *c, bool ok, const char
     egress_conn_set_dialled(c, &c->dst);
     struct al_buf b;
     al_buf_init(&b, 0);
-    int rc = al_buf_printf(&b, "%s %s HTTP/1.%d\r\n", h->r.method, h->reqh.buf + h->reqh.url, h->r.http_minor);
+    int rc = al_buf_printf(&b, "%s %s HTTP/1.%d\r\n", h->r.method, h->reqh.buf + h->reqh.url,
+                           h->r.http_minor);
     for (uint32_t i = 0; i < h->reqh.n_hdr && rc == 0; i++) {
         const struct egress_http_hdr *x = &h->reqh.hdr[i];
         rc = al_buf_printf(&b, "%s: %s\r\n", h->reqh.buf + x->name, h->reqh.buf + x->value);
@@ -804,7 +808,8 @@ void egress_http_on_connected(struct egress_conn *c, int status)
     c->state = CONN_HTTP;
     if (status < 0) {
         atomic_fetch_add(&e->stats.upstream_errors, 1);
-        const char *why = status == -ETIMEDOUT ? "upstream_connect_timeout" : "upstream_connect_failed";
+        const char *why =
+            status == -ETIMEDOUT ? "upstream_connect_timeout" : "upstream_connect_failed";
         h->status = status == -ETIMEDOUT ? 504 : 502;
         atomic_fetch_add(&e->stats.http_requests, 1);
         http__audit_fail(c, why);
@@ -846,7 +851,8 @@ static void http__send_head(struct egress_conn *c)
 static void http__response_complete(struct egress_conn *c)
 {
     struct egress_http *h = c->http;
-    http__audit_request(c, h->would_deny ? "would_deny" : "allow", c->verdict.rule, c->verdict.reason, NULL);
+    http__audit_request(c, h->would_deny ? "would_deny" : "allow", c->verdict.rule,
+                        c->verdict.reason, NULL);
     /* The upstream connection lives as long as the client's: when either side will not
      * keep it (or the upstream sent bytes after its response, a protocol error), the
      * client connection closes after this response. */
@@ -896,7 +902,8 @@ static int http__parse_response(struct egress_conn *c)
             /* Head complete and valid (no obs-fold, which llhttp would unfold): release it
              * to the client. */
             for (size_t i = 1; i < h->resp_raw.len; i++)
-                if (h->resp_raw.data[i - 1] == '\n' && (h->resp_raw.data[i] == ' ' || h->resp_raw.data[i] == '\t'))
+                if (h->resp_raw.data[i - 1] == '\n' &&
+                    (h->resp_raw.data[i] == ' ' || h->resp_raw.data[i] == '\t'))
                     return -1;
             h->resp_in_head = false;
             if (al_buf_append(&h->to_client, h->resp_raw.data, h->resp_raw.len) < 0)
@@ -927,7 +934,8 @@ static void http__to_tunnel(struct egress_conn *c)
     /* WebSocket accepted: audit the request, then relay raw bytes both ways. Bytes the
      * client sent after its request and bytes the upstream sent after its 101 are the
      * first of each direction. */
-    http__audit_request(c, h->would_deny ? "would_deny" : "allow", c->verdict.rule, c->verdict.reason, NULL);
+    http__audit_request(c, h->would_deny ? "would_deny" : "allow", c->verdict.rule,
+                        c->verdict.reason, NULL);
     size_t cl = c->in_len - h->in_off, ul = h->up_len - h->up_off;
     if (cl) {
         char *b = malloc(cl);
@@ -1023,7 +1031,8 @@ static void http__read_upstream(struct egress_conn *c)
             if (!h->resp_started) {
                 h->status = 502;
                 http__audit_fail(c, "malformed_response");
-                egress_http_answer(c, 502, "bad_gateway", c->verdict.rule, "malformed_response", true);
+                egress_http_answer(c, 502, "bad_gateway", c->verdict.rule, "malformed_response",
+                                   true);
             } else {
                 http__audit_fail(c, "malformed_response");
                 egress_conn_close(c, true, "malformed_response");
@@ -1139,9 +1148,11 @@ static void http__parse_client(struct egress_conn *c)
         }
         if (!h->rid[0])
             egress_new_request_id(c->w->e, h->rid);
-        http__deny(c, status, status == 413 ? "payload_too_large"
-                              : status == 431 ? "request_header_too_large"
-                              : status == 403 ? "blocked_by_policy" : "bad_request",
+        http__deny(c, status,
+                   status == 413   ? "payload_too_large"
+                   : status == 431 ? "request_header_too_large"
+                   : status == 403 ? "blocked_by_policy"
+                                   : "bad_request",
                    NULL, reason);
         return;
     }
@@ -1286,7 +1297,8 @@ void egress_http_on_event(struct egress_conn *c, struct egress_end *end, int eve
                 ssize_t n = recv(c->client.fd, junk, sizeof junk, 0);
                 if (n > 0)
                     h->discarded += (size_t)n;
-                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) || h->discarded > DRAIN_DISCARD) {
+                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR) ||
+                    h->discarded > DRAIN_DISCARD) {
                     c->client.eof = true;
                     if (h->to_client.len == 0) {
                         egress_conn_close(c, n != 0, "answered");
@@ -1344,7 +1356,8 @@ void egress_http_on_event(struct egress_conn *c, struct egress_end *end, int eve
         if (events & UV_WRITABLE && h->to_up.len &&
             http__send(c->upstream.fd, &h->to_up, &c->t_last_io) < 0) {
             http__audit_fail(c, "upstream_write_failed");
-            egress_http_answer(c, 502, "bad_gateway", c->verdict.rule, "upstream_write_failed", true);
+            egress_http_answer(c, 502, "bad_gateway", c->verdict.rule, "upstream_write_failed",
+                               true);
             return;
         }
         if (events & UV_READABLE)
@@ -1388,8 +1401,11 @@ void egress_http_on_timeout(struct egress_conn *c)
         /* Who is slow? With body bytes queued for the upstream, the proxy waits for the
          * upstream (response deadline, 504); otherwise for the client (body gap, 408). */
         bool upstream_slow = h->to_up.len > 0;
-        uint64_t gap = (uint64_t)(upstream_slow ? e->cfg.response_timeout_ms : e->cfg.body_timeout_ms) * 1000000ull;
-        uint64_t last = upstream_slow ? c->t_last_io : (h->t_body_io > c->t_last_io ? h->t_body_io : c->t_last_io);
+        uint64_t gap =
+            (uint64_t)(upstream_slow ? e->cfg.response_timeout_ms : e->cfg.body_timeout_ms) *
+            1000000ull;
+        uint64_t last = upstream_slow ? c->t_last_io
+                                      : (h->t_body_io > c->t_last_io ? h->t_body_io : c->t_last_io);
         if (now - last < gap && !h->req_done) {
             egress_conn_deadline(c, (uint32_t)((gap - (now - last)) / 1000000ull) + 1);
             return;
@@ -1408,20 +1424,24 @@ void egress_http_on_timeout(struct egress_conn *c)
         if (!h->req_done && upstream_slow) {
             h->status = 504;
             http__audit_fail(c, "upstream_stalled");
-            egress_http_answer(c, 504, "gateway_timeout", c->verdict.rule, "upstream_stalled", true);
+            egress_http_answer(c, 504, "gateway_timeout", c->verdict.rule, "upstream_stalled",
+                               true);
             return;
         }
         if (!h->req_done) {
             h->status = 408;
             http__audit_fail(c, "request_body_timeout");
-            egress_http_answer(c, 408, "request_timeout", c->verdict.rule, "request_body_timeout", true);
+            egress_http_answer(c, 408, "request_timeout", c->verdict.rule, "request_body_timeout",
+                               true);
             return;
         }
         /* fallthrough: the body is complete, waiting for the response */
     }
     /* fallthrough */
     case H_WAIT: {
-        uint64_t limit = (uint64_t)(h->resp_started ? e->cfg.idle_timeout_ms : e->cfg.response_timeout_ms) * 1000000ull;
+        uint64_t limit =
+            (uint64_t)(h->resp_started ? e->cfg.idle_timeout_ms : e->cfg.response_timeout_ms) *
+            1000000ull;
         uint64_t since = h->resp_started ? (c->t_last_io ? c->t_last_io : h->t_sent) : h->t_sent;
         if (since && now - since < limit) {
             egress_conn_deadline(c, (uint32_t)((limit - (now - since)) / 1000000ull) + 1);
@@ -1430,7 +1450,8 @@ void egress_http_on_timeout(struct egress_conn *c)
         if (!h->resp_started) {
             h->status = 504;
             http__audit_fail(c, "upstream_response_timeout");
-            egress_http_answer(c, 504, "gateway_timeout", c->verdict.rule, "upstream_response_timeout", true);
+            egress_http_answer(c, 504, "gateway_timeout", c->verdict.rule,
+                               "upstream_response_timeout", true);
         } else {
             http__audit_fail(c, "upstream_idle_timeout");
             egress_conn_close(c, true, "upstream_idle_timeout");

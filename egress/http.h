@@ -22,7 +22,7 @@
 #define EGRESS_HTTP_MAX_HEADERS 128
 
 struct egress_http_hdr {
-    uint32_t name, name_len, value, value_len;  /* offsets into head.buf (NUL-terminated) */
+    uint32_t name, name_len, value, value_len; /* offsets into head.buf (NUL-terminated) */
 };
 
 struct egress_http_head {
@@ -32,8 +32,8 @@ struct egress_http_head {
     uint32_t status, status_len; /* reason phrase (responses) */
     struct egress_http_hdr hdr[EGRESS_HTTP_MAX_HEADERS];
     uint32_t n_hdr;
-    int last;                    /* 0 none, 1 url/status, 2 field, 3 value */
-    bool too_large;              /* max or the header count was exceeded */
+    int last;       /* 0 none, 1 url/status, 2 field, 3 value */
+    bool too_large; /* max or the header count was exceeded */
 };
 
 void egress_http_head_init(struct egress_http_head *h, uint32_t max);
@@ -48,20 +48,20 @@ const char *egress_http_head_get(const struct egress_http_head *h, const char *n
 
 /* A request head after the checks. Strings point into the head or into this struct. */
 struct egress_http_request {
-    const char *method;          /* static (llhttp's method name) */
+    const char *method; /* static (llhttp's method name) */
     int http_minor;
     bool absolute_form;
-    const char *host_raw;        /* the Host header (or the URI authority) as sent */
-    char host_name[256];         /* host part without port, as sent */
-    uint16_t port;               /* from the authority, or 80 */
-    const char *target;          /* origin-form target to send upstream (path?query) */
+    const char *host_raw; /* the Host header (or the URI authority) as sent */
+    char host_name[256];  /* host part without port, as sent */
+    uint16_t port;        /* from the authority, or 80 */
+    const char *target;   /* origin-form target to send upstream (path?query) */
     size_t target_len;
-    const char *path;            /* path without the query (for audit, decisions) */
+    const char *path; /* path without the query (for audit, decisions) */
     size_t path_len;
     bool chunked;
-    int64_t content_length;      /* -1 when none */
-    bool websocket;              /* Upgrade: websocket */
-    bool keep_alive;             /* the client wants the connection kept */
+    int64_t content_length; /* -1 when none */
+    bool websocket;         /* Upgrade: websocket */
+    bool keep_alive;        /* the client wants the connection kept */
 };
 
 /* Checks a complete request head (p: the parser that produced it). dst_port is the
@@ -76,8 +76,7 @@ int egress_http_serialize_request(const struct egress_http_head *h,
                                   const struct egress_http_request *r, struct al_buf *out);
 
 /* Builds a complete error/deny answer (JSON body) into out. */
-int egress_http_error_response(struct al_buf *out, int status, const char *error,
-                               const char *rule, const char *reason, const char *request_id,
-                               bool close);
+int egress_http_error_response(struct al_buf *out, int status, const char *error, const char *rule,
+                               const char *reason, const char *request_id, bool close);
 
 #endif

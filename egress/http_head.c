@@ -355,7 +355,8 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uin
     if (!r->absolute_form) {
         if (!host)
             return req__refuse(status, reason, 400, "missing_host");
-        if (req__authority(host, strlen(host), r->host_name, sizeof r->host_name, &r->port, &why) < 0)
+        if (req__authority(host, strlen(host), r->host_name, sizeof r->host_name, &r->port, &why) <
+            0)
             return req__refuse(status, reason, 400, why);
         r->host_raw = host;
     }
@@ -406,9 +407,19 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uin
 /* ---- serialisation ---------------------------------------------------------------- */
 
 static const char *const req__hop_by_hop[] = {
-    "host", "connection", "keep-alive", "proxy-connection", "proxy-authorization",
-    "proxy-authenticate", "te", "trailer", "transfer-encoding", "upgrade", "http2-settings",
-    "content-length", NULL,
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "http2-settings",
+    "content-length",
+    NULL,
 };
 
 int egress_http_serialize_request(const struct egress_http_head *h,
@@ -465,24 +476,35 @@ int egress_http_serialize_request(const struct egress_http_head *h,
 static const char *resp__status_text(int status)
 {
     switch (status) {
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 408: return "Request Timeout";
-    case 413: return "Content Too Large";
-    case 417: return "Expectation Failed";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Error";
+    case 400:
+        return "Bad Request";
+    case 403:
+        return "Forbidden";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Content Too Large";
+    case 417:
+        return "Expectation Failed";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "Error";
     }
 }
 
-int egress_http_error_response(struct al_buf *out, int status, const char *error,
-                               const char *rule, const char *reason, const char *request_id,
-                               bool close)
+int egress_http_error_response(struct al_buf *out, int status, const char *error, const char *rule,
+                               const char *reason, const char *request_id, bool close)
 {
     char e_rule[600], e_reason[300], e_err[100], e_id[100];
     al_json_escape(error ? error : "error", e_err, sizeof e_err);

@@ -60,7 +60,8 @@ int egress_inspect_init(struct egress *e, struct al_error *err)
     struct egress_inspect_state *st = calloc(1, sizeof *st);
     if (!st)
         return al_error_set(err, -ENOMEM, "out of memory");
-    struct intercept_tls_client_opts co = {.ca_file = e->cfg.upstream_ca[0] ? e->cfg.upstream_ca : NULL};
+    struct intercept_tls_client_opts co = {.ca_file =
+                                               e->cfg.upstream_ca[0] ? e->cfg.upstream_ca : NULL};
     int rc = intercept_tls_client_new(&co, &st->cli, err);
     if (rc < 0) {
         free(st);
@@ -189,7 +190,8 @@ void egress_inspect_sandbox_free(struct egress_inspect_sandbox *x)
     free(x);
 }
 
-int egress_inspect_sandbox_policy(struct egress_sandbox *sb, const struct egress_policy *p, struct al_error *err)
+int egress_inspect_sandbox_policy(struct egress_sandbox *sb, const struct egress_policy *p,
+                                  struct al_error *err)
 {
     struct egress_inspect_sandbox *x = sb->inspect;
     if (!x)
@@ -346,7 +348,8 @@ static bool op_audit(void *ctx, json_t *rec)
     egress_rec_str(r, "dst", c->dst_text);
     if (c->dialled.family)
         egress_rec_str(r, "dialled", c->dialled_text);
-    egress_rec_str(r, "mode", c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
+    egress_rec_str(r, "mode",
+                   c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
     json_object_update(r, rec);
     json_decref(rec);
     if (type && strcmp(type, "http_request") == 0) {
@@ -413,8 +416,8 @@ static void inspect__addr(const struct egress_ip *ip, struct policy_addr *out)
     }
 }
 
-static int inspect__start(struct egress_conn *c, const char *name, bool plain, const void *prefix, size_t len,
-                          const char **reason)
+static int inspect__start(struct egress_conn *c, const char *name, bool plain, const void *prefix,
+                          size_t len, const char **reason)
 {
     struct egress *e = c->w->e;
     struct egress_inspect_worker *iw = c->w->inspect;
@@ -458,15 +461,16 @@ static int inspect__start(struct egress_conn *c, const char *name, bool plain, c
         .client_fd = c->client.fd,
         .prefix = prefix,
         .prefix_len = len,
-        .limits = {
-            .max_header_bytes = e->cfg.max_header_bytes,
-            .max_body_bytes = e->cfg.max_body_bytes,
-            .handshake_timeout_ms = e->cfg.header_timeout_ms,
-            .header_timeout_ms = e->cfg.header_timeout_ms,
-            .keepalive_timeout_ms = e->cfg.keepalive_timeout_ms,
-            .response_timeout_ms = e->cfg.response_timeout_ms,
-            .idle_timeout_ms = e->cfg.idle_timeout_ms,
-        },
+        .limits =
+            {
+                .max_header_bytes = e->cfg.max_header_bytes,
+                .max_body_bytes = e->cfg.max_body_bytes,
+                .handshake_timeout_ms = e->cfg.header_timeout_ms,
+                .header_timeout_ms = e->cfg.header_timeout_ms,
+                .keepalive_timeout_ms = e->cfg.keepalive_timeout_ms,
+                .response_timeout_ms = e->cfg.response_timeout_ms,
+                .idle_timeout_ms = e->cfg.idle_timeout_ms,
+            },
     };
     inspect__addr(&c->dst, &o.dst);
     enum egress_conn_state before = c->state;
@@ -507,7 +511,8 @@ void egress_inspect_on_events(struct egress_conn *c, struct egress_end *end, int
              ((uv_events & UV_WRITABLE) ? INTERCEPT_TLS_WANT_WRITE : 0);
     if (end == &c->upstream)
         c->t_last_io = al_now_ns();
-    intercept_session_on_events(ic->s, end == &c->client ? INTERCEPT_END_CLIENT : INTERCEPT_END_UPSTREAM, ev);
+    intercept_session_on_events(
+        ic->s, end == &c->client ? INTERCEPT_END_CLIENT : INTERCEPT_END_UPSTREAM, ev);
     inspect__after(c);
 }
 

@@ -71,7 +71,7 @@ struct egress {
     uv_loop_t ctl_loop;
     bool ctl_loop_init;
     uv_async_t ctl_wake;
-    uv_timer_t limits_timer;    /* writes aggregated limit records (ratelimit.c) */
+    uv_timer_t limits_timer; /* writes aggregated limit records (ratelimit.c) */
     bool limits_timer_init;
     struct egress_admin *admin;
     /* TLS interception and credential injection (inspect.c). */
@@ -122,7 +122,7 @@ struct egress_listener {
     int fd;
     uv_poll_t poll;
     struct egress_worker *w;
-    int kind;  /* 0 = transparent TCP, 1 = DNS UDP, 2 = DNS TCP */
+    int kind; /* 0 = transparent TCP, 1 = DNS UDP, 2 = DNS TCP */
     uint16_t port;
     bool shared; /* polled by every worker (EGRESS_LISTENER_SHARED) */
 };
@@ -137,18 +137,18 @@ struct egress_worker {
     unsigned index;
     uv_loop_t loop;
     uv_thread_t thread;
-    uv_async_t wake;            /* stop, sandbox removed */
-    atomic_bool kick_removed;   /* close connections of removed sandboxes */
+    uv_async_t wake;          /* stop, sandbox removed */
+    atomic_bool kick_removed; /* close connections of removed sandboxes */
     struct egress_listener listeners[3 * EGRESS_MAX_LISTEN];
-    int ep;                     /* epoll set of the connections' sockets */
-    uv_poll_t ep_poll;          /* ... watched by the loop */
+    int ep;            /* epoll set of the connections' sockets */
+    uv_poll_t ep_poll; /* ... watched by the loop */
     size_t n_listeners;
-    struct egress_conn *conns;  /* doubly linked */
+    struct egress_conn *conns; /* doubly linked */
     size_t n_conns;
-    struct egress_pipe *pipes;  /* idle pipes for splice */
+    struct egress_pipe *pipes; /* idle pipes for splice */
     size_t n_pipes;
     struct egress_resolver *resolver;
-    struct egress_dns_state *dns;    /* DNS queries in flight, TCP DNS connections */
+    struct egress_dns_state *dns;          /* DNS queries in flight, TCP DNS connections */
     struct egress_inspect_worker *inspect; /* upstream pool, vault fetcher (inspect.c) */
     bool started;
     bool stopping;
@@ -172,13 +172,13 @@ void egress_pipe_put(struct egress_worker *w, struct egress_pipe *p);
 /* ---- connections --------------------------------------------------------------------- */
 
 enum egress_conn_state {
-    CONN_PEEK = 1,      /* waiting for the first bytes */
-    CONN_RESOLVE,       /* destination check waits for our own resolution */
-    CONN_CONNECT,       /* connecting upstream */
-    CONN_RELAY,         /* bytes flow both ways (passthrough, raw TCP, upgraded HTTP) */
-    CONN_HTTP,          /* plain HTTP, request by request */
-    CONN_DRAIN,         /* answer written, closing once it is flushed */
-    CONN_INSPECT,       /* an interception session owns the exchange (inspect.c) */
+    CONN_PEEK = 1, /* waiting for the first bytes */
+    CONN_RESOLVE,  /* destination check waits for our own resolution */
+    CONN_CONNECT,  /* connecting upstream */
+    CONN_RELAY,    /* bytes flow both ways (passthrough, raw TCP, upgraded HTTP) */
+    CONN_HTTP,     /* plain HTTP, request by request */
+    CONN_DRAIN,    /* answer written, closing once it is flushed */
+    CONN_INSPECT,  /* an interception session owns the exchange (inspect.c) */
     CONN_CLOSING,
 };
 
@@ -189,10 +189,10 @@ enum egress_proto { PROTO_UNKNOWN = 0, PROTO_TLS, PROTO_HTTP, PROTO_TCP };
  * epoll_ctl, and an idle connection costs no libuv handle. */
 struct egress_end {
     int fd;
-    bool registered;          /* in the worker's epoll set */
-    int events;               /* UV_READABLE | UV_WRITABLE currently asked for */
-    bool eof;                 /* read side saw EOF */
-    bool shut_wr;             /* we shut down its write side */
+    bool registered; /* in the worker's epoll set */
+    int events;      /* UV_READABLE | UV_WRITABLE currently asked for */
+    bool eof;        /* read side saw EOF */
+    bool shut_wr;    /* we shut down its write side */
     struct egress_conn *c;
 };
 
@@ -200,10 +200,10 @@ struct egress_end {
 struct egress_flow {
     struct egress_pipe *pipe; /* splice mode: bytes in flight live here */
     size_t in_pipe;
-    char *buf;                /* copy mode (and prefixes): bytes read, not yet written */
+    char *buf; /* copy mode (and prefixes): bytes read, not yet written */
     size_t off, len, cap;
-    uint64_t bytes;           /* delivered to the destination */
-    bool done;                /* source EOF and everything delivered */
+    uint64_t bytes; /* delivered to the destination */
+    bool done;      /* source EOF and everything delivered */
 };
 
 struct egress_http;
@@ -212,18 +212,18 @@ struct egress_conn {
     struct egress_worker *w;
     struct egress_conn *prev, *next;
     struct egress_sandbox *sb;
-    struct egress_policy *policy;   /* snapshot for the current decision */
+    struct egress_policy *policy; /* snapshot for the current decision */
     enum egress_conn_state state;
     enum egress_proto proto;
     struct egress_end client, upstream;
     uv_timer_t timer;
-    uint64_t due_ms, armed_ms;      /* deadline and what the timer is armed for (loop ms) */
+    uint64_t due_ms, armed_ms; /* deadline and what the timer is armed for (loop ms) */
     int handles_open;
-    bool counted;                   /* holds a slot in the sandbox's connection count */
+    bool counted; /* holds a slot in the sandbox's connection count */
 
     struct egress_ip src, dst, dialled;
     uint16_t src_port, dst_port;
-    char src_text[56], dst_text[56], dialled_text[56];  /* for audit records, made once */
+    char src_text[56], dst_text[56], dialled_text[56]; /* for audit records, made once */
     char request_id[32];
     uint64_t t_accept, t_first, t_decided, t_dns0, t_dns, t_connect0, t_connected, t_last_io;
 
@@ -232,8 +232,8 @@ struct egress_conn {
     uint8_t *in;
     size_t in_len, in_cap;
 
-    struct egress_clienthello *ch;  /* TLS: what the hello said (freed after the decision) */
-    struct egress_host host;        /* canonical host decided on */
+    struct egress_clienthello *ch; /* TLS: what the hello said (freed after the decision) */
+    struct egress_host host;       /* canonical host decided on */
     bool have_host;
     struct egress_verdict verdict;
     struct egress_resolve_req rreq;
@@ -241,7 +241,7 @@ struct egress_conn {
     uint16_t resolve_qtype;
 
     /* Relay. */
-    struct egress_flow up, down;    /* up: client -> upstream; down: upstream -> client */
+    struct egress_flow up, down; /* up: client -> upstream; down: upstream -> client */
 
     /* Plain HTTP. */
     struct egress_http *http;
@@ -251,11 +251,11 @@ struct egress_conn {
 
     /* Why the connection ended, for the end record. */
     const char *end_reason;
-    const char *end_detail;         /* a human explanation (interception), or NULL */
+    const char *end_detail; /* a human explanation (interception), or NULL */
     bool audited_end;
     bool decision_audited;
     bool allowed;
-    int mem_held;                   /* bytes accounted to the budget by this conn */
+    int mem_held; /* bytes accounted to the budget by this conn */
 };
 
 void egress_conn_accept(struct egress_worker *w, int fd);
@@ -281,7 +281,7 @@ void egress_relay_on_event(struct egress_conn *c, struct egress_end *end, int ev
 void egress_flow_free(struct egress_conn *c, struct egress_flow *f);
 
 /* http.c: the plain-HTTP side. */
-int egress_http_start(struct egress_conn *c);      /* after PEEK recognised HTTP */
+int egress_http_start(struct egress_conn *c); /* after PEEK recognised HTTP */
 void egress_http_on_event(struct egress_conn *c, struct egress_end *end, int events);
 void egress_http_on_connected(struct egress_conn *c, int status);
 void egress_http_on_timeout(struct egress_conn *c);

@@ -43,16 +43,19 @@ static int main__vswitch(struct egress *e, const struct egress_config *cfg, stru
     if (rc < 0) {
         if (cfg->vswitch_mode == 0 && rc == -ENOENT) {
             al_info("no vswitch for %s: listeners are not registered (traffic must be steered "
-                    "to them another way)", cfg->state_dir);
+                    "to them another way)",
+                    cfg->state_dir);
             al_error_clear(err);
             return 0;
         }
         return rc;
     }
     struct vs_config vc;
-    if ((rc = vswitch_view_config(v, &vc)) < 0 || (rc = egress_set_reply_mark(e, vc.reply_mark)) < 0) {
+    if ((rc = vswitch_view_config(v, &vc)) < 0 ||
+        (rc = egress_set_reply_mark(e, vc.reply_mark)) < 0) {
         vswitch_view_close(v);
-        return al_error_set(err, rc, "vswitch: cannot mark the listening sockets: %s", strerror(-rc));
+        return al_error_set(err, rc, "vswitch: cannot mark the listening sockets: %s",
+                            strerror(-rc));
     }
     static const enum vswitch_proxy_sock kinds[3] = {VSWITCH_PROXY_TCP, VSWITCH_PROXY_DNS_UDP,
                                                      VSWITCH_PROXY_DNS_TCP};
@@ -85,7 +88,9 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--log-level") == 0) {
             enum al_log_level lv;
             if (al_log_level_parse(argv[i + 1], &lv) < 0) {
-                fprintf(stderr, "airlock-egress: --log-level '%s': use debug, info, warn or error\n", argv[i + 1]);
+                fprintf(stderr,
+                        "airlock-egress: --log-level '%s': use debug, info, warn or error\n",
+                        argv[i + 1]);
                 return 2;
             }
             al_log_set_level(lv);
@@ -103,8 +108,8 @@ int main(int argc, char **argv)
     }
     al_set_state_dir(cfg.state_dir);
     if (al_mkdir_p(cfg.state_dir, 0750) < 0 || al_mkdir_p(cfg.audit_dir, 0750) < 0) {
-        fprintf(stderr, "airlock-egress: cannot create %s or %s: %s\n", cfg.state_dir, cfg.audit_dir,
-                strerror(errno));
+        fprintf(stderr, "airlock-egress: cannot create %s or %s: %s\n", cfg.state_dir,
+                cfg.audit_dir, strerror(errno));
         return 1;
     }
     struct egress *e;

@@ -23,10 +23,10 @@
 
 #include "common/util.h"
 
-#define COPY_BUF   (16 * 1024)
-#define SPLICE_LEN (64 * 1024)
-#define PIPE_COST  65536
-#define PUMP_ROUNDS 8   /* fairness: at most this many reads per event */
+#define COPY_BUF     (16 * 1024)
+#define SPLICE_LEN   (64 * 1024)
+#define PIPE_COST    65536
+#define PUMP_ROUNDS  8 /* fairness: at most this many reads per event */
 #define SPLICE_AFTER (64 * 1024)
 
 enum { PUMP_OK = 0, PUMP_RESET = -1 };

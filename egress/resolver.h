@@ -20,12 +20,12 @@
 #include "egress.h"
 
 struct egress_resolution {
-    int status;              /* 0 = the upstream answered; < 0 = no usable answer
+    int status;    /* 0 = the upstream answered; < 0 = no usable answer
                                 (-ETIMEDOUT, -EPROTO for a malformed answer, -ECONNREFUSED) */
-    uint8_t rcode;           /* when status == 0 */
+    uint8_t rcode; /* when status == 0 */
     size_t n;
     struct egress_ip ips[DNS_MAX_ANSWERS];
-    uint32_t ttl;            /* seconds, already clamped */
+    uint32_t ttl; /* seconds, already clamped */
     bool from_cache;
 };
 
@@ -42,15 +42,16 @@ void egress_rcache_clear(struct egress_rcache *c);
 
 struct egress_resolver;
 struct egress_resolve_req;
-typedef void (*egress_resolve_cb)(struct egress_resolve_req *req, const struct egress_resolution *res);
+typedef void (*egress_resolve_cb)(struct egress_resolve_req *req,
+                                  const struct egress_resolution *res);
 
 /* Embedded in the caller's object; valid until the callback has run or the request was
  * cancelled. */
 struct egress_resolve_req {
     egress_resolve_cb cb;
     void *data;
-    struct egress_resolve_req *next;   /* private */
-    struct egress__rquery *q;          /* private */
+    struct egress_resolve_req *next; /* private */
+    struct egress__rquery *q;        /* private */
 };
 
 int egress_resolver_new(uv_loop_t *loop, const struct egress_config *cfg,

@@ -14,16 +14,16 @@
 
 struct reg__slot {
     uint64_t hash;
-    struct egress_sandbox *sb;   /* NULL = empty */
-    uint8_t key_kind;            /* 1 = addr, 2 = id */
-    struct egress_ip ip;         /* for addr keys */
+    struct egress_sandbox *sb; /* NULL = empty */
+    uint8_t key_kind;          /* 1 = addr, 2 = id */
+    struct egress_ip ip;       /* for addr keys */
 };
 
 struct egress_registry {
     pthread_rwlock_t lock;
     struct reg__slot *addr_slots;
     struct reg__slot *id_slots;
-    size_t cap;                  /* power of two, for both tables */
+    size_t cap; /* power of two, for both tables */
     size_t n_sandboxes;
     size_t n_addrs;
 };
@@ -174,13 +174,13 @@ void egress_sandbox_put(struct egress_sandbox *sb)
 
 int egress_registry_add(struct egress_registry *r, const char *id, const char *template_name,
                         const struct egress_ip *addrs, size_t n_addrs, const char *policy_file,
-                        struct egress_policy *policy, struct json_t *network,
-                        struct al_error *err)
+                        struct egress_policy *policy, struct json_t *network, struct al_error *err)
 {
-    if (!id[0] || strlen(id) >= sizeof ((struct egress_sandbox *)0)->id)
+    if (!id[0] || strlen(id) >= sizeof((struct egress_sandbox *)0)->id)
         return al_error_set(err, -EINVAL, "sandbox id must be 1..127 characters");
     if (n_addrs == 0 || n_addrs > EGRESS_SANDBOX_MAX_ADDRS)
-        return al_error_set(err, -EINVAL, "a sandbox needs 1..%d addresses", EGRESS_SANDBOX_MAX_ADDRS);
+        return al_error_set(err, -EINVAL, "a sandbox needs 1..%d addresses",
+                            EGRESS_SANDBOX_MAX_ADDRS);
     struct egress_sandbox *sb = calloc(1, sizeof *sb);
     if (!sb)
         return al_error_set(err, -ENOMEM, "out of memory");
@@ -203,7 +203,8 @@ int egress_registry_add(struct egress_registry *r, const char *id, const char *t
         if (s->sb) {
             char t[64];
             egress_ip_text(&addrs[i], t, sizeof t);
-            rc = al_error_set(err, -EEXIST, "address %s already belongs to sandbox '%s'", t, s->sb->id);
+            rc = al_error_set(err, -EEXIST, "address %s already belongs to sandbox '%s'", t,
+                              s->sb->id);
             goto out;
         }
         for (size_t k = 0; k < i; k++)
@@ -263,7 +264,8 @@ struct egress_sandbox *egress_registry_remove(struct egress_registry *r, const c
     return sb;
 }
 
-struct egress_sandbox *egress_registry_by_addr(struct egress_registry *r, const struct egress_ip *ip)
+struct egress_sandbox *egress_registry_by_addr(struct egress_registry *r,
+                                               const struct egress_ip *ip)
 {
     pthread_rwlock_rdlock(&r->lock);
     struct egress_sandbox *sb = reg__find_addr(r->addr_slots, r->cap, ip)->sb;

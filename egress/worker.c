@@ -23,8 +23,8 @@
 /* A shared listener wakes every worker: the first one takes at most this many before it
  * goes back to its loop, so that a burst is spread over the workers that race for it. */
 #define SHARED_ACCEPT_BATCH 8
-#define PIPE_POOL_MAX 64
-#define PIPE_SIZE (64 * 1024)
+#define PIPE_POOL_MAX       64
+#define PIPE_SIZE           (64 * 1024)
 
 /* Linux 6.5 ("bpf, net: Support SO_REUSEPORT sockets with bpf_sk_assign") is the first
  * kernel whose bpf_sk_assign takes a socket with SO_REUSEPORT set; before it the helper
@@ -35,8 +35,8 @@ enum egress_listener_mode egress_listener_mode_pick(const struct egress_config *
                                                     size_t whylen)
 {
     if (cfg->listener_mode != EGRESS_LISTENER_AUTO) {
-        snprintf(why, whylen, "%s%s", cfg->listener_mode_set ? "--listener-mode "
-                                                             : "AIRLOCK_EGRESS_LISTENER_MODE=",
+        snprintf(why, whylen, "%s%s",
+                 cfg->listener_mode_set ? "--listener-mode " : "AIRLOCK_EGRESS_LISTENER_MODE=",
                  egress_listener_mode_name(cfg->listener_mode));
         return cfg->listener_mode;
     }
@@ -47,8 +47,9 @@ enum egress_listener_mode egress_listener_mode_pick(const struct egress_config *
     struct utsname u;
     int maj = 0, min = 0;
     if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &maj, &min) != 2) {
-        snprintf(why, whylen, "auto; the kernel version is unknown, so the layout that works "
-                              "on every kernel");
+        snprintf(why, whylen,
+                 "auto; the kernel version is unknown, so the layout that works "
+                 "on every kernel");
         return EGRESS_LISTENER_SHARED;
     }
     if (maj > 6 || (maj == 6 && min >= 5)) {
@@ -56,8 +57,9 @@ enum egress_listener_mode egress_listener_mode_pick(const struct egress_config *
                  u.release);
         return EGRESS_LISTENER_REUSEPORT;
     }
-    snprintf(why, whylen, "auto; kernel %s < 6.5: bpf_sk_assign refuses SO_REUSEPORT sockets, "
-                          "so the vswitch could not hand them any connection",
+    snprintf(why, whylen,
+             "auto; kernel %s < 6.5: bpf_sk_assign refuses SO_REUSEPORT sockets, "
+             "so the vswitch could not hand them any connection",
              u.release);
     return EGRESS_LISTENER_SHARED;
 }
@@ -92,8 +94,8 @@ int egress_listen_tcp(const struct sockaddr_storage *ss, bool transparent, bool 
         else
             ((struct sockaddr_in6 *)&a)->sin6_port = htons(*port);
     }
-    if (bind(fd, (struct sockaddr *)&a, fam == AF_INET ? sizeof(struct sockaddr_in)
-                                                       : sizeof(struct sockaddr_in6)) < 0)
+    if (bind(fd, (struct sockaddr *)&a,
+             fam == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) < 0)
         goto fail;
     if (listen(fd, backlog) < 0)
         goto fail;
@@ -142,8 +144,10 @@ int egress_listen_udp(const struct sockaddr_storage *ss, bool reuseport, uint16_
     if (rc < 0) {
         int e = errno;
         close(fd);
-        return al_error_set(err, -e, "DNS socket options (IP_TRANSPARENT, IP_RECVORIGDSTADDR): %s "
-                            "(the proxy needs CAP_NET_ADMIN)", strerror(e));
+        return al_error_set(err, -e,
+                            "DNS socket options (IP_TRANSPARENT, IP_RECVORIGDSTADDR): %s "
+                            "(the proxy needs CAP_NET_ADMIN)",
+                            strerror(e));
     }
     struct sockaddr_storage a = *ss;
     if (*port) {
@@ -152,8 +156,8 @@ int egress_listen_udp(const struct sockaddr_storage *ss, bool reuseport, uint16_
         else
             ((struct sockaddr_in6 *)&a)->sin6_port = htons(*port);
     }
-    if (bind(fd, (struct sockaddr *)&a, fam == AF_INET ? sizeof(struct sockaddr_in)
-                                                       : sizeof(struct sockaddr_in6)) < 0) {
+    if (bind(fd, (struct sockaddr *)&a,
+             fam == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) < 0) {
         int e = errno;
         close(fd);
         char t[80];

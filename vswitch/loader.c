@@ -43,8 +43,8 @@ static const char *const loader__maps[] = {"vs_config", "vs_ifaces", "vs_addrs",
 
 /* libbpf's messages go to our log (warnings and errors only; debug when asked). The format
  * is libbpf's own (the callback's contract), hence not a literal. */
-__attribute__((format(printf, 2, 0))) static int
-loader__libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static int loader__libbpf_print(enum libbpf_print_level level,
+                                                                      const char *fmt, va_list ap)
 {
     if (level == LIBBPF_DEBUG && al_log_get_level() > AL_LOG_DEBUG)
         return 0;

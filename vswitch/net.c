@@ -127,8 +127,8 @@ static int net__find_locked(struct vswitch *vs, uint64_t id, int *ifindex, struc
     for (bool first = true; batched;) {
         __u32 n = CHUNK;
         LIBBPF_OPTS(bpf_map_batch_opts, o);
-        int r = bpf_map_lookup_batch(vs->view.map_ifaces, first ? NULL : &in, &out, keys, vals,
-                                     &n, &o);
+        int r =
+            bpf_map_lookup_batch(vs->view.map_ifaces, first ? NULL : &in, &out, keys, vals, &n, &o);
         if (r < 0 && r != -ENOENT) {
             batched = false; /* unsupported here: walk entry by entry */
             break;

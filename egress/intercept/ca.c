@@ -20,9 +20,9 @@
 #include "intercept.h"
 #include "policy/policy.h"
 
-#define CA_KEY_BLOCK  256  /* bytes of guarded memory for the CA key's DER (P-256: 121) */
-#define CA_SKEW_S     3600 /* notBefore this far in the past (clocks of sandboxes drift) */
-#define CA_ID_MAX     64
+#define CA_KEY_BLOCK 256  /* bytes of guarded memory for the CA key's DER (P-256: 121) */
+#define CA_SKEW_S    3600 /* notBefore this far in the past (clocks of sandboxes drift) */
+#define CA_ID_MAX    64
 
 struct intercept_leaf {
     atomic_int refs;
@@ -94,9 +94,9 @@ int intercept_ca_subtrees_for(const char *const *patterns, size_t n, char ***out
     *out = NULL;
     *n_out = 0;
     if (n > INTERCEPT_CA_MAX_SUBTREES)
-        return al_error_set(err, -E2BIG,
-                            "the policy intercepts %zu host patterns; a sandbox CA takes at most %d",
-                            n, INTERCEPT_CA_MAX_SUBTREES);
+        return al_error_set(
+            err, -E2BIG, "the policy intercepts %zu host patterns; a sandbox CA takes at most %d",
+            n, INTERCEPT_CA_MAX_SUBTREES);
     char **bases = calloc(n ? n : 1, sizeof *bases);
     if (!bases)
         return al_error_set(err, -ENOMEM, "out of memory");
@@ -112,7 +112,8 @@ int intercept_ca_subtrees_for(const char *const *patterns, size_t n, char ***out
         const char *base = pat.kind == POLICY_PATTERN_EXACT ? pat.text : pat.base;
         if (!base || !*base) {
             intercept_strv_free(bases, nb);
-            return al_error_set(err, -EINVAL, "intercepted name '%.260s' has no DNS base", patterns[i]);
+            return al_error_set(err, -EINVAL, "intercepted name '%.260s' has no DNS base",
+                                patterns[i]);
         }
         if (!(bases[nb++] = strdup(base))) {
             intercept_strv_free(bases, nb - 1);
@@ -149,30 +150,39 @@ static int ca__write_nc(unsigned char **p, unsigned char *start, const char *con
         size_t one = 0;
         MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_raw_buffer(p, start, zeros, v6 ? 32 : 8));
         MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_len(p, start, one));
-        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_tag(p, start, MBEDTLS_ASN1_CONTEXT_SPECIFIC | 7));
+        MBEDTLS_ASN1_CHK_ADD(one,
+                             mbedtls_asn1_write_tag(p, start, MBEDTLS_ASN1_CONTEXT_SPECIFIC | 7));
         MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_len(p, start, one));
-        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_tag(p, start, MBEDTLS_ASN1_CONSTRUCTED | MBEDTLS_ASN1_SEQUENCE));
+        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_tag(
+                                      p, start, MBEDTLS_ASN1_CONSTRUCTED | MBEDTLS_ASN1_SEQUENCE));
         ex += one;
     }
     MBEDTLS_ASN1_CHK_ADD(ex, mbedtls_asn1_write_len(p, start, ex));
-    MBEDTLS_ASN1_CHK_ADD(ex, mbedtls_asn1_write_tag(p, start, MBEDTLS_ASN1_CONTEXT_SPECIFIC | MBEDTLS_ASN1_CONSTRUCTED | 1));
+    MBEDTLS_ASN1_CHK_ADD(
+        ex, mbedtls_asn1_write_tag(p, start,
+                                   MBEDTLS_ASN1_CONTEXT_SPECIFIC | MBEDTLS_ASN1_CONSTRUCTED | 1));
     len += ex;
     /* permittedSubtrees [0]: one dNSName per base, in the given order. */
     for (size_t i = n; i-- > 0;) {
         size_t one = 0;
-        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_raw_buffer(p, start, (const unsigned char *)bases[i],
-                                                                strlen(bases[i])));
+        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_raw_buffer(
+                                      p, start, (const unsigned char *)bases[i], strlen(bases[i])));
         MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_len(p, start, one));
-        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_tag(p, start, MBEDTLS_ASN1_CONTEXT_SPECIFIC | 2));
+        MBEDTLS_ASN1_CHK_ADD(one,
+                             mbedtls_asn1_write_tag(p, start, MBEDTLS_ASN1_CONTEXT_SPECIFIC | 2));
         MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_len(p, start, one));
-        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_tag(p, start, MBEDTLS_ASN1_CONSTRUCTED | MBEDTLS_ASN1_SEQUENCE));
+        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_tag(
+                                      p, start, MBEDTLS_ASN1_CONSTRUCTED | MBEDTLS_ASN1_SEQUENCE));
         sub += one;
     }
     MBEDTLS_ASN1_CHK_ADD(sub, mbedtls_asn1_write_len(p, start, sub));
-    MBEDTLS_ASN1_CHK_ADD(sub, mbedtls_asn1_write_tag(p, start, MBEDTLS_ASN1_CONTEXT_SPECIFIC | MBEDTLS_ASN1_CONSTRUCTED | 0));
+    MBEDTLS_ASN1_CHK_ADD(
+        sub, mbedtls_asn1_write_tag(p, start,
+                                    MBEDTLS_ASN1_CONTEXT_SPECIFIC | MBEDTLS_ASN1_CONSTRUCTED | 0));
     len += sub;
     MBEDTLS_ASN1_CHK_ADD(len, mbedtls_asn1_write_len(p, start, len));
-    MBEDTLS_ASN1_CHK_ADD(len, mbedtls_asn1_write_tag(p, start, MBEDTLS_ASN1_CONSTRUCTED | MBEDTLS_ASN1_SEQUENCE));
+    MBEDTLS_ASN1_CHK_ADD(
+        len, mbedtls_asn1_write_tag(p, start, MBEDTLS_ASN1_CONSTRUCTED | MBEDTLS_ASN1_SEQUENCE));
     return (int)len;
 }
 
@@ -279,8 +289,8 @@ static void ca__subject(const char *sandbox_id, char *out, size_t outlen)
     size_t n = 0;
     for (const char *s = sandbox_id; *s && n < CA_ID_MAX; s++) {
         char ch = *s;
-        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                  ch == '-' || ch == '_' || ch == '.';
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                  (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.';
         id[n++] = ok ? ch : '_';
     }
     id[n] = 0;
@@ -308,7 +318,8 @@ int intercept_ca_new(const struct intercept_ca_opts *o, struct intercept_ca **ou
     if (ca->leaf_validity_s > ca_validity)
         ca->leaf_validity_s = ca_validity;
 
-    if ((r = intercept_ca_subtrees_for(o->names, o->n_names, &ca->subtrees, &ca->n_subtrees, err)) < 0)
+    if ((r = intercept_ca_subtrees_for(o->names, o->n_names, &ca->subtrees, &ca->n_subtrees, err)) <
+        0)
         goto fail;
     if (ca->n_subtrees == 0) {
         free(ca->subtrees);
@@ -364,26 +375,37 @@ int intercept_ca_new(const struct intercept_ca_opts *o, struct intercept_ca **ou
         mbedtls_x509write_crt_set_subject_key(&w, &pk);
         mbedtls_x509write_crt_set_issuer_key(&w, &pk);
     }
-    if (m == 0) m = ca__serial(&w);
-    if (m == 0) m = mbedtls_x509write_crt_set_subject_name(&w, ca->subject);
-    if (m == 0) m = mbedtls_x509write_crt_set_issuer_name(&w, ca->subject);
-    if (m == 0) m = mbedtls_x509write_crt_set_validity(&w, nb, na);
-    if (m == 0) m = mbedtls_x509write_crt_set_basic_constraints(&w, 1, 0);
-    if (m == 0) m = mbedtls_x509write_crt_set_key_usage(&w, MBEDTLS_X509_KU_KEY_CERT_SIGN | MBEDTLS_X509_KU_CRL_SIGN);
-    if (m == 0) m = ca__set_eku_server(&w);
-    if (m == 0) m = mbedtls_x509write_crt_set_subject_key_identifier(&w);
-    if (m == 0) m = mbedtls_x509write_crt_set_authority_key_identifier(&w);
+    if (m == 0)
+        m = ca__serial(&w);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_subject_name(&w, ca->subject);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_issuer_name(&w, ca->subject);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_validity(&w, nb, na);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_basic_constraints(&w, 1, 0);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_key_usage(&w, MBEDTLS_X509_KU_KEY_CERT_SIGN |
+                                                        MBEDTLS_X509_KU_CRL_SIGN);
+    if (m == 0)
+        m = ca__set_eku_server(&w);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_subject_key_identifier(&w);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_authority_key_identifier(&w);
     if (m == 0)
         m = mbedtls_x509write_crt_set_extension(&w, MBEDTLS_OID_NAME_CONSTRAINTS,
-                                                MBEDTLS_OID_SIZE(MBEDTLS_OID_NAME_CONSTRAINTS), 1, nc,
-                                                nc_len);
+                                                MBEDTLS_OID_SIZE(MBEDTLS_OID_NAME_CONSTRAINTS), 1,
+                                                nc, nc_len);
     if (m == 0 && ca__crt_der(&w, 4096 + nc_cap, &ca->der, &ca->der_len) < 0)
         m = MBEDTLS_ERR_X509_ALLOC_FAILED;
     free(nc_buf);
     mbedtls_x509write_crt_free(&w);
     mbedtls_pk_free(&pk); /* wipes the key material */
     if (m != 0) {
-        r = al_error_set(err, -EIO, "cannot create the sandbox CA: %s", intercept_mbedtls_strerror(m));
+        r = al_error_set(err, -EIO, "cannot create the sandbox CA: %s",
+                         intercept_mbedtls_strerror(m));
         goto fail;
     }
     sodium_mprotect_noaccess(ca->key_der);
@@ -391,8 +413,9 @@ int intercept_ca_new(const struct intercept_ca_opts *o, struct intercept_ca **ou
     /* PEM (what the sandbox installs) and fingerprint. */
     size_t pem_cap = ca->der_len * 2 + 128, olen = 0;
     if (!(ca->pem = malloc(pem_cap)) ||
-        mbedtls_pem_write_buffer("-----BEGIN CERTIFICATE-----\n", "-----END CERTIFICATE-----\n", ca->der,
-                                 ca->der_len, (unsigned char *)ca->pem, pem_cap, &olen) != 0) {
+        mbedtls_pem_write_buffer("-----BEGIN CERTIFICATE-----\n", "-----END CERTIFICATE-----\n",
+                                 ca->der, ca->der_len, (unsigned char *)ca->pem, pem_cap,
+                                 &olen) != 0) {
         r = al_error_set(err, -ENOMEM, "cannot encode the sandbox CA as PEM");
         goto fail;
     }
@@ -525,7 +548,8 @@ static int ca__mint(struct intercept_ca *ca, const char *name, struct intercept_
     san.node.san.unstructured_name.len = strlen(l->name);
 
     int m = ca__gen_key(&l->key);
-    if (m == 0) m = ca__load_key(ca, &issuer);
+    if (m == 0)
+        m = ca__load_key(ca, &issuer);
     if (m == 0) {
         mbedtls_x509write_crt_set_version(&w, MBEDTLS_X509_CRT_VERSION_3);
         mbedtls_x509write_crt_set_md_alg(&w, MBEDTLS_MD_SHA256);
@@ -533,15 +557,24 @@ static int ca__mint(struct intercept_ca *ca, const char *name, struct intercept_
         mbedtls_x509write_crt_set_issuer_key(&w, &issuer);
         m = ca__serial(&w);
     }
-    if (m == 0) m = mbedtls_x509write_crt_set_subject_name(&w, subject);
-    if (m == 0) m = mbedtls_x509write_crt_set_issuer_name(&w, ca->subject);
-    if (m == 0) m = mbedtls_x509write_crt_set_validity(&w, nb, na);
-    if (m == 0) m = mbedtls_x509write_crt_set_basic_constraints(&w, 0, -1);
-    if (m == 0) m = mbedtls_x509write_crt_set_key_usage(&w, MBEDTLS_X509_KU_DIGITAL_SIGNATURE);
-    if (m == 0) m = ca__set_eku_server(&w);
-    if (m == 0) m = mbedtls_x509write_crt_set_subject_alternative_name(&w, &san);
-    if (m == 0) m = mbedtls_x509write_crt_set_subject_key_identifier(&w);
-    if (m == 0) m = mbedtls_x509write_crt_set_authority_key_identifier(&w);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_subject_name(&w, subject);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_issuer_name(&w, ca->subject);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_validity(&w, nb, na);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_basic_constraints(&w, 0, -1);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_key_usage(&w, MBEDTLS_X509_KU_DIGITAL_SIGNATURE);
+    if (m == 0)
+        m = ca__set_eku_server(&w);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_subject_alternative_name(&w, &san);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_subject_key_identifier(&w);
+    if (m == 0)
+        m = mbedtls_x509write_crt_set_authority_key_identifier(&w);
     if (m == 0 && ca__crt_der(&w, 2048, &der, &der_len) < 0)
         m = MBEDTLS_ERR_X509_ALLOC_FAILED;
     if (m == 0)
@@ -598,10 +631,11 @@ int intercept_ca_leaf(struct intercept_ca *ca, const char *name, struct intercep
         pthread_mutex_lock(&ca->lock);
         ca->st.refused++;
         pthread_mutex_unlock(&ca->lock);
-        return al_error_set(err, -EPERM,
-                            "'%s' is outside the name constraints of this sandbox's CA (the policy "
-                            "intercepts it only since the sandbox was created: recreate the sandbox)",
-                            name);
+        return al_error_set(
+            err, -EPERM,
+            "'%s' is outside the name constraints of this sandbox's CA (the policy "
+            "intercepts it only since the sandbox was created: recreate the sandbox)",
+            name);
     }
     uint64_t t0 = al_now_ns();
     struct intercept_leaf *l;

@@ -35,10 +35,10 @@
 
 #include "common/error.h"
 
-#define INTERCEPT_CA_MAX_SUBTREES 512
-#define INTERCEPT_CA_LEAVES_DEFAULT 128
-#define INTERCEPT_CA_VALIDITY_DEFAULT (90u * 86400u)  /* seconds */
-#define INTERCEPT_LEAF_VALIDITY_DEFAULT (7u * 86400u) /* seconds */
+#define INTERCEPT_CA_MAX_SUBTREES       512
+#define INTERCEPT_CA_LEAVES_DEFAULT     128
+#define INTERCEPT_CA_VALIDITY_DEFAULT   (90u * 86400u) /* seconds */
+#define INTERCEPT_LEAF_VALIDITY_DEFAULT (7u * 86400u)  /* seconds */
 /* The subtree a CA permits when its policy intercepts nothing: the reserved TLD
  * "invalid" (RFC 6761), so that the CA can sign for no real name. */
 #define INTERCEPT_CA_NOTHING "invalid"
@@ -47,13 +47,13 @@ struct intercept_ca;
 struct intercept_leaf;
 
 struct intercept_ca_opts {
-    const char *sandbox_id;       /* required; shown in the CA's subject */
-    const char *const *names;     /* host patterns the policy intercepts (canonical, as from
+    const char *sandbox_id;   /* required; shown in the CA's subject */
+    const char *const *names; /* host patterns the policy intercepts (canonical, as from
                                      policy_intercepted_names); none: the CA permits nothing */
     size_t n_names;
-    uint32_t ca_validity_s;       /* 0 = INTERCEPT_CA_VALIDITY_DEFAULT */
-    uint32_t leaf_validity_s;     /* 0 = INTERCEPT_LEAF_VALIDITY_DEFAULT; clamped to the CA's */
-    size_t max_leaves;            /* 0 = INTERCEPT_CA_LEAVES_DEFAULT */
+    uint32_t ca_validity_s;   /* 0 = INTERCEPT_CA_VALIDITY_DEFAULT */
+    uint32_t leaf_validity_s; /* 0 = INTERCEPT_LEAF_VALIDITY_DEFAULT; clamped to the CA's */
+    size_t max_leaves;        /* 0 = INTERCEPT_CA_LEAVES_DEFAULT */
 };
 
 /* Creates a CA. Fails with -EINVAL (err says which pattern) for names that are not host

@@ -47,7 +47,8 @@ int intercept_placeholders_new(const struct policy *p, const struct intercept_pl
     if (n == 0)
         return 0;
     if (n > INTERCEPT_SCRUB_MAX_VALUES)
-        return al_error_set(err, -E2BIG, "the policy declares %zu placeholders; at most %d are supported", n,
+        return al_error_set(err, -E2BIG,
+                            "the policy declares %zu placeholders; at most %d are supported", n,
                             INTERCEPT_SCRUB_MAX_VALUES);
     struct intercept_placeholders *ph = calloc(1, sizeof *ph);
     if (!ph)
@@ -112,7 +113,8 @@ int intercept_placeholders_restore(const struct policy *p, const json_t *keep,
     size_t n = 0;
     const struct policy_placeholder *pp = policy_placeholders(p, &n);
     struct intercept_placeholders prev = {0};
-    char *env[INTERCEPT_SCRUB_MAX_VALUES], *sec[INTERCEPT_SCRUB_MAX_VALUES], *val[INTERCEPT_SCRUB_MAX_VALUES];
+    char *env[INTERCEPT_SCRUB_MAX_VALUES], *sec[INTERCEPT_SCRUB_MAX_VALUES],
+        *val[INTERCEPT_SCRUB_MAX_VALUES];
     for (size_t i = 0; keep && i < n && prev.n < INTERCEPT_SCRUB_MAX_VALUES; i++) {
         const char *v = json_string_value(json_object_get(keep, pp[i].env));
         if (!ph__valid(v))
@@ -169,7 +171,8 @@ json_t *intercept_placeholders_env_json(const struct intercept_placeholders *ph)
     return o;
 }
 
-const struct intercept_matcher *intercept_placeholders_matcher(const struct intercept_placeholders *ph)
+const struct intercept_matcher *
+intercept_placeholders_matcher(const struct intercept_placeholders *ph)
 {
     return ph ? ph->m : NULL;
 }
@@ -212,8 +215,9 @@ void intercept_inject_edit_free(struct intercept_inject_edit *edit)
     edit->drop = NULL;
 }
 
-static struct intercept_inject_note *note(struct intercept_inject_edit *e, const struct policy_inject *in,
-                                          const char *secret, const char *outcome, const char *reason)
+static struct intercept_inject_note *note(struct intercept_inject_edit *e,
+                                          const struct policy_inject *in, const char *secret,
+                                          const char *outcome, const char *reason)
 {
     if (e->n_notes == sizeof e->notes / sizeof *e->notes)
         return &e->notes[e->n_notes - 1];
@@ -227,16 +231,18 @@ static struct intercept_inject_note *note(struct intercept_inject_edit *e, const
     return n;
 }
 
-static const struct intercept_secret *find_secret_n(const struct intercept_inject_ctx *c, const char *name,
-                                                    size_t len)
+static const struct intercept_secret *find_secret_n(const struct intercept_inject_ctx *c,
+                                                    const char *name, size_t len)
 {
     for (size_t i = 0; i < c->n_secrets; i++)
-        if (c->secrets[i] && strlen(c->secrets[i]->name) == len && memcmp(c->secrets[i]->name, name, len) == 0)
+        if (c->secrets[i] && strlen(c->secrets[i]->name) == len &&
+            memcmp(c->secrets[i]->name, name, len) == 0)
             return c->secrets[i];
     return NULL;
 }
 
-static const struct intercept_secret *find_secret(const struct intercept_inject_ctx *c, const char *name)
+static const struct intercept_secret *find_secret(const struct intercept_inject_ctx *c,
+                                                  const char *name)
 {
     return find_secret_n(c, name, strlen(name));
 }
@@ -250,8 +256,8 @@ static bool header_safe(const unsigned char *v, size_t n)
 }
 
 /* Replaces every occurrence of pat in (v, n) by rep; the result in a malloc'd buffer. */
-static char *replace_all(const char *v, size_t n, const char *pat, size_t pl, const unsigned char *rep,
-                         size_t rl, size_t *out_len, bool *found)
+static char *replace_all(const char *v, size_t n, const char *pat, size_t pl,
+                         const unsigned char *rep, size_t rl, size_t *out_len, bool *found)
 {
     size_t count = 0;
     for (const char *p = v; (p = memmem(p, n - (size_t)(p - v), pat, pl)); p += pl)
@@ -282,8 +288,8 @@ static char *replace_all(const char *v, size_t n, const char *pat, size_t pl, co
 }
 
 /* Placeholder swap in one header value: plain, or inside "Basic <base64(user:pass)>". */
-static char *swap_placeholder(const char *v, size_t n, const char *ph, const struct intercept_secret *sec,
-                              size_t *out_len)
+static char *swap_placeholder(const char *v, size_t n, const char *ph,
+                              const struct intercept_secret *sec, size_t *out_len)
 {
     bool found = false;
     size_t pl = strlen(ph);
@@ -302,7 +308,8 @@ static char *swap_placeholder(const char *v, size_t n, const char *ph, const str
         char *dec = malloc(cap + 1);
         if (!dec)
             return NULL;
-        if (sodium_base642bin((unsigned char *)dec, cap, b, bl, NULL, &dl, NULL, sodium_base64_VARIANT_ORIGINAL) != 0) {
+        if (sodium_base642bin((unsigned char *)dec, cap, b, bl, NULL, &dl, NULL,
+                              sodium_base64_VARIANT_ORIGINAL) != 0) {
             free(dec);
             return NULL;
         }
@@ -360,8 +367,8 @@ static void use_secret(struct intercept_inject_edit *e, const struct intercept_s
 }
 
 /* Refuses every entry not yet noted with reason. */
-static int refuse_all(struct intercept_inject_edit *e, const struct policy_inject *entries, size_t n, const char *reason,
-                      const char **out)
+static int refuse_all(struct intercept_inject_edit *e, const struct policy_inject *entries,
+                      size_t n, const char *reason, const char **out)
 {
     for (size_t i = 0; i < n; i++) {
         const struct policy_inject *in = &entries[i];
@@ -433,8 +440,9 @@ int intercept_inject_apply(const struct intercept_inject_ctx *c, struct intercep
             if (hm) {
                 m = hm;
                 where = "header";
-                size_t l = c->hdrs[i].name_len < sizeof e->misuse_header - 1 ? c->hdrs[i].name_len
-                                                                              : sizeof e->misuse_header - 1;
+                size_t l = c->hdrs[i].name_len < sizeof e->misuse_header - 1
+                               ? c->hdrs[i].name_len
+                               : sizeof e->misuse_header - 1;
                 memcpy(e->misuse_header, c->hdrs[i].name, l);
                 e->misuse_header[l] = 0;
             }
@@ -446,7 +454,8 @@ int intercept_inject_apply(const struct intercept_inject_ctx *c, struct intercep
             e->placeholder_misuse = true;
             e->misuse_where = strcmp(where, "target") == 0 ? "target" : e->misuse_header;
             e->misuse_secret = p < c->ph->n ? c->ph->secret[p] : NULL;
-            struct intercept_inject_note *nt = note(e, NULL, e->misuse_secret, "refused", "placeholder_misuse");
+            struct intercept_inject_note *nt =
+                note(e, NULL, e->misuse_secret, "refused", "placeholder_misuse");
             nt->placeholder = true;
             *reason = "placeholder_misuse";
             return -EPERM;
@@ -474,9 +483,10 @@ int intercept_inject_apply(const struct intercept_inject_ctx *c, struct intercep
         /* 5, 6 for every secret the entry uses. */
         for (size_t j = 0; j < in->n_secrets; j++) {
             const struct intercept_secret *s = find_secret(c, in->secrets[j]);
-            const char *why = !s ? "secret_unavailable"
+            const char *why = !s                                       ? "secret_unavailable"
                               : !intercept_secret_bound_to(s, c->host) ? "secret_not_bound_to_host"
-                              : !header_safe(s->value, s->len) ? "secret_not_header_safe" : NULL;
+                              : !header_safe(s->value, s->len)         ? "secret_not_header_safe"
+                                                                       : NULL;
             if (why) {
                 struct intercept_inject_note *nt = note(e, in, in->secrets[j], "refused", why);
                 if (s) {
@@ -491,14 +501,17 @@ int intercept_inject_apply(const struct intercept_inject_ctx *c, struct intercep
             /* Replace mode: the template with the values. */
             size_t len = 0;
             for (size_t p = 0; p < in->n_parts; p++)
-                len += in->parts[p].secret ? find_secret_n(c, in->parts[p].text, in->parts[p].len)->len : in->parts[p].len;
+                len += in->parts[p].secret
+                           ? find_secret_n(c, in->parts[p].text, in->parts[p].len)->len
+                           : in->parts[p].len;
             char *v = malloc(len + 1);
             if (!v)
                 return -ENOMEM;
             size_t w = 0;
             for (size_t p = 0; p < in->n_parts; p++) {
                 if (in->parts[p].secret) {
-                    const struct intercept_secret *s = find_secret_n(c, in->parts[p].text, in->parts[p].len);
+                    const struct intercept_secret *s =
+                        find_secret_n(c, in->parts[p].text, in->parts[p].len);
                     memcpy(v + w, s->value, s->len);
                     w += s->len;
                 } else {
@@ -532,7 +545,8 @@ int intercept_inject_apply(const struct intercept_inject_ctx *c, struct intercep
                 continue;
             had = true;
             size_t ol = 0;
-            char *nv = swap_placeholder(c->hdrs[i].value, c->hdrs[i].value_len, c->ph->value[pi], s, &ol);
+            char *nv =
+                swap_placeholder(c->hdrs[i].value, c->hdrs[i].value_len, c->ph->value[pi], s, &ol);
             if (nv) {
                 if (add_header(e, in->header, nv, ol) < 0)
                     return -E2BIG;
@@ -546,7 +560,8 @@ int intercept_inject_apply(const struct intercept_inject_ctx *c, struct intercep
             use_secret(e, s);
             e->n_injected++;
         } else {
-            note(e, in, s->name, had ? "removed" : "skipped", had ? "no_placeholder_in_header" : "header_absent");
+            note(e, in, s->name, had ? "removed" : "skipped",
+                 had ? "no_placeholder_in_header" : "header_absent");
         }
     }
     return 0;

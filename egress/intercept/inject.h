@@ -42,7 +42,7 @@
 #include "egress/intercept/secrets.h"
 #include "policy/policy.h"
 
-#define INTERCEPT_INJECT_MAX 16 /* inject entries of one rule that are handled */
+#define INTERCEPT_INJECT_MAX         16 /* inject entries of one rule that are handled */
 #define INTERCEPT_PLACEHOLDER_PREFIX "alph_"
 
 /* ---- placeholders (per sandbox) ------------------------------------------------------- */
@@ -67,7 +67,8 @@ const char *intercept_placeholder_secret(const struct intercept_placeholders *ph
 /* {"ENV": "alph_..."}: what the control plane adds to the agent's envVars. */
 json_t *intercept_placeholders_env_json(const struct intercept_placeholders *ph);
 /* Finds every spelling of every placeholder (value index = placeholder index). */
-const struct intercept_matcher *intercept_placeholders_matcher(const struct intercept_placeholders *ph);
+const struct intercept_matcher *
+intercept_placeholders_matcher(const struct intercept_placeholders *ph);
 
 /* ---- one request ------------------------------------------------------------------------ */
 
@@ -80,9 +81,9 @@ struct intercept_inject_note {
     const char *secret;    /* secret name */
     const char *secret_id; /* from the vault ("b2k:..."), NULL if no value was used */
     uint32_t version;
-    bool placeholder;      /* placeholder mode */
-    const char *outcome;   /* "injected", "refused", "skipped", "removed" */
-    const char *reason;    /* why, when not injected */
+    bool placeholder;    /* placeholder mode */
+    const char *outcome; /* "injected", "refused", "skipped", "removed" */
+    const char *reason;  /* why, when not injected */
 };
 
 struct intercept_header_add {
@@ -92,17 +93,17 @@ struct intercept_header_add {
 };
 
 struct intercept_inject_edit {
-    bool *drop;    /* per request header: not forwarded (caller-sized n_hdrs) */
+    bool *drop; /* per request header: not forwarded (caller-sized n_hdrs) */
     size_t n_hdrs;
     struct intercept_header_add add[INTERCEPT_INJECT_MAX];
     size_t n_add;
     struct intercept_inject_note notes[INTERCEPT_INJECT_MAX + 1];
     size_t n_notes;
-    size_t dropped;             /* headers removed */
-    bool placeholder_misuse;    /* a placeholder was found where it may not go */
-    const char *misuse_where;   /* "target", or the header's name (misuse_header) */
+    size_t dropped;           /* headers removed */
+    bool placeholder_misuse;  /* a placeholder was found where it may not go */
+    const char *misuse_where; /* "target", or the header's name (misuse_header) */
     char misuse_header[64];
-    const char *misuse_secret;  /* the secret the placeholder stands for */
+    const char *misuse_secret; /* the secret the placeholder stands for */
     size_t n_injected;
     const struct intercept_secret *used[INTERCEPT_INJECT_MAX]; /* secrets whose values were
                                                                    added (for scrubbing) */
@@ -111,12 +112,12 @@ struct intercept_inject_edit {
 
 struct intercept_inject_ctx {
     const struct intercept_conn_view *conn;
-    const char *host;                  /* canonical Host (request.c) */
-    const struct intercept_hdr *hdrs;  /* the request's headers */
+    const char *host;                 /* canonical Host (request.c) */
+    const struct intercept_hdr *hdrs; /* the request's headers */
     size_t n_hdrs;
     const char *target;
     size_t target_len;
-    const struct policy_decision *d;   /* the request's decision (allow, or report-mode allow) */
+    const struct policy_decision *d; /* the request's decision (allow, or report-mode allow) */
     struct intercept_secret *const *secrets; /* fetched values, any order (by name) */
     size_t n_secrets;
     const struct intercept_placeholders *ph; /* the sandbox's, or NULL */
@@ -125,8 +126,8 @@ struct intercept_inject_ctx {
 /* Computes the edit. Returns 0 (forward with the edit), or -EPERM with *reason: the request
  * must be denied (403) and audited with edit->notes; placeholder_misuse additionally asks
  * for a security_event. edit->drop must hold n_hdrs entries (intercept_inject_edit_init). */
-int intercept_inject_apply(const struct intercept_inject_ctx *ctx, struct intercept_inject_edit *edit,
-                           const char **reason);
+int intercept_inject_apply(const struct intercept_inject_ctx *ctx,
+                           struct intercept_inject_edit *edit, const char **reason);
 int intercept_inject_edit_init(struct intercept_inject_edit *edit, size_t n_hdrs);
 void intercept_inject_edit_free(struct intercept_inject_edit *edit); /* wipes added values */
 /* The audit field: [{"header","secret","secret_id","version","mode","outcome","reason"}]. */

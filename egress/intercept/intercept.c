@@ -12,7 +12,8 @@
 #include <psa/crypto.h>
 
 #ifndef MBEDTLS_ECP_X25519_IMPL
-#error "mbedtls lacks airlock's deploy/mbedtls/01-x25519-impl.patch: run deploy/setup, which builds it into .deps/mbedtls"
+#error \
+    "mbedtls lacks airlock's deploy/mbedtls/01-x25519-impl.patch: run deploy/setup, which builds it into .deps/mbedtls"
 #endif
 
 static pthread_once_t intercept__once = PTHREAD_ONCE_INIT;

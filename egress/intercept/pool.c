@@ -73,7 +73,8 @@ void intercept_pool_sweep(struct intercept_pool *p)
     }
 }
 
-void intercept_pool_put(struct intercept_pool *p, const char *key, int fd, struct intercept_tls *tls)
+void intercept_pool_put(struct intercept_pool *p, const char *key, int fd,
+                        struct intercept_tls *tls)
 {
     intercept_pool_sweep(p);
     struct pool__conn *c = calloc(1, sizeof *c);
@@ -120,7 +121,8 @@ static bool pool__alive(struct pool__conn *c)
     return n == -EAGAIN && intercept_tls_out_pending(c->tls) == 0;
 }
 
-int intercept_pool_get(struct intercept_pool *p, const char *key, int *fd, struct intercept_tls **tls)
+int intercept_pool_get(struct intercept_pool *p, const char *key, int *fd,
+                       struct intercept_tls **tls)
 {
     intercept_pool_sweep(p);
     struct pool__conn *c = p->head;

@@ -22,10 +22,10 @@
 #define INTERCEPT_POOL_KEY_MAX 512
 
 struct intercept_pool_opts {
-    size_t max_idle;     /* 0 = 256 */
-    size_t max_per_key;  /* 0 = 16: a session holds its upstream until it ends, so a sandbox
+    size_t max_idle;    /* 0 = 256 */
+    size_t max_per_key; /* 0 = 16: a session holds its upstream until it ends, so a sandbox
                             with N connections to one host in flight needs more than N kept */
-    uint32_t idle_ms;    /* 0 = 30000 (below common server keep-alive timeouts) */
+    uint32_t idle_ms;   /* 0 = 30000 (below common server keep-alive timeouts) */
 };
 
 struct intercept_pool;
@@ -36,10 +36,12 @@ void intercept_pool_free(struct intercept_pool *p); /* closes every idle connect
 void intercept_pool_key(char *out, const char *sandbox, const char *host, uint16_t port);
 /* Gives an idle connection (handshake done, no request in progress) to the pool, which now
  * owns fd and tls. Dropped (closed) when the bounds say so. */
-void intercept_pool_put(struct intercept_pool *p, const char *key, int fd, struct intercept_tls *tls);
+void intercept_pool_put(struct intercept_pool *p, const char *key, int fd,
+                        struct intercept_tls *tls);
 /* Takes a live idle connection for key: 0 with fd and tls set (the caller owns them), or
  * -ENOENT. */
-int intercept_pool_get(struct intercept_pool *p, const char *key, int *fd, struct intercept_tls **tls);
+int intercept_pool_get(struct intercept_pool *p, const char *key, int *fd,
+                       struct intercept_tls **tls);
 /* Closes every idle connection whose key starts with prefix (a sandbox removed:
  * the sandbox id and 0x1f), or all with NULL. */
 void intercept_pool_purge(struct intercept_pool *p, const char *prefix);

@@ -47,7 +47,8 @@ int intercept_head_validate(const char *buf, size_t len, bool request, const cha
                 while (te < ll && l[te] > 0x20 && l[te] < 0x7f)
                     te++;
                 if (te == t || te >= ll || l[te] != ' ' || ll - te - 1 != 8 ||
-                    (memcmp(l + te + 1, "HTTP/1.1", 8) != 0 && memcmp(l + te + 1, "HTTP/1.0", 8) != 0))
+                    (memcmp(l + te + 1, "HTTP/1.1", 8) != 0 &&
+                     memcmp(l + te + 1, "HTTP/1.0", 8) != 0))
                     goto bad_req;
             } else {
                 if (ll < 12 || memcmp(l, "HTTP/1.", 7) != 0 || l[8] != ' ')
@@ -168,11 +169,11 @@ static bool req__same_host(const struct policy_host *a, const struct policy_host
     return a->kind == b->kind && a->len == b->len && memcmp(a->text, b->text, a->len) == 0;
 }
 
-#define FAIL(st, why)         \
-    do {                      \
-        *status = (st);       \
-        *reason = (why);      \
-        return -EPERM;        \
+#define FAIL(st, why)    \
+    do {                 \
+        *status = (st);  \
+        *reason = (why); \
+        return -EPERM;   \
     } while (0)
 
 int intercept_request_check(const struct intercept_conn_view *c, const struct intercept_req_view *r,
@@ -227,7 +228,8 @@ int intercept_request_check(const struct intercept_conn_view *c, const struct in
     }
     if (c->tls) {
         size_t sl = c->sni ? strlen(c->sni) : 0;
-        if (out->host.kind != POLICY_HOST_NAME || sl != out->host.len || memcmp(c->sni, out->host.text, sl) != 0)
+        if (out->host.kind != POLICY_HOST_NAME || sl != out->host.len ||
+            memcmp(c->sni, out->host.text, sl) != 0)
             FAIL(403, "host_sni_mismatch");
     }
 

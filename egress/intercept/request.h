@@ -36,9 +36,9 @@ struct intercept_hdr {
 
 /* The connection a request arrived on. */
 struct intercept_conn_view {
-    bool tls;           /* inside a TLS session the proxy terminated */
-    const char *sni;    /* tls: the canonical name decided on */
-    uint16_t port;      /* original destination port */
+    bool tls;        /* inside a TLS session the proxy terminated */
+    const char *sni; /* tls: the canonical name decided on */
+    uint16_t port;   /* original destination port */
 };
 
 struct intercept_req_view {

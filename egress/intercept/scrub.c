@@ -18,8 +18,8 @@ static const char scrub__mask[] = "REDACTED";
 struct scrub__pat {
     unsigned char *p;
     size_t len;
-    uint16_t value;   /* index of the value */
-    uint8_t enc;      /* enum intercept_enc */
+    uint16_t value; /* index of the value */
+    uint8_t enc;    /* enum intercept_enc */
 };
 
 struct scrub__pats {
@@ -191,15 +191,24 @@ static int scrub__spellings(struct scrub__pats *ps, const unsigned char *v, size
         r = scrub__b64_core(ps, v, n, k, b64std, value, INTERCEPT_ENC_BASE64);
     for (size_t k = 0; k < 3 && r == 0; k++)
         r = scrub__b64_core(ps, v, n, k, b64url, value, INTERCEPT_ENC_BASE64URL);
-    if (r == 0) r = scrub__hex(ps, v, n, false, value);
-    if (r == 0) r = scrub__hex(ps, v, n, true, value);
-    if (r == 0) r = scrub__pct(ps, v, n, true, true, value);
-    if (r == 0) r = scrub__pct(ps, v, n, false, true, value);
-    if (r == 0) r = scrub__pct(ps, v, n, true, false, value);
-    if (r == 0) r = scrub__pct(ps, v, n, false, false, value);
-    if (r == 0) r = scrub__json(ps, v, n, false, false, value);
-    if (r == 0) r = scrub__json(ps, v, n, true, false, value);
-    if (r == 0) r = scrub__json(ps, v, n, false, true, value);
+    if (r == 0)
+        r = scrub__hex(ps, v, n, false, value);
+    if (r == 0)
+        r = scrub__hex(ps, v, n, true, value);
+    if (r == 0)
+        r = scrub__pct(ps, v, n, true, true, value);
+    if (r == 0)
+        r = scrub__pct(ps, v, n, false, true, value);
+    if (r == 0)
+        r = scrub__pct(ps, v, n, true, false, value);
+    if (r == 0)
+        r = scrub__pct(ps, v, n, false, false, value);
+    if (r == 0)
+        r = scrub__json(ps, v, n, false, false, value);
+    if (r == 0)
+        r = scrub__json(ps, v, n, true, false, value);
+    if (r == 0)
+        r = scrub__json(ps, v, n, false, true, value);
     return r;
 }
 
@@ -209,9 +218,9 @@ static int scrub__spellings(struct scrub__pats *ps, const unsigned char *v, size
  * root). out: 1 + the longest pattern ending here (its own, or through failure links). */
 struct scrub__state {
     uint32_t fail;
-    uint32_t child;   /* single child, or table index when TABLE */
+    uint32_t child; /* single child, or table index when TABLE */
     uint32_t depth;
-    uint16_t out;     /* 0 = none */
+    uint16_t out; /* 0 = none */
     uint8_t byte;
     uint8_t flags;
 };
@@ -224,7 +233,7 @@ struct intercept_matcher {
     size_t n_states;
     uint32_t *tables; /* 256 per table */
     size_t n_tables;
-    uint32_t *out_len;   /* per pattern (1-based via out) */
+    uint32_t *out_len; /* per pattern (1-based via out) */
     uint8_t *out_enc;
     uint16_t *out_value;
     size_t n_pats;
@@ -252,7 +261,7 @@ static inline uint32_t m__goto(const struct intercept_matcher *m, uint32_t s, un
 struct scrub__node {
     uint32_t first, next; /* first child, next sibling */
     uint32_t depth;
-    uint16_t term;        /* 1 + pattern index */
+    uint16_t term; /* 1 + pattern index */
     uint8_t byte;
     uint8_t nchild;
 };
@@ -320,8 +329,8 @@ int intercept_matcher_new(const void *const *values, const size_t *lens, size_t 
             uint32_t c = node__find(t, s, b);
             if (c == NONE32) {
                 c = (uint32_t)nn++;
-                t[c] = (struct scrub__node){.first = NONE32, .next = t[s].first, .depth = t[s].depth + 1,
-                                            .byte = b};
+                t[c] = (struct scrub__node){
+                    .first = NONE32, .next = t[s].first, .depth = t[s].depth + 1, .byte = b};
                 t[s].first = c;
                 if (t[s].nchild < 255)
                     t[s].nchild++;

@@ -40,8 +40,8 @@
 #define INTERCEPT_SCRUB_MIN_RAW      6
 #define INTERCEPT_SCRUB_MIN_ENCODED  8
 #define INTERCEPT_SCRUB_VALUE_MAX    (8 * 1024)
-#define INTERCEPT_SCRUB_MAX_MATCHERS 8        /* matchers chained on one stream */
-#define INTERCEPT_SCRUB_MAX_VALUES   32       /* values in one matcher */
+#define INTERCEPT_SCRUB_MAX_MATCHERS 8             /* matchers chained on one stream */
+#define INTERCEPT_SCRUB_MAX_VALUES   32            /* values in one matcher */
 #define INTERCEPT_SCRUB_DECODED_MAX  (64ull << 20) /* default bound of a decoded body */
 
 /* How a match was spelled (bit positions in the masks reported). */
@@ -70,8 +70,8 @@ size_t intercept_matcher_max_len(const struct intercept_matcher *m);
 
 /* What a scan found. */
 struct intercept_scrub_report {
-    uint64_t matches;           /* occurrences replaced */
-    uint32_t enc_mask;          /* 1 << enum intercept_enc, for each spelling seen */
+    uint64_t matches;  /* occurrences replaced */
+    uint32_t enc_mask; /* 1 << enum intercept_enc, for each spelling seen */
     uint32_t value_mask[INTERCEPT_SCRUB_MAX_MATCHERS]; /* per matcher: 1 << value index */
 };
 
@@ -82,7 +82,8 @@ size_t intercept_scrub_buffer(const struct intercept_matcher *m, size_t mi, void
 /* Whether buf contains an occurrence (nothing is changed). */
 bool intercept_matcher_find(const struct intercept_matcher *m, const void *buf, size_t len);
 /* Which values occur in buf (bit i = value i), in any spelling; nothing is changed. */
-uint32_t intercept_matcher_find_mask(const struct intercept_matcher *m, const void *buf, size_t len);
+uint32_t intercept_matcher_find_mask(const struct intercept_matcher *m, const void *buf,
+                                     size_t len);
 
 /* ---- streams ------------------------------------------------------------------------ */
 
@@ -113,17 +114,17 @@ void intercept_scrub_free(struct intercept_scrub *s); /* wipes what it held */
 /* ---- response bodies ----------------------------------------------------------------- */
 
 enum intercept_body_mode {
-    INTERCEPT_BODY_PASS = 0,  /* nothing to scrub, or not inspectable under best_effort */
-    INTERCEPT_BODY_SCRUB,     /* identity: scrubbed in place, same length */
-    INTERCEPT_BODY_DECODE,    /* gzip/deflate: decoded, scrubbed, forwarded decoded (the head
+    INTERCEPT_BODY_PASS = 0, /* nothing to scrub, or not inspectable under best_effort */
+    INTERCEPT_BODY_SCRUB,    /* identity: scrubbed in place, same length */
+    INTERCEPT_BODY_DECODE,   /* gzip/deflate: decoded, scrubbed, forwarded decoded (the head
                                  loses Content-Encoding and Content-Length) */
 };
 
 struct intercept_body {
     enum intercept_body_mode mode;
-    bool not_inspected;       /* best_effort let an uninspectable body through */
+    bool not_inspected; /* best_effort let an uninspectable body through */
     struct intercept_scrub scrub;
-    void *z;                  /* zlib stream (DECODE) */
+    void *z; /* zlib stream (DECODE) */
     int zwbits;
     bool z_started, z_end;
     uint64_t decoded, max_decoded;
@@ -136,8 +137,8 @@ struct intercept_body {
  * "unsupported_content_encoding") and passed uninspected under BEST_EFFORT. max_decoded
  * bounds DECODE (0 = INTERCEPT_SCRUB_DECODED_MAX). */
 int intercept_body_start(struct intercept_body *b, struct intercept_matcher *const *m, size_t n,
-                         const char *content_encoding, enum policy_scrub mode,
-                         uint64_t max_decoded, const char **reason);
+                         const char *content_encoding, enum policy_scrub mode, uint64_t max_decoded,
+                         const char **reason);
 /* Body bytes as they came (after de-chunking) -> bytes for the sandbox, appended to out.
  * -EFBIG: the decoded body exceeds the bound (*reason "decoded_body_too_large"); -EBADMSG:
  * the encoded body is corrupt ("corrupt_encoding"). After an error, stop forwarding: the

@@ -128,7 +128,7 @@ struct intercept_secrets {
     size_t n;
     struct secrets__change *chg; /* ring of names the feed reported, with its generation */
     size_t chg_head, chg_n;
-    uint64_t full_gen;           /* a "full" answer invalidates everything fetched before */
+    uint64_t full_gen; /* a "full" answer invalidates everything fetched before */
     struct intercept_secrets_stats st;
     atomic_bool feed_ok;
     atomic_uint_fast64_t generation;
@@ -295,7 +295,8 @@ static bool feed__apply(struct intercept_secrets *s)
     json_t *j = json_loadb(s->feed_body.data ? s->feed_body.data : "", s->feed_body.len, 0, NULL);
     json_t *gen = json_object_get(j, "generation");
     json_t *changed = json_object_get(j, "changed");
-    if (!json_is_integer(gen) || json_integer_value(gen) < 0 || (changed && !json_is_array(changed))) {
+    if (!json_is_integer(gen) || json_integer_value(gen) < 0 ||
+        (changed && !json_is_array(changed))) {
         json_decref(j);
         return false;
     }
@@ -311,7 +312,8 @@ static bool feed__apply(struct intercept_secrets *s)
     } else {
         size_t i;
         json_t *v;
-        json_array_foreach(changed, i, v) {
+        json_array_foreach(changed, i, v)
+        {
             if (json_is_string(v))
                 cache__drop_name(s, json_string_value(v), g);
         }
@@ -365,7 +367,8 @@ static void feed__poll(struct intercept_secrets *s)
     if (s->feed_first)
         snprintf(path, sizeof path, "/v1/changes?since=%llu", (unsigned long long)g);
     else
-        snprintf(path, sizeof path, "/v1/changes?since=%llu&wait_ms=%u", (unsigned long long)g, s->poll_wait_ms);
+        snprintf(path, sizeof path, "/v1/changes?since=%llu&wait_ms=%u", (unsigned long long)g,
+                 s->poll_wait_ms);
     s->feed_status = 0;
     al_buf_reset(&s->feed_body);
     struct al_http_creq_opts o = {
@@ -450,7 +453,8 @@ int intercept_fetcher_new(struct intercept_secrets *s, uv_loop_t *loop,
         return -ENOMEM;
     f->s = s;
     f->loop = loop;
-    struct al_http_pool_opts po = {.max_idle = 4, .max_idle_per_target = 4, .idle_timeout_ms = 10000};
+    struct al_http_pool_opts po = {
+        .max_idle = 4, .max_idle_per_target = 4, .idle_timeout_ms = 10000};
     int r = al_http_pool_new(loop, &po, &f->pool);
     if (r < 0) {
         free(f);
@@ -476,7 +480,8 @@ static void flight__unlink(struct fetch__flight *fl)
         *pp = fl->next;
 }
 
-static void flight__deliver(struct fetch__flight *fl, struct intercept_secret *sec, int err, const char *reason)
+static void flight__deliver(struct fetch__flight *fl, struct intercept_secret *sec, int err,
+                            const char *reason)
 {
     struct intercept_fetch *w;
     while ((w = fl->waiters)) {
@@ -574,8 +579,10 @@ static struct intercept_secret *fetch__parse(struct intercept_secrets *s, struct
     si->mem = sodium_malloc(si->mem_len);
     size_t len = 0;
     json_t *j = NULL;
-    if (!si->mem || sodium_base642bin(si->mem, si->mem_len, v, vl, NULL, &len, NULL,
-                                      sodium_base64_VARIANT_ORIGINAL) != 0 || len == 0)
+    if (!si->mem ||
+        sodium_base642bin(si->mem, si->mem_len, v, vl, NULL, &len, NULL,
+                          sodium_base64_VARIANT_ORIGINAL) != 0 ||
+        len == 0)
         goto bad;
     memset(v, 'A', vl);
     sec->value = si->mem;
@@ -595,7 +602,8 @@ static struct intercept_secret *fetch__parse(struct intercept_secrets *s, struct
     sec->generation = (uint64_t)json_integer_value(gen);
     size_t i;
     json_t *h;
-    json_array_foreach(hosts, i, h) {
+    json_array_foreach(hosts, i, h)
+    {
         const char *hs = json_string_value(h);
         char canon[POLICY_BOUND_HOST_MAX + 1];
         /* The vault stored it canonical; canonicalise again (no PSL rules: the vault decided
@@ -605,7 +613,8 @@ static struct intercept_secret *fetch__parse(struct intercept_secrets *s, struct
             goto bad;
         sec->n_bound++;
     }
-    uint64_t max_age = json_is_integer(age) && json_integer_value(age) > 0 ? (uint64_t)json_integer_value(age) : 0;
+    uint64_t max_age =
+        json_is_integer(age) && json_integer_value(age) > 0 ? (uint64_t)json_integer_value(age) : 0;
     if (max_age == 0 || max_age > s->max_age_cap_ms)
         max_age = s->max_age_cap_ms;
     sec->fetched_ns = al_now_ns();
@@ -646,10 +655,21 @@ static void fetch__on_done(struct al_http_creq *c, int err, void *arg)
     } else {
         rc = -EACCES;
         switch (fl->status) {
-        case 403: reason = "vault_refused"; break;
-        case 404: rc = -ENOENT; reason = "secret_not_found"; break;
-        case 503: rc = -EAGAIN; reason = "vault_unavailable"; break;
-        default: rc = -EBADMSG; reason = "vault_bad_answer"; break;
+        case 403:
+            reason = "vault_refused";
+            break;
+        case 404:
+            rc = -ENOENT;
+            reason = "secret_not_found";
+            break;
+        case 503:
+            rc = -EAGAIN;
+            reason = "vault_unavailable";
+            break;
+        default:
+            rc = -EBADMSG;
+            reason = "vault_bad_answer";
+            break;
         }
     }
     al_buf_free_wipe(&fl->body);
@@ -694,7 +714,8 @@ int intercept_fetch_start(struct intercept_fetcher *f, const struct intercept_fe
     *reason = NULL;
     req->next = NULL;
     req->flight = NULL;
-    if (!a->name || !a->sandbox || !a->rule || !a->host || strlen(a->name) > INTERCEPT_SECRET_NAME_MAX) {
+    if (!a->name || !a->sandbox || !a->rule || !a->host ||
+        strlen(a->name) > INTERCEPT_SECRET_NAME_MAX) {
         *reason = "invalid_request";
         return -EINVAL;
     }
@@ -746,8 +767,8 @@ int intercept_fetch_start(struct intercept_fetcher *f, const struct intercept_fe
     fl->key = key;
     snprintf(fl->name, sizeof fl->name, "%s", a->name);
     al_buf_init(&fl->body, BODY_MAX);
-    json_t *body = json_pack("{s:s,s:s,s:s,s:s}", "name", a->name, "sandbox", a->sandbox, "rule", a->rule,
-                             "host", a->host);
+    json_t *body = json_pack("{s:s,s:s,s:s,s:s}", "name", a->name, "sandbox", a->sandbox, "rule",
+                             a->rule, "host", a->host);
     if (body && a->request_id)
         json_object_set_new(body, "request_id", json_string(a->request_id));
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;

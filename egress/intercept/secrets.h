@@ -37,8 +37,8 @@
 #include "common/error.h"
 #include "egress/intercept/scrub.h"
 
-#define INTERCEPT_SECRET_NAME_MAX 128
-#define INTERCEPT_SECRET_ID_LEN   36 /* "b2k:" + 32 hex */
+#define INTERCEPT_SECRET_NAME_MAX  128
+#define INTERCEPT_SECRET_ID_LEN    36 /* "b2k:" + 32 hex */
 #define INTERCEPT_SECRET_HOSTS_MAX 32
 
 struct intercept_secret {
@@ -70,9 +70,9 @@ struct intercept_secrets_opts {
     const char *socket;        /* the vault's socket, e.g. <state>/run/vault.sock */
     uint32_t fetch_timeout_ms; /* 0 = 2000 */
     uint32_t poll_wait_ms;     /* the changes long-poll; 0 = 30000 (the vault caps 60000) */
-    uint32_t max_age_cap_ms;   /* 0 = 300000: an entry never lives longer, whatever the vault says */
-    uint32_t retry_ms;         /* first delay before the feed is retried; 0 = 250 (doubles to 5 s) */
-    size_t max_entries;        /* 0 = 1024; the least recently fetched goes first */
+    uint32_t max_age_cap_ms; /* 0 = 300000: an entry never lives longer, whatever the vault says */
+    uint32_t retry_ms;       /* first delay before the feed is retried; 0 = 250 (doubles to 5 s) */
+    size_t max_entries;      /* 0 = 1024; the least recently fetched goes first */
 };
 
 struct intercept_secrets;
@@ -107,8 +107,8 @@ int intercept_fetcher_new(struct intercept_secrets *s, uv_loop_t *loop,
 void intercept_fetcher_close(struct intercept_fetcher *f);
 
 struct intercept_fetch_args {
-    const char *name;       /* secret name */
-    const char *sandbox;    /* for the vault's access log */
+    const char *name;    /* secret name */
+    const char *sandbox; /* for the vault's access log */
     const char *rule;
     const char *host;       /* canonical host the value is for (the vault checks it) */
     const char *request_id; /* may be NULL */

@@ -23,12 +23,12 @@
 #include "common/util.h"
 #include "egress/intercept/request.h"
 
-#define QUEUE_HIGH     (256 * 1024)
-#define READ_CHUNK     (16 * 1024)
-#define RESP_HEAD_MAX  (64 * 1024)
-#define MAX_HDRS       128
-#define CLOSE_MS       2000
-#define MAX_USED       8
+#define QUEUE_HIGH      (256 * 1024)
+#define READ_CHUNK      (16 * 1024)
+#define RESP_HEAD_MAX   (64 * 1024)
+#define MAX_HDRS        128
+#define CLOSE_MS        2000
+#define MAX_USED        8
 #define TUNNEL_FLUSH_MS 20 /* a tunnel's held-back bytes go after this much quiet */
 
 enum sess_state {
@@ -77,28 +77,28 @@ struct intercept_session {
     int cfd;
     struct intercept_tls *ctls;
     bool c_eof;
-    struct al_buf cin;  /* plaintext received, not yet consumed */
+    struct al_buf cin; /* plaintext received, not yet consumed */
     size_t cin_off;
-    struct al_buf cq;   /* plaintext toward the sandbox */
+    struct al_buf cq; /* plaintext toward the sandbox */
     size_t cq_off;
-    bool close_after;   /* close once cq is flushed */
+    bool close_after; /* close once cq is flushed */
 
     /* The upstream side. */
     int ufd;
     struct intercept_tls *utls;
     bool u_eof;
-    bool u_pooled;      /* this connection came from the pool */
-    bool u_reusable;    /* idle and clean: may go back to the pool */
-    bool u_tls12;       /* retried as TLS 1.2 already */
-    struct al_buf uq;   /* plaintext toward the upstream */
+    bool u_pooled;    /* this connection came from the pool */
+    bool u_reusable;  /* idle and clean: may go back to the pool */
+    bool u_tls12;     /* retried as TLS 1.2 already */
+    struct al_buf uq; /* plaintext toward the upstream */
     size_t uq_off;
-    struct al_buf rin;  /* plaintext from the upstream, unparsed */
+    struct al_buf rin; /* plaintext from the upstream, unparsed */
     size_t rin_off;
 
     /* The current request. */
     llhttp_t req;
     llhttp_t resp;
-    struct al_buf head;     /* the request head (headers point into it) */
+    struct al_buf head; /* the request head (headers point into it) */
     struct intercept_hdr hdrs[MAX_HDRS];
     size_t n_hdrs;
     bool hdr_overflow;
@@ -144,9 +144,9 @@ struct intercept_session {
 
     /* Timing (monotonic ns). */
     uint64_t t_start, t_decided, t_fetch0, t_fetched, t_connect0, t_connected, t_sent, t_first_resp;
-    uint64_t t_up_tcp;               /* upstream TCP connected (its TLS handshake follows) */
-    uint64_t t_chs0, t_chs1;         /* the sandbox's TLS handshake (once per connection) */
-    bool chs_recorded;               /* ... written in the first request's record */
+    uint64_t t_up_tcp;       /* upstream TCP connected (its TLS handshake follows) */
+    uint64_t t_chs0, t_chs1; /* the sandbox's TLS handshake (once per connection) */
+    bool chs_recorded;       /* ... written in the first request's record */
     uint64_t bytes_up, bytes_down;
     struct intercept_session_stats stats;
     bool audit_failed;
@@ -286,8 +286,8 @@ static void rec_us(json_t *o, const char *k, uint64_t a, uint64_t b)
         json_object_set_new(o, k, json_integer((json_int_t)((b - a) / 1000)));
 }
 
-static void sess__audit_request(struct intercept_session *s, const char *decision, const char *reason,
-                                const char *error)
+static void sess__audit_request(struct intercept_session *s, const char *decision,
+                                const char *reason, const char *error)
 {
     json_t *r = json_object();
     json_object_set_new(r, "type", json_string("http_request"));
@@ -321,9 +321,10 @@ static void sess__audit_request(struct intercept_session *s, const char *decisio
         json_t *sc = json_object();
         json_object_set_new(sc, "secrets", json_integer((json_int_t)s->n_used));
         if (s->body_live) {
-            json_object_set_new(sc, "mode", json_string(s->body.mode == INTERCEPT_BODY_DECODE ? "decoded"
-                                                         : s->body.mode == INTERCEPT_BODY_SCRUB ? "scrubbed"
-                                                                                                : "passed"));
+            json_object_set_new(sc, "mode",
+                                json_string(s->body.mode == INTERCEPT_BODY_DECODE  ? "decoded"
+                                            : s->body.mode == INTERCEPT_BODY_SCRUB ? "scrubbed"
+                                                                                   : "passed"));
             if (s->body.not_inspected)
                 json_object_set_new(sc, "not_inspected", json_true());
         }
@@ -379,25 +380,35 @@ static void sess__security_event(struct intercept_session *s, const char *event,
 static const char *status_text(int st)
 {
     switch (st) {
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 408: return "Request Timeout";
-    case 413: return "Payload Too Large";
-    case 431: return "Request Header Fields Too Large";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Error";
+    case 400:
+        return "Bad Request";
+    case 403:
+        return "Forbidden";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Payload Too Large";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "Error";
     }
 }
 
 /* An error/deny answer, then close. error: "blocked_by_policy", "bad_gateway", ... */
-static void sess__answer(struct intercept_session *s, int status, const char *error, const char *reason)
+static void sess__answer(struct intercept_session *s, int status, const char *error,
+                         const char *reason)
 {
     s->status = status;
     json_t *b = json_pack("{s:s,s:o,s:s,s:s}", "error", error, "rule",
-                          s->d.rule ? json_string(s->d.rule->name) : json_null(), "reason", reason ? reason : "",
-                          "request_id", s->rid);
+                          s->d.rule ? json_string(s->d.rule->name) : json_null(), "reason",
+                          reason ? reason : "", "request_id", s->rid);
     char *body = b ? json_dumps(b, JSON_COMPACT) : NULL;
     json_decref(b);
     size_t bl = body ? strlen(body) : 0;
@@ -416,7 +427,8 @@ static void sess__answer(struct intercept_session *s, int status, const char *er
 }
 
 /* Denied before any upstream byte: audit, answer. */
-static void sess__deny(struct intercept_session *s, int status, const char *error, const char *reason)
+static void sess__deny(struct intercept_session *s, int status, const char *error,
+                       const char *reason)
 {
     if (!s->t_decided)
         s->t_decided = al_now_ns();
@@ -432,9 +444,10 @@ static void sess__fail(struct intercept_session *s, int status, const char *erro
 {
     s->status = status;
     /* error: the code (upstream_certificate_invalid, ...), error_detail: what exactly. */
-    snprintf(s->fail_detail, sizeof s->fail_detail, "%s", detail && strcmp(detail, why) ? detail : "");
-    sess__audit_request(s, s->d.would_deny ? "would_deny" : "allow", s->d.reason < POLICY_R__COUNT ?
-                        policy_reason_code(s->d.reason) : "", why);
+    snprintf(s->fail_detail, sizeof s->fail_detail, "%s",
+             detail && strcmp(detail, why) ? detail : "");
+    sess__audit_request(s, s->d.would_deny ? "would_deny" : "allow",
+                        s->d.reason < POLICY_R__COUNT ? policy_reason_code(s->d.reason) : "", why);
     s->fail_detail[0] = '\0';
     if (!s->resp_started) {
         sess__answer(s, status, error, why);
@@ -458,8 +471,8 @@ void intercept_tls_raw_alert(int fd, unsigned char description)
 /* ---- moving bytes ------------------------------------------------------------------------------- */
 
 /* Writes queued plaintext through TLS; false on a fatal error (session finished). */
-static bool sess__flush_tls(struct intercept_session *s, struct intercept_tls *t, struct al_buf *q, size_t *off,
-                            bool client, bool *progress)
+static bool sess__flush_tls(struct intercept_session *s, struct intercept_tls *t, struct al_buf *q,
+                            size_t *off, bool client, bool *progress)
 {
     if (!t)
         return true;
@@ -639,8 +652,9 @@ static int req__on_complete(llhttp_t *p)
 /* Hop-by-hop and framing headers never forwarded as they came. */
 static bool hop_by_hop(const struct intercept_hdr *h, bool websocket)
 {
-    static const char *const names[] = {"Connection", "Keep-Alive", "TE", "Trailer", "Transfer-Encoding",
-                                        "Content-Length", "HTTP2-Settings", "Expect", NULL};
+    static const char *const names[] = {
+        "Connection",     "Keep-Alive",     "TE",     "Trailer", "Transfer-Encoding",
+        "Content-Length", "HTTP2-Settings", "Expect", NULL};
     for (size_t i = 0; names[i]; i++)
         if (intercept_hdr_is(h, names[i]))
             return true;
@@ -654,7 +668,8 @@ static int sess__serialize_request(struct intercept_session *s)
 {
     struct al_buf *o = &s->uq;
     size_t start = o->len;
-    int rc = al_buf_printf(o, "%s %.*s HTTP/1.1\r\n", s->method, (int)s->info.path_len, s->info.path);
+    int rc =
+        al_buf_printf(o, "%s %.*s HTTP/1.1\r\n", s->method, (int)s->info.path_len, s->info.path);
     bool scrubbing = s->n_used > 0 || (s->edit_live && s->edit.n_used > 0);
     bool host_done = false;
     for (size_t i = 0; i < s->n_hdrs && rc == 0; i++) {
@@ -671,7 +686,8 @@ static int sess__serialize_request(struct intercept_session *s)
                 continue;
             host_done = true;
         }
-        rc = al_buf_printf(o, "%.*s: %.*s\r\n", (int)h->name_len, h->name, (int)h->value_len, h->value);
+        rc = al_buf_printf(o, "%.*s: %.*s\r\n", (int)h->name_len, h->name, (int)h->value_len,
+                           h->value);
     }
     for (size_t i = 0; s->edit_live && i < s->edit.n_add && rc == 0; i++) {
         rc = al_buf_printf(o, "%s: ", s->edit.add[i].name);
@@ -687,7 +703,8 @@ static int sess__serialize_request(struct intercept_session *s)
     if (rc == 0 && s->req_chunked)
         rc = al_buf_appends(o, "Transfer-Encoding: chunked\r\n");
     else if (rc == 0 && (s->req.flags & F_CONTENT_LENGTH))
-        rc = al_buf_printf(o, "Content-Length: %llu\r\n", (unsigned long long)s->req.content_length);
+        rc =
+            al_buf_printf(o, "Content-Length: %llu\r\n", (unsigned long long)s->req.content_length);
     if (rc == 0)
         rc = al_buf_append(o, "\r\n", 2);
     if (rc == 0) {
@@ -718,7 +735,6 @@ static void sess__begin_forward(struct intercept_session *s)
 /* The request is decided, edited and ready: send its head, then the body follows. */
 static void sess__send(struct intercept_session *s)
 {
-
     if (sess__serialize_request(s) < 0) {
         sess__fail(s, 502, "bad_gateway", "proxy_error", "cannot serialise the request");
         return;
@@ -739,7 +755,8 @@ static void sess__send(struct intercept_session *s)
 }
 
 /* Remembers a secret the upstream now knows (for scrubbing every later response). */
-static void sess__use_secret(struct intercept_session *s, const struct intercept_secret *sec, enum policy_scrub mode)
+static void sess__use_secret(struct intercept_session *s, const struct intercept_secret *sec,
+                             enum policy_scrub mode)
 {
     if (mode == POLICY_SCRUB_NONE)
         return;
@@ -764,11 +781,14 @@ static void sess__after_fetch(struct intercept_session *s)
     if (s->fetch_fail) {
         const char *r = s->fetch_fail;
         bool refused = strcmp(r, "vault_refused") == 0 || strcmp(r, "secret_not_found") == 0;
-        sess__deny(s, refused ? 403 : 503, refused ? "blocked_by_policy" : "credentials_unavailable", r);
+        sess__deny(s, refused ? 403 : 503,
+                   refused ? "blocked_by_policy" : "credentials_unavailable", r);
         return;
     }
     struct intercept_inject_ctx ic = {
-        .conn = &(struct intercept_conn_view){.tls = !s->plain, .sni = s->plain ? NULL : s->name, .port = s->port},
+        .conn = &(struct intercept_conn_view){.tls = !s->plain,
+                                              .sni = s->plain ? NULL : s->name,
+                                              .port = s->port},
         .host = s->info.host.text,
         .hdrs = s->hdrs,
         .n_hdrs = s->n_hdrs,
@@ -787,9 +807,10 @@ static void sess__after_fetch(struct intercept_session *s)
     const char *reason = NULL;
     if (intercept_inject_apply(&ic, &s->edit, &reason) < 0) {
         if (s->edit.placeholder_misuse) {
-            json_t *x = json_pack("{s:s,s:s,s:s,s:s}", "decision", "deny", "reason", "placeholder_misuse",
-                                  "where", s->edit.misuse_where ? s->edit.misuse_where : "",
-                                  "secret", s->edit.misuse_secret ? s->edit.misuse_secret : "");
+            json_t *x =
+                json_pack("{s:s,s:s,s:s,s:s}", "decision", "deny", "reason", "placeholder_misuse",
+                          "where", s->edit.misuse_where ? s->edit.misuse_where : "", "secret",
+                          s->edit.misuse_secret ? s->edit.misuse_secret : "");
             sess__security_event(s, "placeholder_misuse", x);
         }
         sess__deny(s, 403, "blocked_by_policy", reason);
@@ -797,7 +818,8 @@ static void sess__after_fetch(struct intercept_session *s)
     }
     enum policy_scrub mode = s->d.rule ? s->d.rule->scrub : POLICY_SCRUB_NONE;
     for (size_t i = 0; i < s->edit.n_used; i++)
-        sess__use_secret(s, s->edit.used[i], mode == POLICY_SCRUB_NONE ? POLICY_SCRUB_STRICT : mode);
+        sess__use_secret(s, s->edit.used[i],
+                         mode == POLICY_SCRUB_NONE ? POLICY_SCRUB_STRICT : mode);
     if (s->edit.n_injected)
         s->stats.injected++;
     /* Placeholders in the body are refused as they stream. */
@@ -814,7 +836,8 @@ static void sess__after_fetch(struct intercept_session *s)
     sess__start_upstream(s);
 }
 
-static void sess__fetch_cb(struct intercept_fetch *req, struct intercept_secret *sec, int err, const char *reason)
+static void sess__fetch_cb(struct intercept_fetch *req, struct intercept_secret *sec, int err,
+                           const char *reason)
 {
     struct sess_fetch *f = (struct sess_fetch *)req;
     struct intercept_session *s = f->s;
@@ -836,12 +859,14 @@ static void sess__on_request(struct intercept_session *s)
 {
     s->stats.requests++;
     s->t_start = al_now_ns();
-    s->t_decided = s->t_fetch0 = s->t_fetched = s->t_connect0 = s->t_connected = s->t_sent = s->t_first_resp = 0;
+    s->t_decided = s->t_fetch0 = s->t_fetched = s->t_connect0 = s->t_connected = s->t_sent =
+        s->t_first_resp = 0;
     s->t_up_tcp = 0;
     s->ops->request_id(s->ctx, s->rid);
     /* Path for the log: without the query. */
     size_t pl = 0;
-    while (pl < s->url_len && s->url_at[pl] != '?' && s->url_at[pl] != '#' && pl < sizeof s->path_log - 1)
+    while (pl < s->url_len && s->url_at[pl] != '?' && s->url_at[pl] != '#' &&
+           pl < sizeof s->path_log - 1)
         pl++;
     memcpy(s->path_log, s->url_at, pl);
     s->path_log[pl] = 0;
@@ -856,16 +881,21 @@ static void sess__on_request(struct intercept_session *s)
         sess__deny(s, 503, "proxy_unavailable", "audit_unavailable");
         return;
     }
-    struct intercept_conn_view cv = {.tls = !s->plain, .sni = s->plain ? NULL : s->name, .port = s->port};
-    struct intercept_req_view rv = {.method = s->method, .target = s->url_at, .target_len = s->url_len,
-                                    .hdrs = s->hdrs, .n_hdrs = s->n_hdrs};
+    struct intercept_conn_view cv = {
+        .tls = !s->plain, .sni = s->plain ? NULL : s->name, .port = s->port};
+    struct intercept_req_view rv = {.method = s->method,
+                                    .target = s->url_at,
+                                    .target_len = s->url_len,
+                                    .hdrs = s->hdrs,
+                                    .n_hdrs = s->n_hdrs};
     int status = 0;
     const char *reason = NULL;
     if (intercept_request_check(&cv, &rv, &s->info, &status, &reason) < 0) {
         sess__deny(s, status, status == 403 ? "blocked_by_policy" : "bad_request", reason);
         return;
     }
-    if (s->plain && (s->info.host.len != strlen(s->name) || memcmp(s->info.host.text, s->name, s->info.host.len) != 0)) {
+    if (s->plain && (s->info.host.len != strlen(s->name) ||
+                     memcmp(s->info.host.text, s->name, s->info.host.len) != 0)) {
         /* Plain HTTP: the connection is bound to the host it was handed over for. */
         sess__deny(s, 403, "blocked_by_policy", "host_changed_on_connection");
         return;
@@ -900,7 +930,8 @@ static void sess__on_request(struct intercept_session *s)
     s->req_chunked = (s->req.flags & F_CHUNKED) != 0;
     s->req_close = !llhttp_should_keep_alive(&s->req);
     const struct intercept_hdr *ex = intercept_hdr_find(s->hdrs, s->n_hdrs, "Expect", NULL);
-    s->expect_continue = ex && ex->value_len == 12 && strncasecmp(ex->value, "100-continue", 12) == 0;
+    s->expect_continue =
+        ex && ex->value_len == 12 && strncasecmp(ex->value, "100-continue", 12) == 0;
     if (ex && !s->expect_continue) {
         sess__deny(s, 400, "bad_request", "unsupported_expectation");
         return;
@@ -934,8 +965,10 @@ static void sess__on_request(struct intercept_session *s)
             f->req.cb = sess__fetch_cb;
             f->s = s;
             f->idx = i;
-            struct intercept_fetch_args a = {.name = names[i], .sandbox = s->sandbox,
-                                             .rule = s->d.rule ? s->d.rule->name : "", .host = s->info.host.text,
+            struct intercept_fetch_args a = {.name = names[i],
+                                             .sandbox = s->sandbox,
+                                             .rule = s->d.rule ? s->d.rule->name : "",
+                                             .host = s->info.host.text,
                                              .request_id = s->rid};
             struct intercept_secret *got = NULL;
             const char *why = NULL;
@@ -976,12 +1009,19 @@ static const char *req__parse_error(llhttp_t *p, int *status)
     switch (e) {
     case HPE_INVALID_TRANSFER_ENCODING:
     case HPE_UNEXPECTED_CONTENT_LENGTH:
-    case HPE_INVALID_CONTENT_LENGTH: return "ambiguous_framing";
-    case HPE_INVALID_METHOD: return "invalid_method";
-    case HPE_INVALID_VERSION: return "invalid_version";
-    case HPE_INVALID_CHUNK_SIZE: return "invalid_chunk";
-    case HPE_PAUSED_H2_UPGRADE: *status = 403; return "h2_prior_knowledge_refused";
-    default: return "malformed_request";
+    case HPE_INVALID_CONTENT_LENGTH:
+        return "ambiguous_framing";
+    case HPE_INVALID_METHOD:
+        return "invalid_method";
+    case HPE_INVALID_VERSION:
+        return "invalid_version";
+    case HPE_INVALID_CHUNK_SIZE:
+        return "invalid_chunk";
+    case HPE_PAUSED_H2_UPGRADE:
+        *status = 403;
+        return "h2_prior_knowledge_refused";
+    default:
+        return "malformed_request";
     }
 }
 
@@ -1011,11 +1051,14 @@ static void sess__parse_client(struct intercept_session *s, bool *progress)
             int st;
             const char *why = req__parse_error(&s->req, &st);
             if (strcmp(why, "placeholder_misuse") == 0) {
-                json_t *x = json_pack("{s:s,s:s,s:s}", "decision", "deny", "reason", "placeholder_misuse", "where",
-                                      "body");
+                json_t *x = json_pack("{s:s,s:s,s:s}", "decision", "deny", "reason",
+                                      "placeholder_misuse", "where", "body");
                 sess__security_event(s, "placeholder_misuse", x);
             }
-            sess__fail(s, st, st == 413 ? "payload_too_large" : st == 403 ? "blocked_by_policy" : "bad_request",
+            sess__fail(s, st,
+                       st == 413   ? "payload_too_large"
+                       : st == 403 ? "blocked_by_policy"
+                                   : "bad_request",
                        why, why);
             return;
         }
@@ -1145,13 +1188,16 @@ static void sess__on_connected(struct intercept_session *s, bool *progress)
         err = errno;
     if (err) {
         sess__close_upstream(s);
-        sess__up_failed(s, err == ETIMEDOUT ? "upstream_connect_timeout" : "upstream_connect_failed", strerror(err));
+        sess__up_failed(s,
+                        err == ETIMEDOUT ? "upstream_connect_timeout" : "upstream_connect_failed",
+                        strerror(err));
         return;
     }
     struct al_error e = {0};
-    int r = s->plain ? intercept_tls_plain(s->ufd, NULL, 0, &s->utls)
-                     : intercept_tls_connect(s->cli, s->ufd, s->name, s->u_tls12 ? INTERCEPT_TLS_CONNECT_TLS12 : 0,
-                                             &s->utls, &e);
+    int r = s->plain
+                ? intercept_tls_plain(s->ufd, NULL, 0, &s->utls)
+                : intercept_tls_connect(s->cli, s->ufd, s->name,
+                                        s->u_tls12 ? INTERCEPT_TLS_CONNECT_TLS12 : 0, &s->utls, &e);
     if (r < 0) {
         sess__close_upstream(s);
         sess__up_failed(s, "upstream_tls_failed", al_error_str(&e));
@@ -1186,8 +1232,10 @@ static void sess__up_handshake(struct intercept_session *s, bool *progress)
         return;
     }
     sess__close_upstream(s);
-    sess__up_failed(s, strcmp(reason, "certificate_verify_failed") == 0 ? "upstream_certificate_invalid"
-                                                                        : "upstream_tls_failed",
+    sess__up_failed(s,
+                    strcmp(reason, "certificate_verify_failed") == 0
+                        ? "upstream_certificate_invalid"
+                        : "upstream_tls_failed",
                     detail);
 }
 
@@ -1278,8 +1326,15 @@ static int resp__on_complete(llhttp_t *p)
 
 static bool resp_hop_by_hop(const struct intercept_hdr *h, bool upgrade)
 {
-    static const char *const names[] = {"Connection", "Keep-Alive", "TE", "Trailer", "Transfer-Encoding",
-                                        "Content-Length", "Proxy-Authenticate", "Proxy-Connection", NULL};
+    static const char *const names[] = {"Connection",
+                                        "Keep-Alive",
+                                        "TE",
+                                        "Trailer",
+                                        "Transfer-Encoding",
+                                        "Content-Length",
+                                        "Proxy-Authenticate",
+                                        "Proxy-Connection",
+                                        NULL};
     for (size_t i = 0; names[i]; i++)
         if (intercept_hdr_is(h, names[i]))
             return true;
@@ -1308,19 +1363,22 @@ static void sess__on_response_head(struct intercept_session *s)
     struct intercept_matcher *ms[MAX_USED];
     for (size_t i = 0; i < s->n_used; i++)
         ms[i] = s->used[i]->matcher;
-    const struct intercept_hdr *ce = intercept_hdr_find(s->rhdrs, s->n_rhdrs, "Content-Encoding", NULL);
+    const struct intercept_hdr *ce =
+        intercept_hdr_find(s->rhdrs, s->n_rhdrs, "Content-Encoding", NULL);
     char cebuf[128] = "";
     if (ce)
-        snprintf(cebuf, sizeof cebuf, "%.*s", (int)(ce->value_len < 127 ? ce->value_len : 127), ce->value);
-    bool no_body = status == 204 || status == 304 || (status >= 100 && status < 200) || strcmp(s->method, "HEAD") == 0;
+        snprintf(cebuf, sizeof cebuf, "%.*s", (int)(ce->value_len < 127 ? ce->value_len : 127),
+                 ce->value);
+    bool no_body = status == 204 || status == 304 || (status >= 100 && status < 200) ||
+                   strcmp(s->method, "HEAD") == 0;
     if (!no_body && s->n_used) {
         if (intercept_body_start(&s->body, ms, s->n_used, ce ? cebuf : NULL, s->scrub_mode,
                                  s->lim.max_decoded_body, &reason) < 0) {
-            json_t *x = json_pack("{s:s,s:s,s:s}", "decision", "deny", "reason", reason ? reason : "",
-                                  "content_encoding", cebuf);
+            json_t *x = json_pack("{s:s,s:s,s:s}", "decision", "deny", "reason",
+                                  reason ? reason : "", "content_encoding", cebuf);
             sess__security_event(s, "response_not_inspectable", x);
-            sess__fail(s, 502, "response_not_inspectable", reason ? reason : "unsupported_content_encoding",
-                       reason);
+            sess__fail(s, 502, "response_not_inspectable",
+                       reason ? reason : "unsupported_content_encoding", reason);
             return;
         }
         s->body_live = true;
@@ -1332,7 +1390,8 @@ static void sess__on_response_head(struct intercept_session *s)
     s->resp_skip = no_body;
     s->resp_chunked_out = !no_body && !upgrade && (decode || !has_cl) && !client10;
     s->resp_close_delim = !no_body && !upgrade && (decode || !has_cl) && client10;
-    bool close = s->req_close || s->resp_close_delim || !llhttp_should_keep_alive(&s->resp) || s->close_after;
+    bool close = s->req_close || s->resp_close_delim || !llhttp_should_keep_alive(&s->resp) ||
+                 s->close_after;
     if (close)
         s->close_after = true;
     /* The head toward the sandbox. */
@@ -1341,7 +1400,8 @@ static void sess__on_response_head(struct intercept_session *s)
     const char *sl = s->rhead.data;
     const char *sle = memchr(sl, '\r', s->rhead.len);
     size_t at0 = s->cq.len;
-    int rc = al_buf_printf(&s->cq, "HTTP/1.%d%.*s\r\n", client10 ? 0 : 1, (int)(sle - sl - 8), sl + 8);
+    int rc =
+        al_buf_printf(&s->cq, "HTTP/1.%d%.*s\r\n", client10 ? 0 : 1, (int)(sle - sl - 8), sl + 8);
     for (size_t k = 0; rc == 0 && k < s->n_used; k++)
         s->stats.scrubbed_matches +=
             intercept_scrub_buffer(s->used[k]->matcher, k, s->cq.data + at0, s->cq.len - at0, &rep);
@@ -1352,16 +1412,18 @@ static void sess__on_response_head(struct intercept_session *s)
         if (decode && intercept_hdr_is(h, "Content-Encoding"))
             continue;
         size_t at = s->cq.len;
-        rc = al_buf_printf(&s->cq, "%.*s: %.*s\r\n", (int)h->name_len, h->name, (int)h->value_len, h->value);
+        rc = al_buf_printf(&s->cq, "%.*s: %.*s\r\n", (int)h->name_len, h->name, (int)h->value_len,
+                           h->value);
         for (size_t k = 0; rc == 0 && k < s->n_used; k++)
-            s->stats.scrubbed_matches +=
-                intercept_scrub_buffer(s->used[k]->matcher, k, s->cq.data + at, s->cq.len - at, &rep);
+            s->stats.scrubbed_matches += intercept_scrub_buffer(
+                s->used[k]->matcher, k, s->cq.data + at, s->cq.len - at, &rep);
     }
     if (rc == 0) {
         if (upgrade)
             rc = al_buf_appends(&s->cq, "Connection: Upgrade\r\n");
         else if (has_cl && !decode && status != 204 && status != 304)
-            rc = al_buf_printf(&s->cq, "Content-Length: %llu\r\n", (unsigned long long)s->resp.content_length);
+            rc = al_buf_printf(&s->cq, "Content-Length: %llu\r\n",
+                               (unsigned long long)s->resp.content_length);
         if (rc == 0 && s->resp_chunked_out)
             rc = al_buf_appends(&s->cq, "Transfer-Encoding: chunked\r\n");
         if (rc == 0 && close && !upgrade)
@@ -1374,8 +1436,9 @@ static void sess__on_response_head(struct intercept_session *s)
         for (int e = 0; e < INTERCEPT_ENC__COUNT; e++)
             if (rep.enc_mask & (1u << e))
                 json_array_append_new(enc, json_string(intercept_enc_name((enum intercept_enc)e)));
-        json_t *x = json_pack("{s:s,s:s,s:I,s:o}", "decision", "scrubbed", "where", "response_headers",
-                              "matches", (json_int_t)rep.matches, "encodings", enc);
+        json_t *x =
+            json_pack("{s:s,s:s,s:I,s:o}", "decision", "scrubbed", "where", "response_headers",
+                      "matches", (json_int_t)rep.matches, "encodings", enc);
         json_t *ids = json_array();
         for (size_t k = 0; k < s->n_used; k++)
             if (rep.value_mask[k])
@@ -1428,12 +1491,14 @@ static void sess__response_complete(struct intercept_session *s)
         for (size_t k = 0; k < s->n_used; k++)
             if (rep->value_mask[k])
                 json_array_append_new(ids, json_string(s->used[k]->secret_id));
-        json_t *x = json_pack("{s:s,s:s,s:I,s:o,s:o,s:b}", "decision", "scrubbed", "where", "response_body",
-                              "matches", (json_int_t)rep->matches, "encodings", enc, "secret_ids", ids, "decoded",
-                              s->body.mode == INTERCEPT_BODY_DECODE);
+        json_t *x =
+            json_pack("{s:s,s:s,s:I,s:o,s:o,s:b}", "decision", "scrubbed", "where", "response_body",
+                      "matches", (json_int_t)rep->matches, "encodings", enc, "secret_ids", ids,
+                      "decoded", s->body.mode == INTERCEPT_BODY_DECODE);
         sess__security_event(s, "secret_reflected", x);
     }
-    sess__audit_request(s, s->d.would_deny ? "would_deny" : "allow", policy_reason_code(s->d.reason), NULL);
+    sess__audit_request(s, s->d.would_deny ? "would_deny" : "allow",
+                        policy_reason_code(s->d.reason), NULL);
     bool up_ok = llhttp_should_keep_alive(&s->resp) && !s->u_eof && q_len(&s->rin, s->rin_off) == 0;
     if (!up_ok)
         sess__close_upstream(s);
@@ -1462,7 +1527,8 @@ static bool sess__parse_upstream(struct intercept_session *s, bool *progress)
             const char *end = memmem(data, avail, "\r\n\r\n", 4);
             if (!end) {
                 if (avail > RESP_HEAD_MAX) {
-                    sess__fail(s, 502, "bad_gateway", "response_head_too_large", "response head too large");
+                    sess__fail(s, 502, "bad_gateway", "response_head_too_large",
+                               "response head too large");
                     return false;
                 }
                 return true;
@@ -1484,7 +1550,8 @@ static bool sess__parse_upstream(struct intercept_session *s, bool *progress)
                 sess__fail(s, 502, "bad_gateway", "malformed_response", llhttp_errno_name(err));
                 return false;
             }
-            if (s->resp.status_code >= 100 && s->resp.status_code < 200 && s->resp.status_code != 101) {
+            if (s->resp.status_code >= 100 && s->resp.status_code < 200 &&
+                s->resp.status_code != 101) {
                 /* An interim response: dropped (we answered Expect ourselves); the final
                  * one follows on the same parser. */
                 llhttp_resume(&s->resp);
@@ -1516,7 +1583,8 @@ static bool sess__parse_upstream(struct intercept_session *s, bool *progress)
         if (err == HPE_OK || err == HPE_PAUSED)
             continue;
         const char *r = llhttp_get_error_reason(&s->resp);
-        if (err == HPE_USER && r && (strcmp(r, "decoded_body_too_large") == 0 || strcmp(r, "corrupt_encoding") == 0)) {
+        if (err == HPE_USER && r &&
+            (strcmp(r, "decoded_body_too_large") == 0 || strcmp(r, "corrupt_encoding") == 0)) {
             json_t *x = json_pack("{s:s,s:s}", "decision", "abort", "reason", r);
             sess__security_event(s, "response_not_inspectable", x);
             sess__fail(s, 502, "response_not_inspectable", r, r);
@@ -1574,13 +1642,24 @@ static void sess__update_watch(struct intercept_session *s)
             ce |= INTERCEPT_TLS_WANT_WRITE;
         bool want_read = false;
         switch (s->st) {
-        case S_HANDSHAKE: want_read = intercept_tls_want(s->ctls) & INTERCEPT_TLS_WANT_READ; break;
+        case S_HANDSHAKE:
+            want_read = intercept_tls_want(s->ctls) & INTERCEPT_TLS_WANT_READ;
+            break;
         case S_IDLE:
-        case S_HEAD: want_read = true; break;
-        case S_FORWARD: want_read = !s->req_done && q_len(&s->uq, s->uq_off) < QUEUE_HIGH; break;
-        case S_TUNNEL: want_read = q_len(&s->uq, s->uq_off) < QUEUE_HIGH; break;
-        case S_CLOSING: want_read = true; break; /* read and discard until the close */
-        default: break;
+        case S_HEAD:
+            want_read = true;
+            break;
+        case S_FORWARD:
+            want_read = !s->req_done && q_len(&s->uq, s->uq_off) < QUEUE_HIGH;
+            break;
+        case S_TUNNEL:
+            want_read = q_len(&s->uq, s->uq_off) < QUEUE_HIGH;
+            break;
+        case S_CLOSING:
+            want_read = true;
+            break; /* read and discard until the close */
+        default:
+            break;
         }
         if (want_read && !s->c_eof)
             ce |= INTERCEPT_TLS_WANT_READ;
@@ -1592,7 +1671,8 @@ static void sess__update_watch(struct intercept_session *s)
             ue = intercept_tls_want(s->utls);
             if (q_len(&s->uq, s->uq_off))
                 ue |= INTERCEPT_TLS_WANT_WRITE;
-            if ((s->st == S_FORWARD || s->st == S_TUNNEL) && !s->u_eof && q_len(&s->cq, s->cq_off) < QUEUE_HIGH)
+            if ((s->st == S_FORWARD || s->st == S_TUNNEL) && !s->u_eof &&
+                q_len(&s->cq, s->cq_off) < QUEUE_HIGH)
                 ue |= INTERCEPT_TLS_WANT_READ;
             if (s->st == S_IDLE)
                 ue &= ~INTERCEPT_TLS_WANT_READ; /* idle: a close is noticed at the next request */
@@ -1603,7 +1683,8 @@ static void sess__update_watch(struct intercept_session *s)
     if (s->st == S_TUNNEL) {
         /* Bytes held back by the scrubber (they could begin a secret) go out after a short
          * quiet: an interactive protocol must not wait for the next message. */
-        s->ops->deadline(s->ctx, sess__tunnel_held(s) ? TUNNEL_FLUSH_MS : lim_or(s->lim.idle_timeout_ms, 300000));
+        s->ops->deadline(s->ctx, sess__tunnel_held(s) ? TUNNEL_FLUSH_MS
+                                                      : lim_or(s->lim.idle_timeout_ms, 300000));
     }
 }
 
@@ -1621,7 +1702,8 @@ static void sess__run(struct intercept_session *s)
                 progress = true;
             } else if (r != -EAGAIN) {
                 char detail[400];
-                snprintf(detail, sizeof detail, "%s: %s", intercept_tls_reason(s->ctls), intercept_tls_error(s->ctls));
+                snprintf(detail, sizeof detail, "%s: %s", intercept_tls_reason(s->ctls),
+                         intercept_tls_error(s->ctls));
                 sess__finish(s, "sandbox_tls_failed", detail);
                 return;
             }
@@ -1641,7 +1723,8 @@ static void sess__run(struct intercept_session *s)
         if (s->ctls && intercept_tls_handshake_done(s->ctls) && !s->c_eof &&
             (s->st == S_IDLE || s->st == S_HEAD || s->st == S_CLOSING || s->st == S_TUNNEL ||
              (s->st == S_FORWARD && !s->req_done)) &&
-            q_len(&s->cin, s->cin_off) < (size_t)lim_or(s->lim.max_header_bytes, 32 * 1024) + READ_CHUNK) {
+            q_len(&s->cin, s->cin_off) <
+                (size_t)lim_or(s->lim.max_header_bytes, 32 * 1024) + READ_CHUNK) {
             ssize_t n = sess__read_tls(s->ctls, &s->cin, s->cin.len + READ_CHUNK);
             if (n > 0) {
                 progress = true;
@@ -1652,7 +1735,8 @@ static void sess__run(struct intercept_session *s)
             } else if (n < 0) {
                 s->c_eof = true;
                 progress = true;
-                if (s->st == S_IDLE || s->st == S_CLOSING || (s->st == S_HEAD && q_len(&s->cin, s->cin_off) == 0)) {
+                if (s->st == S_IDLE || s->st == S_CLOSING ||
+                    (s->st == S_HEAD && q_len(&s->cin, s->cin_off) == 0)) {
                     sess__finish(s, "sandbox_closed", "");
                     return;
                 }
@@ -1661,7 +1745,8 @@ static void sess__run(struct intercept_session *s)
                     return;
                 }
                 if (s->st == S_HEAD || (s->st == S_FORWARD && !s->req_done)) {
-                    sess__audit_request(s, s->method[0] ? "allow" : "deny", "sandbox_closed", "sandbox_closed");
+                    sess__audit_request(s, s->method[0] ? "allow" : "deny", "sandbox_closed",
+                                        "sandbox_closed");
                     sess__close_upstream(s);
                     sess__finish(s, "sandbox_closed", "");
                     return;
@@ -1703,7 +1788,8 @@ static void sess__run(struct intercept_session *s)
                     }
                 } else if (!s->resp_done) {
                     sess__fail(s, 502, "bad_gateway",
-                               s->resp_started ? "upstream_closed_mid_response" : "upstream_closed_before_response",
+                               s->resp_started ? "upstream_closed_mid_response"
+                                               : "upstream_closed_before_response",
                                s->utls ? intercept_tls_error(s->utls) : "");
                     return;
                 }
@@ -1739,7 +1825,8 @@ static void sess__run(struct intercept_session *s)
             return;
         if (!sess__flush_tls(s, s->ctls, &s->cq, &s->cq_off, true, &progress))
             return;
-        if (s->st == S_FORWARD && s->resp_done && s->req_done && q_len(&s->cq, s->cq_off) < QUEUE_HIGH) {
+        if (s->st == S_FORWARD && s->resp_done && s->req_done &&
+            q_len(&s->cq, s->cq_off) < QUEUE_HIGH) {
             sess__response_complete(s);
             progress = true;
         }
@@ -1750,7 +1837,8 @@ static void sess__run(struct intercept_session *s)
             sess__close_upstream(s);
             s->u_eof = true;
         }
-        if (s->st == S_CLOSING && q_len(&s->cq, s->cq_off) == 0 && intercept_tls_out_pending(s->ctls) == 0) {
+        if (s->st == S_CLOSING && q_len(&s->cq, s->cq_off) == 0 &&
+            intercept_tls_out_pending(s->ctls) == 0) {
             intercept_tls_close_notify(s->ctls);
             sess__finish(s, s->end_why ? s->end_why : "closed", NULL);
             return;
@@ -1760,7 +1848,8 @@ static void sess__run(struct intercept_session *s)
                                                      : lim_or(s->lim.response_timeout_ms, 60000));
         if (!progress) {
             /* Decrypted bytes the sockets no longer signal? */
-            bool more = s->ctls && intercept_tls_handshake_done(s->ctls) && intercept_tls_in_pending(s->ctls) &&
+            bool more = s->ctls && intercept_tls_handshake_done(s->ctls) &&
+                        intercept_tls_in_pending(s->ctls) &&
                         (s->st == S_IDLE || s->st == S_HEAD || s->st == S_TUNNEL ||
                          (s->st == S_FORWARD && !s->req_done));
             if (!more)
@@ -1807,7 +1896,8 @@ int intercept_session_start(const struct intercept_session_opts *o, struct inter
     al_buf_init(&s->rhead, 0);
     al_buf_init(&s->saved_head, 0);
     int r = s->plain ? intercept_tls_plain(s->cfd, o->prefix, o->prefix_len, &s->ctls)
-                     : intercept_tls_accept(s->srv, s->cfd, s->name, o->prefix, o->prefix_len, &s->ctls, err);
+                     : intercept_tls_accept(s->srv, s->cfd, s->name, o->prefix, o->prefix_len,
+                                            &s->ctls, err);
     if (r < 0 && s->plain) {
         al_error_set(err, r, "out of memory");
         s->done_called = true;
@@ -1833,7 +1923,8 @@ void intercept_session_on_events(struct intercept_session *s, int end, int event
 {
     if (s->st == S_DONE)
         return;
-    if (end == INTERCEPT_END_UPSTREAM && s->st == S_CONNECT && (events & INTERCEPT_TLS_WANT_WRITE)) {
+    if (end == INTERCEPT_END_UPSTREAM && s->st == S_CONNECT &&
+        (events & INTERCEPT_TLS_WANT_WRITE)) {
         bool progress = false;
         sess__on_connected(s, &progress);
         if (s->st == S_DONE)
@@ -1846,7 +1937,8 @@ void intercept_session_on_timeout(struct intercept_session *s)
 {
     switch (s->st) {
     case S_HANDSHAKE:
-        sess__finish(s, "handshake_timeout", "the sandbox did not complete the TLS handshake in time");
+        sess__finish(s, "handshake_timeout",
+                     "the sandbox did not complete the TLS handshake in time");
         return;
     case S_IDLE:
         intercept_tls_close_notify(s->ctls);
@@ -1937,7 +2029,8 @@ void intercept_session_free(struct intercept_session *s)
     free(s);
 }
 
-void intercept_session_get_stats(const struct intercept_session *s, struct intercept_session_stats *st)
+void intercept_session_get_stats(const struct intercept_session *s,
+                                 struct intercept_session_stats *st)
 {
     *st = s->stats;
     st->bytes_up = s->bytes_up;

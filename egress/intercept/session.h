@@ -80,20 +80,20 @@ struct intercept_session_limits {
 struct intercept_session_opts {
     const struct intercept_host_ops *ops;
     void *ctx;
-    struct intercept_tls_server *srv;   /* the sandbox's (CA, leaves, tickets) */
-    struct intercept_tls_client *cli;   /* trusted roots */
-    struct intercept_pool *pool;        /* this loop's; may be NULL */
-    struct intercept_fetcher *fetcher;  /* this loop's; NULL: no injection possible */
-    struct intercept_placeholders *ph;  /* the sandbox's, or NULL */
+    struct intercept_tls_server *srv;  /* the sandbox's (CA, leaves, tickets) */
+    struct intercept_tls_client *cli;  /* trusted roots */
+    struct intercept_pool *pool;       /* this loop's; may be NULL */
+    struct intercept_fetcher *fetcher; /* this loop's; NULL: no injection possible */
+    struct intercept_placeholders *ph; /* the sandbox's, or NULL */
     const char *sandbox_id;
-    const char *name;                   /* the canonical SNI the proxy decided on (plaintext:
+    const char *name;       /* the canonical SNI the proxy decided on (plaintext:
                                            the host the connection is bound to) */
-    bool plaintext;                     /* plain HTTP both ways (rules with
+    bool plaintext;         /* plain HTTP both ways (rules with
                                            allow_plaintext_inject): no TLS, scheme http */
-    uint16_t port;                      /* original destination port */
-    struct policy_addr dst;             /* original destination (for decisions) */
+    uint16_t port;          /* original destination port */
+    struct policy_addr dst; /* original destination (for decisions) */
     int client_fd;
-    const void *prefix;                 /* bytes already read (the ClientHello); copied */
+    const void *prefix; /* bytes already read (the ClientHello); copied */
     size_t prefix_len;
     struct intercept_session_limits limits;
 };
@@ -118,7 +118,8 @@ struct intercept_session_stats {
     uint64_t bytes_up, bytes_down; /* plaintext */
     bool upstream_pooled;          /* the first upstream came from the pool */
 };
-void intercept_session_get_stats(const struct intercept_session *s, struct intercept_session_stats *st);
+void intercept_session_get_stats(const struct intercept_session *s,
+                                 struct intercept_session_stats *st);
 
 /* A plaintext TLS alert (before any handshake) on a socket: 7 bytes, best effort. */
 void intercept_tls_raw_alert(int fd, unsigned char description);

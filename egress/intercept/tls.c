@@ -49,16 +49,11 @@ static const int tls__server_suites[] = {
  * downgrade, since the server itself chose TLS 1.2 and mbedtls checks TLS 1.3's downgrade
  * sentinel. */
 static const uint16_t tls__client_sig_algs[] = {
-    MBEDTLS_TLS1_3_SIG_ECDSA_SECP256R1_SHA256,
-    MBEDTLS_TLS1_3_SIG_ECDSA_SECP384R1_SHA384,
-    MBEDTLS_TLS1_3_SIG_ECDSA_SECP521R1_SHA512,
-    MBEDTLS_TLS1_3_SIG_RSA_PKCS1_SHA256,
-    MBEDTLS_TLS1_3_SIG_RSA_PKCS1_SHA384,
-    MBEDTLS_TLS1_3_SIG_RSA_PKCS1_SHA512,
-    MBEDTLS_TLS1_3_SIG_RSA_PSS_RSAE_SHA256,
-    MBEDTLS_TLS1_3_SIG_RSA_PSS_RSAE_SHA384,
-    MBEDTLS_TLS1_3_SIG_RSA_PSS_RSAE_SHA512,
-    MBEDTLS_TLS1_3_SIG_NONE,
+    MBEDTLS_TLS1_3_SIG_ECDSA_SECP256R1_SHA256, MBEDTLS_TLS1_3_SIG_ECDSA_SECP384R1_SHA384,
+    MBEDTLS_TLS1_3_SIG_ECDSA_SECP521R1_SHA512, MBEDTLS_TLS1_3_SIG_RSA_PKCS1_SHA256,
+    MBEDTLS_TLS1_3_SIG_RSA_PKCS1_SHA384,       MBEDTLS_TLS1_3_SIG_RSA_PKCS1_SHA512,
+    MBEDTLS_TLS1_3_SIG_RSA_PSS_RSAE_SHA256,    MBEDTLS_TLS1_3_SIG_RSA_PSS_RSAE_SHA384,
+    MBEDTLS_TLS1_3_SIG_RSA_PSS_RSAE_SHA512,    MBEDTLS_TLS1_3_SIG_NONE,
 };
 
 /* Toward upstreams: forward-secret AEAD suites for RSA and ECDSA certificates. */
@@ -115,8 +110,8 @@ struct intercept_tls {
     uint64_t bytes_in, bytes_out;
     bool resumed; /* a session ticket of ours was accepted */
     bool tls12_only;
-    bool plain;   /* no TLS at all (plain HTTP through the same engine) */
-    bool cork;    /* inside mbedtls_ssl_handshake: records queue in out, one send after it */
+    bool plain; /* no TLS at all (plain HTTP through the same engine) */
+    bool cork;  /* inside mbedtls_ssl_handshake: records queue in out, one send after it */
     /* Record boundaries of what the peer sends, to see its plaintext alerts (a client that
      * rejects our certificate says so before it encrypts anything). */
     unsigned char rec_hdr[5];
@@ -145,11 +140,12 @@ static int tls__sni_cb(void *p, mbedtls_ssl_context *ssl, const unsigned char *n
         n--;
     if (n != strlen(t->name) || strncasecmp(t->sni, t->name, n) != 0 || memchr(name, 0, len)) {
         t->reason = "sni_mismatch";
-        snprintf(t->error, sizeof t->error, "the TLS library saw SNI '%.100s', the proxy decided on '%s'",
-                 t->sni, t->name);
+        snprintf(t->error, sizeof t->error,
+                 "the TLS library saw SNI '%.100s', the proxy decided on '%s'", t->sni, t->name);
         return -1;
     }
-    return mbedtls_ssl_set_hs_own_cert(ssl, intercept_leaf_crt(t->leaf), intercept_leaf_key(t->leaf));
+    return mbedtls_ssl_set_hs_own_cert(ssl, intercept_leaf_crt(t->leaf),
+                                       intercept_leaf_key(t->leaf));
 }
 
 static int tls__ticket_parse(void *p_ticket, mbedtls_ssl_session *session, unsigned char *buf,
@@ -185,8 +181,8 @@ int intercept_tls_server_new(const struct intercept_tls_server_opts *o,
     s->ca = intercept_ca_ref(o->ca);
     mbedtls_ssl_config_init(&s->conf);
     mbedtls_ssl_ticket_init(&s->ticket);
-    int m = mbedtls_ssl_config_defaults(&s->conf, MBEDTLS_SSL_IS_SERVER, MBEDTLS_SSL_TRANSPORT_STREAM,
-                                        MBEDTLS_SSL_PRESET_DEFAULT);
+    int m = mbedtls_ssl_config_defaults(&s->conf, MBEDTLS_SSL_IS_SERVER,
+                                        MBEDTLS_SSL_TRANSPORT_STREAM, MBEDTLS_SSL_PRESET_DEFAULT);
     if (m == 0) {
         mbedtls_ssl_conf_rng(&s->conf, intercept_rng, NULL);
         mbedtls_ssl_conf_min_tls_version(&s->conf, MBEDTLS_SSL_VERSION_TLS1_2);
@@ -201,8 +197,8 @@ int intercept_tls_server_new(const struct intercept_tls_server_opts *o,
         m = mbedtls_ssl_ticket_setup(&s->ticket, intercept_rng, NULL, MBEDTLS_CIPHER_AES_256_GCM,
                                      o->ticket_lifetime_s ? o->ticket_lifetime_s : 3600);
         if (m == 0) {
-            mbedtls_ssl_conf_session_tickets_cb(&s->conf, mbedtls_ssl_ticket_write, tls__ticket_parse,
-                                                &s->ticket);
+            mbedtls_ssl_conf_session_tickets_cb(&s->conf, mbedtls_ssl_ticket_write,
+                                                tls__ticket_parse, &s->ticket);
             s->tickets = true;
         }
     }
@@ -255,7 +251,8 @@ static int tls__client_conf(mbedtls_ssl_config *conf, mbedtls_x509_crt *roots, b
     mbedtls_ssl_conf_authmode(conf, MBEDTLS_SSL_VERIFY_REQUIRED);
     mbedtls_ssl_conf_ca_chain(conf, roots, NULL);
     mbedtls_ssl_conf_min_tls_version(conf, MBEDTLS_SSL_VERSION_TLS1_2);
-    mbedtls_ssl_conf_max_tls_version(conf, tls12 ? MBEDTLS_SSL_VERSION_TLS1_2 : MBEDTLS_SSL_VERSION_TLS1_3);
+    mbedtls_ssl_conf_max_tls_version(conf, tls12 ? MBEDTLS_SSL_VERSION_TLS1_2
+                                                 : MBEDTLS_SSL_VERSION_TLS1_3);
     mbedtls_ssl_conf_ciphersuites(conf, tls__client_suites);
     mbedtls_ssl_conf_groups(conf, tls__groups);
     mbedtls_ssl_conf_sig_algs(conf, tls__client_sig_algs);
@@ -282,7 +279,8 @@ int intercept_tls_client_new(const struct intercept_tls_client_opts *o,
     const char *file = o && o->ca_file ? o->ca_file : INTERCEPT_TLS_DEFAULT_CA;
     int m;
     if (o && o->ca_pem)
-        m = mbedtls_x509_crt_parse(&c->roots, (const unsigned char *)o->ca_pem, strlen(o->ca_pem) + 1);
+        m = mbedtls_x509_crt_parse(&c->roots, (const unsigned char *)o->ca_pem,
+                                   strlen(o->ca_pem) + 1);
     else
         m = mbedtls_x509_crt_parse_file(&c->roots, file);
     /* A positive result counts certificates that could not be parsed: fine as long as some
@@ -292,19 +290,22 @@ int intercept_tls_client_new(const struct intercept_tls_client_opts *o,
     if (m < 0 || c->n_roots == 0) {
         tls__client_free(c);
         if (o && o->ca_pem)
-            return al_error_set(err, -EINVAL, "the upstream trust roots given are not PEM certificates: %s",
+            return al_error_set(err, -EINVAL,
+                                "the upstream trust roots given are not PEM certificates: %s",
                                 m < 0 ? intercept_mbedtls_strerror(m) : "none could be parsed");
-        return al_error_set(err, -ENOENT,
-                            "cannot load the upstream trust roots from %s: %s (install ca-certificates, "
-                            "or set the bundle with --upstream-ca)",
-                            file, m < 0 ? intercept_mbedtls_strerror(m) : "no certificate could be parsed");
+        return al_error_set(
+            err, -ENOENT,
+            "cannot load the upstream trust roots from %s: %s (install ca-certificates, "
+            "or set the bundle with --upstream-ca)",
+            file, m < 0 ? intercept_mbedtls_strerror(m) : "no certificate could be parsed");
     }
     m = tls__client_conf(&c->conf, &c->roots, o && o->no_tls13);
     if (m == 0)
         m = tls__client_conf(&c->conf12, &c->roots, true);
     if (m != 0) {
         tls__client_free(c);
-        return al_error_set(err, -EIO, "cannot configure TLS toward upstreams: %s", intercept_mbedtls_strerror(m));
+        return al_error_set(err, -EIO, "cannot configure TLS toward upstreams: %s",
+                            intercept_mbedtls_strerror(m));
     }
     *out = c;
     return 0;
@@ -497,7 +498,8 @@ void intercept_tls_free(struct intercept_tls *t)
 {
     if (!t)
         return;
-    mbedtls_ssl_free(&t->ssl); /* initialised even for plain endpoints */ /* wipes keys and record buffers */
+    mbedtls_ssl_free(&t->ssl);
+    /* initialised even for plain endpoints */ /* wipes keys and record buffers */
     if (t->pre) {
         sodium_memzero(t->pre, t->pre_len);
         free(t->pre);
@@ -541,7 +543,8 @@ int intercept_tls_accept(struct intercept_tls_server *srv, int fd, const char *n
     if (m != 0) {
         intercept_tls_free(t);
         return al_error_set(err, m == MBEDTLS_ERR_SSL_ALLOC_FAILED ? -ENOMEM : -EIO,
-                            "cannot set up TLS toward the sandbox: %s", intercept_mbedtls_strerror(m));
+                            "cannot set up TLS toward the sandbox: %s",
+                            intercept_mbedtls_strerror(m));
     }
     mbedtls_ssl_set_user_data_p(&t->ssl, t);
     mbedtls_ssl_set_bio(&t->ssl, t, tls__bio_send, tls__bio_recv, NULL);
@@ -578,7 +581,8 @@ int intercept_tls_connect(struct intercept_tls_client *cli, int fd, const char *
 static int tls__fail(struct intercept_tls *t, int m)
 {
     if (!t->hs_done && t->peer_alert < 0 && t->fd >= 0 &&
-        (m == MBEDTLS_ERR_NET_SEND_FAILED || m == MBEDTLS_ERR_NET_CONN_RESET || m == MBEDTLS_ERR_SSL_CONN_EOF)) {
+        (m == MBEDTLS_ERR_NET_SEND_FAILED || m == MBEDTLS_ERR_NET_CONN_RESET ||
+         m == MBEDTLS_ERR_SSL_CONN_EOF)) {
         /* The peer may have said why before it went away: look at what it sent. */
         unsigned char junk[4096];
         ssize_t n = recv(t->fd, junk, sizeof junk, MSG_DONTWAIT);
@@ -589,35 +593,60 @@ static int tls__fail(struct intercept_tls *t, int m)
         t->reason = "peer_alert";
         const char *what;
         switch (t->peer_alert) {
-        case 42: what = "bad_certificate"; break;
-        case 43: what = "unsupported_certificate"; break;
-        case 45: what = "certificate_expired"; break;
-        case 46: what = "certificate_unknown"; break;
-        case 48: what = "unknown_ca"; break;
-        case 40: what = "handshake_failure"; break;
-        case 70: what = "protocol_version"; break;
-        case 112: what = "unrecognized_name"; break;
-        case 120: what = "no_application_protocol"; break;
-        default: what = "alert"; break;
+        case 42:
+            what = "bad_certificate";
+            break;
+        case 43:
+            what = "unsupported_certificate";
+            break;
+        case 45:
+            what = "certificate_expired";
+            break;
+        case 46:
+            what = "certificate_unknown";
+            break;
+        case 48:
+            what = "unknown_ca";
+            break;
+        case 40:
+            what = "handshake_failure";
+            break;
+        case 70:
+            what = "protocol_version";
+            break;
+        case 112:
+            what = "unrecognized_name";
+            break;
+        case 120:
+            what = "no_application_protocol";
+            break;
+        default:
+            what = "alert";
+            break;
         }
         bool cert = t->peer_alert >= 42 && t->peer_alert <= 48;
-        snprintf(t->error, sizeof t->error, "the %s sent the fatal alert %s (%d)%s", t->server ? "sandbox" : "upstream",
-                 what, t->peer_alert,
-                 cert && t->server ? ": it does not trust the certificate of its airlock CA (is the CA "
-                                     "installed in the trust store the program uses?)"
-                                   : "");
+        snprintf(t->error, sizeof t->error, "the %s sent the fatal alert %s (%d)%s",
+                 t->server ? "sandbox" : "upstream", what, t->peer_alert,
+                 cert && t->server
+                     ? ": it does not trust the certificate of its airlock CA (is the CA "
+                       "installed in the trust store the program uses?)"
+                     : "");
         return -EPROTO;
     }
     if (m == MBEDTLS_ERR_SSL_CONN_EOF || (t->eof && m != MBEDTLS_ERR_X509_CERT_VERIFY_FAILED)) {
         if (!t->reason)
             t->reason = "peer_closed";
         snprintf(t->error, sizeof t->error, "the %s closed the connection %s",
-                 t->server ? "sandbox" : "upstream", t->hs_done ? "without close_notify" : "during the TLS handshake");
+                 t->server ? "sandbox" : "upstream",
+                 t->hs_done ? "without close_notify" : "during the TLS handshake");
         return -EPIPE;
     }
-    if (m == MBEDTLS_ERR_NET_CONN_RESET || m == MBEDTLS_ERR_NET_RECV_FAILED || m == MBEDTLS_ERR_NET_SEND_FAILED) {
-        t->reason = t->sys_err == ECONNRESET || m == MBEDTLS_ERR_NET_CONN_RESET ? "peer_reset" : "socket_error";
-        snprintf(t->error, sizeof t->error, "socket error: %s", strerror(t->sys_err ? t->sys_err : ECONNRESET));
+    if (m == MBEDTLS_ERR_NET_CONN_RESET || m == MBEDTLS_ERR_NET_RECV_FAILED ||
+        m == MBEDTLS_ERR_NET_SEND_FAILED) {
+        t->reason = t->sys_err == ECONNRESET || m == MBEDTLS_ERR_NET_CONN_RESET ? "peer_reset"
+                                                                                : "socket_error";
+        snprintf(t->error, sizeof t->error, "socket error: %s",
+                 strerror(t->sys_err ? t->sys_err : ECONNRESET));
         return t->sys_err == ECONNRESET || m == MBEDTLS_ERR_NET_CONN_RESET ? -ECONNRESET : -EIO;
     }
     if (m == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED) {
@@ -635,25 +664,36 @@ static int tls__fail(struct intercept_tls *t, int m)
         return -EPROTO;
     }
     if (!t->reason && !t->server && !t->hs_done && m == MBEDTLS_ERR_SSL_ILLEGAL_PARAMETER &&
-        mbedtls_ssl_get_version_number(&t->ssl) == MBEDTLS_SSL_VERSION_TLS1_2 &&
-        !t->tls12_only) {
+        mbedtls_ssl_get_version_number(&t->ssl) == MBEDTLS_SSL_VERSION_TLS1_2 && !t->tls12_only) {
         t->reason = "retry_tls12";
         snprintf(t->error, sizeof t->error,
                  "%s speaks TLS 1.2 only and signed with RSA-PSS: connect again with "
-                 "INTERCEPT_TLS_CONNECT_TLS12", t->name);
+                 "INTERCEPT_TLS_CONNECT_TLS12",
+                 t->name);
     }
     if (!t->reason) {
         switch (m) {
-        case MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE: t->reason = "peer_alert"; break;
-        case MBEDTLS_ERR_SSL_NO_APPLICATION_PROTOCOL: t->reason = "no_application_protocol"; break;
-        case MBEDTLS_ERR_SSL_BAD_PROTOCOL_VERSION: t->reason = "protocol_version"; break;
-        case MBEDTLS_ERR_SSL_ALLOC_FAILED: t->reason = "out_of_memory"; break;
-        default: t->reason = t->hs_done ? "tls_error" : "handshake_failed"; break;
+        case MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE:
+            t->reason = "peer_alert";
+            break;
+        case MBEDTLS_ERR_SSL_NO_APPLICATION_PROTOCOL:
+            t->reason = "no_application_protocol";
+            break;
+        case MBEDTLS_ERR_SSL_BAD_PROTOCOL_VERSION:
+            t->reason = "protocol_version";
+            break;
+        case MBEDTLS_ERR_SSL_ALLOC_FAILED:
+            t->reason = "out_of_memory";
+            break;
+        default:
+            t->reason = t->hs_done ? "tls_error" : "handshake_failed";
+            break;
         }
     }
     if (!t->error[0]) {
         const char *what = m == MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE
-                               ? (t->server ? "the sandbox refused the session (fatal alert): does it trust its airlock CA?"
+                               ? (t->server ? "the sandbox refused the session (fatal alert): does "
+                                              "it trust its airlock CA?"
                                             : "the upstream refused the session (fatal alert)")
                                : intercept_mbedtls_strerror(m);
         snprintf(t->error, sizeof t->error, "%s", what);
@@ -693,7 +733,8 @@ int intercept_tls_handshake(struct intercept_tls *t)
     t->cork = false;
     tls__current = NULL;
     int f = intercept_tls_flush(t);
-    if (f < 0 && f != -EAGAIN && (m == 0 || m == MBEDTLS_ERR_SSL_WANT_READ || m == MBEDTLS_ERR_SSL_WANT_WRITE))
+    if (f < 0 && f != -EAGAIN &&
+        (m == 0 || m == MBEDTLS_ERR_SSL_WANT_READ || m == MBEDTLS_ERR_SSL_WANT_WRITE))
         return tls__fail(t, MBEDTLS_ERR_NET_SEND_FAILED); /* as if mbedtls had sent it itself */
     if (m == 0) {
         t->hs_done = true;
@@ -730,7 +771,8 @@ ssize_t intercept_tls_read(struct intercept_tls *t, void *buf, size_t len)
         if (n == MBEDTLS_ERR_SSL_WANT_READ)
             return -EAGAIN;
         t->reason = "peer_reset";
-        snprintf(t->error, sizeof t->error, "socket error: %s", strerror(t->sys_err ? t->sys_err : EIO));
+        snprintf(t->error, sizeof t->error, "socket error: %s",
+                 strerror(t->sys_err ? t->sys_err : EIO));
         return -ECONNRESET;
     }
     for (;;) {

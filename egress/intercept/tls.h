@@ -45,10 +45,10 @@
 
 struct intercept_tls_server;
 struct intercept_tls_server_opts {
-    struct intercept_ca *ca;       /* required (referenced) */
-    uint32_t ticket_lifetime_s;    /* 0 = 3600; rotation of the ticket key follows it */
-    bool no_tls13;                 /* tests: TLS 1.2 only */
-    bool no_tickets;               /* no session resumption */
+    struct intercept_ca *ca;    /* required (referenced) */
+    uint32_t ticket_lifetime_s; /* 0 = 3600; rotation of the ticket key follows it */
+    bool no_tls13;              /* tests: TLS 1.2 only */
+    bool no_tickets;            /* no session resumption */
 };
 int intercept_tls_server_new(const struct intercept_tls_server_opts *o,
                              struct intercept_tls_server **out, struct al_error *err);
@@ -58,8 +58,8 @@ struct intercept_ca *intercept_tls_server_ca(struct intercept_tls_server *s);
 
 struct intercept_tls_client;
 struct intercept_tls_client_opts {
-    const char *ca_file;           /* PEM bundle of trusted roots; NULL = the default */
-    const char *ca_pem;            /* or the roots in memory (tests) */
+    const char *ca_file; /* PEM bundle of trusted roots; NULL = the default */
+    const char *ca_pem;  /* or the roots in memory (tests) */
     bool no_tls13;
 };
 int intercept_tls_client_new(const struct intercept_tls_client_opts *o,
@@ -127,12 +127,12 @@ const char *intercept_tls_reason(const struct intercept_tls *t);
 const char *intercept_tls_error(const struct intercept_tls *t);
 
 /* What was negotiated (valid once the handshake is done). */
-const char *intercept_tls_version(const struct intercept_tls *t);     /* "TLSv1.3" */
+const char *intercept_tls_version(const struct intercept_tls *t); /* "TLSv1.3" */
 const char *intercept_tls_ciphersuite(const struct intercept_tls *t);
-const char *intercept_tls_alpn(const struct intercept_tls *t);        /* NULL if none */
+const char *intercept_tls_alpn(const struct intercept_tls *t); /* NULL if none */
 bool intercept_tls_resumed(const struct intercept_tls *t);
-const char *intercept_tls_sni(const struct intercept_tls *t);         /* server: as received */
-uint64_t intercept_tls_bytes_in(const struct intercept_tls *t);       /* ciphertext */
+const char *intercept_tls_sni(const struct intercept_tls *t);   /* server: as received */
+uint64_t intercept_tls_bytes_in(const struct intercept_tls *t); /* ciphertext */
 uint64_t intercept_tls_bytes_out(const struct intercept_tls *t);
 
 #endif

@@ -74,14 +74,14 @@ static inline size_t chb_handshake(const struct ch_b *b, uint8_t *hs)
     hs[o++] = 3;
     for (int i = 0; i < 32; i++)
         hs[o++] = (uint8_t)i;
-    hs[o++] = 0;        /* session id */
+    hs[o++] = 0; /* session id */
     hs[o++] = 0;
-    hs[o++] = 4;        /* two cipher suites */
+    hs[o++] = 4; /* two cipher suites */
     hs[o++] = 0x13;
     hs[o++] = 0x01;
     hs[o++] = 0xc0;
     hs[o++] = 0x2f;
-    hs[o++] = 1;        /* null compression */
+    hs[o++] = 1; /* null compression */
     hs[o++] = 0;
     if (!b->no_extensions) {
         hs[o++] = (uint8_t)(b->ext_len >> 8);

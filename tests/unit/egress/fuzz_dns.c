@@ -24,12 +24,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (n < 0 || (size_t)n > q.edns_udp_size)
             abort();
         struct dns_answer ans;
-        int r2 = dns_parse_answer(out, (size_t)n, q.id, q.qname_wire, q.qname_wire_len, q.qtype, &ans);
+        int r2 =
+            dns_parse_answer(out, (size_t)n, q.id, q.qname_wire, q.qname_wire_len, q.qtype, &ans);
         if (q.qclass == 1 && r2 != DNS_OK)
             abort(); /* we must always be able to read our own replies (class IN) */
     }
     /* As an answer to "fuzz.example.com A" with the id the input claims. */
-    static const uint8_t qw[] = {4, 'f', 'u', 'z', 'z', 7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0};
+    static const uint8_t qw[] = {4,   'f', 'u', 'z', 'z', 7,   'e', 'x', 'a',
+                                 'm', 'p', 'l', 'e', 3,   'c', 'o', 'm', 0};
     uint16_t id = size >= 2 ? (uint16_t)((data[0] << 8) | data[1]) : 0;
     struct dns_answer ans;
     rc = dns_parse_answer(data, size, id, qw, sizeof qw, DNS_T_A, &ans);

@@ -114,8 +114,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     egress_http_head_get(&g.h, "Host", &n_host);
     if (n_host != 1)
         abort();
-    static const char *const banned[] = {"Proxy-Authorization", "Proxy-Connection", "Keep-Alive",
-                                         "TE", "Trailer", "HTTP2-Settings", NULL};
+    static const char *const banned[] = {"Proxy-Authorization",
+                                         "Proxy-Connection",
+                                         "Keep-Alive",
+                                         "TE",
+                                         "Trailer",
+                                         "HTTP2-Settings",
+                                         NULL};
     for (const char *const *b = banned; *b; b++) {
         size_t n = 0;
         egress_http_head_get(&g.h, *b, &n);

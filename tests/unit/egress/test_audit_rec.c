@@ -22,9 +22,27 @@ static uint32_t next(void)
  * valid multi-byte sequences, invalid bytes, NULs; lengths around the cut. */
 static size_t random_string(char *out, size_t max)
 {
-    static const char *pieces[] = {"\"", "\\", "\b", "\f", "\n", "\r", "\t", "\x01", "\x1f", "\x7f",
-                                   "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xff", "\xc3",
-                                   "\xed\xa0\x80", "", "/", "a", "Z", " "};
+    static const char *pieces[] = {"\"",
+                                   "\\",
+                                   "\b",
+                                   "\f",
+                                   "\n",
+                                   "\r",
+                                   "\t",
+                                   "\x01",
+                                   "\x1f",
+                                   "\x7f",
+                                   "\xc3\xa9",
+                                   "\xe2\x82\xac",
+                                   "\xf0\x9f\x98\x80",
+                                   "\xff",
+                                   "\xc3",
+                                   "\xed\xa0\x80",
+                                   "",
+                                   "/",
+                                   "a",
+                                   "Z",
+                                   " "};
     size_t n = 0;
     size_t want = next() % 4 == 0 ? next() % (EGRESS_REC_STR_MAX + 40) : next() % 40;
     while (n < want && n < max - 4) {

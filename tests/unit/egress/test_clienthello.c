@@ -163,8 +163,10 @@ START_TEST(not_tls)
 {
     struct egress_clienthello ch;
     const char *get = "GET / HTTP/1.1\r\n";
-    ck_assert_int_eq(egress_clienthello_parse((const uint8_t *)get, strlen(get), &ch), EGRESS_CH_NOT_TLS);
-    ck_assert_int_eq(egress_clienthello_parse((const uint8_t *)"\x16\x04", 2, &ch), EGRESS_CH_NOT_TLS);
+    ck_assert_int_eq(egress_clienthello_parse((const uint8_t *)get, strlen(get), &ch),
+                     EGRESS_CH_NOT_TLS);
+    ck_assert_int_eq(egress_clienthello_parse((const uint8_t *)"\x16\x04", 2, &ch),
+                     EGRESS_CH_NOT_TLS);
     ck_assert_int_eq(egress_clienthello_parse((const uint8_t *)"\x16", 1, &ch), EGRESS_CH_MORE);
     ck_assert_int_eq(egress_clienthello_parse((const uint8_t *)"", 0, &ch), EGRESS_CH_MORE);
     ck_assert(!egress_clienthello_looks_tls((const uint8_t *)"SSH-2.0", 7));
@@ -281,8 +283,8 @@ START_TEST(long_alpn_truncated_and_counted)
 {
     struct ch_b b;
     chb_init(&b);
-    const char *p[10] = {"a", "b", "c", "d", "e", "f", "g",
-                         "a-very-long-protocol-name-beyond-thirty-one", "i", "j"};
+    const char *p[10] = {
+        "a", "b", "c", "d", "e", "f", "g", "a-very-long-protocol-name-beyond-thirty-one", "i", "j"};
     chb_alpn(&b, p, 10);
     uint8_t out[20000];
     size_t n = chb_finish(&b, out, 0);

@@ -40,9 +40,10 @@ START_TEST(defaults_and_values)
     ck_assert_uint_eq(c.sandbox_memory, c.memory_budget / 4);
     ck_assert(!c.audit_fail_open);
     ck_assert_int_eq(parse(&c, &err, 16, "--listen", "0.0.0.0:15001", "--listen=[::1]:15002",
-                           "--dns", "127.0.0.1:53", "--resolver", "192.0.2.53", "--header-timeout", "2s",
-                           "--max-body", "10MiB", "--relay", "copy", "--audit-fail-open",
-                           "--dns-entropy-max", "3.5"), 0);
+                           "--dns", "127.0.0.1:53", "--resolver", "192.0.2.53", "--header-timeout",
+                           "2s", "--max-body", "10MiB", "--relay", "copy", "--audit-fail-open",
+                           "--dns-entropy-max", "3.5"),
+                     0);
     ck_assert_uint_eq(c.n_tcp_listen, 2);
     ck_assert_int_eq(c.tcp_listen[1].ss_family, AF_INET6);
     ck_assert_uint_eq(ntohs(((struct sockaddr_in *)&c.resolver)->sin_port), 53);
@@ -52,7 +53,8 @@ START_TEST(defaults_and_values)
     ck_assert(c.audit_fail_open);
     ck_assert(c.dns_entropy_max > 3.49 && c.dns_entropy_max < 3.51);
     /* Interception: the vault and the upstream roots. */
-    ck_assert_int_eq(parse(&c, &err, 4, "--vault-socket", "none", "--upstream-ca", "/tmp/roots.pem"), 0);
+    ck_assert_int_eq(
+        parse(&c, &err, 4, "--vault-socket", "none", "--upstream-ca", "/tmp/roots.pem"), 0);
     ck_assert(c.no_vault);
     ck_assert_str_eq(c.vault_socket, "");
     ck_assert_str_eq(c.upstream_ca, "/tmp/roots.pem");
@@ -136,9 +138,11 @@ START_TEST(listener_mode)
     unsetenv("AIRLOCK_EGRESS_LISTENER_MODE");
     ck_assert_int_eq(parse(&c, &err, 2, "--resolver", "192.0.2.53"), 0);
     ck_assert_int_eq(c.listener_mode, EGRESS_LISTENER_AUTO);
-    ck_assert_int_eq(parse(&c, &err, 4, "--resolver", "192.0.2.53", "--listener-mode", "shared"), 0);
+    ck_assert_int_eq(parse(&c, &err, 4, "--resolver", "192.0.2.53", "--listener-mode", "shared"),
+                     0);
     ck_assert_int_eq(c.listener_mode, EGRESS_LISTENER_SHARED);
-    ck_assert_int_eq(parse(&c, &err, 3, "--resolver", "192.0.2.53", "--listener-mode=reuseport"), 0);
+    ck_assert_int_eq(parse(&c, &err, 3, "--resolver", "192.0.2.53", "--listener-mode=reuseport"),
+                     0);
     ck_assert_int_eq(c.listener_mode, EGRESS_LISTENER_REUSEPORT);
     ck_assert_int_lt(parse(&c, &err, 2, "--listener-mode", "single"), 0);
     ck_assert_ptr_nonnull(strstr(err.msg, "auto, reuseport or shared"));

@@ -10,9 +10,20 @@ struct mw {
     uint8_t b[4096];
     size_t n;
 };
-static void mw8(struct mw *m, uint8_t v) { m->b[m->n++] = v; }
-static void mw16(struct mw *m, uint16_t v) { mw8(m, (uint8_t)(v >> 8)); mw8(m, (uint8_t)v); }
-static void mw32(struct mw *m, uint32_t v) { mw16(m, (uint16_t)(v >> 16)); mw16(m, (uint16_t)v); }
+static void mw8(struct mw *m, uint8_t v)
+{
+    m->b[m->n++] = v;
+}
+static void mw16(struct mw *m, uint16_t v)
+{
+    mw8(m, (uint8_t)(v >> 8));
+    mw8(m, (uint8_t)v);
+}
+static void mw32(struct mw *m, uint32_t v)
+{
+    mw16(m, (uint16_t)(v >> 16));
+    mw16(m, (uint16_t)v);
+}
 static void mwname(struct mw *m, const char *name)
 {
     uint8_t w[256];
@@ -21,10 +32,15 @@ static void mwname(struct mw *m, const char *name)
     memcpy(m->b + m->n, w, (size_t)n);
     m->n += (size_t)n;
 }
-static void mwhdr(struct mw *m, uint16_t id, uint16_t flags, uint16_t qd, uint16_t an,
-                  uint16_t ns, uint16_t ar)
+static void mwhdr(struct mw *m, uint16_t id, uint16_t flags, uint16_t qd, uint16_t an, uint16_t ns,
+                  uint16_t ar)
 {
-    mw16(m, id); mw16(m, flags); mw16(m, qd); mw16(m, an); mw16(m, ns); mw16(m, ar);
+    mw16(m, id);
+    mw16(m, flags);
+    mw16(m, qd);
+    mw16(m, an);
+    mw16(m, ns);
+    mw16(m, ar);
 }
 
 static struct dns_query q_of(const char *name, uint16_t type)
@@ -57,10 +73,18 @@ START_TEST(query_case_and_odd_bytes)
 {
     struct mw m = {.n = 0};
     mwhdr(&m, 7, 0x0100, 1, 0, 0, 0);
-    mw8(&m, 3); mw8(&m, 'W'); mw8(&m, 'w'); mw8(&m, 'W');
-    mw8(&m, 4); mw8(&m, 'a'); mw8(&m, '.'); mw8(&m, 0xff); mw8(&m, 'b');
+    mw8(&m, 3);
+    mw8(&m, 'W');
+    mw8(&m, 'w');
+    mw8(&m, 'W');
+    mw8(&m, 4);
+    mw8(&m, 'a');
+    mw8(&m, '.');
+    mw8(&m, 0xff);
+    mw8(&m, 'b');
     mw8(&m, 0);
-    mw16(&m, DNS_T_A); mw16(&m, 1);
+    mw16(&m, DNS_T_A);
+    mw16(&m, 1);
     struct dns_query q;
     ck_assert_int_eq(dns_parse_query(m.b, m.n, &q), DNS_OK);
     ck_assert_str_eq(q.qname, "www.a??b");
@@ -76,48 +100,101 @@ START_TEST(query_rejects)
     struct dns_query q;
     struct mw m = {.n = 0};
     /* A response where a query is expected. */
-    mwhdr(&m, 1, 0x8100, 1, 0, 0, 0); mwname(&m, "a.com"); mw16(&m, 1); mw16(&m, 1);
+    mwhdr(&m, 1, 0x8100, 1, 0, 0, 0);
+    mwname(&m, "a.com");
+    mw16(&m, 1);
+    mw16(&m, 1);
     ck_assert_int_eq(dns_parse_query(m.b, m.n, &q), DNS_E_NOT_QUERY);
     /* Opcode NOTIFY. */
-    m.n = 0; mwhdr(&m, 1, 4 << 11, 1, 0, 0, 0); mwname(&m, "a.com"); mw16(&m, 1); mw16(&m, 1);
+    m.n = 0;
+    mwhdr(&m, 1, 4 << 11, 1, 0, 0, 0);
+    mwname(&m, "a.com");
+    mw16(&m, 1);
+    mw16(&m, 1);
     ck_assert_int_eq(dns_parse_query(m.b, m.n, &q), DNS_E_NOTIMP);
     ck_assert_uint_eq(q.id, 1);
     /* Two questions. */
-    m.n = 0; mwhdr(&m, 1, 0, 2, 0, 0, 0); mwname(&m, "a.com"); mw16(&m, 1); mw16(&m, 1);
-    mwname(&m, "b.com"); mw16(&m, 1); mw16(&m, 1);
+    m.n = 0;
+    mwhdr(&m, 1, 0, 2, 0, 0, 0);
+    mwname(&m, "a.com");
+    mw16(&m, 1);
+    mw16(&m, 1);
+    mwname(&m, "b.com");
+    mw16(&m, 1);
+    mw16(&m, 1);
     ck_assert_int_eq(dns_parse_query(m.b, m.n, &q), DNS_E_FORMAT);
     /* A compression pointer in the question. */
-    m.n = 0; mwhdr(&m, 1, 0, 1, 0, 0, 0); mw16(&m, 0xc000); mw16(&m, 1); mw16(&m, 1);
+    m.n = 0;
+    mwhdr(&m, 1, 0, 1, 0, 0, 0);
+    mw16(&m, 0xc000);
+    mw16(&m, 1);
+    mw16(&m, 1);
     ck_assert_int_eq(dns_parse_query(m.b, m.n, &q), DNS_E_FORMAT);
     /* Label runs past the end. */
-    m.n = 0; mwhdr(&m, 1, 0, 1, 0, 0, 0); mw8(&m, 60); mw8(&m, 'a');
+    m.n = 0;
+    mwhdr(&m, 1, 0, 1, 0, 0, 0);
+    mw8(&m, 60);
+    mw8(&m, 'a');
     ck_assert_int_eq(dns_parse_query(m.b, m.n, &q), DNS_E_FORMAT);
     /* Trailing garbage. */
-    m.n = 0; mwhdr(&m, 1, 0, 1, 0, 0, 0); mwname(&m, "a.com"); mw16(&m, 1); mw16(&m, 1); mw8(&m, 0);
+    m.n = 0;
+    mwhdr(&m, 1, 0, 1, 0, 0, 0);
+    mwname(&m, "a.com");
+    mw16(&m, 1);
+    mw16(&m, 1);
+    mw8(&m, 0);
     ck_assert_int_eq(dns_parse_query(m.b, m.n, &q), DNS_E_FORMAT);
     /* An additional record that is not OPT. */
-    m.n = 0; mwhdr(&m, 1, 0, 1, 0, 0, 1); mwname(&m, "a.com"); mw16(&m, 1); mw16(&m, 1);
-    mw8(&m, 0); mw16(&m, DNS_T_A); mw16(&m, 1); mw32(&m, 0); mw16(&m, 0);
+    m.n = 0;
+    mwhdr(&m, 1, 0, 1, 0, 0, 1);
+    mwname(&m, "a.com");
+    mw16(&m, 1);
+    mw16(&m, 1);
+    mw8(&m, 0);
+    mw16(&m, DNS_T_A);
+    mw16(&m, 1);
+    mw32(&m, 0);
+    mw16(&m, 0);
     ck_assert_int_eq(dns_parse_query(m.b, m.n, &q), DNS_E_FORMAT);
     /* EDNS version 1. */
-    m.n = 0; mwhdr(&m, 1, 0, 1, 0, 0, 1); mwname(&m, "a.com"); mw16(&m, 1); mw16(&m, 1);
-    mw8(&m, 0); mw16(&m, DNS_T_OPT); mw16(&m, 4096); mw32(&m, 1 << 16); mw16(&m, 0);
+    m.n = 0;
+    mwhdr(&m, 1, 0, 1, 0, 0, 1);
+    mwname(&m, "a.com");
+    mw16(&m, 1);
+    mw16(&m, 1);
+    mw8(&m, 0);
+    mw16(&m, DNS_T_OPT);
+    mw16(&m, 4096);
+    mw32(&m, 1 << 16);
+    mw16(&m, 0);
     ck_assert_int_eq(dns_parse_query(m.b, m.n, &q), DNS_E_FORMAT);
     /* EDNS option overrunning rdata. */
-    m.n = 0; mwhdr(&m, 1, 0, 1, 0, 0, 1); mwname(&m, "a.com"); mw16(&m, 1); mw16(&m, 1);
-    mw8(&m, 0); mw16(&m, DNS_T_OPT); mw16(&m, 4096); mw32(&m, 0); mw16(&m, 4);
-    mw16(&m, 10); mw16(&m, 8);
+    m.n = 0;
+    mwhdr(&m, 1, 0, 1, 0, 0, 1);
+    mwname(&m, "a.com");
+    mw16(&m, 1);
+    mw16(&m, 1);
+    mw8(&m, 0);
+    mw16(&m, DNS_T_OPT);
+    mw16(&m, 4096);
+    mw32(&m, 0);
+    mw16(&m, 4);
+    mw16(&m, 10);
+    mw16(&m, 8);
     ck_assert_int_eq(dns_parse_query(m.b, m.n, &q), DNS_E_FORMAT);
     /* Too short for a header. */
     ck_assert_int_eq(dns_parse_query(m.b, 5, &q), DNS_E_SHORT);
     /* A 256-byte name. */
-    m.n = 0; mwhdr(&m, 1, 0, 1, 0, 0, 0);
+    m.n = 0;
+    mwhdr(&m, 1, 0, 1, 0, 0, 0);
     for (int i = 0; i < 5; i++) {
         mw8(&m, 63);
         for (int k = 0; k < 63; k++)
             mw8(&m, 'a');
     }
-    mw8(&m, 0); mw16(&m, 1); mw16(&m, 1);
+    mw8(&m, 0);
+    mw16(&m, 1);
+    mw16(&m, 1);
     ck_assert_int_eq(dns_parse_query(m.b, m.n, &q), DNS_E_FORMAT);
 }
 END_TEST
@@ -129,20 +206,44 @@ START_TEST(answer_cname_chain)
     int ql = dns_name_to_wire("www.example.com", qw, sizeof qw);
     struct mw m = {.n = 0};
     mwhdr(&m, 42, 0x8180, 1, 4, 0, 0);
-    mwname(&m, "www.example.com"); mw16(&m, DNS_T_A); mw16(&m, 1);
+    mwname(&m, "www.example.com");
+    mw16(&m, DNS_T_A);
+    mw16(&m, 1);
     /* edge.cdn.net A 203.0.113.7 (listed before the CNAMEs) */
     size_t edge_at = m.n;
-    mwname(&m, "edge.cdn.net"); mw16(&m, DNS_T_A); mw16(&m, 1); mw32(&m, 30); mw16(&m, 4);
-    mw8(&m, 203); mw8(&m, 0); mw8(&m, 113); mw8(&m, 7);
+    mwname(&m, "edge.cdn.net");
+    mw16(&m, DNS_T_A);
+    mw16(&m, 1);
+    mw32(&m, 30);
+    mw16(&m, 4);
+    mw8(&m, 203);
+    mw8(&m, 0);
+    mw8(&m, 113);
+    mw8(&m, 7);
     /* www.example.com CNAME edge.cdn.net (pointer to the owner above) */
-    mw16(&m, 0xc00c); mw16(&m, DNS_T_CNAME); mw16(&m, 1); mw32(&m, 300); mw16(&m, 2);
+    mw16(&m, 0xc00c);
+    mw16(&m, DNS_T_CNAME);
+    mw16(&m, 1);
+    mw32(&m, 300);
+    mw16(&m, 2);
     mw16(&m, (uint16_t)(0xc000 | edge_at));
     /* unrelated.example A 198.51.100.1: ignored */
-    mwname(&m, "unrelated.example"); mw16(&m, DNS_T_A); mw16(&m, 1); mw32(&m, 5); mw16(&m, 4);
+    mwname(&m, "unrelated.example");
+    mw16(&m, DNS_T_A);
+    mw16(&m, 1);
+    mw32(&m, 5);
+    mw16(&m, 4);
     mw32(&m, 0xc6336401);
     /* edge.cdn.net A 203.0.113.8 */
-    mw16(&m, (uint16_t)(0xc000 | edge_at)); mw16(&m, DNS_T_A); mw16(&m, 1); mw32(&m, 60); mw16(&m, 4);
-    mw8(&m, 203); mw8(&m, 0); mw8(&m, 113); mw8(&m, 8);
+    mw16(&m, (uint16_t)(0xc000 | edge_at));
+    mw16(&m, DNS_T_A);
+    mw16(&m, 1);
+    mw32(&m, 60);
+    mw16(&m, 4);
+    mw8(&m, 203);
+    mw8(&m, 0);
+    mw8(&m, 113);
+    mw8(&m, 8);
     struct dns_answer a;
     ck_assert_int_eq(dns_parse_answer(m.b, m.n, 42, qw, (size_t)ql, DNS_T_A, &a), DNS_OK);
     ck_assert_uint_eq(a.rcode, DNS_R_NOERROR);
@@ -154,7 +255,8 @@ START_TEST(answer_cname_chain)
     ck_assert_uint_eq(a.n_ignored, 1);
     /* Wrong id, wrong question type: mismatch. */
     ck_assert_int_eq(dns_parse_answer(m.b, m.n, 43, qw, (size_t)ql, DNS_T_A, &a), DNS_E_MISMATCH);
-    ck_assert_int_eq(dns_parse_answer(m.b, m.n, 42, qw, (size_t)ql, DNS_T_AAAA, &a), DNS_E_MISMATCH);
+    ck_assert_int_eq(dns_parse_answer(m.b, m.n, 42, qw, (size_t)ql, DNS_T_AAAA, &a),
+                     DNS_E_MISMATCH);
 }
 END_TEST
 
@@ -164,10 +266,16 @@ START_TEST(answer_pointer_loop_and_forward_pointer)
     int ql = dns_name_to_wire("a.com", qw, sizeof qw);
     struct mw m = {.n = 0};
     mwhdr(&m, 1, 0x8180, 1, 1, 0, 0);
-    mwname(&m, "a.com"); mw16(&m, DNS_T_A); mw16(&m, 1);
+    mwname(&m, "a.com");
+    mw16(&m, DNS_T_A);
+    mw16(&m, 1);
     size_t at = m.n;
     mw16(&m, (uint16_t)(0xc000 | at)); /* points at itself */
-    mw16(&m, DNS_T_A); mw16(&m, 1); mw32(&m, 1); mw16(&m, 4); mw32(&m, 1);
+    mw16(&m, DNS_T_A);
+    mw16(&m, 1);
+    mw32(&m, 1);
+    mw16(&m, 4);
+    mw32(&m, 1);
     struct dns_answer a;
     ck_assert_int_eq(dns_parse_answer(m.b, m.n, 1, qw, (size_t)ql, DNS_T_A, &a), DNS_E_FORMAT);
     m.b[at + 1] = (uint8_t)(at + 4); /* forward pointer */
@@ -181,21 +289,41 @@ START_TEST(answer_bad_rdlen_and_negative)
     int ql = dns_name_to_wire("a.com", qw, sizeof qw);
     struct mw m = {.n = 0};
     mwhdr(&m, 1, 0x8180, 1, 1, 0, 0);
-    mwname(&m, "a.com"); mw16(&m, DNS_T_A); mw16(&m, 1);
-    mw16(&m, 0xc00c); mw16(&m, DNS_T_A); mw16(&m, 1); mw32(&m, 1); mw16(&m, 5); mw32(&m, 1); mw8(&m, 1);
+    mwname(&m, "a.com");
+    mw16(&m, DNS_T_A);
+    mw16(&m, 1);
+    mw16(&m, 0xc00c);
+    mw16(&m, DNS_T_A);
+    mw16(&m, 1);
+    mw32(&m, 1);
+    mw16(&m, 5);
+    mw32(&m, 1);
+    mw8(&m, 1);
     struct dns_answer a;
     ck_assert_int_eq(dns_parse_answer(m.b, m.n, 1, qw, (size_t)ql, DNS_T_A, &a), DNS_E_FORMAT);
 
     /* NXDOMAIN with an SOA: negative TTL = min(SOA ttl, minimum). */
     m.n = 0;
     mwhdr(&m, 2, 0x8183, 1, 0, 1, 0);
-    mwname(&m, "a.com"); mw16(&m, DNS_T_A); mw16(&m, 1);
-    mwname(&m, "com"); mw16(&m, DNS_T_SOA); mw16(&m, 1); mw32(&m, 900);
-    size_t rdl = m.n; mw16(&m, 0);
+    mwname(&m, "a.com");
+    mw16(&m, DNS_T_A);
+    mw16(&m, 1);
+    mwname(&m, "com");
+    mw16(&m, DNS_T_SOA);
+    mw16(&m, 1);
+    mw32(&m, 900);
+    size_t rdl = m.n;
+    mw16(&m, 0);
     size_t rd0 = m.n;
-    mwname(&m, "ns.com"); mwname(&m, "host.com");
-    mw32(&m, 1); mw32(&m, 2); mw32(&m, 3); mw32(&m, 4); mw32(&m, 60);
-    m.b[rdl] = 0; m.b[rdl + 1] = (uint8_t)(m.n - rd0);
+    mwname(&m, "ns.com");
+    mwname(&m, "host.com");
+    mw32(&m, 1);
+    mw32(&m, 2);
+    mw32(&m, 3);
+    mw32(&m, 4);
+    mw32(&m, 60);
+    m.b[rdl] = 0;
+    m.b[rdl + 1] = (uint8_t)(m.n - rd0);
     ck_assert_int_eq(dns_parse_answer(m.b, m.n, 2, qw, (size_t)ql, DNS_T_A, &a), DNS_OK);
     ck_assert_uint_eq(a.rcode, DNS_R_NXDOMAIN);
     ck_assert_uint_eq(a.neg_ttl, 60);
@@ -204,7 +332,9 @@ START_TEST(answer_bad_rdlen_and_negative)
     /* Truncated flag. */
     m.n = 0;
     mwhdr(&m, 3, 0x8380, 1, 0, 0, 0);
-    mwname(&m, "a.com"); mw16(&m, DNS_T_A); mw16(&m, 1);
+    mwname(&m, "a.com");
+    mw16(&m, DNS_T_A);
+    mw16(&m, 1);
     ck_assert_int_eq(dns_parse_answer(m.b, m.n, 3, qw, (size_t)ql, DNS_T_A, &a), DNS_OK);
     ck_assert(a.truncated);
 }
@@ -217,7 +347,9 @@ START_TEST(reply_building_and_fit)
     for (int i = 0; i < DNS_MAX_ANSWERS; i++) {
         addrs[i].family = 4;
         memset(addrs[i].addr, 0, 16);
-        addrs[i].addr[0] = 203; addrs[i].addr[2] = 113; addrs[i].addr[3] = (uint8_t)i;
+        addrs[i].addr[0] = 203;
+        addrs[i].addr[2] = 113;
+        addrs[i].addr[3] = (uint8_t)i;
         addrs[i].ttl = 5;
     }
     addrs[3].family = 6; /* wrong family for an A question: skipped */
@@ -227,18 +359,25 @@ START_TEST(reply_building_and_fit)
     ck_assert_int_le(n, 512);
     /* Parse our own reply as a client would. */
     struct dns_answer a;
-    ck_assert_int_eq(dns_parse_answer(out, (size_t)n, q.id, q.qname_wire, q.qname_wire_len, DNS_T_A, &a), DNS_OK);
+    ck_assert_int_eq(
+        dns_parse_answer(out, (size_t)n, q.id, q.qname_wire, q.qname_wire_len, DNS_T_A, &a),
+        DNS_OK);
     ck_assert_uint_eq(a.n_addrs, DNS_MAX_ANSWERS - 1);
     ck_assert_uint_eq(a.min_ttl, 17);
     /* A tiny UDP size keeps only what fits. */
     struct dns_query q2 = q;
     q2.has_edns = false;
-    n = dns_build_reply(&q2, DNS_R_NOERROR, addrs, DNS_MAX_ANSWERS, 17, 12 + q.qname_wire_len + 4 + 2 * 16, out, sizeof out);
-    ck_assert_int_eq(dns_parse_answer(out, (size_t)n, q.id, q.qname_wire, q.qname_wire_len, DNS_T_A, &a), DNS_OK);
+    n = dns_build_reply(&q2, DNS_R_NOERROR, addrs, DNS_MAX_ANSWERS, 17,
+                        12 + q.qname_wire_len + 4 + 2 * 16, out, sizeof out);
+    ck_assert_int_eq(
+        dns_parse_answer(out, (size_t)n, q.id, q.qname_wire, q.qname_wire_len, DNS_T_A, &a),
+        DNS_OK);
     ck_assert_uint_eq(a.n_addrs, 2);
     /* NXDOMAIN echoes the question and RD, sets RA. */
     n = dns_build_reply(&q, DNS_R_NXDOMAIN, NULL, 0, 0, 512, out, sizeof out);
-    ck_assert_int_eq(dns_parse_answer(out, (size_t)n, q.id, q.qname_wire, q.qname_wire_len, DNS_T_A, &a), DNS_OK);
+    ck_assert_int_eq(
+        dns_parse_answer(out, (size_t)n, q.id, q.qname_wire, q.qname_wire_len, DNS_T_A, &a),
+        DNS_OK);
     ck_assert_uint_eq(a.rcode, DNS_R_NXDOMAIN);
     ck_assert_uint_eq(out[2] & 0x01, 1);
     ck_assert_uint_eq(out[3] & 0x80, 0x80);

@@ -56,7 +56,8 @@ static int th_parse(struct th *t, const char *msg, uint32_t max, bool bytewise)
 }
 
 /* Check a head; returns the reason ("" when accepted). */
-static const char *th_check(const char *msg, uint16_t port, struct egress_http_request *r, int *status)
+static const char *th_check(const char *msg, uint16_t port, struct egress_http_request *r,
+                            int *status)
 {
     static struct th t;
     static char why[64];
@@ -75,8 +76,9 @@ static const char *th_check(const char *msg, uint16_t port, struct egress_http_r
 START_TEST(collects_head_across_pieces)
 {
     struct th t;
-    int e = th_parse(&t, "GET /a/b?x=1 HTTP/1.1\r\nHost: allowed.test\r\nX-Empty:\r\nX-Tail: v  \r\n\r\n",
-                     4096, true);
+    int e = th_parse(
+        &t, "GET /a/b?x=1 HTTP/1.1\r\nHost: allowed.test\r\nX-Empty:\r\nX-Tail: v  \r\n\r\n", 4096,
+        true);
     ck_assert_int_eq(e, HPE_PAUSED);
     ck_assert(t.complete);
     ck_assert_str_eq(t.h.buf + t.h.url, "/a/b?x=1");
@@ -118,25 +120,38 @@ START_TEST(accepts_and_describes)
 {
     struct egress_http_request r;
     int st;
-    ck_assert_str_eq(th_check("GET /p?q=1 HTTP/1.1\r\nHost: Allowed.Test\r\n\r\n", 80, &r, &st), "");
+    ck_assert_str_eq(th_check("GET /p?q=1 HTTP/1.1\r\nHost: Allowed.Test\r\n\r\n", 80, &r, &st),
+                     "");
     ck_assert_str_eq(r.method, "GET");
     ck_assert_str_eq(r.host_name, "Allowed.Test");
     ck_assert_uint_eq(r.port, 80);
     ck_assert_int_eq((int)r.path_len, 2);
     ck_assert(r.keep_alive);
     ck_assert_int_eq((int)r.content_length, -1);
-    ck_assert_str_eq(th_check("GET http://allowed.test:8080/x HTTP/1.1\r\nHost: allowed.test:8080\r\n\r\n", 8080, &r, &st), "");
+    ck_assert_str_eq(
+        th_check("GET http://allowed.test:8080/x HTTP/1.1\r\nHost: allowed.test:8080\r\n\r\n", 8080,
+                 &r, &st),
+        "");
     ck_assert(r.absolute_form);
     ck_assert_int_eq((int)r.target_len, 2);
-    ck_assert_str_eq(th_check("GET / HTTP/1.1\r\nHost: [2001:db8::1]:8443\r\n\r\n", 8443, &r, &st), "");
+    ck_assert_str_eq(th_check("GET / HTTP/1.1\r\nHost: [2001:db8::1]:8443\r\n\r\n", 8443, &r, &st),
+                     "");
     ck_assert_str_eq(r.host_name, "[2001:db8::1]");
-    ck_assert_str_eq(th_check("POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n", 80, &r, &st), "");
+    ck_assert_str_eq(
+        th_check("POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n", 80, &r,
+                 &st),
+        "");
     ck_assert(r.chunked);
-    ck_assert_str_eq(th_check("POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 7\r\n\r\n", 80, &r, &st), "");
+    ck_assert_str_eq(
+        th_check("POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 7\r\n\r\n", 80, &r, &st), "");
     ck_assert_int_eq((int)r.content_length, 7);
     ck_assert_str_eq(th_check("GET / HTTP/1.0\r\nHost: a.test\r\n\r\n", 80, &r, &st), "");
     ck_assert(!r.keep_alive);
-    ck_assert_str_eq(th_check("GET /ws HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade\r\nUpgrade: WebSocket\r\n\r\n", 80, &r, &st), "");
+    ck_assert_str_eq(
+        th_check(
+            "GET /ws HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade\r\nUpgrade: WebSocket\r\n\r\n",
+            80, &r, &st),
+        "");
     ck_assert(r.websocket);
 }
 END_TEST
@@ -167,12 +182,18 @@ START_TEST(refuses_with_reasons)
         {"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n", 443, "connect_refused", 403},
         {"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 80,
          "unsupported_transfer_encoding", 400},
-        {"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n", 80, "h2c_upgrade_refused", 403},
-        {"GET / HTTP/1.1\r\nHost: a.test\r\nHTTP2-Settings: AA\r\n\r\n", 80, "h2c_upgrade_refused", 403},
-        {"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: connect-udp\r\nConnection: Upgrade\r\n\r\n", 80, "upgrade_refused", 403},
-        {"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\n\r\n", 80, "upgrade_without_connection_upgrade", 400},
-        {"POST / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n", 80, "websocket_needs_get", 400},
-        {"GET / HTTP/1.1\r\nHost: a.test\r\nExpect: magic\r\n\r\n", 80, "expectation_unsupported", 417},
+        {"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n", 80,
+         "h2c_upgrade_refused", 403},
+        {"GET / HTTP/1.1\r\nHost: a.test\r\nHTTP2-Settings: AA\r\n\r\n", 80, "h2c_upgrade_refused",
+         403},
+        {"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: connect-udp\r\nConnection: Upgrade\r\n\r\n",
+         80, "upgrade_refused", 403},
+        {"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\n\r\n", 80,
+         "upgrade_without_connection_upgrade", 400},
+        {"POST / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n", 80,
+         "websocket_needs_get", 400},
+        {"GET / HTTP/1.1\r\nHost: a.test\r\nExpect: magic\r\n\r\n", 80, "expectation_unsupported",
+         417},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct egress_http_request r;
@@ -180,7 +201,8 @@ START_TEST(refuses_with_reasons)
         const char *why = th_check(cases[i].msg, cases[i].port, &r, &st);
         ck_assert_msg(strcmp(why, cases[i].reason) == 0, "case %zu: reason '%s', want '%s'", i, why,
                       cases[i].reason);
-        ck_assert_msg(st == cases[i].status, "case %zu: status %d, want %d", i, st, cases[i].status);
+        ck_assert_msg(st == cases[i].status, "case %zu: status %d, want %d", i, st,
+                      cases[i].status);
     }
 }
 END_TEST
@@ -209,8 +231,10 @@ START_TEST(serializes_for_the_upstream)
 {
     struct th t;
     th_parse(&t,
-             "GET http://allowed.test/x?y=1 HTTP/1.1\r\nHost: allowed.test\r\nConnection: keep-alive, X-Hop\r\n"
-             "X-Hop: secret-ish\r\nProxy-Authorization: Basic eA==\r\nProxy-Connection: x\r\nKeep-Alive: 5\r\n"
+             "GET http://allowed.test/x?y=1 HTTP/1.1\r\nHost: allowed.test\r\nConnection: "
+             "keep-alive, X-Hop\r\n"
+             "X-Hop: secret-ish\r\nProxy-Authorization: Basic eA==\r\nProxy-Connection: "
+             "x\r\nKeep-Alive: 5\r\n"
              "TE: trailers\r\nAuthorization: Bearer t\r\nAccept: */*\r\n\r\n",
              8192, false);
     ck_assert(t.complete);
@@ -226,7 +250,9 @@ START_TEST(serializes_for_the_upstream)
     al_buf_free(&out);
     egress_http_head_free(&t.h);
 
-    th_parse(&t, "POST /u HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+    th_parse(&t,
+             "POST /u HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\nConnection: "
+             "close\r\n\r\n",
              8192, false);
     ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, 80, &r, &st, &why), 0);
     al_buf_init(&out, 0);
@@ -236,8 +262,10 @@ START_TEST(serializes_for_the_upstream)
     al_buf_free(&out);
     egress_http_head_free(&t.h);
 
-    th_parse(&t, "GET /ws HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-                 "Sec-WebSocket-Key: k\r\n\r\n", 8192, false);
+    th_parse(&t,
+             "GET /ws HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+             "Sec-WebSocket-Key: k\r\n\r\n",
+             8192, false);
     ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, 80, &r, &st, &why), 0);
     al_buf_init(&out, 0);
     egress_http_serialize_request(&t.h, &r, &out);
@@ -252,8 +280,9 @@ START_TEST(json_answers)
 {
     struct al_buf b;
     al_buf_init(&b, 0);
-    ck_assert_int_eq(egress_http_error_response(&b, 403, "blocked_by_policy", "rule \"x\"", "no_rule_matched",
-                                                "abcd-1", true), 0);
+    ck_assert_int_eq(egress_http_error_response(&b, 403, "blocked_by_policy", "rule \"x\"",
+                                                "no_rule_matched", "abcd-1", true),
+                     0);
     ck_assert_ptr_nonnull(strstr(b.data, "HTTP/1.1 403 Forbidden\r\n"));
     ck_assert_ptr_nonnull(strstr(b.data, "Connection: close\r\n"));
     ck_assert_ptr_nonnull(strstr(b.data, "X-Airlock-Request-Id: abcd-1\r\n"));
@@ -264,7 +293,8 @@ START_TEST(json_answers)
     snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", strlen(body));
     ck_assert_ptr_nonnull(strstr(b.data, cl));
     al_buf_reset(&b);
-    egress_http_error_response(&b, 429, "too_many_connections", NULL, "sandbox_connection_limit", "r", true);
+    egress_http_error_response(&b, 429, "too_many_connections", NULL, "sandbox_connection_limit",
+                               "r", true);
     ck_assert_ptr_nonnull(strstr(b.data, "Retry-After: 1\r\n"));
     ck_assert_ptr_nonnull(strstr(b.data, "\"rule\":null"));
     al_buf_free(&b);

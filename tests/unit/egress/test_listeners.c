@@ -28,7 +28,8 @@ static char tmpdir[64];
 /* A network namespace for this test process (Check forks one per test), loopback up. */
 static void own_netns(void)
 {
-    ck_assert_msg(unshare(CLONE_NEWNET) == 0, "unshare(CLONE_NEWNET): %s (run as root)", strerror(errno));
+    ck_assert_msg(unshare(CLONE_NEWNET) == 0, "unshare(CLONE_NEWNET): %s (run as root)",
+                  strerror(errno));
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     ck_assert_int_ge(fd, 0);
     struct ifreq ifr;
@@ -44,13 +45,29 @@ static void mk(struct egress_config *c, const char *mode, const char *vswitch)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/al-test-listeners-%d-XXXXXX", (int)getpid());
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-    char *argv[] = {"airlock-egress", "--state-dir", tmpdir, "--listen", "127.0.0.1:15001",
-                    "--dns", "127.0.0.1:15053", "--resolver", "127.0.0.1:9", "--workers", "3",
-                    "--admin-socket", "none", "--vault-socket", "none", "--vswitch",
-                    (char *)vswitch, "--listener-mode", (char *)mode};
+    char *argv[] = {"airlock-egress",
+                    "--state-dir",
+                    tmpdir,
+                    "--listen",
+                    "127.0.0.1:15001",
+                    "--dns",
+                    "127.0.0.1:15053",
+                    "--resolver",
+                    "127.0.0.1:9",
+                    "--workers",
+                    "3",
+                    "--admin-socket",
+                    "none",
+                    "--vault-socket",
+                    "none",
+                    "--vswitch",
+                    (char *)vswitch,
+                    "--listener-mode",
+                    (char *)mode};
     struct al_error err = {0};
     egress_config_defaults(c);
-    ck_assert_int_eq(egress_config_parse_args(c, (int)(sizeof argv / sizeof argv[0]), argv, &err), 0);
+    ck_assert_int_eq(egress_config_parse_args(c, (int)(sizeof argv / sizeof argv[0]), argv, &err),
+                     0);
     ck_assert_int_eq(egress_config_finish(c, &err), 0);
 }
 
@@ -134,8 +151,7 @@ START_TEST(shared_socket_serves_every_connection)
         ck_assert_msg(poll(&p, 1, 10000) == 1, "connection %d was not accepted", i);
         char b[64];
         ssize_t n = recv(s[i], b, sizeof b, 0);
-        ck_assert_msg(n >= 0 || errno == ECONNRESET,
-                      "connection %d: %s", i, strerror(errno));
+        ck_assert_msg(n >= 0 || errno == ECONNRESET, "connection %d: %s", i, strerror(errno));
         close(s[i]);
     }
     egress_stop(e);

@@ -20,7 +20,7 @@ struct fake {
 };
 
 enum { N_OK, N_LOW, N_NX, N_DROP, N_TC, N_SPOOF, N_FAIL, N_HIGH };
-static const char *const names[] = {"ok.test", "low.test", "nx.test", "drop.test",
+static const char *const names[] = {"ok.test", "low.test",   "nx.test",   "drop.test",
                                     "tc.test", "spoof.test", "fail.test", "high.test"};
 
 static struct fake F;

@@ -39,12 +39,15 @@ START_TEST(register_lookup_remove)
     struct egress_ip other = ip4("10.200.0.3");
     ck_assert_ptr_null(egress_registry_by_addr(r, &other));
     /* Taken id, taken address, listed twice, none. */
-    ck_assert_int_eq(egress_registry_add(r, "sbx-1", NULL, &other, 1, NULL, NULL, NULL, &err), -EEXIST);
+    ck_assert_int_eq(egress_registry_add(r, "sbx-1", NULL, &other, 1, NULL, NULL, NULL, &err),
+                     -EEXIST);
     ck_assert_int_eq(egress_registry_add(r, "sbx-2", NULL, a, 1, NULL, NULL, NULL, &err), -EEXIST);
     ck_assert_ptr_nonnull(strstr(err.msg, "already belongs to sandbox 'sbx-1'"));
     struct egress_ip twice[2] = {other, other};
-    ck_assert_int_eq(egress_registry_add(r, "sbx-3", NULL, twice, 2, NULL, NULL, NULL, &err), -EINVAL);
-    ck_assert_int_eq(egress_registry_add(r, "sbx-3", NULL, twice, 0, NULL, NULL, NULL, &err), -EINVAL);
+    ck_assert_int_eq(egress_registry_add(r, "sbx-3", NULL, twice, 2, NULL, NULL, NULL, &err),
+                     -EINVAL);
+    ck_assert_int_eq(egress_registry_add(r, "sbx-3", NULL, twice, 0, NULL, NULL, NULL, &err),
+                     -EINVAL);
     ck_assert_uint_eq(egress_registry_count(r), 1);
     /* A reference outlives removal; the sandbox says it was removed. */
     sb = egress_registry_by_id(r, "sbx-1");
@@ -151,7 +154,10 @@ static void decide(const struct egress_policy *p, const char *host, const char *
                    struct egress_verdict *v)
 {
     struct egress_ip ip = ip4(dst);
-    struct egress_query q = {.host = host, .host_len = strlen(host), .dst = &ip, .port = 443,
+    struct egress_query q = {.host = host,
+                             .host_len = strlen(host),
+                             .dst = &ip,
+                             .port = 443,
                              .scheme = EGRESS_SCHEME_TLS};
     egress_decide(p, &q, v);
 }
@@ -162,7 +168,8 @@ START_TEST(network_narrowing)
                                "  - name: gh\n    hosts: [api.github.com, \"**.example.com\"]\n";
     struct egress_policy *base, *p;
     struct al_error err = {0};
-    ck_assert_msg(egress_policy_load(yaml, strlen(yaml), "n.yaml", &base, &err) == 0, "%s", err.msg);
+    ck_assert_msg(egress_policy_load(yaml, strlen(yaml), "n.yaml", &base, &err) == 0, "%s",
+                  err.msg);
 
     /* Shapes: an object with three known members of the right types. */
     const char *bad[] = {"[]", "{\"allowOut\":[]}", "{\"allow_out\":\"a.com\"}",

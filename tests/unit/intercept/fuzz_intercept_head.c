@@ -69,7 +69,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(m, method, ml);
     m[ml] = 0;
     struct intercept_conn_view c = {.tls = true, .sni = sni, .port = 443};
-    struct intercept_req_view r = {.method = m, .target = target, .target_len = tl, .hdrs = hdrs, .n_hdrs = nh};
+    struct intercept_req_view r = {
+        .method = m, .target = target, .target_len = tl, .hdrs = hdrs, .n_hdrs = nh};
     struct intercept_req_info info;
     int status;
     if (intercept_request_check(&c, &r, &info, &status, &reason) == 0) {

@@ -68,7 +68,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < slen; i++)
         if (memchr("REDACT", secret[i], 6))
             self_made = true;
-    if (!self_made && intercept_matcher_patterns(m) && blen >= slen && memmem(out.data, blen, secret, slen))
+    if (!self_made && intercept_matcher_patterns(m) && blen >= slen &&
+        memmem(out.data, blen, secret, slen))
         __builtin_trap();
     al_buf_free(&out);
     free(ref);

@@ -85,8 +85,9 @@ static void watch_fd(struct pend *e, int fd, int events)
     e->fd = fd;
     if (fd < 0)
         return;
-    struct epoll_event ev = {.events = ((events & INTERCEPT_TLS_WANT_READ) ? EPOLLIN | EPOLLRDHUP : 0) |
-                                       ((events & INTERCEPT_TLS_WANT_WRITE) ? EPOLLOUT : 0),
+    struct epoll_event ev = {.events =
+                                 ((events & INTERCEPT_TLS_WANT_READ) ? EPOLLIN | EPOLLRDHUP : 0) |
+                                 ((events & INTERCEPT_TLS_WANT_WRITE) ? EPOLLOUT : 0),
                              .data.ptr = e};
     if (!events) {
         if (e->registered)
@@ -174,8 +175,8 @@ static void op_done(void *ctx, const char *why, const char *detail)
     struct pconn *c = ctx;
     c->done = true;
     if (c->p->audit) {
-        json_t *r = json_pack("{s:s,s:s,s:s,s:s}", "type", "connection_end", "sandbox", c->p->sandbox, "end", why,
-                              "detail", detail ? detail : "");
+        json_t *r = json_pack("{s:s,s:s,s:s,s:s}", "type", "connection_end", "sandbox",
+                              c->p->sandbox, "end", why, "detail", detail ? detail : "");
         json_dumpf(r, c->p->audit, JSON_COMPACT);
         fputc('\n', c->p->audit);
         fflush(c->p->audit);
@@ -259,9 +260,18 @@ static void on_accept(uv_poll_t *h, int status, int events)
         c->timer.data = c;
         p->active++;
         struct intercept_session_opts o = {
-            .ops = &ops, .ctx = c, .srv = p->srv, .cli = p->cli, .pool = p->pool, .fetcher = p->fetcher,
-            .ph = p->ph, .sandbox_id = p->sandbox, .name = p->name, .port = p->plaintext ? 80 : 443,
-            .client_fd = fd, .plaintext = p->plaintext,
+            .ops = &ops,
+            .ctx = c,
+            .srv = p->srv,
+            .cli = p->cli,
+            .pool = p->pool,
+            .fetcher = p->fetcher,
+            .ph = p->ph,
+            .sandbox_id = p->sandbox,
+            .name = p->name,
+            .port = p->plaintext ? 80 : 443,
+            .client_fd = fd,
+            .plaintext = p->plaintext,
         };
         struct al_error err = {0};
         if (intercept_session_start(&o, &c->s, &err) < 0) {
@@ -345,18 +355,19 @@ static void write_file(const char *path, const char *text)
 
 int main(int argc, char **argv)
 {
-    const char *listen_s = "127.0.0.1:0", *port_file = NULL, *upstream = NULL, *roots = NULL, *policy = NULL;
+    const char *listen_s = "127.0.0.1:0", *port_file = NULL, *upstream = NULL, *roots = NULL,
+               *policy = NULL;
     const char *vault = NULL, *audit = NULL, *ca_out = NULL, *ph_out = NULL, *name = NULL;
     const char *sandbox = "sb-test";
     bool no_pool = false, plaintext = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define OPT(n, var)                 \
-    if (strcmp(a, n) == 0 && v) {   \
-        var = v;                    \
-        i++;                        \
-        continue;                   \
+#define OPT(n, var)               \
+    if (strcmp(a, n) == 0 && v) { \
+        var = v;                  \
+        i++;                      \
+        continue;                 \
     }
         OPT("--listen", listen_s);
         OPT("--port-file", port_file);
@@ -381,7 +392,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!upstream || !policy || !name) {
-        fprintf(stderr, "usage: icpt-proxy --name NAME --upstream IP:PORT --policy FILE [--upstream-ca FILE] ...\n");
+        fprintf(stderr, "usage: icpt-proxy --name NAME --upstream IP:PORT --policy FILE "
+                        "[--upstream-ca FILE] ...\n");
         return 2;
     }
     al_log_init("icpt-proxy", AL_LOG_TEXT, AL_LOG_WARN);
@@ -398,7 +410,8 @@ int main(int argc, char **argv)
     (void)dg;
     p.pol = policy_load_file(policy, NULL);
     if (!p.pol) {
-        fprintf(stderr, "icpt-proxy: the policy %s does not load (airlock policy lint it)\n", policy);
+        fprintf(stderr, "icpt-proxy: the policy %s does not load (airlock policy lint it)\n",
+                policy);
         return 1;
     }
     size_t nn = 0;
@@ -406,8 +419,10 @@ int main(int argc, char **argv)
     struct al_error err = {0};
     struct intercept_ca_opts co = {.sandbox_id = p.sandbox, .names = names, .n_names = nn};
     if (intercept_ca_new(&co, &p.ca, &err) < 0 ||
-        intercept_tls_server_new(&(struct intercept_tls_server_opts){.ca = p.ca}, &p.srv, &err) < 0 ||
-        intercept_tls_client_new(&(struct intercept_tls_client_opts){.ca_file = roots}, &p.cli, &err) < 0 ||
+        intercept_tls_server_new(&(struct intercept_tls_server_opts){.ca = p.ca}, &p.srv, &err) <
+            0 ||
+        intercept_tls_client_new(&(struct intercept_tls_client_opts){.ca_file = roots}, &p.cli,
+                                 &err) < 0 ||
         intercept_placeholders_new(p.pol, NULL, &p.ph, &err) < 0) {
         fprintf(stderr, "icpt-proxy: %s\n", al_error_str(&err));
         return 1;

@@ -91,7 +91,8 @@ START_TEST(bundle_merge)
     ck_assert_int_eq(agent_ca_bundle_merge(NULL, 0, pem, strlen(pem), &out), 0);
     ck_assert_int_eq(count(out.data, "-- begin"), 1);
     ck_assert_int_eq(count(out.data, "AAAA"), 1);
-    const char *old = "-----BEGIN CERTIFICATE-----\nROOT1\n-----END CERTIFICATE-----"; /* no final newline */
+    const char *old =
+        "-----BEGIN CERTIFICATE-----\nROOT1\n-----END CERTIFICATE-----"; /* no final newline */
     ck_assert_int_eq(agent_ca_bundle_merge(old, strlen(old), pem, strlen(pem), &out), 0);
     ck_assert_int_eq(strncmp(out.data, old, strlen(old)), 0);
     ck_assert_int_eq(out.data[strlen(old)], '\n');
@@ -123,8 +124,11 @@ START_TEST(install_and_environment)
     ck_assert(!a.ca_installed);
     /* With a root that has a system bundle already. */
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s/etc/ssl/certs && cp /etc/ssl/certs/ca-certificates.crt %s/etc/ssl/certs/ 2>/dev/null || "
-             "printf '' > %s/etc/ssl/certs/ca-certificates.crt", root, root, root);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/etc/ssl/certs && cp /etc/ssl/certs/ca-certificates.crt %s/etc/ssl/certs/ "
+             "2>/dev/null || "
+             "printf '' > %s/etc/ssl/certs/ca-certificates.crt",
+             root, root, root);
     ck_assert_int_eq(system(cmd), 0);
     char *before = slurp(AGENT_CA_BUNDLE);
     a.ca_root = strdup(root);
@@ -142,8 +146,8 @@ START_TEST(install_and_environment)
     ck_assert_int_eq(st.st_mode & 0777, 0644);
     /* A new CA (egress restarted): still one airlock block. */
     struct intercept_ca *ca2 = new_ca();
-    json_t *init2 = json_pack("{s:s,s:{s:s}}", "ca_cert_pem", intercept_ca_pem(ca2), "envVars", "SSL_CERT_FILE",
-                              "/custom/bundle.pem");
+    json_t *init2 = json_pack("{s:s,s:{s:s}}", "ca_cert_pem", intercept_ca_pem(ca2), "envVars",
+                              "SSL_CERT_FILE", "/custom/bundle.pem");
     ck_assert_int_eq(agent_apply_init(&a, init2, &err), 0);
     free(bundle);
     bundle = slurp(AGENT_CA_BUNDLE);
@@ -174,15 +178,19 @@ START_TEST(install_and_environment)
     ck_assert_int_eq(intercept_ca_leaf(ca2, "api.github.test", &l, NULL), 0);
     unsigned char lp[4096];
     size_t ol = 0;
-    ck_assert_int_eq(mbedtls_pem_write_buffer("-----BEGIN CERTIFICATE-----\n", "-----END CERTIFICATE-----\n",
-                                              intercept_leaf_crt(l)->raw.p, intercept_leaf_crt(l)->raw.len, lp,
-                                              sizeof lp, &ol), 0);
+    ck_assert_int_eq(mbedtls_pem_write_buffer("-----BEGIN CERTIFICATE-----\n",
+                                              "-----END CERTIFICATE-----\n",
+                                              intercept_leaf_crt(l)->raw.p,
+                                              intercept_leaf_crt(l)->raw.len, lp, sizeof lp, &ol),
+                     0);
     snprintf(p, sizeof p, "%s/leaf.pem", root);
     FILE *f = fopen(p, "w");
     fputs((char *)lp, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "openssl verify -CAfile %s%s -verify_hostname api.github.test %s/leaf.pem >/dev/null 2>&1",
-             root, AGENT_CA_BUNDLE, root);
+    snprintf(
+        cmd, sizeof cmd,
+        "openssl verify -CAfile %s%s -verify_hostname api.github.test %s/leaf.pem >/dev/null 2>&1",
+        root, AGENT_CA_BUNDLE, root);
     ck_assert_int_eq(system(cmd), 0);
     intercept_leaf_unref(l);
     json_decref(init);
@@ -205,7 +213,8 @@ START_TEST(bad_pem_changes_nothing)
     a.env = json_object();
     a.ca_root = strdup(root);
     struct al_error err = {0};
-    json_t *init = json_pack("{s:s,s:s}", "caCertPem", "not a certificate", "defaultUser", "someone");
+    json_t *init =
+        json_pack("{s:s,s:s}", "caCertPem", "not a certificate", "defaultUser", "someone");
     ck_assert_int_eq(agent_apply_init(&a, init, &err), -EINVAL);
     ck_assert_ptr_null(a.default_user); /* validated before anything changed */
     ck_assert_ptr_null(slurp(AGENT_CA_BUNDLE));

@@ -45,13 +45,16 @@ static void write_leaf(const char *name, struct intercept_leaf *l)
     mbedtls_x509_crt *c = intercept_leaf_crt(l);
     unsigned char pem[4096];
     size_t olen = 0;
-    ck_assert_int_eq(mbedtls_pem_write_buffer("-----BEGIN CERTIFICATE-----\n", "-----END CERTIFICATE-----\n",
-                                              c->raw.p, c->raw.len, pem, sizeof pem, &olen), 0);
+    ck_assert_int_eq(mbedtls_pem_write_buffer("-----BEGIN CERTIFICATE-----\n",
+                                              "-----END CERTIFICATE-----\n", c->raw.p, c->raw.len,
+                                              pem, sizeof pem, &olen),
+                     0);
     write_file(name, (const char *)pem);
 }
 
 /* Runs a command, returns its exit status; its output (stdout+stderr) in out. */
-static int run(char *out, size_t outlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int run(char *out, size_t outlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int run(char *out, size_t outlen, const char *fmt, ...)
 {
     char cmd[2048];
@@ -70,8 +73,8 @@ static int run(char *out, size_t outlen, const char *fmt, ...)
 
 static struct intercept_ca *make_ca(const char *const *names, size_t n, size_t max_leaves)
 {
-    struct intercept_ca_opts o = {.sandbox_id = "sb-test-1", .names = names, .n_names = n,
-                                  .max_leaves = max_leaves};
+    struct intercept_ca_opts o = {
+        .sandbox_id = "sb-test-1", .names = names, .n_names = n, .max_leaves = max_leaves};
     struct intercept_ca *ca = NULL;
     struct al_error err = {0};
     int r = intercept_ca_new(&o, &ca, &err);
@@ -81,7 +84,7 @@ static struct intercept_ca *make_ca(const char *const *names, size_t n, size_t m
 
 START_TEST(subtrees_from_patterns)
 {
-    const char *pats[] = {"api.github.test", "*.example.test", "**.deep.example.test",
+    const char *pats[] = {"api.github.test",  "*.example.test",    "**.deep.example.test",
                           "api-*.other.test", "x.api.github.test", "example.test"};
     char **b;
     size_t n;
@@ -157,25 +160,32 @@ START_TEST(openssl_accepts_inside_rejects_outside)
     write_leaf("out2.pem", out2);
     char out[8192];
     int st = run(out, sizeof out,
-                 "openssl verify -CAfile %s/ca.pem -purpose sslserver -verify_hostname api.github.test %s/in1.pem",
+                 "openssl verify -CAfile %s/ca.pem -purpose sslserver -verify_hostname "
+                 "api.github.test %s/in1.pem",
                  tmpdir, tmpdir);
     ck_assert_msg(st == 0, "inside leaf refused: %s", out);
     st = run(out, sizeof out,
-             "openssl verify -CAfile %s/ca.pem -purpose sslserver -verify_hostname a.example.test %s/in2.pem",
+             "openssl verify -CAfile %s/ca.pem -purpose sslserver -verify_hostname a.example.test "
+             "%s/in2.pem",
              tmpdir, tmpdir);
     ck_assert_msg(st == 0, "inside leaf refused: %s", out);
     /* The hostname check itself works (a valid leaf, the wrong name). */
     st = run(out, sizeof out,
-             "openssl verify -CAfile %s/ca.pem -purpose sslserver -verify_hostname other.test %s/in1.pem",
+             "openssl verify -CAfile %s/ca.pem -purpose sslserver -verify_hostname other.test "
+             "%s/in1.pem",
              tmpdir, tmpdir);
     ck_assert_msg(st != 0, "wrong hostname accepted: %s", out);
     /* Leaves the CA's key could sign but the constraints forbid. */
     st = run(out, sizeof out,
-             "openssl verify -CAfile %s/ca.pem -purpose sslserver -verify_hostname evil.test %s/out1.pem",
+             "openssl verify -CAfile %s/ca.pem -purpose sslserver -verify_hostname evil.test "
+             "%s/out1.pem",
              tmpdir, tmpdir);
-    ck_assert_msg(st != 0 && strstr(out, "permitted subtree violation"), "outside leaf accepted: %s", out);
-    st = run(out, sizeof out, "openssl verify -CAfile %s/ca.pem -purpose sslserver %s/out2.pem", tmpdir, tmpdir);
-    ck_assert_msg(st != 0 && strstr(out, "permitted subtree violation"), "outside leaf accepted: %s", out);
+    ck_assert_msg(st != 0 && strstr(out, "permitted subtree violation"),
+                  "outside leaf accepted: %s", out);
+    st = run(out, sizeof out, "openssl verify -CAfile %s/ca.pem -purpose sslserver %s/out2.pem",
+             tmpdir, tmpdir);
+    ck_assert_msg(st != 0 && strstr(out, "permitted subtree violation"),
+                  "outside leaf accepted: %s", out);
     intercept_leaf_unref(in1);
     intercept_leaf_unref(in2);
     intercept_leaf_unref(out1);
@@ -213,8 +223,11 @@ END_TEST
 START_TEST(leaf_validity_clamped_to_ca)
 {
     const char *names[] = {"api.github.test"};
-    struct intercept_ca_opts o = {.sandbox_id = "sb", .names = names, .n_names = 1,
-                                  .ca_validity_s = 7200, .leaf_validity_s = 86400 * 30};
+    struct intercept_ca_opts o = {.sandbox_id = "sb",
+                                  .names = names,
+                                  .n_names = 1,
+                                  .ca_validity_s = 7200,
+                                  .leaf_validity_s = 86400 * 30};
     struct intercept_ca *ca;
     ck_assert_int_eq(intercept_ca_new(&o, &ca, NULL), 0);
     struct intercept_leaf *l;
@@ -358,10 +371,11 @@ START_TEST(name_constraints_der_bounds)
     const char *bases[] = {"example.test"};
     unsigned char small[16], big[256], *start;
     size_t len;
-    ck_assert_int_eq(intercept_name_constraints_der(bases, 1, small, sizeof small, &start, &len), -ENOSPC);
+    ck_assert_int_eq(intercept_name_constraints_der(bases, 1, small, sizeof small, &start, &len),
+                     -ENOSPC);
     ck_assert_int_eq(intercept_name_constraints_der(bases, 1, big, sizeof big, &start, &len), 0);
-    ck_assert_uint_eq(start[0], 0x30);  /* SEQUENCE */
-    ck_assert_uint_eq(start[2], 0xa0);  /* permittedSubtrees [0] */
+    ck_assert_uint_eq(start[0], 0x30); /* SEQUENCE */
+    ck_assert_uint_eq(start[2], 0xa0); /* permittedSubtrees [0] */
     ck_assert(start + len == big + sizeof big);
 }
 END_TEST

@@ -9,50 +9,49 @@
 #include "al_test.h"
 #include "egress/intercept/inject.h"
 
-static const char POLICY[] =
-    "version: 1\n"
-    "name: inject-test\n"
-    "rules:\n"
-    "  - name: gh\n"
-    "    hosts: [api.github.test]\n"
-    "    methods: [GET, POST]\n"
-    "    inject:\n"
-    "      - header: Authorization\n"
-    "        value: \"Bearer ${secret:github/token}\"\n"
-    "  - name: svc\n"
-    "    hosts: [svc.test]\n"
-    "    tls: inspect\n"
-    "    inject:\n"
-    "      - header: X-Api-Key\n"
-    "        placeholder: SERVICE_KEY\n"
-    "        secret: service/key\n"
-    "  - name: ws\n"
-    "    hosts: [ws.test]\n"
-    "    tls: inspect\n"
-    "    websocket: true\n"
-    "  - name: wsi\n"
-    "    hosts: [wsi.test]\n"
-    "    websocket: true\n"
-    "    inject:\n"
-    "      - header: Authorization\n"
-    "        value: \"token ${secret:github/token}\"\n"
-    "  - name: plain\n"
-    "    hosts: [plain.test]\n"
-    "    scheme: http\n"
-    "    allow_plaintext_inject: true\n"
-    "    inject:\n"
-    "      - header: X-Token\n"
-    "        value: \"${secret:github/token}\"\n"
-    "  - name: reported\n"
-    "    hosts: [rep.test]\n"
-    "    mode: report\n"
-    "    methods: [GET]\n"
-    "    inject:\n"
-    "      - header: Authorization\n"
-    "        value: \"Bearer ${secret:github/token}\"\n"
-    "  - name: echo\n"
-    "    hosts: [echo.test]\n"
-    "    tls: inspect\n";
+static const char POLICY[] = "version: 1\n"
+                             "name: inject-test\n"
+                             "rules:\n"
+                             "  - name: gh\n"
+                             "    hosts: [api.github.test]\n"
+                             "    methods: [GET, POST]\n"
+                             "    inject:\n"
+                             "      - header: Authorization\n"
+                             "        value: \"Bearer ${secret:github/token}\"\n"
+                             "  - name: svc\n"
+                             "    hosts: [svc.test]\n"
+                             "    tls: inspect\n"
+                             "    inject:\n"
+                             "      - header: X-Api-Key\n"
+                             "        placeholder: SERVICE_KEY\n"
+                             "        secret: service/key\n"
+                             "  - name: ws\n"
+                             "    hosts: [ws.test]\n"
+                             "    tls: inspect\n"
+                             "    websocket: true\n"
+                             "  - name: wsi\n"
+                             "    hosts: [wsi.test]\n"
+                             "    websocket: true\n"
+                             "    inject:\n"
+                             "      - header: Authorization\n"
+                             "        value: \"token ${secret:github/token}\"\n"
+                             "  - name: plain\n"
+                             "    hosts: [plain.test]\n"
+                             "    scheme: http\n"
+                             "    allow_plaintext_inject: true\n"
+                             "    inject:\n"
+                             "      - header: X-Token\n"
+                             "        value: \"${secret:github/token}\"\n"
+                             "  - name: reported\n"
+                             "    hosts: [rep.test]\n"
+                             "    mode: report\n"
+                             "    methods: [GET]\n"
+                             "    inject:\n"
+                             "      - header: Authorization\n"
+                             "        value: \"Bearer ${secret:github/token}\"\n"
+                             "  - name: echo\n"
+                             "    hosts: [echo.test]\n"
+                             "    tls: inspect\n";
 
 static const char TOKEN[] = "ghp_RealTokenValue_0123456789abcdefXYZ";
 static const char SVCKEY[] = "sk_live_ServiceKeyValue_987654321";
@@ -72,24 +71,34 @@ static void teardown(void)
     policy_unref(P);
 }
 
-static struct policy_decision decide(const char *host, const char *method, const char *path, bool tls)
+static struct policy_decision decide(const char *host, const char *method, const char *path,
+                                     bool tls)
 {
     struct policy_decision d;
-    struct policy_request r = {.host = host, .host_len = strlen(host), .port = (uint16_t)(tls ? 443 : 80),
-                               .scheme = tls ? POLICY_SCHEME_HTTPS : POLICY_SCHEME_HTTP, .method = method,
-                               .method_len = strlen(method), .path = path, .path_len = strlen(path)};
+    struct policy_request r = {.host = host,
+                               .host_len = strlen(host),
+                               .port = (uint16_t)(tls ? 443 : 80),
+                               .scheme = tls ? POLICY_SCHEME_HTTPS : POLICY_SCHEME_HTTP,
+                               .method = method,
+                               .method_len = strlen(method),
+                               .path = path,
+                               .path_len = strlen(path)};
     ck_assert_int_eq(policy_decide(P, &r, &d), 0);
     return d;
 }
 
-#define H(n, v) {n, sizeof(n) - 1, v, sizeof(v) - 1}
+#define H(n, v)                            \
+    {                                      \
+        n, sizeof(n) - 1, v, sizeof(v) - 1 \
+    }
 
-static int check(const char *sni, const char *method, const char *target, const struct intercept_hdr *h, size_t n,
-                 struct intercept_req_info *info, const char **reason)
+static int check(const char *sni, const char *method, const char *target,
+                 const struct intercept_hdr *h, size_t n, struct intercept_req_info *info,
+                 const char **reason)
 {
     struct intercept_conn_view c = {.tls = sni != NULL, .sni = sni, .port = 443};
-    struct intercept_req_view r = {.method = method, .target = target, .target_len = strlen(target), .hdrs = h,
-                                   .n_hdrs = n};
+    struct intercept_req_view r = {
+        .method = method, .target = target, .target_len = strlen(target), .hdrs = h, .n_hdrs = n};
     int status;
     return intercept_request_check(&c, &r, info, &status, reason);
 }
@@ -122,12 +131,18 @@ START_TEST(host_must_be_sni)
     ck_assert_int_eq(check("api.github.test", "GET", "/", ip, 1, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "host_sni_mismatch");
     /* Absolute form: the authority must be the Host. */
-    ck_assert_int_eq(check("api.github.test", "GET", "https://api.github.test/repos?x=1", ok, 1, &info, &reason), 0);
+    ck_assert_int_eq(
+        check("api.github.test", "GET", "https://api.github.test/repos?x=1", ok, 1, &info, &reason),
+        0);
     ck_assert_int_eq(strncmp(info.path, "/repos?x=1", info.path_len), 0);
-    ck_assert_int_eq(check("api.github.test", "GET", "https://evil.test/", ok, 1, &info, &reason), -EPERM);
+    ck_assert_int_eq(check("api.github.test", "GET", "https://evil.test/", ok, 1, &info, &reason),
+                     -EPERM);
     ck_assert_str_eq(reason, "authority_host_mismatch");
-    ck_assert_int_eq(check("api.github.test", "GET", "https://x@api.github.test/", ok, 1, &info, &reason), -EPERM);
-    ck_assert_int_eq(check("api.github.test", "GET", "https://api.github.test", ok, 1, &info, &reason), 0);
+    ck_assert_int_eq(
+        check("api.github.test", "GET", "https://x@api.github.test/", ok, 1, &info, &reason),
+        -EPERM);
+    ck_assert_int_eq(
+        check("api.github.test", "GET", "https://api.github.test", ok, 1, &info, &reason), 0);
     ck_assert_int_eq((int)info.path_len, 1);
     /* Plain HTTP: no SNI to compare. */
     struct intercept_hdr pl[] = {H("Host", "plain.test")};
@@ -140,12 +155,14 @@ START_TEST(relays_and_http2_refused)
     struct intercept_req_info info;
     const char *reason;
     struct intercept_hdr ok[] = {H("Host", "api.github.test")};
-    ck_assert_int_eq(check("api.github.test", "CONNECT", "evil.test:443", ok, 1, &info, &reason), -EPERM);
+    ck_assert_int_eq(check("api.github.test", "CONNECT", "evil.test:443", ok, 1, &info, &reason),
+                     -EPERM);
     ck_assert_str_eq(reason, "connect_in_tunnel");
     ck_assert_int_eq(check("api.github.test", "PRI", "*", ok, 1, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "h2_prior_knowledge_refused");
-    struct intercept_hdr h2c[] = {H("Host", "api.github.test"), H("Connection", "Upgrade, HTTP2-Settings"),
-                                  H("Upgrade", "h2c"), H("HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA")};
+    struct intercept_hdr h2c[] = {H("Host", "api.github.test"),
+                                  H("Connection", "Upgrade, HTTP2-Settings"), H("Upgrade", "h2c"),
+                                  H("HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA")};
     ck_assert_int_eq(check("api.github.test", "GET", "/", h2c, 4, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "h2c_upgrade_refused");
     struct intercept_hdr h2c2[] = {H("Host", "api.github.test"), H("Upgrade", "websocket, H2C")};
@@ -178,7 +195,8 @@ START_TEST(websocket_per_rule)
     ck_assert_int_eq(intercept_response_check(101, false, &reason), -EPROTO);
     ck_assert_str_eq(reason, "unrequested_upgrade");
     ck_assert_int_eq(intercept_response_check(101, true, &reason), 0);
-    ck_assert_int_eq(intercept_response_check(302, false, &reason), 0); /* redirects pass as they are */
+    ck_assert_int_eq(intercept_response_check(302, false, &reason),
+                     0); /* redirects pass as they are */
 }
 END_TEST
 
@@ -187,8 +205,8 @@ END_TEST
 static struct intercept_secret *gh_secret(const char *bound)
 {
     const char *b[1] = {bound};
-    return intercept_secret_new("github/token", TOKEN, strlen(TOKEN), "b2k:00000000000000000000000000000001", 3,
-                                b, bound ? 1 : 0);
+    return intercept_secret_new("github/token", TOKEN, strlen(TOKEN),
+                                "b2k:00000000000000000000000000000001", 3, b, bound ? 1 : 0);
 }
 
 struct run {
@@ -197,13 +215,21 @@ struct run {
     int rc;
 };
 
-static void apply(struct run *r, const char *sni, const char *host, const struct intercept_hdr *h, size_t n,
-                  const char *target, const struct policy_decision *d, struct intercept_secret **sec, size_t ns,
-                  const struct intercept_placeholders *ph)
+static void apply(struct run *r, const char *sni, const char *host, const struct intercept_hdr *h,
+                  size_t n, const char *target, const struct policy_decision *d,
+                  struct intercept_secret **sec, size_t ns, const struct intercept_placeholders *ph)
 {
-    struct intercept_conn_view c = {.tls = sni != NULL, .sni = sni, .port = (uint16_t)(sni ? 443 : 80)};
-    struct intercept_inject_ctx ctx = {.conn = &c, .host = host, .hdrs = h, .n_hdrs = n, .target = target,
-                                       .target_len = strlen(target), .d = d, .secrets = sec, .n_secrets = ns,
+    struct intercept_conn_view c = {
+        .tls = sni != NULL, .sni = sni, .port = (uint16_t)(sni ? 443 : 80)};
+    struct intercept_inject_ctx ctx = {.conn = &c,
+                                       .host = host,
+                                       .hdrs = h,
+                                       .n_hdrs = n,
+                                       .target = target,
+                                       .target_len = strlen(target),
+                                       .d = d,
+                                       .secrets = sec,
+                                       .n_secrets = ns,
                                        .ph = ph};
     ck_assert_int_eq(intercept_inject_edit_init(&r->e, n), 0);
     r->rc = intercept_inject_apply(&ctx, &r->e, &r->reason);
@@ -225,8 +251,9 @@ START_TEST(replace_mode)
     ck_assert_uint_eq(intercept_inject_secrets(&d, names, 4), 1);
     ck_assert_str_eq(names[0], "github/token");
     struct intercept_secret *s = gh_secret("api.github.test");
-    struct intercept_hdr h[] = {H("Host", "api.github.test"), H("authorization", "Bearer sandbox-own-token"),
-                                H("Accept", "*/*"), H("Proxy-Authorization", "Basic eDp5"),
+    struct intercept_hdr h[] = {H("Host", "api.github.test"),
+                                H("authorization", "Bearer sandbox-own-token"), H("Accept", "*/*"),
+                                H("Proxy-Authorization", "Basic eDp5"),
                                 H("Authorization", "second copy")};
     struct run r;
     apply(&r, "api.github.test", "api.github.test", h, 5, "/user", &d, &s, 1, NULL);
@@ -285,7 +312,8 @@ START_TEST(gates_refuse)
     intercept_inject_edit_free(&r.e);
     /* a value that would split the header */
     const char *b[1] = {"api.github.test"};
-    struct intercept_secret *crlf = intercept_secret_new("github/token", "tok\r\nX-Evil: 1", 15, "b2k:x", 1, b, 1);
+    struct intercept_secret *crlf =
+        intercept_secret_new("github/token", "tok\r\nX-Evil: 1", 15, "b2k:x", 1, b, 1);
     apply(&r, "api.github.test", "api.github.test", h, 2, "/", &d, &crlf, 1, NULL);
     ck_assert_str_eq(r.reason, "secret_not_header_safe");
     intercept_inject_edit_free(&r.e);
@@ -348,7 +376,8 @@ START_TEST(placeholders_generated)
     struct intercept_placeholders *again = make_ph(ph); /* a reload keeps it */
     ck_assert_str_eq(intercept_placeholder_value(again, 0), v);
     /* Restored from what the control plane kept (an earlier registration). */
-    json_t *keep = json_pack("{s:s,s:s}", "SERVICE_KEY", v, "OTHER", "alph_0000000000000000000000000000000000000000");
+    json_t *keep = json_pack("{s:s,s:s}", "SERVICE_KEY", v, "OTHER",
+                             "alph_0000000000000000000000000000000000000000");
     struct intercept_placeholders *restored = NULL;
     ck_assert_int_eq(intercept_placeholders_restore(P, keep, &restored, NULL), 0);
     ck_assert_str_eq(intercept_placeholder_value(restored, 0), v);
@@ -372,7 +401,8 @@ START_TEST(placeholder_swap)
     struct intercept_placeholders *ph = make_ph(NULL);
     const char *pv = intercept_placeholder_value(ph, 0);
     const char *b[1] = {"svc.test"};
-    struct intercept_secret *s = intercept_secret_new("service/key", SVCKEY, strlen(SVCKEY), "b2k:svc", 1, b, 1);
+    struct intercept_secret *s =
+        intercept_secret_new("service/key", SVCKEY, strlen(SVCKEY), "b2k:svc", 1, b, 1);
     struct policy_decision d = decide("svc.test", "GET", "/v1/items", true);
     char hv[128];
     snprintf(hv, sizeof hv, "Bearer %s", pv);
@@ -390,9 +420,11 @@ START_TEST(placeholder_swap)
     /* Basic auth carrying the placeholder as the password. */
     char up[128], b64[256], basic[300];
     snprintf(up, sizeof up, "x-access-token:%s", pv);
-    sodium_bin2base64(b64, sizeof b64, (unsigned char *)up, strlen(up), sodium_base64_VARIANT_ORIGINAL);
+    sodium_bin2base64(b64, sizeof b64, (unsigned char *)up, strlen(up),
+                      sodium_base64_VARIANT_ORIGINAL);
     snprintf(basic, sizeof basic, "Basic %s", b64);
-    struct intercept_hdr hb[] = {{"Host", 4, "svc.test", 8}, {"x-api-key", 9, basic, strlen(basic)}};
+    struct intercept_hdr hb[] = {{"Host", 4, "svc.test", 8},
+                                 {"x-api-key", 9, basic, strlen(basic)}};
     apply(&r, "svc.test", "svc.test", hb, 2, "/", &d, &s, 1, ph);
     ck_assert_int_eq(r.rc, 0);
     const char *got = added(&r, "X-Api-Key");
@@ -400,7 +432,8 @@ START_TEST(placeholder_swap)
     unsigned char dec[256];
     size_t dl = 0;
     ck_assert_int_eq(sodium_base642bin(dec, sizeof dec, got + 6, strlen(got + 6), NULL, &dl, NULL,
-                                       sodium_base64_VARIANT_ORIGINAL), 0);
+                                       sodium_base64_VARIANT_ORIGINAL),
+                     0);
     char want2[128];
     snprintf(want2, sizeof want2, "x-access-token:%s", SVCKEY);
     ck_assert_uint_eq(dl, strlen(want2));
@@ -425,7 +458,8 @@ START_TEST(placeholder_misuse_refused)
     struct intercept_placeholders *ph = make_ph(NULL);
     const char *pv = intercept_placeholder_value(ph, 0);
     const char *b[1] = {"svc.test"};
-    struct intercept_secret *s = intercept_secret_new("service/key", SVCKEY, strlen(SVCKEY), "b2k:svc", 1, b, 1);
+    struct intercept_secret *s =
+        intercept_secret_new("service/key", SVCKEY, strlen(SVCKEY), "b2k:svc", 1, b, 1);
     struct intercept_secret *g = gh_secret("api.github.test");
     struct run r;
     char target[200];
@@ -448,7 +482,8 @@ START_TEST(placeholder_misuse_refused)
     intercept_inject_edit_free(&r.e);
     /* base64-encoded, toward a host whose rule injects nothing */
     char b64[128];
-    sodium_bin2base64(b64, sizeof b64, (const unsigned char *)pv, strlen(pv), sodium_base64_VARIANT_URLSAFE);
+    sodium_bin2base64(b64, sizeof b64, (const unsigned char *)pv, strlen(pv),
+                      sodium_base64_VARIANT_URLSAFE);
     struct policy_decision de = decide("echo.test", "POST", "/post", true);
     struct intercept_hdr h3[] = {{"Host", 4, "echo.test", 9}, {"Cookie", 6, b64, strlen(b64)}};
     apply(&r, "echo.test", "echo.test", h3, 2, "/post", &de, NULL, 0, ph);
@@ -456,20 +491,23 @@ START_TEST(placeholder_misuse_refused)
     intercept_inject_edit_free(&r.e);
     /* in the header of another rule's replace-mode entry */
     struct policy_decision dg = decide("api.github.test", "GET", "/", true);
-    struct intercept_hdr h4[] = {{"Host", 4, "api.github.test", 15}, {"Authorization", 13, pv, strlen(pv)}};
+    struct intercept_hdr h4[] = {{"Host", 4, "api.github.test", 15},
+                                 {"Authorization", 13, pv, strlen(pv)}};
     apply(&r, "api.github.test", "api.github.test", h4, 2, "/", &dg, &g, 1, ph);
     ck_assert_str_eq(r.reason, "placeholder_misuse");
     intercept_inject_edit_free(&r.e);
     /* the right header, but the secret is not bound to this host */
     const char *b2[1] = {"elsewhere.test"};
-    struct intercept_secret *unb = intercept_secret_new("service/key", SVCKEY, strlen(SVCKEY), "b2k:svc", 1, b2, 1);
+    struct intercept_secret *unb =
+        intercept_secret_new("service/key", SVCKEY, strlen(SVCKEY), "b2k:svc", 1, b2, 1);
     struct intercept_hdr h5[] = {{"Host", 4, "svc.test", 8}, {"X-Api-Key", 9, pv, strlen(pv)}};
     apply(&r, "svc.test", "svc.test", h5, 2, "/", &d, &unb, 1, ph);
     ck_assert_int_eq(r.rc, -EPERM);
     ck_assert_str_eq(r.reason, "secret_not_bound_to_host");
     intercept_inject_edit_free(&r.e);
     /* in a header that is never forwarded (Proxy-*): harmless */
-    struct intercept_hdr h6[] = {{"Host", 4, "echo.test", 9}, {"Proxy-Authorization", 19, pv, strlen(pv)}};
+    struct intercept_hdr h6[] = {{"Host", 4, "echo.test", 9},
+                                 {"Proxy-Authorization", 19, pv, strlen(pv)}};
     apply(&r, "echo.test", "echo.test", h6, 2, "/", &de, NULL, 0, ph);
     ck_assert_int_eq(r.rc, 0);
     ck_assert(r.e.drop[1]);
@@ -504,7 +542,8 @@ START_TEST(head_validation)
         {"HTTP/1.1 200 OK\r\nX: \x7f\r\n\r\n", false, "invalid_header_value"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        ck_assert_msg(intercept_head_validate(bad[i].head, strlen(bad[i].head), bad[i].request, &reason) == -EINVAL,
+        ck_assert_msg(intercept_head_validate(bad[i].head, strlen(bad[i].head), bad[i].request,
+                                              &reason) == -EINVAL,
                       "case %zu accepted", i);
         ck_assert_msg(strcmp(reason, bad[i].reason) == 0, "case %zu: %s", i, reason);
     }

@@ -86,7 +86,8 @@ START_TEST(base64_alignments)
                 size_t n = strlen(text);
                 struct intercept_scrub_report rep = {0};
                 ck_assert_uint_ge(intercept_scrub_buffer(m, 0, text, n, &rep), 1);
-                ck_assert(rep.enc_mask & (1u << (variant ? INTERCEPT_ENC_BASE64URL : INTERCEPT_ENC_BASE64)) ||
+                ck_assert(rep.enc_mask &
+                              (1u << (variant ? INTERCEPT_ENC_BASE64URL : INTERCEPT_ENC_BASE64)) ||
                           rep.enc_mask & (1u << INTERCEPT_ENC_BASE64));
                 /* Decoding what reaches the sandbox never yields the secret. */
                 char *b64 = text + strlen("Authorization: Basic ");
@@ -94,7 +95,8 @@ START_TEST(base64_alignments)
                 unsigned char dec[512];
                 size_t dl = 0;
                 if (sodium_base642bin(dec, sizeof dec, b64, bl, NULL, &dl, NULL, v) == 0)
-                    ck_assert_msg(!contains(dec, dl, SECRET, strlen(SECRET)), "k=%zu tail=%zu", k, tail);
+                    ck_assert_msg(!contains(dec, dl, SECRET, strlen(SECRET)), "k=%zu tail=%zu", k,
+                                  tail);
             }
         }
     }
@@ -156,9 +158,9 @@ START_TEST(no_false_positives)
     struct intercept_matcher *m = matcher_for(SECRET);
     const char *texts[] = {
         "{\"login\":\"octocat\",\"id\":1}",
-        "ghp_Zk9+q/Wm3xT0aBcD1eFgH2iJ/kLmN",      /* one byte short */
-        "hp_Zk9+q/Wm3xT0aBcD1eFgH2iJ/kLmN=",      /* missing the first byte */
-        "GHP_ZK9+Q/WM3XT0ABCD1EFGH2IJ/KLMN=",     /* case changed */
+        "ghp_Zk9+q/Wm3xT0aBcD1eFgH2iJ/kLmN",  /* one byte short */
+        "hp_Zk9+q/Wm3xT0aBcD1eFgH2iJ/kLmN=",  /* missing the first byte */
+        "GHP_ZK9+Q/WM3XT0ABCD1EFGH2IJ/KLMN=", /* case changed */
     };
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
         char *b = strdup(texts[i]);
@@ -359,7 +361,9 @@ START_TEST(body_identity_and_gzip)
     for (size_t chunk = 1; chunk <= 4096; chunk *= 4) {
         struct al_buf out = AL_BUF_INIT;
         struct intercept_body b;
-        ck_assert_int_eq(body_run(m, NULL, POLICY_SCRUB_STRICT, 0, text, (size_t)tl, chunk, &out, &reason, &b), 0);
+        ck_assert_int_eq(
+            body_run(m, NULL, POLICY_SCRUB_STRICT, 0, text, (size_t)tl, chunk, &out, &reason, &b),
+            0);
         ck_assert_int_eq(b.mode, INTERCEPT_BODY_SCRUB);
         ck_assert_uint_eq(b.scrub.rep.matches, 2);
         intercept_body_free(&b);
@@ -389,7 +393,8 @@ START_TEST(body_identity_and_gzip)
     /* x-gzip and case */
     size_t gl = compress_with(16 + MAX_WBITS, text, (size_t)tl, gz, sizeof gz);
     struct al_buf out = AL_BUF_INIT;
-    ck_assert_int_eq(body_run(m, " X-GZIP ", POLICY_SCRUB_STRICT, 0, gz, gl, 100, &out, &reason, NULL), 0);
+    ck_assert_int_eq(
+        body_run(m, " X-GZIP ", POLICY_SCRUB_STRICT, 0, gz, gl, 100, &out, &reason, NULL), 0);
     ck_assert(!contains(out.data, out.len, SECRET, strlen(SECRET)));
     al_buf_free(&out);
     intercept_matcher_unref(m);
@@ -405,9 +410,11 @@ START_TEST(body_refusals)
     /* Encodings the proxy cannot read: strict refuses before any byte, best_effort passes. */
     const char *bad[] = {"br", "zstd", "compress", "gzip, br", "gzip,gzip"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        ck_assert_int_eq(intercept_body_start(&b, &m, 1, bad[i], POLICY_SCRUB_STRICT, 0, &reason), -EPROTO);
+        ck_assert_int_eq(intercept_body_start(&b, &m, 1, bad[i], POLICY_SCRUB_STRICT, 0, &reason),
+                         -EPROTO);
         ck_assert_str_eq(reason, "unsupported_content_encoding");
-        ck_assert_int_eq(intercept_body_start(&b, &m, 1, bad[i], POLICY_SCRUB_BEST_EFFORT, 0, &reason), 0);
+        ck_assert_int_eq(
+            intercept_body_start(&b, &m, 1, bad[i], POLICY_SCRUB_BEST_EFFORT, 0, &reason), 0);
         ck_assert_int_eq(b.mode, INTERCEPT_BODY_PASS);
         ck_assert(b.not_inspected);
         intercept_body_free(&b);
@@ -422,7 +429,8 @@ START_TEST(body_refusals)
     static unsigned char gz[1 << 16];
     size_t gl = compress_with(16 + MAX_WBITS, zeros, sizeof zeros, gz, sizeof gz);
     ck_assert_uint_lt(gl, 4096);
-    ck_assert_int_eq(body_run(m, "gzip", POLICY_SCRUB_STRICT, 100000, gz, gl, 512, &out, &reason, NULL), -EFBIG);
+    ck_assert_int_eq(
+        body_run(m, "gzip", POLICY_SCRUB_STRICT, 100000, gz, gl, 512, &out, &reason, NULL), -EFBIG);
     ck_assert_str_eq(reason, "decoded_body_too_large");
     ck_assert_uint_le(out.len, 100000 + 16384);
     al_buf_reset(&out);
@@ -431,16 +439,21 @@ START_TEST(body_refusals)
     snprintf(text, sizeof text, "secret=%s", SECRET);
     unsigned char g2[512];
     size_t g2l = compress_with(16 + MAX_WBITS, text, strlen(text), g2, sizeof g2);
-    ck_assert_int_eq(body_run(m, "gzip", POLICY_SCRUB_STRICT, 0, g2, g2l - 6, 7, &out, &reason, NULL), -EBADMSG);
+    ck_assert_int_eq(
+        body_run(m, "gzip", POLICY_SCRUB_STRICT, 0, g2, g2l - 6, 7, &out, &reason, NULL), -EBADMSG);
     ck_assert_str_eq(reason, "corrupt_encoding");
     ck_assert(!contains(out.data, out.len, SECRET, strlen(SECRET)));
     al_buf_reset(&out);
     unsigned char bogus[] = "this is not gzip at all, just text pretending";
-    ck_assert_int_eq(body_run(m, "gzip", POLICY_SCRUB_STRICT, 0, bogus, sizeof bogus, 8, &out, &reason, NULL), -EBADMSG);
+    ck_assert_int_eq(
+        body_run(m, "gzip", POLICY_SCRUB_STRICT, 0, bogus, sizeof bogus, 8, &out, &reason, NULL),
+        -EBADMSG);
     al_buf_reset(&out);
     /* Bytes after the end of the gzip stream. */
     memcpy(g2 + g2l, "trailing", 8);
-    ck_assert_int_eq(body_run(m, "gzip", POLICY_SCRUB_STRICT, 0, g2, g2l + 8, 1000, &out, &reason, NULL), -EBADMSG);
+    ck_assert_int_eq(
+        body_run(m, "gzip", POLICY_SCRUB_STRICT, 0, g2, g2l + 8, 1000, &out, &reason, NULL),
+        -EBADMSG);
     al_buf_reset(&out);
     /* An empty body with Content-Encoding: gzip (HEAD, 204) is fine. */
     ck_assert_int_eq(body_run(m, "gzip", POLICY_SCRUB_STRICT, 0, "", 0, 1, &out, &reason, NULL), 0);

@@ -39,8 +39,8 @@ static struct {
     size_t n;
     uint64_t gen;
     int fetches;
-    int changes_status;       /* 0 = normal; else answer this status to /v1/changes */
-    int fetch_delay_ms;       /* answer fetches late */
+    int changes_status; /* 0 = normal; else answer this status to /v1/changes */
+    int fetch_delay_ms; /* answer fetches late */
     int max_age_ms;
     bool full_next;           /* next changes answer says full */
     uint64_t fetch_gen_minus; /* answer fetches with a generation this much older */
@@ -87,8 +87,10 @@ static void fv_answer_fetch(struct al_http_req *req)
     json_t *b = json_loadb(req->body.data, req->body.len, 0, NULL);
     const char *name = json_string_value(json_object_get(b, "name"));
     const char *host = json_string_value(json_object_get(b, "host"));
-    snprintf(V.last_sandbox, sizeof V.last_sandbox, "%s", json_string_value(json_object_get(b, "sandbox")) ?: "");
-    snprintf(V.last_rule, sizeof V.last_rule, "%s", json_string_value(json_object_get(b, "rule")) ?: "");
+    snprintf(V.last_sandbox, sizeof V.last_sandbox, "%s",
+             json_string_value(json_object_get(b, "sandbox")) ?: "");
+    snprintf(V.last_rule, sizeof V.last_rule, "%s",
+             json_string_value(json_object_get(b, "rule")) ?: "");
     snprintf(V.last_host, sizeof V.last_host, "%s", host ?: "");
     struct fsecret *s = name ? fv_find(name) : NULL;
     V.fetches++;
@@ -109,9 +111,10 @@ static void fv_answer_fetch(struct al_http_req *req)
     sodium_bin2base64(b64, sizeof b64, (const unsigned char *)s->value, strlen(s->value),
                       sodium_base64_VARIANT_ORIGINAL);
     snprintf(sid, sizeof sid, "b2k:%032x", (unsigned)(s->version * 7919 + (int)strlen(s->value)));
-    json_t *o = json_pack("{s:s,s:i,s:I,s:s,s:i,s:o,s:s}", "name", s->name, "version", s->version, "generation",
-                          (json_int_t)(V.gen - V.fetch_gen_minus), "secret_id", sid, "max_age_ms",
-                          V.max_age_ms ? V.max_age_ms : 60000, "bound_hosts", hosts, "value_b64", b64);
+    json_t *o = json_pack("{s:s,s:i,s:I,s:s,s:i,s:o,s:s}", "name", s->name, "version", s->version,
+                          "generation", (json_int_t)(V.gen - V.fetch_gen_minus), "secret_id", sid,
+                          "max_age_ms", V.max_age_ms ? V.max_age_ms : 60000, "bound_hosts", hosts,
+                          "value_b64", b64);
     json_decref(b);
     al_http_reply_json(req, 200, o);
 }
@@ -147,8 +150,8 @@ static json_t *fv_changes_since(uint64_t since, bool *any)
     V.full_next = false;
     if (full)
         json_array_clear(names);
-    return json_pack("{s:I,s:I,s:b,s:o}", "since", (json_int_t)since, "generation", (json_int_t)V.gen, "full",
-                     full, "changed", names);
+    return json_pack("{s:I,s:I,s:b,s:o}", "since", (json_int_t)since, "generation",
+                     (json_int_t)V.gen, "full", full, "changed", names);
 }
 
 static void fv_parked_closed(struct al_http_req *req)
@@ -258,8 +261,8 @@ static bool feed_ok(void)
 
 static void client_start(uint32_t fetch_timeout)
 {
-    struct intercept_secrets_opts o = {.socket = V.sock, .fetch_timeout_ms = fetch_timeout, .poll_wait_ms = 2000,
-                                       .retry_ms = 50};
+    struct intercept_secrets_opts o = {
+        .socket = V.sock, .fetch_timeout_ms = fetch_timeout, .poll_wait_ms = 2000, .retry_ms = 50};
     struct al_error err = {0};
     ck_assert_msg(intercept_secrets_new(&o, &S, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(intercept_secrets_start(S, V.loop), 0);
@@ -294,7 +297,8 @@ struct got {
     struct intercept_secret *sec;
 };
 
-static void got_cb(struct intercept_fetch *req, struct intercept_secret *sec, int err, const char *reason)
+static void got_cb(struct intercept_fetch *req, struct intercept_secret *sec, int err,
+                   const char *reason)
 {
     struct got *g = (struct got *)req;
     g->done = true;
@@ -314,8 +318,8 @@ static int fetch(struct got *g, const char *name, const char *sandbox, const cha
 {
     memset(g, 0, sizeof *g);
     g->req.cb = got_cb;
-    struct intercept_fetch_args a = {.name = name, .sandbox = sandbox, .rule = "r1", .host = host,
-                                     .request_id = "req-1"};
+    struct intercept_fetch_args a = {
+        .name = name, .sandbox = sandbox, .rule = "r1", .host = host, .request_id = "req-1"};
     struct intercept_secret *out = NULL;
     const char *reason = NULL;
     int r = intercept_fetch_start(F, &a, &g->req, &out, &reason);
@@ -549,7 +553,8 @@ START_TEST(unreachable_vault)
     if (r == 0)
         wait_got(&g);
     ck_assert(g.err < 0);
-    ck_assert(strcmp(g.reason, "vault_unreachable") == 0 || strcmp(g.reason, "vault_feed_down") == 0);
+    ck_assert(strcmp(g.reason, "vault_unreachable") == 0 ||
+              strcmp(g.reason, "vault_feed_down") == 0);
     ck_assert(run_until(feed_down, 3000));
     client_stop();
 }
@@ -592,7 +597,7 @@ START_TEST(race_with_change_not_cached)
     client_start(0);
     run_until(NULL, 100);
     fv_rotate("github/token", "ghp_NewerValue000000000000000000000000000");
-    run_until(NULL, 200); /* the feed reported the change */
+    run_until(NULL, 200);  /* the feed reported the change */
     V.fetch_gen_minus = 1; /* the fetch claims to predate it */
     struct got g;
     fetch(&g, "github/token", "sb", "h.test");
@@ -628,8 +633,9 @@ END_TEST
  * literals in any spelling, and every wildcard form of the policy language. */
 START_TEST(bound_hosts_match_like_the_policy)
 {
-    const char *b[] = {"B\xc3\x9c" "CHER.example.", "0xcb.0.113.5", "[2001:DB8::1]",
-                       "**.deep.test", "api-*.example.test"};
+    const char *b[] = {"B\xc3\x9c"
+                       "CHER.example.",
+                       "0xcb.0.113.5", "[2001:DB8::1]", "**.deep.test", "api-*.example.test"};
     struct intercept_secret *s =
         intercept_secret_new("svc/key", "value-1", 7, "b2k:x", 1, b, AL_ARRAY_SIZE(b));
     ck_assert_ptr_nonnull(s);
@@ -638,7 +644,8 @@ START_TEST(bound_hosts_match_like_the_policy)
     ck_assert_str_eq(s->bound_hosts[1], "203.0.113.5");
     ck_assert_str_eq(s->bound_hosts[2], "2001:db8::1");
     ck_assert(intercept_secret_bound_to(s, "xn--bcher-kva.example"));
-    ck_assert(intercept_secret_bound_to(s, "b\xc3\xbc" "cher.example"));
+    ck_assert(intercept_secret_bound_to(s, "b\xc3\xbc"
+                                           "cher.example"));
     ck_assert(!intercept_secret_bound_to(s, "bucher.example"));
     ck_assert(intercept_secret_bound_to(s, "203.0.113.5"));
     ck_assert(intercept_secret_bound_to(s, "3405803781")); /* 203.0.113.5 as one number */
@@ -672,8 +679,8 @@ static int cli(const char *state, const char *input, const char *args)
     char bin[512], cmd[2048];
     bin_path(bin, sizeof bin, "airlock");
     if (input)
-        snprintf(cmd, sizeof cmd, "printf %%s '%s' | %s vault %s --state-dir %s >/dev/null 2>&1", input, bin, args,
-                 state);
+        snprintf(cmd, sizeof cmd, "printf %%s '%s' | %s vault %s --state-dir %s >/dev/null 2>&1",
+                 input, bin, args, state);
     else
         snprintf(cmd, sizeof cmd, "%s vault %s --state-dir %s >/dev/null 2>&1", bin, args, state);
     int st = system(cmd);
@@ -731,7 +738,8 @@ START_TEST(real_vault_daemon)
     fetch(&k, "github/token", "sb-real", "api.github.test");
     wait_got(&k);
     run_until(NULL, 200);
-    ck_assert_int_eq(cli(state, "ghp_rotated_by_the_cli_0000000000000000", "rotate github/token"), 0);
+    ck_assert_int_eq(cli(state, "ghp_rotated_by_the_cli_0000000000000000", "rotate github/token"),
+                     0);
     ck_assert(run_until(cache_empty, 3000));
     struct got m;
     fetch(&m, "github/token", "sb-real", "api.github.test");

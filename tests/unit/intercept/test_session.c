@@ -18,40 +18,39 @@
 
 static const char TOKEN[] = "ghp_SessionTestToken_0123456789abcdefXYZ";
 
-static const char POLICY[] =
-    "version: 1\n"
-    "name: session-test\n"
-    "rules:\n"
-    "  - name: gh\n"
-    "    hosts: [api.github.test]\n"
-    "    methods: [GET, POST, HEAD]\n"
-    "    inject:\n"
-    "      - header: Authorization\n"
-    "        value: \"Bearer ${secret:github/token}\"\n"
-    "  - name: svc\n"
-    "    hosts: [svc.test]\n"
-    "    tls: inspect\n"
-    "    inject:\n"
-    "      - header: X-Api-Key\n"
-    "        placeholder: SERVICE_KEY\n"
-    "        secret: service/key\n"
-    "  - name: echo\n"
-    "    hosts: [echo.test]\n"
-    "    tls: inspect\n"
-    "  - name: plain\n"
-    "    hosts: [plain.test]\n"
-    "    scheme: http\n"
-    "    allow_plaintext_inject: true\n"
-    "    inject:\n"
-    "      - header: X-Token\n"
-    "        value: \"${secret:plain/token}\"\n"
-    "  - name: ws\n"
-    "    hosts: [ws.test]\n"
-    "    websocket: true\n"
-    "    scrub: best_effort\n"
-    "    inject:\n"
-    "      - header: Authorization\n"
-    "        value: \"Bearer ${secret:ws/token}\"\n";
+static const char POLICY[] = "version: 1\n"
+                             "name: session-test\n"
+                             "rules:\n"
+                             "  - name: gh\n"
+                             "    hosts: [api.github.test]\n"
+                             "    methods: [GET, POST, HEAD]\n"
+                             "    inject:\n"
+                             "      - header: Authorization\n"
+                             "        value: \"Bearer ${secret:github/token}\"\n"
+                             "  - name: svc\n"
+                             "    hosts: [svc.test]\n"
+                             "    tls: inspect\n"
+                             "    inject:\n"
+                             "      - header: X-Api-Key\n"
+                             "        placeholder: SERVICE_KEY\n"
+                             "        secret: service/key\n"
+                             "  - name: echo\n"
+                             "    hosts: [echo.test]\n"
+                             "    tls: inspect\n"
+                             "  - name: plain\n"
+                             "    hosts: [plain.test]\n"
+                             "    scheme: http\n"
+                             "    allow_plaintext_inject: true\n"
+                             "    inject:\n"
+                             "      - header: X-Token\n"
+                             "        value: \"${secret:plain/token}\"\n"
+                             "  - name: ws\n"
+                             "    hosts: [ws.test]\n"
+                             "    websocket: true\n"
+                             "    scrub: best_effort\n"
+                             "    inject:\n"
+                             "      - header: Authorization\n"
+                             "        value: \"Bearer ${secret:ws/token}\"\n";
 
 struct world {
     char dir[256];
@@ -75,7 +74,8 @@ static void sh(const char *fmt, ...)
 }
 
 /* Output of a shell command (stdout+stderr). */
-static int run(char *out, size_t outlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int run(char *out, size_t outlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static int run(char *out, size_t outlen, const char *fmt, ...)
 {
     char cmd[8192];
@@ -172,11 +172,14 @@ static void world_start(const char *name, bool vault)
     snprintf(W.dir, sizeof W.dir, "/tmp/al-icpt-sess-%d-XXXXXX", (int)getpid());
     ck_assert_ptr_nonnull(mkdtemp(W.dir));
     snprintf(W.name, sizeof W.name, "%s", name);
-    sh("cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out roots.pem "
+    sh("cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "
+       "ca.key -out roots.pem "
        "-days 2 -subj '/CN=airlock test upstream CA' >/dev/null 2>&1 && "
-       "printf 'subjectAltName=DNS:api.github.test,DNS:svc.test,DNS:echo.test,DNS:ws.test\\n' > san.ext && "
+       "printf 'subjectAltName=DNS:api.github.test,DNS:svc.test,DNS:echo.test,DNS:ws.test\\n' > "
+       "san.ext && "
        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout up.key -out up.csr "
-       "-subj '/CN=upstream' >/dev/null 2>&1 && openssl x509 -req -in up.csr -CA roots.pem -CAkey ca.key "
+       "-subj '/CN=upstream' >/dev/null 2>&1 && openssl x509 -req -in up.csr -CA roots.pem -CAkey "
+       "ca.key "
        "-CAcreateserial -out up.pem -days 2 -extfile san.ext >/dev/null 2>&1",
        W.dir);
     FILE *f;
@@ -185,25 +188,32 @@ static void world_start(const char *name, bool vault)
     ck_assert_ptr_nonnull(f = fopen(pp, "w"));
     fputs(POLICY, f);
     fclose(f);
-    W.up = spawn("upstream.log", "exec python3 %s upstream --port-file %s/up.port --cert %s/up.pem --key %s/up.key "
-                                 "--token %s %s", script(), W.dir, W.dir, W.dir, TOKEN, plaintext_world ? "--plain" : "");
+    W.up = spawn("upstream.log",
+                 "exec python3 %s upstream --port-file %s/up.port --cert %s/up.pem --key %s/up.key "
+                 "--token %s %s",
+                 script(), W.dir, W.dir, W.dir, TOKEN, plaintext_world ? "--plain" : "");
     unsigned up_port = wait_port("up.port");
     if (vault) {
-        W.vault = spawn("vault.log", "exec python3 %s vault --socket %s/vault.sock --secret github/token=%s@api.github.test "
-                                     "--secret service/key=%s@svc.test --secret ws/token=%s@ws.test --secret plain/token=%s@plain.test",
-                    script(), W.dir, TOKEN, TOKEN, TOKEN, TOKEN);
+        W.vault = spawn(
+            "vault.log",
+            "exec python3 %s vault --socket %s/vault.sock --secret github/token=%s@api.github.test "
+            "--secret service/key=%s@svc.test --secret ws/token=%s@ws.test --secret "
+            "plain/token=%s@plain.test",
+            script(), W.dir, TOKEN, TOKEN, TOKEN, TOKEN);
         (void)0;
         char vs[512];
         snprintf(vs, sizeof vs, "%s/vault.sock", W.dir);
         for (int i = 0; i < 200 && access(vs, F_OK) != 0; i++)
             usleep(25000);
     }
-    W.proxy = spawn("proxy.log", "exec %s/icpt-proxy --listen 127.0.0.1:0 --port-file %s/proxy.port --name %s "
-                                 "--upstream 127.0.0.1:%u --upstream-ca %s/roots.pem --policy %s/policy.yaml "
-                                 "--vault-socket %s/vault.sock --audit %s/audit.jsonl --ca-out %s/sandbox-ca.pem "
-                                 "--placeholders-out %s/ph.json %s",
-                    bin_dir(), W.dir, name, up_port, W.dir, W.dir, W.dir, W.dir, W.dir, W.dir,
-                    plaintext_world ? "--plaintext" : "");
+    W.proxy =
+        spawn("proxy.log",
+              "exec %s/icpt-proxy --listen 127.0.0.1:0 --port-file %s/proxy.port --name %s "
+              "--upstream 127.0.0.1:%u --upstream-ca %s/roots.pem --policy %s/policy.yaml "
+              "--vault-socket %s/vault.sock --audit %s/audit.jsonl --ca-out %s/sandbox-ca.pem "
+              "--placeholders-out %s/ph.json %s",
+              bin_dir(), W.dir, name, up_port, W.dir, W.dir, W.dir, W.dir, W.dir, W.dir,
+              plaintext_world ? "--plaintext" : "");
     W.port = wait_port("proxy.port");
     usleep(150000); /* the vault feed connects */
 }
@@ -237,7 +247,8 @@ static int curl(char *out, size_t outlen, const char *path, const char *extra)
     char status[16];
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "curl -sS --max-time 10 --cacert %s/sandbox-ca.pem --connect-to %s:443:127.0.0.1:%u -o %s/body "
+             "curl -sS --max-time 10 --cacert %s/sandbox-ca.pem --connect-to %s:443:127.0.0.1:%u "
+             "-o %s/body "
              "-w '%%{http_code}' %s 'https://%s%s' 2>%s/curl.err",
              W.dir, W.name, W.port, W.dir, extra ? extra : "", W.name, path, W.dir);
     run(status, sizeof status, "%s", cmd);
@@ -277,7 +288,8 @@ START_TEST(inject_replaces_the_sandbox_header)
 {
     world_start("api.github.test", true);
     static char body[65536], up[1 << 16];
-    int st = curl(body, sizeof body, "/user", "-H 'Authorization: Bearer sandbox-guess' -H 'Proxy-Authorization: Basic eDp5'");
+    int st = curl(body, sizeof body, "/user",
+                  "-H 'Authorization: Bearer sandbox-guess' -H 'Proxy-Authorization: Basic eDp5'");
     ck_assert_msg(st == 200, "status %d: %s", st, body);
     ck_assert_ptr_nonnull(strstr(body, "octocat"));
     read_file("upstream.log", up, sizeof up);
@@ -293,7 +305,8 @@ START_TEST(inject_replaces_the_sandbox_header)
         "import requests, urllib3.util.connection as c\n"
         "orig = c.create_connection\n"
         "c.create_connection = lambda addr, *a, **k: orig(('127.0.0.1', %u), *a, **k)\n"
-        "r = requests.get('https://api.github.test/user', verify='%s/sandbox-ca.pem', headers={'Authorization': 'x'})\n"
+        "r = requests.get('https://api.github.test/user', verify='%s/sandbox-ca.pem', "
+        "headers={'Authorization': 'x'})\n"
         "print(r.status_code, r.text)\n"
         "EOF",
         W.port, W.dir);
@@ -355,7 +368,9 @@ START_TEST(requests_decided_one_by_one)
     st = curl(body, sizeof body, "/user", "-H 'Host: evil.test'");
     ck_assert_int_eq(st, 403);
     ck_assert_ptr_nonnull(strstr(body, "host_sni_mismatch"));
-    st = curl(body, sizeof body, "/user", "--http1.1 -H 'Connection: Upgrade, HTTP2-Settings' -H 'Upgrade: h2c' -H 'HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA'");
+    st = curl(body, sizeof body, "/user",
+              "--http1.1 -H 'Connection: Upgrade, HTTP2-Settings' -H 'Upgrade: h2c' -H "
+              "'HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA'");
     ck_assert_int_eq(st, 403);
     ck_assert_ptr_nonnull(strstr(body, "h2c_upgrade_refused"));
     st = curl(body, sizeof body, "/user", "-H 'Upgrade: websocket' -H 'Connection: Upgrade'");
@@ -451,8 +466,10 @@ START_TEST(sandbox_without_the_ca)
 {
     world_start("echo.test", true);
     char out[4096];
-    int rc = run(out, sizeof out, "curl -sS --max-time 5 --connect-to echo.test:443:127.0.0.1:%u https://echo.test/echo 2>&1",
-                 W.port);
+    int rc = run(
+        out, sizeof out,
+        "curl -sS --max-time 5 --connect-to echo.test:443:127.0.0.1:%u https://echo.test/echo 2>&1",
+        W.port);
     ck_assert_int_ne(rc, 0);
     ck_assert(audit_has("sandbox_tls_failed"));
     ck_assert(audit_has("unknown_ca"));
@@ -475,9 +492,12 @@ START_TEST(websocket_tunnel)
                  "python3 - <<'EOF' 2>&1\n"
                  "import socket, ssl\n"
                  "ctx = ssl.create_default_context(cafile='%s/sandbox-ca.pem')\n"
-                 "s = ctx.wrap_socket(socket.create_connection(('127.0.0.1', %u)), server_hostname='ws.test')\n"
-                 "s.sendall(b'GET /ws HTTP/1.1\\r\\nHost: ws.test\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\n'\n"
-                 "          b'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\\r\\nSec-WebSocket-Version: 13\\r\\n\\r\\n')\n"
+                 "s = ctx.wrap_socket(socket.create_connection(('127.0.0.1', %u)), "
+                 "server_hostname='ws.test')\n"
+                 "s.sendall(b'GET /ws HTTP/1.1\\r\\nHost: ws.test\\r\\nUpgrade: "
+                 "websocket\\r\\nConnection: Upgrade\\r\\n'\n"
+                 "          b'Sec-WebSocket-Key: "
+                 "dGhlIHNhbXBsZSBub25jZQ==\\r\\nSec-WebSocket-Version: 13\\r\\n\\r\\n')\n"
                  "head = b''\n"
                  "while b'\\r\\n\\r\\n' not in head:\n"
                  "    head += s.recv(1)\n"
@@ -492,7 +512,8 @@ START_TEST(websocket_tunnel)
     ck_assert_msg(rc == 0, "%s", out);
     ck_assert_msg(strstr(out, "HTTP/1.1 101"), "%s", out);
     ck_assert_msg(strstr(out, "echo: ping-1 "), "%s", out);
-    ck_assert_msg(!strstr(out + (strstr(out, "echo:") - out), TOKEN), "the echoed token reached the sandbox: %s", out);
+    ck_assert_msg(!strstr(out + (strstr(out, "echo:") - out), TOKEN),
+                  "the echoed token reached the sandbox: %s", out);
     ck_assert(audit_has("\"websocket\":true"));
     world_stop();
 }
@@ -506,7 +527,8 @@ START_TEST(plaintext_inject)
     static char body[65536], up[1 << 16];
     char status[16];
     run(status, sizeof status,
-        "curl -sS --max-time 10 --connect-to plain.test:80:127.0.0.1:%u -o %s/body -w '%%{http_code}' "
+        "curl -sS --max-time 10 --connect-to plain.test:80:127.0.0.1:%u -o %s/body -w "
+        "'%%{http_code}' "
         "-H 'X-Token: sandbox-own' http://plain.test/plain",
         W.port, W.dir);
     read_file("body", body, sizeof body);
@@ -515,7 +537,8 @@ START_TEST(plaintext_inject)
     ck_assert_ptr_nonnull(strstr(up, TOKEN));
     ck_assert_ptr_null(strstr(up, "sandbox-own"));
     run(status, sizeof status,
-        "curl -sS --max-time 10 --connect-to plain.test:80:127.0.0.1:%u -o %s/body -w '%%{http_code}' "
+        "curl -sS --max-time 10 --connect-to plain.test:80:127.0.0.1:%u -o %s/body -w "
+        "'%%{http_code}' "
         "http://plain.test/echo",
         W.port, W.dir);
     read_file("body", body, sizeof body);
@@ -523,7 +546,8 @@ START_TEST(plaintext_inject)
     ck_assert_msg(!strstr(body, TOKEN), "%s", body);
     /* The connection is bound to its host. */
     run(status, sizeof status,
-        "curl -sS --max-time 10 --connect-to plain.test:80:127.0.0.1:%u -o %s/body -w '%%{http_code}' "
+        "curl -sS --max-time 10 --connect-to plain.test:80:127.0.0.1:%u -o %s/body -w "
+        "'%%{http_code}' "
         "-H 'Host: other.test' http://plain.test/plain",
         W.port, W.dir);
     read_file("body", body, sizeof body);

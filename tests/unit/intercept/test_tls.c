@@ -299,7 +299,8 @@ START_TEST(sandbox_tls13_alpn_and_data)
     uint16_t port;
     int lfd = listen_any(&port);
     char extra[1024];
-    snprintf(extra, sizeof extra, "--name api.github.test --ca %s --alpn h2,http/1.1 --send 'GET /\n'", s.ca_file);
+    snprintf(extra, sizeof extra,
+             "--name api.github.test --ca %s --alpn h2,http/1.1 --send 'GET /\n'", s.ca_file);
     FILE *cf = start_client(port, extra);
     struct intercept_tls *t = NULL;
     ck_assert_int_eq(serve_one(&s, lfd, "api.github.test", 0, NULL, &t), 0);
@@ -379,8 +380,8 @@ START_TEST(sandbox_session_resumption)
         uint16_t port;
         int lfd = listen_any(&port);
         char extra[1024];
-        snprintf(extra, sizeof extra, "--name api.github.test --ca %s --conns 3 --send 'r\n' %s", s.ca_file,
-                 v ? "--max12" : "");
+        snprintf(extra, sizeof extra, "--name api.github.test --ca %s --conns 3 --send 'r\n' %s",
+                 s.ca_file, v ? "--max12" : "");
         FILE *cf = start_client(port, extra);
         bool resumed[3] = {0};
         for (int i = 0; i < 3; i++)
@@ -436,7 +437,8 @@ START_TEST(sandbox_refusals)
         r = (int)rd(t, b, sizeof b);
     }
     ck_assert_int_lt(r, 0);
-    ck_assert_msg(strcmp(intercept_tls_reason(t), "peer_alert") == 0 && strstr(intercept_tls_error(t), "unknown_ca"),
+    ck_assert_msg(strcmp(intercept_tls_reason(t), "peer_alert") == 0 &&
+                      strstr(intercept_tls_error(t), "unknown_ca"),
                   "reason %s: %s", intercept_tls_reason(t), intercept_tls_error(t));
     intercept_tls_free(t);
     close(fd);
@@ -491,23 +493,28 @@ END_TEST
 
 static void make_upstream_pki(void)
 {
-    sh("cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key "
+    sh("cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "
+       "ca.key "
        "-out roots.pem -days 2 -subj '/CN=airlock test upstream CA' >/dev/null 2>&1",
        dir);
     sh("cd %s && printf 'subjectAltName=DNS:upstream.test\\n' > san.ext && "
        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout up.key -out up.csr "
        "-subj '/CN=upstream.test' >/dev/null 2>&1 && "
-       "openssl x509 -req -in up.csr -CA roots.pem -CAkey ca.key -CAcreateserial -out up.pem -days 2 "
+       "openssl x509 -req -in up.csr -CA roots.pem -CAkey ca.key -CAcreateserial -out up.pem -days "
+       "2 "
        "-extfile san.ext >/dev/null 2>&1",
        dir);
     sh("cd %s && openssl req -newkey rsa:2048 -nodes -keyout uprsa.key -out uprsa.csr "
        "-subj '/CN=upstream.test' >/dev/null 2>&1 && "
-       "openssl x509 -req -in uprsa.csr -CA roots.pem -CAkey ca.key -CAcreateserial -out uprsa.pem -days 2 "
+       "openssl x509 -req -in uprsa.csr -CA roots.pem -CAkey ca.key -CAcreateserial -out uprsa.pem "
+       "-days 2 "
        "-extfile san.ext >/dev/null 2>&1",
        dir);
     /* A server certificate from a CA the proxy does not trust. */
-    sh("cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout self.key "
-       "-out self.pem -days 2 -subj '/CN=upstream.test' -addext subjectAltName=DNS:upstream.test >/dev/null 2>&1",
+    sh("cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "
+       "self.key "
+       "-out self.pem -days 2 -subj '/CN=upstream.test' -addext subjectAltName=DNS:upstream.test "
+       ">/dev/null 2>&1",
        dir);
 }
 
@@ -520,7 +527,8 @@ static pid_t start_server(const char *cert, const char *key, const char *extra, 
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         char cmd[2048];
-        snprintf(cmd, sizeof cmd, "exec python3 %s server --port-file %s --cert %s/%s --key %s/%s %s", peer_script(),
+        snprintf(cmd, sizeof cmd,
+                 "exec python3 %s server --port-file %s --cert %s/%s --key %s/%s %s", peer_script(),
                  pf, dir, cert, dir, key, extra);
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
@@ -551,8 +559,8 @@ static void stop_server(pid_t pid)
 static int connect_nb(uint16_t port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     int r = connect(fd, (struct sockaddr *)&a, sizeof a);
     ck_assert(r == 0 || errno == EINPROGRESS);
     struct pollfd p = {.fd = fd, .events = POLLOUT};
@@ -580,7 +588,8 @@ START_TEST(upstream_verified_exchange)
     for (int k = 0; k < 2; k++) {
         for (int v = 0; v < 2; v++) {
             uint16_t port;
-            pid_t pid = start_server(certs[k][0], certs[k][1], v ? "--max12 --alpn http/1.1" : "--alpn http/1.1", &port);
+            pid_t pid = start_server(certs[k][0], certs[k][1],
+                                     v ? "--max12 --alpn http/1.1" : "--alpn http/1.1", &port);
             int fd = connect_nb(port);
             struct intercept_tls *t;
             ck_assert_int_eq(intercept_tls_connect(c, fd, "upstream.test", 0, &t, NULL), 0);
@@ -593,10 +602,13 @@ START_TEST(upstream_verified_exchange)
                 stop_server(pid);
                 pid = start_server(certs[k][0], certs[k][1], "--max12 --alpn http/1.1", &port);
                 fd = connect_nb(port);
-                ck_assert_int_eq(intercept_tls_connect(c, fd, "upstream.test", INTERCEPT_TLS_CONNECT_TLS12, &t, NULL), 0);
+                ck_assert_int_eq(intercept_tls_connect(c, fd, "upstream.test",
+                                                       INTERCEPT_TLS_CONNECT_TLS12, &t, NULL),
+                                 0);
                 r = hs(t);
             }
-            ck_assert_msg(r == 0, "k=%d v=%d %s: %s", k, v, intercept_tls_reason(t), intercept_tls_error(t));
+            ck_assert_msg(r == 0, "k=%d v=%d %s: %s", k, v, intercept_tls_reason(t),
+                          intercept_tls_error(t));
             ck_assert_str_eq(intercept_tls_version(t), v ? "TLSv1.2" : "TLSv1.3");
             ck_assert_str_eq(intercept_tls_alpn(t), "http/1.1");
             ck_assert_int_eq(wr_all(t, "ping\n", 5), 0);
@@ -626,7 +638,8 @@ START_TEST(upstream_verification_failures)
     ck_assert_int_eq(intercept_tls_connect(c, fd, "other.test", 0, &t, NULL), 0);
     ck_assert_int_eq(hs(t), -EPROTO);
     ck_assert_str_eq(intercept_tls_reason(t), "certificate_verify_failed");
-    ck_assert_msg(strstr(intercept_tls_error(t), "other.test") && strstr(intercept_tls_error(t), "CN"),
+    ck_assert_msg(strstr(intercept_tls_error(t), "other.test") &&
+                      strstr(intercept_tls_error(t), "CN"),
                   "%s", intercept_tls_error(t));
     intercept_tls_free(t);
     close(fd);
@@ -706,8 +719,8 @@ static psa_key_id_t x25519_import(const unsigned char priv[32])
 }
 
 /* The public key and the shared secret with peer, as TLS 1.3 gets them (PSA). */
-static int x25519_psa(const unsigned char priv[32], const unsigned char peer[32], unsigned char pub[32],
-                      unsigned char shared[32])
+static int x25519_psa(const unsigned char priv[32], const unsigned char peer[32],
+                      unsigned char pub[32], unsigned char shared[32])
 {
     psa_key_id_t k = x25519_import(priv);
     size_t n = 0;
