@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/http.h"
 #include "common/json.h"
 
 /* ---- head collection ---------------------------------------------------------------- */
@@ -473,36 +474,6 @@ int egress_http_serialize_request(const struct egress_http_head *h,
     return al_buf_appends(out, "\r\n");
 }
 
-static const char *resp__status_text(int status)
-{
-    switch (status) {
-    case 400:
-        return "Bad Request";
-    case 403:
-        return "Forbidden";
-    case 408:
-        return "Request Timeout";
-    case 413:
-        return "Content Too Large";
-    case 417:
-        return "Expectation Failed";
-    case 429:
-        return "Too Many Requests";
-    case 431:
-        return "Request Header Fields Too Large";
-    case 500:
-        return "Internal Server Error";
-    case 502:
-        return "Bad Gateway";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    default:
-        return "Error";
-    }
-}
-
 int egress_http_error_response(struct al_buf *out, int status, const char *error, const char *rule,
                                const char *reason, const char *request_id, bool close)
 {
@@ -533,7 +504,7 @@ int egress_http_error_response(struct al_buf *out, int status, const char *error
                          "%s"
                          "%s"
                          "\r\n%s",
-                         status, resp__status_text(status), n, e_id,
+                         status, al_http_status_text(status), n, e_id,
                          status == 429 || status == 503 ? "Retry-After: 1\r\n" : "",
                          close ? "Connection: close\r\n" : "", body);
 }

@@ -78,4 +78,8 @@ const struct vmm_backend *vmm_backend_find(const char *name);
  * timeout_ms. {"usable":bool,"reason":"...","kernel":"...","checks":{...},"elapsed_ms":N}. */
 json_t *vmm_kvm_probe_json(const char *kernel, unsigned timeout_ms);
 
+/* A unix socket listening at path (any old file there replaced), mode 0600 from the start
+ * (bound under umask 0177): the agent channels of both backends. fd, or -errno with err. */
+int vmm_listen_unix(const char *path, int backlog, struct al_error *err);
+
 #endif

@@ -431,27 +431,6 @@ static json_t *kb__record(const void *priv)
 
 /* ---- building the VM ---------------------------------------------------------------------- */
 
-static int kb__listen(const char *path, struct al_error *err)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof sa.sun_path)
-        return al_error_set(err, -ENAMETOOLONG, "socket path %s is too long", path);
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return al_error_set(err, -errno, "socket: %s", strerror(errno));
-    unlink(path);
-    mode_t old = umask(0177);
-    int r = bind(fd, (struct sockaddr *)&sa, sizeof sa);
-    umask(old);
-    if (r < 0 || listen(fd, 16) < 0) {
-        int e = errno;
-        close(fd);
-        return al_error_set(err, -e, "cannot listen on %s: %s", path, strerror(e));
-    }
-    return fd;
-}
-
 /* argv for the VMM: the common confinement options and descriptors. */
 struct kb__argv {
     char *v[64];
@@ -619,7 +598,7 @@ static int kb__make_template(void *ctx, char *parent, size_t plen, char *name, s
     snprintf(console, sizeof console, "%s/template-console.log", k->sbx_dir);
     snprintf(overlay, sizeof overlay, "%s/template.overlay", k->sbx_dir);
     snprintf(target, sizeof target, "unix:%s", sock);
-    int lfd = kb__listen(sock, err);
+    int lfd = vmm_listen_unix(sock, 16, err);
     if (lfd < 0)
         return lfd;
     unlink(console);

@@ -238,7 +238,7 @@ static int vmm__write_record(const char *path, const char *data, struct al_error
 
 /* ---- the agent channel ------------------------------------------------------------- */
 
-static int vmm__listen_unix(const char *path, struct al_error *err)
+int vmm_listen_unix(const char *path, int backlog, struct al_error *err)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa.sun_path)
@@ -254,7 +254,7 @@ static int vmm__listen_unix(const char *path, struct al_error *err)
     mode_t old = umask(0177);
     int r = bind(fd, (struct sockaddr *)&sa, sizeof sa);
     umask(old);
-    if (r < 0 || listen(fd, 128) < 0) {
+    if (r < 0 || listen(fd, backlog) < 0) {
         int e = errno;
         close(fd);
         return al_error_set(err, -e, "cannot listen on %s: %s", path, strerror(e));
@@ -793,7 +793,7 @@ int vmm_run(const struct vmm_opts *o)
         goto fail;
 
     v->t_mark[3] = al_now_ns();
-    if ((listen_fd = vmm__listen_unix(v->agent_sock, &err)) < 0) {
+    if ((listen_fd = vmm_listen_unix(v->agent_sock, 128, &err)) < 0) {
         rc = listen_fd;
         goto fail;
     }

@@ -20,6 +20,7 @@
 #include <mbedtls/ssl.h>
 
 #include "common/buf.h"
+#include "common/http.h"
 #include "common/util.h"
 #include "egress/intercept/request.h"
 
@@ -377,30 +378,6 @@ static void sess__security_event(struct intercept_session *s, const char *event,
 
 /* ---- answers of our own ------------------------------------------------------------------------ */
 
-static const char *status_text(int st)
-{
-    switch (st) {
-    case 400:
-        return "Bad Request";
-    case 403:
-        return "Forbidden";
-    case 408:
-        return "Request Timeout";
-    case 413:
-        return "Payload Too Large";
-    case 431:
-        return "Request Header Fields Too Large";
-    case 502:
-        return "Bad Gateway";
-    case 503:
-        return "Service Unavailable";
-    case 504:
-        return "Gateway Timeout";
-    default:
-        return "Error";
-    }
-}
-
 /* An error/deny answer, then close. error: "blocked_by_policy", "bad_gateway", ... */
 static void sess__answer(struct intercept_session *s, int status, const char *error,
                          const char *reason)
@@ -415,7 +392,7 @@ static void sess__answer(struct intercept_session *s, int status, const char *er
     al_buf_printf(&s->cq,
                   "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                   "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-                  status, status_text(status), bl + 1);
+                  status, al_http_status_text(status), bl + 1);
     if (body)
         al_buf_append(&s->cq, body, bl);
     al_buf_append(&s->cq, "\n", 1);
