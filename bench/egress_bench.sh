@@ -6,7 +6,10 @@
 #
 #   bench/egress_bench.sh [--build DIR] [--duration S] [--quick] [--only GROUP] [--perf]
 #                         [--nginx-log]
-#   GROUP: http, latency, tls_conns, tls_bulk, idle, copy. --nginx-log makes the reference
+#   GROUP: http, latency, tls_conns, tls_bulk, idle, copy, intercept (only when asked: TLS
+#   interception through airlock-egress, an inspect rule toward a TLS nginx upstream;
+#   bench/icpt_client.py: new connections with a full handshake each, and keep-alive
+#   requests; the proxy's CPU per connection and per request). --nginx-log makes the reference
 #   nginx write an access log of every HTTP request (buffered, as in production), since
 #   airlock-egress audits every request: the same job; by default nginx logs nothing. --perf records the proxy with
 #   `perf record -g` during its runs (perf.data in the current directory); --perf-stat
@@ -106,7 +109,7 @@ table ip egress_bench {
 NFT
 
 # Upstreams.
-echo '{"allowed.test": {"A": ["203.0.113.10"], "ttl": 300}}' >"$TMP/zone.json"
+echo '{"allowed.test": {"A": ["203.0.113.10"], "ttl": 300}, "icpt.test": {"A": ["203.0.113.10"], "ttl": 300}}' >"$TMP/zone.json"
 bg dns.log ip netns exec "$U" python3 "$top/tests/integration/egress_tool.py" dns-server 203.0.113.53 53 "$TMP/zone.json"
 bg up_http.log ip netns exec "$U" "$LOAD" serve-http 203.0.113.10 80
 bg up_tls.log ip netns exec "$U" "$LOAD" serve-tls 203.0.113.10 443 --bytes 1024
@@ -177,6 +180,7 @@ SB1=(ip netns exec "$W-sb1"); SB2=(ip netns exec "$W-sb2")
 OUT="$TMP/results.jsonl"
 run() { "$@" | tee -a "$OUT"; }
 want() { [ -z "$only" ] || [ "$only" = "$1" ]; }
+want_only() { [ "$only" = "$1" ]; }
 # run_egress CMD...: a run through the proxy (recorded by perf when asked).
 run_egress() { run_traced "$EGRESS_PID" "$@"; }
 # run_traced PIDS CMD...: PIDS (comma-separated) are the proxy's processes.
@@ -423,6 +427,62 @@ echo "# TLS throughput with the read/write relay (for comparison with splice)" >
 start_egress --relay copy
 "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 2 --duration 0.5 --name warmup >/dev/null
 run "${SB1[@]}" "$LOAD" tls-bulk 203.0.113.10 8443 --conns 4 --duration "$dur" --name tls_bulk_egress_copy
+stop_egress
+fi
+
+if want_only intercept; then
+echo "# TLS interception through airlock-egress (inspect rule, TLS nginx upstream)" >&2
+(cd "$TMP" &&
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=bench-ca -days 2 \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
+    -keyout bca.key -out bca.pem 2>/dev/null &&
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=icpt.test \
+    -keyout icpt.key -out icpt.csr 2>/dev/null &&
+  printf 'subjectAltName=DNS:icpt.test\n' >icpt.ext &&
+  openssl x509 -req -in icpt.csr -CA bca.pem -CAkey bca.key -CAcreateserial -days 2 \
+    -extfile icpt.ext -out icpt.pem 2>/dev/null) || { echo "egress_bench: test certificates failed" >&2; exit 1; }
+mkdir -p "$TMP/upnginx"
+cat >"$TMP/upnginx/nginx.conf" <<CONF
+worker_processes 1;
+pid $TMP/upnginx/nginx.pid;
+error_log $TMP/upnginx/error.log warn;
+events { worker_connections 20000; }
+http {
+  access_log off; keepalive_requests 1000000; keepalive_timeout 300s;
+  client_body_temp_path $TMP/upnginx; proxy_temp_path $TMP/upnginx; fastcgi_temp_path $TMP/upnginx;
+  uwsgi_temp_path $TMP/upnginx; scgi_temp_path $TMP/upnginx;
+  server {
+    listen 203.0.113.10:9443 ssl; server_name icpt.test;
+    ssl_certificate $TMP/icpt.pem; ssl_certificate_key $TMP/icpt.key;
+    location / { return 200 "ok\n"; }
+  }
+}
+CONF
+bg upnginx.log ip netns exec "$U" nginx -c "$TMP/upnginx/nginx.conf" -g 'daemon off;'
+sleep 0.5
+start_egress --upstream-ca "$TMP/bca.pem"
+cat >"$TMP/policy-icpt.yaml" <<'YAML'
+version: 1
+name: bench-intercept
+rules:
+  - name: icpt
+    hosts: [icpt.test]
+    ports: [9443]
+    tls: inspect
+YAML
+curl -sf --unix-socket "$TMP/state/run/egress.sock" -X DELETE http://egress/v1/sandboxes/bench >/dev/null || true
+python3 -c 'import json,sys; print(json.dumps({"id":"bench","addresses":["10.200.1.2"],"policy":{"yaml":open(sys.argv[1]).read()}}))' \
+  "$TMP/policy-icpt.yaml" >"$TMP/reg-icpt.json"
+curl -sf --unix-socket "$TMP/state/run/egress.sock" -X POST --data-binary @"$TMP/reg-icpt.json" \
+  http://egress/v1/sandboxes >"$TMP/reg-icpt.out" || { echo "egress_bench: registration failed" >&2; exit 1; }
+python3 -c 'import json,sys; open(sys.argv[2], "w").write(json.load(open(sys.argv[1]))["caCertPem"])' \
+  "$TMP/reg-icpt.out" "$TMP/sbca.pem"
+ICPT=(python3 "$top/bench/icpt_client.py")
+"${SB1[@]}" "${ICPT[@]}" conns 203.0.113.10 9443 icpt.test "$TMP/sbca.pem" --duration 1 --procs 2 --name warmup >/dev/null
+run_cpu intercept_new_connections "$EGRESS_PID" "${SB1[@]}" "${ICPT[@]}" conns 203.0.113.10 9443 icpt.test \
+  "$TMP/sbca.pem" --duration "$dur" --procs 4 --name intercept_new_connections
+run_cpu intercept_keepalive "$EGRESS_PID" "${SB1[@]}" "${ICPT[@]}" keepalive 203.0.113.10 9443 icpt.test \
+  "$TMP/sbca.pem" --duration "$dur" --procs 4 --name intercept_keepalive
 stop_egress
 fi
 
