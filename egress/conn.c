@@ -796,12 +796,11 @@ void egress_conn_set_dialled(struct egress_conn *c, const struct egress_ip *ip)
     egress_endpoint_text(ip, c->dst_port, c->dialled_text, sizeof c->dialled_text);
 }
 
-int egress_conn_connect(struct egress_conn *c)
+int egress_dial(struct egress *e, const struct egress_ip *ip, uint16_t port)
 {
-    struct egress *e = c->w->e;
     struct sockaddr_storage ss;
     socklen_t l;
-    egress_sockaddr_from_ip(&c->dialled, c->dst_port, &ss, &l);
+    egress_sockaddr_from_ip(ip, port, &ss, &l);
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
@@ -814,6 +813,15 @@ int egress_conn_connect(struct egress_conn *c)
         close(fd);
         return err;
     }
+    return fd;
+}
+
+int egress_conn_connect(struct egress_conn *c)
+{
+    struct egress *e = c->w->e;
+    int fd = egress_dial(e, &c->dialled, c->dst_port);
+    if (fd < 0)
+        return fd;
     int rc = conn__end_init(c, &c->upstream, fd);
     if (rc < 0) {
         close(fd);

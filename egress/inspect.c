@@ -297,21 +297,10 @@ static int op_connect(void *ctx)
 {
     struct egress_conn *c = inspect__conn(ctx);
     struct egress *e = c->w->e;
-    struct sockaddr_storage ss;
-    socklen_t l;
-    egress_sockaddr_from_ip(&c->dialled, c->dst_port, &ss, &l);
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (e->cfg.upstream_mark)
-        setsockopt(fd, SOL_SOCKET, SO_MARK, &e->cfg.upstream_mark, sizeof e->cfg.upstream_mark);
-    if (connect(fd, (struct sockaddr *)&ss, l) < 0 && errno != EINPROGRESS) {
-        int err = -errno;
-        close(fd);
+    int fd = egress_dial(e, &c->dialled, c->dst_port);
+    if (fd < 0) {
         atomic_fetch_add(&e->stats.upstream_errors, 1);
-        return err;
+        return fd;
     }
     if (!c->t_connect0)
         c->t_connect0 = al_now_ns();

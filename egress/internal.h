@@ -270,6 +270,9 @@ void egress_conn_on_events(struct egress_end *end, uint32_t epoll_events);
 void egress_conn_deadline(struct egress_conn *c, uint32_t ms);
 void egress_conn_no_deadline(struct egress_conn *c);
 /* Connects to c->dialled:c->dst_port; calls egress_conn_on_connected when done. */
+/* A non-blocking TCP connection to ip:port begun (TCP_NODELAY, the upstream mark): fd, or
+ * -errno. The one way the proxy dials an upstream. */
+int egress_dial(struct egress *e, const struct egress_ip *ip, uint16_t port);
 int egress_conn_connect(struct egress_conn *c);
 /* Closes every connection of removed sandboxes on this worker. */
 void egress_worker_reap_removed(struct egress_worker *w);
