@@ -88,6 +88,37 @@ if [ "$NET" = on ]; then
     "$(cat "$AL_TMP/airlockd.history.log" "$AL_TMP/airlockd.log" | grep -c 'started airlock-egress')" 1
 fi
 
+if [ "$NET" = on ]; then
+  # A registration left by a sandbox airlockd no longer knows holds A's address (as when a
+  # sandbox died while airlockd was away and its address went to A): when airlockd comes
+  # back it must drop it and register A, never count A as registered on a conflict (A's
+  # traffic would then be decided under the stale policy, or refused for good).
+  al_note "a stale registration holds A's address while airlockd is away"
+  ESOCK=$CP_STATE/run/egress.sock
+  egress_get() { curl -s --unix-socket "$ESOCK" "http://egress/v1/sandboxes/$1"; }
+  A_ADDR=$(egress_get "$A" | python3 -c 'import json,sys; print(json.load(sys.stdin)["addresses"][0])')
+  al_kill airlockd KILL
+  curl -s --unix-socket "$ESOCK" -X DELETE "http://egress/v1/sandboxes/$A" >/dev/null
+  STALE=$(python3 -c 'import json,sys
+y = "version: 1\nname: stale\nrules:\n  - name: s\n    hosts: [stale.test]\n"
+print(json.dumps({"id": "zzstale", "addresses": [sys.argv[1]], "policy": {"yaml": y}}))' "$A_ADDR")
+  al_match "the stale registration takes A's address ($A_ADDR)" '^201$' \
+    curl -s -o /dev/null -w '%{http_code}' --unix-socket "$ESOCK" -X POST --data "$STALE" \
+    http://egress/v1/sandboxes
+  cp_start || exit 1
+  state=""
+  for _ in $(seq 100); do
+    state="A:$(egress_get "$A" | python3 -c 'import json,sys
+try: print(",".join(json.load(sys.stdin)["addresses"]))
+except Exception: print("none")') stale:$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$ESOCK" http://egress/v1/sandboxes/zzstale)"
+    [ "$state" = "A:$A_ADDR stale:404" ] && break
+    sleep 0.2
+  done
+  al_eq "the stale registration is dropped and A registered with its address" "$state" "A:$A_ADDR stale:404"
+  al_match "A reaches the allowed upstream under its own policy" '"server": "good"' \
+    cp_exec "$A" curl -sS -m 8 http://allowed.test/after-stale
+fi
+
 al_note "a sandbox dies while no airlockd runs"
 al_kill airlockd KILL
 VPID=$(python3 - "$CP_STATE/airlockd.db" "$B" <<'PY'
