@@ -49,6 +49,12 @@ echo "$out" | grep -q 'NoNewPrivs:[[:space:]]*1' || fail "user process without n
 echo "$out" | grep -qx life || fail "hostname: $out"
 out=$(jail_exec life user 'cat /etc/hostname; stat -c "%a %u" /etc/hostname /etc/hosts') || fail "exec failed: $out"
 [ "$out" = "$(printf 'life\n644 0\n644 0')" ] || fail "/etc/hostname and /etc/hosts (want life, 0644 root): $out"
+# The files went into the upper layer before the overlay: the merged /etc is still the
+# template's (its mode, owner and other files), and the template itself is unchanged.
+out=$(jail_exec life user 'stat -c "%a %u %g" /etc; grep -c "^root:" /etc/passwd') || fail "exec failed: $out"
+[ "$out" = "$(printf '%s\n1' "$(stat -c '%a 0 0' "$T/bb/rootfs/etc")")" ] ||
+  fail "the merged /etc lost the template's mode, owner or files: $out"
+[ "$(cat "$T/bb/rootfs/etc/hostname" 2>/dev/null)" != life ] || fail "the template's /etc/hostname was written"
 out=$(jail_exec life root 'id -u; grep CapEff /proc/self/status') || fail "exec as root failed: $out"
 echo "$out" | grep -qx 0 || fail "root is not uid 0: $out"
 echo "$out" | grep -q 'CapEff:[[:space:]]*0000000000000000' || fail "root in the sandbox has capabilities: $out"
@@ -114,6 +120,15 @@ ok "duplicate id and --cleanup of a live sandbox are refused"
 
 # --- stop ----------------------------------------------------------------------------------
 jail_exec life user 'sleep 600 >/dev/null 2>&1 & sleep 600 >/dev/null 2>&1 & echo bg' >/dev/null
+# A spec bind at or under /etc: the files are written through the overlay after the mounts
+# (the other path), with the same result.
+mkdir -p "$T/etcbind" && echo probe > "$T/etcbind/probe"
+jail_start etcb "$T/bb" ',"hostname":"etcb","binds":[{"source":"'"$T/etcbind"'","target":"/etc/airlock-probe"}]'
+out=$(jail_exec etcb user 'cat /etc/hostname /etc/airlock-probe/probe; stat -c "%a %u" /etc/hosts') || fail "exec failed: $out"
+[ "$out" = "$(printf 'etcb\nprobe\n644 0')" ] || fail "with a bind under /etc: $out"
+jail_stop etcb
+ok "/etc/hostname, /etc/hosts: written before the overlay, or after the mounts with a bind under /etc"
+
 jail_stop life
 jail_assert_gone life "$huid" "$apid" "$netino"
 ok "stopped with background processes; nothing left"

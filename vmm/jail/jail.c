@@ -447,6 +447,48 @@ static int jail__child_failed(int errfd, int rc, struct al_error *err)
                         strerror(-rc));
 }
 
+/* /etc/hostname, /etc/hosts and /etc/resolv.conf straight into the upper layer, before the
+ * overlay exists: written through the overlay instead, each write copies the directory and
+ * the file up (with their extended attributes) and walks the path three times. Done here
+ * only in the usual case: the template's /etc a directory owned by root of the sandbox (so
+ * that the merged /etc keeps its mode and owner), and no bind mount of the spec at or under
+ * /etc (written afterwards, the files would fail on a read-only bind, as they did before).
+ * Returns 1 when the files are in place, 0 when they must be written after the mounts, or
+ * -errno. */
+static int child__etc_upper(const struct jail__child *c, int lower, int upper,
+                            const char *hostname_line, struct al_error *err)
+{
+    const struct vmm_spec *s = c->j->spec;
+    for (size_t i = 0; i < s->n_binds; i++) {
+        const char *t = s->binds[i].target;
+        if (strncmp(t, "/etc", 4) == 0 && (t[4] == '\0' || t[4] == '/'))
+            return 0;
+    }
+    struct stat st;
+    if (fstatat(lower, "etc", &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != 0 || st.st_gid != 0)
+        return 0;
+    if (mkdirat(upper, "etc", 0700) < 0 || fchmodat(upper, "etc", st.st_mode & 07777, 0) < 0)
+        return al_error_set(err, -errno, "create /etc in the upper layer: %s", strerror(errno));
+    al_autoclose int etc = openat(upper, "etc", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (etc < 0)
+        return al_error_set(err, -errno, "open /etc in the upper layer: %s", strerror(errno));
+    const char *names[] = {"hostname", "hosts", "resolv.conf"};
+    const char *data[] = {hostname_line, c->hosts, c->resolv[0] ? c->resolv : NULL};
+    for (size_t i = 0; i < AL_ARRAY_SIZE(names); i++) {
+        if (!data[i])
+            continue; /* no resolver in the spec: the template's resolv.conf stays */
+        al_autoclose int fd =
+            openat(etc, names[i], O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 || fchmod(fd, 0644) < 0)
+            return al_error_set(err, -errno, "write /etc/%s: %s", names[i], strerror(errno));
+        int rc = al_write_all(fd, data[i], strlen(data[i]));
+        if (rc)
+            return al_error_set(err, rc, "write /etc/%s: %s", names[i], strerror(-rc));
+    }
+    return 1;
+}
+
 static int child__main(struct jail__child *c)
 {
     const struct jail *j = c->j;
@@ -491,8 +533,14 @@ static int child__main(struct jail__child *c)
     if (upper < 0 || work < 0)
         child__fail(c, "open upper", NULL, errno);
 
-    /* The lower layer must be attached in this namespace before overlayfs can use it. */
     int lower = fds[0];
+    char hostname_line[HOST_NAME_MAX + 2]; /* sethostname above took it: at most 64 */
+    snprintf(hostname_line, sizeof hostname_line, "%s\n", s->hostname);
+    int etc_done = child__etc_upper(c, lower, upper, hostname_line, &e);
+    if (etc_done < 0)
+        child__fail(c, "etc files", &e, etc_done);
+
+    /* The lower layer must be attached in this namespace before overlayfs can use it. */
     CHILD_TRY(c, "attach template",
               move_mount(lower, "", ws, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
     int ofs = fsopen("overlay", FSOPEN_CLOEXEC);
@@ -525,11 +573,10 @@ static int child__main(struct jail__child *c)
     int rc = jail_mnt_plan_exec(c->plan, root, up, fds + 1, nfds - 1, &e);
     if (rc < 0)
         child__fail(c, "mounts", &e, rc);
-    char hostname_line[HOST_NAME_MAX + 2]; /* sethostname above took it: at most 64 */
-    snprintf(hostname_line, sizeof hostname_line, "%s\n", s->hostname);
-    if ((rc = jail_mnt_write_file(root, "etc/hostname", hostname_line, &e)) < 0 ||
-        (rc = jail_mnt_write_file(root, "etc/hosts", c->hosts, &e)) < 0 ||
-        (c->resolv[0] && (rc = jail_mnt_write_file(root, "etc/resolv.conf", c->resolv, &e)) < 0))
+    if (!etc_done &&
+        ((rc = jail_mnt_write_file(root, "etc/hostname", hostname_line, &e)) < 0 ||
+         (rc = jail_mnt_write_file(root, "etc/hosts", c->hosts, &e)) < 0 ||
+         (c->resolv[0] && (rc = jail_mnt_write_file(root, "etc/resolv.conf", c->resolv, &e)) < 0)))
         child__fail(c, "etc files", &e, rc);
 
     ct.plan_us = (uint32_t)((al_now_ns() - tc) / 1000);

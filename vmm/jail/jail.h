@@ -15,8 +15,8 @@
  *           directory as id-mapped, read-only, nosuid, nodev mounts and pass them over a
  *           socketpair; write the init JSON into the init pipe.
  *   child:  become root of its user namespace, new cgroup namespace, hostname; build the
- *           root (tmpfs upper, overlay, the mount plan), write /etc/hostname, /etc/hosts,
- *           /etc/resolv.conf; pivot_root; rlimits; arrange fds (0 /dev/null, 1+2 the log
+ *           root (tmpfs upper with /etc/hostname, /etc/hosts, /etc/resolv.conf already in
+ *           it, overlay, the mount plan); pivot_root; rlimits; arrange fds (0 /dev/null, 1+2 the log
  *           pipe, 3 the agent listen socket, 4 the init pipe; nothing else survives);
  *           Landlock; capabilities down to the agent's seven; no_new_privs; seccomp;
  *           PR_SET_PDEATHSIG(SIGKILL); a last handshake (so a parent that died before the
