@@ -12,7 +12,7 @@
 #   requests; the proxy's CPU per connection and per request). --nginx-log makes the reference
 #   nginx write an access log of every HTTP request (buffered, as in production), since
 #   airlock-egress audits every request: the same job; by default nginx logs nothing. --perf records the proxy with
-#   `perf record -g` during its runs (perf.data in the current directory); --perf-stat
+#   `perf record -g` during its runs (perf.data.egress, and perf.data.ref for the reference proxy, in the current directory); --perf-stat
 #   counts its system calls and CPU per request (perf stat); --callgrind runs the proxy under
 #   valgrind's callgrind for the HTTP group (callgrind.out.* in the current directory).
 #   Requests/s share the machine with the load generator and the upstreams (all on the
@@ -233,7 +233,9 @@ PY
     run "$@"
     kill -INT "$sp"; wait "$sp" 2>/dev/null || true
   elif [ "$perf" = 1 ]; then
-    perf record -q -g -o "perf.data" -p "$pids" >/dev/null 2>&1 &
+    local tag=egress
+    [ "$pids" = "$EGRESS_PID" ] || tag=ref
+    perf record -q ${PERF_CALLGRAPH:--g} -o "perf.data.$tag" -p "$pids" >/dev/null 2>&1 &
     local pp=$!
     sleep 0.2
     run "$@"
@@ -271,9 +273,17 @@ sys_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 run_cpu() {
   local name=$1 pid=$2; shift 2
   local c0 c1 s0 s1 out
+  local pp=0
+  # --perf with --only intercept: the proxy is profiled here (perf.data.<name>).
+  if [ "$perf" = 1 ] && want_only intercept && [ "$pid" = "${EGRESS_PID:-}" ]; then
+    perf record -q ${PERF_CALLGRAPH:--g} -o "perf.data.$name" -p "$pid" >/dev/null 2>&1 &
+    pp=$!
+    sleep 0.2
+  fi
   c0=$(cpu_ticks "$pid"); s0=$(sys_ticks)
   out=$("$@")
   c1=$(cpu_ticks "$pid"); s1=$(sys_ticks)
+  if [ "$pp" != 0 ]; then kill -INT "$pp"; wait "$pp" 2>/dev/null || true; fi
   printf '%s\n' "$out" >"$TMP/run.out"; tee -a "$OUT" <"$TMP/run.out"
   python3 - "$name" "$c0" "$c1" "$HZ" "$TMP/run.out" "$s0" "$s1" <<'PY' | tee -a "$OUT"
 import json, sys
@@ -314,7 +324,6 @@ for r in $(seq 1 "$hrounds"); do
     run_cpu "http_keepalive_egress_$r" "$EGRESS_PID" "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_egress_$r"
   fi
   if [ "$have_nginx" = 1 ] && { [ "$perf" = 3 ] || [ "$perf" = 1 ]; }; then
-    [ "$perf" = 1 ] && mv -f perf.data perf.egress.data
     run_traced "$NGINX_PID,$(pgrep -P "$NGINX_PID" | paste -sd,)" "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name "http_keepalive_nginx_$r"
   elif [ "$have_nginx" = 1 ]; then
     run_cpu "http_keepalive_nginx_$r" "$NGINX_PID" "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name "http_keepalive_nginx_$r"
