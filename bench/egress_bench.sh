@@ -227,7 +227,7 @@ PY
     callgrind_control -i off "$EGRESS_PID" >/dev/null
     callgrind_control -d "$EGRESS_PID" >/dev/null
   elif [ "$perf" = 2 ]; then
-    strace -c -f -o strace.out -p "$pids" &
+    strace ${STRACE_ARGS:--c} -f -o strace.out -p "$pids" &
     local sp=$!
     sleep 0.5
     run "$@"
@@ -289,7 +289,7 @@ run_cpu() {
 import json, sys
 name, c0, c1, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 s0, s1 = int(sys.argv[6]), int(sys.argv[7])
-n = 0
+n, what, unit = 0, "request", "req/s"
 for line in open(sys.argv[5]):
     try:
         j = json.loads(line)
@@ -297,12 +297,14 @@ for line in open(sys.argv[5]):
         continue
     if j.get("metric") == "requests":
         n = j["value"]
+    elif j.get("metric") == "connections":   # tls-conns: one connection is the unit of work
+        n, what, unit = j["value"], "connection", "conn/s"
 cpu = (c1 - c0) / hz
 if n > 0 and cpu > 0:
-    print(json.dumps({"bench": name, "metric": "proxy_cpu_us_per_request", "value": round(cpu / n * 1e6, 2), "unit": "us"}))
-    print(json.dumps({"bench": name, "metric": "requests_per_proxy_cpu_s", "value": round(n / cpu, 1), "unit": "req/s"}))
+    print(json.dumps({"bench": name, "metric": "proxy_cpu_us_per_" + what, "value": round(cpu / n * 1e6, 2), "unit": "us"}))
+    print(json.dumps({"bench": name, "metric": what + "s_per_proxy_cpu_s", "value": round(n / cpu, 1), "unit": unit}))
 if n > 0:
-    print(json.dumps({"bench": name, "metric": "machine_cpu_us_per_request", "value": round((s1 - s0) / hz / n * 1e6, 2), "unit": "us"}))
+    print(json.dumps({"bench": name, "metric": "machine_cpu_us_per_" + what, "value": round((s1 - s0) / hz / n * 1e6, 2), "unit": "us"}))
 PY
 }
 NGINX_PID=${NGINX_PID:-0}
@@ -396,9 +398,36 @@ fi
 
 if want tls_conns; then
 echo "# TLS passthrough: new connections/s (16 at a time)" >&2
-run "${SB2[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name tls_conns_direct
-run_egress "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name tls_conns_egress
-[ "$have_nginx" = 1 ] && run "${SB2[@]}" "$LOAD" tls-conns 10.200.2.1 8443 --conns 16 --duration "$dur" --name tls_conns_nginx
+# Rounds and medians as for HTTP; the proxies' own CPU per connection beside the rates.
+crounds=$([ "$quick" = 1 ] || [ "$perf" != 0 ] && echo 1 || echo 3)
+for r in $(seq 1 "$crounds"); do
+  run "${SB2[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name "tls_conns_direct_$r"
+  if [ "$perf" != 0 ]; then
+    run_egress "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name "tls_conns_egress_$r"
+  else
+    run_cpu "tls_conns_egress_$r" "$EGRESS_PID" "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name "tls_conns_egress_$r"
+  fi
+  [ "$have_nginx" = 1 ] && run_cpu "tls_conns_nginx_$r" "$NGINX_PID" "${SB2[@]}" "$LOAD" tls-conns 10.200.2.1 8443 --conns 16 --duration "$dur" --name "tls_conns_nginx_$r"
+done
+python3 - "$OUT" "$crounds" <<'PY' | tee -a "$OUT"
+import json, statistics, sys
+v = {}
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    v[(j["bench"], j["metric"])] = (j["value"], j["unit"])
+rounds = int(sys.argv[2])
+for path in ("direct", "egress", "nginx"):
+    for m in ("connections_per_s", "errors", "proxy_cpu_us_per_connection", "connections_per_proxy_cpu_s",
+              "machine_cpu_us_per_connection"):
+        got = [v[("tls_conns_%s_%d" % (path, r), m)] for r in range(1, rounds + 1)
+               if ("tls_conns_%s_%d" % (path, r), m) in v]
+        if got:
+            print(json.dumps({"bench": "tls_conns_" + path, "metric": m,
+                              "value": round(statistics.median(x[0] for x in got), 3), "unit": got[0][1]}))
+PY
 fi
 
 if want tls_bulk; then
@@ -517,6 +546,9 @@ for p in ("p50", "p99"):
 e, n = g("http_keepalive_egress", "requests_per_proxy_cpu_s"), g("http_keepalive_nginx", "requests_per_proxy_cpu_s")
 if e and n:
     out("http_keepalive_per_proxy_cpu_egress_vs_nginx", e / n, "ratio")
+e, n = g("tls_conns_egress", "connections_per_proxy_cpu_s"), g("tls_conns_nginx", "connections_per_proxy_cpu_s")
+if e and n:
+    out("tls_conns_per_proxy_cpu_egress_vs_nginx", e / n, "ratio")
 for b, m, unit in (("http_keepalive", "requests_per_s", "ratio"), ("tls_conns", "connections_per_s", "ratio")):
     e, n, d = g(b + "_egress", m), g(b + "_nginx", m), g(b + "_direct", m)
     if e and d:
