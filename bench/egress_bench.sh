@@ -12,7 +12,7 @@
 #   requests; the proxy's CPU per connection and per request). --nginx-log makes the reference
 #   nginx write an access log of every HTTP request (buffered, as in production), since
 #   airlock-egress audits every request: the same job; by default nginx logs nothing. --perf records the proxy with
-#   `perf record -g` during its runs (perf.data in the current directory); --perf-stat
+#   `perf record -g` during its runs (perf.data.egress, and perf.data.ref for the reference proxy, in the current directory); --perf-stat
 #   counts its system calls and CPU per request (perf stat); --callgrind runs the proxy under
 #   valgrind's callgrind for the HTTP group (callgrind.out.* in the current directory).
 #   Requests/s share the machine with the load generator and the upstreams (all on the
@@ -227,13 +227,15 @@ PY
     callgrind_control -i off "$EGRESS_PID" >/dev/null
     callgrind_control -d "$EGRESS_PID" >/dev/null
   elif [ "$perf" = 2 ]; then
-    strace -c -f -o strace.out -p "$pids" &
+    strace ${STRACE_ARGS:--c} -f -o strace.out -p "$pids" &
     local sp=$!
     sleep 0.5
     run "$@"
     kill -INT "$sp"; wait "$sp" 2>/dev/null || true
   elif [ "$perf" = 1 ]; then
-    perf record -q -g -o "perf.data" -p "$pids" >/dev/null 2>&1 &
+    local tag=egress
+    [ "$pids" = "$EGRESS_PID" ] || tag=ref
+    perf record -q ${PERF_CALLGRAPH:--g} -o "perf.data.$tag" -p "$pids" >/dev/null 2>&1 &
     local pp=$!
     sleep 0.2
     run "$@"
@@ -271,15 +273,23 @@ sys_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 run_cpu() {
   local name=$1 pid=$2; shift 2
   local c0 c1 s0 s1 out
+  local pp=0
+  # --perf with --only intercept: the proxy is profiled here (perf.data.<name>).
+  if [ "$perf" = 1 ] && want_only intercept && [ "$pid" = "${EGRESS_PID:-}" ]; then
+    perf record -q ${PERF_CALLGRAPH:--g} -o "perf.data.$name" -p "$pid" >/dev/null 2>&1 &
+    pp=$!
+    sleep 0.2
+  fi
   c0=$(cpu_ticks "$pid"); s0=$(sys_ticks)
   out=$("$@")
   c1=$(cpu_ticks "$pid"); s1=$(sys_ticks)
+  if [ "$pp" != 0 ]; then kill -INT "$pp"; wait "$pp" 2>/dev/null || true; fi
   printf '%s\n' "$out" >"$TMP/run.out"; tee -a "$OUT" <"$TMP/run.out"
   python3 - "$name" "$c0" "$c1" "$HZ" "$TMP/run.out" "$s0" "$s1" <<'PY' | tee -a "$OUT"
 import json, sys
 name, c0, c1, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 s0, s1 = int(sys.argv[6]), int(sys.argv[7])
-n = 0
+n, what, unit = 0, "request", "req/s"
 for line in open(sys.argv[5]):
     try:
         j = json.loads(line)
@@ -287,12 +297,14 @@ for line in open(sys.argv[5]):
         continue
     if j.get("metric") == "requests":
         n = j["value"]
+    elif j.get("metric") == "connections":   # tls-conns: one connection is the unit of work
+        n, what, unit = j["value"], "connection", "conn/s"
 cpu = (c1 - c0) / hz
 if n > 0 and cpu > 0:
-    print(json.dumps({"bench": name, "metric": "proxy_cpu_us_per_request", "value": round(cpu / n * 1e6, 2), "unit": "us"}))
-    print(json.dumps({"bench": name, "metric": "requests_per_proxy_cpu_s", "value": round(n / cpu, 1), "unit": "req/s"}))
+    print(json.dumps({"bench": name, "metric": "proxy_cpu_us_per_" + what, "value": round(cpu / n * 1e6, 2), "unit": "us"}))
+    print(json.dumps({"bench": name, "metric": what + "s_per_proxy_cpu_s", "value": round(n / cpu, 1), "unit": unit}))
 if n > 0:
-    print(json.dumps({"bench": name, "metric": "machine_cpu_us_per_request", "value": round((s1 - s0) / hz / n * 1e6, 2), "unit": "us"}))
+    print(json.dumps({"bench": name, "metric": "machine_cpu_us_per_" + what, "value": round((s1 - s0) / hz / n * 1e6, 2), "unit": "us"}))
 PY
 }
 NGINX_PID=${NGINX_PID:-0}
@@ -314,7 +326,6 @@ for r in $(seq 1 "$hrounds"); do
     run_cpu "http_keepalive_egress_$r" "$EGRESS_PID" "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_egress_$r"
   fi
   if [ "$have_nginx" = 1 ] && { [ "$perf" = 3 ] || [ "$perf" = 1 ]; }; then
-    [ "$perf" = 1 ] && mv -f perf.data perf.egress.data
     run_traced "$NGINX_PID,$(pgrep -P "$NGINX_PID" | paste -sd,)" "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name "http_keepalive_nginx_$r"
   elif [ "$have_nginx" = 1 ]; then
     run_cpu "http_keepalive_nginx_$r" "$NGINX_PID" "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name "http_keepalive_nginx_$r"
@@ -387,9 +398,36 @@ fi
 
 if want tls_conns; then
 echo "# TLS passthrough: new connections/s (16 at a time)" >&2
-run "${SB2[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name tls_conns_direct
-run_egress "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name tls_conns_egress
-[ "$have_nginx" = 1 ] && run "${SB2[@]}" "$LOAD" tls-conns 10.200.2.1 8443 --conns 16 --duration "$dur" --name tls_conns_nginx
+# Rounds and medians as for HTTP; the proxies' own CPU per connection beside the rates.
+crounds=$([ "$quick" = 1 ] || [ "$perf" != 0 ] && echo 1 || echo 3)
+for r in $(seq 1 "$crounds"); do
+  run "${SB2[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name "tls_conns_direct_$r"
+  if [ "$perf" != 0 ]; then
+    run_egress "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name "tls_conns_egress_$r"
+  else
+    run_cpu "tls_conns_egress_$r" "$EGRESS_PID" "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name "tls_conns_egress_$r"
+  fi
+  [ "$have_nginx" = 1 ] && run_cpu "tls_conns_nginx_$r" "$NGINX_PID" "${SB2[@]}" "$LOAD" tls-conns 10.200.2.1 8443 --conns 16 --duration "$dur" --name "tls_conns_nginx_$r"
+done
+python3 - "$OUT" "$crounds" <<'PY' | tee -a "$OUT"
+import json, statistics, sys
+v = {}
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    v[(j["bench"], j["metric"])] = (j["value"], j["unit"])
+rounds = int(sys.argv[2])
+for path in ("direct", "egress", "nginx"):
+    for m in ("connections_per_s", "errors", "proxy_cpu_us_per_connection", "connections_per_proxy_cpu_s",
+              "machine_cpu_us_per_connection"):
+        got = [v[("tls_conns_%s_%d" % (path, r), m)] for r in range(1, rounds + 1)
+               if ("tls_conns_%s_%d" % (path, r), m) in v]
+        if got:
+            print(json.dumps({"bench": "tls_conns_" + path, "metric": m,
+                              "value": round(statistics.median(x[0] for x in got), 3), "unit": got[0][1]}))
+PY
 fi
 
 if want tls_bulk; then
@@ -508,6 +546,9 @@ for p in ("p50", "p99"):
 e, n = g("http_keepalive_egress", "requests_per_proxy_cpu_s"), g("http_keepalive_nginx", "requests_per_proxy_cpu_s")
 if e and n:
     out("http_keepalive_per_proxy_cpu_egress_vs_nginx", e / n, "ratio")
+e, n = g("tls_conns_egress", "connections_per_proxy_cpu_s"), g("tls_conns_nginx", "connections_per_proxy_cpu_s")
+if e and n:
+    out("tls_conns_per_proxy_cpu_egress_vs_nginx", e / n, "ratio")
 for b, m, unit in (("http_keepalive", "requests_per_s", "ratio"), ("tls_conns", "connections_per_s", "ratio")):
     e, n, d = g(b + "_egress", m), g(b + "_nginx", m), g(b + "_direct", m)
     if e and d:

@@ -524,6 +524,7 @@ static int tls_conns(const struct opts *o, bool bulk)
     if (bulk) {
         emit("throughput", (double)bytes / secs / 1e6, "MB/s");
     } else {
+        emit("connections", (double)done, "count");
         emit("connections_per_s", (double)done / secs, "conn/s");
         emit_lat("first_byte", &l);
     }

@@ -11,6 +11,7 @@ endfunction()
 
 airlock_pkg(uv libuv)
 airlock_pkg(sodium libsodium)
+airlock_pkg(crypto libcrypto)
 airlock_pkg(yaml yaml-0.1)
 airlock_pkg(jansson jansson)
 airlock_pkg(idn2 libidn2)

@@ -219,7 +219,8 @@ struct egress_conn {
     uv_timer_t timer;
     uint64_t due_ms, armed_ms; /* deadline and what the timer is armed for (loop ms) */
     int handles_open;
-    bool counted; /* holds a slot in the sandbox's connection count */
+    bool counted;    /* holds a slot in the sandbox's connection count */
+    bool classified; /* the first bytes were enough to classify (TLS, HTTP, or other) */
 
     struct egress_ip src, dst, dialled;
     uint16_t src_port, dst_port;
@@ -258,7 +259,7 @@ struct egress_conn {
     int mem_held; /* bytes accounted to the budget by this conn */
 };
 
-void egress_conn_accept(struct egress_worker *w, int fd);
+void egress_conn_accept(struct egress_worker *w, int fd, const struct sockaddr_storage *peer);
 /* The address to dial (a checked one); keeps its text for audit records. */
 void egress_conn_set_dialled(struct egress_conn *c, const struct egress_ip *ip);
 /* Closes (RST when reset), auditing the end if needed. Idempotent. */

@@ -99,7 +99,10 @@ static int flow__pump(struct egress_conn *c, struct egress_end *src, struct egre
         if (flow__pending(f))
             return PUMP_OK; /* dst is full: wait for WRITABLE */
         if (src->eof) {
-            if (!dst->shut_wr) {
+            /* The other direction already ended: the connection closes right after this,
+             * and close() sends the FIN itself (both receive queues are empty by then). */
+            const struct egress_flow *other = f == &c->up ? &c->down : &c->up;
+            if (!dst->shut_wr && !other->done) {
                 shutdown(dst->fd, SHUT_WR);
                 dst->shut_wr = true;
             }
@@ -144,6 +147,15 @@ static int flow__pump(struct egress_conn *c, struct egress_end *src, struct egre
             if (n > 0) {
                 f->off = 0;
                 f->len = (size_t)n;
+                if ((size_t)n < f->cap) {
+                    /* A short read emptied the socket: deliver it, and let epoll (level-
+                     * triggered) say when there is more, rather than a read for EAGAIN. */
+                    c->t_last_io = al_now_ns();
+                    if (flow__drain(c, f, dst) < 0)
+                        return PUMP_RESET;
+                    flow__release(c, f);
+                    return PUMP_OK;
+                }
             }
         }
         if (n < 0) {

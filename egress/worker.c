@@ -77,6 +77,8 @@ int egress_listen_tcp(const struct sockaddr_storage *ss, bool transparent, bool 
         goto fail;
     if (fam == AF_INET6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    /* Accepted connections inherit it (one setsockopt per listener, not per connection). */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (transparent) {
         int rc = fam == AF_INET6 ? setsockopt(fd, SOL_IPV6, IPV6_TRANSPARENT, &one, sizeof one)
                                  : setsockopt(fd, SOL_IP, IP_TRANSPARENT, &one, sizeof one);
@@ -238,7 +240,9 @@ static void worker__on_listener(uv_poll_t *h, int status, int events)
     }
     int batch = l->shared ? SHARED_ACCEPT_BATCH : ACCEPT_BATCH;
     for (int i = 0; i < batch; i++) {
-        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof peer;
+        int fd = accept4(l->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
@@ -248,7 +252,7 @@ static void worker__on_listener(uv_poll_t *h, int status, int events)
             return;
         }
         if (l->kind == 0)
-            egress_conn_accept(w, fd);
+            egress_conn_accept(w, fd, &peer);
         else
             egress_dns_tcp_accept(w, fd);
     }

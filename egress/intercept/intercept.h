@@ -23,6 +23,8 @@
 
 #include <stddef.h>
 
+#include <mbedtls/ecp.h>
+
 #include "common/error.h"
 
 /* Initialises libsodium and PSA crypto once per process (thread-safe, idempotent).
@@ -34,6 +36,13 @@ int intercept_init(struct al_error *err);
  * (mbedtls_ecp_set_x25519_impl, a patch of deploy/mbedtls/) for every Curve25519
  * multiplication. 0, or -1 when the result is all zero. */
 int intercept_x25519(unsigned char out[32], const unsigned char k[32], const unsigned char u[32]);
+
+/* ECDSA signer registered with mbedtls (mbedtls_ecdsa_set_sign_impl, a patch of
+ * deploy/mbedtls/): P-256 by OpenSSL's libcrypto (constant time, fresh nonce); other curves
+ * are declined (MBEDTLS_ERR_ECP_FEATURE_UNAVAILABLE: mbedtls signs itself). Writes r then s,
+ * len bytes each, into rs; 0 or an MBEDTLS_ERR_ECP_* code. */
+int intercept_ecdsa_sign(mbedtls_ecp_group_id grp_id, const unsigned char *d, size_t len,
+                         const unsigned char *hash, size_t hlen, unsigned char *rs);
 
 /* mbedtls f_rng: libsodium's CSPRNG (thread-safe; ctx unused). */
 int intercept_rng(void *ctx, unsigned char *out, size_t len);

@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <mbedtls/ecdsa.h>
 #include <mbedtls/ecp.h>
+#include <mbedtls/pk.h>
 #include <mbedtls/ssl.h>
 #include <psa/crypto.h>
 #include <sodium.h>
@@ -792,6 +794,112 @@ START_TEST(x25519_small_order_point_fails)
 }
 END_TEST
 
+/* ---- ECDSA signing: OpenSSL's P-256, registered with mbedtls (02-ecdsa-sign-impl.patch) -- */
+
+static int ecdsa_calls, ecdsa_signed;
+static int ecdsa_counting(mbedtls_ecp_group_id id, const unsigned char *d, size_t len,
+                          const unsigned char *hash, size_t hlen, unsigned char *rs)
+{
+    ecdsa_calls++;
+    int r = intercept_ecdsa_sign(id, d, len, hash, hlen, rs);
+    if (r == 0)
+        ecdsa_signed++;
+    return r;
+}
+
+/* A signer whose r is zero: mbedtls must refuse its result. */
+static int ecdsa_broken(mbedtls_ecp_group_id id, const unsigned char *d, size_t len,
+                        const unsigned char *hash, size_t hlen, unsigned char *rs)
+{
+    (void)id, (void)d, (void)hash, (void)hlen;
+    memset(rs, 0, len);
+    memset(rs + len, 1, len);
+    return 0;
+}
+
+static void ecdsa_key(mbedtls_pk_context *pk, mbedtls_ecp_group_id id)
+{
+    mbedtls_pk_init(pk);
+    ck_assert_int_eq(mbedtls_pk_setup(pk, mbedtls_pk_info_from_type(MBEDTLS_PK_ECKEY)), 0);
+    ck_assert_int_eq(mbedtls_ecp_gen_key(id, mbedtls_pk_ec(*pk), intercept_rng, NULL), 0);
+}
+
+START_TEST(ecdsa_p256_signatures_verify)
+{
+    ck_assert_int_eq(intercept_init(NULL), 0);
+    mbedtls_pk_context pk;
+    ecdsa_key(&pk, MBEDTLS_ECP_DP_SECP256R1);
+    mbedtls_ecdsa_set_sign_impl(ecdsa_counting);
+    ecdsa_calls = ecdsa_signed = 0;
+    for (int i = 0; i < 64; i++) {
+        /* SHA-256 and SHA-384 sized hashes (the latter truncated to 256 bits by both). */
+        mbedtls_md_type_t md = i & 1 ? MBEDTLS_MD_SHA384 : MBEDTLS_MD_SHA256;
+        size_t hl = i & 1 ? 48 : 32;
+        unsigned char hash[48], sig[MBEDTLS_PK_SIGNATURE_MAX_SIZE],
+            sig2[MBEDTLS_PK_SIGNATURE_MAX_SIZE];
+        size_t sl = 0, sl2 = 0;
+        randombytes_buf(hash, sizeof hash);
+        ck_assert_int_eq(
+            mbedtls_pk_sign(&pk, md, hash, hl, sig, sizeof sig, &sl, intercept_rng, NULL), 0);
+        ck_assert_int_eq(mbedtls_pk_verify(&pk, md, hash, hl, sig, sl), 0);
+        /* A fresh nonce each time: the same hash signed twice gives two signatures. */
+        ck_assert_int_eq(
+            mbedtls_pk_sign(&pk, md, hash, hl, sig2, sizeof sig2, &sl2, intercept_rng, NULL), 0);
+        ck_assert(sl != sl2 || memcmp(sig, sig2, sl) != 0);
+        ck_assert_int_eq(mbedtls_pk_verify(&pk, md, hash, hl, sig2, sl2), 0);
+        /* Another hash does not verify. */
+        hash[0] ^= 1;
+        ck_assert_int_ne(mbedtls_pk_verify(&pk, md, hash, hl, sig, sl), 0);
+    }
+    ck_assert_int_eq(ecdsa_calls, 128);
+    ck_assert_int_eq(ecdsa_signed, 128);
+    mbedtls_ecdsa_set_sign_impl(intercept_ecdsa_sign);
+    mbedtls_pk_free(&pk);
+}
+END_TEST
+
+START_TEST(ecdsa_other_curves_fall_back)
+{
+    ck_assert_int_eq(intercept_init(NULL), 0);
+    mbedtls_pk_context pk;
+    ecdsa_key(&pk, MBEDTLS_ECP_DP_SECP384R1);
+    mbedtls_ecdsa_set_sign_impl(ecdsa_counting);
+    ecdsa_calls = ecdsa_signed = 0;
+    unsigned char hash[48], sig[MBEDTLS_PK_SIGNATURE_MAX_SIZE];
+    size_t sl = 0;
+    randombytes_buf(hash, sizeof hash);
+    ck_assert_int_eq(mbedtls_pk_sign(&pk, MBEDTLS_MD_SHA384, hash, 48, sig, sizeof sig, &sl,
+                                     intercept_rng, NULL),
+                     0);
+    ck_assert_int_eq(mbedtls_pk_verify(&pk, MBEDTLS_MD_SHA384, hash, 48, sig, sl), 0);
+    ck_assert_int_eq(ecdsa_calls, 1); /* asked, declined, signed by mbedtls itself */
+    ck_assert_int_eq(ecdsa_signed, 0);
+    mbedtls_ecdsa_set_sign_impl(intercept_ecdsa_sign);
+    mbedtls_pk_free(&pk);
+}
+END_TEST
+
+START_TEST(ecdsa_bad_signer_result_fails)
+{
+    ck_assert_int_eq(intercept_init(NULL), 0);
+    mbedtls_pk_context pk;
+    ecdsa_key(&pk, MBEDTLS_ECP_DP_SECP256R1);
+    mbedtls_ecdsa_set_sign_impl(ecdsa_broken);
+    unsigned char hash[32] = {1}, sig[MBEDTLS_PK_SIGNATURE_MAX_SIZE];
+    size_t sl = 0;
+    ck_assert_int_ne(mbedtls_pk_sign(&pk, MBEDTLS_MD_SHA256, hash, 32, sig, sizeof sig, &sl,
+                                     intercept_rng, NULL),
+                     0);
+    mbedtls_ecdsa_set_sign_impl(intercept_ecdsa_sign);
+    /* And the registered signer is what intercept_init left in place. */
+    ck_assert_int_eq(mbedtls_pk_sign(&pk, MBEDTLS_MD_SHA256, hash, 32, sig, sizeof sig, &sl,
+                                     intercept_rng, NULL),
+                     0);
+    ck_assert_int_eq(mbedtls_pk_verify(&pk, MBEDTLS_MD_SHA256, hash, 32, sig, sl), 0);
+    mbedtls_pk_free(&pk);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("intercept_tls");
@@ -800,6 +908,11 @@ static Suite *suite(void)
     tcase_add_test(tx, x25519_matches_builtin_ladder);
     tcase_add_test(tx, x25519_small_order_point_fails);
     suite_add_tcase(s, tx);
+    TCase *te = tcase_create("ecdsa");
+    tcase_add_test(te, ecdsa_p256_signatures_verify);
+    tcase_add_test(te, ecdsa_other_curves_fall_back);
+    tcase_add_test(te, ecdsa_bad_signer_result_fails);
+    suite_add_tcase(s, te);
     TCase *tc = tcase_create("tls");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
