@@ -219,7 +219,7 @@ static int ca__gen_key(mbedtls_pk_context *pk)
 {
     int r = mbedtls_pk_setup(pk, mbedtls_pk_info_from_type(MBEDTLS_PK_ECKEY));
     if (r == 0)
-        r = mbedtls_ecp_gen_key(MBEDTLS_ECP_DP_SECP256R1, mbedtls_pk_ec(*pk), intercept_rng, NULL);
+        r = intercept_ec_gen_p256(mbedtls_pk_ec(*pk));
     return r;
 }
 

@@ -1,6 +1,7 @@
 /* egress/intercept/intercept: library initialisation, the random generator, error text,
  * and the fast primitives registered with mbedtls (X25519 by libsodium, P-256 ECDSA signing
- * by OpenSSL's libcrypto; see intercept.h). */
+ * by OpenSSL's libcrypto; see intercept.h) or called instead of it (P-256 key generation
+ * by libcrypto). */
 #include "intercept.h"
 
 #include <errno.h>
@@ -102,6 +103,43 @@ int intercept_ecdsa_sign(mbedtls_ecp_group_id grp_id, const unsigned char *d, si
 out:
     ECDSA_SIG_free(sig);
     BN_clear_free(priv);
+    EC_KEY_free(key); /* clears its copy of the private key */
+    return ret;
+}
+
+int intercept_ec_gen_p256(mbedtls_ecp_keypair *kp)
+{
+    if (!intercept__p256)
+        return mbedtls_ecp_gen_key(MBEDTLS_ECP_DP_SECP256R1, kp, intercept_rng, NULL);
+    int ret = MBEDTLS_ERR_ECP_ALLOC_FAILED;
+    unsigned char d[32], q[65];
+    mbedtls_ecp_group grp;
+    mbedtls_ecp_point pt;
+    mbedtls_ecp_group_init(&grp);
+    mbedtls_ecp_point_init(&pt);
+    EC_KEY *key = EC_KEY_new();
+    if (!key || EC_KEY_set_group(key, intercept__p256) != 1)
+        goto out;
+    if (EC_KEY_generate_key(key) != 1) {
+        ret = MBEDTLS_ERR_ECP_RANDOM_FAILED;
+        goto out;
+    }
+    ret = MBEDTLS_ERR_ECP_BAD_INPUT_DATA;
+    if (BN_bn2binpad(EC_KEY_get0_private_key(key), d, (int)sizeof d) != (int)sizeof d ||
+        EC_POINT_point2oct(intercept__p256, EC_KEY_get0_public_key(key),
+                           POINT_CONVERSION_UNCOMPRESSED, q, sizeof q, NULL) != sizeof q)
+        goto out;
+    /* mbedtls checks that d is in range and that Q is on the curve (not Q = d*G: that is
+     * the multiplication this function exists to avoid; OpenSSL computed Q from d). */
+    if ((ret = mbedtls_ecp_group_load(&grp, MBEDTLS_ECP_DP_SECP256R1)) == 0 &&
+        (ret = mbedtls_ecp_read_key(MBEDTLS_ECP_DP_SECP256R1, kp, d, sizeof d)) == 0 &&
+        (ret = mbedtls_ecp_point_read_binary(&grp, &pt, q, sizeof q)) == 0 &&
+        (ret = mbedtls_ecp_check_pubkey(&grp, &pt)) == 0)
+        ret = mbedtls_ecp_set_public_key(MBEDTLS_ECP_DP_SECP256R1, kp, &pt);
+out:
+    sodium_memzero(d, sizeof d);
+    mbedtls_ecp_point_free(&pt);
+    mbedtls_ecp_group_free(&grp);
     EC_KEY_free(key); /* clears its copy of the private key */
     return ret;
 }

@@ -14,8 +14,8 @@
  *   scrub.h    response scrubbing (multi-pattern matcher, encodings, gzip)
  *
  * Owns here: one-time initialisation of the crypto libraries (libsodium, PSA for mbedtls'
- * TLS 1.3, libsodium's X25519 for mbedtls), the random generator every mbedtls call gets,
- * and mbedtls error text.
+ * TLS 1.3, libsodium's X25519 for mbedtls), P-256 key generation, the random generator
+ * every mbedtls call gets, and mbedtls error text.
  * docs/egress-intercept.md describes the whole feature for users and auditors.
  */
 #ifndef AIRLOCK_EGRESS_INTERCEPT_H
@@ -43,6 +43,12 @@ int intercept_x25519(unsigned char out[32], const unsigned char k[32], const uns
  * len bytes each, into rs; 0 or an MBEDTLS_ERR_ECP_* code. */
 int intercept_ecdsa_sign(mbedtls_ecp_group_id grp_id, const unsigned char *d, size_t len,
                          const unsigned char *hash, size_t hlen, unsigned char *rs);
+
+/* A new P-256 key pair into kp (initialised, empty) by OpenSSL's libcrypto: d random in
+ * [1, n-1], Q = d*G by its constant-time P-256 code (about 0.02 ms; mbedtls' generic
+ * mbedtls_ecp_gen_key took 0.2 ms, one per sandbox CA and one per minted leaf). Falls back
+ * to mbedtls_ecp_gen_key if libcrypto has no P-256. 0 or an MBEDTLS_ERR_* code. */
+int intercept_ec_gen_p256(mbedtls_ecp_keypair *kp);
 
 /* mbedtls f_rng: libsodium's CSPRNG (thread-safe; ctx unused). */
 int intercept_rng(void *ctx, unsigned char *out, size_t len);

@@ -900,6 +900,42 @@ START_TEST(ecdsa_bad_signer_result_fails)
 }
 END_TEST
 
+/* ---- P-256 key generation by libcrypto (intercept_ec_gen_p256) ---------------------- */
+
+START_TEST(ec_gen_p256_pairs_are_consistent_and_fresh)
+{
+    ck_assert_int_eq(intercept_init(NULL), 0);
+    unsigned char prev[32] = {0};
+    for (int i = 0; i < 16; i++) {
+        mbedtls_pk_context pk;
+        mbedtls_pk_init(&pk);
+        ck_assert_int_eq(mbedtls_pk_setup(&pk, mbedtls_pk_info_from_type(MBEDTLS_PK_ECKEY)), 0);
+        mbedtls_ecp_keypair *kp = mbedtls_pk_ec(pk);
+        ck_assert_int_eq(intercept_ec_gen_p256(kp), 0);
+        ck_assert_int_eq(mbedtls_ecp_keypair_get_group_id(kp), MBEDTLS_ECP_DP_SECP256R1);
+        /* Q = d*G, recomputed by mbedtls itself. */
+        ck_assert_int_eq(mbedtls_ecp_check_pub_priv(kp, kp, intercept_rng, NULL), 0);
+        /* A signature by the private key verifies with the public key (and is made by the
+         * registered libcrypto signer, from the d mbedtls holds). */
+        unsigned char hash[32], sig[MBEDTLS_PK_SIGNATURE_MAX_SIZE];
+        size_t sl = 0;
+        randombytes_buf(hash, sizeof hash);
+        ck_assert_int_eq(mbedtls_pk_sign(&pk, MBEDTLS_MD_SHA256, hash, 32, sig, sizeof sig, &sl,
+                                         intercept_rng, NULL),
+                         0);
+        ck_assert_int_eq(mbedtls_pk_verify(&pk, MBEDTLS_MD_SHA256, hash, 32, sig, sl), 0);
+        /* A fresh private key each time. */
+        unsigned char d[32];
+        size_t dl = 0;
+        ck_assert_int_eq(mbedtls_ecp_write_key_ext(kp, &dl, d, sizeof d), 0);
+        ck_assert_uint_eq(dl, 32);
+        ck_assert(memcmp(d, prev, 32) != 0);
+        memcpy(prev, d, 32);
+        mbedtls_pk_free(&pk);
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("intercept_tls");
@@ -912,6 +948,7 @@ static Suite *suite(void)
     tcase_add_test(te, ecdsa_p256_signatures_verify);
     tcase_add_test(te, ecdsa_other_curves_fall_back);
     tcase_add_test(te, ecdsa_bad_signer_result_fails);
+    tcase_add_test(te, ec_gen_p256_pairs_are_consistent_and_fresh);
     suite_add_tcase(s, te);
     TCase *tc = tcase_create("tls");
     tcase_add_checked_fixture(tc, setup, teardown);
