@@ -540,6 +540,13 @@ static int child__main(struct jail__child *c)
     if (etc_done < 0)
         child__fail(c, "etc files", &e, etc_done);
 
+    /* The writable layer is attached under the old root (where the lower layer and the
+     * overlay go too): pivot_root and the detach of the old root take it out of this
+     * namespace with everything else in one unmount. Left detached, closing its descriptor
+     * at exec would unmount it separately (another RCU grace period per sandbox); it is
+     * never reachable from the new root either way. */
+    CHILD_TRY(c, "attach upper tmpfs",
+              move_mount(up, "", ws, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
     /* The lower layer must be attached in this namespace before overlayfs can use it. */
     CHILD_TRY(c, "attach template",
               move_mount(lower, "", ws, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));

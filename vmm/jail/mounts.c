@@ -279,8 +279,10 @@ struct mnt__ctx {
     int rootfd, upperfd;
     const int *fds;
     size_t nfds;
-    int emptyfd; /* an empty read-only tmpfs, cloned over masked directories */
-    int nullfd;  /* /dev/null, read-only, nosuid, noexec: cloned over masked files */
+    int emptyfd; /* an empty read-only tmpfs over the first masked directory, cloned over
+                    the others */
+    int nullfd;  /* /dev/null, read-only, nosuid, noexec, over the first masked file, cloned
+                    over the others */
     int procfd;  /* the new /proc */
     int devfd;   /* the new /dev */
 };
@@ -324,16 +326,19 @@ static int mnt__step(const struct jail_mnt_step *s, struct mnt__ctx *c, struct a
             if (fstat(target, &st) == 0 && S_ISDIR(st.st_mode))
                 return 0;
             if (strcmp(s->source, "/dev/null") == 0) {
-                /* One clone of /dev/null with the attributes set, then clones of that
-                 * (a clone keeps its source's attributes). */
+                /* One clone of /dev/null with the attributes set, attached over the first
+                 * file; the others get clones of that one (a clone keeps its source's
+                 * attributes). Kept attached, it goes with the namespace: a detached
+                 * mount closed at the end would cost an unmount and an RCU grace period. */
                 if (c->nullfd < 0) {
-                    if ((c->nullfd = mnt__clone(AT_FDCWD, s->source, false, err)) < 0)
-                        return c->nullfd;
-                    if ((rc = mnt__setattr(c->nullfd, s->attr, s->source, err))) {
-                        close(c->nullfd);
-                        c->nullfd = -1;
+                    if ((m = mnt__clone(AT_FDCWD, s->source, false, err)) < 0)
+                        return m;
+                    if ((rc = mnt__setattr(m, s->attr, s->source, err)) ||
+                        (rc = mnt__attach(m, target, s->target, err)))
                         return rc;
-                    }
+                    c->nullfd = m;
+                    m = -1;
+                    return 0;
                 }
                 if ((m = mnt__clone(c->nullfd, "", true, err)) < 0)
                     return m;
@@ -342,11 +347,18 @@ static int mnt__step(const struct jail_mnt_step *s, struct mnt__ctx *c, struct a
             m = mnt__clone(AT_FDCWD, s->source, false, err);
         } else if (s->kind == JAIL_MNT_MASK_DIR) {
             if (c->emptyfd < 0) {
-                c->emptyfd = jail_mnt_tmpfs(
-                    "mode=0555,size=4096,nr_inodes=1",
-                    JAIL_MA_RDONLY | JAIL_MA_NOSUID | JAIL_MA_NODEV | JAIL_MA_NOEXEC, err);
-                if (c->emptyfd < 0)
-                    return c->emptyfd;
+                /* Attached over the first directory, cloned for the others (as nullfd). */
+                m = jail_mnt_tmpfs("mode=0555,size=4096,nr_inodes=1",
+                                   JAIL_MA_RDONLY | JAIL_MA_NOSUID | JAIL_MA_NODEV |
+                                       JAIL_MA_NOEXEC,
+                                   err);
+                if (m < 0)
+                    return m;
+                if ((rc = mnt__attach(m, target, s->target, err)))
+                    return rc;
+                c->emptyfd = m;
+                m = -1;
+                return 0;
             }
             m = mnt__clone(c->emptyfd, "", true, err);
         } else {
