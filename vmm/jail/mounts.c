@@ -349,8 +349,7 @@ static int mnt__step(const struct jail_mnt_step *s, struct mnt__ctx *c, struct a
             if (c->emptyfd < 0) {
                 /* Attached over the first directory, cloned for the others (as nullfd). */
                 m = jail_mnt_tmpfs("mode=0555,size=4096,nr_inodes=1",
-                                   JAIL_MA_RDONLY | JAIL_MA_NOSUID | JAIL_MA_NODEV |
-                                       JAIL_MA_NOEXEC,
+                                   JAIL_MA_RDONLY | JAIL_MA_NOSUID | JAIL_MA_NODEV | JAIL_MA_NOEXEC,
                                    err);
                 if (m < 0)
                     return m;
