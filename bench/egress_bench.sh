@@ -5,15 +5,21 @@
 # no route out (needs root). Prints JSON lines; every figure has its references next to it.
 #
 #   bench/egress_bench.sh [--build DIR] [--duration S] [--quick] [--only GROUP] [--perf]
-#                         [--nginx-log]
+#                         [--perf-stat] [--strace] [--callgrind] [--nginx-log] [--nginx-half-close]
 #   GROUP: http, latency, tls_conns, tls_bulk, idle, copy, intercept (only when asked: TLS
 #   interception through airlock-egress, an inspect rule toward a TLS nginx upstream;
 #   bench/icpt_client.py: new connections with a full handshake each, and keep-alive
-#   requests; the proxy's CPU per connection and per request). --nginx-log makes the reference
-#   nginx write an access log of every HTTP request (buffered, as in production), since
-#   airlock-egress audits every request: the same job; by default nginx logs nothing. --perf records the proxy with
-#   `perf record -g` during its runs (perf.data.egress, and perf.data.ref for the reference proxy, in the current directory); --perf-stat
-#   counts its system calls and CPU per request (perf stat); --callgrind runs the proxy under
+#   requests; the proxy's CPU per connection and per request).
+#   The reference nginx does less than airlock-egress unless told: --nginx-log makes it write
+#   an access log of every HTTP request (buffered, as in production; airlock-egress audits
+#   every request), --nginx-half-close forwards a TCP half-close in its stream proxy
+#   (proxy_half_close on; airlock-egress always does, where nginx by default closes both
+#   sides at the first end of stream).
+#   --perf records the proxies with `perf record` (PERF_CALLGRAPH, default -g; e.g.
+#   "--call-graph dwarf,16384") into perf.data.egress and perf.data.ref (with --only
+#   intercept: perf.data.<run>) in the current directory; --perf-stat counts the proxy's
+#   system calls and CPU per request (perf stat); --strace counts its system calls
+#   (strace.out; STRACE_ARGS replaces the default -c); --callgrind runs the proxy under
 #   valgrind's callgrind for the HTTP group (callgrind.out.* in the current directory).
 #   Requests/s share the machine with the load generator and the upstreams (all on the
 #   same cores): "proxy_cpu_us_per_request" is what the proxy itself spent.
@@ -35,9 +41,11 @@ quick=0
 only=""
 perf=0
 nginx_log="access_log off;"
+nginx_half_close=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --nginx-log) nginx_log="LOG"; shift ;;
+    --nginx-half-close) nginx_half_close="proxy_half_close on;"; shift ;;
     --only) only=$2; shift 2 ;;
     --perf) perf=1; shift ;;
     --strace) perf=2; shift ;;
@@ -139,8 +147,8 @@ http {
 stream {
   map \$ssl_preread_server_name \$tls_up { allowed.test 203.0.113.10:443; default 127.0.0.1:1; }
   map \$ssl_preread_server_name \$bulk_up { allowed.test 203.0.113.10:8443; default 127.0.0.1:1; }
-  server { listen 10.200.2.1:8443; ssl_preread on; proxy_pass \$tls_up; }
-  server { listen 10.200.2.1:8444; ssl_preread on; proxy_pass \$bulk_up; }
+  server { listen 10.200.2.1:8443; ssl_preread on; $nginx_half_close proxy_pass \$tls_up; }
+  server { listen 10.200.2.1:8444; ssl_preread on; $nginx_half_close proxy_pass \$bulk_up; }
 }
 CONF
   bg nginx.log ip netns exec "$H" nginx -c "$TMP/nginx/nginx.conf" -g 'daemon off;'
@@ -407,7 +415,11 @@ for r in $(seq 1 "$crounds"); do
   else
     run_cpu "tls_conns_egress_$r" "$EGRESS_PID" "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name "tls_conns_egress_$r"
   fi
-  [ "$have_nginx" = 1 ] && run_cpu "tls_conns_nginx_$r" "$NGINX_PID" "${SB2[@]}" "$LOAD" tls-conns 10.200.2.1 8443 --conns 16 --duration "$dur" --name "tls_conns_nginx_$r"
+  if [ "$have_nginx" = 1 ] && [ "$perf" != 0 ]; then
+    run_traced "$NGINX_PID,$(pgrep -P "$NGINX_PID" | paste -sd,)" "${SB2[@]}" "$LOAD" tls-conns 10.200.2.1 8443 --conns 16 --duration "$dur" --name "tls_conns_nginx_$r"
+  elif [ "$have_nginx" = 1 ]; then
+    run_cpu "tls_conns_nginx_$r" "$NGINX_PID" "${SB2[@]}" "$LOAD" tls-conns 10.200.2.1 8443 --conns 16 --duration "$dur" --name "tls_conns_nginx_$r"
+  fi
 done
 python3 - "$OUT" "$crounds" <<'PY' | tee -a "$OUT"
 import json, statistics, sys
