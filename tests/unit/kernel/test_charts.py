@@ -225,6 +225,13 @@ class Charts(unittest.TestCase):
         plt.plot([1, 2])
         plt.title("t" * 5000)  # not drawn: Agg cannot render that wide a text
         self.assertEqual(len(ac.figure_chart(fig)["title"]), ac.MAX_TEXT)
+        # Long category names in many points: more than MAX_BYTES of JSON, so no chart.
+        fig = plt.figure()
+        plt.plot(["%0999d" % i for i in range(5000)], np.arange(5000))
+        self.assertIsNone(ac.figure_chart(fig))
+        fig = plt.figure()
+        plt.plot(["%09d" % i for i in range(5000)], np.arange(5000))
+        self.assertEqual(len(ac.figure_chart(fig)["elements"][0]["points"]), 5000)
 
 
 class KernelDisplay(unittest.TestCase):

@@ -15,10 +15,12 @@
 # at most MAX_POINTS points per figure (each series of a chart gets an equal share and is
 # thinned evenly, its first and last points kept), MAX_ELEMENTS elements (series, bars,
 # wedges, boxes) per chart, MAX_OUTLIERS outliers per box, MAX_TICKS ticks per axis,
-# MAX_CHARTS charts in a superchart, MAX_TEXT characters per title or label.
+# MAX_CHARTS charts in a superchart, MAX_TEXT characters per title or label; a chart whose
+# JSON would still exceed MAX_BYTES (4 MiB: long strings as points) is left out.
 # It only reads the figure (which the caller has already drawn for its PNG).
 
 import datetime
+import json
 import math
 import re
 
@@ -36,6 +38,7 @@ MAX_OUTLIERS = 1000
 MAX_TICKS = 200
 MAX_CHARTS = 64
 MAX_TEXT = 1000
+MAX_BYTES = 4 << 20
 
 _UNIT = re.compile(r"\s\(([^()]*)\)|\[([^\[\]]*)\]")
 
@@ -511,8 +514,7 @@ def _suptitle(fig):
     return _opt_text(st.get_text()) if st is not None else None
 
 
-def figure_chart(fig):
-    """E2B's chart dict for a matplotlib figure, or None when it shows no data."""
+def _chart(fig):
     axes = list(fig.get_axes())
     if not axes or not any(ax.has_data() for ax in axes):
         return None
@@ -522,4 +524,15 @@ def figure_chart(fig):
     share = MAX_POINTS // len(axes)
     return {"type": "superchart", "title": _suptitle(fig),
             "elements": [axes_chart(ax, share) for ax in axes]}
+
+
+def figure_chart(fig):
+    """E2B's chart dict for a matplotlib figure, or None when it shows no data or its JSON
+    would exceed MAX_BYTES (long category names in many points: the PNG still goes out)."""
+    chart = _chart(fig)
+    if chart is None:
+        return None
+    if len(json.dumps(chart, ensure_ascii=False, default=str)) > MAX_BYTES:
+        return None
+    return chart
 
