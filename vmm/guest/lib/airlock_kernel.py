@@ -17,8 +17,9 @@
 # Semantics follow IPython where the E2B SDK can see them: the value of the last expression
 # is the main result (not shown when the cell ends with ';'), rich representations
 # (_repr_html_, _repr_png_, ... and _repr_mimebundle_), matplotlib figures shown by
-# plt.show() and at the end of a cell, leading indentation removed, "!cmd" shell escapes,
-# %cd/%pwd/%env/%pip, top-level await, SIGINT interrupts the running code.
+# plt.show() and at the end of a cell (PNG, plus E2B's `chart` from lib/airlock_charts.py),
+# leading indentation removed, "!cmd" shell escapes, %cd/%pwd/%env/%pip, top-level await,
+# SIGINT interrupts the running code.
 # It depends on nothing but the standard library (IPython is not required).
 
 import ast
@@ -234,6 +235,27 @@ def _figure_png(fig):
     return buf.getvalue()
 
 
+def _figure_chart(fig):
+    """E2B's chart of a figure (lib/airlock_charts.py), or None: no data, or the extractor
+    failed (a figure it cannot read never costs the cell its PNG or an error)."""
+    try:
+        import warnings
+        mod = sys.modules.get("airlock_charts")
+        if mod is None:
+            # From the kernel's own directory (a user's airlock_charts.py in the working
+            # directory, which is first on sys.path, must not stand in for it).
+            path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "airlock_charts.py")
+            spec = importlib.util.spec_from_file_location("airlock_charts", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            sys.modules["airlock_charts"] = mod
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return mod.figure_chart(fig)
+    except Exception:
+        return None
+
+
 def _dataframe_data(obj):
     pd = sys.modules.get("pandas")
     if pd is None or not isinstance(obj, pd.DataFrame):
@@ -278,6 +300,10 @@ def format_bundle(obj):
             data["image/png"] = _figure_png(obj)
         except Exception:
             pass
+    if _is_figure(obj) and "e2b/chart" not in data:
+        chart = _figure_chart(obj)
+        if chart is not None:
+            data["e2b/chart"] = chart
     dfd = _dataframe_data(obj)
     if dfd is not None:
         data["e2b/data"] = dfd
