@@ -320,6 +320,29 @@ NGINX_PID=${NGINX_PID:-0}
 echo "{\"bench\":\"egress_machine\",\"metric\":\"load_1min_at_start\",\"value\":$(cut -d' ' -f1 /proc/loadavg),\"unit\":\"load\"}" | tee -a "$OUT"
 echo "{\"bench\":\"egress_machine\",\"metric\":\"nginx_access_log\",\"value\":$([ "$nginx_log" = LOG ] && echo 1 || echo 0),\"unit\":\"bool\"}" | tee -a "$OUT"
 
+# medians GROUP ROUNDS METRIC...: the median over rounds GROUP_<path>_<round> of each metric,
+# printed as GROUP_<path> (paths direct, egress, nginx).
+medians() {
+  python3 - "$OUT" "$@" <<'PY' | tee -a "$OUT"
+import json, statistics, sys
+v = {}
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    v[(j["bench"], j["metric"])] = (j["value"], j["unit"])
+group, rounds, metrics = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+for path in ("direct", "egress", "nginx"):
+    for m in metrics:
+        got = [v[("%s_%s_%d" % (group, path, r), m)] for r in range(1, rounds + 1)
+               if ("%s_%s_%d" % (group, path, r), m) in v]
+        if got:
+            print(json.dumps({"bench": "%s_%s" % (group, path), "metric": m,
+                              "value": round(statistics.median(x[0] for x in got), 3), "unit": got[0][1]}))
+PY
+}
+
 if want http; then
 # The paths take turns for several rounds (one with --quick or a profiler): each figure is
 # the median over the rounds, so that a burst of other load on the shared machine does not
@@ -339,26 +362,9 @@ for r in $(seq 1 "$hrounds"); do
     run_cpu "http_keepalive_nginx_$r" "$NGINX_PID" "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name "http_keepalive_nginx_$r"
   fi
 done
-python3 - "$OUT" "$hrounds" <<'PY' | tee -a "$OUT"
-import json, statistics, sys
-v = {}
-for line in open(sys.argv[1]):
-    try:
-        j = json.loads(line)
-    except ValueError:
-        continue
-    v[(j["bench"], j["metric"])] = (j["value"], j["unit"])
-rounds = int(sys.argv[2])
-for path in ("direct", "egress", "nginx"):
-    for m in ("requests_per_s", "errors", "latency_p50", "latency_p99", "proxy_cpu_us_per_request", "client_cpu_us_per_request",
-              "machine_cpu_us_per_request",
-              "requests_per_proxy_cpu_s", "syscalls_per_request", "task_clock_us_per_request"):
-        got = [v[("http_keepalive_%s_%d" % (path, r), m)] for r in range(1, rounds + 1)
-               if ("http_keepalive_%s_%d" % (path, r), m) in v]
-        if got:
-            print(json.dumps({"bench": "http_keepalive_" + path, "metric": m,
-                              "value": round(statistics.median(x[0] for x in got), 3), "unit": got[0][1]}))
-PY
+medians http_keepalive "$hrounds" requests_per_s errors latency_p50 latency_p99 proxy_cpu_us_per_request \
+  client_cpu_us_per_request machine_cpu_us_per_request requests_per_proxy_cpu_s syscalls_per_request \
+  task_clock_us_per_request
 fi
 
 if want latency; then
@@ -421,25 +427,8 @@ for r in $(seq 1 "$crounds"); do
     run_cpu "tls_conns_nginx_$r" "$NGINX_PID" "${SB2[@]}" "$LOAD" tls-conns 10.200.2.1 8443 --conns 16 --duration "$dur" --name "tls_conns_nginx_$r"
   fi
 done
-python3 - "$OUT" "$crounds" <<'PY' | tee -a "$OUT"
-import json, statistics, sys
-v = {}
-for line in open(sys.argv[1]):
-    try:
-        j = json.loads(line)
-    except ValueError:
-        continue
-    v[(j["bench"], j["metric"])] = (j["value"], j["unit"])
-rounds = int(sys.argv[2])
-for path in ("direct", "egress", "nginx"):
-    for m in ("connections_per_s", "errors", "proxy_cpu_us_per_connection", "connections_per_proxy_cpu_s",
-              "machine_cpu_us_per_connection"):
-        got = [v[("tls_conns_%s_%d" % (path, r), m)] for r in range(1, rounds + 1)
-               if ("tls_conns_%s_%d" % (path, r), m) in v]
-        if got:
-            print(json.dumps({"bench": "tls_conns_" + path, "metric": m,
-                              "value": round(statistics.median(x[0] for x in got), 3), "unit": got[0][1]}))
-PY
+medians tls_conns "$crounds" connections_per_s errors proxy_cpu_us_per_connection connections_per_proxy_cpu_s \
+  machine_cpu_us_per_connection
 fi
 
 if want tls_bulk; then
