@@ -53,6 +53,11 @@ struct vswitch {
     unsigned pool_size;
     struct vswitch_net *pool; /* ready, unassigned networks (netns_fd open) */
     size_t pool_n;
+    /* vswitch_pool_fill drops mu between networks: closing the switch sets pool_stop and
+     * waits on pool_cv until no fill is running (pool_fillers == 0). */
+    unsigned pool_fillers;
+    bool pool_stop;
+    pthread_cond_t pool_cv;
     bool allow_ip_forward;
     dev_t netns_dev; /* the namespace vswitch_open ran in */
     ino_t netns_ino;
@@ -96,6 +101,7 @@ int vs__slot_alloc(struct vswitch *vs, uint32_t *slot, struct al_error *err);
 void vs__slot_free(struct vswitch *vs, uint32_t slot);
 void vs__slot_macs(uint32_t slot, uint8_t host[6], uint8_t guest[6]);
 bool vs__mac_is_ours(const uint8_t mac[6]);
+/* Under mu: stops and waits for running pool fills, then frees the pooled networks. */
 void vs__pool_drain(struct vswitch *vs);
 
 /* ---- loader.c ---- */

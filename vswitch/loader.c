@@ -593,6 +593,7 @@ void vswitch_close(struct vswitch *vs)
         close(vs->lock_fd); /* releases the flock */
     free(vs->slot_used);
     free(vs->pool);
+    pthread_cond_destroy(&vs->pool_cv);
     pthread_mutex_destroy(&vs->mu);
     free(vs);
 }
@@ -628,6 +629,7 @@ int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch 
     if (!vs)
         return al_error_set(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&vs->mu, NULL);
+    pthread_cond_init(&vs->pool_cv, NULL);
     vs->lock_fd = -1;
     vs->nl.fd = -1;
     vs->view.map_config = vs->view.map_ifaces = vs->view.map_addrs = -1;

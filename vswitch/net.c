@@ -355,15 +355,23 @@ int vswitch_pool_fill(struct vswitch *vs, struct al_error *err)
             return al_error_set(err, -ENOMEM, "out of memory");
         }
     }
+    /* One network per hold of the lock: a sandbox asking for a network meanwhile waits for
+     * at most one creation, not for the whole fill (tens of milliseconds, more on a busy
+     * machine), and takes a ready one as soon as there is one. */
     int rc = 0;
-    while (vs->pool_n < vs->pool_size) {
+    vs->pool_fillers++;
+    while (!vs->pool_stop && vs->pool_n < vs->pool_size) {
         struct vswitch_net net;
         rc = net__create_locked(vs, NULL, &net, err);
         if (rc)
             break;
         vs->pool[vs->pool_n++] = net;
+        pthread_mutex_unlock(&vs->mu);
+        pthread_mutex_lock(&vs->mu);
     }
     int ready = (int)vs->pool_n;
+    if (--vs->pool_fillers == 0)
+        pthread_cond_broadcast(&vs->pool_cv);
     pthread_mutex_unlock(&vs->mu);
     return rc ? rc : ready;
 }
@@ -378,6 +386,10 @@ size_t vswitch_pool_ready(struct vswitch *vs)
 
 void vs__pool_drain(struct vswitch *vs)
 {
+    /* A fill running in another thread stops at its next network; wait for it. */
+    vs->pool_stop = true;
+    while (vs->pool_fillers > 0)
+        pthread_cond_wait(&vs->pool_cv, &vs->mu);
     while (vs->pool_n > 0) {
         struct vswitch_net *net = &vs->pool[--vs->pool_n];
         vs__detach_locked(vs, net->host_ifindex, NULL);
