@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,6 +307,56 @@ START_TEST(pool_hands_out_ready_networks)
     ck_assert_int_eq(count_ifaces(vs, false), 1);
     ck_assert(link_exists(keep));
     ck_assert_int_eq(vswitch_net_destroy(vs, 9, &e), 0);
+    vswitch_net_close_fds(&net);
+    ck_assert_int_eq(vswitch_destroy(vs, false, &e), 0);
+}
+END_TEST
+
+/* A fill running in another thread (airlockd's refill between bursts). */
+struct fill_arg {
+    struct vswitch *vs;
+    int rc;
+};
+
+static void *fill_thread(void *p)
+{
+    struct fill_arg *a = p;
+    struct al_error e = {0};
+    a->rc = vswitch_pool_fill(a->vs, &e);
+    return NULL;
+}
+
+START_TEST(pool_fill_yields_to_creates_and_close_waits_for_it)
+{
+    world();
+    struct vswitch_opts o = opts();
+    o.pool_size = 64;
+    struct vswitch *vs = open_ok(&o);
+    struct fill_arg a = {.vs = vs, .rc = -1};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, fill_thread, &a), 0);
+    while (vswitch_pool_ready(vs) == 0)
+        usleep(100);
+    /* The fill takes the lock per network: a sandbox gets a ready network while the fill
+     * goes on, instead of waiting for all 64. */
+    struct al_error e = {0};
+    struct vswitch_sandbox sb = {.id = 7, .label = "seven"};
+    struct vswitch_net net;
+    ck_assert_int_eq(vswitch_net_create(vs, &sb, &net, &e), 0);
+    size_t ready = vswitch_pool_ready(vs);
+    ck_assert_msg(ready < 63, "the create waited for the whole fill (%zu ready after it)", ready);
+    /* Closing while the fill runs: the fill stops at its next network, close waits for it
+     * (under ASan a use after free would show here), and the pool is given back. */
+    int keep = net.host_ifindex;
+    vswitch_close(vs);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_int_ge(a.rc, 0);
+
+    vs = open_ok(&o);
+    ck_assert_int_eq(count_ifaces(vs, true), 0);
+    ck_assert_int_eq(count_ifaces(vs, false), 1);
+    ck_assert(link_exists(keep));
+    ck_assert_int_eq(vswitch_net_destroy(vs, 7, &e), 0);
     vswitch_net_close_fds(&net);
     ck_assert_int_eq(vswitch_destroy(vs, false, &e), 0);
 }
@@ -738,6 +789,7 @@ static Suite *vswitch_lib_suite(void)
     tcase_add_test(t, unsafe_host_refuses_to_start);
     tcase_add_test(t, network_create_find_destroy);
     tcase_add_test(t, pool_hands_out_ready_networks);
+    tcase_add_test(t, pool_fill_yields_to_creates_and_close_waits_for_it);
     tcase_add_test(t, reopen_adopts_and_forgets);
     tcase_add_test(t, interface_without_identity_is_deleted_not_unattached);
     tcase_add_test(t, one_owner_and_fixed_settings);
