@@ -39,6 +39,9 @@ ew_note "--max-connections 4: every sandbox together"
 ew_hold 1 203.0.113.10 80 4 4 >"$EW_TMP/hold.log" 2>&1 &
 hold_pid=$!
 ew_wait_line hold 'OPENED 4' 10
+sleep 0.3
+ew_match "four silent connections held: the proxy keeps no buffer for them before they speak" \
+  '"connections": ?4, ?"memory": ?0[,}]' ew_admin GET /v1/sandboxes/sbx-one
 ew_match "another sandbox's HTTP request over the proxy's cap: 503" \
   '^HTTP/1.1 503 .*"reason":"proxy_connection_limit"' \
   ew_raw 2 203.0.113.10 80 'GET /over-global HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
