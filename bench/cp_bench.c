@@ -28,6 +28,8 @@
  *                    includes kernel threads (network namespace teardown, RCU) and anything
  *                    else that ran meanwhile (other jobs on a shared machine)
  *   *_cores_busy     the same, divided by the phase's wall time: how many cores were in use
+ * CP_BENCH_LOG=FILE keeps airlockd's log (CP_BENCH_LOG_LEVEL=info: a line per creation,
+ * with the time of each of its stages);
  * CP_BENCH_DIR=DIR puts the run's state directory under DIR instead of /tmp;
  * CP_BENCH_NETWORK=off runs without the vswitch and airlock-egress (to see their share);
  * CP_BENCH_MARKS=1 prints each phase's CLOCK_MONOTONIC start and end (ns) on stderr, to cut
@@ -287,7 +289,9 @@ static int start_airlockd(void)
             opt_backend, g_cg, maxsb + 10, opt_conc > 64 ? opt_conc : 64);
     if (opt_warm >= 0)
         fprintf(f, "  warm_pool: %d\n", opt_warm);
-    fprintf(f, "log:\n  level: warn\nnetwork:\n  ifname_prefix: b%d\n  range: 10.202.0.0/16\n",
+
+    fprintf(f, "log:\n  level: %s\nnetwork:\n  ifname_prefix: b%d\n  range: 10.202.0.0/16\n",
+            getenv("CP_BENCH_LOG_LEVEL") ? getenv("CP_BENCH_LOG_LEVEL") : "warn",
             getpid() % 100000);
     if (getenv("CP_BENCH_NETWORK"))
         fprintf(f, "  mode: \"%s\"\n", getenv("CP_BENCH_NETWORK"));
@@ -629,6 +633,7 @@ int main(int argc, char **argv)
         case 'p':
             opt_netpool = atoi(optarg);
             break;
+
         default:
             fprintf(stderr, "usage: cp_bench [-b jail|test] [-n N1] [-N NC] [-c CONC] [-i IDLE] "
                             "[-m MAXHELD] [-r REFRUNS] [-w WARM] [-p NETPOOL]\n");

@@ -778,6 +778,7 @@ static int vmm_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_ba
         v->spec_text = NULL;
         vp__close(v, (uv_handle_t *)&v->spec);
     }
+    sb->start_how = warm ? "(warm airlock-vmm)" : "(airlock-vmm started cold)";
     al_debug("sandbox %s: airlock-vmm %d (%s)", sb->rec.id, (int)v->pid, warm ? "warm" : "cold");
     return 0;
 }

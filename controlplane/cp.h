@@ -69,6 +69,19 @@ struct cp_sample {
     uint64_t mem_used, mem_total, mem_cache, disk_used, disk_total;
 };
 
+/* The stages of a creation, timed one after the other (the log line of each creation and
+ * airlock_sandbox_create_stage_duration_seconds): the request's checks and its record;
+ * the sandbox's network (a pooled one, or one made on the thread pool, and the wait for a
+ * thread); its registration with the egress proxy; the backend's start until the agent is
+ * healthy (airlock-vmm's ready line). */
+enum cp_create_stage {
+    CP_CREATE_ACCEPT = 0,
+    CP_CREATE_NETWORK,
+    CP_CREATE_EGRESS,
+    CP_CREATE_START,
+    CP_CREATE_STAGES
+};
+
 struct cp_sandbox {
     struct cp *cp;
     struct cp_sb_record rec;
@@ -97,7 +110,10 @@ struct cp_sandbox {
     struct al_http_req *create_req; /* the create request waiting for its 201 */
     int create_api;
     uint64_t create_t0_ns;
-    bool gone; /* the process exited (crash) */
+    uint64_t create_mark_ns;                  /* when the current stage began */
+    double create_stage_ms[CP_CREATE_STAGES]; /* each stage's time (metrics, log) */
+    const char *start_how; /* the backend's word on its start, for the log ("warm") */
+    bool gone;             /* the process exited (crash) */
 
     /* backend */
     char agent_sock[108];
@@ -155,6 +171,9 @@ struct cp_opts {
     bool quiet; /* no banner (tests) */
 };
 int cp_main(int argc, char **argv);
+/* A burst of creations is over (none in flight): refill the network pool and the warm
+ * airlock-vmm pool now rather than at the next tick (daemon.c). */
+void cp_pools_refill(struct cp *cp);
 
 /* ---- registry -------------------------------------------------------------------------- */
 struct cp_sandbox *cp_sandbox_get(struct cp *cp, const char *id);

@@ -296,6 +296,12 @@ static void daemon__pool_fill(struct cp *cp)
     }
 }
 
+void cp_pools_refill(struct cp *cp)
+{
+    daemon__pool_fill(cp);
+    cp_vmm_pool_refill(cp);
+}
+
 struct daemon_stale {
     struct cp *cp;
     struct daemon_network *x;
@@ -372,8 +378,7 @@ static void daemon__tick(uv_timer_t *t)
     if (cp->stopping)
         return;
     cp_metrics_sample_all(cp);
-    daemon__pool_fill(cp);
-    cp_vmm_pool_refill(cp);
+    cp_pools_refill(cp);
     if (cp->egress) {
         cp_egress_stats(cp->egress); /* refreshes the cached counters for /metrics */
         cp_egress_tick(cp->egress);

@@ -309,6 +309,14 @@ static void lc__create_fail(struct lc_create *c, int status, const char *fmt, ..
     lc__create_undo(c);
 }
 
+/* Ends the creation's current stage: its time goes to the stage, the next begins now. */
+static void lc__stage(struct cp_sandbox *sb, enum cp_create_stage st)
+{
+    uint64_t now = al_now_ns();
+    sb->create_stage_ms[st] += (double)(now - sb->create_mark_ns) / 1e6;
+    sb->create_mark_ns = now;
+}
+
 static void lc__create_done(struct lc_create *c)
 {
     struct cp_sandbox *sb = c->sb;
@@ -324,15 +332,19 @@ static void lc__create_done(struct lc_create *c)
     lc__arm_timer(sb);
     lc__watch(sb);
     double ms = (double)(al_now_ns() - sb->create_t0_ns) / 1e6;
-    cp_metrics_created(cp->metrics, ms);
-    al_info("sandbox %s created in %.1f ms (template %s, policy %s %.12s, backend %s%s)",
+    const double *st = sb->create_stage_ms;
+    cp_metrics_created(cp->metrics, ms, st);
+    al_info("sandbox %s created in %.1f ms (template %s, policy %s %.12s, backend %s%s%s%s; "
+            "stages: accept %.1f, network %.1f, egress %.1f, start %.1f ms)",
             sb->rec.id, ms, sb->rec.template_id, sb->rec.policy_name, sb->rec.policy_hash,
-            sb->rec.backend, sb->rec.addr[0] ? "" : ", no network");
+            sb->rec.backend, sb->start_how ? " " : "", sb->start_how ? sb->start_how : "",
+            sb->rec.addr[0] ? "" : ", no network", st[CP_CREATE_ACCEPT], st[CP_CREATE_NETWORK],
+            st[CP_CREATE_EGRESS], st[CP_CREATE_START]);
     struct al_http_req *req = sb->create_req;
     sb->create_req = NULL;
     lc__answer(sb, req, sb->create_api, 201);
     if (cp->n_creating == 0)
-        cp_vmm_pool_refill(cp); /* a burst is over: get ready for the next one */
+        cp_pools_refill(cp); /* a burst is over: get ready for the next one */
     sb->opctx = NULL;
     sb->busy = false;
     lc__create_free(c);
@@ -349,6 +361,7 @@ static void lc__create_started(struct cp_sandbox *sb, int rc, const char *msg)
         return;
     }
     sb->started = true;
+    lc__stage(sb, CP_CREATE_START);
     lc__create_done(c);
 }
 
@@ -433,6 +446,7 @@ static void lc__create_registered(struct cp_sandbox *sb, int rc, const char *msg
         return;
     }
     sb->egress_registered = true;
+    lc__stage(sb, CP_CREATE_EGRESS);
     lc__create_start(c);
 }
 
@@ -470,6 +484,7 @@ static void lc__net_done(uv_work_t *w, int status)
     sb->has_net = true;
     snprintf(sb->rec.addr, sizeof sb->rec.addr, "%s", sb->net.addr);
     cp_sb_save(sb);
+    lc__stage(sb, CP_CREATE_NETWORK);
     lc__create_egress(c);
 }
 
@@ -507,6 +522,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
                          int api)
 {
     struct al_error err = {0};
+    uint64_t t0 = al_now_ns();
     if (cp->stopping) {
         cp_rest_error(req, 503, "airlockd is shutting down");
         return;
@@ -612,7 +628,8 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     sb->opctx = c;
     sb->create_req = req;
     sb->create_api = api;
-    sb->create_t0_ns = al_now_ns();
+    sb->create_t0_ns = sb->create_mark_ns = t0;
+    lc__stage(sb, CP_CREATE_ACCEPT);
     cp_sb_ref(sb);   /* held by the creation until it ends */
     cp_sb_unref(sb); /* lc__new's reference: the registry holds one now */
     if (!cp->net) {
@@ -760,6 +777,8 @@ static void lc__td_forget(struct lc_teardown *t)
         struct lc_create *c = t->create;
         cp->n_creating--;
         cp_metrics_create_failed(cp->metrics);
+        if (cp->n_creating == 0)
+            cp_pools_refill(cp);
         if (sb->create_req) {
             cp_rest_error(sb->create_req, c->fail_status ? c->fail_status : 500, "%s",
                           c->fail_msg[0] ? c->fail_msg : "the sandbox could not be created");

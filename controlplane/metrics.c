@@ -26,6 +26,14 @@ struct cp_metrics {
     uint64_t api_errors[6]; /* error answers by status class (index 4, 5) */
     uint64_t proxy[6];
     struct hist create_ms, kill_ms;
+    struct hist stage_ms[CP_CREATE_STAGES];
+};
+
+static const char *const metrics__stage_names[CP_CREATE_STAGES] = {
+    [CP_CREATE_ACCEPT] = "accept",
+    [CP_CREATE_NETWORK] = "network",
+    [CP_CREATE_EGRESS] = "egress",
+    [CP_CREATE_START] = "start",
 };
 
 int cp_metrics_new(struct cp_metrics **out)
@@ -49,10 +57,12 @@ static void hist__add(struct hist *h, double ms)
     h->n++;
 }
 
-void cp_metrics_created(struct cp_metrics *m, double ms)
+void cp_metrics_created(struct cp_metrics *m, double ms, const double *stage_ms)
 {
     m->created++;
     hist__add(&m->create_ms, ms);
+    for (int i = 0; i < CP_CREATE_STAGES; i++)
+        hist__add(&m->stage_ms[i], stage_ms[i]);
 }
 
 void cp_metrics_create_failed(struct cp_metrics *m)
@@ -85,19 +95,30 @@ void cp_metrics_proxy(struct cp_metrics *m, int status)
         m->proxy[status / 100]++;
 }
 
-static void render__hist(struct al_buf *b, const char *name, const char *help, const struct hist *h)
+/* One histogram's series; label: "" or `name="value",` (the trailing comma included). */
+static void render__series(struct al_buf *b, const char *name, const char *label,
+                           const struct hist *h)
 {
-    al_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
     for (size_t i = 0; i < NB; i++) {
         cum += h->counts[i];
-        al_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, metrics__buckets_ms[i] / 1000.0,
-                      (unsigned long long)cum);
+        al_buf_printf(b, "%s_bucket{%sle=\"%g\"} %llu\n", name, label,
+                      metrics__buckets_ms[i] / 1000.0, (unsigned long long)cum);
     }
     cum += h->counts[NB];
-    al_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
-                  (unsigned long long)cum, name, h->sum_ms / 1000.0, name,
+    size_t ll = strlen(label);
+    int braces = ll > 0; /* {label} without its trailing comma */
+    al_buf_printf(b, "%s_bucket{%sle=\"+Inf\"} %llu\n%s_sum%s%.*s%s %.6f\n%s_count%s%.*s%s %llu\n",
+                  name, label, (unsigned long long)cum, name, braces ? "{" : "",
+                  (int)(ll ? ll - 1 : 0), label, braces ? "}" : "", h->sum_ms / 1000.0, name,
+                  braces ? "{" : "", (int)(ll ? ll - 1 : 0), label, braces ? "}" : "",
                   (unsigned long long)h->n);
+}
+
+static void render__hist(struct al_buf *b, const char *name, const char *help, const struct hist *h)
+{
+    al_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    render__series(b, name, "", h);
 }
 
 struct render_counts {
@@ -147,6 +168,17 @@ void cp_metrics_render(struct cp *cp, struct al_buf *b)
                     m->crashes);
     render__hist(b, "airlock_sandbox_create_duration_seconds",
                  "Time from a create request to a healthy agent.", &m->create_ms);
+    const char *sn = "airlock_sandbox_create_stage_duration_seconds";
+    al_buf_printf(b,
+                  "# HELP %s Time of each stage of a creation: accept (checks and record), "
+                  "network, egress (registration), start (until the agent is healthy).\n"
+                  "# TYPE %s histogram\n",
+                  sn, sn);
+    for (int i = 0; i < CP_CREATE_STAGES; i++) {
+        char label[48];
+        snprintf(label, sizeof label, "stage=\"%s\",", metrics__stage_names[i]);
+        render__series(b, sn, label, &m->stage_ms[i]);
+    }
     render__hist(b, "airlock_sandbox_kill_duration_seconds",
                  "Time from a kill to the sandbox's processes being gone.", &m->kill_ms);
     render__counter(b, "airlock_api_requests_total", "Control-plane requests.", m->api_requests);

@@ -3,7 +3,7 @@
  * Owns: the per-sandbox resource samples behind GET /sandboxes/{id}/metrics (a bounded ring
  * per sandbox, filled every sandboxes.metrics_interval from the backend's stats: cgroup
  * CPU, memory and disk), and the Prometheus text exposition at GET /metrics: sandboxes by
- * state, creations and their latency histogram, crashes, API requests by status class,
+ * state, creations and their latency histograms (in all, and by stage), crashes, API requests by status class,
  * data-plane requests, and the egress proxy's decision counters.
  */
 #ifndef AIRLOCK_CP_METRICS_H
@@ -22,7 +22,8 @@ struct cp_metrics;
 
 int cp_metrics_new(struct cp_metrics **out);
 void cp_metrics_free(struct cp_metrics *m);
-void cp_metrics_created(struct cp_metrics *m, double ms);
+/* A creation that ended well: its total time and that of each of its CP_CREATE_STAGES. */
+void cp_metrics_created(struct cp_metrics *m, double ms, const double *stage_ms);
 void cp_metrics_create_failed(struct cp_metrics *m);
 void cp_metrics_killed(struct cp_metrics *m, double ms);
 void cp_metrics_crash(struct cp_metrics *m);

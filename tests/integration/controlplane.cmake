@@ -46,4 +46,7 @@ endif()
 if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
   airlock_script_test(NAME cp_keep SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_keep.sh
                       LABELS controlplane TIMEOUT 600)
+  # Both pools are full again right after a burst; each creation's stages are timed.
+  airlock_script_test(NAME cp_pools SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_pools.sh
+                      LABELS controlplane TIMEOUT 600)
 endif()

@@ -835,6 +835,20 @@ START_TEST(lifecycle_ops)
     ck_assert_ptr_nonnull(strstr(r.raw, "airlock_sandbox_creates_total 1"));
     ck_assert_ptr_nonnull(strstr(r.raw, "airlock_sandbox_kills_total 1"));
     ck_assert_ptr_nonnull(strstr(r.raw, "airlock_sandboxes{state=\"running\"} 0"));
+    /* The creation's stages, each timed once (no network in this world: 0 s, still counted). */
+    const char *stages[] = {"accept", "network", "egress", "start"};
+    for (size_t i = 0; i < 4; i++) {
+        char line[160];
+        snprintf(line, sizeof line,
+                 "airlock_sandbox_create_stage_duration_seconds_count{stage=\"%s\"} 1\n",
+                 stages[i]);
+        ck_assert_msg(strstr(r.raw, line), "no %s", line);
+        snprintf(line, sizeof line,
+                 "airlock_sandbox_create_stage_duration_seconds_bucket{stage=\"%s\",le=\"+Inf\"} "
+                 "1\n",
+                 stages[i]);
+        ck_assert_msg(strstr(r.raw, line), "no %s", line);
+    }
     resp_free(&r);
 }
 END_TEST

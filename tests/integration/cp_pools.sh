@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# tests/integration/cp_pools.sh: the pools after a burst, and the timing of each creation's
+# stages (jail sandboxes, network on, in the cp_world).
+#   - both pools (networks: pool_size 2; warm airlock-vmm processes: warm_pool 2) are full
+#     after the start;
+#   - a burst of three creations empties them; once it is over both are full again within a
+#     few seconds. metrics_interval is an hour here, so the periodic tick cannot be what
+#     refilled them: the network pool used to wait for it (5 s by default), and a burst
+#     arriving meanwhile made every network on demand, one at a time;
+#   - /metrics has airlock_sandbox_create_stage_duration_seconds for each stage (accept,
+#     network, egress, start), three creations each, whose times add up to the creations'
+#     total; each creation's log line names its stages.
+set -uo pipefail
+source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
+for b in airlockd airlock airlock-vmm airlock-egress; do
+  [ -x "$AIRLOCK_BIN/$b" ] || { echo "cp_pools: $b is not built: SKIP"; exit 0; }
+done
+CP_SANDBOXES_EXTRA="  warm_pool: 2
+  metrics_interval: 1h" cp_world cp_pools jail on
+cp_start || exit 1
+APID=$(al_pid airlockd)
+
+n_ifaces() { ip -n "$CP_HOSTNS" -o link 2>/dev/null | grep -c " $CP_PREFIX[0-9a-z]*[:@]" || true; }
+# Warm airlock-vmm processes still waiting: started with --warm and without a sandbox (a
+# process that took one has its sandbox's first process as a child).
+n_warm() {
+  local p n=0
+  for p in $(pgrep -P "$APID" -f -- '--warm'); do pgrep -P "$p" >/dev/null || n=$((n + 1)); done
+  echo "$n"
+}
+# Waits up to $1 tenths of a second for "$(n_ifaces) $(n_warm)" to be $2.
+wait_pools() {
+  local i
+  for i in $(seq "$1"); do
+    [ "$(n_ifaces) $(n_warm)" = "$2" ] && break
+    sleep 0.1
+  done
+  echo "$(n_ifaces) $(n_warm)"
+}
+al_eq "after the start: 2 pooled networks, 2 warm airlock-vmm" "$(wait_pools 300 '2 2')" "2 2"
+
+IDS=$AL_TMP/ids
+: >"$IDS"
+PIDS=()
+for i in 1 2 3; do
+  cp_create >>"$IDS" &
+  PIDS+=($!)
+done
+wait "${PIDS[@]}" # (not a bare wait: the world's servers are background jobs too)
+al_eq "a burst of three creations" "$(grep -c . "$IDS")" 3
+# Three sandboxes hold a network each; the pool has two more again, and two warm processes.
+al_eq "after the burst, both pools are full again (3 sandboxes' networks + 2 pooled, 2 warm)" \
+  "$(wait_pools 50 '5 2')" "5 2"
+
+M=$(cp_api "$CP_URL/metrics")
+for st in accept network egress start; do
+  al_match "stage $st: three creations timed" \
+    "^airlock_sandbox_create_stage_duration_seconds_count\{stage=\"$st\"\} 3$" echo "$M"
+  al_match "stage $st: its +Inf bucket has them all" \
+    "^airlock_sandbox_create_stage_duration_seconds_bucket\{stage=\"$st\",le=\"\+Inf\"\} 3$" echo "$M"
+done
+SUMS=$(echo "$M" | python3 -c '
+import re, sys
+t = sys.stdin.read()
+stages = sum(float(v) for v in re.findall(
+    r"^airlock_sandbox_create_stage_duration_seconds_sum\{stage=\"\w+\"\} ([\d.]+)$", t, re.M))
+total = float(re.search(r"^airlock_sandbox_create_duration_seconds_sum ([\d.]+)$", t, re.M)[1])
+# The stages cover a creation from its request to its healthy agent; what they leave out is
+# the bookkeeping after the start (microseconds).
+print("ok" if total > 0 and 0.9 * total <= stages <= total + 1e-6 else f"stages {stages} total {total}")
+')
+al_eq "the stages add up to the creations' total time" "$SUMS" ok
+al_eq "each creation's log line names its stages" \
+  "$(grep -cE 'created in [0-9.]+ ms .*stages: accept [0-9.]+, network [0-9.]+, egress [0-9.]+, start [0-9.]+ ms' "$AL_TMP/airlockd.log")" 3
+
+while read -r id; do cp_cli sandbox kill "$id" >/dev/null; done <"$IDS"
+al_kill airlockd TERM
+sleep 0.5
+al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks)" ""
+al_done
