@@ -1,7 +1,7 @@
 /* bench/cp_bench: what the control plane costs, in JSON lines.
  *
  *   cp_bench [-b jail|test] [-n N1] [-N NC] [-c CONC] [-i IDLE] [-m MAXHELD] [-r REFRUNS]
- *            [-w WARM_POOL] [-p NETWORK_POOL]      (pools: default airlockd's)
+ *            [-w WARM_POOL] [-p NETWORK_POOL] [-k START_CONCURRENCY]   (default: airlockd's)
  *
  * Runs as root in a network namespace of its own (only loopback), with airlockd started on
  * 127.0.0.1:<free port> and a state directory, cgroup parent and interface prefix unique to
@@ -57,7 +57,7 @@
 
 static const char *opt_backend = "jail";
 static int opt_n1 = 50, opt_nc = 200, opt_conc = 50, opt_idle = 50, opt_max = 520, opt_ref = 20;
-static int opt_warm = -1, opt_netpool = -1; /* -1: airlockd's defaults */
+static int opt_warm = -1, opt_netpool = -1, opt_starts = -1; /* -1: airlockd's defaults */
 static char g_dir[256], g_state[300], g_url[128], g_key[64], g_bin[4096], g_cg[64];
 static pid_t g_airlockd;
 /* CPU accounting: the cgroup airlockd runs in, the run's cgroup parent (the sandboxes), and
@@ -285,10 +285,14 @@ static int start_airlockd(void)
     if (!f)
         return -errno;
     int maxsb = opt_max > opt_nc ? opt_max : opt_nc;
+    if (opt_n1 > maxsb)
+        maxsb = opt_n1; /* (the c=1 phase holds its sandboxes until its kills) */
     fprintf(f, "sandboxes:\n  backend: %s\n  cgroup_parent: %s\n  max: %d\n  max_creating: %d\n",
             opt_backend, g_cg, maxsb + 10, opt_conc > 64 ? opt_conc : 64);
     if (opt_warm >= 0)
         fprintf(f, "  warm_pool: %d\n", opt_warm);
+    if (opt_starts >= 0)
+        fprintf(f, "  start_concurrency: %d\n", opt_starts);
 
     fprintf(f, "log:\n  level: %s\nnetwork:\n  ifname_prefix: b%d\n  range: 10.202.0.0/16\n",
             getenv("CP_BENCH_LOG_LEVEL") ? getenv("CP_BENCH_LOG_LEVEL") : "warn",
@@ -604,7 +608,7 @@ static double vmm_direct_once(int i)
 int main(int argc, char **argv)
 {
     int c;
-    while ((c = getopt(argc, argv, "b:n:N:c:i:m:r:w:p:h")) != -1) {
+    while ((c = getopt(argc, argv, "b:n:N:c:i:m:r:w:p:k:h")) != -1) {
         switch (c) {
         case 'b':
             opt_backend = optarg;
@@ -633,10 +637,13 @@ int main(int argc, char **argv)
         case 'p':
             opt_netpool = atoi(optarg);
             break;
+        case 'k':
+            opt_starts = atoi(optarg);
+            break;
 
         default:
             fprintf(stderr, "usage: cp_bench [-b jail|test] [-n N1] [-N NC] [-c CONC] [-i IDLE] "
-                            "[-m MAXHELD] [-r REFRUNS] [-w WARM] [-p NETPOOL]\n");
+                            "[-m MAXHELD] [-r REFRUNS] [-w WARM] [-p NETPOOL] [-k STARTS]\n");
             return 2;
         }
     }

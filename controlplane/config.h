@@ -42,7 +42,8 @@ struct cp_config {
     uint64_t disk_bytes;
     int64_t pids;
     int64_t max_sandboxes;
-    int64_t max_creating; /* creations in flight */
+    int64_t max_creating;      /* creations in flight */
+    int64_t start_concurrency; /* of those, starting their sandbox at once (0: 4 per CPU) */
     uint64_t start_timeout_ms;
     uint64_t log_max_bytes;
     uint64_t metrics_interval_ms;

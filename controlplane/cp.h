@@ -72,12 +72,14 @@ struct cp_sample {
 /* The stages of a creation, timed one after the other (the log line of each creation and
  * airlock_sandbox_create_stage_duration_seconds): the request's checks and its record;
  * the sandbox's network (a pooled one, or one made on the thread pool, and the wait for a
- * thread); its registration with the egress proxy; the backend's start until the agent is
- * healthy (airlock-vmm's ready line). */
+ * thread); its registration with the egress proxy; its wait for a turn to start
+ * (sandboxes.start_concurrency); the backend's start until the agent is healthy (airlock-vmm's
+ * ready line). */
 enum cp_create_stage {
     CP_CREATE_ACCEPT = 0,
     CP_CREATE_NETWORK,
     CP_CREATE_EGRESS,
+    CP_CREATE_QUEUE,
     CP_CREATE_START,
     CP_CREATE_STAGES
 };
@@ -112,8 +114,9 @@ struct cp_sandbox {
     uint64_t create_t0_ns;
     uint64_t create_mark_ns;                  /* when the current stage began */
     double create_stage_ms[CP_CREATE_STAGES]; /* each stage's time (metrics, log) */
-    const char *start_how; /* the backend's word on its start, for the log ("warm") */
-    bool gone;             /* the process exited (crash) */
+    const char *start_how;         /* the backend's word on its start, for the log ("warm") */
+    struct cp_sandbox *start_next; /* in cp->start_queue while it waits for its turn */
+    bool gone;                     /* the process exited (crash) */
 
     /* backend */
     char agent_sock[108];
@@ -145,7 +148,10 @@ struct cp {
     struct cp_map sandboxes; /* id -> struct cp_sandbox */
     struct cp_map by_token;  /* token digest -> struct cp_sandbox */
     size_t n_creating;
-    size_t n_live; /* in the registry, any state */
+    size_t n_starting;  /* creations whose sandbox is starting (at most start_limit) */
+    size_t start_limit; /* sandboxes.start_concurrency, resolved */
+    struct cp_sandbox *start_queue, **start_queue_tail; /* the others, in arrival order */
+    size_t n_live;                                      /* in the registry, any state */
 
     /* API keys */
     struct cp_map key_cache; /* digest -> struct cp_apikey (copies) */

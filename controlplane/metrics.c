@@ -30,10 +30,8 @@ struct cp_metrics {
 };
 
 static const char *const metrics__stage_names[CP_CREATE_STAGES] = {
-    [CP_CREATE_ACCEPT] = "accept",
-    [CP_CREATE_NETWORK] = "network",
-    [CP_CREATE_EGRESS] = "egress",
-    [CP_CREATE_START] = "start",
+    [CP_CREATE_ACCEPT] = "accept", [CP_CREATE_NETWORK] = "network", [CP_CREATE_EGRESS] = "egress",
+    [CP_CREATE_QUEUE] = "queue",   [CP_CREATE_START] = "start",
 };
 
 int cp_metrics_new(struct cp_metrics **out)
@@ -169,11 +167,13 @@ void cp_metrics_render(struct cp *cp, struct al_buf *b)
     render__hist(b, "airlock_sandbox_create_duration_seconds",
                  "Time from a create request to a healthy agent.", &m->create_ms);
     const char *sn = "airlock_sandbox_create_stage_duration_seconds";
-    al_buf_printf(b,
-                  "# HELP %s Time of each stage of a creation: accept (checks and record), "
-                  "network, egress (registration), start (until the agent is healthy).\n"
-                  "# TYPE %s histogram\n",
-                  sn, sn);
+    al_buf_printf(
+        b,
+        "# HELP %s Time of each stage of a creation: accept (checks and record), "
+        "network, egress (registration), queue (its turn to start), start (until the agent "
+        "is healthy).\n"
+        "# TYPE %s histogram\n",
+        sn, sn);
     for (int i = 0; i < CP_CREATE_STAGES; i++) {
         char label[48];
         snprintf(label, sizeof label, "stage=\"%s\",", metrics__stage_names[i]);

@@ -8,7 +8,7 @@
 #     refilled them: the network pool used to wait for it (5 s by default), and a burst
 #     arriving meanwhile made every network on demand, one at a time;
 #   - /metrics has airlock_sandbox_create_stage_duration_seconds for each stage (accept,
-#     network, egress, start), three creations each, whose times add up to the creations'
+#     network, egress, queue, start), three creations each, whose times add up to the creations'
 #     total; each creation's log line names its stages.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
@@ -53,7 +53,7 @@ al_eq "after the burst, both pools are full again (3 sandboxes' networks + 2 poo
   "$(wait_pools 50 '5 2')" "5 2"
 
 M=$(cp_api "$CP_URL/metrics")
-for st in accept network egress start; do
+for st in accept network egress queue start; do
   al_match "stage $st: three creations timed" \
     "^airlock_sandbox_create_stage_duration_seconds_count\{stage=\"$st\"\} 3$" echo "$M"
   al_match "stage $st: its +Inf bucket has them all" \
@@ -71,7 +71,7 @@ print("ok" if total > 0 and 0.9 * total <= stages <= total + 1e-6 else f"stages 
 ')
 al_eq "the stages add up to the creations' total time" "$SUMS" ok
 al_eq "each creation's log line names its stages" \
-  "$(grep -cE 'created in [0-9.]+ ms .*stages: accept [0-9.]+, network [0-9.]+, egress [0-9.]+, start [0-9.]+ ms' "$AL_TMP/airlockd.log")" 3
+  "$(grep -cE 'created in [0-9.]+ ms .*stages: accept [0-9.]+, network [0-9.]+, egress [0-9.]+, queue [0-9.]+, start [0-9.]+ ms' "$AL_TMP/airlockd.log")" 3
 
 while read -r id; do cp_cli sandbox kill "$id" >/dev/null; done <"$IDS"
 al_kill airlockd TERM

@@ -131,7 +131,11 @@ struct fb_later {
     struct cp_sandbox *sb;
     cp_backend_cb cb;
     int rc;
+    bool start;
 };
+
+/* Starts in flight in the fake backend, and the most there were at once (loop thread). */
+static int g_fb_starting, g_fb_starting_max;
 
 static void fb__closed(uv_handle_t *h)
 {
@@ -141,22 +145,32 @@ static void fb__closed(uv_handle_t *h)
 static void fb__fire(uv_timer_t *t)
 {
     struct fb_later *l = t->data;
+    if (l->start)
+        g_fb_starting--;
     l->cb(l->sb, l->rc, l->rc ? "fake failure" : NULL);
     cp_sb_unref(l->sb);
     uv_close((uv_handle_t *)t, fb__closed);
 }
 
-static int fb__later(struct cp_sandbox *sb, cp_backend_cb cb, int rc)
+static int fb__later_ms(struct cp_sandbox *sb, cp_backend_cb cb, int rc, uint64_t ms, bool start)
 {
     struct fb_later *l = calloc(1, sizeof *l);
     l->sb = sb;
     l->cb = cb;
     l->rc = rc;
+    l->start = start;
+    if (start && ++g_fb_starting > g_fb_starting_max)
+        g_fb_starting_max = g_fb_starting;
     cp_sb_ref(sb);
     uv_timer_init(sb->cp->loop, &l->t);
     l->t.data = l;
-    uv_timer_start(&l->t, fb__fire, 1, 0);
+    uv_timer_start(&l->t, fb__fire, ms, 0);
     return 0;
+}
+
+static int fb__later(struct cp_sandbox *sb, cp_backend_cb cb, int rc)
+{
+    return fb__later_ms(sb, cb, rc, 1, false);
 }
 
 static char g_started_policy[CP_POLICY_NAME_MAX]; /* the policy of the last start */
@@ -166,7 +180,7 @@ static int fb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_bac
     (void)a;
     snprintf(g_started_policy, sizeof g_started_policy, "%s", sb->rec.policy_name);
     if (strcmp(sb->rec.template_id, "failing") == 0)
-        return fb__later(sb, cb, -EIO);
+        return fb__later_ms(sb, cb, -EIO, 1, true);
     char *argv[] = {"/bin/sleep", "1000", NULL};
     struct cp_spawn s = {
         .path = "/bin/sleep", .argv = argv, .fds = {-1, -1, -1}, .nfds = 3, .new_session = true};
@@ -179,7 +193,8 @@ static int fb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_bac
         snprintf(sb->agent_sock, sizeof sb->agent_sock, "%s/none.sock", tmpdir);
     else
         snprintf(sb->agent_sock, sizeof sb->agent_sock, "%s", g_agent_sock);
-    return fb__later(sb, cb, 0);
+    /* "slow" takes 50 ms to start (starts taking turns). */
+    return fb__later_ms(sb, cb, 0, strcmp(sb->rec.template_id, "slow") == 0 ? 50 : 1, true);
 }
 
 static int fb_stop(struct cp_sandbox *sb, cp_backend_cb cb)
@@ -271,13 +286,14 @@ static void setup(void)
     snprintf(tmpdir, sizeof tmpdir, "/tmp/al-cp-rest-%d-XXXXXX", getpid());
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
     memset(&g_cp, 0, sizeof g_cp);
+    g_fb_starting = g_fb_starting_max = 0;
     struct cp *cp = &g_cp;
     char cfgp[300];
     snprintf(cfgp, sizeof cfgp, "%s/cfg.yaml", tmpdir);
     FILE *f = fopen(cfgp, "w");
     fprintf(f,
             "state_dir: %s\nsandboxes:\n  max: 6\n  max_timeout: 1h\n  default_timeout: 300s\n"
-            "api:\n  domain: sbx.test\n",
+            "  start_concurrency: 1\napi:\n  domain: sbx.test\n",
             tmpdir);
     fclose(f);
     ck_assert_int_eq(cp_config_load(&cp->cfg, cfgp, "127.0.0.1:0", NULL, stderr), 0);
@@ -292,16 +308,12 @@ static void setup(void)
     fprintf(f, "version: 1\nname: other\nrules:\n  - name: gh\n    hosts: [api.github.com]\n");
     fclose(f);
     /* Templates as deploy/templates/build installs them (contents do not matter here). */
-    const char *tpls[] = {"base",   "code-interpreter-v1", "failing",   "noagent",
-                          "pinned", "pinned-missing",      "pinned-bad"};
-    const char *tpl_extra[] = {"",
-                               "",
-                               "",
-                               "",
-                               ",\"policy\":\"other\"",
-                               ",\"policy\":\"gone\"",
-                               ",\"policy\":\"../other\""};
-    for (int i = 0; i < 7; i++) {
+    const char *tpls[] = {"base",   "code-interpreter-v1", "failing",    "noagent",
+                          "pinned", "pinned-missing",      "pinned-bad", "slow"};
+    const char *tpl_extra[] = {
+        "", "", "", "", ",\"policy\":\"other\"", ",\"policy\":\"gone\"", ",\"policy\":\"../other\"",
+        ""};
+    for (int i = 0; i < 8; i++) {
         char d[400];
         snprintf(d, sizeof d, "%s/templates/%s/rootfs", tmpdir, tpls[i]);
         ck_assert_int_eq(al_mkdir_p(d, 0755), 0);
@@ -836,8 +848,8 @@ START_TEST(lifecycle_ops)
     ck_assert_ptr_nonnull(strstr(r.raw, "airlock_sandbox_kills_total 1"));
     ck_assert_ptr_nonnull(strstr(r.raw, "airlock_sandboxes{state=\"running\"} 0"));
     /* The creation's stages, each timed once (no network in this world: 0 s, still counted). */
-    const char *stages[] = {"accept", "network", "egress", "start"};
-    for (size_t i = 0; i < 4; i++) {
+    const char *stages[] = {"accept", "network", "egress", "queue", "start"};
+    for (size_t i = 0; i < 5; i++) {
         char line[160];
         snprintf(line, sizeof line,
                  "airlock_sandbox_create_stage_duration_seconds_count{stage=\"%s\"} 1\n",
@@ -849,6 +861,57 @@ START_TEST(lifecycle_ops)
                  stages[i]);
         ck_assert_msg(strstr(r.raw, line), "no %s", line);
     }
+    resp_free(&r);
+}
+END_TEST
+
+struct tt_create {
+    int status;
+    char body[512];
+};
+
+static void *tt_create(void *arg)
+{
+    struct tt_create *a = arg;
+    struct al_http_header h[] = {{"X-API-KEY", KEY_ENV}, {"Content-Type", "application/json"}};
+    const char *body = "{\"templateID\":\"slow\"}";
+    struct al_http_resp out = {0};
+    struct al_error err = {0};
+    if (al_http_call(g_target, "POST", "/v2/sandboxes", h, 2, body, strlen(body), 10000, 0, &out,
+                     &err) == 0) {
+        a->status = out.status;
+        snprintf(a->body, sizeof a->body, "%.*s", (int)out.body.len,
+                 out.body.data ? out.body.data : "");
+    }
+    al_http_resp_free(&out);
+    return NULL;
+}
+
+/* sandboxes.start_concurrency (1 in these tests): four creations at once all succeed, their
+ * sandboxes start one after the other (each takes 50 ms in the fake backend), and the time
+ * the others waited is the "queue" stage's. */
+START_TEST(starts_take_turns)
+{
+    enum { N = 4 };
+    pthread_t t[N];
+    struct tt_create a[N];
+    memset(a, 0, sizeof a);
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, tt_create, &a[i]), 0);
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(a[i].status == 201, "create %d: %d %s", i, a[i].status, a[i].body);
+    ck_assert_int_eq(g_fb_starting_max, 1);
+    struct resp r;
+    req_full(&r, g_target, "GET", "/metrics", NULL, NULL, NULL, 0);
+    ck_assert_int_eq(r.status, 200);
+    const char *q =
+        strstr(r.raw, "airlock_sandbox_create_stage_duration_seconds_sum{stage=\"queue\"} ");
+    ck_assert_ptr_nonnull(q);
+    double waited = strtod(strchr(q, '}') + 2, NULL);
+    /* Three waited for at least one start (50 ms) each: 0.15 s at least in all. */
+    ck_assert_msg(waited >= 0.14, "queue stage: %.3f s in all", waited);
     resp_free(&r);
 }
 END_TEST
@@ -1176,6 +1239,7 @@ static Suite *suite(void)
     tcase_add_test(t, auth_keys);
     tcase_add_test(t, list_pagination_and_filters);
     tcase_add_test(t, lifecycle_ops);
+    tcase_add_test(t, starts_take_turns);
     tcase_add_test(t, timeout_kills_and_crash_is_detected);
     tcase_add_test(t, dataplane_routing);
     tcase_add_test(t, failed_create_leaves_nothing);
