@@ -39,9 +39,10 @@ void cp_egress_tick(struct cp_egress *e);
  * POST /init when the agent has another one (the proxy restarted and made new CAs); only
  * while the sandbox runs (a paused one gets it when resumed). */
 void cp_egress_ca_sync(struct cp_sandbox *sb);
-/* Whether the CA of a sandbox's rec.intercept can certify anything: a policy that intercepts
- * nothing gets a CA constrained to the reserved "invalid" TLD (caNames ["invalid"]), which
- * is not installed (nothing would ever use it; a reloaded policy cannot widen a CA). */
+/* Whether the CA of a sandbox's rec.intercept can certify anything. A policy that intercepts
+ * nothing gets no CA from the proxy; an older proxy gave one constrained to the reserved
+ * "invalid" TLD (caNames ["invalid"]), which is not installed either (nothing would ever use
+ * it; a reloaded policy cannot widen a CA). */
 bool cp_egress_ca_useful(const json_t *intercept);
 /* Counters for /metrics (egress decisions): the proxy's /v1/stats, cached (may be NULL). */
 json_t *cp_egress_stats(struct cp_egress *e);

@@ -12,6 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <mbedtls/ssl.h>
+
 #include "common/log.h"
 #include "common/util.h"
 #include "egress/intercept/session.h"
@@ -163,11 +165,18 @@ int egress_inspect_sandbox_new(struct egress *e, const char *id, const struct eg
     pthread_mutex_init(&x->lock, NULL);
     size_t n = 0;
     const char *const *names = policy_intercepted_names(inspect__raw(p), &n);
-    struct intercept_ca_opts co = {.sandbox_id = id, .names = names, .n_names = n};
-    int rc = intercept_ca_new(&co, &x->ca, err);
-    if (rc == 0) {
-        struct intercept_tls_server_opts so = {.ca = x->ca};
-        rc = intercept_tls_server_new(&so, &x->srv, err);
+    int rc = 0;
+    /* A policy that intercepts nothing gets no CA: it would be constrained to nothing (a
+     * reloaded policy cannot widen a CA), never installed in the sandbox, and its key pair
+     * and self-signature were most of the registration's cost. Its TLS is never terminated
+     * (inspect__start refuses, as the CA's constraints would). */
+    if (n > 0) {
+        struct intercept_ca_opts co = {.sandbox_id = id, .names = names, .n_names = n};
+        rc = intercept_ca_new(&co, &x->ca, err);
+        if (rc == 0) {
+            struct intercept_tls_server_opts so = {.ca = x->ca};
+            rc = intercept_tls_server_new(&so, &x->srv, err);
+        }
     }
     if (rc == 0)
         rc = intercept_placeholders_restore(inspect__raw(p), keep_placeholders, &x->ph, err);
@@ -213,14 +222,16 @@ json_t *egress_inspect_sandbox_json(struct egress_sandbox *sb)
     json_t *o = json_object();
     if (!x)
         return o;
-    json_object_set_new(o, "caCertPem", json_string(intercept_ca_pem(x->ca)));
-    json_object_set_new(o, "caFingerprint", json_string(intercept_ca_fingerprint(x->ca)));
-    const char *const *sub;
-    size_t n = intercept_ca_subtrees(x->ca, &sub);
-    json_t *a = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(a, json_string(sub[i]));
-    json_object_set_new(o, "caNames", a);
+    if (x->ca) { /* (none when the policy intercepted nothing at registration) */
+        json_object_set_new(o, "caCertPem", json_string(intercept_ca_pem(x->ca)));
+        json_object_set_new(o, "caFingerprint", json_string(intercept_ca_fingerprint(x->ca)));
+        const char *const *sub;
+        size_t n = intercept_ca_subtrees(x->ca, &sub);
+        json_t *a = json_array();
+        for (size_t i = 0; i < n; i++)
+            json_array_append_new(a, json_string(sub[i]));
+        json_object_set_new(o, "caNames", a);
+    }
     pthread_mutex_lock(&x->lock);
     json_object_set_new(o, "placeholders", intercept_placeholders_env_json(x->ph));
     pthread_mutex_unlock(&x->lock);
@@ -415,6 +426,16 @@ static int inspect__start(struct egress_conn *c, const char *name, bool plain, c
     if (!e->inspect || !iw || (!plain && !x)) {
         *reason = "interception_unavailable";
         return -ENOTSUP;
+    }
+    if (!plain && !x->srv) {
+        /* Its policy intercepted nothing when it was registered: it has no CA (a reload that
+         * adds interception needs a new sandbox, as it would need a wider CA). */
+        *reason = "outside_ca_constraints";
+        al_warn("sandbox %s: interception of %s refused: the sandbox has no CA (its policy "
+                "intercepted nothing when it was created; create a new sandbox)",
+                c->sb->id, name);
+        intercept_tls_raw_alert(c->client.fd, MBEDTLS_SSL_ALERT_MSG_ACCESS_DENIED);
+        return -EPERM;
     }
     struct egress_inspect_conn *ic = calloc(1, sizeof *ic);
     if (!ic) {

@@ -104,6 +104,31 @@ ew_fail "the CA (made for the old names) cannot certify it: refused with an aler
 ew_audit_has "audited" type=connection decision=deny reason=outside_ca_constraints sni=svc.test
 ew_match "the names it was made for still work" 'HTTP 200' iw_curl 1 https://echo.test/echo
 
+ew_note "a policy that intercepts nothing: the sandbox gets no CA at all"
+cat >"$EW_TMP/policy-pass.yaml" <<'YAML'
+version: 1
+name: intercept-http-pass
+rules:
+  - name: echo
+    hosts: [echo.test]
+YAML
+ew_match "registered" "HTTP 201" iw_register sbx-pass 2 "$EW_TMP/policy-pass.yaml"
+ew_fail "... and its answer has no CA (nothing to install, nothing minted)" \
+  grep -q 'BEGIN CERTIFICATE' "$EW_TMP/sb2-ca.pem"
+cat >"$EW_TMP/policy-pass2.yaml" <<'YAML'
+version: 1
+name: intercept-http-pass
+rules:
+  - name: echo
+    hosts: [echo.test]
+    tls: inspect
+YAML
+ew_match "a reload makes it intercept echo.test" "HTTP 200" ew_set_policy sbx-pass "$EW_TMP/policy-pass2.yaml"
+ew_fail "without a CA that connection is refused (even by a client that trusts anything)" \
+  ew_curl 2 -k https://echo.test/echo
+ew_audit_has "audited" type=connection decision=deny reason=outside_ca_constraints sandbox=sbx-pass sni=echo.test
+ew_ok "the proxy says why" grep -q 'sandbox sbx-pass: interception of echo.test refused: the sandbox has no CA' "$EW_TMP/egress.err"
+
 ew_note "upstreams: verified, and reused per sandbox and host"
 for i in 1 2 3 4 5 6; do iw_curl 1 https://echo.test/echo >/dev/null; done
 ew_match "more requests, one connection each" 'HTTP 200' iw_curl 1 https://echo.test/echo
