@@ -798,6 +798,7 @@ void egress_free(struct egress *e)
         egress_audit_close(e->audit);
     }
     egress_registry_free(e->reg); /* sandboxes free their interception state */
+    egress_policy_cache_clear();
     egress_inspect_fini(e);
     egress_rcache_free(e->rcache);
     free(e->workers);

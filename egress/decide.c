@@ -9,7 +9,11 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include <pthread.h>
+#include <sodium.h>
+
 #include "common/json.h"
+#include "common/util.h"
 #include "common/yaml.h"
 #include "policy/policy.h"
 
@@ -19,13 +23,104 @@ static struct policy *dec__p(const struct egress_policy *p)
     return (struct policy *)p;
 }
 
+/* ---- compiled policies, by origin and content ------------------------------------------
+ *
+ * Every registration names its policy (a file, usually one of a few), and parsing and
+ * compiling it each time was a quarter of a registration's CPU. A compiled policy is
+ * immutable and shared by reference, so the last few are kept by (origin, BLAKE2b of the
+ * text): the text is still read every time and decides, an edited file is compiled afresh,
+ * and the same text under another origin is another entry (its diagnostics and
+ * policy_file() name the origin). */
+
+#define DEC_CACHE_SLOTS      16
+#define DEC_POLICY_MAX_BYTES (8u << 20) /* as policy_load_file */
+
+struct dec_cached {
+    char origin[512];
+    unsigned char digest[32];
+    struct policy *p;
+    uint64_t used;
+};
+
+static struct dec_cached dec__cache[DEC_CACHE_SLOTS];
+static uint64_t dec__clock;
+static pthread_mutex_t dec__mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct policy *dec__cache_get(const char *origin, const unsigned char digest[32])
+{
+    struct policy *p = NULL;
+    pthread_mutex_lock(&dec__mu);
+    for (size_t i = 0; i < DEC_CACHE_SLOTS && !p; i++) {
+        struct dec_cached *c = &dec__cache[i];
+        if (c->p && strcmp(c->origin, origin) == 0 && memcmp(c->digest, digest, 32) == 0) {
+            c->used = ++dec__clock;
+            p = policy_ref(c->p);
+        }
+    }
+    pthread_mutex_unlock(&dec__mu);
+    return p;
+}
+
+static void dec__cache_put(const char *origin, const unsigned char digest[32], struct policy *p)
+{
+    if (strlen(origin) >= sizeof dec__cache[0].origin)
+        return;
+    pthread_mutex_lock(&dec__mu);
+    struct dec_cached *slot = &dec__cache[0];
+    for (size_t i = 0; i < DEC_CACHE_SLOTS; i++) {
+        struct dec_cached *c = &dec__cache[i];
+        if (c->p && strcmp(c->origin, origin) == 0) { /* an older text of this origin */
+            slot = c;
+            break;
+        }
+        if (!c->p || c->used < slot->used)
+            slot = c; /* free, or the least recently used */
+    }
+    struct policy *old = slot->p;
+    snprintf(slot->origin, sizeof slot->origin, "%s", origin);
+    memcpy(slot->digest, digest, 32);
+    slot->p = policy_ref(p);
+    slot->used = ++dec__clock;
+    pthread_mutex_unlock(&dec__mu);
+    if (old)
+        policy_unref(old);
+}
+
+void egress_policy_cache_clear(void)
+{
+    pthread_mutex_lock(&dec__mu);
+    for (size_t i = 0; i < DEC_CACHE_SLOTS; i++) {
+        if (dec__cache[i].p)
+            policy_unref(dec__cache[i].p);
+        memset(&dec__cache[i], 0, sizeof dec__cache[i]);
+    }
+    pthread_mutex_unlock(&dec__mu);
+}
+
 int egress_policy_load(const char *yaml, size_t len, const char *origin, struct egress_policy **out,
                        struct al_error *err)
 {
     struct al_diags d;
     al_diags_init(&d);
-    struct policy *p =
-        yaml ? policy_load_buffer(yaml, len, origin, &d) : policy_load_file(origin, &d);
+    char *text = NULL;
+    struct policy *p = NULL;
+    if (!origin)
+        origin = "policy";
+    if (!yaml) {
+        /* A file: its bytes, then as a buffer named by the path (what policy_load_file does);
+         * one that cannot be read fails through policy_load_file, with its diagnostics. */
+        if (al_read_file(origin, DEC_POLICY_MAX_BYTES, &text, &len, NULL) != 0)
+            p = policy_load_file(origin, &d);
+        yaml = text;
+    }
+    if (yaml) {
+        unsigned char digest[32];
+        crypto_generichash(digest, sizeof digest, (const unsigned char *)yaml, len, NULL, 0);
+        p = dec__cache_get(origin, digest);
+        if (!p && (p = policy_load_buffer(yaml, len, origin, &d)))
+            dec__cache_put(origin, digest, p);
+    }
+    free(text);
     if (!p) {
         al_diags_sort(&d);
         char msg[AL_ERROR_MSG_MAX] = "";

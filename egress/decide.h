@@ -21,9 +21,13 @@
 struct egress_policy;
 
 /* Compiles a policy from YAML text (or a file when yaml is NULL: origin is then the path).
- * On failure err holds every error as "file:line:col: error: ..." lines. */
+ * On failure err holds every error as "file:line:col: error: ..." lines. The last few
+ * compiled policies are kept by origin and content and shared by reference (a registration
+ * naming an unchanged file compiles nothing; an edited one is compiled afresh). */
 int egress_policy_load(const char *yaml, size_t len, const char *origin, struct egress_policy **out,
                        struct al_error *err);
+/* Drops the kept compiled policies (at exit). */
+void egress_policy_cache_clear(void);
 struct egress_policy *egress_policy_ref(struct egress_policy *p);
 /* The policy library's own object (the interception library decides with it). */
 struct policy;

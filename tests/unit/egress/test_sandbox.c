@@ -8,7 +8,9 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static struct egress_ip ip4(const char *s)
 {
@@ -225,6 +227,64 @@ START_TEST(network_narrowing)
 }
 END_TEST
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Compiled policies are kept by origin and content: the same file loads the same object (no
+ * second compilation), an edit compiles afresh, the same text under another origin is its own
+ * object, a bad edit fails with its diagnostics and the good text is still found. */
+START_TEST(policy_cache)
+{
+    char dir[] = "/tmp/al-egress-polcache-XXXXXX", a[96], b[96];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(a, sizeof a, "%s/a.yaml", dir);
+    snprintf(b, sizeof b, "%s/b.yaml", dir);
+    static const char v1[] = "version: 1\nname: c\nrules:\n  - name: r\n    hosts: [a.example]\n";
+    static const char v2[] = "version: 1\nname: c\nrules:\n  - name: r\n    hosts: [b.example]\n";
+    write_text(a, v1);
+    write_text(b, v1);
+    struct al_error err = {0};
+    struct egress_policy *p1, *p2, *p3, *p4, *p5;
+    ck_assert_msg(egress_policy_load(NULL, 0, a, &p1, &err) == 0, "%s", err.msg);
+    ck_assert_msg(egress_policy_load(NULL, 0, a, &p2, &err) == 0, "%s", err.msg);
+    ck_assert_ptr_eq(egress_policy_raw(p1), egress_policy_raw(p2));
+    ck_assert_msg(egress_policy_load(NULL, 0, b, &p3, &err) == 0, "%s", err.msg);
+    ck_assert_ptr_ne(egress_policy_raw(p3), egress_policy_raw(p1));
+    ck_assert_str_eq(egress_policy_hash(p3), egress_policy_hash(p1));
+    write_text(a, v2);
+    ck_assert_msg(egress_policy_load(NULL, 0, a, &p4, &err) == 0, "%s", err.msg);
+    ck_assert_ptr_ne(egress_policy_raw(p4), egress_policy_raw(p1));
+    ck_assert_str_ne(egress_policy_hash(p4), egress_policy_hash(p1));
+    struct egress_verdict v;
+    decide(p4, "b.example", "203.0.113.5", &v);
+    ck_assert(v.allow);
+    decide(p1, "b.example", "203.0.113.5", &v); /* the object loaded before is unchanged */
+    ck_assert(!v.allow);
+    write_text(a, "version: 1\nname: c\nrules: [\n");
+    ck_assert_int_lt(egress_policy_load(NULL, 0, a, &p5, &err), 0);
+    ck_assert_msg(strstr(err.msg, a), "the error names the file: %s", err.msg);
+    unlink(a);
+    ck_assert_int_lt(egress_policy_load(NULL, 0, a, &p5, &err), 0);
+    ck_assert_msg(strstr(err.msg, "cannot read"), "%s", err.msg);
+    /* The same text as a buffer with the file's name as its origin: the kept object. */
+    ck_assert_int_eq(egress_policy_load(v1, strlen(v1), b, &p5, &err), 0);
+    ck_assert_ptr_eq(egress_policy_raw(p5), egress_policy_raw(p3));
+    egress_policy_unref(p1);
+    egress_policy_unref(p2);
+    egress_policy_unref(p3);
+    egress_policy_unref(p4);
+    egress_policy_unref(p5);
+    egress_policy_cache_clear();
+    unlink(b);
+    rmdir(dir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("sandbox");
@@ -235,6 +295,7 @@ static Suite *suite(void)
     suite_add_tcase(s, t);
     t = tcase_create("policy");
     tcase_add_test(t, network_narrowing);
+    tcase_add_test(t, policy_cache);
     suite_add_tcase(s, t);
     return s;
 }
