@@ -19,6 +19,8 @@
  *                    with IDLE idle sandboxes - without any) / IDLE
  *   max_idle_sandboxes  sandboxes created (8 at a time) and held idle until MAXHELD or the
  *                    first failure (target >= 500); then all are killed
+ * With every create phase, where its creations spent their time (airlockd's stage timings):
+ *   *_stage_<accept|network|egress|queue|start>_mean_ms
  * With every create and kill phase, the CPU it cost per sandbox, measured in the same run:
  *   *_cpu_ms_per_sandbox       CPU time of airlockd, its helpers, every airlock-vmm and every
  *                    sandbox (cgroup CPU accounting: airlockd is started in a cgroup of its
@@ -43,6 +45,7 @@
 #include <getopt.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,12 +230,46 @@ static uint64_t host_busy_ns(void)
     return (u + ni + sy + irq + sirq + st) * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
 }
 
+/* airlockd's creation stages (airlock_sandbox_create_stage_duration_seconds): the sums and
+ * counts so far, read from its /metrics. */
+#define N_STAGES 5
+static const char *const stage_names[N_STAGES] = {"accept", "network", "egress", "queue", "start"};
+
+static int stage_sums(double sum[N_STAGES], double count[N_STAGES])
+{
+    struct al_http_resp r = {0};
+    struct al_error e = {0};
+    memset(sum, 0, N_STAGES * sizeof *sum);
+    memset(count, 0, N_STAGES * sizeof *count);
+    if (!g_url[0] || al_http_call(g_url, "GET", "/metrics", NULL, 0, NULL, 0, 10000, 0, &r, &e))
+        return -1;
+    int found = 0;
+    const char *t = r.body.data ? r.body.data : "";
+    for (int i = 0; i < N_STAGES; i++) {
+        char k[160];
+        const char *hit;
+        snprintf(k, sizeof k, "airlock_sandbox_create_stage_duration_seconds_sum{stage=\"%s\"} ",
+                 stage_names[i]);
+        if ((hit = strstr(t, k)) && (hit - t) < (ptrdiff_t)r.body.len)
+            sum[i] = strtod(hit + strlen(k), NULL), found++;
+        snprintf(k, sizeof k, "airlock_sandbox_create_stage_duration_seconds_count{stage=\"%s\"} ",
+                 stage_names[i]);
+        if ((hit = strstr(t, k)) && (hit - t) < (ptrdiff_t)r.body.len)
+            count[i] = strtod(hit + strlen(k), NULL);
+    }
+    al_http_resp_free(&r);
+    return found == N_STAGES ? 0 : -1;
+}
+
 struct phase {
     uint64_t t0, acct0, host0;
+    double stage_sum[N_STAGES], stage_count[N_STAGES];
+    bool stages;
 };
 
 static void phase_begin(struct phase *p)
 {
+    p->stages = stage_sums(p->stage_sum, p->stage_count) == 0;
     p->acct0 = acct_ns();
     p->host0 = host_busy_ns();
     p->t0 = al_now_ns();
@@ -257,6 +294,17 @@ static void phase_end(const struct phase *p, const char *name, int n)
     out(m, (double)host / 1e6 / n, "ms");
     snprintf(m, sizeof m, "%s_cores_busy", name);
     out(m, (double)host / (double)(t1 - p->t0), "cores");
+    /* Creations: where their time went, stage by stage (the mean of the phase's). */
+    double sum[N_STAGES], count[N_STAGES];
+    if (p->stages && stage_sums(sum, count) == 0) {
+        for (int i = 0; i < N_STAGES; i++) {
+            double dn = count[i] - p->stage_count[i];
+            if (dn <= 0)
+                continue;
+            snprintf(m, sizeof m, "%s_stage_%s_mean_ms", name, stage_names[i]);
+            out(m, (sum[i] - p->stage_sum[i]) * 1e3 / dn, "ms");
+        }
+    }
 }
 
 static void on_signal(int sig)
