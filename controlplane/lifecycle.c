@@ -323,8 +323,7 @@ static void lc__create_done(struct lc_create *c)
 {
     struct cp_sandbox *sb = c->sb;
     struct cp *cp = sb->cp;
-    lc__start_release(c);
-    cp->n_creating--;
+    cp->n_creating--; /* (its turn to start was given back by lc__create_started) */
     uint64_t now = al_wall_ns();
     sb->rec.state = CP_SB_RUNNING;
     sb->rec.started_ns = now;
