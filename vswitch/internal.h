@@ -10,6 +10,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -58,6 +59,10 @@ struct vswitch {
     unsigned pool_fillers;
     bool pool_stop;
     pthread_cond_t pool_cv;
+    /* Callers waiting for mu to work on a sandbox's network (vs__lock_for_sandbox): a fill
+     * lets them go first between its networks. An unlock followed by a lock does not: the
+     * filling thread usually takes mu back before a waiter wakes. */
+    atomic_uint sandbox_waiters;
     bool allow_ip_forward;
     dev_t netns_dev; /* the namespace vswitch_open ran in */
     ino_t netns_ino;
@@ -103,6 +108,9 @@ void vs__slot_macs(uint32_t slot, uint8_t host[6], uint8_t guest[6]);
 bool vs__mac_is_ours(const uint8_t mac[6]);
 /* Under mu: stops and waits for running pool fills, then frees the pooled networks. */
 void vs__pool_drain(struct vswitch *vs);
+/* Takes mu for work a sandbox waits for (create, destroy, taps, attach; and the pool's
+ * count): ahead of a pool fill, which waits between its networks while such callers wait. */
+void vs__lock_for_sandbox(struct vswitch *vs);
 
 /* ---- loader.c ---- */
 /* vswitch_open; for_teardown skips the host checks (see `airlock vswitch teardown`). */

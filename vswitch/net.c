@@ -309,7 +309,7 @@ int vswitch_net_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
     int rc = net__check_sandbox(sb, err);
     if (rc)
         return rc;
-    pthread_mutex_lock(&vs->mu);
+    vs__lock_for_sandbox(vs);
     int ifindex;
     struct vs_iface ifc;
     if (net__find_locked(vs, sb->id, &ifindex, &ifc) == 0) {
@@ -345,6 +345,14 @@ int vswitch_net_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
     return rc;
 }
 
+void vs__lock_for_sandbox(struct vswitch *vs)
+{
+    atomic_fetch_add(&vs->sandbox_waiters, 1);
+    pthread_mutex_lock(&vs->mu);
+    if (atomic_fetch_sub(&vs->sandbox_waiters, 1) == 1)
+        pthread_cond_broadcast(&vs->pool_cv); /* a fill waiting for its turn may go on */
+}
+
 int vswitch_pool_fill(struct vswitch *vs, struct al_error *err)
 {
     pthread_mutex_lock(&vs->mu);
@@ -355,18 +363,22 @@ int vswitch_pool_fill(struct vswitch *vs, struct al_error *err)
             return al_error_set(err, -ENOMEM, "out of memory");
         }
     }
-    /* One network per hold of the lock: a sandbox asking for a network meanwhile waits for
-     * at most one creation, not for the whole fill (tens of milliseconds, more on a busy
+    /* One network at a time, and sandboxes first: one asking for a network meanwhile waits
+     * for at most one creation, not for the whole fill (tens of milliseconds, more on a busy
      * machine), and takes a ready one as soon as there is one. */
     int rc = 0;
     vs->pool_fillers++;
     while (!vs->pool_stop && vs->pool_n < vs->pool_size) {
+        while (atomic_load(&vs->sandbox_waiters) > 0 && !vs->pool_stop)
+            pthread_cond_wait(&vs->pool_cv, &vs->mu); /* (mu is theirs meanwhile) */
+        if (vs->pool_stop || vs->pool_n >= vs->pool_size)
+            break;
         struct vswitch_net net;
         rc = net__create_locked(vs, NULL, &net, err);
         if (rc)
             break;
         vs->pool[vs->pool_n++] = net;
-        pthread_mutex_unlock(&vs->mu);
+        pthread_mutex_unlock(&vs->mu); /* (others' chance: lookups, the pool's count) */
         pthread_mutex_lock(&vs->mu);
     }
     int ready = (int)vs->pool_n;
@@ -378,7 +390,7 @@ int vswitch_pool_fill(struct vswitch *vs, struct al_error *err)
 
 size_t vswitch_pool_ready(struct vswitch *vs)
 {
-    pthread_mutex_lock(&vs->mu);
+    vs__lock_for_sandbox(vs); /* (a count, never worth waiting for a fill) */
     size_t n = vs->pool_n;
     pthread_mutex_unlock(&vs->mu);
     return n;
@@ -388,6 +400,7 @@ void vs__pool_drain(struct vswitch *vs)
 {
     /* A fill running in another thread stops at its next network; wait for it. */
     vs->pool_stop = true;
+    pthread_cond_broadcast(&vs->pool_cv); /* (a fill waiting for its turn) */
     while (vs->pool_fillers > 0)
         pthread_cond_wait(&vs->pool_cv, &vs->mu);
     while (vs->pool_n > 0) {
@@ -423,7 +436,7 @@ int vswitch_tap_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
     rc = net__same_netns(vs, err);
     if (rc)
         return rc;
-    pthread_mutex_lock(&vs->mu);
+    vs__lock_for_sandbox(vs);
     int ifindex;
     struct vs_iface ifc;
     if (net__find_locked(vs, sb->id, &ifindex, &ifc) == 0) {
@@ -500,7 +513,7 @@ int vswitch_attach(struct vswitch *vs, int ifindex, const struct vswitch_sandbox
         return rc;
     if (!guest_mac)
         return al_error_set(err, -EINVAL, "vswitch_attach needs the far end's MAC address");
-    pthread_mutex_lock(&vs->mu);
+    vs__lock_for_sandbox(vs);
     struct vs_nl_link_info l;
     rc = vs_nl_link_get(&vs->nl, ifindex, &l, err);
     if (rc)
@@ -567,7 +580,7 @@ out:
 
 int vswitch_detach(struct vswitch *vs, int host_ifindex, struct al_error *err)
 {
-    pthread_mutex_lock(&vs->mu);
+    vs__lock_for_sandbox(vs);
     int rc = vs__detach_locked(vs, host_ifindex, err);
     pthread_mutex_unlock(&vs->mu);
     return rc;
@@ -575,7 +588,7 @@ int vswitch_detach(struct vswitch *vs, int host_ifindex, struct al_error *err)
 
 int vswitch_net_destroy(struct vswitch *vs, uint64_t sandbox_id, struct al_error *err)
 {
-    pthread_mutex_lock(&vs->mu);
+    vs__lock_for_sandbox(vs);
     int ifindex;
     struct vs_iface ifc;
     int rc = net__find_locked(vs, sandbox_id, &ifindex, &ifc);
