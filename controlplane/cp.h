@@ -150,7 +150,7 @@ struct cp {
     size_t n_creating;
     size_t n_starting;  /* creations whose sandbox is starting (at most start_limit) */
     size_t start_limit; /* sandboxes.start_concurrency, resolved */
-    struct cp_sandbox *start_queue, **start_queue_tail; /* the others, in arrival order */
+    struct cp_sandbox *start_queue; /* the others, oldest request first */
     size_t n_live;                                      /* in the registry, any state */
 
     /* API keys */

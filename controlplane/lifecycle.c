@@ -420,8 +420,6 @@ static void lc__start_next(struct cp *cp)
     while (cp->start_queue && cp->n_starting < cp->start_limit) {
         struct cp_sandbox *sb = cp->start_queue;
         cp->start_queue = sb->start_next;
-        if (!cp->start_queue)
-            cp->start_queue_tail = &cp->start_queue;
         sb->start_next = NULL;
         struct lc_create *c = sb->opctx;
         c->starting = true;
@@ -439,11 +437,15 @@ static void lc__create_start(struct lc_create *c)
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         cp->start_limit = cp->cfg.start_concurrency > 0 ? (size_t)cp->cfg.start_concurrency
                                                         : 4 * (size_t)(ncpu > 0 ? ncpu : 1);
-        cp->start_queue_tail = &cp->start_queue;
     }
-    sb->start_next = NULL;
-    *cp->start_queue_tail = sb;
-    cp->start_queue_tail = &sb->start_next;
+    /* In the order the requests came in, not the order they got here: a creation whose
+     * network had to be built (or whose registration took longer) does not also wait behind
+     * every creation that overtook it meanwhile. */
+    struct cp_sandbox **at = &cp->start_queue;
+    while (*at && (*at)->create_t0_ns <= sb->create_t0_ns)
+        at = &(*at)->start_next;
+    sb->start_next = *at;
+    *at = sb;
     lc__start_next(cp);
 }
 

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,10 +176,16 @@ static int fb__later(struct cp_sandbox *sb, cp_backend_cb cb, int rc)
 
 static char g_started_policy[CP_POLICY_NAME_MAX]; /* the policy of the last start */
 
+/* The order the sandboxes started in (ids), for starts_go_in_request_order. */
+static char g_start_order[8][CP_ID_LEN + 1];
+static int g_n_started;
+
 static int fb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_backend_cb cb)
 {
     (void)a;
     snprintf(g_started_policy, sizeof g_started_policy, "%s", sb->rec.policy_name);
+    if (g_n_started < 8)
+        snprintf(g_start_order[g_n_started++], CP_ID_LEN + 1, "%s", sb->rec.id);
     if (strcmp(sb->rec.template_id, "failing") == 0)
         return fb__later_ms(sb, cb, -EIO, 1, true);
     char *argv[] = {"/bin/sleep", "1000", NULL};
@@ -287,6 +294,7 @@ static void setup(void)
     ck_assert_ptr_nonnull(mkdtemp(tmpdir));
     memset(&g_cp, 0, sizeof g_cp);
     g_fb_starting = g_fb_starting_max = 0;
+    g_n_started = 0;
     struct cp *cp = &g_cp;
     char cfgp[300];
     snprintf(cfgp, sizeof cfgp, "%s/cfg.yaml", tmpdir);
@@ -887,6 +895,102 @@ static void *tt_create(void *arg)
     return NULL;
 }
 
+/* A network provider whose first network takes 100 ms to make (the others none): the
+ * creation that asked first reaches the start queue last. */
+static atomic_int g_fn_calls;
+
+static int fn_acquire(void *priv, uint64_t seq, const char *label, struct cp_net *out,
+                      struct al_error *err)
+{
+    (void)priv;
+    (void)label;
+    (void)err;
+    if (atomic_fetch_add(&g_fn_calls, 1) == 0)
+        usleep(100000);
+    memset(out, 0, sizeof *out);
+    out->netns_fd = out->tap_fd = -1;
+    out->prefix_len = 30;
+    snprintf(out->addr, sizeof out->addr, "10.99.%u.2", (unsigned)(seq & 0xff));
+    return 0;
+}
+
+static int fn_release(void *priv, uint64_t seq, struct al_error *err)
+{
+    (void)priv;
+    (void)seq;
+    (void)err;
+    return 0;
+}
+
+static int fn_find(void *priv, uint64_t seq, struct cp_net *out)
+{
+    (void)priv;
+    (void)seq;
+    (void)out;
+    return -ENOENT;
+}
+
+static const struct cp_net_ops fake_net = {
+    .name = "fake", .acquire = fn_acquire, .release = fn_release, .find = fn_find};
+
+struct tt_spaced {
+    struct tt_create c;
+    unsigned delay_ms; /* sent this long after the test began */
+};
+
+static void *tt_create_later(void *arg)
+{
+    struct tt_spaced *a = arg;
+    usleep(a->delay_ms * 1000);
+    return tt_create(&a->c);
+}
+
+/* Sandboxes start in the order their creations were asked for, not the order they got
+ * through their networks: the first creation (whose network takes 100 ms) starts before the
+ * ones asked for after it that were still waiting for their turn when its network was ready
+ * (starts take 50 ms each, one at a time). In arrival order at the queue it started last. */
+START_TEST(starts_go_in_request_order)
+{
+    enum { N = 5 };
+    atomic_store(&g_fn_calls, 0);
+    g_cp.net = &fake_net;
+    pthread_t t[N];
+    struct tt_spaced a[N];
+    memset(a, 0, sizeof a);
+    for (int i = 0; i < N; i++) {
+        a[i].delay_ms = i == 0 ? 0 : 20 + 10 * (unsigned)i;
+        ck_assert_int_eq(pthread_create(&t[i], NULL, tt_create_later, &a[i]), 0);
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    char ids[N][CP_ID_LEN + 1];
+    for (int i = 0; i < N; i++) {
+        ck_assert_msg(a[i].c.status == 201, "create %d: %d %s", i, a[i].c.status, a[i].c.body);
+        json_t *o = json_loads(a[i].c.body, 0, NULL);
+        ck_assert_ptr_nonnull(o);
+        snprintf(ids[i], sizeof ids[i], "%s", jstr(o, "sandboxID"));
+        json_decref(o);
+    }
+    ck_assert_int_eq(g_n_started, N);
+    int first_at = -1;
+    for (int k = 0; k < N; k++)
+        if (strcmp(g_start_order[k], ids[0]) == 0)
+            first_at = k;
+    /* Third with the margins above (fourth if its network overslept by 20 ms); last if the
+     * queue kept the order in which creations reached it. */
+    ck_assert_msg(first_at >= 0 && first_at < N - 1,
+                  "the first creation started as number %d of %d", first_at + 1, N);
+    /* The later ones kept their order among themselves. */
+    int prev = -1;
+    for (int i = 1; i < N; i++)
+        for (int k = 0; k < N; k++)
+            if (strcmp(g_start_order[k], ids[i]) == 0) {
+                ck_assert_msg(k > prev, "creation %d started as number %d", i, k + 1);
+                prev = k;
+            }
+}
+END_TEST
+
 /* sandboxes.start_concurrency (1 in these tests): four creations at once all succeed, their
  * sandboxes start one after the other (each takes 50 ms in the fake backend), and the time
  * the others waited is the "queue" stage's. */
@@ -1240,6 +1344,7 @@ static Suite *suite(void)
     tcase_add_test(t, list_pagination_and_filters);
     tcase_add_test(t, lifecycle_ops);
     tcase_add_test(t, starts_take_turns);
+    tcase_add_test(t, starts_go_in_request_order);
     tcase_add_test(t, timeout_kills_and_crash_is_detected);
     tcase_add_test(t, dataplane_routing);
     tcase_add_test(t, failed_create_leaves_nothing);
