@@ -311,6 +311,8 @@ int vs_nl_veth_add(struct vs_nl *nl, const struct vs_veth_spec *s, struct al_err
         nl__attr(&m, IFLA_ADDRESS, s->mac, 6);
     if (s->mtu)
         nl__attr_u32(&m, IFLA_MTU, s->mtu);
+    nl__attr_u32(&m, IFLA_NUM_TX_QUEUES, 1);
+    nl__attr_u32(&m, IFLA_NUM_RX_QUEUES, 1);
     struct rtattr *li = nl__nest(&m, IFLA_LINKINFO);
     nl__attr_str(&m, IFLA_INFO_KIND, "veth");
     struct rtattr *data = nl__nest(&m, IFLA_INFO_DATA);
@@ -322,6 +324,8 @@ int vs_nl_veth_add(struct vs_nl *nl, const struct vs_veth_spec *s, struct al_err
         nl__attr(&m, IFLA_ADDRESS, s->peer_mac, 6);
     if (s->mtu)
         nl__attr_u32(&m, IFLA_MTU, s->mtu);
+    nl__attr_u32(&m, IFLA_NUM_TX_QUEUES, 1);
+    nl__attr_u32(&m, IFLA_NUM_RX_QUEUES, 1);
     if (s->peer_netns_fd >= 0)
         nl__attr_u32(&m, IFLA_NET_NS_FD, (uint32_t)s->peer_netns_fd);
     nl__nest_end(&m, peer);

@@ -29,6 +29,9 @@ al_match "the host side has no address" "^$" ip -n "$host" -o addr show dev "$IF
 al_match "a /32 route to the sandbox" "10\.200\.0\.2 dev $IF1" ip -n "$host" route show 10.200.0.2
 al_match "a permanent neighbour entry" "PERMANENT" ip -n "$host" neigh show 10.200.0.2
 al_match "no IPv6 link-local on the host side" "addrgenmode none" ip -n "$host" -d link show "$IF1"
+# (a veth gets a queue pair per possible CPU unless told otherwise: sysfs objects at creation)
+al_match "one queue each way (host side)" "numtxqueues 1 numrxqueues 1 " ip -n "$host" -d link show "$IF1"
+al_match "one queue each way (sandbox side)" "numtxqueues 1 numrxqueues 1 " al_nsx sb1 ip -d link show eth0
 if [ "$VS_ATTACH" = tcx ]; then
   al_ok "links are pinned per interface" test -e "$VS_PIN/links/${IDX1}_in" -a -e "$VS_PIN/links/${IDX1}_eg"
 else
