@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <net/if.h>
 
 #define VS_BPF_TCX_INGRESS   46 /* missing from Debian 12's UAPI headers */
 #define VS_BPF_TCX_EGRESS    47
@@ -518,9 +519,39 @@ static int loader__readopt(struct vswitch *vs, struct al_error *err)
             continue;
         }
         vs->slot_used[ifc.slot] = 1;
-        rc = loader__attach_progs(vs, ifindex, err);
-        if (!rc)
-            rc = vs__host_routes(vs, ifindex, &ifc, err);
+        if (!(l.flags & IFF_UP)) {
+            /* Every interface comes up last, after its programs and identity: one still down
+             * was being made when the previous process died (that creation is undone after
+             * the restart). Its routes could not be added; nothing uses it. */
+            al_info("vswitch: deleting %s (sandbox %llu): it is down, its creation was "
+                    "interrupted",
+                    ifc.ifname, (unsigned long long)ifc.sandbox_id);
+            struct al_error e2 = {0};
+            if (loader__detach(vs, ifindex, true, &e2) != 0)
+                al_warn("vswitch: %s", al_error_str(&e2));
+            dropped++;
+            continue;
+        }
+        /* One interface that cannot be adopted must not keep the switch (and every other
+         * sandbox) down: it is deleted (fail closed: that sandbox has no network any more,
+         * which airlockd reports when it adopts it). Only an interface that can be neither
+         * adopted nor deleted stops the start. */
+        struct al_error e2 = {0};
+        int arc = loader__attach_progs(vs, ifindex, &e2);
+        if (!arc)
+            arc = vs__host_routes(vs, ifindex, &ifc, &e2);
+        if (arc) {
+            al_error("vswitch: cannot adopt %s (sandbox %llu): %s; deleting it", ifc.ifname,
+                     (unsigned long long)ifc.sandbox_id, al_error_str(&e2));
+            struct al_error e3 = {0};
+            if (loader__detach(vs, ifindex, true, &e3) != 0) {
+                rc = al_error_set(err, arc, "cannot adopt %s: %s; nor delete it: %s",
+                                  ifc.ifname, al_error_str(&e2), al_error_str(&e3));
+                break;
+            }
+            dropped++;
+            continue;
+        }
         adopted++;
     }
     free(keys);

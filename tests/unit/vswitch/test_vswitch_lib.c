@@ -411,6 +411,46 @@ START_TEST(reopen_adopts_and_forgets)
 }
 END_TEST
 
+START_TEST(interrupted_creation_is_deleted_and_the_rest_adopted)
+{
+    /* airlockd killed while it made a sandbox's network: the interface has its programs and
+     * identity but never came up. The next open must not fail on it (its host route cannot
+     * be added to a device that is down: "Device for nexthop is not up", which kept the whole
+     * switch, and every other sandbox, from starting): it deletes it and adopts the rest. */
+    world();
+    struct vswitch_opts o = opts();
+    struct vswitch *vs = open_ok(&o);
+    struct al_error e = {0};
+    struct vswitch_net a, b;
+    struct vswitch_sandbox sa = {.id = 1, .label = "a"}, sb = {.id = 2, .label = "b"};
+    ck_assert_int_eq(vswitch_net_create(vs, &sa, &a, &e), 0);
+    ck_assert_int_eq(vswitch_net_create(vs, &sb, &b, &e), 0);
+    vswitch_close(vs);
+    struct vs_nl nl;
+    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
+    ck_assert_int_eq(vs_nl_link_set_up(&nl, b.host_ifindex, false, NULL), 0);
+    vs_nl_close(&nl);
+
+    vs = open_ok(&o);
+    struct vswitch_net f;
+    ck_assert_int_eq(vswitch_net_find(vs, 1, &f), 0);
+    ck_assert_int_eq(f.host_ifindex, a.host_ifindex);
+    ck_assert_int_eq(vswitch_net_find(vs, 2, &f), -ENOENT);
+    ck_assert(!link_exists(b.host_ifindex));
+    /* b's slot is free again. */
+    struct vswitch_net c;
+    struct vswitch_sandbox sc = {.id = 3};
+    ck_assert_int_eq(vswitch_net_create(vs, &sc, &c, &e), 0);
+    ck_assert_uint_eq(c.addr.s_addr, b.addr.s_addr);
+    ck_assert_int_eq(vswitch_destroy(vs, true, &e), 0);
+    ck_assert(!link_exists(a.host_ifindex));
+    ck_assert(!link_exists(c.host_ifindex));
+    vswitch_net_close_fds(&a);
+    vswitch_net_close_fds(&b);
+    vswitch_net_close_fds(&c);
+}
+END_TEST
+
 START_TEST(interface_without_identity_is_deleted_not_unattached)
 {
     /* An interface whose identity is gone (a deletion that failed half-way) must be deleted
@@ -791,6 +831,7 @@ static Suite *vswitch_lib_suite(void)
     tcase_add_test(t, pool_hands_out_ready_networks);
     tcase_add_test(t, pool_fill_yields_to_creates_and_close_waits_for_it);
     tcase_add_test(t, reopen_adopts_and_forgets);
+    tcase_add_test(t, interrupted_creation_is_deleted_and_the_rest_adopted);
     tcase_add_test(t, interface_without_identity_is_deleted_not_unattached);
     tcase_add_test(t, one_owner_and_fixed_settings);
     tcase_add_test(t, attach_checks_the_interface);
