@@ -92,6 +92,10 @@ cp__cleanup() {
   [ -n "${CP_KEEP_LOGS:-}" ] && mkdir -p "$CP_KEEP_LOGS" && cp "$AL_TMP"/*.log "$CP_KEEP_LOGS"/ 2>/dev/null
   for p in $(pgrep -f -- "$CP_STATE" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
   sleep 0.2
+  # airlockd's tmpfs for the live sandboxes' files (sandboxes.runtime_tmpfs): a killed
+  # airlockd leaves it mounted (the next one would re-adopt it), and the state directory
+  # could not be removed.
+  mountpoint -q "$CP_STATE/sandboxes" 2>/dev/null && umount -l "$CP_STATE/sandboxes" 2>/dev/null
   if [ -x "$AIRLOCK_BIN/airlock-vmm" ] && [ -d "$CP_STATE/sandboxes" ]; then
     "$AIRLOCK_BIN/airlock-vmm" --state-dir "$CP_STATE" --sweep --cgroup-parent "$CP_CG" >/dev/null 2>&1
   fi

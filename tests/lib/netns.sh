@@ -34,6 +34,7 @@
 #                             program, not a shell function, so the PID is the program's:
 #                             `ip netns exec` and `nsenter` exec their command in place.
 #   al_wait_line NAME REGEX [SECONDS]  wait until NAME's log has a line matching REGEX
+#                             (fails at once if NAME, started with al_bg, has exited)
 #   al_kill NAME [SIGNAL]     signal the recorded PID (default TERM) and reap it
 #   al_pid NAME               the recorded PID
 #   al_on_cleanup CMD         run CMD (a string, eval'ed) at exit, last registered first
@@ -125,12 +126,18 @@ al_bg() {
 al_pid() { printf '%s' "${AL__PIDS[$1]:-}"; }
 
 al_wait_line() {
-  local name=$1 re=$2 secs=${3:-10} i
+  local name=$1 re=$2 secs=${3:-10} i pid=${AL__PIDS[$1]:-} why="timeout waiting for"
   for ((i = 0; i < secs * 10; i++)); do
     grep -Eq -- "$re" "$AL_TMP/$name.log" 2>/dev/null && return 0
+    # A job that has exited will not write the line: say so now, not at the timeout.
+    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+      grep -Eq -- "$re" "$AL_TMP/$name.log" 2>/dev/null && return 0
+      why="$name exited without writing"
+      break
+    fi
     sleep 0.1
   done
-  echo "timeout waiting for /$re/ in $name.log:" >&2
+  echo "$why /$re/ in $name.log:" >&2
   sed 's/^/    /' "$AL_TMP/$name.log" >&2 2>/dev/null || true
   return 1
 }
