@@ -142,7 +142,7 @@ const struct al_cfg_field cp_config_fields[] = {
      .min = 0,
      .max = 10000,
      .help = "sandboxes starting at once (their airlock-vmm until the agent is healthy); "
-             "the other creations wait their turn in arrival order (0: four per CPU)"},
+             "the other creations wait their turn, oldest request first (0: four per CPU)"},
     {.key = "sandboxes.start_timeout",
      .type = AL_CFG_DURATION,
      .offset = F(start_timeout_ms),

@@ -405,7 +405,7 @@ static void lc__create_intercept(struct lc_create *c, struct cp_start_args *a)
 /* ---- turns to start ------------------------------------------------------------------------
  *
  * At most start_limit sandboxes start at once (airlock-vmm until the agent is healthy); the
- * other creations wait for their turn in arrival order. A start hops between processes
+ * other creations wait for their turn, oldest request first. A start hops between processes
  * (airlockd, airlock-vmm, the sandbox's first process, the agent) about ten times; with
  * fifty starting on two CPUs each hop waits behind all the others, and some creations took
  * three times as long as the median (the tail of a burst, with every airlock-vmm warm and
