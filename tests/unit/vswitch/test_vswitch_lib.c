@@ -362,6 +362,29 @@ START_TEST(pool_fill_yields_to_creates_and_close_waits_for_it)
 }
 END_TEST
 
+/* Sandbox 3 gets b's address (b's slot was freed), then the switch is destroyed with a
+ * (still adopted) and c: their interfaces go with it. */
+static void reuse_b_then_destroy(struct vswitch *vs, const struct vswitch_opts *o,
+                                 struct vswitch_net *a, struct vswitch_net *b, bool busy_first)
+{
+    struct al_error e = {0};
+    struct vswitch_net c;
+    struct vswitch_sandbox sc = {.id = 3};
+    ck_assert_int_eq(vswitch_net_create(vs, &sc, &c, &e), 0);
+    ck_assert_uint_eq(c.addr.s_addr, b->addr.s_addr);
+    if (busy_first) {
+        ck_assert_int_eq(vswitch_destroy(vs, false, &e), -EBUSY);
+        ck_assert_ptr_nonnull(strstr(e.msg, "still attached"));
+        vs = open_ok(o);
+    }
+    ck_assert_int_eq(vswitch_destroy(vs, true, &e), 0);
+    ck_assert(!link_exists(a->host_ifindex));
+    ck_assert(!link_exists(c.host_ifindex));
+    vswitch_net_close_fds(a);
+    vswitch_net_close_fds(b);
+    vswitch_net_close_fds(&c);
+}
+
 START_TEST(reopen_adopts_and_forgets)
 {
     world();
@@ -395,19 +418,7 @@ START_TEST(reopen_adopts_and_forgets)
     snprintf(pin, sizeof pin, "%s/links/%d_in", g_pin, b.host_ifindex);
     ck_assert_int_ne(stat(pin, &st), 0);
     /* b's slot is free again, a's is not. */
-    struct vswitch_net c;
-    struct vswitch_sandbox sc = {.id = 3};
-    ck_assert_int_eq(vswitch_net_create(vs, &sc, &c, &e), 0);
-    ck_assert_uint_eq(c.addr.s_addr, b.addr.s_addr);
-    ck_assert_int_eq(vswitch_destroy(vs, false, &e), -EBUSY);
-    ck_assert_ptr_nonnull(strstr(e.msg, "still attached"));
-    vs = open_ok(&o);
-    ck_assert_int_eq(vswitch_destroy(vs, true, &e), 0);
-    ck_assert(!link_exists(a.host_ifindex));
-    ck_assert(!link_exists(c.host_ifindex));
-    vswitch_net_close_fds(&a);
-    vswitch_net_close_fds(&b);
-    vswitch_net_close_fds(&c);
+    reuse_b_then_destroy(vs, &o, &a, &b, true);
 }
 END_TEST
 
@@ -438,16 +449,7 @@ START_TEST(interrupted_creation_is_deleted_and_the_rest_adopted)
     ck_assert_int_eq(vswitch_net_find(vs, 2, &f), -ENOENT);
     ck_assert(!link_exists(b.host_ifindex));
     /* b's slot is free again. */
-    struct vswitch_net c;
-    struct vswitch_sandbox sc = {.id = 3};
-    ck_assert_int_eq(vswitch_net_create(vs, &sc, &c, &e), 0);
-    ck_assert_uint_eq(c.addr.s_addr, b.addr.s_addr);
-    ck_assert_int_eq(vswitch_destroy(vs, true, &e), 0);
-    ck_assert(!link_exists(a.host_ifindex));
-    ck_assert(!link_exists(c.host_ifindex));
-    vswitch_net_close_fds(&a);
-    vswitch_net_close_fds(&b);
-    vswitch_net_close_fds(&c);
+    reuse_b_then_destroy(vs, &o, &a, &b, false);
 }
 END_TEST
 
