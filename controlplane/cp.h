@@ -148,10 +148,10 @@ struct cp {
     struct cp_map sandboxes; /* id -> struct cp_sandbox */
     struct cp_map by_token;  /* token digest -> struct cp_sandbox */
     size_t n_creating;
-    size_t n_starting;  /* creations whose sandbox is starting (at most start_limit) */
-    size_t start_limit; /* sandboxes.start_concurrency, resolved */
+    size_t n_starting;              /* creations whose sandbox is starting (at most start_limit) */
+    size_t start_limit;             /* sandboxes.start_concurrency, resolved */
     struct cp_sandbox *start_queue; /* the others, oldest request first */
-    size_t n_live;                                      /* in the registry, any state */
+    size_t n_live;                  /* in the registry, any state */
 
     /* API keys */
     struct cp_map key_cache; /* digest -> struct cp_apikey (copies) */

@@ -545,8 +545,8 @@ static int loader__readopt(struct vswitch *vs, struct al_error *err)
                      (unsigned long long)ifc.sandbox_id, al_error_str(&e2));
             struct al_error e3 = {0};
             if (loader__detach(vs, ifindex, true, &e3) != 0) {
-                rc = al_error_set(err, arc, "cannot adopt %s: %s; nor delete it: %s",
-                                  ifc.ifname, al_error_str(&e2), al_error_str(&e3));
+                rc = al_error_set(err, arc, "cannot adopt %s: %s; nor delete it: %s", ifc.ifname,
+                                  al_error_str(&e2), al_error_str(&e3));
                 break;
             }
             dropped++;
