@@ -555,7 +555,7 @@ int al_yaml_parse(const char *text, size_t len, const char *file,
 int al_yaml_load_file(const char *path, const struct al_yaml_limits *limits,
                       struct al_yaml_doc **out, struct al_diags *d)
 {
-    size_t max = limits && limits->max_bytes ? limits->max_bytes : (8u << 20);
+    size_t max = limits && limits->max_bytes ? limits->max_bytes : AL_YAML_MAX_BYTES_DEFAULT;
     char *text = NULL;
     size_t len = 0;
     struct al_error err = {0};

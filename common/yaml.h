@@ -90,8 +90,10 @@ struct al_yaml_pair {
     struct al_yaml_node *value;
 };
 
+#define AL_YAML_MAX_BYTES_DEFAULT (8u << 20) /* a file's largest size unless limits say */
+
 struct al_yaml_limits {
-    size_t max_bytes;   /* default 8 MiB */
+    size_t max_bytes;   /* default AL_YAML_MAX_BYTES_DEFAULT (8 MiB) */
     unsigned max_depth; /* default 64 */
     size_t max_nodes;   /* default 2,000,000 */
     size_t max_scalar;  /* default 64 KiB */

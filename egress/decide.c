@@ -32,8 +32,7 @@ static struct policy *dec__p(const struct egress_policy *p)
  * and the same text under another origin is another entry (its diagnostics and
  * policy_file() name the origin). */
 
-#define DEC_CACHE_SLOTS      16
-#define DEC_POLICY_MAX_BYTES (8u << 20) /* as policy_load_file */
+#define DEC_CACHE_SLOTS 16
 
 struct dec_cached {
     char origin[512];
@@ -108,8 +107,9 @@ int egress_policy_load(const char *yaml, size_t len, const char *origin, struct 
         origin = "policy";
     if (!yaml) {
         /* A file: its bytes, then as a buffer named by the path (what policy_load_file does);
-         * one that cannot be read fails through policy_load_file, with its diagnostics. */
-        if (al_read_file(origin, DEC_POLICY_MAX_BYTES, &text, &len, NULL) != 0)
+         * one that cannot be read (or is larger than policy_load_file accepts) fails through
+         * policy_load_file, with its diagnostics. */
+        if (al_read_file(origin, AL_YAML_MAX_BYTES_DEFAULT, &text, &len, NULL) != 0)
             p = policy_load_file(origin, &d);
         yaml = text;
     }
