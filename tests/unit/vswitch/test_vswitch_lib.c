@@ -228,8 +228,15 @@ START_TEST(network_create_find_destroy)
     struct al_error e = {0};
     struct vswitch_sandbox sb = {.id = 5, .label = "sandbox-five"};
     struct vswitch_net net;
+    struct stat home0, home1, guest;
+    ck_assert_int_eq(stat("/proc/thread-self/ns/net", &home0), 0);
     ck_assert_msg(vswitch_net_create(vs, &sb, &net, &e) == 0, "%s", al_error_str(&e));
     ck_assert_int_ge(net.netns_fd, 0);
+    /* The sandbox's namespace is made in the calling thread, which must be back in its own. */
+    ck_assert_int_eq(stat("/proc/thread-self/ns/net", &home1), 0);
+    ck_assert_int_eq(fstat(net.netns_fd, &guest), 0);
+    ck_assert(home1.st_ino == home0.st_ino && home1.st_dev == home0.st_dev);
+    ck_assert(guest.st_ino != home0.st_ino);
     ck_assert_int_eq(net.tap_fd, -1);
     ck_assert_uint_eq(net.addr.s_addr, ip("10.200.0.2"));
     ck_assert_uint_eq(net.gateway.s_addr, ip("10.200.0.1"));
