@@ -5,9 +5,9 @@
  * KVM backend, attaching interfaces a backend made itself, and the pool of ready networks
  * that keeps creation off the sandbox start path.
  *
- * The network namespace is created on a short-lived helper thread (unshare is per thread),
- * so the caller's thread never changes namespace; that thread also opens the rtnetlink
- * socket bound to the new namespace, through which "eth0" is configured.
+ * The network namespace is created by the calling thread itself (unshare is per thread),
+ * which opens the rtnetlink socket bound to the new namespace (through which "eth0" is
+ * configured) and then returns to the namespace it was in (net__ns_create).
  */
 #include "internal.h"
 
