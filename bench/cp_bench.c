@@ -34,6 +34,9 @@
  * with the time of each of its stages);
  * CP_BENCH_DIR=DIR puts the run's state directory under DIR instead of /tmp;
  * CP_BENCH_NETWORK=off runs without the vswitch and airlock-egress (to see their share);
+ * CP_BENCH_SAMPLES=FILE writes, for the creations of the last phase run with more than one
+ * in flight, a line per creation: index, its start (ms since the phase began), POST to 201
+ * (ms), the GET /health after it (ms) and the whole (ms);
  * CP_BENCH_MARKS=1 prints each phase's CLOCK_MONOTONIC start and end (ns) on stderr, to cut
  * a `perf record -k CLOCK_MONOTONIC` profile to one phase (perf report --time).
  * Every figure: {"bench":"cp","metric":...,"value":...,"unit":...}. Figures from a busy
@@ -418,6 +421,8 @@ struct flight {
     char (*ids)[32];
     double *ms;
     const char *body;
+    uint64_t t0;
+    FILE *samples; /* CP_BENCH_SAMPLES: one line per creation */
 };
 
 struct one {
@@ -427,6 +432,7 @@ struct one {
     int status;
     struct al_buf body;
     int phase; /* 0 create/kill, 1 health */
+    uint64_t t201; /* when the 201 arrived */
 };
 
 static void flight_next(struct flight *f);
@@ -461,6 +467,7 @@ static void one_done(struct al_http_creq *c, int err, void *arg)
         snprintf(f->ids[o->idx], sizeof f->ids[o->idx], "%s", sid ? sid : "");
         json_decref(j);
         o->phase = 1;
+        o->t201 = al_now_ns();
         al_buf_reset(&o->body);
         one_start(o);
         return;
@@ -472,7 +479,11 @@ static void one_done(struct al_http_creq *c, int err, void *arg)
                 o->idx, err ? strerror(-err) : "", o->status,
                 (int)(o->body.len > 200 ? 200 : o->body.len), o->body.data ? o->body.data : "");
     }
-    f->ms[o->idx] = (double)(al_now_ns() - o->t0) / 1e6;
+    uint64_t t1 = al_now_ns();
+    f->ms[o->idx] = (double)(t1 - o->t0) / 1e6;
+    if (f->samples && !f->kill && o->t201)
+        fprintf(f->samples, "%d %.3f %.3f %.3f %.3f\n", o->idx, (double)(o->t0 - f->t0) / 1e6,
+                (double)(o->t201 - o->t0) / 1e6, (double)(t1 - o->t201) / 1e6, f->ms[o->idx]);
     f->done++;
     f->inflight--;
     al_buf_free(&o->body);
@@ -545,10 +556,15 @@ static int flight_run(int total, int conc, bool kill, char (*ids)[32], double *m
                        .body = "{\"templateID\":\"base\",\"timeout\":3600}"};
     struct al_http_pool_opts po = {.max_idle = (size_t)conc, .max_idle_per_target = (size_t)conc};
     al_http_pool_new(&loop, &po, &f.pool);
-    uint64_t t0 = al_now_ns();
+    const char *sp = getenv("CP_BENCH_SAMPLES");
+    if (sp && *sp && !kill && conc > 1)
+        f.samples = fopen(sp, "w");
+    uint64_t t0 = f.t0 = al_now_ns();
     flight_next(&f);
     uv_run(&loop, UV_RUN_DEFAULT);
     *secs = (double)(al_now_ns() - t0) / 1e9;
+    if (f.samples)
+        fclose(f.samples);
     al_http_pool_close(f.pool);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);
