@@ -431,7 +431,7 @@ struct one {
     uint64_t t0;
     int status;
     struct al_buf body;
-    int phase; /* 0 create/kill, 1 health */
+    int phase;     /* 0 create/kill, 1 health */
     uint64_t t201; /* when the 201 arrived */
 };
 
