@@ -180,15 +180,6 @@ int cp_main(int argc, char **argv);
 /* A burst of creations is over (none in flight): refill the network pool and the warm
  * airlock-vmm pool now rather than at the next tick (daemon.c). */
 void cp_pools_refill(struct cp *cp);
-/* Called first by every piece of network work run on libuv's worker threads (making,
- * releasing, pooling networks): lowers the calling worker thread to CP_NET_NICE, once
- * (daemon.c). Under a burst the CPU then goes first to the creations already past their
- * network (their starts), and networks are made in the time left over: there is always a
- * queue of creations waiting to start, so this costs no throughput. Measured at 50
- * creations in flight: p95 142 against 152 ms, p50 109 against 118 ms (eight interleaved
- * runs, docs/operations.md). */
-#define CP_NET_NICE 10
-void cp_net_thread_lower(void);
 
 /* ---- registry -------------------------------------------------------------------------- */
 struct cp_sandbox *cp_sandbox_get(struct cp *cp, const char *id);

@@ -18,7 +18,6 @@
 #include <linux/magic.h>
 #include <sys/file.h>
 #include <sys/mount.h>
-#include <sys/resource.h>
 #include <sys/statfs.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -265,23 +264,9 @@ struct daemon_network {
 
 static bool daemon__pool_busy;
 
-void cp_net_thread_lower(void)
-{
-    static __thread bool lowered;
-    if (lowered)
-        return;
-    lowered = true;
-    /* (Linux: a nice value belongs to a thread; airlockd's loop thread keeps its own.) */
-    if (setpriority(PRIO_PROCESS, (id_t)gettid(), CP_NET_NICE) != 0)
-        al_warn("cannot lower the priority of a network worker thread: %s (networks are "
-                "made at the loop's priority)",
-                strerror(errno));
-}
-
 static void daemon__pool_work(uv_work_t *w)
 {
     struct daemon_network *x = w->data;
-    cp_net_thread_lower();
     x->rc = x->cp->net->pool_fill(x->cp->net_priv, &x->err);
 }
 
@@ -352,7 +337,6 @@ static int daemon__stale_each(uint64_t seq, const char *label, void *arg)
 static void daemon__stale_work(uv_work_t *w)
 {
     struct daemon_network *x = w->data;
-    cp_net_thread_lower();
     for (size_t i = 0; i < x->n_stale; i++) {
         struct al_error err = {0};
         if (x->cp->net->release(x->cp->net_priv, x->stale[i], &err) && err.code != -ENOENT)

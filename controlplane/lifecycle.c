@@ -530,7 +530,6 @@ static void lc__net_work(uv_work_t *w)
     struct lc_create *c = w->data;
     struct cp_sandbox *sb = c->sb;
     struct cp *cp = sb->cp;
-    cp_net_thread_lower();
     c->work_rc = cp->net->acquire(cp->net_priv, sb->rec.seq, sb->rec.id, &sb->net, &c->work_err);
 }
 
@@ -724,7 +723,6 @@ static void lc__td_net_work(uv_work_t *w)
     struct lc_teardown *t = w->data;
     struct cp_sandbox *sb = t->sb;
     struct cp *cp = sb->cp;
-    cp_net_thread_lower();
     t->work_rc = cp->net->release(cp->net_priv, sb->rec.seq, &t->work_err);
 }
 

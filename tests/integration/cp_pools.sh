@@ -7,8 +7,6 @@
 #     few seconds. metrics_interval is an hour here, so the periodic tick cannot be what
 #     refilled them: the network pool used to wait for it (5 s by default), and a burst
 #     arriving meanwhile made every network on demand, one at a time;
-#   - the worker threads that made those networks run at nice 10 (CP_NET_NICE: a burst's
-#     CPU goes first to the creations past their network), airlockd's loop thread at 0;
 #   - /metrics has airlock_sandbox_create_stage_duration_seconds for each stage (accept,
 #     network, egress, queue, start), three creations each, whose times add up to the creations'
 #     total; each creation's log line names its stages.
@@ -53,16 +51,6 @@ al_eq "a burst of three creations" "$(grep -c . "$IDS")" 3
 # Three sandboxes hold a network each; the pool has two more again, and two warm processes.
 al_eq "after the burst, both pools are full again (3 sandboxes' networks + 2 pooled, 2 warm)" \
   "$(wait_pools 50 '5 2')" "5 2"
-
-# Field 19 of /proc/<pid>/task/<tid>/stat is the thread's nice value (the comm field before it
-# has no spaces here: "(airlockd)").
-nice_of() { awk '{print $19}' "/proc/$APID/task/$1/stat"; }
-al_eq "airlockd's loop thread keeps nice 0" "$(nice_of "$APID")" 0
-LOWERED=0
-for t in /proc/"$APID"/task/*; do
-  [ "${t##*/}" != "$APID" ] && [ "$(nice_of "${t##*/}")" = 10 ] && LOWERED=$((LOWERED + 1))
-done
-al_eq "the worker threads that made the networks run at nice 10" "$([ "$LOWERED" -ge 1 ] && echo yes)" yes
 
 M=$(cp_api "$CP_URL/metrics")
 for st in accept network egress queue start; do
