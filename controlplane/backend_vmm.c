@@ -520,7 +520,8 @@ static struct vmm_proc *vp__spawn(struct cp *cp, bool warm, int tap_fd, struct a
                          .argv = argv,
                          .fds = {specp[0], 2, 2, readyp[1], tap_fd},
                          .nfds = tap_fd >= 0 ? 5 : 4,
-                         .new_session = true};
+                         .new_session = true,
+                         .no_wait_exec = true};
     int rc = cp_proc_spawn(&s, &v->pid, &v->pidfd, err);
     close(specp[0]);
     close(readyp[1]);

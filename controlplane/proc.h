@@ -3,7 +3,8 @@
  *
  * Owns: spawning (posix_spawn: cheap for a large parent; the child gets its own session,
  * default signal dispositions, an empty signal mask, and exactly the descriptors asked
- * for), pidfds (the one way to watch a process that is not our child, after a restart),
+ * for; or, for airlock-vmm, the same without waiting for the child's exec: see proc.c),
+ * pidfds (the one way to watch a process that is not our child, after a restart),
  * reaping our own children, and pid-reuse guards (start time).
  */
 #ifndef AIRLOCK_CP_PROC_H
@@ -27,9 +28,14 @@ struct cp_spawn {
     int fds[CP_PROC_MAX_FDS];
     int nfds;
     bool new_session;
+    /* Return as soon as the child exists, not once it has exec'd (cp_proc_spawn's comment):
+     * for the spawns on airlockd's event loop that happen under load (airlock-vmm). A
+     * failed exec then shows as the child exiting with status 127 (and is logged). */
+    bool no_wait_exec;
 };
 
-/* Starts a process. *pidfd (may be NULL) receives a pidfd for it (close-on-exec). */
+/* Starts a process. *pidfd (may be NULL) receives a pidfd for it (close-on-exec). A path
+ * that is not an executable file is an error here, with either way of spawning. */
 int cp_proc_spawn(const struct cp_spawn *s, pid_t *pid, int *pidfd, struct al_error *err);
 /* A pidfd for an existing process, checked against its recorded start time (0 = do not
  * check). -ESRCH if it is gone or the pid now names another process. */

@@ -2,6 +2,8 @@
  * the SQLite store (round trips, crash safety across a kill -9, concurrent writers, API keys
  * and their digests), and the body of a registration with airlock-egress. */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include "controlplane/egressreg.h"
 #include "controlplane/ids.h"
 #include "controlplane/map.h"
+#include "controlplane/proc.h"
 #include "controlplane/record.h"
 #include "controlplane/store.h"
 
@@ -229,6 +232,113 @@ START_TEST(proc_start_time)
     ck_assert_uint_eq(cp_proc_start_time(getpid()), t);
     ck_assert_uint_eq(cp_proc_start_time(0), 0);
     ck_assert_uint_eq(cp_proc_start_time(0x3fffffff), 0);
+}
+END_TEST
+
+/* Counts the lines of /proc/self/maps (the spawn's blocks are mappings of their own). */
+static int count_maps(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    int n = 0, c;
+    while (f && (c = fgetc(f)) != EOF)
+        n += c == '\n';
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Waits for a child through its pidfd: its exit status (-1 if not exited normally). */
+static int wait_pidfd(int pidfd)
+{
+    struct pollfd p = {.fd = pidfd, .events = POLLIN};
+    ck_assert_int_eq(poll(&p, 1, 10000), 1);
+    int st = -1;
+    ck_assert_int_eq(cp_proc_reap(pidfd, &st), 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Both ways of spawning (posix_spawn, and returning before the exec): the child gets
+ * exactly the descriptors asked for (0 from a pipe, 1 to a pipe, 3 to another, 2 to
+ * /dev/null when -1), its own session, default signal dispositions; its exit status comes
+ * through the pidfd. Many spawns in a row leave no mapping behind (the blocks the children
+ * ran in before their exec are reclaimed), and a failed exec is a child exiting 127. */
+START_TEST(proc_spawn_descriptors)
+{
+    signal(SIGUSR1, SIG_IGN); /* the child must not inherit this (bit 0x200 of SigIgn) */
+    int maps0 = 0;
+    for (int i = 0; i < 120; i++) {
+        bool nowait = i % 2 == 0;
+        if (i == 20)
+            maps0 = count_maps();
+        int in[2], out[2], extra[2];
+        ck_assert_int_eq(pipe2(in, O_CLOEXEC), 0);
+        ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
+        ck_assert_int_eq(pipe2(extra, O_CLOEXEC), 0);
+        char *argv[] = {"/bin/sh", "-c",
+                        "read x; echo \"$x-$(ps -o sid= -p $$ | tr -d ' ')-$$\"; "
+                        "echo three >&3; "
+                        "ign=$(sed -n 's/^SigIgn:\\t//p' /proc/$$/status); "
+                        "[ $((0x$ign & 0x200)) -eq 0 ] || exit 9; "
+                        "exec 2>/dev/full; exit 3",
+                        NULL};
+        struct cp_spawn sp = {.path = "/bin/sh",
+                              .argv = argv,
+                              .fds = {in[0], out[1], -1, extra[1]},
+                              .nfds = 4,
+                              .new_session = true,
+                              .no_wait_exec = nowait};
+        pid_t pid = 0;
+        int pidfd = -1;
+        struct al_error err = {0};
+        ck_assert_msg(cp_proc_spawn(&sp, &pid, &pidfd, &err) == 0, "%s", err.msg);
+        close(in[0]);
+        close(out[1]);
+        close(extra[1]);
+        ck_assert_int_eq(write(in[1], "hi\n", 3), 3);
+        close(in[1]);
+        char buf[128] = "";
+        ssize_t n = read(out[0], buf, sizeof buf - 1);
+        ck_assert_int_gt(n, 0);
+        buf[n] = '\0';
+        char want[64];
+        snprintf(want, sizeof want, "hi-%d-%d\n", (int)pid, (int)pid); /* session leader */
+        ck_assert_str_eq(buf, want);
+        n = read(extra[0], buf, sizeof buf - 1);
+        ck_assert_int_eq(n, 6);
+        ck_assert_int_eq(memcmp(buf, "three\n", 6), 0);
+        close(out[0]);
+        close(extra[0]);
+        ck_assert_int_eq(wait_pidfd(pidfd), 3);
+        close(pidfd);
+    }
+    signal(SIGUSR1, SIG_DFL);
+    /* (A few mappings may remain: children whose pipe was not polled since they exec'd.) */
+    ck_assert_int_le(count_maps(), maps0 + 4);
+
+    /* An executable path that cannot be exec'd (a directory passes access(X_OK)). */
+    char *argv[] = {"/tmp", NULL};
+    for (int nowait = 0; nowait < 2; nowait++) {
+        struct cp_spawn sp = {
+            .path = "/tmp", .argv = argv, .fds = {-1, -1, -1}, .nfds = 3, .no_wait_exec = nowait};
+        pid_t pid;
+        int pidfd = -1;
+        struct al_error err = {0};
+        int rc = cp_proc_spawn(&sp, &pid, &pidfd, &err);
+        if (nowait) {
+            ck_assert_int_eq(rc, 0);
+            ck_assert_int_eq(wait_pidfd(pidfd), 127);
+            close(pidfd);
+        } else {
+            ck_assert_int_eq(rc, -EACCES);
+        }
+    }
+    /* Not there at all: an error at once, either way. */
+    char *argv2[] = {"/nonexistent/airlock-vmm", NULL};
+    struct cp_spawn sp = {.path = argv2[0], .argv = argv2, .nfds = 0, .no_wait_exec = true};
+    pid_t pid;
+    struct al_error err = {0};
+    ck_assert_int_eq(cp_proc_spawn(&sp, &pid, NULL, &err), -ENOENT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "/nonexistent/airlock-vmm"));
 }
 END_TEST
 
@@ -594,6 +704,7 @@ static Suite *suite(void)
     tcase_add_test(t, record_doc_roundtrip);
     tcase_add_test(t, apikey_policies);
     tcase_add_test(t, proc_start_time);
+    tcase_add_test(t, proc_spawn_descriptors);
     tcase_add_test(t, egress_registration_body);
     suite_add_tcase(s, t);
     t = tcase_create("store");
