@@ -183,7 +183,8 @@ static int proc__spawn_nowait(const struct cp_spawn *s, int base, pid_t *pid, in
     enum { STACK = 64 << 10 };
     char *const *envp = s->envp ? s->envp : environ;
     size_t na, ne, pl = strlen(s->path) + 1;
-    size_t data = sizeof(struct proc__blk) + 16 + pl + proc__strv_size(s->argv, &na) +
+    /* (+32: the alignment of the path and of the two vectors below) */
+    size_t data = sizeof(struct proc__blk) + 32 + pl + proc__strv_size(s->argv, &na) +
                   proc__strv_size(envp, &ne);
     long pg = sysconf(_SC_PAGESIZE);
     size_t size = (((size_t)pg + STACK + data) + (size_t)pg - 1) & ~((size_t)pg - 1);
