@@ -223,11 +223,13 @@ static int proc__spawn_nowait(const struct cp_spawn *s, int base, pid_t *pid, in
     }
     int above = base + CP_PROC_MAX_FDS;
     b->err_r = fcntl(pfd[0], F_DUPFD_CLOEXEC, above);
+    int e = b->err_r < 0 ? errno : 0;
     b->err_w = fcntl(pfd[1], F_DUPFD_CLOEXEC, above);
+    if (b->err_w < 0 && !e)
+        e = errno;
     close(pfd[0]);
     close(pfd[1]);
     if (b->err_r < 0 || b->err_w < 0) {
-        int e = errno;
         if (b->err_r >= 0)
             close(b->err_r);
         if (b->err_w >= 0)
@@ -240,7 +242,7 @@ static int proc__spawn_nowait(const struct cp_spawn *s, int base, pid_t *pid, in
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int fd = -1;
     pid_t p = clone(proc__child, stack_top, CLONE_VM | CLONE_PIDFD | SIGCHLD, b, &fd);
-    int e = errno;
+    e = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     close(b->err_w);
     if (p < 0) {
