@@ -772,7 +772,6 @@ int main(int argc, char **argv)
      * waits for, the 201 (airlockd answers it once the agent answered /health). */
     snprintf(m, sizeof m, "create_c%d_until_201", opt_conc);
     out_dist(m, ms2, (size_t)opt_nc);
-    snprintf(m, sizeof m, "create_c%d", opt_conc);
     snprintf(m, sizeof m, "create_c%d_rate", opt_conc);
     out(m, (double)opt_nc / secs, "sandboxes/s");
     snprintf(m, sizeof m, "kill_c%d", opt_conc);
