@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sodium.h>
 
@@ -279,6 +280,33 @@ int al_set_nonblock(int fd, bool on)
         return -errno;
     fl = on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
     return fcntl(fd, F_SETFL, fl) < 0 ? -errno : 0;
+}
+
+int al_fd_table_reserve(unsigned n)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) < 0)
+        return -errno;
+    if (r.rlim_cur < r.rlim_max) {
+        r.rlim_cur = r.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &r) < 0 && getrlimit(RLIMIT_NOFILE, &r) < 0)
+            return -errno;
+    }
+    if (r.rlim_cur != RLIM_INFINITY && n > r.rlim_cur)
+        n = (unsigned)r.rlim_cur;
+    if (n < 2 || n > INT_MAX)
+        return -EINVAL;
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    /* The first free descriptor at or above n - 1 is n - 1 itself unless it is taken, and
+     * a taken one means the table holds it already. */
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, (int)n - 1);
+    int rc = hi < 0 && errno != EMFILE ? -errno : 0;
+    if (hi >= 0)
+        close(hi);
+    close(fd);
+    return rc ? rc : (int)n;
 }
 
 int al_set_cloexec(int fd, bool on)

@@ -32,6 +32,14 @@ int al_mkdir_p(const char *path, mode_t mode);
 int al_fsync_dir(const char *dir);
 int al_set_nonblock(int fd, bool on);
 int al_set_cloexec(int fd, bool on);
+/* Raises RLIMIT_NOFILE's soft limit to its hard limit, then grows this process's descriptor
+ * table to hold at least n descriptors (at most that limit). The kernel grows the table on
+ * demand, doubling it, and in a process with threads each growth waits for an RCU grace
+ * period (the old table may still be read by another thread): 10 ms and more on a busy
+ * host, with the calling thread, often an event loop, blocked. Called once at start, before
+ * any thread exists, the growth costs microseconds. Returns the size asked for, lowered to
+ * the limit, or -errno. */
+int al_fd_table_reserve(unsigned n);
 
 /* Parses sizes such as "10MiB", "512k", "1G", "4096" into bytes. */
 int al_parse_size(const char *s, uint64_t *out);

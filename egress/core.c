@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -573,14 +572,10 @@ json_t *egress_stats_json(struct egress *e, const char *id)
 
 /* ---- lifecycle ------------------------------------------------------------------------ */
 
-static void core__raise_nofile(void)
-{
-    struct rlimit r;
-    if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
-        r.rlim_cur = r.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &r);
-    }
-}
+/* The soft limit up to the hard one, and room for this many descriptors in the table
+ * before the workers start (al_fd_table_reserve: growing it later blocks the growing
+ * thread for an RCU grace period). Each proxied connection holds two. */
+#define CORE_FD_TABLE 8192
 
 static void core__on_limits_timer(uv_timer_t *t)
 {
@@ -603,7 +598,9 @@ int egress_new(const struct egress_config *cfg, struct egress **out, struct al_e
     e->started_ns = al_now_ns();
     pthread_mutex_init(&e->self_lock, NULL);
     al_random_hex(e->boot_id, 4);
-    core__raise_nofile();
+    int frc = al_fd_table_reserve(CORE_FD_TABLE);
+    if (frc < 0)
+        al_warn("cannot reserve room for %d descriptors: %s", CORE_FD_TABLE, strerror(-frc));
     signal(SIGPIPE, SIG_IGN);
     int rc;
     if ((rc = egress_registry_new(&e->reg)) < 0 ||

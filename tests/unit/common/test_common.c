@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 START_TEST(error_set_and_prefix)
 {
@@ -152,6 +155,74 @@ START_TEST(util_atomic_write_and_read)
 }
 END_TEST
 
+/* FDSize of /proc/self/status: the size of the descriptor table. */
+static long fd_table_size(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[256];
+    long v = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "FDSize: %ld", &v) == 1)
+            break;
+    fclose(f);
+    return v;
+}
+
+static int open_fd_count(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own descriptor */
+}
+
+/* In a child of its own: the test changes its limits and its table for good. */
+START_TEST(util_fd_table_reserve)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int code = 0;
+        long before = fd_table_size();
+        int open_before = open_fd_count();
+        if (before <= 0 || before >= 3000)
+            _exit(10); /* a fresh test process starts with a small table */
+        if (al_fd_table_reserve(3000) != 3000)
+            code = 11;
+        else if (fd_table_size() < 3000)
+            code = 12;
+        else if (open_fd_count() != open_before)
+            code = 13; /* nothing left open */
+        /* A limit below the size asked for: the size is lowered to it (the table, larger
+         * already, stays as it is: it never shrinks). */
+        struct rlimit r = {200, 200};
+        if (!code && setrlimit(RLIMIT_NOFILE, &r) == 0) {
+            long grown = fd_table_size();
+            if (al_fd_table_reserve(100000) != 200)
+                code = 14;
+            else if (fd_table_size() != grown)
+                code = 15; /* already larger: unchanged */
+        }
+        /* A soft limit below the hard one is raised to it. */
+        struct rlimit r2 = {64, 200}, now;
+        if (!code && setrlimit(RLIMIT_NOFILE, &r2) == 0 &&
+            (al_fd_table_reserve(150) != 150 || getrlimit(RLIMIT_NOFILE, &now) < 0 ||
+             now.rlim_cur != 200))
+            code = 16;
+        _exit(code);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child step %d failed",
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+END_TEST
+
 START_TEST(log_json_lines)
 {
     int p[2];
@@ -187,6 +258,7 @@ static Suite *common_suite(void)
     tcase_add_test(tc, util_sizes_and_durations);
     tcase_add_test(tc, util_rfc3339_round_trip);
     tcase_add_test(tc, util_atomic_write_and_read);
+    tcase_add_test(tc, util_fd_table_reserve);
     tcase_add_test(tc, log_json_lines);
     suite_add_tcase(s, tc);
     return s;
