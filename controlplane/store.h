@@ -3,7 +3,8 @@
  * Owns: the schema (sandboxes, api_keys, meta) and its version, WAL mode, and every query.
  * Crash safety: WAL with synchronous=NORMAL, one transaction per change, so a killed
  * airlockd (kill -9) loses nothing it answered; a power cut can only lose the last changes,
- * never leave a torn database. Used by airlockd (one connection, on its event loop) and
+ * never leave a torn database. Checkpoints (the only fsyncs) run on a thread of the
+ * store's own, never on the caller's. Used by airlockd (one connection, on its event loop) and
  * by the CLI (`airlock apikey`), concurrently: busy_timeout serialises writers, and
  * cp_store_changed() tells airlockd that another connection wrote (PRAGMA data_version).
  * The database file is created with mode 0600.
@@ -26,6 +27,8 @@ int cp_store_open(const char *path, struct cp_store **out, struct al_error *err)
 void cp_store_close(struct cp_store *s);
 /* True if another connection changed the database since the last call. */
 bool cp_store_changed(struct cp_store *s);
+/* Checkpoints completed by the store's checkpoint thread (see store.c). */
+uint64_t cp_store_checkpoints(struct cp_store *s);
 
 /* ---- sandboxes ---------------------------------------------------------------------- */
 /* Inserts or replaces the row of r->id. */

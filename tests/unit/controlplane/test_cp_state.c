@@ -364,6 +364,53 @@ static void bad_cb(const char *id, const char *why, void *arg)
     ((struct collect *)arg)->bad++;
 }
 
+static int count_rows_cb(const struct cp_sb_record *r, void *arg)
+{
+    (void)r;
+    (*(int *)arg)++;
+    return 0;
+}
+
+/* The checkpoints run on the store's thread: the saves (one transaction each) never
+ * checkpoint by themselves, yet the WAL is written back once it holds 1000 frames, and
+ * everything is there afterwards. */
+START_TEST(store_checkpoints_off_the_caller)
+{
+    struct cp_store *s;
+    struct al_error err = {0};
+    ck_assert_msg(cp_store_open(dbpath, &s, &err) == 0, "%s", err.msg);
+    struct stat before;
+    ck_assert_int_eq(stat(dbpath, &before), 0);
+    ck_assert_uint_eq(cp_store_checkpoints(s), 0);
+    enum { N = 1500 };
+    for (int i = 0; i < N; i++) {
+        struct cp_sb_record r;
+        char id[32];
+        snprintf(id, sizeof id, "ck%04d", i);
+        fill_record(&r, id, (uint64_t)i + 1);
+        ck_assert_msg(cp_store_sb_save(s, &r, &err) == 0, "%s", err.msg);
+        cp_sb_record_free(&r);
+    }
+    /* One frame per save at least: the thread was woken at the 1000th. */
+    for (int i = 0; i < 1000 && cp_store_checkpoints(s) == 0; i++)
+        usleep(10000);
+    ck_assert_uint_ge(cp_store_checkpoints(s), 1);
+    struct stat after;
+    ck_assert_int_eq(stat(dbpath, &after), 0);
+    ck_assert_int_gt(after.st_size, before.st_size); /* pages written back */
+    int n = 0;
+    ck_assert_int_eq(cp_store_sb_foreach(s, count_rows_cb, NULL, &n, &err), 0);
+    ck_assert_int_eq(n, N);
+    cp_store_close(s);
+    /* Reopened: all rows. */
+    ck_assert_int_eq(cp_store_open(dbpath, &s, &err), 0);
+    n = 0;
+    ck_assert_int_eq(cp_store_sb_foreach(s, count_rows_cb, NULL, &n, &err), 0);
+    ck_assert_int_eq(n, N);
+    cp_store_close(s);
+}
+END_TEST
+
 START_TEST(store_sandboxes)
 {
     struct cp_store *s;
@@ -714,6 +761,7 @@ static Suite *suite(void)
     tcase_add_test(t, store_newer_schema_refused);
     tcase_add_test(t, store_survives_kill9);
     tcase_add_test(t, store_keys);
+    tcase_add_test(t, store_checkpoints_off_the_caller);
     suite_add_tcase(s, t);
     return s;
 }
