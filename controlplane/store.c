@@ -123,10 +123,12 @@ static void *store__ckpt_main(void *arg)
 /* After each commit of the main connection, with the frames the WAL holds. */
 static int store__wal_hook(void *arg, sqlite3 *db, const char *name, int frames)
 {
-    (void)db;
-    (void)name;
     struct cp_store *s = arg;
-    if (frames >= STORE_CKPT_FRAMES) {
+    if (frames >= 16 * STORE_CKPT_FRAMES) {
+        /* The thread has fallen behind, or cannot open the database: the WAL stays bounded,
+         * the writer checkpoints as SQLite would. */
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    } else if (frames >= STORE_CKPT_FRAMES) {
         pthread_mutex_lock(&s->ck_lock);
         if (!s->ck_wanted) {
             s->ck_wanted = true;
