@@ -6,8 +6,9 @@
  * Runs as root in a network namespace of its own (only loopback), with airlockd started on
  * 127.0.0.1:<free port> and a state directory, cgroup parent and interface prefix unique to
  * this run, all removed at the end (also on failure). airlockd runs with its defaults (the
- * vswitch, airlock-egress, airlock-vault, a warm pool) except sandboxes.max. Measures,
- * client-side, through the E2B API:
+ * vswitch, airlock-egress, airlock-vault, both pools) except sandboxes.max. Each phase
+ * begins once both pools are full (airlockd's airlock_pool_ready against airlock_pool_size).
+ * Measures, client-side, through the E2B API:
  *   create_c1_*      N1 creations one after the other: POST /v2/sandboxes until 201 (the
  *                    agent answered /health) plus the first GET /health through the data
  *                    plane (target p50 <= 20 ms with the jail backend)
@@ -264,6 +265,48 @@ static int stage_sums(double sum[N_STAGES], double count[N_STAGES])
     }
     al_http_resp_free(&r);
     return found == N_STAGES ? 0 : -1;
+}
+
+/* The value of one series of airlockd's /metrics text (len bytes), or -1. */
+static long metric_value(const char *text, size_t len, const char *series)
+{
+    size_t l = strlen(series);
+    for (size_t i = 0; i + l < len; i++) {
+        if ((i == 0 || text[i - 1] == '\n') && memcmp(text + i, series, l) == 0 &&
+            text[i + l] == ' ')
+            return strtol(text + i + l + 1, NULL, 10);
+    }
+    return -1;
+}
+
+/* Waits (up to timeout_s) until both pools hold what they keep (airlock_pool_ready against
+ * airlock_pool_size), so that each phase starts from the same state whatever the pools'
+ * sizes. false if they did not fill in time. */
+static bool pools_wait(int timeout_s)
+{
+    static const char *const pools[] = {"airlock-vmm", "network"};
+    uint64_t deadline = al_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+    do {
+        struct al_http_resp r = {0};
+        struct al_error e = {0};
+        bool full =
+            g_url[0] &&
+            al_http_call(g_url, "GET", "/metrics", NULL, 0, NULL, 0, 10000, 0, &r, &e) == 0 &&
+            r.body.data;
+        for (size_t i = 0; full && i < 2; i++) {
+            char rs[96], ss[96];
+            snprintf(rs, sizeof rs, "airlock_pool_ready{pool=\"%s\"}", pools[i]);
+            snprintf(ss, sizeof ss, "airlock_pool_size{pool=\"%s\"}", pools[i]);
+            long ready = metric_value(r.body.data, r.body.len, rs);
+            long size = metric_value(r.body.data, r.body.len, ss);
+            full = ready >= 0 && size >= 0 && ready >= size;
+        }
+        al_http_resp_free(&r);
+        if (full)
+            return true;
+        usleep(100000);
+    } while (al_now_ns() < deadline);
+    return false;
 }
 
 struct phase {
@@ -736,7 +779,9 @@ int main(int argc, char **argv)
         return 1;
     }
     /* Let the pools (warm airlock-vmm processes, sandbox networks) fill before measuring. */
-    sleep(opt_warm > 16 || opt_netpool > 16 ? 15 : 3);
+    sleep(1);
+    if (!pools_wait(120))
+        fprintf(stderr, "cp_bench: the pools did not fill within 120 s; measuring anyway\n");
     int fails = 0;
     int nmax = opt_nc > opt_n1 ? opt_nc : opt_n1;
     size_t cap = (size_t)(nmax > opt_max ? nmax : opt_max);
@@ -760,10 +805,10 @@ int main(int argc, char **argv)
     /* c = CONC */
     char m[64];
     snprintf(m, sizeof m, "create_c%d", opt_conc);
-    /* The pools refill between bursts (the kills' network releases finish meanwhile);
-     * large pools take longer. */
-    int pools = opt_warm > opt_netpool ? opt_warm : opt_netpool;
-    sleep(3 + (unsigned)(pools > 32 ? pools / 15 : 0));
+    /* The pools refill between bursts (the kills' network releases finish meanwhile). */
+    sleep(3);
+    if (!pools_wait(120))
+        fprintf(stderr, "cp_bench: the pools did not refill within 120 s; measuring anyway\n");
     phase_begin(&ph);
     fails += flight_run(opt_nc, opt_conc, false, ids, ms, ms2, &secs);
     phase_end(&ph, m, opt_nc);

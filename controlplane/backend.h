@@ -85,6 +85,9 @@ void cp_vmm_pool_start(struct cp *cp);
 /* Tops the pool up (does nothing while creations are in flight). */
 void cp_vmm_pool_refill(struct cp *cp);
 void cp_vmm_pool_stop(void);
+/* Warm airlock-vmm processes ready to take a spec, and how many the pool keeps (0 when the
+ * backend has no warm pool: kvm, test). */
+void cp_vmm_pool_counts(const struct cp *cp, size_t *ready, size_t *size);
 extern const struct cp_backend_ops cp_backend_test;
 
 #endif

@@ -596,6 +596,13 @@ void cp_vmm_pool_start(struct cp *cp)
         vmm__pool_refill(cp);
 }
 
+void cp_vmm_pool_counts(const struct cp *cp, size_t *ready, size_t *size)
+{
+    bool used = cp->backend == &cp_backend_vmm && strcmp(cp->backend_kind, "jail") == 0;
+    *ready = used ? vmm__pool.n_warm : 0;
+    *size = used ? (size_t)cp->cfg.warm_pool : 0;
+}
+
 void cp_vmm_pool_stop(void)
 {
     /* Closing their standard input releases warm processes (they exit 0). */

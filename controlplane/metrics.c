@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "common/util.h"
 #include "cp.h"
 #include "egressreg.h"
@@ -192,6 +193,22 @@ void cp_metrics_render(struct cp *cp, struct al_buf *b)
     for (int i = 1; i < 6; i++)
         al_buf_printf(b, "airlock_dataplane_responses_total{code=\"%dxx\"} %llu\n", i,
                       (unsigned long long)m->proxy[i]);
+    size_t warm_ready, warm_size;
+    cp_vmm_pool_counts(cp, &warm_ready, &warm_size);
+    size_t net_ready = cp->net && cp->net->pool_ready ? cp->net->pool_ready(cp->net_priv) : 0;
+    size_t net_size = cp->net && cp->net->pool_ready ? (size_t)cp->cfg.net_pool_size : 0;
+    al_buf_printf(b,
+                  "# HELP airlock_pool_ready Resources made ahead of creations and ready: warm "
+                  "airlock-vmm processes, sandbox networks.\n"
+                  "# TYPE airlock_pool_ready gauge\n"
+                  "airlock_pool_ready{pool=\"airlock-vmm\"} %zu\n"
+                  "airlock_pool_ready{pool=\"network\"} %zu\n"
+                  "# HELP airlock_pool_size How many of each the pools keep ready "
+                  "(sandboxes.warm_pool, network.pool_size; 0: no pool).\n"
+                  "# TYPE airlock_pool_size gauge\n"
+                  "airlock_pool_size{pool=\"airlock-vmm\"} %zu\n"
+                  "airlock_pool_size{pool=\"network\"} %zu\n",
+                  warm_ready, net_ready, warm_size, net_size);
     json_t *es = cp->egress ? cp_egress_stats(cp->egress) : NULL;
     al_buf_printf(b,
                   "# HELP airlock_egress_up Whether airlock-egress answered its last "

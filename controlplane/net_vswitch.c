@@ -110,6 +110,11 @@ static int nv_destroy(void *priv, struct al_error *err)
     return rc;
 }
 
+static size_t nv_pool_ready(void *priv)
+{
+    return vswitch_pool_ready(((struct nv *)priv)->vs);
+}
+
 static const struct cp_net_ops nv_ops = {
     .name = "vswitch",
     .acquire = nv_acquire,
@@ -117,6 +122,7 @@ static const struct cp_net_ops nv_ops = {
     .find = nv_find,
     .foreach = nv_foreach,
     .pool_fill = nv_pool_fill,
+    .pool_ready = nv_pool_ready,
     .close = nv_close,
     .destroy = nv_destroy,
 };

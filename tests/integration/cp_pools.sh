@@ -7,6 +7,7 @@
 #     few seconds. metrics_interval is an hour here, so the periodic tick cannot be what
 #     refilled them: the network pool used to wait for it (5 s by default), and a burst
 #     arriving meanwhile made every network on demand, one at a time;
+#   - /metrics's airlock_pool_ready and airlock_pool_size say so too;
 #   - /metrics has airlock_sandbox_create_stage_duration_seconds for each stage (accept,
 #     network, egress, queue, start), three creations each, whose times add up to the creations'
 #     total; each creation's log line names its stages.
@@ -53,6 +54,11 @@ al_eq "after the burst, both pools are full again (3 sandboxes' networks + 2 poo
   "$(wait_pools 50 '5 2')" "5 2"
 
 M=$(cp_api "$CP_URL/metrics")
+# The pools' gauges say what the processes and interfaces counted above say.
+for pool in airlock-vmm network; do
+  al_match "/metrics: the $pool pool keeps 2" "^airlock_pool_size\{pool=\"$pool\"\} 2$" echo "$M"
+  al_match "/metrics: the $pool pool has 2 ready" "^airlock_pool_ready\{pool=\"$pool\"\} 2$" echo "$M"
+done
 for st in accept network egress queue start; do
   al_match "stage $st: three creations timed" \
     "^airlock_sandbox_create_stage_duration_seconds_count\{stage=\"$st\"\} 3$" echo "$M"
