@@ -16,6 +16,8 @@
  *                    create_c50_until_201_*: the same creations until their 201 only, for
  *                    comparison (what an SDK's create waits for)
  *   kill_c1_*, kill_c50_*  DELETE /sandboxes/{id} until 204 (the processes are gone)
+ *   airlockd_stop    SIGTERM at the end until airlockd exited (it deletes the pooled
+ *                    networks; the sandboxes are gone by then)
  *   vmm_direct_*     reference, same run: airlock-vmm started directly with a spec (cold),
  *                    until its ready line, without airlockd, network or egress
  *   pss_per_idle_sandbox  (PSS of every airlock process and every process of the sandboxes,
@@ -879,6 +881,19 @@ int main(int argc, char **argv)
     free(ids);
     free(ms);
     free(ms2);
+    /* airlockd's stop: SIGTERM until it exited (it deletes its pooled networks then). */
+    if (g_airlockd > 0) {
+        uint64_t ts = al_now_ns();
+        kill(g_airlockd, SIGTERM);
+        for (int i = 0; i < 12000; i++) {
+            if (waitpid(g_airlockd, NULL, WNOHANG) == g_airlockd) {
+                out("airlockd_stop", (double)(al_now_ns() - ts) / 1e6, "ms");
+                g_airlockd = 0;
+                break;
+            }
+            usleep(5000);
+        }
+    }
     cleanup();
     if (fails)
         fprintf(stderr, "cp_bench: %d request(s) failed (see above)\n", fails);
