@@ -195,8 +195,9 @@ void cp_metrics_render(struct cp *cp, struct al_buf *b)
                       (unsigned long long)m->proxy[i]);
     size_t warm_ready, warm_size;
     cp_vmm_pool_counts(cp, &warm_ready, &warm_size);
-    size_t net_ready = cp->net && cp->net->pool_ready ? cp->net->pool_ready(cp->net_priv) : 0;
-    size_t net_size = cp->net && cp->net->pool_ready ? (size_t)cp->cfg.net_pool_size : 0;
+    size_t net_ready = 0, net_size = 0;
+    if (cp->net && cp->net->pool_counts)
+        cp->net->pool_counts(cp->net_priv, &net_ready, &net_size);
     al_buf_printf(b,
                   "# HELP airlock_pool_ready Resources made ahead of creations and ready: warm "
                   "airlock-vmm processes, sandbox networks.\n"

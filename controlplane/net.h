@@ -37,8 +37,9 @@ struct cp_net_ops {
     int (*foreach)(void *priv, int (*fn)(uint64_t seq, const char *label, void *arg), void *arg);
     /* Keeps the pool of ready networks full (worker thread). */
     int (*pool_fill)(void *priv, struct al_error *err);
-    /* Networks ready in the pool (waits for at most one network being made). */
-    size_t (*pool_ready)(void *priv);
+    /* Networks ready in the pool and how many it keeps (0: no pool); waits for at most one
+     * network being made. */
+    void (*pool_counts)(void *priv, size_t *ready, size_t *size);
     /* Releases the handle; everything stays attached (fail closed) for the next airlockd. */
     void (*close)(void *priv);
     /* Removes the whole switch instance (rules, guard, pins); refuses (-EBUSY) while

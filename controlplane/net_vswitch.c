@@ -14,7 +14,8 @@
 
 struct nv {
     struct vswitch *vs;
-    bool tap; /* kvm: sandboxes get taps (no pool of network namespaces) */
+    bool tap;         /* kvm: sandboxes get taps (no pool of network namespaces) */
+    size_t pool_size; /* what the switch's pool keeps */
 };
 
 static void nv__fill(const struct vswitch_net *n, struct cp_net *out)
@@ -110,9 +111,11 @@ static int nv_destroy(void *priv, struct al_error *err)
     return rc;
 }
 
-static size_t nv_pool_ready(void *priv)
+static void nv_pool_counts(void *priv, size_t *ready, size_t *size)
 {
-    return vswitch_pool_ready(((struct nv *)priv)->vs);
+    struct nv *v = priv;
+    *size = v->pool_size;
+    *ready = v->pool_size ? vswitch_pool_ready(v->vs) : 0;
 }
 
 static const struct cp_net_ops nv_ops = {
@@ -122,7 +125,7 @@ static const struct cp_net_ops nv_ops = {
     .find = nv_find,
     .foreach = nv_foreach,
     .pool_fill = nv_pool_fill,
-    .pool_ready = nv_pool_ready,
+    .pool_counts = nv_pool_counts,
     .close = nv_close,
     .destroy = nv_destroy,
 };
@@ -142,6 +145,7 @@ int cp_net_vswitch_open(struct cp *cp, struct al_error *err)
     v->tap = strcmp(cp->backend_kind, "kvm") == 0;
     if (v->tap)
         o.pool_size = 0;
+    v->pool_size = o.pool_size;
     int rc = vswitch_open(&o, &v->vs, err);
     if (rc) {
         free(v);
