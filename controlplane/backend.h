@@ -85,6 +85,9 @@ void cp_vmm_pool_start(struct cp *cp);
 /* Tops the pool up (does nothing while creations are in flight). */
 void cp_vmm_pool_refill(struct cp *cp);
 void cp_vmm_pool_stop(void);
+/* After the loop has ended: waits (up to timeout_ms) until the warm processes released by
+ * cp_vmm_pool_stop have exited, so that nothing of the pool outlives airlockd. */
+void cp_vmm_pool_wait(unsigned timeout_ms);
 /* Warm airlock-vmm processes ready to take a spec, and how many the pool keeps (0 when the
  * backend has no warm pool: kvm, test). */
 void cp_vmm_pool_counts(const struct cp *cp, size_t *ready, size_t *size);

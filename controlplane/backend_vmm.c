@@ -293,6 +293,30 @@ struct vmm_pool {
 
 static struct vmm_pool vmm__pool;
 
+/* Warm processes released at airlockd's stop (EOF on their standard input): they remove
+ * their warm cgroups and exit on their own. Their pidfds are kept so that airlockd exits
+ * only after them (cp_vmm_pool_wait), leaving nothing behind. */
+static int *vmm__released;
+static size_t vmm__n_released, vmm__cap_released;
+
+static void vp__release_track(int pidfd)
+{
+    int fd = pidfd >= 0 ? fcntl(pidfd, F_DUPFD_CLOEXEC, 3) : -1;
+    if (fd < 0)
+        return;
+    if (vmm__n_released == vmm__cap_released) {
+        size_t cap = vmm__cap_released ? 2 * vmm__cap_released : 64;
+        int *n = realloc(vmm__released, cap * sizeof *n);
+        if (!n) {
+            close(fd);
+            return;
+        }
+        vmm__released = n;
+        vmm__cap_released = cap;
+    }
+    vmm__released[vmm__n_released++] = fd;
+}
+
 static void vmm__start_finish(struct vmm_priv *p, int rc, const char *msg);
 static void vmm__pool_refill(struct cp *cp);
 
@@ -353,6 +377,7 @@ static void vp__line(struct vmm_proc *v)
         if (j && json_is_true(json_object_get(j, "warm")) && vmm__pool.closing) {
             /* Started before airlockd began to stop: release it (EOF on its stdin). */
             vmm__pool.n_starting--;
+            vp__release_track(v->pidfd);
             vp__done(v);
         } else if (j && json_is_true(json_object_get(j, "warm"))) {
             v->state = VP_WARM;
@@ -610,8 +635,50 @@ void cp_vmm_pool_stop(void)
     while (vmm__pool.warm) {
         struct vmm_proc *v = vmm__pool.warm;
         vp__pool_remove(v);
+        vp__release_track(v->pidfd);
         vp__done(v);
     }
+}
+
+void cp_vmm_pool_wait(unsigned timeout_ms)
+{
+    uint64_t deadline = al_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    size_t left = vmm__n_released;
+    struct pollfd *pf = left ? calloc(left, sizeof *pf) : NULL;
+    while (pf && left) {
+        size_t n = 0;
+        for (size_t i = 0; i < vmm__n_released; i++)
+            if (vmm__released[i] >= 0)
+                pf[n++] = (struct pollfd){.fd = vmm__released[i], .events = POLLIN};
+        uint64_t now = al_now_ns();
+        if (now >= deadline)
+            break;
+        int r = poll(pf, n, (int)((deadline - now) / 1000000ull) + 1);
+        if (r < 0 && errno != EINTR)
+            break;
+        for (size_t k = 0; r > 0 && k < n; k++) {
+            if (!pf[k].revents)
+                continue;
+            for (size_t i = 0; i < vmm__n_released; i++) {
+                if (vmm__released[i] == pf[k].fd) {
+                    close(vmm__released[i]);
+                    vmm__released[i] = -1;
+                    left--;
+                }
+            }
+        }
+    }
+    free(pf);
+    if (left)
+        al_warn("%zu released warm airlock-vmm process%s still running after %u ms (each "
+                "removes its warm cgroups when it exits)",
+                left, left == 1 ? " is" : "es are", timeout_ms);
+    for (size_t i = 0; i < vmm__n_released; i++)
+        if (vmm__released[i] >= 0)
+            close(vmm__released[i]);
+    free(vmm__released);
+    vmm__released = NULL;
+    vmm__n_released = vmm__cap_released = 0;
 }
 
 /* ---- start ----------------------------------------------------------------------------- */

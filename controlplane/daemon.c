@@ -904,6 +904,7 @@ out:
         if (uv_loop_close(cp->loop) == UV_EBUSY)
             al_debug("some handles were still open at exit");
     }
+    cp_vmm_pool_wait(10000);
     if (cp->egress)
         cp_egress_free(cp->egress);
     cp_metrics_free(cp->metrics);
