@@ -40,6 +40,23 @@ struct vswitch_view {
 
 struct vswitch_bpf;
 
+/* How many networks the switch keeps half-made (vs__stage_*): at most this, and never more
+ * than the pool (no pool, no networks made ahead). */
+#define VS_STAGE_MAX 4
+
+/* A half-made network: its namespace, the veth pair (link down) and the host side's clsact
+ * qdisc, but no programs, no identity, no address. The invariant holds (down and
+ * unattached: the guard covers it; a restart deletes it as an orphan). Why: the kernel
+ * waits for an RCU grace period when the first filter goes onto a clsact qdisc younger than
+ * one grace period (mini_qdisc_pair_swap), and it waits holding the RTNL, so every other
+ * network waits too; a qdisc made a few networks ahead is old enough. */
+struct vs_staged {
+    uint32_t slot;
+    int ifindex;
+    int nsfd;
+    struct vs_nl nl; /* bound to its namespace (the sandbox side is configured through it) */
+};
+
 struct vswitch {
     pthread_mutex_t mu;
     struct vswitch_bpf *skel;
@@ -59,6 +76,9 @@ struct vswitch {
     unsigned pool_fillers;
     bool pool_stop;
     pthread_cond_t pool_cv;
+    /* Half-made networks, oldest first (min(VS_STAGE_MAX, pool_size) of them). */
+    struct vs_staged stage[VS_STAGE_MAX];
+    size_t stage_n;
     /* Callers waiting for mu to work on a sandbox's network (vs__lock_for_sandbox): a fill
      * lets them go first between its networks. An unlock followed by a lock does not: the
      * filling thread usually takes mu back before a waiter wakes. */
@@ -106,7 +126,8 @@ int vs__slot_alloc(struct vswitch *vs, uint32_t *slot, struct al_error *err);
 void vs__slot_free(struct vswitch *vs, uint32_t slot);
 void vs__slot_macs(uint32_t slot, uint8_t host[6], uint8_t guest[6]);
 bool vs__mac_is_ours(const uint8_t mac[6]);
-/* Under mu: stops and waits for running pool fills, then frees the pooled networks. */
+/* Under mu: stops and waits for running pool fills, then frees the pooled and the
+ * half-made networks. */
 void vs__pool_drain(struct vswitch *vs);
 /* Takes mu for work a sandbox waits for (create, destroy, taps, attach; and the pool's
  * count): ahead of a pool fill, which waits between its networks while such callers wait. */
@@ -120,6 +141,9 @@ int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch 
 int vs__attach_locked(struct vswitch *vs, int ifindex, const struct vs_iface *ifc,
                       struct al_error *err);
 int vs__detach_locked(struct vswitch *vs, int ifindex, struct al_error *err);
+/* Makes the clsact qdisc that vs__attach_locked will put the filters on (nothing in TCX
+ * mode), ahead of time: see struct vs_staged. */
+int vs__qdisc_ahead(struct vswitch *vs, int ifindex, struct al_error *err);
 /* Sets addresses and the flags of a fresh vs_iface for slot. */
 void vs__iface_init(struct vswitch *vs, struct vs_iface *ifc, uint32_t slot,
                     const struct vswitch_sandbox *sb, const char *ifname, uint32_t flags);

@@ -149,6 +149,18 @@ static int loader__attach_clsact(struct vswitch *vs, int ifindex, bool ingress,
     return 0;
 }
 
+int vs__qdisc_ahead(struct vswitch *vs, int ifindex, struct al_error *err)
+{
+    if (vs->cfg.attach_mode == VS_ATTACH_TCX)
+        return 0; /* (no qdisc: a TCX link waits for its own grace period at the attach) */
+    LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = BPF_TC_INGRESS);
+    int rc = bpf_tc_hook_create(&hook);
+    if (rc && rc != -EEXIST)
+        return al_error_set(err, rc, "creating the clsact qdisc on interface %d: %s", ifindex,
+                            strerror(-rc));
+    return 0;
+}
+
 static int loader__attach_progs(struct vswitch *vs, int ifindex, struct al_error *err)
 {
     for (int i = 0; i < 2; i++) {

@@ -235,10 +235,11 @@ static int net__guest_config(struct vswitch *vs, struct vs_nl *gnl, const struct
     return rc;
 }
 
-/* Creates, attaches and configures one veth network (caller holds the lock). sb NULL makes
- * a pool network. */
-static int net__create_locked(struct vswitch *vs, const struct vswitch_sandbox *sb,
-                              struct vswitch_net *out, struct al_error *err)
+/* ---- half-made networks (struct vs_staged) ----------------------------------------------- */
+
+/* The first part of a veth network (caller holds the lock): a slot, the namespace, the veth
+ * pair (down) and the host side's qdisc. */
+static int net__stage_make(struct vswitch *vs, struct vs_staged *st, struct al_error *err)
 {
     uint32_t slot;
     int rc = vs__slot_alloc(vs, &slot, err);
@@ -246,8 +247,8 @@ static int net__create_locked(struct vswitch *vs, const struct vswitch_sandbox *
         return rc;
     char name[IFNAMSIZ];
     net__ifname(vs, slot, name);
-    struct vs_iface ifc;
-    vs__iface_init(vs, &ifc, slot, sb, name, sb ? 0 : VS_IF_POOL);
+    uint8_t host_mac[6], guest_mac[6];
+    vs__slot_macs(slot, host_mac, guest_mac);
 
     struct net__ns ns;
     rc = net__ns_create(&ns, err);
@@ -256,49 +257,116 @@ static int net__create_locked(struct vswitch *vs, const struct vswitch_sandbox *
         return rc;
     }
     struct vs_veth_spec spec = {.name = name,
-                                .mac = ifc.host_mac,
+                                .mac = host_mac,
                                 .peer_name = VSWITCH_GUEST_IFNAME,
-                                .peer_mac = ifc.guest_mac,
+                                .peer_mac = guest_mac,
                                 .peer_netns_fd = ns.nsfd};
-    rc = vs_nl_veth_add(&vs->nl, &spec, err);
-    if (rc) {
-        vs__slot_free(vs, slot);
-        goto out_ns;
-    }
     int ifindex = 0;
-    rc = vs_nl_link_index(&vs->nl, name, &ifindex, err);
-    if (!rc)
-        rc = vs_nl_link_addrgen_none(&vs->nl, ifindex, err); /* no IPv6 from the host side */
+    rc = vs_nl_veth_add(&vs->nl, &spec, err);
+    if (!rc) {
+        rc = vs_nl_link_index(&vs->nl, name, &ifindex, err);
+        if (!rc)
+            rc = vs_nl_link_addrgen_none(&vs->nl, ifindex, err); /* no IPv6 from the host side */
+        if (!rc)
+            rc = vs__qdisc_ahead(vs, ifindex, err);
+        /* (A failure after the veth cannot happen short of someone deleting it; should the
+         * deletion fail too, the next vswitch_open removes the unattached interface.) */
+        if (rc && ifindex > 0)
+            vs_nl_link_del(&vs->nl, ifindex, NULL);
+    }
     if (rc) {
-        /* Cannot happen short of someone deleting it; the next vswitch_open removes it. */
         vs__slot_free(vs, slot);
-        goto out_ns;
-    }
-    /* Programs and identity while the link is still down: no packet ever passes
-     * unattached. Then up, host route + neighbour, and the sandbox side. */
-    rc = vs__attach_locked(vs, ifindex, &ifc, err);
-    if (rc) {
-        vs_nl_link_del(&vs->nl, ifindex, NULL);
-        vs__slot_free(vs, slot);
-        goto out_ns;
-    }
-    rc = vs_nl_link_set_up(&vs->nl, ifindex, true, err);
-    if (!rc)
-        rc = vs__host_routes(vs, ifindex, &ifc, err);
-    if (!rc)
-        rc = net__guest_config(vs, &ns.nl, &ifc, err);
-    if (rc) {
-        vs__detach_locked(vs, ifindex, NULL);
-        goto out_ns;
-    }
-    net__fill(&ifc, ifindex, out);
-    out->prefix_len = vs->cfg.prefix_len;
-    out->netns_fd = ns.nsfd;
-    ns.nsfd = -1;
-out_ns:
-    vs_nl_close(&ns.nl);
-    if (ns.nsfd >= 0)
+        vs_nl_close(&ns.nl);
         close(ns.nsfd);
+        return rc;
+    }
+    *st = (struct vs_staged){.slot = slot, .ifindex = ifindex, .nsfd = ns.nsfd, .nl = ns.nl};
+    return 0;
+}
+
+/* Throws a half-made network away (caller holds the lock). */
+static void net__stage_discard(struct vswitch *vs, struct vs_staged *st)
+{
+    vs_nl_link_del(&vs->nl, st->ifindex, NULL); /* (the sandbox side goes with it) */
+    vs__slot_free(vs, st->slot);
+    vs_nl_close(&st->nl);
+    close(st->nsfd);
+}
+
+/* The rest (caller holds the lock): programs and identity while the link is still down (no
+ * packet ever passes unattached), then up, the host route and neighbour, and the sandbox
+ * side. st is used up either way: on failure its interface is gone and its slot free. */
+static int net__finish_locked(struct vswitch *vs, const struct vswitch_sandbox *sb,
+                              struct vs_staged *st, struct vswitch_net *out, struct al_error *err)
+{
+    char name[IFNAMSIZ];
+    net__ifname(vs, st->slot, name);
+    struct vs_iface ifc;
+    vs__iface_init(vs, &ifc, st->slot, sb, name, sb ? 0 : VS_IF_POOL);
+    int rc = vs__attach_locked(vs, st->ifindex, &ifc, err);
+    if (rc) {
+        vs_nl_link_del(&vs->nl, st->ifindex, NULL);
+        vs__slot_free(vs, st->slot);
+    } else {
+        rc = vs_nl_link_set_up(&vs->nl, st->ifindex, true, err);
+        if (!rc)
+            rc = vs__host_routes(vs, st->ifindex, &ifc, err);
+        if (!rc)
+            rc = net__guest_config(vs, &st->nl, &ifc, err);
+        if (rc)
+            vs__detach_locked(vs, st->ifindex, NULL); /* (deletes it, frees the slot) */
+    }
+    vs_nl_close(&st->nl);
+    if (rc) {
+        close(st->nsfd);
+        return rc;
+    }
+    net__fill(&ifc, st->ifindex, out);
+    out->prefix_len = vs->cfg.prefix_len;
+    out->netns_fd = st->nsfd;
+    return 0;
+}
+
+/* Keeps min(VS_STAGE_MAX, pool_size) networks half-made (caller holds the lock). A failure
+ * (no free slot, say) only leaves fewer: the next creation makes its own. */
+static void net__stage_top_up(struct vswitch *vs)
+{
+    size_t want = vs->pool_size < VS_STAGE_MAX ? vs->pool_size : VS_STAGE_MAX;
+    while (!vs->pool_stop && vs->stage_n < want) {
+        struct al_error e = {0};
+        if (net__stage_make(vs, &vs->stage[vs->stage_n], &e) != 0) {
+            al_debug("vswitch: no network made ahead: %s", al_error_str(&e));
+            return;
+        }
+        vs->stage_n++;
+    }
+}
+
+/* Creates, attaches and configures one veth network (caller holds the lock), from the
+ * oldest half-made one if there is one; then makes one ahead for a later creation. sb NULL
+ * makes a pool network. */
+static int net__create_locked(struct vswitch *vs, const struct vswitch_sandbox *sb,
+                              struct vswitch_net *out, struct al_error *err)
+{
+    struct vs_staged st;
+    int rc = -1;
+    if (vs->stage_n > 0) {
+        st = vs->stage[0];
+        memmove(&vs->stage[0], &vs->stage[1], --vs->stage_n * sizeof vs->stage[0]);
+        rc = net__finish_locked(vs, sb, &st, out, err);
+        if (rc) {
+            /* Unusable (its interface deleted behind our back?): a fresh one instead. */
+            al_warn("vswitch: a network made ahead could not be finished (%s); making a new one",
+                    al_error_str(err));
+            al_error_clear(err);
+        }
+    }
+    if (rc) {
+        rc = net__stage_make(vs, &st, err);
+        if (!rc)
+            rc = net__finish_locked(vs, sb, &st, out, err);
+    }
+    net__stage_top_up(vs);
     return rc;
 }
 
@@ -407,6 +475,8 @@ void vs__pool_drain(struct vswitch *vs)
         vs__detach_locked(vs, net->host_ifindex, NULL);
         vswitch_net_close_fds(net);
     }
+    while (vs->stage_n > 0)
+        net__stage_discard(vs, &vs->stage[--vs->stage_n]);
 }
 
 /* ---- taps and foreign interfaces ------------------------------------------------------- */

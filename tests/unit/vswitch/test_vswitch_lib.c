@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -25,7 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <net/if.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char g_state[PATH_MAX], g_pin[PATH_MAX];
@@ -315,6 +318,112 @@ START_TEST(pool_hands_out_ready_networks)
     ck_assert(link_exists(keep));
     ck_assert_int_eq(vswitch_net_destroy(vs, 9, &e), 0);
     vswitch_net_close_fds(&net);
+    ck_assert_int_eq(vswitch_destroy(vs, false, &e), 0);
+}
+END_TEST
+
+/* Interfaces named ut* that the switch has no identity for: its half-made networks. */
+struct staged_scan {
+    struct vswitch *vs;
+    int n, up, idx[16];
+};
+
+static int staged_cb(const struct vs_nl_link_info *l, void *arg)
+{
+    struct staged_scan *s = arg;
+    __u32 k = (__u32)l->ifindex;
+    struct vs_iface ifc;
+    if (strncmp(l->name, "ut", 2) != 0 ||
+        bpf_map_lookup_elem(vswitch_get_view(s->vs)->map_ifaces, &k, &ifc) == 0)
+        return 0;
+    if (s->n < 16)
+        s->idx[s->n] = l->ifindex;
+    s->n++;
+    s->up += !!(l->flags & IFF_UP);
+    return 0;
+}
+
+static struct staged_scan staged(struct vswitch *vs)
+{
+    struct staged_scan s = {.vs = vs};
+    struct vs_nl nl;
+    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
+    ck_assert_int_ge(vs_nl_link_dump(&nl, staged_cb, &s, NULL), 0);
+    vs_nl_close(&nl);
+    return s;
+}
+
+START_TEST(networks_are_made_ahead_and_finished_on_demand)
+{
+    world();
+    struct vswitch_opts o = opts();
+    o.pool_size = 2; /* (fewer than VS_STAGE_MAX: as many made ahead as the pool keeps) */
+    struct vswitch *vs = open_ok(&o);
+    struct al_error e = {0};
+    ck_assert_int_eq(vswitch_pool_fill(vs, &e), 2);
+    /* Two pooled networks, and two more half-made: down, without identity, their clsact
+     * qdisc already there (the first filter on a qdisc younger than an RCU grace period
+     * waits for one, holding the RTNL). */
+    struct staged_scan s = staged(vs);
+    ck_assert_int_eq(count_ifaces(vs, true), 2);
+    ck_assert_int_eq(s.n, 2);
+    ck_assert_int_eq(s.up, 0);
+    for (int i = 0; i < s.n; i++) {
+        LIBBPF_OPTS(bpf_tc_hook, h, .ifindex = s.idx[i], .attach_point = BPF_TC_INGRESS);
+        ck_assert_int_eq(bpf_tc_hook_create(&h), -EEXIST);
+    }
+    /* The pool first, then the oldest half-made network, finished; one more made ahead. */
+    struct vswitch_net net[3];
+    for (int i = 0; i < 3; i++) {
+        struct vswitch_sandbox sb = {.id = (uint64_t)(20 + i)};
+        ck_assert_int_eq(vswitch_net_create(vs, &sb, &net[i], &e), 0);
+    }
+    ck_assert_int_eq(net[2].host_ifindex, s.idx[0] < s.idx[1] ? s.idx[0] : s.idx[1]);
+    struct vs_nl nl;
+    struct vs_nl_link_info l;
+    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
+    ck_assert_int_eq(vs_nl_link_get(&nl, net[2].host_ifindex, &l, NULL), 0);
+    vs_nl_close(&nl);
+    ck_assert(l.flags & IFF_UP);
+    struct vswitch_peer p;
+    ck_assert_int_eq(vswitch_view_peer(vswitch_get_view(vs), net[2].addr, &p), 0);
+    ck_assert_uint_eq(p.sandbox_id, 22);
+    struct guest_view g = look_inside(net[2].netns_fd);
+    /* (Its address is another slot's than look_inside knows.) */
+    ck_assert(g.has_default && g.eth0_up);
+    s = staged(vs);
+    ck_assert_int_eq(s.n, 2);
+    ck_assert_int_eq(s.up, 0);
+    ck_assert_int_eq(count_ifaces(vs, false), 3);
+
+    /* Closing gives the half-made networks back with the pool. */
+    vswitch_close(vs);
+    vs = open_ok(&o);
+    ck_assert_int_eq(staged(vs).n, 0);
+    ck_assert_int_eq(count_ifaces(vs, false), 3);
+
+    /* A process that dies with networks made ahead: the next start deletes them. */
+    pid_t c = fork();
+    ck_assert_int_ge(c, 0);
+    if (c == 0) {
+        vswitch_close(vs);
+        struct vswitch *v2 = NULL;
+        struct al_error e2 = {0};
+        if (vswitch_open(&o, &v2, &e2) != 0 || vswitch_pool_fill(v2, &e2) != 2 || staged(v2).n != 2)
+            _exit(1);
+        _exit(0); /* (no vswitch_close) */
+    }
+    vswitch_close(vs);
+    int st = 0;
+    ck_assert_int_eq(waitpid(c, &st, 0), c);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    vs = open_ok(&o);
+    ck_assert_int_eq(staged(vs).n, 0);
+    ck_assert_int_eq(count_ifaces(vs, true), 0);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(vswitch_net_destroy(vs, (uint64_t)(20 + i), &e), 0);
+        vswitch_net_close_fds(&net[i]);
+    }
     ck_assert_int_eq(vswitch_destroy(vs, false, &e), 0);
 }
 END_TEST
@@ -839,6 +948,7 @@ static Suite *vswitch_lib_suite(void)
     tcase_add_test(t, network_create_find_destroy);
     tcase_add_test(t, pool_hands_out_ready_networks);
     tcase_add_test(t, pool_fill_yields_to_creates_and_close_waits_for_it);
+    tcase_add_test(t, networks_are_made_ahead_and_finished_on_demand);
     tcase_add_test(t, reopen_adopts_and_forgets);
     tcase_add_test(t, interrupted_creation_is_deleted_and_the_rest_adopted);
     tcase_add_test(t, interface_without_identity_is_deleted_not_unattached);
