@@ -34,6 +34,9 @@ al_match "exec: output and environment" '^hello$' cp_cli sandbox exec "$SB" -- '
 cp_cli sandbox exec "$SB" -- 'exit 7'
 al_eq "exec: the command's exit status is ours" "$?" 7
 al_match "logs: the agent's lines" "process [0-9]+ started" cp_cli sandbox logs "$SB"
+al_match "logs: what its init set, on one line" \
+  "init: [0-9]+ environment variable\(s\) set, access token set \([0-9]+ bytes\)" \
+  cp_cli sandbox logs "$SB"
 al_ok "pause" cp_cli sandbox pause "$SB"
 al_match "ls shows it paused" "$SB +base +paused" cp_cli sandbox ls
 al_ok "resume" cp_cli sandbox resume "$SB" --timeout 120

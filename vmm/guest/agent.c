@@ -39,6 +39,21 @@ void agent_limits_default(struct agent_limits *lim)
     lim->forward_timeout_ms = 110000; /* under airlockd's 120 s: our 504 reaches the client */
 }
 
+/* Appends ", <what>" (no comma first) to buf. */
+__attribute__((format(printf, 3, 4))) static void agent__note(char *buf, size_t cap,
+                                                              const char *fmt, ...)
+{
+    size_t n = strlen(buf);
+    if (n && n + 2 < cap) {
+        memcpy(buf + n, ", ", 3);
+        n += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, cap - n, fmt, ap);
+    va_end(ap);
+}
+
 int agent_init(struct agent *a, uv_loop_t *loop, struct al_error *err)
 {
     a->loop = loop;
@@ -160,7 +175,6 @@ int agent_apply_init(struct agent *a, json_t *init, struct al_error *err)
         json_t *copy = json_deep_copy(env);
         json_decref(a->env);
         a->env = copy;
-        al_info("init: %zu environment variable(s) set", json_object_size(copy));
     }
     if (token && *token) {
         size_t n = strlen(token);
@@ -171,12 +185,20 @@ int agent_apply_init(struct agent *a, json_t *init, struct al_error *err)
         agent__free_token(a);
         a->token = t;
         a->token_len = n;
-        al_info("init: access token set (%zu bytes)", n);
     }
+    /* One line for what was set (each log line wakes airlock-vmm, which copies it into the
+     * sandbox's log, during every sandbox's start). */
+    char what[400] = "";
+    if (env)
+        agent__note(what, sizeof what, "%zu environment variable(s) set", json_object_size(env));
+    if (token && *token)
+        agent__note(what, sizeof what, "access token set (%zu bytes)", a->token_len);
     if (a->default_user)
-        al_info("init: default user '%s'", a->default_user);
+        agent__note(what, sizeof what, "default user '%.64s'", a->default_user);
     if (a->default_workdir)
-        al_info("init: default workdir '%s'", a->default_workdir);
+        agent__note(what, sizeof what, "default workdir '%.200s'", a->default_workdir);
+    if (what[0])
+        al_info("init: %s", what);
     return 0;
 }
 
