@@ -121,16 +121,20 @@ int jail_mnt_resolve(int rootfd, const char *rel, bool create, bool dir, struct 
     if ((size_t)snprintf(path, sizeof path, "%s", rel) >= sizeof path)
         return al_error_set(err, -ENAMETOOLONG, "path too long: /%s", rel);
     /* Usually only the last component is missing: create it in its parent, then open it
-     * relative to that parent (one component, not followed if a symlink). */
+     * relative to that parent (one component, not followed if a symlink). A name without a
+     * slash is in the root itself (e.g. /dev's nodes, made in a fresh tmpfs). (A missing
+     * name is never "." or "..": those always resolve.) */
     char *base = strrchr(path, '/');
     int parent = -1;
     if (base) {
         *base = '\0';
         parent = (int)mnt__openat2(rootfd, path, O_PATH | O_DIRECTORY | O_CLOEXEC);
         *base = '/';
+    } else {
+        parent = rootfd; /* (not ours: not closed below) */
     }
     if (parent >= 0) {
-        const char *name = base + 1;
+        const char *name = base ? base + 1 : path;
         int r;
         if (dir) {
             r = mkdirat(parent, name, 0755);
@@ -142,7 +146,8 @@ int jail_mnt_resolve(int rootfd, const char *rel, bool create, bool dir, struct 
         if (r == 0 || errno == EEXIST)
             fd = openat(parent, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
         int saved = errno;
-        close(parent);
+        if (parent != rootfd)
+            close(parent);
         if (fd >= 0)
             return fd;
         return al_error_set(err, -saved, "create /%s: %s", rel, strerror(saved));

@@ -6,6 +6,7 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +206,69 @@ START_TEST(mount_plan_shape)
 }
 END_TEST
 
+/* The same object as path (device and inode). */
+static bool same_file(int fd, const char *path)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && lstat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
+START_TEST(mount_targets_are_resolved_and_made_inside_the_root)
+{
+    mkdir_tmp();
+    char root[300], p[400];
+    snprintf(root, sizeof root, "%s/root", dir);
+    ck_assert_int_eq(mkdir(root, 0755), 0);
+    snprintf(p, sizeof p, "%s/etc", root);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/escape", root);
+    ck_assert_int_eq(symlink("/etc", p), 0);
+    int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    ck_assert_int_ge(rfd, 0);
+    struct al_error e = {0};
+
+    /* A missing name in the root itself: a file, then a directory. */
+    int fd = jail_mnt_resolve(rfd, "null", true, false, &e);
+    ck_assert_msg(fd >= 0, "%s", al_error_str(&e));
+    snprintf(p, sizeof p, "%s/null", root);
+    ck_assert(same_file(fd, p));
+    struct stat st;
+    ck_assert_int_eq(lstat(p, &st), 0);
+    ck_assert(S_ISREG(st.st_mode));
+    close(fd);
+    ck_assert_int_ge(fd = jail_mnt_resolve(rfd, "pts", true, true, &e), 0);
+    snprintf(p, sizeof p, "%s/pts", root);
+    ck_assert(same_file(fd, p));
+    ck_assert_int_eq(lstat(p, &st), 0);
+    ck_assert(S_ISDIR(st.st_mode));
+    close(fd);
+    /* Found again, not made twice; missing parents are made one by one. */
+    ck_assert_int_ge(fd = jail_mnt_resolve(rfd, "null", true, false, &e), 0);
+    close(fd);
+    ck_assert_int_ge(fd = jail_mnt_resolve(rfd, "a/b/c", true, true, &e), 0);
+    snprintf(p, sizeof p, "%s/a/b/c", root);
+    ck_assert(same_file(fd, p));
+    close(fd);
+    /* Without create, a missing name is an error that says which. */
+    ck_assert_int_eq(jail_mnt_resolve(rfd, "nope", false, false, &e), -ENOENT);
+    ck_assert_ptr_nonnull(strstr(al_error_str(&e), "/nope"));
+    /* A symlink in the template cannot lead out of the root: "escape" -> /etc is the
+     * root's own etc, where the missing name is made (the host's /etc is not touched). */
+    ck_assert_int_ge(fd = jail_mnt_resolve(rfd, "escape/al-jailparts-test", true, false, &e), 0);
+    snprintf(p, sizeof p, "%s/etc/al-jailparts-test", root);
+    ck_assert(same_file(fd, p));
+    close(fd);
+    ck_assert_int_ne(access("/etc/al-jailparts-test", F_OK), 0);
+    /* ".." of the root is the root. */
+    ck_assert_int_ge(fd = jail_mnt_resolve(rfd, "..", true, true, &e), 0);
+    ck_assert(same_file(fd, root));
+    close(fd);
+    close(rfd);
+    rm_tmp();
+}
+END_TEST
+
 START_TEST(mount_plan_rejects_bad_binds)
 {
     struct jail_mnt_plan p;
@@ -290,6 +354,7 @@ static Suite *suite(void)
     tcase_add_test(t, idmap_map_records_and_legacy_slot_files);
     tcase_add_test(t, mount_plan_shape);
     tcase_add_test(t, mount_plan_rejects_bad_binds);
+    tcase_add_test(t, mount_targets_are_resolved_and_made_inside_the_root);
     tcase_add_test(t, logcap_rotates_and_bounds_disk);
     tcase_add_test(t, logcap_rate_limit_drops_and_says_so);
     suite_add_tcase(s, t);
