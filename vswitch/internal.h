@@ -141,6 +141,9 @@ int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch 
 int vs__attach_locked(struct vswitch *vs, int ifindex, const struct vs_iface *ifc,
                       struct al_error *err);
 int vs__detach_locked(struct vswitch *vs, int ifindex, struct al_error *err);
+/* Drops the identity, pins and slot of an interface that is going away by itself (its
+ * namespace is being destroyed), without deleting it. */
+void vs__forget_locked(struct vswitch *vs, int ifindex);
 /* Makes the clsact qdisc that vs__attach_locked will put the filters on (nothing in TCX
  * mode), ahead of time: see struct vs_staged. */
 int vs__qdisc_ahead(struct vswitch *vs, int ifindex, struct al_error *err);

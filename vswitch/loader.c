@@ -279,6 +279,14 @@ int vs__detach_locked(struct vswitch *vs, int ifindex, struct al_error *err)
     return loader__detach(vs, ifindex, true, err);
 }
 
+void vs__forget_locked(struct vswitch *vs, int ifindex)
+{
+    __u32 key = (__u32)ifindex;
+    struct vs_iface ifc;
+    if (bpf_map_lookup_elem(vs->view.map_ifaces, &key, &ifc) == 0)
+        loader__forget(vs, ifindex, &ifc);
+}
+
 void vs__iface_init(struct vswitch *vs, struct vs_iface *ifc, uint32_t slot,
                     const struct vswitch_sandbox *sb, const char *ifname, uint32_t flags)
 {

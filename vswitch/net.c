@@ -13,6 +13,7 @@
 
 #include "common/cleanup.h"
 #include "common/log.h"
+#include "common/util.h"
 
 #include <bpf/bpf.h>
 #include <errno.h>
@@ -463,6 +464,37 @@ size_t vswitch_pool_ready(struct vswitch *vs)
     return n;
 }
 
+/* Waits (at most timeout_ms) until the interfaces of ifindex[] are gone; deletes the ones
+ * still there then. */
+static void net__wait_gone(struct vswitch *vs, const int *ifindex, size_t n, unsigned timeout_ms)
+{
+    uint64_t end = al_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    size_t left = n;
+    for (unsigned pause_us = 200; left > 0; pause_us = pause_us < 20000 ? pause_us * 2 : pause_us) {
+        left = 0;
+        for (size_t i = 0; i < n; i++) {
+            struct vs_nl_link_info l;
+            if (ifindex[i] > 0 && vs_nl_link_get(&vs->nl, ifindex[i], &l, NULL) == 0)
+                left++;
+        }
+        if (left == 0 || al_now_ns() >= end)
+            break;
+        usleep(pause_us);
+    }
+    if (left == 0)
+        return;
+    al_warn("vswitch: %zu pooled interface(s) still there %u ms after their namespaces were "
+            "released; deleting them",
+            left, timeout_ms);
+    for (size_t i = 0; i < n; i++) {
+        struct vs_nl_link_info l;
+        if (ifindex[i] > 0 && vs_nl_link_get(&vs->nl, ifindex[i], &l, NULL) == 0 &&
+            vs__mac_is_ours(l.mac) &&
+            strncmp(l.name, vs->cfg.ifname_prefix, strlen(vs->cfg.ifname_prefix)) == 0)
+            vs_nl_link_del(&vs->nl, ifindex[i], NULL);
+    }
+}
+
 void vs__pool_drain(struct vswitch *vs)
 {
     /* A fill running in another thread stops at its next network; wait for it. */
@@ -470,13 +502,37 @@ void vs__pool_drain(struct vswitch *vs)
     pthread_cond_broadcast(&vs->pool_cv); /* (a fill waiting for its turn) */
     while (vs->pool_fillers > 0)
         pthread_cond_wait(&vs->pool_cv, &vs->mu);
+    /* Deleting the interfaces one by one costs a wait for an RCU barrier each (15-20 ms: 2-4 s
+     * for a pool of 128). Nothing but our descriptors holds these networks' namespaces:
+     * closing them lets the kernel destroy them all in one batch, the veth pairs with them
+     * (one barrier for all). Identities go first (the programs drop whatever an interface
+     * without one sends, the guard covers it too); then we wait until the interfaces are
+     * gone, and delete any that is still there after a while ourselves. */
+    size_t n = vs->pool_n + vs->stage_n, k = 0;
+    int *gone = n ? calloc(n, sizeof *gone) : NULL;
     while (vs->pool_n > 0) {
         struct vswitch_net *net = &vs->pool[--vs->pool_n];
-        vs__detach_locked(vs, net->host_ifindex, NULL);
+        if (gone) {
+            vs__forget_locked(vs, net->host_ifindex);
+            gone[k++] = net->host_ifindex;
+        } else {
+            vs__detach_locked(vs, net->host_ifindex, NULL);
+        }
         vswitch_net_close_fds(net);
     }
-    while (vs->stage_n > 0)
-        net__stage_discard(vs, &vs->stage[--vs->stage_n]);
+    while (vs->stage_n > 0) {
+        struct vs_staged *st = &vs->stage[--vs->stage_n];
+        if (gone) {
+            vs__slot_free(vs, st->slot);
+            vs_nl_close(&st->nl);
+            close(st->nsfd);
+            gone[k++] = st->ifindex;
+        } else {
+            net__stage_discard(vs, st);
+        }
+    }
+    net__wait_gone(vs, gone, k, 5000);
+    free(gone);
 }
 
 /* ---- taps and foreign interfaces ------------------------------------------------------- */

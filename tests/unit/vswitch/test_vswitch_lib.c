@@ -343,6 +343,30 @@ static int staged_cb(const struct vs_nl_link_info *l, void *arg)
     return 0;
 }
 
+struct link_count {
+    const char *prefix;
+    int n;
+};
+
+static int count_links_cb(const struct vs_nl_link_info *l, void *arg)
+{
+    struct link_count *c = arg;
+    if (strncmp(l->name, c->prefix, strlen(c->prefix)) == 0)
+        c->n++;
+    return 0;
+}
+
+/* Interfaces of this namespace whose name starts with prefix. */
+static int count_links(const char *prefix)
+{
+    struct link_count c = {.prefix = prefix};
+    struct vs_nl nl;
+    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
+    ck_assert_int_ge(vs_nl_link_dump(&nl, count_links_cb, &c, NULL), 0);
+    vs_nl_close(&nl);
+    return c.n;
+}
+
 static struct staged_scan staged(struct vswitch *vs)
 {
     struct staged_scan s = {.vs = vs};
@@ -396,8 +420,10 @@ START_TEST(networks_are_made_ahead_and_finished_on_demand)
     ck_assert_int_eq(s.up, 0);
     ck_assert_int_eq(count_ifaces(vs, false), 3);
 
-    /* Closing gives the half-made networks back with the pool. */
+    /* Closing gives the half-made networks back with the pool: when it returns, only the
+     * three sandboxes' interfaces are left. */
     vswitch_close(vs);
+    ck_assert_int_eq(count_links("ut"), 3);
     vs = open_ok(&o);
     ck_assert_int_eq(staged(vs).n, 0);
     ck_assert_int_eq(count_ifaces(vs, false), 3);
