@@ -2,8 +2,9 @@
  *
  * Owns: the address plan (slots of the range, MACs), creating a network namespace with a
  * configured "eth0" whose veth peer on the host is attached before it goes up, taps for the
- * KVM backend, attaching interfaces a backend made itself, and the pool of ready networks
- * that keeps creation off the sandbox start path.
+ * KVM backend, attaching interfaces a backend made itself, the pool of ready networks that
+ * keeps creation off the sandbox start path, and the few half-made networks (struct
+ * vs_staged) that every network made on demand is finished from.
  *
  * The network namespace is created by the calling thread itself (unshare is per thread),
  * which opens the rtnetlink socket bound to the new namespace (through which "eth0" is
