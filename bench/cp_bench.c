@@ -16,8 +16,8 @@
  *                    create_c50_until_201_*: the same creations until their 201 only, for
  *                    comparison (what an SDK's create waits for)
  *   kill_c1_*, kill_c50_*  DELETE /sandboxes/{id} until 204 (the processes are gone)
- *   airlockd_stop    SIGTERM at the end until airlockd exited (it deletes the pooled
- *                    networks; the sandboxes are gone by then)
+ *   airlockd_stop    SIGTERM at the end until airlockd exited (it gives the pooled
+ *                    networks back; the sandboxes are gone by then)
  *   vmm_direct_*     reference, same run: airlock-vmm started directly with a spec (cold),
  *                    until its ready line, without airlockd, network or egress
  *   pss_per_idle_sandbox  (PSS of every airlock process and every process of the sandboxes,
