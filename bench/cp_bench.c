@@ -881,7 +881,7 @@ int main(int argc, char **argv)
     free(ids);
     free(ms);
     free(ms2);
-    /* airlockd's stop: SIGTERM until it exited (it deletes its pooled networks then). */
+    /* airlockd's stop: SIGTERM until it exited (it gives its pooled networks back then). */
     if (g_airlockd > 0) {
         uint64_t ts = al_now_ns();
         kill(g_airlockd, SIGTERM);
