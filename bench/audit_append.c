@@ -8,8 +8,10 @@
  *   build/bench/bench_audit_append [--records N] [--threads T] [--dir DIR]
  *
  * Defaults: 500000 records, 1 appending thread, a fresh directory under /tmp (removed at the
- * end). Target (issue 5): >= 100,000 records/s ("meets_target"; the exit status only says
- * whether the run worked). Use a Release build on a quiet machine for figures that count.
+ * end). Target: >= 500,000 json_t records per second of one core, hash chain included
+ * ("meets_target" on json_records_per_cpu_s, the appending thread's CPU time, which other
+ * load on the machine does not move as it moves wall time; the durable rates beside it are
+ * wall time). The exit status only says whether the run worked. Use a Release build.
  */
 #include "common/auditlog.h"
 #include "common/util.h"
@@ -35,20 +37,24 @@ static void emit(const char *metric, double value, const char *unit)
     fflush(stdout);
 }
 
-/* A record shaped like the egress proxy's (issue 5's field list). */
+/* A record shaped like the egress proxy's http_request (its fields, integer timings in
+ * microseconds, a 64-hex policy hash). */
 static json_t *sample_record(void)
 {
     return json_pack("{s:s,s:s,s:s,s:{s:s,s:s},s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:i,s:i,"
-                     "s:{s:f,s:f,s:f,s:f,s:f},s:s,s:I}",
-                     "type", "http", "sandbox", "sbx-7f3a9c2e", "template", "python-3.12", "policy",
-                     "name", "default", "hash", "sha256:4c1e0f3b9a2d", "rule", "github-api",
-                     "decision", "allow", "reason", "rule_match", "mode", "enforce", "sni",
-                     "api.github.com", "host", "api.github.com", "dst", "140.82.112.6:443",
+                     "s:{s:i,s:i,s:i,s:i,s:i},s:s,s:I}",
+                     "type", "http_request", "sandbox", "sbx-7f3a9c2e", "template", "python-3.12",
+                     "policy", "name", "default", "hash",
+                     "5433de687dce0c2f9e1e2b94f3d3f4b7c8d2f5a1e0b9c8d7e6f5a4b3c2d1e0f9", "rule",
+                     "github-api", "decision", "allow", "reason", "rule_allows", "mode", "enforce",
+                     "sni", "api.github.com", "host", "api.github.com", "dst", "140.82.112.6:443",
                      "method", "GET", "path", "/repos/airlock/airlock/pulls", "status", 200,
-                     "bytes_up", 812, "bytes_down", 48213, "timings_ms", "dns", 0.12, "decide",
-                     0.01, "connect", 4.2, "tls", 11.8, "upstream", 63.5, "request_id",
-                     "req-0000000000000000", "n", (json_int_t)0);
+                     "bytes_up", 812, "bytes_down", 48213, "timing_us", "dns", 120, "decide", 10,
+                     "connect", 4200, "tls", 11800, "upstream", 63500, "request_id",
+                     "3c5b7868-0000000000000000", "n", (json_int_t)0);
 }
+
+static double last_cpu_rate; /* records per CPU-second of the last pass's appending threads */
 
 static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
 {
@@ -65,7 +71,16 @@ struct worker {
     int failed;
     uint64_t *lat;
     bool raw;
+    uint64_t cpu_ns; /* CPU time of the appending thread (on a loaded machine, the figure
+                        that wall time cannot give: records per second of one core) */
 };
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* The same record formatted by the caller (al_auditlog_append_raw), as a high-rate writer
  * that does not build a json_t would. */
@@ -73,16 +88,17 @@ static int append_raw(struct al_auditlog *log, long i)
 {
     char rec[1024];
     int n = snprintf(rec, sizeof rec,
-                     "{\"type\":\"http\",\"sandbox\":\"sbx-7f3a9c2e\",\"template\":\"python-3.12\","
-                     "\"policy\":{\"name\":\"default\",\"hash\":\"sha256:4c1e0f3b9a2d\"},"
-                     "\"rule\":\"github-api\",\"decision\":\"allow\",\"reason\":\"rule_match\","
+                     "{\"type\":\"http_request\",\"sandbox\":\"sbx-7f3a9c2e\","
+                     "\"template\":\"python-3.12\",\"policy\":{\"name\":\"default\",\"hash\":"
+                     "\"5433de687dce0c2f9e1e2b94f3d3f4b7c8d2f5a1e0b9c8d7e6f5a4b3c2d1e0f9\"},"
+                     "\"rule\":\"github-api\",\"decision\":\"allow\",\"reason\":\"rule_allows\","
                      "\"mode\":\"enforce\",\"sni\":\"api.github.com\",\"host\":\"api.github.com\","
                      "\"dst\":\"140.82.112.6:443\",\"method\":\"GET\","
                      "\"path\":\"/repos/airlock/airlock/pulls\",\"status\":200,\"bytes_up\":812,"
-                     "\"bytes_down\":48213,\"timings_ms\":{\"dns\":%d.%02d,\"decide\":0.01,"
-                     "\"connect\":4.2,\"tls\":11.8,\"upstream\":63.5},"
-                     "\"request_id\":\"req-%016lx\",\"n\":%ld}",
-                     (int)(i % 3), (int)(i % 100), (unsigned long)i, i);
+                     "\"bytes_down\":48213,\"timing_us\":{\"dns\":%d,\"decide\":10,"
+                     "\"connect\":4200,\"tls\":11800,\"upstream\":63500},"
+                     "\"request_id\":\"3c5b7868-%016lx\",\"n\":%ld}",
+                     (int)(i % 300), (unsigned long)i, i);
     return al_auditlog_append_raw(log, rec, (size_t)n, NULL);
 }
 
@@ -91,6 +107,7 @@ static void *append_worker(void *arg)
     struct worker *w = arg;
     json_t *r = sample_record();
     json_t *n = json_object_get(r, "n");
+    uint64_t cpu0 = thread_cpu_ns();
     for (long i = 0; i < w->n; i++) {
         json_integer_set(n, i);
         uint64_t t0 = al_now_ns();
@@ -107,6 +124,7 @@ static void *append_worker(void *arg)
             break;
         }
     }
+    w->cpu_ns = thread_cpu_ns() - cpu0;
     json_decref(r);
     return NULL;
 }
@@ -132,10 +150,12 @@ static double run_pass(struct al_auditlog *log, long records, int threads, bool 
         pthread_create(&th[i], NULL, append_worker, &w[i]);
     }
     int failed = 0;
+    uint64_t cpu_ns = 0;
     for (int i = 0; i < threads; i++) {
         pthread_join(th[i], NULL);
         if (w[i].failed)
             failed = w[i].failed;
+        cpu_ns += w[i].cpu_ns;
     }
     uint64_t t_appended = al_now_ns();
     int rc = al_auditlog_sync(log, 0);
@@ -154,6 +174,9 @@ static double run_pass(struct al_auditlog *log, long records, int threads, bool 
     emit(m, durable_rate, "records/s");
     snprintf(m, sizeof m, "%s_records_per_s_appended", p);
     emit(m, total / ((double)(t_appended - t0) / 1e9), "records/s");
+    snprintf(m, sizeof m, "%s_records_per_cpu_s", p);
+    last_cpu_rate = total / ((double)cpu_ns / 1e9);
+    emit(m, last_cpu_rate, "records/s");
     snprintf(m, sizeof m, "%s_ratio_vs_plain_write", p);
     emit(m, durable_rate / ref_rate, "x");
     qsort(lat, (size_t)per, sizeof *lat, cmp_u64);
@@ -250,6 +273,7 @@ int main(int argc, char **argv)
         return 1;
     }
     double json_rate = run_pass(log, records, threads, false, ref_rate);
+    double json_cpu_rate = last_cpu_rate;
     double raw_rate = run_pass(log, records, threads, true, ref_rate);
     if (json_rate < 0 || raw_rate < 0)
         return 1;
@@ -272,7 +296,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_audit_append: verify: %s %s\n", al_error_str(&err), vr.reason);
     if (own_dir)
         nftw(dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-    emit("target_records_per_s", 100000, "records/s");
-    emit("meets_target", json_rate >= 100000 || raw_rate >= 100000, "bool");
+    emit("target_records_per_s", 500000, "records/s");
+    emit("meets_target", json_cpu_rate >= 500000, "bool");
     return 0;
 }

@@ -21,8 +21,10 @@ airlock_pkg(bpf libbpf)
 airlock_pkg(elf libelf)
 airlock_pkg(check check)
 airlock_pkg(nftables libnftables)
+airlock_pkg(zstd libzstd)
+airlock_pkg(mnl libmnl)
 
-# llhttp: the C sources Debian ships in node-llhttp (llhttp 8.1).
+# llhttp: the C sources Debian ships in node-llhttp (llhttp 8.1), built strict (llhttp.cmake).
 find_path(LLHTTP_INCLUDE_DIR llhttp.h PATHS /usr/share/include/llhttp /usr/include NO_DEFAULT_PATH)
 find_file(LLHTTP_SRC_LLHTTP llhttp.c PATHS /usr/share/llhttp NO_DEFAULT_PATH)
 find_file(LLHTTP_SRC_API api.c PATHS /usr/share/llhttp NO_DEFAULT_PATH)
@@ -30,10 +32,9 @@ find_file(LLHTTP_SRC_HTTP http.c PATHS /usr/share/llhttp NO_DEFAULT_PATH)
 if(NOT LLHTTP_INCLUDE_DIR OR NOT LLHTTP_SRC_LLHTTP)
   message(FATAL_ERROR "llhttp sources not found: install Debian's node-llhttp (deploy/setup does)")
 endif()
-add_library(airlock_llhttp STATIC ${LLHTTP_SRC_LLHTTP} ${LLHTTP_SRC_API} ${LLHTTP_SRC_HTTP})
-target_include_directories(airlock_llhttp SYSTEM PUBLIC ${LLHTTP_INCLUDE_DIR})
-target_compile_options(airlock_llhttp PRIVATE -w -O2)
-set_target_properties(airlock_llhttp PROPERTIES POSITION_INDEPENDENT_CODE ON)
+include(${CMAKE_CURRENT_LIST_DIR}/llhttp.cmake)
+airlock_llhttp_library(airlock_llhttp ${LLHTTP_INCLUDE_DIR}
+                       ${LLHTTP_SRC_LLHTTP} ${LLHTTP_SRC_API} ${LLHTTP_SRC_HTTP})
 add_library(airlock::llhttp ALIAS airlock_llhttp)
 
 # mbedtls 3.6 (project-local prefix).

@@ -4,6 +4,8 @@
 #   airlock_check_test(NAME name SOURCES a.c b.c LIBS lib... [LABELS l...] [TIMEOUT s])
 #   airlock_script_test(NAME name SCRIPT path [ARGS ...] [LABELS l...] [TIMEOUT s])
 #   airlock_fuzz_target(NAME name SOURCES f.c LIBS lib...)   (AIRLOCK_FUZZ=ON only)
+# Each requires the fixture airlock_build_current (tests/build_current.sh): no test runs on a
+# build older than its sources. Add fixtures with set_property(... APPEND PROPERTY ...).
 function(airlock_check_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
@@ -14,7 +16,7 @@ function(airlock_check_test)
     set(T_TIMEOUT 120)
   endif()
   set_tests_properties(${T_NAME} PROPERTIES LABELS "unit;${T_LABELS}" TIMEOUT ${T_TIMEOUT}
-    ENVIRONMENT "CK_DEFAULT_TIMEOUT=60;AIRLOCK_SOURCE_DIR=${CMAKE_SOURCE_DIR};AIRLOCK_BINARY_DIR=${CMAKE_BINARY_DIR}")
+    FIXTURES_REQUIRED airlock_build_current ENVIRONMENT "CK_DEFAULT_TIMEOUT=60;AIRLOCK_SOURCE_DIR=${CMAKE_SOURCE_DIR};AIRLOCK_BINARY_DIR=${CMAKE_BINARY_DIR}")
 endfunction()
 
 function(airlock_script_test)
@@ -24,7 +26,7 @@ function(airlock_script_test)
     set(T_TIMEOUT 300)
   endif()
   set_tests_properties(${T_NAME} PROPERTIES LABELS "integration;${T_LABELS}" TIMEOUT ${T_TIMEOUT}
-    ENVIRONMENT "AIRLOCK_SOURCE_DIR=${CMAKE_SOURCE_DIR};AIRLOCK_BINARY_DIR=${CMAKE_BINARY_DIR};AIRLOCK_BIN=${CMAKE_BINARY_DIR}/bin")
+    FIXTURES_REQUIRED airlock_build_current ENVIRONMENT "AIRLOCK_SOURCE_DIR=${CMAKE_SOURCE_DIR};AIRLOCK_BINARY_DIR=${CMAKE_BINARY_DIR};AIRLOCK_BIN=${CMAKE_BINARY_DIR}/bin")
 endfunction()
 
 function(airlock_fuzz_target)
@@ -42,6 +44,7 @@ function(airlock_fuzz_target)
     target_link_libraries(${T_NAME} PRIVATE ${T_LIBS})
     set(corpus ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/${T_NAME})
     add_test(NAME ${T_NAME}_corpus COMMAND ${T_NAME} ${corpus})
-    set_tests_properties(${T_NAME}_corpus PROPERTIES LABELS "unit;fuzz" TIMEOUT 300)
+    set_tests_properties(${T_NAME}_corpus PROPERTIES LABELS "unit;fuzz" TIMEOUT 300
+      FIXTURES_REQUIRED airlock_build_current)
   endif()
 endfunction()

@@ -2,6 +2,7 @@
  * files, and what the reader and verifier share. See auditlog.h for the format. */
 #include "auditlog.h"
 #include "auditlog_int.h"
+#include "json.h"
 #include "log.h"
 #include "util.h"
 
@@ -459,8 +460,10 @@ struct al_auditlog {
     char prefix[40];
     char key_path[AL_AUDITLOG_PATH_MAX];
     char ckpt_path[AL_AUDITLOG_PATH_MAX];
-    uint32_t sync_ms, ckpt_records, ckpt_ms, retain_files, retain_days;
+    uint32_t sync_ms, ckpt_records, ckpt_ms;
     uint64_t rotate_bytes, rotate_ms;
+    struct auditlog__rules retain;
+    char hist_path[AL_AUDITLOG_PATH_MAX + 48];
     size_t max_pending;
     mode_t file_mode;
     void (*on_state)(struct al_auditlog *log, int err, void *arg);
@@ -486,45 +489,32 @@ struct al_auditlog {
     size_t pending_bytes, n_free;
     int status;
     bool fatal, stopping, flush_now;
+    bool close_pushed; /* the "close" checkpoint is queued: nothing may follow it */
     uint64_t durable_seq;
-    time_t tsec;
-    char tprefix[24];
     uint64_t st_records, st_ckpts, st_rotations, st_fsyncs, st_bytes;
+    uint64_t st_pruned_files, st_pruned_bytes;
     char cur_name[128];
+    /* What retention deleted so far (under mu: the next retention record carries it). */
+    struct auditlog__history hist;
+    bool hist_dirty; /* a retention record is due even without files to delete */
 
     /* Writer thread state. */
     int fd, ckpt_fd;
     bool dirty;
     bool retention_due;
+    uint64_t last_retention_ns;
+    struct auditlog__prune prune; /* announced, deleted once prune.seq is durable */
 };
 
-static void auditlog__time(struct al_auditlog *l, char out[40], char name_ts[20])
+/* A record's time, RFC 3339 with microseconds; name_ts (may be NULL) gets the same second
+ * in the basic form of a file name. */
+static void auditlog__time(char out[40], char name_ts[20])
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    if (ts.tv_sec != l->tsec) {
-        struct tm tm;
-        gmtime_r(&ts.tv_sec, &tm);
-        snprintf(l->tprefix, sizeof l->tprefix, "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
-                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-        l->tsec = ts.tv_sec;
-    }
-    /* "%s.%06ldZ" without printf: this runs for every record, under the log's lock. */
-    size_t n = strlen(l->tprefix);
-    memcpy(out, l->tprefix, n);
-    out[n++] = '.';
-    long us = (long)(ts.tv_nsec / 1000);
-    for (int i = 5; i >= 0; i--, us /= 10)
-        out[n + (size_t)i] = (char)('0' + us % 10);
-    n += 6;
-    out[n++] = 'Z';
-    out[n] = 0;
-    if (name_ts) {
-        /* yyyymmddThhmmssZ from "yyyy-mm-ddThh:mm:ss" */
-        const char *p = l->tprefix;
-        snprintf(name_ts, 20, "%.4s%.2s%.2sT%.2s%.2s%.2sZ", p, p + 5, p + 8, p + 11, p + 14,
-                 p + 17);
-    }
+    al_time_format(out, 40, ts.tv_sec, ts.tv_nsec, AL_TIME_RFC3339_US);
+    if (name_ts)
+        al_time_format(name_ts, 20, ts.tv_sec, 0, AL_TIME_BASIC);
 }
 
 static struct auditlog__seg *auditlog__seg_new(struct al_auditlog *l, int kind, size_t need)
@@ -605,7 +595,7 @@ static int auditlog__checkpoint_locked(struct al_auditlog *l, const char *reason
                                        const json_t *recovered)
 {
     char ts[40], name_ts[20];
-    auditlog__time(l, ts, name_ts);
+    auditlog__time(ts, name_ts);
     uint64_t seq = l->next_seq, covers = seq - 1;
     char msg[512];
     size_t ml = auditlog__sig_message(msg, sizeof msg, l->log_id, covers, l->head, ts, reason);
@@ -638,7 +628,54 @@ static int auditlog__checkpoint_locked(struct al_auditlog *l, const char *reason
     return 0;
 }
 
+/* Closes the current file with a signed "seal" and opens the next with a signed "rotate"
+ * checkpoint (under mu). */
+static int auditlog__rotate_locked(struct al_auditlog *l)
+{
+    int rc = auditlog__checkpoint_locked(l, "seal", SEG_CHECKPOINT, NULL);
+    return rc ? rc : auditlog__checkpoint_locked(l, "rotate", SEG_NEWFILE, NULL);
+}
+
 static const char *const auditlog__reserved[] = {"seq", "time", "log_id", "prev", "auditlog"};
+
+/* Formats the record with seq next_seq into line (room for mlen + 256 bytes):
+ * {"seq":N,"time":"T","log_id":"I","prev":"P"[,members]} without printf, since every record
+ * is formatted under the log's lock. Returns its length. */
+static size_t auditlog__line_locked(struct al_auditlog *l, char *line, const char *members,
+                                    size_t mlen)
+{
+    char ts[40];
+    auditlog__time(ts, NULL);
+    size_t len = 0;
+    memcpy(line, "{\"seq\":", 7);
+    len = 7;
+    char digits[24];
+    int nd = 0;
+    uint64_t seq = l->next_seq;
+    do
+        digits[nd++] = (char)('0' + seq % 10);
+    while ((seq /= 10));
+    while (nd)
+        line[len++] = digits[--nd];
+#define AUDITLOG__PUT(str)            \
+    do {                              \
+        size_t pl_ = strlen(str);     \
+        memcpy(line + len, str, pl_); \
+        len += pl_;                   \
+    } while (0)
+    AUDITLOG__PUT(",\"time\":\"");
+    AUDITLOG__PUT(ts);
+    AUDITLOG__PUT("\",\"log_id\":\"");
+    AUDITLOG__PUT(l->log_id);
+    AUDITLOG__PUT("\",\"prev\":\"");
+    AUDITLOG__PUT(l->head);
+    AUDITLOG__PUT(mlen ? "\"," : "\"");
+#undef AUDITLOG__PUT
+    memcpy(line + len, members, mlen);
+    len += mlen;
+    line[len++] = '}';
+    return len;
+}
 
 /* Appends a record whose caller fields are the JSON object members (without the braces). */
 static int auditlog__append_members(struct al_auditlog *l, const char *members, size_t mlen,
@@ -659,40 +696,9 @@ static int auditlog__append_members(struct al_auditlog *l, const char *members, 
         rc = -ENOBUFS;
     if (rc == 0 && (l->file_bytes >= l->rotate_bytes ||
                     (l->rotate_ms && al_now_ns() - l->file_opened_ns >= l->rotate_ms * 1000000ull)))
-        rc = auditlog__checkpoint_locked(l, "rotate", SEG_NEWFILE, NULL);
+        rc = auditlog__rotate_locked(l);
     if (rc == 0) {
-        char ts[40];
-        auditlog__time(l, ts, NULL);
-        /* {"seq":N,"time":"T","log_id":"I","prev":"P" (",") without printf: every record
-         * is formatted under the log's lock. */
-        size_t len = 0;
-        memcpy(line, "{\"seq\":", 7);
-        len = 7;
-        char digits[24];
-        int nd = 0;
-        uint64_t seq = l->next_seq;
-        do
-            digits[nd++] = (char)('0' + seq % 10);
-        while ((seq /= 10));
-        while (nd)
-            line[len++] = digits[--nd];
-#define AUDITLOG__PUT(str)            \
-    do {                              \
-        size_t pl_ = strlen(str);     \
-        memcpy(line + len, str, pl_); \
-        len += pl_;                   \
-    } while (0)
-        AUDITLOG__PUT(",\"time\":\"");
-        AUDITLOG__PUT(ts);
-        AUDITLOG__PUT("\",\"log_id\":\"");
-        AUDITLOG__PUT(l->log_id);
-        AUDITLOG__PUT("\",\"prev\":\"");
-        AUDITLOG__PUT(l->head);
-        AUDITLOG__PUT(mlen ? "\"," : "\"");
-#undef AUDITLOG__PUT
-        memcpy(line + len, members, mlen);
-        len += mlen;
-        line[len++] = '}';
+        size_t len = auditlog__line_locked(l, line, members, mlen);
         if (len > AL_AUDITLOG_MAX_RECORD) {
             rc = -E2BIG;
         } else {
@@ -727,7 +733,7 @@ int al_auditlog_append(struct al_auditlog *l, const json_t *fields, uint64_t *se
     /* Serialise outside the lock; most records fit the stack buffer. */
     char stackbuf[4096];
     char *body = stackbuf;
-    size_t blen = json_dumpb(fields, stackbuf, sizeof stackbuf, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    size_t blen = al_json_dumpb(fields, stackbuf, sizeof stackbuf);
     if (blen == 0)
         return -EINVAL;
     if (blen > sizeof stackbuf) {
@@ -736,7 +742,7 @@ int al_auditlog_append(struct al_auditlog *l, const json_t *fields, uint64_t *se
         body = malloc(blen);
         if (!body)
             return -ENOMEM;
-        if (json_dumpb(fields, body, blen, JSON_COMPACT | JSON_PRESERVE_ORDER) != blen) {
+        if (al_json_dumpb(fields, body, blen) != blen) {
             free(body);
             return -EINVAL;
         }
@@ -809,6 +815,8 @@ void al_auditlog_get_stats(struct al_auditlog *l, struct al_auditlog_stats *st)
     st->records = l->st_records;
     st->checkpoints = l->st_ckpts;
     st->rotations = l->st_rotations;
+    st->pruned_files = l->st_pruned_files;
+    st->pruned_bytes = l->st_pruned_bytes;
     st->fsyncs = l->st_fsyncs;
     st->bytes_written = l->st_bytes;
     st->pending_bytes = l->pending_bytes;
@@ -862,38 +870,116 @@ static int auditlog__datasync(struct al_auditlog *l, int fd)
     return 0;
 }
 
+/* Announces a retention pass (under mu): the retention record, then a signed checkpoint,
+ * whose seq goes to *seq: the files may go once it is durable. */
+static int auditlog__retention_record_locked(struct al_auditlog *l, const struct auditlog__prune *p,
+                                             const struct auditlog__history *h, uint64_t *seq)
+{
+    char *obj = auditlog__retention_object(p, h, &l->retain);
+    if (!obj)
+        return -ENOMEM;
+    size_t mlen = strlen(obj) + 11;
+    char *members = malloc(mlen + 1), *line = malloc(mlen + 256);
+    int rc = members && line ? 0 : -ENOMEM;
+    if (rc == 0) {
+        snprintf(members, mlen + 1, "\"auditlog\":%s", obj);
+        size_t len = auditlog__line_locked(l, line, members, mlen);
+        rc = len > AL_AUDITLOG_MAX_RECORD ? -E2BIG
+                                          : auditlog__push_line(l, line, len, SEG_RECORDS, NULL);
+    }
+    if (rc == 0) {
+        l->since_ckpt++;
+        rc = auditlog__checkpoint_locked(l, "retention", SEG_CHECKPOINT, NULL);
+    }
+    if (rc == 0)
+        *seq = l->next_seq - 1;
+    free(obj);
+    free(members);
+    free(line);
+    return rc;
+}
+
+/* A retention pass (writer thread, mu not held): decides what to delete and announces it in
+ * the log; auditlog__prune deletes it once the announcement is durable. */
 static void auditlog__retention(struct al_auditlog *l)
 {
-    if (!l->retain_files && !l->retain_days)
-        return;
-    struct auditlog__file *f = NULL;
-    size_t n = 0;
-    if (auditlog__list(l->dir, l->prefix, &f, &n, NULL) != 0 || n < 2) {
-        free(f);
+    if (l->prune.seq)
+        return; /* the previous pass is not finished */
+    l->last_retention_ns = al_now_ns();
+    struct auditlog__prune p;
+    int rc = auditlog__retention_plan(l->dir, l->prefix, &l->retain, &p);
+    if (rc) {
+        al_warn("audit log %s/%s: retention cannot list the files: %s", l->dir, l->prefix,
+                strerror(-rc));
         return;
     }
-    /* Never the newest file (the one being written). */
-    size_t removable = n - 1, removed = 0;
-    time_t now = time(NULL);
-    for (size_t i = 0; i < removable; i++) {
-        bool too_many = l->retain_files && n - removed > l->retain_files;
-        bool too_old = false;
-        struct stat st;
-        if (l->retain_days && stat(f[i].path, &st) == 0)
-            too_old = st.st_mtime + (time_t)l->retain_days * 86400 < now;
-        if (!too_many && !too_old)
-            break; /* files are in order: the next ones are newer */
-        if (unlink(f[i].path) == 0) {
-            removed++;
-            al_info("audit log: retention removed %s", f[i].path);
+    pthread_mutex_lock(&l->mu);
+    if ((p.n == 0 && !l->hist_dirty) || l->status || l->close_pushed) {
+        pthread_mutex_unlock(&l->mu);
+        auditlog__prune_free(&p);
+        return;
+    }
+    struct auditlog__history h = l->hist;
+    for (size_t i = 0; i < p.n; i++)
+        auditlog__history_add(&h, p.f[i].first_seq, p.f[i].last_seq, 1, p.f[i].bytes, p.f[i].rule,
+                              p.f[i].limit);
+    uint64_t seq = 0;
+    rc = auditlog__retention_record_locked(l, &p, &h, &seq);
+    if (rc == 0) {
+        l->hist = h;
+        l->hist_dirty = false;
+        p.seq = seq;
+        l->prune = p;
+        l->flush_now = true;
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (rc) {
+        al_warn("audit log %s/%s: cannot write the retention record: %s", l->dir, l->prefix,
+                strerror(-rc));
+        auditlog__prune_free(&p);
+    }
+}
+
+/* Deletes what the last pass announced, now that its record is durable (writer thread).
+ * The history is saved first: a crash in between leaves files that the history says are
+ * deleted, which the next writer notices (they are still there) and announces again. */
+static void auditlog__prune(struct al_auditlog *l)
+{
+    pthread_mutex_lock(&l->mu);
+    struct auditlog__history h = l->hist;
+    pthread_mutex_unlock(&l->mu);
+    int rc = auditlog__history_save(l->hist_path, l->log_id, &h);
+    if (rc) {
+        al_warn("audit log %s/%s: cannot save the retention history %s (%s): deleting nothing "
+                "until it can",
+                l->dir, l->prefix, l->hist_path, strerror(-rc));
+        auditlog__prune_free(&l->prune);
+        return;
+    }
+    uint64_t files = 0, bytes = 0;
+    for (size_t i = 0; i < l->prune.n; i++) {
+        const struct auditlog__prune_file *f = &l->prune.f[i];
+        if (unlink(f->path) == 0 || errno == ENOENT) {
+            files++;
+            bytes += f->bytes;
+            al_info("audit log: retention (%s) deleted %s (seq %" PRIu64 "..%" PRIu64 ", %" PRIu64
+                    " bytes)",
+                    f->rule, f->path, f->first_seq, f->last_seq, f->bytes);
         } else {
-            al_warn("audit log: retention cannot remove %s: %s", f[i].path, strerror(errno));
-            break;
+            al_warn("audit log: retention cannot delete %s: %s", f->path, strerror(errno));
         }
     }
-    if (removed)
+    if (files)
         al_fsync_dir(l->dir);
-    free(f);
+    pthread_mutex_lock(&l->mu);
+    l->st_pruned_files += files;
+    l->st_pruned_bytes += bytes;
+    pthread_mutex_unlock(&l->mu);
+    /* A pass deletes at most AUDITLOG__PRUNE_MAX files: the next one goes on (a rotation
+     * meanwhile has asked for one already). */
+    if (l->prune.n == AUDITLOG__PRUNE_MAX)
+        l->retention_due = true;
+    auditlog__prune_free(&l->prune);
 }
 
 /* Writes one segment. Returns 0, or a negative errno (the segment keeps its progress). */
@@ -1011,6 +1097,13 @@ static void *auditlog__thread(void *arg)
         else
             continue; /* woken early for nothing */
         l->flush_now = false;
+        /* Closing: once everything queued is written and no retention pass is due. */
+        if (stopping && !l->close_pushed &&
+            (l->status || (!l->pend_head && !l->prune.seq && !l->retention_due))) {
+            if (l->status == 0)
+                auditlog__checkpoint_locked(l, "close", SEG_CHECKPOINT, NULL);
+            l->close_pushed = true;
+        }
         /* Time-driven checkpoints and rotation, also while no record arrives. */
         if (l->status == 0 && !stopping) {
             uint64_t now = al_now_ns();
@@ -1018,7 +1111,7 @@ static void *auditlog__thread(void *arg)
                 auditlog__checkpoint_locked(l, "interval", SEG_CHECKPOINT, NULL);
             if (l->rotate_ms && l->file_bytes > 0 && l->since_ckpt &&
                 now - l->file_opened_ns >= l->rotate_ms * 1000000ull)
-                auditlog__checkpoint_locked(l, "rotate", SEG_NEWFILE, NULL);
+                auditlog__rotate_locked(l);
         }
         struct auditlog__seg *list = l->pend_head;
         l->pend_head = l->pend_tail = NULL;
@@ -1052,7 +1145,9 @@ static void *auditlog__thread(void *arg)
                 rc_fatal = true;
             }
         }
-        if (rc == 0 && l->retention_due) {
+        if (rc == 0 && l->retain.max_age_ms && al_now_ns() - l->last_retention_ns >= 60000000000ull)
+            l->retention_due = true; /* files age without a rotation */
+        if (rc == 0 && l->retention_due && !l->prune.seq) {
             l->retention_due = false;
             auditlog__retention(l);
         }
@@ -1086,8 +1181,10 @@ static void *auditlog__thread(void *arg)
             auditlog__set_status(l, rc, rc_fatal || fatal);
         else if (was_failing)
             auditlog__set_status(l, 0, false);
+        if (rc == 0 && l->prune.seq && al_auditlog_durable_seq(l) >= l->prune.seq)
+            auditlog__prune(l);
         pthread_mutex_lock(&l->mu);
-        if (l->stopping && (!l->pend_head || l->status))
+        if (l->stopping && l->close_pushed && (!l->pend_head || l->status))
             break;
     }
     pthread_mutex_unlock(&l->mu);
@@ -1226,6 +1323,7 @@ static void auditlog__free(struct al_auditlog *l)
         close(l->lock_fd); /* releases the flock */
     if (l->sk)
         sodium_free(l->sk);
+    auditlog__prune_free(&l->prune);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->wake);
     pthread_cond_destroy(&l->synced);
@@ -1303,8 +1401,10 @@ int al_auditlog_open(const struct al_auditlog_opts *o, struct al_auditlog **out,
     l->ckpt_ms = o->checkpoint_interval_ms ? o->checkpoint_interval_ms : 60000;
     l->rotate_bytes = o->rotate_bytes ? o->rotate_bytes : 64ull * 1024 * 1024;
     l->rotate_ms = o->rotate_interval_ms;
-    l->retain_files = o->retain_files;
-    l->retain_days = o->retain_days;
+    l->retain.max_files = o->retain_files;
+    l->retain.max_age_ms = o->retain_age_ms;
+    l->retain.max_bytes = o->retain_bytes;
+    snprintf(l->hist_path, sizeof l->hist_path, "%s/%s.retention", l->dir, l->prefix);
     l->max_pending = o->max_pending_bytes ? o->max_pending_bytes : 64u * 1024 * 1024;
     l->file_mode = o->file_mode ? o->file_mode : 0640;
     l->on_state = o->on_state;
@@ -1425,7 +1525,29 @@ int al_auditlog_open(const struct al_auditlog_opts *o, struct al_auditlog **out,
             goto fail;
         }
     }
+    uint64_t oldest = nfiles ? files[0].first_seq : 0;
     free(files);
+    auditlog__history_load(l->hist_path, l->log_id, &l->hist);
+    if (!found) {
+        auditlog__history_reset(&l->hist); /* a new log */
+    } else if (oldest > l->hist.retained_from) {
+        /* The log starts later than what retention deleted: someone else deleted files (or
+         * the history file was lost). The next retention record says so. */
+        al_warn("audit log %s/%s: seq %" PRIu64 "..%" PRIu64 " are missing from the start of "
+                "the log and retention did not delete them (%s says it deleted up to seq "
+                "%" PRIu64 "): they are recorded as unaccounted, and verification reports them",
+                l->dir, l->prefix, l->hist.retained_from, oldest - 1, l->hist_path,
+                l->hist.retained_from - 1);
+        auditlog__history_add(&l->hist, l->hist.retained_from, oldest - 1, 0, 0, "unaccounted", 0);
+        l->hist_dirty = true;
+    } else if (oldest < l->hist.retained_from) {
+        /* Announced but not deleted (a crash in between): they are still part of the log. */
+        while (l->hist.n && l->hist.r[l->hist.n - 1].first_seq >= oldest)
+            l->hist.n--;
+        if (l->hist.n && l->hist.r[l->hist.n - 1].last_seq >= oldest)
+            l->hist.r[l->hist.n - 1].last_seq = oldest - 1;
+        l->hist.retained_from = oldest;
+    }
     if (found) {
         l->next_seq = t.seq + 1;
         memcpy(l->head, t.head, sizeof l->head);
@@ -1493,9 +1615,9 @@ int al_auditlog_close(struct al_auditlog *l)
 {
     if (!l)
         return 0;
+    /* The writer thread finishes a retention pass that is due, then writes the "close"
+     * checkpoint (the last record) and stops. */
     pthread_mutex_lock(&l->mu);
-    if (l->status == 0 && !l->stopping)
-        auditlog__checkpoint_locked(l, "close", SEG_CHECKPOINT, NULL);
     l->stopping = true;
     pthread_cond_signal(&l->wake);
     pthread_mutex_unlock(&l->mu);

@@ -17,8 +17,7 @@
  * - then the caller's fields, in the caller's order. The keys seq, time, log_id, prev and
  *   auditlog are reserved.
  *
- * The log's own records carry an "auditlog" object. Today there is one kind, the signed
- * checkpoint:
+ * The log's own records carry an "auditlog" object. Two kinds. The signed checkpoint:
  *
  *   "auditlog":{"event":"checkpoint","reason":R,"covers":S-1,"key":"<16 hex>","sig":"<128 hex>"}
  *
@@ -31,17 +30,30 @@
  * record S-1, which holds the hash of S-2, ..., one signature vouches for every record before
  * it. "key" is the first 8 bytes of BLAKE2b(public key), in hex. Reasons: "start" (seq 1 of
  * a new log), "open" (a writer reopened the log; carries "recovered":{"file","offset","bytes"}
- * when it found bytes of an interrupted write after the last complete record), "rotate" (the
- * first record of every file after the first), "count", "interval", "close" (clean
- * shutdown), "request" (al_auditlog_checkpoint).
+ * when it found bytes of an interrupted write after the last complete record), "seal" (the
+ * last record of every file that is closed for the next), "rotate" (the first record of
+ * every file after the first), "retention" (right after a retention record), "count",
+ * "interval", "close" (clean shutdown), "request" (al_auditlog_checkpoint).
  * Every file therefore begins with a signed checkpoint, which anchors its position after
- * retention has deleted the files before it.
+ * retention has deleted the files before it, and every closed file ends with one.
+ *
+ * The retention record, written (and made durable) before retention deletes a file:
+ *
+ *   "auditlog":{"event":"retention","retained_from":F,"pruned":[{"file","first_seq",
+ *     "last_seq","bytes","rule"}...],"history":[{"first_seq","last_seq","files","bytes",
+ *     "rule","limit"}...],"rules":{"max_age_ms","max_bytes","max_files"}}
+ *
+ * "pruned" lists the files this pass deletes; "history" covers every seq from 1 to F-1 that
+ * retention deleted so far, in ranges by rule ("max_age", "max_bytes", "max_files", or
+ * "unaccounted": files that were gone when the writer started, deleted by someone else);
+ * "rules" are the limits in force. The writer keeps the history in <dir>/<prefix>.retention.
  *
  * Files: <dir>/<prefix>-<first seq, 20 digits>-<UTC yyyymmddThhmmssZ>.jsonl, so that names
  * sort in log order; <dir>/<prefix>.key (0600: log id + Ed25519 key pair, created at first
  * start), <dir>/<prefix>.pub (0644: log id + public key, the file to hand to auditors),
  * <dir>/<prefix>.checkpoints (a copy of every checkpoint line, appended after the checkpoint
- * is durable in the log: ship it off the host), <dir>/<prefix>.lock (one writer at a time).
+ * is durable in the log: ship it off the host), <dir>/<prefix>.lock (one writer at a time),
+ * <dir>/<prefix>.retention (what retention deleted so far, for the next retention record).
  *
  * Durability: records are buffered and written by a writer thread (group commit) that
  * fdatasyncs at least every sync_interval_ms (<= 100 ms), and before and after every
@@ -69,10 +81,11 @@
 
 #include "error.h"
 
-#define AL_AUDITLOG_MAX_RECORD (256 * 1024) /* bytes of one line; longer is refused */
-#define AL_AUDITLOG_ID_HEX     32           /* log_id: 16 random bytes in hex */
-#define AL_AUDITLOG_HASH_HEX   64           /* prev: BLAKE2b-256 in hex */
-#define AL_AUDITLOG_PATH_MAX   1024
+#define AL_AUDITLOG_MAX_RECORD  (256 * 1024) /* bytes of one line; longer is refused */
+#define AL_AUDITLOG_ID_HEX      32           /* log_id: 16 random bytes in hex */
+#define AL_AUDITLOG_HASH_HEX    64           /* prev: BLAKE2b-256 in hex */
+#define AL_AUDITLOG_PATH_MAX    1024
+#define AL_AUDITLOG_HISTORY_MAX 16 /* ranges of a retention history (merged beyond) */
 
 /* ---- writer ------------------------------------------------------------------------ */
 struct al_auditlog;
@@ -87,10 +100,13 @@ struct al_auditlog_opts {
     uint32_t checkpoint_interval_ms; /* and at least this often while records arrive; 60000 */
     uint64_t rotate_bytes;           /* start a new file beyond this size; default 64 MiB */
     uint64_t rotate_interval_ms;     /* and when the file is this old; 0 = never by age */
-    uint32_t retain_files;           /* keep at most this many files; 0 = all */
-    uint32_t retain_days;            /* delete files last written longer ago; 0 = never */
-    size_t max_pending_bytes;        /* unwritten bytes before append says -ENOBUFS; 64 MiB */
-    mode_t file_mode;                /* of log files; default 0640 */
+    /* Retention (the oldest files first, never the one being written; each pass is
+     * announced in the log by a "retention" record before a file is deleted): */
+    uint64_t retain_age_ms;   /* delete files last written longer ago; 0 = never by age */
+    uint64_t retain_bytes;    /* delete while all files together are larger; 0 = no bound */
+    uint32_t retain_files;    /* keep at most this many files; 0 = no bound */
+    size_t max_pending_bytes; /* unwritten bytes before append says -ENOBUFS; 64 MiB */
+    mode_t file_mode;         /* of log files; default 0640 */
     /* Called on the writer thread when the log fails (err < 0) or recovers (err = 0). Keep
      * it short; use uv_async_send to get to a loop. */
     void (*on_state)(struct al_auditlog *log, int err, void *arg);
@@ -129,6 +145,7 @@ struct al_auditlog_stats {
     uint64_t records;     /* appended by this writer (caller records + checkpoints) */
     uint64_t checkpoints; /* written by this writer */
     uint64_t rotations;
+    uint64_t pruned_files, pruned_bytes; /* deleted by retention (this writer) */
     uint64_t fsyncs;
     uint64_t bytes_written;
     size_t pending_bytes; /* buffered, not yet written */
@@ -234,6 +251,17 @@ struct al_auditlog_verify_result {
     uint64_t unsigned_tail;        /* records after the last signed checkpoint */
     uint64_t crash_recoveries;     /* interrupted writes declared by a later writer */
     uint64_t external_checkpoints; /* checkpoint-file entries matched against the log */
+    /* Retention: the latest "retention" record of the verified log (retention_seq 0 when
+     * there is none) and what it says was deleted, by rule. */
+    uint64_t retention_seq;
+    char retention_time[40];
+    uint64_t retained_from; /* every seq before this was deleted by retention */
+    size_t n_pruned;
+    struct al_auditlog_pruned {
+        uint64_t first_seq, last_seq, files, bytes;
+        uint64_t limit; /* of the rule when it deleted them: ms (max_age), bytes, files */
+        char rule[16];  /* "max_age", "max_bytes", "max_files", "unaccounted" */
+    } pruned[AL_AUDITLOG_HISTORY_MAX];
 };
 
 /* Returns 0 when the verification ran (res->verdict says what it found), < 0 when it could

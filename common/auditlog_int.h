@@ -60,6 +60,64 @@ size_t auditlog__sig_message(char *out, size_t outlen, const char *log_id, uint6
  * -EBADMSG = bad signature, -EINVAL = malformed (why says what). */
 int auditlog__check_checkpoint(const struct auditlog__fields *f, const struct auditlog__pubkey *pk,
                                const char **why);
+/* ---- retention (auditlog_retention.c) ----------------------------------------------- */
+
+/* The limits retention applies (0 = that rule is off). */
+struct auditlog__rules {
+    uint64_t max_age_ms, max_bytes;
+    uint32_t max_files;
+};
+
+/* What retention deleted so far: ranges of seq by rule, covering 1..retained_from-1. */
+struct auditlog__history {
+    uint64_t retained_from; /* 1: nothing deleted */
+    size_t n;
+    struct al_auditlog_pruned r[AL_AUDITLOG_HISTORY_MAX];
+};
+
+#define AUDITLOG__PRUNE_MAX 256 /* files one retention pass deletes (its record stays small) */
+
+/* One pass: the files to delete, oldest first. */
+struct auditlog__prune_file {
+    char path[AL_AUDITLOG_PATH_MAX];
+    char name[256];
+    uint64_t first_seq, last_seq, bytes;
+    const char *rule; /* static */
+    uint64_t limit;
+};
+struct auditlog__prune {
+    struct auditlog__prune_file *f;
+    size_t n;
+    uint64_t seq; /* the checkpoint after its record: delete once that is durable */
+};
+
+void auditlog__history_reset(struct auditlog__history *h);
+/* Appends a range deleted by rule (merged with the last range when the rule is the same;
+ * the oldest two merged when the history is full). */
+void auditlog__history_add(struct auditlog__history *h, uint64_t first_seq, uint64_t last_seq,
+                           uint64_t files, uint64_t bytes, const char *rule, uint64_t limit);
+/* Parses a record's "history" array against its "retained_from": 0, or -EINVAL with why. */
+int auditlog__history_parse(const json_t *arr, uint64_t retained_from, struct auditlog__history *h,
+                            const char **why);
+/* <dir>/<prefix>.retention: loaded (a missing or foreign file is an empty history) and
+ * saved (atomically). */
+void auditlog__history_load(const char *path, const char *log_id, struct auditlog__history *h);
+int auditlog__history_save(const char *path, const char *log_id, const struct auditlog__history *h);
+/* Decides which files to delete now: the oldest first, never the newest, each by the first
+ * rule that wants it (max_age by the file's mtime, max_bytes over all files, max_files).
+ * 0 with out->n = 0 when nothing is due. */
+int auditlog__retention_plan(const char *dir, const char *prefix, const struct auditlog__rules *r,
+                             struct auditlog__prune *out);
+void auditlog__prune_free(struct auditlog__prune *p);
+/* The "auditlog" object of the retention record for plan p, with the history h that
+ * includes it. malloc'd compact JSON, or NULL. */
+char *auditlog__retention_object(const struct auditlog__prune *p, const struct auditlog__history *h,
+                                 const struct auditlog__rules *r);
+/* Checks a retention record ("auditlog" object a of record seq) and parses its history:
+ * 0, or -EINVAL with why. */
+int auditlog__retention_check(const json_t *a, uint64_t seq, struct auditlog__history *h,
+                              const char **why);
+
 /* json_loadb options for records. */
 #define AUDITLOG__JSON_FLAGS JSON_REJECT_DUPLICATES
 

@@ -39,6 +39,11 @@ struct verify__ctx {
     uint64_t last_line;
     uint64_t last_ckpt;
     bool last_close;
+    bool last_seal; /* the last record is a "seal" checkpoint */
+    /* The latest retention record. */
+    struct auditlog__history hist;
+    uint64_t hist_seq;
+    char hist_time[40];
     struct {
         uint64_t seq;
         char hash[AL_AUDITLOG_HASH_HEX + 1];
@@ -309,12 +314,34 @@ static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno, str
     }
 
     /* The chain holds up to here. A file must begin with its opening checkpoint. */
-    if (first_in_file && fi > 0 && !f->internal)
+    const char *event =
+        f->internal ? json_string_value(json_object_get(f->internal, "event")) : NULL;
+    bool retention = event && strcmp(event, "retention") == 0;
+    if (first_in_file && fi > 0 && (!f->internal || retention))
         return verify__fail(c, AL_AUDIT_REMOVED, path, lineno, f->seq,
                             "%s does not begin with the signed checkpoint every file starts "
                             "with: its first record(s) were removed or replaced",
                             c->files[fi].name);
-    if (f->internal) {
+    c->last_seal = false;
+    if (retention) {
+        struct auditlog__history h;
+        if (auditlog__retention_check(f->internal, f->seq, &h, &why) != 0)
+            return verify__fail(c, AL_AUDIT_MALFORMED, path, lineno, f->seq,
+                                "retention record seq %" PRIu64 " at %s: %s", f->seq,
+                                verify__loc(c, fi, lineno, loc, sizeof loc), why);
+        if (h.retained_from < c->hist.retained_from && c->hist_seq &&
+            c->hist.retained_from <= r->first_seq)
+            return verify__fail(c, AL_AUDIT_EDITED, path, lineno, f->seq,
+                                "retention record seq %" PRIu64 " at %s says retention deleted "
+                                "up to seq %" PRIu64 ", less than the earlier retention record "
+                                "seq %" PRIu64 " said (%" PRIu64 ")",
+                                f->seq, verify__loc(c, fi, lineno, loc, sizeof loc),
+                                h.retained_from - 1, c->hist_seq, c->hist.retained_from - 1);
+        c->hist = h;
+        c->hist_seq = f->seq;
+        snprintf(c->hist_time, sizeof c->hist_time, "%s", f->time);
+        c->last_close = false;
+    } else if (f->internal) {
         int rc = auditlog__check_checkpoint(f, &c->pk, &why);
         if (rc == -EBADMSG)
             return verify__fail(c, AL_AUDIT_BAD_SIGNATURE, path, lineno, f->seq,
@@ -330,6 +357,7 @@ static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno, str
         c->last_ckpt = f->seq;
         const char *reason = json_string_value(json_object_get(f->internal, "reason"));
         c->last_close = reason && strcmp(reason, "close") == 0;
+        c->last_seal = reason && strcmp(reason, "seal") == 0;
         if (json_object_get(f->internal, "recovered"))
             r->crash_recoveries++;
         if (!c->res->start_anchored && r->records == 0)
@@ -475,9 +503,59 @@ static int verify__file(struct verify__ctx *c, size_t fi, struct al_error *err)
                          file->name, end - pos);
         }
     }
+    /* A file the writer closed for the next one ends with its signed seal (unless a crash
+     * interrupted it, which the next file's opening checkpoint declares). */
+    if (r->verdict == AL_AUDIT_INTACT && fi + 1 < c->nfiles && !debris && c->last_file == fi &&
+        !c->last_seal)
+        verify__fail(c, AL_AUDIT_TRUNCATED, file->path, lineno, c->expect,
+                     "%s does not end with the signed seal that closes every file before the "
+                     "next: records were cut from its end",
+                     file->name);
 out:
     munmap((void *)map, size);
     return 0;
+}
+
+/* What is missing from the start of the log must be what the latest retention record says
+ * retention deleted (in a directory: files handed over may start anywhere), and nothing
+ * else: files deleted by someone else are "removed". */
+static void verify__retention(struct verify__ctx *c, bool whole_log)
+{
+    struct al_auditlog_verify_result *r = c->res;
+    char loc[320];
+    if (c->hist_seq) {
+        r->retention_seq = c->hist_seq;
+        snprintf(r->retention_time, sizeof r->retention_time, "%s", c->hist_time);
+        r->retained_from = c->hist.retained_from;
+        r->n_pruned = c->hist.n;
+        memcpy(r->pruned, c->hist.r, c->hist.n * sizeof c->hist.r[0]);
+    }
+    for (size_t i = 0; i < c->hist.n; i++) {
+        const struct al_auditlog_pruned *p = &c->hist.r[i];
+        if (strcmp(p->rule, "unaccounted") == 0) {
+            verify__fail(c, AL_AUDIT_REMOVED, r->first_file, 0, p->first_seq,
+                         "records %" PRIu64 "..%" PRIu64 " were deleted, but not by retention: "
+                         "they were already missing when a writer started, as the retention "
+                         "record seq %" PRIu64 " says",
+                         p->first_seq, p->last_seq, c->hist_seq);
+            return;
+        }
+    }
+    if (r->starts_at_genesis || !whole_log)
+        return;
+    snprintf(loc, sizeof loc, "%s", c->files[0].name);
+    if (!c->hist_seq)
+        verify__fail(c, AL_AUDIT_REMOVED, r->first_file, 1, r->first_seq - 1,
+                     "the log starts at seq %" PRIu64 " (%s), but no retention record accounts "
+                     "for seq 1..%" PRIu64 ": its files were deleted outside retention",
+                     r->first_seq, loc, r->first_seq - 1);
+    else if (c->hist.retained_from < r->first_seq)
+        verify__fail(c, AL_AUDIT_REMOVED, r->first_file, 1, c->hist.retained_from,
+                     "retention deleted seq 1..%" PRIu64 " (retention record seq %" PRIu64
+                     "), but the log starts at seq %" PRIu64 " (%s): seq %" PRIu64 "..%" PRIu64
+                     " were deleted outside retention",
+                     c->hist.retained_from - 1, c->hist_seq, r->first_seq, loc,
+                     c->hist.retained_from, r->first_seq - 1);
 }
 
 static int verify__load_ext(struct verify__ctx *c, const char *path, struct al_error *err)
@@ -558,6 +636,7 @@ int al_auditlog_verify(const struct al_auditlog_verify_opts *o,
     if (!c)
         return al_error_set(err, -ENOMEM, "out of memory");
     c->res = res;
+    auditlog__history_reset(&c->hist);
     int rc = 0;
     char pub[AL_AUDITLOG_PATH_MAX + 64];
     if (o->pubkey_file && *o->pubkey_file) {
@@ -630,6 +709,8 @@ int al_auditlog_verify(const struct al_auditlog_verify_opts *o,
         snprintf(res->reason, sizeof res->reason, "no audit records found%s%s",
                  o->dir ? " in " : "", o->dir ? o->dir : "");
     }
+    if (res->verdict == AL_AUDIT_INTACT && res->records)
+        verify__retention(c, !(o->files && o->n_files));
     if (res->verdict == AL_AUDIT_INTACT) {
         res->unsigned_tail = res->last_seq - c->last_ckpt;
         if (c->last_close && res->tail == AL_AUDIT_TAIL_CLEAN)
@@ -663,11 +744,37 @@ void al_auditlog_verify_print(const struct al_auditlog_verify_result *r, FILE *o
     if (r->records) {
         if (r->starts_at_genesis)
             fprintf(out, "start: seq 1, the beginning of the log\n");
+        else if (r->retention_seq && r->retained_from >= r->first_seq)
+            fprintf(out,
+                    "start: seq %" PRIu64 " in %s (its position is proven by the signed "
+                    "checkpoint that opens the file); seq 1..%" PRIu64 " are not in the log, "
+                    "and the retention record seq %" PRIu64 " (%s) accounts for them:\n",
+                    r->first_seq, r->first_file, r->first_seq - 1, r->retention_seq,
+                    r->retention_time);
         else
             fprintf(out,
-                    "start: seq %" PRIu64 " in %s (earlier files were removed by retention; "
-                    "the position is proven by the signed checkpoint that opens the file)\n",
+                    "start: seq %" PRIu64 " in %s (its position is proven by the signed "
+                    "checkpoint that opens the file)\n",
                     r->first_seq, r->first_file);
+        for (size_t i = 0; i < r->n_pruned; i++) {
+            const struct al_auditlog_pruned *p = &r->pruned[i];
+            char why[96];
+            if (strcmp(p->rule, "max_age") == 0)
+                snprintf(why, sizeof why, "older than %" PRIu64 " s", p->limit / 1000);
+            else if (strcmp(p->rule, "max_bytes") == 0)
+                snprintf(why, sizeof why, "the log was over %" PRIu64 " bytes", p->limit);
+            else if (strcmp(p->rule, "max_files") == 0)
+                snprintf(why, sizeof why, "the log was over %" PRIu64 " files", p->limit);
+            else if (strcmp(p->rule, "unaccounted") == 0)
+                snprintf(why, sizeof why, "NOT by retention: missing when a writer started");
+            else
+                snprintf(why, sizeof why, "several rules");
+            fprintf(out,
+                    "  seq %" PRIu64 "..%" PRIu64 ": %" PRIu64 " file(s), %" PRIu64
+                    " bytes, %s (%s)%s\n",
+                    p->first_seq, p->last_seq, p->files, p->bytes, p->rule, why,
+                    p->first_seq >= r->first_seq ? "; announced, still present" : "");
+        }
     }
     if (r->verdict == AL_AUDIT_INTACT) {
         switch (r->tail) {
@@ -724,6 +831,22 @@ json_t *al_auditlog_verify_json(const struct al_auditlog_verify_result *r)
         tails[r->tail], "torn_bytes", (json_int_t)r->torn_bytes, "unsigned_tail",
         (json_int_t)r->unsigned_tail, "crash_recoveries", (json_int_t)r->crash_recoveries,
         "external_checkpoints", (json_int_t)r->external_checkpoints);
+    if (j && r->retention_seq) {
+        json_t *ranges = json_array();
+        for (size_t i = 0; i < r->n_pruned; i++) {
+            const struct al_auditlog_pruned *p = &r->pruned[i];
+            json_array_append_new(
+                ranges, json_pack("{s:I,s:I,s:I,s:I,s:s,s:I}", "first_seq",
+                                  (json_int_t)p->first_seq, "last_seq", (json_int_t)p->last_seq,
+                                  "files", (json_int_t)p->files, "bytes", (json_int_t)p->bytes,
+                                  "rule", p->rule, "limit", (json_int_t)p->limit));
+        }
+        json_object_set_new(j, "retention",
+                            json_pack("{s:I,s:s,s:I,s:o}", "record_seq",
+                                      (json_int_t)r->retention_seq, "time", r->retention_time,
+                                      "retained_from", (json_int_t)r->retained_from, "pruned",
+                                      ranges));
+    }
     if (j && r->verdict != AL_AUDIT_INTACT) {
         json_object_set_new(j, "problem",
                             json_pack("{s:s,s:I,s:I,s:s}", "file", r->file, "line",

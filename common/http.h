@@ -19,9 +19,8 @@
  * What the server refuses before any handler runs (answered with the E2B error shape
  * {"code":N,"message":"..."} and "Connection: close"): malformed requests as llhttp sees
  * them (CL+TE, duplicate Content-Length, bad chunk sizes, invalid methods, NUL/CR/LF in
- * fields) plus what llhttp's loose build lets through: bare LF line ends, obs-fold, header
- * names that are not tokens ("Host :"), request-targets with controls, spaces or non-ASCII
- * bytes, HTTP/1.1 without exactly one Host, Transfer-Encoding not ending in chunked or in
+ * fields, bare LF or CR; common/http_parser.h) plus what llhttp lets through: obs-fold,
+ * request-targets with controls, spaces or non-ASCII bytes, HTTP/1.1 without exactly one Host, Transfer-Encoding not ending in chunked or in
  * an HTTP/1.0 request -> 400; header block over max_header_bytes or more than max_headers
  * fields -> 431; HTTP versions other than 1.0/1.1 (and the HTTP/2 preface) -> 505;
  * CONNECT -> 405; an Expect other than 100-continue -> 417. Upgrade requests are served as
@@ -161,10 +160,15 @@ const char *al_http_req_header(const struct al_http_req *req, const char *name);
 /* How many times a header occurs (duplicates matter for security checks). */
 size_t al_http_req_header_count(const struct al_http_req *req, const char *name);
 /* Percent-decoded value of a query parameter into out; -ENOENT if absent, -E2BIG if it
- * does not fit, -EINVAL for bad escapes. '+' decodes to a space. */
+ * does not fit, -EINVAL for bad escapes or an encoded NUL (common/percent.h). '+' decodes
+ * to a space. */
 int al_http_query_get(const char *query, const char *name, char *out, size_t outlen);
-/* Percent-decodes in place; -EINVAL on bad escapes or an encoded NUL. */
-int al_http_percent_decode(char *s, bool plus_is_space);
+/* Every occurrence of a query parameter, in order (`types=a&types=b`): each value is
+ * decoded into out and passed to fn; fn returns 0 to go on, > 0 to stop (the result is
+ * then 0), < 0 to stop with that error. fn NULL stops at the first. -ENOENT if there is
+ * none; -E2BIG / -EINVAL as above. */
+int al_http_query_each(const char *query, const char *name, char *out, size_t outlen,
+                       int (*fn)(const char *value, void *arg), void *arg);
 
 /* Buffers the whole body (capped by max, 0 = the server limit) into req->body and calls
  * done when it is complete (err = 0; body.data is "" rather than NULL when empty) or
@@ -314,6 +318,30 @@ int al_http_relay(struct al_http_tunnel *a, struct al_http_tunnel *b,
  * header(s) (found in hdrs) name. Content-Length is the caller's business (framing). */
 bool al_http_hop_by_hop(const char *name, const struct al_http_header *hdrs, size_t n);
 
+/* A header field as a parser saw it: pointers into the message, not NUL-terminated. */
+struct al_http_field {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+/* Whether the comma-separated list value (len bytes) holds token as one of its elements
+ * (OWS around elements, case-insensitive). */
+bool al_http_list_has(const char *value, size_t len, const char *token, size_t token_len);
+/* al_http_hop_by_hop for a message whose fields are f[0, n) as a parser saw them (passing
+ * only its Connection fields is enough): requests and responses alike. */
+bool al_http_field_hop_by_hop(const struct al_http_field *f, size_t n, const char *name,
+                              size_t len);
+/* Whether a forwarding proxy removes the request field name (len bytes) of a message whose
+ * fields are f[0, n) (passing only its Connection fields is enough): the hop-by-hop fields
+ * al_http_hop_by_hop lists, every field a Connection field of the message names (RFC 9110
+ * 7.6.1), and the method-override fields X-HTTP-Method-Override, X-HTTP-Method and
+ * X-Method-Override (an upstream that honours one runs another method than the request
+ * line's, which is the one a policy decided). Framing (Content-Length), Host and upgrades
+ * are the caller's business. */
+bool al_http_request_field_dropped(const struct al_http_field *f, size_t n, const char *name,
+                                   size_t len);
+
 /* Added: the traffic access token of a sandbox (E2B's trafficAccessToken, sent as
  * E2B-Traffic-Access-Token): 64 hex digits derived one way from its envd access token, so
  * the agent and airlockd both compute it and knowing it grants traffic to the sandbox's
@@ -380,6 +408,13 @@ struct al_http_creq_opts {
     const char *upgrade;
     void (*on_upgrade)(struct al_http_creq *c, const struct al_http_header *h, size_t n,
                        struct al_http_tunnel *t, void *arg);
+    /* Added: the TLS provider for "https://host[:port]" targets (see al_http_tls below);
+     * it must outlive the request (and the pool's idle connections made with it). NULL:
+     * https targets are refused (-EPROTONOSUPPORT). Upgrades over TLS are refused. */
+    const struct al_http_tls *tls;
+    /* Added: the request carries a secret (an Authorization header): the request's own
+     * copy of what it sends is wiped when freed. */
+    bool wipe;
 };
 int al_http_creq_start(uv_loop_t *loop, const struct al_http_creq_opts *opts,
                        struct al_http_creq **out);
@@ -417,6 +452,36 @@ size_t al_http_pool_idle(const struct al_http_pool *p);
 /* Closes the idle connections; requests in flight finish normally and their connections
  * are closed instead of pooled; the pool is freed once the last of them is done. */
 void al_http_pool_close(struct al_http_pool *p);
+
+/* ---- TLS for the client (https:// targets) ------------------------------------------ */
+/* common/ links no TLS library: a provider supplies a session per connection, which works
+ * on memory only (the client feeds it the bytes the socket read and sends the bytes it
+ * produced), so the socket stays libuv's. common/http_tls.h is the provider on mbedtls.
+ * Messages (msg) never contain secrets; they say what failed (a certificate that does not
+ * verify, the peer's alert, ...). */
+struct al_http_tls_ops {
+    /* A client session for host: SNI and the name its certificate must carry. NULL (msg
+     * set) on failure. */
+    void *(*session_new)(void *provider, const char *host, char *msg, size_t msglen);
+    void (*session_free)(void *s);
+    /* Ciphertext the socket read (copied). -ENOMEM. */
+    int (*feed)(void *s, const void *data, size_t len);
+    /* 0 when the handshake is complete, -EAGAIN for more input, < 0 on failure (msg). */
+    int (*handshake)(void *s, char *msg, size_t msglen);
+    /* Plaintext: > 0 bytes, 0 at the peer's close_notify, -EAGAIN for more input, < 0 on
+     * failure (msg). */
+    long (*read)(void *s, void *buf, size_t len, char *msg, size_t msglen);
+    /* Encrypts all of data into the output: 0 or < 0 (msg). */
+    int (*write)(void *s, const void *data, size_t len, char *msg, size_t msglen);
+    /* Ciphertext waiting to be sent: its length, *data pointing at it (valid until the
+     * next call on the session); consume(n) once n bytes of it are taken. */
+    size_t (*output)(void *s, const char **data);
+    void (*consume)(void *s, size_t n);
+};
+struct al_http_tls {
+    const struct al_http_tls_ops *ops;
+    void *provider;
+};
 
 /* ---- blocking client (CLIs, setup code, tests) -------------------------------------- */
 struct al_http_resp {

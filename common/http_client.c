@@ -4,7 +4,8 @@
  * Owns: connecting (unix sockets, TCP to address literals or resolved names), writing the
  * request (whole or streamed as chunks), parsing the response (bounded header block,
  * pre-scanned like the server's; de-chunked body handed out in pieces with pause/resume),
- * timeouts, cancellation, and reuse of idle connections per target.
+ * timeouts, cancellation, and reuse of idle connections per target; for https targets, a
+ * provider's TLS session between the socket and the HTTP bytes (http.h, al_http_tls).
  *
  * Lifetimes. A creq owns two timers (timeout, deferred work) and borrows one connection.
  * A connection (cconn) lives from connect to its handle's close callback; it belongs to a
@@ -59,10 +60,14 @@ struct cconn {
     size_t queued;
     unsigned n_writes;
     bool is_unix;
-    bool connected;
+    bool connected; /* the HTTP bytes can flow (with TLS: the handshake is done) */
     bool closing;
     bool reused;
     bool reading;
+    /* TLS (https targets): the provider's session and a buffer for its plaintext. */
+    const struct al_http_tls_ops *tls_ops;
+    void *tls;
+    char *plain;
 };
 
 struct creq_gai {
@@ -121,6 +126,8 @@ struct al_http_creq {
 static void creq__finish(struct al_http_creq *c, int err);
 static void creq__process(struct al_http_creq *c);
 static void cconn__close(struct cconn *k);
+static int cconn__tls_flush(struct cconn *k);
+static void cconn__tls_pump(struct cconn *k);
 static void cconn__on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 static int creq__connect(struct al_http_creq *c);
 
@@ -282,6 +289,9 @@ static void cconn__on_closed(uv_handle_t *h)
 {
     struct cconn *k = h->data;
     struct al_http_pool *p = k->pool;
+    if (k->tls)
+        k->tls_ops->session_free(k->tls);
+    free(k->plain);
     free(k->key);
     free(k);
     atomic_fetch_sub(&http__live_cconns, 1);
@@ -308,12 +318,25 @@ static struct cconn *cconn__new(struct al_http_creq *c)
         return NULL;
     k->key = strdup(c->key);
     k->is_unix = c->tgt.is_unix;
-    int rc = !k->key      ? -ENOMEM
-             : k->is_unix ? uv_pipe_init(c->loop, &k->h.pipe, 0)
-                          : uv_tcp_init(c->loop, &k->h.tcp);
+    if (c->tgt.tls) {
+        k->tls_ops = c->o.tls->ops;
+        k->plain = malloc(HTTP__READ_BUF);
+        if (k->plain)
+            k->tls =
+                k->tls_ops->session_new(c->o.tls->provider, c->tgt.host, c->err, sizeof c->err);
+    }
+    int rc = !k->key                   ? -ENOMEM
+             : c->tgt.tls && !k->plain ? -ENOMEM
+             : c->tgt.tls && !k->tls   ? -EPROTO
+             : k->is_unix              ? uv_pipe_init(c->loop, &k->h.pipe, 0)
+                                       : uv_tcp_init(c->loop, &k->h.tcp);
     if (rc) {
+        if (k->tls)
+            k->tls_ops->session_free(k->tls);
+        free(k->plain);
         free(k->key);
         free(k);
+        errno = -rc;
         return NULL;
     }
     k->h.handle.data = k;
@@ -329,6 +352,7 @@ static struct cconn *cconn__new(struct al_http_creq *c)
 static void creq__maybe_drain(struct al_http_creq *c);
 static bool creq__can_retry(struct al_http_creq *c);
 static void creq__retry(struct al_http_creq *c);
+static void creq__connected(struct al_http_creq *c);
 
 static void cconn__on_write(uv_write_t *wr, int status)
 {
@@ -352,6 +376,26 @@ static void cconn__on_write(uv_write_t *wr, int status)
     creq__maybe_drain(c);
 }
 
+/* Sends the ciphertext the TLS session produced. */
+static int cconn__tls_flush(struct cconn *k)
+{
+    const char *d;
+    size_t n = k->tls_ops->output(k->tls, &d);
+    if (!n)
+        return 0;
+    uv_buf_t b = uv_buf_init((char *)d, (unsigned)n);
+    size_t q = 0;
+    int rc = http__write(&k->h.stream, &b, 1, k->n_writes == 0, k, cconn__on_write, &q);
+    if (rc < 0)
+        return rc;
+    k->tls_ops->consume(k->tls, n); /* http__write copied what the socket did not take */
+    if (q) {
+        k->queued += q;
+        k->n_writes++;
+    }
+    return 0;
+}
+
 static int creq__send(struct al_http_creq *c, const uv_buf_t *bufs, unsigned n)
 {
     struct cconn *k = c->conn;
@@ -362,6 +406,14 @@ static int creq__send(struct al_http_creq *c, const uv_buf_t *bufs, unsigned n)
                 return rc;
         }
         return 0;
+    }
+    if (k->tls) {
+        for (unsigned i = 0; i < n; i++) {
+            int rc = k->tls_ops->write(k->tls, bufs[i].base, bufs[i].len, c->err, sizeof c->err);
+            if (rc < 0)
+                return rc;
+        }
+        return cconn__tls_flush(k);
     }
     size_t q = 0;
     int rc = http__write(&k->h.stream, bufs, n, k->n_writes == 0, k, cconn__on_write, &q);
@@ -402,6 +454,9 @@ static void creq__on_kick(uv_timer_t *t)
     creq__maybe_drain(c);
     if (!c->finished && !c->paused && (c->in_len || c->msg_complete))
         creq__process(c);
+    /* Plaintext the TLS session decrypted before a pause is not signalled by the socket. */
+    if (!c->finished && !c->paused && c->conn && c->conn->tls && c->conn->connected)
+        cconn__tls_pump(c->conn);
 }
 
 static void creq__kick(struct al_http_creq *c)
@@ -411,13 +466,21 @@ static void creq__kick(struct al_http_creq *c)
 }
 
 /* ---- finishing --------------------------------------------------------------------- */
+static void creq__free_out(struct al_http_creq *c)
+{
+    if (c->o.wipe)
+        al_buf_free_wipe(&c->out);
+    else
+        al_buf_free(&c->out);
+}
+
 static void creq__on_timer_closed(uv_handle_t *h)
 {
     struct al_http_creq *c = h->data;
     if (--c->closes)
         return;
     http__hdrs_free(&c->hdrs);
-    al_buf_free(&c->out);
+    creq__free_out(c);
     free(c->in);
     free(c->key);
     free(c);
@@ -697,7 +760,7 @@ static void creq__process(struct al_http_creq *c)
             if (!c->headers_ready)
                 continue; /* more header bytes, or a 1xx was skipped */
             /* The answer has started: no retry from here on. */
-            al_buf_free(&c->out);
+            creq__free_out(c);
             uv_timer_stop(&c->timer);
             c->state = C_BODY;
             if (c->upgraded) {
@@ -784,54 +847,140 @@ static void creq__retry(struct al_http_creq *c)
         creq__fail(c, rc, "reconnecting to %s: %s", c->o.target, strerror(-rc));
 }
 
+/* An idle connection in the pool heard from its server (a close, or garbage). */
+static void cconn__idle_drop(struct cconn *k)
+{
+    if (k->closing)
+        return;
+    if (k->pool && !k->creq && (k->prev || k->next || k->pool->idle_head == k))
+        pool__idle_unlink(k);
+    cconn__close(k);
+}
+
+/* Response bytes (plaintext) for c: parsed, the rest kept for later. */
+static void cconn__input(struct cconn *k, struct al_http_creq *c, char *data, size_t len)
+{
+    if (c->in_len == 0) {
+        c->cur = data;
+        c->cur_len = len;
+    } else {
+        size_t need = c->in_len + len;
+        if (need > c->in_cap) {
+            char *n = realloc(c->in, need);
+            if (!n) {
+                creq__fail(c, -ENOMEM, "out of memory");
+                return;
+            }
+            c->in = n;
+            c->in_cap = need;
+        }
+        memcpy(c->in + c->in_len, data, len);
+        c->in_len = need;
+        c->cur = c->in;
+        c->cur_len = need;
+    }
+    creq__process(c);
+    if (!c->finished && creq__save_input(c) < 0)
+        creq__fail(c, -ENOMEM, "out of memory");
+    if (!c->finished && c->paused && k->reading) {
+        uv_read_stop(&k->h.stream);
+        k->reading = false;
+    }
+}
+
+static void cconn__eof(struct cconn *k, struct al_http_creq *c, ssize_t nread);
+
+/* Hands the TLS session's plaintext to the request until it pauses or none is left. */
+static void cconn__tls_pump(struct cconn *k)
+{
+    while (!k->closing) {
+        struct al_http_creq *c = k->creq;
+        if (c && (c->paused || c->finished || c->finish_pending))
+            return;
+        char msg[256] = "";
+        long n = k->tls_ops->read(k->tls, k->plain, HTTP__READ_BUF, msg, sizeof msg);
+        if (n == -EAGAIN)
+            return;
+        if (!c) { /* idle: anything but a TLS-internal message ends it */
+            cconn__idle_drop(k);
+            return;
+        }
+        if (cconn__tls_flush(k) < 0) { /* what reading produced (alerts, key updates) */
+            creq__fail(c, -EPIPE, "sending to %s failed", c->o.target);
+            return;
+        }
+        if (n > 0) {
+            cconn__input(k, c, k->plain, (size_t)n);
+            continue;
+        }
+        if (n < 0 && !c->err[0])
+            snprintf(c->err, sizeof c->err, "TLS with %s: %s", c->o.target, msg);
+        cconn__eof(k, c, n == 0 ? UV_EOF : UV_EPROTO);
+        return;
+    }
+}
+
+/* Ciphertext from the socket: the handshake first, then plaintext for the request. */
+static void cconn__tls_input(struct cconn *k, const char *data, size_t len)
+{
+    struct al_http_creq *c = k->creq;
+    if (k->tls_ops->feed(k->tls, data, len) < 0) {
+        if (c)
+            creq__fail(c, -ENOMEM, "out of memory");
+        else
+            cconn__idle_drop(k);
+        return;
+    }
+    if (!k->connected) {
+        char msg[256] = "";
+        int rc = k->tls_ops->handshake(k->tls, msg, sizeof msg);
+        int frc = cconn__tls_flush(k);
+        if (!c)
+            return;
+        if (rc == -EAGAIN && frc == 0)
+            return;
+        if (rc < 0 || frc < 0) {
+            creq__fail(c, -EPROTO, "TLS handshake with %s failed: %s", c->o.target,
+                       msg[0] ? msg : uv_strerror(frc));
+            return;
+        }
+        creq__connected(c);
+        if (c->finished || !c->conn)
+            return;
+    }
+    cconn__tls_pump(k);
+}
+
 static void cconn__on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
     struct cconn *k = st->data;
     struct al_http_creq *c = k->creq;
+    if (k->tls && nread > 0) {
+        cconn__tls_input(k, buf->base, (size_t)nread);
+        http__release_buf(buf);
+        return;
+    }
     if (!c) { /* idle in the pool: the server closed it or sent garbage */
         http__release_buf(buf);
-        if (nread != 0 && !k->closing) {
-            if (k->pool && !k->creq && (k->prev || k->next || k->pool->idle_head == k))
-                pool__idle_unlink(k);
-            cconn__close(k);
-        }
+        if (nread != 0)
+            cconn__idle_drop(k);
         return;
     }
     if (nread > 0) {
-        if (c->in_len == 0) {
-            c->cur = buf->base;
-            c->cur_len = (size_t)nread;
-        } else {
-            size_t need = c->in_len + (size_t)nread;
-            if (need > c->in_cap) {
-                char *n = realloc(c->in, need);
-                if (!n) {
-                    http__release_buf(buf);
-                    creq__fail(c, -ENOMEM, "out of memory");
-                    return;
-                }
-                c->in = n;
-                c->in_cap = need;
-            }
-            memcpy(c->in + c->in_len, buf->base, (size_t)nread);
-            c->in_len = need;
-            c->cur = c->in;
-            c->cur_len = need;
-        }
-        creq__process(c);
-        if (!c->finished && creq__save_input(c) < 0)
-            creq__fail(c, -ENOMEM, "out of memory");
-        if (!c->finished && c->paused && k->reading) {
-            uv_read_stop(st);
-            k->reading = false;
-        }
+        cconn__input(k, c, buf->base, (size_t)nread);
         http__release_buf(buf);
         return;
     }
     http__release_buf(buf);
     if (nread == 0)
         return;
-    /* EOF or error */
+    cconn__eof(k, c, nread);
+}
+
+/* The connection ended (EOF, an error, or the TLS session's end). */
+static void cconn__eof(struct cconn *k, struct al_http_creq *c, ssize_t nread)
+{
+    (void)k;
     if (creq__can_retry(c)) {
         creq__retry(c);
         return;
@@ -872,6 +1021,8 @@ static void creq__connected(struct al_http_creq *c)
         int rc = creq__send(c, &b, 1);
         if (c->retryable && c->conn && c->conn->pool)
             c->out = keep; /* kept for one retry until the answer starts */
+        else if (c->o.wipe)
+            al_buf_free_wipe(&keep);
         else
             al_buf_free(&keep);
         if (rc) {
@@ -894,6 +1045,19 @@ static void cconn__on_connect(uv_connect_t *req, int status)
     }
     if (!k->is_unix)
         uv_tcp_nodelay(&k->h.tcp, 1);
+    if (k->tls) { /* the ClientHello; the answer comes through cconn__tls_input */
+        char msg[256] = "";
+        int rc = k->tls_ops->handshake(k->tls, msg, sizeof msg);
+        if (rc == 0 || rc == -EAGAIN)
+            rc = cconn__tls_flush(k);
+        if (rc == 0 && !k->reading &&
+            uv_read_start(&k->h.stream, http__alloc_cb, cconn__on_read) == 0)
+            k->reading = true;
+        if (rc < 0)
+            creq__fail(c, -EPROTO, "TLS handshake with %s failed: %s", c->o.target,
+                       msg[0] ? msg : uv_strerror(rc));
+        return;
+    }
     creq__connected(c);
 }
 
@@ -937,7 +1101,7 @@ static int creq__connect(struct al_http_creq *c)
     }
     k = cconn__new(c);
     if (!k)
-        return -ENOMEM;
+        return -errno;
     k->creq = c;
     c->conn = k;
     c->state = C_CONNECTING;
@@ -1076,10 +1240,18 @@ int al_http_creq_start(uv_loop_t *loop, const struct al_http_creq_opts *opts,
         rc = creq__build(c, opts, msg, sizeof msg);
     if (!rc && !(c->key = strdup(opts->target)))
         rc = -ENOMEM;
+    if (!rc && c->tgt.tls && !opts->tls) {
+        snprintf(msg, sizeof msg, "%s: https needs a TLS provider", opts->target);
+        rc = -EPROTONOSUPPORT;
+    }
+    if (!rc && c->tgt.tls && opts->upgrade) {
+        snprintf(msg, sizeof msg, "%s: no protocol upgrades over TLS", opts->target);
+        rc = -EINVAL;
+    }
     if (rc) {
         if (msg[0])
             al_debug("http client: %s", msg);
-        al_buf_free(&c->out);
+        creq__free_out(c);
         free(c->key);
         free(c);
         return rc;
@@ -1182,7 +1354,7 @@ void al_http_creq_resume(struct al_http_creq *c)
     struct cconn *k = c->conn;
     if (k && !k->reading && uv_read_start(&k->h.stream, http__alloc_cb, cconn__on_read) == 0)
         k->reading = true;
-    if (c->in_len || c->msg_complete)
+    if (c->in_len || c->msg_complete || (k && k->tls))
         creq__kick(c);
 }
 

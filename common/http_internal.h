@@ -2,8 +2,8 @@
  * nothing else sees (not installed, not included outside common/http*.c and the HTTP
  * tests).
  *
- * Owns: the header-block pre-scanner (bare LF, obs-fold, size cap: the checks llhttp's
- * loose build does not make), the header store (names and values copied out of the
+ * Owns: the header-block pre-scanner (bare LF, obs-fold, size cap: refused before llhttp
+ * sees the block, which would unfold obs-fold silently), the header store (names and values copied out of the
  * input, bounded), the write helper (try the socket first, copy only what is left), the
  * per-thread read buffer, token/field validation, and the counters the tests use to prove
  * that nothing leaks.
@@ -15,11 +15,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <llhttp.h>
 #include <uv.h>
 
 #include "buf.h"
 #include "http.h"
+#include "http_parser.h"
 
 /* Size of one read from a socket (the per-thread buffer). */
 #define HTTP__READ_BUF (64 * 1024)
@@ -82,12 +82,14 @@ bool http__is_target(const char *s, size_t len);
 /* ---- target parsing (clients) ---------------------------------------------------- */
 struct http__target {
     bool is_unix;
+    bool tls;       /* "https://": needs a TLS provider (al_http_creq_opts.tls) */
     char path[108]; /* unix socket path */
     char host[256]; /* host name or address literal (no brackets) */
     int port;
     char hostport[300]; /* for the Host header ("host:port", "[v6]:port", "localhost") */
 };
-/* Parses "unix:/path", "host:port", "[v6]:port", "http://host[:port][/...]". */
+/* Parses "unix:/path", "host:port", "[v6]:port", "http://host[:port][/...]",
+ * "https://host[:port][/...]" (port 443 by default). */
 int http__parse_target(const char *target, struct http__target *t, char *msg, size_t msglen);
 
 /* ---- writes ---------------------------------------------------------------------- */

@@ -14,8 +14,8 @@
  * API call, and a request is never freed while a callback that got it is on the stack.
  *
  * Parsing is llhttp with no lenient flag, plus a pre-scan of each header block (bare LF,
- * obs-fold, size) and checks on what llhttp's loose build lets through (version, target
- * characters, header-name tokens, Host). llhttp is paused after the headers (so the
+ * obs-fold, size) and checks on what llhttp lets through (version, target characters,
+ * header-name tokens, Host). llhttp is paused after the headers (so the
  * handler decides about the body before any body byte is parsed) and after each message
  * (so pipelined requests wait their turn). Streamed body bytes are compacted in place in
  * the input buffer during llhttp_execute and handed to the handler after it returns.

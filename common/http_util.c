@@ -1,5 +1,6 @@
 /* common/http_util: the parts of HTTP that need no connection: status texts, header
- * lookup, query and percent decoding, the header-block scanner, the header store,
+ * lookup, what llhttp's errors mean (http_parser.h), query parameters, the
+ * header-block scanner, the header store,
  * field/token validation, target parsing for the clients, the write helper, the
  * per-thread read buffer, the proxy's hop-by-hop rule and the traffic-token derivation.
  * See http_internal.h.
@@ -7,6 +8,8 @@
 #include "http.h"
 #include "http_internal.h"
 #include "json.h"
+#include "percent.h"
+#include "util.h"
 
 #include <sodium.h>
 
@@ -103,6 +106,39 @@ const char *al_http_status_text(int status)
     return "Server Error";
 }
 
+/* ---- parser errors ------------------------------------------------------------------ */
+const char *al_http_parse_error_reason(llhttp_errno_t err, int *status)
+{
+    *status = 400;
+    switch (err) {
+    case HPE_INVALID_TRANSFER_ENCODING:
+    case HPE_UNEXPECTED_CONTENT_LENGTH:
+    case HPE_INVALID_CONTENT_LENGTH:
+        return "ambiguous_framing";
+    case HPE_INVALID_HEADER_TOKEN:
+        return "invalid_header";
+    case HPE_LF_EXPECTED:
+    case HPE_CR_EXPECTED:
+    case HPE_STRICT:
+        return "invalid_line_ending";
+    case HPE_INVALID_METHOD:
+        return "invalid_method";
+    case HPE_INVALID_URL:
+        return "invalid_target";
+    case HPE_INVALID_VERSION:
+        return "invalid_version";
+    case HPE_PAUSED_H2_UPGRADE:
+        *status = 403;
+        return "h2_prior_knowledge_refused";
+    case HPE_CLOSED_CONNECTION:
+        return "data_after_close";
+    case HPE_INVALID_CHUNK_SIZE:
+        return "invalid_chunk";
+    default:
+        return "malformed_request";
+    }
+}
+
 /* ---- header lookup ------------------------------------------------------------------ */
 const struct al_http_header *http__find(const struct al_http_header *h, size_t n, const char *name)
 {
@@ -133,51 +169,9 @@ const char *al_http_resp_header(const struct al_http_resp *r, const char *name)
     return h ? h->value : NULL;
 }
 
-/* ---- percent decoding ---------------------------------------------------------------- */
-static int util__hex(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Decodes one character of s at *i (advancing it): returns the byte, or -1 on a bad
- * escape. */
-static int util__decode_at(const char *s, size_t len, size_t *i, bool plus_is_space)
-{
-    unsigned char c = (unsigned char)s[*i];
-    if (c == '%') {
-        if (*i + 2 >= len)
-            return -1;
-        int hi = util__hex((unsigned char)s[*i + 1]);
-        int lo = util__hex((unsigned char)s[*i + 2]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        *i += 3;
-        return hi << 4 | lo;
-    }
-    *i += 1;
-    return (plus_is_space && c == '+') ? ' ' : c;
-}
-
-int al_http_percent_decode(char *s, bool plus_is_space)
-{
-    size_t len = strlen(s), i = 0, o = 0;
-    while (i < len) {
-        int c = util__decode_at(s, len, &i, plus_is_space);
-        if (c <= 0)
-            return -EINVAL; /* bad escape, or an encoded NUL */
-        s[o++] = (char)c;
-    }
-    s[o] = '\0';
-    return 0;
-}
-
-int al_http_query_get(const char *query, const char *name, char *out, size_t outlen)
+/* ---- query decoding ------------------------------------------------------------------ */
+int al_http_query_each(const char *query, const char *name, char *out, size_t outlen,
+                       int (*fn)(const char *value, void *arg), void *arg)
 {
     if (!query || !name)
         return -ENOENT;
@@ -185,6 +179,7 @@ int al_http_query_get(const char *query, const char *name, char *out, size_t out
         query++;
     size_t nlen = strlen(name);
     const char *p = query;
+    bool found = false;
     while (*p) {
         const char *end = strchr(p, '&');
         size_t plen = end ? (size_t)(end - p) : strlen(p);
@@ -194,7 +189,7 @@ int al_http_query_get(const char *query, const char *name, char *out, size_t out
         size_t i = 0, k = 0;
         bool match = true;
         while (i < klen) {
-            int c = util__decode_at(p, klen, &i, true);
+            int c = al_percent_decode_byte(p, klen, &i, AL_PERCENT_PLUS_SPACE);
             if (c <= 0 || k >= nlen || (char)c != name[k]) {
                 match = false;
                 break;
@@ -202,26 +197,26 @@ int al_http_query_get(const char *query, const char *name, char *out, size_t out
             k++;
         }
         if (match && k == nlen) {
-            if (outlen == 0)
-                return -E2BIG;
             const char *v = eq ? eq + 1 : p + plen;
-            size_t vlen = eq ? plen - klen - 1 : 0, j = 0, o = 0;
-            while (j < vlen) {
-                int c = util__decode_at(v, vlen, &j, true);
-                if (c <= 0)
-                    return -EINVAL;
-                if (o + 1 >= outlen)
-                    return -E2BIG;
-                out[o++] = (char)c;
-            }
-            out[o] = '\0';
-            return 0;
+            size_t vlen = eq ? plen - klen - 1 : 0;
+            ssize_t n = al_percent_decode(v, vlen, out, outlen, AL_PERCENT_PLUS_SPACE);
+            if (n < 0)
+                return n == -E2BIG ? -E2BIG : -EINVAL;
+            found = true;
+            int rc = fn ? fn(out, arg) : 1;
+            if (rc)
+                return rc > 0 ? 0 : rc;
         }
         if (!end)
             break;
         p = end + 1;
     }
-    return -ENOENT;
+    return found ? 0 : -ENOENT;
+}
+
+int al_http_query_get(const char *query, const char *name, char *out, size_t outlen)
+{
+    return al_http_query_each(query, name, out, outlen, NULL, NULL);
 }
 
 /* ---- header-block scanner -------------------------------------------------------------- */
@@ -455,9 +450,9 @@ int http__parse_target(const char *target, struct http__target *t, char *msg, si
         p += 7;
         scheme = true;
     } else if (strncasecmp(p, "https://", 8) == 0) {
-        snprintf(msg, msglen, "\"%s\": https is not supported by this client (plain HTTP only)",
-                 target);
-        return -EPROTONOSUPPORT;
+        p += 8;
+        scheme = true;
+        t->tls = true;
     }
     const char *end = p + strcspn(p, "/?#");
     if (!scheme && *end) {
@@ -509,7 +504,7 @@ int http__parse_target(const char *target, struct http__target *t, char *msg, si
         }
         t->port = (int)port;
     } else if (scheme) {
-        t->port = 80;
+        t->port = t->tls ? 443 : 80;
     } else {
         snprintf(msg, msglen, "\"%s\": missing port (use \"host:port\")", target);
         return -EINVAL;
@@ -632,9 +627,7 @@ const char *http__date(void)
     static __thread time_t date_sec = -1;
     time_t now = time(NULL);
     if (now != date_sec) {
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        al_time_format(date, sizeof date, now, 0, AL_TIME_HTTP);
         date_sec = now;
     }
     return date;
@@ -670,40 +663,80 @@ void http__ignore_sigpipe(void)
 }
 
 /* ---- proxy helpers ----------------------------------------------------------------- */
-/* Whether the comma-separated list value holds name as one of its elements (OWS around
- * elements, case-insensitive). */
-static bool util__list_has(const char *value, const char *name)
+bool al_http_list_has(const char *value, size_t len, const char *token, size_t token_len)
 {
-    size_t nl = strlen(name);
-    const char *p = value;
-    while (*p) {
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-        const char *s = p;
-        while (*p && *p != ',')
-            p++;
-        size_t l = (size_t)(p - s);
-        while (l && (s[l - 1] == ' ' || s[l - 1] == '\t'))
+    size_t pos = 0;
+    while (pos < len) {
+        while (pos < len && (value[pos] == ' ' || value[pos] == '\t' || value[pos] == ','))
+            pos++;
+        size_t s = pos;
+        while (pos < len && value[pos] != ',')
+            pos++;
+        size_t l = pos - s;
+        while (l && (value[s + l - 1] == ' ' || value[s + l - 1] == '\t'))
             l--;
-        if (l == nl && l && strncasecmp(s, name, l) == 0)
+        if (l == token_len && l && strncasecmp(value + s, token, l) == 0)
             return true;
     }
     return false;
 }
 
-bool al_http_hop_by_hop(const char *name, const struct al_http_header *hdrs, size_t n)
+struct util__name {
+    const char *s;
+    size_t n;
+};
+#define UTIL__NAME(s)   \
+    {                   \
+        s, sizeof s - 1 \
+    }
+static const struct util__name util__hop[] = {
+    UTIL__NAME("Connection"), UTIL__NAME("Keep-Alive"),         UTIL__NAME("Proxy-Connection"),
+    UTIL__NAME("TE"),         UTIL__NAME("Transfer-Encoding"),  UTIL__NAME("Trailer"),
+    UTIL__NAME("Upgrade"),    UTIL__NAME("Proxy-Authenticate"), UTIL__NAME("Proxy-Authorization"),
+};
+static const struct util__name util__override[] = {
+    UTIL__NAME("X-HTTP-Method-Override"),
+    UTIL__NAME("X-HTTP-Method"),
+    UTIL__NAME("X-Method-Override"),
+};
+#undef UTIL__NAME
+
+static bool util__in(const struct util__name *t, size_t tn, const char *name, size_t len)
 {
-    static const char *const hop[] = {"Connection", "Keep-Alive",         "Proxy-Connection",
-                                      "TE",         "Transfer-Encoding",  "Trailer",
-                                      "Upgrade",    "Proxy-Authenticate", "Proxy-Authorization",
-                                      NULL};
-    for (const char *const *h = hop; *h; h++)
-        if (strcasecmp(name, *h) == 0)
-            return true;
-    for (size_t i = 0; i < n; i++)
-        if (strcasecmp(hdrs[i].name, "Connection") == 0 && util__list_has(hdrs[i].value, name))
+    for (size_t i = 0; i < tn; i++)
+        if (t[i].n == len && strncasecmp(name, t[i].s, len) == 0)
             return true;
     return false;
+}
+
+bool al_http_hop_by_hop(const char *name, const struct al_http_header *hdrs, size_t n)
+{
+    size_t nl = strlen(name);
+    if (util__in(util__hop, sizeof util__hop / sizeof *util__hop, name, nl))
+        return true;
+    for (size_t i = 0; i < n; i++)
+        if (strcasecmp(hdrs[i].name, "Connection") == 0 &&
+            al_http_list_has(hdrs[i].value, strlen(hdrs[i].value), name, nl))
+            return true;
+    return false;
+}
+
+bool al_http_field_hop_by_hop(const struct al_http_field *f, size_t n, const char *name, size_t len)
+{
+    if (util__in(util__hop, sizeof util__hop / sizeof *util__hop, name, len))
+        return true;
+    for (size_t i = 0; i < n; i++)
+        if (f[i].name_len == 10 && strncasecmp(f[i].name, "Connection", 10) == 0 &&
+            al_http_list_has(f[i].value, f[i].value_len, name, len))
+            return true;
+    return false;
+}
+
+bool al_http_request_field_dropped(const struct al_http_field *f, size_t n, const char *name,
+                                   size_t len)
+{
+    return util__in(util__override, sizeof util__override / sizeof *util__override, name, len) ||
+           al_http_field_hop_by_hop(f, n, name, len);
 }
 
 void al_http_traffic_token(const char *access_token, size_t len,

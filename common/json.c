@@ -2,37 +2,42 @@
 #include "json.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
-static size_t json__utf8_len(const unsigned char *s)
+size_t al_json_utf8_len(const unsigned char *s, size_t n)
 {
+    if (n == 0)
+        return 0;
     unsigned char c = s[0];
     if (c < 0x80)
         return 1;
-    size_t n;
+    size_t len;
     uint32_t cp;
     if ((c & 0xe0) == 0xc0) {
-        n = 2;
+        len = 2;
         cp = c & 0x1f;
     } else if ((c & 0xf0) == 0xe0) {
-        n = 3;
+        len = 3;
         cp = c & 0x0f;
     } else if ((c & 0xf8) == 0xf0) {
-        n = 4;
+        len = 4;
         cp = c & 0x07;
     } else {
         return 0;
     }
-    for (size_t i = 1; i < n; i++) {
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
         if ((s[i] & 0xc0) != 0x80)
             return 0;
         cp = (cp << 6) | (s[i] & 0x3f);
     }
-    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
         cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
         return 0;
-    return n;
+    return len;
 }
 
 size_t al_json_escape(const char *in, char *out, size_t outlen)
@@ -64,7 +69,8 @@ size_t al_json_escape(const char *in, char *out, size_t outlen)
             tmp[0] = (char)c;
             tl = 1;
         } else {
-            size_t n = json__utf8_len(s);
+            /* s ends in a NUL, which is no continuation byte: the check stops there. */
+            size_t n = al_json_utf8_len(s, 4);
             if (n == 0) {
                 memcpy(tmp, "\\ufffd", 6);
                 tl = 6;
@@ -82,6 +88,259 @@ size_t al_json_escape(const char *in, char *out, size_t outlen)
     }
     out[o] = '\0';
     return o;
+}
+
+/* Byte classes of a string value: 0 copied, 1 escaped by a backslash and a letter or itself,
+ * 2 below 0x20 without a short escape (\u00XX), 3 the start of a multi-byte sequence. */
+static const unsigned char json__cls[256] = {
+    [0 ... 7] = 2, ['\b'] = 1,          ['\t'] = 1, ['\n'] = 1, [0x0b] = 2,          ['\f'] = 1,
+    ['\r'] = 1,    [0x0e ... 0x1f] = 2, ['"'] = 1,  ['\\'] = 1, [0x80 ... 0xff] = 3,
+};
+
+/* Whether any of the 8 bytes of x needs a look: below 0x20, '"', '\\', or 0x80 and above. */
+static inline bool json__word_special(uint64_t x)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
+    uint64_t lt = (x - ones * 0x20) & ~x;                /* high bit set where a byte < 0x20 */
+    uint64_t zq = (q - ones) & ~q, zb = (b - ones) & ~b; /* where a byte is '"' or '\\' */
+    return ((lt | zq | zb) & highs) || (x & highs);
+}
+
+size_t al_json_quoted_len(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t len = n + 2;
+    for (size_t i = 0; i < n; i++) {
+        /* Eight plain bytes at a time, the last ones padded with plain bytes: most of the
+         * audit log's strings never take the byte-by-byte path below. */
+        for (;;) {
+            uint64_t x;
+            size_t k = 8;
+            if (n - i >= 8) {
+                memcpy(&x, u + i, 8);
+            } else {
+                /* byte by byte into "aaaaaaaa" (a loop the compiler does not turn into a
+                 * memcpy call) */
+                x = 0x6161616161616161ull;
+                k = n - i;
+                for (size_t j = 0; j < k; j++)
+                    x = (x & ~(0xffull << (8 * j))) | ((uint64_t)u[i + j] << (8 * j));
+            }
+            if (json__word_special(x))
+                break;
+            i += k;
+            if (i >= n)
+                return len;
+        }
+        switch (json__cls[u[i]]) {
+        case 0:
+            break;
+        case 1:
+            len += 1;
+            break;
+        case 2:
+            len += 5;
+            break;
+        default: {
+            size_t l = al_json_utf8_len(u + i, n - i);
+            if (!l)
+                return 0;
+            i += l - 1;
+        }
+        }
+    }
+    return len;
+}
+
+size_t al_json_quote(const char *s, size_t n, char *out)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *u = (const unsigned char *)s;
+    char *o = out;
+    *o++ = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = u[i];
+        unsigned k = json__cls[c];
+        if (k == 0 || k == 3) {
+            *o++ = (char)c;
+            continue;
+        }
+        *o++ = '\\';
+        switch (c) {
+        case '"':
+        case '\\':
+            *o++ = (char)c;
+            break;
+        case '\b':
+            *o++ = 'b';
+            break;
+        case '\f':
+            *o++ = 'f';
+            break;
+        case '\n':
+            *o++ = 'n';
+            break;
+        case '\r':
+            *o++ = 'r';
+            break;
+        case '\t':
+            *o++ = 't';
+            break;
+        default:
+            *o++ = 'u';
+            *o++ = '0';
+            *o++ = '0';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+    }
+    *o++ = '"';
+    return (size_t)(o - out);
+}
+
+size_t al_json_int(int64_t v, char out[AL_JSON_INT_MAX])
+{
+    char t[AL_JSON_INT_MAX];
+    char *e = t + sizeof t, *p = e;
+    uint64_t m = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do
+        *--p = (char)('0' + m % 10);
+    while ((m /= 10));
+    if (v < 0)
+        *--p = '-';
+    memcpy(out, p, (size_t)(e - p));
+    return (size_t)(e - p);
+}
+
+struct json__out {
+    char *buf;
+    size_t size, len;
+};
+
+static void json__put(struct json__out *w, const char *s, size_t n)
+{
+    if (w->len + n <= w->size)
+        memcpy(w->buf + w->len, s, n);
+    w->len += n;
+}
+
+static bool json__str(struct json__out *w, const char *s, size_t n)
+{
+    /* The common case in one pass: copied eight bytes at a time while no byte needs a look
+     * (the output has room for the whole words). */
+    if (w->len + n + 2 + 8 <= w->size) {
+        const unsigned char *u = (const unsigned char *)s;
+        char *o = w->buf + w->len + 1;
+        size_t i = 0;
+        bool plain = true;
+        for (; i + 8 <= n; i += 8) {
+            uint64_t x;
+            memcpy(&x, u + i, 8);
+            if (json__word_special(x)) {
+                plain = false;
+                break;
+            }
+            memcpy(o + i, &x, 8);
+        }
+        for (; plain && i < n; i++) {
+            if (json__cls[u[i]])
+                plain = false;
+            else
+                o[i] = (char)u[i];
+        }
+        if (plain) {
+            w->buf[w->len] = '"';
+            o[n] = '"';
+            w->len += n + 2;
+            return true;
+        }
+    }
+    size_t q = al_json_quoted_len(s, n);
+    if (!q)
+        return false;
+    if (w->len + q <= w->size) {
+        /* The common case, printable ASCII without quote or backslash: one copy. */
+        if (q == n + 2) {
+            w->buf[w->len] = '"';
+            memcpy(w->buf + w->len + 1, s, n);
+            w->buf[w->len + n + 1] = '"';
+        } else {
+            al_json_quote(s, n, w->buf + w->len);
+        }
+    }
+    w->len += q;
+    return true;
+}
+
+static bool json__value(struct json__out *w, const json_t *v, int depth)
+{
+    if (depth > AL_JSON_DUMP_DEPTH)
+        return false;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        json__put(w, "{", 1);
+        bool first = true;
+        for (void *it = json_object_iter((json_t *)v); it;
+             it = json_object_iter_next((json_t *)v, it)) {
+            if (!first)
+                json__put(w, ",", 1);
+            first = false;
+            if (!json__str(w, json_object_iter_key(it), json_object_iter_key_len(it)))
+                return false;
+            json__put(w, ":", 1);
+            if (!json__value(w, json_object_iter_value(it), depth + 1))
+                return false;
+        }
+        json__put(w, "}", 1);
+        return true;
+    }
+    case JSON_ARRAY: {
+        json__put(w, "[", 1);
+        for (size_t i = 0, n = json_array_size(v); i < n; i++) {
+            if (i)
+                json__put(w, ",", 1);
+            if (!json__value(w, json_array_get(v, i), depth + 1))
+                return false;
+        }
+        json__put(w, "]", 1);
+        return true;
+    }
+    case JSON_STRING:
+        return json__str(w, json_string_value(v), json_string_length(v));
+    case JSON_INTEGER: {
+        char t[AL_JSON_INT_MAX];
+        json__put(w, t, al_json_int(json_integer_value(v), t));
+        return true;
+    }
+    case JSON_REAL: {
+        /* jansson's own formatting (precision, exponent, ".0"), byte for byte. */
+        char t[64];
+        size_t n = json_dumpb(v, t, sizeof t, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!n || n > sizeof t)
+            return false;
+        json__put(w, t, n);
+        return true;
+    }
+    case JSON_TRUE:
+        json__put(w, "true", 4);
+        return true;
+    case JSON_FALSE:
+        json__put(w, "false", 5);
+        return true;
+    case JSON_NULL:
+        json__put(w, "null", 4);
+        return true;
+    }
+    return false;
+}
+
+size_t al_json_dumpb(const json_t *v, char *buf, size_t size)
+{
+    struct json__out w = {.buf = buf, .size = size, .len = 0};
+    if (!v || !json__value(&w, v, 0))
+        return 0;
+    return w.len;
 }
 
 json_t *al_json_parse(const char *data, size_t len, struct al_error *err)

@@ -1,8 +1,9 @@
 /* common/json: the JSON layer, over jansson (Debian's libjansson).
  *
  * Owns: strict typed access to request bodies and files (unknown keys are reported, not
- * ignored, where the caller asks), compact serialisation, and allocation-free escaping for
- * the logger and the audit writer. Callers use jansson's json_t directly for everything
+ * ignored, where the caller asks), compact serialisation (the audit log's, byte for byte
+ * jansson's, without its per-character callbacks), and allocation-free escaping for the
+ * logger and the audit writer. Callers use jansson's json_t directly for everything
  * else; this file only adds what every daemon would otherwise rewrite.
  */
 #ifndef AIRLOCK_COMMON_JSON_H
@@ -19,6 +20,27 @@
  * at a character boundary if out is too small). Control characters become \u00XX; bytes
  * that are not valid UTF-8 become \ufffd. Returns the length written. */
 size_t al_json_escape(const char *in, char *out, size_t outlen);
+
+/* Length of the valid UTF-8 sequence at s[0..n) (1..4: shortest form, no surrogate, at most
+ * U+10FFFF; a NUL is 1), or 0 when s does not start one. */
+size_t al_json_utf8_len(const unsigned char *s, size_t n);
+/* The JSON string literal of s[0..n) exactly as jansson's compact dump writes it: quotes,
+ * \" \\ \b \f \n \r \t, other bytes below 0x20 as \u00XX (uppercase hex), every other byte
+ * as it is. s must be valid UTF-8 (NULs allowed: \u0000). al_json_quoted_len says how long
+ * the literal is (0 when s is not valid UTF-8); al_json_quote writes it into out, which must
+ * hold that many bytes, and returns the same length. */
+size_t al_json_quoted_len(const char *s, size_t n);
+size_t al_json_quote(const char *s, size_t n, char *out);
+/* The decimal text of v, as jansson writes an integer ("%" JSON_INTEGER_FORMAT), without
+ * printf: writes at most AL_JSON_INT_MAX bytes (no NUL) and returns the length. */
+#define AL_JSON_INT_MAX 20
+size_t al_json_int(int64_t v, char out[AL_JSON_INT_MAX]);
+/* The compact serialisation of v, the same bytes as json_dumpb(v, JSON_COMPACT) (keys in
+ * insertion order), several times faster: writes at most size bytes into buf and returns
+ * the length of the whole text (larger than size: call again with room); 0 when v cannot be
+ * serialised (a string that is not valid UTF-8, nesting deeper than AL_JSON_DUMP_DEPTH). */
+#define AL_JSON_DUMP_DEPTH 64
+size_t al_json_dumpb(const json_t *v, char *buf, size_t size);
 
 /* Parses a buffer; on failure err says where ("line 3, column 7: ..."). */
 json_t *al_json_parse(const char *data, size_t len, struct al_error *err);

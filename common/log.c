@@ -1,6 +1,7 @@
 /* common/log: see log.h. */
 #include "log.h"
 #include "json.h"
+#include "util.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,7 +9,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/time.h>
 
 static const char *log__component = "airlock";
 static enum al_log_format log__format = AL_LOG_AUTO;
@@ -75,14 +75,8 @@ void al_log_vwrite(enum al_log_level level, const char *file, int line, const ch
     char msg[2048];
     vsnprintf(msg, sizeof msg, fmt, ap);
 
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    struct tm tm;
-    gmtime_r(&tv.tv_sec, &tm);
-    char ts[40];
-    snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-             (long)(tv.tv_usec / 1000));
+    char ts[AL_TIME_FORMAT_MAX];
+    al_time_rfc3339(ts, sizeof ts, al_wall_ns());
 
     const char *base = file ? strrchr(file, '/') : NULL;
     base = base ? base + 1 : (file ? file : "?");

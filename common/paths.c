@@ -17,6 +17,11 @@ const char *al_state_dir(void)
     return AL_DEFAULT_STATE_DIR;
 }
 
+const char *al_state_dir_arg(void)
+{
+    return paths__state[0] ? paths__state : NULL;
+}
+
 void al_set_state_dir(const char *dir)
 {
     snprintf(paths__state, sizeof paths__state, "%s", dir ? dir : "");

@@ -21,6 +21,9 @@
 /* The state dir in effect: set explicitly, else $AIRLOCK_STATE_DIR, else the default. */
 const char *al_state_dir(void);
 void al_set_state_dir(const char *dir);
+/* The state dir set explicitly (--state-dir), or NULL: for a CLI reading a configuration
+ * file, whose state_dir (and $AIRLOCK_STATE_DIR over it) must win over the default. */
+const char *al_state_dir_arg(void);
 /* <state>/<rel> into out; returns out, or NULL if it does not fit. */
 char *al_state_path(char *out, size_t outlen, const char *rel);
 

@@ -28,14 +28,133 @@ uint64_t al_wall_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's civil_from_days):
+ * arithmetic only, so the formatter needs no time-zone data, takes no lock and answers the
+ * same in every libc, the static musl agent's included. */
+static void util__civil(int64_t days, int *year, int *month, int *day)
+{
+    days += 719468; /* from 0000-03-01, so that the leap day ends each 400-year era */
+    int64_t era = (days >= 0 ? days : days - 146096) / 146097;
+    unsigned doe = (unsigned)(days - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+    *day = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *month = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *year = (int)((int64_t)yoe + era * 400 + (*month <= 2));
+}
+
+/* v (< 10^digits) as zero-padded decimal, two digits per step: this runs for every audit
+ * record and log line. */
+static char *util__num(char *p, unsigned v, int digits)
+{
+    static const char pairs[201] = "00010203040506070809101112131415161718192021222324"
+                                   "25262728293031323334353637383940414243444546474849"
+                                   "50515253545556575859606162636465666768697071727374"
+                                   "75767778798081828384858687888990919293949596979899";
+    int i = digits;
+    for (; i >= 2; v /= 100) {
+        i -= 2;
+        memcpy(p + i, pairs + 2 * (v % 100), 2);
+    }
+    if (i)
+        p[0] = (char)('0' + v);
+    return p + digits;
+}
+
+int al_time_format(char *out, size_t outlen, int64_t sec, long nsec, enum al_time_form form)
+{
+    /* 0000-01-01T00:00:00Z .. 9999-12-31T23:59:59Z: four-digit years only (RFC 3339). */
+    static const int64_t min_s = -62167219200LL, max_s = 253402300799LL;
+    static const char wday[7][4] = {"Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"};
+    static const char mon[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                    "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    char buf[AL_TIME_FORMAT_MAX], *start = outlen >= sizeof buf ? out : buf, *p = start;
+    int rc = 0;
+    if (nsec < 0 || nsec > 999999999L || (unsigned)form > AL_TIME_HTTP)
+        rc = -EINVAL;
+    else if (sec < min_s || sec > max_s)
+        rc = -ERANGE;
+    if (rc) {
+        if (outlen)
+            out[0] = '\0';
+        return rc;
+    }
+    int64_t days = (sec >= 0 ? sec : sec - 86399) / 86400;
+    unsigned tod = (unsigned)(sec - days * 86400);
+    int y, m, d;
+    util__civil(days, &y, &m, &d);
+    unsigned hh = tod / 3600, mm = tod / 60 % 60, ss = tod % 60, ns = (unsigned)nsec;
+    switch (form) {
+    case AL_TIME_HTTP:
+        memcpy(p, wday[(days % 7 + 7) % 7], 3);
+        memcpy(p + 3, ", ", 2);
+        p = util__num(p + 5, (unsigned)d, 2);
+        *p++ = ' ';
+        memcpy(p, mon[m - 1], 3);
+        p[3] = ' ';
+        p = util__num(p + 4, (unsigned)y, 4);
+        *p++ = ' ';
+        p = util__num(p, hh, 2);
+        *p++ = ':';
+        p = util__num(p, mm, 2);
+        *p++ = ':';
+        p = util__num(p, ss, 2);
+        memcpy(p, " GMT", 4);
+        p += 4;
+        break;
+    case AL_TIME_BASIC:
+    case AL_TIME_ASN1:
+        p = util__num(p, (unsigned)y, 4);
+        p = util__num(p, (unsigned)m, 2);
+        p = util__num(p, (unsigned)d, 2);
+        if (form == AL_TIME_BASIC)
+            *p++ = 'T';
+        p = util__num(p, hh * 10000 + mm * 100 + ss, 6);
+        if (form == AL_TIME_BASIC)
+            *p++ = 'Z';
+        break;
+    default: {
+        p = util__num(p, (unsigned)y, 4);
+        *p++ = '-';
+        p = util__num(p, (unsigned)m, 2);
+        *p++ = '-';
+        p = util__num(p, (unsigned)d, 2);
+        *p++ = 'T';
+        p = util__num(p, hh, 2);
+        *p++ = ':';
+        p = util__num(p, mm, 2);
+        *p++ = ':';
+        p = util__num(p, ss, 2);
+        int digits = form == AL_TIME_RFC3339_MS   ? 3
+                     : form == AL_TIME_RFC3339_US ? 6
+                     : form == AL_TIME_RFC3339_NS ? 9
+                                                  : 0;
+        if (form == AL_TIME_RFC3339_EXACT && ns)
+            digits = ns % 1000000 == 0 ? 3 : ns % 1000 == 0 ? 6 : 9;
+        if (digits) {
+            *p++ = '.';
+            p = util__num(p, digits == 3 ? ns / 1000000 : digits == 6 ? ns / 1000 : ns, digits);
+        }
+        *p++ = 'Z';
+    }
+    }
+    size_t n = (size_t)(p - start);
+    if (n >= outlen) {
+        if (outlen)
+            out[0] = '\0';
+        return -E2BIG;
+    }
+    if (start == buf)
+        memcpy(out, buf, n);
+    out[n] = '\0';
+    return (int)n;
+}
+
 void al_time_rfc3339(char *out, size_t outlen, uint64_t wall_ns)
 {
-    time_t s = (time_t)(wall_ns / 1000000000ull);
-    struct tm tm;
-    gmtime_r(&s, &tm);
-    snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-             (unsigned)((wall_ns % 1000000000ull) / 1000000ull));
+    al_time_format(out, outlen, (int64_t)(wall_ns / 1000000000ull), (long)(wall_ns % 1000000000ull),
+                   AL_TIME_RFC3339_MS);
 }
 
 static int util__digits(const char **p, int n, int *out)
@@ -398,4 +517,26 @@ void al_random_hex(char *out, size_t nbytes)
         nbytes -= n;
     }
     *out = '\0';
+}
+
+void al_uuid_v4(char out[37])
+{
+    unsigned char b[16];
+    randombytes_buf(b, sizeof b);
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* version 4 */
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    al_uuid_format(b, out);
+}
+
+void al_uuid_format(const unsigned char b[16], char out[37])
+{
+    static const char hex[] = "0123456789abcdef";
+    char *o = out;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            *o++ = '-';
+        *o++ = hex[b[i] >> 4];
+        *o++ = hex[b[i] & 15];
+    }
+    *o = '\0';
 }

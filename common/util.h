@@ -1,7 +1,9 @@
 /* common/util: small system helpers every daemon needs (time, files, fds).
  *
- * Owns: durable file replacement (write, fsync, rename, fsync dir) so that a crash leaves
- * the old or the new content, never a torn file; bounded whole-file reads; mkdir -p.
+ * Owns: the one time formatter (RFC 3339 and the other UTC forms the tree writes) and the
+ * RFC 3339 parser; durable file replacement (write, fsync, rename, fsync dir) so that a
+ * crash leaves the old or the new content, never a torn file; bounded whole-file reads;
+ * mkdir -p.
  */
 #ifndef AIRLOCK_COMMON_UTIL_H
 #define AIRLOCK_COMMON_UTIL_H
@@ -15,7 +17,25 @@
 
 uint64_t al_now_ns(void);  /* CLOCK_MONOTONIC */
 uint64_t al_wall_ns(void); /* CLOCK_REALTIME */
-/* RFC 3339 UTC with milliseconds: "2026-11-30T01:02:03.456Z" (out >= 32 bytes). */
+/* The one time formatter: sec.nsec (seconds since 1970-01-01 UTC, nsec 0..999999999) in
+ * UTC, without libc's time functions (no time-zone data, no lock, the same in musl). */
+enum al_time_form {
+    AL_TIME_RFC3339_S,     /* 2026-11-30T01:02:03Z */
+    AL_TIME_RFC3339_MS,    /* 2026-11-30T01:02:03.456Z */
+    AL_TIME_RFC3339_US,    /* 2026-11-30T01:02:03.456789Z */
+    AL_TIME_RFC3339_NS,    /* 2026-11-30T01:02:03.456789012Z */
+    AL_TIME_RFC3339_EXACT, /* the fewest of 0, 3, 6 or 9 fraction digits that keep the
+                              value (protobuf JSON's Timestamp) */
+    AL_TIME_BASIC,         /* 20261130T010203Z (ISO 8601 basic: file names) */
+    AL_TIME_ASN1,          /* 20261130010203 (X.509 validity, as mbedtls takes it) */
+    AL_TIME_HTTP,          /* Mon, 30 Nov 2026 01:02:03 GMT (RFC 9110 IMF-fixdate) */
+};
+#define AL_TIME_FORMAT_MAX 32 /* the longest form and its NUL */
+/* Writes the time into out (outlen bytes, NUL-terminated); returns its length, -E2BIG if it
+ * does not fit, -ERANGE for a year outside 0000..9999 (RFC 3339 has four digits), -EINVAL for
+ * a bad nsec or form; out is "" on an error. */
+int al_time_format(char *out, size_t outlen, int64_t sec, long nsec, enum al_time_form form);
+/* al_time_format's AL_TIME_RFC3339_MS of a CLOCK_REALTIME value in nanoseconds. */
 void al_time_rfc3339(char *out, size_t outlen, uint64_t wall_ns);
 /* RFC 3339 / ISO 8601 parse (Z or ±hh:mm offsets, optional fraction). */
 int al_time_parse_rfc3339(const char *s, uint64_t *wall_ns);
@@ -48,5 +68,9 @@ int al_parse_duration_ms(const char *s, uint64_t *out);
 
 /* Random identifiers: n random bytes as lowercase hex into out (2n+1 bytes). */
 void al_random_hex(char *out, size_t nbytes);
+/* A random (version 4) UUID, "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx". */
+void al_uuid_v4(char out[37]);
+/* 16 bytes in the UUID text form (the caller sets version and variant bits). */
+void al_uuid_format(const unsigned char b[16], char out[37]);
 
 #endif

@@ -68,6 +68,10 @@ struct cp_backend_ops {
     int (*cleanup)(struct cp_sandbox *sb, cp_backend_cb cb);
     /* Sweeps leftovers of sandboxes airlockd no longer knows (at start, blocking). */
     int (*sweep)(struct cp *cp, struct al_error *err);
+    /* Sets the limits of all sandboxes together (at start, blocking); NULL: the backend has
+     * none to set. *pids_current receives the processes the sandboxes have now. */
+    int (*limit_all)(struct cp *cp, uint64_t pids, uint64_t memory_bytes, uint64_t *pids_current,
+                     struct al_error *err);
     /* The agent's log file of a sandbox (for GET .../logs), or "" when there is none. */
     void (*log_path)(const struct cp_sandbox *sb, char *out, size_t len);
 };

@@ -270,7 +270,7 @@ static int tb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_bac
         /* The sanitizer build of the agent must not fail the sandbox on leak reports. */
         envp[k++] = "ASAN_OPTIONS=detect_leaks=0";
     }
-    struct cp_spawn s = {.path = argv[0],
+    struct al_spawn s = {.path = argv[0],
                          .argv = argv,
                          .envp = envp,
                          .fds = {-1, logfd, logfd, initp[0]},
@@ -278,7 +278,7 @@ static int tb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_bac
                          .new_session = true};
     pid_t pid;
     struct al_error err = {0};
-    rc = text && envp ? cp_proc_spawn(&s, &pid, &sb->pidfd, &err) : -ENOMEM;
+    rc = text && envp ? al_spawn(&s, &pid, &sb->pidfd, &err) : -ENOMEM;
     free(envp);
     close(logfd);
     close(initp[0]);

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -198,12 +199,12 @@ static int vmm__run_cleanup(struct cp_sandbox *sb, cp_backend_cb cb)
     if (!p)
         return -ENOMEM;
     char *argv[] = {cp->vmm_bin, "--state-dir", cp->cfg.state_dir, "--cleanup", sb->rec.id, NULL};
-    struct cp_spawn s = {
+    struct al_spawn s = {
         .path = cp->vmm_bin, .argv = argv, .fds = {-1, 2, 2}, .nfds = 3, .new_session = true};
     pid_t pid;
     int pidfd;
     struct al_error err = {0};
-    int rc = cp_proc_spawn(&s, &pid, &pidfd, &err);
+    int rc = al_spawn(&s, &pid, &pidfd, &err);
     if (rc) {
         al_error("sandbox %s: %s", sb->rec.id, al_error_str(&err));
         return rc;
@@ -417,9 +418,11 @@ static void vp__line(struct vmm_proc *v)
     char msg[1024];
     const char *e = json_string_value(json_object_get(j, "error"));
     snprintf(msg, sizeof msg, "%s", e ? e : "airlock-vmm reported a failure");
+    /* "busy": the sandboxes together are at their limits (a condition that passes). */
+    int code = json_is_true(json_object_get(j, "busy")) ? -EAGAIN : -EIO;
     json_decref(j);
     vp__done(v);
-    vmm__start_finish(p, -EIO, msg);
+    vmm__start_finish(p, code, msg);
 }
 
 static void vp__alloc(uv_handle_t *h, size_t sz, uv_buf_t *b)
@@ -541,13 +544,13 @@ static struct vmm_proc *vp__spawn(struct cp *cp, bool warm, int tap_fd, struct a
     argv[n++] = "--ready-fd";
     argv[n++] = "3";
     argv[n] = NULL;
-    struct cp_spawn s = {.path = cp->vmm_bin,
+    struct al_spawn s = {.path = cp->vmm_bin,
                          .argv = argv,
                          .fds = {specp[0], 2, 2, readyp[1], tap_fd},
                          .nfds = tap_fd >= 0 ? 5 : 4,
                          .new_session = true,
                          .no_wait_exec = true};
-    int rc = cp_proc_spawn(&s, &v->pid, &v->pidfd, err);
+    int rc = al_spawn(&s, &v->pid, &v->pidfd, err);
     close(specp[0]);
     close(readyp[1]);
     if (rc) {
@@ -989,9 +992,9 @@ static int vmm_sweep(struct cp *cp, struct al_error *err)
         argv[n++] = slots;
     }
     argv[n] = NULL;
-    struct cp_spawn s = {.path = cp->vmm_bin, .argv = argv, .fds = {-1, 2, 2}, .nfds = 3};
+    struct al_spawn s = {.path = cp->vmm_bin, .argv = argv, .fds = {-1, 2, 2}, .nfds = 3};
     pid_t pid;
-    int rc = cp_proc_spawn(&s, &pid, NULL, err);
+    int rc = al_spawn(&s, &pid, NULL, err);
     if (rc)
         return rc;
     int st;
@@ -1002,6 +1005,62 @@ static int vmm_sweep(struct cp *cp, struct al_error *err)
         cp_proc_describe(st, how, sizeof how);
         return al_error_set(err, -EIO, "airlock-vmm --sweep %s", how);
     }
+    return 0;
+}
+
+/* airlock-vmm --limit-parent: the cgroups are airlock-vmm's to handle (it owns the layout). */
+static int vmm_limit_all(struct cp *cp, uint64_t pids, uint64_t memory_bytes,
+                         uint64_t *pids_current, struct al_error *err)
+{
+    char spids[32], smem[32];
+    snprintf(spids, sizeof spids, "%" PRIu64, pids);
+    snprintf(smem, sizeof smem, "%" PRIu64, memory_bytes >> 20);
+    char *argv[] = {cp->vmm_bin,
+                    "--state-dir",
+                    cp->cfg.state_dir,
+                    "--limit-parent",
+                    "--cgroup-parent",
+                    cp->cfg.cgroup_parent,
+                    "--pids",
+                    spids,
+                    "--memory-mib",
+                    smem,
+                    NULL};
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return al_error_set(err, -errno, "pipe: %s", strerror(errno));
+    struct al_spawn s = {.path = cp->vmm_bin, .argv = argv, .fds = {-1, p[1], 2}, .nfds = 3};
+    pid_t pid;
+    int pidfd;
+    int rc = al_spawn(&s, &pid, &pidfd, err);
+    close(p[1]);
+    if (rc) {
+        close(p[0]);
+        return rc;
+    }
+    char buf[1024];
+    size_t len;
+    int st = -1;
+    rc = cp_proc_collect(p[0], pid, pidfd, al_now_ns(), 30000, buf, sizeof buf, &len, &st);
+    close(p[0]);
+    close(pidfd);
+    if (rc)
+        return al_error_set(err, rc, "airlock-vmm --limit-parent did not finish within 30 s");
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        char how[128];
+        cp_proc_describe(st, how, sizeof how);
+        return al_error_set(err, -EIO, "airlock-vmm --limit-parent %s (its error is above)", how);
+    }
+    json_t *j = json_loads(buf, 0, NULL);
+    json_t *max = json_object_get(j, "pids_max");
+    bool ok = json_is_integer(max) && (uint64_t)json_integer_value(max) == pids;
+    *pids_current = (uint64_t)json_integer_value(json_object_get(j, "pids_current"));
+    json_decref(j);
+    if (!ok)
+        return al_error_set(err, -EIO,
+                            "airlock-vmm --limit-parent answered '%.200s', not the pids.max "
+                            "asked for (%" PRIu64 ")",
+                            buf, pids);
     return 0;
 }
 
@@ -1020,5 +1079,6 @@ const struct cp_backend_ops cp_backend_vmm = {
     .adopt = vmm_adopt,
     .cleanup = vmm_cleanup,
     .sweep = vmm_sweep,
+    .limit_all = vmm_limit_all,
     .log_path = vmm_log_path,
 };

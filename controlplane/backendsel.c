@@ -22,56 +22,6 @@ static uint64_t sel__ms_since(uint64_t t0)
     return (al_now_ns() - t0) / 1000000;
 }
 
-/* Reads the probe's standard output until EOF or the deadline; then waits for its exit
- * (bounded by the same deadline). Returns 0, or -ETIMEDOUT (the process was killed). */
-static int sel__collect(int outfd, pid_t pid, int pidfd, uint64_t t0, uint64_t kill_after_ms,
-                        char *buf, size_t cap, size_t *len, int *wstatus)
-{
-    bool eof = false, exited = false;
-    *len = 0;
-    while (!eof || !exited) {
-        uint64_t el = sel__ms_since(t0);
-        if (el >= kill_after_ms)
-            break;
-        struct pollfd pf[2] = {{.fd = eof ? -1 : outfd, .events = POLLIN},
-                               {.fd = exited ? -1 : pidfd, .events = POLLIN}};
-        int n = poll(pf, 2, (int)(kill_after_ms - el));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            break;
-        if (!eof && (pf[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-            char tmp[1024];
-            ssize_t r = read(outfd, tmp, sizeof tmp);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0) {
-                eof = true;
-            } else {
-                size_t k = (size_t)r;
-                if (k > cap - 1 - *len)
-                    k = cap - 1 - *len; /* the rest is dropped (an answer is one short line) */
-                memcpy(buf + *len, tmp, k);
-                *len += k;
-            }
-        }
-        if (!exited && (pf[1].revents & POLLIN)) {
-            exited = true;
-            /* Its output may still be in the pipe: keep reading until EOF. */
-        }
-    }
-    buf[*len] = '\0';
-    if (!exited) {
-        cp_proc_signal(pidfd, SIGKILL);
-        while (waitpid(pid, wstatus, 0) < 0 && errno == EINTR)
-            ;
-        return -ETIMEDOUT;
-    }
-    while (waitpid(pid, wstatus, 0) < 0 && errno == EINTR)
-        ;
-    return 0;
-}
-
 void cp_kvm_probe_run(const char *vmm_bin, const char *kernel, uint64_t timeout_ms,
                       uint64_t kill_after_ms, struct cp_kvm_probe *out)
 {
@@ -102,11 +52,11 @@ void cp_kvm_probe_run(const char *vmm_bin, const char *kernel, uint64_t timeout_
     argv[n++] = "--timeout-ms";
     argv[n++] = tmo;
     argv[n] = NULL;
-    struct cp_spawn s = {.path = vmm_bin, .argv = argv, .fds = {-1, p[1], 2}, .nfds = 3};
+    struct al_spawn s = {.path = vmm_bin, .argv = argv, .fds = {-1, p[1], 2}, .nfds = 3};
     pid_t pid;
     int pidfd;
     struct al_error err = {0};
-    int rc = cp_proc_spawn(&s, &pid, &pidfd, &err);
+    int rc = al_spawn(&s, &pid, &pidfd, &err);
     close(p[1]);
     if (rc) {
         close(p[0]);
@@ -118,7 +68,7 @@ void cp_kvm_probe_run(const char *vmm_bin, const char *kernel, uint64_t timeout_
     char buf[PROBE_OUT_MAX];
     size_t len;
     int st = -1;
-    rc = sel__collect(p[0], pid, pidfd, t0, kill_after_ms, buf, sizeof buf, &len, &st);
+    rc = cp_proc_collect(p[0], pid, pidfd, t0, kill_after_ms, buf, sizeof buf, &len, &st);
     close(p[0]);
     close(pidfd);
     out->elapsed_ms = sel__ms_since(t0);

@@ -128,6 +128,25 @@ const struct al_cfg_field cp_config_fields[] = {
      .min = 1,
      .max = 100000,
      .help = "sandboxes alive at once (creates beyond: 429)"},
+    {.key = "sandboxes.total_pids",
+     .type = AL_CFG_INT,
+     .offset = F(total_pids),
+     .def = "0",
+     .min = 0,
+     .max = 1 << 22,
+     .help = "processes of all sandboxes together (pids.max of sandboxes.cgroup_parent); 0: "
+             "three quarters of the smaller of kernel.pid_max and kernel.threads-max, the host "
+             "keeping the rest (at least 2048, at most half); at least 1024 always stay for "
+             "the host"},
+    {.key = "sandboxes.total_memory",
+     .type = AL_CFG_SIZE,
+     .offset = F(total_memory_bytes),
+     .def = "0",
+     .min = 0,
+     .max = 1LL << 50,
+     .help = "memory of all sandboxes together (memory limit of sandboxes.cgroup_parent); 0: "
+             "seven eighths of the host's memory, the host keeping the rest (at least 1 GiB, "
+             "at most half); at least 256 MiB always stay for the host"},
     {.key = "sandboxes.max_creating",
      .type = AL_CFG_INT,
      .offset = F(max_creating),
@@ -233,6 +252,57 @@ const struct al_cfg_field cp_config_fields[] = {
      .type = AL_CFG_STR,
      .offset = F(template_builder),
      .help = "template build script (default: deploy/templates/build of this tree)"},
+    {.key = "templates.registries",
+     .type = AL_CFG_STRLIST,
+     .offset = F(registries),
+     .help = "registries images may be pulled from (host[:port], docker.io; none by default)"},
+    {.key = "templates.insecure_registries",
+     .type = AL_CFG_STRLIST,
+     .offset = F(insecure_registries),
+     .help = "of those, the ones spoken to over plain HTTP"},
+    {.key = "templates.registry_ca",
+     .type = AL_CFG_STR,
+     .offset = F(registry_ca),
+     .help = "PEM bundle of the roots registries are verified with (default: the system's)"},
+    {.key = "templates.cache_dir",
+     .type = AL_CFG_STR,
+     .offset = F(image_cache_dir),
+     .help = "blob cache of pulled images (default <state>/cache/oci)"},
+    {.key = "templates.pull_timeout",
+     .type = AL_CFG_DURATION,
+     .offset = F(pull_timeout_ms),
+     .def = "1h",
+     .min = 1000,
+     .max = 86400000,
+     .help = "longest pull of an image"},
+    {.key = "templates.max_image_size",
+     .type = AL_CFG_SIZE,
+     .offset = F(max_image_bytes),
+     .def = "16GiB",
+     .min = 1,
+     .max = 1LL << 50,
+     .help = "compressed layers of an image, all together"},
+    {.key = "templates.max_unpacked_size",
+     .type = AL_CFG_SIZE,
+     .offset = F(max_unpacked_bytes),
+     .def = "32GiB",
+     .min = 1,
+     .max = 1LL << 50,
+     .help = "file data of an image's root filesystem"},
+    {.key = "templates.max_entries",
+     .type = AL_CFG_INT,
+     .offset = F(max_image_entries),
+     .def = "1000000",
+     .min = 1,
+     .max = 100000000,
+     .help = "files, directories and links of an image, all layers together"},
+    {.key = "templates.max_builds",
+     .type = AL_CFG_INT,
+     .offset = F(max_builds),
+     .def = "2",
+     .min = 1,
+     .max = 64,
+     .help = "template builds airlockd runs at once (each pulls and unpacks an image)"},
 
     {.key = "network.mode",
      .type = AL_CFG_ENUM,
@@ -265,6 +335,113 @@ const struct al_cfg_field cp_config_fields[] = {
      .max = 4096,
      .help = "sandbox networks kept ready"},
 
+    {.key = "audit.allow_rate",
+     .type = AL_CFG_INT,
+     .offset = F(audit_allow_rate),
+     .def = "50",
+     .min = 0,
+     .max = 1000000,
+     .help = "allowed decisions of one sandbox written one by one per second; beyond, counted "
+             "into aggregate records (0: every one)"},
+    {.key = "audit.allow_burst",
+     .type = AL_CFG_INT,
+     .offset = F(audit_allow_burst),
+     .def = "200",
+     .min = 1,
+     .max = 4000000,
+     .help = "... of which at once"},
+    {.key = "audit.deny_rate",
+     .type = AL_CFG_INT,
+     .offset = F(audit_deny_rate),
+     .def = "100",
+     .min = 0,
+     .max = 1000000,
+     .help = "denials of one sandbox written one by one per second (0: every one)"},
+    {.key = "audit.deny_burst",
+     .type = AL_CFG_INT,
+     .offset = F(audit_deny_burst),
+     .def = "400",
+     .min = 1,
+     .max = 4000000,
+     .help = "... of which at once"},
+    {.key = "audit.aggregate_interval",
+     .type = AL_CFG_DURATION,
+     .offset = F(audit_aggregate_ms),
+     .def = "1s",
+     .min = 1000,
+     .max = 3600000,
+     .help = "what one aggregate record covers"},
+    {.key = "audit.rotate_size",
+     .type = AL_CFG_SIZE,
+     .offset = F(audit_rotate_bytes),
+     .def = "64MiB",
+     .min = 4096,
+     .max = 1LL << 40,
+     .help = "a new audit log file beyond this size"},
+    {.key = "audit.rotate_age",
+     .type = AL_CFG_DURATION,
+     .offset = F(audit_rotate_ms),
+     .def = "1d",
+     .min = 0,
+     .max = 3650LL * 86400000,
+     .help = "... or this age (0: never by age)"},
+    {.key = "audit.retain_size",
+     .type = AL_CFG_SIZE,
+     .offset = F(audit_retain_bytes),
+     .def = "4GiB",
+     .min = 0,
+     .max = 1LL << 50,
+     .help = "the oldest audit log files are deleted while all are larger (0: no bound; at "
+             "least twice rotate_size)"},
+    {.key = "audit.retain_age",
+     .type = AL_CFG_DURATION,
+     .offset = F(audit_retain_ms),
+     .def = "90d",
+     .min = 0,
+     .max = 36500LL * 86400000,
+     .help = "audit log files last written longer ago are deleted (0: never by age)"},
+    {.key = "audit.retain_files",
+     .type = AL_CFG_INT,
+     .offset = F(audit_retain_files),
+     .def = "0",
+     .min = 0,
+     .max = 1000000,
+     .help = "at most this many audit log files (0: no bound)"},
+
+    {.key = "events.retention",
+     .type = AL_CFG_DURATION,
+     .offset = F(events_retention_ms),
+     .def = "7d",
+     .min = 0,
+     .max = 36500LL * 86400000,
+     .help = "sandbox lifecycle events (GET /events/sandboxes) older than this are deleted "
+             "(0: never by age)"},
+    {.key = "events.max",
+     .type = AL_CFG_INT,
+     .offset = F(events_max),
+     .def = "100000",
+     .min = 0,
+     .max = 100000000,
+     .help = "at most this many lifecycle events are kept, the oldest deleted first (0: no "
+             "bound)"},
+
+    {.key = "disk.reserve",
+     .type = AL_CFG_SIZE,
+     .offset = F(disk_reserve_bytes),
+     .def = "1GiB",
+     .min = 0,
+     .max = 1LL << 50,
+     .help = "free space kept on the file systems of the state directory and the audit log: "
+             "below it new sandboxes are refused (503), running ones are served until the "
+             "disk is full (0: no reserve)"},
+    {.key = "disk.check_interval",
+     .type = AL_CFG_DURATION,
+     .offset = F(disk_check_ms),
+     .def = "1s",
+     .min = 100,
+     .max = 60000,
+     .help = "how often the free space is checked (and at every creation)"},
+
     {.key = "egress.mode",
      .type = AL_CFG_ENUM,
      .offset = F(egress),
@@ -296,6 +473,37 @@ const struct al_cfg_field cp_config_fields[] = {
      .help = "agent directory mounted read-only at /.airlock (default: airlock-vmm's)"},
     {.key = NULL},
 };
+
+size_t cp_config_egress_audit_args(const struct cp_config *c, char **argv, size_t max, char *buf,
+                                   size_t buflen)
+{
+    const struct {
+        const char *opt;
+        uint64_t v;
+        const char *unit;
+    } a[] = {
+        {"--audit-allow-rate", (uint64_t)c->audit_allow_rate, ""},
+        {"--audit-allow-burst", (uint64_t)c->audit_allow_burst, ""},
+        {"--audit-deny-rate", (uint64_t)c->audit_deny_rate, ""},
+        {"--audit-deny-burst", (uint64_t)c->audit_deny_burst, ""},
+        {"--audit-aggregate-interval", c->audit_aggregate_ms, "ms"},
+        {"--audit-rotate-size", c->audit_rotate_bytes, ""},
+        {"--audit-rotate-age", c->audit_rotate_ms, "ms"},
+        {"--audit-retain-size", c->audit_retain_bytes, ""},
+        {"--audit-retain-age", c->audit_retain_ms, "ms"},
+        {"--audit-retain-files", (uint64_t)c->audit_retain_files, ""},
+    };
+    size_t n = 0, used = 0;
+    for (size_t i = 0; i < sizeof a / sizeof a[0] && n + 1 < max; i++) {
+        int w = snprintf(buf + used, buflen - used, "%s=%llu%s", a[i].opt,
+                         (unsigned long long)a[i].v, a[i].unit);
+        if (w < 0 || (size_t)w >= buflen - used)
+            break;
+        argv[n++] = buf + used;
+        used += (size_t)w + 1;
+    }
+    return n;
+}
 
 int cp_parse_listen(const char *s, char *host, size_t hostlen, int *port)
 {
@@ -353,6 +561,10 @@ int cp_config_finish(struct cp_config *c, struct al_diags *d)
         snprintf(c->templates_path, sizeof c->templates_path, "%s", c->templates_dir);
     else
         snprintf(c->templates_path, sizeof c->templates_path, "%s/templates", sd);
+    if (c->image_cache_dir && c->image_cache_dir[0])
+        snprintf(c->image_cache_path, sizeof c->image_cache_path, "%s", c->image_cache_dir);
+    else
+        snprintf(c->image_cache_path, sizeof c->image_cache_path, "%s/cache/oci", sd);
     if (c->bin_dir && c->bin_dir[0]) {
         snprintf(c->bin_path, sizeof c->bin_path, "%s", c->bin_dir);
     } else {
@@ -371,6 +583,10 @@ int cp_config_finish(struct cp_config *c, struct al_diags *d)
     if (c->default_timeout_ms > c->max_timeout_ms)
         rc = al_diags_add(d, AL_DIAG_ERROR, "sandboxes.default_timeout", 0, 0, "bad_timeout",
                           "sandboxes.default_timeout is longer than sandboxes.max_timeout");
+    if (c->audit_retain_bytes && c->audit_retain_bytes < 2 * c->audit_rotate_bytes)
+        rc = al_diags_add(d, AL_DIAG_ERROR, "audit.retain_size", 0, 0, "bad_retention",
+                          "audit.retain_size is less than twice audit.rotate_size: retention "
+                          "would delete each file as soon as the next begins");
     if (!c->default_policy || !c->default_policy[0])
         rc = al_diags_add(d, AL_DIAG_ERROR, "policies.default", 0, 0, "bad_policy",
                           "policies.default must name a policy (e.g. default, deny-all)");

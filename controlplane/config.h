@@ -42,8 +42,10 @@ struct cp_config {
     uint64_t disk_bytes;
     int64_t pids;
     int64_t max_sandboxes;
-    int64_t max_creating;      /* creations in flight */
-    int64_t start_concurrency; /* of those, starting their sandbox at once (0: 4 per CPU) */
+    int64_t total_pids;          /* all sandboxes together (0 = from kernel.pid_max) */
+    uint64_t total_memory_bytes; /* all sandboxes together (0 = from MemTotal) */
+    int64_t max_creating;        /* creations in flight */
+    int64_t start_concurrency;   /* of those, starting their sandbox at once (0: 4 per CPU) */
     uint64_t start_timeout_ms;
     uint64_t log_max_bytes;
     uint64_t metrics_interval_ms;
@@ -61,6 +63,16 @@ struct cp_config {
     struct al_cfg_strlist default_templates;
     int build_templates;    /* enum cp_tri: auto = build missing defaults at start */
     char *template_builder; /* "" = deploy/templates/build next to the binaries */
+    /* images from registries (templates/oci.h) */
+    struct al_cfg_strlist registries;
+    struct al_cfg_strlist insecure_registries;
+    char *registry_ca;     /* "" = the system's roots */
+    char *image_cache_dir; /* "" = <state>/cache/oci */
+    uint64_t pull_timeout_ms;
+    uint64_t max_image_bytes;
+    uint64_t max_unpacked_bytes;
+    int64_t max_image_entries;
+    int64_t max_builds; /* template builds at once (builds.c) */
 
     /* network (vswitch) */
     int network; /* enum cp_tri: auto = on when the host allows it */
@@ -68,6 +80,21 @@ struct cp_config {
     int64_t net_prefix_len;
     char *net_ifname_prefix;
     int64_t net_pool_size;
+
+    /* the egress audit log (passed to airlock-egress; docs/audit.md) */
+    int64_t audit_allow_rate, audit_allow_burst, audit_deny_rate, audit_deny_burst;
+    uint64_t audit_aggregate_ms;
+    uint64_t audit_rotate_bytes, audit_rotate_ms;
+    uint64_t audit_retain_bytes, audit_retain_ms;
+    int64_t audit_retain_files;
+
+    /* lifecycle events (events.c) */
+    uint64_t events_retention_ms;
+    int64_t events_max;
+
+    /* the disk reserve (disk.c) */
+    uint64_t disk_reserve_bytes;
+    uint64_t disk_check_ms;
 
     /* helper daemons */
     int egress; /* enum cp_tri */
@@ -82,6 +109,7 @@ struct cp_config {
     int listen_port;
     char policies_path[4096];
     char templates_path[4096];
+    char image_cache_path[4096];
     char bin_path[4096];
     char config_file[4096]; /* the file that was loaded, "" = none */
 };
@@ -95,6 +123,10 @@ int cp_config_load(struct cp_config *c, const char *file, const char *listen, co
 /* Derives listen_host/port, the paths, and checks combinations. */
 int cp_config_finish(struct cp_config *c, struct al_diags *d);
 void cp_config_free(struct cp_config *c);
+/* The airlock-egress options that the audit.* keys stand for, into argv (at most max
+ * entries; their strings live in buf). Returns how many. */
+size_t cp_config_egress_audit_args(const struct cp_config *c, char **argv, size_t max, char *buf,
+                                   size_t buflen);
 /* Splits "127.0.0.1:3000" or "[::1]:3000". */
 int cp_parse_listen(const char *s, char *host, size_t hostlen, int *port);
 

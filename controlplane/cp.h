@@ -13,6 +13,7 @@
  *   supervise.c  airlock-egress and airlock-vault as supervised child processes
  *   hostcheck.c  what the host offers (kernel, cgroups, KVM, user namespaces)
  *   templates.c  the templates directory and first-start builds
+ *   events.c     lifecycle events: recorded, listed, streamed
  * Threading: everything runs on the loop's thread except blocking network-provider calls,
  * which run on libuv's thread pool and report back to the loop.
  */
@@ -28,6 +29,7 @@
 #include "common/error.h"
 #include "common/http.h"
 #include "config.h"
+#include "disk.h"
 #include "ids.h"
 #include "map.h"
 #include "net.h"
@@ -39,6 +41,7 @@ struct cp_sandbox;
 struct cp_egress;
 struct cp_supervisor;
 struct cp_metrics;
+struct cp_events;
 
 /* An operation queued on a sandbox (one runs at a time, in order). */
 enum cp_op_kind {
@@ -58,6 +61,8 @@ struct cp_op {
      * success (auto-resume on traffic continues the request that woke the sandbox). */
     void (*done)(struct cp_sandbox *sb, int rc, void *arg);
     void *done_arg;
+    int cause;       /* enum cp_event_cause: why (the lifecycle event says so) */
+    char key_id[32]; /* the API key that asked ("" when not asked through the API) */
     struct cp_op *next;
 };
 
@@ -97,6 +102,7 @@ struct cp_sandbox {
     struct cp_net net;
     bool egress_registered;
     bool ca_pushing;        /* a new CA of the egress proxy is on its way to the agent */
+    void *netupdate;        /* the network update waiting for the proxy (netupdate.c) */
     bool started;           /* the backend started it (or adopted it) */
     bool backend_attempted; /* start was called (a failed start may need cleanup) */
     bool watching;
@@ -144,6 +150,7 @@ struct cp {
     struct cp_egress *egress;
     struct cp_supervisor *sup;
     struct cp_metrics *metrics;
+    struct cp_events *events; /* lifecycle events (events.c) */
 
     struct cp_map sandboxes; /* id -> struct cp_sandbox */
     struct cp_map by_token;  /* token digest -> struct cp_sandbox */
@@ -165,7 +172,8 @@ struct cp {
     bool stopping;
     bool adopting;
     uv_signal_t sig_term, sig_int, sig_hup;
-    uv_timer_t tick; /* metrics sampling, pool refill */
+    uv_timer_t tick;     /* metrics sampling, pool refill */
+    struct cp_disk disk; /* the disk reserve (disk.c) */
     void (*on_stopped)(struct cp *cp);
 };
 
@@ -215,14 +223,20 @@ struct cp_create {
 /* Starts a creation; the answer (201 or an error) goes to req when it is done. */
 void cp_lifecycle_create(struct cp *cp, const struct cp_create *c, struct al_http_req *req,
                          int api);
-/* Queues an operation; answers req when done. */
+/* Queues an operation; answers req when done. cause (enum cp_event_cause) and key_id (the
+ * API key that asked, or NULL) go into the lifecycle event of the change. */
 void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req, int api,
-                     uint64_t timeout_s, bool auto_pause);
+                     uint64_t timeout_s, bool auto_pause, int cause, const char *key_id);
 /* Resumes a paused sandbox (auto-resume on traffic) and calls done afterwards. */
 void cp_lifecycle_resume_then(struct cp_sandbox *sb,
                               void (*done)(struct cp_sandbox *sb, int rc, void *arg), void *arg);
 /* Sets the expiry to now + seconds (E2B setTimeout / refreshes). */
-void cp_lifecycle_set_timeout(struct cp_sandbox *sb, uint64_t seconds);
+void cp_lifecycle_set_timeout(struct cp_sandbox *sb, uint64_t seconds, const char *key_id);
+/* PUT /sandboxes/{id}/network once rest.c checked its shape: fields holds the egress
+ * fields given (allowOut, denyOut; rules and egressProxy already refused), allow_internet
+ * -1/0/1. Answers req (204, 400, 409, 500, 502) when done (netupdate.c). */
+void cp_network_update(struct cp_sandbox *sb, struct al_http_req *req, const json_t *fields,
+                       int allow_internet, const char *key_id);
 /* Re-adopts what the store says was running (at start). */
 void cp_lifecycle_adopt_all(struct cp *cp, void (*done)(struct cp *cp));
 /* Kills every sandbox (SIGTERM with on_shutdown: kill); done when all are gone. */
@@ -231,6 +245,9 @@ void cp_lifecycle_kill_all(struct cp *cp, void (*done)(struct cp *cp));
 void cp_lifecycle_detach_all(struct cp *cp);
 
 /* ---- answers (rest.c) ----------------------------------------------------------------- */
+/* The envd version airlock's agent speaks, as Sandbox and Template objects report it. */
+#define CP_ENVD_VERSION "0.6.4"
+
 enum {
     CP_ANSWER_NONE = 0,
     CP_ANSWER_CREATED,
@@ -241,6 +258,13 @@ enum {
 /* The E2B Sandbox object of a running sandbox. */
 json_t *cp_rest_sandbox_json(const struct cp_sandbox *sb);
 json_t *cp_rest_detail_json(const struct cp_sandbox *sb);
+/* A non-negative integer query parameter: true with *has set (false when absent or empty),
+ * or false after answering 400 naming it. */
+bool cp_rest_u64_param(struct al_http_req *req, const char *name, uint64_t *out, bool *has);
+/* The path segment at *pp (up to the next '/' or the end), percent-decoded, into out; *pp
+ * then points at that '/' or the end. False for an empty or too long segment or a bad
+ * escape. */
+bool cp_rest_path_part(const char **pp, char *out, size_t len);
 /* Answers an error in the E2B shape {"code":status,"message":...}. */
 void cp_rest_error(struct al_http_req *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -252,5 +276,10 @@ void cp_on_request(struct al_http_req *req, void *ctx); /* router (rest.c) */
 void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, const char *port);
 /* Routes data-plane requests; returns false if req is not one (proxy.c). */
 bool cp_proxy_route(struct cp *cp, struct al_http_req *req);
+/* A Set-Cookie value from a sandbox without its Domain attributes (any case, any value,
+ * with or without a leading dot): the cookie stays host-only, bound to the one origin
+ * "<port>-<id>.<domain>" it came from, never to a domain that spans other sandboxes' origins
+ * or the API. out (outlen >= strlen(in) + 1) receives it; returns true if one was dropped. */
+bool cp_proxy_cookie_host_only(const char *in, char *out, size_t outlen);
 
 #endif

@@ -1,14 +1,29 @@
 /* controlplane/cp_cli: the CLI groups of the control plane (`airlock sandbox`, `airlock
- * apikey`), dispatched by controlplane/cli/main.c. */
+ * apikey`, `airlock template`), dispatched by controlplane/cli/main.c, and their one client of
+ * airlockd's local socket. */
 #ifndef AIRLOCK_CP_CLI_H
 #define AIRLOCK_CP_CLI_H
 
+#include <jansson.h>
 #include <stdbool.h>
 
 struct cp_store;
+struct al_http_resp;
 
 int sandbox_cli_main(int argc, char **argv);
+/* `airlock events ls|tail` (in sandbox_cli.c: the same client of airlockd's socket). */
+int events_cli_main(int argc, char **argv);
 int apikey_cli_main(int argc, char **argv);
+/* `airlock template` (template_cli.c). */
+int template_cli_main(int argc, char **argv);
+/* One request of the E2B API to airlockd's local socket (<state>/run/airlockd.sock, no API
+ * key needed there): body (may be NULL) as JSON; *status, and *out the parsed answer (may
+ * be NULL) or raw the whole response (may be NULL; al_http_resp_free it). The message of a
+ * 4xx or 5xx is printed. -1 (printed) when airlockd cannot be reached. */
+int cp_cli_call(const char *method, const char *path, json_t *body, int *status, json_t **out,
+                struct al_http_resp *raw);
+/* v as indented JSON on stdout. */
+void cp_cli_print(json_t *v);
 /* Opens <state>/airlockd.db for a CLI command (creating the directory if create), printing
  * what went wrong. */
 int cp_cli_open_store(struct cp_store **out, bool create);

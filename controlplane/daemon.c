@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -26,7 +27,9 @@
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/util.h"
+#include "builds.h"
 #include "cp.h"
+#include "events.h"
 #include "backendsel.h"
 #include "egressreg.h"
 #include "embedded.h"
@@ -379,6 +382,7 @@ static void daemon__tick(uv_timer_t *t)
         return;
     cp_metrics_sample_all(cp);
     cp_pools_refill(cp);
+    cp_events_tick(cp);
     if (cp->egress) {
         cp_egress_stats(cp->egress); /* refreshes the cached counters for /metrics */
         cp_egress_tick(cp->egress);
@@ -398,6 +402,8 @@ static void daemon__final(struct cp *cp)
     uv_close((uv_handle_t *)&cp->sig_int, daemon__handle_closed);
     uv_close((uv_handle_t *)&cp->sig_hup, daemon__handle_closed);
     uv_close((uv_handle_t *)&cp->tick, daemon__handle_closed);
+    cp_events_close(cp);
+    cp_disk_close(cp);
     if (cp->pool) {
         al_http_pool_close(cp->pool);
         cp->pool = NULL;
@@ -446,6 +452,7 @@ static void daemon__stop(struct cp *cp)
     if (cp->stopping)
         return;
     cp->stopping = true;
+    cp_events_stop(cp); /* the streams end; the shutdown's events are still recorded */
     bool keep = cp->cfg.on_shutdown == CP_SHUTDOWN_KEEP;
     al_info("stopping: %s %zu sandbox%s", keep ? "leaving" : "killing", cp->n_live,
             cp->n_live == 1 ? "" : "es");
@@ -565,6 +572,7 @@ static void daemon__adopted(struct cp *cp)
     }
     uv_timer_start(&cp->tick, daemon__tick, cp->cfg.metrics_interval_ms,
                    cp->cfg.metrics_interval_ms);
+    cp_disk_init(cp);
     daemon__banner(cp);
 }
 
@@ -617,10 +625,10 @@ static int daemon__vault_init(struct cp *cp)
         return 0;
     snprintf(cli, sizeof cli, "%s/airlock", cp->cfg.bin_path);
     char *argv[] = {cli, "--state-dir", cp->cfg.state_dir, "vault", "init", NULL};
-    struct cp_spawn s = {.path = cli, .argv = argv, .fds = {-1, 2, 2}, .nfds = 3};
+    struct al_spawn s = {.path = cli, .argv = argv, .fds = {-1, 2, 2}, .nfds = 3};
     pid_t pid;
     struct al_error err = {0};
-    int rc = cp_proc_spawn(&s, &pid, NULL, &err);
+    int rc = al_spawn(&s, &pid, NULL, &err);
     if (rc) {
         al_error("cannot create the vault: %s", al_error_str(&err));
         return rc;
@@ -646,6 +654,32 @@ static int daemon__bin(struct cp *cp, char *out, size_t len, const char *name, b
         al_error("%s not found (looked in %s; set bin_dir in the configuration)", name,
                  cp->cfg.bin_path);
     return -ENOENT;
+}
+
+/* The limits of all sandboxes together, so that no number of busy sandboxes takes the
+ * processes or memory that airlockd, airlock-egress and the host need: checked against the
+ * configuration (what happens when it is overcommitted is printed), then set. */
+static int daemon__limit_all(struct cp *cp)
+{
+    struct cp_host_res res;
+    struct cp_host_limits hl;
+    struct al_error err = {0};
+    cp_host_res_probe(cp->cfg.state_dir, &res);
+    if (cp_host_limits_plan(&cp->cfg, &res, &hl, &err)) {
+        al_error("%s", al_error_str(&err));
+        return -1;
+    }
+    cp_host_limits_print(&cp->cfg, &res, &hl, strcmp(cp->backend_kind, "kvm") == 0, stderr);
+    uint64_t now = 0;
+    if (cp->backend->limit_all(cp, hl.pids, hl.memory, &now, &err)) {
+        al_error("cannot set the limits of all sandboxes together: %s", al_error_str(&err));
+        return -1;
+    }
+    if (now >= hl.pids)
+        al_warn("the sandboxes kept from before have %" PRIu64 " processes, at or above their "
+                "new limit (%" PRIu64 "): new sandboxes are refused until some exit",
+                now, hl.pids);
+    return 0;
 }
 
 /* Descriptors airlockd's table holds room for from the start: client and data-plane
@@ -767,8 +801,11 @@ int cp_main(int argc, char **argv)
         al_error("%s", al_error_str(&err));
         goto out;
     }
+    cp_builds_recover(cp);
     if (cp->backend->sweep(cp, &err))
         al_warn("sweeping leftovers of dead sandboxes: %s", al_error_str(&err));
+    if (cp->backend->limit_all && daemon__limit_all(cp))
+        goto out;
 
     /* The network. */
     bool want_net = cp->backend != &cp_backend_test && cp->cfg.network != CP_TRI_OFF;
@@ -806,6 +843,10 @@ int cp_main(int argc, char **argv)
         al_error("out of memory");
         goto out;
     }
+    if (cp_events_open(cp, &err)) {
+        al_error("%s", al_error_str(&err));
+        goto out;
+    }
     /* Helper daemons. */
     if (cp_sup_new(cp, &cp->sup))
         goto out;
@@ -817,7 +858,11 @@ int cp_main(int argc, char **argv)
         if (daemon__bin(cp, egress_bin, sizeof egress_bin, "airlock-egress", true))
             goto out;
         char *eargv[64] = {egress_bin, "--state-dir", cp->cfg.state_dir};
+        static char audit_args[1024];
         size_t n = 3;
+        n +=
+            cp_config_egress_audit_args(&cp->cfg, eargv + n, 63 - n, audit_args, sizeof audit_args);
+        /* egress.args last: what the operator gives there wins */
         for (size_t i = 0; i < cp->cfg.egress_args.n && n < 63; i++)
             eargv[n++] = cp->cfg.egress_args.v[i];
         eargv[n] = NULL;
@@ -898,6 +943,7 @@ int cp_main(int argc, char **argv)
     uv_run(cp->loop, UV_RUN_DEFAULT);
     rc = 0;
 out:
+    cp_events_close(cp);
     if (cp->loop) {
         /* Let closing handles finish, then release the loop. */
         uv_run(cp->loop, UV_RUN_NOWAIT);

@@ -6,6 +6,8 @@
  *                               "placeholders":{ENV: value}}
  *                               201 {..., "caCertPem","caFingerprint","caNames","placeholders"}
  *   DELETE /v1/sandboxes/{id}
+ *   PUT    /v1/sandboxes/{id}/network {"network": {...} | null, "update", "api_key_id"?}
+ *                               200; 400 refused (the old fields stay); 404
  *   GET    /v1/sandboxes       [{"id",...}]
  *   GET    /v1/stats           the proxy's counters (decisions for /metrics)
  * "network" is sent only for sandboxes whose creation carried E2B network fields (the proxy
@@ -305,6 +307,27 @@ int cp_egress_unregister(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_c
     return eg__call(e, sb, "DELETE", path, NULL, cb, eg__unregistered);
 }
 
+static void eg__network_set(struct eg_call *x, int status, json_t *body)
+{
+    int rc = status == 200 ? 0 : status == 404 ? -ENOENT : status == 400 ? -EINVAL : -EIO;
+    if (x->cb)
+        x->cb(x->sb, rc, rc ? eg__msg(body) : NULL);
+}
+
+int cp_egress_set_network(struct cp_egress *e, struct cp_sandbox *sb, const char *update_id,
+                          const char *key_id, cp_egress_cb cb)
+{
+    json_t *n = cp_policy_narrowing(sb->rec.network, sb->rec.allow_internet);
+    json_t *b = json_pack("{s:o,s:s}", "network", n ? n : json_null(), "update", update_id);
+    if (b && key_id && *key_id)
+        json_object_set_new(b, "api_key_id", json_string(key_id));
+    char path[128];
+    snprintf(path, sizeof path, "/v1/sandboxes/%s/network", sb->rec.id);
+    int rc = b ? eg__call(e, sb, "PUT", path, b, cb, eg__network_set) : -ENOMEM;
+    json_decref(b);
+    return rc;
+}
+
 /* ---- resynchronisation --------------------------------------------------------------- */
 
 static void eg__resync_reg(struct cp_sandbox *sb, int rc, const char *msg)
@@ -348,6 +371,33 @@ static bool eg__same_addresses(const json_t *addrs, const char *mine)
         return false;
     const char *t = json_string_value(json_array_get(addrs, 0));
     return t && inet_pton(fam, t, b) == 1 && memcmp(a, b, fam == AF_INET ? 4 : 16) == 0;
+}
+
+static void eg__resync_net_done(struct cp_sandbox *sb, int rc, const char *msg)
+{
+    if (rc)
+        al_error("sandbox %s: the egress proxy refused its stored network fields (%s): it keeps "
+                 "the ones it had",
+                 sb->rec.id, msg && *msg ? msg : strerror(-rc));
+    else
+        al_info("sandbox %s: the egress proxy has its stored network fields again", sb->rec.id);
+}
+
+/* A registration whose network fields are not the stored ones (airlockd stopped between
+ * saving an update and the proxy applying it, or the other way round): the stored ones,
+ * which getInfo shows, are sent again. */
+static void eg__resync_network(struct cp_egress *e, struct cp_sandbox *sb, json_t *registered)
+{
+    json_t *want = cp_policy_narrowing(sb->rec.network, sb->rec.allow_internet);
+    bool same = want ? json_equal(want, registered) : !registered || json_is_null(registered);
+    json_decref(want);
+    if (same || sb->netupdate)
+        return;
+    al_warn("sandbox %s: the egress proxy's network fields are not the stored ones: sending "
+            "them again",
+            sb->rec.id);
+    if (cp_egress_set_network(e, sb, "resync", NULL, eg__resync_net_done))
+        al_error("sandbox %s: cannot send its network fields to the egress proxy", sb->rec.id);
 }
 
 struct eg_resync_ctx {
@@ -410,6 +460,7 @@ static void eg__resync_list(struct eg_call *x, int status, json_t *body)
             eg__call(e, NULL, "DELETE", path, NULL, NULL, eg__resync_del);
         } else {
             sb->egress_registered = true;
+            eg__resync_network(e, sb, json_object_get(s, "network"));
         }
     }
     struct eg_resync_ctx c = {.registered = ids, .e = e};

@@ -6,7 +6,9 @@
  * sandbox (its interception CA and placeholders, kept in rec.intercept), bringing the
  * agent a new CA, and resynchronisation: after airlock-egress (re)starts or airlockd
  * re-adopts sandboxes, every live sandbox with a network is registered again (and its agent
- * given the new CA) and registrations of sandboxes airlockd no longer knows are removed.
+ * given the new CA), registrations of sandboxes airlockd no longer knows are removed, and
+ * a registration whose network fields are not the stored ones gets them again; the
+ * replacement of a running sandbox's network fields (its update).
  * Until a sandbox is registered the proxy refuses its traffic (fail closed), so
  * registration precedes the sandbox's start.
  */
@@ -30,7 +32,14 @@ void cp_egress_free(struct cp_egress *e);
 json_t *cp_egress_body(struct cp *cp, const struct cp_sandbox *sb);
 int cp_egress_register(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_cb cb);
 int cp_egress_unregister(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_cb cb);
-/* Re-registers every live sandbox that has a network and drops unknown registrations. */
+/* Sends the sandbox's network fields as its record now holds them (rec.network,
+ * rec.allow_internet) to the proxy, which replaces the registration's fields and judges the
+ * sandbox's connections again; cb gets 0, -EINVAL (refused: msg says why), -ENOENT (not
+ * registered) or -EIO. update_id and key_id go into the proxy's audit records. */
+int cp_egress_set_network(struct cp_egress *e, struct cp_sandbox *sb, const char *update_id,
+                          const char *key_id, cp_egress_cb cb);
+/* Re-registers every live sandbox that has a network and drops unknown registrations;
+ * a registration whose network fields differ from the stored ones gets the stored ones. */
 void cp_egress_resync(struct cp_egress *e);
 /* Called on airlockd's tick: lists and registers again after a registration met a
  * conflict (409) during a resynchronisation. */

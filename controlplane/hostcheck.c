@@ -3,12 +3,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/kvm.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -87,4 +90,154 @@ void cp_host_print(const struct cp_host *h, FILE *f)
             h->userns ? "available" : "DISABLED", h->seccomp ? "available" : "absent",
             h->landlock_abi ? "available" : "absent");
     fprintf(f, "  KVM         %s\n", h->kvm_detail);
+}
+
+/* ---- the limits of all sandboxes together ------------------------------------------------ */
+
+void cp_host_res_probe(const char *state_dir, struct cp_host_res *r)
+{
+    memset(r, 0, sizeof *r);
+    long pm = host__read_long("/proc/sys/kernel/pid_max", 32768);
+    long tm = host__read_long("/proc/sys/kernel/threads-max", pm);
+    r->pid_max = (uint64_t)(pm < tm ? pm : tm);
+    r->file_max = (uint64_t)host__read_long("/proc/sys/fs/file-max", 0);
+    struct sysinfo si;
+    if (sysinfo(&si) == 0)
+        r->mem_total = (uint64_t)si.totalram * si.mem_unit;
+    struct statvfs vfs;
+    if (state_dir && statvfs(state_dir, &vfs) == 0)
+        r->disk_free = (uint64_t)vfs.f_bfree * vfs.f_frsize;
+}
+
+static const char *host__size(uint64_t b, char *buf, size_t len)
+{
+    if (b >= (10ull << 30))
+        snprintf(buf, len, "%.0f GiB", (double)b / (double)(1ull << 30));
+    else if (b >= (1ull << 30))
+        snprintf(buf, len, "%.1f GiB", (double)b / (double)(1ull << 30));
+    else
+        snprintf(buf, len, "%.0f MiB", (double)b / (double)(1ull << 20));
+    return buf;
+}
+
+/* What the host keeps of total when the sandboxes get the rest: frac of it, at least min,
+ * at most half. */
+static uint64_t host__reserve(uint64_t total, uint64_t div, uint64_t min)
+{
+    uint64_t r = total / div;
+    if (r < min)
+        r = min;
+    if (r > total / 2)
+        r = total / 2;
+    return r;
+}
+
+int cp_host_limits_plan(const struct cp_config *c, const struct cp_host_res *r,
+                        struct cp_host_limits *out, struct al_error *err)
+{
+    memset(out, 0, sizeof *out);
+    char a[32], b[32];
+    if (c->total_pids > 0) {
+        out->pids = (uint64_t)c->total_pids;
+        if (out->pids + CP_HOST_MIN_PIDS > r->pid_max)
+            return al_error_set(err, -EINVAL,
+                                "sandboxes.total_pids %" PRIu64 " leaves the host %s of its "
+                                "%" PRIu64 " processes (the smaller of kernel.pid_max and "
+                                "kernel.threads-max): at least %d must stay outside the "
+                                "sandboxes for airlockd, airlock-egress and the host; lower it "
+                                "to %" PRIu64 " or less, or 0 for the default",
+                                out->pids, out->pids >= r->pid_max ? "none" : "too few", r->pid_max,
+                                CP_HOST_MIN_PIDS,
+                                r->pid_max > CP_HOST_MIN_PIDS ? r->pid_max - CP_HOST_MIN_PIDS : 0);
+    } else {
+        out->pids = r->pid_max - host__reserve(r->pid_max, 4, 2048);
+        out->pids_auto = true;
+    }
+    if (c->total_memory_bytes > 0) {
+        out->memory = c->total_memory_bytes;
+        if (r->mem_total && out->memory + CP_HOST_MIN_MEMORY > r->mem_total)
+            return al_error_set(err, -EINVAL,
+                                "sandboxes.total_memory %s leaves the host less than %s of "
+                                "its %s: lower it, or 0 for the default",
+                                host__size(out->memory, a, sizeof a),
+                                host__size(CP_HOST_MIN_MEMORY, b, sizeof b),
+                                host__size(r->mem_total, (char[32]){0}, 32));
+    } else {
+        out->memory = r->mem_total - host__reserve(r->mem_total, 8, 1ull << 30);
+        out->memory_auto = true;
+    }
+    return 0;
+}
+
+int cp_host_limits_print(const struct cp_config *c, const struct cp_host_res *r,
+                         const struct cp_host_limits *l, bool kvm, FILE *f)
+{
+    char a[32], b[32], d[32];
+    int over = 0;
+    uint64_t n = (uint64_t)c->max_sandboxes;
+    fprintf(f,
+            "  limits      all sandboxes together (cgroup %s): %" PRIu64 " processes%s, "
+            "%s of memory%s; the host keeps %" PRIu64 " processes and %s\n",
+            c->cgroup_parent, l->pids, l->pids_auto ? " (sandboxes.total_pids: auto)" : "",
+            host__size(l->memory, a, sizeof a),
+            l->memory_auto ? " (sandboxes.total_memory: auto)" : "", r->pid_max - l->pids,
+            host__size(r->mem_total > l->memory ? r->mem_total - l->memory : 0, b, sizeof b));
+
+    /* A KVM sandbox's processes are its airlock-vmm's threads (one per vCPU and a few). */
+    uint64_t per_pids = kvm ? (uint64_t)c->cpu_count + 16 : (uint64_t)c->pids;
+    uint64_t want_pids = n * per_pids;
+    if (want_pids > l->pids) {
+        over++;
+        fprintf(f,
+                "  overcommit  processes: sandboxes.max %" PRIu64 " x %" PRIu64 " (%s) = %" PRIu64
+                " > %" PRIu64 ". When the sandboxes together have that many, a fork in any "
+                "sandbox fails (EAGAIN) and new sandboxes are refused (503) until processes "
+                "exit; airlockd, airlock-egress and the host keep theirs\n",
+                n, per_pids, kvm ? "the VMM's threads" : "sandboxes.pids", want_pids, l->pids);
+    }
+    /* A KVM guest's airlock-vmm is charged for the guest's memory and its own. */
+    uint64_t per = c->memory_bytes;
+    if (kvm)
+        per += per / 4 > (128ull << 20) ? per / 4 : (128ull << 20);
+    uint64_t want_mem = n * per;
+    if (want_mem > l->memory) {
+        over++;
+        fprintf(f,
+                "  overcommit  memory: sandboxes.max %" PRIu64 " x %s%s = %s > %s. When the "
+                "sandboxes together use that much, the kernel reclaims their caches and then "
+                "OOM-kills processes inside the sandboxes; nothing outside them is killed for "
+                "it\n",
+                n, host__size(per, a, sizeof a),
+                kvm ? " (sandboxes.memory and the VMM's share)"
+                    : " (sandboxes.memory, their tmpfs disks included)",
+                host__size(want_mem, b, sizeof b), host__size(l->memory, d, sizeof d));
+    }
+    /* Open files have no cgroup limit: each process has RLIMIT_NOFILE, and the kernel's
+     * file objects are charged to the sandbox's memory cgroup. */
+    uint64_t want_files = l->pids * CP_SANDBOX_NOFILE;
+    if (r->file_max && want_files > r->file_max) {
+        over++;
+        fprintf(f,
+                "  overcommit  open files: %" PRIu64 " processes x %d (RLIMIT_NOFILE) = %" PRIu64
+                " > fs.file-max %" PRIu64 ". The file objects are kernel memory charged to the "
+                "sandboxes' memory, which bounds them; should the system-wide table still "
+                "fill, opening a file fails (ENFILE) on the whole host: raise fs.file-max "
+                "(sysctl) or lower sandboxes.total_pids\n",
+                l->pids, CP_SANDBOX_NOFILE, want_files, r->file_max);
+    }
+    uint64_t want_disk = n * c->disk_bytes;
+    if (kvm && want_disk > r->disk_free) {
+        over++;
+        fprintf(f,
+                "  overcommit  disk: sandboxes.max %" PRIu64 " x sandboxes.disk %s = %s > %s "
+                "free in %s. KVM disks are files there that grow as the guests write; when "
+                "the file system fills, writes in every guest fail (and airlockd's own "
+                "state with them): keep sandboxes.max x sandboxes.disk below the free space\n",
+                n, host__size(c->disk_bytes, a, sizeof a), host__size(want_disk, b, sizeof b),
+                host__size(r->disk_free, d, sizeof d), c->state_dir);
+    } else if (!kvm) {
+        fprintf(f, "  disk        a sandbox's writable layer is a tmpfs counted in its memory "
+                   "(bounded with it)\n");
+    }
+    return over;
 }

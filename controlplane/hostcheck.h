@@ -4,13 +4,21 @@
  * /dev/kvm opens and creates a VM) and the summary airlockd prints. Whether KVM can run
  * sandboxes is not decided here (a paravirtual KVM creates VMs but boots no Linux guest):
  * backendsel.c runs airlock-vmm --probe-kvm for that.
+ * Also the limits of all sandboxes together (the cgroup parent's pids.max and memory.max,
+ * derived from the host's kernel.pid_max and memory unless configured), the check of the
+ * configuration against them (sandboxes.max times each sandbox's limits) and the summary of
+ * what happens when that is overcommitted.
  */
 #ifndef AIRLOCK_CP_HOSTCHECK_H
 #define AIRLOCK_CP_HOSTCHECK_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+
+#include "common/error.h"
+#include "config.h"
 
 struct cp_host {
     char kernel[128];
@@ -30,5 +38,38 @@ struct cp_host {
 void cp_host_probe(struct cp_host *h);
 /* Prints the summary lines ("  kernel     6.1.0 ..."). */
 void cp_host_print(const struct cp_host *h, FILE *f);
+
+/* What the host has, as far as the sum of the sandboxes is concerned. */
+struct cp_host_res {
+    uint64_t pid_max;   /* the smaller of kernel.pid_max and kernel.threads-max */
+    uint64_t mem_total; /* MemTotal, bytes */
+    uint64_t file_max;  /* fs.file-max */
+    uint64_t disk_free; /* bytes free (for root) on the state directory's file system */
+};
+void cp_host_res_probe(const char *state_dir, struct cp_host_res *r);
+
+/* The host keeps at least this much outside the sandboxes, whatever the configuration. */
+#define CP_HOST_MIN_PIDS   1024
+#define CP_HOST_MIN_MEMORY (256ull << 20)
+/* What a sandbox's open files can be at most (the spec's default RLIMIT_NOFILE). */
+#define CP_SANDBOX_NOFILE 4096
+
+/* The limits of all sandboxes together (the cgroup parent's). */
+struct cp_host_limits {
+    uint64_t pids;   /* pids.max */
+    uint64_t memory; /* memory.max, bytes */
+    bool pids_auto, memory_auto;
+};
+/* From sandboxes.total_pids / total_memory, or (0) derived from the host: three quarters
+ * of its processes (at least 2048 and at most half for the host) and seven eighths of its
+ * memory (at least 1 GiB and at most half for the host). -EINVAL with the reason when a
+ * configured value leaves the host less than CP_HOST_MIN_PIDS / CP_HOST_MIN_MEMORY. */
+int cp_host_limits_plan(const struct cp_config *c, const struct cp_host_res *r,
+                        struct cp_host_limits *out, struct al_error *err);
+/* Prints the limits and, for each overcommitted resource (processes, memory, open files,
+ * disk), what happens when the sandboxes use it all. kvm: the backend runs KVM guests
+ * (their memory and disks cost differently). Returns the number of overcommitted ones. */
+int cp_host_limits_print(const struct cp_config *c, const struct cp_host_res *r,
+                         const struct cp_host_limits *l, bool kvm, FILE *f);
 
 #endif

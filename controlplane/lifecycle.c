@@ -28,6 +28,7 @@
 #include "common/util.h"
 #include "cp.h"
 #include "egressreg.h"
+#include "events.h"
 #include "metrics.h"
 #include "policysel.h"
 #include "store.h"
@@ -207,7 +208,7 @@ static void lc__on_exit(struct cp_proc_watch *w, int wstatus)
              (int)w->pid, how, cp_sb_state_name(sb->rec.state));
     cp_metrics_crash(sb->cp->metrics);
     /* Kill it for good: queued like a client's kill, answered to nobody. */
-    cp_lifecycle_op(sb, CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false);
+    cp_lifecycle_op(sb, CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false, CP_CAUSE_CRASH, NULL);
 }
 
 static int lc__watch(struct cp_sandbox *sb)
@@ -331,6 +332,7 @@ static void lc__create_done(struct lc_create *c)
     if (c->ca_fp[0] && sb->rec.intercept)
         json_object_set_new(sb->rec.intercept, "agentCaFingerprint", json_string(c->ca_fp));
     cp_sb_save(sb);
+    cp_event_emit(sb, CP_EV_CREATED, CP_CAUSE_API, sb->rec.key_id, NULL);
     lc__arm_timer(sb);
     lc__watch(sb);
     double ms = (double)(al_now_ns() - sb->create_t0_ns) / 1e6;
@@ -359,8 +361,13 @@ static void lc__create_started(struct cp_sandbox *sb, int rc, const char *msg)
     struct lc_create *c = sb->opctx;
     lc__start_release(c); /* the next one may start */
     if (rc) {
-        lc__create_fail(c, rc == -ETIMEDOUT ? 504 : 500, "the sandbox did not start: %s",
-                        msg && *msg ? msg : strerror(-rc));
+        /* -EAGAIN: the host's limits for all sandboxes together are reached (503: try
+         * again later), not a fault of this sandbox or of airlockd. */
+        lc__create_fail(c,
+                        rc == -ETIMEDOUT ? 504
+                        : rc == -EAGAIN  ? 503
+                                         : 500,
+                        "the sandbox did not start: %s", msg && *msg ? msg : strerror(-rc));
         return;
     }
     sb->started = true;
@@ -586,6 +593,11 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     uint64_t t0 = al_now_ns();
     if (cp->stopping) {
         cp_rest_error(req, 503, "airlockd is shutting down");
+        return;
+    }
+    char why[600];
+    if (!cp_disk_may_create(cp, why, sizeof why)) {
+        cp_rest_error(req, 503, "%s", why);
         return;
     }
     if (cp->n_live >= (size_t)cp->cfg.max_sandboxes) {
@@ -831,6 +843,9 @@ static void lc__td_forget(struct lc_teardown *t)
     struct al_error err = {0};
     if (cp_store_sb_delete(cp->store, sb->rec.id, &err))
         al_error("sandbox %s: %s", sb->rec.id, al_error_str(&err));
+    if (sb->rec.started_ns) /* it had been created: a failed creation never was */
+        cp_event_emit(sb, CP_EV_KILLED, t->op ? t->op->cause : CP_CAUSE_CRASH,
+                      t->op ? t->op->key_id : NULL, NULL);
     lc__close_timer(sb);
     lc__stop_watch(sb);
     lc__unregister(sb);
@@ -921,6 +936,14 @@ static void lc__op_finish(struct cp_sandbox *sb)
     cp_sb_unref(sb);
 }
 
+/* The "updated" event of a new expiry (E2B's eventData.set_timeout). */
+static void lc__timeout_event(struct cp_sandbox *sb, int cause, const char *key_id)
+{
+    char ts[40];
+    al_time_rfc3339(ts, sizeof ts, sb->rec.end_ns);
+    cp_event_emit(sb, CP_EV_UPDATED, cause, key_id, json_pack("{s:s}", "set_timeout", ts));
+}
+
 static void lc__paused(struct cp_sandbox *sb, int rc, const char *msg)
 {
     struct cp_op *op = sb->opctx;
@@ -942,6 +965,7 @@ static void lc__paused(struct cp_sandbox *sb, int rc, const char *msg)
         sb->rec.state = CP_SB_PAUSED;
         lc__disarm_timer(sb);
         cp_sb_save(sb);
+        cp_event_emit(sb, CP_EV_PAUSED, op->cause, op->key_id, NULL);
         al_info("sandbox %s paused", sb->rec.id);
         if (op->req) {
             al_http_reply(op->req, 204, NULL, NULL, 0);
@@ -965,6 +989,7 @@ static void lc__resumed(struct cp_sandbox *sb, int rc, const char *msg)
         if (op->kind == CP_OP_RESUME && op->api == CP_ANSWER_RESUME)
             sb->rec.on_timeout_pause = op->auto_pause || sb->rec.on_timeout_pause;
         cp_sb_save(sb);
+        cp_event_emit(sb, CP_EV_RESUMED, op->cause, op->key_id, NULL);
         lc__arm_timer(sb);
         al_info("sandbox %s resumed", sb->rec.id);
         /* The egress proxy may have made a new CA meanwhile: its POST /init leaves for the
@@ -1031,6 +1056,7 @@ static void lc__run_op(struct cp_sandbox *sb, struct cp_op *op)
                     sb->rec.end_ns = end;
                     cp_sb_save(sb);
                     lc__arm_timer(sb);
+                    lc__timeout_event(sb, op->cause, op->key_id);
                 }
                 lc__answer(sb, op->req, op->api, 200);
                 op->req = NULL;
@@ -1060,7 +1086,7 @@ static void lc__run_ops(struct cp_sandbox *sb)
 }
 
 void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req, int api,
-                     uint64_t timeout_s, bool auto_pause)
+                     uint64_t timeout_s, bool auto_pause, int cause, const char *key_id)
 {
     if (sb->rec.state == CP_SB_STOPPING && req) {
         cp_rest_error(req, 404, "sandbox %s not found (it is being killed)", sb->rec.id);
@@ -1084,6 +1110,8 @@ void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http
     op->api = api;
     op->timeout_s = timeout_s;
     op->auto_pause = auto_pause;
+    op->cause = cause;
+    snprintf(op->key_id, sizeof op->key_id, "%s", key_id ? key_id : "");
     if (kind == CP_OP_KILL) {
         /* A kill overtakes queued pauses and resumes (they are answered 404 when it is done):
          * it goes first in the queue. */
@@ -1107,7 +1135,7 @@ static void lc__expired(uv_timer_t *t)
         lc__arm_timer(sb); /* extended meanwhile (or the wall clock moved) */
         return;
     }
-    cp_lifecycle_op(sb, CP_OP_EXPIRE, NULL, CP_ANSWER_NONE, 0, false);
+    cp_lifecycle_op(sb, CP_OP_EXPIRE, NULL, CP_ANSWER_NONE, 0, false, CP_CAUSE_TIMEOUT, NULL);
 }
 
 void cp_lifecycle_resume_then(struct cp_sandbox *sb,
@@ -1120,6 +1148,7 @@ void cp_lifecycle_resume_then(struct cp_sandbox *sb,
     }
     op->kind = CP_OP_RESUME;
     op->api = CP_ANSWER_CONNECT;
+    op->cause = CP_CAUSE_TRAFFIC;
     op->done = done;
     op->done_arg = arg;
     *sb->ops_tail = op;
@@ -1127,12 +1156,13 @@ void cp_lifecycle_resume_then(struct cp_sandbox *sb,
     lc__run_ops(sb);
 }
 
-void cp_lifecycle_set_timeout(struct cp_sandbox *sb, uint64_t seconds)
+void cp_lifecycle_set_timeout(struct cp_sandbox *sb, uint64_t seconds, const char *key_id)
 {
     sb->rec.end_ns = al_wall_ns() + seconds * 1000000000ull;
     cp_sb_save(sb);
     if (sb->rec.state == CP_SB_RUNNING)
         lc__arm_timer(sb);
+    lc__timeout_event(sb, CP_CAUSE_API, key_id);
 }
 
 /* ---- adoption after a restart ------------------------------------------------------------ */
@@ -1176,7 +1206,7 @@ static void lc__adopted(struct cp_sandbox *sb, int rc, const char *msg)
         sb->gone = true;
         a->torn_down++;
         free(c);
-        cp_lifecycle_op(sb, CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false);
+        cp_lifecycle_op(sb, CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false, CP_CAUSE_RESTART, NULL);
         lc__adopt_one_done(a);
         cp_sb_unref(sb);
         return;
@@ -1201,6 +1231,8 @@ static void lc__adopted(struct cp_sandbox *sb, int rc, const char *msg)
     if (sb->rec.state == CP_SB_RUNNING)
         lc__arm_timer(sb);
     cp_sb_save(sb);
+    cp_event_emit(sb, CP_EV_UPDATED, CP_CAUSE_RESTART, NULL,
+                  json_pack("{s:b,s:s}", "adopted", 1, "state", cp_sb_state_name(sb->rec.state)));
     a->adopted++;
     al_info("sandbox %s adopted (%s, process %d)", sb->rec.id, cp_sb_state_name(sb->rec.state),
             (int)sb->rec.pid);
@@ -1235,7 +1267,7 @@ static int lc__adopt_row(const struct cp_sb_record *r, void *arg)
                 r->state == CP_SB_CREATING ? "being created" : "being killed");
         sb->gone = true; /* whatever runs gets the crash cleanup */
         a->torn_down++;
-        cp_lifecycle_op(sb, CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false);
+        cp_lifecycle_op(sb, CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false, CP_CAUSE_RESTART, NULL);
         a->pending--;
         return 0;
     }
@@ -1338,7 +1370,8 @@ void cp_lifecycle_kill_all(struct cp *cp, void (*done)(struct cp *cp))
     cp_map_foreach(&cp->sandboxes, lc__collect, &c);
     for (size_t i = 0; i < c.n; i++) {
         if (c.v[i]->registered)
-            cp_lifecycle_op(c.v[i], CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false);
+            cp_lifecycle_op(c.v[i], CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false, CP_CAUSE_SHUTDOWN,
+                            NULL);
         cp_sb_unref(c.v[i]);
     }
     free(c.v);

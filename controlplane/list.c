@@ -7,46 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/percent.h"
 #include "common/util.h"
 
 #define LIST_PARAM_MAX 8192
-
-static int list__hex(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Percent-decodes s[0..len) into out (NUL-terminated); '+' is a space when plus. Refuses
- * malformed escapes and encoded NULs. */
-static int list__unescape(const char *s, size_t len, bool plus, char *out, size_t outlen)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (c == '%') {
-            int h, l;
-            if (i + 2 >= len || (h = list__hex(s[i + 1])) < 0 || (l = list__hex(s[i + 2])) < 0)
-                return -EINVAL;
-            c = (char)(h << 4 | l);
-            if (c == '\0')
-                return -EINVAL;
-            i += 2;
-        } else if (c == '+' && plus) {
-            c = ' ';
-        }
-        if (o + 1 >= outlen)
-            return -E2BIG;
-        out[o++] = c;
-    }
-    out[o] = '\0';
-    return (int)o;
-}
 
 json_t *cp_list_parse_metadata(const char *value, struct al_error *err)
 {
@@ -57,7 +21,7 @@ json_t *cp_list_parse_metadata(const char *value, struct al_error *err)
         al_error_set(err, -ENOMEM, "out of memory");
         return NULL;
     }
-    if (list__unescape(value, vl, true, once, vl + 1) < 0) {
+    if (al_percent_decode(value, vl, once, vl + 1, AL_PERCENT_PLUS_SPACE) < 0) {
         free(once);
         al_error_set(err, -EINVAL,
                      "metadata filter: malformed percent-encoding; send "
@@ -88,8 +52,9 @@ json_t *cp_list_parse_metadata(const char *value, struct al_error *err)
             size_t kl = (size_t)(eq - p), vlen = n - kl - 1;
             char *k = malloc(kl + 1), *v = malloc(vlen + 1);
             /* Third decoding: each key and value was url-encoded by the SDK. */
-            int rk = k ? list__unescape(p, kl, true, k, kl + 1) : -ENOMEM;
-            int rv = v ? list__unescape(eq + 1, vlen, true, v, vlen + 1) : -ENOMEM;
+            ssize_t rk = k ? al_percent_decode(p, kl, k, kl + 1, AL_PERCENT_PLUS_SPACE) : -ENOMEM;
+            ssize_t rv =
+                v ? al_percent_decode(eq + 1, vlen, v, vlen + 1, AL_PERCENT_PLUS_SPACE) : -ENOMEM;
             if (rk < 0 || rv < 0 || rk == 0) {
                 free(k);
                 free(v);
@@ -195,10 +160,11 @@ int cp_list_query_parse(const char *query, bool v2, struct cp_list_query *q, str
         const char *eq = memchr(p, '=', n);
         size_t kl = eq ? (size_t)(eq - p) : n;
         char key[32];
-        if (kl && kl < sizeof key && list__unescape(p, kl, true, key, sizeof key) > 0) {
+        if (kl && kl < sizeof key &&
+            al_percent_decode(p, kl, key, sizeof key, AL_PERCENT_PLUS_SPACE) > 0) {
             const char *vs = eq ? eq + 1 : p + n;
             size_t vl = eq ? n - kl - 1 : 0;
-            int r = list__unescape(vs, vl, true, val, LIST_PARAM_MAX);
+            ssize_t r = al_percent_decode(vs, vl, val, LIST_PARAM_MAX, AL_PERCENT_PLUS_SPACE);
             if (r < 0) {
                 rc = al_error_set(err, -EINVAL, "query parameter %s: %s", key,
                                   r == -E2BIG ? "too long" : "malformed percent-encoding");

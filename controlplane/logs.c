@@ -36,13 +36,16 @@ json_t *cp_logs_parse_line(const char *line, size_t len, char *last_ts, size_t t
     const char *msg = NULL, *lvl = NULL, *ts = NULL;
     if (j && json_is_object(j)) {
         msg = json_string_value(json_object_get(j, "msg"));
+        const char *mkey = msg ? "msg" : "message"; /* airlock's name, else envd's (zerolog) */
+        if (!msg)
+            msg = json_string_value(json_object_get(j, "message"));
         lvl = json_string_value(json_object_get(j, "level"));
         ts = json_string_value(json_object_get(j, "time"));
         const char *k;
         json_t *v;
         json_object_foreach(j, k, v)
         {
-            if (strcmp(k, "msg") == 0 || strcmp(k, "level") == 0 || strcmp(k, "time") == 0)
+            if (strcmp(k, mkey) == 0 || strcmp(k, "level") == 0 || strcmp(k, "time") == 0)
                 continue;
             if (json_is_string(v)) {
                 json_object_set(fields, k, v);
@@ -182,4 +185,21 @@ json_t *cp_logs_read(const char *path, uint64_t max_bytes, const struct cp_logs_
     }
     json_decref(all);
     return out;
+}
+
+char *cp_logs_entry_line(const json_t *entry)
+{
+    json_t *o = json_object();
+    json_object_set(o, "level", json_object_get(entry, "level"));
+    json_object_set(o, "message", json_object_get(entry, "message"));
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)json_object_get(entry, "fields"), k, v)
+    {
+        if (!json_object_get(o, k))
+            json_object_set(o, k, v);
+    }
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
 }

@@ -2,7 +2,9 @@
  *
  * Owns: reading the agent's log file (and its one rotated predecessor; airlock-vmm bounds
  * both), turning lines into E2B SandboxLogEntry objects (the agent writes JSON lines; other
- * output becomes info entries), and the filters (since, level, search, direction, limit).
+ * output becomes info entries) and into the v1 SandboxLog line (a JSON object, as E2B's
+ * raw lines are and as its CLI parses them), and the filters (since, level, search,
+ * direction, limit).
  * Reads at most 2 x log_max bytes; never follows a symlink.
  */
 #ifndef AIRLOCK_CP_LOGS_H
@@ -28,5 +30,8 @@ json_t *cp_logs_read(const char *path, uint64_t max_bytes, const struct cp_logs_
 /* One line into an entry (new reference), or NULL for a blank line; last_ts carries the
  * timestamp of the previous JSON line to lines that have none. */
 json_t *cp_logs_parse_line(const char *line, size_t len, char *last_ts, size_t ts_len);
+/* The v1 SandboxLog "line" of an entry: {"level":...,"message":...,<fields>} as compact JSON
+ * (malloc'd; NULL without memory). `e2b sandbox logs` JSON.parses it and reads "level". */
+char *cp_logs_entry_line(const json_t *entry);
 
 #endif

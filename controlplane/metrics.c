@@ -23,6 +23,7 @@ struct hist {
 
 struct cp_metrics {
     uint64_t created, create_failed, killed, crashes;
+    uint64_t events_recorded, events_failed;
     uint64_t api_requests;
     uint64_t api_errors[6]; /* error answers by status class (index 4, 5) */
     uint64_t proxy[6];
@@ -73,6 +74,14 @@ void cp_metrics_killed(struct cp_metrics *m, double ms)
 {
     m->killed++;
     hist__add(&m->kill_ms, ms);
+}
+
+void cp_metrics_event(struct cp_metrics *m, bool recorded)
+{
+    if (recorded)
+        m->events_recorded++;
+    else
+        m->events_failed++;
 }
 
 void cp_metrics_crash(struct cp_metrics *m)
@@ -165,6 +174,10 @@ void cp_metrics_render(struct cp *cp, struct al_buf *b)
                     "Sandbox processes that exited on "
                     "their own.",
                     m->crashes);
+    render__counter(b, "airlock_lifecycle_events_total",
+                    "Lifecycle events recorded (GET /events/sandboxes).", m->events_recorded);
+    render__counter(b, "airlock_lifecycle_events_lost_total",
+                    "Lifecycle events the state database refused (logged).", m->events_failed);
     render__hist(b, "airlock_sandbox_create_duration_seconds",
                  "Time from a create request to a healthy agent.", &m->create_ms);
     const char *sn = "airlock_sandbox_create_stage_duration_seconds";
@@ -236,6 +249,7 @@ void cp_metrics_render(struct cp *cp, struct al_buf *b)
         render__counter(b, "airlock_egress_dns_queries_total", "DNS queries from sandboxes.",
                         render__get(es, "dns", "queries"));
     }
+    cp_disk_metrics(cp, b);
     al_buf_printf(b,
                   "# HELP airlockd_uptime_seconds Seconds since airlockd started.\n"
                   "# TYPE airlockd_uptime_seconds gauge\nairlockd_uptime_seconds %.0f\n",

@@ -10,6 +10,7 @@
 #define AIRLOCK_CP_METRICS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/buf.h"
@@ -27,6 +28,8 @@ void cp_metrics_created(struct cp_metrics *m, double ms, const double *stage_ms)
 void cp_metrics_create_failed(struct cp_metrics *m);
 void cp_metrics_killed(struct cp_metrics *m, double ms);
 void cp_metrics_crash(struct cp_metrics *m);
+/* A lifecycle event recorded, or lost (the state database refused it). */
+void cp_metrics_event(struct cp_metrics *m, bool recorded);
 /* status 0: a control-plane request arrived; >= 400: an error answer. */
 void cp_metrics_api(struct cp_metrics *m, int status);
 void cp_metrics_proxy(struct cp_metrics *m, int status);

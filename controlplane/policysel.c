@@ -137,6 +137,50 @@ static const char **ps__strv(json_t *arr, size_t *n)
     return v;
 }
 
+/* The file of a policy of the policies directory (<name>.yaml or .yml) into path; false
+ * when there is none. */
+static bool ps__find(struct cp *cp, const char *name, char *path, size_t len)
+{
+    const char *exts[] = {".yaml", ".yml"};
+    struct stat st;
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, len, "%s/%s%s", cp->cfg.policies_path, name, exts[i]);
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+            return true;
+    }
+    return false;
+}
+
+/* The hash of base narrowed by a narrowing object (cp_policy_narrowing; NULL: base's own
+ * hash), or -EINVAL with err naming the entry policy_narrow() refused. */
+static int ps__narrowed_hash(struct policy *base, const json_t *narrowing, char hash[65],
+                             struct al_error *err)
+{
+    if (!narrowing) {
+        snprintf(hash, 65, "%s", policy_hash(base));
+        return 0;
+    }
+    struct al_error e2 = {0};
+    struct policy_narrowing n = {
+        .no_internet = json_is_false(json_object_get(narrowing, "allow_internet_access"))};
+    size_t na = 0, nd = 0;
+    const char **allow = ps__strv(json_object_get(narrowing, "allow_out"), &na);
+    const char **deny = ps__strv(json_object_get(narrowing, "deny_out"), &nd);
+    n.allow_out = allow;
+    n.n_allow_out = na;
+    n.deny_out = deny;
+    n.n_deny_out = nd;
+    struct policy *narrowed = allow && deny ? policy_narrow(base, &n, &e2) : NULL;
+    free(allow);
+    free(deny);
+    if (!narrowed)
+        return al_error_set(err, -EINVAL, "network: %s",
+                            allow && deny ? al_error_str(&e2) : "out of memory");
+    snprintf(hash, 65, "%s", policy_hash(narrowed));
+    policy_unref(narrowed);
+    return 0;
+}
+
 int cp_template_policy(const char *template_dir, char *out, struct al_error *err)
 {
     char path[4200];
@@ -208,14 +252,7 @@ int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *networ
     }
     snprintf(out->name, sizeof out->name, "%s", name);
     char path[4200];
-    const char *exts[] = {".yaml", ".yml"};
-    struct stat st;
-    bool found = false;
-    for (int i = 0; i < 2 && !found; i++) {
-        snprintf(path, sizeof path, "%s/%s%s", cp->cfg.policies_path, name, exts[i]);
-        found = stat(path, &st) == 0 && S_ISREG(st.st_mode);
-    }
-    if (!found) {
+    if (!ps__find(cp, name, path, sizeof path)) {
         *status = m ? 400 : 500;
         return al_error_set(
             err, -ENOENT, "no policy \"%s\" in %s%s", name, cp->cfg.policies_path,
@@ -233,32 +270,41 @@ int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *networ
                             al_error_str(&e2));
     }
     out->narrowing = cp_policy_narrowing(network, allow_internet);
-    if (!out->narrowing) {
-        snprintf(out->hash, sizeof out->hash, "%s", policy_hash(base));
-        policy_unref(base);
-        return 0;
-    }
-    struct policy_narrowing n = {.no_internet = allow_internet == 0};
-    size_t na = 0, nd = 0;
-    const char **allow = ps__strv(json_object_get(out->narrowing, "allow_out"), &na);
-    const char **deny = ps__strv(json_object_get(out->narrowing, "deny_out"), &nd);
-    n.allow_out = allow;
-    n.n_allow_out = na;
-    n.deny_out = deny;
-    n.n_deny_out = nd;
-    struct policy *narrowed = allow && deny ? policy_narrow(base, &n, &e2) : NULL;
-    free(allow);
-    free(deny);
+    int rc = ps__narrowed_hash(base, out->narrowing, out->hash, err);
     policy_unref(base);
-    if (!narrowed) {
+    if (rc) {
         json_decref(out->narrowing);
         out->narrowing = NULL;
         *status = 400;
-        return al_error_set(err, -EINVAL, "network: %s", al_error_str(&e2));
     }
-    snprintf(out->hash, sizeof out->hash, "%s", policy_hash(narrowed));
-    policy_unref(narrowed);
-    return 0;
+    return rc;
+}
+
+int cp_policy_check_network(struct cp *cp, const char *name, const json_t *network,
+                            int allow_internet, char hash[65], int *status, struct al_error *err)
+{
+    char path[4200];
+    if (!ps__name_ok(name) || !ps__find(cp, name, path, sizeof path)) {
+        *status = 500;
+        return al_error_set(err, -ENOENT,
+                            "the sandbox's policy \"%s\" is no longer in %s: its network cannot "
+                            "be checked (restore the policy)",
+                            name, cp->cfg.policies_path);
+    }
+    struct al_error e2 = {0};
+    struct policy *base = ps__load(path, &e2);
+    if (!base) {
+        *status = 500;
+        return al_error_set(err, -EINVAL, "policy \"%s\" (%s) is invalid: %s", name, path,
+                            al_error_str(&e2));
+    }
+    json_t *n = cp_policy_narrowing(network, allow_internet);
+    int rc = ps__narrowed_hash(base, n, hash, err);
+    json_decref(n);
+    policy_unref(base);
+    if (rc)
+        *status = 400;
+    return rc;
 }
 
 void cp_policy_sel_free(struct cp_policy_sel *s)

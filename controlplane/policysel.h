@@ -39,6 +39,11 @@ int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *networ
  * CP_POLICY_NAME_MAX): 1 when it names one, 0 when it names none (or has no template.json),
  * <0 with err when the file or the key is malformed. */
 int cp_template_policy(const char *template_dir, char *out, struct al_error *err);
+/* Checks E2B network fields against a sandbox's policy (by name) as a creation would:
+ * 0 with the narrowed policy's hash, or <0 with *status (400: a refused entry, named;
+ * 500: the policy is missing or invalid) and err. */
+int cp_policy_check_network(struct cp *cp, const char *name, const json_t *network,
+                            int allow_internet, char hash[65], int *status, struct al_error *err);
 void cp_policy_sel_free(struct cp_policy_sel *s);
 /* The narrowing object of a stored sandbox (for re-registration), or NULL. */
 json_t *cp_policy_narrowing(const json_t *network, int allow_internet);

@@ -1,11 +1,9 @@
 /* controlplane/proc: starting and watching the processes airlockd runs (airlock-vmm per
  * sandbox, the helper daemons, the test backend's agent).
  *
- * Owns: spawning (posix_spawn: cheap for a large parent; the child gets its own session,
- * default signal dispositions, an empty signal mask, and exactly the descriptors asked
- * for; or, for airlock-vmm, the same without waiting for the child's exec: see proc.c),
- * pidfds (the one way to watch a process that is not our child, after a restart),
- * reaping our own children, and pid-reuse guards (start time).
+ * Owns: pidfds (the one way to watch a process that is not our child, after a restart),
+ * reaping our own children, and pid-reuse guards (start time). Processes are started with
+ * common/spawn (al_spawn; airlock-vmm on its fast path, no_wait_exec).
  */
 #ifndef AIRLOCK_CP_PROC_H
 #define AIRLOCK_CP_PROC_H
@@ -16,33 +14,19 @@
 #include <uv.h>
 
 #include "common/error.h"
+#include "common/spawn.h"
 
-#define CP_PROC_MAX_FDS 8
-
-struct cp_spawn {
-    const char *path; /* executable */
-    char *const *argv;
-    char *const *envp; /* NULL = airlockd's environment */
-    /* fds[i] >= 0 becomes descriptor i in the child (0, 1, 2, then extra ones); -1 = closed
-     * (0..2 become /dev/null instead). */
-    int fds[CP_PROC_MAX_FDS];
-    int nfds;
-    bool new_session;
-    /* Return as soon as the child exists, not once it has exec'd (cp_proc_spawn's comment):
-     * for the spawns on airlockd's event loop that happen under load (airlock-vmm). A
-     * failed exec then shows as the child exiting with status 127 (and is logged). */
-    bool no_wait_exec;
-};
-
-/* Starts a process. *pidfd (may be NULL) receives a pidfd for it (close-on-exec). A path
- * that is not an executable file is an error here, with either way of spawning. */
-int cp_proc_spawn(const struct cp_spawn *s, pid_t *pid, int *pidfd, struct al_error *err);
 /* A pidfd for an existing process, checked against its recorded start time (0 = do not
  * check). -ESRCH if it is gone or the pid now names another process. */
 int cp_proc_open(pid_t pid, uint64_t start_time, int *pidfd);
 /* After the pidfd became readable: the exit status if the process was our child (reaps it),
  * else -ECHILD. */
 int cp_proc_reap(int pidfd, int *wstatus);
+/* Reads the standard output of a child (outfd: the read end of its pipe) into buf (NUL
+ * terminated; what exceeds cap is dropped) until EOF, and reaps it; both bounded by
+ * kill_after_ms from t0 (al_now_ns). Returns 0, or -ETIMEDOUT (the process was killed). */
+int cp_proc_collect(int outfd, pid_t pid, int pidfd, uint64_t t0, uint64_t kill_after_ms, char *buf,
+                    size_t cap, size_t *len, int *wstatus);
 /* Sends sig through the pidfd (no pid-reuse race). */
 int cp_proc_signal(int pidfd, int sig);
 

@@ -7,11 +7,15 @@
  * (minus hop-by-hop ones, RFC 9110 7.6.1) and body unchanged (a Content-Length body keeps
  * its length), streamed both ways with flow control in each direction, so Connect streams,
  * NDJSON executions and file transfers of any size pass without being buffered whole.
+ * Set-Cookie fields from a sandbox lose their Domain attributes (cp_proxy_cookie_host_only):
+ * every sandbox's origins share api.domain, so a Domain cookie would reach the others'.
  * Upgrades (WebSocket to a port the sandbox serves) are relayed as raw bytes once the agent
  * answers 101. The agent routes on E2b-Sandbox-Port itself (49983 envd, 49999 code
  * interpreter, any other port forwarded to that port inside the sandbox).
- * "Sandbox gone" is a 502, as E2B's own proxy answers; the SDKs turn it into the right
- * error (TimeoutError, SandboxNotFoundError for streams, isRunning() == false). An agent
+ * "Sandbox gone" is E2B's own proxy's answer, 502 {"sandboxId","message":"The sandbox was
+ * not found","code":502}; the SDKs turn it into the right error (TimeoutError whose message
+ * is that text, SandboxNotFoundError for streams, isRunning() == false). Waking a paused
+ * sandbox (autoResume) without its credentials is E2B's 403. An agent
  * that fails after its answer started cuts the client's response short (al_http_resp_abort):
  * a truncated download fails in the client instead of passing for a complete one.
  */
@@ -130,6 +134,64 @@ static void px__client_drained(struct al_http_req *req)
         al_http_creq_resume(p->creq);
 }
 
+bool cp_proxy_cookie_host_only(const char *in, char *out, size_t outlen)
+{
+    /* name=value, then ";"-separated attributes (RFC 6265 4.1.1: no ";" inside the pair). */
+    size_t o = 0;
+    bool dropped = false;
+    const char *seg = in;
+    for (bool first = true;; first = false) {
+        const char *semi = strchr(seg, ';');
+        size_t len = semi ? (size_t)(semi - seg) : strlen(seg);
+        const char *a = seg;
+        while (a < seg + len && (*a == ' ' || *a == '\t'))
+            a++;
+        size_t nl = 0;
+        while (a + nl < seg + len && a[nl] != '=' && a[nl] != ' ' && a[nl] != '\t')
+            nl++;
+        if (!first && nl == 6 && strncasecmp(a, "domain", 6) == 0) {
+            dropped = true;
+        } else if (o + len + !first < outlen) { /* (room for the ";" and the NUL) */
+            if (!first)
+                out[o++] = ';';
+            memcpy(out + o, seg, len);
+            o += len;
+        }
+        if (!semi)
+            break;
+        seg = semi + 1;
+    }
+    if (outlen)
+        out[o < outlen ? o : outlen - 1] = '\0';
+    return dropped;
+}
+
+/* A Set-Cookie field of the sandbox's response: *value made host-only, in a copy kept in
+ * store until the head is written. -ENOMEM: the response cannot be relayed. */
+static int px__cookie(const struct px *p, const char *name, const char **value, char **store,
+                      size_t *n)
+{
+    if (strcasecmp(name, "Set-Cookie") != 0)
+        return 0;
+    size_t len = strlen(*value) + 1;
+    char *v = malloc(len);
+    if (!v) {
+        al_warn("sandbox %s: out of memory relaying its response", p->sid);
+        return -ENOMEM;
+    }
+    if (cp_proxy_cookie_host_only(*value, v, len))
+        al_debug("sandbox %s: a Set-Cookie lost its Domain attribute (host-only)", p->sid);
+    store[(*n)++] = v;
+    *value = v;
+    return 0;
+}
+
+static void px__free_cookies(char **store, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(store[i]);
+}
+
 static int px__on_response(struct al_http_creq *c, int status, const struct al_http_header *h,
                            size_t n, void *arg)
 {
@@ -137,8 +199,9 @@ static int px__on_response(struct al_http_creq *c, int status, const struct al_h
     (void)c;
     if (!p->req)
         return 1;
-    struct al_http_header out[PX_MAX_HEADERS];
-    size_t k = 0;
+    struct al_http_header out[PX_MAX_HEADERS] = {0}; /* (gcc -O2 cannot tell k covers it) */
+    char *cookies[PX_MAX_HEADERS];
+    size_t k = 0, n_cookies = 0;
     int64_t cl = -1;
     for (size_t i = 0; i < n; i++) {
         if (strcasecmp(h[i].name, "Content-Length") == 0) {
@@ -151,11 +214,18 @@ static int px__on_response(struct al_http_creq *c, int status, const struct al_h
         if (px__hop_by_hop(h[i].name, h, n) || strcasecmp(h[i].name, "Date") == 0 ||
             strcasecmp(h[i].name, "Server") == 0)
             continue;
-        if (k < PX_MAX_HEADERS)
-            out[k++] = h[i];
+        if (k >= PX_MAX_HEADERS)
+            continue;
+        const char *v = h[i].value;
+        if (px__cookie(p, h[i].name, &v, cookies, &n_cookies)) {
+            px__free_cookies(cookies, n_cookies);
+            return 1;
+        }
+        out[k++] = (struct al_http_header){h[i].name, v};
     }
     p->status = status;
     int rc = al_http_resp_start(p->req, status, out, k, cl);
+    px__free_cookies(cookies, n_cookies);
     if (rc) {
         al_warn("sandbox %s: cannot relay the agent's response: %s", p->sid, strerror(-rc));
         return 1;
@@ -200,13 +270,20 @@ static void px__on_upgrade(struct al_http_creq *c, const struct al_http_header *
         al_http_tunnel_close(t);
         return;
     }
-    struct al_http_header out[PX_MAX_HEADERS];
-    size_t k = 0;
-    for (size_t i = 0; i < n && k < PX_MAX_HEADERS; i++)
-        if (strcasecmp(h[i].name, "Upgrade") == 0 || !px__hop_by_hop(h[i].name, h, n))
-            out[k++] = h[i];
+    struct al_http_header out[PX_MAX_HEADERS] = {0}; /* (gcc -O2 cannot tell k covers it) */
+    char *cookies[PX_MAX_HEADERS];
+    size_t k = 0, n_cookies = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n && k < PX_MAX_HEADERS && !rc; i++)
+        if (strcasecmp(h[i].name, "Upgrade") == 0 || !px__hop_by_hop(h[i].name, h, n)) {
+            const char *v = h[i].value;
+            rc = px__cookie(p, h[i].name, &v, cookies, &n_cookies);
+            out[k++] = (struct al_http_header){h[i].name, v};
+        }
     struct al_http_tunnel *down = NULL;
-    int rc = al_http_req_upgrade(req, out, k, &down);
+    if (!rc)
+        rc = al_http_req_upgrade(req, out, k, &down);
+    px__free_cookies(cookies, n_cookies);
     if (rc) {
         al_http_tunnel_close(t);
         if (rc == -EPIPE) { /* the client left: the request is released */
@@ -438,10 +515,25 @@ static struct cp_sandbox *px__by_signature(struct cp *cp, const struct al_http_r
     return f.found;
 }
 
-/* getHost(port) URLs: "<port>-<sandbox id>.<api.domain>" (wildcard DNS to airlockd). */
-static struct cp_sandbox *px__by_host(struct cp *cp, const struct al_http_req *req, char *port,
-                                      size_t portlen)
+/* E2B's answer for traffic to a sandbox that does not exist (any more), the JSON its proxy
+ * sends (shared/pkg/proxy/template/sandbox_not_found.go), for the id the request named. */
+static void px__not_found(struct cp *cp, struct al_http_req *req, const char *id)
 {
+    cp_metrics_proxy(cp->metrics, 502);
+    json_t *sid = json_stringn(id, strnlen(id, 64));
+    json_t *b = json_object();
+    json_object_set_new(b, "sandboxId", sid ? sid : json_string(""));
+    json_object_set_new(b, "message", json_string("The sandbox was not found"));
+    json_object_set_new(b, "code", json_integer(502));
+    al_http_reply_json(req, 502, b);
+}
+
+/* getHost(port) URLs: "<port>-<sandbox id>.<api.domain>" (wildcard DNS to airlockd). *matched
+ * says whether the Host had that form (id: the sandbox id it names), found or not. */
+static struct cp_sandbox *px__by_host(struct cp *cp, const struct al_http_req *req, char *port,
+                                      size_t portlen, char *id, bool *matched)
+{
+    *matched = false;
     const char *dom = cp->cfg.domain;
     const char *host = al_http_req_header(req, "Host");
     if (!dom || !*dom || !host)
@@ -462,9 +554,9 @@ static struct cp_sandbox *px__by_host(struct cp *cp, const struct al_http_req *r
             return NULL;
     memcpy(port, host, (size_t)(dash - host));
     port[dash - host] = '\0';
-    char id[64];
     memcpy(id, dash + 1, (size_t)(dot - dash - 1));
     id[dot - dash - 1] = '\0';
+    *matched = true;
     return cp_sandbox_id_valid(id) ? cp_sandbox_get(cp, id) : NULL;
 }
 
@@ -510,8 +602,8 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
     bool credentialed = false; /* found by its token or a signature made with it */
     size_t nid = al_http_req_header_count(req, "E2b-Sandbox-Id");
     struct cp_sandbox *sb = NULL;
-    char host_port[8] = "";
-    bool by_host = false;
+    char host_port[8] = "", host_id[64] = "";
+    bool by_host = false, host_matched = false;
     if (nid > 1) {
         cp_rest_error(req, 400, "more than one E2b-Sandbox-Id header");
         return true;
@@ -521,12 +613,14 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
         if (cp_sandbox_id_valid(id))
             sb = cp_sandbox_get(cp, id);
         if (!sb || (sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED)) {
-            cp_metrics_proxy(cp->metrics, 502);
-            cp_rest_error(req, 502, "sandbox \"%.64s\" not found", id);
+            px__not_found(cp, req, id);
             return true;
         }
-    } else if ((sb = px__by_host(cp, req, host_port, sizeof host_port))) {
+    } else if ((sb = px__by_host(cp, req, host_port, sizeof host_port, host_id, &host_matched))) {
         by_host = true;
+    } else if (host_matched) {
+        px__not_found(cp, req, host_id);
+        return true;
     } else if (!al_http_req_header(req, "X-Access-Token")) {
         /* A signed file URL is sandbox traffic too. */
         char sig[8];
@@ -553,16 +647,15 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
         }
     }
     if (by_host && sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED) {
-        cp_metrics_proxy(cp->metrics, 502);
-        cp_rest_error(req, 502, "sandbox %s not found", sb->rec.id);
+        px__not_found(cp, req, sb->rec.id);
         return true;
     }
     const char *port = by_host ? host_port : NULL;
     if (sb->rec.state == CP_SB_PAUSED) {
         if (sb->rec.auto_resume && !credentialed && !px__credential_ok(sb, req)) {
-            cp_metrics_proxy(cp->metrics, 401);
+            cp_metrics_proxy(cp->metrics, 403);
             al_info("sandbox %s: not resumed for a request without its access token", sb->rec.id);
-            cp_rest_error(req, 401,
+            cp_rest_error(req, 403,
                           "sandbox %s is paused; waking it (autoResume) needs its access token "
                           "(X-Access-Token) or its traffic access token "
                           "(E2B-Traffic-Access-Token)",

@@ -4,9 +4,11 @@
  * first), authentication, request bodies (chunked ones too, capped), validation of create
  * requests (unknown fields are errors; fields airlock cannot honour are a 400 that says
  * so), and the JSON shapes the SDKs parse: Sandbox, SandboxDetail, ListedSandbox,
- * SandboxMetric, SandboxLogs. Errors are {"code": status, "message": "..."}; a 2xx without
+ * SandboxMetric, SandboxLogs and TemplateAliasResponse (the template build API and its
+ * shapes are builds.c's). Errors are {"code": status, "message": "..."}; a 2xx without
  * a body is 204. Both SDK generations: POST /sandboxes and /v2/sandboxes, GET /sandboxes
- * and /v2/sandboxes, POST /sandboxes/{id}/connect and /v2/sandboxes/{id}/connect.
+ * and /v2/sandboxes, POST /sandboxes/{id}/connect and /v2/sandboxes/{id}/connect. The
+ * shape of a network update (PUT /sandboxes/{id}/network); netupdate.c applies it.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -14,19 +16,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/json.h"
 #include "common/log.h"
+#include "common/percent.h"
 #include "common/util.h"
+#include "builds.h"
 #include "cp.h"
+#include "events.h"
 #include "list.h"
 #include "logs.h"
 #include "metrics.h"
 #include "policysel.h"
+#include "store.h"
 #include "templates.h"
 
-#define REST_MAX_BODY     (1u << 20)
-#define REST_ENVD_VERSION "0.6.4"
+#define REST_MAX_BODY (1u << 20)
 
 static struct cp_metrics *rest__api_metrics;
 
@@ -63,7 +69,7 @@ json_t *cp_rest_sandbox_json(const struct cp_sandbox *sb)
     json_object_set_new(o, "templateID", json_string(sb->rec.template_id));
     json_object_set_new(o, "alias", json_string(sb->rec.template_id));
     json_object_set_new(o, "clientID", json_string("airlock"));
-    json_object_set_new(o, "envdVersion", json_string(REST_ENVD_VERSION));
+    json_object_set_new(o, "envdVersion", json_string(CP_ENVD_VERSION));
     json_object_set_new(o, "envdAccessToken", json_string(sb->rec.token));
     json_object_set_new(o, "domain",
                         cp->cfg.domain && cp->cfg.domain[0] ? json_string(cp->cfg.domain)
@@ -110,7 +116,7 @@ static json_t *rest__listed_json(const struct cp_sandbox *sb)
     json_object_set_new(o, "templateID", json_string(sb->rec.template_id));
     json_object_set_new(o, "alias", json_string(sb->rec.template_id));
     json_object_set_new(o, "clientID", json_string("airlock"));
-    json_object_set_new(o, "envdVersion", json_string(REST_ENVD_VERSION));
+    json_object_set_new(o, "envdVersion", json_string(CP_ENVD_VERSION));
     rest__common(sb, o);
     return o;
 }
@@ -125,13 +131,17 @@ enum rest_route {
     R_TIMEOUT,
     R_REFRESH,
     R_PAUSE,
+    R_NETWORK,     /* PUT /sandboxes/{id}/network */
+    R_TPL_REQUEST, /* POST /v3/templates */
+    R_TPL_TRIGGER, /* POST /v2/templates/{id}/builds/{buildID} */
 };
 
 struct rest_ctx {
     struct cp *cp;
     struct cp_principal who;
     enum rest_route route;
-    char id[64];
+    char id[72];
+    char build_id[40];
 };
 
 static struct cp_sandbox *rest__find(struct cp *cp, struct al_http_req *req, const char *id)
@@ -445,7 +455,7 @@ static void rest__timeout_like(struct al_http_req *req, struct rest_ctx *x, cons
                       (unsigned long long)(x->cp->cfg.max_timeout_ms / 1000));
         return;
     }
-    cp_lifecycle_set_timeout(sb, s);
+    cp_lifecycle_set_timeout(sb, s, x->who.key_id);
     al_http_reply(req, 204, NULL, NULL, 0);
 }
 
@@ -475,7 +485,52 @@ static void rest__connect(struct al_http_req *req, struct rest_ctx *x)
     json_decref(b);
     cp_lifecycle_op(sb, CP_OP_RESUME, req,
                     x->route == R_RESUME ? CP_ANSWER_RESUME : CP_ANSWER_CONNECT, given ? s : 0,
-                    auto_pause);
+                    auto_pause, CP_CAUSE_API, x->who.key_id);
+}
+
+/* PUT /sandboxes/{id}/network: E2B's SandboxNetworkUpdateConfig. The same fields and
+ * refusals as a creation's network object, with allow_internet_access among them. */
+static void rest__network_update(struct al_http_req *req, struct rest_ctx *x)
+{
+    struct cp_sandbox *sb = rest__find(x->cp, req, x->id);
+    if (!sb)
+        return;
+    json_t *b = rest__body(req, true);
+    if (!b)
+        return;
+    struct al_error err = {0};
+    int allow_internet = -1;
+    json_t *fields = json_object();
+    const char *k;
+    json_t *v;
+    int rc = fields ? 0 : al_error_set(&err, -ENOMEM, "out of memory");
+    json_object_foreach(b, k, v)
+    {
+        if (rc)
+            break;
+        if (strcmp(k, "allow_internet_access") == 0) {
+            if (!json_is_null(v) && !json_is_boolean(v))
+                rc = al_error_set(&err, -EINVAL, "\"allow_internet_access\" must be a boolean");
+            else if (!json_is_null(v))
+                allow_internet = json_is_true(v);
+        } else if (strcmp(k, "allowOut") == 0 || strcmp(k, "denyOut") == 0 ||
+                   strcmp(k, "rules") == 0 || strcmp(k, "egressProxy") == 0) {
+            json_object_set(fields, k, v);
+        } else {
+            rc = al_error_set(&err, -EINVAL,
+                              "\"%s\" is not a field of a network update (allow_internet_access, "
+                              "allowOut, denyOut, rules, egressProxy); remove it",
+                              k);
+        }
+    }
+    if (!rc)
+        rc = rest__network(fields, &err);
+    if (rc)
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+    else
+        cp_network_update(sb, req, fields, allow_internet, x->who.key_id);
+    json_decref(fields);
+    json_decref(b);
 }
 
 static void rest__on_body(struct al_http_req *req, int err)
@@ -501,18 +556,34 @@ static void rest__on_body(struct al_http_req *req, int err)
     case R_REFRESH:
         rest__timeout_like(req, x, "duration");
         break;
+    case R_NETWORK:
+        rest__network_update(req, x);
+        break;
     case R_PAUSE: {
         struct cp_sandbox *sb = rest__find(x->cp, req, x->id);
         if (sb)
-            cp_lifecycle_op(sb, CP_OP_PAUSE, req, CP_ANSWER_EMPTY, 0, false);
+            cp_lifecycle_op(sb, CP_OP_PAUSE, req, CP_ANSWER_EMPTY, 0, false, CP_CAUSE_API,
+                            x->who.key_id);
+        break;
+    }
+    case R_TPL_REQUEST:
+    case R_TPL_TRIGGER: {
+        json_t *b = rest__body(req, true);
+        if (!b)
+            break;
+        if (x->route == R_TPL_REQUEST)
+            cp_builds_request(x->cp, req, &x->who, b);
+        else
+            cp_builds_trigger(x->cp, req, &x->who, x->id, x->build_id, b);
+        json_decref(b);
         break;
     }
     }
     free(x);
 }
 
-static void rest__with_body(struct al_http_req *req, struct cp *cp, const struct cp_principal *who,
-                            enum rest_route route, const char *id)
+static void rest__with_body2(struct al_http_req *req, struct cp *cp, const struct cp_principal *who,
+                             enum rest_route route, const char *id, const char *id2)
 {
     struct rest_ctx *x = calloc(1, sizeof *x);
     if (!x) {
@@ -523,6 +594,7 @@ static void rest__with_body(struct al_http_req *req, struct cp *cp, const struct
     x->who = *who;
     x->route = route;
     snprintf(x->id, sizeof x->id, "%s", id ? id : "");
+    snprintf(x->build_id, sizeof x->build_id, "%s", id2 ? id2 : "");
     req->user = x;
     int rc = al_http_req_read_body(req, REST_MAX_BODY, rest__on_body);
     if (rc < 0) {
@@ -530,6 +602,12 @@ static void rest__with_body(struct al_http_req *req, struct cp *cp, const struct
         free(x);
         cp_rest_error(req, 400, "cannot read the request body: %s", strerror(-rc));
     }
+}
+
+static void rest__with_body(struct al_http_req *req, struct cp *cp, const struct cp_principal *who,
+                            enum rest_route route, const char *id)
+{
+    rest__with_body2(req, cp, who, route, id, NULL);
 }
 
 /* ---- GET handlers ----------------------------------------------------------------------- */
@@ -594,7 +672,7 @@ static void rest__list(struct al_http_req *req, struct cp *cp, bool v2)
     free(body);
 }
 
-static bool rest__u64_param(struct al_http_req *req, const char *name, uint64_t *out, bool *has)
+bool cp_rest_u64_param(struct al_http_req *req, const char *name, uint64_t *out, bool *has)
 {
     char buf[32];
     *has = false;
@@ -636,7 +714,7 @@ static void rest__metrics(struct al_http_req *req, struct cp *cp, const char *id
         return;
     uint64_t start = 0, end = 0;
     bool hs, he;
-    if (!rest__u64_param(req, "start", &start, &hs) || !rest__u64_param(req, "end", &end, &he))
+    if (!cp_rest_u64_param(req, "start", &start, &hs) || !cp_rest_u64_param(req, "end", &end, &he))
         return;
     if (!hs)
         start = 0;
@@ -698,11 +776,11 @@ static void rest__logs(struct al_http_req *req, struct cp *cp, const char *id, b
     struct cp_logs_query q = {.limit = 1000, .forward = true, .min_level = 0};
     uint64_t v = 0;
     bool has;
-    if (!rest__u64_param(req, v2 ? "cursor" : "start", &v, &has))
+    if (!cp_rest_u64_param(req, v2 ? "cursor" : "start", &v, &has))
         return;
     if (has)
         q.since_ms = v;
-    if (!rest__u64_param(req, "limit", &v, &has))
+    if (!cp_rest_u64_param(req, "limit", &v, &has))
         return;
     if (has)
         q.limit = v > 10000 ? 10000 : (size_t)v;
@@ -743,9 +821,12 @@ static void rest__logs(struct al_http_req *req, struct cp *cp, const char *id, b
         json_t *e;
         json_array_foreach(entries, i, e)
         {
-            json_array_append_new(lines, json_pack("{s:O,s:O}", "timestamp",
-                                                   json_object_get(e, "timestamp"), "line",
-                                                   json_object_get(e, "message")));
+            char *line = cp_logs_entry_line(e);
+            if (!line)
+                continue;
+            json_array_append_new(lines, json_pack("{s:O,s:s}", "timestamp",
+                                                   json_object_get(e, "timestamp"), "line", line));
+            free(line);
         }
         json_object_set_new(out, "logs", lines);
         json_object_set_new(out, "logEntries", entries);
@@ -753,11 +834,55 @@ static void rest__logs(struct al_http_req *req, struct cp *cp, const char *id, b
     al_http_reply_json(req, 200, out);
 }
 
+/* ---- templates ----------------------------------------------------------------------------- */
+
+/* GET /templates/aliases/{alias}: what Template.exists asks. A template's alias is its id. */
+static void rest__template_alias(struct al_http_req *req, struct cp *cp, const char *raw)
+{
+    char alias[128];
+    if (strlen(raw) >= sizeof alias || strchr(raw, '/')) {
+        cp_rest_error(req, 400, "\"%.64s\" is not a template alias", raw);
+        return;
+    }
+    if (al_percent_decode(raw, strlen(raw), alias, sizeof alias, 0) < 0 ||
+        !cp_template_id_valid(alias)) {
+        cp_rest_error(req, 400,
+                      "\"%.64s\" is not a template alias (1..64 of a-z, 0-9, '.', '_', '-', "
+                      "starting with a letter or digit)",
+                      raw);
+        return;
+    }
+    char dir[4200];
+    struct al_error err = {0};
+    uint64_t created;
+    json_t *doc = NULL;
+    /* A template requested through the API exists from then on, built or not (E2B's). */
+    if (cp_template_resolve(cp, alias, dir, sizeof dir, &err) &&
+        cp_store_tpl_load(cp->store, alias, &created, &doc, NULL)) {
+        cp_rest_error(req, err.code == -ENOENT ? 404 : 400, "%s", al_error_str(&err));
+        return;
+    }
+    json_decref(doc);
+    al_http_reply_json(req, 200, json_pack("{s:s,s:b}", "templateID", alias, "public", 0));
+}
+
 /* ---- router ------------------------------------------------------------------------------- */
 
 static bool rest__is(const char *m, const char *want)
 {
     return strcmp(m, want) == 0;
+}
+
+bool cp_rest_path_part(const char **pp, char *out, size_t len)
+{
+    const char *p = *pp, *slash = strchr(p, '/');
+    size_t n = slash ? (size_t)(slash - p) : strlen(p);
+    if (n == 0 || n >= len)
+        return false;
+    if (al_percent_decode(p, n, out, len, 0) < 0)
+        return false;
+    *pp = p + n;
+    return true;
 }
 
 /* Splits "/sandboxes/ID/action" (v2 prefix removed) into its parts; false if the path
@@ -768,17 +893,11 @@ static bool rest__split(const char *p, char *id, size_t idlen, char *action, siz
     if (strncmp(p, "/sandboxes/", 11) != 0)
         return false;
     p += 11;
-    const char *slash = strchr(p, '/');
-    size_t n = slash ? (size_t)(slash - p) : strlen(p);
-    if (n == 0 || n >= idlen)
+    if (!cp_rest_path_part(&p, id, idlen))
         return false;
-    memcpy(id, p, n);
-    id[n] = '\0';
-    if (al_http_percent_decode(id, false) < 0)
-        return false;
-    if (!slash)
+    if (!*p)
         return true;
-    p = slash + 1;
+    p++;
     if (strchr(p, '/') || strlen(p) >= alen || !*p)
         return false;
     snprintf(action, alen, "%s", p);
@@ -860,7 +979,8 @@ void cp_on_request(struct al_http_req *req, void *ctx)
             } else if (rest__is(m, "DELETE")) {
                 struct cp_sandbox *sb = rest__find(cp, req, id);
                 if (sb)
-                    cp_lifecycle_op(sb, CP_OP_KILL, req, CP_ANSWER_EMPTY, 0, false);
+                    cp_lifecycle_op(sb, CP_OP_KILL, req, CP_ANSWER_EMPTY, 0, false, CP_CAUSE_API,
+                                    who.key_id);
             } else {
                 cp_rest_error(req, 405, "%s is not allowed on %s (GET, DELETE)", m, p);
             }
@@ -884,15 +1004,35 @@ void cp_on_request(struct al_http_req *req, void *ctx)
             rest__not_supported(req, "Forking a sandbox");
         else if (rest__is(action, "snapshots"))
             rest__not_supported(req, "Snapshotting a sandbox");
+        else if (rest__is(action, "network") && rest__is(m, "PUT"))
+            rest__with_body(req, cp, &who, R_NETWORK, id);
         else if (rest__is(action, "network"))
-            rest__not_supported(req, "Changing a running sandbox's network");
+            cp_rest_error(req, 405, "%s is not allowed on %s (PUT replaces the network fields)", m,
+                          p);
         else
             cp_rest_error(req, 404, "no such endpoint: %s %s", m, p);
         return;
     }
-    static const char *const unsupported[] = {
-        "/templates", "/v2/templates", "/v3/templates", "/snapshots",
-        "/volumes",   "/teams",        "/secrets",      NULL};
+    if (cp_events_route(cp, req, p))
+        return;
+    if (strcmp(p, "/v3/templates") == 0 && post) {
+        rest__with_body(req, cp, &who, R_TPL_REQUEST, NULL);
+        return;
+    }
+    char tid[72], bid[40];
+    if (post && cp_builds_trigger_path(p, tid, sizeof tid, bid, sizeof bid)) {
+        rest__with_body2(req, cp, &who, R_TPL_TRIGGER, tid, bid);
+        return;
+    }
+    if (cp_builds_route(cp, req, &who))
+        return;
+    if (strncmp(p, "/templates/aliases/", 19) == 0 && get) {
+        rest__template_alias(req, cp, p + 19);
+        return;
+    }
+    static const char *const unsupported[] = {"/templates", "/v2/templates",    "/v3/templates",
+                                              "/snapshots", "/volumes",         "/teams",
+                                              "/secrets",   "/events/webhooks", NULL};
     for (const char *const *u = unsupported; *u; u++) {
         size_t l = strlen(*u);
         if (strncmp(p, *u, l) == 0 && (p[l] == '\0' || p[l] == '/')) {

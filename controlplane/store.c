@@ -30,6 +30,22 @@ enum {
     ST_KEY_COUNT,
     ST_META_GET,
     ST_META_SET,
+    ST_EV_ADD,
+    ST_EV_ASC,
+    ST_EV_DESC,
+    ST_EV_PRUNE_AGE,
+    ST_EV_PRUNE_COUNT,
+    ST_TPL_SAVE,
+    ST_TPL_LOAD,
+    ST_TPL_ALL,
+    ST_TPL_DELETE,
+    ST_TPL_DELETE_BUILDS,
+    ST_TPL_DELETE_LOGS,
+    ST_BUILD_SAVE,
+    ST_BUILD_LOAD,
+    ST_BUILD_OF,
+    ST_BLOG_ADD,
+    ST_BLOG_QUERY,
     ST__COUNT
 };
 
@@ -55,6 +71,37 @@ static const char *const store__sql[ST__COUNT] = {
     [ST_KEY_COUNT] = "SELECT COUNT(*) FROM api_keys WHERE revoked_ns = 0",
     [ST_META_GET] = "SELECT value FROM meta WHERE key = ?1",
     [ST_META_SET] = "INSERT OR REPLACE INTO meta(key, value) VALUES(?1, ?2)",
+    [ST_EV_ADD] = "INSERT INTO events(sandbox_id, type, time_ns, doc) VALUES(?1, ?2, ?3, ?4)",
+    /* ?1 sandbox id or NULL for all, ?2 bit mask of types, ?3 only seq > this, ?4 limit,
+     * ?5 offset */
+    [ST_EV_ASC] = "SELECT seq, type, doc FROM events WHERE (?1 IS NULL OR sandbox_id = ?1) "
+                  "AND ((?2 >> type) & 1) AND seq > ?3 ORDER BY seq ASC LIMIT ?4 OFFSET ?5",
+    [ST_EV_DESC] = "SELECT seq, type, doc FROM events WHERE (?1 IS NULL OR sandbox_id = ?1) "
+                   "AND ((?2 >> type) & 1) AND seq > ?3 ORDER BY seq DESC LIMIT ?4 OFFSET ?5",
+    [ST_EV_PRUNE_AGE] = "DELETE FROM events WHERE time_ns < ?1",
+    [ST_EV_PRUNE_COUNT] = "DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - ?1",
+    [ST_TPL_SAVE] = "INSERT INTO templates(id, created_ns, doc) VALUES(?1, ?2, ?3) "
+                    "ON CONFLICT(id) DO UPDATE SET doc = excluded.doc",
+    [ST_TPL_LOAD] = "SELECT id, created_ns, doc FROM templates WHERE id = ?1",
+    [ST_TPL_ALL] = "SELECT id, created_ns, doc FROM templates ORDER BY id",
+    [ST_TPL_DELETE] = "DELETE FROM templates WHERE id = ?1",
+    [ST_TPL_DELETE_BUILDS] = "DELETE FROM template_builds WHERE template_id = ?1",
+    [ST_TPL_DELETE_LOGS] = "DELETE FROM template_build_logs WHERE build_id IN "
+                           "(SELECT id FROM template_builds WHERE template_id = ?1)",
+    [ST_BUILD_SAVE] = "INSERT INTO template_builds(id, template_id, status, created_ns, doc) "
+                      "VALUES(?1, ?2, ?3, ?4, ?5) ON CONFLICT(id) DO UPDATE SET "
+                      "status = excluded.status, doc = excluded.doc",
+    [ST_BUILD_LOAD] = "SELECT id, template_id, status, created_ns, doc FROM template_builds "
+                      "WHERE id = ?1",
+    [ST_BUILD_OF] = "SELECT id, template_id, status, created_ns, doc FROM template_builds "
+                    "WHERE template_id = ?1 ORDER BY seq DESC",
+    /* A build's log entries are numbered from 0 in the order they were added: the
+     * number is the SDK's logsOffset. */
+    [ST_BLOG_ADD] = "INSERT INTO template_build_logs(build_id, n, time_ns, level, step, message) "
+                    "SELECT ?1, COALESCE(MAX(n) + 1, 0), ?2, ?3, ?4, ?5 FROM template_build_logs "
+                    "WHERE build_id = ?1",
+    [ST_BLOG_QUERY] = "SELECT n, time_ns, level, step, message FROM template_build_logs "
+                      "WHERE build_id = ?1 AND level >= ?2 ORDER BY n LIMIT ?3 OFFSET ?4",
 };
 
 /* Checkpoints (the WAL's pages written back into the database file, both fsynced) run on a
@@ -210,7 +257,39 @@ static const char store__schema[] =
     "  last_used_ns INTEGER NOT NULL,"
     "  revoked_ns INTEGER NOT NULL,"
     "  policies TEXT NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS api_keys_name ON api_keys(name);";
+    "CREATE INDEX IF NOT EXISTS api_keys_name ON api_keys(name);"
+    /* Schema 2: the sandboxes' lifecycle events (controlplane/events.c). AUTOINCREMENT: a
+     * stream's Last-Event-ID stays meaningful after the newest events were pruned. */
+    "CREATE TABLE IF NOT EXISTS events("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  sandbox_id TEXT NOT NULL,"
+    "  type INTEGER NOT NULL,"
+    "  time_ns INTEGER NOT NULL,"
+    "  doc TEXT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS events_sandbox ON events(sandbox_id, seq);"
+    "CREATE INDEX IF NOT EXISTS events_time ON events(time_ns);"
+    /* Schema 3: templates made through the API, their builds and the builds' logs
+     * (controlplane/builds.c). A template's files stay in <state>/templates/<id>. */
+    "CREATE TABLE IF NOT EXISTS templates("
+    "  id TEXT PRIMARY KEY,"
+    "  created_ns INTEGER NOT NULL,"
+    "  doc TEXT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS template_builds("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  id TEXT NOT NULL UNIQUE,"
+    "  template_id TEXT NOT NULL,"
+    "  status TEXT NOT NULL,"
+    "  created_ns INTEGER NOT NULL,"
+    "  doc TEXT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS template_builds_of ON template_builds(template_id, seq);"
+    "CREATE TABLE IF NOT EXISTS template_build_logs("
+    "  build_id TEXT NOT NULL,"
+    "  n INTEGER NOT NULL,"
+    "  time_ns INTEGER NOT NULL,"
+    "  level INTEGER NOT NULL,"
+    "  step TEXT,"
+    "  message TEXT NOT NULL,"
+    "  PRIMARY KEY(build_id, n)) WITHOUT ROWID;";
 
 static int store__user_version(struct cp_store *s, int *out, struct al_error *err)
 {
@@ -471,6 +550,75 @@ int cp_store_next_seq(struct cp_store *s, uint64_t *out, struct al_error *err)
     return 0;
 }
 
+/* ---- lifecycle events ---------------------------------------------------------------- */
+
+int cp_store_event_add(struct cp_store *s, const char *sandbox_id, int type, uint64_t time_ns,
+                       const char *doc, uint64_t *seq, struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_EV_ADD);
+    sqlite3_bind_text(st, 1, sandbox_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, type);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)time_ns);
+    sqlite3_bind_text(st, 4, doc, -1, SQLITE_STATIC);
+    int rc = store__done(s, st, "recording a lifecycle event", err);
+    sqlite3_clear_bindings(st);
+    if (!rc && seq)
+        *seq = (uint64_t)sqlite3_last_insert_rowid(s->db);
+    return rc;
+}
+
+int cp_store_event_query(struct cp_store *s, const struct cp_store_event_query *q,
+                         int (*fn)(uint64_t seq, int type, const char *doc, void *arg), void *arg,
+                         struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, q->ascending ? ST_EV_ASC : ST_EV_DESC);
+    if (q->sandbox_id)
+        sqlite3_bind_text(st, 1, q->sandbox_id, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, 1);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)q->type_mask);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)q->after_seq);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)q->limit);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)q->offset);
+    int rc, ret = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *doc = (const char *)sqlite3_column_text(st, 2);
+        if (doc &&
+            (ret = fn((uint64_t)sqlite3_column_int64(st, 0), sqlite3_column_int(st, 1), doc, arg)))
+            break;
+    }
+    if (!ret && rc != SQLITE_DONE)
+        ret = store__err(s, err, "listing lifecycle events");
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return ret;
+}
+
+int cp_store_event_prune(struct cp_store *s, uint64_t before_ns, uint64_t keep, uint64_t *deleted,
+                         struct al_error *err)
+{
+    uint64_t n = 0;
+    sqlite3_stmt *st;
+    int rc = 0;
+    if (before_ns) {
+        st = store__st(s, ST_EV_PRUNE_AGE);
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)before_ns);
+        if ((rc = store__done(s, st, "pruning lifecycle events by age", err)))
+            return rc;
+        n += (uint64_t)sqlite3_changes(s->db);
+    }
+    if (keep) {
+        st = store__st(s, ST_EV_PRUNE_COUNT);
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)keep);
+        if ((rc = store__done(s, st, "pruning lifecycle events by count", err)))
+            return rc;
+        n += (uint64_t)sqlite3_changes(s->db);
+    }
+    if (deleted)
+        *deleted = n;
+    return 0;
+}
+
 /* ---- API keys ----------------------------------------------------------------------- */
 
 static void store__row_to_key(sqlite3_stmt *st, struct cp_apikey *k)
@@ -630,4 +778,263 @@ int cp_store_meta_set(struct cp_store *s, const char *key, const char *value, st
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
     return store__done(s, st, "writing a setting", err);
+}
+
+/* ---- templates and their builds -------------------------------------------------------- */
+
+static char *store__dump(const json_t *doc, struct al_error *err)
+{
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!text)
+        al_error_set(err, -ENOMEM, "out of memory");
+    return text;
+}
+
+int cp_store_tpl_save(struct cp_store *s, const char *id, uint64_t created_ns, const json_t *doc,
+                      struct al_error *err)
+{
+    char *text = store__dump(doc, err);
+    if (!text)
+        return -ENOMEM;
+    sqlite3_stmt *st = store__st(s, ST_TPL_SAVE);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)created_ns);
+    sqlite3_bind_text(st, 3, text, -1, SQLITE_STATIC);
+    int rc = store__done(s, st, "saving a template", err);
+    sqlite3_clear_bindings(st);
+    free(text);
+    return rc;
+}
+
+/* The JSON document of column col, or NULL (err says why). */
+static json_t *store__doc(sqlite3_stmt *st, int col, struct al_error *err)
+{
+    const char *doc = (const char *)sqlite3_column_text(st, col);
+    if (!doc) {
+        al_error_set(err, -EINVAL, "malformed row: no document");
+        return NULL;
+    }
+    json_t *d = al_json_parse(doc, strlen(doc), err);
+    if (d && !json_is_object(d)) {
+        json_decref(d);
+        al_error_set(err, -EINVAL, "malformed row: the document is not an object");
+        return NULL;
+    }
+    return d;
+}
+
+int cp_store_tpl_load(struct cp_store *s, const char *id, uint64_t *created_ns, json_t **doc,
+                      struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_TPL_LOAD);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        rc = rc == SQLITE_DONE
+                 ? al_error_set(err, -ENOENT, "no template %s in the state database", id)
+                 : store__err(s, err, "loading a template");
+        sqlite3_reset(st);
+        return rc;
+    }
+    *created_ns = (uint64_t)sqlite3_column_int64(st, 1);
+    *doc = store__doc(st, 2, err);
+    sqlite3_reset(st);
+    return *doc ? 0 : -EINVAL;
+}
+
+int cp_store_tpl_foreach(struct cp_store *s,
+                         int (*fn)(const char *id, uint64_t created_ns, const json_t *doc,
+                                   void *arg),
+                         void *arg, struct al_error *err)
+{
+    /* Collected first: fn may use the store (which would reset this statement). */
+    sqlite3_stmt *st = store__st(s, ST_TPL_ALL);
+    json_t *rows = json_array();
+    int rc, ret = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *id = (const char *)sqlite3_column_text(st, 0);
+        json_t *d = store__doc(st, 2, NULL);
+        if (!id || !d) {
+            al_warn("state database %s: template row %s is malformed: skipped", s->path,
+                    id ? id : "?");
+            json_decref(d);
+            continue;
+        }
+        json_array_append_new(rows, json_pack("{s:s,s:I,s:o}", "id", id, "created_ns",
+                                              (json_int_t)sqlite3_column_int64(st, 1), "doc", d));
+    }
+    if (rc != SQLITE_DONE)
+        ret = store__err(s, err, "listing templates");
+    sqlite3_reset(st);
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        if (ret)
+            break;
+        ret = fn(json_string_value(json_object_get(row, "id")),
+                 (uint64_t)json_integer_value(json_object_get(row, "created_ns")),
+                 json_object_get(row, "doc"), arg);
+    }
+    json_decref(rows);
+    return ret;
+}
+
+int cp_store_tpl_delete(struct cp_store *s, const char *id, struct al_error *err)
+{
+    int rc = store__exec(s, "BEGIN IMMEDIATE", err);
+    if (rc)
+        return rc;
+    const int which[] = {ST_TPL_DELETE_LOGS, ST_TPL_DELETE_BUILDS, ST_TPL_DELETE};
+    for (size_t i = 0; i < sizeof which / sizeof *which && !rc; i++) {
+        sqlite3_stmt *st = store__st(s, which[i]);
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        rc = store__done(s, st, "deleting a template", err);
+    }
+    if (rc) {
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    return store__exec(s, "COMMIT", err);
+}
+
+void cp_store_build_free(struct cp_store_build *b)
+{
+    json_decref(b->doc);
+    b->doc = NULL;
+}
+
+int cp_store_build_save(struct cp_store *s, const struct cp_store_build *b, struct al_error *err)
+{
+    char *text = store__dump(b->doc, err);
+    if (!text)
+        return -ENOMEM;
+    sqlite3_stmt *st = store__st(s, ST_BUILD_SAVE);
+    sqlite3_bind_text(st, 1, b->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, b->template_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, b->status, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)b->created_ns);
+    sqlite3_bind_text(st, 5, text, -1, SQLITE_STATIC);
+    int rc = store__done(s, st, "saving a template build", err);
+    sqlite3_clear_bindings(st);
+    free(text);
+    return rc;
+}
+
+static int store__row_to_build(sqlite3_stmt *st, struct cp_store_build *b, struct al_error *err)
+{
+    memset(b, 0, sizeof *b);
+    const char *id = (const char *)sqlite3_column_text(st, 0);
+    const char *tid = (const char *)sqlite3_column_text(st, 1);
+    const char *status = (const char *)sqlite3_column_text(st, 2);
+    if (!id || !tid || !status || strlen(id) >= sizeof b->id ||
+        strlen(tid) >= sizeof b->template_id || strlen(status) >= sizeof b->status)
+        return al_error_set(err, -EINVAL, "malformed template build row");
+    snprintf(b->id, sizeof b->id, "%s", id);
+    snprintf(b->template_id, sizeof b->template_id, "%s", tid);
+    snprintf(b->status, sizeof b->status, "%s", status);
+    b->created_ns = (uint64_t)sqlite3_column_int64(st, 3);
+    b->doc = store__doc(st, 4, err);
+    return b->doc ? 0 : -EINVAL;
+}
+
+int cp_store_build_load(struct cp_store *s, const char *id, struct cp_store_build *out,
+                        struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_BUILD_LOAD);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        rc = rc == SQLITE_DONE ? al_error_set(err, -ENOENT, "no template build %s", id)
+                               : store__err(s, err, "loading a template build");
+        sqlite3_reset(st);
+        return rc;
+    }
+    rc = store__row_to_build(st, out, err);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int cp_store_build_foreach(struct cp_store *s, const char *template_id,
+                           int (*fn)(const struct cp_store_build *b, void *arg), void *arg,
+                           struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_BUILD_OF);
+    sqlite3_bind_text(st, 1, template_id, -1, SQLITE_STATIC);
+    struct cp_store_build *v = NULL;
+    size_t n = 0, cap = 0;
+    int rc, ret = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            struct cp_store_build *nv = realloc(v, cap * sizeof *v);
+            if (!nv) {
+                ret = al_error_set(err, -ENOMEM, "out of memory");
+                break;
+            }
+            v = nv;
+        }
+        struct al_error e = {0};
+        if (store__row_to_build(st, &v[n], &e)) {
+            al_warn("state database %s: a build of template %s: %s: skipped", s->path, template_id,
+                    al_error_str(&e));
+            cp_store_build_free(&v[n]);
+            continue;
+        }
+        n++;
+    }
+    if (!ret && rc != SQLITE_DONE)
+        ret = store__err(s, err, "listing template builds");
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    for (size_t i = 0; i < n; i++) {
+        if (!ret)
+            ret = fn(&v[i], arg);
+        cp_store_build_free(&v[i]);
+    }
+    free(v);
+    return ret;
+}
+
+int cp_store_build_log_add(struct cp_store *s, const char *build_id, uint64_t time_ns, int level,
+                           const char *step, const char *message, struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_BLOG_ADD);
+    sqlite3_bind_text(st, 1, build_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)time_ns);
+    sqlite3_bind_int(st, 3, level);
+    if (step)
+        sqlite3_bind_text(st, 4, step, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, 4);
+    sqlite3_bind_text(st, 5, message, -1, SQLITE_STATIC);
+    int rc = store__done(s, st, "recording a build log entry", err);
+    sqlite3_clear_bindings(st);
+    return rc;
+}
+
+int cp_store_build_log_query(struct cp_store *s, const char *build_id, int min_level,
+                             uint64_t offset, uint64_t limit,
+                             int (*fn)(uint64_t n, uint64_t time_ns, int level, const char *step,
+                                       const char *message, void *arg),
+                             void *arg, struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_BLOG_QUERY);
+    sqlite3_bind_text(st, 1, build_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, min_level);
+    sqlite3_bind_int64(st, 3, limit > INT64_MAX ? INT64_MAX : (sqlite3_int64)limit);
+    sqlite3_bind_int64(st, 4, offset > INT64_MAX ? INT64_MAX : (sqlite3_int64)offset);
+    int rc, ret = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *msg = (const char *)sqlite3_column_text(st, 4);
+        if ((ret = fn((uint64_t)sqlite3_column_int64(st, 0), (uint64_t)sqlite3_column_int64(st, 1),
+                      sqlite3_column_int(st, 2), (const char *)sqlite3_column_text(st, 3),
+                      msg ? msg : "", arg)))
+            break;
+    }
+    if (!ret && rc != SQLITE_DONE)
+        ret = store__err(s, err, "reading a build's log");
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return ret;
 }

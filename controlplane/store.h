@@ -1,6 +1,7 @@
 /* controlplane/store: airlockd's state in SQLite (<state>/airlockd.db).
  *
- * Owns: the schema (sandboxes, api_keys, meta) and its version, WAL mode, and every query.
+ * Owns: the schema (sandboxes, api_keys, events, templates, template_builds,
+ * template_build_logs, meta) and its version, WAL mode, and every query.
  * Crash safety: WAL with synchronous=NORMAL, one transaction per change, so a killed
  * airlockd (kill -9) loses nothing it answered; a power cut can only lose the last changes,
  * never leave a torn database. Checkpoints (the only fsyncs) run on a thread of the
@@ -19,7 +20,7 @@
 #include "common/error.h"
 #include "record.h"
 
-#define CP_STORE_SCHEMA_VERSION 1
+#define CP_STORE_SCHEMA_VERSION 3
 
 struct cp_store;
 
@@ -44,6 +45,73 @@ int cp_store_sb_foreach(struct cp_store *s, int (*fn)(const struct cp_sb_record 
                         struct al_error *err);
 /* The next sequence number (persisted, never reused within one database). */
 int cp_store_next_seq(struct cp_store *s, uint64_t *out, struct al_error *err);
+
+/* ---- lifecycle events (events.c) ----------------------------------------------------- */
+/* Appends one event (type: enum cp_event_type; doc: its JSON); *seq gets its number, which
+ * only grows (never reused, also after pruning). */
+int cp_store_event_add(struct cp_store *s, const char *sandbox_id, int type, uint64_t time_ns,
+                       const char *doc, uint64_t *seq, struct al_error *err);
+struct cp_store_event_query {
+    const char *sandbox_id; /* NULL: every sandbox */
+    uint64_t type_mask;     /* bit (1 << type) per type wanted */
+    uint64_t after_seq;     /* only events with a larger number */
+    uint64_t limit, offset;
+    bool ascending; /* oldest first (else newest first) */
+};
+/* Calls fn for each matching event in order; a non-zero return from fn stops and is returned. */
+int cp_store_event_query(struct cp_store *s, const struct cp_store_event_query *q,
+                         int (*fn)(uint64_t seq, int type, const char *doc, void *arg), void *arg,
+                         struct al_error *err);
+/* Deletes events older than before_ns (0: none by age) and all but the newest keep (0: no
+ * bound); *deleted (may be NULL) gets how many. */
+int cp_store_event_prune(struct cp_store *s, uint64_t before_ns, uint64_t keep, uint64_t *deleted,
+                         struct al_error *err);
+
+/* ---- templates made through the API and their builds (builds.c) --------------------- */
+/* Inserts a template or replaces its document (created_ns is kept from the first save). */
+int cp_store_tpl_save(struct cp_store *s, const char *id, uint64_t created_ns, const json_t *doc,
+                      struct al_error *err);
+/* -ENOENT; *doc is the caller's (json_decref). */
+int cp_store_tpl_load(struct cp_store *s, const char *id, uint64_t *created_ns, json_t **doc,
+                      struct al_error *err);
+/* Every template in id order until fn returns non-zero (that value is returned); doc is valid
+ * during the call only. Malformed rows are logged and skipped. */
+int cp_store_tpl_foreach(struct cp_store *s,
+                         int (*fn)(const char *id, uint64_t created_ns, const json_t *doc,
+                                   void *arg),
+                         void *arg, struct al_error *err);
+/* The template, its builds and their logs, in one transaction. */
+int cp_store_tpl_delete(struct cp_store *s, const char *id, struct al_error *err);
+
+struct cp_store_build {
+    char id[40]; /* a UUID */
+    char template_id[72];
+    char status[12]; /* waiting, building, ready, error */
+    uint64_t created_ns;
+    json_t *doc; /* everything else (builds.c); owned */
+};
+void cp_store_build_free(struct cp_store_build *b);
+/* Inserts or updates the build b->id (template_id and created_ns are kept from the first save). */
+int cp_store_build_save(struct cp_store *s, const struct cp_store_build *b, struct al_error *err);
+/* -ENOENT; free out with cp_store_build_free. */
+int cp_store_build_load(struct cp_store *s, const char *id, struct cp_store_build *out,
+                        struct al_error *err);
+/* The builds of a template, newest first, until fn returns non-zero (returned); b is valid
+ * during the call only. */
+int cp_store_build_foreach(struct cp_store *s, const char *template_id,
+                           int (*fn)(const struct cp_store_build *b, void *arg), void *arg,
+                           struct al_error *err);
+/* Appends one entry to a build's log; entries are numbered 0, 1, ... in this order. step may
+ * be NULL. */
+int cp_store_build_log_add(struct cp_store *s, const char *build_id, uint64_t time_ns, int level,
+                           const char *step, const char *message, struct al_error *err);
+/* The entries with level >= min_level, in order, skipping the first offset of them, at most
+ * limit; fn's non-zero return stops and is returned. */
+int cp_store_build_log_query(struct cp_store *s, const char *build_id, int min_level,
+                             uint64_t offset, uint64_t limit,
+                             int (*fn)(uint64_t n, uint64_t time_ns, int level, const char *step,
+                                       const char *message, void *arg),
+                             void *arg, struct al_error *err);
 
 /* ---- API keys ----------------------------------------------------------------------- */
 int cp_store_key_insert(struct cp_store *s, const struct cp_apikey *k, struct al_error *err);

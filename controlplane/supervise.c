@@ -166,11 +166,11 @@ static int sup__watch(struct cp_daemon *d, int pidfd)
 static void sup__spawn(struct cp_daemon *d)
 {
     struct cp *cp = d->sup->cp;
-    struct cp_spawn sp = {
+    struct al_spawn sp = {
         .path = d->path, .argv = d->argv, .fds = {-1, 2, 2}, .nfds = 3, .new_session = true};
     int pidfd;
     struct al_error err = {0};
-    if (cp_proc_spawn(&sp, &d->pid, &pidfd, &err)) {
+    if (al_spawn(&sp, &d->pid, &pidfd, &err)) {
         al_error("%s: %s; retrying in %.1f s", d->name, al_error_str(&err),
                  (double)d->backoff_ms / 1000.0);
         uv_timer_start(&d->timer, sup__restart_tick, d->backoff_ms, 0);

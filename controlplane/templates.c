@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,10 +12,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/auditlog.h"
 #include "common/log.h"
+#include "common/paths.h"
 #include "common/util.h"
 #include "cp.h"
 #include "proc.h"
+#include "templates/unpack.h"
 
 bool cp_template_id_valid(const char *id)
 {
@@ -50,26 +54,47 @@ static bool tpl__is_default(const struct cp *cp, const char *id)
     return false;
 }
 
+int cp_templates_foreach(const struct cp *cp, int (*fn)(const char *id, const char *dir, void *arg),
+                         void *arg)
+{
+    struct dirent **names = NULL;
+    int n = scandir(cp->cfg.templates_path, &names, NULL, alphasort);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        const char *id = names[i]->d_name;
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/%s", cp->cfg.templates_path, id);
+        /* Names that are not template ids are half-made ones (".NAME...") or not ours. */
+        if (!rc && cp_template_id_valid(id) && tpl__exists(dir))
+            rc = fn(id, dir, arg);
+        free(names[i]);
+    }
+    free(names);
+    return rc;
+}
+
+struct tpl__names {
+    char *out;
+    size_t len, o;
+};
+
+static int tpl__name(const char *id, const char *dir, void *arg)
+{
+    (void)dir;
+    struct tpl__names *x = arg;
+    if (x->o + 70 >= x->len)
+        return 1;
+    x->o += (size_t)snprintf(x->out + x->o, x->len - x->o, "%s%s", x->o ? ", " : "", id);
+    return 0;
+}
+
 /* "base, code-interpreter-v1" into out. */
 static void tpl__list(const struct cp *cp, char *out, size_t len)
 {
     out[0] = '\0';
-    size_t o = 0;
-    DIR *d = opendir(cp->cfg.templates_path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) && o + 70 < len) {
-            if (e->d_name[0] == '.')
-                continue;
-            char p[4200];
-            snprintf(p, sizeof p, "%s/%s", cp->cfg.templates_path, e->d_name);
-            if (!tpl__exists(p))
-                continue;
-            o += (size_t)snprintf(out + o, len - o, "%s%s", o ? ", " : "", e->d_name);
-        }
-        closedir(d);
-    }
-    if (!o)
+    struct tpl__names x = {out, len, 0};
+    cp_templates_foreach(cp, tpl__name, &x);
+    if (!x.o)
         snprintf(out, len, "none");
 }
 
@@ -154,9 +179,9 @@ int cp_templates_ensure(struct cp *cp, struct al_error *err)
     for (size_t i = 0; i < nm; i++) {
         fprintf(stderr, "  [%zu/%zu] %s\n", i + 1, nm, missing[i]);
         char *argv[] = {builder, "--state-dir", state_arg, missing[i], NULL};
-        struct cp_spawn s = {.path = builder, .argv = argv, .fds = {-1, 2, 2}, .nfds = 3};
+        struct al_spawn s = {.path = builder, .argv = argv, .fds = {-1, 2, 2}, .nfds = 3};
         pid_t pid;
-        int rc = cp_proc_spawn(&s, &pid, NULL, err);
+        int rc = al_spawn(&s, &pid, NULL, err);
         if (rc)
             return rc;
         int st;
@@ -173,4 +198,208 @@ int cp_templates_ensure(struct cp *cp, struct al_error *err)
         }
     }
     return 0;
+}
+
+/* ---- images from registries ------------------------------------------------------------ */
+
+/* A pull's audit record: the log is opened for it alone (one writer at a time: another pull
+ * of this state directory may hold it for a moment), written and synced. */
+static int tpl__audit(const json_t *record, void *arg)
+{
+    const char *dir = arg;
+    struct al_auditlog_opts ao = {.dir = dir, .prefix = "templates"};
+    struct al_auditlog *log = NULL;
+    struct al_error err = {0};
+    int rc = -EBUSY;
+    for (int i = 0; i < 600 && rc < 0; i++) { /* 60 s */
+        rc = al_auditlog_open(&ao, &log, &err);
+        if (rc < 0 && !strstr(err.msg, "being written by another process"))
+            break;
+        if (rc < 0)
+            usleep(100 * 1000);
+    }
+    if (rc < 0) {
+        al_error("the templates audit log: %s", err.msg);
+        return rc;
+    }
+    rc = al_auditlog_append(log, record, NULL);
+    if (rc == 0)
+        rc = al_auditlog_sync(log, 10000);
+    int c = al_auditlog_close(log);
+    return rc ? rc : c;
+}
+
+static void tpl__limits(const struct cp_config *cfg, struct tpl_limits *lim)
+{
+    *lim = (struct tpl_limits){
+        .max_image_bytes = cfg->max_image_bytes,
+        .max_unpacked_bytes = cfg->max_unpacked_bytes,
+        .max_entries = (uint64_t)cfg->max_image_entries,
+        .timeout_s = (uint32_t)(cfg->pull_timeout_ms / 1000),
+    };
+}
+
+int cp_template_pull(const struct cp_config *cfg, const char *ref, const struct tpl_creds *creds,
+                     const char *requested_by,
+                     void (*progress)(const struct tpl_progress *p, void *arg), void *arg,
+                     struct tpl_image *img, struct al_error *err)
+{
+    char audit_dir[4200];
+    snprintf(audit_dir, sizeof audit_dir, "%s/%s", cfg->state_dir, AL_DIR_AUDIT);
+    struct tpl_registries regs = {
+        .allowed = (const char *const *)cfg->registries.v,
+        .n_allowed = cfg->registries.n,
+        .insecure = (const char *const *)cfg->insecure_registries.v,
+        .n_insecure = cfg->insecure_registries.n,
+        .ca_file = cfg->registry_ca && cfg->registry_ca[0] ? cfg->registry_ca : NULL,
+    };
+    struct tpl_limits lim;
+    tpl__limits(cfg, &lim);
+    struct tpl_pull_opts po = {
+        .reference = ref,
+        .registries = &regs,
+        .limits = &lim,
+        .cache_dir = cfg->image_cache_path,
+        .creds = creds,
+        .audit = tpl__audit,
+        .audit_arg = audit_dir,
+        .requested_by = requested_by,
+        .progress = progress,
+        .arg = arg,
+    };
+    return tpl_oci_pull(&po, img, err);
+}
+
+int cp_template_unpack(const struct cp_config *cfg, const char *name, const struct tpl_image *img,
+                       const char *dir, struct tpl_unpack_result *ur, json_t **tj,
+                       struct al_error *err)
+{
+    char rootfs[4300], helper[4200], ids[4200];
+    snprintf(rootfs, sizeof rootfs, "%s/rootfs", dir);
+    snprintf(helper, sizeof helper, "%s/airlock-unpack", cfg->bin_path);
+    snprintf(ids, sizeof ids, "%s/jail/idslots", cfg->state_dir);
+    struct tpl_limits lim;
+    tpl__limits(cfg, &lim);
+    struct tpl_unpack_opts uo = {
+        .helper = helper,
+        .ids_dir = ids,
+        .uid_base = (uint32_t)cfg->uid_base,
+        .uid_slots = (uint32_t)cfg->uid_slots,
+        .limits = &lim,
+    };
+    int rc = tpl_unpack_image(&uo, img, rootfs, ur, err);
+    if (rc < 0)
+        return rc;
+    json_t *t = tpl_image_template_json(img);
+    json_object_set_new(t, "name", json_string(name));
+    json_object_set_new(t, "description", json_string(img->reference));
+    json_object_set_new(t, "agent", json_object());
+    *tj = t;
+    return 0;
+}
+
+int cp_template_write_json(const char *dir, const json_t *t, struct al_error *err)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/template.json", dir);
+    char *text = json_dumps(t, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    int rc = text ? al_write_file_atomic(p, text, strlen(text), 0644, err)
+                  : al_error_set(err, -ENOMEM, "out of memory");
+    free(text);
+    return rc;
+}
+
+/* ---- a template's files for another -------------------------------------------------- */
+
+#define TPL_LINK_DEPTH 512
+
+/* The entries of directory sfd into dfd: directories made anew (owner, mode and times
+ * kept), everything else hard-linked (links themselves, never their targets). Nothing is
+ * followed: every name is opened relative to its directory with O_NOFOLLOW. */
+static int tpl__link_tree(int sfd, int dfd, int depth, struct al_error *err)
+{
+    if (depth > TPL_LINK_DEPTH)
+        return al_error_set(err, -ELOOP, "directories nested deeper than %d", TPL_LINK_DEPTH);
+    int fd = dup(sfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return al_error_set(err, -errno, "reading a directory: %s", strerror(errno));
+    }
+    int rc = 0;
+    struct dirent *de;
+    while (!rc && (errno = 0, de = readdir(d))) {
+        const char *n = de->d_name;
+        if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
+            continue;
+        struct stat st;
+        if (fstatat(sfd, n, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            rc = al_error_set(err, -errno, "%s: %s", n, strerror(errno));
+            break;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            if (linkat(sfd, n, dfd, n, 0) < 0)
+                rc = al_error_set(err, -errno, "linking %s: %s", n, strerror(errno));
+            continue;
+        }
+        if (mkdirat(dfd, n, 0700) < 0) {
+            rc = al_error_set(err, -errno, "making %s: %s", n, strerror(errno));
+            break;
+        }
+        int s2 = openat(sfd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int d2 = openat(dfd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (s2 < 0 || d2 < 0)
+            rc = al_error_set(err, -errno, "opening %s: %s", n, strerror(errno));
+        else if (!(rc = tpl__link_tree(s2, d2, depth + 1, err))) {
+            struct timespec ts[2] = {st.st_atim, st.st_mtim};
+            if (fchown(d2, st.st_uid, st.st_gid) < 0 || fchmod(d2, st.st_mode & 07777) < 0 ||
+                futimens(d2, ts) < 0)
+                rc = al_error_set(err, -errno, "%s: %s", n, strerror(errno));
+        }
+        if (s2 >= 0)
+            close(s2);
+        if (d2 >= 0)
+            close(d2);
+        if (rc)
+            al_error_prefix(err, "%s/", n);
+    }
+    if (!rc && errno)
+        rc = al_error_set(err, -errno, "reading a directory: %s", strerror(errno));
+    closedir(d);
+    return rc;
+}
+
+int cp_template_link_copy(const char *src_dir, const char *dst_dir, struct al_error *err)
+{
+    char sp[4300], dp[4300];
+    snprintf(sp, sizeof sp, "%s/rootfs", src_dir);
+    snprintf(dp, sizeof dp, "%s/rootfs", dst_dir);
+    int s = open(sp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (s < 0)
+        return al_error_set(err, -errno, "opening %s: %s", sp, strerror(errno));
+    struct stat st;
+    int rc = 0;
+    if (fstat(s, &st) < 0 || mkdir(dp, 0700) < 0) {
+        rc = al_error_set(err, -errno, "making %s: %s", dp, strerror(errno));
+        close(s);
+        return rc;
+    }
+    int d = open(dp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (d < 0)
+        rc = al_error_set(err, -errno, "opening %s: %s", dp, strerror(errno));
+    else if (!(rc = tpl__link_tree(s, d, 0, err))) {
+        struct timespec ts[2] = {st.st_atim, st.st_mtim};
+        if (fchown(d, st.st_uid, st.st_gid) < 0 || fchmod(d, st.st_mode & 07777) < 0 ||
+            futimens(d, ts) < 0)
+            rc = al_error_set(err, -errno, "%s: %s", dp, strerror(errno));
+    }
+    close(s);
+    if (d >= 0)
+        close(d);
+    if (rc) {
+        al_error_prefix(err, "linking %s into %s: ", sp, dp);
+        tpl_rmtree(dp);
+    }
+    return rc;
 }

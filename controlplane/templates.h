@@ -2,8 +2,10 @@
  *
  * Owns: resolving a template id (as E2B clients send it: "base", "code-interpreter-v1")
  * to its directory (<templates>/<id>/ with rootfs/ and template.json, built by
- * deploy/templates/), and making sure the default templates exist at start: missing ones
- * are built with the builder script, whose progress is shown.
+ * deploy/templates/), making sure the default templates exist at start (missing ones are
+ * built with the builder script, whose progress is shown), and a template from a registry's
+ * image: the pull with the operator's registries and bounds, audited, and the unpacking
+ * (`airlock template pull` and airlockd's builds both use these).
  */
 #ifndef AIRLOCK_CP_TEMPLATES_H
 #define AIRLOCK_CP_TEMPLATES_H
@@ -11,15 +13,46 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "common/error.h"
 
 struct cp;
+struct cp_config;
+struct tpl_creds;
+struct tpl_image;
+struct tpl_progress;
+struct tpl_unpack_result;
 
 /* A template id as a client may send it: 1..64 of [a-z0-9._-], starting with a letter or
  * digit. */
 bool cp_template_id_valid(const char *id);
 /* Resolves id to its directory. -ENOENT (with a message listing what exists) if none. */
 int cp_template_resolve(struct cp *cp, const char *id, char *dir, size_t len, struct al_error *err);
+/* Calls fn for every template of the templates directory (a directory with rootfs/ and
+ * template.json), in name order, until fn returns non-zero; returns that value or 0. */
+int cp_templates_foreach(const struct cp *cp, int (*fn)(const char *id, const char *dir, void *arg),
+                         void *arg);
+/* Pulls ref into the blob cache with the configuration's registries, CA, bounds and cache,
+ * and writes the pull's audit record (<state>/audit/templates-*.jsonl) naming requested_by.
+ * Blocking: a CLI or a worker thread. tpl_image_free img afterwards, also after a failure. */
+int cp_template_pull(const struct cp_config *cfg, const char *ref, const struct tpl_creds *creds,
+                     const char *requested_by,
+                     void (*progress)(const struct tpl_progress *p, void *arg), void *arg,
+                     struct tpl_image *img, struct al_error *err);
+/* Unpacks a pulled image into dir/rootfs (dir exists, rootfs does not) with airlock-unpack;
+ * *tj gets the template.json of template name (what the image says, its reference as the
+ * description). Nothing half-made stays in dir on failure. Blocking. */
+int cp_template_unpack(const struct cp_config *cfg, const char *name, const struct tpl_image *img,
+                       const char *dir, struct tpl_unpack_result *ur, json_t **tj,
+                       struct al_error *err);
+/* Makes dst_dir/rootfs (dst_dir exists, rootfs does not) hold the files of src_dir/rootfs:
+ * directories made anew with their owners, modes and times, every other entry hard-linked
+ * (the files are shared: a template's root is never written once built). Links are never
+ * followed. Nothing half-made stays on failure. Blocking. */
+int cp_template_link_copy(const char *src_dir, const char *dst_dir, struct al_error *err);
+/* Writes t as dir/template.json, atomically. */
+int cp_template_write_json(const char *dir, const json_t *t, struct al_error *err);
 /* Checks the default templates and builds missing ones (blocking; at start). */
 int cp_templates_ensure(struct cp *cp, struct al_error *err);
 

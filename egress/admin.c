@@ -20,6 +20,12 @@
  *   DELETE /v1/sandboxes/{id}         204 (its connections are closed); 404
  *   PUT    /v1/sandboxes/{id}/policy  {"yaml":"...","origin":"..."} | {"file":"..."}:
  *                                     200 {"policy":{"name","hash"}}; 400 (old one kept); 404
+ *   PUT    /v1/sandboxes/{id}/network {"network": {"allow_internet_access"?,"allow_out"?,
+ *                                     "deny_out"?} | null, "update"?: ID, "api_key_id"?: ID}:
+ *                                     replaces the E2B fields (null: none) atomically; the
+ *                                     sandbox's established connections are judged again
+ *                                     (egress_set_network). 200 {"policy":{"name","hash"},
+ *                                     "network"}; 400 (the old fields stay); 404
  *   POST   /v1/reload                 re-reads file-based policies: 200 {"reloaded":[...],
  *                                     "failed":[{"sandbox","error"}]}
  *   POST   /v1/audit/sync             204 once every record so far is on disk
@@ -39,6 +45,7 @@
 #include "common/http.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/percent.h"
 #include "common/util.h"
 #include "decide.h"
 #include "egress.h"
@@ -188,6 +195,28 @@ static void admin__register(struct al_http_req *req, struct egress_admin *a)
     al_http_reply_json(req, 201, out);
 }
 
+/* The answer to a change of a sandbox's policy or network fields: 404, 400 (what stays),
+ * or 200 {"policy": {...}} (and "network", null when none). */
+static void admin__changed(struct al_http_req *req, struct egress_admin *a, const char *id, int rc,
+                           const struct al_error *err, const char *kept, bool with_network)
+{
+    if (rc < 0) {
+        al_http_reply_error(req, rc == -ENOENT ? 404 : 400, "%s%s%s%s", al_error_str(err),
+                            rc == -ENOENT ? "" : " (", rc == -ENOENT ? "" : kept,
+                            rc == -ENOENT ? "" : ")");
+        return;
+    }
+    json_t *sb = egress_stats_json(a->e, id);
+    json_t *out = json_object();
+    json_object_set(out, "policy", json_object_get(sb, "policy"));
+    if (with_network) {
+        json_t *n = json_object_get(sb, "network");
+        json_object_set(out, "network", n ? n : json_null());
+    }
+    json_decref(sb);
+    al_http_reply_json(req, 200, out);
+}
+
 static void admin__set_policy(struct al_http_req *req, struct egress_admin *a, const char *id)
 {
     struct al_error err = {0};
@@ -211,16 +240,57 @@ static void admin__set_policy(struct al_http_req *req, struct egress_admin *a, c
     }
     int rc = egress_set_policy(a->e, id, yaml, len, origin, file, &err);
     json_decref(body);
-    if (rc < 0) {
-        al_http_reply_error(req, rc == -ENOENT ? 404 : 400, "%s%s", al_error_str(&err),
-                            rc == -ENOENT ? "" : " (the previous policy stays in force)");
+    admin__changed(req, a, id, rc, &err, "the previous policy stays in force", false);
+}
+
+/* An update's id or a key id: printable, short (they go into audit records). */
+static bool admin__token_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] <= ' ' || s[i] > '~' || s[i] == '"' || s[i] == '\\')
+            return false;
+    return true;
+}
+
+static void admin__set_network(struct al_http_req *req, struct egress_admin *a, const char *id)
+{
+    struct al_error err = {0};
+    json_t *body = al_json_parse(req->body.data ? req->body.data : "", req->body.len, &err);
+    if (!body || !json_is_object(body)) {
+        json_decref(body);
+        al_http_reply_error(req, 400, "the body must be a JSON object: %s", al_error_str(&err));
         return;
     }
-    json_t *sb = egress_stats_json(a->e, id);
-    json_t *out = json_object();
-    json_object_set(out, "policy", json_object_get(sb, "policy"));
-    json_decref(sb);
-    al_http_reply_json(req, 200, out);
+    static const char *const keys[] = {"network", "update", "api_key_id", NULL};
+    const char *update = NULL, *key = NULL;
+    json_t *net = json_object_get(body, "network");
+    if (al_json_check_keys(body, keys, "network update", &err) < 0 ||
+        al_json_get_str(body, "update", false, &update, "network update", &err) < 0 ||
+        al_json_get_str(body, "api_key_id", false, &key, "network update", &err) < 0) {
+        json_decref(body);
+        al_http_reply_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
+    if (!net) {
+        json_decref(body);
+        al_http_reply_error(req, 400,
+                            "network update: \"network\" is required (an object of E2B "
+                            "fields, or null for none)");
+        return;
+    }
+    if ((update && !admin__token_ok(update)) || (key && !admin__token_ok(key))) {
+        json_decref(body);
+        al_http_reply_error(req, 400,
+                            "network update: \"update\" and \"api_key_id\" must be 1..64 "
+                            "printable characters without spaces or quotes");
+        return;
+    }
+    int rc = egress_set_network(a->e, id, json_is_null(net) ? NULL : net, update, key, &err);
+    json_decref(body);
+    admin__changed(req, a, id, rc, &err, "the previous network fields stay in force", true);
 }
 
 static void admin__on_body(struct al_http_req *req, int err)
@@ -235,18 +305,20 @@ static void admin__on_body(struct al_http_req *req, int err)
     }
     const char *id = path + strlen("/v1/sandboxes/");
     char buf[256];
-    size_t l = strlen(id) - strlen("/policy");
+    bool network = strcmp(strrchr(path, '/'), "/network") == 0;
+    size_t l = strlen(id) - strlen(network ? "/network" : "/policy");
     if (l >= sizeof buf) {
         al_http_reply_error(req, 404, "no such sandbox");
         return;
     }
-    memcpy(buf, id, l);
-    buf[l] = 0;
-    if (al_http_percent_decode(buf, false) < 0) {
+    if (al_percent_decode(id, l, buf, sizeof buf, 0) < 0) {
         al_http_reply_error(req, 400, "bad escape in the sandbox id");
         return;
     }
-    admin__set_policy(req, a, buf);
+    if (network)
+        admin__set_network(req, a, buf);
+    else
+        admin__set_policy(req, a, buf);
 }
 
 static bool admin__peer_ok(const struct al_http_req *req)
@@ -319,9 +391,9 @@ static void admin__handle(struct al_http_req *req, void *ctx)
     if (strncmp(p, "/v1/sandboxes/", 14) == 0) {
         const char *rest = p + 14;
         const char *slash = strchr(rest, '/');
-        if (slash && strcmp(slash, "/policy") == 0) {
+        if (slash && (strcmp(slash, "/policy") == 0 || strcmp(slash, "/network") == 0)) {
             if (strcmp(m, "PUT") != 0) {
-                al_http_reply_error(req, 405, "use PUT on /v1/sandboxes/{id}/policy");
+                al_http_reply_error(req, 405, "use PUT on /v1/sandboxes/{id}%s", slash);
                 return;
             }
             if (al_http_req_read_body(req, ADMIN_MAX_BODY, admin__on_body) < 0)
@@ -333,8 +405,7 @@ static void admin__handle(struct al_http_req *req, void *ctx)
             al_http_reply_error(req, 404, "no such resource: %s", p);
             return;
         }
-        snprintf(id, sizeof id, "%s", rest);
-        if (al_http_percent_decode(id, false) < 0) {
+        if (al_percent_decode(rest, strlen(rest), id, sizeof id, 0) < 0) {
             al_http_reply_error(req, 400, "bad escape in the sandbox id");
             return;
         }

@@ -43,6 +43,11 @@ int egress_audit_open(const struct egress_audit_opts *opts, struct egress_audit 
     struct al_auditlog_opts lo = {
         .dir = opts->dir,
         .prefix = "egress",
+        .rotate_bytes = opts->rotate_bytes,
+        .rotate_interval_ms = opts->rotate_ms,
+        .retain_bytes = opts->retain_bytes,
+        .retain_age_ms = opts->retain_ms,
+        .retain_files = opts->retain_files,
         .on_state = audit__on_state,
         .arg = a,
     };
@@ -131,4 +136,9 @@ uint64_t egress_audit_records(const struct egress_audit *a)
 uint64_t egress_audit_failures(const struct egress_audit *a)
 {
     return atomic_load(&((struct egress_audit *)a)->failures);
+}
+
+void egress_audit_stats(struct egress_audit *a, struct al_auditlog_stats *st)
+{
+    al_auditlog_get_stats(a->log, st);
 }

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/auditlog.h"
 #include "common/error.h"
 
 #define EGRESS_REC_STR_MAX 1024 /* longest string value kept (bytes of input) */
@@ -79,6 +80,11 @@ struct egress_audit;
 struct egress_audit_opts {
     const char *dir; /* <state>/audit */
     bool fail_open;  /* default false: a failing log makes egress_audit_ok false */
+    /* Rotation and retention (al_auditlog_opts; 0 = the library's default, for rotation,
+     * or no bound, for retention). */
+    uint64_t rotate_bytes, rotate_ms;
+    uint64_t retain_bytes, retain_ms;
+    uint32_t retain_files;
 };
 
 int egress_audit_open(const struct egress_audit_opts *opts, struct egress_audit **out,
@@ -99,6 +105,8 @@ int egress_audit_checkpoint(struct egress_audit *a);
 /* Blocks until everything appended so far is durable (tests, shutdown, admin). */
 int egress_audit_sync(struct egress_audit *a, uint32_t timeout_ms);
 uint64_t egress_audit_records(const struct egress_audit *a);
+/* The writer's figures (files deleted by retention, rotations, ...). */
+void egress_audit_stats(struct egress_audit *a, struct al_auditlog_stats *st);
 uint64_t egress_audit_failures(const struct egress_audit *a);
 
 #endif

@@ -33,13 +33,15 @@ static void cli__usage(FILE *f)
           "  query [filters] [--json] [--all]       records matching every filter given:\n"
           "        --sandbox ID  --since T  --until T  --decision allow|deny|would_deny\n"
           "        --host NAME (host, SNI or DNS name; '.example.com' matches subdomains)\n"
-          "        --type connection|connection_end|http_request|dns_query|security_event|...\n"
+          "        --type connection|connection_end|http_request|dns_query|security_event|\n"
+          "               aggregate|... (a type also matches the aggregates that count it)\n"
           "        --reason R\n"
           "        T is RFC 3339 (2026-01-02T03:04:05Z) or an age (90s, 10m, 2h)\n"
           "  verify [FILES...] [--pubkey F] [--checkpoints F] [--json]\n"
-          "        checks the hash chain and signed checkpoints; exit 0 when intact, 1 naming\n"
-          "        the first bad record and why (edited, removed, reordered, truncated,\n"
-          "        bad signature)\n"
+          "        checks the hash chain and signed checkpoints, and that what is missing from\n"
+          "        the start is what retention says it deleted (and by which rule); exit 0\n"
+          "        when intact, 1 naming the first bad record and why (edited, removed,\n"
+          "        reordered, inserted, truncated, bad signature, missing file)\n"
           "  export --ocsf [filters]                  OCSF 1.1 events, one JSON per line\n"
           "  hash-secret [--from-file F]            the secret id (keyed hash) of a value read\n"
           "                                         from stdin, to search the log for it\n"
@@ -84,6 +86,18 @@ static bool cli__host_match(const char *want, const char *have)
     return strcasecmp(want, have) == 0;
 }
 
+/* --type T: records of type T, and the aggregates that count records of type T ("of"). */
+static bool cli__type_match(const char *want, json_t *j)
+{
+    const char *type = cli__s(j, "type");
+    if (!type)
+        return false;
+    if (strcmp(type, want) == 0)
+        return true;
+    const char *of = cli__s(j, "of");
+    return strcmp(type, "aggregate") == 0 && of && strcmp(of, want) == 0;
+}
+
 static bool cli__match(const struct cli__filter *f, const struct al_auditlog_record *rec)
 {
     json_t *j = rec->json;
@@ -95,7 +109,7 @@ static bool cli__match(const struct cli__filter *f, const struct al_auditlog_rec
         return false;
     if (f->decision && (!cli__s(j, "decision") || strcmp(cli__s(j, "decision"), f->decision) != 0))
         return false;
-    if (f->type && (!cli__s(j, "type") || strcmp(cli__s(j, "type"), f->type) != 0))
+    if (f->type && !cli__type_match(f->type, j))
         return false;
     if (f->reason && (!cli__s(j, "reason") || strcmp(cli__s(j, "reason"), f->reason) != 0))
         return false;
@@ -127,14 +141,22 @@ static void cli__print_human(const struct al_auditlog_record *rec)
     const char *type = cli__s(j, "type");
     json_t *al = json_object_get(j, "auditlog");
     if (!type && al)
-        type = "checkpoint";
+        type = cli__s(al, "event") ? cli__s(al, "event") : "checkpoint";
     printf("%-24s %6llu %-14s %-10s %-26s %-12s", cli__s(j, "time") ? cli__s(j, "time") : "-",
            (unsigned long long)rec->seq, type ? type : "-",
            cli__s(j, "decision") ? cli__s(j, "decision") : "-",
            cli__s(j, "reason") ? cli__s(j, "reason")
                                : (cli__s(j, "event") ? cli__s(j, "event") : "-"),
            cli__s(j, "sandbox") ? cli__s(j, "sandbox") : "-");
-    if (cli__s(j, "method"))
+    if (type && strcmp(type, "aggregate") == 0) {
+        json_t *n = json_object_get(j, "count");
+        printf(" %lld x %s %s", (long long)json_integer_value(n),
+               cli__s(j, "of") ? cli__s(j, "of") : "?",
+               cli__s(j, "host") ? cli__s(j, "host") : "(names merged)");
+        if (cli__s(j, "first_request_id"))
+            printf(" %s..%s", cli__s(j, "first_request_id"),
+                   cli__s(j, "last_request_id") ? cli__s(j, "last_request_id") : "?");
+    } else if (cli__s(j, "method"))
         printf(" %s http://%s%s", cli__s(j, "method"), cli__s(j, "host") ? cli__s(j, "host") : "?",
                cli__s(j, "path") ? cli__s(j, "path") : "");
     else if (cli__s(j, "qname"))
@@ -150,8 +172,17 @@ static void cli__print_human(const struct al_auditlog_record *rec)
         printf(" %lld", (long long)json_integer_value(st));
     if (cli__s(j, "rcode"))
         printf(" %s", cli__s(j, "rcode"));
-    if (al && json_is_object(al))
-        printf(" checkpoint (%s)", cli__s(al, "reason") ? cli__s(al, "reason") : "?");
+    if (al && json_is_object(al) && cli__s(al, "reason"))
+        printf(" checkpoint (%s)", cli__s(al, "reason"));
+    else if (al && json_is_object(al) && json_is_array(json_object_get(al, "pruned"))) {
+        size_t i;
+        json_t *f;
+        printf(" deletes up to seq %lld:",
+               (long long)json_integer_value(json_object_get(al, "retained_from")) - 1);
+        json_array_foreach(json_object_get(al, "pruned"), i, f)
+            printf(" %s (%s)", cli__s(f, "file") ? cli__s(f, "file") : "?",
+                   cli__s(f, "rule") ? cli__s(f, "rule") : "?");
+    }
     putchar('\n');
 }
 
@@ -203,6 +234,10 @@ static json_t *ocsf__event(const struct al_auditlog_record *rec)
     const char *type = cli__s(j, "type");
     if (!type)
         return NULL;
+    /* An aggregate is the event it counts, with OCSF's count and time span. */
+    bool agg = strcmp(type, "aggregate") == 0;
+    if (agg && !(type = cli__s(j, "of")))
+        return NULL;
     int class_uid, activity;
     const char *decision = cli__s(j, "decision");
     bool denied = decision && strcmp(decision, "deny") == 0;
@@ -234,6 +269,14 @@ static json_t *ocsf__event(const struct al_auditlog_record *rec)
     json_object_set_new(o, "activity_id", json_integer(activity));
     json_object_set_new(o, "type_uid", json_integer((json_int_t)class_uid * 100 + activity));
     json_object_set_new(o, "time", json_integer((json_int_t)(t / 1000000)));
+    if (agg) {
+        uint64_t t0 = 0, t1 = 0;
+        json_object_set(o, "count", json_object_get(j, "count"));
+        if (cli__s(j, "first_time") && al_time_parse_rfc3339(cli__s(j, "first_time"), &t0) == 0)
+            json_object_set_new(o, "start_time", json_integer((json_int_t)(t0 / 1000000)));
+        if (cli__s(j, "last_time") && al_time_parse_rfc3339(cli__s(j, "last_time"), &t1) == 0)
+            json_object_set_new(o, "end_time", json_integer((json_int_t)(t1 / 1000000)));
+    }
     json_object_set_new(o, "severity_id",
                         json_integer(strcmp(type, "security_event") == 0 ? 3 : 1));
     json_object_set_new(o, "action_id", json_integer(denied ? 2 : 1));
@@ -246,6 +289,8 @@ static json_t *ocsf__event(const struct al_auditlog_record *rec)
                            "log_name", "egress", "sequence", (json_int_t)rec->seq);
     if (cli__s(j, "request_id"))
         json_object_set_new(md, "uid", json_string(cli__s(j, "request_id")));
+    else if (agg && cli__s(j, "first_request_id"))
+        json_object_set_new(md, "uid", json_string(cli__s(j, "first_request_id")));
     if (cli__s(j, "connection_id"))
         json_object_set_new(md, "correlation_uid", json_string(cli__s(j, "connection_id")));
     json_object_set_new(o, "metadata", md);

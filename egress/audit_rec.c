@@ -7,42 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json.h"
 #include "common/util.h"
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if s does not start one. */
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if s does not start one; a NUL is
+ * no character a record keeps. */
 static size_t rec__utf8_len(const unsigned char *s, size_t n)
 {
-    unsigned char c = s[0];
-    if (c >= 0x01 && c < 0x80)
-        return 1;
-    size_t len;
-    unsigned min;
-    unsigned cp;
-    if ((c & 0xe0) == 0xc0) {
-        len = 2;
-        cp = c & 0x1f;
-        min = 0x80;
-    } else if ((c & 0xf0) == 0xe0) {
-        len = 3;
-        cp = c & 0x0f;
-        min = 0x800;
-    } else if ((c & 0xf8) == 0xf0) {
-        len = 4;
-        cp = c & 0x07;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
+    return n && s[0] ? al_json_utf8_len(s, n) : 0;
 }
 
 /* Worst case of rec__sanitize: every byte becomes U+FFFD (3 bytes), plus "...". */
@@ -174,58 +146,9 @@ static void recw__key(struct egress_recw *w, const char *key)
 /* The string as jansson dumps it (its input already valid UTF-8 without NUL). */
 static void recw__quoted(struct egress_recw *w, const char *s, size_t n)
 {
-    static const char hex[] = "0123456789ABCDEF";
-    size_t need = n + 2;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t')
-            need += 1;
-        else if (c < 0x20)
-            need += 5;
-    }
-    if (!recw__room(w, need))
-        return;
-    char *o = w->buf + w->len;
-    *o++ = '"';
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\') {
-            *o++ = (char)c;
-            continue;
-        }
-        *o++ = '\\';
-        switch (c) {
-        case '"':
-            *o++ = '"';
-            break;
-        case '\\':
-            *o++ = '\\';
-            break;
-        case '\b':
-            *o++ = 'b';
-            break;
-        case '\f':
-            *o++ = 'f';
-            break;
-        case '\n':
-            *o++ = 'n';
-            break;
-        case '\r':
-            *o++ = 'r';
-            break;
-        case '\t':
-            *o++ = 't';
-            break;
-        default:
-            *o++ = 'u';
-            *o++ = '0';
-            *o++ = '0';
-            *o++ = hex[c >> 4];
-            *o++ = hex[c & 15];
-        }
-    }
-    *o++ = '"';
-    w->len = (size_t)(o - w->buf);
+    size_t need = al_json_quoted_len(s, n);
+    if (need && recw__room(w, need))
+        w->len += al_json_quote(s, n, w->buf + w->len);
 }
 
 static void recw__string(struct egress_recw *w, const char *s, size_t n)
@@ -290,16 +213,10 @@ void egress_recw_str(struct egress_recw *w, const char *key, const char *s)
 
 void egress_recw_int(struct egress_recw *w, const char *key, int64_t v)
 {
-    char t[24];
-    char *e = t + sizeof t, *p = e;
-    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    do
-        *--p = (char)('0' + u % 10);
-    while ((u /= 10));
-    if (v < 0)
-        *--p = '-';
+    char t[AL_JSON_INT_MAX];
+    size_t n = al_json_int(v, t);
     recw__key(w, key);
-    recw__put(w, p, (size_t)(e - p));
+    recw__put(w, t, n);
 }
 
 void egress_recw_bool(struct egress_recw *w, const char *key, bool v)

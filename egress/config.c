@@ -42,7 +42,16 @@ void egress_config_defaults(struct egress_config *cfg)
     cfg->dns_rate = 200;
     cfg->dns_burst = 400;
     cfg->dns_inflight = 64;
-    cfg->deny_audit_rate = 20;
+    cfg->audit_allow_rate = 50;
+    cfg->audit_allow_burst = 200;
+    cfg->audit_deny_rate = 100;
+    cfg->audit_deny_burst = 400;
+    cfg->audit_aggregate_ms = 1000;
+    cfg->audit_rotate_bytes = 64ull << 20;
+    cfg->audit_rotate_ms = 86400000ull;
+    cfg->audit_retain_bytes = 4ull << 30;
+    cfg->audit_retain_ms = 90ull * 86400000ull;
+    cfg->audit_retain_files = 0;
 }
 
 int egress_parse_sockaddr(const char *s, uint16_t default_port, struct sockaddr_storage *ss)
@@ -161,9 +170,20 @@ void egress_config_usage(FILE *f)
         "  --audit-fail-open          keep serving when the audit log cannot be written\n"
         "                             (default: deny everything until it can)\n"
         "  --audit-query-strings      log request paths with their query string\n"
-        "  --deny-audit-rate N        identical denials of one sandbox written per second (all\n"
-        "                             denials: 5 x that); more are counted in one aggregated\n"
-        "                             record per second (default 20; 0 = write all)\n"
+        "  --audit-allow-rate N       allowed decisions of one sandbox written one by one per\n"
+        "                             second; beyond, counted into aggregate records (default 50;\n"
+        "                             0 = write every one)\n"
+        "  --audit-allow-burst N      ... of which at once (default 4 x rate)\n"
+        "  --audit-deny-rate N        the same for its denials (default 100; 0 = every one)\n"
+        "  --audit-deny-burst N       ... of which at once (default 4 x rate)\n"
+        "  --audit-aggregate-interval DUR  what one aggregate record covers (default 1s)\n"
+        "  --audit-rotate-size SIZE   a new log file beyond this size (default 64MiB)\n"
+        "  --audit-rotate-age DUR     ... or this age (default 1d; 0 = never by age)\n"
+        "  --audit-retain-size SIZE   delete the oldest files while all are larger\n"
+        "                             (default 4GiB; 0 = no bound)\n"
+        "  --audit-retain-age DUR     delete files last written longer ago (default 90d;\n"
+        "                             0 = never by age)\n"
+        "  --audit-retain-files N     keep at most N files (default 0 = no bound)\n"
         "Other:\n"
         "  --log-level LEVEL          debug|info|warn|error (default info)\n"
         "  -h, --help\n",
@@ -235,6 +255,21 @@ static int cfg__size(const char *opt, const char *v, uint64_t *out, struct al_er
     return 0;
 }
 
+/* The same two where 0 turns the rule off. */
+static int cfg__size0(const char *opt, const char *v, uint64_t *out, struct al_error *err)
+{
+    if (al_parse_size(v, out) < 0)
+        return cfg__bad(err, opt, v, "a size such as 512MiB, 4GiB (0 = no bound)");
+    return 0;
+}
+
+static int cfg__dur0(const char *opt, const char *v, uint64_t *out_ms, struct al_error *err)
+{
+    if (al_parse_duration_ms(v, out_ms) < 0)
+        return cfg__bad(err, opt, v, "a duration such as 12h, 30d (0 = never)");
+    return 0;
+}
+
 static int cfg__resolv_conf(struct sockaddr_storage *ss)
 {
     FILE *f = fopen("/etc/resolv.conf", "r");
@@ -257,6 +292,7 @@ static int cfg__resolv_conf(struct sockaddr_storage *ss)
 int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, struct al_error *err)
 {
     bool burst_given = false; /* else --dns-rate sets the burst to twice the rate */
+    bool allow_burst_given = false, deny_burst_given = false; /* likewise, four times */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -319,7 +355,16 @@ int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, s
                                                  "--dns-rate",
                                                  "--dns-burst",
                                                  "--dns-inflight",
-                                                 "--deny-audit-rate",
+                                                 "--audit-allow-rate",
+                                                 "--audit-allow-burst",
+                                                 "--audit-deny-rate",
+                                                 "--audit-deny-burst",
+                                                 "--audit-aggregate-interval",
+                                                 "--audit-rotate-size",
+                                                 "--audit-rotate-age",
+                                                 "--audit-retain-size",
+                                                 "--audit-retain-age",
+                                                 "--audit-retain-files",
                                                  "--vswitch",
                                                  "--vswitch-pins",
                                                  "--log-level",
@@ -434,8 +479,40 @@ int egress_config_parse_args(struct egress_config *cfg, int argc, char **argv, s
             burst_given = true;
         } else if (strcmp(a, "--dns-inflight") == 0) {
             rc = cfg__u32(a, v, 1, 100000, &cfg->dns_inflight, err);
-        } else if (strcmp(a, "--deny-audit-rate") == 0) {
-            rc = cfg__u32(a, v, 0, 1000000, &cfg->deny_audit_rate, err);
+        } else if (strcmp(a, "--audit-allow-rate") == 0) {
+            rc = cfg__u32(a, v, 0, 1000000, &cfg->audit_allow_rate, err);
+            if (rc == 0 && !allow_burst_given)
+                cfg->audit_allow_burst = 4 * cfg->audit_allow_rate;
+        } else if (strcmp(a, "--audit-deny-rate") == 0) {
+            rc = cfg__u32(a, v, 0, 1000000, &cfg->audit_deny_rate, err);
+            if (rc == 0 && !deny_burst_given)
+                cfg->audit_deny_burst = 4 * cfg->audit_deny_rate;
+        } else if (strcmp(a, "--audit-allow-burst") == 0) {
+            rc = cfg__u32(a, v, 1, 4000000, &cfg->audit_allow_burst, err);
+            allow_burst_given = true;
+        } else if (strcmp(a, "--audit-deny-burst") == 0) {
+            rc = cfg__u32(a, v, 1, 4000000, &cfg->audit_deny_burst, err);
+            deny_burst_given = true;
+        } else if (strcmp(a, "--audit-aggregate-interval") == 0) {
+            rc = cfg__dur(a, v, &cfg->audit_aggregate_ms, err);
+            if (rc == 0 && (cfg->audit_aggregate_ms < 1000 || cfg->audit_aggregate_ms > 3600000))
+                return cfg__bad(err, a, v, "a duration between 1s and 1h");
+        } else if (strcmp(a, "--audit-rotate-size") == 0) {
+            rc = cfg__size(a, v, &cfg->audit_rotate_bytes, err);
+            if (rc == 0 && cfg->audit_rotate_bytes < 4096)
+                return cfg__bad(err, a, v, "a size of at least 4KiB");
+        } else if (strcmp(a, "--audit-retain-size") == 0) {
+            rc = cfg__size0(a, v, &cfg->audit_retain_bytes, err);
+        } else if (strcmp(a, "--audit-rotate-age") == 0) {
+            rc = cfg__dur0(a, v, &cfg->audit_rotate_ms, err);
+        } else if (strcmp(a, "--audit-retain-age") == 0) {
+            rc = cfg__dur0(a, v, &cfg->audit_retain_ms, err);
+        } else if (strcmp(a, "--audit-retain-files") == 0) {
+            rc = cfg__u32(a, v, 0, 1000000, &cfg->audit_retain_files, err);
+            if (rc == 0 && cfg->audit_retain_files == 1)
+                return cfg__bad(err, a, v,
+                                "0 (no bound) or at least 2 (the file being written "
+                                "and one before it)");
         } else if (strcmp(a, "--vswitch") == 0) {
             if (strcmp(v, "auto") == 0)
                 cfg->vswitch_mode = 0;
@@ -496,6 +573,13 @@ int egress_config_finish(struct egress_config *cfg, struct al_error *err)
                                 "found in /etc/resolv.conf)");
         cfg->have_resolver = true;
     }
+    if (cfg->audit_retain_bytes && cfg->audit_retain_bytes < 2 * cfg->audit_rotate_bytes)
+        return al_error_set(err, -EINVAL,
+                            "--audit-retain-size (%llu) is less than twice --audit-rotate-size "
+                            "(%llu): retention would delete each file as soon as the next "
+                            "begins; raise it or lower the rotate size",
+                            (unsigned long long)cfg->audit_retain_bytes,
+                            (unsigned long long)cfg->audit_rotate_bytes);
     if (!cfg->sandbox_memory)
         cfg->sandbox_memory = cfg->memory_budget / 4;
     if (cfg->sandbox_memory > cfg->memory_budget)

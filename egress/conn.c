@@ -110,6 +110,21 @@ static void conn__audit_decision(struct egress_conn *c, const char *decision, co
     if (c->decision_audited)
         return;
     c->decision_audited = true;
+    char sni[256] = "";
+    if (c->ch && c->ch->has_sni)
+        snprintf(sni, sizeof sni, "%.*s", (int)c->ch->sni_len, c->ch->sni);
+    struct egress_audit_event ev = {.type = "connection",
+                                    .decision = decision,
+                                    .rule = rule,
+                                    .reason = reason,
+                                    .host = c->have_host ? c->host.text : sni,
+                                    .request_id = c->request_id,
+                                    .policy = c->policy,
+                                    .error = error != NULL};
+    if (!c->net_update[0] && !egress_audit_budget(c->w->e, c->sb, &ev)) {
+        c->decision_aggregated = true;
+        return;
+    }
     struct egress_recw w;
     conn__record(c, &w, "connection");
     egress_recw_str(&w, "decision", decision);
@@ -119,6 +134,8 @@ static void conn__audit_decision(struct egress_conn *c, const char *decision, co
                     c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
     if (error)
         egress_recw_str(&w, "error", error);
+    if (c->net_update[0])
+        egress_recw_str(&w, "network_update", c->net_update);
     if (c->ch) {
         if (c->ch->has_sni)
             egress_recw_strn(&w, "sni", c->ch->sni, c->ch->sni_len);
@@ -155,14 +172,32 @@ static void conn__audit_end(struct egress_conn *c)
     if (c->audited_end || !c->allowed)
         return;
     c->audited_end = true;
+    const char *end = c->end_reason ? c->end_reason : "closed";
+    struct egress_audit_event ev = {.type = "connection_end",
+                                    .decision = c->verdict.would_deny ? "would_deny" : "allow",
+                                    .rule = c->verdict.rule,
+                                    .reason = end,
+                                    .host = c->have_host ? c->host.text : NULL,
+                                    .request_id = c->request_id,
+                                    .policy = c->policy,
+                                    .bytes_up = c->up.bytes,
+                                    .bytes_down = c->down.bytes,
+                                    .error = c->end_detail && *c->end_detail,
+                                    .aggregate = c->decision_aggregated};
+    /* An end forced by a network update is written whatever the budget: it is the
+     * update's effect on this connection. */
+    if (!c->net_update[0] && !egress_audit_budget(c->w->e, c->sb, &ev))
+        return;
     struct egress_recw w;
     conn__record(c, &w, "connection_end");
     egress_recw_int(&w, "bytes_up", (int64_t)c->up.bytes);
     egress_recw_int(&w, "bytes_down", (int64_t)c->down.bytes);
     egress_recw_us(&w, "duration_us", al_now_ns() - c->t_accept);
-    egress_recw_str(&w, "end", c->end_reason ? c->end_reason : "closed");
+    egress_recw_str(&w, "end", end);
     if (c->end_detail && *c->end_detail)
         egress_recw_str(&w, "error", c->end_detail);
+    if (c->net_update[0])
+        egress_recw_str(&w, "network_update", c->net_update);
     egress_audit_w(c->w->e, &w);
 }
 
@@ -288,6 +323,54 @@ void egress_worker_reap_removed(struct egress_worker *w)
     }
 }
 
+/* One connection of a sandbox whose network fields were replaced. Only the narrowing
+ * changed (the rules under it are the same), so a destination already decided is judged
+ * again by the new narrowing alone, on what it was decided on: the host (SNI, the bound
+ * Host) and the address connected to. */
+static void conn__rejudge(struct egress_conn *c)
+{
+    unsigned gen;
+    struct egress_policy *p = egress_sandbox_policy_gen(c->sb, &gen);
+    if (!p || gen == c->net_gen) {
+        egress_policy_unref(p);
+        return;
+    }
+    c->net_gen = gen;
+    bool decided = c->state != CONN_PEEK && !(c->proto == PROTO_HTTP && !c->have_host);
+    if (!decided) {
+        /* Its decision is still to come: it is made on the new policy. */
+        egress_policy_unref(c->policy);
+        c->policy = p;
+        return;
+    }
+    bool pass = egress_policy_narrowing_passes(p, c->have_host ? &c->host : NULL, &c->dst);
+    egress_policy_unref(p);
+    if (pass || c->state == CONN_DRAIN)
+        return;
+    egress_sandbox_net_update(c->sb, c->net_update);
+    if (!c->net_update[0])
+        snprintf(c->net_update, sizeof c->net_update, "unnamed");
+    if (!c->allowed) {
+        /* Decided but not yet through (resolving, connecting): its decision record is a
+         * denial by the update. */
+        atomic_fetch_add(&c->w->e->stats.conns_denied, 1);
+        atomic_fetch_add(&c->sb->n_denied, 1);
+        conn__audit_decision(c, "deny", NULL, "network_update", NULL);
+    }
+    egress_conn_close(c, true, "network_update");
+}
+
+void egress_worker_rejudge(struct egress_worker *w)
+{
+    struct egress_conn *c = w->conns;
+    while (c) {
+        struct egress_conn *next = c->next;
+        if (c->sb && c->state != CONN_CLOSING && !atomic_load(&c->sb->removed))
+            conn__rejudge(c);
+        c = next;
+    }
+}
+
 /* ---- deny ---------------------------------------------------------------------------- */
 
 /* TLS and raw TCP cannot carry an explanation before interception: audit, then reset. */
@@ -298,16 +381,7 @@ static void conn__deny_reset(struct egress_conn *c, const char *rule, const char
     atomic_fetch_add(&c->w->e->stats.conns_denied, 1);
     if (c->sb)
         atomic_fetch_add(&c->sb->n_denied, 1);
-    /* Beyond a rate, identical denials are counted into one record (ratelimit.c). */
-    char target[128] = "";
-    if (c->ch && c->ch->has_sni)
-        snprintf(target, sizeof target, "%.*s", (int)c->ch->sni_len, c->ch->sni);
-    else if (c->have_host)
-        snprintf(target, sizeof target, "%s", c->host.text);
-    if (egress_deny_audit_ok(c->w->e, c->sb, "connection", reason, target, c->dst_text))
-        conn__audit_decision(c, "deny", rule, reason, NULL);
-    else
-        c->decision_audited = true;
+    conn__audit_decision(c, "deny", rule, reason, NULL);
     egress_conn_close(c, true, reason);
 }
 
@@ -422,7 +496,7 @@ void egress_conn_accept(struct egress_worker *w, int fd, const struct sockaddr_s
         egress_conn_close(c, true, "unknown_source");
         return;
     }
-    c->policy = egress_sandbox_policy(c->sb);
+    c->policy = egress_sandbox_policy_gen(c->sb, &c->net_gen);
     uint32_t conns = atomic_fetch_add(&c->sb->conns, 1) + 1;
     c->counted = true;
 
@@ -794,7 +868,8 @@ void egress_check_destination(struct egress_conn *c, const struct egress_host *h
     c->rreq.data = (void *)done;
     struct egress_resolution res;
     uint16_t qtype = c->dst.family == 4 ? DNS_T_A : DNS_T_AAAA;
-    int rc = egress_resolve(c->w->resolver, c->host.text, qtype, &c->rreq, &res);
+    int rc = egress_resolve(c->w->resolver, egress_sandbox_rcache(c->sb, &c->w->e->cfg),
+                            c->host.text, qtype, &c->rreq, &res);
     if (rc == 1) {
         conn__dst_resolved(&c->rreq, &res);
         return;

@@ -271,11 +271,14 @@ uint16_t egress_dns_port(const struct egress *e, size_t i)
 
 static void core__audit_control(struct egress *e, const char *type, const char *event,
                                 struct egress_sandbox *sb, struct egress_policy *p,
-                                const char *error, const char *old_hash, const char *base_hash)
+                                const char *error, const char *old_hash, const char *base_hash,
+                                json_t *extra)
 {
     json_t *r = egress_rec_new(type);
-    if (!r)
+    if (!r) {
+        json_decref(extra);
         return;
+    }
     egress_rec_str(r, "event", event);
     egress_rec_sandbox(r, sb, p);
     if (sb) {
@@ -302,6 +305,8 @@ static void core__audit_control(struct egress *e, const char *type, const char *
         egress_rec_str(r, "reason", "invalid_policy");
         egress_rec_str(r, "error", error);
     }
+    if (extra)
+        json_object_update_new(r, extra);
     egress_audit(e, r);
 }
 
@@ -386,7 +391,7 @@ int egress_register_sandbox(struct egress *e, const struct egress_register *r, s
     if (sb) {
         sb->inspect = x;
         core__audit_control(e, "sandbox", "register", sb, p, NULL, NULL,
-                            base_hash[0] ? base_hash : NULL);
+                            base_hash[0] ? base_hash : NULL, NULL);
         al_info("sandbox %s registered (policy %s %.12s%s)", r->id, egress_policy_name(p),
                 egress_policy_hash(p), net ? ", narrowed by its E2B network fields" : "");
         egress_sandbox_put(sb);
@@ -409,7 +414,7 @@ int egress_unregister_sandbox(struct egress *e, const char *id)
         return -ENOENT;
     egress_limits_flush_sandbox(e, sb, true);
     struct egress_policy *p = egress_sandbox_policy(sb);
-    core__audit_control(e, "sandbox", "unregister", sb, p, NULL, NULL, NULL);
+    core__audit_control(e, "sandbox", "unregister", sb, p, NULL, NULL, NULL, NULL);
     egress_policy_unref(p);
     al_info("sandbox %s removed", id);
     egress_sandbox_put(sb);
@@ -432,7 +437,8 @@ int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t
     int rc = core__policy_for(yaml, len, origin, file ? file : (yaml ? NULL : sb->policy_file),
                               sb->network, &p, base_hash, &reason, err);
     if (rc < 0) {
-        core__audit_control(e, "policy", "reload_refused", sb, old, al_error_str(err), NULL, NULL);
+        core__audit_control(e, "policy", "reload_refused", sb, old, al_error_str(err), NULL, NULL,
+                            NULL);
         al_warn("sandbox %s: new policy refused, the old one stays: %s", id, al_error_str(err));
         egress_policy_unref(old);
         egress_sandbox_put(sb);
@@ -446,9 +452,83 @@ int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t
         al_warn("sandbox %s: placeholders of the new policy: %s (the previous ones stay)", id,
                 al_error_str(&ierr));
     core__audit_control(e, "policy", "reload", sb, p, NULL, old_hash,
-                        base_hash[0] ? base_hash : NULL);
+                        base_hash[0] ? base_hash : NULL, NULL);
     egress_policy_unref(old);
     egress_sandbox_put(sb);
+    return 0;
+}
+
+static void core__kick_rejudge(struct egress *e)
+{
+    for (unsigned i = 0; i < e->n_workers; i++) {
+        atomic_store(&e->workers[i].kick_rejudge, true);
+        uv_async_send(&e->workers[i].wake);
+    }
+}
+
+/* Who asked and which update, for the records of an update. */
+static json_t *core__update_fields(const char *update_id, const char *key_id)
+{
+    json_t *x = json_object();
+    if (x && update_id && *update_id)
+        json_object_set_new(x, "update", json_string(update_id));
+    if (x && key_id && *key_id)
+        json_object_set_new(x, "api_key_id", json_string(key_id));
+    return x;
+}
+
+int egress_set_network(struct egress *e, const char *id, const json_t *network,
+                       const char *update_id, const char *key_id, struct al_error *err)
+{
+    struct egress_sandbox *sb = egress_registry_by_id(e->reg, id);
+    if (!sb)
+        return al_error_set(err, -ENOENT, "no sandbox '%s' is registered", id);
+    struct egress_policy *old = egress_sandbox_policy(sb);
+    /* Replace semantics: the new fields narrow the policy under the old ones, so an update
+     * never accumulates on the previous narrowing, and never reaches past the policy. */
+    struct egress_policy *base = old ? egress_policy_unnarrowed(old) : NULL;
+    struct egress_policy *p = NULL;
+    json_t *net = NULL;
+    int rc = base ? 0 : al_error_set(err, -EINVAL, "sandbox '%s' has no policy", id);
+    if (!rc && network)
+        rc = egress_network_check(network, err);
+    if (!rc)
+        rc = egress_policy_narrow(base, network, &p, err);
+    if (!rc && network && !(net = json_deep_copy(network)))
+        rc = al_error_set(err, -ENOMEM, "out of memory");
+    if (rc < 0) {
+        json_t *x = core__update_fields(update_id, key_id);
+        if (x && network)
+            json_object_set_new(x, "requested_network", json_deep_copy(network));
+        core__audit_control(e, "sandbox", "network_update_refused", sb, old, al_error_str(err),
+                            NULL, NULL, x);
+        al_warn("sandbox %s: network update refused, the previous fields stay: %s", id,
+                al_error_str(err));
+        egress_policy_unref(p);
+        egress_policy_unref(base);
+        egress_policy_unref(old);
+        egress_sandbox_put(sb);
+        return rc < 0 ? rc : -EINVAL;
+    }
+    char old_hash[80], base_hash[80];
+    snprintf(old_hash, sizeof old_hash, "%s", egress_policy_hash(old));
+    snprintf(base_hash, sizeof base_hash, "%s", egress_policy_hash(base));
+    egress_sandbox_set_network(sb, egress_policy_ref(p), net, update_id);
+    struct al_error ierr = {0};
+    if (egress_inspect_sandbox_policy(sb, p, &ierr) < 0)
+        al_warn("sandbox %s: placeholders after the network update: %s (the previous ones stay)",
+                id, al_error_str(&ierr));
+    core__audit_control(e, "sandbox", "network_update", sb, p, NULL, old_hash, base_hash,
+                        core__update_fields(update_id, key_id));
+    al_info("sandbox %s: network fields replaced%s%s (policy %.12s, was %.12s): its connections "
+            "are judged again",
+            id, update_id && *update_id ? " by update " : "", update_id ? update_id : "",
+            egress_policy_hash(p), old_hash);
+    egress_policy_unref(p);
+    egress_policy_unref(base);
+    egress_policy_unref(old);
+    egress_sandbox_put(sb);
+    core__kick_rejudge(e);
     return 0;
 }
 
@@ -549,10 +629,13 @@ json_t *egress_stats_json(struct egress *e, const char *id)
         return o;
     }
     struct egress_stats *s = &e->stats;
+    struct al_auditlog_stats as;
+    egress_audit_stats(e->audit, &as);
 #define S(x) (json_int_t) atomic_load(&s->x)
     return json_pack(
         "{s:I,s:i,s:I,s:I,s:{s:I,s:I,s:I,s:I,s:I},s:{s:I,s:I},s:{s:I,s:I,s:I},"
-        "s:{s:I,s:I},s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I},s:{s:I,s:I},s:{s:b,s:I,s:I,s:I}}",
+        "s:{s:I,s:I},s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I},s:{s:I,s:I},s:{s:b,s:I,s:I,s:I,s:I,s:I,s:I,s:"
+        "s}}",
         "uptime_ms", (json_int_t)((al_now_ns() - e->started_ns) / 1000000), "workers",
         (int)e->n_workers, "sandboxes", (json_int_t)egress_registry_count(e->reg), "memory",
         (json_int_t)atomic_load(&e->mem_used), "connections", "accepted", S(conns_accepted),
@@ -566,7 +649,9 @@ json_t *egress_stats_json(struct egress *e, const char *id)
         S(upstream_errors), "audit_denied", S(audit_denied), "audit", "ok",
         egress_audit_ok(e->audit), "status", (json_int_t)egress_audit_status(e->audit), "records",
         (json_int_t)egress_audit_records(e->audit), "failures",
-        (json_int_t)egress_audit_failures(e->audit));
+        (json_int_t)egress_audit_failures(e->audit), "rotations", (json_int_t)as.rotations,
+        "pruned_files", (json_int_t)as.pruned_files, "pruned_bytes", (json_int_t)as.pruned_bytes,
+        "file", as.current_file);
 #undef S
 }
 
@@ -603,12 +688,17 @@ int egress_new(const struct egress_config *cfg, struct egress **out, struct al_e
         al_warn("cannot reserve room for %d descriptors: %s", CORE_FD_TABLE, strerror(-frc));
     signal(SIGPIPE, SIG_IGN);
     int rc;
-    if ((rc = egress_registry_new(&e->reg)) < 0 ||
-        (rc = egress_rcache_new(&e->cfg, &e->rcache)) < 0) {
+    if ((rc = egress_registry_new(&e->reg)) < 0) {
         al_error_set(err, rc, "out of memory");
         goto fail;
     }
-    struct egress_audit_opts ao = {.dir = e->cfg.audit_dir, .fail_open = e->cfg.audit_fail_open};
+    struct egress_audit_opts ao = {.dir = e->cfg.audit_dir,
+                                   .fail_open = e->cfg.audit_fail_open,
+                                   .rotate_bytes = e->cfg.audit_rotate_bytes,
+                                   .rotate_ms = e->cfg.audit_rotate_ms,
+                                   .retain_bytes = e->cfg.audit_retain_bytes,
+                                   .retain_ms = e->cfg.audit_retain_ms,
+                                   .retain_files = e->cfg.audit_retain_files};
     if ((rc = egress_audit_open(&ao, &e->audit, err)) < 0)
         goto fail;
     egress_refresh_self(e);
@@ -797,7 +887,6 @@ void egress_free(struct egress *e)
     egress_registry_free(e->reg); /* sandboxes free their interception state */
     egress_policy_cache_clear();
     egress_inspect_fini(e);
-    egress_rcache_free(e->rcache);
     free(e->workers);
     free(e->tcp_fds);
     free(e->dns_udp_fds);

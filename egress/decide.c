@@ -273,6 +273,22 @@ static void dec__from_policy_addr(const struct policy_addr *a, struct egress_ip 
     memcpy(ip->addr, a->bytes, a->family == AF_INET ? 4 : 16);
 }
 
+struct egress_policy *egress_policy_unnarrowed(struct egress_policy *p)
+{
+    return (struct egress_policy *)policy_unnarrowed(dec__p(p));
+}
+
+bool egress_policy_narrowing_passes(const struct egress_policy *p, const struct egress_host *host,
+                                    const struct egress_ip *dst)
+{
+    struct policy_addr a;
+    if (dst)
+        dec__to_policy_addr(dst, &a);
+    bool named = host && host->kind == EGRESS_HOST_NAME;
+    return policy_narrowing_passes(dec__p(p), named ? host->text : NULL, named ? host->len : 0,
+                                   dst ? &a : NULL);
+}
+
 static void dec__host(const struct policy_host *h, struct egress_host *out)
 {
     memset(out, 0, sizeof *out);
@@ -352,6 +368,7 @@ static void dec__verdict(const struct policy_decision *d, struct egress_verdict 
     v->n_inject = d->n_inject;
     v->addr_class = d->addr_info.code;
     v->by_address = d->rule && d->rule->n_cidrs > 0 && d->rule->n_hosts == 0;
+    v->malformed = d->verdict != POLICY_ALLOW && policy_reason_is_malformed(d->reason);
     if (d->host.kind)
         dec__host(&d->host, &v->host);
 }
@@ -374,6 +391,7 @@ void egress_decide(const struct egress_policy *p, const struct egress_query *q,
         .method_len = q->method ? strlen(q->method) : 0,
         .path = q->path,
         .path_len = q->path_len,
+        .body = q->body,
     };
     struct policy_decision d;
     if (policy_decide(dec__p(p), &req, &d) != 0) {

@@ -42,6 +42,8 @@ uint64_t egress_policy_max_request_body(const struct egress_policy *p);
 
 /* ---- narrowing by E2B network fields (docs/policy.md) ------------------------------- */
 struct json_t;
+struct egress_host;
+struct egress_ip;
 /* Checks the shape of a registration's "network" object: {"allow_internet_access"?: bool,
  * "allow_out"?: [string], "deny_out"?: [string]}, nothing else (the entries themselves are
  * checked by egress_policy_narrow). */
@@ -51,6 +53,13 @@ int egress_network_check(const struct json_t *network, struct al_error *err);
  * network NULL: base itself. *out is a new reference either way; base keeps its own. */
 int egress_policy_narrow(struct egress_policy *base, const struct json_t *network,
                          struct egress_policy **out, struct al_error *err);
+/* The policy under p's narrowing (p itself when it is not narrowed), a new reference: an
+ * update of a sandbox's network fields narrows this one afresh (replace, not accumulate). */
+struct egress_policy *egress_policy_unnarrowed(struct egress_policy *p);
+/* Whether p's narrowing still lets a decided destination through: host (the name or
+ * address decided on, or NULL when none was) and dst (the address connected to). */
+bool egress_policy_narrowing_passes(const struct egress_policy *p, const struct egress_host *host,
+                                    const struct egress_ip *dst);
 
 /* ---- names and addresses ----------------------------------------------------------- */
 struct egress_ip {
@@ -109,6 +118,7 @@ struct egress_query {
     const char *method; /* NULL for connection-level questions */
     const char *path;   /* request target path (query ignored); NULL likewise */
     size_t path_len;
+    bool body; /* the request carries a body (Content-Length > 0 or Transfer-Encoding) */
 };
 
 enum egress_tls_mode { EGRESS_TLS_NONE = 0, EGRESS_TLS_PASSTHROUGH = 1, EGRESS_TLS_INSPECT = 2 };
@@ -126,6 +136,8 @@ struct egress_verdict {
                                   not a name: the address itself is what is allowed, so no
                                   name-to-address check applies */
     struct egress_host host;  /* the canonical host the decision was made on */
+    bool malformed;           /* denied for what the request is, not where it goes (a body
+                                  on GET...): answered 400 bad_request, not 403 */
 };
 
 /* Decides one question. Never fails: a malformed question is a deny with a reason. */

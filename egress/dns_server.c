@@ -6,7 +6,8 @@
  * (non-hostname bytes, over-long names or labels, high-entropy labels, TXT/NULL/ANY to
  * names the policy does not know) with an audited security event; answer A/AAAA only for
  * names the sandbox's policy lets it resolve (others NXDOMAIN, other types REFUSED);
- * resolve through the configured upstream (resolver.c, cached, TTLs clamped); drop
+ * resolve through the configured upstream (resolver.c, in the sandbox's own cache, TTLs
+ * clamped); drop
  * answers that point at internal addresses (DNS rebinding) unless a CIDR rule opens them,
  * and at the proxy's own addresses; remember what was handed out for the destination
  * check of later connections; one audit record per query, within the sandbox's limits
@@ -187,6 +188,15 @@ static void dns__audit_query(struct dns_ctx *x, const char *decision, const char
                              const char *reason, uint8_t rcode, const struct dns_addr *addrs,
                              size_t n, uint32_t ttl, bool cached)
 {
+    struct egress_audit_event ev = {.type = "dns_query",
+                                    .decision = decision,
+                                    .rule = rule,
+                                    .reason = reason,
+                                    .host = x->q.qname,
+                                    .request_id = x->rid,
+                                    .policy = x->p};
+    if (!egress_audit_budget(x->w->e, x->sb, &ev))
+        return;
     json_t *r = dns__record(x, "dns_query");
     if (!r)
         return;
@@ -260,9 +270,7 @@ static void dns__finish_refused(struct dns_ctx *x, uint8_t rcode, const char *de
     else if (strcmp(decision, "deny") == 0)
         atomic_fetch_add(&e->stats.dns_denied, 1);
     dns__send(x, rcode, NULL, 0, 0);
-    if (strcmp(decision, "deny") != 0 ||
-        egress_deny_audit_ok(e, x->sb, "dns_query", reason, x->q.qname, NULL))
-        dns__audit_query(x, decision, rule, reason, rcode, NULL, 0, 0, false);
+    dns__audit_query(x, decision, rule, reason, rcode, NULL, 0, 0, false);
     dns__ctx_free(x);
 }
 
@@ -475,7 +483,8 @@ static void dns__handle(struct dns_ctx *x)
      * per worker and shared): beyond it only cached answers are given. */
     x->inflight = true;
     if (atomic_fetch_add(&x->sb->dns_inflight, 1) >= e->cfg.dns_inflight) {
-        if (egress_rcache_get(e->rcache, x->name.text, x->q.qtype, &res)) {
+        struct egress_rcache *rc0 = egress_sandbox_rcache(x->sb, &e->cfg);
+        if (rc0 && egress_rcache_get(rc0, x->name.text, x->q.qtype, &res)) {
             dns__answer(x, &res);
             return;
         }
@@ -485,7 +494,8 @@ static void dns__handle(struct dns_ctx *x)
         dns__ctx_free(x);
         return;
     }
-    int rc = egress_resolve(w->resolver, x->name.text, x->q.qtype, &x->rreq, &res);
+    int rc = egress_resolve(w->resolver, egress_sandbox_rcache(x->sb, &e->cfg), x->name.text,
+                            x->q.qtype, &x->rreq, &res);
     if (rc == 1) {
         dns__answer(x, &res);
         return;

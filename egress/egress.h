@@ -97,8 +97,19 @@ struct egress_config {
     /* Audit. */
     bool audit_fail_open;     /* default false: an audit failure denies traffic */
     bool audit_query_strings; /* default false: paths are logged without query */
-    uint32_t deny_audit_rate; /* identical denials of a sandbox written per second
-                                           (more are counted in one record): 20; 0 = all */
+    /* Audit budgets per sandbox (audit_budget.h): records written one by one per second
+     * and at once; beyond, counted into aggregate records of audit_aggregate_ms. A rate of
+     * 0 writes every record. */
+    uint32_t audit_allow_rate, audit_allow_burst; /* allowed decisions: 50/s, 200 */
+    uint32_t audit_deny_rate, audit_deny_burst;   /* denials: 100/s, 400 */
+    uint32_t audit_aggregate_ms;                  /* interval of an aggregate: 1 s */
+    /* The log's files (common/auditlog): a new file beyond this size or age; the oldest
+     * deleted while all are larger, older, or more (0 = that rule off). */
+    uint64_t audit_rotate_bytes; /* 64 MiB */
+    uint64_t audit_rotate_ms;    /* 1 day */
+    uint64_t audit_retain_bytes; /* 4 GiB */
+    uint64_t audit_retain_ms;    /* 90 days */
+    uint32_t audit_retain_files; /* 0 */
 };
 
 /* Defaults as documented above (state dir from common/paths). */
@@ -161,6 +172,15 @@ int egress_unregister_sandbox(struct egress *e, const char *id);
  * registration); on error the old policy stays and err says why. */
 int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t len,
                       const char *origin, const char *file, struct al_error *err);
+/* Replaces a sandbox's E2B network fields (network: {"allow_internet_access"?,
+ * "allow_out"?, "deny_out"?}, or NULL for none; copied) atomically: its policy becomes the
+ * policy under its previous narrowing narrowed by these, for every connection, request and
+ * DNS query decided from now on, and every worker judges the sandbox's established
+ * connections again (one the new narrowing no longer lets through is reset, its end record
+ * naming update_id). Audited (event network_update, with update_id and key_id, either may
+ * be NULL). -ENOENT unknown sandbox, -EINVAL bad fields (the old ones stay; err says why). */
+int egress_set_network(struct egress *e, const char *id, const struct json_t *network,
+                       const char *update_id, const char *key_id, struct al_error *err);
 /* Re-reads every file-based policy; returns how many failed (each audited and logged; the
  * old policy stays). */
 int egress_reload(struct egress *e, struct json_t *report);

@@ -93,6 +93,7 @@ struct egress_http {
     size_t dc_target_len;
     struct egress_ip dc_dst;
     uint16_t dc_port;
+    bool dc_body;
     struct egress_verdict dc_verdict;
 };
 
@@ -385,6 +386,24 @@ static void http__audit_request(struct egress_conn *c, const char *decision, con
                                 const char *reason, const char *error)
 {
     struct egress_http *h = c->http;
+    /* The connection's totals (its connection_end record). */
+    c->up.bytes += h->req_bytes;
+    c->down.bytes += h->resp_bytes;
+    h->decision = NULL; /* recorded */
+    struct egress_audit_event ev = {
+        .type = "http_request",
+        .decision = decision,
+        .rule = rule,
+        .reason = reason,
+        .host = h->r.host_name[0] ? (c->have_host ? c->host.text : h->r.host_name) : NULL,
+        .request_id = h->rid,
+        .policy = c->policy,
+        .bytes_up = h->req_bytes,
+        .bytes_down = h->resp_bytes,
+        .status = h->status,
+        .error = error != NULL};
+    if (!egress_audit_budget(c->w->e, c->sb, &ev))
+        return;
     struct egress_recw w;
     egress_recw_begin(&w, "http_request");
     http__rec_common(c, &w);
@@ -421,10 +440,6 @@ static void http__audit_request(struct egress_conn *c, const char *decision, con
     egress_recw_us(&w, "total", now - h->t_start);
     egress_recw_close(&w, '}');
     egress_audit_w(c->w->e, &w);
-    /* The connection's totals (its connection_end record). */
-    c->up.bytes += h->req_bytes;
-    c->down.bytes += h->resp_bytes;
-    h->decision = NULL; /* recorded */
 }
 
 /* An allowed request that failed after its decision (upstream errors, timeouts, a broken
@@ -473,8 +488,7 @@ static void http__deny(struct egress_conn *c, int status, const char *error, con
     if (c->sb)
         atomic_fetch_add(&c->sb->n_denied, 1);
     h->status = status;
-    if (egress_deny_audit_ok(e, c->sb, "http_request", reason, h->r.host_name, c->dst_text))
-        http__audit_request(c, "deny", rule, reason, NULL); /* else counted (ratelimit.c) */
+    http__audit_request(c, "deny", rule, reason, NULL);
     egress_http_answer(c, status, error, rule, reason, true);
 }
 
@@ -572,10 +586,10 @@ static void http__decide(struct egress_conn *c, const struct egress_query *q)
 {
     struct egress_http *h = c->http;
     if (h->dc_policy && h->dc_policy == c->policy && q->method && h->dc_method &&
-        strcmp(q->method, h->dc_method) == 0 && q->port == h->dc_port && q->dst &&
-        memcmp(q->dst, &h->dc_dst, sizeof h->dc_dst) == 0 && q->host_len == h->dc_host_len &&
-        memcmp(q->host, h->dc_host, q->host_len) == 0 && q->path_len == h->dc_target_len &&
-        memcmp(q->path, h->dc_target, q->path_len) == 0) {
+        strcmp(q->method, h->dc_method) == 0 && q->port == h->dc_port && q->body == h->dc_body &&
+        q->dst && memcmp(q->dst, &h->dc_dst, sizeof h->dc_dst) == 0 &&
+        q->host_len == h->dc_host_len && memcmp(q->host, h->dc_host, q->host_len) == 0 &&
+        q->path_len == h->dc_target_len && memcmp(q->path, h->dc_target, q->path_len) == 0) {
         c->verdict = h->dc_verdict;
         return;
     }
@@ -593,6 +607,7 @@ static void http__decide(struct egress_conn *c, const struct egress_query *q)
     h->dc_target_len = q->path_len;
     h->dc_dst = *q->dst;
     h->dc_port = q->port;
+    h->dc_body = q->body;
     h->dc_verdict = c->verdict;
 }
 
@@ -670,13 +685,16 @@ static void http__on_head(struct egress_conn *c)
         .method = h->r.method,
         .path = h->r.target,
         .path_len = h->r.target_len,
+        .body = h->r.chunked || h->r.content_length > 0,
     };
     http__decide(c, &q);
     h->t_decided = al_now_ns();
     h->rule = c->verdict.rule;
     h->reason = c->verdict.reason;
     if (!c->verdict.allow) {
-        http__deny(c, 403, "blocked_by_policy", c->verdict.rule, c->verdict.reason);
+        bool bad = c->verdict.malformed;
+        http__deny(c, bad ? 400 : 403, bad ? "bad_request" : "blocked_by_policy", c->verdict.rule,
+                   c->verdict.reason);
         return;
     }
     h->would_deny = c->verdict.would_deny;
@@ -1060,33 +1078,7 @@ static const char *http__parse_error_reason(llhttp_t *p, int *status)
         *status = 431;
         return "request_head_too_large";
     }
-    switch (err) {
-    case HPE_INVALID_TRANSFER_ENCODING:
-    case HPE_UNEXPECTED_CONTENT_LENGTH:
-    case HPE_INVALID_CONTENT_LENGTH:
-        return "ambiguous_framing";
-    case HPE_INVALID_HEADER_TOKEN:
-        return "invalid_header";
-    case HPE_LF_EXPECTED:
-    case HPE_CR_EXPECTED:
-    case HPE_STRICT:
-        return "invalid_line_ending";
-    case HPE_INVALID_METHOD:
-        return "invalid_method";
-    case HPE_INVALID_URL:
-        return "invalid_target";
-    case HPE_INVALID_VERSION:
-        return "invalid_version";
-    case HPE_PAUSED_H2_UPGRADE:
-        *status = 403;
-        return "h2_prior_knowledge_refused";
-    case HPE_CLOSED_CONNECTION:
-        return "data_after_close";
-    case HPE_INVALID_CHUNK_SIZE:
-        return "invalid_chunk";
-    default:
-        return "malformed_request";
-    }
+    return al_http_parse_error_reason(err, status);
 }
 
 /* Parses what the client sent, as far as the current phase allows. */

@@ -4,8 +4,8 @@
  * Owns: collecting a request or response head from llhttp callbacks (bounded), and the
  * checks a request must pass before any decision: one Host, target form and authority
  * agreement, no userinfo/fragments/backslashes, ports, Transfer-Encoding, upgrades; then
- * re-serialising the head for the upstream without hop-by-hop headers and without
- * Proxy-Authorization.
+ * re-serialising the head for the upstream without what common/http.h says a forwarding
+ * proxy removes (hop-by-hop fields, those any Connection field names, method overrides).
  */
 #ifndef AIRLOCK_EGRESS_HTTP_H
 #define AIRLOCK_EGRESS_HTTP_H
@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "common/buf.h"
-#include "egress/llhttp_strict.h"
+#include "common/http_parser.h"
 
 #include "decide.h"
 
@@ -71,7 +71,7 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uin
                               struct egress_http_request *r, int *status, const char **reason);
 
 /* Writes the head to send upstream: origin-form, the client's HTTP version, Host as sent,
- * hop-by-hop headers, Proxy-* and HTTP2-Settings removed, framing restated. */
+ * al_http_request_field_dropped's fields and HTTP2-Settings removed, framing restated. */
 int egress_http_serialize_request(const struct egress_http_head *h,
                                   const struct egress_http_request *r, struct al_buf *out);
 

@@ -266,21 +266,7 @@ static int req__authority(const char *a, size_t n, char *out, size_t outlen, uin
 
 static bool req__token_in(const char *list, const char *token)
 {
-    size_t tl = strlen(token);
-    const char *p = list;
-    while (*p) {
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-        const char *s = p;
-        while (*p && *p != ',')
-            p++;
-        const char *e = p;
-        while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
-            e--;
-        if ((size_t)(e - s) == tl && strncasecmp(s, token, tl) == 0)
-            return true;
-    }
-    return false;
+    return al_http_list_has(list, strlen(list), token, strlen(token));
 }
 
 int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uint16_t dst_port,
@@ -407,21 +393,9 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uin
 
 /* ---- serialisation ---------------------------------------------------------------- */
 
-static const char *const req__hop_by_hop[] = {
-    "host",
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "http2-settings",
-    "content-length",
-    NULL,
-};
+/* Restated by the serialiser (Host, framing) or refused before (HTTP2-Settings); the rest of
+ * what is not forwarded is common/http.h's (al_http_request_field_dropped). */
+static const char *const req__restated[] = {"host", "http2-settings", "content-length", NULL};
 
 int egress_http_serialize_request(const struct egress_http_head *h,
                                   const struct egress_http_request *r, struct al_buf *out)
@@ -441,15 +415,19 @@ int egress_http_serialize_request(const struct egress_http_head *h,
         rc = al_buf_printf(out, "Host: %s:%u\r\n", r->host_name, r->port);
     if (rc)
         return rc;
-    const char *conn = egress_http_head_get(h, "Connection", NULL);
+    /* The Connection fields, for the options they name (RFC 9110 7.6.1). */
+    struct al_http_field conn[EGRESS_HTTP_MAX_HEADERS];
+    size_t n_conn = 0;
+    for (uint32_t i = 0; i < h->n_hdr; i++)
+        if (h->hdr[i].name_len == 10 && strcasecmp(h->buf + h->hdr[i].name, "connection") == 0)
+            conn[n_conn++] = (struct al_http_field){h->buf + h->hdr[i].name, h->hdr[i].name_len,
+                                                    h->buf + h->hdr[i].value, h->hdr[i].value_len};
     for (uint32_t i = 0; i < h->n_hdr; i++) {
         const char *name = h->buf + h->hdr[i].name;
         bool skip = false;
-        for (const char *const *x = req__hop_by_hop; *x && !skip; x++)
+        for (const char *const *x = req__restated; *x && !skip; x++)
             skip = strcasecmp(name, *x) == 0;
-        if (!skip && conn && req__token_in(conn, name))
-            skip = true;
-        if (skip)
+        if (skip || al_http_request_field_dropped(conn, n_conn, name, h->hdr[i].name_len))
             continue;
         if ((rc = al_buf_append(out, name, h->hdr[i].name_len)) ||
             (rc = al_buf_append(out, ": ", 2)) ||

@@ -330,12 +330,44 @@ static const struct policy *op_policy(void *ctx)
     return c->policy ? inspect__raw(c->policy) : NULL;
 }
 
+static void inspect__count_request(struct egress *e, struct egress_conn *c, const char *decision)
+{
+    atomic_fetch_add(&e->stats.http_requests, 1);
+    if (decision && strcmp(decision, "deny") == 0) {
+        atomic_fetch_add(&e->stats.http_denied, 1);
+        atomic_fetch_add(&c->sb->n_denied, 1);
+    } else {
+        atomic_fetch_add(&c->sb->n_allowed, 1);
+    }
+}
+
 static bool op_audit(void *ctx, json_t *rec)
 {
     struct egress_conn *c = inspect__conn(ctx);
     struct egress *e = c->w->e;
     /* The connection's common fields first, then what the session says. */
     const char *type = json_string_value(json_object_get(rec, "type"));
+    if (type && strcmp(type, "http_request") == 0) {
+        const char *d = json_string_value(json_object_get(rec, "decision"));
+        json_int_t st = json_integer_value(json_object_get(rec, "status"));
+        struct egress_audit_event ev = {
+            .type = type,
+            .decision = d ? d : "allow",
+            .rule = json_string_value(json_object_get(rec, "rule")),
+            .reason = json_string_value(json_object_get(rec, "reason")),
+            .host = json_string_value(json_object_get(rec, "host")),
+            .request_id = json_string_value(json_object_get(rec, "request_id")),
+            .policy = c->policy,
+            .bytes_up = (uint64_t)json_integer_value(json_object_get(rec, "bytes_up")),
+            .bytes_down = (uint64_t)json_integer_value(json_object_get(rec, "bytes_down")),
+            .status = st > 0 && st < 1000 ? (int)st : 0,
+            .error = json_object_get(rec, "error") != NULL};
+        if (!egress_audit_budget(e, c->sb, &ev)) {
+            inspect__count_request(e, c, ev.decision);
+            json_decref(rec);
+            return egress_audit_ok(e->audit);
+        }
+    }
     json_t *r = egress_rec_new(type ? type : "http_request");
     if (!r) {
         json_decref(rec);
@@ -352,16 +384,8 @@ static bool op_audit(void *ctx, json_t *rec)
                    c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
     json_object_update(r, rec);
     json_decref(rec);
-    if (type && strcmp(type, "http_request") == 0) {
-        atomic_fetch_add(&e->stats.http_requests, 1);
-        const char *d = json_string_value(json_object_get(r, "decision"));
-        if (d && strcmp(d, "deny") == 0) {
-            atomic_fetch_add(&e->stats.http_denied, 1);
-            atomic_fetch_add(&c->sb->n_denied, 1);
-        } else {
-            atomic_fetch_add(&c->sb->n_allowed, 1);
-        }
-    }
+    if (type && strcmp(type, "http_request") == 0)
+        inspect__count_request(e, c, json_string_value(json_object_get(r, "decision")));
     egress_audit(e, r);
     return egress_audit_ok(e->audit);
 }

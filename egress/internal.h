@@ -25,9 +25,10 @@
 #include <sys/socket.h>
 #include <uv.h>
 
-#include "egress/llhttp_strict.h"
+#include "common/http_parser.h"
 
 #include "audit.h"
+#include "audit_budget.h"
 #include "clienthello.h"
 #include "decide.h"
 #include "egress.h"
@@ -46,14 +47,14 @@ struct egress_stats {
     atomic_uint_fast64_t dns_queries, dns_denied, dns_refused;
     atomic_uint_fast64_t bytes_up, bytes_down;
     atomic_uint_fast64_t unknown_source, limit_sandbox, limit_global, limit_memory;
-    atomic_uint_fast64_t limit_dns_rate, limit_dns_inflight, audit_aggregated; /* ratelimit.c */
+    atomic_uint_fast64_t limit_dns_rate, limit_dns_inflight; /* ratelimit.c */
+    atomic_uint_fast64_t audit_aggregated; /* records counted into aggregates (audit_budget.c) */
     atomic_uint_fast64_t timeouts, upstream_errors, audit_denied;
 };
 
 struct egress {
     struct egress_config cfg;
     struct egress_registry *reg;
-    struct egress_rcache *rcache;
     struct egress_audit *audit;
     struct egress_worker *workers;
     unsigned n_workers;
@@ -139,6 +140,7 @@ struct egress_worker {
     uv_thread_t thread;
     uv_async_t wake;          /* stop, sandbox removed */
     atomic_bool kick_removed; /* close connections of removed sandboxes */
+    atomic_bool kick_rejudge; /* a sandbox's network changed: judge its connections again */
     struct egress_listener listeners[3 * EGRESS_MAX_LISTEN];
     int ep;            /* epoll set of the connections' sockets */
     uv_poll_t ep_poll; /* ... watched by the loop */
@@ -213,6 +215,8 @@ struct egress_conn {
     struct egress_conn *prev, *next;
     struct egress_sandbox *sb;
     struct egress_policy *policy; /* snapshot for the current decision */
+    unsigned net_gen;             /* the sandbox's network generation of that snapshot */
+    char net_update[72];          /* the network update that closed it, or "" */
     enum egress_conn_state state;
     enum egress_proto proto;
     struct egress_end client, upstream;
@@ -255,6 +259,7 @@ struct egress_conn {
     const char *end_detail; /* a human explanation (interception), or NULL */
     bool audited_end;
     bool decision_audited;
+    bool decision_aggregated; /* its decision record went into an aggregate (audit_budget.h) */
     bool allowed;
     int mem_held; /* bytes accounted to the budget by this conn */
 };
@@ -277,6 +282,10 @@ int egress_dial(struct egress *e, const struct egress_ip *ip, uint16_t port);
 int egress_conn_connect(struct egress_conn *c);
 /* Closes every connection of removed sandboxes on this worker. */
 void egress_worker_reap_removed(struct egress_worker *w);
+/* Judges again every connection on this worker whose sandbox's network changed since the
+ * connection took its policy (egress_set_network): one not yet decided takes the new
+ * policy; a decided one whose destination the new narrowing refuses is reset. */
+void egress_worker_rejudge(struct egress_worker *w);
 
 /* relay.c: moves bytes both ways until both sides are done. c->up.buf may hold bytes to
  * send upstream first (the ClientHello). */

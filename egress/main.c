@@ -7,6 +7,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "common/confine.h"
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/util.h"
@@ -84,6 +85,12 @@ static int main__vswitch(struct egress *e, const struct egress_config *cfg, stru
 int main(int argc, char **argv)
 {
     al_log_init("egress", AL_LOG_AUTO, AL_LOG_INFO);
+    /* It holds injected secrets and CA keys in memory: never in a core file. */
+    struct al_error he = {0};
+    if (al_confine_no_dumps(&he) < 0) {
+        al_error("%s: refusing to hold secrets in a process that can dump them", al_error_str(&he));
+        return 1;
+    }
     for (int i = 1; i + 1 < argc; i++) {
         if (strcmp(argv[i], "--log-level") == 0) {
             enum al_log_level lv;

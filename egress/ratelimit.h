@@ -2,12 +2,12 @@
  *
  * Owns: the per-sandbox DNS query rate (GCRA, the token bucket as one atomic "theoretical
  * arrival time": no lock on the query path), the per-sandbox share of upstream resolutions
- * in flight (counted by dns_server.c against cfg.dns_inflight), and the aggregation of
- * repeated audit records: beyond the limits, queries are refused and identical denials
- * are still enforced, but each is counted instead of written, and one `security_event`
- * `limit` record per sandbox, reason and second carries the count (`suppressed`). A
- * sweep on the control loop (egress_limits_flush, every second and at shutdown) writes the
- * counts that no later event carried, so no suppressed event goes unaccounted.
+ * in flight (counted by dns_server.c against cfg.dns_inflight), and the records of their
+ * refusals: beyond the limits queries are refused, each is counted instead of written, and
+ * one `security_event` `limit` record per sandbox, reason and second carries the count
+ * (`suppressed`). A sweep on the control loop (egress_limits_flush, every second and at
+ * shutdown) writes the counts that no later event carried, so no suppressed event goes
+ * unaccounted; the same sweep writes the aggregates of the audit budgets (audit_budget.h).
  */
 #ifndef AIRLOCK_EGRESS_RATELIMIT_H
 #define AIRLOCK_EGRESS_RATELIMIT_H
@@ -31,16 +31,8 @@ bool egress_dns_rate_ok(struct egress *e, struct egress_sandbox *sb);
 /* A DNS query refused because the sandbox has cfg.dns_inflight resolutions in flight. */
 void egress_dns_inflight_refused(struct egress *e, struct egress_sandbox *sb);
 
-/* A denial of sb is about to be audited: kind ("connection", "http_request", "dns_query"),
- * reason, target (SNI, Host or query name; may be NULL) and dst (may be NULL) make it
- * "identical" to others. True when it should be written (the first cfg.deny_audit_rate
- * identical ones per second, and within 5 x that rate for all of the sandbox's denials:
- * names that differ each time are not identical but are bounded too); false when it was
- * counted into an aggregated record (repeated_denials, denial_rate_limit). */
-bool egress_deny_audit_ok(struct egress *e, struct egress_sandbox *sb, const char *kind,
-                          const char *reason, const char *target, const char *dst);
-
-/* Writes the aggregated records that are due (all of them when force). */
+/* Writes the aggregated records that are due (all of them when force): the limits' counts
+ * and the audit budgets' aggregates. */
 void egress_limits_flush(struct egress *e, bool force);
 /* The same for one sandbox (its removal). */
 void egress_limits_flush_sandbox(struct egress *e, struct egress_sandbox *sb, bool force);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,7 @@
 
 /* ---- cache -------------------------------------------------------------------------- */
 
-#define RC_SLOTS 4096
+#define RC_SLOTS EGRESS_RCACHE_SLOTS
 #define RC_PROBE 16
 
 struct rc__entry {
@@ -28,6 +29,7 @@ struct rc__entry {
 };
 
 struct egress_rcache {
+    atomic_int refs;
     pthread_mutex_t lock;
     struct rc__entry **slots;
     uint32_t min_ttl, max_ttl, neg_ttl;
@@ -51,6 +53,7 @@ int egress_rcache_new(const struct egress_config *cfg, struct egress_rcache **ou
         return -ENOMEM;
     }
     pthread_mutex_init(&c->lock, NULL);
+    atomic_init(&c->refs, 1);
     c->min_ttl = cfg->dns_min_ttl;
     c->max_ttl = cfg->dns_max_ttl;
     c->neg_ttl = cfg->dns_neg_ttl;
@@ -68,9 +71,16 @@ void egress_rcache_clear(struct egress_rcache *c)
     pthread_mutex_unlock(&c->lock);
 }
 
-void egress_rcache_free(struct egress_rcache *c)
+struct egress_rcache *egress_rcache_ref(struct egress_rcache *c)
 {
-    if (!c)
+    if (c)
+        atomic_fetch_add(&c->refs, 1);
+    return c;
+}
+
+void egress_rcache_unref(struct egress_rcache *c)
+{
+    if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
         return;
     egress_rcache_clear(c);
     pthread_mutex_destroy(&c->lock);
@@ -142,6 +152,7 @@ void egress_rcache_put(struct egress_rcache *c, const char *name, uint16_t qtype
 
 struct egress__rquery {
     struct egress_resolver *r;
+    struct egress_rcache *cache; /* referenced; NULL: none */
     struct egress__rquery *next;
     char name[DNS_MAX_TEXT + 1];
     uint16_t qtype;
@@ -170,7 +181,6 @@ struct egress__rquery {
 struct egress_resolver {
     uv_loop_t *loop;
     const struct egress_config *cfg;
-    struct egress_rcache *cache;
     struct egress__rquery *queries;
     bool closing;
     size_t live;
@@ -178,14 +188,13 @@ struct egress_resolver {
 };
 
 int egress_resolver_new(uv_loop_t *loop, const struct egress_config *cfg,
-                        struct egress_rcache *cache, struct egress_resolver **out)
+                        struct egress_resolver **out)
 {
     struct egress_resolver *r = calloc(1, sizeof *r);
     if (!r)
         return -ENOMEM;
     r->loop = loop;
     r->cfg = cfg;
-    r->cache = cache;
     *out = r;
     return 0;
 }
@@ -207,6 +216,7 @@ static void rq__on_handle_closed(uv_handle_t *h)
     if (--q->open_handles > 0)
         return;
     struct egress_resolver *r = q->r;
+    egress_rcache_unref(q->cache);
     free(q->tcp_in);
     free(q);
     r->live--;
@@ -229,8 +239,8 @@ static void rq__finish(struct egress__rquery *q, const struct egress_resolution 
         return;
     q->done = true;
     rq__unlink(q);
-    if (res->status == 0)
-        egress_rcache_put(q->r->cache, q->name, q->qtype, res);
+    if (res->status == 0 && q->cache)
+        egress_rcache_put(q->cache, q->name, q->qtype, res);
     struct egress_resolve_req *w = q->waiters;
     q->waiters = NULL;
     while (w) {
@@ -428,16 +438,19 @@ static void rq__timeout(uv_timer_t *t)
         rq__fail(q, -EIO);
 }
 
-static struct egress__rquery *rq__start(struct egress_resolver *r, const char *name, uint16_t qtype)
+static struct egress__rquery *rq__start(struct egress_resolver *r, struct egress_rcache *cache,
+                                        const char *name, uint16_t qtype)
 {
     struct egress__rquery *q = calloc(1, sizeof *q);
     if (!q)
         return NULL;
     q->r = r;
+    q->cache = egress_rcache_ref(cache);
     snprintf(q->name, sizeof q->name, "%s", name);
     q->qtype = qtype;
     int wl = dns_name_to_wire(name, q->qwire, sizeof q->qwire);
     if (wl < 0) {
+        egress_rcache_unref(q->cache);
         free(q);
         return NULL;
     }
@@ -468,21 +481,23 @@ static struct egress__rquery *rq__start(struct egress_resolver *r, const char *n
     return q;
 }
 
-int egress_resolve(struct egress_resolver *r, const char *name, uint16_t qtype,
-                   struct egress_resolve_req *req, struct egress_resolution *out)
+int egress_resolve(struct egress_resolver *r, struct egress_rcache *cache, const char *name,
+                   uint16_t qtype, struct egress_resolve_req *req, struct egress_resolution *out)
 {
     req->next = NULL;
     req->q = NULL;
-    if (egress_rcache_get(r->cache, name, qtype, out)) {
+    if (cache && egress_rcache_get(cache, name, qtype, out)) {
         r->stats.cache_hits++;
         return 1;
     }
+    /* Only the same cache's question: another sandbox's in flight would answer this one
+     * sooner than its own would, which tells it what the other asked. */
     struct egress__rquery *q = NULL;
-    for (q = r->queries; q; q = q->next)
-        if (!q->done && q->qtype == qtype && strcmp(q->name, name) == 0)
-            break;
+    for (struct egress__rquery *o = cache ? r->queries : NULL; o && !q; o = o->next)
+        if (!o->done && o->cache == cache && o->qtype == qtype && strcmp(o->name, name) == 0)
+            q = o;
     if (!q && !r->closing && r->live < RQ_MAX_INFLIGHT)
-        q = rq__start(r, name, qtype);
+        q = rq__start(r, cache, name, qtype);
     if (!q) {
         memset(out, 0, sizeof *out);
         out->status = r->closing ? -ECANCELED : r->live >= RQ_MAX_INFLIGHT ? -EBUSY : -EIO;

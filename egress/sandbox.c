@@ -1,7 +1,9 @@
 /* egress/sandbox: see sandbox.h. The maps are small open-addressing tables rebuilt on
  * growth; sandboxes come and go at human rates, lookups happen per connection. */
 #include "sandbox.h"
+#include "audit_budget.h"
 #include "inspect.h"
+#include "resolver.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -168,6 +170,9 @@ void egress_sandbox_put(struct egress_sandbox *sb)
     egress_inspect_sandbox_free(sb->inspect);
     json_decref(sb->network);
     ans__free_all(sb);
+    egress_rcache_unref(atomic_load(&sb->rcache));
+    egress_audit_budget_free(sb);
+    pthread_mutex_destroy(&sb->agg_lock);
     pthread_mutex_destroy(&sb->lock);
     free(sb);
 }
@@ -191,6 +196,7 @@ int egress_registry_add(struct egress_registry *r, const char *id, const char *t
     memcpy(sb->addrs, addrs, n_addrs * sizeof *addrs);
     sb->n_addrs = n_addrs;
     pthread_mutex_init(&sb->lock, NULL);
+    pthread_mutex_init(&sb->agg_lock, NULL);
 
     pthread_rwlock_wrlock(&r->lock);
     int rc = 0;
@@ -237,6 +243,7 @@ int egress_registry_add(struct egress_registry *r, const char *id, const char *t
 out:
     pthread_rwlock_unlock(&r->lock);
     if (rc < 0) {
+        pthread_mutex_destroy(&sb->agg_lock);
         pthread_mutex_destroy(&sb->lock);
         free(sb);
     }
@@ -323,6 +330,37 @@ void egress_sandbox_set_policy(struct egress_sandbox *sb, struct egress_policy *
     egress_policy_unref(old);
 }
 
+struct egress_policy *egress_sandbox_policy_gen(struct egress_sandbox *sb, unsigned *gen)
+{
+    pthread_mutex_lock(&sb->lock);
+    struct egress_policy *p = sb->policy ? egress_policy_ref(sb->policy) : NULL;
+    *gen = atomic_load(&sb->net_gen);
+    pthread_mutex_unlock(&sb->lock);
+    return p;
+}
+
+void egress_sandbox_set_network(struct egress_sandbox *sb, struct egress_policy *p,
+                                struct json_t *network, const char *update_id)
+{
+    pthread_mutex_lock(&sb->lock);
+    struct egress_policy *old = sb->policy;
+    json_t *old_net = sb->network;
+    sb->policy = p;
+    sb->network = network;
+    snprintf(sb->net_update, sizeof sb->net_update, "%s", update_id ? update_id : "");
+    atomic_fetch_add(&sb->net_gen, 1);
+    pthread_mutex_unlock(&sb->lock);
+    egress_policy_unref(old);
+    json_decref(old_net);
+}
+
+void egress_sandbox_net_update(struct egress_sandbox *sb, char out[72])
+{
+    pthread_mutex_lock(&sb->lock);
+    snprintf(out, 72, "%s", sb->net_update);
+    pthread_mutex_unlock(&sb->lock);
+}
+
 /* ---- answer memory ---------------------------------------------------------------- */
 
 #define ANS_PROBE 16
@@ -340,6 +378,22 @@ static void ans__free_all(struct egress_sandbox *sb)
         free(sb->answers[i]);
     free(sb->answers);
     sb->answers = NULL;
+}
+
+struct egress_rcache *egress_sandbox_rcache(struct egress_sandbox *sb,
+                                            const struct egress_config *cfg)
+{
+    struct egress_rcache *c = atomic_load(&sb->rcache);
+    if (c)
+        return c;
+    if (egress_rcache_new(cfg, &c) < 0)
+        return NULL;
+    struct egress_rcache *none = NULL;
+    if (!atomic_compare_exchange_strong(&sb->rcache, &none, c)) {
+        egress_rcache_unref(c); /* another worker made it first */
+        c = none;
+    }
+    return c;
 }
 
 void egress_sandbox_remember(struct egress_sandbox *sb, const char *name,

@@ -3,8 +3,10 @@
  * Owns: the map from a sandbox's source address (guaranteed by the vswitch) to its
  * identity, template and current policy; atomic policy replacement (hot reload); the
  * per-sandbox counters that limits need (live connections, buffer memory); the memory of
- * DNS answers the proxy gave the sandbox (for the destination check); and its E2B network
- * fields, which narrow every policy it is given (registration, replacement, reload).
+ * DNS answers the proxy gave the sandbox (for the destination check); its own resolver
+ * cache (resolver.h: nothing it holds comes from another sandbox); and its E2B network
+ * fields, which narrow every policy it is given (registration, replacement, reload) and
+ * which a network update replaces together with the policy (a new network generation).
  *
  * Concurrency: the registry is guarded by a rwlock (lookups take it shared); a sandbox is
  * reference-counted and may outlive its removal while connections still hold it (they see
@@ -24,6 +26,8 @@
 #include "dns_wire.h"
 
 struct json_t;
+struct egress_config;
+struct egress_rcache;
 
 #define EGRESS_SANDBOX_MAX_ADDRS 4
 #define EGRESS_ANSWER_SLOTS      512 /* names remembered per sandbox */
@@ -37,15 +41,7 @@ struct egress_answer_entry {
     char name[];
 };
 
-/* Identical denials of one sandbox in the current second (ratelimit.c). */
-#define EGRESS_DENY_SLOTS 8
-struct egress_deny_slot {
-    uint64_t key;        /* hash of kind, reason, target, dst; 0 = free */
-    uint64_t window_ns;  /* start of its one-second window */
-    uint32_t count;      /* denials in the window */
-    uint32_t suppressed; /* of which counted, not written */
-    char kind[16], reason[48], target[128], dst[56];
-};
+struct egress_audit_agg; /* audit_budget.c */
 
 struct egress_sandbox {
     atomic_int refs;
@@ -56,13 +52,21 @@ struct egress_sandbox {
     char policy_file[512]; /* "" when the policy came inline */
     /* E2B network fields ({"allow_internet_access","allow_out","deny_out"}) or NULL: every
      * policy of this sandbox is narrowed by them (egress_policy_narrow). Set at
-     * registration, never changed, freed with the sandbox. */
+     * registration, replaced by a network update (egress_set_network); read and written on
+     * the control loop only (workers see the narrowing through the policy). */
     struct json_t *network;
+    /* Network updates: the generation (0 at registration, +1 per update, under lock with
+     * the policy it came with) and the id of the latest update (for the records of the
+     * connections it closes). Workers judge a connection again when its generation is
+     * older than the sandbox's. */
+    atomic_uint net_gen;
+    char net_update[72]; /* under lock */
     atomic_bool removed;
 
-    pthread_mutex_t lock;                 /* policy and answers */
-    struct egress_policy *policy;         /* never NULL once registered */
-    struct egress_answer_entry **answers; /* EGRESS_ANSWER_SLOTS pointers, on first use */
+    pthread_mutex_t lock;                   /* policy and answers */
+    struct egress_policy *policy;           /* never NULL once registered */
+    struct egress_answer_entry **answers;   /* EGRESS_ANSWER_SLOTS pointers, on first use */
+    _Atomic(struct egress_rcache *) rcache; /* its resolver cache, on first use */
     size_t n_answers;
 
     /* Interception: its CA, TLS configuration, placeholders (inspect.c); set once at
@@ -81,9 +85,12 @@ struct egress_sandbox {
     atomic_uint dns_inflight;     /* its queries waiting for the upstream resolver */
     atomic_uint_fast64_t dns_rate_suppressed, dns_inflight_suppressed;
     atomic_uint_fast64_t last_dns_rate_audit_ns, last_dns_inflight_audit_ns;
-    struct egress_deny_slot deny[EGRESS_DENY_SLOTS]; /* under lock */
-    atomic_uint_fast64_t deny_tat;                   /* all its denial records (GCRA) */
-    atomic_uint_fast64_t deny_rate_suppressed, last_deny_rate_audit_ns;
+
+    /* Audit budgets (audit_budget.c): its allowed and its denied records written one by one
+     * (GCRA), and the aggregates of those beyond (allocated at the first). */
+    atomic_uint_fast64_t audit_allow_tat, audit_deny_tat;
+    pthread_mutex_t agg_lock;
+    struct egress_audit_agg *audit_agg; /* under agg_lock */
 };
 
 struct egress_registry;
@@ -116,7 +123,21 @@ struct egress_policy *egress_sandbox_policy(struct egress_sandbox *sb);
 /* Replaces the policy (takes the new reference; drops the old one). */
 void egress_sandbox_set_policy(struct egress_sandbox *sb, struct egress_policy *p,
                                const char *policy_file);
+/* The current policy (a reference) and the network generation it belongs to, read
+ * together. */
+struct egress_policy *egress_sandbox_policy_gen(struct egress_sandbox *sb, unsigned *gen);
+/* Replaces the policy and the network fields together (takes both references; drops the
+ * old ones), a new network generation named by update_id. */
+void egress_sandbox_set_network(struct egress_sandbox *sb, struct egress_policy *p,
+                                struct json_t *network, const char *update_id);
+/* The id of the latest network update into out (size 72; "" when none). */
+void egress_sandbox_net_update(struct egress_sandbox *sb, char out[72]);
 
+/* The sandbox's resolver cache, made on first use (cfg gives its TTL clamps); NULL when
+ * memory is short (the caller then resolves without a cache). Valid while the caller holds
+ * the sandbox. */
+struct egress_rcache *egress_sandbox_rcache(struct egress_sandbox *sb,
+                                            const struct egress_config *cfg);
 /* Answers given to the sandbox for a name (canonical), remembered until
  * max(ttl, remember_s). */
 void egress_sandbox_remember(struct egress_sandbox *sb, const char *name,

@@ -279,6 +279,8 @@ static void worker__on_wake(uv_async_t *a)
     struct egress_worker *w = a->data;
     if (atomic_exchange(&w->kick_removed, false))
         egress_worker_reap_removed(w);
+    if (atomic_exchange(&w->kick_rejudge, false))
+        egress_worker_rejudge(w);
     if (!atomic_load(&w->e->stopping) || w->stopping)
         return;
     /* Stop: close listeners, connections (each audited), DNS, resolver. */
@@ -343,8 +345,7 @@ int egress_worker_init(struct egress_worker *w, struct egress *e, unsigned index
     w->ep_poll.data = w;
     uv_async_init(&w->loop, &w->wake, worker__on_wake);
     w->wake.data = w;
-    if (e->cfg.have_resolver &&
-        (rc = egress_resolver_new(&w->loop, &e->cfg, e->rcache, &w->resolver)) < 0)
+    if (e->cfg.have_resolver && (rc = egress_resolver_new(&w->loop, &e->cfg, &w->resolver)) < 0)
         return rc;
     if ((rc = egress_inspect_worker_init(w)) < 0)
         return rc;

@@ -22,7 +22,7 @@ static void cli__usage(FILE *f)
            "  lint FILE... [--strict] [--quiet]\n"
            "      Validate policies. Exit 0 when valid (warnings are printed), 1 on errors\n"
            "      (--strict: also on warnings).\n"
-           "  explain FILE URL [--method M] [--addr IP] [--connection] [--json]\n"
+           "  explain FILE URL [--method M] [--body] [--addr IP] [--connection] [--json]\n"
            "      Decide one request and say why. URL: https://host[:port]/path,\n"
            "      http://host[:port]/path, host:port or tcp://host:port (raw TCP), dns:NAME.\n"
            "  test FILE CASES.yaml [--verbose]\n"
@@ -274,6 +274,8 @@ static json_t *cli__decision_json(const struct policy *p, const struct cli__req 
         json_object_set_new(o, "port", json_integer(r->req.port));
         json_object_set_new(o, "method", r->req.method ? json_string(r->req.method) : json_null());
         json_object_set_new(o, "path", r->req.path ? json_string(r->req.path) : json_null());
+        if (r->req.method)
+            json_object_set_new(o, "body", json_boolean(r->req.body));
     }
     json_object_set_new(o, "policy",
                         json_pack("{s:s, s:s, s:s}", "name", policy_name(p), "hash", policy_hash(p),
@@ -282,20 +284,37 @@ static json_t *cli__decision_json(const struct policy *p, const struct cli__req 
     return o;
 }
 
+/* --body / body: true: the request carries a body (only requests have one). */
+static int cli__body(struct cli__req *r, struct al_error *err)
+{
+    if (!r->req.method)
+        return al_error_set(err, -EINVAL,
+                            "a body needs an http:// or https:// request (not raw TCP, dns: or "
+                            "--connection)");
+    r->req.body = true;
+    return 0;
+}
+
 static int cli__explain(int argc, char **argv)
 {
     const char *method = NULL, *addr = NULL;
-    bool json = false, connection = false;
-    static const struct option opts[] = {
-        {"method", required_argument, NULL, 'X'}, {"addr", required_argument, NULL, 'a'},
-        {"connection", no_argument, NULL, 'c'},   {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
+    bool json = false, connection = false, body = false;
+    static const struct option opts[] = {{"method", required_argument, NULL, 'X'},
+                                         {"addr", required_argument, NULL, 'a'},
+                                         {"connection", no_argument, NULL, 'c'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"body", no_argument, NULL, 'b'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "X:a:cjh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "X:a:cjbh", opts, NULL)) != -1) {
         switch (c) {
         case 'X':
             method = optarg;
+            break;
+        case 'b':
+            body = true;
             break;
         case 'a':
             addr = optarg;
@@ -314,7 +333,7 @@ static int cli__explain(int argc, char **argv)
         }
     }
     if (argc - optind != 2) {
-        fprintf(stderr, "usage: airlock policy explain FILE URL [--method M] [--addr IP] "
+        fprintf(stderr, "usage: airlock policy explain FILE URL [--method M] [--body] [--addr IP] "
                         "[--connection] [--json]\n");
         return 2;
     }
@@ -323,7 +342,7 @@ static int cli__explain(int argc, char **argv)
         return 1;
     struct al_error err = {0};
     if (cli__url(argv[optind + 1], method, connection, r, &err) ||
-        (addr && cli__addr(addr, r, &err))) {
+        (addr && cli__addr(addr, r, &err)) || (body && cli__body(r, &err))) {
         fprintf(stderr, "airlock policy explain: %s\n", err.msg);
         free(r);
         return 2;
@@ -373,8 +392,8 @@ static int cli__explain(int argc, char **argv)
 /* ---- test ----------------------------------------------------------------------------- */
 
 static const char *const cli__case_keys[] = {
-    "name", "url",    "method", "connection", "addr",       "network",   "expect",
-    "rule", "reason", "tls",    "inject",     "would_deny", "websocket", NULL};
+    "name",   "url", "method", "connection", "addr",      "network", "expect", "rule",
+    "reason", "tls", "inject", "would_deny", "websocket", "body",    NULL};
 
 /* Builds the policy a case runs against: the loaded one, or a narrowed view of it. */
 static struct policy *cli__case_policy(struct policy *p, const struct al_yaml_node *net,
@@ -430,7 +449,7 @@ static int cli__case(struct policy *p, const struct al_yaml_node *cs, size_t idx
     else
         snprintf(name, sizeof name, "case %zu", idx + 1);
     const char *url = NULL, *method = NULL, *addr = NULL;
-    bool connection = false;
+    bool connection = false, body = false;
     if (!(v = al_yaml_get(cs, "url")))
         return al_yaml_error(d, cs, "missing_key", "%s: needs url: (or url: dns:NAME)", name), -1;
     if (al_yaml_str(v, "url", &url, d))
@@ -440,6 +459,8 @@ static int cli__case(struct policy *p, const struct al_yaml_node *cs, size_t idx
     if ((v = al_yaml_get(cs, "addr")) && al_yaml_str(v, "addr", &addr, d))
         return -1;
     if ((v = al_yaml_get(cs, "connection")) && al_yaml_bool(v, "connection", &connection, d))
+        return -1;
+    if ((v = al_yaml_get(cs, "body")) && al_yaml_bool(v, "body", &body, d))
         return -1;
     static const char *const verdicts[] = {"deny", "allow", NULL};
     int expect;
@@ -451,7 +472,8 @@ static int cli__case(struct policy *p, const struct al_yaml_node *cs, size_t idx
     if (!r)
         return -1;
     struct al_error err = {0};
-    if (cli__url(url, method, connection, r, &err) || (addr && cli__addr(addr, r, &err))) {
+    if (cli__url(url, method, connection, r, &err) || (addr && cli__addr(addr, r, &err)) ||
+        (body && cli__body(r, &err))) {
         al_yaml_error(d, al_yaml_get(cs, "url"), "bad_case", "%s: %s", name, err.msg);
         free(r);
         return -1;

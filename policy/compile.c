@@ -389,11 +389,17 @@ static const char *const compile__reasons[POLICY_R__COUNT] = {
     "address_mismatch",
     "sandbox_network_denies",
     "dns_disabled",
+    "request_body_not_allowed",
 };
 
 const char *policy_reason_code(enum policy_reason r)
 {
     return (unsigned)r < POLICY_R__COUNT ? compile__reasons[r] : "unknown";
+}
+
+bool policy_reason_is_malformed(enum policy_reason r)
+{
+    return r == POLICY_R_BODY;
 }
 
 enum { ST_NONE = 0, ST_SCHEME, ST_PORT, ST_METHOD, ST_PATH, ST_FULL };
@@ -621,6 +627,12 @@ static bool decide__narrowed(const struct policy *p, const char *name, size_t le
     return false;
 }
 
+bool policy_narrowing_passes(const struct policy *p, const char *name, size_t len,
+                             const struct policy_addr *a)
+{
+    return !decide__narrowed(p, name, len, a);
+}
+
 static bool decide__reportable(enum policy_reason r)
 {
     return r == POLICY_R_RULE_DENIES || r == POLICY_R_NO_RULE || r == POLICY_R_SCHEME ||
@@ -645,6 +657,36 @@ static void decide__report(const struct policy *p, const struct decide__q *q,
                                                                          : POLICY_TLS_PASSTHROUGH;
     else
         out->tls = POLICY_TLS_NONE;
+}
+
+/* An allow taken back by a check after the rules (never relaxed by report mode). */
+static void decide__revoke(struct policy_decision *out, enum policy_reason reason)
+{
+    out->verdict = POLICY_DENY;
+    out->would_deny = false;
+    out->reason = reason;
+    out->inject = NULL;
+    out->n_inject = 0;
+    out->tls = POLICY_TLS_NONE;
+    out->websocket = false;
+}
+
+/* A body on a method without body semantics reaches an upstream that may ignore its framing
+ * and run the body as a request nobody decided (CL.0 smuggling): allowed only where the
+ * rule that genuinely allows the request lists the method in body_methods. Not a policy
+ * choice that report mode relaxes: a would_deny request never has the opt-in. */
+static void decide__body(const struct policy_request *req, const struct decide__q *q,
+                         struct policy_decision *out)
+{
+    if (!req->body || !q->method || out->verdict != POLICY_ALLOW ||
+        !(q->method_bit & POLICY__M_NO_BODY))
+        return;
+    if (out->rule && !out->would_deny) {
+        const struct policy__rule *r = (const struct policy__rule *)out->rule;
+        if (r->body_bits & q->method_bit)
+            return;
+    }
+    decide__revoke(out, POLICY_R_BODY);
 }
 
 int policy_decide(const struct policy *p, const struct policy_request *req,
@@ -727,12 +769,7 @@ int policy_decide(const struct policy *p, const struct policy_request *req,
             memset(&c, 0, offsetof(struct policy_decision, host));
             decide__addrs(p, addr, &q, &c);
             if (c.verdict != POLICY_ALLOW) {
-                out->verdict = POLICY_DENY;
-                out->reason = POLICY_R_INTERNAL;
-                out->inject = NULL;
-                out->n_inject = 0;
-                out->tls = POLICY_TLS_NONE;
-                out->websocket = false;
+                decide__revoke(out, POLICY_R_INTERNAL);
                 return 0;
             }
         }
@@ -745,6 +782,7 @@ int policy_decide(const struct policy *p, const struct policy_request *req,
         }
     }
     decide__report(p, &q, out);
+    decide__body(req, &q, out);
     return 0;
 }
 
@@ -948,6 +986,16 @@ size_t policy_explain(const struct policy *p, const struct policy_request *req,
         n = snprintf(buf, len, "the path is refused: %s", err.msg);
         break;
     }
+    case POLICY_R_BODY:
+        explain__list(r ? r->body_methods : NULL, r ? r->n_body_methods : 0, list, sizeof list);
+        n = snprintf(buf, len,
+                     "%s carries a request body, which %.*s requests have no use for: an upstream "
+                     "that ignores it would run the body as a request the policy never decided "
+                     "(request smuggling); refused unless the allowing rule lists the method in "
+                     "body_methods (rule '%s': %s)",
+                     what, req ? (int)req->method_len : 0, req && req->method ? req->method : "",
+                     r ? rn : "none", r && r->n_body_methods ? list : "none");
+        break;
     case POLICY_R_INVALID_REQUEST:
         n = snprintf(buf, len,
                      "the request is malformed (port 0, a method that is not an HTTP token, a "

@@ -77,6 +77,8 @@ static json_t *hash__rule(const struct policy_rule *r)
     json_object_set_new(o, "cidrs", hash__sorted(r->cidrs, r->n_cidrs));
     json_object_set_new(o, "methods", hash__sorted(r->methods, r->n_methods));
     json_object_set_new(o, "paths", hash__sorted(r->paths, r->n_paths));
+    if (r->n_body_methods) /* only when set: hashes of policies without it stay as they were */
+        json_object_set_new(o, "body_methods", hash__sorted(r->body_methods, r->n_body_methods));
     json_t *ports = json_array();
     for (size_t i = 0; i < r->n_ports; i++)
         json_array_append_new(ports, json_pack("[ii]", r->ports[i].lo, r->ports[i].hi));

@@ -30,6 +30,10 @@ enum {
     POLICY__M_OPTIONS = 1u << 5,
     POLICY__M_PATCH = 1u << 6,
     POLICY__M_TRACE = 1u << 7,
+    /* Methods whose requests have no body semantics (RFC 9110 9.3): a body needs a rule's
+     * body_methods. */
+    POLICY__M_NO_BODY =
+        POLICY__M_GET | POLICY__M_HEAD | POLICY__M_OPTIONS | POLICY__M_DELETE | POLICY__M_TRACE,
 };
 
 struct policy__cidr {
@@ -42,6 +46,7 @@ struct policy__rule {
     unsigned col;
     bool conditional;               /* has methods or paths: decided per request */
     uint32_t method_bits;           /* standard methods */
+    uint32_t body_bits;             /* body_methods (POLICY__M_NO_BODY bits) */
     const char *const *ext_methods; /* other method tokens */
     size_t n_ext_methods;
     struct policy_pattern *patterns; /* pub.n_hosts of them */

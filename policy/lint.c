@@ -10,7 +10,10 @@
  *   exfil_domain      a known tunnel, paste, file-drop, request-capture, out-of-band or
  *                     open-proxy service (the list below; docs/policy.md repeats it);
  *   internal_cidr     a CIDR that opens internal or special addresses (allowed, on purpose,
- *                     but said out loud), and the cloud metadata address in particular.
+ *                     but said out loud), and the cloud metadata address in particular;
+ *   passthrough_wildcard  a wildcard host on an allow rule with TLS passthrough: the proxy
+ *                     sees only the SNI, and a front serving many names (a CDN) reaches any
+ *                     of them through an allowed SNI with another Host (domain fronting).
  */
 #include "policy/internal.h"
 
@@ -374,7 +377,34 @@ static void lint__shadowed(const struct policy *p, struct al_diags *d)
     }
 }
 
+/* Passthrough decides on the SNI alone; the Host inside the stream is never seen. Under a
+ * wildcard, names are usually served by a shared front (a CDN, a cloud load balancer) that
+ * routes on Host: a sandbox may send an allowed SNI and reach any site behind that front. */
+static void lint__passthrough_wildcards(const struct policy *p, struct al_diags *d)
+{
+    for (size_t r = 0; r < p->n_rules; r++) {
+        const struct policy__rule *b = &p->rules[r];
+        if (b->pub.action != POLICY_ACTION_ALLOW || b->pub.scheme != POLICY_SCHEME_HTTPS ||
+            b->pub.tls != POLICY_TLS_PASSTHROUGH)
+            continue;
+        for (size_t i = 0; i < b->pub.n_hosts; i++) {
+            if (b->patterns[i].kind == POLICY_PATTERN_EXACT)
+                continue;
+            al_diags_add(d, AL_DIAG_WARNING, p->file, b->host_lines[i], b->host_cols[i],
+                         "passthrough_wildcard",
+                         "rule '%s': '%s' with TLS passthrough is decided on the SNI alone: "
+                         "names under a wildcard are often served by one front (a CDN) that "
+                         "routes on the Host inside TLS, which the proxy does not see, so an "
+                         "allowed SNI can carry a request for any site behind it (domain "
+                         "fronting); where that matters use tls: inspect (the proxy then checks "
+                         "Host against the SNI) or list the exact hosts",
+                         b->pub.name, b->pub.hosts[i]);
+        }
+    }
+}
+
 void policy__lint(const struct policy *p, struct al_diags *d)
 {
     lint__shadowed(p, d);
+    lint__passthrough_wildcards(p, d);
 }

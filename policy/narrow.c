@@ -169,3 +169,10 @@ struct policy *policy_narrow(struct policy *base, const struct policy_narrowing 
     }
     return p;
 }
+
+struct policy *policy_unnarrowed(struct policy *p)
+{
+    while (p && p->narrow && p->base)
+        p = p->base;
+    return p ? policy_ref(p) : NULL;
+}

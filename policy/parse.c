@@ -636,6 +636,60 @@ static int parse__methods(struct parse__ctx *c, const struct al_yaml_node *n,
     return rc;
 }
 
+/* body_methods: which of the methods without body semantics may carry a body on this rule. */
+static int parse__body_methods(struct parse__ctx *c, const struct al_yaml_node *n,
+                               struct policy__rule *r)
+{
+    static const char *const allowed[] = {"GET", "HEAD", "OPTIONS", "DELETE", "TRACE", NULL};
+    char what[200];
+    snprintf(what, sizeof what, "%s: body_methods", c->what);
+    if (al_yaml_strlist(n, what, true, c->d))
+        return -EINVAL;
+    const char **v = policy__alloc(&c->p->arena, n->n * sizeof *v);
+    if (!v)
+        return -ENOMEM;
+    size_t k = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n->n; i++) {
+        const struct al_yaml_node *it = n->items[i];
+        const char *m = it->str;
+        size_t j = 0;
+        while (allowed[j] && strcmp(allowed[j], m) != 0)
+            j++;
+        if (!allowed[j]) {
+            size_t u = 0;
+            while (allowed[u] && strcasecmp(allowed[u], m) != 0)
+                u++;
+            if (allowed[u])
+                rc = PERR(c, it, "bad_method",
+                          "%s: methods are case-sensitive in HTTP: write %s, not %s", what,
+                          allowed[u], m);
+            else
+                rc = PERR(c, it, "bad_body_method",
+                          "%s: '%s' requests may always carry a body; list only GET, HEAD, "
+                          "OPTIONS, DELETE or TRACE here (the methods whose bodies the proxy "
+                          "refuses unless a rule allows them)",
+                          what, m);
+            continue;
+        }
+        uint32_t bit = policy__method_bit(m, it->len);
+        if (r->body_bits & bit) {
+            PWARN(c, it, "duplicate_method", "%s: method %s is listed twice", what, m);
+            continue;
+        }
+        if (r->pub.n_methods && !(r->method_bits & bit))
+            PWARN(c, it, "body_method_unused",
+                  "%s: %s is not among the rule's methods, so it never applies here", what, m);
+        r->body_bits |= bit;
+        if (!(v[k++] = policy__strdup(&c->p->arena, m)))
+            return -ENOMEM;
+    }
+    qsort(v, k, sizeof *v, parse__str_cmp);
+    r->pub.body_methods = v;
+    r->pub.n_body_methods = k;
+    return rc;
+}
+
 static int parse__paths(struct parse__ctx *c, const struct al_yaml_node *n, struct policy__rule *r)
 {
     char what[200];
@@ -677,9 +731,9 @@ static int parse__paths(struct parse__ctx *c, const struct al_yaml_node *n, stru
 /* ---- a rule --------------------------------------------------------------------------- */
 
 static const char *const parse__rule_keys[] = {
-    "name",    "description", "hosts",  "cidrs",  "ports", "scheme",    "tls",
-    "methods", "paths",       "inject", "action", "mode",  "websocket", "allow_plaintext_inject",
-    "scrub",   NULL};
+    "name",    "description",  "hosts",  "cidrs",  "ports", "scheme",    "tls",
+    "methods", "paths",        "inject", "action", "mode",  "websocket", "allow_plaintext_inject",
+    "scrub",   "body_methods", NULL};
 
 static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_t idx,
                        struct policy__rule *r)
@@ -827,12 +881,20 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
                               *inject_n = al_yaml_get(n, "inject"), *tls_n = al_yaml_get(n, "tls"),
                               *ws_n = al_yaml_get(n, "websocket"),
                               *api_n = al_yaml_get(n, "allow_plaintext_inject"),
-                              *scrub_n = al_yaml_get(n, "scrub");
+                              *scrub_n = al_yaml_get(n, "scrub"),
+                              *body_n = al_yaml_get(n, "body_methods");
     if (methods_n) {
         int mrc = parse__methods(c, methods_n, r);
         if (mrc == -ENOMEM)
             return mrc;
         if (mrc)
+            rc = -EINVAL;
+    }
+    if (body_n) {
+        int brc = parse__body_methods(c, body_n, r);
+        if (brc == -ENOMEM)
+            return brc;
+        if (brc)
             rc = -EINVAL;
     }
     if (paths_n) {
@@ -855,11 +917,12 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
                                         : paths_n  ? paths_n
                                         : inject_n ? inject_n
                                         : ws_n     ? ws_n
+                                        : body_n   ? body_n
                                                    : tls_n;
         if (l7)
             rc = PERR(c, l7, "tcp_no_http",
-                      "%s: scheme: tcp is raw bytes: methods, paths, inject, websocket and tls "
-                      "need scheme: http or https",
+                      "%s: scheme: tcp is raw bytes: methods, paths, inject, websocket, "
+                      "body_methods and tls need scheme: http or https",
                       c->what);
     }
     /* TLS mode. */
@@ -942,9 +1005,33 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
         else
             r->pub.scrub = e == 0 ? POLICY_SCRUB_STRICT : POLICY_SCRUB_BEST_EFFORT;
     }
-    if (r->pub.action == POLICY_ACTION_DENY && (ws_n || scrub_n))
-        rc = PERR(c, ws_n ? ws_n : scrub_n, "deny_option",
-                  "%s: websocket and scrub have no meaning on a deny rule: remove them", c->what);
+    if (body_n && r->pub.action == POLICY_ACTION_ALLOW && r->pub.scheme != POLICY_SCHEME_TCP) {
+        char list[64] = "";
+        for (size_t i = 0; i < r->pub.n_body_methods; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                     r->pub.body_methods[i]);
+        if (r->pub.tls == POLICY_TLS_PASSTHROUGH)
+            PWARN(c, body_n, "body_methods_passthrough",
+                  "%s: body_methods has no effect with TLS passthrough (the proxy does not see "
+                  "the requests inside the stream, nor their bodies)",
+                  c->what);
+        else if (r->pub.n_body_methods)
+            PWARN(c, body_n, "request_body_methods",
+                  "%s: %s requests with a body are allowed here: an upstream that ignores the "
+                  "body of such a request (several frameworks do) reads it as a second request "
+                  "that the policy never decided (request smuggling, \"CL.0\"); keep this only "
+                  "for an API that needs it, toward upstreams you know read the body",
+                  c->what, list);
+    }
+    if (r->pub.action == POLICY_ACTION_DENY && (ws_n || scrub_n || body_n))
+        rc = PERR(c,
+                  ws_n      ? ws_n
+                  : scrub_n ? scrub_n
+                            : body_n,
+                  "deny_option",
+                  "%s: websocket, scrub and body_methods have no meaning on a deny rule: remove "
+                  "them",
+                  c->what);
     return rc;
 }
 

@@ -13,21 +13,7 @@
 #include <errno.h>
 #include <string.h>
 
-static int path__hex(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-static bool path__unreserved(unsigned char c)
-{
-    return isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
-}
+#include "common/percent.h"
 
 /* Is this segment (or a piece of it between encoded slashes) a dot segment, also with
  * ;parameters ("..;jsessionid=x")? */
@@ -102,7 +88,6 @@ static int path__normalize(const char *in, size_t len, char *out, size_t outlen,
         if (q)
             len = (size_t)(q - in);
     }
-    size_t o = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)in[i];
         if (c < 0x21 || c >= 0x7f)
@@ -119,31 +104,15 @@ static int path__normalize(const char *in, size_t len, char *out, size_t outlen,
         if (pattern && c == '?')
             return al_error_set(err, -EINVAL,
                                 "path patterns match the path only: remove the query ('?...')");
-        if (o + 4 >= outlen)
-            return al_error_set(err, -EINVAL, "path is longer than %zu bytes", outlen - 4);
-        if (c == '%') {
-            int h = i + 2 < len ? path__hex(in[i + 1]) : -1;
-            int l = i + 2 < len ? path__hex(in[i + 2]) : -1;
-            if (h < 0 || l < 0)
-                return al_error_set(err, -EINVAL, "malformed percent-escape in path");
-            unsigned char v = (unsigned char)(h * 16 + l);
-            if (v == 0)
-                return al_error_set(err, -EINVAL, "%%00 (NUL) in path");
-            if (path__unreserved(v)) {
-                out[o++] = (char)v;
-            } else {
-                static const char hex[] = "0123456789ABCDEF";
-                out[o++] = '%';
-                out[o++] = hex[v >> 4];
-                out[o++] = hex[v & 15];
-            }
-            i += 2;
-            continue;
-        }
-        out[o++] = (char)c;
     }
-    out[o] = '\0';
-    int rc = path__check_segments(out, o, pattern, err);
+    ssize_t o = al_percent_decode(in, len, out, outlen, AL_PERCENT_UNRESERVED_ONLY);
+    if (o == -E2BIG)
+        return al_error_set(err, -EINVAL, "path is longer than %zu bytes", outlen ? outlen - 1 : 0);
+    if (o == -EILSEQ)
+        return al_error_set(err, -EINVAL, "%%00 (NUL) in path");
+    if (o < 0)
+        return al_error_set(err, -EINVAL, "malformed percent-escape in path");
+    int rc = path__check_segments(out, (size_t)o, pattern, err);
     return rc ? rc : (int)o;
 }
 

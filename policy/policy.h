@@ -202,6 +202,10 @@ struct policy_rule {
     size_t n_methods;
     const char *const *paths; /* n_paths == 0: any path */
     size_t n_paths;
+    /* Methods without body semantics (GET, HEAD, OPTIONS, DELETE, TRACE) whose requests may
+     * carry a body on this rule; requests of the others with a body are refused. */
+    const char *const *body_methods;
+    size_t n_body_methods;
     const struct policy_inject *inject;
     size_t n_inject;
 };
@@ -260,6 +264,11 @@ enum policy_reason {
     POLICY_R_ADDR_MISMATCH,   /* "address_mismatch": IP-literal host != destination address */
     POLICY_R_NARROWED,        /* "sandbox_network_denies": E2B allowOut/denyOut/no internet */
     POLICY_R_DNS_DISABLED,    /* "dns_disabled": dns.resolve is none */
+    POLICY_R_BODY,            /* "request_body_not_allowed": a body on GET, HEAD, OPTIONS,
+                                 DELETE or TRACE the deciding rule's body_methods does not
+                                 list (request smuggling through an upstream that ignores
+                                 it); a malformed request (HTTP 400), enforced in report mode
+                                 too */
     POLICY_R__COUNT
 };
 
@@ -275,6 +284,8 @@ struct policy_request {
      * must be split by the caller first. Given together with method, or not at all. */
     const char *path;
     size_t path_len;
+    /* The request carries a body (Content-Length > 0, or any Transfer-Encoding). */
+    bool body;
 };
 
 struct policy_decision {
@@ -304,6 +315,9 @@ int policy_decide(const struct policy *p, const struct policy_request *req,
 int policy_dns_decide(const struct policy *p, const char *name, size_t len,
                       struct policy_decision *out);
 const char *policy_reason_code(enum policy_reason r);
+/* Whether a denial with this reason refuses the request itself rather than where it goes
+ * (request_body_not_allowed): proxies answer 400 bad_request instead of 403. */
+bool policy_reason_is_malformed(enum policy_reason r);
 /* One human sentence about a decision, e.g. "rule 'github-api' allows GET on
  * api.github.com:443". Returns the length written (always NUL-terminated). */
 size_t policy_explain(const struct policy *p, const struct policy_request *req,
@@ -334,6 +348,16 @@ struct policy_narrowing {
  * Returns NULL with err explaining a malformed entry. */
 struct policy *policy_narrow(struct policy *base, const struct policy_narrowing *n,
                              struct al_error *err);
+/* The policy under every narrowing of p (p itself when it is not narrowed), with a new
+ * reference: what a sandbox's narrowing is replaced on (an update of its E2B fields
+ * narrows this policy afresh, it does not narrow the previous narrowing). */
+struct policy *policy_unnarrowed(struct policy *p);
+/* Whether every narrowing of p lets a destination through: name (canonical, or NULL) and
+ * address (or NULL), as policy_decide() asks the narrowings before its rules. True for a
+ * policy that is not narrowed. Used to judge established connections again after their
+ * sandbox's narrowing was replaced (the rules below it are the same). */
+bool policy_narrowing_passes(const struct policy *p, const char *name, size_t len,
+                             const struct policy_addr *a);
 
 /* ---- CLI ------------------------------------------------------------------------------ */
 

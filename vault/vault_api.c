@@ -24,33 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/percent.h"
+
 static int api__error(json_t **out, int status, const char *msg)
 {
     *out = json_pack("{s:i,s:s}", "code", status, "message", msg);
     return status;
-}
-
-/* Percent-decodes a path tail into out; false if invalid or too long. */
-static bool api__name(const char *in, char *out, size_t outlen)
-{
-    size_t o = 0;
-    for (const char *p = in; *p; p++) {
-        char c = *p;
-        if (c == '%') {
-            if (!isxdigit((unsigned char)p[1]) || !isxdigit((unsigned char)p[2]))
-                return false;
-            char hex[3] = {p[1], p[2], 0};
-            c = (char)strtol(hex, NULL, 16);
-            if (c == '\0')
-                return false;
-            p += 2;
-        }
-        if (o + 1 >= outlen)
-            return false;
-        out[o++] = c;
-    }
-    out[o] = '\0';
-    return true;
 }
 
 static bool api__query_u64(const char *query, const char *key, uint64_t *out, bool *present)
@@ -186,7 +165,7 @@ int vault_api_handle(struct vault_service *svc, const struct vault_peer *p, cons
     }
     bool history = strncmp(path, "/v1/history/", 12) == 0;
     if (history || strncmp(path, "/v1/secrets/", 12) == 0) {
-        if (!api__name(path + 12, name, sizeof name))
+        if (al_percent_decode(path + 12, strlen(path + 12), name, sizeof name, 0) < 0)
             return api__error(out, 400, "the secret name in the path is not valid");
         if (history) {
             if (!get)

@@ -5,6 +5,7 @@
  * leave only through vault_svc_fetch, only to the egress role, only toward a bound host. */
 #include "vault/vault.h"
 
+#include "common/confine.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -20,9 +21,7 @@
 #include <string.h>
 #include <limits.h>
 #include <unistd.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/resource.h>
 
 /* What the user database says about a uid, cached: looking it up costs ~10 us per call and
  * every request needs it. */
@@ -61,11 +60,10 @@ static void svc__wipe_free(void *p)
 
 void vault_harden_process(void)
 {
-    struct rlimit rl = {0, 0};
-    if (setrlimit(RLIMIT_CORE, &rl) < 0)
-        al_warn("vault: cannot disable core dumps: %s", strerror(errno));
-    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
-        al_warn("vault: cannot set PR_SET_DUMPABLE 0: %s", strerror(errno));
+    struct al_error e = {0};
+    if (al_confine_no_dumps(&e) < 0)
+        al_die("vault: %s: refusing to hold secrets in a process that can dump them",
+               al_error_str(&e));
     /* jansson holds request bodies (base64 values) and answers: wipe every block it frees.
      * malloc_usable_size works for blocks allocated before this call too. */
     json_set_alloc_funcs(malloc, svc__wipe_free);

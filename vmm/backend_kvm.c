@@ -36,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -49,6 +48,7 @@
 #include "common/http.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/spawn.h"
 #include "common/paths.h"
 #include "common/util.h"
 #include "kvm_cache.h"
@@ -56,8 +56,6 @@
 #include "vmm/jail/idmap.h"
 #include "vmm/jail/jail.h"
 #include "vmm/kvm/kvm.h"
-
-extern char **environ;
 
 #define KB_FD_CONSOLE 3
 #define KB_FD_CONTROL 4
@@ -165,11 +163,6 @@ static int kb__find_kernel(struct kvm_be *k, struct al_error *err)
 
 /* ---- small process helpers -------------------------------------------------------------- */
 
-static int kb__pidfd_open(pid_t pid)
-{
-    return (int)syscall(SYS_pidfd_open, pid, 0);
-}
-
 /* Waits for pid (our child) to exit, up to timeout_ms; its status, or -ETIMEDOUT. */
 static int kb__wait_exit(pid_t pid, int pidfd, int timeout_ms, int *status)
 {
@@ -185,109 +178,30 @@ static int kb__wait_exit(pid_t pid, int pidfd, int timeout_ms, int *status)
     }
 }
 
-struct kb__spawn {
-    char *const *argv;
-    int fds[4]; /* become 3..6 in the child (-1: none) */
-    bool attach_cgroup;
-};
+static int kb__attach(pid_t pid, void *arg, struct al_error *err)
+{
+    struct kvm_be *k = arg;
+    return k->cg_created ? jail_cg_attach(&k->cg, pid, err) : 0;
+}
 
-/* fork + exec with a handshake: the child is in the sandbox's cgroup before it runs a single
- * instruction of the new program, dies with airlock-vmm (PR_SET_PDEATHSIG), and gets exactly
- * the descriptors asked for. An exec failure comes back as an error. */
-static pid_t kb__spawn(struct kvm_be *k, const struct kb__spawn *s, int *pidfd,
+/* Starts argv with 0 /dev/null, 1 = 2 (airlock-vmm's log), 3..6 = fds (-1: none): in the
+ * sandbox's cgroup before it runs a single instruction of the new program, dying with
+ * airlock-vmm. An exec failure comes back as an error. */
+static pid_t kb__spawn(struct kvm_be *k, char *const *argv, const int fds[4], int *pidfd,
                        struct al_error *err)
 {
-    int go[2], rep[2];
-    if (pipe2(go, O_CLOEXEC) < 0)
-        return al_error_set(err, -errno, "pipe: %s", strerror(errno));
-    if (pipe2(rep, O_CLOEXEC) < 0) {
-        close(go[0]);
-        close(go[1]);
-        return al_error_set(err, -errno, "pipe: %s", strerror(errno));
-    }
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(go[0]);
-        close(go[1]);
-        close(rep[0]);
-        close(rep[1]);
-        return al_error_set(err, -e, "fork: %s", strerror(e));
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        char c;
-        if (read(go[0], &c, 1) != 1)
-            _exit(127);
-        /* Move every descriptor we keep above the target range, then into place:
-         * 0 /dev/null, 1 = 2 (airlock-vmm's log), 3..6 as asked, 7 the exec report. */
-        int report = rep[1];
-        int rep_hi = fcntl(rep[1], F_DUPFD_CLOEXEC, 64);
-        if (rep_hi >= 0)
-            report = rep_hi;
-        int tmp[4];
-        for (int i = 0; i < 4; i++)
-            tmp[i] = s->fds[i] >= 0 ? fcntl(s->fds[i], F_DUPFD_CLOEXEC, 64) : -1;
-        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-        if (rep_hi < 0 || null < 0 || dup2(null, 0) < 0 || dup2(2, 1) < 0)
-            goto fail;
-        for (int i = 0; i < 4; i++) {
-            if (s->fds[i] >= 0 && tmp[i] < 0)
-                goto fail;
-            if (tmp[i] >= 0 && dup2(tmp[i], 3 + i) < 0)
-                goto fail;
-            if (tmp[i] < 0)
-                close(3 + i);
-        }
-        if (dup3(rep_hi, 7, O_CLOEXEC) < 0)
-            goto fail;
-        report = 7;
-        syscall(SYS_close_range, 8, ~0u, 0);
-        signal(SIGPIPE, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        execve(s->argv[0], s->argv, environ);
-    fail:;
-        int e = errno;
-        ssize_t w = write(report, &e, sizeof e);
-        (void)w;
-        _exit(127);
-    }
-    close(go[0]);
-    close(rep[1]);
-    int rc = 0;
-    *pidfd = kb__pidfd_open(pid);
-    if (*pidfd < 0)
-        rc = al_error_set(err, -errno, "pidfd_open: %s", strerror(errno));
-    if (rc == 0 && s->attach_cgroup && k->cg_created)
-        rc = jail_cg_attach(&k->cg, pid, err);
-    if (rc == 0 && write(go[1], "g", 1) != 1)
-        rc = al_error_set(err, -errno, "cannot start %s: %s", s->argv[0], strerror(errno));
-    close(go[1]);
-    if (rc == 0) {
-        int e = 0;
-        ssize_t n;
-        while ((n = read(rep[0], &e, sizeof e)) < 0 && errno == EINTR) {
-        }
-        if (n == (ssize_t)sizeof e)
-            rc = al_error_set(err, -e, "cannot execute %s: %s", s->argv[0], strerror(e));
-    }
-    close(rep[0]);
-    if (rc < 0) {
-        kill(pid, SIGKILL);
-        int st;
-        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-        }
-        if (*pidfd >= 0)
-            close(*pidfd);
-        *pidfd = -1;
-        return rc;
-    }
-    return pid;
+    struct al_spawn s = {
+        .path = argv[0],
+        .argv = argv,
+        .fds = {-1, 2, 2, fds[0], fds[1], fds[2], fds[3]},
+        .nfds = 7,
+        .die_with_parent = true,
+        .before_exec = kb__attach,
+        .arg = k,
+    };
+    pid_t pid;
+    int rc = al_spawn(&s, &pid, pidfd, err);
+    return rc < 0 ? rc : pid;
 }
 
 /* Runs a helper to completion (kvm_cache_run_fn): mkrootfs, in the sandbox's cgroup so a
@@ -295,9 +209,8 @@ static pid_t kb__spawn(struct kvm_be *k, const struct kb__spawn *s, int *pidfd,
 static int kb__run(void *ctx, char *const argv[], struct al_error *err)
 {
     struct kvm_be *k = ctx;
-    struct kb__spawn s = {.argv = argv, .fds = {-1, -1, -1, -1}, .attach_cgroup = true};
     int pidfd;
-    pid_t pid = kb__spawn(k, &s, &pidfd, err);
+    pid_t pid = kb__spawn(k, argv, (const int[4]){-1, -1, -1, -1}, &pidfd, err);
     if (pid < 0)
         return pid;
     int st = 0;
@@ -527,9 +440,7 @@ static int kb__start_vmm(struct kvm_be *k, struct kb__argv *a, bool console_pipe
     } else {
         kb__arg(a, "--net-unplugged");
     }
-    struct kb__spawn s = {
-        .argv = a->v, .fds = {cp[1], sp[1], agent_fd, tap_fd}, .attach_cgroup = true};
-    out->pid = kb__spawn(k, &s, &out->pidfd, err);
+    out->pid = kb__spawn(k, a->v, (const int[4]){cp[1], sp[1], agent_fd, tap_fd}, &out->pidfd, err);
     close(sp[1]);
     if (cp[1] >= 0)
         close(cp[1]);
@@ -790,8 +701,8 @@ static int kb__start(void *priv, int agent_listen_fd, struct vmm_started *out, s
         .pids = k->vcpus + 16,
         .cpus = s->cpus,
     };
-    int rc = jail_cg_create(&k->cg, &lim, err);
-    if (rc)
+    int rc = jail_cg_parent_room(&k->cg, JAIL_CG_START_PIDS, err);
+    if (rc || (rc = jail_cg_create(&k->cg, &lim, err)))
         return rc;
     k->cg_created = true;
 

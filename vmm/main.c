@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/paths.h"
+#include "jail/jail.h"
 #include "vmm.h"
 
 static void main__usage(FILE *f)
@@ -17,6 +18,7 @@ static void main__usage(FILE *f)
             "       airlock-vmm [--state-dir DIR] --cleanup ID [--keep-logs]\n"
             "       airlock-vmm [--state-dir DIR] --sweep [--keep-logs] [--cgroup-parent P]"
             " [--uid-base N] [--uid-slots N]\n"
+            "       airlock-vmm --limit-parent [--cgroup-parent P] [--pids N] [--memory-mib N]\n"
             "       airlock-vmm --probe-kvm [--kernel BZIMAGE] [--timeout-ms N]\n"
             "\n"
             "run      start the sandbox the spec describes (\"-\" reads it from standard input,\n"
@@ -39,6 +41,11 @@ static void main__usage(FILE *f)
             "         and the cgroups and id slots of sandboxes that crashed before they had a\n"
             "         record (--cgroup-parent etc.: the values the sandboxes were started with).\n"
             "--keep-logs  keep agent.log of what is cleaned up.\n"
+            "--limit-parent  set the limits of all sandboxes together on the cgroup parent\n"
+            "         (default airlock; made if missing): --pids N processes, --memory-mib N\n"
+            "         of memory (each absent: no limit). Prints one JSON line (parent,\n"
+            "         cgroup_version, pids_max, pids_current, memory_max, memory_current; a\n"
+            "         limit of null: none). airlockd runs it at start.\n"
             "--probe-kvm  can this host run KVM sandboxes? One JSON line on stdout:\n"
             "         {\"usable\":true|false,\"reason\":...,\"checks\":{...}}; exit 0 if usable,\n"
             "         1 if not. Checks /dev/kvm, a tiny guest, then boots the guest kernel\n"
@@ -67,7 +74,7 @@ int main(int argc, char **argv)
     al_log_init("airlock-vmm", AL_LOG_AUTO, AL_LOG_INFO);
     argc = al_take_state_dir_arg(argc, argv);
     const char *spec = NULL, *cleanup = NULL, *parent = NULL;
-    bool sweep = false, keep_logs = false, warm = false, probe_kvm = false;
+    bool sweep = false, keep_logs = false, warm = false, probe_kvm = false, limit_parent = false;
     const char *kernel = NULL;
     unsigned long timeout_ms = 3000;
     long ready_fd = -1, memory_mib = -1, pids = -1;
@@ -104,6 +111,8 @@ int main(int argc, char **argv)
             keep_logs = true;
         } else if (strcmp(a, "--sweep") == 0) {
             sweep = true;
+        } else if (strcmp(a, "--limit-parent") == 0) {
+            limit_parent = true;
         } else if (strcmp(a, "--cgroup-parent") == 0 && next) {
             parent = argv[++i];
         } else if (strcmp(a, "--memory-mib") == 0 && next) {
@@ -157,6 +166,28 @@ int main(int argc, char **argv)
         printf("%s\n", out ? out : "{\"usable\":false,\"reason\":\"out of memory\"}");
         free(out);
         return usable ? 0 : 1;
+    }
+    if (limit_parent) {
+        if (spec || cleanup || sweep || warm || cpus > 0) {
+            fprintf(stderr, "airlock-vmm: --limit-parent goes alone (with --cgroup-parent, "
+                            "--pids, --memory-mib)\n");
+            return VMM_EXIT_USAGE;
+        }
+        struct jail_cg_limits lim = {
+            .memory_bytes = memory_mib > 0 ? (uint64_t)memory_mib << 20 : 0,
+            .pids = pids > 0 ? (uint32_t)pids : 0,
+        };
+        struct al_error err = {0};
+        json_t *r = jail_limit_parent(parent ? parent : "airlock", &lim, &err);
+        if (!r) {
+            fprintf(stderr, "airlock-vmm: --limit-parent: %s\n", al_error_str(&err));
+            return 1;
+        }
+        char *out = json_dumps(r, JSON_COMPACT);
+        json_decref(r);
+        printf("%s\n", out ? out : "{}");
+        free(out);
+        return 0;
     }
     if (kernel) {
         fprintf(stderr, "airlock-vmm: --kernel goes with --probe-kvm (a sandbox's kernel is "

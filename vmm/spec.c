@@ -609,8 +609,12 @@ fail:
 
 int vmm_template_validate(const json_t *t, const char *where, struct al_error *err)
 {
-    static const char *const keys[] = {"name", "description", "user",  "workdir",
-                                       "env",  "agent",       "build", NULL};
+    /* Besides what the sandbox gets: what the image said (cmd, entrypoint, image), the
+     * default policy (airlockd's), the build that made it (build) and its start and ready
+     * commands (airlockd's builds record them). */
+    static const char *const keys[] = {"name",   "description", "user",      "workdir",    "env",
+                                       "agent",  "build",       "cmd",       "entrypoint", "image",
+                                       "policy", "start_cmd",   "ready_cmd", NULL};
     int rc = al_json_check_keys(t, keys, where, err);
     if (rc)
         return rc;
@@ -621,8 +625,15 @@ int vmm_template_validate(const json_t *t, const char *where, struct al_error *e
         (rc = al_json_get_str(t, "user", false, &user, where, err)) ||
         (rc = al_json_get_str(t, "workdir", false, &workdir, where, err)))
         return rc;
-    if (!vmm_id_valid(name))
-        return al_error_set(err, -EINVAL, "%s: \"name\" must be letters, digits, '-' and '_'",
+    /* A template's name as airlockd allows them: letters, digits, '-', '_' and '.', not
+     * first, and no "..". */
+    bool name_ok = name[0] != '.' && !strstr(name, "..") && strlen(name) <= VMM_ID_MAX;
+    for (const char *c = name; name_ok && *c; c++)
+        name_ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                  (*c >= '0' && *c <= '9') || ((*c == '-' || *c == '_' || *c == '.') && c != name);
+    if (!name_ok)
+        return al_error_set(err, -EINVAL,
+                            "%s: \"name\" must be letters, digits, '-', '_' and '.' (not first)",
                             where);
     if (workdir && !vmm_path_normalised(workdir))
         return al_error_set(err, -EINVAL, "%s: \"workdir\" must be a normalised absolute path",

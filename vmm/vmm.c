@@ -282,11 +282,15 @@ static void vmm__notify(struct vmm *v, json_t *msg)
     v->ready_fd = -1;
 }
 
-static void vmm__notify_error(struct vmm *v, const char *msg)
+/* code -EAGAIN: the host's limits for all sandboxes together are reached ("busy": airlockd
+ * answers 503, a condition that passes, not a broken sandbox). */
+static void vmm__notify_error(struct vmm *v, const char *msg, int code)
 {
     json_t *o = json_object();
     json_object_set_new(o, "ready", json_false());
     json_object_set_new(o, "error", json_string(msg));
+    if (code == -EAGAIN)
+        json_object_set_new(o, "busy", json_true());
     vmm__notify(v, o);
 }
 
@@ -409,7 +413,7 @@ static void vmm__finish(struct vmm *v)
             : v->exit_code == VMM_EXIT_UNHEALTHY  ? "the agent never became healthy"
                                                   : "incomplete cleanup");
     if (v->ready_fd >= 0)
-        vmm__notify_error(v, "the sandbox stopped before it was ready");
+        vmm__notify_error(v, "the sandbox stopped before it was ready", 0);
     uv_timer_stop(&v->stop_timer);
     uv_close((uv_handle_t *)&v->stop_timer, vmm__closed_noop);
     if (!uv_is_closing((uv_handle_t *)&v->pid_poll))
@@ -521,7 +525,7 @@ static void vmm__on_healthy(struct vmm *v, int rc)
         char msg[512];
         snprintf(msg, sizeof msg, "the agent did not answer GET /health within %u ms (see %s)",
                  v->spec.start_timeout_ms, v->log_path);
-        vmm__notify_error(v, msg);
+        vmm__notify_error(v, msg, 0);
         vmm_stop(v, 0, VMM_EXIT_UNHEALTHY);
         return;
     }
@@ -847,7 +851,7 @@ int vmm_run(const struct vmm_opts *o)
 #endif
     if (rc) {
         al_error("sandbox %s: %s", v->spec.id, al_error_str(&err));
-        vmm__notify_error(v, al_error_str(&err));
+        vmm__notify_error(v, al_error_str(&err), 0);
         vmm_stop(v, 0, VMM_EXIT_SETUP);
     } else if ((rc = vmm_probe_start(v, v->spec.start_timeout_ms, vmm__on_healthy))) {
         vmm_stop(v, 0, VMM_EXIT_SETUP);
@@ -877,7 +881,7 @@ fail:
         vmm__remove_files(v->dir, false);
 fail_nodir:
     al_error("%s", al_error_str(&err));
-    vmm__notify_error(v, al_error_str(&err));
+    vmm__notify_error(v, al_error_str(&err), err.code);
 fail_quiet:
     if (v->lock_fd >= 0)
         close(v->lock_fd);

@@ -1,8 +1,10 @@
 /* vswitch/nl: the small rtnetlink client the vswitch needs (no iproute2 at run time).
  *
- * Owns: one NETLINK_ROUTE socket bound to the network namespace it was opened in, request
- * building (attributes, nesting) and synchronous request/acknowledge with the kernel's
- * extended error message. Everything is blocking and bounded; one request at a time.
+ * Owns: one NETLINK_ROUTE socket bound to the network namespace it was opened in, the
+ * requests the switch makes (links, addresses, routes, rules, neighbours, dumps) and
+ * synchronous request/acknowledge with the kernel's extended error message. libmnl builds,
+ * parses and dispatches the messages; the socket, the receive loop and its bounds are ours.
+ * Everything is blocking and bounded; one request at a time.
  * Internal to vswitch/ (and its tests): not part of the public API.
  */
 #ifndef AIRLOCK_VSWITCH_NL_H

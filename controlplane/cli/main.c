@@ -21,9 +21,13 @@ int vault_cli_main(int argc, char **argv);
 #endif
 #ifdef AIRLOCK_HAVE_SANDBOX_CLI
 int sandbox_cli_main(int argc, char **argv);
+int events_cli_main(int argc, char **argv);
 #endif
 #ifdef AIRLOCK_HAVE_APIKEY_CLI
 int apikey_cli_main(int argc, char **argv);
+#endif
+#ifdef AIRLOCK_HAVE_TEMPLATE_CLI
+int template_cli_main(int argc, char **argv);
 #endif
 
 static const struct al_cli_group cli__groups[] = {
@@ -41,9 +45,14 @@ static const struct al_cli_group cli__groups[] = {
 #endif
 #ifdef AIRLOCK_HAVE_SANDBOX_CLI
     {"sandbox", "list, create, exec in, and kill sandboxes", sandbox_cli_main},
+    {"events", "list and follow sandbox lifecycle events", events_cli_main},
 #endif
 #ifdef AIRLOCK_HAVE_APIKEY_CLI
     {"apikey", "create, list and revoke API keys", apikey_cli_main},
+#endif
+#ifdef AIRLOCK_HAVE_TEMPLATE_CLI
+    {"template", "templates: pull images, build (SDK JSON or Dockerfile), ls, inspect, rm",
+     template_cli_main},
 #endif
     {NULL, NULL, NULL},
 };

@@ -1,4 +1,5 @@
-/* controlplane/cli/sandbox_cli: `airlock sandbox ls|create|exec|kill|logs|pause|resume`.
+/* controlplane/cli/sandbox_cli: `airlock sandbox ls|create|exec|kill|logs|pause|resume` and
+ * `airlock events ls|tail`.
  *
  * Speaks the same E2B API as the SDKs, on airlockd's local socket
  * (<state>/run/airlockd.sock, served to root and airlockd's uid without an API key), so it
@@ -37,7 +38,7 @@ static void sb_cli__usage(FILE *f)
             "         TEMPLATE defaults to base; --policy sets metadata airlock.policy\n"
             "  exec ID [--user U] [--cwd DIR] [--env K=V]... [--timeout SECONDS] -- CMD [ARG...]\n"
             "         runs CMD (through /bin/bash -c when it is one string) and exits with its\n"
-            "         status\n"
+            "         status; past --timeout it is killed and exec exits 124\n"
             "  kill ID...\n"
             "  logs ID [--limit N] [--level debug|info|warn|error]\n"
             "  pause ID | resume ID [--timeout SECONDS] | info ID\n"
@@ -46,9 +47,11 @@ static void sb_cli__usage(FILE *f)
             al_state_dir());
 }
 
-static int sb_cli__call(const char *method, const char *path, json_t *body, int *status,
-                        json_t **out, struct al_http_resp *raw)
+int cp_cli_call(const char *method, const char *path, json_t *body, int *status, json_t **out,
+                struct al_http_resp *raw)
 {
+    if (!cli__target[0])
+        snprintf(cli__target, sizeof cli__target, "unix:%s/run/airlockd.sock", al_state_dir());
     struct al_error err = {0};
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     struct al_http_header h[] = {{"Content-Type", "application/json"}};
@@ -79,7 +82,7 @@ static int sb_cli__call(const char *method, const char *path, json_t *body, int 
     return 0;
 }
 
-static void sb_cli__print(json_t *v)
+void cp_cli_print(json_t *v)
 {
     char *t = json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     printf("%s\n", t ? t : "null");
@@ -172,7 +175,7 @@ static int sb_cli__ls(int argc, char **argv)
         int status;
         json_t *out = NULL;
         struct al_http_resp r = {0};
-        if (sb_cli__call("GET", path.data, NULL, &status, &out, &r) || status != 200) {
+        if (cp_cli_call("GET", path.data, NULL, &status, &out, &r) || status != 200) {
             al_buf_free(&path);
             json_decref(out);
             al_http_resp_free(&r);
@@ -189,7 +192,7 @@ static int sb_cli__ls(int argc, char **argv)
     al_buf_free(&md);
     if (!rc) {
         if (as_json) {
-            sb_cli__print(all);
+            cp_cli_print(all);
         } else {
             printf("%-22s %-22s %-8s %-26s %s\n", "ID", "TEMPLATE", "STATE", "ENDS", "METADATA");
             size_t i;
@@ -264,9 +267,9 @@ static int sb_cli__create(int argc, char **argv)
     int status;
     json_t *out = NULL;
     rc = 1;
-    if (sb_cli__call("POST", "/v2/sandboxes", body, &status, &out, NULL) == 0 && status == 201) {
+    if (cp_cli_call("POST", "/v2/sandboxes", body, &status, &out, NULL) == 0 && status == 201) {
         if (as_json)
-            sb_cli__print(out);
+            cp_cli_print(out);
         else
             printf("%s\n", json_string_value(json_object_get(out, "sandboxID")));
         rc = 0;
@@ -291,10 +294,10 @@ static int sb_cli__simple(const char *method, const char *id, const char *suffix
     snprintf(path, sizeof path, "/sandboxes/%s%s", id, suffix);
     int status;
     json_t *out = NULL;
-    int rc = sb_cli__call(method, path, body, &status, &out, NULL);
+    int rc = cp_cli_call(method, path, body, &status, &out, NULL);
     if (!rc && (status == want || (want == 201 && status == 200))) {
         if (print && out)
-            sb_cli__print(out);
+            cp_cli_print(out);
         json_decref(out);
         return 0;
     }
@@ -329,7 +332,7 @@ static int sb_cli__logs(int argc, char **argv)
              level ? "&level=" : "", level ? level : "");
     int status;
     json_t *out = NULL;
-    if (sb_cli__call("GET", path, NULL, &status, &out, NULL) || status != 200) {
+    if (cp_cli_call("GET", path, NULL, &status, &out, NULL) || status != 200) {
         json_decref(out);
         return 1;
     }
@@ -354,6 +357,7 @@ struct exec_ctx {
     bool started;
     int status;
     char error[512];
+    bool deadline; /* the stream ended with deadline_exceeded (--timeout) */
 };
 
 static int exec__resp(struct al_http_creq *c, int status, const struct al_http_header *h, size_t n,
@@ -386,10 +390,12 @@ static void exec__message(struct exec_ctx *x, unsigned flags, const char *data, 
     if (!m)
         return;
     if (flags & 2) {
-        const char *msg =
-            json_string_value(json_object_get(json_object_get(m, "error"), "message"));
+        json_t *err = json_object_get(m, "error");
+        const char *msg = json_string_value(json_object_get(err, "message"));
+        const char *code = json_string_value(json_object_get(err, "code"));
         if (msg)
             snprintf(x->error, sizeof x->error, "%s", msg);
+        x->deadline = code && strcmp(code, "deadline_exceeded") == 0;
         json_decref(m);
         return;
     }
@@ -499,7 +505,7 @@ static int sb_cli__exec(int argc, char **argv)
     snprintf(path, sizeof path, "/sandboxes/%s", id);
     int status;
     json_t *info = NULL;
-    if (sb_cli__call("GET", path, NULL, &status, &info, NULL) || status != 200) {
+    if (cp_cli_call("GET", path, NULL, &status, &info, NULL) || status != 200) {
         json_decref(info);
         json_decref(env);
         return 1;
@@ -579,6 +585,14 @@ static int sb_cli__exec(int argc, char **argv)
     uv_loop_close(&loop);
     free(env5);
     explicit_bzero(token, sizeof token);
+    if (rc == 0 && x.status == 200 && !x.ended && x.deadline) {
+        /* envd's deadline: the agent killed the command, the stream says only that. */
+        fprintf(stderr,
+                "airlock sandbox exec: the command ran past --timeout %ld s and was killed\n",
+                timeout);
+        al_buf_free(&x.buf);
+        return 124; /* as timeout(1) */
+    }
     if (rc || x.status != 200 || !x.ended) {
         if (x.status && x.status != 200)
             fprintf(stderr, "airlock sandbox exec: %d: %.*s\n", x.status, (int)x.buf.len,
@@ -642,5 +656,276 @@ int sandbox_cli_main(int argc, char **argv)
     }
     fprintf(stderr, "airlock sandbox: unknown command '%s'\n\n", cmd);
     sb_cli__usage(stderr);
+    return 2;
+}
+
+/* ---- airlock events ---------------------------------------------------------------------- */
+
+static void ev_cli__usage(FILE *f)
+{
+    fprintf(f,
+            "usage: airlock [--state-dir DIR] events <command>\n"
+            "\n"
+            "  ls [--sandbox ID] [--type TYPE]... [--limit N] [--offset N] [--asc] [--json]\n"
+            "         the newest lifecycle events first (--asc: oldest first); N at most 100\n"
+            "  tail [--sandbox ID] [--type TYPE]... [--json]\n"
+            "         prints events as they happen until interrupted\n"
+            "  TYPE: created, killed, updated, paused, resumed, checkpointed (or the full\n"
+            "        sandbox.lifecycle.NAME)\n"
+            "\n"
+            "Talks to airlockd on %s/run/airlockd.sock.\n",
+            al_state_dir());
+}
+
+struct ev_cli_opts {
+    const char *sandbox;
+    struct al_buf query;
+    bool as_json, asc;
+};
+
+/* Parses the options common to ls and tail (and ls's own); 2 on a usage error. */
+static int ev_cli__opts(int argc, char **argv, bool is_ls, struct ev_cli_opts *o)
+{
+    static const struct option opts[] = {{"sandbox", required_argument, NULL, 's'},
+                                         {"type", required_argument, NULL, 't'},
+                                         {"limit", required_argument, NULL, 'l'},
+                                         {"offset", required_argument, NULL, 'o'},
+                                         {"asc", no_argument, NULL, 'a'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {NULL, 0, NULL, 0}};
+    memset(o, 0, sizeof *o);
+    al_buf_init(&o->query, 64 * 1024);
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        char *enc = NULL;
+        switch (c) {
+        case 's':
+            o->sandbox = optarg;
+            break;
+        case 't': {
+            char full[128];
+            snprintf(full, sizeof full, "%s%s",
+                     strncmp(optarg, "sandbox.", 8) == 0 ? "" : "sandbox.lifecycle.", optarg);
+            enc = sb_cli__urlenc(full);
+            al_buf_printf(&o->query, "%stypes=%s", o->query.len ? "&" : "", enc ? enc : "");
+            break;
+        }
+        case 'l':
+        case 'o':
+            if (!is_ls)
+                return 2;
+            enc = sb_cli__urlenc(optarg);
+            al_buf_printf(&o->query, "%s%s=%s", o->query.len ? "&" : "",
+                          c == 'l' ? "limit" : "offset", enc ? enc : "");
+            break;
+        case 'a':
+            if (!is_ls)
+                return 2;
+            o->asc = true;
+            break;
+        case 'j':
+            o->as_json = true;
+            break;
+        default:
+            return 2;
+        }
+        free(enc);
+    }
+    if (optind < argc)
+        return 2;
+    if (o->asc)
+        al_buf_printf(&o->query, "%sorderAsc=true", o->query.len ? "&" : "");
+    return 0;
+}
+
+static void ev_cli__path(const struct ev_cli_opts *o, char *out, size_t outlen)
+{
+    char *enc = o->sandbox ? sb_cli__urlenc(o->sandbox) : NULL;
+    snprintf(out, outlen, "/events/sandboxes%s%s%s%.*s", enc ? "/" : "", enc ? enc : "",
+             o->query.len ? "?" : "", (int)o->query.len, o->query.data ? o->query.data : "");
+    free(enc);
+}
+
+/* One line per event: time, type, sandbox, cause (and the key). */
+static void ev_cli__line(json_t *e)
+{
+    const char *type = json_string_value(json_object_get(e, "type"));
+    json_t *d = json_object_get(e, "eventData");
+    const char *cause = json_string_value(json_object_get(d, "cause"));
+    const char *key = json_string_value(json_object_get(d, "apiKeyId"));
+    const char *tmo = json_string_value(json_object_get(d, "set_timeout"));
+    printf("%-27s %-10s %-22s %s%s%s%s%s\n", json_string_value(json_object_get(e, "timestamp")),
+           type && strncmp(type, "sandbox.lifecycle.", 18) == 0 ? type + 18 : (type ? type : "?"),
+           json_string_value(json_object_get(e, "sandboxId")), cause ? cause : "-",
+           key ? " by " : "", key ? key : "", tmo ? " until " : "", tmo ? tmo : "");
+}
+
+static int ev_cli__ls(int argc, char **argv)
+{
+    struct ev_cli_opts o;
+    if (ev_cli__opts(argc, argv, true, &o)) {
+        al_buf_free(&o.query);
+        ev_cli__usage(stderr);
+        return 2;
+    }
+    char path[70000];
+    ev_cli__path(&o, path, sizeof path);
+    al_buf_free(&o.query);
+    int status;
+    json_t *arr = NULL;
+    if (cp_cli_call("GET", path, NULL, &status, &arr, NULL) || status != 200) {
+        json_decref(arr);
+        return 1;
+    }
+    if (o.as_json) {
+        cp_cli_print(arr);
+    } else {
+        size_t i;
+        json_t *e;
+        json_array_foreach(arr, i, e) ev_cli__line(e);
+    }
+    json_decref(arr);
+    return 0;
+}
+
+struct ev_tail {
+    struct al_buf line; /* the Server-Sent Events line being read */
+    struct al_buf body; /* an error answer */
+    int status;
+    bool as_json;
+    char closing[256]; /* the server's last comment, why it ended the stream */
+};
+
+static int ev_cli__resp(struct al_http_creq *c, int status, const struct al_http_header *h,
+                        size_t n, void *arg)
+{
+    (void)c;
+    (void)h;
+    (void)n;
+    ((struct ev_tail *)arg)->status = status;
+    return 0;
+}
+
+static void ev_cli__sse_line(struct ev_tail *t, const char *l, size_t n)
+{
+    if (n >= 6 && strncmp(l, "data: ", 6) == 0) {
+        json_t *e = json_loadb(l + 6, n - 6, 0, NULL);
+        if (!e)
+            return;
+        if (t->as_json) {
+            char *s = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            printf("%s\n", s ? s : "null");
+            free(s);
+        } else {
+            ev_cli__line(e);
+        }
+        json_decref(e);
+        fflush(stdout);
+    } else if (n == 7 && strncmp(l, ": ready", 7) == 0) {
+        /* Subscribed: every event from now on is printed. */
+        fprintf(stderr, "airlock events tail: following (interrupt to stop)\n");
+    } else if (n >= 2 && l[0] == ':' && strncmp(l, ": keep-alive", 12) != 0) {
+        snprintf(t->closing, sizeof t->closing, "%.*s", (int)(n - 2), l + 2);
+    }
+}
+
+static int ev_cli__data(struct al_http_creq *c, const char *d, size_t len, void *arg)
+{
+    (void)c;
+    struct ev_tail *t = arg;
+    if (t->status != 200) {
+        al_buf_append(&t->body, d, len);
+        return 0;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (d[i] != '\n') {
+            if (al_buf_append(&t->line, d + i, 1))
+                t->line.len = 0; /* a line beyond any event's size: dropped */
+            continue;
+        }
+        ev_cli__sse_line(t, t->line.data ? t->line.data : "", t->line.len);
+        t->line.len = 0;
+    }
+    return 0;
+}
+
+static void ev_cli__done(struct al_http_creq *c, int err, void *arg)
+{
+    (void)c;
+    (void)err;
+    (void)arg;
+}
+
+static int ev_cli__tail(int argc, char **argv)
+{
+    struct ev_tail t = {0};
+    struct ev_cli_opts o;
+    if (ev_cli__opts(argc, argv, false, &o)) {
+        al_buf_free(&o.query);
+        ev_cli__usage(stderr);
+        return 2;
+    }
+    t.as_json = o.as_json;
+    char path[70000];
+    ev_cli__path(&o, path, sizeof path);
+    al_buf_free(&o.query);
+    al_buf_init(&t.line, 1u << 20);
+    al_buf_init(&t.body, 64 * 1024);
+    struct al_http_header h[] = {{"Accept", "text/event-stream"}};
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct al_http_creq_opts co = {.target = cli__target,
+                                   .method = "GET",
+                                   .path = path,
+                                   .headers = h,
+                                   .n_headers = 1,
+                                   .timeout_ms = 30000,
+                                   .on_response = ev_cli__resp,
+                                   .on_data = ev_cli__data,
+                                   .on_done = ev_cli__done,
+                                   .arg = &t};
+    struct al_http_creq *cr;
+    int rc = al_http_creq_start(&loop, &co, &cr);
+    if (rc == 0)
+        uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    int ret = 0;
+    if (rc || t.status == 0) {
+        fprintf(stderr, "airlock events tail: cannot reach airlockd (%s)\n", cli__target);
+        ret = 1;
+    } else if (t.status != 200) {
+        json_t *e = t.body.len ? json_loadb(t.body.data, t.body.len, 0, NULL) : NULL;
+        const char *m = json_string_value(json_object_get(e, "message"));
+        fprintf(stderr, "airlock: %d: %s\n", t.status, m ? m : "");
+        json_decref(e);
+        ret = 1;
+    } else {
+        fprintf(stderr, "airlock events tail: the stream ended%s%s\n", t.closing[0] ? ": " : "",
+                t.closing);
+        ret = 1;
+    }
+    al_buf_free(&t.line);
+    al_buf_free(&t.body);
+    return ret;
+}
+
+int events_cli_main(int argc, char **argv)
+{
+    snprintf(cli__target, sizeof cli__target, "unix:%s/run/airlockd.sock", al_state_dir());
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
+        !strcmp(argv[1], "help")) {
+        ev_cli__usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    argc--;
+    argv++;
+    if (!strcmp(cmd, "ls") || !strcmp(cmd, "list"))
+        return ev_cli__ls(argc, argv);
+    if (!strcmp(cmd, "tail"))
+        return ev_cli__tail(argc, argv);
+    fprintf(stderr, "airlock events: unknown command '%s'\n\n", cmd);
+    ev_cli__usage(stderr);
     return 2;
 }

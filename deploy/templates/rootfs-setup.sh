@@ -13,6 +13,16 @@ if ! getent passwd user >/dev/null; then
 fi
 passwd --lock root >/dev/null
 passwd --lock user >/dev/null
+
+# sudo, as E2B's base image has it for "user": the agent's /.airlock/bin/sudo (in every
+# sandbox; not setuid: it asks the agent, which starts the command as the API starts root's).
+# The agent lets root and the group "sudo" use it, without a password.
+ln -sfn /.airlock/bin/sudo /usr/bin/sudo
+usermod -a -G sudo user
+# Root in a sandbox has no capabilities, so apt cannot switch to its _apt user to download:
+# it downloads as root, into a partial directory root owns.
+printf 'APT::Sandbox::User "root";\n' > /etc/apt/apt.conf.d/90airlock-sandbox
+chown root:root /var/cache/apt/archives/partial
 chown 1000:1000 /home/user
 chmod 0755 /home/user
 

@@ -200,11 +200,11 @@ int intercept_name_constraints_der(const char *const *bases, size_t n, unsigned 
 
 /* ---- certificate helpers ---------------------------------------------------------------- */
 
+/* X.509 validity as mbedtls takes it: "YYYYMMDDhhmmss", UTC. A year beyond 9999 leaves out
+ * "", which mbedtls_x509write_crt_set_validity refuses, so no certificate is made. */
 static void ca__time(time_t t, char out[16])
 {
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(out, 16, "%Y%m%d%H%M%S", &tm);
+    al_time_format(out, 16, t, 0, AL_TIME_ASN1);
 }
 
 static int ca__serial(mbedtls_x509write_cert *w)

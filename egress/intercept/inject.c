@@ -400,7 +400,7 @@ int intercept_inject_apply(const struct intercept_inject_ctx *c, struct intercep
     for (size_t i = 0; i < c->n_hdrs; i++) {
         if (i < nh)
             entry_of[i] = -1;
-        const struct intercept_hdr *h = &c->hdrs[i];
+        const struct al_http_field *h = &c->hdrs[i];
         if (h->name_len >= 6 && strncasecmp(h->name, "Proxy-", 6) == 0) {
             e->drop[i] = true;
             e->dropped++;

@@ -113,7 +113,7 @@ struct intercept_inject_edit {
 struct intercept_inject_ctx {
     const struct intercept_conn_view *conn;
     const char *host;                 /* canonical Host (request.c) */
-    const struct intercept_hdr *hdrs; /* the request's headers */
+    const struct al_http_field *hdrs; /* the request's headers */
     size_t n_hdrs;
     const char *target;
     size_t target_len;

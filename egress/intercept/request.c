@@ -90,16 +90,16 @@ bad_status:
     return -EINVAL;
 }
 
-bool intercept_hdr_is(const struct intercept_hdr *h, const char *name)
+bool intercept_hdr_is(const struct al_http_field *h, const char *name)
 {
     size_t n = strlen(name);
     return h->name_len == n && strncasecmp(h->name, name, n) == 0;
 }
 
-const struct intercept_hdr *intercept_hdr_find(const struct intercept_hdr *h, size_t n,
+const struct al_http_field *intercept_hdr_find(const struct al_http_field *h, size_t n,
                                                const char *name, size_t *count)
 {
-    const struct intercept_hdr *found = NULL;
+    const struct al_http_field *found = NULL;
     size_t c = 0;
     for (size_t i = 0; i < n; i++)
         if (intercept_hdr_is(&h[i], name)) {
@@ -187,7 +187,7 @@ int intercept_request_check(const struct intercept_conn_view *c, const struct in
     if (strcmp(r->method, "PRI") == 0)
         FAIL(403, "h2_prior_knowledge_refused");
     size_t count = 0;
-    const struct intercept_hdr *host = intercept_hdr_find(r->hdrs, r->n_hdrs, "Host", &count);
+    const struct al_http_field *host = intercept_hdr_find(r->hdrs, r->n_hdrs, "Host", &count);
     if (count == 0)
         FAIL(400, "missing_host");
     if (count > 1)

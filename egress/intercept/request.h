@@ -24,15 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/http.h" /* struct al_http_field: a header as the engine parsed it */
 #include "policy/policy.h"
-
-/* A header as the engine parsed it (not NUL-terminated). */
-struct intercept_hdr {
-    const char *name;
-    size_t name_len;
-    const char *value;
-    size_t value_len;
-};
 
 /* The connection a request arrived on. */
 struct intercept_conn_view {
@@ -45,7 +38,7 @@ struct intercept_req_view {
     const char *method;
     const char *target; /* request-target as sent */
     size_t target_len;
-    const struct intercept_hdr *hdrs;
+    const struct al_http_field *hdrs;
     size_t n_hdrs;
 };
 
@@ -56,7 +49,9 @@ struct intercept_req_info {
     size_t path_len;
 };
 
-/* Validates a raw HTTP head up to and including its blank line, before any parser sees it:
+/* Validates a raw HTTP head up to and including its blank line (the session runs it on a
+ * request head after the strict parser accepted it, so that what the parser refuses gets the
+ * plain path's reason, and on a response head before parsing):
  * CRLF line ends only (no bare CR or LF), no obs-fold, header names are tokens directly
  * followed by ':', no NUL or other controls (HTAB allowed in values); for requests also the
  * request line (METHOD SP target SP HTTP/1.0|1.1, a target of visible ASCII). 0, or -EINVAL
@@ -64,9 +59,9 @@ struct intercept_req_info {
  * "invalid_header_value", "invalid_request_line", "invalid_status_line", "data_after_head"). */
 int intercept_head_validate(const char *buf, size_t len, bool request, const char **reason);
 
-bool intercept_hdr_is(const struct intercept_hdr *h, const char *name);
+bool intercept_hdr_is(const struct al_http_field *h, const char *name);
 /* The value of the only header called name; NULL if none; *count says how many there are. */
-const struct intercept_hdr *intercept_hdr_find(const struct intercept_hdr *h, size_t n,
+const struct al_http_field *intercept_hdr_find(const struct al_http_field *h, size_t n,
                                                const char *name, size_t *count);
 
 /* Before the policy: 0, or -EPERM with *reason ("host_sni_mismatch", "host_port_mismatch",

@@ -618,155 +618,301 @@ void intercept_scrub_free(struct intercept_scrub *s)
     s->n = 0;
 }
 
-/* ---- response bodies ---------------------------------------------------------------------- */
+/* ---- the codings of a response body ---------------------------------------------------- */
 
-static bool body__token_eq(const char *s, size_t n, const char *tok)
+static void codings__add(struct intercept_codings *c, const char *tok, size_t len, bool transfer)
 {
-    return strlen(tok) == n && strncasecmp(s, tok, n) == 0;
+    c->total++;
+    if (transfer)
+        c->n_transfer++;
+    if (c->n == INTERCEPT_CODINGS_LIST)
+        return;
+    struct intercept_coding_el *e = &c->v[c->n++];
+    e->transfer = transfer;
+    size_t k = 0;
+    for (; k < len && k + 1 < sizeof e->name; k++) {
+        unsigned char ch = (unsigned char)tok[k];
+        e->name[k] = ch >= 'A' && ch <= 'Z'   ? (char)(ch + 32)
+                     : ch > 0x20 && ch < 0x7f ? (char)ch
+                                              : '?';
+    }
+    e->name[k] = 0;
+    if ((len == 4 && strncasecmp(tok, "gzip", 4) == 0) ||
+        (len == 6 && strncasecmp(tok, "x-gzip", 6) == 0))
+        e->kind = INTERCEPT_CODING_GZIP;
+    else if (len == 7 && strncasecmp(tok, "deflate", 7) == 0)
+        e->kind = INTERCEPT_CODING_DEFLATE;
+    else
+        e->kind = INTERCEPT_CODING_UNKNOWN; /* also anything with ";parameters" */
 }
 
-int intercept_body_start(struct intercept_body *b, struct intercept_matcher *const *m, size_t n,
-                         const char *ce, enum policy_scrub mode, uint64_t max_decoded,
-                         const char **reason)
+/* The elements of one list-valued field (RFC 9110 5.6.1: empty elements and OWS allowed). */
+static void codings__field(struct intercept_codings *c, const char *v, size_t len, bool transfer,
+                           bool *pending_chunked)
 {
+    size_t pos = 0;
+    while (pos < len) {
+        size_t k = pos;
+        while (k < len && v[k] != ',')
+            k++;
+        const char *t = v + pos;
+        size_t tl = k - pos;
+        while (tl && (*t == ' ' || *t == '\t')) {
+            t++;
+            tl--;
+        }
+        while (tl && (t[tl - 1] == ' ' || t[tl - 1] == '\t'))
+            tl--;
+        pos = k + 1;
+        if (tl == 0)
+            continue;
+        if (!transfer) {
+            if (tl != 8 || strncasecmp(t, "identity", 8) != 0)
+                codings__add(c, t, tl, false);
+            continue;
+        }
+        /* A chunked is the framing only when nothing follows it, in this field or a later
+         * one; one that something follows is a layer the proxy does not undo. */
+        if (*pending_chunked)
+            codings__add(c, "chunked", 7, true);
+        *pending_chunked = tl == 7 && strncasecmp(t, "chunked", 7) == 0;
+        if (!*pending_chunked)
+            codings__add(c, t, tl, true);
+    }
+}
+
+void intercept_codings_of(const struct al_http_field *h, size_t n, struct intercept_codings *out)
+{
+    memset(out, 0, sizeof *out);
+    bool pending = false;
+    for (size_t i = 0; i < n; i++)
+        if (intercept_hdr_is(&h[i], "Content-Encoding"))
+            codings__field(out, h[i].value, h[i].value_len, false, &pending);
+    for (size_t i = 0; i < n; i++)
+        if (intercept_hdr_is(&h[i], "Transfer-Encoding"))
+            codings__field(out, h[i].value, h[i].value_len, true, &pending);
+    out->chunked = pending;
+}
+
+json_t *intercept_codings_json(const struct intercept_codings *c)
+{
+    if (!c || c->total == 0)
+        return NULL;
+    json_t *a = json_array();
+    for (size_t i = 0; i < c->n; i++)
+        json_array_append_new(a, json_string(c->v[i].name));
+    if (c->total > c->n)
+        json_array_append_new(a, json_string("..."));
+    return a;
+}
+
+/* ---- response bodies ---------------------------------------------------------------------- */
+
+#define BODY_CHUNK 16384
+
+int intercept_body_start(struct intercept_body *b, struct intercept_matcher *const *m, size_t n,
+                         const struct intercept_codings *c, enum policy_scrub mode,
+                         uint64_t max_decoded, const char **reason)
+{
+    static const struct intercept_codings none;
     memset(b, 0, sizeof *b);
     *reason = NULL;
-    al_buf_init(&b->zout, 0);
     b->max_decoded = max_decoded ? max_decoded : INTERCEPT_SCRUB_DECODED_MAX;
-    if (n == 0 || mode == POLICY_SCRUB_NONE) {
-        b->mode = INTERCEPT_BODY_PASS;
-        return 0;
+    if (!c)
+        c = &none;
+    /* Transfer codings first: whatever the mode, they cannot be passed on. */
+    bool tr_unknown = false, ct_unknown = false;
+    for (size_t i = 0; i < c->n; i++) {
+        if (c->v[i].kind == INTERCEPT_CODING_UNKNOWN)
+            *(c->v[i].transfer ? &tr_unknown : &ct_unknown) = true;
     }
-    /* Trim the header value; an empty one is identity. */
-    const char *s = ce ? ce : "";
-    while (*s == ' ' || *s == '\t')
-        s++;
-    size_t len = strlen(s);
-    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
-        len--;
-    int wbits = 0;
-    if (len == 0 || body__token_eq(s, len, "identity"))
-        wbits = 0;
-    else if (body__token_eq(s, len, "gzip") || body__token_eq(s, len, "x-gzip"))
-        wbits = 16 + MAX_WBITS;
-    else if (body__token_eq(s, len, "deflate"))
-        wbits = MAX_WBITS; /* zlib wrapper; raw deflate is tried when that fails at once */
-    else
-        wbits = -1;
-    if (wbits < 0) {
-        if (mode == POLICY_SCRUB_STRICT) {
-            *reason = "unsupported_content_encoding";
+    size_t n_ct = c->total - c->n_transfer;
+    if (tr_unknown) {
+        *reason = "unsupported_transfer_coding";
+        return -EPROTO;
+    }
+    if (c->n_transfer > INTERCEPT_CODINGS_MAX || (c->n_transfer && c->total > c->n)) {
+        *reason = "too_many_codings";
+        return -EPROTO;
+    }
+    bool scrub = n > 0 && mode != POLICY_SCRUB_NONE;
+    bool content = scrub && n_ct > 0;
+    if (content && (ct_unknown || c->total > INTERCEPT_CODINGS_MAX)) {
+        *reason = ct_unknown ? "unsupported_content_encoding" : "too_many_codings";
+        if (mode == POLICY_SCRUB_STRICT)
+            return -EPROTO;
+        *reason = NULL;
+        b->not_inspected = true; /* best_effort: the content codings go as they came */
+        scrub = content = false;
+    }
+    /* The layers to undo, last applied first. */
+    size_t from = content ? 0 : n_ct;
+    for (size_t i = c->n; i > from; i--) {
+        const struct intercept_coding_el *e = &c->v[i - 1];
+        if (b->n_layers == INTERCEPT_CODINGS_MAX) { /* excluded above; kept as the bound */
+            intercept_body_free(b);
+            *reason = "too_many_codings";
             return -EPROTO;
         }
-        b->mode = INTERCEPT_BODY_PASS;
-        b->not_inspected = true;
-        return 0;
+        struct intercept_body_layer *l = &b->layer[b->n_layers++];
+        al_buf_init(&l->pre, 0);
+        /* deflate: zlib wrapper, or raw as some servers send it, decided on the first bytes */
+        l->wbits = e->kind == INTERCEPT_CODING_GZIP ? 16 + MAX_WBITS : 0;
     }
-    int r = intercept_scrub_init(&b->scrub, m, n);
-    if (r < 0)
+    int r = 0;
+    if (scrub && (r = intercept_scrub_init(&b->scrub, m, n)) < 0)
         return r;
-    if (wbits == 0) {
-        b->mode = INTERCEPT_BODY_SCRUB;
+    b->scrubbing = scrub;
+    b->content_decoded = content;
+    if (b->n_layers == 0) {
+        b->mode = scrub ? INTERCEPT_BODY_SCRUB : INTERCEPT_BODY_PASS;
         return 0;
     }
-    z_stream *z = calloc(1, sizeof *z);
-    if (!z || inflateInit2(z, wbits) != Z_OK) {
-        free(z);
-        intercept_scrub_free(&b->scrub);
-        return -ENOMEM;
-    }
-    b->z = z;
-    b->zwbits = wbits == MAX_WBITS ? 0 : wbits; /* 0: zlib or raw, decided on the first bytes */
     b->mode = INTERCEPT_BODY_DECODE;
+    if (!(b->chunk = malloc((size_t)BODY_CHUNK * b->n_layers)))
+        goto nomem;
+    for (size_t i = 0; i < b->n_layers; i++) {
+        struct intercept_body_layer *l = &b->layer[i];
+        z_stream *z = calloc(1, sizeof *z);
+        if (!z || inflateInit2(z, l->wbits ? l->wbits : MAX_WBITS) != Z_OK) {
+            free(z);
+            goto nomem;
+        }
+        l->z = z;
+    }
+    return 0;
+nomem:
+    intercept_body_free(b);
+    return -ENOMEM;
+}
+
+static int body__layer(struct intercept_body *b, size_t i, const unsigned char *in, size_t len,
+                       struct al_buf *out, const char **reason);
+
+/* What the last layer produced (or the body itself without layers): bounds, then scrub. */
+static int body__sink(struct intercept_body *b, const unsigned char *in, size_t len,
+                      struct al_buf *out, const char **reason)
+{
+    if (b->mode == INTERCEPT_BODY_DECODE) {
+        b->decoded += len;
+        if (b->decoded > b->max_decoded) {
+            *reason = "decoded_body_too_large";
+            return -EFBIG;
+        }
+        if (b->decoded > INTERCEPT_DECODE_RATIO_FLOOR &&
+            b->decoded / INTERCEPT_DECODE_RATIO_MAX > b->received) {
+            *reason = "decompression_ratio_exceeded";
+            return -EFBIG;
+        }
+    }
+    if (!len)
+        return 0;
+    if (b->scrubbing)
+        return intercept_scrub_feed(&b->scrub, in, len, out);
+    return al_buf_append(out, in, len) < 0 ? -ENOMEM : 0;
+}
+
+/* "deflate" is meant to be zlib-wrapped, but servers also send raw deflate: decide from the
+ * first two bytes (a zlib header is CMF/FLG with CM 8 and a multiple of 31). */
+static int body__deflate_kind(struct intercept_body_layer *l, const unsigned char **in, size_t *len,
+                              bool *again)
+{
+    *again = false;
+    if (al_buf_append(&l->pre, *in, *len) < 0)
+        return -ENOMEM;
+    if (l->pre.len < 2) {
+        *len = 0;
+        return 0;
+    }
+    const unsigned char *p = (const unsigned char *)l->pre.data;
+    bool zlib = (p[0] & 0x0f) == 8 && ((unsigned)p[0] * 256u + p[1]) % 31u == 0;
+    if (!zlib) {
+        inflateEnd(l->z);
+        memset(l->z, 0, sizeof(z_stream));
+        if (inflateInit2(l->z, -MAX_WBITS) != Z_OK)
+            return -ENOMEM;
+    }
+    l->wbits = zlib ? MAX_WBITS : -MAX_WBITS;
+    *again = true; /* inflate what was collected (the caller frees pre afterwards) */
+    *in = p;
+    *len = l->pre.len;
     return 0;
 }
 
-static int body__inflate(struct intercept_body *b, const unsigned char *in, size_t len,
-                         struct al_buf *out, const char **reason)
+/* Layer i undoes its coding on in; what it produces goes to layer i + 1, or the sink. */
+static int body__layer(struct intercept_body *b, size_t i, const unsigned char *in, size_t len,
+                       struct al_buf *out, const char **reason)
 {
-    z_stream *z = b->z;
-    unsigned char chunk[16384];
+    if (i >= b->n_layers || i >= INTERCEPT_CODINGS_MAX) /* n_layers never exceeds the max */
+        return body__sink(b, in, len, out, reason);
+    struct intercept_body_layer *l = &b->layer[i];
+    bool collected = false;
+    if (l->wbits == 0) {
+        int r = body__deflate_kind(l, &in, &len, &collected);
+        if (r < 0 || len == 0)
+            return r;
+    }
+    if (l->end && len) {
+        *reason = "corrupt_encoding"; /* bytes after the end of the compressed stream */
+        return -EBADMSG;
+    }
+    z_stream *z = l->z;
+    unsigned char *chunk = b->chunk + (size_t)BODY_CHUNK * i;
     int rc = 0;
     z->next_in = (unsigned char *)in;
     z->avail_in = (uInt)len;
-    while (!b->z_end) {
+    while (!l->end && rc == 0) {
         z->next_out = chunk;
-        z->avail_out = sizeof chunk;
+        z->avail_out = BODY_CHUNK;
         int zr = inflate(z, Z_NO_FLUSH);
         if (zr != Z_OK && zr != Z_STREAM_END && zr != Z_BUF_ERROR) {
             *reason = "corrupt_encoding";
             rc = -EBADMSG;
             break;
         }
-        size_t got = sizeof chunk - z->avail_out;
+        size_t got = BODY_CHUNK - z->avail_out;
         if (got || z->total_in)
-            b->z_started = true;
-        b->decoded += got;
-        if (b->decoded > b->max_decoded) {
+            l->started = true;
+        l->out += got;
+        if (l->out > b->max_decoded) {
             *reason = "decoded_body_too_large";
             rc = -EFBIG;
             break;
         }
-        if (got && intercept_scrub_feed(&b->scrub, chunk, got, out) < 0) {
-            rc = -ENOMEM;
+        if (zr == Z_STREAM_END)
+            l->end = true;
+        if (got && (rc = body__layer(b, i + 1, chunk, got, out, reason)) < 0)
             break;
-        }
-        if (zr == Z_STREAM_END) {
-            b->z_end = true;
+        if (l->end)
             break;
-        }
         /* More to do only while input remains or zlib filled the whole chunk. */
         if (z->avail_in == 0 && z->avail_out != 0)
             break;
         if (zr == Z_BUF_ERROR && got == 0)
             break;
     }
-    sodium_memzero(chunk, sizeof chunk);
-    if (rc == 0 && b->z_end && z->avail_in > 0) {
+    sodium_memzero(chunk, BODY_CHUNK);
+    if (rc == 0 && l->end && z->avail_in > 0) {
         *reason = "corrupt_encoding"; /* bytes after the end of the compressed stream */
         rc = -EBADMSG;
     }
+    if (collected)
+        al_buf_free_wipe(&l->pre);
     return rc;
-}
-
-/* "deflate" is meant to be zlib-wrapped, but servers also send raw deflate: decide from the
- * first two bytes (a zlib header is CMF/FLG with CM 8 and a multiple of 31). */
-static int body__deflate_prefix(struct intercept_body *b, const void *in, size_t len,
-                                struct al_buf *out, const char **reason)
-{
-    if (al_buf_append(&b->zout, in, len) < 0)
-        return -ENOMEM;
-    if (b->zout.len < 2)
-        return 0;
-    const unsigned char *p = (const unsigned char *)b->zout.data;
-    bool zlib = (p[0] & 0x0f) == 8 && ((unsigned)p[0] * 256u + p[1]) % 31u == 0;
-    if (!zlib) {
-        inflateEnd(b->z);
-        memset(b->z, 0, sizeof(z_stream));
-        if (inflateInit2(b->z, -MAX_WBITS) != Z_OK)
-            return -ENOMEM;
-    }
-    b->zwbits = zlib ? MAX_WBITS : -MAX_WBITS;
-    struct al_buf pre = b->zout;
-    al_buf_init(&b->zout, 0);
-    int r = body__inflate(b, (const unsigned char *)pre.data, pre.len, out, reason);
-    al_buf_free_wipe(&pre);
-    return r;
 }
 
 int intercept_body_feed(struct intercept_body *b, const void *in, size_t len, struct al_buf *out,
                         const char **reason)
 {
     *reason = NULL;
-    if (b->mode == INTERCEPT_BODY_DECODE && b->zwbits == 0)
-        return body__deflate_prefix(b, in, len, out, reason);
     switch (b->mode) {
     case INTERCEPT_BODY_PASS:
         return al_buf_append(out, in, len) < 0 ? -ENOMEM : 0;
     case INTERCEPT_BODY_SCRUB:
         return intercept_scrub_feed(&b->scrub, in, len, out);
     case INTERCEPT_BODY_DECODE:
-        return body__inflate(b, in, len, out, reason);
+        b->received += len;
+        return body__layer(b, 0, in, len, out, reason);
     }
     return -EINVAL;
 }
@@ -776,26 +922,31 @@ int intercept_body_finish(struct intercept_body *b, struct al_buf *out, const ch
     *reason = NULL;
     if (b->mode == INTERCEPT_BODY_PASS)
         return 0;
-    if (b->mode == INTERCEPT_BODY_DECODE && b->zwbits == 0 && b->zout.len) {
-        *reason = "corrupt_encoding"; /* one byte of deflate */
-        return -EBADMSG;
+    for (size_t i = 0; i < b->n_layers; i++) {
+        const struct intercept_body_layer *l = &b->layer[i];
+        /* one byte of deflate, or a stream that did not end (truncated) */
+        if ((l->wbits == 0 && l->pre.len) || (l->started && !l->end)) {
+            *reason = "corrupt_encoding";
+            return -EBADMSG;
+        }
     }
-    if (b->mode == INTERCEPT_BODY_DECODE && !b->z_end && b->z_started) {
-        *reason = "corrupt_encoding"; /* truncated */
-        return -EBADMSG;
-    }
-    return intercept_scrub_finish(&b->scrub, out);
+    return b->scrubbing ? intercept_scrub_finish(&b->scrub, out) : 0;
 }
 
 void intercept_body_free(struct intercept_body *b)
 {
-    if (b->z) {
-        inflateEnd(b->z);
-        free(b->z);
-        b->z = NULL;
+    for (size_t i = 0; i < b->n_layers; i++) {
+        if (b->layer[i].z) {
+            inflateEnd(b->layer[i].z);
+            free(b->layer[i].z);
+        }
+        al_buf_free_wipe(&b->layer[i].pre);
     }
-    if (b->mode != INTERCEPT_BODY_PASS)
+    if (b->chunk) {
+        sodium_memzero(b->chunk, (size_t)BODY_CHUNK * b->n_layers);
+        free(b->chunk);
+    }
+    if (b->scrubbing)
         intercept_scrub_free(&b->scrub);
-    al_buf_free_wipe(&b->zout);
-    b->mode = INTERCEPT_BODY_PASS;
+    memset(b, 0, sizeof *b);
 }

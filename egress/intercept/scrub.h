@@ -3,8 +3,11 @@
  *
  * Owns: the pattern set of a value (every spelling the proxy looks for), the matcher (an
  * Aho-Corasick automaton over those patterns), streaming replacement with bounded memory,
- * and the response-body pipeline (Content-Encoding: identity, gzip, x-gzip, deflate decoded
- * within a bound; anything else is "not inspectable").
+ * the list of codings applied to a response body (every Content-Encoding field and element,
+ * then the transfer codings other than the final chunked), and the response-body pipeline:
+ * every layer of that list undone in turn (gzip, x-gzip, deflate; identity is no layer)
+ * within bounds on layers, decoded size and expansion ratio, then scrubbed; anything else is
+ * "not inspectable".
  *
  * Spellings of a value V (each a pattern, duplicates dropped): V itself; base64 and
  * base64url in each of the three alignments V can have inside a longer encoded text (the
@@ -30,11 +33,13 @@
 #ifndef AIRLOCK_EGRESS_INTERCEPT_SCRUB_H
 #define AIRLOCK_EGRESS_INTERCEPT_SCRUB_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/buf.h"
+#include "egress/intercept/request.h"
 #include "policy/policy.h"
 
 #define INTERCEPT_SCRUB_MIN_RAW      6
@@ -43,6 +48,13 @@
 #define INTERCEPT_SCRUB_MAX_MATCHERS 8             /* matchers chained on one stream */
 #define INTERCEPT_SCRUB_MAX_VALUES   32            /* values in one matcher */
 #define INTERCEPT_SCRUB_DECODED_MAX  (64ull << 20) /* default bound of a decoded body */
+#define INTERCEPT_CODINGS_MAX        3             /* layers the proxy undoes on one body */
+#define INTERCEPT_CODINGS_LIST       8             /* codings kept by intercept_codings_of */
+/* Decoded bytes per received byte beyond which a body is a decompression bomb: above what
+ * one deflate layer can reach (about 1032), so only nested layers trip it; checked once the
+ * decoded body passes INTERCEPT_DECODE_RATIO_FLOOR bytes. */
+#define INTERCEPT_DECODE_RATIO_MAX   1100
+#define INTERCEPT_DECODE_RATIO_FLOOR (1u << 20)
 
 /* How a match was spelled (bit positions in the masks reported). */
 enum intercept_enc {
@@ -111,41 +123,90 @@ int intercept_scrub_feed(struct intercept_scrub *s, const void *in, size_t len, 
 int intercept_scrub_finish(struct intercept_scrub *s, struct al_buf *out);
 void intercept_scrub_free(struct intercept_scrub *s); /* wipes what it held */
 
+/* ---- the codings of a response body ---------------------------------------------------- */
+
+enum intercept_coding {
+    INTERCEPT_CODING_GZIP = 1, /* gzip, x-gzip */
+    INTERCEPT_CODING_DEFLATE,  /* deflate (zlib-wrapped, or raw as some servers send it) */
+    INTERCEPT_CODING_UNKNOWN,  /* anything else (br, zstd, compress, parameters, a chunked
+                                  that is not the final transfer coding, ...) */
+};
+
+struct intercept_coding_el {
+    uint8_t kind;  /* enum intercept_coding */
+    bool transfer; /* a transfer coding (else a content coding) */
+    char name[24]; /* as written, lower case, cut at 23 bytes (for audit records) */
+};
+
+/* The codings applied to a body, in the order they were applied: v[0] first, so the proxy
+ * undoes v[n-1] first. Content codings always come before transfer codings. */
+struct intercept_codings {
+    struct intercept_coding_el v[INTERCEPT_CODINGS_LIST];
+    size_t n;          /* kept in v */
+    size_t total;      /* named in all (n < total: more than v holds) */
+    size_t n_transfer; /* of total: transfer codings */
+    bool chunked;      /* Transfer-Encoding ends with chunked (the framing: not a layer) */
+};
+
+/* The one place that computes the codings of a response from its header fields: every
+ * Content-Encoding field in order and every element of each (identity and empty elements
+ * are no layer), then every Transfer-Encoding element except a chunked that ends the last
+ * field. Names compare case-insensitively; an element with parameters is UNKNOWN. */
+void intercept_codings_of(const struct al_http_field *h, size_t n, struct intercept_codings *out);
+/* The names of c, in order, as a JSON array (new reference); NULL when c lists none. */
+json_t *intercept_codings_json(const struct intercept_codings *c);
+
 /* ---- response bodies ----------------------------------------------------------------- */
 
 enum intercept_body_mode {
     INTERCEPT_BODY_PASS = 0, /* nothing to scrub, or not inspectable under best_effort */
-    INTERCEPT_BODY_SCRUB,    /* identity: scrubbed in place, same length */
-    INTERCEPT_BODY_DECODE,   /* gzip/deflate: decoded, scrubbed, forwarded decoded (the head
-                                 loses Content-Encoding and Content-Length) */
+    INTERCEPT_BODY_SCRUB,    /* no coding: scrubbed in place, same length */
+    INTERCEPT_BODY_DECODE,   /* layers undone (then scrubbed when there is a secret): the body
+                                goes decoded, without Content-Length, and without
+                                Content-Encoding when content_decoded */
+};
+
+struct intercept_body_layer {
+    void *z;   /* zlib stream */
+    int wbits; /* 0: deflate, zlib or raw not decided yet (pre holds the first byte) */
+    bool started, end;
+    uint64_t out; /* bytes it produced */
+    struct al_buf pre;
 };
 
 struct intercept_body {
     enum intercept_body_mode mode;
-    bool not_inspected; /* best_effort let an uninspectable body through */
+    bool not_inspected;   /* best_effort let a body through it could not read */
+    bool content_decoded; /* DECODE undid the content codings (else only transfer ones) */
+    bool scrubbing;       /* the decoded bytes go through scrub */
     struct intercept_scrub scrub;
-    void *z; /* zlib stream (DECODE) */
-    int zwbits;
-    bool z_started, z_end;
-    uint64_t decoded, max_decoded;
-    struct al_buf zout;
+    struct intercept_body_layer layer[INTERCEPT_CODINGS_MAX]; /* [0] is undone first */
+    size_t n_layers;
+    unsigned char *chunk; /* INTERCEPT_CODINGS_MAX inflate buffers */
+    uint64_t received, decoded, max_decoded;
 };
 
-/* Decides how a response body is handled, from its Content-Encoding header (NULL = none).
- * With no matchers the body passes. An encoding the proxy cannot decode (br, zstd,
- * compress, a chain of several) is refused under POLICY_SCRUB_STRICT (-EPROTO, *reason =
- * "unsupported_content_encoding") and passed uninspected under BEST_EFFORT. max_decoded
- * bounds DECODE (0 = INTERCEPT_SCRUB_DECODED_MAX). */
+/* Decides how a response body with codings c (NULL: none) is handled, and starts it.
+ * Transfer codings are always undone (the proxy re-frames the body and cannot pass them on):
+ * one it cannot undo, or more than INTERCEPT_CODINGS_MAX of them, is refused in any mode
+ * (-EPROTO, *reason "unsupported_transfer_coding" or "too_many_codings"). With matchers
+ * (n > 0) and a mode other than NONE every content coding is undone as well, and the result
+ * scrubbed; a content coding the proxy cannot undo, or more than INTERCEPT_CODINGS_MAX
+ * layers in all, is refused under POLICY_SCRUB_STRICT (-EPROTO, "unsupported_content_encoding"
+ * or "too_many_codings") and passed uninspected under BEST_EFFORT (the transfer codings still
+ * undone, not_inspected set). Without matchers only transfer codings are undone. max_decoded
+ * bounds what every layer produces (0 = INTERCEPT_SCRUB_DECODED_MAX). */
 int intercept_body_start(struct intercept_body *b, struct intercept_matcher *const *m, size_t n,
-                         const char *content_encoding, enum policy_scrub mode, uint64_t max_decoded,
-                         const char **reason);
+                         const struct intercept_codings *c, enum policy_scrub mode,
+                         uint64_t max_decoded, const char **reason);
 /* Body bytes as they came (after de-chunking) -> bytes for the sandbox, appended to out.
- * -EFBIG: the decoded body exceeds the bound (*reason "decoded_body_too_large"); -EBADMSG:
- * the encoded body is corrupt ("corrupt_encoding"). After an error, stop forwarding: the
- * response must be aborted. */
+ * -EFBIG: a layer's output exceeds the bound (*reason "decoded_body_too_large"), or the
+ * decoded body grew more than INTERCEPT_DECODE_RATIO_MAX times what was received
+ * ("decompression_ratio_exceeded"); -EBADMSG: a layer is corrupt ("corrupt_encoding").
+ * After an error, stop forwarding: the response must be aborted. */
 int intercept_body_feed(struct intercept_body *b, const void *in, size_t len, struct al_buf *out,
                         const char **reason);
-/* End of the body: flushes held-back bytes. -EBADMSG when an encoded body ended early. */
+/* End of the body: flushes held-back bytes. -EBADMSG when a layer ended early. */
 int intercept_body_finish(struct intercept_body *b, struct al_buf *out, const char **reason);
 void intercept_body_free(struct intercept_body *b);
 

@@ -8,7 +8,6 @@
 #include "session.h"
 
 #include <errno.h>
-#include <llhttp.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 
 #include "common/buf.h"
 #include "common/http.h"
+#include "common/http_parser.h"
 #include "common/util.h"
 #include "egress/intercept/request.h"
 
@@ -100,7 +100,7 @@ struct intercept_session {
     llhttp_t req;
     llhttp_t resp;
     struct al_buf head; /* the request head (headers point into it) */
-    struct intercept_hdr hdrs[MAX_HDRS];
+    struct al_http_field hdrs[MAX_HDRS];
     size_t n_hdrs;
     bool hdr_overflow;
     const char *url_at;
@@ -126,7 +126,7 @@ struct intercept_session {
 
     /* The response. */
     struct al_buf rhead;
-    struct intercept_hdr rhdrs[MAX_HDRS];
+    struct al_http_field rhdrs[MAX_HDRS];
     size_t n_rhdrs;
     bool rhdr_overflow;
     bool resp_in_head, resp_started, resp_done, resp_chunked_out, resp_close_delim, resp_skip;
@@ -134,7 +134,9 @@ struct intercept_session {
     bool ws_allowed, upgraded;
     struct intercept_body body;
     bool body_live;
-    struct intercept_scrub tscrub; /* upstream -> sandbox after a 101 */
+    struct intercept_codings codings; /* of the current response's body */
+    const char *scrub_refused;        /* why its body was refused (audit), or NULL */
+    struct intercept_scrub tscrub;    /* upstream -> sandbox after a 101 */
     bool tscrub_live;
     uint64_t resp_bytes;
 
@@ -318,10 +320,13 @@ static void sess__audit_request(struct intercept_session *s, const char *decisio
     json_object_set_new(r, "bytes_down", json_integer((json_int_t)s->resp_bytes));
     if (s->edit_live && s->edit.n_notes)
         json_object_set_new(r, "inject", intercept_inject_notes_json(&s->edit));
-    if (s->body_live || s->n_used) {
+    if (s->body_live || s->n_used || s->scrub_refused) {
         json_t *sc = json_object();
         json_object_set_new(sc, "secrets", json_integer((json_int_t)s->n_used));
-        if (s->body_live) {
+        if (s->scrub_refused) {
+            json_object_set_new(sc, "mode", json_string("refused"));
+            json_object_set_new(sc, "reason", json_string(s->scrub_refused));
+        } else if (s->body_live) {
             json_object_set_new(sc, "mode",
                                 json_string(s->body.mode == INTERCEPT_BODY_DECODE  ? "decoded"
                                             : s->body.mode == INTERCEPT_BODY_SCRUB ? "scrubbed"
@@ -329,6 +334,10 @@ static void sess__audit_request(struct intercept_session *s, const char *decisio
             if (s->body.not_inspected)
                 json_object_set_new(sc, "not_inspected", json_true());
         }
+        json_t *cj =
+            (s->body_live || s->scrub_refused) ? intercept_codings_json(&s->codings) : NULL;
+        if (cj)
+            json_object_set_new(sc, "codings", cj);
         json_object_set_new(r, "scrub", sc);
     }
     json_t *tls = json_object();
@@ -529,7 +538,7 @@ static int req__on_field(llhttp_t *p, const char *at, size_t n)
         s->hdr_overflow = true;
         return 0;
     }
-    struct intercept_hdr *h = &s->hdrs[s->n_hdrs];
+    struct al_http_field *h = &s->hdrs[s->n_hdrs];
     if (!h->name)
         h->name = at;
     h->name_len = (size_t)(at + n - h->name);
@@ -541,7 +550,7 @@ static int req__on_value(llhttp_t *p, const char *at, size_t n)
     struct intercept_session *s = of_req(p);
     if (s->n_hdrs == MAX_HDRS)
         return 0;
-    struct intercept_hdr *h = &s->hdrs[s->n_hdrs];
+    struct al_http_field *h = &s->hdrs[s->n_hdrs];
     if (!h->value)
         h->value = at;
     h->value_len = (size_t)(at + n - h->value);
@@ -557,7 +566,7 @@ static int req__on_value_complete(llhttp_t *p)
         s->hdrs[s->n_hdrs].value = "";
     s->n_hdrs++;
     if (s->n_hdrs < MAX_HDRS)
-        s->hdrs[s->n_hdrs] = (struct intercept_hdr){0};
+        s->hdrs[s->n_hdrs] = (struct al_http_field){0};
     return 0;
 }
 
@@ -626,18 +635,13 @@ static int req__on_complete(llhttp_t *p)
     return HPE_PAUSED;
 }
 
-/* Hop-by-hop and framing headers never forwarded as they came. */
-static bool hop_by_hop(const struct intercept_hdr *h, bool websocket)
+/* Fields never forwarded as they came: what every forwarding proxy removes (hop-by-hop, those
+ * the Connection fields name, method overrides: common/http.h), and framing. */
+static bool hop_by_hop(const struct al_http_field *h, const struct al_http_field *all, size_t n)
 {
-    static const char *const names[] = {
-        "Connection",     "Keep-Alive",     "TE",     "Trailer", "Transfer-Encoding",
-        "Content-Length", "HTTP2-Settings", "Expect", NULL};
-    for (size_t i = 0; names[i]; i++)
-        if (intercept_hdr_is(h, names[i]))
-            return true;
-    if (intercept_hdr_is(h, "Upgrade"))
-        return !websocket;
-    return false;
+    return al_http_request_field_dropped(all, n, h->name, h->name_len) ||
+           intercept_hdr_is(h, "Content-Length") || intercept_hdr_is(h, "HTTP2-Settings") ||
+           intercept_hdr_is(h, "Expect");
 }
 
 /* Serialises the request head for the upstream into uq (and keeps a copy for a retry). */
@@ -650,13 +654,16 @@ static int sess__serialize_request(struct intercept_session *s)
     bool scrubbing = s->n_used > 0 || (s->edit_live && s->edit.n_used > 0);
     bool host_done = false;
     for (size_t i = 0; i < s->n_hdrs && rc == 0; i++) {
-        const struct intercept_hdr *h = &s->hdrs[i];
+        const struct al_http_field *h = &s->hdrs[i];
         if (s->edit_live && s->edit.drop[i])
             continue;
-        if (hop_by_hop(h, s->info.websocket && s->ws_allowed))
+        if (hop_by_hop(h, s->hdrs, s->n_hdrs))
             continue;
-        if (scrubbing && (intercept_hdr_is(h, "Accept-Encoding") || intercept_hdr_is(h, "Range") ||
-                          intercept_hdr_is(h, "If-Range")))
+        /* While secrets are in play: bodies the scrubber can read (identity), no ranges (a
+         * secret echoed in pieces), no WebSocket extensions (permessage-deflate frames). */
+        if (scrubbing &&
+            (intercept_hdr_is(h, "Accept-Encoding") || intercept_hdr_is(h, "Range") ||
+             intercept_hdr_is(h, "If-Range") || intercept_hdr_is(h, "Sec-WebSocket-Extensions")))
             continue;
         if (intercept_hdr_is(h, "Host")) {
             if (host_done)
@@ -676,7 +683,7 @@ static int sess__serialize_request(struct intercept_session *s)
     if (rc == 0 && scrubbing)
         rc = al_buf_appends(o, "Accept-Encoding: identity\r\n");
     if (rc == 0 && s->info.websocket && s->ws_allowed)
-        rc = al_buf_appends(o, "Connection: Upgrade\r\n");
+        rc = al_buf_appends(o, "Connection: Upgrade\r\nUpgrade: websocket\r\n");
     if (rc == 0 && s->req_chunked)
         rc = al_buf_appends(o, "Transfer-Encoding: chunked\r\n");
     else if (rc == 0 && (s->req.flags & F_CONTENT_LENGTH))
@@ -892,11 +899,16 @@ static void sess__on_request(struct intercept_session *s)
         .method_len = strlen(s->method),
         .path = s->info.path,
         .path_len = s->info.path_len,
+        .body = (s->req.flags & F_CHUNKED) ||
+                ((s->req.flags & F_CONTENT_LENGTH) && s->req.content_length > 0) ||
+                intercept_hdr_find(s->hdrs, s->n_hdrs, "Transfer-Encoding", NULL),
     };
     policy_decide(p, &pr, &s->d);
     s->t_decided = al_now_ns();
     if (s->d.verdict != POLICY_ALLOW) {
-        sess__deny(s, 403, "blocked_by_policy", policy_reason_code(s->d.reason));
+        bool bad = policy_reason_is_malformed(s->d.reason);
+        sess__deny(s, bad ? 400 : 403, bad ? "bad_request" : "blocked_by_policy",
+                   policy_reason_code(s->d.reason));
         return;
     }
     if (intercept_request_check_decided(&s->info, &s->d, &reason) < 0) {
@@ -906,7 +918,7 @@ static void sess__on_request(struct intercept_session *s)
     s->ws_allowed = s->info.websocket;
     s->req_chunked = (s->req.flags & F_CHUNKED) != 0;
     s->req_close = !llhttp_should_keep_alive(&s->req);
-    const struct intercept_hdr *ex = intercept_hdr_find(s->hdrs, s->n_hdrs, "Expect", NULL);
+    const struct al_http_field *ex = intercept_hdr_find(s->hdrs, s->n_hdrs, "Expect", NULL);
     s->expect_continue =
         ex && ex->value_len == 12 && strncasecmp(ex->value, "100-continue", 12) == 0;
     if (ex && !s->expect_continue) {
@@ -983,23 +995,8 @@ static const char *req__parse_error(llhttp_t *p, int *status)
         *status = 403;
         return "placeholder_misuse";
     }
-    switch (e) {
-    case HPE_INVALID_TRANSFER_ENCODING:
-    case HPE_UNEXPECTED_CONTENT_LENGTH:
-    case HPE_INVALID_CONTENT_LENGTH:
-        return "ambiguous_framing";
-    case HPE_INVALID_METHOD:
-        return "invalid_method";
-    case HPE_INVALID_VERSION:
-        return "invalid_version";
-    case HPE_INVALID_CHUNK_SIZE:
-        return "invalid_chunk";
-    case HPE_PAUSED_H2_UPGRADE:
-        *status = 403;
-        return "h2_prior_knowledge_refused";
-    default:
-        return "malformed_request";
-    }
+    /* What the plain path says for the same bytes (egress/http.c). */
+    return al_http_parse_error_reason(e, status);
 }
 
 /* Parses what the sandbox sent, as far as the state allows. */
@@ -1073,8 +1070,10 @@ static void sess__parse_client(struct intercept_session *s, bool *progress)
             sess__deny(s, 431, "request_header_too_large", "request_head_too_large");
             return;
         }
-        /* A new request: reset, copy the head, validate its bytes, parse it. */
+        /* A new request: reset, copy the head, parse it, validate its bytes. */
         sess__release_request(s);
+        s->scrub_refused = NULL;
+        memset(&s->codings, 0, sizeof s->codings);
         memset(&s->d, 0, sizeof s->d);
         memset(&s->info, 0, sizeof s->info);
         s->status = 0;
@@ -1090,12 +1089,9 @@ static void sess__parse_client(struct intercept_session *s, bool *progress)
         }
         s->cin_off += hl;
         *progress = true;
-        const char *why = NULL;
-        if (intercept_head_validate(s->head.data, hl, true, &why) < 0) {
-            s->ops->request_id(s->ctx, s->rid);
-            sess__deny(s, 400, "bad_request", why);
-            return;
-        }
+        /* The strict parser first, so that what it refuses is refused for the reason the
+         * plain path gives (egress/http.c); then the byte checks it does not make (obs-fold,
+         * which it would unfold silently). */
         llhttp_init(&s->req, HTTP_REQUEST, &req_settings);
         s->req.data = s;
         s->n_hdrs = 0;
@@ -1109,6 +1105,12 @@ static void sess__parse_client(struct intercept_session *s, bool *progress)
             const char *r = req__parse_error(&s->req, &st);
             s->ops->request_id(s->ctx, s->rid);
             sess__deny(s, st, st == 403 ? "blocked_by_policy" : "bad_request", r);
+            return;
+        }
+        const char *why = NULL;
+        if (intercept_head_validate(s->head.data, hl, true, &why) < 0) {
+            s->ops->request_id(s->ctx, s->rid);
+            sess__deny(s, 400, "bad_request", why);
             return;
         }
         if (!s->url_at) {
@@ -1225,7 +1227,7 @@ static int resp__on_field(llhttp_t *p, const char *at, size_t n)
         s->rhdr_overflow = true;
         return 0;
     }
-    struct intercept_hdr *h = &s->rhdrs[s->n_rhdrs];
+    struct al_http_field *h = &s->rhdrs[s->n_rhdrs];
     if (!h->name)
         h->name = at;
     h->name_len = (size_t)(at + n - h->name);
@@ -1237,7 +1239,7 @@ static int resp__on_value(llhttp_t *p, const char *at, size_t n)
     struct intercept_session *s = p->data;
     if (s->n_rhdrs == MAX_HDRS)
         return 0;
-    struct intercept_hdr *h = &s->rhdrs[s->n_rhdrs];
+    struct al_http_field *h = &s->rhdrs[s->n_rhdrs];
     if (!h->value)
         h->value = at;
     h->value_len = (size_t)(at + n - h->value);
@@ -1253,7 +1255,7 @@ static int resp__on_value_complete(llhttp_t *p)
         s->rhdrs[s->n_rhdrs].value = "";
     s->n_rhdrs++;
     if (s->n_rhdrs < MAX_HDRS)
-        s->rhdrs[s->n_rhdrs] = (struct intercept_hdr){0};
+        s->rhdrs[s->n_rhdrs] = (struct al_http_field){0};
     return 0;
 }
 
@@ -1301,23 +1303,16 @@ static int resp__on_complete(llhttp_t *p)
     return HPE_PAUSED;
 }
 
-static bool resp_hop_by_hop(const struct intercept_hdr *h, bool upgrade)
+/* Response fields not forwarded as they came: the hop-by-hop ones and those the response's
+ * Connection fields name (common/http.h), and the framing, which is restated; Upgrade stays
+ * on a 101 that switches protocols. */
+static bool resp_hop_by_hop(const struct al_http_field *h, const struct al_http_field *all,
+                            size_t n, bool upgrade)
 {
-    static const char *const names[] = {"Connection",
-                                        "Keep-Alive",
-                                        "TE",
-                                        "Trailer",
-                                        "Transfer-Encoding",
-                                        "Content-Length",
-                                        "Proxy-Authenticate",
-                                        "Proxy-Connection",
-                                        NULL};
-    for (size_t i = 0; names[i]; i++)
-        if (intercept_hdr_is(h, names[i]))
-            return true;
     if (intercept_hdr_is(h, "Upgrade"))
         return !upgrade;
-    return false;
+    return intercept_hdr_is(h, "Content-Length") ||
+           al_http_field_hop_by_hop(all, n, h->name, h->name_len);
 }
 
 /* The response head is parsed: check, scrub, re-frame, queue it for the sandbox. */
@@ -1336,31 +1331,47 @@ static void sess__on_response_head(struct intercept_session *s)
         sess__fail(s, 502, "bad_gateway", reason, reason);
         return;
     }
-    /* How the body goes. */
+    if (status == 101 && s->n_used &&
+        intercept_hdr_find(s->rhdrs, s->n_rhdrs, "Sec-WebSocket-Extensions", NULL)) {
+        /* An extension the proxy did not offer (compressed frames cannot be scrubbed). */
+        sess__fail(s, 502, "response_not_inspectable", "websocket_extension_not_inspectable",
+                   "the upstream accepted a WebSocket extension the proxy removed");
+        return;
+    }
+    /* How the body goes: every coding applied to it (content and transfer) is undone that
+     * the proxy must undo (scrub.h), or the response is refused. */
     struct intercept_matcher *ms[MAX_USED];
     for (size_t i = 0; i < s->n_used; i++)
         ms[i] = s->used[i]->matcher;
-    const struct intercept_hdr *ce =
-        intercept_hdr_find(s->rhdrs, s->n_rhdrs, "Content-Encoding", NULL);
-    char cebuf[128] = "";
-    if (ce)
-        snprintf(cebuf, sizeof cebuf, "%.*s", (int)(ce->value_len < 127 ? ce->value_len : 127),
-                 ce->value);
+    intercept_codings_of(s->rhdrs, s->n_rhdrs, &s->codings);
+    if (s->codings.chunked != ((s->resp.flags & F_CHUNKED) != 0)) {
+        sess__fail(s, 502, "bad_gateway", "malformed_response", "ambiguous transfer coding");
+        return;
+    }
     bool no_body = status == 204 || status == 304 || (status >= 100 && status < 200) ||
                    strcmp(s->method, "HEAD") == 0;
-    if (!no_body && s->n_used) {
-        if (intercept_body_start(&s->body, ms, s->n_used, ce ? cebuf : NULL, s->scrub_mode,
+    if (!no_body && (s->n_used || s->codings.n_transfer)) {
+        if (intercept_body_start(&s->body, ms, s->n_used, &s->codings, s->scrub_mode,
                                  s->lim.max_decoded_body, &reason) < 0) {
-            json_t *x = json_pack("{s:s,s:s,s:s}", "decision", "deny", "reason",
-                                  reason ? reason : "", "content_encoding", cebuf);
-            sess__security_event(s, "response_not_inspectable", x);
-            sess__fail(s, 502, "response_not_inspectable",
-                       reason ? reason : "unsupported_content_encoding", reason);
+            s->scrub_refused = reason ? reason : "scrub_failed";
+            if (s->n_used) {
+                json_t *x = json_pack("{s:s,s:s}", "decision", "deny", "reason", s->scrub_refused);
+                json_t *cj = intercept_codings_json(&s->codings);
+                if (x && cj)
+                    json_object_set_new(x, "codings", cj);
+                else
+                    json_decref(cj);
+                sess__security_event(s, "response_not_inspectable", x);
+            }
+            sess__fail(s, 502, s->n_used ? "response_not_inspectable" : "bad_gateway",
+                       s->scrub_refused, s->scrub_refused);
             return;
         }
         s->body_live = true;
     }
+    /* Decoded: the length changes; without the content codings too when they were undone. */
     bool decode = s->body_live && s->body.mode == INTERCEPT_BODY_DECODE;
+    bool drop_ce = decode && s->body.content_decoded;
     bool has_cl = (s->resp.flags & F_CONTENT_LENGTH) != 0;
     bool upgrade = status == 101;
     bool client10 = s->http_minor == 0;
@@ -1383,10 +1394,10 @@ static void sess__on_response_head(struct intercept_session *s)
         s->stats.scrubbed_matches +=
             intercept_scrub_buffer(s->used[k]->matcher, k, s->cq.data + at0, s->cq.len - at0, &rep);
     for (size_t i = 0; i < s->n_rhdrs && rc == 0; i++) {
-        const struct intercept_hdr *h = &s->rhdrs[i];
-        if (resp_hop_by_hop(h, upgrade))
+        const struct al_http_field *h = &s->rhdrs[i];
+        if (resp_hop_by_hop(h, s->rhdrs, s->n_rhdrs, upgrade))
             continue;
-        if (decode && intercept_hdr_is(h, "Content-Encoding"))
+        if (drop_ce && intercept_hdr_is(h, "Content-Encoding"))
             continue;
         size_t at = s->cq.len;
         rc = al_buf_printf(&s->cq, "%.*s: %.*s\r\n", (int)h->name_len, h->name, (int)h->value_len,
@@ -1457,7 +1468,7 @@ static void sess__response_complete(struct intercept_session *s)
     if (s->resp_chunked_out)
         al_buf_append(&s->cq, "0\r\n\r\n", 5);
     /* Reflection in the body. */
-    if (s->body_live && s->body.scrub.rep.matches) {
+    if (s->body_live && s->body.scrubbing && s->body.scrub.rep.matches) {
         const struct intercept_scrub_report *rep = &s->body.scrub.rep;
         s->stats.scrubbed_matches += rep->matches;
         json_t *enc = json_array();
@@ -1472,6 +1483,12 @@ static void sess__response_complete(struct intercept_session *s)
             json_pack("{s:s,s:s,s:I,s:o,s:o,s:b}", "decision", "scrubbed", "where", "response_body",
                       "matches", (json_int_t)rep->matches, "encodings", enc, "secret_ids", ids,
                       "decoded", s->body.mode == INTERCEPT_BODY_DECODE);
+        json_t *cj =
+            s->body.mode == INTERCEPT_BODY_DECODE ? intercept_codings_json(&s->codings) : NULL;
+        if (x && cj)
+            json_object_set_new(x, "codings", cj);
+        else
+            json_decref(cj);
         sess__security_event(s, "secret_reflected", x);
     }
     sess__audit_request(s, s->d.would_deny ? "would_deny" : "allow",
@@ -1561,7 +1578,8 @@ static bool sess__parse_upstream(struct intercept_session *s, bool *progress)
             continue;
         const char *r = llhttp_get_error_reason(&s->resp);
         if (err == HPE_USER && r &&
-            (strcmp(r, "decoded_body_too_large") == 0 || strcmp(r, "corrupt_encoding") == 0)) {
+            (strcmp(r, "decoded_body_too_large") == 0 || strcmp(r, "corrupt_encoding") == 0 ||
+             strcmp(r, "decompression_ratio_exceeded") == 0)) {
             json_t *x = json_pack("{s:s,s:s}", "decision", "abort", "reason", r);
             sess__security_event(s, "response_not_inspectable", x);
             sess__fail(s, 502, "response_not_inspectable", r, r);

@@ -7,16 +7,20 @@
  *   - TLS toward the sandbox (tls.h) with the leaf of the decided name;
  *   - "HTTP inside": each request head collected within bounds, validated byte by byte (CRLF
  *     line ends only, no obs-fold, token header names, no controls), parsed (llhttp), checked
- *     (request.h), decided by the policy on method and path, then edited (inject.h) with
- *     secrets fetched from the vault (secrets.h) and re-serialised: origin-form target,
- *     hop-by-hop and Proxy-* headers removed, framing restated, and, while secrets are in
+ *     (request.h), decided by the policy on method, path and whether it carries a body,
+ *     then edited (inject.h) with secrets fetched from the vault (secrets.h) and
+ *     re-serialised: origin-form target, what common/http.h says a forwarding proxy
+ *     removes (hop-by-hop fields, those Connection names, method overrides) and Proxy-*
+ *     headers removed, framing restated, and, while secrets are in
  *     play, Accept-Encoding: identity (so responses can be inspected) and no Range/If-Range
  *     (a secret echoed in pieces by range requests would escape scrubbing);
  *   - the upstream: a pooled TLS connection for (sandbox, host, port) or a new one to the
  *     destination the proxy checked, verified against the trusted roots, SNI = the name;
- *   - responses: head validated and checked (101 only for an allowed WebSocket), every
- *     header and the body scrubbed of the secrets injected on this connection (scrub.h),
- *     re-framed toward the sandbox; 3xx passed as they are (the proxy never follows);
+ *   - responses: head validated and checked (101 only for an allowed WebSocket, and then
+ *     without extensions while secrets are in play), every header and the body scrubbed of
+ *     the secrets injected on this connection (scrub.h: every content and transfer coding of
+ *     the body undone first, or the response refused), re-framed toward the sandbox without
+ *     trailers; 1xx other than 101 dropped; 3xx passed as they are (the proxy never follows);
  *   - answers of its own: HTTP JSON bodies {"error","rule","reason","request_id"} (403
  *     blocked_by_policy, 400, 408, 413, 431, 502, 503, 504) and then a close; before any
  *     HTTP exchange, a TLS alert;

@@ -1,6 +1,7 @@
 // tests/e2b/sdk-driver.mjs: the real E2B SDK (e2b 2.51.0 and @e2b/code-interpreter 2.8.0,
 // pinned in package-lock.json) as a command-line tool for integration scripts that check
-// what happens around a sandbox from the host (tests/integration/cp_intercept.sh). Each call
+// what happens around a sandbox from the host (tests/integration/cp_intercept.sh,
+// cp_netupdate.sh, cp_disk.sh). Each call
 // makes one SDK operation against airlockd in normal mode (E2B_API_URL, E2B_SANDBOX_URL,
 // E2B_API_KEY, as a user's program would) and prints one JSON object on stdout.
 //
@@ -11,6 +12,8 @@
 //   background ID CMD             commands.run(CMD, {background})  -> {"pid"}
 //   code ID PYTHON                sbx.runCode(PYTHON)              -> {"text","stdout","stderr","error"}
 //   info ID                       Sandbox.getInfo(ID)              -> the SandboxInfo
+//   network ID FIELDS-JSON        Sandbox.updateNetwork(ID, fields) -> {"updated": true}, or
+//                                 {"error", "statusCode"} (exit 1) when the API refused it
 //   pause ID                      Sandbox.pause(ID)                -> {"paused"}
 //                                 (every other op on a paused sandbox resumes it: connect)
 //   kill ID                       Sandbox.kill(ID)                 -> {"killed"}
@@ -70,12 +73,15 @@ async function main() {
     }
     case 'info':
       return out(await Sandbox.getInfo(args[0]))
+    case 'network':
+      await Sandbox.updateNetwork(args[0], JSON.parse(args[1]))
+      return out({ updated: true })
     case 'pause':
       return out({ paused: await Sandbox.pause(args[0]) })
     case 'kill':
       return out({ killed: await Sandbox.kill(args[0]) })
     default:
-      console.error('usage: sdk-driver.mjs create|run|background|code|info|pause|kill ... (see the header)')
+      console.error('usage: sdk-driver.mjs create|run|background|code|info|network|pause|kill ... (see the header)')
       process.exit(2)
   }
 }
@@ -85,7 +91,7 @@ async function main() {
 main().then(
   () => process.exit(0),
   (e) => {
-    out({ error: `${e?.name ?? 'Error'}: ${e?.message ?? e}` })
+    out({ error: `${e?.name ?? 'Error'}: ${e?.message ?? e}`, statusCode: e?.statusCode ?? null })
     process.exit(1)
   },
 )

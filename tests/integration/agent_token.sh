@@ -3,6 +3,7 @@
 # are refused (401), with it they work, and /health needs none. (Regression: the token lives
 # in sodium_malloc'd memory, which needs sodium_init.)
 set -euo pipefail
+. "${AIRLOCK_SOURCE_DIR:?}/tests/lib/wait.sh"
 bin=${AIRLOCK_BIN:?}
 agent=$bin/airlock-agent-dev
 [ -x "$agent" ] || agent=$bin/airlock-agent
@@ -17,7 +18,7 @@ ASAN_OPTIONS=detect_leaks=0 AIRLOCK_AGENT_INIT_FD=5 "$agent" --listen "unix:$dir
     --home "$dir" >"$dir/log" 2>&1 &
 pid=$!
 exec 5<&-
-for _ in $(seq 100); do [ -S "$dir/a.sock" ] && break; sleep 0.05; done
+al_wait_until 60 test -S "$dir/a.sock" || true
 call() { curl -s -o "$dir/out" -w '%{http_code}' --unix-socket "$dir/a.sock" "$@"; }
 rpc=(-X POST -H 'Content-Type: application/json' -H 'Connect-Protocol-Version: 1' -d '{"path":"/"}'
      http://sandbox/filesystem.Filesystem/Stat)

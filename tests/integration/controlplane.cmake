@@ -4,6 +4,8 @@
 if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
   airlock_script_test(NAME cp_egress SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_egress.sh
                       LABELS controlplane TIMEOUT 900)
+  airlock_script_test(NAME cp_netupdate SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_netupdate.sh
+                      LABELS controlplane egress TIMEOUT 900)
 endif()
 if(TARGET airlockd AND TARGET airlock-agent-dev)
   airlock_script_test(NAME cp_restart_test SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_restart.sh
@@ -20,6 +22,9 @@ endif()
 if(TARGET airlockd AND TARGET airlock-agent-dev)
   airlock_script_test(NAME cp_cli SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_cli.sh
                       LABELS controlplane TIMEOUT 300)
+  # Lifecycle events: recorded with their causes, listed as E2B does, streamed, kept.
+  airlock_script_test(NAME cp_events SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_events.sh
+                      LABELS controlplane TIMEOUT 600)
 endif()
 if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
   airlock_script_test(NAME cp_forward SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_forward.sh
@@ -30,6 +35,11 @@ endif()
 if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress AND TARGET airlock-vault)
   airlock_script_test(NAME cp_intercept SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_intercept.sh
                       LABELS controlplane intercept e2b TIMEOUT 900)
+endif()
+# The disk reserve: a small tmpfs state directory filled below the reserve, then full.
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_disk SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_disk.sh
+                      LABELS controlplane e2b TIMEOUT 900)
 endif()
 # A creation that fails after the network was taken and egress registered is undone whole.
 if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
@@ -49,4 +59,10 @@ if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
   # Both pools are full again right after a burst; each creation's stages are timed.
   airlock_script_test(NAME cp_pools SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_pools.sh
                       LABELS controlplane TIMEOUT 600)
+endif()
+# The limits of all sandboxes together: a sandbox that fills them does not stop airlockd,
+# airlock-egress or a neighbour; a new sandbox is refused with a 503 that says why.
+if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
+  airlock_script_test(NAME cp_hostlimits SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_hostlimits.sh
+                      LABELS controlplane TIMEOUT 900)
 endif()

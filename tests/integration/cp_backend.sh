@@ -59,7 +59,7 @@ if [ "$USABLE" != True ]; then
   al_ok "... and says how to fix it" grep -F -- "set sandboxes.backend to jail or auto" \
     "$AL_TMP/forced.log"
   al_fail "it never served" grep -q '^export E2B_API_URL=' "$AL_TMP/forced.log"
-  al_eq "nothing left behind" "$(cp_leaks)" ""
+  al_eq "nothing left behind" "$(cp_leaks_settled)" ""
 else
   al_note "(this host's probe says usable: the forced-kvm refusal is covered by test_cp_backend)"
 fi
@@ -130,12 +130,8 @@ al_eq "spec: the kvm section's kernel" "$(json "$S" 'd["kvm"]["kernel"]')" /none
 al_eq "spec: the VMM's cgroup parent" "$(json "$S" 'd["jail"]["cgroup_parent"]')" "$CP_CG"
 al_eq "spec: resources" "$(json "$S" '(d["resources"]["cpus"], d["resources"]["memory_mib"])')" "(2, 512)"
 gone=no
-for _ in $(seq 100); do
-  ip -n "$CP_HOSTNS" link show "$TAP" >/dev/null 2>&1 || { gone=yes; break; }
-  sleep 0.1
-done
+al_wait_until 60 eval '! ip -n "$CP_HOSTNS" link show "$TAP" >/dev/null 2>&1' && gone=yes
 al_eq "the failed sandbox's tap is gone" "$gone" yes
 al_kill airlockd TERM
-sleep 0.5
-al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks)" ""
+al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks_settled)" ""
 al_done

@@ -33,6 +33,9 @@ al_match "info" '"templateID": "base"' cp_cli sandbox info "$SB"
 al_match "exec: output and environment" '^hello$' cp_cli sandbox exec "$SB" -- 'echo $GREETING'
 cp_cli sandbox exec "$SB" -- 'exit 7'
 al_eq "exec: the command's exit status is ours" "$?" 7
+err=$(cp_cli sandbox exec "$SB" --timeout 1 -- 'sleep 30' 2>&1)
+al_eq "exec: past --timeout the command is killed, exit 124" "$?" 124
+al_match "exec: --timeout says so" 'ran past --timeout 1 s and was killed' echo "$err"
 al_match "logs: the agent's lines" "process [0-9]+ started" cp_cli sandbox logs "$SB"
 al_match "logs: what its init set, on one line" \
   "init: [0-9]+ environment variable\(s\) set, access token set \([0-9]+ bytes\)" \
@@ -57,5 +60,5 @@ al_match "a wrong state directory: the reason" "cannot reach airlockd" \
 al_eq "an unknown command is a usage error" "$?" 2
 
 al_kill airlockd TERM
-al_eq "nothing left" "$(cp_leaks)" ""
+al_eq "nothing left" "$(cp_leaks_settled)" ""
 al_done

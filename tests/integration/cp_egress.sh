@@ -146,7 +146,6 @@ al_match "the sandbox's logs (its agent's output)" "process [0-9]+ started" cli 
 al_ok "kill" cli sandbox kill "$SB"
 al_kill airlockd TERM
 al_eq "airlockd stopped" "$(kill -0 "$(al_pid airlockd)" 2>/dev/null && echo running || echo gone)" gone
-sleep 0.5 # warm airlock-vmm processes leave once airlockd closed their standard input
-al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks)" ""
+al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks_settled)" ""
 al_eq "the switch is removed (no bpffs pins left)" "$([ -n "$PINS" ] && [ -e "$PINS" ] && echo left || echo gone)" gone
 al_done

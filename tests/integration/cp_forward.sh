@@ -67,11 +67,8 @@ al_ok "a WebSocket echo on 127.0.0.1:8765 only" \
 al_ok "a server that dies mid-download on 127.0.0.1:8766" \
   sbx sh -c 'setsid python3 /tmp/fwd_tool.py cut-server 8766 >/tmp/cut.log 2>&1 </dev/null &'
 up=no
-for _ in $(seq 50); do
-  code=$(fwd 8000 -H "E2B-Traffic-Access-Token: $TT" -o /dev/null -w '%{http_code}' "$URL/" 2>/dev/null)
-  [ "$code" = 200 ] && { up=yes; break; }
-  sleep 0.2
-done
+answers() { [ "$(fwd 8000 -H "E2B-Traffic-Access-Token: $TT" -o /dev/null -w '%{http_code}' "$URL/" 2>/dev/null)" = 200 ]; }
+al_wait_until 120 answers && up=yes
 al_eq "the server answers through airlockd" "$up" yes
 
 # What the sandbox network sees from here on: the host side of its interface, and the
@@ -111,9 +108,9 @@ AUD0=$(audit_count)
 al_note "before: interface bytes $NET0, vswitch packets $VS0, audit records $AUD0"
 
 al_note "tokens"
-al_match "without a token: 401, saying which token" '^401 .*E2B-Traffic-Access-Token' \
+al_match "without a token: 403 (E2B's status), saying which token" '^403 .*E2B-Traffic-Access-Token' \
   fwd_sb 8000 "$URL/"
-al_match "a wrong traffic token: 401" '^401$' \
+al_match "a wrong traffic token: 403" '^403$' \
   fwd 8000 -H "E2B-Traffic-Access-Token: 00" -o /dev/null -w '%{http_code}' "$URL/"
 al_match "the envd token works too" '^200$' \
   fwd 8000 -H "X-Access-Token: $TOK" -o /dev/null -w '%{http_code}' "$URL/"
@@ -164,11 +161,12 @@ al_match "the sandbox reaches its allowed upstream" '"server": "good"' \
   sbx curl -sS -m 10 http://allowed.test/cp-forward-proof
 al_check "... and the interface counters moved" test "$(iface_bytes)" -gt "$NET1"
 al_check "... and the vswitch counted it" test "$(vswitch_packets)" -gt "$VS1"
+# (airlock-egress writes the record once it has relayed the answer: wait for it.)
+al_wait_until 60 eval '[ "$(audit_count)" -gt "$AUD1" ]' || true
 al_check "... and it is in the audit log" test "$(audit_count)" -gt "$AUD1"
 
 al_note "teardown"
 al_ok "kill" cp_cli sandbox kill "$SB"
 al_kill airlockd TERM
-sleep 0.5
-al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks)" ""
+al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks_settled)" ""
 al_done

@@ -166,14 +166,12 @@ al_match "whoami from root: admin and airlockd (metadata), not egress" \
 al_match "... root may still list names and metadata" '"name": *"github/token"' \
   vault_curl http://vault/v1/secrets
 # vault_fetches RESULT: the access log's fetch records with that result (the log is written
-# by a group-commit thread: wait up to 5 s for the last one to reach the file).
+# by a group-commit thread: wait for the one asked for to reach the file).
 vault_fetches() {
-  local i out
-  for i in $(seq 50); do
-    out=$(grep -rhaE '"op": *"fetch"' "$CP_STATE/vault/audit" | grep -E "\"result\": *\"$1\"")
-    [ -n "$out" ] && grep -q "$2" <<<"$out" && break
-    sleep 0.1
-  done
+  local result=$1 want=$2 out
+  fetched() { grep -rhaE '"op": *"fetch"' "$CP_STATE/vault/audit" | grep -E "\"result\": *\"$result\""; }
+  al_wait_until 60 eval 'fetched | grep -q "$want"' || true
+  out=$(fetched)
   printf '%s\n' "$out"
 }
 al_match "the refused fetch is in the vault's access log, with why" \
@@ -223,10 +221,12 @@ al_note "the token is nowhere in the sandbox"
 # Nothing below sends the token into the sandbox (a check made inside the sandbox would
 # carry it there): outputs are brought back and looked at here.
 al_ok "a process that holds a canary and made requests stays alive" \
-  sdk background "$SB" "python3 -c 'import requests, time; c = \"$YRANAC\"[::-1]; r = requests.get(\"https://api.github.test/user\", timeout=20); e = requests.get(\"https://echo.test/echo\", timeout=20).text; time.sleep(600)'"
+  sdk background "$SB" "python3 -c 'import requests, time; c = \"$YRANAC\"[::-1]; r = requests.get(\"https://api.github.test/user\", timeout=20); e = requests.get(\"https://echo.test/echo\", timeout=20).text; open(\"/tmp/requests-done\", \"w\").close(); time.sleep(600)'"
 al_match "a file with the canary, and one in /tmp" 'EXIT 0' \
   run "$SB" "rev <<<'$YRANAC' > /home/user/canary.txt && rev <<<'$YRANAC' > /tmp/canary.txt"
-sleep 2
+# The scans below look at that process once it holds what they look for: its requests made.
+requests_done() { run "$SB" 'test -e /tmp/requests-done' | grep -qx 'EXIT 0'; }
+al_ok "the process made its requests" al_wait_until 120 requests_done
 al_nomatch "env: the placeholder, never the token" "$TOKEN|$TOKEN_B64" '^SERVICE_KEY=alph_' run "$SB" 'env'
 al_nomatch "/proc/*/environ of every process (inside): likewise" "$TOKEN|$TOKEN_B64" '^SERVICE_KEY=alph_' \
   run "$SB" "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | sort -u"
@@ -245,14 +245,13 @@ al_eq "no file of the sandbox holds the token" "$(found "$SCANF" token)" 0
 
 al_note "the audit log"
 curl -s --unix-socket "$CP_STATE/run/egress.sock" -X POST http://egress/v1/audit/sync >/dev/null
-al_match "the inject record names the header and the secret id" \
+cp_audit_match "the inject record names the header and the secret id" \
   "\"header\":\"Authorization\",\"secret\":\"github/token\",\"secret_id\":\"$SECRET_ID\"" \
-  cp_cli audit query --sandbox "$SB" --json
+  --sandbox "$SB" --json
 al_check "the secret id is the vault's keyed hash of the value" test -n "$SECRET_ID"
-al_ok "the refused placeholder is a security event" \
-  bash -c "'$AIRLOCK_BIN/airlock' --state-dir '$CP_STATE' audit query --sandbox '$SB' --json | grep -q '\"event\":\"placeholder_misuse\"'"
-al_ok "the reflection is a security event" \
-  bash -c "'$AIRLOCK_BIN/airlock' --state-dir '$CP_STATE' audit query --sandbox '$SB' --json | grep -q '\"event\":\"secret_reflected\"'"
+cp_audit_match "the refused placeholder is a security event" '"event":"placeholder_misuse"' \
+  --sandbox "$SB" --json
+cp_audit_match "the reflection is a security event" '"event":"secret_reflected"' --sandbox "$SB" --json
 al_fail "no audit file holds the token (raw or base64)" \
   grep -rqaE "$TOKEN|$(printf %s "$TOKEN" | base64 | tr -d '=')" "$CP_STATE/audit" "$CP_STATE/vault/audit"
 al_ok "the audit log has the secret id (the search above reads it)" grep -rqa "$SECRET_ID" "$CP_STATE/audit"
@@ -349,13 +348,13 @@ al_match "... its sandbox gets no CA (one that can certify nothing is not instal
   'NO-CA 0' run "$N4" 'test -e /etc/ssl/certs/airlock-sandbox-ca.pem || echo NO-CA $(env | grep -c REQUESTS_CA_BUNDLE)'
 al_ok "kill it" sdk kill "$N4"
 curl -s --unix-socket "$CP_STATE/run/egress.sock" -X POST http://egress/v1/audit/sync >/dev/null
-al_match "the narrowed denials are audited with sandbox_network_denies (TLS)" \
+cp_audit_match "the narrowed denials are audited with sandbox_network_denies (TLS)" \
   '"sni":"echo.test".*"reason":"sandbox_network_denies"|"reason":"sandbox_network_denies".*"sni":"echo.test"' \
-  cp_cli audit query --sandbox "$N1" --decision deny --json
-al_match "... (HTTP)" '"host":"allowed.test".*"reason":"sandbox_network_denies"|"reason":"sandbox_network_denies".*"host":"allowed.test"' \
-  cp_cli audit query --sandbox "$N1" --decision deny --json
-al_match "... for the second sandbox too (DNS)" '"qname":"echo.test".*"reason":"sandbox_network_denies"' \
-  cp_cli audit query --sandbox "$N2" --decision deny --json
+  --sandbox "$N1" --decision deny --json
+cp_audit_match "... (HTTP)" '"host":"allowed.test".*"reason":"sandbox_network_denies"|"reason":"sandbox_network_denies".*"host":"allowed.test"' \
+  --sandbox "$N1" --decision deny --json
+cp_audit_match "... for the second sandbox too (DNS)" '"qname":"echo.test".*"reason":"sandbox_network_denies"' \
+  --sandbox "$N2" --decision deny --json
 EG=$(curl -s --unix-socket "$CP_STATE/run/egress.sock" "http://egress/v1/sandboxes/$N2")
 al_match "airlock-egress holds the fields" '"allow_internet_access": *false' echo "$EG"
 al_ok "airlock audit verify passes" cp_cli audit verify
@@ -363,6 +362,5 @@ al_ok "kill them" sdk kill "$N1"
 sdk kill "$N2" >/dev/null
 
 al_kill airlockd TERM
-sleep 0.5
-al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks)" ""
+al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks_settled)" ""
 al_done

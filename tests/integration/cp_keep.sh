@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/integration/cp_keep.sh: sandboxes.on_shutdown: keep, end to end (jail sandboxes,
 # network on, in the cp_world).
-#   - SIGTERM: airlockd leaves its running sandbox (and helpers) and exits promptly; it used
-#     to wait for its airlock-vmm children to end (a reaper kept its loop alive);
+#   - SIGTERM: airlockd leaves its running sandbox (and helpers) and exits, without waiting
+#     for its airlock-vmm children to end (a reaper kept its loop alive);
 #   - the next airlockd re-adopts the sandbox: it is listed as running and runs commands;
 #   - kill and a final stop (on_shutdown: kill) leave nothing behind.
 set -uo pipefail
@@ -19,12 +19,13 @@ SB=$(cp_create)
 al_note "sandbox $SB"
 PID=$(al_pid airlockd)
 kill -TERM "$PID"
-for _ in $(seq 150); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+# (Its sandbox never ends: an airlockd that waited for it would never exit.)
+al_wait_until 120 eval '! kill -0 "$PID" 2>/dev/null' || true
 if kill -0 "$PID" 2>/dev/null; then
-  al_eq "airlockd (on_shutdown: keep) exits within 15 s of SIGTERM" running exited
+  al_eq "airlockd (on_shutdown: keep) exits on SIGTERM, its sandbox still running" running exited
   exit 1
 fi
-al_eq "airlockd (on_shutdown: keep) exits within 15 s of SIGTERM" exited exited
+al_eq "airlockd (on_shutdown: keep) exits on SIGTERM, its sandbox still running" exited exited
 al_ok "its sandbox's airlock-vmm still runs" pgrep -f -- "$CP_STATE/sandboxes/$SB/|--state-dir $CP_STATE --spec"
 cp_start || exit 1
 al_match "the next airlockd re-adopts it as running" "$SB +[^ ]+ +running" cp_cli sandbox ls
@@ -34,6 +35,5 @@ sed -i 's/^  on_shutdown: keep$/  on_shutdown: kill/' "$AL_TMP/airlockd.yaml"
 al_kill airlockd TERM
 cp_start || exit 1
 al_kill airlockd TERM
-sleep 0.5
-al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks)" ""
+al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks_settled)" ""
 al_done

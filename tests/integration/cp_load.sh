@@ -109,11 +109,9 @@ al_eq "none listed" "$(cp_cli sandbox ls --json | python3 -c 'import json,sys; p
 # Networks are released on the thread pool after the kill answers; pooled networks (and as
 # many made ahead, down) and warm airlock-vmm processes are airlockd's own (pool_size,
 # warm_pool) and stay.
-for _ in $(seq 100); do
-  n=$(ip -n "$CP_HOSTNS" -o link | grep -c " $CP_PREFIX" || true)
-  [ "$n" -le 4 ] && break
-  sleep 0.2
-done
+n_links() { ip -n "$CP_HOSTNS" -o link | grep -c " $CP_PREFIX" || true; }
+al_wait_until 120 eval '[ "$(n_links)" -le 4 ]' || true
+n=$(n_links)
 al_check "only the pooled networks and those made ahead remain ($n)" test "$n" -le 4
 al_eq "no sandbox directory left" "$(ls -A "$CP_STATE/sandboxes" | wc -l)" 0
 al_eq "no sandbox cgroup left (warm ones aside)" \
@@ -125,6 +123,5 @@ al_note "airlockd holds $FD1 descriptors after the load"
 al_check "airlockd's descriptors are back (at most 10 more than before: pooled connections)" \
   test "$FD1" -le $((FD0 + 10))
 al_kill airlockd TERM
-sleep 0.5
-al_eq "nothing left after airlockd stopped" "$(cp_leaks)" ""
+al_eq "nothing left after airlockd stopped" "$(cp_leaks_settled)" ""
 al_done

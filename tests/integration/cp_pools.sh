@@ -84,6 +84,5 @@ al_eq "each creation's log line names its stages" \
 
 while read -r id; do cp_cli sandbox kill "$id" >/dev/null; done <"$IDS"
 al_kill airlockd TERM
-sleep 0.5
-al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks)" ""
+al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks_settled)" ""
 al_done

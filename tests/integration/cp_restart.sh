@@ -107,13 +107,13 @@ print(json.dumps({"id": "zzstale", "addresses": [sys.argv[1]], "policy": {"yaml"
     http://egress/v1/sandboxes
   cp_start || exit 1
   state=""
-  for _ in $(seq 100); do
-    state="A:$(egress_get "$A" | python3 -c 'import json,sys
+  reg_state() {
+    echo "A:$(egress_get "$A" | python3 -c 'import json,sys
 try: print(",".join(json.load(sys.stdin)["addresses"]))
 except Exception: print("none")') stale:$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$ESOCK" http://egress/v1/sandboxes/zzstale)"
-    [ "$state" = "A:$A_ADDR stale:404" ] && break
-    sleep 0.2
-  done
+  }
+  al_wait_until 120 eval '[ "$(reg_state)" = "A:$A_ADDR stale:404" ]' || true
+  state=$(reg_state)
   al_eq "the stale registration is dropped and A registered with its address" "$state" "A:$A_ADDR stale:404"
   al_match "A reaches the allowed upstream under its own policy" '"server": "good"' \
     cp_exec "$A" curl -sS -m 8 http://allowed.test/after-stale
@@ -141,11 +141,9 @@ PY
 )
 kill -KILL "$VPID"
 gone=no
-for _ in $(seq 10); do
-  sleep 0.1
-  if ! cp_api -f -o /dev/null "$CP_URL/sandboxes/$C" 2>/dev/null; then gone=yes; break; fi
-done
-al_eq "C is gone within a second" "$gone" yes
+c_gone() { ! cp_api -f -o /dev/null "$CP_URL/sandboxes/$C" 2>/dev/null; }
+al_wait_until 60 c_gone && gone=yes
+al_eq "C is gone, while airlockd runs" "$gone" yes
 # ... and what it held is released while airlockd runs (not only at its next start).
 c_leftovers() {
   ls -d "$CP_STATE/sandboxes/$C" 2>/dev/null | sed 's/^/sandbox-dir /'
@@ -161,16 +159,12 @@ c_leftovers() {
   true
 }
 left=$(c_leftovers)
-for _ in $(seq 50); do
-  [ -z "$left" ] && break
-  sleep 0.1
-  left=$(c_leftovers)
-done
+al_wait_until 60 eval '[ -z "$(c_leftovers)" ]' || true
+left=$(c_leftovers)
 al_eq "C's directory, cgroups, mounts, processes and egress registration are released at once" "$left" ""
 
 al_note "the end"
 al_ok "kill A" cp_cli sandbox kill "$A"
 al_kill airlockd TERM
-sleep 0.5
-al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks)" ""
+al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks_settled)" ""
 al_done

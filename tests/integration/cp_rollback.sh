@@ -38,13 +38,10 @@ leftovers() {
   [ "$listed" = 0 ] || echo "listed $listed"
   true
 }
-settle() { # settle: waits (5 s at most) until nothing is left; prints what is
+settle() { # settle: waits (60 s at most) until nothing is left; prints what is
   local left i
-  for i in $(seq 50); do
-    left=$(leftovers)
-    [ -z "$left" ] && break
-    sleep 0.1
-  done
+  al_wait_until 60 eval '[ -z "$(leftovers)" ]' || true
+  left=$(leftovers)
   echo "$left"
 }
 create_status() { # create_status BODY: "<HTTP status> <message>"
@@ -71,6 +68,5 @@ al_match "it reaches the allowed upstream" '"server": "good"' \
 al_ok "kill it" cp_cli sandbox kill "$SB"
 al_eq "nothing left" "$(settle)" ""
 al_kill airlockd TERM
-sleep 0.5
-al_eq "nothing left after airlockd stopped" "$(cp_leaks)" ""
+al_eq "nothing left after airlockd stopped" "$(cp_leaks_settled)" ""
 al_done

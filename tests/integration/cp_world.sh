@@ -18,8 +18,16 @@
 #   cp_api ARGS...        curl against the API (in the host namespace, with the key)
 #   cp_create [JSON]      POST /v2/sandboxes; echoes the sandbox id
 #   cp_exec ID CMD...     runs CMD in the sandbox (airlock sandbox exec)
+#   cp_audit_match MSG RE QUERY-ARGS...
+#                         al_match of `airlock audit query QUERY-ARGS...` against RE, once the
+#                         record is there or after 60 s: airlock-egress writes a request's
+#                         record when it has relayed the response, so the client can have the
+#                         answer before the log has the record
 #   cp_leaks              echoes what this instance left (interfaces, cgroups, sandbox
 #                         directories, mounts, processes); empty = nothing
+#   cp_leaks_settled      the same once it is empty, or after 60 s: what ends after airlockd
+#                         (warm airlock-vmm processes leave when their standard input closes)
+#                         is given the time it takes, not a fixed one
 # Nothing has a route out of the machine; netns.sh's trap removes everything.
 # shellcheck shell=bash
 source "${AIRLOCK_SOURCE_DIR:?}/tests/lib/netns.sh"
@@ -151,6 +159,19 @@ cp_exec() {
   cp_cli sandbox exec "$id" -- "$@"
 }
 
+cp__audit_has() {
+  local re=$1
+  shift
+  cp_cli audit query "$@" 2>/dev/null | grep -Eq -- "$re"
+}
+
+cp_audit_match() {
+  local msg=$1 re=$2
+  shift 2
+  al_wait_until 60 cp__audit_has "$re" "$@" || true
+  al_match "$msg" "$re" cp_cli audit query "$@"
+}
+
 cp_leaks() {
   ip -n "$CP_HOSTNS" -o link 2>/dev/null | grep -o " $CP_PREFIX[0-9a-z]*" | sed 's/^/interface/'
   find /sys/fs/cgroup/*/"$CP_CG" /sys/fs/cgroup/"$CP_CG" -mindepth 1 -type d 2>/dev/null |
@@ -159,4 +180,9 @@ cp_leaks() {
   grep -F "$CP_STATE" /proc/self/mountinfo | sed 's/^/mount /'
   pgrep -af -- "$CP_STATE/" | sed 's/^/process /'
   true
+}
+
+cp_leaks_settled() {
+  al_wait_until 60 eval '[ -z "$(cp_leaks)" ]' || true
+  cp_leaks
 }

@@ -1,7 +1,7 @@
 # tests/integration/egress: worlds with a TPROXY stand-in for the vswitch (egress_world.sh),
 # and one behind the real switch (egress_vswitch.sh).
 if(TARGET airlock-egress)
-  foreach(t http tls dns abuse limits control audit narrow)
+  foreach(t http tls dns abuse limits control audit narrow netupdate)
     airlock_script_test(NAME egress_${t}
       SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/egress_${t}.sh
       LABELS egress TIMEOUT 300)

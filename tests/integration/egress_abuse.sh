@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # tests/integration/egress_abuse.sh: bypass item 21. Slowloris, silent connections, huge
-# header blocks and bodies, thousands of connections, DNS floods and repeated denials: the
-# abuser gets 408/413/431/429/REFUSED (or a reset), the event is audited (floods as one
-# aggregated record per second, so the audit log grows by a bounded amount), and the other
-# sandbox is served all along.
+# header blocks and bodies, thousands of connections, DNS floods, floods of allowed requests
+# and of denials: the abuser gets 408/413/431/429/REFUSED (or a reset), the event is audited
+# (floods beyond the sandbox's audit budgets as aggregate records, so the audit log grows by
+# a bounded amount), and the other sandbox is served, and its records written one by one,
+# all along.
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/egress_world.sh"
+source "$AIRLOCK_SOURCE_DIR/tests/lib/wait.sh"
 ew_world abuse --header-timeout 2s --max-body 1MiB --max-header-bytes 8KiB \
   --max-sandbox-connections 20 --body-timeout 2s \
-  --dns-rate 20 --dns-burst 40 --dns-inflight 8 --deny-audit-rate 5
+  --dns-rate 20 --dns-burst 40 --dns-inflight 8 \
+  --audit-allow-rate 20 --audit-allow-burst 40 --audit-deny-rate 5 --audit-deny-burst 10
 
 cat >"$EW_TMP/policy.yaml" <<'YAML'
 version: 1
@@ -103,7 +106,10 @@ ew_match "the bystander's TLS is served during the flood" '"server": "tls"' \
 wait "$hold_pid"
 ew_audit_has "the limit is audited (rate-limited)" type=security_event event=limit reason=sandbox_connection_limit sandbox=sbx-abuser
 ew_fail "no /over request reached the upstream" ew_upstream_saw 'GET /over'
-sleep 1
+# The flood's connections close as its holder exits; the proxy counts them down as it sees
+# them close: wait for that, not for a second.
+served() { ew_curl 1 http://allowed.test/after 2>/dev/null | grep -q '"server": "good"'; }
+al_wait_until 60 served || true
 ew_match "after the flood the abuser is served again" '"server": "good"' ew_curl 1 http://allowed.test/after
 stats=$(curl -s --unix-socket "$EW_STATE/run/egress.sock" http://egress/v1/stats)
 ew_match "stats count the limit hits" '"sandbox_connections":[1-9]' echo "$stats"
@@ -120,6 +126,7 @@ ew_field() { sed -n "s/.* $1 \([0-9]*\).*/\1/p" <<<"$2"; }
 ew_dns 1 10.200.1.1 allowed.test A >/dev/null # the answer is cached: the flood costs no upstream query
 sleep 2.5                                      # the bucket is full again
 q_before=$(ew_count type=dns_query sandbox=sbx-abuser)
+qa_before=$(ew_sum count type=aggregate of=dns_query decision=allow sandbox=sbx-abuser)
 ev_before=$(ew_count type=security_event event=limit sandbox=sbx-abuser)
 for i in $(seq 1 10); do ew_dns 2 10.200.2.1 allowed.test A; sleep 0.1; done >"$EW_TMP/bystander-dns.log" 2>&1 &
 by_pid=$!
@@ -134,9 +141,18 @@ EW_OUT=$flood
   ew__result 0 "400 queries at once: the burst is answered, the rest REFUSED (got $ok, $refused)"
 ew_eq "the bystander's 10 queries were all answered during the flood" \
   "$(grep -c 'RCODE NOERROR ANSWERS 203.0.113.10' "$EW_TMP/bystander-dns.log")" 10
-sleep 2.5 # the sweep (every second, for counts at least a second old) writes what is still counted
-ew_eq "one record per answered query, none per refused one" \
-  "$(($(ew_count type=dns_query sandbox=sbx-abuser) - q_before))" "$ok"
+# The sweep (every second, for counts at least a second old) writes what is still counted:
+# wait until the records account for the flood (a bound, not the sweep's period, which a
+# loaded machine stretches).
+dns_recorded() {
+  [ "$(($(ew_count type=dns_query sandbox=sbx-abuser) - q_before + \
+    $(ew_sum count type=aggregate of=dns_query decision=allow sandbox=sbx-abuser) - qa_before))" = "$ok" ] &&
+    [ "$(ew_sum suppressed type=security_event event=limit reason=dns_rate_limit sandbox=sbx-abuser)" = "$refused" ]
+}
+al_wait_until 60 dns_recorded || true
+ew_eq "one record per answered query (or counted in an aggregate), none per refused one" \
+  "$(($(ew_count type=dns_query sandbox=sbx-abuser) - q_before + \
+    $(ew_sum count type=aggregate of=dns_query decision=allow sandbox=sbx-abuser) - qa_before))" "$ok"
 events=$(($(ew_count type=security_event event=limit sandbox=sbx-abuser) - ev_before))
 [ "$events" -ge 1 ] && [ "$events" -le 6 ] && ew__result 1 "the refused queries: $events aggregated records" ||
   ew__result 0 "the refused queries: 1..6 aggregated records (got $events)"
@@ -163,7 +179,84 @@ sleep 2.5
 ew_eq "aggregated as dns_inflight_limit with the count" \
   "$(ew_sum suppressed type=security_event event=limit reason=dns_inflight_limit sandbox=sbx-abuser)" 22
 
-ew_note "repeated identical denials (5 written per second, the rest counted)"
+# ew_requests N PATH: N requests of sandbox 1 to allowed.test, one connection each; prints
+# "STATUS200 n".
+ew_requests() {
+  ew_sb 1 python3 - "$@" <<'PY2'
+import http.client, sys
+n, path = int(sys.argv[1]), sys.argv[2]
+ok = 0
+for i in range(n):
+    c = http.client.HTTPConnection("203.0.113.10", 80, timeout=5)
+    c.request("GET", path, headers={"Host": "allowed.test"})
+    r = c.getresponse()
+    r.read()
+    ok += r.status == 200
+    c.close()
+print("STATUS200 %d" % ok)
+PY2
+}
+
+ew_note "a flood of allowed requests: 40 records at once and 20 per second written, the rest aggregated"
+sleep 2.5 # both budgets are full again
+by_before=$(ew_count type=http_request sandbox=sbx-bystander)
+ends_before=$(($(ew_count type=connection_end sandbox=sbx-abuser) + \
+  $(ew_sum count type=aggregate of=connection_end sandbox=sbx-abuser)))
+# 10 requests: 30 records (query, request and connection end), within its own burst of 40
+for i in $(seq 1 10); do ew_curl 2 "http://allowed.test/by$i"; done >"$EW_TMP/bystander-http.log" 2>&1 &
+by_pid=$!
+rep=$(ew_requests 300 /flood)
+wait "$by_pid"
+ew_match "every request of the flood was served" 'STATUS200 300' echo "$rep"
+sleep 2.5 # the sweep writes the aggregates whose interval ended
+written=$(ew_count type=http_request decision=allow path=/flood sandbox=sbx-abuser)
+counted=$(ew_sum count type=aggregate of=http_request decision=allow rule=web host=allowed.test sandbox=sbx-abuser)
+EW_OUT="written $written counted $counted"
+# The burst of 40 records is shared with the connections' ends: at least 20 requests.
+[ "$written" -ge 20 ] && [ "$written" -lt 300 ] && [ "$((written + counted))" = 300 ] &&
+  ew__result 1 "$written written one by one, $counted counted in aggregates: every request accounted for" ||
+  ew__result 0 "20..299 written, written + counted = 300 (got $written + $counted)"
+aggs=$(ew_count type=aggregate of=http_request decision=allow sandbox=sbx-abuser)
+[ "$aggs" -ge 1 ] && [ "$aggs" -le 12 ] && ew__result 1 "as $aggs aggregate records (one per second at most)" ||
+  ew__result 0 "1..12 aggregate records (got $aggs)"
+bytes_w=$(ew_sum bytes_down type=http_request decision=allow path=/flood sandbox=sbx-abuser)
+bytes_a=$(ew_sum bytes_down type=aggregate of=http_request decision=allow sandbox=sbx-abuser)
+per=$(ew_audit type=http_request decision=allow path=/flood sandbox=sbx-abuser |
+  python3 -c 'import json,sys; print(json.loads(sys.stdin.readlines()[0])["bytes_down"])')
+ew_eq "the aggregates carry the bytes of the requests they count" "$((bytes_w + bytes_a))" "$((per * 300))"
+ew_audit_has "an aggregate names the sandbox, policy, rule, host, status classes and request ids" \
+  type=aggregate of=http_request decision=allow rule=web reason=rule_allows host=allowed.test \
+  sandbox=sbx-abuser template=base 'policy.hash=/^[0-9a-f]{64}$/' limit=20 interval_ms=1000 \
+  'first_request_id=/^[0-9a-f]{8}-[0-9a-f]+$/' 'last_request_id=/^[0-9a-f]{8}-[0-9a-f]+$/' 'status.2xx=/^[1-9]/' \
+  'first_time=/Z$/' 'last_time=/Z$/'
+ew_eq "so are the ends of its 300 connections" \
+  "$(($(ew_count type=connection_end sandbox=sbx-abuser) + \
+    $(ew_sum count type=aggregate of=connection_end sandbox=sbx-abuser) - ends_before))" 300
+AIRLOCK="$EW_BIN/airlock"
+ew_match "audit query --type http_request shows the aggregates that count requests" \
+  '"type":"aggregate".*"of":"http_request"' "$AIRLOCK" audit query --dir "$EW_STATE/audit" \
+  --type http_request --sandbox sbx-abuser --decision allow --json
+ew_nomatch "--type aggregate shows only aggregates" '"type":"http_request"' \
+  "$AIRLOCK" audit query --dir "$EW_STATE/audit" --type aggregate --json
+ew_match "the human view prints the count and the request ids" \
+  'aggregate +allow +rule_allows +sbx-abuser +[0-9]+ x http_request allowed.test [0-9a-f]+-[0-9a-f]+\.\.[0-9a-f]+-' \
+  "$AIRLOCK" audit query --dir "$EW_STATE/audit" --type aggregate --sandbox sbx-abuser
+ew_ok "OCSF: an aggregate is an HTTP Activity with its count and time span" python3 -c '
+import json, sys
+evs = [json.loads(l) for l in sys.stdin.read().splitlines()]
+agg = [e for e in evs if e["unmapped"].get("type") == "aggregate" and e["unmapped"].get("of") == "http_request"]
+assert agg, "no aggregate exported"
+for e in agg:
+    assert e["class_uid"] == 4002 and e["activity_id"] == 99 and e["count"] == e["unmapped"]["count"]
+    assert e["start_time"] <= e["end_time"] and e["metadata"]["uid"] == e["unmapped"]["first_request_id"]
+' <<<"$("$AIRLOCK" audit export --ocsf --dir "$EW_STATE/audit" --sandbox sbx-abuser)"
+ew_eq "the bystander's 10 requests were all served" "$(grep -c '"server": "good"' "$EW_TMP/bystander-http.log")" 10
+ew_eq "and all written one by one (its budget is its own)" \
+  "$(($(ew_count type=http_request sandbox=sbx-bystander) - by_before))" 10
+ew_eq "no aggregate of the bystander" "$(ew_count type=aggregate sandbox=sbx-bystander)" 0
+
+ew_note "repeated identical denials (10 at once and 5 per second written, the rest counted)"
+sleep 2.5
 rep=$(ew_sb 1 python3 - "$EW_TOOL" <<'PY2'
 import os, socket, sys
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
@@ -184,22 +277,23 @@ PY2
 ew_match "every one is still denied" 'HTTP403 30 RESETS 30' echo "$rep"
 sleep 2.5
 written=$(ew_count type=http_request decision=deny host=evil.test path=/rep sandbox=sbx-abuser)
-counted=$(ew_sum suppressed type=security_event event=limit reason=repeated_denials denied_type=http_request \
-  denied_reason=no_rule_matched target=evil.test dst=203.0.113.11:80 sandbox=sbx-abuser)
-EW_OUT="written $written counted $counted"
-[ "$written" -lt 30 ] && [ "$((written + counted))" = 30 ] &&
-  ew__result 1 "HTTP: $written written one by one, $counted counted in aggregated records" ||
-  ew__result 0 "HTTP: fewer than 30 written, written + counted = 30 (got $written + $counted)"
-written=$(ew_count type=connection decision=deny sni=evil.test reason=no_rule_matched sandbox=sbx-abuser)
-counted=$(ew_sum suppressed type=security_event event=limit reason=repeated_denials denied_type=connection \
-  target=evil.test dst=203.0.113.10:443 sandbox=sbx-abuser)
-EW_OUT="written $written counted $counted"
-[ "$written" -lt 30 ] && [ "$((written + counted))" = 30 ] &&
-  ew__result 1 "TLS: $written written one by one, $counted counted in aggregated records" ||
-  ew__result 0 "TLS: fewer than 30 written, written + counted = 30 (got $written + $counted)"
+counted=$(ew_sum count type=aggregate of=http_request decision=deny reason=no_rule_matched host=evil.test \
+  sandbox=sbx-abuser)
+w_tls=$(ew_count type=connection decision=deny sni=evil.test reason=no_rule_matched sandbox=sbx-abuser)
+c_tls=$(ew_sum count type=aggregate of=connection decision=deny reason=no_rule_matched host=evil.test \
+  sandbox=sbx-abuser)
+EW_OUT="http: written $written counted $counted; tls: written $w_tls counted $c_tls"
+[ "$((written + w_tls))" -ge 10 ] && [ "$((written + w_tls))" -lt 60 ] &&
+  [ "$((written + counted))" = 30 ] && [ "$((w_tls + c_tls))" = 30 ] &&
+  ew__result 1 "HTTP: $written + $counted, TLS: $w_tls + $c_tls (written one by one + counted in aggregates)" ||
+  ew__result 0 "written + counted = 30 for each, fewer than 60 written (got $EW_OUT)"
+ew_audit_has "a denial aggregate has the counts and the rate" type=aggregate of=http_request decision=deny \
+  reason=no_rule_matched host=evil.test rule=None limit=5 'count=/^[1-9]/'
 
-ew_note "denials that all differ (a new name each): 25 records per second at most (5 x 5), burst 50"
+ew_note "denials that all differ (a new name each): merged beyond 16 names per second"
 sleep 2.5
+a_before=$(ew_count type=aggregate sandbox=sbx-abuser)
+c_before=$(ew_sum count type=aggregate of=http_request decision=deny sandbox=sbx-abuser)
 rep=$(ew_sb 1 python3 - "$EW_TOOL" <<'PY2'
 import os, socket, sys
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
@@ -216,14 +310,22 @@ PY2
 ew_match "every one is still denied" 'HTTP403 120' echo "$rep"
 sleep 2.5
 written=$(ew_count type=http_request decision=deny path=/many sandbox=sbx-abuser)
-counted=$(ew_sum suppressed type=security_event event=limit reason=denial_rate_limit limit=25 sandbox=sbx-abuser)
+counted=$(($(ew_sum count type=aggregate of=http_request decision=deny sandbox=sbx-abuser) - c_before))
 EW_OUT="written $written counted $counted"
 [ "$written" -lt 120 ] && [ "$((written + counted))" = 120 ] &&
-  ew__result 1 "$written written one by one, $counted counted in denial_rate_limit records" ||
+  ew__result 1 "$written written one by one, $counted counted in aggregates" ||
   ew__result 0 "fewer than 120 written, written + counted = 120 (got $written + $counted)"
+ew_audit_has "names beyond the table are merged (rule, reason, host null)" type=aggregate of=http_request \
+  decision=deny merged=true host=None sandbox=sbx-abuser
+aggs=$(($(ew_count type=aggregate sandbox=sbx-abuser) - a_before))
+secs=$(ew_audit type=aggregate sandbox=sbx-abuser | tail -n "$aggs" |
+  python3 -c 'import json,sys; print(len({json.loads(l)["first_time"][:19] for l in sys.stdin}))')
+[ "$aggs" -le $((17 * secs)) ] && ew__result 1 "$aggs aggregate records over $secs second(s): at most 16 + 1 merged per second" ||
+  ew__result 0 "at most 17 aggregate records per second (got $aggs over $secs)"
 stats=$(curl -s --unix-socket "$EW_STATE/run/egress.sock" http://egress/v1/stats)
-ew_match "/v1/stats counts the denials not written one by one (limits.audit_aggregated)" \
+ew_match "/v1/stats counts the records counted into aggregates (limits.audit_aggregated)" \
   '"audit_aggregated": *[1-9]' echo "$stats"
+ew_ok "the log with its aggregates verifies" "$EW_BIN/airlock" audit verify --dir "$EW_STATE/audit"
 
 ew_note "memory budget"
 ew_kill egress

@@ -2,8 +2,10 @@
 # tests/integration/egress_audit.sh: the audit log as an auditor uses it. `airlock audit
 # verify` passes on a real log and fails, naming the first bad record and why, after each
 # kind of tampering (edited, removed, reordered, inserted, truncated, bad signature);
-# tail/query/export --ocsf read it; a full audit disk fails closed (bypass item 22) and
-# recovers when space is back.
+# tail/query/export --ocsf read it; rotation seals every file and retention deletes the oldest,
+# which verify accounts for by rule (and tampering in what is kept, a deleted middle file or
+# a file deleted by hand are still caught); a full audit disk fails closed (bypass item 22)
+# and recovers when space is back.
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/egress_world.sh"
 ew_world audit
 AIRLOCK="$EW_BIN/airlock"
@@ -105,6 +107,72 @@ for l in sys.stdin.read().splitlines():
     o = json.loads(l)
     assert o["class_uid"] in (4001, 4002, 4003) and o["metadata"]["product"]["name"] == "airlock"
 ' <<<"$ocsf"
+
+ew_note "rotation and retention"
+ew_kill egress
+ew_start_proxy --audit-rotate-size 8KiB --audit-retain-size 32KiB --audit-allow-rate 0
+ew_match "registered again" "HTTP 201" ew_register sbx-a 1 "$EW_TMP/policy.yaml"
+ew_match "150 requests served" 'STATUS200 150' ew_sb 1 python3 - <<'PY'
+import http.client
+ok = 0
+for i in range(150):
+    c = http.client.HTTPConnection("203.0.113.10", 80, timeout=5)
+    c.request("GET", "/rot%d" % i, headers={"Host": "allowed.test"})
+    r = c.getresponse()
+    r.read()
+    ok += r.status == 200
+    c.close()
+print("STATUS200 %d" % ok)
+PY
+ew_audit_sync
+ew_ok "every closed file ends with its signed seal" python3 - "$A" <<'PY'
+import glob, json, sys
+files = sorted(glob.glob(sys.argv[1] + "/egress-*.jsonl"))
+assert len(files) >= 3, files
+for f in files[:-1]:
+    last = json.loads(open(f).read().splitlines()[-1])
+    assert last["auditlog"]["reason"] == "seal", (f, last)
+PY
+stats=$(curl -s --unix-socket "$EW_STATE/run/egress.sock" http://egress/v1/stats)
+ew_match "/v1/stats counts what retention deleted" '"pruned_files": *[1-9]' echo "$stats"
+ew_ok "what is left is bounded (32 KiB, plus the file being written)" \
+  test "$(cat "$A"/egress-*.jsonl | wc -c)" -le $((32768 + 8192 + 4096))
+ew_match "verify: intact, and says what retention deleted and why" \
+  'seq 1\.\.[0-9]+ are not in the log, and the retention record seq [0-9]+ .* accounts for them:.*max_bytes \(the log was over 32768 bytes\).*INTACT' \
+  "$AIRLOCK" --state-dir "$EW_STATE" audit verify
+ew_match "--json names the ranges and the rule" '"retention":\{"record_seq":[0-9]+.*"rule":"max_bytes","limit":32768' \
+  "$AIRLOCK" --state-dir "$EW_STATE" audit verify --json
+ew_ok "with the shipped checkpoints too" "$AIRLOCK" audit verify --dir "$A" --checkpoints "$A/egress.checkpoints"
+ew_match "tail --all shows the retention records" 'retention .* deletes up to seq [0-9]+: egress-[0-9]+-[0-9TZ]+\.jsonl \(max_bytes\)' \
+  "$AIRLOCK" --state-dir "$EW_STATE" audit query --all
+# pruned DIR KIND: a copy of the retained log, changed one way.
+pruned() {
+  local d="$EW_TMP/p-$1"
+  rm -rf "$d"
+  cp -a "$A" "$d"
+  local files
+  mapfile -t files < <(ls "$d"/egress-*.jsonl)
+  local mid=${files[$((${#files[@]} / 2))]}
+  case $1 in
+    edited) python3 - "$mid" <<'PY' ;;
+import sys
+p = sys.argv[1]
+lines = open(p, "rb").read().split(b"\n")
+i = [k for k, l in enumerate(lines) if b'"type":"http_request"' in l][0]
+lines[i] = lines[i].replace(b'"status":200', b'"status":201')
+open(p, "wb").write(b"\n".join(lines))
+PY
+    middle) rm -f "$mid" ;;
+    oldest) rm -f "${files[0]}" ;;
+  esac
+  echo "$d"
+}
+ew_match "an edit in a retained file is caught" '"verdict":"edited"' \
+  "$AIRLOCK" audit verify --dir "$(pruned edited)" --json
+ew_match "a deleted middle file is caught" '"verdict":"missing_file"' \
+  "$AIRLOCK" audit verify --dir "$(pruned middle)" --json
+ew_match "the oldest file deleted by hand is caught (not retention's doing)" \
+  '"verdict":"removed".*deleted outside retention' "$AIRLOCK" audit verify --dir "$(pruned oldest)" --json
 
 ew_note "a full audit disk fails closed"
 ew_kill egress

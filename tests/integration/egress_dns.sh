@@ -2,7 +2,9 @@
 # tests/integration/egress_dns.sh: the sandboxes' DNS. Allowed names only (NXDOMAIN
 # otherwise, REFUSED for other types), TTL clamps, answers from the address the sandbox
 # asked (IP_PKTINFO: the DNS listener is on port 53 here), UDP and TCP, and bypass items
-# 4 (DNS rebinding, mixed answers) and 16 (exfiltration shapes; DoH/DoT names).
+# 4 (DNS rebinding, mixed answers) and 16 (exfiltration shapes; DoH/DoT names); and two
+# sandboxes asking the same name get answers that do not depend on each other (the cache is
+# partitioned: a hit in another sandbox's cache would give its age away in the TTL).
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/egress_world.sh"
 EW_DNS_PORT=53
 ew_world dns --dns-min-ttl 1s --dns-max-ttl 300s
@@ -13,6 +15,10 @@ name: egress-dns-test
 rules:
   - name: web
     hosts: [allowed.test, rebind.test, mixed.test, cname.test, shortttl.test, longttl.test]
+    ports: [80]
+    scheme: http
+  - name: shared
+    hosts: [shared.test, slow.test]
     ports: [80]
     scheme: http
   - name: tunnel-zone
@@ -30,6 +36,8 @@ z["cname.test"] = {"cname": "edge.cdn.test", "A": ["203.0.113.10"], "ttl": 30}
 z["shortttl.test"] = {"A": ["203.0.113.10"], "ttl": 0}
 z["longttl.test"] = {"A": ["203.0.113.10"], "ttl": 86400}
 z["x.exfil.test"] = {"A": ["203.0.113.10"], "TXT": ["hello"], "ttl": 30}
+z["shared.test"] = {"A": ["203.0.113.10", "203.0.113.11"], "ttl": 120}
+z["slow.test"] = {"A": ["203.0.113.10"], "ttl": 120, "delay": 1.5}
 json.dump(z, open(sys.argv[1], "w"))
 PY
 
@@ -99,4 +107,25 @@ ew_fail "no refused shape reached the upstream resolver" grep -Eq 'QUERY (mzxw|4
 
 ew_note "a second sandbox is not the first"
 ew_match "sandbox 2 unregistered: REFUSED" "RCODE REFUSED" ew_dns 2 10.200.2.1 allowed.test A
+
+ew_note "5: what one sandbox resolved does not show in another's answers"
+ew_match "sandbox 2 registered" "HTTP 201" ew_register sbx-dns2 2 "$EW_TMP/policy.yaml"
+a1=$(ew_dns 1 10.200.1.1 shared.test A --hex)
+ew_match "sandbox 1: a fresh answer" "RCODE NOERROR ANSWERS 203.0.113.10,203.0.113.11 TTL 120" echo "$a1"
+ew_match "its second answer is its own cache's (a hit tells its age)" "TTL 1[01][0-9][[:space:]]" \
+  ew_dns 1 10.200.1.1 shared.test A
+a2=$(ew_dns 2 10.200.2.1 shared.test A --hex)
+ew_eq "sandbox 2 afterwards: the very answer sandbox 1 got first, every field but the id" \
+  "$(sed -n 's/^REPLY //p' <<<"$a2")" "$(sed -n 's/^REPLY //p' <<<"$a1")"
+ew_match "... fresh from the upstream resolver, not from sandbox 1's cache" "TTL 120" echo "$a2"
+ew_eq "the upstream was asked once per sandbox" "$(grep -c 'QUERY shared.test A' "$EW_TMP/dns.q")" 2
+ew_audit_has "audited as not cached" type=dns_query qname=shared.test cached=false sandbox=sbx-dns2
+# Two sandboxes asking a slow name at once: each question goes upstream on its own (one
+# merged with the other's would come back sooner than its own and say the other asked).
+ew_dns 1 10.200.1.1 slow.test A >"$EW_TMP/slow1" &
+slow1=$!
+ew_dns 2 10.200.2.1 slow.test A >"$EW_TMP/slow2"
+wait "$slow1"
+ew_match "both answered" "ANSWERS 203.0.113.10 TTL 120.*ANSWERS 203.0.113.10 TTL 120" cat "$EW_TMP/slow1" "$EW_TMP/slow2"
+ew_eq "each asked upstream for itself" "$(grep -c 'QUERY slow.test A' "$EW_TMP/dns.q")" 2
 ew_done

@@ -118,10 +118,7 @@ ew_match "the file now allows evil.test: the network fields still deny it" \
 ew_match "and the subdomain still passes" '"server": "good"' ew_curl 2 http://api.allowed.test/a6
 cp "$EW_TMP/np.yaml" "$EW_TMP/file.yaml"
 kill -HUP "${EW_PIDS[egress]}"
-for _ in $(seq 20); do
-  [ "$(field policy.hash <<<"$(ew_admin GET /v1/sandboxes/sbx-a)")" = "$H1" ] && break
-  sleep 0.1
-done
+al_wait_until 60 eval '[ "$(field policy.hash <<<"$(ew_admin GET /v1/sandboxes/sbx-a)")" = "$H1" ]' || true
 ew_eq "SIGHUP: back to the first narrowed hash" "$(field policy.hash <<<"$(ew_admin GET /v1/sandboxes/sbx-a)")" "$H1"
 ew_match "still narrowed" '"reason":"sandbox_network_denies"' \
   ew_curl 2 --resolve allowed.test:80:203.0.113.10 http://allowed.test/a7

@@ -10,19 +10,23 @@ Servers (run inside the test world's namespaces, never anywhere else):
       "*.name" answers every name one label below (when no exact entry); "delay" answers
       UDP queries that many seconds late (without holding up other queries).
       Every query is logged: "QUERY <name> <type> <peer>".
-  http-server ADDR PORT --log FILE [--name N]
+  http-server ADDR PORT --log FILE [--name N] [--cl0]
       HTTP/1.1 keep-alive server. Every request is logged ("REQ <name> <method> <target>
-      host=<Host> auth=<Authorization|->") and answered with a JSON echo. Paths:
+      host=<Host> auth=<Authorization|-> ... fields=<its field names, lower case>") and
+      answered with a JSON echo. --cl0: Content-Length is ignored on GET, HEAD, OPTIONS,
+      DELETE and TRACE, as some frameworks do, so a body there is read as the next request
+      (request smuggling, "CL.0"). Paths:
       /redirect?to=URL (302), /big?n=BYTES, /close (Connection: close), /http10 (HTTP/1.0
       reply, no length), /ws (WebSocket-style 101 then echo), /chunked (chunked reply).
-  tls-server ADDR PORT --cert C --key K --log FILE [--name N]
+  tls-server ADDR PORT --cert C --key K --log FILE [--name N] [--cl0]
       TLS server (HTTP inside); logs "TLS <name> sni=<SNI>" per handshake.
   tcp-banner ADDR PORT --log FILE
       Server-first TCP: sends "BANNER\\n" on accept, then echoes.
 
 Clients (run inside a sandbox namespace):
-  dns-query SERVER NAME TYPE [--tcp] [--timeout S]
-      prints "RCODE <rcode> ANSWERS <a,b|-> TTL <ttl>" (exit 0), or "TIMEOUT" (exit 1)
+  dns-query SERVER NAME TYPE [--tcp] [--timeout S] [--hex]
+      prints "RCODE <rcode> ANSWERS <a,b|-> TTL <ttl>" (exit 0), or "TIMEOUT" (exit 1);
+      --hex adds "REPLY <hex>": the whole reply but its id (every other field of it)
   dns-flood SERVER COUNT NAME [--type T] [--wait S]
       sends COUNT UDP queries at once from one socket ("{i}" in NAME becomes the query's
       index), waits up to S seconds for the answers; prints
@@ -33,6 +37,10 @@ Clients (run inside a sandbox namespace):
   tls-hello HOST PORT [--sni NAME] [--ech] [--alpn P] [--timeout S]
       sends a TLS 1.3 ClientHello; prints "SERVERHELLO" when a TLS server answers through
       the proxy, "RESET" or "CLOSED" when the connection was refused
+  session GO NAME=KIND:HOST[:PORT]... [--ca CA.pem] [--wait S]
+      established connections (KIND http: keep-alive HTTP on 80; tls: HTTPS on 443 through
+      CA.pem; tcp: the banner service, then an echo), one exchange each, then "READY"; once
+      the file GO exists, one more exchange each: "NAME alive" or "NAME closed <how>"
 """
 import argparse
 import json
@@ -261,6 +269,8 @@ def cmd_dns_query(a):
         ttl = str(tt)
     print("RCODE %s ANSWERS %s TTL %s" % (RNAMES.get(flags & 15, str(flags & 15)),
                                           ",".join(answers) or "-", ttl))
+    if a.hex:
+        print("REPLY %s" % r[2:].hex())
     return 0
 
 
@@ -320,7 +330,10 @@ class HTTPHandler(socketserver.StreamRequestHandler):
                 headers.append((k.strip(), v.strip()))
             hd = {k.lower(): v for k, v in headers}
             body = b""
-            if "content-length" in hd:
+            cl0 = srv.cl0 and method in ("GET", "HEAD", "OPTIONS", "DELETE", "TRACE")
+            if cl0:
+                pass  # the body stays in the stream: the next request line comes from it
+            elif "content-length" in hd:
                 body = self.rfile.read(int(hd["content-length"]))
             elif hd.get("transfer-encoding", "").lower() == "chunked":
                 while True:
@@ -330,10 +343,11 @@ class HTTPHandler(socketserver.StreamRequestHandler):
                         break
                     body += self.rfile.read(n)
                     self.rfile.readline()
-            log_line(srv.logpath, "REQ %s %s %s host=%s auth=%s pauth=%s len=%d peer=%s:%d" % (
-                srv.name, method, target, hd.get("host", "-"), hd.get("authorization", "-"),
-                hd.get("proxy-authorization", "-"), len(body), self.client_address[0],
-                self.client_address[1]))
+            log_line(srv.logpath, "REQ %s %s %s host=%s auth=%s pauth=%s len=%d peer=%s:%d "
+                     "fields=%s" % (
+                         srv.name, method, target, hd.get("host", "-"), hd.get("authorization", "-"),
+                         hd.get("proxy-authorization", "-"), len(body), self.client_address[0],
+                         self.client_address[1], ",".join(k.lower() for k, _ in headers)))
             path = target.split("?")[0]
             query = target.split("?")[1] if "?" in target else ""
             params = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
@@ -386,7 +400,7 @@ class ThreadingServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
 
 def cmd_http_server(a):
     srv = ThreadingServer((a.addr, a.port), HTTPHandler)
-    srv.logpath, srv.name = a.log, a.name
+    srv.logpath, srv.name, srv.cl0 = a.log, a.name, a.cl0
     log_line(a.log, "LISTEN http %s:%d" % (a.addr, a.port))
     srv.serve_forever()
 
@@ -411,7 +425,7 @@ def cmd_tls_server(a):
     srv.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.server_bind()
     srv.server_activate()
-    srv.logpath, srv.name = a.log, a.name
+    srv.logpath, srv.name, srv.cl0 = a.log, a.name, a.cl0
     log_line(a.log, "LISTEN tls %s:%d" % (a.addr, a.port))
     srv.serve_forever()
 
@@ -541,7 +555,8 @@ def cmd_tls_hello(a):
 
 
 def cmd_hold(a):
-    """Opens N connections and keeps them (idle) for S seconds; prints how many opened."""
+    """Opens N connections and keeps them (idle) for S seconds, or with --until-eof until its
+    standard input ends (the test says when it is done with them); prints how many opened."""
     socks = []
     for _ in range(a.n):
         try:
@@ -550,7 +565,10 @@ def cmd_hold(a):
         except OSError:
             pass
     print("OPENED %d" % len(socks), flush=True)
-    time.sleep(a.seconds)
+    if a.until_eof:
+        sys.stdin.buffer.read()
+    else:
+        time.sleep(a.seconds)
     alive = 0
     for s in socks:
         s.setblocking(False)
@@ -566,6 +584,75 @@ def cmd_hold(a):
     return 0
 
 
+def cmd_session(a):
+    """Opens named connections that stay established: NAME=http:HOST (keep-alive HTTP on port
+    80), NAME=tls:HOST (HTTPS on 443 through the test CA, keep-alive), NAME=tcp:HOST:PORT (the
+    banner service, then an echo). Each makes one exchange, then READY is printed; once the
+    file GO exists (polled, bounded by --wait s) each is used once more and "NAME alive" or
+    "NAME closed HOW" (reset, eof, or the error) is printed."""
+    conns = []
+    for spec in a.conns:
+        name, _, rest = spec.partition("=")
+        kind, _, target = rest.partition(":")
+        host, _, port = target.partition(":")
+        port = int(port or {"http": 80, "tls": 443}[kind])
+        s = socket.create_connection((host, port), timeout=5)
+        if kind == "tls":
+            ctx = ssl.create_default_context(cafile=a.ca)
+            s = ctx.wrap_socket(s, server_hostname=host)
+        conns.append((name, kind, host, s))
+
+    def exchange(name, kind, host, s, n):
+        if kind == "tcp":
+            if n == 1:
+                want = b"BANNER\n"
+            else:
+                s.sendall(b"ping\n")
+                want = b"ping\n"
+        else:
+            s.sendall(b"GET /%s-%d HTTP/1.1\r\nHost: %s\r\n\r\n" % (name.encode(), n, host.encode()))
+            want = b"HTTP/1.1 200"
+        got = b""
+        while len(got) < len(want) or (kind != "tcp" and b"\r\n\r\n" not in got):
+            d = s.recv(65536)
+            if not d:
+                return "eof"
+            got += d
+            if kind != "tcp" and b"Content-Length:" in got and b"\r\n\r\n" in got:
+                head, _, body = got.partition(b"\r\n\r\n")
+                cl = int(head.split(b"Content-Length:")[1].split(b"\r\n")[0])
+                while len(body) < cl:
+                    d = s.recv(65536)
+                    if not d:
+                        return "eof"
+                    body += d
+                break
+        return None if got.startswith(want) else "unexpected " + repr(got[:40])
+
+    for name, kind, host, s in conns:
+        why = exchange(name, kind, host, s, 1)
+        if why:
+            print("%s failed %s" % (name, why), flush=True)
+            return 1
+    print("READY", flush=True)
+    deadline = time.time() + a.wait
+    while not os.path.exists(a.go):
+        if time.time() > deadline:
+            print("NO GO", flush=True)
+            return 1
+        time.sleep(0.05)
+    for name, kind, host, s in conns:
+        try:
+            s.settimeout(5)
+            why = exchange(name, kind, host, s, 2)
+        except ConnectionResetError:
+            why = "reset"
+        except (OSError, ssl.SSLError) as e:
+            why = type(e).__name__
+        print("%s %s" % (name, "alive" if why is None else "closed " + why), flush=True)
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -577,16 +664,19 @@ def main():
     x.add_argument("--tcp", action="store_true"); x.add_argument("--timeout", type=float, default=3)
     x.add_argument("--name-hex", help="the question name in wire form, hex")
     x.add_argument("--raw-hex", help="send these bytes as the whole message")
+    x.add_argument("--hex", action="store_true", help="also print the reply but its id, in hex")
     x = sub.add_parser("dns-flood")
     x.add_argument("server"); x.add_argument("count", type=int); x.add_argument("name")
     x.add_argument("--type", default="A"); x.add_argument("--wait", type=float, default=3)
     x = sub.add_parser("http-server")
     x.add_argument("addr"); x.add_argument("port", type=int)
     x.add_argument("--log"); x.add_argument("--name", default="http")
+    x.add_argument("--cl0", action="store_true")
     x = sub.add_parser("tls-server")
     x.add_argument("addr"); x.add_argument("port", type=int)
     x.add_argument("--cert", required=True); x.add_argument("--key", required=True)
     x.add_argument("--log"); x.add_argument("--name", default="tls")
+    x.add_argument("--cl0", action="store_true")
     x = sub.add_parser("tcp-banner")
     x.add_argument("addr"); x.add_argument("port", type=int); x.add_argument("--log")
     x = sub.add_parser("raw")
@@ -603,10 +693,15 @@ def main():
     x = sub.add_parser("hold")
     x.add_argument("host"); x.add_argument("port", type=int); x.add_argument("n", type=int)
     x.add_argument("seconds", type=float)
+    x.add_argument("--until-eof", action="store_true")
+    x = sub.add_parser("session")
+    x.add_argument("go"); x.add_argument("conns", nargs="+")
+    x.add_argument("--ca"); x.add_argument("--wait", type=float, default=60)
     a = p.parse_args()
     fn = {"dns-server": cmd_dns_server, "dns-query": cmd_dns_query, "http-server": cmd_http_server,
           "tls-server": cmd_tls_server, "tcp-banner": cmd_tcp_banner, "raw": cmd_raw,
-          "tls-hello": cmd_tls_hello, "hold": cmd_hold, "dns-flood": cmd_dns_flood}[a.cmd]
+          "tls-hello": cmd_tls_hello, "hold": cmd_hold, "dns-flood": cmd_dns_flood,
+          "session": cmd_session}[a.cmd]
     sys.exit(fn(a) or 0)
 
 

@@ -103,7 +103,12 @@ al_match "a denied Host gets the JSON answer" '"reason":"no_rule_matched"' \
   "${SBX[@]}" curl -sS -m 8 -H 'Host: evil.test' http://203.0.113.11/e2e
 al_fail "QUIC (UDP 443) goes nowhere" "${SBX[@]}" python3 "$AL_NETTOOL" --timeout 1 udp 203.0.113.10 443
 al_fail "ICMP to the outside goes nowhere" "${SBX[@]}" python3 "$AL_NETTOOL" --timeout 1 icmp 203.0.113.10
-curl -s --unix-socket "$VS_STATE/run/egress.sock" -X POST http://egress/v1/audit/sync >/dev/null
+# airlock-egress writes the record once it has answered: wait for it, not for the answer.
+denied() {
+  "$AIRLOCK_BIN/airlock" --state-dir "$VS_STATE" audit query --decision deny --host evil.test --json |
+    grep -q '"sandbox":"sbx-one"'
+}
+al_wait_until 60 denied || true
 al_match "the denial is audited with the sandbox's identity" '"decision":"deny".*"sandbox":"sbx-one"|"sandbox":"sbx-one".*"decision":"deny"' \
   "$AIRLOCK_BIN/airlock" --state-dir "$VS_STATE" audit query --decision deny --host evil.test --json
 al_ok "the audit log verifies" "$AIRLOCK_BIN/airlock" --state-dir "$VS_STATE" audit verify

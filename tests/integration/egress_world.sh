@@ -19,6 +19,8 @@
 
 set -u
 EW_TOOL="${AIRLOCK_SOURCE_DIR:?}/tests/integration/egress_tool.py"
+# al_wait_until SECS CMD...: see tests/lib/wait.sh.
+source "$AIRLOCK_SOURCE_DIR/tests/lib/wait.sh"
 EW_BIN="${AIRLOCK_BIN:?}"
 EW_PASS=0
 EW_FAIL=0
@@ -119,7 +121,8 @@ ew_dns() {
   shift
   ip netns exec "$(ew_ns "sb$n")" python3 "$EW_TOOL" dns-query "$@"
 }
-# ew_hold N HOST PORT COUNT SECONDS: COUNT idle connections from sandbox N.
+# ew_hold N HOST PORT COUNT SECONDS [--until-eof]: COUNT idle connections from sandbox N,
+# for SECONDS or until its standard input ends.
 ew_hold() {
   local n=$1
   shift
@@ -350,12 +353,19 @@ for path in sorted(glob.glob(d + "/egress-*.jsonl")):
 PY
 }
 
-# ew_audit_has MSG FILTER...: asserts at least one matching record.
+# ew_audit_has MSG FILTER...: asserts at least one matching record. airlock-egress writes a
+# request's record once it has relayed the answer (and a connection's once it has closed
+# it), so the client can see the end before the log holds the record: the record is waited
+# for (al_wait_until, 60 s bound), not looked for once.
+ew__audit_found() { EW_OUT=$(ew_audit "$@") && [ -n "$EW_OUT" ]; }
 ew_audit_has() {
   local m=$1
   shift
-  EW_OUT=$(ew_audit "$@")
-  [ -n "$EW_OUT" ] && ew__result 1 "$m (audit: $*)" || ew__result 0 "$m (no audit record with: $*)"
+  if al_wait_until 60 ew__audit_found "$@"; then
+    ew__result 1 "$m (audit: $*)"
+  else
+    ew__result 0 "$m (no audit record with: $*)"
+  fi
 }
 
 # ew_upstream_saw PATTERN: has any upstream logged a line matching it?

@@ -49,7 +49,7 @@ ew_match "Content-Length and Transfer-Encoding together: 400" 'HTTP/1.1 400' \
   iw_tls_raw 1 echo.test 'POST /echo HTTP/1.1\r\nHost: echo.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n'
 ew_match "obs-fold: 400" 'obs_fold' \
   iw_tls_raw 1 echo.test 'GET /echo HTTP/1.1\r\nHost: echo.test\r\nX-A: 1\r\n  2\r\n\r\n'
-ew_match "bare LF: 400" 'invalid_line_ending' \
+ew_match "bare LF: 400, for the plain path's reason" 'invalid_header' \
   iw_tls_raw 1 echo.test 'GET /echo HTTP/1.1\nHost: echo.test\n\n'
 ew_match "two Host headers: 400" 'duplicate_host' \
   iw_tls_raw 1 echo.test 'GET /echo HTTP/1.1\r\nHost: echo.test\r\nHost: evil.test\r\n\r\n'

@@ -43,6 +43,9 @@ rules:
     hosts: [echo.test]
     ports: [8443]
     tls: inspect
+  - name: open-http
+    hosts: [allowed.test]
+    scheme: http
   - name: plain
     hosts: [plain.test]
     scheme: http
@@ -139,10 +142,57 @@ ew_nomatch "... the CA is new (its key never left the old process)" "$(sed -n 2p
 # what airlockd would now send the agent with POST /init
 printf '%s\n' "$EW_OUT" | head -1 | python3 -c 'import json,sys; open(sys.argv[1], "w").write(json.loads(sys.stdin.readline())["caCertPem"])' "$EW_TMP/sb1-ca.pem"
 
+ew_note "11: injected requests are parsed and refused exactly as plain ones"
+# shape_answer HOW HOST DATA: "<status> <reason>" of the answer to DATA (its Host: HOST),
+# sent on the plain path (HOW=plain, no interception), the plain inject rule (HOW=inject)
+# or the TLS inject rule (HOW=tls); it also checks that the answer was audited with both.
+shape_answer() {
+  local how=$1 host=$2 data=${3//@HOST@/$2} out st reason rid
+  case $how in
+  tls) out=$(iw_tls_raw 1 "$host" "$data") ;;
+  *) out=$(ew_raw 1 "$host" 80 "$data") ;;
+  esac
+  st=$(grep -o '^HTTP/1.1 [0-9]*' <<<"$out" | head -1 | cut -d' ' -f2)
+  reason=$(grep -o '"reason": *"[^"]*"' <<<"$out" | head -1 | sed 's/.*"\([^"]*\)"$/\1/')
+  rid=$(grep -o '"request_id": *"[^"]*"' <<<"$out" | head -1 | sed 's/.*"\([^"]*\)"$/\1/')
+  # a refused head is a deny with that reason; a body found malformed after the head went
+  # upstream fails the allowed exchange with that error
+  if [ -z "$rid" ] || { [ -z "$(ew_audit type=http_request request_id="$rid" decision=deny reason="$reason" status="$st")" ] &&
+    [ -z "$(ew_audit type=http_request request_id="$rid" error="$reason" status="$st")" ]; }; then
+    reason="$reason(not-audited)"
+  fi
+  echo "${st:-none} ${reason:-none}"
+}
+SHAPES=(
+  "bare LF line ends|GET /shape-head HTTP/1.1\nHost: @HOST@\n\n"
+  "obs-fold|GET /shape-head HTTP/1.1\r\nHost: @HOST@\r\nX-A: 1\r\n 2\r\n\r\n"
+  "whitespace before the colon|GET /shape-head HTTP/1.1\r\nHost: @HOST@\r\nX-A : 1\r\n\r\n"
+  "conflicting Content-Length|POST /shape-head HTTP/1.1\r\nHost: @HOST@\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"
+  "Transfer-Encoding with Content-Length|POST /shape-head HTTP/1.1\r\nHost: @HOST@\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+  "chunk data longer than its size|POST /shape-body HTTP/1.1\r\nHost: @HOST@\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nxy\r\n0\r\n\r\n"
+  "bare LF after chunk data|POST /shape-body HTTP/1.1\r\nHost: @HOST@\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\n0\r\n\r\n"
+  "bare CR after a chunk size|POST /shape-body HTTP/1.1\r\nHost: @HOST@\r\nTransfer-Encoding: chunked\r\n\r\n1\rx\r\n0\r\n\r\n"
+)
+for shape in "${SHAPES[@]}"; do
+  name=${shape%%|*} data=${shape#*|}
+  want=$(shape_answer plain allowed.test "$data")
+  case $want in
+  *not-audited*) ew__result 0 "$name, plain path: want 400 and an audited reason, got '$want'" ;;
+  400\ [a-z_]*) ew__result 1 "$name, plain path: $want, audited" ;;
+  *) ew__result 0 "$name, plain path: want 400 and an audited reason, got '$want'" ;;
+  esac
+  ew_eq "$name, plain-HTTP inject rule: the same" "$(shape_answer inject plain.test "$data")" "$want"
+  ew_eq "$name, TLS inject rule: the same" "$(shape_answer tls api.github.test "$data")" "$want"
+done
+# (A chunk's framing is known to be wrong only after the head went upstream.)
+ew_fail "no malformed head reached an upstream" grep -q 'shape-head' "$EW_TMP/iwup.log" \
+  "$EW_TMP/iwplain.log" "$EW_TMP/up.req"
+
 ew_note "the vault gone: injecting rules fail closed"
 ew_kill vault
 sleep 1.5
 ew_match "a value not cached: 503 credentials_unavailable, the feed is down" 'vault_feed_down' \
   iw_curl 1 https://echo.test/late/x
 ew_audit_has "audited" type=http_request decision=deny reason=vault_feed_down rule=late
+
 iw_done

@@ -12,6 +12,7 @@
 #   - iw_register: registers a sandbox and keeps what the control plane would hand its agent
 #     (caCertPem -> $EW_TMP/sbN-ca.pem, placeholders -> $EW_TMP/sbN-ph.json);
 #   - iw_curl / iw_py: curl and Python requests in a sandbox, trusting its CA.
+#   - iw_leaf: a certificate from the world's test CA for another upstream a test adds.
 # Names carry the PID; the EXIT trap of egress_world.sh removes everything.
 # shellcheck shell=bash
 
@@ -19,13 +20,22 @@ source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/egress_world.sh"
 IW_FAKE="$AIRLOCK_SOURCE_DIR/tests/unit/intercept/fake_servers.py"
 IW_TOKEN="ghp_IntegrationToken$$x0123456789abcdefXYZ"
 
-iw__prepare() {
+# iw_leaf BASE NAME...: an upstream certificate for the names from the world's test CA, as
+# $EW_TMP/BASE.pem and BASE.key.
+iw_leaf() {
+  local base=$1 san
+  shift
+  san=$(printf 'DNS:%s,' "$@")
   (cd "$EW_TMP" &&
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=api.github.test" \
-      -keyout iw.key -out iw.csr 2>/dev/null &&
-    printf 'subjectAltName=DNS:api.github.test,DNS:svc.test,DNS:echo.test,DNS:ws.test\n' >iw.ext &&
-    openssl x509 -req -in iw.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile iw.ext \
-      -out iw.pem 2>/dev/null) || return 1
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" \
+      -keyout "$base.key" -out "$base.csr" 2>/dev/null &&
+    printf 'subjectAltName=%s\n' "${san%,}" >"$base.ext" &&
+    openssl x509 -req -in "$base.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile "$base.ext" -out "$base.pem" 2>/dev/null)
+}
+
+iw__prepare() {
+  iw_leaf iw api.github.test svc.test echo.test ws.test || return 1
   ip -n "$(ew_ns up)" addr add 203.0.113.20/32 dev lo || return 1
   python3 - "$EW_TMP/zone.json" <<'PY' || return 1
 import json, sys
@@ -103,7 +113,9 @@ iw_done() {
 }
 
 # iw_tls_raw N HOST DATA: a TLS connection from sandbox N to HOST:443 (trusting its CA),
-# sends DATA (Python escapes), prints the status line of each response (or what failed).
+# sends DATA (Python escapes), reads until the close (or the head of a 101: a tunnel stays
+# open), prints the status line of each response (or what failed), then everything received
+# with CRLF as " | ".
 iw_tls_raw() {
   local n=$1 host=$2 data=$3
   ip netns exec "$(ew_ns "sb$n")" timeout 20 python3 - "$EW_TMP/sb$n-ca.pem" "$host" "$data" <<'PY'
@@ -114,7 +126,7 @@ try:
     s = ctx.wrap_socket(socket.create_connection((host, 443), timeout=8), server_hostname=host)
     s.sendall(data)
     got = b""
-    while True:
+    while not (got.startswith(b"HTTP/1.1 101") and b"\r\n\r\n" in got):
         d = s.recv(65536)
         if not d:
             break
@@ -125,6 +137,6 @@ except Exception as e:  # noqa: BLE001
 for line in got.split(b"\r\n"):
     if line.startswith(b"HTTP/1."):
         print(line.decode(errors="replace"))
-print(got.decode(errors="replace")[-400:].replace("\r\n", " | "))
+print(got.decode(errors="replace").replace("\r\n", " | "))
 PY
 }

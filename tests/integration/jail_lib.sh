@@ -66,6 +66,9 @@ jail__cleanup() {
 }
 trap jail__cleanup EXIT
 
+# al_wait_until SECS CMD...: see tests/lib/wait.sh.
+. "$AIRLOCK_SOURCE_DIR/tests/lib/wait.sh"
+
 # make_busybox_template DIR: see jail_busybox.sh.
 . "$(dirname "${BASH_SOURCE[0]}")/jail_busybox.sh"
 
@@ -157,11 +160,7 @@ jail_netns_inode() { readlink "/proc/$1/ns/net" | tr -dc 0-9; }
 # jail_assert_gone ID HOST_UID AGENT_PID NETNS_INODE: nothing of the sandbox is left.
 jail_assert_gone() {
   local id=$1 huid=$2 apid=$3 netino=$4 i
-  for i in $(seq 100); do
-    [ -e "/proc/$apid" ] || break
-    grep -q '^State:.*Z' "/proc/$apid/status" 2>/dev/null && break
-    sleep 0.05
-  done
+  al_wait_until 60 eval '[ ! -e "/proc/$apid" ] || grep -q "^State:.*Z" "/proc/$apid/status" 2>/dev/null' || true
   [ ! -e "$STATE/sandboxes/$id" ] || fail "$id: $STATE/sandboxes/$id is still there: $(ls -A "$STATE/sandboxes/$id")"
   local d
   for d in /sys/fs/cgroup/*/"$CGP/$id" "/sys/fs/cgroup/$CGP/$id"; do
@@ -170,9 +169,16 @@ jail_assert_gone() {
   if grep -rlx "$id" "$STATE/jail/idslots" 2>/dev/null | grep -q .; then
     fail "$id: its id slot is still held"
   fi
-  local n
-  n=$(ps -e -o uid= | awk -v lo="$huid" -v hi=$((huid + 65536)) '$1 >= lo && $1 < hi' | wc -l)
-  [ "$n" = 0 ] || fail "$id: $n processes with the sandbox's host ids are alive"
+  # The sandbox's processes: its host ids and its network namespace. The ids alone are not
+  # this sandbox's: another run's state directory hands out the same ranges, and its sandbox
+  # may be running now. While a process of this one lives, so does its namespace, whose
+  # inode therefore names it (and no other).
+  local left="" pid uid
+  while read -r pid uid; do
+    [ "$uid" -ge "$huid" ] && [ "$uid" -lt $((huid + 65536)) ] || continue
+    [ "$(jail_netns_inode "$pid" 2>/dev/null)" = "$netino" ] && left+=" $pid"
+  done < <(ps -e -o pid=,uid=)
+  [ -z "$left" ] || fail "$id: processes with the sandbox's host ids are alive:$left"
   if [ -e "/proc/$apid" ] && ! grep -q '^State:.*Z' "/proc/$apid/status" 2>/dev/null; then
     fail "$id: the agent (pid $apid) is alive"
   fi

@@ -149,6 +149,18 @@ rc=0
 [ "$rc" = 1 ] && grep -q 'memory_mib' "$T/bad.err" || fail "bad spec: exit $rc: $(cat "$T/bad.err")"
 ok "invalid spec: exit 1 with the field named"
 
+# A bind's source must be a directory (the sandbox sees it as an overlay, which a file
+# cannot be): refused before anything is made, saying why.
+echo probe > "$T/filebind"
+rc=0
+"$VMM" --state-dir "$STATE" --spec - --ready-fd 3 3>"$T/ready-fb" 2>"$T/fb.err" <<EOF || rc=$?
+$(jail_spec filebind "$T/bb" ',"binds":[{"source":"'"$T/filebind"'","target":"/opt/f"}]')
+EOF
+[ "$rc" = 1 ] && grep -q 'spec.binds\[0\]: source .*/filebind is not a directory' "$T/ready-fb" ||
+  fail "a file as a bind's source: exit $rc: $(cat "$T/ready-fb" "$T/fb.err")"
+[ ! -e "$STATE/sandboxes/filebind" ] || fail "a refused bind left the sandbox's directory"
+ok "a file as a bind's source: refused, saying why, nothing left"
+
 # The agent dies on its own: airlock-vmm reclaims everything and exits 3.
 jail_start crash "$T/bb"
 apid=$(jail_agent_pid crash)
@@ -183,7 +195,7 @@ mkfifo "$T/warm-in"
 wpid=$!
 VMM_PID[warm]=$wpid
 exec 7>"$T/warm-in"
-for i in $(seq 200); do grep -q '"warm":true' "$T/ready-warm" 2>/dev/null && break; sleep 0.02; done
+al_wait_until 120 grep -q '"warm":true' "$T/ready-warm" || true
 grep -q "\"warm\":true,\"vmm_pid\":$wpid" "$T/ready-warm" || fail "no warm line: $(cat "$T/ready-warm")"
 grep -q "/$CGP/warm-$wpid\$" "/proc/$wpid/cgroup" || fail "the warm airlock-vmm is not in its cgroups: $(cat /proc/$wpid/cgroup)"
 # The warm cgroups carry the expected limits (the spec's defaults here) before any spec.
@@ -195,7 +207,7 @@ if [ -d "$cgv1/warm-$wpid" ]; then
 fi
 jail_spec warm "$T/bb" >&7
 exec 7>&-
-for i in $(seq 300); do grep -q '"ready"' "$T/ready-warm" && break; sleep 0.02; done
+al_wait_until 120 grep -q '"ready"' "$T/ready-warm" || true
 grep -q '"ready":true' "$T/ready-warm" || fail "warm start failed: $(cat "$T/ready-warm")"
 ls -d /sys/fs/cgroup/*/"$CGP/warm-$wpid" 2>/dev/null | grep -q . && fail "the warm cgroups were not renamed"
 apid=$(python3 -c 'import json,sys; [print(json.loads(l)["agent_pid"]) for l in open(sys.argv[1]) if "ready" in l]' "$T/ready-warm")
@@ -207,7 +219,7 @@ if [ -d "$cgv1/warm" ]; then
   [ "$(cat /sys/fs/cgroup/pids/$CGP/warm/pids.max)" = 256 ] || fail "the spec's pids.max was not applied"
   [ "$(cat /sys/fs/cgroup/cpu/$CGP/warm/cpu.cfs_quota_us)" = 100000 ] || fail "the spec's CPU quota was not applied"
 fi
-for i in $(seq 100); do grep -q "/$CGP/" "/proc/$wpid/cgroup" || break; sleep 0.02; done
+al_wait_until 60 eval '! grep -q "/$CGP/" "/proc/$wpid/cgroup"' || true
 grep -q "/$CGP/" "/proc/$wpid/cgroup" && fail "airlock-vmm stayed in the sandbox's cgroups: $(cat /proc/$wpid/cgroup)"
 huid=$(jail_host_uid warm)
 netino=$(jail_netns_inode "$apid")
@@ -226,7 +238,7 @@ mkfifo "$T/w3-in"
   <"$T/w3-in" 3>"$T/ready-w3" 2>>"$T/vmm-w3.log" >/dev/null &
 VMM_PID[w3]=$!
 exec 8>"$T/w3-in"
-for i in $(seq 200); do grep -q '"warm":true' "$T/ready-w3" 2>/dev/null && break; sleep 0.02; done
+al_wait_until 120 grep -q '"warm":true' "$T/ready-w3" || true
 w3=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["vmm_pid"])' "$T/ready-w3")
 "$VMM" --state-dir "$STATE" --sweep --cgroup-parent "$CGP" >/dev/null || fail "sweep with a live warm process failed"
 ls -d /sys/fs/cgroup/*/"$CGP/warm-$w3" 2>/dev/null | grep -q . || fail "the sweep removed a live warm process's cgroups"

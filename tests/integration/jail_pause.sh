@@ -12,13 +12,15 @@ apid=$(jail_agent_pid p1)
 huid=$(jail_host_uid p1)
 netino=$(jail_netns_inode "$apid")
 
-# A counter inside the sandbox, read from the host through the agent's root.
-jail_exec p1 user 'i=0; while :; do i=$((i + 1)); echo $i > /tmp/counter; sleep 0.05; done >/dev/null 2>&1 &
+# A counter inside the sandbox, read from the host through the agent's root. Each value is
+# written to a new file that then replaces the counter (rename): a read sees a whole value,
+# never the file truncated and not yet written again.
+jail_exec p1 user 'i=0; while :; do i=$((i + 1)); echo $i > /tmp/counter.new; mv -f /tmp/counter.new /tmp/counter; sleep 0.05; done >/dev/null 2>&1 &
 echo started' >/dev/null
 counter() { cat "/proc/$apid/root/tmp/counter"; }
-sleep 0.5
-c0=$(counter)
-[ "$c0" -gt 0 ] || fail "the counter does not run"
+# true once the counter is above $1
+counter_above() { local c; c=$(counter 2>/dev/null) && [ "$c" -gt "$1" ]; }
+al_wait_until 60 counter_above 0 || fail "the counter does not run"
 
 jail_api p1 POST /pause >/dev/null || fail "POST /pause failed"
 s=$(jail_api p1 GET /status)
@@ -41,9 +43,7 @@ ok "paused: no progress, no answers, a second pause is 409"
 
 jail_api p1 POST /resume >/dev/null || fail "POST /resume failed"
 jail_api p1 GET /status | grep -q '"state":"running"' || fail "status after resume"
-sleep 0.5
-c3=$(counter)
-[ "$c3" -gt "$c2" ] || fail "the counter did not resume ($c2 -> $c3)"
+al_wait_until 60 counter_above "$c2" || fail "the counter did not resume ($c2 -> $(counter))"
 jail_exec p1 user 'echo back' | grep -qx back || fail "the agent does not answer after resume"
 out=$(jail_api p1 POST /resume) && fail "resume while running succeeded"
 echo "$out" | grep -q '"code":409' || fail "resume while running: $out"

@@ -23,11 +23,9 @@ crash_one() {
   wait "${VMM_PID[$id]}" 2>/dev/null || true
   unset "VMM_PID[$id]"
   local i
-  for i in $(seq 40); do
-    n=$(ps -e -o uid= | awk -v lo="$huid" -v hi=$((huid + 65536)) '$1 >= lo && $1 < hi' | wc -l)
-    [ "$n" = 0 ] && break
-    sleep 0.05
-  done
+  sandbox_procs() { ps -e -o uid= | awk -v lo="$huid" -v hi=$((huid + 65536)) '$1 >= lo && $1 < hi' | wc -l; }
+  al_wait_until 60 eval '[ "$(sandbox_procs)" = 0 ]' || true
+  n=$(sandbox_procs)
   [ "$n" = 0 ] || fail "$id: $n sandbox processes survived SIGKILL of airlock-vmm"
   # The host side is still there until someone cleans up.
   [ -e "$STATE/sandboxes/$id/vmm.json" ] || fail "$id: the record vanished without a cleanup"

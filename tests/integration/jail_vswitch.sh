@@ -35,7 +35,7 @@ EOF
 exec 3>"$AL_TMP/ready"
 al_bg vmm "$VMM" --state-dir "$STATE" --spec "$AL_TMP/spec.json" --ready-fd 3
 exec 3>&-
-for i in $(seq 300); do [ -s "$AL_TMP/ready" ] && break; sleep 0.02; done
+al_wait_until 120 test -s "$AL_TMP/ready" || true
 al_match "airlock-vmm starts the sandbox in the switch's namespace" '"ready":true' cat "$AL_TMP/ready"
 APID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["agent_pid"])' "$AL_TMP/ready")
 al_eq "the agent is in the switch's network namespace" \
@@ -65,7 +65,7 @@ vs_no_sandbox_in up_tcp
 
 al_note "stop"
 al_ok "POST /stop" curl -sf -X POST --unix-socket "$STATE/sandboxes/vsw1/vmm.sock" http://vmm/stop
-for i in $(seq 100); do kill -0 "$(al_pid vmm)" 2>/dev/null || break; sleep 0.05; done
+al_wait_until 60 eval '! kill -0 "$(al_pid vmm)" 2>/dev/null' || true
 al_fail "airlock-vmm has exited" kill -0 "$(al_pid vmm)"
 al_fail "no sandbox directory is left" test -e "$STATE/sandboxes/vsw1"
 al_ok "the network stays the switch's (its namespace still exists)" test -e "/run/netns/$(al_ns sb1)"

@@ -7,7 +7,7 @@
 #      Debian's linux-image-*-cloud-amd64 (dpkg-deb -x into the cache), the VMM binary with
 #      its shared libraries, the guest kernel, the guest payload, and a scenario script;
 #   2. boots qemu-system-x86_64 -cpu max (TCG) with no network device at all, no reboot,
-#      a hard timeout, the serial console written to a file;
+#      a bound on its CPU time (see kvm_boot_l1), the serial console written to a file;
 #   3. reads the verdict the scenario printed on the serial console:
 #        AIRLOCK-KVM-VERDICT: PASS            or   AIRLOCK-KVM-VERDICT: FAIL <reason>
 #
@@ -18,7 +18,10 @@ set -euo pipefail
 kvm_top=${AIRLOCK_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 kvm_bin=${AIRLOCK_BIN:-$kvm_top/build-asan/bin}
 kvm_cache=${AIRLOCK_KVM_CACHE:-/var/cache/airlock/kvm}
-kvm_timeout=${AIRLOCK_KVM_TIMEOUT:-240}
+kvm_timeout=${AIRLOCK_KVM_TIMEOUT:-240}            # seconds of QEMU CPU (see kvm_boot_l1)
+kvm_wall_timeout=${AIRLOCK_KVM_WALL_TIMEOUT:-3000} # seconds of wall clock, for an idle hang
+kvm_frozen_timeout=${AIRLOCK_KVM_FROZEN_TIMEOUT:-180} # seconds of wall clock without any QEMU CPU
+kvm_kick_after=${AIRLOCK_KVM_KICK_AFTER:-20}       # seconds without QEMU CPU before a kick
 kvm_qemu_pid=
 kvm_tmp=
 
@@ -143,31 +146,120 @@ INIT
   echo "$root"
 }
 
-# kvm_boot_l1 KERNEL_DIR INITRD SERIAL_LOG: boots L1 under TCG with a hard timeout; returns
-# 0 when the scenario printed PASS, 1 otherwise (the serial log says why).
+# kvm_cpu_ticks PID: the CPU time (user + system, in clock ticks, all threads) PID has used.
+# kvm_hmp SOCKET CMD...: runs each HMP command on QEMU's monitor socket, prints the answers.
+kvm_hmp() {
+  local sock=$1; shift
+  python3 - "$sock" "$@" <<'PY' 2>&1 || true
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(5)
+s.connect(sys.argv[1])
+def until_prompt():
+    buf = b""
+    while not buf.endswith(b"(qemu) "):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    return buf.decode(errors="replace")
+until_prompt()
+for cmd in sys.argv[2:]:
+    s.sendall(cmd.encode() + b"\n")
+    out = until_prompt().replace("\r", "")
+    print("(qemu) " + out.rsplit("(qemu) ", 1)[0].split("\n", 1)[-1], end="")
+PY
+}
+
+# kvm_frozen_report [brief]: what a frozen L1 was doing, for the test's log: the vCPU's
+# registers and the instructions at RIP, its local APIC (a pending interrupt that is never
+# delivered shows in IRR), and the state of every QEMU thread.
+kvm_frozen_report() {
+  local sock="$kvm_tmp/hmp.sock" regs t
+  [ -S "$sock" ] || return 0
+  regs=$(kvm_hmp "$sock" "info registers" "info lapic" "info pic" "x/6i \$pc")
+  if [ "${2:-}" = brief ]; then
+    grep -E '^(RIP|RFL)=|^(CPU#|IRR|ISR|APR|LVTT|Timer)' <<<"$regs" | sed 's/^/kvm-harness: frozen: /' >&2
+  else
+    printf '%s\n' "$regs" | sed 's/^/kvm-harness: frozen: /' >&2
+  fi
+  for t in /proc/"$kvm_qemu_pid"/task/*; do
+    kvm_log "frozen: QEMU thread $(cat "$t/comm" 2>/dev/null) state $(awk '{print $3}' "$t/stat" 2>/dev/null) wchan $(cat "$t/wchan" 2>/dev/null)"
+  done
+}
+
+kvm_cpu_ticks() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }               # the fields after "(comm) ", from the state on
+  set -- $stat
+  echo $(( ${12} + ${13} ))       # utime, stime (fields 14 and 15 of the whole line)
+}
+
+# kvm_boot_l1 KERNEL_DIR INITRD SERIAL_LOG: boots L1 under TCG; returns 0 when the scenario
+# printed PASS, 1 otherwise (the serial log says why).
+# The bound is on the guest's work, not on the wall clock: the machine is shared, and a TCG
+# guest given a seventh of a core takes seven times as long for the same run. QEMU is killed
+# when it has used $kvm_timeout seconds of CPU without a verdict (a guest that loops, or one
+# that the scenario's own bounds, which run on the guest's clock, did not end). A guest that
+# hangs idle uses no CPU: $kvm_wall_timeout (wall clock, far beyond any loaded run) ends it.
+# A frozen guest (TCG's emulation of nested SVM can stop L1 for good: no timer interrupt is
+# delivered any more, so QEMU uses no CPU at all) is ended after $kvm_frozen_timeout seconds
+# in which QEMU's CPU time did not move: a running Linux guest takes its timer interrupts, so
+# its CPU time moves within seconds even when it has nothing to do, however loaded the host.
 kvm_boot_l1() {
-  local kdir=$1 initrd=$2 serial=$3 kernel start rc=0
+  local kdir=$1 initrd=$2 serial=$3 kernel start rc=0 hz ticks=0 limit wall_end last=-1 moved
+  local kicked_at=-1 kicks=0
   kernel=$(ls "$kdir"/boot/vmlinuz-* | awk 'NR==1')
+  hz=$(getconf CLK_TCK)
+  limit=$((kvm_timeout * hz))
   start=$(date +%s.%N)
+  wall_end=$(($(date +%s) + kvm_wall_timeout))
   # No network device of any kind (-nodefaults, -nic none); no reboot; serial to a file.
   qemu-system-x86_64 -M pc -accel tcg -cpu max -m 1024 -smp 1 \
-    -nodefaults -nic none -display none -monitor none -no-reboot \
+    -nodefaults -nic none -display none -no-reboot \
+    -monitor "unix:$kvm_tmp/hmp.sock,server=on,wait=off" \
     -serial "file:$serial" \
     -kernel "$kernel" -initrd "$initrd" \
     -append "console=ttyS0 quiet panic=-1 reboot=t oops=panic" </dev/null &
   kvm_qemu_pid=$!
-  local waited=0
+  moved=$(date +%s)
   while kill -0 "$kvm_qemu_pid" 2>/dev/null; do
-    if [ "$waited" -ge $((kvm_timeout * 10)) ]; then
-      kvm_log "timeout after ${kvm_timeout}s: killing QEMU (pid $kvm_qemu_pid)"
+    ticks=$(kvm_cpu_ticks "$kvm_qemu_pid") || break
+    if [ "$ticks" -ne "$last" ]; then
+      if [ "$kicked_at" -ge 0 ]; then
+        kvm_log "the kick woke L1 (vCPU running again)"
+        kicked_at=-1
+      fi
+      last=$ticks
+      moved=$(date +%s)
+    elif [ "$kicked_at" -lt 0 ] && [ $(($(date +%s) - moved)) -ge "$kvm_kick_after" ]; then
+      kicked_at=$(date +%s)
+      kicks=$((kicks + 1))
+      kvm_log "QEMU used no CPU for ${kvm_kick_after}s: kicking L1's halted vCPU (monitor stop + cont)"
+      kvm_frozen_report brief
+      kvm_hmp "$kvm_tmp/hmp.sock" stop cont >/dev/null
+    elif [ $(($(date +%s) - moved)) -ge "$kvm_frozen_timeout" ]; then
+      kvm_log "QEMU used no CPU for ${kvm_frozen_timeout}s: the L1 guest is frozen; killing it (pid $kvm_qemu_pid)"
+      kvm_frozen_report
       kill -KILL "$kvm_qemu_pid" 2>/dev/null || true
       break
     fi
-    sleep 0.1; waited=$((waited + 1))
+    if [ "$ticks" -ge "$limit" ]; then
+      kvm_log "QEMU used ${kvm_timeout}s of CPU without a verdict: killing it (pid $kvm_qemu_pid)"
+      kill -KILL "$kvm_qemu_pid" 2>/dev/null || true
+      break
+    fi
+    if [ "$(date +%s)" -ge "$wall_end" ]; then
+      kvm_log "no verdict after ${kvm_wall_timeout}s (QEMU used $((ticks / hz))s of CPU): killing it (pid $kvm_qemu_pid)"
+      kill -KILL "$kvm_qemu_pid" 2>/dev/null || true
+      break
+    fi
+    sleep 0.2
   done
   wait "$kvm_qemu_pid" 2>/dev/null || true
   kvm_qemu_pid=
-  kvm_log "L1 ran $(echo "$(date +%s.%N) - $start" | bc | cut -c1-5) s wall"
+  kvm_log "L1 ran $(echo "$(date +%s.%N) - $start" | bc | cut -c1-5) s wall, $((ticks / hz)) s of QEMU CPU, $kicks kick(s)"
   grep -q '^AIRLOCK-KVM-VERDICT: PASS' "$serial" || rc=1
   return "$rc"
 }

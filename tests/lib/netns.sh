@@ -35,6 +35,7 @@
 #                             `ip netns exec` and `nsenter` exec their command in place.
 #   al_wait_line NAME REGEX [SECONDS]  wait until NAME's log has a line matching REGEX
 #                             (fails at once if NAME, started with al_bg, has exited)
+#   al_wait_until SECS CMD... run CMD until it succeeds, at most SECS seconds (tests/lib/wait.sh)
 #   al_kill NAME [SIGNAL]     signal the recorded PID (default TERM) and reap it
 #   al_pid NAME               the recorded PID
 #   al_on_cleanup CMD         run CMD (a string, eval'ed) at exit, last registered first
@@ -52,6 +53,7 @@
 # Sandboxes and daemons that need a python helper use $AL_NETTOOL (tests/lib/nettool.py).
 
 AL_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$AL_LIB_DIR/wait.sh"
 AL_NETTOOL="$AL_LIB_DIR/nettool.py"
 AL_PASSED=0
 AL_FAILED=0

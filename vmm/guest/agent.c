@@ -30,6 +30,8 @@ void agent_limits_default(struct agent_limits *lim)
     lim->stdin_max_queued = 1u << 20;
     lim->max_watchers = 64;
     lim->max_watches = 8192;
+    lim->max_watcher_events = 4096;
+    lim->watcher_idle_ms = 600000;
     lim->max_contexts = 16;
     lim->max_pending_exec = 16;
     lim->kernel_max_frame = 64u << 20;
@@ -71,6 +73,8 @@ int agent_init(struct agent *a, uv_loop_t *loop, struct al_error *err)
     }
     if (!a->python)
         a->python = strdup("python3");
+    if (!a->node)
+        a->node = strdup("node");
     int r = agent_procs_init(a);
     if (r == 0)
         r = agent_watchers_init(a);
@@ -107,6 +111,7 @@ void agent_free(struct agent *a)
     free(a->home_override);
     free(a->path_env);
     free(a->python);
+    free(a->node);
     free(a->ca_root);
     agent_userdb_free(&a->users);
 }
@@ -154,6 +159,18 @@ int agent_apply_init(struct agent *a, json_t *init, struct al_error *err)
     if (agent_pj_string(init, "defaultWorkdir", "default_workdir", &wd, err) == 0 && *wd &&
         wd[0] != '/')
         return al_error_set(err, -EINVAL, "defaultWorkdir '%.200s' must be an absolute path", wd);
+    json_t *agent_opts = json_object_get(init, "agent");
+    bool ci = a->code_interpreter;
+    if (agent_opts && !json_is_null(agent_opts)) {
+        json_t *v =
+            json_is_object(agent_opts) ? json_object_get(agent_opts, "code_interpreter") : NULL;
+        if (!json_is_object(agent_opts) || (v && !json_is_boolean(v)))
+            return al_error_set(err, -EINVAL,
+                                "\"agent\" must be an object whose \"code_interpreter\" is a "
+                                "boolean (the template.json's agent settings)");
+        if (v)
+            ci = json_is_true(v);
+    }
     /* Validate everything before changing anything. */
     struct agent_vm_init vm;
     r = agent_vm_parse(init, &vm, err);
@@ -176,6 +193,7 @@ int agent_apply_init(struct agent *a, json_t *init, struct al_error *err)
         json_decref(a->env);
         a->env = copy;
     }
+    a->code_interpreter = ci;
     if (token && *token) {
         size_t n = strlen(token);
         char *t = sodium_malloc(n + 1);
@@ -432,6 +450,8 @@ static void agent__init_body_done(struct al_http_req *req, int err)
     }
     al_http_resp_start(req, 204, h, 2, 0);
     al_http_resp_end(req);
+    if (a->code_interpreter)
+        agent_interp_start_defaults(a);
 }
 
 static void agent__envs(struct agent *a, struct al_http_req *req)

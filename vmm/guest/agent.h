@@ -6,10 +6,11 @@
  *   rpc.c          Connect unary calls and server streams over common/http
  *   proc.c         process.Process (pipes, ptys, stdin, signals, timeouts, retained exits)
  *   fs.c           filesystem.Filesystem unary calls and EntryInfo
- *   watch.c        filesystem.Filesystem/WatchDir (inotify)
+ *   watch.c        filesystem.Filesystem's watches: WatchDir, CreateWatcher... (inotify)
  *   files.c        GET/POST /files
  *   interp.c       code interpreter: /execute, /contexts, kernels
  *   forward.c      the sandbox's other ports (getHost): forwarded to its own loopback
+ *   sudo.c         root on request for the sandbox's own processes (the `sudo` program)
  *   connect.c protojson.c multipart.c users.c fspath.c spawn.c fdio.c ndjson.c: pure helpers
  */
 #ifndef AIRLOCK_GUEST_AGENT_H
@@ -40,8 +41,10 @@ struct agent_limits {
     size_t max_subscribers;    /* streams attached to one process */
     size_t stream_high_water;  /* queued response bytes that pause a producer */
     size_t stdin_max_queued;   /* bytes waiting for a slow stdin reader */
-    size_t max_watchers;       /* concurrent WatchDir streams */
+    size_t max_watchers;       /* WatchDir streams and polled watchers at once */
     size_t max_watches;        /* inotify watches per recursive WatchDir */
+    size_t max_watcher_events; /* events a polled watcher (CreateWatcher) keeps */
+    uint64_t watcher_idle_ms;  /* a polled watcher nobody asks for events goes after this */
     size_t max_contexts;       /* code-interpreter contexts */
     size_t max_pending_exec;   /* queued executions per context */
     size_t kernel_max_frame;   /* one message from a kernel */
@@ -54,6 +57,8 @@ struct agent_limits {
 struct agent_procs;
 struct agent_watchers;
 struct agent_interp;
+struct agent_sudo;
+struct agent_sudo_req;
 
 struct agent {
     uv_loop_t *loop;
@@ -68,6 +73,7 @@ struct agent {
     char *token;           /* sodium_malloc'd, NUL-terminated; NULL when unset */
     size_t token_len;
     char *sandbox_id, *template_id, *hostname;
+    bool code_interpreter; /* init's agent.code_interpreter: default contexts start at once */
 
     /* Who we are. */
     bool pid1;
@@ -77,8 +83,9 @@ struct agent {
     bool can_switch_user;
     char *home_override;    /* --home: the home of the agent's own user (tests) */
     char *path_env;         /* PATH handed to children */
-    char lib_dir[PATH_MAX]; /* holds airlock_kernel.py and friends */
+    char lib_dir[PATH_MAX]; /* holds airlock_kernel.py, airlock_kernel.js and friends */
     char *python;           /* interpreter for Python contexts */
+    char *node;             /* Node.js for JavaScript and TypeScript contexts */
 
     /* The sandbox CA (trust.c): where trust stores live ("/" as init; --ca-root in tests;
      * NULL: installing is refused), and whether children get the CA variables. */
@@ -88,6 +95,7 @@ struct agent {
     struct agent_procs *procs;
     struct agent_watchers *watchers;
     struct agent_interp *interp;
+    struct agent_sudo *sudo;       /* the sandbox's sudo (sudo.c); NULL when off */
     struct al_http_pool *fwd_pool; /* keep-alive connections to the sandbox's own servers */
 
     uint64_t start_ns;
@@ -169,6 +177,8 @@ struct agent_call {
     json_t *msg;        /* the request message (owned by the call) */
     bool has_user;      /* Basic auth named a user */
     char user[256];
+    bool has_deadline; /* Connect-Timeout-Ms, as connect-go applies it to every call */
+    uint64_t deadline; /* the loop time (uv_now, ms) at which it passes */
 };
 
 struct agent_stream;
@@ -180,10 +190,15 @@ struct agent_stream {
     uv_timer_t keepalive;
     uint64_t keepalive_ms;
     const char *keepalive_json; /* the service's keepalive message */
+    uv_timer_t deadline;        /* the call's Connect-Timeout-Ms (when it has one) */
+    bool has_deadline;
+    int handles; /* timers not yet closed */
     bool ended;
     bool peer_gone;
-    agent_stream_fn on_peer_gone; /* the owner must drop the stream inside this callback */
-    agent_stream_fn on_drain;     /* queued bytes fell below the low-water mark */
+    /* The stream ends without its owner (the peer left, or the deadline passed): the owner
+     * must drop the stream inside this callback. */
+    agent_stream_fn on_gone;
+    agent_stream_fn on_drain; /* queued bytes fell below the low-water mark */
     void *owner;
     bool drain_armed;
 };
@@ -193,8 +208,12 @@ void agent_rpc_reply(struct agent_call *c, json_t *msg);
 void agent_rpc_error(struct agent_call *c, enum agent_connect_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void agent_call_free(struct agent_call *c);
+/* Milliseconds until the call's deadline (0 once it has passed); -1 when it has none. */
+int64_t agent_call_time_left(const struct agent_call *c);
 /* Begins a server stream (200, application/connect+json). Keepalive-Ping-Interval from
- * the request, keepalive_json sent after that much silence. */
+ * the request, keepalive_json sent after that much silence. A call with a deadline ends
+ * there as envd's do: the owner is detached (on_gone) and the stream ends with
+ * deadline_exceeded "context deadline exceeded", whatever it was waiting for. */
 struct agent_stream *agent_stream_start(struct agent_call *c, const char *keepalive_json);
 /* Sends one message (stolen). -EPIPE when the peer is gone. */
 int agent_stream_send(struct agent_stream *s, json_t *msg);
@@ -202,6 +221,9 @@ size_t agent_stream_queued(const struct agent_stream *s);
 /* Ends with the end-stream frame and releases the stream (do not touch it afterwards). */
 void agent_stream_end(struct agent_stream *s, enum agent_connect_code code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The deadline passes now (a process whose own deadline killed it ends its Start stream
+ * first, so that the kill's end event never reaches it). */
+void agent_stream_expire(struct agent_stream *s);
 /* Asks for on_drain once the queue is below low water. */
 void agent_stream_want_drain(struct agent_stream *s);
 /* A stream that fails before it starts: 200 + end-stream frame carrying the error. */
@@ -232,6 +254,32 @@ int agent_interp_init(struct agent *a);
 void agent_interp_free(struct agent *a);
 void agent_interp_request(struct agent *a, struct al_http_req *req);
 void agent_interp_shutdown(struct agent *a, int sig);
+/* Creates the default contexts (python, then the other languages the template provides),
+ * once; later calls do nothing. Every interpreter request makes them first, so that they
+ * come before any context a client creates. */
+void agent_interp_start_defaults(struct agent *a);
+
+/* ---- sudo.c ------------------------------------------------------------------------- */
+/* Listens on path (mode 0666 in a directory made 0755) for the sandbox's `sudo`. */
+int agent_sudo_listen(struct agent *a, const char *path, struct al_error *err);
+/* Signals the process group of every command started through sudo. */
+void agent_sudo_shutdown(struct agent *a, int sig);
+/* Kills what runs (SIGKILL), closes every session and the socket (removed). */
+void agent_sudo_close(struct agent *a);
+/* May the process with this uid use sudo? Root, and users whose groups (passwd, group)
+ * include "sudo". caller is filled in; -EPERM with the reason. */
+int agent_sudo_authorize(struct agent *a, uid_t uid, struct agent_user *caller,
+                         struct al_error *err);
+/* The command's environment by sudo's rules (reset to sudo's kept variables unless -E, the
+ * unsafe ones dropped even then; the target's USER, LOGNAME, MAIL, and HOME and SHELL unless
+ * -E; PATH the secure path; SUDO_USER, SUDO_UID, SUDO_GID, SUDO_COMMAND; the command line's
+ * NAME=value last) over what a process the API starts as the target gets (the sandbox's
+ * variables and CA settings). */
+char **agent_sudo_env(struct agent *a, const struct agent_user *caller, uid_t caller_uid,
+                      gid_t caller_gid, const struct agent_user *target,
+                      const struct agent_sudo_req *req, const char *shell, const char *command);
+/* An executable (regular, some x bit) called file in the absolute entries of path. */
+int agent_sudo_find(const char *file, const char *path, char *out, size_t outlen);
 
 /* ---- forward.c ---------------------------------------------------------------------- */
 /* Forwards a request for another port of the sandbox (port_str: E2b-Sandbox-Port) to that

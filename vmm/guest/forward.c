@@ -11,10 +11,10 @@
  * headers; hop-by-hop fields, airlock's routing headers and the tokens removed; "Via: 1.1
  * airlock" added; no X-Forwarded-* added), streaming both ways with flow control (a
  * Content-Length body keeps its length), WebSocket and other upgrades relayed as bytes
- * after the server's 101, and the answers for what went wrong: 401 without a token, 400
- * for a bad port, 502 "port N is not open in the sandbox" when nothing listens, 504 when
- * the server does not answer, and a cut-off response (al_http_resp_abort) when it dies
- * in the middle of one.
+ * after the server's 101, and the answers for what went wrong: 403 without a valid token
+ * (E2B's proxy's status), 400 for a bad port, 502 "port N is not open in the sandbox" when
+ * nothing listens, 504 when the server does not answer, and a cut-off response
+ * (al_http_resp_abort) when it dies in the middle of one.
  */
 #include "agent.h"
 
@@ -445,7 +445,7 @@ void agent_forward_request(struct agent *a, struct al_http_req *req, const char 
     if (!agent_traffic_ok(a, req)) {
         al_warn("port %d: %s %.120s refused: no valid traffic access token", port, req->method,
                 req->path);
-        agent_reply_error(req, 401,
+        agent_reply_error(req, 403,
                           "port %d of this sandbox needs its traffic access token: send "
                           "E2B-Traffic-Access-Token: <the sandbox's trafficAccessToken> (or "
                           "X-Access-Token with its envd access token)",

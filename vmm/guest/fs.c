@@ -20,6 +20,7 @@
 #include <sys/xattr.h>
 
 #include "common/log.h"
+#include "common/util.h"
 #include "fspath.h"
 #include "protojson.h"
 
@@ -111,9 +112,11 @@ int agent_entry_info(struct agent *a, const char *path, json_t **out, struct al_
     agent_gid_name(&a->users, st.st_gid, name, sizeof name);
     json_object_set_new(o, "group", json_string(name));
     if (st.st_mtim.tv_sec || st.st_mtim.tv_nsec) {
-        char ts[48];
-        agent_pj_timestamp(ts, sizeof ts, &st.st_mtim);
-        json_object_set_new(o, "modifiedTime", json_string(ts));
+        /* Years outside 0000..9999 have no RFC 3339 form: the field is left out. */
+        char ts[AL_TIME_FORMAT_MAX];
+        if (al_time_format(ts, sizeof ts, st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                           AL_TIME_RFC3339_EXACT) > 0)
+            json_object_set_new(o, "modifiedTime", json_string(ts));
     }
     json_t *md = fs__metadata(path);
     if (md)

@@ -5,9 +5,14 @@
  *   python: python3 airlock_kernel.py (shipped in lib_dir), fds 0=/dev/null, 1/2 = output
  *           pipes, 3 = requests from the agent, 4 = messages to the agent; each message is
  *           a 4-byte big-endian length and a JSON object.
+ *   javascript, typescript: node airlock_kernel.js [--typescript], fds as for python.
  *   bash:   bash --noprofile --norc -s reading commands on fd 0; each execution is eval'ed
  *           in that shell (state persists: variables, cwd, functions), with stdin from
  *           /dev/null, and its status is reported on fd 3 as "AIRLOCK_DONE <status>".
+ * The default contexts (python, and javascript when the sandbox has Node.js) exist before any
+ * other: started with the agent when the template asks for it (init's agent.code_interpreter,
+ * as E2B's server starts its kernels), else by the first interpreter request. GET /contexts
+ * lists contexts in creation order, so the defaults come first, as with E2B.
  * Output order: before the agent acts on a kernel message it reads whatever the kernel
  * wrote to stdout/stderr first, so prints precede the results that follow them.
  * One execution runs per context at a time; others wait in a bounded queue (keepalives every
@@ -37,9 +42,16 @@
 #include "spawn.h"
 
 #define INTERP_KEEPALIVE_MS 5000
-#define INTERP_KERNEL       "airlock_kernel.py"
+#define INTERP_KERNEL_PY    "airlock_kernel.py"
+#define INTERP_KERNEL_JS    "airlock_kernel.js"
 
-enum interp__kind { KIND_PYTHON, KIND_BASH };
+/* python and javascript/typescript kernels speak the framed protocol on fds 3 and 4 */
+enum interp__kind { KIND_PYTHON, KIND_BASH, KIND_JS };
+
+/* The languages, in the order E2B's server makes its default contexts (python, then
+ * javascript); a default of the others is made at its first use. */
+static const char *const interp__languages[] = {"python", "javascript", "typescript", "bash"};
+#define INTERP_NLANG (sizeof interp__languages / sizeof *interp__languages)
 
 struct interp_ctx;
 
@@ -49,7 +61,7 @@ struct interp_kernel {
     bool alive;
     int handles;
     struct agent_fdio out, err, ctl_w, ctl_r;
-    struct al_buf frame; /* python: partial message; bash: partial status line */
+    struct al_buf frame; /* framed kernels: partial message; bash: partial status line */
     char carry[2][4];    /* incomplete UTF-8 at the end of the last read (out, err) */
     size_t ncarry[2];
 };
@@ -80,16 +92,20 @@ struct interp_ctx {
     struct interp_exec *q_head, *q_tail;
     size_t nqueued;
     int exec_count;
+    char unavailable[512]; /* the kernel said it cannot run here (why), until it exits */
+    bool waiting;          /* a default whose kernel starts once the first default's is up */
 };
 
 struct agent_interp {
     struct interp_ctx *list;
     size_t n;
-    char default_python[40];
-    char default_bash[40];
+    char defaults[INTERP_NLANG][40]; /* id of each language's default context ("" none) */
+    bool defaults_made;              /* agent_interp_start_defaults ran */
 };
 
 static void interp__start_next(struct interp_ctx *c);
+static void interp__start_waiting(struct agent *a);
+static int interp__send_frame(struct interp_ctx *c, json_t *m);
 
 /* ---- small helpers -------------------------------------------------------------------- */
 
@@ -108,20 +124,6 @@ static void interp__text(struct al_http_req *req, int status, const char *fmt, .
     if ((size_t)n >= sizeof msg)
         n = sizeof msg - 1;
     al_http_reply(req, status, "text/plain; charset=utf-8", msg, (size_t)n);
-}
-
-static void interp__uuid(char *out, size_t outlen)
-{
-    unsigned char b[16];
-    char hex[33];
-    al_random_hex(hex, 16);
-    for (int i = 0; i < 16; i++)
-        sscanf(hex + 2 * i, "%2hhx", &b[i]);
-    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
-    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-    snprintf(out, outlen, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-             b[14], b[15]);
 }
 
 static const char *interp__normalize(const char *lang, char *buf, size_t buflen)
@@ -285,7 +287,12 @@ static void interp__on_client_gone(struct al_http_req *req)
         /* Stop the abandoned work so that the next execution is not stuck behind it. */
         if (c->k && c->k->alive) {
             al_info("context %s: client went away during an execution: interrupting", c->id);
-            kill(c->kind == KIND_BASH ? -c->k->pid : c->k->pid, SIGINT);
+            /* Node.js loses a SIGINT that comes as a cell's synchronous part ends: the
+             * JavaScript kernel takes a request and signals itself when it must. */
+            if (c->kind == KIND_JS)
+                interp__send_frame(c, json_pack("{s:s}", "op", "interrupt"));
+            else
+                kill(c->kind == KIND_BASH ? -c->k->pid : c->k->pid, SIGINT);
             interp__kernel_pause(c->k, false);
         }
         return; /* finished when the kernel reports done */
@@ -333,8 +340,10 @@ static void interp__emit_output(struct interp_kernel *k, int which, const char *
     memcpy(k->carry[which], raw.data + ok, k->ncarry[which]);
     if (ok > 0 && x && x->req) {
         agent_utf8_sanitize(raw.data, ok, &clean);
-        char ts[40];
-        agent_iso_timestamp(ts, sizeof ts);
+        char ts[AL_TIME_FORMAT_MAX];
+        uint64_t now = al_wall_ns();
+        al_time_format(ts, sizeof ts, (int64_t)(now / 1000000000u), (long)(now % 1000000000u),
+                       AL_TIME_RFC3339_US);
         json_t *o = json_object();
         json_object_set_new(o, "type", json_string(which == 0 ? "stdout" : "stderr"));
         json_object_set_new(o, "text", json_stringn(clean.data, clean.len));
@@ -382,14 +391,44 @@ static void interp__exec_done(struct interp_ctx *c)
 static const char *const interp__forward_types[] = {
     "number_of_executions", "result", "error", "stdout", "stderr", NULL};
 
-static void interp__python_message(struct interp_kernel *k, json_t *msg)
+/* A result's text as E2B's server gives it: a repr of a string loses its quotes. */
+static void interp__result_text(json_t *msg)
+{
+    json_t *t = json_object_get(msg, "text");
+    const char *s = json_string_value(t);
+    size_t n = s ? json_string_length(t) : 0;
+    if (n >= 2 && (s[0] == '\'' || s[0] == '"') && s[n - 1] == s[0]) {
+        json_t *inner = json_stringn(s + 1, n - 2);
+        if (inner)
+            json_object_set_new(msg, "text", inner);
+    }
+}
+
+static void interp__framed_message(struct interp_kernel *k, json_t *msg)
 {
     struct interp_ctx *c = k->ctx;
     const char *type = json_string_value(json_object_get(msg, "type"));
     if (!c || !type)
         return;
-    if (strcmp(type, "ready") == 0)
+    if (strcmp(type, "ready") == 0) {
+        interp__start_waiting(c->a);
         return;
+    }
+    if (strcmp(type, "unavailable") == 0) {
+        /* It exits next: the current execution fails with the reason, and so does whatever
+         * reaches this kernel before its exit (the next execution starts a new one). */
+        const char *why = json_string_value(json_object_get(msg, "reason"));
+        snprintf(c->unavailable, sizeof c->unavailable, "%s",
+                 why ? why : "the kernel cannot run in this sandbox");
+        al_warn("context %s: %s", c->id, c->unavailable);
+        if (c->cur) {
+            struct interp_exec *cur = c->cur;
+            interp__write_error(cur, "ContextUnavailable", c->unavailable);
+            c->cur = NULL;
+            interp__exec_end(cur);
+        }
+        return;
+    }
     struct interp_exec *x = c->cur;
     if (!x)
         return;
@@ -402,6 +441,8 @@ static void interp__python_message(struct interp_kernel *k, json_t *msg)
             if (strcmp(type, "number_of_executions") == 0) {
                 json_int_t n = json_integer_value(json_object_get(msg, "execution_count"));
                 c->exec_count = (int)n;
+            } else if (strcmp(type, "result") == 0) {
+                interp__result_text(msg);
             }
             interp__write_line(x, msg);
             interp__check_pressure(x);
@@ -465,7 +506,7 @@ static void interp__on_ctl(struct agent_fdio *io, const char *data, ssize_t n)
         json_t *msg = al_json_parse(k->frame.data + 4, len, NULL);
         al_buf_consume(&k->frame, 4 + (size_t)len);
         if (json_is_object(msg))
-            interp__python_message(k, msg);
+            interp__framed_message(k, msg);
         json_decref(msg);
         if (!k->ctx)
             return;
@@ -492,17 +533,22 @@ static void interp__on_kernel_exit(void *arg, pid_t pid, int wstatus)
                      "the %s process of this context ended (%s) before the execution finished; "
                      "its state is lost, the next execution starts a fresh one",
                      c->language, status);
-            interp__write_error(c->cur, "KernelDied", v);
+            bool unavail = c->unavailable[0] != '\0';
+            interp__write_error(c->cur, unavail ? "ContextUnavailable" : "KernelDied",
+                                unavail ? c->unavailable : v);
             struct interp_exec *x = c->cur;
             c->cur = NULL;
             interp__exec_end(x);
         }
         c->exec_count = 0;
+        c->unavailable[0] = '\0';
     }
     k->ctx = NULL;
     interp__kernel_close_ios(k);
-    if (c)
+    if (c) {
+        interp__start_waiting(c->a);
         interp__start_next(c);
+    }
 }
 
 static int interp__kernel_start(struct interp_ctx *c, struct al_error *err)
@@ -520,16 +566,19 @@ static int interp__kernel_start(struct interp_ctx *c, struct al_error *err)
         return al_error_set(err, -e, "cannot create pipes: %s", strerror(e));
     }
     char script[PATH_MAX + 32];
-    snprintf(script, sizeof script, "%s/%s", a->lib_dir, INTERP_KERNEL);
+    snprintf(script, sizeof script, "%s/%s", a->lib_dir,
+             c->kind == KIND_JS ? INTERP_KERNEL_JS : INTERP_KERNEL_PY);
     char *argv_py[] = {a->python, "-X", "utf8", script, NULL};
+    char *argv_js[] = {a->node, script,
+                       strcmp(c->language, "typescript") == 0 ? "--typescript" : NULL, NULL};
     char *argv_sh[] = {"/bin/bash", "--noprofile", "--norc", "-s", NULL};
     char lib_pp[PATH_MAX];
     snprintf(lib_pp, sizeof lib_pp, "%s", a->lib_dir);
     const char *more[] = {"AIRLOCK_KERNEL_LIB", lib_pp, "PYTHONIOENCODING", "utf-8", NULL, NULL};
     char **envp = agent_child_env(a, &c->user, NULL, c->kind == KIND_PYTHON ? more : NULL);
     struct agent_spawn_opts so = {0};
-    so.file = c->kind == KIND_PYTHON ? a->python : "/bin/bash";
-    so.argv = c->kind == KIND_PYTHON ? argv_py : argv_sh;
+    so.file = c->kind == KIND_PYTHON ? a->python : c->kind == KIND_JS ? a->node : "/bin/bash";
+    so.argv = c->kind == KIND_PYTHON ? argv_py : c->kind == KIND_JS ? argv_js : argv_sh;
     so.envp = envp;
     so.cwd = c->cwd;
     so.set_user = a->can_switch_user;
@@ -539,7 +588,7 @@ static int interp__kernel_start(struct interp_ctx *c, struct al_error *err)
     so.ngroups = c->user.ngroups;
     so.ctty = -1;
     so.oom_score_adj = a->pid1 ? 100 : 2000;
-    if (c->kind == KIND_PYTHON) {
+    if (c->kind != KIND_BASH) {
         so.fds[0] = -1;
         so.fds[1] = po[1];
         so.fds[2] = pe[1];
@@ -652,13 +701,9 @@ static int interp__send_bash(struct interp_ctx *c, struct interp_exec *x)
     return r;
 }
 
-static int interp__send_python(struct interp_ctx *c, struct interp_exec *x)
+/* One request to a framed kernel (m is stolen). */
+static int interp__send_frame(struct interp_ctx *c, json_t *m)
 {
-    json_t *m = json_object();
-    json_object_set_new(m, "op", json_string("execute"));
-    json_object_set_new(m, "code", json_string(x->code));
-    if (x->env_vars)
-        json_object_set(m, "env_vars", x->env_vars);
     char *s = json_dumps(m, JSON_COMPACT);
     json_decref(m);
     if (!s)
@@ -671,6 +716,16 @@ static int interp__send_python(struct interp_ctx *c, struct interp_exec *x)
         r = agent_fdio_write(&c->k->ctl_w, s, n);
     free(s);
     return r;
+}
+
+static int interp__send_framed(struct interp_ctx *c, struct interp_exec *x)
+{
+    json_t *m = json_object();
+    json_object_set_new(m, "op", json_string("execute"));
+    json_object_set_new(m, "code", json_string(x->code));
+    if (x->env_vars)
+        json_object_set(m, "env_vars", x->env_vars);
+    return interp__send_frame(c, m);
 }
 
 static void interp__start_next(struct interp_ctx *c)
@@ -700,7 +755,7 @@ static void interp__start_next(struct interp_ctx *c)
             json_decref(o);
             r = interp__send_bash(c, x);
         } else {
-            r = interp__send_python(c, x);
+            r = interp__send_framed(c, x);
         }
         if (r < 0) {
             interp__write_error(x, "ContextUnavailable",
@@ -712,8 +767,9 @@ static void interp__start_next(struct interp_ctx *c)
     }
 }
 
+/* start: the kernel now; else at the first execution or interp__start_waiting. */
 static struct interp_ctx *interp__ctx_new(struct agent *a, const char *language, const char *cwd,
-                                          struct al_error *err)
+                                          bool start, struct al_error *err)
 {
     if (a->interp->n >= a->lim.max_contexts) {
         al_error_set(err, -ENOSPC, "too many contexts (%zu): remove some first", a->interp->n);
@@ -729,9 +785,11 @@ static struct interp_ctx *interp__ctx_new(struct agent *a, const char *language,
         free(c);
         return NULL;
     }
-    interp__uuid(c->id, sizeof c->id);
+    al_uuid_v4(c->id);
     snprintf(c->language, sizeof c->language, "%s", language);
-    c->kind = strcmp(language, "bash") == 0 ? KIND_BASH : KIND_PYTHON;
+    c->kind = strcmp(language, "bash") == 0     ? KIND_BASH
+              : strcmp(language, "python") == 0 ? KIND_PYTHON
+                                                : KIND_JS;
     snprintf(c->cwd, sizeof c->cwd, "%s", cwd && *cwd ? cwd : c->user.home);
     struct stat st;
     if (stat(c->cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
@@ -740,10 +798,11 @@ static struct interp_ctx *interp__ctx_new(struct agent *a, const char *language,
         free(c);
         return NULL;
     }
-    if (interp__kernel_start(c, err) < 0) {
+    if (start && interp__kernel_start(c, err) < 0) {
         free(c);
         return NULL;
     }
+    c->waiting = !start;
     c->next = a->interp->list;
     a->interp->list = c;
     a->interp->n++;
@@ -788,30 +847,108 @@ static void interp__ctx_delete(struct agent *a, struct interp_ctx *c)
             break;
         }
     }
-    if (strcmp(a->interp->default_python, c->id) == 0)
-        a->interp->default_python[0] = '\0';
-    if (strcmp(a->interp->default_bash, c->id) == 0)
-        a->interp->default_bash[0] = '\0';
+    for (size_t i = 0; i < INTERP_NLANG; i++)
+        if (strcmp(a->interp->defaults[i], c->id) == 0)
+            a->interp->defaults[i][0] = '\0';
     free(c);
 }
 
-static struct interp_ctx *interp__default(struct agent *a, const char *language,
+static int interp__lang_index(const char *lang)
+{
+    for (size_t i = 0; i < INTERP_NLANG; i++)
+        if (strcmp(lang, interp__languages[i]) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Is prog (a name looked up in the children's PATH, or a path) an executable here? */
+static bool interp__have_program(struct agent *a, const char *prog)
+{
+    if (strchr(prog, '/'))
+        return access(prog, X_OK) == 0;
+    const char *path = json_string_value(json_object_get(a->env, "PATH"));
+    if (!path)
+        path = a->path_env;
+    char cand[PATH_MAX];
+    for (const char *p = path; p && agent_path_next(&p, prog, cand, sizeof cand);) {
+        /* an empty entry is the child's working directory, not the agent's */
+        if (strncmp(cand, "./", 2) != 0 && access(cand, X_OK) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Can this sandbox run lang? Otherwise a 404 text (the SDK's NotFoundError) into why. */
+static bool interp__available(struct agent *a, const char *lang, char *why, size_t len)
+{
+    if (interp__lang_index(lang) < 0) {
+        snprintf(why, len,
+                 "no kernel for language '%.32s' in this sandbox: the airlock code interpreter "
+                 "runs python, javascript, typescript and bash",
+                 lang);
+        return false;
+    }
+    if ((strcmp(lang, "javascript") == 0 || strcmp(lang, "typescript") == 0) &&
+        !interp__have_program(a, a->node)) {
+        snprintf(why, len,
+                 "no kernel for language '%s' in this sandbox: it needs Node.js (%.200s), which "
+                 "this template does not have",
+                 lang, a->node);
+        return false;
+    }
+    return true;
+}
+
+static struct interp_ctx *interp__default(struct agent *a, const char *language, bool start,
                                           struct al_error *err)
 {
-    char *slot =
-        strcmp(language, "bash") == 0 ? a->interp->default_bash : a->interp->default_python;
+    int i = interp__lang_index(language);
+    if (i < 0) {
+        al_error_set(err, -EINVAL, "no kernel for language '%.32s'", language);
+        return NULL;
+    }
+    char *slot = a->interp->defaults[i];
     struct interp_ctx *c = *slot ? interp__find(a, slot) : NULL;
     if (c)
         return c;
-    c = interp__ctx_new(a, language, NULL, err);
+    c = interp__ctx_new(a, language, NULL, start, err);
     if (c)
-        snprintf(slot, 40, "%s", c->id);
+        snprintf(slot, sizeof a->interp->defaults[i], "%s", c->id);
     return c;
 }
 
-static bool interp__supported(const char *lang)
+void agent_interp_start_defaults(struct agent *a)
 {
-    return strcmp(lang, "python") == 0 || strcmp(lang, "bash") == 0;
+    if (a->interp->defaults_made)
+        return;
+    a->interp->defaults_made = true;
+    /* The contexts exist at once, in this order; only the first kernel starts now, the
+     * others once it is up (interp__start_waiting): started together they would share the
+     * CPU and delay the first execution, which is almost always Python's. */
+    static const char *const langs[] = {"python", "javascript"};
+    bool started = false;
+    for (size_t i = 0; i < sizeof langs / sizeof *langs; i++) {
+        struct al_error e = {0};
+        char why[256];
+        if (!interp__available(a, langs[i], why, sizeof why))
+            continue; /* e.g. no Node.js in this template */
+        struct interp_ctx *c = interp__default(a, langs[i], !started, &e);
+        if (!c)
+            al_warn("the default %s context cannot start: %s", langs[i], al_error_str(&e));
+        started = started || c;
+    }
+}
+
+static void interp__start_waiting(struct agent *a)
+{
+    for (struct interp_ctx *c = a->interp->list; c; c = c->next) {
+        if (!c->waiting)
+            continue;
+        c->waiting = false;
+        struct al_error e = {0};
+        if (!c->k && interp__kernel_start(c, &e) < 0)
+            al_warn("context %s: %s", c->id, al_error_str(&e)); /* again at its first use */
+    }
 }
 
 /* ---- HTTP ------------------------------------------------------------------------- */
@@ -856,17 +993,14 @@ static void interp__execute_body(struct al_http_req *req, int err)
             return;
         }
     } else {
-        char buf[32];
+        char buf[32], why[320];
         const char *l = interp__normalize(lang, buf, sizeof buf);
-        if (!interp__supported(l)) {
-            interp__text(req, 404,
-                         "no kernel for language '%.32s' in this sandbox: the airlock code "
-                         "interpreter runs python and bash",
-                         l);
+        if (!interp__available(a, l, why, sizeof why)) {
+            interp__text(req, 404, "%s", why);
             json_decref(body);
             return;
         }
-        c = interp__default(a, l, &e);
+        c = interp__default(a, l, true, &e);
         if (!c) {
             interp__text(req, 500, "Failed to create context: %s", al_error_str(&e));
             json_decref(body);
@@ -934,17 +1068,14 @@ static void interp__create_body(struct al_http_req *req, int err)
         interp__text(req, 422, "%s", al_error_str(&e));
         return;
     }
-    char buf[32];
+    char buf[32], why[320];
     const char *l = interp__normalize(lang, buf, sizeof buf);
-    if (!interp__supported(l)) {
+    if (!interp__available(a, l, why, sizeof why)) {
         json_decref(body);
-        interp__text(req, 404,
-                     "no kernel for language '%.32s' in this sandbox: the airlock code interpreter "
-                     "runs python and bash",
-                     l);
+        interp__text(req, 404, "%s", why);
         return;
     }
-    struct interp_ctx *c = interp__ctx_new(a, l, cwd, &e);
+    struct interp_ctx *c = interp__ctx_new(a, l, cwd, true, &e);
     json_decref(body);
     if (!c) {
         interp__text(req, e.code == -ENOSPC ? 429 : (e.code == -ENOENT ? 400 : 500), "%s",
@@ -966,14 +1097,14 @@ void agent_interp_request(struct agent *a, struct al_http_req *req)
             interp__text(req, 401, "unauthorized: a valid X-Access-Token is required");
             return;
         }
+        agent_interp_start_defaults(a);
         req->user = a;
         if (al_http_req_read_body(req, a->lim.json_max_body, interp__execute_body) < 0)
             interp__text(req, 500, "cannot read the request body");
         return;
     }
     if (strcmp(p, "/contexts") == 0 && strcmp(m, "GET") == 0) {
-        struct al_error e = {0};
-        interp__default(a, "python", &e); /* the default context exists from the first use on */
+        agent_interp_start_defaults(a);
         json_t *arr = json_array();
         for (struct interp_ctx *c = a->interp->list; c; c = c->next)
             json_array_insert_new(arr, 0, interp__ctx_json(c)); /* creation order */
@@ -981,6 +1112,7 @@ void agent_interp_request(struct agent *a, struct al_http_req *req)
         return;
     }
     if (strcmp(p, "/contexts") == 0 && strcmp(m, "POST") == 0) {
+        agent_interp_start_defaults(a); /* the defaults come first, as E2B's */
         req->user = a;
         if (al_http_req_read_body(req, 65536, interp__create_body) < 0)
             interp__text(req, 500, "cannot read the request body");

@@ -4,7 +4,8 @@
  * unix socket; AIRLOCK_AGENT_INIT_FD, one JSON init object), loopback listeners for tests
  * (--listen unix:PATH | 127.0.0.1:PORT | [::1]:PORT), PID 1 duties (reaping every child,
  * orphans included; SIGTERM/SIGINT/SIGHUP forwarded to the workload before a clean stop; no
- * signal is fatal), and finding the kernel files shipped next to the binary.
+ * signal is fatal), finding the kernel files shipped next to the binary, and where the
+ * sandbox's sudo is served (AGENT_SUDO_SOCKET as init, --sudo-socket).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "agent.h"
+#include "sudoproto.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -44,12 +46,17 @@ static void main__usage(FILE *f)
            "  --home DIR           home directory of the agent's own user (tests)\n"
            "  --passwd FILE        users file (default /etc/passwd)\n"
            "  --group FILE         groups file (default /etc/group)\n"
-           "  --lib-dir DIR        where airlock_kernel.py lives (default: next to the binary)\n"
+           "  --lib-dir DIR        where the kernels (airlock_kernel.py, .js) live (default: next\n"
+           "                       to the binary)\n"
            "  --python PATH        Python for code contexts (default python3 from PATH)\n"
+           "  --node PATH          Node.js for JavaScript and TypeScript contexts (default node\n"
+           "                       from PATH)\n"
            "  --log-level LEVEL    debug|info|warn|error (default info)\n"
            "  --ca-root DIR        where the sandbox CA of init's caCertPem goes (default: / as "
            "PID 1;\n"
            "                       otherwise installing a CA is refused)\n"
+           "  --sudo-socket PATH   serve the sandbox's sudo there (default " AGENT_SUDO_SOCKET "\n"
+           "                       as PID 1, else off); 'off' turns it off\n"
            "Environment: AIRLOCK_AGENT_LISTEN_FD, AIRLOCK_AGENT_INIT_FD (JSON init object).\n");
 }
 
@@ -60,6 +67,7 @@ static void main__finish_stop(uv_timer_t *t)
     if (g_stop_phase == 1) {
         agent_procs_shutdown(a, SIGKILL);
         agent_interp_shutdown(a, SIGKILL);
+        agent_sudo_shutdown(a, SIGKILL);
         g_stop_phase = 2;
         uv_timer_start(&g_stop_timer, main__finish_stop, 300, 0);
         return;
@@ -93,6 +101,7 @@ static void main__on_signal(uv_signal_t *h, int sig)
                             : "SIGHUP");
     agent_procs_shutdown(a, SIGTERM);
     agent_interp_shutdown(a, SIGTERM);
+    agent_sudo_shutdown(a, SIGTERM);
     if (a->server)
         al_http_server_close(a->server, main__server_closed, NULL);
     g_stop_phase = 1;
@@ -221,17 +230,26 @@ static void main__find_lib(struct agent *a)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"listen", required_argument, NULL, 'l'},    {"user", required_argument, NULL, 'u'},
-        {"workdir", required_argument, NULL, 'w'},   {"home", required_argument, NULL, 'H'},
-        {"passwd", required_argument, NULL, 'p'},    {"group", required_argument, NULL, 'g'},
-        {"lib-dir", required_argument, NULL, 'L'},   {"python", required_argument, NULL, 'P'},
-        {"log-level", required_argument, NULL, 'v'}, {"help", no_argument, NULL, 'h'},
-        {"ca-root", required_argument, NULL, 'C'},   {NULL, 0, NULL, 0},
+        {"listen", required_argument, NULL, 'l'},
+        {"user", required_argument, NULL, 'u'},
+        {"workdir", required_argument, NULL, 'w'},
+        {"home", required_argument, NULL, 'H'},
+        {"passwd", required_argument, NULL, 'p'},
+        {"group", required_argument, NULL, 'g'},
+        {"lib-dir", required_argument, NULL, 'L'},
+        {"python", required_argument, NULL, 'P'},
+        {"node", required_argument, NULL, 'N'},
+        {"log-level", required_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {"ca-root", required_argument, NULL, 'C'},
+        {"sudo-socket", required_argument, NULL, 'S'},
+        {NULL, 0, NULL, 0},
     };
     const char *listens[MAIN_MAX_LISTEN];
     size_t nlisten = 0;
     const char *user = NULL, *workdir = NULL, *home = NULL, *passwd = "/etc/passwd",
-               *group = "/etc/group", *libdir = NULL, *python = NULL, *ca_root = NULL;
+               *group = "/etc/group", *libdir = NULL, *python = NULL, *node = NULL, *ca_root = NULL,
+               *sudo_socket = NULL;
     enum al_log_level level = AL_LOG_INFO;
     const char *lv = getenv("AIRLOCK_LOG_LEVEL");
     if (lv)
@@ -267,8 +285,14 @@ int main(int argc, char **argv)
         case 'P':
             python = optarg;
             break;
+        case 'N':
+            node = optarg;
+            break;
         case 'C':
             ca_root = optarg;
+            break;
+        case 'S':
+            sudo_socket = optarg;
             break;
         case 'v':
             if (al_log_level_parse(optarg, &level) < 0) {
@@ -312,6 +336,8 @@ int main(int argc, char **argv)
         a->home_override = strdup(home);
     if (python)
         a->python = strdup(python);
+    if (node)
+        a->node = strdup(node);
     /* The sandbox CA goes into this root's trust stores: the sandbox's own as its init. */
     if (ca_root)
         a->ca_root = strdup(ca_root);
@@ -364,6 +390,16 @@ int main(int argc, char **argv)
             al_die("%s", al_error_str(&err));
     }
 
+    /* The sandbox's sudo: as its init by default (the sandbox's own /run), where asked
+     * otherwise. Failing to serve it is logged, never fatal: the API works without it. */
+    if (!sudo_socket && getpid() == 1)
+        sudo_socket = AGENT_SUDO_SOCKET;
+    if (sudo_socket && strcmp(sudo_socket, "off") != 0) {
+        if (agent_sudo_listen(a, sudo_socket, &err) < 0)
+            al_error("sudo is off in this sandbox: %s", al_error_str(&err));
+        memset(&err, 0, sizeof err);
+    }
+
     uv_signal_t *sigs[] = {&g_sig_chld, &g_sig_term, &g_sig_int, &g_sig_hup};
     int signums[] = {SIGCHLD, SIGTERM, SIGINT, SIGHUP};
     for (size_t i = 0; i < 4; i++) {
@@ -373,6 +409,8 @@ int main(int argc, char **argv)
     }
     uv_timer_init(loop, &g_stop_timer);
     agent_reap_children(a); /* anything that exited before the handler existed */
+    if (a->code_interpreter)
+        agent_interp_start_defaults(a); /* as E2B's server: the kernels wait for the first use */
     al_info("airlock-agent %s (envd %s) ready: pid %d%s, uid %u%s, lib %s", AIRLOCK_VERSION,
             AGENT_ENVD_VERSION, (int)getpid(), a->pid1 ? " (init)" : "", (unsigned)a->self_uid,
             a->can_switch_user ? " (may switch users)" : "", a->lib_dir);

@@ -7,13 +7,14 @@
  */
 #include "multipart.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include "common/percent.h"
 
 static int mp__fail(struct agent_mp *mp, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -26,16 +27,6 @@ static int mp__fail(struct agent_mp *mp, const char *fmt, ...)
     va_end(ap);
     mp->state = AGENT_MP_FAILED;
     return -EPROTO;
-}
-
-static int mp__hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = tolower(c);
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
 }
 
 /* Copies one parameter value (quoted or token) starting at p into out; returns the end. */
@@ -84,24 +75,9 @@ static int mp__ext_value(const char *in, char *out, size_t outlen)
     if (!((cl == 5 && strncasecmp(in, "utf-8", 5) == 0) ||
           (cl == 8 && strncasecmp(in, "us-ascii", 8) == 0)))
         return -EINVAL;
-    size_t o = 0;
-    for (const char *p = q2 + 1; *p; p++) {
-        int c = (unsigned char)*p;
-        if (c == '%') {
-            int h = mp__hexval(p[1]), l = h >= 0 ? mp__hexval(p[2]) : -1;
-            if (h < 0 || l < 0)
-                return -EINVAL;
-            c = h * 16 + l;
-            p += 2;
-            if (c == 0)
-                return -EINVAL;
-        }
-        if (o + 1 >= outlen)
-            return -E2BIG;
-        out[o++] = (char)c;
-    }
-    out[o] = '\0';
-    return 0;
+    const char *v = q2 + 1;
+    ssize_t n = al_percent_decode(v, strlen(v), out, outlen, 0);
+    return n < 0 ? (int)n : 0;
 }
 
 int agent_mp_header_param(const char *value, const char *param, char *out, size_t outlen)

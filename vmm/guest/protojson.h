@@ -47,15 +47,13 @@ int agent_pj_enum(const json_t *obj, const char *json_name, const char *proto_na
 int agent_pj_string_map(const json_t *obj, const char *json_name, const char *proto_name,
                         json_t **out, struct al_error *err);
 
-/* Base64 decode accepting the standard and URL-safe alphabets and optional padding (as
- * protobuf JSON parsers do). Appends to out. -EINVAL on a bad character or length. */
+/* Base64 decode (libsodium) accepting the standard or the URL-safe alphabet, padded or not
+ * (as protobuf JSON parsers do), strictly: one alphabet per string, canonical trailing bits.
+ * Appends to out. -EINVAL on a bad character, padding or length; -E2BIG beyond out's cap. */
 int agent_pj_base64_decode(const char *in, size_t len, struct al_buf *out);
 /* Standard base64 with padding; malloc'd, NUL-terminated. */
 char *agent_pj_base64_encode(const void *data, size_t len);
 
-/* RFC 3339 UTC timestamp as protobuf JSON writes it: "2024-05-01T12:00:00Z",
- * "...00.120Z" (3, 6 or 9 fractional digits as needed). out >= 40 bytes. */
-void agent_pj_timestamp(char *out, size_t outlen, const struct timespec *ts);
 /* int64 as a JSON string, the proto3 mapping. */
 json_t *agent_pj_int64(int64_t v);
 

@@ -6,6 +6,10 @@
  * application/connect+json (chunked, one chunk per frame), messages, keepalives after
  * Keepalive-Ping-Interval seconds of silence, and always a final end-stream frame that
  * carries the error if there is one. Client streaming (StreamInput) is not implemented.
+ * Deadlines are connect-go's: Connect-Timeout-Ms (at most 10 characters, a signed integer,
+ * else invalid_argument) sets one for every call; a stream still open there ends with
+ * deadline_exceeded "context deadline exceeded" (envd's handlers all return ctx.Err()
+ * then); unary handlers here answer at once, as envd's ignore their deadline.
  */
 #include "agent.h"
 
@@ -27,13 +31,22 @@ struct rpc__method {
 };
 
 static const struct rpc__method rpc__methods[] = {
-    {"process.Process", "List", false},          {"process.Process", "Connect", true},
-    {"process.Process", "Start", true},          {"process.Process", "Update", false},
-    {"process.Process", "SendInput", false},     {"process.Process", "SendSignal", false},
-    {"process.Process", "CloseStdin", false},    {"filesystem.Filesystem", "Stat", false},
-    {"filesystem.Filesystem", "MakeDir", false}, {"filesystem.Filesystem", "Move", false},
-    {"filesystem.Filesystem", "ListDir", false}, {"filesystem.Filesystem", "Remove", false},
+    {"process.Process", "List", false},
+    {"process.Process", "Connect", true},
+    {"process.Process", "Start", true},
+    {"process.Process", "Update", false},
+    {"process.Process", "SendInput", false},
+    {"process.Process", "SendSignal", false},
+    {"process.Process", "CloseStdin", false},
+    {"filesystem.Filesystem", "Stat", false},
+    {"filesystem.Filesystem", "MakeDir", false},
+    {"filesystem.Filesystem", "Move", false},
+    {"filesystem.Filesystem", "ListDir", false},
+    {"filesystem.Filesystem", "Remove", false},
     {"filesystem.Filesystem", "WatchDir", true},
+    {"filesystem.Filesystem", "CreateWatcher", false},
+    {"filesystem.Filesystem", "GetWatcherEvents", false},
+    {"filesystem.Filesystem", "RemoveWatcher", false},
 };
 
 struct rpc__pending {
@@ -41,6 +54,8 @@ struct rpc__pending {
     const struct rpc__method *m;
     bool has_user;
     char user[256];
+    bool has_deadline;
+    uint64_t deadline;
 };
 
 static void rpc__unary_error(struct al_http_req *req, enum agent_connect_code code, const char *msg)
@@ -123,14 +138,19 @@ void agent_stream_fail(struct agent_call *c, enum agent_connect_code code, const
 
 static void rpc__timer_closed(uv_handle_t *h)
 {
-    free(h->data);
+    struct agent_stream *s = h->data;
+    if (--s->handles == 0)
+        free(s);
 }
 
 static void rpc__stream_release(struct agent_stream *s)
 {
     uv_timer_stop(&s->keepalive);
-    s->keepalive.data = s;
     uv_close((uv_handle_t *)&s->keepalive, rpc__timer_closed);
+    if (s->has_deadline) {
+        uv_timer_stop(&s->deadline);
+        uv_close((uv_handle_t *)&s->deadline, rpc__timer_closed);
+    }
 }
 
 static void rpc__on_peer_close(struct al_http_req *req)
@@ -140,8 +160,8 @@ static void rpc__on_peer_close(struct al_http_req *req)
         return;
     s->peer_gone = true;
     s->req = NULL;
-    if (s->on_peer_gone)
-        s->on_peer_gone(s);
+    if (s->on_gone)
+        s->on_gone(s);
     rpc__stream_release(s);
 }
 
@@ -162,6 +182,33 @@ static void rpc__on_keepalive(uv_timer_t *t)
     if (s->ended || s->peer_gone)
         return;
     rpc__write_frame(s, 0, s->keepalive_json, strlen(s->keepalive_json));
+}
+
+void agent_stream_expire(struct agent_stream *s)
+{
+    if (s->ended || s->peer_gone)
+        return;
+    agent_stream_fn gone = s->on_gone;
+    s->on_gone = NULL;
+    s->on_drain = NULL;
+    if (gone)
+        gone(s);
+    s->owner = NULL;
+    /* connect-go's words for a handler context whose deadline passed. */
+    agent_stream_end(s, AGENT_CONNECT_DEADLINE_EXCEEDED, "context deadline exceeded");
+}
+
+static void rpc__on_deadline(uv_timer_t *t)
+{
+    agent_stream_expire(t->data);
+}
+
+int64_t agent_call_time_left(const struct agent_call *c)
+{
+    if (!c->has_deadline)
+        return -1;
+    uint64_t now = uv_now(c->a->loop);
+    return c->deadline > now ? (int64_t)(c->deadline - now) : 0;
 }
 
 struct agent_stream *agent_stream_start(struct agent_call *c, const char *keepalive_json)
@@ -185,7 +232,18 @@ struct agent_stream *agent_stream_start(struct agent_call *c, const char *keepal
     }
     uv_timer_init(c->a->loop, &s->keepalive);
     s->keepalive.data = s;
+    s->handles = 1;
     uv_timer_start(&s->keepalive, rpc__on_keepalive, s->keepalive_ms, s->keepalive_ms);
+    int64_t left = agent_call_time_left(c);
+    if (left >= 0) {
+        uv_timer_init(c->a->loop, &s->deadline);
+        s->deadline.data = s;
+        s->has_deadline = true;
+        s->handles++;
+        /* Even a deadline that has passed lets the stream begin, as a handler whose context
+         * is done still sends what it sends first (the start event), then ends. */
+        uv_timer_start(&s->deadline, rpc__on_deadline, (uint64_t)left, 0);
+    }
     c->req->user = s;
     al_http_req_on_close(c->req, rpc__on_peer_close);
     al_http_resp_start(c->req, 200, h, 1, -1);
@@ -258,7 +316,7 @@ void agent_stream_end(struct agent_stream *s, enum agent_connect_code code, cons
         s->req = NULL;
         rpc__stream_release(s);
     }
-    /* peer_gone: rpc__on_peer_close releases the stream after on_peer_gone returns */
+    /* peer_gone: rpc__on_peer_close releases the stream after on_gone returns */
 }
 
 /* ---- dispatch ------------------------------------------------------------------------ */
@@ -340,10 +398,12 @@ static void rpc__on_body(struct al_http_req *req, int err)
     c->msg = msg;
     c->has_user = p->has_user;
     memcpy(c->user, p->user, sizeof c->user);
+    c->has_deadline = p->has_deadline;
+    c->deadline = p->deadline;
     free(p);
     if (strcmp(m->service, "process.Process") == 0)
         agent_process_call(c);
-    else if (strcmp(m->name, "WatchDir") == 0)
+    else if (strcmp(m->name, "WatchDir") == 0 || strstr(m->name, "Watcher"))
         agent_watch_call(c);
     else
         agent_fs_call(c);
@@ -356,6 +416,40 @@ static void rpc__on_body(struct al_http_req *req, int err)
             rpc__unary_error(c->req, AGENT_CONNECT_INTERNAL, "the agent did not answer");
     }
     agent_call_free(c);
+}
+
+/* Connect-Timeout-Ms as connect-go reads it: at most 10 characters, a signed decimal
+ * integer (ParseInt); zero or negative means the deadline has already passed. */
+static int rpc__timeout(const struct al_http_req *req, bool *has, int64_t *ms, char *msg,
+                        size_t msglen)
+{
+    const char *v = al_http_req_header(req, "Connect-Timeout-Ms");
+    *has = false;
+    if (!v || !*v) /* Go reads an empty field as an absent one */
+        return 0;
+    if (strlen(v) > 10) {
+        snprintf(msg, msglen,
+                 "parse timeout: \"%.32s\" has >10 digits (Connect-Timeout-Ms is a number of "
+                 "milliseconds)",
+                 v);
+        return -EINVAL;
+    }
+    const char *p = v;
+    if (*p == '+' || *p == '-')
+        p++;
+    bool ok = *p != '\0';
+    for (const char *q = p; *q; q++)
+        ok = ok && *q >= '0' && *q <= '9';
+    if (!ok) {
+        snprintf(msg, msglen,
+                 "parse timeout: Connect-Timeout-Ms \"%s\" is not an integer number of "
+                 "milliseconds",
+                 v);
+        return -EINVAL;
+    }
+    *ms = strtoll(v, NULL, 10);
+    *has = true;
+    return 0;
 }
 
 void agent_rpc_dispatch(struct agent *a, struct al_http_req *req, const char *service,
@@ -390,6 +484,16 @@ void agent_rpc_dispatch(struct agent *a, struct al_http_req *req, const char *se
         al_http_resp_end(req);
         return;
     }
+    bool has_deadline;
+    int64_t timeout_ms = 0;
+    char tmsg[160];
+    if (rpc__timeout(req, &has_deadline, &timeout_ms, tmsg, sizeof tmsg) < 0) {
+        if (m->streaming)
+            rpc__stream_error(req, AGENT_CONNECT_INVALID_ARGUMENT, tmsg);
+        else
+            rpc__unary_error(req, AGENT_CONNECT_INVALID_ARGUMENT, tmsg);
+        return;
+    }
     struct rpc__pending *p = calloc(1, sizeof *p);
     if (!p) {
         rpc__unary_error(req, AGENT_CONNECT_RESOURCE_EXHAUSTED, "out of memory");
@@ -397,6 +501,10 @@ void agent_rpc_dispatch(struct agent *a, struct al_http_req *req, const char *se
     }
     p->a = a;
     p->m = m;
+    p->has_deadline = has_deadline;
+    /* The deadline counts from the request's headers, as connect-go's does. */
+    if (has_deadline)
+        p->deadline = uv_now(a->loop) + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
     int r = agent_basic_auth_user(req, p->user, sizeof p->user);
     if (r == -EINVAL) {
         free(p);

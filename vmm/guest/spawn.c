@@ -144,6 +144,29 @@ static void spawn__exec_one(const char *path, char *const *argv, char *const *en
     }
 }
 
+bool agent_path_next(const char **p, const char *file, char *buf, size_t len)
+{
+    while (*p) {
+        const char *s = *p;
+        const char *colon = strchr(s, ':');
+        size_t dl = colon ? (size_t)(colon - s) : strlen(s);
+        *p = colon ? colon + 1 : NULL;
+        if (dl + 1 + strlen(file) + 1 > len)
+            continue;
+        size_t n = 0;
+        if (dl == 0) {
+            buf[n++] = '.';
+        } else {
+            memcpy(buf, s, dl);
+            n = dl;
+        }
+        buf[n++] = '/';
+        spawn__strlcpy(buf + n, file, len - n);
+        return true;
+    }
+    return false;
+}
+
 static _Noreturn void spawn__exec(const struct agent_spawn_opts *o)
 {
     const char *file = o->file;
@@ -160,30 +183,13 @@ static _Noreturn void spawn__exec(const struct agent_spawn_opts *o)
             path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
         bool eacces = false;
         const char *p = path;
-        for (;;) {
-            const char *colon = strchr(p, ':');
-            size_t dl = colon ? (size_t)(colon - p) : strlen(p);
-            char buf[PATH_MAX];
-            if (dl + 1 + strlen(file) + 1 <= sizeof buf) {
-                size_t n = 0;
-                if (dl == 0) {
-                    buf[n++] = '.';
-                } else {
-                    memcpy(buf, p, dl);
-                    n = dl;
-                }
-                buf[n++] = '/';
-                spawn__strlcpy(buf + n, file, sizeof buf - n);
-                spawn__exec_one(buf, o->argv, o->envp);
-                if (errno == EACCES)
-                    eacces = true;
-                else if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP &&
-                         errno != ENAMETOOLONG)
-                    break;
-            }
-            if (!colon)
+        char buf[PATH_MAX];
+        while (agent_path_next(&p, file, buf, sizeof buf)) {
+            spawn__exec_one(buf, o->argv, o->envp);
+            if (errno == EACCES)
+                eacces = true;
+            else if (errno != ENOENT && errno != ENOTDIR && errno != ELOOP && errno != ENAMETOOLONG)
                 break;
-            p = colon + 1;
         }
         saved = eacces ? EACCES : errno;
         if (saved == ENOTDIR || saved == ELOOP || saved == ENAMETOOLONG)
@@ -240,7 +246,10 @@ static _Noreturn void spawn__child(const struct agent_spawn_opts *o, int errfd)
     if (setsid() < 0)
         spawn__fail(errfd, STEP_SETSID);
 
-    /* 3. File descriptors: move every source above the targets, then dup2 into place. */
+    /* 3. File descriptors: move every source above the targets, then dup2 into place.
+     * (A working directory given as a descriptor is entered first: it is closed below.) */
+    if (o->use_cwd_fd && fchdir(o->cwd_fd) < 0)
+        spawn__fail(errfd, STEP_CHDIR);
     int hi = fcntl(errfd, F_DUPFD_CLOEXEC, 64);
     if (hi < 0)
         spawn__fail(errfd, STEP_FDS);
@@ -364,7 +373,7 @@ int agent_spawn(const struct agent_spawn_opts *o, pid_t *pid, struct al_error *e
         }
         if (rep.step == STEP_CHDIR)
             return al_error_set(err, -rep.err, "cannot change to the working directory '%s': %s",
-                                o->cwd, strerror(rep.err));
+                                o->cwd ? o->cwd : "(given as a descriptor)", strerror(rep.err));
         return al_error_set(err, -rep.err, "cannot %s for '%s': %s", spawn__step_name(rep.step),
                             o->file, strerror(rep.err));
     }

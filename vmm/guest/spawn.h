@@ -26,6 +26,8 @@ struct agent_spawn_opts {
     char *const *argv;
     char *const *envp;
     const char *cwd;
+    bool use_cwd_fd; /* change to the directory cwd_fd (before the fds are set up) */
+    int cwd_fd;
     bool set_user; /* switch to uid/gid/groups (needs CAP_SETUID/SETGID) */
     uid_t uid;
     gid_t gid;
@@ -39,6 +41,11 @@ struct agent_spawn_opts {
 
 /* Starts the child; *pid on success. Errors carry a message naming the failed step. */
 int agent_spawn(const struct agent_spawn_opts *o, pid_t *pid, struct al_error *err);
+
+/* The next place to look for file in a PATH list (*p, advanced; an empty entry is "."),
+ * written to buf; false once the list is done. Entries too long for buf are skipped.
+ * Async-signal-safe: the child's exec uses it after fork. */
+bool agent_path_next(const char **p, const char *file, char *buf, size_t len);
 
 /* Opens a pty pair (master non-blocking, both close-on-exec) with the given size and, when
  * uid != (uid_t)-1, hands the slave to that user. */

@@ -204,6 +204,38 @@ int agent_group_parse_name(const char *data, size_t len, gid_t gid, char *out, s
     return users__each_line(data, len, users__gr_name_line, &q) == 1 ? 0 : -ENOENT;
 }
 
+struct users__gid_query {
+    const char *name;
+    gid_t *gid;
+};
+
+static int users__gr_gid_line(char *line, void *arg)
+{
+    struct users__gid_query *q = arg;
+    char *f[4];
+    if (users__fields(line, f, 4) < 3 || strcmp(f[0], q->name) != 0)
+        return 0;
+    unsigned long gid;
+    if (users__id(f[2], &gid) < 0)
+        return 0;
+    *q->gid = (gid_t)gid;
+    return 1;
+}
+
+int agent_group_parse_gid(const char *data, size_t len, const char *name, gid_t *gid)
+{
+    struct users__gid_query q = {name, gid};
+    return users__each_line(data, len, users__gr_gid_line, &q) == 1 ? 0 : -ENOENT;
+}
+
+int agent_gid_by_name(struct agent_userdb *db, const char *name, gid_t *gid)
+{
+    users__refresh(&db->group);
+    if (!db->group.data)
+        return -ENOENT;
+    return agent_group_parse_gid(db->group.data, db->group.len, name, gid);
+}
+
 static int users__lookup(struct agent_userdb *db, const char *name, uid_t uid,
                          struct agent_user *out, struct al_error *err)
 {

@@ -62,5 +62,8 @@ int agent_passwd_parse(const char *data, size_t len, const char *name, uid_t uid
 void agent_group_members(const char *data, size_t len, struct agent_user *u);
 /* Group name for gid; -ENOENT when absent. */
 int agent_group_parse_name(const char *data, size_t len, gid_t gid, char *out, size_t outlen);
+/* Gid of the group called name; -ENOENT when absent. */
+int agent_group_parse_gid(const char *data, size_t len, const char *name, gid_t *gid);
+int agent_gid_by_name(struct agent_userdb *db, const char *name, gid_t *gid);
 
 #endif

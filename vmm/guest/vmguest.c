@@ -26,6 +26,7 @@
 
 #include "agent.h"
 #include "common/log.h"
+#include "common/spawn.h"
 #include "common/util.h"
 #include "protojson.h"
 
@@ -201,14 +202,12 @@ static int vmg__helper(const struct agent_vm_init *v, struct al_error *err)
     }
     argv[k] = NULL;
     char *envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-    /* (vmm/guest/spawn.h shadows <spawn.h>: a plain fork and exec.) */
-    pid_t pid = fork();
-    if (pid < 0)
-        return al_error_set(err, -errno, "cannot run %s: %s", helper, strerror(errno));
-    if (pid == 0) {
-        execve(helper, argv, envp);
-        _exit(127);
-    }
+    /* Its messages go where the agent's own go (the sandbox log). */
+    struct al_spawn sp = {.path = helper, .argv = argv, .envp = envp, .fds = {-1, 1, 2}, .nfds = 3};
+    pid_t pid;
+    int rc = al_spawn(&sp, &pid, NULL, err);
+    if (rc < 0)
+        return rc;
     int st = 0;
     while (waitpid(pid, &st, 0) < 0) {
         if (errno != EINTR)

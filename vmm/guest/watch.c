@@ -1,12 +1,19 @@
-/* vmm/guest/watch: filesystem.Filesystem/WatchDir on inotify, as envd's fsnotify does it.
+/* vmm/guest/watch: filesystem.Filesystem's directory watches on inotify, as envd's fsnotify
+ * does them: the WatchDir stream, and the polled watchers (CreateWatcher, GetWatcherEvents,
+ * RemoveWatcher) that the Python SDK's synchronous watch_dir uses. Both are one agent_watch
+ * whose events go either to its stream or to its buffer.
  *
- * One inotify instance per stream. Recursive watches add every directory below the root at
+ * One inotify instance per watch. Recursive watches add every directory below the root at
  * start and each directory that appears later (created or moved in), up to max_watches.
  * Event mapping (fsnotify): IN_CREATE/IN_MOVED_TO -> CREATE, IN_MODIFY -> WRITE,
  * IN_ATTRIB -> CHMOD, IN_DELETE/IN_DELETE_SELF -> REMOVE, IN_MOVED_FROM/IN_MOVE_SELF ->
  * RENAME; `name` is relative to the watched directory. When the stream's queue passes the
  * high-water mark the agent stops reading inotify; if the kernel queue then overflows, the
  * stream ends with an error (as envd's watcher does on overflow).
+ * Polled watchers (ids "w" + 20 of [a-z0-9], as envd's) buffer their events until
+ * GetWatcherEvents takes them. Unlike envd's, the buffer is bounded (max_watcher_events:
+ * past it the watcher fails as on an inotify overflow, and GetWatcherEvents returns that
+ * error until it is removed) and a watcher nobody polls for watcher_idle_ms is removed.
  */
 #include "agent.h"
 
@@ -20,6 +27,8 @@
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+
+#include <sodium.h>
 
 #include "common/log.h"
 #include "fdio.h"
@@ -35,18 +44,28 @@ struct watch__wd {
     char *rel; /* "" for the root */
 };
 
+#define WATCH_ID_LEN 21 /* "w" + 20 characters */
+
 struct agent_watch {
     struct agent_watch *next;
     struct agent *a;
-    struct agent_stream *s;
+    struct agent_stream *s; /* WatchDir: where events go */
     struct agent_fdio io;
+    bool io_open; /* inotify is still read */
     char root[PATH_MAX];
     bool recursive;
     bool include_entry;
     struct watch__wd *wds;
     size_t nwds, capwds;
     bool closing;
-    struct al_buf partial; /* an event split across reads */
+    int handles; /* fdio + idle timer not yet closed */
+    /* Polled watchers (CreateWatcher): */
+    bool polled;
+    char id[WATCH_ID_LEN + 1];
+    json_t *events; /* FilesystemEvent[] waiting for GetWatcherEvents */
+    enum agent_connect_code err_code;
+    char *err_msg; /* the failure GetWatcherEvents returns (NULL: none) */
+    uv_timer_t idle;
 };
 
 struct agent_watchers {
@@ -168,16 +187,38 @@ static void watch__unlink(struct agent_watch *w)
     }
 }
 
-static void watch__io_closed(struct agent_fdio *io)
+static void watch__release(struct agent_watch *w)
 {
-    struct agent_watch *w = io->owner;
+    if (--w->handles > 0)
+        return;
     for (size_t i = 0; i < w->nwds; i++)
         free(w->wds[i].rel);
     free(w->wds);
-    al_buf_free(&w->partial);
+    json_decref(w->events);
+    free(w->err_msg);
     free(w);
 }
 
+static void watch__io_closed(struct agent_fdio *io)
+{
+    watch__release(io->owner);
+}
+
+static void watch__timer_closed(uv_handle_t *h)
+{
+    watch__release(h->data);
+}
+
+/* Stops reading inotify (the watch reports nothing more). */
+static void watch__stop_io(struct agent_watch *w)
+{
+    if (!w->io_open)
+        return;
+    w->io_open = false;
+    agent_fdio_close(&w->io, false, watch__io_closed);
+}
+
+/* Removes the watch and, once its handles are closed, frees it. */
 static void watch__close(struct agent_watch *w)
 {
     if (w->closing)
@@ -186,25 +227,44 @@ static void watch__close(struct agent_watch *w)
     watch__unlink(w);
     if (w->s) {
         w->s->owner = NULL;
-        w->s->on_peer_gone = NULL;
+        w->s->on_gone = NULL;
         w->s->on_drain = NULL;
         w->s = NULL;
     }
-    agent_fdio_close(&w->io, false, watch__io_closed);
+    if (w->polled) {
+        uv_timer_stop(&w->idle);
+        uv_close((uv_handle_t *)&w->idle, watch__timer_closed);
+    }
+    watch__stop_io(w);
 }
 
+/* The watch can report nothing more: a stream ends (with the error, if any) and goes; a
+ * polled watcher keeps what it has for GetWatcherEvents, the first error winning over its
+ * events (envd's FileWatcher.Error), until it is removed. */
 static void watch__end(struct agent_watch *w, enum agent_connect_code code, const char *msg)
 {
-    if (w->s && msg)
-        agent_stream_end(w->s, code, "%s", msg);
-    else if (w->s)
-        agent_stream_end(w->s, code, NULL);
-    w->s = NULL;
-    watch__close(w);
+    if (!w->polled) {
+        if (w->s && msg)
+            agent_stream_end(w->s, code, "%s", msg);
+        else if (w->s)
+            agent_stream_end(w->s, code, NULL);
+        w->s = NULL;
+        watch__close(w);
+        return;
+    }
+    if (code != AGENT_CONNECT_OK && !w->err_msg) {
+        w->err_code = code;
+        w->err_msg = strdup(msg ? msg : "watcher error");
+        json_array_clear(w->events);
+        al_warn("watcher %s on %s failed: %s", w->id, w->root, msg ? msg : "");
+    }
+    watch__stop_io(w);
 }
 
 static void watch__emit(struct agent_watch *w, const char *name, const char *type, bool entry)
 {
+    if (w->polled && (w->err_msg || w->closing))
+        return;
     json_t *fe = json_object();
     json_t *n = json_string(name);
     if (!n) {
@@ -221,6 +281,21 @@ static void watch__emit(struct agent_watch *w, const char *name, const char *typ
             agent_entry_info(w->a, path, &info, NULL) == 0)
             json_object_set_new(fe, "entry", info);
     }
+    if (w->polled) {
+        if (json_array_size(w->events) >= w->a->lim.max_watcher_events) {
+            json_decref(fe);
+            char msg[256];
+            snprintf(msg, sizeof msg,
+                     "watcher error: more than %zu events waited for GetWatcherEvents (call "
+                     "it more often, or watch a smaller tree); remove this watcher and create "
+                     "another",
+                     w->a->lim.max_watcher_events);
+            watch__end(w, AGENT_CONNECT_INTERNAL, msg);
+            return;
+        }
+        json_array_append_new(w->events, fe);
+        return;
+    }
     json_t *msg = json_object();
     json_object_set_new(msg, "filesystem", fe);
     agent_stream_send(w->s, msg);
@@ -229,11 +304,11 @@ static void watch__emit(struct agent_watch *w, const char *name, const char *typ
 static void watch__on_drain(struct agent_stream *s)
 {
     struct agent_watch *w = s->owner;
-    if (w && !w->closing)
+    if (w && w->io_open)
         agent_fdio_resume(&w->io);
 }
 
-static void watch__on_peer_gone(struct agent_stream *s)
+static void watch__on_gone(struct agent_stream *s)
 {
     struct agent_watch *w = s->owner;
     if (!w)
@@ -290,15 +365,15 @@ static void watch__event(struct agent_watch *w, const struct inotify_event *ev)
 static void watch__on_read(struct agent_fdio *io, const char *data, ssize_t n)
 {
     struct agent_watch *w = io->owner;
-    if (w->closing)
+    if (!w->io_open)
         return;
     if (n <= 0) {
         watch__end(w, AGENT_CONNECT_INTERNAL, "watcher error: the inotify descriptor failed");
         return;
     }
-    /* inotify returns whole events per read; keep a defensive buffer anyway. */
+    /* inotify returns whole events per read. */
     size_t off = 0;
-    while (off + sizeof(struct inotify_event) <= (size_t)n && !w->closing) {
+    while (off + sizeof(struct inotify_event) <= (size_t)n && w->io_open) {
         const struct inotify_event *ev = (const void *)(data + off);
         size_t sz = sizeof *ev + ev->len;
         if (off + sz > (size_t)n)
@@ -312,7 +387,7 @@ static void watch__on_read(struct agent_fdio *io, const char *data, ssize_t n)
         free(copy);
         off += sz;
     }
-    if (!w->closing && w->s && agent_stream_queued(w->s) > w->a->lim.stream_high_water) {
+    if (w->io_open && w->s && agent_stream_queued(w->s) > w->a->lim.stream_high_water) {
         agent_fdio_pause(&w->io);
         agent_stream_want_drain(w->s);
     }
@@ -335,80 +410,98 @@ static bool watch__network_fs(const char *path)
     }
 }
 
-void agent_watch_call(struct agent_call *c)
+/* What CreateWatcher and WatchDir share, envd's checks in envd's order: the user, the path
+ * (resolved like every path), a directory, not a network mount unless allowed, then the
+ * inotify watches. On failure *code and err say what to answer. */
+static struct agent_watch *watch__open(struct agent_call *c, enum agent_connect_code *code,
+                                       struct al_error *err)
 {
     struct agent *a = c->a;
-    struct al_error e = {0};
     struct agent_user u;
-    int r = agent_resolve_user(a, c->has_user ? c->user : NULL, &u, &e);
+    int r = agent_resolve_user(a, c->has_user ? c->user : NULL, &u, err);
     if (r < 0) {
-        agent_stream_fail(
-            c, r == -ENOENT ? AGENT_CONNECT_UNAUTHENTICATED : AGENT_CONNECT_PERMISSION_DENIED, "%s",
-            al_error_str(&e));
-        return;
+        *code = r == -ENOENT ? AGENT_CONNECT_UNAUTHENTICATED : AGENT_CONNECT_PERMISSION_DENIED;
+        return NULL;
     }
     const char *p = "";
     bool recursive = false, include_entry = false, allow_net = false;
-    if (agent_pj_string(c->msg, "path", NULL, &p, &e) == -EINVAL ||
-        agent_pj_bool(c->msg, "recursive", NULL, &recursive, &e) == -EINVAL ||
-        agent_pj_bool(c->msg, "includeEntry", "include_entry", &include_entry, &e) == -EINVAL ||
-        agent_pj_bool(c->msg, "allowNetworkMounts", "allow_network_mounts", &allow_net, &e) ==
-            -EINVAL) {
-        agent_stream_fail(c, AGENT_CONNECT_INVALID_ARGUMENT, "%s", al_error_str(&e));
-        return;
-    }
+    *code = AGENT_CONNECT_INVALID_ARGUMENT;
+    if (agent_pj_string(c->msg, "path", NULL, &p, err) == -EINVAL ||
+        agent_pj_bool(c->msg, "recursive", NULL, &recursive, err) == -EINVAL ||
+        agent_pj_bool(c->msg, "includeEntry", "include_entry", &include_entry, err) == -EINVAL ||
+        agent_pj_bool(c->msg, "allowNetworkMounts", "allow_network_mounts", &allow_net, err) ==
+            -EINVAL)
+        return NULL;
+    memset(err, 0, sizeof *err);
     char path[PATH_MAX];
-    if (agent_path_resolve(p, u.home, a->default_workdir, path, sizeof path, &e) < 0) {
-        agent_stream_fail(c, AGENT_CONNECT_INVALID_ARGUMENT, "%s", al_error_str(&e));
-        return;
-    }
+    if (agent_path_resolve(p, u.home, a->default_workdir, path, sizeof path, err) < 0)
+        return NULL;
     struct stat st;
     if (stat(path, &st) < 0) {
-        agent_stream_fail(c, errno == ENOENT ? AGENT_CONNECT_NOT_FOUND : AGENT_CONNECT_INTERNAL,
-                          "path %s not found: %s", path, strerror(errno));
-        return;
+        *code = errno == ENOENT ? AGENT_CONNECT_NOT_FOUND : AGENT_CONNECT_INTERNAL;
+        al_error_set(err, -errno, "path %s not found: %s", path, strerror(errno));
+        return NULL;
     }
     if (!S_ISDIR(st.st_mode)) {
-        agent_stream_fail(c, AGENT_CONNECT_INVALID_ARGUMENT, "path %s not a directory", path);
-        return;
+        al_error_set(err, -ENOTDIR, "path %s not a directory", path);
+        return NULL;
     }
     if (!allow_net && watch__network_fs(path)) {
-        agent_stream_fail(c, AGENT_CONNECT_INVALID_ARGUMENT,
-                          "cannot watch path on network filesystem: %s", path);
-        return;
+        al_error_set(err, -EINVAL, "cannot watch path on network filesystem: %s", path);
+        return NULL;
     }
     if (a->watchers->n >= a->lim.max_watchers) {
-        agent_stream_fail(c, AGENT_CONNECT_RESOURCE_EXHAUSTED,
-                          "too many directory watches (%zu); stop some first", a->watchers->n);
-        return;
+        *code = AGENT_CONNECT_RESOURCE_EXHAUSTED;
+        al_error_set(err, -ENOSPC,
+                     "too many directory watches (%zu); stop some (or RemoveWatcher) first",
+                     a->watchers->n);
+        return NULL;
     }
+    *code = AGENT_CONNECT_INTERNAL;
     int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (fd < 0) {
-        agent_stream_fail(c, AGENT_CONNECT_INTERNAL, "error creating watcher: %s", strerror(errno));
-        return;
+        al_error_set(err, -errno, "error creating watcher: %s", strerror(errno));
+        return NULL;
     }
     struct agent_watch *w = calloc(1, sizeof *w);
+    if (!w) {
+        close(fd);
+        al_error_set(err, -ENOMEM, "error creating watcher: out of memory");
+        return NULL;
+    }
     w->a = a;
     w->recursive = recursive;
     w->include_entry = include_entry;
     snprintf(w->root, sizeof w->root, "%s", path);
-    al_buf_init(&w->partial, 0);
     if (agent_fdio_open(a->loop, &w->io, fd, 0, watch__on_read, w) < 0) {
         free(w);
-        agent_stream_fail(c, AGENT_CONNECT_INTERNAL, "error creating watcher");
-        return;
+        al_error_set(err, -EIO, "error creating watcher");
+        return NULL;
     }
+    w->io_open = true;
+    w->handles = 1;
     r = recursive ? watch__add_tree(w, "", 0) : watch__add(w, "");
     if (r < 0 && !(r == -ENOSPC && w->nwds > 0)) {
         w->closing = true;
-        agent_fdio_close(&w->io, false, watch__io_closed);
-        agent_stream_fail(c, AGENT_CONNECT_INTERNAL, "error adding path %s to watcher: %s", path,
-                          strerror(-r));
-        return;
+        watch__stop_io(w);
+        al_error_set(err, r, "error adding path %s to watcher: %s", path, strerror(-r));
+        return NULL;
     }
     w->next = a->watchers->list;
     a->watchers->list = w;
     a->watchers->n++;
+    return w;
+}
+
+static void watch__dir(struct agent_call *c)
+{
+    enum agent_connect_code code;
+    struct al_error e = {0};
+    struct agent_watch *w = watch__open(c, &code, &e);
+    if (!w) {
+        agent_stream_fail(c, code, "%s", al_error_str(&e));
+        return;
+    }
     struct agent_stream *s = agent_stream_start(c, "{\"keepalive\":{}}");
     if (!s) {
         watch__close(w);
@@ -416,10 +509,104 @@ void agent_watch_call(struct agent_call *c)
     }
     w->s = s;
     s->owner = w;
-    s->on_peer_gone = watch__on_peer_gone;
+    s->on_gone = watch__on_gone;
     s->on_drain = watch__on_drain;
     json_t *start = json_object();
     json_object_set_new(start, "start", json_object());
     agent_stream_send(s, start);
-    al_info("watching %s%s (%zu directories)", path, recursive ? " recursively" : "", w->nwds);
+    al_info("watching %s%s (%zu directories)", w->root, w->recursive ? " recursively" : "",
+            w->nwds);
+}
+
+static void watch__on_idle(uv_timer_t *t)
+{
+    struct agent_watch *w = t->data;
+    al_info("watcher %s on %s removed: no GetWatcherEvents for %llu s", w->id, w->root,
+            (unsigned long long)(w->a->lim.watcher_idle_ms / 1000));
+    watch__close(w);
+}
+
+static void watch__create(struct agent_call *c)
+{
+    enum agent_connect_code code;
+    struct al_error e = {0};
+    struct agent_watch *w = watch__open(c, &code, &e);
+    if (!w) {
+        agent_rpc_error(c, code, "%s", al_error_str(&e));
+        return;
+    }
+    static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz1234567890";
+    w->polled = true;
+    w->id[0] = 'w';
+    for (size_t i = 1; i < WATCH_ID_LEN; i++)
+        w->id[i] = alphabet[randombytes_uniform(sizeof alphabet - 1)];
+    w->events = json_array();
+    uv_timer_init(c->a->loop, &w->idle);
+    w->idle.data = w;
+    w->handles++;
+    uv_timer_start(&w->idle, watch__on_idle, c->a->lim.watcher_idle_ms, 0);
+    al_info("watcher %s on %s%s (%zu directories)", w->id, w->root,
+            w->recursive ? " recursively" : "", w->nwds);
+    json_t *res = json_object();
+    json_object_set_new(res, "watcherId", json_string(w->id));
+    agent_rpc_reply(c, res);
+}
+
+/* The polled watcher a request names ({"watcherId"}), or NULL after answering not_found. */
+static struct agent_watch *watch__find(struct agent_call *c)
+{
+    struct al_error e = {0};
+    const char *id = "";
+    if (agent_pj_string(c->msg, "watcherId", "watcher_id", &id, &e) == -EINVAL) {
+        agent_rpc_error(c, AGENT_CONNECT_INVALID_ARGUMENT, "%s", al_error_str(&e));
+        return NULL;
+    }
+    for (struct agent_watch *w = c->a->watchers->list; w; w = w->next)
+        if (w->polled && strcmp(w->id, id) == 0)
+            return w;
+    agent_rpc_error(c, AGENT_CONNECT_NOT_FOUND,
+                    "watcher with id %.64s not found (watchers go with RemoveWatcher, or after "
+                    "%llu s without GetWatcherEvents)",
+                    id, (unsigned long long)(c->a->lim.watcher_idle_ms / 1000));
+    return NULL;
+}
+
+static void watch__get_events(struct agent_call *c)
+{
+    struct agent_watch *w = watch__find(c);
+    if (!w)
+        return;
+    uv_timer_start(&w->idle, watch__on_idle, c->a->lim.watcher_idle_ms, 0);
+    if (w->err_msg) {
+        agent_rpc_error(c, w->err_code, "%s", w->err_msg);
+        return;
+    }
+    json_t *res = json_object();
+    if (json_array_size(w->events)) { /* envd (protojson) leaves an empty list out */
+        json_object_set_new(res, "events", w->events);
+        w->events = json_array();
+    }
+    agent_rpc_reply(c, res);
+}
+
+static void watch__remove(struct agent_call *c)
+{
+    struct agent_watch *w = watch__find(c);
+    if (!w)
+        return;
+    al_info("watcher %s on %s removed", w->id, w->root);
+    watch__close(w);
+    agent_rpc_reply(c, NULL);
+}
+
+void agent_watch_call(struct agent_call *c)
+{
+    if (strcmp(c->method, "WatchDir") == 0)
+        watch__dir(c);
+    else if (strcmp(c->method, "CreateWatcher") == 0)
+        watch__create(c);
+    else if (strcmp(c->method, "GetWatcherEvents") == 0)
+        watch__get_events(c);
+    else
+        watch__remove(c);
 }

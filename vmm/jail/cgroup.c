@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "common/cleanup.h"
+#include "common/confine.h"
 #include "common/util.h"
 
 static const char *const cg__names[JAIL_CG_NCTRL] = {"memory", "pids", "cpu", "cpuacct", "freezer"};
@@ -201,8 +202,9 @@ static bool cg__valid_rel(const char *rel)
     return true;
 }
 
-int jail_cg_init(struct jail_cg *cg, const struct jail_cg_layout *layout, const char *parent,
-                 const char *id, struct al_error *err)
+/* id "" = the parent's own directories. */
+static int cg__init(struct jail_cg *cg, const struct jail_cg_layout *layout, const char *parent,
+                    const char *id, struct al_error *err)
 {
     memset(cg, 0, sizeof *cg);
     cg->layout = *layout;
@@ -211,8 +213,6 @@ int jail_cg_init(struct jail_cg *cg, const struct jail_cg_layout *layout, const 
                             "cgroup parent '%s' is invalid: use a relative path of components "
                             "made of letters, digits, '-', '_' and '.' (e.g. \"airlock\")",
                             parent ? parent : "");
-    if (!cg__valid_component(id, strlen(id)))
-        return al_error_set(err, -EINVAL, "sandbox id '%s' cannot name a cgroup", id);
     snprintf(cg->parent, sizeof cg->parent, "%s", parent);
     snprintf(cg->id, sizeof cg->id, "%s", id);
     for (int c = 0; c < JAIL_CG_NCTRL; c++) {
@@ -221,7 +221,8 @@ int jail_cg_init(struct jail_cg *cg, const struct jail_cg_layout *layout, const 
             root = "";
         if (!root[0])
             continue;
-        int n = snprintf(cg->dir[c], sizeof cg->dir[c], "%s/%s/%s", root, parent, id);
+        int n =
+            snprintf(cg->dir[c], sizeof cg->dir[c], "%s/%s%s%s", root, parent, *id ? "/" : "", id);
         if (n < 0 || (size_t)n >= sizeof cg->dir[c])
             return al_error_set(err, -ENAMETOOLONG, "cgroup path too long under %s", root);
         bool seen = false;
@@ -231,6 +232,16 @@ int jail_cg_init(struct jail_cg *cg, const struct jail_cg_layout *layout, const 
             snprintf(cg->uniq[cg->n_uniq++], JAIL_CG_PATH_MAX, "%s", cg->dir[c]);
     }
     return 0;
+}
+
+int jail_cg_init(struct jail_cg *cg, const struct jail_cg_layout *layout, const char *parent,
+                 const char *id, struct al_error *err)
+{
+    if (!cg__valid_component(id, strlen(id))) {
+        memset(cg, 0, sizeof *cg);
+        return al_error_set(err, -EINVAL, "sandbox id '%s' cannot name a cgroup", id);
+    }
+    return cg__init(cg, layout, parent, id, err);
 }
 
 static int cg__add(struct jail_cg_write *out, size_t max, size_t *n, const char *dir,
@@ -472,16 +483,13 @@ fail:
 
 int jail_cg_attach(const struct jail_cg *cg, pid_t pid, struct al_error *err)
 {
-    char v[32];
-    snprintf(v, sizeof v, "%d", (int)pid);
     /* The first write waits for an RCU grace period (the global threadgroup rwsem's
      * rcu_sync; milliseconds on a busy host) unless a migration happened moments ago or
      * the hierarchy is mounted with favordynmods; the others are then cheap. */
     for (size_t u = 0; u < cg->n_uniq; u++) {
-        int rc = cg__writef(cg->uniq[u], "cgroup.procs", v);
+        int rc = al_confine_join_cgroup(cg->uniq[u], pid, err);
         if (rc)
-            return al_error_set(err, rc, "cannot move process %d into cgroup %s: %s", (int)pid,
-                                cg->uniq[u], strerror(-rc));
+            return rc;
     }
     return 0;
 }
@@ -733,4 +741,54 @@ void jail_cg_remove_parent(const struct jail_cg_layout *layout, const char *pare
             *s = '\0';
         }
     }
+}
+
+/* ---- the parent: what all sandboxes share ------------------------------------------- */
+
+int jail_cg_parent_limit(const struct jail_cg_layout *layout, const char *parent,
+                         const struct jail_cg_limits *lim, struct al_error *err)
+{
+    struct jail_cg cg;
+    int rc = cg__init(&cg, layout, parent, "", err);
+    if (rc)
+        return rc;
+    for (size_t u = 0; u < cg.n_uniq; u++) {
+        char root[JAIL_CG_PATH_MAX];
+        snprintf(root, sizeof root, "%s", cg.uniq[u]);
+        root[strlen(root) - strlen(parent) - 1] = '\0';
+        if ((rc = cg__mkdir_parent(&cg, root, err)))
+            return rc;
+    }
+    return jail_cg_relimit(&cg, lim, NULL, err);
+}
+
+int jail_cg_parent_usage(const struct jail_cg_layout *layout, const char *parent,
+                         struct jail_cg_stats *st, struct al_error *err)
+{
+    struct jail_cg cg;
+    int rc = cg__init(&cg, layout, parent, "", err);
+    if (rc)
+        return rc;
+    return jail_cg_stats(&cg, st);
+}
+
+int jail_cg_parent_room(const struct jail_cg *cg, uint32_t pids, struct al_error *err)
+{
+    char dir[JAIL_CG_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", cg->dir[JAIL_CG_PIDS]);
+    char *slash = strrchr(dir, '/');
+    if (!slash || !cg->id[0])
+        return 0;
+    *slash = '\0';
+    uint64_t max = 0, cur = 0;
+    if (cg__read_u64(dir, "pids.max", &max) || max == UINT64_MAX ||
+        cg__read_u64(dir, "pids.current", &cur) || cur + pids <= max)
+        return 0;
+    return al_error_set(err, -EAGAIN,
+                        "the sandboxes together are at their process limit: cgroup %s has %" PRIu64
+                        " of %" PRIu64 " processes (its pids.max, from airlockd's "
+                        "sandboxes.total_pids) and a sandbox needs %" PRIu32
+                        " to start; try again when processes of other sandboxes have exited, or "
+                        "raise the limit (docs/operations.md, \"Host limits\")",
+                        dir, cur, max, pids);
 }

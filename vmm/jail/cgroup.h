@@ -2,7 +2,8 @@
  *
  * Owns: reading the host's cgroup layout from /proc/self/mountinfo, the per-sandbox
  * directories (<root>/<parent>/<id> in every hierarchy that carries a controller we use),
- * their limits (memory incl. tmpfs pages written by the sandbox, pids, CPU quota), moving
+ * their limits (memory incl. tmpfs pages written by the sandbox, pids, CPU quota), the
+ * parent's limits (all sandboxes together) and whether a new sandbox has room under them, moving
  * the sandbox's first process in, freezing/thawing, killing every process in the group,
  * statistics, and removing the directories.
  *
@@ -124,6 +125,21 @@ int jail_cg_stats(const struct jail_cg *cg, struct jail_cg_stats *st);
  * Calls fn for each; stops early if fn returns non-zero. */
 int jail_cg_list(const struct jail_cg_layout *layout, const char *parent,
                  int (*fn)(const char *id, void *arg), void *arg);
+/* The parent: the limits of all sandboxes together (airlockd sets them at start, through
+ * airlock-vmm --limit-parent), so that no number of busy sandboxes takes the processes or
+ * the memory the host and airlock's own daemons need. Creates the parent if missing. */
+int jail_cg_parent_limit(const struct jail_cg_layout *layout, const char *parent,
+                         const struct jail_cg_limits *lim, struct al_error *err);
+/* The parent's usage and limits (every sandbox, warm airlock-vmm processes included). */
+int jail_cg_parent_usage(const struct jail_cg_layout *layout, const char *parent,
+                         struct jail_cg_stats *st, struct al_error *err);
+/* Processes a sandbox needs to start: its first process, the agent and the agent's first
+ * children (the airlock-vmm process itself is already counted). */
+#define JAIL_CG_START_PIDS 8
+/* -EAGAIN with the reason when the parent of cg has fewer than pids processes left under
+ * its pids.max (the sandboxes together are at their limit); 0 otherwise (also when the
+ * parent has no limit or cannot be read: the kernel's fork then decides). */
+int jail_cg_parent_room(const struct jail_cg *cg, uint32_t pids, struct al_error *err);
 /* Removes the parent directories if they are empty (tests). */
 void jail_cg_remove_parent(const struct jail_cg_layout *layout, const char *parent);
 

@@ -167,8 +167,59 @@ int jail_idmap_holder(const struct jail_idmap_cfg *cfg, uint32_t slot, char *out
     return idmap__legacy_holder(cfg, slot, out, outlen);
 }
 
-int jail_idmap_alloc(const struct jail_idmap_cfg *cfg, const char *id, uint32_t *slot,
-                     struct al_error *err)
+/* <dir>.held: an empty file whose byte N is read-locked while slot N is held. */
+static void idmap__held_path(const struct jail_idmap_cfg *cfg, char *out, size_t len)
+{
+    snprintf(out, len, "%s.held", cfg->dir);
+}
+
+static int idmap__held_lock(int fd, uint32_t slot, short type, int cmd, struct flock *l)
+{
+    *l = (struct flock){.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)slot, .l_len = 1};
+    for (;;) {
+        if (fcntl(fd, cmd, l) == 0)
+            return 0;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+/* Takes the hold of slot; the descriptor in *hold. */
+static int idmap__hold(const struct jail_idmap_cfg *cfg, uint32_t slot, int *hold)
+{
+    char p[4096];
+    idmap__held_path(cfg, p, sizeof p);
+    /* Read-only: the holder's processes keep it open, and may be the ones whose input is
+     * untrusted; the file is empty, so it tells them nothing. */
+    int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_CREAT, 0600);
+    if (fd < 0)
+        return -errno;
+    struct flock l;
+    int rc = idmap__held_lock(fd, slot, F_RDLCK, F_OFD_SETLK, &l);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    *hold = fd;
+    return 0;
+}
+
+/* 1 if some descriptor holds slot, 0 if not, or a negative errno. */
+static int idmap__held(const struct jail_idmap_cfg *cfg, uint32_t slot)
+{
+    char p[4096];
+    idmap__held_path(cfg, p, sizeof p);
+    int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    struct flock l;
+    int rc = idmap__held_lock(fd, slot, F_WRLCK, F_OFD_GETLK, &l);
+    close(fd);
+    return rc < 0 ? rc : l.l_type != F_UNLCK;
+}
+
+static int idmap__alloc(const struct jail_idmap_cfg *cfg, const char *id, uint32_t *slot, int *hold,
+                        struct al_error *err)
 {
     int rc = jail_idmap_check(cfg, err);
     if (rc)
@@ -201,6 +252,10 @@ int jail_idmap_alloc(const struct jail_idmap_cfg *cfg, const char *id, uint32_t 
             rc = idmap__write(fd, s, id);
         else if (rc == 1)
             rc = -EEXIST;
+        /* The hold is taken before the record's lock is let go, so a release (the sweep)
+         * never sees the record claimed but not yet held. */
+        if (rc == 0 && hold && (rc = idmap__hold(cfg, s, hold)) < 0)
+            idmap__write(fd, s, NULL);
         idmap__lock(fd, s, F_UNLCK, false);
         if (rc == -EEXIST)
             continue;
@@ -219,6 +274,18 @@ int jail_idmap_alloc(const struct jail_idmap_cfg *cfg, const char *id, uint32_t 
                         cfg->slots, mp);
 }
 
+int jail_idmap_alloc(const struct jail_idmap_cfg *cfg, const char *id, uint32_t *slot,
+                     struct al_error *err)
+{
+    return idmap__alloc(cfg, id, slot, NULL, err);
+}
+
+int jail_idmap_alloc_held(const struct jail_idmap_cfg *cfg, const char *id, uint32_t *slot,
+                          int *hold, struct al_error *err)
+{
+    return idmap__alloc(cfg, id, slot, hold, err);
+}
+
 int jail_idmap_release(const struct jail_idmap_cfg *cfg, uint32_t slot, const char *id)
 {
     char holder[JAIL_IDMAP_RECORD];
@@ -227,10 +294,16 @@ int jail_idmap_release(const struct jail_idmap_cfg *cfg, uint32_t slot, const ch
         int rc = idmap__lock(fd, slot, F_WRLCK, true);
         if (rc == 0) {
             rc = idmap__read(fd, slot, holder, sizeof holder);
-            if (rc == 1)
-                rc = strcmp(holder, id) == 0 ? idmap__write(fd, slot, NULL) : -EPERM;
-            else if (rc == 0)
+            if (rc == 1) {
+                if (strcmp(holder, id) != 0)
+                    rc = -EPERM;
+                else if ((rc = idmap__held(cfg, slot)) == 0)
+                    rc = idmap__write(fd, slot, NULL);
+                else if (rc == 1)
+                    rc = -EBUSY; /* its holder's processes still run */
+            } else if (rc == 0) {
                 rc = 1; /* free in the map: perhaps an earlier airlock-vmm's slot file */
+            }
             idmap__lock(fd, slot, F_UNLCK, false);
         }
         close(fd);

@@ -13,6 +13,8 @@
  * id and probes linearly, so it is O(1) in practice and needs no global lock. One record
  * rewritten in place rather than a file created and removed per sandbox: a disk file
  * system's inode allocation under that churn was a large part of a creation's cost.
+ * A holder that is not a sandbox also keeps a lock of the slot's byte of <dir>.held (see
+ * jail_idmap_alloc_held), which release respects: the sweep cannot ask airlockd about it.
  * Slot files of earlier versions (<dir>/<slot>, holding the id) are still honoured: such a
  * slot is never handed out, and release and the sweep remove them.
  *
@@ -48,7 +50,16 @@ uint32_t jail_idmap_start_slot(const struct jail_idmap_cfg *cfg, const char *id)
 /* Claims a free slot for sandbox id. */
 int jail_idmap_alloc(const struct jail_idmap_cfg *cfg, const char *id, uint32_t *slot,
                      struct al_error *err);
-/* Releases slot if it is held by id (a slot held by another id is left alone). */
+/* Claims a slot like jail_idmap_alloc, for a holder that is not a sandbox (airlock-unpack:
+ * "unpack-PID"), whose liveness a sweep cannot learn from airlockd. *hold is a descriptor
+ * (O_CLOEXEC, read-only, of the empty file <dir>.held) carrying a lock of the slot; the lock
+ * lasts while any process has that descriptor, i.e. until the holder and every child it
+ * forked have exited or closed it, and while it lasts release refuses with -EBUSY. The
+ * holder closes *hold when its processes are gone, then releases. */
+int jail_idmap_alloc_held(const struct jail_idmap_cfg *cfg, const char *id, uint32_t *slot,
+                          int *hold, struct al_error *err);
+/* Releases slot if it is held by id (a slot held by another id is left alone: -EPERM; one
+ * whose hold is still taken: -EBUSY). */
 int jail_idmap_release(const struct jail_idmap_cfg *cfg, uint32_t slot, const char *id);
 /* Who holds slot: copies the holder's id into out; -ENOENT if free. */
 int jail_idmap_holder(const struct jail_idmap_cfg *cfg, uint32_t slot, char *out, size_t outlen);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/sched.h>
 #include <net/if.h>
 #include <grp.h>
@@ -29,8 +30,8 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "harden.h"
 #include "mounts.h"
+#include "common/confine.h"
 #include "seccomp.h"
 
 #ifndef CLONE_PIDFD
@@ -363,6 +364,15 @@ static int jail__lo_up(struct al_error *err)
 
 /* ---- the child ------------------------------------------------------------------- */
 
+/* The capabilities the agent (uid 0 of the sandbox's user namespace) keeps in its
+ * bounding, permitted and effective sets (none inheritable or ambient); every other one is
+ * dropped from the bounding set, so nothing started inside can get it back. They are
+ * capabilities in the sandbox's user namespace only: over the host they are nothing. The
+ * agent clears them all (and sets no_new_privs) before it runs user code. */
+#define JAIL_AGENT_CAPS                                                        \
+    ((1ull << CAP_CHOWN) | (1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_FOWNER) | \
+     (1ull << CAP_KILL) | (1ull << CAP_SETGID) | (1ull << CAP_SETUID) | (1ull << CAP_SETPCAP))
+
 struct jail__child {
     const struct jail *j;
     int sync; /* socketpair end */
@@ -489,6 +499,37 @@ static int child__etc_upper(const struct jail__child *c, int lower, int upper,
     return 1;
 }
 
+/* A read-only tree (the agent directory, a spec bind) as the sandbox mounts it: an overlay
+ * of the tree over an empty directory, not the bind itself. A bind mount's entry in
+ * /proc/self/mountinfo names its source's path within that source's file system (the
+ * build tree, /usr/lib/airlock/agent, the bind's host directory) and that file system's
+ * device and options; an overlay's root is "/" and its source "none", and its layers are
+ * named as this process sees them: it runs chrooted at the workspace, where the tree is
+ * attached at /ro/N and the empty layer is /ro/e, both in the upper tmpfs the sandbox never
+ * sees. (overlayfs wants two layers when there is no upper one.) Returns the detached
+ * mount's fd. */
+static int child__ro_tree(int tree, int empty, struct al_error *err)
+{
+    al_autoclose int fs = fsopen("overlay", FSOPEN_CLOEXEC);
+    if (fs < 0)
+        return al_error_set(err, -errno, "fsopen overlay: %s", strerror(errno));
+    if (fsconfig(fs, FSCONFIG_SET_FD, "lowerdir+", NULL, tree) < 0 ||
+        fsconfig(fs, FSCONFIG_SET_FD, "lowerdir+", NULL, empty) < 0 ||
+        fsconfig(fs, FSCONFIG_SET_FLAG, "userxattr", NULL, 0) < 0 ||
+        fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) {
+        int saved = errno;
+        char log[256];
+        ssize_t n = read(fs, log, sizeof log - 1);
+        log[n > 0 ? n : 0] = '\0';
+        return al_error_set(err, -saved, "create overlay: %s%s%s%s", strerror(saved),
+                            n > 0 ? " (" : "", log, n > 0 ? ")" : "");
+    }
+    int m = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    if (m < 0)
+        return al_error_set(err, -errno, "fsmount overlay: %s", strerror(errno));
+    return m;
+}
+
 static int child__main(struct jail__child *c)
 {
     const struct jail *j = c->j;
@@ -528,6 +569,15 @@ static int child__main(struct jail__child *c)
     CHILD_TRY(c, "mkdir shm", mkdirat(up, "shm", 0755));
     CHILD_TRY(c, "chmod tmp", fchmodat(up, "tmp", 01777, 0));
     CHILD_TRY(c, "chmod shm", fchmodat(up, "shm", 01777, 0));
+    /* Mount points of the read-only trees (the agent directory, the spec's binds) while
+     * their overlays are configured, and the empty layer below each (see child__ro_tree). */
+    CHILD_TRY(c, "mkdir ro", mkdirat(up, "ro", 0700));
+    CHILD_TRY(c, "mkdir ro/e", mkdirat(up, "ro/e", 0500));
+    for (size_t i = 1; i < nfds; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "ro/%zu", i);
+        CHILD_TRY(c, "mkdir ro/N", mkdirat(up, name, 0500));
+    }
     int upper = openat(up, "upper", O_PATH | O_DIRECTORY | O_CLOEXEC);
     int work = openat(up, "work", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (upper < 0 || work < 0)
@@ -547,15 +597,44 @@ static int child__main(struct jail__child *c)
      * never reachable from the new root either way. */
     CHILD_TRY(c, "attach upper tmpfs",
               move_mount(up, "", ws, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
+    for (size_t i = 1; i < nfds; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "ro/%zu", i);
+        CHILD_TRY(c, "attach a read-only tree",
+                  move_mount(fds[i], "", up, name, MOVE_MOUNT_F_EMPTY_PATH));
+    }
+    int empty = openat(up, "ro/e", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (empty < 0)
+        child__fail(c, "open ro/e", NULL, errno);
     /* The lower layer must be attached in this namespace before overlayfs can use it. */
     CHILD_TRY(c, "attach template",
               move_mount(lower, "", ws, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
     int ofs = fsopen("overlay", FSOPEN_CLOEXEC);
     if (ofs < 0)
         child__fail(c, "fsopen overlay", NULL, errno);
+    /* overlayfs keeps each layer's path as seen from this process's root when it is given
+     * (d_path) and shows it in the sandbox's /proc/self/mountinfo: from the host's root that
+     * is the state directory. Rooted at the workspace, where the layers are attached, the
+     * paths are "/", "/upper" and "/work"; the old root comes back right after. */
+    int oldroot = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (oldroot < 0)
+        child__fail(c, "open /", NULL, errno);
+    CHILD_TRY(c, "chdir workspace", fchdir(ws));
+    CHILD_TRY(c, "chroot workspace", chroot("."));
     CHILD_TRY(c, "overlay lowerdir", fsconfig(ofs, FSCONFIG_SET_FD, "lowerdir+", NULL, lower));
     CHILD_TRY(c, "overlay upperdir", fsconfig(ofs, FSCONFIG_SET_FD, "upperdir", NULL, upper));
     CHILD_TRY(c, "overlay workdir", fsconfig(ofs, FSCONFIG_SET_FD, "workdir", NULL, work));
+    for (size_t i = 1; i < nfds; i++) {
+        int ro = child__ro_tree(fds[i], empty, &e);
+        if (ro < 0)
+            child__fail(c, i == 1 ? "agent directory overlay" : "bind overlay", &e, -ro);
+        close(fds[i]);
+        fds[i] = ro;
+    }
+    close(empty);
+    CHILD_TRY(c, "chdir old root", fchdir(oldroot));
+    CHILD_TRY(c, "chroot old root", chroot("."));
+    close(oldroot);
     /* In a user namespace overlayfs keeps its metadata in user.* xattrs. */
     CHILD_TRY(c, "overlay userxattr", fsconfig(ofs, FSCONFIG_SET_FLAG, "userxattr", NULL, 0));
     if (fsconfig(ofs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) {
@@ -589,11 +668,10 @@ static int child__main(struct jail__child *c)
     ct.plan_us = (uint32_t)((al_now_ns() - tc) / 1000);
     tc = al_now_ns();
     CHILD_TRY(c, "chdir new root", fchdir(root));
-    CHILD_TRY(c, "pivot_root", syscall(SYS_pivot_root, ".", "."));
-    CHILD_TRY(c, "detach old root", umount2(".", MNT_DETACH));
-    CHILD_TRY(c, "chdir /", chdir("/"));
+    if ((rc = al_confine_pivot_cwd(&e)) < 0)
+        child__fail(c, "pivot_root", &e, rc);
 
-    struct jail_rlimits rl = {
+    struct al_rlimits rl = {
         .nofile = s->nofile,
         .nproc = s->pids,
         .fsize = s->disk_bytes,
@@ -602,7 +680,7 @@ static int child__main(struct jail__child *c)
         .sigpending = 4096,
         .core = 0,
     };
-    if ((rc = jail_rlimits_apply(&rl, &e)) < 0)
+    if ((rc = al_confine_rlimits(&rl, &e)) < 0)
         child__fail(c, "rlimits", &e, rc);
 
     int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -627,12 +705,13 @@ static int child__main(struct jail__child *c)
     ct.cgroup_wait_us = (uint32_t)((al_now_ns() - tc) / 1000);
     tc = al_now_ns();
     CHILD_TRY(c, "unshare(CLONE_NEWCGROUP)", unshare(CLONE_NEWCGROUP));
-    if ((rc = jail_landlock_apply(c->landlock_abi, &e)) < 0)
+    if ((rc = al_confine_landlock(c->landlock_abi, &e)) < 0)
         child__fail(c, "landlock", &e, rc);
-    if ((rc = jail_caps_limit(jail_caps_agent_mask(), &e)) < 0)
+    if ((rc = al_confine_caps(JAIL_AGENT_CAPS, &e)) < 0)
         child__fail(c, "capabilities", &e, rc);
-    CHILD_TRY(c, "no_new_privs", prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
-    if ((rc = jail_seccomp_install(c->prog, c->prog_len, &e)) < 0)
+    if ((rc = al_confine_no_new_privs(&e)) < 0)
+        child__fail(c, "no_new_privs", &e, rc);
+    if ((rc = al_sc_install(c->prog, c->prog_len, 0, &e)) < 0)
         child__fail(c, "seccomp", &e, rc);
     /* Armed last: any change of credentials clears it. */
     CHILD_TRY(c, "pdeathsig", prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));
@@ -725,10 +804,18 @@ static int jail__check_paths(const struct vmm_spec *s, struct al_error *err)
                             "the agent binary %s is not executable by others "
                             "(mode %o): chmod 0755 it",
                             p, st.st_mode & 07777);
-    for (size_t i = 0; i < s->n_binds; i++)
+    for (size_t i = 0; i < s->n_binds; i++) {
         if (stat(s->binds[i].source, &st) < 0)
             return al_error_set(err, -errno, "spec.binds[%zu]: source %s: %s", i,
                                 s->binds[i].source, strerror(errno));
+        /* Shown through an overlay (child__ro_tree), which only a directory can be. */
+        if (!S_ISDIR(st.st_mode))
+            return al_error_set(err, -ENOTDIR,
+                                "spec.binds[%zu]: source %s is not a directory (a bind is a "
+                                "read-only directory tree: put the file in a directory of "
+                                "its own and bind that)",
+                                i, s->binds[i].source);
+    }
     if (s->net_mode == VMM_NET_NETNS && stat(s->netns_path, &st) < 0)
         return al_error_set(err, -errno,
                             "spec.network.netns %s: %s (the network namespace must be created "
@@ -772,6 +859,10 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     if ((rc = jail__check_paths(s, err)))
         goto fail;
 
+    /* Before anything is made: a clear refusal when the sandboxes together are at their
+     * limit (the clone below would fail with a bare EAGAIN). */
+    if ((rc = jail_cg_parent_room(&j->cg, JAIL_CG_START_PIDS, err)))
+        goto fail;
     struct jail_cg_limits lim = {s->memory_bytes, s->pids, s->cpus};
     if (j->cg_inherited) {
         /* The warm cgroups, renamed: usually created with these very limits. */
@@ -829,7 +920,7 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
         .plan = plan,
         .prog = prog,
         .prog_len = prog_len,
-        .landlock_abi = jail_landlock_abi(),
+        .landlock_abi = al_landlock_abi(),
         .argv = argv,
         .envp = envp,
     };
@@ -911,11 +1002,14 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
         al_die_errno(errno, "cannot return to the host network namespace");
     net_switched = false;
     if (pid < 0) {
+        pid = -1;
+        /* The room was there a moment ago; other sandboxes took it meanwhile. */
+        if (clone_errno == EAGAIN && (rc = jail_cg_parent_room(&j->cg, 1, err)))
+            goto fail;
         rc = al_error_set(err, -clone_errno,
                           "clone3 (new user, mount, pid, ipc, uts "
                           "namespaces): %s",
                           strerror(clone_errno));
-        pid = -1;
         goto fail;
     }
     j->timing.clone_ns = al_now_ns() - t1;
@@ -1353,4 +1447,28 @@ int jail_sweep(const struct jail_sweep_opts *o, struct al_error *err)
         closedir(d);
     }
     return x.first_err ? x.first_err : x.reclaimed;
+}
+
+json_t *jail_limit_parent(const char *cgroup_parent, const struct jail_cg_limits *lim,
+                          struct al_error *err)
+{
+    struct jail_cg_layout layout;
+    struct jail_cg_stats st;
+    if (jail__get_layout(&layout, err) || jail_cg_parent_limit(&layout, cgroup_parent, lim, err) ||
+        jail_cg_parent_usage(&layout, cgroup_parent, &st, err))
+        return NULL;
+    /* v1 reports "no memory limit" as the largest page-aligned number. */
+    bool mem_unlimited = st.memory_limit_bytes >= (UINT64_MAX >> 2);
+    json_t *r = json_object();
+    json_object_set_new(r, "parent", json_string(cgroup_parent));
+    json_object_set_new(r, "cgroup_version", json_integer(layout.version));
+    json_object_set_new(r, "pids_max",
+                        st.pids_limit == UINT64_MAX ? json_null()
+                                                    : json_integer((json_int_t)st.pids_limit));
+    json_object_set_new(r, "pids_current", json_integer((json_int_t)st.pids));
+    json_object_set_new(r, "memory_max",
+                        mem_unlimited ? json_null()
+                                      : json_integer((json_int_t)st.memory_limit_bytes));
+    json_object_set_new(r, "memory_current", json_integer((json_int_t)st.memory_bytes));
+    return r;
 }

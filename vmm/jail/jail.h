@@ -131,4 +131,11 @@ struct jail_sweep_opts {
  * number of sandboxes reclaimed. */
 int jail_sweep(const struct jail_sweep_opts *o, struct al_error *err);
 
+/* airlock-vmm --limit-parent: sets the limits of all sandboxes together on cgroup_parent
+ * (jail and KVM sandboxes alike live under it) and returns what the parent now has
+ * ({"parent","cgroup_version","pids_max","pids_current","memory_max","memory_current"};
+ * a limit of "max" is null). */
+json_t *jail_limit_parent(const char *cgroup_parent, const struct jail_cg_limits *lim,
+                          struct al_error *err);
+
 #endif

@@ -41,12 +41,11 @@ static int mnt__add(struct jail_mnt_plan *p, enum jail_mnt_kind kind, const char
 int jail_mnt_plan_build(const struct jail_mnt_opts *o, struct jail_mnt_plan *p)
 {
     static const char *const mask_files[] = {
-        "proc/kcore",         "proc/keys",        "proc/key-users",
-        "proc/timer_list",    "proc/sched_debug", "proc/latency_stats",
-        "proc/timer_stats",   "proc/kallsyms",    "proc/kmsg",
-        "proc/sysrq-trigger", "proc/config.gz",   "proc/kpagecount",
-        "proc/kpageflags",    "proc/kpagecgroup", "proc/vmallocinfo",
-        "proc/pagetypeinfo",  "proc/slabinfo",    NULL};
+        "proc/kcore",       "proc/keys",          "proc/key-users",   "proc/timer_list",
+        "proc/sched_debug", "proc/latency_stats", "proc/timer_stats", "proc/kallsyms",
+        "proc/kmsg",        "proc/sysrq-trigger", "proc/config.gz",   "proc/kpagecount",
+        "proc/kpageflags",  "proc/kpagecgroup",   "proc/vmallocinfo", "proc/pagetypeinfo",
+        "proc/slabinfo",    "proc/cmdline",       "proc/bootconfig",  NULL};
     static const char *const mask_dirs[] = {"proc/acpi",     "proc/scsi",       "proc/asound",
                                             "proc/firmware", "proc/tty/driver", NULL};
     static const char *const ro_dirs[] = {"proc/sys",    "proc/bus",      "proc/fs", "proc/irq",

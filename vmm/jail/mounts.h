@@ -14,12 +14,13 @@
  * counts against its memory limit.
  *
  * Then, in order: /proc (the sandbox's PID namespace; kcore, keys, timer_list, sched_debug,
- * ... masked with /dev/null, acpi/scsi/... with an empty read-only tmpfs, sys, bus, fs,
+ * cmdline (the host's boot command line), ... masked with /dev/null, acpi/scsi/... with an empty read-only tmpfs, sys, bus, fs,
  * irq, sysrq-trigger read-only), a minimal /dev (a small tmpfs made read-only after it is
  * populated: null, zero, full, random, urandom, tty bound from the host; a new devpts
  * instance with ptmx; shm; fd/stdin/stdout/stderr links), /sys as an empty read-only tmpfs
  * (the sandbox gets no sysfs: it would show host devices), /tmp, the agent directory at
- * /.airlock (read-only), and the spec's read-only binds. Every mount is nosuid; every mount
+ * /.airlock (read-only), and the spec's read-only binds (both handed in as read-only overlays
+ * of the host directory, so the mount table names no host path: see jail.c child__ro_tree). Every mount is nosuid; every mount
  * is nodev except the bound device nodes and devpts (their nodes must work); /proc, /sys,
  * /dev and /dev/shm are noexec.
  */

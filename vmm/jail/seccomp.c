@@ -1,36 +1,16 @@
-/* vmm/jail/seccomp: see seccomp.h.
- *
- * The program is written by hand rather than with libseccomp because the policy needs
- * per-syscall fallbacks libseccomp cannot express (it refuses two comparisons of one
- * argument and overlapping rules with different actions), e.g. "socket: these families
- * are allowed, raw types are EPERM, every other family is EAFNOSUPPORT".
- *
- * Shape: [arch check][x32 check][a binary search on the syscall number]. Every syscall
- * number below SC_NR_LIMIT gets one action (allow, EPERM, ENOSYS, or an argument block such
- * as socket's); runs of numbers with the same action are ranges, and the program is a
- * balanced tree of "nr >= k" comparisons over the ranges whose leaves return (or run the
- * argument block, which returns). Any call takes about 8 comparisons, where a list of
- * every allowed and denied number took up to ~700 instructions for the numbers at its end.
- * This matters twice: when the filter is installed the kernel runs it for every syscall
- * number to build its cache of constant results (with interrupts off, on every sandbox
- * creation: a linear list made that a large part of the creation's CPU time), and at run
- * time for each call the cache does not cover (denied ones and argument blocks).
- * Jumps over more than 255 instructions go through a BPF_JA (32-bit offset).
- */
+/* vmm/jail/seccomp: see seccomp.h. The program is made by the one generator,
+ * common/seccomp (whose header says why it is not libseccomp); this file is the policy. */
 #include "seccomp.h"
 
 #include <errno.h>
-#include <linux/audit.h>
-#include <linux/seccomp.h>
 #include <sched.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/ioctl.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <linux/netlink.h>
+
+#include "common/cleanup.h"
 
 /* Syscalls newer than Debian 12's headers (x86_64 numbers). */
 #ifndef __NR_cachestat
@@ -76,17 +56,9 @@
 #define NETLINK_SOCK_DIAG 4
 #endif
 
-#define SC_RET_ALLOW       SECCOMP_RET_ALLOW
-#define SC_RET_KILL        SECCOMP_RET_KILL_PROCESS
-#define SC_RET_ERRNO(e)    (SECCOMP_RET_ERRNO | ((e)&SECCOMP_RET_DATA))
-#define SC_X32_SYSCALL_BIT 0x40000000u
 #define SC_NS_FLAGS                                                                               \
     (CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | \
      CLONE_NEWNET)
-
-#define SC_OFF_NR     0u
-#define SC_OFF_ARCH   4u
-#define SC_OFF_ARG(i) (16u + 8u * (i)) /* low 32 bits (little-endian) */
 
 /* clang-format off */
 /* Denied with EPERM. */
@@ -185,272 +157,83 @@ static const int sc__allow[] = {
 };
 /* clang-format on */
 
-struct sc__bld {
-    struct sock_filter *ins;
-    size_t n, cap;
-    int err;
-};
-
-static void sc__emit(struct sc__bld *b, uint16_t code, uint8_t jt, uint8_t jf, uint32_t k)
-{
-    if (b->err)
-        return;
-    if (b->n == b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 256;
-        struct sock_filter *ni = realloc(b->ins, nc * sizeof *ni);
-        if (!ni) {
-            b->err = -ENOMEM;
-            return;
-        }
-        b->ins = ni;
-        b->cap = nc;
-    }
-    b->ins[b->n++] = (struct sock_filter)BPF_JUMP(code, k, jt, jf);
-}
-
-static void sc__ld(struct sc__bld *b, uint32_t off)
-{
-    sc__emit(b, BPF_LD | BPF_W | BPF_ABS, 0, 0, off);
-}
-
-static void sc__ret(struct sc__bld *b, uint32_t action)
-{
-    sc__emit(b, BPF_RET | BPF_K, 0, 0, action);
-}
-
-/* if (A == k) return action; */
-static void sc__ret_if_eq(struct sc__bld *b, uint32_t k, uint32_t action)
-{
-    sc__emit(b, BPF_JMP | BPF_JEQ | BPF_K, 0, 1, k);
-    sc__ret(b, action);
-}
-
-/* if (A == k) { sub } -- sub must end in a return. */
-static void sc__block_if_eq(struct sc__bld *b, uint32_t k, const struct sc__bld *sub)
-{
-    if (sub->err || sub->n > 255) {
-        b->err = sub->err ? sub->err : -E2BIG;
-        return;
-    }
-    sc__emit(b, BPF_JMP | BPF_JEQ | BPF_K, 0, (uint8_t)sub->n, k);
-    for (size_t i = 0; i < sub->n && !b->err; i++)
-        sc__emit(b, sub->ins[i].code, sub->ins[i].jt, sub->ins[i].jf, sub->ins[i].k);
-}
-
-/* ---- the search tree ---------------------------------------------------------------- */
-
-#define SC_NR_LIMIT   512 /* actions are listed below this; every number above is ENOSYS */
-#define SC_MAX_BLOCKS 16
-
-enum { SC_ACT_ENOSYS = 0, SC_ACT_ALLOW, SC_ACT_EPERM, SC_ACT_BLOCK /* + block index */ };
-
-struct sc__block {
-    int nr;
-    struct sc__bld b; /* loads what it needs, ends in a return */
-};
-
-struct sc__range {
-    uint32_t lo; /* up to the next range's lo */
-    uint16_t act;
-};
-
-static int sc__set(uint16_t *act, int nr, uint16_t a)
-{
-    if (nr < 0 || nr >= SC_NR_LIMIT)
-        return -ERANGE;
-    act[nr] = a;
-    return 0;
-}
-
-/* Moves sub into the next argument block of syscall nr. */
-static void sc__block_syscall(struct sc__block *blocks, size_t *n, int nr, struct sc__bld *sub)
-{
-    if (*n == SC_MAX_BLOCKS) {
-        sub->err = -E2BIG;
-        return;
-    }
-    blocks[*n].nr = nr;
-    blocks[*n].b = *sub;
-    (*n)++;
-    memset(sub, 0, sizeof *sub);
-}
-
-static void sc__append(struct sc__bld *b, const struct sc__bld *sub)
-{
-    if (sub->err && !b->err)
-        b->err = sub->err;
-    for (size_t i = 0; i < sub->n && !b->err; i++)
-        sc__emit(b, sub->ins[i].code, sub->ins[i].jt, sub->ins[i].jf, sub->ins[i].k);
-}
-
-/* Emits the decision for ranges r[0..n) (A holds the syscall number). */
-static void sc__tree(struct sc__bld *b, const struct sc__range *r, size_t n,
-                     const struct sc__block *blocks)
-{
-    if (n == 1) {
-        switch (r->act) {
-        case SC_ACT_ENOSYS:
-            sc__ret(b, SC_RET_ERRNO(ENOSYS));
-            return;
-        case SC_ACT_ALLOW:
-            sc__ret(b, SC_RET_ALLOW);
-            return;
-        case SC_ACT_EPERM:
-            sc__ret(b, SC_RET_ERRNO(EPERM));
-            return;
-        default:
-            sc__append(b, &blocks[r->act - SC_ACT_BLOCK].b);
-            return;
-        }
-    }
-    size_t m = n / 2;
-    struct sc__bld left = {0}, right = {0};
-    sc__tree(&left, r, m, blocks);
-    sc__tree(&right, r + m, n - m, blocks);
-    /* if (nr >= r[m].lo) goto right; (else fall into left, which ends in returns) */
-    if (left.n <= 255) {
-        sc__emit(b, BPF_JMP | BPF_JGE | BPF_K, (uint8_t)left.n, 0, r[m].lo);
-    } else {
-        sc__emit(b, BPF_JMP | BPF_JGE | BPF_K, 0, 1, r[m].lo);
-        sc__emit(b, BPF_JMP | BPF_JA, 0, 0, (uint32_t)left.n);
-    }
-    sc__append(b, &left);
-    sc__append(b, &right);
-    free(left.ins);
-    free(right.ins);
-}
-
 int jail_seccomp_build(struct sock_filter **out, size_t *len)
 {
-    struct sc__bld b = {0}, s = {0}, t = {0};
-    struct sc__block blocks[SC_MAX_BLOCKS];
-    size_t n_blocks = 0;
-
-    sc__ld(&b, SC_OFF_ARCH);
-    sc__emit(&b, BPF_JMP | BPF_JEQ | BPF_K, 1, 0, AUDIT_ARCH_X86_64);
-    sc__ret(&b, SC_RET_KILL);
-    sc__ld(&b, SC_OFF_NR);
-    sc__emit(&b, BPF_JMP | BPF_JGE | BPF_K, 0, 1, SC_X32_SYSCALL_BIT);
-    sc__ret(&b, SC_RET_KILL);
+    struct al_sc_policy pol;
+    struct al_sc_prog s = {0}, t = {0};
+    /* Unknown numbers: ENOSYS, as an older kernel would answer. The order of precedence:
+     * the allow list, the deny list over it, the argument blocks over both. */
+    al_sc_policy_init(&pol, AL_SC_ERRNO(ENOSYS), AL_SC_KILL);
+    al_sc_policy_set(&pol, sc__allow, AL_ARRAY_SIZE(sc__allow), AL_SC_ALLOW);
+    al_sc_policy_set(&pol, sc__deny, AL_ARRAY_SIZE(sc__deny), AL_SC_ERRNO(EPERM));
 
     /* ioctl(fd, cmd, ...): cmd is an unsigned int; the kernel ignores the high bits. */
-    sc__ld(&s, SC_OFF_ARG(1));
-    sc__ret_if_eq(&s, TIOCSTI, SC_RET_ERRNO(EPERM));
-    sc__ret_if_eq(&s, TIOCLINUX, SC_RET_ERRNO(EPERM));
-    sc__ret_if_eq(&s, TIOCSETD, SC_RET_ERRNO(EPERM));
-    sc__ret(&s, SC_RET_ALLOW);
-    sc__block_syscall(blocks, &n_blocks, __NR_ioctl, &s);
+    al_sc_ld_arg(&s, 1);
+    al_sc_ret_if_eq(&s, TIOCSTI, AL_SC_ERRNO(EPERM));
+    al_sc_ret_if_eq(&s, TIOCLINUX, AL_SC_ERRNO(EPERM));
+    al_sc_ret_if_eq(&s, TIOCSETD, AL_SC_ERRNO(EPERM));
+    al_sc_ret(&s, AL_SC_ALLOW);
+    al_sc_policy_block(&pol, __NR_ioctl, &s);
 
     /* clone(flags, ...): no new namespaces. */
-    sc__ld(&s, SC_OFF_ARG(0));
-    sc__emit(&s, BPF_JMP | BPF_JSET | BPF_K, 0, 1, SC_NS_FLAGS);
-    sc__ret(&s, SC_RET_ERRNO(EPERM));
-    sc__ret(&s, SC_RET_ALLOW);
-    sc__block_syscall(blocks, &n_blocks, __NR_clone, &s);
+    al_sc_ld_arg(&s, 0);
+    al_sc_ret_if_any(&s, SC_NS_FLAGS, AL_SC_ERRNO(EPERM));
+    al_sc_ret(&s, AL_SC_ALLOW);
+    al_sc_policy_block(&pol, __NR_clone, &s);
 
-    sc__ret(&s, SC_RET_ERRNO(ENOSYS));
-    sc__block_syscall(blocks, &n_blocks, __NR_clone3, &s);
+    /* clone3: its flags live in memory the filter cannot read; libc falls back to clone. */
+    al_sc_ret(&s, AL_SC_ERRNO(ENOSYS));
+    al_sc_policy_block(&pol, __NR_clone3, &s);
 
-    sc__ld(&s, SC_OFF_ARG(0));
-    sc__emit(&s, BPF_JMP | BPF_JSET | BPF_K, 0, 1, SC_NS_FLAGS | CLONE_NEWTIME);
-    sc__ret(&s, SC_RET_ERRNO(EPERM));
-    sc__ret(&s, SC_RET_ALLOW);
-    sc__block_syscall(blocks, &n_blocks, __NR_unshare, &s);
+    al_sc_ld_arg(&s, 0);
+    al_sc_ret_if_any(&s, SC_NS_FLAGS | CLONE_NEWTIME, AL_SC_ERRNO(EPERM));
+    al_sc_ret(&s, AL_SC_ALLOW);
+    al_sc_policy_block(&pol, __NR_unshare, &s);
 
     /* socket(domain, type, protocol) */
-    sc__ld(&s, SC_OFF_ARG(0));
-    sc__ret_if_eq(&s, AF_UNIX, SC_RET_ALLOW);
+    al_sc_ld_arg(&s, 0);
+    al_sc_ret_if_eq(&s, AF_UNIX, AL_SC_ALLOW);
     /* inet: type & SOCK_TYPE_MASK (0xf; the rest are SOCK_NONBLOCK/SOCK_CLOEXEC) */
-    sc__ld(&t, SC_OFF_ARG(1));
-    sc__emit(&t, BPF_ALU | BPF_AND | BPF_K, 0, 0, 0xf);
-    sc__ret_if_eq(&t, SOCK_STREAM, SC_RET_ALLOW);
-    sc__ret_if_eq(&t, SOCK_DGRAM, SC_RET_ALLOW);
-    sc__ret_if_eq(&t, SOCK_SEQPACKET, SC_RET_ALLOW);
-    sc__ret(&t, SC_RET_ERRNO(EPERM));
-    sc__block_if_eq(&s, AF_INET, &t);
-    sc__block_if_eq(&s, AF_INET6, &t);
-    free(t.ins);
-    memset(&t, 0, sizeof t);
-    sc__ld(&t, SC_OFF_ARG(2));
-    sc__ret_if_eq(&t, NETLINK_ROUTE, SC_RET_ALLOW);
-    sc__ret_if_eq(&t, NETLINK_SOCK_DIAG, SC_RET_ALLOW);
-    sc__ret(&t, SC_RET_ERRNO(EPROTONOSUPPORT));
-    sc__block_if_eq(&s, AF_NETLINK, &t);
-    free(t.ins);
-    memset(&t, 0, sizeof t);
-    sc__ret(&s, SC_RET_ERRNO(EAFNOSUPPORT));
-    sc__block_syscall(blocks, &n_blocks, __NR_socket, &s);
+    al_sc_ld_arg(&t, 1);
+    al_sc_and(&t, 0xf);
+    al_sc_ret_if_eq(&t, SOCK_STREAM, AL_SC_ALLOW);
+    al_sc_ret_if_eq(&t, SOCK_DGRAM, AL_SC_ALLOW);
+    al_sc_ret_if_eq(&t, SOCK_SEQPACKET, AL_SC_ALLOW);
+    al_sc_ret(&t, AL_SC_ERRNO(EPERM));
+    al_sc_block_if_eq(&s, AF_INET, &t);
+    al_sc_block_if_eq(&s, AF_INET6, &t);
+    al_sc_prog_free(&t);
+    al_sc_ld_arg(&t, 2);
+    al_sc_ret_if_eq(&t, NETLINK_ROUTE, AL_SC_ALLOW);
+    al_sc_ret_if_eq(&t, NETLINK_SOCK_DIAG, AL_SC_ALLOW);
+    al_sc_ret(&t, AL_SC_ERRNO(EPROTONOSUPPORT));
+    al_sc_block_if_eq(&s, AF_NETLINK, &t);
+    al_sc_prog_free(&t);
+    al_sc_ret(&s, AL_SC_ERRNO(EAFNOSUPPORT));
+    al_sc_policy_block(&pol, __NR_socket, &s);
 
-    sc__ld(&s, SC_OFF_ARG(0));
-    sc__ret_if_eq(&s, AF_UNIX, SC_RET_ALLOW);
-    sc__ret(&s, SC_RET_ERRNO(EAFNOSUPPORT));
-    sc__block_syscall(blocks, &n_blocks, __NR_socketpair, &s);
+    al_sc_ld_arg(&s, 0);
+    al_sc_ret_if_eq(&s, AF_UNIX, AL_SC_ALLOW);
+    al_sc_ret(&s, AL_SC_ERRNO(EAFNOSUPPORT));
+    al_sc_policy_block(&pol, __NR_socketpair, &s);
 
     /* personality: the values Docker allows. */
-    sc__ld(&s, SC_OFF_ARG(0));
-    sc__ret_if_eq(&s, 0x0, SC_RET_ALLOW);        /* PER_LINUX */
-    sc__ret_if_eq(&s, 0x8, SC_RET_ALLOW);        /* PER_LINUX32 */
-    sc__ret_if_eq(&s, 0x20000, SC_RET_ALLOW);    /* UNAME26 */
-    sc__ret_if_eq(&s, 0x20008, SC_RET_ALLOW);    /* UNAME26 | PER_LINUX32 */
-    sc__ret_if_eq(&s, 0xffffffff, SC_RET_ALLOW); /* query */
-    sc__ret(&s, SC_RET_ERRNO(EPERM));
-    sc__block_syscall(blocks, &n_blocks, __NR_personality, &s);
+    al_sc_ld_arg(&s, 0);
+    al_sc_ret_if_eq(&s, 0x0, AL_SC_ALLOW);        /* PER_LINUX */
+    al_sc_ret_if_eq(&s, 0x8, AL_SC_ALLOW);        /* PER_LINUX32 */
+    al_sc_ret_if_eq(&s, 0x20000, AL_SC_ALLOW);    /* UNAME26 */
+    al_sc_ret_if_eq(&s, 0x20008, AL_SC_ALLOW);    /* UNAME26 | PER_LINUX32 */
+    al_sc_ret_if_eq(&s, 0xffffffff, AL_SC_ALLOW); /* query */
+    al_sc_ret(&s, AL_SC_ERRNO(EPERM));
+    al_sc_policy_block(&pol, __NR_personality, &s);
 
     /* ptrace(request, ...): no attaching; PTRACE_TRACEME and requests on one's own
      * tracees stay possible. */
-    sc__ld(&s, SC_OFF_ARG(0));
-    sc__ret_if_eq(&s, 16 /* PTRACE_ATTACH */, SC_RET_ERRNO(EPERM));
-    sc__ret_if_eq(&s, 0x4206 /* PTRACE_SEIZE */, SC_RET_ERRNO(EPERM));
-    sc__ret(&s, SC_RET_ALLOW);
-    sc__block_syscall(blocks, &n_blocks, __NR_ptrace, &s);
+    al_sc_ld_arg(&s, 0);
+    al_sc_ret_if_eq(&s, 16 /* PTRACE_ATTACH */, AL_SC_ERRNO(EPERM));
+    al_sc_ret_if_eq(&s, 0x4206 /* PTRACE_SEIZE */, AL_SC_ERRNO(EPERM));
+    al_sc_ret(&s, AL_SC_ALLOW);
+    al_sc_policy_block(&pol, __NR_ptrace, &s);
 
-    /* The action of every number: allow list, then the deny list over it, then the
-     * argument blocks over both (the order of precedence of the old linear program). */
-    uint16_t act[SC_NR_LIMIT];
-    memset(act, 0, sizeof act); /* SC_ACT_ENOSYS */
-    int rc = 0;
-    for (size_t i = 0; i < sizeof sc__allow / sizeof sc__allow[0]; i++)
-        rc |= sc__set(act, sc__allow[i], SC_ACT_ALLOW);
-    for (size_t i = 0; i < sizeof sc__deny / sizeof sc__deny[0]; i++)
-        rc |= sc__set(act, sc__deny[i], SC_ACT_EPERM);
-    for (size_t i = 0; i < n_blocks; i++)
-        rc |= sc__set(act, blocks[i].nr, (uint16_t)(SC_ACT_BLOCK + i));
-    struct sc__range r[SC_NR_LIMIT + 1];
-    size_t nr = 0;
-    for (uint32_t k = 0; k < SC_NR_LIMIT; k++)
-        if (nr == 0 || r[nr - 1].act != act[k])
-            r[nr++] = (struct sc__range){k, act[k]};
-    if (r[nr - 1].act != SC_ACT_ENOSYS) /* everything from SC_NR_LIMIT up */
-        r[nr++] = (struct sc__range){SC_NR_LIMIT, SC_ACT_ENOSYS};
-    if (!rc)
-        sc__tree(&b, r, nr, blocks);
-    for (size_t i = 0; i < n_blocks; i++)
-        free(blocks[i].b.ins);
-
-    if (rc || b.err || s.err || t.err || b.n > BPF_MAXINSNS) {
-        int e = rc ? rc : b.err ? b.err : s.err ? s.err : t.err ? t.err : -E2BIG;
-        free(b.ins);
-        free(s.ins);
-        free(t.ins);
-        return e;
-    }
-    free(s.ins);
-    free(t.ins);
-    *out = b.ins;
-    *len = b.n;
-    return 0;
-}
-
-int jail_seccomp_install(const struct sock_filter *prog, size_t len, struct al_error *err)
-{
-    struct sock_fprog fp = {.len = (unsigned short)len, .filter = (struct sock_filter *)prog};
-    if (syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fp) < 0) {
-        if (errno == ENOSYS || errno == EINVAL)
-            return al_error_set(err, -errno,
-                                "seccomp filters are not supported by this kernel (%s): "
-                                "CONFIG_SECCOMP_FILTER is required",
-                                strerror(errno));
-        return al_error_set(err, -errno, "cannot install the seccomp filter: %s", strerror(errno));
-    }
-    return 0;
+    return al_sc_build(&pol, out, len);
 }

@@ -1,8 +1,9 @@
 /* vmm/jail/seccomp: the system-call filter every process of a jail sandbox runs under.
  *
- * Owns: building the classic-BPF program (x86_64 only) and installing it. Installed by the
- * sandbox's first process right before it execs the agent, so it covers the agent and
- * everything the agent starts; filters are inherited and cannot be removed.
+ * Owns: the sandbox's policy, made into a program by common/seccomp's generator before the
+ * clone and installed (al_sc_install) by the sandbox's first process right before it execs
+ * the agent, so it covers the agent and everything the agent starts; filters are inherited
+ * and cannot be removed.
  *
  * Policy, in the order the program checks it:
  *   1. Architecture: anything but AUDIT_ARCH_X86_64 (i386 via int 0x80) kills the process;
@@ -38,15 +39,9 @@
 #ifndef AIRLOCK_VMM_JAIL_SECCOMP_H
 #define AIRLOCK_VMM_JAIL_SECCOMP_H
 
-#include <linux/filter.h>
-#include <stddef.h>
-#include <stdint.h>
-
-#include "common/error.h"
+#include "common/seccomp.h"
 
 /* Builds the program. *out is malloc'ed (caller frees), *len its instruction count. */
 int jail_seccomp_build(struct sock_filter **out, size_t *len);
-/* Installs it on the calling thread (needs no_new_privs or CAP_SYS_ADMIN). */
-int jail_seccomp_install(const struct sock_filter *prog, size_t len, struct al_error *err);
 
 #endif

@@ -9,6 +9,10 @@
  * epoll_wait returned is still to be dispatched, and the removed handler's memory may be
  * reused at once (virtio-vsock connection slots): events of handlers removed during the
  * batch are dropped (level-triggered, so a live fd reports again on the next wait).
+ *
+ * Timers (struct ev_timer) are deadlines the loop waits for as epoll_wait's timeout (no
+ * timerfd: nothing the device thread's filter would have to allow); a handler arms one by
+ * setting its at_ns, and the loop runs it once that time has passed.
  */
 #include <errno.h>
 #include <string.h>
@@ -17,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
 #include "vmm/kvm/confine.h"
 #include "vmm/kvm/vm.h"
 
@@ -69,6 +74,43 @@ void evloop_del(struct evloop *l, struct ev_handler *h)
     evloop_forget(l, h);
 }
 
+int evloop_timer_add(struct evloop *l, struct ev_timer *t)
+{
+    if (l->ntimers == EVLOOP_MAX_TIMERS)
+        return -ENOSPC;
+    l->timers[l->ntimers++] = t;
+    return 0;
+}
+
+void evloop_timer_del(struct evloop *l, struct ev_timer *t)
+{
+    for (int i = 0; i < l->ntimers; i++)
+        if (l->timers[i] == t) {
+            l->timers[i] = l->timers[--l->ntimers];
+            return;
+        }
+}
+
+/* epoll_wait's timeout for the earliest armed timer (-1: none), running those due. */
+static int evloop__timers(struct evloop *l)
+{
+    uint64_t now = al_now_ns(), next = 0;
+    for (int i = 0; i < l->ntimers; i++) {
+        struct ev_timer *t = l->timers[i];
+        if (t->at_ns && t->at_ns <= now) {
+            t->at_ns = 0;
+            t->fn(t); /* may arm it again */
+            now = al_now_ns();
+        }
+        if (t->at_ns && (!next || t->at_ns < next))
+            next = t->at_ns;
+    }
+    if (!next)
+        return -1;
+    uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 0;
+    return ms > 60000 ? 60000 : (int)ms;
+}
+
 static bool evloop__is_dead(const struct evloop *l, const struct ev_handler *h)
 {
     for (int i = 0; i < l->ndead; i++)
@@ -89,7 +131,7 @@ static void *evloop__thread(void *arg)
         return NULL;
     }
     for (;;) {
-        int n = epoll_wait(l->epfd, evs, 32, -1);
+        int n = epoll_wait(l->epfd, evs, 32, evloop__timers(l));
         if (n < 0) {
             if (errno == EINTR)
                 continue;

@@ -14,6 +14,8 @@
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -24,16 +26,28 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "common/confine.h"
 #include "vmm/kvm/confine.h"
 #include "vmm/kvm/kvm.h"
 
 static struct vmm_kvm *main__vm;
 
+/* SIGTERM/SIGINT: the handler only writes an eventfd that main__serve polls, and the stop
+ * happens there. vmm_kvm_stop takes the pause lock, and the signal may land on the vCPU or
+ * device thread that holds it: stopping inside the handler deadlocked that thread, and the
+ * VMM never exited. */
+static int main__sig_fd = -1;
+
 static void main__on_signal(int sig)
 {
     (void)sig;
-    if (main__vm)
-        vmm_kvm_stop(main__vm);
+    int saved = errno;
+    uint64_t one = 1;
+    if (main__sig_fd >= 0) {
+        ssize_t w = write(main__sig_fd, &one, sizeof one);
+        (void)w;
+    }
+    errno = saved;
 }
 
 static int main__listen(const char *path)
@@ -110,17 +124,25 @@ static int main__command(struct vmm_kvm *vm, int fd)
  * VM ends. */
 static void main__serve(struct vmm_kvm *vm, int ctl, int conn)
 {
-    struct pollfd p[3] = {{.fd = vmm_kvm_exit_fd(vm), .events = POLLIN},
+    struct pollfd p[4] = {{.fd = vmm_kvm_exit_fd(vm), .events = POLLIN},
                           {.fd = ctl, .events = POLLIN},
-                          {.fd = conn, .events = POLLIN}};
+                          {.fd = conn, .events = POLLIN},
+                          {.fd = main__sig_fd, .events = POLLIN}};
     for (;;) {
-        int n = poll(p, 3, -1);
+        int n = poll(p, 4, -1);
         if (n < 0 && errno != EINTR)
             return;
         if (n < 0)
             continue;
         if (p[0].revents)
             return;
+        if (p[3].revents & POLLIN) {
+            uint64_t v;
+            ssize_t r = read(main__sig_fd, &v, sizeof v);
+            (void)r;
+            vmm_kvm_stop(vm);
+            p[3].fd = -1;
+        }
         if (p[1].revents & POLLIN) {
             int c = accept4(ctl, NULL, NULL, SOCK_CLOEXEC);
             if (c >= 0) {
@@ -183,7 +205,8 @@ int main(int argc, char **argv)
     bool probe = false;
     const char *control = NULL;
     int control_fd = -1;
-    struct confine_opts conf = {0};
+    struct al_confine_opts conf = {0};
+    bool seccomp = false;
     static const struct option opts[] = {
         {"kernel", required_argument, 0, 'k'},
         {"initrd", required_argument, 0, 'i'},
@@ -307,7 +330,7 @@ int main(int argc, char **argv)
             control = optarg;
             break;
         case 'J':
-            conf.jail_dir = optarg;
+            conf.root_dir = optarg;
             break;
         case 'U':
             conf.uid = (uid_t)strtoul(optarg, NULL, 10);
@@ -316,14 +339,14 @@ int main(int argc, char **argv)
             conf.gid = (gid_t)strtoul(optarg, NULL, 10);
             break;
         case 'g':
-            if (conf.n_cgroups >= CONFINE_MAX_CGROUPS) {
-                fprintf(stderr, "airlock-vmm-kvm: at most %d --cgroup\n", CONFINE_MAX_CGROUPS);
+            if (conf.n_cgroups >= AL_CONFINE_MAX_CGROUPS) {
+                fprintf(stderr, "airlock-vmm-kvm: at most %d --cgroup\n", AL_CONFINE_MAX_CGROUPS);
                 return 2;
             }
             conf.cgroups[conf.n_cgroups++] = optarg;
             break;
         case 'S':
-            conf.seccomp = true;
+            seccomp = true;
             break;
         case 'p':
             probe = true;
@@ -388,14 +411,20 @@ int main(int argc, char **argv)
         snprintf(ctl_name, sizeof ctl_name, "%s", slash ? slash + 1 : control);
         ctl_dir = open(dir[0] ? dir : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
     }
-    if (conf.jail_dir || conf.uid || conf.n_cgroups || conf.seccomp) {
+    main__sig_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* before the seccomp filter */
+    if (main__sig_fd < 0) {
+        fprintf(stderr, "airlock-vmm-kvm: eventfd: %s\n", strerror(errno));
+        vmm_kvm_destroy(main__vm);
+        return 1;
+    }
+    if (conf.root_dir || conf.uid || conf.n_cgroups || seccomp) {
         al_log_init("vmm-kvm", AL_LOG_JSON, al_log_get_level()); /* no isatty() per line */
-        if (confine_process(&conf, &err) < 0) {
+        if (al_confine_self(&conf, &err) < 0) {
             fprintf(stderr, "airlock-vmm-kvm: confinement failed: %s\n", al_error_str(&err));
             vmm_kvm_destroy(main__vm);
             return 1;
         }
-        confine_enable_seccomp(conf.seccomp);
+        confine_enable_seccomp(seccomp);
     }
     signal(SIGPIPE, SIG_IGN); /* a supervisor gone mid-answer is EPIPE, not death */
     struct sigaction sa;
@@ -426,5 +455,7 @@ int main(int argc, char **argv)
     al_info("VM ended after %.3f s: %s", (double)(al_now_ns() - t0) / 1e9, vmm_kvm_exit_str(how));
     vmm_kvm_destroy(main__vm);
     main__vm = NULL;
+    close(main__sig_fd);
+    main__sig_fd = -1;
     return how == VMM_KVM_EXIT_ERROR ? 1 : 0;
 }

@@ -48,6 +48,9 @@
 #define VSOCK_MAX_CONNS 64
 #define VSOCK_CTL_MAX   256
 #define VSOCK_PORT_BASE 0x40000000u
+/* A connection request the guest neither accepts nor refuses within this is reset (as
+ * Firecracker does, 2 s), so the host side sees its connection end instead of hanging. */
+#define VSOCK_CONNECT_TIMEOUT_NS (2000ull * 1000000)
 
 struct vsock_hdr {
     uint64_t src_cid;
@@ -83,6 +86,7 @@ struct vconn {
                             * socket would otherwise report EPOLLHUP forever) */
     uint8_t *out;    /* guest -> host bytes not yet written */
     uint32_t out_len;
+    uint64_t connect_deadline_ns; /* CONNECTING: reset at this time */
 };
 
 struct vsock_ctl {
@@ -112,6 +116,8 @@ struct vsock {
     bool reset_event_pending;
     uint64_t dropped; /* packets dropped as invalid */
     uint64_t refused, refused_logged_ns;
+    uint64_t timed_out; /* connection requests the guest never answered */
+    struct ev_timer connect_timer;
 };
 
 static void vsock__pump(struct vsock *vs);
@@ -490,6 +496,36 @@ static void vsock__on_conn(struct ev_handler *h, uint32_t events)
     pthread_mutex_unlock(&vs->dev.lock);
 }
 
+/* Resets the connections whose request the guest left unanswered; re-arms for the next. */
+static void vsock__on_connect_timer(struct ev_timer *t)
+{
+    struct vsock *vs = t->ctx;
+    pthread_mutex_lock(&vs->dev.lock);
+    uint64_t now = al_now_ns(), next = 0;
+    for (int i = 0; i < VSOCK_MAX_CONNS; i++) {
+        struct vconn *c = &vs->conns[i];
+        if (c->state != VCONN_CONNECTING)
+            continue;
+        if (c->connect_deadline_ns <= now &&
+            __atomic_load_n(&vs->dev.vm->paused, __ATOMIC_ACQUIRE)) {
+            c->connect_deadline_ns = now + VSOCK_CONNECT_TIMEOUT_NS; /* it cannot answer now */
+        }
+        if (c->connect_deadline_ns <= now) {
+            vs->timed_out++;
+            al_warn("vsock: the guest answered no connection request to port %u within %llu ms: "
+                    "reset (%llu so far)",
+                    c->peer_port, VSOCK_CONNECT_TIMEOUT_NS / 1000000,
+                    (unsigned long long)vs->timed_out);
+            vsock__reset_conn(c);
+        } else if (!next || c->connect_deadline_ns < next) {
+            next = c->connect_deadline_ns;
+        }
+    }
+    t->at_ns = next;
+    vsock__pump(vs);
+    pthread_mutex_unlock(&vs->dev.lock);
+}
+
 static void vsock__on_accept(struct ev_handler *h, uint32_t events)
 {
     struct vsock_listener *l = h->ctx;
@@ -522,6 +558,9 @@ static void vsock__on_accept(struct ev_handler *h, uint32_t events)
     c->state = VCONN_CONNECTING;
     c->peer_port = l->port;
     c->local_port = VSOCK_PORT_BASE + (vs->next_port++ & 0x3fffffff);
+    c->connect_deadline_ns = al_now_ns() + VSOCK_CONNECT_TIMEOUT_NS;
+    if (!vs->connect_timer.at_ns || c->connect_deadline_ns < vs->connect_timer.at_ns)
+        vs->connect_timer.at_ns = c->connect_deadline_ns; /* (this is the device thread) */
     vsock__queue_ctl(vs, c->local_port, c->peer_port, VSOCK_OP_REQUEST, 0);
     vsock__pump(vs);
     pthread_mutex_unlock(&vs->dev.lock);
@@ -644,6 +683,11 @@ struct virtio_dev *vsock_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
         vs->lst[i].ev.fd = vs->lst[i].dir_fd = -1;
     if (virtio_dev_init(&vs->dev, vm, &vsock__ops, vs, 0, base, irq, err) < 0)
         goto fail;
+    vs->connect_timer = (struct ev_timer){.fn = vsock__on_connect_timer, .ctx = vs};
+    if (evloop_timer_add(&vm->loop, &vs->connect_timer) < 0) {
+        al_error_set(err, -ENOSPC, "vsock: no timer left in the device loop");
+        goto fail;
+    }
     for (int i = 0; i < vm->cfg.n_vsock; i++) {
         struct vsock_listener *l = &vs->lst[i];
         l->vs = vs;
@@ -683,6 +727,7 @@ void vsock_destroy(struct virtio_dev *d)
     if (!d)
         return;
     struct vsock *vs = d->priv;
+    evloop_timer_del(&d->vm->loop, &vs->connect_timer);
     vsock__drop_all(vs);
     for (int i = 0; i < vs->n_lst; i++) {
         if (vs->lst[i].ev.fd >= 0) {

@@ -28,6 +28,14 @@ struct ev_handler {
     void *ctx;
 };
 #define EVLOOP_MAX_DEAD 32
+/* A deadline on the device thread: fn runs there once at_ns (CLOCK_MONOTONIC, al_now_ns) has
+ * passed. Registered before the loop starts; armed and run on the device thread only. */
+struct ev_timer {
+    uint64_t at_ns; /* 0: not armed */
+    void (*fn)(struct ev_timer *t);
+    void *ctx;
+};
+#define EVLOOP_MAX_TIMERS 4
 struct evloop {
     int epfd;
     int stop_fd; /* eventfd: ends the loop */
@@ -38,6 +46,8 @@ struct evloop {
     struct ev_handler *dead[EVLOOP_MAX_DEAD];
     int ndead;
     bool dead_overflow;
+    struct ev_timer *timers[EVLOOP_MAX_TIMERS];
+    int ntimers;
 };
 int evloop_init(struct evloop *l);
 int evloop_add(struct evloop *l, struct ev_handler *h, uint32_t events);
@@ -45,6 +55,10 @@ int evloop_mod(struct evloop *l, struct ev_handler *h, uint32_t events);
 void evloop_del(struct evloop *l, struct ev_handler *h);
 /* Events already taken for h (from the device thread) are stale: h now serves another fd. */
 void evloop_forget(struct evloop *l, struct ev_handler *h);
+/* Registers t (before evloop_start); -ENOSPC past EVLOOP_MAX_TIMERS. */
+int evloop_timer_add(struct evloop *l, struct ev_timer *t);
+/* Unregisters t (the loop stopped, or from the device thread); idempotent. */
+void evloop_timer_del(struct evloop *l, struct ev_timer *t);
 int evloop_start(struct evloop *l);
 void evloop_stop(struct evloop *l);
 void evloop_free(struct evloop *l);

@@ -48,9 +48,33 @@ test('runCode: indented code, top-level await, shell escapes', async () => {
   const a = await s.runCode('import asyncio\nawait asyncio.sleep(0.01)\n"awaited"')
   assert.equal(a.text, 'awaited')
   const sh = await s.runCode('!echo from-shell')
-  assert.equal(sh.logs.stdout.join(''), 'from-shell\n')
+  assert.equal(sh.logs.stdout.join(''), 'from-shell\r\n', 'through a pty, as in Jupyter')
   const cwd = await s.runCode('import os; os.getcwd()')
   assert.equal(cwd.text, HOME)
+})
+
+test('IPython: IPython.display, a cell magic, line magics, captured shell output, _ and Out', async () => {
+  const s = await sandbox()
+  const d = await s.runCode("from IPython.display import display, HTML\ndisplay(HTML('<p>x</p>'))\n'main'")
+  assert.equal(d.error, undefined, d.error && d.error.traceback)
+  assert.equal(d.results.length, 2)
+  assert.equal(d.results[0].html, '<p>x</p>')
+  assert.equal(d.results[0].isMainResult, false)
+  assert.equal(d.results[1].text, 'main')
+  const w = await s.runCode('%%writefile ipy_magic.txt\nfrom a cell magic\n')
+  assert.match(w.logs.stdout.join(''), /Writing ipy_magic\.txt/)
+  assert.equal((await s.runCode("open('ipy_magic.txt').read().strip()")).text, 'from a cell magic')
+  const t = await s.runCode('%timeit -n1 -r1 sum(range(10))')
+  assert.match(t.logs.stdout.join(''), /per loop/)
+  const cap = await s.runCode("lines = !printf 'a\\nb\\n'\nlines")
+  assert.equal(cap.text, "['a', 'b']")
+  assert.deepEqual(cap.results[0].json, ['a', 'b'])
+  const a = await s.runCode('6 * 7')
+  assert.equal((await s.runCode('_ + 1')).text, '43')
+  assert.equal((await s.runCode(`Out[${a.executionCount}] * 10`)).text, '420')
+  assert.equal((await s.runCode(`In[${a.executionCount}]`)).text, '6 * 7')
+  const bad = await s.runCode('%no_such_magic')
+  assert.equal(bad.error.name, 'UsageError')
 })
 
 test('runCode: stdout and results keep their order', async () => {
@@ -136,6 +160,71 @@ test('language: bash runs in a persistent shell; unknown languages are NotFoundE
   const st = await s.runCode('false', { language: 'bash' })
   assert.equal(st.error.name, 'NonZeroExitStatus')
   await assert.rejects(s.runCode('1', { language: 'r' }), NotFoundError)
+})
+
+test('javascript: console output, results, top-level await, imports, state, errors', async () => {
+  const s = await sandbox()
+  const js = { language: 'js' }
+  const hello = await s.runCode('console.log("Hello World!")', js)
+  assert.deepEqual(hello.logs.stdout, ['Hello World!\n'])
+  assert.equal(hello.results.length, 0)
+  const esm = await s.runCode('\n    import { readFileSync } from "fs"\n    console.log(typeof readFileSync)\n    ', js)
+  assert.deepEqual(esm.logs.stdout, ['function\n'], esm.error && esm.error.traceback)
+  assert.equal((await s.runCode("await Promise.resolve('Hello World!')", { language: 'javascript' })).text, 'Hello World!')
+  assert.equal((await s.runCode('process.cwd()', js)).text, HOME)
+  await s.runCode('const n = 20\nfunction twice(x) { return 2 * x }\nclass K { get v() { return n } }', js)
+  const st = await s.runCode('twice(n) + 2', js)
+  assert.equal(st.text, '42')
+  assert.equal(st.results[0].isMainResult, true)
+  assert.equal((await s.runCode('const n = 1; new K().v + n', js)).text, '2', 'declared again in a later cell')
+  assert.equal((await s.runCode('({ a: [1, 2], s: "x" })', js)).text, "{ a: [ 1, 2 ], s: 'x' }")
+  const env = await s.runCode('process.env.FOO', { ...js, envs: { FOO: 'bar' } })
+  assert.equal(env.text, 'bar')
+  assert.equal((await s.runCode("process.env.FOO || 'default'", js)).text, 'default')
+  const order = []
+  await s.runCode('console.log("a"); $$.html("<b>b</b>"); console.log("c"); "d"', {
+    ...js, onStdout: (m) => order.push(m.line.trim()), onResult: (r) => order.push(r.html || r.text) })
+  assert.deepEqual(order, ['a', '<b>b</b>', 'c', 'd'])
+  const err = await s.runCode('const o = null\no.x', js)
+  assert.equal(err.error.name, 'TypeError')
+  assert.equal(err.error.value, "Cannot read properties of null (reading 'x')")
+  assert.match(err.error.traceback, /<cell>:2:3/)
+  assert.equal((await s.runCode('let = (', js)).error.name, 'SyntaxError')
+  const a = await s.runCode('1', js)
+  assert.equal((await s.runCode('2', js)).executionCount, a.executionCount + 1)
+})
+
+test('typescript: types removed, enums and parameter properties compiled', async () => {
+  const s = await sandbox()
+  const ts = { language: 'ts' }
+  const r = await s.runCode('const message: string = "Hello World!"; console.log(message)', ts)
+  assert.deepEqual(r.logs.stdout, ['Hello World!\n'], r.error && r.error.traceback)
+  const e = await s.runCode('enum Color { Red, Green }\ninterface P { c: Color }\nconst p: P = { c: Color.Green }\np.c', ts)
+  assert.equal(e.text, '1', e.error && e.error.traceback)
+  const c = await s.runCode('class A { constructor(private v: number) {} get(): number { return this.v } }\nnew A(5).get()', ts)
+  assert.equal(c.text, '5')
+  assert.equal((await s.runCode('p.c + 1', ts)).text, '2', 'state persists')
+  assert.equal((await s.runCode('let bad: = 1', ts)).error.name, 'SyntaxError')
+})
+
+test('javascript: a client timeout interrupts the kernel; the next execution runs', async () => {
+  const s = await sandbox()
+  for (const code of ['while (true) {}', 'await new Promise(() => {})']) {
+    await assert.rejects(s.runCode(code, { language: 'js', timeoutMs: 1500 }))
+    assert.equal((await s.runCode('1 + 1', { language: 'js', timeoutMs: 20000 })).text, '2', code)
+  }
+})
+
+test('contexts: the default javascript context is listed after python; js contexts are independent', async () => {
+  const s = await sandbox()
+  const list = await s.listCodeContexts()
+  const langs = list.map((x) => x.language)
+  assert.ok(langs.indexOf('python') === 0 && langs.indexOf('javascript') === 1, JSON.stringify(list))
+  const c = await s.createCodeContext({ language: 'javascript', cwd: '/tmp' })
+  assert.equal(c.language, 'javascript')
+  assert.equal((await s.runCode('process.cwd()', { context: c })).text, '/tmp')
+  assert.equal((await s.runCode('typeof twice', { context: c })).text, 'undefined')
+  await s.removeCodeContext(c)
 })
 
 test('runCode: a client timeout interrupts the kernel; the next execution runs', async () => {

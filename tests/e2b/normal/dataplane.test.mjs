@@ -1,11 +1,12 @@
 // The data plane through airlockd (e2b 2.51.0): commands (streams, exit codes, stdin,
-// background + kill + connect), pty, files (text, binary, multi-file, gzip, large streamed
-// uploads and downloads), watchDir, and routing (two sandboxes never see each other's
-// files; a wrong access token is refused).
+// background + kill + connect, deadlines), pty, files (text, binary, multi-file, gzip, large
+// streamed uploads and downloads), watchDir, and routing (two sandboxes never see each
+// other's files; a wrong access token is refused; a sandbox that is gone is answered as
+// E2B answers).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { createHash, randomBytes } from 'node:crypto'
-import { CommandExitError, FileNotFoundError, FilesystemEventType } from 'e2b'
+import { CommandExitError, FileNotFoundError, FilesystemEventType, TimeoutError } from 'e2b'
 import { API_URL, create, sleep, until, uniq } from './helpers.mjs'
 
 let shared
@@ -47,6 +48,29 @@ test('commands: background, list, stdin, connect, kill', async () => {
   assert.equal(await s.commands.kill(h.pid), true)
   await assert.rejects(h.wait(), CommandExitError)
   assert.equal(await s.commands.kill(h.pid), false)
+})
+
+// Deadlines (Connect-Timeout-Ms, which the SDK sends with every stream's timeoutMs): the JS
+// client enforces its own as well, so what it sees is a TimeoutError either way; what the
+// server does at the deadline is visible in what is left running. The wire-level answer
+// (deadline_exceeded, which the Python SDK depends on) is in python-wire.test.mjs.
+test('commands: timeoutMs ends the command (TimeoutError) and kills it', async () => {
+  const s = await sbx()
+  const tag = uniq('deadline')
+  await assert.rejects(s.commands.run(`echo ${tag}; exec sleep 120`, { timeoutMs: 1500 }),
+                       (e) => e instanceof TimeoutError)
+  await until(async () => !(await s.commands.list()).some((p) => p.args.join(' ').includes(tag)),
+              { what: 'the command to be killed at its deadline' })
+})
+
+test('commands.connect: its timeoutMs ends the stream, not the command', async () => {
+  const s = await sbx()
+  const h = await s.commands.run('exec sleep 120', { background: true, timeoutMs: 0 })
+  const c = await s.commands.connect(h.pid, { timeoutMs: 1500 })
+  await assert.rejects(c.wait(), (e) => e instanceof TimeoutError)
+  assert.ok((await s.commands.list()).some((p) => p.pid === h.pid))
+  assert.equal(await s.commands.kill(h.pid), true)
+  await assert.rejects(h.wait(), CommandExitError)
 })
 
 test('pty: interactive shell, input, resize, kill', async () => {
@@ -138,11 +162,29 @@ test('routing: each sandbox sees only its own files; a wrong token is refused', 
     headers: { 'E2b-Sandbox-Id': b.sandboxId, 'E2b-Sandbox-Port': '49983',
                'X-Access-Token': 'x'.repeat(64) } })
   assert.ok(r.status === 401 || r.status === 404, `status ${r.status}`)
-  // Unknown sandbox: 502, as E2B's proxy answers.
+  // Unknown sandbox: E2B's proxy's 502 and body.
   const g = await fetch(`${API_URL}/health`, { headers: { 'E2b-Sandbox-Id': 'gone0000000000000000',
                                                           'E2b-Sandbox-Port': '49983' } })
   assert.equal(g.status, 502)
+  assert.match(g.headers.get('content-type'), /^application\/json/)
+  assert.deepEqual(await g.json(),
+                   { sandboxId: 'gone0000000000000000', message: 'The sandbox was not found', code: 502 })
   await sleep(0)
+})
+
+test('a killed sandbox: the SDK reports what E2B reports', async () => {
+  const s = await create()
+  await s.files.write('gone.txt', 'x')
+  assert.equal(await s.kill(), true)
+  // The SDK builds its error from E2B's body: "The sandbox was not found: ...".
+  await assert.rejects(s.files.read('gone.txt'),
+                       (e) => e instanceof TimeoutError && /^The sandbox was not found/.test(e.message))
+  assert.equal(await s.isRunning(), false)
+  const r = await fetch(`${API_URL}/health`, { headers: { 'E2b-Sandbox-Id': s.sandboxId,
+                                                          'E2b-Sandbox-Port': '49983' } })
+  assert.equal(r.status, 502)
+  assert.deepEqual(await r.json(),
+                   { sandboxId: s.sandboxId, message: 'The sandbox was not found', code: 502 })
 })
 
 test('signed file URLs (uploadUrl/downloadUrl) are routed by their signature', async () => {

@@ -1,9 +1,10 @@
 // lifecycle (e2b 2.51.0, v2 paths): create with metadata, envs and timeout; getInfo, list
 // with filters and pagination, setTimeout, connect, isRunning, pause/resume, getMetrics,
-// kill; errors mapped to the SDK's classes (unknown sandbox, bad key, bad template).
+// updateNetwork (replace semantics, refusals, 404, 409); kill; errors mapped to the SDK's
+// classes (unknown sandbox, bad key, bad template); Template.exists.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { AuthenticationError, Sandbox, SandboxError, SandboxNotFoundError } from 'e2b'
+import { AuthenticationError, Sandbox, SandboxError, SandboxNotFoundError, Template } from 'e2b'
 import { API_URL, TEMPLATE, api, create, sleep, track, uniq, until } from './helpers.mjs'
 
 test('create: metadata, envs and timeout reach the sandbox and getInfo', async () => {
@@ -100,6 +101,44 @@ test('pause and resume (connect): state survives, traffic to a paused sandbox fa
   assert.equal((await r.getInfo()).state, 'running')
   assert.equal((await r.commands.run('cat state.txt')).stdout, 'kept\n')
   assert.equal(await r.isRunning(), true)
+})
+
+test('updateNetwork: replaces the egress fields, narrows only, 404 and 409 as E2B', async () => {
+  const s = await create({ timeoutMs: 120_000, allowInternetAccess: true,
+                           network: { allowOut: ['pypi.org'], denyOut: ['0.0.0.0/0'] } })
+  let info = await s.getInfo()
+  assert.deepEqual(info.network.allowOut, ['pypi.org'])
+  assert.equal(info.allowInternetAccess, true)
+  // Replace semantics: what is given replaces, what is omitted is cleared.
+  await s.updateNetwork({ allowOut: ['files.pythonhosted.org'], allowInternetAccess: false })
+  info = await s.getInfo()
+  assert.deepEqual(info.network.allowOut, ['files.pythonhosted.org'])
+  assert.equal(info.network.denyOut, undefined)
+  assert.equal(info.allowInternetAccess, false)
+  await Sandbox.updateNetwork(s.sandboxId, { denyOut: ['203.0.113.0/24'] })
+  info = await Sandbox.getInfo(s.sandboxId)
+  assert.deepEqual(info.network.denyOut, ['203.0.113.0/24'])
+  assert.equal(info.network.allowOut, undefined)
+  assert.equal(info.allowInternetAccess, undefined)
+  // Never wider than the policy: an allowOut of everything is a 400 naming it; nothing changes.
+  await assert.rejects(s.updateNetwork({ allowOut: ['0.0.0.0/0'] }), (e) => {
+    assert.ok(e instanceof SandboxError, `got ${e}`)
+    assert.equal(e.statusCode, 400)
+    assert.match(e.message, /'0\.0\.0\.0\/0' would allow all traffic/)
+    return true
+  })
+  await assert.rejects(s.updateNetwork({ rules: { 'api.example.com': [{ transform: { headers: { A: 'b' } } }] } }),
+                       (e) => e.statusCode === 400 && /network\.rules/.test(e.message))
+  assert.deepEqual((await s.getInfo()).network.denyOut, ['203.0.113.0/24'])
+  await assert.rejects(Sandbox.updateNetwork('nosuchsandbox0000000', {}), SandboxNotFoundError)
+  // A paused sandbox: 409 (resume it first), as E2B answers.
+  assert.equal(await s.pause(), true)
+  await assert.rejects(s.updateNetwork({}), (e) => e.statusCode === 409 && /paused/.test(e.message))
+  const r = await Sandbox.connect(s.sandboxId, { timeoutMs: 120_000 })
+  await r.updateNetwork({})
+  info = await r.getInfo()
+  assert.equal(info.network, undefined)
+  assert.equal(info.allowInternetAccess, undefined)
 })
 
 test('getMetrics: CPU, memory and disk from the sandbox', async () => {
@@ -212,4 +251,9 @@ test('autoPause: the timeout pauses instead of killing', async () => {
               { timeoutMs: 15_000, what: 'the pause at the timeout' })
   const r = await Sandbox.connect(s.sandboxId, { timeoutMs: 60_000 })
   assert.equal((await r.commands.run('cat kept.txt')).stdout, 'x\n')
+})
+
+test('Template.exists: true for a template airlockd has, false for one it has not', async () => {
+  assert.equal(await Template.exists(TEMPLATE), true)
+  assert.equal(await Template.exists(uniq('no-such-template')), false)
 })

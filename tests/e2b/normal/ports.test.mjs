@@ -2,8 +2,9 @@
 // them: a server started with commands.run(..., { background: true }), fetched by Host
 // (getHost, the way wildcard DNS would send it) and by the sandbox headers on
 // E2B_SANDBOX_URL, with the sandbox's trafficAccessToken; a large file byte for byte; a
-// WebSocket with a real client library (undici); 401 without the token; 502 for a closed
-// port and once the server is killed.
+// WebSocket with a real client library (undici); 403 without the token or with a wrong one
+// (E2B's status); 502 for a closed port and once the server is killed; the base template's
+// python and pip commands (python -m http.server, as E2B users run it).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
@@ -11,7 +12,7 @@ import { createHash } from 'node:crypto'
 import { fileURLToPath } from 'node:url'
 import { readFile } from 'node:fs/promises'
 import { WebSocket } from 'undici'
-import { create, until } from './helpers.mjs'
+import { BACKEND, create, until } from './helpers.mjs'
 
 const SANDBOX_URL = new URL(process.env.E2B_SANDBOX_URL)
 const TOOL = fileURLToPath(new URL('../../integration/fwd_tool.py', import.meta.url))
@@ -66,8 +67,10 @@ test('getHost(port): a background server in the sandbox, through airlockd', asyn
 
   // The token is needed; a port nobody serves is a 502 that says so.
   const no = await byHeaders(s, port, '/hello.txt')
-  assert.equal(no.status, 401)
+  assert.equal(no.status, 403)
   assert.match((await no.json()).message, /E2B-Traffic-Access-Token/)
+  const wrong = await viaHost(host, '/hello.txt', { 'E2B-Traffic-Access-Token': '0'.repeat(64) })
+  assert.equal(wrong.status, 403)
   const closed = await byHeaders(s, 8124, '/', auth)
   assert.equal(closed.status, 502)
   assert.match((await closed.json()).message, /port 8124 is not open in the sandbox/)
@@ -102,4 +105,25 @@ test('getHost(port): WebSocket to a loopback-only server (undici client)', async
   const closed = new Promise((resolve) => { ws.onclose = (e) => resolve(e.code) })
   ws.close(1000)
   assert.equal(await closed, 1000)
+})
+
+test('base template: python and pip commands as in E2B\'s base image; python -m http.server via getHost', async (t) => {
+  if (BACKEND === 'test') {
+    t.skip('SKIP: the test backend runs the host\'s commands (tested with the jail backend)')
+    return
+  }
+  const s = await create()
+  const v = await s.commands.run('python --version && pip --version')
+  assert.match(v.stdout, /^Python 3\.\d+\.\d+\npip \d+[.\d]* from .* \(python 3\.\d+\)\n$/)
+  // root: a user of commands.run (sudo: sudo.test.mjs)
+  assert.equal((await s.commands.run('id -u', { user: 'root' })).stdout, '0\n')
+  const auth = { 'E2B-Traffic-Access-Token': s.trafficAccessToken }
+  const port = 8125
+  await s.files.write('/tmp/py/index.txt', 'served by python\n')
+  const srv = await s.commands.run(`cd /tmp/py && python -m http.server ${port}`, { background: true })
+  await until(async () => (await viaHost(s.getHost(port), '/index.txt', auth)).status === 200,
+              { what: 'python -m http.server to answer', timeoutMs: 15000 })
+  assert.equal((await viaHost(s.getHost(port), '/index.txt', auth)).body.toString(), 'served by python\n')
+  assert.equal(await srv.kill(), true)
+  await s.kill()
 })

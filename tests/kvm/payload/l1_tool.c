@@ -152,6 +152,15 @@ static int cmd(const char *path, const char *line, int retries, unsigned interva
         char buf[4096];
         size_t got = 0;
         for (;;) {
+            /* Bounded by the deadline: a peer that never answers nor closes (a connection
+             * request the guest left pending) ends the wait, not the harness's timeout. */
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            long left = (long)(l1__deadline - time(NULL));
+            if (poll(&p, 1, (int)(left > 0 ? left : 0) * 1000) <= 0) {
+                fprintf(stderr, "l1_tool: no reply from %s to '%s' before the deadline\n", path,
+                        line);
+                break;
+            }
             ssize_t r = read(fd, buf + got, sizeof buf - 1 - got);
             if (r <= 0)
                 break;

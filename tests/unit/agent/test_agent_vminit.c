@@ -1,6 +1,7 @@
 /* Unit tests: the init fields only a KVM guest's PID 1 applies (vmm/guest/vmguest.c):
  * timestamp, seed, network and hostname are validated before anything changes, and outside
- * a KVM guest applying them changes nothing (the host's clock stays the host's). */
+ * a KVM guest applying them changes nothing (the host's clock stays the host's); the
+ * template's agent settings ("agent") in the init object (agent.c). */
 #include "al_test.h"
 #include "vmm/guest/agent.h"
 
@@ -93,6 +94,49 @@ START_TEST(outside_a_vm_nothing_is_applied)
 }
 END_TEST
 
+static int apply(struct agent *a, const char *json, struct al_error *e)
+{
+    json_error_t je;
+    json_t *o = json_loads(json, 0, &je);
+    ck_assert_msg(o, "bad test JSON %s", json);
+    int r = agent_apply_init(a, o, e);
+    json_decref(o);
+    return r;
+}
+
+START_TEST(template_agent_settings)
+{
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    struct agent a;
+    memset(&a, 0, sizeof a);
+    agent_limits_default(&a.lim);
+    struct al_error e = {0};
+    ck_assert_int_eq(agent_init(&a, &loop, &e), 0);
+    ck_assert(!a.code_interpreter);
+    ck_assert_int_eq(apply(&a, "{\"agent\":{\"code_interpreter\":true}}", &e), 0);
+    ck_assert(a.code_interpreter);
+    /* Absent, empty or null: unchanged. */
+    ck_assert_int_eq(apply(&a, "{\"envVars\":{}}", &e), 0);
+    ck_assert_int_eq(apply(&a, "{\"agent\":{}}", &e), 0);
+    ck_assert_int_eq(apply(&a, "{\"agent\":null}", &e), 0);
+    ck_assert(a.code_interpreter);
+    static const char *const bad[] = {"{\"agent\":5}", "{\"agent\":{\"code_interpreter\":1}}",
+                                      "{\"agent\":{\"code_interpreter\":\"yes\"}}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        struct al_error be = {0};
+        ck_assert_msg(apply(&a, bad[i], &be) == -EINVAL, "%s accepted", bad[i]);
+        ck_assert_msg(strstr(be.msg, "code_interpreter"), "%s: %s", bad[i], be.msg);
+    }
+    ck_assert(a.code_interpreter); /* a refused init changed nothing */
+    ck_assert_int_eq(apply(&a, "{\"agent\":{\"code_interpreter\":false}}", &e), 0);
+    ck_assert(!a.code_interpreter);
+    agent_free(&a);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("agent_vminit");
@@ -100,6 +144,7 @@ static Suite *suite(void)
     tcase_add_test(t, valid_fields_parse);
     tcase_add_test(t, bad_fields_are_refused_with_a_reason);
     tcase_add_test(t, outside_a_vm_nothing_is_applied);
+    tcase_add_test(t, template_agent_settings);
     suite_add_tcase(s, t);
     return s;
 }

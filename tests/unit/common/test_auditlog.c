@@ -467,7 +467,8 @@ START_TEST(rotation_by_age)
     ck_assert_uint_ge(n, 2);
     struct lines L;
     lines_load(files[0], &L);
-    ck_assert_uint_eq(L.n, 1 + 3); /* start checkpoint + the first three */
+    ck_assert_uint_eq(L.n, 1 + 3 + 1); /* start checkpoint, the first three, the seal */
+    ck_assert_ptr_nonnull(strstr(L.v[4], "\"reason\":\"seal\""));
     lines_free(&L);
     for (size_t i = 1; i < n; i++) {
         lines_load(files[i], &L);
@@ -477,6 +478,76 @@ START_TEST(rotation_by_age)
     expect_intact(d);
 }
 END_TEST
+
+static size_t plain_index(struct lines *L);
+static void expect_verdict(const char *d, const char *ckpt, enum al_auditlog_verdict v,
+                           const char *path, uint64_t line, uint64_t seq);
+
+START_TEST(rotation_seals_every_file)
+{
+    const char *d = tdir("seal");
+    size_t n = make_log(d, 300);
+    ck_assert_uint_ge(n, 3);
+    char files[64][600];
+    n = log_files(d, files, 64);
+    for (size_t i = 0; i + 1 < n; i++) {
+        struct lines L;
+        lines_load(files[i], &L);
+        /* the last record of a closed file is its signed seal, and the next file's rotate
+         * checkpoint follows it in the chain */
+        ck_assert(line_is_ckpt(L.v[L.n - 1]));
+        ck_assert_ptr_nonnull(strstr(L.v[L.n - 1], "\"reason\":\"seal\""));
+        uint64_t seal = line_seq(L.v[L.n - 1]);
+        lines_free(&L);
+        lines_load(files[i + 1], &L);
+        ck_assert_uint_eq(line_seq(L.v[0]), seal + 1);
+        lines_free(&L);
+    }
+    expect_intact(d);
+}
+END_TEST
+
+/* Counts the lines of the log's files that contain needle. */
+static size_t log_grep(const char *dir, const char *needle)
+{
+    char files[64][600];
+    size_t n = log_files(dir, files, 64), hits = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct lines L;
+        lines_load(files[i], &L);
+        for (size_t k = 0; k < L.n; k++)
+            hits += strstr(L.v[k], needle) != NULL;
+        lines_free(&L);
+    }
+    return hits;
+}
+
+/* The verification of a log that retention shortened: intact, starting where the retention
+ * record says, with every deleted range named by its rule. */
+static void expect_pruned(const char *d, const char *rule, struct al_auditlog_verify_result *r)
+{
+    verify_dir(d, NULL, r);
+    al_auditlog_verify_print(r, stderr);
+    ck_assert_str_eq(al_auditlog_verdict_name(r->verdict), "intact");
+    ck_assert(!r->starts_at_genesis);
+    ck_assert(r->start_anchored);
+    ck_assert_uint_gt(r->retention_seq, 0);
+    ck_assert_uint_eq(r->retained_from, r->first_seq);
+    ck_assert_uint_ge(r->n_pruned, 1);
+    ck_assert_uint_eq(r->pruned[0].first_seq, 1);
+    ck_assert_uint_eq(r->pruned[r->n_pruned - 1].last_seq, r->first_seq - 1);
+    bool named = false;
+    for (size_t i = 0; i < r->n_pruned; i++)
+        named = named || strcmp(r->pruned[i].rule, rule) == 0;
+    ck_assert_msg(named, "no range deleted by %s", rule);
+    /* The --json report says the same. */
+    json_t *j = al_auditlog_verify_json(r);
+    json_t *ret = json_object_get(j, "retention");
+    ck_assert_int_eq(json_integer_value(json_object_get(ret, "retained_from")),
+                     (json_int_t)r->first_seq);
+    ck_assert_uint_eq(json_array_size(json_object_get(ret, "pruned")), r->n_pruned);
+    json_decref(j);
+}
 
 START_TEST(retention_keeps_a_verifiable_suffix)
 {
@@ -490,12 +561,11 @@ START_TEST(retention_keeps_a_verifiable_suffix)
     char files[64][600];
     size_t n = log_files(d, files, 64);
     ck_assert_uint_le(n, 3);
+    /* every pass is announced in the chain before its files go */
+    ck_assert_uint_ge(log_grep(d, "\"event\":\"retention\""), 1);
+    ck_assert_uint_ge(log_grep(d, "\"reason\":\"retention\""), 1);
     struct al_auditlog_verify_result r;
-    verify_dir(d, NULL, &r);
-    ck_assert_int_eq(r.verdict, AL_AUDIT_INTACT);
-    ck_assert(!r.starts_at_genesis);
-    ck_assert(r.start_anchored);
-    ck_assert_uint_gt(r.first_seq, 1);
+    expect_pruned(d, "max_files", &r);
     ck_assert_str_eq(r.first_file, files[0]);
     /* The retained start is a signed rotate checkpoint; removing it is detected. */
     struct lines L;
@@ -506,6 +576,40 @@ START_TEST(retention_keeps_a_verifiable_suffix)
     lines_free(&L);
     verify_dir(d, NULL, &r);
     ck_assert_int_eq(r.verdict, AL_AUDIT_REMOVED);
+}
+END_TEST
+
+START_TEST(retention_by_size_bounds_the_disk)
+{
+    const char *d = tdir("retsize");
+    struct al_auditlog_opts o = {.rotate_bytes = 4096, .retain_bytes = 16384};
+    struct al_auditlog *l = open_log(d, &o);
+    for (int round = 0; round < 10; round++) {
+        append_n(l, 100, round * 100);
+        ck_assert_int_eq(al_auditlog_sync(l, 0), 0);
+    }
+    struct al_auditlog_stats st;
+    al_auditlog_get_stats(l, &st);
+    ck_assert_int_eq(al_auditlog_close(l), 0);
+    ck_assert_uint_gt(st.pruned_files, 0);
+    ck_assert_uint_gt(st.pruned_bytes, 0);
+    /* what is left: at most the bound plus the file being written (and its last record) */
+    char files[64][600];
+    size_t n = log_files(d, files, 64);
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct stat sb;
+        ck_assert_int_eq(stat(files[i], &sb), 0);
+        total += (uint64_t)sb.st_size;
+    }
+    ck_assert_uint_le(total, 16384 + 4096 + 2048);
+    struct al_auditlog_verify_result r;
+    expect_pruned(d, "max_bytes", &r);
+    ck_assert_uint_eq(r.pruned[0].limit, 16384);
+    /* the writer's own record of it */
+    char hist[700];
+    snprintf(hist, sizeof hist, "%s/test.retention", d);
+    ck_assert_int_eq(access(hist, R_OK), 0);
 }
 END_TEST
 
@@ -524,7 +628,7 @@ START_TEST(retention_by_age)
         struct timespec ts[2] = {{time(NULL) - 10 * 86400, 0}, {time(NULL) - 10 * 86400, 0}};
         ck_assert_int_eq(utimensat(AT_FDCWD, files[i], ts, 0), 0);
     }
-    o.retain_days = 7;
+    o.retain_age_ms = 7 * 86400000ull;
     l = open_log(d, &o);
     ck_assert_int_eq(al_auditlog_sync(l, 0), 0);
     ck_assert_int_eq(al_auditlog_close(l), 0);
@@ -532,7 +636,130 @@ START_TEST(retention_by_age)
     size_t m = log_files(d, after, 64);
     ck_assert_uint_eq(m, n - 2);
     ck_assert_str_eq(after[0], files[2]);
-    expect_intact(d);
+    struct al_auditlog_verify_result r;
+    expect_pruned(d, "max_age", &r);
+    ck_assert_uint_eq(r.n_pruned, 1);
+    ck_assert_uint_eq(r.pruned[0].files, 2);
+    ck_assert_uint_eq(r.pruned[0].limit, 7 * 86400000ull);
+}
+END_TEST
+
+/* A log that retention shortened, closed: returns its files. */
+static size_t make_pruned_log(const char *d, char files[][600])
+{
+    struct al_auditlog_opts o = {.rotate_bytes = 4096, .retain_files = 5, .checkpoint_records = 25};
+    struct al_auditlog *l = open_log(d, &o);
+    for (int round = 0; round < 6; round++) {
+        append_n(l, 100, round * 100);
+        ck_assert_int_eq(al_auditlog_sync(l, 0), 0);
+    }
+    ck_assert_int_eq(al_auditlog_close(l), 0);
+    size_t n = log_files(d, files, 64);
+    ck_assert_uint_ge(n, 4);
+    struct al_auditlog_verify_result r;
+    expect_pruned(d, "max_files", &r);
+    return n;
+}
+
+START_TEST(tamper_after_pruning_edited)
+{
+    const char *d = tdir("t-pruned-edit");
+    char files[64][600];
+    size_t n = make_pruned_log(d, files);
+    struct lines L;
+    lines_load(files[n / 2], &L);
+    size_t i = plain_index(&L);
+    uint64_t seq = line_seq(L.v[i]);
+    strstr(L.v[i], "api.example.com")[0] = 'A';
+    lines_save(files[n / 2], &L);
+    lines_free(&L);
+    expect_verdict(d, NULL, AL_AUDIT_EDITED, files[n / 2], i + 1, seq);
+}
+END_TEST
+
+START_TEST(tamper_after_pruning_middle_file_deleted)
+{
+    const char *d = tdir("t-pruned-mid");
+    char files[64][600];
+    size_t n = make_pruned_log(d, files);
+    ck_assert_int_eq(unlink(files[n / 2]), 0);
+    expect_verdict(d, NULL, AL_AUDIT_MISSING_FILE, files[n / 2 + 1], 1, 0);
+}
+END_TEST
+
+START_TEST(tamper_oldest_file_deleted_outside_retention)
+{
+    const char *d = tdir("t-pruned-old");
+    char files[64][600];
+    make_pruned_log(d, files);
+    /* the oldest retained file deleted by hand: the start no longer matches retention's */
+    ck_assert_int_eq(unlink(files[0]), 0);
+    struct al_auditlog_verify_result r;
+    verify_dir(d, NULL, &r);
+    al_auditlog_verify_print(&r, stderr);
+    ck_assert_int_eq(r.verdict, AL_AUDIT_REMOVED);
+    ck_assert_ptr_nonnull(strstr(r.reason, "deleted outside retention"));
+    /* a writer that starts on it says so in its next retention record, and verification
+     * keeps reporting it */
+    struct al_auditlog_opts o = {.rotate_bytes = 4096, .retain_files = 5};
+    struct al_auditlog *l = open_log(d, &o);
+    ck_assert_int_eq(al_auditlog_sync(l, 0), 0);
+    ck_assert_int_eq(al_auditlog_close(l), 0);
+    ck_assert_uint_ge(log_grep(d, "\"rule\":\"unaccounted\""), 1);
+    verify_dir(d, NULL, &r);
+    al_auditlog_verify_print(&r, stderr);
+    ck_assert_int_eq(r.verdict, AL_AUDIT_REMOVED);
+    ck_assert_ptr_nonnull(strstr(r.reason, "not by retention"));
+}
+END_TEST
+
+START_TEST(tamper_seal_cut)
+{
+    const char *d = tdir("t-seal");
+    make_log(d, 300);
+    char files[64][600];
+    size_t n = log_files(d, files, 64);
+    struct lines L;
+    lines_load(files[1], &L);
+    free(L.v[L.n - 1]);
+    L.v[L.n - 1] = NULL;
+    lines_save(files[1], &L);
+    lines_free(&L);
+    ck_assert_uint_ge(n, 3);
+    expect_verdict(d, NULL, AL_AUDIT_TRUNCATED, files[1], 0, 0);
+}
+END_TEST
+
+START_TEST(pruned_files_restored_from_a_backup)
+{
+    const char *d = tdir("restored");
+    char files[64][600];
+    make_pruned_log(d, files);
+    /* keep copies of what retention is about to delete next, then put them back: a log that
+     * holds more than retention announced is intact (the range is reported as still there) */
+    char keep[700], cmd[1600];
+    snprintf(keep, sizeof keep, "%s.keep", d);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -a %s %s", keep, d, keep);
+    ck_assert_int_eq(system(cmd), 0);
+    struct al_auditlog_opts o = {.rotate_bytes = 4096, .retain_files = 2};
+    struct al_auditlog *l = open_log(d, &o);
+    ck_assert_int_eq(al_auditlog_sync(l, 0), 0);
+    ck_assert_int_eq(al_auditlog_close(l), 0);
+    struct al_auditlog_verify_result r;
+    expect_pruned(d, "max_files", &r);
+    snprintf(cmd, sizeof cmd, "cp -n %s/test-*.jsonl %s/", keep, d);
+    ck_assert_int_eq(system(cmd), 0);
+    verify_dir(d, NULL, &r);
+    al_auditlog_verify_print(&r, stderr);
+    ck_assert_int_eq(r.verdict, AL_AUDIT_INTACT);
+    ck_assert_uint_lt(r.first_seq, r.retained_from);
+    /* and the next writer takes them back into its history, then deletes them again */
+    l = open_log(d, &o);
+    ck_assert_int_eq(al_auditlog_sync(l, 0), 0);
+    ck_assert_int_eq(al_auditlog_close(l), 0);
+    expect_pruned(d, "max_files", &r);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", keep);
+    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -1300,8 +1527,11 @@ static Suite *auditlog_suite(void)
     tcase_add_test(w, group_commit_makes_records_durable);
     tcase_add_test(w, rotation_keeps_the_chain);
     tcase_add_test(w, rotation_by_age);
+    tcase_add_test(w, rotation_seals_every_file);
     tcase_add_test(w, retention_keeps_a_verifiable_suffix);
+    tcase_add_test(w, retention_by_size_bounds_the_disk);
     tcase_add_test(w, retention_by_age);
+    tcase_add_test(w, pruned_files_restored_from_a_backup);
     tcase_add_test(w, pending_limit_fails_closed);
     tcase_add_test(w, full_disk_fails_closed_and_recovers);
     suite_add_tcase(s, w);
@@ -1330,6 +1560,10 @@ static Suite *auditlog_suite(void)
     tcase_add_test(t, tamper_malformed_line);
     tcase_add_test(t, tamper_truncated);
     tcase_add_test(t, tamper_cut_inside_a_middle_file);
+    tcase_add_test(t, tamper_seal_cut);
+    tcase_add_test(t, tamper_after_pruning_edited);
+    tcase_add_test(t, tamper_after_pruning_middle_file_deleted);
+    tcase_add_test(t, tamper_oldest_file_deleted_outside_retention);
     tcase_add_test(t, tamper_rewritten_history_vs_checkpoint_file);
     tcase_add_test(t, wrong_public_key);
     tcase_add_test(t, verify_explicit_files);

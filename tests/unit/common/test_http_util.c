@@ -2,6 +2,7 @@
 #include "al_test.h"
 #include "common/http.h"
 #include "common/http_internal.h"
+#include "common/percent.h"
 
 #include <errno.h>
 #include <string.h>
@@ -66,23 +67,8 @@ START_TEST(query_bad_escapes_and_sizes)
 }
 END_TEST
 
-START_TEST(percent_decode_in_place)
+START_TEST(query_metadata_encoded_three_times)
 {
-    char s[64];
-    strcpy(s, "a%20b+c");
-    ck_assert_int_eq(al_http_percent_decode(s, false), 0);
-    ck_assert_str_eq(s, "a b+c");
-    strcpy(s, "a%20b+c");
-    ck_assert_int_eq(al_http_percent_decode(s, true), 0);
-    ck_assert_str_eq(s, "a b c");
-    strcpy(s, "");
-    ck_assert_int_eq(al_http_percent_decode(s, true), 0);
-    ck_assert_str_eq(s, "");
-    const char *bad[] = {"%", "%2", "%G0", "x%0", "%00", "a%2g"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        strcpy(s, bad[i]);
-        ck_assert_msg(al_http_percent_decode(s, false) == -EINVAL, "%s", bad[i]);
-    }
     /* E2B list filters: the metadata parameter arrives encoded three times. */
     char v[128];
     ck_assert_int_eq(q("metadata=owner%3Dagent%252520x%26k%3Dv", "metadata", v, sizeof v), 0);
@@ -90,8 +76,12 @@ START_TEST(percent_decode_in_place)
     char part[64];
     ck_assert_int_eq(q(v, "owner", part, sizeof part), 0);
     ck_assert_str_eq(part, "agent%20x");
-    ck_assert_int_eq(al_http_percent_decode(part, false), 0);
+    ck_assert_int_eq(al_percent_decode(part, strlen(part), part, sizeof part, 0), 7);
     ck_assert_str_eq(part, "agent x");
+    /* The query's contract: an encoded NUL is a bad escape (-EINVAL), in a value or a key. */
+    ck_assert_int_eq(q("a=x%00y", "a", v, sizeof v), -EINVAL);
+    ck_assert_int_eq(q("a%00=1&a=2", "a", v, sizeof v), 0);
+    ck_assert_str_eq(v, "2");
 }
 END_TEST
 
@@ -232,7 +222,15 @@ START_TEST(targets_parse_with_clear_errors)
     ck_assert_int_eq(http__parse_target("h:12x", &t, msg, sizeof msg), -EINVAL);
     ck_assert_int_eq(http__parse_target("[::1:80", &t, msg, sizeof msg), -EINVAL);
     ck_assert_int_eq(http__parse_target("h:1/p", &t, msg, sizeof msg), -EINVAL);
-    ck_assert_int_eq(http__parse_target("https://h:1", &t, msg, sizeof msg), -EPROTONOSUPPORT);
+    ck_assert_int_eq(http__parse_target("https://h:1", &t, msg, sizeof msg), 0);
+    ck_assert(t.tls);
+    ck_assert_int_eq(t.port, 1);
+    ck_assert_int_eq(http__parse_target("https://reg.example/v2/", &t, msg, sizeof msg), 0);
+    ck_assert(t.tls);
+    ck_assert_int_eq(t.port, 443);
+    ck_assert_str_eq(t.hostport, "reg.example:443");
+    ck_assert_int_eq(http__parse_target("http://reg.example", &t, msg, sizeof msg), 0);
+    ck_assert(!t.tls);
     ck_assert_int_eq(http__parse_target("unix:", &t, msg, sizeof msg), -EINVAL);
     ck_assert_int_eq(http__parse_target("", &t, msg, sizeof msg), -EINVAL);
     ck_assert_int_eq(http__parse_target("h o:1", &t, msg, sizeof msg), -EINVAL);
@@ -270,6 +268,46 @@ START_TEST(hop_by_hop_fields_and_connection_options)
 }
 END_TEST
 
+START_TEST(request_fields_a_proxy_removes)
+{
+    const char v1[] = "keep-alive, X-Secret ,\tX-Other";
+    const char v2[] = "x-third";
+    const struct al_http_field f[] = {{"Connection", 10, v1, sizeof v1 - 1},
+                                      {"Host", 4, "a", 1},
+                                      {"CONNECTION", 10, v2, sizeof v2 - 1}};
+    const char *gone[] = {"Connection",
+                          "keep-alive",
+                          "Proxy-Connection",
+                          "TE",
+                          "transfer-encoding",
+                          "Trailer",
+                          "Upgrade",
+                          "Proxy-Authenticate",
+                          "Proxy-Authorization",
+                          "X-Secret",
+                          "x-other",
+                          "X-THIRD",
+                          "X-HTTP-Method-Override",
+                          "x-http-method",
+                          "X-Method-Override"};
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
+        ck_assert_msg(al_http_request_field_dropped(f, 3, gone[i], strlen(gone[i])),
+                      "%s should be removed", gone[i]);
+    const char *kept[] = {"Host",   "Content-Type", "Authorization",  "X-Secre",       "X-Secret-2",
+                          "Cookie", "keep",         "X-HTTP-Methods", "Content-Length"};
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++)
+        ck_assert_msg(!al_http_request_field_dropped(f, 3, kept[i], strlen(kept[i])),
+                      "%s should be forwarded", kept[i]);
+    /* Values are not NUL-terminated: a name is matched by its length only. */
+    ck_assert(!al_http_request_field_dropped(f, 3, "X-Secret-2", 10));
+    ck_assert(al_http_request_field_dropped(f, 3, "X-Secret-2", 8));
+    ck_assert(!al_http_request_field_dropped(f + 1, 1, "X-Secret", 8));
+    ck_assert(al_http_list_has(" a ,, b\t", 8, "b", 1));
+    ck_assert(!al_http_list_has("ab", 2, "a", 1));
+    ck_assert(!al_http_list_has("a", 1, "", 0));
+}
+END_TEST
+
 START_TEST(traffic_token_is_a_one_way_function_of_the_access_token)
 {
     char a[AL_HTTP_TRAFFIC_TOKEN_LEN + 1], b[AL_HTTP_TRAFFIC_TOKEN_LEN + 1],
@@ -285,6 +323,53 @@ START_TEST(traffic_token_is_a_one_way_function_of_the_access_token)
 }
 END_TEST
 
+/* The llhttp every component links is the strict build (cmake/llhttp.cmake): shapes the
+ * lenient build accepts are errors, each with the one reason every refusal path gives. */
+static llhttp_errno_t parse_request(const char *in)
+{
+    llhttp_settings_t st;
+    llhttp_settings_init(&st);
+    llhttp_t p;
+    llhttp_init(&p, HTTP_REQUEST, &st);
+    return llhttp_execute(&p, in, strlen(in));
+}
+
+START_TEST(linked_llhttp_is_strict_and_its_errors_mean_one_thing)
+{
+#define CHUNKED "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ck_assert_int_eq(parse_request(CHUNKED "1\r\nx\r\n0\r\n\r\n"), HPE_OK);
+    static const struct {
+        const char *in, *reason;
+    } bad[] = {
+        /* chunk data longer than its size (the lenient build skips two bytes, any two) */
+        {CHUNKED "1\r\nxy\r\n0\r\n\r\n", "invalid_line_ending"},
+        {CHUNKED "1\r\nx\n0\r\n\r\n", "invalid_line_ending"},
+        {CHUNKED "1\rx\r\n0\r\n\r\n", "invalid_line_ending"},
+        {"GET /a\tb HTTP/1.1\r\nHost: a\r\n\r\n", "invalid_target"},
+        {"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+         "data_after_close"},
+        {"GET / HTTP/1.1\r\nHost : a\r\n\r\n", "invalid_header"},
+        {"GET / HTTP/1.1\nHost: a\n\n", "invalid_header"},
+        {"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+         "ambiguous_framing"},
+        {"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n",
+         "ambiguous_framing"},
+    };
+#undef CHUNKED
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        llhttp_errno_t e = parse_request(bad[i].in);
+        ck_assert_msg(e != HPE_OK && e != HPE_PAUSED, "case %zu accepted (lenient llhttp?)", i);
+        int status = 0;
+        ck_assert_str_eq(al_http_parse_error_reason(e, &status), bad[i].reason);
+        ck_assert_int_eq(status, 400);
+    }
+    int status = 0;
+    ck_assert_str_eq(al_http_parse_error_reason(HPE_PAUSED_H2_UPGRADE, &status),
+                     "h2_prior_knowledge_refused");
+    ck_assert_int_eq(status, 403);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("http_util");
@@ -292,7 +377,7 @@ static Suite *suite(void)
     tcase_add_test(tc, query_finds_decodes_and_takes_the_first);
     tcase_add_test(tc, query_empty_and_missing_values);
     tcase_add_test(tc, query_bad_escapes_and_sizes);
-    tcase_add_test(tc, percent_decode_in_place);
+    tcase_add_test(tc, query_metadata_encoded_three_times);
     tcase_add_test(tc, status_texts);
     tcase_add_test(tc, scanner_finds_the_block_end_and_refuses_bad_lines);
     tcase_add_test(tc, scanner_state_survives_any_split);
@@ -301,7 +386,9 @@ static Suite *suite(void)
     tcase_add_test(tc, targets_parse_with_clear_errors);
     tcase_add_test(tc, error_body_is_escaped_json);
     tcase_add_test(tc, hop_by_hop_fields_and_connection_options);
+    tcase_add_test(tc, request_fields_a_proxy_removes);
     tcase_add_test(tc, traffic_token_is_a_one_way_function_of_the_access_token);
+    tcase_add_test(tc, linked_llhttp_is_strict_and_its_errors_mean_one_thing);
     suite_add_tcase(s, tc);
     return s;
 }

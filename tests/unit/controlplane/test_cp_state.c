@@ -15,6 +15,7 @@
 
 #include "al_test.h"
 #include "common/util.h"
+#include "controlplane/builds.h"
 #include "controlplane/cp.h"
 #include "controlplane/egressreg.h"
 #include "controlplane/ids.h"
@@ -281,7 +282,7 @@ START_TEST(proc_spawn_descriptors)
                         "[ $((0x$ign & 0x200)) -eq 0 ] || exit 9; "
                         "exec 2>/dev/full; exit 3",
                         NULL};
-        struct cp_spawn sp = {.path = "/bin/sh",
+        struct al_spawn sp = {.path = "/bin/sh",
                               .argv = argv,
                               .fds = {in[0], out[1], -1, extra[1]},
                               .nfds = 4,
@@ -290,7 +291,7 @@ START_TEST(proc_spawn_descriptors)
         pid_t pid = 0;
         int pidfd = -1;
         struct al_error err = {0};
-        ck_assert_msg(cp_proc_spawn(&sp, &pid, &pidfd, &err) == 0, "%s", err.msg);
+        ck_assert_msg(al_spawn(&sp, &pid, &pidfd, &err) == 0, "%s", err.msg);
         close(in[0]);
         close(out[1]);
         close(extra[1]);
@@ -318,12 +319,12 @@ START_TEST(proc_spawn_descriptors)
     /* An executable path that cannot be exec'd (a directory passes access(X_OK)). */
     char *argv[] = {"/tmp", NULL};
     for (int nowait = 0; nowait < 2; nowait++) {
-        struct cp_spawn sp = {
+        struct al_spawn sp = {
             .path = "/tmp", .argv = argv, .fds = {-1, -1, -1}, .nfds = 3, .no_wait_exec = nowait};
         pid_t pid;
         int pidfd = -1;
         struct al_error err = {0};
-        int rc = cp_proc_spawn(&sp, &pid, &pidfd, &err);
+        int rc = al_spawn(&sp, &pid, &pidfd, &err);
         if (nowait) {
             ck_assert_int_eq(rc, 0);
             ck_assert_int_eq(wait_pidfd(pidfd), 127);
@@ -334,10 +335,10 @@ START_TEST(proc_spawn_descriptors)
     }
     /* Not there at all: an error at once, either way. */
     char *argv2[] = {"/nonexistent/airlock-vmm", NULL};
-    struct cp_spawn sp = {.path = argv2[0], .argv = argv2, .nfds = 0, .no_wait_exec = true};
+    struct al_spawn sp = {.path = argv2[0], .argv = argv2, .nfds = 0, .no_wait_exec = true};
     pid_t pid;
     struct al_error err = {0};
-    ck_assert_int_eq(cp_proc_spawn(&sp, &pid, NULL, &err), -ENOENT);
+    ck_assert_int_eq(al_spawn(&sp, &pid, NULL, &err), -ENOENT);
     ck_assert_ptr_nonnull(strstr(err.msg, "/nonexistent/airlock-vmm"));
 }
 END_TEST
@@ -499,6 +500,236 @@ START_TEST(store_bad_rows_are_reported)
     ck_assert_int_eq(col.n, 1);
     ck_assert_int_eq(col.bad, 2);
     cp_store_close(s);
+}
+END_TEST
+
+/* Lifecycle events: filtered by sandbox and type, both orders, offset and limit; pruned by
+ * age and count; numbers never reused after pruning; a schema-1 database gains the table. */
+static int ev_collect(uint64_t seq, int type, const char *doc, void *arg)
+{
+    char *out = arg;
+    ck_assert_int_eq(type, doc[1] - '0'); /* the docs below name their type */
+    size_t n = strlen(out);
+    snprintf(out + n, 512 - n, "%s%llu:%s", n ? " " : "", (unsigned long long)seq, doc);
+    return 0;
+}
+
+static void ev_query(struct cp_store *s, const char *sb, uint64_t mask, uint64_t after,
+                     uint64_t limit, uint64_t offset, bool asc, char out[512])
+{
+    struct al_error err = {0};
+    out[0] = '\0';
+    struct cp_store_event_query q = {.sandbox_id = sb,
+                                     .type_mask = mask,
+                                     .after_seq = after,
+                                     .limit = limit,
+                                     .offset = offset,
+                                     .ascending = asc};
+    ck_assert_msg(cp_store_event_query(s, &q, ev_collect, out, &err) == 0, "%s", err.msg);
+}
+
+START_TEST(store_events)
+{
+    /* A database as schema 1 left it: no events table. */
+    char cmd[900];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import sqlite3; c=sqlite3.connect('%s'); c.execute('CREATE TABLE "
+             "meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)'); c.execute('PRAGMA "
+             "user_version=1'); c.commit()\"",
+             dbpath);
+    ck_assert_int_eq(system(cmd), 0);
+    struct cp_store *s;
+    struct al_error err = {0};
+    ck_assert_msg(cp_store_open(dbpath, &s, &err) == 0, "%s", err.msg);
+    uint64_t seq = 0;
+    /* type 0 = created, 1 = killed, 3 = paused */
+    ck_assert_int_eq(cp_store_event_add(s, "a", 0, 100, "a0", &seq, &err), 0);
+    ck_assert_uint_eq(seq, 1);
+    ck_assert_int_eq(cp_store_event_add(s, "b", 0, 200, "b0", &seq, &err), 0);
+    ck_assert_int_eq(cp_store_event_add(s, "a", 3, 300, "a3", &seq, &err), 0);
+    ck_assert_int_eq(cp_store_event_add(s, "a", 1, 400, "a1", &seq, &err), 0);
+    ck_assert_uint_eq(seq, 4);
+    char out[512];
+    ev_query(s, NULL, ~0ull, 0, 10, 0, true, out);
+    ck_assert_str_eq(out, "1:a0 2:b0 3:a3 4:a1");
+    ev_query(s, "a", ~0ull, 0, 10, 0, false, out);
+    ck_assert_str_eq(out, "4:a1 3:a3 1:a0");
+    ev_query(s, "a", 1u << 0 | 1u << 1, 0, 10, 0, true, out);
+    ck_assert_str_eq(out, "1:a0 4:a1");
+    ev_query(s, NULL, ~0ull, 0, 2, 1, true, out);
+    ck_assert_str_eq(out, "2:b0 3:a3");
+    ev_query(s, NULL, ~0ull, 2, 10, 0, true, out);
+    ck_assert_str_eq(out, "3:a3 4:a1");
+    ev_query(s, "nobody", ~0ull, 0, 10, 0, true, out);
+    ck_assert_str_eq(out, "");
+    uint64_t deleted = 0;
+    ck_assert_int_eq(cp_store_event_prune(s, 250, 0, &deleted, &err), 0);
+    ck_assert_uint_eq(deleted, 2);
+    ck_assert_int_eq(cp_store_event_prune(s, 0, 1, &deleted, &err), 0);
+    ck_assert_uint_eq(deleted, 1);
+    ev_query(s, NULL, ~0ull, 0, 10, 0, true, out);
+    ck_assert_str_eq(out, "4:a1");
+    ck_assert_int_eq(cp_store_event_prune(s, 1000, 0, &deleted, &err), 0);
+    ck_assert_int_eq(cp_store_event_add(s, "c", 0, 500, "c0", &seq, &err), 0);
+    ck_assert_uint_eq(seq, 5); /* not 1 again: a stream's Last-Event-ID stays meaningful */
+    cp_store_close(s);
+}
+END_TEST
+
+/* Templates and their builds (schema 3): a schema-2 database gains the tables; builds are
+ * listed newest first; a build's log is numbered in order and filtered by level; deleting a
+ * template takes its builds and their logs with it. */
+static int build_names(const struct cp_store_build *b, void *arg)
+{
+    char *out = arg;
+    size_t n = strlen(out);
+    snprintf(out + n, 256 - n, "%s%s:%s", n ? " " : "", b->id, b->status);
+    return 0;
+}
+
+static int log_lines(uint64_t n, uint64_t time_ns, int level, const char *step, const char *message,
+                     void *arg)
+{
+    char *out = arg;
+    size_t l = strlen(out);
+    snprintf(out + l, 256 - l, "%s%llu/%llu/%d/%s/%s", l ? " " : "", (unsigned long long)n,
+             (unsigned long long)time_ns, level, step ? step : "-", message);
+    return 0;
+}
+
+START_TEST(store_template_builds)
+{
+    char cmd[900];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import sqlite3; c=sqlite3.connect('%s'); c.execute('CREATE TABLE "
+             "meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)'); c.execute('PRAGMA "
+             "user_version=2'); c.commit()\"",
+             dbpath);
+    ck_assert_int_eq(system(cmd), 0);
+    struct cp_store *s;
+    struct al_error err = {0};
+    ck_assert_msg(cp_store_open(dbpath, &s, &err) == 0, "%s", err.msg);
+    json_t *doc = json_pack("{s:s}", "created_by", "key_1");
+    ck_assert_int_eq(cp_store_tpl_save(s, "t1", 10, doc, &err), 0);
+    json_object_set_new(doc, "updated_ns", json_integer(20));
+    ck_assert_int_eq(cp_store_tpl_save(s, "t1", 99, doc, &err), 0);
+    json_decref(doc);
+    uint64_t created = 0;
+    ck_assert_int_eq(cp_store_tpl_load(s, "t1", &created, &doc, &err), 0);
+    ck_assert_uint_eq(created, 10); /* kept from the first save */
+    ck_assert_int_eq(json_integer_value(json_object_get(doc, "updated_ns")), 20);
+    json_decref(doc);
+    ck_assert_int_eq(cp_store_tpl_load(s, "t2", &created, &doc, NULL), -ENOENT);
+
+    const char *ids[] = {"b-one", "b-two", "b-other"};
+    for (int i = 0; i < 3; i++) {
+        struct cp_store_build b = {.created_ns = 100 + (uint64_t)i, .doc = json_object()};
+        snprintf(b.id, sizeof b.id, "%s", ids[i]);
+        snprintf(b.template_id, sizeof b.template_id, "%s", i == 2 ? "t2" : "t1");
+        snprintf(b.status, sizeof b.status, "waiting");
+        ck_assert_int_eq(cp_store_build_save(s, &b, &err), 0);
+        cp_store_build_free(&b);
+    }
+    struct cp_store_build b;
+    ck_assert_int_eq(cp_store_build_load(s, "b-one", &b, &err), 0);
+    snprintf(b.status, sizeof b.status, "ready");
+    json_object_set_new(b.doc, "reason", json_string("r"));
+    ck_assert_int_eq(cp_store_build_save(s, &b, &err), 0);
+    cp_store_build_free(&b);
+    ck_assert_int_eq(cp_store_build_load(s, "b-one", &b, &err), 0);
+    ck_assert_str_eq(b.status, "ready");
+    ck_assert_str_eq(b.template_id, "t1");
+    ck_assert_uint_eq(b.created_ns, 100);
+    ck_assert_str_eq(json_string_value(json_object_get(b.doc, "reason")), "r");
+    cp_store_build_free(&b);
+    ck_assert_int_eq(cp_store_build_load(s, "b-none", &b, NULL), -ENOENT);
+    char out[256] = "";
+    ck_assert_int_eq(cp_store_build_foreach(s, "t1", build_names, out, &err), 0);
+    ck_assert_str_eq(out, "b-two:waiting b-one:ready");
+
+    ck_assert_int_eq(cp_store_build_log_add(s, "b-one", 5, 1, NULL, "first", &err), 0);
+    ck_assert_int_eq(cp_store_build_log_add(s, "b-one", 6, 0, "1", "second", &err), 0);
+    ck_assert_int_eq(cp_store_build_log_add(s, "b-one", 7, 3, "2", "third", &err), 0);
+    ck_assert_int_eq(cp_store_build_log_add(s, "b-other", 8, 1, NULL, "elsewhere", &err), 0);
+    out[0] = '\0';
+    ck_assert_int_eq(cp_store_build_log_query(s, "b-one", 0, 0, 10, log_lines, out, &err), 0);
+    ck_assert_str_eq(out, "0/5/1/-/first 1/6/0/1/second 2/7/3/2/third");
+    out[0] = '\0';
+    ck_assert_int_eq(cp_store_build_log_query(s, "b-one", 1, 1, 10, log_lines, out, &err), 0);
+    ck_assert_str_eq(out, "2/7/3/2/third");
+    out[0] = '\0';
+    ck_assert_int_eq(cp_store_build_log_query(s, "b-one", 0, 1, 1, log_lines, out, &err), 0);
+    ck_assert_str_eq(out, "1/6/0/1/second");
+
+    ck_assert_int_eq(cp_store_tpl_delete(s, "t1", &err), 0);
+    ck_assert_int_eq(cp_store_tpl_load(s, "t1", &created, &doc, NULL), -ENOENT);
+    ck_assert_int_eq(cp_store_build_load(s, "b-one", &b, NULL), -ENOENT);
+    out[0] = '\0';
+    ck_assert_int_eq(cp_store_build_log_query(s, "b-one", 0, 0, 10, log_lines, out, &err), 0);
+    ck_assert_str_eq(out, "");
+    /* Another template's build and log stay. */
+    ck_assert_int_eq(cp_store_build_load(s, "b-other", &b, &err), 0);
+    cp_store_build_free(&b);
+    ck_assert_int_eq(cp_store_build_log_query(s, "b-other", 0, 0, 10, log_lines, out, &err), 0);
+    ck_assert_str_eq(out, "0/8/1/-/elsewhere");
+    cp_store_close(s);
+}
+END_TEST
+
+/* At start, builds that had not ended when airlockd stopped become errors saying so, and
+ * the files they were making go; ended builds and templates stay as they are. */
+static int status_of(const struct cp_store_build *b, void *arg)
+{
+    char *out = arg;
+    size_t n = strlen(out);
+    const char *step =
+        json_string_value(json_object_get(json_object_get(b->doc, "reason"), "step"));
+    snprintf(out + n, 256 - n, "%s%s:%s:%s", n ? " " : "", b->id, b->status, step ? step : "-");
+    return 0;
+}
+
+START_TEST(builds_recover_after_a_stop)
+{
+    struct cp cp;
+    memset(&cp, 0, sizeof cp);
+    struct al_error err = {0};
+    ck_assert_int_eq(cp_store_open(dbpath, &cp.store, &err), 0);
+    snprintf(cp.cfg.templates_path, sizeof cp.cfg.templates_path, "%s/templates", tmpdir);
+    json_t *doc = json_object();
+    ck_assert_int_eq(cp_store_tpl_save(cp.store, "t1", 1, doc, &err), 0);
+    json_decref(doc);
+    const char *st[] = {"ready", "building", "waiting", "error"};
+    for (int i = 0; i < 4; i++) {
+        struct cp_store_build b = {.created_ns = 10 + (uint64_t)i, .doc = json_object()};
+        snprintf(b.id, sizeof b.id, "b%d", i);
+        snprintf(b.template_id, sizeof b.template_id, "t1");
+        snprintf(b.status, sizeof b.status, "%s", st[i]);
+        ck_assert_int_eq(cp_store_build_save(cp.store, &b, &err), 0);
+        cp_store_build_free(&b);
+    }
+    char half[400], keep[400], other[400];
+    snprintf(half, sizeof half, "%s/.t1.build-b1/rootfs/etc", cp.cfg.templates_path);
+    ck_assert_int_eq(al_mkdir_p(half, 0755), 0);
+    snprintf(half, sizeof half, "%s/.t1.build-b1", cp.cfg.templates_path);
+    snprintf(keep, sizeof keep, "%s/t1/rootfs", cp.cfg.templates_path);
+    ck_assert_int_eq(al_mkdir_p(keep, 0755), 0);
+    snprintf(other, sizeof other, "%s/.t1.prev-b0", cp.cfg.templates_path);
+    ck_assert_int_eq(al_mkdir_p(other, 0755), 0);
+    cp_builds_recover(&cp);
+    char out[256] = "";
+    ck_assert_int_eq(cp_store_build_foreach(cp.store, "t1", status_of, out, &err), 0);
+    ck_assert_str_eq(out, "b3:error:- b2:error:base b1:error:base b0:ready:-");
+    struct cp_store_build b;
+    ck_assert_int_eq(cp_store_build_load(cp.store, "b1", &b, &err), 0);
+    ck_assert_ptr_nonnull(
+        strstr(json_string_value(json_object_get(json_object_get(b.doc, "reason"), "message")),
+               "airlockd stopped while the build ran"));
+    cp_store_build_free(&b);
+    struct stat sb;
+    ck_assert_int_lt(stat(half, &sb), 0);
+    ck_assert_int_eq(stat(keep, &sb), 0);
+    ck_assert_int_eq(stat(other, &sb), 0);
+    cp_store_close(cp.store);
 }
 END_TEST
 
@@ -761,6 +992,9 @@ static Suite *suite(void)
     tcase_add_test(t, store_sandboxes);
     tcase_add_test(t, store_bad_rows_are_reported);
     tcase_add_test(t, store_newer_schema_refused);
+    tcase_add_test(t, store_template_builds);
+    tcase_add_test(t, builds_recover_after_a_stop);
+    tcase_add_test(t, store_events);
     tcase_add_test(t, store_survives_kill9);
     tcase_add_test(t, store_keys);
     tcase_add_test(t, store_checkpoints_off_the_caller);

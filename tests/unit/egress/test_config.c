@@ -91,16 +91,50 @@ START_TEST(dns_and_deny_limits)
     ck_assert_uint_eq(c.dns_rate, 200);
     ck_assert_uint_eq(c.dns_burst, 400);
     ck_assert_uint_eq(c.dns_inflight, 64);
-    ck_assert_uint_eq(c.deny_audit_rate, 20);
+    ck_assert_uint_eq(c.audit_allow_rate, 50);
+    ck_assert_uint_eq(c.audit_allow_burst, 200);
+    ck_assert_uint_eq(c.audit_deny_rate, 100);
+    ck_assert_uint_eq(c.audit_deny_burst, 400);
+    ck_assert_uint_eq(c.audit_aggregate_ms, 1000);
     /* The burst follows the rate unless given, in either order. */
     ck_assert_int_eq(parse(&c, &err, 2, "--dns-rate", "50"), 0);
     ck_assert_uint_eq(c.dns_burst, 100);
     ck_assert_int_eq(parse(&c, &err, 4, "--dns-burst", "7", "--dns-rate", "50"), 0);
     ck_assert_uint_eq(c.dns_rate, 50);
     ck_assert_uint_eq(c.dns_burst, 7);
-    ck_assert_int_eq(parse(&c, &err, 4, "--dns-inflight", "8", "--deny-audit-rate", "0"), 0);
+    ck_assert_int_eq(parse(&c, &err, 4, "--dns-inflight", "8", "--audit-deny-rate", "0"), 0);
     ck_assert_uint_eq(c.dns_inflight, 8);
-    ck_assert_uint_eq(c.deny_audit_rate, 0);
+    ck_assert_uint_eq(c.audit_deny_rate, 0);
+    /* Audit budgets: the burst follows the rate (four times) unless given. */
+    ck_assert_int_eq(parse(&c, &err, 4, "--audit-allow-rate", "10", "--audit-deny-rate", "30"), 0);
+    ck_assert_uint_eq(c.audit_allow_burst, 40);
+    ck_assert_uint_eq(c.audit_deny_burst, 120);
+    ck_assert_int_eq(parse(&c, &err, 4, "--audit-allow-burst", "3", "--audit-allow-rate", "10"), 0);
+    ck_assert_uint_eq(c.audit_allow_burst, 3);
+    ck_assert_int_eq(parse(&c, &err, 2, "--audit-aggregate-interval", "10s"), 0);
+    ck_assert_uint_eq(c.audit_aggregate_ms, 10000);
+    ck_assert_int_lt(parse(&c, &err, 2, "--audit-aggregate-interval", "100ms"), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "between 1s and 1h"));
+    ck_assert_int_lt(parse(&c, &err, 2, "--deny-audit-rate", "5"), 0);
+    /* Rotation and retention: defaults bound the disk; 0 turns a retention rule off. */
+    ck_assert_int_eq(parse(&c, &err, 0), 0);
+    ck_assert_uint_eq(c.audit_rotate_bytes, 64ull << 20);
+    ck_assert_uint_eq(c.audit_rotate_ms, 86400000ull);
+    ck_assert_uint_eq(c.audit_retain_bytes, 4ull << 30);
+    ck_assert_uint_eq(c.audit_retain_ms, 90ull * 86400000ull);
+    ck_assert_uint_eq(c.audit_retain_files, 0);
+    ck_assert_int_eq(parse(&c, &err, 8, "--audit-rotate-size", "1MiB", "--audit-retain-size", "0",
+                           "--audit-retain-age", "30d", "--audit-retain-files", "10"),
+                     0);
+    ck_assert_uint_eq(c.audit_rotate_bytes, 1ull << 20);
+    ck_assert_uint_eq(c.audit_retain_bytes, 0);
+    ck_assert_uint_eq(c.audit_retain_ms, 30ull * 86400000ull);
+    ck_assert_uint_eq(c.audit_retain_files, 10);
+    ck_assert_int_lt(parse(&c, &err, 2, "--audit-retain-files", "1"), 0);
+    ck_assert_int_lt(parse(&c, &err, 2, "--audit-rotate-size", "100"), 0);
+    ck_assert_int_lt(parse(&c, &err, 2, "--audit-retain-age", "soon"), 0);
+    ck_assert_int_lt(parse(&c, &err, 2, "--audit-retain-size", "100MiB"), 0);
+    ck_assert_ptr_nonnull(strstr(err.msg, "less than twice --audit-rotate-size"));
     ck_assert_int_lt(parse(&c, &err, 2, "--dns-inflight", "0"), 0);
     ck_assert_int_lt(parse(&c, &err, 2, "--dns-rate", "many"), 0);
     ck_assert_ptr_nonnull(strstr(err.msg, "--dns-rate"));

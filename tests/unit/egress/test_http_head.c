@@ -276,6 +276,33 @@ START_TEST(serializes_for_the_upstream)
 }
 END_TEST
 
+/* RFC 9110 7.6.1: every Connection field's options go, not only the first field's; the
+ * method-override fields never reach the upstream (it would run another method than the
+ * one decided). */
+START_TEST(serializes_without_connection_options_and_overrides)
+{
+    struct th t;
+    th_parse(&t,
+             "POST /x HTTP/1.1\r\nHost: a.test\r\nConnection: keep-alive\r\nX-A: 1\r\n"
+             "connection: X-Secret-Token , x-b\r\nX-Secret-Token: s3cr3t\r\nX-B: 2\r\n"
+             "X-HTTP-Method-Override: DELETE\r\nx-http-method: PUT\r\nX-Method-Override: "
+             "PATCH\r\nContent-Length: 0\r\nAccept: */*\r\n\r\n",
+             8192, false);
+    ck_assert(t.complete);
+    struct egress_http_request r;
+    int st;
+    const char *why = NULL;
+    ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, 80, &r, &st, &why), 0);
+    struct al_buf out;
+    al_buf_init(&out, 0);
+    ck_assert_int_eq(egress_http_serialize_request(&t.h, &r, &out), 0);
+    ck_assert_str_eq(out.data, "POST /x HTTP/1.1\r\nHost: a.test\r\nX-A: 1\r\nAccept: */*\r\n"
+                               "Content-Length: 0\r\n\r\n");
+    al_buf_free(&out);
+    egress_http_head_free(&t.h);
+}
+END_TEST
+
 START_TEST(json_answers)
 {
     struct al_buf b;
@@ -311,6 +338,7 @@ static Suite *suite(void)
     tcase_add_test(t, refuses_with_reasons);
     tcase_add_test(t, strict_parser_refuses_smuggling);
     tcase_add_test(t, serializes_for_the_upstream);
+    tcase_add_test(t, serializes_without_connection_options_and_overrides);
     tcase_add_test(t, json_answers);
     suite_add_tcase(s, t);
     return s;

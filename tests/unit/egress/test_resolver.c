@@ -1,7 +1,8 @@
 /* tests/unit/egress/test_resolver: the proxy's resolver against a fake upstream on
- * 127.0.0.1 (UDP and TCP): answers, TTL clamps, the shared cache, merging of concurrent
+ * 127.0.0.1 (UDP and TCP): answers, TTL clamps, the cache, merging of concurrent
  * questions, negative answers, timeouts with one retry, TCP after a truncated answer,
- * spoofed answers ignored, cancellation. */
+ * spoofed answers ignored, cancellation; and caches partitioned per sandbox (neither a hit
+ * nor a merged question crosses from one cache to another). */
 #include "al_test.h"
 #include "egress/resolver.h"
 
@@ -153,7 +154,7 @@ static void fake_tcp_conn(uv_stream_t *srv, int status)
 }
 
 static struct egress_config C;
-static struct egress_rcache *Cache;
+static struct egress_rcache *Cache, *Other; /* two sandboxes' caches */
 static struct egress_resolver *R;
 
 static void setup(void)
@@ -190,7 +191,8 @@ static void setup(void)
     *r = a;
     C.have_resolver = true;
     ck_assert_int_eq(egress_rcache_new(&C, &Cache), 0);
-    ck_assert_int_eq(egress_resolver_new(&L, &C, Cache, &R), 0);
+    ck_assert_int_eq(egress_rcache_new(&C, &Other), 0);
+    ck_assert_int_eq(egress_resolver_new(&L, &C, &R), 0);
 }
 
 static void teardown(void)
@@ -202,7 +204,8 @@ static void teardown(void)
         uv_close((uv_handle_t *)&F.client, NULL);
     uv_run(&L, UV_RUN_DEFAULT);
     ck_assert_int_eq(uv_loop_close(&L), 0);
-    egress_rcache_free(Cache);
+    egress_rcache_unref(Cache);
+    egress_rcache_unref(Other);
 }
 
 struct waiter {
@@ -222,11 +225,12 @@ static void on_res(struct egress_resolve_req *req, const struct egress_resolutio
 }
 
 /* Resolves and runs the loop until the answer (or 5 s). Returns 1 if it was immediate. */
-static int resolve(struct waiter *w, const char *name, uint16_t type)
+static int resolve_in(struct egress_rcache *cache, struct waiter *w, const char *name,
+                      uint16_t type)
 {
     memset(w, 0, sizeof *w);
     w->req.cb = on_res;
-    int rc = egress_resolve(R, name, type, &w->req, &w->res);
+    int rc = egress_resolve(R, cache, name, type, &w->req, &w->res);
     if (rc == 1)
         return 1;
     pending++;
@@ -234,6 +238,27 @@ static int resolve(struct waiter *w, const char *name, uint16_t type)
         uv_run(&L, UV_RUN_ONCE);
     ck_assert_int_eq(pending, 0);
     return 0;
+}
+
+static int resolve(struct waiter *w, const char *name, uint16_t type)
+{
+    return resolve_in(Cache, w, name, type);
+}
+
+/* Two questions for name (type A) at once, a through cache ca and b through cb, neither
+ * answered at once; runs the loop until both are answered. */
+static void resolve_pair(struct egress_rcache *ca, struct waiter *a, struct egress_rcache *cb,
+                         struct waiter *b, const char *name)
+{
+    memset(a, 0, sizeof *a);
+    memset(b, 0, sizeof *b);
+    a->req.cb = b->req.cb = on_res;
+    ck_assert_int_eq(egress_resolve(R, ca, name, DNS_T_A, &a->req, &a->res), 0);
+    ck_assert_int_eq(egress_resolve(R, cb, name, DNS_T_A, &b->req, &b->res), 0);
+    pending = 2;
+    for (int i = 0; i < 500 && pending; i++)
+        uv_run(&L, UV_RUN_ONCE);
+    ck_assert_int_eq(pending, 0);
 }
 
 START_TEST(answers_and_cache)
@@ -261,17 +286,40 @@ END_TEST
 START_TEST(concurrent_questions_merge)
 {
     struct waiter a, b;
-    memset(&a, 0, sizeof a);
-    memset(&b, 0, sizeof b);
-    a.req.cb = b.req.cb = on_res;
-    ck_assert_int_eq(egress_resolve(R, "ok.test", DNS_T_A, &a.req, &a.res), 0);
-    ck_assert_int_eq(egress_resolve(R, "ok.test", DNS_T_A, &b.req, &b.res), 0);
-    pending = 2;
-    for (int i = 0; i < 500 && pending; i++)
-        uv_run(&L, UV_RUN_ONCE);
+    resolve_pair(Cache, &a, Cache, &b, "ok.test");
     ck_assert_int_eq(a.calls, 1);
     ck_assert_int_eq(b.calls, 1);
     ck_assert_int_eq(F.queries[N_OK], 1);
+}
+END_TEST
+
+/* What one sandbox asked changes nothing in what another gets: its first answer is the
+ * upstream's, fresh (the same TTL, not the other's remaining one), and questions in flight
+ * at once are asked once per cache. */
+START_TEST(caches_are_partitioned)
+{
+    struct waiter a, b;
+    ck_assert_int_eq(resolve_in(Cache, &a, "ok.test", DNS_T_A), 0);
+    /* a hit tells its age: the remaining TTL, whole seconds rounded down */
+    ck_assert_int_eq(resolve_in(Cache, &b, "ok.test", DNS_T_A), 1);
+    ck_assert(b.res.from_cache);
+    ck_assert_uint_lt(b.res.ttl, a.res.ttl);
+    /* the other sandbox: asked upstream itself, answered exactly as the first was at first */
+    ck_assert_int_eq(resolve_in(Other, &b, "ok.test", DNS_T_A), 0);
+    ck_assert(!b.res.from_cache);
+    ck_assert_uint_eq(b.res.ttl, a.res.ttl);
+    ck_assert_uint_eq(b.res.n, a.res.n);
+    ck_assert(memcmp(b.res.ips, a.res.ips, sizeof a.res.ips) == 0);
+    ck_assert_int_eq(F.queries[N_OK], 2);
+    /* in flight at once: one question per cache, never merged across */
+    resolve_pair(Cache, &a, Other, &b, "high.test");
+    ck_assert_int_eq(F.queries[N_HIGH], 2);
+    ck_assert(!a.res.from_cache && !b.res.from_cache);
+    /* without a cache: never cached, never merged */
+    resolve_pair(NULL, &a, NULL, &b, "low.test");
+    ck_assert_int_eq(F.queries[N_LOW], 2);
+    ck_assert_int_eq(resolve_in(NULL, &a, "low.test", DNS_T_A), 0);
+    ck_assert_int_eq(F.queries[N_LOW], 3);
 }
 END_TEST
 
@@ -318,7 +366,7 @@ START_TEST(cancel)
     struct waiter w;
     memset(&w, 0, sizeof w);
     w.req.cb = on_res;
-    ck_assert_int_eq(egress_resolve(R, "ok.test", DNS_T_A, &w.req, &w.res), 0);
+    ck_assert_int_eq(egress_resolve(R, Cache, "ok.test", DNS_T_A, &w.req, &w.res), 0);
     egress_resolve_cancel(&w.req);
     for (int i = 0; i < 20; i++)
         uv_run(&L, UV_RUN_NOWAIT);
@@ -337,6 +385,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, answers_and_cache);
     tcase_add_test(t, concurrent_questions_merge);
+    tcase_add_test(t, caches_are_partitioned);
     tcase_add_test(t, negative_and_failures);
     tcase_add_test(t, truncated_goes_tcp_and_spoof_is_ignored);
     tcase_add_test(t, cancel);

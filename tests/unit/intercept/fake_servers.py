@@ -14,9 +14,18 @@ interception tests (loopback and unix sockets only).
         /echo-gzip       200, the headers as gzip JSON (Content-Encoding: gzip)
         /echo-chunked    200, the headers as JSON, chunked
         /echo-br         200, Content-Encoding: br (bytes nobody can inspect)
+        /echo-gzip-twice 200, two Content-Encoding: gzip fields, the JSON gzipped twice
+        /echo-gzip-list  200, Content-Encoding: gzip, gzip (one field), gzipped twice
+        /echo-identity-gzip  200, Content-Encoding: identity and then gzip (two fields)
+        /echo-te-gzip    200, Transfer-Encoding: gzip, chunked (a transfer coding)
+        /echo-gzip-br    200, Content-Encoding: gzip and br (two fields)
+        /echo-te-br      200, Transfer-Encoding: br, chunked
+        /echo-trailer    200, chunked, the injected header echoed in a trailer field
+        /echo-103        103 Early Hints with the injected header in a Link field, then /echo
         /redirect        302 to https://evil.test/steal
         /big?n=N         200, N bytes of 'x'
         /ws              101 to websocket, then echoes bytes
+        /ws-deflate      the same, accepting permessage-deflate whether offered or not
       Every request is logged to stdout as JSON {"path","headers","accept_encoding"}.
   vault --socket S --secret NAME=VALUE[@HOST] ...
       POST /v1/fetch and GET /v1/changes (immediate answers) as airlock-vault.
@@ -57,6 +66,12 @@ def upstream(a):
                 self.end_headers()
                 self.wfile.write(body)
 
+        def send_coded(self, body, fields):
+            """Raw head with the given (name, value) fields, then body chunked."""
+            head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            head += "".join("%s: %s\r\n" % f for f in fields) + "\r\n"
+            self.wfile.write(head.encode() + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+
         def handle_any(self):
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n) if n else b""
@@ -66,6 +81,7 @@ def upstream(a):
             path = self.path.split("?")[0]
             js = json.dumps({"headers": hdrs, "body": body.decode(errors="replace")}).encode()
             auth = self.headers.get("Authorization", "")
+            echoed = (auth or self.headers.get("X-Token", "")).encode()  # what the proxy injected
             if path == "/user":
                 ok = auth in ("Bearer " + a.token, "token " + a.token)
                 self.send(200 if ok else 401,
@@ -78,6 +94,9 @@ def upstream(a):
                 self.send(200 if ok else 401, json.dumps({"ok": ok}).encode())
             elif path == "/echo":
                 self.send(200, js)
+            elif path == "/conn-named":
+                self.send(200, b"{}", extra={"Connection": "X-Hop, keep-alive", "X-Hop": "1",
+                                             "X-Kept": "1"})
             elif path == "/echo-header":
                 self.send(200, b"{}", extra={"X-Echo": auth})
             elif path == "/echo-b64":
@@ -88,15 +107,40 @@ def upstream(a):
                 self.send(200, js, chunked=True)
             elif path == "/echo-br":
                 self.send(200, os.urandom(64), extra={"Content-Encoding": "br"})
+            elif path == "/echo-gzip-twice":
+                self.send(200, gzip.compress(gzip.compress(js)),
+                          extra={"Content-Encoding": "gzip", "content-encoding": "gzip"})
+            elif path == "/echo-gzip-list":
+                self.send(200, gzip.compress(gzip.compress(js)), extra={"Content-Encoding": "gzip, gzip"})
+            elif path == "/echo-identity-gzip":
+                self.send(200, gzip.compress(js),
+                          extra={"Content-Encoding": "identity", "content-encoding": "gzip"})
+            elif path == "/echo-te-gzip":
+                self.send_coded(gzip.compress(js), [("Transfer-Encoding", "gzip, chunked")])
+            elif path == "/echo-gzip-br":
+                self.send(200, os.urandom(64),
+                          extra={"Content-Encoding": "gzip", "content-encoding": "br"})
+            elif path == "/echo-te-br":
+                self.send_coded(os.urandom(64), [("Transfer-Encoding", "br, chunked")])
+            elif path == "/echo-trailer":
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Trailer: X-Echo\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                 b"%x\r\n%s\r\n0\r\nX-Echo: %s\r\n\r\n" % (len(js), js, echoed))
+            elif path == "/echo-103":
+                self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </%s>; rel=preload\r\n\r\n"
+                                 % echoed.replace(b" ", b"%20"))
+                self.send(200, js)
             elif path == "/redirect":
                 self.send(302, b"", extra={"Location": "https://evil.test/steal"})
             elif path == "/big":
                 n = int(self.path.split("n=")[1]) if "n=" in self.path else 1000
                 self.send(200, b"x" * n, ctype="application/octet-stream")
-            elif path == "/ws":
+            elif path in ("/ws", "/ws-deflate"):
                 self.send_response(101)
                 self.send_header("Upgrade", "websocket")
                 self.send_header("Connection", "Upgrade")
+                if path == "/ws-deflate":
+                    self.send_header("Sec-WebSocket-Extensions", "permessage-deflate")
                 self.end_headers()
                 self.wfile.flush()
                 while True:

@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!request)
         return 0;
     /* Split into request line and headers as the engine's parser would. */
-    struct intercept_hdr hdrs[64];
+    struct al_http_field hdrs[64];
     size_t nh = 0;
     const char *line = h, *end = h + n;
     const char *method = NULL, *target = NULL;
@@ -57,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const char *v = colon + 1;
             while (v < cr && (*v == ' ' || *v == '\t'))
                 v++;
-            hdrs[nh++] = (struct intercept_hdr){line, (size_t)(colon - line), v, (size_t)(cr - v)};
+            hdrs[nh++] = (struct al_http_field){line, (size_t)(colon - line), v, (size_t)(cr - v)};
         }
         line = cr + 2;
     }

@@ -75,10 +75,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(ref);
 
     /* The decoders on arbitrary bytes. */
-    const char *ce = (seed & 1) ? "gzip" : "deflate";
+    struct al_http_field ce = {"Content-Encoding", 16, (seed & 1) ? "gzip" : "deflate",
+                               (seed & 1) ? 4 : 7};
+    struct intercept_codings c;
+    intercept_codings_of(&ce, 1, &c);
     struct intercept_body b;
     const char *reason = NULL;
-    if (intercept_body_start(&b, ms, 2, ce, POLICY_SCRUB_STRICT, 1 << 16, &reason) == 0) {
+    if (intercept_body_start(&b, ms, 2, &c, POLICY_SCRUB_STRICT, 1 << 16, &reason) == 0) {
         struct al_buf o2 = AL_BUF_INIT;
         size_t half = blen / 2;
         if (intercept_body_feed(&b, body, half, &o2, &reason) == 0 &&

@@ -93,7 +93,7 @@ static struct policy_decision decide(const char *host, const char *method, const
     }
 
 static int check(const char *sni, const char *method, const char *target,
-                 const struct intercept_hdr *h, size_t n, struct intercept_req_info *info,
+                 const struct al_http_field *h, size_t n, struct intercept_req_info *info,
                  const char **reason)
 {
     struct intercept_conn_view c = {.tls = sni != NULL, .sni = sni, .port = 443};
@@ -107,27 +107,27 @@ START_TEST(host_must_be_sni)
 {
     struct intercept_req_info info;
     const char *reason;
-    struct intercept_hdr ok[] = {H("Host", "api.github.test")};
+    struct al_http_field ok[] = {H("Host", "api.github.test")};
     ck_assert_int_eq(check("api.github.test", "GET", "/user", ok, 1, &info, &reason), 0);
     ck_assert_str_eq(info.host.text, "api.github.test");
     ck_assert_int_eq((int)info.path_len, 5);
-    struct intercept_hdr port[] = {H("Host", "API.GitHub.test.:443")};
+    struct al_http_field port[] = {H("Host", "API.GitHub.test.:443")};
     ck_assert_int_eq(check("api.github.test", "GET", "/", port, 1, &info, &reason), 0);
-    struct intercept_hdr other[] = {H("Host", "evil.test")};
+    struct al_http_field other[] = {H("Host", "evil.test")};
     ck_assert_int_eq(check("api.github.test", "GET", "/", other, 1, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "host_sni_mismatch");
-    struct intercept_hdr badport[] = {H("Host", "api.github.test:8443")};
+    struct al_http_field badport[] = {H("Host", "api.github.test:8443")};
     ck_assert_int_eq(check("api.github.test", "GET", "/", badport, 1, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "host_port_mismatch");
-    struct intercept_hdr two[] = {H("Host", "api.github.test"), H("host", "evil.test")};
+    struct al_http_field two[] = {H("Host", "api.github.test"), H("host", "evil.test")};
     ck_assert_int_eq(check("api.github.test", "GET", "/", two, 2, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "duplicate_host");
     ck_assert_int_eq(check("api.github.test", "GET", "/", NULL, 0, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "missing_host");
-    struct intercept_hdr ui[] = {H("Host", "api.github.test@evil.test")};
+    struct al_http_field ui[] = {H("Host", "api.github.test@evil.test")};
     ck_assert_int_eq(check("api.github.test", "GET", "/", ui, 1, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "invalid_host");
-    struct intercept_hdr ip[] = {H("Host", "203.0.113.7")};
+    struct al_http_field ip[] = {H("Host", "203.0.113.7")};
     ck_assert_int_eq(check("api.github.test", "GET", "/", ip, 1, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "host_sni_mismatch");
     /* Absolute form: the authority must be the Host. */
@@ -145,7 +145,7 @@ START_TEST(host_must_be_sni)
         check("api.github.test", "GET", "https://api.github.test", ok, 1, &info, &reason), 0);
     ck_assert_int_eq((int)info.path_len, 1);
     /* Plain HTTP: no SNI to compare. */
-    struct intercept_hdr pl[] = {H("Host", "plain.test")};
+    struct al_http_field pl[] = {H("Host", "plain.test")};
     ck_assert_int_eq(check(NULL, "GET", "/", pl, 1, &info, &reason), 0);
 }
 END_TEST
@@ -154,24 +154,24 @@ START_TEST(relays_and_http2_refused)
 {
     struct intercept_req_info info;
     const char *reason;
-    struct intercept_hdr ok[] = {H("Host", "api.github.test")};
+    struct al_http_field ok[] = {H("Host", "api.github.test")};
     ck_assert_int_eq(check("api.github.test", "CONNECT", "evil.test:443", ok, 1, &info, &reason),
                      -EPERM);
     ck_assert_str_eq(reason, "connect_in_tunnel");
     ck_assert_int_eq(check("api.github.test", "PRI", "*", ok, 1, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "h2_prior_knowledge_refused");
-    struct intercept_hdr h2c[] = {H("Host", "api.github.test"),
+    struct al_http_field h2c[] = {H("Host", "api.github.test"),
                                   H("Connection", "Upgrade, HTTP2-Settings"), H("Upgrade", "h2c"),
                                   H("HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA")};
     ck_assert_int_eq(check("api.github.test", "GET", "/", h2c, 4, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "h2c_upgrade_refused");
-    struct intercept_hdr h2c2[] = {H("Host", "api.github.test"), H("Upgrade", "websocket, H2C")};
+    struct al_http_field h2c2[] = {H("Host", "api.github.test"), H("Upgrade", "websocket, H2C")};
     ck_assert_int_eq(check("api.github.test", "GET", "/", h2c2, 2, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "h2c_upgrade_refused");
-    struct intercept_hdr other[] = {H("Host", "api.github.test"), H("Upgrade", "TLS/1.2")};
+    struct al_http_field other[] = {H("Host", "api.github.test"), H("Upgrade", "TLS/1.2")};
     ck_assert_int_eq(check("api.github.test", "GET", "/", other, 2, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "upgrade_not_allowed");
-    struct intercept_hdr ws[] = {H("Host", "api.github.test"), H("Upgrade", "WebSocket")};
+    struct al_http_field ws[] = {H("Host", "api.github.test"), H("Upgrade", "WebSocket")};
     ck_assert_int_eq(check("api.github.test", "GET", "/", ws, 2, &info, &reason), 0);
     ck_assert(info.websocket);
 }
@@ -215,7 +215,7 @@ struct run {
     int rc;
 };
 
-static void apply(struct run *r, const char *sni, const char *host, const struct intercept_hdr *h,
+static void apply(struct run *r, const char *sni, const char *host, const struct al_http_field *h,
                   size_t n, const char *target, const struct policy_decision *d,
                   struct intercept_secret **sec, size_t ns, const struct intercept_placeholders *ph)
 {
@@ -251,7 +251,7 @@ START_TEST(replace_mode)
     ck_assert_uint_eq(intercept_inject_secrets(&d, names, 4), 1);
     ck_assert_str_eq(names[0], "github/token");
     struct intercept_secret *s = gh_secret("api.github.test");
-    struct intercept_hdr h[] = {H("Host", "api.github.test"),
+    struct al_http_field h[] = {H("Host", "api.github.test"),
                                 H("authorization", "Bearer sandbox-own-token"), H("Accept", "*/*"),
                                 H("Proxy-Authorization", "Basic eDp5"),
                                 H("Authorization", "second copy")};
@@ -282,7 +282,7 @@ END_TEST
 START_TEST(gates_refuse)
 {
     struct policy_decision d = decide("api.github.test", "GET", "/user", true);
-    struct intercept_hdr h[] = {H("Host", "api.github.test"), H("Authorization", "Bearer mine")};
+    struct al_http_field h[] = {H("Host", "api.github.test"), H("Authorization", "Bearer mine")};
     struct run r;
     /* bound hosts */
     struct intercept_secret *other = gh_secret("other.test");
@@ -322,7 +322,7 @@ START_TEST(gates_refuse)
     struct policy_decision dp = decide("plain.test", "GET", "/", false);
     ck_assert_int_eq(dp.n_inject, 1);
     struct intercept_secret *any = gh_secret(NULL);
-    struct intercept_hdr hp[] = {H("Host", "plain.test"), H("x-token", "mine")};
+    struct al_http_field hp[] = {H("Host", "plain.test"), H("x-token", "mine")};
     apply(&r, NULL, "plain.test", hp, 2, "/", &dp, &any, 1, NULL);
     ck_assert_int_eq(r.rc, 0);
     ck_assert_str_eq(added(&r, "X-Token"), TOKEN);
@@ -339,7 +339,7 @@ START_TEST(report_mode_never_injects)
     ck_assert_int_eq(d.verdict, POLICY_ALLOW);
     ck_assert(d.would_deny);
     struct intercept_secret *s = gh_secret(NULL);
-    struct intercept_hdr h[] = {H("Host", "rep.test"), H("Authorization", "Bearer mine")};
+    struct al_http_field h[] = {H("Host", "rep.test"), H("Authorization", "Bearer mine")};
     struct run r;
     apply(&r, "rep.test", "rep.test", h, 2, "/x", &d, &s, 1, NULL);
     ck_assert_int_eq(r.rc, 0);
@@ -406,7 +406,7 @@ START_TEST(placeholder_swap)
     struct policy_decision d = decide("svc.test", "GET", "/v1/items", true);
     char hv[128];
     snprintf(hv, sizeof hv, "Bearer %s", pv);
-    struct intercept_hdr h[] = {{"Host", 4, "svc.test", 8}, {"X-Api-Key", 9, hv, strlen(hv)}};
+    struct al_http_field h[] = {{"Host", 4, "svc.test", 8}, {"X-Api-Key", 9, hv, strlen(hv)}};
     struct run r;
     apply(&r, "svc.test", "svc.test", h, 2, "/v1/items", &d, &s, 1, ph);
     ck_assert_int_eq(r.rc, 0);
@@ -423,7 +423,7 @@ START_TEST(placeholder_swap)
     sodium_bin2base64(b64, sizeof b64, (unsigned char *)up, strlen(up),
                       sodium_base64_VARIANT_ORIGINAL);
     snprintf(basic, sizeof basic, "Basic %s", b64);
-    struct intercept_hdr hb[] = {{"Host", 4, "svc.test", 8},
+    struct al_http_field hb[] = {{"Host", 4, "svc.test", 8},
                                  {"x-api-key", 9, basic, strlen(basic)}};
     apply(&r, "svc.test", "svc.test", hb, 2, "/", &d, &s, 1, ph);
     ck_assert_int_eq(r.rc, 0);
@@ -441,7 +441,7 @@ START_TEST(placeholder_swap)
     intercept_inject_edit_free(&r.e);
 
     /* The header without the placeholder: removed, nothing injected. */
-    struct intercept_hdr hn[] = {H("Host", "svc.test"), H("X-Api-Key", "sandbox-own-key")};
+    struct al_http_field hn[] = {H("Host", "svc.test"), H("X-Api-Key", "sandbox-own-key")};
     apply(&r, "svc.test", "svc.test", hn, 2, "/", &d, &s, 1, ph);
     ck_assert_int_eq(r.rc, 0);
     ck_assert_uint_eq(r.e.n_add, 0);
@@ -466,7 +466,7 @@ START_TEST(placeholder_misuse_refused)
     /* in the target (query string) */
     snprintf(target, sizeof target, "/v1/items?key=%s", pv);
     struct policy_decision d = decide("svc.test", "GET", "/v1/items", true);
-    struct intercept_hdr h[] = {H("Host", "svc.test")};
+    struct al_http_field h[] = {H("Host", "svc.test")};
     apply(&r, "svc.test", "svc.test", h, 1, target, &d, &s, 1, ph);
     ck_assert_int_eq(r.rc, -EPERM);
     ck_assert_str_eq(r.reason, "placeholder_misuse");
@@ -475,7 +475,7 @@ START_TEST(placeholder_misuse_refused)
     ck_assert_str_eq(r.e.misuse_secret, "service/key");
     intercept_inject_edit_free(&r.e);
     /* in another header */
-    struct intercept_hdr h2[] = {{"Host", 4, "svc.test", 8}, {"X-Other", 7, pv, strlen(pv)}};
+    struct al_http_field h2[] = {{"Host", 4, "svc.test", 8}, {"X-Other", 7, pv, strlen(pv)}};
     apply(&r, "svc.test", "svc.test", h2, 2, "/", &d, &s, 1, ph);
     ck_assert_str_eq(r.reason, "placeholder_misuse");
     ck_assert_str_eq(r.e.misuse_where, "X-Other");
@@ -485,13 +485,13 @@ START_TEST(placeholder_misuse_refused)
     sodium_bin2base64(b64, sizeof b64, (const unsigned char *)pv, strlen(pv),
                       sodium_base64_VARIANT_URLSAFE);
     struct policy_decision de = decide("echo.test", "POST", "/post", true);
-    struct intercept_hdr h3[] = {{"Host", 4, "echo.test", 9}, {"Cookie", 6, b64, strlen(b64)}};
+    struct al_http_field h3[] = {{"Host", 4, "echo.test", 9}, {"Cookie", 6, b64, strlen(b64)}};
     apply(&r, "echo.test", "echo.test", h3, 2, "/post", &de, NULL, 0, ph);
     ck_assert_str_eq(r.reason, "placeholder_misuse");
     intercept_inject_edit_free(&r.e);
     /* in the header of another rule's replace-mode entry */
     struct policy_decision dg = decide("api.github.test", "GET", "/", true);
-    struct intercept_hdr h4[] = {{"Host", 4, "api.github.test", 15},
+    struct al_http_field h4[] = {{"Host", 4, "api.github.test", 15},
                                  {"Authorization", 13, pv, strlen(pv)}};
     apply(&r, "api.github.test", "api.github.test", h4, 2, "/", &dg, &g, 1, ph);
     ck_assert_str_eq(r.reason, "placeholder_misuse");
@@ -500,13 +500,13 @@ START_TEST(placeholder_misuse_refused)
     const char *b2[1] = {"elsewhere.test"};
     struct intercept_secret *unb =
         intercept_secret_new("service/key", SVCKEY, strlen(SVCKEY), "b2k:svc", 1, b2, 1);
-    struct intercept_hdr h5[] = {{"Host", 4, "svc.test", 8}, {"X-Api-Key", 9, pv, strlen(pv)}};
+    struct al_http_field h5[] = {{"Host", 4, "svc.test", 8}, {"X-Api-Key", 9, pv, strlen(pv)}};
     apply(&r, "svc.test", "svc.test", h5, 2, "/", &d, &unb, 1, ph);
     ck_assert_int_eq(r.rc, -EPERM);
     ck_assert_str_eq(r.reason, "secret_not_bound_to_host");
     intercept_inject_edit_free(&r.e);
     /* in a header that is never forwarded (Proxy-*): harmless */
-    struct intercept_hdr h6[] = {{"Host", 4, "echo.test", 9},
+    struct al_http_field h6[] = {{"Host", 4, "echo.test", 9},
                                  {"Proxy-Authorization", 19, pv, strlen(pv)}};
     apply(&r, "echo.test", "echo.test", h6, 2, "/", &de, NULL, 0, ph);
     ck_assert_int_eq(r.rc, 0);

@@ -1,6 +1,7 @@
 /* tests/unit/intercept/test_scrub: the spellings of a secret, the matcher, streaming
- * replacement across chunk boundaries, and response bodies (identity, gzip, deflate, bounds,
- * unsupported encodings). */
+ * replacement across chunk boundaries, the codings of a response body (every Content-Encoding
+ * field and element, transfer codings), and response bodies (identity, gzip, deflate, layers
+ * of them, bounds on size and ratio, unsupported codings). */
 #include <errno.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -327,12 +328,43 @@ static size_t compress_with(int wbits, const void *in, size_t n, unsigned char *
     return r;
 }
 
-static int body_run(struct intercept_matcher *m, const char *ce, enum policy_scrub mode,
-                    uint64_t bound, const void *in, size_t n, size_t chunk, struct al_buf *out,
-                    const char **reason, struct intercept_body *keep)
+/* The codings of a head given as "Name: value" lines ('\n'-separated); a spec without ':'
+ * is one Content-Encoding value; NULL is none. */
+static void codings_from(const char *spec, struct intercept_codings *c)
+{
+    struct al_http_field h[32];
+    size_t n = 0;
+    static char buf[4096];
+    if (spec && !strchr(spec, ':')) {
+        snprintf(buf, sizeof buf, "Content-Encoding:%s", spec);
+        spec = buf;
+    } else if (spec) {
+        snprintf(buf, sizeof buf, "%s", spec);
+        spec = buf;
+    }
+    for (char *line = (char *)spec; line && *line && n < 32;) {
+        char *nl = strchr(line, '\n');
+        char *colon = strchr(line, ':');
+        ck_assert_ptr_nonnull(colon);
+        h[n].name = line;
+        h[n].name_len = (size_t)(colon - line);
+        h[n].value = colon + 1;
+        h[n].value_len = nl ? (size_t)(nl - colon - 1) : strlen(colon + 1);
+        n++;
+        line = nl ? nl + 1 : NULL;
+    }
+    intercept_codings_of(h, n, c);
+}
+
+static int body_run_n(struct intercept_matcher *m, size_t nm, const char *ce,
+                      enum policy_scrub mode, uint64_t bound, const void *in, size_t n,
+                      size_t chunk, struct al_buf *out, const char **reason,
+                      struct intercept_body *keep)
 {
     struct intercept_body b;
-    int r = intercept_body_start(&b, &m, 1, ce, mode, bound, reason);
+    struct intercept_codings c;
+    codings_from(ce, &c);
+    int r = intercept_body_start(&b, &m, nm, &c, mode, bound, reason);
     if (r < 0)
         return r;
     for (size_t pos = 0; pos < n; pos += chunk) {
@@ -347,6 +379,13 @@ done:
     else
         intercept_body_free(&b);
     return r;
+}
+
+static int body_run(struct intercept_matcher *m, const char *ce, enum policy_scrub mode,
+                    uint64_t bound, const void *in, size_t n, size_t chunk, struct al_buf *out,
+                    const char **reason, struct intercept_body *keep)
+{
+    return body_run_n(m, 1, ce, mode, bound, in, n, chunk, out, reason, keep);
 }
 
 START_TEST(body_identity_and_gzip)
@@ -408,21 +447,29 @@ START_TEST(body_refusals)
     struct al_buf out = AL_BUF_INIT;
     struct intercept_body b;
     /* Encodings the proxy cannot read: strict refuses before any byte, best_effort passes. */
-    const char *bad[] = {"br", "zstd", "compress", "gzip, br", "gzip,gzip"};
+    const char *bad[] = {"br",       "zstd",     "compress",
+                         "gzip, br", "gzip;q=1", "Content-Encoding: gzip\nContent-Encoding: br"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        ck_assert_int_eq(intercept_body_start(&b, &m, 1, bad[i], POLICY_SCRUB_STRICT, 0, &reason),
+        struct intercept_codings c;
+        codings_from(bad[i], &c);
+        ck_assert_int_eq(intercept_body_start(&b, &m, 1, &c, POLICY_SCRUB_STRICT, 0, &reason),
                          -EPROTO);
         ck_assert_str_eq(reason, "unsupported_content_encoding");
-        ck_assert_int_eq(
-            intercept_body_start(&b, &m, 1, bad[i], POLICY_SCRUB_BEST_EFFORT, 0, &reason), 0);
+        ck_assert_int_eq(intercept_body_start(&b, &m, 1, &c, POLICY_SCRUB_BEST_EFFORT, 0, &reason),
+                         0);
         ck_assert_int_eq(b.mode, INTERCEPT_BODY_PASS);
         ck_assert(b.not_inspected);
         intercept_body_free(&b);
     }
     /* No matchers, or scrub none: pass. */
-    ck_assert_int_eq(intercept_body_start(&b, NULL, 0, "br", POLICY_SCRUB_STRICT, 0, &reason), 0);
+    struct intercept_codings br;
+    codings_from("br", &br);
+    ck_assert_int_eq(intercept_body_start(&b, NULL, 0, &br, POLICY_SCRUB_STRICT, 0, &reason), 0);
     ck_assert_int_eq(b.mode, INTERCEPT_BODY_PASS);
     ck_assert(!b.not_inspected);
+    intercept_body_free(&b);
+    ck_assert_int_eq(intercept_body_start(&b, &m, 1, &br, POLICY_SCRUB_NONE, 0, &reason), 0);
+    ck_assert_int_eq(b.mode, INTERCEPT_BODY_PASS);
     intercept_body_free(&b);
     /* A decompression bomb beyond the bound. */
     static char zeros[1 << 20];
@@ -463,6 +510,239 @@ START_TEST(body_refusals)
 }
 END_TEST
 
+START_TEST(codings_list)
+{
+    struct intercept_codings c;
+    codings_from("Content-Encoding: gzip\nContent-Encoding: gzip", &c);
+    ck_assert_uint_eq(c.n, 2);
+    ck_assert_uint_eq(c.total, 2);
+    ck_assert_uint_eq(c.n_transfer, 0);
+    ck_assert_uint_eq(c.v[0].kind, INTERCEPT_CODING_GZIP);
+    ck_assert_uint_eq(c.v[1].kind, INTERCEPT_CODING_GZIP);
+    codings_from("Content-Encoding: identity\nContent-Encoding: gzip", &c);
+    ck_assert_uint_eq(c.n, 1);
+    ck_assert_str_eq(c.v[0].name, "gzip");
+    codings_from("Content-Encoding: , GZIP ,,\tx-gzip ", &c);
+    ck_assert_uint_eq(c.n, 2);
+    ck_assert_str_eq(c.v[0].name, "gzip");
+    ck_assert_str_eq(c.v[1].name, "x-gzip");
+    ck_assert_uint_eq(c.v[1].kind, INTERCEPT_CODING_GZIP);
+    codings_from("Content-Encoding: identity, ", &c);
+    ck_assert_uint_eq(c.total, 0);
+    ck_assert_ptr_null(intercept_codings_json(&c));
+    codings_from("Transfer-Encoding: gzip, chunked", &c);
+    ck_assert_uint_eq(c.n, 1);
+    ck_assert_uint_eq(c.n_transfer, 1);
+    ck_assert(c.v[0].transfer);
+    ck_assert(c.chunked);
+    codings_from("Transfer-Encoding: chunked", &c);
+    ck_assert_uint_eq(c.total, 0);
+    ck_assert(c.chunked);
+    /* chunked followed by something (in a later field too) is a layer, and not the framing */
+    codings_from("Transfer-Encoding: chunked\nTransfer-Encoding: gzip", &c);
+    ck_assert_uint_eq(c.n, 2);
+    ck_assert_str_eq(c.v[0].name, "chunked");
+    ck_assert_uint_eq(c.v[0].kind, INTERCEPT_CODING_UNKNOWN);
+    ck_assert(!c.chunked);
+    codings_from("Transfer-Encoding: gzip\nTransfer-Encoding: chunked", &c);
+    ck_assert_uint_eq(c.n, 1);
+    ck_assert(c.chunked);
+    /* content codings come first, whatever the order of the fields */
+    codings_from("Transfer-Encoding: gzip, chunked\ncontent-encoding: deflate", &c);
+    ck_assert_uint_eq(c.n, 2);
+    ck_assert(!c.v[0].transfer);
+    ck_assert_uint_eq(c.v[0].kind, INTERCEPT_CODING_DEFLATE);
+    ck_assert(c.v[1].transfer);
+    codings_from("Content-Encoding: gzip;q=1", &c);
+    ck_assert_uint_eq(c.v[0].kind, INTERCEPT_CODING_UNKNOWN);
+    codings_from("Content-Encoding: br\nTransfer-Encoding: deflate, chunked", &c);
+    ck_assert_uint_eq(c.v[0].kind, INTERCEPT_CODING_UNKNOWN);
+    ck_assert_uint_eq(c.v[1].kind, INTERCEPT_CODING_DEFLATE);
+    /* more than the list holds: counted */
+    codings_from("Content-Encoding: gzip,gzip,gzip,gzip,gzip,gzip,gzip,gzip,gzip,gzip", &c);
+    ck_assert_uint_eq(c.n, INTERCEPT_CODINGS_LIST);
+    ck_assert_uint_eq(c.total, 10);
+    json_t *j = intercept_codings_json(&c);
+    ck_assert_uint_eq(json_array_size(j), INTERCEPT_CODINGS_LIST + 1);
+    json_decref(j);
+    /* other fields are not codings */
+    codings_from("Content-Type: gzip\nAccept-Encoding: gzip", &c);
+    ck_assert_uint_eq(c.total, 0);
+}
+END_TEST
+
+/* gzip applied k times (kinds: 'g' gzip, 'z' zlib deflate, 'r' raw deflate), innermost first. */
+static size_t layered(const char *kinds, const void *in, size_t n, unsigned char *out, size_t cap)
+{
+    size_t room = n > cap ? n : cap;
+    unsigned char *cur = malloc(room), *nxt = malloc(room);
+    memcpy(cur, in, n);
+    size_t len = n;
+    for (const char *k = kinds; *k; k++) {
+        int wbits = *k == 'g' ? 16 + MAX_WBITS : *k == 'z' ? MAX_WBITS : -MAX_WBITS;
+        len = compress_with(wbits, cur, len, nxt, room);
+        unsigned char *t = cur;
+        cur = nxt;
+        nxt = t;
+    }
+    ck_assert_uint_le(len, cap);
+    memcpy(out, cur, len);
+    free(cur);
+    free(nxt);
+    return len;
+}
+
+START_TEST(body_layers)
+{
+    struct intercept_matcher *m = matcher_for(SECRET);
+    char text[8192];
+    int tl = snprintf(text, sizeof text, "{\"you_sent\":\"%s\",\"pad\":\"", SECRET);
+    for (int i = 0; i < 3000; i++)
+        text[tl++] = (char)('a' + (i * 7) % 26);
+    tl += snprintf(text + tl, sizeof text - (size_t)tl, "\",\"again\":\"%s\"}", SECRET);
+    static unsigned char coded[1 << 16];
+    const char *reason = NULL;
+    const struct {
+        const char *kinds, *fields;
+    } cases[] = {
+        {"gg", "Content-Encoding: gzip\nContent-Encoding: gzip"},
+        {"gg", "Content-Encoding: gzip, x-gzip"},
+        {"g", "Content-Encoding: identity\nContent-Encoding: gzip"},
+        {"g", "Transfer-Encoding: gzip, chunked"},
+        {"zg", "Content-Encoding: deflate\nTransfer-Encoding: gzip, chunked"},
+        {"rgz", "Content-Encoding: deflate, gzip\nTransfer-Encoding: deflate, chunked"},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        size_t cl = layered(cases[ci].kinds, text, (size_t)tl, coded, sizeof coded);
+        for (size_t chunk = 1; chunk <= 4096; chunk *= 4) {
+            struct al_buf out = AL_BUF_INIT;
+            struct intercept_body b;
+            int r = body_run(m, cases[ci].fields, POLICY_SCRUB_STRICT, 0, coded, cl, chunk, &out,
+                             &reason, &b);
+            ck_assert_msg(r == 0, "case %zu chunk %zu: %d %s", ci, chunk, r, reason ? reason : "");
+            ck_assert_int_eq(b.mode, INTERCEPT_BODY_DECODE);
+            ck_assert(b.content_decoded == (strstr(cases[ci].fields, "Content-") != NULL));
+            ck_assert_uint_eq(b.scrub.rep.matches, 2);
+            intercept_body_free(&b);
+            ck_assert_uint_eq(out.len, (size_t)tl);
+            ck_assert(!contains(out.data, out.len, SECRET, strlen(SECRET)));
+            ck_assert(memcmp(out.data, "{\"you_sent\":\"", 13) == 0);
+            al_buf_free(&out);
+        }
+    }
+    /* Without a secret only the transfer codings are undone: the body keeps its content
+     * coding (and its Content-Encoding field). */
+    size_t cl = layered("zg", text, (size_t)tl, coded, sizeof coded);
+    struct al_buf out = AL_BUF_INIT;
+    struct intercept_body b;
+    ck_assert_int_eq(body_run_n(m, 0, "Content-Encoding: deflate\nTransfer-Encoding: gzip, chunked",
+                                POLICY_SCRUB_STRICT, 0, coded, cl, 100, &out, &reason, &b),
+                     0);
+    ck_assert_int_eq(b.mode, INTERCEPT_BODY_DECODE);
+    ck_assert(!b.content_decoded);
+    intercept_body_free(&b);
+    unsigned char once[1 << 14];
+    size_t ol = layered("z", text, (size_t)tl, once, sizeof once);
+    ck_assert_uint_eq(out.len, ol);
+    ck_assert(memcmp(out.data, once, ol) == 0);
+    al_buf_reset(&out);
+    /* best_effort with more layers than it undoes: the transfer one still goes, the content
+     * ones pass as they came, not inspected. */
+    cl = layered("gggg", text, (size_t)tl, coded, sizeof coded);
+    ck_assert_int_eq(
+        body_run(m, "Content-Encoding: gzip, gzip, gzip\nTransfer-Encoding: gzip, chunked",
+                 POLICY_SCRUB_BEST_EFFORT, 0, coded, cl, 100, &out, &reason, &b),
+        0);
+    ck_assert(b.not_inspected);
+    ck_assert(!b.content_decoded);
+    ck_assert_uint_eq(b.n_layers, 1);
+    intercept_body_free(&b);
+    ck_assert_uint_eq(out.len, layered("ggg", text, (size_t)tl, once, sizeof once));
+    al_buf_free(&out);
+    intercept_matcher_unref(m);
+}
+END_TEST
+
+START_TEST(body_layer_refusals)
+{
+    struct intercept_matcher *m = matcher_for(SECRET);
+    const char *reason = NULL;
+    struct intercept_body b;
+    struct intercept_codings c;
+    /* Transfer codings the proxy cannot undo: refused in every mode, with or without secrets
+     * (the proxy re-frames the body and could only pass it on corrupt). */
+    const char *te_bad[] = {"Transfer-Encoding: br, chunked", "Transfer-Encoding: chunked, gzip",
+                            "Transfer-Encoding: identity, chunked"};
+    for (size_t i = 0; i < sizeof te_bad / sizeof *te_bad; i++) {
+        codings_from(te_bad[i], &c);
+        for (int mode = 0; mode < 3; mode++) {
+            ck_assert_int_eq(
+                intercept_body_start(&b, &m, 1, &c, (enum policy_scrub)mode, 0, &reason), -EPROTO);
+            ck_assert_str_eq(reason, "unsupported_transfer_coding");
+        }
+        ck_assert_int_eq(intercept_body_start(&b, NULL, 0, &c, POLICY_SCRUB_NONE, 0, &reason),
+                         -EPROTO);
+    }
+    codings_from("Transfer-Encoding: gzip, gzip, gzip, gzip, chunked", &c);
+    ck_assert_int_eq(intercept_body_start(&b, NULL, 0, &c, POLICY_SCRUB_NONE, 0, &reason), -EPROTO);
+    ck_assert_str_eq(reason, "too_many_codings");
+    /* Too many layers in all: strict refuses, best_effort passes. */
+    codings_from("Content-Encoding: gzip\nContent-Encoding: gzip, gzip, gzip", &c);
+    ck_assert_int_eq(intercept_body_start(&b, &m, 1, &c, POLICY_SCRUB_STRICT, 0, &reason), -EPROTO);
+    ck_assert_str_eq(reason, "too_many_codings");
+    ck_assert_int_eq(intercept_body_start(&b, &m, 1, &c, POLICY_SCRUB_BEST_EFFORT, 0, &reason), 0);
+    ck_assert_int_eq(b.mode, INTERCEPT_BODY_PASS);
+    ck_assert(b.not_inspected);
+    intercept_body_free(&b);
+    /* A nested bomb: the ratio trips long before the size bound; one layer of the same data
+     * never does (deflate cannot expand more than about 1032 times). */
+    size_t zn = 8u << 20;
+    char *zeros = calloc(1, zn);
+    static unsigned char bomb[1 << 16];
+    size_t one = layered("g", zeros, zn, bomb, sizeof bomb);
+    struct al_buf out = AL_BUF_INIT;
+    ck_assert_int_eq(
+        body_run(m, "gzip", POLICY_SCRUB_STRICT, 0, bomb, one, 4096, &out, &reason, NULL), 0);
+    ck_assert_uint_eq(out.len, zn);
+    al_buf_reset(&out);
+    size_t two = layered("gg", zeros, zn, bomb, sizeof bomb);
+    ck_assert_uint_lt(two * INTERCEPT_DECODE_RATIO_MAX, zn);
+    ck_assert_int_eq(
+        body_run(m, "gzip, gzip", POLICY_SCRUB_STRICT, 0, bomb, two, 64, &out, &reason, NULL),
+        -EFBIG);
+    ck_assert_str_eq(reason, "decompression_ratio_exceeded");
+    ck_assert_uint_le(out.len, (size_t)two * INTERCEPT_DECODE_RATIO_MAX +
+                                   INTERCEPT_DECODE_RATIO_FLOOR + 16384);
+    al_buf_reset(&out);
+    /* Every layer's output is bounded, not only the last one's. */
+    ck_assert_int_eq(
+        body_run(m, "gzip, gzip", POLICY_SCRUB_STRICT, 4096, bomb, two, 64, &out, &reason, NULL),
+        -EFBIG);
+    ck_assert_str_eq(reason, "decoded_body_too_large");
+    al_buf_reset(&out);
+    /* A truncated inner layer, and bytes after the inner layer's end. */
+    char text[200];
+    int tl = snprintf(text, sizeof text, "secret=%s", SECRET);
+    unsigned char inner[512], outer[1024];
+    size_t il = layered("g", text, (size_t)tl, inner, sizeof inner);
+    size_t ol = layered("g", inner, il - 5, outer, sizeof outer);
+    ck_assert_int_eq(
+        body_run(m, "gzip, gzip", POLICY_SCRUB_STRICT, 0, outer, ol, 7, &out, &reason, NULL),
+        -EBADMSG);
+    ck_assert_str_eq(reason, "corrupt_encoding");
+    ck_assert(!contains(out.data, out.len, SECRET, strlen(SECRET)));
+    al_buf_reset(&out);
+    memcpy(inner + il, "junk", 4);
+    ol = layered("g", inner, il + 4, outer, sizeof outer);
+    ck_assert_int_eq(
+        body_run(m, "gzip, gzip", POLICY_SCRUB_STRICT, 0, outer, ol, 7, &out, &reason, NULL),
+        -EBADMSG);
+    al_buf_free(&out);
+    free(zeros);
+    intercept_matcher_unref(m);
+}
+END_TEST
+
 START_TEST(enc_names)
 {
     ck_assert_str_eq(intercept_enc_name(INTERCEPT_ENC_RAW), "raw");
@@ -486,6 +766,9 @@ static Suite *suite(void)
     tcase_add_test(tc, bounded_memory_large_body);
     tcase_add_test(tc, body_identity_and_gzip);
     tcase_add_test(tc, body_refusals);
+    tcase_add_test(tc, codings_list);
+    tcase_add_test(tc, body_layers);
+    tcase_add_test(tc, body_layer_refusals);
     tcase_add_test(tc, enc_names);
     suite_add_tcase(s, tc);
     return s;

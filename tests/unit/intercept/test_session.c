@@ -355,6 +355,21 @@ START_TEST(reflection_is_scrubbed)
 }
 END_TEST
 
+/* RFC 9110 7.6.1: a field the response's Connection names is for this hop only. */
+START_TEST(response_connection_options_stay_behind)
+{
+    world_start("api.github.test", true);
+    static char body[1 << 14];
+    char dopt[600];
+    snprintf(dopt, sizeof dopt, "-D %s/hdrs", W.dir);
+    ck_assert_int_eq(curl(body, sizeof body, "/conn-named", dopt), 200);
+    read_file("hdrs", body, sizeof body);
+    ck_assert_msg(strcasestr(body, "X-Kept: 1"), "%s", body);
+    ck_assert_msg(!strcasestr(body, "X-Hop"), "a Connection option was forwarded: %s", body);
+    world_stop();
+}
+END_TEST
+
 START_TEST(requests_decided_one_by_one)
 {
     world_start("api.github.test", true);
@@ -566,6 +581,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, inject_replaces_the_sandbox_header);
     tcase_add_test(tc, reflection_is_scrubbed);
+    tcase_add_test(tc, response_connection_options_stay_behind);
     tcase_add_test(tc, requests_decided_one_by_one);
     tcase_add_test(tc, keepalive_and_upstream_reuse);
     tcase_add_test(tc, placeholders);

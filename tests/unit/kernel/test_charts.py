@@ -1,6 +1,6 @@
 # tests/unit/kernel/test_charts.py: vmm/guest/lib/airlock_charts.py (E2B's `chart` result
 # from matplotlib figures) and its use by the kernel's display path (airlock_kernel
-# format_bundle). Run by tests/unit/kernel/run-py, which finds a Python with matplotlib.
+# format_bundle: IPython's formatters with the inline backend's PNG and E2B's chart). Run by tests/unit/kernel/run-py, which finds a Python with matplotlib.
 import datetime
 import io
 import json
@@ -235,6 +235,16 @@ class Charts(unittest.TestCase):
 
 
 class KernelDisplay(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # The kernel's shell with the inline backend, as in a context (which selects it
+        # through MPLBACKEND before matplotlib is imported).
+        ak._make_shell().run_line_magic("matplotlib", "inline")
+
+    @classmethod
+    def tearDownClass(cls):
+        plt.switch_backend("Agg")
+
     def tearDown(self):
         plt.close("all")
         sys.modules.pop("airlock_charts", None)
@@ -249,9 +259,16 @@ class KernelDisplay(unittest.TestCase):
         self.assertNotIn("extra", res)
 
     def test_figure_without_data_has_png_only(self):
-        res = ak._result(ak.format_bundle(plt.figure()), False)
+        fig = plt.figure()
+        fig.add_subplot()
+        res = ak._result(ak.format_bundle(fig), False)
         self.assertTrue(res["png"])
         self.assertNotIn("chart", res)
+        # A figure without axes is shown as text only (IPython draws no image of it).
+        res = ak._result(ak.format_bundle(plt.figure()), False)
+        self.assertNotIn("png", res)
+        self.assertNotIn("chart", res)
+        self.assertRegex(res["text"], r"^<Figure size \d+x\d+ with 0 Axes>$")
 
     def test_failing_extractor_keeps_png(self):
         broken = types.ModuleType("airlock_charts")

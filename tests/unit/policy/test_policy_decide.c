@@ -33,7 +33,9 @@ struct q {
     const char *addr;
 };
 
-static struct policy_decision D(const struct policy *p, struct q q) {
+/* body: the request carries one. */
+static struct policy_decision Db(const struct policy *p, struct q q, bool body)
+{
     struct policy_request r = {.host = q.host,
                                .host_len = q.host ? strlen(q.host) : 0,
                                .port = q.port,
@@ -41,7 +43,8 @@ static struct policy_decision D(const struct policy *p, struct q q) {
                                .method = q.method,
                                .method_len = q.method ? strlen(q.method) : 0,
                                .path = q.path,
-                               .path_len = q.path ? strlen(q.path) : 0};
+                               .path_len = q.path ? strlen(q.path) : 0,
+                               .body = body};
     struct policy_addr a;
     if (q.addr) {
         struct policy_host h;
@@ -55,6 +58,10 @@ static struct policy_decision D(const struct policy *p, struct q q) {
     policy_explain(p, &r, &d, why, sizeof why);
     ck_assert_uint_gt(strlen(why), 10);
     return d;
+}
+
+static struct policy_decision D(const struct policy *p, struct q q) {
+    return Db(p, q, false);
 }
 
 #define HTTPS(h, m, path) ((struct q){h, 443, POLICY_SCHEME_HTTPS, m, path, NULL})
@@ -577,6 +584,48 @@ START_TEST(narrowing_only_removes)
 }
 END_TEST
 
+/* A sandbox's network fields replaced: the policy under every narrowing is what the new
+ * fields narrow, and the narrowing alone can be asked about a decided destination. */
+START_TEST(narrowing_replaced_and_asked)
+{
+    struct policy *base = P(github);
+    struct al_error err = {0};
+    ck_assert_ptr_eq(policy_unnarrowed(base), base);
+    policy_unref(base);
+    const char *allow[] = {"pypi.org"};
+    const char *deny[] = {"0.0.0.0/0"};
+    struct policy_narrowing n1 = {
+        .allow_out = allow, .n_allow_out = 1, .deny_out = deny, .n_deny_out = 1};
+    struct policy *p1 = policy_narrow(base, &n1, &err);
+    const char *deny2[] = {"151.101.0.0/16"};
+    struct policy_narrowing n2 = {.deny_out = deny2, .n_deny_out = 1};
+    struct policy *p2 = policy_narrow(p1, &n2, &err);
+    ck_assert_ptr_nonnull(p2);
+    /* Under both narrowings: the base itself (a new reference). */
+    struct policy *u = policy_unnarrowed(p2);
+    ck_assert_ptr_eq(u, base);
+    ck_assert_str_eq(policy_hash(u), policy_hash(base));
+    policy_unref(u);
+    struct policy_host h;
+    ck_assert_int_eq(policy_host_canon("151.101.0.223", 13, &h, NULL), 0);
+    struct policy_addr in = h.addr;
+    ck_assert_int_eq(policy_host_canon("140.82.112.3", 12, &h, NULL), 0);
+    struct policy_addr out = h.addr;
+    /* Not narrowed: everything passes the (absent) narrowing. */
+    ck_assert(policy_narrowing_passes(base, "evil.example", 12, &in));
+    /* p1: allowOut pypi.org wins over denyOut all, by name; an address alone is denied. */
+    ck_assert(policy_narrowing_passes(p1, "pypi.org", 8, &out));
+    ck_assert(!policy_narrowing_passes(p1, "api.github.com", 14, &out));
+    ck_assert(!policy_narrowing_passes(p1, NULL, 0, &out));
+    /* p2 adds a denied range: pypi.org on it is refused by the second narrowing. */
+    ck_assert(!policy_narrowing_passes(p2, "pypi.org", 8, &in));
+    ck_assert(policy_narrowing_passes(p2, "pypi.org", 8, &out));
+    policy_unref(p2);
+    policy_unref(p1);
+    policy_unref(base);
+}
+END_TEST
+
 /* ---- the matcher against a brute-force reference ---------------------------------------- */
 
 static unsigned rng_state = 12345;
@@ -711,6 +760,63 @@ START_TEST(concurrent_decisions)
 }
 END_TEST
 
+/* CL.0 smuggling: a body on a method without body semantics is refused unless the rule that
+ * genuinely allows the request lists the method in body_methods; report mode does not relax
+ * it. */
+START_TEST(request_bodies)
+{
+    struct policy *p = P("version: 1\nname: bodies\nrules:\n"
+                         "  - name: pub\n    hosts: [example.com]\n    methods: [GET, POST]\n"
+                         "    paths: [\"/public/**\"]\n"
+                         "  - name: api\n    hosts: [api.example.com]\n"
+                         "    methods: [GET, DELETE, POST]\n    body_methods: [DELETE]\n"
+                         "  - name: plain\n    hosts: [plain.example.com]\n    scheme: http\n"
+                         "  - name: rep\n    hosts: [r.example.com]\n    mode: report\n"
+                         "    methods: [GET]\n");
+#define PHTTP(h, m, path) ((struct q){h, 80, POLICY_SCHEME_HTTP, m, path, NULL})
+    struct policy_decision d = Db(p, HTTPS("example.com", "GET", "/public/x"), true);
+    expect(d, POLICY_DENY, POLICY_R_BODY, "pub");
+    ck_assert(policy_reason_is_malformed(d.reason));
+    ck_assert(!d.would_deny);
+    ck_assert_int_eq(d.tls, POLICY_TLS_NONE);
+    expect(D(p, HTTPS("example.com", "GET", "/public/x")), POLICY_ALLOW, POLICY_R_RULE_ALLOWS,
+           "pub");
+    expect(Db(p, HTTPS("example.com", "POST", "/public/x"), true), POLICY_ALLOW,
+           POLICY_R_RULE_ALLOWS, "pub");
+    /* a body never turns a denial into another denial */
+    expect(Db(p, HTTPS("example.com", "GET", "/private/x"), true), POLICY_DENY, POLICY_R_PATH,
+           "pub");
+    const char *no_body[] = {"GET", "HEAD", "OPTIONS", "DELETE", "TRACE"};
+    for (size_t i = 0; i < 5; i++)
+        expect(Db(p, PHTTP("plain.example.com", no_body[i], "/x"), true), POLICY_DENY,
+               POLICY_R_BODY, "plain");
+    const char *with_body[] = {"POST", "PUT", "PATCH", "PROPFIND"};
+    for (size_t i = 0; i < 4; i++)
+        expect(Db(p, PHTTP("plain.example.com", with_body[i], "/x"), true), POLICY_ALLOW,
+               POLICY_R_RULE_ALLOWS, "plain");
+    expect(Db(p, HTTPS("api.example.com", "DELETE", "/x"), true), POLICY_ALLOW,
+           POLICY_R_RULE_ALLOWS, "api");
+    expect(Db(p, HTTPS("api.example.com", "GET", "/x"), true), POLICY_DENY, POLICY_R_BODY, "api");
+    /* report mode: what would be denied is allowed, a body on GET is not */
+    expect(Db(p, HTTPS("r.example.com", "GET", "/x"), true), POLICY_DENY, POLICY_R_BODY, "rep");
+    d = Db(p, HTTPS("r.example.com", "POST", "/x"), true);
+    expect(d, POLICY_ALLOW, POLICY_R_METHOD, "rep");
+    ck_assert(d.would_deny);
+    d = Db(p, HTTPS("r.example.com", "DELETE", "/x"), true);
+    expect(d, POLICY_DENY, POLICY_R_BODY, "rep");
+    ck_assert(!d.would_deny);
+    /* connection-level questions have no body */
+    ck_assert_int_eq(Db(p, CONN("example.com", 443), true).verdict, POLICY_ALLOW);
+    /* what a rule exposes */
+    const struct policy_rule *r = policy_rule_find(p, "api");
+    ck_assert_uint_eq(r->n_body_methods, 1);
+    ck_assert_str_eq(r->body_methods[0], "DELETE");
+    ck_assert_uint_eq(policy_rule_find(p, "pub")->n_body_methods, 0);
+#undef PHTTP
+    policy_unref(p);
+}
+END_TEST
+
 START_TEST(reason_codes_are_stable)
 {
     ck_assert_str_eq(policy_reason_code(POLICY_R_RULE_ALLOWS), "rule_allows");
@@ -727,6 +833,9 @@ START_TEST(reason_codes_are_stable)
     ck_assert_str_eq(policy_reason_code(POLICY_R_ADDR_MISMATCH), "address_mismatch");
     ck_assert_str_eq(policy_reason_code(POLICY_R_NARROWED), "sandbox_network_denies");
     ck_assert_str_eq(policy_reason_code(POLICY_R_DNS_DISABLED), "dns_disabled");
+    ck_assert_str_eq(policy_reason_code(POLICY_R_BODY), "request_body_not_allowed");
+    for (int r = 0; r < POLICY_R__COUNT; r++)
+        ck_assert(policy_reason_is_malformed((enum policy_reason)r) == (r == POLICY_R_BODY));
     ck_assert_str_eq(policy_reason_code(POLICY_R__COUNT), "unknown");
 }
 END_TEST
@@ -746,8 +855,10 @@ static Suite *decide_suite(void)
     tcase_add_test(tc, report_mode);
     tcase_add_test(tc, dns_queries);
     tcase_add_test(tc, narrowing_only_removes);
+    tcase_add_test(tc, narrowing_replaced_and_asked);
     tcase_add_test(tc, matcher_equals_brute_force_on_large_policy);
     tcase_add_test(tc, concurrent_decisions);
+    tcase_add_test(tc, request_bodies);
     tcase_add_test(tc, reason_codes_are_stable);
     suite_add_tcase(s, tc);
     return s;

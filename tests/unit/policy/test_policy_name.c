@@ -473,6 +473,15 @@ START_TEST(paths_normalise_or_refuse)
     huge[0] = '/';
     memset(huge + 1, 'a', POLICY_PATH_MAX + 5);
     path_bad(huge, POLICY_PATH_MAX + 6, "longer than");
+    path_bad(huge, POLICY_PATH_MAX + 1, "longer than 8192 bytes");
+    /* POLICY_PATH_MAX bytes is the longest path accepted, also when it ends in an escape. */
+    char out[POLICY_PATH_MAX + 1];
+    struct al_error err = {0};
+    ck_assert_int_eq(policy_path_normalize(huge, POLICY_PATH_MAX, out, sizeof out, &err), 0);
+    ck_assert_uint_eq(strlen(out), POLICY_PATH_MAX);
+    memcpy(huge + POLICY_PATH_MAX - 3, "%2f", 3);
+    ck_assert_int_eq(policy_path_normalize(huge, POLICY_PATH_MAX, out, sizeof out, &err), 0);
+    ck_assert_str_eq(out + POLICY_PATH_MAX - 4, "a%2F");
     free(huge);
 }
 END_TEST

@@ -199,6 +199,17 @@ static void audit_seeds(const char *out)
     al_auditlog_append(l, r, NULL);
     json_decref(r);
     al_auditlog_close(l);
+    /* retention: a writer that keeps four files announces what it deletes */
+    o.retain_files = 4;
+    if (al_auditlog_open(&o, &l, &e) != 0)
+        die(e.msg);
+    for (int i = 0; i < 12; i++) {
+        r = json_pack("{s:s,s:i}", "op", "after-retention", "n", i);
+        al_auditlog_append(l, r, NULL);
+        json_decref(r);
+    }
+    if (al_auditlog_close(l) != 0)
+        die("close");
 
     p = popen(cmd, "r");
     n = 0;
@@ -207,7 +218,7 @@ static void audit_seeds(const char *out)
         n++;
     }
     pclose(p);
-    /* seed 1: the first file alone; seed 2: the first three files; seed 3: the last two */
+    /* seed 1: the first file kept alone; seed 2: the first three; seed 3: the last two */
     char *buf = NULL;
     size_t len = 0;
     append_file(&buf, &len, files[0], false);
@@ -225,6 +236,13 @@ static void audit_seeds(const char *out)
     for (int i = n - 2; i < n; i++)
         append_file(&buf, &len, files[i], i > n - 2);
     write_file(out, "crash-recovery.jsonl", buf, len);
+    free(buf);
+    buf = NULL;
+    len = 0;
+    /* seed 4: every file retention kept (its records say what it deleted) */
+    for (int i = 0; i < n; i++)
+        append_file(&buf, &len, files[i], i > 0);
+    write_file(out, "retained.jsonl", buf, len);
     free(buf);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

@@ -1,10 +1,15 @@
-/* Unit tests: vmm/jail/cgroup (layout detection from mountinfo text, paths, the plan).
- * The real hierarchies are exercised by the integration tests. */
+/* Unit tests: vmm/jail/cgroup (layout detection from mountinfo text, paths, the plan, the
+ * parent's limits and the room check on a fake cgroupfs). The real hierarchies are exercised
+ * by the integration tests. */
 #include "al_test.h"
 #include "vmm/jail/cgroup.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* This machine's layout: v1 for everything, an empty v2 hierarchy at .../unified. */
 static const char *mi_hybrid =
@@ -186,6 +191,68 @@ START_TEST(plan_v2)
 }
 END_TEST
 
+static void put(const char *dir, const char *file, const char *text)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    FILE *f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static const char *get(const char *dir, const char *file)
+{
+    static char buf[128];
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    FILE *f = fopen(p, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* A v2 hierarchy made of plain files: the parent gets the limits of all sandboxes, and a
+ * sandbox finds no room when fewer than the processes it needs are left under them. */
+START_TEST(parent_limits_and_room)
+{
+    char root[] = "/tmp/al-jail-cg-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(root));
+    struct jail_cg_layout l = {.version = 2};
+    snprintf(l.v2_root, sizeof l.v2_root, "%s", root);
+    char par[300];
+    snprintf(par, sizeof par, "%s/airlock", root);
+    ck_assert_int_eq(mkdir(par, 0755), 0);
+    const char *files[] = {"memory.max", "memory.swap.max", "pids.max", "cpu.max"};
+    for (size_t i = 0; i < 4; i++)
+        put(par, files[i], ""); /* (plain files: written without truncation) */
+    struct jail_cg_limits lim = {.memory_bytes = 1 << 30, .pids = 100};
+    struct al_error err = {0};
+    ck_assert_int_eq(jail_cg_parent_limit(&l, "airlock", &lim, &err), 0);
+    ck_assert_str_eq(get(par, "pids.max"), "100");
+    ck_assert_str_eq(get(par, "memory.max"), "1073741824");
+    ck_assert_str_eq(get(par, "cpu.max"), "max 100000");
+    ck_assert_int_eq(jail_cg_parent_limit(&l, "../x", &lim, &err), -EINVAL);
+
+    struct jail_cg cg;
+    ck_assert_int_eq(jail_cg_init(&cg, &l, "airlock", "sb1", NULL), 0);
+    put(par, "pids.current", "95\n");
+    ck_assert_int_eq(jail_cg_parent_room(&cg, 5, &err), 0);
+    ck_assert_int_eq(jail_cg_parent_room(&cg, JAIL_CG_START_PIDS, &err), -EAGAIN);
+    ck_assert_ptr_nonnull(strstr(err.msg, "at their process limit"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "has 95 of 100 processes"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "sandboxes.total_pids"));
+    put(par, "pids.max", "max"); /* no limit: the kernel decides */
+    ck_assert_int_eq(jail_cg_parent_room(&cg, JAIL_CG_START_PIDS, &err), 0);
+
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("jail_cgroup");
@@ -197,6 +264,7 @@ static Suite *suite(void)
     tcase_add_test(t, paths_are_checked);
     tcase_add_test(t, plan_v1);
     tcase_add_test(t, plan_v2);
+    tcase_add_test(t, parent_limits_and_room);
     suite_add_tcase(s, t);
     return s;
 }

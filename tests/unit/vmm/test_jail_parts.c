@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char dir[256];
@@ -127,6 +128,51 @@ START_TEST(idmap_map_records_and_legacy_slot_files)
 }
 END_TEST
 
+START_TEST(idmap_held_slot_is_not_released_while_its_processes_live)
+{
+    mkdir_tmp();
+    char sdir[300];
+    snprintf(sdir, sizeof sdir, "%s/jail/idslots", dir);
+    struct jail_idmap_cfg c = {65536, 8, sdir};
+    struct al_error e = {0};
+    uint32_t slot, other;
+    int hold = -1;
+    ck_assert_msg(jail_idmap_alloc_held(&c, "unpack-1", &slot, &hold, &e) == 0, "%s", e.msg);
+    ck_assert_int_ge(hold, 0);
+    ck_assert_int_eq(fcntl(hold, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    ck_assert_int_eq(fcntl(hold, F_GETFL) & O_ACCMODE, O_RDONLY);
+    /* What a sweep does with a holder it does not know: it is refused, the record stays. */
+    ck_assert_int_eq(jail_idmap_release(&c, slot, "unpack-1"), -EBUSY);
+    char h[64];
+    ck_assert_int_eq(jail_idmap_holder(&c, slot, h, sizeof h), 0);
+    ck_assert_str_eq(h, "unpack-1");
+    ck_assert_msg(jail_idmap_alloc(&c, "sbx", &other, &e) == 0, "%s", e.msg);
+    ck_assert_uint_ne(other, slot);
+    /* A child that inherited the hold keeps the slot after the holder let go of it. */
+    int go[2];
+    ck_assert_int_eq(pipe(go), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(go[1]);
+        char b;
+        (void)!read(go[0], &b, 1);
+        _exit(0);
+    }
+    close(go[0]);
+    close(hold);
+    ck_assert_int_eq(jail_idmap_release(&c, slot, "unpack-1"), -EBUSY);
+    close(go[1]);
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    /* Gone with its last process: released, and slots of sandboxes are unaffected. */
+    ck_assert_int_eq(jail_idmap_release(&c, slot, "unpack-1"), 0);
+    ck_assert_int_eq(jail_idmap_holder(&c, slot, h, sizeof h), -ENOENT);
+    ck_assert_int_eq(jail_idmap_release(&c, other, "sbx"), 0);
+    rm_tmp();
+}
+END_TEST
+
 /* ---- mount plan ---------------------------------------------------------------------- */
 
 static const struct jail_mnt_step *step_at(const struct jail_mnt_plan *p, const char *target,
@@ -153,9 +199,9 @@ START_TEST(mount_plan_shape)
     ck_assert_str_eq(p.steps[0].target, "proc");
     ck_assert(p.steps[0].attr & JAIL_MA_NOSUID);
     ck_assert(p.steps[0].attr & JAIL_MA_NOEXEC);
-    static const char *const masked[] = {"proc/kcore",         "proc/keys",
-                                         "proc/timer_list",    "proc/sched_debug",
-                                         "proc/sysrq-trigger", NULL};
+    static const char *const masked[] = {
+        "proc/kcore",   "proc/keys", "proc/timer_list", "proc/sched_debug", "proc/sysrq-trigger",
+        "proc/cmdline", NULL};
     for (const char *const *m = masked; *m; m++) {
         const struct jail_mnt_step *s = step_at(&p, *m, JAIL_MNT_MASK_FILE, NULL);
         ck_assert_msg(s != NULL, "%s is not masked", *m);
@@ -352,6 +398,7 @@ static Suite *suite(void)
     tcase_add_test(t, idmap_ranges_are_checked);
     tcase_add_test(t, idmap_slots_are_distinct_and_released_by_their_holder);
     tcase_add_test(t, idmap_map_records_and_legacy_slot_files);
+    tcase_add_test(t, idmap_held_slot_is_not_released_while_its_processes_live);
     tcase_add_test(t, mount_plan_shape);
     tcase_add_test(t, mount_plan_rejects_bad_binds);
     tcase_add_test(t, mount_targets_are_resolved_and_made_inside_the_root);

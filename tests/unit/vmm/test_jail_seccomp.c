@@ -2,6 +2,7 @@
  * (the instructions the seccomp subset allows) over crafted seccomp_data, so every verdict
  * is checked without a kernel; one test also installs it in a child and makes real calls. */
 #include "al_test.h"
+#include "bpf_run.h"
 #include "vmm/jail/seccomp.h"
 
 #include <errno.h>
@@ -35,53 +36,11 @@ static void teardown(void)
     free(prog);
 }
 
-/* Interprets the filter for one call; fails the test on any instruction outside the
- * seccomp subset or a jump out of the program. */
 static int last_steps; /* instructions the last run() executed */
 
 static uint32_t run(uint32_t arch, int nr, uint64_t a0, uint64_t a1, uint64_t a2)
 {
-    struct seccomp_data d = {.nr = nr, .arch = arch};
-    d.args[0] = a0;
-    d.args[1] = a1;
-    d.args[2] = a2;
-    uint32_t A = 0;
-    size_t pc = 0;
-    for (int steps = 0; steps < 100000; steps++) {
-        ck_assert_uint_lt(pc, prog_len);
-        struct sock_filter f = prog[pc];
-        switch (f.code) {
-        case BPF_LD | BPF_W | BPF_ABS:
-            ck_assert_uint_le(f.k + 4, sizeof d);
-            ck_assert_uint_eq(f.k % 4, 0);
-            memcpy(&A, (const char *)&d + f.k, 4);
-            pc++;
-            break;
-        case BPF_ALU | BPF_AND | BPF_K:
-            A &= f.k;
-            pc++;
-            break;
-        case BPF_JMP | BPF_JEQ | BPF_K:
-            pc += 1 + (A == f.k ? f.jt : f.jf);
-            break;
-        case BPF_JMP | BPF_JGE | BPF_K:
-            pc += 1 + (A >= f.k ? f.jt : f.jf);
-            break;
-        case BPF_JMP | BPF_JSET | BPF_K:
-            pc += 1 + ((A & f.k) ? f.jt : f.jf);
-            break;
-        case BPF_JMP | BPF_JA:
-            pc += 1 + f.k;
-            break;
-        case BPF_RET | BPF_K:
-            last_steps = steps + 1;
-            return f.k;
-        default:
-            ck_abort_msg("unexpected BPF instruction 0x%x at %zu", f.code, pc);
-        }
-    }
-    ck_abort_msg("the filter did not return");
-    return 0;
+    return al_test_bpf_run(prog, prog_len, arch, nr, a0, a1, a2, &last_steps);
 }
 
 #define X86_64 AUDIT_ARCH_X86_64
@@ -350,7 +309,7 @@ START_TEST(kernel_enforces_it)
     if (pid == 0) {
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
             _exit(10);
-        if (jail_seccomp_install(prog, prog_len, NULL) < 0)
+        if (al_sc_install(prog, prog_len, 0, NULL) < 0)
             _exit(11);
         if (syscall(__NR_mount, "none", "/mnt", "tmpfs", 0, NULL) != -1 || errno != EPERM)
             _exit(12);

@@ -361,6 +361,42 @@ START_TEST(bad_templates)
 }
 END_TEST
 
+/* The template.json of a template pulled from a registry or built through airlockd's API:
+ * what the image said (cmd, entrypoint, image), the default policy, the build, its start and
+ * ready commands, and a name with a '.' (airlockd's template names) are all accepted. */
+START_TEST(image_and_build_templates)
+{
+    make_template("{\"name\":\"py3.12-app\",\"description\":\"registry.test:5000/app:1\","
+                  "\"env\":{\"PATH\":\"/bin\"},\"workdir\":\"/srv/app\",\"user\":\"user\","
+                  "\"cmd\":[\"/bin/sh\"],\"entrypoint\":[\"/init\"],\"agent\":{},"
+                  "\"image\":{\"reference\":\"registry.test:5000/app:1\",\"digest\":\"sha256:0\"},"
+                  "\"policy\":\"default\",\"build\":{\"id\":\"b1\"},\"start_cmd\":\"sleep 1\","
+                  "\"ready_cmd\":\"true\"}");
+    char json[512];
+    snprintf(json, sizeof json, "{\"id\":\"s5\",\"template\":\"%s\"}", tmpdir);
+    struct vmm_spec s;
+    struct al_error e;
+    ck_assert_int_eq(parse(json, &s, &e), 0);
+    ck_assert_msg(vmm_spec_load_template(&s, &e) == 0, "%s", e.msg);
+    json_t *o = vmm_spec_init_object(&s);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "templateID")), "py3.12-app");
+    ck_assert_str_eq(json_string_value(json_object_get(o, "defaultWorkdir")), "/srv/app");
+    json_decref(o);
+    vmm_spec_free(&s);
+    remove_template();
+    const char *bad[] = {"{\"name\":\".hidden\"}", "{\"name\":\"a..b\"}", "{\"name\":\"a/b\"}"};
+    for (size_t i = 0; i < 3; i++) {
+        make_template(bad[i]);
+        snprintf(json, sizeof json, "{\"id\":\"s6\",\"template\":\"%s\"}", tmpdir);
+        ck_assert_int_eq(parse(json, &s, &e), 0);
+        ck_assert_int_lt(vmm_spec_load_template(&s, &e), 0);
+        ck_assert_ptr_nonnull(strstr(e.msg, "\"name\" must be"));
+        vmm_spec_free(&s);
+        remove_template();
+    }
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("vmm_spec");
@@ -374,6 +410,7 @@ static Suite *suite(void)
     tcase_add_test(t, template_and_init_object);
     tcase_add_test(t, init_defaults_without_template_user);
     tcase_add_test(t, bad_templates);
+    tcase_add_test(t, image_and_build_templates);
     suite_add_tcase(s, t);
     return s;
 }

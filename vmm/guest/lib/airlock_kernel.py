@@ -1,11 +1,14 @@
-# airlock_kernel: one persistent Python context of airlock's code interpreter.
+# airlock_kernel: one persistent Python context of airlock's code interpreter, an IPython
+# InteractiveShell (the shell Jupyter's ipykernel runs) behind the agent's own pipe protocol.
 #
 # Started by airlock-agent (as the context's user, without privileges) with:
 #   fd 0  /dev/null            fd 1/2  stdout/stderr, read by the agent and streamed as-is
 #   fd 3  requests (agent ->)  fd 4    messages (-> agent)
 # Each request and message is a 4-byte big-endian length followed by a UTF-8 JSON object.
-#   request:  {"op": "execute", "code": "...", "env_vars": {...}}
-#   messages: {"type": "ready"} once, then per execution
+#   request:  {"op": "execute", "code": "...", "env_vars": {...}} (others are ignored: the
+#             agent's {"op": "interrupt"} is for the JavaScript kernel, SIGINT does it here)
+#   messages: {"type": "ready"} once (or {"type": "unavailable", "reason": ...} and exit 3
+#             when this Python has no IPython), then per execution
 #             {"type": "number_of_executions", "execution_count": n}
 #             {"type": "result", "is_main_result": bool, "text": ..., "html": ..., "png": ...}
 #             {"type": "error", "name": ..., "value": ..., "traceback": ...}
@@ -14,38 +17,33 @@
 # print() output travels on fd 4 with the results, so their order is exact; what
 # subprocesses write to fd 1/2 is read by the agent before each message (approximately in
 # order, as in Jupyter).
-# Semantics follow IPython where the E2B SDK can see them: the value of the last expression
-# is the main result (not shown when the cell ends with ';'), rich representations
-# (_repr_html_, _repr_png_, ... and _repr_mimebundle_), matplotlib figures shown by
-# plt.show() and at the end of a cell (PNG, plus E2B's `chart` from lib/airlock_charts.py),
-# leading indentation removed, "!cmd" shell escapes, %cd/%pwd/%env/%pip, top-level await,
-# SIGINT interrupts the running code.
-# It depends on nothing but the standard library (IPython is not required).
+#
+# IPython gives what a Jupyter kernel gives: magics (%, %%), "!cmd" and "x = !cmd", _, __,
+# Out[n], In[n], display() and IPython.display, its formatters (_repr_*_ methods,
+# _repr_mimebundle_), top-level await, leading indentation removed, tracebacks. On top, as
+# ipykernel and E2B's code-interpreter server set up their kernels: matplotlib's inline
+# backend (figures shown by plt.show() and at the end of a cell), E2B's MIME types
+# "e2b/data" (pandas DataFrames) and "e2b/chart" (lib/airlock_charts.py), application/json
+# for lists and dicts, PIL images shown on show()/save(), startup files of the IPython
+# profile, input() refused. SIGINT interrupts the running cell.
 
-import ast
-import asyncio
 import base64
 import builtins
+import glob
 import importlib.abc
 import importlib.util
-import inspect
 import io
 import json
 import math
 import os
-import pprint
-import shlex
 import signal
 import struct
-import subprocess
 import sys
-import traceback
 import types
 
 REQ_FD = 3
 MSG_FD = 4
 MAX_MESSAGE = 32 << 20
-CELL = "<cell>"
 
 
 # ---- wire -------------------------------------------------------------------------------
@@ -120,7 +118,7 @@ def _timestamp():
 
 
 class _Out(io.TextIOBase):
-    """sys.stdout/sys.stderr: line-buffered text onto fd 1/2 (one write per line or block)."""
+    """sys.stdout/sys.stderr: line-buffered text onto fd 4 (one message per line or block)."""
 
     def __init__(self, fd, name, kind):
         super().__init__()
@@ -185,7 +183,7 @@ def _flush_streams():
             pass
 
 
-# ---- display ----------------------------------------------------------------------------
+# ---- results ----------------------------------------------------------------------------
 
 _MIME_KEYS = {
     "text/plain": "text",
@@ -202,37 +200,23 @@ _MIME_KEYS = {
     "e2b/chart": "chart",
 }
 
-_REPR_METHODS = [
-    ("text/html", "_repr_html_"),
-    ("text/markdown", "_repr_markdown_"),
-    ("image/svg+xml", "_repr_svg_"),
-    ("image/png", "_repr_png_"),
-    ("image/jpeg", "_repr_jpeg_"),
-    ("text/latex", "_repr_latex_"),
-    ("application/json", "_repr_json_"),
-    ("application/javascript", "_repr_javascript_"),
-    ("application/pdf", "_repr_pdf_"),
-]
 
-
-def _plain(obj):
-    if isinstance(obj, (dict, list, tuple, set, frozenset)):
-        try:
-            return pprint.pformat(obj, width=79, sort_dicts=False)
-        except Exception:
-            pass
-    return repr(obj)
-
-
-def _is_figure(obj):
-    mpl = sys.modules.get("matplotlib.figure")
-    return mpl is not None and isinstance(obj, mpl.Figure)
-
-
-def _figure_png(fig):
-    buf = io.BytesIO()
-    fig.canvas.print_figure(buf, format="png", bbox_inches="tight")
-    return buf.getvalue()
+def _result(data, is_main):
+    """A MIME bundle as a result message (the agent takes the quotes off a string's repr,
+    as E2B's server does)."""
+    msg = {"type": "result", "is_main_result": bool(is_main)}
+    extra = {}
+    for mime, v in data.items():
+        if mime in ("image/png", "image/jpeg", "application/pdf") and isinstance(v, (bytes, bytearray)):
+            v = base64.b64encode(bytes(v)).decode("ascii")
+        key = _MIME_KEYS.get(mime)
+        if key is None:
+            extra[mime] = v
+        else:
+            msg[key] = v
+    if extra:
+        msg["extra"] = extra
+    return msg
 
 
 def _figure_chart(fig):
@@ -256,117 +240,153 @@ def _figure_chart(fig):
         return None
 
 
-def _dataframe_data(obj):
-    pd = sys.modules.get("pandas")
-    if pd is None or not isinstance(obj, pd.DataFrame):
-        return None
-    try:
-        d = obj.to_dict(orient="list")
-        return {str(k): [x.isoformat() if hasattr(x, "isoformat") else x for x in v] for k, v in d.items()}
-    except Exception:
-        return None
+def _json_native(v, depth=0):
+    """v as JSON (numpy scalars and arrays as their values, NaN as null), or raise TypeError
+    for anything else, like the orjson serialisation E2B's formatter uses."""
+    if depth > 64:
+        raise TypeError("too deeply nested")
+    if v is None or isinstance(v, (str, bool, int)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k if isinstance(k, str) else str(_json_native(k, depth + 1)): _json_native(x, depth + 1)
+                for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_native(x, depth + 1) for x in v]
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(v, (np.generic, np.ndarray)):
+        return _json_native(v.tolist(), depth + 1)
+    raise TypeError("%s is not JSON" % type(v).__name__)
+
+
+# ---- the shell --------------------------------------------------------------------------
+
+def _no_input(*args, **kwargs):
+    from IPython.core.error import StdinNotImplementedError
+    raise StdinNotImplementedError("raw_input was called, but this frontend does not support input requests.")
+
+
+_SHELL = None
+
+
+def _make_shell():
+    """The process's IPython shell (created once; also what format_bundle uses)."""
+    global _SHELL
+    if _SHELL is not None:
+        return _SHELL
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.displaypub import DisplayPublisher
+    from IPython.core.error import UsageError
+    from IPython.core.formatters import BaseFormatter, JSONFormatter
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets import ObjectName, Type, Unicode
+    from traitlets.config import Config
+
+    class Publisher(DisplayPublisher):
+        """display() and IPython.display: a result that is not the main one."""
+
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kw):
+            send(_result(data, False))
+
+        def clear_output(self, wait=False):
+            pass  # no output area to clear (E2B's server drops the message too)
+
+    class Hook(DisplayHook):
+        """The value of the cell's last expression: the main result (and _, Out[n])."""
+
+        def start_displayhook(self):
+            self._bundle = None
+
+        def write_output_prompt(self):
+            pass
+
+        def write_format_data(self, format_dict, md_dict=None):
+            self._bundle = format_dict
+
+        def finish_displayhook(self):
+            bundle, self._bundle = getattr(self, "_bundle", None), None
+            if bundle:
+                send(_result(bundle, True))
+
+    class DataFormatter(BaseFormatter):
+        format_type = Unicode("e2b/data")
+        print_method = ObjectName("_repr_e2b_data_")
+        _return_type = (dict, str)
+
+        def __call__(self, obj):
+            pd = sys.modules.get("pandas")
+            if pd is None or not isinstance(obj, pd.DataFrame):
+                return super().__call__(obj)
+            d = obj.to_dict(orient="list")
+            return {str(k): [x.isoformat() if hasattr(x, "isoformat") else x for x in v]
+                    for k, v in d.items()}
+
+    class ChartFormatter(BaseFormatter):
+        format_type = Unicode("e2b/chart")
+        print_method = ObjectName("_repr_e2b_chart_")
+        _return_type = (dict, str)
+
+        def __call__(self, obj):
+            mf = sys.modules.get("matplotlib.figure")
+            if mf is None or not isinstance(obj, mf.Figure):
+                return super().__call__(obj)
+            return _figure_chart(obj)
+
+    class ListJSONFormatter(JSONFormatter):
+        def __call__(self, obj):
+            if isinstance(obj, (list, dict)):
+                try:
+                    return _json_native(obj), {"expanded": True}
+                except TypeError:
+                    pass
+            return super().__call__(obj)
+
+    class Shell(InteractiveShell):
+        displayhook_class = Type(Hook)
+        display_pub_class = Type(Publisher)
+        error_sent = False
+
+        def _showtraceback(self, etype, evalue, stb):
+            self.error_sent = True
+            send({"type": "error", "name": etype.__name__, "value": str(evalue),
+                  "traceback": self.InteractiveTB.stb2text(stb)})
+
+        def system_piped(self, cmd):
+            try:
+                super().system_piped(cmd)
+            finally:
+                _forget_missing_paths()  # "!pip install x" then "import x" in one cell
+
+        system = system_piped
+
+        def ask_exit(self):
+            self.exit_now = True  # exit(): the kernel ends after this cell (a new one next)
+
+        def enable_gui(self, gui=None):
+            if gui not in (None, "inline"):
+                raise UsageError("there is no display in a sandbox for the %r event loop: "
+                                 "use %%matplotlib inline" % gui)
+
+    c = Config()
+    c.InteractiveShell.colors = "NoColor"
+    c.HistoryManager.hist_file = ":memory:"  # In/_i work; no database in the user's home
+    c.PlainTextFormatter.max_seq_length = 0
+    shell = Shell.instance(config=c)
+    df = shell.display_formatter
+    df.formatters["e2b/data"] = DataFormatter(parent=df)
+    df.formatters["e2b/chart"] = ChartFormatter(parent=df)
+    df.formatters["application/json"] = ListJSONFormatter(parent=df)
+    _SHELL = shell
+    return shell
 
 
 def format_bundle(obj):
-    """The MIME bundle of obj, as IPython's display formatter builds it."""
-    data = {}
-    mb = getattr(obj, "_repr_mimebundle_", None)
-    if callable(mb) and not isinstance(obj, type):
-        try:
-            r = mb()
-            if isinstance(r, tuple):
-                r = r[0]
-            if isinstance(r, dict):
-                data.update(r)
-        except Exception:
-            pass
-    for mime, meth in _REPR_METHODS:
-        if mime in data:
-            continue
-        f = getattr(obj, meth, None)
-        if not callable(f) or isinstance(obj, type):
-            continue
-        try:
-            v = f()
-        except Exception:
-            continue
-        if isinstance(v, tuple):
-            v = v[0]
-        if v is None:
-            continue
-        data[mime] = v
-    if _is_figure(obj) and "image/png" not in data:
-        try:
-            data["image/png"] = _figure_png(obj)
-        except Exception:
-            pass
-    if _is_figure(obj) and "e2b/chart" not in data:
-        chart = _figure_chart(obj)
-        if chart is not None:
-            data["e2b/chart"] = chart
-    dfd = _dataframe_data(obj)
-    if dfd is not None:
-        data["e2b/data"] = dfd
-    if "text/plain" not in data:
-        try:
-            data["text/plain"] = _plain(obj)
-        except Exception as e:
-            data["text/plain"] = "<unrepresentable object: %s>" % type(e).__name__
-    for mime in ("image/png", "image/jpeg", "application/pdf"):
-        if isinstance(data.get(mime), (bytes, bytearray)):
-            data[mime] = base64.b64encode(bytes(data[mime])).decode("ascii")
-    return data
+    """The MIME bundle the kernel shows for obj (IPython's formatters plus E2B's)."""
+    return _make_shell().display_formatter.format(obj)[0]
 
 
-def _result(data, is_main):
-    msg = {"type": "result", "is_main_result": bool(is_main)}
-    extra = {}
-    for mime, v in data.items():
-        key = _MIME_KEYS.get(mime)
-        if key is None:
-            extra[mime] = v
-        else:
-            msg[key] = v
-    text = msg.get("text")
-    if isinstance(text, str) and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        msg["text"] = text[1:-1]  # what the reference server does with repr(str)
-    if extra:
-        msg["extra"] = extra
-    return msg
-
-
-def display(*objs, **kwargs):
-    """Show objects as results of the running cell (IPython's display())."""
-    for obj in objs:
-        if kwargs.get("raw") and isinstance(obj, dict):
-            send(_result(dict(obj), False))
-        else:
-            send(_result(format_bundle(obj), False))
-
-
-def _flush_figures():
-    plt = sys.modules.get("matplotlib.pyplot")
-    if plt is None:
-        return
-    try:
-        nums = plt.get_fignums()
-        for n in nums:
-            display(plt.figure(n))
-    except Exception:
-        traceback.print_exc()
-    finally:
-        try:
-            plt.close("all")
-        except Exception:
-            pass
-
-
-_display_mod = types.ModuleType("airlock_display")
-_display_mod.display = display
-sys.modules["airlock_display"] = _display_mod
-
-
-# ---- post-import hooks (matplotlib backend, PIL show/save) -------------------------------
+# ---- PIL images are shown when shown or saved (as on E2B) -------------------------------
 
 class _HookLoader(importlib.abc.Loader):
     def __init__(self, loader, hook):
@@ -407,15 +427,8 @@ class _PostImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _hook_matplotlib(mpl):
-    # Figures become results, as with Jupyter's inline backend. A headless default (Agg,
-    # which the code-interpreter template sets so that plain scripts never look for a
-    # display) is replaced like Jupyter replaces it; another backend the user chose is kept.
-    if os.environ.get("MPLBACKEND", "").strip().lower() in ("", "agg"):
-        mpl.use("module://airlock_mpl_backend")
-
-
 def _hook_pil_image(mod):
+    from IPython.display import display
     img = mod.Image
     orig_save = img.save
 
@@ -431,179 +444,85 @@ def _hook_pil_image(mod):
     img.save = save
 
 
-sys.meta_path.insert(0, _PostImport({"matplotlib": _hook_matplotlib, "PIL.Image": _hook_pil_image}))
-
-
-# ---- cells ------------------------------------------------------------------------------
-
-def _strip_leading_indent(code):
-    lines = code.split("\n")
-    first = next((l for l in lines if l.strip()), "")
-    indent = first[: len(first) - len(first.lstrip())]
-    if not indent:
-        return code
-    return "\n".join(l[len(indent):] if l.startswith(indent) else l for l in lines)
-
-
-def _transform_magics(code):
-    out = []
-    for line in code.split("\n"):
-        stripped = line.lstrip()
-        ind = line[: len(line) - len(stripped)]
-        if stripped.startswith("!") and not stripped.startswith("!="):
-            out.append("%s__airlock_system__(%r)" % (ind, stripped[1:]))
-        elif stripped.startswith("%"):
-            name, _, arg = stripped[1:].partition(" ")
-            if name in ("cd", "pwd", "env", "pip", "conda", "sx", "system"):
-                out.append("%s__airlock_magic__(%r, %r)" % (ind, name, arg.strip()))
-            else:
-                out.append(line)
-        else:
-            out.append(line)
-    return "\n".join(out)
-
-
-def _system(cmd):
-    _flush_streams()
-    return subprocess.call(cmd, shell=True, stdin=subprocess.DEVNULL)
-
-
-def _magic(name, arg):
-    if name == "cd":
-        target = os.path.expanduser(arg.strip("'\"")) if arg else os.path.expanduser("~")
-        os.chdir(target)
-        print(os.getcwd())
-    elif name == "pwd":
-        return os.getcwd()
-    elif name == "env":
-        if not arg:
-            return dict(os.environ)
-        if "=" in arg:
-            k, _, v = arg.partition("=")
-            os.environ[k.strip()] = v.strip()
-        else:
-            return os.environ.get(arg)
-    elif name in ("pip", "conda"):
-        _system("%s -m pip %s" % (shlex.quote(sys.executable), arg) if name == "pip" else "conda " + arg)
-    elif name in ("sx", "system"):
-        _system(arg)
-    return None
-
-
-class StdinNotImplementedError(RuntimeError):
-    pass
-
-
-def _no_input(prompt=""):
-    raise StdinNotImplementedError("raw_input was called, but this frontend does not support input requests.")
-
-
-def _format_traceback(etype, value, tb):
-    # Drop the kernel's own frames: the traceback starts in the cell.
-    while tb is not None and tb.tb_frame.f_code.co_filename != CELL and \
-            os.path.abspath(tb.tb_frame.f_code.co_filename) == os.path.abspath(__file__):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(etype, value, tb))
-
+# ---- the kernel -------------------------------------------------------------------------
 
 class Kernel:
-    def __init__(self):
-        self.count = 0
-        self.ns = {"__name__": "__main__", "__builtins__": builtins}
-        self.ns.update({
-            "display": display,
-            "__airlock_system__": _system,
-            "__airlock_magic__": _magic,
-        })
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        sys.modules["__main__"].__dict__.update(self.ns)
-        self.ns = sys.modules["__main__"].__dict__
-        self.loop = None
+    def __init__(self, shell):
+        self.shell = shell
         self.in_user_code = False
-        self.interrupted = False
         builtins.input = _no_input
+        try:
+            import getpass
+            getpass.getpass = _no_input
+        except Exception:
+            pass
         signal.signal(signal.SIGINT, self._on_sigint)
 
     def _on_sigint(self, signum, frame):
         if self.in_user_code:
             raise KeyboardInterrupt
-        self.interrupted = True
+        # idle, or between cells: nothing to interrupt
 
-    def _run(self, code_obj):
-        if code_obj.co_flags & inspect.CO_COROUTINE:
-            if self.loop is None:
-                self.loop = asyncio.new_event_loop()
-            return self.loop.run_until_complete(eval(code_obj, self.ns))
-        return eval(code_obj, self.ns)
+    def run_startup_files(self):
+        """PYTHONSTARTUP and the profile's startup files, as ipykernel runs them."""
+        from IPython.core.application import ENV_CONFIG_DIRS, SYSTEM_CONFIG_DIRS
+        sh = self.shell
+        files = []
+        if os.environ.get("PYTHONSTARTUP"):
+            files.append(os.environ["PYTHONSTARTUP"])
+        dirs = [sh.profile_dir.startup_dir] + [os.path.join(p, "startup") for p in
+                                               list(ENV_CONFIG_DIRS) + list(SYSTEM_CONFIG_DIRS)]
+        found = []
+        for d in dirs[::-1]:
+            found += glob.glob(os.path.join(d, "*.py")) + glob.glob(os.path.join(d, "*.ipy"))
+        files += sorted(found)
+        if not files:
+            return
+        before = set(sh.user_ns)
+        self.in_user_code = True
+        try:
+            for f in files:
+                if f.endswith(".ipy"):
+                    sh.safe_execfile_ipy(f)
+                else:
+                    sh.safe_execfile(f, sh.user_ns, raise_exceptions=False)
+        except BaseException:
+            pass
+        finally:
+            self.in_user_code = False
+        # like %who after a kernel's start: what the startup files defined stays hidden
+        sh.user_ns_hidden.update({k: sh.user_ns[k] for k in set(sh.user_ns) - before})
 
     def execute(self, code, env_vars):
-        self.count += 1
-        send({"type": "number_of_executions", "execution_count": self.count})
+        sh = self.shell
+        send({"type": "number_of_executions", "execution_count": sh.execution_count})
         saved = {}
         for k, v in (env_vars or {}).items():
             if isinstance(k, str) and isinstance(v, str) and k and "=" not in k and "\0" not in k + v:
                 saved[k] = os.environ.get(k)
                 os.environ[k] = v
+        sh.error_sent = False
+        _forget_missing_paths()
+        self.in_user_code = True
         try:
-            self._execute(code)
+            res = sh.run_cell(code, store_history=True)
         finally:
+            self.in_user_code = False
             for k, old in saved.items():
                 if old is None:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = old
             _flush_streams()
-
-    def _execute(self, code):
-        src = _transform_magics(_strip_leading_indent(code))
-        flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
-        try:
-            tree = ast.parse(src, filename=CELL, mode="exec")
-        except (SyntaxError, ValueError, OverflowError) as e:
-            self._error(type(e), e, None)
-            return
-        last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr) and not src.rstrip().endswith(";"):
-            last = tree.body.pop()
-        try:
-            body = compile(tree, CELL, "exec", flags=flags, dont_inherit=True)
-            expr = compile(ast.Expression(last.value), CELL, "eval", flags=flags, dont_inherit=True) if last else None
-        except (SyntaxError, ValueError) as e:
-            self._error(type(e), e, None)
-            return
-        value = None
-        self.in_user_code = True
-        try:
-            self._run(body)
-            if expr is not None:
-                value = self._run(expr)
-        except BaseException as e:  # noqa: B902 - the cell's exception is the result
-            self.in_user_code = False
-            _flush_streams()
-            self._error(type(e), e, e.__traceback__)
-            _flush_figures()
-            return
-        finally:
-            self.in_user_code = False
-        if value is not None:
-            self.ns["_"] = value
-            try:
-                send(_result(format_bundle(value), True))
-            except Exception as e:
-                self._error(type(e), e, e.__traceback__)
-        _flush_figures()
-
-    def _error(self, etype, value, tb):
-        _flush_streams()
-        text = str(value)
-        if etype is KeyboardInterrupt:
-            text = text or ""
-        send({"type": "error", "name": etype.__name__, "value": text,
-              "traceback": _format_traceback(etype, value, tb)})
+        if not res.success and not sh.error_sent:
+            # errors IPython reports without a traceback (a UsageError, for one)
+            err = res.error_before_exec or res.error_in_exec
+            if err is not None:
+                send({"type": "error", "name": type(err).__name__, "value": str(err), "traceback": ""})
 
     def serve(self):
         send({"type": "ready"})
-        while True:
+        while not self.shell.exit_now:
             try:
                 hdr = _read_exact(4)
                 if hdr is None:
@@ -626,17 +545,113 @@ class Kernel:
                     send({"type": "done"})
 
 
+def _add_user_site():
+    """The user's site-packages on sys.path even before it exists: "!pip install x" as a
+    user (not root, as on E2B) installs there, and "import x" must find it in this kernel."""
+    import site
+    if not site.ENABLE_USER_SITE:
+        return
+    user = site.getusersitepackages()
+    if user in sys.path:
+        return
+    at = next((i for i, p in enumerate(sys.path) if p.endswith(("site-packages", "dist-packages"))),
+              len(sys.path))
+    sys.path.insert(at, user)  # before the system's packages, where site puts it
+
+
+def _forget_missing_paths():
+    """Let imports look again at path entries that did not exist when last tried (the user
+    site-packages before the first "pip install"): the import system caches their absence."""
+    cache = sys.path_importer_cache
+    for p in [p for p, f in cache.items() if f is None and os.path.isdir(p)]:
+        del cache[p]
+
+
+def _prepare_environment():
+    # What ipykernel sets for a kernel's subprocesses: no pager can block a cell.
+    os.environ.update({"PAGER": "cat", "GIT_PAGER": "cat", "CLICOLOR": "1", "TERM": "xterm-color"})
+    # Figures become results (Jupyter's inline backend). A headless default (Agg, which the
+    # code-interpreter template sets so that plain scripts never look for a display) is
+    # replaced as ipykernel replaces an unset one; a backend the user chose is kept.
+    if os.environ.get("MPLBACKEND", "").strip().lower() in ("", "agg"):
+        os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+
+
+class _LazyEmbed(types.ModuleType):
+    """IPython.terminal.embed until something uses it. "import IPython" imports it for
+    IPython.embed, and with it the whole terminal front end (prompt_toolkit & co.), which a
+    kernel never uses: a third of its start. The first use imports the real module."""
+
+    @staticmethod
+    def _real():
+        if sys.modules.get("IPython.terminal.embed") is _EMBED_STUB:
+            del sys.modules["IPython.terminal.embed"]
+        return importlib.import_module("IPython.terminal.embed")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._real(), name)
+
+
+def _embed(*args, **kwargs):
+    return _LazyEmbed._real().embed(*args, **kwargs)
+
+
+_embed.__name__ = _embed.__qualname__ = "embed"
+_embed.__module__ = "IPython.terminal.embed"
+_EMBED_STUB = _LazyEmbed("IPython.terminal.embed")
+_EMBED_STUB.embed = _embed
+
+
+class _NoJedi(importlib.abc.MetaPathFinder):
+    """Hides jedi while IPython loads: its completer imports it for completions, which this
+    kernel never serves (another fifth of the start). User code imports jedi normally."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "jedi" or name.startswith("jedi."):
+            raise ImportError("not while the kernel starts")
+        return None
+
+
+def _import_ipython():
+    sys.modules.setdefault("IPython.terminal.embed", _EMBED_STUB)
+    hide = _NoJedi()
+    sys.meta_path.insert(0, hide)
+    try:
+        import IPython
+        import IPython.core.completer  # noqa: F401  (loaded now, without jedi)
+        return IPython
+    finally:
+        sys.meta_path.remove(hide)
+
+
 def main():
     for fd in (REQ_FD, MSG_FD):
         os.set_inheritable(fd, False)
     sys.stdout = _Out(1, "<stdout>", "stdout")
     sys.stderr = _Out(2, "<stderr>", "stderr")
     sys.stdin = open(os.devnull, "r")
-    lib = os.path.dirname(os.path.abspath(__file__))
-    if lib not in sys.path:
-        sys.path.insert(0, lib)
     sys.path.insert(0, "")  # like IPython: modules in the working directory are importable
-    Kernel().serve()
+    _add_user_site()
+    try:
+        IPython = _import_ipython()
+    except Exception as e:
+        send({"type": "unavailable",
+              "reason": "%s cannot import IPython (%s: %s): Python contexts need IPython in the "
+                        "template (Debian: python3-ipython)" % (sys.executable, type(e).__name__, e)})
+        sys.exit(3)
+    _prepare_environment()
+    sys.meta_path.insert(0, _PostImport({"PIL.Image": _hook_pil_image}))
+    try:
+        kernel = Kernel(_make_shell())
+    except Exception as e:
+        send({"type": "unavailable",
+              "reason": "IPython %s failed to start in %s (%s: %s)" % (
+                  getattr(IPython, "__version__", "?"), sys.executable, type(e).__name__, e)})
+        sys.exit(3)
+    kernel.run_startup_files()
+    kernel.serve()
 
 
 if __name__ == "__main__":

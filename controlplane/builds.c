@@ -1,0 +1,1414 @@
+/* controlplane/builds: see builds.h. */
+#include "builds.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/json.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "cp.h"
+#include "store.h"
+#include "templates.h"
+#include "controlplane/templates/oci.h"
+#include "controlplane/templates/unpack.h"
+
+#define BUILDS_MAX_STEPS 256
+#define BUILDS_MAX_ARG   (64u << 10) /* one argument of a step (a RUN's script) */
+#define BUILDS_MAX_CMD   (16u << 10) /* startCmd, readyCmd */
+#define BUILDS_LOG_LIMIT 100         /* entries per status answer unless ?limit= */
+#define BUILDS_LOG_MAX   1000
+
+static const char *const builds__levels[] = {"debug", "info", "warn", "error"};
+
+static json_t *builds__time(uint64_t ns)
+{
+    char buf[40];
+    al_time_rfc3339(buf, sizeof buf, ns);
+    return json_string(buf);
+}
+
+/* Optional fields sent as null are absent (the SDKs send either). */
+static void builds__drop_nulls(json_t *o)
+{
+    const char *k;
+    json_t *v;
+    void *tmp;
+    json_object_foreach_safe(o, tmp, k, v)
+    {
+        if (json_is_null(v))
+            json_object_del(o, k);
+    }
+}
+
+static bool builds__is_default(const struct cp *cp, const char *id)
+{
+    for (size_t i = 0; i < cp->cfg.default_templates.n; i++)
+        if (strcmp(cp->cfg.default_templates.v[i], id) == 0)
+            return true;
+    return false;
+}
+
+static void builds__log(struct cp *cp, const char *build_id, int level, const char *step,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* Appends one entry to a build's log (a failure to record is logged, never fatal). */
+static void builds__log(struct cp *cp, const char *build_id, int level, const char *step,
+                        const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    struct al_error err = {0};
+    if (cp_store_build_log_add(cp->store, build_id, al_wall_ns(), level, step, msg, &err))
+        al_warn("build %s: cannot record a log entry: %s", build_id, al_error_str(&err));
+}
+
+/* ---- POST /v3/templates ------------------------------------------------------------------ */
+
+void cp_builds_request(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,
+                       json_t *body)
+{
+    static const char *const known[] = {"name",     "alias",         "tags",   "cpuCount",
+                                        "memoryMB", "minFreeDiskMb", "teamID", NULL};
+    struct al_error err = {0};
+    builds__drop_nulls(body);
+    if (al_json_check_keys(body, known, "template build request", &err)) {
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
+    if (json_object_get(body, "teamID")) {
+        cp_rest_error(req, 400, "teamID: airlock has no teams; leave it out");
+        return;
+    }
+    const char *name = NULL, *alias = NULL;
+    if (al_json_get_str(body, "name", false, &name, "template build request", &err) ||
+        al_json_get_str(body, "alias", false, &alias, "template build request", &err)) {
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
+    if (!name || !name[0])
+        name = alias;
+    if (!name || !name[0]) {
+        cp_rest_error(req, 400,
+                      "template build request: \"name\" (the template's name) is "
+                      "required");
+        return;
+    }
+    json_t *tags = json_object_get(body, "tags");
+    if (strchr(name, ':') || (tags && (!json_is_array(tags) || json_array_size(tags) > 0))) {
+        cp_rest_error(req, 400,
+                      "template \"%.64s\": tags are not supported by airlock; a template is "
+                      "named by its name alone and a rebuild replaces it",
+                      name);
+        return;
+    }
+    if (!cp_template_id_valid(name)) {
+        cp_rest_error(req, 400,
+                      "\"%.64s\" is not a template name (1..64 of a-z, 0-9, '.', '_', '-', "
+                      "starting with a letter or digit)",
+                      name);
+        return;
+    }
+    if (builds__is_default(cp, name)) {
+        cp_rest_error(req, 409,
+                      "template '%s' is a default template (templates.defaults), made by "
+                      "deploy/templates/build: build yours under another name",
+                      name);
+        return;
+    }
+    /* A sandbox gets the configured size: a build asking for another is refused rather than
+     * answered with a template that does not have it. */
+    int64_t cpu = cp->cfg.cpu_count, mem = (int64_t)(cp->cfg.memory_bytes >> 20), disk = 0;
+    int64_t disk_mb = (int64_t)(cp->cfg.disk_bytes >> 20);
+    if (al_json_get_int(body, "cpuCount", false, 1, 1024, &cpu, "template build request", &err) ||
+        al_json_get_int(body, "memoryMB", false, 1, INT64_MAX, &mem, "template build request",
+                        &err) ||
+        al_json_get_int(body, "minFreeDiskMb", false, 0, INT64_MAX, &disk, "template build request",
+                        &err)) {
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
+    if (cpu != cp->cfg.cpu_count || mem != (int64_t)(cp->cfg.memory_bytes >> 20)) {
+        cp_rest_error(req, 400,
+                      "sandboxes of this server have %lld vCPUs and %lld MiB of memory "
+                      "(sandboxes.cpu_count, sandboxes.memory): leave cpuCount and memoryMB out "
+                      "or ask for exactly that",
+                      (long long)cp->cfg.cpu_count, (long long)(cp->cfg.memory_bytes >> 20));
+        return;
+    }
+    if (disk > disk_mb) {
+        cp_rest_error(req, 400,
+                      "minFreeDiskMb %lld: sandboxes of this server have %lld MiB of disk "
+                      "(sandboxes.disk)",
+                      (long long)disk, (long long)disk_mb);
+        return;
+    }
+    uint64_t now = al_wall_ns(), created = now;
+    json_t *tdoc = NULL;
+    int rc = cp_store_tpl_load(cp->store, name, &created, &tdoc, &err);
+    if (rc == -ENOENT) {
+        tdoc = json_pack("{s:[s],s:s}", "names", name, "created_by", who->key_id);
+        created = now;
+    } else if (rc) {
+        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        return;
+    }
+    json_object_set_new(tdoc, "updated_ns", json_integer((json_int_t)now));
+    struct cp_store_build b = {.created_ns = now};
+    al_uuid_v4(b.id);
+    snprintf(b.template_id, sizeof b.template_id, "%s", name);
+    snprintf(b.status, sizeof b.status, "waiting");
+    b.doc = json_pack("{s:I,s:I,s:I,s:s,s:I}", "cpuCount", (json_int_t)cpu, "memoryMB",
+                      (json_int_t)mem, "diskSizeMB", (json_int_t)disk_mb, "requested_by",
+                      who->key_id, "updated_ns", (json_int_t)now);
+    if ((rc = cp_store_tpl_save(cp->store, name, created, tdoc, &err)) ||
+        (rc = cp_store_build_save(cp->store, &b, &err))) {
+        json_decref(tdoc);
+        cp_store_build_free(&b);
+        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        return;
+    }
+    json_decref(tdoc);
+    al_info("template %s: build %s requested by %s", name, b.id, who->key_id);
+    al_http_reply_json(req, 202,
+                       json_pack("{s:s,s:s,s:[s],s:[s],s:b,s:[]}", "templateID", name, "buildID",
+                                 b.id, "names", name, "aliases", name, "public", 0, "tags"));
+    cp_store_build_free(&b);
+}
+
+/* ---- POST /v2/templates/{id}/builds/{buildID} ------------------------------------------- */
+
+bool cp_builds_trigger_path(const char *p, char *tid, size_t tlen, char *bid, size_t blen)
+{
+    if (strncmp(p, "/v2/templates/", 14) != 0)
+        return false;
+    p += 14;
+    if (!cp_rest_path_part(&p, tid, tlen) || strncmp(p, "/builds/", 8) != 0)
+        return false;
+    p += 8;
+    return cp_rest_path_part(&p, bid, blen) && *p == '\0';
+}
+
+/* Checks one step of a definition; i is its number as the SDK counts (1 = the first). */
+static int builds__check_step(const json_t *s, size_t i, struct al_error *err)
+{
+    static const char *const known[] = {
+        "type", "args", "force", "filesHash", "forceUpload", "resolveSymlinks", "gzip", NULL};
+    char what[64];
+    snprintf(what, sizeof what, "step %zu", i);
+    if (!json_is_object(s))
+        return al_error_set(err, -EINVAL, "%s must be a JSON object", what);
+    builds__drop_nulls((json_t *)s);
+    int rc;
+    const char *type = NULL;
+    json_t *args = NULL;
+    bool b;
+    if ((rc = al_json_check_keys(s, known, what, err)) ||
+        (rc = al_json_get_str(s, "type", true, &type, what, err)) ||
+        (rc = al_json_get_arr(s, "args", false, &args, what, err)) ||
+        (rc = al_json_get_bool(s, "force", false, &b, what, err)) ||
+        (rc = al_json_get_bool(s, "forceUpload", false, &b, what, err)) ||
+        (rc = al_json_get_bool(s, "resolveSymlinks", false, &b, what, err)) ||
+        (rc = al_json_get_bool(s, "gzip", false, &b, what, err)))
+        return rc;
+    size_t n = args ? json_array_size(args) : 0;
+    for (size_t k = 0; k < n; k++) {
+        const json_t *a = json_array_get(args, k);
+        if (!json_is_string(a) || strlen(json_string_value(a)) != json_string_length(a) ||
+            json_string_length(a) > BUILDS_MAX_ARG)
+            return al_error_set(err, -EINVAL,
+                                "%s (%s): argument %zu must be a string of at most %u bytes "
+                                "without NUL bytes",
+                                what, type, k + 1, BUILDS_MAX_ARG);
+    }
+    const char *arg0 = n ? json_string_value(json_array_get(args, 0)) : "";
+    size_t lo, hi;
+    if (strcmp(type, "RUN") == 0)
+        lo = 1, hi = 2; /* command, user */
+    else if (strcmp(type, "COPY") == 0)
+        lo = 2, hi = 4; /* source, destination, user, mode */
+    else if (strcmp(type, "ENV") == 0)
+        lo = 2, hi = 2 * 1024; /* name, value, ... */
+    else if (strcmp(type, "WORKDIR") == 0 || strcmp(type, "USER") == 0)
+        lo = 1, hi = 1;
+    else
+        return al_error_set(err, -EINVAL,
+                            "%s: unknown step type \"%.32s\" (RUN, COPY, ENV, WORKDIR and USER "
+                            "are the steps of a build)",
+                            what, type);
+    if (n < lo || n > hi || !arg0[0])
+        return al_error_set(err, -EINVAL,
+                            "%s (%s): %zu arguments; it takes %zu to %zu, the first "
+                            "not empty",
+                            what, type, n, lo, hi);
+    if (strcmp(type, "ENV") == 0) {
+        if (n % 2)
+            return al_error_set(err, -EINVAL, "%s (ENV): arguments come in name, value pairs",
+                                what);
+        for (size_t k = 0; k < n; k += 2) {
+            const char *name = json_string_value(json_array_get(args, k));
+            if (!name[0] || strchr(name, '='))
+                return al_error_set(err, -EINVAL,
+                                    "%s (ENV): \"%.64s\" is not a variable name (not empty, "
+                                    "no '=')",
+                                    what, name);
+        }
+    }
+    const char *hash = NULL;
+    if ((rc = al_json_get_str(s, "filesHash", false, &hash, what, err)))
+        return rc;
+    if (strcmp(type, "COPY") == 0) {
+        size_t hl = hash ? strlen(hash) : 0;
+        bool hex = hl == 64;
+        for (size_t k = 0; hex && k < hl; k++)
+            hex = (hash[k] >= '0' && hash[k] <= '9') || (hash[k] >= 'a' && hash[k] <= 'f');
+        if (!hex)
+            return al_error_set(err, -EINVAL,
+                                "%s (COPY %.64s): \"filesHash\" (the sha256 of the files, 64 "
+                                "hex digits) is required",
+                                what, arg0);
+    } else if (hash) {
+        return al_error_set(err, -EINVAL, "%s (%s): \"filesHash\" belongs to COPY steps only", what,
+                            type);
+    }
+    return 0;
+}
+
+int cp_builds_check_definition(struct cp *cp, const char *tid, json_t *d, struct al_error *err)
+{
+    static const char *const known[] = {"fromImage", "fromImageRegistry", "fromTemplate", "steps",
+                                        "startCmd",  "readyCmd",          "force",        NULL};
+    const char *what = "template build";
+    builds__drop_nulls(d);
+    int rc;
+    const char *image = NULL, *from = NULL, *start = NULL, *ready = NULL;
+    json_t *steps = NULL, *reg = NULL;
+    bool force;
+    if ((rc = al_json_check_keys(d, known, what, err)) ||
+        (rc = al_json_get_str(d, "fromImage", false, &image, what, err)) ||
+        (rc = al_json_get_str(d, "fromTemplate", false, &from, what, err)) ||
+        (rc = al_json_get_obj(d, "fromImageRegistry", false, &reg, what, err)) ||
+        (rc = al_json_get_arr(d, "steps", false, &steps, what, err)) ||
+        (rc = al_json_get_str(d, "startCmd", false, &start, what, err)) ||
+        (rc = al_json_get_str(d, "readyCmd", false, &ready, what, err)) ||
+        (rc = al_json_get_bool(d, "force", false, &force, what, err)))
+        return rc;
+    bool has_image = image && image[0], has_from = from && from[0];
+    if (has_image == has_from)
+        return al_error_set(err, -EINVAL,
+                            "template build: exactly one of fromImage (an image reference) and "
+                            "fromTemplate (a template name) must be given");
+    if (reg && !has_image)
+        return al_error_set(err, -EINVAL,
+                            "template build: fromImageRegistry goes with fromImage only");
+    if ((start && strlen(start) > BUILDS_MAX_CMD) || (ready && strlen(ready) > BUILDS_MAX_CMD))
+        return al_error_set(err, -EINVAL,
+                            "template build: startCmd and readyCmd are at most %u "
+                            "bytes",
+                            BUILDS_MAX_CMD);
+    if (has_image) {
+        struct tpl_ref ref;
+        if ((rc = tpl_ref_parse(image, &ref, err)))
+            return rc;
+    } else {
+        char dir[4200];
+        if (strcmp(from, tid) == 0)
+            return al_error_set(err, -EINVAL,
+                                "template build: template '%s' cannot be built from itself", tid);
+        if ((rc = cp_template_resolve(cp, from, dir, sizeof dir, err)))
+            return rc;
+    }
+    size_t n = steps ? json_array_size(steps) : 0;
+    if (n > BUILDS_MAX_STEPS)
+        return al_error_set(err, -EINVAL, "template build: %zu steps, at most %d", n,
+                            BUILDS_MAX_STEPS);
+    for (size_t i = 0; i < n; i++)
+        if ((rc = builds__check_step(json_array_get(steps, i), i + 1, err)))
+            return rc;
+    return 0;
+}
+
+static int builds__fail(struct cp *cp, struct cp_store_build *b, const char *step,
+                        const char *message, struct al_error *err)
+{
+    uint64_t now = al_wall_ns();
+    builds__log(cp, b->id, CP_BUILD_ERROR, step, "%s", message);
+    snprintf(b->status, sizeof b->status, "error");
+    json_t *reason = json_pack("{s:s}", "message", message);
+    if (step)
+        json_object_set_new(reason, "step", json_string(step));
+    json_object_set_new(b->doc, "reason", reason);
+    json_object_set_new(b->doc, "updated_ns", json_integer((json_int_t)now));
+    json_object_set_new(b->doc, "finished_ns", json_integer((json_int_t)now));
+    return cp_store_build_save(cp->store, b, err);
+}
+
+/* The build b of tid from the path, or an answered 404. */
+static int builds__find(struct cp *cp, struct al_http_req *req, const char *tid, const char *bid,
+                        struct cp_store_build *b)
+{
+    struct al_error err = {0};
+    int rc = cp_store_build_load(cp->store, bid, b, &err);
+    if (rc == 0 && strcmp(b->template_id, tid) == 0)
+        return 0;
+    if (rc == 0)
+        cp_store_build_free(b);
+    if (rc && rc != -ENOENT)
+        cp_rest_error(req, 500, "%s", al_error_str(&err));
+    else
+        cp_rest_error(req, 404, "template '%.64s' has no build '%.40s'", tid, bid);
+    return rc ? rc : -ENOENT;
+}
+
+/* ---- the runner ------------------------------------------------------------------------- */
+
+static int builds__find_running(const struct cp_store_build *b, void *arg)
+{
+    if (strcmp(b->status, "building") != 0)
+        return 0;
+    snprintf(arg, 40, "%s", b->id);
+    return 1;
+}
+
+/* A 409 when a build of template id runs; true if answered. */
+static bool builds__refuse_if_building(struct cp *cp, struct al_http_req *req, const char *id)
+{
+    char running[40] = "";
+    cp_store_build_foreach(cp->store, id, builds__find_running, running, NULL);
+    if (!running[0])
+        return false;
+    cp_rest_error(req, 409, "template '%s' is being built (build %s): wait for it to end", id,
+                  running);
+    return true;
+}
+
+struct builds_rm {
+    uv_work_t w;
+    char path[4300];
+    int rc;
+};
+
+static void builds__rm_work(uv_work_t *w)
+{
+    struct builds_rm *r = w->data;
+    r->rc = tpl_rmtree(r->path);
+}
+
+static void builds__rm_done(uv_work_t *w, int status)
+{
+    struct builds_rm *r = w->data;
+    if (status || r->rc)
+        al_warn("removing %s failed (%s): it is no template any more; remove it by hand", r->path,
+                strerror(status ? -status : -r->rc));
+    free(r);
+}
+
+/* Removes path on a worker thread (a root filesystem takes a while). */
+static void builds__rm_later(struct cp *cp, const char *path)
+{
+    struct builds_rm *r = calloc(1, sizeof *r);
+    if (!r) {
+        al_warn("out of memory: %s stays; remove it by hand", path);
+        return;
+    }
+    snprintf(r->path, sizeof r->path, "%s", path);
+    r->w.data = r;
+    if (uv_queue_work(cp->loop, &r->w, builds__rm_work, builds__rm_done) < 0) {
+        builds__rm_work(&r->w);
+        builds__rm_done(&r->w, 0);
+    }
+}
+
+/* One build on its way: checked and recorded on the loop thread, its base made and its
+ * steps applied on a worker thread (a pull and an unpacking block for minutes), installed
+ * on the loop thread. The worker never touches the database: its log entries are queued
+ * here and written by the loop (async). */
+struct builds_job {
+    uv_work_t work;
+    uv_async_t async;
+    struct cp *cp;
+    char tid[72], bid[40];
+    json_t *def;             /* the definition (owned) */
+    struct tpl_creds *creds; /* fromImageRegistry's, freed by the worker after the pull */
+    char requested_by[64];
+    char tmp[4300]; /* <templates>/.<tid>.build-<bid>: the new version while it is made */
+    /* the result (worker) */
+    int rc;
+    char fail_step[16];
+    char fail_msg[1536];
+    /* log entries of the worker, waiting for the loop */
+    pthread_mutex_t lock;
+    json_t *pending;
+    size_t layers_logged;
+};
+
+static size_t builds__running;
+
+static void builds__job_log(struct builds_job *j, int level, const char *step, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void builds__job_log(struct builds_job *j, int level, const char *step, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *e = json_pack("{s:I,s:i,s:s?,s:s}", "t", (json_int_t)al_wall_ns(), "level", level,
+                          "step", step, "message", msg);
+    pthread_mutex_lock(&j->lock);
+    json_array_append_new(j->pending, e);
+    pthread_mutex_unlock(&j->lock);
+    uv_async_send(&j->async);
+}
+
+/* Loop thread: the worker's entries into the build's log. */
+static void builds__job_flush(uv_async_t *a)
+{
+    struct builds_job *j = a->data;
+    pthread_mutex_lock(&j->lock);
+    json_t *v = j->pending;
+    j->pending = json_array();
+    pthread_mutex_unlock(&j->lock);
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e)
+    {
+        struct al_error err = {0};
+        if (cp_store_build_log_add(j->cp->store, j->bid,
+                                   (uint64_t)json_integer_value(json_object_get(e, "t")),
+                                   (int)json_integer_value(json_object_get(e, "level")),
+                                   json_string_value(json_object_get(e, "step")),
+                                   json_string_value(json_object_get(e, "message")), &err))
+            al_warn("build %s: cannot record a log entry: %s", j->bid, al_error_str(&err));
+    }
+    json_decref(v);
+}
+
+static void builds__job_fail(struct builds_job *j, const char *step, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void builds__job_fail(struct builds_job *j, const char *step, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(j->fail_msg, sizeof j->fail_msg, fmt, ap);
+    va_end(ap);
+    snprintf(j->fail_step, sizeof j->fail_step, "%s", step);
+    j->rc = -1;
+}
+
+static void builds__pull_progress(const struct tpl_progress *p, void *arg)
+{
+    struct builds_job *j = arg;
+    bool done = strcmp(p->phase, "done") == 0;
+    if ((!done && strcmp(p->phase, "layers") != 0) || (!done && p->layers_done == j->layers_logged))
+        return;
+    j->layers_logged = p->layers_done;
+    builds__job_log(j, CP_BUILD_INFO, "base", "layers %zu/%zu, %.1f of %.1f MiB", p->layers_done,
+                    p->layers, (double)p->done / 1048576.0, (double)p->total / 1048576.0);
+}
+
+/* A path made absolute against cwd and normalised ("." and empty components dropped); -1
+ * if it has a ".." component or is too long. */
+static int builds__join(const char *cwd, const char *path, char *out, size_t len)
+{
+    char in[8192];
+    snprintf(in, sizeof in, "%s/%s", path[0] == '/' ? "" : cwd, path);
+    size_t o = 0;
+    out[0] = '\0';
+    for (char *save = NULL, *c = strtok_r(in, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+        if (strcmp(c, ".") == 0)
+            continue;
+        if (strcmp(c, "..") == 0)
+            return -1;
+        int n = snprintf(out + o, len - o, "/%s", c);
+        if (n < 0 || (size_t)n >= len - o)
+            return -1;
+        o += (size_t)n;
+    }
+    if (!o)
+        snprintf(out, len, "/");
+    return 0;
+}
+
+static int builds__openat2(int root, const char *path)
+{
+    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV};
+    int fd;
+    do
+        fd = (int)syscall(SYS_openat2, root, path, &how, sizeof how);
+    while (fd < 0 && errno == EAGAIN);
+    return fd < 0 ? -errno : fd;
+}
+
+/* mkdir -p of an absolute path inside a root filesystem (an image's: untrusted). Each
+ * prefix is resolved with RESOLVE_IN_ROOT, so a link of the image leads at most to another
+ * place of the image; new directories are root's, 0755, as Docker's WORKDIR makes them. */
+static int builds__mkdir_in_root(const char *rootfs, const char *path, struct al_error *err)
+{
+    int root = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0)
+        return al_error_set(err, -errno, "opening %s: %s", rootfs, strerror(errno));
+    char pre[4096];
+    size_t n = strlen(path);
+    int rc = 0;
+    for (size_t i = 1; i <= n && !rc; i++) {
+        if (i < n && path[i] != '/')
+            continue;
+        memcpy(pre, path, i);
+        pre[i] = '\0';
+        int fd = builds__openat2(root, pre);
+        if (fd >= 0) {
+            close(fd);
+            continue;
+        }
+        if (fd != -ENOENT) {
+            rc = al_error_set(err, fd, "%s in the image: %s", pre, strerror(-fd));
+            break;
+        }
+        char *slash = strrchr(pre, '/');
+        *slash = '\0';
+        int pfd = builds__openat2(root, pre[0] ? pre : "/");
+        if (pfd < 0) {
+            rc = al_error_set(err, pfd, "%s in the image: %s", pre[0] ? pre : "/", strerror(-pfd));
+            break;
+        }
+        if (mkdirat(pfd, slash + 1, 0755) < 0 && errno != EEXIST)
+            rc = al_error_set(err, -errno, "making %s in the image: %s", path, strerror(errno));
+        close(pfd);
+    }
+    close(root);
+    return rc;
+}
+
+/* The steps that change what template.json says (and WORKDIR's directory), applied to t.
+ * The runner refuses other steps before it starts. */
+static int builds__apply_steps(struct builds_job *j, json_t *t)
+{
+    json_t *steps = json_object_get(j->def, "steps");
+    char rootfs[4400];
+    snprintf(rootfs, sizeof rootfs, "%s/rootfs", j->tmp);
+    size_t i;
+    json_t *st;
+    json_array_foreach(steps, i, st)
+    {
+        char step[16];
+        snprintf(step, sizeof step, "%zu", i + 1);
+        const char *type = json_string_value(json_object_get(st, "type"));
+        json_t *args = json_object_get(st, "args");
+        const char *a0 = json_string_value(json_array_get(args, 0));
+        if (strcmp(type, "ENV") == 0) {
+            json_t *env = json_object_get(t, "env");
+            if (!json_is_object(env)) {
+                env = json_object();
+                json_object_set_new(t, "env", env);
+            }
+            for (size_t k = 0; k + 1 < json_array_size(args); k += 2)
+                json_object_set(env, json_string_value(json_array_get(args, k)),
+                                json_array_get(args, k + 1));
+            builds__job_log(j, CP_BUILD_INFO, step, "ENV: %zu variable%s",
+                            json_array_size(args) / 2, json_array_size(args) == 2 ? "" : "s");
+        } else if (strcmp(type, "WORKDIR") == 0) {
+            const char *cwd = json_string_value(json_object_get(t, "workdir"));
+            char dir[4096];
+            struct al_error err = {0};
+            if (builds__join(cwd ? cwd : "/", a0, dir, sizeof dir) < 0) {
+                builds__job_fail(j, step, "step %s (WORKDIR %.200s): not a path without '..'", step,
+                                 a0);
+                return -1;
+            }
+            if (builds__mkdir_in_root(rootfs, dir, &err)) {
+                builds__job_fail(j, step, "step %s (WORKDIR %.200s): %s", step, a0,
+                                 al_error_str(&err));
+                return -1;
+            }
+            json_object_set_new(t, "workdir", json_string(dir));
+            builds__job_log(j, CP_BUILD_INFO, step, "WORKDIR %s", dir);
+        } else if (strcmp(type, "USER") == 0) {
+            json_object_set_new(t, "user", json_string(a0));
+            builds__job_log(j, CP_BUILD_INFO, step, "USER %s", a0);
+        }
+    }
+    const char *start = json_string_value(json_object_get(j->def, "startCmd"));
+    const char *ready = json_string_value(json_object_get(j->def, "readyCmd"));
+    json_object_del(t, "start_cmd");
+    json_object_del(t, "ready_cmd");
+    if (start && start[0])
+        json_object_set_new(t, "start_cmd", json_string(start));
+    if (ready && ready[0])
+        json_object_set_new(t, "ready_cmd", json_string(ready));
+    return 0;
+}
+
+/* Worker thread: the base (an image pulled and unpacked, or a template's files linked), the
+ * steps, template.json, all in j->tmp. */
+static void builds__work(uv_work_t *w)
+{
+    struct builds_job *j = w->data;
+    struct cp *cp = j->cp;
+    const char *image = json_string_value(json_object_get(j->def, "fromImage"));
+    const char *from = json_string_value(json_object_get(j->def, "fromTemplate"));
+    json_t *t = NULL;
+    struct al_error err = {0};
+    if (mkdir(j->tmp, 0755) < 0) {
+        builds__job_fail(j, "base", "cannot make %s: %s", j->tmp, strerror(errno));
+        tpl_creds_free(j->creds);
+        j->creds = NULL;
+        return;
+    }
+    if (image) {
+        builds__job_log(j, CP_BUILD_INFO, "base", "pulling %s", image);
+        struct tpl_image img;
+        memset(&img, 0, sizeof img);
+        int rc = cp_template_pull(&cp->cfg, image, j->creds, j->requested_by, builds__pull_progress,
+                                  j, &img, &err);
+        tpl_creds_free(j->creds);
+        j->creds = NULL;
+        if (rc < 0) {
+            builds__job_fail(j, "base", "pulling %s: %s", image, al_error_str(&err));
+            tpl_image_free(&img);
+            goto out;
+        }
+        builds__job_log(j, CP_BUILD_INFO, "base",
+                        "%s is %s (%zu layers, %.1f MiB, %.1f MiB pulled)", img.reference,
+                        img.digest, img.n_layers, (double)img.bytes / 1048576.0,
+                        (double)img.bytes_pulled / 1048576.0);
+        struct tpl_unpack_result ur = {0};
+        rc = cp_template_unpack(&cp->cfg, j->tid, &img, j->tmp, &ur, &t, &err);
+        tpl_image_free(&img);
+        if (rc < 0) {
+            builds__job_fail(j, "base", "unpacking %s: %s", image, al_error_str(&err));
+            goto out;
+        }
+        builds__job_log(j, CP_BUILD_INFO, "base", "unpacked: %llu entries, %.1f MiB",
+                        (unsigned long long)ur.entries, (double)ur.bytes / 1048576.0);
+    } else {
+        char dir[4200], p[4300];
+        if (cp_template_resolve(cp, from, dir, sizeof dir, &err) ||
+            cp_template_link_copy(dir, j->tmp, &err)) {
+            builds__job_fail(j, "base", "template %s: %s", from, al_error_str(&err));
+            goto out;
+        }
+        snprintf(p, sizeof p, "%s/template.json", dir);
+        t = al_json_load_file(p, &err);
+        if (!t) {
+            builds__job_fail(j, "base", "template %s: %s", from, al_error_str(&err));
+            goto out;
+        }
+        json_object_set_new(t, "name", json_string(j->tid));
+        json_object_set_new(t, "description", json_pack("s+", "from template ", from));
+        builds__job_log(j, CP_BUILD_INFO, "base", "the files of template %s", from);
+    }
+    if (builds__apply_steps(j, t) < 0)
+        goto out;
+    json_object_set_new(
+        t, "build",
+        json_pack("{s:s,s:s?,s:s?}", "id", j->bid, "from_image", image, "from_template", from));
+    if (cp_template_write_json(j->tmp, t, &err) < 0)
+        builds__job_fail(j, "finalize", "writing template.json: %s", al_error_str(&err));
+out:
+    json_decref(t);
+    if (j->rc && tpl_rmtree(j->tmp) < 0)
+        al_warn("build %s: cannot remove %s", j->bid, j->tmp);
+}
+
+struct builds_users {
+    const char *id;
+    size_t n;
+    char first[CP_ID_LEN + 1];
+};
+
+static int builds__count_user(void *v, void *arg)
+{
+    const struct cp_sandbox *sb = v;
+    struct builds_users *u = arg;
+    if (strcmp(sb->rec.template_id, u->id) == 0 && u->n++ == 0)
+        snprintf(u->first, sizeof u->first, "%s", sb->rec.id);
+    return 0;
+}
+
+/* Sandboxes of the registry that use template id, paused ones too (they resume on its
+ * files). */
+static void builds__users(struct cp *cp, const char *id, struct builds_users *u)
+{
+    *u = (struct builds_users){.id = id};
+    cp_map_foreach(&cp->sandboxes, builds__count_user, u);
+}
+
+/* Previous versions of a template (".<id>.prev-<build>") are kept while a sandbox of the
+ * template exists (it may run on them: its root is mounted from their files) and go once
+ * none does. */
+static void builds__remove_prev(struct cp *cp, const char *id)
+{
+    struct builds_users u;
+    builds__users(cp, id, &u);
+    if (u.n)
+        return;
+    DIR *d = opendir(cp->cfg.templates_path);
+    if (!d)
+        return;
+    char pre[96];
+    snprintf(pre, sizeof pre, ".%s.prev-", id);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strncmp(de->d_name, pre, strlen(pre)) != 0)
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", cp->cfg.templates_path, de->d_name);
+        builds__rm_later(cp, p);
+    }
+    closedir(d);
+}
+
+/* Loop thread: j->tmp becomes <templates>/<tid>; the version it replaces is kept aside. */
+static int builds__install(struct builds_job *j, struct al_error *err)
+{
+    struct cp *cp = j->cp;
+    char dest[4200], prev[4300];
+    snprintf(dest, sizeof dest, "%s/%s", cp->cfg.templates_path, j->tid);
+    snprintf(prev, sizeof prev, "%s/.%s.prev-%s", cp->cfg.templates_path, j->tid, j->bid);
+    struct stat st;
+    if (lstat(dest, &st) == 0) {
+        /* Atomically: a creation sees the old version or the new one, never none. */
+        if (syscall(SYS_renameat2, AT_FDCWD, j->tmp, AT_FDCWD, dest, RENAME_EXCHANGE) < 0)
+            return al_error_set(err, -errno, "installing %s: %s", dest, strerror(errno));
+        if (rename(j->tmp, prev) < 0)
+            al_warn("build %s: the previous version of %s stays as %s: %s", j->bid, j->tid, j->tmp,
+                    strerror(errno));
+    } else if (rename(j->tmp, dest) < 0) {
+        return al_error_set(err, -errno, "installing %s: %s", dest, strerror(errno));
+    }
+    al_fsync_dir(cp->cfg.templates_path);
+    builds__remove_prev(cp, j->tid);
+    return 0;
+}
+
+static void builds__job_closed(uv_handle_t *h)
+{
+    struct builds_job *j = h->data;
+    json_decref(j->pending);
+    json_decref(j->def);
+    tpl_creds_free(j->creds);
+    pthread_mutex_destroy(&j->lock);
+    free(j);
+}
+
+static void builds__done(uv_work_t *w, int status)
+{
+    struct builds_job *j = w->data;
+    struct cp *cp = j->cp;
+    builds__running--;
+    struct al_error err = {0};
+    if (status && !j->rc)
+        builds__job_fail(j, "base", "the build did not run: %s", uv_strerror(status));
+    if (!j->rc && builds__install(j, &err)) {
+        builds__job_fail(j, "finalize", "%s", al_error_str(&err));
+        tpl_rmtree(j->tmp);
+    }
+    builds__job_flush(&j->async);
+    struct cp_store_build b;
+    if (cp_store_build_load(cp->store, j->bid, &b, &err)) {
+        al_error("build %s: %s", j->bid, al_error_str(&err));
+    } else if (j->rc) {
+        al_warn("template %s: build %s failed at step %s: %s", j->tid, j->bid, j->fail_step,
+                j->fail_msg);
+        if (builds__fail(cp, &b, j->fail_step, j->fail_msg, &err))
+            al_error("build %s: %s", j->bid, al_error_str(&err));
+        cp_store_build_free(&b);
+    } else {
+        uint64_t now = al_wall_ns();
+        builds__log(cp, j->bid, CP_BUILD_INFO, "finalize", "template %s is ready (build %s)",
+                    j->tid, j->bid);
+        snprintf(b.status, sizeof b.status, "ready");
+        json_object_set_new(b.doc, "updated_ns", json_integer((json_int_t)now));
+        json_object_set_new(b.doc, "finished_ns", json_integer((json_int_t)now));
+        if (cp_store_build_save(cp->store, &b, &err))
+            al_error("build %s: %s", j->bid, al_error_str(&err));
+        al_info("template %s: build %s ready", j->tid, j->bid);
+        cp_store_build_free(&b);
+    }
+    uv_close((uv_handle_t *)&j->async, builds__job_closed);
+}
+
+/* The first step the runner cannot run, as a build error; 0 if there is none. */
+static int builds__unsupported(const json_t *def, char *step, size_t slen, char *msg, size_t mlen)
+{
+    size_t i;
+    json_t *st;
+    json_array_foreach(json_object_get(def, "steps"), i, st)
+    {
+        const char *type = json_string_value(json_object_get(st, "type"));
+        if (strcmp(type, "RUN") != 0 && strcmp(type, "COPY") != 0)
+            continue;
+        snprintf(step, slen, "%zu", i + 1);
+        snprintf(msg, mlen,
+                 "step %zu (%s %.200s): %s steps are not supported by this airlock yet (ENV, "
+                 "WORKDIR and USER are); nothing was built",
+                 i + 1, type, json_string_value(json_array_get(json_object_get(st, "args"), 0)),
+                 type);
+        return -1;
+    }
+    return 0;
+}
+
+/* Starts the build b (recorded, its definition checked). creds becomes the job's. */
+static int builds__start(struct cp *cp, struct cp_store_build *b, json_t *def,
+                         struct tpl_creds *creds, const char *key_id, struct al_error *err)
+{
+    char step[16], msg[512];
+    if (builds__unsupported(def, step, sizeof step, msg, sizeof msg)) {
+        tpl_creds_free(creds);
+        return builds__fail(cp, b, step, msg, err);
+    }
+    struct builds_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        tpl_creds_free(creds);
+        return builds__fail(cp, b, "base", "out of memory", err);
+    }
+    j->cp = cp;
+    snprintf(j->tid, sizeof j->tid, "%s", b->template_id);
+    snprintf(j->bid, sizeof j->bid, "%s", b->id);
+    j->def = json_deep_copy(def);
+    j->creds = creds;
+    j->pending = json_array();
+    snprintf(j->requested_by, sizeof j->requested_by, "api-key:%s", key_id);
+    snprintf(j->tmp, sizeof j->tmp, "%s/.%s.build-%s", cp->cfg.templates_path, j->tid, j->bid);
+    pthread_mutex_init(&j->lock, NULL);
+    uv_async_init(cp->loop, &j->async, builds__job_flush);
+    j->async.data = j;
+    j->work.data = j;
+    int rc = al_mkdir_p(cp->cfg.templates_path, 0755) < 0 ? -errno : 0;
+    if (!rc)
+        rc = uv_queue_work(cp->loop, &j->work, builds__work, builds__done);
+    if (rc) {
+        uv_close((uv_handle_t *)&j->async, builds__job_closed);
+        return builds__fail(cp, b, "base", "the build cannot start", err);
+    }
+    builds__running++;
+    snprintf(b->status, sizeof b->status, "building");
+    json_object_set_new(b->doc, "updated_ns", json_integer((json_int_t)al_wall_ns()));
+    return cp_store_build_save(cp->store, b, err);
+}
+
+static int builds__recover_build(const struct cp_store_build *b, void *arg)
+{
+    struct cp *cp = arg;
+    if (strcmp(b->status, "building") != 0 && strcmp(b->status, "waiting") != 0)
+        return 0;
+    struct cp_store_build c = *b;
+    c.doc = json_deep_copy(b->doc);
+    struct al_error err = {0};
+    if (builds__fail(cp, &c, "base",
+                     strcmp(b->status, "building") == 0
+                         ? "airlockd stopped while the build ran: nothing was built; build again"
+                         : "airlockd stopped before the build was started: build again",
+                     &err))
+        al_warn("build %s: %s", b->id, al_error_str(&err));
+    cp_store_build_free(&c);
+    return 0;
+}
+
+static int builds__recover_template(const char *id, uint64_t created_ns, const json_t *doc,
+                                    void *arg)
+{
+    (void)created_ns;
+    (void)doc;
+    return cp_store_build_foreach(((struct cp *)arg)->store, id, builds__recover_build, arg, NULL) <
+                   0
+               ? 0
+               : 0;
+}
+
+void cp_builds_recover(struct cp *cp)
+{
+    /* Builds that had not ended when airlockd stopped never will: they are errors, and the
+     * files they were making go. */
+    cp_store_tpl_foreach(cp->store, builds__recover_template, cp, NULL);
+    DIR *d = opendir(cp->cfg.templates_path);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] != '.' || !strstr(de->d_name, ".build-"))
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", cp->cfg.templates_path, de->d_name);
+        al_info("removing %s, left by a build that did not end", p);
+        if (tpl_rmtree(p) < 0)
+            al_warn("cannot remove %s", p);
+    }
+    closedir(d);
+}
+
+void cp_builds_trigger(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,
+                       const char *tid, const char *bid, json_t *body)
+{
+    struct cp_store_build b;
+    if (builds__find(cp, req, tid, bid, &b))
+        return;
+    if (strcmp(b.status, "waiting") != 0) {
+        cp_rest_error(req, 409,
+                      "build %s of template '%s' has already been started (it is %s): request "
+                      "a new build with POST /v3/templates",
+                      bid, tid, b.status);
+        cp_store_build_free(&b);
+        return;
+    }
+    if (builds__running >= (size_t)cp->cfg.max_builds) {
+        cp_rest_error(req, 429,
+                      "%zu template builds are running, the most this server runs at once "
+                      "(templates.max_builds): start this one when one has ended",
+                      builds__running);
+        cp_store_build_free(&b);
+        return;
+    }
+    if (builds__refuse_if_building(cp, req, tid)) {
+        cp_store_build_free(&b);
+        return;
+    }
+    struct al_error err = {0};
+    /* The registry credentials are the user's: held for the pull, never stored. */
+    json_t *reg = json_object_get(body, "fromImageRegistry");
+    struct tpl_creds *creds = NULL;
+    bool has_creds = reg && !json_is_null(reg);
+    if (has_creds) {
+        int rc = tpl_creds_from_json(reg, &creds, &err);
+        json_object_del(body, "fromImageRegistry");
+        if (rc) {
+            tpl_creds_free(creds);
+            cp_rest_error(req, 400, "fromImageRegistry: %s", al_error_str(&err));
+            cp_store_build_free(&b);
+            return;
+        }
+    }
+    if (cp_builds_check_definition(cp, tid, body, &err)) {
+        tpl_creds_free(creds);
+        cp_rest_error(req, err.code == -ENOENT ? 404 : 400, "%s", al_error_str(&err));
+        cp_store_build_free(&b);
+        return;
+    }
+    json_object_set(b.doc, "definition", body);
+    json_object_set_new(b.doc, "credentials", json_boolean(has_creds));
+    json_object_set_new(b.doc, "started_by", json_string(who->key_id));
+    size_t nsteps = json_array_size(json_object_get(body, "steps"));
+    const char *image = json_string_value(json_object_get(body, "fromImage"));
+    builds__log(cp, b.id, CP_BUILD_INFO, NULL, "build %s of template %s: from %s %s, %zu step%s",
+                b.id, tid, image ? "image" : "template",
+                image ? image : json_string_value(json_object_get(body, "fromTemplate")), nsteps,
+                nsteps == 1 ? "" : "s");
+    int rc = builds__start(cp, &b, body, creds, who->key_id, &err);
+    cp_store_build_free(&b);
+    if (rc) {
+        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        return;
+    }
+    al_http_reply(req, 202, NULL, NULL, 0);
+}
+
+/* ---- GET /templates/{id}/builds/{buildID}/status ---------------------------------------- */
+
+static json_t *builds__entry(uint64_t time_ns, int level, const char *step, const char *message)
+{
+    json_t *e = json_object();
+    json_object_set_new(e, "timestamp", builds__time(time_ns));
+    json_object_set_new(
+        e, "level",
+        json_string(level >= 0 && level <= CP_BUILD_ERROR ? builds__levels[level] : "info"));
+    json_object_set_new(e, "message", json_string(message));
+    if (step)
+        json_object_set_new(e, "step", json_string(step));
+    return e;
+}
+
+static int builds__collect_entry(uint64_t n, uint64_t time_ns, int level, const char *step,
+                                 const char *message, void *arg)
+{
+    (void)n;
+    json_array_append_new(arg, builds__entry(time_ns, level, step, message));
+    return 0;
+}
+
+static void builds__status(struct cp *cp, struct al_http_req *req, const char *tid, const char *bid)
+{
+    uint64_t offset = 0, limit = BUILDS_LOG_LIMIT;
+    bool has;
+    if (!cp_rest_u64_param(req, "logsOffset", &offset, &has) ||
+        !cp_rest_u64_param(req, "limit", &limit, &has))
+        return;
+    if (!has)
+        limit = BUILDS_LOG_LIMIT;
+    if (limit > BUILDS_LOG_MAX)
+        limit = BUILDS_LOG_MAX;
+    int min_level = CP_BUILD_DEBUG;
+    char lv[16];
+    int q = al_http_query_get(req->query, "level", lv, sizeof lv);
+    if (q == 0 && lv[0]) {
+        min_level = -1;
+        for (int i = 0; i <= CP_BUILD_ERROR; i++)
+            if (strcmp(lv, builds__levels[i]) == 0)
+                min_level = i;
+    }
+    if ((q && q != -ENOENT) || min_level < 0) {
+        cp_rest_error(req, 400, "query parameter level must be debug, info, warn or error");
+        return;
+    }
+    struct cp_store_build b;
+    if (builds__find(cp, req, tid, bid, &b))
+        return;
+    struct al_error err = {0};
+    json_t *entries = json_array();
+    int rc = cp_store_build_log_query(cp->store, b.id, min_level, offset, limit,
+                                      builds__collect_entry, entries, &err);
+    if (rc) {
+        json_decref(entries);
+        cp_store_build_free(&b);
+        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        return;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "templateID", json_string(b.template_id));
+    json_object_set_new(o, "buildID", json_string(b.id));
+    json_object_set_new(o, "status", json_string(b.status));
+    json_object_set_new(o, "logEntries", entries);
+    json_object_set_new(o, "logs", json_array());
+    json_t *reason = json_object_get(b.doc, "reason");
+    if (json_is_object(reason)) {
+        json_t *r = json_deep_copy(reason);
+        json_t *errs = json_array();
+        cp_store_build_log_query(cp->store, b.id, CP_BUILD_ERROR, 0, 20, builds__collect_entry,
+                                 errs, NULL);
+        json_object_set_new(r, "logEntries", errs);
+        json_object_set_new(o, "reason", r);
+    }
+    cp_store_build_free(&b);
+    al_http_reply_json(req, 200, o);
+}
+
+/* ---- GET /templates, GET /templates/{id} ------------------------------------------------ */
+
+/* What a template's builds say: the newest build's status, the newest ready one, how many. */
+struct builds_summary {
+    size_t count;
+    char latest_status[12];
+    char ready_id[40];
+    uint64_t ready_ns;
+    json_t *list; /* TemplateBuild objects, newest first (NULL: not wanted) */
+};
+
+static json_t *builds__build_json(const struct cp_store_build *b)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "buildID", json_string(b->id));
+    json_object_set_new(o, "status", json_string(b->status));
+    json_object_set_new(o, "createdAt", builds__time(b->created_ns));
+    json_t *u = json_object_get(b->doc, "updated_ns");
+    json_object_set_new(o, "updatedAt",
+                        builds__time(u ? (uint64_t)json_integer_value(u) : b->created_ns));
+    json_t *f = json_object_get(b->doc, "finished_ns");
+    if (f)
+        json_object_set_new(o, "finishedAt", builds__time((uint64_t)json_integer_value(f)));
+    const char *k[] = {"cpuCount", "memoryMB", "diskSizeMB"};
+    for (size_t i = 0; i < 3; i++)
+        json_object_set(o, k[i], json_object_get(b->doc, k[i]));
+    json_object_set_new(o, "envdVersion", json_string(CP_ENVD_VERSION));
+    return o;
+}
+
+static int builds__summarise(const struct cp_store_build *b, void *arg)
+{
+    struct builds_summary *s = arg;
+    if (s->count++ == 0)
+        snprintf(s->latest_status, sizeof s->latest_status, "%s", b->status);
+    if (!s->ready_id[0] && strcmp(b->status, "ready") == 0) {
+        snprintf(s->ready_id, sizeof s->ready_id, "%s", b->id);
+        s->ready_ns = b->created_ns;
+    }
+    if (s->list)
+        json_array_append_new(s->list, builds__build_json(b));
+    return 0;
+}
+
+/* The modification time of dir/template.json (0 if none). */
+static uint64_t builds__json_mtime(const char *dir)
+{
+    char p[4300];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/template.json", dir);
+    if (stat(p, &st) < 0)
+        return 0;
+    return (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
+}
+
+/* The build id of a template that has files but no build recorded: its image digest when it
+ * came from a registry, else "". */
+static void builds__dir_build_id(const char *dir, char *out, size_t len)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/template.json", dir);
+    json_t *t = al_json_load_file(p, NULL);
+    const char *digest = json_string_value(json_object_get(json_object_get(t, "image"), "digest"));
+    snprintf(out, len, "%s", digest ? digest : "");
+    json_decref(t);
+}
+
+/* One template as E2B's Template. dir is NULL for a template that has no files yet (none
+ * of its builds has succeeded). */
+static json_t *builds__template_json(struct cp *cp, const char *id, const char *dir,
+                                     uint64_t created_ns)
+{
+    struct builds_summary s = {0};
+    cp_store_build_foreach(cp->store, id, builds__summarise, &s, NULL);
+    uint64_t mtime = dir ? builds__json_mtime(dir) : 0;
+    char build_id[80] = "";
+    if (s.ready_id[0])
+        snprintf(build_id, sizeof build_id, "%s", s.ready_id);
+    else if (dir)
+        builds__dir_build_id(dir, build_id, sizeof build_id);
+    json_t *o = json_object();
+    json_object_set_new(o, "templateID", json_string(id));
+    json_object_set_new(o, "buildID", json_string(build_id));
+    json_object_set_new(o, "aliases", json_pack("[s]", id));
+    json_object_set_new(o, "names", json_pack("[s]", id));
+    json_object_set_new(o, "public", json_false());
+    json_object_set_new(o, "buildStatus", json_string(s.count ? s.latest_status : "ready"));
+    json_object_set_new(o, "buildCount", json_integer(s.count ? (json_int_t)s.count : 1));
+    json_object_set_new(o, "cpuCount", json_integer(cp->cfg.cpu_count));
+    json_object_set_new(o, "memoryMB", json_integer((json_int_t)(cp->cfg.memory_bytes >> 20)));
+    json_object_set_new(o, "diskSizeMB", json_integer((json_int_t)(cp->cfg.disk_bytes >> 20)));
+    json_object_set_new(o, "envdVersion", json_string(CP_ENVD_VERSION));
+    json_object_set_new(o, "createdAt", builds__time(created_ns ? created_ns : mtime));
+    json_object_set_new(o, "updatedAt",
+                        builds__time(s.ready_ns ? s.ready_ns
+                                     : mtime    ? mtime
+                                                : created_ns));
+    json_object_set_new(o, "createdBy", json_null());
+    json_object_set_new(o, "lastSpawnedAt", json_null());
+    json_object_set_new(o, "spawnCount", json_integer(0));
+    return o;
+}
+
+struct builds_list {
+    struct cp *cp;
+    json_t *arr;
+};
+
+static int builds__list_dir(const char *id, const char *dir, void *arg)
+{
+    struct builds_list *l = arg;
+    uint64_t created = 0;
+    json_t *doc = NULL;
+    if (cp_store_tpl_load(l->cp->store, id, &created, &doc, NULL) == 0)
+        json_decref(doc);
+    json_array_append_new(l->arr, builds__template_json(l->cp, id, dir, created));
+    return 0;
+}
+
+/* Templates of the database that have no files (no build has succeeded yet). */
+static int builds__list_stored(const char *id, uint64_t created_ns, const json_t *doc, void *arg)
+{
+    (void)doc;
+    struct builds_list *l = arg;
+    char dir[4200];
+    if (cp_template_resolve(l->cp, id, dir, sizeof dir, NULL) == 0)
+        return 0; /* listed with its files */
+    json_array_append_new(l->arr, builds__template_json(l->cp, id, NULL, created_ns));
+    return 0;
+}
+
+static int builds__by_id(const void *a, const void *b)
+{
+    const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    return strcmp(json_string_value(json_object_get(x, "templateID")),
+                  json_string_value(json_object_get(y, "templateID")));
+}
+
+static void builds__list(struct cp *cp, struct al_http_req *req)
+{
+    struct builds_list l = {cp, json_array()};
+    cp_templates_foreach(cp, builds__list_dir, &l);
+    cp_store_tpl_foreach(cp->store, builds__list_stored, &l, NULL);
+    /* In name order, those with files and those without together. */
+    size_t n = json_array_size(l.arr);
+    json_t **v = calloc(n ? n : 1, sizeof *v);
+    for (size_t i = 0; v && i < n; i++)
+        v[i] = json_incref(json_array_get(l.arr, i));
+    json_t *out = json_array();
+    if (v) {
+        qsort(v, n, sizeof *v, builds__by_id);
+        for (size_t i = 0; i < n; i++)
+            json_array_append_new(out, v[i]);
+    }
+    free(v);
+    json_decref(l.arr);
+    al_http_reply_json(req, 200, out);
+}
+
+/* The template id of the path segment at *pp, or an answered 400. */
+static bool builds__id(struct al_http_req *req, const char **pp, char *id, size_t len)
+{
+    const char *raw = *pp;
+    if (!cp_rest_path_part(pp, id, len) || !cp_template_id_valid(id)) {
+        cp_rest_error(req, 400,
+                      "\"%.64s\" is not a template name (1..64 of a-z, 0-9, '.', '_', '-', "
+                      "starting with a letter or digit)",
+                      raw);
+        return false;
+    }
+    return true;
+}
+
+static void builds__get(struct cp *cp, struct al_http_req *req, const char *id)
+{
+    char dir[4200];
+    struct al_error err = {0};
+    bool has_dir = cp_template_resolve(cp, id, dir, sizeof dir, &err) == 0;
+    uint64_t created = 0;
+    json_t *doc = NULL;
+    bool stored = cp_store_tpl_load(cp->store, id, &created, &doc, NULL) == 0;
+    json_decref(doc);
+    if (!has_dir && !stored) {
+        cp_rest_error(req, 404, "%s", al_error_str(&err));
+        return;
+    }
+    if (!has_dir)
+        dir[0] = '\0';
+    json_t *t = builds__template_json(cp, id, has_dir ? dir : NULL, created);
+    struct builds_summary s = {.list = json_array()};
+    cp_store_build_foreach(cp->store, id, builds__summarise, &s, NULL);
+    if (!s.count && has_dir) {
+        /* Files made without the API (a default template, a pull): one build, ready. */
+        json_t *b = json_object();
+        json_object_set(b, "buildID", json_object_get(t, "buildID"));
+        json_object_set_new(b, "status", json_string("ready"));
+        json_object_set(b, "createdAt", json_object_get(t, "createdAt"));
+        json_object_set(b, "updatedAt", json_object_get(t, "updatedAt"));
+        json_object_set(b, "finishedAt", json_object_get(t, "updatedAt"));
+        json_object_set(b, "cpuCount", json_object_get(t, "cpuCount"));
+        json_object_set(b, "memoryMB", json_object_get(t, "memoryMB"));
+        json_object_set(b, "diskSizeMB", json_object_get(t, "diskSizeMB"));
+        json_object_set(b, "envdVersion", json_object_get(t, "envdVersion"));
+        json_array_append_new(s.list, b);
+    }
+    json_t *o = json_object();
+    const char *keep[] = {"templateID", "aliases",   "names",         "public",     "createdAt",
+                          "updatedAt",  "createdBy", "lastSpawnedAt", "spawnCount", NULL};
+    for (const char **k = keep; *k; k++)
+        json_object_set(o, *k, json_object_get(t, *k));
+    json_object_set_new(o, "builds", s.list);
+    json_decref(t);
+    al_http_reply_json(req, 200, o);
+}
+
+/* ---- DELETE /templates/{id} ------------------------------------------------------------- */
+
+static void builds__delete(struct cp *cp, struct al_http_req *req, const char *id)
+{
+    if (builds__is_default(cp, id)) {
+        cp_rest_error(req, 409,
+                      "template '%s' is a default template (templates.defaults): airlockd "
+                      "needs it and would build it again at its next start",
+                      id);
+        return;
+    }
+    /* Every sandbox of the registry counts, paused ones too: they resume on its files. */
+    struct builds_users u;
+    builds__users(cp, id, &u);
+    if (u.n) {
+        cp_rest_error(req, 409, "template '%s' is used by %zu sandbox%s (%s%s): kill %s first", id,
+                      u.n, u.n == 1 ? "" : "es", u.first, u.n > 1 ? ", ..." : "",
+                      u.n == 1 ? "it" : "them");
+        return;
+    }
+    if (builds__refuse_if_building(cp, req, id))
+        return;
+    char dir[4200];
+    struct al_error err = {0};
+    bool has_dir = cp_template_resolve(cp, id, dir, sizeof dir, &err) == 0;
+    uint64_t created;
+    json_t *doc = NULL;
+    bool stored = cp_store_tpl_load(cp->store, id, &created, &doc, NULL) == 0;
+    json_decref(doc);
+    if (!has_dir && !stored) {
+        cp_rest_error(req, 404, "%s", al_error_str(&err));
+        return;
+    }
+    char gone[4300] = "";
+    if (has_dir) {
+        /* Renamed first, atomically: from here on no sandbox can start from it (a name
+         * starting with '.' is no template), then removed off the event loop. */
+        char rnd[CP_ID_LEN + 1];
+        cp_sandbox_id_new(rnd);
+        snprintf(gone, sizeof gone, "%s/.%s.deleted-%s", cp->cfg.templates_path, id, rnd);
+        if (rename(dir, gone) < 0) {
+            cp_rest_error(req, 500, "cannot remove template '%s': renaming %s: %s", id, dir,
+                          strerror(errno));
+            return;
+        }
+    }
+    if (stored && cp_store_tpl_delete(cp->store, id, &err))
+        al_warn("template %s: its files are gone but its builds stay in the database: %s", id,
+                al_error_str(&err));
+    if (gone[0])
+        builds__rm_later(cp, gone);
+    builds__remove_prev(cp, id);
+    al_info("template %s deleted", id);
+    al_http_reply(req, 204, NULL, NULL, 0);
+}
+
+/* ---- routing ---------------------------------------------------------------------------- */
+
+bool cp_builds_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who)
+{
+    (void)who;
+    const char *p = req->path, *m = req->method;
+    bool get = strcmp(m, "GET") == 0, del = strcmp(m, "DELETE") == 0;
+    if (strcmp(p, "/templates") == 0 && get) {
+        builds__list(cp, req);
+        return true;
+    }
+    if (strncmp(p, "/templates/", 11) != 0 || strncmp(p, "/templates/aliases/", 19) == 0 ||
+        strcmp(p, "/templates/tags") == 0 || strncmp(p, "/templates/tags/", 16) == 0)
+        return false;
+    const char *rest = p + 11, *slash = strchr(rest, '/');
+    char id[72], bid[40];
+    if (!slash) {
+        if (!get && !del)
+            return false;
+        if (builds__id(req, &rest, id, sizeof id)) {
+            if (get)
+                builds__get(cp, req, id);
+            else
+                builds__delete(cp, req, id);
+        }
+        return true;
+    }
+    /* /templates/{id}/builds/{buildID}/status */
+    const char *q = slash + 1, *s2;
+    if (!get || strncmp(q, "builds/", 7) != 0 || !(s2 = strchr(q + 7, '/')) ||
+        strcmp(s2, "/status") != 0)
+        return false;
+    if (!builds__id(req, &rest, id, sizeof id))
+        return true;
+    q += 7;
+    if (!cp_rest_path_part(&q, bid, sizeof bid)) {
+        cp_rest_error(req, 404, "template '%s' has no build '%.40s'", id, slash + 8);
+        return true;
+    }
+    builds__status(cp, req, id, bid);
+    return true;
+}

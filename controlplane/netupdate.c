@@ -1,0 +1,203 @@
+/* controlplane/netupdate: a running sandbox's egress fields replaced, E2B's
+ * sbx.updateNetwork() (PUT /sandboxes/{id}/network; rest.c checks the body's shape).
+ *
+ * Owns: E2B's replace semantics (the egress fields given replace the sandbox's, those
+ * omitted are cleared: allowOut, denyOut, allow_internet_access; its other network fields,
+ * allowPublicTraffic, maskRequestHost, stay as created); the check against the sandbox's
+ * policy (an update narrows it exactly as a creation does and can never widen it: what
+ * policy_narrow() refuses is a 400 naming the entry); one update at a time per sandbox
+ * (409 for another meanwhile, and for a paused sandbox, as E2B answers); the order that
+ * keeps the store and airlock-egress agreeing: the new fields are saved first, then sent to
+ * the proxy (which applies them to new decisions and judges established connections
+ * again), whose refusal or silence undoes the saved change; a restart between the two is
+ * healed by the resynchronisation (egressreg.c), which sends the stored fields again. Every
+ * update has an id (nu_ and 16 hex digits) named by the proxy's audit records and by the
+ * sandbox.lifecycle.updated event, with the API key that asked.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "cp.h"
+#include "egressreg.h"
+#include "events.h"
+#include "policysel.h"
+
+struct nu_ctx {
+    struct al_http_req *req;
+    char id[24];
+    char key_id[32];
+    /* What the record held before, to undo a change the proxy did not apply. */
+    json_t *old_network;
+    int old_allow_internet;
+    char old_hash[65];
+};
+
+static void nu__free(struct nu_ctx *u)
+{
+    json_decref(u->old_network);
+    free(u);
+}
+
+/* The record's network object after the update: the fields that are not egress fields
+ * stay, allowOut/denyOut are the update's (NULL when nothing is left). */
+static json_t *nu__merge(const json_t *old, const json_t *fields)
+{
+    static const char *const kept[] = {"allowPublicTraffic", "maskRequestHost", "httpsPorts", NULL};
+    json_t *n = json_object();
+    if (!n)
+        return NULL;
+    for (const char *const *k = kept; *k; k++) {
+        json_t *v = old ? json_object_get(old, *k) : NULL;
+        if (v)
+            json_object_set(n, *k, v);
+    }
+    static const char *const given[] = {"allowOut", "denyOut", NULL};
+    for (const char *const *k = given; *k; k++) {
+        json_t *v = json_object_get(fields, *k);
+        if (v && !json_is_null(v))
+            json_object_set_new(n, *k, json_deep_copy(v));
+    }
+    if (json_object_size(n) == 0) {
+        json_decref(n);
+        return NULL;
+    }
+    return n;
+}
+
+static void nu__event(struct cp_sandbox *sb, const struct nu_ctx *u)
+{
+    json_t *f = json_object();
+    if (!f)
+        return;
+    json_object_set_new(f, "updateId", json_string(u->id));
+    json_object_set_new(f, "allow_internet_access",
+                        sb->rec.allow_internet < 0 ? json_null()
+                                                   : json_boolean(sb->rec.allow_internet));
+    static const char *const keys[] = {"allowOut", "denyOut", NULL};
+    for (const char *const *k = keys; *k; k++) {
+        json_t *v = sb->rec.network ? json_object_get(sb->rec.network, *k) : NULL;
+        json_object_set(f, *k, v ? v : json_null());
+    }
+    cp_event_emit(sb, CP_EV_UPDATED, CP_CAUSE_API, u->key_id,
+                  json_pack("{s:o}", "network_update", f));
+}
+
+static void nu__undo(struct cp_sandbox *sb, struct nu_ctx *u)
+{
+    json_decref(sb->rec.network);
+    sb->rec.network = u->old_network;
+    u->old_network = NULL;
+    sb->rec.allow_internet = u->old_allow_internet;
+    snprintf(sb->rec.policy_hash, sizeof sb->rec.policy_hash, "%s", u->old_hash);
+    if (sb->registered && sb->rec.state != CP_SB_STOPPING)
+        cp_sb_save(sb);
+}
+
+static void nu__applied(struct cp_sandbox *sb, int rc, const char *msg)
+{
+    struct nu_ctx *u = sb->netupdate;
+    sb->netupdate = NULL;
+    if (!u)
+        return;
+    bool live = sb->registered && sb->rec.state != CP_SB_STOPPING;
+    if (rc == -ENOENT) {
+        /* Not registered with the proxy right now (it restarted, or the sandbox's
+         * registration is being made again): the registration carries the stored fields,
+         * and a resynchronisation makes sure one in flight with the old ones gets these. */
+        al_info("sandbox %s: update %s saved; the egress proxy does not know the sandbox right "
+                "now and gets the new fields with its registration",
+                sb->rec.id, u->id);
+        if (sb->cp->egress)
+            cp_egress_resync(sb->cp->egress);
+        rc = 0;
+    }
+    if (rc == 0 && live) {
+        nu__event(sb, u);
+        al_info("sandbox %s: network fields replaced (update %s, key %s, policy hash %.12s)",
+                sb->rec.id, u->id, u->key_id[0] ? u->key_id : "-", sb->rec.policy_hash);
+        al_http_reply(u->req, 204, NULL, NULL, 0);
+    } else if (rc == 0) {
+        cp_rest_error(u->req, 404, "sandbox \"%s\" not found (it was killed meanwhile)",
+                      sb->rec.id);
+    } else {
+        nu__undo(sb, u);
+        al_warn("sandbox %s: update %s not applied by the egress proxy: %s (the previous network "
+                "fields stay)",
+                sb->rec.id, u->id, msg && *msg ? msg : strerror(-rc));
+        /* A proxy that did not answer in time may still read the request: the
+         * resynchronisation compares its fields with the record and sends the record's. */
+        if (rc != -EINVAL && sb->cp->egress)
+            cp_egress_resync(sb->cp->egress);
+        cp_rest_error(u->req, rc == -EINVAL ? 400 : 502,
+                      "the egress proxy did not apply the network update: %s (the previous "
+                      "network fields stay in force)",
+                      msg && *msg ? msg : strerror(-rc));
+    }
+    nu__free(u);
+}
+
+void cp_network_update(struct cp_sandbox *sb, struct al_http_req *req, const json_t *fields,
+                       int allow_internet, const char *key_id)
+{
+    struct cp *cp = sb->cp;
+    if (sb->rec.state == CP_SB_PAUSED) {
+        cp_rest_error(req, 409,
+                      "sandbox \"%s\" is paused: resume it (Sandbox.connect) before changing its "
+                      "network",
+                      sb->rec.id);
+        return;
+    }
+    if (sb->netupdate) {
+        cp_rest_error(req, 409,
+                      "another network update of sandbox \"%s\" is in progress: send this one "
+                      "again when it has been answered",
+                      sb->rec.id);
+        return;
+    }
+    json_t *n = nu__merge(sb->rec.network, fields);
+    char hash[65];
+    int status = 500;
+    struct al_error err = {0};
+    if (cp_policy_check_network(cp, sb->rec.policy_name, n, allow_internet, hash, &status, &err)) {
+        json_decref(n);
+        cp_rest_error(req, status, "%s", al_error_str(&err));
+        return;
+    }
+    struct nu_ctx *u = calloc(1, sizeof *u);
+    if (!u) {
+        json_decref(n);
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    u->req = req;
+    memcpy(u->id, "nu_", 3);
+    al_random_hex(u->id + 3, 8);
+    snprintf(u->key_id, sizeof u->key_id, "%s", key_id ? key_id : "");
+    u->old_network = sb->rec.network;
+    u->old_allow_internet = sb->rec.allow_internet;
+    snprintf(u->old_hash, sizeof u->old_hash, "%s", sb->rec.policy_hash);
+    sb->rec.network = n;
+    sb->rec.allow_internet = allow_internet;
+    snprintf(sb->rec.policy_hash, sizeof sb->rec.policy_hash, "%s", hash);
+    /* Saved first: what getInfo shows and what a re-registration sends is the new state
+     * from now on; the proxy's answer confirms it or undoes it. */
+    if (cp_sb_save(sb)) {
+        nu__undo(sb, u);
+        nu__free(u);
+        cp_rest_error(req, 500, "cannot save the sandbox's new network fields");
+        return;
+    }
+    sb->netupdate = u;
+    if (!cp->egress || !sb->has_net) {
+        /* No proxy decides for this sandbox (no network): nothing to apply. */
+        nu__applied(sb, 0, NULL);
+        return;
+    }
+    int rc = cp_egress_set_network(cp->egress, sb, u->id, u->key_id, nu__applied);
+    if (rc)
+        nu__applied(sb, rc == -ENOMEM ? -ENOMEM : -EIO, "cannot reach the egress proxy");
+}

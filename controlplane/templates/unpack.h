@@ -1,0 +1,39 @@
+/* controlplane/templates/unpack: an image's root filesystem, made by the confined helper
+ * airlock-unpack (unpack_main.c) from the layers tpl_oci_pull put in the cache. Nothing of
+ * the image is parsed in the calling process: it hands the helper the root directory and
+ * the cache directory, reads one JSON line per layer back, and checks each layer's digest of
+ * its uncompressed bytes against the image config's diff_ids.
+ *
+ * The result is rootfs in the form the jail mounts (vmm/jail: <template>/rootfs, id-mapped,
+ * read-only, nosuid, nodev): owned by ids 0..65535 as the image says, /dev left empty.
+ */
+#ifndef AIRLOCK_CP_TEMPLATES_UNPACK_H
+#define AIRLOCK_CP_TEMPLATES_UNPACK_H
+
+#include <stdint.h>
+
+#include "common/error.h"
+#include "oci.h"
+
+struct tpl_unpack_opts {
+    const char *helper;              /* path of airlock-unpack */
+    const char *ids_dir;             /* the jail's id slots: <state>/jail/idslots */
+    uint32_t uid_base;               /* 0 = the jail's default */
+    uint32_t uid_slots;              /* 0 = the jail's default */
+    const struct tpl_limits *limits; /* NULL = defaults */
+};
+
+struct tpl_unpack_result {
+    uint64_t entries, bytes, whiteouts, devices_skipped, xattrs_skipped, ids_clamped;
+};
+
+/* Makes rootfs (which must not exist; its parent must) from img's layers. On failure
+ * rootfs is removed again: nothing half-made stays. */
+int tpl_unpack_image(const struct tpl_unpack_opts *o, const struct tpl_image *img,
+                     const char *rootfs, struct tpl_unpack_result *res, struct al_error *err);
+
+/* Removes a directory tree without following any link in it (a failed or discarded root
+ * filesystem). Nothing there is fine. */
+int tpl_rmtree(const char *path);
+
+#endif

@@ -1,0 +1,74 @@
+// tests/e2b/template-build.mjs: the real SDK's Template.build (e2b 2.51.0) against airlockd,
+// run by tests/integration/templates_oci.sh inside its registry world. A template from the
+// world's registry (with its credentials) with ENV, WORKDIR, USER, startCmd and readyCmd,
+// its build log through onBuildLogs; a RUN step reported as BuildError naming the step; a
+// rebuild whose image comes from the blob cache; Template.exists, Sandbox.create(alias)
+// and a command in it. Prints one line per check; exits non-zero on the first failure.
+//
+// Environment: E2B_API_URL, E2B_API_KEY (airlockd's), AIRLOCK_IMAGE (a reference of the
+// registry), AIRLOCK_REG_USER, AIRLOCK_REG_PASSWORD.
+import assert from 'node:assert/strict'
+import { BuildError, Sandbox, Template } from 'e2b'
+
+const image = process.env.AIRLOCK_IMAGE
+const creds = { username: process.env.AIRLOCK_REG_USER, password: process.env.AIRLOCK_REG_PASSWORD }
+const ok = (what) => console.log(`ok - ${what}`)
+
+function tpl() {
+  return Template()
+    .fromImage(image, creds)
+    .setEnvs({ BUILT_BY: 'sdk', GREETING: 'hello' })
+    .setWorkdir('/srv/app')
+    .setUser('user')
+    .setStartCmd('sleep 3600', 'true')
+}
+
+const logs = []
+const built = await Template.build(tpl(), 'sdk-tpl', { onBuildLogs: (e) => logs.push(e) })
+assert.equal(built.templateId, 'sdk-tpl')
+assert.match(built.buildId, /^[0-9a-f-]{36}$/)
+const text = logs.map((e) => `${e.level} ${e.message}`).join('\n')
+assert.match(text, /pulling registry\.test:5000\/test\/base:1/, text)
+assert.match(text, /unpacked: \d+ entries/, text)
+assert.match(text, /WORKDIR \/srv\/app/, text)
+assert.match(text, /template sdk-tpl is ready/, text)
+assert.ok(logs.every((e) => e.timestamp instanceof Date && !isNaN(e.timestamp)), 'timestamps')
+ok('Template.build from the registry, with the build log through onBuildLogs')
+
+let err
+try {
+  await Template.build(Template().fromImage(image, creds).setEnvs({ A: '1' }).runCmd('false'), 'sdk-bad')
+} catch (e) {
+  err = e
+}
+assert.ok(err instanceof BuildError, `a BuildError, not ${err}`)
+assert.match(err.message, /step 2 \(RUN false\): RUN steps are not supported/, err.message)
+ok(`a RUN step is reported as BuildError naming it: ${err.message}`)
+
+const again = []
+const rebuilt = await Template.build(tpl(), 'sdk-tpl', { onBuildLogs: (e) => again.push(e) })
+assert.notEqual(rebuilt.buildId, built.buildId)
+const text2 = again.map((e) => e.message).join('\n')
+assert.match(text2, /, 0\.0 MiB pulled\)/, text2)
+ok('a rebuild takes the image from the blob cache (0.0 MiB pulled)')
+
+assert.equal(await Template.exists('sdk-tpl'), true)
+assert.equal(await Template.exists('sdk-bad'), true) // requested, its build failed
+ok('Template.exists')
+
+const sbx = await Sandbox.create('sdk-tpl')
+try {
+  const r = await sbx.commands.run('echo from-the-template')
+  assert.equal(r.stdout.trim(), 'from-the-template')
+  const info = await sbx.getInfo()
+  assert.equal(info.templateId, 'sdk-tpl')
+  if (process.env.AIRLOCK_E2B_BACKEND === 'jail') {
+    // In a jail sandbox: the image's files, the build's ENV, WORKDIR and USER.
+    const w = await sbx.commands.run('echo "$GREETING $BUILT_BY $PATH"; pwd; id -u; cat /home/user/hello.txt')
+    assert.equal(w.stdout, 'hello sdk /bin:/usr/bin\n/srv/app\n1000\nhello\n', w.stdout)
+  }
+} finally {
+  await sbx.kill()
+}
+ok(`Sandbox.create(alias) and commands in it (${process.env.AIRLOCK_E2B_BACKEND ?? 'test'} backend)`)
+console.log(`builds ${built.buildId} ${rebuilt.buildId}`)

@@ -1,0 +1,173 @@
+/* Unit tests: common/spawn's waiting before the exec (before_exec), the death signal, and
+ * the descriptor map (what airlockd's spawns need is covered by test_cp_state). */
+#include "al_test.h"
+#include "common/spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int wait_status(pid_t pid)
+{
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    return st;
+}
+
+struct seen {
+    char exe[PATH_MAX];
+    int calls;
+    int fail;
+};
+
+static int record_exe(pid_t pid, void *arg, struct al_error *err)
+{
+    struct seen *s = arg;
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/exe", (int)pid);
+    ssize_t n = readlink(p, s->exe, sizeof s->exe - 1);
+    s->exe[n > 0 ? n : 0] = '\0';
+    s->calls++;
+    return s->fail ? al_error_set(err, -EPERM, "refused by the test") : 0;
+}
+
+/* The callback runs while the child still is this program, not yet the one it execs. */
+START_TEST(before_exec_runs_before_the_program)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    ck_assert_int_gt(n, 0);
+    self[n] = '\0';
+    struct seen seen = {0};
+    char *argv[] = {"/bin/true", NULL};
+    struct al_spawn s = {.path = "/bin/true",
+                         .argv = argv,
+                         .fds = {-1, 2, 2},
+                         .nfds = 3,
+                         .before_exec = record_exe,
+                         .arg = &seen};
+    pid_t pid;
+    int pidfd = -1;
+    struct al_error err = {0};
+    ck_assert_msg(al_spawn(&s, &pid, &pidfd, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(seen.calls, 1);
+    ck_assert_str_eq(seen.exe, self);
+    int st = wait_status(pid);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(pidfd);
+
+    /* A refusal kills the child before its exec and is the spawn's error. */
+    seen.fail = 1;
+    ck_assert_int_eq(al_spawn(&s, &pid, &pidfd, &err), -EPERM);
+    ck_assert_ptr_nonnull(strstr(err.msg, "refused by the test"));
+    ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1); /* reaped already */
+    ck_assert_int_eq(errno, ECHILD);
+}
+END_TEST
+
+/* A failed exec after the callback is the spawn's error, as without it. */
+START_TEST(exec_failure_is_the_error)
+{
+    struct seen seen = {0};
+    char *argv[] = {"/tmp", NULL};
+    struct al_spawn s = {.path = "/tmp", .argv = argv, .before_exec = record_exe, .arg = &seen};
+    pid_t pid;
+    struct al_error err = {0};
+    ck_assert_int_eq(al_spawn(&s, &pid, NULL, &err), -EACCES);
+    ck_assert_int_eq(seen.calls, 1);
+    ck_assert_ptr_nonnull(strstr(err.msg, "cannot execute /tmp"));
+    ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+}
+END_TEST
+
+/* Only the mapped descriptors reach the program, even one left without close-on-exec. */
+START_TEST(only_the_mapped_descriptors_survive)
+{
+    int leak = open("/dev/null", O_RDONLY); /* no O_CLOEXEC */
+    ck_assert_int_ge(leak, 3);
+    int out[2];
+    ck_assert_int_eq(pipe2(out, O_CLOEXEC), 0);
+    char *argv[] = {"/bin/sh", "-c", "ls /proc/self/fd | sort -n | tr '\\n' ' '", NULL};
+    struct al_spawn s = {.path = "/bin/sh", .argv = argv, .fds = {-1, out[1], 2}, .nfds = 3};
+    pid_t pid;
+    struct al_error err = {0};
+    ck_assert_msg(al_spawn(&s, &pid, NULL, &err) == 0, "%s", err.msg);
+    close(out[1]);
+    char buf[256] = "";
+    size_t got = 0;
+    ssize_t n;
+    while ((n = read(out[0], buf + got, sizeof buf - 1 - got)) > 0)
+        got += (size_t)n;
+    buf[got] = '\0';
+    close(out[0]);
+    close(leak);
+    ck_assert_int_eq(WEXITSTATUS(wait_status(pid)), 0);
+    /* 0, 1, 2, and the directory ls reads (3) */
+    ck_assert_str_eq(buf, "0 1 2 3 ");
+}
+END_TEST
+
+/* die_with_parent: the child is killed when the process that spawned it dies. */
+START_TEST(dies_with_its_parent)
+{
+    int rep[2];
+    ck_assert_int_eq(pipe2(rep, O_CLOEXEC), 0);
+    pid_t mid = fork();
+    ck_assert_int_ge(mid, 0);
+    if (mid == 0) {
+        char *argv[] = {"/bin/sleep", "1000", NULL};
+        struct al_spawn s = {
+            .path = "/bin/sleep", .argv = argv, .nfds = 0, .die_with_parent = true};
+        pid_t pid;
+        int pidfd;
+        if (al_spawn(&s, &pid, &pidfd, NULL) < 0)
+            _exit(1);
+        if (write(rep[1], &pid, sizeof pid) != (ssize_t)sizeof pid)
+            _exit(2);
+        _exit(0); /* the sleeper's parent dies here */
+    }
+    close(rep[1]);
+    pid_t child = 0;
+    ck_assert_int_eq(read(rep[0], &child, sizeof child), (ssize_t)sizeof child);
+    close(rep[0]);
+    ck_assert_int_eq(WEXITSTATUS(wait_status(mid)), 0);
+    /* It is reparented and killed: wait (generously) until /proc says it is gone. */
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)child);
+    bool gone = false;
+    for (int i = 0; i < 10000 && !gone; i++) {
+        FILE *f = fopen(p, "r");
+        char st = 'R';
+        if (f) {
+            if (fscanf(f, "%*d (%*[^)]) %c", &st) != 1)
+                st = 'X';
+            fclose(f);
+        }
+        gone = !f || st == 'Z' || st == 'X';
+        if (!gone)
+            poll(NULL, 0, 2);
+    }
+    ck_assert_msg(gone, "the child of a dead parent is still running");
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("spawn");
+    TCase *t = tcase_create("spawn");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, before_exec_runs_before_the_program);
+    tcase_add_test(t, exec_failure_is_the_error);
+    tcase_add_test(t, only_the_mapped_descriptors_survive);
+    tcase_add_test(t, dies_with_its_parent);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+AL_SUITE_MAIN(suite)

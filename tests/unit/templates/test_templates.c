@@ -1,0 +1,384 @@
+/* tests/unit/templates/test_templates: image references, the registry allowlist, credentials
+ * from E2B's fromImageRegistry, bounds, the tar reader, path cleaning and layer streams. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "al_test.h"
+#include "controlplane/templates/layer.h"
+#include "controlplane/templates/oci.h"
+#include "controlplane/templates/tar.h"
+
+static void ref_ok(const char *in, const char *reg, const char *repo, const char *tag,
+                   const char *digest)
+{
+    struct tpl_ref r;
+    struct al_error err = {0};
+    ck_assert_msg(tpl_ref_parse(in, &r, &err) == 0, "%s: %s", in, err.msg);
+    ck_assert_str_eq(r.registry, reg);
+    ck_assert_str_eq(r.repository, repo);
+    ck_assert_str_eq(r.tag, tag);
+    ck_assert_str_eq(r.digest, digest);
+}
+
+#define D64 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+START_TEST(references_as_docker_reads_them)
+{
+    ref_ok("busybox", "docker.io", "library/busybox", "latest", "");
+    ref_ok("python:3.12", "docker.io", "library/python", "3.12", "");
+    ref_ok("user/app", "docker.io", "user/app", "latest", "");
+    ref_ok("index.docker.io/library/debian:12", "docker.io", "library/debian", "12", "");
+    ref_ok("ghcr.io/org/tool:v1.2", "ghcr.io", "org/tool", "v1.2", "");
+    ref_ok("localhost/app", "localhost", "app", "latest", "");
+    ref_ok("reg.test:5000/team/sub/app", "reg.test:5000", "team/sub/app", "latest", "");
+    ref_ok("reg.test:5000/app@sha256:" D64, "reg.test:5000", "app", "", "sha256:" D64);
+    ref_ok("app:1@sha256:" D64, "docker.io", "library/app", "1", "sha256:" D64);
+    ref_ok("a_b__c-d--e/x.y", "docker.io", "a_b__c-d--e/x.y", "latest", "");
+    char out[TPL_REF_MAX];
+    struct tpl_ref r;
+    tpl_ref_parse("busybox", &r, NULL);
+    tpl_ref_format(&r, out, sizeof out);
+    ck_assert_str_eq(out, "docker.io/library/busybox:latest");
+}
+END_TEST
+
+START_TEST(references_refused)
+{
+    static const char *bad[] = {
+        "",
+        "app/UPPER",
+        "app:",
+        "app:-x",
+        "app@sha256:abc",
+        "app@md5:" D64,
+        "reg.test:99999/app",
+        "a//b",
+        "a/",
+        "/a",
+        "app:"
+        "t234567890123456789012345678901234567890123456789012345678901234567890123"
+        "456789012345678901234567890123456789012345678901234567890",
+        "a___b",
+        "-a",
+        "a.",
+        "reg.test:5x/app",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct tpl_ref r;
+        struct al_error err = {0};
+        ck_assert_msg(tpl_ref_parse(bad[i], &r, &err) < 0, "accepted '%s'", bad[i]);
+        ck_assert(err.msg[0]);
+    }
+}
+END_TEST
+
+START_TEST(registry_allowlist)
+{
+    const char *allowed[] = {"reg.test:5000", "docker.io"};
+    struct tpl_registries r = {.allowed = allowed, .n_allowed = 2};
+    struct al_error err = {0};
+    ck_assert_int_eq(tpl_registry_check(&r, "docker.io", &err), 0);
+    ck_assert_int_eq(tpl_registry_check(&r, "REG.test:5000", &err), 0);
+    ck_assert_int_eq(tpl_registry_check(&r, "reg.test", &err), -EACCES);
+    ck_assert_ptr_nonnull(strstr(err.msg, "templates.registries"));
+    struct tpl_registries none = {0};
+    ck_assert_int_eq(tpl_registry_check(&none, "docker.io", &err), -EACCES);
+    ck_assert_ptr_nonnull(strstr(err.msg, "(now: none)"));
+}
+END_TEST
+
+START_TEST(credentials_from_request)
+{
+    struct tpl_creds *c = NULL;
+    struct al_error err = {0};
+    json_t *j =
+        json_pack("{s:s, s:s, s:s}", "type", "registry", "username", "u", "password", "pw-secret");
+    ck_assert_int_eq(tpl_creds_from_json(j, &c, &err), 0);
+    ck_assert_ptr_nonnull(c);
+    /* The request's copy of the secret is wiped. */
+    ck_assert_int_eq(memcmp(json_string_value(json_object_get(j, "password")), "\0\0\0", 3), 0);
+    tpl_creds_free(c);
+    json_decref(j);
+    j = json_pack("{s:s, s:s}", "type", "gcp", "serviceAccountJson", "{\"k\":1}");
+    ck_assert_int_eq(tpl_creds_from_json(j, &c, &err), 0);
+    tpl_creds_free(c);
+    json_decref(j);
+    j = json_pack("{s:s, s:s, s:s, s:s}", "type", "aws", "awsAccessKeyId", "AK",
+                  "awsSecretAccessKey", "SK", "awsRegion", "eu-west-1");
+    ck_assert_int_eq(tpl_creds_from_json(j, &c, &err), -ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(err.msg, "get-login-password"));
+    ck_assert_ptr_null(strstr(err.msg, "SK"));
+    json_decref(j);
+    j = json_pack("{s:s, s:s}", "type", "registry", "username", "u");
+    ck_assert_int_eq(tpl_creds_from_json(j, &c, &err), -EINVAL);
+    json_decref(j);
+}
+END_TEST
+
+START_TEST(limits_defaults)
+{
+    struct tpl_limits in = {.max_layers = 1000, .max_ratio = 7}, out;
+    tpl_limits_resolve(&in, &out);
+    ck_assert_uint_eq(out.max_layers, TPL_MAX_LAYERS);
+    ck_assert_uint_eq(out.max_ratio, 7);
+    ck_assert_uint_eq(out.max_manifest_bytes, 4u << 20);
+    tpl_limits_resolve(NULL, &out);
+    ck_assert_uint_eq(out.max_path, 4096);
+}
+END_TEST
+
+static void clean_ok(const char *in, const char *want)
+{
+    char out[512], msg[256];
+    ck_assert_msg(tpl_path_clean(in, out, sizeof out, 400, msg, sizeof msg) == 0, "%s: %s", in,
+                  msg);
+    ck_assert_str_eq(out, want);
+}
+
+START_TEST(paths_cleaned_or_refused)
+{
+    clean_ok("./a//b/", "a/b");
+    clean_ok("./", "");
+    clean_ok("a/./b/.", "a/b");
+    clean_ok("..a/b..", "..a/b..");
+    char out[512], msg[256];
+    ck_assert_int_eq(tpl_path_clean("/etc/passwd", out, sizeof out, 400, msg, sizeof msg), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(msg, "absolute"));
+    ck_assert_int_eq(tpl_path_clean("a/../../b", out, sizeof out, 400, msg, sizeof msg), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(msg, "'..'"));
+    ck_assert_int_eq(tpl_path_clean("..", out, sizeof out, 400, msg, sizeof msg), -EINVAL);
+    char longc[300];
+    memset(longc, 'x', 299);
+    longc[299] = '\0';
+    ck_assert_int_eq(tpl_path_clean(longc, out, sizeof out, 400, msg, sizeof msg), -ENAMETOOLONG);
+}
+END_TEST
+
+/* ---- tar ----------------------------------------------------------------------------- */
+
+struct mem {
+    unsigned char *d;
+    size_t n, off;
+};
+
+static ssize_t mem_read(void *arg, void *buf, size_t len)
+{
+    struct mem *m = arg;
+    size_t k = m->n - m->off < len ? m->n - m->off : len;
+    memcpy(buf, m->d + m->off, k);
+    m->off += k;
+    return (ssize_t)k;
+}
+
+/* A ustar header block. */
+static void hdr(unsigned char *b, const char *name, char type, size_t size, const char *link)
+{
+    memset(b, 0, 512);
+    snprintf((char *)b, 100, "%s", name);
+    snprintf((char *)b + 100, 8, "%07o", 0644);
+    snprintf((char *)b + 108, 8, "%07o", 1000);
+    snprintf((char *)b + 116, 8, "%07o", 1000);
+    snprintf((char *)b + 124, 12, "%011zo", size);
+    snprintf((char *)b + 136, 12, "%011o", 1700000000);
+    b[156] = (unsigned char)type;
+    if (link)
+        snprintf((char *)b + 157, 100, "%s", link);
+    memcpy(b + 257,
+           "ustar\0"
+           "00",
+           8);
+    memset(b + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; i++)
+        sum += b[i];
+    snprintf((char *)b + 148, 8, "%06o", sum);
+}
+
+static size_t put_data(unsigned char *b, const char *s)
+{
+    size_t n = strlen(s);
+    memset(b, 0, (n + 511) / 512 * 512);
+    memcpy(b, s, n);
+    return (n + 511) / 512 * 512;
+}
+
+START_TEST(tar_ustar_pax_gnu)
+{
+    static unsigned char a[512 * 16];
+    size_t o = 0;
+    hdr(a + o, "dir/", '5', 0, NULL);
+    o += 512;
+    hdr(a + o, "dir/file", '0', 5, NULL);
+    o += 512;
+    o += put_data(a + o, "hello");
+    const char *pax = "31 path=very/long/pax/name.txt\n";
+    hdr(a + o, "PaxHeader", 'x', strlen(pax), NULL);
+    o += 512;
+    o += put_data(a + o, pax);
+    hdr(a + o, "short", '0', 0, NULL);
+    o += 512;
+    hdr(a + o, "././@LongLink", 'L', 9, NULL);
+    o += 512;
+    o += put_data(a + o, "gnu/long");
+    hdr(a + o, "x", '2', 0, "/abs/target");
+    o += 512;
+    memset(a + o, 0, 1024);
+    o += 1024;
+    struct mem m = {a, o, 0};
+    struct tpl_tar *t;
+    ck_assert_int_eq(tpl_tar_open(mem_read, &m, 4096, &t), 0);
+    const struct tpl_tar_entry *e;
+    ck_assert_int_eq(tpl_tar_next(t, &e), 1);
+    ck_assert_int_eq(e->type, TPL_TAR_DIR);
+    ck_assert_str_eq(e->path, "dir/");
+    ck_assert_int_eq(tpl_tar_next(t, &e), 1);
+    ck_assert_int_eq(e->type, TPL_TAR_REG);
+    ck_assert_uint_eq(e->uid, 1000);
+    ck_assert_uint_eq(e->size, 5);
+    char buf[16];
+    ck_assert_int_eq(tpl_tar_read(t, buf, sizeof buf), 5);
+    ck_assert_int_eq(memcmp(buf, "hello", 5), 0);
+    ck_assert_int_eq(tpl_tar_read(t, buf, sizeof buf), 0);
+    ck_assert_int_eq(tpl_tar_next(t, &e), 1);
+    ck_assert_str_eq(e->path, "very/long/pax/name.txt");
+    ck_assert_int_eq(tpl_tar_next(t, &e), 1);
+    ck_assert_int_eq(e->type, TPL_TAR_SYMLINK);
+    ck_assert_str_eq(e->path, "gnu/long");
+    ck_assert_str_eq(e->link, "/abs/target");
+    ck_assert_int_eq(tpl_tar_next(t, &e), 0);
+    ck_assert_uint_eq(tpl_tar_count(t), 4);
+    tpl_tar_free(t);
+}
+END_TEST
+
+START_TEST(tar_refusals)
+{
+    static unsigned char a[512 * 8];
+    struct tpl_tar *t;
+    const struct tpl_tar_entry *e;
+    /* bad checksum */
+    hdr(a, "f", '0', 0, NULL);
+    a[0] = 'g';
+    struct mem m = {a, 1024, 0};
+    tpl_tar_open(mem_read, &m, 4096, &t);
+    ck_assert_int_lt(tpl_tar_next(t, &e), 0);
+    ck_assert_ptr_nonnull(strstr(tpl_tar_error(t), "checksum"));
+    tpl_tar_free(t);
+    /* data cut short */
+    hdr(a, "f", '0', 4000, NULL);
+    m = (struct mem){a, 1024, 0};
+    tpl_tar_open(mem_read, &m, 4096, &t);
+    ck_assert_int_eq(tpl_tar_next(t, &e), 1);
+    char buf[8192];
+    ck_assert_int_eq(tpl_tar_read(t, buf, sizeof buf), 512);
+    ck_assert_int_lt(tpl_tar_read(t, buf, sizeof buf), 0);
+    ck_assert_ptr_nonnull(strstr(tpl_tar_error(t), "ends inside"));
+    tpl_tar_free(t);
+    /* sparse files */
+    hdr(a, "f", 'S', 0, NULL);
+    m = (struct mem){a, 1024, 0};
+    tpl_tar_open(mem_read, &m, 4096, &t);
+    ck_assert_int_eq(tpl_tar_next(t, &e), -ENOTSUP);
+    ck_assert_ptr_nonnull(strstr(tpl_tar_error(t), "sparse"));
+    tpl_tar_free(t);
+    /* a GNU long name over the bound */
+    hdr(a, "././@LongLink", 'L', 2000, NULL);
+    m = (struct mem){a, sizeof a, 0};
+    tpl_tar_open(mem_read, &m, 100, &t);
+    ck_assert_int_lt(tpl_tar_next(t, &e), 0);
+    tpl_tar_free(t);
+    /* a pax header that promises an entry that never comes */
+    const char *pax = "31 path=very/long/pax/name.txt\n";
+    hdr(a, "p", 'x', strlen(pax), NULL);
+    put_data(a + 512, pax);
+    m = (struct mem){a, 1024, 0};
+    tpl_tar_open(mem_read, &m, 4096, &t);
+    ck_assert_int_lt(tpl_tar_next(t, &e), 0);
+    ck_assert_ptr_nonnull(strstr(tpl_tar_error(t), "extended header"));
+    tpl_tar_free(t);
+}
+END_TEST
+
+/* ---- layer streams ---------------------------------------------------------------- */
+
+static int gz_file(const void *data, size_t n, int level)
+{
+    char p[] = "/tmp/al-test-layer-XXXXXX";
+    int fd = mkstemp(p);
+    unlink(p);
+    gzFile g = gzdopen(dup(fd), "wb");
+    gzsetparams(g, level, Z_DEFAULT_STRATEGY);
+    gzwrite(g, data, (unsigned)n);
+    gzclose(g);
+    lseek(fd, 0, SEEK_SET);
+    return fd;
+}
+
+START_TEST(layer_bomb_stopped_early)
+{
+    size_t n = 64u << 20;
+    char *z = calloc(1, n);
+    int fd = gz_file(z, n, 9);
+    free(z);
+    struct tpl_layer_stream *s;
+    ck_assert_int_eq(tpl_layer_open(fd, 200, 1ull << 40, &s), 0);
+    ck_assert_int_eq(tpl_layer_compression(s), TPL_COMP_GZIP);
+    char buf[65536];
+    ssize_t r;
+    uint64_t out = 0;
+    while ((r = tpl_layer_read(s, buf, sizeof buf)) > 0)
+        out += (uint64_t)r;
+    ck_assert_int_eq(r, -EFBIG);
+    ck_assert_ptr_nonnull(strstr(tpl_layer_error(s), "compression ratio"));
+    ck_assert_uint_lt(out, 20u << 20); /* stopped soon after TPL_LAYER_RATIO_FROM */
+    tpl_layer_free(s);
+    close(fd);
+}
+END_TEST
+
+START_TEST(layer_digest_and_bound)
+{
+    const char *text = "not a tar, but a stream is a stream";
+    int fd = gz_file(text, strlen(text), 6);
+    struct tpl_layer_stream *s;
+    ck_assert_int_eq(tpl_layer_open(fd, 200, 1 << 20, &s), 0);
+    char d[TPL_DIGEST_LEN + 1];
+    ck_assert_int_eq(tpl_layer_finish(s, d), 0);
+    ck_assert_uint_eq(tpl_layer_out_bytes(s), strlen(text));
+    /* sha256 of the uncompressed text */
+    ck_assert_str_eq(d, "sha256:5ee4e114cfc03e2618fd3ea273be61dde560d3c11ed1b3b883b0b2922b63ed4b");
+    tpl_layer_free(s);
+    close(fd);
+    fd = gz_file(text, strlen(text), 6);
+    ck_assert_int_eq(tpl_layer_open(fd, 200, 10, &s), 0);
+    ck_assert_int_eq(tpl_layer_finish(s, d), -EFBIG);
+    tpl_layer_free(s);
+    close(fd);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("templates");
+    TCase *t = tcase_create("templates");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, references_as_docker_reads_them);
+    tcase_add_test(t, references_refused);
+    tcase_add_test(t, registry_allowlist);
+    tcase_add_test(t, credentials_from_request);
+    tcase_add_test(t, limits_defaults);
+    tcase_add_test(t, paths_cleaned_or_refused);
+    tcase_add_test(t, tar_ustar_pax_gnu);
+    tcase_add_test(t, tar_refusals);
+    tcase_add_test(t, layer_bomb_stopped_early);
+    tcase_add_test(t, layer_digest_and_bound);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+AL_SUITE_MAIN(suite)
