@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sodium.h>
 #include <unistd.h>
 
 #include "common/json.h"
@@ -202,6 +203,16 @@ bool cp_builds_trigger_path(const char *p, char *tid, size_t tlen, char *bid, si
     return cp_rest_path_part(&p, bid, blen) && *p == '\0';
 }
 
+/* A COPY step's filesHash: the sha256 the SDK computes, 64 lowercase hex digits. */
+static bool builds__hash_valid(const char *h)
+{
+    size_t n = 0;
+    for (; h[n]; n++)
+        if (!((h[n] >= '0' && h[n] <= '9') || (h[n] >= 'a' && h[n] <= 'f')))
+            return false;
+    return n == 64;
+}
+
 /* Checks one step of a definition; i is its number as the SDK counts (1 = the first). */
 static int builds__check_step(const json_t *s, size_t i, struct al_error *err)
 {
@@ -271,11 +282,7 @@ static int builds__check_step(const json_t *s, size_t i, struct al_error *err)
     if ((rc = al_json_get_str(s, "filesHash", false, &hash, what, err)))
         return rc;
     if (strcmp(type, "COPY") == 0) {
-        size_t hl = hash ? strlen(hash) : 0;
-        bool hex = hl == 64;
-        for (size_t k = 0; hex && k < hl; k++)
-            hex = (hash[k] >= '0' && hash[k] <= '9') || (hash[k] >= 'a' && hash[k] <= 'f');
-        if (!hex)
+        if (!hash || !builds__hash_valid(hash))
             return al_error_set(err, -EINVAL,
                                 "%s (COPY %.64s): \"filesHash\" (the sha256 of the files, 64 "
                                 "hex digits) is required",
@@ -456,6 +463,7 @@ struct builds_job {
 };
 
 static size_t builds__running;
+static void builds__files_dir(const struct cp *cp, char *out, size_t len);
 
 static void builds__job_log(struct builds_job *j, int level, const char *step, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -953,6 +961,15 @@ void cp_builds_recover(struct cp *cp)
             al_warn("cannot remove %s", p);
     }
     closedir(d);
+    /* Uploads that airlockd's stop cut off: never taken for files, so they go. */
+    char files[4200];
+    builds__files_dir(cp, files, sizeof files);
+    if (!(d = opendir(files)))
+        return;
+    while ((de = readdir(d)))
+        if (strstr(de->d_name, ".tar.partial-") && unlinkat(dirfd(d), de->d_name, 0) < 0)
+            al_warn("cannot remove %s/%s: %s", files, de->d_name, strerror(errno));
+    closedir(d);
 }
 
 void cp_builds_trigger(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,
@@ -1370,6 +1387,256 @@ static void builds__delete(struct cp *cp, struct al_http_req *req, const char *i
     al_http_reply(req, 204, NULL, NULL, 0);
 }
 
+/* ---- COPY archives: GET /templates/{id}/files/{hash} and the upload it grants ------------ */
+
+/* The SDK asks whether the files of a COPY step (named by its filesHash) are known and, if
+ * not, PUTs their tar archive to the URL it is given, with the headers it is given and no
+ * API key. So the URL carries a grant instead: a random token for that template and hash,
+ * good for one upload within an hour, held in memory only (an airlockd restart forgets
+ * them; the SDK asks again at its next build). */
+#define BUILDS_GRANTS       64
+#define BUILDS_GRANT_NS     (3600ull * 1000000000ull)
+#define BUILDS_TOKEN_HEADER "X-Airlock-Upload-Token"
+
+struct builds_grant {
+    char tid[72];
+    char hash[65];
+    char token[CP_TOKEN_LEN + 1];
+    uint64_t expires_ns; /* 0: free */
+};
+
+static struct builds_grant builds__grants[BUILDS_GRANTS];
+
+/* <state>/cache/files: the archives of COPY steps, named by their filesHash. */
+static void builds__files_dir(const struct cp *cp, char *out, size_t len)
+{
+    snprintf(out, len, "%s/cache/files", cp->cfg.state_dir);
+}
+
+static void builds__archive_path(const struct cp *cp, const char *hash, char *out, size_t len)
+{
+    char dir[4200];
+    builds__files_dir(cp, dir, sizeof dir);
+    snprintf(out, len, "%s/%s.tar", dir, hash);
+}
+
+/* A Host header fit to be the authority of the upload URL: what the client itself reached
+ * airlockd at (a name or address and a port), nothing that would change the URL's shape. */
+static bool builds__host_valid(const char *h)
+{
+    size_t n = strlen(h);
+    if (!n || n > 255)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(h[i] == '.' || h[i] == '-' || h[i] == ':' || h[i] == '[' || h[i] == ']' ||
+              h[i] == '_' || (h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'z') ||
+              (h[i] >= 'A' && h[i] <= 'Z')))
+            return false;
+    return true;
+}
+
+static void builds__files(struct cp *cp, struct al_http_req *req, const char *id, const char *hash)
+{
+    if (!builds__hash_valid(hash)) {
+        cp_rest_error(req, 400,
+                      "\"%.80s\" is not a files hash (the sha256 the SDK computes for a COPY "
+                      "step: 64 lowercase hex digits)",
+                      hash);
+        return;
+    }
+    uint64_t created;
+    json_t *doc = NULL;
+    if (cp_store_tpl_load(cp->store, id, &created, &doc, NULL) != 0) {
+        cp_rest_error(req, 404,
+                      "template '%s' has not been requested (POST /v3/templates first): the "
+                      "files of its COPY steps are uploaded for a build of it",
+                      id);
+        return;
+    }
+    json_decref(doc);
+    char path[4300];
+    struct stat st;
+    builds__archive_path(cp, hash, path, sizeof path);
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+        al_http_reply_json(req, 200, json_pack("{s:b}", "present", 1));
+        return;
+    }
+    const char *host = al_http_req_header(req, "Host");
+    if (!host || !builds__host_valid(host)) {
+        cp_rest_error(req, 400,
+                      "the upload URL is made from the Host header, and this request has %s: "
+                      "send the host and port airlockd is reached at",
+                      host ? "one that is not a host[:port]" : "none");
+        return;
+    }
+    uint64_t now = al_wall_ns();
+    struct builds_grant *g = &builds__grants[0];
+    for (size_t i = 0; i < BUILDS_GRANTS; i++) {
+        struct builds_grant *c = &builds__grants[i];
+        if (c->expires_ns <= now) {
+            g = c;
+            break;
+        }
+        if (c->expires_ns < g->expires_ns)
+            g = c; /* all taken: the one that expires first makes room */
+    }
+    snprintf(g->tid, sizeof g->tid, "%s", id);
+    snprintf(g->hash, sizeof g->hash, "%s", hash);
+    cp_token_new(g->token);
+    g->expires_ns = now + BUILDS_GRANT_NS;
+    char url[512];
+    snprintf(url, sizeof url, "http://%s/templates/%s/files/%s", host, id, hash);
+    al_http_reply_json(req, 200,
+                       json_pack("{s:b,s:s,s:{s:s}}", "present", 0, "url", url, "headers",
+                                 BUILDS_TOKEN_HEADER, g->token));
+}
+
+/* One upload on its way: written to <hash>.tar.partial-<token> as it arrives, renamed to
+ * <hash>.tar once complete, so that a half-sent archive is never taken for the files. */
+struct builds_upload {
+    struct cp *cp;
+    int fd;
+    uint64_t bytes, max;
+    char tid[72], hash[65];
+    char partial[4400], final[4300];
+};
+
+static void builds__upload_free(struct builds_upload *u, bool keep)
+{
+    if (u->fd >= 0)
+        close(u->fd);
+    if (!keep)
+        unlink(u->partial);
+    free(u);
+}
+
+/* Writes on the loop thread: pieces of at most 64 KiB into a local file, as the blob
+ * cache's writes of the pull do; the client's sending paces them. */
+static int builds__upload_data(struct al_http_req *req, const char *data, size_t len)
+{
+    struct builds_upload *u = req->user;
+    if (u->bytes + len > u->max) {
+        al_warn("template %s: upload of files %s refused: more than %llu bytes", u->tid, u->hash,
+                (unsigned long long)u->max);
+        cp_rest_error(req, 413,
+                      "the archive is over %llu bytes, the most one COPY step may upload "
+                      "(templates.max_upload_size): copy fewer files or ask the operator",
+                      (unsigned long long)u->max);
+        builds__upload_free(u, false);
+        return 0;
+    }
+    while (len) {
+        ssize_t n = write(u->fd, data, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            al_warn("template %s: writing %s: %s", u->tid, u->partial, strerror(errno));
+            cp_rest_error(req, 507, "cannot store the archive: %s", strerror(errno));
+            builds__upload_free(u, false);
+            return 0;
+        }
+        data += n;
+        len -= (size_t)n;
+        u->bytes += (uint64_t)n;
+    }
+    return 0;
+}
+
+static void builds__upload_end(struct al_http_req *req, int err)
+{
+    struct builds_upload *u = req->user;
+    if (err < 0) {
+        /* The server has answered (413, 408, 400) or the client went away. */
+        al_warn("template %s: upload of files %s ended early: %s", u->tid, u->hash, strerror(-err));
+        builds__upload_free(u, false);
+        return;
+    }
+    if (fsync(u->fd) < 0 || rename(u->partial, u->final) < 0) {
+        al_warn("template %s: storing %s: %s", u->tid, u->final, strerror(errno));
+        cp_rest_error(req, 507, "cannot store the archive: %s", strerror(errno));
+        builds__upload_free(u, false);
+        return;
+    }
+    char dir[4200];
+    builds__files_dir(u->cp, dir, sizeof dir);
+    al_fsync_dir(dir);
+    al_info("template %s: files %s uploaded (%llu bytes)", u->tid, u->hash,
+            (unsigned long long)u->bytes);
+    al_http_reply(req, 200, NULL, NULL, 0);
+    builds__upload_free(u, true);
+}
+
+bool cp_builds_upload_route(struct cp *cp, struct al_http_req *req)
+{
+    const char *p = req->path;
+    if (strcmp(req->method, "PUT") != 0 || strncmp(p, "/templates/", 11) != 0)
+        return false;
+    p += 11;
+    char id[72], hash[80];
+    if (!cp_rest_path_part(&p, id, sizeof id) || strncmp(p, "/files/", 7) != 0)
+        return false;
+    p += 7;
+    if (!cp_rest_path_part(&p, hash, sizeof hash) || *p)
+        return false;
+    const char *token = al_http_req_header(req, BUILDS_TOKEN_HEADER);
+    uint64_t now = al_wall_ns();
+    struct builds_grant *g = NULL;
+    for (size_t i = 0; token && strlen(token) == CP_TOKEN_LEN && i < BUILDS_GRANTS; i++) {
+        struct builds_grant *c = &builds__grants[i];
+        if (c->expires_ns > now && strcmp(c->tid, id) == 0 && strcmp(c->hash, hash) == 0 &&
+            sodium_memcmp(c->token, token, CP_TOKEN_LEN) == 0)
+            g = c;
+    }
+    if (al_http_req_header_count(req, BUILDS_TOKEN_HEADER) != 1 || !g) {
+        cp_rest_error(req, 401,
+                      "no valid upload grant for files %.64s of template '%.64s': the URL and "
+                      "its " BUILDS_TOKEN_HEADER " header come from GET "
+                      "/templates/{id}/files/{hash} and serve one upload within an hour",
+                      hash, id);
+        return true;
+    }
+    g->expires_ns = 0; /* used once */
+    sodium_memzero(g->token, sizeof g->token);
+    uint64_t max = cp->cfg.max_upload_bytes;
+    if (req->content_length >= 0 && (uint64_t)req->content_length > max) {
+        cp_rest_error(req, 413,
+                      "the archive is %lld bytes, over the %llu one COPY step may upload "
+                      "(templates.max_upload_size): copy fewer files or ask the operator",
+                      (long long)req->content_length, (unsigned long long)max);
+        return true;
+    }
+    struct builds_upload *u = calloc(1, sizeof *u);
+    if (!u) {
+        cp_rest_error(req, 500, "out of memory");
+        return true;
+    }
+    u->cp = cp;
+    u->max = max;
+    u->fd = -1;
+    snprintf(u->tid, sizeof u->tid, "%s", id);
+    snprintf(u->hash, sizeof u->hash, "%s", hash);
+    char dir[4200], rnd[CP_ID_LEN + 1];
+    builds__files_dir(cp, dir, sizeof dir);
+    cp_sandbox_id_new(rnd);
+    snprintf(u->partial, sizeof u->partial, "%s/%s.tar.partial-%s", dir, hash, rnd);
+    builds__archive_path(cp, hash, u->final, sizeof u->final);
+    if (al_mkdir_p(dir, 0700) < 0 ||
+        (u->fd = open(u->partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
+        int e = errno;
+        al_warn("template %s: cannot store uploads in %s: %s", id, dir, strerror(e));
+        cp_rest_error(req, 507, "cannot store the archive: %s", strerror(e));
+        free(u);
+        return true;
+    }
+    req->user = u;
+    int rc = al_http_req_stream_body(req, builds__upload_data, builds__upload_end);
+    if (rc < 0) {
+        builds__upload_free(u, false);
+        cp_rest_error(req, 500, "cannot read the upload: %s", strerror(-rc));
+    }
+    return true;
+}
+
 /* ---- routing ---------------------------------------------------------------------------- */
 
 bool cp_builds_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who)
@@ -1397,8 +1664,20 @@ bool cp_builds_route(struct cp *cp, struct al_http_req *req, const struct cp_pri
         }
         return true;
     }
-    /* /templates/{id}/builds/{buildID}/status */
     const char *q = slash + 1, *s2;
+    if (get && strncmp(q, "files/", 6) == 0) {
+        /* /templates/{id}/files/{hash} */
+        const char *h = q + 6;
+        char hash[80];
+        if (builds__id(req, &rest, id, sizeof id)) {
+            if (!cp_rest_path_part(&h, hash, sizeof hash) || *h)
+                cp_rest_error(req, 404, "no such endpoint: %s %s", m, p);
+            else
+                builds__files(cp, req, id, hash);
+        }
+        return true;
+    }
+    /* /templates/{id}/builds/{buildID}/status */
     if (!get || strncmp(q, "builds/", 7) != 0 || !(s2 = strchr(q + 7, '/')) ||
         strcmp(s2, "/status") != 0)
         return false;

@@ -7,8 +7,10 @@
  * /templates/{id}/builds/{buildID}/status (status waiting|building|ready|error, the build's
  * log paged by logsOffset, the failing step and reason), GET /templates (E2B's Template
  * objects), GET /templates/{id} (TemplateWithBuilds) and DELETE /templates/{id} (refused
- * while a sandbox uses the template or a build of it runs). Templates and builds live in
- * the state database (store.h); a template's files in <templates>/<id> (templates.h).
+ * while a sandbox uses the template or a build of it runs), GET /templates/{id}/files/{hash}
+ * and the upload it grants (a COPY step's tar archive, bounded, kept in <state>/cache/files
+ * by its filesHash). Templates and builds live in the state database (store.h); a
+ * template's files in <templates>/<id> (templates.h).
  */
 #ifndef AIRLOCK_CP_BUILDS_H
 #define AIRLOCK_CP_BUILDS_H
@@ -44,6 +46,10 @@ void cp_builds_trigger(struct cp *cp, struct al_http_req *req, const struct cp_p
 /* GET /templates, GET and DELETE /templates/{id}, GET /templates/{id}/builds/{bid}/status:
  * true when req was one of them (and is answered). */
 bool cp_builds_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);
+/* PUT /templates/{id}/files/{hash}: the upload of a COPY step's archive that GET
+ * /templates/{id}/files/{hash} granted; authenticated by that grant, not an API key, so it
+ * is routed before authentication. False if req is not such a request. */
+bool cp_builds_upload_route(struct cp *cp, struct al_http_req *req);
 
 /* At start: builds that had not ended when airlockd stopped become errors, and the files
  * they were making are removed. */

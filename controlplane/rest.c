@@ -939,6 +939,8 @@ void cp_on_request(struct al_http_req *req, void *ctx)
         rest__prometheus(req, cp);
         return;
     }
+    if (cp_builds_upload_route(cp, req))
+        return;
     struct cp_principal who;
     struct al_error err = {0};
     if (cp_auth(cp, req, &who, &err)) {

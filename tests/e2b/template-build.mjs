@@ -2,12 +2,16 @@
 // run by tests/integration/templates_oci.sh inside its registry world. A template from the
 // world's registry (with its credentials) with ENV, WORKDIR, USER, startCmd and readyCmd,
 // its build log through onBuildLogs; a RUN step reported as BuildError naming the step; a
-// rebuild whose image comes from the blob cache; Template.exists, Sandbox.create(alias)
-// and a command in it. Prints one line per check; exits non-zero on the first failure.
+// COPY's upload of its files (GET /templates/{id}/files/{hash}, the PUT it grants, the files
+// found again by a second build); a rebuild whose image comes from the blob cache;
+// Template.exists, Sandbox.create(alias) and a command in it. Prints one line per check; exits non-zero on the first failure.
 //
 // Environment: E2B_API_URL, E2B_API_KEY (airlockd's), AIRLOCK_IMAGE (a reference of the
 // registry), AIRLOCK_REG_USER, AIRLOCK_REG_PASSWORD.
 import assert from 'node:assert/strict'
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { BuildError, Sandbox, Template } from 'e2b'
 
 const image = process.env.AIRLOCK_IMAGE
@@ -44,6 +48,27 @@ try {
 assert.ok(err instanceof BuildError, `a BuildError, not ${err}`)
 assert.match(err.message, /step 2 \(RUN false\): RUN steps are not supported/, err.message)
 ok(`a RUN step is reported as BuildError naming it: ${err.message}`)
+
+// COPY: the SDK asks GET /templates/{id}/files/{hash}, PUTs the files' archive to the URL
+// it is given, then starts the build, which stops at the COPY step (applying the files is
+// not supported yet). A second build finds the files already there and uploads nothing.
+const ctx = mkdtempSync(join(tmpdir(), 'al-copy-'))
+writeFileSync(join(ctx, 'hello.txt'), 'copied by the sdk\n')
+const copyTpl = () => Template({ fileContextPath: ctx }).fromImage(image, creds).copy('hello.txt', '/srv/')
+for (const [round, want] of [[1, /Uploaded 'hello\.txt'/], [2, /Skipping upload of 'hello\.txt', already cached/]]) {
+  const clogs = []
+  let cerr
+  try {
+    await Template.build(copyTpl(), 'sdk-copy', { onBuildLogs: (e) => clogs.push(e) })
+  } catch (e) {
+    cerr = e
+  }
+  assert.ok(cerr instanceof BuildError, `a BuildError, not ${cerr}`)
+  assert.match(cerr.message, /step 1 \(COPY hello\.txt\): COPY steps are not supported/, cerr.message)
+  const ctext = clogs.map((e) => e.message).join('\n')
+  assert.match(ctext, want, ctext)
+  ok(`COPY ${round}: ${want.source.replace(/\\/g, '')}, then a BuildError naming the step`)
+}
 
 const again = []
 const rebuilt = await Template.build(tpl(), 'sdk-tpl', { onBuildLogs: (e) => again.push(e) })

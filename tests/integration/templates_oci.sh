@@ -224,6 +224,7 @@ templates:
   build: off
   registries: [registry.test:5000]
   registry_ca: $T/certs/ca.crt
+  max_upload_size: 64KiB
 EOF
   cg_cleanup() {
     "$BIN/airlock-vmm" --state-dir "$S2" --sweep --cgroup-parent "$CG" >/dev/null 2>&1
@@ -250,6 +251,35 @@ EOF
   }
   al_ok "the SDK builds a template from the registry, is told of a failing step, rebuilds from the cache, starts a sandbox of it" sdk
   echo "$AL_OUT" | sed 's/^/   /'
+  al_ok "the COPY step's archive is stored under its files hash, with the file the SDK sent" sh -c \
+    "test \"\$(ls $S2/cache/files | wc -l)\" = 1 && tar -xzOf $S2/cache/files/*.tar hello.txt | grep -qx 'copied by the sdk'"
+  # The upload grant, by hand: what GET .../files/{hash} answers, and what a PUT is refused for.
+  H=$(printf 'upload-test' | sha256sum | cut -d' ' -f1)
+  api() { al_nsx cli curl -s -H "X-API-KEY: $KEY" "$@"; }
+  al_match "GET files of an unknown hash: not present, an upload URL and its grant header" \
+    "\"present\": ?false.*\"url\": ?\"http://127.0.0.1:[0-9]+/templates/sdk-copy/files/$H\"" \
+    api "$URL/templates/sdk-copy/files/$H"
+  GRANT=$(echo "$AL_OUT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["headers"]["X-Airlock-Upload-Token"])')
+  put() { al_nsx cli curl -s -o /dev/null -w '%{http_code}' -X PUT --data-binary "@$1" "${@:3}" "$URL/templates/sdk-copy/files/$2"; }
+  head -c 1000 /dev/urandom > "$T/small.bin"
+  head -c 100000 /dev/urandom > "$T/big.bin"
+  al_eq "a PUT without the grant is refused (401)" "$(put "$T/small.bin" "$H")" 401
+  al_eq "... with a wrong grant too" "$(put "$T/small.bin" "$H" -H "X-Airlock-Upload-Token: $(printf %064d 0)")" 401
+  al_eq "a PUT over templates.max_upload_size is refused (413)" \
+    "$(put "$T/big.bin" "$H" -H "X-Airlock-Upload-Token: $GRANT")" 413
+  al_eq "... which used its grant: a second PUT is refused" \
+    "$(put "$T/small.bin" "$H" -H "X-Airlock-Upload-Token: $GRANT")" 401
+  grant() { api "$URL/templates/sdk-copy/files/$H" | python3 -c 'import json,sys; print(json.load(sys.stdin)["headers"]["X-Airlock-Upload-Token"])'; }
+  al_eq "a chunked PUT (no length given) is cut off at templates.max_upload_size (413)" \
+    "$(put "$T/big.bin" "$H" -H "X-Airlock-Upload-Token: $(grant)" -H 'Transfer-Encoding: chunked')" 413
+  al_fail "... and neither left a file" sh -c "ls $S2/cache/files | grep -e $H"
+  al_eq "a PUT of the size allowed with a fresh grant is stored" \
+    "$(put "$T/small.bin" "$H" -H "X-Airlock-Upload-Token: $(grant)")" 200
+  al_ok "... as the bytes sent" cmp "$T/small.bin" "$S2/cache/files/$H.tar"
+  al_match "... and GET files says it is present" '"present": ?true' api "$URL/templates/sdk-copy/files/$H"
+  al_match "GET files of a bad hash is a 400 naming it" "is not a files hash" api "$URL/templates/sdk-copy/files/abc"
+  al_match "GET files of a template never requested is a 404" "has not been requested" \
+    api "$URL/templates/no-such/files/$H"
   TS=$S2/templates/sdk-tpl
   al_ok "the template has the image's files" test -x "$TS/rootfs/bin/busybox"
   al_ok "WORKDIR made its directory in the image, owned by the image's root" \
