@@ -1,7 +1,8 @@
 /* tests/unit/controlplane/test_cp_config: airlockd's configuration keys that stand for options
  * of its helper daemons: the audit.* keys become airlock-egress options that airlock-egress's
  * own parser takes back to the same values (and egress.args, given after them, wins); the
- * disk reserve's keys. */
+ * disk reserve's keys; and the example configuration deploy/airlockd.yaml, which must name
+ * every key of the table at its default so that it cannot drift from the code. */
 #include "al_test.h"
 #include "controlplane/config.h"
 #include "egress/egress.h"
@@ -93,11 +94,105 @@ START_TEST(audit_keys_reach_airlock_egress)
 }
 END_TEST
 
+/* The node at a dotted key ("sandboxes.max" = map sandboxes, key max), or NULL. */
+static const struct al_yaml_node *yaml_at(const struct al_yaml_node *n, const char *key)
+{
+    char part[64];
+    for (const char *p = key; n && *p;) {
+        const char *dot = strchr(p, '.');
+        size_t l = dot ? (size_t)(dot - p) : strlen(p);
+        ck_assert_uint_lt(l, sizeof part);
+        memcpy(part, p, l);
+        part[l] = '\0';
+        n = al_yaml_get(n, part);
+        p += l + (dot ? 1 : 0);
+    }
+    return n;
+}
+
+/* Whether field f holds the same value in a and b (a NULL string equals "": every reader of
+ * a string key treats both as "not set"). */
+static bool field_eq(const struct al_cfg_field *f, const void *a, const void *b)
+{
+    const char *pa = (const char *)a + f->offset, *pb = (const char *)b + f->offset;
+    switch (f->type) {
+    case AL_CFG_STR: {
+        const char *x = *(char *const *)pa, *y = *(char *const *)pb;
+        return strcmp(x ? x : "", y ? y : "") == 0;
+    }
+    case AL_CFG_BOOL:
+        return *(const bool *)pa == *(const bool *)pb;
+    case AL_CFG_INT:
+        return *(const int64_t *)pa == *(const int64_t *)pb;
+    case AL_CFG_SIZE:
+    case AL_CFG_DURATION:
+        return *(const uint64_t *)pa == *(const uint64_t *)pb;
+    case AL_CFG_ENUM:
+        return *(const int *)pa == *(const int *)pb;
+    case AL_CFG_STRLIST: {
+        const struct al_cfg_strlist *x = (const void *)pa, *y = (const void *)pb;
+        if (x->n != y->n)
+            return false;
+        for (size_t i = 0; i < x->n; i++)
+            if (strcmp(x->v[i], y->v[i]) != 0)
+                return false;
+        return true;
+    }
+    }
+    return false;
+}
+
+START_TEST(example_config_names_every_key_at_its_default)
+{
+    const char *src = getenv("AIRLOCK_SOURCE_DIR");
+    ck_assert_msg(src && *src, "AIRLOCK_SOURCE_DIR is not set (run this test through ctest)");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/deploy/airlockd.yaml", src);
+
+    /* (a) airlockd accepts it: the strict loader (an unknown or duplicated key is an error,
+     * so every key in the file is one the table knows) and the checks across keys. */
+    struct cp_config c;
+    ck_assert_int_eq(cp_config_load(&c, path, NULL, NULL, stderr), 0);
+    cp_config_free(&c);
+
+    /* (b) every key of the table appears in the file. */
+    struct al_diags d = AL_DIAGS_INIT;
+    struct al_yaml_doc *doc = NULL;
+    ck_assert_int_eq(al_yaml_load_file(path, NULL, &doc, &d), 0);
+    const struct al_yaml_node *root = al_yaml_root(doc);
+    size_t keys = 0;
+    for (const struct al_cfg_field *f = cp_config_fields; f->key; f++, keys++)
+        ck_assert_msg(yaml_at(root, f->key) != NULL,
+                      "%s: key '%s' is missing (add it with its default and a comment)", path,
+                      f->key);
+    ck_assert_uint_gt(keys, 60);
+    ck_assert_ptr_null(yaml_at(root, "sandboxes.no_such_key"));
+    al_yaml_free(doc);
+
+    /* (c) each value is the built-in default (the table's, as loading no file gives). */
+    struct cp_config def = {0}, ex = {0};
+    ck_assert_int_eq(al_config_load(cp_config_fields, &def, NULL, 0, &d), 0);
+    ck_assert_int_eq(al_config_load(cp_config_fields, &ex, path, 0, &d), 0);
+    for (const struct al_cfg_field *f = cp_config_fields; f->key; f++)
+        ck_assert_msg(field_eq(f, &def, &ex), "%s: '%s' is not its default %s", path, f->key,
+                      f->def ? f->def : "(none: \"\" or [])");
+    /* The comparison sees a changed value. */
+    ck_assert_int_eq(al_config_set(cp_config_fields, &ex, "sandboxes.max", "999", "test", &d), 0);
+    for (const struct al_cfg_field *f = cp_config_fields; f->key; f++)
+        if (strcmp(f->key, "sandboxes.max") == 0)
+            ck_assert(!field_eq(f, &def, &ex));
+    al_config_free(cp_config_fields, &def);
+    al_config_free(cp_config_fields, &ex);
+    al_diags_free(&d);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_config");
     TCase *t = tcase_create("config");
     tcase_add_test(t, audit_keys_reach_airlock_egress);
+    tcase_add_test(t, example_config_names_every_key_at_its_default);
     suite_add_tcase(s, t);
     return s;
 }
