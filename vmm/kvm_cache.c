@@ -467,7 +467,7 @@ int kvm_cache_take_dir(const char *parent, const char *name, uid_t owner, const 
         int fd = src;
         if (copied) {
             fd = openat(dfd, e->d_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-            int r = fd < 0 ? -errno : disk_copy_sparse(src, fd, (uint64_t)fs.st_size);
+            int r = fd < 0 ? -errno : kvm_disk_copy_sparse(src, fd, (uint64_t)fs.st_size);
             close(src);
             if (r < 0) {
                 rc = al_error_set(err, r, "cannot copy %s: %s", e->d_name, strerror(-r));

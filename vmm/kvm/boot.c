@@ -24,8 +24,8 @@ static void boot__w32(uint8_t *p, size_t off, uint32_t v)
         p[off + i] = (uint8_t)(v >> (8 * i));
 }
 
-int boot_parse_bzimage(const uint8_t *img, size_t len, struct bzimage_info *out,
-                       struct al_error *err)
+int kvm_boot_parse_bzimage(const uint8_t *img, size_t len, struct bzimage_info *out,
+                           struct al_error *err)
 {
     memset(out, 0, sizeof *out);
     if (len < 0x264)
@@ -70,7 +70,7 @@ int boot_parse_bzimage(const uint8_t *img, size_t len, struct bzimage_info *out,
     return 0;
 }
 
-int boot_e820(const struct guest_mem *gm, struct e820_entry *out, int max)
+int kvm_boot_e820(const struct guest_mem *gm, struct e820_entry *out, int max)
 {
     int n = 0;
 #define E820_ADD(a, s, t)                                                          \
@@ -83,7 +83,7 @@ int boot_e820(const struct guest_mem *gm, struct e820_entry *out, int max)
     E820_ADD(0, BOOT_EBDA_START, E820_RAM);
     E820_ADD(BOOT_EBDA_START, 0xa0000 - BOOT_EBDA_START, E820_RESERVED);
     E820_ADD(0xf0000, 0x10000, E820_RESERVED);
-    uint64_t low = gm_low_end(gm);
+    uint64_t low = kvm_gm_low_end(gm);
     if (low > BOOT_HIMEM_START)
         E820_ADD(BOOT_HIMEM_START, low - BOOT_HIMEM_START, E820_RAM);
     if (gm->n > 1)
@@ -92,15 +92,15 @@ int boot_e820(const struct guest_mem *gm, struct e820_entry *out, int max)
     return n;
 }
 
-int boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t klen,
-                    const uint8_t *initrd, size_t ilen, const char *cmdline, uint64_t *entry,
-                    struct al_error *err)
+int kvm_boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t klen,
+                        const uint8_t *initrd, size_t ilen, const char *cmdline, uint64_t *entry,
+                        struct al_error *err)
 {
     struct bzimage_info bi;
-    int rc = boot_parse_bzimage(kernel, klen, &bi, err);
+    int rc = kvm_boot_parse_bzimage(kernel, klen, &bi, err);
     if (rc < 0)
         return rc;
-    uint64_t low = gm_low_end(gm);
+    uint64_t low = kvm_gm_low_end(gm);
     if (BOOT_HIMEM_START + bi.init_size > low)
         return al_error_set(err, -ENOMEM,
                             "guest memory too small: the kernel needs %u MiB above 1 MiB to "
@@ -115,7 +115,7 @@ int boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t kl
                             (unsigned long long)cmax);
 
     /* Protected-mode kernel at 1 MiB. */
-    uint8_t *kdst = gm_ptr(gm, BOOT_HIMEM_START, bi.kernel_size);
+    uint8_t *kdst = kvm_gm_ptr(gm, BOOT_HIMEM_START, bi.kernel_size);
     if (!kdst)
         return al_error_set(err, -ENOMEM, "guest memory too small for a %llu-byte kernel",
                             (unsigned long long)bi.kernel_size);
@@ -135,11 +135,11 @@ int boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t kl
                 "give the VM more memory",
                 ilen, (unsigned long long)(limit >> 20));
         initrd_addr = (limit - ilen) & ~0xfffull;
-        memcpy(gm_ptr(gm, initrd_addr, ilen), initrd, ilen);
+        memcpy(kvm_gm_ptr(gm, initrd_addr, ilen), initrd, ilen);
     }
 
-    uint8_t *cl = gm_ptr(gm, BOOT_CMDLINE_ADDR, clen + 1);
-    uint8_t *zp = gm_ptr(gm, BOOT_ZERO_PAGE, 4096);
+    uint8_t *cl = kvm_gm_ptr(gm, BOOT_CMDLINE_ADDR, clen + 1);
+    uint8_t *zp = kvm_gm_ptr(gm, BOOT_ZERO_PAGE, 4096);
     if (!cl || !zp)
         return al_error_set(err, -ENOMEM, "guest memory too small for the boot structures");
     memcpy(cl, cmdline ? cmdline : "", clen);
@@ -157,7 +157,7 @@ int boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t kl
     boot__w32(zp, BP_EXT_RAMDISK_SIZE, (uint32_t)((uint64_t)ilen >> 32));
 
     struct e820_entry map[E820_MAX];
-    int n = boot_e820(gm, map, E820_MAX);
+    int n = kvm_boot_e820(gm, map, E820_MAX);
     zp[BP_E820_ENTRIES] = (uint8_t)n;
     memcpy(zp + BP_E820_TABLE, map, n * sizeof map[0]);
 

@@ -54,17 +54,17 @@ struct bzimage_info {
 
 /* Checks the setup header; -EINVAL with a message saying what is wrong (not a bzImage,
  * too old a boot protocol, not a 64-bit kernel, truncated). */
-int boot_parse_bzimage(const uint8_t *img, size_t len, struct bzimage_info *out,
-                       struct al_error *err);
+int kvm_boot_parse_bzimage(const uint8_t *img, size_t len, struct bzimage_info *out,
+                           struct al_error *err);
 
 /* Fills e820 from the memory layout; returns the number of entries. */
-int boot_e820(const struct guest_mem *gm, struct e820_entry *out, int max);
+int kvm_boot_e820(const struct guest_mem *gm, struct e820_entry *out, int max);
 
 /* Loads kernel (bzImage), initrd (may be NULL/0) and cmdline into guest memory and writes
  * the zero page at BOOT_ZERO_PAGE. On success *entry is the 64-bit entry point. */
-int boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t klen,
-                    const uint8_t *initrd, size_t ilen, const char *cmdline, uint64_t *entry,
-                    struct al_error *err);
+int kvm_boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t klen,
+                        const uint8_t *initrd, size_t ilen, const char *cmdline, uint64_t *entry,
+                        struct al_error *err);
 
 /* Offsets into the zero page / setup header that the loader and tests use. */
 #define BP_EXT_RAMDISK_IMAGE 0x0c0

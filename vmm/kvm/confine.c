@@ -12,12 +12,12 @@
 
 static bool confine__seccomp;
 
-void confine_enable_seccomp(bool on)
+void kvm_confine_enable_seccomp(bool on)
 {
     confine__seccomp = on;
 }
 
-bool confine_seccomp_enabled(void)
+bool kvm_confine_seccomp_enabled(void)
 {
     return confine__seccomp;
 }
@@ -68,7 +68,8 @@ static const int confine__control[] = {
     __NR_readv,   __NR_writev,   __NR_epoll_ctl,  __NR_copy_file_range,
 };
 
-int confine_filter(enum confine_role role, uint32_t deny, struct sock_filter **prog, size_t *len)
+int kvm_confine_filter(enum confine_role role, uint32_t deny, struct sock_filter **prog,
+                       size_t *len)
 {
     struct al_sc_policy pol;
     struct al_sc_prog io = {0};
@@ -99,7 +100,7 @@ int confine_filter(enum confine_role role, uint32_t deny, struct sock_filter **p
     return al_sc_build(&pol, prog, len);
 }
 
-int confine_thread(enum confine_role role, struct al_error *err)
+int kvm_confine_thread(enum confine_role role, struct al_error *err)
 {
     if (!confine__seccomp)
         return 0;
@@ -112,7 +113,7 @@ int confine_thread(enum confine_role role, struct al_error *err)
 #endif
     struct sock_filter *prog = NULL;
     size_t len = 0;
-    int rc = confine_filter(role, deny, &prog, &len);
+    int rc = kvm_confine_filter(role, deny, &prog, &len);
     if (rc < 0)
         return al_error_set(err, rc, "building the seccomp filter: %s", strerror(-rc));
     rc = al_sc_install(prog, len, 0, err); /* this thread only: no TSYNC */

@@ -3,7 +3,7 @@
  * Fixed slots, so a guest always sees the same layout: 0 = virtio-blk (root disk),
  * 1 = virtio-net, 2 = virtio-vsock (agent channel), 3 = virtio-rng (always present). Slot n is the 4 KiB window at
  * VM_MMIO_BASE + n * VM_MMIO_SIZE with interrupt VM_MMIO_IRQ0 + n; the guest kernel learns
- * of each through a virtio_mmio.device= parameter (devices_cmdline).
+ * of each through a virtio_mmio.device= parameter (kvm_devices_cmdline).
  */
 #include "vmm/kvm/devices.h"
 
@@ -21,7 +21,7 @@ static uint64_t devices__base(int slot)
     return VM_MMIO_BASE + (uint64_t)slot * VM_MMIO_SIZE;
 }
 
-int devices_cmdline(const struct vmm_kvm_config *cfg, char *out, size_t outlen)
+int kvm_devices_cmdline(const struct vmm_kvm_config *cfg, char *out, size_t outlen)
 {
     size_t n = 0;
     out[0] = 0;
@@ -40,34 +40,34 @@ int devices_cmdline(const struct vmm_kvm_config *cfg, char *out, size_t outlen)
     return 0;
 }
 
-int devices_create(struct vmm_kvm *vm, struct al_error *err)
+int kvm_devices_create(struct vmm_kvm *vm, struct al_error *err)
 {
     if (vm->cfg.disk) {
-        vm->blk = vblk_create(vm, devices__base(SLOT_BLK), VM_MMIO_IRQ0 + SLOT_BLK, err);
+        vm->blk = kvm_vblk_create(vm, devices__base(SLOT_BLK), VM_MMIO_IRQ0 + SLOT_BLK, err);
         if (!vm->blk)
             return err ? err->code : -EINVAL;
     }
     if (vm->cfg.tap || vm->cfg.tap_fd > 2 || vm->cfg.net_unplugged) {
-        vm->net = vnet_create(vm, devices__base(SLOT_NET), VM_MMIO_IRQ0 + SLOT_NET, err);
+        vm->net = kvm_vnet_create(vm, devices__base(SLOT_NET), VM_MMIO_IRQ0 + SLOT_NET, err);
         if (!vm->net)
             return err ? err->code : -EINVAL;
     }
-    vm->rng = vrng_create(vm, devices__base(SLOT_RNG), VM_MMIO_IRQ0 + SLOT_RNG, err);
+    vm->rng = kvm_vrng_create(vm, devices__base(SLOT_RNG), VM_MMIO_IRQ0 + SLOT_RNG, err);
     if (!vm->rng)
         return err ? err->code : -EINVAL;
     if (vm->cfg.guest_cid) {
-        vm->vsock = vsock_create(vm, devices__base(SLOT_VSOCK), VM_MMIO_IRQ0 + SLOT_VSOCK, err);
+        vm->vsock = kvm_vsock_create(vm, devices__base(SLOT_VSOCK), VM_MMIO_IRQ0 + SLOT_VSOCK, err);
         if (!vm->vsock)
             return err ? err->code : -EINVAL;
     }
     return 0;
 }
 
-void devices_destroy(struct vmm_kvm *vm)
+void kvm_devices_destroy(struct vmm_kvm *vm)
 {
-    vblk_destroy(vm->blk);
-    vnet_destroy(vm->net);
-    vsock_destroy(vm->vsock);
-    vrng_destroy(vm->rng);
+    kvm_vblk_destroy(vm->blk);
+    kvm_vnet_destroy(vm->net);
+    kvm_vsock_destroy(vm->vsock);
+    kvm_vrng_destroy(vm->rng);
     vm->blk = vm->net = vm->vsock = vm->rng = NULL;
 }

@@ -11,8 +11,8 @@
 struct vmm_kvm;
 struct vmm_kvm_config;
 /* The virtio_mmio.device= parameters for the devices cfg asks for (leading space each). */
-int devices_cmdline(const struct vmm_kvm_config *cfg, char *out, size_t outlen);
-int devices_create(struct vmm_kvm *vm, struct al_error *err);
-void devices_destroy(struct vmm_kvm *vm);
+int kvm_devices_cmdline(const struct vmm_kvm_config *cfg, char *out, size_t outlen);
+int kvm_devices_create(struct vmm_kvm *vm, struct al_error *err);
+void kvm_devices_destroy(struct vmm_kvm *vm);
 
 #endif

@@ -10,8 +10,8 @@
 
 #define DISK_MAX_IOV 130
 
-int iov_slice(const struct iovec *iov, int iovcnt, uint64_t off, uint64_t len, struct iovec *out,
-              int max)
+int kvm_iov_slice(const struct iovec *iov, int iovcnt, uint64_t off, uint64_t len,
+                  struct iovec *out, int max)
 {
     int n = 0;
     for (int i = 0; i < iovcnt && len > 0; i++) {
@@ -33,7 +33,7 @@ int iov_slice(const struct iovec *iov, int iovcnt, uint64_t off, uint64_t len, s
     return len ? -1 : n;
 }
 
-int disk_open(struct disk *d, const char *base, const char *overlay, struct al_error *err)
+int kvm_disk_open(struct disk *d, const char *base, const char *overlay, struct al_error *err)
 {
     memset(d, 0, sizeof *d);
     d->base_fd = d->over_fd = -1;
@@ -42,11 +42,11 @@ int disk_open(struct disk *d, const char *base, const char *overlay, struct al_e
         return al_error_set(err, -errno, "cannot open disk image %s: %s", base, strerror(errno));
     struct stat st;
     if (fstat(d->base_fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        disk_close(d);
+        kvm_disk_close(d);
         return al_error_set(err, -EINVAL, "disk image %s is not a regular file", base);
     }
     if (st.st_size == 0 || st.st_size % DISK_SECTOR) {
-        disk_close(d);
+        kvm_disk_close(d);
         return al_error_set(err, -EINVAL,
                             "disk image %s is %lld bytes: not a non-zero multiple of %u", base,
                             (long long)st.st_size, DISK_SECTOR);
@@ -59,23 +59,23 @@ int disk_open(struct disk *d, const char *base, const char *overlay, struct al_e
     d->over_fd = open(overlay, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (d->over_fd < 0) {
         int e = -errno;
-        disk_close(d);
+        kvm_disk_close(d);
         return al_error_set(err, e, "cannot create overlay %s: %s", overlay, strerror(-e));
     }
     if (ftruncate(d->over_fd, st.st_size) < 0) {
         int e = -errno;
-        disk_close(d);
+        kvm_disk_close(d);
         return al_error_set(err, e, "cannot size overlay %s: %s", overlay, strerror(-e));
     }
     d->bitmap = calloc((d->sectors + 7) / 8, 1);
     if (!d->bitmap) {
-        disk_close(d);
+        kvm_disk_close(d);
         return al_error_set(err, -ENOMEM, "out of memory for the overlay bitmap");
     }
     return 0;
 }
 
-void disk_close(struct disk *d)
+void kvm_disk_close(struct disk *d)
 {
     if (d->base_fd >= 0)
         close(d->base_fd);
@@ -107,7 +107,7 @@ static int disk__xfer(int fd, bool write, const struct iovec *iov, int iovcnt, u
     struct iovec v[DISK_MAX_IOV];
     uint64_t done = 0;
     while (done < len) {
-        int n = iov_slice(iov, iovcnt, done, len - done, v, DISK_MAX_IOV);
+        int n = kvm_iov_slice(iov, iovcnt, done, len - done, v, DISK_MAX_IOV);
         if (n < 0)
             return -EINVAL;
         ssize_t r =
@@ -128,7 +128,8 @@ static int disk__xfer(int fd, bool write, const struct iovec *iov, int iovcnt, u
     return 0;
 }
 
-int disk_read(struct disk *d, uint64_t sector, const struct iovec *iov, int iovcnt, uint64_t len)
+int kvm_disk_read(struct disk *d, uint64_t sector, const struct iovec *iov, int iovcnt,
+                  uint64_t len)
 {
     int rc = disk__range_ok(d, sector, len);
     if (rc < 0)
@@ -140,7 +141,8 @@ int disk_read(struct disk *d, uint64_t sector, const struct iovec *iov, int iovc
         while (j < n && disk__in_overlay(d, sector + j) == over)
             j++;
         struct iovec v[DISK_MAX_IOV];
-        int vn = iov_slice(iov, iovcnt, i * DISK_SECTOR, (j - i) * DISK_SECTOR, v, DISK_MAX_IOV);
+        int vn =
+            kvm_iov_slice(iov, iovcnt, i * DISK_SECTOR, (j - i) * DISK_SECTOR, v, DISK_MAX_IOV);
         if (vn < 0)
             return -EINVAL;
         rc = disk__xfer(over ? d->over_fd : d->base_fd, false, v, vn, (sector + i) * DISK_SECTOR,
@@ -152,7 +154,8 @@ int disk_read(struct disk *d, uint64_t sector, const struct iovec *iov, int iovc
     return 0;
 }
 
-int disk_write(struct disk *d, uint64_t sector, const struct iovec *iov, int iovcnt, uint64_t len)
+int kvm_disk_write(struct disk *d, uint64_t sector, const struct iovec *iov, int iovcnt,
+                   uint64_t len)
 {
     if (d->readonly)
         return -EROFS;
@@ -167,14 +170,14 @@ int disk_write(struct disk *d, uint64_t sector, const struct iovec *iov, int iov
     return 0;
 }
 
-int disk_flush(struct disk *d)
+int kvm_disk_flush(struct disk *d)
 {
     if (d->over_fd >= 0 && fdatasync(d->over_fd) < 0)
         return -errno;
     return 0;
 }
 
-int disk_copy_sparse(int src, int dst, uint64_t size)
+int kvm_disk_copy_sparse(int src, int dst, uint64_t size)
 {
     if (ftruncate(dst, 0) < 0 || ftruncate(dst, (off_t)size) < 0)
         return -errno;

@@ -26,21 +26,23 @@ struct disk {
 };
 
 /* overlay NULL: read-only disk. The overlay is created (or truncated) here. */
-int disk_open(struct disk *d, const char *base, const char *overlay, struct al_error *err);
-void disk_close(struct disk *d);
+int kvm_disk_open(struct disk *d, const char *base, const char *overlay, struct al_error *err);
+void kvm_disk_close(struct disk *d);
 /* Both return 0 or -errno (-ERANGE beyond the end, -EROFS on a read-only disk). len must be
  * a multiple of DISK_SECTOR. iov describes exactly len bytes. */
-int disk_read(struct disk *d, uint64_t sector, const struct iovec *iov, int iovcnt, uint64_t len);
-int disk_write(struct disk *d, uint64_t sector, const struct iovec *iov, int iovcnt, uint64_t len);
-int disk_flush(struct disk *d);
+int kvm_disk_read(struct disk *d, uint64_t sector, const struct iovec *iov, int iovcnt,
+                  uint64_t len);
+int kvm_disk_write(struct disk *d, uint64_t sector, const struct iovec *iov, int iovcnt,
+                   uint64_t len);
+int kvm_disk_flush(struct disk *d);
 
 /* Copies the first `size` bytes of src to dst, leaving holes where src has them (SEEK_DATA/
  * SEEK_HOLE); dst is truncated to size. */
-int disk_copy_sparse(int src, int dst, uint64_t size);
+int kvm_disk_copy_sparse(int src, int dst, uint64_t size);
 
-/* iov_slice: the part [off, off+len) of iov as a new iovec array (at most max entries);
+/* kvm_iov_slice: the part [off, off+len) of iov as a new iovec array (at most max entries);
  * returns the count, or -1 if it does not fit in max or iov is shorter. */
-int iov_slice(const struct iovec *iov, int iovcnt, uint64_t off, uint64_t len, struct iovec *out,
-              int max);
+int kvm_iov_slice(const struct iovec *iov, int iovcnt, uint64_t off, uint64_t len,
+                  struct iovec *out, int max);
 
 #endif

@@ -25,7 +25,7 @@
 #include "vmm/kvm/confine.h"
 #include "vmm/kvm/vm.h"
 
-int evloop_init(struct evloop *l)
+int kvm_evloop_init(struct evloop *l)
 {
     memset(l, 0, sizeof *l);
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -43,13 +43,13 @@ int evloop_init(struct evloop *l)
     return 0;
 }
 
-int evloop_add(struct evloop *l, struct ev_handler *h, uint32_t events)
+int kvm_evloop_add(struct evloop *l, struct ev_handler *h, uint32_t events)
 {
     struct epoll_event ev = {.events = events, .data.ptr = h};
     return epoll_ctl(l->epfd, EPOLL_CTL_ADD, h->fd, &ev) < 0 ? -errno : 0;
 }
 
-int evloop_mod(struct evloop *l, struct ev_handler *h, uint32_t events)
+int kvm_evloop_mod(struct evloop *l, struct ev_handler *h, uint32_t events)
 {
     struct epoll_event ev = {.events = events, .data.ptr = h};
     return epoll_ctl(l->epfd, EPOLL_CTL_MOD, h->fd, &ev) < 0 ? -errno : 0;
@@ -58,7 +58,7 @@ int evloop_mod(struct evloop *l, struct ev_handler *h, uint32_t events)
 /* The loop this thread dispatches, if it is a device thread. */
 static __thread struct evloop *evloop__current;
 
-void evloop_forget(struct evloop *l, struct ev_handler *h)
+void kvm_evloop_forget(struct evloop *l, struct ev_handler *h)
 {
     if (evloop__current == l) {
         if (l->ndead < EVLOOP_MAX_DEAD)
@@ -68,13 +68,13 @@ void evloop_forget(struct evloop *l, struct ev_handler *h)
     }
 }
 
-void evloop_del(struct evloop *l, struct ev_handler *h)
+void kvm_evloop_del(struct evloop *l, struct ev_handler *h)
 {
     epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
-    evloop_forget(l, h);
+    kvm_evloop_forget(l, h);
 }
 
-int evloop_timer_add(struct evloop *l, struct ev_timer *t)
+int kvm_evloop_timer_add(struct evloop *l, struct ev_timer *t)
 {
     if (l->ntimers == EVLOOP_MAX_TIMERS)
         return -ENOSPC;
@@ -82,7 +82,7 @@ int evloop_timer_add(struct evloop *l, struct ev_timer *t)
     return 0;
 }
 
-void evloop_timer_del(struct evloop *l, struct ev_timer *t)
+void kvm_evloop_timer_del(struct evloop *l, struct ev_timer *t)
 {
     for (int i = 0; i < l->ntimers; i++)
         if (l->timers[i] == t) {
@@ -126,7 +126,7 @@ static void *evloop__thread(void *arg)
     pthread_setname_np(pthread_self(), "devices");
     evloop__current = l;
     struct al_error err = {0};
-    if (confine_thread(CONFINE_DEVICES, &err) < 0) {
+    if (kvm_confine_thread(CONFINE_DEVICES, &err) < 0) {
         al_error("device thread: %s", al_error_str(&err));
         return NULL;
     }
@@ -152,7 +152,7 @@ static void *evloop__thread(void *arg)
     return NULL;
 }
 
-int evloop_start(struct evloop *l)
+int kvm_evloop_start(struct evloop *l)
 {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -165,7 +165,7 @@ int evloop_start(struct evloop *l)
     return 0;
 }
 
-void evloop_stop(struct evloop *l)
+void kvm_evloop_stop(struct evloop *l)
 {
     if (!l->running)
         return;
@@ -176,9 +176,9 @@ void evloop_stop(struct evloop *l)
     l->running = false;
 }
 
-void evloop_free(struct evloop *l)
+void kvm_evloop_free(struct evloop *l)
 {
-    evloop_stop(l);
+    kvm_evloop_stop(l);
     if (l->epfd >= 0)
         close(l->epfd);
     if (l->stop_fd >= 0)

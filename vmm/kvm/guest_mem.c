@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-void gm_layout(struct guest_mem *gm, uint8_t *base, uint64_t size)
+void kvm_gm_layout(struct guest_mem *gm, uint8_t *base, uint64_t size)
 {
     memset(gm->r, 0, sizeof gm->r);
     gm->base = base;
@@ -18,7 +18,7 @@ void gm_layout(struct guest_mem *gm, uint8_t *base, uint64_t size)
     }
 }
 
-uint64_t gm_low_end(const struct guest_mem *gm)
+uint64_t kvm_gm_low_end(const struct guest_mem *gm)
 {
     return gm->r[0].size;
 }

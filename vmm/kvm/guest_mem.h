@@ -1,9 +1,9 @@
 /* vmm/kvm/guest_mem: the guest's physical memory as the VMM sees it.
  *
  * Owns: the map from guest-physical addresses to host pointers, and the only sanctioned way
- * to turn a guest-supplied address into a host pointer (gm_ptr), which checks that the whole
+ * to turn a guest-supplied address into a host pointer (kvm_gm_ptr), which checks that the whole
  * range lies inside one RAM region without wrapping. Every device goes through it: a guest
- * address is hostile until gm_ptr said otherwise.
+ * address is hostile until kvm_gm_ptr said otherwise.
  *
  * Layout (x86): RAM from 0 up to the 32-bit MMIO gap (AL_GM_GAP_START), the rest above 4 GiB.
  */
@@ -34,11 +34,11 @@ struct guest_mem {
 };
 
 /* Splits `size` bytes of RAM around the gap, backed by one buffer at base (size bytes). */
-void gm_layout(struct guest_mem *gm, uint8_t *base, uint64_t size);
+void kvm_gm_layout(struct guest_mem *gm, uint8_t *base, uint64_t size);
 
 /* Host pointer for [gpa, gpa+len) if it lies wholly in one region; NULL otherwise.
  * len 0 is valid (returns the pointer for gpa if gpa is inside or at the end of a region). */
-static inline void *gm_ptr(const struct guest_mem *gm, uint64_t gpa, uint64_t len)
+static inline void *kvm_gm_ptr(const struct guest_mem *gm, uint64_t gpa, uint64_t len)
 {
     for (int i = 0; i < gm->n; i++) {
         const struct gm_region *r = &gm->r[i];
@@ -53,6 +53,6 @@ static inline void *gm_ptr(const struct guest_mem *gm, uint64_t gpa, uint64_t le
 }
 
 /* The highest guest-physical address of RAM below 4 GiB (exclusive). */
-uint64_t gm_low_end(const struct guest_mem *gm);
+uint64_t kvm_gm_low_end(const struct guest_mem *gm);
 
 #endif

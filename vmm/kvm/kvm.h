@@ -9,6 +9,11 @@
  * Life cycle: vmm_kvm_create (checks /dev/kvm, builds the VM, loads the kernel) ->
  * vmm_kvm_start -> vmm_kvm_wait (returns when the guest resets or powers off, or after
  * vmm_kvm_stop) -> vmm_kvm_destroy. vmm_kvm_pause/resume/snapshot are for the control API.
+ *
+ * Names: every function a vmm/kvm header declares starts with kvm_ (the monitor's internals:
+ * kvm_<unit>_<verb>, e.g. kvm_disk_read, kvm_evloop_add) or vmm_kvm_ (this header's API for
+ * supervisors), so that no symbol of the library can meet one of libc, the kernel headers or
+ * another backend at link time. File-local helpers are static and need none.
  */
 #ifndef AIRLOCK_VMM_KVM_KVM_H
 #define AIRLOCK_VMM_KVM_KVM_H

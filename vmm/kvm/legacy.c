@@ -55,7 +55,7 @@ static void serial__update_irq(struct serial *s)
     int level = (s->ier & UART_IER_THRI) && s->thri_pending;
     if (level != s->level) {
         s->level = level;
-        vm_irq_line(s->vm, s->irq, level);
+        kvm_vm_irq_line(s->vm, s->irq, level);
     }
 }
 
@@ -162,7 +162,7 @@ static void serial__in(struct pio_dev *d, uint16_t off, uint8_t *data, uint32_t 
     data[0] = v;
 }
 
-struct serial *serial_new(struct vmm_kvm *vm, uint16_t base, uint32_t irq, int out_fd)
+struct serial *kvm_serial_new(struct vmm_kvm *vm, uint16_t base, uint32_t irq, int out_fd)
 {
     struct serial *s = calloc(1, sizeof *s);
     if (!s)
@@ -173,11 +173,11 @@ struct serial *serial_new(struct vmm_kvm *vm, uint16_t base, uint32_t irq, int o
     pthread_mutex_init(&s->lock, NULL);
     s->pio =
         (struct pio_dev){.base = base, .len = 8, .in = serial__in, .out = serial__out, .ctx = s};
-    vm_register_pio(vm, &s->pio);
+    kvm_vm_register_pio(vm, &s->pio);
     return s;
 }
 
-void serial_free(struct serial *s)
+void kvm_serial_free(struct serial *s)
 {
     if (!s)
         return;
@@ -186,7 +186,7 @@ void serial_free(struct serial *s)
     free(s);
 }
 
-void serial_save(struct serial *s, struct serial_snap *o)
+void kvm_serial_save(struct serial *s, struct serial_snap *o)
 {
     pthread_mutex_lock(&s->lock);
     *o = (struct serial_snap){s->ier, s->lcr, s->mcr, s->scr,
@@ -194,7 +194,7 @@ void serial_save(struct serial *s, struct serial_snap *o)
     pthread_mutex_unlock(&s->lock);
 }
 
-void serial_load(struct serial *s, const struct serial_snap *in)
+void kvm_serial_load(struct serial *s, const struct serial_snap *in)
 {
     pthread_mutex_lock(&s->lock);
     s->ier = in->ier & 0x0f;
@@ -221,7 +221,7 @@ static void i8042__out(struct pio_dev *d, uint16_t off, const uint8_t *data, uin
     struct vmm_kvm *vm = d->ctx;
     if (off == 4 && data[0] == 0xfe) { /* port 0x64, "pulse reset line" */
         al_info("guest reset through the i8042 controller");
-        vm_request_exit(vm, VMM_KVM_EXIT_RESET);
+        kvm_vm_request_exit(vm, VMM_KVM_EXIT_RESET);
     }
 }
 
@@ -238,11 +238,11 @@ static struct pio_dev legacy__i8042 = {.base = 0x60, .len = 5, .in = i8042__in, 
 static struct pio_dev legacy__cmos = {.base = 0x70, .len = 2, .in = zero__in, .out = ignore__out};
 static struct pio_dev legacy__post = {.base = 0x80, .len = 1, .in = zero__in, .out = ignore__out};
 
-void legacy_register(struct vmm_kvm *vm)
+void kvm_legacy_register(struct vmm_kvm *vm)
 {
     /* These have no per-VM state except the VM pointer; one VM per process. */
     legacy__i8042.ctx = vm;
-    vm_register_pio(vm, &legacy__i8042);
-    vm_register_pio(vm, &legacy__cmos);
-    vm_register_pio(vm, &legacy__post);
+    kvm_vm_register_pio(vm, &legacy__i8042);
+    kvm_vm_register_pio(vm, &legacy__cmos);
+    kvm_vm_register_pio(vm, &legacy__post);
 }

@@ -424,7 +424,7 @@ int main(int argc, char **argv)
             vmm_kvm_destroy(main__vm);
             return 1;
         }
-        confine_enable_seccomp(seccomp);
+        kvm_confine_enable_seccomp(seccomp);
     }
     signal(SIGPIPE, SIG_IGN); /* a supervisor gone mid-answer is EPIPE, not death */
     struct sigaction sa;
@@ -437,7 +437,7 @@ int main(int argc, char **argv)
         vmm_kvm_destroy(main__vm);
         return 1;
     }
-    if (confine_thread(CONFINE_CONTROL, &err) < 0) {
+    if (kvm_confine_thread(CONFINE_CONTROL, &err) < 0) {
         fprintf(stderr, "airlock-vmm-kvm: %s\n", al_error_str(&err));
         vmm_kvm_stop(main__vm);
     }

@@ -160,7 +160,7 @@ static int snap__save_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct kvm_
  * swapped and not file-backed). Untouched pages are never faulted in. */
 static int snap__save_restored(struct vmm_kvm *vm, int fd, uint64_t size)
 {
-    int rc = disk_copy_sparse(vm->mem_fd, fd, size);
+    int rc = kvm_disk_copy_sparse(vm->mem_fd, fd, size);
     if (rc < 0)
         return rc;
     enum { CHUNK = 4096 };
@@ -266,7 +266,7 @@ int vmm_kvm_snapshot(struct vmm_kvm *vm, const char *dir, struct al_error *err)
         return al_error_set(err, -errno, "cannot create snapshot directory %s: %s", dir,
                             strerror(errno));
     bool was_paused = vm->pause_req;
-    int rc = vm_pause(vm);
+    int rc = kvm_vm_pause(vm);
     if (rc < 0)
         return al_error_set(err, rc, "the VM ended before it could be paused");
     /* Hold every device still: the device thread must not touch guest memory or queue
@@ -311,20 +311,20 @@ int vmm_kvm_snapshot(struct vmm_kvm *vm, const char *dir, struct al_error *err)
     }
     snap__add(&o, SNAP_CLOCK, 0, &clk, sizeof clk);
     struct serial_snap ss;
-    serial_save(vm->serial, &ss);
+    kvm_serial_save(vm->serial, &ss);
     snap__add(&o, SNAP_SERIAL, 0, &ss, sizeof ss);
     for (int slot = 0; slot < SNAP_SLOTS; slot++) {
         struct virtio_dev *d = snap__slot(vm, slot);
         if (!d)
             continue;
         struct virtio_snap vs;
-        virtio_dev_save(d, &vs);
+        kvm_virtio_dev_save(d, &vs);
         snap__add(&o, SNAP_VIRTIO, (uint32_t)slot, &vs, sizeof vs);
     }
     if (vm->blk) {
         const uint8_t *bm;
         size_t bl;
-        rc = vblk_save(vm->blk, dir, &bm, &bl, err);
+        rc = kvm_vblk_save(vm->blk, dir, &bm, &bl, err);
         if (rc < 0)
             goto out;
         snap__add(&o, SNAP_BLK_BITMAP, 0, bm, bl);
@@ -358,7 +358,7 @@ out:
         if (snap__slot(vm, slot))
             pthread_mutex_unlock(&snap__slot(vm, slot)->lock);
     if (!was_paused)
-        vm_resume(vm);
+        kvm_vm_resume(vm);
     if (rc == 0)
         al_info("snapshot of %llu MiB guest written to %s in %.1f ms",
                 (unsigned long long)(vm->gm.total >> 20), dir, (double)(al_now_ns() - t0) / 1e6);
@@ -367,7 +367,7 @@ out:
 
 /* ---- loading ----------------------------------------------------------------------------- */
 
-int snap_read(const char *dir, struct snap_state *st, struct al_error *err)
+int kvm_snap_read(const char *dir, struct snap_state *st, struct al_error *err)
 {
     memset(st, 0, sizeof *st);
     char path[4096];
@@ -416,14 +416,14 @@ int snap_read(const char *dir, struct snap_state *st, struct al_error *err)
     return 0;
 }
 
-void snap_free(struct snap_state *st)
+void kvm_snap_free(struct snap_state *st)
 {
     free(st->data);
     st->data = NULL;
 }
 
-const void *snap_find(const struct snap_state *st, uint32_t tag, uint32_t index, size_t len,
-                      size_t *got)
+const void *kvm_snap_find(const struct snap_state *st, uint32_t tag, uint32_t index, size_t len,
+                          size_t *got)
 {
     size_t off = sizeof(struct snap_hdr);
     while (off + sizeof(struct snap_sec) <= st->len) {
@@ -444,15 +444,15 @@ const void *snap_find(const struct snap_state *st, uint32_t tag, uint32_t index,
 #define SNAP_NEED(var, type, tag, idx, what)                                                  \
     type var;                                                                                 \
     do {                                                                                      \
-        const void *p_ = snap_find(st, tag, idx, sizeof(type), NULL);                         \
+        const void *p_ = kvm_snap_find(st, tag, idx, sizeof(type), NULL);                     \
         if (!p_)                                                                              \
             return al_error_set(err, -EINVAL, "snapshot lacks %s (or it has the wrong size)", \
                                 what);                                                        \
         memcpy(&var, p_, sizeof(type));                                                       \
     } while (0)
 
-int snap_restore_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct snap_state *st,
-                      struct al_error *err)
+int kvm_snap_restore_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct snap_state *st,
+                          struct al_error *err)
 {
     uint32_t i = (uint32_t)c->index;
     SNAP_NEED(sregs, struct kvm_sregs, SNAP_VCPU_SREGS, i, "special registers");
@@ -464,7 +464,7 @@ int snap_restore_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct snap_stat
     SNAP_NEED(events, struct kvm_vcpu_events, SNAP_VCPU_EVENTS, i, "vCPU events");
     SNAP_NEED(mp, struct kvm_mp_state, SNAP_VCPU_MP_STATE, i, "MP state");
     size_t mlen = 0;
-    const void *mraw = snap_find(st, SNAP_VCPU_MSRS, i, 0, &mlen);
+    const void *mraw = kvm_snap_find(st, SNAP_VCPU_MSRS, i, 0, &mlen);
     struct kvm_msrs mhdr;
     if (!mraw || mlen < sizeof mhdr)
         return al_error_set(err, -EINVAL, "snapshot MSRs of vCPU %u are missing", i);
@@ -505,8 +505,8 @@ int snap_restore_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct snap_stat
     return 0;
 }
 
-int snap_restore_vm(struct vmm_kvm *vm, const struct snap_state *st, const char *dir,
-                    struct al_error *err)
+int kvm_snap_restore_vm(struct vmm_kvm *vm, const struct snap_state *st, const char *dir,
+                        struct al_error *err)
 {
     for (uint32_t chip = 0; chip < 3; chip++) {
         SNAP_NEED(ic, struct kvm_irqchip, SNAP_IRQCHIP, chip, "irqchip state");
@@ -519,10 +519,11 @@ int snap_restore_vm(struct vmm_kvm *vm, const struct snap_state *st, const char 
     if (ioctl(vm->vm_fd, KVM_SET_PIT2, &pit) < 0)
         return al_error_set(err, -errno, "KVM_SET_PIT2: %s", strerror(errno));
     SNAP_NEED(ss, struct serial_snap, SNAP_SERIAL, 0, "serial state");
-    serial_load(vm->serial, &ss);
+    kvm_serial_load(vm->serial, &ss);
     for (int slot = 0; slot < SNAP_SLOTS; slot++) {
         struct virtio_dev *d = snap__slot(vm, slot);
-        const struct virtio_snap *vs = snap_find(st, SNAP_VIRTIO, (uint32_t)slot, sizeof *vs, NULL);
+        const struct virtio_snap *vs =
+            kvm_snap_find(st, SNAP_VIRTIO, (uint32_t)slot, sizeof *vs, NULL);
         if (!d && !vs)
             continue;
         if (!d || !vs)
@@ -538,12 +539,12 @@ int snap_restore_vm(struct vmm_kvm *vm, const struct snap_state *st, const char 
         memcpy(&copy, vs, sizeof copy);
         if (slot == 0) {
             size_t bl = 0;
-            const uint8_t *bm = snap_find(st, SNAP_BLK_BITMAP, 0, 0, &bl);
-            int rc = vblk_load(d, dir, bm, bm ? bl : 0, err);
+            const uint8_t *bm = kvm_snap_find(st, SNAP_BLK_BITMAP, 0, 0, &bl);
+            int rc = kvm_vblk_load(d, dir, bm, bm ? bl : 0, err);
             if (rc < 0)
                 return rc;
         }
-        int rc = virtio_dev_load(d, &copy, err);
+        int rc = kvm_virtio_dev_load(d, &copy, err);
         if (rc < 0)
             return rc;
     }

@@ -33,18 +33,18 @@ struct snap_state {
 };
 
 /* Reads and checks dir/vm.state (header, section framing). */
-int snap_read(const char *dir, struct snap_state *st, struct al_error *err);
-void snap_free(struct snap_state *st);
+int kvm_snap_read(const char *dir, struct snap_state *st, struct al_error *err);
+void kvm_snap_free(struct snap_state *st);
 /* The section (tag, index) if present with exactly `len` bytes (or any length when len is
  * 0, returned in *got). NULL otherwise. */
-const void *snap_find(const struct snap_state *st, uint32_t tag, uint32_t index, size_t len,
-                      size_t *got);
+const void *kvm_snap_find(const struct snap_state *st, uint32_t tag, uint32_t index, size_t len,
+                          size_t *got);
 
 /* Restores one vCPU (after its CPUID is set). */
-int snap_restore_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct snap_state *st,
-                      struct al_error *err);
-/* Restores irqchip, PIT, clock, serial and devices (after devices_create). */
-int snap_restore_vm(struct vmm_kvm *vm, const struct snap_state *st, const char *dir,
-                    struct al_error *err);
+int kvm_snap_restore_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct snap_state *st,
+                          struct al_error *err);
+/* Restores irqchip, PIT, clock, serial and devices (after kvm_devices_create). */
+int kvm_snap_restore_vm(struct vmm_kvm *vm, const struct snap_state *st, const char *dir,
+                        struct al_error *err);
 
 #endif

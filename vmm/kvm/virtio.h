@@ -3,7 +3,7 @@
  *
  * Owns: the register file of one virtio-mmio window (accessed from vCPU threads under the
  * device lock), feature negotiation (the driver may only accept offered features and must
- * accept VIRTIO_F_VERSION_1), queue configuration and activation (virtq_activate checks
+ * accept VIRTIO_F_VERSION_1), queue configuration and activation (kvm_virtq_activate checks
  * every ring address), device reset, queue notifications (an ioeventfd per queue, handled
  * on the device thread), and interrupts (an irqfd; InterruptStatus bits). Config-space
  * accesses are bounded by the device's config size.
@@ -91,30 +91,30 @@ struct virtio_dev {
 
 /* Sets up the transport at `base` with interrupt line `irq`: registers the MMIO window, an
  * ioeventfd per queue and the irqfd. 0 or -errno (err says what). */
-int virtio_dev_init(struct virtio_dev *d, struct vmm_kvm *vm, const struct virtio_dev_ops *ops,
-                    void *priv, uint64_t features, uint64_t base, uint32_t irq,
-                    struct al_error *err);
-void virtio_dev_free(struct virtio_dev *d);
+int kvm_virtio_dev_init(struct virtio_dev *d, struct vmm_kvm *vm, const struct virtio_dev_ops *ops,
+                        void *priv, uint64_t features, uint64_t base, uint32_t irq,
+                        struct al_error *err);
+void kvm_virtio_dev_free(struct virtio_dev *d);
 
 /* Raises InterruptStatus bit(s) and pulses the irqfd. Any thread. */
-void virtio_dev_interrupt(struct virtio_dev *d, uint32_t bits);
+void kvm_virtio_dev_interrupt(struct virtio_dev *d, uint32_t bits);
 /* After pushing used buffers on queue qi: interrupts unless the driver suppressed them. */
-void virtio_dev_used(struct virtio_dev *d, int qi);
+void kvm_virtio_dev_used(struct virtio_dev *d, int qi);
 /* Logs a malformed chain (rate-limited) for device d. */
-void virtio_dev_bad_chain(struct virtio_dev *d, int qi, const char *why);
+void kvm_virtio_dev_bad_chain(struct virtio_dev *d, int qi, const char *why);
 
 /* Snapshot support (lock taken inside). Load checks that the snapshot describes this
  * device (type, offered features) and re-validates every queue against guest memory. */
-void virtio_dev_save(struct virtio_dev *d, struct virtio_snap *s);
-int virtio_dev_load(struct virtio_dev *d, const struct virtio_snap *s, struct al_error *err);
+void kvm_virtio_dev_save(struct virtio_dev *d, struct virtio_snap *s);
+int kvm_virtio_dev_load(struct virtio_dev *d, const struct virtio_snap *s, struct al_error *err);
 
 /* Copies [off, off+len) of a device's config structure into data, zero beyond its end. */
-void virtio_config_copy(const void *cfg, uint32_t cfg_len, uint32_t off, uint8_t *data,
-                        uint32_t len);
+void kvm_virtio_config_copy(const void *cfg, uint32_t cfg_len, uint32_t off, uint8_t *data,
+                            uint32_t len);
 
 /* Register-level access, exposed for the unit tests and the fuzzer (no KVM needed when
  * vm->vm_fd is -1: ioeventfds/irqfd are then plain eventfds). */
-void virtio_mmio_read(struct virtio_dev *d, uint64_t off, uint8_t *data, uint32_t size);
-void virtio_mmio_write(struct virtio_dev *d, uint64_t off, const uint8_t *data, uint32_t size);
+void kvm_virtio_mmio_read(struct virtio_dev *d, uint64_t off, uint8_t *data, uint32_t size);
+void kvm_virtio_mmio_write(struct virtio_dev *d, uint64_t off, const uint8_t *data, uint32_t size);
 
 #endif

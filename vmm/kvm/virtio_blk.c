@@ -50,7 +50,7 @@ struct vblk {
 static void vblk__config_read(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32_t len)
 {
     struct vblk *b = d->priv;
-    virtio_config_copy(&b->cfg, sizeof b->cfg, off, data, len);
+    kvm_virtio_config_copy(&b->cfg, sizeof b->cfg, off, data, len);
 }
 
 /* Handles one chain; returns the number of bytes written into the guest's buffers. */
@@ -68,16 +68,16 @@ static uint32_t vblk__request(struct vblk *b, const struct virtq_chain *c)
     uint32_t written = 0;
     struct iovec src[VIRTQ_MAX_SEGS], v[VIRTQ_MAX_SEGS];
 
-    if (virtq_chain_read(c, 0, &hdr, sizeof hdr) != sizeof hdr)
+    if (kvm_virtq_chain_read(c, 0, &hdr, sizeof hdr) != sizeof hdr)
         goto done;
     switch (hdr.type) {
     case VIRTIO_BLK_T_IN: {
         for (unsigned i = 0; i < c->n_in; i++)
             src[i] = (struct iovec){c->seg[c->n_out + i].p, c->seg[c->n_out + i].len};
-        int n = iov_slice(src, c->n_in, 0, data_in, v, VIRTQ_MAX_SEGS);
+        int n = kvm_iov_slice(src, c->n_in, 0, data_in, v, VIRTQ_MAX_SEGS);
         if (n < 0 || data_in % DISK_SECTOR)
             goto done;
-        if (disk_read(&b->disk, hdr.sector, v, n, data_in) == 0) {
+        if (kvm_disk_read(&b->disk, hdr.sector, v, n, data_in) == 0) {
             status = VIRTIO_BLK_S_OK;
             written = (uint32_t)data_in;
         }
@@ -87,20 +87,20 @@ static uint32_t vblk__request(struct vblk *b, const struct virtq_chain *c)
         uint64_t data_out = c->out_len - sizeof hdr;
         for (unsigned i = 0; i < c->n_out; i++)
             src[i] = (struct iovec){c->seg[i].p, c->seg[i].len};
-        int n = iov_slice(src, c->n_out, sizeof hdr, data_out, v, VIRTQ_MAX_SEGS);
+        int n = kvm_iov_slice(src, c->n_out, sizeof hdr, data_out, v, VIRTQ_MAX_SEGS);
         if (n < 0 || data_out % DISK_SECTOR)
             goto done;
-        if (disk_write(&b->disk, hdr.sector, v, n, data_out) == 0)
+        if (kvm_disk_write(&b->disk, hdr.sector, v, n, data_out) == 0)
             status = VIRTIO_BLK_S_OK;
         break;
     }
     case VIRTIO_BLK_T_FLUSH:
-        status = disk_flush(&b->disk) == 0 ? VIRTIO_BLK_S_OK : VIRTIO_BLK_S_IOERR;
+        status = kvm_disk_flush(&b->disk) == 0 ? VIRTIO_BLK_S_OK : VIRTIO_BLK_S_IOERR;
         break;
     case VIRTIO_BLK_T_GET_ID: {
         char id[20] = "airlock-root";
         uint64_t n = data_in < sizeof id ? data_in : sizeof id;
-        written = (uint32_t)virtq_chain_write(c, 0, id, n);
+        written = (uint32_t)kvm_virtq_chain_write(c, 0, id, n);
         status = VIRTIO_BLK_S_OK;
         break;
     }
@@ -109,7 +109,7 @@ static uint32_t vblk__request(struct vblk *b, const struct virtq_chain *c)
         break;
     }
 done:
-    virtq_chain_write(c, c->in_len - 1, &status, 1);
+    kvm_virtq_chain_write(c, c->in_len - 1, &status, 1);
     return written + 1;
 }
 
@@ -119,21 +119,21 @@ static void vblk__notify(struct virtio_dev *d, int qi)
     struct virtq *q = &d->vq[qi];
     static __thread struct virtq_chain c;
     int rc, done = 0;
-    while ((rc = virtq_pop(q, &d->vm->gm, &c)) != 0) {
+    while ((rc = kvm_virtq_pop(q, &d->vm->gm, &c)) != 0) {
         if (rc < 0) {
-            virtio_dev_bad_chain(d, qi, rc == -EIO ? "queue broken" : "bad descriptor chain");
+            kvm_virtio_dev_bad_chain(d, qi, rc == -EIO ? "queue broken" : "bad descriptor chain");
             if (rc == -EIO)
                 break;
             done++;
             continue;
         }
         uint32_t len = vblk__request(b, &c);
-        virtq_push(q, c.head, len);
+        kvm_virtq_push(q, c.head, len);
         b->requests++;
         done++;
     }
     if (done)
-        virtio_dev_used(d, qi);
+        kvm_virtio_dev_used(d, qi);
 }
 
 static const struct virtio_dev_ops vblk__ops = {
@@ -144,8 +144,8 @@ static const struct virtio_dev_ops vblk__ops = {
     .notify = vblk__notify,
 };
 
-struct virtio_dev *vblk_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
-                               struct al_error *err)
+struct virtio_dev *kvm_vblk_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
+                                   struct al_error *err)
 {
     struct vblk *b = calloc(1, sizeof *b);
     if (!b) {
@@ -159,7 +159,7 @@ struct virtio_dev *vblk_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
         free(b);
         return NULL;
     }
-    if (disk_open(&b->disk, vm->cfg.disk, overlay, err) < 0) {
+    if (kvm_disk_open(&b->disk, vm->cfg.disk, overlay, err) < 0) {
         free(b);
         return NULL;
     }
@@ -170,25 +170,25 @@ struct virtio_dev *vblk_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
                         (1ull << VIRTIO_BLK_F_FLUSH);
     if (b->disk.readonly)
         features |= 1ull << VIRTIO_BLK_F_RO;
-    if (virtio_dev_init(&b->dev, vm, &vblk__ops, b, features, base, irq, err) < 0) {
-        vblk_destroy(&b->dev);
+    if (kvm_virtio_dev_init(&b->dev, vm, &vblk__ops, b, features, base, irq, err) < 0) {
+        kvm_vblk_destroy(&b->dev);
         return NULL;
     }
     return &b->dev;
 }
 
-void vblk_destroy(struct virtio_dev *d)
+void kvm_vblk_destroy(struct virtio_dev *d)
 {
     if (!d)
         return;
     struct vblk *b = d->priv;
-    virtio_dev_free(d);
-    disk_close(&b->disk);
+    kvm_virtio_dev_free(d);
+    kvm_disk_close(&b->disk);
     free(b);
 }
 
-int vblk_save(struct virtio_dev *d, const char *dir, const uint8_t **bitmap, size_t *len,
-              struct al_error *err)
+int kvm_vblk_save(struct virtio_dev *d, const char *dir, const uint8_t **bitmap, size_t *len,
+                  struct al_error *err)
 {
     struct vblk *b = d->priv;
     *bitmap = b->disk.bitmap;
@@ -200,7 +200,7 @@ int vblk_save(struct virtio_dev *d, const char *dir, const uint8_t **bitmap, siz
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return al_error_set(err, -errno, "cannot create %s: %s", path, strerror(errno));
-    int rc = disk_copy_sparse(b->disk.over_fd, fd, b->disk.sectors * DISK_SECTOR);
+    int rc = kvm_disk_copy_sparse(b->disk.over_fd, fd, b->disk.sectors * DISK_SECTOR);
     if (rc == 0 && fsync(fd) < 0)
         rc = -errno;
     close(fd);
@@ -209,8 +209,8 @@ int vblk_save(struct virtio_dev *d, const char *dir, const uint8_t **bitmap, siz
     return 0;
 }
 
-int vblk_load(struct virtio_dev *d, const char *dir, const uint8_t *bitmap, size_t len,
-              struct al_error *err)
+int kvm_vblk_load(struct virtio_dev *d, const char *dir, const uint8_t *bitmap, size_t len,
+                  struct al_error *err)
 {
     struct vblk *b = d->priv;
     size_t want = b->disk.bitmap ? (b->disk.sectors + 7) / 8 : 0;
@@ -226,7 +226,7 @@ int vblk_load(struct virtio_dev *d, const char *dir, const uint8_t *bitmap, size
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return al_error_set(err, -errno, "cannot open %s: %s", path, strerror(errno));
-    int rc = disk_copy_sparse(fd, b->disk.over_fd, b->disk.sectors * DISK_SECTOR);
+    int rc = kvm_disk_copy_sparse(fd, b->disk.over_fd, b->disk.sectors * DISK_SECTOR);
     close(fd);
     if (rc < 0)
         return al_error_set(err, rc, "cannot restore the disk overlay from %s: %s", path,

@@ -36,7 +36,7 @@
 
 #define VMMIO_VENDOR 0x4c524941u /* "AIRL" */
 
-void virtio_dev_interrupt(struct virtio_dev *d, uint32_t bits)
+void kvm_virtio_dev_interrupt(struct virtio_dev *d, uint32_t bits)
 {
     atomic_fetch_or(&d->int_status, bits);
     if (d->irqfd >= 0) {
@@ -46,13 +46,13 @@ void virtio_dev_interrupt(struct virtio_dev *d, uint32_t bits)
     }
 }
 
-void virtio_dev_used(struct virtio_dev *d, int qi)
+void kvm_virtio_dev_used(struct virtio_dev *d, int qi)
 {
-    if (virtq_should_notify(&d->vq[qi]))
-        virtio_dev_interrupt(d, VIRTIO_INT_USED);
+    if (kvm_virtq_should_notify(&d->vq[qi]))
+        kvm_virtio_dev_interrupt(d, VIRTIO_INT_USED);
 }
 
-void virtio_dev_bad_chain(struct virtio_dev *d, int qi, const char *why)
+void kvm_virtio_dev_bad_chain(struct virtio_dev *d, int qi, const char *why)
 {
     d->bad_chains++;
     /* 1, 2, 4, 8, ...: a hostile guest cannot flood the log. */
@@ -73,7 +73,7 @@ static void virtio__reset(struct virtio_dev *d)
     if (d->ops->reset)
         d->ops->reset(d);
     for (int i = 0; i < VIRTIO_MAX_QUEUES; i++)
-        virtq_reset(&d->vq[i]);
+        kvm_virtq_reset(&d->vq[i]);
     d->status = 0;
     d->driver_features = 0;
     d->dev_feat_sel = d->drv_feat_sel = d->queue_sel = 0;
@@ -88,7 +88,7 @@ static struct virtq *virtio__sel_queue(struct virtio_dev *d)
     return &d->vq[d->queue_sel];
 }
 
-void virtio_mmio_read(struct virtio_dev *d, uint64_t off, uint8_t *data, uint32_t size)
+void kvm_virtio_mmio_read(struct virtio_dev *d, uint64_t off, uint8_t *data, uint32_t size)
 {
     memset(data, 0, size);
     pthread_mutex_lock(&d->lock);
@@ -174,7 +174,7 @@ static void virtio__set_status(struct virtio_dev *d, uint32_t v)
     d->status = v;
 }
 
-void virtio_mmio_write(struct virtio_dev *d, uint64_t off, const uint8_t *data, uint32_t size)
+void kvm_virtio_mmio_write(struct virtio_dev *d, uint64_t off, const uint8_t *data, uint32_t size)
 {
     pthread_mutex_lock(&d->lock);
     if (off >= VMMIO_CONFIG || size != 4 || (off & 3))
@@ -210,7 +210,7 @@ void virtio_mmio_write(struct virtio_dev *d, uint64_t off, const uint8_t *data, 
         if (!q)
             break;
         if (v == 1 && !q->ready) {
-            if (virtq_activate(q, &d->vm->gm) < 0) {
+            if (kvm_virtq_activate(q, &d->vm->gm) < 0) {
                 if (virtio__guest_warn_due(d))
                     al_warn("virtio-%s queue %u: invalid layout (size %u, rings "
                             "0x%llx/0x%llx/0x%llx; %llu guest errors so far)",
@@ -218,7 +218,7 @@ void virtio_mmio_write(struct virtio_dev *d, uint64_t off, const uint8_t *data, 
                             (unsigned long long)q->avail_gpa, (unsigned long long)q->used_gpa,
                             (unsigned long long)d->guest_warnings);
                 d->status |= VIRTIO_STATUS_NEEDS_RESET;
-                virtio_dev_interrupt(d, VIRTIO_INT_CONFIG);
+                kvm_virtio_dev_interrupt(d, VIRTIO_INT_CONFIG);
             } else {
                 q->ready = true;
             }
@@ -271,12 +271,12 @@ out:
 
 static void virtio__mmio_read(struct mmio_dev *m, uint64_t off, uint8_t *data, uint32_t size)
 {
-    virtio_mmio_read(m->ctx, off, data, size);
+    kvm_virtio_mmio_read(m->ctx, off, data, size);
 }
 
 static void virtio__mmio_write(struct mmio_dev *m, uint64_t off, const uint8_t *data, uint32_t size)
 {
-    virtio_mmio_write(m->ctx, off, data, size);
+    kvm_virtio_mmio_write(m->ctx, off, data, size);
 }
 
 static void virtio__on_notify(struct ev_handler *h, uint32_t events)
@@ -292,9 +292,9 @@ static void virtio__on_notify(struct ev_handler *h, uint32_t events)
     pthread_mutex_unlock(&d->lock);
 }
 
-int virtio_dev_init(struct virtio_dev *d, struct vmm_kvm *vm, const struct virtio_dev_ops *ops,
-                    void *priv, uint64_t features, uint64_t base, uint32_t irq,
-                    struct al_error *err)
+int kvm_virtio_dev_init(struct virtio_dev *d, struct vmm_kvm *vm, const struct virtio_dev_ops *ops,
+                        void *priv, uint64_t features, uint64_t base, uint32_t irq,
+                        struct al_error *err)
 {
     memset(d, 0, sizeof *d);
     d->ops = ops;
@@ -342,20 +342,20 @@ int virtio_dev_init(struct virtio_dev *d, struct vmm_kvm *vm, const struct virti
         if (ioctl(vm->vm_fd, KVM_IOEVENTFD, &io) < 0)
             return al_error_set(err, -errno, "KVM_IOEVENTFD for virtio-%s: %s", ops->name,
                                 strerror(errno));
-        int rc = evloop_add(&vm->loop, h, EPOLLIN);
+        int rc = kvm_evloop_add(&vm->loop, h, EPOLLIN);
         if (rc < 0)
             return al_error_set(err, rc, "epoll: %s", strerror(-rc));
     }
-    vm_register_mmio(vm, &d->mmio);
+    kvm_vm_register_mmio(vm, &d->mmio);
     return 0;
 }
 
-void virtio_dev_free(struct virtio_dev *d)
+void kvm_virtio_dev_free(struct virtio_dev *d)
 {
     for (int i = 0; i < VIRTIO_MAX_QUEUES; i++) {
         if (d->notify_ev[i].fd >= 0) {
             if (d->vm && d->vm->loop.epfd >= 0)
-                evloop_del(&d->vm->loop, &d->notify_ev[i]);
+                kvm_evloop_del(&d->vm->loop, &d->notify_ev[i]);
             close(d->notify_ev[i].fd);
             d->notify_ev[i].fd = -1;
         }
@@ -366,8 +366,8 @@ void virtio_dev_free(struct virtio_dev *d)
     pthread_mutex_destroy(&d->lock);
 }
 
-void virtio_config_copy(const void *cfg, uint32_t cfg_len, uint32_t off, uint8_t *data,
-                        uint32_t len)
+void kvm_virtio_config_copy(const void *cfg, uint32_t cfg_len, uint32_t off, uint8_t *data,
+                            uint32_t len)
 {
     memset(data, 0, len);
     if (off >= cfg_len)
@@ -376,7 +376,7 @@ void virtio_config_copy(const void *cfg, uint32_t cfg_len, uint32_t off, uint8_t
     memcpy(data, (const uint8_t *)cfg + off, n);
 }
 
-void virtio_dev_save(struct virtio_dev *d, struct virtio_snap *s)
+void kvm_virtio_dev_save(struct virtio_dev *d, struct virtio_snap *s)
 {
     memset(s, 0, sizeof *s);
     pthread_mutex_lock(&d->lock);
@@ -404,7 +404,7 @@ void virtio_dev_save(struct virtio_dev *d, struct virtio_snap *s)
     pthread_mutex_unlock(&d->lock);
 }
 
-int virtio_dev_load(struct virtio_dev *d, const struct virtio_snap *s, struct al_error *err)
+int kvm_virtio_dev_load(struct virtio_dev *d, const struct virtio_snap *s, struct al_error *err)
 {
     if (s->device_id != d->ops->device_id || s->features != d->features ||
         (s->driver_features & ~s->features))
@@ -425,7 +425,7 @@ int virtio_dev_load(struct virtio_dev *d, const struct virtio_snap *s, struct al
     int rc = 0;
     for (int i = 0; i < VIRTIO_MAX_QUEUES && rc == 0; i++) {
         struct virtq *q = &d->vq[i];
-        virtq_reset(q);
+        kvm_virtq_reset(q);
         q->size = s->q[i].size;
         q->desc_gpa = s->q[i].desc_gpa;
         q->avail_gpa = s->q[i].avail_gpa;
@@ -433,7 +433,7 @@ int virtio_dev_load(struct virtio_dev *d, const struct virtio_snap *s, struct al
         q->last_avail = s->q[i].last_avail;
         q->used_idx = s->q[i].used_idx;
         if (s->q[i].ready) {
-            if (i >= d->ops->nqueues || virtq_activate(q, &d->vm->gm) < 0)
+            if (i >= d->ops->nqueues || kvm_virtq_activate(q, &d->vm->gm) < 0)
                 rc = al_error_set(err, -EINVAL, "snapshot of virtio-%s: queue %d is invalid",
                                   d->ops->name, i);
             q->ready = true;

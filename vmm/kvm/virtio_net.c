@@ -46,14 +46,14 @@ struct vnet {
 static void vnet__config_read(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32_t len)
 {
     struct vnet *n = d->priv;
-    virtio_config_copy(&n->cfg, sizeof n->cfg, off, data, len);
+    kvm_virtio_config_copy(&n->cfg, sizeof n->cfg, off, data, len);
 }
 
 static void vnet__poll_tap(struct vnet *n, bool on)
 {
     if (n->tap_polling == on || n->tap_ev.fd < 0)
         return;
-    if (evloop_mod(&n->dev.vm->loop, &n->tap_ev, on ? EPOLLIN : 0) == 0)
+    if (kvm_evloop_mod(&n->dev.vm->loop, &n->tap_ev, on ? EPOLLIN : 0) == 0)
         n->tap_polling = on;
 }
 
@@ -63,9 +63,10 @@ static void vnet__tx(struct vnet *n)
     struct virtq *q = &d->vq[VNET_TXQ];
     static __thread struct virtq_chain c;
     int rc, done = 0;
-    while ((rc = virtq_pop(q, &d->vm->gm, &c)) != 0) {
+    while ((rc = kvm_virtq_pop(q, &d->vm->gm, &c)) != 0) {
         if (rc < 0) {
-            virtio_dev_bad_chain(d, VNET_TXQ, rc == -EIO ? "queue broken" : "bad descriptor chain");
+            kvm_virtio_dev_bad_chain(d, VNET_TXQ,
+                                     rc == -EIO ? "queue broken" : "bad descriptor chain");
             if (rc == -EIO)
                 break;
             done++;
@@ -73,8 +74,8 @@ static void vnet__tx(struct vnet *n)
         }
         done++;
         if (c.out_len < VNET_HDR_LEN + 14 || c.out_len > VNET_HDR_LEN + VNET_MAX_FRAME || c.n_in) {
-            virtio_dev_bad_chain(d, VNET_TXQ, "frame length out of bounds");
-            virtq_push(q, c.head, 0);
+            kvm_virtio_dev_bad_chain(d, VNET_TXQ, "frame length out of bounds");
+            kvm_virtq_push(q, c.head, 0);
             continue;
         }
         struct iovec src[VIRTQ_MAX_SEGS], v[VIRTQ_MAX_SEGS + 1];
@@ -82,16 +83,16 @@ static void vnet__tx(struct vnet *n)
             src[i] = (struct iovec){c.seg[i].p, c.seg[i].len};
         uint8_t hdr[VNET_HDR_LEN] = {0}; /* ours, not the guest's */
         v[0] = (struct iovec){hdr, sizeof hdr};
-        int k =
-            iov_slice(src, c.n_out, VNET_HDR_LEN, c.out_len - VNET_HDR_LEN, v + 1, VIRTQ_MAX_SEGS);
+        int k = kvm_iov_slice(src, c.n_out, VNET_HDR_LEN, c.out_len - VNET_HDR_LEN, v + 1,
+                              VIRTQ_MAX_SEGS);
         if (k >= 0 && n->tap_ev.fd >= 0 && writev(n->tap_ev.fd, v, k + 1) >= 0)
             n->tx_frames++;
         else
             n->tx_dropped++; /* tap full or gone: a NIC drops too */
-        virtq_push(q, c.head, 0);
+        kvm_virtq_push(q, c.head, 0);
     }
     if (done)
-        virtio_dev_used(d, VNET_TXQ);
+        kvm_virtio_dev_used(d, VNET_TXQ);
 }
 
 /* Moves frames from the tap into receive buffers while both exist. Lock held. */
@@ -102,23 +103,24 @@ static void vnet__rx(struct vnet *n)
     static __thread struct virtq_chain c;
     int done = 0;
     for (;;) {
-        if (!d->active || !virtq_has_avail(q)) {
+        if (!d->active || !kvm_virtq_has_avail(q)) {
             vnet__poll_tap(n, false); /* resumed by the guest's next rx notify */
             break;
         }
-        int rc = virtq_pop(q, &d->vm->gm, &c);
+        int rc = kvm_virtq_pop(q, &d->vm->gm, &c);
         if (rc == 0)
             break;
         if (rc < 0) {
-            virtio_dev_bad_chain(d, VNET_RXQ, rc == -EIO ? "queue broken" : "bad descriptor chain");
+            kvm_virtio_dev_bad_chain(d, VNET_RXQ,
+                                     rc == -EIO ? "queue broken" : "bad descriptor chain");
             if (rc == -EIO)
                 break;
             done++;
             continue;
         }
         if (c.n_out || c.in_len < VNET_HDR_LEN + 14) {
-            virtio_dev_bad_chain(d, VNET_RXQ, "receive buffer too small or readable");
-            virtq_push(q, c.head, 0);
+            kvm_virtio_dev_bad_chain(d, VNET_RXQ, "receive buffer too small or readable");
+            kvm_virtq_push(q, c.head, 0);
             done++;
             continue;
         }
@@ -128,19 +130,19 @@ static void vnet__rx(struct vnet *n)
         ssize_t got = readv(n->tap_ev.fd, v, c.n_in);
         if (got < 0) {
             /* Nothing waiting (EAGAIN): give the buffer back unused. */
-            virtq_unpop(q);
+            kvm_virtq_unpop(q);
             break;
         }
         uint16_t one = 1;
-        virtq_chain_write(&c, 10, &one, 2); /* num_buffers */
+        kvm_virtq_chain_write(&c, 10, &one, 2); /* num_buffers */
         if ((uint64_t)got > c.in_len)
             n->rx_truncated++;
-        virtq_push(q, c.head, (uint32_t)((uint64_t)got < c.in_len ? (uint64_t)got : c.in_len));
+        kvm_virtq_push(q, c.head, (uint32_t)((uint64_t)got < c.in_len ? (uint64_t)got : c.in_len));
         n->rx_frames++;
         done++;
     }
     if (done)
-        virtio_dev_used(d, VNET_RXQ);
+        kvm_virtio_dev_used(d, VNET_RXQ);
 }
 
 static void vnet__on_tap(struct ev_handler *h, uint32_t events)
@@ -235,8 +237,8 @@ static int vnet__open_tap(const char *name, struct al_error *err)
     return vnet__setup_tap(fd, name, err);
 }
 
-struct virtio_dev *vnet_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
-                               struct al_error *err)
+struct virtio_dev *kvm_vnet_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
+                                   struct al_error *err)
 {
     struct vnet *n = calloc(1, sizeof *n);
     if (!n) {
@@ -263,23 +265,24 @@ struct virtio_dev *vnet_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
         if (getrandom(n->cfg.mac + 1, 5, 0) != 5)
             n->cfg.mac[5] = 1;
     }
-    if (virtio_dev_init(&n->dev, vm, &vnet__ops, n, 1ull << VIRTIO_NET_F_MAC, base, irq, err) < 0 ||
-        (n->tap_ev.fd >= 0 && evloop_add(&vm->loop, &n->tap_ev, 0) < 0)) {
-        vnet_destroy(&n->dev);
+    if (kvm_virtio_dev_init(&n->dev, vm, &vnet__ops, n, 1ull << VIRTIO_NET_F_MAC, base, irq, err) <
+            0 ||
+        (n->tap_ev.fd >= 0 && kvm_evloop_add(&vm->loop, &n->tap_ev, 0) < 0)) {
+        kvm_vnet_destroy(&n->dev);
         return NULL;
     }
     return &n->dev;
 }
 
-void vnet_destroy(struct virtio_dev *d)
+void kvm_vnet_destroy(struct virtio_dev *d)
 {
     if (!d)
         return;
     struct vnet *n = d->priv;
     if (n->tap_ev.fd >= 0) {
-        evloop_del(&d->vm->loop, &n->tap_ev);
+        kvm_evloop_del(&d->vm->loop, &n->tap_ev);
         close(n->tap_ev.fd);
     }
-    virtio_dev_free(d);
+    kvm_virtio_dev_free(d);
     free(n);
 }

@@ -29,10 +29,10 @@ static void vrng__notify(struct virtio_dev *d, int qi)
     uint8_t buf[VRNG_MAX_PER_REQ];
     uint32_t budget = VRNG_MAX_PER_NOTIFY;
     int rc, done = 0;
-    while (budget > 0 && (rc = virtq_pop(q, &d->vm->gm, &c)) != 0) {
+    while (budget > 0 && (rc = kvm_virtq_pop(q, &d->vm->gm, &c)) != 0) {
         done++;
         if (rc < 0) {
-            virtio_dev_bad_chain(d, qi, rc == -EIO ? "queue broken" : "bad descriptor chain");
+            kvm_virtio_dev_bad_chain(d, qi, rc == -EIO ? "queue broken" : "bad descriptor chain");
             if (rc == -EIO)
                 break;
             continue;
@@ -41,14 +41,14 @@ static void vrng__notify(struct virtio_dev *d, int qi)
         if (want > budget)
             want = budget;
         ssize_t got = want ? getrandom(buf, want, 0) : 0;
-        uint32_t n = got > 0 ? (uint32_t)virtq_chain_write(&c, 0, buf, (uint64_t)got) : 0;
-        virtq_push(q, c.head, n);
+        uint32_t n = got > 0 ? (uint32_t)kvm_virtq_chain_write(&c, 0, buf, (uint64_t)got) : 0;
+        kvm_virtq_push(q, c.head, n);
         budget -= n ? n : 1;
         r->bytes += n;
     }
     explicit_bzero(buf, sizeof buf);
     if (done)
-        virtio_dev_used(d, qi);
+        kvm_virtio_dev_used(d, qi);
 }
 
 static void vrng__config_read(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32_t len)
@@ -64,26 +64,26 @@ static const struct virtio_dev_ops vrng__ops = {
     .notify = vrng__notify,
 };
 
-struct virtio_dev *vrng_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
-                               struct al_error *err)
+struct virtio_dev *kvm_vrng_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
+                                   struct al_error *err)
 {
     struct vrng *r = calloc(1, sizeof *r);
     if (!r) {
         al_error_set(err, -ENOMEM, "out of memory");
         return NULL;
     }
-    if (virtio_dev_init(&r->dev, vm, &vrng__ops, r, 0, base, irq, err) < 0) {
-        vrng_destroy(&r->dev);
+    if (kvm_virtio_dev_init(&r->dev, vm, &vrng__ops, r, 0, base, irq, err) < 0) {
+        kvm_vrng_destroy(&r->dev);
         return NULL;
     }
     return &r->dev;
 }
 
-void vrng_destroy(struct virtio_dev *d)
+void kvm_vrng_destroy(struct virtio_dev *d)
 {
     if (!d)
         return;
     struct vrng *r = d->priv;
-    virtio_dev_free(d);
+    kvm_virtio_dev_free(d);
     free(r);
 }

@@ -126,7 +126,7 @@ static void vsock__on_conn(struct ev_handler *h, uint32_t events);
 static void vsock__config_read(struct virtio_dev *d, uint32_t off, uint8_t *data, uint32_t len)
 {
     struct vsock *vs = d->priv;
-    virtio_config_copy(&vs->guest_cid, sizeof vs->guest_cid, off, data, len);
+    kvm_virtio_config_copy(&vs->guest_cid, sizeof vs->guest_cid, off, data, len);
 }
 
 static bool vsock__queue_ctl(struct vsock *vs, uint32_t local_port, uint32_t peer_port, uint16_t op,
@@ -166,7 +166,7 @@ static void vsock__close(struct vconn *c)
     if (c->state == VCONN_FREE)
         return;
     if (c->registered)
-        evloop_del(&c->vs->dev.vm->loop, &c->ev);
+        kvm_evloop_del(&c->vs->dev.vm->loop, &c->ev);
     close(c->ev.fd);
     free(c->out);
     vsock__slot_clear(c);
@@ -247,7 +247,7 @@ static void vsock__guest_data(struct vconn *c, const struct virtq_chain *ch, uin
             return;
         }
     }
-    virtq_chain_read(ch, off, c->out + c->out_len, len);
+    kvm_virtq_chain_read(ch, off, c->out + c->out_len, len);
     c->out_len += len;
     vsock__flush_out(c);
 }
@@ -255,7 +255,7 @@ static void vsock__guest_data(struct vconn *c, const struct virtq_chain *ch, uin
 static void vsock__tx_packet(struct vsock *vs, const struct virtq_chain *ch)
 {
     struct vsock_hdr h;
-    if (virtq_chain_read(ch, 0, &h, sizeof h) != sizeof h || ch->n_in) {
+    if (kvm_virtq_chain_read(ch, 0, &h, sizeof h) != sizeof h || ch->n_in) {
         vs->dropped++;
         return;
     }
@@ -323,17 +323,17 @@ static bool vsock__rx_ctl(struct vsock *vs, int *done)
     struct virtio_dev *d = &vs->dev;
     static __thread struct virtq_chain ch;
     while (vs->ctl_len) {
-        int rc = virtq_pop(&d->vq[VSOCK_RXQ], &d->vm->gm, &ch);
+        int rc = kvm_virtq_pop(&d->vq[VSOCK_RXQ], &d->vm->gm, &ch);
         if (rc == 0 || rc == -EIO)
             return false;
         (*done)++;
         if (rc < 0) {
-            virtio_dev_bad_chain(d, VSOCK_RXQ, "bad descriptor chain");
+            kvm_virtio_dev_bad_chain(d, VSOCK_RXQ, "bad descriptor chain");
             continue;
         }
         if (ch.n_out || ch.in_len < sizeof(struct vsock_hdr)) {
-            virtio_dev_bad_chain(d, VSOCK_RXQ, "receive buffer too small");
-            virtq_push(&d->vq[VSOCK_RXQ], ch.head, 0);
+            kvm_virtio_dev_bad_chain(d, VSOCK_RXQ, "receive buffer too small");
+            kvm_virtq_push(&d->vq[VSOCK_RXQ], ch.head, 0);
             continue;
         }
         struct vsock_ctl *k = &vs->ctl[vs->ctl_head];
@@ -342,8 +342,8 @@ static bool vsock__rx_ctl(struct vsock *vs, int *done)
         struct vconn *c = vsock__find(vs, k->local_port, k->peer_port);
         struct vsock_hdr h;
         vsock__fill_hdr(vs, &h, k->local_port, k->peer_port, k->op, k->flags, 0, c);
-        virtq_chain_write(&ch, 0, &h, sizeof h);
-        virtq_push(&d->vq[VSOCK_RXQ], ch.head, sizeof h);
+        kvm_virtq_chain_write(&ch, 0, &h, sizeof h);
+        kvm_virtq_push(&d->vq[VSOCK_RXQ], ch.head, sizeof h);
     }
     return true;
 }
@@ -357,18 +357,18 @@ static bool vsock__rx_data(struct vsock *vs, struct vconn *c, int *done)
         uint32_t credit = vsock__peer_credit(c);
         if (credit == 0)
             return true;
-        int rc = virtq_pop(&d->vq[VSOCK_RXQ], &d->vm->gm, &ch);
+        int rc = kvm_virtq_pop(&d->vq[VSOCK_RXQ], &d->vm->gm, &ch);
         if (rc == 0 || rc == -EIO)
             return false;
         if (rc < 0) {
             (*done)++;
-            virtio_dev_bad_chain(d, VSOCK_RXQ, "bad descriptor chain");
+            kvm_virtio_dev_bad_chain(d, VSOCK_RXQ, "bad descriptor chain");
             continue;
         }
         if (ch.n_out || ch.in_len <= sizeof(struct vsock_hdr)) {
             (*done)++;
-            virtio_dev_bad_chain(d, VSOCK_RXQ, "receive buffer too small");
-            virtq_push(&d->vq[VSOCK_RXQ], ch.head, 0);
+            kvm_virtio_dev_bad_chain(d, VSOCK_RXQ, "receive buffer too small");
+            kvm_virtq_push(&d->vq[VSOCK_RXQ], ch.head, 0);
             continue;
         }
         uint64_t room = ch.in_len - sizeof(struct vsock_hdr);
@@ -378,14 +378,14 @@ static bool vsock__rx_data(struct vsock *vs, struct vconn *c, int *done)
         struct iovec src[VIRTQ_MAX_SEGS], v[VIRTQ_MAX_SEGS];
         for (unsigned i = 0; i < ch.n_in; i++)
             src[i] = (struct iovec){ch.seg[i].p, ch.seg[i].len};
-        int n = iov_slice(src, ch.n_in, sizeof(struct vsock_hdr), want, v, VIRTQ_MAX_SEGS);
+        int n = kvm_iov_slice(src, ch.n_in, sizeof(struct vsock_hdr), want, v, VIRTQ_MAX_SEGS);
         ssize_t r = n < 0 ? -1 : readv(c->ev.fd, v, n);
         if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
-            virtq_unpop(&d->vq[VSOCK_RXQ]);
+            kvm_virtq_unpop(&d->vq[VSOCK_RXQ]);
             return true;
         }
         if (r <= 0) {
-            virtq_unpop(&d->vq[VSOCK_RXQ]);
+            kvm_virtq_unpop(&d->vq[VSOCK_RXQ]);
             if (r == 0) {
                 c->host_eof = true; /* half-close: the guest may still answer */
                 vsock__queue_ctl(vs, c->local_port, c->peer_port, VSOCK_OP_SHUTDOWN,
@@ -399,9 +399,9 @@ static bool vsock__rx_data(struct vsock *vs, struct vconn *c, int *done)
         }
         struct vsock_hdr h;
         vsock__fill_hdr(vs, &h, c->local_port, c->peer_port, VSOCK_OP_RW, 0, (uint32_t)r, c);
-        virtq_chain_write(&ch, 0, &h, sizeof h);
+        kvm_virtq_chain_write(&ch, 0, &h, sizeof h);
         c->tx_cnt += (uint32_t)r;
-        virtq_push(&d->vq[VSOCK_RXQ], ch.head, (uint32_t)(sizeof h + (uint64_t)r));
+        kvm_virtq_push(&d->vq[VSOCK_RXQ], ch.head, (uint32_t)(sizeof h + (uint64_t)r));
         (*done)++;
     }
     return true;
@@ -412,12 +412,12 @@ static void vsock__set_events(struct vconn *c, uint32_t ev)
     struct evloop *l = &c->vs->dev.vm->loop;
     if (ev == 0) {
         if (c->registered)
-            evloop_del(l, &c->ev);
+            kvm_evloop_del(l, &c->ev);
         c->registered = false;
     } else if (!c->registered) {
-        c->registered = evloop_add(l, &c->ev, ev) == 0;
+        c->registered = kvm_evloop_add(l, &c->ev, ev) == 0;
     } else if (ev != c->events) {
-        evloop_mod(l, &c->ev, ev);
+        kvm_evloop_mod(l, &c->ev, ev);
     }
     c->events = ev;
 }
@@ -444,23 +444,23 @@ static void vsock__pump(struct vsock *vs)
     int tx_done = 0, rx_done = 0;
     /* Guest packets, as long as our control queue has room for the answers. */
     while (vs->ctl_len + 2 < VSOCK_CTL_MAX) {
-        int rc = virtq_pop(&d->vq[VSOCK_TXQ], &d->vm->gm, &ch);
+        int rc = kvm_virtq_pop(&d->vq[VSOCK_TXQ], &d->vm->gm, &ch);
         if (rc == 0)
             break;
         if (rc < 0) {
-            virtio_dev_bad_chain(d, VSOCK_TXQ,
-                                 rc == -EIO ? "queue broken" : "bad descriptor chain");
+            kvm_virtio_dev_bad_chain(d, VSOCK_TXQ,
+                                     rc == -EIO ? "queue broken" : "bad descriptor chain");
             if (rc == -EIO)
                 break;
             tx_done++;
             continue;
         }
         vsock__tx_packet(vs, &ch);
-        virtq_push(&d->vq[VSOCK_TXQ], ch.head, 0);
+        kvm_virtq_push(&d->vq[VSOCK_TXQ], ch.head, 0);
         tx_done++;
     }
     if (tx_done)
-        virtio_dev_used(d, VSOCK_TXQ);
+        kvm_virtio_dev_used(d, VSOCK_TXQ);
 
     bool have_buffers = vsock__rx_ctl(vs, &rx_done);
     for (int i = 0; i < VSOCK_MAX_CONNS && have_buffers; i++) {
@@ -471,7 +471,7 @@ static void vsock__pump(struct vsock *vs)
     if (have_buffers)
         vsock__rx_ctl(vs, &rx_done);
     if (rx_done)
-        virtio_dev_used(d, VSOCK_RXQ);
+        kvm_virtio_dev_used(d, VSOCK_RXQ);
 
     /* Without receive buffers, stop reading host sockets until the guest adds some. */
     for (int i = 0; i < VSOCK_MAX_CONNS; i++)
@@ -553,7 +553,7 @@ static void vsock__on_accept(struct ev_handler *h, uint32_t events)
         return;
     }
     vsock__slot_clear(c);
-    evloop_forget(&vs->dev.vm->loop, &c->ev); /* the slot's old events are not this fd's */
+    kvm_evloop_forget(&vs->dev.vm->loop, &c->ev); /* the slot's old events are not this fd's */
     c->ev.fd = fd;
     c->state = VCONN_CONNECTING;
     c->peer_port = l->port;
@@ -572,12 +572,12 @@ static void vsock__notify(struct virtio_dev *d, int qi)
     if (qi == VSOCK_EVQ) {
         if (vs->reset_event_pending) {
             static __thread struct virtq_chain ch;
-            if (virtq_pop(&d->vq[VSOCK_EVQ], &d->vm->gm, &ch) == 1) {
+            if (kvm_virtq_pop(&d->vq[VSOCK_EVQ], &d->vm->gm, &ch) == 1) {
                 uint32_t id = 0; /* VIRTIO_VSOCK_EVENT_TRANSPORT_RESET */
-                uint32_t n = (uint32_t)virtq_chain_write(&ch, 0, &id, sizeof id);
-                virtq_push(&d->vq[VSOCK_EVQ], ch.head, n);
+                uint32_t n = (uint32_t)kvm_virtq_chain_write(&ch, 0, &id, sizeof id);
+                kvm_virtq_push(&d->vq[VSOCK_EVQ], ch.head, n);
                 vs->reset_event_pending = false;
-                virtio_dev_used(d, VSOCK_EVQ);
+                kvm_virtio_dev_used(d, VSOCK_EVQ);
             }
         }
         return;
@@ -662,8 +662,8 @@ static int vsock__listen(struct vsock_listener *l, const char *path, struct al_e
     return fd;
 }
 
-struct virtio_dev *vsock_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
-                                struct al_error *err)
+struct virtio_dev *kvm_vsock_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
+                                    struct al_error *err)
 {
     if (vm->cfg.guest_cid < 3 || vm->cfg.guest_cid > 0xfffffffeu) {
         al_error_set(err, -EINVAL, "guest CID %u is reserved: use 3 or more", vm->cfg.guest_cid);
@@ -681,10 +681,10 @@ struct virtio_dev *vsock_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
     }
     for (int i = 0; i < VMM_KVM_MAX_VSOCK_PORTS; i++)
         vs->lst[i].ev.fd = vs->lst[i].dir_fd = -1;
-    if (virtio_dev_init(&vs->dev, vm, &vsock__ops, vs, 0, base, irq, err) < 0)
+    if (kvm_virtio_dev_init(&vs->dev, vm, &vsock__ops, vs, 0, base, irq, err) < 0)
         goto fail;
     vs->connect_timer = (struct ev_timer){.fn = vsock__on_connect_timer, .ctx = vs};
-    if (evloop_timer_add(&vm->loop, &vs->connect_timer) < 0) {
+    if (kvm_evloop_timer_add(&vm->loop, &vs->connect_timer) < 0) {
         al_error_set(err, -ENOSPC, "vsock: no timer left in the device loop");
         goto fail;
     }
@@ -711,27 +711,27 @@ struct virtio_dev *vsock_create(struct vmm_kvm *vm, uint64_t base, uint32_t irq,
         if (fd < 0)
             goto fail;
         l->ev = (struct ev_handler){.fd = fd, .fn = vsock__on_accept, .ctx = l};
-        if (evloop_add(&vm->loop, &l->ev, EPOLLIN) < 0) {
+        if (kvm_evloop_add(&vm->loop, &l->ev, EPOLLIN) < 0) {
             al_error_set(err, -errno, "epoll: %s", strerror(errno));
             goto fail;
         }
     }
     return &vs->dev;
 fail:
-    vsock_destroy(&vs->dev);
+    kvm_vsock_destroy(&vs->dev);
     return NULL;
 }
 
-void vsock_destroy(struct virtio_dev *d)
+void kvm_vsock_destroy(struct virtio_dev *d)
 {
     if (!d)
         return;
     struct vsock *vs = d->priv;
-    evloop_timer_del(&d->vm->loop, &vs->connect_timer);
+    kvm_evloop_timer_del(&d->vm->loop, &vs->connect_timer);
     vsock__drop_all(vs);
     for (int i = 0; i < vs->n_lst; i++) {
         if (vs->lst[i].ev.fd >= 0) {
-            evloop_del(&d->vm->loop, &vs->lst[i].ev);
+            kvm_evloop_del(&d->vm->loop, &vs->lst[i].ev);
             close(vs->lst[i].ev.fd);
         }
         if (vs->lst[i].dir_fd >= 0) {
@@ -740,6 +740,6 @@ void vsock_destroy(struct virtio_dev *d)
             close(vs->lst[i].dir_fd);
         }
     }
-    virtio_dev_free(d);
+    kvm_virtio_dev_free(d);
     free(vs);
 }

@@ -9,12 +9,12 @@ static inline uint16_t virtq__load16(volatile const uint16_t *p)
     return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
 
-void virtq_reset(struct virtq *q)
+void kvm_virtq_reset(struct virtq *q)
 {
     memset(q, 0, sizeof *q);
 }
 
-int virtq_activate(struct virtq *q, const struct guest_mem *gm)
+int kvm_virtq_activate(struct virtq *q, const struct guest_mem *gm)
 {
     uint64_t n = q->size;
     q->desc = NULL;
@@ -25,9 +25,9 @@ int virtq_activate(struct virtq *q, const struct guest_mem *gm)
     /* Alignments from the spec: descriptors 16, available ring 2, used ring 4. */
     if ((q->desc_gpa & 15) || (q->avail_gpa & 1) || (q->used_gpa & 3))
         return -EINVAL;
-    void *d = gm_ptr(gm, q->desc_gpa, 16 * n);
-    void *a = gm_ptr(gm, q->avail_gpa, 6 + 2 * n); /* flags, idx, ring, used_event */
-    void *u = gm_ptr(gm, q->used_gpa, 6 + 8 * n);  /* flags, idx, ring, avail_event */
+    void *d = kvm_gm_ptr(gm, q->desc_gpa, 16 * n);
+    void *a = kvm_gm_ptr(gm, q->avail_gpa, 6 + 2 * n); /* flags, idx, ring, used_event */
+    void *u = kvm_gm_ptr(gm, q->used_gpa, 6 + 8 * n);  /* flags, idx, ring, avail_event */
     if (!d || !a || !u)
         return -EINVAL;
     q->desc = d;
@@ -37,19 +37,19 @@ int virtq_activate(struct virtq *q, const struct guest_mem *gm)
     return 0;
 }
 
-bool virtq_has_avail(const struct virtq *q)
+bool kvm_virtq_has_avail(const struct virtq *q)
 {
     if (!q->ready || q->broken || !q->avail)
         return false;
     return virtq__load16(&q->avail[1]) != q->last_avail;
 }
 
-void virtq_unpop(struct virtq *q)
+void kvm_virtq_unpop(struct virtq *q)
 {
     q->last_avail--;
 }
 
-void virtq_push(struct virtq *q, uint16_t head, uint32_t len)
+void kvm_virtq_push(struct virtq *q, uint16_t head, uint32_t len)
 {
     if (!q->used)
         return;
@@ -62,7 +62,7 @@ void virtq_push(struct virtq *q, uint16_t head, uint32_t len)
     __atomic_store_n((volatile uint16_t *)(q->used + 2), q->used_idx, __ATOMIC_RELEASE);
 }
 
-bool virtq_should_notify(const struct virtq *q)
+bool kvm_virtq_should_notify(const struct virtq *q)
 {
     if (!q->avail)
         return false;
@@ -70,7 +70,7 @@ bool virtq_should_notify(const struct virtq *q)
     return !(virtq__load16(&q->avail[0]) & VIRTQ_AVAIL_F_NO_INTERRUPT);
 }
 
-int virtq_pop(struct virtq *q, const struct guest_mem *gm, struct virtq_chain *c)
+int kvm_virtq_pop(struct virtq *q, const struct guest_mem *gm, struct virtq_chain *c)
 {
     if (!q->ready || !q->desc)
         return 0;
@@ -107,7 +107,7 @@ int virtq_pop(struct virtq *q, const struct guest_mem *gm, struct virtq_chain *c
         d.next = q->desc[idx].next;
         if (d.flags & VIRTQ_DESC_F_INDIRECT)
             goto bad;
-        uint8_t *p = gm_ptr(gm, d.addr, d.len);
+        uint8_t *p = kvm_gm_ptr(gm, d.addr, d.len);
         if (!p)
             goto bad;
         struct virtq_seg *s = &c->seg[c->n_out + c->n_in];
@@ -131,14 +131,14 @@ int virtq_pop(struct virtq *q, const struct guest_mem *gm, struct virtq_chain *c
     return 1;
 
 bad:
-    virtq_push(q, head, 0);
+    kvm_virtq_push(q, head, 0);
 bad_head:
     c->n_out = c->n_in = 0;
     c->out_len = c->in_len = 0;
     return -EINVAL;
 }
 
-uint64_t virtq_chain_read(const struct virtq_chain *c, uint64_t off, void *dst, uint64_t len)
+uint64_t kvm_virtq_chain_read(const struct virtq_chain *c, uint64_t off, void *dst, uint64_t len)
 {
     uint64_t done = 0;
     for (unsigned i = 0; i < c->n_out && done < len; i++) {
@@ -157,7 +157,8 @@ uint64_t virtq_chain_read(const struct virtq_chain *c, uint64_t off, void *dst, 
     return done;
 }
 
-uint64_t virtq_chain_write(const struct virtq_chain *c, uint64_t off, const void *src, uint64_t len)
+uint64_t kvm_virtq_chain_write(const struct virtq_chain *c, uint64_t off, const void *src,
+                               uint64_t len)
 {
     uint64_t done = 0;
     for (unsigned i = c->n_out; i < (unsigned)c->n_out + c->n_in && done < len; i++) {

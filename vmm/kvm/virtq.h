@@ -41,7 +41,7 @@ struct virtq {
     uint16_t last_avail; /* next available-ring slot to consume */
     uint16_t used_idx;   /* our copy of used->idx */
     bool broken;
-    /* Host pointers resolved by virtq_activate. */
+    /* Host pointers resolved by kvm_virtq_activate. */
     volatile struct virtq_desc *desc;
     volatile uint16_t *avail; /* flags, idx, ring[size] */
     volatile uint8_t *used;   /* flags u16, idx u16, ring[size] of {u32 id, u32 len} */
@@ -63,29 +63,29 @@ struct virtq_chain {
 
 /* Checks the ring addresses and resolves them; -EINVAL (and nothing resolved) if the size
  * is not a power of two within bounds, a ring is misaligned or outside RAM. */
-int virtq_activate(struct virtq *q, const struct guest_mem *gm);
-void virtq_reset(struct virtq *q);
+int kvm_virtq_activate(struct virtq *q, const struct guest_mem *gm);
+void kvm_virtq_reset(struct virtq *q);
 
 /* Takes the next available chain. Returns 1 with *c filled, 0 when none is available,
  * -EINVAL for a malformed chain (already returned to the used ring with length 0, the
  * queue stays usable), -EIO if the queue is (now) broken. */
-int virtq_pop(struct virtq *q, const struct guest_mem *gm, struct virtq_chain *c);
-/* Undoes the last successful virtq_pop (the chain was not used and goes back to the
+int kvm_virtq_pop(struct virtq *q, const struct guest_mem *gm, struct virtq_chain *c);
+/* Undoes the last successful kvm_virtq_pop (the chain was not used and goes back to the
  * available ring's view, e.g. a receive buffer taken when no data turned out to wait). */
-void virtq_unpop(struct virtq *q);
+void kvm_virtq_unpop(struct virtq *q);
 /* Puts head back on the used ring with `len` bytes written. */
-void virtq_push(struct virtq *q, uint16_t head, uint32_t len);
+void kvm_virtq_push(struct virtq *q, uint16_t head, uint32_t len);
 /* Whether the driver wants an interrupt for what was pushed (VIRTQ_AVAIL_F_NO_INTERRUPT). */
-bool virtq_should_notify(const struct virtq *q);
+bool kvm_virtq_should_notify(const struct virtq *q);
 /* Whether chains are waiting (without consuming them). */
-bool virtq_has_avail(const struct virtq *q);
+bool kvm_virtq_has_avail(const struct virtq *q);
 
 /* Copies up to len bytes of the chain's readable part, starting at byte `off`, into dst;
  * returns the count copied. */
-uint64_t virtq_chain_read(const struct virtq_chain *c, uint64_t off, void *dst, uint64_t len);
+uint64_t kvm_virtq_chain_read(const struct virtq_chain *c, uint64_t off, void *dst, uint64_t len);
 /* Copies up to len bytes into the chain's writable part starting at byte `off`; returns
  * the count copied. */
-uint64_t virtq_chain_write(const struct virtq_chain *c, uint64_t off, const void *src,
-                           uint64_t len);
+uint64_t kvm_virtq_chain_write(const struct virtq_chain *c, uint64_t off, const void *src,
+                               uint64_t len);
 
 #endif

@@ -192,8 +192,8 @@ int vmm_kvm_probe(struct al_error *err)
     }
     /* Long mode with the same page tables and GDT a Linux guest gets. */
     struct guest_mem gm = {.fd = -1};
-    gm_layout(&gm, mem, memsz);
-    if (x86_setup_long_mode(&gm, &sregs) < 0) {
+    kvm_gm_layout(&gm, mem, memsz);
+    if (kvm_x86_setup_long_mode(&gm, &sregs) < 0) {
         rc = al_error_set(err, -ENOMEM, "probe memory too small");
         goto out;
     }
@@ -233,21 +233,21 @@ out:
     return rc;
 }
 
-void vm_register_pio(struct vmm_kvm *vm, struct pio_dev *d)
+void kvm_vm_register_pio(struct vmm_kvm *vm, struct pio_dev *d)
 {
     if (vm->n_pio >= VM_MAX_PIO)
         al_die("too many port-I/O devices");
     vm->pio[vm->n_pio++] = d;
 }
 
-void vm_register_mmio(struct vmm_kvm *vm, struct mmio_dev *d)
+void kvm_vm_register_mmio(struct vmm_kvm *vm, struct mmio_dev *d)
 {
     if (vm->n_mmio >= VM_MAX_MMIO)
         al_die("too many MMIO devices");
     vm->mmio[vm->n_mmio++] = d;
 }
 
-void vm_irq_line(struct vmm_kvm *vm, uint32_t irq, int level)
+void kvm_vm_irq_line(struct vmm_kvm *vm, uint32_t irq, int level)
 {
     struct kvm_irq_level l = {.irq = irq, .level = (uint32_t)level};
     if (ioctl(vm->vm_fd, KVM_IRQ_LINE, &l) < 0)
@@ -265,7 +265,7 @@ static void vm__kick_all(struct vmm_kvm *vm)
     }
 }
 
-int vm_pause(struct vmm_kvm *vm)
+int kvm_vm_pause(struct vmm_kvm *vm)
 {
     pthread_mutex_lock(&vm->pause_lock);
     vm->pause_req = true;
@@ -282,7 +282,7 @@ int vm_pause(struct vmm_kvm *vm)
     return rc;
 }
 
-void vm_resume(struct vmm_kvm *vm)
+void kvm_vm_resume(struct vmm_kvm *vm)
 {
     pthread_mutex_lock(&vm->pause_lock);
     vm->pause_req = false;
@@ -304,7 +304,7 @@ static void vm__maybe_park(struct vmm_kvm *vm)
     pthread_mutex_unlock(&vm->pause_lock);
 }
 
-void vm_request_exit(struct vmm_kvm *vm, enum vmm_kvm_exit why)
+void kvm_vm_request_exit(struct vmm_kvm *vm, enum vmm_kvm_exit why)
 {
     int none = VMM_KVM_EXIT_NONE;
     if (!atomic_compare_exchange_strong(&vm->exit_reason, &none, (int)why))
@@ -320,7 +320,7 @@ void vm_request_exit(struct vmm_kvm *vm, enum vmm_kvm_exit why)
 
 void vmm_kvm_stop(struct vmm_kvm *vm)
 {
-    vm_request_exit(vm, VMM_KVM_EXIT_STOPPED);
+    kvm_vm_request_exit(vm, VMM_KVM_EXIT_STOPPED);
 }
 
 /* ---- guest memory and boot ------------------------------------------------------------ */
@@ -355,7 +355,7 @@ static int vm__setup_memory(struct vmm_kvm *vm, struct al_error *err)
         mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, vm->mem_fd, 0);
     if (base == MAP_FAILED)
         return al_error_set(err, -errno, "cannot map guest memory: %s", strerror(errno));
-    gm_layout(&vm->gm, base, size);
+    kvm_gm_layout(&vm->gm, base, size);
     vm->gm.fd = vm->mem_fd;
     for (int i = 0; i < vm->gm.n; i++) {
         struct kvm_userspace_memory_region r = {
@@ -387,7 +387,7 @@ static int vm__restore_memory(struct vmm_kvm *vm, const char *dir, struct al_err
         mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, vm->mem_fd, 0);
     if (base == MAP_FAILED)
         return al_error_set(err, -errno, "cannot map %s: %s", path, strerror(errno));
-    gm_layout(&vm->gm, base, size);
+    kvm_gm_layout(&vm->gm, base, size);
     vm->gm.fd = vm->mem_fd;
     for (int i = 0; i < vm->gm.n; i++) {
         struct kvm_userspace_memory_region r = {
@@ -423,20 +423,20 @@ static int vm__load_kernel(struct vmm_kvm *vm, uint64_t *entry, struct al_error 
         }
     }
     char cmdline[4096], devs[512];
-    if (devices_cmdline(&vm->cfg, devs, sizeof devs) < 0 ||
+    if (kvm_devices_cmdline(&vm->cfg, devs, sizeof devs) < 0 ||
         snprintf(cmdline, sizeof cmdline, "%s%s",
                  vm->cfg.cmdline ? vm->cfg.cmdline : VM_DEFAULT_CMDLINE,
                  devs) >= (int)sizeof cmdline) {
         rc = al_error_set(err, -E2BIG, "kernel command line too long");
     } else {
-        rc = boot_load_linux(&vm->gm, k, klen, i, ilen, cmdline, entry, err);
+        rc = kvm_boot_load_linux(&vm->gm, k, klen, i, ilen, cmdline, entry, err);
     }
     munmap(k, klen);
     if (i)
         munmap(i, ilen);
     if (rc < 0)
         return al_error_prefix(err, "loading %s", vm->cfg.kernel);
-    rc = x86_write_mptable(&vm->gm, (uint32_t)vm->nvcpus);
+    rc = kvm_x86_write_mptable(&vm->gm, (uint32_t)vm->nvcpus);
     if (rc < 0)
         return al_error_set(err, rc, "cannot write the MP table for %d vCPUs", vm->nvcpus);
     return 0;
@@ -461,16 +461,16 @@ static int vm__setup_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct kvm_c
     if (!cpuid)
         return al_error_set(err, -ENOMEM, "out of memory");
     memcpy(cpuid, supported, csz);
-    x86_cpuid_fixup(cpuid, (uint32_t)c->index, (uint32_t)vm->nvcpus);
+    kvm_x86_cpuid_fixup(cpuid, (uint32_t)c->index, (uint32_t)vm->nvcpus);
     if (ioctl(c->fd, KVM_SET_CPUID2, cpuid) < 0)
         return al_error_set(err, -errno, "KVM_SET_CPUID2: %s", strerror(errno));
     if (snap)
-        return snap_restore_vcpu(vm, c, snap, err);
+        return kvm_snap_restore_vcpu(vm, c, snap, err);
 
     al_autofree struct kvm_msrs *msrs = calloc(1, sizeof *msrs + 16 * sizeof(struct kvm_msr_entry));
     if (!msrs)
         return al_error_set(err, -ENOMEM, "out of memory");
-    msrs->nmsrs = (uint32_t)x86_boot_msrs(msrs->entries, 16);
+    msrs->nmsrs = (uint32_t)kvm_x86_boot_msrs(msrs->entries, 16);
     int set = ioctl(c->fd, KVM_SET_MSRS, msrs);
     if (set < 0)
         return al_error_set(err, -errno, "KVM_SET_MSRS: %s", strerror(errno));
@@ -481,7 +481,7 @@ static int vm__setup_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct kvm_c
     struct kvm_lapic_state lapic;
     if (ioctl(c->fd, KVM_GET_LAPIC, &lapic) < 0)
         return al_error_set(err, -errno, "KVM_GET_LAPIC: %s", strerror(errno));
-    x86_lapic_setup(&lapic);
+    kvm_x86_lapic_setup(&lapic);
     if (ioctl(c->fd, KVM_SET_LAPIC, &lapic) < 0)
         return al_error_set(err, -errno, "KVM_SET_LAPIC: %s", strerror(errno));
 
@@ -491,16 +491,16 @@ static int vm__setup_vcpu(struct vmm_kvm *vm, struct vcpu *c, const struct kvm_c
     struct kvm_sregs sregs;
     if (ioctl(c->fd, KVM_GET_SREGS, &sregs) < 0)
         return al_error_set(err, -errno, "KVM_GET_SREGS: %s", strerror(errno));
-    if (x86_setup_long_mode(&vm->gm, &sregs) < 0)
+    if (kvm_x86_setup_long_mode(&vm->gm, &sregs) < 0)
         return al_error_set(err, -ENOMEM, "guest memory too small for page tables");
     if (ioctl(c->fd, KVM_SET_SREGS, &sregs) < 0)
         return al_error_set(err, -errno, "KVM_SET_SREGS: %s", strerror(errno));
     struct kvm_regs regs;
-    x86_setup_regs(&regs, entry, BOOT_ZERO_PAGE);
+    kvm_x86_setup_regs(&regs, entry, BOOT_ZERO_PAGE);
     if (ioctl(c->fd, KVM_SET_REGS, &regs) < 0)
         return al_error_set(err, -errno, "KVM_SET_REGS: %s", strerror(errno));
     struct kvm_fpu fpu;
-    x86_setup_fpu(&fpu);
+    kvm_x86_setup_fpu(&fpu);
     if (ioctl(c->fd, KVM_SET_FPU, &fpu) < 0)
         return al_error_set(err, -errno, "KVM_SET_FPU: %s", strerror(errno));
     return 0;
@@ -575,9 +575,9 @@ static void *vm__vcpu_thread(void *arg)
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 
     struct al_error err = {0};
-    if (confine_thread(CONFINE_VCPU, &err) < 0) {
+    if (kvm_confine_thread(CONFINE_VCPU, &err) < 0) {
         al_error("vCPU %d: %s", c->index, al_error_str(&err));
-        vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
+        kvm_vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
         return NULL;
     }
 
@@ -590,7 +590,7 @@ static void *vm__vcpu_thread(void *arg)
                 continue;
             }
             al_error("vCPU %d: KVM_RUN: %s", c->index, strerror(errno));
-            vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
+            kvm_vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
             break;
         }
         struct kvm_run *run = c->run;
@@ -603,33 +603,33 @@ static void *vm__vcpu_thread(void *arg)
             break;
         case KVM_EXIT_SHUTDOWN:
             al_info("vCPU %d: guest shutdown (triple fault): treating as reset", c->index);
-            vm_request_exit(vm, VMM_KVM_EXIT_RESET);
+            kvm_vm_request_exit(vm, VMM_KVM_EXIT_RESET);
             break;
         case KVM_EXIT_SYSTEM_EVENT:
             if (run->system_event.type == KVM_SYSTEM_EVENT_SHUTDOWN)
-                vm_request_exit(vm, VMM_KVM_EXIT_POWEROFF);
+                kvm_vm_request_exit(vm, VMM_KVM_EXIT_POWEROFF);
             else
-                vm_request_exit(vm, VMM_KVM_EXIT_RESET);
+                kvm_vm_request_exit(vm, VMM_KVM_EXIT_RESET);
             break;
         case KVM_EXIT_HLT:
             /* With the in-kernel LAPIC, HLT does not exit; if it does, nothing will wake us. */
             al_error("vCPU %d: halted with no way to wake", c->index);
-            vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
+            kvm_vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
             break;
         case KVM_EXIT_FAIL_ENTRY:
             al_error("vCPU %d: KVM_EXIT_FAIL_ENTRY, hardware reason 0x%llx", c->index,
                      (unsigned long long)run->fail_entry.hardware_entry_failure_reason);
-            vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
+            kvm_vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
             break;
         case KVM_EXIT_INTERNAL_ERROR:
             al_error("vCPU %d: KVM internal error, suberror %u", c->index, run->internal.suberror);
-            vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
+            kvm_vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
             break;
         case KVM_EXIT_INTR:
             break;
         default:
             al_error("vCPU %d: unexpected exit reason %u", c->index, run->exit_reason);
-            vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
+            kvm_vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
             break;
         }
     }
@@ -644,7 +644,7 @@ int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struc
     struct snap_state snap_st = {0}, *snap = NULL;
     struct vmm_kvm_config c2 = *cfg;
     if (cfg->restore_dir) {
-        int rc = snap_read(cfg->restore_dir, &snap_st, err);
+        int rc = kvm_snap_read(cfg->restore_dir, &snap_st, err);
         if (rc < 0)
             return rc;
         snap = &snap_st;
@@ -664,7 +664,7 @@ int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struc
 
     struct vmm_kvm *vm = calloc(1, sizeof *vm);
     if (!vm) {
-        snap_free(&snap_st);
+        kvm_snap_free(&snap_st);
         return al_error_set(err, -ENOMEM, "out of memory");
     }
     vm->restored = snap != NULL;
@@ -762,7 +762,7 @@ int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struc
     }
     free(supported);
 
-    rc = evloop_init(&vm->loop);
+    rc = kvm_evloop_init(&vm->loop);
     if (rc < 0) {
         al_error_set(err, rc, "event loop: %s", strerror(-rc));
         goto fail;
@@ -779,26 +779,26 @@ int vmm_kvm_create(const struct vmm_kvm_config *cfg, struct vmm_kvm **out, struc
     }
     if (!cfg->console_log && cfg->console_fd > 2)
         vm->console_fd = cfg->console_fd; /* handed in; closed with the VM */
-    vm->serial = serial_new(vm, 0x3f8, 4, vm->console_fd >= 0 ? vm->console_fd : STDERR_FILENO);
+    vm->serial = kvm_serial_new(vm, 0x3f8, 4, vm->console_fd >= 0 ? vm->console_fd : STDERR_FILENO);
     if (!vm->serial) {
         rc = al_error_set(err, -ENOMEM, "out of memory");
         goto fail;
     }
-    legacy_register(vm);
-    rc = devices_create(vm, err);
+    kvm_legacy_register(vm);
+    rc = kvm_devices_create(vm, err);
     if (rc < 0)
         goto fail;
     if (snap) {
-        rc = snap_restore_vm(vm, snap, cfg->restore_dir, err);
+        rc = kvm_snap_restore_vm(vm, snap, cfg->restore_dir, err);
         if (rc < 0)
             goto fail;
-        snap_free(snap);
+        kvm_snap_free(snap);
     }
 
     *out = vm;
     return 0;
 fail:
-    snap_free(&snap_st);
+    kvm_snap_free(&snap_st);
     vmm_kvm_destroy(vm);
     return rc;
 }
@@ -817,7 +817,7 @@ int vmm_kvm_start(struct vmm_kvm *vm, struct al_error *err)
     sigaddset(&set, VM_KICK_SIGNAL);
     pthread_sigmask(SIG_BLOCK, &set, &old);
 
-    int rc = evloop_start(&vm->loop);
+    int rc = kvm_evloop_start(&vm->loop);
     if (rc < 0)
         return al_error_set(err, rc, "cannot start the device thread: %s", strerror(-rc));
     for (int i = 0; i < vm->nvcpus; i++) {
@@ -828,7 +828,7 @@ int vmm_kvm_start(struct vmm_kvm *vm, struct al_error *err)
         rc = pthread_create(&c->thread, &attr, vm__vcpu_thread, c);
         pthread_attr_destroy(&attr);
         if (rc) {
-            vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
+            kvm_vm_request_exit(vm, VMM_KVM_EXIT_ERROR);
             return al_error_set(err, -rc, "cannot start vCPU thread %d: %s", i, strerror(rc));
         }
         c->started = true;
@@ -850,7 +850,7 @@ enum vmm_kvm_exit vmm_kvm_wait(struct vmm_kvm *vm)
             c->started = false;
         }
     }
-    evloop_stop(&vm->loop);
+    kvm_evloop_stop(&vm->loop);
     return (enum vmm_kvm_exit)atomic_load(&vm->exit_reason);
 }
 
@@ -859,11 +859,11 @@ void vmm_kvm_destroy(struct vmm_kvm *vm)
     if (!vm)
         return;
     if (atomic_load(&vm->exit_reason) == VMM_KVM_EXIT_NONE)
-        vm_request_exit(vm, VMM_KVM_EXIT_STOPPED);
+        kvm_vm_request_exit(vm, VMM_KVM_EXIT_STOPPED);
     vmm_kvm_wait(vm);
-    devices_destroy(vm);
-    serial_free(vm->serial);
-    evloop_free(&vm->loop);
+    kvm_devices_destroy(vm);
+    kvm_serial_free(vm->serial);
+    kvm_evloop_free(&vm->loop);
     for (int i = 0; i < vm->nvcpus; i++) {
         struct vcpu *c = &vm->vcpus[i];
         if (c->run)
@@ -892,7 +892,7 @@ void vmm_kvm_destroy(struct vmm_kvm *vm)
 
 int vmm_kvm_pause(struct vmm_kvm *vm, struct al_error *err)
 {
-    int rc = vm_pause(vm);
+    int rc = kvm_vm_pause(vm);
     if (rc < 0)
         return al_error_set(err, rc, "the VM has ended");
     return 0;
@@ -900,7 +900,7 @@ int vmm_kvm_pause(struct vmm_kvm *vm, struct al_error *err)
 
 void vmm_kvm_resume(struct vmm_kvm *vm)
 {
-    vm_resume(vm);
+    kvm_vm_resume(vm);
 }
 
 int vmm_kvm_exit_fd(const struct vmm_kvm *vm)

@@ -49,19 +49,19 @@ struct evloop {
     struct ev_timer *timers[EVLOOP_MAX_TIMERS];
     int ntimers;
 };
-int evloop_init(struct evloop *l);
-int evloop_add(struct evloop *l, struct ev_handler *h, uint32_t events);
-int evloop_mod(struct evloop *l, struct ev_handler *h, uint32_t events);
-void evloop_del(struct evloop *l, struct ev_handler *h);
+int kvm_evloop_init(struct evloop *l);
+int kvm_evloop_add(struct evloop *l, struct ev_handler *h, uint32_t events);
+int kvm_evloop_mod(struct evloop *l, struct ev_handler *h, uint32_t events);
+void kvm_evloop_del(struct evloop *l, struct ev_handler *h);
 /* Events already taken for h (from the device thread) are stale: h now serves another fd. */
-void evloop_forget(struct evloop *l, struct ev_handler *h);
-/* Registers t (before evloop_start); -ENOSPC past EVLOOP_MAX_TIMERS. */
-int evloop_timer_add(struct evloop *l, struct ev_timer *t);
+void kvm_evloop_forget(struct evloop *l, struct ev_handler *h);
+/* Registers t (before kvm_evloop_start); -ENOSPC past EVLOOP_MAX_TIMERS. */
+int kvm_evloop_timer_add(struct evloop *l, struct ev_timer *t);
 /* Unregisters t (the loop stopped, or from the device thread); idempotent. */
-void evloop_timer_del(struct evloop *l, struct ev_timer *t);
-int evloop_start(struct evloop *l);
-void evloop_stop(struct evloop *l);
-void evloop_free(struct evloop *l);
+void kvm_evloop_timer_del(struct evloop *l, struct ev_timer *t);
+int kvm_evloop_start(struct evloop *l);
+void kvm_evloop_stop(struct evloop *l);
+void kvm_evloop_free(struct evloop *l);
 
 /* ---- buses ---------------------------------------------------------------------------- */
 struct pio_dev {
@@ -126,26 +126,26 @@ struct vmm_kvm {
     int console_fd;
 };
 
-void vm_register_pio(struct vmm_kvm *vm, struct pio_dev *d);
-void vm_register_mmio(struct vmm_kvm *vm, struct mmio_dev *d);
+void kvm_vm_register_pio(struct vmm_kvm *vm, struct pio_dev *d);
+void kvm_vm_register_mmio(struct vmm_kvm *vm, struct mmio_dev *d);
 /* Records why the VM ends (the first reason wins) and kicks every vCPU out of KVM_RUN. */
-void vm_request_exit(struct vmm_kvm *vm, enum vmm_kvm_exit why);
+void kvm_vm_request_exit(struct vmm_kvm *vm, enum vmm_kvm_exit why);
 /* Parks every vCPU outside KVM_RUN with its state consistent (pending I/O completed);
- * 0, or -ECANCELED if the VM ended meanwhile. vm_resume lets them run again. */
-int vm_pause(struct vmm_kvm *vm);
-void vm_resume(struct vmm_kvm *vm);
+ * 0, or -ECANCELED if the VM ended meanwhile. kvm_vm_resume lets them run again. */
+int kvm_vm_pause(struct vmm_kvm *vm);
+void kvm_vm_resume(struct vmm_kvm *vm);
 /* Level of an interrupt line of the in-kernel irqchip (PIC + IOAPIC). */
-void vm_irq_line(struct vmm_kvm *vm, uint32_t irq, int level);
+void kvm_vm_irq_line(struct vmm_kvm *vm, uint32_t irq, int level);
 
 /* ---- legacy devices (legacy.c) --------------------------------------------------------- */
 struct serial;
-struct serial *serial_new(struct vmm_kvm *vm, uint16_t base, uint32_t irq, int out_fd);
-void serial_free(struct serial *s);
-void legacy_register(struct vmm_kvm *vm); /* i8042, CMOS, POST port */
+struct serial *kvm_serial_new(struct vmm_kvm *vm, uint16_t base, uint32_t irq, int out_fd);
+void kvm_serial_free(struct serial *s);
+void kvm_legacy_register(struct vmm_kvm *vm); /* i8042, CMOS, POST port */
 struct serial_snap {
     uint8_t ier, lcr, mcr, scr, dll, dlm, fcr, thri_pending;
 };
-void serial_save(struct serial *s, struct serial_snap *out);
-void serial_load(struct serial *s, const struct serial_snap *in);
+void kvm_serial_save(struct serial *s, struct serial_snap *out);
+void kvm_serial_load(struct serial *s, const struct serial_snap *in);
 
 #endif

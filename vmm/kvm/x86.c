@@ -7,14 +7,14 @@
 
 #include "vmm/kvm/boot.h"
 
-uint64_t x86_gdt_entry(uint16_t flags, uint32_t base, uint32_t limit)
+uint64_t kvm_x86_gdt_entry(uint16_t flags, uint32_t base, uint32_t limit)
 {
     return (((uint64_t)base & 0xff000000u) << (56 - 24)) | (((uint64_t)flags & 0x0000f0ffu) << 40) |
            (((uint64_t)limit & 0x000f0000u) << (48 - 16)) | (((uint64_t)base & 0x00ffffffu) << 16) |
            ((uint64_t)limit & 0x0000ffffu);
 }
 
-void x86_segment_from_gdt(uint64_t e, uint16_t selector, struct kvm_segment *s)
+void kvm_x86_segment_from_gdt(uint64_t e, uint16_t selector, struct kvm_segment *s)
 {
     memset(s, 0, sizeof *s);
     s->base = (uint32_t)(((e >> 16) & 0xffffff) | (((e >> 56) & 0xff) << 24));
@@ -32,19 +32,19 @@ void x86_segment_from_gdt(uint64_t e, uint16_t selector, struct kvm_segment *s)
     s->unusable = !s->present;
 }
 
-int x86_setup_long_mode(const struct guest_mem *gm, struct kvm_sregs *sregs)
+int kvm_x86_setup_long_mode(const struct guest_mem *gm, struct kvm_sregs *sregs)
 {
     uint64_t gdt[5] = {
         0,
         0,
-        x86_gdt_entry(0xa09b, 0, 0xfffff), /* 0x10: 64-bit code */
-        x86_gdt_entry(0xc093, 0, 0xfffff), /* 0x18: data */
-        x86_gdt_entry(0x808b, 0, 0xfffff), /* 0x20: TSS (busy) */
+        kvm_x86_gdt_entry(0xa09b, 0, 0xfffff), /* 0x10: 64-bit code */
+        kvm_x86_gdt_entry(0xc093, 0, 0xfffff), /* 0x18: data */
+        kvm_x86_gdt_entry(0x808b, 0, 0xfffff), /* 0x20: TSS (busy) */
     };
-    uint64_t *g = gm_ptr(gm, BOOT_GDT_ADDR, sizeof gdt);
-    uint64_t *pml4 = gm_ptr(gm, BOOT_PML4_ADDR, 4096);
-    uint64_t *pdpt = gm_ptr(gm, BOOT_PDPT_ADDR, 4096);
-    uint64_t *pd = gm_ptr(gm, BOOT_PD_ADDR, 4 * 4096);
+    uint64_t *g = kvm_gm_ptr(gm, BOOT_GDT_ADDR, sizeof gdt);
+    uint64_t *pml4 = kvm_gm_ptr(gm, BOOT_PML4_ADDR, 4096);
+    uint64_t *pdpt = kvm_gm_ptr(gm, BOOT_PDPT_ADDR, 4096);
+    uint64_t *pd = kvm_gm_ptr(gm, BOOT_PD_ADDR, 4 * 4096);
     if (!g || !pml4 || !pdpt || !pd)
         return -ENOMEM;
     memcpy(g, gdt, sizeof gdt);
@@ -61,9 +61,9 @@ int x86_setup_long_mode(const struct guest_mem *gm, struct kvm_sregs *sregs)
     }
 
     struct kvm_segment code, data, tss;
-    x86_segment_from_gdt(gdt[2], X86_BOOT_CS, &code);
-    x86_segment_from_gdt(gdt[3], X86_BOOT_DS, &data);
-    x86_segment_from_gdt(gdt[4], X86_BOOT_TSS, &tss);
+    kvm_x86_segment_from_gdt(gdt[2], X86_BOOT_CS, &code);
+    kvm_x86_segment_from_gdt(gdt[3], X86_BOOT_DS, &data);
+    kvm_x86_segment_from_gdt(gdt[4], X86_BOOT_TSS, &tss);
     sregs->cs = code;
     sregs->ds = sregs->es = sregs->fs = sregs->gs = sregs->ss = data;
     sregs->tr = tss;
@@ -81,7 +81,7 @@ int x86_setup_long_mode(const struct guest_mem *gm, struct kvm_sregs *sregs)
     return 0;
 }
 
-void x86_setup_regs(struct kvm_regs *regs, uint64_t entry, uint64_t zero_page)
+void kvm_x86_setup_regs(struct kvm_regs *regs, uint64_t entry, uint64_t zero_page)
 {
     memset(regs, 0, sizeof *regs);
     regs->rflags = 0x2;
@@ -91,14 +91,14 @@ void x86_setup_regs(struct kvm_regs *regs, uint64_t entry, uint64_t zero_page)
     regs->rbp = BOOT_STACK_TOP;
 }
 
-void x86_setup_fpu(struct kvm_fpu *fpu)
+void kvm_x86_setup_fpu(struct kvm_fpu *fpu)
 {
     memset(fpu, 0, sizeof *fpu);
     fpu->fcw = 0x37f;
     fpu->mxcsr = 0x1f80;
 }
 
-int x86_boot_msrs(struct kvm_msr_entry *e, int max)
+int kvm_x86_boot_msrs(struct kvm_msr_entry *e, int max)
 {
     static const struct {
         uint32_t index;
@@ -132,7 +132,7 @@ static unsigned x86__bits_for(uint32_t count)
     return b;
 }
 
-void x86_cpuid_fixup(struct kvm_cpuid2 *c, uint32_t index, uint32_t count)
+void kvm_x86_cpuid_fixup(struct kvm_cpuid2 *c, uint32_t index, uint32_t count)
 {
     uint32_t apic_id = index;
     for (uint32_t i = 0; i < c->nent; i++) {
@@ -182,7 +182,7 @@ void x86_cpuid_fixup(struct kvm_cpuid2 *c, uint32_t index, uint32_t count)
     }
 }
 
-void x86_lapic_setup(struct kvm_lapic_state *lapic)
+void kvm_x86_lapic_setup(struct kvm_lapic_state *lapic)
 {
     uint32_t v;
     memcpy(&v, &lapic->regs[0x350], 4); /* LVT LINT0 */
@@ -203,14 +203,14 @@ static uint8_t x86__checksum(const uint8_t *p, size_t n)
     return (uint8_t)(0x100 - s);
 }
 
-int x86_write_mptable(const struct guest_mem *gm, uint32_t ncpus)
+int kvm_x86_write_mptable(const struct guest_mem *gm, uint32_t ncpus)
 {
     const size_t fp_len = 16, hdr_len = 44, cpu_len = 20, bus_len = 8, ioapic_len = 8, irq_len = 8;
     size_t n_irq = X86_IOAPIC_PINS + 2; /* every pin, plus LINT0/LINT1 */
     size_t total = fp_len + hdr_len + ncpus * cpu_len + bus_len + ioapic_len + n_irq * irq_len;
     if (ncpus == 0 || ncpus > 254 || total > 0xa0000 - BOOT_EBDA_START)
         return -E2BIG;
-    uint8_t *base = gm_ptr(gm, BOOT_EBDA_START, total);
+    uint8_t *base = kvm_gm_ptr(gm, BOOT_EBDA_START, total);
     if (!base)
         return -ENOMEM;
     memset(base, 0, total);

@@ -34,25 +34,25 @@
 #define X86_IOAPIC_PINS 24
 
 /* A GDT entry from flags/base/limit (Linux's GDT_ENTRY) and the kvm_segment it describes. */
-uint64_t x86_gdt_entry(uint16_t flags, uint32_t base, uint32_t limit);
-void x86_segment_from_gdt(uint64_t entry, uint16_t selector, struct kvm_segment *seg);
+uint64_t kvm_x86_gdt_entry(uint16_t flags, uint32_t base, uint32_t limit);
+void kvm_x86_segment_from_gdt(uint64_t entry, uint16_t selector, struct kvm_segment *seg);
 
 /* Writes the GDT and 4 GiB identity page tables into guest memory and sets *sregs for
  * 64-bit mode (sregs should come from KVM_GET_SREGS so other fields keep KVM's values).
  * -ENOMEM if guest memory cannot hold them. */
-int x86_setup_long_mode(const struct guest_mem *gm, struct kvm_sregs *sregs);
+int kvm_x86_setup_long_mode(const struct guest_mem *gm, struct kvm_sregs *sregs);
 /* Registers at the entry point: rip, rsi = zero page, rsp, rflags = 2. */
-void x86_setup_regs(struct kvm_regs *regs, uint64_t entry, uint64_t zero_page);
-void x86_setup_fpu(struct kvm_fpu *fpu);
+void kvm_x86_setup_regs(struct kvm_regs *regs, uint64_t entry, uint64_t zero_page);
+void kvm_x86_setup_fpu(struct kvm_fpu *fpu);
 /* Fills up to max MSR entries for a vCPU at boot; returns the count. */
-int x86_boot_msrs(struct kvm_msr_entry *e, int max);
+int kvm_x86_boot_msrs(struct kvm_msr_entry *e, int max);
 /* Adjusts KVM's supported CPUID for vCPU `index` of `count`: APIC ids, topology leaves,
  * hypervisor bit, PMU hidden. */
-void x86_cpuid_fixup(struct kvm_cpuid2 *c, uint32_t index, uint32_t count);
+void kvm_x86_cpuid_fixup(struct kvm_cpuid2 *c, uint32_t index, uint32_t count);
 /* LINT0 = ExtINT (the PIC), LINT1 = NMI, as a BIOS leaves them. */
-void x86_lapic_setup(struct kvm_lapic_state *lapic);
+void kvm_x86_lapic_setup(struct kvm_lapic_state *lapic);
 /* Writes an MP table (floating pointer + configuration table) at BOOT_EBDA_START for
  * `ncpus` CPUs and the IOAPIC; -E2BIG if it does not fit in the EBDA. */
-int x86_write_mptable(const struct guest_mem *gm, uint32_t ncpus);
+int kvm_x86_write_mptable(const struct guest_mem *gm, uint32_t ncpus);
 
 #endif

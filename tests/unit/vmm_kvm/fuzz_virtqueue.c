@@ -2,7 +2,7 @@
  *
  * Input: byte 0 picks the target, byte 1 the queue size (log2), the rest is guest memory
  * (64 KiB; rings at fixed addresses, descriptors and data wherever the input points).
- *   0: raw virtq_pop/push and the chain copy helpers
+ *   0: raw kvm_virtq_pop/push and the chain copy helpers
  *   1: virtio-blk requests through the transport (a small scratch disk)
  *   2: virtio-vsock packets (transmit and receive queues)
  *   3: register writes: (u16 offset, u32 value) records replayed on a virtio-blk device,
@@ -68,32 +68,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     if (mode == 0) {
         struct virtq q;
-        virtq_reset(&q);
+        kvm_virtq_reset(&q);
         q.size = qsz;
         q.desc_gpa = FZ_DESC;
         q.avail_gpa = FZ_AVAIL;
         q.used_gpa = FZ_USED;
-        if (virtq_activate(&q, &vm->gm) == 0) {
+        if (kvm_virtq_activate(&q, &vm->gm) == 0) {
             q.ready = true;
             static struct virtq_chain c;
             uint8_t scratch[512];
             for (int i = 0; i < 600; i++) {
-                int rc = virtq_pop(&q, &vm->gm, &c);
+                int rc = kvm_virtq_pop(&q, &vm->gm, &c);
                 if (rc == 0 || rc == -EIO)
                     break;
                 if (rc < 0)
                     continue;
-                virtq_chain_read(&c, i % 7, scratch, sizeof scratch);
-                virtq_chain_write(&c, i % 5, scratch, sizeof scratch);
-                virtq_push(&q, c.head, (uint32_t)c.in_len);
-                (void)virtq_should_notify(&q);
+                kvm_virtq_chain_read(&c, i % 7, scratch, sizeof scratch);
+                kvm_virtq_chain_write(&c, i % 5, scratch, sizeof scratch);
+                kvm_virtq_push(&q, c.head, (uint32_t)c.in_len);
+                (void)kvm_virtq_should_notify(&q);
             }
         }
     } else if (mode == 1 || mode == 3) {
         fz_make_disk();
         vm->cfg.disk = fz_disk;
         vm->cfg.disk_overlay = fz_over;
-        struct virtio_dev *d = vblk_create(vm, 0, 5, NULL);
+        struct virtio_dev *d = kvm_vblk_create(vm, 0, 5, NULL);
         if (d) {
             if (mode == 1) {
                 vqd_setup(d, 0, qsz, FZ_DESC, FZ_AVAIL, FZ_USED, 1u << 9);
@@ -110,11 +110,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     (void)r;
                 }
             }
-            vblk_destroy(d);
+            kvm_vblk_destroy(d);
         }
     } else {
         vm->cfg.guest_cid = 3;
-        struct virtio_dev *d = vsock_create(vm, 0, 7, NULL);
+        struct virtio_dev *d = kvm_vsock_create(vm, 0, 7, NULL);
         if (d) {
             for (int qi = 0; qi < 3; qi++)
                 vqd_setup(d, qi, qsz, FZ_Q(qi), FZ_Q(qi) + 0x400, FZ_Q(qi) + 0x800, 0);
@@ -122,7 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             vqd_w(d, 0x50, 0); /* receive */
             vqd_w(d, 0x50, 2); /* event */
             vqd_w(d, 0x50, 1);
-            vsock_destroy(d);
+            kvm_vsock_destroy(d);
         }
     }
     vqd_free_vm(vm);

@@ -16,7 +16,7 @@ static struct guest_mem gm;
 static void setup(void)
 {
     mem = calloc(1, MEM);
-    gm_layout(&gm, mem, MEM);
+    kvm_gm_layout(&gm, mem, MEM);
     gm.fd = -1;
 }
 
@@ -57,7 +57,7 @@ START_TEST(bzimage_valid_header)
     uint8_t *k = fake_bzimage(4096, &len);
     struct bzimage_info bi;
     struct al_error err = {0};
-    ck_assert_int_eq(boot_parse_bzimage(k, len, &bi, &err), 0);
+    ck_assert_int_eq(kvm_boot_parse_bzimage(k, len, &bi, &err), 0);
     ck_assert_uint_eq(bi.version, 0x020f);
     ck_assert_uint_eq(bi.setup_size, 5 * 512);
     ck_assert_uint_eq(bi.kernel_size, 4096);
@@ -73,32 +73,32 @@ START_TEST(bzimage_rejects_bad_images)
     struct al_error err = {0};
     uint8_t *k = fake_bzimage(4096, &len);
 
-    ck_assert_int_eq(boot_parse_bzimage(k, 100, &bi, &err), -EINVAL);
+    ck_assert_int_eq(kvm_boot_parse_bzimage(k, 100, &bi, &err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "too small"));
 
     k[BP_HEADER] = 'X';
-    ck_assert_int_eq(boot_parse_bzimage(k, len, &bi, &err), -EINVAL);
+    ck_assert_int_eq(kvm_boot_parse_bzimage(k, len, &bi, &err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "not a bzImage"));
     k[BP_HEADER] = 'H';
 
     k[BP_VERSION] = 0x0b; /* 2.11 */
-    ck_assert_int_eq(boot_parse_bzimage(k, len, &bi, &err), -EINVAL);
+    ck_assert_int_eq(kvm_boot_parse_bzimage(k, len, &bi, &err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "too old"));
     k[BP_VERSION] = 0x0f;
 
     k[BP_XLOADFLAGS] = 0;
-    ck_assert_int_eq(boot_parse_bzimage(k, len, &bi, &err), -EINVAL);
+    ck_assert_int_eq(kvm_boot_parse_bzimage(k, len, &bi, &err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "64-bit"));
     k[BP_XLOADFLAGS] = XLF_KERNEL_64;
 
     k[BP_SETUP_SECTS] = 200; /* setup larger than the file */
-    ck_assert_int_eq(boot_parse_bzimage(k, len, &bi, &err), -EINVAL);
+    ck_assert_int_eq(kvm_boot_parse_bzimage(k, len, &bi, &err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "truncated"));
     k[BP_SETUP_SECTS] = 4;
 
     uint32_t small = 16; /* init_size below the kernel size */
     memcpy(k + BP_INIT_SIZE, &small, 4);
-    ck_assert_int_eq(boot_parse_bzimage(k, len, &bi, &err), -EINVAL);
+    ck_assert_int_eq(kvm_boot_parse_bzimage(k, len, &bi, &err), -EINVAL);
     free(k);
 }
 END_TEST
@@ -119,7 +119,8 @@ START_TEST(load_linux_fills_zero_page)
     uint64_t entry = 0;
     struct al_error err = {0};
     ck_assert_int_eq(
-        boot_load_linux(&gm, k, len, initrd, sizeof initrd, "console=ttyS0 x=1", &entry, &err), 0);
+        kvm_boot_load_linux(&gm, k, len, initrd, sizeof initrd, "console=ttyS0 x=1", &entry, &err),
+        0);
     ck_assert_uint_eq(entry, BOOT_HIMEM_START + 0x200);
     /* The protected-mode kernel is at 1 MiB. */
     ck_assert_int_eq(memcmp(mem + BOOT_HIMEM_START, k + 5 * 512, 8192), 0);
@@ -156,21 +157,21 @@ START_TEST(load_linux_errors_are_explained)
     char *longcmd = malloc(3000);
     memset(longcmd, 'a', 2999);
     longcmd[2999] = 0;
-    ck_assert_int_eq(boot_load_linux(&gm, k, len, NULL, 0, longcmd, &entry, &err), -E2BIG);
+    ck_assert_int_eq(kvm_boot_load_linux(&gm, k, len, NULL, 0, longcmd, &entry, &err), -E2BIG);
     ck_assert_ptr_nonnull(strstr(err.msg, "command line"));
     free(longcmd);
 
     /* An initrd that cannot fit between the kernel and the end of RAM. */
     size_t big = MEM - (5u << 20);
     uint8_t *initrd = calloc(1, big);
-    ck_assert_int_eq(boot_load_linux(&gm, k, len, initrd, big, "", &entry, &err), -ENOMEM);
+    ck_assert_int_eq(kvm_boot_load_linux(&gm, k, len, initrd, big, "", &entry, &err), -ENOMEM);
     ck_assert_ptr_nonnull(strstr(err.msg, "initrd"));
     free(initrd);
 
     /* Memory too small for the kernel's init_size. */
     uint32_t huge = 200u << 20;
     memcpy(k + BP_INIT_SIZE, &huge, 4);
-    ck_assert_int_eq(boot_load_linux(&gm, k, len, NULL, 0, "", &entry, &err), -ENOMEM);
+    ck_assert_int_eq(kvm_boot_load_linux(&gm, k, len, NULL, 0, "", &entry, &err), -ENOMEM);
     ck_assert_ptr_nonnull(strstr(err.msg, "memory too small"));
     free(k);
 }
@@ -179,13 +180,13 @@ END_TEST
 START_TEST(e820_splits_around_the_gap)
 {
     struct guest_mem big;
-    gm_layout(&big, (uint8_t *)0x1000, 4ull << 30); /* never dereferenced */
+    kvm_gm_layout(&big, (uint8_t *)0x1000, 4ull << 30); /* never dereferenced */
     ck_assert_int_eq(big.n, 2);
     ck_assert_uint_eq(big.r[0].size, GM_GAP_START);
     ck_assert_uint_eq(big.r[1].gpa, GM_4G);
     ck_assert_uint_eq(big.r[1].size, (4ull << 30) - GM_GAP_START);
     struct e820_entry e[E820_MAX];
-    int n = boot_e820(&big, e, E820_MAX);
+    int n = kvm_boot_e820(&big, e, E820_MAX);
     ck_assert_int_eq(n, 5);
     ck_assert_uint_eq(e[0].addr, 0);
     ck_assert_uint_eq(e[0].size, BOOT_EBDA_START);
@@ -198,12 +199,12 @@ END_TEST
 
 START_TEST(gm_ptr_bounds)
 {
-    ck_assert_ptr_eq(gm_ptr(&gm, 0, MEM), mem);
-    ck_assert_ptr_null(gm_ptr(&gm, 0, MEM + 1ull));
-    ck_assert_ptr_null(gm_ptr(&gm, MEM, 1));
-    ck_assert_ptr_nonnull(gm_ptr(&gm, MEM, 0));
-    ck_assert_ptr_null(gm_ptr(&gm, UINT64_MAX, 2));      /* wraps */
-    ck_assert_ptr_null(gm_ptr(&gm, 16, UINT64_MAX - 8)); /* wraps */
+    ck_assert_ptr_eq(kvm_gm_ptr(&gm, 0, MEM), mem);
+    ck_assert_ptr_null(kvm_gm_ptr(&gm, 0, MEM + 1ull));
+    ck_assert_ptr_null(kvm_gm_ptr(&gm, MEM, 1));
+    ck_assert_ptr_nonnull(kvm_gm_ptr(&gm, MEM, 0));
+    ck_assert_ptr_null(kvm_gm_ptr(&gm, UINT64_MAX, 2));      /* wraps */
+    ck_assert_ptr_null(kvm_gm_ptr(&gm, 16, UINT64_MAX - 8)); /* wraps */
 }
 END_TEST
 
@@ -211,7 +212,7 @@ START_TEST(long_mode_state)
 {
     struct kvm_sregs s;
     memset(&s, 0, sizeof s);
-    ck_assert_int_eq(x86_setup_long_mode(&gm, &s), 0);
+    ck_assert_int_eq(kvm_x86_setup_long_mode(&gm, &s), 0);
     ck_assert(s.cr0 & X86_CR0_PG);
     ck_assert(s.cr0 & X86_CR0_PE);
     ck_assert(s.cr4 & X86_CR4_PAE);
@@ -232,7 +233,7 @@ START_TEST(long_mode_state)
     /* The GDT entry for CS decodes back to the segment. */
     uint64_t *gdt = (uint64_t *)(mem + BOOT_GDT_ADDR);
     struct kvm_segment seg;
-    x86_segment_from_gdt(gdt[2], 0x10, &seg);
+    kvm_x86_segment_from_gdt(gdt[2], 0x10, &seg);
     ck_assert_uint_eq(seg.type, 0xb);
     ck_assert_uint_eq(seg.s, 1);
     ck_assert_uint_eq(seg.g, 1);
@@ -242,16 +243,16 @@ END_TEST
 START_TEST(regs_fpu_msrs)
 {
     struct kvm_regs r;
-    x86_setup_regs(&r, 0x100200, BOOT_ZERO_PAGE);
+    kvm_x86_setup_regs(&r, 0x100200, BOOT_ZERO_PAGE);
     ck_assert_uint_eq(r.rip, 0x100200);
     ck_assert_uint_eq(r.rsi, BOOT_ZERO_PAGE);
     ck_assert_uint_eq(r.rflags, 2);
     struct kvm_fpu f;
-    x86_setup_fpu(&f);
+    kvm_x86_setup_fpu(&f);
     ck_assert_uint_eq(f.fcw, 0x37f);
     ck_assert_uint_eq(f.mxcsr, 0x1f80);
     struct kvm_msr_entry e[16];
-    int n = x86_boot_msrs(e, 16);
+    int n = kvm_x86_boot_msrs(e, 16);
     ck_assert_int_ge(n, 8);
     int saw_misc = 0, saw_mtrr = 0;
     for (int i = 0; i < n; i++) {
@@ -265,7 +266,7 @@ START_TEST(regs_fpu_msrs)
         }
     }
     ck_assert(saw_misc && saw_mtrr);
-    ck_assert_int_eq(x86_boot_msrs(e, 3), 3); /* bounded by max */
+    ck_assert_int_eq(kvm_x86_boot_msrs(e, 3), 3); /* bounded by max */
 }
 END_TEST
 
@@ -279,7 +280,7 @@ START_TEST(cpuid_topology)
     c->entries[3] = (struct kvm_cpuid_entry2){.function = 0xb, .index = 2};
     c->entries[4] = (struct kvm_cpuid_entry2){.function = 0xa, .eax = 0x7300403};
     c->entries[5] = (struct kvm_cpuid_entry2){.function = 0x80000008, .ecx = 0x7007};
-    x86_cpuid_fixup(c, 2, 4);
+    kvm_x86_cpuid_fixup(c, 2, 4);
     ck_assert_uint_eq(c->entries[0].ebx >> 24, 2);          /* APIC id */
     ck_assert_uint_eq((c->entries[0].ebx >> 16) & 0xff, 4); /* logical count */
     ck_assert_uint_eq(c->entries[0].ebx & 0xffff, 0x0800);  /* CLFLUSH size kept */
@@ -293,7 +294,7 @@ START_TEST(cpuid_topology)
     ck_assert_uint_eq(c->entries[3].ecx, 2);
     ck_assert_uint_eq(c->entries[4].eax, 0); /* no PMU */
     ck_assert_uint_eq(c->entries[5].ecx & 0xff, 3);
-    x86_cpuid_fixup(c, 0, 1);
+    kvm_x86_cpuid_fixup(c, 0, 1);
     ck_assert(!(c->entries[0].edx & (1u << 28))); /* one CPU: no HTT */
     free(c);
 }
@@ -303,7 +304,7 @@ START_TEST(lapic_lints)
 {
     struct kvm_lapic_state l;
     memset(&l, 0xff, sizeof l);
-    x86_lapic_setup(&l);
+    kvm_x86_lapic_setup(&l);
     uint32_t v0, v1;
     memcpy(&v0, &l.regs[0x350], 4);
     memcpy(&v1, &l.regs[0x360], 4);
@@ -322,7 +323,7 @@ static uint8_t sum(const uint8_t *p, size_t n)
 
 START_TEST(mptable_is_valid)
 {
-    ck_assert_int_eq(x86_write_mptable(&gm, 4), 0);
+    ck_assert_int_eq(kvm_x86_write_mptable(&gm, 4), 0);
     uint8_t *fp = mem + BOOT_EBDA_START;
     ck_assert_int_eq(memcmp(fp, "_MP_", 4), 0);
     ck_assert_uint_eq(sum(fp, 16), 0);
@@ -344,8 +345,8 @@ START_TEST(mptable_is_valid)
     ck_assert_uint_eq(p[0], 1); /* bus */
     ck_assert_uint_eq(p[8], 2); /* IOAPIC */
     ck_assert_uint_eq(p[9], 4); /* its id follows the CPUs */
-    ck_assert_int_eq(x86_write_mptable(&gm, 0), -E2BIG);
-    ck_assert_int_eq(x86_write_mptable(&gm, 255), -E2BIG);
+    ck_assert_int_eq(kvm_x86_write_mptable(&gm, 0), -E2BIG);
+    ck_assert_int_eq(kvm_x86_write_mptable(&gm, 255), -E2BIG);
 }
 END_TEST
 

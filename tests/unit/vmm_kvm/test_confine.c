@@ -21,7 +21,7 @@ static uint32_t verdict(enum confine_role role, int nr, uint64_t a1)
 {
     struct sock_filter *prog = NULL;
     size_t len = 0;
-    ck_assert_int_eq(confine_filter(role, AL_SC_KILL, &prog, &len), 0);
+    ck_assert_int_eq(kvm_confine_filter(role, AL_SC_KILL, &prog, &len), 0);
     uint32_t v = al_test_bpf_run(prog, len, X86_64, nr, 3, a1, 0, NULL);
     free(prog);
     return v;
@@ -70,7 +70,7 @@ START_TEST(other_architectures_are_killed)
 {
     struct sock_filter *prog = NULL;
     size_t len = 0;
-    ck_assert_int_eq(confine_filter(CONFINE_DEVICES, AL_SC_LOG, &prog, &len), 0);
+    ck_assert_int_eq(kvm_confine_filter(CONFINE_DEVICES, AL_SC_LOG, &prog, &len), 0);
     ck_assert_uint_eq(al_test_bpf_run(prog, len, AUDIT_ARCH_I386, 3, 0, 0, 0, NULL), AL_SC_KILL);
     ck_assert_uint_eq(al_test_bpf_run(prog, len, X86_64, 0x40000000 | __NR_read, 0, 0, 0, NULL),
                       AL_SC_KILL);
@@ -85,7 +85,7 @@ START_TEST(kernel_kills_a_forbidden_call)
 {
     struct sock_filter *prog = NULL;
     size_t len = 0;
-    ck_assert_int_eq(confine_filter(CONFINE_VCPU, AL_SC_KILL, &prog, &len), 0);
+    ck_assert_int_eq(kvm_confine_filter(CONFINE_VCPU, AL_SC_KILL, &prog, &len), 0);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {

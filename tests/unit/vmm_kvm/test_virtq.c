@@ -22,12 +22,12 @@ static struct virtq q;
 static void setup(void)
 {
     vm = vqd_fake_vm(MEM);
-    virtq_reset(&q);
+    kvm_virtq_reset(&q);
     q.size = QSZ;
     q.desc_gpa = DESC;
     q.avail_gpa = AVAIL;
     q.used_gpa = USED;
-    ck_assert_int_eq(virtq_activate(&q, &vm->gm), 0);
+    ck_assert_int_eq(kvm_virtq_activate(&q, &vm->gm), 0);
     q.ready = true;
 }
 
@@ -39,13 +39,13 @@ static void teardown(void)
 START_TEST(pop_simple_chain)
 {
     struct virtq_chain c;
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), 0); /* nothing available */
+    ck_assert_int_eq(kvm_virtq_pop(&q, &vm->gm, &c), 0); /* nothing available */
     vqd_desc(vm, DESC, 0, DATA, 16, VIRTQ_DESC_F_NEXT, 1);
     vqd_desc(vm, DESC, 1, DATA + 16, 100, VIRTQ_DESC_F_NEXT | VIRTQ_DESC_F_WRITE, 2);
     vqd_desc(vm, DESC, 2, DATA + 200, 1, VIRTQ_DESC_F_WRITE, 0);
     vqd_avail(vm, AVAIL, QSZ, 0);
-    ck_assert(virtq_has_avail(&q));
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), 1);
+    ck_assert(kvm_virtq_has_avail(&q));
+    ck_assert_int_eq(kvm_virtq_pop(&q, &vm->gm, &c), 1);
     ck_assert_uint_eq(c.head, 0);
     ck_assert_uint_eq(c.n_out, 1);
     ck_assert_uint_eq(c.n_in, 2);
@@ -55,18 +55,18 @@ START_TEST(pop_simple_chain)
     /* chain helpers copy across segments and stop at the end */
     uint8_t buf[200];
     memset(vm->gm.base + DATA, 7, 16);
-    ck_assert_uint_eq(virtq_chain_read(&c, 10, buf, 100), 6);
+    ck_assert_uint_eq(kvm_virtq_chain_read(&c, 10, buf, 100), 6);
     memset(buf, 9, sizeof buf);
-    ck_assert_uint_eq(virtq_chain_write(&c, 99, buf, 10), 2);
+    ck_assert_uint_eq(kvm_virtq_chain_write(&c, 99, buf, 10), 2);
     ck_assert_uint_eq(vm->gm.base[DATA + 16 + 99], 9);
     ck_assert_uint_eq(vm->gm.base[DATA + 200], 9);
-    virtq_push(&q, c.head, 101);
+    kvm_virtq_push(&q, c.head, 101);
     ck_assert_uint_eq(vqd_used_idx(vm, USED), 1);
     uint32_t id, len;
     vqd_used_elem(vm, USED, QSZ, 0, &id, &len);
     ck_assert_uint_eq(id, 0);
     ck_assert_uint_eq(len, 101);
-    ck_assert(!virtq_has_avail(&q));
+    ck_assert(!kvm_virtq_has_avail(&q));
 }
 END_TEST
 
@@ -76,12 +76,12 @@ START_TEST(pop_rejects_loops)
     vqd_desc(vm, DESC, 0, DATA, 16, VIRTQ_DESC_F_NEXT, 1);
     vqd_desc(vm, DESC, 1, DATA, 16, VIRTQ_DESC_F_NEXT, 0); /* 0 -> 1 -> 0 ... */
     vqd_avail(vm, AVAIL, QSZ, 0);
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EINVAL);
+    ck_assert_int_eq(kvm_virtq_pop(&q, &vm->gm, &c), -EINVAL);
     ck_assert_uint_eq(vqd_used_idx(vm, USED), 1); /* handed back with length 0 */
     /* self loop */
     vqd_desc(vm, DESC, 3, DATA, 16, VIRTQ_DESC_F_NEXT, 3);
     vqd_avail(vm, AVAIL, QSZ, 3);
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EINVAL);
+    ck_assert_int_eq(kvm_virtq_pop(&q, &vm->gm, &c), -EINVAL);
     ck_assert(!q.broken); /* a bad chain does not break the queue */
 }
 END_TEST
@@ -92,78 +92,78 @@ START_TEST(pop_rejects_bad_buffers)
     /* outside guest memory */
     vqd_desc(vm, DESC, 0, MEM - 8, 16, 0, 0);
     vqd_avail(vm, AVAIL, QSZ, 0);
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EINVAL);
+    ck_assert_int_eq(kvm_virtq_pop(&q, &vm->gm, &c), -EINVAL);
     /* wrapping address */
     vqd_desc(vm, DESC, 0, UINT64_MAX - 4, 16, 0, 0);
     vqd_avail(vm, AVAIL, QSZ, 0);
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EINVAL);
+    ck_assert_int_eq(kvm_virtq_pop(&q, &vm->gm, &c), -EINVAL);
     /* readable after writable */
     vqd_desc(vm, DESC, 0, DATA, 16, VIRTQ_DESC_F_NEXT | VIRTQ_DESC_F_WRITE, 1);
     vqd_desc(vm, DESC, 1, DATA, 16, 0, 0);
     vqd_avail(vm, AVAIL, QSZ, 0);
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EINVAL);
+    ck_assert_int_eq(kvm_virtq_pop(&q, &vm->gm, &c), -EINVAL);
     /* indirect (not offered) */
     vqd_desc(vm, DESC, 0, DATA, 16, VIRTQ_DESC_F_INDIRECT, 0);
     vqd_avail(vm, AVAIL, QSZ, 0);
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EINVAL);
+    ck_assert_int_eq(kvm_virtq_pop(&q, &vm->gm, &c), -EINVAL);
     /* next out of range */
     vqd_desc(vm, DESC, 0, DATA, 16, VIRTQ_DESC_F_NEXT, QSZ);
     vqd_avail(vm, AVAIL, QSZ, 0);
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EINVAL);
+    ck_assert_int_eq(kvm_virtq_pop(&q, &vm->gm, &c), -EINVAL);
     /* head out of range: nothing to return */
     uint16_t before = vqd_used_idx(vm, USED);
     vqd_avail(vm, AVAIL, QSZ, 100);
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EINVAL);
+    ck_assert_int_eq(kvm_virtq_pop(&q, &vm->gm, &c), -EINVAL);
     ck_assert_uint_eq(vqd_used_idx(vm, USED), before);
     /* still usable afterwards */
     vqd_desc(vm, DESC, 0, DATA, 16, 0, 0);
     vqd_avail(vm, AVAIL, QSZ, 0);
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), 1);
+    ck_assert_int_eq(kvm_virtq_pop(&q, &vm->gm, &c), 1);
 }
 END_TEST
 
 START_TEST(avail_index_jump_breaks_queue)
 {
     struct virtq_chain c;
-    uint16_t *a = gm_ptr(&vm->gm, AVAIL, 4);
+    uint16_t *a = kvm_gm_ptr(&vm->gm, AVAIL, 4);
     a[1] = QSZ + 1; /* claims more entries than the ring holds */
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EIO);
+    ck_assert_int_eq(kvm_virtq_pop(&q, &vm->gm, &c), -EIO);
     ck_assert(q.broken);
-    ck_assert_int_eq(virtq_pop(&q, &vm->gm, &c), -EIO);
-    ck_assert(!virtq_has_avail(&q));
+    ck_assert_int_eq(kvm_virtq_pop(&q, &vm->gm, &c), -EIO);
+    ck_assert(!kvm_virtq_has_avail(&q));
 }
 END_TEST
 
 START_TEST(activate_checks_layout)
 {
     struct virtq b;
-    virtq_reset(&b);
+    kvm_virtq_reset(&b);
     b.size = 3; /* not a power of two */
     b.desc_gpa = DESC;
     b.avail_gpa = AVAIL;
     b.used_gpa = USED;
-    ck_assert_int_eq(virtq_activate(&b, &vm->gm), -EINVAL);
+    ck_assert_int_eq(kvm_virtq_activate(&b, &vm->gm), -EINVAL);
     b.size = 512; /* above the maximum */
-    ck_assert_int_eq(virtq_activate(&b, &vm->gm), -EINVAL);
+    ck_assert_int_eq(kvm_virtq_activate(&b, &vm->gm), -EINVAL);
     b.size = 8;
     b.desc_gpa = DESC + 8; /* misaligned */
-    ck_assert_int_eq(virtq_activate(&b, &vm->gm), -EINVAL);
+    ck_assert_int_eq(kvm_virtq_activate(&b, &vm->gm), -EINVAL);
     b.desc_gpa = MEM - 16; /* ring runs past RAM */
-    ck_assert_int_eq(virtq_activate(&b, &vm->gm), -EINVAL);
+    ck_assert_int_eq(kvm_virtq_activate(&b, &vm->gm), -EINVAL);
     b.desc_gpa = DESC;
     b.used_gpa = USED + 2;
-    ck_assert_int_eq(virtq_activate(&b, &vm->gm), -EINVAL);
+    ck_assert_int_eq(kvm_virtq_activate(&b, &vm->gm), -EINVAL);
     b.used_gpa = USED;
-    ck_assert_int_eq(virtq_activate(&b, &vm->gm), 0);
+    ck_assert_int_eq(kvm_virtq_activate(&b, &vm->gm), 0);
 }
 END_TEST
 
 START_TEST(no_interrupt_flag)
 {
-    uint16_t *a = gm_ptr(&vm->gm, AVAIL, 4);
-    ck_assert(virtq_should_notify(&q));
+    uint16_t *a = kvm_gm_ptr(&vm->gm, AVAIL, 4);
+    ck_assert(kvm_virtq_should_notify(&q));
     a[0] = VIRTQ_AVAIL_F_NO_INTERRUPT;
-    ck_assert(!virtq_should_notify(&q));
+    ck_assert(!kvm_virtq_should_notify(&q));
 }
 END_TEST
 
@@ -186,14 +186,14 @@ static struct virtio_dev *make_blk(bool ro)
     vm->cfg.disk_overlay = ro ? NULL : over_path;
     vm->cfg.disk_readonly = ro;
     struct al_error err = {0};
-    struct virtio_dev *d = vblk_create(vm, 0, 5, &err);
+    struct virtio_dev *d = kvm_vblk_create(vm, 0, 5, &err);
     ck_assert_msg(d != NULL, "%s", err.msg);
     return d;
 }
 
 static void drop_blk(struct virtio_dev *d)
 {
-    vblk_destroy(d);
+    kvm_vblk_destroy(d);
     unlink(base_path);
     unlink(over_path);
 }
@@ -207,10 +207,10 @@ struct blk_hdr {
 static uint8_t blk_request(struct virtio_dev *d, uint32_t type, uint64_t sector, uint32_t len,
                            uint16_t head)
 {
-    struct blk_hdr *h = gm_ptr(&vm->gm, DATA, sizeof *h);
+    struct blk_hdr *h = kvm_gm_ptr(&vm->gm, DATA, sizeof *h);
     h->type = type;
     h->sector = sector;
-    uint8_t *st = gm_ptr(&vm->gm, DATA + 0x80, 1);
+    uint8_t *st = kvm_gm_ptr(&vm->gm, DATA + 0x80, 1);
     *st = 0xee;
     uint16_t data_flags = VIRTQ_DESC_F_NEXT | (type == 0 ? VIRTQ_DESC_F_WRITE : 0);
     vqd_desc(vm, DESC, head, DATA, 16, VIRTQ_DESC_F_NEXT, (uint16_t)(head + 1));
@@ -231,11 +231,11 @@ START_TEST(transport_negotiation)
     ck_assert_uint_eq(vqd_r(d, 0x10), 1); /* VERSION_1 in the high word */
     /* capacity in config space, read byte-wise and beyond the end */
     uint8_t b[8];
-    virtio_mmio_read(d, 0x100, b, 8);
+    kvm_virtio_mmio_read(d, 0x100, b, 8);
     uint64_t cap;
     memcpy(&cap, b, 8);
     ck_assert_uint_eq(cap, 16);
-    virtio_mmio_read(d, 0x100 + 4000, b, 4);
+    kvm_virtio_mmio_read(d, 0x100 + 4000, b, 4);
     ck_assert_uint_eq(b[0], 0);
     /* a driver that does not accept VERSION_1 does not get FEATURES_OK */
     vqd_w(d, 0x70, 0);
@@ -268,7 +268,7 @@ START_TEST(transport_negotiation)
     ck_assert_uint_eq(vqd_r(d, 0x34), 0);
     /* odd-sized register accesses are ignored */
     uint8_t one = 0;
-    virtio_mmio_write(d, 0x70, &one, 1);
+    kvm_virtio_mmio_write(d, 0x70, &one, 1);
     ck_assert_uint_eq(vqd_r(d, 0x70), 0xf);
     drop_blk(d);
 }
@@ -278,7 +278,7 @@ START_TEST(blk_read_write_cow)
 {
     struct virtio_dev *d = make_blk(false);
     ck_assert_uint_eq(vqd_setup(d, 0, QSZ, DESC, AVAIL, USED, 0), 0xf);
-    uint8_t *data = gm_ptr(&vm->gm, DATA + 0x100, 2048);
+    uint8_t *data = kvm_gm_ptr(&vm->gm, DATA + 0x100, 2048);
     ck_assert_uint_eq(blk_request(d, 0, 2, 1024, 0), 0); /* read sectors 2,3 */
     ck_assert_uint_eq(data[0], 'C');
     ck_assert_uint_eq(data[1023], 'D');
@@ -320,7 +320,7 @@ END_TEST
 START_TEST(rng_fills_buffers)
 {
     struct al_error err = {0};
-    struct virtio_dev *d = vrng_create(vm, 0, 8, &err);
+    struct virtio_dev *d = kvm_vrng_create(vm, 0, 8, &err);
     ck_assert_msg(d != NULL, "%s", err.msg);
     ck_assert_uint_eq(vqd_r(d, 0x8), VIRTIO_ID_RNG);
     ck_assert_uint_eq(vqd_setup(d, 0, QSZ, DESC, AVAIL, USED, 0), 0xf);
@@ -343,7 +343,7 @@ START_TEST(rng_fills_buffers)
     for (int i = 0; i < 64; i++)
         nonzero += vm->gm.base[DATA + i] != 0;
     ck_assert_int_gt(nonzero, 32);
-    vrng_destroy(d);
+    kvm_vrng_destroy(d);
 }
 END_TEST
 
@@ -351,13 +351,13 @@ START_TEST(iov_slice_bounds)
 {
     uint8_t a[10], b[20];
     struct iovec v[2] = {{a, 10}, {b, 20}}, out[4];
-    ck_assert_int_eq(iov_slice(v, 2, 5, 10, out, 4), 2);
+    ck_assert_int_eq(kvm_iov_slice(v, 2, 5, 10, out, 4), 2);
     ck_assert_ptr_eq(out[0].iov_base, a + 5);
     ck_assert_uint_eq(out[0].iov_len, 5);
     ck_assert_uint_eq(out[1].iov_len, 5);
-    ck_assert_int_eq(iov_slice(v, 2, 25, 10, out, 4), -1); /* runs past the end */
-    ck_assert_int_eq(iov_slice(v, 2, 0, 30, out, 1), -1);  /* does not fit in max */
-    ck_assert_int_eq(iov_slice(v, 2, 30, 0, out, 4), 0);
+    ck_assert_int_eq(kvm_iov_slice(v, 2, 25, 10, out, 4), -1); /* runs past the end */
+    ck_assert_int_eq(kvm_iov_slice(v, 2, 0, 30, out, 1), -1);  /* does not fit in max */
+    ck_assert_int_eq(kvm_iov_slice(v, 2, 30, 0, out, 4), 0);
 }
 END_TEST
 

@@ -41,8 +41,8 @@ static void setup(void)
     vm->cfg.vsock[0] = (struct vmm_kvm_vsock_port){.port = 1024, .path = path};
     vm->cfg.n_vsock = 1;
     struct al_error err = {0};
-    dev = vsock_create(vm, 0, 7, &err);
-    ck_assert_msg(dev, "vsock_create: %s", al_error_str(&err));
+    dev = kvm_vsock_create(vm, 0, 7, &err);
+    ck_assert_msg(dev, "kvm_vsock_create: %s", al_error_str(&err));
     for (int qi = 0; qi < 3; qi++)
         ck_assert_uint_eq(vqd_setup(dev, qi, QSZ, Q(qi), Q(qi) + 0x400, Q(qi) + 0x800, 0) & 4, 4);
     /* Receive buffers for the device's packets to the guest. */
@@ -50,13 +50,13 @@ static void setup(void)
         vqd_desc(vm, Q(0), i, RXBUF(i), 0x100, VIRTQ_DESC_F_WRITE, 0);
         vqd_avail(vm, Q(0) + 0x400, QSZ, i);
     }
-    ck_assert_int_eq(evloop_start(&vm->loop), 0);
+    ck_assert_int_eq(kvm_evloop_start(&vm->loop), 0);
 }
 
 static void teardown(void)
 {
-    evloop_stop(&vm->loop);
-    vsock_destroy(dev);
+    kvm_evloop_stop(&vm->loop);
+    kvm_vsock_destroy(dev);
     vqd_free_vm(vm);
     unlink(path);
 }
@@ -70,7 +70,7 @@ static int guest_ops(uint16_t *ops, int max)
         uint32_t id, len;
         vqd_used_elem(vm, Q(0) + 0x800, QSZ, (uint16_t)i, &id, &len);
         ck_assert_uint_ge(len, HDR_LEN);
-        memcpy(&ops[i], (uint8_t *)gm_ptr(&vm->gm, RXBUF(id), HDR_LEN) + OP_AT, 2);
+        memcpy(&ops[i], (uint8_t *)kvm_gm_ptr(&vm->gm, RXBUF(id), HDR_LEN) + OP_AT, 2);
     }
     pthread_mutex_unlock(&dev->lock);
     return n;

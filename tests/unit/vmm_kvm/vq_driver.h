@@ -16,15 +16,15 @@ static inline struct vmm_kvm *vqd_fake_vm(size_t mem_size)
     struct vmm_kvm *vm = calloc(1, sizeof *vm);
     uint8_t *mem = calloc(1, mem_size);
     vm->kvm_fd = vm->vm_fd = vm->mem_fd = vm->console_fd = vm->exit_fd = -1;
-    gm_layout(&vm->gm, mem, mem_size);
+    kvm_gm_layout(&vm->gm, mem, mem_size);
     vm->gm.fd = -1;
-    evloop_init(&vm->loop);
+    kvm_evloop_init(&vm->loop);
     return vm;
 }
 
 static inline void vqd_free_vm(struct vmm_kvm *vm)
 {
-    evloop_free(&vm->loop);
+    kvm_evloop_free(&vm->loop);
     free(vm->gm.base);
     free(vm);
 }
@@ -32,13 +32,13 @@ static inline void vqd_free_vm(struct vmm_kvm *vm)
 static inline uint32_t vqd_r(struct virtio_dev *d, uint64_t off)
 {
     uint32_t v;
-    virtio_mmio_read(d, off, (uint8_t *)&v, 4);
+    kvm_virtio_mmio_read(d, off, (uint8_t *)&v, 4);
     return v;
 }
 
 static inline void vqd_w(struct virtio_dev *d, uint64_t off, uint32_t v)
 {
-    virtio_mmio_write(d, off, (const uint8_t *)&v, 4);
+    kvm_virtio_mmio_write(d, off, (const uint8_t *)&v, 4);
 }
 
 /* For qi 0: resets and negotiates VERSION_1 (+ extra low features); then sets up queue qi
@@ -72,7 +72,7 @@ static inline uint32_t vqd_setup(struct virtio_dev *d, int qi, uint16_t size, ui
 static inline void vqd_desc(struct vmm_kvm *vm, uint64_t table, uint16_t i, uint64_t addr,
                             uint32_t len, uint16_t flags, uint16_t next)
 {
-    struct virtq_desc *d = gm_ptr(&vm->gm, table + 16ull * i, 16);
+    struct virtq_desc *d = kvm_gm_ptr(&vm->gm, table + 16ull * i, 16);
     d->addr = addr;
     d->len = len;
     d->flags = flags;
@@ -82,21 +82,21 @@ static inline void vqd_desc(struct vmm_kvm *vm, uint64_t table, uint16_t i, uint
 /* Appends head to the available ring (size entries) and bumps its index. */
 static inline void vqd_avail(struct vmm_kvm *vm, uint64_t avail, uint16_t size, uint16_t head)
 {
-    uint16_t *a = gm_ptr(&vm->gm, avail, 4 + 2ull * size);
+    uint16_t *a = kvm_gm_ptr(&vm->gm, avail, 4 + 2ull * size);
     a[2 + (a[1] % size)] = head;
     a[1]++;
 }
 
 static inline uint16_t vqd_used_idx(struct vmm_kvm *vm, uint64_t used)
 {
-    uint16_t *u = gm_ptr(&vm->gm, used, 4);
+    uint16_t *u = kvm_gm_ptr(&vm->gm, used, 4);
     return u[1];
 }
 
 static inline void vqd_used_elem(struct vmm_kvm *vm, uint64_t used, uint16_t size, uint16_t i,
                                  uint32_t *id, uint32_t *len)
 {
-    uint32_t *e = gm_ptr(&vm->gm, used + 4 + 8ull * (i % size), 8);
+    uint32_t *e = kvm_gm_ptr(&vm->gm, used + 4 + 8ull * (i % size), 8);
     *id = e[0];
     *len = e[1];
 }
