@@ -442,6 +442,14 @@ static void conn__limit_event(struct egress_conn *c, const char *reason)
     egress_audit_w(c->w->e, &w);
 }
 
+/* A connection the sandbox holds (not reset at once): the peak it reached. */
+static void conn__peak(struct egress_sandbox *sb, uint32_t conns)
+{
+    unsigned cur = atomic_load(&sb->conns_peak);
+    while (conns > cur && !atomic_compare_exchange_weak(&sb->conns_peak, &cur, conns))
+        ;
+}
+
 void egress_conn_accept(struct egress_worker *w, int fd, const struct sockaddr_storage *peer)
 {
     struct egress *e = w->e;
@@ -541,10 +549,12 @@ void egress_conn_accept(struct egress_worker *w, int fd, const struct sockaddr_s
             c->verdict = v;
             c->t_decided = al_now_ns();
             egress_conn_set_dialled(c, &c->dst);
+            conn__peak(c->sb, conns);
             conn__start_connect(c);
             return;
         }
     }
+    conn__peak(c->sb, conns);
     egress_conn_deadline(c, e->cfg.header_timeout_ms);
     /* A TLS or HTTP client speaks right after the handshake, so its first bytes are usually
      * here already: read them now, and let epoll watch the socket only when they are not

@@ -581,7 +581,7 @@ int egress_reload(struct egress *e, json_t *report)
     return failed;
 }
 
-static json_t *core__sandbox_json(struct egress_sandbox *sb)
+static json_t *core__sandbox_json(struct egress *e, struct egress_sandbox *sb)
 {
     struct egress_policy *p = egress_sandbox_policy(sb);
     json_t *a = json_array();
@@ -591,31 +591,53 @@ static json_t *core__sandbox_json(struct egress_sandbox *sb)
         json_array_append_new(a, json_string(t));
     }
     json_t *o = json_pack(
-        "{s:s,s:s?,s:o,s:{s:s?,s:s?,s:s?},s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I}}", "id", sb->id,
+        "{s:s,s:s?,s:o,s:{s:s?,s:s?,s:s?},s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}}", "id", sb->id,
         "template", sb->template_name[0] ? sb->template_name : NULL, "addresses", a, "policy",
         "name", p ? egress_policy_name(p) : NULL, "hash", p ? egress_policy_hash(p) : NULL, "file",
         sb->policy_file[0] ? sb->policy_file : NULL, "stats", "connections",
-        (json_int_t)atomic_load(&sb->conns), "memory", (json_int_t)atomic_load(&sb->mem), "allowed",
-        (json_int_t)atomic_load(&sb->n_allowed), "denied", (json_int_t)atomic_load(&sb->n_denied),
-        "dns_queries", (json_int_t)atomic_load(&sb->n_dns), "bytes_up",
-        (json_int_t)atomic_load(&sb->bytes_up), "bytes_down",
+        (json_int_t)atomic_load(&sb->conns), "connections_peak",
+        (json_int_t)atomic_load(&sb->conns_peak), "memory", (json_int_t)atomic_load(&sb->mem),
+        "allowed", (json_int_t)atomic_load(&sb->n_allowed), "denied",
+        (json_int_t)atomic_load(&sb->n_denied), "dns_queries", (json_int_t)atomic_load(&sb->n_dns),
+        "bytes_up", (json_int_t)atomic_load(&sb->bytes_up), "bytes_down",
         (json_int_t)atomic_load(&sb->bytes_down));
     egress_policy_unref(p);
     if (o && sb->network)
         json_object_set(o, "network", sb->network);
+    /* The tokens left in its buckets now (full = the burst): a caller that needs a full
+     * bucket (a test before a flood, an operator after one) waits for it by asking. */
+    uint64_t now = al_now_ns();
+    const struct egress_config *c = &e->cfg;
+    if (o)
+        json_object_set_new(
+            o, "buckets",
+            json_pack("{s:I,s:I,s:I}", "dns",
+                      (json_int_t)egress_rate_tokens(&sb->dns_tat, c->dns_rate, c->dns_burst, now),
+                      "audit_allow",
+                      (json_int_t)egress_rate_tokens(&sb->audit_allow_tat, c->audit_allow_rate,
+                                                     c->audit_allow_burst, now),
+                      "audit_deny",
+                      (json_int_t)egress_rate_tokens(&sb->audit_deny_tat, c->audit_deny_rate,
+                                                     c->audit_deny_burst, now)));
     return o;
 }
 
+struct core__list {
+    struct egress *e;
+    json_t *a;
+};
+
 static void core__list_one(struct egress_sandbox *sb, void *arg)
 {
-    json_array_append_new((json_t *)arg, core__sandbox_json(sb));
+    struct core__list *l = arg;
+    json_array_append_new(l->a, core__sandbox_json(l->e, sb));
 }
 
 json_t *egress_sandboxes_json(struct egress *e)
 {
-    json_t *a = json_array();
-    egress_registry_each(e->reg, core__list_one, a);
-    return a;
+    struct core__list l = {e, json_array()};
+    egress_registry_each(e->reg, core__list_one, &l);
+    return l.a;
 }
 
 json_t *egress_stats_json(struct egress *e, const char *id)
@@ -624,7 +646,7 @@ json_t *egress_stats_json(struct egress *e, const char *id)
         struct egress_sandbox *sb = egress_registry_by_id(e->reg, id);
         if (!sb)
             return NULL;
-        json_t *o = core__sandbox_json(sb);
+        json_t *o = core__sandbox_json(e, sb);
         egress_sandbox_put(sb);
         return o;
     }

@@ -28,6 +28,24 @@ bool egress_rate_admit(atomic_uint_fast64_t *tat, uint32_t rate, uint32_t burst,
     }
 }
 
+uint32_t egress_rate_tokens(const atomic_uint_fast64_t *tat, uint32_t rate, uint32_t burst,
+                            uint64_t now_ns)
+{
+    uint32_t full = burst ? burst : 1;
+    if (rate == 0)
+        return full;
+    uint64_t t = 1000000000ull / rate;
+    if (t == 0)
+        t = 1;
+    uint64_t span = t * full;
+    uint64_t cur = atomic_load((atomic_uint_fast64_t *)tat);
+    uint64_t owed = cur > now_ns ? cur - now_ns : 0; /* time until the bucket is full */
+    if (owed >= span)
+        return 0;
+    /* Admission takes one t of the span per token (egress_rate_admit's test). */
+    return (uint32_t)((span - owed) / t);
+}
+
 /* One aggregated `limit` record. */
 static void rl__record(struct egress *e, struct egress_sandbox *sb, const char *reason,
                        uint64_t suppressed, int64_t limit)

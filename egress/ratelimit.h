@@ -24,6 +24,11 @@ struct egress_sandbox;
 /* GCRA: admits an event at now_ns when the bucket (rate per second, burst) has a token.
  * tat is the bucket's whole state (0 = full). */
 bool egress_rate_admit(atomic_uint_fast64_t *tat, uint32_t rate, uint32_t burst, uint64_t now_ns);
+/* The tokens the bucket holds at now_ns (burst when full, and when rate is 0: unlimited):
+ * what egress_rate_admit would admit at once. The admin API shows it so that a test or an
+ * operator can wait for a bucket to be full instead of guessing its refill time. */
+uint32_t egress_rate_tokens(const atomic_uint_fast64_t *tat, uint32_t rate, uint32_t burst,
+                            uint64_t now_ns);
 
 /* A DNS query of sb: true when within the sandbox's rate. When not, it is counted (reason
  * dns_rate_limit) and the caller answers REFUSED without a record of its own. */

@@ -75,6 +75,9 @@ struct egress_sandbox {
 
     /* Live figures (limits and stats). */
     atomic_uint conns;
+    /* The most connections it held at once: a bound shown as it was kept, which a sample
+     * of `conns` could miss (those reset at once beyond the cap + slack are not held). */
+    atomic_uint conns_peak;
     atomic_size_t mem;
     atomic_uint_fast64_t n_allowed, n_denied, n_dns, bytes_up, bytes_down;
     atomic_uint_fast64_t limit_events; /* for rate-limiting audit of repeated limit hits */

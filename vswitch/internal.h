@@ -76,6 +76,11 @@ struct vswitch {
     unsigned pool_fillers;
     bool pool_stop;
     pthread_cond_t pool_cv;
+    /* Called by vswitch_pool_fill after each network it made, with mu released: a test
+     * pauses the fill there to show what others can do while it is provably in progress.
+     * NULL outside tests (set before the fill starts). */
+    void (*fill_step)(struct vswitch *vs, void *arg);
+    void *fill_step_arg;
     /* Half-made networks, oldest first (min(VS_STAGE_MAX, pool_size) of them). */
     struct vs_staged stage[VS_STAGE_MAX];
     size_t stage_n;

@@ -448,6 +448,8 @@ int vswitch_pool_fill(struct vswitch *vs, struct al_error *err)
             break;
         vs->pool[vs->pool_n++] = net;
         pthread_mutex_unlock(&vs->mu); /* (others' chance: lookups, the pool's count) */
+        if (vs->fill_step)
+            vs->fill_step(vs, vs->fill_step_arg);
         pthread_mutex_lock(&vs->mu);
     }
     int ready = (int)vs->pool_n;

@@ -174,8 +174,12 @@ ew_match "a broken file on reload is reported, the policy stays" '"failed":\[\{"
   ew_admin POST /v1/reload
 ew_match "still the last good one" '"server": "evil"' ew_curl 2 --resolve other.test:80:203.0.113.11 http://other.test/file3
 cp "$EW_TMP/p1.yaml" "$EW_TMP/file-policy.yaml"
+reloads() { ew_audit type=policy event=reload sandbox=sbx-f | wc -l; }
+reloads_before=$(reloads)
 kill -HUP "${EW_PIDS[egress]}"
-sleep 0.5
+# The reload's own record says it happened (not a pause that a busy machine could outlast).
+hup_done() { [ "$(reloads)" -gt "$reloads_before" ]; }
+al_wait_until 60 hup_done || true
 ew_match "SIGHUP reloads too" '"server": "good"' ew_curl 2 http://allowed.test/file4
 
 ew_note "admin API access"

@@ -6,9 +6,10 @@ Servers (run inside the test world's namespaces, never anywhere else):
       UDP+TCP DNS with answers from ZONE.json (re-read on change):
       {"name": {"A": ["203.0.113.10"], "AAAA": [], "ttl": 30,
                 "seq": [{"A": [...]}, {"A": [...]}],   # answers per query, cycling (rebinding)
-                "cname": "other.name", "rcode": "NXDOMAIN", "delay": 1.5}}
+                "cname": "other.name", "rcode": "NXDOMAIN", "delay": 1.5, "hold": "/tmp/go"}}
       "*.name" answers every name one label below (when no exact entry); "delay" answers
-      UDP queries that many seconds late (without holding up other queries).
+      UDP queries that many seconds late, "hold" once the file it names exists (both without
+      holding up other queries).
       Every query is logged: "QUERY <name> <type> <peer>".
   http-server ADDR PORT --log FILE [--name N] [--cl0]
       HTTP/1.1 keep-alive server. Every request is logged ("REQ <name> <method> <target>
@@ -27,10 +28,13 @@ Clients (run inside a sandbox namespace):
   dns-query SERVER NAME TYPE [--tcp] [--timeout S] [--hex]
       prints "RCODE <rcode> ANSWERS <a,b|-> TTL <ttl>" (exit 0), or "TIMEOUT" (exit 1);
       --hex adds "REPLY <hex>": the whole reply but its id (every other field of it)
-  dns-flood SERVER COUNT NAME [--type T] [--wait S]
-      sends COUNT UDP queries at once from one socket ("{i}" in NAME becomes the query's
-      index), waits up to S seconds for the answers; prints
-      "SENT <n> NOERROR <a> NXDOMAIN <b> REFUSED <c> SERVFAIL <d> NOANSWER <e>"
+  dns-flood SERVER COUNT NAME [--type T] [--wait S] [--window W]
+      sends COUNT UDP queries from one socket ("{i}" in NAME becomes the query's index) as
+      fast as the answers come, W (64) unanswered at most so that no socket buffer on either
+      side overflows; gives up when no answer came for S seconds; prints
+      "SENT <n> NOERROR <a> NXDOMAIN <b> REFUSED <c> SERVFAIL <d> NOANSWER <e> ELAPSED_MS <t>"
+      (t: from the first query sent to the last answer received, the span within which the
+      server saw and answered them)
   raw HOST PORT DATA [--timeout S]
       sends DATA (Python escapes: \\r\\n, \\x00) and prints what comes back; the last line is
       "END eof|reset|timeout"
@@ -142,8 +146,8 @@ def dns_answer(zone, q, logpath, peer, delays=None):
     answers = b""
     count = 0
     if entry is not None:
-        if delays is not None and entry.get("delay"):
-            delays.append(float(entry["delay"]))
+        if delays is not None and (entry.get("delay") or entry.get("hold")):
+            delays.append((float(entry.get("delay") or 0), entry.get("hold")))
         rcode = RCODES.get(entry.get("rcode", "NOERROR"), 0)
         ttl = int(entry.get("ttl", 30))
         owner = b"\xc0\x0c"
@@ -165,6 +169,13 @@ def dns_answer(zone, q, logpath, peer, delays=None):
                 count += 1
     hdr = struct.pack(">HHHHHH", qid, 0x8180 | (flags & 0x0100) | rcode, 1, count, 0, 0)
     return hdr + question + answers
+
+
+def late_answer(u, resp, peer, delay, hold):
+    time.sleep(delay)
+    while hold and not os.path.exists(hold):
+        time.sleep(0.02)  # a condition (the test's go file), not a duration
+    u.sendto(resp, peer)
 
 
 def cmd_dns_server(a):
@@ -205,7 +216,8 @@ def cmd_dns_server(a):
                 delays = []
                 resp = dns_answer(zone, q, a.log, "%s:%d" % peer, delays)
                 if delays:
-                    threading.Timer(delays[0], u.sendto, args=(resp, peer)).start()
+                    threading.Thread(target=late_answer, args=(u, resp, peer) + delays[0],
+                                     daemon=True).start()
                 else:
                     u.sendto(resp, peer)
             except (ValueError, IndexError, struct.error):
@@ -276,21 +288,27 @@ def cmd_dns_query(a):
 
 def cmd_dns_flood(a):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    try:  # as root, beyond net.core.rmem_max
+        s.setsockopt(socket.SOL_SOCKET, 33, 1 << 20)  # SO_RCVBUFFORCE
+    except OSError:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
     qtype = TYPES.get(a.type.upper(), 1)
     pending = {}
-    for i in range(a.count):
-        qid = i & 0xffff
-        name = a.name.replace("{i}", str(i))
-        q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + dns_name(name) + struct.pack(">HH", qtype, 1)
-        pending[qid] = True
-        s.sendto(q, (a.server, 53))
-        if i % 50 == 49:
-            time.sleep(0.01)  # bursts of 50: no socket buffer overflows on either side
     counts = {k: 0 for k in ("NOERROR", "NXDOMAIN", "REFUSED", "SERVFAIL", "OTHER")}
-    deadline = time.time() + a.wait
-    while pending and time.time() < deadline:
-        s.settimeout(max(0.01, deadline - time.time()))
+    sent = 0
+    t0 = last = time.monotonic()
+    while sent < a.count or pending:
+        while sent < a.count and len(pending) < a.window:
+            qid = sent & 0xffff
+            name = a.name.replace("{i}", str(sent))
+            q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + dns_name(name) + \
+                struct.pack(">HH", qtype, 1)
+            pending[qid] = True
+            if sent == 0:
+                t0 = last = time.monotonic()
+            s.sendto(q, (a.server, 53))
+            sent += 1
+        s.settimeout(a.wait)
         try:
             r, peer = s.recvfrom(4096)
         except socket.timeout:
@@ -300,11 +318,12 @@ def cmd_dns_flood(a):
         rid, flags = struct.unpack(">HH", r[:4])
         if pending.pop(rid, None) is None:
             continue
+        last = time.monotonic()
         name = RNAMES.get(flags & 15, "OTHER")
         counts[name if name in counts else "OTHER"] += 1
-    print("SENT %d NOERROR %d NXDOMAIN %d REFUSED %d SERVFAIL %d NOANSWER %d" % (
-        a.count, counts["NOERROR"], counts["NXDOMAIN"], counts["REFUSED"], counts["SERVFAIL"],
-        len(pending)))
+    print("SENT %d NOERROR %d NXDOMAIN %d REFUSED %d SERVFAIL %d NOANSWER %d ELAPSED_MS %d" % (
+        sent, counts["NOERROR"], counts["NXDOMAIN"], counts["REFUSED"], counts["SERVFAIL"],
+        len(pending) + a.count - sent, int((last - t0) * 1000) + 1))
     return 0
 
 
@@ -668,6 +687,7 @@ def main():
     x = sub.add_parser("dns-flood")
     x.add_argument("server"); x.add_argument("count", type=int); x.add_argument("name")
     x.add_argument("--type", default="A"); x.add_argument("--wait", type=float, default=3)
+    x.add_argument("--window", type=int, default=64)
     x = sub.add_parser("http-server")
     x.add_argument("addr"); x.add_argument("port", type=int)
     x.add_argument("--log"); x.add_argument("--name", default="http")

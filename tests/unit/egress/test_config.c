@@ -164,6 +164,31 @@ START_TEST(rate_bucket)
 }
 END_TEST
 
+/* The tokens shown are exactly what the bucket admits at that instant. */
+START_TEST(rate_tokens_are_what_is_admitted)
+{
+    atomic_uint_fast64_t tat = 0;
+    uint64_t t0 = 1000000000000ull;
+    ck_assert_uint_eq(egress_rate_tokens(&tat, 10, 5, t0), 5);
+    for (int i = 0; i < 5; i++)
+        ck_assert(egress_rate_admit(&tat, 10, 5, t0));
+    ck_assert_uint_eq(egress_rate_tokens(&tat, 10, 5, t0), 0);
+    ck_assert_uint_eq(egress_rate_tokens(&tat, 10, 5, t0 + 99999999ull), 0);
+    ck_assert_uint_eq(egress_rate_tokens(&tat, 10, 5, t0 + 250000000ull), 2);
+    ck_assert_uint_eq(egress_rate_tokens(&tat, 10, 5, t0 + 5000000000ull), 5);
+    /* At each instant: tokens() admissions succeed, the next one fails. */
+    uint64_t at[] = {t0 + 100000000ull, t0 + 350000000ull, t0 + 360000000ull, t0 + 3000000000ull};
+    for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+        uint32_t n = egress_rate_tokens(&tat, 10, 5, at[k]);
+        for (uint32_t i = 0; i < n; i++)
+            ck_assert(egress_rate_admit(&tat, 10, 5, at[k]));
+        ck_assert(!egress_rate_admit(&tat, 10, 5, at[k]));
+        ck_assert_uint_eq(egress_rate_tokens(&tat, 10, 5, at[k]), 0);
+    }
+    ck_assert_uint_eq(egress_rate_tokens(&tat, 0, 0, t0), 1);
+}
+END_TEST
+
 /* --listener-mode, and the environment's AIRLOCK_EGRESS_LISTENER_MODE under it. */
 START_TEST(listener_mode)
 {
@@ -232,6 +257,7 @@ static Suite *suite(void)
     tcase_add_test(t, record_strings_are_sanitised);
     tcase_add_test(t, dns_and_deny_limits);
     tcase_add_test(t, rate_bucket);
+    tcase_add_test(t, rate_tokens_are_what_is_admitted);
     suite_add_tcase(s, t);
     return s;
 }

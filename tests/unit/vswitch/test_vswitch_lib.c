@@ -476,31 +476,93 @@ static void *fill_thread(void *p)
     return NULL;
 }
 
+/* A gate in the fill (vs->fill_step): the fill stops after its network number `at` until
+ * the test opens it, so the test acts while the fill is provably under way. */
+struct fill_gate {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    size_t made, at;
+    bool open;
+};
+
+static void fill_gate_step(struct vswitch *vs, void *p)
+{
+    (void)vs;
+    struct fill_gate *g = p;
+    pthread_mutex_lock(&g->m);
+    g->made++;
+    pthread_cond_broadcast(&g->c);
+    while (g->made == g->at && !g->open)
+        pthread_cond_wait(&g->c, &g->m);
+    pthread_mutex_unlock(&g->m);
+}
+
+/* Waits until the fill is held at the gate's `at`. */
+static void fill_gate_wait(struct fill_gate *g)
+{
+    pthread_mutex_lock(&g->m);
+    while (g->made < g->at)
+        pthread_cond_wait(&g->c, &g->m);
+    pthread_mutex_unlock(&g->m);
+}
+
+/* Lets the fill go on, to be held again after network `next` (0: never). */
+static void fill_gate_move(struct fill_gate *g, size_t next)
+{
+    pthread_mutex_lock(&g->m);
+    g->at = next;
+    g->open = next == 0;
+    pthread_cond_broadcast(&g->c);
+    pthread_mutex_unlock(&g->m);
+}
+
+static void *close_thread(void *p)
+{
+    vswitch_close(p);
+    return NULL;
+}
+
 START_TEST(pool_fill_yields_to_creates_and_close_waits_for_it)
 {
     world();
     struct vswitch_opts o = opts();
     o.pool_size = 64;
     struct vswitch *vs = open_ok(&o);
+    struct fill_gate g = {.m = PTHREAD_MUTEX_INITIALIZER, .c = PTHREAD_COND_INITIALIZER, .at = 3};
+    vs->fill_step = fill_gate_step;
+    vs->fill_step_arg = &g;
     struct fill_arg a = {.vs = vs, .rc = -1};
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, fill_thread, &a), 0);
-    while (vswitch_pool_ready(vs) == 0)
-        usleep(100);
-    /* The fill takes the lock per network: a sandbox gets a ready network while the fill
-     * goes on, instead of waiting for all 64. */
+    fill_gate_wait(&g);
+    /* The fill takes the lock per network: with 3 of 64 made and the fill still running, a
+     * sandbox gets one of them at once instead of waiting for all 64. */
     struct al_error e = {0};
     struct vswitch_sandbox sb = {.id = 7, .label = "seven"};
     struct vswitch_net net;
     ck_assert_int_eq(vswitch_net_create(vs, &sb, &net, &e), 0);
-    size_t ready = vswitch_pool_ready(vs);
-    ck_assert_msg(ready < 63, "the create waited for the whole fill (%zu ready after it)", ready);
-    /* Closing while the fill runs: the fill stops at its next network, close waits for it
-     * (under ASan a use after free would show here), and the pool is given back. */
+    ck_assert_uint_eq(vswitch_pool_ready(vs), 2);
+    /* Closing while the fill runs (held after its 5th network): close waits for it, the
+     * fill stops at its next network (under ASan a use after free would show here), and
+     * the pool is given back. */
+    fill_gate_move(&g, 5);
+    fill_gate_wait(&g);
     int keep = net.host_ifindex;
-    vswitch_close(vs);
+    pthread_t ct;
+    ck_assert_int_eq(pthread_create(&ct, NULL, close_thread, vs), 0);
+    /* (vs lives until the fill has returned, and the fill is held at the gate.) */
+    for (bool stop = false; !stop;) {
+        pthread_mutex_lock(&vs->mu);
+        stop = vs->pool_stop;
+        pthread_mutex_unlock(&vs->mu);
+        if (!stop)
+            sched_yield();
+    }
+    fill_gate_move(&g, 0);
+    ck_assert_int_eq(pthread_join(ct, NULL), 0);
     ck_assert_int_eq(pthread_join(t, NULL), 0);
-    ck_assert_int_ge(a.rc, 0);
+    ck_assert_int_eq(a.rc, 4); /* 5 made, 1 taken: not one more after the close */
+    ck_assert_uint_eq(g.made, 5);
 
     vs = open_ok(&o);
     ck_assert_int_eq(count_ifaces(vs, true), 0);
