@@ -33,6 +33,7 @@
 #include "policysel.h"
 #include "store.h"
 #include "templates.h"
+#include "transforms.h"
 
 /* ---- registry ------------------------------------------------------------------------ */
 
@@ -630,11 +631,25 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         cp_rest_error(req, 400, "%s", al_error_str(&err));
         return;
     }
+    /* The id first: the secrets holding its header transforms' values are named after it. */
+    char id[CP_ID_LEN + 1];
+    do {
+        cp_sandbox_id_new(id);
+    } while (cp_sandbox_get(cp, id));
+    json_t *network = req_c->network ? json_deep_copy(req_c->network) : NULL, *pending = NULL;
+    if (cp_transforms_prepare(id, "c", network, &pending, &err)) {
+        free(c);
+        json_decref(network);
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
     struct cp_policy_sel sel = {0};
     int status = 500;
-    if (cp_policy_select(cp, req_c->metadata, req_c->network, req_c->allow_internet, &req_c->who,
+    if (cp_policy_select(cp, req_c->metadata, network, req_c->allow_internet, &req_c->who,
                          c->template_dir, &sel, &status, &err)) {
         free(c);
+        json_decref(network);
+        json_decref(pending);
         cp_rest_error(req, status, "%s", al_error_str(&err));
         return;
     }
@@ -642,6 +657,8 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         req_c->timeout_given ? req_c->timeout_s : (cp->cfg.default_timeout_ms + 999) / 1000;
     if (timeout_s * 1000 > cp->cfg.max_timeout_ms) {
         free(c);
+        json_decref(network);
+        json_decref(pending);
         cp_policy_sel_free(&sel);
         cp_rest_error(req, 400,
                       "timeout %llu s is longer than this server allows (%llu s, "
@@ -650,9 +667,20 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
                       (unsigned long long)(cp->cfg.max_timeout_ms / 1000));
         return;
     }
+    /* Sealed once everything that can refuse the creation has spoken; a failure from here
+     * on deletes them (cp_transforms_drop at the teardown's end). */
+    if (cp_transforms_seal(cp, pending, &err)) {
+        free(c);
+        json_decref(network);
+        cp_policy_sel_free(&sel);
+        cp_rest_error(req, 503, "%s", al_error_str(&err));
+        return;
+    }
     struct cp_sandbox *sb = lc__new(cp);
     if (!sb) {
         free(c);
+        cp_transforms_drop(cp, network, NULL);
+        json_decref(network);
         cp_policy_sel_free(&sel);
         cp_rest_error(req, 500, "out of memory");
         return;
@@ -661,11 +689,11 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     c->timeout_s = timeout_s;
     c->env_vars = req_c->env_vars ? json_deep_copy(req_c->env_vars) : json_object();
     struct cp_sb_record *r = &sb->rec;
-    do {
-        cp_sandbox_id_new(r->id);
-    } while (cp_sandbox_get(cp, r->id));
+    snprintf(r->id, sizeof r->id, "%s", id);
+    r->network = network;
     if (cp_store_next_seq(cp->store, &r->seq, &err)) {
         cp_policy_sel_free(&sel);
+        cp_transforms_drop(cp, r->network, NULL);
         lc__create_free(c);
         cp_sb_unref(sb);
         cp_rest_error(req, 500, "%s", al_error_str(&err));
@@ -685,12 +713,12 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     r->disk_mb = (int)(cp->cfg.disk_bytes >> 20);
     json_decref(r->metadata);
     r->metadata = req_c->metadata ? json_deep_copy(req_c->metadata) : json_object();
-    r->network = req_c->network ? json_deep_copy(req_c->network) : NULL;
     snprintf(r->policy_name, sizeof r->policy_name, "%s", sel.name);
     snprintf(r->policy_hash, sizeof r->policy_hash, "%s", sel.hash);
     cp_policy_sel_free(&sel);
     if (cp_store_sb_save(cp->store, r, &err) || lc__register(sb)) {
         cp_store_sb_delete(cp->store, r->id, NULL);
+        cp_transforms_drop(cp, r->network, NULL);
         lc__create_free(c);
         cp_sb_unref(sb);
         cp_rest_error(req, 500, "cannot record the sandbox: %s", al_error_str(&err));
@@ -843,6 +871,7 @@ static void lc__td_forget(struct lc_teardown *t)
     struct al_error err = {0};
     if (cp_store_sb_delete(cp->store, sb->rec.id, &err))
         al_error("sandbox %s: %s", sb->rec.id, al_error_str(&err));
+    cp_transforms_drop(cp, sb->rec.network, NULL);
     if (sb->rec.started_ns) /* it had been created: a failed creation never was */
         cp_event_emit(sb, CP_EV_KILLED, t->op ? t->op->cause : CP_CAUSE_CRASH,
                       t->op ? t->op->key_id : NULL, NULL);

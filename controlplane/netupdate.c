@@ -2,7 +2,7 @@
  * sbx.updateNetwork() (PUT /sandboxes/{id}/network; rest.c checks the body's shape).
  *
  * Owns: E2B's replace semantics (the egress fields given replace the sandbox's, those
- * omitted are cleared: allowOut, denyOut, allow_internet_access; its other network fields,
+ * omitted are cleared: allowOut, denyOut, rules, allow_internet_access; its other network fields,
  * allowPublicTraffic, maskRequestHost, stay as created); the check against the sandbox's
  * policy (an update narrows it exactly as a creation does and can never widen it: what
  * policy_narrow() refuses is a 400 naming the entry); one update at a time per sandbox
@@ -12,7 +12,9 @@
  * again), whose refusal or silence undoes the saved change; a restart between the two is
  * healed by the resynchronisation (egressreg.c), which sends the stored fields again. Every
  * update has an id (nu_ and 16 hex digits) named by the proxy's audit records and by the
- * sandbox.lifecycle.updated event, with the API key that asked.
+ * sandbox.lifecycle.updated event, with the API key that asked. Header transforms
+ * (network.rules) are replaced too: the update's values are sealed under its id before it
+ * is saved, and the replaced ones (or, when it is undone, its own) deleted afterwards.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -25,6 +27,7 @@
 #include "egressreg.h"
 #include "events.h"
 #include "policysel.h"
+#include "transforms.h"
 
 struct nu_ctx {
     struct al_http_req *req;
@@ -43,7 +46,7 @@ static void nu__free(struct nu_ctx *u)
 }
 
 /* The record's network object after the update: the fields that are not egress fields
- * stay, allowOut/denyOut are the update's (NULL when nothing is left). */
+ * stay, allowOut/denyOut/rules are the update's (NULL when nothing is left). */
 static json_t *nu__merge(const json_t *old, const json_t *fields)
 {
     static const char *const kept[] = {"allowPublicTraffic", "maskRequestHost", "httpsPorts", NULL};
@@ -55,7 +58,7 @@ static json_t *nu__merge(const json_t *old, const json_t *fields)
         if (v)
             json_object_set(n, *k, v);
     }
-    static const char *const given[] = {"allowOut", "denyOut", NULL};
+    static const char *const given[] = {"allowOut", "denyOut", "rules", NULL};
     for (const char *const *k = given; *k; k++) {
         json_t *v = json_object_get(fields, *k);
         if (v && !json_is_null(v))
@@ -88,6 +91,7 @@ static void nu__event(struct cp_sandbox *sb, const struct nu_ctx *u)
 
 static void nu__undo(struct cp_sandbox *sb, struct nu_ctx *u)
 {
+    cp_transforms_drop(sb->cp, sb->rec.network, u->old_network); /* the update's own */
     json_decref(sb->rec.network);
     sb->rec.network = u->old_network;
     u->old_network = NULL;
@@ -115,6 +119,8 @@ static void nu__applied(struct cp_sandbox *sb, int rc, const char *msg)
             cp_egress_resync(sb->cp->egress);
         rc = 0;
     }
+    if (rc == 0) /* the transforms' values the update replaced */
+        cp_transforms_drop(sb->cp, u->old_network, sb->rec.network);
     if (rc == 0 && live) {
         nu__event(sb, u);
         al_info("sandbox %s: network fields replaced (update %s, key %s, policy hash %.12s)",
@@ -158,24 +164,40 @@ void cp_network_update(struct cp_sandbox *sb, struct al_http_req *req, const jso
                       sb->rec.id);
         return;
     }
-    json_t *n = nu__merge(sb->rec.network, fields);
+    char uid[24];
+    memcpy(uid, "nu_", 3);
+    al_random_hex(uid + 3, 8);
+    json_t *n = nu__merge(sb->rec.network, fields), *pending = NULL;
     char hash[65];
     int status = 500;
     struct al_error err = {0};
+    /* The update's transforms get secrets of their own (named after it): the current ones
+     * stay in use until the proxy has applied the update. */
+    if (cp_transforms_prepare(sb->rec.id, uid, n, &pending, &err)) {
+        json_decref(n);
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
     if (cp_policy_check_network(cp, sb->rec.policy_name, n, allow_internet, hash, &status, &err)) {
         json_decref(n);
+        json_decref(pending);
         cp_rest_error(req, status, "%s", al_error_str(&err));
+        return;
+    }
+    if (cp_transforms_seal(cp, pending, &err)) {
+        json_decref(n);
+        cp_rest_error(req, 503, "%s", al_error_str(&err));
         return;
     }
     struct nu_ctx *u = calloc(1, sizeof *u);
     if (!u) {
+        cp_transforms_drop(cp, n, sb->rec.network);
         json_decref(n);
         cp_rest_error(req, 500, "out of memory");
         return;
     }
     u->req = req;
-    memcpy(u->id, "nu_", 3);
-    al_random_hex(u->id + 3, 8);
+    snprintf(u->id, sizeof u->id, "%s", uid);
     snprintf(u->key_id, sizeof u->key_id, "%s", key_id ? key_id : "");
     u->old_network = sb->rec.network;
     u->old_allow_internet = sb->rec.allow_internet;

@@ -113,8 +113,9 @@ json_t *cp_policy_narrowing(const json_t *network, int allow_internet)
 {
     json_t *allow = network ? json_object_get(network, "allowOut") : NULL;
     json_t *deny = network ? json_object_get(network, "denyOut") : NULL;
+    json_t *tf = network ? json_object_get(network, "transforms") : NULL;
     bool has_allow = json_is_array(allow), has_deny = json_is_array(deny);
-    if (allow_internet < 0 && !has_allow && !has_deny)
+    if (allow_internet < 0 && !has_allow && !has_deny && !json_array_size(tf))
         return NULL;
     json_t *n = json_object();
     if (allow_internet >= 0)
@@ -123,18 +124,9 @@ json_t *cp_policy_narrowing(const json_t *network, int allow_internet)
         json_object_set(n, "allow_out", allow);
     if (has_deny)
         json_object_set(n, "deny_out", deny);
+    if (json_array_size(tf))
+        json_object_set(n, "transforms", tf);
     return n;
-}
-
-static const char **ps__strv(json_t *arr, size_t *n)
-{
-    *n = json_array_size(arr);
-    const char **v = calloc(*n + 1, sizeof *v);
-    if (!v)
-        return NULL;
-    for (size_t i = 0; i < *n; i++)
-        v[i] = json_string_value(json_array_get(arr, i));
-    return v;
 }
 
 /* The file of a policy of the policies directory (<name>.yaml or .yml) into path; false
@@ -161,21 +153,9 @@ static int ps__narrowed_hash(struct policy *base, const json_t *narrowing, char 
         return 0;
     }
     struct al_error e2 = {0};
-    struct policy_narrowing n = {
-        .no_internet = json_is_false(json_object_get(narrowing, "allow_internet_access"))};
-    size_t na = 0, nd = 0;
-    const char **allow = ps__strv(json_object_get(narrowing, "allow_out"), &na);
-    const char **deny = ps__strv(json_object_get(narrowing, "deny_out"), &nd);
-    n.allow_out = allow;
-    n.n_allow_out = na;
-    n.deny_out = deny;
-    n.n_deny_out = nd;
-    struct policy *narrowed = allow && deny ? policy_narrow(base, &n, &e2) : NULL;
-    free(allow);
-    free(deny);
+    struct policy *narrowed = policy_narrow_json(base, narrowing, &e2);
     if (!narrowed)
-        return al_error_set(err, -EINVAL, "network: %s",
-                            allow && deny ? al_error_str(&e2) : "out of memory");
+        return al_error_set(err, -EINVAL, "%s", al_error_str(&e2));
     snprintf(hash, 65, "%s", policy_hash(narrowed));
     policy_unref(narrowed);
     return 0;

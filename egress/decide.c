@@ -186,47 +186,9 @@ uint64_t egress_policy_max_request_body(const struct egress_policy *p)
 
 /* ---- narrowing ------------------------------------------------------------------------ */
 
-static int dec__strings(const json_t *a, const char *key, struct al_error *err)
-{
-    if (!a)
-        return 0;
-    if (!json_is_array(a))
-        return al_error_set(err, -EINVAL, "network.%s must be a list of strings", key);
-    size_t i;
-    json_t *v;
-    json_array_foreach(a, i, v)
-    {
-        if (!json_is_string(v))
-            return al_error_set(err, -EINVAL, "network.%s[%zu] must be a string", key, i);
-    }
-    return 0;
-}
-
 int egress_network_check(const json_t *n, struct al_error *err)
 {
-    static const char *const keys[] = {"allow_internet_access", "allow_out", "deny_out", NULL};
-    if (!json_is_object(n))
-        return al_error_set(err, -EINVAL,
-                            "\"network\" must be an object: {\"allow_internet_access\": bool, "
-                            "\"allow_out\": [...], \"deny_out\": [...]}");
-    if (al_json_check_keys(n, keys, "network", err) < 0)
-        return -EINVAL;
-    json_t *b = json_object_get(n, "allow_internet_access");
-    if (b && !json_is_boolean(b))
-        return al_error_set(err, -EINVAL, "network.allow_internet_access must be true or false");
-    if (dec__strings(json_object_get(n, "allow_out"), "allow_out", err) < 0 ||
-        dec__strings(json_object_get(n, "deny_out"), "deny_out", err) < 0)
-        return -EINVAL;
-    return 0;
-}
-
-static const char **dec__strv(const json_t *a, size_t *n)
-{
-    *n = json_array_size(a);
-    const char **v = calloc(*n + 1, sizeof *v);
-    for (size_t i = 0; v && i < *n; i++)
-        v[i] = json_string_value(json_array_get(a, i));
-    return v;
+    return policy_narrowing_json_check(n, err);
 }
 
 int egress_policy_narrow(struct egress_policy *base, const json_t *network,
@@ -236,23 +198,7 @@ int egress_policy_narrow(struct egress_policy *base, const json_t *network,
         *out = egress_policy_ref(base);
         return 0;
     }
-    int rc = egress_network_check(network, err);
-    if (rc < 0)
-        return rc;
-    size_t na = 0, nd = 0;
-    const char **allow = dec__strv(json_object_get(network, "allow_out"), &na);
-    const char **deny = dec__strv(json_object_get(network, "deny_out"), &nd);
-    struct policy_narrowing nw = {
-        .no_internet = json_is_false(json_object_get(network, "allow_internet_access")),
-        .allow_out = allow,
-        .n_allow_out = na,
-        .deny_out = deny,
-        .n_deny_out = nd,
-    };
-    struct policy *p = allow && deny ? policy_narrow(dec__p(base), &nw, err)
-                                     : (al_error_set(err, -ENOMEM, "out of memory"), NULL);
-    free(allow);
-    free(deny);
+    struct policy *p = policy_narrow_json(dec__p(base), network, err);
     if (!p)
         return err && err->code ? err->code : -EINVAL;
     *out = (struct egress_policy *)p;

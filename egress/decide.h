@@ -44,9 +44,9 @@ uint64_t egress_policy_max_request_body(const struct egress_policy *p);
 struct json_t;
 struct egress_host;
 struct egress_ip;
-/* Checks the shape of a registration's "network" object: {"allow_internet_access"?: bool,
- * "allow_out"?: [string], "deny_out"?: [string]}, nothing else (the entries themselves are
- * checked by egress_policy_narrow). */
+/* Checks the shape of a registration's "network" object (policy_narrowing_json_check:
+ * allow_internet_access, allow_out, deny_out, transforms; the entries themselves are checked
+ * by egress_policy_narrow). */
 int egress_network_check(const struct json_t *network, struct al_error *err);
 /* The policy a sandbox gets: base narrowed by its E2B network fields (a filter in front of
  * base that can only remove access; denials carry "sandbox_network_denies"; its own hash).

@@ -689,8 +689,40 @@ static void decide__body(const struct policy_request *req, const struct decide__
     decide__revoke(out, POLICY_R_BODY);
 }
 
+static int decide__core(const struct policy *p, const struct policy_request *req,
+                        struct policy_decision *out);
+
+/* A request a rule with `api_transforms: allow` allows toward a name gets the headers of the
+ * sandbox's transform for it (the innermost narrowing's: an update replaces them). */
+static void decide__transforms(const struct policy *p, const struct policy_request *req,
+                               struct policy_decision *out)
+{
+    const struct policy__narrow *nw = p->narrow;
+    if (!nw || nw->n_transforms == 0 || !req->method || out->verdict != POLICY_ALLOW ||
+        !out->rule || !out->rule->api_transforms || out->host.kind != POLICY_HOST_NAME)
+        return;
+    long t =
+        policy_transform_pick(nw->tdomain_ptrs, nw->n_transforms, out->host.text, out->host.len);
+    if (t < 0)
+        return;
+    size_t i = (size_t)t * p->n_rules + out->rule->index;
+    if (nw->tinject[i]) {
+        out->inject = nw->tinject[i];
+        out->n_inject = nw->tn_inject[i];
+    }
+}
+
 int policy_decide(const struct policy *p, const struct policy_request *req,
                   struct policy_decision *out)
+{
+    int rc = decide__core(p, req, out);
+    if (rc == 0 && p && req)
+        decide__transforms(p, req, out);
+    return rc;
+}
+
+static int decide__core(const struct policy *p, const struct policy_request *req,
+                        struct policy_decision *out)
 {
     memset(out, 0, offsetof(struct policy_decision, host));
     out->host.kind = 0;

@@ -77,6 +77,8 @@ static json_t *hash__rule(const struct policy_rule *r)
     json_object_set_new(o, "cidrs", hash__sorted(r->cidrs, r->n_cidrs));
     json_object_set_new(o, "methods", hash__sorted(r->methods, r->n_methods));
     json_object_set_new(o, "paths", hash__sorted(r->paths, r->n_paths));
+    if (r->api_transforms) /* only when set: hashes of policies without it stay as they were */
+        json_object_set_new(o, "api_transforms", json_string("allow"));
     if (r->n_body_methods) /* only when set: hashes of policies without it stay as they were */
         json_object_set_new(o, "body_methods", hash__sorted(r->body_methods, r->n_body_methods));
     json_t *ports = json_array();
@@ -166,14 +168,22 @@ int policy__canonicalize(struct policy *p)
 
 /* Canonical form of a narrowed view: the base's hash and the narrowing's entries. */
 int policy__canonicalize_narrowed(struct policy *p, const char *const *allow, size_t na,
-                                  const char *const *deny, size_t nd, bool no_internet);
+                                  const char *const *deny, size_t nd, bool no_internet,
+                                  json_t *transforms);
 
+/* transforms (stolen; NULL when none, so hashes without them stay as they were): the
+ * domains, header names and secret names, never a value (the narrowing holds none). */
 int policy__canonicalize_narrowed(struct policy *p, const char *const *allow, size_t na,
-                                  const char *const *deny, size_t nd, bool no_internet)
+                                  const char *const *deny, size_t nd, bool no_internet,
+                                  json_t *transforms)
 {
     json_t *doc = json_object();
-    if (!doc)
+    if (!doc) {
+        json_decref(transforms);
         return -ENOMEM;
+    }
+    if (transforms)
+        json_object_set_new(doc, "transforms", transforms);
     json_object_set_new(doc, "base", json_string(p->base->hash));
     json_object_set_new(doc, "no_internet", json_boolean(no_internet));
     json_object_set_new(doc, "allow_out", hash__sorted(allow, na));

@@ -109,6 +109,14 @@ struct policy__narrow {
     size_t n_allow_cidrs;
     struct policy__cidr *deny_cidrs;
     size_t n_deny_cidrs;
+    /* API-given header transforms: their canonical domains, and for transform t and rule r
+     * the inject entries of a request r allows toward t's domain (tinject[t * n_rules + r],
+     * NULL where r does not take API transforms). */
+    size_t n_transforms;
+    struct policy_pattern *tdomains;
+    const struct policy_pattern **tdomain_ptrs;
+    const struct policy_inject **tinject;
+    size_t *tn_inject;
 };
 
 struct policy {

@@ -403,8 +403,30 @@ static void lint__passthrough_wildcards(const struct policy *p, struct al_diags 
     }
 }
 
+/* API-given transforms toward a wildcard: whoever calls the API may send a credential to
+ * every name under it, including ones registered later by someone else. */
+static void lint__transform_wildcards(const struct policy *p, struct al_diags *d)
+{
+    for (size_t r = 0; r < p->n_rules; r++) {
+        const struct policy__rule *b = &p->rules[r];
+        if (!b->pub.api_transforms)
+            continue;
+        for (size_t i = 0; i < b->pub.n_hosts; i++) {
+            if (b->patterns[i].kind == POLICY_PATTERN_EXACT)
+                continue;
+            al_diags_add(d, AL_DIAG_WARNING, p->file, b->host_lines[i], b->host_cols[i],
+                         "api_transforms_wildcard",
+                         "rule '%s': api_transforms: allow on '%s' lets whoever calls the API "
+                         "send headers (credentials) to every name under it; list the exact "
+                         "hosts that should receive them where you can",
+                         b->pub.name, b->pub.hosts[i]);
+        }
+    }
+}
+
 void policy__lint(const struct policy *p, struct al_diags *d)
 {
     lint__shadowed(p, d);
     lint__passthrough_wildcards(p, d);
+    lint__transform_wildcards(p, d);
 }

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 struct parse__ctx {
@@ -96,6 +97,19 @@ static const char *const parse__forbidden_headers[] = {"host",
                                                        "http2-settings",
                                                        NULL};
 
+bool policy_header_injectable(const char *h, size_t len)
+{
+    if (!policy__method_token_valid(h, len))
+        return false;
+    if (len > 6 && strncasecmp(h, "proxy-", 6) == 0)
+        return false;
+    for (size_t i = 0; parse__forbidden_headers[i]; i++)
+        if (strlen(parse__forbidden_headers[i]) == len &&
+            strncasecmp(h, parse__forbidden_headers[i], len) == 0)
+            return false;
+    return true;
+}
+
 static int parse__header_name(struct parse__ctx *c, const struct al_yaml_node *n, const char **out)
 {
     const char *h;
@@ -106,12 +120,11 @@ static int parse__header_name(struct parse__ctx *c, const struct al_yaml_node *n
                     "%s: '%s' is not a valid HTTP header name (letters, digits and "
                     "!#$%%&'*+-.^_`|~ only)",
                     c->what, h);
-    for (size_t i = 0; parse__forbidden_headers[i]; i++)
-        if (strcasecmp(h, parse__forbidden_headers[i]) == 0)
-            return PERR(c, n, "bad_header",
-                        "%s: the header '%s' cannot be injected: it frames or routes the "
-                        "request and is controlled by the proxy",
-                        c->what, h);
+    if (!policy_header_injectable(h, strlen(h)))
+        return PERR(c, n, "bad_header",
+                    "%s: the header '%s' cannot be injected: it frames or routes the "
+                    "request and is controlled by the proxy",
+                    c->what, h);
     *out = h;
     return 0;
 }
@@ -730,10 +743,24 @@ static int parse__paths(struct parse__ctx *c, const struct al_yaml_node *n, stru
 
 /* ---- a rule --------------------------------------------------------------------------- */
 
-static const char *const parse__rule_keys[] = {
-    "name",    "description",  "hosts",  "cidrs",  "ports", "scheme",    "tls",
-    "methods", "paths",        "inject", "action", "mode",  "websocket", "allow_plaintext_inject",
-    "scrub",   "body_methods", NULL};
+static const char *const parse__rule_keys[] = {"name",
+                                               "description",
+                                               "hosts",
+                                               "cidrs",
+                                               "ports",
+                                               "scheme",
+                                               "tls",
+                                               "methods",
+                                               "paths",
+                                               "inject",
+                                               "action",
+                                               "mode",
+                                               "websocket",
+                                               "allow_plaintext_inject",
+                                               "scrub",
+                                               "body_methods",
+                                               "api_transforms",
+                                               NULL};
 
 static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_t idx,
                        struct policy__rule *r)
@@ -882,7 +909,30 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
                               *ws_n = al_yaml_get(n, "websocket"),
                               *api_n = al_yaml_get(n, "allow_plaintext_inject"),
                               *scrub_n = al_yaml_get(n, "scrub"),
-                              *body_n = al_yaml_get(n, "body_methods");
+                              *body_n = al_yaml_get(n, "body_methods"),
+                              *apt_n = al_yaml_get(n, "api_transforms");
+    if (apt_n) {
+        static const char *const apts[] = {"deny", "allow", NULL};
+        snprintf(what, sizeof what, "%s: api_transforms", c->what);
+        if (al_yaml_enum(apt_n, what, apts, &e, c->d))
+            rc = -EINVAL;
+        else
+            r->pub.api_transforms = e == 1;
+    }
+    const struct al_yaml_node *apt_on = r->pub.api_transforms ? apt_n : NULL;
+    /* API-given headers are credentials toward the rule's hosts: only over TLS the proxy
+     * terminates (so it can add them, and only toward a name it certified), on allow rules. */
+    if (apt_on && r->pub.action == POLICY_ACTION_DENY)
+        rc = PERR(c, apt_n, "api_transforms_on_deny",
+                  "%s: a deny rule sends nothing anywhere: remove api_transforms or make the "
+                  "rule allow",
+                  c->what);
+    else if (apt_on && (r->pub.scheme != POLICY_SCHEME_HTTPS || cidrs_n))
+        rc = PERR(c, apt_n, "api_transforms_needs_https_hosts",
+                  "%s: api_transforms needs scheme: https and hosts (the headers are added "
+                  "only inside TLS the proxy terminates for a name); remove it or use "
+                  "hosts with scheme https",
+                  c->what);
     if (methods_n) {
         int mrc = parse__methods(c, methods_n, r);
         if (mrc == -ENOMEM)
@@ -926,7 +976,7 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
                       c->what);
     }
     /* TLS mode. */
-    bool needs_l7 = methods_n || paths_n || inject_n;
+    bool needs_l7 = methods_n || paths_n || inject_n || (apt_on && !cidrs_n);
     r->pub.tls = POLICY_TLS_NONE;
     if (r->pub.scheme == POLICY_SCHEME_HTTPS) {
         r->pub.tls = needs_l7 ? POLICY_TLS_INSPECT : POLICY_TLS_PASSTHROUGH;
@@ -942,10 +992,12 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
                           c->what,
                           inject_n    ? "inject"
                           : methods_n ? "methods"
-                                      : "paths",
+                          : paths_n   ? "paths"
+                                      : "api_transforms",
                           inject_n    ? "inject"
                           : methods_n ? "methods"
-                                      : "paths");
+                          : paths_n   ? "paths"
+                                      : "api_transforms");
             } else {
                 r->pub.tls = e == 1 ? POLICY_TLS_INSPECT : POLICY_TLS_PASSTHROUGH;
             }
@@ -995,13 +1047,17 @@ static int parse__rule(struct parse__ctx *c, const struct al_yaml_node *n, size_
                       c->what);
         r->pub.scrub = POLICY_SCRUB_STRICT;
     }
+    if (apt_on)
+        r->pub.scrub = POLICY_SCRUB_STRICT;
     if (scrub_n) {
         snprintf(what, sizeof what, "%s: scrub", c->what);
         if (al_yaml_enum(scrub_n, what, scrubs, &e, c->d))
             rc = -EINVAL;
-        else if (!inject_n)
+        else if (!inject_n && !apt_on)
             rc = PERR(c, scrub_n, "scrub_without_inject",
-                      "%s: scrub applies to responses of rules that inject; remove it", c->what);
+                      "%s: scrub applies to responses of rules that inject (or take "
+                      "api_transforms); remove it",
+                      c->what);
         else
             r->pub.scrub = e == 0 ? POLICY_SCRUB_STRICT : POLICY_SCRUB_BEST_EFFORT;
     }

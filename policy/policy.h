@@ -13,6 +13,7 @@
 #ifndef AIRLOCK_POLICY_POLICY_H
 #define AIRLOCK_POLICY_POLICY_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -134,6 +135,11 @@ int policy_bound_host_canon(const char *in, size_t len, bool psl,
  * an address entry nor the reverse. */
 bool policy_bound_host_match(const char *const *bound, size_t n, const char *host, size_t len);
 
+/* May an inject entry (or an API-given transform) set this header? HTTP tokens only; never
+ * the headers that frame or route a request (Host, Content-Length, Transfer-Encoding,
+ * Connection, Upgrade, TE, Trailer, Keep-Alive, Expect, HTTP2-Settings, Proxy-*). */
+bool policy_header_injectable(const char *h, size_t len);
+
 /* Vault secret names: segments of [A-Za-z0-9._-] joined by '/', not starting with '.',
  * no empty, "." or ".." segments, at most 128 bytes: "github/token". */
 bool policy_secret_name_valid(const char *name, size_t len);
@@ -191,6 +197,7 @@ struct policy_rule {
     enum policy_tls tls; /* NONE for http and tcp rules */
     bool websocket;      /* WebSocket upgrades allowed (inspected traffic) */
     bool allow_plaintext_inject;
+    bool api_transforms;      /* `api_transforms: allow`: API-given headers may go to its hosts */
     enum policy_scrub scrub;  /* NONE unless the rule injects */
     const char *const *hosts; /* canonical patterns; n_hosts == 0 for CIDR rules */
     size_t n_hosts;
@@ -334,13 +341,42 @@ bool policy_path_match(const char *pattern, const char *normalized_path);
 
 /* ---- narrowing by E2B network fields (issue 6) ---------------------------------------- */
 
+/* One API-given header transform (E2B network.rules): headers set on requests toward the
+ * domain, from vault secrets (the values never pass through here). */
+struct policy_transform_header {
+    const char *name;   /* an injectable header name (policy_header_injectable) */
+    const char *secret; /* vault secret holding the value */
+};
+struct policy_transform {
+    const char *domain; /* E2B spelling (policy_transform_domain_canon) */
+    const struct policy_transform_header *headers;
+    size_t n_headers;
+};
+
 struct policy_narrowing {
     bool no_internet;             /* allow_internet_access == false */
     const char *const *allow_out; /* IPs, CIDRs, names, *.names (any depth) */
     size_t n_allow_out;
     const char *const *deny_out; /* IPs, CIDRs (0.0.0.0/0 = all traffic), names */
     size_t n_deny_out;
+    /* Header transforms: each domain must be covered by a rule with `api_transforms: allow`
+     * (policy_transform_rule), else policy_narrow() refuses naming it. A request such a rule
+     * allows toward a name gets the headers of the transform policy_transform_pick() picks,
+     * after the rule's own inject entries (a header the rule injects is not overridden), as
+     * inject entries of the decision ("${secret:NAME}"): the injector's gates, the sandbox's
+     * copy removed, scrubbing and audit apply as to any inject entry. */
+    const struct policy_transform *transforms;
+    size_t n_transforms;
 };
+#define POLICY_TRANSFORMS_MAX        16 /* domains of one sandbox */
+#define POLICY_TRANSFORM_HEADERS_MAX 8  /* headers of one domain */
+
+/* The narrowing as JSON, the form airlockd and airlock-egress exchange:
+ *   {"allow_internet_access"?: bool, "allow_out"?: [..], "deny_out"?: [..],
+ *    "transforms"?: [{"domain": "api.example.com", "headers": [{"name", "secret"}]}]}
+ * Checks the shape (-EINVAL with err), then narrows base (policy_narrow). */
+int policy_narrowing_json_check(const json_t *n, struct al_error *err);
+struct policy *policy_narrow_json(struct policy *base, const json_t *n, struct al_error *err);
 
 /* A new policy that allows only what base allows AND what the E2B fields let through
  * (allowOut wins over denyOut, as in E2B; no_internet = denyOut 0.0.0.0/0). It can only
@@ -358,6 +394,22 @@ struct policy *policy_unnarrowed(struct policy *p);
  * sandbox's narrowing was replaced (the rules below it are the same). */
 bool policy_narrowing_passes(const struct policy *p, const char *name, size_t len,
                              const struct policy_addr *a);
+
+/* ---- API-given header transforms (E2B network.rules; policy/transform.c) --------------- */
+
+/* A transform's domain in E2B's spelling: "api.example.com", or "*.example.com" for every
+ * subdomain at any depth (canonical "**.example.com"); "*", globs, deeper wildcards and
+ * addresses are refused (-EINVAL, err naming the domain). */
+int policy_transform_domain_canon(const char *in, size_t len, struct policy_pattern *out,
+                                  struct al_error *err);
+/* The first allow rule of p with `api_transforms: allow` one of whose host patterns matches
+ * every name domain matches, or NULL: API-given headers for that domain are refused. */
+const struct policy_rule *policy_transform_rule(const struct policy *p,
+                                                const struct policy_pattern *domain);
+/* Which of n transform domains applies to canonical host: the exact one, else the longest
+ * wildcard that matches; -1 for none. */
+long policy_transform_pick(const struct policy_pattern *const *domains, size_t n, const char *host,
+                           size_t len);
 
 /* ---- CLI ------------------------------------------------------------------------------ */
 

@@ -39,7 +39,9 @@
 #define VAULT_KEEP_MAX       20
 #define VAULT_HISTORY_MAX    64 /* lifecycle events kept per secret */
 #define VAULT_SECRETS_MAX    10000
-#define VAULT_TOMBSTONES_MAX 1024 /* deletions remembered for "changes since" */
+#define VAULT_TOMBSTONES_MAX 1024
+/* Secrets of one sandbox (its API-given header transforms): fetched only on its behalf. */
+#define VAULT_SANDBOX_PREFIX "sandboxes/" /* deletions remembered for "changes since" */
 #define VAULT_SECRET_ID_LEN  AL_AUDIT_KEYED_ID_LEN
 
 #define VAULT_FILE          "secrets.vault"

@@ -636,6 +636,20 @@ int vault_svc_fetch(struct vault_service *svc, const struct vault_peer *p,
         svc__audit(svc, "fetch", p, roles, rq->name, 0, NULL, ob, "not_found", 404, NULL);
         return svc__error(out, 404, "no secret named \"%s\"", rq->name);
     }
+    /* Secrets under sandboxes/<id>/ (the values of a sandbox's API-given header transforms,
+     * written by airlockd) are released only on behalf of that sandbox. */
+    if (strncmp(rq->name, VAULT_SANDBOX_PREFIX, strlen(VAULT_SANDBOX_PREFIX)) == 0) {
+        const char *id = rq->name + strlen(VAULT_SANDBOX_PREFIX);
+        size_t il = strcspn(id, "/");
+        if (strlen(rq->sandbox) != il || memcmp(id, rq->sandbox, il) != 0) {
+            char reason[200];
+            snprintf(reason, sizeof reason, "secret belongs to sandbox %.*s, not to %s",
+                     (int)(il > 64 ? 64 : il), id, rq->sandbox);
+            svc__audit(svc, "fetch", p, roles, rq->name, 0, NULL, ob, "denied", 403, reason);
+            al_warn("vault: refused %s for sandbox %s (%s)", rq->name, rq->sandbox, reason);
+            return svc__error(out, 403, "secret \"%s\" is scoped to another sandbox", rq->name);
+        }
+    }
     if (s->n_hosts && !vault_host_allowed((const char *const *)s->hosts, s->n_hosts, rq->host)) {
         char reason[160];
         snprintf(reason, sizeof reason, "secret is bound to %zu host(s) and \"%s\" is not one",

@@ -36,6 +36,12 @@ if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress AND TARGET a
   airlock_script_test(NAME cp_intercept SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_intercept.sh
                       LABELS controlplane intercept e2b TIMEOUT 900)
 endif()
+# API-given header transforms (E2B network.rules) through airlockd and airlock-vault with the
+# real E2B SDK (test backend; the injection is intercept_transforms's).
+if(TARGET airlockd AND TARGET airlock-vault)
+  airlock_script_test(NAME cp_transforms SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_transforms.sh
+                      LABELS controlplane e2b TIMEOUT 600)
+endif()
 # The disk reserve: a small tmpfs state directory filled below the reserve, then full.
 if(TARGET airlockd AND TARGET airlock-vmm AND TARGET airlock-egress)
   airlock_script_test(NAME cp_disk SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_disk.sh

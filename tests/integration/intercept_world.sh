@@ -8,7 +8,8 @@
 #     airlock-egress is told to trust upstream (--upstream-ca);
 #   - a fake airlock-vault on a unix socket in the test's directory (--vault-socket) holding
 #     github/token (bound to api.github.test), service/key (svc.test), ws/token (ws.test),
-#     plain/token (plain.test), other/token (bound to elsewhere.test);
+#     plain/token (plain.test), other/token (bound to elsewhere.test), and the --secret
+#     arguments a test puts in the array IW_VAULT_EXTRA before ew_world;
 #   - iw_register: registers a sandbox and keeps what the control plane would hand its agent
 #     (caCertPem -> $EW_TMP/sbN-ca.pem, placeholders -> $EW_TMP/sbN-ph.json);
 #   - iw_curl / iw_py: curl and Python requests in a sandbox, trusting its CA.
@@ -51,7 +52,8 @@ PY
   ew_bg vault python3 "$IW_FAKE" vault --socket "$EW_TMP/vault.sock" \
     --secret "github/token=$IW_TOKEN@api.github.test" --secret "service/key=$IW_TOKEN@svc.test" \
     --secret "ws/token=$IW_TOKEN@ws.test" --secret "plain/token=$IW_TOKEN@plain.test" \
-    --secret "other/token=$IW_TOKEN@elsewhere.test"
+    --secret "other/token=$IW_TOKEN@elsewhere.test" \
+    ${IW_VAULT_EXTRA[@]+"${IW_VAULT_EXTRA[@]}"}
   ew_wait_line iwup LISTEN && ew_wait_line iwplain LISTEN && ew_wait_line vault LISTEN
 }
 

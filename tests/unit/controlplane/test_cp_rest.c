@@ -554,9 +554,15 @@ START_TEST(create_validation)
         "{\"templateID\":\"base\",\"volumeMounts\":[{\"name\":\"v\",\"path\":\"/v\"}]}");
     assert_error(&r, 400, "volumeMounts");
     resp_free(&r);
+    /* A header transform toward a domain no rule with api_transforms: allow covers. */
     req(&r, "POST", "/v2/sandboxes",
-        "{\"templateID\":\"base\",\"network\":{\"rules\":{\"x.com\":[{}]}}}");
-    assert_error(&r, 400, "network.rules");
+        "{\"templateID\":\"base\",\"network\":{\"rules\":{\"x.com\":[{\"transform\":"
+        "{\"headers\":{\"X-A\":\"v\"}}}]}}}");
+    assert_error(&r, 400, "network.rules: the domain 'x.com' is not covered");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"base\",\"network\":{\"rules\":{\"x.com\":{}}}}");
+    assert_error(&r, 400, "network.rules['x.com'] must be a list");
     resp_free(&r);
     req(&r, "POST", "/v2/sandboxes",
         "{\"templateID\":\"base\",\"network\":{\"egressProxy\":"
@@ -1287,8 +1293,9 @@ START_TEST(network_update)
     req(&r, "PUT", path, "{\"denyOut\":[\"not a cidr!\"]}");
     assert_error(&r, 400, "network.denyOut");
     resp_free(&r);
-    req(&r, "PUT", path, "{\"rules\":{\"x.example\":[{\"transform\":{}}]}}");
-    assert_error(&r, 400, "network.rules");
+    req(&r, "PUT", path,
+        "{\"rules\":{\"x.example\":[{\"transform\":{\"headers\":{\"X-A\":\"v\"}}}]}}");
+    assert_error(&r, 400, "the domain 'x.example' is not covered");
     resp_free(&r);
     req(&r, "PUT", path, "{\"egressProxy\":{\"address\":\"p.example:1080\"}}");
     assert_error(&r, 400, "egressProxy");

@@ -1109,6 +1109,42 @@ static json_t *access_log(const char *audit_dir)
 
 /* --egress-exe: the egress uid alone is not enough; the caller must run the configured
  * airlock-egress binary (here: this test program plays it, /bin/sh plays a root shell). */
+/* A secret under sandboxes/<id>/ (a sandbox's API-given header transform) is released only
+ * on behalf of that sandbox (fetch() asks for sandbox "sbx-1"). */
+START_TEST(sandbox_secrets_go_only_to_their_sandbox)
+{
+    struct svc_env e;
+    env_open(&e, "sbxscope");
+    json_t *out = NULL;
+    struct vault_fetched f;
+    ck_assert_int_eq(create_b64(&e, &ROOT, "sandboxes/sbx-1/c-0", SECRET_A,
+                                ",\"bound_hosts\":[\"echo.example.com\"]"),
+                     201);
+    ck_assert_int_eq(create_b64(&e, &ROOT, "sandboxes/sbx-2/c-0", SECRET_B,
+                                ",\"bound_hosts\":[\"echo.example.com\"]"),
+                     201);
+    ck_assert_int_eq(create_b64(&e, &ROOT, "sandboxes/sbx-10/c-0", SECRET_B, NULL), 201);
+    ck_assert_int_eq(fetch(&e, &EGRESS, "sandboxes/sbx-1/c-0", "echo.example.com", &f, &out), 200);
+    ck_assert(f.value.len == strlen(SECRET_A) && memcmp(f.value.data, SECRET_A, f.value.len) == 0);
+    vault_value_free(&f.value);
+    json_decref(out);
+    /* Another sandbox's, also one whose id starts with this one's. */
+    ck_assert_int_eq(fetch(&e, &EGRESS, "sandboxes/sbx-2/c-0", "echo.example.com", &f, &out), 403);
+    ck_assert_ptr_null(f.value.data);
+    ck_assert_ptr_nonnull(
+        strstr(json_string_value(json_object_get(out, "message")), "scoped to another sandbox"));
+    json_decref(out);
+    ck_assert_int_eq(fetch(&e, &EGRESS, "sandboxes/sbx-10/c-0", "a.example.com", &f, &out), 403);
+    ck_assert_ptr_null(f.value.data);
+    json_decref(out);
+    /* Its bound host still applies. */
+    ck_assert_int_eq(fetch(&e, &EGRESS, "sandboxes/sbx-1/c-0", "evil.example.com", &f, &out), 403);
+    ck_assert_ptr_null(f.value.data);
+    json_decref(out);
+    env_close(&e);
+}
+END_TEST
+
 START_TEST(egress_role_needs_the_egress_program)
 {
     struct vault_roles r = {0};
@@ -1987,6 +2023,7 @@ static Suite *vault_suite(void)
     TCase *v = tcase_create("service");
     tcase_add_unchecked_fixture(v, root_setup, root_teardown);
     tcase_add_test(v, roles_decide_everything);
+    tcase_add_test(v, sandbox_secrets_go_only_to_their_sandbox);
     tcase_add_test(v, egress_role_needs_the_egress_program);
     tcase_add_test(v, every_access_is_logged);
     tcase_add_test(v, refusals_cannot_flood_the_log);

@@ -1,0 +1,341 @@
+/* controlplane/transforms: see transforms.h. */
+#include "transforms.h"
+
+#include <errno.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/http.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/paths.h"
+#include "cp.h"
+#include "policy/policy.h"
+
+#define TF_VALUE_MAX   8192
+#define TF_VAULT_MS    3000
+#define TF_SECRETS_PFX "${e2b.secrets."
+
+static int tf__value_check(const char *domain, const char *name, const json_t *v,
+                           struct al_error *err)
+{
+    if (!json_is_string(v))
+        return al_error_set(err, -EINVAL,
+                            "network.rules['%s']: header '%s' must have a string value", domain,
+                            name);
+    const char *s = json_string_value(v);
+    size_t len = json_string_length(v);
+    if (len == 0 || len > TF_VALUE_MAX)
+        return al_error_set(err, -EINVAL,
+                            "network.rules['%s']: the value of header '%s' must have 1 to %d "
+                            "bytes",
+                            domain, name, TF_VALUE_MAX);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return al_error_set(err, -EINVAL,
+                                "network.rules['%s']: the value of header '%s' contains a "
+                                "control character (CR, LF, NUL...), which would break the "
+                                "request",
+                                domain, name);
+    }
+    if (strstr(s, "${e2b.")) {
+        size_t pl = strlen(TF_SECRETS_PFX);
+        bool whole = len > pl + 1 && strncmp(s, TF_SECRETS_PFX, pl) == 0 && s[len - 1] == '}' &&
+                     policy_secret_name_valid(s + pl, len - pl - 1) &&
+                     strncmp(s + pl, "sandboxes/", 10) != 0;
+        if (!whole)
+            return al_error_set(err, -EINVAL,
+                                "network.rules['%s']: the value of header '%s' uses a "
+                                "placeholder airlock cannot resolve: only a whole value "
+                                "\"${e2b.secrets.NAME}\" (NAME a secret of airlock's vault) is "
+                                "supported; workload identity tokens are not; put the whole "
+                                "header value in the vault and reference it",
+                                domain, name);
+    }
+    return 0;
+}
+
+int cp_transforms_check(const json_t *rules, struct al_error *err)
+{
+    if (!json_is_object(rules))
+        return al_error_set(err, -EINVAL,
+                            "network.rules must be an object: {\"api.example.com\": "
+                            "[{\"transform\": {\"headers\": {\"Name\": \"value\"}}}]}");
+    if (json_object_size(rules) > POLICY_TRANSFORMS_MAX)
+        return al_error_set(err, -EINVAL, "network.rules names %zu domains; at most %d",
+                            json_object_size(rules), POLICY_TRANSFORMS_MAX);
+    const char *domain;
+    json_t *list;
+    json_object_foreach((json_t *)rules, domain, list)
+    {
+        struct policy_pattern pat;
+        int rc = policy_transform_domain_canon(domain, strlen(domain), &pat, err);
+        if (rc)
+            return al_error_prefix(err, "network.rules");
+        if (!json_is_array(list))
+            return al_error_set(err, -EINVAL,
+                                "network.rules['%s'] must be a list of rules "
+                                "([{\"transform\": {\"headers\": {...}}}])",
+                                domain);
+        size_t i, n = 0;
+        json_t *r;
+        json_array_foreach(list, i, r)
+        {
+            static const char *const rule_keys[] = {"transform", NULL};
+            static const char *const transform_keys[] = {"headers", NULL};
+            char what[POLICY_NAME_MAX + 64];
+            snprintf(what, sizeof what, "network.rules['%s'][%zu]", domain, i);
+            if (al_json_check_keys(r, rule_keys, what, err))
+                return al_error_prefix(err, "airlock knows transform only");
+            json_t *t = json_object_get(r, "transform");
+            if (!t || json_is_null(t))
+                continue;
+            snprintf(what, sizeof what, "network.rules['%s'][%zu].transform", domain, i);
+            if (al_json_check_keys(t, transform_keys, what, err))
+                return al_error_prefix(err, "airlock supports headers only");
+            json_t *hs = json_object_get(t, "headers");
+            if (!hs || json_is_null(hs))
+                continue;
+            if (!json_is_object(hs))
+                return al_error_set(err, -EINVAL,
+                                    "network.rules['%s'][%zu].transform.headers must be an "
+                                    "object of header names to values",
+                                    domain, i);
+            const char *k;
+            json_t *v;
+            json_object_foreach(hs, k, v)
+            {
+                if (!policy_header_injectable(k, strlen(k)))
+                    return al_error_set(err, -EINVAL,
+                                        "network.rules['%s']: the header '%s' cannot be set: it "
+                                        "is not an HTTP token, or it frames or routes the "
+                                        "request (Host, Content-Length, Connection, Proxy-*...)",
+                                        domain, k);
+                if ((rc = tf__value_check(domain, k, v, err)))
+                    return rc;
+                if (++n > POLICY_TRANSFORM_HEADERS_MAX)
+                    return al_error_set(err, -EINVAL,
+                                        "network.rules['%s'] sets more than %d headers", domain,
+                                        POLICY_TRANSFORM_HEADERS_MAX);
+            }
+        }
+    }
+    return 0;
+}
+
+int cp_transforms_prepare(const char *sb_id, const char *tag, json_t *network, json_t **pending,
+                          struct al_error *err)
+{
+    *pending = NULL;
+    json_t *rules = network ? json_object_get(network, "rules") : NULL;
+    json_object_del(network, "transforms");
+    if (!rules || json_is_null(rules)) {
+        if (network)
+            json_object_del(network, "rules");
+        return 0;
+    }
+    int rc = cp_transforms_check(rules, err);
+    if (rc)
+        return rc;
+    json_t *sealed = json_object(), *transforms = json_array(), *todo = json_array();
+    if (!sealed || !transforms || !todo)
+        goto nomem;
+    const char *domain;
+    json_t *list;
+    unsigned seq = 0;
+    json_object_foreach(rules, domain, list)
+    {
+        struct policy_pattern pat;
+        policy_transform_domain_canon(domain, strlen(domain), &pat, err); /* checked above */
+        if (json_object_get(sealed, pat.text)) {
+            json_decref(sealed);
+            json_decref(transforms);
+            json_decref(todo);
+            return al_error_set(err, -EINVAL,
+                                "network.rules names the domain '%s' twice (in two spellings); "
+                                "merge their rules",
+                                pat.text);
+        }
+        json_t *slist = json_array(), *theaders = json_array();
+        if (!slist || !theaders || json_object_set_new(sealed, pat.text, slist)) {
+            json_decref(theaders);
+            goto nomem;
+        }
+        size_t i;
+        json_t *r;
+        json_array_foreach(list, i, r)
+        {
+            json_t *hs = json_object_get(json_object_get(r, "transform"), "headers");
+            json_t *shs = json_object();
+            if (!shs ||
+                json_array_append_new(slist, json_pack("{s:{s:o}}", "transform", "headers", shs))) {
+                json_decref(theaders);
+                goto nomem;
+            }
+            const char *name;
+            json_t *v;
+            json_object_foreach(hs, name, v)
+            {
+                for (size_t k = 0; k < json_array_size(theaders); k++) {
+                    const char *o =
+                        json_string_value(json_object_get(json_array_get(theaders, k), "name"));
+                    if (o && strcasecmp(o, name) == 0) {
+                        json_decref(theaders);
+                        json_decref(sealed);
+                        json_decref(transforms);
+                        json_decref(todo);
+                        return al_error_set(err, -EINVAL,
+                                            "network.rules['%s'] sets the header '%s' twice",
+                                            domain, name);
+                    }
+                }
+                const char *s = json_string_value(v);
+                size_t pl = strlen(TF_SECRETS_PFX), len = json_string_length(v);
+                char secret[POLICY_NAME_MAX];
+                if (strncmp(s, TF_SECRETS_PFX, pl) == 0) {
+                    snprintf(secret, sizeof secret, "%.*s", (int)(len - pl - 1), s + pl);
+                } else {
+                    snprintf(secret, sizeof secret, "sandboxes/%s/%s-%u", sb_id, tag, seq++);
+                    if (json_array_append_new(todo, json_pack("{s:s,s:s,s:s,s:O}", "secret", secret,
+                                                              "domain", pat.text, "header", name,
+                                                              "value", v))) {
+                        json_decref(theaders);
+                        goto nomem;
+                    }
+                }
+                json_object_set_new(shs, name, json_string(CP_TRANSFORM_SEALED));
+                json_array_append_new(theaders,
+                                      json_pack("{s:s,s:s}", "name", name, "secret", secret));
+            }
+        }
+        if (json_array_size(theaders))
+            json_array_append_new(transforms,
+                                  json_pack("{s:s,s:o}", "domain", pat.text, "headers", theaders));
+        else
+            json_decref(theaders);
+    }
+    json_object_set_new(network, "rules", sealed);
+    if (json_array_size(transforms))
+        json_object_set_new(network, "transforms", transforms);
+    else
+        json_decref(transforms);
+    if (json_array_size(todo))
+        *pending = todo;
+    else
+        json_decref(todo);
+    return 0;
+nomem:
+    json_decref(sealed);
+    json_decref(transforms);
+    json_decref(todo);
+    return al_error_set(err, -ENOMEM, "out of memory");
+}
+
+static int tf__vault(struct cp *cp, const char *method, const char *secret, json_t *body,
+                     int *status, struct al_error *err)
+{
+    char target[4300], path[300];
+    snprintf(target, sizeof target, "unix:%s/%s", cp->cfg.state_dir, AL_SOCK_VAULT);
+    snprintf(path, sizeof path, "/v1/secrets/%s", secret);
+    json_t *out = NULL;
+    int rc = al_http_call_json(target, method, path, body, TF_VAULT_MS, status, &out, err);
+    if (rc == 0 && (*status < 200 || *status > 299)) {
+        const char *m = json_string_value(json_object_get(out, "message"));
+        rc = al_error_set(err, -EIO, "airlock-vault answered %d: %s", *status, m ? m : "");
+    }
+    json_decref(out);
+    return rc;
+}
+
+static void tf__delete(struct cp *cp, const char *secret)
+{
+    int status = 0;
+    struct al_error err = {0};
+    if (tf__vault(cp, "DELETE", secret, NULL, &status, &err) && status != 404)
+        al_warn("cannot delete the transform secret %s from the vault: %s", secret,
+                al_error_str(&err));
+}
+
+int cp_transforms_seal(struct cp *cp, json_t *pending, struct al_error *err)
+{
+    if (!pending)
+        return 0;
+    size_t i, done = 0;
+    json_t *p;
+    int rc = 0;
+    json_array_foreach(pending, i, p)
+    {
+        const json_t *v = json_object_get(p, "value");
+        size_t len = json_string_length(v);
+        size_t bl = sodium_base64_encoded_len(len, sodium_base64_VARIANT_ORIGINAL);
+        char *b64 = sodium_malloc(bl);
+        if (!b64) {
+            rc = al_error_set(err, -ENOMEM, "out of memory");
+            break;
+        }
+        sodium_bin2base64(b64, bl, (const unsigned char *)json_string_value(v), len,
+                          sodium_base64_VARIANT_ORIGINAL);
+        char desc[400];
+        snprintf(desc, sizeof desc, "header %s toward %s (API transform of the sandbox)",
+                 json_string_value(json_object_get(p, "header")),
+                 json_string_value(json_object_get(p, "domain")));
+        json_t *body = json_pack("{s:s,s:s,s:[s]}", "value_b64", b64, "description", desc,
+                                 "bound_hosts", json_string_value(json_object_get(p, "domain")));
+        sodium_free(b64);
+        int status = 0;
+        rc = body ? tf__vault(cp, "POST", json_string_value(json_object_get(p, "secret")), body,
+                              &status, err)
+                  : al_error_set(err, -ENOMEM, "out of memory");
+        json_decref(body);
+        if (rc) {
+            if (status == 0)
+                rc = -ENOTCONN;
+            al_error_prefix(err, "cannot seal the header transforms in airlock-vault");
+            break;
+        }
+        done++;
+    }
+    if (rc)
+        for (size_t k = 0; k < done; k++)
+            tf__delete(cp,
+                       json_string_value(json_object_get(json_array_get(pending, k), "secret")));
+    json_decref(pending);
+    return rc;
+}
+
+static bool tf__names(const json_t *network, const char *secret)
+{
+    json_t *ts = network ? json_object_get(network, "transforms") : NULL;
+    size_t i, j;
+    json_t *t, *h;
+    json_array_foreach(ts, i, t)
+    {
+        json_array_foreach(json_object_get(t, "headers"), j, h)
+        {
+            const char *s = json_string_value(json_object_get(h, "secret"));
+            if (s && strcmp(s, secret) == 0)
+                return true;
+        }
+    }
+    return false;
+}
+
+void cp_transforms_drop(struct cp *cp, const json_t *network, const json_t *keep)
+{
+    json_t *ts = network ? json_object_get(network, "transforms") : NULL;
+    size_t i, j;
+    json_t *t, *h;
+    json_array_foreach(ts, i, t)
+    {
+        json_array_foreach(json_object_get(t, "headers"), j, h)
+        {
+            const char *s = json_string_value(json_object_get(h, "secret"));
+            if (s && strncmp(s, "sandboxes/", 10) == 0 && !tf__names(keep, s))
+                tf__delete(cp, s);
+        }
+    }
+}
