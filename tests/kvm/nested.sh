@@ -10,6 +10,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 scenario=${1:?usage: nested.sh SCENARIO [-v]}
 verbose=${2:-}
 [ -f "$here/scenarios/$scenario.sh" ] || kvm_fail "no scenario $here/scenarios/$scenario.sh"
+# The L1 vCPUs a scenario asks for (`# l1-cpus: N` among its lines; see kvm_boot_l1).
+if [ -z "${AIRLOCK_KVM_L1_CPUS:-}" ]; then
+  n=$(sed -n 's/^# l1-cpus: \([0-9][0-9]*\).*/\1/p' "$here/scenarios/$scenario.sh" | head -n 1)
+  kvm_l1_cpus=${n:-1}
+fi
 kvm_tmp=$(mktemp -d "/tmp/al-kvm-$scenario-$$.XXXXXX")
 trap kvm_cleanup EXIT
 

@@ -20,6 +20,7 @@
 # clock, and a TCG guest on a loaded host does the same work several times slower (the
 # harness bounds the whole run by QEMU's CPU time, which load does not move).
 set -e
+. /scenario-lib.sh
 S=/tmp/state
 fail() { echo "FAILED: $*"; exit 1; }
 depmod -a 2>/dev/null || busybox depmod
@@ -215,7 +216,7 @@ echo "ok: pause, resume, exec again"
 # airlockd restarts (on_shutdown: keep): the KVM sandbox goes on and is re-adopted, with its
 # network (the switch's record of its tap).
 kill -TERM $apid
-wait $apid || fail "airlockd exited $? on SIGTERM (keep)"
+wait_exit $apid SIGTERM || fail "airlockd exited $? on SIGTERM (keep)"
 [ -e $S/sandboxes/$id ] || fail "the sandbox did not outlive airlockd (on_shutdown: keep)"
 ip link show "$tap" >/dev/null 2>&1 || fail "the tap went with airlockd"
 start_airlockd
@@ -290,5 +291,5 @@ ps | grep -q "[a]irlock-vmm-kvm" && fail "a VMM still runs"
 echo "ok: kill left no VMM, tap, cgroup or directory"
 
 kill -TERM $apid
-wait $apid || fail "airlockd exited $? on SIGTERM"
+wait_exit $apid SIGTERM || fail "airlockd exited $? on SIGTERM"
 echo "airlockd scenario ok"

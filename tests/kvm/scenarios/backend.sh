@@ -11,6 +11,7 @@
 #   A2: A resumed from its own POST /snapshot (kvm.restore) keeps its file.
 # The vswitch (l1-vswitch) runs the inner part as its child with the tap inherited.
 set -e
+. /scenario-lib.sh
 S=/tmp/state
 now_ms() { awk '{printf "%d", $1 * 1000}' /proc/uptime; }
 fail() { echo "FAILED: $*"; exit 1; }
@@ -49,15 +50,19 @@ fi
 [ -n "$L1VS_TAP_FD" ] || fail "no tap from l1-vswitch"
 
 spec() { # spec ID EXTRA-JSON > file
-  printf '{"id":"%s","backend":"kvm","template":"/airlock/template","resources":{"cpus":1,"memory_mib":256,"disk_mib":64},"access_token":"token-%s-0123456789","env":{"SANDBOX":"%s"},"agent":{"start_timeout_ms":60000},"kvm":{"kernel":"/airlock/bzImage"%s}%s}' \
+  printf '{"id":"%s","backend":"kvm","template":"/airlock/template","resources":{"cpus":1,"memory_mib":256,"disk_mib":64},"access_token":"token-%s-0123456789","env":{"SANDBOX":"%s"},"agent":{"start_timeout_ms":600000},"kvm":{"kernel":"/airlock/bzImage"%s}%s}' \
     "$1" "$1" "$1" "${3:-}" "${2:-}"
 }
+# The bounds on the guest (the agent's start, the ready line) are in minutes: L1's clock is the
+# host's wall clock, and on a loaded host the first start (image, template snapshot, restore)
+# took 3 minutes where an idle one takes 30 s. The harness's bound on QEMU's CPU time is the one
+# that ends a guest that loops.
 start() { # start ID SPECFILE: airlock-vmm in the background; waits for its ready line
   rm -f /tmp/ready-$1
   /bin/airlock-vmm --state-dir $S --spec - --ready-fd 3 < "$2" 3> /tmp/ready-$1 2>> /tmp/vmm-$1.log &
   eval "pid_$1=\$!"
   w=0
-  while [ ! -s /tmp/ready-$1 ] && [ $w -lt 1800 ]; do sleep 0.1; w=$((w + 1)); done
+  while [ ! -s /tmp/ready-$1 ] && [ $w -lt 9000 ]; do sleep 0.1; w=$((w + 1)); done
   grep -q '"ready":true' /tmp/ready-$1 || { cat /tmp/ready-$1; fail "sandbox $1 not ready"; }
 }
 ms_of() { sed -n 's/.*"startup_ms":\([0-9]*\).*/\1/p' /tmp/ready-$1; }
@@ -192,7 +197,7 @@ echo "ok: b and c are independent (tokens, files, env, clocks within 3 s of the 
 
 # B stops through the API and leaves nothing behind.
 [ "$(api b POST /stop | head -1)" = "status 204" ] || fail "stop b"
-wait $pid_b || fail "airlock-vmm of b exited $?"
+wait_exit $pid_b stop || fail "airlock-vmm of b exited $?"
 leftovers b
 echo "ok: b stopped, nothing left"
 
@@ -200,7 +205,7 @@ echo "ok: b stopped, nothing left"
 kill -KILL $pid_c
 wait $pid_c 2>/dev/null || true
 i=0
-while vmm_alive c && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+while vmm_alive c && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 vmm_alive c && fail "c's VMM outlived its airlock-vmm"
 /bin/airlock-vmm --state-dir $S --cleanup c || fail "--cleanup c"
 leftovers c
@@ -208,7 +213,7 @@ echo "ok: c killed, --cleanup left nothing"
 
 # A ends by SIGTERM: exit 0, its tap is gone with its VMM.
 kill -TERM $pid_a
-wait $pid_a || fail "airlock-vmm of a exited $?"
+wait_exit $pid_a SIGTERM || fail "airlock-vmm of a exited $?"
 leftovers a
 ip link show "$L1VS_IFNAME" >/dev/null 2>&1 && fail "A's tap $L1VS_IFNAME still exists"
 echo "ok: a stopped by SIGTERM, its tap is gone"
@@ -220,7 +225,7 @@ L1_TOOL_HEADER="X-Access-Token: token-a-0123456789" /bin/l1_tool http $S/sandbox
   '/files?path=/home/user/rt.bin' - application/octet-stream /tmp/down-a2.bin >/dev/null
 cmp /tmp/up.bin /tmp/down-a2.bin || fail "a2 lost the file of a's snapshot"
 [ "$(api a2 POST /stop | head -1)" = "status 204" ] || fail "stop a2"
-wait $pid_a2 || fail "airlock-vmm of a2 exited $?"
+wait_exit $pid_a2 stop || fail "airlock-vmm of a2 exited $?"
 leftovers a2
 echo "ok: a2 resumed from POST /snapshot with its file"
 

@@ -1,27 +1,9 @@
 # Scenario (runs in L1): the VMM boots the airlock guest kernel with the test payload as
 # init; the payload reports over serial and resets through the i8042; the VMM exits 0.
 set -e
+# l1-cpus: 2 (the second guest has two vCPUs; see kvm_boot_l1 in lib.sh)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
-# wait_vmm PID WHAT: the VMM's exit status once it has exited; 60 s (of L1's clock) after WHAT
-# it prints the state of each of its threads, kills it and fails, rather than leaving the
-# harness to end a hung L1.
-wait_vmm() {
-  n=0
-  while [ -e /proc/$1 ] && [ "$(cut -d' ' -f3 /proc/$1/stat 2>/dev/null)" != Z ]; do
-    if [ $n -ge 600 ]; then
-      echo "VMM $1 still running 60 s after $2; its threads:"
-      for t in /proc/$1/task/*; do
-        echo "  $(cat $t/comm) $(cut -d' ' -f3 $t/stat) $(cat $t/wchan 2>/dev/null) $(head -4 $t/stack 2>/dev/null | tr '\n' ' ')"
-      done
-      kill -KILL $1
-      wait $1 || true
-      return 1
-    fi
-    sleep 0.1
-    n=$((n + 1))
-  done
-  wait $1
-}
+. /scenario-lib.sh
 # The probe airlockd will use: capabilities, a tiny guest, then this kernel's first words.
 /bin/airlock-vmm-kvm --probe --kernel /airlock/bzImage
 t0=$(cut -d' ' -f1 /proc/uptime)
@@ -49,7 +31,7 @@ grep -q '^AIRLOCK-GUEST: cpus 2' /tmp/console2.log || { echo "second vCPU not on
 pid=$!
 [ "$(/bin/l1_tool cmd /tmp/agent.sock get)" = unset ] || { echo "agent channel from a handed-in fd failed"; exit 1; }
 [ "$(/bin/l1_tool cmd /tmp/ctl.sock stop)" = ok ] || { echo "stop command failed"; exit 1; }
-wait_vmm $pid stop || { echo "VMM exited $? after stop"; exit 1; }
+wait_exit $pid stop || { echo "VMM exited $? after stop"; exit 1; }
 [ ! -e /tmp/ctl.sock ] || { echo "control socket left behind"; exit 1; }
 grep -q 'state server listening' /tmp/console3.log || { echo "console fd not used"; exit 1; }
 # SIGTERM ends it cleanly too.
@@ -59,7 +41,7 @@ grep -q 'state server listening' /tmp/console3.log || { echo "console fd not use
 pid=$!
 [ "$(/bin/l1_tool cmd /tmp/agent4.sock get)" = unset ] || { echo "fourth VM did not answer"; exit 1; }
 kill -TERM $pid
-wait_vmm $pid SIGTERM || { echo "VMM exited $? after SIGTERM"; exit 1; }
+wait_exit $pid SIGTERM || { echo "VMM exited $? after SIGTERM"; exit 1; }
 [ ! -e /tmp/agent4.sock ] || { echo "agent socket left behind after SIGTERM"; exit 1; }
 for p in /proc/[0-9]*; do
   case "$(cat $p/comm 2>/dev/null)" in airlock-vmm-kvm|vcpu*|devices) echo "leftover $(cat $p/comm)"; exit 1;; esac

@@ -3,6 +3,7 @@
 # VMs B and C are restored from the same snapshot: both see A's state as of the snapshot,
 # and what B changes (memory and disk) C does not see. Every VMM exits 0.
 set -e
+# l1-cpus: 2 (VM A has two vCPUs; see kvm_boot_l1 in lib.sh)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 dd if=/dev/zero of=/tmp/disk.img bs=1M count=4 2>/dev/null
 expect() { # expect WANT CMD...
