@@ -1407,17 +1407,21 @@ struct builds_grant {
 
 static struct builds_grant builds__grants[BUILDS_GRANTS];
 
-/* <state>/cache/files: the archives of COPY steps, named by their filesHash. */
+/* <state>/cache/files: the archives of COPY steps, named by their template and filesHash. The
+ * hash is the SDK's, computed by the client and not checked against the archive, so an archive
+ * is only ever used for the template it was uploaded for: one caller cannot plant files under a
+ * hash another template's COPY step will ask for. */
 static void builds__files_dir(const struct cp *cp, char *out, size_t len)
 {
     snprintf(out, len, "%s/cache/files", cp->cfg.state_dir);
 }
 
-static void builds__archive_path(const struct cp *cp, const char *hash, char *out, size_t len)
+static void builds__archive_path(const struct cp *cp, const char *tid, const char *hash,
+                                 char *out, size_t len)
 {
     char dir[4200];
     builds__files_dir(cp, dir, sizeof dir);
-    snprintf(out, len, "%s/%s.tar", dir, hash);
+    snprintf(out, len, "%s/%s.%s.tar", dir, tid, hash);
 }
 
 /* A Host header fit to be the authority of the upload URL: what the client itself reached
@@ -1454,9 +1458,9 @@ static void builds__files(struct cp *cp, struct al_http_req *req, const char *id
         return;
     }
     json_decref(doc);
-    char path[4300];
+    char path[4400];
     struct stat st;
-    builds__archive_path(cp, hash, path, sizeof path);
+    builds__archive_path(cp, id, hash, path, sizeof path);
     if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
         al_http_reply_json(req, 200, json_pack("{s:b}", "present", 1));
         return;
@@ -1498,7 +1502,7 @@ struct builds_upload {
     int fd;
     uint64_t bytes, max;
     char tid[72], hash[65];
-    char partial[4400], final[4300];
+    char partial[4500], final[4400];
 };
 
 static void builds__upload_free(struct builds_upload *u, bool keep)
@@ -1618,8 +1622,8 @@ bool cp_builds_upload_route(struct cp *cp, struct al_http_req *req)
     char dir[4200], rnd[CP_ID_LEN + 1];
     builds__files_dir(cp, dir, sizeof dir);
     cp_sandbox_id_new(rnd);
-    snprintf(u->partial, sizeof u->partial, "%s/%s.tar.partial-%s", dir, hash, rnd);
-    builds__archive_path(cp, hash, u->final, sizeof u->final);
+    snprintf(u->partial, sizeof u->partial, "%s/%s.%s.tar.partial-%s", dir, id, hash, rnd);
+    builds__archive_path(cp, id, hash, u->final, sizeof u->final);
     if (al_mkdir_p(dir, 0700) < 0 ||
         (u->fd = open(u->partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0) {
         int e = errno;

@@ -9,7 +9,7 @@
  * objects), GET /templates/{id} (TemplateWithBuilds) and DELETE /templates/{id} (refused
  * while a sandbox uses the template or a build of it runs), GET /templates/{id}/files/{hash}
  * and the upload it grants (a COPY step's tar archive, bounded, kept in <state>/cache/files
- * by its filesHash). Templates and builds live in the state database (store.h); a
+ * by its template and filesHash). Templates and builds live in the state database (store.h); a
  * template's files in <templates>/<id> (templates.h).
  */
 #ifndef AIRLOCK_CP_BUILDS_H

@@ -252,7 +252,7 @@ EOF
   al_ok "the SDK builds a template from the registry, is told of a failing step, rebuilds from the cache, starts a sandbox of it" sdk
   echo "$AL_OUT" | sed 's/^/   /'
   al_ok "the COPY step's archive is stored under its files hash, with the file the SDK sent" sh -c \
-    "test \"\$(ls $S2/cache/files | wc -l)\" = 1 && tar -xzOf $S2/cache/files/*.tar hello.txt | grep -qx 'copied by the sdk'"
+    "test \"\$(ls $S2/cache/files | wc -l)\" = 1 && tar -xzOf $S2/cache/files/sdk-copy.*.tar hello.txt | grep -qx 'copied by the sdk'"
   # The upload grant, by hand: what GET .../files/{hash} answers, and what a PUT is refused for.
   H=$(printf 'upload-test' | sha256sum | cut -d' ' -f1)
   api() { al_nsx cli curl -s -H "X-API-KEY: $KEY" "$@"; }
@@ -275,8 +275,10 @@ EOF
   al_fail "... and neither left a file" sh -c "ls $S2/cache/files | grep -e $H"
   al_eq "a PUT of the size allowed with a fresh grant is stored" \
     "$(put "$T/small.bin" "$H" -H "X-Airlock-Upload-Token: $(grant)")" 200
-  al_ok "... as the bytes sent" cmp "$T/small.bin" "$S2/cache/files/$H.tar"
+  al_ok "... as the bytes sent" cmp "$T/small.bin" "$S2/cache/files/sdk-copy.$H.tar"
   al_match "... and GET files says it is present" '"present": ?true' api "$URL/templates/sdk-copy/files/$H"
+  al_match "... for that template only: another template's COPY of the same hash gets its own upload" \
+    '"present": ?false' api "$URL/templates/sdk-tpl/files/$H"
   al_match "GET files of a bad hash is a 400 naming it" "is not a files hash" api "$URL/templates/sdk-copy/files/abc"
   al_match "GET files of a template never requested is a 404" "has not been requested" \
     api "$URL/templates/no-such/files/$H"
