@@ -1,4 +1,4 @@
-# Scenario (runs in L1; not in ctest, see docs/kvm.md "2-vCPU guests under load"): repeats
+# Scenario (runs in L1; not in ctest, see docs/kvm.md "The nested harness"): repeats
 # what the snapshot scenario does with 2 vCPUs: boot a 2-vCPU guest to its state server,
 # write state, snapshot, restore twice, read the state back from both, quit. Each guest
 # answer must come within AIRLOCK_KVM_STRESS_WAIT seconds (default 60). Prints one

@@ -140,13 +140,23 @@ static void agent__on_request(struct al_http_req *req, void *ctx)
 
 /* ---- the fake backend ------------------------------------------------------------------- */
 
+/* The order the sandboxes started in (ids), for starts_go_in_request_order. */
+static char g_start_order[8][CP_ID_LEN + 1];
+static int g_n_started;
+
 struct fb_later {
     uv_timer_t t;
     struct cp_sandbox *sb;
     cp_backend_cb cb;
     int rc;
     bool start;
+    bool gated; /* ends only once the start queue holds g_start_gate sandboxes */
+    int polls;
 };
+
+/* starts_go_in_request_order: the next start waits (polled on the loop thread, which owns the
+ * queue) until this many creations wait in the start queue; 0: no gate. */
+static atomic_int g_start_gate;
 
 /* Starts in flight in the fake backend, and the most there were at once (loop thread). */
 static int g_fb_starting, g_fb_starting_max;
@@ -156,9 +166,22 @@ static void fb__closed(uv_handle_t *h)
     free(h->data);
 }
 
+static size_t fb__queued(void)
+{
+    size_t n = 0;
+    for (struct cp_sandbox *q = g_cp.start_queue; q; q = q->start_next)
+        n++;
+    return n;
+}
+
 static void fb__fire(uv_timer_t *t)
 {
     struct fb_later *l = t->data;
+    /* A bound (10 s) so that a queue that never fills fails the test instead of hanging it. */
+    if (l->gated && fb__queued() < (size_t)atomic_load(&g_start_gate) && ++l->polls < 10000) {
+        uv_timer_start(t, fb__fire, 1, 0);
+        return;
+    }
     if (l->start)
         g_fb_starting--;
     l->cb(l->sb, l->rc, l->rc ? "fake failure" : NULL);
@@ -173,6 +196,7 @@ static int fb__later_ms(struct cp_sandbox *sb, cp_backend_cb cb, int rc, uint64_
     l->cb = cb;
     l->rc = rc;
     l->start = start;
+    l->gated = start && g_start_gate && g_n_started == 1; /* the first start of the test */
     if (start && ++g_fb_starting > g_fb_starting_max)
         g_fb_starting_max = g_fb_starting;
     cp_sb_ref(sb);
@@ -188,10 +212,6 @@ static int fb__later(struct cp_sandbox *sb, cp_backend_cb cb, int rc)
 }
 
 static char g_started_policy[CP_POLICY_NAME_MAX]; /* the policy of the last start */
-
-/* The order the sandboxes started in (ids), for starts_go_in_request_order. */
-static char g_start_order[8][CP_ID_LEN + 1];
-static int g_n_started;
 
 static int fb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_backend_cb cb)
 {
@@ -1534,9 +1554,10 @@ static void *tt_create(void *arg)
     return NULL;
 }
 
-/* A network provider whose first network takes 100 ms to make (the others none): the
- * creation that asked first reaches the start queue last. */
+/* A network provider whose first network is ready only once g_fn_total networks were asked
+ * for (the others at once): the creation that asked first reaches the start queue last. */
 static atomic_int g_fn_calls;
+static int g_fn_total;
 
 static int fn_acquire(void *priv, uint64_t seq, const char *label, struct cp_net *out,
                       struct al_error *err)
@@ -1545,7 +1566,8 @@ static int fn_acquire(void *priv, uint64_t seq, const char *label, struct cp_net
     (void)label;
     (void)err;
     if (atomic_fetch_add(&g_fn_calls, 1) == 0)
-        usleep(100000);
+        for (int i = 0; i < 10000 && atomic_load(&g_fn_calls) < g_fn_total; i++)
+            usleep(1000); /* bounded (10 s): the test then fails on the order */
     memset(out, 0, sizeof *out);
     out->netns_fd = out->tap_fd = -1;
     out->prefix_len = 30;
@@ -1572,61 +1594,50 @@ static int fn_find(void *priv, uint64_t seq, struct cp_net *out)
 static const struct cp_net_ops fake_net = {
     .name = "fake", .acquire = fn_acquire, .release = fn_release, .find = fn_find};
 
-struct tt_spaced {
-    struct tt_create c;
-    unsigned delay_ms; /* sent this long after the test began */
-};
-
-static void *tt_create_later(void *arg)
+/* Waits (bounded, 10 s) until n networks were asked for. */
+static void tt_wait_fn_calls(int n)
 {
-    struct tt_spaced *a = arg;
-    usleep(a->delay_ms * 1000);
-    return tt_create(&a->c);
+    for (int i = 0; i < 10000 && atomic_load(&g_fn_calls) < n; i++)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&g_fn_calls), n);
 }
 
 /* Sandboxes start in the order their creations were asked for, not the order they got
- * through their networks: the first creation (whose network takes 100 ms) starts before the
- * ones asked for after it that were still waiting for their turn when its network was ready
- * (starts take 50 ms each, one at a time). In arrival order at the queue it started last. */
+ * through their networks. Creation 0's network is ready only once the four after it have
+ * theirs; each creation is sent once the one before it asked for its network (so the server
+ * received them in this order); creation 1 starts at once (one start at a time), and its
+ * start ends only once 0, 2, 3 and 4 all wait in the start queue. The queue then starts 0
+ * first, although it reached the queue last. Nothing here depends on timing. */
 START_TEST(starts_go_in_request_order)
 {
     enum { N = 5 };
     atomic_store(&g_fn_calls, 0);
+    g_fn_total = N;
+    g_start_gate = N - 1;
     g_cp.net = &fake_net;
     pthread_t t[N];
-    struct tt_spaced a[N];
+    struct tt_create a[N];
     memset(a, 0, sizeof a);
     for (int i = 0; i < N; i++) {
-        a[i].delay_ms = i == 0 ? 0 : 20 + 10 * (unsigned)i;
-        ck_assert_int_eq(pthread_create(&t[i], NULL, tt_create_later, &a[i]), 0);
+        ck_assert_int_eq(pthread_create(&t[i], NULL, tt_create, &a[i]), 0);
+        tt_wait_fn_calls(i + 1);
     }
     for (int i = 0; i < N; i++)
         pthread_join(t[i], NULL);
+    g_start_gate = 0;
     char ids[N][CP_ID_LEN + 1];
     for (int i = 0; i < N; i++) {
-        ck_assert_msg(a[i].c.status == 201, "create %d: %d %s", i, a[i].c.status, a[i].c.body);
-        json_t *o = json_loads(a[i].c.body, 0, NULL);
+        ck_assert_msg(a[i].status == 201, "create %d: %d %s", i, a[i].status, a[i].body);
+        json_t *o = json_loads(a[i].body, 0, NULL);
         ck_assert_ptr_nonnull(o);
         snprintf(ids[i], sizeof ids[i], "%s", jstr(o, "sandboxID"));
         json_decref(o);
     }
     ck_assert_int_eq(g_n_started, N);
-    int first_at = -1;
+    static const int expect[N] = {1, 0, 2, 3, 4};
     for (int k = 0; k < N; k++)
-        if (strcmp(g_start_order[k], ids[0]) == 0)
-            first_at = k;
-    /* Third with the margins above (fourth if its network overslept by 20 ms); last if the
-     * queue kept the order in which creations reached it. */
-    ck_assert_msg(first_at >= 0 && first_at < N - 1,
-                  "the first creation started as number %d of %d", first_at + 1, N);
-    /* The later ones kept their order among themselves. */
-    int prev = -1;
-    for (int i = 1; i < N; i++)
-        for (int k = 0; k < N; k++)
-            if (strcmp(g_start_order[k], ids[i]) == 0) {
-                ck_assert_msg(k > prev, "creation %d started as number %d", i, k + 1);
-                prev = k;
-            }
+        ck_assert_msg(strcmp(g_start_order[k], ids[expect[k]]) == 0,
+                      "start number %d was not creation %d's", k + 1, expect[k]);
 }
 END_TEST
 
