@@ -1416,8 +1416,8 @@ static void builds__files_dir(const struct cp *cp, char *out, size_t len)
     snprintf(out, len, "%s/cache/files", cp->cfg.state_dir);
 }
 
-static void builds__archive_path(const struct cp *cp, const char *tid, const char *hash,
-                                 char *out, size_t len)
+static void builds__archive_path(const struct cp *cp, const char *tid, const char *hash, char *out,
+                                 size_t len)
 {
     char dir[4200];
     builds__files_dir(cp, dir, sizeof dir);

@@ -72,7 +72,7 @@ struct cp_config {
     uint64_t max_image_bytes;
     uint64_t max_unpacked_bytes;
     int64_t max_image_entries;
-    int64_t max_builds; /* template builds at once (builds.c) */
+    int64_t max_builds;        /* template builds at once (builds.c) */
     uint64_t max_upload_bytes; /* one COPY archive (builds.c) */
 
     /* network (vswitch) */
