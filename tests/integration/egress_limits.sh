@@ -54,7 +54,7 @@ ew_wait_line hold 'OPENED 4' 60
 # (OPENED is the client's side: the proxy accepts them on its own time.)
 al_wait_until 60 sb_conns sbx-one 4 || true
 ew_match "four silent connections held: the proxy keeps no buffer for them before they speak" \
-  '"connections": ?4, ?"memory": ?0[,}]' ew_admin GET /v1/sandboxes/sbx-one
+  '"connections": ?4, ?"connections_peak": ?[0-9]+, ?"memory": ?0[,}]' ew_admin GET /v1/sandboxes/sbx-one
 ew_match "another sandbox's HTTP request over the proxy's cap: 503" \
   '^HTTP/1.1 503 .*"reason":"proxy_connection_limit"' \
   ew_raw 2 203.0.113.10 80 'GET /over-global HTTP/1.1\r\nHost: allowed.test\r\n\r\n'
