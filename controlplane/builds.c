@@ -1495,8 +1495,9 @@ static void builds__files(struct cp *cp, struct al_http_req *req, const char *id
                                  BUILDS_TOKEN_HEADER, g->token));
 }
 
-/* One upload on its way: written to <hash>.tar.partial-<token> as it arrives, renamed to
- * <hash>.tar once complete, so that a half-sent archive is never taken for the files. */
+/* One upload on its way: written to <template>.<hash>.tar.partial-<random> as it arrives,
+ * renamed to <template>.<hash>.tar once complete, so that a half-sent archive is never taken
+ * for the files. */
 struct builds_upload {
     struct cp *cp;
     int fd;
@@ -1550,7 +1551,9 @@ static void builds__upload_end(struct al_http_req *req, int err)
 {
     struct builds_upload *u = req->user;
     if (err < 0) {
-        /* The server has answered (413, 408, 400) or the client went away. */
+        /* The body ended in error (a malformed chunk, the body deadline) or the client went
+         * away. A response this code sent (the 413 of builds__upload_data) ends the callbacks
+         * instead, so u is still ours here. */
         al_warn("template %s: upload of files %s ended early: %s", u->tid, u->hash, strerror(-err));
         builds__upload_free(u, false);
         return;

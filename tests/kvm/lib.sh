@@ -215,7 +215,7 @@ kvm_cpu_ticks() {
 # spins waiting for the other (AP bring-up, IPIs with a wait, stop_machine) only L1's
 # scheduler tick can let the other run, and that tick must interrupt TCG's emulation of L2:
 # the path that loses timer interrupts (see docs/kvm.md). A two-vCPU boot then took 25 to
-# 190 s of L1 time under load, and once in CI more than 220 s of QEMU CPU; with a CPU each the
+# 193 s of L1 time under load, and once in CI more than 220 s of QEMU CPU; with a CPU each the
 # two L2 vCPUs run side by side and the waits end without L1 preempting anything.
 kvm_boot_l1() {
   local kdir=$1 initrd=$2 serial=$3 kernel start rc=0 hz ticks=0 limit wall_end last=-1 moved
