@@ -146,7 +146,7 @@ static int cli__status(bool json)
         return 1;
     }
     bool guard = false;
-    vs__guard_present(cfg.nft_table, &guard, NULL);
+    vswitch__guard_present(cfg.nft_table, &guard, NULL);
     char rb[INET_ADDRSTRLEN];
     const char *mode = cfg.attach_mode == VS_ATTACH_TCX ? "tcx" : "clsact";
     struct cli__status st = {.v = v, .json = json};
@@ -222,7 +222,7 @@ static bool cli__instance(struct cli__inst *in, struct al_error *err)
 {
     memset(in, 0, sizeof *in);
     struct vswitch_view *v = NULL;
-    if (vs__read_instance(al_state_dir(), in->pin_dir, sizeof in->pin_dir, err) != 0 ||
+    if (vswitch__read_instance(al_state_dir(), in->pin_dir, sizeof in->pin_dir, err) != 0 ||
         vswitch_view_open_pins(in->pin_dir, &v, err) != 0)
         return false;
     struct vs_config cfg;
@@ -257,7 +257,7 @@ static int cli__teardown(bool force)
         return 1;
     }
     struct vswitch *vs = NULL;
-    if (vs__open(&in.o, true, &vs, &err) != 0) {
+    if (vswitch__open(&in.o, true, &vs, &err) != 0) {
         fprintf(stderr, "airlock vswitch teardown: %s\n", al_error_str(&err));
         return 1;
     }

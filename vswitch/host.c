@@ -99,7 +99,7 @@ static int host__name_ok(const char *s, size_t max, bool allow_underscore)
     return 1;
 }
 
-int vs__settings(const struct vswitch_opts *o, struct vs_settings *s, struct al_error *err)
+int vswitch__settings(const struct vswitch_opts *o, struct vs_settings *s, struct al_error *err)
 {
     static const struct vswitch_opts none;
     if (!o)
@@ -204,7 +204,7 @@ int vs__settings(const struct vswitch_opts *o, struct vs_settings *s, struct al_
 
 /* ---- sysctls ---------------------------------------------------------------------------- */
 
-int vs__sysctl_read(const char *path, long *value)
+int vswitch__sysctl_read(const char *path, long *value)
 {
     char p[256], buf[64];
     snprintf(p, sizeof p, "/proc/sys/%s", path);
@@ -226,7 +226,7 @@ int vs__sysctl_read(const char *path, long *value)
     return 0;
 }
 
-int vs__sysctl_write(const char *path, const char *value)
+int vswitch__sysctl_write(const char *path, const char *value)
 {
     char p[256];
     snprintf(p, sizeof p, "/proc/sys/%s", path);
@@ -271,7 +271,7 @@ static bool host__under_bpffs_root(const char *pin_dir)
     return strncmp(pin_dir, VS_BPFFS_ROOT, n) == 0 && (pin_dir[n] == '/' || pin_dir[n] == 0);
 }
 
-int vs__bpffs_ensure(const char *pin_dir, struct al_error *err)
+int vswitch__bpffs_ensure(const char *pin_dir, struct al_error *err)
 {
     char anc[PATH_MAX];
     host__existing_ancestor(pin_dir, anc, sizeof anc);
@@ -324,7 +324,7 @@ static int host__nft_run(const char *script, const char *what, struct al_error *
 /* One nftables transaction: create the tables and chains if missing, flush them and add
  * the rules. The kernel applies the whole batch atomically, so re-installing an existing
  * guard (every vswitch_open) never leaves a moment without rules. */
-int vs__guard_install(const struct vs_settings *s, struct al_error *err)
+int vswitch__guard_install(const struct vs_settings *s, struct al_error *err)
 {
     const char *t = s->nft_table;
     const char *p = s->ifname_prefix;
@@ -367,7 +367,7 @@ int vs__guard_install(const struct vs_settings *s, struct al_error *err)
     return host__nft_run(script, "installing the nftables guard", err);
 }
 
-int vs__guard_remove(const char *t, struct al_error *err)
+int vswitch__guard_remove(const char *t, struct al_error *err)
 {
     /* "add" first makes the delete succeed when a table is already gone. */
     char script[512];
@@ -378,7 +378,7 @@ int vs__guard_remove(const char *t, struct al_error *err)
     return host__nft_run(script, "removing the nftables guard", err);
 }
 
-int vs__guard_present(const char *t, bool *present, struct al_error *err)
+int vswitch__guard_present(const char *t, bool *present, struct al_error *err)
 {
     struct nft_ctx *ctx = nft_ctx_new(NFT_CTX_DEFAULT);
     if (!ctx)
@@ -441,7 +441,7 @@ static int host__links_cb(const struct vs_nl_link_info *l, void *arg)
     struct host__links *h = arg;
     if (strncmp(l->name, h->prefix, strlen(h->prefix)) != 0)
         return 0;
-    if (!vs__mac_is_ours(l->mac)) {
+    if (!vswitch__mac_is_ours(l->mac)) {
         if (!h->foreign[0])
             snprintf(h->foreign, sizeof h->foreign, "%s", l->name);
         return 0;
@@ -501,7 +501,8 @@ static int host__addr_overlap_cb(const struct vs_nl_addr_info *a, void *arg)
     return 1;
 }
 
-int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size_t max, size_t *n)
+int vswitch__host_checks(const struct vs_settings *s, struct vswitch_check *res, size_t max,
+                         size_t *n)
 {
     int failed = 0;
     *n = 0;
@@ -526,7 +527,7 @@ int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size
                   "pin directory %s is not on bpffs: mount bpffs there or use the default",
                   s->pin_dir);
 
-    if (vs__sysctl_read("net/ipv4/ip_forward", &v) != 0)
+    if (vswitch__sysctl_read("net/ipv4/ip_forward", &v) != 0)
         host__add(res, max, n, &failed, "net.ipv4.ip_forward", false, "cannot be read");
     else if (v == 0)
         host__add(res, max, n, &failed, "net.ipv4.ip_forward", true, "0");
@@ -542,7 +543,7 @@ int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size
                   "airlock in its own network namespace",
                   v);
 
-    if (vs__sysctl_read("net/ipv4/tcp_fwmark_accept", &v) != 0)
+    if (vswitch__sysctl_read("net/ipv4/tcp_fwmark_accept", &v) != 0)
         host__add(res, max, n, &failed, "net.ipv4.tcp_fwmark_accept", false, "cannot be read");
     else
         host__add(res, max, n, &failed, "net.ipv4.tcp_fwmark_accept", v == 0,
@@ -554,8 +555,8 @@ int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size
                   v);
 
     long all = 0, def = 0;
-    if (vs__sysctl_read("net/ipv4/conf/all/src_valid_mark", &all) != 0 ||
-        vs__sysctl_read("net/ipv4/conf/default/src_valid_mark", &def) != 0)
+    if (vswitch__sysctl_read("net/ipv4/conf/all/src_valid_mark", &all) != 0 ||
+        vswitch__sysctl_read("net/ipv4/conf/default/src_valid_mark", &def) != 0)
         host__add(res, max, n, &failed, "net.ipv4.conf.*.src_valid_mark", false, "cannot be read");
     else
         host__add(res, max, n, &failed, "net.ipv4.conf.*.src_valid_mark", all == 0 && def == 0,
@@ -567,17 +568,17 @@ int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size
                   all, def);
 
     long rpa = 0, rpd = 0;
-    if (vs__sysctl_read("net/ipv4/conf/all/rp_filter", &rpa) == 0 &&
-        vs__sysctl_read("net/ipv4/conf/default/rp_filter", &rpd) == 0)
+    if (vswitch__sysctl_read("net/ipv4/conf/all/rp_filter", &rpa) == 0 &&
+        vswitch__sysctl_read("net/ipv4/conf/default/rp_filter", &rpd) == 0)
         host__add(res, max, n, &failed, "net.ipv4.conf.*.rp_filter", true,
                   "all=%ld default=%ld (any value works: each sandbox has a /32 route "
                   "through its own interface)",
                   rpa, rpd);
 
     struct vs_nl nl = {.fd = -1};
-    if (vs_nl_open(&nl, NULL) == 0) {
+    if (vswitch_nl_open(&nl, NULL) == 0) {
         struct host__links links = {.prefix = s->ifname_prefix};
-        int r = vs_nl_link_dump(&nl, host__links_cb, &links, NULL);
+        int r = vswitch_nl_link_dump(&nl, host__links_cb, &links, NULL);
         if (r < 0)
             host__add(res, max, n, &failed, "interface prefix", false, "cannot list interfaces");
         else if (links.foreign[0])
@@ -591,9 +592,9 @@ int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size
                       "no foreign interface is named %s*", s->ifname_prefix);
 
         struct host__overlap o = {.s = s, .links = &links};
-        r = vs_nl_route_dump(&nl, host__route_overlap_cb, &o, NULL);
+        r = vswitch_nl_route_dump(&nl, host__route_overlap_cb, &o, NULL);
         if (r == 0)
-            r = vs_nl_addr_dump(&nl, host__addr_overlap_cb, &o, NULL);
+            r = vswitch_nl_addr_dump(&nl, host__addr_overlap_cb, &o, NULL);
         char rb[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &s->range_addr, rb, sizeof rb);
         if (r < 0)
@@ -606,7 +607,7 @@ int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size
                                "it. Choose another range",
                       rb, s->range_len, o.found);
         free(links.ours);
-        vs_nl_close(&nl);
+        vswitch_nl_close(&nl);
     } else {
         host__add(res, max, n, &failed, "rtnetlink", false, "cannot open a netlink socket");
     }

@@ -4,6 +4,10 @@
  * loader into files: loader.c (open/close/destroy, re-adoption, attach/detach), net.c
  * (address plan, netns + veth, taps, pool), host.c (host checks, bpffs, nftables guard,
  * sysctls), view.c (pinned-state readers, proxy registration), cli.c (`airlock vswitch`).
+ *
+ * Names: every function of vswitch/ starts with vswitch_. Those shared only between its
+ * files take vswitch__ (declared here) or vswitch_nl_ (nl.h), so a reader sees at the call
+ * which ones are not the public API of vswitch.h.
  */
 #ifndef AIRLOCK_VSWITCH_INTERNAL_H
 #define AIRLOCK_VSWITCH_INTERNAL_H
@@ -84,7 +88,7 @@ struct vswitch {
     /* Half-made networks, oldest first (min(VS_STAGE_MAX, pool_size) of them). */
     struct vs_staged stage[VS_STAGE_MAX];
     size_t stage_n;
-    /* Callers waiting for mu to work on a sandbox's network (vs__lock_for_sandbox): a fill
+    /* Callers waiting for mu to work on a sandbox's network (vswitch__lock_for_sandbox): a fill
      * lets them go first between its networks. An unlock followed by a lock does not: the
      * filling thread usually takes mu back before a waiter wakes. */
     atomic_uint sandbox_waiters;
@@ -107,58 +111,60 @@ struct vs_settings {
     bool allow_ip_forward;
 };
 /* Validates opts and fills in the defaults. */
-int vs__settings(const struct vswitch_opts *opts, struct vs_settings *s, struct al_error *err);
+int vswitch__settings(const struct vswitch_opts *opts, struct vs_settings *s, struct al_error *err);
 /* Reads an integer sysctl of the calling thread's namespace ("net/ipv4/ip_forward"). */
-int vs__sysctl_read(const char *path, long *value);
-int vs__sysctl_write(const char *path, const char *value);
+int vswitch__sysctl_read(const char *path, long *value);
+int vswitch__sysctl_write(const char *path, const char *value);
 /* Runs every host check; returns the number of failures (results as in vswitch.h). */
-int vs__host_checks(const struct vs_settings *s, struct vswitch_check *res, size_t max, size_t *n);
+int vswitch__host_checks(const struct vs_settings *s, struct vswitch_check *res, size_t max,
+                         size_t *n);
 /* Mounts bpffs at /sys/fs/bpf if pin_dir lives there and it is not mounted. */
-int vs__bpffs_ensure(const char *pin_dir, struct al_error *err);
-int vs__guard_install(const struct vs_settings *s, struct al_error *err);
-int vs__guard_remove(const char *nft_table, struct al_error *err);
-int vs__guard_present(const char *nft_table, bool *present, struct al_error *err);
+int vswitch__bpffs_ensure(const char *pin_dir, struct al_error *err);
+int vswitch__guard_install(const struct vs_settings *s, struct al_error *err);
+int vswitch__guard_remove(const char *nft_table, struct al_error *err);
+int vswitch__guard_present(const char *nft_table, bool *present, struct al_error *err);
 
 /* ---- view.c ---- */
-int vs__view_open_fds(struct vswitch_view *v, const char *pin_dir, struct al_error *err);
-void vs__view_release(struct vswitch_view *v);
-int vs__read_instance(const char *state_dir, char *pin_dir, size_t len, struct al_error *err);
+int vswitch__view_open_fds(struct vswitch_view *v, const char *pin_dir, struct al_error *err);
+void vswitch__view_release(struct vswitch_view *v);
+int vswitch__read_instance(const char *state_dir, char *pin_dir, size_t len, struct al_error *err);
 
 /* ---- net.c ---- */
 /* Slot i's addresses (network order). */
-void vs__slot_addrs(const struct vswitch *vs, uint32_t slot, uint32_t *gateway, uint32_t *addr);
-int vs__slot_alloc(struct vswitch *vs, uint32_t *slot, struct al_error *err);
-void vs__slot_free(struct vswitch *vs, uint32_t slot);
-void vs__slot_macs(uint32_t slot, uint8_t host[6], uint8_t guest[6]);
-bool vs__mac_is_ours(const uint8_t mac[6]);
+void vswitch__slot_addrs(const struct vswitch *vs, uint32_t slot, uint32_t *gateway,
+                         uint32_t *addr);
+int vswitch__slot_alloc(struct vswitch *vs, uint32_t *slot, struct al_error *err);
+void vswitch__slot_free(struct vswitch *vs, uint32_t slot);
+void vswitch__slot_macs(uint32_t slot, uint8_t host[6], uint8_t guest[6]);
+bool vswitch__mac_is_ours(const uint8_t mac[6]);
 /* Under mu: stops and waits for running pool fills, then frees the pooled and the
  * half-made networks. */
-void vs__pool_drain(struct vswitch *vs);
+void vswitch__pool_drain(struct vswitch *vs);
 /* Takes mu for work a sandbox waits for (create, destroy, taps, attach; and the pool's
  * count): ahead of a pool fill, which waits between its networks while such callers wait. */
-void vs__lock_for_sandbox(struct vswitch *vs);
+void vswitch__lock_for_sandbox(struct vswitch *vs);
 
 /* ---- loader.c ---- */
 /* vswitch_open; for_teardown skips the host checks (see `airlock vswitch teardown`). */
-int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch **out,
-             struct al_error *err);
+int vswitch__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch **out,
+                  struct al_error *err);
 /* Attaches both programs to ifindex and records the identity (caller holds vs->mu). */
-int vs__attach_locked(struct vswitch *vs, int ifindex, const struct vs_iface *ifc,
-                      struct al_error *err);
-int vs__detach_locked(struct vswitch *vs, int ifindex, struct al_error *err);
+int vswitch__attach_locked(struct vswitch *vs, int ifindex, const struct vs_iface *ifc,
+                           struct al_error *err);
+int vswitch__detach_locked(struct vswitch *vs, int ifindex, struct al_error *err);
 /* Drops the identity, pins and slot of an interface that is going away by itself (its
  * namespace is being destroyed), without deleting it. */
-void vs__forget_locked(struct vswitch *vs, int ifindex);
-/* Makes the clsact qdisc that vs__attach_locked will put the filters on (nothing in TCX
+void vswitch__forget_locked(struct vswitch *vs, int ifindex);
+/* Makes the clsact qdisc that vswitch__attach_locked will put the filters on (nothing in TCX
  * mode), ahead of time: see struct vs_staged. */
-int vs__qdisc_ahead(struct vswitch *vs, int ifindex, struct al_error *err);
+int vswitch__qdisc_ahead(struct vswitch *vs, int ifindex, struct al_error *err);
 /* Sets addresses and the flags of a fresh vs_iface for slot. */
-void vs__iface_init(struct vswitch *vs, struct vs_iface *ifc, uint32_t slot,
-                    const struct vswitch_sandbox *sb, const char *ifname, uint32_t flags);
+void vswitch__iface_init(struct vswitch *vs, struct vs_iface *ifc, uint32_t slot,
+                         const struct vswitch_sandbox *sb, const char *ifname, uint32_t flags);
 /* Host-side route and neighbour entry toward the sandbox of ifc (after link up). */
-int vs__host_routes(struct vswitch *vs, int ifindex, const struct vs_iface *ifc,
-                    struct al_error *err);
-int vs__set_identity_locked(struct vswitch *vs, int ifindex, struct vs_iface *ifc,
-                            struct al_error *err);
+int vswitch__host_routes(struct vswitch *vs, int ifindex, const struct vs_iface *ifc,
+                         struct al_error *err);
+int vswitch__set_identity_locked(struct vswitch *vs, int ifindex, struct vs_iface *ifc,
+                                 struct al_error *err);
 
 #endif

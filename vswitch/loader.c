@@ -149,7 +149,7 @@ static int loader__attach_clsact(struct vswitch *vs, int ifindex, bool ingress,
     return 0;
 }
 
-int vs__qdisc_ahead(struct vswitch *vs, int ifindex, struct al_error *err)
+int vswitch__qdisc_ahead(struct vswitch *vs, int ifindex, struct al_error *err)
 {
     if (vs->cfg.attach_mode == VS_ATTACH_TCX)
         return 0; /* (no qdisc: a TCX link waits for its own grace period at the attach) */
@@ -194,8 +194,8 @@ static int loader__counters_reset(struct vswitch *vs, __u32 key, __u64 flags)
     return rc == -EEXIST && flags == BPF_NOEXIST ? 0 : rc;
 }
 
-int vs__set_identity_locked(struct vswitch *vs, int ifindex, struct vs_iface *ifc,
-                            struct al_error *err)
+int vswitch__set_identity_locked(struct vswitch *vs, int ifindex, struct vs_iface *ifc,
+                                 struct al_error *err)
 {
     __u32 key = (__u32)ifindex;
     if (bpf_map_update_elem(vs->view.map_ifaces, &key, ifc, BPF_ANY) != 0)
@@ -212,8 +212,8 @@ int vs__set_identity_locked(struct vswitch *vs, int ifindex, struct vs_iface *if
     return 0;
 }
 
-int vs__attach_locked(struct vswitch *vs, int ifindex, const struct vs_iface *ifc_in,
-                      struct al_error *err)
+int vswitch__attach_locked(struct vswitch *vs, int ifindex, const struct vs_iface *ifc_in,
+                           struct al_error *err)
 {
     struct vs_iface ifc = *ifc_in;
     __u32 key = (__u32)ifindex;
@@ -221,7 +221,7 @@ int vs__attach_locked(struct vswitch *vs, int ifindex, const struct vs_iface *if
     if (rc)
         return al_error_set(err, rc, "creating the counters of interface %d: %s", ifindex,
                             strerror(-rc));
-    rc = vs__set_identity_locked(vs, ifindex, &ifc, err);
+    rc = vswitch__set_identity_locked(vs, ifindex, &ifc, err);
     if (!rc)
         rc = loader__attach_progs(vs, ifindex, err);
     if (rc) {
@@ -245,7 +245,7 @@ static void loader__forget(struct vswitch *vs, int ifindex, const struct vs_ifac
     loader__unpin_links(vs, ifindex);
     bpf_map_delete_elem(vs->view.map_counters, &key);
     if (ifc->slot < vs->nslots)
-        vs__slot_free(vs, ifc->slot);
+        vswitch__slot_free(vs, ifc->slot);
 }
 
 static int loader__detach(struct vswitch *vs, int ifindex, bool free_slot, struct al_error *err)
@@ -261,8 +261,8 @@ static int loader__detach(struct vswitch *vs, int ifindex, bool free_slot, struc
         bpf_map_delete_elem(vs->view.map_addrs, &ifc.addr);
     /* Then the interface (the kernel takes the programs with it), only then the pins. */
     struct vs_nl_link_info l;
-    if (vs_nl_link_get(&vs->nl, ifindex, &l, NULL) == 0 && strcmp(l.name, ifc.ifname) == 0) {
-        int rc = vs_nl_link_del(&vs->nl, ifindex, err);
+    if (vswitch_nl_link_get(&vs->nl, ifindex, &l, NULL) == 0 && strcmp(l.name, ifc.ifname) == 0) {
+        int rc = vswitch_nl_link_del(&vs->nl, ifindex, err);
         if (rc && rc != -ENODEV) {
             /* Keep the programs attached: the interface lives on, without identity. */
             return rc;
@@ -274,12 +274,12 @@ static int loader__detach(struct vswitch *vs, int ifindex, bool free_slot, struc
     return 0;
 }
 
-int vs__detach_locked(struct vswitch *vs, int ifindex, struct al_error *err)
+int vswitch__detach_locked(struct vswitch *vs, int ifindex, struct al_error *err)
 {
     return loader__detach(vs, ifindex, true, err);
 }
 
-void vs__forget_locked(struct vswitch *vs, int ifindex)
+void vswitch__forget_locked(struct vswitch *vs, int ifindex)
 {
     __u32 key = (__u32)ifindex;
     struct vs_iface ifc;
@@ -287,14 +287,14 @@ void vs__forget_locked(struct vswitch *vs, int ifindex)
         loader__forget(vs, ifindex, &ifc);
 }
 
-void vs__iface_init(struct vswitch *vs, struct vs_iface *ifc, uint32_t slot,
-                    const struct vswitch_sandbox *sb, const char *ifname, uint32_t flags)
+void vswitch__iface_init(struct vswitch *vs, struct vs_iface *ifc, uint32_t slot,
+                         const struct vswitch_sandbox *sb, const char *ifname, uint32_t flags)
 {
     memset(ifc, 0, sizeof *ifc);
     ifc->slot = slot;
     ifc->flags = flags;
-    vs__slot_addrs(vs, slot, &ifc->gateway, &ifc->addr);
-    vs__slot_macs(slot, ifc->host_mac, ifc->guest_mac);
+    vswitch__slot_addrs(vs, slot, &ifc->gateway, &ifc->addr);
+    vswitch__slot_macs(slot, ifc->host_mac, ifc->guest_mac);
     snprintf(ifc->ifname, sizeof ifc->ifname, "%s", ifname);
     if (sb) {
         ifc->sandbox_id = sb->id;
@@ -303,8 +303,8 @@ void vs__iface_init(struct vswitch *vs, struct vs_iface *ifc, uint32_t slot,
     }
 }
 
-int vs__host_routes(struct vswitch *vs, int ifindex, const struct vs_iface *ifc,
-                    struct al_error *err)
+int vswitch__host_routes(struct vswitch *vs, int ifindex, const struct vs_iface *ifc,
+                         struct al_error *err)
 {
     struct vs_route_spec r = {.kind = VS_ROUTE_UNICAST_DEV,
                               .table = VS_TABLE_MAIN,
@@ -312,9 +312,9 @@ int vs__host_routes(struct vswitch *vs, int ifindex, const struct vs_iface *ifc,
                               .dst_len = 32,
                               .oif = ifindex,
                               .protocol = VS_RTPROT};
-    int rc = vs_nl_route_add(&vs->nl, &r, true, err);
+    int rc = vswitch_nl_route_add(&vs->nl, &r, true, err);
     if (!rc)
-        rc = vs_nl_neigh_add(&vs->nl, ifindex, ifc->addr, ifc->guest_mac, err);
+        rc = vswitch_nl_neigh_add(&vs->nl, ifindex, ifc->addr, ifc->guest_mac, err);
     return rc;
 }
 
@@ -456,7 +456,7 @@ static int loader__orphan_cb(const struct vs_nl_link_info *l, void *arg)
 {
     struct loader__orphans *o = arg;
     if (strncmp(l->name, o->vs->cfg.ifname_prefix, strlen(o->vs->cfg.ifname_prefix)) != 0 ||
-        !vs__mac_is_ours(l->mac))
+        !vswitch__mac_is_ours(l->mac))
         return 0;
     __u32 k = (__u32)l->ifindex;
     struct vs_iface ifc;
@@ -470,11 +470,11 @@ static int loader__orphan_cb(const struct vs_nl_link_info *l, void *arg)
 static void loader__delete_orphans(struct vswitch *vs)
 {
     struct loader__orphans o = {.vs = vs};
-    if (vs_nl_link_dump(&vs->nl, loader__orphan_cb, &o, NULL) < 0)
+    if (vswitch_nl_link_dump(&vs->nl, loader__orphan_cb, &o, NULL) < 0)
         return;
     for (size_t i = 0; i < o.n; i++) {
         al_info("vswitch: deleting unattached interface %d left by a previous run", o.idx[i]);
-        vs_nl_link_del(&vs->nl, o.idx[i], NULL);
+        vswitch_nl_link_del(&vs->nl, o.idx[i], NULL);
     }
 }
 
@@ -509,12 +509,12 @@ static int loader__readopt(struct vswitch *vs, struct al_error *err)
         if (bpf_map_lookup_elem(vs->view.map_ifaces, &keys[i], &ifc) != 0)
             continue;
         struct vs_nl_link_info l;
-        bool alive = vs_nl_link_get(&vs->nl, ifindex, &l, NULL) == 0 &&
+        bool alive = vswitch_nl_link_get(&vs->nl, ifindex, &l, NULL) == 0 &&
                      strcmp(l.name, ifc.ifname) == 0 && memcmp(l.mac, ifc.host_mac, 6) == 0;
         uint32_t gw, addr;
         bool consistent = ifc.slot < vs->nslots;
         if (consistent) {
-            vs__slot_addrs(vs, ifc.slot, &gw, &addr);
+            vswitch__slot_addrs(vs, ifc.slot, &gw, &addr);
             consistent = gw == ifc.gateway && addr == ifc.addr && !vs->slot_used[ifc.slot];
         }
         if (!alive) {
@@ -559,7 +559,7 @@ static int loader__readopt(struct vswitch *vs, struct al_error *err)
         struct al_error e2 = {0};
         int arc = loader__attach_progs(vs, ifindex, &e2);
         if (!arc)
-            arc = vs__host_routes(vs, ifindex, &ifc, &e2);
+            arc = vswitch__host_routes(vs, ifindex, &ifc, &e2);
         if (arc) {
             al_error("vswitch: cannot adopt %s (sandbox %llu): %s; deleting it", ifc.ifname,
                      (unsigned long long)ifc.sandbox_id, al_error_str(&e2));
@@ -610,7 +610,7 @@ static int loader__refusal(const struct vs_settings *s, struct al_error *err)
 {
     struct vswitch_check res[16];
     size_t n = 0;
-    int failed = vs__host_checks(s, res, AL_ARRAY_SIZE(res), &n);
+    int failed = vswitch__host_checks(s, res, AL_ARRAY_SIZE(res), &n);
     if (failed <= 0)
         return failed;
     char msg[AL_ERROR_MSG_MAX] = "";
@@ -635,11 +635,11 @@ void vswitch_close(struct vswitch *vs)
     if (!vs)
         return;
     pthread_mutex_lock(&vs->mu);
-    vs__pool_drain(vs);
+    vswitch__pool_drain(vs);
     pthread_mutex_unlock(&vs->mu);
     if (vs->skel)
         vswitch_bpf__destroy(vs->skel);
-    vs_nl_close(&vs->nl);
+    vswitch_nl_close(&vs->nl);
     if (vs->lock_fd >= 0)
         close(vs->lock_fd); /* releases the flock */
     free(vs->slot_used);
@@ -651,11 +651,11 @@ void vswitch_close(struct vswitch *vs)
 
 int vswitch_open(const struct vswitch_opts *opts, struct vswitch **out, struct al_error *err)
 {
-    return vs__open(opts, false, out, err);
+    return vswitch__open(opts, false, out, err);
 }
 
-int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch **out,
-             struct al_error *err)
+int vswitch__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch **out,
+                  struct al_error *err)
 {
     pthread_once(&loader__once, loader__init_once);
     *out = NULL;
@@ -668,7 +668,7 @@ int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch 
                                 strerror(-r));
     }
     struct vs_settings s;
-    int rc = vs__settings(opts, &s, err);
+    int rc = vswitch__settings(opts, &s, err);
     if (rc)
         return rc;
     /* A teardown must work on a host that is unsafe now: it only removes things. */
@@ -701,7 +701,7 @@ int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch 
     rc = loader__lock(vs, err);
     if (rc)
         goto fail;
-    rc = vs__bpffs_ensure(s.pin_dir, err);
+    rc = vswitch__bpffs_ensure(s.pin_dir, err);
     if (rc)
         goto fail;
     char links[PATH_MAX];
@@ -772,7 +772,7 @@ int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch 
         goto fail;
     }
 
-    rc = vs_nl_open(&vs->nl, err);
+    rc = vswitch_nl_open(&vs->nl, err);
     if (rc)
         goto fail;
     struct stat nsst;
@@ -789,11 +789,11 @@ int vs__open(const struct vswitch_opts *opts, bool for_teardown, struct vswitch 
                                   .table = s.route_table,
                                   .oif = 1 /* lo */,
                                   .protocol = VS_RTPROT};
-    rc = vs_nl_route_add(&vs->nl, &local, true, err);
+    rc = vswitch_nl_route_add(&vs->nl, &local, true, err);
     if (!rc)
-        rc = vs_nl_rule_add(&vs->nl, s.steer_mark, s.route_table, s.rule_priority, err);
+        rc = vswitch_nl_rule_add(&vs->nl, s.steer_mark, s.route_table, s.rule_priority, err);
     if (!rc)
-        rc = vs__guard_install(&s, err);
+        rc = vswitch__guard_install(&s, err);
     if (rc)
         goto fail;
 
@@ -853,12 +853,12 @@ int vswitch_destroy(struct vswitch *vs, bool force, struct al_error *err)
                             "those sandboxes first (or force the teardown)",
                             live);
     }
-    vs__pool_drain(vs);
+    vswitch__pool_drain(vs);
     int rc = 0;
     __u32 next;
     while (bpf_map_get_next_key(vs->view.map_ifaces, NULL, &next) == 0) {
         struct al_error e2 = {0};
-        if (vs__detach_locked(vs, (int)next, &e2) != 0) {
+        if (vswitch__detach_locked(vs, (int)next, &e2) != 0) {
             rc = al_error_set(err, e2.code, "%s", al_error_str(&e2));
             break;
         }
@@ -868,18 +868,18 @@ int vswitch_destroy(struct vswitch *vs, bool force, struct al_error *err)
                                       .table = vs->cfg.route_table,
                                       .oif = 1,
                                       .protocol = VS_RTPROT};
-        int r = vs_nl_route_del(&vs->nl, &local, NULL);
+        int r = vswitch_nl_route_del(&vs->nl, &local, NULL);
         if (r && r != -ESRCH && r != -ENOENT)
             al_warn("vswitch: deleting the local route table entry failed: %s", strerror(-r));
         bool exists = true;
-        while (vs_nl_rule_exists(&vs->nl, vs->cfg.steer_mark, vs->cfg.route_table,
-                                 vs->cfg.rule_priority, &exists, NULL) == 0 &&
+        while (vswitch_nl_rule_exists(&vs->nl, vs->cfg.steer_mark, vs->cfg.route_table,
+                                      vs->cfg.rule_priority, &exists, NULL) == 0 &&
                exists) {
-            if (vs_nl_rule_del(&vs->nl, vs->cfg.steer_mark, vs->cfg.route_table,
-                               vs->cfg.rule_priority, NULL) != 0)
+            if (vswitch_nl_rule_del(&vs->nl, vs->cfg.steer_mark, vs->cfg.route_table,
+                                    vs->cfg.rule_priority, NULL) != 0)
                 break;
         }
-        rc = vs__guard_remove(vs->cfg.nft_table, err);
+        rc = vswitch__guard_remove(vs->cfg.nft_table, err);
     }
     if (!rc) {
         char path[PATH_MAX];
@@ -920,7 +920,7 @@ int vswitch_host_check(const struct vswitch_opts *opts, struct vswitch_check *re
     struct vs_settings s;
     struct al_error e = {0};
     *n = 0;
-    int rc = vs__settings(opts, &s, &e);
+    int rc = vswitch__settings(opts, &s, &e);
     if (rc) {
         if (max) {
             snprintf(results[0].name, sizeof results[0].name, "options");
@@ -930,5 +930,5 @@ int vswitch_host_check(const struct vswitch_opts *opts, struct vswitch_check *re
         }
         return 1;
     }
-    return vs__host_checks(&s, results, max, n);
+    return vswitch__host_checks(&s, results, max, n);
 }

@@ -32,7 +32,7 @@
 
 /* ---- address plan ----------------------------------------------------------------------- */
 
-void vs__slot_addrs(const struct vswitch *vs, uint32_t slot, uint32_t *gateway, uint32_t *addr)
+void vswitch__slot_addrs(const struct vswitch *vs, uint32_t slot, uint32_t *gateway, uint32_t *addr)
 {
     uint32_t size = 1u << (32 - vs->cfg.prefix_len);
     uint32_t base = vs->range_host + slot * size;
@@ -45,7 +45,7 @@ void vs__slot_addrs(const struct vswitch *vs, uint32_t slot, uint32_t *gateway, 
     }
 }
 
-int vs__slot_alloc(struct vswitch *vs, uint32_t *slot, struct al_error *err)
+int vswitch__slot_alloc(struct vswitch *vs, uint32_t *slot, struct al_error *err)
 {
     for (uint32_t i = 0; i < vs->nslots; i++) {
         if (!vs->slot_used[i]) {
@@ -60,7 +60,7 @@ int vs__slot_alloc(struct vswitch *vs, uint32_t *slot, struct al_error *err)
                         vs->nslots);
 }
 
-void vs__slot_free(struct vswitch *vs, uint32_t slot)
+void vswitch__slot_free(struct vswitch *vs, uint32_t slot)
 {
     if (slot < vs->nslots)
         vs->slot_used[slot] = 0;
@@ -68,7 +68,7 @@ void vs__slot_free(struct vswitch *vs, uint32_t slot)
 
 /* Locally administered unicast MACs with an "AL" signature: 02:41:4c:<slot> on the host
  * side (how the switch recognises its interfaces), 06:41:4c:<slot> for the sandbox. */
-void vs__slot_macs(uint32_t slot, uint8_t host[6], uint8_t guest[6])
+void vswitch__slot_macs(uint32_t slot, uint8_t host[6], uint8_t guest[6])
 {
     uint8_t tail[3] = {(uint8_t)(slot >> 16), (uint8_t)(slot >> 8), (uint8_t)slot};
     host[0] = 0x02, host[1] = 0x41, host[2] = 0x4c;
@@ -77,7 +77,7 @@ void vs__slot_macs(uint32_t slot, uint8_t host[6], uint8_t guest[6])
     memcpy(guest + 3, tail, 3);
 }
 
-bool vs__mac_is_ours(const uint8_t mac[6])
+bool vswitch__mac_is_ours(const uint8_t mac[6])
 {
     return mac[0] == 0x02 && mac[1] == 0x41 && mac[2] == 0x4c;
 }
@@ -195,9 +195,9 @@ static int net__ns_create(struct net__ns *ns, struct al_error *err)
     } else {
         /* No IPv6 inside: the switch drops it anyway, and applications fail fast instead of
          * waiting for timeouts. (Absent when the kernel has no IPv6: fine.) */
-        vs__sysctl_write("net/ipv6/conf/all/disable_ipv6", "1");
-        vs__sysctl_write("net/ipv6/conf/default/disable_ipv6", "1");
-        rc = vs_nl_open(&ns->nl, err);
+        vswitch__sysctl_write("net/ipv6/conf/all/disable_ipv6", "1");
+        vswitch__sysctl_write("net/ipv6/conf/default/disable_ipv6", "1");
+        rc = vswitch_nl_open(&ns->nl, err);
         if (rc) {
             close(ns->nsfd);
             ns->nsfd = -1;
@@ -216,21 +216,21 @@ static int net__ns_create(struct net__ns *ns, struct al_error *err)
 static int net__guest_config(struct vswitch *vs, struct vs_nl *gnl, const struct vs_iface *ifc,
                              struct al_error *err)
 {
-    int rc = vs_nl_link_set_up(gnl, 1, true, err);
+    int rc = vswitch_nl_link_set_up(gnl, 1, true, err);
     int eth = 0;
     if (!rc)
-        rc = vs_nl_link_index(gnl, VSWITCH_GUEST_IFNAME, &eth, err);
+        rc = vswitch_nl_link_index(gnl, VSWITCH_GUEST_IFNAME, &eth, err);
     if (!rc)
-        rc = vs_nl_addr_add(gnl, eth, ifc->addr, vs->cfg.prefix_len, err);
+        rc = vswitch_nl_addr_add(gnl, eth, ifc->addr, vs->cfg.prefix_len, err);
     if (!rc)
-        rc = vs_nl_link_set_up(gnl, eth, true, err);
+        rc = vswitch_nl_link_set_up(gnl, eth, true, err);
     if (!rc) {
         struct vs_route_spec r = {.kind = VS_ROUTE_DEFAULT_VIA,
                                   .table = VS_TABLE_MAIN,
                                   .gateway = ifc->gateway,
                                   .oif = eth,
                                   .protocol = VS_RTPROT};
-        rc = vs_nl_route_add(gnl, &r, true, err);
+        rc = vswitch_nl_route_add(gnl, &r, true, err);
     }
     if (rc)
         al_error_prefix(err, "configuring the sandbox side");
@@ -244,18 +244,18 @@ static int net__guest_config(struct vswitch *vs, struct vs_nl *gnl, const struct
 static int net__stage_make(struct vswitch *vs, struct vs_staged *st, struct al_error *err)
 {
     uint32_t slot;
-    int rc = vs__slot_alloc(vs, &slot, err);
+    int rc = vswitch__slot_alloc(vs, &slot, err);
     if (rc)
         return rc;
     char name[IFNAMSIZ];
     net__ifname(vs, slot, name);
     uint8_t host_mac[6], guest_mac[6];
-    vs__slot_macs(slot, host_mac, guest_mac);
+    vswitch__slot_macs(slot, host_mac, guest_mac);
 
     struct net__ns ns;
     rc = net__ns_create(&ns, err);
     if (rc) {
-        vs__slot_free(vs, slot);
+        vswitch__slot_free(vs, slot);
         return rc;
     }
     struct vs_veth_spec spec = {.name = name,
@@ -264,21 +264,22 @@ static int net__stage_make(struct vswitch *vs, struct vs_staged *st, struct al_e
                                 .peer_mac = guest_mac,
                                 .peer_netns_fd = ns.nsfd};
     int ifindex = 0;
-    rc = vs_nl_veth_add(&vs->nl, &spec, err);
+    rc = vswitch_nl_veth_add(&vs->nl, &spec, err);
     if (!rc) {
-        rc = vs_nl_link_index(&vs->nl, name, &ifindex, err);
+        rc = vswitch_nl_link_index(&vs->nl, name, &ifindex, err);
         if (!rc)
-            rc = vs_nl_link_addrgen_none(&vs->nl, ifindex, err); /* no IPv6 from the host side */
+            rc = vswitch_nl_link_addrgen_none(&vs->nl, ifindex,
+                                              err); /* no IPv6 from the host side */
         if (!rc)
-            rc = vs__qdisc_ahead(vs, ifindex, err);
+            rc = vswitch__qdisc_ahead(vs, ifindex, err);
         /* (A failure after the veth cannot happen short of someone deleting it; should the
          * deletion fail too, the next vswitch_open removes the unattached interface.) */
         if (rc && ifindex > 0)
-            vs_nl_link_del(&vs->nl, ifindex, NULL);
+            vswitch_nl_link_del(&vs->nl, ifindex, NULL);
     }
     if (rc) {
-        vs__slot_free(vs, slot);
-        vs_nl_close(&ns.nl);
+        vswitch__slot_free(vs, slot);
+        vswitch_nl_close(&ns.nl);
         close(ns.nsfd);
         return rc;
     }
@@ -289,9 +290,9 @@ static int net__stage_make(struct vswitch *vs, struct vs_staged *st, struct al_e
 /* Throws a half-made network away (caller holds the lock). */
 static void net__stage_discard(struct vswitch *vs, struct vs_staged *st)
 {
-    vs_nl_link_del(&vs->nl, st->ifindex, NULL); /* (the sandbox side goes with it) */
-    vs__slot_free(vs, st->slot);
-    vs_nl_close(&st->nl);
+    vswitch_nl_link_del(&vs->nl, st->ifindex, NULL); /* (the sandbox side goes with it) */
+    vswitch__slot_free(vs, st->slot);
+    vswitch_nl_close(&st->nl);
     close(st->nsfd);
 }
 
@@ -304,21 +305,21 @@ static int net__finish_locked(struct vswitch *vs, const struct vswitch_sandbox *
     char name[IFNAMSIZ];
     net__ifname(vs, st->slot, name);
     struct vs_iface ifc;
-    vs__iface_init(vs, &ifc, st->slot, sb, name, sb ? 0 : VS_IF_POOL);
-    int rc = vs__attach_locked(vs, st->ifindex, &ifc, err);
+    vswitch__iface_init(vs, &ifc, st->slot, sb, name, sb ? 0 : VS_IF_POOL);
+    int rc = vswitch__attach_locked(vs, st->ifindex, &ifc, err);
     if (rc) {
-        vs_nl_link_del(&vs->nl, st->ifindex, NULL);
-        vs__slot_free(vs, st->slot);
+        vswitch_nl_link_del(&vs->nl, st->ifindex, NULL);
+        vswitch__slot_free(vs, st->slot);
     } else {
-        rc = vs_nl_link_set_up(&vs->nl, st->ifindex, true, err);
+        rc = vswitch_nl_link_set_up(&vs->nl, st->ifindex, true, err);
         if (!rc)
-            rc = vs__host_routes(vs, st->ifindex, &ifc, err);
+            rc = vswitch__host_routes(vs, st->ifindex, &ifc, err);
         if (!rc)
             rc = net__guest_config(vs, &st->nl, &ifc, err);
         if (rc)
-            vs__detach_locked(vs, st->ifindex, NULL); /* (deletes it, frees the slot) */
+            vswitch__detach_locked(vs, st->ifindex, NULL); /* (deletes it, frees the slot) */
     }
-    vs_nl_close(&st->nl);
+    vswitch_nl_close(&st->nl);
     if (rc) {
         close(st->nsfd);
         return rc;
@@ -378,7 +379,7 @@ int vswitch_net_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
     int rc = net__check_sandbox(sb, err);
     if (rc)
         return rc;
-    vs__lock_for_sandbox(vs);
+    vswitch__lock_for_sandbox(vs);
     int ifindex;
     struct vs_iface ifc;
     if (net__find_locked(vs, sb->id, &ifindex, &ifc) == 0) {
@@ -396,7 +397,7 @@ int vswitch_net_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
             memset(ifc.label, 0, sizeof ifc.label);
             if (sb->label)
                 snprintf(ifc.label, sizeof ifc.label, "%s", sb->label);
-            rc = vs__set_identity_locked(vs, net.host_ifindex, &ifc, err);
+            rc = vswitch__set_identity_locked(vs, net.host_ifindex, &ifc, err);
             if (rc == 0) {
                 net.sandbox_id = sb->id;
                 *out = net;
@@ -405,7 +406,7 @@ int vswitch_net_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
             }
         }
         /* The pooled network is unusable: throw it away and build a fresh one. */
-        vs__detach_locked(vs, net.host_ifindex, NULL);
+        vswitch__detach_locked(vs, net.host_ifindex, NULL);
         vswitch_net_close_fds(&net);
         al_error_clear(err);
     }
@@ -414,7 +415,7 @@ int vswitch_net_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
     return rc;
 }
 
-void vs__lock_for_sandbox(struct vswitch *vs)
+void vswitch__lock_for_sandbox(struct vswitch *vs)
 {
     atomic_fetch_add(&vs->sandbox_waiters, 1);
     pthread_mutex_lock(&vs->mu);
@@ -461,7 +462,7 @@ int vswitch_pool_fill(struct vswitch *vs, struct al_error *err)
 
 size_t vswitch_pool_ready(struct vswitch *vs)
 {
-    vs__lock_for_sandbox(vs); /* (a count, never worth waiting for a fill) */
+    vswitch__lock_for_sandbox(vs); /* (a count, never worth waiting for a fill) */
     size_t n = vs->pool_n;
     pthread_mutex_unlock(&vs->mu);
     return n;
@@ -477,7 +478,7 @@ static void net__wait_gone(struct vswitch *vs, const int *ifindex, size_t n, uns
         left = 0;
         for (size_t i = 0; i < n; i++) {
             struct vs_nl_link_info l;
-            if (ifindex[i] > 0 && vs_nl_link_get(&vs->nl, ifindex[i], &l, NULL) == 0)
+            if (ifindex[i] > 0 && vswitch_nl_link_get(&vs->nl, ifindex[i], &l, NULL) == 0)
                 left++;
         }
         if (left == 0 || al_now_ns() >= end)
@@ -491,14 +492,14 @@ static void net__wait_gone(struct vswitch *vs, const int *ifindex, size_t n, uns
             left, timeout_ms);
     for (size_t i = 0; i < n; i++) {
         struct vs_nl_link_info l;
-        if (ifindex[i] > 0 && vs_nl_link_get(&vs->nl, ifindex[i], &l, NULL) == 0 &&
-            vs__mac_is_ours(l.mac) &&
+        if (ifindex[i] > 0 && vswitch_nl_link_get(&vs->nl, ifindex[i], &l, NULL) == 0 &&
+            vswitch__mac_is_ours(l.mac) &&
             strncmp(l.name, vs->cfg.ifname_prefix, strlen(vs->cfg.ifname_prefix)) == 0)
-            vs_nl_link_del(&vs->nl, ifindex[i], NULL);
+            vswitch_nl_link_del(&vs->nl, ifindex[i], NULL);
     }
 }
 
-void vs__pool_drain(struct vswitch *vs)
+void vswitch__pool_drain(struct vswitch *vs)
 {
     /* A fill running in another thread stops at its next network; wait for it. */
     vs->pool_stop = true;
@@ -516,18 +517,18 @@ void vs__pool_drain(struct vswitch *vs)
     while (vs->pool_n > 0) {
         struct vswitch_net *net = &vs->pool[--vs->pool_n];
         if (gone) {
-            vs__forget_locked(vs, net->host_ifindex);
+            vswitch__forget_locked(vs, net->host_ifindex);
             gone[k++] = net->host_ifindex;
         } else {
-            vs__detach_locked(vs, net->host_ifindex, NULL);
+            vswitch__detach_locked(vs, net->host_ifindex, NULL);
         }
         vswitch_net_close_fds(net);
     }
     while (vs->stage_n > 0) {
         struct vs_staged *st = &vs->stage[--vs->stage_n];
         if (gone) {
-            vs__slot_free(vs, st->slot);
-            vs_nl_close(&st->nl);
+            vswitch__slot_free(vs, st->slot);
+            vswitch_nl_close(&st->nl);
             close(st->nsfd);
             gone[k++] = st->ifindex;
         } else {
@@ -564,7 +565,7 @@ int vswitch_tap_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
     rc = net__same_netns(vs, err);
     if (rc)
         return rc;
-    vs__lock_for_sandbox(vs);
+    vswitch__lock_for_sandbox(vs);
     int ifindex;
     struct vs_iface ifc;
     if (net__find_locked(vs, sb->id, &ifindex, &ifc) == 0) {
@@ -573,14 +574,14 @@ int vswitch_tap_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
                             (unsigned long long)sb->id, ifc.ifname);
     }
     uint32_t slot;
-    rc = vs__slot_alloc(vs, &slot, err);
+    rc = vswitch__slot_alloc(vs, &slot, err);
     if (rc) {
         pthread_mutex_unlock(&vs->mu);
         return rc;
     }
     char name[IFNAMSIZ];
     net__ifname(vs, slot, name);
-    vs__iface_init(vs, &ifc, slot, sb, name, VS_IF_TAP);
+    vswitch__iface_init(vs, &ifc, slot, sb, name, VS_IF_TAP);
     if (o && o->guest_mac)
         memcpy(ifc.guest_mac, o->guest_mac, 6);
 
@@ -588,7 +589,7 @@ int vswitch_tap_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
     if (fd < 0) {
         rc = al_error_set(err, -errno, "opening /dev/net/tun: %s (is the tun module loaded?)",
                           strerror(errno));
-        vs__slot_free(vs, slot);
+        vswitch__slot_free(vs, slot);
         pthread_mutex_unlock(&vs->mu);
         return rc;
     }
@@ -599,29 +600,29 @@ int vswitch_tap_create(struct vswitch *vs, const struct vswitch_sandbox *sb,
     if (ioctl(fd, TUNSETIFF, &ifr) != 0) {
         rc = al_error_set(err, -errno, "creating tap %s: %s", name, strerror(errno));
         close(fd);
-        vs__slot_free(vs, slot);
+        vswitch__slot_free(vs, slot);
         pthread_mutex_unlock(&vs->mu);
         return rc;
     }
     ifindex = 0;
-    rc = vs_nl_link_index(&vs->nl, name, &ifindex, err);
+    rc = vswitch_nl_link_index(&vs->nl, name, &ifindex, err);
     if (!rc)
-        rc = vs_nl_link_set_mac(&vs->nl, ifindex, ifc.host_mac, err);
+        rc = vswitch_nl_link_set_mac(&vs->nl, ifindex, ifc.host_mac, err);
     if (!rc)
-        rc = vs_nl_link_addrgen_none(&vs->nl, ifindex, err);
+        rc = vswitch_nl_link_addrgen_none(&vs->nl, ifindex, err);
     if (!rc)
-        rc = vs__attach_locked(vs, ifindex, &ifc, err);
+        rc = vswitch__attach_locked(vs, ifindex, &ifc, err);
     if (rc) {
         close(fd); /* deletes the (unattached, down) tap */
-        vs__slot_free(vs, slot);
+        vswitch__slot_free(vs, slot);
         pthread_mutex_unlock(&vs->mu);
         return rc;
     }
-    rc = vs_nl_link_set_up(&vs->nl, ifindex, true, err);
+    rc = vswitch_nl_link_set_up(&vs->nl, ifindex, true, err);
     if (!rc)
-        rc = vs__host_routes(vs, ifindex, &ifc, err);
+        rc = vswitch__host_routes(vs, ifindex, &ifc, err);
     if (rc) {
-        vs__detach_locked(vs, ifindex, NULL);
+        vswitch__detach_locked(vs, ifindex, NULL);
         close(fd);
         pthread_mutex_unlock(&vs->mu);
         return rc;
@@ -641,9 +642,9 @@ int vswitch_attach(struct vswitch *vs, int ifindex, const struct vswitch_sandbox
         return rc;
     if (!guest_mac)
         return al_error_set(err, -EINVAL, "vswitch_attach needs the far end's MAC address");
-    vs__lock_for_sandbox(vs);
+    vswitch__lock_for_sandbox(vs);
     struct vs_nl_link_info l;
-    rc = vs_nl_link_get(&vs->nl, ifindex, &l, err);
+    rc = vswitch_nl_link_get(&vs->nl, ifindex, &l, err);
     if (rc)
         goto out;
     size_t plen = strlen(vs->cfg.ifname_prefix);
@@ -678,25 +679,25 @@ int vswitch_attach(struct vswitch *vs, int ifindex, const struct vswitch_sandbox
         goto out;
     }
     uint32_t slot;
-    rc = vs__slot_alloc(vs, &slot, err);
+    rc = vswitch__slot_alloc(vs, &slot, err);
     if (rc)
         goto out;
-    vs__iface_init(vs, &ifc, slot, sb, l.name, tap ? VS_IF_TAP : 0);
+    vswitch__iface_init(vs, &ifc, slot, sb, l.name, tap ? VS_IF_TAP : 0);
     memcpy(ifc.guest_mac, guest_mac, 6);
-    rc = vs_nl_link_set_mac(&vs->nl, ifindex, ifc.host_mac, err);
+    rc = vswitch_nl_link_set_mac(&vs->nl, ifindex, ifc.host_mac, err);
     if (!rc)
-        rc = vs_nl_link_addrgen_none(&vs->nl, ifindex, err);
+        rc = vswitch_nl_link_addrgen_none(&vs->nl, ifindex, err);
     if (!rc)
-        rc = vs__attach_locked(vs, ifindex, &ifc, err);
+        rc = vswitch__attach_locked(vs, ifindex, &ifc, err);
     if (rc) {
-        vs__slot_free(vs, slot);
+        vswitch__slot_free(vs, slot);
         goto out;
     }
-    rc = vs_nl_link_set_up(&vs->nl, ifindex, true, err);
+    rc = vswitch_nl_link_set_up(&vs->nl, ifindex, true, err);
     if (!rc)
-        rc = vs__host_routes(vs, ifindex, &ifc, err);
+        rc = vswitch__host_routes(vs, ifindex, &ifc, err);
     if (rc) {
-        vs__detach_locked(vs, ifindex, NULL);
+        vswitch__detach_locked(vs, ifindex, NULL);
         goto out;
     }
     net__fill(&ifc, ifindex, out);
@@ -708,22 +709,22 @@ out:
 
 int vswitch_detach(struct vswitch *vs, int host_ifindex, struct al_error *err)
 {
-    vs__lock_for_sandbox(vs);
-    int rc = vs__detach_locked(vs, host_ifindex, err);
+    vswitch__lock_for_sandbox(vs);
+    int rc = vswitch__detach_locked(vs, host_ifindex, err);
     pthread_mutex_unlock(&vs->mu);
     return rc;
 }
 
 int vswitch_net_destroy(struct vswitch *vs, uint64_t sandbox_id, struct al_error *err)
 {
-    vs__lock_for_sandbox(vs);
+    vswitch__lock_for_sandbox(vs);
     int ifindex;
     struct vs_iface ifc;
     int rc = net__find_locked(vs, sandbox_id, &ifindex, &ifc);
     if (rc)
         al_error_set(err, rc, "sandbox %llu has no network", (unsigned long long)sandbox_id);
     else
-        rc = vs__detach_locked(vs, ifindex, err);
+        rc = vswitch__detach_locked(vs, ifindex, err);
     pthread_mutex_unlock(&vs->mu);
     return rc;
 }

@@ -43,7 +43,7 @@ static struct nlmsghdr *nl__init(struct nl_msg *m, uint16_t type, uint16_t flags
     return h;
 }
 
-int vs_nl_open(struct vs_nl *nl, struct al_error *err)
+int vswitch_nl_open(struct vs_nl *nl, struct al_error *err)
 {
     nl->fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
     nl->seq = (uint32_t)getpid() << 8;
@@ -65,7 +65,7 @@ int vs_nl_open(struct vs_nl *nl, struct al_error *err)
     return 0;
 }
 
-void vs_nl_close(struct vs_nl *nl)
+void vswitch_nl_close(struct vs_nl *nl)
 {
     if (nl->fd >= 0)
         close(nl->fd);
@@ -253,7 +253,7 @@ static void nl__link_attrs(struct nlmsghdr *h, const char *name, const uint8_t *
     mnl_attr_put_u32(h, IFLA_NUM_RX_QUEUES, 1);
 }
 
-int vs_nl_veth_add(struct vs_nl *nl, const struct vs_veth_spec *s, struct al_error *err)
+int vswitch_nl_veth_add(struct vs_nl *nl, const struct vs_veth_spec *s, struct al_error *err)
 {
     char what[64];
     snprintf(what, sizeof what, "creating veth %s", s->name);
@@ -289,7 +289,7 @@ static struct nlmsghdr *nl__link_msg(struct nl_msg *m, uint16_t type, int ifinde
     return nl__init(m, type, 0, &ifi, sizeof ifi);
 }
 
-int vs_nl_link_del(struct vs_nl *nl, int ifindex, struct al_error *err)
+int vswitch_nl_link_del(struct vs_nl *nl, int ifindex, struct al_error *err)
 {
     struct nl_msg m;
     char what[64];
@@ -297,7 +297,7 @@ int vs_nl_link_del(struct vs_nl *nl, int ifindex, struct al_error *err)
     return nl__talk(nl, nl__link_msg(&m, RTM_DELLINK, ifindex, 0, 0), what, err);
 }
 
-int vs_nl_link_set_up(struct vs_nl *nl, int ifindex, bool up, struct al_error *err)
+int vswitch_nl_link_set_up(struct vs_nl *nl, int ifindex, bool up, struct al_error *err)
 {
     struct nl_msg m;
     char what[64];
@@ -305,7 +305,7 @@ int vs_nl_link_set_up(struct vs_nl *nl, int ifindex, bool up, struct al_error *e
     return nl__talk(nl, nl__link_msg(&m, RTM_NEWLINK, ifindex, up ? IFF_UP : 0, IFF_UP), what, err);
 }
 
-int vs_nl_link_addrgen_none(struct vs_nl *nl, int ifindex, struct al_error *err)
+int vswitch_nl_link_addrgen_none(struct vs_nl *nl, int ifindex, struct al_error *err)
 {
     struct nl_msg m;
     struct nlmsghdr *h = nl__link_msg(&m, RTM_NEWLINK, ifindex, 0, 0);
@@ -317,7 +317,8 @@ int vs_nl_link_addrgen_none(struct vs_nl *nl, int ifindex, struct al_error *err)
     return nl__talk(nl, h, "disabling IPv6 address generation", err);
 }
 
-int vs_nl_link_set_mac(struct vs_nl *nl, int ifindex, const uint8_t mac[6], struct al_error *err)
+int vswitch_nl_link_set_mac(struct vs_nl *nl, int ifindex, const uint8_t mac[6],
+                            struct al_error *err)
 {
     struct nl_msg m;
     struct nlmsghdr *h = nl__link_msg(&m, RTM_NEWLINK, ifindex, 0, 0);
@@ -364,7 +365,7 @@ static int nl__getlink(struct vs_nl *nl, struct nlmsghdr *h, struct vs_nl_link_i
     return rc;
 }
 
-int vs_nl_link_index(struct vs_nl *nl, const char *name, int *ifindex, struct al_error *err)
+int vswitch_nl_link_index(struct vs_nl *nl, const char *name, int *ifindex, struct al_error *err)
 {
     char what[64];
     snprintf(what, sizeof what, "looking up interface %s", name);
@@ -382,7 +383,8 @@ int vs_nl_link_index(struct vs_nl *nl, const char *name, int *ifindex, struct al
     return rc;
 }
 
-int vs_nl_link_get(struct vs_nl *nl, int ifindex, struct vs_nl_link_info *out, struct al_error *err)
+int vswitch_nl_link_get(struct vs_nl *nl, int ifindex, struct vs_nl_link_info *out,
+                        struct al_error *err)
 {
     struct nl_msg m;
     char what[64];
@@ -392,8 +394,8 @@ int vs_nl_link_get(struct vs_nl *nl, int ifindex, struct vs_nl_link_info *out, s
 
 /* ---- addresses, routes, rules, neighbours ------------------------------------------------- */
 
-int vs_nl_addr_add(struct vs_nl *nl, int ifindex, uint32_t addr, unsigned prefix_len,
-                   struct al_error *err)
+int vswitch_nl_addr_add(struct vs_nl *nl, int ifindex, uint32_t addr, unsigned prefix_len,
+                        struct al_error *err)
 {
     struct nl_msg m;
     struct ifaddrmsg ifa = {.ifa_family = AF_INET,
@@ -438,15 +440,15 @@ static struct nlmsghdr *nl__route_msg(struct nl_msg *m, uint16_t type, uint16_t 
     return h;
 }
 
-int vs_nl_route_add(struct vs_nl *nl, const struct vs_route_spec *r, bool replace,
-                    struct al_error *err)
+int vswitch_nl_route_add(struct vs_nl *nl, const struct vs_route_spec *r, bool replace,
+                         struct al_error *err)
 {
     struct nl_msg m;
     uint16_t flags = NLM_F_CREATE | (replace ? NLM_F_REPLACE : NLM_F_EXCL);
     return nl__talk(nl, nl__route_msg(&m, RTM_NEWROUTE, flags, r), "adding a route", err);
 }
 
-int vs_nl_route_del(struct vs_nl *nl, const struct vs_route_spec *r, struct al_error *err)
+int vswitch_nl_route_del(struct vs_nl *nl, const struct vs_route_spec *r, struct al_error *err)
 {
     struct nl_msg m;
     return nl__talk(nl, nl__route_msg(&m, RTM_DELROUTE, 0, r), "deleting a route", err);
@@ -466,11 +468,11 @@ static struct nlmsghdr *nl__rule_msg(struct nl_msg *m, uint16_t type, uint16_t f
     return h;
 }
 
-int vs_nl_rule_add(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio,
-                   struct al_error *err)
+int vswitch_nl_rule_add(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio,
+                        struct al_error *err)
 {
     bool exists = false;
-    int rc = vs_nl_rule_exists(nl, mark, table, prio, &exists, err);
+    int rc = vswitch_nl_rule_exists(nl, mark, table, prio, &exists, err);
     if (rc || exists)
         return rc;
     struct nl_msg m;
@@ -479,8 +481,8 @@ int vs_nl_rule_add(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t pri
     return rc == -EEXIST ? 0 : rc;
 }
 
-int vs_nl_rule_del(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio,
-                   struct al_error *err)
+int vswitch_nl_rule_del(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio,
+                        struct al_error *err)
 {
     struct nl_msg m;
     return nl__talk(nl, nl__rule_msg(&m, RTM_DELRULE, 0, mark, table, prio),
@@ -511,8 +513,8 @@ static int nl__rule_cb(const struct nlmsghdr *h, void *arg)
     return 0;
 }
 
-int vs_nl_rule_exists(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio, bool *exists,
-                      struct al_error *err)
+int vswitch_nl_rule_exists(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio,
+                           bool *exists, struct al_error *err)
 {
     struct nl_msg m;
     struct fib_rule_hdr frh = {.family = AF_INET};
@@ -525,8 +527,8 @@ int vs_nl_rule_exists(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t 
     return 0;
 }
 
-int vs_nl_neigh_add(struct vs_nl *nl, int ifindex, uint32_t ip, const uint8_t mac[6],
-                    struct al_error *err)
+int vswitch_nl_neigh_add(struct vs_nl *nl, int ifindex, uint32_t ip, const uint8_t mac[6],
+                         struct al_error *err)
 {
     struct nl_msg m;
     struct ndmsg nd = {.ndm_family = AF_INET, .ndm_ifindex = ifindex, .ndm_state = NUD_PERMANENT};
@@ -566,8 +568,8 @@ static int nl__route_dump_cb(const struct nlmsghdr *h, void *arg)
     return c->route(&r, c->arg);
 }
 
-int vs_nl_route_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_route_info *r, void *arg),
-                     void *arg, struct al_error *err)
+int vswitch_nl_route_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_route_info *r, void *arg),
+                          void *arg, struct al_error *err)
 {
     struct nl_msg m;
     struct rtmsg rtm = {.rtm_family = AF_INET};
@@ -592,8 +594,8 @@ static int nl__addr_dump_cb(const struct nlmsghdr *h, void *arg)
     return c->addr(&a, c->arg);
 }
 
-int vs_nl_addr_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_addr_info *a, void *arg),
-                    void *arg, struct al_error *err)
+int vswitch_nl_addr_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_addr_info *a, void *arg),
+                         void *arg, struct al_error *err)
 {
     struct nl_msg m;
     struct ifaddrmsg ifa = {.ifa_family = AF_INET};
@@ -610,8 +612,8 @@ static int nl__link_dump_cb(const struct nlmsghdr *h, void *arg)
     return c->link(&l, c->arg);
 }
 
-int vs_nl_link_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_link_info *l, void *arg),
-                    void *arg, struct al_error *err)
+int vswitch_nl_link_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_link_info *l, void *arg),
+                         void *arg, struct al_error *err)
 {
     struct nl_msg m;
     struct ifinfomsg ifi = {.ifi_family = AF_UNSPEC};

@@ -22,8 +22,8 @@ struct vs_nl {
 };
 
 /* Opens a socket in the calling thread's current network namespace. */
-int vs_nl_open(struct vs_nl *nl, struct al_error *err);
-void vs_nl_close(struct vs_nl *nl);
+int vswitch_nl_open(struct vs_nl *nl, struct al_error *err);
+void vswitch_nl_close(struct vs_nl *nl);
 
 struct vs_veth_spec {
     const char *name;        /* host side */
@@ -34,17 +34,17 @@ struct vs_veth_spec {
     uint32_t mtu;            /* 0 = default */
 };
 /* Creates a veth pair (both ends down). */
-int vs_nl_veth_add(struct vs_nl *nl, const struct vs_veth_spec *spec, struct al_error *err);
-int vs_nl_link_del(struct vs_nl *nl, int ifindex, struct al_error *err);
-int vs_nl_link_set_up(struct vs_nl *nl, int ifindex, bool up, struct al_error *err);
+int vswitch_nl_veth_add(struct vs_nl *nl, const struct vs_veth_spec *spec, struct al_error *err);
+int vswitch_nl_link_del(struct vs_nl *nl, int ifindex, struct al_error *err);
+int vswitch_nl_link_set_up(struct vs_nl *nl, int ifindex, bool up, struct al_error *err);
 /* Disables IPv6 link-local address generation (no router solicitations, no DAD noise). */
-int vs_nl_link_addrgen_none(struct vs_nl *nl, int ifindex, struct al_error *err);
+int vswitch_nl_link_addrgen_none(struct vs_nl *nl, int ifindex, struct al_error *err);
 /* Interface index of name in this socket's namespace (-ENODEV if absent). */
-int vs_nl_link_index(struct vs_nl *nl, const char *name, int *ifindex, struct al_error *err);
+int vswitch_nl_link_index(struct vs_nl *nl, const char *name, int *ifindex, struct al_error *err);
 
 /* Adds addr/prefix_len (network-order address) to ifindex. */
-int vs_nl_addr_add(struct vs_nl *nl, int ifindex, uint32_t addr, unsigned prefix_len,
-                   struct al_error *err);
+int vswitch_nl_addr_add(struct vs_nl *nl, int ifindex, uint32_t addr, unsigned prefix_len,
+                        struct al_error *err);
 
 enum vs_route_kind {
     VS_ROUTE_UNICAST_DEV, /* dst/len dev oif scope link */
@@ -61,22 +61,22 @@ struct vs_route_spec {
     uint8_t protocol; /* RTPROT_* (identifies our routes) */
 };
 /* replace: NLM_F_REPLACE instead of NLM_F_EXCL (idempotent). */
-int vs_nl_route_add(struct vs_nl *nl, const struct vs_route_spec *r, bool replace,
-                    struct al_error *err);
-int vs_nl_route_del(struct vs_nl *nl, const struct vs_route_spec *r, struct al_error *err);
+int vswitch_nl_route_add(struct vs_nl *nl, const struct vs_route_spec *r, bool replace,
+                         struct al_error *err);
+int vswitch_nl_route_del(struct vs_nl *nl, const struct vs_route_spec *r, struct al_error *err);
 
 /* "fwmark mark/mask lookup table priority prio" (IPv4). add: -EEXIST is success. */
-int vs_nl_rule_add(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio,
-                   struct al_error *err);
-int vs_nl_rule_del(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio,
-                   struct al_error *err);
+int vswitch_nl_rule_add(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio,
+                        struct al_error *err);
+int vswitch_nl_rule_del(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio,
+                        struct al_error *err);
 /* True if exactly that rule exists. */
-int vs_nl_rule_exists(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio, bool *exists,
-                      struct al_error *err);
+int vswitch_nl_rule_exists(struct vs_nl *nl, uint32_t mark, uint32_t table, uint32_t prio,
+                           bool *exists, struct al_error *err);
 
 /* Permanent neighbour entry ip -> mac on ifindex. */
-int vs_nl_neigh_add(struct vs_nl *nl, int ifindex, uint32_t ip, const uint8_t mac[6],
-                    struct al_error *err);
+int vswitch_nl_neigh_add(struct vs_nl *nl, int ifindex, uint32_t ip, const uint8_t mac[6],
+                         struct al_error *err);
 
 /* Dumps. The callbacks return 0 to continue, non-zero to stop; a dump returns that value,
  * 0 when it ran to the end, or a negative errno. */
@@ -88,15 +88,15 @@ struct vs_nl_route_info {
     unsigned dst_len;
     int oif;
 };
-int vs_nl_route_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_route_info *r, void *arg),
-                     void *arg, struct al_error *err);
+int vswitch_nl_route_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_route_info *r, void *arg),
+                          void *arg, struct al_error *err);
 struct vs_nl_addr_info {
     int ifindex;
     uint32_t addr; /* network order */
     unsigned prefix_len;
 };
-int vs_nl_addr_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_addr_info *a, void *arg),
-                    void *arg, struct al_error *err);
+int vswitch_nl_addr_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_addr_info *a, void *arg),
+                         void *arg, struct al_error *err);
 struct vs_nl_link_info {
     int ifindex;
     char name[16];
@@ -105,11 +105,12 @@ struct vs_nl_link_info {
     unsigned flags; /* IFF_* */
 };
 /* One interface by index (-ENODEV if absent). */
-int vs_nl_link_get(struct vs_nl *nl, int ifindex, struct vs_nl_link_info *out,
-                   struct al_error *err);
+int vswitch_nl_link_get(struct vs_nl *nl, int ifindex, struct vs_nl_link_info *out,
+                        struct al_error *err);
 /* Sets the Ethernet address of an interface. */
-int vs_nl_link_set_mac(struct vs_nl *nl, int ifindex, const uint8_t mac[6], struct al_error *err);
-int vs_nl_link_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_link_info *l, void *arg),
-                    void *arg, struct al_error *err);
+int vswitch_nl_link_set_mac(struct vs_nl *nl, int ifindex, const uint8_t mac[6],
+                            struct al_error *err);
+int vswitch_nl_link_dump(struct vs_nl *nl, int (*cb)(const struct vs_nl_link_info *l, void *arg),
+                         void *arg, struct al_error *err);
 
 #endif

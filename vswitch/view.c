@@ -77,7 +77,7 @@ const char *vswitch_proxy_sock_name(enum vswitch_proxy_sock kind)
 
 /* ---- opening ------------------------------------------------------------------------- */
 
-void vs__view_release(struct vswitch_view *v)
+void vswitch__view_release(struct vswitch_view *v)
 {
     if (!v->owns_fds)
         return;
@@ -89,7 +89,7 @@ void vs__view_release(struct vswitch_view *v)
     }
 }
 
-int vs__view_open_fds(struct vswitch_view *v, const char *pin_dir, struct al_error *err)
+int vswitch__view_open_fds(struct vswitch_view *v, const char *pin_dir, struct al_error *err)
 {
     memset(v, 0, sizeof *v);
     v->owns_fds = true;
@@ -109,7 +109,7 @@ int vs__view_open_fds(struct vswitch_view *v, const char *pin_dir, struct al_err
         *maps[i].fd = bpf_obj_get(path);
         if (*maps[i].fd < 0) {
             int e = errno;
-            vs__view_release(v);
+            vswitch__view_release(v);
             if (e == ENOENT)
                 return al_error_set(err, -ENOENT,
                                     "no switch is pinned at %s (%s is missing): "
@@ -122,7 +122,7 @@ int vs__view_open_fds(struct vswitch_view *v, const char *pin_dir, struct al_err
     struct vs_config cfg;
     __u32 zero = 0;
     if (bpf_map_lookup_elem(v->map_config, &zero, &cfg) != 0 || cfg.abi_version != VS_ABI_VERSION) {
-        vs__view_release(v);
+        vswitch__view_release(v);
         return al_error_set(err, -EPROTO,
                             "the switch pinned at %s has layout version %u; this "
                             "build reads version %u",
@@ -130,13 +130,13 @@ int vs__view_open_fds(struct vswitch_view *v, const char *pin_dir, struct al_err
     }
     v->ncpus = libbpf_num_possible_cpus();
     if (v->ncpus <= 0) {
-        vs__view_release(v);
+        vswitch__view_release(v);
         return al_error_set(err, -EIO, "cannot count the CPUs");
     }
     return 0;
 }
 
-int vs__read_instance(const char *state_dir, char *pin_dir, size_t len, struct al_error *err)
+int vswitch__read_instance(const char *state_dir, char *pin_dir, size_t len, struct al_error *err)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", state_dir, VS_INSTANCE_FILE);
@@ -163,7 +163,7 @@ int vswitch_view_open_pins(const char *pin_dir, struct vswitch_view **out, struc
     struct vswitch_view *v = calloc(1, sizeof *v);
     if (!v)
         return al_error_set(err, -ENOMEM, "out of memory");
-    int rc = vs__view_open_fds(v, pin_dir, err);
+    int rc = vswitch__view_open_fds(v, pin_dir, err);
     if (rc) {
         free(v);
         return rc;
@@ -175,8 +175,8 @@ int vswitch_view_open_pins(const char *pin_dir, struct vswitch_view **out, struc
 int vswitch_view_open(const char *state_dir, struct vswitch_view **out, struct al_error *err)
 {
     char pin_dir[PATH_MAX];
-    int rc =
-        vs__read_instance(state_dir ? state_dir : al_state_dir(), pin_dir, sizeof pin_dir, err);
+    int rc = vswitch__read_instance(state_dir ? state_dir : al_state_dir(), pin_dir, sizeof pin_dir,
+                                    err);
     if (rc)
         return rc;
     return vswitch_view_open_pins(pin_dir, out, err);
@@ -186,7 +186,7 @@ void vswitch_view_close(struct vswitch_view *v)
 {
     if (!v)
         return;
-    vs__view_release(v);
+    vswitch__view_release(v);
     free(v);
 }
 

@@ -165,11 +165,11 @@ static void world(void)
                      "sockets, network namespaces): run them as root, as CI does");
     ck_assert_int_eq(unshare(CLONE_NEWNET), 0);
     struct vs_nl nl;
-    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
-    ck_assert_int_eq(vs_nl_link_set_up(&nl, 1, true, NULL), 0);
-    ck_assert_int_eq(vs_nl_addr_add(&nl, 1, ip(SB_ADDR), 32, NULL), 0);
-    ck_assert_int_eq(vs_nl_addr_add(&nl, 1, ip(DST_ADDR), 32, NULL), 0);
-    vs_nl_close(&nl);
+    ck_assert_int_eq(vswitch_nl_open(&nl, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_link_set_up(&nl, 1, true, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_addr_add(&nl, 1, ip(SB_ADDR), 32, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_addr_add(&nl, 1, ip(DST_ADDR), 32, NULL), 0);
+    vswitch_nl_close(&nl);
 }
 
 static int tsock(int type, const char *addr, int port, bool transparent)

@@ -46,9 +46,9 @@ static void world(void)
         ck_abort_msg("the vswitch library tests need root: run them as root, as CI does");
     ck_assert_int_eq(unshare(CLONE_NEWNET), 0);
     struct vs_nl nl;
-    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
-    ck_assert_int_eq(vs_nl_link_set_up(&nl, 1, true, NULL), 0);
-    vs_nl_close(&nl);
+    ck_assert_int_eq(vswitch_nl_open(&nl, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_link_set_up(&nl, 1, true, NULL), 0);
+    vswitch_nl_close(&nl);
     snprintf(g_state, sizeof g_state, "/tmp/airlock-unit-%d-%d", (int)getppid(), (int)getpid());
     snprintf(g_pin, sizeof g_pin, "/sys/fs/bpf/airlock-unit-%d-%d", (int)getppid(), (int)getpid());
 }
@@ -87,10 +87,10 @@ static int count_ifaces(struct vswitch *vs, bool pool)
 static bool link_exists(int ifindex)
 {
     struct vs_nl nl;
-    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_open(&nl, NULL), 0);
     struct vs_nl_link_info l;
-    bool ok = vs_nl_link_get(&nl, ifindex, &l, NULL) == 0;
-    vs_nl_close(&nl);
+    bool ok = vswitch_nl_link_get(&nl, ifindex, &l, NULL) == 0;
+    vswitch_nl_close(&nl);
     return ok;
 }
 
@@ -122,15 +122,15 @@ static struct guest_view look_inside(int netns_fd)
     ck_assert_int_ge(home, 0);
     ck_assert_int_eq(setns(netns_fd, CLONE_NEWNET), 0);
     struct vs_nl nl;
-    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_open(&nl, NULL), 0);
     int eth = 0;
-    ck_assert_int_eq(vs_nl_link_index(&nl, "eth0", &eth, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_link_index(&nl, "eth0", &eth, NULL), 0);
     struct vs_nl_link_info l;
-    ck_assert_int_eq(vs_nl_link_get(&nl, eth, &l, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_link_get(&nl, eth, &l, NULL), 0);
     g.eth0_up = l.flags & IFF_UP;
-    ck_assert_int_ge(vs_nl_addr_dump(&nl, guest_addr_cb, &g, NULL), 0);
-    ck_assert_int_ge(vs_nl_route_dump(&nl, guest_route_cb, &g, NULL), 0);
-    vs_nl_close(&nl);
+    ck_assert_int_ge(vswitch_nl_addr_dump(&nl, guest_addr_cb, &g, NULL), 0);
+    ck_assert_int_ge(vswitch_nl_route_dump(&nl, guest_route_cb, &g, NULL), 0);
+    vswitch_nl_close(&nl);
     ck_assert_int_eq(setns(home, CLONE_NEWNET), 0);
     close(home);
     return g;
@@ -193,7 +193,7 @@ END_TEST
 START_TEST(unsafe_host_refuses_to_start)
 {
     world();
-    ck_assert_int_eq(vs__sysctl_write("net/ipv4/ip_forward", "1"), 0);
+    ck_assert_int_eq(vswitch__sysctl_write("net/ipv4/ip_forward", "1"), 0);
     struct vswitch_opts o = opts();
     struct al_error e = {0};
     struct vswitch *vs = NULL;
@@ -215,7 +215,7 @@ START_TEST(unsafe_host_refuses_to_start)
     o.allow_ip_forward = true;
     vs = open_ok(&o);
     ck_assert_int_eq(vswitch_destroy(vs, false, &e), 0);
-    ck_assert_int_eq(vs__sysctl_write("net/ipv4/ip_forward", "0"), 0);
+    ck_assert_int_eq(vswitch__sysctl_write("net/ipv4/ip_forward", "0"), 0);
     o.allow_ip_forward = false;
     ck_assert_int_eq(vswitch_host_check(&o, res, 16, &n), 0);
 }
@@ -361,9 +361,9 @@ static int count_links(const char *prefix)
 {
     struct link_count c = {.prefix = prefix};
     struct vs_nl nl;
-    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
-    ck_assert_int_ge(vs_nl_link_dump(&nl, count_links_cb, &c, NULL), 0);
-    vs_nl_close(&nl);
+    ck_assert_int_eq(vswitch_nl_open(&nl, NULL), 0);
+    ck_assert_int_ge(vswitch_nl_link_dump(&nl, count_links_cb, &c, NULL), 0);
+    vswitch_nl_close(&nl);
     return c.n;
 }
 
@@ -371,9 +371,9 @@ static struct staged_scan staged(struct vswitch *vs)
 {
     struct staged_scan s = {.vs = vs};
     struct vs_nl nl;
-    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
-    ck_assert_int_ge(vs_nl_link_dump(&nl, staged_cb, &s, NULL), 0);
-    vs_nl_close(&nl);
+    ck_assert_int_eq(vswitch_nl_open(&nl, NULL), 0);
+    ck_assert_int_ge(vswitch_nl_link_dump(&nl, staged_cb, &s, NULL), 0);
+    vswitch_nl_close(&nl);
     return s;
 }
 
@@ -405,9 +405,9 @@ START_TEST(networks_are_made_ahead_and_finished_on_demand)
     ck_assert_int_eq(net[2].host_ifindex, s.idx[0] < s.idx[1] ? s.idx[0] : s.idx[1]);
     struct vs_nl nl;
     struct vs_nl_link_info l;
-    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
-    ck_assert_int_eq(vs_nl_link_get(&nl, net[2].host_ifindex, &l, NULL), 0);
-    vs_nl_close(&nl);
+    ck_assert_int_eq(vswitch_nl_open(&nl, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_link_get(&nl, net[2].host_ifindex, &l, NULL), 0);
+    vswitch_nl_close(&nl);
     ck_assert(l.flags & IFF_UP);
     struct vswitch_peer p;
     ck_assert_int_eq(vswitch_view_peer(vswitch_get_view(vs), net[2].addr, &p), 0);
@@ -617,9 +617,9 @@ START_TEST(reopen_adopts_and_forgets)
     /* Another process could not open it while we had it; now it can. Sandbox b's
      * interface dies while nobody has the switch open. */
     struct vs_nl nl;
-    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
-    ck_assert_int_eq(vs_nl_link_del(&nl, b.host_ifindex, NULL), 0);
-    vs_nl_close(&nl);
+    ck_assert_int_eq(vswitch_nl_open(&nl, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_link_del(&nl, b.host_ifindex, NULL), 0);
+    vswitch_nl_close(&nl);
 
     vs = open_ok(&o);
     struct vswitch_net f;
@@ -650,9 +650,9 @@ START_TEST(interrupted_creation_is_deleted_and_the_rest_adopted)
     ck_assert_int_eq(vswitch_net_create(vs, &sb, &b, &e), 0);
     vswitch_close(vs);
     struct vs_nl nl;
-    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
-    ck_assert_int_eq(vs_nl_link_set_up(&nl, b.host_ifindex, false, NULL), 0);
-    vs_nl_close(&nl);
+    ck_assert_int_eq(vswitch_nl_open(&nl, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_link_set_up(&nl, b.host_ifindex, false, NULL), 0);
+    vswitch_nl_close(&nl);
 
     vs = open_ok(&o);
     struct vswitch_net f;
@@ -729,34 +729,34 @@ START_TEST(attach_checks_the_interface)
     struct vswitch *vs = open_ok(&o);
     struct al_error e = {0};
     struct vs_nl nl;
-    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_open(&nl, NULL), 0);
     struct vs_veth_spec good = {.name = "utx", .peer_name = "utxpeer", .peer_netns_fd = -1};
     struct vs_veth_spec other = {.name = "other0", .peer_name = "other1", .peer_netns_fd = -1};
-    ck_assert_int_eq(vs_nl_veth_add(&nl, &good, NULL), 0);
-    ck_assert_int_eq(vs_nl_veth_add(&nl, &other, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_veth_add(&nl, &good, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_veth_add(&nl, &other, NULL), 0);
     int gi = 0, oi = 0;
-    ck_assert_int_eq(vs_nl_link_index(&nl, "utx", &gi, NULL), 0);
-    ck_assert_int_eq(vs_nl_link_index(&nl, "other0", &oi, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_link_index(&nl, "utx", &gi, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_link_index(&nl, "other0", &oi, NULL), 0);
     const uint8_t mac[6] = {0x06, 1, 2, 3, 4, 5};
     struct vswitch_sandbox sb = {.id = 44};
     struct vswitch_net net;
     ck_assert_int_eq(vswitch_attach(vs, oi, &sb, mac, &net, &e), -EINVAL);
     ck_assert_ptr_nonnull(strstr(e.msg, "guard would not cover it"));
-    ck_assert_int_eq(vs_nl_link_set_up(&nl, gi, true, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_link_set_up(&nl, gi, true, NULL), 0);
     ck_assert_int_eq(vswitch_attach(vs, gi, &sb, mac, &net, &e), -EBUSY);
     ck_assert_ptr_nonnull(strstr(e.msg, "is up"));
-    ck_assert_int_eq(vs_nl_link_set_up(&nl, gi, false, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_link_set_up(&nl, gi, false, NULL), 0);
     ck_assert_msg(vswitch_attach(vs, gi, &sb, mac, &net, &e) == 0, "%s", al_error_str(&e));
     ck_assert_mem_eq(net.guest_mac, mac, 6);
     struct vs_nl_link_info l;
-    ck_assert_int_eq(vs_nl_link_get(&nl, gi, &l, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_link_get(&nl, gi, &l, NULL), 0);
     ck_assert(l.flags & IFF_UP);
-    ck_assert(vs__mac_is_ours(l.mac)); /* recognisable as the switch's from now on */
+    ck_assert(vswitch__mac_is_ours(l.mac)); /* recognisable as the switch's from now on */
     ck_assert_int_eq(vswitch_attach(vs, gi, &sb, mac, &net, &e), -EBUSY);
     ck_assert_int_eq(vswitch_detach(vs, gi, &e), 0);
     ck_assert(!link_exists(gi)); /* detaching deletes: never a live unattached interface */
     ck_assert_int_eq(vswitch_detach(vs, gi, &e), -ENOENT);
-    vs_nl_close(&nl);
+    vswitch_nl_close(&nl);
     ck_assert_int_eq(vswitch_destroy(vs, false, &e), 0);
 }
 END_TEST
@@ -991,23 +991,23 @@ START_TEST(rules_are_idempotent)
 {
     world();
     struct vs_nl nl;
-    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_open(&nl, NULL), 0);
     bool exists = true;
-    ck_assert_int_eq(vs_nl_rule_exists(&nl, 0x1234, 100, 50, &exists, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_rule_exists(&nl, 0x1234, 100, 50, &exists, NULL), 0);
     ck_assert(!exists);
-    ck_assert_int_eq(vs_nl_rule_add(&nl, 0x1234, 100, 50, NULL), 0);
-    ck_assert_int_eq(vs_nl_rule_add(&nl, 0x1234, 100, 50, NULL), 0);
-    ck_assert_int_eq(vs_nl_rule_exists(&nl, 0x1234, 100, 50, &exists, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_rule_add(&nl, 0x1234, 100, 50, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_rule_add(&nl, 0x1234, 100, 50, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_rule_exists(&nl, 0x1234, 100, 50, &exists, NULL), 0);
     ck_assert(exists);
-    ck_assert_int_eq(vs_nl_rule_exists(&nl, 0x1234, 101, 50, &exists, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_rule_exists(&nl, 0x1234, 101, 50, &exists, NULL), 0);
     ck_assert(!exists);
-    ck_assert_int_eq(vs_nl_rule_del(&nl, 0x1234, 100, 50, NULL), 0);
-    ck_assert_int_eq(vs_nl_rule_exists(&nl, 0x1234, 100, 50, &exists, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_rule_del(&nl, 0x1234, 100, 50, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_rule_exists(&nl, 0x1234, 100, 50, &exists, NULL), 0);
     ck_assert(!exists);
     struct al_error e = {0};
-    ck_assert_int_lt(vs_nl_link_del(&nl, 4242, &e), 0);
+    ck_assert_int_lt(vswitch_nl_link_del(&nl, 4242, &e), 0);
     ck_assert_ptr_nonnull(strstr(e.msg, "deleting interface 4242"));
-    vs_nl_close(&nl);
+    vswitch_nl_close(&nl);
 }
 END_TEST
 
@@ -1018,34 +1018,34 @@ START_TEST(netlink_errors_explain_themselves)
 {
     world();
     struct vs_nl nl;
-    ck_assert_int_eq(vs_nl_open(&nl, NULL), 0);
+    ck_assert_int_eq(vswitch_nl_open(&nl, NULL), 0);
     struct al_error e = {0};
     struct vs_nl_link_info l;
-    ck_assert_int_eq(vs_nl_link_get(&nl, 4242, &l, &e), -ENODEV);
+    ck_assert_int_eq(vswitch_nl_link_get(&nl, 4242, &l, &e), -ENODEV);
     ck_assert_msg(strstr(e.msg, "looking up interface 4242: no such interface"), "%s", e.msg);
     al_error_clear(&e);
     int ifindex = 0;
-    ck_assert_int_eq(vs_nl_link_index(&nl, "nosuch0", &ifindex, &e), -ENODEV);
+    ck_assert_int_eq(vswitch_nl_link_index(&nl, "nosuch0", &ifindex, &e), -ENODEV);
     ck_assert_msg(strstr(e.msg, "looking up interface nosuch0: no such interface"), "%s", e.msg);
     al_error_clear(&e);
-    ck_assert_int_eq(vs_nl_link_index(&nl, "an-interface-name-far-too-long", &ifindex, &e),
+    ck_assert_int_eq(vswitch_nl_link_index(&nl, "an-interface-name-far-too-long", &ifindex, &e),
                      -EINVAL);
     ck_assert_msg(strstr(e.msg, "is longer than 15 bytes"), "%s", e.msg);
     al_error_clear(&e);
     struct vs_veth_spec v = {
         .name = "ut-ok", .peer_name = "ut-peer-name-too-long", .peer_netns_fd = -1};
-    ck_assert_int_eq(vs_nl_veth_add(&nl, &v, &e), -EINVAL);
+    ck_assert_int_eq(vswitch_nl_veth_add(&nl, &v, &e), -EINVAL);
     ck_assert_msg(strstr(e.msg, "creating veth ut-ok: interface name 'ut-peer-name-too-long"), "%s",
                   e.msg);
-    ck_assert_int_eq(vs_nl_link_index(&nl, "ut-ok", &ifindex, NULL), -ENODEV);
+    ck_assert_int_eq(vswitch_nl_link_index(&nl, "ut-ok", &ifindex, NULL), -ENODEV);
     al_error_clear(&e);
     /* An address on an interface that does not exist: the kernel says which part is wrong
      * in its extended acknowledgement, after the errno's text. */
-    ck_assert_int_eq(vs_nl_addr_add(&nl, 4242, ip("10.9.9.1"), 24, &e), -ENODEV);
+    ck_assert_int_eq(vswitch_nl_addr_add(&nl, 4242, ip("10.9.9.1"), 24, &e), -ENODEV);
     const char *want = "adding an address: No such device: ";
     ck_assert_msg(strncmp(e.msg, want, strlen(want)) == 0 && strlen(e.msg) > strlen(want) + 3, "%s",
                   e.msg);
-    vs_nl_close(&nl);
+    vswitch_nl_close(&nl);
 }
 END_TEST
 
