@@ -265,7 +265,7 @@ int main(int argc, char **argv)
             struct vault_fetched f;
             json_t *out = NULL;
             uint64_t t0 = al_now_ns();
-            int st = vault_svc_fetch(svc, &me, &rq, &f, &out);
+            int st = vault_service_fetch(svc, &me, &rq, &f, &out);
             lat[i] = al_now_ns() - t0;
             vault_value_free(&f.value);
             json_decref(out);

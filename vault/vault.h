@@ -258,20 +258,20 @@ uint64_t vault_service_generation(const struct vault_service *svc);
  * fills *out with the JSON answer (the E2B error shape {"code","message"} on errors), and
  * appends one record to the access log (who, what, on whose behalf, result). None of them
  * ever returns a value, except fetch to the egress role. */
-int vault_svc_whoami(struct vault_service *svc, const struct vault_peer *p, json_t **out);
-int vault_svc_list(struct vault_service *svc, const struct vault_peer *p, json_t **out);
-int vault_svc_show(struct vault_service *svc, const struct vault_peer *p, const char *name,
-                   bool history, json_t **out);
-int vault_svc_create(struct vault_service *svc, const struct vault_peer *p,
-                     const struct vault_put *put, json_t **out);
-int vault_svc_rotate(struct vault_service *svc, const struct vault_peer *p,
-                     const struct vault_put *put, json_t **out);
-int vault_svc_delete(struct vault_service *svc, const struct vault_peer *p, const char *name,
-                     json_t **out);
+int vault_service_whoami(struct vault_service *svc, const struct vault_peer *p, json_t **out);
+int vault_service_list(struct vault_service *svc, const struct vault_peer *p, json_t **out);
+int vault_service_show(struct vault_service *svc, const struct vault_peer *p, const char *name,
+                       bool history, json_t **out);
+int vault_service_create(struct vault_service *svc, const struct vault_peer *p,
+                         const struct vault_put *put, json_t **out);
+int vault_service_rotate(struct vault_service *svc, const struct vault_peer *p,
+                         const struct vault_put *put, json_t **out);
+int vault_service_delete(struct vault_service *svc, const struct vault_peer *p, const char *name,
+                         json_t **out);
 /* "changes since generation G": {"generation":N,"full":bool,"changed":[names]}. full means
  * "forget everything you cached" (G is unknown to this vault or older than its memory). */
-int vault_svc_changes(struct vault_service *svc, const struct vault_peer *p, uint64_t since,
-                      json_t **out);
+int vault_service_changes(struct vault_service *svc, const struct vault_peer *p, uint64_t since,
+                          json_t **out);
 
 struct vault_fetch_req {
     const char *name;
@@ -291,8 +291,8 @@ struct vault_fetched {
 };
 /* On 200 *out holds metadata ({"name","version","generation","secret_id","max_age_ms",
  * "bound_hosts"}) and f->value the value; the caller builds the answer and frees both. */
-int vault_svc_fetch(struct vault_service *svc, const struct vault_peer *p,
-                    const struct vault_fetch_req *rq, struct vault_fetched *f, json_t **out);
+int vault_service_fetch(struct vault_service *svc, const struct vault_peer *p,
+                        const struct vault_fetch_req *rq, struct vault_fetched *f, json_t **out);
 
 /* Parses a create/rotate request body into put (value_b64 decoded into value). */
 int vault_put_from_json(const json_t *body, const char *name, struct vault_put *put,

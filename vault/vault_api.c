@@ -93,7 +93,7 @@ static int api__fetch(struct vault_service *svc, const struct vault_peer *p, con
     /* A malformed request is still an access: the service checks the role and logs it. */
     if (!json_is_object(body)) {
         rq.invalid = "the request body must be a JSON object";
-        return vault_svc_fetch(svc, p, &rq, fetched, out);
+        return vault_service_fetch(svc, p, &rq, fetched, out);
     }
     const char *k;
     json_t *v;
@@ -118,7 +118,7 @@ static int api__fetch(struct vault_service *svc, const struct vault_peer *p, con
     rq.request_id = api__str(body, "request_id");
     if (!rq.invalid && !rq.name)
         rq.invalid = "\"name\" (the secret) is required";
-    return vault_svc_fetch(svc, p, &rq, fetched, out);
+    return vault_service_fetch(svc, p, &rq, fetched, out);
 }
 
 int vault_api_handle(struct vault_service *svc, const struct vault_peer *p, const char *method,
@@ -137,13 +137,13 @@ int vault_api_handle(struct vault_service *svc, const struct vault_peer *p, cons
     if (strcmp(path, "/v1/whoami") == 0) {
         if (!get)
             return api__error(out, 405, "use GET /v1/whoami");
-        return vault_svc_whoami(svc, p, out);
+        return vault_service_whoami(svc, p, out);
     }
     if (strcmp(path, "/v1/secrets") == 0 || strcmp(path, "/v1/secrets/") == 0) {
         if (!get)
             return api__error(out, 405,
                               "use GET /v1/secrets to list; create with POST /v1/secrets/NAME");
-        return vault_svc_list(svc, p, out);
+        return vault_service_list(svc, p, out);
     }
     if (strcmp(path, "/v1/changes") == 0) {
         if (!get)
@@ -154,7 +154,7 @@ int vault_api_handle(struct vault_service *svc, const struct vault_peer *p, cons
             return api__error(out, 400,
                               "GET /v1/changes needs ?since=GENERATION (an integer; "
                               "optionally &wait_ms=N up to 60000)");
-        return vault_svc_changes(svc, p, since, out);
+        return vault_service_changes(svc, p, since, out);
     }
     if (strcmp(path, "/v1/fetch") == 0) {
         if (strcmp(method, "POST") != 0)
@@ -170,12 +170,12 @@ int vault_api_handle(struct vault_service *svc, const struct vault_peer *p, cons
         if (history) {
             if (!get)
                 return api__error(out, 405, "use GET /v1/history/NAME");
-            return vault_svc_show(svc, p, name, true, out);
+            return vault_service_show(svc, p, name, true, out);
         }
         if (get)
-            return vault_svc_show(svc, p, name, false, out);
+            return vault_service_show(svc, p, name, false, out);
         if (strcmp(method, "DELETE") == 0)
-            return vault_svc_delete(svc, p, name, out);
+            return vault_service_delete(svc, p, name, out);
         bool create = strcmp(method, "POST") == 0;
         if (!create && strcmp(method, "PUT") != 0)
             return api__error(out, 405,
@@ -188,10 +188,11 @@ int vault_api_handle(struct vault_service *svc, const struct vault_peer *p, cons
         if (vault_put_from_json(body, name, &put, &value, &hosts, &e) != 0) {
             /* still an access: the service checks the role, logs it and answers 400 */
             struct vault_put bad = {.name = name, .invalid = al_error_str(&e)};
-            return create ? vault_svc_create(svc, p, &bad, out)
-                          : vault_svc_rotate(svc, p, &bad, out);
+            return create ? vault_service_create(svc, p, &bad, out)
+                          : vault_service_rotate(svc, p, &bad, out);
         }
-        int st = create ? vault_svc_create(svc, p, &put, out) : vault_svc_rotate(svc, p, &put, out);
+        int st = create ? vault_service_create(svc, p, &put, out)
+                        : vault_service_rotate(svc, p, &put, out);
         vault_value_free(&value);
         free(hosts);
         return st;

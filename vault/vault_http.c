@@ -69,7 +69,7 @@ static void httpd__waiter_closed(struct al_http_req *req)
 static bool httpd__answer_waiter(struct httpd__waiter *w, bool force)
 {
     json_t *out = NULL;
-    int st = vault_svc_changes(w->d->svc, &w->peer, w->since, &out);
+    int st = vault_service_changes(w->d->svc, &w->peer, w->since, &out);
     bool ready = st != 200 || json_is_true(json_object_get(out, "full")) ||
                  json_array_size(json_object_get(out, "changed")) > 0;
     if (!ready && !force) {

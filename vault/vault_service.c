@@ -2,7 +2,7 @@
  * offline CLI. Every operation checks the caller's roles (from peer credentials), refuses
  * what the role does not allow, and writes one record to the vault's access log before it
  * answers (fail closed: when the log cannot be written, nothing is answered but 503). Values
- * leave only through vault_svc_fetch, only to the egress role, only toward a bound host. */
+ * leave only through vault_service_fetch, only to the egress role, only toward a bound host. */
 #include "vault/vault.h"
 
 #include "common/confine.h"
@@ -419,7 +419,7 @@ static int svc__status_of(int rc)
     }
 }
 
-int vault_svc_whoami(struct vault_service *svc, const struct vault_peer *p, json_t **out)
+int vault_service_whoami(struct vault_service *svc, const struct vault_peer *p, json_t **out)
 {
     unsigned roles = svc__roles(svc, p);
     char actor[64];
@@ -432,7 +432,7 @@ int vault_svc_whoami(struct vault_service *svc, const struct vault_peer *p, json
     return 200;
 }
 
-int vault_svc_list(struct vault_service *svc, const struct vault_peer *p, json_t **out)
+int vault_service_list(struct vault_service *svc, const struct vault_peer *p, json_t **out)
 {
     unsigned roles;
     int st = svc__begin(svc, "list", p, VAULT_ROLE_ADMIN | VAULT_ROLE_READER, &roles, NULL, out);
@@ -455,8 +455,8 @@ static const char *svc__loggable_name(const char *name)
     return name && vault_name_check(name, NULL) == 0 ? name : "(invalid name)";
 }
 
-int vault_svc_show(struct vault_service *svc, const struct vault_peer *p, const char *name,
-                   bool history, json_t **out)
+int vault_service_show(struct vault_service *svc, const struct vault_peer *p, const char *name,
+                       bool history, json_t **out)
 {
     const char *op = history ? "history" : "show";
     unsigned roles;
@@ -519,20 +519,20 @@ static int svc__put(struct vault_service *svc, const struct vault_peer *p,
     return create ? 201 : 200;
 }
 
-int vault_svc_create(struct vault_service *svc, const struct vault_peer *p,
-                     const struct vault_put *put, json_t **out)
+int vault_service_create(struct vault_service *svc, const struct vault_peer *p,
+                         const struct vault_put *put, json_t **out)
 {
     return svc__put(svc, p, put, true, out);
 }
 
-int vault_svc_rotate(struct vault_service *svc, const struct vault_peer *p,
-                     const struct vault_put *put, json_t **out)
+int vault_service_rotate(struct vault_service *svc, const struct vault_peer *p,
+                         const struct vault_put *put, json_t **out)
 {
     return svc__put(svc, p, put, false, out);
 }
 
-int vault_svc_delete(struct vault_service *svc, const struct vault_peer *p, const char *name,
-                     json_t **out)
+int vault_service_delete(struct vault_service *svc, const struct vault_peer *p, const char *name,
+                         json_t **out)
 {
     unsigned roles;
     int st = svc__begin(svc, "delete", p, VAULT_ROLE_ADMIN, &roles, svc__loggable_name(name), out);
@@ -561,8 +561,8 @@ int vault_svc_delete(struct vault_service *svc, const struct vault_peer *p, cons
     return 200;
 }
 
-int vault_svc_changes(struct vault_service *svc, const struct vault_peer *p, uint64_t since,
-                      json_t **out)
+int vault_service_changes(struct vault_service *svc, const struct vault_peer *p, uint64_t since,
+                          json_t **out)
 {
     unsigned roles;
     int st = svc__begin(svc, "changes", p, VAULT_ROLE_EGRESS | VAULT_ROLE_ADMIN | VAULT_ROLE_READER,
@@ -599,8 +599,8 @@ static bool svc__field_ok(const char *s, size_t max)
     return true;
 }
 
-int vault_svc_fetch(struct vault_service *svc, const struct vault_peer *p,
-                    const struct vault_fetch_req *rq, struct vault_fetched *f, json_t **out)
+int vault_service_fetch(struct vault_service *svc, const struct vault_peer *p,
+                        const struct vault_fetch_req *rq, struct vault_fetched *f, json_t **out)
 {
     memset(f, 0, sizeof *f);
     unsigned roles;
