@@ -229,6 +229,12 @@ struct al_auditlog_verify_opts {
     const char *pubkey_file;     /* default <dir>/<prefix>.pub; required with files */
     const char *checkpoint_file; /* optional: checkpoints kept elsewhere that the log must
                                         still contain (detects truncation and rollback) */
+    /* Optional: called for each of the caller's records (not the log's own) once the chain
+     * accepted it, in log order, with its parsed JSON (borrowed for the call), so that the
+     * caller can state what the verified records say (the egress CLI: what its aggregate
+     * records stand for). Not called for records after the first problem. */
+    void (*on_record)(const json_t *rec, uint64_t seq, void *arg);
+    void *arg;
 };
 
 struct al_auditlog_verify_result {
@@ -271,6 +277,10 @@ int al_auditlog_verify(const struct al_auditlog_verify_opts *opts,
 const char *al_auditlog_verdict_name(enum al_auditlog_verdict v); /* "edited", ... */
 /* One human paragraph: start point, counts, tail, and the first problem. */
 void al_auditlog_verify_print(const struct al_auditlog_verify_result *res, FILE *out);
+/* The same with the caller's own paragraph (more) between what was verified and the end and
+ * verdict. */
+void al_auditlog_verify_print_with(const struct al_auditlog_verify_result *res, FILE *out,
+                                   void (*more)(FILE *out, void *arg), void *arg);
 json_t *al_auditlog_verify_json(const struct al_auditlog_verify_result *res);
 
 /* ---- redaction helpers ------------------------------------------------------------------- */

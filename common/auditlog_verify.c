@@ -26,6 +26,7 @@ struct verify__ext {
 };
 
 struct verify__ctx {
+    const struct al_auditlog_verify_opts *opts;
     struct al_auditlog_verify_result *res;
     struct auditlog__pubkey pk;
     struct auditlog__file *files;
@@ -390,6 +391,8 @@ static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno, str
     c->last_line = lineno;
     r->records++;
     r->last_seq = f->seq;
+    if (!f->internal && c->opts->on_record)
+        c->opts->on_record(l->j, f->seq, c->opts->arg);
     return 0;
 }
 
@@ -635,6 +638,7 @@ int al_auditlog_verify(const struct al_auditlog_verify_opts *o,
     struct verify__ctx *c = calloc(1, sizeof *c);
     if (!c)
         return al_error_set(err, -ENOMEM, "out of memory");
+    c->opts = o;
     c->res = res;
     auditlog__history_reset(&c->hist);
     int rc = 0;
@@ -736,6 +740,12 @@ out:
 
 void al_auditlog_verify_print(const struct al_auditlog_verify_result *r, FILE *out)
 {
+    al_auditlog_verify_print_with(r, out, NULL, NULL);
+}
+
+void al_auditlog_verify_print_with(const struct al_auditlog_verify_result *r, FILE *out,
+                                   void (*more)(FILE *out, void *arg), void *arg)
+{
     fprintf(out, "log %s (signing key %s): %" PRIu64 " file(s), %" PRIu64 " record(s)", r->log_id,
             r->key_id, r->files, r->records);
     if (r->records)
@@ -776,6 +786,8 @@ void al_auditlog_verify_print(const struct al_auditlog_verify_result *r, FILE *o
                     p->first_seq >= r->first_seq ? "; announced, still present" : "");
         }
     }
+    if (more)
+        more(out, arg);
     if (r->verdict == AL_AUDIT_INTACT) {
         switch (r->tail) {
         case AL_AUDIT_TAIL_CLOSED:

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,10 +37,12 @@ static void cli__usage(FILE *f)
           "        --type connection|connection_end|http_request|dns_query|security_event|\n"
           "               aggregate|... (a type also matches the aggregates that count it)\n"
           "        --reason R\n"
-          "        T is RFC 3339 (2026-01-02T03:04:05Z) or an age (90s, 10m, 2h)\n"
+          "        T is RFC 3339 (2026-01-02T03:04:05Z) or an age (90s, 10m, 2h); an\n"
+          "        aggregate matches when its interval (first_time..last_time) overlaps\n"
           "  verify [FILES...] [--pubkey F] [--checkpoints F] [--json]\n"
           "        checks the hash chain and signed checkpoints, and that what is missing from\n"
-          "        the start is what retention says it deleted (and by which rule); exit 0\n"
+          "        the start is what retention says it deleted (and by which rule), and says\n"
+          "        how many decisions the aggregate records stand for; exit 0\n"
           "        when intact, 1 naming the first bad record and why (edited, removed,\n"
           "        reordered, inserted, truncated, bad signature, missing file)\n"
           "  export --ocsf [filters]                  OCSF 1.1 events, one JSON per line\n"
@@ -69,7 +72,7 @@ static int cli__time_arg(const char *s, uint64_t *ns)
     return -EINVAL;
 }
 
-static const char *cli__s(json_t *o, const char *k)
+static const char *cli__s(const json_t *o, const char *k)
 {
     return json_string_value(json_object_get(o, k));
 }
@@ -98,6 +101,47 @@ static bool cli__type_match(const char *want, json_t *j)
     return strcmp(type, "aggregate") == 0 && of && strcmp(of, want) == 0;
 }
 
+/* The last instant a time of limited precision stands for: "…03.998Z" is any moment up to
+ * 03.998999999 (aggregate times are written in milliseconds, the decisions' own are finer). */
+static int cli__time_end(const char *s, uint64_t *ns)
+{
+    if (al_time_parse_rfc3339(s, ns) < 0)
+        return -EINVAL;
+    const char *dot = strchr(s, '.');
+    size_t digits = dot ? strspn(dot + 1, "0123456789") : 0;
+    uint64_t unit = 1000000000ull;
+    for (size_t i = 0; i < digits && unit > 1; i++)
+        unit /= 10;
+    *ns += unit - 1;
+    return 0;
+}
+
+static bool cli__is_aggregate(const json_t *j)
+{
+    const char *type = cli__s(j, "type");
+    return type && strcmp(type, "aggregate") == 0;
+}
+
+/* The time a record is about. An aggregate counts decisions taken from its first_time to its
+ * last_time and is written only when its interval ends (up to a sweep later), so its own
+ * "time" says when it was appended, not when its decisions were taken; any other record is
+ * about the instant it was appended. false when the times are missing or not RFC 3339. */
+static bool cli__span(json_t *j, uint64_t *from, uint64_t *to)
+{
+    if (cli__is_aggregate(j) && cli__s(j, "first_time") && cli__s(j, "last_time") &&
+        al_time_parse_rfc3339(cli__s(j, "first_time"), from) == 0 &&
+        cli__time_end(cli__s(j, "last_time"), to) == 0 && *from <= *to)
+        return true;
+    const char *ts = cli__s(j, "time");
+    if (!ts || al_time_parse_rfc3339(ts, from) < 0)
+        return false;
+    *to = *from;
+    return true;
+}
+
+/* --since/--until select the records about a moment of the window: an aggregate whose
+ * interval overlaps it (some of its decisions may have been taken inside, which the record
+ * cannot tell apart), any other record whose time is inside. */
 static bool cli__match(const struct cli__filter *f, const struct al_auditlog_record *rec)
 {
     json_t *j = rec->json;
@@ -118,16 +162,55 @@ static bool cli__match(const struct cli__filter *f, const struct al_auditlog_rec
         !cli__host_match(f->host, cli__s(j, "qname")))
         return false;
     if (f->since_ns || f->until_ns) {
-        uint64_t t = 0;
-        const char *ts = cli__s(j, "time");
-        if (!ts || al_time_parse_rfc3339(ts, &t) < 0)
+        uint64_t from, to;
+        if (!cli__span(j, &from, &to))
             return false;
-        if (f->since_ns && t < f->since_ns)
+        if (f->since_ns && to < f->since_ns)
             return false;
-        if (f->until_ns && t > f->until_ns)
+        if (f->until_ns && from > f->until_ns)
             return false;
     }
     return true;
+}
+
+/* An aggregate's part of its line: how many decisions, of what, to which name, the request
+ * ids and times of the first and last, and what they add up to:
+ *   412 x http_request pypi.org 3c5b7868-1a2..3c5b7868-3f1
+ *   2026-11-30T01:02:03.117Z..01:02:03.998Z (881 ms) up 0 B down 5123841 B 2xx 410 4xx 2 */
+static void cli__print_aggregate(json_t *j)
+{
+    const char *host = cli__s(j, "host");
+    printf(" %lld x %s %s", (long long)json_integer_value(json_object_get(j, "count")),
+           cli__s(j, "of") ? cli__s(j, "of") : "?",
+           host ? host
+                : (json_is_true(json_object_get(j, "merged")) ? "(names merged)" : "(no name)"));
+    if (cli__s(j, "first_request_id"))
+        printf(" %s..%s", cli__s(j, "first_request_id"),
+               cli__s(j, "last_request_id") ? cli__s(j, "last_request_id") : "?");
+    const char *t0 = cli__s(j, "first_time"), *t1 = cli__s(j, "last_time");
+    if (t0 && t1) {
+        /* The last time without its date when both are of one day. */
+        size_t day = strchr(t0, 'T') ? (size_t)(strchr(t0, 'T') - t0) + 1 : 0;
+        const char *t1s = day && strncmp(t0, t1, day) == 0 ? t1 + day : t1;
+        printf(" %s..%s", t0, t1s);
+        uint64_t a, b;
+        if (al_time_parse_rfc3339(t0, &a) == 0 && al_time_parse_rfc3339(t1, &b) == 0 && b >= a)
+            printf(" (%llu ms)", (unsigned long long)((b - a) / 1000000));
+    }
+    json_t *up = json_object_get(j, "bytes_up"), *down = json_object_get(j, "bytes_down");
+    if (json_is_integer(up))
+        printf(" up %lld B", (long long)json_integer_value(up));
+    if (json_is_integer(down))
+        printf(" down %lld B", (long long)json_integer_value(down));
+    json_t *st = json_object_get(j, "status");
+    if (json_is_object(st)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(st, k, v) printf(" %s %lld", k, (long long)json_integer_value(v));
+    }
+    json_t *errs = json_object_get(j, "errors");
+    if (json_is_integer(errs) && json_integer_value(errs) > 0)
+        printf(" errors %lld", (long long)json_integer_value(errs));
 }
 
 /* One line for humans. */
@@ -145,17 +228,13 @@ static void cli__print_human(const struct al_auditlog_record *rec)
     printf("%-24s %6llu %-14s %-10s %-26s %-12s", cli__s(j, "time") ? cli__s(j, "time") : "-",
            (unsigned long long)rec->seq, type ? type : "-",
            cli__s(j, "decision") ? cli__s(j, "decision") : "-",
-           cli__s(j, "reason") ? cli__s(j, "reason")
-                               : (cli__s(j, "event") ? cli__s(j, "event") : "-"),
+           cli__s(j, "reason")  ? cli__s(j, "reason")
+           : cli__s(j, "event") ? cli__s(j, "event")
+           : cli__s(j, "end")   ? cli__s(j, "end") /* connection_end and its aggregates */
+                                : "-",
            cli__s(j, "sandbox") ? cli__s(j, "sandbox") : "-");
-    if (type && strcmp(type, "aggregate") == 0) {
-        json_t *n = json_object_get(j, "count");
-        printf(" %lld x %s %s", (long long)json_integer_value(n),
-               cli__s(j, "of") ? cli__s(j, "of") : "?",
-               cli__s(j, "host") ? cli__s(j, "host") : "(names merged)");
-        if (cli__s(j, "first_request_id"))
-            printf(" %s..%s", cli__s(j, "first_request_id"),
-                   cli__s(j, "last_request_id") ? cli__s(j, "last_request_id") : "?");
+    if (cli__is_aggregate(j)) {
+        cli__print_aggregate(j);
     } else if (cli__s(j, "method"))
         printf(" %s http://%s%s", cli__s(j, "method"), cli__s(j, "host") ? cli__s(j, "host") : "?",
                cli__s(j, "path") ? cli__s(j, "path") : "");
@@ -410,6 +489,142 @@ static int cli__scan(const char *dir, const struct cli__filter *f, int out, uint
     return 0;
 }
 
+/* ---- verify: what the aggregate records stand for ---------------------------------------- */
+
+#define CLI__AGG_GROUPS 16
+
+struct cli__aggsum {
+    uint64_t records, decisions, merged;
+    uint64_t malformed, first_malformed; /* no valid count, type, decision or interval */
+    uint64_t first_ns, last_ns;
+    char first_time[40], last_time[40];
+    json_t *sandboxes; /* the set of sandbox ids */
+    size_t n;
+    struct {
+        char of[24], decision[16];
+        uint64_t records, decisions, merged;
+    } g[CLI__AGG_GROUPS];
+    uint64_t other_records, other_decisions; /* (of, decision) pairs beyond the table */
+};
+
+static void cli__agg_on_record(const json_t *j, uint64_t seq, void *arg)
+{
+    struct cli__aggsum *a = arg;
+    if (!cli__is_aggregate(j))
+        return;
+    a->records++;
+    json_t *count = json_object_get(j, "count");
+    const char *of = cli__s(j, "of"), *decision = cli__s(j, "decision");
+    const char *t0s = cli__s(j, "first_time"), *t1s = cli__s(j, "last_time");
+    uint64_t t0, t1;
+    if (!json_is_integer(count) || json_integer_value(count) < 1 || !of || !decision || !t0s ||
+        !t1s || al_time_parse_rfc3339(t0s, &t0) < 0 || al_time_parse_rfc3339(t1s, &t1) < 0 ||
+        t1 < t0) {
+        if (!a->malformed++)
+            a->first_malformed = seq;
+        return;
+    }
+    uint64_t n = (uint64_t)json_integer_value(count);
+    bool merged = json_is_true(json_object_get(j, "merged"));
+    a->decisions += n;
+    a->merged += merged;
+    if (!a->first_time[0] || t0 < a->first_ns) {
+        a->first_ns = t0;
+        snprintf(a->first_time, sizeof a->first_time, "%s", t0s);
+    }
+    if (!a->last_time[0] || t1 > a->last_ns) {
+        a->last_ns = t1;
+        snprintf(a->last_time, sizeof a->last_time, "%s", t1s);
+    }
+    if (cli__s(j, "sandbox"))
+        json_object_set_new(a->sandboxes, cli__s(j, "sandbox"), json_true());
+    size_t i = 0;
+    while (i < a->n && (strcmp(a->g[i].of, of) != 0 || strcmp(a->g[i].decision, decision) != 0))
+        i++;
+    if (i == a->n && a->n < CLI__AGG_GROUPS) {
+        snprintf(a->g[i].of, sizeof a->g[i].of, "%s", of);
+        snprintf(a->g[i].decision, sizeof a->g[i].decision, "%s", decision);
+        a->n++;
+    }
+    if (i == a->n) {
+        a->other_records++;
+        a->other_decisions += n;
+        return;
+    }
+    a->g[i].records++;
+    a->g[i].decisions += n;
+    a->g[i].merged += merged;
+}
+
+struct cli__verify_print {
+    const struct cli__aggsum *agg;
+    bool intact, any;
+};
+
+static void cli__agg_print(FILE *out, void *arg)
+{
+    const struct cli__verify_print *p = arg;
+    const struct cli__aggsum *a = p->agg;
+    const char *scope = p->intact ? "" : " (in the records verified before the problem)";
+    if (!p->any)
+        return;
+    if (!a->records) {
+        fprintf(out, "aggregates: none%s: every decision is a record of its own\n", scope);
+        return;
+    }
+    uint64_t valid = a->records - a->malformed;
+    fprintf(out,
+            "aggregates%s: %" PRIu64 " record(s) stand for %" PRIu64 " decision(s) that the "
+            "sandboxes' audit budgets counted instead of writing them one by one",
+            scope, valid, a->decisions);
+    if (valid)
+        fprintf(out, ", of %zu sandbox(es), taken from %s to %s", json_object_size(a->sandboxes),
+                a->first_time, a->last_time);
+    fprintf(out, "%s\n", valid ? ":" : "");
+    for (size_t i = 0; i < a->n; i++) {
+        fprintf(out, "  %s %s: %" PRIu64 " decision(s) in %" PRIu64 " record(s)", a->g[i].of,
+                a->g[i].decision, a->g[i].decisions, a->g[i].records);
+        if (a->g[i].merged)
+            fprintf(out, ", %" PRIu64 " of them merged (the names not kept)", a->g[i].merged);
+        fputc('\n', out);
+    }
+    if (a->other_records)
+        fprintf(out, "  other types: %" PRIu64 " decision(s) in %" PRIu64 " record(s)\n",
+                a->other_decisions, a->other_records);
+    if (a->malformed)
+        fprintf(out,
+                "warning: %" PRIu64 " aggregate record(s), the first seq %" PRIu64 ", have no "
+                "valid count, type, decision or interval: what they stand for is not known\n",
+                a->malformed, a->first_malformed);
+}
+
+static json_t *cli__agg_json(const struct cli__aggsum *a)
+{
+    json_t *by = json_array();
+    for (size_t i = 0; i < a->n; i++)
+        json_array_append_new(
+            by, json_pack("{s:s,s:s,s:I,s:I,s:I}", "of", a->g[i].of, "decision", a->g[i].decision,
+                          "records", (json_int_t)a->g[i].records, "decisions",
+                          (json_int_t)a->g[i].decisions, "merged", (json_int_t)a->g[i].merged));
+    if (a->other_records)
+        json_array_append_new(by, json_pack("{s:s,s:I,s:I}", "of", "other", "records",
+                                            (json_int_t)a->other_records, "decisions",
+                                            (json_int_t)a->other_decisions));
+    json_t *o =
+        json_pack("{s:I,s:I,s:I,s:I,s:o}", "records", (json_int_t)(a->records - a->malformed),
+                  "decisions", (json_int_t)a->decisions, "merged", (json_int_t)a->merged,
+                  "sandboxes", (json_int_t)json_object_size(a->sandboxes), "by", by);
+    if (o && a->first_time[0]) {
+        json_object_set_new(o, "first_time", json_string(a->first_time));
+        json_object_set_new(o, "last_time", json_string(a->last_time));
+    }
+    if (o && a->malformed) {
+        json_object_set_new(o, "malformed", json_integer((json_int_t)a->malformed));
+        json_object_set_new(o, "first_malformed_seq", json_integer((json_int_t)a->first_malformed));
+    }
+    return o;
+}
+
 static int cli__verify(const char *dir, int argc, char **argv, int first)
 {
     const char *pubkey = NULL, *checkpoints = NULL;
@@ -436,27 +651,37 @@ static int cli__verify(const char *dir, int argc, char **argv, int first)
         snprintf(pk, sizeof pk, "%s/egress.pub", dir);
         pubkey = pk;
     }
+    struct cli__aggsum agg = {.sandboxes = json_object()};
     struct al_auditlog_verify_opts o = {.dir = n ? NULL : dir,
                                         .prefix = "egress",
                                         .files = n ? files : NULL,
                                         .n_files = n,
                                         .pubkey_file = pubkey,
-                                        .checkpoint_file = checkpoints};
+                                        .checkpoint_file = checkpoints,
+                                        .on_record = cli__agg_on_record,
+                                        .arg = &agg};
     struct al_auditlog_verify_result res;
     struct al_error err = {0};
-    if (al_auditlog_verify(&o, &res, &err) < 0) {
-        fprintf(stderr, "airlock audit verify: %s\n", al_error_str(&err));
+    if (!agg.sandboxes || al_auditlog_verify(&o, &res, &err) < 0) {
+        fprintf(stderr, "airlock audit verify: %s\n",
+                agg.sandboxes ? al_error_str(&err) : "out of memory");
+        json_decref(agg.sandboxes);
         return 1;
     }
     if (json) {
         json_t *j = al_auditlog_verify_json(&res);
+        if (j)
+            json_object_set_new(j, "aggregates", cli__agg_json(&agg));
         char *s = json_dumps(j, JSON_COMPACT);
         puts(s ? s : "{}");
         free(s);
         json_decref(j);
     } else {
-        al_auditlog_verify_print(&res, stdout);
+        struct cli__verify_print vp = {
+            .agg = &agg, .intact = res.verdict == AL_AUDIT_INTACT, .any = res.records > 0};
+        al_auditlog_verify_print_with(&res, stdout, cli__agg_print, &vp);
     }
+    json_decref(agg.sandboxes);
     return res.verdict == AL_AUDIT_INTACT ? 0 : 1;
 }
 
