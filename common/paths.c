@@ -1,9 +1,12 @@
 /* common/paths: see paths.h. */
 #include "paths.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static char paths__state[4096];
 
@@ -59,4 +62,19 @@ int al_take_state_dir_arg(int argc, char **argv)
     }
     argv[o] = NULL;
     return o;
+}
+
+int al_self_dir(char *out, size_t len)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n < 0)
+        return -errno;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash)
+        *slash = '\0';
+    if ((size_t)snprintf(out, len, "%s", slash == exe ? "/" : exe) >= len)
+        return -ENAMETOOLONG;
+    return 0;
 }

@@ -37,6 +37,11 @@ char *al_state_path(char *out, size_t outlen, const char *rel);
 #define AL_DIR_TEMPLATES "templates"
 #define AL_DIR_POLICIES  "policies"
 
+/* The directory of the running executable (/proc/self/exe, symlinks resolved) into out:
+ * where the build tree and an installation keep airlock's programs side by side. 0, or
+ * -ENAMETOOLONG, or -errno of readlink. */
+int al_self_dir(char *out, size_t len);
+
 /* Strips a "--state-dir DIR" / "--state-dir=DIR" pair from argv (anywhere), applying it;
  * returns the new argc. For CLIs. */
 int al_take_state_dir_arg(int argc, char **argv);

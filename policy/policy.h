@@ -411,9 +411,4 @@ const struct policy_rule *policy_transform_rule(const struct policy *p,
 long policy_transform_pick(const struct policy_pattern *const *domains, size_t n, const char *host,
                            size_t len);
 
-/* ---- CLI ------------------------------------------------------------------------------ */
-
-/* `airlock policy lint|explain|test|hash ...` (argv[0] = "policy"). */
-int policy_cli_main(int argc, char **argv);
-
 #endif

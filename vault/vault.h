@@ -9,7 +9,8 @@
  *   service  who may do what (roles from peer credentials), the access log, the operations
  *            that the daemon's HTTP API and the offline CLI share
  *   http     the daemon's HTTP+JSON API on a unix socket (vault_http.c, docs/vault.md)
- *   cli      `airlock vault ...` (vault_cli_main)
+ *   cli      `airlock vault ...` (vault_cli_main: `airlock-vault admin ...`, which the airlock
+ *            CLI runs for it)
  *
  * Files under <state>/vault/ (mode 0700): secrets.vault (0600), master.key (0600, absent for
  * passphrase vaults), secret-id.key (0600), vault.lock, audit/ (the access log: vault-*.jsonl,

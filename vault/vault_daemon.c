@@ -48,7 +48,10 @@ static void daemon__usage(FILE *f)
            "  --airlockd-user    airlockd: may list names and metadata\n"
            "  --admin-group      members (and root) may create, rotate, delete and list\n"
            "Anyone else is refused, and every access is logged in <state>/" AL_DIR_VAULT
-           "/" VAULT_AUDIT_DIR ".\n");
+           "/" VAULT_AUDIT_DIR ".\n"
+           "\n"
+           "airlock-vault [--state-dir DIR] admin <command> ...: the commands of `airlock vault`\n"
+           "(which runs this; `admin --help` lists them).\n");
 }
 
 static void daemon__closed(void *arg)

@@ -4,6 +4,7 @@
  * appended; tail shows what it counts (count, bytes, interval, first and last request ids);
  * verify says how many decisions the aggregates stand for, of which types and when. */
 #include "al_test.h"
+#include "cli/cli.h"
 #include "common/auditlog.h"
 #include "common/util.h"
 #include "egress/audit.h"
@@ -17,8 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-int audit_cli_main(int argc, char **argv);
 
 static char g_dir[128];
 

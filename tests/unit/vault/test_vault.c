@@ -1464,12 +1464,14 @@ static void bin_path(char *out, size_t n, const char *name)
     snprintf(out, n, "%s/%s", self, name);
 }
 
-/* Runs the airlock CLI with stdin; returns the exit status, output in out (stdout+stderr). */
-static int run_cli(const char *state, const char *in, char *out, size_t outlen, const char *a1,
-                   const char *a2, const char *a3, const char *a4)
+static const char *g_cli_path; /* PATH for the CLI; NULL: inherited */
+
+/* Runs `bin --state-dir state group a1...` with stdin; returns the exit status, output in out
+ * (stdout+stderr). */
+static int run_cli_exe(const char *bin, const char *state, const char *group, const char *in,
+                       char *out, size_t outlen, const char *a1, const char *a2, const char *a3,
+                       const char *a4)
 {
-    char bin[600];
-    bin_path(bin, sizeof bin, "airlock");
     int pin[2], pout[2];
     ck_assert_int_eq(pipe(pin), 0);
     ck_assert_int_eq(pipe(pout), 0);
@@ -1480,7 +1482,9 @@ static int run_cli(const char *state, const char *in, char *out, size_t outlen, 
         dup2(pout[1], 2);
         close(pin[1]);
         close(pout[0]);
-        execl(bin, "airlock", "--state-dir", state, "vault", a1, a2, a3, a4, (char *)NULL);
+        if (g_cli_path)
+            setenv("PATH", g_cli_path, 1);
+        execl(bin, "airlock", "--state-dir", state, group, a1, a2, a3, a4, (char *)NULL);
         _exit(127);
     }
     close(pin[0]);
@@ -1498,6 +1502,39 @@ static int run_cli(const char *state, const char *in, char *out, size_t outlen, 
     waitpid(pid, &st, 0);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
+
+/* `airlock vault a1...` of this build. */
+static int run_cli(const char *state, const char *in, char *out, size_t outlen, const char *a1,
+                   const char *a2, const char *a3, const char *a4)
+{
+    char bin[600];
+    bin_path(bin, sizeof bin, "airlock");
+    return run_cli_exe(bin, state, "vault", in, out, outlen, a1, a2, a3, a4);
+}
+
+/* The vault's commands are airlock-vault's: an airlock that finds none, beside it or on PATH,
+ * says what to install (and does not pretend to have a vault). */
+START_TEST(cli_without_airlock_vault_says_so)
+{
+    char bin[600], lone[600], cmd[1400], out[4096];
+    bin_path(bin, sizeof bin, "airlock");
+    snprintf(lone, sizeof lone, "%s", tdir("lone"));
+    ck_assert_int_eq(mkdir(lone, 0755), 0);
+    snprintf(lone + strlen(lone), sizeof lone - strlen(lone), "/airlock");
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", bin, lone);
+    ck_assert_int_eq(system(cmd), 0);
+    g_cli_path = "/nonexistent";
+    const char *state = tdir("lone-state");
+    ck_assert_int_eq(
+        run_cli_exe(lone, state, "vault", NULL, out, sizeof out, "ls", NULL, NULL, NULL), 1);
+    ck_assert_ptr_nonnull(strstr(out, "install airlock-vault"));
+    ck_assert_int_eq(
+        run_cli_exe(lone, state, "audit", "v\n", out, sizeof out, "hash-secret", NULL, NULL, NULL),
+        1);
+    ck_assert_ptr_nonnull(strstr(out, "install airlock-vault"));
+    g_cli_path = NULL;
+}
+END_TEST
 
 START_TEST(cli_is_write_only_and_never_echoes)
 {
@@ -1548,6 +1585,13 @@ START_TEST(cli_is_write_only_and_never_echoes)
     /* the auditor's tool gives the same id for the same value */
     ck_assert_int_eq(
         run_cli(state, SECRET_B "\n", out, sizeof out, "hash-secret", NULL, NULL, NULL), 0);
+    ck_assert_ptr_nonnull(strstr(out, want_sid));
+    /* and so does the audit group's, which is the vault's command run for it */
+    char bin[600];
+    bin_path(bin, sizeof bin, "airlock");
+    ck_assert_int_eq(run_cli_exe(bin, state, "audit", SECRET_B "\n", out, sizeof out, "hash-secret",
+                                 NULL, NULL, NULL),
+                     0);
     ck_assert_ptr_nonnull(strstr(out, want_sid));
     ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "check", NULL, NULL, NULL), 0);
     ck_assert_int_eq(run_cli(state, NULL, out, sizeof out, "log", "verify", NULL, NULL), 0);
@@ -2035,6 +2079,7 @@ static Suite *vault_suite(void)
     tcase_add_unchecked_fixture(h, root_setup, root_teardown);
     tcase_set_timeout(h, 120);
     tcase_add_test(h, cli_is_write_only_and_never_echoes);
+    tcase_add_test(h, cli_without_airlock_vault_says_so);
     tcase_add_test(h, no_value_in_logs_or_errors);
     tcase_add_test(h, no_core_dumps);
     tcase_add_test(h, other_uid_cannot_open_the_files);

@@ -1,4 +1,4 @@
-/* controlplane/cli/template_cli: `airlock template pull|build|ls|inspect|rm`.
+/* cli/template: `airlock template pull|build|ls|inspect|rm`.
  *
  * pull: an image from a registry made into a template (<templates>/NAME/rootfs +
  * template.json) or only into the blob cache, by this process. The registries, their CA,
@@ -22,7 +22,7 @@
 #include "common/paths.h"
 #include "common/util.h"
 #include "controlplane/config.h"
-#include "controlplane/cp_cli.h"
+#include "cli/cp.h"
 #include "controlplane/templates.h"
 #include "controlplane/templates/oci.h"
 #include "controlplane/templates/unpack.h"

@@ -1,4 +1,4 @@
-/* controlplane/cli/sandbox_cli: `airlock sandbox ls|create|exec|kill|logs|pause|resume` and
+/* cli/sandbox: `airlock sandbox ls|create|exec|kill|logs|pause|resume` and
  * `airlock events ls|tail`.
  *
  * Speaks the same E2B API as the SDKs, on airlockd's local socket
@@ -21,7 +21,7 @@
 #include "common/json.h"
 #include "common/paths.h"
 #include "common/util.h"
-#include "controlplane/cp_cli.h"
+#include "cli/cp.h"
 
 #define CLI_TIMEOUT_MS 60000
 

@@ -1,4 +1,4 @@
-/* controlplane/cli/apikey_cli: `airlock apikey create|ls|revoke`.
+/* cli/apikey: `airlock apikey create|ls|revoke`.
  *
  * Works on the state database directly (<state>/airlockd.db), whether or not airlockd
  * runs: airlockd notices changes made by other connections before it authenticates the
@@ -17,7 +17,7 @@
 #include "common/json.h"
 #include "common/paths.h"
 #include "common/util.h"
-#include "controlplane/cp_cli.h"
+#include "cli/cp.h"
 #include "controlplane/ids.h"
 #include "controlplane/store.h"
 

@@ -1,4 +1,4 @@
-/* egress/audit_cli: `airlock audit tail|query|verify|export|hash-secret` over the egress
+/* cli/audit: `airlock audit tail|query|verify|export|hash-secret` over the egress
  * audit log (<state>/audit/egress-*.jsonl; docs/audit.md describes every field).
  *
  * Reading and verifying are common/auditlog's (reader, verifier); this file owns the
@@ -14,15 +14,11 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
 #include "common/auditlog.h"
 #include "common/json.h"
 #include "common/paths.h"
 #include "common/util.h"
-#ifdef AIRLOCK_EGRESS_VAULT
-#include "vault/vault.h"
-#endif
-
-int audit_cli_main(int argc, char **argv);
 
 #define OCSF_VERSION "1.1.0"
 
@@ -706,14 +702,8 @@ int audit_cli_main(int argc, char **argv)
     }
     if (strcmp(cmd, "verify") == 0)
         return cli__verify(dir, argc, argv, 2);
-    if (strcmp(cmd, "hash-secret") == 0) {
-#ifdef AIRLOCK_EGRESS_VAULT
-        return vault_hash_secret_main(argc - 1, argv + 1);
-#else
-        fprintf(stderr, "airlock audit hash-secret: this build has no vault\n");
-        return 1;
-#endif
-    }
+    if (strcmp(cmd, "hash-secret") == 0) /* the vault's key, so the vault's command */
+        return cli_vault_run(argc - 1, argv + 1);
     bool is_tail = strcmp(cmd, "tail") == 0, is_query = strcmp(cmd, "query") == 0,
          is_export = strcmp(cmd, "export") == 0;
     if (!is_tail && !is_query && !is_export) {

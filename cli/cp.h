@@ -1,8 +1,7 @@
-/* controlplane/cp_cli: the CLI groups of the control plane (`airlock sandbox`, `airlock
- * apikey`, `airlock template`), dispatched by controlplane/cli/main.c, and their one client of
- * airlockd's local socket. */
-#ifndef AIRLOCK_CP_CLI_H
-#define AIRLOCK_CP_CLI_H
+/* cli/cp: the CLI groups of the control plane (`airlock sandbox`, `airlock apikey`, `airlock
+ * template`), dispatched by cli/main.c, and their one client of airlockd's local socket. */
+#ifndef AIRLOCK_CLI_CP_H
+#define AIRLOCK_CLI_CP_H
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -11,10 +10,10 @@ struct cp_store;
 struct al_http_resp;
 
 int sandbox_cli_main(int argc, char **argv);
-/* `airlock events ls|tail` (in sandbox_cli.c: the same client of airlockd's socket). */
+/* `airlock events ls|tail` (in sandbox.c: the same client of airlockd's socket). */
 int events_cli_main(int argc, char **argv);
 int apikey_cli_main(int argc, char **argv);
-/* `airlock template` (template_cli.c). */
+/* `airlock template` (template.c). */
 int template_cli_main(int argc, char **argv);
 /* One request of the E2B API to airlockd's local socket (<state>/run/airlockd.sock, no API
  * key needed there): body (may be NULL) as JSON; *status, and *out the parsed answer (may

@@ -1,59 +1,23 @@
-/* controlplane/cli/main: `airlock <group> <command> ...`. See cli.h. */
-#include "cli.h"
+/* cli/main: `airlock <group> <command> ...`. See cli.h. */
+#include "cli/cli.h"
+#include "cli/cp.h"
 #include "common/log.h"
 #include "common/paths.h"
+#include "vswitch/vswitch.h"
 
 #include <stdio.h>
 #include <string.h>
 
-/* Each component that provides commands defines AIRLOCK_HAVE_<X> through CMake. */
-#ifdef AIRLOCK_HAVE_POLICY
-int policy_cli_main(int argc, char **argv);
-#endif
-#ifdef AIRLOCK_HAVE_VSWITCH
-int vswitch_cli_main(int argc, char **argv);
-#endif
-#ifdef AIRLOCK_HAVE_AUDIT
-int audit_cli_main(int argc, char **argv);
-#endif
-#ifdef AIRLOCK_HAVE_VAULT
-int vault_cli_main(int argc, char **argv);
-#endif
-#ifdef AIRLOCK_HAVE_SANDBOX_CLI
-int sandbox_cli_main(int argc, char **argv);
-int events_cli_main(int argc, char **argv);
-#endif
-#ifdef AIRLOCK_HAVE_APIKEY_CLI
-int apikey_cli_main(int argc, char **argv);
-#endif
-#ifdef AIRLOCK_HAVE_TEMPLATE_CLI
-int template_cli_main(int argc, char **argv);
-#endif
-
 static const struct al_cli_group cli__groups[] = {
-#ifdef AIRLOCK_HAVE_POLICY
     {"policy", "lint, explain and test egress policies", policy_cli_main},
-#endif
-#ifdef AIRLOCK_HAVE_VSWITCH
     {"vswitch", "show the virtual switch: sandboxes, interfaces, counters", vswitch_cli_main},
-#endif
-#ifdef AIRLOCK_HAVE_AUDIT
     {"audit", "read, query, verify and export the egress audit log", audit_cli_main},
-#endif
-#ifdef AIRLOCK_HAVE_VAULT
-    {"vault", "manage secrets (write-only: values are never shown)", vault_cli_main},
-#endif
-#ifdef AIRLOCK_HAVE_SANDBOX_CLI
+    {"vault", "manage secrets (write-only: values are never shown)", cli_vault_main},
     {"sandbox", "list, create, exec in, and kill sandboxes", sandbox_cli_main},
     {"events", "list and follow sandbox lifecycle events", events_cli_main},
-#endif
-#ifdef AIRLOCK_HAVE_APIKEY_CLI
     {"apikey", "create, list and revoke API keys", apikey_cli_main},
-#endif
-#ifdef AIRLOCK_HAVE_TEMPLATE_CLI
     {"template", "templates: pull images, build (SDK JSON or Dockerfile), ls, inspect, rm",
      template_cli_main},
-#endif
     {NULL, NULL, NULL},
 };
 

@@ -1,10 +1,11 @@
-/* policy/cli: `airlock policy lint|explain|test|hash`, the security team's tools.
+/* cli/policy: `airlock policy lint|explain|test|hash`, the security team's tools.
  *
  * Exit status: 0 ok, 1 the thing checked is bad (lint errors, failed test cases, an invalid
  * policy), 2 usage. Diagnostics go to stderr as "file:line:col: error|warning: ..."; results
  * (summaries, explanations, JSON) go to stdout. docs/policy.md documents every command and
  * the CASES file format. */
-#include "policy/internal.h"
+#include "cli/cli.h"
+#include "policy/policy.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
