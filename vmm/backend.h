@@ -72,7 +72,7 @@ extern const struct vmm_backend vmm_backend_kvm;
 /* The backend of a name ("jail", "kvm"), or NULL. */
 const struct vmm_backend *vmm_backend_find(const char *name);
 
-/* Whether this host can run KVM sandboxes (backend_kvm.c): /dev/kvm, its capabilities, not a
+/* Whether this host can run KVM sandboxes (kvm/backend.c): /dev/kvm, its capabilities, not a
  * paravirtual PVM KVM, a tiny test guest, then the guest kernel (kernel, or
  * $AIRLOCK_KVM_KERNEL, or the installed one) booting to its first console output within
  * timeout_ms. {"usable":bool,"reason":"...","kernel":"...","checks":{...},"elapsed_ms":N}. */

@@ -1,4 +1,4 @@
-/* vmm/kvm_cache: what KVM sandboxes of one template share, built once and cached.
+/* vmm/kvm/cache: what KVM sandboxes of one template share, built once and cached.
  *
  * Owns the cache directory (spec.kvm.cache_dir, default <state>/kvm):
  *   images/<key>/rootfs.img     a template's root disk image (vmm/kvm/mkrootfs), read-only,

@@ -1,4 +1,4 @@
-/* vmm/backend_kvm: the KVM backend of airlock-vmm (backend.h).
+/* vmm/kvm/backend: the KVM backend behind airlock-vmm's backend interface (vmm/backend.h).
  *
  * Each sandbox is a microVM run by airlock-vmm-kvm (vmm/kvm/) as a child process of
  * airlock-vmm, which stays outside the VM's confinement and does what needs privileges
@@ -14,7 +14,7 @@
  *   - the VMM's confinement from the outside: a cgroup (<parent>/<id>, the jail's layout and
  *     code: memory = guest + overhead, pids, CPU quota = spec cpus), an id slot (the VMM runs
  *     as its first host uid), its root directory <sandbox dir>/vm (owned by that uid);
- *   - the disk: the template's root image from the cache (kvm_cache.c) and the sandbox's
+ *   - the disk: the template's root image from the cache (cache.c) and the sandbox's
  *     copy-on-write overlay <sandbox dir>/disk.overlay;
  *   - creation: restore of the template snapshot (made once per template, kernel, memory
  *     and vCPUs by booting the template until its agent is healthy), or a boot; then
@@ -43,7 +43,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "vmm/backend.h"
 #include "common/cleanup.h"
 #include "common/http.h"
 #include "common/json.h"
@@ -51,7 +51,7 @@
 #include "common/spawn.h"
 #include "common/paths.h"
 #include "common/util.h"
-#include "kvm_cache.h"
+#include "vmm/kvm/cache.h"
 #include "vmm/jail/cgroup.h"
 #include "vmm/jail/idmap.h"
 #include "vmm/jail/jail.h"
@@ -104,21 +104,6 @@ struct kvm_be {
 
 /* ---- paths ---------------------------------------------------------------------------------- */
 
-static void kb__bindir(char *out, size_t len)
-{
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    out[0] = '\0';
-    if (n <= 0)
-        return;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (slash) {
-        *slash = '\0';
-        snprintf(out, len, "%s", exe);
-    }
-}
-
 /* The first of: $env, <bindir>/name, fallback that exists. */
 static int kb__find(char *out, size_t len, const char *env, const char *name, const char *fallback,
                     int mode, const char *what, struct al_error *err)
@@ -131,7 +116,8 @@ static int kb__find(char *out, size_t len, const char *env, const char *name, co
         return 0;
     }
     char bin[PATH_MAX];
-    kb__bindir(bin, sizeof bin);
+    if (al_self_dir(bin, sizeof bin) != 0)
+        bin[0] = '\0';
     if (bin[0] && name) {
         snprintf(out, len, "%s/%s", bin, name);
         if (access(out, mode) == 0)

@@ -1,5 +1,5 @@
-/* vmm/kvm_cache: see kvm_cache.h. */
-#include "kvm_cache.h"
+/* vmm/kvm/cache: see cache.h. */
+#include "cache.h"
 
 #include <dirent.h>
 #include <errno.h>
