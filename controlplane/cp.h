@@ -265,6 +265,9 @@ bool cp_rest_u64_param(struct al_http_req *req, const char *name, uint64_t *out,
  * then points at that '/' or the end. False for an empty or too long segment or a bad
  * escape. */
 bool cp_rest_path_part(const char **pp, char *out, size_t len);
+/* Answers 200 with one page of a list (arr, stolen) and, unless next is "", the x-next-token
+ * header the SDKs' paginators read. */
+void cp_rest_reply_page(struct al_http_req *req, json_t *arr, const char *next);
 /* Answers an error in the E2B shape {"code":status,"message":...}. */
 void cp_rest_error(struct al_http_req *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -645,6 +645,13 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     }
     struct cp_policy_sel sel = {0};
     int status = 500;
+    if (cp_transforms_resolve(cp, req_c->who.key_id, network, &status, &err)) {
+        free(c);
+        json_decref(network);
+        json_decref(pending);
+        cp_rest_error(req, status, "%s", al_error_str(&err));
+        return;
+    }
     if (cp_policy_select(cp, req_c->metadata, network, req_c->allow_internet, &req_c->who,
                          c->template_dir, &sel, &status, &err)) {
         free(c);

@@ -178,6 +178,12 @@ void cp_network_update(struct cp_sandbox *sb, struct al_http_req *req, const jso
         cp_rest_error(req, 400, "%s", al_error_str(&err));
         return;
     }
+    if (cp_transforms_resolve(cp, key_id ? key_id : "", n, &status, &err)) {
+        json_decref(n);
+        json_decref(pending);
+        cp_rest_error(req, status, "%s", al_error_str(&err));
+        return;
+    }
     if (cp_policy_check_network(cp, sb->rec.policy_name, n, allow_internet, hash, &status, &err)) {
         json_decref(n);
         json_decref(pending);

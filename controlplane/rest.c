@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@
 #include "logs.h"
 #include "metrics.h"
 #include "policysel.h"
+#include "secrets.h"
 #include "store.h"
 #include "templates.h"
 
@@ -140,13 +142,15 @@ enum rest_route {
     R_NETWORK,     /* PUT /sandboxes/{id}/network */
     R_TPL_REQUEST, /* POST /v3/templates */
     R_TPL_TRIGGER, /* POST /v2/templates/{id}/builds/{buildID} */
+    R_SECRET_NEW,  /* POST /secrets */
+    R_SECRET_SET,  /* POST /secrets/{secretID} */
 };
 
 struct rest_ctx {
     struct cp *cp;
     struct cp_principal who;
     enum rest_route route;
-    char id[72];
+    char id[256]; /* a sandbox, template or secret */
     char build_id[40];
 };
 
@@ -569,6 +573,21 @@ static void rest__on_body(struct al_http_req *req, int err)
                             x->who.key_id);
         break;
     }
+    case R_SECRET_NEW:
+    case R_SECRET_SET: {
+        json_t *b = rest__body(req, true);
+        if (!b) {
+            if (req->body.data) /* a value may be in it */
+                sodium_memzero(req->body.data, req->body.len);
+            break;
+        }
+        if (x->route == R_SECRET_NEW)
+            cp_secrets_create(x->cp, req, &x->who, b);
+        else
+            cp_secrets_update(x->cp, req, &x->who, x->id, b);
+        json_decref(b);
+        break;
+    }
     case R_TPL_REQUEST:
     case R_TPL_TRIGGER: {
         json_t *b = rest__body(req, true);
@@ -661,6 +680,11 @@ static void rest__list(struct al_http_req *req, struct cp *cp, bool v2)
         json_array_append_new(arr, rest__listed_json(l.items[i].user));
     free(l.items);
     cp_list_query_free(&q);
+    cp_rest_reply_page(req, arr, next);
+}
+
+void cp_rest_reply_page(struct al_http_req *req, json_t *arr, const char *next)
+{
     char *body = json_dumps(arr, JSON_COMPACT);
     json_decref(arr);
     if (!body) {
@@ -921,6 +945,38 @@ static void rest__prometheus(struct al_http_req *req, struct cp *cp)
     al_buf_free(&b);
 }
 
+/* /secrets and /secrets/{secretID}: rest is what follows "/secrets". */
+static void rest__secrets(struct al_http_req *req, struct cp *cp, const struct cp_principal *who,
+                          const char *rest)
+{
+    const char *m = req->method;
+    if (!*rest) {
+        if (rest__is(m, "GET"))
+            cp_secrets_list(cp, req, who);
+        else if (rest__is(m, "POST"))
+            rest__with_body(req, cp, who, R_SECRET_NEW, NULL);
+        else
+            cp_rest_error(req, 405, "%s is not allowed on /secrets (GET lists, POST creates)", m);
+        return;
+    }
+    char ref[256];
+    const char *p = rest + 1;
+    if (!cp_rest_path_part(&p, ref, sizeof ref) || *p) {
+        cp_rest_error(req, 404, "no such endpoint: %s %s (a secret is /secrets/{secretID or name})",
+                      m, req->path);
+        return;
+    }
+    if (rest__is(m, "GET"))
+        cp_secrets_get(cp, req, who, ref);
+    else if (rest__is(m, "POST"))
+        rest__with_body(req, cp, who, R_SECRET_SET, ref);
+    else if (rest__is(m, "DELETE"))
+        cp_secrets_delete(cp, req, who, ref);
+    else
+        cp_rest_error(req, 405,
+                      "%s is not allowed on /secrets/{secretID} (GET, POST updates, DELETE)", m);
+}
+
 void cp_on_request(struct al_http_req *req, void *ctx)
 {
     struct cp *cp = ctx;
@@ -1020,6 +1076,10 @@ void cp_on_request(struct al_http_req *req, void *ctx)
     }
     if (cp_events_route(cp, req, p))
         return;
+    if (strcmp(p, "/secrets") == 0 || strncmp(p, "/secrets/", 9) == 0) {
+        rest__secrets(req, cp, &who, p + 8);
+        return;
+    }
     if (strcmp(p, "/v3/templates") == 0 && post) {
         rest__with_body(req, cp, &who, R_TPL_REQUEST, NULL);
         return;
@@ -1035,9 +1095,9 @@ void cp_on_request(struct al_http_req *req, void *ctx)
         rest__template_alias(req, cp, p + 19);
         return;
     }
-    static const char *const unsupported[] = {"/templates", "/v2/templates",    "/v3/templates",
-                                              "/snapshots", "/volumes",         "/teams",
-                                              "/secrets",   "/events/webhooks", NULL};
+    static const char *const unsupported[] = {
+        "/templates", "/v2/templates", "/v3/templates",    "/snapshots",
+        "/volumes",   "/teams",        "/events/webhooks", NULL};
     for (const char *const *u = unsupported; *u; u++) {
         size_t l = strlen(*u);
         if (strncmp(p, *u, l) == 0 && (p[l] == '\0' || p[l] == '/')) {

@@ -1,22 +1,21 @@
 /* controlplane/transforms: see transforms.h. */
 #include "transforms.h"
 
+#include <ctype.h>
 #include <errno.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "common/http.h"
 #include "common/json.h"
 #include "common/log.h"
-#include "common/paths.h"
 #include "cp.h"
 #include "policy/policy.h"
+#include "secrets.h"
+#include "vault/vault.h"
 
 #define TF_VALUE_MAX   8192
-#define TF_VAULT_MS    3000
 #define TF_SECRETS_PFX "${e2b.secrets."
 
 static int tf__value_check(const char *domain, const char *name, const json_t *v,
@@ -46,7 +45,8 @@ static int tf__value_check(const char *domain, const char *name, const json_t *v
         size_t pl = strlen(TF_SECRETS_PFX);
         bool whole = len > pl + 1 && strncmp(s, TF_SECRETS_PFX, pl) == 0 && s[len - 1] == '}' &&
                      policy_secret_name_valid(s + pl, len - pl - 1) &&
-                     strncmp(s + pl, "sandboxes/", 10) != 0;
+                     strncasecmp(s + pl, "sandboxes/", 10) != 0 &&
+                     strncasecmp(s + pl, VAULT_APIKEY_PREFIX, strlen(VAULT_APIKEY_PREFIX)) != 0;
         if (!whole)
             return al_error_set(err, -EINVAL,
                                 "network.rules['%s']: the value of header '%s' uses a "
@@ -197,7 +197,10 @@ int cp_transforms_prepare(const char *sb_id, const char *tag, json_t *network, j
                 size_t pl = strlen(TF_SECRETS_PFX), len = json_string_length(v);
                 char secret[POLICY_NAME_MAX];
                 if (strncmp(s, TF_SECRETS_PFX, pl) == 0) {
+                    /* E2B's names are lower-cased, so are the vault's */
                     snprintf(secret, sizeof secret, "%.*s", (int)(len - pl - 1), s + pl);
+                    for (char *c = secret; *c; c++)
+                        *c = (char)tolower((unsigned char)*c);
                 } else {
                     snprintf(secret, sizeof secret, "sandboxes/%s/%s-%u", sb_id, tag, seq++);
                     if (json_array_append_new(todo, json_pack("{s:s,s:s,s:s,s:O}", "secret", secret,
@@ -235,17 +238,12 @@ nomem:
     return al_error_set(err, -ENOMEM, "out of memory");
 }
 
-static int tf__vault(struct cp *cp, const char *method, const char *secret, json_t *body,
-                     int *status, struct al_error *err)
+/* 0 once the vault answered 2xx; status 0 when it did not answer. */
+static int tf__answer(int rc, int status, json_t *out, struct al_error *err)
 {
-    char target[4300], path[300];
-    snprintf(target, sizeof target, "unix:%s/%s", cp->cfg.state_dir, AL_SOCK_VAULT);
-    snprintf(path, sizeof path, "/v1/secrets/%s", secret);
-    json_t *out = NULL;
-    int rc = al_http_call_json(target, method, path, body, TF_VAULT_MS, status, &out, err);
-    if (rc == 0 && (*status < 200 || *status > 299)) {
+    if (rc == 0 && (status < 200 || status > 299)) {
         const char *m = json_string_value(json_object_get(out, "message"));
-        rc = al_error_set(err, -EIO, "airlock-vault answered %d: %s", *status, m ? m : "");
+        rc = al_error_set(err, -EIO, "airlock-vault answered %d: %s", status, m ? m : "");
     }
     json_decref(out);
     return rc;
@@ -254,8 +252,12 @@ static int tf__vault(struct cp *cp, const char *method, const char *secret, json
 static void tf__delete(struct cp *cp, const char *secret)
 {
     int status = 0;
+    json_t *out = NULL;
     struct al_error err = {0};
-    if (tf__vault(cp, "DELETE", secret, NULL, &status, &err) && status != 404)
+    char path[300];
+    snprintf(path, sizeof path, "/v1/secrets/%s", secret);
+    int rc = cp_vault_call(cp, "DELETE", path, NULL, 0, &status, &out, &err);
+    if (tf__answer(rc, status, out, &err) && status != 404)
         al_warn("cannot delete the transform secret %s from the vault: %s", secret,
                 al_error_str(&err));
 }
@@ -270,27 +272,20 @@ int cp_transforms_seal(struct cp *cp, json_t *pending, struct al_error *err)
     json_array_foreach(pending, i, p)
     {
         const json_t *v = json_object_get(p, "value");
-        size_t len = json_string_length(v);
-        size_t bl = sodium_base64_encoded_len(len, sodium_base64_VARIANT_ORIGINAL);
-        char *b64 = sodium_malloc(bl);
-        if (!b64) {
-            rc = al_error_set(err, -ENOMEM, "out of memory");
-            break;
-        }
-        sodium_bin2base64(b64, bl, (const unsigned char *)json_string_value(v), len,
-                          sodium_base64_VARIANT_ORIGINAL);
         char desc[400];
         snprintf(desc, sizeof desc, "header %s toward %s (API transform of the sandbox)",
                  json_string_value(json_object_get(p, "header")),
                  json_string_value(json_object_get(p, "domain")));
-        json_t *body = json_pack("{s:s,s:s,s:[s]}", "value_b64", b64, "description", desc,
-                                 "bound_hosts", json_string_value(json_object_get(p, "domain")));
-        sodium_free(b64);
+        json_t *fields = json_pack("{s:s,s:[s]}", "description", desc, "bound_hosts",
+                                   json_string_value(json_object_get(p, "domain")));
         int status = 0;
-        rc = body ? tf__vault(cp, "POST", json_string_value(json_object_get(p, "secret")), body,
-                              &status, err)
-                  : al_error_set(err, -ENOMEM, "out of memory");
-        json_decref(body);
+        json_t *out = NULL;
+        rc = fields
+                 ? cp_vault_put(cp, "POST", json_string_value(json_object_get(p, "secret")), fields,
+                                json_string_value(v), json_string_length(v), &status, &out, err)
+                 : al_error_set(err, -ENOMEM, "out of memory");
+        json_decref(fields);
+        rc = tf__answer(rc, status, out, err);
         if (rc) {
             if (status == 0)
                 rc = -ENOTCONN;
@@ -338,4 +333,42 @@ void cp_transforms_drop(struct cp *cp, const json_t *network, const json_t *keep
                 tf__delete(cp, s);
         }
     }
+}
+
+int cp_transforms_resolve(struct cp *cp, const char *key_id, json_t *network, int *status,
+                          struct al_error *err)
+{
+    if (!key_id || !*key_id)
+        return 0;
+    char prefix[64];
+    cp_secrets_prefix(key_id, prefix, sizeof prefix);
+    size_t i, j;
+    json_t *t, *h;
+    json_array_foreach(network ? json_object_get(network, "transforms") : NULL, i, t)
+    {
+        json_array_foreach(json_object_get(t, "headers"), j, h)
+        {
+            const char *s = json_string_value(json_object_get(h, "secret"));
+            if (!s || strncmp(s, "sandboxes/", 10) == 0)
+                continue;
+            char own[VAULT_NAME_MAX + 1], path[VAULT_NAME_MAX + 32];
+            if (snprintf(own, sizeof own, "%s%s", prefix, s) >= (int)sizeof own)
+                continue; /* too long to be one of the key's: the vault's own name */
+            snprintf(path, sizeof path, "/v1/secrets/%s", own);
+            int st = 0;
+            json_t *out = NULL;
+            int rc = cp_vault_call(cp, "GET", path, NULL, 0, &st, &out, err);
+            json_decref(out);
+            if (rc || (st != 200 && st != 404 && st != 400)) {
+                *status = 503;
+                if (!rc)
+                    al_error_set(err, -EIO, "airlock-vault answered %d", st);
+                return al_error_prefix(err, "cannot resolve \"${e2b.secrets.%s}\" in airlock-vault",
+                                       s);
+            }
+            if (st == 200) /* 404: not the key's; 400: a name the key cannot have */
+                json_object_set_new(h, "secret", json_string(own));
+        }
+    }
+    return 0;
 }

@@ -9,8 +9,9 @@
  * The record's network object then holds "rules" in E2B's shape with every value replaced
  * by "[sealed]" (what getInfo shows) and "transforms" ([{"domain", "headers": [{"name",
  * "secret"}]}], what the policy narrowing and airlock-egress get; getInfo leaves it out).
- * A value that is exactly "${e2b.secrets.NAME}" names the vault secret NAME itself: that
- * value never passes through the API. Whether the sandbox's policy lets a domain get
+ * A value that is exactly "${e2b.secrets.NAME}" names a vault secret (the caller's own
+ * Secret NAME, else the operator's NAME: cp_transforms_resolve): that value never passes
+ * through the API. Whether the sandbox's policy lets a domain get
  * headers at all is the policy's (policy_narrow: `api_transforms: allow`).
  *
  * The vault is written with blocking calls on airlockd's loop (a local unix socket, bounded
@@ -36,6 +37,13 @@ int cp_transforms_check(const json_t *rules, struct al_error *err);
  * ([{"secret","domain","header","value"}], NULL when nothing). A network without "rules"
  * is left as it is. */
 int cp_transforms_prepare(const char *sb_id, const char *tag, json_t *network, json_t **pending,
+                          struct al_error *err);
+/* Points each "${e2b.secrets.NAME}" of network's transforms at the caller's own secret
+ * NAME (Secret.create by the API key key_id: the vault's keys/<key_id>/NAME) when it has one,
+ * else at the vault secret NAME an operator stored. No other key's secret can be named: their
+ * namespace is refused as a placeholder. 0, or < 0 with err and *status (503: the vault did
+ * not answer). */
+int cp_transforms_resolve(struct cp *cp, const char *key_id, json_t *network, int *status,
                           struct al_error *err);
 /* Writes the pending values into the vault (and drops them from pending, which is freed).
  * On failure, deletes the ones it wrote: 0, or < 0 with err (-ENOTCONN: no vault). */

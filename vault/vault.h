@@ -44,6 +44,17 @@
 /* Secrets of one sandbox (its API-given header transforms): fetched only on its behalf. */
 #define VAULT_SANDBOX_PREFIX "sandboxes/" /* deletions remembered for "changes since" */
 #define VAULT_SECRET_ID_LEN  AL_AUDIT_KEYED_ID_LEN
+/* Secrets made through airlockd's E2B API (`Secret.create`): keys/<API key id>/<name>, so that
+ * each API key has a namespace of its own that no other key can see or shadow. */
+#define VAULT_APIKEY_PREFIX "keys/"
+/* Every secret's stable identifier ("sec_" + 32 hex, random at creation; E2B's secretID):
+ * unlike the name it is never reused for another secret. */
+#define VAULT_UID_LEN 36
+/* Customer metadata of a secret (string keys to string values), E2B's limits. */
+#define VAULT_META_MAX_ENTRIES 32
+#define VAULT_META_KEY_MAX     128
+#define VAULT_META_VALUE_MAX   1024
+#define VAULT_META_TOTAL_MAX   8192
 
 #define VAULT_FILE          "secrets.vault"
 #define VAULT_MASTER_KEY    "master.key"
@@ -73,6 +84,13 @@ int vault_name_check(const char *name, struct al_error *err);
  * Canonicalises in place: host must have room for VAULT_HOST_MAX + 1 bytes. Messages never
  * repeat the rejected text. psl false: re-reading stored entries (no PSL rules). */
 int vault_host_check(char *host, bool psl, struct al_error *err);
+/* Secret identifiers: "sec_" + 32 lowercase hex digits. */
+bool vault_uid_valid(const char *s);
+void vault_uid_new(char out[VAULT_UID_LEN + 1]);
+/* Metadata: an object of at most VAULT_META_MAX_ENTRIES strings, keys of 1..VAULT_META_KEY_MAX
+ * bytes, values of at most VAULT_META_VALUE_MAX, VAULT_META_TOTAL_MAX bytes of keys and
+ * values in all, no control characters. Messages name the key, never a value. */
+int vault_metadata_check(const json_t *m, struct al_error *err);
 /* True if host (any spelling) is allowed by the canonical patterns (policy_bound_host_match). */
 bool vault_host_allowed(const char *const *patterns, size_t n, const char *host);
 
@@ -108,8 +126,10 @@ struct vault_event {
 
 struct vault_secret {
     char name[VAULT_NAME_MAX + 1];
-    char *description; /* "" when none */
-    char **hosts;      /* bound hosts; none = any host the policy allows */
+    char uid[VAULT_UID_LEN + 1]; /* "" for a secret stored before identifiers existed */
+    json_t *metadata;            /* an object (vault_metadata_check), NULL when none */
+    char *description;           /* "" when none */
+    char **hosts;                /* bound hosts; none = any host the policy allows */
     size_t n_hosts;
     char created[40], updated[40];
     uint64_t generation;            /* vault generation of its last change */
@@ -138,8 +158,9 @@ struct vault_catalog {
 
 void vault_catalog_free(struct vault_catalog *c);
 const struct vault_secret *vault_catalog_find(const struct vault_catalog *c, const char *name);
-/* Metadata as JSON (never a value): {"name","description","bound_hosts","created","updated",
- * "current_version","versions":[{"version","created","secret_id"}],"generation"}. */
+/* Metadata as JSON (never a value): {"name","id","description","metadata","bound_hosts",
+ * "created","updated","current_version","versions":[{"version","created","secret_id"}],
+ * "generation"}; "id" is null for a secret stored before identifiers existed. */
 json_t *vault_secret_json(const struct vault_secret *s, bool with_history);
 
 /* ---- store -------------------------------------------------------------------------------- */
@@ -178,6 +199,7 @@ struct vault_put {
     const char *name;
     const struct vault_value *value; /* required */
     const char *description;         /* NULL = unchanged (rotate) / none (create) */
+    const json_t *metadata;          /* an object: replaces; NULL = unchanged / none */
     const char *const *hosts;        /* with set_hosts: replace the bound hosts */
     size_t n_hosts;
     bool set_hosts;

@@ -601,7 +601,15 @@ static void cli__print_show(json_t *s, bool history)
     char hosts[1024];
     cli__hosts_str(json_object_get(s, "bound_hosts"), hosts, sizeof hosts);
     printf("name:         %s\n", json_string_value(json_object_get(s, "name")));
+    const char *uid = json_string_value(json_object_get(s, "id"));
+    printf("id:           %s\n", uid ? uid : "(none: given at its next rotation)");
     printf("description:  %s\n", json_string_value(json_object_get(s, "description")));
+    json_t *meta = json_object_get(s, "metadata");
+    if (json_object_size(meta)) {
+        char *m = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS);
+        printf("metadata:     %s\n", m ? m : "");
+        free(m);
+    }
     printf("bound hosts:  %s\n", hosts);
     printf("version:      %" JSON_INTEGER_FORMAT " (keeps the last %" JSON_INTEGER_FORMAT ")\n",
            json_integer_value(json_object_get(s, "current_version")),

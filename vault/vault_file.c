@@ -22,6 +22,7 @@ void vault_version_clear(struct vault_version *v)
 void vault_secret_clear(struct vault_secret *s)
 {
     free(s->description);
+    json_decref(s->metadata);
     for (size_t i = 0; i < s->n_hosts; i++)
         free(s->hosts[i]);
     free(s->hosts);
@@ -71,10 +72,12 @@ json_t *vault_secret_json(const struct vault_secret *s, bool with_history)
                                         "created", s->versions[i].created, "by", s->versions[i].by,
                                         "secret_id", s->versions[i].secret_id));
     json_t *j =
-        json_pack("{s:s,s:s,s:o,s:s,s:s,s:i,s:i,s:o,s:I}", "name", s->name, "description",
-                  s->description ? s->description : "", "bound_hosts", hosts, "created", s->created,
-                  "updated", s->updated, "current_version", (int)s->current, "keep", (int)s->keep,
-                  "versions", vers, "generation", (json_int_t)s->generation);
+        json_pack("{s:s,s:o,s:s,s:o,s:o,s:s,s:s,s:i,s:i,s:o,s:I}", "name", s->name, "id",
+                  s->uid[0] ? json_string(s->uid) : json_null(), "description",
+                  s->description ? s->description : "", "metadata",
+                  s->metadata ? json_deep_copy(s->metadata) : json_object(), "bound_hosts", hosts,
+                  "created", s->created, "updated", s->updated, "current_version", (int)s->current,
+                  "keep", (int)s->keep, "versions", vers, "generation", (json_int_t)s->generation);
     if (j && with_history) {
         json_t *h = json_array();
         for (size_t i = 0; i < s->n_history; i++)
@@ -273,9 +276,9 @@ int vault_file_header(const char *data, size_t len, struct vault_header *h, size
 
 static int file__secret(const json_t *j, struct vault_secret *s)
 {
-    static const char *const sk[] = {"name",     "description", "bound_hosts", "created",
-                                     "updated",  "generation",  "current",     "keep",
-                                     "versions", "history",     NULL};
+    static const char *const sk[] = {
+        "name",       "id",      "description", "metadata", "bound_hosts", "created", "updated",
+        "generation", "current", "keep",        "versions", "history",     NULL};
     static const char *const vk[] = {"version", "created", "by", "nonce", "ct", "secret_id", NULL};
     static const char *const ek[] = {"time", "event", "version", "by", NULL};
     memset(s, 0, sizeof *s);
@@ -295,6 +298,22 @@ static int file__secret(const json_t *j, struct vault_secret *s)
     s->description = strdup(desc);
     if (!s->description)
         return -ENOMEM;
+    /* Optional (secrets stored before they existed have neither). */
+    json_t *uid = json_object_get(j, "id");
+    if (uid) {
+        const char *u;
+        if (!file__str(j, "id", VAULT_UID_LEN, &u) || !vault_uid_valid(u))
+            return -EINVAL;
+        snprintf(s->uid, sizeof s->uid, "%s", u);
+    }
+    json_t *meta = json_object_get(j, "metadata");
+    if (meta) {
+        if (vault_metadata_check(meta, NULL))
+            return -EINVAL;
+        s->metadata = json_deep_copy(meta);
+        if (!s->metadata)
+            return -ENOMEM;
+    }
 
     json_t *hosts = json_object_get(j, "bound_hosts");
     if (!json_is_array(hosts) || json_array_size(hosts) > VAULT_HOSTS_MAX)
@@ -654,11 +673,21 @@ static json_t *file__secret_json(const struct vault_secret *s)
                               json_pack("{s:s,s:s,s:I,s:s}", "time", s->history[i].time, "event",
                                         s->history[i].event, "version",
                                         (json_int_t)s->history[i].version, "by", s->history[i].by));
-    return json_pack("{s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:I,s:o,s:o}", "name", s->name, "description",
-                     s->description ? s->description : "", "bound_hosts", hosts, "created",
-                     s->created, "updated", s->updated, "generation", (json_int_t)s->generation,
-                     "current", (json_int_t)s->current, "keep", (json_int_t)s->keep, "versions",
-                     vers, "history", hist);
+    json_t *o = json_pack("{s:s,s:s,s:o,s:s,s:s,s:I,s:I,s:I,s:o,s:o}", "name", s->name,
+                          "description", s->description ? s->description : "", "bound_hosts", hosts,
+                          "created", s->created, "updated", s->updated, "generation",
+                          (json_int_t)s->generation, "current", (json_int_t)s->current, "keep",
+                          (json_int_t)s->keep, "versions", vers, "history", hist);
+    if (o && s->uid[0] && json_object_set_new(o, "id", json_string(s->uid))) {
+        json_decref(o);
+        return NULL;
+    }
+    if (o && s->metadata && json_object_size(s->metadata) &&
+        json_object_set_new(o, "metadata", json_deep_copy(s->metadata))) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 int vault_file_write(const struct vault_header *h, const struct vault_keys *k,

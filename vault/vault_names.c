@@ -1,4 +1,5 @@
-/* vault/vault_names: syntax of secret names and of the hosts a secret is bound to.
+/* vault/vault_names: syntax of secret names, of the hosts a secret is bound to and of its
+ * metadata.
  *
  * Bound hosts use the policy library's one canonicaliser and matcher (policy_bound_host_*).
  *
@@ -10,6 +11,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <sodium.h>
 #include <string.h>
 
 #define VAULT__NAME_HINT \
@@ -115,4 +117,66 @@ int vault_host_check(char *host, bool psl, struct al_error *err)
 bool vault_host_allowed(const char *const *patterns, size_t n, const char *host)
 {
     return host && policy_bound_host_match(patterns, n, host, strlen(host));
+}
+
+static bool vault__has_ctl(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return true;
+    return false;
+}
+
+int vault_metadata_check(const json_t *m, struct al_error *err)
+{
+    if (!json_is_object(m))
+        return al_error_set(err, -EINVAL,
+                            "the metadata must be an object of strings: {\"team\": \"ml\"}");
+    if (json_object_size(m) > VAULT_META_MAX_ENTRIES)
+        return al_error_set(err, -EINVAL, "the metadata has %zu entries, at most %d",
+                            json_object_size(m), (int)VAULT_META_MAX_ENTRIES);
+    size_t total = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)m, k, v)
+    {
+        size_t kl = strlen(k);
+        if (kl == 0 || kl > VAULT_META_KEY_MAX || vault__has_ctl(k, kl))
+            return al_error_set(err, -EINVAL,
+                                "a metadata key must have 1 to %d bytes and no control "
+                                "characters",
+                                (int)VAULT_META_KEY_MAX);
+        if (!json_is_string(v))
+            return al_error_set(err, -EINVAL, "metadata \"%s\": the value must be a string", k);
+        size_t vl = json_string_length(v);
+        if (vl > VAULT_META_VALUE_MAX || vault__has_ctl(json_string_value(v), vl))
+            return al_error_set(err, -EINVAL,
+                                "metadata \"%s\": the value must have at most %d bytes and no "
+                                "control characters",
+                                k, (int)VAULT_META_VALUE_MAX);
+        total += kl + vl;
+    }
+    if (total > VAULT_META_TOTAL_MAX)
+        return al_error_set(err, -EINVAL,
+                            "the metadata has %zu bytes of keys and values, at most %d", total,
+                            (int)VAULT_META_TOTAL_MAX);
+    return 0;
+}
+
+bool vault_uid_valid(const char *s)
+{
+    if (!s || strlen(s) != VAULT_UID_LEN || strncmp(s, "sec_", 4) != 0)
+        return false;
+    for (const char *p = s + 4; *p; p++)
+        if (!isdigit((unsigned char)*p) && !(*p >= 'a' && *p <= 'f'))
+            return false;
+    return true;
+}
+
+void vault_uid_new(char out[VAULT_UID_LEN + 1])
+{
+    unsigned char b[(VAULT_UID_LEN - 4) / 2];
+    randombytes_buf(b, sizeof b);
+    memcpy(out, "sec_", 4);
+    sodium_bin2hex(out + 4, VAULT_UID_LEN - 4 + 1, b, sizeof b);
 }

@@ -698,7 +698,8 @@ int vault_service_fetch(struct vault_service *svc, const struct vault_peer *p,
 int vault_put_from_json(const json_t *body, const char *name, struct vault_put *put,
                         struct vault_value *value, const char ***hosts, struct al_error *err)
 {
-    static const char *const keys[] = {"value_b64", "description", "bound_hosts", "keep", NULL};
+    static const char *const keys[] = {"value_b64",   "description", "metadata",
+                                       "bound_hosts", "keep",        NULL};
     memset(put, 0, sizeof *put);
     value->data = NULL;
     value->len = value->cap = 0;
@@ -715,7 +716,7 @@ int vault_put_from_json(const json_t *body, const char *name, struct vault_put *
         if (!ok)
             return al_error_set(err, -EINVAL,
                                 "unknown field \"%.64s\" (allowed: value_b64, description, "
-                                "bound_hosts, keep)",
+                                "metadata, bound_hosts, keep)",
                                 k);
     }
     json_t *b64 = json_object_get(body, "value_b64");
@@ -745,6 +746,12 @@ int vault_put_from_json(const json_t *body, const char *name, struct vault_put *
         return al_error_set(err, -EINVAL, "\"bound_hosts\" must be an array of at most %d names",
                             VAULT_HOSTS_MAX);
     }
+    json_t *meta = json_object_get(body, "metadata");
+    if (meta && vault_metadata_check(meta, err)) {
+        vault_value_free(value);
+        return -EINVAL;
+    }
+    put->metadata = meta;
     json_t *kp = json_object_get(body, "keep");
     if (kp && (!json_is_integer(kp) || json_integer_value(kp) < 1 ||
                json_integer_value(kp) > VAULT_KEEP_MAX)) {

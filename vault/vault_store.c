@@ -537,6 +537,8 @@ static int store__validate_put(const struct vault_put *p, bool create, char ***h
     }
     if (p->keep > VAULT_KEEP_MAX)
         return al_error_set(err, -EINVAL, "--keep must be between 1 and %d", VAULT_KEEP_MAX);
+    if (p->metadata && (rc = vault_metadata_check(p->metadata, err)))
+        return rc;
     if (p->set_hosts || create) {
         if (p->n_hosts > VAULT_HOSTS_MAX)
             return al_error_set(err, -EINVAL, "too many bound hosts (at most %d)", VAULT_HOSTS_MAX);
@@ -593,6 +595,15 @@ static void store__event(struct vault_secret *s, const char *event, uint32_t ver
     snprintf(e->event, sizeof e->event, "%s", event);
     snprintf(e->by, sizeof e->by, "%s", actor);
     e->version = version;
+}
+
+/* 128 random bits never collide in practice; the check makes uniqueness an invariant. */
+static bool store__uid_used(const struct vault_catalog *c, const struct vault_secret *self)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (&c->secrets[i] != self && strcmp(c->secrets[i].uid, self->uid) == 0)
+            return true;
+    return false;
 }
 
 static int store__apply_put(struct vault_store *s, struct vault_catalog *c, void *arg,
@@ -655,6 +666,19 @@ static int store__apply_put(struct vault_store *s, struct vault_catalog *c, void
             sec->versions = v;
         if (!h || !v)
             return al_error_set(err, -ENOMEM, "out of memory");
+    }
+    if (p->metadata) {
+        json_t *m = json_deep_copy(p->metadata);
+        if (!m)
+            return al_error_set(err, -ENOMEM, "out of memory");
+        json_decref(sec->metadata);
+        sec->metadata = m;
+    }
+    /* New secrets get their identifier; one stored before identifiers existed gets it now. */
+    if (!sec->uid[0]) {
+        do {
+            vault_uid_new(sec->uid);
+        } while (store__uid_used(c, sec));
     }
     if (a->hosts) {
         for (size_t i = 0; i < sec->n_hosts; i++)

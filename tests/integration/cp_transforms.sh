@@ -12,7 +12,8 @@
 #     log;
 #   - updateNetwork replaces the secret (the old one deleted), {} clears it, a domain outside
 #     the flag is a 400; the kill deletes the sandbox's secrets; "${e2b.secrets.NAME}" names a
-#     vault secret without a value passing through the API.
+#     vault secret without a value passing through the API: the caller's own (Secret.create,
+#     keys/<key id>/NAME) before the operator's NAME, never another key's.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 for b in airlockd airlock airlock-vault airlock-agent-dev; do
@@ -88,6 +89,29 @@ al_ok "airlock vault put tf/key (bound to echo.test)" \
 S2=$(create "$(rules echo.test X-Tf-Key '${e2b.secrets.tf/key}')" | sbid)
 al_ok "created ($S2)" test -n "$S2"
 al_eq "no secret of the sandbox was made for it" "$(vault_names)" ""
+
+al_note "\${e2b.secrets.NAME}: the caller's own Secret (Secret.create) before the operator's"
+# The vault secret a sandbox's transform reads (airlockd's record: the proxy's business).
+tf_secret() {
+  sqlite3 "$CP_STATE/airlockd.db" "SELECT doc FROM sandboxes WHERE id='$1'" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["network"]["transforms"][0]["headers"][0]["secret"])'
+}
+al_match "Secret.create TF/Key through the API (this key: env)" '"name": *"tf/key"' \
+  cp_api -X POST "$CP_URL/secrets" -d "{\"name\":\"TF/Key\",\"value\":\"$VALUE2\"}"
+al_eq "... kept by the vault in the key's namespace" \
+  "$(cp_cli vault ls 2>&1 | grep -o 'keys/[^ ]*')" "keys/env/tf/key"
+S4=$(create "$(rules echo.test X-Tf-Key '${e2b.secrets.TF/Key}')" | sbid)
+al_ok "a sandbox naming it ($S4)" test -n "$S4"
+al_eq "... reads the key's own secret" "$(tf_secret "$S4")" "keys/env/tf/key"
+al_eq "... the earlier one still the operator's" "$(tf_secret "$S2")" "tf/key"
+OUT=$(create "$(rules echo.test X-Tf-Key '${e2b.secrets.keys/key_0/tf/key}')")
+al_match "another key's namespace cannot be named" 'placeholder airlock cannot resolve' echo "$OUT"
+al_match "Secret.destroy it" '^204$' \
+  cp_api -o /dev/null -w '%{http_code}' -X DELETE "$CP_URL/secrets/tf%2Fkey"
+S5=$(create "$(rules echo.test X-Tf-Key '${e2b.secrets.tf/key}')" | sbid)
+al_eq "without it, the operator's is read" "$(tf_secret "$S5")" "tf/key"
+sdk kill "$S4" >/dev/null
+sdk kill "$S5" >/dev/null
 
 al_note "the kill deletes the sandbox's secrets"
 S3=$(create "$(rules echo.test X-Tf-Key "$VALUE")" | sbid)

@@ -354,6 +354,98 @@ START_TEST(round_trip)
 }
 END_TEST
 
+/* Identifiers (E2B's secretID) and metadata: given at creation, kept across rotations and
+ * processes, metadata replaced only by a rotation that gives it, E2B's limits enforced. */
+START_TEST(ids_and_metadata)
+{
+    const char *d = vdir("idsmeta");
+    struct vault_store *s = sopen(d);
+    struct vault_value v;
+    ck_assert_int_eq(vault_value_set(&v, SECRET_A, strlen(SECRET_A)), 0);
+    json_t *meta = json_pack("{s:s,s:s}", "team", "ml", "a b", "\u00fcn\u00ef");
+    struct vault_put p = {.name = "keys/key_1/openai", .value = &v, .metadata = meta};
+    struct al_error e = {0};
+    ck_assert_msg(vault_store_create(s, &p, "t", NULL, &e) == 0, "%s", al_error_str(&e));
+    p.name = "keys/key_2/openai";
+    p.metadata = NULL;
+    ck_assert_int_eq(vault_store_create(s, &p, "t", NULL, &e), 0);
+    const struct vault_secret *a = vault_catalog_find(vault_store_catalog(s), "keys/key_1/openai");
+    const struct vault_secret *b = vault_catalog_find(vault_store_catalog(s), "keys/key_2/openai");
+    ck_assert(vault_uid_valid(a->uid));
+    ck_assert(vault_uid_valid(b->uid));
+    ck_assert_str_ne(a->uid, b->uid);
+    ck_assert(json_equal(a->metadata, meta));
+    ck_assert_ptr_null(b->metadata);
+    char uid[VAULT_UID_LEN + 1];
+    snprintf(uid, sizeof uid, "%s", a->uid);
+    json_t *j = vault_secret_json(b, false);
+    ck_assert_uint_eq(json_object_size(json_object_get(j, "metadata")), 0); /* always an object */
+    json_decref(j);
+
+    /* A rotation without metadata keeps it; one with metadata replaces it. */
+    p.name = "keys/key_1/openai";
+    ck_assert_int_eq(vault_store_rotate(s, &p, "t", NULL, &e), 0);
+    a = vault_catalog_find(vault_store_catalog(s), p.name);
+    ck_assert_str_eq(a->uid, uid);
+    ck_assert(json_equal(a->metadata, meta));
+    json_t *meta2 = json_pack("{s:s}", "team", "infra");
+    p.metadata = meta2;
+    ck_assert_int_eq(vault_store_rotate(s, &p, "t", NULL, &e), 0);
+    vault_store_close(s);
+
+    s = sopen(d); /* another process's view */
+    a = vault_catalog_find(vault_store_catalog(s), "keys/key_1/openai");
+    ck_assert_str_eq(a->uid, uid);
+    ck_assert_uint_eq(a->current, 3);
+    ck_assert(json_equal(a->metadata, meta2));
+    j = vault_secret_json(a, false);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "id")), uid);
+    ck_assert(json_equal(json_object_get(j, "metadata"), meta2));
+    json_decref(j);
+
+    /* E2B's limits: 32 entries, keys 1..128 bytes, values <= 1024, 8192 in all, strings. */
+    uint64_t gen = vault_store_catalog(s)->generation;
+    json_t *bad[6];
+    bad[0] = json_object();
+    for (int i = 0; i < 33; i++) {
+        char k[8];
+        snprintf(k, sizeof k, "k%d", i);
+        json_object_set_new(bad[0], k, json_string("v"));
+    }
+    bad[1] = json_pack("{s:i}", "n", 5);
+    char big[1100];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    bad[2] = json_pack("{s:s}", "k", big);
+    big[129] = '\0';
+    bad[3] = json_pack("{s:s}", big, "v");
+    bad[4] = json_object();
+    big[1000] = '\0';
+    memset(big, 'y', 1000);
+    for (int i = 0; i < 9; i++) {
+        char k[8];
+        snprintf(k, sizeof k, "k%d", i);
+        json_object_set_new(bad[4], k, json_string(big));
+    }
+    bad[5] = json_pack("{s:s}", "k", "line\nbreak");
+    const char *why[] = {"33 entries", "must be a string", "at most 1024",
+                         "1 to 128",   "at most 8192",     "control"};
+    for (int i = 0; i < 6; i++) {
+        p.metadata = bad[i];
+        memset(&e, 0, sizeof e);
+        ck_assert_int_eq(vault_store_rotate(s, &p, "t", NULL, &e), -EINVAL);
+        ck_assert_msg(strstr(e.msg, why[i]), "%d: %s", i, e.msg);
+        ck_assert_ptr_null(strstr(e.msg, "yyyy"));
+        json_decref(bad[i]);
+    }
+    ck_assert_uint_eq(vault_store_catalog(s)->generation, gen); /* nothing was written */
+    vault_store_close(s);
+    vault_value_free(&v);
+    json_decref(meta);
+    json_decref(meta2);
+}
+END_TEST
+
 START_TEST(bad_puts_are_refused)
 {
     const char *d = vdir("badput");
@@ -2043,6 +2135,7 @@ static Suite *vault_suite(void)
     tcase_add_test(b, bound_hosts_use_the_policy_canonicaliser);
     tcase_add_test(b, secret_ids_are_keyed);
     tcase_add_test(b, round_trip);
+    tcase_add_test(b, ids_and_metadata);
     tcase_add_test(b, bad_puts_are_refused);
     tcase_add_test(b, passphrase_vault);
     tcase_add_test(b, clear_errors);
