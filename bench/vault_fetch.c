@@ -13,10 +13,8 @@
 #include "common/auditlog.h"
 #include "common/util.h"
 #include "vault/vault.h"
-#ifdef AIRLOCK_VAULT_INTERCEPT
 #include "egress/intercept/secrets.h"
 #include <uv.h>
-#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -69,7 +67,6 @@ static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
 
 static const char *SECRET = "ghp_benchmark_value_0123456789abcdefghijklmnopqrstu";
 
-#ifdef AIRLOCK_VAULT_HTTP
 /* One keep-alive request/response on fd; returns the status or -1. */
 static int fetch_once(int fd, const char *req, size_t reqlen, char *buf, size_t cap)
 {
@@ -93,9 +90,7 @@ static int fetch_once(int fd, const char *req, size_t reqlen, char *buf, size_t 
             return atoi(buf + 9);
     }
 }
-#endif
 
-#ifdef AIRLOCK_VAULT_INTERCEPT
 /* Reference 2: a hit in the egress proxy's own cache (egress/intercept/secrets.c, the code
  * airlock-egress runs: lookup under its lock, a reference taken and dropped), filled by one
  * real fetch from the daemon and kept valid by its changes feed. What the cache saves per
@@ -196,7 +191,6 @@ out:
     uv_loop_close(&loop);
     return rc;
 }
-#endif
 
 int main(int argc, char **argv)
 {
@@ -281,7 +275,6 @@ int main(int argc, char **argv)
 
     vault_store_close(store);
 
-#ifdef AIRLOCK_VAULT_HTTP
     /* The daemon, over its socket, keep-alive. */
     if (!daemon[0])
         snprintf(daemon, sizeof daemon, "%s/airlock-vault", AIRLOCK_BIN_DIR);
@@ -346,7 +339,6 @@ int main(int argc, char **argv)
     percentiles("socket_fetch", lat, (size_t)requests);
     double p99 = (double)lat[(size_t)((double)requests * 0.99)] / 1000.0;
     double socket_p50 = (double)lat[requests / 2] / 1000.0;
-#ifdef AIRLOCK_VAULT_INTERCEPT
     if (bench__cache_hits(sock, lat, requests) < 0) {
         kill(pid, SIGTERM);
         waitpid(pid, NULL, 0);
@@ -354,16 +346,9 @@ int main(int argc, char **argv)
     }
     percentiles("cache_hit", lat, (size_t)requests);
     emit("cache_saves_per_injection_us", socket_p50 - (double)lat[requests / 2] / 1000.0, "us");
-#else
-    emit("cache_saves_per_injection_us", socket_p50, "us");
-#endif
     emit("target_p99_us", 200, "us");
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
-#else
-    double p99 = 0;
-    fprintf(stderr, "bench_vault_fetch: built without common/http: no socket measurement\n");
-#endif
     emit("requests", (double)requests, "count");
     emit("meets_target", p99 > 0 && p99 <= 200, "bool");
     free(lat);

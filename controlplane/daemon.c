@@ -39,9 +39,7 @@
 #include "store.h"
 #include "supervise.h"
 #include "templates.h"
-#ifdef CP_HAVE_VSWITCH
 #include "net_vswitch.h"
-#endif
 
 static struct cp daemon__cp;
 
@@ -809,7 +807,6 @@ int cp_main(int argc, char **argv)
 
     /* The network. */
     bool want_net = cp->backend != &cp_backend_test && cp->cfg.network != CP_TRI_OFF;
-#ifdef CP_HAVE_VSWITCH
     if (want_net) {
         if (cp_net_vswitch_open(cp, &err) == 0) {
             fprintf(stderr,
@@ -826,13 +823,6 @@ int cp_main(int argc, char **argv)
             want_net = false;
         }
     }
-#else
-    if (want_net && cp->cfg.network == CP_TRI_ON) {
-        al_error("network.mode is on but this build has no vswitch");
-        goto out;
-    }
-    want_net = false;
-#endif
     if (!want_net)
         fprintf(stderr, "  network     none: sandboxes have loopback only (no egress at all)\n");
 

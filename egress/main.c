@@ -13,9 +13,7 @@
 #include "common/util.h"
 #include "egress/admin.h"
 #include "egress/egress.h"
-#ifdef AIRLOCK_EGRESS_VSWITCH
 #include "vswitch/vswitch.h"
-#endif
 
 static struct egress *g_e;
 
@@ -37,7 +35,6 @@ static int main__vswitch(struct egress *e, const struct egress_config *cfg, stru
 {
     if (cfg->vswitch_mode == 2)
         return 0;
-#ifdef AIRLOCK_EGRESS_VSWITCH
     struct vswitch_view *v = NULL;
     int rc = cfg->vswitch_pins[0] ? vswitch_view_open_pins(cfg->vswitch_pins, &v, err)
                                   : vswitch_view_open(cfg->state_dir, &v, err);
@@ -74,12 +71,6 @@ static int main__vswitch(struct egress *e, const struct egress_config *cfg, stru
     vswitch_view_close(v);
     al_info("listening sockets registered with the vswitch");
     return 0;
-#else
-    (void)e;
-    if (cfg->vswitch_mode == 1)
-        return al_error_set(err, -ENOTSUP, "--vswitch on: this build has no vswitch support");
-    return 0;
-#endif
 }
 
 int main(int argc, char **argv)

@@ -10,9 +10,7 @@
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/util.h"
-#ifdef AIRLOCK_VAULT_HTTP
 #include "common/http.h"
-#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -468,7 +466,6 @@ static int cli__open_offline(struct cli *c)
 
 static int cli__connect(struct cli *c)
 {
-#ifdef AIRLOCK_VAULT_HTTP
     struct stat st;
     if (!c->offline && stat(c->sock, &st) == 0 && S_ISSOCK(st.st_mode)) {
         char target[PATH_MAX + 8];
@@ -488,7 +485,6 @@ static int cli__connect(struct cli *c)
             return 1;
         }
     }
-#endif
     if (!c->offline)
         fprintf(stderr,
                 "airlock vault: note: airlock-vault is not running; working on %s "
@@ -518,7 +514,6 @@ static int cli__call(struct cli *c, const char *method, const char *path, json_t
         snprintf(pbuf, sizeof pbuf, "%.*s", q ? (int)(q - path) : (int)strlen(path), path);
         return vault_api_handle(c->svc, &p, method, pbuf, q ? q + 1 : "", body, out, NULL);
     }
-#ifdef AIRLOCK_VAULT_HTTP
     char target[PATH_MAX + 8];
     snprintf(target, sizeof target, "unix:%s", c->sock);
     int status = 0;
@@ -528,9 +523,6 @@ static int cli__call(struct cli *c, const char *method, const char *path, json_t
         return -1;
     }
     return status;
-#else
-    return -1;
-#endif
 }
 
 static int cli__fail(int status, json_t *out)

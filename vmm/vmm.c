@@ -421,12 +421,10 @@ static void vmm__finish(struct vmm *v)
     uv_close((uv_handle_t *)&v->sig_term, vmm__closed_noop);
     uv_close((uv_handle_t *)&v->sig_int, vmm__closed_noop);
     uv_close((uv_handle_t *)&v->sig_hup, vmm__closed_noop);
-#ifdef AIRLOCK_VMM_HAVE_API
     if (v->api) {
         vmm_api_finish(v, vmm__all_closed);
         return;
     }
-#endif
     vmm__all_closed(v);
 }
 
@@ -842,13 +840,7 @@ int vmm_run(const struct vmm_opts *o)
     if ((rc = vmm_logcap_start(&v->log, v->loop, v->started.log_fd, v->log_path,
                                v->spec.log_max_bytes, VMM_LOG_RATE_BPS, &err)))
         al_warn("sandbox %s: agent logs will not be captured: %s", v->spec.id, err.msg);
-#ifdef AIRLOCK_VMM_HAVE_API
     rc = vmm_api_start(v, &err);
-#else
-    rc = 0;
-    al_warn("this airlock-vmm was built without common/http: no control API, stop it with "
-            "SIGTERM");
-#endif
     if (rc) {
         al_error("sandbox %s: %s", v->spec.id, al_error_str(&err));
         vmm__notify_error(v, al_error_str(&err), 0);

@@ -1,5 +1,3 @@
 # airlock-agent integration tests (included by tests/integration/CMakeLists.txt).
-if(TARGET airlock-agent-dev OR TARGET airlock-agent)
-  airlock_script_test(NAME agent_token SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/agent_token.sh
-                      LABELS agent TIMEOUT 60)
-endif()
+airlock_script_test(NAME agent_token SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/agent_token.sh
+                    LABELS agent TIMEOUT 60)

@@ -1,20 +1,16 @@
 # tests/integration/egress: worlds with a TPROXY stand-in for the vswitch (egress_world.sh),
 # and one behind the real switch (egress_vswitch.sh).
-if(TARGET airlock-egress)
-  foreach(t http tls dns abuse limits control audit narrow netupdate)
-    airlock_script_test(NAME egress_${t}
-      SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/egress_${t}.sh
-      LABELS egress TIMEOUT 300)
-  endforeach()
-  # al-vswitch-tool (tests/integration/vswitch.cmake) exists whenever airlock_vswitch does.
-  if(TARGET airlock_vswitch)
-    airlock_script_test(NAME egress_vswitch
-      SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/egress_vswitch.sh
-      LABELS egress vswitch TIMEOUT 300)
-    # The same through one shared listening socket per address (the layout for kernels
-    # before 6.5, forced here with --listener-mode shared).
-    airlock_script_test(NAME egress_vswitch_shared
-      SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/egress_vswitch.sh ARGS shared
-      LABELS egress vswitch TIMEOUT 300)
-  endif()
-endif()
+foreach(t http tls dns abuse limits control audit narrow netupdate)
+  airlock_script_test(NAME egress_${t}
+    SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/egress_${t}.sh
+    LABELS egress TIMEOUT 300)
+endforeach()
+# With al-vswitch-tool (tests/integration/vswitch.cmake).
+airlock_script_test(NAME egress_vswitch
+  SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/egress_vswitch.sh
+  LABELS egress vswitch TIMEOUT 300)
+# The same through one shared listening socket per address (the layout for kernels
+# before 6.5, forced here with --listener-mode shared).
+airlock_script_test(NAME egress_vswitch_shared
+  SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/egress_vswitch.sh ARGS shared
+  LABELS egress vswitch TIMEOUT 300)

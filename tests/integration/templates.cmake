@@ -1,9 +1,7 @@
 # controlplane/templates (included by tests/integration/CMakeLists.txt): images pulled from a
 # registry in the test world and unpacked by the confined helper.
-if(TARGET airlock AND TARGET airlock-unpack)
-  airlock_script_test(NAME templates_oci SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/templates_oci.sh
-                      LABELS controlplane templates TIMEOUT 900)
-endif()
+airlock_script_test(NAME templates_oci SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/templates_oci.sh
+                    LABELS controlplane templates TIMEOUT 900)
 # deploy/templates/build's fetching: retries on network errors only, a clear last error.
 airlock_script_test(NAME templates_fetch SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/templates_fetch.sh
                     LABELS templates TIMEOUT 300)

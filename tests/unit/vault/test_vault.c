@@ -1822,7 +1822,6 @@ START_TEST(other_uid_cannot_open_the_files)
 }
 END_TEST
 
-#ifdef AIRLOCK_VAULT_HTTP
 /* ---- the daemon over its socket (SO_PEERCRED) -------------------------------------------------- */
 #include "common/http.h"
 
@@ -2124,7 +2123,6 @@ START_TEST(daemon_decides_by_peer_credentials)
     ck_assert_int_eq(g_grep_hits, 0);
 }
 END_TEST
-#endif
 
 static Suite *vault_suite(void)
 {
@@ -2178,13 +2176,11 @@ static Suite *vault_suite(void)
     tcase_add_test(h, other_uid_cannot_open_the_files);
     suite_add_tcase(s, h);
 
-#ifdef AIRLOCK_VAULT_HTTP
     TCase *dm = tcase_create("daemon");
     tcase_add_unchecked_fixture(dm, root_setup, root_teardown);
     tcase_set_timeout(dm, 120);
     tcase_add_test(dm, daemon_decides_by_peer_credentials);
     suite_add_tcase(s, dm);
-#endif
     return s;
 }
 
