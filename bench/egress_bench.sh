@@ -6,6 +6,7 @@
 #
 #   bench/egress_bench.sh [--build DIR] [--duration S] [--quick] [--only GROUP] [--perf]
 #                         [--perf-stat] [--strace] [--callgrind] [--nginx-log] [--nginx-half-close]
+#                         [--aggregation-ab]
 #   GROUP: http, latency, tls_conns, tls_bulk, idle, copy, intercept (only when asked: TLS
 #   interception through airlock-egress, an inspect rule toward a TLS nginx upstream;
 #   bench/icpt_client.py: new connections with a full handshake each, and keep-alive
@@ -15,6 +16,10 @@
 #   every request), --nginx-half-close forwards a TCP half-close in its stream proxy
 #   (proxy_half_close on; airlock-egress always does, where nginx by default closes both
 #   sides at the first end of stream).
+#   --aggregation-ab: the HTTP group also runs airlock-egress with the audit budgets off
+#   (--audit-allow-rate 0: every request a record of its own, as "egress_noagg") in the same
+#   rounds as the default run, whose one sandbox is far beyond its budget (its requests are
+#   counted into aggregate records), so both are measured beside nginx in one run.
 #   --perf records the proxies with `perf record` (PERF_CALLGRAPH, default -g; e.g.
 #   "--call-graph dwarf,16384") into perf.data.egress and perf.data.ref (with --only
 #   intercept: perf.data.<run>) in the current directory; --perf-stat counts the proxy's
@@ -42,10 +47,12 @@ only=""
 perf=0
 nginx_log="access_log off;"
 nginx_half_close=""
+agg_ab=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --nginx-log) nginx_log="LOG"; shift ;;
     --nginx-half-close) nginx_half_close="proxy_half_close on;"; shift ;;
+    --aggregation-ab) agg_ab=1; shift ;;
     --only) only=$2; shift 2 ;;
     --perf) perf=1; shift ;;
     --strace) perf=2; shift ;;
@@ -54,7 +61,7 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --duration) dur=$2; shift 2 ;;
     --quick) quick=1; dur=2; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "egress_bench: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -333,7 +340,7 @@ for line in open(sys.argv[1]):
         continue
     v[(j["bench"], j["metric"])] = (j["value"], j["unit"])
 group, rounds, metrics = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
-for path in ("direct", "egress", "nginx"):
+for path in ("direct", "egress", "egress_noagg", "nginx"):
     for m in metrics:
         got = [v[("%s_%s_%d" % (group, path, r), m)] for r in range(1, rounds + 1)
                if ("%s_%s_%d" % (group, path, r), m) in v]
@@ -355,6 +362,14 @@ for r in $(seq 1 "$hrounds"); do
     run_egress "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_egress_$r"
   else
     run_cpu "http_keepalive_egress_$r" "$EGRESS_PID" "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_egress_$r"
+  fi
+  if [ "$agg_ab" = 1 ] && [ "$perf" = 0 ]; then
+    # The same proxy with every request a record of its own, then back to the default.
+    stop_egress; start_egress --audit-allow-rate 0 --audit-deny-rate 0
+    "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 2 --duration 0.5 --name warmup >/dev/null
+    run_cpu "http_keepalive_egress_noagg_$r" "$EGRESS_PID" "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_egress_noagg_$r"
+    stop_egress; start_egress
+    "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 2 --duration 0.5 --name warmup >/dev/null
   fi
   if [ "$have_nginx" = 1 ] && { [ "$perf" = 3 ] || [ "$perf" = 1 ]; }; then
     run_traced "$NGINX_PID,$(pgrep -P "$NGINX_PID" | paste -sd,)" "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 32 --duration "$dur" --name "http_keepalive_nginx_$r"
