@@ -53,8 +53,6 @@ al_match "a denied TLS name: reset, not answered (curl 35 or 56)" '\((35|56)\)$'
 al_fail "a denied Host header is refused" sbx_exec curl -fsS -m 10 -H 'Host: evil.test' http://203.0.113.11/x
 al_ok "UDP datagrams can be sent (the sandbox cannot tell)..." \
   sbx_exec python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); [s.sendto(b"leak", ("203.0.113.10", 443)) for _ in range(5)]'
-sleep 1
-al_fail "... but none reaches the upstream" grep -q '^DGRAM' "$AL_TMP/udp.log"
 udp_drops() {
   nsenter --net="/run/netns/$HOSTNS" "$AIRLOCK_BIN/airlock" --state-dir "$STATE" vswitch status --json |
     python3 -c 'import json,sys
@@ -67,8 +65,11 @@ def ifaces(x):
         for v in x: yield from ifaces(v)
 print(sum(i["counters"].get("udp", {}).get("packets", 0) for i in ifaces(doc) if i["label"] == sys.argv[1]))' "$SB"
 }
+udp_dropped() { [ "$(udp_drops)" -ge 5 ]; }
+# Once the switch has counted all five as dropped, none of them can still be on its way.
 al_check "... they are dropped by the switch and counted for this sandbox as \"udp\"" \
-  test "$(udp_drops)" -ge 5
+  al_wait_until 60 udp_dropped
+al_fail "... and none reaches the upstream" grep -q '^DGRAM' "$AL_TMP/udp.log"
 al_fail "nothing denied reached an upstream" grep -q 'REQ evil' "$AL_TMP/up.req"
 
 al_note "E2B network fields only narrow: allow_internet_access=false under the same policy"
@@ -89,14 +90,10 @@ al_ok "kill it" cli sandbox kill "$SB2"
 al_note "airlock-egress dies: airlockd restarts it and registers the sandbox again"
 EPID=$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT value FROM meta WHERE key=?", ("daemon.egress.pid",)).fetchone()[0])' "$STATE/airlockd.db")
 al_ok "kill -9 airlock-egress ($EPID)" kill -KILL "$EPID"
-back=no
-for _ in $(seq 40); do
-  sleep 0.5
-  if sbx_exec curl -sS -m 3 http://allowed.test/after-egress-restart 2>/dev/null | grep -q '"server": "good"'; then
-    back=yes; break
-  fi
-done
-al_eq "the sandbox reaches the allowed upstream again" "$back" yes
+served_again() {
+  sbx_exec curl -sS -m 3 http://allowed.test/after-egress-restart 2>/dev/null | grep -q '"server": "good"'
+}
+al_check "the sandbox reaches the allowed upstream again" al_wait_until 120 served_again
 al_match "airlockd restarted it" "airlock-egress \\(pid $EPID\\) killed by signal 9" cat "$AL_TMP/airlockd.log"
 al_match "... and it still denies the rest" '"reason":"no_rule_matched"' \
   sbx_exec curl -sS -m 8 http://203.0.113.11/after-egress-restart
@@ -127,15 +124,9 @@ al_match "the refused DNS name" "evil.test" echo "$DENIES"
 al_ok "airlock audit verify passes" cli audit verify
 
 al_note "metrics and teardown"
-scrape() {
-  # The proxy's counters are fetched in the background: the first scrape may predate them.
-  for _ in 1 2 3 4 5 6 7 8 9 10; do
-    out=$(nsenter --net="/run/netns/$HOSTNS" curl -s "$URL/metrics")
-    echo "$out" | grep -qE "$1" && { echo "$out" | grep -E "$1"; return 0; }
-    sleep 0.5
-  done
-  return 1
-}
+scrape_once() { nsenter --net="/run/netns/$HOSTNS" curl -s "$URL/metrics" | grep -E "$1"; }
+# The proxy's counters are fetched in the background: the first scrape may predate them.
+scrape() { al_wait_until 60 scrape_once "$1"; }
 al_ok "Prometheus shows the egress decisions" \
   scrape 'airlock_egress_decisions_total\{kind="(http|dns)",decision="deny"\} [1-9]'
 al_ok "... and the sandboxes" scrape 'airlock_sandboxes\{state="running"\} 1'

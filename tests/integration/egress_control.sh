@@ -8,7 +8,7 @@ source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/egress_world.sh"
 ew_world control
 
 ew_note "the daemon holds secrets: it never writes a core file"
-# (al_process_no_dumps sets this and PR_SET_DUMPABLE 0 together; test_common checks both)
+# (al_confine_no_dumps sets this and PR_SET_DUMPABLE 0 together; test_common checks both)
 ew_match "airlock-egress: no core dumps (RLIMIT_CORE 0, soft and hard)" 'Max core file size +0 +0 ' \
   cat "/proc/${EW_PIDS[egress]}/limits"
 

@@ -189,8 +189,17 @@ ew_fail "no malformed head reached an upstream" grep -q 'shape-head' "$EW_TMP/iw
   "$EW_TMP/iwplain.log" "$EW_TMP/up.req"
 
 ew_note "the vault gone: injecting rules fail closed"
+feed_losses() {
+  local n
+  n=$(grep -c 'vault changes feed lost' "$EW_TMP/egress.err" 2>/dev/null) || true
+  echo "${n:-0}"
+}
+lost_before=$(feed_losses)
+feed_lost() { [ "$(feed_losses)" -gt "$lost_before" ]; }
 ew_kill vault
-sleep 1.5
+# Wait for the proxy to notice (its feed connection ends): until then a new fetch is still
+# tried against the vault and fails for another reason.
+al_wait_until 60 feed_lost || ew__result 0 "the proxy did not notice the vault's end within 60 s"
 ew_match "a value not cached: 503 credentials_unavailable, the feed is down" 'vault_feed_down' \
   iw_curl 1 https://echo.test/late/x
 ew_audit_has "audited" type=http_request decision=deny reason=vault_feed_down rule=late

@@ -229,13 +229,20 @@ ok "disk fill: ENOSPC at the 64 MiB cap, the pages were charged to the sandbox's
 
 # --- CPU spin --------------------------------------------------------------------------------
 CPUS=0.5 start_a a-cpu
-jail_exec a-cpu user 'for i in 1 2 3 4; do timeout 8 sh -c "while :; do :; done" >/dev/null 2>&1 & done; echo spinning' >/dev/null
-sleep 1
-u0=$(cat "$(cg a-cpu cpuacct cpuacct.usage)" 2>/dev/null || awk '/usage_usec/ {print $2 * 1000}' "$(cg a-cpu cpu cpu.stat)")
+# The loops run until the sandbox is stopped (timeout only ends them should the test die
+# first), so that the measurement below lies inside their life however slow the machine.
+jail_exec a-cpu user 'for i in 1 2 3 4; do timeout 300 sh -c "while :; do :; done" >/dev/null 2>&1 & done; echo spinning' >/dev/null
+cpu_ns() { cat "$(cg a-cpu cpuacct cpuacct.usage)" 2>/dev/null || awk '/usage_usec/ {print $2 * 1000}' "$(cg a-cpu cpu cpu.stat)"; }
+u_start=$(cpu_ns)
+spinning() { [ "$(cpu_ns)" -ge $((u_start + 100000000)) ]; }
+al_wait_until 120 spinning || fail "the busy loops got no CPU time (100 ms) in 120 s"
+u0=$(cpu_ns)
 t0=$(date +%s%N)
 neighbour_ok "CPU spin"
+# The measurement itself: the CPU time the loops got over 3 s of wall time (30 of the
+# quota's 100 ms periods), so this sleep is what is measured, not a wait for something.
 sleep 3
-u1=$(cat "$(cg a-cpu cpuacct cpuacct.usage)" 2>/dev/null || awk '/usage_usec/ {print $2 * 1000}' "$(cg a-cpu cpu cpu.stat)")
+u1=$(cpu_ns)
 t1=$(date +%s%N)
 share=$(python3 -c "print(round(($u1 - $u0) / ($t1 - $t0), 3))")
 python3 -c "import sys; sys.exit(0 if 0.05 <= $share <= 0.5 * 1.3 else 1)" ||
@@ -253,9 +260,13 @@ bytes=$(echo "$out" | awk '/bytes of output/ {print $2}')
 if [ "$AGENT_KIND" = testinit ]; then
   [ "$bytes" -eq $((4 << 20)) ] || fail "the stand-in agent returned $bytes bytes of a 200 MB flood (cap 4 MiB)"
   # The agent's own stderr flooding the log: rotated and rate-limited.
+  log_in() { jail_api a-flood GET /stats | python3 -c 'import json,sys; print(json.load(sys.stdin)["log_bytes"])'; }
+  in0=$(log_in) || fail "airlock-vmm's /stats has no log_bytes"
   curl -s --max-time 60 --unix-socket "$(jail_sock a-flood)" -X POST 'http://x/stderr?bytes=30000000' ||
     fail "log flood request failed"
-  sleep 1
+  # The size is final once airlock-vmm has taken in (written or dropped) all 30 MB.
+  flood_read() { [ "$(log_in)" -ge $((in0 + 30000000)) ]; }
+  al_wait_until 120 flood_read || fail "airlock-vmm took in $(($(log_in) - in0)) of the 30000000 bytes in 120 s"
   logsz=$(du -cb "$STATE/sandboxes/a-flood/agent.log"* | tail -1 | cut -f1)
   [ "$logsz" -le $((2 * 1048576 + 4096)) ] || fail "agent logs use $logsz bytes (limit 2 x 1 MiB)"
   s=$(jail_api a-flood GET /stats 2>/dev/null || true)
@@ -270,10 +281,13 @@ if [ "$AGENT_KIND" != testinit ]; then
   apid=$(jail_agent_pid a-flood)
   arss0=$(awk '/VmRSS/ {print $2}' "/proc/$apid/status")
   python3 "$JAIL_EXEC" "$(jail_sock a-flood)" --user user --token "$TOKEN" --timeout 120 \
-    --discard --stall 6 -- 'head -c 100000000 /dev/zero | tr "\0" "x"' \
+    --discard --stall 12 -- 'head -c 100000000 /dev/zero | tr "\0" "x"' \
     >/dev/null 2>"$T/stall.err" &
   stall_pid=$!
-  al_wait_until 60 grep -q 'stalled after' "$T/stall.err" || true
+  al_wait_until 60 grep -q 'stalled after' "$T/stall.err" || fail "the client never stalled: $(cat "$T/stall.err")"
+  # What is under test is that nothing grows while the client does not read: give a
+  # producer without backpressure 3 s to grow (100 MB in much less), then look, well
+  # within the 12 s stall.
   sleep 3
   arss1=$(awk '/VmRSS/ {print $2}' "/proc/$apid/status")
   wait "$stall_pid" || fail "the stalled flood failed: $(cat "$T/stall.err")"
