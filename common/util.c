@@ -257,39 +257,27 @@ int al_read_all(int fd, void *data, size_t len)
     return 0;
 }
 
-int al_read_file(const char *path, size_t max, char **out, size_t *len, struct al_error *err)
+int al_read_fd(int fd, const char *path, size_t max, char **out, size_t *len, struct al_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return al_error_set(err, -errno, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        int e = errno;
-        close(fd);
-        return al_error_set(err, -e, "cannot stat %s: %s", path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
+    if (fstat(fd, &st) < 0)
+        return al_error_set(err, -errno, "cannot stat %s: %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode))
         return al_error_set(err, -EISDIR, "%s is a directory, expected a file", path);
-    }
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
-    if (!buf) {
-        close(fd);
+    if (!buf)
         return al_error_set(err, -ENOMEM, "out of memory reading %s", path);
-    }
     for (;;) {
         if (n + 1 >= cap) {
             if (cap > max + 1) {
                 free(buf);
-                close(fd);
                 return al_error_set(err, -EFBIG, "%s is larger than the limit of %zu bytes", path,
                                     max);
             }
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
                 free(buf);
-                close(fd);
                 return al_error_set(err, -ENOMEM, "out of memory reading %s", path);
             }
             buf = nb;
@@ -301,7 +289,6 @@ int al_read_file(const char *path, size_t max, char **out, size_t *len, struct a
                 continue;
             int e = errno;
             free(buf);
-            close(fd);
             return al_error_set(err, -e, "cannot read %s: %s", path, strerror(e));
         }
         if (r == 0)
@@ -309,16 +296,24 @@ int al_read_file(const char *path, size_t max, char **out, size_t *len, struct a
         n += (size_t)r;
         if (n > max) {
             free(buf);
-            close(fd);
             return al_error_set(err, -EFBIG, "%s is larger than the limit of %zu bytes", path, max);
         }
     }
-    close(fd);
     buf[n] = '\0';
     *out = buf;
     if (len)
         *len = n;
     return 0;
+}
+
+int al_read_file(const char *path, size_t max, char **out, size_t *len, struct al_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return al_error_set(err, -errno, "cannot open %s: %s", path, strerror(errno));
+    int rc = al_read_fd(fd, path, max, out, len, err);
+    close(fd);
+    return rc;
 }
 
 int al_fsync_dir(const char *dir)

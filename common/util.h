@@ -45,6 +45,8 @@ int al_read_all(int fd, void *data, size_t len); /* -EPIPE on early EOF */
 
 /* Reads a whole file up to max bytes (-EFBIG beyond). *out is NUL-terminated; caller frees. */
 int al_read_file(const char *path, size_t max, char **out, size_t *len, struct al_error *err);
+/* The same from an open descriptor (read from where it is); path names it in errors. */
+int al_read_fd(int fd, const char *path, size_t max, char **out, size_t *len, struct al_error *err);
 /* Atomically replaces path with data: tmp file in the same dir, fsync, rename, fsync dir. */
 int al_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode,
                          struct al_error *err);

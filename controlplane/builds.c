@@ -21,6 +21,8 @@
 #include "cp.h"
 #include "store.h"
 #include "templates.h"
+#include "controlplane/templates/apply.h"
+#include "controlplane/templates/copy.h"
 #include "controlplane/templates/oci.h"
 #include "controlplane/templates/unpack.h"
 
@@ -277,6 +279,21 @@ static int builds__check_step(const json_t *s, size_t i, struct al_error *err)
                                     "no '=')",
                                     what, name);
         }
+    }
+    if (strcmp(type, "COPY") == 0) {
+        char base[4097], why[300];
+        const char *dest = json_string_value(json_array_get(args, 1));
+        const char *mode = n > 3 ? json_string_value(json_array_get(args, 3)) : "";
+        size_t ml = strlen(mode);
+        if (tpl_copy_source(arg0, base, sizeof base, why, sizeof why))
+            return al_error_set(err, -EINVAL, "%s (COPY %.64s): %s", what, arg0, why);
+        if (!dest[0])
+            return al_error_set(err, -EINVAL, "%s (COPY %.64s): the destination is empty", what,
+                                arg0);
+        if (ml > 4 || strspn(mode, "01234567") != ml)
+            return al_error_set(err, -EINVAL,
+                                "%s (COPY %.64s): the mode \"%.16s\" is not 1 to 4 octal digits",
+                                what, arg0, mode);
     }
     const char *hash = NULL;
     if ((rc = al_json_get_str(s, "filesHash", false, &hash, what, err)))
@@ -553,59 +570,76 @@ static int builds__join(const char *cwd, const char *path, char *out, size_t len
     return 0;
 }
 
-static int builds__openat2(int root, const char *path)
-{
-    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
-                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV};
-    int fd;
-    do
-        fd = (int)syscall(SYS_openat2, root, path, &how, sizeof how);
-    while (fd < 0 && errno == EAGAIN);
-    return fd < 0 ? -errno : fd;
-}
-
-/* mkdir -p of an absolute path inside a root filesystem (an image's: untrusted). Each
- * prefix is resolved with RESOLVE_IN_ROOT, so a link of the image leads at most to another
- * place of the image; new directories are root's, 0755, as Docker's WORKDIR makes them. */
+/* mkdir -p of an absolute path inside a root filesystem (an image's: untrusted), as
+ * tpl_mkdir_in_root resolves it; new directories are root's, 0755, as Docker's WORKDIR
+ * makes them. */
 static int builds__mkdir_in_root(const char *rootfs, const char *path, struct al_error *err)
 {
     int root = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (root < 0)
         return al_error_set(err, -errno, "opening %s: %s", rootfs, strerror(errno));
-    char pre[4096];
-    size_t n = strlen(path);
-    int rc = 0;
-    for (size_t i = 1; i <= n && !rc; i++) {
-        if (i < n && path[i] != '/')
-            continue;
-        memcpy(pre, path, i);
-        pre[i] = '\0';
-        int fd = builds__openat2(root, pre);
-        if (fd >= 0) {
-            close(fd);
-            continue;
-        }
-        if (fd != -ENOENT) {
-            rc = al_error_set(err, fd, "%s in the image: %s", pre, strerror(-fd));
-            break;
-        }
-        char *slash = strrchr(pre, '/');
-        *slash = '\0';
-        int pfd = builds__openat2(root, pre[0] ? pre : "/");
-        if (pfd < 0) {
-            rc = al_error_set(err, pfd, "%s in the image: %s", pre[0] ? pre : "/", strerror(-pfd));
-            break;
-        }
-        if (mkdirat(pfd, slash + 1, 0755) < 0 && errno != EEXIST)
-            rc = al_error_set(err, -errno, "making %s in the image: %s", path, strerror(errno));
-        close(pfd);
-    }
+    char msg[512];
+    int rc = tpl_mkdir_in_root(root, path, NULL, msg, sizeof msg);
     close(root);
-    return rc;
+    return rc ? al_error_set(err, rc, "%s", msg) : 0;
 }
 
-/* The steps that change what template.json says (and WORKDIR's directory), applied to t.
- * The runner refuses other steps before it starts. */
+static void builds__archive_path(const struct cp *cp, const char *tid, const char *hash, char *out,
+                                 size_t len);
+
+/* A COPY step: its archive applied to rootfs by the confined helper, at the destination
+ * made absolute against the current WORKDIR, owned by the step's user or the current USER. */
+static int builds__copy(struct builds_job *j, const json_t *st, const json_t *t, const char *step)
+{
+    json_t *args = json_object_get(st, "args");
+    const char *src = json_string_value(json_array_get(args, 0));
+    const char *dest = json_string_value(json_array_get(args, 1));
+    const char *owner = json_string_value(json_array_get(args, 2));
+    const char *mode = json_string_value(json_array_get(args, 3));
+    const char *hash = json_string_value(json_object_get(st, "filesHash"));
+    const char *cwd = json_string_value(json_object_get(t, "workdir"));
+    const char *user = json_string_value(json_object_get(t, "user"));
+    char abs[4096], archive[4400];
+    if (builds__join(cwd && cwd[0] ? cwd : "/", dest, abs, sizeof abs) < 0) {
+        builds__job_fail(j, step,
+                         "step %s (COPY %.200s): the destination '%.200s' is not a path "
+                         "without '..'",
+                         step, src, dest);
+        return -1;
+    }
+    size_t dl = strlen(dest);
+    struct tpl_unpack_copy c = {
+        .src = src,
+        .dest = abs,
+        .dest_is_dir = dest[dl - 1] == '/' || strcmp(dest, ".") == 0 ||
+                       (dl >= 2 && strcmp(dest + dl - 2, "/.") == 0),
+        .owner = owner && owner[0] ? owner
+                 : user && user[0] ? user
+                                   : "root",
+        .mode = mode && mode[0] ? (int)strtol(mode, NULL, 8) : -1,
+    };
+    builds__archive_path(j->cp, j->tid, hash, archive, sizeof archive);
+    struct tpl_unpack_copy_result res;
+    struct al_error err = {0};
+    if (cp_template_copy(&j->cp->cfg, j->tmp, archive, &c, &res, &err) < 0) {
+        builds__job_fail(j, step, "step %s (COPY %.200s %.200s): %s", step, src, dest,
+                         al_error_str(&err));
+        return -1;
+    }
+    if (res.single)
+        builds__job_log(j, CP_BUILD_INFO, step, "COPY %s %s: %s (%llu bytes), owner %s", src, dest,
+                        res.where, (unsigned long long)res.bytes, c.owner);
+    else
+        builds__job_log(j, CP_BUILD_INFO, step,
+                        "COPY %s %s: %llu entr%s (%llu files, %llu bytes) beneath %s, owner %s",
+                        src, dest, (unsigned long long)res.entries, res.entries == 1 ? "y" : "ies",
+                        (unsigned long long)res.files, (unsigned long long)res.bytes, res.where,
+                        c.owner);
+    return 0;
+}
+
+/* The steps, in order: what changes template.json (ENV, WORKDIR, USER), WORKDIR's
+ * directory and COPY's files in the root. The runner refuses other steps before it starts. */
 static int builds__apply_steps(struct builds_job *j, json_t *t)
 {
     json_t *steps = json_object_get(j->def, "steps");
@@ -650,6 +684,9 @@ static int builds__apply_steps(struct builds_job *j, json_t *t)
         } else if (strcmp(type, "USER") == 0) {
             json_object_set_new(t, "user", json_string(a0));
             builds__job_log(j, CP_BUILD_INFO, step, "USER %s", a0);
+        } else if (strcmp(type, "COPY") == 0) {
+            if (builds__copy(j, st, t, step) < 0)
+                return -1;
         }
     }
     const char *start = json_string_value(json_object_get(j->def, "startCmd"));
@@ -853,22 +890,38 @@ static void builds__done(uv_work_t *w, int status)
     uv_close((uv_handle_t *)&j->async, builds__job_closed);
 }
 
-/* The first step the runner cannot run, as a build error; 0 if there is none. */
-static int builds__unsupported(const json_t *def, char *step, size_t slen, char *msg, size_t mlen)
+/* The first step the runner cannot run (a RUN, a COPY whose files were not uploaded), as a
+ * build error; 0 if there is none. Checked before anything is pulled. */
+static int builds__unrunnable(const struct cp *cp, const char *tid, const json_t *def, char *step,
+                              size_t slen, char *msg, size_t mlen)
 {
     size_t i;
     json_t *st;
     json_array_foreach(json_object_get(def, "steps"), i, st)
     {
         const char *type = json_string_value(json_object_get(st, "type"));
-        if (strcmp(type, "RUN") != 0 && strcmp(type, "COPY") != 0)
-            continue;
+        const char *a0 = json_string_value(json_array_get(json_object_get(st, "args"), 0));
         snprintf(step, slen, "%zu", i + 1);
+        if (strcmp(type, "COPY") == 0) {
+            const char *hash = json_string_value(json_object_get(st, "filesHash"));
+            char p[4400];
+            struct stat sb;
+            builds__archive_path(cp, tid, hash, p, sizeof p);
+            if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+                continue;
+            snprintf(msg, mlen,
+                     "step %zu (COPY %.200s): its files (%s) were not uploaded for template "
+                     "'%s': GET /templates/%s/files/%s gives the upload URL (the SDK does this "
+                     "before it starts the build); nothing was built",
+                     i + 1, a0, hash, tid, tid, hash);
+            return -1;
+        }
+        if (strcmp(type, "RUN") != 0)
+            continue;
         snprintf(msg, mlen,
-                 "step %zu (%s %.200s): %s steps are not supported by this airlock yet (ENV, "
-                 "WORKDIR and USER are); nothing was built",
-                 i + 1, type, json_string_value(json_array_get(json_object_get(st, "args"), 0)),
-                 type);
+                 "step %zu (%s %.200s): %s steps are not supported by this airlock yet (COPY, "
+                 "ENV, WORKDIR and USER are); nothing was built",
+                 i + 1, type, a0, type);
         return -1;
     }
     return 0;
@@ -878,8 +931,8 @@ static int builds__unsupported(const json_t *def, char *step, size_t slen, char 
 static int builds__start(struct cp *cp, struct cp_store_build *b, json_t *def,
                          struct tpl_creds *creds, const char *key_id, struct al_error *err)
 {
-    char step[16], msg[512];
-    if (builds__unsupported(def, step, sizeof step, msg, sizeof msg)) {
+    char step[16], msg[1024];
+    if (builds__unrunnable(cp, b->template_id, def, step, sizeof step, msg, sizeof msg)) {
         tpl_creds_free(creds);
         return builds__fail(cp, b, step, msg, err);
     }
@@ -1333,6 +1386,8 @@ static void builds__get(struct cp *cp, struct al_http_req *req, const char *id)
 
 /* ---- DELETE /templates/{id} ------------------------------------------------------------- */
 
+static void builds__forget_files(struct cp *cp, const char *id);
+
 static void builds__delete(struct cp *cp, struct al_http_req *req, const char *id)
 {
     if (builds__is_default(cp, id)) {
@@ -1383,6 +1438,7 @@ static void builds__delete(struct cp *cp, struct al_http_req *req, const char *i
     if (gone[0])
         builds__rm_later(cp, gone);
     builds__remove_prev(cp, id);
+    builds__forget_files(cp, id);
     al_info("template %s deleted", id);
     al_http_reply(req, 204, NULL, NULL, 0);
 }
@@ -1422,6 +1478,39 @@ static void builds__archive_path(const struct cp *cp, const char *tid, const cha
     char dir[4200];
     builds__files_dir(cp, dir, sizeof dir);
     snprintf(out, len, "%s/%s.%s.tar", dir, tid, hash);
+}
+
+/* The template's COPY archives go with it, and so do its upload grants: a template made
+ * later under the same name starts without files. An upload still being received loses its
+ * partial file and fails when it ends. */
+static void builds__forget_files(struct cp *cp, const char *id)
+{
+    for (size_t i = 0; i < BUILDS_GRANTS; i++) {
+        struct builds_grant *g = &builds__grants[i];
+        if (g->expires_ns && strcmp(g->tid, id) == 0) {
+            g->expires_ns = 0;
+            sodium_memzero(g->token, sizeof g->token);
+        }
+    }
+    char dir[4200];
+    builds__files_dir(cp, dir, sizeof dir);
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    size_t n = strlen(id);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        /* <id>.<64 hex>.tar or <id>.<64 hex>.tar.partial-<random>: exactly this id (another
+         * template's name may start with "<id>."). */
+        const char *nm = de->d_name, *h = nm + n + 1;
+        if (strncmp(nm, id, n) != 0 || nm[n] != '.' || strlen(h) < 68 ||
+            strspn(h, "0123456789abcdef") != 64 || strncmp(h + 64, ".tar", 4) != 0 ||
+            (h[68] && strncmp(h + 68, ".partial-", 9) != 0))
+            continue;
+        if (unlinkat(dirfd(d), nm, 0) < 0 && errno != ENOENT)
+            al_warn("template %s: cannot remove %s/%s: %s", id, dir, nm, strerror(errno));
+    }
+    closedir(d);
 }
 
 /* A Host header fit to be the authority of the upload URL: what the client itself reached

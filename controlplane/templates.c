@@ -270,24 +270,36 @@ int cp_template_pull(const struct cp_config *cfg, const char *ref, const struct 
     return tpl_oci_pull(&po, img, err);
 }
 
+/* The helper's options from the configuration; the strings go into the caller's buffers. */
+struct tpl__helper {
+    char helper[4200], ids[4200];
+    struct tpl_limits lim;
+    struct tpl_unpack_opts uo;
+};
+
+static void tpl__helper_opts(const struct cp_config *cfg, struct tpl__helper *h)
+{
+    snprintf(h->helper, sizeof h->helper, "%s/airlock-unpack", cfg->bin_path);
+    snprintf(h->ids, sizeof h->ids, "%s/jail/idslots", cfg->state_dir);
+    tpl__limits(cfg, &h->lim);
+    h->uo = (struct tpl_unpack_opts){
+        .helper = h->helper,
+        .ids_dir = h->ids,
+        .uid_base = (uint32_t)cfg->uid_base,
+        .uid_slots = (uint32_t)cfg->uid_slots,
+        .limits = &h->lim,
+    };
+}
+
 int cp_template_unpack(const struct cp_config *cfg, const char *name, const struct tpl_image *img,
                        const char *dir, struct tpl_unpack_result *ur, json_t **tj,
                        struct al_error *err)
 {
-    char rootfs[4300], helper[4200], ids[4200];
+    char rootfs[4300];
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", dir);
-    snprintf(helper, sizeof helper, "%s/airlock-unpack", cfg->bin_path);
-    snprintf(ids, sizeof ids, "%s/jail/idslots", cfg->state_dir);
-    struct tpl_limits lim;
-    tpl__limits(cfg, &lim);
-    struct tpl_unpack_opts uo = {
-        .helper = helper,
-        .ids_dir = ids,
-        .uid_base = (uint32_t)cfg->uid_base,
-        .uid_slots = (uint32_t)cfg->uid_slots,
-        .limits = &lim,
-    };
-    int rc = tpl_unpack_image(&uo, img, rootfs, ur, err);
+    struct tpl__helper h;
+    tpl__helper_opts(cfg, &h);
+    int rc = tpl_unpack_image(&h.uo, img, rootfs, ur, err);
     if (rc < 0)
         return rc;
     json_t *t = tpl_image_template_json(img);
@@ -296,6 +308,17 @@ int cp_template_unpack(const struct cp_config *cfg, const char *name, const stru
     json_object_set_new(t, "agent", json_object());
     *tj = t;
     return 0;
+}
+
+int cp_template_copy(const struct cp_config *cfg, const char *dir, const char *archive,
+                     const struct tpl_unpack_copy *c, struct tpl_unpack_copy_result *res,
+                     struct al_error *err)
+{
+    char rootfs[4300];
+    snprintf(rootfs, sizeof rootfs, "%s/rootfs", dir);
+    struct tpl__helper h;
+    tpl__helper_opts(cfg, &h);
+    return tpl_unpack_copy(&h.uo, rootfs, archive, c, res, err);
 }
 
 int cp_template_write_json(const char *dir, const json_t *t, struct al_error *err)

@@ -23,6 +23,8 @@ struct tpl_creds;
 struct tpl_image;
 struct tpl_progress;
 struct tpl_unpack_result;
+struct tpl_unpack_copy;
+struct tpl_unpack_copy_result;
 
 /* A template id as a client may send it: 1..64 of [a-z0-9._-], starting with a letter or
  * digit. */
@@ -46,6 +48,11 @@ int cp_template_pull(const struct cp_config *cfg, const char *ref, const struct 
 int cp_template_unpack(const struct cp_config *cfg, const char *name, const struct tpl_image *img,
                        const char *dir, struct tpl_unpack_result *ur, json_t **tj,
                        struct al_error *err);
+/* Applies a COPY step's archive (the SDK's upload) to dir/rootfs with airlock-unpack
+ * --copy (controlplane/templates/copy.h). Blocking. */
+int cp_template_copy(const struct cp_config *cfg, const char *dir, const char *archive,
+                     const struct tpl_unpack_copy *c, struct tpl_unpack_copy_result *res,
+                     struct al_error *err);
 /* Makes dst_dir/rootfs (dst_dir exists, rootfs does not) hold the files of src_dir/rootfs:
  * directories made anew with their owners, modes and times, every other entry hard-linked
  * (the files are shared: a template's root is never written once built). Links are never

@@ -36,6 +36,7 @@ struct tpl_apply {
     uint32_t max_path;
     uint64_t max_entries, max_bytes;
     unsigned layer;
+    bool literal; /* no whiteouts */
     struct tpl_apply_stats st;
     struct apply_set made;
     int dir_fd; /* cached parent */
@@ -199,6 +200,57 @@ static int apply__dir(struct tpl_apply *a, const char *dir, bool create, int *ou
         return apply__err(msg, msglen, -ENOMEM, "out of memory");
     }
     a->dir_fd = fd;
+    *out = fd;
+    return 0;
+}
+
+/* ---- inside the root, through the image's own links ------------------------------------ */
+
+int tpl_open_in_root(int root, const char *path, int flags)
+{
+    struct open_how how = {.flags = (uint64_t)(flags | O_CLOEXEC),
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV};
+    long fd;
+    do
+        fd = syscall(SYS_openat2, root, path, &how, sizeof how);
+    while (fd < 0 && (errno == EAGAIN || errno == EINTR));
+    return fd < 0 ? -errno : (int)fd;
+}
+
+int tpl_mkdir_in_root(int root, const char *path, int *out, char *msg, size_t msglen)
+{
+    char pre[4097];
+    size_t n = strlen(path);
+    if (path[0] != '/' || n >= sizeof pre)
+        return apply__err(msg, msglen, -EINVAL, "'%.200s' is not an absolute path", path);
+    for (size_t i = 1; i <= n; i++) {
+        if (i < n && path[i] != '/')
+            continue;
+        memcpy(pre, path, i);
+        pre[i] = '\0';
+        int fd = tpl_open_in_root(root, pre, O_PATH | O_DIRECTORY);
+        if (fd >= 0) {
+            close(fd);
+            continue;
+        }
+        if (fd != -ENOENT)
+            return apply__err(msg, msglen, fd, "%s in the image: %s", pre, strerror(-fd));
+        char *slash = strrchr(pre, '/');
+        *slash = '\0';
+        int pfd = tpl_open_in_root(root, pre[0] ? pre : "/", O_PATH | O_DIRECTORY);
+        if (pfd < 0)
+            return apply__err(msg, msglen, pfd, "%s in the image: %s", pre[0] ? pre : "/",
+                              strerror(-pfd));
+        int rc = mkdirat(pfd, slash + 1, 0755) < 0 && errno != EEXIST ? -errno : 0;
+        close(pfd);
+        if (rc)
+            return apply__err(msg, msglen, rc, "making %s in the image: %s", path, strerror(-rc));
+    }
+    if (!out)
+        return 0;
+    int fd = tpl_open_in_root(root, path, O_PATH | O_DIRECTORY);
+    if (fd < 0)
+        return apply__err(msg, msglen, fd, "%s in the image: %s", path, strerror(-fd));
     *out = fd;
     return 0;
 }
@@ -452,7 +504,7 @@ int tpl_apply_entry(struct tpl_apply *a, struct tpl_tar *t, const struct tpl_tar
         dir[0] = '\0';
         base = path;
     }
-    if (strncmp(base, ".wh.", 4) == 0)
+    if (!a->literal && strncmp(base, ".wh.", 4) == 0)
         return apply__whiteout(a, dir, base, msg, msglen);
     if (!path[0]) { /* "./": the root itself */
         if (e->type != TPL_TAR_DIR)
@@ -556,6 +608,11 @@ int tpl_apply_new(int root, uint32_t max_path, uint64_t max_entries, uint64_t ma
     a->dir_fd = -1;
     *out = a;
     return 0;
+}
+
+void tpl_apply_no_whiteouts(struct tpl_apply *a)
+{
+    a->literal = true;
 }
 
 void tpl_apply_layer(struct tpl_apply *a, unsigned index)

@@ -45,6 +45,9 @@ struct tpl_apply;
 int tpl_apply_new(int root, uint32_t max_path, uint64_t max_entries, uint64_t max_bytes,
                   struct tpl_apply **out);
 void tpl_apply_free(struct tpl_apply *a);
+/* Names starting with ".wh." are entries like any other, not whiteouts (a COPY step's
+ * archive is files, not an image layer). */
+void tpl_apply_no_whiteouts(struct tpl_apply *a);
 /* Starts the next layer (whiteouts only remove what lower layers made). */
 void tpl_apply_layer(struct tpl_apply *a, unsigned index);
 /* Applies one entry, reading its data from t. 0, or < 0 with the reason in msg. */
@@ -55,5 +58,15 @@ const struct tpl_apply_stats *tpl_apply_stats(const struct tpl_apply *a);
 /* Removes name (a file, a link, a whole directory) from the directory pfd without following
  * any link in it; nothing there is fine. */
 int tpl_rmtree_at(int pfd, const char *name);
+
+/* mkdir -p of path (absolute, without "..") inside the root filesystem root (an image's:
+ * untrusted). Every prefix is resolved with openat2(RESOLVE_IN_ROOT), so a link of the image
+ * leads at most to another place of the image, never out of it; missing directories are made
+ * 0755 and owned by the caller (root of the image). *out, if not NULL, gets an O_PATH
+ * descriptor of the directory. 0, or < 0 with the reason in msg. */
+int tpl_mkdir_in_root(int root, const char *path, int *out, char *msg, size_t msglen);
+/* Opens path inside root as tpl_mkdir_in_root resolves it (flags: O_PATH | O_DIRECTORY,
+ * O_RDONLY, ...). A descriptor or -errno. */
+int tpl_open_in_root(int root, const char *path, int flags);
 
 #endif

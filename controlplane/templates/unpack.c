@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "apply.h"
@@ -133,39 +134,22 @@ static int unpack__check(const struct tpl_image *img, const char *data,
     return 0;
 }
 
-int tpl_unpack_image(const struct tpl_unpack_opts *o, const struct tpl_image *img,
-                     const char *rootfs, struct tpl_unpack_result *res, struct al_error *err)
+/* Runs airlock-unpack with its common options and then extra, fd 3 = root and fd 4 = fd4,
+ * and collects what it writes (until it exits or the time bound). what names the work in
+ * errors. 0 with *outb and the exit status in *ws, or < 0. */
+static int unpack__run(const struct tpl_unpack_opts *o, const struct tpl_limits *lim,
+                       char *const *extra, size_t n_extra, int root, int fd4, const char *what,
+                       struct al_buf *outb, int *ws, struct al_error *err)
 {
-    memset(res, 0, sizeof *res);
-    struct tpl_limits lim;
-    tpl_limits_resolve(o->limits, &lim);
-    if (!img->n_layers)
-        return al_error_set(err, -EINVAL, "%s has no layers", img->reference);
-    if (mkdir(rootfs, 0755) < 0)
-        return al_error_set(err, -errno, "cannot make %s: %s", rootfs, strerror(errno));
-    int rc = 0, root = -1, blobs = -1, pipefd[2] = {-1, -1}, pidfd = -1;
-    char blobdir[4200];
-    snprintf(blobdir, sizeof blobdir, "%s/blobs/sha256", img->cache_dir);
-    root = open(rootfs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    blobs = open(blobdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (root < 0 || blobs < 0) {
-        rc = al_error_set(err, -errno, "cannot open %s: %s", root < 0 ? rootfs : blobdir,
-                          strerror(errno));
-        goto out;
-    }
-    if (pipe2(pipefd, O_CLOEXEC) < 0) {
-        rc = al_error_set(err, -errno, "pipe: %s", strerror(errno));
-        goto out;
-    }
     char n_base[16], n_slots[16], n_path[16], n_ratio[16], n_entries[24], n_bytes[24];
     snprintf(n_base, sizeof n_base, "%u", o->uid_base ? o->uid_base : JAIL_ID_BASE_DEFAULT);
     snprintf(n_slots, sizeof n_slots, "%u", o->uid_slots ? o->uid_slots : JAIL_ID_SLOTS_DEFAULT);
-    snprintf(n_path, sizeof n_path, "%u", lim.max_path);
-    snprintf(n_ratio, sizeof n_ratio, "%u", lim.max_ratio);
-    snprintf(n_entries, sizeof n_entries, "%llu", (unsigned long long)lim.max_entries);
-    snprintf(n_bytes, sizeof n_bytes, "%llu", (unsigned long long)lim.max_unpacked_bytes);
+    snprintf(n_path, sizeof n_path, "%u", lim->max_path);
+    snprintf(n_ratio, sizeof n_ratio, "%u", lim->max_ratio);
+    snprintf(n_entries, sizeof n_entries, "%llu", (unsigned long long)lim->max_entries);
+    snprintf(n_bytes, sizeof n_bytes, "%llu", (unsigned long long)lim->max_unpacked_bytes);
     char *argv[16 + TPL_MAX_LAYERS];
-    int n = 0;
+    size_t n = 0;
     argv[n++] = "airlock-unpack";
     argv[n++] = "--ids-dir";
     argv[n++] = (char *)o->ids_dir;
@@ -181,68 +165,177 @@ int tpl_unpack_image(const struct tpl_unpack_opts *o, const struct tpl_image *im
     argv[n++] = n_entries;
     argv[n++] = "--max-bytes";
     argv[n++] = n_bytes;
-    for (size_t i = 0; i < img->n_layers; i++)
-        argv[n++] = (char *)img->layers[i].digest;
+    for (size_t i = 0; i < n_extra && n + 1 < sizeof argv / sizeof argv[0]; i++)
+        argv[n++] = extra[i];
     argv[n] = NULL;
+    int pipefd[2], pidfd = -1;
+    if (pipe2(pipefd, O_CLOEXEC) < 0)
+        return al_error_set(err, -errno, "pipe: %s", strerror(errno));
     char *envp[] = {NULL};
     struct al_spawn sp = {
         .path = o->helper,
         .argv = argv,
         .envp = envp,
-        .fds = {-1, pipefd[1], STDERR_FILENO, root, blobs},
+        .fds = {-1, pipefd[1], STDERR_FILENO, root, fd4},
         .nfds = 5,
         .new_session = true,
     };
     pid_t pid;
-    if ((rc = al_spawn(&sp, &pid, &pidfd, err)))
-        goto out;
+    int rc = al_spawn(&sp, &pid, &pidfd, err);
     close(pipefd[1]);
-    pipefd[1] = -1;
-    struct al_buf outb;
-    al_buf_init(&outb, UNPACK_OUT_MAX);
-    int crc = unpack__collect(pipefd[0], pidfd, lim.timeout_s, &outb);
-    int ws = -1;
+    if (rc) {
+        close(pipefd[0]);
+        return rc;
+    }
+    al_buf_init(outb, UNPACK_OUT_MAX);
+    int crc = unpack__collect(pipefd[0], pidfd, lim->timeout_s, outb);
+    close(pipefd[0]);
     struct pollfd pp = {pidfd, POLLIN, 0};
     while (poll(&pp, 1, -1) < 0 && errno == EINTR)
         ;
-    cp_proc_reap(pidfd, &ws);
+    *ws = -1;
+    cp_proc_reap(pidfd, ws);
+    close(pidfd);
     if (crc == -ETIMEDOUT)
-        rc = al_error_set(err, -ETIMEDOUT, "%s: unpacking took longer than %u s", img->reference,
-                          lim.timeout_s);
+        rc = al_error_set(err, -ETIMEDOUT, "%s: unpacking took longer than %u s", what,
+                          lim->timeout_s);
     else if (crc < 0)
-        rc = al_error_set(err, crc, "%s: the unpacker said too much", img->reference);
-    else
-        rc = unpack__check(img, outb.data ? outb.data : "", res, err);
-    if (rc == 0 && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0)) {
-        char how[64];
-        cp_proc_describe(ws, how, sizeof how);
-        rc = al_error_set(err, -EIO, "%s: the unpacker %s", img->reference, how);
+        rc = al_error_set(err, crc, "%s: the unpacker said too much", what);
+    if (rc)
+        al_buf_free(outb);
+    return rc;
+}
+
+/* After the helper's result was read: a helper that did not exit 0 fails the work. */
+static int unpack__exit_status(int ws, const char *what, struct al_error *err)
+{
+    if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0)
+        return 0;
+    char how[64];
+    cp_proc_describe(ws, how, sizeof how);
+    return al_error_set(err, -EIO, "%s: the unpacker %s", what, how);
+}
+
+/* What the helper wrote is durable before a template names it. */
+static void unpack__sync(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        syncfs(fd);
+        close(fd);
     }
+}
+
+int tpl_unpack_image(const struct tpl_unpack_opts *o, const struct tpl_image *img,
+                     const char *rootfs, struct tpl_unpack_result *res, struct al_error *err)
+{
+    memset(res, 0, sizeof *res);
+    struct tpl_limits lim;
+    tpl_limits_resolve(o->limits, &lim);
+    if (!img->n_layers)
+        return al_error_set(err, -EINVAL, "%s has no layers", img->reference);
+    if (mkdir(rootfs, 0755) < 0)
+        return al_error_set(err, -errno, "cannot make %s: %s", rootfs, strerror(errno));
+    int rc = 0, root = -1, blobs = -1;
+    char blobdir[4200];
+    snprintf(blobdir, sizeof blobdir, "%s/blobs/sha256", img->cache_dir);
+    root = open(rootfs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    blobs = open(blobdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0 || blobs < 0) {
+        rc = al_error_set(err, -errno, "cannot open %s: %s", root < 0 ? rootfs : blobdir,
+                          strerror(errno));
+        goto out;
+    }
+    char *digests[TPL_MAX_LAYERS];
+    for (size_t i = 0; i < img->n_layers; i++)
+        digests[i] = (char *)img->layers[i].digest;
+    struct al_buf outb;
+    int ws;
+    if ((rc = unpack__run(o, &lim, digests, img->n_layers, root, blobs, img->reference, &outb, &ws,
+                          err)))
+        goto out;
+    rc = unpack__check(img, outb.data ? outb.data : "", res, err);
+    if (rc == 0)
+        rc = unpack__exit_status(ws, img->reference, err);
     al_buf_free(&outb);
 out:
     if (root >= 0)
         close(root);
     if (blobs >= 0)
         close(blobs);
-    if (pipefd[0] >= 0)
-        close(pipefd[0]);
-    if (pipefd[1] >= 0)
-        close(pipefd[1]);
-    if (pidfd >= 0)
-        close(pidfd);
     if (rc) {
         int r = tpl_rmtree(rootfs);
         if (r)
             al_warn("templates: cannot remove the failed root filesystem %s: %s", rootfs,
                     strerror(-r));
     } else {
-        char p[4200];
-        snprintf(p, sizeof p, "%s", rootfs);
-        int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd >= 0) {
-            syncfs(fd); /* the root filesystem is durable before a template names it */
-            close(fd);
-        }
+        unpack__sync(rootfs);
     }
+    return rc;
+}
+
+int tpl_unpack_copy(const struct tpl_unpack_opts *o, const char *rootfs, const char *archive,
+                    const struct tpl_unpack_copy *c, struct tpl_unpack_copy_result *res,
+                    struct al_error *err)
+{
+    memset(res, 0, sizeof *res);
+    struct tpl_limits lim;
+    tpl_limits_resolve(o->limits, &lim);
+    int root = open(rootfs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (root < 0)
+        return al_error_set(err, -errno, "cannot open %s: %s", rootfs, strerror(errno));
+    int fd = open(archive, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int rc = al_error_set(err, -errno, "cannot open the files' archive %s: %s", archive,
+                              strerror(errno));
+        close(root);
+        return rc;
+    }
+    char mode[8];
+    snprintf(mode, sizeof mode, "%o", c->mode >= 0 ? (unsigned)c->mode : 0u);
+    char *extra[] = {"--copy",
+                     "--src",
+                     (char *)c->src,
+                     "--dest",
+                     (char *)c->dest,
+                     "--owner",
+                     (char *)c->owner,
+                     "--dest-dir",
+                     c->dest_is_dir ? "1" : "0",
+                     "--mode",
+                     mode};
+    size_t n_extra = sizeof extra / sizeof extra[0] - (c->mode >= 0 ? 0 : 2);
+    struct al_buf outb;
+    int ws;
+    int rc = unpack__run(o, &lim, extra, n_extra, root, fd, "COPY", &outb, &ws, err);
+    close(fd);
+    close(root);
+    if (rc)
+        return rc;
+    /* One line: the result. */
+    json_t *j = json_loads(outb.data ? outb.data : "", JSON_DISABLE_EOF_CHECK, NULL);
+    const char *result = json_string_value(json_object_get(j, "result"));
+    if (result && strcmp(result, "ok") == 0) {
+        res->entries = (uint64_t)json_integer_value(json_object_get(j, "entries"));
+        res->files = (uint64_t)json_integer_value(json_object_get(j, "files"));
+        res->bytes = (uint64_t)json_integer_value(json_object_get(j, "bytes"));
+        res->single = json_is_true(json_object_get(j, "single"));
+        snprintf(res->where, sizeof res->where, "%s",
+                 json_string_value(json_object_get(j, "where"))
+                     ? json_string_value(json_object_get(j, "where"))
+                     : "");
+        rc = unpack__exit_status(ws, "COPY", err);
+    } else if (result && strcmp(result, "error") == 0) {
+        const char *m = json_string_value(json_object_get(j, "error"));
+        rc = al_error_set(err, -EPERM, "refused: %s", m ? m : "the unpacker failed");
+    } else {
+        rc = unpack__exit_status(ws, "COPY", err);
+        if (!rc)
+            rc = al_error_set(err, -EPROTO, "the unpacker gave no result");
+    }
+    json_decref(j);
+    al_buf_free(&outb);
+    if (rc == 0)
+        unpack__sync(rootfs);
     return rc;
 }

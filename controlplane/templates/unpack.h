@@ -10,6 +10,7 @@
 #ifndef AIRLOCK_CP_TEMPLATES_UNPACK_H
 #define AIRLOCK_CP_TEMPLATES_UNPACK_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -31,6 +32,28 @@ struct tpl_unpack_result {
  * rootfs is removed again: nothing half-made stays. */
 int tpl_unpack_image(const struct tpl_unpack_opts *o, const struct tpl_image *img,
                      const char *rootfs, struct tpl_unpack_result *res, struct al_error *err);
+
+/* A COPY step (copy.h), for tpl_unpack_copy. */
+struct tpl_unpack_copy {
+    const char *src;   /* the step's source as the SDK sent it */
+    const char *dest;  /* absolute, without ".." */
+    bool dest_is_dir;  /* the step's destination ended in '/' */
+    const char *owner; /* user[:group], names of the image or ids */
+    int mode;          /* -1: the archive's */
+};
+
+struct tpl_unpack_copy_result {
+    uint64_t entries, files, bytes;
+    bool single;      /* the source was one file */
+    char where[4200]; /* the file, or the directory the entries went beneath */
+};
+
+/* Applies the files' archive of a COPY step to rootfs (a root filesystem being built) with
+ * the confined helper. On failure rootfs may have part of the files: the caller discards
+ * the whole version it builds. */
+int tpl_unpack_copy(const struct tpl_unpack_opts *o, const char *rootfs, const char *archive,
+                    const struct tpl_unpack_copy *c, struct tpl_unpack_copy_result *res,
+                    struct al_error *err);
 
 /* Removes a directory tree without following any link in it (a failed or discarded root
  * filesystem). Nothing there is fine. */

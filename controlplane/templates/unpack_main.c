@@ -7,6 +7,10 @@
  *   fd 3: the (empty) root directory to fill; fd 4: the blob cache directory (blobs/sha256)
  *   fd 1: one JSON line per layer, then {"result":"ok",...} or {"result":"error",...}
  *
+ *   airlock-unpack --copy --ids-dir DIR ... --src SRC --dest DEST [--dest-dir 1]
+ *                  --owner USER[:GROUP] [--mode OCTAL]
+ *   a COPY step instead (copy.h): fd 4 is the step's archive; fd 1 gets one result line.
+ *
  * Owns: confining the code that reads untrusted image data. It runs as host root only long
  * enough to open the layer blobs, claim an id slot of its own (vmm/jail/idmap: the same
  * allocator as sandboxes, so its ids are nobody else's), and make an id-mapped mount of the
@@ -41,14 +45,16 @@
 
 #include "apply.h"
 #include "common/confine.h"
+#include "copy.h"
 #include "common/json.h"
 #include "layer.h"
 #include "tar.h"
 #include "vmm/jail/idmap.h"
 #include "vmm/jail/seccomp.h"
 
-#define ROOT_FD  3
-#define BLOBS_FD 4
+#define ROOT_FD    3
+#define BLOBS_FD   4
+#define ARCHIVE_FD 4 /* --copy */
 
 struct args {
     const char *ids_dir;
@@ -58,6 +64,10 @@ struct args {
     const char *digests[TPL_MAX_LAYERS];
     int fds[TPL_MAX_LAYERS];
     size_t n;
+    /* --copy */
+    bool copy, dest_is_dir;
+    const char *src, *dest, *owner;
+    int mode;
 };
 
 static void out_json(json_t *j)
@@ -227,6 +237,52 @@ static int child__unpack(const struct args *a, int root)
     return 0;
 }
 
+/* A COPY step's archive into the root (copy.h). */
+static int child__copy(const struct args *a, int root)
+{
+    struct tpl_layer_stream *ls;
+    if (tpl_layer_open(ARCHIVE_FD, a->max_ratio, a->max_bytes + (a->max_entries + 64) * 1024, &ls))
+        return fail(0, "cannot read the archive");
+    struct tpl_tar *t;
+    if (tpl_tar_open(tpl_layer_read, ls, a->max_path, &t)) {
+        tpl_layer_free(ls);
+        return fail(0, "out of memory");
+    }
+    char msg[1024] = "";
+    struct tpl_copy_opts o = {
+        .src = a->src,
+        .dest = a->dest,
+        .dest_is_dir = a->dest_is_dir,
+        .mode = a->mode,
+        .max_path = a->max_path,
+        .max_entries = a->max_entries,
+        .max_bytes = a->max_bytes,
+    };
+    struct tpl_copy_result res;
+    char diff_id[TPL_DIGEST_LEN + 1];
+    int rc = tpl_copy_owner(root, a->owner, &o.uid, &o.gid, msg, sizeof msg);
+    if (rc == 0)
+        rc = tpl_copy_apply(root, t, &o, &res, msg, sizeof msg);
+    if (rc == 0 && tpl_layer_finish(ls, diff_id) < 0) {
+        rc = -EIO;
+        snprintf(msg, sizeof msg, "%s", tpl_layer_error(ls));
+    }
+    if (rc < 0) {
+        bool lerr = strcmp(tpl_layer_error(ls), "no error") != 0;
+        int r = fail(0, "%s%s%s", msg, lerr && !strstr(msg, tpl_layer_error(ls)) ? ": " : "",
+                     lerr && !strstr(msg, tpl_layer_error(ls)) ? tpl_layer_error(ls) : "");
+        tpl_tar_free(t);
+        tpl_layer_free(ls);
+        return r;
+    }
+    out_json(json_pack("{s:s, s:I, s:I, s:I, s:b, s:s}", "result", "ok", "entries",
+                       (json_int_t)res.entries, "files", (json_int_t)res.files, "bytes",
+                       (json_int_t)res.bytes, "single", res.single, "where", res.where));
+    tpl_tar_free(t);
+    tpl_layer_free(ls);
+    return 0;
+}
+
 static int child_main(const struct args *a, int sock, pid_t parent)
 {
     /* PID 1 of a new PID namespace: getppid() is 0. A parent that died before the death
@@ -238,10 +294,10 @@ static int child_main(const struct args *a, int sock, pid_t parent)
     close(sock);
     if (root < 0)
         return fail(0, "the unpacker did not get its mount");
-    int rc = child__confine(root, a->n);
+    int rc = child__confine(root, a->copy ? 1 : a->n);
     if (rc)
         return rc;
-    return child__unpack(a, root);
+    return a->copy ? child__copy(a, root) : child__unpack(a, root);
 }
 
 /* ---- the privileged parent ---------------------------------------------------------- */
@@ -330,12 +386,29 @@ static int parse_args(int argc, char **argv, struct args *a)
             a->digests[a->n++] = k;
             continue;
         }
+        if (strcmp(k, "--copy") == 0) {
+            a->copy = true;
+            continue;
+        }
         if (i + 1 >= argc)
             return fail(0, "%s needs a value", k);
         const char *v = argv[++i];
         uint64_t n = 0;
-        if (strcmp(k, "--ids-dir") == 0) {
-            a->ids_dir = v;
+        const char **str = strcmp(k, "--ids-dir") == 0 ? &a->ids_dir
+                           : strcmp(k, "--src") == 0   ? &a->src
+                           : strcmp(k, "--dest") == 0  ? &a->dest
+                           : strcmp(k, "--owner") == 0 ? &a->owner
+                                                       : NULL;
+        if (str) {
+            *str = v;
+            continue;
+        }
+        if (strcmp(k, "--mode") == 0) {
+            char *e;
+            unsigned long m = strtoul(v, &e, 8);
+            if (!v[0] || *e || m > 07777)
+                return fail(0, "--mode: '%s' is not an octal mode", v);
+            a->mode = (int)m;
             continue;
         }
         if (parse_u64(v, &n))
@@ -352,10 +425,16 @@ static int parse_args(int argc, char **argv, struct args *a)
             a->max_entries = n;
         else if (strcmp(k, "--max-bytes") == 0)
             a->max_bytes = n;
+        else if (strcmp(k, "--dest-dir") == 0)
+            a->dest_is_dir = n != 0;
         else
             return fail(0, "unknown option %s", k);
     }
-    if (!a->ids_dir || !a->n || !a->max_path || !a->max_ratio || !a->max_entries || !a->max_bytes)
+    if (a->copy && (a->n || !a->src || !a->dest || a->dest[0] != '/' || !a->owner))
+        return fail(0, "usage: airlock-unpack --copy ... --src SRC --dest /DEST --owner OWNER "
+                       "(and no layer digests)");
+    if (!a->ids_dir || (!a->n && !a->copy) || !a->max_path || !a->max_ratio || !a->max_entries ||
+        !a->max_bytes)
         return fail(0, "usage: airlock-unpack --ids-dir DIR --uid-base N --uid-slots N "
                        "--max-path N --max-entries N --max-bytes N --max-ratio N DIGEST...");
     return 0;
@@ -363,20 +442,23 @@ static int parse_args(int argc, char **argv, struct args *a)
 
 int main(int argc, char **argv)
 {
-    struct args a = {.uid_base = JAIL_ID_BASE_DEFAULT, .uid_slots = JAIL_ID_SLOTS_DEFAULT};
+    struct args a = {
+        .uid_base = JAIL_ID_BASE_DEFAULT, .uid_slots = JAIL_ID_SLOTS_DEFAULT, .mode = -1};
     if (parse_args(argc, argv, &a))
         return 2;
     struct stat st;
     if (fstat(ROOT_FD, &st) < 0 || !S_ISDIR(st.st_mode) || fstat(BLOBS_FD, &st) < 0 ||
-        !S_ISDIR(st.st_mode))
-        return fail(0, "fd 3 must be the root directory and fd 4 the blob directory");
+        (a.copy ? !S_ISREG(st.st_mode) : !S_ISDIR(st.st_mode)))
+        return fail(0, a.copy ? "fd 3 must be the root directory and fd 4 the archive"
+                              : "fd 3 must be the root directory and fd 4 the blob directory");
     for (size_t i = 0; i < a.n; i++) {
         a.fds[i] = openat(BLOBS_FD, a.digests[i] + 7, O_RDONLY | O_NOFOLLOW);
         if (a.fds[i] < 0)
             return fail((int)i + 1, "layer %zu: blob %s is not in the cache: %s", i + 1,
                         a.digests[i], strerror(errno));
     }
-    close(BLOBS_FD);
+    if (!a.copy)
+        close(BLOBS_FD);
     struct jail_idmap_cfg ids = {a.uid_base, a.uid_slots, a.ids_dir};
     char id[64];
     snprintf(id, sizeof id, "unpack-%d", (int)getpid());
@@ -412,6 +494,8 @@ int main(int argc, char **argv)
     sv[1] = -1;
     for (size_t i = 0; i < a.n; i++)
         close(a.fds[i]);
+    if (a.copy)
+        close(ARCHIVE_FD);
     char map[64], p[64], msg[300] = "";
     snprintf(map, sizeof map, "0 %u %u\n", host, JAIL_IDS_PER_SLOT);
     snprintf(p, sizeof p, "/proc/%ld/uid_map", pid);

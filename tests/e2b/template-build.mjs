@@ -1,15 +1,15 @@
 // tests/e2b/template-build.mjs: the real SDK's Template.build (e2b 2.51.0) against airlockd,
 // run by tests/integration/templates_oci.sh inside its registry world. A template from the
 // world's registry (with its credentials) with ENV, WORKDIR, USER, startCmd and readyCmd,
-// its build log through onBuildLogs; a RUN step reported as BuildError naming the step; a
-// COPY's upload of its files (GET /templates/{id}/files/{hash}, the PUT it grants, the files
-// found again by a second build); a rebuild whose image comes from the blob cache;
+// its build log through onBuildLogs; a RUN step reported as BuildError naming the step;
+// COPY steps (GET /templates/{id}/files/{hash}, the PUT it grants, the files applied to the
+// template, found again by a second build); a rebuild whose image comes from the blob cache;
 // Template.exists, Sandbox.create(alias) and a command in it. Prints one line per check; exits non-zero on the first failure.
 //
 // Environment: E2B_API_URL, E2B_API_KEY (airlockd's), AIRLOCK_IMAGE (a reference of the
 // registry), AIRLOCK_REG_USER, AIRLOCK_REG_PASSWORD.
 import assert from 'node:assert/strict'
-import { mkdtempSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { BuildError, Sandbox, Template } from 'e2b'
@@ -50,24 +50,50 @@ assert.match(err.message, /step 2 \(RUN false\): RUN steps are not supported/, e
 ok(`a RUN step is reported as BuildError naming it: ${err.message}`)
 
 // COPY: the SDK asks GET /templates/{id}/files/{hash}, PUTs the files' archive to the URL
-// it is given, then starts the build, which stops at the COPY step (applying the files is
-// not supported yet). A second build finds the files already there and uploads nothing.
+// it is given, then starts the build, which applies the archive to the template's root: a
+// file into a directory (owned by the current USER), a directory's files with the step's
+// owner and mode. A second build finds the files already there and uploads nothing.
 const ctx = mkdtempSync(join(tmpdir(), 'al-copy-'))
 writeFileSync(join(ctx, 'hello.txt'), 'copied by the sdk\n')
-const copyTpl = () => Template({ fileContextPath: ctx }).fromImage(image, creds).copy('hello.txt', '/srv/')
+mkdirSync(join(ctx, 'conf', 'sub'), { recursive: true })
+writeFileSync(join(ctx, 'conf', 'app.ini'), 'x=1\n')
+writeFileSync(join(ctx, 'conf', 'sub', 'deep.ini'), 'y=2\n')
+writeFileSync(join(ctx, 'conf', 'skip.txt'), 'not an ini\n')
+const copyTpl = () =>
+  Template({ fileContextPath: ctx })
+    .fromImage(image, creds)
+    .setUser('user')
+    .copy('hello.txt', '/srv/')
+    .copy('conf/**/*.ini', '/etc/app', { user: 'root', mode: 0o640 })
+    .setWorkdir('/srv')
+    .copy('hello.txt', 'again.txt')
 for (const [round, want] of [[1, /Uploaded 'hello\.txt'/], [2, /Skipping upload of 'hello\.txt', already cached/]]) {
   const clogs = []
-  let cerr
-  try {
-    await Template.build(copyTpl(), 'sdk-copy', { onBuildLogs: (e) => clogs.push(e) })
-  } catch (e) {
-    cerr = e
-  }
-  assert.ok(cerr instanceof BuildError, `a BuildError, not ${cerr}`)
-  assert.match(cerr.message, /step 1 \(COPY hello\.txt\): COPY steps are not supported/, cerr.message)
+  await Template.build(copyTpl(), 'sdk-copy', { onBuildLogs: (e) => clogs.push(e) })
   const ctext = clogs.map((e) => e.message).join('\n')
   assert.match(ctext, want, ctext)
-  ok(`COPY ${round}: ${want.source.replace(/\\/g, '')}, then a BuildError naming the step`)
+  assert.match(ctext, /COPY hello\.txt \/srv\/: \/srv\/hello\.txt \(18 bytes\), owner user/, ctext)
+  assert.match(ctext, /template sdk-copy is ready/, ctext)
+  ok(`COPY ${round}: ${want.source.replace(/\\/g, '')}, the files applied`)
+}
+{
+  const cs = await Sandbox.create('sdk-copy')
+  try {
+    const r = await cs.commands.run(
+      'cat /srv/hello.txt /srv/again.txt /etc/app/app.ini /etc/app/sub/deep.ini; ls /etc/app; ' +
+        'ls -ln /srv/hello.txt /etc/app/app.ini /srv/again.txt',
+      { user: 'root' }
+    )
+    const lines = r.stdout.trim().split('\n')
+    assert.deepEqual(lines.slice(0, 6), ['copied by the sdk', 'copied by the sdk', 'x=1', 'y=2', 'app.ini', 'sub'], r.stdout)
+    const owner = (l) => l.trim().split(/\s+/).slice(0, 4).filter((_, i) => i !== 1).join(' ')
+    assert.equal(owner(lines[6]), '-rw-r----- 0 0', r.stdout) // /etc/app/app.ini: the step's owner and mode
+    assert.equal(owner(lines[7]), '-rw-r--r-- 1000 1000', r.stdout) // /srv/again.txt, relative to WORKDIR
+    assert.equal(owner(lines[8]), '-rw-r--r-- 1000 1000', r.stdout) // /srv/hello.txt: the current USER
+  } finally {
+    await cs.kill()
+  }
+  ok('a sandbox of the template has the copied files, with their owners and modes')
 }
 
 const again = []

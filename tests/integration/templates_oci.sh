@@ -251,8 +251,8 @@ EOF
   }
   al_ok "the SDK builds a template from the registry, is told of a failing step, rebuilds from the cache, starts a sandbox of it" sdk
   echo "$AL_OUT" | sed 's/^/   /'
-  al_ok "the COPY step's archive is stored under its files hash, with the file the SDK sent" sh -c \
-    "test \"\$(ls $S2/cache/files | wc -l)\" = 1 && tar -xzOf $S2/cache/files/sdk-copy.*.tar hello.txt | grep -qx 'copied by the sdk'"
+  al_ok "the COPY steps' archives are stored under their files hashes, with the files the SDK sent" sh -c \
+    "test \"\$(ls $S2/cache/files | grep -c '^sdk-copy\.[0-9a-f]\{64\}\.tar\$')\" = 3 && for f in $S2/cache/files/sdk-copy.*.tar; do tar -xzOf \$f hello.txt 2>/dev/null; done | grep -qx 'copied by the sdk'"
   # The upload grant, by hand: what GET .../files/{hash} answers, and what a PUT is refused for.
   H=$(printf 'upload-test' | sha256sum | cut -d' ' -f1)
   api() { al_nsx cli curl -s -H "X-API-KEY: $KEY" "$@"; }
@@ -305,6 +305,62 @@ PY
     sh -c "grep -rl 'S3cret-pw-9f2a' $S2 $AL_TMP/airlockd.log 2>/dev/null | grep ."
   # The CLI: the same API on airlockd's local socket, from a Dockerfile or the SDK's JSON.
   tcli() { "$BIN/airlock" --state-dir "$S2" template "$@" 2>&1; }
+  # Hostile archives, uploaded with a grant as the SDK does and applied by a build's COPY
+  # step: each refused naming the entry, nothing written outside the template, the template's
+  # previous version still in use.
+  mkarchive() { # mkarchive KIND: $T/KIND.tar.gz
+    python3 - "$T/$1.tar.gz" "$1" <<'PY'
+import io, sys, tarfile
+out, kind = sys.argv[1], sys.argv[2]
+with tarfile.open(out, "w:gz") as t:
+    def add(name, type=tarfile.REGTYPE, link=""):
+        i = tarfile.TarInfo(name)
+        i.type, i.linkname = type, link
+        data = b"canary\n" if type == tarfile.REGTYPE else b""
+        i.size = len(data)
+        t.addfile(i, io.BytesIO(data) if data else None)
+    if kind == "dotdot":
+        add("d/../../../escaped-copy-dotdot")
+    elif kind == "symlink":
+        add("d/l", tarfile.SYMTYPE, "/tmp")
+        add("d/l/escaped-copy-symlink")
+    elif kind == "hardlink":
+        add("d/h", tarfile.LNKTYPE, "../../../../etc/shadow")
+    elif kind == "device":
+        add("d/null", tarfile.CHRTYPE)
+PY
+  }
+  hostile_copy() { # hostile_copy KIND: uploads the archive, builds sdk-copy with it (must fail)
+    local h
+    h=$(printf 'hostile-%s' "$1" | sha256sum | cut -d' ' -f1)
+    [ "$1" = notatar ] && h=$H # the random bytes stored above
+    if [ "$1" != notatar ]; then
+      mkarchive "$1" || return 1
+      local g
+      g=$(api "$URL/templates/sdk-copy/files/$h" | python3 -c 'import json,sys; print(json.load(sys.stdin)["headers"]["X-Airlock-Upload-Token"])')
+      [ "$(put "$T/$1.tar.gz" "$h" -H "X-Airlock-Upload-Token: $g")" = 200 ] || return 1
+    fi
+    printf '{"fromTemplate":"sdk-tpl","steps":[{"type":"COPY","args":["d","/srv/"],"filesHash":"%s"}]}' "$h" > "$T/hostile.json"
+    if tcli build sdk-copy --json "$T/hostile.json"; then return 1; fi
+    return 0
+  }
+  al_match "a COPY archive with a '..' entry is refused, naming it" \
+    "sdk-copy failed at step 1: step 1 \(COPY d /srv/\): refused: archive entry 'd/\.\./\.\./\.\./escaped-copy-dotdot'.*'\.\.' component" \
+    hostile_copy dotdot
+  al_match "a COPY archive writing through its own link is refused" \
+    "refused: archive entry 'd/l/escaped-copy-symlink': 'l' is a symbolic link: entries are never written through links" \
+    hostile_copy symlink
+  al_match "a COPY archive with a hard link out of what it copies is refused" \
+    "refused: archive entry 'd/h': a hard link to '\.\./\.\./\.\./\.\./etc/shadow', which this COPY does not copy" \
+    hostile_copy hardlink
+  al_match "a COPY archive with a device node is refused" \
+    "refused: archive entry 'd/null': a device node: device nodes cannot be copied" hostile_copy device
+  al_match "an upload that is not a tar archive is refused" \
+    "sdk-copy failed at step 1: step 1 \(COPY d /srv/\): refused: " hostile_copy notatar
+  al_fail "no canary of a COPY escaped" sh -c "find $T /tmp $S2 -maxdepth 6 -name 'escaped-copy-*' 2>/dev/null | grep ."
+  al_eq "the host's /etc/shadow has no new link" "$(stat -c %h /etc/shadow)" 1
+  al_ok "... and sdk-copy is still the version the SDK built, nothing half-made left" sh -c \
+    "grep -qx 'copied by the sdk' $S2/templates/sdk-copy/rootfs/srv/hello.txt && ! ls -A $S2/templates | grep -q '^\.'"
   printf 'FROM %s\n# a comment\nENV A=1 B=two\nWORKDIR /opt/x\nUSER user\nEXPOSE 80\nCMD ["sleep", \\\n  "3600"]\n' \
     "$REG/base:1" > "$T/Dockerfile"
   cbuild() { echo 'S3cret-pw-9f2a' | tcli build cli-tpl --dockerfile "$T/Dockerfile" --username tester; }
@@ -324,6 +380,11 @@ PY
   ccopy() { if tcli build cli-copy --dockerfile "$T/Dockerfile.copy"; then return 1; fi; }
   al_match "COPY in a Dockerfile is refused before anything is sent" "line 2: COPY needs file uploads" ccopy
   al_match "template rm removes a template" "cli-json removed" tcli rm cli-json
+  al_match "template rm of a template with COPY files" "sdk-copy removed" tcli rm sdk-copy
+  al_fail "... removes its COPY archives" sh -c "ls $S2/cache/files | grep '^sdk-copy\.'"
+  al_ok "a template requested anew under its name" api -f -X POST -H 'Content-Type: application/json' \
+    -d '{"name":"sdk-copy"}' "$URL/v3/templates"
+  al_match "... has none of the old one's files" '"present": ?false' api "$URL/templates/sdk-copy/files/$H"
   crm() { if tcli rm cli-json; then return 1; fi; }
   al_match "... and a second rm says it is not there" "404: template 'cli-json' not found" crm
   al_kill airlockd

@@ -1,17 +1,23 @@
 /* tests/unit/templates/test_templates: image references, the registry allowlist, credentials
- * from E2B's fromImageRegistry, bounds, the tar reader, path cleaning and layer streams. */
+ * from E2B's fromImageRegistry, bounds, the tar reader, path cleaning, layer streams and a
+ * COPY step's archive applied to a root filesystem. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "al_test.h"
+#include "controlplane/templates/apply.h"
+#include "controlplane/templates/copy.h"
 #include "controlplane/templates/layer.h"
 #include "controlplane/templates/oci.h"
 #include "controlplane/templates/tar.h"
+#include "controlplane/templates/unpack.h"
 
 static void ref_ok(const char *in, const char *reg, const char *repo, const char *tag,
                    const char *digest)
@@ -362,6 +368,277 @@ START_TEST(layer_digest_and_bound)
 }
 END_TEST
 
+/* ---- COPY: an archive of the SDK's into a root filesystem ------------------------------ */
+
+START_TEST(copy_source_without_glob)
+{
+    char out[4097], msg[256];
+    const char *cases[][2] = {{"hello.txt", "hello.txt"},
+                              {"src/*.js", "src"},
+                              {"*.txt", ""},
+                              {"a/b/", "a/b"},
+                              {"dir/**/x", "dir"},
+                              {"./d/f?.c", "d"},
+                              {"conf/{a,b}.ini", "conf"},
+                              {".", ""}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ck_assert_msg(tpl_copy_source(cases[i][0], out, sizeof out, msg, sizeof msg) == 0, "%s: %s",
+                      cases[i][0], msg);
+        ck_assert_msg(strcmp(out, cases[i][1]) == 0, "%s gave '%s'", cases[i][0], out);
+    }
+    ck_assert_int_eq(tpl_copy_source("/etc/passwd", out, sizeof out, msg, sizeof msg), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(msg, "absolute"));
+    ck_assert_int_eq(tpl_copy_source("../x", out, sizeof out, msg, sizeof msg), -EINVAL);
+    const char *rel;
+    ck_assert_int_eq(tpl_copy_relate("src", "src", &rel), TPL_COPY_SELF);
+    ck_assert_int_eq(tpl_copy_relate("src", "src/a/b", &rel), TPL_COPY_BENEATH);
+    ck_assert_str_eq(rel, "a/b");
+    ck_assert_int_eq(tpl_copy_relate("src", "srcx/a", &rel), TPL_COPY_SKIP);
+    ck_assert_int_eq(tpl_copy_relate("", "a", &rel), TPL_COPY_BENEATH);
+    ck_assert_str_eq(rel, "a");
+}
+END_TEST
+
+/* A root filesystem with users, in a fresh temporary directory; its descriptor. */
+static int copy_root(char *dir)
+{
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char p[256];
+    snprintf(p, sizeof p, "%s/etc", dir);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/etc/passwd", dir);
+    FILE *f = fopen(p, "w");
+    fputs("root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n"
+          "svc:x:1001:50::/srv:/bin/sh\n",
+          f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/etc/group", dir);
+    f = fopen(p, "w");
+    fputs("root:x:0:\nstaff:x:50:\nuser:x:1000:\n", f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/srv", dir);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/tmp", dir);
+    ck_assert_int_eq(mkdir(p, 01777), 0);
+    /* A link of the image out of the root: resolved in the root, it stays inside it. */
+    snprintf(p, sizeof p, "%s/srv/out", dir);
+    ck_assert_int_eq(symlink("../../../../../tmp", p), 0);
+    int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    return fd;
+}
+
+static void copy_rmroot(int fd, const char *dir)
+{
+    close(fd);
+    ck_assert_int_eq(tpl_rmtree(dir), 0);
+}
+
+/* Applies the archive a (o bytes) to root; the result code, the message in msg. */
+static int copy_run(int root, unsigned char *a, size_t o, const char *src, const char *dest,
+                    bool dest_dir, int mode, struct tpl_copy_result *res, char *msg, size_t len)
+{
+    memset(a + o, 0, 1024);
+    struct mem m = {a, o + 1024, 0};
+    struct tpl_tar *t;
+    ck_assert_int_eq(tpl_tar_open(mem_read, &m, 4096, &t), 0);
+    struct tpl_copy_opts co = {.src = src,
+                               .dest = dest,
+                               .dest_is_dir = dest_dir,
+                               .mode = mode,
+                               .max_path = 4096,
+                               .max_entries = 100,
+                               .max_bytes = 1 << 20};
+    ck_assert_int_eq(tpl_copy_owner(root, "user", &co.uid, &co.gid, msg, len), 0);
+    int rc = tpl_copy_apply(root, t, &co, res, msg, len);
+    tpl_tar_free(t);
+    return rc;
+}
+
+static void copy_expect(const char *dir, const char *rel, const char *content, unsigned mode)
+{
+    char p[512], buf[64] = "";
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    struct stat st;
+    ck_assert_msg(lstat(p, &st) == 0, "%s is missing", rel);
+    ck_assert_msg((st.st_mode & 07777) == mode, "%s has mode %o", rel, st.st_mode & 07777);
+    ck_assert_uint_eq(st.st_uid, 1000);
+    ck_assert_uint_eq(st.st_gid, 1000);
+    if (!content)
+        return;
+    FILE *f = fopen(p, "r");
+    ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
+    fclose(f);
+    ck_assert_str_eq(buf, content);
+}
+
+START_TEST(copy_a_file)
+{
+    char dir[] = "/tmp/al-test-copy-XXXXXX", msg[1024];
+    int root = copy_root(dir);
+    static unsigned char a[512 * 16];
+    size_t o = 0;
+    hdr(a, "hello.txt", '0', 3, NULL);
+    o = 512 + put_data(a + 512, "hi\n");
+    struct tpl_copy_result r;
+    /* Into a directory named with a trailing '/', made if missing. */
+    ck_assert_msg(copy_run(root, a, o, "hello.txt", "/app", true, -1, &r, msg, sizeof msg) == 0,
+                  "%s", msg);
+    ck_assert(r.single);
+    ck_assert_str_eq(r.where, "/app/hello.txt");
+    copy_expect(dir, "app/hello.txt", "hi\n", 0644);
+    /* Into an existing directory without one. */
+    ck_assert_msg(copy_run(root, a, o, "hello.txt", "/srv", false, 0600, &r, msg, sizeof msg) == 0,
+                  "%s", msg);
+    copy_expect(dir, "srv/hello.txt", "hi\n", 0600);
+    /* As the destination itself, replacing what is there. */
+    ck_assert_msg(
+        copy_run(root, a, o, "hello.txt", "/etc/app.conf", false, -1, &r, msg, sizeof msg) == 0,
+        "%s", msg);
+    copy_expect(dir, "etc/app.conf", "hi\n", 0644);
+    ck_assert_msg(
+        copy_run(root, a, o, "hello.txt", "/etc/app.conf", false, 0640, &r, msg, sizeof msg) == 0,
+        "%s", msg);
+    copy_expect(dir, "etc/app.conf", "hi\n", 0640);
+    /* Through a link of the image: resolved inside the root, never out of it. */
+    ck_assert_msg(copy_run(root, a, o, "hello.txt", "/srv/out/x/", true, -1, &r, msg, sizeof msg) ==
+                      0,
+                  "%s", msg);
+    copy_expect(dir, "tmp/x/hello.txt", "hi\n", 0644);
+    copy_rmroot(root, dir);
+}
+END_TEST
+
+START_TEST(copy_a_directory)
+{
+    char dir[] = "/tmp/al-test-copy-XXXXXX", msg[1024];
+    int root = copy_root(dir);
+    static unsigned char a[512 * 32];
+    size_t o = 0;
+    hdr(a + o, "src/", '5', 0, NULL);
+    o += 512;
+    hdr(a + o, "src/a.js", '0', 2, NULL);
+    o += 512;
+    o += put_data(a + o, "a\n");
+    hdr(a + o, "src/lib/", '5', 0, NULL);
+    o += 512;
+    hdr(a + o, "src/lib/b.js", '0', 2, NULL);
+    o += 512;
+    o += put_data(a + o, "b\n");
+    hdr(a + o, "src/lib/c.js", '1', 0, "src/lib/b.js");
+    o += 512;
+    hdr(a + o, "src/.wh.keep", '0', 0, NULL);
+    o += 512;
+    hdr(a + o, "src/l", '2', 0, "/etc/passwd");
+    o += 512;
+    hdr(a + o, "other.txt", '0', 2, NULL);
+    o += 512;
+    o += put_data(a + o, "o\n");
+    struct tpl_copy_result r;
+    ck_assert_msg(copy_run(root, a, o, "src/*.js", "/opt/app", false, -1, &r, msg, sizeof msg) == 0,
+                  "%s", msg);
+    ck_assert(!r.single);
+    ck_assert_str_eq(r.where, "/opt/app");
+    ck_assert_uint_eq(r.entries, 6);
+    ck_assert_uint_eq(r.files, 3);
+    copy_expect(dir, "opt/app/a.js", "a\n", 0644);
+    copy_expect(dir, "opt/app/lib/b.js", "b\n", 0644);
+    copy_expect(dir, "opt/app/lib/c.js", "b\n", 0644);
+    copy_expect(dir, "opt/app/.wh.keep", NULL, 0644); /* a file, not a whiteout */
+    char p[512], l[64] = "";
+    snprintf(p, sizeof p, "%s/opt/app/l", dir);
+    ck_assert_int_gt(readlink(p, l, sizeof l - 1), 0);
+    ck_assert_str_eq(l, "/etc/passwd");
+    struct stat s1, s2;
+    snprintf(p, sizeof p, "%s/opt/app/lib/b.js", dir);
+    ck_assert_int_eq(stat(p, &s1), 0);
+    snprintf(p, sizeof p, "%s/opt/app/lib/c.js", dir);
+    ck_assert_int_eq(stat(p, &s2), 0);
+    ck_assert_uint_eq(s1.st_ino, s2.st_ino);
+    snprintf(p, sizeof p, "%s/opt/app/other.txt", dir);
+    ck_assert_int_ne(access(p, F_OK), 0); /* not beneath the source */
+    snprintf(p, sizeof p, "%s/opt", dir);
+    ck_assert_int_eq(stat(p, &s1), 0);
+    ck_assert_uint_eq(s1.st_uid, 0); /* made by the copy, the image's root's */
+    /* The archive's root: everything, beneath the destination. */
+    ck_assert_msg(copy_run(root, a, o, "*", "/all", false, 0755, &r, msg, sizeof msg) == 0, "%s",
+                  msg);
+    copy_expect(dir, "all/other.txt", "o\n", 0755);
+    copy_expect(dir, "all/src/lib/b.js", "b\n", 0755);
+    copy_rmroot(root, dir);
+}
+END_TEST
+
+START_TEST(copy_refusals)
+{
+    char dir[] = "/tmp/al-test-copy-XXXXXX", msg[1024];
+    int root = copy_root(dir);
+    static unsigned char a[512 * 16];
+    struct tpl_copy_result r;
+    hdr(a, "../escaped-copy", '0', 0, NULL);
+    ck_assert_int_eq(copy_run(root, a, 512, "*", "/d", false, -1, &r, msg, sizeof msg), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(msg, "'..'"));
+    hdr(a, "/escaped-copy", '0', 0, NULL);
+    ck_assert_int_eq(copy_run(root, a, 512, "*", "/d", false, -1, &r, msg, sizeof msg), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(msg, "absolute"));
+    /* A link of the archive, then an entry through it. */
+    hdr(a, "d/l", '2', 0, "/");
+    hdr(a + 512, "d/l/escaped-copy", '0', 0, NULL);
+    ck_assert_int_eq(copy_run(root, a, 1024, "d", "/d", false, -1, &r, msg, sizeof msg), -ELOOP);
+    ck_assert_ptr_nonnull(strstr(msg, "symbolic link"));
+    /* A hard link to what the step does not copy. */
+    hdr(a, "d/x", '1', 0, "etc/passwd");
+    ck_assert_int_eq(copy_run(root, a, 512, "d", "/d", false, -1, &r, msg, sizeof msg), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(msg, "does not copy"));
+    hdr(a, "d/x", '1', 0, "../../etc/shadow");
+    ck_assert_int_eq(copy_run(root, a, 512, "d", "/d", false, -1, &r, msg, sizeof msg), -EINVAL);
+    hdr(a, "d/null", '3', 0, NULL);
+    ck_assert_int_eq(copy_run(root, a, 512, "d", "/d", false, -1, &r, msg, sizeof msg), -EPERM);
+    ck_assert_ptr_nonnull(strstr(msg, "device node"));
+    hdr(a, "d", '0', 0, NULL);
+    hdr(a + 512, "d/x", '0', 0, NULL);
+    ck_assert_int_eq(copy_run(root, a, 1024, "d", "/d", false, -1, &r, msg, sizeof msg), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(msg, "as a file and as a directory"));
+    hdr(a, "other", '0', 0, NULL);
+    ck_assert_int_eq(copy_run(root, a, 512, "d", "/d", false, -1, &r, msg, sizeof msg), -ENOENT);
+    ck_assert_ptr_nonnull(strstr(msg, "nothing in the uploaded archive is at 'd'"));
+    /* The destination is a file of the image: a directory cannot go there. */
+    hdr(a, "d/x", '0', 0, NULL);
+    ck_assert_int_eq(copy_run(root, a, 512, "d", "/etc/passwd", false, -1, &r, msg, sizeof msg),
+                     -ENOTDIR);
+    char p[512];
+    snprintf(p, sizeof p, "%s/d/l/escaped-copy", dir);
+    ck_assert_int_ne(access(p, F_OK), 0);
+    ck_assert_int_ne(access("/escaped-copy", F_OK), 0);
+    ck_assert_int_ne(access("/tmp/escaped-copy", F_OK), 0);
+    copy_rmroot(root, dir);
+}
+END_TEST
+
+START_TEST(copy_owner_from_the_image)
+{
+    char dir[] = "/tmp/al-test-copy-XXXXXX", msg[512];
+    int root = copy_root(dir);
+    uint32_t u, g;
+    ck_assert_int_eq(tpl_copy_owner(root, "user", &u, &g, msg, sizeof msg), 0);
+    ck_assert(u == 1000 && g == 1000);
+    ck_assert_int_eq(tpl_copy_owner(root, "svc", &u, &g, msg, sizeof msg), 0);
+    ck_assert(u == 1001 && g == 50); /* no group of its name: its primary group */
+    ck_assert_int_eq(tpl_copy_owner(root, "user:staff", &u, &g, msg, sizeof msg), 0);
+    ck_assert(u == 1000 && g == 50);
+    ck_assert_int_eq(tpl_copy_owner(root, "1234", &u, &g, msg, sizeof msg), 0);
+    ck_assert(u == 1234 && g == 1234);
+    ck_assert_int_eq(tpl_copy_owner(root, "1234:7", &u, &g, msg, sizeof msg), 0);
+    ck_assert(u == 1234 && g == 7);
+    ck_assert_int_eq(tpl_copy_owner(root, "nosuch", &u, &g, msg, sizeof msg), -ENOENT);
+    ck_assert_ptr_nonnull(strstr(msg, "not in the image's /etc/passwd"));
+    ck_assert_int_eq(tpl_copy_owner(root, "user:nosuch", &u, &g, msg, sizeof msg), -ENOENT);
+    ck_assert_int_eq(tpl_copy_owner(root, "70000", &u, &g, msg, sizeof msg), -ERANGE);
+    ck_assert_int_eq(tpl_copy_owner(root, "user:", &u, &g, msg, sizeof msg), -EINVAL);
+    copy_rmroot(root, dir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("templates");
@@ -377,6 +654,11 @@ static Suite *suite(void)
     tcase_add_test(t, tar_refusals);
     tcase_add_test(t, layer_bomb_stopped_early);
     tcase_add_test(t, layer_digest_and_bound);
+    tcase_add_test(t, copy_source_without_glob);
+    tcase_add_test(t, copy_a_file);
+    tcase_add_test(t, copy_a_directory);
+    tcase_add_test(t, copy_refusals);
+    tcase_add_test(t, copy_owner_from_the_image);
     suite_add_tcase(s, t);
     return s;
 }
