@@ -411,7 +411,9 @@ static int start_airlockd(void)
     *strrchr(self, '/') = '\0'; /* <build>/bench */
     snprintf(g_bin, sizeof g_bin, "%s/../bin", self);
     char airlockd[4200];
-    snprintf(airlockd, sizeof airlockd, "%s/airlockd", g_bin);
+    /* The test backend exists only in the test build's airlockd-test. */
+    snprintf(airlockd, sizeof airlockd, "%s/%s", g_bin,
+             strcmp(opt_backend, "test") == 0 ? "airlockd-test" : "airlockd");
     g_airlockd = fork();
     if (g_airlockd < 0)
         return -errno;

@@ -6,8 +6,9 @@
  *     driven through its spec, its ready line and its unix-socket API. The product.
  *   - "test" (backend_test.c): the agent as a plain host process on a unix socket, with NO
  *     isolation, no network namespace and no cgroup: for the control plane's own tests on
- *     machines where sandboxes cannot be built. Never chosen automatically; airlockd says so
- *     loudly when it is configured.
+ *     machines where sandboxes cannot be built. Not part of airlockd: only airlockd-test,
+ *     the test build's airlockd (main_test.c), has it (cp_backend_register_test). Never
+ *     chosen automatically; airlockd-test says so loudly when it is configured.
  * Every operation is asynchronous on airlockd's loop and reports through its callback
  * exactly once. The backend reports the sandbox's process (pid, start time, pidfd): the
  * lifecycle watches it, and its exit means the sandbox is gone.
@@ -49,6 +50,9 @@ typedef void (*cp_backend_stats_cb)(struct cp_sandbox *sb, int rc, json_t *stats
 
 struct cp_backend_ops {
     const char *name; /* "vmm", "test" */
+    /* The agent runs as a host process: no root file system (templates are labels), no
+     * network, no runtime tmpfs. Only the test backend. */
+    bool host_process;
     /* Starts the sandbox and calls cb once its agent answers /health (rc 0: sb->rec.pid,
      * pid_start, sb->pidfd and the socket paths are set) or starting failed (nothing left
      * behind). */
@@ -95,6 +99,9 @@ void cp_vmm_pool_wait(unsigned timeout_ms);
 /* Warm airlock-vmm processes ready to take a spec, and how many the pool keeps (0 when the
  * backend has no warm pool: kvm, test). */
 void cp_vmm_pool_counts(const struct cp *cp, size_t *ready, size_t *size);
+/* The test backend (backend_test.c), linked only into airlockd-test, which registers it
+ * before cp_main; sandboxes.backend: test is refused by an airlockd without it. */
 extern const struct cp_backend_ops cp_backend_test;
+void cp_backend_register_test(const struct cp_backend_ops *ops);
 
 #endif

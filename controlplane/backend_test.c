@@ -3,7 +3,8 @@
  * namespace, no cgroup, no egress policy. It exists so that the control plane (REST,
  * routing, lifecycle, state, re-adoption) can be tested end to end with the real SDKs where
  * sandboxes cannot be built; it is never chosen automatically (sandboxes.backend: test)
- * and airlockd warns at start when it is on.
+ * and airlockd warns at start when it is on. Only airlockd-test (main_test.c, built with the
+ * tests, never installed) links it: the airlockd users run cannot run a sandbox unconfined.
  *
  * Owns: <state>/sandboxes/<id>/ (agent.sock, home/, agent.log), the agent process (its own
  * session; as root it runs as nobody through setpriv, with no capabilities), its init
@@ -558,6 +559,7 @@ static void tb_log_path(const struct cp_sandbox *sb, char *out, size_t len)
 
 const struct cp_backend_ops cp_backend_test = {
     .name = "test",
+    .host_process = true,
     .start = tb_start,
     .stop = tb_stop,
     .pause = tb_pause,

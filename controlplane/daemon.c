@@ -222,6 +222,13 @@ static int daemon__api_key(struct cp *cp, char *fresh, size_t len)
 
 /* The backend sandboxes.backend and the host imply (backendsel.h): prints the choice and
  * why; -1 when the configuration forces a backend this host cannot run. */
+static const struct cp_backend_ops *daemon__test_backend;
+
+void cp_backend_register_test(const struct cp_backend_ops *ops)
+{
+    daemon__test_backend = ops;
+}
+
 static int daemon__backend(struct cp *cp)
 {
     struct cp_backend_sel sel;
@@ -241,9 +248,18 @@ static int daemon__backend(struct cp *cp)
         return -1;
     }
     snprintf(cp->backend_kind, sizeof cp->backend_kind, "%s", sel.kind);
-    cp->backend = strcmp(sel.kind, "test") == 0 ? &cp_backend_test : &cp_backend_vmm;
-    if (cp->backend == &cp_backend_test)
+    if (strcmp(sel.kind, "test") == 0) {
+        if (!daemon__test_backend) {
+            fprintf(stderr, "  backend     none\n");
+            al_error("sandboxes.backend is test, the backend of airlock's own tests (no "
+                     "isolation), which this airlockd does not have: only the test build's "
+                     "airlockd-test does. Set sandboxes.backend to auto, jail or kvm");
+            return -1;
+        }
+        cp->backend = daemon__test_backend;
         return 0;
+    }
+    cp->backend = &cp_backend_vmm;
     fprintf(stderr, "  backend     %s: %s (%s)\n", sel.kind,
             strcmp(sel.kind, "kvm") == 0 ? "KVM microVMs, one guest kernel per sandbox"
                                          : "namespaces, cgroups, seccomp, Landlock",
@@ -771,7 +787,7 @@ int cp_main(int argc, char **argv)
         goto out;
     if (daemon__backend(cp))
         goto out;
-    if (cp->backend == &cp_backend_test) {
+    if (cp->backend->host_process) {
         fprintf(stderr, "  backend     TEST (sandboxes.backend: test): the agent runs as a plain "
                         "host process. NO ISOLATION, NO EGRESS POLICY. For airlock's own tests "
                         "only.\n");
@@ -783,7 +799,7 @@ int cp_main(int argc, char **argv)
                     "vswitch) will fail to start");
     }
     /* (After the backend choice, which may refuse to start: nothing is mounted then.) */
-    if (cp->cfg.runtime_tmpfs && cp->backend != &cp_backend_test) {
+    if (cp->cfg.runtime_tmpfs && !cp->backend->host_process) {
         char sbdir[4200];
         snprintf(sbdir, sizeof sbdir, "%s/sandboxes", cp->cfg.state_dir);
         daemon__runtime_tmpfs(sbdir);
@@ -806,7 +822,7 @@ int cp_main(int argc, char **argv)
         goto out;
 
     /* The network. */
-    bool want_net = cp->backend != &cp_backend_test && cp->cfg.network != CP_TRI_OFF;
+    bool want_net = !cp->backend->host_process && cp->cfg.network != CP_TRI_OFF;
     if (want_net) {
         if (cp_net_vswitch_open(cp, &err) == 0) {
             fprintf(stderr,

@@ -392,7 +392,7 @@ static void lc__create_intercept(struct lc_create *c, struct cp_start_args *a)
     /* The test backend runs the agent as a plain host process: it has no trust store of
      * its own (and no network that reaches the proxy). A CA that can certify nothing (the
      * policy intercepts nothing) is not worth a copy of the system bundle in the sandbox. */
-    if (pem && fp && strcmp(sb->cp->backend->name, "test") != 0 && cp_egress_ca_useful(ix)) {
+    if (pem && fp && !sb->cp->backend->host_process && cp_egress_ca_useful(ix)) {
         a->ca_cert_pem = pem;
         snprintf(c->ca_fp, sizeof c->ca_fp, "%s", fp);
     }

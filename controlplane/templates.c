@@ -107,7 +107,7 @@ int cp_template_resolve(struct cp *cp, const char *id, char *dir, size_t len, st
         return 0;
     /* The test backend runs the agent on the host: it needs no root file system, and takes
      * the default template names as labels. */
-    if (cp->backend == &cp_backend_test && tpl__is_default(cp, id))
+    if (cp->backend->host_process && tpl__is_default(cp, id))
         return 0;
     char have[1024];
     tpl__list(cp, have, sizeof have);
@@ -144,7 +144,7 @@ static int tpl__builder(const struct cp *cp, char *out, size_t len)
 
 int cp_templates_ensure(struct cp *cp, struct al_error *err)
 {
-    if (cp->backend == &cp_backend_test)
+    if (cp->backend->host_process)
         return 0;
     char *missing[64];
     size_t nm = 0;

@@ -6,7 +6,8 @@
 #       "up" namespace: the fake internet on 203.0.113.0/24: DNS at 203.0.113.53 (allowed.test
 #       -> .10, evil.test -> .11), HTTP servers "good" (.10:80) and "evil" (.11:80), a UDP
 #       server on .10:443.
-#       BACKEND: jail (default) or test (airlockd's test backend); NETWORK: on (default) or
+#       BACKEND: jail (default) or test (the test backend, which only airlockd-test has: cp_start
+#       runs that one then); NETWORK: on (default) or
 #       off. Sets CP_STATE, CP_CG (this instance's cgroup parent), CP_PREFIX (its interface
 #       prefix), CP_KEY; writes $AL_TMP/airlockd.yaml (CP_SANDBOXES_EXTRA: more lines, indented
 #       by two spaces, for its "sandboxes:" section); registers cleanups.
@@ -136,8 +137,10 @@ cp_start() {
   # wait below could find the previous run's banner.
   [ -f "$AL_TMP/$job.log" ] && cat "$AL_TMP/$job.log" >>"$AL_TMP/$job.history.log"
   : >"$AL_TMP/$job.log"
+  local daemon=airlockd
+  [ "$CP_BACKEND" = test ] && daemon=airlockd-test
   al_bg "$job" nsenter --net="/run/netns/$CP_HOSTNS" -- env AIRLOCK_API_KEY="$CP_KEY" \
-    AIRLOCK_LOG_FORMAT=json "$AIRLOCK_BIN/airlockd" --listen 127.0.0.1:0 --state-dir "$CP_STATE" \
+    AIRLOCK_LOG_FORMAT=json "$AIRLOCK_BIN/$daemon" --listen 127.0.0.1:0 --state-dir "$CP_STATE" \
     --config "$AL_TMP/airlockd.yaml"
   al_wait_line "$job" '^export E2B_API_URL=' 600 || { tail -40 "$AL_TMP/$job.log" >&2; return 1; }
   CP_URL=$(sed -n 's/^export E2B_API_URL=//p' "$AL_TMP/$job.log" | tail -1)
