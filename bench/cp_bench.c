@@ -243,13 +243,21 @@ static uint64_t host_busy_ns(void)
 #define N_STAGES 5
 static const char *const stage_names[N_STAGES] = {"accept", "network", "egress", "queue", "start"};
 
+/* airlockd's /metrics, whole. */
+static int metrics_get(struct al_http_resp *r, struct al_error *e)
+{
+    struct al_http_call_opts o = {
+        .target = g_url, .method = "GET", .path = "/metrics", .timeout_ms = 10000};
+    return al_http_call(&o, r, e);
+}
+
 static int stage_sums(double sum[N_STAGES], double count[N_STAGES])
 {
     struct al_http_resp r = {0};
     struct al_error e = {0};
     memset(sum, 0, N_STAGES * sizeof *sum);
     memset(count, 0, N_STAGES * sizeof *count);
-    if (!g_url[0] || al_http_call(g_url, "GET", "/metrics", NULL, 0, NULL, 0, 10000, 0, &r, &e))
+    if (!g_url[0] || metrics_get(&r, &e))
         return -1;
     int found = 0;
     const char *t = r.body.data ? r.body.data : "";
@@ -291,10 +299,7 @@ static bool pools_wait(int timeout_s)
     do {
         struct al_http_resp r = {0};
         struct al_error e = {0};
-        bool full =
-            g_url[0] &&
-            al_http_call(g_url, "GET", "/metrics", NULL, 0, NULL, 0, 10000, 0, &r, &e) == 0 &&
-            r.body.data;
+        bool full = g_url[0] && metrics_get(&r, &e) == 0 && r.body.data;
         for (size_t i = 0; full && i < 2; i++) {
             char rs[96], ss[96];
             snprintf(rs, sizeof rs, "airlock_pool_ready{pool=\"%s\"}", pools[i]);

@@ -56,8 +56,15 @@ int cp_cli_call(const char *method, const char *path, json_t *body, int *status,
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     struct al_http_header h[] = {{"Content-Type", "application/json"}};
     struct al_http_resp r = {0};
-    int rc = al_http_call(cli__target, method, path, h, body ? 1 : 0, text, text ? strlen(text) : 0,
-                          CLI_TIMEOUT_MS, 0, &r, &err);
+    struct al_http_call_opts o = {.target = cli__target,
+                                  .method = method,
+                                  .path = path,
+                                  .headers = h,
+                                  .n_headers = body ? 1 : 0,
+                                  .body = text,
+                                  .body_len = text ? strlen(text) : 0,
+                                  .timeout_ms = CLI_TIMEOUT_MS};
+    int rc = al_http_call(&o, &r, &err);
     free(text);
     if (rc) {
         fprintf(stderr, "airlock: cannot reach airlockd (%s): %s\n", cli__target,

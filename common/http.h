@@ -490,19 +490,31 @@ struct al_http_resp {
     struct al_http_header *headers; /* owned; freed by al_http_resp_free */
     size_t n_headers;
 };
-/* One exchange with one deadline (timeout_ms, 0 = 30 s, covering connect to the last
- * body byte) and a body cap (max_body, 0 = 16 MiB; beyond it: -EFBIG). An HTTP error
- * status is a successful call (look at out->status). err says what failed and where.
- * out->body.data is "" for an empty body; free out with al_http_resp_free (also safe
- * after a failed call). */
-int al_http_call(const char *target, const char *method, const char *path,
-                 const struct al_http_header *hdrs, size_t n_hdrs, const void *body,
-                 size_t body_len, uint32_t timeout_ms, size_t max_body, struct al_http_resp *out,
-                 struct al_error *err);
-/* JSON in, JSON out; body may be NULL. *out is NULL for an empty response body; a body
- * that is not JSON is -EBADMSG (err quotes its start). */
-int al_http_call_json(const char *target, const char *method, const char *path, json_t *body,
-                      uint32_t timeout_ms, int *status, json_t **out, struct al_error *err);
+/* One blocking exchange. target, method and path as in al_http_creq_opts. */
+struct al_http_call_opts {
+    const char *target;
+    const char *method;
+    const char *path;
+    const struct al_http_header *headers;
+    size_t n_headers;
+    const void *body; /* whole body, or NULL */
+    size_t body_len;
+    uint32_t timeout_ms; /* connect to the last body byte; 0 = 30 s */
+    size_t max_body;     /* response body cap; 0 = 16 MiB; beyond it: -EFBIG */
+    /* The request carries a secret (a token header, a secret value in the body): every copy
+     * the call makes of what it sends is wiped when freed. */
+    bool wipe;
+};
+/* An HTTP error status is a successful call (look at out->status). err says what failed
+ * and where. out->body.data is "" for an empty body; free out with al_http_resp_free (also
+ * safe after a failed call). */
+int al_http_call(const struct al_http_call_opts *o, struct al_http_resp *out, struct al_error *err);
+/* JSON in, JSON out: the body is body encoded, or o->body as it is (JSON text the caller
+ * encoded, e.g. in locked memory; not both: -EINVAL), or none; it is sent with "Accept" and
+ * "Content-Type: application/json" after o->headers. *out is NULL for an empty response
+ * body; a body that is not JSON is -EBADMSG (err quotes its start). */
+int al_http_call_json(const struct al_http_call_opts *o, json_t *body, int *status, json_t **out,
+                      struct al_error *err);
 const char *al_http_resp_header(const struct al_http_resp *r, const char *name);
 void al_http_resp_free(struct al_http_resp *r);
 

@@ -11,7 +11,9 @@
 #include "json.h"
 #include "log.h"
 
+#include <assert.h>
 #include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,15 +91,22 @@ static void sync__on_deadline(uv_timer_t *t)
         al_http_creq_cancel(s->c);
 }
 
-int al_http_call(const char *target, const char *method, const char *path,
-                 const struct al_http_header *hdrs, size_t n_hdrs, const void *body,
-                 size_t body_len, uint32_t timeout_ms, size_t max_body, struct al_http_resp *out,
-                 struct al_error *err)
+/* The JSON text of a request that carries a secret is wiped before it is freed. */
+static void sync__free_text(char *text, bool wipe)
 {
+    if (text && wipe)
+        sodium_memzero(text, strlen(text));
+    free(text);
+}
+
+int al_http_call(const struct al_http_call_opts *co, struct al_http_resp *out, struct al_error *err)
+{
+    assert(co && out);
     memset(out, 0, sizeof *out);
+    const char *target = co->target, *method = co->method, *path = co->path;
     struct sync_call s = {.out = out};
-    s.timeout_ms = timeout_ms ? timeout_ms : SYNC_DEFAULT_TIMEOUT_MS;
-    s.max_body = max_body ? max_body : SYNC_DEFAULT_MAX_BODY;
+    s.timeout_ms = co->timeout_ms ? co->timeout_ms : SYNC_DEFAULT_TIMEOUT_MS;
+    s.max_body = co->max_body ? co->max_body : SYNC_DEFAULT_MAX_BODY;
     al_buf_init(&out->body, s.max_body);
 
     struct http__target t;
@@ -115,11 +124,12 @@ int al_http_call(const char *target, const char *method, const char *path,
         .target = target,
         .method = method,
         .path = path,
-        .headers = hdrs,
-        .n_headers = n_hdrs,
-        .body = body,
-        .body_len = body_len,
+        .headers = co->headers,
+        .n_headers = co->n_headers,
+        .body = co->body,
+        .body_len = co->body_len,
         .timeout_ms = s.timeout_ms,
+        .wipe = co->wipe,
         .on_response = sync__on_response,
         .on_data = sync__on_data,
         .on_done = sync__on_done,
@@ -165,21 +175,43 @@ int al_http_call(const char *target, const char *method, const char *path,
     return 0;
 }
 
-int al_http_call_json(const char *target, const char *method, const char *path, json_t *body,
-                      uint32_t timeout_ms, int *status, json_t **out, struct al_error *err)
+int al_http_call_json(const struct al_http_call_opts *o, json_t *body, int *status, json_t **out,
+                      struct al_error *err)
 {
+    assert(o && status && out);
     *out = NULL;
-    al_autofree char *req = NULL;
+    if (o->body && body)
+        return al_error_set(err, -EINVAL,
+                            "al_http_call_json takes one body: JSON to encode or the options' "
+                            "text, not both");
+    char *req = NULL;
     if (body) {
         req = json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY);
         if (!req)
             return al_error_set(err, -ENOMEM, "cannot encode the request body as JSON");
     }
-    struct al_http_header hdrs[] = {{"Accept", "application/json"},
-                                    {"Content-Type", "application/json"}};
+    bool has_body = req || o->body;
+    size_t n = o->n_headers + (has_body ? 2 : 1);
+    al_autofree struct al_http_header *hdrs = calloc(n, sizeof *hdrs);
+    if (!hdrs) {
+        sync__free_text(req, o->wipe);
+        return al_error_set(err, -ENOMEM, "out of memory for the request's headers");
+    }
+    if (o->n_headers)
+        memcpy(hdrs, o->headers, o->n_headers * sizeof *hdrs);
+    hdrs[o->n_headers] = (struct al_http_header){"Accept", "application/json"};
+    if (has_body)
+        hdrs[o->n_headers + 1] = (struct al_http_header){"Content-Type", "application/json"};
+    struct al_http_call_opts co = *o;
+    co.headers = hdrs;
+    co.n_headers = n;
+    if (req) {
+        co.body = req;
+        co.body_len = strlen(req);
+    }
     struct al_http_resp r;
-    int rc = al_http_call(target, method, path, hdrs, req ? 2 : 1, req, req ? strlen(req) : 0,
-                          timeout_ms, 0, &r, err);
+    int rc = al_http_call(&co, &r, err);
+    sync__free_text(req, o->wipe);
     if (rc)
         return rc;
     *status = r.status;
@@ -190,7 +222,7 @@ int al_http_call_json(const char *target, const char *method, const char *path, 
             rc = al_error_set(err, -EBADMSG,
                               "%s %s answered %d with a body that is not JSON "
                               "(%s): %.80s",
-                              method, path, r.status, jerr.msg, r.body.data);
+                              o->method, o->path, r.status, jerr.msg, r.body.data);
         }
     }
     al_http_resp_free(&r);

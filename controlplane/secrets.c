@@ -33,27 +33,16 @@ int cp_vault_call(struct cp *cp, const char *method, const char *path, const voi
     *status = 0;
     char target[4300];
     snprintf(target, sizeof target, "unix:%s/%s", cp->cfg.state_dir, AL_SOCK_VAULT);
-    struct al_http_header hdrs[] = {{"Accept", "application/json"},
-                                    {"Content-Type", "application/json"}};
-    struct al_http_resp r;
-    int rc = al_http_call(target, method, path, hdrs, body ? 2 : 1, body, body ? body_len : 0,
-                          CP_VAULT_MS, 0, &r, err);
-    if (rc) {
-        al_http_resp_free(&r);
-        return -ENOTCONN;
-    }
-    *status = r.status;
-    if (r.body.len) {
-        struct al_error jerr = {0};
-        *out = al_json_parse(r.body.data, r.body.len, &jerr);
-        if (!*out)
-            rc = al_error_set(err, -EBADMSG,
-                              "airlock-vault answered %d with a body that is not "
-                              "JSON (%s)",
-                              r.status, jerr.msg);
-    }
-    al_http_resp_free(&r);
-    return rc;
+    /* wipe: a body carries a secret's value (cp_vault_put wipes its own copy). */
+    struct al_http_call_opts o = {.target = target,
+                                  .method = method,
+                                  .path = path,
+                                  .body = body,
+                                  .body_len = body ? body_len : 0,
+                                  .timeout_ms = CP_VAULT_MS,
+                                  .wipe = body != NULL};
+    int rc = al_http_call_json(&o, NULL, status, out, err);
+    return rc && rc != -EBADMSG ? -ENOTCONN : rc;
 }
 
 int cp_vault_put(struct cp *cp, const char *method, const char *name, const json_t *fields,

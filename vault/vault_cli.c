@@ -473,7 +473,9 @@ static int cli__connect(struct cli *c)
         int status = 0;
         json_t *out = NULL;
         struct al_error e = {0};
-        int rc = al_http_call_json(target, "GET", "/v1/health", NULL, 5000, &status, &out, &e);
+        struct al_http_call_opts o = {
+            .target = target, .method = "GET", .path = "/v1/health", .timeout_ms = 5000};
+        int rc = al_http_call_json(&o, NULL, &status, &out, &e);
         json_decref(out);
         if (rc == 0 && status == 200) {
             c->daemon = true;
@@ -518,7 +520,10 @@ static int cli__call(struct cli *c, const char *method, const char *path, json_t
     snprintf(target, sizeof target, "unix:%s", c->sock);
     int status = 0;
     struct al_error e = {0};
-    if (al_http_call_json(target, method, path, body, 30000, &status, out, &e) != 0) {
+    /* wipe: create and rotate carry the secret's value. */
+    struct al_http_call_opts o = {
+        .target = target, .method = method, .path = path, .timeout_ms = 30000, .wipe = true};
+    if (al_http_call_json(&o, body, &status, out, &e) != 0) {
         fprintf(stderr, "airlock vault: %s\n", al_error_str(&e));
         return -1;
     }

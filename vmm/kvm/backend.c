@@ -513,7 +513,12 @@ static int kb__make_template(void *ctx, char *parent, size_t plen, char *name, s
     for (;;) {
         struct al_http_resp r = {0};
         struct al_error e = {0};
-        int c = al_http_call(target, "GET", "/health", NULL, 0, NULL, 0, 2000, 4096, &r, &e);
+        struct al_http_call_opts o = {.target = target,
+                                      .method = "GET",
+                                      .path = "/health",
+                                      .timeout_ms = 2000,
+                                      .max_body = 4096};
+        int c = al_http_call(&o, &r, &e);
         int st = r.status;
         al_http_resp_free(&r);
         if (c == 0 && st >= 200 && st < 300)
@@ -563,10 +568,9 @@ static int kb__init_agent(struct kvm_be *k, const char *agent_sock, const struct
     if (!init)
         return al_error_set(err, -ENOMEM, "out of memory");
     uint64_t now = al_wall_ns();
-    char ts[64], date[40];
-    al_time_rfc3339(date, sizeof date, now);
-    /* al_time_rfc3339 gives milliseconds: nanoseconds here. */
-    snprintf(ts, sizeof ts, "%.19s.%09lluZ", date, (unsigned long long)(now % 1000000000ull));
+    char ts[AL_TIME_FORMAT_MAX];
+    al_time_format(ts, sizeof ts, (int64_t)(now / 1000000000ull), (long)(now % 1000000000ull),
+                   AL_TIME_RFC3339_NS);
     json_object_set_new(init, "timestamp", json_string(ts));
     unsigned char seed[KB_SEED_BYTES];
     char seed64[sodium_base64_ENCODED_LEN(KB_SEED_BYTES, sodium_base64_VARIANT_ORIGINAL)];
@@ -608,8 +612,18 @@ static int kb__init_agent(struct kvm_be *k, const char *agent_sock, const struct
         struct al_http_resp r = {0};
         struct al_error e = {0};
         uint64_t left_ms = (deadline - al_now_ns()) / 1000000ull;
-        int c = al_http_call(target, "POST", "/init", h, s->access_token ? 2 : 1, body, blen,
-                             (uint32_t)AL_MIN(AL_MAX(left_ms, 1), 5000), 65536, &r, &e);
+        /* wipe: the init carries the token and the seed (the copy here is wiped below). */
+        struct al_http_call_opts o = {.target = target,
+                                      .method = "POST",
+                                      .path = "/init",
+                                      .headers = h,
+                                      .n_headers = s->access_token ? 2 : 1,
+                                      .body = body,
+                                      .body_len = blen,
+                                      .timeout_ms = (uint32_t)AL_MIN(AL_MAX(left_ms, 1), 5000),
+                                      .max_body = 65536,
+                                      .wipe = true};
+        int c = al_http_call(&o, &r, &e);
         if (c == 0 && r.status == 204) {
             al_http_resp_free(&r);
             rc = 0;

@@ -279,8 +279,16 @@ static void call(struct resp *r, const char *method, const char *path, int port,
         h[n++] = extra[i];
     struct al_error e = {0};
     memset(r, 0, sizeof *r);
-    r->rc = al_http_call(g_agent_target, method, path, h, n, body, body_len, CALL_TIMEOUT_MS,
-                         80u << 20, &r->raw, &e);
+    struct al_http_call_opts o = {.target = g_agent_target,
+                                  .method = method,
+                                  .path = path,
+                                  .headers = h,
+                                  .n_headers = n,
+                                  .body = body,
+                                  .body_len = body_len,
+                                  .timeout_ms = CALL_TIMEOUT_MS,
+                                  .max_body = 80u << 20};
+    r->rc = al_http_call(&o, &r->raw, &e);
     snprintf(r->err, sizeof r->err, "%s", e.msg);
     r->status = r->raw.status;
     if (r->rc == 0 && r->raw.body.len && r->raw.body.data[0] == '{')

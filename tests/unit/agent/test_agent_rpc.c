@@ -192,8 +192,16 @@ static void call(struct resp *r, const char *method, bool stream, const char *ti
     struct al_http_resp raw;
     struct al_error e = {0};
     memset(r, 0, sizeof *r);
-    int rc =
-        al_http_call(g_target, "POST", path, h, n, body.data, body.len, 20000, 16u << 20, &raw, &e);
+    struct al_http_call_opts o = {.target = g_target,
+                                  .method = "POST",
+                                  .path = path,
+                                  .headers = h,
+                                  .n_headers = n,
+                                  .body = body.data,
+                                  .body_len = body.len,
+                                  .timeout_ms = 20000,
+                                  .max_body = 16u << 20};
+    int rc = al_http_call(&o, &raw, &e);
     al_buf_free(&body);
     ck_assert_msg(rc == 0, "%s: %s", method, e.msg);
     r->status = raw.status;

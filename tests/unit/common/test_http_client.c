@@ -802,6 +802,13 @@ static void tsrv_setup(void)
     tsrv_start(&T);
 }
 
+/* The blocking client's options for target GET path, bounded by timeout_ms. */
+static struct al_http_call_opts call_get(const char *target, const char *path, uint32_t timeout_ms)
+{
+    return (struct al_http_call_opts){
+        .target = target, .method = "GET", .path = path, .timeout_ms = timeout_ms};
+}
+
 START_TEST(blocking_call_and_json)
 {
     tsrv_setup();
@@ -809,27 +816,70 @@ START_TEST(blocking_call_and_json)
     snprintf(target, sizeof target, "unix:%s", T.sock);
     struct al_http_resp resp;
     struct al_error err = {0};
-    ck_assert_int_eq(al_http_call(target, "GET", "/hello", NULL, 0, NULL, 0, 5000, 0, &resp, &err),
-                     0);
+    struct al_http_call_opts o = call_get(target, "/hello", 5000);
+    ck_assert_int_eq(al_http_call(&o, &resp, &err), 0);
     ck_assert_int_eq(resp.status, 200);
     ck_assert_str_eq(resp.body.data, "hello");
     ck_assert_str_eq(al_http_resp_header(&resp, "CONTENT-LENGTH"), "5");
     al_http_resp_free(&resp);
 
+    /* Headers and a body, with and without wipe (the same exchange either way). */
+    struct al_http_header h[] = {{"X-Test", "v1"}};
+    for (int wipe = 0; wipe < 2; wipe++) {
+        o = (struct al_http_call_opts){.target = target,
+                                       .method = "POST",
+                                       .path = "/echo",
+                                       .headers = h,
+                                       .n_headers = 1,
+                                       .body = "secret",
+                                       .body_len = 6,
+                                       .wipe = wipe};
+        ck_assert_int_eq(al_http_call(&o, &resp, &err), 0);
+        ck_assert_int_eq(resp.status, 200);
+        ck_assert_str_eq(resp.body.data, "secret");
+        al_http_resp_free(&resp);
+    }
+    o = call_get(target, "/headers", 5000);
+    o.headers = h;
+    o.n_headers = 1;
+    ck_assert_int_eq(al_http_call(&o, &resp, &err), 0);
+    ck_assert_ptr_nonnull(strstr(resp.body.data, "x-test=v1 count=1 method=GET"));
+    al_http_resp_free(&resp);
+
     int status = 0;
     json_t *out = NULL;
     json_t *in = json_pack("{s:s}", "k", "v");
-    ck_assert_int_eq(al_http_call_json(target, "POST", "/echo", in, 5000, &status, &out, &err), 0);
-    json_decref(in);
+    o = (struct al_http_call_opts){.target = target, .method = "POST", .path = "/echo"};
+    ck_assert_int_eq(al_http_call_json(&o, in, &status, &out, &err), 0);
     ck_assert_int_eq(status, 200);
     ck_assert_str_eq(json_string_value(json_object_get(out, "k")), "v");
     json_decref(out);
+    o.wipe = true;
+    ck_assert_int_eq(al_http_call_json(&o, in, &status, &out, &err), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(out, "k")), "v");
+    json_decref(out);
+    /* JSON text the caller encoded goes as it is; with a JSON body beside it: refused. */
+    o.body = "{\"t\":\"text\"}";
+    o.body_len = strlen(o.body);
+    ck_assert_int_eq(al_http_call_json(&o, NULL, &status, &out, &err), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(out, "t")), "text");
+    json_decref(out);
+    ck_assert_int_eq(al_http_call_json(&o, in, &status, &out, &err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not both"));
+    ck_assert_ptr_null(out);
+    json_decref(in);
 
-    ck_assert_int_eq(al_http_call_json(target, "GET", "/hello", NULL, 5000, &status, &out, &err),
-                     -EBADMSG);
+    o = call_get(target, "/hello", 5000);
+    ck_assert_int_eq(al_http_call_json(&o, NULL, &status, &out, &err), -EBADMSG);
     ck_assert_ptr_nonnull(strstr(err.msg, "not JSON"));
-    ck_assert_int_eq(
-        al_http_call_json(target, "GET", "/nocontent", NULL, 5000, &status, &out, &err), 0);
+    /* The caller's headers go out beside Accept (the error quotes the text answer). */
+    o = call_get(target, "/headers", 5000);
+    o.headers = h;
+    o.n_headers = 1;
+    ck_assert_int_eq(al_http_call_json(&o, NULL, &status, &out, &err), -EBADMSG);
+    ck_assert_msg(strstr(err.msg, "x-test=v1 count=1 method=GET"), "%s", err.msg);
+    o = call_get(target, "/nocontent", 5000);
+    ck_assert_int_eq(al_http_call_json(&o, NULL, &status, &out, &err), 0);
     ck_assert_int_eq(status, 204);
     ck_assert_ptr_null(out);
     tsrv_stop(&T);
@@ -843,26 +893,24 @@ START_TEST(blocking_call_limits_and_errors)
     snprintf(target, sizeof target, "127.0.0.1:%d", T.port);
     struct al_http_resp resp;
     struct al_error err = {0};
-    ck_assert_int_eq(
-        al_http_call(target, "GET", "/bulk?kib=64", NULL, 0, NULL, 0, 5000, 1000, &resp, &err),
-        -EFBIG);
+    struct al_http_call_opts o = call_get(target, "/bulk?kib=64", 5000);
+    o.max_body = 1000;
+    ck_assert_int_eq(al_http_call(&o, &resp, &err), -EFBIG);
     ck_assert_ptr_nonnull(strstr(err.msg, "larger than 1000 bytes"));
-    ck_assert_int_eq(al_http_call(target, "GET", "/chunks?n=100&delay=20", NULL, 0, NULL, 0, 200, 0,
-                                  &resp, &err),
-                     -ETIMEDOUT);
+    o = call_get(target, "/chunks?n=100&delay=20", 200);
+    ck_assert_int_eq(al_http_call(&o, &resp, &err), -ETIMEDOUT);
     ck_assert_ptr_nonnull(strstr(err.msg, "within 200 ms"));
-    ck_assert_int_eq(al_http_call("nohost", "GET", "/", NULL, 0, NULL, 0, 1000, 0, &resp, &err),
-                     -EINVAL);
+    o = call_get("nohost", "/", 1000);
+    ck_assert_int_eq(al_http_call(&o, &resp, &err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "missing port"));
-    ck_assert_int_eq(
-        al_http_call("https://127.0.0.1:1", "GET", "/", NULL, 0, NULL, 0, 1000, 0, &resp, &err),
-        -EPROTONOSUPPORT);
-    ck_assert_int_eq(
-        al_http_call(target, "GET", "no-slash", NULL, 0, NULL, 0, 1000, 0, &resp, &err), -EINVAL);
+    o = call_get("https://127.0.0.1:1", "/", 1000);
+    ck_assert_int_eq(al_http_call(&o, &resp, &err), -EPROTONOSUPPORT);
+    o = call_get(target, "no-slash", 1000);
+    ck_assert_int_eq(al_http_call(&o, &resp, &err), -EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "must start with '/'"));
     /* The server's own errors come back as responses, not failures. */
-    ck_assert_int_eq(al_http_call(target, "GET", "/nope", NULL, 0, NULL, 0, 5000, 0, &resp, &err),
-                     0);
+    o = call_get(target, "/nope", 5000);
+    ck_assert_int_eq(al_http_call(&o, &resp, &err), 0);
     ck_assert_int_eq(resp.status, 404);
     al_http_resp_free(&resp);
     tsrv_stop(&T);

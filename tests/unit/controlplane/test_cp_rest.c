@@ -441,8 +441,15 @@ static void req_full(struct resp *r, const char *target, const char *method, con
     struct al_http_resp out = {0};
     struct al_error err = {0};
     memset(r, 0, sizeof *r);
-    int rc = al_http_call(target, method, path, h, n, body, body ? strlen(body) : 0, 10000, 0, &out,
-                          &err);
+    struct al_http_call_opts o = {.target = target,
+                                  .method = method,
+                                  .path = path,
+                                  .headers = h,
+                                  .n_headers = n,
+                                  .body = body,
+                                  .body_len = body ? strlen(body) : 0,
+                                  .timeout_ms = 10000};
+    int rc = al_http_call(&o, &out, &err);
     ck_assert_msg(rc == 0, "%s %s: %s", method, path, err.msg);
     r->status = out.status;
     r->len = out.body.len < sizeof r->raw - 1 ? out.body.len : sizeof r->raw - 1;
@@ -1544,8 +1551,15 @@ static void *tt_create(void *arg)
     const char *body = "{\"templateID\":\"slow\"}";
     struct al_http_resp out = {0};
     struct al_error err = {0};
-    if (al_http_call(g_target, "POST", "/v2/sandboxes", h, 2, body, strlen(body), 10000, 0, &out,
-                     &err) == 0) {
+    struct al_http_call_opts o = {.target = g_target,
+                                  .method = "POST",
+                                  .path = "/v2/sandboxes",
+                                  .headers = h,
+                                  .n_headers = 2,
+                                  .body = body,
+                                  .body_len = strlen(body),
+                                  .timeout_ms = 10000};
+    if (al_http_call(&o, &out, &err) == 0) {
         a->status = out.status;
         snprintf(a->body, sizeof a->body, "%.*s", (int)out.body.len,
                  out.body.data ? out.body.data : "");
@@ -1922,7 +1936,13 @@ START_TEST(proxy_cut_off_downloads_fail_in_the_client)
     for (int i = 0; i < 2; i++) {
         struct al_http_resp out = {0};
         struct al_error err = {0};
-        int rc = al_http_call(g_target, "GET", paths[i], h, 2, NULL, 0, 10000, 0, &out, &err);
+        struct al_http_call_opts o = {.target = g_target,
+                                      .method = "GET",
+                                      .path = paths[i],
+                                      .headers = h,
+                                      .n_headers = 2,
+                                      .timeout_ms = 10000};
+        int rc = al_http_call(&o, &out, &err);
         /* The agent's reply broke after 64 KiB: the relayed one must break too, never pass
          * for a complete (shorter) download. */
         ck_assert_msg(rc < 0, "%s: a cut-off download looked complete (%zu bytes)", paths[i],

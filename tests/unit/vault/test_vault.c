@@ -1864,9 +1864,9 @@ static pid_t start_daemon(const char *state)
     for (int i = 0; i < 200; i++) {
         int st = 0;
         json_t *out = NULL;
-        if (al_http_call_json(g_sock_target, "GET", "/v1/health", NULL, 1000, &st, &out, NULL) ==
-                0 &&
-            st == 200) {
+        struct al_http_call_opts o = {
+            .target = g_sock_target, .method = "GET", .path = "/v1/health", .timeout_ms = 1000};
+        if (al_http_call_json(&o, NULL, &st, &out, NULL) == 0 && st == 200) {
             json_decref(out);
             return pid;
         }
@@ -1907,7 +1907,9 @@ static int http_status(const char *method, const char *path, const char *body, j
     json_t *b = body ? json_loads(body, 0, NULL) : NULL;
     int st = 0;
     json_t *o = NULL;
-    int rc = al_http_call_json(g_sock_target, method, path, b, 5000, &st, &o, NULL);
+    struct al_http_call_opts co = {
+        .target = g_sock_target, .method = method, .path = path, .timeout_ms = 5000};
+    int rc = al_http_call_json(&co, b, &st, &o, NULL);
     json_decref(b);
     if (out)
         *out = o;
@@ -1951,8 +1953,16 @@ static int egress_probe(void *arg)
     struct al_http_header h = {"Content-Type", "application/json"};
     char target[700];
     snprintf(target, sizeof target, "%s", g_sock_target);
-    if (al_http_call(target, "POST", "/v1/fetch", &h, 1, body, strlen(body), 5000, 65536, &r,
-                     NULL) != 0)
+    struct al_http_call_opts o = {.target = target,
+                                  .method = "POST",
+                                  .path = "/v1/fetch",
+                                  .headers = &h,
+                                  .n_headers = 1,
+                                  .body = body,
+                                  .body_len = strlen(body),
+                                  .timeout_ms = 5000,
+                                  .max_body = 65536};
+    if (al_http_call(&o, &r, NULL) != 0)
         return 20;
     free(body);
     if (r.status != 200)
