@@ -16,6 +16,14 @@
 
 #include "error.h"
 
+/* al_autojson json_t *v = json_object();   json_decref'd when v goes out of scope (see
+ * common/cleanup.h). */
+static inline void al__cleanup_json(json_t **v)
+{
+    json_decref(*v);
+}
+#define al_autojson __attribute__((cleanup(al__cleanup_json)))
+
 /* Escapes in as a JSON string body (no quotes) into out (always NUL-terminated; truncated
  * at a character boundary if out is too small). Control characters become \u00XX; bytes
  * that are not valid UTF-8 become \ufffd. Returns the length written. */

@@ -6,9 +6,11 @@
 #include "vault/vault.h"
 
 #include "common/confine.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <grp.h>
 #include <inttypes.h>
@@ -302,51 +304,67 @@ __attribute__((format(printf, 3, 4))) static int svc__error(json_t **out, int st
     return status;
 }
 
-/* One access-log record. Returns the append's result. */
-static int svc__audit(struct vault_service *svc, const char *op, const struct vault_peer *p,
-                      unsigned roles, const char *secret, uint32_t version, const char *secret_id,
-                      json_t *on_behalf, const char *result, int status, const char *reason)
+/* What an access-log record says of an operation: who asked (p, with the roles they hold)
+ * for what (op on secret, version, secret_id; on_behalf: the egress proxy's context of a
+ * fetch, borrowed). Unset fields are left out of the record. */
+struct svc__rec {
+    const char *op;
+    const struct vault_peer *p;
+    unsigned roles;
+    const char *secret;
+    uint32_t version;
+    const char *secret_id;
+    json_t *on_behalf;
+};
+
+/* Appends one access-log record: rec and how the operation ended (result, status, reason).
+ * Returns the append's result. */
+static int svc__audit(struct vault_service *svc, const struct svc__rec *rec, const char *result,
+                      int status, const char *reason)
 {
+    assert(rec->op && rec->p && result);
+    const struct vault_peer *p = rec->p;
     char actor[64];
     svc__actor(svc, p, actor, sizeof actor);
     json_t *r =
-        json_pack("{s:s,s:s,s:i,s:{s:I,s:I,s:I,s:s},s:o}", "op", op, "result", result, "status",
-                  status, "peer", "uid", (json_int_t)p->uid, "gid", (json_int_t)p->gid, "pid",
-                  (json_int_t)p->pid, "who", actor, "roles", svc__roles_json(roles));
-    if (!r) {
-        json_decref(on_behalf);
+        json_pack("{s:s,s:s,s:i,s:{s:I,s:I,s:I,s:s},s:o}", "op", rec->op, "result", result,
+                  "status", status, "peer", "uid", (json_int_t)p->uid, "gid", (json_int_t)p->gid,
+                  "pid", (json_int_t)p->pid, "who", actor, "roles", svc__roles_json(rec->roles));
+    if (!r)
         return -ENOMEM;
-    }
-    if (secret)
-        json_object_set_new(r, "secret", json_string(secret));
-    if (version)
-        json_object_set_new(r, "version", json_integer(version));
-    if (secret_id && *secret_id)
-        json_object_set_new(r, "secret_id", json_string(secret_id));
-    if (on_behalf)
-        json_object_set_new(r, "on_behalf", on_behalf);
+    if (rec->secret)
+        json_object_set_new(r, "secret", json_string(rec->secret));
+    if (rec->version)
+        json_object_set_new(r, "version", json_integer(rec->version));
+    if (rec->secret_id && *rec->secret_id)
+        json_object_set_new(r, "secret_id", json_string(rec->secret_id));
+    if (rec->on_behalf)
+        json_object_set(r, "on_behalf", rec->on_behalf);
     if (reason && *reason)
         json_object_set_new(r, "reason", json_string(reason));
     json_object_set_new(r, "generation", json_integer((json_int_t)vault_service_generation(svc)));
     int rc = svc->audit ? al_auditlog_append(svc->audit, r, NULL) : 0;
     json_decref(r);
     if (rc)
-        al_error("vault: cannot write the access log (%s): %s refused", strerror(-rc), op);
+        al_error("vault: cannot write the access log (%s): %s refused", strerror(-rc), rec->op);
     return rc;
 }
 
-/* The checks every operation starts with. Returns 0 to go on, else the status (and *out). */
-static int svc__begin(struct vault_service *svc, const char *op, const struct vault_peer *p,
-                      unsigned need, unsigned *roles, const char *secret, json_t **out)
+/* The checks every operation starts with: sets rec->roles (from rec->p) and, when they are
+ * not enough or the vault cannot answer, logs rec. Returns 0 to go on, else the status (and
+ * *out). */
+static int svc__begin(struct vault_service *svc, struct svc__rec *rec, unsigned need, json_t **out)
 {
-    *roles = svc__roles(svc, p);
+    const char *op = rec->op;
+    const struct vault_peer *p = rec->p;
+    rec->roles = svc__roles(svc, p);
     int arc = svc->audit ? al_auditlog_status(svc->audit) : 0;
     if (arc)
         return svc__error(out, 503,
                           "the vault's access log cannot be written (%s): every access is "
                           "refused until it can (check the disk under %s/" VAULT_AUDIT_DIR ")",
                           strerror(-arc), vault_store_dir(svc->store));
-    if (!(*roles & need)) {
+    if (!(rec->roles & need)) {
         char actor[64];
         svc__actor(svc, p, actor, sizeof actor);
         const char *who = need == VAULT_ROLE_ADMIN ? "administrators (root or the admin group)"
@@ -378,7 +396,7 @@ static int svc__begin(struct vault_service *svc, const char *op, const struct va
                 snprintf(reason + n, sizeof reason - (size_t)n,
                          " (and %llu earlier refusals of this uid were not logged one by one)",
                          (unsigned long long)u->deny_suppressed);
-            if (svc__audit(svc, op, p, *roles, secret, 0, NULL, NULL, "denied", 403, reason))
+            if (svc__audit(svc, rec, "denied", 403, reason))
                 return svc__error(out, 503, "the vault's access log cannot be written");
             u->deny_suppressed = 0;
             al_warn("vault: refused %s: %s (pid %d)", op, reason, (int)p->pid);
@@ -396,10 +414,16 @@ static int svc__begin(struct vault_service *svc, const char *op, const struct va
     struct al_error e = {0};
     if (vault_store_refresh(svc->store, NULL, &e) != 0) {
         al_error("vault: %s", al_error_str(&e));
-        svc__audit(svc, op, p, *roles, secret, 0, NULL, NULL, "error", 503, al_error_str(&e));
+        svc__audit(svc, rec, "error", 503, al_error_str(&e));
         return svc__error(out, 503, "%s", al_error_str(&e));
     }
     return 0;
+}
+
+/* The access log's result for a failed change's status. */
+static const char *svc__result_of(int status)
+{
+    return status == 404 ? "not_found" : status < 500 ? "invalid" : "error";
 }
 
 static int svc__status_of(int rc)
@@ -425,7 +449,7 @@ int vault_service_whoami(struct vault_service *svc, const struct vault_peer *p, 
     char actor[64];
     svc__actor(svc, p, actor, sizeof actor);
     if (!roles)
-        svc__audit(svc, "whoami", p, roles, NULL, 0, NULL, NULL, "no_role", 200, NULL);
+        svc__audit(svc, &(struct svc__rec){.op = "whoami", .p = p}, "no_role", 200, NULL);
     *out = json_pack("{s:I,s:I,s:s,s:o,s:I}", "uid", (json_int_t)p->uid, "gid", (json_int_t)p->gid,
                      "who", actor, "roles", svc__roles_json(roles), "generation",
                      (json_int_t)vault_service_generation(svc));
@@ -434,15 +458,15 @@ int vault_service_whoami(struct vault_service *svc, const struct vault_peer *p, 
 
 int vault_service_list(struct vault_service *svc, const struct vault_peer *p, json_t **out)
 {
-    unsigned roles;
-    int st = svc__begin(svc, "list", p, VAULT_ROLE_ADMIN | VAULT_ROLE_READER, &roles, NULL, out);
+    struct svc__rec rec = {.op = "list", .p = p};
+    int st = svc__begin(svc, &rec, VAULT_ROLE_ADMIN | VAULT_ROLE_READER, out);
     if (st)
         return st;
     const struct vault_catalog *c = vault_store_catalog(svc->store);
     json_t *arr = json_array();
     for (size_t i = 0; i < c->n; i++)
         json_array_append_new(arr, vault_secret_json(&c->secrets[i], false));
-    if (svc__audit(svc, "list", p, roles, NULL, 0, NULL, NULL, "ok", 200, NULL)) {
+    if (svc__audit(svc, &rec, "ok", 200, NULL)) {
         json_decref(arr);
         return svc__error(out, 503, "the vault's access log cannot be written");
     }
@@ -458,24 +482,23 @@ static const char *svc__loggable_name(const char *name)
 int vault_service_show(struct vault_service *svc, const struct vault_peer *p, const char *name,
                        bool history, json_t **out)
 {
-    const char *op = history ? "history" : "show";
-    unsigned roles;
-    int st = svc__begin(svc, op, p, VAULT_ROLE_ADMIN | VAULT_ROLE_READER, &roles,
-                        svc__loggable_name(name), out);
+    struct svc__rec rec = {
+        .op = history ? "history" : "show", .p = p, .secret = svc__loggable_name(name)};
+    int st = svc__begin(svc, &rec, VAULT_ROLE_ADMIN | VAULT_ROLE_READER, out);
     if (st)
         return st;
     struct al_error e = {0};
     if (vault_name_check(name, &e)) {
-        svc__audit(svc, op, p, roles, svc__loggable_name(name), 0, NULL, NULL, "invalid", 400,
-                   al_error_str(&e));
+        svc__audit(svc, &rec, "invalid", 400, al_error_str(&e));
         return svc__error(out, 400, "%s", al_error_str(&e));
     }
     const struct vault_secret *s = vault_catalog_find(vault_store_catalog(svc->store), name);
     if (!s) {
-        svc__audit(svc, op, p, roles, name, 0, NULL, NULL, "not_found", 404, NULL);
+        svc__audit(svc, &rec, "not_found", 404, NULL);
         return svc__error(out, 404, "no secret named \"%s\" (see `airlock vault ls`)", name);
     }
-    if (svc__audit(svc, op, p, roles, name, s->current, NULL, NULL, "ok", 200, NULL))
+    rec.version = s->current;
+    if (svc__audit(svc, &rec, "ok", 200, NULL))
         return svc__error(out, 503, "the vault's access log cannot be written");
     *out = vault_secret_json(s, history);
     return 200;
@@ -484,14 +507,13 @@ int vault_service_show(struct vault_service *svc, const struct vault_peer *p, co
 static int svc__put(struct vault_service *svc, const struct vault_peer *p,
                     const struct vault_put *put, bool create, json_t **out)
 {
-    const char *op = create ? "create" : "rotate";
-    unsigned roles;
-    int st = svc__begin(svc, op, p, VAULT_ROLE_ADMIN, &roles, svc__loggable_name(put->name), out);
+    struct svc__rec rec = {
+        .op = create ? "create" : "rotate", .p = p, .secret = svc__loggable_name(put->name)};
+    int st = svc__begin(svc, &rec, VAULT_ROLE_ADMIN, out);
     if (st)
         return st;
     if (put->invalid) {
-        svc__audit(svc, op, p, roles, svc__loggable_name(put->name), 0, NULL, NULL, "invalid", 400,
-                   put->invalid);
+        svc__audit(svc, &rec, "invalid", 400, put->invalid);
         return svc__error(out, 400, "%s", put->invalid);
     }
     char actor[64];
@@ -502,18 +524,13 @@ static int svc__put(struct vault_service *svc, const struct vault_peer *p,
                     : vault_store_rotate(svc->store, put, actor, &version, &e);
     if (rc) {
         int status = svc__status_of(rc);
-        svc__audit(svc, op, p, roles, svc__loggable_name(put->name), 0, NULL, NULL,
-                   status == 404  ? "not_found"
-                   : status < 500 ? "invalid"
-                                  : "error",
-                   status, al_error_str(&e));
+        svc__audit(svc, &rec, svc__result_of(status), status, al_error_str(&e));
         return svc__error(out, status, "%s", al_error_str(&e));
     }
     const struct vault_secret *s = vault_catalog_find(vault_store_catalog(svc->store), put->name);
-    const char *sid = s && s->n_versions ? s->versions[0].secret_id : NULL;
-    if (svc__audit(svc, op, p, roles, put->name, version, sid, NULL, "ok", create ? 201 : 200,
-                   NULL) == 0 &&
-        svc->audit)
+    rec.version = version;
+    rec.secret_id = s && s->n_versions ? s->versions[0].secret_id : NULL;
+    if (svc__audit(svc, &rec, "ok", create ? 201 : 200, NULL) == 0 && svc->audit)
         al_auditlog_sync(svc->audit, 2000); /* changes are rare: make their record durable */
     *out = s ? vault_secret_json(s, false) : json_object();
     return create ? 201 : 200;
@@ -534,8 +551,8 @@ int vault_service_rotate(struct vault_service *svc, const struct vault_peer *p,
 int vault_service_delete(struct vault_service *svc, const struct vault_peer *p, const char *name,
                          json_t **out)
 {
-    unsigned roles;
-    int st = svc__begin(svc, "delete", p, VAULT_ROLE_ADMIN, &roles, svc__loggable_name(name), out);
+    struct svc__rec rec = {.op = "delete", .p = p, .secret = svc__loggable_name(name)};
+    int st = svc__begin(svc, &rec, VAULT_ROLE_ADMIN, out);
     if (st)
         return st;
     char actor[64];
@@ -546,15 +563,11 @@ int vault_service_delete(struct vault_service *svc, const struct vault_peer *p, 
     int rc = vault_store_delete(svc->store, name, actor, &e);
     if (rc) {
         int status = svc__status_of(rc);
-        svc__audit(svc, "delete", p, roles, svc__loggable_name(name), 0, NULL, NULL,
-                   status == 404  ? "not_found"
-                   : status < 500 ? "invalid"
-                                  : "error",
-                   status, al_error_str(&e));
+        svc__audit(svc, &rec, svc__result_of(status), status, al_error_str(&e));
         return svc__error(out, status, "%s", al_error_str(&e));
     }
-    if (svc__audit(svc, "delete", p, roles, name, version, NULL, NULL, "ok", 200, NULL) == 0 &&
-        svc->audit)
+    rec.version = version;
+    if (svc__audit(svc, &rec, "ok", 200, NULL) == 0 && svc->audit)
         al_auditlog_sync(svc->audit, 2000);
     *out = json_pack("{s:s,s:b,s:I}", "name", name, "deleted", 1, "generation",
                      (json_int_t)vault_service_generation(svc));
@@ -564,9 +577,8 @@ int vault_service_delete(struct vault_service *svc, const struct vault_peer *p, 
 int vault_service_changes(struct vault_service *svc, const struct vault_peer *p, uint64_t since,
                           json_t **out)
 {
-    unsigned roles;
-    int st = svc__begin(svc, "changes", p, VAULT_ROLE_EGRESS | VAULT_ROLE_ADMIN | VAULT_ROLE_READER,
-                        &roles, NULL, out);
+    struct svc__rec rec = {.op = "changes", .p = p};
+    int st = svc__begin(svc, &rec, VAULT_ROLE_EGRESS | VAULT_ROLE_ADMIN | VAULT_ROLE_READER, out);
     if (st)
         return st;
     const struct vault_catalog *c = vault_store_catalog(svc->store);
@@ -603,9 +615,8 @@ int vault_service_fetch(struct vault_service *svc, const struct vault_peer *p,
                         const struct vault_fetch_req *rq, struct vault_fetched *f, json_t **out)
 {
     memset(f, 0, sizeof *f);
-    unsigned roles;
-    int st =
-        svc__begin(svc, "fetch", p, VAULT_ROLE_EGRESS, &roles, svc__loggable_name(rq->name), out);
+    struct svc__rec rec = {.op = "fetch", .p = p, .secret = svc__loggable_name(rq->name)};
+    int st = svc__begin(svc, &rec, VAULT_ROLE_EGRESS, out);
     if (st)
         return st;
     struct al_error e = {0};
@@ -623,17 +634,18 @@ int vault_service_fetch(struct vault_service *svc, const struct vault_peer *p,
     else if (rq->request_id && !svc__field_ok(rq->request_id, 128))
         bad = "\"request_id\" must be printable, at most 128 bytes";
     if (bad) {
-        svc__audit(svc, "fetch", p, roles, svc__loggable_name(rq->name), 0, NULL, NULL, "invalid",
-                   400, bad);
+        svc__audit(svc, &rec, "invalid", 400, bad);
         return svc__error(out, 400, "%s", bad);
     }
-    json_t *ob =
+    /* From here on the record says on whose behalf the value was asked for. */
+    al_autojson json_t *ob =
         json_pack("{s:s,s:s,s:s}", "sandbox", rq->sandbox, "rule", rq->rule, "host", rq->host);
     if (ob && rq->request_id)
         json_object_set_new(ob, "request_id", json_string(rq->request_id));
+    rec.on_behalf = ob;
     const struct vault_secret *s = vault_catalog_find(vault_store_catalog(svc->store), rq->name);
     if (!s) {
-        svc__audit(svc, "fetch", p, roles, rq->name, 0, NULL, ob, "not_found", 404, NULL);
+        svc__audit(svc, &rec, "not_found", 404, NULL);
         return svc__error(out, 404, "no secret named \"%s\"", rq->name);
     }
     /* Secrets under sandboxes/<id>/ (the values of a sandbox's API-given header transforms,
@@ -645,7 +657,7 @@ int vault_service_fetch(struct vault_service *svc, const struct vault_peer *p,
             char reason[200];
             snprintf(reason, sizeof reason, "secret belongs to sandbox %.*s, not to %s",
                      (int)(il > 64 ? 64 : il), id, rq->sandbox);
-            svc__audit(svc, "fetch", p, roles, rq->name, 0, NULL, ob, "denied", 403, reason);
+            svc__audit(svc, &rec, "denied", 403, reason);
             al_warn("vault: refused %s for sandbox %s (%s)", rq->name, rq->sandbox, reason);
             return svc__error(out, 403, "secret \"%s\" is scoped to another sandbox", rq->name);
         }
@@ -654,7 +666,7 @@ int vault_service_fetch(struct vault_service *svc, const struct vault_peer *p,
         char reason[160];
         snprintf(reason, sizeof reason, "secret is bound to %zu host(s) and \"%s\" is not one",
                  s->n_hosts, rq->host);
-        svc__audit(svc, "fetch", p, roles, rq->name, 0, NULL, ob, "denied", 403, reason);
+        svc__audit(svc, &rec, "denied", 403, reason);
         al_warn("vault: refused %s toward %s (not a bound host; sandbox %s, rule %s)", rq->name,
                 rq->host, rq->sandbox, rq->rule);
         return svc__error(out, 403,
@@ -665,8 +677,8 @@ int vault_service_fetch(struct vault_service *svc, const struct vault_peer *p,
     int rc = vault_store_value(svc->store, s, rq->version, &f->value, &e);
     if (rc) {
         int status = rc == -ENOENT ? 404 : 500;
-        svc__audit(svc, "fetch", p, roles, rq->name, rq->version, NULL, ob,
-                   status == 404 ? "not_found" : "error", status, al_error_str(&e));
+        rec.version = rq->version;
+        svc__audit(svc, &rec, status == 404 ? "not_found" : "error", status, al_error_str(&e));
         if (status == 500)
             al_error("vault: %s", al_error_str(&e));
         return svc__error(out, status, "%s", al_error_str(&e));
@@ -677,8 +689,9 @@ int vault_service_fetch(struct vault_service *svc, const struct vault_peer *p,
             v = &s->versions[i];
     }
     /* The record is appended before the value leaves: no unaudited read. */
-    if (svc__audit(svc, "fetch", p, roles, rq->name, v->version, v->secret_id, ob, "ok", 200,
-                   NULL)) {
+    rec.version = v->version;
+    rec.secret_id = v->secret_id;
+    if (svc__audit(svc, &rec, "ok", 200, NULL)) {
         vault_value_free(&f->value);
         return svc__error(out, 503, "the vault's access log cannot be written");
     }
