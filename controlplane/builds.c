@@ -1550,10 +1550,9 @@ static void builds__files(struct cp *cp, struct al_http_req *req, const char *id
     char path[4400];
     struct stat st;
     builds__archive_path(cp, id, hash, path, sizeof path);
-    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-        al_http_reply_json(req, 200, json_pack("{s:b}", "present", 1));
-        return;
-    }
+    /* Present or not, the answer has an upload URL, as E2B's does: the SDK uploads again
+     * when the step says forceUpload, and skips the upload otherwise. */
+    bool present = stat(path, &st) == 0 && S_ISREG(st.st_mode);
     const char *host = al_http_req_header(req, "Host");
     if (!host || !builds__host_valid(host)) {
         cp_rest_error(req, 400,
@@ -1563,24 +1562,33 @@ static void builds__files(struct cp *cp, struct al_http_req *req, const char *id
         return;
     }
     uint64_t now = al_wall_ns();
-    struct builds_grant *g = &builds__grants[0];
-    for (size_t i = 0; i < BUILDS_GRANTS; i++) {
+    struct builds_grant *g = NULL;
+    for (size_t i = 0; i < BUILDS_GRANTS && !g; i++) {
         struct builds_grant *c = &builds__grants[i];
-        if (c->expires_ns <= now) {
-            g = c;
-            break;
-        }
-        if (c->expires_ns < g->expires_ns)
-            g = c; /* all taken: the one that expires first makes room */
+        if (c->expires_ns > now && strcmp(c->tid, id) == 0 && strcmp(c->hash, hash) == 0)
+            g = c; /* asked again before it was used: the same grant */
     }
-    snprintf(g->tid, sizeof g->tid, "%s", id);
-    snprintf(g->hash, sizeof g->hash, "%s", hash);
-    cp_token_new(g->token);
-    g->expires_ns = now + BUILDS_GRANT_NS;
+    for (size_t i = 0; i < BUILDS_GRANTS && !g; i++) {
+        struct builds_grant *c = &builds__grants[i];
+        if (c->expires_ns <= now)
+            g = c;
+    }
+    if (!g) {
+        g = &builds__grants[0];
+        for (size_t i = 1; i < BUILDS_GRANTS; i++)
+            if (builds__grants[i].expires_ns < g->expires_ns)
+                g = &builds__grants[i]; /* all taken: the one that expires first makes room */
+    }
+    if (g->expires_ns <= now || strcmp(g->tid, id) != 0 || strcmp(g->hash, hash) != 0) {
+        snprintf(g->tid, sizeof g->tid, "%s", id);
+        snprintf(g->hash, sizeof g->hash, "%s", hash);
+        cp_token_new(g->token);
+        g->expires_ns = now + BUILDS_GRANT_NS;
+    }
     char url[512];
     snprintf(url, sizeof url, "http://%s/templates/%s/files/%s", host, id, hash);
     al_http_reply_json(req, 200,
-                       json_pack("{s:b,s:s,s:{s:s}}", "present", 0, "url", url, "headers",
+                       json_pack("{s:b,s:s,s:{s:s}}", "present", present, "url", url, "headers",
                                  BUILDS_TOKEN_HEADER, g->token));
 }
 

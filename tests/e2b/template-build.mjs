@@ -77,6 +77,16 @@ for (const [round, want] of [[1, /Uploaded 'hello\.txt'/], [2, /Skipping upload 
   ok(`COPY ${round}: ${want.source.replace(/\\/g, '')}, the files applied`)
 }
 {
+  // forceUpload: the files are sent again although the server has them.
+  const flogs = []
+  const forced = Template({ fileContextPath: ctx }).fromImage(image, creds).copy('hello.txt', '/srv/', { forceUpload: true })
+  await Template.build(forced, 'sdk-force', { onBuildLogs: (e) => flogs.push(e) })
+  await Template.build(forced, 'sdk-force', { onBuildLogs: (e) => flogs.push(e) })
+  const ftext = flogs.map((e) => e.message).join('\n')
+  assert.equal(ftext.match(/Uploaded 'hello\.txt'/g)?.length, 2, ftext)
+  ok('COPY with forceUpload uploads its files again')
+}
+{
   const cs = await Sandbox.create('sdk-copy')
   try {
     const r = await cs.commands.run(

@@ -276,7 +276,9 @@ EOF
   al_eq "a PUT of the size allowed with a fresh grant is stored" \
     "$(put "$T/small.bin" "$H" -H "X-Airlock-Upload-Token: $(grant)")" 200
   al_ok "... as the bytes sent" cmp "$T/small.bin" "$S2/cache/files/sdk-copy.$H.tar"
-  al_match "... and GET files says it is present" '"present": ?true' api "$URL/templates/sdk-copy/files/$H"
+  al_match "... and GET files says it is present, with an upload URL still (for forceUpload)" \
+    "\"present\": ?true.*\"url\": ?\"http://127.0.0.1:[0-9]+/templates/sdk-copy/files/$H\"" \
+    api "$URL/templates/sdk-copy/files/$H"
   al_match "... for that template only: another template's COPY of the same hash gets its own upload" \
     '"present": ?false' api "$URL/templates/sdk-tpl/files/$H"
   al_match "GET files of a bad hash is a 400 naming it" "is not a files hash" api "$URL/templates/sdk-copy/files/abc"
