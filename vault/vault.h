@@ -322,12 +322,20 @@ int vault_put_from_json(const json_t *body, const char *name, struct vault_put *
                         struct vault_value *value, const char ***hosts, struct al_error *err);
 
 /* ---- the HTTP API's routes (docs/vault.md), shared by the daemon and the offline CLI --------- */
-/* Dispatches one request: method, path ("/v1/secrets/github/token"), raw query, parsed body
- * (NULL when none). Returns the HTTP status and *out (the JSON answer). For POST /v1/fetch on
- * 200, fetched->value holds the value: the caller sends it (vault_api_fetch_body) and frees
- * it. fetched may be NULL, which refuses fetch (the CLI has no use for values). */
-int vault_api_handle(struct vault_service *svc, const struct vault_peer *p, const char *method,
-                     const char *path, const char *query, const json_t *body, json_t **out,
+/* One request to the API: who asks (the socket's peer), method, path
+ * ("/v1/secrets/github/token"), raw query ("" when none), parsed body (NULL when none). */
+struct vault_api_req {
+    const struct vault_peer *peer;
+    const char *method;
+    const char *path;
+    const char *query;
+    const json_t *body;
+};
+/* Dispatches one request. Returns the HTTP status and *out (the JSON answer). For POST
+ * /v1/fetch on 200, fetched->value holds the value: the caller sends it
+ * (vault_api_fetch_body) and frees it. fetched may be NULL, which refuses fetch (the CLI has
+ * no use for values). */
+int vault_api_handle(struct vault_service *svc, const struct vault_api_req *rq, json_t **out,
                      struct vault_fetched *fetched);
 /* Whether a route takes a JSON body (POST/PUT). */
 bool vault_api_wants_body(const char *method);

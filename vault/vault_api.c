@@ -16,6 +16,7 @@
  */
 #include "vault/vault.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <sodium.h>
 #include <errno.h>
@@ -121,10 +122,13 @@ static int api__fetch(struct vault_service *svc, const struct vault_peer *p, con
     return vault_service_fetch(svc, p, &rq, fetched, out);
 }
 
-int vault_api_handle(struct vault_service *svc, const struct vault_peer *p, const char *method,
-                     const char *path, const char *query, const json_t *body, json_t **out,
+int vault_api_handle(struct vault_service *svc, const struct vault_api_req *rq, json_t **out,
                      struct vault_fetched *fetched)
 {
+    assert(rq->peer && rq->method && rq->path);
+    const struct vault_peer *p = rq->peer;
+    const char *method = rq->method, *path = rq->path, *query = rq->query ? rq->query : "";
+    const json_t *body = rq->body;
     *out = NULL;
     char name[VAULT_NAME_MAX * 3 + 1];
     bool get = strcmp(method, "GET") == 0;

@@ -514,7 +514,9 @@ static int cli__call(struct cli *c, const char *method, const char *path, json_t
         const char *q = strchr(path, '?');
         char pbuf[1024];
         snprintf(pbuf, sizeof pbuf, "%.*s", q ? (int)(q - path) : (int)strlen(path), path);
-        return vault_api_handle(c->svc, &p, method, pbuf, q ? q + 1 : "", body, out, NULL);
+        struct vault_api_req rq = {
+            .peer = &p, .method = method, .path = pbuf, .query = q ? q + 1 : "", .body = body};
+        return vault_api_handle(c->svc, &rq, out, NULL);
     }
     char target[PATH_MAX + 8];
     snprintf(target, sizeof target, "unix:%s", c->sock);

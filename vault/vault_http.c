@@ -136,7 +136,9 @@ static void httpd__dispatch(struct vault_httpd *d, struct al_http_req *req, cons
     struct vault_fetched f;
     memset(&f, 0, sizeof f);
     json_t *out = NULL;
-    int st = vault_api_handle(d->svc, &p, req->method, req->path, req->query, body, &out, &f);
+    struct vault_api_req rq = {
+        .peer = &p, .method = req->method, .path = req->path, .query = req->query, .body = body};
+    int st = vault_api_handle(d->svc, &rq, &out, &f);
     if (st == 200 && f.value.data) {
         httpd__reply_fetch(req, out, &f);
         return;

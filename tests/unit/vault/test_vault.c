@@ -1046,7 +1046,9 @@ static int api(struct svc_env *e, const struct vault_peer *p, const char *method
                const char *query, const char *body, json_t **out, struct vault_fetched *f)
 {
     json_t *b = body ? json_loads(body, 0, NULL) : NULL;
-    int st = vault_api_handle(e->svc, p, method, path, query, b, out, f);
+    struct vault_api_req rq = {
+        .peer = p, .method = method, .path = path, .query = query, .body = b};
+    int st = vault_api_handle(e->svc, &rq, out, f);
     json_decref(b);
     return st;
 }
