@@ -26,7 +26,8 @@ static void cli__usage(FILE *f)
 {
     fputs("usage: airlock [--state-dir DIR] audit <command> [options]\n"
           "\n"
-          "  tail [-n N] [-f] [--json] [--all]      the last N records (default 20); -f follows\n"
+          "  tail [-n N] [-f] [--json] [--all] [filters]  the last N records (default 20)\n"
+          "        that match the filters (those of query); -f then follows\n"
           "  query [filters] [--json] [--all]       records matching every filter given:\n"
           "        --sandbox ID  --since T  --until T  --decision allow|deny|would_deny\n"
           "        --host NAME (host, SNI or DNS name; '.example.com' matches subdomains)\n"
@@ -436,20 +437,109 @@ static int cli__open_reader(const char *dir, bool follow, struct al_auditlog_rea
 
 enum { OUT_HUMAN, OUT_JSON, OUT_OCSF };
 
-static int cli__scan(const char *dir, const struct cli__filter *f, int out, uint64_t tail,
+static void cli__emit(int out, const struct al_auditlog_record *rec)
+{
+    if (out == OUT_JSON) {
+        printf("%.*s\n", (int)rec->len, rec->line);
+    } else if (out == OUT_OCSF) {
+        json_t *ev = rec->json ? ocsf__event(rec) : NULL;
+        if (ev) {
+            char *s = json_dumps(ev, JSON_COMPACT);
+            if (s)
+                puts(s);
+            free(s);
+            json_decref(ev);
+        }
+    } else {
+        cli__print_human(rec);
+    }
+}
+
+/* tail: the last n records that match (not the matches among the last n lines: checkpoints
+ * are hidden without --all, and filters select fewer). Reads back from the end in growing
+ * steps until n have matched or the whole log was read; leaves the reader at the end. */
+static int cli__tail(struct al_auditlog_reader *r, const struct cli__filter *f, int out, uint64_t n)
+{
+    if (n == 0)
+        return al_auditlog_reader_seek_tail(r, 0);
+    if (n > 10000000)
+        n = 10000000;
+    char **ring = calloc((size_t)n, sizeof *ring);
+    size_t *lens = calloc((size_t)n, sizeof *lens);
+    int rc = ring && lens ? 0 : -ENOMEM;
+    uint64_t got = 0;
+    for (uint64_t back = n < 16 ? 64 : n * 4; rc == 0;
+         back = back > UINT64_MAX / 4 ? UINT64_MAX : back * 4) {
+        for (uint64_t i = 0; i < n && i < got; i++) {
+            free(ring[i]);
+            ring[i] = NULL;
+        }
+        got = 0;
+        if ((rc = al_auditlog_reader_seek_tail(r, back)) < 0)
+            break;
+        uint64_t lines = 0;
+        struct al_auditlog_record rec;
+        while ((rc = al_auditlog_reader_next(r, &rec)) == 1) {
+            lines++;
+            if (!cli__match(f, &rec))
+                continue;
+            size_t k = (size_t)(got++ % n);
+            free(ring[k]);
+            if (!(ring[k] = malloc(rec.len + 1))) {
+                rc = -ENOMEM;
+                break;
+            }
+            memcpy(ring[k], rec.line, rec.len);
+            ring[k][rec.len] = '\0';
+            lens[k] = rec.len;
+        }
+        if (rc < 0)
+            break;
+        if (got >= n || lines < back)
+            break; /* enough, or back reached the start of the log */
+    }
+    uint64_t first = got > n ? got - n : 0;
+    for (uint64_t i = first; rc == 0 && i < got; i++) {
+        size_t k = (size_t)(i % n);
+        struct al_auditlog_record rec = {.line = ring[k], .len = lens[k]};
+        rec.json = json_loadb(ring[k], lens[k], 0, NULL);
+        if (rec.json && !json_is_object(rec.json)) {
+            json_decref(rec.json);
+            rec.json = NULL;
+        }
+        json_t *seq = json_object_get(rec.json, "seq");
+        if (json_is_integer(seq) && json_integer_value(seq) > 0)
+            rec.seq = (uint64_t)json_integer_value(seq);
+        rec.internal = json_is_object(json_object_get(rec.json, "auditlog"));
+        cli__emit(out, &rec);
+        json_decref(rec.json);
+    }
+    for (uint64_t i = 0; ring && i < n; i++)
+        free(ring[i]);
+    free(ring);
+    free(lens);
+    return rc;
+}
+
+static int cli__scan(const char *dir, const struct cli__filter *f, int out, bool tail, uint64_t n,
                      bool follow)
 {
     struct al_auditlog_reader *r;
     if (cli__open_reader(dir, follow, &r) < 0)
         return 1;
-    if (tail && al_auditlog_reader_seek_tail(r, tail) < 0) {
-        fprintf(stderr, "airlock audit: cannot seek: %s\n", strerror(errno));
+    int rc = tail ? cli__tail(r, f, out, n) : 0;
+    if (rc < 0) {
+        fprintf(stderr, "airlock audit: reading the log: %s\n", strerror(-rc));
         al_auditlog_reader_close(r);
         return 1;
     }
+    if (tail && !follow) {
+        al_auditlog_reader_close(r);
+        return 0;
+    }
     struct al_auditlog_record rec;
     for (;;) {
-        int rc = al_auditlog_reader_next(r, &rec);
+        rc = al_auditlog_reader_next(r, &rec);
         if (rc < 0) {
             fprintf(stderr, "airlock audit: reading the log: %s\n", strerror(-rc));
             al_auditlog_reader_close(r);
@@ -464,20 +554,7 @@ static int cli__scan(const char *dir, const struct cli__filter *f, int out, uint
         }
         if (!cli__match(f, &rec))
             continue;
-        if (out == OUT_JSON) {
-            printf("%.*s\n", (int)rec.len, rec.line);
-        } else if (out == OUT_OCSF) {
-            json_t *ev = rec.json ? ocsf__event(&rec) : NULL;
-            if (ev) {
-                char *s = json_dumps(ev, JSON_COMPACT);
-                if (s)
-                    puts(s);
-                free(s);
-                json_decref(ev);
-            }
-        } else {
-            cli__print_human(&rec);
-        }
+        cli__emit(out, &rec);
         if (follow)
             fflush(stdout);
     }
@@ -769,5 +846,5 @@ int audit_cli_main(int argc, char **argv)
         }
         out = OUT_OCSF;
     }
-    return cli__scan(dir, &f, out, tail, follow);
+    return cli__scan(dir, &f, out, is_tail, tail, follow);
 }

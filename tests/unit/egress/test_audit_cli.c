@@ -229,6 +229,55 @@ START_TEST(tail_shows_what_an_aggregate_counts)
 }
 END_TEST
 
+START_TEST(tail_counts_the_records_it_shows)
+{
+    write_log();
+    char *out;
+    /* The last two records, although the last line is the writer's closing checkpoint. */
+    ck_assert_int_eq(cli(&out, (const char *[]){"tail", "-n", "2", "--json", NULL}), 0);
+    ck_assert_int_eq(lines(out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "3c5b7868-400"));
+    ck_assert_ptr_nonnull(strstr(out, "\"count\":30"));
+    free(out);
+    /* With a filter: the last matching ones, not the matches among the last lines. */
+    ck_assert_int_eq(
+        cli(&out, (const char *[]){"tail", "-n", "1", "--type", "aggregate", "--json", NULL}), 0);
+    ck_assert_int_eq(lines(out), 1);
+    ck_assert_ptr_nonnull(strstr(out, "\"count\":30"));
+    free(out);
+    ck_assert_int_eq(cli(&out, (const char *[]){"tail", "-n", "5", "--type", "aggregate", NULL}),
+                     0);
+    ck_assert_int_eq(lines(out), 2);
+    free(out);
+    ck_assert_int_eq(cli(&out, (const char *[]){"tail", "-n", "0", NULL}), 0);
+    ck_assert_str_eq(out, "");
+    free(out);
+    /* One aggregate followed by 600 records: found however far back it is. */
+    struct egress_audit *a;
+    struct egress_audit_opts ao = {.dir = g_dir};
+    struct al_error err = {0};
+    ck_assert_int_eq(egress_audit_open(&ao, &a, &err), 0);
+    for (int i = 0; i < 600; i++) {
+        json_t *r = egress_rec_new("dns_query");
+        egress_rec_str(r, "sandbox", "sbx-c");
+        egress_rec_int(r, "i", i);
+        ck_assert_int_eq(egress_audit_append(a, r), 0);
+    }
+    egress_audit_close(a);
+    ck_assert_int_eq(cli(&out, (const char *[]){"tail", "-n", "3", "--type", "aggregate", NULL}),
+                     0);
+    ck_assert_int_eq(lines(out), 2);
+    ck_assert_ptr_nonnull(strstr(out, " 412 x http_request"));
+    free(out);
+    ck_assert_int_eq(cli(&out, (const char *[]){"tail", "--json", "--sandbox", "sbx-c", NULL}), 0);
+    ck_assert_int_eq(lines(out), 20);
+    ck_assert_ptr_nonnull(strstr(out, "\"i\":599}"));
+    ck_assert_ptr_nonnull(strstr(out, "\"i\":580}"));
+    ck_assert_ptr_null(strstr(out, "\"i\":579}"));
+    free(out);
+}
+END_TEST
+
 START_TEST(tail_of_the_proxys_own_aggregates)
 {
     /* Aggregates made by the budget itself (not by hand), flushed, then shown by tail. */
@@ -373,6 +422,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, since_until_select_aggregates_by_their_interval);
     tcase_add_test(t, tail_shows_what_an_aggregate_counts);
+    tcase_add_test(t, tail_counts_the_records_it_shows);
     tcase_add_test(t, tail_of_the_proxys_own_aggregates);
     tcase_add_test(t, verify_says_what_the_aggregates_stand_for);
     tcase_add_test(t, verify_reports_aggregates_it_cannot_count);
