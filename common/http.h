@@ -66,6 +66,7 @@
 
 #include "buf.h"
 #include "error.h"
+#include "http_head.h"
 
 struct al_http_server;
 struct al_http_req;
@@ -312,35 +313,7 @@ int al_http_relay(struct al_http_tunnel *a, struct al_http_tunnel *b,
                   const struct al_http_relay_opts *opts, al_http_relay_done_fn done, void *arg);
 
 /* ---- proxy helpers ------------------------------------------------------------------ */
-/* Added: whether a proxy must not forward a header field of this message (RFC 9110 7.6.1):
- * Connection, Keep-Alive, Proxy-Connection, TE, Transfer-Encoding, Trailer, Upgrade,
- * Proxy-Authenticate, Proxy-Authorization, and every field the message's Connection
- * header(s) (found in hdrs) name. Content-Length is the caller's business (framing). */
-bool al_http_hop_by_hop(const char *name, const struct al_http_header *hdrs, size_t n);
-
-/* A header field as a parser saw it: pointers into the message, not NUL-terminated. */
-struct al_http_field {
-    const char *name;
-    size_t name_len;
-    const char *value;
-    size_t value_len;
-};
-/* Whether the comma-separated list value (len bytes) holds token as one of its elements
- * (OWS around elements, case-insensitive). */
-bool al_http_list_has(const char *value, size_t len, const char *token, size_t token_len);
-/* al_http_hop_by_hop for a message whose fields are f[0, n) as a parser saw them (passing
- * only its Connection fields is enough): requests and responses alike. */
-bool al_http_field_hop_by_hop(const struct al_http_field *f, size_t n, const char *name,
-                              size_t len);
-/* Whether a forwarding proxy removes the request field name (len bytes) of a message whose
- * fields are f[0, n) (passing only its Connection fields is enough): the hop-by-hop fields
- * al_http_hop_by_hop lists, every field a Connection field of the message names (RFC 9110
- * 7.6.1), and the method-override fields X-HTTP-Method-Override, X-HTTP-Method and
- * X-Method-Override (an upstream that honours one runs another method than the request
- * line's, which is the one a policy decided). Framing (Content-Length), Host and upgrades
- * are the caller's business. */
-bool al_http_request_field_dropped(const struct al_http_field *f, size_t n, const char *name,
-                                   size_t len);
+/* What a relay forwards of a message, and the comma-separated lists it reads: http_head.h. */
 
 /* Added: the traffic access token of a sandbox (E2B's trafficAccessToken, sent as
  * E2B-Traffic-Access-Token): 64 hex digits derived one way from its envd access token, so

@@ -3,7 +3,7 @@
  *
  * Owns: connecting (unix sockets, TCP to address literals or resolved names), writing the
  * request (whole or streamed as chunks), parsing the response (bounded header block,
- * pre-scanned like the server's; de-chunked body handed out in pieces with pause/resume),
+ * pre-scanned by common/http_head.h like the server's; de-chunked body handed out in pieces with pause/resume),
  * timeouts, cancellation, and reuse of idle connections per target; for https targets, a
  * provider's TLS session between the socket and the HTTP bytes (http.h, al_http_tls).
  *
@@ -87,7 +87,7 @@ struct al_http_creq {
     uv_timer_t timer; /* connect/headers timeout */
     uv_timer_t kick;  /* deferred work (resume with buffered input, early drain) */
     llhttp_t parser;
-    struct http__scan scan;
+    struct al_http_head_scan scan;
     struct http__hdrs hdrs;
     struct al_buf out; /* the request until it can be written (and for one retry) */
     char *in;          /* input left over while paused */
@@ -671,7 +671,7 @@ static int cli__on_message_complete(llhttp_t *p)
     if (c->informational) {
         c->informational = false;
         http__hdrs_reset(&c->hdrs);
-        http__scan_reset(&c->scan);
+        al_http_head_scan_init(&c->scan, false, c->o.max_header_bytes);
         return 0;
     }
     c->msg_complete = true;
@@ -743,10 +743,10 @@ static void creq__process(struct al_http_creq *c)
         c->got_bytes = true;
         if (!c->headers_ready) {
             size_t used = 0;
-            int rc = http__scan(&c->scan, c->cur, c->cur_len, c->o.max_header_bytes, &used);
+            int rc = al_http_head_scan(&c->scan, c->cur, c->cur_len, &used);
             if (rc < 0) {
-                creq__fail(c, rc == HTTP__SCAN_TOO_BIG ? -E2BIG : -EPROTO,
-                           "bad response from %s: %s", c->o.target, http__scan_strerror(rc));
+                creq__fail(c, rc == -E2BIG ? -E2BIG : -EPROTO, "bad response from %s: %s",
+                           c->o.target, al_http_head_scan_message(&c->scan));
                 break;
             }
             llhttp_errno_t e = llhttp_execute(&c->parser, c->cur, used);
@@ -1264,7 +1264,7 @@ int al_http_creq_start(uv_loop_t *loop, const struct al_http_creq_opts *opts,
          strcmp(opts->method, "DELETE") == 0 || strcmp(opts->method, "OPTIONS") == 0);
     c->ended = !opts->stream_body;
     c->pool_ok = opts->pool != NULL && !c->want_upgrade;
-    http__scan_reset(&c->scan);
+    al_http_head_scan_init(&c->scan, false, c->o.max_header_bytes);
     http__hdrs_init(&c->hdrs, 2 * c->o.max_header_bytes + 64, CREQ_MAX_HEADER_FIELDS);
     llhttp_init(&c->parser, HTTP_RESPONSE, cli__settings());
     c->parser.data = c;

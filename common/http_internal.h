@@ -2,11 +2,9 @@
  * nothing else sees (not installed, not included outside common/http*.c and the HTTP
  * tests).
  *
- * Owns: the header-block pre-scanner (bare LF, obs-fold, size cap: refused before llhttp
- * sees the block, which would unfold obs-fold silently), the header store (names and values copied out of the
- * input, bounded), the write helper (try the socket first, copy only what is left), the
- * per-thread read buffer, token/field validation, and the counters the tests use to prove
- * that nothing leaks.
+ * Owns: the header store (names and values copied out of the input, bounded), the write
+ * helper (try the socket first, copy only what is left), the per-thread read buffer,
+ * token/field validation, and the counters the tests use to prove that nothing leaks.
  */
 #ifndef AIRLOCK_COMMON_HTTP_INTERNAL_H
 #define AIRLOCK_COMMON_HTTP_INTERNAL_H
@@ -19,30 +17,11 @@
 
 #include "buf.h"
 #include "http.h"
+#include "http_head.h"
 #include "http_parser.h"
 
 /* Size of one read from a socket (the per-thread buffer). */
 #define HTTP__READ_BUF (64 * 1024)
-
-/* ---- header-block scanner -------------------------------------------------------- */
-struct http__scan {
-    uint32_t bytes;    /* bytes of this header block so far (leading empty lines included) */
-    uint32_t line_len; /* bytes of the current, unfinished line */
-    uint32_t lines;    /* complete non-empty lines */
-    char last;         /* last byte seen (for a CR split from its LF) */
-};
-
-enum {
-    HTTP__SCAN_MORE = 0,     /* consumed everything, the block is not complete */
-    HTTP__SCAN_DONE = 1,     /* the block ends at *used */
-    HTTP__SCAN_TOO_BIG = -1, /* more than max bytes */
-    HTTP__SCAN_BARE_LF = -2, /* a line ended by LF without CR */
-    HTTP__SCAN_FOLD = -3,    /* a header line starting with SP/HT (obs-fold) */
-};
-
-void http__scan_reset(struct http__scan *s);
-int http__scan(struct http__scan *s, const char *p, size_t n, size_t max, size_t *used);
-const char *http__scan_strerror(int rc);
 
 /* ---- header store ---------------------------------------------------------------- */
 /* Names and values are appended to one buffer as NUL-terminated strings; offsets are kept

@@ -13,8 +13,8 @@
  * schedule a frame on the server's idle handle. So no user callback ever runs inside an
  * API call, and a request is never freed while a callback that got it is on the stack.
  *
- * Parsing is llhttp with no lenient flag, plus a pre-scan of each header block (bare LF,
- * obs-fold, size) and checks on what llhttp lets through (version, target characters,
+ * Parsing is llhttp with no lenient flag, plus a pre-scan of each header block by the head
+ * scanner (common/http_head.h: line ends, obs-fold, field bytes, size) and checks on what llhttp lets through (version, target characters,
  * header-name tokens, Host). llhttp is paused after the headers (so the
  * handler decides about the body before any body byte is parsed) and after each message
  * (so pipelined requests wait their turn). Streamed body bytes are compacted in place in
@@ -92,7 +92,7 @@ struct http_conn {
     struct http_conn *dprev, *dnext; /* deferred-work list (FIFO) */
     uint64_t dturn;                  /* the idle turn it was queued in */
     llhttp_t parser;
-    struct http__scan scan;
+    struct al_http_head_scan scan;
     struct al_http_peer peer;
     struct http_req *req;
 
@@ -895,21 +895,21 @@ static bool conn__read_headers(struct http_conn *c)
             c->hdr_deadline = conn__now(c) + c->srv->lim.header_timeout_ms;
     }
     size_t used = 0;
-    int rc = http__scan(&c->scan, c->cur, c->cur_len, c->srv->lim.max_header_bytes, &used);
+    int rc = al_http_head_scan(&c->scan, c->cur, c->cur_len, &used);
     if (rc < 0) {
         char msg[160];
-        if (rc == HTTP__SCAN_TOO_BIG)
+        if (rc == -E2BIG)
             snprintf(msg, sizeof msg, "request line and headers larger than %zu bytes",
                      c->srv->lim.max_header_bytes);
         else
-            snprintf(msg, sizeof msg, "bad request: %s", http__scan_strerror(rc));
-        conn__reject(c, rc == HTTP__SCAN_TOO_BIG ? 431 : 400, msg);
+            snprintf(msg, sizeof msg, "bad request: %s", al_http_head_scan_message(&c->scan));
+        conn__reject(c, rc == -E2BIG ? 431 : 400, msg);
         return true;
     }
     llhttp_errno_t e = llhttp_execute(&c->parser, c->cur, used);
     if (e == HPE_OK) {
         conn__consume(c, used);
-        if (rc == HTTP__SCAN_DONE) {
+        if (rc == 1) {
             if (c->parser.method == HTTP_PRI)
                 conn__reject(c, 505, "HTTP/2 is not supported (use HTTP/1.1)");
             else
@@ -921,7 +921,7 @@ static bool conn__read_headers(struct http_conn *c)
     if (e == HPE_PAUSED) {
         size_t u = (size_t)(llhttp_get_error_pos(&c->parser) - c->cur);
         conn__consume(c, u);
-        if (rc != HTTP__SCAN_DONE || u != used) {
+        if (rc != 1 || u != used) {
             conn__reject(c, 400, "bad request: malformed header block");
             return true;
         }
@@ -1067,7 +1067,7 @@ static bool conn__finish_request(struct http_conn *c)
         return false;
     }
     llhttp_resume(&c->parser);
-    http__scan_reset(&c->scan);
+    al_http_head_scan_init(&c->scan, true, c->srv->lim.max_header_bytes);
     c->phase = PH_HEADERS;
     c->hdr_deadline = 0;
     c->idle_since = conn__now(c);
@@ -1331,6 +1331,7 @@ static struct http_conn *conn__new(struct al_http_server *s, bool is_unix)
     c->h.handle.data = c;
     c->timer.data = c;
     llhttp_init(&c->parser, HTTP_REQUEST, srv__settings());
+    al_http_head_scan_init(&c->scan, true, s->lim.max_header_bytes);
     c->parser.data = c;
     c->next = s->conns;
     if (s->conns)

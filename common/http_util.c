@@ -1,8 +1,7 @@
 /* common/http_util: the parts of HTTP that need no connection: status texts, header
- * lookup, what llhttp's errors mean (http_parser.h), query parameters, the
- * header-block scanner, the header store,
+ * lookup, what llhttp's errors mean (http_parser.h), query parameters, the header store,
  * field/token validation, target parsing for the clients, the write helper, the
- * per-thread read buffer, the proxy's hop-by-hop rule and the traffic-token derivation.
+ * per-thread read buffer and the traffic-token derivation.
  * See http_internal.h.
  */
 #include "http.h"
@@ -217,62 +216,6 @@ int al_http_query_each(const char *query, const char *name, char *out, size_t ou
 int al_http_query_get(const char *query, const char *name, char *out, size_t outlen)
 {
     return al_http_query_each(query, name, out, outlen, NULL, NULL);
-}
-
-/* ---- header-block scanner -------------------------------------------------------------- */
-void http__scan_reset(struct http__scan *s)
-{
-    memset(s, 0, sizeof *s);
-}
-
-int http__scan(struct http__scan *s, const char *p, size_t n, size_t max, size_t *used)
-{
-    size_t i = 0;
-    while (i < n) {
-        if (s->line_len == 0 && s->lines > 0 && (p[i] == ' ' || p[i] == '\t'))
-            return HTTP__SCAN_FOLD;
-        const char *nl = memchr(p + i, '\n', n - i);
-        size_t seg = nl ? (size_t)(nl - (p + i)) + 1 : n - i;
-        if ((size_t)s->bytes + seg > max)
-            return HTTP__SCAN_TOO_BIG;
-        s->bytes += (uint32_t)seg;
-        if (!nl) {
-            s->line_len += (uint32_t)seg;
-            s->last = p[n - 1];
-            break;
-        }
-        char before = seg >= 2 ? nl[-1] : (s->line_len > 0 ? s->last : '\0');
-        if (before != '\r')
-            return HTTP__SCAN_BARE_LF;
-        size_t line = s->line_len + seg;
-        i += seg;
-        s->line_len = 0;
-        s->last = '\n';
-        if (line == 2) {
-            if (s->lines > 0) {
-                *used = i;
-                return HTTP__SCAN_DONE;
-            }
-            continue; /* an empty line before the start line (RFC 9112 2.2 allows it) */
-        }
-        s->lines++;
-    }
-    *used = n;
-    return HTTP__SCAN_MORE;
-}
-
-const char *http__scan_strerror(int rc)
-{
-    switch (rc) {
-    case HTTP__SCAN_TOO_BIG:
-        return "header block too large";
-    case HTTP__SCAN_BARE_LF:
-        return "line ends with a bare LF (CRLF required)";
-    case HTTP__SCAN_FOLD:
-        return "obsolete line folding (a header line starts with whitespace)";
-    default:
-        return "malformed header block";
-    }
 }
 
 /* ---- header store ------------------------------------------------------------------ */
@@ -662,83 +605,7 @@ void http__ignore_sigpipe(void)
     pthread_once(&once, util__sigpipe_once);
 }
 
-/* ---- proxy helpers ----------------------------------------------------------------- */
-bool al_http_list_has(const char *value, size_t len, const char *token, size_t token_len)
-{
-    size_t pos = 0;
-    while (pos < len) {
-        while (pos < len && (value[pos] == ' ' || value[pos] == '\t' || value[pos] == ','))
-            pos++;
-        size_t s = pos;
-        while (pos < len && value[pos] != ',')
-            pos++;
-        size_t l = pos - s;
-        while (l && (value[s + l - 1] == ' ' || value[s + l - 1] == '\t'))
-            l--;
-        if (l == token_len && l && strncasecmp(value + s, token, l) == 0)
-            return true;
-    }
-    return false;
-}
-
-struct util__name {
-    const char *s;
-    size_t n;
-};
-#define UTIL__NAME(s)   \
-    {                   \
-        s, sizeof s - 1 \
-    }
-static const struct util__name util__hop[] = {
-    UTIL__NAME("Connection"), UTIL__NAME("Keep-Alive"),         UTIL__NAME("Proxy-Connection"),
-    UTIL__NAME("TE"),         UTIL__NAME("Transfer-Encoding"),  UTIL__NAME("Trailer"),
-    UTIL__NAME("Upgrade"),    UTIL__NAME("Proxy-Authenticate"), UTIL__NAME("Proxy-Authorization"),
-};
-static const struct util__name util__override[] = {
-    UTIL__NAME("X-HTTP-Method-Override"),
-    UTIL__NAME("X-HTTP-Method"),
-    UTIL__NAME("X-Method-Override"),
-};
-#undef UTIL__NAME
-
-static bool util__in(const struct util__name *t, size_t tn, const char *name, size_t len)
-{
-    for (size_t i = 0; i < tn; i++)
-        if (t[i].n == len && strncasecmp(name, t[i].s, len) == 0)
-            return true;
-    return false;
-}
-
-bool al_http_hop_by_hop(const char *name, const struct al_http_header *hdrs, size_t n)
-{
-    size_t nl = strlen(name);
-    if (util__in(util__hop, sizeof util__hop / sizeof *util__hop, name, nl))
-        return true;
-    for (size_t i = 0; i < n; i++)
-        if (strcasecmp(hdrs[i].name, "Connection") == 0 &&
-            al_http_list_has(hdrs[i].value, strlen(hdrs[i].value), name, nl))
-            return true;
-    return false;
-}
-
-bool al_http_field_hop_by_hop(const struct al_http_field *f, size_t n, const char *name, size_t len)
-{
-    if (util__in(util__hop, sizeof util__hop / sizeof *util__hop, name, len))
-        return true;
-    for (size_t i = 0; i < n; i++)
-        if (f[i].name_len == 10 && strncasecmp(f[i].name, "Connection", 10) == 0 &&
-            al_http_list_has(f[i].value, f[i].value_len, name, len))
-            return true;
-    return false;
-}
-
-bool al_http_request_field_dropped(const struct al_http_field *f, size_t n, const char *name,
-                                   size_t len)
-{
-    return util__in(util__override, sizeof util__override / sizeof *util__override, name, len) ||
-           al_http_field_hop_by_hop(f, n, name, len);
-}
-
+/* ---- traffic tokens ---------------------------------------------------------------- */
 void al_http_traffic_token(const char *access_token, size_t len,
                            char out[AL_HTTP_TRAFFIC_TOKEN_LEN + 1])
 {

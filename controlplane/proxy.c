@@ -48,11 +48,11 @@ struct px {
     char target[160];
 };
 
-/* Not forwarded: hop-by-hop fields (RFC 9110 7.6.1, with those the message's Connection
- * names) and the framing, which the next hop gets afresh. */
+/* Not forwarded: what common/http_head.h says a relay leaves behind (hop-by-hop fields, those
+ * the message's Connection names, the framing, which the next hop gets afresh). */
 static bool px__hop_by_hop(const char *name, const struct al_http_header *h, size_t n)
 {
-    return strcasecmp(name, "Content-Length") == 0 || al_http_hop_by_hop(name, h, n);
+    return al_http_forward_drops_header(h, n, name, 0);
 }
 
 static void px__maybe_free(struct px *p)
@@ -275,7 +275,7 @@ static void px__on_upgrade(struct al_http_creq *c, const struct al_http_header *
     size_t k = 0, n_cookies = 0;
     int rc = 0;
     for (size_t i = 0; i < n && k < PX_MAX_HEADERS && !rc; i++)
-        if (strcasecmp(h[i].name, "Upgrade") == 0 || !px__hop_by_hop(h[i].name, h, n)) {
+        if (!al_http_forward_drops_header(h, n, h[i].name, AL_HTTP_FWD_UPGRADE)) {
             const char *v = h[i].value;
             rc = px__cookie(p, h[i].name, &v, cookies, &n_cookies);
             out[k++] = (struct al_http_header){h[i].name, v};

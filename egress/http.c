@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/http_head.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "http.h"
@@ -53,7 +54,7 @@ struct egress_http {
     bool close_after;  /* close once the response is delivered */
     bool draining;
     size_t in_off; /* parsed bytes of c->in */
-    struct al_buf to_up, to_client, resp_raw;
+    struct al_buf to_up, to_client;
     char *upbuf;           /* upstream read buffer */
     size_t up_len, up_off; /* unparsed upstream bytes in upbuf */
     /* The connection's bound host, and how its first request spelled it. */
@@ -72,8 +73,10 @@ struct egress_http {
     bool would_deny;
     bool req_kick, resp_kick; /* a parser was resumed: run it once even without new bytes
                                  (llhttp finishes a message with no body on an empty call) */
-    bool head_prev_lf;        /* obs-fold detection across reads: last head byte was LF */
-    bool head_fold;           /* an obs-fold (LF followed by SP/HT) was seen in this head */
+    /* The head scanner (common/http_head.h) over the bytes llhttp accepted of each head:
+     * what llhttp refuses keeps llhttp's reason, the scanner refuses what it lets through
+     * (obs-fold, which it would unfold silently; controls in values). */
+    struct al_http_head_scan req_scan, resp_scan;
     char path_log[512];
     size_t discarded;
     /* Record members every request of the connection repeats, serialised once: the
@@ -211,6 +214,7 @@ static int resp__on_begin(llhttp_t *p)
 {
     struct egress_http *h = http__of(p);
     egress_http_head_reset(&h->resph);
+    al_http_head_scan_init(&h->resp_scan, false, 0); /* bounded by resph */
     h->resp_in_head = true;
     return 0;
 }
@@ -295,9 +299,9 @@ int egress_http_start(struct egress_conn *c)
     h->resp.data = h;
     egress_http_head_init(&h->reqh, c->w->e->cfg.max_header_bytes);
     egress_http_head_init(&h->resph, RESP_HEAD_MAX);
+    al_http_head_scan_init(&h->req_scan, true, 0); /* bounded by reqh */
     al_buf_init(&h->to_up, 0);
     al_buf_init(&h->to_client, 0);
-    al_buf_init(&h->resp_raw, RESP_HEAD_MAX);
     c->state = CONN_HTTP;
     http__process(c);
     return 0;
@@ -314,7 +318,6 @@ void egress_http_free(struct egress_conn *c)
     egress_policy_unref(h->dc_policy);
     al_buf_free(&h->to_up);
     al_buf_free(&h->to_client);
-    al_buf_free(&h->resp_raw);
     if (h->upbuf) {
         egress_mem_give(c->w->e, c->sb, UP_READ);
         free(h->upbuf);
@@ -881,6 +884,7 @@ static void http__response_complete(struct egress_conn *c)
     h->phase = H_IDLE;
     h->req_done = false;
     egress_http_head_reset(&h->reqh);
+    al_http_head_scan_init(&h->req_scan, true, 0);
     if (h->close_after) {
         h->draining = true;
         c->state = CONN_DRAIN;
@@ -907,8 +911,12 @@ static int http__parse_response(struct egress_conn *c)
         else if (err != HPE_OK)
             return -1;
         /* Forward (or hold, while in a head) the bytes consumed. */
+        int scan = 0;
         if (h->resp_in_head) {
-            if (al_buf_append(&h->resp_raw, data, used) < 0)
+            size_t sused;
+            if ((scan = al_http_head_scan(&h->resp_scan, data, used, &sused)) < 0)
+                return -1;
+            if (scan == 1 && sused != used)
                 return -1;
         } else if (used) {
             if (al_buf_append(&h->to_client, data, used) < 0)
@@ -917,18 +925,21 @@ static int http__parse_response(struct egress_conn *c)
         }
         h->up_off += used;
         if (err == HPE_PAUSED && h->resp_in_head) {
-            /* Head complete and valid (no obs-fold, which llhttp would unfold): release it
-             * to the client. */
-            for (size_t i = 1; i < h->resp_raw.len; i++)
-                if (h->resp_raw.data[i - 1] == '\n' &&
-                    (h->resp_raw.data[i] == ' ' || h->resp_raw.data[i] == '\t'))
-                    return -1;
-            h->resp_in_head = false;
-            if (al_buf_append(&h->to_client, h->resp_raw.data, h->resp_raw.len) < 0)
+            /* Head complete, and the scanner agrees: release it to the client. */
+            if (scan != 1)
                 return -1;
-            h->resp_bytes += h->resp_raw.len;
+            h->resp_in_head = false;
+            /* Re-serialised without what a relay leaves behind (common/http_head.h). */
+            int st = llhttp_get_status_code(&h->resp);
+            bool close =
+                st >= 200 && st != 101 &&
+                (h->close_after || !h->r.keep_alive || !llhttp_should_keep_alive(&h->resp));
+            size_t before = h->to_client.len;
+            if (egress_http_serialize_response(&h->resph, &h->resp, close, h->r.http_minor == 0,
+                                               &h->to_client) < 0)
+                return -1;
+            h->resp_bytes += h->to_client.len - before;
             h->resp_started = true;
-            al_buf_reset(&h->resp_raw);
             llhttp_resume(&h->resp);
             h->resp_kick = true; /* a message without body completes on an empty call */
             continue;
@@ -1094,30 +1105,30 @@ static void http__parse_client(struct egress_conn *c)
         if (h->phase == H_BODY && len > CLIENT_READ)
             len = CLIENT_READ;
         bool in_head = h->phase == H_IDLE || h->phase == H_HEAD;
-        if (h->phase == H_IDLE) {
-            h->head_prev_lf = false;
-            h->head_fold = false;
-        }
         llhttp_errno_t err = llhttp_execute(&h->req, data, len);
         size_t used = len;
         if (err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE)
             used = (size_t)(llhttp_get_error_pos(&h->req) - data);
-        if (in_head) {
-            /* llhttp unfolds obs-fold silently; we refuse it (EGRESS.md, smuggling). A LF
-             * followed by SP or HT inside a head can only be a fold. */
-            for (size_t i = 0; i < used; i++) {
-                char b = data[i];
-                if (h->head_prev_lf && (b == ' ' || b == '\t'))
-                    h->head_fold = true;
-                h->head_prev_lf = b == '\n';
+        int scan = 0;
+        if (in_head && (err == HPE_OK || err == HPE_PAUSED)) {
+            /* What llhttp accepted of the head goes through the scanner too. */
+            size_t sused;
+            scan = al_http_head_scan(&h->req_scan, data, used, &sused);
+            if (scan == 1 && (err != HPE_PAUSED || h->phase != H_HEAD || sused != used))
+                scan = -EBADMSG; /* the two disagree on where the head ends */
+            if (scan < 0) {
+                h->in_off += used;
+                const char *why = al_http_head_scan_reason(&h->req_scan);
+                http__deny(c, 400, "bad_request", NULL, why ? why : "malformed_request");
+                return;
             }
         }
         h->in_off += used;
         if (err == HPE_OK)
             continue;
         if (err == HPE_PAUSED && h->phase == H_HEAD) {
-            if (h->head_fold) {
-                http__deny(c, 400, "bad_request", NULL, "obs_fold");
+            if (scan != 1) {
+                http__deny(c, 400, "bad_request", NULL, "malformed_request");
                 return;
             }
             http__on_head(c);

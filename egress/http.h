@@ -4,8 +4,9 @@
  * Owns: collecting a request or response head from llhttp callbacks (bounded), and the
  * checks a request must pass before any decision: one Host, target form and authority
  * agreement, no userinfo/fragments/backslashes, ports, Transfer-Encoding, upgrades; then
- * re-serialising the head for the upstream without what common/http.h says a forwarding
- * proxy removes (hop-by-hop fields, those any Connection field names, method overrides).
+ * re-serialising request heads for the upstream and response heads for the sandbox without
+ * what common/http_head.h says a relay leaves behind (hop-by-hop fields, those any Connection
+ * field names, framing, and on requests method overrides).
  */
 #ifndef AIRLOCK_EGRESS_HTTP_H
 #define AIRLOCK_EGRESS_HTTP_H
@@ -39,7 +40,8 @@ struct egress_http_head {
 void egress_http_head_init(struct egress_http_head *h, uint32_t max);
 void egress_http_head_reset(struct egress_http_head *h);
 void egress_http_head_free(struct egress_http_head *h);
-/* llhttp data callbacks append through these; -1 when a bound is exceeded. */
+/* llhttp data callbacks append through these: 0, -E2BIG past max bytes or
+ * EGRESS_HTTP_MAX_HEADERS fields (too_large is set), -ENOMEM. */
 int egress_http_head_url(struct egress_http_head *h, const char *at, size_t n);
 int egress_http_head_field(struct egress_http_head *h, const char *at, size_t n);
 int egress_http_head_value(struct egress_http_head *h, const char *at, size_t n);
@@ -71,9 +73,19 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uin
                               struct egress_http_request *r, int *status, const char **reason);
 
 /* Writes the head to send upstream: origin-form, the client's HTTP version, Host as sent,
- * al_http_request_field_dropped's fields and HTTP2-Settings removed, framing restated. */
+ * what al_http_forward_drops leaves behind (common/http_head.h) and HTTP2-Settings removed,
+ * framing restated. */
 int egress_http_serialize_request(const struct egress_http_head *h,
                                   const struct egress_http_request *r, struct al_buf *out);
+
+/* Writes the response head (collected into h, parsed by p) to send to the sandbox: the
+ * upstream's status line, its fields without what al_http_forward_drops leaves behind
+ * (common/http_head.h), except the framing fields (Transfer-Encoding, Content-Length), which
+ * stay as they came because the body is forwarded as it came; then "Connection: Upgrade" on
+ * a 101, "Connection: close" when the connection ends after this response (close), or
+ * "Connection: keep-alive" to an HTTP/1.0 client (client10) whose connection is kept. */
+int egress_http_serialize_response(const struct egress_http_head *h, const llhttp_t *p, bool close,
+                                   bool client10, struct al_buf *out);
 
 /* Builds a complete error/deny answer (JSON body) into out. */
 int egress_http_error_response(struct al_buf *out, int status, const char *error, const char *rule,

@@ -45,7 +45,7 @@ static int head__append(struct egress_http_head *h, const char *at, size_t n, bo
     size_t need = (size_t)h->len + n + (nul ? 1 : 0);
     if (need > h->max) {
         h->too_large = true;
-        return -1;
+        return -E2BIG;
     }
     if (need + 1 > h->cap) {
         size_t ncap = h->cap ? h->cap : 1024;
@@ -54,10 +54,8 @@ static int head__append(struct egress_http_head *h, const char *at, size_t n, bo
         if (ncap > (size_t)h->max + 2)
             ncap = (size_t)h->max + 2;
         char *b = realloc(h->buf, ncap);
-        if (!b) {
-            h->too_large = true;
-            return -1;
-        }
+        if (!b)
+            return -ENOMEM;
         h->buf = b;
         h->cap = (uint32_t)ncap;
     }
@@ -74,23 +72,22 @@ static int head__terminate(struct egress_http_head *h)
 {
     if (h->last == 0)
         return 0;
-    if (head__append(h, "", 0, true) < 0)
-        return -1;
-    return 0;
+    return head__append(h, "", 0, true);
 }
 
 int egress_http_head_url(struct egress_http_head *h, const char *at, size_t n)
 {
+    int rc;
     if (h->last != 1) {
-        if (head__terminate(h) < 0)
-            return -1;
+        if ((rc = head__terminate(h)) < 0)
+            return rc;
         h->url = h->len;
         h->url_len = 0;
         h->status = h->len;
         h->last = 1;
     }
-    if (head__append(h, at, n, false) < 0)
-        return -1;
+    if ((rc = head__append(h, at, n, false)) < 0)
+        return rc;
     h->url_len += (uint32_t)n;
     h->status_len = h->url_len;
     return 0;
@@ -98,12 +95,13 @@ int egress_http_head_url(struct egress_http_head *h, const char *at, size_t n)
 
 int egress_http_head_field(struct egress_http_head *h, const char *at, size_t n)
 {
+    int rc;
     if (h->last != 2) {
-        if (head__terminate(h) < 0)
-            return -1;
+        if ((rc = head__terminate(h)) < 0)
+            return rc;
         if (h->n_hdr == EGRESS_HTTP_MAX_HEADERS) {
             h->too_large = true;
-            return -1;
+            return -E2BIG;
         }
         struct egress_http_hdr *x = &h->hdr[h->n_hdr++];
         x->name = h->len;
@@ -112,43 +110,45 @@ int egress_http_head_field(struct egress_http_head *h, const char *at, size_t n)
         x->value_len = 0;
         h->last = 2;
     }
-    if (head__append(h, at, n, false) < 0)
-        return -1;
+    if ((rc = head__append(h, at, n, false)) < 0)
+        return rc;
     h->hdr[h->n_hdr - 1].name_len += (uint32_t)n;
     return 0;
 }
 
 int egress_http_head_value(struct egress_http_head *h, const char *at, size_t n)
 {
+    int rc;
     if (h->n_hdr == 0)
-        return -1;
+        return -EINVAL;
     if (h->last != 3) {
-        if (head__terminate(h) < 0)
-            return -1;
+        if ((rc = head__terminate(h)) < 0)
+            return rc;
         h->hdr[h->n_hdr - 1].value = h->len;
         h->last = 3;
     }
-    if (head__append(h, at, n, false) < 0)
-        return -1;
+    if ((rc = head__append(h, at, n, false)) < 0)
+        return rc;
     h->hdr[h->n_hdr - 1].value_len += (uint32_t)n;
     return 0;
 }
 
 int egress_http_head_finish(struct egress_http_head *h)
 {
+    int rc;
     /* A header without a value (llhttp gives no value callback for "X:\r\n"). */
     if (h->last == 2) {
-        if (head__terminate(h) < 0)
-            return -1;
+        if ((rc = head__terminate(h)) < 0)
+            return rc;
         h->hdr[h->n_hdr - 1].value = h->len;
         h->hdr[h->n_hdr - 1].value_len = 0;
-        if (head__append(h, "", 0, true) < 0)
-            return -1;
+        if ((rc = head__append(h, "", 0, true)) < 0)
+            return rc;
         h->last = 0;
         return 0;
     }
-    if (head__terminate(h) < 0)
-        return -1;
+    if ((rc = head__terminate(h)) < 0)
+        return rc;
     h->last = 0;
     /* Trailing whitespace of values is not part of them (RFC 9110 5.5). */
     for (uint32_t i = 0; i < h->n_hdr; i++) {
@@ -393,9 +393,21 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uin
 
 /* ---- serialisation ---------------------------------------------------------------- */
 
-/* Restated by the serialiser (Host, framing) or refused before (HTTP2-Settings); the rest of
- * what is not forwarded is common/http.h's (al_http_request_field_dropped). */
-static const char *const req__restated[] = {"host", "http2-settings", "content-length", NULL};
+/* The Connection fields of h, for the options they name (RFC 9110 7.6.1). */
+static size_t head__connection_fields(const struct egress_http_head *h,
+                                      struct al_http_field conn[EGRESS_HTTP_MAX_HEADERS])
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < h->n_hdr; i++)
+        if (h->hdr[i].name_len == 10 && strcasecmp(h->buf + h->hdr[i].name, "connection") == 0)
+            conn[n++] = (struct al_http_field){h->buf + h->hdr[i].name, h->hdr[i].name_len,
+                                               h->buf + h->hdr[i].value, h->hdr[i].value_len};
+    return n;
+}
+
+/* Restated by the serialiser (Host) or refused before (HTTP2-Settings); the rest of what is
+ * not forwarded is common/http_head.h's (al_http_forward_drops). */
+static const char *const req__restated[] = {"host", "http2-settings", NULL};
 
 int egress_http_serialize_request(const struct egress_http_head *h,
                                   const struct egress_http_request *r, struct al_buf *out)
@@ -415,19 +427,15 @@ int egress_http_serialize_request(const struct egress_http_head *h,
         rc = al_buf_printf(out, "Host: %s:%u\r\n", r->host_name, r->port);
     if (rc)
         return rc;
-    /* The Connection fields, for the options they name (RFC 9110 7.6.1). */
     struct al_http_field conn[EGRESS_HTTP_MAX_HEADERS];
-    size_t n_conn = 0;
-    for (uint32_t i = 0; i < h->n_hdr; i++)
-        if (h->hdr[i].name_len == 10 && strcasecmp(h->buf + h->hdr[i].name, "connection") == 0)
-            conn[n_conn++] = (struct al_http_field){h->buf + h->hdr[i].name, h->hdr[i].name_len,
-                                                    h->buf + h->hdr[i].value, h->hdr[i].value_len};
+    size_t n_conn = head__connection_fields(h, conn);
     for (uint32_t i = 0; i < h->n_hdr; i++) {
         const char *name = h->buf + h->hdr[i].name;
         bool skip = false;
         for (const char *const *x = req__restated; *x && !skip; x++)
             skip = strcasecmp(name, *x) == 0;
-        if (skip || al_http_request_field_dropped(conn, n_conn, name, h->hdr[i].name_len))
+        if (skip || al_http_forward_drops(conn, n_conn, name, h->hdr[i].name_len,
+                                          AL_HTTP_FWD_METHOD_DECIDED))
             continue;
         if ((rc = al_buf_append(out, name, h->hdr[i].name_len)) ||
             (rc = al_buf_append(out, ": ", 2)) ||
@@ -450,6 +458,46 @@ int egress_http_serialize_request(const struct egress_http_head *h,
     if (rc)
         return rc;
     return al_buf_appends(out, "\r\n");
+}
+
+int egress_http_serialize_response(const struct egress_http_head *h, const llhttp_t *p, bool close,
+                                   bool client10, struct al_buf *out)
+{
+    int status = llhttp_get_status_code((llhttp_t *)p);
+    bool upgrade = status == 101;
+    int rc = al_buf_printf(out, "HTTP/%d.%d %03d", p->http_major, p->http_minor, status);
+    if (!rc && h->status_len) {
+        rc = al_buf_append(out, " ", 1);
+        if (!rc)
+            rc = al_buf_append(out, h->buf + h->status, h->status_len);
+    }
+    if (!rc)
+        rc = al_buf_append(out, "\r\n", 2);
+    struct al_http_field conn[EGRESS_HTTP_MAX_HEADERS];
+    size_t n_conn = head__connection_fields(h, conn);
+    for (uint32_t i = 0; i < h->n_hdr && !rc; i++) {
+        const char *name = h->buf + h->hdr[i].name;
+        size_t nl = h->hdr[i].name_len;
+        /* The body is forwarded as it came: the fields that describe its bytes stay. */
+        bool framing = (nl == 17 && strcasecmp(name, "transfer-encoding") == 0) ||
+                       (nl == 14 && strcasecmp(name, "content-length") == 0);
+        if (!framing &&
+            al_http_forward_drops(conn, n_conn, name, nl, upgrade ? AL_HTTP_FWD_UPGRADE : 0))
+            continue;
+        if ((rc = al_buf_append(out, name, nl)) || (rc = al_buf_append(out, ": ", 2)) ||
+            (rc = al_buf_append(out, h->buf + h->hdr[i].value, h->hdr[i].value_len)))
+            break;
+        rc = al_buf_append(out, "\r\n", 2);
+    }
+    if (!rc) {
+        if (upgrade)
+            rc = al_buf_appends(out, "Connection: Upgrade\r\n");
+        else if (close)
+            rc = al_buf_appends(out, "Connection: close\r\n");
+        else if (client10)
+            rc = al_buf_appends(out, "Connection: keep-alive\r\n");
+    }
+    return rc ? rc : al_buf_append(out, "\r\n", 2);
 }
 
 int egress_http_error_response(struct al_buf *out, int status, const char *error, const char *rule,

@@ -5,91 +5,6 @@
 #include <string.h>
 #include <strings.h>
 
-static bool req__tchar(unsigned char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
-}
-
-int intercept_head_validate(const char *buf, size_t len, bool request, const char **reason)
-{
-    *reason = NULL;
-    const unsigned char *p = (const unsigned char *)buf;
-    /* Line ends first: every LF preceded by CR, every CR followed by LF. */
-    for (size_t i = 0; i < len; i++) {
-        if (p[i] == '\n' && (i == 0 || p[i - 1] != '\r'))
-            goto bad_eol;
-        if (p[i] == '\r' && (i + 1 >= len || p[i + 1] != '\n'))
-            goto bad_eol;
-    }
-    if (len < 4 || memcmp(buf + len - 4, "\r\n\r\n", 4) != 0)
-        goto bad_eol;
-    size_t line = 0, pos = 0;
-    while (pos < len) {
-        const unsigned char *eol = memchr(p + pos, '\r', len - pos);
-        size_t ll = (size_t)(eol - (p + pos));
-        const unsigned char *l = p + pos;
-        if (ll == 0) {
-            if (pos + 2 != len) {
-                *reason = "data_after_head"; /* the head must end at its blank line */
-                return -EINVAL;
-            }
-            break;
-        }
-        if (line == 0) {
-            if (request) {
-                size_t m = 0;
-                while (m < ll && req__tchar(l[m]))
-                    m++;
-                if (m == 0 || m >= ll || l[m] != ' ')
-                    goto bad_req;
-                size_t t = m + 1, te = t;
-                while (te < ll && l[te] > 0x20 && l[te] < 0x7f)
-                    te++;
-                if (te == t || te >= ll || l[te] != ' ' || ll - te - 1 != 8 ||
-                    (memcmp(l + te + 1, "HTTP/1.1", 8) != 0 &&
-                     memcmp(l + te + 1, "HTTP/1.0", 8) != 0))
-                    goto bad_req;
-            } else {
-                if (ll < 12 || memcmp(l, "HTTP/1.", 7) != 0 || l[8] != ' ')
-                    goto bad_status;
-                for (size_t k = 0; k < ll; k++)
-                    if ((l[k] < 0x20 && l[k] != '\t') || l[k] == 0x7f)
-                        goto bad_status;
-            }
-        } else {
-            if (l[0] == ' ' || l[0] == '\t') {
-                *reason = "obs_fold";
-                return -EINVAL;
-            }
-            size_t k = 0;
-            while (k < ll && req__tchar(l[k]))
-                k++;
-            if (k == 0 || k >= ll || l[k] != ':') {
-                *reason = "invalid_header_name";
-                return -EINVAL;
-            }
-            for (k++; k < ll; k++)
-                if ((l[k] < 0x20 && l[k] != '\t') || l[k] == 0x7f) {
-                    *reason = "invalid_header_value";
-                    return -EINVAL;
-                }
-        }
-        line++;
-        pos += ll + 2;
-    }
-    return 0;
-bad_eol:
-    *reason = "invalid_line_ending";
-    return -EINVAL;
-bad_req:
-    *reason = "invalid_request_line";
-    return -EINVAL;
-bad_status:
-    *reason = "invalid_status_line";
-    return -EINVAL;
-}
-
 bool intercept_hdr_is(const struct al_http_field *h, const char *name)
 {
     size_t n = strlen(name);
@@ -186,6 +101,8 @@ int intercept_request_check(const struct intercept_conn_view *c, const struct in
         FAIL(403, "connect_in_tunnel");
     if (strcmp(r->method, "PRI") == 0)
         FAIL(403, "h2_prior_knowledge_refused");
+    if (r->http_major != 1)
+        FAIL(400, "unsupported_http_version"); /* what the plain path says */
     size_t count = 0;
     const struct al_http_field *host = intercept_hdr_find(r->hdrs, r->n_hdrs, "Host", &count);
     if (count == 0)

@@ -36,6 +36,7 @@ struct intercept_conn_view {
 
 struct intercept_req_view {
     const char *method;
+    int http_major;     /* of the request line (the head scanner admits any digit) */
     const char *target; /* request-target as sent */
     size_t target_len;
     const struct al_http_field *hdrs;
@@ -49,22 +50,12 @@ struct intercept_req_info {
     size_t path_len;
 };
 
-/* Validates a raw HTTP head up to and including its blank line (the session runs it on a
- * request head after the strict parser accepted it, so that what the parser refuses gets the
- * plain path's reason, and on a response head before parsing):
- * CRLF line ends only (no bare CR or LF), no obs-fold, header names are tokens directly
- * followed by ':', no NUL or other controls (HTAB allowed in values); for requests also the
- * request line (METHOD SP target SP HTTP/1.0|1.1, a target of visible ASCII). 0, or -EINVAL
- * with *reason ("invalid_line_ending", "obs_fold", "invalid_header_name",
- * "invalid_header_value", "invalid_request_line", "invalid_status_line", "data_after_head"). */
-int intercept_head_validate(const char *buf, size_t len, bool request, const char **reason);
-
 bool intercept_hdr_is(const struct al_http_field *h, const char *name);
 /* The value of the only header called name; NULL if none; *count says how many there are. */
 const struct al_http_field *intercept_hdr_find(const struct al_http_field *h, size_t n,
                                                const char *name, size_t *count);
 
-/* Before the policy: 0, or -EPERM with *reason ("host_sni_mismatch", "host_port_mismatch",
+/* Before the policy: 0, or -EPERM with *reason ("unsupported_http_version", "host_sni_mismatch", "host_port_mismatch",
  * "authority_host_mismatch", "connect_in_tunnel", "h2c_upgrade_refused",
  * "h2_prior_knowledge_refused", "upgrade_not_allowed", "missing_host", "duplicate_host",
  * "invalid_host") and *status (400 or 403). */

@@ -20,6 +20,7 @@
 
 #include "common/buf.h"
 #include "common/http.h"
+#include "common/http_head.h"
 #include "common/http_parser.h"
 #include "common/util.h"
 #include "egress/intercept/request.h"
@@ -99,7 +100,9 @@ struct intercept_session {
     /* The current request. */
     llhttp_t req;
     llhttp_t resp;
-    struct al_buf head; /* the request head (headers point into it) */
+    struct al_http_head_scan hscan; /* the request head arriving (common/http_head.h) */
+    size_t hscanned;                /* bytes of cin after cin_off it has seen */
+    struct al_buf head;             /* the request head (headers point into it) */
     struct al_http_field hdrs[MAX_HDRS];
     size_t n_hdrs;
     bool hdr_overflow;
@@ -125,6 +128,8 @@ struct intercept_session {
     bool retried;
 
     /* The response. */
+    struct al_http_head_scan rscan; /* the response head arriving */
+    size_t rscanned;                /* bytes of rin after rin_off it has seen */
     struct al_buf rhead;
     struct al_http_field rhdrs[MAX_HDRS];
     size_t n_rhdrs;
@@ -635,13 +640,13 @@ static int req__on_complete(llhttp_t *p)
     return HPE_PAUSED;
 }
 
-/* Fields never forwarded as they came: what every forwarding proxy removes (hop-by-hop, those
- * the Connection fields name, method overrides: common/http.h), and framing. */
+/* Fields never forwarded as they came: what a relay leaves behind (hop-by-hop, those the
+ * Connection fields name, framing, and method overrides since the policy decided on the
+ * method: common/http_head.h), HTTP2-Settings (refused before) and Expect (answered here). */
 static bool hop_by_hop(const struct al_http_field *h, const struct al_http_field *all, size_t n)
 {
-    return al_http_request_field_dropped(all, n, h->name, h->name_len) ||
-           intercept_hdr_is(h, "Content-Length") || intercept_hdr_is(h, "HTTP2-Settings") ||
-           intercept_hdr_is(h, "Expect");
+    return al_http_forward_drops(all, n, h->name, h->name_len, AL_HTTP_FWD_METHOD_DECIDED) ||
+           intercept_hdr_is(h, "HTTP2-Settings") || intercept_hdr_is(h, "Expect");
 }
 
 /* Serialises the request head for the upstream into uq (and keeps a copy for a retry). */
@@ -706,6 +711,8 @@ static void sess__begin_forward(struct intercept_session *s)
     s->t_sent = al_now_ns();
     s->st = S_FORWARD;
     s->resp_in_head = true;
+    al_http_head_scan_init(&s->rscan, false, RESP_HEAD_MAX);
+    s->rscanned = 0;
     s->resp_started = s->resp_done = false;
     llhttp_init(&s->resp, HTTP_RESPONSE, &resp_settings);
     s->resp.data = s;
@@ -868,6 +875,7 @@ static void sess__on_request(struct intercept_session *s)
     struct intercept_conn_view cv = {
         .tls = !s->plain, .sni = s->plain ? NULL : s->name, .port = s->port};
     struct intercept_req_view rv = {.method = s->method,
+                                    .http_major = s->req.http_major,
                                     .target = s->url_at,
                                     .target_len = s->url_len,
                                     .hdrs = s->hdrs,
@@ -1041,36 +1049,20 @@ static void sess__parse_client(struct intercept_session *s, bool *progress)
         if (s->st == S_IDLE) {
             s->st = S_HEAD;
             s->ops->deadline(s->ctx, lim_or(s->lim.header_timeout_ms, 10000));
+            al_http_head_scan_init(&s->hscan, true, maxh);
+            s->hscanned = 0;
         }
         const char *data = s->cin.data + s->cin_off;
-        const char *end = memmem(data, avail, "\r\n\r\n", 4);
-        /* A head ended by bare LFs is refused at once (the validator says why), not left
-         * to wait for a CRLF that never comes. */
-        const char *lf2 = memmem(data, avail, "\n\n", 2);
-        if (lf2 && (!end || lf2 < end + 2)) {
-            size_t at = (size_t)(lf2 - data);
-            end = at >= 2 ? data + at - 2 : NULL;
-        }
-        if (!end && lf2) {
-            s->ops->request_id(s->ctx, s->rid);
-            sess__deny(s, 400, "bad_request", "invalid_line_ending");
+        /* The scanner finds where the head ends and refuses a malformed one at its first
+         * bad byte, not after waiting for a blank line that may never come. */
+        size_t used = 0;
+        int sc = al_http_head_scan(&s->hscan, data + s->hscanned, avail - s->hscanned, &used);
+        if (sc == 0) {
+            s->hscanned = avail;
             return;
         }
-        if (!end) {
-            if (avail > maxh) {
-                s->method[0] = 0;
-                s->ops->request_id(s->ctx, s->rid);
-                sess__deny(s, 431, "request_header_too_large", "request_head_too_large");
-            }
-            return;
-        }
-        size_t hl = (size_t)(end - data) + 4;
-        if (hl > maxh) {
-            s->ops->request_id(s->ctx, s->rid);
-            sess__deny(s, 431, "request_header_too_large", "request_head_too_large");
-            return;
-        }
-        /* A new request: reset, copy the head, parse it, validate its bytes. */
+        size_t hl = s->hscanned + used;
+        /* A new request (or a refused one): reset, then copy the head and parse it. */
         sess__release_request(s);
         s->scrub_refused = NULL;
         memset(&s->codings, 0, sizeof s->codings);
@@ -1082,6 +1074,28 @@ static void sess__parse_client(struct intercept_session *s, bool *progress)
         s->req_done = false;
         s->method[0] = 0;
         s->path_log[0] = 0;
+        if (sc == -E2BIG) {
+            s->ops->request_id(s->ctx, s->rid);
+            sess__deny(s, 431, "request_header_too_large", "request_head_too_large");
+            return;
+        }
+        if (sc < 0) {
+            /* What the strict parser refuses in these bytes gets its reason, the one the
+             * plain path gives (egress/http.c); the scanner's otherwise. */
+            llhttp_init(&s->req, HTTP_REQUEST, &req_settings);
+            s->req.data = s;
+            s->n_hdrs = 0;
+            s->url_at = NULL;
+            memset(s->hdrs, 0, sizeof s->hdrs);
+            llhttp_errno_t err = llhttp_execute(&s->req, data, avail);
+            int st = 400;
+            const char *r = err == HPE_OK || err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE
+                                ? al_http_head_scan_reason(&s->hscan)
+                                : req__parse_error(&s->req, &st);
+            s->ops->request_id(s->ctx, s->rid);
+            sess__deny(s, st, st == 403 ? "blocked_by_policy" : "bad_request", r);
+            return;
+        }
         al_buf_reset(&s->head);
         if (al_buf_append(&s->head, data, hl) < 0) {
             sess__deny(s, 503, "proxy_unavailable", "out_of_memory");
@@ -1089,9 +1103,7 @@ static void sess__parse_client(struct intercept_session *s, bool *progress)
         }
         s->cin_off += hl;
         *progress = true;
-        /* The strict parser first, so that what it refuses is refused for the reason the
-         * plain path gives (egress/http.c); then the byte checks it does not make (obs-fold,
-         * which it would unfold silently). */
+        /* The strict parser on the head the scanner accepted. */
         llhttp_init(&s->req, HTTP_REQUEST, &req_settings);
         s->req.data = s;
         s->n_hdrs = 0;
@@ -1105,12 +1117,6 @@ static void sess__parse_client(struct intercept_session *s, bool *progress)
             const char *r = req__parse_error(&s->req, &st);
             s->ops->request_id(s->ctx, s->rid);
             sess__deny(s, st, st == 403 ? "blocked_by_policy" : "bad_request", r);
-            return;
-        }
-        const char *why = NULL;
-        if (intercept_head_validate(s->head.data, hl, true, &why) < 0) {
-            s->ops->request_id(s->ctx, s->rid);
-            sess__deny(s, 400, "bad_request", why);
             return;
         }
         if (!s->url_at) {
@@ -1303,16 +1309,12 @@ static int resp__on_complete(llhttp_t *p)
     return HPE_PAUSED;
 }
 
-/* Response fields not forwarded as they came: the hop-by-hop ones and those the response's
- * Connection fields name (common/http.h), and the framing, which is restated; Upgrade stays
- * on a 101 that switches protocols. */
+/* Response fields not forwarded as they came: what a relay leaves behind (common/http_head.h);
+ * the framing is restated; Upgrade stays on a 101 that switches protocols. */
 static bool resp_hop_by_hop(const struct al_http_field *h, const struct al_http_field *all,
                             size_t n, bool upgrade)
 {
-    if (intercept_hdr_is(h, "Upgrade"))
-        return !upgrade;
-    return intercept_hdr_is(h, "Content-Length") ||
-           al_http_field_hop_by_hop(all, n, h->name, h->name_len);
+    return al_http_forward_drops(all, n, h->name, h->name_len, upgrade ? AL_HTTP_FWD_UPGRADE : 0);
 }
 
 /* The response head is parsed: check, scrub, re-frame, queue it for the sandbox. */
@@ -1517,22 +1519,27 @@ static bool sess__parse_upstream(struct intercept_session *s, bool *progress)
         const char *data = s->rin.data + s->rin_off;
         size_t avail = q_len(&s->rin, s->rin_off);
         if (s->resp_in_head) {
-            /* The head must be whole before any of it is parsed or forwarded. */
-            const char *end = memmem(data, avail, "\r\n\r\n", 4);
-            if (!end) {
-                if (avail > RESP_HEAD_MAX) {
-                    sess__fail(s, 502, "bad_gateway", "response_head_too_large",
-                               "response head too large");
-                    return false;
-                }
+            /* The head must be whole (and pass the scanner) before any of it is parsed or
+             * forwarded. */
+            size_t used = 0;
+            int sc = al_http_head_scan(&s->rscan, data + s->rscanned, avail - s->rscanned, &used);
+            if (sc == 0) {
+                s->rscanned = avail;
                 return true;
             }
-            size_t hl = (size_t)(end - data) + 4;
-            const char *why = NULL;
-            if (intercept_head_validate(data, hl, false, &why) < 0) {
-                sess__fail(s, 502, "bad_gateway", "malformed_response", why);
+            if (sc == -E2BIG) {
+                sess__fail(s, 502, "bad_gateway", "response_head_too_large",
+                           "response head too large");
                 return false;
             }
+            if (sc < 0) {
+                sess__fail(s, 502, "bad_gateway", "malformed_response",
+                           al_http_head_scan_reason(&s->rscan));
+                return false;
+            }
+            size_t hl = s->rscanned + used;
+            al_http_head_scan_init(&s->rscan, false, RESP_HEAD_MAX); /* a 1xx: another follows */
+            s->rscanned = 0;
             al_buf_reset(&s->rhead);
             al_buf_append(&s->rhead, data, hl);
             s->rin_off += hl;

@@ -77,6 +77,10 @@ ew_match "HEAD gets no body and the connection stays usable" 'HTTP/1.1 200 OK.*H
   ew_raw 1 203.0.113.10 80 'HEAD /h HTTP/1.1\r\nHost: allowed.test\r\n\r\nGET /g HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n'
 ew_match "a chunked response is forwarded" '"target": "/chunked"' ew_curl 1 http://allowed.test/chunked
 ew_match "an HTTP/1.0 response delimited by close is forwarded" '"target": "/http10"' ew_curl 1 http://allowed.test/http10
+EW_OUT=$(ew_curl 1 -i http://allowed.test/hop)
+ew_match "a response's end-to-end fields are forwarded" 'X-End-To-End: kept' echo "$EW_OUT"
+ew_fail "its hop-by-hop fields, and those its Connection names, are not" \
+  grep -qiE '^(X-Hop-Secret|Keep-Alive|Proxy-Authenticate|Connection: X-Hop)' <<<"$EW_OUT"
 ew_match "path rule: GET /v1/... on *.allowed.test" '"target": "/v1/items"' ew_curl 1 http://api.allowed.test/v1/items
 ew_match "path rule: other path denied" '"reason":"path_not_allowed"' ew_curl 1 http://api.allowed.test/admin
 ew_match "method rule: POST denied" '"reason":"method_not_allowed"' ew_curl 1 -X POST http://api.allowed.test/v1/items

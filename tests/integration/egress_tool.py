@@ -391,6 +391,10 @@ class HTTPHandler(socketserver.StreamRequestHandler):
                 echo = b"x" * int(params.get("n", "1000"))
             if path == "/close":
                 close = True
+            if path == "/hop":
+                # hop-by-hop response fields, one named only by Connection
+                extra += (b"Connection: X-Hop-Secret\r\nX-Hop-Secret: 1\r\nKeep-Alive: timeout=5\r\n"
+                          b"Proxy-Authenticate: Basic\r\nX-End-To-End: kept\r\n")
             if path == "/http10":
                 self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + echo)
                 self.wfile.flush()

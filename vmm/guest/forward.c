@@ -45,7 +45,6 @@ struct fwd {
 };
 
 static const char *const fwd__own_headers[] = {
-    "Content-Length", /* framing: set afresh */
     "Expect",         /* answered by our server already */
     "X-Access-Token", /* credentials for this hop */
     "E2B-Traffic-Access-Token",
@@ -59,7 +58,7 @@ static bool fwd__drop_request_header(const char *name, const struct al_http_head
     for (const char *const *o = fwd__own_headers; *o; o++)
         if (strcasecmp(name, *o) == 0)
             return true;
-    return al_http_hop_by_hop(name, h, n);
+    return al_http_forward_drops_header(h, n, name, 0);
 }
 
 int agent_forward_port(const char *s)
@@ -153,11 +152,7 @@ static size_t fwd__response_headers(const struct al_http_header *h, size_t n, bo
                 *cl = v;
             continue;
         }
-        if (keep_upgrade && strcasecmp(h[i].name, "Upgrade") == 0) {
-            out[k++] = h[i];
-            continue;
-        }
-        if (al_http_hop_by_hop(h[i].name, h, n))
+        if (al_http_forward_drops_header(h, n, h[i].name, keep_upgrade ? AL_HTTP_FWD_UPGRADE : 0))
             continue;
         out[k++] = h[i];
     }

@@ -1,5 +1,5 @@
 /* Fuzz target: what vmm/guest/forward.c parses from a client before forwarding: the
- * Connection options (al_http_hop_by_hop), the E2b-Sandbox-Port value and the
+ * Connection options (al_http_forward_drops_header), the E2b-Sandbox-Port value and the
  * request-target's origin-form. Input: lines "Connection value", "field name", "port",
  * "target" (missing lines are empty). */
 #include <stddef.h>
@@ -31,8 +31,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             *p++ = '\0';
     }
     const struct al_http_header h[] = {{"Connection", line[0]}, {"connection", line[2]}};
-    g_sink += al_http_hop_by_hop(line[1], h, 2);
-    g_sink += al_http_hop_by_hop(line[0], h, 1);
+    g_sink += al_http_forward_drops_header(h, 2, line[1], 0);
+    g_sink += al_http_forward_drops_header(h, 1, line[0], AL_HTTP_FWD_UPGRADE);
+    if (!al_http_forward_drops_header(h, 2, "TE", AL_HTTP_FWD_UPGRADE))
+        abort(); /* the fixed list holds whatever Connection says */
     int port = agent_forward_port(line[2]);
     if (port >= 0 && (port < 1 || port > 65535))
         abort();

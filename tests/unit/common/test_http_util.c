@@ -95,56 +95,147 @@ START_TEST(status_texts)
 }
 END_TEST
 
-static int scan_all(const char *s, size_t max, size_t *used)
+static int scan_all(const char *s, bool request, size_t max, size_t *used)
 {
-    struct http__scan sc;
-    http__scan_reset(&sc);
-    return http__scan(&sc, s, strlen(s), max, used);
+    struct al_http_head_scan sc;
+    al_http_head_scan_init(&sc, request, max);
+    return al_http_head_scan(&sc, s, strlen(s), used);
+}
+
+/* The reason a whole head is refused for ("" when accepted). */
+static const char *scan_reason(const char *s, bool request)
+{
+    struct al_http_head_scan sc;
+    al_http_head_scan_init(&sc, request, 1 << 16);
+    size_t used;
+    int rc = al_http_head_scan(&sc, s, strlen(s), &used);
+    if (rc == 1)
+        return used == strlen(s) ? "" : "data_after_head";
+    if (rc == 0)
+        return "incomplete";
+    ck_assert_str_eq(al_http_head_scan_message(&sc)[0] ? "x" : "", "x");
+    return al_http_head_scan_reason(&sc);
 }
 
 START_TEST(scanner_finds_the_block_end_and_refuses_bad_lines)
 {
     size_t used;
     const char *ok = "GET / HTTP/1.1\r\nHost: x\r\n\r\nBODY";
-    ck_assert_int_eq(scan_all(ok, 1000, &used), HTTP__SCAN_DONE);
+    ck_assert_int_eq(scan_all(ok, true, 1000, &used), 1);
     ck_assert_uint_eq(used, strlen(ok) - 4);
-    ck_assert_int_eq(scan_all("\r\n\r\nGET / HTTP/1.1\r\n\r\n", 1000, &used), HTTP__SCAN_DONE);
-    ck_assert_int_eq(scan_all("GET / HTTP/1.1\r\nHost: x\r\n", 1000, &used), HTTP__SCAN_MORE);
-    ck_assert_int_eq(scan_all("GET / HTTP/1.1\nHost: x\r\n\r\n", 1000, &used), HTTP__SCAN_BARE_LF);
-    ck_assert_int_eq(scan_all("GET / HTTP/1.1\r\nA: b\r\n\tc\r\n\r\n", 1000, &used),
-                     HTTP__SCAN_FOLD);
-    ck_assert_int_eq(scan_all("GET / HTTP/1.1\r\nA: b\r\n\n", 1000, &used), HTTP__SCAN_BARE_LF);
-    ck_assert_int_eq(scan_all(ok, 20, &used), HTTP__SCAN_TOO_BIG);
+    ck_assert_int_eq(scan_all("\r\n\r\nGET / HTTP/1.1\r\n\r\n", true, 1000, &used), 1);
+    ck_assert_int_eq(scan_all("GET / HTTP/1.1\r\nHost: x\r\n", true, 1000, &used), 0);
+    ck_assert_uint_eq(used, 25);
+    ck_assert_int_eq(scan_all(ok, true, 20, &used), -E2BIG);
     /* the limit is exact */
-    ck_assert_int_eq(scan_all(ok, strlen(ok) - 4, &used), HTTP__SCAN_DONE);
-    ck_assert_int_eq(scan_all(ok, strlen(ok) - 5, &used), HTTP__SCAN_TOO_BIG);
+    ck_assert_int_eq(scan_all(ok, true, strlen(ok) - 4, &used), 1);
+    ck_assert_int_eq(scan_all(ok, true, strlen(ok) - 5, &used), -E2BIG);
+    ck_assert_int_eq(scan_all("GET / HTTP/1.1\nHost: x\r\n\r\n", true, 1000, &used), -EBADMSG);
+    ck_assert_uint_eq(used, 14); /* the byte refused */
+
+    static const struct {
+        const char *head;
+        bool request;
+        const char *reason;
+    } cases[] = {
+        {"GET / HTTP/1.1\r\nHost: x\r\nX-Y: a b\t\xc3\xa9\r\nE:\r\n\r\n", true, ""},
+        {"HTTP/1.1 200 OK\r\nServer: x\r\n\r\n", false, ""},
+        {"HTTP/1.1 204\r\n\r\n", false, ""},
+        {"HTTP/1.0 404 Not \xc3\xa9 Found\r\n\r\n", false, ""},
+        {"PRI * HTTP/2.0\r\n\r\n", true, ""}, /* the version's meaning is the caller's */
+        {"GET / HTTP/1.1\nHost: x\n\n", true, "invalid_line_ending"},
+        {"GET / HTTP/1.1\r\nHost: x\n\r\n", true, "invalid_line_ending"},
+        {"GET / HTTP/1.1\r\nHost: x\r\n\n", true, "invalid_line_ending"},
+        {"GET / HTTP/1.1\r\nHost: x\ry\r\n\r\n", true, "invalid_line_ending"},
+        {"GET / HTTP/1.1\r\nHost: x\r\n\rX", true, "invalid_line_ending"},
+        {"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n", true, "obs_fold"},
+        {"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n\tb\r\n\r\n", true, "obs_fold"},
+        {"GET / HTTP/1.1\r\n Host: x\r\n\r\n", true, "obs_fold"},
+        {"GET / HTTP/1.1\r\nHost : x\r\n\r\n", true, "invalid_header_name"},
+        {"GET / HTTP/1.1\r\nHo(st: x\r\n\r\n", true, "invalid_header_name"},
+        {"GET / HTTP/1.1\r\n:x\r\n\r\n", true, "invalid_header_name"},
+        {"GET / HTTP/1.1\r\nNoColon\r\n\r\n", true, "invalid_header_name"},
+        {"GET / HTTP/1.1\r\nHost: x\x01y\r\n\r\n", true, "invalid_header_value"},
+        {"GET / HTTP/1.1\r\nHost: x\x7f\r\n\r\n", true, "invalid_header_value"},
+        {"GET  / HTTP/1.1\r\nHost: x\r\n\r\n", true, "invalid_request_line"},
+        {"GET /\x80 HTTP/1.1\r\nHost: x\r\n\r\n", true, "invalid_request_line"},
+        {"GET / HTTP/1.1 \r\nHost: x\r\n\r\n", true, "invalid_request_line"},
+        {"GET / HTTP/11\r\nHost: x\r\n\r\n", true, "invalid_request_line"},
+        {"GET /\r\n\r\n", true, "invalid_request_line"}, /* HTTP/0.9 */
+        {"G(T / HTTP/1.1\r\n\r\n", true, "invalid_request_line"},
+        {"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\n\r\n", true, "data_after_head"},
+        {"HTTP/1.1200 OK\r\n\r\n", false, "invalid_status_line"},
+        {"HTTP/1.1 20 OK\r\n\r\n", false, "invalid_status_line"},
+        {"HTTP/1.1 200 O\x01K\r\n\r\n", false, "invalid_status_line"},
+        {"\r\nHTTP/1.1 200 OK\r\n\r\n", false, "invalid_status_line"},
+        {"HTTP/1.1 200 OK\r\nX: \x7f\r\n\r\n", false, "invalid_header_value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_msg(strcmp(scan_reason(cases[i].head, cases[i].request), cases[i].reason) == 0,
+                      "case %zu: %s, want %s", i, scan_reason(cases[i].head, cases[i].request),
+                      cases[i].reason);
+    /* NUL (which strlen cannot carry) */
+    static const char nul[] = "GET / HTTP/1.1\r\nHost: x\0y\r\n\r\n";
+    struct al_http_head_scan sc;
+    al_http_head_scan_init(&sc, true, 1000);
+    ck_assert_int_eq(al_http_head_scan(&sc, nul, sizeof nul - 1, &used), -EBADMSG);
+    ck_assert_str_eq(al_http_head_scan_reason(&sc), "invalid_header_value");
+    ck_assert_int_eq(al_http_head_scan(&sc, "\r\n", 2, &used), -EBADMSG); /* stays refused */
 }
 END_TEST
 
 START_TEST(scanner_state_survives_any_split)
 {
-    const char *msg = "POST /x HTTP/1.1\r\nHost: x\r\nA: 1\r\n\r\n";
-    size_t len = strlen(msg);
-    for (size_t cut = 0; cut <= len; cut++) {
-        struct http__scan sc;
-        http__scan_reset(&sc);
-        size_t used = 0;
-        int rc = http__scan(&sc, msg, cut, 1000, &used);
-        if (cut < len) {
-            ck_assert_int_eq(rc, HTTP__SCAN_MORE);
-            rc = http__scan(&sc, msg + cut, len - cut, 1000, &used);
+    static const struct {
+        const char *head;
+        bool request;
+        const char *reason; /* NULL: accepted */
+    } cases[] = {
+        {"POST /x HTTP/1.1\r\nHost: x\r\nA: 1\r\n\r\n", true, NULL},
+        {"\r\nGET /a?b HTTP/1.0\r\nA:\r\n\r\n", true, NULL},
+        {"HTTP/1.1 200 OK\r\nA: 1\r\n\r\n", false, NULL},
+        {"GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n", true, "obs_fold"},
+        {"GET / HTTP/1.1\r\nA: b\rc\r\n\r\n", true, "invalid_line_ending"},
+        {"GET / HTTP/1.1\r\nA b\r\n\r\n", true, "invalid_header_name"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *msg = cases[k].head;
+        size_t len = strlen(msg);
+        for (size_t cut = 0; cut <= len; cut++) {
+            struct al_http_head_scan sc;
+            al_http_head_scan_init(&sc, cases[k].request, 1000);
+            size_t used = 0;
+            int rc = al_http_head_scan(&sc, msg, cut, &used);
+            if (rc == 0)
+                rc = al_http_head_scan(&sc, msg + cut, len - cut, &used);
+            if (cases[k].reason) {
+                ck_assert_int_eq(rc, -EBADMSG);
+                ck_assert_str_eq(al_http_head_scan_reason(&sc), cases[k].reason);
+            } else {
+                ck_assert_msg(rc == 1, "case %zu cut %zu: %d", k, cut, rc);
+            }
         }
-        ck_assert_int_eq(rc, HTTP__SCAN_DONE);
+        /* one byte at a time */
+        struct al_http_head_scan sc;
+        al_http_head_scan_init(&sc, cases[k].request, 1000);
+        int rc = 0;
+        size_t used;
+        for (size_t i = 0; msg[i] && rc == 0; i++)
+            rc = al_http_head_scan(&sc, msg + i, 1, &used);
+        ck_assert_int_eq(rc, cases[k].reason ? -EBADMSG : 1);
     }
-    /* one byte at a time, with a fold split from its line */
-    const char *fold = "GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n";
-    struct http__scan sc;
-    http__scan_reset(&sc);
-    int rc = HTTP__SCAN_MORE;
-    size_t used;
-    for (size_t i = 0; fold[i] && rc == HTTP__SCAN_MORE; i++)
-        rc = http__scan(&sc, fold + i, 1, 1000, &used);
-    ck_assert_int_eq(rc, HTTP__SCAN_FOLD);
+    /* the bound counts across pieces, exactly */
+    const char *ok = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (size_t cut = 0; cut <= strlen(ok); cut++) {
+        struct al_http_head_scan sc;
+        al_http_head_scan_init(&sc, true, strlen(ok) - 1);
+        size_t used;
+        int rc = al_http_head_scan(&sc, ok, cut, &used);
+        if (rc == 0)
+            rc = al_http_head_scan(&sc, ok + cut, strlen(ok) - cut, &used);
+        ck_assert_int_eq(rc, -E2BIG);
+        ck_assert_str_eq(al_http_head_scan_reason(&sc), "head_too_large");
+    }
 }
 END_TEST
 
@@ -248,23 +339,32 @@ END_TEST
 
 START_TEST(hop_by_hop_fields_and_connection_options)
 {
-    const struct al_http_header h[] = {{"Connection", "keep-alive, X-Secret ,\tX-Other"},
+    const struct al_http_header h[] = {{"Connection", "keep-alive, X-Secret ,\tX-Other, Upgrade"},
                                        {"connection", "x-third"},
                                        {"X-Secret", "1"},
                                        {"Host", "a"}};
     const char *hop[] = {
         "Connection",          "keep-alive", "Proxy-Connection", "TE",
         "transfer-encoding",   "Trailer",    "Upgrade",          "Proxy-Authenticate",
-        "Proxy-Authorization", "X-Secret",   "x-other",          "X-THIRD"};
+        "Proxy-Authorization", "X-Secret",   "x-other",          "X-THIRD",
+        "content-length"};
     for (size_t i = 0; i < sizeof hop / sizeof *hop; i++)
-        ck_assert_msg(al_http_hop_by_hop(hop[i], h, 4), "%s should be hop-by-hop", hop[i]);
-    const char *e2e[] = {"Host",       "Content-Type", "Authorization", "X-Secre",
-                         "X-Secret-2", "Via",          "Cookie",        "keep"};
+        ck_assert_msg(al_http_forward_drops_header(h, 4, hop[i], 0), "%s should be hop-by-hop",
+                      hop[i]);
+    const char *e2e[] = {"Host",    "Content-Type", "Authorization",
+                         "X-Secre", "X-Secret-2",   "Via",
+                         "Cookie",  "keep",         "X-HTTP-Method-Override"};
     for (size_t i = 0; i < sizeof e2e / sizeof *e2e; i++)
-        ck_assert_msg(!al_http_hop_by_hop(e2e[i], h, 4), "%s should be end-to-end", e2e[i]);
+        ck_assert_msg(!al_http_forward_drops_header(h, 4, e2e[i], 0), "%s should be end-to-end",
+                      e2e[i]);
     /* Without a Connection header only the fixed list. */
-    ck_assert(!al_http_hop_by_hop("X-Secret", h + 2, 2));
-    ck_assert(al_http_hop_by_hop("TE", NULL, 0));
+    ck_assert(!al_http_forward_drops_header(h + 2, 2, "X-Secret", 0));
+    ck_assert(al_http_forward_drops_header(NULL, 0, "TE", 0));
+    /* Switching protocols: Upgrade stays, even though Connection names it. */
+    ck_assert(!al_http_forward_drops_header(h, 4, "upgrade", AL_HTTP_FWD_UPGRADE));
+    ck_assert(al_http_forward_drops_header(h, 4, "Connection", AL_HTTP_FWD_UPGRADE));
+    ck_assert(al_http_forward_drops_header(h, 4, "X-Secret", AL_HTTP_FWD_UPGRADE));
+    ck_assert(al_http_forward_drops_header(h, 4, "X-HTTP-Method", AL_HTTP_FWD_METHOD_DECIDED));
 }
 END_TEST
 
@@ -275,6 +375,7 @@ START_TEST(request_fields_a_proxy_removes)
     const struct al_http_field f[] = {{"Connection", 10, v1, sizeof v1 - 1},
                                       {"Host", 4, "a", 1},
                                       {"CONNECTION", 10, v2, sizeof v2 - 1}};
+    const unsigned m = AL_HTTP_FWD_METHOD_DECIDED;
     const char *gone[] = {"Connection",
                           "keep-alive",
                           "Proxy-Connection",
@@ -287,21 +388,24 @@ START_TEST(request_fields_a_proxy_removes)
                           "X-Secret",
                           "x-other",
                           "X-THIRD",
+                          "Content-Length",
                           "X-HTTP-Method-Override",
                           "x-http-method",
                           "X-Method-Override"};
     for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
-        ck_assert_msg(al_http_request_field_dropped(f, 3, gone[i], strlen(gone[i])),
+        ck_assert_msg(al_http_forward_drops(f, 3, gone[i], strlen(gone[i]), m),
                       "%s should be removed", gone[i]);
-    const char *kept[] = {"Host",   "Content-Type", "Authorization",  "X-Secre",       "X-Secret-2",
-                          "Cookie", "keep",         "X-HTTP-Methods", "Content-Length"};
+    const char *kept[] = {"Host",       "Content-Type", "Authorization", "X-Secre",
+                          "X-Secret-2", "Cookie",       "keep",          "X-HTTP-Methods"};
     for (size_t i = 0; i < sizeof kept / sizeof *kept; i++)
-        ck_assert_msg(!al_http_request_field_dropped(f, 3, kept[i], strlen(kept[i])),
+        ck_assert_msg(!al_http_forward_drops(f, 3, kept[i], strlen(kept[i]), m),
                       "%s should be forwarded", kept[i]);
+    /* Method overrides only where the policy decided on the method. */
+    ck_assert(!al_http_forward_drops(f, 3, "X-HTTP-Method-Override", 22, 0));
     /* Values are not NUL-terminated: a name is matched by its length only. */
-    ck_assert(!al_http_request_field_dropped(f, 3, "X-Secret-2", 10));
-    ck_assert(al_http_request_field_dropped(f, 3, "X-Secret-2", 8));
-    ck_assert(!al_http_request_field_dropped(f + 1, 1, "X-Secret", 8));
+    ck_assert(!al_http_forward_drops(f, 3, "X-Secret-2", 10, m));
+    ck_assert(al_http_forward_drops(f, 3, "X-Secret-2", 8, m));
+    ck_assert(!al_http_forward_drops(f + 1, 1, "X-Secret", 8, m));
     ck_assert(al_http_list_has(" a ,, b\t", 8, "b", 1));
     ck_assert(!al_http_list_has("ab", 2, "a", 1));
     ck_assert(!al_http_list_has("a", 1, "", 0));

@@ -1,8 +1,9 @@
 /* tests/unit/egress/fuzz_proxy_http: the request side of the plain-HTTP engine on arbitrary
- * bytes: strict llhttp into the bounded head collector, the request checks, and the head
- * re-serialised for the upstream. Invariant checked on every accepted request: what the
+ * bytes: strict llhttp into the bounded head collector and the head scanner, the request
+ * checks, and the head re-serialised for the upstream. Invariant checked on every accepted request: what the
  * upstream would receive parses (strictly) as exactly one request head with the same
  * method, target, Host and framing, and without hop-by-hop or Proxy-* headers. */
+#include "common/http_head.h"
 #include "egress/http.h"
 
 #include <stdint.h>
@@ -80,6 +81,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct fz f;
     llhttp_t p;
     if (!fz__parse(buf, len, len / 2, &f, &p, &s)) {
+        egress_http_head_free(&f.h);
+        return 0;
+    }
+    /* What llhttp accepted goes through the head scanner too (egress/http.c); a head it
+     * refuses is denied there. */
+    struct al_http_head_scan sc;
+    al_http_head_scan_init(&sc, true, 0);
+    size_t head_len = (size_t)(llhttp_get_error_pos(&p) - buf), used = 0;
+    int src = al_http_head_scan(&sc, buf, head_len, &used);
+    if (src < 0 && !al_http_head_scan_reason(&sc))
+        abort();
+    if (src != 1 || used != head_len) {
         egress_http_head_free(&f.h);
         return 0;
     }

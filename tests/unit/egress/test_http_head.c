@@ -34,17 +34,20 @@ static int th__done(llhttp_t *p)
     return HPE_PAUSED;
 }
 
-/* Parses msg (fed byte by byte when split) into t; returns llhttp's last errno. */
-static int th_parse(struct th *t, const char *msg, uint32_t max, bool bytewise)
+/* Parses msg, a request or a response head (fed byte by byte when split) into t; returns
+ * llhttp's last errno. */
+static int th_parse_type(struct th *t, llhttp_type_t type, const char *msg, uint32_t max,
+                         bool bytewise)
 {
     memset(t, 0, sizeof *t);
     egress_http_head_init(&t->h, max);
     llhttp_settings_init(&t->s);
     t->s.on_url = th__url;
+    t->s.on_status = th__url;
     t->s.on_header_field = th__field;
     t->s.on_header_value = th__value;
     t->s.on_headers_complete = th__done;
-    llhttp_init(&t->p, HTTP_REQUEST, &t->s);
+    llhttp_init(&t->p, type, &t->s);
     t->p.data = t;
     size_t len = strlen(msg);
     if (!bytewise)
@@ -53,6 +56,11 @@ static int th_parse(struct th *t, const char *msg, uint32_t max, bool bytewise)
     for (size_t i = 0; i < len && e == HPE_OK && !t->complete; i++)
         e = llhttp_execute(&t->p, msg + i, 1);
     return e;
+}
+
+static int th_parse(struct th *t, const char *msg, uint32_t max, bool bytewise)
+{
+    return th_parse_type(t, HTTP_REQUEST, msg, max, bytewise);
 }
 
 /* Check a head; returns the reason ("" when accepted). */
@@ -303,6 +311,63 @@ START_TEST(serializes_without_connection_options_and_overrides)
 }
 END_TEST
 
+/* A response head parsed as egress/http.c parses one. */
+static void th_parse_response(struct th *t, const char *msg)
+{
+    th_parse_type(t, HTTP_RESPONSE, msg, 8192, false);
+    ck_assert(t->complete);
+}
+
+/* The plain path's responses lose what a relay leaves behind too (RFC 9110 7.6.1), the
+ * framing of the body forwarded as it came excepted. */
+START_TEST(serializes_responses_without_hop_by_hop_fields)
+{
+    struct th t;
+    th_parse_response(&t, "HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nKeep-Alive: "
+                          "timeout=5\r\nX-Hop: secret-ish\r\nProxy-Authenticate: Basic\r\n"
+                          "Trailer: X-T\r\nTransfer-Encoding: chunked\r\nProxy-Connection: x\r\n"
+                          "Content-Type: text/plain\r\nX-End: kept\r\n\r\n");
+    struct al_buf out;
+    al_buf_init(&out, 0);
+    ck_assert_int_eq(egress_http_serialize_response(&t.h, &t.p, false, false, &out), 0);
+    ck_assert_str_eq(out.data, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                               "Content-Type: text/plain\r\nX-End: kept\r\n\r\n");
+    al_buf_reset(&out);
+    ck_assert_int_eq(egress_http_serialize_response(&t.h, &t.p, true, false, &out), 0);
+    ck_assert_ptr_nonnull(strstr(out.data, "X-End: kept\r\nConnection: close\r\n\r\n"));
+    al_buf_free(&out);
+    egress_http_head_free(&t.h);
+
+    th_parse_response(&t, "HTTP/1.0 404 Not Found\r\nContent-Length: 3\r\nConnection: "
+                          "keep-alive\r\n\r\n");
+    al_buf_init(&out, 0);
+    ck_assert_int_eq(egress_http_serialize_response(&t.h, &t.p, false, true, &out), 0);
+    ck_assert_str_eq(out.data, "HTTP/1.0 404 Not Found\r\nContent-Length: 3\r\n"
+                               "Connection: keep-alive\r\n\r\n");
+    al_buf_free(&out);
+    egress_http_head_free(&t.h);
+
+    /* A 101 keeps its Upgrade (Connection names it) and restates Connection. */
+    th_parse_response(&t,
+                      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                      "Connection: Upgrade, X-Hop\r\nX-Hop: 1\r\nSec-WebSocket-Accept: a\r\n\r\n");
+    al_buf_init(&out, 0);
+    ck_assert_int_eq(egress_http_serialize_response(&t.h, &t.p, true, false, &out), 0);
+    ck_assert_str_eq(out.data, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                               "Sec-WebSocket-Accept: a\r\nConnection: Upgrade\r\n\r\n");
+    al_buf_free(&out);
+    egress_http_head_free(&t.h);
+
+    /* No reason phrase. */
+    th_parse_response(&t, "HTTP/1.1 204\r\nX-A: 1\r\n\r\n");
+    al_buf_init(&out, 0);
+    ck_assert_int_eq(egress_http_serialize_response(&t.h, &t.p, false, false, &out), 0);
+    ck_assert_str_eq(out.data, "HTTP/1.1 204\r\nX-A: 1\r\n\r\n");
+    al_buf_free(&out);
+    egress_http_head_free(&t.h);
+}
+END_TEST
+
 START_TEST(json_answers)
 {
     struct al_buf b;
@@ -339,6 +404,7 @@ static Suite *suite(void)
     tcase_add_test(t, strict_parser_refuses_smuggling);
     tcase_add_test(t, serializes_for_the_upstream);
     tcase_add_test(t, serializes_without_connection_options_and_overrides);
+    tcase_add_test(t, serializes_responses_without_hop_by_hop_fields);
     tcase_add_test(t, json_answers);
     suite_add_tcase(s, t);
     return s;

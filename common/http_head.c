@@ -1,0 +1,332 @@
+/* common/http_head: the head scanner and the forwarding rule (see http_head.h). */
+#include "http_head.h"
+#include "http.h"
+
+#include <errno.h>
+#include <string.h>
+#include <strings.h>
+
+/* RFC 9110 tchar: ALPHA / DIGIT / "!#$%&'*+-.^_`|~" */
+static const uint8_t head__tchar[256] = {
+    ['0' ... '9'] = 1, ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1, ['!'] = 1, ['#'] = 1, ['$'] = 1,
+    ['%'] = 1,         ['&'] = 1,         ['\''] = 1,        ['*'] = 1, ['+'] = 1, ['-'] = 1,
+    ['.'] = 1,         ['^'] = 1,         ['_'] = 1,         ['`'] = 1, ['|'] = 1, ['~'] = 1,
+};
+
+enum {
+    ST_LINE = 0, /* at the start of a line */
+    ST_LEAD_CR,  /* CR of an empty line before the request line */
+    ST_METHOD,
+    ST_TARGET0, /* the first byte of the request-target */
+    ST_TARGET,
+    ST_RVER,   /* "HTTP/d.d" ending a request line (pos: bytes of it seen) */
+    ST_SVER,   /* "HTTP/d.d" starting a status line */
+    ST_STATUS, /* three digits (pos) */
+    ST_REASON,
+    ST_NAME,
+    ST_VALUE,
+    ST_CR,     /* CR ending a non-empty line */
+    ST_END_CR, /* CR of the blank line ending the head */
+    ST_DONE,
+    ST_FAILED,
+};
+
+static const char *const head__messages[][2] = {
+    {"head_too_large", "header block too large"},
+    {"invalid_line_ending", "a line ends with a bare LF or CR (CRLF required)"},
+    {"obs_fold", "obsolete line folding (a header line starts with whitespace)"},
+    {"invalid_header_name", "a header name that is not a token followed by ':'"},
+    {"invalid_header_value", "a control character in a header value"},
+    {"invalid_request_line", "a request line that is not METHOD SP target SP HTTP/d.d"},
+    {"invalid_status_line", "a status line that is not HTTP/d.d SP ddd [SP reason]"},
+};
+
+void al_http_head_scan_init(struct al_http_head_scan *s, bool request, size_t max)
+{
+    *s = (struct al_http_head_scan){
+        .max = max > UINT32_MAX ? UINT32_MAX : (uint32_t)max,
+        .request = request,
+        .state = ST_LINE,
+    };
+}
+
+/* "HTTP/d.d": whether byte c fits at position pos. */
+static bool head__version_byte(unsigned pos, unsigned char c)
+{
+    static const char lit[] = "HTTP/";
+    if (pos < 5)
+        return c == (unsigned char)lit[pos];
+    if (pos == 6)
+        return c == '.';
+    return c >= '0' && c <= '9';
+}
+
+static bool head__ctl(unsigned char c)
+{
+    return (c < 0x20 && c != '\t') || c == 0x7f;
+}
+
+static int head__fail(struct al_http_head_scan *s, const char *why, size_t at, size_t *used)
+{
+    s->state = ST_FAILED;
+    s->why = why;
+    *used = at;
+    return why == head__messages[0][0] ? -E2BIG : -EBADMSG;
+}
+
+int al_http_head_scan(struct al_http_head_scan *s, const char *p, size_t n, size_t *used)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    const char *bad_line = s->request ? "invalid_request_line" : "invalid_status_line";
+    *used = 0;
+    if (s->state == ST_FAILED)
+        return s->why == head__messages[0][0] ? -E2BIG : -EBADMSG;
+    if (s->state == ST_DONE)
+        return 1;
+    size_t i = 0;
+    for (; i < n; i++) {
+        unsigned char c = b[i];
+        if (s->max && s->bytes >= s->max)
+            return head__fail(s, head__messages[0][0], i, used);
+        s->bytes++;
+        if (c == '\n' && s->state != ST_CR && s->state != ST_LEAD_CR && s->state != ST_END_CR)
+            return head__fail(s, "invalid_line_ending", i, used);
+        switch (s->state) {
+        case ST_LINE:
+            if (s->lines == 0) {
+                if (s->request) {
+                    if (c == '\r')
+                        s->state = ST_LEAD_CR;
+                    else if (head__tchar[c])
+                        s->state = ST_METHOD;
+                    else
+                        return head__fail(s, bad_line, i, used);
+                } else {
+                    if (!head__version_byte(0, c))
+                        return head__fail(s, bad_line, i, used);
+                    s->state = ST_SVER;
+                    s->pos = 1;
+                }
+            } else if (c == '\r') {
+                s->state = ST_END_CR;
+            } else if (c == ' ' || c == '\t') {
+                return head__fail(s, "obs_fold", i, used);
+            } else if (head__tchar[c]) {
+                s->state = ST_NAME;
+            } else {
+                return head__fail(s, "invalid_header_name", i, used);
+            }
+            break;
+        case ST_LEAD_CR:
+        case ST_CR:
+            if (c != '\n')
+                return head__fail(s, "invalid_line_ending", i, used);
+            if (s->state == ST_CR)
+                s->lines++;
+            s->state = ST_LINE;
+            break;
+        case ST_END_CR:
+            if (c != '\n')
+                return head__fail(s, "invalid_line_ending", i, used);
+            s->state = ST_DONE;
+            *used = i + 1;
+            return 1;
+        case ST_METHOD:
+            if (c == ' ')
+                s->state = ST_TARGET0;
+            else if (!head__tchar[c])
+                return head__fail(s, bad_line, i, used);
+            break;
+        case ST_TARGET0:
+        case ST_TARGET:
+            if (c == ' ' && s->state == ST_TARGET) {
+                s->state = ST_RVER;
+                s->pos = 0;
+            } else if (c <= 0x20 || c >= 0x7f) {
+                return head__fail(s, bad_line, i, used);
+            } else {
+                s->state = ST_TARGET;
+                /* The rest of the target at once. */
+                while (i + 1 < n && b[i + 1] > 0x20 && b[i + 1] < 0x7f &&
+                       (!s->max || s->bytes < s->max)) {
+                    i++;
+                    s->bytes++;
+                }
+            }
+            break;
+        case ST_RVER:
+            if (s->pos == 8) {
+                if (c != '\r')
+                    return head__fail(s, bad_line, i, used);
+                s->state = ST_CR;
+            } else if (!head__version_byte(s->pos++, c)) {
+                return head__fail(s, bad_line, i, used);
+            }
+            break;
+        case ST_SVER:
+            if (s->pos == 8) {
+                if (c != ' ')
+                    return head__fail(s, bad_line, i, used);
+                s->state = ST_STATUS;
+                s->pos = 0;
+            } else if (!head__version_byte(s->pos++, c)) {
+                return head__fail(s, bad_line, i, used);
+            }
+            break;
+        case ST_STATUS:
+            if (s->pos == 3) {
+                if (c == '\r')
+                    s->state = ST_CR;
+                else if (c == ' ')
+                    s->state = ST_REASON;
+                else
+                    return head__fail(s, bad_line, i, used);
+            } else if (c >= '0' && c <= '9') {
+                s->pos++;
+            } else {
+                return head__fail(s, bad_line, i, used);
+            }
+            break;
+        case ST_REASON:
+            if (c == '\r')
+                s->state = ST_CR;
+            else if (head__ctl(c))
+                return head__fail(s, bad_line, i, used);
+            break;
+        case ST_NAME:
+            if (c == ':')
+                s->state = ST_VALUE;
+            else if (!head__tchar[c])
+                return head__fail(s, "invalid_header_name", i, used);
+            break;
+        case ST_VALUE:
+            /* The value up to its CR at once: the bytes most of a head is made of. */
+            while (c != '\r') {
+                if (head__ctl(c))
+                    return head__fail(s, c == '\n' ? "invalid_line_ending" : "invalid_header_value",
+                                      i, used);
+                if (i + 1 >= n || (s->max && s->bytes >= s->max))
+                    break;
+                c = b[++i];
+                s->bytes++;
+            }
+            if (c == '\r')
+                s->state = ST_CR;
+            break;
+        }
+    }
+    *used = n;
+    return 0;
+}
+
+const char *al_http_head_scan_reason(const struct al_http_head_scan *s)
+{
+    return s->state == ST_FAILED ? s->why : NULL;
+}
+
+const char *al_http_head_scan_message(const struct al_http_head_scan *s)
+{
+    const char *why = al_http_head_scan_reason(s);
+    if (!why)
+        return "";
+    for (size_t k = 0; k < sizeof head__messages / sizeof head__messages[0]; k++)
+        if (head__messages[k][0] == why)
+            return head__messages[k][1];
+    return why;
+}
+
+/* ---- forwarding ---------------------------------------------------------------------- */
+
+bool al_http_list_has(const char *value, size_t len, const char *token, size_t token_len)
+{
+    size_t pos = 0;
+    while (pos < len) {
+        while (pos < len && (value[pos] == ' ' || value[pos] == '\t' || value[pos] == ','))
+            pos++;
+        size_t s = pos;
+        while (pos < len && value[pos] != ',')
+            pos++;
+        size_t l = pos - s;
+        while (l && (value[s + l - 1] == ' ' || value[s + l - 1] == '\t'))
+            l--;
+        if (l == token_len && l && strncasecmp(value + s, token, l) == 0)
+            return true;
+    }
+    return false;
+}
+
+struct head__name {
+    const char *s;
+    size_t n;
+};
+#define HEAD__NAME(s)   \
+    {                   \
+        s, sizeof s - 1 \
+    }
+static const struct head__name head__hop[] = {
+    HEAD__NAME("Connection"),         HEAD__NAME("Keep-Alive"),
+    HEAD__NAME("Proxy-Connection"),   HEAD__NAME("TE"),
+    HEAD__NAME("Transfer-Encoding"),  HEAD__NAME("Trailer"),
+    HEAD__NAME("Proxy-Authenticate"), HEAD__NAME("Proxy-Authorization"),
+    HEAD__NAME("Content-Length"),
+};
+static const struct head__name head__override[] = {
+    HEAD__NAME("X-HTTP-Method-Override"),
+    HEAD__NAME("X-HTTP-Method"),
+    HEAD__NAME("X-Method-Override"),
+};
+#undef HEAD__NAME
+
+static bool head__in(const struct head__name *t, size_t tn, const char *name, size_t len)
+{
+    for (size_t i = 0; i < tn; i++)
+        if (t[i].n == len && strncasecmp(name, t[i].s, len) == 0)
+            return true;
+    return false;
+}
+
+static bool head__is(const char *name, size_t len, const char *lit, size_t lit_len)
+{
+    return len == lit_len && strncasecmp(name, lit, len) == 0;
+}
+
+/* What the rule says without the Connection options: 1 drop, 0 keep (also against what
+ * Connection names: an upgrade's own Upgrade), -1 drop if a Connection field names it. */
+static int head__fixed(const char *name, size_t len, unsigned flags)
+{
+    if (head__is(name, len, "Upgrade", 7))
+        return flags & AL_HTTP_FWD_UPGRADE ? 0 : 1;
+    if (head__in(head__hop, sizeof head__hop / sizeof *head__hop, name, len))
+        return 1;
+    if ((flags & AL_HTTP_FWD_METHOD_DECIDED) &&
+        head__in(head__override, sizeof head__override / sizeof *head__override, name, len))
+        return 1;
+    return -1;
+}
+
+bool al_http_forward_drops(const struct al_http_field *f, size_t n, const char *name, size_t len,
+                           unsigned flags)
+{
+    int fixed = head__fixed(name, len, flags);
+    if (fixed >= 0)
+        return fixed;
+    for (size_t i = 0; i < n; i++)
+        if (head__is(f[i].name, f[i].name_len, "Connection", 10) &&
+            al_http_list_has(f[i].value, f[i].value_len, name, len))
+            return true;
+    return false;
+}
+
+bool al_http_forward_drops_header(const struct al_http_header *h, size_t n, const char *name,
+                                  unsigned flags)
+{
+    size_t len = strlen(name);
+    int fixed = head__fixed(name, len, flags);
+    if (fixed >= 0)
+        return fixed;
+    for (size_t i = 0; i < n; i++)
+        if (strcasecmp(h[i].name, "Connection") == 0 &&
+            al_http_list_has(h[i].value, strlen(h[i].value), name, len))
+            return true;
+    return false;
+}

@@ -1,0 +1,96 @@
+/* common/http_head: the wire rules of an HTTP/1 message head, once for every component: the
+ * server and client of common/http.h, egress's plain and intercepted proxy paths (requests
+ * from sandboxes, responses from upstreams) and everything built on them.
+ *
+ * Owns: the head scanner (below), and what a relay forwards of a message's fields (the
+ * hop-by-hop rule with the Connection option list, RFC 9110 7.6.1), used by every relay in
+ * the tree: airlockd's sandbox proxy, the agent's port forwarder, egress's plain and
+ * intercepted paths, on requests and responses alike.
+ *
+ * The head scanner finds where a head ends and refuses, before anything acts
+ * on the head, the shapes llhttp lets through or would repair silently: obs-fold (llhttp
+ * unfolds it), bare LF or bare CR line ends, controls (NUL included) in header lines other
+ * than HTAB in values, header names that are not tokens directly followed by ':', start
+ * lines that are not "METHOD SP target SP HTTP/d.d" (a target of visible ASCII) or
+ * "HTTP/d.d SP ddd[ SP reason]", and heads larger than a bound. The version's meaning
+ * (1.0 and 1.1 only, the HTTP/2 preface) and every semantic check (one Host, framing,
+ * target forms) are the caller's, on the parsed head.
+ *
+ * Incremental: bytes may come in any pieces (one at a time included); the state carries
+ * what a split line needs. Pure: no I/O, no allocation, safe from any thread.
+ */
+#ifndef AIRLOCK_COMMON_HTTP_HEAD_H
+#define AIRLOCK_COMMON_HTTP_HEAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct al_http_head_scan {
+    uint32_t bytes;  /* bytes of this head so far (leading empty lines included) */
+    uint32_t max;    /* bound on bytes; 0 = no bound */
+    uint32_t lines;  /* complete non-empty lines */
+    uint16_t pos;    /* position in the current start-line field (version, status) */
+    uint8_t state;   /* where in a line the next byte falls */
+    bool request;    /* a request head (else a response head) */
+    const char *why; /* the refusal's reason code, once refused */
+};
+
+/* Starts a head. Requests may be preceded by empty lines (RFC 9112 2.2), responses not. */
+void al_http_head_scan_init(struct al_http_head_scan *s, bool request, size_t max);
+
+/* Scans n more bytes of the head. Returns 0 when all n belong to a head not complete yet,
+ * 1 when the head ends inside them (*used: the bytes of p up to and including its blank
+ * line), -E2BIG when it grew past max (reason "head_too_large"), -EBADMSG when it is
+ * malformed (*used: the offset in p of the byte refused). After a refusal, every further
+ * call repeats it. */
+int al_http_head_scan(struct al_http_head_scan *s, const char *p, size_t n, size_t *used);
+
+/* The refusal's reason code: "head_too_large", "invalid_line_ending", "obs_fold",
+ * "invalid_header_name", "invalid_header_value", "invalid_request_line",
+ * "invalid_status_line"; NULL while nothing was refused. */
+const char *al_http_head_scan_reason(const struct al_http_head_scan *s);
+/* The same, as a sentence for a person ("obsolete line folding (a header line starts with
+ * whitespace)"). */
+const char *al_http_head_scan_message(const struct al_http_head_scan *s);
+
+/* ---- forwarding ---------------------------------------------------------------------- */
+
+/* A header field as a parser saw it: pointers into the message, not NUL-terminated. */
+struct al_http_field {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+struct al_http_header; /* common/http.h: a field as NUL-terminated strings */
+
+/* Whether the comma-separated list value (len bytes) holds token as one of its elements
+ * (OWS around elements, case-insensitive). */
+bool al_http_list_has(const char *value, size_t len, const char *token, size_t token_len);
+
+/* al_http_forward_drops's flags. */
+enum {
+    /* A relay whose policy decided on the request line's method: the method-override fields
+     * (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) go too, since an upstream
+     * that honours one runs another method than the one decided. */
+    AL_HTTP_FWD_METHOD_DECIDED = 1u << 0,
+    /* The message switches protocols (a 101, or an upgrade request passed on as one):
+     * Upgrade stays (the relay restates "Connection: Upgrade"). */
+    AL_HTTP_FWD_UPGRADE = 1u << 1,
+};
+
+/* Whether a relay leaves the field name (len bytes) of a message behind: the hop-by-hop
+ * fields (Connection, Keep-Alive, Proxy-Connection, TE, Transfer-Encoding, Trailer, Upgrade,
+ * Proxy-Authenticate, Proxy-Authorization), every field a Connection field of the message
+ * names (RFC 9110 7.6.1; f[0, n) are the message's fields, or only its Connection fields),
+ * and Content-Length: a relay restates the framing of what it sends. Requests and responses
+ * alike; flags as above. Host, Expect and protocol refusals are the caller's business. */
+bool al_http_forward_drops(const struct al_http_field *f, size_t n, const char *name, size_t len,
+                           unsigned flags);
+/* The same for a message whose fields are NUL-terminated strings (common/http.h's server
+ * and clients). */
+bool al_http_forward_drops_header(const struct al_http_header *h, size_t n, const char *name,
+                                  unsigned flags);
+
+#endif
