@@ -233,10 +233,15 @@ void cp_lifecycle_resume_then(struct cp_sandbox *sb,
 /* Sets the expiry to now + seconds (E2B setTimeout / refreshes). */
 void cp_lifecycle_set_timeout(struct cp_sandbox *sb, uint64_t seconds, const char *key_id);
 /* PUT /sandboxes/{id}/network once rest.c checked its shape: fields holds the egress
- * fields given (allowOut, denyOut; rules and egressProxy already refused), allow_internet
- * -1/0/1. Answers req (204, 400, 409, 500, 502) when done (netupdate.c). */
+ * fields given (allowOut, denyOut, rules; egressProxy already refused), allow_internet
+ * -1/0/1. Answers req (204 with the new generation as ETag, 400, 409, 412, 500, 502) when
+ * done (netupdate.c). */
 void cp_network_update(struct cp_sandbox *sb, struct al_http_req *req, const json_t *fields,
                        int allow_internet, const char *key_id);
+/* An If-Match header (NULL: absent) against the network generation: 1 it matches ("N", N,
+ * *, or a comma-separated list of them naming generation; absent matches), 0 it does not,
+ * -EINVAL malformed. */
+int cp_network_if_match(const char *v, uint64_t generation);
 /* Re-adopts what the store says was running (at start). */
 void cp_lifecycle_adopt_all(struct cp *cp, void (*done)(struct cp *cp));
 /* Kills every sandbox (SIGTERM with on_shutdown: kill); done when all are gone. */

@@ -6,7 +6,8 @@
  *                               "placeholders":{ENV: value}}
  *                               201 {..., "caCertPem","caFingerprint","caNames","placeholders"}
  *   DELETE /v1/sandboxes/{id}
- *   PUT    /v1/sandboxes/{id}/network {"network": {...} | null, "update", "api_key_id"?}
+ *   PUT    /v1/sandboxes/{id}/network {"network": {...} | null, "update", "generation",
+ *                                     "api_key_id"?}
  *                               200; 400 refused (the old fields stay); 404
  *   GET    /v1/sandboxes       [{"id",...}]
  *   GET    /v1/stats           the proxy's counters (decisions for /metrics)
@@ -318,7 +319,8 @@ int cp_egress_set_network(struct cp_egress *e, struct cp_sandbox *sb, const char
                           const char *key_id, cp_egress_cb cb)
 {
     json_t *n = cp_policy_narrowing(sb->rec.network, sb->rec.allow_internet);
-    json_t *b = json_pack("{s:o,s:s}", "network", n ? n : json_null(), "update", update_id);
+    json_t *b = json_pack("{s:o,s:s,s:I}", "network", n ? n : json_null(), "update", update_id,
+                          "generation", (json_int_t)sb->rec.net_generation);
     if (b && key_id && *key_id)
         json_object_set_new(b, "api_key_id", json_string(key_id));
     char path[128];

@@ -35,7 +35,8 @@ int cp_egress_unregister(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_c
 /* Sends the sandbox's network fields as its record now holds them (rec.network,
  * rec.allow_internet) to the proxy, which replaces the registration's fields and judges the
  * sandbox's connections again; cb gets 0, -EINVAL (refused: msg says why), -ENOENT (not
- * registered) or -EIO. update_id and key_id go into the proxy's audit records. */
+ * registered) or -EIO. update_id, key_id and the record's network generation go into the
+ * proxy's audit records. */
 int cp_egress_set_network(struct cp_egress *e, struct cp_sandbox *sb, const char *update_id,
                           const char *key_id, cp_egress_cb cb);
 /* Re-registers every live sandbox that has a network and drops unknown registrations;

@@ -12,7 +12,12 @@
  * again), whose refusal or silence undoes the saved change; a restart between the two is
  * healed by the resynchronisation (egressreg.c), which sends the stored fields again. Every
  * update has an id (nu_ and 16 hex digits) named by the proxy's audit records and by the
- * sandbox.lifecycle.updated event, with the API key that asked. Header transforms
+ * sandbox.lifecycle.updated event, with the API key that asked, and a generation: the
+ * sandbox's count of applied updates (0 as created), saved with the fields (so it survives
+ * restarts), shown by getInfo (networkGeneration) and in the 204's ETag. Concurrent updates
+ * resolve deterministically: one at a time (409 for another meanwhile), and a client that
+ * sends If-Match with the generation it read replaces the fields only if it is still the
+ * current one (412 otherwise), so that two read-modify-write clients cannot lose an update. Header transforms
  * (network.rules) are replaced too: the update's values are sealed under its id before it
  * is saved, and the replaced ones (or, when it is undone, its own) deleted afterwards.
  */
@@ -37,6 +42,7 @@ struct nu_ctx {
     json_t *old_network;
     int old_allow_internet;
     char old_hash[65];
+    uint64_t old_generation;
 };
 
 static void nu__free(struct nu_ctx *u)
@@ -85,6 +91,7 @@ static void nu__event(struct cp_sandbox *sb, const struct nu_ctx *u)
         json_t *v = sb->rec.network ? json_object_get(sb->rec.network, *k) : NULL;
         json_object_set(f, *k, v ? v : json_null());
     }
+    json_object_set_new(f, "generation", json_integer((json_int_t)sb->rec.net_generation));
     cp_event_emit(sb, CP_EV_UPDATED, CP_CAUSE_API, u->key_id,
                   json_pack("{s:o}", "network_update", f));
 }
@@ -96,6 +103,7 @@ static void nu__undo(struct cp_sandbox *sb, struct nu_ctx *u)
     sb->rec.network = u->old_network;
     u->old_network = NULL;
     sb->rec.allow_internet = u->old_allow_internet;
+    sb->rec.net_generation = u->old_generation;
     snprintf(sb->rec.policy_hash, sizeof sb->rec.policy_hash, "%s", u->old_hash);
     if (sb->registered && sb->rec.state != CP_SB_STOPPING)
         cp_sb_save(sb);
@@ -123,9 +131,15 @@ static void nu__applied(struct cp_sandbox *sb, int rc, const char *msg)
         cp_transforms_drop(sb->cp, u->old_network, sb->rec.network);
     if (rc == 0 && live) {
         nu__event(sb, u);
-        al_info("sandbox %s: network fields replaced (update %s, key %s, policy hash %.12s)",
-                sb->rec.id, u->id, u->key_id[0] ? u->key_id : "-", sb->rec.policy_hash);
-        al_http_reply(u->req, 204, NULL, NULL, 0);
+        al_info("sandbox %s: network fields replaced (update %s, key %s, generation %llu, policy "
+                "hash %.12s)",
+                sb->rec.id, u->id, u->key_id[0] ? u->key_id : "-",
+                (unsigned long long)sb->rec.net_generation, sb->rec.policy_hash);
+        char etag[32];
+        snprintf(etag, sizeof etag, "\"%llu\"", (unsigned long long)sb->rec.net_generation);
+        struct al_http_header h[] = {{"ETag", etag}};
+        al_http_resp_start(u->req, 204, h, 1, 0);
+        al_http_resp_end(u->req);
     } else if (rc == 0) {
         cp_rest_error(u->req, 404, "sandbox \"%s\" not found (it was killed meanwhile)",
                       sb->rec.id);
@@ -146,6 +160,43 @@ static void nu__applied(struct cp_sandbox *sb, int rc, const char *msg)
     nu__free(u);
 }
 
+int cp_network_if_match(const char *v, uint64_t generation)
+{
+    if (!v)
+        return 1;
+    bool any = false;
+    const char *p = v;
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == '*') {
+            p++;
+            any = true;
+        } else {
+            bool q = *p == '"';
+            p += q;
+            if (*p < '0' || *p > '9')
+                return -EINVAL;
+            uint64_t n = 0;
+            for (; *p >= '0' && *p <= '9'; p++) {
+                uint64_t d = (uint64_t)(*p - '0');
+                if (n > (UINT64_MAX - d) / 10)
+                    return -EINVAL;
+                n = n * 10 + d;
+            }
+            if (q && *p++ != '"')
+                return -EINVAL;
+            any = any || n == generation;
+        }
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p)
+            return any ? 1 : 0;
+        if (*p++ != ',')
+            return -EINVAL;
+    }
+}
+
 void cp_network_update(struct cp_sandbox *sb, struct al_http_req *req, const json_t *fields,
                        int allow_internet, const char *key_id)
 {
@@ -162,6 +213,26 @@ void cp_network_update(struct cp_sandbox *sb, struct al_http_req *req, const jso
                       "another network update of sandbox \"%s\" is in progress: send this one "
                       "again when it has been answered",
                       sb->rec.id);
+        return;
+    }
+    /* A client that read the fields (getInfo's networkGeneration) and sends If-Match with
+     * that generation replaces them only if no other update came in between. */
+    if (al_http_req_header_count(req, "If-Match") > 1) {
+        cp_rest_error(req, 400, "more than one If-Match header: send one, e.g. If-Match: \"3\"");
+        return;
+    }
+    int m = cp_network_if_match(al_http_req_header(req, "If-Match"), sb->rec.net_generation);
+    if (m < 0) {
+        cp_rest_error(req, 400,
+                      "If-Match must name network generations (getInfo's networkGeneration), "
+                      "e.g. If-Match: \"3\", or be *");
+        return;
+    }
+    if (m == 0) {
+        cp_rest_error(req, 412,
+                      "the network of sandbox \"%s\" is at generation %llu, not the one If-Match "
+                      "names: another update came first (read it again with getInfo)",
+                      sb->rec.id, (unsigned long long)sb->rec.net_generation);
         return;
     }
     char uid[24];
@@ -207,8 +278,10 @@ void cp_network_update(struct cp_sandbox *sb, struct al_http_req *req, const jso
     snprintf(u->key_id, sizeof u->key_id, "%s", key_id ? key_id : "");
     u->old_network = sb->rec.network;
     u->old_allow_internet = sb->rec.allow_internet;
+    u->old_generation = sb->rec.net_generation;
     snprintf(u->old_hash, sizeof u->old_hash, "%s", sb->rec.policy_hash);
     sb->rec.network = n;
+    sb->rec.net_generation++;
     sb->rec.allow_internet = allow_internet;
     snprintf(sb->rec.policy_hash, sizeof sb->rec.policy_hash, "%s", hash);
     /* Saved first: what getInfo shows and what a re-registration sends is the new state

@@ -72,6 +72,7 @@ json_t *cp_sb_record_doc(const struct cp_sb_record *r)
     json_object_set(d, "metadata", r->metadata ? r->metadata : json_object());
     if (r->network)
         json_object_set(d, "network", r->network);
+    json_object_set_new(d, "net_generation", json_integer((json_int_t)r->net_generation));
     json_object_set_new(d, "policy_name", json_string(r->policy_name));
     json_object_set_new(d, "policy_hash", json_string(r->policy_hash));
     json_object_set_new(d, "pid", json_integer(r->pid));
@@ -122,7 +123,8 @@ int cp_sb_record_from_doc(struct cp_sb_record *r, const json_t *d, struct al_err
         (rc = record__u64(d, "created_ns", &r->created_ns, err)) ||
         (rc = record__u64(d, "started_ns", &r->started_ns, err)) ||
         (rc = record__u64(d, "end_ns", &r->end_ns, err)) ||
-        (rc = record__u64(d, "pid_start", &r->pid_start, err)))
+        (rc = record__u64(d, "pid_start", &r->pid_start, err)) ||
+        (rc = record__u64(d, "net_generation", &r->net_generation, err)))
         return rc;
     if ((rc = al_json_get_str(d, "on_timeout", false, &ot, "stored sandbox", err)))
         return rc;

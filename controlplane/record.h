@@ -49,6 +49,9 @@ struct cp_sb_record {
     int disk_mb;
     json_t *metadata; /* object of strings (owned; never NULL once loaded) */
     json_t *network;  /* E2B network object as accepted (owned), or NULL */
+    /* Network updates applied (updateNetwork), 0 for the creation's fields: each update
+     * that is applied takes the next number, and one that is undone gives it back. */
+    uint64_t net_generation;
     char policy_name[CP_POLICY_NAME_MAX];
     char policy_hash[65];
     pid_t pid;          /* the process whose exit means the sandbox is gone */

@@ -111,6 +111,8 @@ json_t *cp_rest_detail_json(const struct cp_sandbox *sb)
         json_object_del(n, "transforms");
         json_object_set_new(o, "network", n);
     }
+    /* airlock's: the number of network updates applied (If-Match of updateNetwork) */
+    json_object_set_new(o, "networkGeneration", json_integer((json_int_t)sb->rec.net_generation));
     json_object_set_new(o, "lifecycle",
                         json_pack("{s:b,s:s}", "autoResume", sb->rec.auto_resume, "onTimeout",
                                   sb->rec.on_timeout_pause ? "pause" : "kill"));

@@ -423,6 +423,8 @@ void cp_secrets_list(struct cp *cp, struct al_http_req *req, const struct cp_pri
     }
     if (q)
         after[0] = '\0';
+    else if (after[0])
+        snprintf(after, sizeof after, "%s", buf); /* canonical, as the names compared */
     json_t *all = secrets__all(cp, req);
     if (!all)
         return;

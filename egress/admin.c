@@ -21,7 +21,8 @@
  *   PUT    /v1/sandboxes/{id}/policy  {"yaml":"...","origin":"..."} | {"file":"..."}:
  *                                     200 {"policy":{"name","hash"}}; 400 (old one kept); 404
  *   PUT    /v1/sandboxes/{id}/network {"network": {"allow_internet_access"?,"allow_out"?,
- *                                     "deny_out"?} | null, "update"?: ID, "api_key_id"?: ID}:
+ *                                     "deny_out"?} | null, "update"?: ID, "api_key_id"?: ID,
+ *                                     "generation"?: N}:
  *                                     replaces the E2B fields (null: none) atomically; the
  *                                     sandbox's established connections are judged again
  *                                     (egress_set_network). 200 {"policy":{"name","hash"},
@@ -264,12 +265,15 @@ static void admin__set_network(struct al_http_req *req, struct egress_admin *a, 
         al_http_reply_error(req, 400, "the body must be a JSON object: %s", al_error_str(&err));
         return;
     }
-    static const char *const keys[] = {"network", "update", "api_key_id", NULL};
+    static const char *const keys[] = {"network", "update", "api_key_id", "generation", NULL};
     const char *update = NULL, *key = NULL;
+    int64_t generation = -1;
     json_t *net = json_object_get(body, "network");
     if (al_json_check_keys(body, keys, "network update", &err) < 0 ||
         al_json_get_str(body, "update", false, &update, "network update", &err) < 0 ||
-        al_json_get_str(body, "api_key_id", false, &key, "network update", &err) < 0) {
+        al_json_get_str(body, "api_key_id", false, &key, "network update", &err) < 0 ||
+        al_json_get_int(body, "generation", false, 0, INT64_MAX, &generation, "network update",
+                        &err) < 0) {
         json_decref(body);
         al_http_reply_error(req, 400, "%s", al_error_str(&err));
         return;
@@ -288,7 +292,8 @@ static void admin__set_network(struct al_http_req *req, struct egress_admin *a, 
                             "printable characters without spaces or quotes");
         return;
     }
-    int rc = egress_set_network(a->e, id, json_is_null(net) ? NULL : net, update, key, &err);
+    int rc =
+        egress_set_network(a->e, id, json_is_null(net) ? NULL : net, update, key, generation, &err);
     json_decref(body);
     admin__changed(req, a, id, rc, &err, "the previous network fields stay in force", true);
 }

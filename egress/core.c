@@ -467,18 +467,21 @@ static void core__kick_rejudge(struct egress *e)
 }
 
 /* Who asked and which update, for the records of an update. */
-static json_t *core__update_fields(const char *update_id, const char *key_id)
+static json_t *core__update_fields(const char *update_id, const char *key_id, int64_t generation)
 {
     json_t *x = json_object();
     if (x && update_id && *update_id)
         json_object_set_new(x, "update", json_string(update_id));
+    if (x && generation >= 0)
+        json_object_set_new(x, "generation", json_integer(generation));
     if (x && key_id && *key_id)
         json_object_set_new(x, "api_key_id", json_string(key_id));
     return x;
 }
 
 int egress_set_network(struct egress *e, const char *id, const json_t *network,
-                       const char *update_id, const char *key_id, struct al_error *err)
+                       const char *update_id, const char *key_id, int64_t generation,
+                       struct al_error *err)
 {
     struct egress_sandbox *sb = egress_registry_by_id(e->reg, id);
     if (!sb)
@@ -497,7 +500,7 @@ int egress_set_network(struct egress *e, const char *id, const json_t *network,
     if (!rc && network && !(net = json_deep_copy(network)))
         rc = al_error_set(err, -ENOMEM, "out of memory");
     if (rc < 0) {
-        json_t *x = core__update_fields(update_id, key_id);
+        json_t *x = core__update_fields(update_id, key_id, generation);
         if (x && network)
             json_object_set_new(x, "requested_network", json_deep_copy(network));
         core__audit_control(e, "sandbox", "network_update_refused", sb, old, al_error_str(err),
@@ -519,7 +522,7 @@ int egress_set_network(struct egress *e, const char *id, const json_t *network,
         al_warn("sandbox %s: placeholders after the network update: %s (the previous ones stay)",
                 id, al_error_str(&ierr));
     core__audit_control(e, "sandbox", "network_update", sb, p, NULL, old_hash, base_hash,
-                        core__update_fields(update_id, key_id));
+                        core__update_fields(update_id, key_id, generation));
     al_info("sandbox %s: network fields replaced%s%s (policy %.12s, was %.12s): its connections "
             "are judged again",
             id, update_id && *update_id ? " by update " : "", update_id ? update_id : "",

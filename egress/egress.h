@@ -178,9 +178,10 @@ int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t
  * DNS query decided from now on, and every worker judges the sandbox's established
  * connections again (one the new narrowing no longer lets through is reset, its end record
  * naming update_id). Audited (event network_update, with update_id and key_id, either may
- * be NULL). -ENOENT unknown sandbox, -EINVAL bad fields (the old ones stay; err says why). */
+ * be NULL, and generation, the control plane's number of the update; < 0 when none). -ENOENT unknown sandbox, -EINVAL bad fields (the old ones stay; err says why). */
 int egress_set_network(struct egress *e, const char *id, const struct json_t *network,
-                       const char *update_id, const char *key_id, struct al_error *err);
+                       const char *update_id, const char *key_id, int64_t generation,
+                       struct al_error *err);
 /* Re-reads every file-based policy; returns how many failed (each audited and logged; the
  * old policy stays). */
 int egress_reload(struct egress *e, struct json_t *report);

@@ -100,7 +100,7 @@ al_eq "an updated event, by the key, and none for the refusal" \
   "created api env
 updated api env"
 al_match "its eventData names the update and the new fields" \
-  '"network_update": *\{"updateId": *"nu_[0-9a-f]{16}", *"allow_internet_access": *false, *"allowOut": *\["pypi.org"\], *"denyOut": *null\}' \
+  '"network_update": *\{"updateId": *"nu_[0-9a-f]{16}", *"allow_internet_access": *false, *"allowOut": *\["pypi.org"\], *"denyOut": *null, *"generation": *1\}' \
   cp_api "$CP_URL/events/sandboxes/$SB5?types=sandbox.lifecycle.updated"
 al_match "airlockd's log names it with the key" "network fields replaced \\(update nu_[0-9a-f]{16}, key env" \
   cat "$AL_TMP/airlockd.log"

@@ -46,6 +46,7 @@ print(r.get("stdout", ""), r.get("stderr", ""), r.get("error") or "")'
 # info: the network fields of the SDK's getInfo.
 info() { sdk info "$SB" | python3 -c 'import json,sys; d=json.load(sys.stdin)
 print(json.dumps({"network": d.get("network"), "allowInternetAccess": d.get("allowInternetAccess")}, sort_keys=True))'; }
+gen() { cp_api "$CP_URL/sandboxes/$SB" | python3 -c 'import json,sys; print(json.load(sys.stdin)["networkGeneration"])'; }
 egress_pid() {
   python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT value FROM meta WHERE key=?", ("daemon.egress.pid",)).fetchone()[0])' "$CP_STATE/airlockd.db"
 }
@@ -104,12 +105,15 @@ al_match "sbx.updateNetwork({allowOut: [allowed.test], allowInternetAccess: fals
   sdk network "$SB" '{"allowOut":["allowed.test"],"allowInternetAccess":false}'
 WANT='{"allowInternetAccess": false, "network": {"allowOut": ["allowed.test"]}}'
 al_eq "getInfo shows the new fields" "$(info)" "$WANT"
+al_eq "... and the update's generation (the refused one took none)" "$(gen)" 1
 UPDATE=$(sed -n 's/.*network fields replaced (update \(nu_[0-9a-f]*\), key env.*/\1/p' "$AL_TMP/airlockd.log" | tail -1)
 al_check "airlockd logged the update with the key ($UPDATE)" test -n "$UPDATE"
 cp_audit_match "the update is audited by airlock-egress with the key" \
   "\"event\":\"network_update\".*\"update\":\"$UPDATE\"|\"update\":\"$UPDATE\".*\"event\":\"network_update\"" \
   --sandbox "$SB" --type sandbox --json
 al_match "... with the key that asked" "\"update\":\"$UPDATE\".*\"api_key_id\":\"env\"|\"api_key_id\":\"env\".*\"update\":\"$UPDATE\"" \
+  cp_cli audit query --sandbox "$SB" --type sandbox --json
+al_match "... with its generation" "\"update\":\"$UPDATE\".*\"generation\":1[,}]|\"generation\":1,.*\"update\":\"$UPDATE\"" \
   cp_cli audit query --sandbox "$SB" --type sandbox --json
 cp_audit_match "the connection to evil.test ended by the update" \
   "\"end\":\"network_update\"" --sandbox "$SB" --type connection_end --json
@@ -131,6 +135,7 @@ al_note "kept across restarts"
 al_kill airlockd KILL
 cp_start || exit 1
 al_eq "after airlockd's restart: getInfo" "$(info)" "$WANT"
+al_eq "... the same generation" "$(gen)" 1
 al_match "evil.test is still refused" '"reason":"sandbox_network_denies"' \
   cp_exec "$SB" curl -sS -m 10 -H 'Host: evil.test' http://203.0.113.11/after-restart
 EPID=$(egress_pid)
@@ -143,6 +148,7 @@ al_match "registered with the stored fields: evil.test refused" '"reason":"sandb
 al_note "{} clears the fields"
 al_match "sbx.updateNetwork({}): every field cleared" '"updated":true' sdk network "$SB" '{}'
 al_eq "getInfo: no network fields" "$(info)" '{"allowInternetAccess": null, "network": null}'
+al_eq "... generation 2" "$(gen)" 2
 al_match "evil.test is reachable again (the policy allows it)" '"server": "evil"' \
   srun "$SB" 'curl -sS -m 10 http://evil.test/cleared'
 al_ok "airlock audit verify passes" cp_cli audit verify

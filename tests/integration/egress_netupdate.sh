@@ -53,12 +53,15 @@ ew_audit_has "the refusal is audited with the update and the key" type=sandbox \
 ew_eq "nothing changed" "$(field policy.hash <<<"$(ew_admin GET /v1/sandboxes/sbx-u)")" "$BASE_HASH"
 ew_match "an unknown sandbox: 404" 'HTTP 404' update sbx-nope '{"network":null}'
 ew_match "an unknown key: 400" 'unknown field.*HTTP 400' update sbx-u '{"network":null,"by":"me"}'
-OUT=$(update sbx-u '{"network":{"allow_internet_access":false,"allow_out":["allowed.test"]},"update":"nu-1","api_key_id":"key_t1"}')
+ew_match "a generation that is not a number: 400" 'generation.. must be an integer.*HTTP 400' \
+  update sbx-u '{"network":null,"generation":"1"}'
+OUT=$(update sbx-u '{"network":{"allow_internet_access":false,"allow_out":["allowed.test"]},"update":"nu-1","api_key_id":"key_t1","generation":1}')
 ew_match "PUT .../network: 200 with the new fields" '"allow_out":\["allowed.test"\].*HTTP 200' echo "$OUT"
 H1=$(field policy.hash <<<"$OUT")
 ew_ok "the policy hash is the narrowed one" test -n "$H1" -a "$H1" != "$BASE_HASH"
-ew_audit_has "the update is audited: who, which, both hashes, the fields" type=sandbox \
-  event=network_update sandbox=sbx-u update=nu-1 api_key_id=key_t1 "policy.hash=$H1" \
+ew_audit_has "the update is audited: who, which (and its generation), both hashes, the fields" \
+  type=sandbox event=network_update sandbox=sbx-u update=nu-1 api_key_id=key_t1 generation=1 \
+  "policy.hash=$H1" \
   "old_policy_hash=$BASE_HASH" "base_policy_hash=$BASE_HASH" network.allow_out.0=allowed.test
 # The two connections the update refuses end with a record naming it: that is the moment
 # the workers have judged them again.

@@ -5,7 +5,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { AuthenticationError, Sandbox, SandboxError, SandboxNotFoundError, Template } from 'e2b'
-import { API_URL, TEMPLATE, api, create, sleep, track, uniq, until } from './helpers.mjs'
+import { API_KEY, API_URL, TEMPLATE, api, create, sleep, track, uniq, until } from './helpers.mjs'
 
 test('create: metadata, envs and timeout reach the sandbox and getInfo', async () => {
   const tag = uniq('life')
@@ -139,6 +139,38 @@ test('updateNetwork: replaces the egress fields, narrows only, 404 and 409 as E2
   info = await r.getInfo()
   assert.equal(info.network, undefined)
   assert.equal(info.allowInternetAccess, undefined)
+})
+
+test('updateNetwork: a generation per applied update, If-Match, concurrent updates', async () => {
+  const s = await create({ timeoutMs: 120_000 })
+  const gen = async () => (await api('GET', `/sandboxes/${s.sandboxId}`)).body.networkGeneration
+  const put = (body, ifMatch) => fetch(`${API_URL}/sandboxes/${s.sandboxId}/network`, {
+    method: 'PUT', body: JSON.stringify(body),
+    headers: { 'X-API-KEY': API_KEY, 'Content-Type': 'application/json',
+               ...(ifMatch === undefined ? {} : { 'If-Match': ifMatch }) },
+  })
+  assert.equal(await gen(), 0)
+  await s.updateNetwork({ allowOut: ['pypi.org'], denyOut: ['0.0.0.0/0'] })
+  assert.equal(await gen(), 1)
+  await assert.rejects(s.updateNetwork({ allowOut: ['0.0.0.0/0'] }), (e) => e.statusCode === 400)
+  assert.equal(await gen(), 1, 'a refused update takes no generation')
+  // Read-modify-write: the generation read is the precondition; a stale one changes nothing.
+  let res = await put({ allowOut: ['files.pythonhosted.org'] }, '"1"')
+  assert.equal(res.status, 204)
+  assert.equal(res.headers.get('etag'), '"2"')
+  res = await put({ denyOut: ['203.0.113.0/24'] }, '"1"')
+  assert.equal(res.status, 412)
+  assert.match((await res.json()).message, /at generation 2/)
+  assert.deepEqual((await s.getInfo()).network.allowOut, ['files.pythonhosted.org'])
+  assert.equal((await put({}, 'W/"2"')).status, 400)
+  // Concurrent updates: one at a time, every other one a 409; each applied one is counted.
+  const all = await Promise.allSettled(
+    Array.from({ length: 6 }, (_, i) => s.updateNetwork({ allowOut: [`h${i}.example.com`] })))
+  const applied = all.filter((x) => x.status === 'fulfilled').length
+  for (const x of all.filter((y) => y.status === 'rejected'))
+    assert.ok(x.reason.statusCode === 409 && /in progress/.test(x.reason.message), `${x.reason}`)
+  assert.ok(applied >= 1)
+  assert.equal(await gen(), 2 + applied)
 })
 
 test('getMetrics: CPU, memory and disk from the sandbox', async () => {

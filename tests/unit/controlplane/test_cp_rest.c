@@ -424,6 +424,7 @@ struct resp {
     size_t len;
     char next[256];
     char ctype[128];
+    char etag[64];
 };
 
 static void req_full(struct resp *r, const char *target, const char *method, const char *path,
@@ -460,6 +461,8 @@ static void req_full(struct resp *r, const char *target, const char *method, con
     snprintf(r->next, sizeof r->next, "%s", nt ? nt : "");
     const char *ct = al_http_resp_header(&out, "Content-Type");
     snprintf(r->ctype, sizeof r->ctype, "%s", ct ? ct : "");
+    const char *et = al_http_resp_header(&out, "ETag");
+    snprintf(r->etag, sizeof r->etag, "%s", et ? et : "");
     al_http_resp_free(&out);
 }
 
@@ -1291,11 +1294,16 @@ START_TEST(network_update)
     snprintf(hash0, sizeof hash0, "%s", rec.policy_hash);
     cp_sb_record_free(&rec);
     /* Replace: allowOut and allow_internet_access given, denyOut omitted (cleared). */
+    req(&r, "GET", info, NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.body, "networkGeneration")), 0);
+    resp_free(&r);
     req(&r, "PUT", path, "{\"allowOut\":[\"a.example\"],\"allow_internet_access\":false}");
     ck_assert_msg(r.status == 204, "%d %s", r.status, r.raw);
     ck_assert_uint_eq(r.len, 0);
+    ck_assert_str_eq(r.etag, "\"1\""); /* the update's generation */
     resp_free(&r);
     req(&r, "GET", info, NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.body, "networkGeneration")), 1);
     json_t *n = json_object_get(r.body, "network");
     ck_assert_str_eq(json_string_value(json_array_get(json_object_get(n, "allowOut"), 0)),
                      "a.example");
@@ -1312,7 +1320,23 @@ START_TEST(network_update)
     ck_assert_str_eq(json_string_value(json_array_get(json_object_get(rec.network, "allowOut"), 0)),
                      "a.example");
     ck_assert_str_ne(rec.policy_hash, hash0);
+    ck_assert_uint_eq(rec.net_generation, 1); /* kept with the fields (restarts read it) */
     cp_sb_record_free(&rec);
+    /* If-Match: the generation a client read; another one is a 412 and changes nothing. */
+    struct al_http_header stale[] = {{"If-Match", "\"0\""}};
+    req_full(&r, g_target, "PUT", path, KEY_ENV, "{\"allowOut\":[\"c.example\"]}", stale, 1);
+    assert_error(&r, 412, "is at generation 1");
+    resp_free(&r);
+    struct al_http_header bad[] = {{"If-Match", "W/\"1\""}};
+    req_full(&r, g_target, "PUT", path, KEY_ENV, "{\"allowOut\":[\"c.example\"]}", bad, 1);
+    assert_error(&r, 400, "If-Match must name network generations");
+    resp_free(&r);
+    struct al_http_header cur[] = {{"If-Match", "\"0\", \"1\""}};
+    req_full(&r, g_target, "PUT", path, KEY_ENV,
+             "{\"allowOut\":[\"a.example\"],\"allow_internet_access\":false}", cur, 1);
+    ck_assert_msg(r.status == 204, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(r.etag, "\"2\"");
+    resp_free(&r);
     /* Refusals leave everything as it was. */
     req(&r, "PUT", path, "{\"allowOut\":[\"0.0.0.0/0\"]}");
     assert_error(&r, 400, "'0.0.0.0/0' would allow all traffic");
@@ -1356,6 +1380,7 @@ START_TEST(network_update)
     ck_assert_int_eq(cp_store_sb_load(g_cp.store, id, &rec, NULL), 0);
     ck_assert_int_eq(rec.allow_internet, -1);
     ck_assert_str_ne(rec.policy_hash, hash0);
+    ck_assert_uint_eq(rec.net_generation, 3); /* refusals took no generation */
     cp_sb_record_free(&rec);
     /* Unknown sandbox, other methods, a paused sandbox. */
     req(&r, "PUT", "/sandboxes/nope1234/network", "{}");
@@ -1371,6 +1396,25 @@ START_TEST(network_update)
     req(&r, "PUT", path, "{\"allowOut\":[\"b.example\"]}");
     assert_error(&r, 409, "paused");
     resp_free(&r);
+}
+END_TEST
+
+/* If-Match of a network update: quoted or bare generations, lists, *, nothing else. */
+START_TEST(network_if_match)
+{
+    ck_assert_int_eq(cp_network_if_match(NULL, 7), 1);
+    ck_assert_int_eq(cp_network_if_match("\"7\"", 7), 1);
+    ck_assert_int_eq(cp_network_if_match("7", 7), 1);
+    ck_assert_int_eq(cp_network_if_match("*", 7), 1);
+    ck_assert_int_eq(cp_network_if_match(" \"3\" , \"7\"", 7), 1);
+    ck_assert_int_eq(cp_network_if_match("\"6\"", 7), 0);
+    ck_assert_int_eq(cp_network_if_match("\"6\",8", 7), 0);
+    ck_assert_int_eq(cp_network_if_match("18446744073709551615", 7), 0);
+    const char *bad[] = {"",  "\"\"", "\"7", "W/\"7\"", "7,",
+                         "x", "-1",   "7 8", "\"7\"x",  "99999999999999999999",
+                         NULL};
+    for (size_t i = 0; bad[i]; i++)
+        ck_assert_msg(cp_network_if_match(bad[i], 7) == -EINVAL, "accepted '%s'", bad[i]);
 }
 END_TEST
 
@@ -2063,6 +2107,7 @@ static Suite *suite(void)
     tcase_add_test(t, create_shapes_v1_v2);
     tcase_add_test(t, create_validation);
     tcase_add_test(t, network_update);
+    tcase_add_test(t, network_if_match);
     tcase_add_test(t, auth_keys);
     tcase_add_test(t, templates_list_and_alias);
     tcase_add_test(t, template_builds_api);
