@@ -342,7 +342,9 @@ bool vault_api_wants_body(const char *method);
 /* The fetch answer: meta's fields plus "value_b64", built in guarded memory (*body is
  * sodium_malloc'd; vault_value_free it once sent). */
 int vault_api_fetch_body(const json_t *meta, const struct vault_value *v, struct vault_value *body);
-/* Parses "since" and "wait_ms" of GET /v1/changes (wait_ms capped at 60000). */
+/* Parses "since" (required) and "wait_ms" of GET /v1/changes (wait_ms capped at 60000):
+ * -EINVAL when since is absent or either is not a decimal integer, -ENOTUNIQ when either
+ * is given twice. */
 int vault_api_changes_query(const char *query, uint64_t *since, uint32_t *wait_ms);
 
 /* ---- daemon and CLI ------------------------------------------------------------------------- */

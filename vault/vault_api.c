@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/http.h"
 #include "common/percent.h"
 
 static int api__error(json_t **out, int status, const char *msg)
@@ -33,40 +34,52 @@ static int api__error(json_t **out, int status, const char *msg)
     return status;
 }
 
-static bool api__query_u64(const char *query, const char *key, uint64_t *out, bool *present)
+/* One decimal query parameter through the tree's one query decoder, so that an escape
+ * decodes as everywhere else, and given at most once: with two values, which one a reader
+ * took would be a choice the caller cannot see. */
+struct api__u64 {
+    uint64_t n;
+    unsigned seen;
+};
+
+static int api__u64_one(const char *v, void *arg)
 {
-    *present = false;
-    size_t kl = strlen(key);
-    const char *p = query ? query : "";
-    while (*p) {
-        const char *amp = strchr(p, '&');
-        size_t len = amp ? (size_t)(amp - p) : strlen(p);
-        if (len > kl && strncmp(p, key, kl) == 0 && p[kl] == '=') {
-            const char *v = p + kl + 1;
-            size_t vl = len - kl - 1;
-            if (vl == 0 || vl > 19)
-                return false;
-            uint64_t n = 0;
-            for (size_t i = 0; i < vl; i++) {
-                if (!isdigit((unsigned char)v[i]))
-                    return false;
-                n = n * 10 + (uint64_t)(v[i] - '0');
-            }
-            *out = n;
-            *present = true;
-        }
-        p += len + (amp ? 1 : 0);
+    struct api__u64 *a = arg;
+    if (++a->seen > 1)
+        return -ENOTUNIQ;
+    size_t vl = strlen(v);
+    if (vl == 0 || vl > 19)
+        return -EINVAL;
+    for (size_t i = 0; i < vl; i++) {
+        if (!isdigit((unsigned char)v[i]))
+            return -EINVAL;
+        a->n = a->n * 10 + (uint64_t)(v[i] - '0');
     }
-    return true;
+    return 0;
+}
+
+/* 0 with *out set; -ENOENT absent; -ENOTUNIQ given twice; -EINVAL not a decimal integer. */
+static int api__query_u64(const char *query, const char *key, uint64_t *out)
+{
+    char buf[24];
+    struct api__u64 a = {0};
+    int r = al_http_query_each(query, key, buf, sizeof buf, api__u64_one, &a);
+    if (r == -E2BIG)
+        r = -EINVAL;
+    if (r == 0)
+        *out = a.n;
+    return r;
 }
 
 int vault_api_changes_query(const char *query, uint64_t *since, uint32_t *wait_ms)
 {
     uint64_t s = 0, w = 0;
-    bool has_s, has_w;
-    if (!api__query_u64(query, "since", &s, &has_s) || !has_s ||
-        !api__query_u64(query, "wait_ms", &w, &has_w))
-        return -EINVAL;
+    int r = api__query_u64(query, "since", &s);
+    if (r < 0)
+        return r == -ENOENT ? -EINVAL : r;
+    r = api__query_u64(query, "wait_ms", &w);
+    if (r < 0 && r != -ENOENT)
+        return r;
     *since = s;
     *wait_ms = (uint32_t)(w > 60000 ? 60000 : w);
     return 0;
@@ -154,7 +167,11 @@ int vault_api_handle(struct vault_service *svc, const struct vault_api_req *rq, 
             return api__error(out, 405, "use GET /v1/changes?since=GENERATION");
         uint64_t since;
         uint32_t wait;
-        if (vault_api_changes_query(query, &since, &wait) != 0)
+        int qr = vault_api_changes_query(query, &since, &wait);
+        if (qr == -ENOTUNIQ)
+            return api__error(out, 400,
+                              "GET /v1/changes takes since and wait_ms at most once each");
+        if (qr != 0)
             return api__error(out, 400,
                               "GET /v1/changes needs ?since=GENERATION (an integer; "
                               "optionally &wait_ms=N up to 60000)");

@@ -1428,6 +1428,27 @@ START_TEST(changes_feed_for_the_egress_cache)
     json_decref(out);
     ck_assert_int_eq(api(&e, &EGRESS, "GET", "/v1/changes", "", NULL, &out, NULL), 400);
     json_decref(out);
+    /* each parameter once, decoded as every query is: a second since (or wait_ms) is refused
+     * rather than one of the two silently taken */
+    const char *bad[] = {"since=0&since=3",    "since=1&wait_ms=10&wait_ms=20", "since=x", "since=",
+                         "since=1&wait_ms=-1", "since=12345678901234567890"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_assert_msg(api(&e, &EGRESS, "GET", "/v1/changes", bad[i], NULL, &out, NULL) == 400,
+                      "%s was accepted", bad[i]);
+        json_decref(out);
+    }
+    ck_assert_int_eq(api(&e, &EGRESS, "GET", "/v1/changes", "since=0&since=3", NULL, &out, NULL),
+                     400);
+    ck_assert_ptr_nonnull(
+        strstr(json_string_value(json_object_get(out, "message")), "at most once"));
+    json_decref(out);
+    uint64_t since = 0;
+    uint32_t wait = 0;
+    ck_assert_int_eq(vault_api_changes_query("wait_ms=70000&since=%37", &since, &wait), 0);
+    ck_assert_uint_eq(since, 7);
+    ck_assert_uint_eq(wait, 60000);
+    ck_assert_int_eq(vault_api_changes_query("since=1&since=1", &since, &wait), -ENOTUNIQ);
+    ck_assert_int_eq(vault_api_changes_query(NULL, &since, &wait), -EINVAL);
     ck_assert_int_eq(api(&e, &OTHER, "GET", "/v1/changes", "since=0", NULL, &out, NULL), 403);
     json_decref(out);
     /* changes made by another process (the offline CLI) are seen */
