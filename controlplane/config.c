@@ -575,17 +575,8 @@ int cp_config_finish(struct cp_config *c, struct al_diags *d)
     if (c->bin_dir && c->bin_dir[0]) {
         snprintf(c->bin_path, sizeof c->bin_path, "%s", c->bin_dir);
     } else {
-        char self[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (n > 0) {
-            self[n] = '\0';
-            char *slash = strrchr(self, '/');
-            if (slash)
-                *slash = '\0';
-            snprintf(c->bin_path, sizeof c->bin_path, "%s", self);
-        } else {
+        if (al_self_dir(c->bin_path, sizeof c->bin_path) < 0)
             snprintf(c->bin_path, sizeof c->bin_path, "/usr/lib/airlock");
-        }
     }
     if (c->default_timeout_ms > c->max_timeout_ms)
         rc = al_diags_add(d, AL_DIAG_ERROR, "sandboxes.default_timeout", 0, 0, "bad_timeout",

@@ -112,20 +112,14 @@ int vmm_default_agent_dir(char *out, size_t len)
     }
     /* The build tree puts the agent's files in <build>/agent-root/.airlock next to
      * <build>/bin/airlock-vmm; an installation in /usr/lib/airlock/agent. */
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            char cand[PATH_MAX + 64], real[PATH_MAX];
-            snprintf(cand, sizeof cand, "%s/../agent-root/.airlock", exe);
-            if (realpath(cand, real)) {
-                if ((size_t)snprintf(out, len, "%s", real) >= len)
-                    return -ENAMETOOLONG;
-                return 0;
-            }
+    char dir[PATH_MAX];
+    if (al_self_dir(dir, sizeof dir) == 0) {
+        char cand[PATH_MAX + 64], real[PATH_MAX];
+        snprintf(cand, sizeof cand, "%s/../agent-root/.airlock", dir);
+        if (realpath(cand, real)) {
+            if ((size_t)snprintf(out, len, "%s", real) >= len)
+                return -ENAMETOOLONG;
+            return 0;
         }
     }
     if ((size_t)snprintf(out, len, "%s", "/usr/lib/airlock/agent") >= len)

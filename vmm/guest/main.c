@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <sodium.h>
-#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +25,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "common/paths.h"
 
 #define MAIN_MAX_LISTEN 8
 
@@ -205,14 +205,11 @@ static void main__find_lib(struct agent *a)
         snprintf(a->lib_dir, sizeof a->lib_dir, "%s", env);
         return;
     }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) {
+    char dir[PATH_MAX];
+    if (al_self_dir(dir, sizeof dir) < 0) {
         snprintf(a->lib_dir, sizeof a->lib_dir, "/.airlock/lib");
         return;
     }
-    exe[n] = '\0';
-    char *dir = dirname(exe);
     static const char *const cands[] = {"/../lib", "/../agent-root/.airlock/lib"};
     for (size_t i = 0; i < 2; i++) {
         char p[PATH_MAX], k[PATH_MAX + 32];

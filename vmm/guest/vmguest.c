@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/spawn.h"
 #include "common/util.h"
+#include "common/paths.h"
 #include "protojson.h"
 
 #define VMG_SEED_MIN 16
@@ -165,16 +166,12 @@ int agent_vm_parse(const json_t *init, struct agent_vm_init *v, struct al_error 
 
 static int vmg__helper(const struct agent_vm_init *v, struct al_error *err)
 {
-    char exe[512];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-        return al_error_set(err, -errno, "cannot find the agent's own directory");
-    exe[n] = 0;
-    char *slash = strrchr(exe, '/');
-    if (!slash)
-        return al_error_set(err, -ENOENT, "cannot find the agent's own directory");
-    char helper[600];
-    snprintf(helper, sizeof helper, "%.*s/airlock-kvm-init", (int)(slash - exe), exe);
+    char dir[PATH_MAX];
+    int r = al_self_dir(dir, sizeof dir);
+    if (r < 0)
+        return al_error_set(err, r, "cannot find the agent's own directory");
+    char helper[PATH_MAX + 32];
+    snprintf(helper, sizeof helper, "%s/airlock-kvm-init", dir);
     char a_ip[80], a_gw[48], a_dns[180], a_mac[40], a_host[80];
     char *argv[8];
     int k = 0;
