@@ -11,7 +11,7 @@ cp_start || exit 1
 
 al_note "API keys"
 al_ok "create a key restricted to two policies" cp_cli apikey create ci --policies default,e2e
-KEY=$(echo "$AL_OUT" | grep -E '^e2b_[0-9a-f]{40}$')
+KEY=$(grep -E '^e2b_[0-9a-f]{40}$' <<<"$AL_OUT")
 al_check "the key is printed, in the SDK's shape" test -n "$KEY"
 al_match "ls shows it, never the key" "ci +.*valid +default,e2e" cp_cli apikey ls
 al_fail "... nor anywhere in the database" grep -qF "$KEY" "$CP_STATE/airlockd.db"

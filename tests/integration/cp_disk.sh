@@ -85,7 +85,7 @@ al_note "the reserve used up: the disk is full"
 head -c "$(avail)" /dev/zero >"$CP_STATE/fill-2" 2>/dev/null
 got=""
 for i in $(seq 1 150); do
-  if neighbour "full$i" | grep -q '"reason":"audit_unavailable"'; then got=$i; break; fi
+  if grep -q '"reason":"audit_unavailable"' <<<"$(neighbour "full$i")"; then got=$i; break; fi
   sleep 0.2
 done
 [ -n "$got" ] && al_check "the neighbour's egress fails closed (503 audit_unavailable)" true ||
@@ -98,7 +98,7 @@ al_note "space freed"
 rm -f "$CP_STATE/fill-1" "$CP_STATE/fill-2"
 ok=""
 for i in $(seq 1 150); do
-  if neighbour "back$i" | grep -q '"server": "good"'; then ok=1; break; fi
+  if grep -q '"server": "good"' <<<"$(neighbour "back$i")"; then ok=1; break; fi
   sleep 0.2
 done
 [ -n "$ok" ] && al_check "the neighbour is served again" true || al_check "the neighbour is served again" false

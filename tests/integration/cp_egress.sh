@@ -91,7 +91,7 @@ al_note "airlock-egress dies: airlockd restarts it and registers the sandbox aga
 EPID=$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT value FROM meta WHERE key=?", ("daemon.egress.pid",)).fetchone()[0])' "$STATE/airlockd.db")
 al_ok "kill -9 airlock-egress ($EPID)" kill -KILL "$EPID"
 served_again() {
-  sbx_exec curl -sS -m 3 http://allowed.test/after-egress-restart 2>/dev/null | grep -q '"server": "good"'
+  grep -q '"server": "good"' <<<"$(sbx_exec curl -sS -m 3 http://allowed.test/after-egress-restart 2>/dev/null)"
 }
 al_check "the sandbox reaches the allowed upstream again" al_wait_until 120 served_again
 al_match "airlockd restarted it" "airlock-egress \\(pid $EPID\\) killed by signal 9" cat "$AL_TMP/airlockd.log"

@@ -82,7 +82,7 @@ sse() {
     head -n "$2"
 }
 ALL=$(sse 0 22)
-al_eq "a replay from the start: the five events" "$(echo "$ALL" | grep -c '^data: ')" 5
+al_eq "a replay from the start: the five events" "$(grep -c '^data: ' <<<"$ALL")" 5
 THIRD=$(echo "$ALL" | sed -n 's/^id: //p' | sed -n 3p)
 AFTER=$(sse "$THIRD" 10)
 al_eq "after the third: the fourth and the fifth" \

@@ -170,7 +170,7 @@ al_match "... root may still list names and metadata" '"name": *"github/token"' 
 vault_fetches() {
   local result=$1 want=$2 out
   fetched() { grep -rhaE '"op": *"fetch"' "$CP_STATE/vault/audit" | grep -E "\"result\": *\"$result\""; }
-  al_wait_until 60 eval 'fetched | grep -q "$want"' || true
+  al_wait_until 60 eval 'grep -q "$want" <<<"$(fetched)"' || true
   out=$(fetched)
   printf '%s\n' "$out"
 }
@@ -225,7 +225,7 @@ al_ok "a process that holds a canary and made requests stays alive" \
 al_match "a file with the canary, and one in /tmp" 'EXIT 0' \
   run "$SB" "rev <<<'$YRANAC' > /home/user/canary.txt && rev <<<'$YRANAC' > /tmp/canary.txt"
 # The scans below look at that process once it holds what they look for: its requests made.
-requests_done() { run "$SB" 'test -e /tmp/requests-done' | grep -qx 'EXIT 0'; }
+requests_done() { grep -qx 'EXIT 0' <<<"$(run "$SB" 'test -e /tmp/requests-done')"; }
 al_ok "the process made its requests" al_wait_until 120 requests_done
 al_nomatch "env: the placeholder, never the token" "$TOKEN|$TOKEN_B64" '^SERVICE_KEY=alph_' run "$SB" 'env'
 al_nomatch "/proc/*/environ of every process (inside): likewise" "$TOKEN|$TOKEN_B64" '^SERVICE_KEY=alph_' \
@@ -268,7 +268,7 @@ al_ok "kill -9 airlock-egress ($EPID)" kill -KILL "$EPID"
 back=no
 for _ in $(seq 60); do
   sleep 0.5
-  run "$SB" 'curl -sS -m 5 https://api.github.test/user' 2>/dev/null | grep -q octocat && { back=yes; break; }
+  grep -q octocat <<<"$(run "$SB" 'curl -sS -m 5 https://api.github.test/user' 2>/dev/null)" && { back=yes; break; }
 done
 al_eq "injection works again (new registration, new CA in the sandbox)" "$back" yes
 al_match "airlockd gave the agent the new CA" 'the agent installed the egress proxy.s new CA' cat "$AL_TMP/airlockd.log"
@@ -289,7 +289,7 @@ al_ok "kill -9 airlockd, then kill -9 airlock-egress ($EPID)" kill -KILL "$EPID"
 cp_start || exit 1
 back=no
 for _ in $(seq 60); do
-  run "$SB" 'curl -sS -m 5 https://api.github.test/user' 2>/dev/null | grep -q octocat && { back=yes; break; }
+  grep -q octocat <<<"$(run "$SB" 'curl -sS -m 5 https://api.github.test/user' 2>/dev/null)" && { back=yes; break; }
   sleep 0.5
 done
 al_eq "injection works again" "$back" yes

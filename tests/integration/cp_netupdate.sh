@@ -94,7 +94,7 @@ for n, h, s in conns:
 print("DONE", flush=True)
 '
 al_ok "the sandbox opens its two connections" cp_exec "$SB" sh -c 'python3 -c "$1" >hold.log 2>&1 &' sh "$HOLD"
-al_check "both made their first request" al_wait_until 120 eval 'cp_exec "$SB" cat hold.log 2>/dev/null | grep -q READY'
+al_check "both made their first request" al_wait_until 120 eval 'grep -q READY <<<"$(cp_exec "$SB" cat hold.log 2>/dev/null)"'
 al_match "... allowed.test answered" 'keep first ok' cp_exec "$SB" cat hold.log
 al_match "... evil.test answered" 'drop first ok' cp_exec "$SB" cat hold.log
 
@@ -119,7 +119,7 @@ cp_audit_match "the connection to evil.test ended by the update" \
   "\"end\":\"network_update\"" --sandbox "$SB" --type connection_end --json
 al_match "... naming it" "\"network_update\":\"$UPDATE\"" cp_cli audit query --sandbox "$SB" --type connection_end --json
 al_ok "the sandbox uses its connections again" cp_exec "$SB" touch go
-al_check "it has tried" al_wait_until 60 eval 'cp_exec "$SB" cat hold.log 2>/dev/null | grep -q DONE'
+al_check "it has tried" al_wait_until 60 eval 'grep -q DONE <<<"$(cp_exec "$SB" cat hold.log 2>/dev/null)"'
 al_match "allowed.test: still alive" 'keep alive' cp_exec "$SB" cat hold.log
 al_match "evil.test: closed" 'drop closed' cp_exec "$SB" cat hold.log
 al_fail "the second request to evil.test never reached it" grep -q 'GET /hold-evil.test-2 ' "$AL_TMP/up.req"
@@ -140,7 +140,7 @@ al_match "evil.test is still refused" '"reason":"sandbox_network_denies"' \
   cp_exec "$SB" curl -sS -m 10 -H 'Host: evil.test' http://203.0.113.11/after-restart
 EPID=$(egress_pid)
 al_ok "kill -9 airlock-egress ($EPID)" kill -KILL "$EPID"
-back() { cp_exec "$SB" curl -sS -m 5 http://allowed.test/back 2>/dev/null | grep -q '"server": "good"'; }
+back() { grep -q '"server": "good"' <<<"$(cp_exec "$SB" curl -sS -m 5 http://allowed.test/back 2>/dev/null)"; }
 al_check "airlockd restarts it and registers the sandbox again" al_wait_until 120 back
 al_match "registered with the stored fields: evil.test refused" '"reason":"sandbox_network_denies"' \
   cp_exec "$SB" curl -sS -m 10 -H 'Host: evil.test' http://203.0.113.11/after-egress

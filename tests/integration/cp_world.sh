@@ -165,7 +165,7 @@ cp_exec() {
 cp__audit_has() {
   local re=$1
   shift
-  cp_cli audit query "$@" 2>/dev/null | grep -Eq -- "$re"
+  grep -Eq -- "$re" <<<"$(cp_cli audit query "$@" 2>/dev/null)"
 }
 
 cp_audit_match() {

@@ -66,7 +66,7 @@ probe() { # probe ID USER NAMES...: runs probes, fails on ESCAPED/BROKEN; USER "
     out=$(jail_exec "$id" "$user" "HOST_PID=$$ python3 /opt/probes/probes.py $*") || rc=$?
   fi
   echo "$out" | sed "s/^/    [$user] /"
-  echo "$out" | grep -q '^BLOCKED' || fail "probes $* as $user printed nothing blocked"
+  grep -q '^BLOCKED' <<<"$out" || fail "probes $* as $user printed nothing blocked"
   [ "$rc" = 0 ] || fail "probes $* as $user: containment failure (exit $rc)"
 }
 
@@ -142,7 +142,7 @@ ok "no host path or device in the sandbox's mount table; /proc/cmdline reads emp
 start_a a-files
 echo "$AL_HOST_MARKER" > "$T/$AL_HOST_MARKER"
 out=$(jail_exec a-files root "find / -xdev \\( -name '$AL_HOST_MARKER*' -o -name 'neighbour-secret-*' -o -name 'nb-$$' \\) 2>/dev/null; grep -rl '$AL_HOST_MARKER' /tmp /home /etc /root 2>/dev/null; ls /proc | grep -c '^[0-9]'" || true)
-echo "$out" | grep -Eq "$AL_HOST_MARKER|neighbour-secret|nb-$$" && fail "host or neighbour files are visible: $out"
+grep -Eq "$AL_HOST_MARKER|neighbour-secret|nb-$$" <<<"$out" && fail "host or neighbour files are visible: $out"
 out=$(jail_exec a-files user 'cat /etc/shadow' 2>&1) && fail "the user read /etc/shadow: $out"
 shadow_in=$(jail_exec a-files root 'sha256sum /etc/shadow' | cut -d' ' -f1)
 [ "$shadow_in" = "$(sha256sum "$TPL/rootfs/etc/shadow" | cut -d' ' -f1)" ] ||
@@ -165,8 +165,8 @@ for b in /usr/local/bin/suidpy /tmp/suidpy2; do
   [ "$out" = "(1000, 1000, 1000)" ] || fail "setuid-root $b ran with ids $out"
 done
 out=$(jail_exec a-suid user 'ls -l /usr/bin/su /usr/bin/passwd /usr/bin/mount 2>/dev/null | grep -c "^-rws"; su -c id root </dev/null 2>&1; echo su=$?; mount -t tmpfs x /mnt 2>&1; echo mount=$?')
-echo "$out" | grep -q 'su=0' && fail "su as the user succeeded: $out"
-echo "$out" | grep -q 'mount=0' && fail "setuid mount as the user succeeded: $out"
+grep -q 'su=0' <<<"$out" && fail "su as the user succeeded: $out"
+grep -q 'mount=0' <<<"$out" && fail "setuid mount as the user succeeded: $out"
 neighbour_ok "setuid"
 stop_a a-suid
 ok "setuid binaries (the template's and ones made by sandbox root) give no privileges"
@@ -206,7 +206,7 @@ oom=$(awk '/oom_kill / {print $2}' "$(cg a-mem memory memory.oom_control)" 2>/de
       awk '/oom_kill / {print $2}' "$(cg a-mem memory memory.events)")
 peak=$(cat "$(cg a-mem memory memory.max_usage_in_bytes)" 2>/dev/null || cat "$(cg a-mem memory memory.peak)")
 [ "$peak" -le $((128 << 20)) ] || fail "memory peak $peak above the 128 MiB limit"
-jail_exec a-mem user 'echo still-alive' | grep -qx still-alive || fail "the sandbox died with its memory bomb"
+grep -qx still-alive <<<"$(jail_exec a-mem user 'echo still-alive')" || fail "the sandbox died with its memory bomb"
 kill -0 "${VMM_PID[a-mem]}" || fail "airlock-vmm died during the memory bomb"
 avail1=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
 neighbour_ok "memory bomb"
@@ -216,8 +216,8 @@ ok "memory bomb: exit $rc, ${oom:-0} OOM kills inside, peak $((peak >> 20)) MiB 
 # --- disk fill -------------------------------------------------------------------------------
 DISK=64 MEM=256 start_a a-disk
 out=$(jail_exec a-disk user 'dd if=/dev/zero of=/home/user/fill bs=1M count=500 2>&1; echo dd=$?; dd if=/dev/zero of=/tmp/fill2 bs=1M count=500 2>&1; echo dd2=$?; df -k / | tail -1')
-echo "$out" | grep -q 'No space left on device' || fail "disk fill did not hit ENOSPC: $out"
-echo "$out" | grep -q 'dd=0' && fail "a 500 MiB write succeeded on a 64 MiB disk: $out"
+grep -q 'No space left on device' <<<"$out" || fail "disk fill did not hit ENOSPC: $out"
+grep -q 'dd=0' <<<"$out" && fail "a 500 MiB write succeeded on a 64 MiB disk: $out"
 used=$(jail_exec a-disk user 'du -sk /home/user/fill /tmp/fill2' | awk '{s += $1} END {print s}')
 [ "$used" -le $((64 * 1024)) ] || fail "$used KiB written on a 64 MiB disk"
 mem=$(cat "$(cg a-disk memory memory.usage_in_bytes)" 2>/dev/null || cat "$(cg a-disk memory memory.current)")

@@ -34,19 +34,19 @@ awk '/^Uid:/ {exit !($2 == '"$huid"')}' "$st" || fail "the agent is not host uid
   fail "PID 1 of the sandbox is $(readlink /proc/$apid/exe)"
 # Descriptors: 0 /dev/null, 1+2 the log pipe, 3 the listening socket; nothing of the host.
 fds=$(ls -l /proc/$apid/fd | awk 'NR > 1 {print $NF}')
-echo "$fds" | grep -q "$STATE" && fail "the agent holds a host file: $fds"
-echo "$fds" | grep -Eq 'vmm.lock|vmm.json|idslots' && fail "the agent holds airlock-vmm's files: $fds"
+grep -q "$STATE" <<<"$fds" && fail "the agent holds a host file: $fds"
+grep -Eq 'vmm.lock|vmm.json|idslots' <<<"$fds" && fail "the agent holds airlock-vmm's files: $fds"
 [ "$(readlink /proc/$apid/fd/0)" = /dev/null ] || fail "fd 0 is $(readlink /proc/$apid/fd/0)"
 readlink /proc/$apid/fd/2 | grep -q '^pipe:' || fail "fd 2 is not the log pipe"
 # Inside: PID 1, ids, no capabilities for user processes, the masked /proc, /sys, /dev.
 out=$(jail_exec life user 'id -u; id -g; echo pid1=$(cat /proc/1/comm); grep -E "^(CapEff|CapBnd|CapPrm|NoNewPrivs|Seccomp):" /proc/self/status; hostname') ||
   fail "exec as user failed: $out"
-echo "$out" | grep -qx 1000 || fail "user is not uid 1000: $out"
-echo "$out" | grep -q 'pid1=airlock-agent' || fail "PID 1 is not the agent: $out"
-echo "$out" | grep -q 'CapEff:[[:space:]]*0000000000000000' || fail "user process has capabilities: $out"
-echo "$out" | grep -q 'CapBnd:[[:space:]]*0000000000000000' || fail "user process bounding set not empty: $out"
-echo "$out" | grep -q 'NoNewPrivs:[[:space:]]*1' || fail "user process without no_new_privs: $out"
-echo "$out" | grep -qx life || fail "hostname: $out"
+grep -qx 1000 <<<"$out" || fail "user is not uid 1000: $out"
+grep -q 'pid1=airlock-agent' <<<"$out" || fail "PID 1 is not the agent: $out"
+grep -q 'CapEff:[[:space:]]*0000000000000000' <<<"$out" || fail "user process has capabilities: $out"
+grep -q 'CapBnd:[[:space:]]*0000000000000000' <<<"$out" || fail "user process bounding set not empty: $out"
+grep -q 'NoNewPrivs:[[:space:]]*1' <<<"$out" || fail "user process without no_new_privs: $out"
+grep -qx life <<<"$out" || fail "hostname: $out"
 out=$(jail_exec life user 'cat /etc/hostname; stat -c "%a %u" /etc/hostname /etc/hosts') || fail "exec failed: $out"
 [ "$out" = "$(printf 'life\n644 0\n644 0')" ] || fail "/etc/hostname and /etc/hosts (want life, 0644 root): $out"
 # The files went into the upper layer before the overlay: the merged /etc is still the
@@ -56,24 +56,24 @@ out=$(jail_exec life user 'stat -c "%a %u %g" /etc; grep -c "^root:" /etc/passwd
   fail "the merged /etc lost the template's mode, owner or files: $out"
 [ "$(cat "$T/bb/rootfs/etc/hostname" 2>/dev/null)" != life ] || fail "the template's /etc/hostname was written"
 out=$(jail_exec life root 'id -u; grep CapEff /proc/self/status') || fail "exec as root failed: $out"
-echo "$out" | grep -qx 0 || fail "root is not uid 0: $out"
-echo "$out" | grep -q 'CapEff:[[:space:]]*0000000000000000' || fail "root in the sandbox has capabilities: $out"
+grep -qx 0 <<<"$out" || fail "root is not uid 0: $out"
+grep -q 'CapEff:[[:space:]]*0000000000000000' <<<"$out" || fail "root in the sandbox has capabilities: $out"
 ok "agent and user processes run under the contract"
 
 out=$(jail_exec life user 'cat /proc/self/mountinfo; ls -A /dev; ls -A /sys | wc -l; stat -c "%u %g" /home/user /etc/passwd')
-echo "$out" | grep -q ' / rw,nosuid,nodev.* - overlay ' || fail "/ is not a nosuid overlay: $out"
-echo "$out" | grep -q ' /sys ro,' || fail "/sys is not read-only: $out"
-echo "$out" | grep -q ' /proc/sys ro,' || fail "/proc/sys is not read-only: $out"
-echo "$out" | grep -q ' /.airlock ro,nosuid,nodev' || fail "/.airlock is not read-only: $out"
-echo "$out" | grep -q ' /dev/pts .* - devpts ' || fail "no devpts instance: $out"
-echo "$out" | grep -q ' /tmp rw,nosuid,nodev' || fail "/tmp is not nosuid,nodev: $out"
+grep -q ' / rw,nosuid,nodev.* - overlay ' <<<"$out" || fail "/ is not a nosuid overlay: $out"
+grep -q ' /sys ro,' <<<"$out" || fail "/sys is not read-only: $out"
+grep -q ' /proc/sys ro,' <<<"$out" || fail "/proc/sys is not read-only: $out"
+grep -q ' /.airlock ro,nosuid,nodev' <<<"$out" || fail "/.airlock is not read-only: $out"
+grep -q ' /dev/pts .* - devpts ' <<<"$out" || fail "no devpts instance: $out"
+grep -q ' /tmp rw,nosuid,nodev' <<<"$out" || fail "/tmp is not nosuid,nodev: $out"
 for n in null zero full random urandom tty pts ptmx shm fd stdin stdout stderr; do
-  echo "$out" | grep -qx "$n" || fail "/dev/$n missing: $out"
+  grep -qx "$n" <<<"$out" || fail "/dev/$n missing: $out"
 done
-[ "$(echo "$out" | grep -cxE 'null|zero|full|random|urandom|tty|pts|ptmx|shm|fd|stdin|stdout|stderr')" = 13 ] ||
+[ "$(grep -cxE 'null|zero|full|random|urandom|tty|pts|ptmx|shm|fd|stdin|stdout|stderr' <<<"$out")" = 13 ] ||
   fail "unexpected /dev content: $out"
-echo "$out" | grep -qx '1000 1000' || fail "/home/user is not owned by user (id mapping): $out"
-echo "$out" | grep -qx '0 0' || fail "/etc/passwd is not owned by root (id mapping): $out"
+grep -qx '1000 1000' <<<"$out" || fail "/home/user is not owned by user (id mapping): $out"
+grep -qx '0 0' <<<"$out" || fail "/etc/passwd is not owned by root (id mapping): $out"
 ok "root file system: overlay, /proc masked, /sys read-only, minimal /dev, id-mapped template"
 
 # The init data reached the agent: env vars are set for commands, the token is enforced.
@@ -82,12 +82,12 @@ if [ "$AGENT_KIND" = testinit ]; then
   for k in '"sandboxID":"life"' '"templateID":"busybox"' '"hostname":"life"' \
            "\"accessToken\":\"$TOKEN\"" '"defaultUser":"user"' '"defaultWorkdir":"/home/user"' \
            "\"AL_TEST\":\"$JAIL_TEST\""; do
-    echo "$init" | grep -qF "$k" || fail "init data lacks $k: $init"
+    grep -qF "$k" <<<"$init" || fail "init data lacks $k: $init"
   done
 else
   out=$(jail_exec life user 'echo "AL_TEST=$AL_TEST"; pwd')
-  echo "$out" | grep -qx "AL_TEST=$JAIL_TEST" || fail "envVars did not reach commands: $out"
-  echo "$out" | grep -qx /home/user || fail "defaultWorkdir not used: $out"
+  grep -qx "AL_TEST=$JAIL_TEST" <<<"$out" || fail "envVars did not reach commands: $out"
+  grep -qx /home/user <<<"$out" || fail "defaultWorkdir not used: $out"
   code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$(jail_sock life)" \
     -H 'Content-Type: application/json' -H 'Connect-Protocol-Version: 1' \
     --data '{"path":"/"}' http://x/filesystem.Filesystem/Stat)
@@ -97,11 +97,11 @@ ok "init data delivered ($AGENT_KIND)"
 
 if jail_has_api life; then
   s=$(jail_api life GET /status) || fail "GET /status: $s"
-  echo "$s" | grep -q '"state":"running"' || fail "status: $s"
-  echo "$s" | grep -q "\"agent_pid\":$apid" || fail "status: $s"
+  grep -q '"state":"running"' <<<"$s" || fail "status: $s"
+  grep -q "\"agent_pid\":$apid" <<<"$s" || fail "status: $s"
   s=$(jail_api life GET /stats) || fail "GET /stats: $s"
   for k in memory_bytes memory_limit_bytes pids pids_limit cpu_usage_ns disk_used_bytes; do
-    echo "$s" | grep -q "\"$k\":" || fail "stats lack $k: $s"
+    grep -q "\"$k\":" <<<"$s" || fail "stats lack $k: $s"
   done
   jail_api life GET /nope >/dev/null && fail "an unknown endpoint answered 2xx"
   jail_api life GET /stop >/dev/null && fail "GET /stop answered 2xx"
@@ -223,7 +223,7 @@ al_wait_until 60 eval '! grep -q "/$CGP/" "/proc/$wpid/cgroup"' || true
 grep -q "/$CGP/" "/proc/$wpid/cgroup" && fail "airlock-vmm stayed in the sandbox's cgroups: $(cat /proc/$wpid/cgroup)"
 huid=$(jail_host_uid warm)
 netino=$(jail_netns_inode "$apid")
-jail_exec warm user 'echo warm-ok' | grep -qx warm-ok || fail "the warm-started sandbox does not work"
+grep -qx warm-ok <<<"$(jail_exec warm user 'echo warm-ok')" || fail "the warm-started sandbox does not work"
 jail_stop warm
 jail_assert_gone warm "$huid" "$apid" "$netino"
 ok "warm start: joined its cgroups before the spec, renamed them, left them after ready"

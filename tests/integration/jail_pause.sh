@@ -24,7 +24,7 @@ al_wait_until 60 counter_above 0 || fail "the counter does not run"
 
 jail_api p1 POST /pause >/dev/null || fail "POST /pause failed"
 s=$(jail_api p1 GET /status)
-echo "$s" | grep -q '"state":"paused"' || fail "status after pause: $s"
+grep -q '"state":"paused"' <<<"$s" || fail "status after pause: $s"
 freezer=/sys/fs/cgroup/freezer/$CGP/p1/freezer.state
 if [ -f "$freezer" ]; then
   [ "$(cat "$freezer")" = FROZEN ] || fail "freezer.state is $(cat "$freezer")"
@@ -42,15 +42,15 @@ c2=$(counter)
 code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 --unix-socket "$(jail_sock p1)" http://x/health || true)
 [ "$code" = 000 ] || fail "a paused agent answered /health ($code)"
 out=$(jail_api p1 POST /pause) && fail "a second pause succeeded"
-echo "$out" | grep -q '"code":409' || fail "second pause: $out"
+grep -q '"code":409' <<<"$out" || fail "second pause: $out"
 ok "paused: no progress, no answers, a second pause is 409"
 
 jail_api p1 POST /resume >/dev/null || fail "POST /resume failed"
-jail_api p1 GET /status | grep -q '"state":"running"' || fail "status after resume"
+grep -q '"state":"running"' <<<"$(jail_api p1 GET /status)" || fail "status after resume"
 al_wait_until 60 counter_above "$c2" || fail "the counter did not resume ($c2 -> $(counter))"
-jail_exec p1 user 'echo back' | grep -qx back || fail "the agent does not answer after resume"
+grep -qx back <<<"$(jail_exec p1 user 'echo back')" || fail "the agent does not answer after resume"
 out=$(jail_api p1 POST /resume) && fail "resume while running succeeded"
-echo "$out" | grep -q '"code":409' || fail "resume while running: $out"
+grep -q '"code":409' <<<"$out" || fail "resume while running: $out"
 ok "resumed where it was; resume while running is 409"
 
 # Stop while paused: frozen processes must still die and everything be reclaimed.

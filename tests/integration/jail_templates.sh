@@ -45,7 +45,7 @@ out=$(jail_exec tb user 'id; echo HOME=$HOME; cd && pwd; bash --version | head -
   fail "base: commands failed: $out"
 for want in 'uid=1000(user) gid=1000(user)' 'GNU bash' 'Python 3.11' 'git version' 'curl ' 'pip ' \
             'VERSION_CODENAME=bookworm' 'nameserver 192.0.2.53' 'user user'; do
-  echo "$out" | grep -qF "$want" || fail "base: no '$want' in: $out"
+  grep -qF "$want" <<<"$out" || fail "base: no '$want' in: $out"
 done
 jail_stop tb
 ok "base: user 1000, bash, python3, git, curl, pip, procps; the spec's resolver"
@@ -66,7 +66,7 @@ if [ "$AGENT_KIND" = airlock-agent ]; then
   res=$(curl -s --max-time 120 --unix-socket "$(jail_sock tc)" -H "X-Access-Token: $TOKEN" \
     -H 'Content-Type: application/json' --data '{"code":"import pandas as pd\npd.DataFrame({\"a\":[1,2]}).a.sum() + 40"}' \
     http://x/execute)
-  echo "$res" | grep -q '"type":"result"' && echo "$res" | grep -q '"text":"43"' ||
+  grep -q '"type":"result"' <<<"$res" && grep -q '"text":"43"' <<<"$res" ||
     fail "code-interpreter-v1: /execute did not give 43: $res"
   ok "code-interpreter-v1: the agent's code interpreter runs pandas"
 fi

@@ -75,7 +75,7 @@ run "a bad policy fails lint" 1 "$bin" policy lint "$tmp/bad.yaml"
 has "unknown key with position and hint" "$err" \
   "$tmp/bad.yaml:5:5: error: unknown key 'hots' in rule 'github'; did you mean 'hosts'?"
 has "literal secret" "$err" "$tmp/bad.yaml:10:16: error: rule 'secret': the value for header 'Authorization' contains literal text that looks like a credential"
-has "the secret is not echoed" "$(echo "$err" | grep -c ghp_16C7 || true)" "0"
+has "the secret is not echoed" "$(grep -c ghp_16C7 <<<"$err" || true)" "0"
 has "public suffix wildcard" "$err" "$tmp/bad.yaml:12:13: error: rule 'wide': '*.com' would match every site under the public suffix 'com'"
 has "port range" "$err" "$tmp/bad.yaml:13:13: error: rule 'wide': port is 70000, outside the allowed range 1..65535"
 has "summary counts errors" "$out" "$tmp/bad.yaml: 5 errors, 0 warnings"
