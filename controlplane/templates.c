@@ -106,8 +106,9 @@ int cp_template_resolve(struct cp *cp, const char *id, char *dir, size_t len, st
     if (tpl__exists(dir))
         return 0;
     /* The test backend runs the agent on the host: it needs no root file system, and takes
-     * the default template names as labels. */
-    if (cp->backend->host_process && tpl__is_default(cp, id))
+     * the default template names as labels. A build definition is checked with no backend
+     * chosen (the fuzz target's cp has none): that is not the test backend. */
+    if (cp->backend && cp->backend->host_process && tpl__is_default(cp, id))
         return 0;
     char have[1024];
     tpl__list(cp, have, sizeof have);
