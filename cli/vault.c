@@ -36,11 +36,12 @@ int cli_vault_run(int argc, char **argv)
     for (int i = 0; i < argc; i++)
         av[i + 2] = argv[i];
     char dir[PATH_MAX], exe[PATH_MAX + sizeof VAULT_EXE + 1] = "";
+    int beside = ENOENT; /* no directory of our own: nothing beside us to run */
     if (al_self_dir(dir, sizeof dir) == 0) {
         snprintf(exe, sizeof exe, "%s/" VAULT_EXE, dir);
         execv(exe, av);
+        beside = errno;
     }
-    int beside = errno;
     execvp(VAULT_EXE, av);
     int path = errno;
     free(av);
