@@ -1,6 +1,6 @@
 # TLS interception and credential injection (egress/intercept): the session engine, driven
 # through icpt-proxy, against squid ssl-bump from Debian. icpt-proxy is built with the tests
-# (tests/unit/intercept), and so is this benchmark.
+# (tests/unit/egress/intercept), and so is this benchmark.
 if(AIRLOCK_TESTS)
   airlock_bench(intercept_bench intercept_bench.c)
   target_link_libraries(intercept_bench PRIVATE airlock_intercept)

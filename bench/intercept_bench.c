@@ -13,7 +13,7 @@
  *                      every 10 ms each) through the proxy, direct to the upstream, and the
  *                      difference ("added")
  *
- * The proxy is icpt-proxy (tests/unit/intercept: the session engine, one thread = one core);
+ * The proxy is icpt-proxy (tests/unit/egress/intercept: the session engine, one thread = one core);
  * the upstream is an mbedtls HTTPS server in this process; the fake vault answers over a unix
  * socket here too. Per-core figures divide by the proxy process's own CPU time
  * (/proc/PID/stat), so other load on the machine slows the wall figures, not those.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/kernel_bench.sh: the cost of a Python context (bench/kernel_bench.py), in the
-# code-interpreter-v1 template's Python (tests/unit/kernel/run-py finds it).
+# code-interpreter-v1 template's Python (tests/unit/vmm/guest/lib/run-py finds it).
 #
 #   bench/kernel_bench.sh [--ref REV] [--rounds N] [--execs N]
 #
@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 work=$(mktemp -d /tmp/al-kernel-bench.$$.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-cp "$here/kernel_bench.py" "$top/tests/unit/kernel/test_kernel.py" "$work/"
+cp "$here/kernel_bench.py" "$top/tests/unit/vmm/guest/lib/test_kernel.py" "$work/"
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -27,4 +27,4 @@ while [ $# -gt 0 ]; do
   esac
 done
 chmod -R a+rX "$work"
-"$top/tests/unit/kernel/run-py" "$work/kernel_bench.py" "${args[@]+"${args[@]}"}"
+"$top/tests/unit/vmm/guest/lib/run-py" "$work/kernel_bench.py" "${args[@]+"${args[@]}"}"

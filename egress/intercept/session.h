@@ -1,7 +1,7 @@
 /* egress/intercept/session: one intercepted sandbox connection, from the proxy's decision to
  * inspect it until it closes. The INSPECT branch of airlock-egress hands a connection over
  * to a session right after the ClientHello; tests and benchmarks drive sessions with their
- * own small loop (tests/unit/intercept/icpt_proxy.c).
+ * own small loop (tests/unit/egress/intercept/icpt_proxy.c).
  *
  * Owns, per connection:
  *   - TLS toward the sandbox (tls.h) with the leaf of the decided name;

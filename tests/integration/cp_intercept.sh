@@ -3,7 +3,7 @@
 # (issues 8 and 6): the real E2B SDK (tests/e2b/sdk-driver.mjs, normal mode) against airlockd
 # with the jail backend, the vswitch, airlock-egress and airlock-vault as airlockd runs them,
 # in cp_world.sh's namespace world (no route out of the machine). The fake internet adds, on
-# 203.0.113.20:443, tests/unit/intercept/fake_servers.py's HTTPS upstream (its certificate
+# 203.0.113.20:443, tests/unit/egress/intercept/fake_servers.py's HTTPS upstream (its certificate
 # from a test CA that airlock-egress trusts through egress.args --upstream-ca) for
 # api.github.test (checks the injected token), echo.test (echoes the request's headers) and
 # svc.test (checks a key sent as a placeholder).
@@ -29,7 +29,7 @@ for b in airlockd airlock airlock-vmm airlock-egress airlock-vault; do
   [ -x "$AIRLOCK_BIN/$b" ] || { echo "cp_intercept: $b is not built: SKIP"; exit 0; }
 done
 E2B_DIR="$AIRLOCK_SOURCE_DIR/tests/e2b"
-FAKE="$AIRLOCK_SOURCE_DIR/tests/unit/intercept/fake_servers.py"
+FAKE="$AIRLOCK_SOURCE_DIR/tests/unit/egress/intercept/fake_servers.py"
 SCAN="$AIRLOCK_SOURCE_DIR/tests/integration/cp_intercept_scan.py"
 "$E2B_DIR/setup" || { echo "cp_intercept: the E2B SDK cannot be installed (tests/e2b/setup)" >&2; exit 1; }
 

@@ -2,7 +2,7 @@
 #
 # egress's world (egress_world.sh: host/up/sb1/sb2 namespaces, TPROXY stand-in for the vswitch,
 # fake DNS and upstreams on 203.0.113.0/24, a test CA), plus what interception needs:
-#   - an HTTPS upstream with echo routes (tests/unit/intercept/fake_servers.py) on
+#   - an HTTPS upstream with echo routes (tests/unit/egress/intercept/fake_servers.py) on
 #     203.0.113.20:443 for api.github.test, svc.test, echo.test, ws.test, and the same in
 #     plain HTTP on :80 for plain.test; its certificate comes from the world's test CA, which
 #     airlock-egress is told to trust upstream (--upstream-ca);
@@ -18,7 +18,7 @@
 # shellcheck shell=bash
 
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/egress_world.sh"
-IW_FAKE="$AIRLOCK_SOURCE_DIR/tests/unit/intercept/fake_servers.py"
+IW_FAKE="$AIRLOCK_SOURCE_DIR/tests/unit/egress/intercept/fake_servers.py"
 IW_TOKEN="ghp_IntegrationToken$$x0123456789abcdefXYZ"
 
 # iw_leaf BASE NAME...: an upstream certificate for the names from the world's test CA, as

@@ -1,7 +1,7 @@
 # Unit tests of the agent's Python kernel (vmm/guest/lib/airlock_kernel.py) through its own
 # wire protocol (fd 3 requests, fd 4 messages), as airlock-agent drives it: IPython
 # semantics (display, magics, shell escapes, _ and Out, formatters), errors, streams and
-# their order, interrupts, per-execution environment. Run by tests/unit/kernel/run-py.
+# their order, interrupts, per-execution environment. Run by tests/unit/vmm/guest/lib/run-py.
 import importlib.util
 import json
 import os
@@ -14,7 +14,7 @@ import threading
 import unittest
 
 LIB = os.environ.get("AIRLOCK_KERNEL_LIB") or os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "vmm", "guest", "lib")
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "..", "vmm", "guest", "lib")
 KERNEL = os.path.join(LIB, "airlock_kernel.py")
 
 

@@ -12,7 +12,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
-const KERNEL = path.join(process.env.AIRLOCK_KERNEL_LIB || path.join(here, '../../../vmm/guest/lib'), 'airlock_kernel.js')
+const KERNEL = path.join(process.env.AIRLOCK_KERNEL_LIB || path.join(here, '../../../../../vmm/guest/lib'), 'airlock_kernel.js')
 const missing = ['/usr/share/nodejs/acorn/package.json', '/usr/bin/esbuild'].filter((p) => !fs.existsSync(p))
 const skip = missing.length ? `SKIP: no ${missing.join(', ')} (Debian's node-acorn and esbuild)` : false
 

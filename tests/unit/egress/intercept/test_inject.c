@@ -1,5 +1,6 @@
-/* tests/unit/intercept/test_inject: "HTTP inside" checks (request.c) and credential injection
- * with its gates and placeholders (inject.c), on decisions made by the real policy library. */
+/* tests/unit/egress/intercept/test_inject: "HTTP inside" checks (request.c) and credential
+ * injection with its gates and placeholders (inject.c), on decisions made by the real policy
+ * library. */
 #include <errno.h>
 #include <sodium.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
-# tests/unit/kernel/test_charts.py: vmm/guest/lib/airlock_charts.py (E2B's `chart` result
+# tests/unit/vmm/guest/lib/test_charts.py: vmm/guest/lib/airlock_charts.py (E2B's `chart` result
 # from matplotlib figures) and its use by the kernel's display path (airlock_kernel
-# format_bundle: IPython's formatters with the inline backend's PNG and E2B's chart). Run by tests/unit/kernel/run-py, which finds a Python with matplotlib.
+# format_bundle: IPython's formatters with the inline backend's PNG and E2B's chart). Run by tests/unit/vmm/guest/lib/run-py, which finds a Python with matplotlib.
 import datetime
 import io
 import json

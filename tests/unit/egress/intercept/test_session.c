@@ -1,7 +1,7 @@
-/* tests/unit/intercept/test_session: the interception engine end to end on loopback: curl and
- * Python requests (OpenSSL, trusting the sandbox CA) -> icpt-proxy (the session engine) ->
- * a fake HTTPS upstream (fake_servers.py), with a fake vault on a unix socket. Checks what
- * the upstream received, what the client got back, and what was audited. */
+/* tests/unit/egress/intercept/test_session: the interception engine end to end on loopback: curl
+ * and Python requests (OpenSSL, trusting the sandbox CA) -> icpt-proxy (the session engine) -> a
+ * fake HTTPS upstream (fake_servers.py), with a fake vault on a unix socket. Checks what the
+ * upstream received, what the client got back, and what was audited. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -159,7 +159,7 @@ static const char *bin_dir(void)
 static const char *script(void)
 {
     static char p[512];
-    snprintf(p, sizeof p, "%s/tests/unit/intercept/fake_servers.py", al_test_srcdir());
+    snprintf(p, sizeof p, "%s/tests/unit/egress/intercept/fake_servers.py", al_test_srcdir());
     return p;
 }
 

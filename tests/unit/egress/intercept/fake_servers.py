@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/unit/intercept/fake_servers.py: the fake upstream and the fake vault of the
+"""tests/unit/egress/intercept/fake_servers.py: the fake upstream and the fake vault of the
 interception tests (loopback and unix sockets only).
 
   upstream [--listen ADDR:PORT] [--port-file F] --cert C --key K --token T [--plain]

@@ -1,6 +1,6 @@
-/* tests/unit/intercept/test_secrets: the vault client and cache, against a fake airlock-vault
- * (fetch, changes long-poll, failures) on a unix socket in this process, and against the
- * real airlock-vault daemon when it is built. */
+/* tests/unit/egress/intercept/test_secrets: the vault client and cache, against a fake
+ * airlock-vault (fetch, changes long-poll, failures) on a unix socket in this process, and against
+ * the real airlock-vault daemon when it is built. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/unit/intercept/tls_peer.py: the other end of the TLS unit tests, with OpenSSL (what
+"""tests/unit/egress/intercept/tls_peer.py: the other end of the TLS unit tests, with OpenSSL (what
 sandboxes and upstreams mostly run), on loopback only.
 
   client --port P --name N --ca FILE [--max12] [--alpn a,b] [--conns K] [--send TEXT]

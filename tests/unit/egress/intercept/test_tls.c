@@ -1,5 +1,5 @@
-/* tests/unit/intercept/test_tls: TLS toward sandboxes (the proxy as server with a leaf of the
- * sandbox CA, against OpenSSL clients) and toward upstreams (the proxy as client verifying
+/* tests/unit/egress/intercept/test_tls: TLS toward sandboxes (the proxy as server with a leaf of
+ * the sandbox CA, against OpenSSL clients) and toward upstreams (the proxy as client verifying
  * against test roots, against OpenSSL servers), on non-blocking loopback sockets. */
 #include <errno.h>
 #include <fcntl.h>
@@ -58,7 +58,7 @@ static void teardown(void)
 static const char *peer_script(void)
 {
     static char p[512];
-    snprintf(p, sizeof p, "%s/tests/unit/intercept/tls_peer.py", al_test_srcdir());
+    snprintf(p, sizeof p, "%s/tests/unit/egress/intercept/tls_peer.py", al_test_srcdir());
     return p;
 }
 

@@ -1,4 +1,4 @@
-/* tests/unit/intercept/test_agent_ca: the agent's installation of the sandbox CA (init
+/* tests/unit/egress/intercept/test_agent_ca: the agent's installation of the sandbox CA (init
  * "caCertPem", vmm/guest/trust.c): files, bundle merging, refusals, the environment of
  * processes, and a leaf of the CA verifying against the installed bundle. */
 #include <errno.h>

@@ -1,10 +1,10 @@
-/* tests/unit/intercept/icpt_proxy: a one-sandbox intercepting proxy around the session engine
- * (egress/intercept/session.c), for the unit tests and the benchmarks of the interception
- * library. It is not airlock-egress: no transparent listener, no ClientHello parsing (the
- * decided name is given with --name, and the TLS library checks that the client's SNI says
- * the same), no destination check (the upstream address is given). What it exercises is the
- * library: the sandbox CA and leaves, TLS both ways, HTTP inside, the policy per request,
- * the vault client, injection, scrubbing, the upstream pool.
+/* tests/unit/egress/intercept/icpt_proxy: a one-sandbox intercepting proxy around the session
+ * engine (egress/intercept/session.c), for the unit tests and the benchmarks of the interception
+ * library. It is not airlock-egress: no transparent listener, no ClientHello parsing (the decided
+ * name is given with --name, and the TLS library checks that the client's SNI says the same), no
+ * destination check (the upstream address is given). What it exercises is the library: the sandbox
+ * CA and leaves, TLS both ways, HTTP inside, the policy per request, the vault client, injection,
+ * scrubbing, the upstream pool.
  *
  *   icpt-proxy --listen 127.0.0.1:0 --port-file F --name api.github.test
  *              --upstream 127.0.0.1:PORT --upstream-ca roots.pem --policy p.yaml

@@ -1,4 +1,4 @@
-/* tests/unit/intercept/test_scrub: the spellings of a secret, the matcher, streaming
+/* tests/unit/egress/intercept/test_scrub: the spellings of a secret, the matcher, streaming
  * replacement across chunk boundaries, the codings of a response body (every Content-Encoding
  * field and element, transfer codings), and response bodies (identity, gzip, deflate, layers
  * of them, bounds on size and ratio, unsupported codings). */

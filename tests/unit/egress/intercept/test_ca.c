@@ -1,4 +1,4 @@
-/* tests/unit/intercept/test_ca: the per-sandbox CA (name constraints, checked with openssl)
+/* tests/unit/egress/intercept/test_ca: the per-sandbox CA (name constraints, checked with openssl)
  * and the leaf cache. */
 #include <errno.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
-/* tests/unit/templates/test_templates: image references, the registry allowlist, credentials
- * from E2B's fromImageRegistry, bounds, the tar reader, path cleaning, layer streams and a
- * COPY step's archive applied to a root filesystem. */
+/* tests/unit/controlplane/templates/test_templates: image references, the registry allowlist,
+ * credentials from E2B's fromImageRegistry, bounds, the tar reader, path cleaning, layer streams
+ * and a COPY step's archive applied to a root filesystem. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
