@@ -79,6 +79,32 @@ static void builds__log(struct cp *cp, const char *build_id, int level, const ch
         al_warn("build %s: cannot record a log entry: %s", build_id, al_error_str(&err));
 }
 
+/* Appends the tags of given (a JSON array of tag strings, or NULL) to out, once each. */
+static int builds__tags_add(json_t *out, const json_t *given, const char *what,
+                            struct al_error *err)
+{
+    if (!given)
+        return 0;
+    if (!json_is_array(given) || json_array_size(given) > 64)
+        return al_error_set(err, -EINVAL, "%s: \"tags\" must be an array of at most 64 tags", what);
+    size_t i, k;
+    json_t *t, *u;
+    json_array_foreach(given, i, t)
+    {
+        const char *v = json_string_value(t);
+        if (!v || strlen(v) != json_string_length(t) || !cp_template_tag_valid(v))
+            return al_error_set(err, -EINVAL,
+                                "%s: tag \"%.64s\" is not a tag (1..64 of A-Z, a-z, 0-9, '.', "
+                                "'_', '-', starting with a letter or digit)",
+                                what, v ? v : "(not a string)");
+        bool dup = false;
+        json_array_foreach(out, k, u) dup |= strcmp(json_string_value(u), v) == 0;
+        if (!dup)
+            json_array_append_new(out, json_string(v));
+    }
+    return 0;
+}
+
 /* ---- POST /v3/templates ------------------------------------------------------------------ */
 
 void cp_builds_request(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,
@@ -110,22 +136,29 @@ void cp_builds_request(struct cp *cp, struct al_http_req *req, const struct cp_p
                       "required");
         return;
     }
-    json_t *tags = json_object_get(body, "tags");
-    if (strchr(name, ':') || (tags && (!json_is_array(tags) || json_array_size(tags) > 0))) {
-        cp_rest_error(req, 400,
-                      "template \"%.64s\": tags are not supported by airlock; a template is "
-                      "named by its name alone and a rebuild replaces it",
-                      name);
-        return;
-    }
-    if (!cp_template_id_valid(name)) {
+    /* The build's tags: NAME:TAG's and those of "tags"; without any, the default tag (what
+     * NAME alone names), as E2B's. */
+    char id[72], tag[72];
+    if (cp_template_ref_split(name, id, sizeof id, tag, sizeof tag)) {
         cp_rest_error(req, 400,
                       "\"%.64s\" is not a template name (1..64 of a-z, 0-9, '.', '_', '-', "
-                      "starting with a letter or digit)",
+                      "starting with a letter or digit, optionally :TAG)",
                       name);
         return;
     }
+    json_t *given = json_object_get(body, "tags"), *tags = json_array();
+    if (tag[0])
+        json_array_append_new(tags, json_string(tag));
+    if (builds__tags_add(tags, given, "template build request", &err)) {
+        json_decref(tags);
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
+    if (!json_array_size(tags))
+        json_array_append_new(tags, json_string(CP_TEMPLATE_DEFAULT_TAG));
+    name = id;
     if (builds__is_default(cp, name)) {
+        json_decref(tags);
         cp_rest_error(req, 409,
                       "template '%s' is a default template (templates.defaults), made by "
                       "deploy/templates/build: build yours under another name",
@@ -141,10 +174,12 @@ void cp_builds_request(struct cp *cp, struct al_http_req *req, const struct cp_p
                         &err) ||
         al_json_get_int(body, "minFreeDiskMb", false, 0, INT64_MAX, &disk, "template build request",
                         &err)) {
+        json_decref(tags);
         cp_rest_error(req, 400, "%s", al_error_str(&err));
         return;
     }
     if (cpu != cp->cfg.cpu_count || mem != (int64_t)(cp->cfg.memory_bytes >> 20)) {
+        json_decref(tags);
         cp_rest_error(req, 400,
                       "sandboxes of this server have %lld vCPUs and %lld MiB of memory "
                       "(sandboxes.cpu_count, sandboxes.memory): leave cpuCount and memoryMB out "
@@ -153,6 +188,7 @@ void cp_builds_request(struct cp *cp, struct al_http_req *req, const struct cp_p
         return;
     }
     if (disk > disk_mb) {
+        json_decref(tags);
         cp_rest_error(req, 400,
                       "minFreeDiskMb %lld: sandboxes of this server have %lld MiB of disk "
                       "(sandboxes.disk)",
@@ -166,6 +202,7 @@ void cp_builds_request(struct cp *cp, struct al_http_req *req, const struct cp_p
         tdoc = json_pack("{s:[s],s:s}", "names", name, "created_by", who->key_id);
         created = now;
     } else if (rc) {
+        json_decref(tags);
         cp_rest_error(req, 500, "%s", al_error_str(&err));
         return;
     }
@@ -177,8 +214,10 @@ void cp_builds_request(struct cp *cp, struct al_http_req *req, const struct cp_p
     b.doc = json_pack("{s:I,s:I,s:I,s:s,s:I}", "cpuCount", (json_int_t)cpu, "memoryMB",
                       (json_int_t)mem, "diskSizeMB", (json_int_t)disk_mb, "requested_by",
                       who->key_id, "updated_ns", (json_int_t)now);
+    json_object_set(b.doc, "tags", tags);
     if ((rc = cp_store_tpl_save(cp->store, name, created, tdoc, &err)) ||
         (rc = cp_store_build_save(cp->store, &b, &err))) {
+        json_decref(tags);
         json_decref(tdoc);
         cp_store_build_free(&b);
         cp_rest_error(req, 500, "%s", al_error_str(&err));
@@ -187,8 +226,8 @@ void cp_builds_request(struct cp *cp, struct al_http_req *req, const struct cp_p
     json_decref(tdoc);
     al_info("template %s: build %s requested by %s", name, b.id, who->key_id);
     al_http_reply_json(req, 202,
-                       json_pack("{s:s,s:s,s:[s],s:[s],s:b,s:[]}", "templateID", name, "buildID",
-                                 b.id, "names", name, "aliases", name, "public", 0, "tags"));
+                       json_pack("{s:s,s:s,s:[s],s:[s],s:b,s:o}", "templateID", name, "buildID",
+                                 b.id, "names", name, "aliases", name, "public", 0, "tags", tags));
     cp_store_build_free(&b);
 }
 
@@ -466,6 +505,7 @@ struct builds_job {
     struct cp *cp;
     char tid[72], bid[40];
     json_t *def;             /* the definition (owned) */
+    json_t *tags;            /* the tags the build gets once ready (owned) */
     struct tpl_creds *creds; /* fromImageRegistry's, freed by the worker after the pull */
     char requested_by[64];
     char tmp[4300]; /* <templates>/.<tid>.build-<bid>: the new version while it is made */
@@ -778,12 +818,33 @@ struct builds_users {
     char first[CP_ID_LEN + 1];
 };
 
+/* Whether ref ("NAME" or "NAME:TAG") names template id. */
+static bool builds__ref_is(const char *ref, const char *id)
+{
+    size_t n = strlen(id);
+    return strncmp(ref, id, n) == 0 && (ref[n] == '\0' || ref[n] == ':');
+}
+
 static int builds__count_user(void *v, void *arg)
 {
     const struct cp_sandbox *sb = v;
     struct builds_users *u = arg;
-    if (strcmp(sb->rec.template_id, u->id) == 0 && u->n++ == 0)
+    if (builds__ref_is(sb->rec.template_id, u->id) && u->n++ == 0)
         snprintf(u->first, sizeof u->first, "%s", sb->rec.id);
+    return 0;
+}
+
+struct builds_build_user {
+    const char *id, *bid;
+    bool used;
+};
+
+static int builds__uses_build(void *v, void *arg)
+{
+    const struct cp_sandbox *sb = v;
+    struct builds_build_user *u = arg;
+    if (builds__ref_is(sb->rec.template_id, u->id) && strcmp(sb->rec.template_build, u->bid) == 0)
+        u->used = true;
     return 0;
 }
 
@@ -795,51 +856,166 @@ static void builds__users(struct cp *cp, const char *id, struct builds_users *u)
     cp_map_foreach(&cp->sandboxes, builds__count_user, u);
 }
 
-/* Previous versions of a template (".<id>.prev-<build>") are kept while a sandbox of the
- * template exists (it may run on them: its root is mounted from their files) and go once
- * none does. */
-static void builds__remove_prev(struct cp *cp, const char *id)
+/* Whether a tag of template id names build bid (tags: the template doc's "tags"). */
+static bool builds__tagged(const json_t *tags, const char *bid)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)tags, k, v)
+    {
+        const char *b = json_string_value(json_object_get(v, "build"));
+        if (b && strcmp(b, bid) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Versions of a template go once nothing needs them: a version (".<id>.v-<build>") is kept
+ * while a tag names its build or a sandbox of the registry, paused ones too, was made from
+ * it (its root is mounted from those files); the version a pre-tags build replaced
+ * (".<id>.prev-<build>", whose sandboxes are not known) while any sandbox of the template
+ * exists. */
+static void builds__gc(struct cp *cp, const char *id)
 {
     struct builds_users u;
     builds__users(cp, id, &u);
-    if (u.n)
-        return;
+    uint64_t created;
+    json_t *doc = NULL;
+    if (cp_store_tpl_load(cp->store, id, &created, &doc, NULL))
+        doc = NULL;
+    const json_t *tags = json_object_get(doc, "tags");
     DIR *d = opendir(cp->cfg.templates_path);
-    if (!d)
+    if (!d) {
+        json_decref(doc);
         return;
-    char pre[96];
-    snprintf(pre, sizeof pre, ".%s.prev-", id);
+    }
+    char prev[96], ver[96];
+    snprintf(prev, sizeof prev, ".%s.prev-", id);
+    snprintf(ver, sizeof ver, ".%s.v-", id);
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (strncmp(de->d_name, pre, strlen(pre)) != 0)
+        bool gone;
+        if (strncmp(de->d_name, prev, strlen(prev)) == 0) {
+            gone = u.n == 0;
+        } else if (strncmp(de->d_name, ver, strlen(ver)) == 0) {
+            struct builds_build_user bu = {.id = id, .bid = de->d_name + strlen(ver)};
+            cp_map_foreach(&cp->sandboxes, builds__uses_build, &bu);
+            gone = !bu.used && !builds__tagged(tags, bu.bid);
+        } else {
             continue;
-        char p[4400];
+        }
+        if (!gone)
+            continue;
+        char p[4400], gp[4500], rnd[CP_ID_LEN + 1];
+        /* Renamed first, atomically: no creation resolves to it from here on. */
+        cp_sandbox_id_new(rnd);
         snprintf(p, sizeof p, "%s/%s", cp->cfg.templates_path, de->d_name);
-        builds__rm_later(cp, p);
+        snprintf(gp, sizeof gp, "%s/.%s.deleted-%s", cp->cfg.templates_path, id, rnd);
+        if (rename(p, gp) < 0) {
+            al_warn("template %s: cannot remove %s: %s", id, p, strerror(errno));
+            continue;
+        }
+        al_info("template %s: removing %s (no tag names it, no sandbox uses it)", id, de->d_name);
+        builds__rm_later(cp, gp);
     }
     closedir(d);
+    json_decref(doc);
 }
 
-/* Loop thread: j->tmp becomes <templates>/<tid>; the version it replaces is kept aside. */
+void cp_builds_gc(struct cp *cp, const char *ref)
+{
+    char id[72], tag[72];
+    if (cp_template_ref_split(ref, id, sizeof id, tag, sizeof tag) == 0)
+        builds__gc(cp, id);
+}
+
+/* <templates>/<id> becomes a link to the version of build bid, atomically: a creation sees
+ * the old default version or the new one, never none. A directory there (a template built
+ * before versions were kept) is exchanged for the link and kept as its build's version. */
+static int builds__link_default(struct cp *cp, const char *id, const char *bid,
+                                struct al_error *err)
+{
+    const char *root = cp->cfg.templates_path;
+    char top[4200], tmp[4300], target[200];
+    snprintf(top, sizeof top, "%s/%s", root, id);
+    snprintf(tmp, sizeof tmp, "%s/.%s.link-%s", root, id, bid);
+    snprintf(target, sizeof target, ".%s.v-%s", id, bid);
+    unlink(tmp);
+    if (symlink(target, tmp) < 0)
+        return al_error_set(err, -errno, "making %s: %s", tmp, strerror(errno));
+    struct stat st;
+    if (lstat(top, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (syscall(SYS_renameat2, AT_FDCWD, tmp, AT_FDCWD, top, RENAME_EXCHANGE) < 0) {
+            int e = errno;
+            unlink(tmp);
+            return al_error_set(err, -e, "installing %s: %s", top, strerror(e));
+        }
+        char ob[40], keep[4300];
+        cp_template_json_build(tmp, ob, sizeof ob);
+        if (ob[0] && strlen(ob) == 36 && !strchr(ob, '/'))
+            cp_template_version_dir(cp, id, ob, keep, sizeof keep);
+        else
+            snprintf(keep, sizeof keep, "%s/.%s.prev-%s", root, id, bid);
+        if (rename(tmp, keep) < 0)
+            al_warn("template %s: the previous version stays as %s: %s", id, tmp, strerror(errno));
+    } else if (rename(tmp, top) < 0) {
+        int e = errno;
+        unlink(tmp);
+        return al_error_set(err, -e, "installing %s: %s", top, strerror(e));
+    }
+    al_fsync_dir(root);
+    return 0;
+}
+
+/* Tags of template id name build bid from now on (the template doc's "tags"); the default
+ * tag moves <templates>/<id> too. */
+static int builds__tag(struct cp *cp, const char *id, const json_t *tags, const char *bid,
+                       struct al_error *err)
+{
+    uint64_t created = al_wall_ns(), now = al_wall_ns();
+    json_t *doc = NULL;
+    int rc = cp_store_tpl_load(cp->store, id, &created, &doc, err);
+    if (rc == -ENOENT)
+        doc = json_pack("{s:[s]}", "names", id);
+    else if (rc)
+        return rc;
+    json_t *t = json_object_get(doc, "tags");
+    if (!json_is_object(t)) {
+        t = json_object();
+        json_object_set_new(doc, "tags", t);
+    }
+    bool deflt = false;
+    size_t i;
+    json_t *v;
+    json_array_foreach(tags, i, v)
+    {
+        json_object_set_new(t, json_string_value(v),
+                            json_pack("{s:s,s:I}", "build", bid, "created_ns", (json_int_t)now));
+        deflt |= strcmp(json_string_value(v), CP_TEMPLATE_DEFAULT_TAG) == 0;
+    }
+    json_object_set_new(doc, "updated_ns", json_integer((json_int_t)now));
+    rc = cp_store_tpl_save(cp->store, id, created, doc, err);
+    json_decref(doc);
+    if (!rc && deflt)
+        rc = builds__link_default(cp, id, bid, err);
+    return rc;
+}
+
+/* Loop thread: j->tmp becomes the build's version, its tags name it. */
 static int builds__install(struct builds_job *j, struct al_error *err)
 {
     struct cp *cp = j->cp;
-    char dest[4200], prev[4300];
-    snprintf(dest, sizeof dest, "%s/%s", cp->cfg.templates_path, j->tid);
-    snprintf(prev, sizeof prev, "%s/.%s.prev-%s", cp->cfg.templates_path, j->tid, j->bid);
-    struct stat st;
-    if (lstat(dest, &st) == 0) {
-        /* Atomically: a creation sees the old version or the new one, never none. */
-        if (syscall(SYS_renameat2, AT_FDCWD, j->tmp, AT_FDCWD, dest, RENAME_EXCHANGE) < 0)
-            return al_error_set(err, -errno, "installing %s: %s", dest, strerror(errno));
-        if (rename(j->tmp, prev) < 0)
-            al_warn("build %s: the previous version of %s stays as %s: %s", j->bid, j->tid, j->tmp,
-                    strerror(errno));
-    } else if (rename(j->tmp, dest) < 0) {
-        return al_error_set(err, -errno, "installing %s: %s", dest, strerror(errno));
-    }
+    char ver[4300];
+    cp_template_version_dir(cp, j->tid, j->bid, ver, sizeof ver);
+    if (rename(j->tmp, ver) < 0)
+        return al_error_set(err, -errno, "installing %s: %s", ver, strerror(errno));
     al_fsync_dir(cp->cfg.templates_path);
-    builds__remove_prev(cp, j->tid);
+    if (builds__tag(cp, j->tid, j->tags, j->bid, err)) {
+        if (rename(ver, j->tmp) < 0)
+            al_warn("build %s: %s stays", j->bid, ver);
+        return -1;
+    }
+    builds__gc(cp, j->tid);
     return 0;
 }
 
@@ -848,6 +1024,7 @@ static void builds__job_closed(uv_handle_t *h)
     struct builds_job *j = h->data;
     json_decref(j->pending);
     json_decref(j->def);
+    json_decref(j->tags);
     tpl_creds_free(j->creds);
     pthread_mutex_destroy(&j->lock);
     free(j);
@@ -945,6 +1122,10 @@ static int builds__start(struct cp *cp, struct cp_store_build *b, json_t *def,
     snprintf(j->tid, sizeof j->tid, "%s", b->template_id);
     snprintf(j->bid, sizeof j->bid, "%s", b->id);
     j->def = json_deep_copy(def);
+    json_t *tags = json_object_get(b->doc, "tags");
+    j->tags = json_is_array(tags) && json_array_size(tags)
+                  ? json_deep_copy(tags)
+                  : json_pack("[s]", CP_TEMPLATE_DEFAULT_TAG);
     j->creds = creds;
     j->pending = json_array();
     snprintf(j->requested_by, sizeof j->requested_by, "api-key:%s", key_id);
@@ -1005,12 +1186,16 @@ void cp_builds_recover(struct cp *cp)
         return;
     struct dirent *de;
     while ((de = readdir(d))) {
-        if (de->d_name[0] != '.' || !strstr(de->d_name, ".build-"))
+        /* A build's files, a link being made, a version being removed (renamed away, then
+         * removed off the loop: airlockd stopped before that ended). */
+        if (de->d_name[0] != '.' ||
+            (!strstr(de->d_name, ".build-") && !strstr(de->d_name, ".link-") &&
+             !strstr(de->d_name, ".deleted-")))
             continue;
         char p[4400];
         snprintf(p, sizeof p, "%s/%s", cp->cfg.templates_path, de->d_name);
-        al_info("removing %s, left by a build that did not end", p);
-        if (tpl_rmtree(p) < 0)
+        al_info("removing %s, left by a build or a removal that did not end", p);
+        if (strstr(de->d_name, ".link-") ? unlink(p) < 0 : tpl_rmtree(p) < 0)
             al_warn("cannot remove %s", p);
     }
     closedir(d);
@@ -1408,7 +1593,7 @@ static void builds__delete(struct cp *cp, struct al_http_req *req, const char *i
     }
     if (builds__refuse_if_building(cp, req, id))
         return;
-    char dir[4200];
+    char dir[4200], top[4200];
     struct al_error err = {0};
     bool has_dir = cp_template_resolve(cp, id, dir, sizeof dir, &err) == 0;
     uint64_t created;
@@ -1418,6 +1603,21 @@ static void builds__delete(struct cp *cp, struct al_http_req *req, const char *i
     if (!has_dir && !stored) {
         cp_rest_error(req, 404, "%s", al_error_str(&err));
         return;
+    }
+    /* <templates>/<id>: a link to the default version (the versions go below, with the
+     * template's doc and so its tags), or a template made without the build API. */
+    snprintf(top, sizeof top, "%s/%s", cp->cfg.templates_path, id);
+    struct stat st;
+    if (lstat(top, &st) == 0 && S_ISLNK(st.st_mode)) {
+        if (unlink(top) < 0) {
+            cp_rest_error(req, 500, "cannot remove template '%s': %s: %s", id, top,
+                          strerror(errno));
+            return;
+        }
+        has_dir = false;
+    } else {
+        snprintf(dir, sizeof dir, "%s", top);
+        has_dir = lstat(top, &st) == 0;
     }
     char gone[4300] = "";
     if (has_dir) {
@@ -1437,7 +1637,7 @@ static void builds__delete(struct cp *cp, struct al_http_req *req, const char *i
                 al_error_str(&err));
     if (gone[0])
         builds__rm_later(cp, gone);
-    builds__remove_prev(cp, id);
+    builds__gc(cp, id);
     builds__forget_files(cp, id);
     al_info("template %s deleted", id);
     al_http_reply(req, 204, NULL, NULL, 0);
@@ -1741,6 +1941,223 @@ bool cp_builds_upload_route(struct cp *cp, struct al_http_req *req)
     return true;
 }
 
+/* ---- tags: POST and DELETE /templates/tags, GET /templates/{id}/tags --------------------- */
+
+static json_t *builds__tag_json(const char *tag, const char *bid, uint64_t ns)
+{
+    return json_pack("{s:s,s:s,s:o}", "tag", tag, "buildID", bid, "createdAt", builds__time(ns));
+}
+
+static int builds__by_tag(const void *a, const void *b)
+{
+    const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    return strcmp(json_string_value(json_object_get(x, "tag")),
+                  json_string_value(json_object_get(y, "tag")));
+}
+
+static void builds__tags_get(struct cp *cp, struct al_http_req *req, const char *id)
+{
+    uint64_t created = 0;
+    json_t *doc = NULL;
+    bool stored = cp_store_tpl_load(cp->store, id, &created, &doc, NULL) == 0;
+    char top[4200];
+    struct stat st;
+    snprintf(top, sizeof top, "%s/%s", cp->cfg.templates_path, id);
+    bool dir = lstat(top, &st) == 0 && S_ISDIR(st.st_mode);
+    if (!stored && !dir) {
+        struct al_error err = {0};
+        char d[4200];
+        cp_template_resolve(cp, id, d, sizeof d, &err);
+        cp_rest_error(req, 404, "%s", al_error_str(&err));
+        return;
+    }
+    json_t *tags = json_object_get(doc, "tags");
+    size_t n = json_object_size(tags) + 1, k = 0;
+    json_t **v = calloc(n, sizeof *v);
+    if (!v) {
+        json_decref(doc);
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    const char *tag;
+    json_t *t;
+    json_object_foreach(tags, tag, t)
+    {
+        json_t *ns = json_object_get(t, "created_ns");
+        v[k++] = builds__tag_json(tag, json_string_value(json_object_get(t, "build")),
+                                  ns ? (uint64_t)json_integer_value(ns) : created);
+    }
+    if (dir && !json_object_get(tags, CP_TEMPLATE_DEFAULT_TAG)) {
+        /* A template made without the build API, or built before tags: its one version is
+         * the default one. */
+        char bid[80];
+        cp_template_json_build(top, bid, sizeof bid);
+        if (!bid[0])
+            builds__dir_build_id(top, bid, sizeof bid);
+        uint64_t m = builds__json_mtime(top);
+        v[k++] = builds__tag_json(CP_TEMPLATE_DEFAULT_TAG, bid, m ? m : created);
+    }
+    qsort(v, k, sizeof *v, builds__by_tag);
+    json_t *out = json_array();
+    for (size_t i = 0; i < k; i++)
+        json_array_append_new(out, v[i]);
+    free(v);
+    json_decref(doc);
+    al_http_reply_json(req, 200, out);
+}
+
+/* POST /templates/tags {target: "NAME[:TAG]", tags}: the tags name the build the target
+ * names (its default tag without one), moved from wherever they were. */
+static void builds__tags_assign(struct cp *cp, struct al_http_req *req, json_t *body)
+{
+    static const char *const known[] = {"target", "tags", NULL};
+    const char *what = "assigning tags";
+    struct al_error err = {0};
+    const char *target = NULL;
+    json_t *given = NULL;
+    builds__drop_nulls(body);
+    if (al_json_check_keys(body, known, what, &err) ||
+        al_json_get_str(body, "target", true, &target, what, &err) ||
+        al_json_get_arr(body, "tags", true, &given, what, &err)) {
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
+    char id[72], tag[72];
+    if (cp_template_ref_split(target, id, sizeof id, tag, sizeof tag)) {
+        cp_rest_error(req, 400,
+                      "%s: target \"%.64s\" is not NAME or NAME:TAG (a template name and "
+                      "optionally one of its tags or build ids)",
+                      what, target);
+        return;
+    }
+    json_t *tags = json_array();
+    if (builds__tags_add(tags, given, what, &err) || !json_array_size(tags)) {
+        cp_rest_error(req, 400, "%s", err.code ? al_error_str(&err) : "assigning tags: no tags");
+        json_decref(tags);
+        return;
+    }
+    if (builds__is_default(cp, id)) {
+        json_decref(tags);
+        cp_rest_error(req, 409,
+                      "template '%s' is a default template (templates.defaults): it has one "
+                      "version, made by deploy/templates/build",
+                      id);
+        return;
+    }
+    char dir[4200], bid[40];
+    if (cp_template_resolve_build(cp, target, dir, sizeof dir, bid, sizeof bid, &err)) {
+        json_decref(tags);
+        cp_rest_error(req, err.code == -ENOENT ? 404 : 400, "%s", al_error_str(&err));
+        return;
+    }
+    if (!bid[0]) {
+        json_decref(tags);
+        cp_rest_error(req, 409,
+                      "template '%s' was not made by a build (airlock template pull, or "
+                      "deploy/templates/build): tags name builds; build it with Template.build",
+                      id);
+        return;
+    }
+    if (builds__tag(cp, id, tags, bid, &err)) {
+        json_decref(tags);
+        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        return;
+    }
+    builds__gc(cp, id);
+    char *list = json_dumps(tags, JSON_COMPACT);
+    al_info("template %s: build %s tagged %s", id, bid, list ? list : "");
+    free(list);
+    al_http_reply_json(req, 201, json_pack("{s:s,s:o}", "buildID", bid, "tags", tags));
+}
+
+/* DELETE /templates/tags {name, tags}: the tags go (not the default tag: it moves, with POST);
+ * a version no tag names and no sandbox uses goes with them. */
+static void builds__tags_remove(struct cp *cp, struct al_http_req *req, json_t *body)
+{
+    static const char *const known[] = {"name", "tags", NULL};
+    const char *what = "removing tags";
+    struct al_error err = {0};
+    const char *name = NULL;
+    json_t *given = NULL;
+    builds__drop_nulls(body);
+    if (al_json_check_keys(body, known, what, &err) ||
+        al_json_get_str(body, "name", true, &name, what, &err) ||
+        al_json_get_arr(body, "tags", true, &given, what, &err)) {
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
+    if (!cp_template_id_valid(name)) {
+        cp_rest_error(req, 400,
+                      "%s: \"%.64s\" is not a template name (1..64 of a-z, 0-9, '.', '_', '-', "
+                      "starting with a letter or digit)",
+                      what, name);
+        return;
+    }
+    json_t *tags = json_array();
+    if (builds__tags_add(tags, given, what, &err) || !json_array_size(tags)) {
+        cp_rest_error(req, 400, "%s", err.code ? al_error_str(&err) : "removing tags: no tags");
+        json_decref(tags);
+        return;
+    }
+    size_t i;
+    json_t *v;
+    bool deflt = false;
+    json_array_foreach(tags, i, v) deflt |=
+        strcmp(json_string_value(v), CP_TEMPLATE_DEFAULT_TAG) == 0;
+    if (deflt) {
+        json_decref(tags);
+        cp_rest_error(req, 400,
+                      "%s: the tag '" CP_TEMPLATE_DEFAULT_TAG "' (what '%s' alone names) cannot "
+                      "be removed: assign it to another build instead",
+                      what, name);
+        return;
+    }
+    uint64_t created;
+    json_t *doc = NULL;
+    int rc = cp_store_tpl_load(cp->store, name, &created, &doc, &err);
+    if (rc) {
+        json_decref(tags);
+        if (rc == -ENOENT)
+            cp_rest_error(req, 404,
+                          "%s: template '%s' has no tags (it was not built with "
+                          "Template.build, or does not exist)",
+                          what, name);
+        else
+            cp_rest_error(req, 500, "%s", al_error_str(&err));
+        return;
+    }
+    json_t *have = json_object_get(doc, "tags");
+    const char *missing = NULL;
+    json_array_foreach(tags, i, v) if (!missing && !json_object_get(have, json_string_value(v)))
+        missing = json_string_value(v);
+    if (missing) {
+        cp_rest_error(req, 404, "%s: template '%s' has no tag '%s'; nothing was removed", what,
+                      name, missing);
+        json_decref(tags);
+        json_decref(doc);
+        return;
+    }
+    json_array_foreach(tags, i, v) json_object_del(have, json_string_value(v));
+    json_object_set_new(doc, "updated_ns", json_integer((json_int_t)al_wall_ns()));
+    rc = cp_store_tpl_save(cp->store, name, created, doc, &err);
+    json_decref(doc);
+    json_decref(tags);
+    if (rc) {
+        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        return;
+    }
+    builds__gc(cp, name);
+    al_http_reply(req, 204, NULL, NULL, 0);
+}
+
+void cp_builds_tags(struct cp *cp, struct al_http_req *req, json_t *body)
+{
+    if (strcmp(req->method, "POST") == 0)
+        builds__tags_assign(cp, req, body);
+    else
+        builds__tags_remove(cp, req, body);
+}
+
 /* ---- routing ---------------------------------------------------------------------------- */
 
 bool cp_builds_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who)
@@ -1752,8 +2169,12 @@ bool cp_builds_route(struct cp *cp, struct al_http_req *req, const struct cp_pri
         builds__list(cp, req);
         return true;
     }
-    if (strncmp(p, "/templates/", 11) != 0 || strncmp(p, "/templates/aliases/", 19) == 0 ||
-        strcmp(p, "/templates/tags") == 0 || strncmp(p, "/templates/tags/", 16) == 0)
+    if (strcmp(p, "/templates/tags") == 0) {
+        cp_rest_error(req, 405, "%s is not allowed on %s (POST assigns tags, DELETE removes them)",
+                      m, p);
+        return true;
+    }
+    if (strncmp(p, "/templates/", 11) != 0 || strncmp(p, "/templates/aliases/", 19) == 0)
         return false;
     const char *rest = p + 11, *slash = strchr(rest, '/');
     char id[72], bid[40];
@@ -1769,6 +2190,14 @@ bool cp_builds_route(struct cp *cp, struct al_http_req *req, const struct cp_pri
         return true;
     }
     const char *q = slash + 1, *s2;
+    if (strcmp(q, "tags") == 0) {
+        /* /templates/{id}/tags */
+        if (!get)
+            cp_rest_error(req, 405, "%s is not allowed on %s (GET lists the tags)", m, p);
+        else if (builds__id(req, &rest, id, sizeof id))
+            builds__tags_get(cp, req, id);
+        return true;
+    }
     if (get && strncmp(q, "files/", 6) == 0) {
         /* /templates/{id}/files/{hash} */
         const char *h = q + 6;

@@ -9,7 +9,9 @@
  * objects), GET /templates/{id} (TemplateWithBuilds) and DELETE /templates/{id} (refused
  * while a sandbox uses the template or a build of it runs), GET /templates/{id}/files/{hash}
  * and the upload it grants (a COPY step's tar archive, bounded, kept in <state>/cache/files
- * by its template and filesHash). Templates and builds live in the state database (store.h); a
+ * by its template and filesHash), tags (POST/DELETE /templates/tags, GET /templates/{id}/tags:
+ * E2B's NAME:TAG; the default tag is what NAME alone names; a version is kept while a tag names
+ * it or a sandbox uses it). Templates and builds live in the state database (store.h); a
  * template's files in <templates>/<id> (templates.h).
  */
 #ifndef AIRLOCK_CP_BUILDS_H
@@ -46,6 +48,13 @@ void cp_builds_trigger(struct cp *cp, struct al_http_req *req, const struct cp_p
 /* GET /templates, GET and DELETE /templates/{id}, GET /templates/{id}/builds/{bid}/status:
  * true when req was one of them (and is answered). */
 bool cp_builds_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);
+/* POST /templates/tags {target, tags} (201 {buildID, tags}) and DELETE /templates/tags
+ * {name, tags} (204), by req's method, with the parsed body (borrowed). GET
+ * /templates/{id}/tags is cp_builds_route's. */
+void cp_builds_tags(struct cp *cp, struct al_http_req *req, json_t *body);
+/* Removes the versions of template ref ("NAME" or "NAME:TAG") that no tag names and no
+ * sandbox uses (a sandbox that goes calls it). */
+void cp_builds_gc(struct cp *cp, const char *ref);
 /* PUT /templates/{id}/files/{hash}: the upload of a COPY step's archive that GET
  * /templates/{id}/files/{hash} granted; authenticated by that grant, not an API key, so it
  * is routed before authentication. False if req is not such a request. */

@@ -32,6 +32,7 @@
 #include "metrics.h"
 #include "policysel.h"
 #include "store.h"
+#include "builds.h"
 #include "templates.h"
 #include "transforms.h"
 
@@ -264,6 +265,7 @@ struct lc_create {
     json_t *env_vars;
     char ca_fp[128]; /* the fingerprint of the CA handed to the agent at its start */
     char template_dir[4096];
+    char template_build[40]; /* the build of the version template_dir holds ("" if none) */
     uint64_t timeout_s;
     bool starting; /* counted in cp->n_starting */
     int fail_status;
@@ -620,8 +622,8 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         cp_rest_error(req, 500, "out of memory");
         return;
     }
-    if (cp_template_resolve(cp, req_c->template_id, c->template_dir, sizeof c->template_dir,
-                            &err)) {
+    if (cp_template_resolve_build(cp, req_c->template_id, c->template_dir, sizeof c->template_dir,
+                                  c->template_build, sizeof c->template_build, &err)) {
         free(c);
         cp_rest_error(req, 404, "%s", al_error_str(&err));
         return;
@@ -708,6 +710,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     }
     r->state = CP_SB_CREATING;
     snprintf(r->template_id, sizeof r->template_id, "%s", req_c->template_id);
+    snprintf(r->template_build, sizeof r->template_build, "%s", c->template_build);
     snprintf(r->backend, sizeof r->backend, "%s", cp->backend_kind);
     snprintf(r->key_id, sizeof r->key_id, "%s", req_c->who.key_id);
     cp_token_new(r->token);
@@ -885,6 +888,9 @@ static void lc__td_forget(struct lc_teardown *t)
     lc__close_timer(sb);
     lc__stop_watch(sb);
     lc__unregister(sb);
+    /* The version of the template it ran on may be needed by nothing any more. */
+    if (sb->rec.template_build[0])
+        cp_builds_gc(cp, sb->rec.template_id);
     if (t->create) {
         struct lc_create *c = t->create;
         lc__start_release(c);

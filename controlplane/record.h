@@ -34,14 +34,17 @@ struct cp_sb_record {
     char id[64];
     uint64_t seq; /* numeric identity (vswitch), unique among live sandboxes */
     enum cp_sb_state state;
-    char template_id[CP_TEMPLATE_MAX]; /* as the client named it ("base") */
-    char backend[16];                  /* "jail", "kvm", "test" */
-    char key_id[32];                   /* the API key that created it ("env", "local", key_...) */
-    char token[CP_TOKEN_LEN + 1];      /* envd access token (state dir is root-only) */
-    uint64_t created_ns;               /* wall clock */
-    uint64_t started_ns;               /* wall clock: E2B startedAt */
-    uint64_t end_ns;                   /* wall clock: E2B endAt (expiry) */
-    bool on_timeout_pause;             /* autoPause */
+    char template_id[CP_TEMPLATE_MAX]; /* as the client named it ("base", "app:v1") */
+    /* The build whose files it was created from ("" for a template made without the build
+     * API): that version of the template is kept while the sandbox exists. */
+    char template_build[40];
+    char backend[16];             /* "jail", "kvm", "test" */
+    char key_id[32];              /* the API key that created it ("env", "local", key_...) */
+    char token[CP_TOKEN_LEN + 1]; /* envd access token (state dir is root-only) */
+    uint64_t created_ns;          /* wall clock */
+    uint64_t started_ns;          /* wall clock: E2B startedAt */
+    uint64_t end_ns;              /* wall clock: E2B endAt (expiry) */
+    bool on_timeout_pause;        /* autoPause */
     bool auto_resume;
     int allow_internet; /* -1 not given, 0, 1 */
     int cpu_count;

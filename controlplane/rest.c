@@ -144,6 +144,7 @@ enum rest_route {
     R_NETWORK,     /* PUT /sandboxes/{id}/network */
     R_TPL_REQUEST, /* POST /v3/templates */
     R_TPL_TRIGGER, /* POST /v2/templates/{id}/builds/{buildID} */
+    R_TPL_TAGS,    /* POST and DELETE /templates/tags */
     R_SECRET_NEW,  /* POST /secrets */
     R_SECRET_SET,  /* POST /secrets/{secretID} */
 };
@@ -349,10 +350,10 @@ static void rest__create(struct al_http_req *req, struct rest_ctx *x)
     }
     if ((rc = al_json_get_str(b, "templateID", true, &tpl, "sandbox", &err)))
         goto bad;
-    if (!cp_template_id_valid(tpl)) {
+    if (!cp_template_ref_valid(tpl)) {
         rc = al_error_set(&err, -EINVAL,
                           "templateID \"%.64s\" is not a template name "
-                          "(letters, digits, '.', '_', '-')",
+                          "(letters, digits, '.', '_', '-'; NAME:TAG for a tag)",
                           tpl);
         goto bad;
     }
@@ -591,12 +592,15 @@ static void rest__on_body(struct al_http_req *req, int err)
         break;
     }
     case R_TPL_REQUEST:
+    case R_TPL_TAGS:
     case R_TPL_TRIGGER: {
         json_t *b = rest__body(req, true);
         if (!b)
             break;
         if (x->route == R_TPL_REQUEST)
             cp_builds_request(x->cp, req, &x->who, b);
+        else if (x->route == R_TPL_TAGS)
+            cp_builds_tags(x->cp, req, b);
         else
             cp_builds_trigger(x->cp, req, &x->who, x->id, x->build_id, b);
         json_decref(b);
@@ -1084,6 +1088,10 @@ void cp_on_request(struct al_http_req *req, void *ctx)
     }
     if (strcmp(p, "/v3/templates") == 0 && post) {
         rest__with_body(req, cp, &who, R_TPL_REQUEST, NULL);
+        return;
+    }
+    if (strcmp(p, "/templates/tags") == 0 && (post || rest__is(m, "DELETE"))) {
+        rest__with_body(req, cp, &who, R_TPL_TAGS, NULL);
         return;
     }
     char tid[72], bid[40];

@@ -13,11 +13,13 @@
 #include <unistd.h>
 
 #include "common/auditlog.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/util.h"
 #include "cp.h"
 #include "proc.h"
+#include "store.h"
 #include "templates/unpack.h"
 
 bool cp_template_id_valid(const char *id)
@@ -98,24 +100,187 @@ static void tpl__list(const struct cp *cp, char *out, size_t len)
         snprintf(out, len, "none");
 }
 
-int cp_template_resolve(struct cp *cp, const char *id, char *dir, size_t len, struct al_error *err)
+bool cp_template_tag_valid(const char *tag)
 {
-    if (!cp_template_id_valid(id))
-        return al_error_set(err, -EINVAL, "template \"%.64s\" is not a valid template name", id);
-    snprintf(dir, len, "%s/%s", cp->cfg.templates_path, id);
-    if (tpl__exists(dir))
-        return 0;
-    /* The test backend runs the agent on the host: it needs no root file system, and takes
-     * the default template names as labels. A build definition is checked with no backend
-     * chosen (the fuzz target's cp has none): that is not the test backend. */
-    if (cp->backend && cp->backend->host_process && tpl__is_default(cp, id))
-        return 0;
+    size_t n = strlen(tag);
+    if (n == 0 || n > 64)
+        return false;
+    if (!((tag[0] >= 'a' && tag[0] <= 'z') || (tag[0] >= 'A' && tag[0] <= 'Z') ||
+          (tag[0] >= '0' && tag[0] <= '9')))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = tag[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return strstr(tag, "..") == NULL;
+}
+
+int cp_template_ref_split(const char *ref, char *id, size_t idlen, char *tag, size_t taglen)
+{
+    const char *colon = strchr(ref, ':');
+    size_t n = colon ? (size_t)(colon - ref) : strlen(ref);
+    if (n >= idlen || (colon && strlen(colon + 1) >= taglen))
+        return -EINVAL;
+    memcpy(id, ref, n);
+    id[n] = '\0';
+    snprintf(tag, taglen, "%s", colon ? colon + 1 : "");
+    if (!cp_template_id_valid(id) || (colon && !cp_template_tag_valid(tag)))
+        return -EINVAL;
+    return 0;
+}
+
+bool cp_template_ref_valid(const char *ref)
+{
+    char id[72], tag[72];
+    return cp_template_ref_split(ref, id, sizeof id, tag, sizeof tag) == 0;
+}
+
+void cp_template_version_dir(const struct cp *cp, const char *id, const char *bid, char *out,
+                             size_t len)
+{
+    snprintf(out, len, "%s/.%s.v-%s", cp->cfg.templates_path, id, bid);
+}
+
+/* A build id as the API makes them (a UUID: 36 of hex digits and '-'). */
+static bool tpl__is_build_id(const char *s)
+{
+    return strlen(s) == 36 && strspn(s, "0123456789abcdef-") == 36;
+}
+
+void cp_template_json_build(const char *dir, char *bid, size_t blen)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/template.json", dir);
+    json_t *t = al_json_load_file(p, NULL);
+    const char *b = json_string_value(json_object_get(json_object_get(t, "build"), "id"));
+    snprintf(bid, blen, "%s", b ? b : "");
+    json_decref(t);
+}
+
+/* "default, v1" of a template's stored tags into out ("none" if it has none). */
+static void tpl__tag_list(const json_t *tags, char *out, size_t len)
+{
+    size_t o = 0;
+    const char *k;
+    json_t *v;
+    out[0] = '\0';
+    json_object_foreach((json_t *)tags, k, v)
+    {
+        int w = snprintf(out + o, len - o, "%s%s", o ? ", " : "", k);
+        if (w < 0 || (size_t)w >= len - o)
+            break;
+        o += (size_t)w;
+    }
+    if (!o)
+        snprintf(out, len, "none");
+}
+
+int cp_template_resolve_build(struct cp *cp, const char *ref, char *dir, size_t len, char *bid,
+                              size_t blen, struct al_error *err)
+{
+    char id[72], tag[72], b[40] = "";
+    if (cp_template_ref_split(ref, id, sizeof id, tag, sizeof tag))
+        return al_error_set(err, -EINVAL,
+                            "template \"%.64s\" is not a valid template name (NAME or NAME:TAG)",
+                            ref);
+    if (bid)
+        bid[0] = '\0';
+    bool deflt = !tag[0] || strcmp(tag, CP_TEMPLATE_DEFAULT_TAG) == 0;
+    if (deflt) {
+        /* <templates>/<id>: the default tag's version (a link to it), or a template made
+         * without the build API (a directory). */
+        char link[4300], target[300];
+        snprintf(dir, len, "%s/%s", cp->cfg.templates_path, id);
+        ssize_t n = readlink(dir, target, sizeof target - 1);
+        if (n > 0) {
+            target[n] = '\0';
+            char pre[80];
+            snprintf(pre, sizeof pre, ".%s.v-", id);
+            if (strncmp(target, pre, strlen(pre)) == 0 && !strchr(target, '/')) {
+                snprintf(b, sizeof b, "%s", target + strlen(pre));
+                snprintf(link, sizeof link, "%s/%s", cp->cfg.templates_path, target);
+                snprintf(dir, len, "%s", link);
+            }
+        } else if (tpl__exists(dir)) {
+            cp_template_json_build(dir, b, sizeof b);
+        }
+        if (tpl__exists(dir)) {
+            if (bid)
+                snprintf(bid, blen, "%s", b);
+            return 0;
+        }
+        /* The test backend runs the agent on the host: it needs no root file system, and
+         * takes the default template names as labels. A build definition is checked with no
+         * backend chosen (the fuzz target's cp has none): that is not the test backend. */
+        if (!tag[0] && cp->backend && cp->backend->host_process && tpl__is_default(cp, id))
+            return 0;
+    }
+    uint64_t created;
+    json_t *doc = NULL;
+    json_t *tags = NULL;
+    if (cp->store && cp_store_tpl_load(cp->store, id, &created, &doc, NULL) == 0)
+        tags = json_object_get(doc, "tags");
+    if (tag[0]) {
+        const char *tb = json_string_value(json_object_get(json_object_get(tags, tag), "build"));
+        if (tb || tpl__is_build_id(tag)) {
+            snprintf(b, sizeof b, "%s", tb ? tb : tag);
+            cp_template_version_dir(cp, id, b, dir, len);
+            if (tpl__exists(dir)) {
+                if (bid)
+                    snprintf(bid, blen, "%s", b);
+                json_decref(doc);
+                return 0;
+            }
+            /* A template installed before versions were kept: its one version. */
+            char cur[4200], cb[40];
+            snprintf(cur, sizeof cur, "%s/%s", cp->cfg.templates_path, id);
+            cp_template_json_build(cur, cb, sizeof cb);
+            if (tpl__exists(cur) && strcmp(cb, b) == 0) {
+                snprintf(dir, len, "%s", cur);
+                if (bid)
+                    snprintf(bid, blen, "%s", b);
+                json_decref(doc);
+                return 0;
+            }
+            if (!tb) {
+                json_decref(doc);
+                return al_error_set(err, -ENOENT,
+                                    "template '%s' has no tag '%s', and no kept version of a "
+                                    "build '%s' (a build's files are kept while a tag names it "
+                                    "or a sandbox uses them)",
+                                    id, tag, tag);
+            }
+        }
+        if (doc) {
+            char have[1024];
+            tpl__tag_list(tags, have, sizeof have);
+            json_decref(doc);
+            return al_error_set(err, -ENOENT, "template '%s' has no tag '%s' (its tags: %s)", id,
+                                tag, have);
+        }
+    } else if (doc) {
+        char have[1024];
+        tpl__tag_list(tags, have, sizeof have);
+        json_decref(doc);
+        return al_error_set(err, -ENOENT,
+                            "template '%s' has no version tagged '" CP_TEMPLATE_DEFAULT_TAG
+                            "' (its tags: %s): name one as '%s:TAG'",
+                            id, have, id);
+    }
+    json_decref(doc);
     char have[1024];
     tpl__list(cp, have, sizeof have);
     return al_error_set(err, -ENOENT,
                         "template '%s' not found (templates available: %s; build "
                         "more with deploy/templates/build)",
                         id, have);
+}
+
+int cp_template_resolve(struct cp *cp, const char *ref, char *dir, size_t len, struct al_error *err)
+{
+    return cp_template_resolve_build(cp, ref, dir, len, NULL, 0, err);
 }
 
 /* The builder script: templates.builder, else deploy/templates/build of the source tree

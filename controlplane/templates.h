@@ -29,8 +29,27 @@ struct tpl_unpack_copy_result;
 /* A template id as a client may send it: 1..64 of [a-z0-9._-], starting with a letter or
  * digit. */
 bool cp_template_id_valid(const char *id);
-/* Resolves id to its directory. -ENOENT (with a message listing what exists) if none. */
-int cp_template_resolve(struct cp *cp, const char *id, char *dir, size_t len, struct al_error *err);
+/* The tag a template name without one means: the version `Sandbox.create('NAME')` gets. */
+#define CP_TEMPLATE_DEFAULT_TAG "default"
+/* A tag (E2B's NAME:TAG): 1..64 of [A-Za-z0-9._-], starting with a letter or digit, no "..". */
+bool cp_template_tag_valid(const char *tag);
+/* "NAME" or "NAME:TAG" into id and tag ("" without one); -EINVAL unless both are valid. */
+int cp_template_ref_split(const char *ref, char *id, size_t idlen, char *tag, size_t taglen);
+bool cp_template_ref_valid(const char *ref);
+/* <templates>/.<id>.v-<bid>: the files of build bid of template id while they are kept (a
+ * tag names the build or a sandbox uses it). <templates>/<id> is a link to the version of the
+ * default tag, or (a template made without the build API) its one version. */
+void cp_template_version_dir(const struct cp *cp, const char *id, const char *bid, char *out,
+                             size_t len);
+/* The build id dir/template.json names ("" if none: a template made without the build API). */
+void cp_template_json_build(const char *dir, char *bid, size_t blen);
+/* Resolves "NAME" (its default tag) or "NAME:TAG" (a tag, or a build id whose files are
+ * kept) to the version's directory, and bid (if not NULL) to its build ("" for a template
+ * made without the build API). -ENOENT, with a message naming what exists, if none. */
+int cp_template_resolve_build(struct cp *cp, const char *ref, char *dir, size_t len, char *bid,
+                              size_t blen, struct al_error *err);
+int cp_template_resolve(struct cp *cp, const char *ref, char *dir, size_t len,
+                        struct al_error *err);
 /* Calls fn for every template of the templates directory (a directory with rootfs/ and
  * template.json), in name order, until fn returns non-zero; returns that value or 0. */
 int cp_templates_foreach(const struct cp *cp, int (*fn)(const char *id, const char *dir, void *arg),

@@ -4,7 +4,8 @@
 // its build log through onBuildLogs; a RUN step reported as BuildError naming the step;
 // COPY steps (GET /templates/{id}/files/{hash}, the PUT it grants, the files applied to the
 // template, found again by a second build); a rebuild whose image comes from the blob cache;
-// Template.exists, Sandbox.create(alias) and a command in it. Prints one line per check; exits non-zero on the first failure.
+// Template.exists, Sandbox.create(alias) and a command in it; tags (assignTags, getTags,
+// removeTags, 'name:tag' builds and sandboxes). Prints one line per check; exits non-zero on the first failure.
 //
 // Environment: E2B_API_URL, E2B_API_KEY (airlockd's), AIRLOCK_IMAGE (a reference of the
 // registry), AIRLOCK_REG_USER, AIRLOCK_REG_PASSWORD.
@@ -104,6 +105,59 @@ for (const [round, want] of [[1, /Uploaded 'hello\.txt'/], [2, /Skipping upload 
     await cs.kill()
   }
   ok('a sandbox of the template has the copied files, with their owners and modes')
+}
+
+// Tags: a build gets the default tag (what the name alone names); a tag keeps a build's
+// version while later builds move the default; removing the tag lets the version go.
+{
+  const tctx = mkdtempSync(join(tmpdir(), 'al-tags-'))
+  const vt = (v) => {
+    writeFileSync(join(tctx, 'version.txt'), `${v}\n`)
+    return Template({ fileContextPath: tctx }).fromImage(image, creds).copy('version.txt', '/srv/')
+  }
+  const b1 = await Template.build(vt(1), 'sdk-tags')
+  const assigned = await Template.assignTags('sdk-tags', ['v1', 'stable'])
+  assert.equal(assigned.buildId, b1.buildId)
+  assert.deepEqual(assigned.tags, ['v1', 'stable'])
+  const b2 = await Template.build(vt(2), 'sdk-tags')
+  const b3 = await Template.build(vt(3), 'sdk-tags:rc')
+  assert.deepEqual(b3.tags, ['rc'])
+  const tags = await Template.getTags('sdk-tags')
+  assert.deepEqual(
+    tags.map((t) => `${t.tag}=${t.buildId}`),
+    [`default=${b2.buildId}`, `rc=${b3.buildId}`, `stable=${b1.buildId}`, `v1=${b1.buildId}`]
+  )
+  assert.ok(tags.every((t) => t.createdAt instanceof Date && !isNaN(t.createdAt)))
+  const cat = async (ref) => {
+    const s = await Sandbox.create(ref)
+    try {
+      return (await s.commands.run('cat /srv/version.txt', { user: 'root' })).stdout.trim()
+    } finally {
+      await s.kill()
+    }
+  }
+  assert.equal(await cat('sdk-tags'), '2')
+  assert.equal(await cat('sdk-tags:v1'), '1')
+  assert.equal(await cat('sdk-tags:rc'), '3')
+  assert.equal(await cat(`sdk-tags:${b1.buildId}`), '1')
+  ok("Template.assignTags/getTags, Template.build('name:tag'), Sandbox.create('name:tag') gets that build's files")
+  let terr
+  try {
+    await Template.removeTags('sdk-tags', 'default')
+  } catch (e) {
+    terr = e
+  }
+  assert.match(String(terr?.message), /cannot be removed/, String(terr))
+  await Template.removeTags('sdk-tags', ['v1', 'stable'])
+  let cerr
+  try {
+    await Sandbox.create('sdk-tags:v1')
+  } catch (e) {
+    cerr = e
+  }
+  assert.match(String(cerr?.message), /has no tag 'v1'/, String(cerr))
+  ok('Template.removeTags: the tag is gone (the default tag cannot be removed)')
+  console.log(`tags ${b1.buildId} ${b2.buildId} ${b3.buildId}`)
 }
 
 const again = []

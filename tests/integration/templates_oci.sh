@@ -251,6 +251,7 @@ EOF
   }
   al_ok "the SDK builds a template from the registry, is told of a failing step, rebuilds from the cache, starts a sandbox of it" sdk
   echo "$AL_OUT" | sed 's/^/   /'
+  SDK_OUT=$AL_OUT
   al_ok "the COPY steps' archives are stored under their files hashes, with the files the SDK sent" sh -c \
     "test \"\$(ls $S2/cache/files | grep -c '^sdk-copy\.[0-9a-f]\{64\}\.tar\$')\" = 3 && for f in $S2/cache/files/sdk-copy.*.tar; do tar -xzOf \$f hello.txt 2>/dev/null; done | grep -qx 'copied by the sdk'"
   # The upload grant, by hand: what GET .../files/{hash} answers, and what a PUT is refused for.
@@ -299,8 +300,19 @@ assert t["start_cmd"] == "sleep 3600" and t["ready_cmd"] == "true", t
 assert t["image"]["reference"] == "registry.test:5000/test/base:1", t["image"]
 assert t["build"]["from_image"] == "registry.test:5000/test/base:1", t["build"]
 PY
-  al_ok "the first version went once no sandbox used it; nothing half-made is left" \
-    sh -c "! ls -A $S2/templates | grep -q '^\.'"
+  # What stays of the builds: each template's link to its default version, those versions,
+  # and sdk-tags' version tagged rc; every other version went once no tag named it and no
+  # sandbox used it, and nothing half-made is left.
+  read -r _ TB1 TB2 TB3 <<< "$(echo "$SDK_OUT" | grep '^tags ')"
+  kept() {
+    want=$( (for l in "$S2"/templates/*; do [ -L "$l" ] && readlink "$l"; done; echo ".sdk-tags.v-$TB3") | sort)
+    [ "$(ls -A "$S2/templates" | grep '^\.' | sort)" = "$want" ]
+  }
+  al_ok "the versions kept are those a tag names; the others went, nothing half-made is left" \
+    al_wait_until 30 kept
+  [ -n "$TB1" ] && al_fail "... so sdk-tags' first build went with its tags" test -e "$S2/templates/.sdk-tags.v-$TB1"
+  al_ok "... and sdk-tags is a link to its default version, the second build" \
+    test "$(readlink "$S2/templates/sdk-tags")" = ".sdk-tags.v-$TB2"
   al_ok "each pull of the builds is in the audit log, naming the API key that asked" \
     sh -c "test \"\$(cat $S2/audit/templates-*.jsonl | grep -c '\"requested_by\":\"api-key:')\" -ge 2"
   al_fail "the registry password is in no log or state file" \
@@ -361,8 +373,9 @@ PY
     "sdk-copy failed at step 1: step 1 \(COPY d /srv/\): refused: " hostile_copy notatar
   al_fail "no canary of a COPY escaped" sh -c "find $T /tmp $S2 -maxdepth 6 -name 'escaped-copy-*' 2>/dev/null | grep ."
   al_eq "the host's /etc/shadow has no new link" "$(stat -c %h /etc/shadow)" 1
-  al_ok "... and sdk-copy is still the version the SDK built, nothing half-made left" sh -c \
-    "grep -qx 'copied by the sdk' $S2/templates/sdk-copy/rootfs/srv/hello.txt && ! ls -A $S2/templates | grep -q '^\.'"
+  al_ok "... and sdk-copy is still the version the SDK built" \
+    grep -qx 'copied by the sdk' "$S2/templates/sdk-copy/rootfs/srv/hello.txt"
+  al_ok "... nothing half-made left" kept
   printf 'FROM %s\n# a comment\nENV A=1 B=two\nWORKDIR /opt/x\nUSER user\nEXPOSE 80\nCMD ["sleep", \\\n  "3600"]\n' \
     "$REG/base:1" > "$T/Dockerfile"
   cbuild() { echo 'S3cret-pw-9f2a' | tcli build cli-tpl --dockerfile "$T/Dockerfile" --username tester; }

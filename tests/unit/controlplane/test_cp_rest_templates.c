@@ -75,9 +75,18 @@ START_TEST(templates_list_and_alias)
     req_full(&r, g_target, "GET", "/templates/aliases/base", NULL, NULL, NULL, 0);
     ck_assert_int_eq(r.status, 401);
     resp_free(&r);
-    /* What is not implemented says so. */
+    /* A template made without the build API has one version, its default tag's. */
     req(&r, "GET", "/templates/base/tags", NULL);
-    assert_error(&r, 501, "not supported");
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_uint_eq(json_array_size(r.body), 1);
+    ck_assert_str_eq(jstr(json_array_get(r.body, 0), "tag"), "default");
+    ck_assert_ptr_nonnull(strstr(jstr(json_array_get(r.body, 0), "createdAt"), "T"));
+    resp_free(&r);
+    req(&r, "GET", "/templates/nope/tags", NULL);
+    assert_error(&r, 404, "template 'nope' not found");
+    resp_free(&r);
+    req(&r, "PUT", "/templates/base/tags", NULL);
+    assert_error(&r, 405, "GET lists the tags");
     resp_free(&r);
 }
 END_TEST
@@ -110,7 +119,10 @@ START_TEST(template_builds_api)
     ck_assert_str_eq(json_string_value(json_array_get(json_object_get(r.body, "names"), 0)),
                      "my-tpl");
     ck_assert(json_is_false(json_object_get(r.body, "public")));
-    ck_assert_uint_eq(json_array_size(json_object_get(r.body, "tags")), 0);
+    /* Without a tag, the build gets the default one (what the name alone names). */
+    ck_assert_uint_eq(json_array_size(json_object_get(r.body, "tags")), 1);
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(r.body, "tags"), 0)),
+                     "default");
     resp_free(&r);
 
     snprintf(path, sizeof path, "/templates/my-tpl/builds/%s/status", bid);
@@ -153,8 +165,11 @@ START_TEST(template_builds_api)
     /* Requests that cannot be honoured say why. */
     const char *bad[][3] = {
         {"{\"name\":\"base\"}", "409", "default template"},
-        {"{\"name\":\"my-tpl:v2\"}", "400", "tags are not supported"},
-        {"{\"name\":\"x\",\"tags\":[\"v1\"]}", "400", "tags are not supported"},
+        {"{\"name\":\"my-tpl:v 2\"}", "400", "optionally :TAG"},
+        {"{\"name\":\"my-tpl:\"}", "400", "optionally :TAG"},
+        {"{\"name\":\"x\",\"tags\":[\"\"]}", "400", "tag \"\" is not a tag"},
+        {"{\"name\":\"x\",\"tags\":[\".v\"]}", "400", "is not a tag"},
+        {"{\"name\":\"x\",\"tags\":\"v1\"}", "400", "must be an array"},
         {"{\"name\":\"Big Name\"}", "400", "not a template name"},
         {"{\"name\":\"x\",\"cpuCount\":97}", "400", "leave cpuCount and memoryMB out"},
         {"{\"name\":\"x\",\"minFreeDiskMb\":99999999}", "400", "minFreeDiskMb"},
@@ -454,7 +469,7 @@ START_TEST(template_build_runs)
     ck_assert_str_eq(jstr(json_object_get(t, "env"), "A"), "2");
     ck_assert_ptr_null(json_object_get(t, "start_cmd"));
     json_decref(t);
-    snprintf(p, sizeof p, "%s/templates/.my-tpl.prev-%s/template.json", g_tmpdir, bid2);
+    snprintf(p, sizeof p, "%s/templates/.my-tpl.v-%s/template.json", g_tmpdir, bid);
     ck_assert_int_eq(stat(p, &sn), 0);
 
     /* A build that fails leaves the current version in use and nothing of its own. */
@@ -495,13 +510,182 @@ START_TEST(template_build_runs)
     req(&r, "DELETE", "/templates/my-tpl", NULL);
     ck_assert_msg(r.status == 204, "%d %s", r.status, r.raw);
     resp_free(&r);
-    snprintf(p, sizeof p, "%s/templates/.my-tpl.prev-%s", g_tmpdir, bid2);
+    snprintf(p, sizeof p, "%s/templates/.my-tpl.v-%s", g_tmpdir, bid);
     for (int i = 0; i < 1000 && stat(p, &sn) == 0; i++)
         usleep(10000);
     ck_assert_int_lt(stat(p, &sn), 0);
     /* The base is untouched. */
     snprintf(p, sizeof p, "%s/templates/base/rootfs/etc/hostname", g_tmpdir);
     ck_assert_int_eq(stat(p, &sn), 0);
+}
+END_TEST
+
+/* A build requested with body (a name with a tag, tags) of template tid; its id into bid. */
+static void build_tagged(const char *body, const char *tid, const char *def, char bid[40],
+                         const char *want_tags)
+{
+    struct resp r;
+    char path[300];
+    req(&r, "POST", "/v3/templates", body);
+    ck_assert_msg(r.status == 202, "%d %s", r.status, r.raw);
+    snprintf(bid, 40, "%s", jstr(r.body, "buildID"));
+    char *tags = json_dumps(json_object_get(r.body, "tags"), JSON_COMPACT);
+    ck_assert_str_eq(tags, want_tags);
+    free(tags);
+    resp_free(&r);
+    snprintf(path, sizeof path, "/v2/templates/%s/builds/%s", tid, bid);
+    req(&r, "POST", path, def);
+    ck_assert_msg(r.status == 202, "%d %s", r.status, r.raw);
+    resp_free(&r);
+    build_wait(tid, bid, &r);
+    ck_assert_msg(strcmp(jstr(r.body, "status"), "ready") == 0, "%s", r.raw);
+    resp_free(&r);
+}
+
+/* The JSON template.json of the version dir (relative to the templates directory). */
+static const char *tpl_env_a(const char *dir, char *out, size_t len)
+{
+    char p[400];
+    snprintf(p, sizeof p, "%s/templates/%s/template.json", g_tmpdir, dir);
+    json_t *t = json_load_file(p, 0, NULL);
+    snprintf(out, len, "%s", t ? jstr(json_object_get(t, "env"), "A") : "(none)");
+    json_decref(t);
+    return out;
+}
+
+static bool exists_within(const char *p, bool want)
+{
+    struct stat st;
+    for (int i = 0; i < 1000 && (stat(p, &st) == 0) != want; i++)
+        usleep(10000);
+    return (stat(p, &st) == 0) == want;
+}
+
+/* Tags (E2B's NAME:TAG): a build gets the default tag unless tags are named; POST
+ * /templates/tags points tags at the build a target names, DELETE removes them; sandboxes
+ * start from a tag's version or a build id's, which is kept while a tag names it or a sandbox
+ * uses it and removed once neither does. */
+START_TEST(template_tags)
+{
+    char a[40], b[40], c[40], e[16], path[300], body[400], dir[200], p[400];
+    const char *env1 = "{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"ENV\",\"args\":"
+                       "[\"A\",\"1\"]}]}";
+    const char *env2 = "{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"ENV\",\"args\":"
+                       "[\"A\",\"2\"]}]}";
+    const char *env3 = "{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"ENV\",\"args\":"
+                       "[\"A\",\"3\"]}]}";
+    struct resp r;
+    build_tagged("{\"name\":\"tg\"}", "tg", env1, a, "[\"default\"]");
+    ck_assert_str_eq(tpl_env_a("tg", e, sizeof e), "1");
+    req(&r, "POST", "/templates/tags", "{\"target\":\"tg\",\"tags\":[\"stable\",\"v1\"]}");
+    ck_assert_msg(r.status == 201, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(jstr(r.body, "buildID"), a);
+    ck_assert_uint_eq(json_array_size(json_object_get(r.body, "tags")), 2);
+    resp_free(&r);
+
+    /* A rebuild moves the default tag; the tagged version stays, under its build id. */
+    build_tagged("{\"name\":\"tg\"}", "tg", env2, b, "[\"default\"]");
+    ck_assert_str_eq(tpl_env_a("tg", e, sizeof e), "2");
+    snprintf(dir, sizeof dir, ".tg.v-%s", a);
+    ck_assert_str_eq(tpl_env_a(dir, e, sizeof e), "1");
+    req(&r, "GET", "/templates/tg/tags", NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_uint_eq(json_array_size(r.body), 3);
+    const char *want[][2] = {{"default", b}, {"stable", a}, {"v1", a}};
+    for (size_t i = 0; i < 3; i++) {
+        ck_assert_str_eq(jstr(json_array_get(r.body, i), "tag"), want[i][0]);
+        ck_assert_str_eq(jstr(json_array_get(r.body, i), "buildID"), want[i][1]);
+        ck_assert_ptr_nonnull(strstr(jstr(json_array_get(r.body, i), "createdAt"), "T"));
+    }
+    resp_free(&r);
+
+    /* Sandboxes by tag and by build id; the sandbox says what it was asked for. */
+    char s1[64], s2[64];
+    create("{\"templateID\":\"tg:stable\"}", s1, NULL);
+    snprintf(body, sizeof body, "{\"templateID\":\"tg:%s\"}", b);
+    create(body, s2, NULL);
+    snprintf(path, sizeof path, "/sandboxes/%s", s1);
+    req(&r, "GET", path, NULL);
+    ck_assert_str_eq(jstr(r.body, "templateID"), "tg:stable");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"tg:nope\"}");
+    assert_error(&r, 404, "template 'tg' has no tag 'nope' (its tags: ");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"tg:00000000-0000-4000-8000-000000000000\"}");
+    assert_error(&r, 404, "no kept version");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"tg:a b\"}");
+    assert_error(&r, 400, "NAME:TAG");
+    resp_free(&r);
+
+    /* Assigning and removing, refused with reasons. */
+    const char *bad[][3] = {
+        {"POST", "{\"target\":\"tg:nope\",\"tags\":[\"x\"]}", "404 has no tag 'nope'"},
+        {"POST", "{\"target\":\"nope\",\"tags\":[\"x\"]}", "404 template 'nope' not found"},
+        {"POST", "{\"target\":\"tg\",\"tags\":[]}", "400 no tags"},
+        {"POST", "{\"target\":\"tg\",\"tags\":[\"\"]}", "400 is not a tag"},
+        {"POST", "{\"target\":\"tg\"}", "400 \"tags\""},
+        {"POST", "{\"target\":\"base\",\"tags\":[\"x\"]}", "409 default template"},
+        {"POST", "{\"target\":\"tg\",\"tags\":[\"x\"],\"colour\":1}", "400 colour"},
+        {"DELETE", "{\"name\":\"tg\",\"tags\":[\"default\"]}", "400 cannot be removed"},
+        {"DELETE", "{\"name\":\"tg\",\"tags\":[\"v1\",\"nope\"]}", "404 has no tag 'nope'"},
+        {"DELETE", "{\"name\":\"nope\",\"tags\":[\"v1\"]}", "404 has no tags"},
+        {"DELETE", "{\"name\":\"tg:v1\",\"tags\":[\"v1\"]}", "400 not a template name"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        req(&r, bad[i][0], "/templates/tags", bad[i][1]);
+        assert_error(&r, atoi(bad[i][2]), bad[i][2] + 4);
+        resp_free(&r);
+    }
+    req(&r, "GET", "/templates/tg/tags", NULL);
+    ck_assert_uint_eq(json_array_size(r.body), 3); /* v1 stayed: nothing half-done */
+    resp_free(&r);
+
+    /* NAME:TAG at build time: the tag only, the default stays. */
+    build_tagged("{\"name\":\"tg:v3\",\"tags\":[\"v3\",\"rc\"]}", "tg", env3, c, "[\"v3\",\"rc\"]");
+    ck_assert_str_eq(tpl_env_a("tg", e, sizeof e), "2");
+    snprintf(dir, sizeof dir, ".tg.v-%s", c);
+    ck_assert_str_eq(tpl_env_a(dir, e, sizeof e), "3");
+    /* The default moves by assignment; the version it left is kept for sandbox s2. */
+    req(&r, "POST", "/templates/tags", "{\"target\":\"tg:rc\",\"tags\":[\"default\"]}");
+    ck_assert_msg(r.status == 201, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(jstr(r.body, "buildID"), c);
+    resp_free(&r);
+    ck_assert_str_eq(tpl_env_a("tg", e, sizeof e), "3");
+    snprintf(p, sizeof p, "%s/templates/.tg.v-%s", g_tmpdir, b);
+    ck_assert(exists_within(p, true));
+
+    /* Tags removed: version a stays while s1 uses it, goes with s1. */
+    req(&r, "DELETE", "/templates/tags", "{\"name\":\"tg\",\"tags\":[\"stable\",\"v1\"]}");
+    ck_assert_msg(r.status == 204, "%d %s", r.status, r.raw);
+    resp_free(&r);
+    snprintf(p, sizeof p, "%s/templates/.tg.v-%s", g_tmpdir, a);
+    ck_assert(exists_within(p, true));
+    snprintf(path, sizeof path, "/sandboxes/%s", s1);
+    req(&r, "DELETE", path, NULL);
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+    ck_assert_msg(exists_within(p, false), "%s stays", p);
+    snprintf(path, sizeof path, "/sandboxes/%s", s2);
+    req(&r, "DELETE", path, NULL);
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+    snprintf(p, sizeof p, "%s/templates/.tg.v-%s", g_tmpdir, b);
+    ck_assert_msg(exists_within(p, false), "%s stays", p);
+
+    /* Deleting the template takes every version and the link. */
+    req(&r, "DELETE", "/templates/tg", NULL);
+    ck_assert_msg(r.status == 204, "%d %s", r.status, r.raw);
+    resp_free(&r);
+    snprintf(p, sizeof p, "%s/templates/.tg.v-%s", g_tmpdir, c);
+    ck_assert(exists_within(p, false));
+    struct stat st;
+    snprintf(p, sizeof p, "%s/templates/tg", g_tmpdir);
+    ck_assert_int_lt(lstat(p, &st), 0);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"tg:v3\"}");
+    assert_error(&r, 404, "not found");
+    resp_free(&r);
 }
 END_TEST
 
@@ -512,6 +696,7 @@ static Suite *suite(void)
     tcase_add_test(t, templates_list_and_alias);
     tcase_add_test(t, template_builds_api);
     tcase_add_test(t, template_build_runs);
+    tcase_add_test(t, template_tags);
     suite_add_tcase(s, t);
     return s;
 }
