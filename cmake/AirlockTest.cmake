@@ -36,12 +36,14 @@ function(airlock_fuzz_target)
     target_compile_options(${T_NAME} PRIVATE -fsanitize=fuzzer,address,undefined)
     target_link_options(${T_NAME} PRIVATE -fsanitize=fuzzer,address,undefined)
     target_link_libraries(${T_NAME} PRIVATE ${T_LIBS})
+    target_include_directories(${T_NAME} PRIVATE ${CMAKE_SOURCE_DIR}/tests/lib)
     set_property(GLOBAL APPEND PROPERTY AIRLOCK_FUZZ_TARGETS ${T_NAME})
   else()
     # Without libFuzzer the same entry point is driven over the seed corpus by a small
     # main (tests/lib/fuzz_main.c) and run as a regression test.
     add_executable(${T_NAME} ${T_SOURCES} ${CMAKE_SOURCE_DIR}/tests/lib/fuzz_main.c)
     target_link_libraries(${T_NAME} PRIVATE ${T_LIBS})
+    target_include_directories(${T_NAME} PRIVATE ${CMAKE_SOURCE_DIR}/tests/lib)
     set(corpus ${CMAKE_SOURCE_DIR}/tests/fuzz/corpus/${T_NAME})
     add_test(NAME ${T_NAME}_corpus COMMAND ${T_NAME} ${corpus})
     set_tests_properties(${T_NAME}_corpus PROPERTIES LABELS "unit;fuzz" TIMEOUT 300

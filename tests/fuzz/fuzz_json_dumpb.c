@@ -1,4 +1,5 @@
-/* fuzz_json_dumpb: the compact serialiser al_json_dumpb (common/json.c) against jansson's.
+/* tests/fuzz/fuzz_json_dumpb: the compact serialiser al_json_dumpb (common/json.c) against
+ * jansson's.
  *
  * The input is parsed by jansson (any top-level value, NULs allowed in strings); when it is
  * not JSON its raw bytes become a string and an object's key (the _nocheck setters), so

@@ -1,5 +1,5 @@
-/* Fuzz target: the multipart/form-data parser. The first byte picks how the body is split
- * into chunks; the boundary is fixed ("B0und"), as an attacker does not choose it. */
+/* tests/fuzz/fuzz_multipart: the multipart/form-data parser. The first byte picks how the body is
+ * split into chunks; the boundary is fixed ("B0und"), as an attacker does not choose it. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>

@@ -1,5 +1,5 @@
-/* fuzz_vmm_spec: vmm/spec's parser (the sandbox spec airlock-vmm reads) and the agent init
- * object built from what it accepted. The spec comes from the control plane, not from a
+/* tests/fuzz/fuzz_vmm_spec: vmm/spec's parser (the sandbox spec airlock-vmm reads) and the agent
+ * init object built from what it accepted. The spec comes from the control plane, not from a
  * sandbox, but it carries caller-supplied values (env vars, ids, binds), so it gets the same
  * treatment as any parser of outside input: bounded, no crash, no leak, on any bytes. */
 #include <stdint.h>

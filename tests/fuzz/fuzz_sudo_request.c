@@ -1,8 +1,8 @@
-/* Fuzz target: what vmm/guest/sudo.c parses from a sandbox process before deciding anything:
- * a frame header (agent_sudo_hdr_parse) and a request payload (agent_sudo_req_parse), then
- * the parsed request as sudo.c uses it (every string NUL-terminated within the buffer, the
- * arrays NULL-terminated, the counts bounded; -s/-i quoting of the arguments). Input: the
- * first 5 bytes are a header, the rest the payload. */
+/* tests/fuzz/fuzz_sudo_request: what vmm/guest/sudo.c parses from a sandbox process before deciding
+ * anything: a frame header (agent_sudo_hdr_parse) and a request payload (agent_sudo_req_parse),
+ * then the parsed request as sudo.c uses it (every string NUL-terminated within the buffer, the
+ * arrays NULL-terminated, the counts bounded; -s/-i quoting of the arguments). Input: the first 5
+ * bytes are a header, the rest the payload. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -1,11 +1,10 @@
-/* Fuzz target: the codings of a response body and the layered decoder
- * (egress/intercept/scrub.c: intercept_codings_of, intercept_body_*), whose input is whatever
- * an upstream sends. Layout: header lines "Name: value\n" up to an empty line, one byte
- * (bits 0-1: scrub mode, the rest: chunking seed), then the body. Checks, beyond memory
- * safety: the coding list keeps its invariants (content codings before transfer codings,
- * counts, bounded names); decoding gives the same result and the same outcome for any
- * chunking; what a scrubbing decode let through never holds the secret; output stays within
- * the decoded bound. */
+/* tests/fuzz/fuzz_body_codings: the codings of a response body and the layered decoder
+ * (egress/intercept/scrub.c: intercept_codings_of, intercept_body_*), whose input is whatever an
+ * upstream sends. Layout: header lines "Name: value\n" up to an empty line, one byte (bits 0-1:
+ * scrub mode, the rest: chunking seed), then the body. Checks, beyond memory safety: the coding
+ * list keeps its invariants (content codings before transfer codings, counts, bounded names);
+ * decoding gives the same result and the same outcome for any chunking; what a scrubbing decode let
+ * through never holds the secret; output stays within the decoded bound. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
-/* Fuzz target: policy YAML text -> parse, validate, lint, compile, hash, decide, DNS,
- * narrow, explain. Every input must either load or be refused with diagnostics; nothing
- * may crash, leak, read out of bounds or loop. */
+/* tests/fuzz/fuzz_policy_parse: policy YAML text -> parse, validate, lint, compile, hash, decide,
+ * DNS, narrow, explain. Every input must either load or be refused with diagnostics; nothing may
+ * crash, leak, read out of bounds or loop. */
 #include "policy/policy.h"
 
 #include <stdint.h>

@@ -1,6 +1,6 @@
-/* Fuzz target: the list endpoints' query parser (a client controls the whole query string:
- * metadata decoded three times, states, limits, nextToken) and the selection over a few
- * sandboxes. The first byte picks v1 or v2. */
+/* tests/fuzz/fuzz_cp_list_query: the list endpoints' query parser (a client controls the whole
+ * query string: metadata decoded three times, states, limits, nextToken) and the selection over a
+ * few sandboxes. The first byte picks v1 or v2. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
-/* Fuzz target: the definition of a template build (POST /v2/templates/{id}/builds/{buildID},
- * the SDK's TemplateBuildStartV2), a client's JSON: cp_builds_check_definition and, as the
- * trigger does, the credentials of fromImageRegistry. A definition it accepts must have
- * exactly one base and steps of the five known types. */
+/* tests/fuzz/fuzz_cp_build_definition: the definition of a template build (POST
+ * /v2/templates/{id}/builds/{buildID}, the SDK's TemplateBuildStartV2), a client's JSON:
+ * cp_builds_check_definition and, as the trigger does, the credentials of fromImageRegistry. A
+ * definition it accepts must have exactly one base and steps of the five known types. */
 #include <sodium.h>
 #include <stddef.h>
 #include <stdint.h>

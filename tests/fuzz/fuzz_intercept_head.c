@@ -1,10 +1,10 @@
-/* Fuzz target: the head scanner every HTTP path runs (common/http_head.c), then what the
- * interception engine does with a sandbox's request head before any decision
- * (egress/intercept/request.c): for heads the scanner accepts whole, the checks of Host,
- * authority, upgrades. Byte 0 picks request or response and the SNI the connection would
- * have; the rest is the head, fed whole and byte by byte. Checks, beyond memory safety: both
- * ways of feeding agree; an accepted head has CRLF line ends
- * only, no obs-fold, no controls but HTAB, and a request line of three fields. */
+/* tests/fuzz/fuzz_intercept_head: the head scanner every HTTP path runs (common/http_head.c), then
+ * what the interception engine does with a sandbox's request head before any decision
+ * (egress/intercept/request.c): for heads the scanner accepts whole, the checks of Host, authority,
+ * upgrades. Byte 0 picks request or response and the SNI the connection would have; the rest is the
+ * head, fed whole and byte by byte. Checks, beyond memory safety: both ways of feeding agree; an
+ * accepted head has CRLF line ends only, no obs-fold, no controls but HTAB, and a request line of
+ * three fields. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

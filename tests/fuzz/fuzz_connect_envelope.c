@@ -1,5 +1,5 @@
-/* Fuzz target: the Connect envelope decoder (incremental, split at a data-chosen point)
- * and the whole-body request unwrapper. */
+/* tests/fuzz/fuzz_connect_envelope: the Connect envelope decoder (incremental, split at a
+ * data-chosen point) and the whole-body request unwrapper. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>

@@ -1,9 +1,9 @@
-/* Fuzz target: response scrubbing (egress/intercept/scrub.c), whose input is whatever an
- * upstream sends. Layout: byte 0 = secret length - 6 (mod 48), byte 1 = chunking seed and
- * body mode, then the secret, then the body. Checks, beyond memory safety: streaming gives
- * exactly the one-shot result for any chunking, lengths are kept, and the secret never
- * survives (unless it is made of the replacement's own letters). The body is also fed to the
- * gzip and deflate decoders with a small bound. */
+/* tests/fuzz/fuzz_scrub: response scrubbing (egress/intercept/scrub.c), whose input is whatever an
+ * upstream sends. Layout: byte 0 = secret length - 6 (mod 48), byte 1 = chunking seed and body
+ * mode, then the secret, then the body. Checks, beyond memory safety: streaming gives exactly the
+ * one-shot result for any chunking, lengths are kept, and the secret never survives (unless it is
+ * made of the replacement's own letters). The body is also fed to the gzip and deflate decoders
+ * with a small bound. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
-/* tests/unit/egress/fuzz_dns: the DNS wire parser on arbitrary bytes, as a sandbox's query
- * (then our reply to it, parsed back) and as an upstream answer to a fixed question. */
+/* tests/fuzz/fuzz_dns: the DNS wire parser on arbitrary bytes, as a sandbox's query (then our reply
+ * to it, parsed back) and as an upstream answer to a fixed question. */
 #include "egress/dns_wire.h"
 
 #include <stdint.h>

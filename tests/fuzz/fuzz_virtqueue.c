@@ -1,4 +1,4 @@
-/* tests/unit/vmm/kvm/fuzz_virtqueue: hostile guests against the virtqueue code.
+/* tests/fuzz/fuzz_virtqueue: hostile guests against the virtqueue code.
  *
  * Input: byte 0 picks the target, byte 1 the queue size (log2), the rest is guest memory
  * (64 KiB; rings at fixed addresses, descriptors and data wherever the input points).

@@ -1,6 +1,6 @@
-/* tests/unit/vmm/kvm/vq_driver: a minimal virtio driver for tests and the fuzzer: a fake
- * VM (no /dev/kvm: vm_fd = -1, so queue notifications are handled inline) over a plain
- * buffer as guest memory, register helpers, and descriptor/ring writers. */
+/* tests/lib/vq_driver: a minimal virtio driver for tests and the fuzzer: a fake VM (no /dev/kvm:
+ * vm_fd = -1, so queue notifications are handled inline) over a plain buffer as guest memory,
+ * register helpers, and descriptor/ring writers. */
 #ifndef AIRLOCK_TESTS_VQ_DRIVER_H
 #define AIRLOCK_TESTS_VQ_DRIVER_H
 

@@ -1,7 +1,7 @@
-/* Fuzz target: what vmm/guest/forward.c parses from a client before forwarding: the
- * Connection options (al_http_forward_drops_header), the E2b-Sandbox-Port value and the
- * request-target's origin-form. Input: lines "Connection value", "field name", "port",
- * "target" (missing lines are empty). */
+/* tests/fuzz/fuzz_forward_fields: what vmm/guest/forward.c parses from a client before forwarding:
+ * the Connection options (al_http_forward_drops_header), the E2b-Sandbox-Port value and the
+ * request-target's origin-form. Input: lines "Connection value", "field name", "port", "target"
+ * (missing lines are empty). */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

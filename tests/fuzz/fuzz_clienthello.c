@@ -1,5 +1,5 @@
-/* tests/unit/egress/fuzz_clienthello: the ClientHello parser on arbitrary bytes, whole
- * and as every growing prefix a socket could deliver. */
+/* tests/fuzz/fuzz_clienthello: the ClientHello parser on arbitrary bytes, whole and as every
+ * growing prefix a socket could deliver. */
 #include "egress/clienthello.h"
 
 #include <stdint.h>

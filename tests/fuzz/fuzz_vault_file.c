@@ -1,7 +1,7 @@
-/* fuzz_vault_file: the vault file parser (vault_file_header + vault_file_body) on arbitrary
- * bytes, with fixed keys so that the seeds (made by gen_fuzz_corpus) verify and mutations
- * reach every check. A file that parses must serialise and parse again to the same catalog,
- * and decrypting its values must fail cleanly or succeed. */
+/* tests/fuzz/fuzz_vault_file: the vault file parser (vault_file_header + vault_file_body) on
+ * arbitrary bytes, with fixed keys so that the seeds (made by vault_gen_fuzz_corpus) verify and
+ * mutations reach every check. A file that parses must serialise and parse again to the same
+ * catalog, and decrypting its values must fail cleanly or succeed. */
 #include "fuzz_keys.h"
 #include "vault/vault_file.h"
 

@@ -1,6 +1,6 @@
-/* Fuzz target: a sandbox's Set-Cookie value made host-only (controlplane/proxy.c). The
- * sandbox writes it: hostile input. What comes out is never longer, and has no Domain
- * attribute left. */
+/* tests/fuzz/fuzz_cp_cookie: a sandbox's Set-Cookie value made host-only (controlplane/proxy.c).
+ * The sandbox writes it: hostile input. What comes out is never longer, and has no Domain attribute
+ * left. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

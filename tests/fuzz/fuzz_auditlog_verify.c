@@ -1,8 +1,8 @@
-/* fuzz_auditlog_verify: the audit log verifier (common/auditlog_verify.c) on arbitrary file
- * contents. The input is one or more log files separated by a form-feed line, each optionally
- * starting with "@name FILE" (crash recoveries name the file they recovered); the public key
- * is fixed (gen_fuzz_corpus makes seed logs with it). The verdict does not matter: it must
- * never crash, hang or read out of bounds. */
+/* tests/fuzz/fuzz_auditlog_verify: the audit log verifier (common/auditlog_verify.c) on arbitrary
+ * file contents. The input is one or more log files separated by a form-feed line, each optionally
+ * starting with "@name FILE" (crash recoveries name the file they recovered); the public key is
+ * fixed (vault_gen_fuzz_corpus makes seed logs with it). The verdict does not matter: it must never
+ * crash, hang or read out of bounds. */
 #include "common/auditlog.h"
 #include "common/util.h"
 #include "fuzz_keys.h"

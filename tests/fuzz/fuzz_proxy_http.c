@@ -1,8 +1,8 @@
-/* tests/unit/egress/fuzz_proxy_http: the request side of the plain-HTTP engine on arbitrary
- * bytes: strict llhttp into the bounded head collector and the head scanner, the request
- * checks, and the head re-serialised for the upstream. Invariant checked on every accepted request: what the
- * upstream would receive parses (strictly) as exactly one request head with the same
- * method, target, Host and framing, and without hop-by-hop or Proxy-* headers. */
+/* tests/fuzz/fuzz_proxy_http: the request side of the plain-HTTP engine on arbitrary bytes: strict
+ * llhttp into the bounded head collector and the head scanner, the request checks, and the head
+ * re-serialised for the upstream. Invariant checked on every accepted request: what the upstream
+ * would receive parses (strictly) as exactly one request head with the same method, target, Host
+ * and framing, and without hop-by-hop or Proxy-* headers. */
 #include "common/http_head.h"
 #include "egress/http.h"
 

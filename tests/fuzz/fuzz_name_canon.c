@@ -1,5 +1,5 @@
-/* Fuzz target: the canonicaliser and everything else that reads names and paths from the
- * wire: host names and IP literals, host patterns, request paths and path patterns, secret
+/* tests/fuzz/fuzz_name_canon: the canonicaliser and everything else that reads names and paths from
+ * the wire: host names and IP literals, host patterns, request paths and path patterns, secret
  * names, the address classifier. */
 #include "policy/policy.h"
 

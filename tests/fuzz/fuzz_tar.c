@@ -1,7 +1,7 @@
-/* tests/unit/controlplane/templates/fuzz_tar: the tar reader (controlplane/templates/tar.c) and
- * path cleaning under arbitrary bytes, the layer data airlock-unpack reads from images. Checked
- * after every input: no crash or sanitizer report, every entry's strings bounded, no entry data
- * beyond what its header declared, and a cleaned path never absolute nor with a ".." component.
+/* tests/fuzz/fuzz_tar: the tar reader (controlplane/templates/tar.c) and path cleaning under
+ * arbitrary bytes, the layer data airlock-unpack reads from images. Checked after every input: no
+ * crash or sanitizer report, every entry's strings bounded, no entry data beyond what its header
+ * declared, and a cleaned path never absolute nor with a ".." component.
  */
 #include <stdint.h>
 #include <stdlib.h>

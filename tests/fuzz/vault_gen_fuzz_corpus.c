@@ -1,5 +1,6 @@
-/* vault_gen_fuzz_corpus: writes the seed corpora of fuzz_vault_file and fuzz_auditlog_verify
- * with the fixed test keys of fuzz_keys.h (so that seeds verify and mutations go deep).
+/* tests/fuzz/vault_gen_fuzz_corpus: writes the seed corpora of fuzz_vault_file and
+ * fuzz_auditlog_verify with the fixed test keys of fuzz_keys.h (so that seeds verify and mutations
+ * go deep).
  *
  *   vault_gen_fuzz_corpus tests/fuzz/corpus/fuzz_vault_file tests/fuzz/corpus/fuzz_auditlog_verify
  *

@@ -1,5 +1,5 @@
-/* Fuzz target: turning a sandbox's log lines into E2B log entries. The sandbox writes them
- * (its agent's output, and anything its programs print through it): hostile input. */
+/* tests/fuzz/fuzz_cp_logs: turning a sandbox's log lines into E2B log entries. The sandbox writes
+ * them (its agent's output, and anything its programs print through it): hostile input. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
-/* tests/unit/vault/fuzz_keys: the fixed keys the fuzz targets and their corpus generator
- * share (never used outside tests). */
+/* tests/fuzz/fuzz_keys: the fixed keys the fuzz targets and their corpus generator share (never
+ * used outside tests). */
 #ifndef AIRLOCK_TESTS_VAULT_FUZZ_KEYS_H
 #define AIRLOCK_TESTS_VAULT_FUZZ_KEYS_H
 
