@@ -2,6 +2,7 @@
 #include "util.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -534,4 +535,59 @@ void al_uuid_format(const unsigned char b[16], char out[37])
         *o++ = hex[b[i] & 15];
     }
     *o = '\0';
+}
+
+static int util__rm_at(int dirfd, const char *name, int depth)
+{
+    if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
+        return 0;
+    if ((errno != EISDIR && errno != EPERM) || depth > 512)
+        return -errno;
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -errno;
+    }
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            int r = util__rm_at(fd, e->d_name, depth + 1);
+            if (r < 0 && !rc)
+                rc = r;
+        }
+    closedir(d);
+    if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && !rc)
+        rc = -errno;
+    return rc;
+}
+
+int al_rmtree_at(int dirfd, const char *name)
+{
+    return util__rm_at(dirfd, name, 0);
+}
+
+int al_rmtree(const char *path)
+{
+    char dir[PATH_MAX];
+    if ((size_t)snprintf(dir, sizeof dir, "%s", path) >= sizeof dir)
+        return -ENAMETOOLONG;
+    char *slash = strrchr(dir, '/');
+    if (!slash) {
+        if (!dir[0])
+            return -EINVAL;
+        return util__rm_at(AT_FDCWD, dir, 0);
+    }
+    if (!slash[1])
+        return -EINVAL;
+    *slash = '\0';
+    int dfd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    int rc = util__rm_at(dfd, slash + 1, 0);
+    close(dfd);
+    return rc;
 }

@@ -51,6 +51,12 @@ int al_read_fd(int fd, const char *path, size_t max, char **out, size_t *len, st
 int al_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode,
                          struct al_error *err);
 int al_mkdir_p(const char *path, mode_t mode);
+/* Removes name under dirfd and, if it is a directory, everything in it, never following a
+ * symbolic link (at most 512 levels deep: deeper than a jail snapshot goes). 0 also when it
+ * does not exist, else the first -errno met (the rest is still removed). */
+int al_rmtree_at(int dirfd, const char *name);
+/* The same for a path (its last component is removed); -EINVAL for "/" or "". */
+int al_rmtree(const char *path);
 int al_fsync_dir(const char *dir);
 int al_set_nonblock(int fd, bool on);
 int al_set_cloexec(int fd, bool on);

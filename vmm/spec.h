@@ -101,6 +101,7 @@ struct vmm_spec {
     const char *cgroup_parent;
     uint32_t uid_base;
     uint32_t uid_slots;
+    const char *jail_restore; /* a jail snapshot (POST /snapshot) whose files it starts with */
 };
 
 /* Parses and validates (no filesystem access except resolving defaults). */

@@ -79,16 +79,18 @@ ensure_template() {
 }
 
 # jail_spec ID TEMPLATE [EXTRA]: the spec JSON; EXTRA is a JSON fragment of more fields
-# (',"binds":[...]'), resources can be overridden with MEM/DISK/PIDS/CPUS.
+# (',"binds":[...]'), resources can be overridden with MEM/DISK/PIDS/CPUS, and JAIL_OPTS is
+# a fragment of more spec.jail fields (',"restore":"/dir"'), JAIL_ENV one of more env
+# variables (',"K":"v"').
 jail_spec() {
   local id=$1 tpl=$2 extra=${3:-}
-  printf '{"id":"%s","template":"%s",%s"env":{"AL_TEST":"%s"},' \
-    "$id" "$tpl" "\"access_token\":\"$TOKEN\"," "$JAIL_TEST"
+  printf '{"id":"%s","template":"%s",%s"env":{"AL_TEST":"%s"%s},' \
+    "$id" "$tpl" "\"access_token\":\"$TOKEN\"," "$JAIL_TEST" "${JAIL_ENV:-}"
   printf '"resources":{"memory_mib":%s,"disk_mib":%s,"pids":%s,"cpus":%s},' \
     "${MEM:-256}" "${DISK:-128}" "${PIDS:-256}" "${CPUS:-1}"
   printf '"agent":{"dir":"%s","start_timeout_ms":15000,"log_max_bytes":%s},' \
     "$AGENT_DIR" "${LOGMAX:-1048576}"
-  printf '"jail":{"cgroup_parent":"%s"}%s}\n' "$CGP" "$extra"
+  printf '"jail":{"cgroup_parent":"%s"%s}%s}\n' "$CGP" "${JAIL_OPTS:-}" "$extra"
 }
 
 # jail_start ID TEMPLATE [EXTRA]: starts airlock-vmm (spec on stdin) and waits until the

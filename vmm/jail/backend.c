@@ -39,6 +39,9 @@ static int jb__start(void *priv, int listen_fd, struct vmm_started *out, struct 
     json_object_set_new(t, "child_locks_us", json_integer(j->timing.child.locks_us));
     json_object_set_new(t, "child_us", json_integer((json_int_t)(j->timing.child_ns / 1000)));
     json_object_set_new(t, "exec_us", json_integer((json_int_t)(j->timing.exec_ns / 1000)));
+    if (j->spec->jail_restore)
+        json_object_set_new(t, "restore_us",
+                            json_integer((json_int_t)(j->timing.restore_ns / 1000)));
     json_object_set_new(t, "total_us", json_integer((json_int_t)(j->timing.total_ns / 1000)));
     out->timing = t;
     return 0;
@@ -77,6 +80,11 @@ static int jb__reclaim(void *priv, struct al_error *err)
 static json_t *jb__stats(const void *priv)
 {
     return jail_stats(priv);
+}
+
+static int jb__snapshot(void *priv, const char *dest, json_t **info, struct al_error *err)
+{
+    return jail_snapshot(priv, dest, info, err);
 }
 
 static bool jb__is_live_default(const char *id, void *arg)
@@ -162,6 +170,7 @@ const struct vmm_backend vmm_backend_jail = {
     .nprocs = jb__nprocs,
     .reclaim = jb__reclaim,
     .stats = jb__stats,
+    .snapshot = jb__snapshot,
     .cleanup_record = jail_cleanup_record,
     .sweep = jb__sweep,
 };

@@ -201,6 +201,7 @@ int jail_prepare(struct jail *j, const struct vmm_spec *spec, const char *state_
     j->pid = -1;
     j->pidfd = -1;
     j->log_fd = -1;
+    j->upper_fd = -1;
     struct jail_cg_layout layout;
     int rc = jail__get_layout(&layout, err);
     if (rc)
@@ -223,6 +224,10 @@ int jail_prepare(struct jail *j, const struct vmm_spec *spec, const char *state_
     }
     j->have_slot = true;
     j->host_uid = jail_idmap_host_base(&j->ids, j->slot);
+    if (spec->jail_restore && (rc = jail_snapshot_check(j, err))) {
+        jail_reclaim(j, NULL);
+        return rc;
+    }
     return 0;
 }
 
@@ -389,6 +394,7 @@ struct jail__child {
     char *const *envp;
     char hosts[512];
     char resolv[256];
+    bool restore; /* airlock-vmm fills the upper layer from a snapshot ('U', then 'F') */
 };
 
 static _Noreturn void child__fail(const struct jail__child *c, const char *step,
@@ -455,6 +461,34 @@ static int jail__child_failed(int errfd, int rc, struct al_error *err)
     }
     return al_error_set(err, rc, "the sandbox's first process died while being set up (%s)",
                         strerror(-rc));
+}
+
+/* Waits (up to timeout_ms) for the child's message want, with its payload (len bytes into
+ * data) and at most one descriptor (*fd, or none if fd is NULL). Anything else: the
+ * child's own reason from errfd, or that it hung or died. */
+static int jail__expect(int sock, int errfd, int timeout_ms, char want, void *data, size_t len,
+                        int *fd, struct al_error *err)
+{
+    int tag = -ETIMEDOUT, fds[1];
+    size_t nfd = 0;
+    if (jail__wait_readable(sock, timeout_ms) == 0)
+        tag = jail__recv_msg(sock, data, len, fds, fd ? 1 : 0, &nfd);
+    if (tag == want && (!fd || nfd == 1)) {
+        if (fd)
+            *fd = fds[0];
+        return 0;
+    }
+    for (size_t i = 0; i < nfd; i++)
+        close(fds[i]);
+    char msg[AL_ERROR_MSG_MAX];
+    ssize_t n = tag == -ETIMEDOUT ? -1 : read(errfd, msg, sizeof msg - 1);
+    if (n > 0) {
+        msg[n] = '\0';
+        return al_error_set(err, -EIO, "sandbox setup failed at %s", msg);
+    }
+    return al_error_set(err, tag == -ETIMEDOUT ? -ETIMEDOUT : -EIO,
+                        "the sandbox's first process %s before it was ready",
+                        tag == -ETIMEDOUT ? "hung" : "died");
 }
 
 /* /etc/hostname, /etc/hosts and /etc/resolv.conf straight into the upper layer, before the
@@ -589,6 +623,17 @@ static int child__main(struct jail__child *c)
     int etc_done = child__etc_upper(c, lower, upper, hostname_line, &e);
     if (etc_done < 0)
         child__fail(c, "etc files", &e, etc_done);
+    /* The upper directory for airlock-vmm: it fills it from a snapshot now (jail.restore)
+     * and copies it out for a snapshot later (jail_snapshot). Before the overlay exists:
+     * overlayfs does not expect its layers to change under it. */
+    int upper_rd = openat(up, "upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (upper_rd < 0)
+        child__fail(c, "open upper", NULL, errno);
+    if (jail__send_fds(c->sync, 'U', &upper_rd, 1) < 0)
+        _exit(125);
+    close(upper_rd);
+    if (c->restore && jail__recv_fds(c->sync, NULL, 0, NULL) != 'F')
+        _exit(125); /* the parent could not fill it (it says why) or went away */
 
     /* The writable layer is attached under the old root (where the lower layer and the
      * overlay go too): pivot_root and the detach of the old root take it out of this
@@ -923,6 +968,7 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
         .landlock_abi = al_landlock_abi(),
         .argv = argv,
         .envp = envp,
+        .restore = s->jail_restore != NULL,
     };
     jail__hosts(s, c.hosts, sizeof c.hosts, c.resolv, sizeof c.resolv);
     char state_dir[512];
@@ -1097,6 +1143,19 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     if (!j->cg_inherited && (rc = jail_cg_attach(&j->cg, pid, err)))
         goto fail;
     j->timing.cgroup_attach_ns = al_now_ns() - tcg;
+    if (s->jail_restore) {
+        /* The child waits with its upper directory until it is filled. */
+        uint64_t tr = al_now_ns();
+        if ((rc = jail__expect(sv[0], errp[0], (int)s->start_timeout_ms, 'U', NULL, 0, &j->upper_fd,
+                               err)) ||
+            (rc = jail_snapshot_fill(j, err)))
+            goto fail;
+        if ((rc = jail__send_fds(sv[0], 'F', NULL, 0))) {
+            rc = jail__child_failed(errp[0], rc, err);
+            goto fail;
+        }
+        j->timing.restore_ns = al_now_ns() - tr;
+    }
     if ((rc = jail__send_fds(sv[0], 'C', NULL, 0))) {
         rc = jail__child_failed(errp[0], rc, err);
         goto fail;
@@ -1104,23 +1163,14 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     j->timing.setup_ns = al_now_ns() - t2;
     uint64_t t3 = al_now_ns();
 
-    /* The child reports 'R' when it is ready to exec, or an error on errp. */
-    int tag = -ETIMEDOUT;
-    if (jail__wait_readable(sv[0], (int)s->start_timeout_ms) == 0)
-        tag = jail__recv_msg(sv[0], &j->timing.child, sizeof j->timing.child, NULL, 0, NULL);
-    if (tag != 'R') {
-        char msg[AL_ERROR_MSG_MAX];
-        ssize_t n = read(errp[0], msg, sizeof msg - 1);
-        if (n > 0) {
-            msg[n] = '\0';
-            rc = al_error_set(err, -EIO, "sandbox setup failed at %s", msg);
-        } else {
-            rc = al_error_set(err, tag == -ETIMEDOUT ? -ETIMEDOUT : -EIO,
-                              "the sandbox's first process %s before it was ready",
-                              tag == -ETIMEDOUT ? "hung" : "died");
-        }
+    /* The child hands over its upper directory ('U', unless it did so above), then reports
+     * 'R' when it is ready to exec, or an error on errp. */
+    if (!s->jail_restore && (rc = jail__expect(sv[0], errp[0], (int)s->start_timeout_ms, 'U', NULL,
+                                               0, &j->upper_fd, err)))
         goto fail;
-    }
+    if ((rc = jail__expect(sv[0], errp[0], (int)s->start_timeout_ms, 'R', &j->timing.child,
+                           sizeof j->timing.child, NULL, err)))
+        goto fail;
     j->timing.child_ns = al_now_ns() - t3;
     uint64_t t4 = al_now_ns();
     if ((rc = jail__send_fds(sv[0], 'G', NULL, 0))) {
@@ -1166,6 +1216,10 @@ fail:
     }
     if (pidfd >= 0)
         close(pidfd);
+    if (j->upper_fd >= 0) {
+        close(j->upper_fd);
+        j->upper_fd = -1;
+    }
     for (size_t i = 0; i < n_mfds; i++)
         close(mfds[i]);
     int all[] = {sv[0],    sv[1],    errp[0],  errp[1],    logp[0], logp[1],
@@ -1247,6 +1301,10 @@ int jail_reclaim(struct jail *j, struct al_error *err)
     if (j->pidfd >= 0) {
         close(j->pidfd);
         j->pidfd = -1;
+    }
+    if (j->upper_fd >= 0) {
+        close(j->upper_fd);
+        j->upper_fd = -1;
     }
     if (j->cg_inherited)
         jail_warm_release();

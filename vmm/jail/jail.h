@@ -59,6 +59,7 @@ struct jail_timing {
     uint64_t cgroup_attach_ns; /* part of setup: moving the child into the cgroups */
     uint64_t child_ns;         /* after setup until the child is ready to exec */
     uint64_t exec_ns;          /* handshake until execve succeeded */
+    uint64_t restore_ns;       /* part of setup: filling the upper layer from a snapshot */
     uint64_t total_ns;
     struct jail_child_timing child;
 };
@@ -76,6 +77,10 @@ struct jail {
     pid_t pid;         /* the agent (PID 1 of the sandbox), as seen on the host */
     int pidfd;
     int log_fd; /* read end of the agent's stdout + stderr */
+    /* The overlay's upper directory in the sandbox's tmpfs (the child hands it over before
+     * the overlay exists): what a snapshot copies, what a restore fills. -1 before. */
+    int upper_fd;
+    uint32_t restore_id_base; /* jail.restore: the host id of root in the snapshot */
     struct jail_timing timing;
 };
 
@@ -113,6 +118,24 @@ int jail_nprocs(const struct jail *j);
 int jail_reclaim(struct jail *j, struct al_error *err);
 /* cgroup statistics + disk usage of the writable layer. */
 json_t *jail_stats(const struct jail *j);
+
+/* ---- snapshots of the file system (snapshot.c) -------------------------------------
+ *
+ * A jail snapshot is a directory: snapshot.json (JAIL_SNAPSHOT_FORMAT, the host id of the
+ * sandbox's root when it was taken, what was copied) and upper/, a copy of the overlay's
+ * upper directory (fscopy.h says what it keeps), owned by the sandbox's host ids of then.
+ * The identity files (/etc/hostname, /etc/hosts, /etc/resolv.conf) are never in it: a
+ * sandbox made from a snapshot gets its own. Memory is not kept: processes start afresh. */
+#define JAIL_SNAPSHOT_FORMAT "airlock-jail-fs-1"
+/* jail.restore (jail_prepare): reads and checks the snapshot's snapshot.json. */
+int jail_snapshot_check(struct jail *j, struct al_error *err);
+/* jail_start: fills j->upper_fd from the snapshot (before the overlay is mounted). */
+int jail_snapshot_fill(struct jail *j, struct al_error *err);
+/* POST /snapshot: the upper directory into dest (a new directory; its parent must exist),
+ * written as .tmp-<name>.<pid> beside it and renamed into place once complete and synced.
+ * The sandbox is frozen while it is copied (and stays frozen if it was paused). info: what
+ * to answer (new reference). Blocking. */
+int jail_snapshot(struct jail *j, const char *dest, json_t **info, struct al_error *err);
 
 /* Undoes what a record describes: kills what is left in the cgroups, waits for them to
  * empty (up to timeout_ms), removes them, releases the id slot. Idempotent. */

@@ -499,48 +499,9 @@ int kvm_cache_take_dir(const char *parent, const char *name, uid_t owner, const 
 
 /* ---- removal ------------------------------------------------------------------------------ */
 
-static int cache__rm_at(int dirfd, const char *name, int depth)
-{
-    if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
-        return 0;
-    if ((errno != EISDIR && errno != EPERM) || depth > 64)
-        return -errno;
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        close(fd);
-        return -errno;
-    }
-    struct dirent *e;
-    int rc = 0;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-            int r = cache__rm_at(fd, e->d_name, depth + 1);
-            if (r < 0 && !rc)
-                rc = r;
-        }
-    closedir(d);
-    if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && !rc)
-        rc = -errno;
-    return rc;
-}
-
 int kvm_cache_rmtree(const char *path)
 {
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash || !slash[1])
-        return -EINVAL;
-    *slash = '\0';
-    int dfd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-        return errno == ENOENT ? 0 : -errno;
-    int rc = cache__rm_at(dfd, slash + 1, 0);
-    close(dfd);
-    return rc;
+    return al_rmtree(path);
 }
 
 int kvm_cache_sweep(const char *cache)

@@ -1,0 +1,4 @@
+# Snapshots (included by tests/integration/CMakeLists.txt): jail file system snapshots
+# through airlock-vmm's API and restores from them (need root, like the jail tests).
+airlock_script_test(NAME snap_jail SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/snap_jail.sh
+                    LABELS vmm jail snap TIMEOUT 600)

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# tests/integration/snap_jail.sh: file system snapshots of jail sandboxes through
+# airlock-vmm's API (POST /snapshot) and new sandboxes started from them (spec.jail.restore):
+# what a snapshot keeps (files, owners, modes, links, holes, deletions of template files),
+# what it never holds (the sandbox's identity files, its token and environment), that the
+# sandbox goes on running afterwards (and a paused one stays paused), that a snapshot is
+# never left half-written, and the clear refusals.
+. "$(dirname "$0")/jail_lib.sh"
+
+make_busybox_template "$T/bb"
+echo 'from the template' > "$T/bb/rootfs/etc/motd"
+mkdir -p "$T/snaps"
+CANARY=canary-$$-$RANDOM$RANDOM
+JAIL_ENV=",\"SECRET_CANARY\":\"$CANARY\"" jail_start s1 "$T/bb"
+jail_has_api s1 || fail "airlock-vmm has no API socket"
+
+out=$(jail_exec s1 user 'set -e
+cd /home/user
+echo hello > keep.txt
+mkdir -p deep/a/b
+echo inner > deep/a/b/file
+ln -s keep.txt link
+ln keep.txt hard
+dd if=/dev/zero of=sparse bs=1 count=1 seek=104857599 2>/dev/null
+mkfifo pipe
+printf "%s" "$SECRET_CANARY" | wc -c > canary-len
+echo ok' 2>&1) || fail "cannot write files in s1: $out"
+out=$(jail_exec s1 root 'set -e
+rm /etc/motd
+echo rootfile > /root/secret.txt
+chmod 0600 /root/secret.txt
+cp /bin/busybox /usr/bin/suid && chmod 4755 /usr/bin/suid
+echo ok' 2>&1) || fail "cannot write files in s1 as root: $out"
+
+out=$(jail_api s1 POST /snapshot "{\"path\":\"$T/snaps/one\"}") || fail "POST /snapshot: $out"
+grep -q '"format":"airlock-jail-fs-1"' <<<"$out" || fail "snapshot answer: $out"
+[ -f "$T/snaps/one/snapshot.json" ] || fail "no snapshot.json"
+[ "$(cat "$T/snaps/one/upper/home/user/keep.txt")" = hello ] || fail "keep.txt not in the snapshot"
+[ ! -e "$T/snaps/one/upper/etc/hostname" ] && [ ! -e "$T/snaps/one/upper/etc/hosts" ] ||
+  fail "the sandbox's identity files are in the snapshot"
+# A 100 MiB hole costs nothing.
+used=$(du -k "$T/snaps/one/upper/home/user/sparse" | cut -f1)
+[ "$used" -lt 1024 ] || fail "the sparse file takes $used KiB in the snapshot"
+# Neither the token nor an environment value of the sandbox is in any file of it.
+! grep -rqa -e "$CANARY" -e "$TOKEN" "$T/snaps/one" || fail "a secret of the sandbox is in the snapshot"
+ls -a "$T/snaps" | grep -q '^\.tmp-' && fail "a temporary directory is left: $(ls -a "$T/snaps")"
+ok "snapshot written: files kept, identity files, token and environment not"
+
+grep -qx alive <<<"$(jail_exec s1 user 'echo alive')" || fail "s1 does not answer after the snapshot"
+grep -q '"state":"running"' <<<"$(jail_api s1 GET /status)" || fail "s1 is not running after the snapshot"
+out=$(jail_api s1 POST /snapshot "{\"path\":\"$T/snaps/one\"}") && fail "a snapshot over an existing one succeeded"
+grep -q '"code":400' <<<"$out" || fail "snapshot onto an existing path: $out"
+out=$(jail_api s1 POST /snapshot "{\"path\":\"$T/nowhere/x\"}") && fail "a snapshot into a missing directory succeeded"
+grep -q 'does not exist' <<<"$out" || fail "snapshot into a missing directory: $out"
+# Paused: the snapshot leaves it paused.
+jail_api s1 POST /pause >/dev/null || fail "pause"
+jail_api s1 POST /snapshot "{\"path\":\"$T/snaps/paused\"}" >/dev/null || fail "snapshot of a paused sandbox"
+grep -q '"state":"paused"' <<<"$(jail_api s1 GET /status)" || fail "the snapshot resumed a paused sandbox"
+jail_api s1 POST /resume >/dev/null || fail "resume"
+ok "the sandbox runs on after a snapshot, a paused one stays paused; clear refusals"
+
+# A new sandbox from the snapshot: another id slot, the same files.
+JAIL_OPTS=",\"restore\":\"$T/snaps/one\"" jail_start s2 "$T/bb"
+h1=$(jail_host_uid s1)
+h2=$(jail_host_uid s2)
+[ "$h1" != "$h2" ] || fail "s1 and s2 share host ids"
+got=$(jail_exec s2 user 'cd /home/user
+cat keep.txt deep/a/b/file
+readlink link
+stat -c "%h %u:%g %s" hard sparse
+[ -p pipe ] && echo fifo
+cat canary-len
+[ -e /etc/motd ] && echo motd-back || echo motd-gone
+cat /etc/hostname
+stat -c "%a %u" /usr/bin/suid') || fail "cannot read s2's files"
+want="hello
+inner
+keep.txt
+2 1000:1000 6
+1 1000:1000 104857600
+fifo
+${#CANARY}
+motd-gone
+s2
+4755 0"
+[ "$got" = "$want" ] || fail "s2's files: got
+$got
+want
+$want"
+grep -qx rootfile <<<"$(jail_exec s2 root 'cat /root/secret.txt')" || fail "root's file in s2"
+# On the host: owned by s2's ids, none by s1's.
+apid2=$(jail_agent_pid s2)
+st=$(stat -c '%u' "/proc/$apid2/root/home/user/keep.txt")
+[ "$st" = $((h2 + 1000)) ] || fail "keep.txt in s2 is owned by host uid $st, not $((h2 + 1000))"
+jail_exec s2 user 'echo more > /home/user/keep.txt' >/dev/null || fail "s2 cannot write"
+[ "$(cat "$T/snaps/one/upper/home/user/keep.txt")" = hello ] || fail "s2's write changed the snapshot"
+ok "a sandbox from the snapshot has its files, owners, links, holes and deletions, its own identity"
+
+# Refusals at start: no snapshot there, or not one of this format.
+start_refused() { # ID TEMPLATE: airlock-vmm refuses the spec (its ready line: $T/ready-ID)
+  local id=$1 rc=0
+  jail_spec "$@" > "$T/spec-$id.json"
+  timeout 60 "$VMM" --state-dir "$STATE" --spec - --ready-fd 3 < "$T/spec-$id.json" \
+    3>"$T/ready-$id" 2>>"$T/vmm-$id.log" >/dev/null || rc=$?
+  [ "$rc" != 0 ] || fail "$id started: $(cat "$T/ready-$id")"
+}
+JAIL_OPTS=",\"restore\":\"$T/snaps/none\"" start_refused s3 "$T/bb"
+grep -q 'spec.jail.restore' "$T/ready-s3" || fail "missing snapshot: $(cat "$T/ready-s3")"
+mkdir -p "$T/snaps/bad/upper"
+echo '{"format":"something-else","id_base":1}' > "$T/snaps/bad/snapshot.json"
+JAIL_OPTS=",\"restore\":\"$T/snaps/bad\"" start_refused s4 "$T/bb"
+grep -q 'not a jail snapshot' "$T/ready-s4" || fail "foreign snapshot: $(cat "$T/ready-s4")"
+ok "a missing or foreign snapshot is refused with a clear error"
+
+apid1=$(jail_agent_pid s1)
+net1=$(jail_netns_inode "$apid1")
+net2=$(jail_netns_inode "$apid2")
+jail_stop s1
+jail_stop s2
+jail_assert_gone s1 "$h1" "$apid1" "$net1"
+jail_assert_gone s2 "$h2" "$apid2" "$net2"
+ok "both stopped; nothing left"
