@@ -843,7 +843,10 @@ static int builds__uses_build(void *v, void *arg)
 {
     const struct cp_sandbox *sb = v;
     struct builds_build_user *u = arg;
-    if (builds__ref_is(sb->rec.template_id, u->id) && strcmp(sb->rec.template_build, u->bid) == 0)
+    /* A sandbox whose build is not known (created before airlockd recorded it) may run on
+     * any version: it keeps them all. */
+    if (builds__ref_is(sb->rec.template_id, u->id) &&
+        (!sb->rec.template_build[0] || strcmp(sb->rec.template_build, u->bid) == 0))
         u->used = true;
     return 0;
 }

@@ -888,9 +888,8 @@ static void lc__td_forget(struct lc_teardown *t)
     lc__close_timer(sb);
     lc__stop_watch(sb);
     lc__unregister(sb);
-    /* The version of the template it ran on may be needed by nothing any more. */
-    if (sb->rec.template_build[0])
-        cp_builds_gc(cp, sb->rec.template_id);
+    /* The versions of the template it may have run on may be needed by nothing any more. */
+    cp_builds_gc(cp, sb->rec.template_id);
     if (t->create) {
         struct lc_create *c = t->create;
         lc__start_release(c);

@@ -689,6 +689,45 @@ START_TEST(template_tags)
 }
 END_TEST
 
+/* A template directory made before versions were kept (no build in its template.json): a
+ * build exchanges it for the link and keeps it while a sandbox of the template exists; that
+ * sandbox's build is not known, so it keeps every version until it is gone. */
+START_TEST(template_tags_legacy_dir)
+{
+    char p[400], a[40], b[40], sid[64], path[200], e[16];
+    snprintf(p, sizeof p, "%s/templates/t-leg/rootfs", g_tmpdir);
+    ck_assert_int_eq(al_mkdir_p(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/templates/t-leg/template.json", g_tmpdir);
+    FILE *f = fopen(p, "w");
+    fprintf(f, "{\"name\":\"t-leg\",\"env\":{\"A\":\"0\"}}\n");
+    fclose(f);
+    create("{\"templateID\":\"t-leg\"}", sid, NULL);
+    const char *env1 = "{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"ENV\",\"args\":"
+                       "[\"A\",\"1\"]}]}";
+    build_tagged("{\"name\":\"t-leg\"}", "t-leg", env1, a, "[\"default\"]");
+    ck_assert_str_eq(tpl_env_a("t-leg", e, sizeof e), "1");
+    char dir[200];
+    snprintf(dir, sizeof dir, ".t-leg.prev-%s", a);
+    ck_assert_str_eq(tpl_env_a(dir, e, sizeof e), "0");
+    build_tagged("{\"name\":\"t-leg\"}", "t-leg", env1, b, "[\"default\"]");
+    char va[400], prev[400];
+    snprintf(va, sizeof va, "%s/templates/.t-leg.v-%s", g_tmpdir, a);
+    snprintf(prev, sizeof prev, "%s/templates/.t-leg.prev-%s", g_tmpdir, a);
+    struct stat st;
+    ck_assert_int_eq(stat(va, &st), 0); /* untagged, but the sandbox may run on it */
+    ck_assert_int_eq(stat(prev, &st), 0);
+    struct resp r;
+    snprintf(path, sizeof path, "/sandboxes/%s", sid);
+    req(&r, "DELETE", path, NULL);
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+    ck_assert_msg(exists_within(va, false), "%s stays", va);
+    ck_assert_msg(exists_within(prev, false), "%s stays", prev);
+    snprintf(p, sizeof p, "%s/templates/.t-leg.v-%s", g_tmpdir, b);
+    ck_assert_int_eq(stat(p, &st), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_rest_templates");
@@ -697,6 +736,7 @@ static Suite *suite(void)
     tcase_add_test(t, template_builds_api);
     tcase_add_test(t, template_build_runs);
     tcase_add_test(t, template_tags);
+    tcase_add_test(t, template_tags_legacy_dir);
     suite_add_tcase(s, t);
     return s;
 }
