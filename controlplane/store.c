@@ -46,8 +46,17 @@ enum {
     ST_BUILD_OF,
     ST_BLOG_ADD,
     ST_BLOG_QUERY,
+    ST_SNAP_NEXT_VERSION,
+    ST_SNAP_INSERT,
+    ST_SNAP_LOAD,
+    ST_SNAP_DELETE,
+    ST_SNAP_LIST,
     ST__COUNT
 };
+
+#define STORE__SNAP_COLS                                                              \
+    "seq, id, name, version, sandbox_id, parent, template_id, backend, vmm_version, " \
+    "agent_version, size_bytes, created_ns, key_id"
 
 static const char *const store__sql[ST__COUNT] = {
     [ST_SB_SAVE] = "INSERT INTO sandboxes(id, seq, state, doc) VALUES(?1, ?2, ?3, ?4) "
@@ -102,6 +111,19 @@ static const char *const store__sql[ST__COUNT] = {
                     "WHERE build_id = ?1",
     [ST_BLOG_QUERY] = "SELECT n, time_ns, level, step, message FROM template_build_logs "
                       "WHERE build_id = ?1 AND level >= ?2 ORDER BY n LIMIT ?3 OFFSET ?4",
+    /* Versions only grow: one deleted is never handed out again. */
+    [ST_SNAP_NEXT_VERSION] = "INSERT INTO snapshot_names(key_id, name, last) VALUES(?2, ?1, 1) "
+                             "ON CONFLICT(key_id, name) DO UPDATE SET last = last + 1 "
+                             "RETURNING last",
+    [ST_SNAP_INSERT] = "INSERT INTO snapshots(id, name, version, sandbox_id, parent, template_id, "
+                       "backend, vmm_version, agent_version, size_bytes, created_ns, key_id) "
+                       "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    [ST_SNAP_LOAD] = "SELECT " STORE__SNAP_COLS " FROM snapshots WHERE id = ?1",
+    [ST_SNAP_DELETE] = "DELETE FROM snapshots WHERE id = ?1",
+    /* ?1 sandbox, ?2 key, ?3 name (NULL: any), ?4 only seq > this, ?5 limit */
+    [ST_SNAP_LIST] = "SELECT " STORE__SNAP_COLS " FROM snapshots WHERE (?1 IS NULL OR "
+                     "sandbox_id = ?1) AND (?2 IS NULL OR key_id = ?2) AND (?3 IS NULL OR "
+                     "name = ?3) AND seq > ?4 ORDER BY seq LIMIT ?5",
 };
 
 /* Checkpoints (the WAL's pages written back into the database file, both fsynced) run on a
@@ -289,7 +311,30 @@ static const char store__schema[] =
     "  level INTEGER NOT NULL,"
     "  step TEXT,"
     "  message TEXT NOT NULL,"
-    "  PRIMARY KEY(build_id, n)) WITHOUT ROWID;";
+    "  PRIMARY KEY(build_id, n)) WITHOUT ROWID;"
+    /* Schema 4: snapshots (controlplane/snapshots.c); their files are in
+     * <state>/snapshots/<id>. A row is written once the files are complete. */
+    "CREATE TABLE IF NOT EXISTS snapshots("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  id TEXT NOT NULL UNIQUE,"
+    "  name TEXT NOT NULL,"
+    "  version INTEGER NOT NULL,"
+    "  sandbox_id TEXT NOT NULL,"
+    "  parent TEXT NOT NULL,"
+    "  template_id TEXT NOT NULL,"
+    "  backend TEXT NOT NULL,"
+    "  vmm_version TEXT NOT NULL,"
+    "  agent_version TEXT NOT NULL,"
+    "  size_bytes INTEGER NOT NULL,"
+    "  created_ns INTEGER NOT NULL,"
+    "  key_id TEXT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS snapshots_sandbox ON snapshots(sandbox_id, seq);"
+    "CREATE INDEX IF NOT EXISTS snapshots_name ON snapshots(key_id, name, version);"
+    "CREATE TABLE IF NOT EXISTS snapshot_names("
+    "  key_id TEXT NOT NULL,"
+    "  name TEXT NOT NULL,"
+    "  last INTEGER NOT NULL,"
+    "  PRIMARY KEY(key_id, name)) WITHOUT ROWID;";
 
 static int store__user_version(struct cp_store *s, int *out, struct al_error *err)
 {
@@ -1036,5 +1081,143 @@ int cp_store_build_log_query(struct cp_store *s, const char *build_id, int min_l
         ret = store__err(s, err, "reading a build's log");
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
+    return ret;
+}
+
+/* ---- snapshots ------------------------------------------------------------------------ */
+
+static void store__col_str(sqlite3_stmt *st, int col, char *out, size_t len)
+{
+    const char *v = (const char *)sqlite3_column_text(st, col);
+    snprintf(out, len, "%s", v ? v : "");
+}
+
+static void store__row_to_snap(sqlite3_stmt *st, struct cp_store_snap *r)
+{
+    memset(r, 0, sizeof *r);
+    r->seq = (uint64_t)sqlite3_column_int64(st, 0);
+    store__col_str(st, 1, r->id, sizeof r->id);
+    store__col_str(st, 2, r->name, sizeof r->name);
+    r->version = (uint64_t)sqlite3_column_int64(st, 3);
+    store__col_str(st, 4, r->sandbox_id, sizeof r->sandbox_id);
+    store__col_str(st, 5, r->parent, sizeof r->parent);
+    store__col_str(st, 6, r->template_id, sizeof r->template_id);
+    store__col_str(st, 7, r->backend, sizeof r->backend);
+    store__col_str(st, 8, r->vmm_version, sizeof r->vmm_version);
+    store__col_str(st, 9, r->agent_version, sizeof r->agent_version);
+    r->size_bytes = (uint64_t)sqlite3_column_int64(st, 10);
+    r->created_ns = (uint64_t)sqlite3_column_int64(st, 11);
+    store__col_str(st, 12, r->key_id, sizeof r->key_id);
+}
+
+int cp_store_snap_insert(struct cp_store *s, struct cp_store_snap *r, struct al_error *err)
+{
+    int rc = store__exec(s, "BEGIN IMMEDIATE", err);
+    if (rc)
+        return rc;
+    r->version = 0;
+    if (r->name[0]) {
+        sqlite3_stmt *st = store__st(s, ST_SNAP_NEXT_VERSION);
+        sqlite3_bind_text(st, 1, r->name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, r->key_id, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            r->version = (uint64_t)sqlite3_column_int64(st, 0);
+        else
+            rc = store__err(s, err, "numbering a snapshot");
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+    }
+    if (!rc) {
+        sqlite3_stmt *st = store__st(s, ST_SNAP_INSERT);
+        sqlite3_bind_text(st, 1, r->id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, r->name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)r->version);
+        sqlite3_bind_text(st, 4, r->sandbox_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 5, r->parent, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 6, r->template_id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 7, r->backend, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 8, r->vmm_version, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 9, r->agent_version, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 10, (sqlite3_int64)r->size_bytes);
+        sqlite3_bind_int64(st, 11, (sqlite3_int64)r->created_ns);
+        sqlite3_bind_text(st, 12, r->key_id, -1, SQLITE_STATIC);
+        rc = store__done(s, st, "recording a snapshot", err);
+        sqlite3_clear_bindings(st);
+        if (!rc)
+            r->seq = (uint64_t)sqlite3_last_insert_rowid(s->db);
+    }
+    if (rc) {
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    return store__exec(s, "COMMIT", err);
+}
+
+int cp_store_snap_load(struct cp_store *s, const char *id, struct cp_store_snap *out,
+                       struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_SNAP_LOAD);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        store__row_to_snap(st, out);
+        rc = 0;
+    } else {
+        rc = rc == SQLITE_DONE ? al_error_set(err, -ENOENT, "no snapshot %s", id)
+                               : store__err(s, err, "loading a snapshot");
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc;
+}
+
+int cp_store_snap_delete(struct cp_store *s, const char *id, struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_SNAP_DELETE);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = store__done(s, st, "deleting a snapshot", err);
+    sqlite3_clear_bindings(st);
+    if (!rc && sqlite3_changes(s->db) == 0)
+        rc = al_error_set(err, -ENOENT, "no snapshot %s", id);
+    return rc;
+}
+
+int cp_store_snap_list(struct cp_store *s, const struct cp_store_snap_query *q,
+                       int (*fn)(const struct cp_store_snap *r, void *arg), void *arg,
+                       struct al_error *err)
+{
+    /* Collected first: fn may use the store (which would reset this statement). */
+    sqlite3_stmt *st = store__st(s, ST_SNAP_LIST);
+    if (q->sandbox_id)
+        sqlite3_bind_text(st, 1, q->sandbox_id, -1, SQLITE_STATIC);
+    if (q->key_id)
+        sqlite3_bind_text(st, 2, q->key_id, -1, SQLITE_STATIC);
+    if (q->name)
+        sqlite3_bind_text(st, 3, q->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, q->after_seq > INT64_MAX ? INT64_MAX : (sqlite3_int64)q->after_seq);
+    sqlite3_bind_int64(st, 5, !q->limit || q->limit > INT64_MAX ? -1 : (sqlite3_int64)q->limit);
+    struct cp_store_snap *rows = NULL;
+    size_t n = 0, cap = 0;
+    int rc, ret = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == cap) {
+            size_t c = cap ? 2 * cap : 16;
+            struct cp_store_snap *v = realloc(rows, c * sizeof *v);
+            if (!v) {
+                ret = al_error_set(err, -ENOMEM, "out of memory");
+                break;
+            }
+            rows = v;
+            cap = c;
+        }
+        store__row_to_snap(st, &rows[n++]);
+    }
+    if (!ret && rc != SQLITE_DONE)
+        ret = store__err(s, err, "listing snapshots");
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    for (size_t i = 0; !ret && i < n; i++)
+        ret = fn(&rows[i], arg);
+    free(rows);
     return ret;
 }

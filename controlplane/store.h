@@ -1,7 +1,7 @@
 /* controlplane/store: airlockd's state in SQLite (<state>/airlockd.db).
  *
  * Owns: the schema (sandboxes, api_keys, events, templates, template_builds,
- * template_build_logs, meta) and its version, WAL mode, and every query.
+ * template_build_logs, snapshots, meta) and its version, WAL mode, and every query.
  * Crash safety: WAL with synchronous=NORMAL, one transaction per change, so a killed
  * airlockd (kill -9) loses nothing it answered; a power cut can only lose the last changes,
  * never leave a torn database. Checkpoints (the only fsyncs) run on a thread of the
@@ -20,7 +20,7 @@
 #include "common/error.h"
 #include "record.h"
 
-#define CP_STORE_SCHEMA_VERSION 3
+#define CP_STORE_SCHEMA_VERSION 4
 
 struct cp_store;
 
@@ -112,6 +112,40 @@ int cp_store_build_log_query(struct cp_store *s, const char *build_id, int min_l
                              int (*fn)(uint64_t n, uint64_t time_ns, int level, const char *step,
                                        const char *message, void *arg),
                              void *arg, struct al_error *err);
+
+/* ---- snapshots (one row per complete snapshot; its files: <state>/snapshots/<id>) ---- */
+struct cp_store_snap {
+    uint64_t seq; /* the order they were made in (the list's cursor); set by insert */
+    char id[64];
+    char name[128];   /* "" when none was given */
+    uint64_t version; /* 1, 2, ... per name and key, never reused (0: no name) */
+    char sandbox_id[64];
+    char parent[64]; /* the snapshot the sandbox was started from, or "" */
+    char template_id[CP_TEMPLATE_MAX];
+    char backend[16];                        /* "jail", "kvm" */
+    char vmm_version[32], agent_version[32]; /* what a restore needs */
+    uint64_t size_bytes;
+    uint64_t created_ns;
+    char key_id[32]; /* the API key that asked for it */
+};
+/* Inserts r (r->id new); a named one gets the next version of its name for its key
+ * (r->version is set), in one transaction. -EEXIST for an id in use. */
+int cp_store_snap_insert(struct cp_store *s, struct cp_store_snap *r, struct al_error *err);
+/* -ENOENT */
+int cp_store_snap_load(struct cp_store *s, const char *id, struct cp_store_snap *out,
+                       struct al_error *err);
+/* -ENOENT when there is no such row. */
+int cp_store_snap_delete(struct cp_store *s, const char *id, struct al_error *err);
+struct cp_store_snap_query {
+    const char *sandbox_id, *key_id, *name; /* NULL: any */
+    uint64_t after_seq;                     /* only snapshots made after this one */
+    uint64_t limit;                         /* 0: no bound */
+};
+/* The matching snapshots, oldest first, until fn returns non-zero (returned); r is valid
+ * during the call only. */
+int cp_store_snap_list(struct cp_store *s, const struct cp_store_snap_query *q,
+                       int (*fn)(const struct cp_store_snap *r, void *arg), void *arg,
+                       struct al_error *err);
 
 /* ---- API keys ----------------------------------------------------------------------- */
 int cp_store_key_insert(struct cp_store *s, const struct cp_apikey *k, struct al_error *err);
