@@ -4,7 +4,8 @@
 # what a snapshot keeps (files, owners, modes, links, holes, deletions of template files),
 # what it never holds (the sandbox's identity files, its token and environment), that the
 # sandbox goes on running afterwards (and a paused one stays paused), that a snapshot is
-# never left half-written, and the clear refusals.
+# never left half-written (also after kill -9 of airlock-vmm while it copies), and the clear
+# refusals.
 . "$(dirname "$0")/jail_lib.sh"
 
 make_busybox_template "$T/bb"
@@ -111,6 +112,34 @@ echo '{"format":"something-else","id_base":1}' > "$T/snaps/bad/snapshot.json"
 JAIL_OPTS=",\"restore\":\"$T/snaps/bad\"" start_refused s4 "$T/bb"
 grep -q 'not a jail snapshot' "$T/ready-s4" || fail "foreign snapshot: $(cat "$T/ready-s4")"
 ok "a missing or foreign snapshot is refused with a clear error"
+
+# kill -9 of airlock-vmm in the middle of a snapshot (the sandbox frozen, 64 MB being
+# copied): the target name never holds a half snapshot, and --cleanup reclaims the sandbox.
+MEM=512 DISK=256 jail_start s5 "$T/bb"
+h5=$(jail_host_uid s5)
+apid5=$(jail_agent_pid s5)
+net5=$(jail_netns_inode "$apid5")
+jail_exec s5 user 'dd if=/dev/urandom of=/home/user/blob bs=1048576 count=64 2>/dev/null && echo ok' \
+  >/dev/null || fail "cannot write 64 MB in s5"
+curl -s -o /dev/null --max-time 60 --unix-socket "$STATE/sandboxes/s5/vmm.sock" -X POST \
+  -H 'Content-Type: application/json' --data "{\"path\":\"$T/snaps/killed\"}" http://vmm/snapshot &
+curl_pid=$!
+copying() { compgen -G "$T/snaps/.tmp-killed.*/upper/home" >/dev/null; }
+al_wait_until 60 copying || fail "the snapshot of s5 did not begin"
+kill -KILL "${VMM_PID[s5]}"
+wait "${VMM_PID[s5]}" 2>/dev/null || true
+unset "VMM_PID[s5]"
+wait "$curl_pid" 2>/dev/null || true
+if [ -e "$T/snaps/killed" ]; then
+  # It finished just before the kill: then it is whole.
+  [ -f "$T/snaps/killed/snapshot.json" ] &&
+    [ "$(stat -c %s "$T/snaps/killed/upper/home/user/blob")" = 67108864 ] ||
+    fail "a half-written snapshot is in place after kill -9"
+fi
+"$VMM" --state-dir "$STATE" --cleanup s5 || fail "--cleanup s5 failed"
+jail_assert_gone s5 "$h5" "$apid5" "$net5"
+rm -rf "$T"/snaps/.tmp-killed.*
+ok "kill -9 in the middle of a snapshot: no half snapshot in place, --cleanup reclaims the frozen sandbox"
 
 apid1=$(jail_agent_pid s1)
 net1=$(jail_netns_inode "$apid1")
