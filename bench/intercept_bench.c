@@ -164,6 +164,7 @@ static double tree_cpu(pid_t root)
 static mbedtls_ssl_config up_conf;
 static mbedtls_x509_crt up_crt;
 static mbedtls_pk_context up_key;
+static struct intercept_signer *up_signer;
 static int up_lfd;
 static uint16_t up_port;
 
@@ -263,8 +264,15 @@ static void upstream_start(void)
         exit(1);
     }
     snprintf(p, sizeof p, "%s/up.key", dir);
+    struct al_error err = {0};
     if (mbedtls_pk_parse_keyfile(&up_key, p, NULL, intercept_rng, NULL) != 0) {
         fprintf(stderr, "intercept_bench: cannot load %s\n", p);
+        exit(1);
+    }
+    /* libcrypto signs the upstream's handshakes too, as it does the proxy's (the process
+     * lives as long as the key: the signer is not freed). */
+    if (intercept_signer_new(&up_key, &up_signer, &err) < 0) {
+        fprintf(stderr, "intercept_bench: %s: %s\n", p, al_error_str(&err));
         exit(1);
     }
     mbedtls_ssl_config_defaults(&up_conf, MBEDTLS_SSL_IS_SERVER, MBEDTLS_SSL_TRANSPORT_STREAM,

@@ -14,8 +14,8 @@
  *   scrub.h    response scrubbing (multi-pattern matcher, encodings, gzip)
  *
  * Owns here: one-time initialisation of the crypto libraries (libsodium, PSA for mbedtls'
- * TLS 1.3, libsodium's X25519 for mbedtls), P-256 key generation, the random generator
- * every mbedtls call gets, and mbedtls error text.
+ * TLS 1.3, libsodium's X25519 and libcrypto's P-256 signatures for mbedtls), P-256 key
+ * generation, the random generator every mbedtls call gets, and mbedtls error text.
  * docs/egress-intercept.md describes the whole feature for users and auditors.
  */
 #ifndef AIRLOCK_EGRESS_INTERCEPT_H
@@ -24,6 +24,7 @@
 #include <stddef.h>
 
 #include <mbedtls/ecp.h>
+#include <mbedtls/pk.h>
 
 #include "common/error.h"
 
@@ -37,18 +38,38 @@ int intercept_init(struct al_error *err);
  * multiplication. 0, or -1 when the result is all zero. */
 int intercept_x25519(unsigned char out[32], const unsigned char k[32], const unsigned char u[32]);
 
+/* libcrypto's copy of one P-256 private key that mbedtls holds: while it exists, mbedtls'
+ * signatures by that key (mbedtls_pk_sign: TLS CertificateVerify, X.509) are made by
+ * OpenSSL's constant-time P-256 through its EVP API, about six times faster than mbedtls'
+ * own. The EVP key is built once per key, not per signature, and its private scalar is
+ * cleared when the signer is freed. Thread-safe. */
+struct intercept_signer;
+
 /* ECDSA signer registered with mbedtls (mbedtls_ecdsa_set_sign_impl, a patch of
- * deploy/mbedtls/): P-256 by OpenSSL's libcrypto (constant time, fresh nonce); other curves
- * are declined (MBEDTLS_ERR_ECP_FEATURE_UNAVAILABLE: mbedtls signs itself). Writes r then s,
- * len bytes each, into rs; 0 or an MBEDTLS_ERR_ECP_* code. */
+ * deploy/mbedtls/): the signature by the intercept_signer of d (P-256, fresh nonce). Declines
+ * (MBEDTLS_ERR_ECP_FEATURE_UNAVAILABLE: mbedtls signs itself) other curves and keys no
+ * signer exists for. Writes r then s, len bytes each, into rs; 0 or an MBEDTLS_ERR_ECP_*
+ * code. */
 int intercept_ecdsa_sign(mbedtls_ecp_group_id grp_id, const unsigned char *d, size_t len,
                          const unsigned char *hash, size_t hlen, unsigned char *rs);
 
-/* A new P-256 key pair into kp (initialised, empty) by OpenSSL's libcrypto: d random in
- * [1, n-1], Q = d*G by its constant-time P-256 code (about 0.02 ms; mbedtls' generic
- * mbedtls_ecp_gen_key took 0.2 ms, one per sandbox CA and one per minted leaf). Falls back
- * to mbedtls_ecp_gen_key if libcrypto has no P-256. 0 or an MBEDTLS_ERR_* code. */
-int intercept_ec_gen_p256(mbedtls_ecp_keypair *kp);
+/* A new P-256 key pair by OpenSSL's libcrypto (d random in [1, n-1], Q = d*G by its
+ * constant-time code, about 0.03 ms; mbedtls_ecp_gen_key takes 0.2 ms): mbedtls' copy into
+ * pk (initialised, empty; set up here as an EC key), libcrypto's as *signer, which the
+ * caller frees with (or before) pk. Needs intercept_init. 0 or an MBEDTLS_ERR_* code. */
+int intercept_key_gen_p256(mbedtls_pk_context *pk, struct intercept_signer **signer);
+
+/* The signer of a P-256 key pair mbedtls already holds (parsed from DER, say). -EINVAL with
+ * err saying what is wrong when pk is not a P-256 key pair, its public point is not on the
+ * curve or its private key is out of range; -ENOMEM; -EIO when intercept_init fails. It
+ * does not check that Q = d*G (that costs more than minting a leaf): a key whose halves do
+ * not match signs what its verifiers reject. */
+int intercept_signer_new(const mbedtls_pk_context *pk, struct intercept_signer **out,
+                         struct al_error *err);
+
+/* Unregisters and frees s, clearing libcrypto's copy of the key (NULL is fine). A
+ * signature under way keeps the key until it is made. */
+void intercept_signer_free(struct intercept_signer *s);
 
 /* mbedtls f_rng: libsodium's CSPRNG (thread-safe; ctx unused). */
 int intercept_rng(void *ctx, unsigned char *out, size_t len);

@@ -18,12 +18,14 @@
 #include <jansson.h>
 #include <mbedtls/ecdsa.h>
 #include <mbedtls/ecp.h>
+#include <mbedtls/oid.h>
 #include <mbedtls/pk.h>
 #include <mbedtls/ssl.h>
 #include <psa/crypto.h>
 #include <sodium.h>
 
 #include "al_test.h"
+#include "egress/intercept/ca.h"
 #include "egress/intercept/intercept.h"
 #include "egress/intercept/tls.h"
 
@@ -794,7 +796,8 @@ START_TEST(x25519_small_order_point_fails)
 }
 END_TEST
 
-/* ---- ECDSA signing: OpenSSL's P-256, registered with mbedtls (02-ecdsa-sign-impl.patch) -- */
+/* ---- ECDSA signing: OpenSSL's P-256 through EVP, registered with mbedtls
+ * (02-ecdsa-sign-impl.patch) ---------------------------------------------------------------- */
 
 static int ecdsa_calls, ecdsa_signed;
 static int ecdsa_counting(mbedtls_ecp_group_id id, const unsigned char *d, size_t len,
@@ -817,6 +820,7 @@ static int ecdsa_broken(mbedtls_ecp_group_id id, const unsigned char *d, size_t 
     return 0;
 }
 
+/* A key pair made by mbedtls itself: no signer exists for it. */
 static void ecdsa_key(mbedtls_pk_context *pk, mbedtls_ecp_group_id id)
 {
     mbedtls_pk_init(pk);
@@ -824,11 +828,29 @@ static void ecdsa_key(mbedtls_pk_context *pk, mbedtls_ecp_group_id id)
     ck_assert_int_eq(mbedtls_ecp_gen_key(id, mbedtls_pk_ec(*pk), intercept_rng, NULL), 0);
 }
 
+/* Signs a random SHA-256 sized hash with pk and checks it with mbedtls' own verifier (and that
+ * another hash does not verify). */
+static void ecdsa_sign_verify(mbedtls_pk_context *pk)
+{
+    unsigned char hash[32], sig[MBEDTLS_PK_SIGNATURE_MAX_SIZE];
+    size_t sl = 0;
+    randombytes_buf(hash, sizeof hash);
+    ck_assert_int_eq(
+        mbedtls_pk_sign(pk, MBEDTLS_MD_SHA256, hash, 32, sig, sizeof sig, &sl, intercept_rng, NULL),
+        0);
+    ck_assert_int_eq(mbedtls_pk_verify(pk, MBEDTLS_MD_SHA256, hash, 32, sig, sl), 0);
+    hash[0] ^= 1;
+    ck_assert_int_ne(mbedtls_pk_verify(pk, MBEDTLS_MD_SHA256, hash, 32, sig, sl), 0);
+}
+
 START_TEST(ecdsa_p256_signatures_verify)
 {
     ck_assert_int_eq(intercept_init(NULL), 0);
     mbedtls_pk_context pk;
-    ecdsa_key(&pk, MBEDTLS_ECP_DP_SECP256R1);
+    mbedtls_pk_init(&pk);
+    struct intercept_signer *signer = NULL;
+    ck_assert_int_eq(intercept_key_gen_p256(&pk, &signer), 0);
+    ck_assert_ptr_nonnull(signer);
     mbedtls_ecdsa_set_sign_impl(ecdsa_counting);
     ecdsa_calls = ecdsa_signed = 0;
     for (int i = 0; i < 64; i++) {
@@ -852,18 +874,26 @@ START_TEST(ecdsa_p256_signatures_verify)
         ck_assert_int_ne(mbedtls_pk_verify(&pk, md, hash, hl, sig, sl), 0);
     }
     ck_assert_int_eq(ecdsa_calls, 128);
-    ck_assert_int_eq(ecdsa_signed, 128);
+    ck_assert_int_eq(ecdsa_signed, 128); /* every one by libcrypto */
+    /* Once the signer is freed, mbedtls signs that key itself (and still correctly). */
+    intercept_signer_free(signer);
+    ecdsa_calls = ecdsa_signed = 0;
+    ecdsa_sign_verify(&pk);
+    ck_assert_int_eq(ecdsa_calls, 1);
+    ck_assert_int_eq(ecdsa_signed, 0);
     mbedtls_ecdsa_set_sign_impl(intercept_ecdsa_sign);
     mbedtls_pk_free(&pk);
 }
 END_TEST
 
-START_TEST(ecdsa_other_curves_fall_back)
+START_TEST(ecdsa_keys_without_signer_fall_back)
 {
     ck_assert_int_eq(intercept_init(NULL), 0);
+    mbedtls_ecdsa_set_sign_impl(ecdsa_counting);
+    /* Another curve, and a P-256 key libcrypto has no copy of: asked, declined, signed by
+     * mbedtls itself. */
     mbedtls_pk_context pk;
     ecdsa_key(&pk, MBEDTLS_ECP_DP_SECP384R1);
-    mbedtls_ecdsa_set_sign_impl(ecdsa_counting);
     ecdsa_calls = ecdsa_signed = 0;
     unsigned char hash[48], sig[MBEDTLS_PK_SIGNATURE_MAX_SIZE];
     size_t sl = 0;
@@ -872,10 +902,89 @@ START_TEST(ecdsa_other_curves_fall_back)
                                      intercept_rng, NULL),
                      0);
     ck_assert_int_eq(mbedtls_pk_verify(&pk, MBEDTLS_MD_SHA384, hash, 48, sig, sl), 0);
-    ck_assert_int_eq(ecdsa_calls, 1); /* asked, declined, signed by mbedtls itself */
+    ck_assert_int_eq(ecdsa_calls, 1);
+    ck_assert_int_eq(ecdsa_signed, 0);
+    mbedtls_pk_free(&pk);
+    ecdsa_key(&pk, MBEDTLS_ECP_DP_SECP256R1);
+    ecdsa_calls = ecdsa_signed = 0;
+    ecdsa_sign_verify(&pk);
+    ck_assert_int_eq(ecdsa_calls, 1);
+    ck_assert_int_eq(ecdsa_signed, 0);
+    /* With a signer made from mbedtls' key pair, libcrypto signs it. */
+    struct intercept_signer *signer = NULL;
+    struct al_error err = {0};
+    ck_assert_msg(intercept_signer_new(&pk, &signer, &err) == 0, "%s", al_error_str(&err));
+    ecdsa_calls = ecdsa_signed = 0;
+    for (int i = 0; i < 8; i++)
+        ecdsa_sign_verify(&pk);
+    ck_assert_int_eq(ecdsa_calls, 8);
+    ck_assert_int_eq(ecdsa_signed, 8);
+    /* Two signers of one key (two mints parsing the CA key at once): either signs, and the
+     * key stays signed by libcrypto until the last is freed. */
+    struct intercept_signer *again = NULL;
+    ck_assert_int_eq(intercept_signer_new(&pk, &again, NULL), 0);
+    intercept_signer_free(signer);
+    ecdsa_calls = ecdsa_signed = 0;
+    ecdsa_sign_verify(&pk);
+    ck_assert_int_eq(ecdsa_signed, 1);
+    intercept_signer_free(again);
+    ecdsa_calls = ecdsa_signed = 0;
+    ecdsa_sign_verify(&pk);
+    ck_assert_int_eq(ecdsa_calls, 1);
     ck_assert_int_eq(ecdsa_signed, 0);
     mbedtls_ecdsa_set_sign_impl(intercept_ecdsa_sign);
     mbedtls_pk_free(&pk);
+}
+END_TEST
+
+START_TEST(ecdsa_signer_refuses_bad_keys)
+{
+    ck_assert_int_eq(intercept_init(NULL), 0);
+    struct intercept_signer *signer = NULL;
+    struct al_error err = {0};
+    /* Another curve. */
+    mbedtls_pk_context pk;
+    ecdsa_key(&pk, MBEDTLS_ECP_DP_SECP384R1);
+    ck_assert_int_eq(intercept_signer_new(&pk, &signer, &err), -EINVAL);
+    ck_assert_ptr_null(signer);
+    ck_assert_msg(strstr(al_error_str(&err), "not on P-256"), "%s", al_error_str(&err));
+    mbedtls_pk_free(&pk);
+    /* A private key corrupted to the group order n (outside [1, n-1]). */
+    ecdsa_key(&pk, MBEDTLS_ECP_DP_SECP256R1);
+    mbedtls_ecp_keypair *kp = mbedtls_pk_ec(pk);
+    ck_assert_int_eq(mbedtls_mpi_copy(&kp->MBEDTLS_PRIVATE(d), &kp->MBEDTLS_PRIVATE(grp).N), 0);
+    al_error_clear(&err);
+    ck_assert_int_eq(intercept_signer_new(&pk, &signer, &err), -EINVAL);
+    ck_assert_ptr_null(signer);
+    ck_assert_msg(strstr(al_error_str(&err), "private key is out of range"), "%s",
+                  al_error_str(&err));
+    /* And zero. */
+    ck_assert_int_eq(mbedtls_mpi_lset(&kp->MBEDTLS_PRIVATE(d), 0), 0);
+    al_error_clear(&err);
+    ck_assert_int_lt(intercept_signer_new(&pk, &signer, &err), 0);
+    ck_assert_ptr_null(signer);
+    ck_assert_msg(strstr(al_error_str(&err), "out of range") ||
+                      strstr(al_error_str(&err), "no private part"),
+                  "%s", al_error_str(&err));
+    mbedtls_pk_free(&pk);
+    /* A public key only (a certificate's). */
+    mbedtls_pk_context full, pub;
+    ecdsa_key(&full, MBEDTLS_ECP_DP_SECP256R1);
+    unsigned char der[256];
+    int n = mbedtls_pk_write_pubkey_der(&full, der, sizeof der);
+    ck_assert_int_gt(n, 0);
+    mbedtls_pk_init(&pub);
+    ck_assert_int_eq(mbedtls_pk_parse_public_key(&pub, der + sizeof der - n, (size_t)n), 0);
+    al_error_clear(&err);
+    ck_assert_int_eq(intercept_signer_new(&pub, &signer, &err), -EINVAL);
+    ck_assert_msg(strstr(al_error_str(&err), "no private part"), "%s", al_error_str(&err));
+    mbedtls_pk_free(&pub);
+    mbedtls_pk_free(&full);
+    /* Not an EC key at all. */
+    mbedtls_pk_init(&pk);
+    al_error_clear(&err);
+    ck_assert_int_eq(intercept_signer_new(&pk, &signer, &err), -EINVAL);
+    ck_assert_msg(strstr(al_error_str(&err), "not an EC key"), "%s", al_error_str(&err));
 }
 END_TEST
 
@@ -883,7 +992,9 @@ START_TEST(ecdsa_bad_signer_result_fails)
 {
     ck_assert_int_eq(intercept_init(NULL), 0);
     mbedtls_pk_context pk;
-    ecdsa_key(&pk, MBEDTLS_ECP_DP_SECP256R1);
+    mbedtls_pk_init(&pk);
+    struct intercept_signer *signer = NULL;
+    ck_assert_int_eq(intercept_key_gen_p256(&pk, &signer), 0);
     mbedtls_ecdsa_set_sign_impl(ecdsa_broken);
     unsigned char hash[32] = {1}, sig[MBEDTLS_PK_SIGNATURE_MAX_SIZE];
     size_t sl = 0;
@@ -896,34 +1007,93 @@ START_TEST(ecdsa_bad_signer_result_fails)
                                      intercept_rng, NULL),
                      0);
     ck_assert_int_eq(mbedtls_pk_verify(&pk, MBEDTLS_MD_SHA256, hash, 32, sig, sl), 0);
+    intercept_signer_free(signer);
     mbedtls_pk_free(&pk);
 }
 END_TEST
 
-/* ---- P-256 key generation by libcrypto (intercept_ec_gen_p256) ---------------------- */
+/* mbedtls does not parse X.509 name constraints (critical in the CA): accepted unread here,
+ * the signature is what this test checks (test_ca checks the constraints with OpenSSL). */
+static int ca_ext_name_constraints(void *ctx, mbedtls_x509_crt const *crt,
+                                   mbedtls_x509_buf const *oid, int critical,
+                                   const unsigned char *p, const unsigned char *end)
+{
+    (void)ctx, (void)crt, (void)critical, (void)p, (void)end;
+    return MBEDTLS_OID_CMP(MBEDTLS_OID_NAME_CONSTRAINTS, oid) == 0 ? 0 : -1;
+}
 
-START_TEST(ec_gen_p256_pairs_are_consistent_and_fresh)
+/* The CA's key (parsed from guarded memory at each mint) signs the leaf certificate, the
+ * leaf's key signs handshakes: both by libcrypto, both verified by mbedtls. */
+START_TEST(ecdsa_ca_and_leaf_keys_sign_by_libcrypto)
+{
+    ck_assert_int_eq(intercept_init(NULL), 0);
+    const char *names[] = {"example.test"};
+    struct intercept_ca_opts o = {.sandbox_id = "sb-ecdsa", .names = names, .n_names = 1};
+    struct intercept_ca *ca = NULL;
+    struct al_error err = {0};
+    mbedtls_ecdsa_set_sign_impl(ecdsa_counting);
+    ecdsa_calls = ecdsa_signed = 0;
+    ck_assert_msg(intercept_ca_new(&o, &ca, &err) == 0, "%s", al_error_str(&err));
+    ck_assert_int_eq(ecdsa_calls, 1); /* the CA's own certificate */
+    ck_assert_int_eq(ecdsa_signed, 1);
+    mbedtls_x509_crt root;
+    mbedtls_x509_crt_init(&root);
+    size_t der_len = 0;
+    const unsigned char *der = intercept_ca_der(ca, &der_len);
+    ck_assert_int_eq(mbedtls_x509_crt_parse_der_with_ext_cb(&root, der, der_len, 1,
+                                                            ca_ext_name_constraints, NULL),
+                     0);
+    for (int i = 0; i < 4; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "h%d.example.test", i);
+        struct intercept_leaf *l = NULL;
+        ecdsa_calls = ecdsa_signed = 0;
+        ck_assert_msg(intercept_ca_leaf(ca, name, &l, &err) == 0, "%s", al_error_str(&err));
+        ck_assert_int_eq(ecdsa_calls, 1);
+        ck_assert_int_eq(ecdsa_signed, 1);
+        /* The CA's signature on the leaf verifies (mbedtls, chain of one to the CA). */
+        uint32_t flags = 0;
+        ck_assert_int_eq(
+            mbedtls_x509_crt_verify(intercept_leaf_crt(l), &root, NULL, name, &flags, NULL, NULL),
+            0);
+        ck_assert_uint_eq(flags, 0);
+        /* The leaf's key signs by libcrypto, and the certificate's public key verifies it. */
+        unsigned char hash[32], sig[MBEDTLS_PK_SIGNATURE_MAX_SIZE];
+        size_t sl = 0;
+        randombytes_buf(hash, sizeof hash);
+        ecdsa_calls = ecdsa_signed = 0;
+        ck_assert_int_eq(mbedtls_pk_sign(intercept_leaf_key(l), MBEDTLS_MD_SHA256, hash, 32, sig,
+                                         sizeof sig, &sl, intercept_rng, NULL),
+                         0);
+        ck_assert_int_eq(ecdsa_signed, 1);
+        ck_assert_int_eq(
+            mbedtls_pk_verify(&intercept_leaf_crt(l)->pk, MBEDTLS_MD_SHA256, hash, 32, sig, sl), 0);
+        intercept_leaf_unref(l);
+    }
+    mbedtls_ecdsa_set_sign_impl(intercept_ecdsa_sign);
+    mbedtls_x509_crt_free(&root);
+    intercept_ca_unref(ca);
+}
+END_TEST
+
+/* ---- P-256 key generation by libcrypto (intercept_key_gen_p256) ---------------------- */
+
+START_TEST(key_gen_p256_pairs_are_consistent_and_fresh)
 {
     ck_assert_int_eq(intercept_init(NULL), 0);
     unsigned char prev[32] = {0};
     for (int i = 0; i < 16; i++) {
         mbedtls_pk_context pk;
         mbedtls_pk_init(&pk);
-        ck_assert_int_eq(mbedtls_pk_setup(&pk, mbedtls_pk_info_from_type(MBEDTLS_PK_ECKEY)), 0);
+        struct intercept_signer *signer = NULL;
+        ck_assert_int_eq(intercept_key_gen_p256(&pk, &signer), 0);
         mbedtls_ecp_keypair *kp = mbedtls_pk_ec(pk);
-        ck_assert_int_eq(intercept_ec_gen_p256(kp), 0);
         ck_assert_int_eq(mbedtls_ecp_keypair_get_group_id(kp), MBEDTLS_ECP_DP_SECP256R1);
         /* Q = d*G, recomputed by mbedtls itself. */
         ck_assert_int_eq(mbedtls_ecp_check_pub_priv(kp, kp, intercept_rng, NULL), 0);
-        /* A signature by the private key verifies with the public key (and is made by the
-         * registered libcrypto signer, from the d mbedtls holds). */
-        unsigned char hash[32], sig[MBEDTLS_PK_SIGNATURE_MAX_SIZE];
-        size_t sl = 0;
-        randombytes_buf(hash, sizeof hash);
-        ck_assert_int_eq(mbedtls_pk_sign(&pk, MBEDTLS_MD_SHA256, hash, 32, sig, sizeof sig, &sl,
-                                         intercept_rng, NULL),
-                         0);
-        ck_assert_int_eq(mbedtls_pk_verify(&pk, MBEDTLS_MD_SHA256, hash, 32, sig, sl), 0);
+        /* A signature by the private key (libcrypto's copy) verifies with mbedtls' public
+         * key. */
+        ecdsa_sign_verify(&pk);
         /* A fresh private key each time. */
         unsigned char d[32];
         size_t dl = 0;
@@ -931,6 +1101,7 @@ START_TEST(ec_gen_p256_pairs_are_consistent_and_fresh)
         ck_assert_uint_eq(dl, 32);
         ck_assert(memcmp(d, prev, 32) != 0);
         memcpy(prev, d, 32);
+        intercept_signer_free(signer);
         mbedtls_pk_free(&pk);
     }
 }
@@ -946,9 +1117,11 @@ static Suite *suite(void)
     suite_add_tcase(s, tx);
     TCase *te = tcase_create("ecdsa");
     tcase_add_test(te, ecdsa_p256_signatures_verify);
-    tcase_add_test(te, ecdsa_other_curves_fall_back);
+    tcase_add_test(te, ecdsa_keys_without_signer_fall_back);
+    tcase_add_test(te, ecdsa_signer_refuses_bad_keys);
     tcase_add_test(te, ecdsa_bad_signer_result_fails);
-    tcase_add_test(te, ec_gen_p256_pairs_are_consistent_and_fresh);
+    tcase_add_test(te, ecdsa_ca_and_leaf_keys_sign_by_libcrypto);
+    tcase_add_test(te, key_gen_p256_pairs_are_consistent_and_fresh);
     suite_add_tcase(s, te);
     TCase *tc = tcase_create("tls");
     tcase_add_checked_fixture(tc, setup, teardown);
