@@ -19,7 +19,8 @@ kvm_top=${AIRLOCK_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd
 kvm_bin=${AIRLOCK_BIN:-$kvm_top/build-asan/bin}
 kvm_cache=${AIRLOCK_KVM_CACHE:-/var/cache/airlock/kvm}
 kvm_timeout=${AIRLOCK_KVM_TIMEOUT:-240}            # seconds of QEMU CPU (see kvm_boot_l1)
-kvm_wall_timeout=${AIRLOCK_KVM_WALL_TIMEOUT:-3000} # seconds of wall clock, for an idle hang
+kvm_wall_timeout=${AIRLOCK_KVM_WALL_TIMEOUT:-1800} # seconds of wall clock, for the whole run
+kvm_silent_timeout=${AIRLOCK_KVM_SILENT_TIMEOUT:-300} # seconds of wall clock without console output
 kvm_frozen_timeout=${AIRLOCK_KVM_FROZEN_TIMEOUT:-180} # seconds of wall clock without any QEMU CPU
 kvm_kick_after=${AIRLOCK_KVM_KICK_AFTER:-20}       # seconds without QEMU CPU before a kick
 kvm_l1_cpus=${AIRLOCK_KVM_L1_CPUS:-1}             # L1 vCPUs: a scenario may ask for more (see kvm_boot_l1)
@@ -191,6 +192,26 @@ kvm_l1_report() {
   done
 }
 
+# kvm_l1_tasks: what every L1 task was waiting for, in the serial log: the kernel's SysRq
+# task dump (SysRq-T through the L1 keyboard; printk writes the console by polling, so it
+# comes out even when the console's transmit interrupt is lost), and the UART's interrupt
+# enable and line status registers (IER bit 1 set with LSR's THR-empty bit set is a
+# transmitter that waits for an interrupt). Waits, bounded, until the dump stops growing.
+kvm_l1_tasks() {
+  local sock="$kvm_tmp/hmp.sock" serial=$1 size=-1 now still=0 n=0
+  [ -S "$sock" ] || return 0
+  kvm_hmp "$sock" "i/b 0x3f9" "i/b 0x3fc" "i/b 0x3fd" | sed 's/^/kvm-harness: L1 UART (IER, MCR, LSR): /' >&2
+  # SysRq-9 first: the dump is at KERN_INFO, which L1's "quiet" keeps off the console.
+  kvm_hmp "$sock" "sendkey alt-sysrq-9" "sendkey alt-sysrq-t" >/dev/null
+  while [ "$n" -lt 40 ] && [ "$still" -lt 4 ]; do # up to 20 s, until it holds still for 2 s
+    sleep 0.5
+    now=$(stat -c %s "$serial" 2>/dev/null || echo 0)
+    if [ "$now" = "$size" ]; then still=$((still + 1)); else still=0; fi
+    size=$now
+    n=$((n + 1))
+  done
+}
+
 kvm_cpu_ticks() {
   local stat
   stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
@@ -205,7 +226,11 @@ kvm_cpu_ticks() {
 # guest given a seventh of a core takes seven times as long for the same run. QEMU is killed
 # when it has used $kvm_timeout seconds of CPU without a verdict (a guest that loops, or one
 # that the scenario's own bounds, which run on the guest's clock, did not end). A guest that
-# hangs idle uses no CPU: $kvm_wall_timeout (wall clock, far beyond any loaded run) ends it.
+# hangs idle uses almost no CPU: it is ended once its console has printed nothing for
+# $kvm_silent_timeout seconds (every wait of a scenario is bounded below that, or prints a
+# line each minute; see scenario_lib.sh), and a run that keeps printing without a verdict
+# after $kvm_wall_timeout seconds (wall clock, far beyond any loaded run). Both first dump
+# what L1's tasks were waiting for (kvm_l1_tasks).
 # A frozen guest (TCG's emulation of nested SVM can stop L1 for good: no timer interrupt is
 # delivered any more, so QEMU uses no CPU at all) is ended after $kvm_frozen_timeout seconds
 # in which QEMU's CPU time did not move: a running Linux guest takes its timer interrupts, so
@@ -219,23 +244,39 @@ kvm_cpu_ticks() {
 # two L2 vCPUs run side by side and the waits end without L1 preempting anything.
 kvm_boot_l1() {
   local kdir=$1 initrd=$2 serial=$3 kernel start rc=0 hz ticks=0 limit wall_end last=-1 moved
-  local kicked_at=-1 kicks=0
+  local kicked_at=-1 kicks=0 size=0 grown longest=0 now t
   kernel=$(ls "$kdir"/boot/vmlinuz-* | awk 'NR==1')
   hz=$(getconf CLK_TCK)
   limit=$((kvm_timeout * hz))
   start=$(date +%s.%N)
   wall_end=$(($(date +%s) + kvm_wall_timeout))
   # No network device of any kind (-nodefaults, -nic none); no reboot; serial to a file.
+  # no_timer_check: the kernel's boot-time check of the IO-APIC timer counts ticks over a
+  # busy wait, which a loaded host that deschedules QEMU fails ("IO-APIC + timer doesn't
+  # work!": L1 panicked at boot at a load of 19 on 2 cores). sysrq_always_enabled: the task
+  # dump of kvm_l1_tasks.
   qemu-system-x86_64 -M pc -accel tcg -cpu max -m 1024 -smp "$kvm_l1_cpus" \
     -nodefaults -nic none -display none -no-reboot \
     -monitor "unix:$kvm_tmp/hmp.sock,server=on,wait=off" \
     -serial "file:$serial" \
     -kernel "$kernel" -initrd "$initrd" \
-    -append "console=ttyS0 quiet panic=-1 reboot=t oops=panic" </dev/null &
+    -append "console=ttyS0 quiet panic=-1 reboot=t oops=panic no_timer_check sysrq_always_enabled" </dev/null &
   kvm_qemu_pid=$!
   moved=$(date +%s)
+  grown=$moved
   while kill -0 "$kvm_qemu_pid" 2>/dev/null; do
-    ticks=$(kvm_cpu_ticks "$kvm_qemu_pid") || break
+    t=$(kvm_cpu_ticks "$kvm_qemu_pid") || break
+    ticks=$t
+    # Silence counts from L1's first line: its boot prints nothing ("quiet"), and under load
+    # it took more than 120 s (the CPU bound and the frozen detector watch the boot).
+    now=$(stat -c %s "$serial" 2>/dev/null || echo 0)
+    if [ "$now" -ne "$size" ]; then
+      size=$now
+      grown=$(date +%s)
+    fi
+    if [ "$size" -gt 0 ] && [ $(($(date +%s) - grown)) -gt "$longest" ]; then
+      longest=$(($(date +%s) - grown))
+    fi
     if [ "$ticks" -ne "$last" ]; then
       if [ "$kicked_at" -ge 0 ]; then
         kvm_log "the kick woke L1 (vCPU running again)"
@@ -258,11 +299,21 @@ kvm_boot_l1() {
     if [ "$ticks" -ge "$limit" ]; then
       kvm_log "QEMU used ${kvm_timeout}s of CPU without a verdict: killing it (pid $kvm_qemu_pid)"
       kvm_l1_report
+      kvm_l1_tasks "$serial"
+      kill -KILL "$kvm_qemu_pid" 2>/dev/null || true
+      break
+    fi
+    if [ "$longest" -ge "$kvm_silent_timeout" ]; then
+      kvm_log "L1 printed nothing for ${kvm_silent_timeout}s (QEMU used $((ticks / hz))s of CPU): a wait that does not end; its last line: $(tr -cd '\11\12\40-\176' < "$serial" | grep . | tail -n 1)"
+      kvm_l1_report brief
+      kvm_l1_tasks "$serial"
       kill -KILL "$kvm_qemu_pid" 2>/dev/null || true
       break
     fi
     if [ "$(date +%s)" -ge "$wall_end" ]; then
       kvm_log "no verdict after ${kvm_wall_timeout}s (QEMU used $((ticks / hz))s of CPU): killing it (pid $kvm_qemu_pid)"
+      kvm_l1_report brief
+      kvm_l1_tasks "$serial"
       kill -KILL "$kvm_qemu_pid" 2>/dev/null || true
       break
     fi
@@ -270,7 +321,7 @@ kvm_boot_l1() {
   done
   wait "$kvm_qemu_pid" 2>/dev/null || true
   kvm_qemu_pid=
-  kvm_log "L1 ($kvm_l1_cpus vCPU) ran $(echo "$(date +%s.%N) - $start" | bc | cut -c1-5) s wall, $((ticks / hz)) s of QEMU CPU, $kicks kick(s)"
+  kvm_log "L1 ($kvm_l1_cpus vCPU) ran $(echo "$(date +%s.%N) - $start" | bc | cut -c1-5) s wall, $((ticks / hz)) s of QEMU CPU, $kicks kick(s), longest silence ${longest} s"
   grep -q '^AIRLOCK-KVM-VERDICT: PASS' "$serial" || rc=1
   return "$rc"
 }

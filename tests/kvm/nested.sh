@@ -10,11 +10,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 scenario=${1:?usage: nested.sh SCENARIO [-v]}
 verbose=${2:-}
 [ -f "$here/scenarios/$scenario.sh" ] || kvm_fail "no scenario $here/scenarios/$scenario.sh"
-# The L1 vCPUs a scenario asks for (`# l1-cpus: N` among its lines; see kvm_boot_l1).
-if [ -z "${AIRLOCK_KVM_L1_CPUS:-}" ]; then
-  n=$(sed -n 's/^# l1-cpus: \([0-9][0-9]*\).*/\1/p' "$here/scenarios/$scenario.sh" | head -n 1)
-  kvm_l1_cpus=${n:-1}
-fi
+# What a scenario asks for among its lines (see kvm_boot_l1), unless the environment says:
+#   # l1-cpus: N           L1 vCPUs (AIRLOCK_KVM_L1_CPUS)
+#   # l1-cpu-seconds: N    the bound on QEMU's CPU time (AIRLOCK_KVM_TIMEOUT)
+#   # l1-wall-seconds: N   the bound on the wall clock (AIRLOCK_KVM_WALL_TIMEOUT)
+kvm_scenario_opt() { sed -n "s/^# $1: \([0-9][0-9]*\).*/\1/p" "$here/scenarios/$scenario.sh" | head -n 1; }
+[ -n "${AIRLOCK_KVM_L1_CPUS:-}" ] || kvm_l1_cpus=$(kvm_scenario_opt l1-cpus)
+[ -n "${AIRLOCK_KVM_TIMEOUT:-}" ] || kvm_timeout=$(kvm_scenario_opt l1-cpu-seconds)
+[ -n "${AIRLOCK_KVM_WALL_TIMEOUT:-}" ] || kvm_wall_timeout=$(kvm_scenario_opt l1-wall-seconds)
+kvm_l1_cpus=${kvm_l1_cpus:-1} kvm_timeout=${kvm_timeout:-240} kvm_wall_timeout=${kvm_wall_timeout:-1800}
 kvm_tmp=$(mktemp -d "/tmp/al-kvm-$scenario-$$.XXXXXX")
 trap kvm_cleanup EXIT
 

@@ -191,7 +191,9 @@ static void main__usage(FILE *f)
         "  --cgroup DIR         join this cgroup (repeatable: one per v1 hierarchy)\n"
         "  --seccomp            per-thread seccomp filters after setup\n"
         "  --probe              only check that /dev/kvm is usable (with --kernel: that\n"
-        "                       it boots that kernel to its first console output)\n");
+        "                       it boots that kernel to its first console output)\n"
+        "  --timeout-ms N       with --probe --kernel: how long the kernel has for its\n"
+        "                       first output (10..600000; default 10000)\n");
 }
 
 int main(int argc, char **argv);
@@ -203,6 +205,7 @@ int main(int argc, char **argv)
     mallopt(M_ARENA_MAX, 1);
     struct vmm_kvm_config cfg = {.mem_bytes = 256ull << 20, .vcpus = 1};
     bool probe = false;
+    unsigned probe_timeout_ms = 10000;
     const char *control = NULL;
     int control_fd = -1;
     struct al_confine_opts conf = {0};
@@ -232,6 +235,7 @@ int main(int argc, char **argv)
         {"cgroup", required_argument, 0, 'g'},
         {"seccomp", no_argument, 0, 'S'},
         {"probe", no_argument, 0, 'p'},
+        {"timeout-ms", required_argument, 0, 'T'},
         {"control-fd", required_argument, 0, 'K'},
         {"net-unplugged", no_argument, 0, 'N'},
         {"help", no_argument, 0, 'h'},
@@ -351,6 +355,17 @@ int main(int argc, char **argv)
         case 'p':
             probe = true;
             break;
+        case 'T': {
+            char *end;
+            errno = 0;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (errno || end == optarg || *end || v < 10 || v > 600000) {
+                fprintf(stderr, "airlock-vmm-kvm: --timeout-ms '%s': wants 10..600000\n", optarg);
+                return 2;
+            }
+            probe_timeout_ms = (unsigned)v;
+            break;
+        }
         case 'K':
             control_fd = atoi(optarg);
             if (control_fd <= 2) {
@@ -371,8 +386,8 @@ int main(int argc, char **argv)
     }
     struct al_error err = {0};
     if (probe) {
-        if ((cfg.kernel ? vmm_kvm_probe_kernel(cfg.kernel, 10000, &err) : vmm_kvm_probe(&err)) <
-            0) {
+        if ((cfg.kernel ? vmm_kvm_probe_kernel(cfg.kernel, probe_timeout_ms, &err)
+                        : vmm_kvm_probe(&err)) < 0) {
             fprintf(stderr, "airlock-vmm-kvm: %s\n", al_error_str(&err));
             return 1;
         }

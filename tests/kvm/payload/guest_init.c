@@ -248,29 +248,40 @@ static void check_rng(void)
            why);
 }
 
-/* One TCP connection to 192.0.2.1:7777 (the scenario's listener), a line, close. */
-static int tcp_hello(void)
+/* One TCP connection to 192.0.2.1:7777 (the scenario's listener), a line, close: 0, or -1
+ * with why set. Attempts for 60 s of the guest's clock, each connect() bounded to 5 s (a
+ * SYN nobody answers would otherwise hold one attempt for the kernel's two minutes), so the
+ * host hears "error" and the reason well before its own bound on the reply. */
+static int tcp_hello(char *why, size_t whylen)
 {
     struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(7777)};
     inet_pton(AF_INET, "192.0.2.1", &dst.sin_addr);
-    for (int attempt = 0; attempt < 600; attempt++) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int attempts = 0;
+    do {
+        attempts++;
         int c = socket(AF_INET, SOCK_STREAM, 0);
+        struct timeval tv = {.tv_sec = 5};
+        setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
         if (connect(c, (struct sockaddr *)&dst, sizeof dst) == 0) {
             const char msg[] = "hello-from-the-agent\n";
             int ok = write(c, msg, sizeof msg - 1) == (ssize_t)sizeof msg - 1;
+            snprintf(why, whylen, "write: %s", strerror(errno));
             close(c);
             return ok ? 0 : -1;
         }
+        snprintf(why, whylen, "connect 192.0.2.1:7777: %s (%d attempts in 60 s)", strerror(errno),
+                 attempts);
         close(c);
         usleep(100000);
-    }
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (t.tv_sec - t0.tv_sec < 60);
     return -1;
 }
 
 /* state: a tiny stateful server on vsock port 1234 for the snapshot scenario. One command
  * line per connection:  get | set VALUE | disk-write VALUE | disk-read | quit  */
-static int tcp_hello(void);
-
 static void state_server(int l)
 {
     char value[128] = "unset";
@@ -328,7 +339,11 @@ static void state_server(int l)
         } else if (strcmp(line, "pid") == 0) {
             snprintf(reply, sizeof reply, "%d\n", (int)getpid());
         } else if (strcmp(line, "net") == 0) {
-            snprintf(reply, sizeof reply, "%s\n", tcp_hello() == 0 ? "ok" : "error");
+            char why[160];
+            if (tcp_hello(why, sizeof why) == 0)
+                snprintf(reply, sizeof reply, "ok\n");
+            else
+                snprintf(reply, sizeof reply, "error: %s\n", why);
         } else if (strcmp(line, "quit") == 0) {
             snprintf(reply, sizeof reply, "bye\n");
             quit = 1;

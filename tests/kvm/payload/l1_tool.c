@@ -24,26 +24,117 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Every retry loop ends at a wall-clock deadline (90 s, or $L1_TOOL_TIMEOUT seconds, which
- * also bounds each read: "no answer within T" is then an answer, e.g. from a paused VM),
- * so that a scenario fails and shows the guest's console well before the harness kills L1. */
-static time_t l1__deadline;
-static int l1__timeout(void)
+/* Every wait ends at one deadline, $L1_TOOL_TIMEOUT seconds (default 180) after the tool
+ * started: the connection retries, connect() itself (non-blocking: a listener whose
+ * backlog is full, because nobody accepts, is retried rather than waited on forever), every
+ * write and every read. "No answer within T" is then an answer (e.g. from a paused VM), and
+ * a scenario fails and says what it waited for before the harness ends a silent L1 (after
+ * 300 s). The default is L1 wall time: a guest's boot to its agent, 5-20 s on an idle host,
+ * took more than 90 s at a load of 20 on 2 cores. */
+static long long l1__deadline_ms;
+static long long l1__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+static int l1__timeout_s(void)
 {
     const char *t = getenv("L1_TOOL_TIMEOUT");
-    return t && atoi(t) > 0 ? atoi(t) : 0;
+    return t && atoi(t) > 0 ? atoi(t) : 180;
+}
+/* Milliseconds left before the deadline (0 once it has passed). */
+static int l1__left_ms(void)
+{
+    if (!l1__deadline_ms)
+        l1__deadline_ms = l1__now_ms() + 1000LL * l1__timeout_s();
+    long long left = l1__deadline_ms - l1__now_ms();
+    return left > 0 ? (int)left : 0;
 }
 static int l1__expired(void)
 {
-    if (!l1__deadline)
-        l1__deadline = time(NULL) + (l1__timeout() ? l1__timeout() : 90);
-    return time(NULL) > l1__deadline;
+    return l1__left_ms() == 0;
 }
-static void l1__read_timeout(int fd)
+/* Sleeps us microseconds, or less if the deadline comes first. */
+static void l1__pause(unsigned us)
 {
-    if (l1__timeout()) {
-        struct timeval tv = {.tv_sec = l1__timeout()};
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    long long left_us = 1000LL * l1__left_ms();
+    usleep(left_us < us ? (unsigned)left_us : us);
+}
+
+/* A non-blocking connection to the unix socket at path, or -1 with errno (EAGAIN: the
+ * listener's backlog is full). */
+static int l1__connect(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+/* What the tool waits for, for its progress lines. */
+static char l1__what[256];
+
+/* Waits for events on fd until the deadline: 1 ready, 0 deadline (errno ETIMEDOUT). A wait
+ * of more than two minutes (a longer $L1_TOOL_TIMEOUT) says once a minute that it goes on,
+ * so that the harness, which ends an L1 whose console stays silent, does not end it. */
+static int l1__wait(int fd, short events)
+{
+    for (;;) {
+        int left = l1__left_ms(), slice = left;
+        if (l1__timeout_s() > 120 && slice > 60000)
+            slice = 60000;
+        struct pollfd p = {.fd = fd, .events = events};
+        int n = poll(&p, 1, slice);
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return -1;
+        if (l1__expired()) {
+            errno = ETIMEDOUT;
+            return 0;
+        }
+        if (n == 0 && slice < left)
+            fprintf(stderr, "l1_tool: still waiting for %s (%d s left)\n", l1__what,
+                    l1__left_ms() / 1000);
+    }
+}
+
+/* Writes all n bytes before the deadline: 0, or -1 with errno. */
+static int l1__send_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+        } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+            return -1;
+        } else if (l1__wait(fd, POLLOUT) <= 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One read before the deadline: bytes, 0 at EOF, -1 with errno (ETIMEDOUT: deadline). */
+static ssize_t l1__recv(int fd, void *buf, size_t n)
+{
+    for (;;) {
+        ssize_t r = read(fd, buf, n);
+        if (r >= 0 || (errno != EAGAIN && errno != EINTR))
+            return r;
+        if (l1__wait(fd, POLLIN) <= 0)
+            return -1;
     }
 }
 
@@ -52,37 +143,41 @@ static unsigned char pattern(long i)
     return (unsigned char)((i * 7 + (i >> 8)) & 0xff);
 }
 
+/* What the last attempt of a retry loop ended with, for the message when the loop gives up. */
+static char l1__last[160] = "no attempt before the deadline";
+static int l1__attempts;
+
 static int echo_once(const char *path, long bytes, int *retry)
 {
     *retry = 0;
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-        close(fd);
+    l1__attempts++;
+    int fd = l1__connect(path);
+    if (fd < 0) {
+        snprintf(l1__last, sizeof l1__last, "connect: %s", strerror(errno));
         *retry = 1;
         return -1;
     }
-    fcntl(fd, F_SETFL, O_NONBLOCK);
     long sent = 0, got = 0;
     int wr_closed = bytes == 0;
     if (wr_closed)
         shutdown(fd, SHUT_WR);
     static unsigned char out[65536], in[65536];
-    time_t start = time(NULL);
     while (1) {
         struct pollfd p = {.fd = fd, .events = POLLIN | (wr_closed ? 0 : POLLOUT)};
-        if (poll(&p, 1, 1000) < 0)
-            return -1;
-        if (time(NULL) - start > 60) {
-            fprintf(stderr, "l1_tool: timeout (sent %ld, got %ld)\n", sent, got);
+        int n = poll(&p, 1, l1__left_ms());
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            fprintf(stderr, "l1_tool: echo %ld bytes through %s: %s (sent %ld, echoed %ld)\n",
+                    bytes, path, n == 0 ? "deadline reached" : strerror(errno), sent, got);
+            close(fd);
             return -1;
         }
         if (!wr_closed && (p.revents & POLLOUT)) {
-            long n = bytes - sent < (long)sizeof out ? bytes - sent : (long)sizeof out;
-            for (long i = 0; i < n; i++)
+            long k = bytes - sent < (long)sizeof out ? bytes - sent : (long)sizeof out;
+            for (long i = 0; i < k; i++)
                 out[i] = pattern(sent + i);
-            ssize_t w = write(fd, out, (size_t)n);
+            ssize_t w = write(fd, out, (size_t)k);
             if (w > 0)
                 sent += w;
             if (sent == bytes) {
@@ -90,24 +185,27 @@ static int echo_once(const char *path, long bytes, int *retry)
                 wr_closed = 1;
             }
         }
-        if (p.revents & (POLLIN | POLLHUP)) {
+        if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
             ssize_t r = read(fd, in, sizeof in);
             if (r == 0)
                 break;
             if (r < 0) {
-                if (errno == EAGAIN)
+                if (errno == EAGAIN || errno == EINTR)
                     continue;
                 if (errno == ECONNRESET && got == 0) {
                     close(fd);
+                    snprintf(l1__last, sizeof l1__last, "reset before any byte came back");
                     *retry = 1; /* refused before the guest listened */
                     return -1;
                 }
                 fprintf(stderr, "l1_tool: read: %s\n", strerror(errno));
+                close(fd);
                 return -1;
             }
             for (ssize_t i = 0; i < r; i++) {
                 if (in[i] != pattern(got + i)) {
                     fprintf(stderr, "l1_tool: byte %ld differs\n", got + i);
+                    close(fd);
                     return -1;
                 }
             }
@@ -116,11 +214,13 @@ static int echo_once(const char *path, long bytes, int *retry)
     }
     close(fd);
     if (got == 0 && sent == 0 && bytes > 0) {
+        snprintf(l1__last, sizeof l1__last, "closed before anything was sent");
         *retry = 1; /* reset before anything happened: guest not listening yet */
         return -1;
     }
     if (got != bytes) {
         fprintf(stderr, "l1_tool: sent %ld, echoed %ld\n", sent, got);
+        snprintf(l1__last, sizeof l1__last, "sent %ld, echoed %ld", sent, got);
         if (got == 0)
             *retry = 1;
         return -1;
@@ -130,50 +230,43 @@ static int echo_once(const char *path, long bytes, int *retry)
 }
 
 /* One request line, the whole reply printed. Retries every interval_us while the peer
- * resets or closes without answering (guest not listening yet). */
-static int cmd(const char *path, const char *line, int retries, unsigned interval_us)
+ * resets or closes without answering (guest not listening yet), until the deadline. */
+static int cmd(const char *path, const char *line, unsigned interval_us)
 {
-    for (int attempt = 0; attempt <= retries && !l1__expired(); attempt++) {
-        if (attempt)
-            usleep(interval_us);
-        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-            close(fd);
+    snprintf(l1__what, sizeof l1__what, "a reply from %s to '%s'", path, line);
+    for (; !l1__expired(); l1__pause(interval_us)) {
+        l1__attempts++;
+        int fd = l1__connect(path);
+        if (fd < 0) {
+            snprintf(l1__last, sizeof l1__last, "connect: %s", strerror(errno));
             continue;
         }
         char req[512];
         int n = snprintf(req, sizeof req, "%s\n", line);
-        if (write(fd, req, (size_t)n) != n) {
+        if (l1__send_all(fd, req, (size_t)n) < 0) {
+            snprintf(l1__last, sizeof l1__last, "connected; sending the request: %s",
+                     strerror(errno));
             close(fd);
             continue;
         }
         char buf[4096];
         size_t got = 0;
-        for (;;) {
-            /* Bounded by the deadline: a peer that never answers nor closes (a connection
-             * request the guest left pending) ends the wait, not the harness's timeout. */
-            struct pollfd p = {.fd = fd, .events = POLLIN};
-            long left = (long)(l1__deadline - time(NULL));
-            if (poll(&p, 1, (int)(left > 0 ? left : 0) * 1000) <= 0) {
-                fprintf(stderr, "l1_tool: no reply from %s to '%s' before the deadline\n", path,
-                        line);
-                break;
-            }
-            ssize_t r = read(fd, buf + got, sizeof buf - 1 - got);
-            if (r <= 0)
-                break;
+        ssize_t r = 0;
+        while (got < sizeof buf - 1 && (r = l1__recv(fd, buf + got, sizeof buf - 1 - got)) > 0)
             got += (size_t)r;
-        }
+        int e = errno;
         close(fd);
-        if (got == 0)
+        if (got == 0) {
+            snprintf(l1__last, sizeof l1__last, "connected, request sent; %s",
+                     r == 0 ? "closed without a reply" : strerror(e));
             continue;
+        }
         buf[got] = 0;
         fputs(buf, stdout);
         return 0;
     }
-    fprintf(stderr, "l1_tool: no answer from %s to '%s'\n", path, line);
+    fprintf(stderr, "l1_tool: no answer from %s to '%s' within %d s (%d attempts; the last: %s)\n",
+            path, line, l1__timeout_s(), l1__attempts, l1__last);
     return 1;
 }
 
@@ -211,17 +304,14 @@ static int http(int argc, char **argv)
         b = body;
         blen += 5;
     }
-    for (int attempt = 0; attempt < 1200 && !l1__expired(); attempt++) {
-        if (attempt)
-            usleep(100000);
-        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-            close(fd);
+    snprintf(l1__what, sizeof l1__what, "a response from %s to %s %s", path, method, target);
+    for (; !l1__expired(); l1__pause(100000)) {
+        l1__attempts++;
+        int fd = l1__connect(path);
+        if (fd < 0) {
+            snprintf(l1__last, sizeof l1__last, "connect: %s", strerror(errno));
             continue;
         }
-        l1__read_timeout(fd);
         char hdr[1536];
         const char *extra = getenv("L1_TOOL_HEADER"); /* one more header line, e.g. a token */
         int n = snprintf(hdr, sizeof hdr,
@@ -229,20 +319,28 @@ static int http(int argc, char **argv)
                          "Connect-Protocol-Version: 1\r\nContent-Type: %s\r\n%s%s"
                          "Content-Length: %zu\r\n\r\n",
                          method, target, ctype, extra ? extra : "", extra ? "\r\n" : "", blen);
-        if (write(fd, hdr, (size_t)n) != n || (blen && write(fd, b, blen) != (ssize_t)blen)) {
+        if (l1__send_all(fd, hdr, (size_t)n) < 0 || (blen && l1__send_all(fd, b, blen) < 0)) {
+            snprintf(l1__last, sizeof l1__last, "connected; sending the request: %s",
+                     strerror(errno));
             close(fd);
             continue;
         }
         size_t got = 0;
-        for (;;) {
-            ssize_t r = read(fd, resp + got, sizeof resp - 1 - got);
-            if (r <= 0)
-                break;
+        ssize_t r = 0;
+        while (got < sizeof resp - 1 && (r = l1__recv(fd, resp + got, sizeof resp - 1 - got)) > 0)
             got += (size_t)r;
-        }
+        int e = errno;
         close(fd);
-        if (got == 0)
+        if (got == 0) {
+            snprintf(l1__last, sizeof l1__last, "connected, request sent; %s",
+                     r == 0 ? "closed without a reply" : strerror(e));
             continue;
+        }
+        if (r < 0) {
+            fprintf(stderr, "l1_tool: %s %s on %s: the response stopped after %zu bytes: %s\n",
+                    method, target, path, got, strerror(e));
+            return 1;
+        }
         resp[got] = 0;
         char *eoh = strstr((char *)resp, "\r\n\r\n");
         if (!eoh) {
@@ -279,7 +377,8 @@ static int http(int argc, char **argv)
             fflush(o);
         return 0;
     }
-    fprintf(stderr, "l1_tool: no answer from %s\n", path);
+    fprintf(stderr, "l1_tool: no answer from %s to %s %s within %d s (%d attempts; the last: %s)\n",
+            path, method, target, l1__timeout_s(), l1__attempts, l1__last);
     return 1;
 }
 
@@ -314,20 +413,20 @@ int main(int argc, char **argv)
     if (argc >= 5 && strcmp(argv[1], "listen-exec") == 0)
         return listen_exec(argv + 2);
     if (argc == 4 && strcmp(argv[1], "cmd") == 0)
-        return cmd(argv[2], argv[3], 1200, 100000); /* up to 2 min: slow nested boots under load */
+        return cmd(argv[2], argv[3], 100000);
     if (argc == 4 && strcmp(argv[1], "fastcmd") == 0) /* for timing: retry every 5 ms */
-        return cmd(argv[2], argv[3], 24000, 5000);
+        return cmd(argv[2], argv[3], 5000);
     if (argc == 4 && strcmp(argv[1], "echo") == 0) {
         long bytes = atol(argv[3]);
-        for (int i = 0; i < 1200 && !l1__expired(); i++) {
+        for (; !l1__expired(); l1__pause(100000)) {
             int retry;
             if (echo_once(argv[2], bytes, &retry) == 0)
                 return 0;
             if (!retry)
                 return 1;
-            usleep(100000);
         }
-        fprintf(stderr, "l1_tool: gave up connecting to %s\n", argv[2]);
+        fprintf(stderr, "l1_tool: no echo from %s within %d s (%d attempts; the last: %s)\n",
+                argv[2], l1__timeout_s(), l1__attempts, l1__last);
         return 1;
     }
     fprintf(stderr, "usage: l1_tool echo SOCKET BYTES\n");

@@ -4,6 +4,7 @@
 # a 300 KiB file makes the round trip through POST and GET /files. Then the VM is stopped
 # and leaves no socket behind.
 set -e
+. /scenario-lib.sh
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 now_ms() { awk '{printf "%d", $1 * 1000}' /proc/uptime; }
 trap 'rc=$?; [ $rc = 0 ] || for f in /tmp/console*.log; do echo "--- $f"; tr -cd "\11\12\15\40-\176" < $f | tail -25; done' EXIT
@@ -41,7 +42,7 @@ echo "ok: 300 KiB file round trip"
 snap=$(/bin/l1_tool cmd /tmp/ctl.sock "snapshot /tmp/snap")
 case "$snap" in ok*) echo "ok: snapshot $snap" ;; *) echo "FAILED: snapshot: $snap"; exit 1 ;; esac
 [ "$(/bin/l1_tool cmd /tmp/ctl.sock stop)" = ok ] || { echo "FAILED: stop"; exit 1; }
-wait $vmm || { echo "FAILED: VMM exited $?"; exit 1; }
+wait_exit $vmm stop || { echo "FAILED: VMM exited $?"; exit 1; }
 [ ! -e /tmp/agent.sock ] && [ ! -e /tmp/ctl.sock ] || { echo "FAILED: sockets left behind"; exit 1; }
 
 for vm in b c; do
@@ -90,5 +91,5 @@ echo "ok: restored sandboxes are independent (files, their own init and token)"
 for vm in b c; do
   [ "$(/bin/l1_tool cmd /tmp/ctl-$vm.sock stop)" = ok ] || { echo "FAILED: stop $vm"; exit 1; }
 done
-wait $pid_b && wait $pid_c || { echo "FAILED: a restored VMM exited non-zero"; exit 1; }
+wait_exit $pid_b stop && wait_exit $pid_c stop || { echo "FAILED: a restored VMM exited non-zero"; exit 1; }
 echo "agent scenario ok"

@@ -19,6 +19,8 @@
 # Every wait is for a condition, bounded in minutes: the guest's clock runs at the host's wall
 # clock, and a TCG guest on a loaded host does the same work several times slower (the
 # harness bounds the whole run by QEMU's CPU time, which load does not move).
+# l1-cpu-seconds: 600 (the first sandbox of the template builds its image and snapshot)
+# l1-wall-seconds: 3000 (the same work on a loaded host: several times the CPU time)
 set -e
 . /scenario-lib.sh
 S=/tmp/state
@@ -246,7 +248,7 @@ else
   w=0
   while ! grep -q 'listening sockets registered' /tmp/egress2.log && [ $w -lt 3000 ]; do sleep 0.1; w=$((w + 1)); done
   grep -q 'listening sockets registered' /tmp/egress2.log || { cat /tmp/egress2.log; fail "--listener-mode reuseport was not registered"; }
-  kill -TERM $e2pid; wait $e2pid || true
+  kill -TERM $e2pid; wait_exit $e2pid SIGTERM || true
   echo "ok: --listener-mode reuseport registers on kernel $(uname -r)"
 fi
 # A raw SO_REUSEPORT socket put into the sockmap behind the switch's back (it replaces the
@@ -267,7 +269,7 @@ if [ $old_kernel = 0 ]; then
   while ! grep -q 'probe accepted' /tmp/probe.out && kill -0 $ppid 2>/dev/null && [ $w -lt 3000 ]; do sleep 0.1; w=$((w + 1)); done
 fi
 kill $ppid 2>/dev/null || true
-wait $ppid || true
+wait_exit $ppid SIGTERM || true
 /bin/airlock --state-dir $S vswitch status > /tmp/vs3.out 2>&1 || true
 af1=$(sed -n 's/.*assign_failed[^0-9]*\([0-9][0-9]*\).*/\1/p' /tmp/vs3.out | head -1); af1=${af1:-0}
 cat /tmp/probe.out

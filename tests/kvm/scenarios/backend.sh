@@ -61,8 +61,7 @@ start() { # start ID SPECFILE: airlock-vmm in the background; waits for its read
   rm -f /tmp/ready-$1
   /bin/airlock-vmm --state-dir $S --spec - --ready-fd 3 < "$2" 3> /tmp/ready-$1 2>> /tmp/vmm-$1.log &
   eval "pid_$1=\$!"
-  w=0
-  while [ ! -s /tmp/ready-$1 ] && [ $w -lt 9000 ]; do sleep 0.1; w=$((w + 1)); done
+  wait_for 900 "sandbox $1's ready line" test -s /tmp/ready-$1 || true
   grep -q '"ready":true' /tmp/ready-$1 || { cat /tmp/ready-$1; fail "sandbox $1 not ready"; }
 }
 ms_of() { sed -n 's/.*"startup_ms":\([0-9]*\).*/\1/p' /tmp/ready-$1; }

@@ -4,12 +4,14 @@ set -e
 # l1-cpus: 2 (the second guest has two vCPUs; see kvm_boot_l1 in lib.sh)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 . /scenario-lib.sh
-# The probe airlockd will use: capabilities, a tiny guest, then this kernel's first words.
-/bin/airlock-vmm-kvm --probe --kernel /airlock/bzImage
+# The probe airlockd will use: capabilities, a tiny guest, then this kernel's first words
+# (within 2 minutes: under TCG on a loaded host they took more than the default 10 s).
+/bin/airlock-vmm-kvm --probe --kernel /airlock/bzImage --timeout-ms 120000
 t0=$(cut -d' ' -f1 /proc/uptime)
 /bin/airlock-vmm-kvm --kernel /airlock/bzImage --initrd /airlock/guest.cpio.gz --mem 128MiB \
-  --console /tmp/console.log --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=boot"
-rc=$?
+  --console /tmp/console.log --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=boot" &
+rc=0
+wait_exit $! "the start of a guest that resets once booted" 300 || rc=$?
 t1=$(cut -d' ' -f1 /proc/uptime)
 cat /tmp/console.log
 echo "bench: vmm_boot_to_reset_s $(echo "$t1 $t0" | awk '{print $1-$2}')"
@@ -19,7 +21,9 @@ grep -q '^AIRLOCK-GUEST: done 1/1' /tmp/console.log
 # Two vCPUs: the MP table must bring the second one up.
 /bin/airlock-vmm-kvm --kernel /airlock/bzImage --initrd /airlock/guest.cpio.gz --mem 128MiB \
   --vcpus 2 --console /tmp/console2.log \
-  --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=boot"
+  --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=boot" &
+wait_exit $! "the start of a two-vCPU guest that resets once booted" 300 \
+  || { echo "two-vCPU VMM exited $?"; cat /tmp/console2.log; exit 1; }
 grep -a 'AIRLOCK-GUEST' /tmp/console2.log
 grep -q '^AIRLOCK-GUEST: cpus 2' /tmp/console2.log || { echo "second vCPU not online"; exit 1; }
 # Descriptors handed in by a supervisor (agent socket, console), stopped through the

@@ -3,6 +3,7 @@
 # filter on every thread (kill on violation). The guest still boots and echoes over vsock,
 # a snapshot is written inside the jail, and the sockets are removed at the end.
 set -e
+. /scenario-lib.sh
 vmm=/bin/airlock-vmm-kvm-release
 [ -x "$vmm" ] || { echo "no Release build of airlock-vmm-kvm (tests/run builds build/ first)"; exit 1; }
 mount -t cgroup2 cg /sys/fs/cgroup
@@ -37,7 +38,7 @@ echo "snapshot: $snap"
 check "snapshot inside the jail" "[ -f /tmp/jail/snap/vm.state ] && [ -f /tmp/jail/snap/memory ]"
 /bin/l1_tool echo /tmp/jail/agent.sock 65536 || { echo "FAILED: second echo"; fail=1; }
 rc=0
-wait $pid || rc=$?
+wait_exit $pid "the guest's checks and reset" 300 || rc=$?
 cat /tmp/console.log
 check "VMM exited 0 (no seccomp kill)" "[ $rc = 0 ]"
 check "guest checks passed" "grep -q '^AIRLOCK-GUEST: done 2/2' /tmp/console.log"

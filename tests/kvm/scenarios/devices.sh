@@ -4,6 +4,7 @@
 # VMM's unix socket, one of 1 MiB to exercise credit flow control), virtio-rng (the guest's
 # hwrng), then a clean reset.
 set -e
+. /scenario-lib.sh
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 dd if=/dev/zero of=/tmp/disk.img bs=1M count=4 2>/dev/null
 printf 'AIRLOCK-DISK-v1' | dd of=/tmp/disk.img conv=notrunc 2>/dev/null
@@ -18,12 +19,12 @@ nc_pid=$!
   --cid 3 --vsock 1234=/tmp/agent.sock \
   --cmdline "console=ttyS0 reboot=k panic=-1 ${AIRLOCK_KVM_QUIET-quiet} airlock.test=boot,disk,net,rng,vsock" &
 vmm_pid=$!
-[ -n "${AIRLOCK_KVM_VERBOSE:-}" ] && { while [ ! -e /tmp/console.log ]; do sleep 0.1; done; tail -f /tmp/console.log & }
+[ -n "${AIRLOCK_KVM_VERBOSE:-}" ] && wait_for 60 "the VMM's console file" test -e /tmp/console.log && { tail -f /tmp/console.log & }
 ok=1
 /bin/l1_tool echo /tmp/agent.sock 100 || ok=0
 /bin/l1_tool echo /tmp/agent.sock 1048576 || ok=0
 rc=0
-wait $vmm_pid || rc=$?
+wait_exit $vmm_pid "the guest's checks and reset" 300 || rc=$?
 kill $nc_pid 2>/dev/null || true
 cat /tmp/console.log
 [ "$rc" = 0 ] || { echo "VMM exited $rc"; exit 1; }

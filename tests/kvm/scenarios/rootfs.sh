@@ -4,6 +4,7 @@
 # sets the hostname, configures eth0 and the default route from the command line, listens
 # on the agent's vsock port and execs the agent (here the test payload standing in for it).
 set -e
+. /scenario-lib.sh
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 expect() { want=$1; shift; got=$("$@") || { echo "FAILED: $*"; return 1; }
   [ "$got" = "$want" ] || { echo "FAILED: $* -> '$got', wanted '$want'"; return 1; }; echo "ok: $* -> $got"; }
@@ -25,7 +26,7 @@ expect sbx-test /bin/l1_tool cmd /tmp/agent.sock hostname
 expect ok /bin/l1_tool cmd /tmp/agent.sock net
 expect ok /bin/l1_tool cmd /tmp/agent.sock "disk-write x"
 expect bye /bin/l1_tool cmd /tmp/agent.sock quit
-wait $vmm
+wait_exit $vmm "quit (the guest's reset)" || { echo "FAILED: VMM exited $?"; exit 1; }
 kill $nc_pid 2>/dev/null || true
 grep -q hello-from-the-agent /tmp/net.txt || { echo "FAILED: no TCP from the guest"; exit 1; }
 [ "$(md5sum /airlock/rootfs.img | cut -d' ' -f1)" = "$base_sum" ] || { echo "FAILED: base image modified"; exit 1; }

@@ -3,6 +3,7 @@
 # VMs B and C are restored from the same snapshot: both see A's state as of the snapshot,
 # and what B changes (memory and disk) C does not see. Every VMM exits 0.
 set -e
+. /scenario-lib.sh
 # l1-cpus: 2 (VM A has two vCPUs; see kvm_boot_l1 in lib.sh)
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 dd if=/dev/zero of=/tmp/disk.img bs=1M count=4 2>/dev/null
@@ -22,7 +23,7 @@ t0=$(now)
   --vsock 1234=/tmp/a.sock --control /tmp/a.ctl \
   --cmdline "console=ttyS0 reboot=k panic=-1 ${AIRLOCK_KVM_QUIET-quiet} airlock.test=state" &
 a=$!
-[ -n "${AIRLOCK_KVM_VERBOSE:-}" ] && { while [ ! -e /tmp/a.log ]; do sleep 0.1; done; tail -f /tmp/a.log & }
+[ -n "${AIRLOCK_KVM_VERBOSE:-}" ] && wait_for 60 "VM A's console file" test -e /tmp/a.log && { tail -f /tmp/a.log & }
 expect ok /bin/l1_tool cmd /tmp/a.sock "set alpha"
 t1=$(now)
 expect ok /bin/l1_tool cmd /tmp/a.sock "disk-write disk-alpha"
@@ -32,7 +33,7 @@ case "$snap" in ok*) ;; *) echo "snapshot failed"; exit 1;; esac
 expect ok /bin/l1_tool cmd /tmp/a.sock "set after-snapshot"
 expect after-snapshot /bin/l1_tool cmd /tmp/a.sock get
 expect bye /bin/l1_tool cmd /tmp/a.sock quit
-wait $a || { echo "VMM A exited $?"; cat /tmp/a.log; exit 1; }
+wait_exit $a "quit (A's reset)" || { echo "VMM A exited $?"; cat /tmp/a.log; exit 1; }
 ls -ls /tmp/snap
 
 t2=$(now)
@@ -51,8 +52,8 @@ expect beta /bin/l1_tool cmd /tmp/b.sock get
 expect disk-beta /bin/l1_tool cmd /tmp/b.sock disk-read
 expect bye /bin/l1_tool cmd /tmp/b.sock quit
 expect bye /bin/l1_tool cmd /tmp/c.sock quit
-wait $pid_b || { echo "VMM B exited $?"; cat /tmp/b.log; exit 1; }
-wait $pid_c || { echo "VMM C exited $?"; cat /tmp/c.log; exit 1; }
+wait_exit $pid_b "quit (B's reset)" || { echo "VMM B exited $?"; cat /tmp/b.log; exit 1; }
+wait_exit $pid_c "quit (C's reset)" || { echo "VMM C exited $?"; cat /tmp/c.log; exit 1; }
 cat /tmp/b.log
 echo "bench: boot_to_guest_answer_s $(echo "$t1 $t0" | awk '{print $1-$2}')"
 echo "bench: restore_to_guest_answer_s $(echo "$t3 $t2" | awk '{print $1-$2}')"
