@@ -1145,11 +1145,13 @@ static int creq__build(struct al_http_creq *c, const struct al_http_creq_opts *o
         snprintf(msg, msglen, "invalid method '%s'", o->method);
         return -EINVAL;
     }
-    size_t plen = strlen(o->path);
-    if (!http__is_target(o->path, plen) || (o->path[0] != '/' && strcmp(o->path, "*") != 0)) {
+    struct al_http_target pt;
+    const char *why;
+    if (al_http_target_parse(o->path, strlen(o->path), 0, &pt, &why) < 0 ||
+        (pt.form != AL_HTTP_TARGET_ORIGIN && pt.form != AL_HTTP_TARGET_ASTERISK)) {
         snprintf(msg, msglen,
                  "invalid request path '%s' (it must start with '/' and contain "
-                 "no spaces or control characters; percent-encode them)",
+                 "no spaces, control characters or '#'; percent-encode them)",
                  o->path);
         return -EINVAL;
     }

@@ -2,6 +2,7 @@
 #include "http_head.h"
 #include "http.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <string.h>
 #include <strings.h>
@@ -233,6 +234,196 @@ const char *al_http_head_scan_message(const struct al_http_head_scan *s)
         if (head__messages[k][0] == why)
             return head__messages[k][1];
     return why;
+}
+
+/* ---- request-target and authority ---------------------------------------------------- */
+
+/* What a host name or IPv4 address is made of: RFC 3986 unreserved. The sub-delims a reg-name
+ * may also hold name no host anyone resolves, and ',' ';' split lists in the proxies that
+ * read Host. */
+static const uint8_t head__hostchar[256] = {
+    ['0' ... '9'] = 1, ['A' ... 'Z'] = 1, ['a' ... 'z'] = 1, ['-'] = 1,
+    ['.'] = 1,         ['_'] = 1,         ['~'] = 1,
+};
+
+static int head__refuse(const char **reason, const char *why)
+{
+    *reason = why;
+    return -EINVAL;
+}
+
+int al_http_authority_parse(const char *a, size_t n, struct al_http_authority *out,
+                            const char **reason)
+{
+    *out = (struct al_http_authority){0};
+    while (n && (*a == ' ' || *a == '\t')) {
+        a++;
+        n--;
+    }
+    while (n && (a[n - 1] == ' ' || a[n - 1] == '\t'))
+        n--;
+    out->text = a;
+    out->len = n;
+    if (n == 0)
+        return head__refuse(reason, "missing_host");
+    /* Bytes no part of an authority holds: the first names the refusal, as a reader
+     * scanning left to right would. The rest is checked per part (a "+80" port is an
+     * invalid port, not an invalid host). */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)a[i];
+        if (c == '@')
+            return head__refuse(reason, "userinfo_in_authority");
+        if (c == '\\')
+            return head__refuse(reason, "backslash_in_authority");
+        if (c <= 0x20 || c >= 0x7f || c == '/' || c == '?' || c == '#' || c == '%' || c == ',' ||
+            c == ';')
+            return head__refuse(reason, "invalid_host");
+    }
+    const char *colon = NULL;
+    if (a[0] == '[') {
+        const char *close = memchr(a, ']', n);
+        if (!close)
+            return head__refuse(reason, "invalid_host");
+        size_t hl = (size_t)(close - a) + 1;
+        if (hl < n) {
+            if (a[hl] != ':')
+                return head__refuse(reason, "invalid_host");
+            colon = a + hl;
+        }
+        out->host = a + 1;
+        out->host_len = hl - 2;
+        out->ip6 = true;
+        char buf[INET6_ADDRSTRLEN];
+        struct in6_addr ip;
+        if (out->host_len == 0 || out->host_len >= sizeof buf)
+            return head__refuse(reason, "invalid_host");
+        memcpy(buf, out->host, out->host_len);
+        buf[out->host_len] = 0;
+        if (inet_pton(AF_INET6, buf, &ip) != 1)
+            return head__refuse(reason, "invalid_host");
+    } else {
+        colon = memchr(a, ':', n);
+        out->host = a;
+        out->host_len = colon ? (size_t)(colon - a) : n;
+        /* Brackets only around the whole host; a second ':' is an unbracketed IPv6 literal. */
+        if (memchr(a, '[', n) || memchr(a, ']', n) ||
+            (colon && memchr(colon + 1, ':', n - (size_t)(colon - a) - 1)))
+            return head__refuse(reason, "invalid_host");
+        if (out->host_len == 0)
+            return head__refuse(reason, "missing_host");
+        if (out->host_len > 255)
+            return head__refuse(reason, "invalid_host");
+        for (size_t i = 0; i < out->host_len; i++)
+            if (!head__hostchar[(unsigned char)a[i]])
+                return head__refuse(reason, "invalid_host");
+    }
+    if (colon) {
+        const char *p = colon + 1, *end = a + n;
+        size_t digits = (size_t)(end - p);
+        if (digits == 0 || digits > 5)
+            return head__refuse(reason, "invalid_port");
+        unsigned v = 0;
+        for (; p < end; p++) {
+            if (*p < '0' || *p > '9')
+                return head__refuse(reason, "invalid_port");
+            v = v * 10 + (unsigned)(*p - '0');
+        }
+        if (v == 0 || v > 65535)
+            return head__refuse(reason, "invalid_port");
+        out->has_port = true;
+        out->port = (uint16_t)v;
+    }
+    return 0;
+}
+
+/* path and query of p[0, n) (origin-form from its '/', absolute-form after its authority). */
+static void head__path_query(const char *p, size_t n, struct al_http_target *out)
+{
+    const char *q = memchr(p, '?', n);
+    out->path = p;
+    out->path_len = q ? (size_t)(q - p) : n;
+    out->has_query = q != NULL;
+    out->query = q ? q + 1 : p + n;
+    out->query_len = q ? n - out->path_len - 1 : 0;
+}
+
+int al_http_target_parse(const char *t, size_t n, unsigned flags, struct al_http_target *out,
+                         const char **reason)
+{
+    *out = (struct al_http_target){0};
+    if (n == 0)
+        return head__refuse(reason, "invalid_target");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)t[i];
+        if (c <= 0x20 || c >= 0x7f)
+            return head__refuse(reason, "invalid_target");
+    }
+    if (memchr(t, '#', n))
+        return head__refuse(reason, "fragment_in_target");
+    if ((flags & AL_HTTP_TARGET_NO_BACKSLASH) && memchr(t, '\\', n))
+        return head__refuse(reason, "backslash_in_target");
+    if (t[0] == '/') {
+        out->form = AL_HTTP_TARGET_ORIGIN;
+        head__path_query(t, n, out);
+        return 0;
+    }
+    if (n == 1 && t[0] == '*') {
+        out->form = AL_HTTP_TARGET_ASTERISK;
+        return 0;
+    }
+    size_t skip = 0;
+    if (n >= 7 && strncasecmp(t, "http://", 7) == 0)
+        skip = 7;
+    else if (n >= 8 && strncasecmp(t, "https://", 8) == 0)
+        skip = 8;
+    if (skip) {
+        out->form = AL_HTTP_TARGET_ABSOLUTE;
+        out->https = skip == 8;
+        size_t al = 0;
+        while (skip + al < n && t[skip + al] != '/' && t[skip + al] != '?')
+            al++;
+        int rc = al_http_authority_parse(t + skip, al, &out->authority, reason);
+        if (rc < 0)
+            return rc;
+        head__path_query(t + skip + al, n - skip - al, out);
+        return 0;
+    }
+    /* Some other scheme ("ftp://", "file:///"): refused as a form, not misread as a host. */
+    const char *sep = memchr(t, ':', n);
+    if (!(flags & AL_HTTP_TARGET_AUTHORITY_OK) ||
+        (sep && (size_t)(t + n - sep) >= 3 && sep[1] == '/' && sep[2] == '/'))
+        return head__refuse(reason, "invalid_target");
+    out->form = AL_HTTP_TARGET_AUTHORITY;
+    int rc = al_http_authority_parse(t, n, &out->authority, reason);
+    if (rc < 0)
+        return rc;
+    if (!out->authority.has_port)
+        return head__refuse(reason, "missing_port");
+    return 0;
+}
+
+static const char *const head__target_messages[][2] = {
+    {"invalid_target",
+     "not an origin-form (\"/path?query\"), absolute-form (\"http[s]://host/path\")"
+     " or asterisk-form target"},
+    {"fragment_in_target", "a '#' in the request-target (a fragment is never sent)"},
+    {"backslash_in_target", "a backslash in the request-target (percent-encode it as %5C)"},
+    {"missing_port", "no port after the host (authority-form is \"host:port\")"},
+    {"missing_host", "no host"},
+    {"userinfo_in_authority", "a '@' in the host (userinfo is not allowed)"},
+    {"backslash_in_authority", "a backslash in the host"},
+    {"invalid_host",
+     "the host is neither a name (letters, digits, '-', '.', '_', '~'), nor an IPv4 address, "
+     "nor an IPv6 address in brackets"},
+    {"invalid_port", "the port is not a number from 1 to 65535"},
+};
+
+const char *al_http_target_message(const char *reason)
+{
+    for (size_t k = 0; k < sizeof head__target_messages / sizeof *head__target_messages; k++)
+        if (strcmp(head__target_messages[k][0], reason) == 0)
+            return head__target_messages[k][1];
+    return reason;
 }
 
 /* ---- forwarding ---------------------------------------------------------------------- */

@@ -2,10 +2,12 @@
  * server and client of common/http.h, egress's plain and intercepted proxy paths (requests
  * from sandboxes, responses from upstreams) and everything built on them.
  *
- * Owns: the head scanner (below), and what a relay forwards of a message's fields (the
- * hop-by-hop rule with the Connection option list, RFC 9110 7.6.1), used by every relay in
- * the tree: airlockd's sandbox proxy, the agent's port forwarder, egress's plain and
- * intercepted paths, on requests and responses alike.
+ * Owns: the head scanner (below), the request-target and authority parser (RFC 9112 3.2,
+ * the one every component uses: servers, proxies, the agent's forwarder and the client's URL
+ * targets), and what a relay forwards of a message's fields (the hop-by-hop rule with the
+ * Connection option list, RFC 9110 7.6.1), used by every relay in the tree: airlockd's
+ * sandbox proxy, the agent's port forwarder, egress's plain and intercepted paths, on
+ * requests and responses alike.
  *
  * The head scanner finds where a head ends and refuses, before anything acts
  * on the head, the shapes llhttp lets through or would repair silently: obs-fold (llhttp
@@ -53,6 +55,73 @@ const char *al_http_head_scan_reason(const struct al_http_head_scan *s);
 /* The same, as a sentence for a person ("obsolete line folding (a header line starts with
  * whitespace)"). */
 const char *al_http_head_scan_message(const struct al_http_head_scan *s);
+
+/* ---- request-target and authority ---------------------------------------------------- */
+
+/* The authority of an absolute- or authority-form target, or a Host value: pointers into
+ * the parsed text, not NUL-terminated. */
+struct al_http_authority {
+    const char *text; /* the whole authority, "host", "host:port", "[v6]:port" */
+    size_t len;
+    const char *host; /* the host: a name or IPv4 address, or an IPv6 literal without its
+                         brackets */
+    size_t host_len;
+    bool ip6;      /* host was a bracketed IPv6 literal */
+    bool has_port; /* a port was given (port is 0 otherwise) */
+    uint16_t port;
+};
+
+enum al_http_target_form {
+    AL_HTTP_TARGET_ORIGIN = 1, /* "/path?query" */
+    AL_HTTP_TARGET_ABSOLUTE,   /* "http://authority/path?query" (http or https) */
+    AL_HTTP_TARGET_AUTHORITY,  /* "host:port" (CONNECT) */
+    AL_HTTP_TARGET_ASTERISK,   /* "*" (OPTIONS) */
+};
+
+struct al_http_target {
+    enum al_http_target_form form;
+    bool https;                         /* absolute-form with the https scheme */
+    struct al_http_authority authority; /* absolute- and authority-form */
+    /* origin- and absolute-form: the path (empty for "http://h" and "http://h?q": the
+     * origin-form of those is "/" and "/?q") and the query after '?', not percent-decoded */
+    const char *path;
+    size_t path_len;
+    const char *query;
+    size_t query_len;
+    bool has_query; /* a '?' was there (query may still be empty) */
+};
+
+/* al_http_target_parse's flags. */
+enum {
+    /* Parse a target that is none of the other forms as authority-form (a CONNECT target,
+     * a client's "host:port"); without it such a target is "invalid_target". */
+    AL_HTTP_TARGET_AUTHORITY_OK = 1u << 0,
+    /* Refuse a backslash anywhere ("backslash_in_target"): a proxy's rule, since URL
+     * parsers that follow WHATWG read it as '/' where the upstream may not. A server keeps
+     * them: browsers send them raw in queries. */
+    AL_HTTP_TARGET_NO_BACKSLASH = 1u << 1,
+};
+
+/* Parses the request-target t (n bytes) into out (pointers into t). Returns 0, or -EINVAL
+ * with *reason one of "invalid_target" (empty, a byte that is not visible ASCII, none of
+ * the forms, a scheme other than http or https), "fragment_in_target" (a '#': no form has
+ * one), "backslash_in_target" (with AL_HTTP_TARGET_NO_BACKSLASH), "missing_port" (an
+ * authority-form without its port) or one of al_http_authority_parse's. Which form a
+ * method may use, and which scheme a port, are the caller's to check. Pure, as above. */
+int al_http_target_parse(const char *t, size_t n, unsigned flags, struct al_http_target *out,
+                         const char **reason);
+
+/* Parses an authority or a Host value (OWS around it is not part of it) into out:
+ * "host", "host:port", "[v6]", "[v6]:port". The host is a name or an IPv4 address (letters,
+ * digits, '-', '.', '_', '~'; at most 255 bytes) or a bracketed IPv6 address (no zone id);
+ * the port 1 to 65535 in at most five digits. Returns 0, or -EINVAL with *reason one of
+ * "missing_host", "userinfo_in_authority" (a '@'), "backslash_in_authority",
+ * "invalid_host", "invalid_port". */
+int al_http_authority_parse(const char *a, size_t n, struct al_http_authority *out,
+                            const char **reason);
+/* The refusal reason of either parser as a sentence for a person ("the port is not a number
+ * from 1 to 65535"); the reason itself if it is not theirs. */
+const char *al_http_target_message(const char *reason);
 
 /* ---- forwarding ---------------------------------------------------------------------- */
 

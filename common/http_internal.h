@@ -56,7 +56,6 @@ bool http__is_token(const char *s, size_t len);
 /* A header value we are willing to emit: no CR, LF or NUL (and no other controls but HT). */
 bool http__is_field_value(const char *s);
 /* Request-target characters: visible ASCII only. */
-bool http__is_target(const char *s, size_t len);
 
 /* ---- target parsing (clients) ---------------------------------------------------- */
 struct http__target {

@@ -14,7 +14,8 @@
  * API call, and a request is never freed while a callback that got it is on the stack.
  *
  * Parsing is llhttp with no lenient flag, plus a pre-scan of each header block by the head
- * scanner (common/http_head.h: line ends, obs-fold, field bytes, size) and checks on what llhttp lets through (version, target characters,
+ * scanner (common/http_head.h: line ends, obs-fold, field bytes, size) and checks on what
+ * llhttp lets through (version, the request-target by common/http_head.h's parser,
  * header-name tokens, Host). llhttp is paused after the headers (so the
  * handler decides about the body before any body byte is parsed) and after each message
  * (so pipelined requests wait their turn). Streamed body bytes are compacted in place in
@@ -653,17 +654,6 @@ static int srv__on_header_value_complete(llhttp_t *p)
     return conn__hdr_rc(c, http__hdrs_value_done(&c->req->hdrs));
 }
 
-static bool srv__target_ok(const char *t, size_t len, uint8_t method)
-{
-    if (!http__is_target(t, len))
-        return false;
-    if (t[0] == '/')
-        return true;
-    if (len == 1 && t[0] == '*')
-        return method == HTTP_OPTIONS;
-    return strncasecmp(t, "http://", 7) == 0 || strncasecmp(t, "https://", 8) == 0;
-}
-
 static int srv__on_headers_complete(llhttp_t *p)
 {
     struct http_conn *c = p->data;
@@ -677,20 +667,26 @@ static int srv__on_headers_complete(llhttp_t *p)
         return conn__fail_cb(c, 405, "CONNECT is not supported by this server");
     if (r->hdrs.in_field || r->hdrs.in_value)
         return conn__fail_cb(c, 400, "malformed header field");
-    const char *target = r->hdrs.strs.data ? r->hdrs.strs.data : "";
+    const char *target = r->hdrs.strs.data ? r->hdrs.strs.data : "", *why = NULL;
     size_t tlen = strlen(target);
-    if (!srv__target_ok(target, tlen, p->method))
-        return conn__fail_cb(c, 400,
-                             "invalid request-target (origin-form \"/path?query\" "
-                             "expected, visible ASCII only)");
-    const char *qm = memchr(target, '?', tlen);
-    size_t plen = qm ? (size_t)(qm - target) : tlen, path_off;
+    struct al_http_target t;
+    if (al_http_target_parse(target, tlen, 0, &t, &why) < 0)
+        return conn__fail_cb(c, 400, "invalid request-target: %s", al_http_target_message(why));
+    if (t.form == AL_HTTP_TARGET_ASTERISK && p->method != HTTP_OPTIONS)
+        return conn__fail_cb(c, 400, "the request-target \"*\" is for OPTIONS only");
+    /* The path as its own string (the query stays in the target, which it ends); an
+     * absolute-form's is the path after its authority, "/" when it has none. Offsets, since
+     * the buffer may move. */
+    bool root = t.form != AL_HTTP_TARGET_ASTERISK && t.path_len == 0;
+    size_t poff = t.form == AL_HTTP_TARGET_ASTERISK ? 0 : (size_t)(t.path - target);
+    size_t plen = t.form == AL_HTTP_TARGET_ASTERISK ? tlen : root ? 1 : t.path_len;
+    size_t qoff = t.has_query ? (size_t)(t.query - target) : tlen, path_off;
     /* The path is copied from the same buffer: make room first so it does not move. */
     int rc = al_buf_reserve(&r->hdrs.strs, plen + 1);
     if (rc)
         return conn__hdr_rc(c, rc);
     target = r->hdrs.strs.data;
-    rc = http__hdrs_add_string(&r->hdrs, target, plen, &path_off);
+    rc = http__hdrs_add_string(&r->hdrs, root ? "/" : target + poff, plen, &path_off);
     if (!rc)
         rc = http__hdrs_finish(&r->hdrs);
     if (rc)
@@ -699,7 +695,7 @@ static int srv__on_headers_complete(llhttp_t *p)
     q->method = llhttp_method_name((llhttp_method_t)p->method);
     q->target = target;
     q->path = r->hdrs.strs.data + path_off;
-    q->query = qm ? target + plen + 1 : "";
+    q->query = target + qoff;
     q->http_minor = p->http_minor;
     q->headers = r->hdrs.v;
     q->n_headers = r->hdrs.n;

@@ -350,18 +350,6 @@ bool http__is_field_value(const char *s)
     return true;
 }
 
-bool http__is_target(const char *s, size_t len)
-{
-    if (len == 0)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c <= 0x20 || c >= 0x7f)
-            return false;
-    }
-    return true;
-}
-
 /* ---- target parsing ---------------------------------------------------------------- */
 int http__parse_target(const char *target, struct http__target *t, char *msg, size_t msglen)
 {
@@ -387,71 +375,26 @@ int http__parse_target(const char *target, struct http__target *t, char *msg, si
         snprintf(t->hostport, sizeof t->hostport, "localhost");
         return 0;
     }
-    const char *p = target;
-    bool scheme = false;
-    if (strncasecmp(p, "http://", 7) == 0) {
-        p += 7;
-        scheme = true;
-    } else if (strncasecmp(p, "https://", 8) == 0) {
-        p += 8;
-        scheme = true;
-        t->tls = true;
-    }
-    const char *end = p + strcspn(p, "/?#");
-    if (!scheme && *end) {
-        snprintf(msg, msglen, "\"%s\" is not \"host:port\" (a path needs \"http://\")", target);
-        return -EINVAL;
-    }
-    const char *host = p, *hend, *portp = NULL;
-    if (*p == '[') {
-        host = p + 1;
-        hend = memchr(host, ']', (size_t)(end - host));
-        if (!hend) {
-            snprintf(msg, msglen, "\"%s\": missing ']' after an IPv6 address", target);
-            return -EINVAL;
-        }
-        if (hend + 1 < end) {
-            if (hend[1] != ':') {
-                snprintf(msg, msglen, "\"%s\": expected ':port' after ']'", target);
-                return -EINVAL;
-            }
-            portp = hend + 2;
-        }
-    } else {
-        hend = memchr(host, ':', (size_t)(end - host));
-        if (hend)
-            portp = hend + 1;
+    struct al_http_target pt;
+    const char *why = NULL;
+    if (al_http_target_parse(target, strlen(target), AL_HTTP_TARGET_AUTHORITY_OK, &pt, &why) < 0 ||
+        pt.form == AL_HTTP_TARGET_ORIGIN || pt.form == AL_HTTP_TARGET_ASTERISK) {
+        if (!why || strcmp(why, "invalid_target") == 0)
+            snprintf(msg, msglen,
+                     "\"%s\" is not \"unix:/path.sock\", \"host:port\" or "
+                     "\"http[s]://host[:port][/path]\" (a path needs \"http://\")",
+                     target);
+        else if (strcmp(why, "missing_port") == 0)
+            snprintf(msg, msglen, "\"%s\": missing port (use \"host:port\")", target);
         else
-            hend = end;
-    }
-    size_t hlen = (size_t)(hend - host);
-    if (hlen == 0 || hlen >= sizeof t->host) {
-        snprintf(msg, msglen, "\"%s\": missing or too long host", target);
+            snprintf(msg, msglen, "\"%s\": %s", target, al_http_target_message(why));
         return -EINVAL;
     }
-    memcpy(t->host, host, hlen);
-    t->host[hlen] = '\0';
-    for (size_t i = 0; i < hlen; i++) {
-        unsigned char c = (unsigned char)t->host[i];
-        if (!(isalnum(c) || c == '.' || c == '-' || c == ':' || c == '_' || c == '%')) {
-            snprintf(msg, msglen, "\"%s\": invalid character in host", target);
-            return -EINVAL;
-        }
-    }
-    if (portp) {
-        char *pe;
-        long port = strtol(portp, &pe, 10);
-        if (pe == portp || pe != end || port < 1 || port > 65535) {
-            snprintf(msg, msglen, "\"%s\": port must be a number in 1..65535", target);
-            return -EINVAL;
-        }
-        t->port = (int)port;
-    } else if (scheme) {
-        t->port = t->tls ? 443 : 80;
-    } else {
-        snprintf(msg, msglen, "\"%s\": missing port (use \"host:port\")", target);
-        return -EINVAL;
-    }
+    const struct al_http_authority *a = &pt.authority;
+    t->tls = pt.https;
+    memcpy(t->host, a->host, a->host_len); /* at most 255 bytes (al_http_authority_parse) */
+    t->host[a->host_len] = '\0';
+    t->port = a->has_port ? a->port : t->tls ? 443 : 80;
     if (strchr(t->host, ':'))
         snprintf(t->hostport, sizeof t->hostport, "[%s]:%d", t->host, t->port);
     else

@@ -185,83 +185,20 @@ static int req__refuse(int *status, const char **reason, int st, const char *why
     return -EINVAL;
 }
 
-/* host[:port] or [v6][:port]. Writes the host part to out; *port stays as given when the
- * authority has none. */
-static int req__authority(const char *a, size_t n, char *out, size_t outlen, uint16_t *port,
-                          const char **reason)
+/* The host of a as the request named it, brackets of an IPv6 literal kept (what the policy's
+ * canonicaliser and the audit record take). */
+static void req__host_name(const struct al_http_authority *a, char *out, size_t outlen)
 {
-    if (n == 0) {
-        *reason = "missing_host";
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)a[i];
-        if (ch == '@') {
-            *reason = "userinfo_in_authority";
-            return -1;
-        }
-        if (ch == '\\') {
-            *reason = "backslash_in_authority";
-            return -1;
-        }
-        if (ch <= 0x20 || ch == 0x7f || ch == '/' || ch == '?' || ch == '#' || ch == '%' ||
-            ch == ',' || ch == ';') {
-            *reason = "invalid_host";
-            return -1;
-        }
-    }
-    const char *host = a, *colon = NULL;
-    size_t hl;
-    if (a[0] == '[') {
-        const char *close = memchr(a, ']', n);
-        if (!close) {
-            *reason = "invalid_host";
-            return -1;
-        }
-        hl = (size_t)(close - a) + 1;
-        if (hl < n) {
-            if (a[hl] != ':') {
-                *reason = "invalid_host";
-                return -1;
-            }
-            colon = a + hl;
-        }
-    } else {
-        colon = memchr(a, ':', n);
-        if (colon && memchr(colon + 1, ':', n - (size_t)(colon - a) - 1)) {
-            *reason = "invalid_host"; /* an unbracketed IPv6 literal or junk */
-            return -1;
-        }
-        hl = colon ? (size_t)(colon - a) : n;
-    }
-    if (hl == 0 || hl >= outlen) {
-        *reason = hl == 0 ? "missing_host" : "invalid_host";
-        return -1;
-    }
-    memcpy(out, host, hl);
-    out[hl] = 0;
-    if (colon) {
-        const char *p = colon + 1, *end = a + n;
-        size_t digits = (size_t)(end - p);
-        if (digits == 0 || digits > 5) {
-            *reason = "invalid_port";
-            return -1;
-        }
-        unsigned v = 0;
-        for (; p < end; p++) {
-            if (*p < '0' || *p > '9') {
-                *reason = "invalid_port";
-                return -1;
-            }
-            v = v * 10 + (unsigned)(*p - '0');
-        }
-        if (v == 0 || v > 65535) {
-            *reason = "invalid_port";
-            return -1;
-        }
-        *port = (uint16_t)v;
-    }
-    return 0;
+    const char *h = a->ip6 ? a->host - 1 : a->host;
+    size_t hl = a->ip6 ? a->host_len + 2 : a->host_len;
+    snprintf(out, outlen, "%.*s", (int)hl, h);
+}
+
+static bool req__same_authority(const struct al_http_authority *a,
+                                const struct al_http_authority *b)
+{
+    return a->host_len == b->host_len && strncasecmp(a->host, b->host, a->host_len) == 0 &&
+           a->ip6 == b->ip6 && (a->has_port ? a->port : 80) == (b->has_port ? b->port : 80);
 }
 
 static bool req__token_in(const char *list, const char *token)
@@ -283,75 +220,55 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uin
     if (p->method == HTTP_PRI)
         return req__refuse(status, reason, 403, "h2_prior_knowledge_refused");
 
-    const char *url = h->buf + h->url;
-    size_t ul = h->url_len;
-    if (ul == 0)
-        return req__refuse(status, reason, 400, "invalid_target");
-    if (memchr(url, '#', ul))
-        return req__refuse(status, reason, 400, "fragment_in_target");
-    if (memchr(url, '\\', ul))
-        return req__refuse(status, reason, 400, "backslash_in_target");
-
     size_t n_host = 0;
     const char *host = egress_http_head_get(h, "Host", &n_host);
     if (n_host > 1)
         return req__refuse(status, reason, 400, "duplicate_host");
 
-    r->port = 80;
-    const char *why = NULL;
-    if (url[0] == '/') {
-        r->target = url;
-        r->target_len = ul;
-    } else if (ul == 1 && url[0] == '*') {
+    const char *url = h->buf + h->url, *why = NULL;
+    struct al_http_target t;
+    if (al_http_target_parse(url, h->url_len, AL_HTTP_TARGET_NO_BACKSLASH, &t, &why) < 0)
+        return req__refuse(status, reason, 400, why);
+    struct al_http_authority ha;
+    if (t.form == AL_HTTP_TARGET_ASTERISK)
         return req__refuse(status, reason, 400, "asterisk_form_refused");
-    } else if (ul > 8 && strncasecmp(url, "https://", 8) == 0) {
-        return req__refuse(status, reason, 403, "scheme_mismatch");
-    } else if (ul > 7 && strncasecmp(url, "http://", 7) == 0) {
-        r->absolute_form = true;
-        const char *a = url + 7, *end = url + ul, *q = a;
-        while (q < end && *q != '/' && *q != '?')
-            q++;
-        char uhost[256];
-        uint16_t uport = 80;
-        if (req__authority(a, (size_t)(q - a), uhost, sizeof uhost, &uport, &why) < 0)
-            return req__refuse(status, reason, 400, why);
+    if (t.form == AL_HTTP_TARGET_ABSOLUTE) {
+        if (t.https)
+            return req__refuse(status, reason, 403, "scheme_mismatch");
+        /* "http://h?x": the origin-form would be "/?x", which the target's bytes do not
+         * hold; refused rather than rewritten. */
+        if (t.path_len == 0 && t.has_query)
+            return req__refuse(status, reason, 400, "invalid_target");
         if (host) {
-            char hhost[256];
-            uint16_t hport = 80;
-            if (req__authority(host, strlen(host), hhost, sizeof hhost, &hport, &why) < 0)
+            if (al_http_authority_parse(host, strlen(host), &ha, &why) < 0)
                 return req__refuse(status, reason, 400, why);
-            if (strcasecmp(hhost, uhost) != 0 || hport != uport)
+            if (!req__same_authority(&ha, &t.authority))
                 return req__refuse(status, reason, 400, "authority_mismatch");
         }
-        snprintf(r->host_name, sizeof r->host_name, "%s", uhost);
-        r->port = uport;
-        r->host_raw = host ? host : NULL;
-        if (q == end || *q == '?') {
-            /* "http://h" or "http://h?x": the path is "/" (kept as the target's start). */
-            r->target = q == end ? "/" : q;
-            r->target_len = q == end ? 1 : (size_t)(end - q);
-            if (q != end)
-                return req__refuse(status, reason, 400, "invalid_target");
-        } else {
-            r->target = q;
-            r->target_len = (size_t)(end - q);
-        }
+        r->absolute_form = true;
+        r->host_raw = host;
+        req__host_name(&t.authority, r->host_name, sizeof r->host_name);
+        r->port = t.authority.has_port ? t.authority.port : 80;
+        /* "http://h": the path is "/". */
+        r->target = t.path_len ? t.path : "/";
+        r->target_len = t.path_len ? (size_t)(url + h->url_len - t.path) : 1;
+    } else if (t.form == AL_HTTP_TARGET_ORIGIN) {
+        if (!host)
+            return req__refuse(status, reason, 400, "missing_host");
+        if (al_http_authority_parse(host, strlen(host), &ha, &why) < 0)
+            return req__refuse(status, reason, 400, why);
+        r->host_raw = host;
+        req__host_name(&ha, r->host_name, sizeof r->host_name);
+        r->port = ha.has_port ? ha.port : 80;
+        r->target = url;
+        r->target_len = h->url_len;
     } else {
         return req__refuse(status, reason, 400, "invalid_target");
     }
-    if (!r->absolute_form) {
-        if (!host)
-            return req__refuse(status, reason, 400, "missing_host");
-        if (req__authority(host, strlen(host), r->host_name, sizeof r->host_name, &r->port, &why) <
-            0)
-            return req__refuse(status, reason, 400, why);
-        r->host_raw = host;
-    }
     if (r->port != dst_port)
         return req__refuse(status, reason, 403, "port_mismatch");
-    const char *qm = memchr(r->target, '?', r->target_len);
-    r->path = r->target;
-    r->path_len = qm ? (size_t)(qm - r->target) : r->target_len;
+    r->path = t.path_len ? t.path : r->target;
+    r->path_len = t.path_len ? t.path_len : r->target_len;
 
     /* Framing. */
     size_t n_te = 0;

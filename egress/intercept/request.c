@@ -37,46 +37,13 @@ static void req__trim(const char **s, size_t *n)
         (*n)--;
 }
 
-/* "host", "host:port", "[v6]", "[v6]:port" -> canonical host and port (0 = none). */
-static int req__authority(const char *a, size_t n, struct policy_host *out, unsigned *port)
+/* The canonical host of a parsed authority (brackets of an IPv6 literal are the
+ * canonicaliser's to read). */
+static int req__canon(const struct al_http_authority *a, struct policy_host *out)
 {
-    *port = 0;
-    req__trim(&a, &n);
-    if (n == 0 || memchr(a, '@', n))
-        return -1;
-    size_t hl = n;
-    const char *colon = NULL;
-    if (a[0] == '[') {
-        const char *rb = memchr(a, ']', n);
-        if (!rb)
-            return -1;
-        hl = (size_t)(rb - a) + 1;
-        if (hl < n) {
-            if (a[hl] != ':')
-                return -1;
-            colon = a + hl;
-        }
-    } else {
-        colon = memchr(a, ':', n);
-        if (colon)
-            hl = (size_t)(colon - a);
-    }
-    if (colon) {
-        const char *p = colon + 1;
-        size_t pl = n - (size_t)(p - a);
-        if (pl == 0 || pl > 5)
-            return -1;
-        unsigned v = 0;
-        for (size_t i = 0; i < pl; i++) {
-            if (p[i] < '0' || p[i] > '9')
-                return -1;
-            v = v * 10 + (unsigned)(p[i] - '0');
-        }
-        if (v == 0 || v > 65535)
-            return -1;
-        *port = v;
-    }
-    return policy_host_canon(a, hl, out, NULL) < 0 ? -1 : 0;
+    const char *h = a->ip6 ? a->host - 1 : a->host;
+    size_t hl = a->ip6 ? a->host_len + 2 : a->host_len;
+    return policy_host_canon(h, hl, out, NULL);
 }
 
 static bool req__same_host(const struct policy_host *a, const struct policy_host *b)
@@ -109,39 +76,38 @@ int intercept_request_check(const struct intercept_conn_view *c, const struct in
         FAIL(400, "missing_host");
     if (count > 1)
         FAIL(400, "duplicate_host");
-    unsigned port = 0;
-    if (req__authority(host->value, host->value_len, &out->host, &port) < 0)
+    struct al_http_authority ha;
+    const char *why = NULL;
+    if (al_http_authority_parse(host->value, host->value_len, &ha, &why) < 0)
+        FAIL(400, why);
+    if (req__canon(&ha, &out->host) < 0)
         FAIL(400, "invalid_host");
-    if (port && port != c->port)
+    if (ha.has_port && ha.port != c->port)
         FAIL(403, "host_port_mismatch");
 
-    /* The target: origin-form, or absolute-form naming the same authority. */
+    /* The target: origin-form, or absolute-form naming the same authority; the same parser
+     * and refusals as the plain path (egress/http_head.c). */
+    struct al_http_target t;
+    if (al_http_target_parse(r->target, r->target_len, AL_HTTP_TARGET_NO_BACKSLASH, &t, &why) < 0)
+        FAIL(400, why);
+    if (t.form == AL_HTTP_TARGET_ASTERISK)
+        FAIL(400, "asterisk_form_refused");
     out->path = r->target;
     out->path_len = r->target_len;
-    const char *t = r->target;
-    size_t tl = r->target_len;
-    size_t skip = 0;
-    if (tl >= 7 && strncasecmp(t, "http://", 7) == 0)
-        skip = 7;
-    else if (tl >= 8 && strncasecmp(t, "https://", 8) == 0)
-        skip = 8;
-    if (skip) {
-        const char *a = t + skip;
-        size_t al = 0;
-        while (skip + al < tl && a[al] != '/' && a[al] != '?' && a[al] != '#')
-            al++;
+    if (t.form == AL_HTTP_TARGET_ABSOLUTE) {
+        /* "https://h?x": its origin-form "/?x" is not in the target's bytes. */
+        if (t.path_len == 0 && t.has_query)
+            FAIL(400, "invalid_target");
         struct policy_host ah;
-        unsigned aport = 0;
-        if (req__authority(a, al, &ah, &aport) < 0)
+        if (req__canon(&t.authority, &ah) < 0)
             FAIL(400, "invalid_host");
-        if (!req__same_host(&ah, &out->host) || (aport && aport != c->port))
+        if (!req__same_host(&ah, &out->host) ||
+            (t.authority.has_port && t.authority.port != c->port))
             FAIL(403, "authority_host_mismatch");
-        out->path = a + al;
-        out->path_len = tl - skip - al;
-        if (out->path_len == 0) {
-            out->path = "/";
-            out->path_len = 1;
-        }
+        out->path = t.path_len ? t.path : "/";
+        out->path_len = t.path_len ? (size_t)(r->target + r->target_len - t.path) : 1;
+    } else if (t.form != AL_HTTP_TARGET_ORIGIN) {
+        FAIL(400, "invalid_target");
     }
     if (c->tls) {
         size_t sl = c->sni ? strlen(c->sni) : 0;

@@ -55,10 +55,12 @@ bool intercept_hdr_is(const struct al_http_field *h, const char *name);
 const struct al_http_field *intercept_hdr_find(const struct al_http_field *h, size_t n,
                                                const char *name, size_t *count);
 
-/* Before the policy: 0, or -EPERM with *reason ("unsupported_http_version", "host_sni_mismatch", "host_port_mismatch",
- * "authority_host_mismatch", "connect_in_tunnel", "h2c_upgrade_refused",
- * "h2_prior_knowledge_refused", "upgrade_not_allowed", "missing_host", "duplicate_host",
- * "invalid_host") and *status (400 or 403). */
+/* Before the policy: 0, or -EPERM with *reason ("unsupported_http_version",
+ * "host_sni_mismatch", "host_port_mismatch", "authority_host_mismatch", "connect_in_tunnel",
+ * "h2c_upgrade_refused", "h2_prior_knowledge_refused", "upgrade_not_allowed",
+ * "duplicate_host", "asterisk_form_refused", "invalid_host" for a host the policy's
+ * canonicaliser refuses, or one of al_http_target_parse's and al_http_authority_parse's
+ * refusals: common/http_head.h) and *status (400 or 403). */
 int intercept_request_check(const struct intercept_conn_view *c, const struct intercept_req_view *r,
                             struct intercept_req_info *out, int *status, const char **reason);
 

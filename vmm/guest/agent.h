@@ -287,8 +287,9 @@ int agent_sudo_find(const char *file, const char *path, char *out, size_t outlen
 void agent_forward_request(struct agent *a, struct al_http_req *req, const char *port_str);
 /* A port as E2b-Sandbox-Port carries it: decimal 1..65535 without leading zeros; -EINVAL. */
 int agent_forward_port(const char *s);
-/* The origin-form of a request-target: itself, or the path (and query) of an absolute URI
- * ("http://h/p?q" -> "/p?q", "http://h" -> "/"); buf holds a rewritten one. */
+/* The origin-form of a request-target the server admitted (common/http_head.h): itself, or
+ * the path and query of an absolute URI ("http://h/p?q" -> "/p?q", "http://h" -> "/",
+ * "http://h?q" -> "/?q", written to buf; NULL when that does not fit in len bytes). */
 const char *agent_forward_origin_form(const char *target, char *buf, size_t len);
 /* May this request use the forwarded ports? E2B-Traffic-Access-Token = the traffic token
  * derived from the access token (al_http_traffic_token), or X-Access-Token = the access

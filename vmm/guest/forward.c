@@ -370,19 +370,21 @@ static void fwd__up_ready(struct al_http_creq *c, void *arg)
     }
 }
 
-/* origin-form of the request-target (a proxy-style absolute URI keeps only its path). */
 const char *agent_forward_origin_form(const char *target, char *buf, size_t len)
 {
     if (target[0] == '/' || strcmp(target, "*") == 0)
         return target;
-    const char *p = strstr(target, "://");
-    p = p ? strpbrk(p + 3, "/?") : NULL;
-    if (!p)
+    struct al_http_target t;
+    const char *why;
+    if (al_http_target_parse(target, strlen(target), 0, &t, &why) < 0 ||
+        t.form != AL_HTTP_TARGET_ABSOLUTE)
+        return "/"; /* the server admits no other form: nothing to keep */
+    if (t.path_len)
+        return t.path; /* the path and the query after it, to the target's end */
+    if (!t.has_query)
         return "/";
-    if (*p == '/')
-        return p;
-    snprintf(buf, len, "/%s", p);
-    return buf;
+    int n = snprintf(buf, len, "/?%.*s", (int)t.query_len, t.query);
+    return n >= 0 && (size_t)n < len ? buf : NULL;
 }
 
 static int fwd__start(struct fwd *f)
@@ -399,12 +401,15 @@ static int fwd__start(struct fwd *f)
     }
     hdrs[n++] = (struct al_http_header){"Via", FWD_VIA};
     char target[64], path[8192];
+    const char *origin = agent_forward_origin_form(req->target, path, sizeof path);
+    if (!origin)
+        return -ENAMETOOLONG;
     snprintf(target, sizeof target, f->v6 ? "[::1]:%d" : "127.0.0.1:%d", f->port);
     const char *upgrade = req->upgrade && !f->has_body ? al_http_req_header(req, "Upgrade") : NULL;
     struct al_http_creq_opts o = {
         .target = target,
         .method = req->method,
-        .path = agent_forward_origin_form(req->target, path, sizeof path),
+        .path = origin,
         .headers = hdrs,
         .n_headers = n,
         .stream_body = f->has_body,
@@ -469,6 +474,9 @@ void agent_forward_request(struct agent *a, struct al_http_req *req, const char 
         free(f);
         if (rc == -E2BIG)
             agent_reply_error(req, 431, "too many request headers to forward to port %d", port);
+        else if (rc == -ENAMETOOLONG)
+            agent_reply_error(req, 414, "the request-target is too long to forward to port %d",
+                              port);
         else
             agent_reply_error(req, 502, "port %d: cannot forward the request: %s", port,
                               strerror(-rc));

@@ -223,6 +223,22 @@ START_TEST(headers_are_case_insensitive_and_counted)
 }
 END_TEST
 
+START_TEST(absolute_form_routes_on_its_path_and_query)
+{
+    setup();
+    struct t_resp r;
+    /* RFC 9112 3.2.2: a server accepts absolute-form; path and query are the URI's own. */
+    ck_assert_int_eq(
+        t_roundtrip(T.port, "GET http://x:8080/headers?a=1 HTTP/1.1\r\nHost: x:8080\r\n\r\n", &r),
+        200);
+    ck_assert_str_eq(r.body, "x-test=(none) count=0 method=GET target=http://x:8080/headers?a=1 "
+                             "query=a=1");
+    /* No path: "/" (the handler's 404 for it, not a 400 for the target). */
+    ck_assert_int_eq(t_roundtrip(T.port, "GET HTTPS://x?a=1 HTTP/1.1\r\nHost: x\r\n\r\n", &r), 404);
+    teardown();
+}
+END_TEST
+
 START_TEST(head_response_has_headers_but_no_body)
 {
     setup();
@@ -622,6 +638,11 @@ START_TEST(malformed_request_lines_and_headers_are_400)
     REJECT("GET /hello HTTP/1.1\r\n\r\n", 400);                       /* no Host */
     REJECT("GET /hello HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400); /* two */
     REJECT("GET hello HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    REJECT("GET /hello#frag HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    REJECT("GET * HTTP/1.1\r\nHost: x\r\n\r\n", 400); /* "*" is for OPTIONS only */
+    REJECT("GET x:80 HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    REJECT("GET ftp://x/hello HTTP/1.1\r\nHost: x\r\n\r\n", 400);
+    REJECT("GET http://a@x/hello HTTP/1.1\r\nHost: x\r\n\r\n", 400);
     REJECT("POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400);
     REJECT("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabc", 400);
     REJECT("GET /hello HTTP/2.0\r\nHost: x\r\n\r\n", 505);
@@ -1062,6 +1083,7 @@ static Suite *suite(void)
     T_ADD(tc, json_and_error_replies_have_e2b_shape);
     T_ADD(tc, no_content_has_no_body_and_keeps_alive);
     T_ADD(tc, headers_are_case_insensitive_and_counted);
+    T_ADD(tc, absolute_form_routes_on_its_path_and_query);
     T_ADD(tc, head_response_has_headers_but_no_body);
     T_ADD(tc, expect_100_continue_when_the_body_is_claimed);
     T_ADD(tc, expect_100_continue_unclaimed_gets_answer_and_close);

@@ -108,6 +108,37 @@ static int check(const char *sni, const char *method, const char *target,
     return intercept_request_check(&c, &r, info, &status, reason);
 }
 
+/* The target is parsed and refused as on the plain path (common/http_head.h). */
+START_TEST(targets_refused_as_on_the_plain_path)
+{
+    struct intercept_req_info info;
+    const char *reason;
+    struct al_http_field ok[] = {H("Host", "api.github.test")};
+    static const char *const cases[][2] = {
+        {"/x#@evil.test", "fragment_in_target"},
+        {"/\\evil.test", "backslash_in_target"},
+        {"*", "asterisk_form_refused"},
+        {"repos", "invalid_target"},
+        {"ftp://api.github.test/", "invalid_target"},
+        {"https://api.github.test?x=1", "invalid_target"},
+        {"https://u@api.github.test/", "userinfo_in_authority"},
+        {"https://api.github.test:0/", "invalid_port"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ck_assert_int_eq(check("api.github.test", "GET", cases[i][0], ok, 1, &info, &reason),
+                         -EPERM);
+        ck_assert_msg(strcmp(reason, cases[i][1]) == 0, "%s: %s, want %s", cases[i][0], reason,
+                      cases[i][1]);
+    }
+    /* The policy's path is the origin-form: the absolute-form's path and query. */
+    ck_assert_int_eq(
+        check("api.github.test", "GET", "http://API.github.test:443/a?b", ok, 1, &info, &reason),
+        0);
+    ck_assert_int_eq((int)info.path_len, 4);
+    ck_assert_int_eq(strncmp(info.path, "/a?b", 4), 0);
+}
+END_TEST
+
 START_TEST(host_must_be_sni)
 {
     struct intercept_req_info info;
@@ -131,7 +162,7 @@ START_TEST(host_must_be_sni)
     ck_assert_str_eq(reason, "missing_host");
     struct al_http_field ui[] = {H("Host", "api.github.test@evil.test")};
     ck_assert_int_eq(check("api.github.test", "GET", "/", ui, 1, &info, &reason), -EPERM);
-    ck_assert_str_eq(reason, "invalid_host");
+    ck_assert_str_eq(reason, "userinfo_in_authority");
     struct al_http_field ip[] = {H("Host", "203.0.113.7")};
     ck_assert_int_eq(check("api.github.test", "GET", "/", ip, 1, &info, &reason), -EPERM);
     ck_assert_str_eq(reason, "host_sni_mismatch");
@@ -537,6 +568,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("inject");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, host_must_be_sni);
+    tcase_add_test(tc, targets_refused_as_on_the_plain_path);
     tcase_add_test(tc, relays_and_http2_refused);
     tcase_add_test(tc, websocket_per_rule);
     tcase_add_test(tc, replace_mode);

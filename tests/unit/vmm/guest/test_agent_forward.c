@@ -617,6 +617,20 @@ START_TEST(bad_ports_are_400)
 }
 END_TEST
 
+START_TEST(absolute_targets_are_forwarded_in_origin_form)
+{
+    char buf[16];
+    const char *t = "/p?q=1";
+    ck_assert_ptr_eq(agent_forward_origin_form(t, buf, sizeof buf), t);
+    ck_assert_str_eq(agent_forward_origin_form("*", buf, sizeof buf), "*");
+    ck_assert_str_eq(agent_forward_origin_form("http://h:3000/p?q=1", buf, sizeof buf), "/p?q=1");
+    ck_assert_str_eq(agent_forward_origin_form("HTTPS://h", buf, sizeof buf), "/");
+    ck_assert_str_eq(agent_forward_origin_form("http://h?q=1", buf, sizeof buf), "/?q=1");
+    /* A rewrite that does not fit is refused, not cut (the caller answers 414). */
+    ck_assert_ptr_null(agent_forward_origin_form("http://h?0123456789abcdef", buf, sizeof buf));
+}
+END_TEST
+
 /* A scripted server (ours would not send a Connection option of the handler's): answers
  * one request with `response` and closes. */
 struct raw_up {
@@ -754,6 +768,7 @@ static Suite *suite(void)
     tcase_add_test(t, a_server_dying_mid_response_breaks_the_reply);
     tcase_add_test(t, tokens_open_the_ports_and_only_them);
     tcase_add_test(t, bad_ports_are_400);
+    tcase_add_test(t, absolute_targets_are_forwarded_in_origin_form);
     tcase_add_test(t, hop_by_hop_response_fields_stay_behind);
     tcase_add_test(t, websocket_upgrades_are_relayed);
     tcase_add_test(t, a_client_leaving_drops_the_servers_request);
