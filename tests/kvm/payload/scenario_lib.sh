@@ -34,6 +34,9 @@ wait_for() {
 # guest's checks and reset", ...). SECONDS (default 120) of L1's clock after WHAT (far beyond
 # a loaded run's time) it prints the state, kernel wait channel and stack of each of its
 # threads, kills it and returns 125, rather than leaving the harness to end an idle L1.
+# A guest run to its end (a VMM in the foreground of a scenario) gets 900 s: it is busy, and
+# at a load of 20 the garbage scenario's VMM still ran after 300 s; the harness's bound on
+# QEMU's CPU time ends one that spins.
 wait_exit() {
   _we_s=${3:-120} _we_end=$(($(l1_now) + ${3:-120})) _we_said=$(l1_now)
   while [ -e /proc/$1 ] && [ "$(cut -d' ' -f3 /proc/$1/stat 2>/dev/null)" != Z ]; do

@@ -11,7 +11,7 @@ t0=$(cut -d' ' -f1 /proc/uptime)
 /bin/airlock-vmm-kvm --kernel /airlock/bzImage --initrd /airlock/guest.cpio.gz --mem 128MiB \
   --console /tmp/console.log --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=boot" &
 rc=0
-wait_exit $! "the start of a guest that resets once booted" 300 || rc=$?
+wait_exit $! "the start of a guest that resets once booted" 900 || rc=$?
 t1=$(cut -d' ' -f1 /proc/uptime)
 cat /tmp/console.log
 echo "bench: vmm_boot_to_reset_s $(echo "$t1 $t0" | awk '{print $1-$2}')"
@@ -22,7 +22,7 @@ grep -q '^AIRLOCK-GUEST: done 1/1' /tmp/console.log
 /bin/airlock-vmm-kvm --kernel /airlock/bzImage --initrd /airlock/guest.cpio.gz --mem 128MiB \
   --vcpus 2 --console /tmp/console2.log \
   --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=boot" &
-wait_exit $! "the start of a two-vCPU guest that resets once booted" 300 \
+wait_exit $! "the start of a two-vCPU guest that resets once booted" 900 \
   || { echo "two-vCPU VMM exited $?"; cat /tmp/console2.log; exit 1; }
 grep -a 'AIRLOCK-GUEST' /tmp/console2.log
 grep -q '^AIRLOCK-GUEST: cpus 2' /tmp/console2.log || { echo "second vCPU not online"; exit 1; }

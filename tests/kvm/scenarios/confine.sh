@@ -38,7 +38,7 @@ echo "snapshot: $snap"
 check "snapshot inside the jail" "[ -f /tmp/jail/snap/vm.state ] && [ -f /tmp/jail/snap/memory ]"
 /bin/l1_tool echo /tmp/jail/agent.sock 65536 || { echo "FAILED: second echo"; fail=1; }
 rc=0
-wait_exit $pid "the guest's checks and reset" 300 || rc=$?
+wait_exit $pid "the guest's checks and reset" 900 || rc=$?
 cat /tmp/console.log
 check "VMM exited 0 (no seccomp kill)" "[ $rc = 0 ]"
 check "guest checks passed" "grep -q '^AIRLOCK-GUEST: done 2/2' /tmp/console.log"

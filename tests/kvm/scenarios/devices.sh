@@ -24,7 +24,7 @@ ok=1
 /bin/l1_tool echo /tmp/agent.sock 100 || ok=0
 /bin/l1_tool echo /tmp/agent.sock 1048576 || ok=0
 rc=0
-wait_exit $vmm_pid "the guest's checks and reset" 300 || rc=$?
+wait_exit $vmm_pid "the guest's checks and reset" 900 || rc=$?
 kill $nc_pid 2>/dev/null || true
 cat /tmp/console.log
 [ "$rc" = 0 ] || { echo "VMM exited $rc"; exit 1; }

@@ -12,7 +12,7 @@ rc=0
   --console /tmp/console.log --disk /tmp/disk.img --overlay /tmp/overlay.img --tap tap0 \
   --cid 3 --vsock 1234=/tmp/agent.sock \
   --cmdline "console=ttyS0 reboot=k panic=-1 quiet airlock.test=garbage" &
-wait_exit $! "the hostile guest's run and reset" 300 || rc=$?
+wait_exit $! "the hostile guest's run and reset" 900 || rc=$?
 cat /tmp/console.log | tr -cd '\11\12\15\40-\176' | grep -a 'AIRLOCK-GUEST' || true
 [ "$rc" = 0 ] || { echo "VMM exited $rc"; exit 1; }
 grep -aq '^AIRLOCK-GUEST: ok garbage' /tmp/console.log || { echo "the guest did not finish"; exit 1; }
