@@ -16,23 +16,12 @@ char g_root[256];
 
 void root_setup(void)
 {
-    snprintf(g_root, sizeof g_root, "/tmp/al-auditlog-%d-XXXXXX", (int)getpid());
-    if (!mkdtemp(g_root))
-        abort();
-}
-
-static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st;
-    (void)flag;
-    (void)f;
-    remove(p);
-    return 0;
+    al_test_tmpdir(g_root, sizeof g_root, "auditlog");
 }
 
 void root_teardown(void)
 {
-    nftw(g_root, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    al_test_rmtree(g_root);
 }
 
 const char *tdir(const char *name)

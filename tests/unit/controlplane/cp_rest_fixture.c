@@ -306,8 +306,7 @@ void cp_rest_setup(void)
 {
     ck_assert_int_ge(sodium_init(), 0);
     signal(SIGPIPE, SIG_IGN);
-    snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/al-cp-rest-%d-XXXXXX", getpid());
-    ck_assert_ptr_nonnull(mkdtemp(g_tmpdir));
+    al_test_tmpdir(g_tmpdir, sizeof g_tmpdir, "cp-rest");
     memset(&g_cp, 0, sizeof g_cp);
     g_fb_starting = g_fb_starting_max = 0;
     g_n_started = 0;
@@ -393,9 +392,7 @@ void cp_rest_teardown(void)
     pthread_join(g_thread, NULL);
     /* Sandboxes a test left running: their `sleep` processes must not outlive it. */
     cp_map_foreach(&g_cp.sandboxes, kill_each, NULL);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(al_test_rmtree(g_tmpdir), 0);
 }
 
 /* ---- helpers ------------------------------------------------------------------------------ */

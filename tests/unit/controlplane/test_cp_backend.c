@@ -27,8 +27,7 @@ static char t_nodev[128]; /* one that does not */
 
 static void t_setup(void)
 {
-    snprintf(t_dir, sizeof t_dir, "/tmp/al-cpbackend-%d-XXXXXX", (int)getpid());
-    ck_assert_ptr_nonnull(mkdtemp(t_dir));
+    al_test_tmpdir(t_dir, sizeof t_dir, "cpbackend");
     snprintf(t_bin, sizeof t_bin, "%s/airlock-vmm", t_dir);
     snprintf(t_args, sizeof t_args, "%s/args", t_dir);
     snprintf(t_dev, sizeof t_dev, "%s/kvm", t_dir);
@@ -40,9 +39,7 @@ static void t_setup(void)
 
 static void t_teardown(void)
 {
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t_dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(al_test_rmtree(t_dir), 0);
 }
 
 /* The fake probe: records its arguments, then runs body. */

@@ -30,16 +30,13 @@ static char dbpath[300];
 static void setup(void)
 {
     ck_assert_int_ge(sodium_init(), 0);
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/al-cp-state-%d-XXXXXX", getpid());
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    al_test_tmpdir(tmpdir, sizeof tmpdir, "cp-state");
     snprintf(dbpath, sizeof dbpath, "%s/airlockd.db", tmpdir);
 }
 
 static void teardown(void)
 {
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(al_test_rmtree(tmpdir), 0);
 }
 
 START_TEST(ids_shapes)

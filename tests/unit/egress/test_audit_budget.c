@@ -20,15 +20,6 @@ static char g_dir[128];
 static struct egress g_e;
 static struct egress_registry *g_reg;
 
-static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st;
-    (void)flag;
-    (void)f;
-    remove(p);
-    return 0;
-}
-
 static struct egress_sandbox *add_sandbox(const char *id, const char *addr)
 {
     struct egress_ip ip = {.family = 4};
@@ -40,8 +31,7 @@ static struct egress_sandbox *add_sandbox(const char *id, const char *addr)
 
 static void setup(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/al-budget-%d-XXXXXX", (int)getpid());
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    al_test_tmpdir(g_dir, sizeof g_dir, "budget");
     memset(&g_e, 0, sizeof g_e);
     egress_config_defaults(&g_e.cfg);
     /* A small budget that a test outruns at once: 1 per second, 5 at once. */
@@ -59,7 +49,7 @@ static void setup(void)
 static void teardown(void)
 {
     egress_registry_free(g_reg);
-    nftw(g_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    al_test_rmtree(g_dir);
 }
 
 /* Closes the log and returns its records (not the log's own) as a JSON array. */

@@ -21,24 +21,14 @@
 
 static char g_dir[128];
 
-static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-    (void)st;
-    (void)flag;
-    (void)f;
-    remove(p);
-    return 0;
-}
-
 static void setup(void)
 {
-    snprintf(g_dir, sizeof g_dir, "/tmp/al-auditcli-%d-XXXXXX", (int)getpid());
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    al_test_tmpdir(g_dir, sizeof g_dir, "auditcli");
 }
 
 static void teardown(void)
 {
-    nftw(g_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+    al_test_rmtree(g_dir);
 }
 
 /* Runs `airlock audit ARGS... --dir <g_dir>`; returns its exit status and its stdout

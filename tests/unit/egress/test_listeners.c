@@ -43,8 +43,7 @@ static void own_netns(void)
 
 static void mk(struct egress_config *c, const char *mode, const char *vswitch)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/al-test-listeners-%d-XXXXXX", (int)getpid());
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    al_test_tmpdir(tmpdir, sizeof tmpdir, "test-listeners");
     char *argv[] = {"airlock-egress",
                     "--state-dir",
                     tmpdir,
@@ -73,9 +72,7 @@ static void mk(struct egress_config *c, const char *mode, const char *vswitch)
 
 static void rmtree(void)
 {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(al_test_rmtree(tmpdir), 0);
 }
 
 static int reuseport_of(int fd)

@@ -18,16 +18,12 @@ static char tmpdir[256];
 
 static void setup(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/al-icpt-ca-%d-XXXXXX", (int)getpid());
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    al_test_tmpdir(tmpdir, sizeof tmpdir, "icpt-ca");
 }
 
 static void teardown(void)
 {
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cleanup of %s failed\n", tmpdir);
+    al_test_rmtree(tmpdir);
 }
 
 static void write_file(const char *name, const char *text)
