@@ -388,6 +388,13 @@ struct al_http_creq_opts {
     /* Added: the request carries a secret (an Authorization header): the request's own
      * copy of what it sends is wiped when freed. */
     bool wipe;
+    /* Added: connect to exactly this address (AF_INET or AF_INET6; its port is ignored,
+     * the target's is used) instead of resolving the target's host. The host still gives
+     * the Host header and, for https, the server name sent (SNI) and verified in the
+     * certificate: for callers that resolved and checked the address themselves, so that
+     * what they checked is what is dialled (DNS pinning). Pooled connections are keyed by
+     * target and address. Copied. A unix target with it is -EINVAL. */
+    const struct sockaddr *connect_addr;
 };
 int al_http_creq_start(uv_loop_t *loop, const struct al_http_creq_opts *opts,
                        struct al_http_creq **out);

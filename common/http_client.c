@@ -121,6 +121,8 @@ struct al_http_creq {
     bool want_upgrade; /* the request asked to switch protocols */
     bool upgraded;     /* ... and the server answered 101 */
     int64_t body_left; /* Content-Length-framed streamed body: bytes still to write; -1 */
+    bool pinned;       /* connect to pin, not to the host's resolved address */
+    struct sockaddr_storage pin;
 };
 
 static void creq__finish(struct al_http_creq *c, int err);
@@ -1110,6 +1112,14 @@ static int creq__connect(struct al_http_creq *c)
         return 0;
     }
     struct sockaddr_storage ss;
+    if (c->pinned) {
+        ss = c->pin;
+        if (ss.ss_family == AF_INET)
+            ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)c->tgt.port);
+        else
+            ((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)c->tgt.port);
+        return creq__tcp_connect(c, (struct sockaddr *)&ss);
+    }
     const char *host = strcmp(c->tgt.host, "localhost") == 0 ? "127.0.0.1" : c->tgt.host;
     if (uv_ip4_addr(host, c->tgt.port, (struct sockaddr_in *)&ss) == 0 ||
         uv_ip6_addr(host, c->tgt.port, (struct sockaddr_in6 *)&ss) == 0)
@@ -1208,6 +1218,40 @@ static int creq__build(struct al_http_creq *c, const struct al_http_creq_opts *o
     return rc;
 }
 
+/* The address a pinned request dials; -EINVAL for a unix target or another family. */
+static int creq__pin(struct al_http_creq *c, const struct sockaddr *sa, char *msg, size_t msglen)
+{
+    size_t len = sa->sa_family == AF_INET    ? sizeof(struct sockaddr_in)
+                 : sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                             : 0;
+    if (c->tgt.is_unix || !len) {
+        snprintf(msg, msglen, "connect_addr: %s",
+                 c->tgt.is_unix ? "not for a unix socket target" : "not an IPv4 or IPv6 address");
+        return -EINVAL;
+    }
+    memcpy(&c->pin, sa, len);
+    c->pinned = true;
+    return 0;
+}
+
+/* A pool's key: the target, and the pinned address (one name can be pinned to different
+ * addresses by different callers; a connection is reused only toward the same one). */
+static char *creq__pool_key(const struct al_http_creq *c, const char *target)
+{
+    if (!c->pinned)
+        return strdup(target);
+    char a[INET6_ADDRSTRLEN] = "";
+    const void *src = c->pin.ss_family == AF_INET
+                          ? (const void *)&((const struct sockaddr_in *)&c->pin)->sin_addr
+                          : (const void *)&((const struct sockaddr_in6 *)&c->pin)->sin6_addr;
+    inet_ntop(c->pin.ss_family, src, a, sizeof a);
+    size_t n = strlen(target) + strlen(a) + 2;
+    char *k = malloc(n);
+    if (k)
+        snprintf(k, n, "%s@%s", target, a);
+    return k;
+}
+
 /* ---- public API -------------------------------------------------------------------- */
 int al_http_creq_start(uv_loop_t *loop, const struct al_http_creq_opts *opts,
                        struct al_http_creq **out)
@@ -1234,13 +1278,16 @@ int al_http_creq_start(uv_loop_t *loop, const struct al_http_creq_opts *opts,
     c->o.method = NULL;
     c->o.path = NULL;
     c->o.upgrade = NULL;
+    c->o.connect_addr = NULL;
     c->want_upgrade = opts->upgrade != NULL;
     c->body_left = opts->stream_body && opts->stream_length > 0 ? opts->stream_length : -1;
     char msg[256] = "";
     int rc = http__parse_target(opts->target, &c->tgt, msg, sizeof msg);
     if (!rc)
         rc = creq__build(c, opts, msg, sizeof msg);
-    if (!rc && !(c->key = strdup(opts->target)))
+    if (!rc && opts->connect_addr)
+        rc = creq__pin(c, opts->connect_addr, msg, sizeof msg);
+    if (!rc && !(c->key = creq__pool_key(c, opts->target)))
         rc = -ENOMEM;
     if (!rc && c->tgt.tls && !opts->tls) {
         snprintf(msg, sizeof msg, "%s: https needs a TLS provider", opts->target);

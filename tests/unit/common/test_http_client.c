@@ -917,6 +917,44 @@ START_TEST(blocking_call_limits_and_errors)
 }
 END_TEST
 
+/* connect_addr: the name is never resolved (.invalid cannot be), the address given is
+ * dialled, and the name is what the request carries. */
+START_TEST(pinned_address_is_dialled_instead_of_the_name)
+{
+    loop_setup(NULL);
+    char url[96];
+    snprintf(url, sizeof url, "http://pinned.invalid:%d", S_port);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(1)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct rec r;
+    rec_init(&r);
+    struct al_http_creq_opts o = rec_opts(&r, url, "GET", "/hello");
+    o.connect_addr = (const struct sockaddr *)&sa;
+    do_request(&o, &r);
+    ck_assert_msg(r.err == 0, "%s", r.errmsg);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(r.body, "hello");
+    rec_fini(&r);
+    /* Without the pin the name is looked up, and fails. */
+    rec_init(&r);
+    o = rec_opts(&r, url, "GET", "/hello");
+    do_request(&o, &r);
+    ck_assert_int_ne(r.err, 0);
+    ck_assert_ptr_nonnull(strstr(r.errmsg, "pinned.invalid"));
+    rec_fini(&r);
+    /* A pin for a unix socket, or of another family, is refused. */
+    struct al_http_creq *c = NULL;
+    o = rec_opts(&r, S_target_unix, "GET", "/hello");
+    o.connect_addr = (const struct sockaddr *)&sa;
+    ck_assert_int_eq(al_http_creq_start(&L, &o, &c), -EINVAL);
+    struct sockaddr un = {.sa_family = AF_UNIX};
+    o = rec_opts(&r, url, "GET", "/hello");
+    o.connect_addr = &un;
+    ck_assert_int_eq(al_http_creq_start(&L, &o, &c), -EINVAL);
+    loop_teardown(NULL);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("http_client");
@@ -944,6 +982,7 @@ static Suite *suite(void)
     T_ADD(tc, malformed_responses_are_refused);
     T_ADD(tc, streamed_body_with_content_length);
     T_ADD(tc, unasked_switching_protocols_is_an_error);
+    T_ADD(tc, pinned_address_is_dialled_instead_of_the_name);
     T_ADD(tc, blocking_call_and_json);
     T_ADD(tc, blocking_call_limits_and_errors);
     suite_add_tcase(s, tc);
