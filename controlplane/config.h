@@ -93,6 +93,17 @@ struct cp_config {
     uint64_t events_retention_ms;
     int64_t events_max;
 
+    /* webhooks (webhooks.c) */
+    bool webhooks_allow_http;    /* http:// URLs (else https only) */
+    bool webhooks_allow_private; /* targets on internal addresses (loopback, private, ...) */
+    char *webhooks_ca_file;      /* trusted roots for https ("": the system's) */
+    uint64_t webhooks_timeout_ms;
+    int64_t webhooks_attempts;
+    uint64_t webhooks_backoff_ms, webhooks_backoff_max_ms;
+    int64_t webhooks_queue;
+    int64_t webhooks_history;
+    int64_t webhooks_per_key;
+
     /* the disk reserve (disk.c) */
     uint64_t disk_reserve_bytes;
     uint64_t disk_check_ms;

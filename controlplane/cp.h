@@ -14,6 +14,7 @@
  *   hostcheck.c  what the host offers (kernel, cgroups, KVM, user namespaces)
  *   templates.c  the templates directory and first-start builds
  *   events.c     lifecycle events: recorded, listed, streamed
+ *   webhooks.c   lifecycle events POSTed, signed, to the URLs API keys register
  * Threading: everything runs on the loop's thread except blocking network-provider calls,
  * which run on libuv's thread pool and report back to the loop.
  */
@@ -42,6 +43,7 @@ struct cp_egress;
 struct cp_supervisor;
 struct cp_metrics;
 struct cp_events;
+struct cp_webhooks;
 
 /* An operation queued on a sandbox (one runs at a time, in order). */
 enum cp_op_kind {
@@ -150,7 +152,8 @@ struct cp {
     struct cp_egress *egress;
     struct cp_supervisor *sup;
     struct cp_metrics *metrics;
-    struct cp_events *events; /* lifecycle events (events.c) */
+    struct cp_events *events;     /* lifecycle events (events.c) */
+    struct cp_webhooks *webhooks; /* their deliveries to registered URLs (webhooks.c) */
 
     struct cp_map sandboxes; /* id -> struct cp_sandbox */
     struct cp_map by_token;  /* token digest -> struct cp_sandbox */
@@ -273,6 +276,9 @@ bool cp_rest_path_part(const char **pp, char *out, size_t len);
 /* Answers 200 with one page of a list (arr, stolen) and, unless next is "", the x-next-token
  * header the SDKs' paginators read. */
 void cp_rest_reply_page(struct al_http_req *req, json_t *arr, const char *next);
+/* Wipes a request body that carries a secret: the parsed string body[field] (body NULL: only
+ * the raw bytes) and the raw bytes. */
+void cp_rest_wipe_body(struct al_http_req *req, json_t *body, const char *field);
 /* Answers an error in the E2B shape {"code":status,"message":...}. */
 void cp_rest_error(struct al_http_req *req, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -30,6 +30,7 @@
 #include "builds.h"
 #include "cp.h"
 #include "events.h"
+#include "webhooks.h"
 #include "backendsel.h"
 #include "egressreg.h"
 #include "embedded.h"
@@ -416,6 +417,7 @@ static void daemon__final(struct cp *cp)
     uv_close((uv_handle_t *)&cp->sig_int, daemon__handle_closed);
     uv_close((uv_handle_t *)&cp->sig_hup, daemon__handle_closed);
     uv_close((uv_handle_t *)&cp->tick, daemon__handle_closed);
+    cp_webhooks_close(cp);
     cp_events_close(cp);
     cp_disk_close(cp);
     if (cp->pool) {
@@ -467,6 +469,7 @@ static void daemon__stop(struct cp *cp)
         return;
     cp->stopping = true;
     cp_events_stop(cp); /* the streams end; the shutdown's events are still recorded */
+    cp_webhooks_stop(cp);
     bool keep = cp->cfg.on_shutdown == CP_SHUTDOWN_KEEP;
     al_info("stopping: %s %zu sandbox%s", keep ? "leaving" : "killing", cp->n_live,
             cp->n_live == 1 ? "" : "es");
@@ -849,7 +852,7 @@ int cp_main(int argc, char **argv)
         al_error("out of memory");
         goto out;
     }
-    if (cp_events_open(cp, &err)) {
+    if (cp_events_open(cp, &err) || cp_webhooks_open(cp, &err)) {
         al_error("%s", al_error_str(&err));
         goto out;
     }
@@ -949,6 +952,7 @@ int cp_main(int argc, char **argv)
     uv_run(cp->loop, UV_RUN_DEFAULT);
     rc = 0;
 out:
+    cp_webhooks_close(cp);
     cp_events_close(cp);
     if (cp->loop) {
         /* Let closing handles finish, then release the loop. */

@@ -15,6 +15,7 @@
 #include "cp.h"
 #include "metrics.h"
 #include "store.h"
+#include "webhooks.h"
 
 /* A stream whose client reads slower than events come is ended (it reconnects with
  * Last-Event-ID and misses nothing that is still retained) rather than buffered without
@@ -227,6 +228,7 @@ void cp_event_emit(struct cp_sandbox *sb, enum cp_event_type t, enum cp_event_ca
         }
         ev__send(s, seq, ev__names[t], doc);
     }
+    cp_webhooks_event(cp, (int)t, doc);
     free(doc);
 }
 

@@ -27,6 +27,7 @@
 #include "cp.h"
 #include "transforms.h"
 #include "events.h"
+#include "webhooks.h"
 #include "list.h"
 #include "logs.h"
 #include "metrics.h"
@@ -38,6 +39,15 @@
 #define REST_MAX_BODY (1u << 20)
 
 static struct cp_metrics *rest__api_metrics;
+
+void cp_rest_wipe_body(struct al_http_req *req, json_t *body, const char *field)
+{
+    json_t *v = body ? json_object_get(body, field) : NULL;
+    if (json_is_string(v))
+        sodium_memzero((char *)json_string_value(v), json_string_length(v));
+    if (req->body.data)
+        sodium_memzero(req->body.data, req->body.len);
+}
 
 void cp_rest_error(struct al_http_req *req, int status, const char *fmt, ...)
 {
@@ -147,6 +157,8 @@ enum rest_route {
     R_TPL_TAGS,    /* POST and DELETE /templates/tags */
     R_SECRET_NEW,  /* POST /secrets */
     R_SECRET_SET,  /* POST /secrets/{secretID} */
+    R_WEBHOOK_NEW, /* POST /events/webhooks */
+    R_WEBHOOK_SET, /* PATCH /events/webhooks/{id} */
 };
 
 struct rest_ctx {
@@ -577,17 +589,22 @@ static void rest__on_body(struct al_http_req *req, int err)
         break;
     }
     case R_SECRET_NEW:
-    case R_SECRET_SET: {
+    case R_SECRET_SET:
+    case R_WEBHOOK_NEW:
+    case R_WEBHOOK_SET: {
         json_t *b = rest__body(req, true);
         if (!b) {
-            if (req->body.data) /* a value may be in it */
-                sodium_memzero(req->body.data, req->body.len);
+            cp_rest_wipe_body(req, NULL, NULL); /* a value or signing secret may be in it */
             break;
         }
         if (x->route == R_SECRET_NEW)
             cp_secrets_create(x->cp, req, &x->who, b);
-        else
+        else if (x->route == R_SECRET_SET)
             cp_secrets_update(x->cp, req, &x->who, x->id, b);
+        else if (x->route == R_WEBHOOK_NEW)
+            cp_webhooks_create(x->cp, req, &x->who, b);
+        else
+            cp_webhooks_update(x->cp, req, &x->who, x->id, b);
         json_decref(b);
         break;
     }
@@ -952,6 +969,26 @@ static void rest__prometheus(struct al_http_req *req, struct cp *cp)
 }
 
 /* /secrets and /secrets/{secretID}: rest is what follows "/secrets". */
+/* rest: the path after "/events/webhooks". A POST or PATCH reads its body first. */
+static void rest__webhooks(struct al_http_req *req, struct cp *cp, const struct cp_principal *who,
+                           const char *rest)
+{
+    const char *m = req->method;
+    if (*rest == '\0' && rest__is(m, "POST")) {
+        rest__with_body(req, cp, who, R_WEBHOOK_NEW, NULL);
+        return;
+    }
+    if (*rest == '/' && rest__is(m, "PATCH")) {
+        const char *p = rest + 1;
+        char id[64];
+        if (cp_rest_path_part(&p, id, sizeof id) && *p == '\0') {
+            rest__with_body(req, cp, who, R_WEBHOOK_SET, id);
+            return;
+        }
+    }
+    cp_webhooks_route(cp, req, who, rest);
+}
+
 static void rest__secrets(struct al_http_req *req, struct cp *cp, const struct cp_principal *who,
                           const char *rest)
 {
@@ -1080,6 +1117,10 @@ void cp_on_request(struct al_http_req *req, void *ctx)
             cp_rest_error(req, 404, "no such endpoint: %s %s", m, p);
         return;
     }
+    if (strcmp(p, "/events/webhooks") == 0 || strncmp(p, "/events/webhooks/", 17) == 0) {
+        rest__webhooks(req, cp, &who, p + 16);
+        return;
+    }
     if (cp_events_route(cp, req, p))
         return;
     if (strcmp(p, "/secrets") == 0 || strncmp(p, "/secrets/", 9) == 0) {
@@ -1106,8 +1147,7 @@ void cp_on_request(struct al_http_req *req, void *ctx)
         return;
     }
     static const char *const unsupported[] = {
-        "/templates", "/v2/templates", "/v3/templates",    "/snapshots",
-        "/volumes",   "/teams",        "/events/webhooks", NULL};
+        "/templates", "/v2/templates", "/v3/templates", "/snapshots", "/volumes", "/teams", NULL};
     for (const char *const *u = unsupported; *u; u++) {
         size_t l = strlen(*u);
         if (strncmp(p, *u, l) == 0 && (p[l] == '\0' || p[l] == '/')) {

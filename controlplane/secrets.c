@@ -245,15 +245,8 @@ static void secrets__reply(struct al_http_req *req, int status, const json_t *vs
     al_http_reply_json(req, status, o);
 }
 
-/* The value's bytes are forwarded and then wiped, here and in the request's buffer. */
-static void secrets__wipe(struct al_http_req *req, json_t *body)
-{
-    json_t *v = json_object_get(body, "value");
-    if (json_is_string(v))
-        sodium_memzero((char *)json_string_value(v), json_string_length(v));
-    if (req->body.data)
-        sodium_memzero(req->body.data, req->body.len);
-}
+/* The value's bytes are forwarded and then wiped, here and in the request's buffer
+ * (cp_rest_wipe_body). */
 
 /* value (required, a non-empty string) and metadata (optional: an object; the vault checks
  * its limits); false after answering req. */
@@ -305,7 +298,7 @@ static void secrets__write(struct cp *cp, struct al_http_req *req, const struct 
     int rc = cp_vault_put(cp, method, vname, fields, json_string_value(v), json_string_length(v),
                           &status, &out, &err);
     json_decref(fields);
-    secrets__wipe(req, body);
+    cp_rest_wipe_body(req, body, "value");
     if (rc || (status != 200 && status != 201))
         secrets__fail(req, rc, status, out, &err, name);
     else
@@ -318,7 +311,7 @@ void cp_secrets_create(struct cp *cp, struct al_http_req *req, const struct cp_p
 {
     static const char *const keys[] = {"name", "value", "metadata", NULL};
     if (!secrets__fields(req, body, keys, "the secret")) {
-        secrets__wipe(req, body);
+        cp_rest_wipe_body(req, body, "value");
         return;
     }
     json_t *n = json_object_get(body, "name");
@@ -326,7 +319,7 @@ void cp_secrets_create(struct cp *cp, struct al_http_req *req, const struct cp_p
     cp_secrets_prefix(who->key_id, prefix, sizeof prefix);
     struct al_error err = {0};
     if (!json_is_string(n) || cp_secrets_name(prefix, json_string_value(n), name, vname, &err)) {
-        secrets__wipe(req, body);
+        cp_rest_wipe_body(req, body, "value");
         cp_rest_error(req, 400, "%s",
                       json_is_string(n) ? al_error_str(&err)
                                         : "\"name\" (the secret's name, a string) is required");
@@ -340,12 +333,12 @@ void cp_secrets_update(struct cp *cp, struct al_http_req *req, const struct cp_p
 {
     static const char *const keys[] = {"value", "metadata", NULL};
     if (!secrets__fields(req, body, keys, "the update")) {
-        secrets__wipe(req, body);
+        cp_rest_wipe_body(req, body, "value");
         return;
     }
     json_t *vs = secrets__find(cp, req, who, ref);
     if (!vs) {
-        secrets__wipe(req, body);
+        cp_rest_wipe_body(req, body, "value");
         return;
     }
     char vname[VAULT_NAME_MAX + 1], prefix[64];

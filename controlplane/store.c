@@ -51,6 +51,15 @@ enum {
     ST_SNAP_LOAD,
     ST_SNAP_DELETE,
     ST_SNAP_LIST,
+    ST_WH_SAVE,
+    ST_WH_SET_DOC,
+    ST_WH_DELETE,
+    ST_WH_DELETE_DELIVERIES,
+    ST_WH_ALL,
+    ST_WHD_ADD,
+    ST_WHD_PRUNE,
+    ST_WHD_QUERY,
+    ST_WHD_STATS,
     ST__COUNT
 };
 
@@ -124,6 +133,24 @@ static const char *const store__sql[ST__COUNT] = {
     [ST_SNAP_LIST] = "SELECT " STORE__SNAP_COLS " FROM snapshots WHERE (?1 IS NULL OR "
                      "sandbox_id = ?1) AND (?2 IS NULL OR key_id = ?2) AND (?3 IS NULL OR "
                      "name = ?3) AND seq > ?4 ORDER BY seq LIMIT ?5",
+    [ST_WH_SAVE] = "INSERT INTO webhooks(id, key_id, created_ns, doc, secret) "
+                   "VALUES(?1, ?2, ?3, ?4, ?5) ON CONFLICT(id) DO UPDATE SET doc = excluded.doc, "
+                   "secret = excluded.secret",
+    /* An update that does not rotate the secret keeps it. */
+    [ST_WH_SET_DOC] = "UPDATE webhooks SET doc = ?2 WHERE id = ?1",
+    [ST_WH_DELETE] = "DELETE FROM webhooks WHERE id = ?1",
+    [ST_WH_DELETE_DELIVERIES] = "DELETE FROM webhook_deliveries WHERE webhook_id = ?1",
+    [ST_WH_ALL] =
+        "SELECT id, key_id, created_ns, doc, secret FROM webhooks ORDER BY created_ns, id",
+    [ST_WHD_ADD] = "INSERT INTO webhook_deliveries(webhook_id, time_ns, outcome, doc) "
+                   "VALUES(?1, ?2, ?3, ?4)",
+    [ST_WHD_PRUNE] = "DELETE FROM webhook_deliveries WHERE webhook_id = ?1 AND seq <= "
+                     "(SELECT seq FROM webhook_deliveries WHERE webhook_id = ?1 "
+                     "ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+    [ST_WHD_QUERY] = "SELECT doc FROM webhook_deliveries WHERE webhook_id = ?1 "
+                     "ORDER BY seq DESC LIMIT ?2 OFFSET ?3",
+    [ST_WHD_STATS] = "SELECT outcome, COUNT(*), MAX(time_ns) FROM webhook_deliveries "
+                     "WHERE webhook_id = ?1 GROUP BY outcome",
 };
 
 /* Checkpoints (the WAL's pages written back into the database file, both fsynced) run on a
@@ -334,7 +361,22 @@ static const char store__schema[] =
     "  key_id TEXT NOT NULL,"
     "  name TEXT NOT NULL,"
     "  last INTEGER NOT NULL,"
-    "  PRIMARY KEY(key_id, name)) WITHOUT ROWID;";
+    "  PRIMARY KEY(key_id, name)) WITHOUT ROWID;"
+    /* Schema 5: webhooks (controlplane/webhooks.c): the registrations, their signing secrets
+     * sealed (never in doc), and the history of their delivery attempts. */
+    "CREATE TABLE IF NOT EXISTS webhooks("
+    "  id TEXT PRIMARY KEY,"
+    "  key_id TEXT NOT NULL,"
+    "  created_ns INTEGER NOT NULL,"
+    "  doc TEXT NOT NULL,"
+    "  secret BLOB NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS webhook_deliveries("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  webhook_id TEXT NOT NULL,"
+    "  time_ns INTEGER NOT NULL,"
+    "  outcome TEXT NOT NULL,"
+    "  doc TEXT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS webhook_deliveries_of ON webhook_deliveries(webhook_id, seq);";
 
 static int store__user_version(struct cp_store *s, int *out, struct al_error *err)
 {
@@ -1219,5 +1261,147 @@ int cp_store_snap_list(struct cp_store *s, const struct cp_store_snap_query *q,
     for (size_t i = 0; !ret && i < n; i++)
         ret = fn(&rows[i], arg);
     free(rows);
+    return ret;
+}
+
+/* ---- webhooks (webhooks.c) ----------------------------------------------------------- */
+
+int cp_store_wh_save(struct cp_store *s, const char *id, const char *key_id, uint64_t created_ns,
+                     const json_t *doc, const void *secret, size_t secret_len, struct al_error *err)
+{
+    char *text = store__dump(doc, err);
+    if (!text)
+        return -ENOMEM;
+    sqlite3_stmt *st;
+    if (secret) {
+        st = store__st(s, ST_WH_SAVE);
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, key_id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)created_ns);
+        sqlite3_bind_text(st, 4, text, -1, SQLITE_STATIC);
+        sqlite3_bind_blob(st, 5, secret, (int)secret_len, SQLITE_STATIC);
+    } else {
+        st = store__st(s, ST_WH_SET_DOC);
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, text, -1, SQLITE_STATIC);
+    }
+    int rc = store__done(s, st, "saving a webhook", err);
+    if (!rc && !secret && sqlite3_changes(s->db) == 0)
+        rc = al_error_set(err, -ENOENT, "no webhook %s", id);
+    sqlite3_clear_bindings(st);
+    free(text);
+    return rc;
+}
+
+int cp_store_wh_delete(struct cp_store *s, const char *id, struct al_error *err)
+{
+    int rc = store__exec(s, "BEGIN IMMEDIATE", err);
+    if (rc)
+        return rc;
+    sqlite3_stmt *st = store__st(s, ST_WH_DELETE);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    rc = store__done(s, st, "deleting a webhook", err);
+    if (!rc && sqlite3_changes(s->db) == 0)
+        rc = al_error_set(err, -ENOENT, "no webhook %s", id);
+    if (!rc) {
+        st = store__st(s, ST_WH_DELETE_DELIVERIES);
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        rc = store__done(s, st, "deleting a webhook's deliveries", err);
+    }
+    if (!rc)
+        return store__exec(s, "COMMIT", err);
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+int cp_store_wh_foreach(struct cp_store *s,
+                        int (*fn)(const char *id, const char *key_id, uint64_t created_ns,
+                                  const json_t *doc, const void *secret, size_t secret_len,
+                                  void *arg),
+                        void *arg, struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_WH_ALL);
+    int rc, ret = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *id = (const char *)sqlite3_column_text(st, 0);
+        const char *key = (const char *)sqlite3_column_text(st, 1);
+        json_t *d = store__doc(st, 3, NULL);
+        const void *sec = sqlite3_column_blob(st, 4);
+        int sl = sqlite3_column_bytes(st, 4);
+        if (!id || !key || !d || !sec) {
+            al_warn("state database %s: webhook row %s is malformed: skipped", s->path,
+                    id ? id : "?");
+            json_decref(d);
+            continue;
+        }
+        /* fn does not use the store (webhooks.c loads them once, at start). */
+        ret = fn(id, key, (uint64_t)sqlite3_column_int64(st, 2), d, sec, (size_t)sl, arg);
+        json_decref(d);
+        if (ret)
+            break;
+    }
+    if (!ret && rc != SQLITE_DONE && rc != SQLITE_ROW)
+        ret = store__err(s, err, "listing webhooks");
+    sqlite3_reset(st);
+    return ret;
+}
+
+int cp_store_whd_add(struct cp_store *s, const char *webhook_id, uint64_t time_ns,
+                     const char *outcome, const char *doc, uint64_t keep, struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_WHD_ADD);
+    sqlite3_bind_text(st, 1, webhook_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)time_ns);
+    sqlite3_bind_text(st, 3, outcome, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, doc, -1, SQLITE_STATIC);
+    int rc = store__done(s, st, "recording a webhook delivery", err);
+    sqlite3_clear_bindings(st);
+    if (rc || !keep)
+        return rc;
+    st = store__st(s, ST_WHD_PRUNE);
+    sqlite3_bind_text(st, 1, webhook_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)keep);
+    rc = store__done(s, st, "pruning a webhook's deliveries", err);
+    sqlite3_clear_bindings(st);
+    return rc;
+}
+
+int cp_store_whd_query(struct cp_store *s, const char *webhook_id, uint64_t limit, uint64_t offset,
+                       int (*fn)(const char *doc, void *arg), void *arg, struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_WHD_QUERY);
+    sqlite3_bind_text(st, 1, webhook_id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)limit);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)offset);
+    int rc, ret = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *doc = (const char *)sqlite3_column_text(st, 0);
+        if (doc && (ret = fn(doc, arg)))
+            break;
+    }
+    if (!ret && rc != SQLITE_DONE)
+        ret = store__err(s, err, "listing a webhook's deliveries");
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return ret;
+}
+
+int cp_store_whd_stats(struct cp_store *s, const char *webhook_id,
+                       int (*fn)(const char *outcome, uint64_t count, uint64_t last_ns, void *arg),
+                       void *arg, struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_WHD_STATS);
+    sqlite3_bind_text(st, 1, webhook_id, -1, SQLITE_STATIC);
+    int rc, ret = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *o = (const char *)sqlite3_column_text(st, 0);
+        if (o && (ret = fn(o, (uint64_t)sqlite3_column_int64(st, 1),
+                           (uint64_t)sqlite3_column_int64(st, 2), arg)))
+            break;
+    }
+    if (!ret && rc != SQLITE_DONE)
+        ret = store__err(s, err, "counting a webhook's deliveries");
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
     return ret;
 }

@@ -1,7 +1,8 @@
 /* controlplane/store: airlockd's state in SQLite (<state>/airlockd.db).
  *
  * Owns: the schema (sandboxes, api_keys, events, templates, template_builds,
- * template_build_logs, snapshots, meta) and its version, WAL mode, and every query.
+ * template_build_logs, snapshots, webhooks, webhook_deliveries, meta) and its version, WAL
+ * mode, and every query.
  * Crash safety: WAL with synchronous=NORMAL, one transaction per change, so a killed
  * airlockd (kill -9) loses nothing it answered; a power cut can only lose the last changes,
  * never leave a torn database. Checkpoints (the only fsyncs) run on a thread of the
@@ -20,7 +21,7 @@
 #include "common/error.h"
 #include "record.h"
 
-#define CP_STORE_SCHEMA_VERSION 4
+#define CP_STORE_SCHEMA_VERSION 5
 
 struct cp_store;
 
@@ -160,6 +161,33 @@ int cp_store_key_revoke(struct cp_store *s, const char *id, uint64_t when_ns, st
 int cp_store_key_touch(struct cp_store *s, const char *id, uint64_t when_ns);
 /* How many keys are not revoked. */
 int cp_store_key_count_valid(struct cp_store *s, size_t *out, struct al_error *err);
+
+/* ---- webhooks (webhooks.c) ----------------------------------------------------------- */
+/* Inserts webhook id or replaces its document and sealed signing secret; with secret NULL,
+ * replaces only the document of an existing one (-ENOENT). */
+int cp_store_wh_save(struct cp_store *s, const char *id, const char *key_id, uint64_t created_ns,
+                     const json_t *doc, const void *secret, size_t secret_len,
+                     struct al_error *err);
+/* Deletes it and its delivery history; -ENOENT. */
+int cp_store_wh_delete(struct cp_store *s, const char *id, struct al_error *err);
+/* Every webhook, oldest first, until fn returns non-zero (returned); fn must not use the
+ * store. Malformed rows are logged and skipped. */
+int cp_store_wh_foreach(struct cp_store *s,
+                        int (*fn)(const char *id, const char *key_id, uint64_t created_ns,
+                                  const json_t *doc, const void *secret, size_t secret_len,
+                                  void *arg),
+                        void *arg, struct al_error *err);
+/* Appends one delivery attempt (outcome: "delivered", "retrying", "failed", "dropped"...)
+ * and keeps only the newest keep of this webhook (0: all). */
+int cp_store_whd_add(struct cp_store *s, const char *webhook_id, uint64_t time_ns,
+                     const char *outcome, const char *doc, uint64_t keep, struct al_error *err);
+/* Its attempts, newest first. */
+int cp_store_whd_query(struct cp_store *s, const char *webhook_id, uint64_t limit, uint64_t offset,
+                       int (*fn)(const char *doc, void *arg), void *arg, struct al_error *err);
+/* Per outcome: how many attempts are kept, and the newest one's time. */
+int cp_store_whd_stats(struct cp_store *s, const char *webhook_id,
+                       int (*fn)(const char *outcome, uint64_t count, uint64_t last_ns, void *arg),
+                       void *arg, struct al_error *err);
 
 /* ---- meta --------------------------------------------------------------------------- */
 int cp_store_meta_get(struct cp_store *s, const char *key, char *out, size_t len);

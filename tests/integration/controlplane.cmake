@@ -46,3 +46,7 @@ airlock_script_test(NAME cp_pools SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_pools.sh
 # airlock-egress or a neighbour; a new sandbox is refused with a 503 that says why.
 airlock_script_test(NAME cp_hostlimits SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_hostlimits.sh
                     LABELS controlplane TIMEOUT 900)
+# Lifecycle webhooks: registration, signed deliveries retried and recorded, https to the
+# checked address, internal targets refused also when the name changes, a bounded queue.
+airlock_script_test(NAME cp_webhooks SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_webhooks.sh
+                    LABELS controlplane TIMEOUT 600)

@@ -14,7 +14,9 @@
 #   cp_egress_args ARGS...  more arguments of airlock-egress (egress.args; before cp_start),
 #                         e.g. --upstream-ca FILE
 #   cp_start [NAME]       starts airlockd (background job NAME, default airlockd), waits for
-#                         its banner, sets CP_URL; earlier runs' logs go to NAME.history.log
+#                         its banner, sets CP_URL; earlier runs' logs go to NAME.history.log;
+#                         with CP_NETNS_EXEC=1 through `ip netns exec` (/etc/netns/<ns>/hosts
+#                         is then its /etc/hosts)
 #   cp_cli ARGS...        `airlock --state-dir $CP_STATE ARGS...`
 #   cp_api ARGS...        curl against the API (in the host namespace, with the key)
 #   cp_create [JSON]      POST /v2/sandboxes; echoes the sandbox id
@@ -139,7 +141,11 @@ cp_start() {
   : >"$AL_TMP/$job.log"
   local daemon=airlockd
   [ "$CP_BACKEND" = test ] && daemon=airlockd-test
-  al_bg "$job" nsenter --net="/run/netns/$CP_HOSTNS" -- env AIRLOCK_API_KEY="$CP_KEY" \
+  # CP_NETNS_EXEC=1: `ip netns exec` instead of nsenter, so that /etc/netns/<host ns>/
+  # (hosts, resolv.conf) is airlockd's /etc (a test that controls its name resolution).
+  local enter=(nsenter --net="/run/netns/$CP_HOSTNS" --)
+  [ "${CP_NETNS_EXEC:-0}" = 1 ] && enter=(ip netns exec "$CP_HOSTNS")
+  al_bg "$job" "${enter[@]}" env AIRLOCK_API_KEY="$CP_KEY" \
     AIRLOCK_LOG_FORMAT=json "$AIRLOCK_BIN/$daemon" --listen 127.0.0.1:0 --state-dir "$CP_STATE" \
     --config "$AL_TMP/airlockd.yaml"
   al_wait_line "$job" '^export E2B_API_URL=' 600 || { tail -40 "$AL_TMP/$job.log" >&2; return 1; }
