@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "common/http.h"
+#include "common/http_head.h"
 #include "common/http_tls.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -91,73 +92,42 @@ int cp_wh_url_parse(const char *url, bool allow_http, struct cp_wh_url *out, str
         if ((unsigned char)url[i] <= 0x20 || url[i] == 0x7f)
             return al_error_set(err, -EINVAL,
                                 "url: no spaces or control characters (percent-encode them)");
-    const char *p;
-    if (strncasecmp(url, "https://", 8) == 0) {
-        out->tls = true;
-        p = url + 8;
-    } else if (strncasecmp(url, "http://", 7) == 0) {
-        if (!allow_http)
-            return al_error_set(err, -EINVAL,
-                                "url: must be https:// (this airlockd does not allow http:// "
-                                "webhooks: webhooks.allow_http)");
-        p = url + 7;
-    } else {
+    /* The request-target parser of every HTTP component reads it: an absolute-form target is
+     * exactly scheme://authority/path?query, with the authority's refusals (userinfo, a bad
+     * host or port) said the same way everywhere. */
+    struct al_http_target t;
+    const char *why = NULL;
+    if (al_http_target_parse(url, n, 0, &t, &why) < 0) {
+        if (strcmp(why, "fragment_in_target") == 0)
+            return al_error_set(err, -EINVAL, "url: no fragment (#...)");
+        if (strcmp(why, "userinfo_in_authority") == 0)
+            return al_error_set(err, -EINVAL, "url: no user name or password (user@host)");
+        if (strcmp(why, "invalid_target") == 0)
+            return al_error_set(err, -EINVAL, "url: must be an https:// URL");
+        return al_error_set(err, -EINVAL, "url: %s", al_http_target_message(why));
+    }
+    if (t.form != AL_HTTP_TARGET_ABSOLUTE)
         return al_error_set(err, -EINVAL, "url: must be an https:// URL");
-    }
-    if (strchr(p, '#'))
-        return al_error_set(err, -EINVAL, "url: no fragment (#...)");
-    size_t alen = strcspn(p, "/?");
-    if (memchr(p, '@', alen))
-        return al_error_set(err, -EINVAL, "url: no user name or password (user@host)");
-    const char *host = p, *hend, *port = NULL;
-    if (*p == '[') {
-        hend = memchr(p, ']', alen);
-        if (!hend)
-            return al_error_set(err, -EINVAL, "url: missing ']' after an IPv6 address");
-        host = p; /* the canonicaliser takes the brackets */
-        if (hend + 1 < p + alen) {
-            if (hend[1] != ':')
-                return al_error_set(err, -EINVAL, "url: expected ':port' after ']'");
-            port = hend + 2;
-        }
-        hend++;
-    } else {
-        hend = memchr(p, ':', alen);
-        if (hend)
-            port = hend + 1;
-        else
-            hend = p + alen;
-    }
-    if (hend == host)
-        return al_error_set(err, -EINVAL, "url: no host");
-    out->port = out->tls ? 443 : 80;
-    if (port) {
-        size_t pl = (size_t)(p + alen - port);
-        long v = 0;
-        if (pl == 0 || pl > 5)
-            return al_error_set(err, -EINVAL, "url: the port must be 1 to 65535");
-        for (size_t i = 0; i < pl; i++) {
-            if (port[i] < '0' || port[i] > '9')
-                return al_error_set(err, -EINVAL, "url: the port must be 1 to 65535");
-            v = v * 10 + (port[i] - '0');
-        }
-        if (v < 1 || v > 65535)
-            return al_error_set(err, -EINVAL, "url: the port must be 1 to 65535");
-        out->port = (int)v;
-    }
+    if (!t.https && !allow_http)
+        return al_error_set(err, -EINVAL,
+                            "url: must be https:// (this airlockd does not allow http:// "
+                            "webhooks: webhooks.allow_http)");
+    out->tls = t.https;
+    out->port = t.authority.has_port ? t.authority.port : out->tls ? 443 : 80;
+    /* The canonicaliser takes an IPv6 literal with its brackets. */
+    const char *host = t.authority.ip6 ? t.authority.host - 1 : t.authority.host;
+    size_t host_len = t.authority.host_len + (t.authority.ip6 ? 2 : 0);
     struct policy_host h;
     struct al_error herr = {0};
-    if (policy_host_canon(host, (size_t)(hend - host), &h, &herr))
+    if (policy_host_canon(host, host_len, &h, &herr))
         return al_error_set(err, -EINVAL, "url: the host: %s", al_error_str(&herr));
-    if (h.zone[0])
-        return al_error_set(err, -EINVAL, "url: no IPv6 zone id");
     snprintf(out->host, sizeof out->host, "%s", h.text);
     out->host_is_addr = h.kind == POLICY_HOST_ADDR;
     bool v6 = out->host_is_addr && h.addr.family == AF_INET6;
     snprintf(out->target, sizeof out->target, "%s://%s%s%s:%d", out->tls ? "https" : "http",
              v6 ? "[" : "", out->host, v6 ? "]" : "", out->port);
-    const char *rest = p + alen;
-    snprintf(out->path, sizeof out->path, "%s%s", *rest == '/' ? "" : "/", rest);
+    /* path and query run to the end of url (there is no fragment) */
+    snprintf(out->path, sizeof out->path, "%s%s", t.path_len ? "" : "/", t.path);
     return 0;
 }
 

@@ -61,6 +61,23 @@ START_TEST(urls_https_by_default_and_nothing_hidden)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(cp_wh_url_parse(bad[i], true, &u, &err) == -EINVAL, "accepted: %s", bad[i]);
+    /* Each refusal says what is wrong with the URL. */
+    static const char *const said[][2] = {
+        {"https://user:pw@h.example/", "user name or password"},
+        {"https://h.example/#frag", "fragment"},
+        {"ftp://h.example/", "must be an https:// URL"},
+        {"/just/a/path", "must be an https:// URL"},
+        {"https://h.example:0/", "1 to 65535"},
+        {"https:///path", "no host"},
+        {"https://[::1/", "IPv6 address in brackets"},
+        {"https://bad_name.example/", "the host:"},
+    };
+    for (size_t i = 0; i < sizeof said / sizeof said[0]; i++) {
+        err = (struct al_error){0};
+        ck_assert_int_eq(cp_wh_url_parse(said[i][0], true, &u, &err), -EINVAL);
+        ck_assert_msg(strstr(err.msg, said[i][1]), "%s: '%s' does not say '%s'", said[i][0],
+                      err.msg, said[i][1]);
+    }
     char longest[2100];
     memset(longest, 'a', sizeof longest - 1);
     memcpy(longest, "https://h.example/", 18);
