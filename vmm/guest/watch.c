@@ -4,7 +4,9 @@
  * whose events go either to its stream or to its buffer.
  *
  * One inotify instance per watch. Recursive watches add every directory below the root at
- * start and each directory that appears later (created or moved in), up to max_watches.
+ * start and each directory that appears later (created or moved in), up to max_watches. What
+ * was created inside a new directory before its watch was added is reported from a scan of it
+ * (envd loses those events: `mkdir -p a/b && touch a/b/c` shows only `a`).
  * Event mapping (fsnotify): IN_CREATE/IN_MOVED_TO -> CREATE, IN_MODIFY -> WRITE,
  * IN_ATTRIB -> CHMOD, IN_DELETE/IN_DELETE_SELF -> REMOVE, IN_MOVED_FROM/IN_MOVE_SELF ->
  * RENAME; `name` is relative to the watched directory. When the stream's queue passes the
@@ -138,8 +140,13 @@ static void watch__remove_wd(struct agent_watch *w, int wd)
     }
 }
 
-/* Adds watches for rel and every directory below it (no symlinks followed). */
-static int watch__add_tree(struct agent_watch *w, const char *rel, int depth)
+static void watch__emit(struct agent_watch *w, const char *name, const char *type, bool entry);
+
+/* Adds watches for rel and every directory below it (no symlinks followed). With `emit`, rel is
+ * a directory that has just been created: whatever was created in it before its watch existed
+ * produced no event, so each entry found below it is reported as created. An entry created
+ * between the watch and the scan is then reported twice; one never reported would be worse. */
+static int watch__add_tree(struct agent_watch *w, const char *rel, int depth, bool emit)
 {
     int r = watch__add(w, rel);
     if (r < 0 || depth > 128)
@@ -162,13 +169,15 @@ static int watch__add_tree(struct agent_watch *w, const char *rel, int depth)
             isdir =
                 fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
         }
-        if (!isdir)
-            continue;
         char sub[PATH_MAX];
         if (snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", de->d_name) >=
             (int)sizeof sub)
             continue;
-        r = watch__add_tree(w, sub, depth + 1);
+        if (emit)
+            watch__emit(w, sub, "EVENT_TYPE_CREATE", true);
+        if (!isdir)
+            continue;
+        r = watch__add_tree(w, sub, depth + 1, emit);
         if (r == -ENOSPC)
             break;
     }
@@ -343,7 +352,7 @@ static void watch__event(struct agent_watch *w, const struct inotify_event *ev)
     if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
         watch__emit(w, name, "EVENT_TYPE_CREATE", true);
         if (w->recursive && (ev->mask & IN_ISDIR) && !self) {
-            int r = watch__add_tree(w, name, 0);
+            int r = watch__add_tree(w, name, 0, (ev->mask & IN_CREATE) != 0);
             if (r == -ENOSPC)
                 al_warn(
                     "watch: more than %zu directories below %s; deeper changes are not reported",
@@ -480,7 +489,7 @@ static struct agent_watch *watch__open(struct agent_call *c, enum agent_connect_
     }
     w->io_open = true;
     w->handles = 1;
-    r = recursive ? watch__add_tree(w, "", 0) : watch__add(w, "");
+    r = recursive ? watch__add_tree(w, "", 0, false) : watch__add(w, "");
     if (r < 0 && !(r == -ENOSPC && w->nwds > 0)) {
         w->closing = true;
         watch__stop_io(w);

@@ -560,6 +560,41 @@ START_TEST(polled_watchers_as_envd_serves_them)
 }
 END_TEST
 
+/* A directory created with its contents before the agent reads the first event: the watch on it
+ * comes too late for the events inside it, which the agent then reports from a scan. */
+START_TEST(a_recursive_watcher_sees_what_was_created_in_a_new_directory_at_once)
+{
+    setup();
+    char *id = create_watcher(",\"recursive\":true,\"include_entry\":true");
+    char p[600];
+    loop_hold();
+    snprintf(p, sizeof p, "%s/new", g_home);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    touch("new/c.txt");
+    snprintf(p, sizeof p, "%s/new/deep", g_home);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    touch("new/deep/d.txt");
+    loop_release();
+    json_t *seen = json_array();
+    poll_for(id, seen, "new", "EVENT_TYPE_CREATE");
+    json_t *ev = poll_for(id, seen, "new/c.txt", "EVENT_TYPE_CREATE");
+    ck_assert_str_eq(jpath_str(json_object_get(ev, "entry"), "type", NULL), "FILE_TYPE_FILE");
+    ev = poll_for(id, seen, "new/deep", "EVENT_TYPE_CREATE");
+    ck_assert_str_eq(jpath_str(json_object_get(ev, "entry"), "type", NULL), "FILE_TYPE_DIRECTORY");
+    poll_for(id, seen, "new/deep/d.txt", "EVENT_TYPE_CREATE");
+    /* ... and what comes later below it, from the watches the scan added. */
+    touch("new/deep/e.txt");
+    poll_for(id, seen, "new/deep/e.txt", "EVENT_TYPE_CREATE");
+    struct resp r;
+    watcher_call(&r, "RemoveWatcher", id);
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+    json_decref(seen);
+    free(id);
+    teardown();
+}
+END_TEST
+
 START_TEST(a_watcher_keeps_a_bounded_number_of_events)
 {
     agent_limits_default(&g_lim);
@@ -625,6 +660,7 @@ static Suite *suite(void)
     TCase *w = tcase_create("watchers");
     tcase_set_timeout(w, 120);
     tcase_add_test(w, polled_watchers_as_envd_serves_them);
+    tcase_add_test(w, a_recursive_watcher_sees_what_was_created_in_a_new_directory_at_once);
     tcase_add_test(w, a_watcher_keeps_a_bounded_number_of_events);
     tcase_add_test(w, a_watcher_nobody_polls_is_removed);
     suite_add_tcase(s, w);
