@@ -43,10 +43,16 @@ struct cp_start_args {
     /* The sandbox's CA of the egress proxy's interception (PEM), for the agent to install in
      * the sandbox's trust stores, or NULL. */
     const char *ca_cert_pem;
+    /* jail: a snapshot's directory whose files the sandbox starts with (controlplane/
+     * snapshots.c), or NULL. */
+    const char *restore_dir;
 };
 
 typedef void (*cp_backend_cb)(struct cp_sandbox *sb, int rc, const char *msg);
 typedef void (*cp_backend_stats_cb)(struct cp_sandbox *sb, int rc, json_t *stats, void *arg);
+/* res: the backend's account of the snapshot (borrowed), msg: why it failed. */
+typedef void (*cp_backend_snap_cb)(struct cp_sandbox *sb, int rc, json_t *res, const char *msg,
+                                   void *arg);
 
 struct cp_backend_ops {
     const char *name; /* "vmm", "test" */
@@ -64,6 +70,9 @@ struct cp_backend_ops {
     /* {"cpu_usage_ns","cpus","memory_bytes","memory_limit_bytes","memory_cache_bytes",
      *  "disk_used_bytes","disk_total_bytes"} (missing keys = unknown). */
     int (*stats)(struct cp_sandbox *sb, cp_backend_stats_cb cb, void *arg);
+    /* Captures the sandbox's file system into the new directory path (jail: airlock-vmm's
+     * POST /snapshot; res is its answer); NULL: the backend has no snapshots. */
+    int (*snapshot)(struct cp_sandbox *sb, const char *path, cp_backend_snap_cb cb, void *arg);
     /* After an airlockd restart: sb->rec names a sandbox that was running. Checks that it
      * still runs (cb rc 0, sb->pidfd set, *paused reported through sb->rec.state) or not
      * (-ESRCH). */

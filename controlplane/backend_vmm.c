@@ -29,6 +29,8 @@
 
 #define VMM_API_TIMEOUT_MS  15000
 #define VMM_STOP_TIMEOUT_MS 20000
+/* A snapshot copies the sandbox's writable layer (bounded by its disk size) */
+#define VMM_SNAPSHOT_TIMEOUT_MS 600000
 /* Warm airlock-vmm processes starting at once while the pool refills: each start costs a
  * few milliseconds of CPU (exec, cgroups), and a refill of the whole pool at once (32 or
  * more processes) took both cores for hundreds of milliseconds whenever a burst paused
@@ -84,6 +86,7 @@ struct vmm_call {
     struct cp_sandbox *sb;
     cp_backend_cb cb;
     cp_backend_stats_cb stats_cb;
+    cp_backend_snap_cb snap_cb;
     void *arg;
     void (*done)(struct vmm_call *c, int status, json_t *body, const char *err);
     int status;
@@ -782,6 +785,8 @@ json_t *cp_vmm_spec(struct cp_sandbox *sb, const struct cp_start_args *a, int ne
         json_object_set_new(j, "uid_base", json_integer(cp->cfg.uid_base));
     if (cp->cfg.uid_slots)
         json_object_set_new(j, "uid_slots", json_integer(cp->cfg.uid_slots));
+    if (a->restore_dir && !kvm)
+        json_object_set_new(j, "restore", json_string(a->restore_dir));
     json_object_set_new(s, "jail", j);
     if (kvm) {
         /* No kernel: airlock-vmm's default ($AIRLOCK_KVM_KERNEL, the installed one), the
@@ -926,6 +931,30 @@ static int vmm_stats(struct cp_sandbox *sb, cp_backend_stats_cb cb, void *arg)
 {
     struct vmm_call c = {.stats_cb = cb, .arg = arg, .done = vmm__stats_done};
     return vmm__call(sb, "GET", "/stats", NULL, VMM_API_TIMEOUT_MS, &c);
+}
+
+static void vmm__snapshot_done(struct vmm_call *x, int status, json_t *body, const char *why)
+{
+    int rc = status == 200 && json_is_object(body) ? 0 : status == 409 ? -EALREADY : -EIO;
+    char msg[600];
+    if (rc && status > 0 && !*why)
+        snprintf(msg, sizeof msg, "airlock-vmm answered %d", status);
+    else
+        snprintf(msg, sizeof msg, "%s", why);
+    x->snap_cb(x->sb, rc, rc ? NULL : body, rc ? msg : NULL, x->arg);
+}
+
+static int vmm_snapshot(struct cp_sandbox *sb, const char *path, cp_backend_snap_cb cb, void *arg)
+{
+    json_t *b = json_pack("{s:s}", "path", path);
+    char *text = b ? json_dumps(b, JSON_COMPACT) : NULL;
+    json_decref(b);
+    if (!text)
+        return -ENOMEM;
+    struct vmm_call c = {.snap_cb = cb, .arg = arg, .done = vmm__snapshot_done};
+    int rc = vmm__call(sb, "POST", "/snapshot", text, VMM_SNAPSHOT_TIMEOUT_MS, &c);
+    free(text);
+    return rc;
 }
 
 static void vmm__adopt_done(struct vmm_call *x, int status, json_t *body, const char *why)
@@ -1076,6 +1105,7 @@ const struct cp_backend_ops cp_backend_vmm = {
     .pause = vmm_pause,
     .resume = vmm_resume,
     .stats = vmm_stats,
+    .snapshot = vmm_snapshot,
     .adopt = vmm_adopt,
     .cleanup = vmm_cleanup,
     .sweep = vmm_sweep,

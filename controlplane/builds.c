@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "cp.h"
+#include "snapshots.h"
 #include "store.h"
 #include "templates.h"
 #include "controlplane/templates/apply.h"
@@ -903,7 +904,8 @@ static void builds__gc(struct cp *cp, const char *id)
         } else if (strncmp(de->d_name, ver, strlen(ver)) == 0) {
             struct builds_build_user bu = {.id = id, .bid = de->d_name + strlen(ver)};
             cp_map_foreach(&cp->sandboxes, builds__uses_build, &bu);
-            gone = !bu.used && !builds__tagged(tags, bu.bid);
+            gone = !bu.used && !builds__tagged(tags, bu.bid) &&
+                   !cp_snapshots_use_version(cp, id, bu.bid);
         } else {
             continue;
         }

@@ -50,7 +50,8 @@ enum cp_op_kind {
     CP_OP_PAUSE = 1,
     CP_OP_RESUME, /* connect / resume of a paused sandbox */
     CP_OP_KILL,
-    CP_OP_EXPIRE, /* the timeout fired: kill or pause */
+    CP_OP_EXPIRE,   /* the timeout fired: kill or pause */
+    CP_OP_SNAPSHOT, /* POST /sandboxes/{id}/snapshots (snapshots.c) */
 };
 
 struct cp_op {
@@ -65,6 +66,7 @@ struct cp_op {
     void *done_arg;
     int cause;       /* enum cp_event_cause: why (the lifecycle event says so) */
     char key_id[32]; /* the API key that asked ("" when not asked through the API) */
+    char name[128];  /* snapshot: its name, or "" */
     struct cp_op *next;
 };
 
@@ -230,6 +232,9 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *c, struct al_htt
  * API key that asked, or NULL) go into the lifecycle event of the change. */
 void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req, int api,
                      uint64_t timeout_s, bool auto_pause, int cause, const char *key_id);
+/* Queues a snapshot of sb (controlplane/snapshots.c) named name ("" for none); answers req. */
+void cp_lifecycle_snapshot(struct cp_sandbox *sb, struct al_http_req *req, const char *name,
+                           const char *key_id);
 /* Resumes a paused sandbox (auto-resume on traffic) and calls done afterwards. */
 void cp_lifecycle_resume_then(struct cp_sandbox *sb,
                               void (*done)(struct cp_sandbox *sb, int rc, void *arg), void *arg);

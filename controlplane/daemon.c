@@ -37,6 +37,7 @@
 #include "hostcheck.h"
 #include "metrics.h"
 #include "policysel.h"
+#include "snapshots.h"
 #include "store.h"
 #include "supervise.h"
 #include "templates.h"
@@ -818,6 +819,7 @@ int cp_main(int argc, char **argv)
         al_error("%s", al_error_str(&err));
         goto out;
     }
+    cp_snapshots_sweep(cp);
     cp_builds_recover(cp);
     if (cp->backend->sweep(cp, &err))
         al_warn("sweeping leftovers of dead sandboxes: %s", al_error_str(&err));

@@ -31,6 +31,7 @@
 #include "events.h"
 #include "metrics.h"
 #include "policysel.h"
+#include "snapshots.h"
 #include "store.h"
 #include "builds.h"
 #include "templates.h"
@@ -266,6 +267,9 @@ struct lc_create {
     char ca_fp[128]; /* the fingerprint of the CA handed to the agent at its start */
     char template_dir[4096];
     char template_build[40]; /* the build of the version template_dir holds ("" if none) */
+    char template_ref[CP_TEMPLATE_MAX]; /* what the record names: the request's, or the
+                                         * version a snapshot applies to */
+    char restore_dir[4200];             /* Sandbox.create(snapshotID): its files, else "" */
     uint64_t timeout_s;
     bool starting; /* counted in cp->n_starting */
     int fail_status;
@@ -489,6 +493,7 @@ static void lc__create_start_now(struct lc_create *c)
         .prefix_len = sb->has_net ? sb->net.prefix_len : 0,
         .dns = sb->has_net && sb->net.gateway[0] ? sb->net.gateway : NULL,
         .hostname = NULL,
+        .restore_dir = c->restore_dir[0] ? c->restore_dir : NULL,
     };
     lc__create_intercept(c, &a);
     sb->backend_attempted = true;
@@ -622,10 +627,24 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         cp_rest_error(req, 500, "out of memory");
         return;
     }
-    if (cp_template_resolve_build(cp, req_c->template_id, c->template_dir, sizeof c->template_dir,
+    /* A snapshot id: the template version it applies to, with its files on top. */
+    snprintf(c->template_ref, sizeof c->template_ref, "%s", req_c->template_id);
+    int snap =
+        cp_snapshot_for_create(cp, req_c->template_id, req_c->who.key_id, c->template_ref,
+                               sizeof c->template_ref, c->restore_dir, sizeof c->restore_dir, &err);
+    if (snap < 0) {
+        free(c);
+        cp_rest_error(req, snap == -ENOENT ? 404 : 409, "%s", al_error_str(&err));
+        return;
+    }
+    if (cp_template_resolve_build(cp, c->template_ref, c->template_dir, sizeof c->template_dir,
                                   c->template_build, sizeof c->template_build, &err)) {
         free(c);
-        cp_rest_error(req, 404, "%s", al_error_str(&err));
+        if (snap)
+            cp_rest_error(req, 409, "snapshot %s: its template is gone: %s", req_c->template_id,
+                          al_error_str(&err));
+        else
+            cp_rest_error(req, 404, "%s", al_error_str(&err));
         return;
     }
     if (lc__check_env(req_c->env_vars, &err)) {
@@ -709,7 +728,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         return;
     }
     r->state = CP_SB_CREATING;
-    snprintf(r->template_id, sizeof r->template_id, "%s", req_c->template_id);
+    snprintf(r->template_id, sizeof r->template_id, "%s", c->template_ref);
     snprintf(r->template_build, sizeof r->template_build, "%s", c->template_build);
     snprintf(r->backend, sizeof r->backend, "%s", cp->backend_kind);
     snprintf(r->key_id, sizeof r->key_id, "%s", req_c->who.key_id);
@@ -1107,6 +1126,9 @@ static void lc__run_op(struct cp_sandbox *sb, struct cp_op *op)
         }
         rc = cp->backend->resume(sb, lc__resumed);
         break;
+    case CP_OP_SNAPSHOT:
+        cp_snapshot_run(sb, op, lc__op_finish);
+        return;
     }
     if (rc) {
         lc__answer_op(op, 500, "sandbox %s: the backend refused: %s", sb->rec.id, strerror(-rc));
@@ -1124,6 +1146,38 @@ static void lc__run_ops(struct cp_sandbox *sb)
         sb->ops_tail = &sb->ops;
     op->next = NULL;
     lc__run_op(sb, op);
+}
+
+static void lc__enqueue(struct cp_sandbox *sb, struct cp_op *op)
+{
+    if (op->kind == CP_OP_KILL) {
+        /* A kill overtakes queued pauses and resumes (they are answered 404 when it is done):
+         * it goes first in the queue. */
+        op->next = sb->ops;
+        sb->ops = op;
+        if (sb->ops_tail == &sb->ops)
+            sb->ops_tail = &op->next;
+    } else {
+        *sb->ops_tail = op;
+        sb->ops_tail = &op->next;
+    }
+    lc__run_ops(sb);
+}
+
+void cp_lifecycle_snapshot(struct cp_sandbox *sb, struct al_http_req *req, const char *name,
+                           const char *key_id)
+{
+    struct cp_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    op->kind = CP_OP_SNAPSHOT;
+    op->req = req;
+    op->cause = CP_CAUSE_API;
+    snprintf(op->key_id, sizeof op->key_id, "%s", key_id ? key_id : "");
+    snprintf(op->name, sizeof op->name, "%s", name);
+    lc__enqueue(sb, op);
 }
 
 void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req, int api,
@@ -1153,18 +1207,7 @@ void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http
     op->auto_pause = auto_pause;
     op->cause = cause;
     snprintf(op->key_id, sizeof op->key_id, "%s", key_id ? key_id : "");
-    if (kind == CP_OP_KILL) {
-        /* A kill overtakes queued pauses and resumes (they are answered 404 when it is done):
-         * it goes first in the queue. */
-        op->next = sb->ops;
-        sb->ops = op;
-        if (sb->ops_tail == &sb->ops)
-            sb->ops_tail = &op->next;
-    } else {
-        *sb->ops_tail = op;
-        sb->ops_tail = &op->next;
-    }
-    lc__run_ops(sb);
+    lc__enqueue(sb, op);
 }
 
 static void lc__expired(uv_timer_t *t)

@@ -33,6 +33,7 @@
 #include "metrics.h"
 #include "policysel.h"
 #include "secrets.h"
+#include "snapshots.h"
 #include "store.h"
 #include "templates.h"
 
@@ -151,6 +152,7 @@ enum rest_route {
     R_TIMEOUT,
     R_REFRESH,
     R_PAUSE,
+    R_SNAPSHOT,    /* POST /sandboxes/{id}/snapshots */
     R_NETWORK,     /* PUT /sandboxes/{id}/network */
     R_TPL_REQUEST, /* POST /v3/templates */
     R_TPL_TRIGGER, /* POST /v2/templates/{id}/builds/{buildID} */
@@ -586,6 +588,17 @@ static void rest__on_body(struct al_http_req *req, int err)
         if (sb)
             cp_lifecycle_op(sb, CP_OP_PAUSE, req, CP_ANSWER_EMPTY, 0, false, CP_CAUSE_API,
                             x->who.key_id);
+        break;
+    }
+    case R_SNAPSHOT: {
+        json_t *b = rest__body(req, false);
+        char name[128];
+        if (b && cp_snapshot_body(req, b, name, sizeof name) == 0) {
+            struct cp_sandbox *sb = rest__find(x->cp, req, x->id);
+            if (sb)
+                cp_lifecycle_snapshot(sb, req, name, x->who.key_id);
+        }
+        json_decref(b);
         break;
     }
     case R_SECRET_NEW:
@@ -1106,8 +1119,10 @@ void cp_on_request(struct al_http_req *req, void *ctx)
             rest__logs(req, cp, id, false);
         else if (rest__is(action, "fork"))
             rest__not_supported(req, "Forking a sandbox");
+        else if (post && rest__is(action, "snapshots"))
+            rest__with_body(req, cp, &who, R_SNAPSHOT, id);
         else if (rest__is(action, "snapshots"))
-            rest__not_supported(req, "Snapshotting a sandbox");
+            cp_rest_error(req, 405, "%s is not allowed on %s (POST takes a snapshot)", m, p);
         else if (rest__is(action, "network") && rest__is(m, "PUT"))
             rest__with_body(req, cp, &who, R_NETWORK, id);
         else if (rest__is(action, "network"))
@@ -1140,14 +1155,16 @@ void cp_on_request(struct al_http_req *req, void *ctx)
         rest__with_body2(req, cp, &who, R_TPL_TRIGGER, tid, bid);
         return;
     }
+    if (cp_snapshots_route(cp, req, &who))
+        return;
     if (cp_builds_route(cp, req, &who))
         return;
     if (strncmp(p, "/templates/aliases/", 19) == 0 && get) {
         rest__template_alias(req, cp, p + 19);
         return;
     }
-    static const char *const unsupported[] = {
-        "/templates", "/v2/templates", "/v3/templates", "/snapshots", "/volumes", "/teams", NULL};
+    static const char *const unsupported[] = {"/templates", "/v2/templates", "/v3/templates",
+                                              "/volumes",   "/teams",        NULL};
     for (const char *const *u = unsupported; *u; u++) {
         size_t l = strlen(*u);
         if (strncmp(p, *u, l) == 0 && (p[l] == '\0' || p[l] == '/')) {

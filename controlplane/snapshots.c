@@ -1,0 +1,439 @@
+#include "snapshots.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "common/http.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "builds.h"
+#include "cp.h"
+#include "events.h"
+#include "ids.h"
+#include "list.h"
+#include "store.h"
+#include "templates.h"
+
+/* airlock-vmm's copy runs on its loop while the sandbox is frozen: bounded by the disk
+ * size (about 1.3 s per 100 MB on a loaded machine), with room for a slow disk. */
+#define SNAP_VMM_TIMEOUT_MS 600000
+
+static void snap__dir(const struct cp *cp, const char *id, char *out, size_t len)
+{
+    snprintf(out, len, "%s/snapshots/%s", cp->cfg.state_dir, id);
+}
+
+static bool snap__id_valid(const char *s)
+{
+    size_t n = strlen(CP_SNAP_PREFIX);
+    return strncmp(s, CP_SNAP_PREFIX, n) == 0 && cp_sandbox_id_valid(s + n);
+}
+
+/* The names E2B's SDK shows for a snapshot: "NAME:vVERSION" of a named one. */
+static json_t *snap__names(const struct cp_store_snap *r)
+{
+    json_t *a = json_array();
+    if (r->name[0]) {
+        char n[160];
+        snprintf(n, sizeof n, "%s:v%llu", r->name, (unsigned long long)r->version);
+        json_array_append_new(a, json_string(n));
+    }
+    return a;
+}
+
+int cp_snapshot_body(struct al_http_req *req, const json_t *body, char *name, size_t len)
+{
+    name[0] = '\0';
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)body, k, v)
+    {
+        if (strcmp(k, "name") != 0) {
+            cp_rest_error(req, 400, "%.64s: not a field of a snapshot request (only \"name\")", k);
+            return -EINVAL;
+        }
+        if (json_is_null(v))
+            continue;
+        const char *s = json_string_value(v);
+        if (!s || !cp_template_tag_valid(s) || strlen(s) >= len) {
+            cp_rest_error(req, 400,
+                          "name: must be 1 to 64 of A-Z, a-z, 0-9, '.', '_' and '-', starting "
+                          "with a letter or digit");
+            return -EINVAL;
+        }
+        snprintf(name, len, "%s", s);
+    }
+    return 0;
+}
+
+/* ---- POST /sandboxes/{id}/snapshots ----------------------------------------------------- */
+
+struct snap_take {
+    struct cp_op *op;
+    void (*finish)(struct cp_sandbox *sb);
+    char id[64];
+    char dir[4200];
+    uint64_t t0;
+};
+
+static void snap__remove(const char *dir)
+{
+    int rc = al_rmtree(dir);
+    if (rc < 0)
+        al_warn("cannot remove %s: %s", dir, strerror(-rc));
+}
+
+static void snap__taken(struct cp_sandbox *sb, int rc, json_t *res, const char *msg, void *arg)
+{
+    struct snap_take *t = arg;
+    struct cp *cp = sb->cp;
+    struct cp_op *op = t->op;
+    if (rc) {
+        /* airlock-vmm leaves no half snapshot under the name; whatever it renamed into
+         * place before failing is not recorded, so it goes. */
+        snap__remove(t->dir);
+        al_warn("sandbox %s: snapshot %s failed: %s", sb->rec.id, t->id,
+                msg && *msg ? msg : strerror(-rc));
+        if (op->req)
+            cp_rest_error(op->req, rc == -EALREADY ? 409 : 500,
+                          "snapshotting sandbox %s failed: %s", sb->rec.id,
+                          msg && *msg ? msg : strerror(-rc));
+        op->req = NULL;
+        goto out;
+    }
+    struct cp_store_snap r = {0};
+    snprintf(r.id, sizeof r.id, "%s", t->id);
+    snprintf(r.name, sizeof r.name, "%s", op->name);
+    snprintf(r.sandbox_id, sizeof r.sandbox_id, "%s", sb->rec.id);
+    /* The version the layer applies to: its build when the template has builds. */
+    if (sb->rec.template_build[0]) {
+        char id[CP_TEMPLATE_MAX], tag[72];
+        if (cp_template_ref_split(sb->rec.template_id, id, sizeof id, tag, sizeof tag))
+            snprintf(id, sizeof id, "%s", sb->rec.template_id);
+        snprintf(r.template_id, sizeof r.template_id, "%s:%s", id, sb->rec.template_build);
+    } else {
+        snprintf(r.template_id, sizeof r.template_id, "%s", sb->rec.template_id);
+    }
+    snprintf(r.backend, sizeof r.backend, "%s", sb->rec.backend);
+    snprintf(r.vmm_version, sizeof r.vmm_version, "%s",
+             json_string_value(json_object_get(res, "format")) ?: "");
+    snprintf(r.agent_version, sizeof r.agent_version, "%s", AIRLOCK_VERSION);
+    json_int_t bytes = json_integer_value(json_object_get(json_object_get(res, "copied"), "bytes"));
+    r.size_bytes = bytes > 0 ? (uint64_t)bytes : 0;
+    r.created_ns = al_wall_ns();
+    snprintf(r.key_id, sizeof r.key_id, "%s", op->key_id);
+    struct al_error err = {0};
+    if (!r.vmm_version[0]) {
+        snap__remove(t->dir);
+        if (op->req)
+            cp_rest_error(op->req, 500, "airlock-vmm answered the snapshot without its format");
+        op->req = NULL;
+        goto out;
+    }
+    if (cp_store_snap_insert(cp->store, &r, &err)) {
+        snap__remove(t->dir);
+        if (op->req)
+            cp_rest_error(op->req, 500, "recording snapshot %s: %s", t->id, al_error_str(&err));
+        op->req = NULL;
+        goto out;
+    }
+    uint64_t ms = (al_now_ns() - t->t0) / 1000000;
+    al_info("sandbox %s: snapshot %s (%llu bytes, %llu ms, frozen %.1f ms)%s%s", sb->rec.id, r.id,
+            (unsigned long long)r.size_bytes, (unsigned long long)ms,
+            json_number_value(json_object_get(res, "frozen_ms")), r.name[0] ? " named " : "",
+            r.name);
+    cp_event_emit(
+        sb, CP_EV_CHECKPOINTED, op->cause, op->key_id,
+        json_pack("{s:s,s:I}", "snapshot_id", r.id, "size_bytes", (json_int_t)r.size_bytes));
+    if (op->req)
+        al_http_reply_json(op->req, 201,
+                           json_pack("{s:s,s:o}", "snapshotID", r.id, "names", snap__names(&r)));
+    op->req = NULL;
+out:;
+    void (*finish)(struct cp_sandbox *) = t->finish;
+    free(t);
+    finish(sb);
+}
+
+void cp_snapshot_run(struct cp_sandbox *sb, struct cp_op *op, void (*finish)(struct cp_sandbox *sb))
+{
+    struct cp *cp = sb->cp;
+    const char *why = NULL;
+    int status = 501;
+    if (!cp->backend->snapshot)
+        why = "the test backend has no snapshots";
+    else if (strcmp(sb->rec.backend, "jail") != 0)
+        why = "snapshots through this API exist for jail sandboxes only (a KVM sandbox's "
+              "snapshot is not wired to it yet)";
+    else if (sb->gone) {
+        status = 409;
+        why = "its process has ended";
+    }
+    if (why) {
+        if (op->req)
+            cp_rest_error(op->req, status, "cannot snapshot sandbox %s: %s", sb->rec.id, why);
+        op->req = NULL;
+        finish(sb);
+        return;
+    }
+    struct snap_take *t = calloc(1, sizeof *t);
+    if (!t) {
+        if (op->req)
+            cp_rest_error(op->req, 500, "out of memory");
+        op->req = NULL;
+        finish(sb);
+        return;
+    }
+    t->op = op;
+    t->finish = finish;
+    t->t0 = al_now_ns();
+    char rnd[CP_ID_LEN + 1];
+    struct cp_store_snap have;
+    do {
+        cp_sandbox_id_new(rnd);
+        snprintf(t->id, sizeof t->id, CP_SNAP_PREFIX "%s", rnd);
+    } while (cp_store_snap_load(cp->store, t->id, &have, NULL) == 0);
+    snap__dir(cp, t->id, t->dir, sizeof t->dir);
+    int rc = cp->backend->snapshot(sb, t->dir, snap__taken, t);
+    if (rc) {
+        if (op->req)
+            cp_rest_error(op->req, 500, "snapshotting sandbox %s: %s", sb->rec.id, strerror(-rc));
+        op->req = NULL;
+        free(t);
+        finish(sb);
+    }
+}
+
+/* ---- GET /snapshots ------------------------------------------------------------------------ */
+
+struct snap_page {
+    json_t *arr;
+    size_t limit;
+    char next[32];
+};
+
+static int snap__page_add(const struct cp_store_snap *r, void *arg)
+{
+    struct snap_page *p = arg;
+    if (json_array_size(p->arr) == p->limit)
+        return 1; /* one more than a page: there is a next one */
+    char created[40];
+    al_time_rfc3339(created, sizeof created, r->created_ns);
+    json_array_append_new(p->arr,
+                          json_pack("{s:s,s:o,s:s,s:s,s:s,s:I,s:s}", "snapshotID", r->id, "names",
+                                    snap__names(r), "sandboxID", r->sandbox_id, "templateID",
+                                    r->template_id, "backend", r->backend, "sizeBytes",
+                                    (json_int_t)r->size_bytes, "createdAt", created));
+    snprintf(p->next, sizeof p->next, "%llu", (unsigned long long)r->seq);
+    return 0;
+}
+
+static void snap__list(struct cp *cp, struct al_http_req *req, const struct cp_principal *who)
+{
+    char sid[64] = "", name[128] = "", lim[32] = "", tok[32] = "";
+    struct cp_store_snap_query q = {.key_id = who->key_id};
+    int r = al_http_query_get(req->query, "sandboxID", sid, sizeof sid);
+    if (r == 0 && sid[0]) {
+        q.sandbox_id = sid;
+    } else if (r && r != -ENOENT) {
+        cp_rest_error(req, 400, "sandboxID: not a sandbox id");
+        return;
+    }
+    r = al_http_query_get(req->query, "name", name, sizeof name);
+    if (r == 0 && name[0]) {
+        q.name = name;
+    } else if (r && r != -ENOENT) {
+        cp_rest_error(req, 400, "name: too long");
+        return;
+    }
+    size_t limit = CP_LIST_DEFAULT_LIMIT;
+    r = al_http_query_get(req->query, "limit", lim, sizeof lim);
+    if (r == 0 && lim[0]) {
+        char *end;
+        errno = 0;
+        long l = strtol(lim, &end, 10);
+        if (*end || errno || l < 1 || l > CP_LIST_MAX_LIMIT) {
+            cp_rest_error(req, 400, "limit: \"%.32s\" must be an integer from 1 to %d", lim,
+                          CP_LIST_MAX_LIMIT);
+            return;
+        }
+        limit = (size_t)l;
+    } else if (r && r != -ENOENT) {
+        cp_rest_error(req, 400, "limit: must be an integer from 1 to %d", CP_LIST_MAX_LIMIT);
+        return;
+    }
+    r = al_http_query_get(req->query, "nextToken", tok, sizeof tok);
+    if (r == 0 && tok[0]) {
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(tok, &end, 10);
+        if (*end || errno || tok[0] < '0' || tok[0] > '9') {
+            cp_rest_error(req, 400,
+                          "nextToken: not a token this server issued (pass the x-next-token "
+                          "header of the previous page unchanged)");
+            return;
+        }
+        q.after_seq = s;
+    } else if (r && r != -ENOENT) {
+        cp_rest_error(req, 400, "nextToken: not a token this server issued");
+        return;
+    }
+    q.limit = limit + 1;
+    struct snap_page p = {.arr = json_array(), .limit = limit};
+    struct al_error err = {0};
+    int rc = cp_store_snap_list(cp->store, &q, snap__page_add, &p, &err);
+    if (rc < 0) {
+        json_decref(p.arr);
+        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        return;
+    }
+    cp_rest_reply_page(req, p.arr, rc == 1 ? p.next : "");
+}
+
+/* ---- DELETE /templates/{snapshot id} ------------------------------------------------------ */
+
+static void snap__delete(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,
+                         const char *id)
+{
+    struct cp_store_snap r;
+    struct al_error err = {0};
+    int rc = cp_store_snap_load(cp->store, id, &r, &err);
+    if (rc == -ENOENT || (rc == 0 && strcmp(r.key_id, who->key_id) != 0)) {
+        cp_rest_error(req, 404, "snapshot \"%s\" not found", id);
+        return;
+    }
+    if (rc == 0)
+        rc = cp_store_snap_delete(cp->store, id, &err);
+    if (rc) {
+        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        return;
+    }
+    /* The row first: from here on nothing starts from it; files a crash leaves go at the
+     * next start (cp_snapshots_sweep). */
+    char dir[4200];
+    snap__dir(cp, id, dir, sizeof dir);
+    snap__remove(dir);
+    al_info("snapshot %s of sandbox %s deleted (key %s)", id, r.sandbox_id, who->key_id);
+    /* The template version it kept may go now. */
+    cp_builds_gc(cp, r.template_id);
+    al_http_reply(req, 204, NULL, NULL, 0);
+}
+
+bool cp_snapshots_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who)
+{
+    const char *p = req->path, *m = req->method;
+    if (strcmp(p, "/snapshots") == 0) {
+        if (strcmp(m, "GET") == 0)
+            snap__list(cp, req, who);
+        else
+            cp_rest_error(req, 405, "%s is not allowed on /snapshots (GET lists)", m);
+        return true;
+    }
+    if (strncmp(p, "/templates/", 11) != 0 || strcmp(m, "DELETE") != 0)
+        return false;
+    const char *rest = p + 11;
+    char id[72];
+    if (!cp_rest_path_part(&rest, id, sizeof id) || *rest || !snap__id_valid(id))
+        return false;
+    snap__delete(cp, req, who, id);
+    return true;
+}
+
+/* ---- Sandbox.create(snapshotID) -------------------------------------------------------------- */
+
+int cp_snapshot_for_create(struct cp *cp, const char *ref, const char *key_id, char *tpl_ref,
+                           size_t tpl_len, char *dir, size_t dir_len, struct al_error *err)
+{
+    if (!snap__id_valid(ref))
+        return 0;
+    struct cp_store_snap r;
+    int rc = cp_store_snap_load(cp->store, ref, &r, err);
+    if (rc == -ENOENT || (rc == 0 && strcmp(r.key_id, key_id) != 0))
+        return al_error_set(err, -ENOENT, "snapshot \"%s\" not found", ref);
+    if (rc)
+        return rc;
+    if (strcmp(r.backend, cp->backend_kind) != 0)
+        return al_error_set(err, -EPROTO,
+                            "snapshot %s is of a %s sandbox: this server runs %s sandboxes", ref,
+                            r.backend, cp->backend_kind);
+    if (strcmp(r.vmm_version, "airlock-jail-fs-1") != 0)
+        return al_error_set(err, -EPROTO,
+                            "snapshot %s has format \"%s\": this airlock-vmm restores "
+                            "airlock-jail-fs-1",
+                            ref, r.vmm_version);
+    snprintf(tpl_ref, tpl_len, "%s", r.template_id);
+    snap__dir(cp, r.id, dir, dir_len);
+    return 1;
+}
+
+struct snap_use {
+    const char *id, *bid;
+    bool used;
+};
+
+static int snap__uses(const struct cp_store_snap *r, void *arg)
+{
+    struct snap_use *u = arg;
+    size_t n = strlen(u->id);
+    if (strncmp(r->template_id, u->id, n) == 0 && r->template_id[n] == ':' &&
+        strcmp(r->template_id + n + 1, u->bid) == 0) {
+        u->used = true;
+        return 1;
+    }
+    return 0;
+}
+
+bool cp_snapshots_use_version(struct cp *cp, const char *id, const char *bid)
+{
+    struct snap_use u = {.id = id, .bid = bid};
+    struct cp_store_snap_query q = {0};
+    struct al_error err = {0};
+    /* When the store cannot tell, the version is kept. */
+    if (cp_store_snap_list(cp->store, &q, snap__uses, &u, &err) < 0) {
+        al_warn("template %s: cannot list snapshots (%s): keeping build %s", id, al_error_str(&err),
+                bid);
+        return true;
+    }
+    return u.used;
+}
+
+/* ---- start ------------------------------------------------------------------------------- */
+
+void cp_snapshots_sweep(struct cp *cp)
+{
+    char top[4200];
+    snprintf(top, sizeof top, "%s/snapshots", cp->cfg.state_dir);
+    if (mkdir(top, 0700) < 0 && errno != EEXIST) {
+        al_warn("cannot create %s: %s", top, strerror(errno));
+        return;
+    }
+    DIR *d = opendir(top);
+    if (!d) {
+        al_warn("cannot read %s: %s", top, strerror(errno));
+        return;
+    }
+    struct dirent *de;
+    unsigned removed = 0;
+    while ((de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        struct cp_store_snap r;
+        if (snap__id_valid(de->d_name) && cp_store_snap_load(cp->store, de->d_name, &r, NULL) == 0)
+            continue;
+        /* Half written (.tmp-), or its row gone (deleted, or airlockd died before it
+         * recorded the snapshot and answered). */
+        int rc = al_rmtree_at(dirfd(d), de->d_name);
+        if (rc < 0)
+            al_warn("cannot remove %s/%s: %s", top, de->d_name, strerror(-rc));
+        else
+            removed++;
+    }
+    closedir(d);
+    if (removed)
+        al_info("snapshots: removed %u incomplete or deleted snapshot director%s", removed,
+                removed == 1 ? "y" : "ies");
+}

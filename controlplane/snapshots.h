@@ -1,0 +1,57 @@
+/* controlplane/snapshots: E2B's snapshot API for jail sandboxes (file system only).
+ *
+ * Owns: POST /sandboxes/{id}/snapshots (Sandbox.createSnapshot: runs as an operation of the
+ * sandbox's queue, CP_OP_SNAPSHOT, so it never overlaps a pause, resume or kill of it),
+ * GET /snapshots (listSnapshots: the caller's key's snapshots, oldest first, paged by
+ * limit/nextToken and x-next-token, filtered by sandboxID and name), DELETE /templates/{id}
+ * of a snapshot id (deleteSnapshot), what Sandbox.create(snapshotID) starts from
+ * (cp_snapshot_for_create), the snapshot store's directory <state>/snapshots and its sweep.
+ *
+ * A snapshot is the sandbox's writable layer captured by airlock-vmm (POST /snapshot,
+ * vmm/jail/snapshot.c) into <state>/snapshots/<id> and, once complete, a row of the store's
+ * snapshots table (cp_store_snap_*): a directory there without a row is incomplete or
+ * deleted, and goes at the next start. The row names the template version the layer applies
+ * to ("ID:BUILD" when the template has builds): that version stays on disk while a snapshot
+ * needs it (cp_snapshots_use_version, builds.c's GC). Only the file system is kept; nothing
+ * is encrypted at rest (docs/snapshots.md).
+ */
+#ifndef AIRLOCK_CONTROLPLANE_SNAPSHOTS_H
+#define AIRLOCK_CONTROLPLANE_SNAPSHOTS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/error.h"
+
+struct cp;
+struct cp_op;
+struct cp_sandbox;
+struct cp_principal;
+struct al_http_req;
+
+/* "snap_" + a sandbox-style id. */
+#define CP_SNAP_PREFIX "snap_"
+
+/* Checks a createSnapshot body ({} or {"name": NAME}) into name ("" when none): 0, or 400
+ * answered and -EINVAL. */
+int cp_snapshot_body(struct al_http_req *req, const json_t *body, char *name, size_t len);
+/* Runs the CP_OP_SNAPSHOT op of sb (op->name, op->key_id): answers op->req and calls
+ * finish(sb) once over (possibly before returning). */
+void cp_snapshot_run(struct cp_sandbox *sb, struct cp_op *op,
+                     void (*finish)(struct cp_sandbox *sb));
+/* Routes GET /snapshots and DELETE /templates/{snapshot id}; false for another request. */
+bool cp_snapshots_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);
+/* Whether ref (a create's template) names a snapshot of key_id: 1 with the template version
+ * to start (tpl_ref: "ID" or "ID:BUILD") and the snapshot's directory; 0 when ref is no
+ * snapshot id; < 0 with err (-ENOENT: another key's or none, -EPROTO: not one this backend
+ * restores). */
+int cp_snapshot_for_create(struct cp *cp, const char *ref, const char *key_id, char *tpl_ref,
+                           size_t tpl_len, char *dir, size_t dir_len, struct al_error *err);
+/* Whether a snapshot needs build bid of template id (its files must stay). */
+bool cp_snapshots_use_version(struct cp *cp, const char *id, const char *bid);
+/* At start (blocking): creates <state>/snapshots and removes what no row names there
+ * (half-written .tmp- directories, deletions a crash interrupted). */
+void cp_snapshots_sweep(struct cp *cp);
+
+#endif

@@ -1,0 +1,126 @@
+// Snapshots through the real SDK (e2b 2.51.0): sbx.createSnapshot (optionally named: a name
+// that exists gets a new version), Sandbox.create(snapshotId) starting a new sandbox with the
+// snapshot's files and its own identity, Sandbox.listSnapshots (paged, by sandbox) and
+// Sandbox.deleteSnapshot. Jail backend: the file system only (what the sandbox wrote, not its
+// processes). A canary secret in the sandbox's environment must not be in the snapshot's
+// files. The test backend has no snapshots: a clear error.
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { readdir, readFile, lstat } from 'node:fs/promises'
+import { join } from 'node:path'
+import { randomBytes } from 'node:crypto'
+import { Sandbox } from 'e2b'
+import { BACKEND, api, create, track, uniq } from './helpers.mjs'
+
+const STATE = process.env.AIRLOCK_E2B_STATE
+
+async function listAll(opts) {
+  const p = Sandbox.listSnapshots(opts)
+  const out = []
+  while (p.hasNext) out.push(...(await p.nextItems()))
+  return out
+}
+
+// Every regular file under dir, as bytes (symbolic links are not followed).
+async function* files(dir) {
+  for (const e of await readdir(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name)
+    if (e.isDirectory()) yield* files(p)
+    else if (e.isFile()) yield [p, await readFile(p)]
+  }
+}
+
+test('snapshots: the test backend refuses them clearly', async (t) => {
+  if (BACKEND === 'jail') return t.skip('SKIP: the jail backend has snapshots (tested below)')
+  const s = await create()
+  await assert.rejects(s.createSnapshot(), /test backend has no snapshots/)
+  assert.deepEqual(await listAll(), [])
+})
+
+test('snapshots: createSnapshot, Sandbox.create(snapshotId), list, delete', async (t) => {
+  if (BACKEND !== 'jail') return t.skip('SKIP: snapshots need the jail backend')
+  const canary = 'canary-' + randomBytes(12).toString('hex')
+  const mark = 'mark-' + randomBytes(8).toString('hex')
+  const s = await create({ envs: { SNAP_CANARY: canary } })
+  assert.equal((await s.commands.run('echo "$SNAP_CANARY"')).stdout, canary + '\n')
+  await s.files.write('/home/user/kept.txt', mark)
+  await s.commands.run('mkdir -p /home/user/d/e && ln -s ../kept.txt /home/user/d/link && ' +
+                       'sudo rm /etc/motd 2>/dev/null; sudo sh -c "echo root-file > /opt/r.txt"')
+  const name = uniq('snap')
+  const snap = await s.createSnapshot({ name })
+  assert.match(snap.snapshotId, /^snap_[a-z0-9]{20}$/)
+  assert.deepEqual(snap.names, [`${name}:v1`])
+  // After the snapshot: not in it.
+  await s.files.write('/home/user/later.txt', 'later')
+
+  // No secret of the sandbox in the snapshot's files.
+  const dir = join(STATE, 'snapshots', snap.snapshotId)
+  assert.ok((await lstat(dir)).isDirectory(), `${dir} exists`)
+  let n = 0
+  for await (const [p, data] of files(dir)) {
+    n++
+    assert.ok(!data.includes(canary), `the canary secret is in ${p}`)
+  }
+  assert.ok(n > 0, 'the snapshot has files')
+
+  // A new sandbox from it: the files, a new identity.
+  const c = track(await Sandbox.create(snap.snapshotId, { timeoutMs: 180_000 }))
+  assert.notEqual(c.sandboxId, s.sandboxId)
+  assert.equal(await c.files.read('/home/user/kept.txt'), mark)
+  assert.equal((await c.commands.run('readlink /home/user/d/link; cat /opt/r.txt; ' +
+                                     'test -d /home/user/d/e && echo dir')).stdout,
+               '../kept.txt\nroot-file\ndir\n')
+  assert.equal((await c.commands.run('test -e /home/user/later.txt && echo yes || echo no'))
+    .stdout, 'no\n')
+  assert.equal((await c.commands.run('test -e /etc/motd && echo yes || echo no')).stdout,
+               (await s.commands.run('test -e /etc/motd && echo yes || echo no')).stdout)
+  assert.equal((await c.commands.run('echo "[$SNAP_CANARY]"')).stdout, '[]\n')
+  const host = async (x) => (await x.commands.run('hostname')).stdout
+  assert.notEqual(await host(c), await host(s))
+  // It writes on its own: neither the original nor the snapshot changes.
+  await c.files.write('/home/user/kept.txt', 'changed')
+  assert.equal(await s.files.read('/home/user/kept.txt'), mark)
+  const info = await Sandbox.getInfo(c.sandboxId)
+  assert.equal(info.templateId.split(':')[0], (await Sandbox.getInfo(s.sandboxId)).templateId.split(':')[0])
+
+  // The same name again: a new version; a paused sandbox can be snapshotted and stays paused.
+  await s.pause()
+  const snap2 = await Sandbox.createSnapshot(s.sandboxId, { name })
+  assert.deepEqual(snap2.names, [`${name}:v2`])
+  assert.equal((await Sandbox.getInfo(s.sandboxId)).state, 'paused')
+  const anon = await Sandbox.createSnapshot(s.sandboxId)
+  assert.deepEqual(anon.names, [])
+
+  // Lists: the sandbox's, oldest first, paged; by name.
+  const mine = await listAll({ sandboxId: s.sandboxId })
+  assert.deepEqual(mine.map((x) => x.snapshotId), [snap.snapshotId, snap2.snapshotId, anon.snapshotId])
+  const p = Sandbox.listSnapshots({ sandboxId: s.sandboxId, limit: 2 })
+  assert.equal((await p.nextItems()).length, 2)
+  assert.ok(p.hasNext)
+  assert.deepEqual((await p.nextItems()).map((x) => x.snapshotId), [anon.snapshotId])
+  assert.ok(!p.hasNext)
+  assert.equal((await listAll({ sandboxId: c.sandboxId })).length, 0)
+  const byName = await api('GET', `/snapshots?name=${name}`)
+  assert.equal(byName.status, 200)
+  assert.deepEqual(byName.body.map((x) => x.snapshotID), [snap.snapshotId, snap2.snapshotId])
+  assert.equal(byName.body[0].sandboxID, s.sandboxId)
+  assert.ok(byName.body[0].sizeBytes >= mark.length)
+  const bad = await api('GET', '/snapshots?nextToken=zz')
+  assert.equal(bad.status, 400)
+  const badName = await api('POST', `/sandboxes/${s.sandboxId}/snapshots`, { name: '../x' })
+  assert.equal(badName.status, 400)
+  const noSbx = await api('POST', '/sandboxes/nosuchsandbox/snapshots', {})
+  assert.equal(noSbx.status, 404)
+
+  // Delete: gone from the list, from the disk; a second delete is false, a start from it 404.
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
+  await assert.rejects(lstat(dir), { code: 'ENOENT' })
+  await assert.rejects(Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 }), /not found/)
+  assert.deepEqual((await listAll({ sandboxId: s.sandboxId })).map((x) => x.snapshotId),
+                   [snap2.snapshotId, anon.snapshotId])
+  // The sandbox made from it lives on (its files were copied at its start).
+  assert.equal(await c.files.read('/home/user/kept.txt'), 'changed')
+  for (const x of [snap2, anon]) assert.equal(await Sandbox.deleteSnapshot(x.snapshotId), true)
+  assert.equal((await listAll({ sandboxId: s.sandboxId })).length, 0)
+})
