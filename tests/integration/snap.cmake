@@ -2,3 +2,6 @@
 # through airlock-vmm's API and restores from them (need root, like the jail tests).
 airlock_script_test(NAME snap_jail SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/snap_jail.sh
                     LABELS vmm jail snap TIMEOUT 600)
+# The snapshot API of airlockd on jail sandboxes across SIGKILL and restarts of airlockd.
+airlock_script_test(NAME snap_api SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/snap_api.sh
+                    LABELS controlplane jail snap TIMEOUT 600)

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# tests/integration/snap_api.sh: airlockd's snapshot API on jail sandboxes across a crash.
+#
+# A snapshot taken through POST /sandboxes/{id}/snapshots survives airlockd's SIGKILL and
+# restart (listed, a new sandbox starts from it with its files); SIGKILL of airlockd while
+# airlock-vmm copies a second snapshot leaves no snapshot anyone can list or start from, and
+# the next start removes its files (the copy airlock-vmm finished, or its .tmp- directory);
+# the sandbox it was taken of runs on. Deleting the snapshot removes its files. At the end
+# nothing is left.
+set -uo pipefail
+source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
+[ -x "$AIRLOCK_BIN/airlock-vmm" ] || { echo "snap_api: airlock-vmm is not built: SKIP"; exit 0; }
+cp_world snap_api jail off
+cp_start || exit 1
+
+snap_ids() {
+  cp_api "$CP_URL/snapshots?sandboxID=$1" |
+    python3 -c 'import json,sys; print(" ".join(s["snapshotID"] for s in json.load(sys.stdin)))'
+}
+snap_entries() { ls -A "$CP_STATE/snapshots" 2>/dev/null | tr '\n' ' ' | sed 's/ $//'; }
+
+A=$(cp_create '{"templateID":"base","timeout":900}')
+al_note "sandbox $A"
+al_ok "files written in $A" cp_exec "$A" sh -c \
+  'echo kept > /home/user/marker && head -c 96M /dev/urandom > /home/user/big && sha256sum /home/user/big > /home/user/big.sum'
+SUM=$(cp_exec "$A" cat /home/user/big.sum)
+out=$(cp_api -X POST "$CP_URL/sandboxes/$A/snapshots" -d '{"name":"first"}')
+S1=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["snapshotID"])' "$out" 2>/dev/null)
+al_match "snapshot of $A taken" '"names":\["first:v1"\]' echo "$out"
+al_eq "its files are in the store" "$(snap_entries)" "$S1"
+
+al_note "SIGKILL of airlockd, restart: the snapshot is kept"
+al_kill airlockd KILL
+cp_start || exit 1
+al_eq "listed after the restart" "$(snap_ids "$A")" "$S1"
+
+al_note "SIGKILL of airlockd while a snapshot is being copied"
+cp_api -o "$AL_TMP/second.out" -X POST "$CP_URL/sandboxes/$A/snapshots" -d '{}' 2>/dev/null &
+post=$!
+copying() { ls -A "$CP_STATE/snapshots" 2>/dev/null | grep -q '^\.tmp-'; }
+# Polled fast: the copy of 96 MB takes about a second.
+hit=no
+for _ in $(seq 3000); do
+  if copying; then hit=yes; break; fi
+  kill -0 "$post" 2>/dev/null || break
+  sleep 0.01
+done
+al_kill airlockd KILL
+wait "$post" 2>/dev/null
+al_eq "airlockd was killed during the copy" "$hit" yes
+# airlock-vmm goes on and completes the copy under its final name, unrecorded.
+al_wait_until 120 eval '! copying' || true
+al_ok "airlock-vmm finished the copy" eval '! copying'
+cp_start || exit 1
+al_eq "the unrecorded snapshot's files are gone at the start" "$(snap_entries)" "$S1"
+al_match "the start removed them" 'removed 1 incomplete or deleted snapshot directory' \
+  cat "$AL_TMP/airlockd.log"
+al_eq "only the first snapshot is listed" "$(snap_ids "$A")" "$S1"
+al_match "$A runs on (thawed)" '^ok$' cp_exec "$A" sh -c 'echo > /home/user/after && echo ok'
+
+al_note "a sandbox from the snapshot after the restarts"
+B=$(cp_create "{\"templateID\":\"$S1\",\"timeout\":600}")
+al_ok "created from $S1: $B" test -n "$B"
+al_eq "its marker" "$(cp_exec "$B" cat /home/user/marker)" kept
+al_eq "its 96 MB file, unchanged" "$(cp_exec "$B" sha256sum /home/user/big)" "$SUM"
+al_eq "not what was written after" "$(cp_exec "$B" sh -c 'test -e /home/user/after && echo yes || echo no')" no
+
+al_note "delete"
+al_eq "DELETE /templates/$S1" "$(cp_api -o /dev/null -w '%{http_code}' -X DELETE "$CP_URL/templates/$S1")" 204
+al_eq "its files are gone" "$(snap_entries)" ""
+al_eq "a start from it is refused" "$(cp_api -o /dev/null -w '%{http_code}' -X POST "$CP_URL/v2/sandboxes" -d "{\"templateID\":\"$S1\"}")" 404
+
+al_note "the end"
+al_ok "kill A" cp_cli sandbox kill "$A"
+al_ok "kill B" cp_cli sandbox kill "$B"
+al_kill airlockd TERM
+al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks_settled)" ""
+al_done

@@ -1,0 +1,255 @@
+/* tests/unit/controlplane/test_cp_rest_snapshots: the snapshot API (cp_rest_fixture.h) where
+ * no jail is needed: POST /sandboxes/{id}/snapshots refused by the test backend and its body
+ * checked, GET /snapshots (the caller's, paged, filtered), DELETE /templates/{snapshot id},
+ * Sandbox.create(snapshotID) refusing another key's and another backend's snapshot, the sweep
+ * of <state>/snapshots at start, and what keeps a template version alive. The snapshots are
+ * rows written through a second connection to the state database (a jail takes real ones:
+ * tests/e2b/normal/snapshots.test.mjs). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "controlplane/snapshots.h"
+#include "cp_rest_fixture.h"
+
+static struct cp_store *g_db;
+
+static void db_open(void)
+{
+    char p[300];
+    snprintf(p, sizeof p, "%s/airlockd.db", g_tmpdir);
+    struct al_error err = {0};
+    ck_assert_msg(cp_store_open(p, &g_db, &err) == 0, "%s", al_error_str(&err));
+}
+
+static void put(const char *id, const char *name, const char *sb, const char *key, const char *tpl)
+{
+    struct cp_store_snap r = {.size_bytes = 4096, .created_ns = 1000};
+    snprintf(r.id, sizeof r.id, "%s", id);
+    snprintf(r.name, sizeof r.name, "%s", name);
+    snprintf(r.sandbox_id, sizeof r.sandbox_id, "%s", sb);
+    snprintf(r.key_id, sizeof r.key_id, "%s", key);
+    snprintf(r.template_id, sizeof r.template_id, "%s", tpl);
+    snprintf(r.backend, sizeof r.backend, "jail");
+    snprintf(r.vmm_version, sizeof r.vmm_version, "airlock-jail-fs-1");
+    snprintf(r.agent_version, sizeof r.agent_version, "0.0.0");
+    struct al_error err = {0};
+    ck_assert_msg(cp_store_snap_insert(g_db, &r, &err) == 0, "%s", al_error_str(&err));
+}
+
+static bool exists(const char *rel)
+{
+    char p[400];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/snapshots/%s", g_tmpdir, rel);
+    return lstat(p, &st) == 0;
+}
+
+static void mkfile(const char *rel)
+{
+    char p[400];
+    snprintf(p, sizeof p, "%s/snapshots/%s", g_tmpdir, rel);
+    char *slash = strrchr(p, '/');
+    *slash = '\0';
+    ck_assert_int_eq(al_mkdir_p(p, 0700), 0);
+    *slash = '/';
+    FILE *f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("x", f);
+    fclose(f);
+}
+
+/* The snapshotIDs of a page, space separated. */
+static void ids(const struct resp *r, char *out, size_t len)
+{
+    out[0] = '\0';
+    size_t i;
+    json_t *v;
+    json_array_foreach(r->body, i, v)
+    {
+        size_t l = strlen(out);
+        snprintf(out + l, len - l, "%s%s", l ? " " : "", jstr(v, "snapshotID"));
+    }
+}
+
+#define S1 "snap_aaaaaaaaaaaaaaaaaaa1"
+#define S2 "snap_aaaaaaaaaaaaaaaaaaa2"
+#define S3 "snap_aaaaaaaaaaaaaaaaaaa3"
+#define SO "snap_aaaaaaaaaaaaaaaaaaa9" /* another key's */
+
+START_TEST(snapshots_create_refused)
+{
+    char id[64], path[200];
+    create("{\"templateID\":\"base\"}", id, NULL);
+    struct resp r;
+    snprintf(path, sizeof path, "/sandboxes/%s/snapshots", id);
+    req(&r, "POST", path, "{}");
+    assert_error(&r, 501, "test backend has no snapshots");
+    resp_free(&r);
+    req(&r, "POST", path, "{\"name\":\"ok-name\"}");
+    assert_error(&r, 501, "test backend has no snapshots");
+    resp_free(&r);
+    req(&r, "POST", path, "{\"name\":\"../x\"}");
+    assert_error(&r, 400, "name: must be 1 to 64");
+    resp_free(&r);
+    req(&r, "POST", path, "{\"name\":5}");
+    assert_error(&r, 400, "name: must be");
+    resp_free(&r);
+    req(&r, "POST", path, "{\"memory\":true}");
+    assert_error(&r, 400, "memory: not a field");
+    resp_free(&r);
+    req(&r, "POST", path, "[1]");
+    ck_assert_int_eq(r.status, 400);
+    resp_free(&r);
+    req(&r, "GET", path, NULL);
+    assert_error(&r, 405, "POST takes a snapshot");
+    resp_free(&r);
+    req(&r, "POST", "/sandboxes/nosuchsandbox/snapshots", "{}");
+    assert_error(&r, 404, "not found");
+    resp_free(&r);
+    req(&r, "PUT", "/snapshots", "{}");
+    assert_error(&r, 405, "GET lists");
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(snapshots_list_delete_restore)
+{
+    db_open();
+    struct resp r;
+    char got[400], path[200];
+    req(&r, "GET", "/snapshots", NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_uint_eq(json_array_size(r.body), 0);
+    ck_assert_str_eq(r.next, "");
+    resp_free(&r);
+    put(S1, "n", "sbx1", "env", "base");
+    put(SO, "n", "sbx1", "other", "base");
+    put(S2, "n", "sbx1", "env", "base");
+    put(S3, "", "sbx2", "env", "base");
+
+    /* The caller's only, oldest first, in pages. */
+    req(&r, "GET", "/snapshots?limit=2", NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ids(&r, got, sizeof got);
+    ck_assert_str_eq(got, S1 " " S2);
+    ck_assert_str_ne(r.next, "");
+    const json_t *a = json_array_get(r.body, 0);
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(a, "names"), 0)), "n:v1");
+    ck_assert_str_eq(jstr(a, "sandboxID"), "sbx1");
+    ck_assert_str_eq(jstr(a, "templateID"), "base");
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "sizeBytes")), 4096);
+    ck_assert_str_eq(
+        json_string_value(json_array_get(json_object_get(json_array_get(r.body, 1), "names"), 0)),
+        "n:v2");
+    snprintf(path, sizeof path, "/snapshots?limit=2&nextToken=%s", r.next);
+    resp_free(&r);
+    req(&r, "GET", path, NULL);
+    ids(&r, got, sizeof got);
+    ck_assert_str_eq(got, S3);
+    ck_assert_str_eq(r.next, "");
+    ck_assert_uint_eq(json_array_size(json_object_get(json_array_get(r.body, 0), "names")), 0);
+    resp_free(&r);
+    const char *filters[][2] = {{"/snapshots?sandboxID=sbx1", S1 " " S2},
+                                {"/snapshots?sandboxID=sbx2", S3},
+                                {"/snapshots?name=n", S1 " " S2},
+                                {"/snapshots?name=n&sandboxID=sbx2", ""},
+                                {"/snapshots?sandboxID=nope", ""}};
+    for (size_t i = 0; i < sizeof filters / sizeof *filters; i++) {
+        req(&r, "GET", filters[i][0], NULL);
+        ck_assert_msg(r.status == 200, "%s: %d %s", filters[i][0], r.status, r.raw);
+        ids(&r, got, sizeof got);
+        ck_assert_msg(strcmp(got, filters[i][1]) == 0, "%s: %s", filters[i][0], got);
+        resp_free(&r);
+    }
+    const char *bad[][2] = {{"/snapshots?limit=0", "limit"},
+                            {"/snapshots?limit=101", "limit"},
+                            {"/snapshots?limit=x", "limit"},
+                            {"/snapshots?nextToken=zz", "nextToken"},
+                            {"/snapshots?nextToken=-1", "nextToken"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        req(&r, "GET", bad[i][0], NULL);
+        assert_error(&r, 400, bad[i][1]);
+        resp_free(&r);
+    }
+
+    /* Sandbox.create(snapshotID): another key's is not found, a jail's needs a jail. */
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"" SO "\"}");
+    assert_error(&r, 404, "snapshot \"" SO "\" not found");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"" S1 "\"}");
+    assert_error(&r, 409, "is of a jail sandbox: this server runs test sandboxes");
+    resp_free(&r);
+
+    /* Delete: the caller's only; the row, then the files. */
+    mkfile(S1 "/upper/home/f");
+    req(&r, "DELETE", "/templates/" SO, NULL);
+    assert_error(&r, 404, "not found");
+    resp_free(&r);
+    struct cp_store_snap row;
+    ck_assert_int_eq(cp_store_snap_load(g_db, SO, &row, NULL), 0);
+    req(&r, "DELETE", "/templates/" S1, NULL);
+    ck_assert_msg(r.status == 204, "%d %s", r.status, r.raw);
+    resp_free(&r);
+    ck_assert(!exists(S1));
+    ck_assert_int_eq(cp_store_snap_load(g_db, S1, &row, NULL), -ENOENT);
+    req(&r, "DELETE", "/templates/" S1, NULL);
+    assert_error(&r, 404, "not found");
+    resp_free(&r);
+    req(&r, "GET", "/snapshots", NULL);
+    ids(&r, got, sizeof got);
+    ck_assert_str_eq(got, S2 " " S3);
+    resp_free(&r);
+    cp_store_close(g_db);
+}
+END_TEST
+
+/* At start, what no row names goes; a snapshot's template version is kept. Run on a cp of
+ * its own over the second connection (g_cp belongs to the loop thread). */
+START_TEST(snapshots_sweep_and_versions)
+{
+    db_open();
+    put(S1, "", "sbx1", "env", "tg:b-1");
+    put(S2, "", "sbx1", "env", "base");
+    mkfile(S1 "/upper/a");
+    mkfile(S2 "/snapshot.json");
+    mkfile(".tmp-" S3 ".123/upper/half");
+    mkfile(S3 "/upper/unrecorded");
+    mkfile("junk");
+    struct cp c = {0};
+    c.cfg.state_dir = g_tmpdir;
+    c.store = g_db;
+    cp_snapshots_sweep(&c);
+    ck_assert(exists(S1 "/upper/a"));
+    ck_assert(exists(S2 "/snapshot.json"));
+    ck_assert(!exists(".tmp-" S3 ".123"));
+    ck_assert(!exists(S3));
+    ck_assert(!exists("junk"));
+    cp_snapshots_sweep(&c); /* idempotent */
+    ck_assert(exists(S1 "/upper/a"));
+
+    ck_assert(cp_snapshots_use_version(&c, "tg", "b-1"));
+    ck_assert(!cp_snapshots_use_version(&c, "tg", "b-2"));
+    ck_assert(!cp_snapshots_use_version(&c, "t", "b-1"));
+    ck_assert(!cp_snapshots_use_version(&c, "tg", "b"));
+    ck_assert_int_eq(cp_store_snap_delete(g_db, S1, NULL), 0);
+    ck_assert(!cp_snapshots_use_version(&c, "tg", "b-1"));
+    cp_store_close(g_db);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("cp_rest_snapshots");
+    TCase *t = cp_rest_tcase("snapshots");
+    tcase_add_test(t, snapshots_create_refused);
+    tcase_add_test(t, snapshots_list_delete_restore);
+    tcase_add_test(t, snapshots_sweep_and_versions);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+AL_SUITE_MAIN(suite)
