@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# bench/snap_api_bench.sh: jail snapshots through airlockd's E2B API, against the sandbox's
+# dirty size. One JSON line per size and round:
+#   {"bench":"snap_api","dirty_mb":N,"round":R,"snapshot_ms","size_bytes",
+#    "create_from_snapshot_ms","create_plain_ms","delete_ms"}
+# snapshot_ms: POST /sandboxes/{id}/snapshots until its 201 (freeze, copy, thaw, sync,
+# record); create_from_snapshot_ms: POST /v2/sandboxes with the snapshot id until its 201
+# (the sandbox's agent answers /health), create_plain_ms the same from the template, at the
+# same moment; delete_ms: DELETE /templates/{snapshotID}. airlockd runs in a network
+# namespace of its own (network off), on the template base. Needs root and a built tree:
+#   AIRLOCK_SOURCE_DIR=. AIRLOCK_BIN=build/bin bench/snap_api_bench.sh [--sizes "1 10 100"] [--rounds 3]
+set -uo pipefail
+SIZES="1 10 100"
+ROUNDS=3
+while [ $# -gt 0 ]; do
+  case $1 in
+  --sizes) SIZES=$2; shift 2 ;;
+  --rounds) ROUNDS=$2; shift 2 ;;
+  *) echo "usage: $0 [--sizes \"1 10 100\"] [--rounds N]" >&2; exit 2 ;;
+  esac
+done
+export AIRLOCK_BIN=${AIRLOCK_BIN:-${AIRLOCK_SOURCE_DIR:?set AIRLOCK_SOURCE_DIR}/build/bin}
+source "${AIRLOCK_SOURCE_DIR:?set AIRLOCK_SOURCE_DIR}/tests/integration/cp_world.sh"
+cp_world snap_api_bench jail off >&2
+cp_start >&2 || exit 1
+
+# ms of one API call; its body into $AL_TMP/body, its status into $AL_TMP/code.
+timed() {
+  local t0 t1
+  t0=$(date +%s%N)
+  cp_api -o "$AL_TMP/body" -w '%{http_code}' "$@" >"$AL_TMP/code"
+  t1=$(date +%s%N)
+  echo $(((t1 - t0) / 1000000))
+}
+field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$AL_TMP/body" "$1"; }
+want() { [ "$(cat "$AL_TMP/code")" = "$1" ] || { echo "snap_api_bench: $2: HTTP $(cat "$AL_TMP/code") $(cat "$AL_TMP/body")" >&2; exit 1; }; }
+
+for mb in $SIZES; do
+  for r in $(seq "$ROUNDS"); do
+    A=$(cp_create '{"templateID":"base","timeout":600}')
+    cp_exec "$A" sh -c "head -c ${mb}M /dev/urandom > /home/user/blob" >/dev/null ||
+      { echo "snap_api_bench: cannot write $mb MB" >&2; exit 1; }
+    snap_ms=$(timed -X POST "$CP_URL/sandboxes/$A/snapshots" -d '{}')
+    want 201 snapshot
+    S=$(field snapshotID)
+    size=$(cp_api "$CP_URL/snapshots?sandboxID=$A" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["sizeBytes"])')
+    from_ms=$(timed -X POST "$CP_URL/v2/sandboxes" -d "{\"templateID\":\"$S\",\"timeout\":600}")
+    want 201 "create from $S"
+    B=$(field sandboxID)
+    plain_ms=$(timed -X POST "$CP_URL/v2/sandboxes" -d '{"templateID":"base","timeout":600}')
+    want 201 "create plain"
+    C=$(field sandboxID)
+    del_ms=$(timed -X DELETE "$CP_URL/templates/$S")
+    want 204 "delete $S"
+    printf '{"bench":"snap_api","dirty_mb":%s,"round":%s,"snapshot_ms":%s,"size_bytes":%s,"create_from_snapshot_ms":%s,"create_plain_ms":%s,"delete_ms":%s}\n' \
+      "$mb" "$r" "$snap_ms" "$size" "$from_ms" "$plain_ms" "$del_ms"
+    for s in "$A" "$B" "$C"; do cp_cli sandbox kill "$s" >/dev/null; done
+  done
+done
+al_kill airlockd TERM
