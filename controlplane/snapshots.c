@@ -345,10 +345,51 @@ bool cp_snapshots_route(struct cp *cp, struct al_http_req *req, const struct cp_
 
 /* ---- Sandbox.create(snapshotID) -------------------------------------------------------------- */
 
+struct snap_version {
+    uint64_t version;
+    char id[64];
+};
+
+static int snap__version(const struct cp_store_snap *r, void *arg)
+{
+    struct snap_version *v = arg;
+    if (r->version != v->version)
+        return 0;
+    snprintf(v->id, sizeof v->id, "%s", r->id);
+    return 1;
+}
+
+/* "NAME:vN", the name of version N of the key's snapshots named NAME: its id, or "". */
+static void snap__by_name(struct cp *cp, const char *ref, const char *key_id, char *id, size_t len)
+{
+    id[0] = '\0';
+    const char *c = strrchr(ref, ':');
+    char name[128];
+    if (!c || c[1] != 'v' || c[2] < '1' || c[2] > '9' || (size_t)(c - ref) >= sizeof name)
+        return;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(c + 2, &end, 10);
+    if (*end || errno)
+        return;
+    memcpy(name, ref, (size_t)(c - ref));
+    name[c - ref] = '\0';
+    if (!cp_template_tag_valid(name))
+        return;
+    struct snap_version v = {.version = n};
+    struct cp_store_snap_query q = {.key_id = key_id, .name = name};
+    if (cp_store_snap_list(cp->store, &q, snap__version, &v, NULL) == 1)
+        snprintf(id, len, "%s", v.id);
+}
+
 int cp_snapshot_for_create(struct cp *cp, const char *ref, const char *key_id, char *tpl_ref,
                            size_t tpl_len, char *dir, size_t dir_len, struct al_error *err)
 {
-    if (!snap__id_valid(ref))
+    char named[64];
+    snap__by_name(cp, ref, key_id, named, sizeof named);
+    if (named[0])
+        ref = named;
+    else if (!snap__id_valid(ref))
         return 0;
     struct cp_store_snap r;
     int rc = cp_store_snap_load(cp->store, ref, &r, err);

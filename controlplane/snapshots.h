@@ -42,10 +42,11 @@ void cp_snapshot_run(struct cp_sandbox *sb, struct cp_op *op,
                      void (*finish)(struct cp_sandbox *sb));
 /* Routes GET /snapshots and DELETE /templates/{snapshot id}; false for another request. */
 bool cp_snapshots_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);
-/* Whether ref (a create's template) names a snapshot of key_id: 1 with the template version
- * to start (tpl_ref: "ID" or "ID:BUILD") and the snapshot's directory; 0 when ref is no
- * snapshot id; < 0 with err (-ENOENT: another key's or none, -EPROTO: not one this backend
- * restores). */
+/* Whether ref (a create's template) names a snapshot of key_id, by its id or as "NAME:vN"
+ * (its names: version N of the key's snapshots named NAME, which wins over a template NAME
+ * with a tag "vN"): 1 with the template version to start (tpl_ref: "ID" or "ID:BUILD") and
+ * the snapshot's directory; 0 when ref is neither; < 0 with err (-ENOENT: a snapshot id of
+ * another key or of none, -EPROTO: not one this backend restores). */
 int cp_snapshot_for_create(struct cp *cp, const char *ref, const char *key_id, char *tpl_ref,
                            size_t tpl_len, char *dir, size_t dir_len, struct al_error *err);
 /* Whether a snapshot needs build bid of template id (its files must stay). */

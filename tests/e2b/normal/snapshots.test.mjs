@@ -80,6 +80,10 @@ test('snapshots: createSnapshot, Sandbox.create(snapshotId), list, delete', asyn
   // It writes on its own: neither the original nor the snapshot changes.
   await c.files.write('/home/user/kept.txt', 'changed')
   assert.equal(await s.files.read('/home/user/kept.txt'), mark)
+  // By its name, as createSnapshot gave it.
+  const byVer = track(await Sandbox.create(`${name}:v1`, { timeoutMs: 180_000 }))
+  assert.equal(await byVer.files.read('/home/user/kept.txt'), mark)
+  await byVer.kill()
   const info = await Sandbox.getInfo(c.sandboxId)
   assert.equal(info.templateId.split(':')[0], (await Sandbox.getInfo(s.sandboxId)).templateId.split(':')[0])
 

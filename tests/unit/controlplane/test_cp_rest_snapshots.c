@@ -183,6 +183,17 @@ START_TEST(snapshots_list_delete_restore)
     req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"" S1 "\"}");
     assert_error(&r, 409, "is of a jail sandbox: this server runs test sandboxes");
     resp_free(&r);
+    /* By its name "NAME:vN": the key's own versions only. */
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"n:v2\"}");
+    assert_error(&r, 409, "snapshot " S2 " is of a jail sandbox");
+    resp_free(&r);
+    put("snap_aaaaaaaaaaaaaaaaaaa8", "solo", "sbx1", "other", "base");
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"solo:v1\"}");
+    assert_error(&r, 404, "template 'solo' not found");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"n:v3\"}");
+    assert_error(&r, 404, "template 'n' ");
+    resp_free(&r);
 
     /* Delete: the caller's only; the row, then the files. */
     mkfile(S1 "/upper/home/f");
