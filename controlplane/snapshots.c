@@ -234,7 +234,7 @@ static int snap__page_add(const struct cp_store_snap *r, void *arg)
 
 static void snap__list(struct cp *cp, struct al_http_req *req, const struct cp_principal *who)
 {
-    char sid[64] = "", name[128] = "", lim[32] = "", tok[32] = "";
+    char sid[64] = "", name[128] = "";
     struct cp_store_snap_query q = {.key_id = who->key_id};
     int r = al_http_query_get(req->query, "sandboxID", sid, sizeof sid);
     if (r == 0 && sid[0]) {
@@ -250,40 +250,18 @@ static void snap__list(struct cp *cp, struct al_http_req *req, const struct cp_p
         cp_rest_error(req, 400, "name: too long");
         return;
     }
-    size_t limit = CP_LIST_DEFAULT_LIMIT;
-    r = al_http_query_get(req->query, "limit", lim, sizeof lim);
-    if (r == 0 && lim[0]) {
-        char *end;
-        errno = 0;
-        long l = strtol(lim, &end, 10);
-        if (*end || errno || l < 1 || l > CP_LIST_MAX_LIMIT) {
-            cp_rest_error(req, 400, "limit: \"%.32s\" must be an integer from 1 to %d", lim,
-                          CP_LIST_MAX_LIMIT);
-            return;
-        }
-        limit = (size_t)l;
-    } else if (r && r != -ENOENT) {
+    uint64_t limit = CP_LIST_DEFAULT_LIMIT, after = 0;
+    bool has;
+    if (!cp_rest_u64_param(req, "limit", &limit, &has) ||
+        !cp_rest_u64_param(req, "nextToken", &after, &has))
+        return;
+    if (limit < 1 || limit > CP_LIST_MAX_LIMIT) {
         cp_rest_error(req, 400, "limit: must be an integer from 1 to %d", CP_LIST_MAX_LIMIT);
         return;
     }
-    r = al_http_query_get(req->query, "nextToken", tok, sizeof tok);
-    if (r == 0 && tok[0]) {
-        char *end;
-        errno = 0;
-        unsigned long long s = strtoull(tok, &end, 10);
-        if (*end || errno || tok[0] < '0' || tok[0] > '9') {
-            cp_rest_error(req, 400,
-                          "nextToken: not a token this server issued (pass the x-next-token "
-                          "header of the previous page unchanged)");
-            return;
-        }
-        q.after_seq = s;
-    } else if (r && r != -ENOENT) {
-        cp_rest_error(req, 400, "nextToken: not a token this server issued");
-        return;
-    }
+    q.after_seq = after;
     q.limit = limit + 1;
-    struct snap_page p = {.arr = json_array(), .limit = limit};
+    struct snap_page p = {.arr = json_array(), .limit = (size_t)limit};
     struct al_error err = {0};
     int rc = cp_store_snap_list(cp->store, &q, snap__page_add, &p, &err);
     if (rc < 0) {
