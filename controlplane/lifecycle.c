@@ -339,7 +339,10 @@ static void lc__create_done(struct lc_create *c)
     if (c->ca_fp[0] && sb->rec.intercept)
         json_object_set_new(sb->rec.intercept, "agentCaFingerprint", json_string(c->ca_fp));
     cp_sb_save(sb);
-    cp_event_emit(sb, CP_EV_CREATED, CP_CAUSE_API, sb->rec.key_id, NULL);
+    /* From a snapshot: which one (the directory's name is its id). */
+    const char *snap = c->restore_dir[0] ? strrchr(c->restore_dir, '/') : NULL;
+    cp_event_emit(sb, CP_EV_CREATED, CP_CAUSE_API, sb->rec.key_id,
+                  snap ? json_pack("{s:s}", "snapshot_id", snap + 1) : NULL);
     lc__arm_timer(sb);
     lc__watch(sb);
     double ms = (double)(al_now_ns() - sb->create_t0_ns) / 1e6;

@@ -80,6 +80,17 @@ test('snapshots: createSnapshot, Sandbox.create(snapshotId), list, delete', asyn
   // It writes on its own: neither the original nor the snapshot changes.
   await c.files.write('/home/user/kept.txt', 'changed')
   assert.equal(await s.files.read('/home/user/kept.txt'), mark)
+  // The events: the snapshot with who asked, the start from it.
+  const evs = (await api('GET', `/events/sandboxes/${s.sandboxId}?orderAsc=true&limit=100`)).body
+  const cp = evs.filter((e) => e.type === 'sandbox.lifecycle.checkpointed')
+  assert.equal(cp.length, 1)
+  assert.equal(cp[0].eventData.snapshot_id, snap.snapshotId)
+  assert.equal(cp[0].eventData.cause, 'api')
+  assert.ok(cp[0].eventData.apiKeyId)
+  const made = (await api('GET', `/events/sandboxes/${c.sandboxId}?orderAsc=true`)).body
+    .filter((e) => e.type === 'sandbox.lifecycle.created')
+  assert.equal(made.length, 1)
+  assert.equal(made[0].eventData.snapshot_id, snap.snapshotId)
   // By its name, as createSnapshot gave it.
   const byVer = track(await Sandbox.create(`${name}:v1`, { timeoutMs: 180_000 }))
   assert.equal(await byVer.files.read('/home/user/kept.txt'), mark)
