@@ -12,6 +12,7 @@
 #include "common/util.h"
 #include "builds.h"
 #include "cp.h"
+#include "disk.h"
 #include "events.h"
 #include "ids.h"
 #include "list.h"
@@ -172,6 +173,13 @@ void cp_snapshot_run(struct cp_sandbox *sb, struct cp_op *op, void (*finish)(str
     else if (sb->gone) {
         status = 409;
         why = "its process has ended";
+    }
+    /* The disk reserve that refuses creations refuses snapshots (a copy of up to the
+     * sandbox's disk size) too. */
+    char full[600];
+    if (!why && !cp_disk_may_create(cp, full, sizeof full)) {
+        status = 503;
+        why = full;
     }
     if (why) {
         if (op->req)
