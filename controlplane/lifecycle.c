@@ -339,10 +339,9 @@ static void lc__create_done(struct lc_create *c)
     if (c->ca_fp[0] && sb->rec.intercept)
         json_object_set_new(sb->rec.intercept, "agentCaFingerprint", json_string(c->ca_fp));
     cp_sb_save(sb);
-    /* From a snapshot: which one (the directory's name is its id). */
-    const char *snap = c->restore_dir[0] ? strrchr(c->restore_dir, '/') : NULL;
     cp_event_emit(sb, CP_EV_CREATED, CP_CAUSE_API, sb->rec.key_id,
-                  snap ? json_pack("{s:s}", "snapshot_id", snap + 1) : NULL);
+                  sb->rec.snapshot_id[0] ? json_pack("{s:s}", "snapshot_id", sb->rec.snapshot_id)
+                                         : NULL);
     lc__arm_timer(sb);
     lc__watch(sb);
     double ms = (double)(al_now_ns() - sb->create_t0_ns) / 1e6;
@@ -733,6 +732,8 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     r->state = CP_SB_CREATING;
     snprintf(r->template_id, sizeof r->template_id, "%s", c->template_ref);
     snprintf(r->template_build, sizeof r->template_build, "%s", c->template_build);
+    if (c->restore_dir[0]) /* (the directory's name is the snapshot's id) */
+        snprintf(r->snapshot_id, sizeof r->snapshot_id, "%s", strrchr(c->restore_dir, '/') + 1);
     snprintf(r->backend, sizeof r->backend, "%s", cp->backend_kind);
     snprintf(r->key_id, sizeof r->key_id, "%s", req_c->who.key_id);
     cp_token_new(r->token);

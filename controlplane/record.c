@@ -58,6 +58,8 @@ json_t *cp_sb_record_doc(const struct cp_sb_record *r)
     json_object_set_new(d, "template_id", json_string(r->template_id));
     if (r->template_build[0])
         json_object_set_new(d, "template_build", json_string(r->template_build));
+    if (r->snapshot_id[0])
+        json_object_set_new(d, "snapshot_id", json_string(r->snapshot_id));
     json_object_set_new(d, "backend", json_string(r->backend));
     json_object_set_new(d, "key_id", json_string(r->key_id));
     json_object_set_new(d, "token", json_string(r->token));
@@ -117,6 +119,7 @@ int cp_sb_record_from_doc(struct cp_sb_record *r, const json_t *d, struct al_err
     json_t *o = NULL;
     if ((rc = record__str(d, "template_id", r->template_id, sizeof r->template_id, err)) ||
         (rc = record__str(d, "template_build", r->template_build, sizeof r->template_build, err)) ||
+        (rc = record__str(d, "snapshot_id", r->snapshot_id, sizeof r->snapshot_id, err)) ||
         (rc = record__str(d, "backend", r->backend, sizeof r->backend, err)) ||
         (rc = record__str(d, "key_id", r->key_id, sizeof r->key_id, err)) ||
         (rc = record__str(d, "token", r->token, sizeof r->token, err)) ||

@@ -38,6 +38,7 @@ struct cp_sb_record {
     /* The build whose files it was created from ("" for a template made without the build
      * API): that version of the template is kept while the sandbox exists. */
     char template_build[40];
+    char snapshot_id[64];         /* the snapshot it was started from ("" for none) */
     char backend[16];             /* "jail", "kvm", "test" */
     char key_id[32];              /* the API key that created it ("env", "local", key_...) */
     char token[CP_TOKEN_LEN + 1]; /* envd access token (state dir is root-only) */

@@ -110,6 +110,7 @@ static void snap__taken(struct cp_sandbox *sb, int rc, json_t *res, const char *
     snprintf(r.id, sizeof r.id, "%s", t->id);
     snprintf(r.name, sizeof r.name, "%s", op->name);
     snprintf(r.sandbox_id, sizeof r.sandbox_id, "%s", sb->rec.id);
+    snprintf(r.parent, sizeof r.parent, "%s", sb->rec.snapshot_id);
     /* The version the layer applies to: its build when the template has builds. */
     if (sb->rec.template_build[0]) {
         char id[CP_TEMPLATE_MAX], tag[72];
@@ -231,11 +232,11 @@ static int snap__page_add(const struct cp_store_snap *r, void *arg)
         return 1; /* one more than a page: there is a next one */
     char created[40];
     al_time_rfc3339(created, sizeof created, r->created_ns);
-    json_array_append_new(p->arr,
-                          json_pack("{s:s,s:o,s:s,s:s,s:s,s:I,s:s}", "snapshotID", r->id, "names",
-                                    snap__names(r), "sandboxID", r->sandbox_id, "templateID",
-                                    r->template_id, "backend", r->backend, "sizeBytes",
-                                    (json_int_t)r->size_bytes, "createdAt", created));
+    json_array_append_new(p->arr, json_pack("{s:s,s:o,s:s,s:s,s:s,s:I,s:s,s:s}", "snapshotID",
+                                            r->id, "names", snap__names(r), "sandboxID",
+                                            r->sandbox_id, "templateID", r->template_id, "backend",
+                                            r->backend, "sizeBytes", (json_int_t)r->size_bytes,
+                                            "createdAt", created, "parent", r->parent));
     snprintf(p->next, sizeof p->next, "%llu", (unsigned long long)r->seq);
     return 0;
 }

@@ -77,6 +77,11 @@ test('snapshots: createSnapshot, Sandbox.create(snapshotId), list, delete', asyn
   assert.equal((await c.commands.run('echo "[$SNAP_CANARY]"')).stdout, '[]\n')
   const host = async (x) => (await x.commands.run('hostname')).stdout
   assert.notEqual(await host(c), await host(s))
+  // A snapshot of the copy names the snapshot it came from.
+  const child = await c.createSnapshot()
+  const childRow = (await api('GET', `/snapshots?sandboxID=${c.sandboxId}`)).body
+  assert.deepEqual(childRow.map((x) => [x.snapshotID, x.parent]), [[child.snapshotId, snap.snapshotId]])
+  assert.equal(await Sandbox.deleteSnapshot(child.snapshotId), true)
   // It writes on its own: neither the original nor the snapshot changes.
   await c.files.write('/home/user/kept.txt', 'changed')
   assert.equal(await s.files.read('/home/user/kept.txt'), mark)
