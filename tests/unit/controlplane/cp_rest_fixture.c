@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "controlplane/metrics.h"
@@ -478,4 +479,52 @@ TCase *cp_rest_tcase(const char *name)
     tcase_add_checked_fixture(t, cp_rest_setup, cp_rest_teardown);
     tcase_set_timeout(t, 60);
     return t;
+}
+
+/* ---- template builds (test_cp_rest_templates, test_cp_rest_snapshots) ---- */
+
+void build_wait(const char *name, const char *bid, struct resp *r)
+{
+    char path[300];
+    snprintf(path, sizeof path, "/templates/%s/builds/%s/status", name, bid);
+    for (int i = 0; i < 1000; i++) {
+        req(r, "GET", path, NULL);
+        ck_assert_msg(r->status == 200, "%d %s", r->status, r->raw);
+        const char *st = jstr(r->body, "status");
+        if (strcmp(st, "ready") == 0 || strcmp(st, "error") == 0)
+            return;
+        resp_free(r);
+        usleep(10000);
+    }
+    ck_abort_msg("build %s did not end in 10 s", bid);
+}
+
+/* A build requested with body (a name with a tag, tags) of template tid; its id into bid. */
+void build_tagged(const char *body, const char *tid, const char *def, char bid[40],
+                  const char *want_tags)
+{
+    struct resp r;
+    char path[300];
+    req(&r, "POST", "/v3/templates", body);
+    ck_assert_msg(r.status == 202, "%d %s", r.status, r.raw);
+    snprintf(bid, 40, "%s", jstr(r.body, "buildID"));
+    char *tags = json_dumps(json_object_get(r.body, "tags"), JSON_COMPACT);
+    ck_assert_str_eq(tags, want_tags);
+    free(tags);
+    resp_free(&r);
+    snprintf(path, sizeof path, "/v2/templates/%s/builds/%s", tid, bid);
+    req(&r, "POST", path, def);
+    ck_assert_msg(r.status == 202, "%d %s", r.status, r.raw);
+    resp_free(&r);
+    build_wait(tid, bid, &r);
+    ck_assert_msg(strcmp(jstr(r.body, "status"), "ready") == 0, "%s", r.raw);
+    resp_free(&r);
+}
+
+bool exists_within(const char *p, bool want)
+{
+    struct stat st;
+    for (int i = 0; i < 1000 && (stat(p, &st) == 0) != want; i++)
+        usleep(10000);
+    return (stat(p, &st) == 0) == want;
 }

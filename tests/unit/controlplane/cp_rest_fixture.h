@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "al_test.h"
@@ -67,5 +68,14 @@ const char *jstr(const json_t *o, const char *k);
 void create(const char *body, char id[64], char token[80]);
 /* The answer is an error of this status with a JSON code, its message containing needle. */
 void assert_error(struct resp *r, int status, const char *needle);
+/* Waits for a build to end (it runs on a worker thread): its status answer, ready or error,
+ * into r; 10 s at most. */
+void build_wait(const char *name, const char *bid, struct resp *r);
+/* A build requested with body (a name with a tag, tags) of template tid, its definition def,
+ * run until ready; its id into bid; the request's answer must have tags want_tags. */
+void build_tagged(const char *body, const char *tid, const char *def, char bid[40],
+                  const char *want_tags);
+/* Whether p exists is want, within 10 s (polled). */
+bool exists_within(const char *p, bool want);
 
 #endif

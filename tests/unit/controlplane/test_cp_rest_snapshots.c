@@ -252,6 +252,36 @@ START_TEST(snapshots_sweep_and_versions)
 }
 END_TEST
 
+/* A template version no tag names and no sandbox uses stays while a snapshot needs it, and
+ * goes with the snapshot's deletion. */
+START_TEST(snapshots_keep_template_version)
+{
+    char a[40], b[40], p[400], ref[120];
+    const char *env1 = "{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"ENV\",\"args\":"
+                       "[\"A\",\"1\"]}]}";
+    const char *env2 = "{\"fromTemplate\":\"base\",\"steps\":[{\"type\":\"ENV\",\"args\":"
+                       "[\"A\",\"2\"]}]}";
+    build_tagged("{\"name\":\"sg\"}", "sg", env1, a, "[\"default\"]");
+    db_open();
+    snprintf(ref, sizeof ref, "sg:%s", a);
+    put(S1, "", "sbx1", "env", ref);
+    /* A rebuild moves the default tag: version a is kept for the snapshot. */
+    build_tagged("{\"name\":\"sg\"}", "sg", env2, b, "[\"default\"]");
+    snprintf(p, sizeof p, "%s/templates/.sg.v-%s", g_tmpdir, b);
+    ck_assert(exists_within(p, true));
+    snprintf(p, sizeof p, "%s/templates/.sg.v-%s", g_tmpdir, a);
+    /* (the build's installation ran the collection before its status became ready) */
+    struct stat st;
+    ck_assert_msg(stat(p, &st) == 0, "%s went, a snapshot needs it", p);
+    struct resp r;
+    req(&r, "DELETE", "/templates/" S1, NULL);
+    ck_assert_msg(r.status == 204, "%d %s", r.status, r.raw);
+    resp_free(&r);
+    ck_assert_msg(exists_within(p, false), "%s stays", p);
+    cp_store_close(g_db);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_rest_snapshots");
@@ -259,6 +289,7 @@ static Suite *suite(void)
     tcase_add_test(t, snapshots_create_refused);
     tcase_add_test(t, snapshots_list_delete_restore);
     tcase_add_test(t, snapshots_sweep_and_versions);
+    tcase_add_test(t, snapshots_keep_template_version);
     suite_add_tcase(s, t);
     return s;
 }
