@@ -121,6 +121,8 @@ static void snap__taken(struct cp_sandbox *sb, int rc, json_t *res, const char *
         snprintf(r.template_id, sizeof r.template_id, "%s", sb->rec.template_id);
     }
     snprintf(r.backend, sizeof r.backend, "%s", sb->rec.backend);
+    /* What a restore needs of airlock-vmm: the format it wrote (cp_snapshot_for_create
+     * refuses another); the agent is the one this airlockd ships. */
     snprintf(r.vmm_version, sizeof r.vmm_version, "%s",
              json_string_value(json_object_get(res, "format")) ?: "");
     snprintf(r.agent_version, sizeof r.agent_version, "%s", AIRLOCK_VERSION);
