@@ -63,6 +63,10 @@ eval "$(declare -f ew_start_proxy | sed '1s/ew_start_proxy/iw__egress_start_prox
 ew_start_proxy() {
   iw__prepare || { echo "interception world: setup failed" >&2; exit 1; }
   iw__egress_start_proxy --upstream-ca "$EW_TMP/ca.pem" --vault-socket "$EW_TMP/vault.sock" "$@"
+  # Ready is not yet serving injection: until its changes feed is up the proxy refuses every
+  # fetch (vault_feed_down). The fake vault says when the feed's polls start waiting, which
+  # the proxy does only after it applied an answer.
+  ew_wait_line vault '"changes"' 30 || { echo "interception world: the vault feed did not come up" >&2; exit 1; }
 }
 
 # iw_register ID N POLICY.yaml: registers sandbox N and keeps its CA and placeholders.

@@ -28,7 +28,8 @@ interception tests (loopback and unix sockets only).
         /ws-deflate      the same, accepting permessage-deflate whether offered or not
       Every request is logged to stdout as JSON {"path","headers","accept_encoding"}.
   vault --socket S --secret NAME=VALUE[@HOST] ...
-      POST /v1/fetch and GET /v1/changes (immediate answers) as airlock-vault.
+      POST /v1/fetch and GET /v1/changes (immediate answers) as airlock-vault. Each fetch is
+      logged as JSON {"fetch"}; a poll with wait_ms after one without as {"changes"}.
 """
 import argparse
 import base64
@@ -174,6 +175,7 @@ def upstream(a):
 
 def vault(a):
     secrets = {}
+    last_waited = [False]
     for s in a.secret:
         name, rest = s.split("=", 1)
         value, _, host = rest.partition("@")
@@ -198,6 +200,13 @@ def vault(a):
 
         def do_GET(self):
             if self.path.startswith("/v1/changes"):
+                # Tests wait for a poll with wait_ms: a proxy sends one only after it applied
+                # an answer, that is once its feed is up and it serves fetches. Said when the
+                # polls start waiting, not for each (answered at once, they follow at once).
+                waits = "wait_ms=" in self.path
+                if waits and not last_waited[0]:
+                    print(json.dumps({"changes": self.path}), flush=True)
+                last_waited[0] = waits
                 self.reply(200, {"since": 0, "generation": 1, "full": False, "changed": []})
             else:
                 self.reply(404, {"code": 404, "message": "no"})

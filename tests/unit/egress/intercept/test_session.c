@@ -148,6 +148,19 @@ static unsigned wait_port(const char *file)
     return 0;
 }
 
+/* Waits (30 s at most) until the log W.dir/name holds needle. */
+static void wait_log(const char *name, const char *needle)
+{
+    static char buf[1 << 16];
+    for (int i = 0; i < 1000; i++) {
+        read_file(name, buf, sizeof buf);
+        if (strstr(buf, needle))
+            return;
+        usleep(30000);
+    }
+    ck_abort_msg("%s has no \"%s\" after 30 s: %s", name, needle, buf);
+}
+
 static const char *bin_dir(void)
 {
     const char *b = getenv("AIRLOCK_BINARY_DIR");
@@ -215,7 +228,10 @@ static void world_start(const char *name, bool vault)
               bin_dir(), W.dir, name, up_port, W.dir, W.dir, W.dir, W.dir, W.dir, W.dir,
               plaintext_world ? "--plaintext" : "");
     W.port = wait_port("proxy.port");
-    usleep(150000); /* the vault feed connects */
+    /* Until its changes feed is up the proxy refuses every fetch (vault_feed_down): wait for
+     * the poll it sends only after it applied the vault's first answer. */
+    if (vault)
+        wait_log("vault.log", "wait_ms=");
 }
 
 static void stop(pid_t pid)
