@@ -857,7 +857,10 @@ START_TEST(slow_reader_gets_everything_through_flow_control)
     int rcvbuf = 256 * 1024;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     t_sends(fd, "GET /bulk?kib=16384 HTTP/1.1\r\nHost: x\r\n\r\n");
-    usleep(200000); /* do not read: the server has to queue and wait */
+    /* Not read yet: 16 MiB do not fit in the socket buffers, so the server has to queue and
+     * wait for a drain. Waited for (10 s at least), not assumed after a fixed time. */
+    for (int i = 0; i < 10000 && atomic_load(&t_drains) == 0; i++)
+        usleep(1000);
     ck_assert_int_gt(atomic_load(&t_drains), 0);
     struct t_reader rd = {.len = 0};
     static struct t_resp r;
