@@ -22,9 +22,10 @@ t0=$SECONDS
 ensure_template base
 ensure_template code-interpreter-v1
 ok "templates built or taken from the cache in $((SECONDS - t0)) s"
-t1=$SECONDS
-ensure_template base
-[ $((SECONDS - t1)) -le 20 ] || fail "a cached template took $((SECONDS - t1)) s to install"
+# Installed again: taken from the cache, not built (what the builder says, not how long it
+# took: it may wait for another job's lock on a loaded machine).
+again=$(ensure_template base 2>&1)
+grep -q 'base: cached' <<<"$again" || fail "a cached template was not taken from the cache: $again"
 for n in base code-interpreter-v1; do
   tj=$STATE/templates/$n/template.json
   python3 - "$tj" "$n" "$("$BUILD" --print-hash "$n" | awk '{print $2}')" <<'PY' || fail "$n/template.json"
