@@ -245,8 +245,10 @@ sleep 3
 u1=$(cpu_ns)
 t1=$(date +%s%N)
 share=$(python3 -c "print(round(($u1 - $u0) / ($t1 - $t0), 3))")
-python3 -c "import sys; sys.exit(0 if 0.05 <= $share <= 0.5 * 1.3 else 1)" ||
-  fail "4 spinning loops used $share CPUs with a quota of 0.5 (expected 0.05 .. 0.65)"
+# Only the quota bounds it from above. From below only "they ran": a loaded machine gives the
+# sandbox's cgroup about 2 CPUs / (runnable tasks beside it + 1), 0.05 at load 40.
+python3 -c "import sys; sys.exit(0 if 0 < $share <= 0.5 * 1.3 else 1)" ||
+  fail "4 spinning loops used $share CPUs with a quota of 0.5 (expected > 0 and <= 0.65)"
 stop_a a-cpu
 ok "CPU spin: 4 busy loops held to $share CPUs (quota 0.5)"
 
