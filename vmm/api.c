@@ -12,6 +12,14 @@
  *   POST /snapshot  (backends that can: kvm) body {"path": "/new/dir"}: the sandbox's full
  *                 state written there; 200 {"path","ms","memory_file_bytes"}; the API
  *                 answers nothing else while it is written; 501 for other backends
+ *   POST /rollback  (backends that can: jail) body {"path": "/snapshot/dir", "access_token":
+ *                 "..."}: the sandbox's file system replaced by that snapshot of its own
+ *                 (POST /snapshot), its processes killed and the agent started again with
+ *                 the token given (this process does not keep it); 200 {"path","ms",
+ *                 "stop_ms","restore_ms"} once the new agent answers /health; 400 a snapshot
+ *                 it cannot roll back to (nothing changed), 409 paused / not running /
+ *                 another rollback under way, 500 it failed (after the kill: the sandbox
+ *                 stops), 501 other backends. The API answers nothing else during the copy
  *   POST /stop    body optional {"grace_ms": N} (SIGTERM, N ms, then SIGKILL; default 0)
  *                 204 once every process is gone and everything is reclaimed; then
  *                 airlock-vmm exits (status 0)
@@ -20,6 +28,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sodium.h>
 #include <unistd.h>
 
 #include "common/http.h"
@@ -32,6 +41,7 @@
 struct vmm_api {
     struct vmm *v;
     struct al_http_server *srv;
+    struct al_http_req *rollback_req; /* waits for the new agent's /health */
     struct al_http_req *stop_waiters[API_MAX_STOP_WAITERS];
     size_t n_waiters;
     void (*done)(struct vmm *v);
@@ -50,7 +60,7 @@ static void api__waiter_gone(struct al_http_req *req)
 
 static void api__reply_err(struct al_http_req *req, const struct al_error *err)
 {
-    int status = err->code == -EALREADY || err->code == -EINVAL ? 409 : 500;
+    int status = err->code == -EALREADY || err->code == -EINVAL || err->code == -EBUSY ? 409 : 500;
     al_http_reply_error(req, status, "%s", al_error_str(err));
 }
 
@@ -111,6 +121,11 @@ static void api__snapshot_body(struct al_http_req *req, int rc)
         al_http_reply_error(req, 409, "sandbox %s is %s", v->spec.id, vmm_state_name(v->state));
         return;
     }
+    if (v->rollback_done) {
+        json_decref(b);
+        al_http_reply_error(req, 409, "sandbox %s is being rolled back", v->spec.id);
+        return;
+    }
     json_t *info = NULL;
     rc = v->backend->snapshot(v->priv, path, &info, &err);
     json_decref(b);
@@ -119,6 +134,70 @@ static void api__snapshot_body(struct al_http_req *req, int rc)
                             al_error_str(&err));
     else
         al_http_reply_json(req, 200, info);
+}
+
+static void api__rollback_gone(struct al_http_req *req)
+{
+    struct vmm_api *a = req->user;
+    if (a->rollback_req == req)
+        a->rollback_req = NULL;
+}
+
+static void api__rollback_done(struct vmm *v, int rc, json_t *info, const char *msg)
+{
+    struct vmm_api *a = v->api;
+    struct al_http_req *req = a ? a->rollback_req : NULL;
+    if (a)
+        a->rollback_req = NULL;
+    if (!req) {
+        json_decref(info); /* the caller went away; the rollback happened all the same */
+        return;
+    }
+    if (rc)
+        al_http_reply_error(req, 500, "%s", msg ? msg : strerror(-rc));
+    else
+        al_http_reply_json(req, 200, info);
+}
+
+static void api__rollback_body(struct al_http_req *req, int rc)
+{
+    struct vmm_api *a = req->user;
+    struct vmm *v = a->v;
+    if (rc < 0)
+        return;
+    struct al_error err = {0};
+    json_t *b = req->body.len ? al_json_parse(req->body.data, req->body.len, &err) : NULL;
+    if (req->body.len)
+        sodium_memzero(req->body.data, req->body.len); /* the access token */
+    static const char *const keys[] = {"path", "access_token", NULL};
+    const char *path = NULL, *token = NULL;
+    if (!b || al_json_check_keys(b, keys, "rollback request", &err) ||
+        al_json_get_str(b, "path", true, &path, "rollback request", &err) ||
+        al_json_get_str(b, "access_token", false, &token, "rollback request", &err)) {
+        json_decref(b);
+        al_http_reply_error(req, 400, "%s",
+                            req->body.len ? al_error_str(&err)
+                                          : "the body must be {\"path\": \"/snapshot/dir\", "
+                                            "\"access_token\": \"...\"}");
+        return;
+    }
+    if (a->rollback_req) {
+        json_decref(b);
+        al_http_reply_error(req, 409, "sandbox %s is being rolled back already", v->spec.id);
+        return;
+    }
+    a->rollback_req = req;
+    al_http_req_on_close(req, api__rollback_gone);
+    rc = vmm_rollback(v, path, token, api__rollback_done, &err);
+    json_decref(b);
+    if (rc) {
+        a->rollback_req = NULL;
+        int status = rc == -ENOTSUP                    ? 501
+                     : rc == -EBUSY || rc == -EALREADY ? 409
+                     : rc == -EINVAL                   ? 400
+                                                       : 500;
+        al_http_reply_error(req, status, "%s", al_error_str(&err));
+    }
 }
 
 static bool api__peer_ok(const struct al_http_req *req)
@@ -167,6 +246,13 @@ static void api__on_request(struct al_http_req *req, void *ctx)
             al_http_reply_error(req, 501, "the %s backend cannot take snapshots", v->backend->name);
         else if (al_http_req_read_body(req, 4096, api__snapshot_body) < 0)
             al_http_reply_error(req, 400, "cannot read the request body");
+    } else if (strcmp(p, "/rollback") == 0) {
+        if (!post)
+            goto method;
+        if (!v->backend->rollback)
+            al_http_reply_error(req, 501, "the %s backend has no rollback", v->backend->name);
+        else if (al_http_req_read_body(req, 4096, api__rollback_body) < 0)
+            al_http_reply_error(req, 400, "cannot read the request body");
     } else if (strcmp(p, "/stop") == 0) {
         if (!post)
             goto method;
@@ -175,7 +261,7 @@ static void api__on_request(struct al_http_req *req, void *ctx)
     } else {
         al_http_reply_error(req, 404,
                             "no such endpoint %s (try GET /status, GET /stats, POST "
-                            "/pause, /resume, /snapshot, /stop)",
+                            "/pause, /resume, /snapshot, /rollback, /stop)",
                             p);
     }
     return;

@@ -334,6 +334,8 @@ json_t *vmm_stats_json(const struct vmm *v)
 
 int vmm_pause(struct vmm *v, struct al_error *err)
 {
+    if (v->rollback_done)
+        return al_error_set(err, -EBUSY, "sandbox %s is being rolled back", v->spec.id);
     if (v->state == VMM_PAUSED)
         return al_error_set(err, -EALREADY, "sandbox %s is already paused", v->spec.id);
     if (v->state != VMM_RUNNING)
@@ -476,6 +478,13 @@ void vmm_stop(struct vmm *v, uint32_t grace_ms, int exit_code)
     v->state = VMM_STOPPING;
     v->exit_code = exit_code;
     vmm_probe_cancel(v);
+    if (v->rollback_done) {
+        void (*done)(struct vmm *, int, json_t *, const char *) = v->rollback_done;
+        v->rollback_done = NULL;
+        json_decref(v->rollback_info);
+        v->rollback_info = NULL;
+        done(v, -ECANCELED, NULL, "the sandbox stopped before its agent answered again");
+    }
     if (grace_ms && v->agent_alive) {
         if (was_paused)
             v->backend->resume(v->priv, NULL);
@@ -503,6 +512,105 @@ static void vmm__on_agent_exit(uv_poll_t *h, int status, int events)
             al_warn("sandbox %s: the agent was killed by signal %d", v->spec.id, WTERMSIG(st));
         vmm_stop(v, 0, v->healthy ? VMM_EXIT_AGENT_DIED : VMM_EXIT_UNHEALTHY);
     }
+}
+
+static void vmm__watch_agent(struct vmm *v)
+{
+    uv_poll_init(v->loop, &v->pid_poll, v->started.pidfd);
+    v->pid_poll.data = v;
+    uv_poll_start(&v->pid_poll, UV_READABLE, vmm__on_agent_exit);
+}
+
+/* The agent's watch was closed for a rollback: it watches the agent there is now. */
+static void vmm__watch_reopen(uv_handle_t *h)
+{
+    struct vmm *v = h->data;
+    if (v->state != VMM_STOPPING && v->state != VMM_STOPPED)
+        vmm__watch_agent(v);
+}
+
+static void vmm__on_rollback_healthy(struct vmm *v, int rc)
+{
+    void (*done)(struct vmm *, int, json_t *, const char *) = v->rollback_done;
+    json_t *info = v->rollback_info;
+    v->rollback_done = NULL;
+    v->rollback_info = NULL;
+    if (!done) {
+        json_decref(info);
+        return;
+    }
+    if (rc) {
+        char msg[512];
+        snprintf(msg, sizeof msg,
+                 "after the rollback the agent did not answer GET /health within %u ms (see %s)",
+                 v->spec.start_timeout_ms, v->log_path);
+        al_error("sandbox %s: %s", v->spec.id, msg);
+        json_decref(info);
+        done(v, -ETIMEDOUT, NULL, msg);
+        vmm_stop(v, 0, VMM_EXIT_UNHEALTHY);
+        return;
+    }
+    done(v, 0, info, NULL);
+}
+
+int vmm_rollback(struct vmm *v, const char *dir, const char *access_token,
+                 void (*done)(struct vmm *v, int rc, json_t *info, const char *msg),
+                 struct al_error *err)
+{
+    if (!v->backend->rollback)
+        return al_error_set(err, -ENOTSUP, "the %s backend has no rollback", v->backend->name);
+    if (v->rollback_done)
+        return al_error_set(err, -EBUSY, "sandbox %s is being rolled back already", v->spec.id);
+    if (v->state == VMM_PAUSED)
+        return al_error_set(err, -EALREADY, "sandbox %s is paused: resume it first", v->spec.id);
+    if (v->state != VMM_RUNNING)
+        return al_error_set(err, -EBUSY, "sandbox %s is %s, not running", v->spec.id,
+                            vmm_state_name(v->state));
+    /* The new agent's channel is made beside the old one and renamed over it once the new
+     * agent runs: until then the old agent's stays in place (a refused rollback keeps it).
+     * The name is shorter than agent.sock, so it fits wherever that does. */
+    char tmp[sizeof v->agent_sock];
+    snprintf(tmp, sizeof tmp, "%.*s/a.rb", (int)(strrchr(v->agent_sock, '/') - v->agent_sock),
+             v->agent_sock);
+    int lfd = vmm_listen_unix(tmp, 128, err);
+    if (lfd < 0)
+        return lfd;
+    /* Closed now, while its descriptor is the old agent's: reopened on the new agent's. */
+    uv_close((uv_handle_t *)&v->pid_poll, vmm__watch_reopen);
+    struct vmm_started st = {.pid = -1, .pidfd = -1, .log_fd = -1};
+    json_t *info = NULL;
+    bool stopped = false;
+    al_info("sandbox %s: rolling back to %s", v->spec.id, dir);
+    int rc = v->backend->rollback(v->priv, dir, access_token, lfd, &st, &info, &stopped, err);
+    close(lfd);
+    if (rc) {
+        unlink(tmp);
+        if (stopped) {
+            /* Reaped by the backend; nothing of the sandbox runs. */
+            al_error("sandbox %s: the rollback failed after its processes were stopped: %s",
+                     v->spec.id, al_error_str(err));
+            v->agent_alive = false;
+            vmm_stop(v, 0, VMM_EXIT_AGENT_DIED);
+        }
+        return rc;
+    }
+    if (rename(tmp, v->agent_sock) < 0)
+        al_warn("sandbox %s: rename %s to %s: %s", v->spec.id, tmp, v->agent_sock, strerror(errno));
+    json_decref(st.timing);
+    v->started.pid = st.pid;
+    v->started.pidfd = st.pidfd;
+    v->started.log_fd = st.log_fd;
+    v->agent_alive = true;
+    v->rollback_done = done;
+    v->rollback_info = info;
+    if (vmm_probe_start(v, v->spec.start_timeout_ms, vmm__on_rollback_healthy)) {
+        v->rollback_done = NULL;
+        v->rollback_info = NULL;
+        json_decref(info);
+        vmm_stop(v, 0, VMM_EXIT_SETUP);
+        return al_error_set(err, -ENOMEM, "out of memory");
+    }
+    return 0;
 }
 
 static void vmm__on_signal(uv_signal_t *s, int signum)
@@ -827,9 +935,7 @@ int vmm_run(const struct vmm_opts *o)
     /* The event loop: the agent's exit, its logs, signals, the API, the health probe. */
     uv_timer_init(v->loop, &v->stop_timer);
     v->stop_timer.data = v;
-    uv_poll_init(v->loop, &v->pid_poll, v->started.pidfd);
-    v->pid_poll.data = v;
-    uv_poll_start(&v->pid_poll, UV_READABLE, vmm__on_agent_exit);
+    vmm__watch_agent(v);
     uv_signal_init(v->loop, &v->sig_term);
     uv_signal_init(v->loop, &v->sig_int);
     uv_signal_init(v->loop, &v->sig_hup);

@@ -73,6 +73,9 @@ struct vmm {
     struct vmm_logcap log;
     struct vmm_probe *probe;
     struct vmm_api *api;
+    /* A rollback whose new agent is not healthy yet: called once it is (or is not). */
+    void (*rollback_done)(struct vmm *v, int rc, json_t *info, const char *msg);
+    json_t *rollback_info;
 };
 
 /* Runs one sandbox; returns the process exit code (VMM_EXIT_*). */
@@ -92,6 +95,17 @@ bool vmm_is_live(const char *id, void *arg);
 const char *vmm_state_name(enum vmm_state s);
 int vmm_pause(struct vmm *v, struct al_error *err);
 int vmm_resume(struct vmm *v, struct al_error *err);
+/* POST /rollback: the running sandbox's file system replaced by the snapshot dir (one of
+ * its own; backends that can: jail) and its agent started again (access_token: the
+ * agent's, which this process does not keep). The backend's part blocks (kill, copy);
+ * done(v, rc, info, msg) runs once the new agent answers /health (rc 0, info stolen) or
+ * it does not, or the sandbox stops meanwhile (rc < 0, msg). Returns < 0 with err if
+ * refused at once: -ENOTSUP no rollback in this backend, -EBUSY not running or another
+ * rollback under way, -EALREADY paused, -EINVAL a snapshot it cannot roll back to (the
+ * sandbox is unchanged), else the backend failed (if after the kill, the sandbox stops). */
+int vmm_rollback(struct vmm *v, const char *dir, const char *access_token,
+                 void (*done)(struct vmm *v, int rc, json_t *info, const char *msg),
+                 struct al_error *err);
 /* Starts the stop sequence (idempotent); grace_ms > 0 sends SIGTERM first. */
 void vmm_stop(struct vmm *v, uint32_t grace_ms, int exit_code);
 json_t *vmm_status_json(const struct vmm *v);

@@ -141,7 +141,62 @@ jail_assert_gone s5 "$h5" "$apid5" "$net5"
 rm -rf "$T"/snaps/.tmp-killed.*
 ok "kill -9 in the middle of a snapshot: no half snapshot in place, --cleanup reclaims the frozen sandbox"
 
-apid1=$(jail_agent_pid s1)
+# Rollback of s1 to its snapshot "one" in place: its files as they were then, the same
+# sandbox (id slot, network namespace, hostname, token), a new agent.
+out=$(jail_exec s1 user 'set -e
+rm /home/user/keep.txt
+echo later > /home/user/later.txt
+sleep 600 </dev/null >/dev/null 2>&1 &
+echo ok' 2>&1) || fail "cannot change s1's files: $out"
+out=$(jail_exec s1 root 'echo back > /etc/motd && echo ok' 2>&1) || fail "cannot write /etc/motd in s1: $out"
+agent_now() { jail_api "$1" GET /status | python3 -c 'import json,sys; print(json.load(sys.stdin)["agent_pid"])'; }
+apid_before=$(agent_now s1)
+net_before=$(jail_netns_inode "$apid_before")
+rb() { # ID PATH [TOKEN]: POST /rollback
+  jail_api "$1" POST /rollback "{\"path\":\"$2\",\"access_token\":\"${3:-$TOKEN}\"}"
+}
+out=$(rb s1 "$T/snaps/one") || fail "POST /rollback: $out"
+grep -q '"restore_ms":' <<<"$out" || fail "rollback answer: $out"
+got=$(jail_exec s1 user 'cd /home/user
+cat keep.txt
+[ -e later.txt ] && echo later-kept || echo later-gone
+[ -e /etc/motd ] && echo motd-back || echo motd-gone
+cat /etc/hostname
+cat /proc/[0-9]*/comm | grep -qx sleep && echo sleep-alive || echo no-sleep') || fail "s1 does not answer after the rollback"
+want="hello
+later-gone
+motd-gone
+s1
+no-sleep"
+[ "$got" = "$want" ] || fail "s1 after the rollback: got
+$got
+want
+$want"
+apid_after=$(agent_now s1)
+[ "$apid_after" != "$apid_before" ] || fail "the agent was not started again"
+[ "$(jail_netns_inode "$apid_after")" = "$net_before" ] || fail "s1 has another network namespace after the rollback"
+[ "$(jail_host_uid s1)" = "$h1" ] || fail "s1 has another id slot after the rollback"
+[ "$(stat -c %u "/proc/$apid_after/root/home/user/keep.txt")" = $((h1 + 1000)) ] ||
+  fail "keep.txt is not owned by s1's user after the rollback"
+grep -q '"state":"running"' <<<"$(jail_api s1 GET /status)" || fail "s1 is not running after the rollback"
+ok "rollback: the snapshot's files in place, same sandbox (slot, network, hostname, token), processes started afresh"
+
+# Refusals change nothing: another sandbox's snapshot, no snapshot, paused.
+jail_api s2 POST /snapshot "{\"path\":\"$T/snaps/two\"}" >/dev/null || fail "snapshot of s2"
+out=$(rb s1 "$T/snaps/two") && fail "a rollback to another sandbox's snapshot succeeded"
+grep -q '"code":400' <<<"$out" && grep -q 'snapshot of sandbox s2, not of s1' <<<"$out" ||
+  fail "rollback to s2's snapshot: $out"
+out=$(rb s1 "$T/snaps/none") && fail "a rollback to no snapshot succeeded"
+grep -q '"code":400' <<<"$out" || fail "rollback to a missing snapshot: $out"
+jail_api s1 POST /pause >/dev/null || fail "pause"
+out=$(rb s1 "$T/snaps/one") && fail "a rollback of a paused sandbox succeeded"
+grep -q '"code":409' <<<"$out" && grep -q 'paused' <<<"$out" || fail "rollback when paused: $out"
+jail_api s1 POST /resume >/dev/null || fail "resume"
+[ "$(agent_now s1)" = "$apid_after" ] || fail "a refused rollback restarted the agent"
+grep -qx hello <<<"$(jail_exec s1 user 'cat /home/user/keep.txt')" || fail "s1 after the refusals"
+ok "a rollback to another sandbox's snapshot, to none, or of a paused sandbox is refused and changes nothing"
+
+apid1=$(agent_now s1)
 net1=$(jail_netns_inode "$apid1")
 net2=$(jail_netns_inode "$apid2")
 jail_stop s1

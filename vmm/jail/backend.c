@@ -17,12 +17,8 @@ static json_t *jb__record(const void *priv)
     return jail_record(priv);
 }
 
-static int jb__start(void *priv, int listen_fd, struct vmm_started *out, struct al_error *err)
+static void jb__started(const struct jail *j, struct vmm_started *out)
 {
-    struct jail *j = priv;
-    int rc = jail_start(j, listen_fd, err);
-    if (rc)
-        return rc;
     out->pid = j->pid;
     out->pidfd = j->pidfd;
     out->log_fd = j->log_fd;
@@ -39,12 +35,32 @@ static int jb__start(void *priv, int listen_fd, struct vmm_started *out, struct 
     json_object_set_new(t, "child_locks_us", json_integer(j->timing.child.locks_us));
     json_object_set_new(t, "child_us", json_integer((json_int_t)(j->timing.child_ns / 1000)));
     json_object_set_new(t, "exec_us", json_integer((json_int_t)(j->timing.exec_ns / 1000)));
-    if (j->spec->jail_restore)
+    if (j->restore)
         json_object_set_new(t, "restore_us",
                             json_integer((json_int_t)(j->timing.restore_ns / 1000)));
     json_object_set_new(t, "total_us", json_integer((json_int_t)(j->timing.total_ns / 1000)));
     out->timing = t;
-    return 0;
+}
+
+static int jb__start(void *priv, int listen_fd, struct vmm_started *out, struct al_error *err)
+{
+    struct jail *j = priv;
+    int rc = jail_start(j, listen_fd, err);
+    if (rc == 0)
+        jb__started(j, out);
+    return rc;
+}
+
+static int jb__rollback(void *priv, const char *dir, const char *access_token, int listen_fd,
+                        struct vmm_started *out, json_t **info, bool *stopped, struct al_error *err)
+{
+    struct jail *j = priv;
+    pid_t old = j->pid;
+    int rc = jail_rollback(j, dir, access_token, listen_fd, info, err);
+    *stopped = j->pid != old;
+    if (rc == 0)
+        jb__started(j, out);
+    return rc;
 }
 
 static int jb__pause(void *priv, struct al_error *err)
@@ -171,6 +187,7 @@ const struct vmm_backend vmm_backend_jail = {
     .reclaim = jb__reclaim,
     .stats = jb__stats,
     .snapshot = jb__snapshot,
+    .rollback = jb__rollback,
     .cleanup_record = jail_cleanup_record,
     .sweep = jb__sweep,
 };

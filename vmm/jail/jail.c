@@ -201,7 +201,10 @@ int jail_prepare(struct jail *j, const struct vmm_spec *spec, const char *state_
     j->pid = -1;
     j->pidfd = -1;
     j->log_fd = -1;
+    j->log_w = -1;
     j->upper_fd = -1;
+    j->restart_net_fd = -1;
+    j->restore = spec->jail_restore;
     struct jail_cg_layout layout;
     int rc = jail__get_layout(&layout, err);
     if (rc)
@@ -224,7 +227,7 @@ int jail_prepare(struct jail *j, const struct vmm_spec *spec, const char *state_
     }
     j->have_slot = true;
     j->host_uid = jail_idmap_host_base(&j->ids, j->slot);
-    if (spec->jail_restore && (rc = jail_snapshot_check(j, err))) {
+    if (spec->jail_restore && (rc = jail_snapshot_check(j, spec->jail_restore, false, err))) {
         jail_reclaim(j, NULL);
         return rc;
     }
@@ -833,8 +836,9 @@ static char **jail__envp(const struct vmm_spec *s, bool have_init)
     return v;
 }
 
-static int jail__check_paths(const struct vmm_spec *s, struct al_error *err)
+static int jail__check_paths(const struct jail *j, struct al_error *err)
 {
+    const struct vmm_spec *s = j->spec;
     char p[PATH_MAX * 2];
     struct stat st;
     snprintf(p, sizeof p, "%s%s", s->agent_dir, s->agent_path + strlen("/.airlock"));
@@ -861,7 +865,7 @@ static int jail__check_paths(const struct vmm_spec *s, struct al_error *err)
                                 "its own and bind that)",
                                 i, s->binds[i].source);
     }
-    if (s->net_mode == VMM_NET_NETNS && stat(s->netns_path, &st) < 0)
+    if (s->net_mode == VMM_NET_NETNS && j->restart_net_fd < 0 && stat(s->netns_path, &st) < 0)
         return al_error_set(err, -errno,
                             "spec.network.netns %s: %s (the network namespace must be created "
                             "before the sandbox, e.g. by the vswitch's pool)",
@@ -901,7 +905,7 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
 
     for (size_t i = 0; i < AL_ARRAY_SIZE(mfds); i++)
         mfds[i] = -1;
-    if ((rc = jail__check_paths(s, err)))
+    if ((rc = jail__check_paths(j, err)))
         goto fail;
 
     /* Before anything is made: a clear refusal when the sandboxes together are at their
@@ -909,7 +913,9 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     if ((rc = jail_cg_parent_room(&j->cg, JAIL_CG_START_PIDS, err)))
         goto fail;
     struct jail_cg_limits lim = {s->memory_bytes, s->pids, s->cpus};
-    if (j->cg_inherited) {
+    if (j->restarting) {
+        /* A rollback: the sandbox's cgroups, emptied, with their limits. */
+    } else if (j->cg_inherited) {
         /* The warm cgroups, renamed: usually created with these very limits. */
         if ((rc = jail_cg_relimit(&j->cg, &lim, &jail__warm.lim, err)))
             goto fail;
@@ -935,6 +941,8 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
         goto fail;
     }
     json_t *io = vmm_spec_init_object(s);
+    if (io && j->restart_token)
+        json_object_set_new(io, "accessToken", json_string(j->restart_token));
     if (!io) {
         rc = al_error_set(err, -ENOMEM, "out of memory");
         goto fail;
@@ -968,7 +976,7 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
         .landlock_abi = al_landlock_abi(),
         .argv = argv,
         .envp = envp,
-        .restore = s->jail_restore != NULL,
+        .restore = j->restore != NULL,
     };
     jail__hosts(s, c.hosts, sizeof c.hosts, c.resolv, sizeof c.resolv);
     char state_dir[512];
@@ -981,7 +989,8 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     }
 
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ||
-        pipe2(errp, O_CLOEXEC) < 0 || pipe2(logp, O_CLOEXEC) < 0 || pipe2(initp, O_CLOEXEC) < 0) {
+        pipe2(errp, O_CLOEXEC) < 0 || (j->log_w < 0 && pipe2(logp, O_CLOEXEC) < 0) ||
+        pipe2(initp, O_CLOEXEC) < 0) {
         rc = al_error_set(err, -errno, "cannot create pipes: %s", strerror(errno));
         goto fail;
     }
@@ -992,7 +1001,7 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     }
     c.sync = sv[1];
     c.errw = errp[1];
-    c.log_w = logp[1];
+    c.log_w = j->log_w >= 0 ? j->log_w : logp[1];
     c.init_r = initp[0];
 
     /* Network: the child is created inside the sandbox's network namespace; this process
@@ -1005,7 +1014,13 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     }
     j->timing.prepare_ns = al_now_ns() - t0;
     uint64_t t1 = al_now_ns();
-    if (s->net_mode == VMM_NET_NETNS) {
+    if (j->restart_net_fd >= 0) {
+        if (setns(j->restart_net_fd, CLONE_NEWNET) < 0) {
+            rc = al_error_set(err, -errno, "join the sandbox's network namespace again: %s",
+                              strerror(errno));
+            goto fail;
+        }
+    } else if (s->net_mode == VMM_NET_NETNS) {
         target_net = open(s->netns_path, O_RDONLY | O_CLOEXEC);
         if (target_net < 0) {
             rc = al_error_set(err, -errno, "open network namespace %s: %s", s->netns_path,
@@ -1026,7 +1041,7 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
         }
     }
     net_switched = true;
-    if (s->net_mode == VMM_NET_NONE && (rc = jail__lo_up(err)))
+    if (s->net_mode == VMM_NET_NONE && j->restart_net_fd < 0 && (rc = jail__lo_up(err)))
         goto fail;
 
     struct clone_args ca = {
@@ -1064,8 +1079,6 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     sv[1] = -1;
     close(errp[1]);
     errp[1] = -1;
-    close(logp[1]);
-    logp[1] = -1;
     close(initp[0]);
     initp[0] = -1;
 
@@ -1143,7 +1156,7 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     if (!j->cg_inherited && (rc = jail_cg_attach(&j->cg, pid, err)))
         goto fail;
     j->timing.cgroup_attach_ns = al_now_ns() - tcg;
-    if (s->jail_restore) {
+    if (j->restore) {
         /* The child waits with its upper directory until it is filled. */
         uint64_t tr = al_now_ns();
         if ((rc = jail__expect(sv[0], errp[0], (int)s->start_timeout_ms, 'U', NULL, 0, &j->upper_fd,
@@ -1165,8 +1178,8 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
 
     /* The child hands over its upper directory ('U', unless it did so above), then reports
      * 'R' when it is ready to exec, or an error on errp. */
-    if (!s->jail_restore && (rc = jail__expect(sv[0], errp[0], (int)s->start_timeout_ms, 'U', NULL,
-                                               0, &j->upper_fd, err)))
+    if (!j->restore && (rc = jail__expect(sv[0], errp[0], (int)s->start_timeout_ms, 'U', NULL, 0,
+                                          &j->upper_fd, err)))
         goto fail;
     if ((rc = jail__expect(sv[0], errp[0], (int)s->start_timeout_ms, 'R', &j->timing.child,
                            sizeof j->timing.child, NULL, err)))
@@ -1203,7 +1216,10 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     jail__strv_free(envp);
     j->pid = pid;
     j->pidfd = pidfd;
-    j->log_fd = logp[0];
+    if (logp[0] >= 0) {
+        j->log_fd = logp[0];
+        j->log_w = logp[1];
+    }
     return 0;
 
 fail:
@@ -1286,6 +1302,89 @@ int jail_kill(struct jail *j, struct al_error *err)
     return rc < 0 ? rc : 0;
 }
 
+/* Kills the whole tree and waits (bounded) until the agent is reaped and the cgroups are
+ * empty: the state a rollback builds the sandbox again from. */
+static int jail__kill_wait(struct jail *j, unsigned timeout_ms, struct al_error *err)
+{
+    uint64_t deadline = al_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    bool reaped = false;
+    for (;;) {
+        jail_kill(j, NULL); /* again each round: a process forked between walk and kill */
+        if (!reaped) {
+            int st;
+            pid_t r = waitpid(j->pid, &st, WNOHANG);
+            reaped = r == j->pid || (r < 0 && errno == ECHILD);
+        }
+        if (reaped && jail_cg_nprocs(&j->cg) <= 0)
+            return 0;
+        if (al_now_ns() > deadline)
+            return al_error_set(err, -ETIMEDOUT,
+                                "processes of sandbox %s are still alive %u ms after SIGKILL",
+                                j->spec->id, timeout_ms);
+        if (!reaped && j->pidfd >= 0)
+            jail__wait_readable(j->pidfd, 5); /* readable once the agent has exited */
+        else
+            usleep(2000); /* the cgroup empties as the last processes are released */
+    }
+}
+
+int jail_rollback(struct jail *j, const char *dir, const char *access_token, int agent_listen_fd,
+                  json_t **info, struct al_error *err)
+{
+    *info = NULL;
+    if (j->pid <= 0 || j->upper_fd < 0)
+        return al_error_set(err, -EINVAL, "sandbox %s is not running", j->spec->id);
+    if (!vmm_path_normalised(dir) || strcmp(dir, "/") == 0)
+        return al_error_set(err, -EINVAL, "\"path\" must be a normalised absolute path");
+    /* Everything that can be checked is checked before the sandbox is stopped. */
+    int rc = jail_snapshot_check(j, dir, true, err);
+    if (rc)
+        return rc;
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/ns/net", (int)j->pid);
+    int net = open(p, O_RDONLY | O_CLOEXEC);
+    if (net < 0)
+        return al_error_set(err, -errno, "open %s: %s", p, strerror(errno));
+    uint64_t t0 = al_now_ns();
+    rc = jail__kill_wait(j, 10000, err);
+    uint64_t t1 = al_now_ns();
+    if (j->pidfd >= 0)
+        close(j->pidfd);
+    j->pidfd = -1;
+    j->pid = -1;
+    if (j->upper_fd >= 0)
+        close(j->upper_fd); /* the old writable layer goes with it */
+    j->upper_fd = -1;
+    if (rc) {
+        close(net);
+        return rc;
+    }
+    /* The cgroups are this sandbox's now (a warm start's were renamed to it, and
+     * airlock-vmm left them): the new first process is moved into them. */
+    j->cg_inherited = false;
+    j->restarting = true;
+    j->restart_net_fd = net;
+    j->restart_token = access_token;
+    j->restore = dir;
+    memset(&j->timing, 0, sizeof j->timing);
+    rc = jail_start(j, agent_listen_fd, err);
+    j->restarting = false;
+    j->restart_net_fd = -1;
+    j->restart_token = NULL;
+    j->restore = j->spec->jail_restore;
+    close(net);
+    if (rc)
+        return rc;
+    uint64_t t2 = al_now_ns();
+    *info = json_pack("{s:s,s:f,s:f,s:f}", "path", dir, "ms", (double)(t2 - t0) / 1e6, "stop_ms",
+                      (double)(t1 - t0) / 1e6, "restore_ms", (double)j->timing.restore_ns / 1e6);
+    al_info("sandbox %s: rolled back to %s in %.1f ms (processes stopped in %.1f ms, files "
+            "restored in %.1f ms)",
+            j->spec->id, dir, (double)(t2 - t0) / 1e6, (double)(t1 - t0) / 1e6,
+            (double)j->timing.restore_ns / 1e6);
+    return 0;
+}
+
 int jail_nprocs(const struct jail *j)
 {
     return j->cg_created ? jail_cg_nprocs(&j->cg) : 0;
@@ -1297,6 +1396,10 @@ int jail_reclaim(struct jail *j, struct al_error *err)
     if (j->log_fd >= 0) {
         close(j->log_fd);
         j->log_fd = -1;
+    }
+    if (j->log_w >= 0) {
+        close(j->log_w);
+        j->log_w = -1;
     }
     if (j->pidfd >= 0) {
         close(j->pidfd);

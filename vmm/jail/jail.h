@@ -77,10 +77,19 @@ struct jail {
     pid_t pid;         /* the agent (PID 1 of the sandbox), as seen on the host */
     int pidfd;
     int log_fd; /* read end of the agent's stdout + stderr */
+    /* Its write end, kept so that the agent of a rollback (jail_rollback) writes into the
+     * same pipe, which airlock-vmm's log capture goes on reading. */
+    int log_w;
     /* The overlay's upper directory in the sandbox's tmpfs (the child hands it over before
      * the overlay exists): what a snapshot copies, what a restore fills. -1 before. */
     int upper_fd;
-    uint32_t restore_id_base; /* jail.restore: the host id of root in the snapshot */
+    const char *restore;      /* the snapshot jail_start fills the upper layer from, or NULL */
+    uint32_t restore_id_base; /* the host id of root in that snapshot */
+    /* jail_rollback: the network namespace of the sandbox it replaces (the spec's path
+     * names a descriptor of airlockd's that is long closed), and the cgroups it keeps. */
+    int restart_net_fd;
+    const char *restart_token; /* and the agent's access token, for its init data */
+    bool restarting;
     struct jail_timing timing;
 };
 
@@ -127,15 +136,26 @@ json_t *jail_stats(const struct jail *j);
  * The identity files (/etc/hostname, /etc/hosts, /etc/resolv.conf) are never in it: a
  * sandbox made from a snapshot gets its own. Memory is not kept: processes start afresh. */
 #define JAIL_SNAPSHOT_FORMAT "airlock-jail-fs-1"
-/* jail.restore (jail_prepare): reads and checks the snapshot's snapshot.json. */
-int jail_snapshot_check(struct jail *j, struct al_error *err);
-/* jail_start: fills j->upper_fd from the snapshot (before the overlay is mounted). */
+/* Reads and checks the snapshot.json of snapshot dir (jail.restore in jail_prepare; own: a
+ * rollback's, which must be of this very sandbox and its template directory). */
+int jail_snapshot_check(struct jail *j, const char *dir, bool own, struct al_error *err);
+/* jail_start: fills j->upper_fd from j->restore (before the overlay is mounted). */
 int jail_snapshot_fill(struct jail *j, struct al_error *err);
 /* POST /snapshot: the upper directory into dest (a new directory; its parent must exist),
  * written as .tmp-<name>.<pid> beside it and renamed into place once complete and synced.
  * The sandbox is frozen while it is copied (and stays frozen if it was paused). info: what
  * to answer (new reference). Blocking. */
 int jail_snapshot(struct jail *j, const char *dest, json_t **info, struct al_error *err);
+
+/* POST /rollback: replaces the running sandbox's file system by snapshot dir (one of its
+ * own, jail_snapshot_check): checks it, kills every process of the sandbox, then builds the
+ * sandbox again in its cgroups, id slot and network namespace with the snapshot's files
+ * (the same id, hostname, environment; access_token: the agent's, which airlock-vmm does
+ * not keep) and a new agent on agent_listen_fd. Blocking (the kill, then the copy). A
+ * failure before the kill changes nothing; after it the sandbox is gone (the caller stops).
+ * info: what to answer (new reference). */
+int jail_rollback(struct jail *j, const char *dir, const char *access_token, int agent_listen_fd,
+                  json_t **info, struct al_error *err);
 
 /* Undoes what a record describes: kills what is left in the cgroups, waits for them to
  * empty (up to timeout_ms), removes them, releases the id slot. Idempotent. */

@@ -34,29 +34,46 @@ static json_t *snap__stats_json(const struct jail_fscopy_stats *st)
                      "reflinked_files", (json_int_t)st->reflinked_files);
 }
 
-int jail_snapshot_check(struct jail *j, struct al_error *err)
+int jail_snapshot_check(struct jail *j, const char *dir, bool own, struct al_error *err)
 {
-    const char *dir = j->spec->jail_restore;
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/snapshot.json", dir);
     al_autofree char *text = NULL;
     size_t len;
     struct al_error e = {0};
     int rc = al_read_file(p, SNAP_META_MAX, &text, &len, &e);
-    if (rc)
-        return al_error_set(err, rc,
-                            "spec.jail.restore: %s (is it a snapshot made by POST "
-                            "/snapshot of a jail sandbox?)",
-                            al_error_str(&e));
+    if (rc) /* (a rollback's snapshot that is not there is the caller's mistake: -EINVAL) */
+        return al_error_set(err, own && rc == -ENOENT ? -EINVAL : rc,
+                            "%s: %s (is it a snapshot made by POST /snapshot of a jail "
+                            "sandbox?)",
+                            own ? "rollback" : "spec.jail.restore", al_error_str(&e));
     json_t *m = al_json_parse(text, len, &e);
     const char *format = json_string_value(json_object_get(m, "format"));
     json_t *base = json_object_get(m, "id_base");
     if (!m || !format || strcmp(format, JAIL_SNAPSHOT_FORMAT) != 0 || !json_is_integer(base) ||
         json_integer_value(base) < 0 || json_integer_value(base) > 0xffffffffll) {
         rc = al_error_set(err, -EINVAL,
-                          "spec.jail.restore: %s is not a jail snapshot of this version "
-                          "(format %.64s, want " JAIL_SNAPSHOT_FORMAT ")",
-                          p, format ? format : "missing");
+                          "%s: %s is not a jail snapshot of this version (format %.64s, "
+                          "want " JAIL_SNAPSHOT_FORMAT ")",
+                          own ? "rollback" : "spec.jail.restore", p, format ? format : "missing");
+        json_decref(m);
+        return rc;
+    }
+    /* A rollback replaces the layer of the sandbox the snapshot was taken of: another's
+     * (or one of another template, whose differences would apply to the wrong files) is
+     * refused before anything is stopped. */
+    const char *sid = json_string_value(json_object_get(m, "sandbox"));
+    const char *tdir = json_string_value(json_object_get(m, "template_dir"));
+    if (own && (!sid || strcmp(sid, j->spec->id) != 0)) {
+        rc = al_error_set(err, -EINVAL, "rollback: %s is a snapshot of sandbox %.64s, not of %s",
+                          dir, sid ? sid : "(unnamed)", j->spec->id);
+        json_decref(m);
+        return rc;
+    }
+    if (own && (!tdir || strcmp(tdir, j->spec->template_dir) != 0)) {
+        rc = al_error_set(err, -EINVAL,
+                          "rollback: %s was taken on template %.256s, the sandbox runs on %s", dir,
+                          tdir ? tdir : "(unnamed)", j->spec->template_dir);
         json_decref(m);
         return rc;
     }
@@ -65,10 +82,8 @@ int jail_snapshot_check(struct jail *j, struct al_error *err)
     struct stat st;
     snprintf(p, sizeof p, "%s/upper", dir);
     if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode))
-        return al_error_set(err, -EINVAL,
-                            "spec.jail.restore: %s is missing: the snapshot is "
-                            "incomplete",
-                            p);
+        return al_error_set(err, -EINVAL, "%s: %s is missing: the snapshot is incomplete",
+                            own ? "rollback" : "spec.jail.restore", p);
     return 0;
 }
 
@@ -103,10 +118,10 @@ static void snap__fsid_leave(int old_bits)
 int jail_snapshot_fill(struct jail *j, struct al_error *err)
 {
     char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/upper", j->spec->jail_restore);
+    snprintf(p, sizeof p, "%s/upper", j->restore);
     int src = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (src < 0)
-        return al_error_set(err, -errno, "spec.jail.restore: open %s: %s", p, strerror(errno));
+        return al_error_set(err, -errno, "restore: open %s: %s", p, strerror(errno));
     struct jail_fscopy_opts o = {
         .src_id_base = j->restore_id_base,
         .dst_id_base = j->host_uid,
@@ -130,7 +145,7 @@ int jail_snapshot_fill(struct jail *j, struct al_error *err)
     snap__fsid_leave(bits);
     close(src);
     if (rc)
-        return al_error_set(err, rc, "restoring the snapshot %s: %s%s", j->spec->jail_restore,
+        return al_error_set(err, rc, "restoring the snapshot %s: %s%s", j->restore,
                             al_error_str(&e),
                             rc == -ENOSPC ? " (it does not fit the sandbox's disk size)" : "");
     al_debug("sandbox %s: %llu bytes in %llu files restored in %.1f ms", j->spec->id,
