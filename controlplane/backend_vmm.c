@@ -774,10 +774,13 @@ json_t *cp_vmm_spec(struct cp_sandbox *sb, const struct cp_start_args *a, int ne
     if (cp->cfg.agent_dir && cp->cfg.agent_dir[0])
         json_object_set_new(agent, "dir", json_string(cp->cfg.agent_dir));
     json_t *env = a->env_vars ? json_incref(a->env_vars) : json_object();
-    json_t *s = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o,s:s}", "id", sb->rec.id, "backend",
-                          kvm ? "kvm" : "jail", "template", a->template_dir, "template_id",
-                          a->template_name, "resources", res, "network", net, "agent", agent, "env",
-                          env, "access_token", sb->rec.token);
+    json_t *s =
+        json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o}", "id", sb->rec.id, "backend",
+                  kvm ? "kvm" : "jail", "template", a->template_dir, "template_id",
+                  a->template_name, "resources", res, "network", net, "agent", agent, "env", env);
+    /* (a warm sandbox has none: it gets its token when a creation claims it, warm.c) */
+    if (s && sb->rec.token[0])
+        json_object_set_new(s, "access_token", json_string(sb->rec.token));
     /* The jail section confines the KVM backend's VMM process too (its cgroup parent, its
      * id range), so that --sweep finds both the same way. */
     json_t *j = json_pack("{s:s}", "cgroup_parent", cp->cfg.cgroup_parent);

@@ -11,6 +11,8 @@
 
 #include "common/log.h"
 #include "common/paths.h"
+#include "record.h"
+#include "warm.h"
 
 #define F(m) offsetof(struct cp_config, m)
 
@@ -209,6 +211,41 @@ const struct al_cfg_field cp_config_fields[] = {
      .min = 0,
      .max = 256,
      .help = "airlock-vmm processes kept started and waiting for a spec (faster creates)"},
+    {.key = "sandboxes.warm.min",
+     .type = AL_CFG_INT,
+     .offset = F(warm_min),
+     .def = "0",
+     .min = 0,
+     .max = 4096,
+     .help = "warm sandboxes (started, without identity or egress, claimed by creations) each "
+             "template keeps at least (templates not in sandboxes.warm.templates; 0: none)"},
+    {.key = "sandboxes.warm.max",
+     .type = AL_CFG_INT,
+     .offset = F(warm_max),
+     .def = "0",
+     .min = 0,
+     .max = 4096,
+     .help = "and at most, as the demand seen asks (the largest burst of its creations within "
+             "sandboxes.warm.window)"},
+    {.key = "sandboxes.warm.templates",
+     .type = AL_CFG_STRLIST,
+     .offset = F(warm_templates),
+     .help = "per template, \"NAME=MIN..MAX\" or \"NAME=N\" (MIN = MAX = N), over the two above"},
+    {.key = "sandboxes.warm.memory",
+     .type = AL_CFG_SIZE,
+     .offset = F(warm_memory_bytes),
+     .def = "1GiB",
+     .min = 0,
+     .max = 1LL << 42,
+     .help = "host memory all warm sandboxes together may hold (their cgroups' use plus 1 MiB "
+             "each for airlock-vmm and the network); a start that would pass it waits"},
+    {.key = "sandboxes.warm.window",
+     .type = AL_CFG_DURATION,
+     .offset = F(warm_window_ms),
+     .def = "10m",
+     .min = 1000,
+     .max = 86400000,
+     .help = "how long a burst of creations keeps a template's pool above its minimum"},
     {.key = "sandboxes.uid_base",
      .type = AL_CFG_INT,
      .offset = F(uid_base),
@@ -651,6 +688,18 @@ int cp_config_finish(struct cp_config *c, struct al_diags *d)
         rc = al_diags_add(d, AL_DIAG_ERROR, "audit.retain_size", 0, 0, "bad_retention",
                           "audit.retain_size is less than twice audit.rotate_size: retention "
                           "would delete each file as soon as the next begins");
+    if (c->warm_min > c->warm_max)
+        rc = al_diags_add(d, AL_DIAG_ERROR, "sandboxes.warm.min", 0, 0, "bad_warm",
+                          "sandboxes.warm.min (%lld) is above sandboxes.warm.max (%lld)",
+                          (long long)c->warm_min, (long long)c->warm_max);
+    for (size_t i = 0; i < c->warm_templates.n; i++) {
+        char name[CP_TEMPLATE_MAX];
+        int64_t lo, hi;
+        struct al_error e = {0};
+        if (cp_warm_parse_entry(c->warm_templates.v[i], name, sizeof name, &lo, &hi, &e))
+            rc = al_diags_add(d, AL_DIAG_ERROR, "sandboxes.warm.templates", 0, 0, "bad_warm", "%s",
+                              al_error_str(&e));
+    }
     if (!c->default_policy || !c->default_policy[0])
         rc = al_diags_add(d, AL_DIAG_ERROR, "policies.default", 0, 0, "bad_policy",
                           "policies.default must name a policy (e.g. default, deny-all)");

@@ -53,7 +53,13 @@ struct cp_config {
     char *cgroup_parent; /* jail: cgroup parent */
     int64_t warm_pool;   /* airlock-vmm processes kept waiting for a spec */
     bool runtime_tmpfs;  /* <state>/sandboxes on a tmpfs */
-    int64_t uid_base;    /* jail: first host uid of the sandboxes (0 = default) */
+    /* warm sandboxes (warm.c) */
+    int64_t warm_min, warm_max;           /* per template not listed in warm_templates */
+    struct al_cfg_strlist warm_templates; /* "NAME=MIN..MAX" */
+    uint64_t warm_memory_bytes;           /* all of them together */
+    uint64_t warm_window_ms;              /* demand remembered this long */
+
+    int64_t uid_base; /* jail: first host uid of the sandboxes (0 = default) */
     int64_t uid_slots;
 
     /* policies and templates */

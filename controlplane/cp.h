@@ -15,6 +15,7 @@
  *   templates.c  the templates directory and first-start builds
  *   events.c     lifecycle events: recorded, listed, streamed
  *   webhooks.c   lifecycle events POSTed, signed, to the URLs API keys register
+ *   warm.c       warm sandboxes: started ahead, claimed by creations
  * Threading: everything runs on the loop's thread except blocking network-provider calls,
  * which run on libuv's thread pool and report back to the loop.
  */
@@ -44,6 +45,7 @@ struct cp_supervisor;
 struct cp_metrics;
 struct cp_events;
 struct cp_webhooks;
+struct cp_warm;
 
 /* An operation queued on a sandbox (one runs at a time, in order). */
 enum cp_op_kind {
@@ -127,6 +129,11 @@ struct cp_sandbox {
     const char *start_how;         /* the backend's word on its start, for the log ("warm") */
     struct cp_sandbox *start_next; /* in cp->start_queue while it waits for its turn */
     bool gone;                     /* the process exited (crash) */
+    /* warm sandboxes (warm.c) */
+    void *warm;        /* its pool entry while it is warm */
+    bool warm_taken;   /* a creation took it: it is claimed, not started */
+    bool warm_claimed; /* and it was */
+    json_t *warm_env;  /* its template's env, for the claim */
 
     /* backend */
     char agent_sock[108];
@@ -156,6 +163,7 @@ struct cp {
     struct cp_metrics *metrics;
     struct cp_events *events;     /* lifecycle events (events.c) */
     struct cp_webhooks *webhooks; /* their deliveries to registered URLs (webhooks.c) */
+    struct cp_warm *warm;         /* warm sandboxes (warm.c) */
 
     struct cp_map sandboxes; /* id -> struct cp_sandbox */
     struct cp_map by_token;  /* token digest -> struct cp_sandbox */
@@ -250,6 +258,12 @@ void cp_network_update(struct cp_sandbox *sb, struct al_http_req *req, const jso
  * *, or a comma-separated list of them naming generation; absent matches), 0 it does not,
  * -EINVAL malformed. */
 int cp_network_if_match(const char *v, uint64_t generation);
+/* A new sandbox object (one reference, the caller's), not yet in the registry. */
+struct cp_sandbox *cp_sb_new(struct cp *cp);
+/* Tears down a sandbox that is not in the registry (a warm one): backend, network, record;
+ * done (may be NULL) once it is gone. */
+void cp_lifecycle_discard(struct cp_sandbox *sb, void (*done)(struct cp_sandbox *sb, void *arg),
+                          void *arg);
 /* Re-adopts what the store says was running (at start). */
 void cp_lifecycle_adopt_all(struct cp *cp, void (*done)(struct cp *cp));
 /* Kills every sandbox (SIGTERM with on_shutdown: kill); done when all are gone. */

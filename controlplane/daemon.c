@@ -29,6 +29,7 @@
 #include "common/util.h"
 #include "builds.h"
 #include "cp.h"
+#include "warm.h"
 #include "events.h"
 #include "webhooks.h"
 #include "backendsel.h"
@@ -319,6 +320,7 @@ void cp_pools_refill(struct cp *cp)
 {
     daemon__pool_fill(cp);
     cp_vmm_pool_refill(cp);
+    cp_warm_refill(cp);
 }
 
 struct daemon_stale {
@@ -464,6 +466,8 @@ static void daemon__server_closed(void *arg)
     (void)arg;
 }
 
+static void daemon__stop_sandboxes(struct cp *cp);
+
 static void daemon__stop(struct cp *cp)
 {
     if (cp->stopping)
@@ -483,6 +487,14 @@ static void daemon__stop(struct cp *cp)
         cp->local = NULL;
     }
     uv_timer_stop(&cp->tick);
+    /* Warm sandboxes go in either case (nobody has them; the next airlockd would tear them
+     * down anyway), before the airlock-vmm pool and the network they use. */
+    cp_warm_stop(cp, daemon__stop_sandboxes);
+}
+
+static void daemon__stop_sandboxes(struct cp *cp)
+{
+    bool keep = cp->cfg.on_shutdown == CP_SHUTDOWN_KEEP;
     cp_vmm_pool_stop();
     if (keep) {
         cp_lifecycle_detach_all(cp);
@@ -583,6 +595,7 @@ static void daemon__adopted(struct cp *cp)
     daemon__net_reconcile(cp);
     daemon__pool_fill(cp);
     cp_vmm_pool_start(cp);
+    cp_warm_refill(cp);
     if (daemon__listen(cp)) {
         al_error("airlockd cannot serve: stopping");
         daemon__stop(cp);
@@ -854,6 +867,10 @@ int cp_main(int argc, char **argv)
         al_error("out of memory");
         goto out;
     }
+    if (cp_warm_init(cp, &err)) {
+        al_error("%s", al_error_str(&err));
+        goto out;
+    }
     if (cp_events_open(cp, &err) || cp_webhooks_open(cp, &err)) {
         al_error("%s", al_error_str(&err));
         goto out;
@@ -966,6 +983,7 @@ out:
     if (cp->egress)
         cp_egress_free(cp->egress);
     cp_metrics_free(cp->metrics);
+    cp_warm_free(cp);
     cp_auth_free(cp);
     cp_map_free(&cp->sandboxes);
     cp_map_free(&cp->by_token);

@@ -9,7 +9,9 @@
  * Create:   record (state creating, saved) -> network (vswitch, thread pool) -> egress
  *           registration -> backend start (agent healthy) -> state running, saved, timer,
  *           watch -> 201. A failing step undoes the earlier ones in reverse and the row is
- *           deleted: nothing is left half-done.
+ *           deleted: nothing is left half-done. With a warm sandbox of the template ready
+ *           (warm.c), the creation takes it (its id, network and started agent), and its
+ *           start is the claim (its identity through the agent's init).
  * Teardown (kill, expiry, crash, failed create): backend stop (or crash cleanup) ->
  *           egress unregistration -> network release -> row deleted -> forgotten. The
  *           client's kill is answered once the sandbox's processes are gone.
@@ -36,6 +38,7 @@
 #include "builds.h"
 #include "templates.h"
 #include "transforms.h"
+#include "warm.h"
 
 /* ---- registry ------------------------------------------------------------------------ */
 
@@ -68,6 +71,7 @@ __attribute__((noinline)) void cp_sb_unref(struct cp_sandbox *sb)
         return;
     explicit_bzero(sb->rec.token, sizeof sb->rec.token);
     cp_sb_record_free(&sb->rec);
+    json_decref(sb->warm_env);
     free(sb->samples);
     free(sb->bpriv);
     free(sb);
@@ -83,7 +87,7 @@ int cp_sb_save(struct cp_sandbox *sb)
     return rc;
 }
 
-static struct cp_sandbox *lc__new(struct cp *cp)
+struct cp_sandbox *cp_sb_new(struct cp *cp)
 {
     struct cp_sandbox *sb = calloc(1, sizeof *sb);
     if (!sb)
@@ -347,6 +351,7 @@ static void lc__create_done(struct lc_create *c)
     double ms = (double)(al_now_ns() - sb->create_t0_ns) / 1e6;
     const double *st = sb->create_stage_ms;
     cp_metrics_created(cp->metrics, ms, st);
+    cp_warm_created(sb);
     al_info("sandbox %s created in %.1f ms (template %s, policy %s %.12s, backend %s%s%s%s; "
             "stages: accept %.1f, network %.1f, egress %.1f, queue %.1f, start %.1f ms)",
             sb->rec.id, ms, sb->rec.template_id, sb->rec.policy_name, sb->rec.policy_hash,
@@ -449,6 +454,10 @@ static void lc__create_start(struct lc_create *c)
 {
     struct cp_sandbox *sb = c->sb;
     struct cp *cp = sb->cp;
+    if (sb->warm_taken) {
+        lc__create_start_now(c); /* a claim is one request to its agent: no turn needed */
+        return;
+    }
     if (!cp->start_limit) {
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         cp->start_limit = cp->cfg.start_concurrency > 0 ? (size_t)cp->cfg.start_concurrency
@@ -499,7 +508,8 @@ static void lc__create_start_now(struct lc_create *c)
     };
     lc__create_intercept(c, &a);
     sb->backend_attempted = true;
-    int rc = cp->backend->start(sb, &a, lc__create_started);
+    int rc = sb->warm_taken ? cp_warm_claim(sb, &a, lc__create_started)
+                            : cp->backend->start(sb, &a, lc__create_started);
     /* The network namespace (or tap) is joined by (or passed to) the sandbox now; airlockd's
      * copy is not needed any more (a tap goes away with the last copy: its VMM's). */
     if (sb->net.netns_fd >= 0) {
@@ -656,9 +666,15 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     }
     /* The id first: the secrets holding its header transforms' values are named after it. */
     char id[CP_ID_LEN + 1];
-    do {
-        cp_sandbox_id_new(id);
-    } while (cp_sandbox_get(cp, id));
+    /* A warm sandbox of the template's version brings its own (taken below, on this turn of
+     * the loop: it stays ready until then). Not for a snapshot: its files come first. */
+    const char *warm_id = snap ? NULL : cp_warm_peek(cp, req_c->template_id, c->template_dir);
+    if (warm_id)
+        snprintf(id, sizeof id, "%s", warm_id);
+    else
+        do {
+            cp_sandbox_id_new(id);
+        } while (cp_sandbox_get(cp, id) || cp_warm_has_id(cp, id));
     json_t *network = req_c->network ? json_deep_copy(req_c->network) : NULL, *pending = NULL;
     if (cp_transforms_prepare(id, "c", network, &pending, &err)) {
         free(c);
@@ -706,7 +722,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         cp_rest_error(req, 503, "%s", al_error_str(&err));
         return;
     }
-    struct cp_sandbox *sb = lc__new(cp);
+    struct cp_sandbox *sb = warm_id ? cp_warm_take(cp, id) : cp_sb_new(cp);
     if (!sb) {
         free(c);
         cp_transforms_drop(cp, network, NULL);
@@ -721,7 +737,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     struct cp_sb_record *r = &sb->rec;
     snprintf(r->id, sizeof r->id, "%s", id);
     r->network = network;
-    if (cp_store_next_seq(cp->store, &r->seq, &err)) {
+    if (!sb->warm_taken && cp_store_next_seq(cp->store, &r->seq, &err)) {
         cp_policy_sel_free(&sel);
         cp_transforms_drop(cp, r->network, NULL);
         lc__create_free(c);
@@ -750,11 +766,15 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     snprintf(r->policy_hash, sizeof r->policy_hash, "%s", sel.hash);
     cp_policy_sel_free(&sel);
     if (cp_store_sb_save(cp->store, r, &err) || lc__register(sb)) {
-        cp_store_sb_delete(cp->store, r->id, NULL);
-        cp_transforms_drop(cp, r->network, NULL);
-        lc__create_free(c);
-        cp_sb_unref(sb);
         cp_rest_error(req, 500, "cannot record the sandbox: %s", al_error_str(&err));
+        lc__create_free(c);
+        if (sb->warm_taken) {
+            cp_lifecycle_discard(sb, NULL, NULL); /* its processes run: reclaims all of it */
+        } else {
+            cp_store_sb_delete(cp->store, r->id, NULL);
+            cp_transforms_drop(cp, r->network, NULL);
+        }
+        cp_sb_unref(sb);
         return;
     }
     cp->n_creating++;
@@ -765,8 +785,8 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     sb->create_t0_ns = sb->create_mark_ns = t0;
     lc__stage(sb, CP_CREATE_ACCEPT);
     cp_sb_ref(sb);   /* held by the creation until it ends */
-    cp_sb_unref(sb); /* lc__new's reference: the registry holds one now */
-    if (!cp->net) {
+    cp_sb_unref(sb); /* cp_sb_new's (or the warm pool's) reference: the registry holds one now */
+    if (!cp->net || sb->warm_taken) { /* (a warm sandbox has its network) */
         lc__create_egress(c);
         return;
     }
@@ -783,6 +803,8 @@ struct lc_teardown {
     struct cp_sandbox *sb;
     struct lc_create *create; /* a failed create: answer its request with its error */
     struct cp_op *op;         /* a kill op: answer it once the processes are gone */
+    void (*done)(struct cp_sandbox *sb, void *arg); /* cp_lifecycle_discard's */
+    void *done_arg;
     uint64_t t0_ns;
     uv_work_t work;
     int work_rc;
@@ -951,20 +973,27 @@ static void lc__td_forget(struct lc_teardown *t)
     }
     sb->opctx = NULL;
     sb->busy = false;
+    if (t->done)
+        t->done(sb, t->done_arg);
     free(t);
     cp_sb_unref(sb); /* the teardown's reference */
 }
 
 /* Tears a sandbox down; sb->busy must be set by the caller (op runner or create). */
-static void lc__teardown_op(struct cp_sandbox *sb, struct cp_op *op)
+static void lc__teardown_ex(struct cp_sandbox *sb, struct cp_op *op,
+                            void (*done)(struct cp_sandbox *sb, void *arg), void *arg)
 {
     struct lc_teardown *t = calloc(1, sizeof *t);
     if (!t) {
         al_error("sandbox %s: out of memory tearing it down", sb->rec.id);
+        if (done)
+            done(sb, arg);
         return;
     }
     t->sb = sb;
     t->op = op;
+    t->done = done;
+    t->done_arg = arg;
     t->t0_ns = al_now_ns();
     if (sb->opctx && !op)
         t->create = sb->opctx; /* a failed create */
@@ -978,9 +1007,21 @@ static void lc__teardown_op(struct cp_sandbox *sb, struct cp_op *op)
     lc__td_backend(t);
 }
 
+static void lc__teardown_op(struct cp_sandbox *sb, struct cp_op *op)
+{
+    lc__teardown_ex(sb, op, NULL, NULL);
+}
+
 static void lc__teardown(struct cp_sandbox *sb)
 {
     lc__teardown_op(sb, NULL);
+}
+
+void cp_lifecycle_discard(struct cp_sandbox *sb, void (*done)(struct cp_sandbox *sb, void *arg),
+                          void *arg)
+{
+    sb->busy = true;
+    lc__teardown_ex(sb, NULL, done, arg);
 }
 
 /* ---- operations ------------------------------------------------------------------------- */
@@ -1336,7 +1377,7 @@ static int lc__adopt_row(const struct cp_sb_record *r, void *arg)
 {
     struct lc_adopt_all *a = arg;
     struct cp *cp = a->cp;
-    struct cp_sandbox *sb = lc__new(cp);
+    struct cp_sandbox *sb = cp_sb_new(cp);
     if (!sb)
         return -ENOMEM;
     cp_sb_record_copy(&sb->rec, r);

@@ -1,5 +1,6 @@
 /* controlplane/metrics: see metrics.h. */
 #include "metrics.h"
+#include "warm.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -223,6 +224,7 @@ void cp_metrics_render(struct cp *cp, struct al_buf *b)
                   "airlock_pool_size{pool=\"airlock-vmm\"} %zu\n"
                   "airlock_pool_size{pool=\"network\"} %zu\n",
                   warm_ready, net_ready, warm_size, net_size);
+    cp_warm_metrics(cp, b);
     json_t *es = cp->egress ? cp_egress_stats(cp->egress) : NULL;
     al_buf_printf(b,
                   "# HELP airlock_egress_up Whether airlock-egress answered its last "

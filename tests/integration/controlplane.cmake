@@ -42,6 +42,12 @@ airlock_script_test(NAME cp_keep SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_keep.sh
 # Both pools are full again right after a burst; each creation's stages are timed.
 airlock_script_test(NAME cp_pools SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_pools.sh
                     LABELS controlplane TIMEOUT 600)
+# Warm sandboxes: started without identity or egress, claimed by a creation (its id, its
+# identity through the agent's init), working like a cold one; what ran before the claim sees
+# nothing of it; the pool refills; warm and cold claims counted; a killed airlockd's warm
+# sandbox torn down by the next.
+airlock_script_test(NAME cp_warm SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_warm.sh
+                    LABELS controlplane TIMEOUT 900)
 # The limits of all sandboxes together: a sandbox that fills them does not stop airlockd,
 # airlock-egress or a neighbour; a new sandbox is refused with a 503 that says why.
 airlock_script_test(NAME cp_hostlimits SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_hostlimits.sh

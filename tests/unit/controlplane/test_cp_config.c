@@ -5,8 +5,11 @@
  * every key of the table at its default so that it cannot drift from the code. */
 #include "al_test.h"
 #include "controlplane/config.h"
+#include "controlplane/record.h"
+#include "controlplane/warm.h"
 #include "egress/egress.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +145,46 @@ static bool field_eq(const struct al_cfg_field *f, const void *a, const void *b)
     return false;
 }
 
+/* sandboxes.warm: the per-template entries are parsed strictly, and a bad one (or a minimum
+ * above the maximum) refuses the configuration with a message naming it. */
+START_TEST(warm_templates_are_checked)
+{
+    char name[CP_TEMPLATE_MAX];
+    int64_t lo = -1, hi = -1;
+    struct al_error err = {0};
+    ck_assert_int_eq(cp_warm_parse_entry("base=2..8", name, sizeof name, &lo, &hi, &err), 0);
+    ck_assert_str_eq(name, "base");
+    ck_assert_int_eq(lo, 2);
+    ck_assert_int_eq(hi, 8);
+    ck_assert_int_eq(cp_warm_parse_entry("app:v1=3", name, sizeof name, &lo, &hi, &err), 0);
+    ck_assert_str_eq(name, "app:v1");
+    ck_assert_int_eq(lo, 3);
+    ck_assert_int_eq(hi, 3);
+    static const char *const bad[] = {"base",      "=2",         "base=",    "base=x",
+                                      "base=8..2", "base=-1",    "base=1..", "Bad Name=1",
+                                      "base=4097", "base=1..2x", NULL};
+    for (const char *const *b = bad; *b; b++) {
+        memset(&err, 0, sizeof err);
+        ck_assert_msg(cp_warm_parse_entry(*b, name, sizeof name, &lo, &hi, &err) == -EINVAL,
+                      "%s was accepted", *b);
+        ck_assert_msg(strstr(err.msg, "sandboxes.warm.templates"), "%s: %s", *b, err.msg);
+    }
+    struct cp_config c;
+    ck_assert_int_eq(load(&c, "sandboxes:\n  warm:\n    templates: [\"base=1..4\"]\n"
+                              "    min: 1\n    max: 2\n    memory: 64MiB\n"),
+                     0);
+    ck_assert_uint_eq(c.warm_templates.n, 1);
+    ck_assert_int_eq(c.warm_min, 1);
+    ck_assert_int_eq(c.warm_max, 2);
+    ck_assert_uint_eq(c.warm_memory_bytes, 64u << 20);
+    cp_config_free(&c);
+    ck_assert_int_ne(load(&c, "sandboxes:\n  warm:\n    templates: [\"base=4..1\"]\n"), 0);
+    cp_config_free(&c);
+    ck_assert_int_ne(load(&c, "sandboxes:\n  warm:\n    min: 3\n    max: 1\n"), 0);
+    cp_config_free(&c);
+}
+END_TEST
+
 START_TEST(example_config_names_every_key_at_its_default)
 {
     const char *src = getenv("AIRLOCK_SOURCE_DIR");
@@ -193,6 +236,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("config");
     tcase_add_test(t, audit_keys_reach_airlock_egress);
     tcase_add_test(t, example_config_names_every_key_at_its_default);
+    tcase_add_test(t, warm_templates_are_checked);
     suite_add_tcase(s, t);
     return s;
 }
