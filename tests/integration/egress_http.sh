@@ -221,7 +221,7 @@ ew_match "WebSocket where no rule allows it" '"reason":"websocket_not_allowed"' 
 ew_match "CONNECT-UDP style upgrade" '"reason":"upgrade_refused"' \
   ew_raw 1 203.0.113.10 80 'GET /.well-known/masque/udp/1.2.3.4/53/ HTTP/1.1\r\nHost: allowed.test\r\nConnection: Upgrade\r\nUpgrade: connect-udp\r\n\r\n'
 ew_match "WebSocket where the rule allows it: upgraded, bytes flow both ways" 'HTTP/1.1 101.*ping-through-tunnel' \
-  ew_raw 1 203.0.113.10 80 'GET /ws HTTP/1.1\r\nHost: ws.allowed.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nping-through-tunnel' --timeout 2
+  ew_raw 1 203.0.113.10 80 'GET /ws HTTP/1.1\r\nHost: ws.allowed.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nping-through-tunnel' --timeout 10 --until ping-through-tunnel
 ew_audit_has "upgrade audited" type=http_request decision=allow rule=websocket websocket=true
 
 ew_note "13: redirects are the client's new request"

@@ -96,9 +96,9 @@ ew_note "raw TCP"
 ew_match "neither TLS nor HTTP to an allowed host's address: reset" 'END reset' \
   ew_raw 1 203.0.113.10 443 'SSH-2.0-OpenSSH_9.2\r\n'
 ew_audit_has "audited" type=connection decision=deny reason=unrecognised_protocol proto=tcp
-ew_match "a CIDR rule opens raw TCP, server speaks first" '^BANNER' ew_raw 1 203.0.113.12 22 '' --timeout 1
+ew_match "a CIDR rule opens raw TCP, server speaks first" '^BANNER' ew_raw 1 203.0.113.12 22 '' --timeout 10 --until 'BANNER\n'
 ew_audit_has "audited" type=connection decision=allow rule=banner proto=tcp dialled=203.0.113.12:22
-ew_match "the raw tunnel carries bytes both ways" 'BANNER.*hello-raw' ew_raw 1 203.0.113.12 22 'hello-raw' --timeout 1
+ew_match "the raw tunnel carries bytes both ways" 'BANNER.*hello-raw' ew_raw 1 203.0.113.12 22 'hello-raw' --timeout 10 --until hello-raw
 ew_match "another port of that address stays closed" 'END reset' ew_raw 1 203.0.113.12 2222 'x' --timeout 1
 
 ew_fail "nothing denied reached an upstream" ew_upstream_saw 'sni=(evil|other|203)'

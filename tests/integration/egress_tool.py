@@ -35,9 +35,10 @@ Clients (run inside a sandbox namespace):
       "SENT <n> NOERROR <a> NXDOMAIN <b> REFUSED <c> SERVFAIL <d> NOANSWER <e> ELAPSED_MS <t>"
       (t: from the first query sent to the last answer received, the span within which the
       server saw and answered them)
-  raw HOST PORT DATA [--timeout S]
+  raw HOST PORT DATA [--timeout S] [--until TEXT]
       sends DATA (Python escapes: \\r\\n, \\x00) and prints what comes back; the last line is
-      "END eof|reset|timeout"
+      "END eof|reset|timeout|until" (until: TEXT, same escapes, has arrived; for a connection
+      that stays open, so the wait ends on what is expected, not on S seconds of silence)
   tls-hello HOST PORT [--sni NAME] [--ech] [--alpn P] [--timeout S]
       sends a TLS 1.3 ClientHello; prints "SERVERHELLO" when a TLS server answers through
       the proxy, "RESET" or "CLOSED" when the connection was refused
@@ -479,7 +480,7 @@ def cmd_tcp_banner(a):
 
 # ---- raw clients ------------------------------------------------------------------------
 
-def read_until_end(s, timeout):
+def read_until_end(s, timeout, until=None):
     s.settimeout(timeout)
     data = b""
     how = "eof"
@@ -489,6 +490,9 @@ def read_until_end(s, timeout):
             if not d:
                 break
             data += d
+            if until and until in data:
+                how = "until"
+                break
     except socket.timeout:
         how = "timeout"
     except ConnectionResetError:
@@ -513,7 +517,8 @@ def cmd_raw(a):
             s.sendall(data)
     except OSError as e:
         print("SEND_FAILED %s" % e)
-    out, how = read_until_end(s, a.timeout)
+    until = codecs.escape_decode(os.fsencode(a.until))[0] if a.until else None
+    out, how = read_until_end(s, a.timeout, until)
     sys.stdout.write(out.decode("latin-1"))
     if out and not out.endswith(b"\n"):
         sys.stdout.write("\n")
@@ -706,6 +711,7 @@ def main():
     x = sub.add_parser("raw")
     x.add_argument("host"); x.add_argument("port", type=int); x.add_argument("data")
     x.add_argument("--timeout", type=float, default=3); x.add_argument("--slow", type=float, default=0)
+    x.add_argument("--until", default="")
     x = sub.add_parser("tls-hello")
     x.add_argument("host"); x.add_argument("port", type=int)
     x.add_argument("--sni", default="example.test"); x.add_argument("--no-sni", action="store_true")
