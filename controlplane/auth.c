@@ -4,7 +4,8 @@
  * key; AIRLOCK_API_KEY from airlockd's environment is one more key, kept as a digest),
  * the cache of keys (dropped whenever another connection, e.g. `airlock apikey revoke`,
  * changed the database), and the local socket's rule (root or airlockd's own uid, by
- * SO_PEERCRED, acts without a key, as "local").
+ * SO_PEERCRED, acts without a key, as "local"). A request without X-API-KEY may carry a
+ * console session instead (console.c), which stands for the key it was signed in with.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "console.h"
 #include "cp.h"
 #include "store.h"
 
@@ -46,15 +48,26 @@ int cp_auth(struct cp *cp, const struct al_http_req *req, struct cp_principal *w
     if (al_http_req_header_count(req, "X-API-KEY") > 1)
         return al_error_set(err, -EACCES, "more than one X-API-KEY header");
     const char *key = al_http_req_header(req, "X-API-KEY");
-    if (!key || !*key)
+    if (!key || !*key) {
+        int rc = cp_console_auth(cp, req, who, err);
+        if (rc != -ENOENT)
+            return rc;
         return al_error_set(err, -EACCES,
                             "missing X-API-KEY header (set E2B_API_KEY to a key "
                             "printed by airlockd or made with `airlock apikey create`)");
+    }
     size_t kl = strlen(key);
     if (kl > 512)
         return al_error_set(err, -EACCES, "invalid API key");
     uint8_t d[CP_DIGEST_LEN];
     cp_digest(key, kl, d);
+    return cp_auth_digest(cp, d, who, err);
+}
+
+int cp_auth_digest(struct cp *cp, const uint8_t d[CP_DIGEST_LEN], struct cp_principal *who,
+                   struct al_error *err)
+{
+    memset(who, 0, sizeof *who);
     if (cp->has_env_key && cp_digest_equal(d, cp->env_key_digest)) {
         snprintf(who->key_id, sizeof who->key_id, "env");
         snprintf(who->policies, sizeof who->policies, "*");
@@ -62,7 +75,7 @@ int cp_auth(struct cp *cp, const struct al_http_req *req, struct cp_principal *w
     }
     if (cp_store_changed(cp->store))
         auth__flush(cp);
-    struct cp_apikey *k = cp_map_get(&cp->key_cache, d, sizeof d);
+    struct cp_apikey *k = cp_map_get(&cp->key_cache, d, CP_DIGEST_LEN);
     if (!k) {
         struct cp_apikey found;
         struct al_error e2 = {0};
@@ -77,7 +90,7 @@ int cp_auth(struct cp *cp, const struct al_http_req *req, struct cp_principal *w
         if (!k)
             return al_error_set(err, -ENOMEM, "out of memory");
         *k = found;
-        if (cp_map_put(&cp->key_cache, d, sizeof d, k)) {
+        if (cp_map_put(&cp->key_cache, d, CP_DIGEST_LEN, k)) {
             free(k);
             k = NULL;
             return al_error_set(err, -ENOMEM, "out of memory");

@@ -110,6 +110,11 @@ struct cp_config {
     int64_t webhooks_history;
     int64_t webhooks_per_key;
 
+    /* the web console (console.c) */
+    bool console_enabled;
+    uint64_t console_session_ms;
+    int console_secure_cookie; /* enum cp_tri: auto = when the request came over https */
+
     /* the disk reserve (disk.c) */
     uint64_t disk_reserve_bytes;
     uint64_t disk_check_ms;

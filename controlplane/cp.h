@@ -28,6 +28,7 @@
 #include <uv.h>
 
 #include "backend.h"
+#include "backendsel.h"
 #include "common/error.h"
 #include "common/http.h"
 #include "config.h"
@@ -155,7 +156,8 @@ struct cp {
     struct al_http_server *local; /* <state>/run/airlockd.sock: the same, for the CLI */
     struct al_http_pool *pool;    /* keep-alive connections to agents and airlock-vmm */
     const struct cp_backend_ops *backend;
-    char backend_kind[16]; /* "jail", "kvm", "test": recorded with each sandbox */
+    char backend_kind[16];             /* "jail", "kvm", "test": recorded with each sandbox */
+    struct cp_backend_sel backend_sel; /* how it was chosen (the console's overview) */
     const struct cp_net_ops *net;
     void *net_priv;
     struct cp_egress *egress;
@@ -185,8 +187,9 @@ struct cp {
     bool stopping;
     bool adopting;
     uv_signal_t sig_term, sig_int, sig_hup;
-    uv_timer_t tick;     /* metrics sampling, pool refill */
-    struct cp_disk disk; /* the disk reserve (disk.c) */
+    uv_timer_t tick;            /* metrics sampling, pool refill */
+    struct cp_disk disk;        /* the disk reserve (disk.c) */
+    struct cp_console *console; /* the web console's sessions (console.c), made at first use */
     void (*on_stopped)(struct cp *cp);
 };
 
@@ -215,9 +218,14 @@ struct cp_principal {
     char key_id[32];
     char policies[1024];
 };
-/* Checks X-API-KEY (or the unix socket's peer). 0, or -EACCES with err saying why. */
+/* Checks X-API-KEY (or the unix socket's peer, or a console session: console.h). 0, or
+ * -EACCES with err saying why (-EPERM: a console session's request without its CSRF token). */
 int cp_auth(struct cp *cp, const struct al_http_req *req, struct cp_principal *who,
             struct al_error *err);
+/* The same for a key known by its digest (a console session's key, checked again at every
+ * request: a revoked key's sessions stop at once). */
+int cp_auth_digest(struct cp *cp, const uint8_t d[CP_DIGEST_LEN], struct cp_principal *who,
+                   struct al_error *err);
 void cp_auth_free(struct cp *cp);
 
 /* ---- lifecycle (lifecycle.c) ---------------------------------------------------------- */

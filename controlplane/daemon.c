@@ -28,6 +28,7 @@
 #include "common/paths.h"
 #include "common/util.h"
 #include "builds.h"
+#include "console.h"
 #include "cp.h"
 #include "warm.h"
 #include "events.h"
@@ -251,6 +252,7 @@ static int daemon__backend(struct cp *cp)
         return -1;
     }
     snprintf(cp->backend_kind, sizeof cp->backend_kind, "%s", sel.kind);
+    cp->backend_sel = sel;
     if (strcmp(sel.kind, "test") == 0) {
         if (!daemon__test_backend) {
             fprintf(stderr, "  backend     none\n");
@@ -985,6 +987,7 @@ out:
     cp_metrics_free(cp->metrics);
     cp_warm_free(cp);
     cp_auth_free(cp);
+    cp_console_free(cp);
     cp_map_free(&cp->sandboxes);
     cp_map_free(&cp->by_token);
     cp_policy_cache_clear();

@@ -8,7 +8,8 @@
  * its length), streamed both ways with flow control in each direction, so Connect streams,
  * NDJSON executions and file transfers of any size pass without being buffered whole.
  * Set-Cookie fields from a sandbox lose their Domain attributes (cp_proxy_cookie_host_only):
- * every sandbox's origins share api.domain, so a Domain cookie would reach the others'.
+ * every sandbox's origins share api.domain, so a Domain cookie would reach the others'; the
+ * console's session cookie (console.h) is never relayed at all.
  * Upgrades (WebSocket to a port the sandbox serves) are relayed as raw bytes once the agent
  * answers 101. The agent routes on E2b-Sandbox-Port itself (49983 envd, 49999 code
  * interpreter, any other port forwarded to that port inside the sandbox).
@@ -28,6 +29,7 @@
 #include <sodium.h>
 
 #include "common/log.h"
+#include "console.h"
 #include "cp.h"
 #include "metrics.h"
 
@@ -43,6 +45,7 @@ struct px {
     struct al_http_creq *creq; /* NULL once done */
     bool resp_started;
     bool body_streaming; /* the client's body is still arriving */
+    bool api_origin;     /* answered on airlockd's own host (not a "<port>-<id>" one) */
     int status;
     char sid[64];
     char target[160];
@@ -166,13 +169,33 @@ bool cp_proxy_cookie_host_only(const char *in, char *out, size_t outlen)
     return dropped;
 }
 
+/* Whether a Set-Cookie value names the console's session cookie (console.h). */
+static bool px__console_cookie(const char *v)
+{
+    while (*v == ' ' || *v == '\t')
+        v++;
+    const char *names[] = {CP_CONSOLE_COOKIE, CP_CONSOLE_COOKIE_SECURE};
+    for (size_t i = 0; i < 2; i++) {
+        size_t l = strlen(names[i]);
+        if (strncasecmp(v, names[i], l) == 0 && (v[l] == '=' || v[l] == ' ' || v[l] == '\t'))
+            return true;
+    }
+    return false;
+}
+
 /* A Set-Cookie field of the sandbox's response: *value made host-only, in a copy kept in
- * store until the head is written. -ENOMEM: the response cannot be relayed. */
+ * store until the head is written. 1: the field is dropped (a sandbox answering on airlockd's
+ * own host, through a signed file URL or an access token, must not plant a console session
+ * cookie there). -ENOMEM: the response cannot be relayed. */
 static int px__cookie(const struct px *p, const char *name, const char **value, char **store,
                       size_t *n)
 {
     if (strcasecmp(name, "Set-Cookie") != 0)
         return 0;
+    if (px__console_cookie(*value)) {
+        al_info("sandbox %s: a Set-Cookie of the console's session cookie was dropped", p->sid);
+        return 1;
+    }
     size_t len = strlen(*value) + 1;
     char *v = malloc(len);
     if (!v) {
@@ -217,12 +240,20 @@ static int px__on_response(struct al_http_creq *c, int status, const struct al_h
         if (k >= PX_MAX_HEADERS)
             continue;
         const char *v = h[i].value;
-        if (px__cookie(p, h[i].name, &v, cookies, &n_cookies)) {
+        int crc = px__cookie(p, h[i].name, &v, cookies, &n_cookies);
+        if (crc == 1)
+            continue;
+        if (crc) {
             px__free_cookies(cookies, n_cookies);
             return 1;
         }
         out[k++] = (struct al_http_header){h[i].name, v};
     }
+    /* What a sandbox answers on airlockd's own origin (a signed file URL opened in a browser)
+     * is the sandbox's content on the console's origin: CSP "sandbox" gives it an opaque
+     * origin of its own, so its script can reach neither the console nor its session. */
+    if (p->api_origin && k < PX_MAX_HEADERS)
+        out[k++] = (struct al_http_header){"Content-Security-Policy", "sandbox"};
     p->status = status;
     int rc = al_http_resp_start(p->req, status, out, k, cl);
     px__free_cookies(cookies, n_cookies);
@@ -278,6 +309,10 @@ static void px__on_upgrade(struct al_http_creq *c, const struct al_http_header *
         if (!al_http_forward_drops_header(h, n, h[i].name, AL_HTTP_FWD_UPGRADE)) {
             const char *v = h[i].value;
             rc = px__cookie(p, h[i].name, &v, cookies, &n_cookies);
+            if (rc == 1) {
+                rc = 0;
+                continue;
+            }
             out[k++] = (struct al_http_header){h[i].name, v};
         }
     struct al_http_tunnel *down = NULL;
@@ -397,15 +432,33 @@ static void px__on_close(struct al_http_req *req)
 void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, const char *port)
 {
     struct al_http_header hdrs[PX_MAX_HEADERS + 2];
-    size_t n = 0;
+    char *cookies[PX_MAX_HEADERS];
+    size_t n = 0, n_cookies = 0;
     for (size_t i = 0; i < req->n_headers; i++) {
         if (px__hop_by_hop(req->headers[i].name, req->headers, req->n_headers))
             continue;
+        /* The console's session is airlockd's, never the sandbox's to see. */
+        if (strcasecmp(req->headers[i].name, "Cookie") == 0) {
+            size_t len = strlen(req->headers[i].value) + 1;
+            char *c = malloc(len);
+            if (!c) {
+                px__free_cookies(cookies, n_cookies);
+                cp_rest_error(req, 500, "out of memory");
+                return;
+            }
+            cookies[n_cookies++] = c;
+            if (cp_console_cookie_strip(req->headers[i].value, c, len)) {
+                if (c[0] && n < PX_MAX_HEADERS)
+                    hdrs[n++] = (struct al_http_header){"Cookie", c};
+                continue;
+            }
+        }
         /* Routed by Host: the sandbox headers say what the Host said, nothing else. */
         if (port && (strcasecmp(req->headers[i].name, "E2b-Sandbox-Id") == 0 ||
                      strcasecmp(req->headers[i].name, "E2b-Sandbox-Port") == 0))
             continue;
         if (n == PX_MAX_HEADERS) {
+            px__free_cookies(cookies, n_cookies);
             cp_rest_error(req, 431, "too many request headers");
             return;
         }
@@ -416,16 +469,19 @@ void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, con
         hdrs[n++] = (struct al_http_header){"E2b-Sandbox-Port", port};
     }
     if (strlen(sb->agent_sock) == 0) {
+        px__free_cookies(cookies, n_cookies);
         cp_rest_error(req, 502, "sandbox %s has no agent channel", sb->rec.id);
         return;
     }
     struct px *p = calloc(1, sizeof *p);
     if (!p) {
+        px__free_cookies(cookies, n_cookies);
         cp_rest_error(req, 500, "out of memory");
         return;
     }
     p->cp = cp;
     p->sb = sb;
+    p->api_origin = port == NULL;
     cp_sb_ref(sb);
     p->req = req;
     snprintf(p->sid, sizeof p->sid, "%s", sb->rec.id);
@@ -455,6 +511,7 @@ void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, con
     };
     req->user = p;
     int rc = al_http_creq_start(cp->loop, &o, &p->creq);
+    px__free_cookies(cookies, n_cookies); /* (the request's head is built: copies are gone) */
     if (rc) {
         p->creq = NULL;
         req->user = NULL;

@@ -24,6 +24,7 @@
 #include "common/percent.h"
 #include "common/util.h"
 #include "builds.h"
+#include "console.h"
 #include "cp.h"
 #include "transforms.h"
 #include "events.h"
@@ -1043,6 +1044,8 @@ void cp_on_request(struct al_http_req *req, void *ctx)
     const char *m = req->method;
     const char *p = req->path;
     bool get = rest__is(m, "GET"), post = rest__is(m, "POST");
+    if (cp_console_route(cp, req))
+        return;
     /* Unauthenticated: liveness and Prometheus (loopback by default; put a reverse proxy
      * with its own auth in front if the listener is opened wider). */
     if (strcmp(p, "/health") == 0 && get) {
@@ -1059,9 +1062,15 @@ void cp_on_request(struct al_http_req *req, void *ctx)
     struct cp_principal who;
     struct al_error err = {0};
     if (cp_auth(cp, req, &who, &err)) {
-        cp_rest_error(req, err.code == -EACCES ? 401 : 500, "%s", al_error_str(&err));
+        cp_rest_error(req,
+                      err.code == -EACCES  ? 401
+                      : err.code == -EPERM ? 403
+                                           : 500,
+                      "%s", al_error_str(&err));
         return;
     }
+    if (cp_console_api_route(cp, req, &who))
+        return;
     bool v2 = strncmp(p, "/v2/", 4) == 0;
     const char *rp = v2 ? p + 3 : p;
     if (strcmp(rp, "/sandboxes") == 0) {

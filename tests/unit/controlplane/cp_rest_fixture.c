@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -95,14 +96,24 @@ static void agent__on_request(struct al_http_req *req, void *ctx)
         al_http_resp_end(req);
         return;
     }
+    if (strcmp(req->path, "/console-cookie") == 0) {
+        /* A sandbox answering on airlockd's own host that tries to plant a console session. */
+        struct al_http_header h[] = {{"Set-Cookie", "airlock_console=planted; Path=/"},
+                                     {"Set-Cookie", " __Host-airlock_console=planted; Secure"},
+                                     {"Set-Cookie", "airlock_consoleX=kept"}};
+        al_http_resp_start(req, 200, h, 3, 2);
+        al_http_resp_write(req, "ok", 2);
+        al_http_resp_end(req);
+        return;
+    }
     if (strcmp(req->path, "/seen") == 0) {
         /* What reached the agent: Host, framing, a Connection-named field. */
-        json_t *o =
-            json_pack("{s:s?,s:s?,s:s?,s:s?,s:s?,s:s?}", "host", al_http_req_header(req, "Host"),
-                      "cl", al_http_req_header(req, "Content-Length"), "te",
-                      al_http_req_header(req, "Transfer-Encoding"), "drop",
-                      al_http_req_header(req, "X-Drop"), "keep", al_http_req_header(req, "X-Keep"),
-                      "connection", al_http_req_header(req, "Connection"));
+        json_t *o = json_pack(
+            "{s:s?,s:s?,s:s?,s:s?,s:s?,s:s?,s:s?}", "host", al_http_req_header(req, "Host"), "cl",
+            al_http_req_header(req, "Content-Length"), "te",
+            al_http_req_header(req, "Transfer-Encoding"), "drop", al_http_req_header(req, "X-Drop"),
+            "keep", al_http_req_header(req, "X-Keep"), "connection",
+            al_http_req_header(req, "Connection"), "cookie", al_http_req_header(req, "Cookie"));
         al_http_reply_json(req, 200, o);
         return;
     }
@@ -405,7 +416,10 @@ void req_full(struct resp *r, const char *target, const char *method, const char
     size_t n = 0;
     if (key)
         h[n++] = (struct al_http_header){"X-API-KEY", key};
-    if (body)
+    bool typed = false;
+    for (size_t i = 0; i < n_extra; i++)
+        typed |= strcasecmp(extra[i].name, "Content-Type") == 0;
+    if (body && !typed)
         h[n++] = (struct al_http_header){"Content-Type", "application/json"};
     for (size_t i = 0; i < n_extra; i++)
         h[n++] = extra[i];
@@ -433,7 +447,24 @@ void req_full(struct resp *r, const char *target, const char *method, const char
     snprintf(r->ctype, sizeof r->ctype, "%s", ct ? ct : "");
     const char *et = al_http_resp_header(&out, "ETag");
     snprintf(r->etag, sizeof r->etag, "%s", et ? et : "");
+    size_t used = 0;
+    for (size_t i = 0; i < out.n_headers && r->n_headers < 48; i++) {
+        size_t nl = strlen(out.headers[i].name) + 1, vl = strlen(out.headers[i].value) + 1;
+        ck_assert_msg(used + nl + vl <= sizeof r->hbuf, "the answer's headers are too long");
+        char *name = memcpy(r->hbuf + used, out.headers[i].name, nl);
+        char *value = memcpy(r->hbuf + used + nl, out.headers[i].value, vl);
+        used += nl + vl;
+        r->headers[r->n_headers++] = (struct al_http_header){name, value};
+    }
     al_http_resp_free(&out);
+}
+
+const char *resp_header(const struct resp *r, const char *name, size_t nth)
+{
+    for (size_t i = 0; i < r->n_headers; i++)
+        if (strcasecmp(r->headers[i].name, name) == 0 && nth-- == 0)
+            return r->headers[i].value;
+    return NULL;
 }
 
 void req(struct resp *r, const char *method, const char *path, const char *body)

@@ -7,8 +7,8 @@
  * slow (50 ms to start); airlockd's API on 127.0.0.1 (g_target) and on <g_tmpdir>/cp.sock,
  * with the environment key KEY_ENV. The fake agent echoes what it got as JSON (method,
  * target, sandbox, port, token, body_len) and serves /cut-chunked, /cut-length, /ws,
- * /cookies, /seen, /health and /stream. The fake backend counts stops, pauses and resumes
- * and records the order sandboxes started in. */
+ * /cookies, /console-cookie, /seen (with the Cookie it got), /health and /stream. The fake
+ * backend counts stops, pauses and resumes and records the order sandboxes started in. */
 #ifndef AIRLOCK_TESTS_CP_REST_FIXTURE_H
 #define AIRLOCK_TESTS_CP_REST_FIXTURE_H
 
@@ -53,9 +53,14 @@ struct resp {
     char next[256];
     char ctype[128];
     char etag[64];
+    /* every header field of the answer, in order (resp_header) */
+    struct al_http_header headers[48];
+    size_t n_headers;
+    char hbuf[16384];
 };
 
-/* A request to target with key (NULL: none), a JSON body (NULL: none) and extra headers;
+/* A request to target with key (NULL: none), a JSON body (NULL: none; its Content-Type unless
+ * extra has one) and extra headers;
  * fails the test if no answer comes within 10 s. */
 void req_full(struct resp *r, const char *target, const char *method, const char *path,
               const char *key, const char *body, const struct al_http_header *extra,
@@ -63,6 +68,8 @@ void req_full(struct resp *r, const char *target, const char *method, const char
 /* The same to g_target with KEY_ENV. */
 void req(struct resp *r, const char *method, const char *path, const char *body);
 void resp_free(struct resp *r);
+/* The nth (0: first) header field of the answer called name (any case), or NULL. */
+const char *resp_header(const struct resp *r, const char *name, size_t nth);
 const char *jstr(const json_t *o, const char *k);
 /* Creates a sandbox and returns its id (and token, if token is not NULL). */
 void create(const char *body, char id[64], char token[80]);

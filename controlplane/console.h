@@ -1,0 +1,59 @@
+/* controlplane/console: the web console airlockd serves at /console/ (docs/console.md).
+ *
+ * Owns: the console's assets (built into airlockd: controlplane/console/, embedded by
+ * embed.cmake), their security headers (a strict Content Security Policy, nosniff, no
+ * framing), sign-in with an API key turned into a session (a random id in an HttpOnly,
+ * SameSite=Strict cookie; server side only its digest, the key's digest, a CSRF token and
+ * the expiry), sign-out, and the check of a session on API requests: a request with the
+ * session cookie and no X-API-KEY acts as the key it was signed in with, and one that may
+ * change state (any method but GET and HEAD) must carry the session's CSRF token in
+ * X-Airlock-CSRF. The console is a client of the API: it has no other power.
+ * console_api.c: the admin endpoints the console reads (/admin/overview, /admin/audit).
+ */
+#ifndef AIRLOCK_CP_CONSOLE_H
+#define AIRLOCK_CP_CONSOLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/error.h"
+#include "common/http.h"
+
+struct cp;
+struct cp_principal;
+
+#define CP_CONSOLE_COOKIE        "airlock_console"
+#define CP_CONSOLE_COOKIE_SECURE "__Host-airlock_console"
+#define CP_CONSOLE_CSRF_HEADER   "X-Airlock-CSRF"
+#define CP_CONSOLE_MAX_SESSIONS  4096
+
+/* Serves /console and everything under /console/ (assets, the session endpoints). false: the
+ * request is not the console's. */
+bool cp_console_route(struct cp *cp, struct al_http_req *req);
+
+/* The request's console session, for cp_auth: -ENOENT when it carries no session cookie
+ * (then it needs a key), 0 with *who the session's key, -EACCES (unknown, expired, signed out,
+ * its key revoked) or -EPERM (a state-changing request without the session's CSRF token) with
+ * err saying why. */
+int cp_console_auth(struct cp *cp, const struct al_http_req *req, struct cp_principal *who,
+                    struct al_error *err);
+
+void cp_console_free(struct cp *cp);
+
+/* The value of cookie name in the Cookie header fields (RFC 6265 5.4: "a=b; c=d"), into out.
+ * 1 found, 0 absent, -EEXIST when it occurs more than once, -E2BIG when it does not fit. */
+int cp_console_cookie_get(const struct al_http_req *req, const char *name, char *out,
+                          size_t outlen);
+/* The same over one header value (the fuzzer's and the tests' entry point). */
+int cp_console_cookie_find(const char *header, const char *name, char *out, size_t outlen,
+                           bool *found);
+
+/* A Cookie header value without the console's session cookies, into out (outlen at least
+ * strlen(header) + 1): what a sandbox may see of a request relayed to it (proxy.c), so that it
+ * never learns a session. true when one was removed. */
+bool cp_console_cookie_strip(const char *header, char *out, size_t outlen);
+
+/* The admin endpoints of console_api.c (after authentication): false if not one of them. */
+bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);
+
+#endif

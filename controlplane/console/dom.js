@@ -1,0 +1,54 @@
+// dom.js: the one way the console builds its pages. Every string goes in as text (a Text
+// node or textContent), never as markup: sandbox ids, metadata, hostnames, paths and reasons
+// come from sandboxes and upstreams. The Content Security Policy's Trusted Types make any
+// HTML sink (assigning markup to an element) throw, so a slip here fails loudly instead of
+// rendering.
+
+// h("td", {class: "mono"}, "text", childNode, ...): an element with children; strings and
+// numbers become Text nodes, null/undefined/false are skipped, arrays are flattened.
+export function h(tag, props, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (k === "href") e.setAttribute("href", internalHref(v));
+    else if (SAFE_ATTRS.has(k)) e.setAttribute(k, String(v));
+    else throw new Error(`dom.js: attribute ${k} is not one the console sets`);
+  }
+  append(e, children);
+  return e;
+}
+
+const SAFE_ATTRS = new Set([
+  "id", "type", "name", "value", "placeholder", "autocomplete", "title", "for", "colspan",
+  "disabled", "required", "data-page", "data-testid", "aria-label", "spellcheck", "selected",
+]);
+
+// Links stay inside the console (its hash routes): never a URL a sandbox chose.
+function internalHref(v) {
+  const s = String(v);
+  if (!s.startsWith("#/")) throw new Error("dom.js: only #/ links");
+  return s;
+}
+
+function append(e, children) {
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    if (Array.isArray(c)) append(e, c);
+    else if (c instanceof Node) e.appendChild(c);
+    else e.appendChild(document.createTextNode(String(c)));
+  }
+}
+
+// Replaces what el shows.
+export function show(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+}
+
+export function when(iso) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  return isNaN(d) ? String(iso) : d.toLocaleString();
+}

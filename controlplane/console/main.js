@@ -1,0 +1,305 @@
+// main.js: the console's pages (hash routes) over airlockd's API.
+//   #/overview          backend and why, pools, sandboxes by state
+//   #/sandboxes         the sandboxes (state filter), each linking to its detail
+//   #/sandboxes/<id>    one sandbox: info, metadata, pause, resume, kill
+//   #/audit             the latest egress decisions (filters) and the log's verification
+import { api, ApiError, session, signIn, signOut } from "./api.js";
+import { h, show, when } from "./dom.js";
+
+const view = document.getElementById("view");
+const nav = document.getElementById("nav");
+const who = document.getElementById("who");
+const signoutBtn = document.getElementById("signout");
+let current = null; // the session
+
+function problem(e) {
+  return h("p", { class: "error", "data-testid": "error" }, e instanceof Error ? e.message : String(e));
+}
+
+async function guarded(fn) {
+  try {
+    await fn();
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) {
+      current = null;
+      renderSignIn(e.message);
+      return;
+    }
+    show(view, problem(e));
+  }
+}
+
+// ---- sign-in ----------------------------------------------------------------------------
+
+function renderSignIn(message) {
+  nav.hidden = true;
+  signoutBtn.hidden = true;
+  show(who);
+  const input = h("input", {
+    id: "apikey", type: "password", name: "apikey", autocomplete: "off", spellcheck: "false",
+    placeholder: "e2b_…", required: true,
+  });
+  const status = h("p", { class: "error", "data-testid": "signin-error" }, message || "");
+  const form = h("form", { class: "signin panel", id: "signin" },
+    h("h1", {}, "Sign in"),
+    h("label", { for: "apikey" }, "API key"),
+    input,
+    h("button", { type: "submit" }, "Sign in"),
+    status,
+    h("p", { class: "muted" },
+      "The key is sent once, to airlockd, and exchanged for a session; it is not stored in this browser."));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      current = await signIn(input.value);
+      input.value = "";
+      start();
+    } catch (e) {
+      input.value = "";
+      show(status, e.message);
+    }
+  });
+  show(view, form);
+  input.focus();
+}
+
+signoutBtn.addEventListener("click", async () => {
+  try {
+    await signOut();
+  } catch {
+    // the session is gone either way
+  }
+  current = null;
+  location.hash = "#/overview";
+  renderSignIn("Signed out.");
+});
+
+// ---- overview ---------------------------------------------------------------------------
+
+function card(title, n, ...rest) {
+  return h("div", { class: "card" }, h("div", { class: "muted" }, title), h("div", { class: "n" }, n), ...rest);
+}
+
+async function renderOverview() {
+  const o = await api("GET", "/admin/overview");
+  const b = o.backend || {};
+  const probe = b.kvmProbe;
+  const s = o.sandboxes || {};
+  show(view,
+    h("h1", {}, "Overview"),
+    h("div", { class: "panel" },
+      h("h2", {}, "Backend"),
+      h("dl", { class: "kv" },
+        h("dt", {}, "backend"), h("dd", { "data-testid": "backend" }, b.kind || ""),
+        h("dt", {}, "why"), h("dd", {}, b.why || "—"),
+        h("dt", {}, "KVM probe"),
+        h("dd", {}, probe ? `${probe.usable ? "usable" : "not usable"}: ${probe.reason} (${probe.elapsedMs} ms)` : "not run"),
+        h("dt", {}, "egress proxy"), h("dd", {}, o.egress ? "supervised by airlockd" : "not running"),
+        h("dt", {}, "since"), h("dd", {}, when(o.startedAt)))),
+    h("h2", {}, "Sandboxes"),
+    h("div", { class: "cards" },
+      card("running", s.running ?? 0),
+      card("paused", s.paused ?? 0),
+      card("being created", s.creating ?? 0),
+      card("being stopped", s.stopping ?? 0),
+      card("at most", s.max ?? 0)),
+    h("h2", {}, "Pools"),
+    h("div", { class: "cards" },
+      card("networks ready", `${o.pools.network.ready} / ${o.pools.network.size}`),
+      card("warm sandboxes ready", `${o.pools.warm.ready} / ${o.pools.warm.size}`)),
+    h("p", { class: "muted" }, "The audit log's state: ", h("a", { href: "#/audit" }, "Audit"), "."));
+}
+
+// ---- sandboxes --------------------------------------------------------------------------
+
+function metadataText(md) {
+  return Object.entries(md || {}).map(([k, v]) => `${k}=${v}`).join("\n");
+}
+
+async function renderSandboxes(params) {
+  const state = params.get("state") || "running,paused";
+  const list = await api("GET", `/v2/sandboxes?limit=100&state=${encodeURIComponent(state)}`);
+  const select = h("select", { id: "state-filter", "aria-label": "state" },
+    ["running,paused", "running", "paused"].map((v) => h("option", { value: v, selected: v === state }, v)));
+  select.addEventListener("change", () => {
+    location.hash = `#/sandboxes?state=${encodeURIComponent(select.value)}`;
+  });
+  const rows = list.map((sb) =>
+    h("tr", { "data-testid": "sandbox-row" },
+      h("td", { class: "mono" }, h("a", { href: `#/sandboxes/${encodeURIComponent(sb.sandboxID)}` }, sb.sandboxID)),
+      h("td", {}, sb.templateID),
+      h("td", {}, sb.state),
+      h("td", {}, when(sb.startedAt)),
+      h("td", {}, when(sb.endAt)),
+      h("td", { class: "mono", "data-testid": "metadata" }, metadataText(sb.metadata))));
+  show(view,
+    h("h1", {}, "Sandboxes"),
+    h("div", { class: "filters" }, h("label", { for: "state-filter" }, "state"), select,
+      h("span", { class: "muted" }, `${list.length} shown`)),
+    h("table", {},
+      h("thead", {}, h("tr", {}, ["sandbox", "template", "state", "started", "ends", "metadata"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No sandboxes.")))));
+}
+
+async function renderSandbox(id) {
+  const sb = await api("GET", `/sandboxes/${encodeURIComponent(id)}`);
+  const status = h("p", { "data-testid": "action-status" });
+  const act = (label, cls, fn) => h("button", { type: "button", class: cls, onclick: async (ev) => {
+    ev.target.disabled = true;
+    try {
+      await fn();
+    } catch (e) {
+      show(status, problem(e));
+      ev.target.disabled = false;
+    }
+  } }, label);
+  const path = `/sandboxes/${encodeURIComponent(sb.sandboxID)}`;
+  const md = Object.entries(sb.metadata || {});
+  show(view,
+    h("h1", {}, "Sandbox ", h("span", { class: "mono" }, sb.sandboxID)),
+    h("div", { class: "panel" },
+      h("dl", { class: "kv" },
+        h("dt", {}, "state"), h("dd", {}, sb.state),
+        h("dt", {}, "template"), h("dd", {}, sb.templateID),
+        h("dt", {}, "started"), h("dd", {}, when(sb.startedAt)),
+        h("dt", {}, "ends"), h("dd", {}, when(sb.endAt)),
+        h("dt", {}, "resources"), h("dd", {}, `${sb.cpuCount} CPU, ${sb.memoryMB} MB memory, ${sb.diskSizeMB} MB disk`),
+        h("dt", {}, "on timeout"), h("dd", {}, sb.lifecycle ? sb.lifecycle.onTimeout : ""),
+        h("dt", {}, "internet"), h("dd", {}, sb.allowInternetAccess === false ? "only what network.allowOut names" : "as its policy allows"))),
+    h("h2", {}, "Metadata"),
+    h("table", {}, h("tbody", {}, md.length
+      ? md.map(([k, v]) => h("tr", {}, h("td", { class: "mono" }, k), h("td", { class: "mono", "data-testid": "metadata-value" }, v)))
+      : h("tr", {}, h("td", { class: "muted" }, "none")))),
+    h("h2", {}, "Actions"),
+    h("div", { class: "filters" },
+      sb.state === "running" ? act("Pause", "", async () => { await api("POST", `${path}/pause`); route(); }) : null,
+      sb.state === "paused" ? act("Resume", "", async () => { await api("POST", `${path}/resume`, {}); route(); }) : null,
+      act("Kill", "danger", async () => {
+        if (!confirm(`Kill sandbox ${sb.sandboxID}? Its processes and files are gone for good.`)) {
+          throw new Error("Not killed.");
+        }
+        await api("DELETE", path);
+        location.hash = "#/sandboxes";
+      })),
+    status);
+}
+
+// ---- audit ------------------------------------------------------------------------------
+
+function target(r) {
+  return r.host || r.sni || r.qname || r.dst || "";
+}
+
+async function renderAudit(params) {
+  const decision = params.get("decision") || "";
+  const q = new URLSearchParams({ limit: "200" });
+  if (decision) q.set("decision", decision);
+  const verifyOut = h("div", { class: "panel", "data-testid": "verify" },
+    h("p", { class: "muted" }, "The hash chain and the signed checkpoints of the whole log are checked on request."));
+  const verifyBtn = h("button", { type: "button", id: "verify" }, "Verify the log");
+  verifyBtn.addEventListener("click", async () => {
+    verifyBtn.disabled = true;
+    show(verifyOut, h("p", { class: "muted" }, "Verifying…"));
+    try {
+      const v = await api("GET", "/admin/audit/verify");
+      show(verifyOut, verdict(v));
+    } catch (e) {
+      show(verifyOut, problem(e));
+    }
+    verifyBtn.disabled = false;
+  });
+  const select = h("select", { id: "decision-filter", "aria-label": "decision" },
+    [["", "every decision"], ["deny", "deny"], ["would_deny", "would_deny"], ["allow", "allow"]]
+      .map(([v, t]) => h("option", { value: v, selected: v === decision }, t)));
+  select.addEventListener("change", () => {
+    location.hash = select.value ? `#/audit?decision=${encodeURIComponent(select.value)}` : "#/audit";
+  });
+  let records;
+  let listing;
+  try {
+    records = await api("GET", `/admin/audit?${q}`);
+    const rows = records.records.map((r) =>
+      h("tr", { "data-testid": "audit-row" },
+        h("td", { class: "mono" }, r.seq),
+        h("td", {}, when(r.time)),
+        h("td", { class: "mono" }, r.sandbox || ""),
+        h("td", {}, r.type || ""),
+        h("td", { class: r.decision || "" }, r.decision || ""),
+        h("td", { class: "mono" }, r.reason || ""),
+        h("td", { class: "mono" }, r.rule || ""),
+        h("td", { class: "mono" }, target(r)),
+        h("td", { class: "mono" }, r.path || "")));
+    listing = h("table", {},
+      h("thead", {}, h("tr", {}, ["seq", "time", "sandbox", "type", "decision", "reason", "rule", "host", "path"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 9, class: "muted" }, "No records."))));
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) throw e;
+    listing = problem(e);
+  }
+  show(view,
+    h("h1", {}, "Audit"),
+    h("h2", {}, "Verification"),
+    h("div", { class: "filters" }, verifyBtn),
+    verifyOut,
+    h("h2", {}, "Latest records"),
+    h("div", { class: "filters" }, h("label", { for: "decision-filter" }, "decision"), select,
+      records ? h("span", { class: "muted" }, `${records.records.length} shown, newest first, from ${records.dir}`) : null),
+    listing);
+}
+
+function verdict(v) {
+  const head = v.intact
+    ? h("p", { class: "ok", "data-testid": "verdict" }, `Intact: records ${v.first_seq} to ${v.last_seq}, ${v.checkpoints} signed checkpoints (key ${v.key_id}).`)
+    : h("p", { class: "error", "data-testid": "verdict" }, `Not intact (${v.verdict}).`);
+  const p = v.problem;
+  return [
+    head,
+    p ? h("dl", { class: "kv" },
+      h("dt", {}, "first bad record"), h("dd", { class: "mono", "data-testid": "bad-seq" }, String(p.seq)),
+      h("dt", {}, "file"), h("dd", { class: "mono" }, `${p.file}:${p.line}`),
+      h("dt", {}, "what is wrong"), h("dd", {}, p.reason)) : null,
+    h("dl", { class: "kv" },
+      h("dt", {}, "files"), h("dd", {}, String(v.files)),
+      h("dt", {}, "records"), h("dd", {}, String(v.records)),
+      h("dt", {}, "records after the last checkpoint"), h("dd", {}, String(v.unsigned_tail)),
+      h("dt", {}, "end of the log"), h("dd", {}, v.tail),
+      h("dt", {}, "starts at"), h("dd", {}, v.starts_at_genesis ? "the first record (nothing deleted)" : `record ${v.first_seq} (retention)`)),
+  ];
+}
+
+// ---- routing ----------------------------------------------------------------------------
+
+function route() {
+  if (!current) return;
+  const raw = location.hash.replace(/^#/, "") || "/overview";
+  const [path, query] = raw.split("?");
+  const params = new URLSearchParams(query || "");
+  const parts = path.split("/").filter(Boolean);
+  for (const a of nav.querySelectorAll("a")) {
+    a.classList.toggle("current", a.dataset.page === parts[0]);
+  }
+  if (parts[0] === "sandboxes" && parts[1]) return guarded(() => renderSandbox(decodeURIComponent(parts[1])));
+  if (parts[0] === "sandboxes") return guarded(() => renderSandboxes(params));
+  if (parts[0] === "audit") return guarded(() => renderAudit(params));
+  return guarded(renderOverview);
+}
+
+function start() {
+  nav.hidden = false;
+  signoutBtn.hidden = false;
+  show(who, `key ${current.keyId} · until ${when(current.expiresAt)}`);
+  route();
+}
+
+window.addEventListener("hashchange", route);
+
+(async () => {
+  try {
+    current = await session();
+  } catch (e) {
+    show(view, problem(e));
+    return;
+  }
+  if (current) start();
+  else renderSignIn();
+})();

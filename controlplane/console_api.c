@@ -1,0 +1,303 @@
+/* controlplane/console_api: the admin endpoints the web console reads (docs/console.md),
+ * served to any caller the API authenticates (a key, the local socket, a console session):
+ *
+ *   GET /admin/overview      the backend and why it was chosen (the KVM probe's verdict), the
+ *                            pools, the sandboxes by state
+ *   GET /admin/audit         the latest records of the egress audit log, newest first
+ *                            (limit, decision, sandbox)
+ *   GET /admin/audit/verify  the log's verification (common/auditlog's verifier, as
+ *                            `airlock audit verify` runs it): intact up to which record, or
+ *                            the first bad record and what is wrong with it
+ *
+ * Reading and verifying the log are file I/O over what may be gigabytes: they run on libuv's
+ * thread pool, one verification at a time.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/auditlog.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "console.h"
+#include "cp.h"
+
+#define CAPI_LIMIT_DEFAULT 100
+#define CAPI_LIMIT_MAX     1000
+/* With a filter, the records matched are looked for among at most this many of the last;
+ * without, among the last limit + this many lines (the log's own checkpoints are lines too). */
+#define CAPI_SCAN_MAX   100000
+#define CAPI_SCAN_SLACK 1024
+
+enum capi_kind { CAPI_RECORDS, CAPI_VERIFY };
+
+struct capi_work {
+    uv_work_t w;
+    struct al_http_req *req;
+    enum capi_kind kind;
+    char dir[4200];
+    size_t limit;
+    char decision[16];
+    char sandbox[64];
+    /* results (the worker's) */
+    int status;
+    json_t *out;
+    char msg[768];
+};
+
+static bool capi__verifying;
+
+static bool capi__streq(const char *a, const char *b)
+{
+    return a && b && strcmp(a, b) == 0;
+}
+
+/* Where airlock-egress writes its log: <state>/audit unless egress.args moves it. */
+static void capi__audit_dir(const struct cp *cp, char *out, size_t len)
+{
+    snprintf(out, len, "%s/audit", cp->cfg.state_dir);
+    const struct al_cfg_strlist *a = &cp->cfg.egress_args;
+    for (size_t i = 0; i < a->n; i++) {
+        if (strcmp(a->v[i], "--audit-dir") == 0 && i + 1 < a->n)
+            snprintf(out, len, "%s", a->v[i + 1]);
+        else if (strncmp(a->v[i], "--audit-dir=", 12) == 0)
+            snprintf(out, len, "%s", a->v[i] + 12);
+    }
+}
+
+/* ---- the overview ------------------------------------------------------------------------- */
+
+struct capi_counts {
+    size_t by_state[4];
+};
+
+static int capi__count(void *v, void *arg)
+{
+    const struct cp_sandbox *sb = v;
+    struct capi_counts *c = arg;
+    if ((unsigned)sb->rec.state < 4)
+        c->by_state[sb->rec.state]++;
+    return 0;
+}
+
+static void capi__overview(struct cp *cp, struct al_http_req *req)
+{
+    const struct cp_backend_sel *sel = &cp->backend_sel;
+    json_t *probe = sel->probe.ran ? json_pack("{s:b,s:s,s:I}", "usable", sel->probe.usable,
+                                               "reason", sel->probe.reason, "elapsedMs",
+                                               (json_int_t)sel->probe.elapsed_ms)
+                                   : json_null();
+    size_t warm_ready = 0, warm_size = 0, net_ready = 0, net_size = 0;
+    cp_vmm_pool_counts(cp, &warm_ready, &warm_size);
+    if (cp->net && cp->net->pool_counts)
+        cp->net->pool_counts(cp->net_priv, &net_ready, &net_size);
+    struct capi_counts c = {0};
+    cp_map_foreach(&cp->sandboxes, capi__count, &c);
+    char started[40], dir[4200];
+    al_time_rfc3339(started, sizeof started,
+                    cp->started_ns ? al_wall_ns() - (al_now_ns() - cp->started_ns) : 0);
+    capi__audit_dir(cp, dir, sizeof dir);
+    json_t *o = json_pack(
+        "{s:{s:s,s:s,s:o},s:{s:{s:I,s:I},s:{s:I,s:I}},s:{s:I,s:I,s:I,s:I,s:I},s:s,s:b,s:s}",
+        "backend", "kind", cp->backend_kind, "why", sel->why, "kvmProbe", probe, "pools", "network",
+        "ready", (json_int_t)net_ready, "size", (json_int_t)net_size, "warm", "ready",
+        (json_int_t)warm_ready, "size", (json_int_t)warm_size, "sandboxes", "creating",
+        (json_int_t)c.by_state[CP_SB_CREATING], "running", (json_int_t)c.by_state[CP_SB_RUNNING],
+        "paused", (json_int_t)c.by_state[CP_SB_PAUSED], "stopping",
+        (json_int_t)c.by_state[CP_SB_STOPPING], "max", (json_int_t)cp->cfg.max_sandboxes,
+        "startedAt", started, "egress", cp->egress != NULL, "auditDir", dir);
+    if (!o) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    al_http_reply_json(req, 200, o);
+}
+
+/* ---- the audit log (worker threads) ------------------------------------------------------- */
+
+static bool capi__matches(const struct capi_work *x, const json_t *rec)
+{
+    if (x->decision[0] &&
+        !capi__streq(json_string_value(json_object_get(rec, "decision")), x->decision))
+        return false;
+    if (x->sandbox[0] &&
+        !capi__streq(json_string_value(json_object_get(rec, "sandbox")), x->sandbox))
+        return false;
+    return true;
+}
+
+static void capi__records(struct capi_work *x)
+{
+    struct al_auditlog_reader_opts o = {.dir = x->dir, .prefix = "egress"};
+    struct al_auditlog_reader *r = NULL;
+    struct al_error err = {0};
+    if (al_auditlog_reader_open(&o, &r, &err) < 0) {
+        x->status = 404;
+        snprintf(x->msg, sizeof x->msg, "cannot read the audit log in %s: %s", x->dir,
+                 al_error_str(&err));
+        return;
+    }
+    bool filtered = x->decision[0] || x->sandbox[0];
+    json_t **ring = calloc(x->limit, sizeof *ring);
+    if (!ring || al_auditlog_reader_seek_tail(r, filtered ? CAPI_SCAN_MAX
+                                                          : x->limit + CAPI_SCAN_SLACK) < 0) {
+        free(ring);
+        al_auditlog_reader_close(r);
+        x->status = 500;
+        snprintf(x->msg, sizeof x->msg, "cannot read the audit log in %s", x->dir);
+        return;
+    }
+    size_t n = 0, scanned = 0;
+    struct al_auditlog_record rec;
+    int rc;
+    while ((rc = al_auditlog_reader_next(r, &rec)) == 1) {
+        scanned++;
+        if (rec.internal || !rec.json || !capi__matches(x, rec.json))
+            continue;
+        size_t slot = n % x->limit;
+        json_decref(ring[slot]);
+        ring[slot] = json_incref(rec.json);
+        n++;
+    }
+    al_auditlog_reader_close(r);
+    json_t *arr = json_array();
+    size_t kept = n < x->limit ? n : x->limit;
+    for (size_t i = 0; i < kept; i++) /* newest first */
+        json_array_append_new(arr, ring[(n - 1 - i) % x->limit]);
+    free(ring);
+    if (rc < 0) {
+        json_decref(arr);
+        x->status = 500;
+        snprintf(x->msg, sizeof x->msg, "reading the audit log in %s failed: %s", x->dir,
+                 strerror(-rc));
+        return;
+    }
+    x->out =
+        json_pack("{s:o,s:I,s:s}", "records", arr, "scanned", (json_int_t)scanned, "dir", x->dir);
+    x->status = x->out ? 200 : 500;
+}
+
+static void capi__verify(struct capi_work *x)
+{
+    struct al_auditlog_verify_result *res = calloc(1, sizeof *res);
+    struct al_error err = {0};
+    struct al_auditlog_verify_opts o = {.dir = x->dir, .prefix = "egress"};
+    if (!res) {
+        x->status = 500;
+        snprintf(x->msg, sizeof x->msg, "out of memory");
+        return;
+    }
+    if (al_auditlog_verify(&o, res, &err) < 0) {
+        x->status = err.code == -ENOENT ? 404 : 500;
+        snprintf(x->msg, sizeof x->msg, "cannot verify the audit log in %s: %s", x->dir,
+                 al_error_str(&err));
+        free(res);
+        return;
+    }
+    x->out = al_auditlog_verify_json(res);
+    if (x->out)
+        json_object_set_new(x->out, "dir", json_string(x->dir));
+    x->status = x->out ? 200 : 500;
+    free(res);
+}
+
+static void capi__work(uv_work_t *w)
+{
+    struct capi_work *x = w->data;
+    if (x->kind == CAPI_VERIFY)
+        capi__verify(x);
+    else
+        capi__records(x);
+}
+
+static void capi__done(uv_work_t *w, int status)
+{
+    struct capi_work *x = w->data;
+    if (x->kind == CAPI_VERIFY)
+        capi__verifying = false;
+    if (status < 0)
+        cp_rest_error(x->req, 500, "the audit log could not be read (%s)", uv_strerror(status));
+    else if (x->out)
+        al_http_reply_json(x->req, 200, x->out);
+    else
+        cp_rest_error(x->req, x->status ? x->status : 500, "%s", x->msg);
+    free(x);
+}
+
+static void capi__audit(struct cp *cp, struct al_http_req *req, enum capi_kind kind)
+{
+    if (kind == CAPI_VERIFY && capi__verifying) {
+        cp_rest_error(req, 429,
+                      "a verification of the audit log is running; ask again when it "
+                      "has ended");
+        return;
+    }
+    struct capi_work *x = calloc(1, sizeof *x);
+    if (!x) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    x->req = req;
+    x->kind = kind;
+    x->limit = CAPI_LIMIT_DEFAULT;
+    capi__audit_dir(cp, x->dir, sizeof x->dir);
+    if (kind == CAPI_RECORDS) {
+        uint64_t v;
+        bool has;
+        if (!cp_rest_u64_param(req, "limit", &v, &has)) {
+            free(x);
+            return;
+        }
+        if (has && (v < 1 || v > CAPI_LIMIT_MAX)) {
+            free(x);
+            cp_rest_error(req, 400, "limit must be 1..%d", CAPI_LIMIT_MAX);
+            return;
+        }
+        if (has)
+            x->limit = (size_t)v;
+        int rc = al_http_query_get(req->query, "decision", x->decision, sizeof x->decision);
+        if ((rc && rc != -ENOENT) ||
+            (x->decision[0] && !capi__streq(x->decision, "allow") &&
+             !capi__streq(x->decision, "deny") && !capi__streq(x->decision, "would_deny"))) {
+            free(x);
+            cp_rest_error(req, 400, "decision must be allow, deny or would_deny");
+            return;
+        }
+        rc = al_http_query_get(req->query, "sandbox", x->sandbox, sizeof x->sandbox);
+        if ((rc && rc != -ENOENT) || (x->sandbox[0] && !cp_sandbox_id_valid(x->sandbox))) {
+            free(x);
+            cp_rest_error(req, 400, "sandbox must be a sandbox id");
+            return;
+        }
+    }
+    x->w.data = x;
+    if (uv_queue_work(req->loop, &x->w, capi__work, capi__done) < 0) {
+        free(x);
+        cp_rest_error(req, 500, "cannot queue the audit log's reading");
+        return;
+    }
+    if (kind == CAPI_VERIFY)
+        capi__verifying = true;
+}
+
+bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who)
+{
+    (void)who;
+    const char *p = req->path;
+    if (strncmp(p, "/admin/", 7) != 0)
+        return false;
+    if (strcmp(req->method, "GET") != 0) {
+        cp_rest_error(req, 405, "%s is not allowed on %s (GET)", req->method, p);
+        return true;
+    }
+    if (strcmp(p, "/admin/overview") == 0)
+        capi__overview(cp, req);
+    else if (strcmp(p, "/admin/audit") == 0)
+        capi__audit(cp, req, CAPI_RECORDS);
+    else if (strcmp(p, "/admin/audit/verify") == 0)
+        capi__audit(cp, req, CAPI_VERIFY);
+    else
+        cp_rest_error(req, 404, "no such endpoint: GET %s", p);
+    return true;
+}

@@ -1,0 +1,589 @@
+/* tests/unit/controlplane/test_cp_rest_console: the web console (controlplane/console.c,
+ * console_api.c) over the REST fixture (cp_rest_fixture.h): its assets and their security
+ * headers, sign-in and the session cookie's attributes, the cookie authenticating API calls as
+ * the signed-in key, CSRF refusals, sign-out, expiry, revocation, what a sandbox may see of a
+ * session (nothing) or plant (nothing), and the admin endpoints over a real audit log. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "common/auditlog.h"
+#include "controlplane/console.h"
+#include "controlplane/embedded.h"
+#include "cp_rest_fixture.h"
+
+/* A request to the API with these headers only (no key unless given). */
+static void call(struct resp *r, const char *method, const char *path,
+                 const struct al_http_header *h, size_t n, const char *body)
+{
+    req_full(r, g_target, method, path, NULL, body, h, n);
+}
+
+static const char *hdr(const struct resp *r, const char *name)
+{
+    return resp_header(r, name, 0);
+}
+
+static size_t n_set_cookies(const struct resp *r)
+{
+    size_t n = 0;
+    while (resp_header(r, "Set-Cookie", n))
+        n++;
+    return n;
+}
+
+static void assert_console_headers(const struct resp *r)
+{
+    const char *csp = hdr(r, "Content-Security-Policy");
+    ck_assert_ptr_nonnull(csp);
+    ck_assert_ptr_nonnull(strstr(csp, "default-src 'self'"));
+    ck_assert_ptr_nonnull(strstr(csp, "script-src 'self';"));
+    ck_assert_ptr_nonnull(strstr(csp, "frame-ancestors 'none'"));
+    ck_assert_ptr_nonnull(strstr(csp, "require-trusted-types-for 'script'"));
+    ck_assert_ptr_null(strstr(csp, "unsafe"));
+    ck_assert_str_eq(hdr(r, "X-Content-Type-Options"), "nosniff");
+    ck_assert_str_eq(hdr(r, "X-Frame-Options"), "DENY");
+}
+
+/* Signs in with key; cookie gets "name=value" (for a Cookie header), csrf the token. */
+static void signin(const char *key, const struct al_http_header *extra, size_t n_extra,
+                   char cookie[160], char csrf[80])
+{
+    char body[256];
+    snprintf(body, sizeof body, "{\"apiKey\":\"%s\"}", key);
+    struct al_http_header h[8] = {{"Content-Type", "application/json"}};
+    size_t n = 1;
+    for (size_t i = 0; i < n_extra; i++)
+        h[n++] = extra[i];
+    struct resp r;
+    call(&r, "POST", "/console/api/session", h, n, body);
+    ck_assert_msg(r.status == 200, "sign-in: %d %s", r.status, r.raw);
+    const char *sc = hdr(&r, "Set-Cookie");
+    ck_assert_ptr_nonnull(sc);
+    const char *semi = strchr(sc, ';');
+    ck_assert_ptr_nonnull(semi);
+    snprintf(cookie, 160, "%.*s", (int)(semi - sc), sc);
+    snprintf(csrf, 80, "%s", jstr(r.body, "csrfToken"));
+    ck_assert_int_eq(strlen(csrf), 64);
+    /* The body never carries the session id. */
+    ck_assert_ptr_null(strstr(r.raw, strchr(cookie, '=') + 1));
+    resp_free(&r);
+}
+
+static struct cp_apikey stored_key(char key[CP_APIKEY_LEN + 1])
+{
+    char db[300];
+    snprintf(db, sizeof db, "%s/airlockd.db", g_tmpdir);
+    struct cp_store *s2;
+    ck_assert_int_eq(cp_store_open(db, &s2, NULL), 0);
+    struct cp_apikey k = {0};
+    cp_keyid_new(k.id);
+    snprintf(k.name, sizeof k.name, "ops");
+    snprintf(k.policies, sizeof k.policies, "*");
+    cp_apikey_new(key);
+    cp_digest(key, strlen(key), k.digest);
+    ck_assert_int_eq(cp_store_key_insert(s2, &k, NULL), 0);
+    cp_store_close(s2);
+    return k;
+}
+
+START_TEST(console_assets)
+{
+    struct resp r;
+    call(&r, "GET", "/console", NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 308);
+    ck_assert_str_eq(hdr(&r, "Location"), "/console/");
+    resp_free(&r);
+    call(&r, "GET", "/console/", NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(hdr(&r, "Content-Type"), "text/html; charset=utf-8");
+    assert_console_headers(&r);
+    ck_assert_ptr_nonnull(strstr(r.raw, "<script type=\"module\" src=\"main.js\"></script>"));
+    resp_free(&r);
+    call(&r, "GET", "/console/main.js", NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(hdr(&r, "Content-Type"), "text/javascript; charset=utf-8");
+    assert_console_headers(&r);
+    resp_free(&r);
+    const char *missing[] = {"/console/nope.js", "/console/../rest.c", "/console/.hidden",
+                             "/console/a/b.js"};
+    for (size_t i = 0; i < 4; i++) {
+        call(&r, "GET", missing[i], NULL, 0, NULL);
+        ck_assert_msg(r.status == 404, "%s: %d", missing[i], r.status);
+        resp_free(&r);
+    }
+    call(&r, "POST", "/console/", NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 405);
+    resp_free(&r);
+    /* What is built in: no inline script or style in the page, no HTML sink in the scripts. */
+    size_t n = 0;
+    for (const struct cp_embedded *e = cp_embedded_console; e->name; e++, n++) {
+        const char *s = (const char *)e->data;
+        if (strstr(e->name, ".html")) {
+            for (const char *p = strstr(s, "<script"); p; p = strstr(p + 1, "<script"))
+                ck_assert_msg(strncmp(p, "<script type=\"module\" src=\"", 27) == 0,
+                              "%s: a script without src", e->name);
+            ck_assert_ptr_null(strstr(s, "<style"));
+            ck_assert_ptr_null(strstr(s, "style="));
+            ck_assert_ptr_null(strstr(s, " on"));
+        }
+        if (strstr(e->name, ".js")) {
+            const char *sinks[] = {"innerHTML",      "outerHTML", "insertAdjacentHTML",
+                                   "document.write", "eval(",     "new Function"};
+            for (size_t i = 0; i < 6; i++)
+                ck_assert_msg(!strstr(s, sinks[i]), "%s uses %s", e->name, sinks[i]);
+            ck_assert_msg(!strstr(s, "http://") && !strstr(s, "https://"),
+                          "%s names an outside URL", e->name);
+        }
+    }
+    ck_assert_uint_ge(n, 5);
+}
+END_TEST
+
+START_TEST(console_signin)
+{
+    struct resp r;
+    struct al_http_header json[] = {{"Content-Type", "application/json"}};
+    call(&r, "POST", "/console/api/session", json, 1,
+         "{\"apiKey\":\"e2b_2222222222222222222222222222222222222222\"}");
+    ck_assert_int_eq(r.status, 401);
+    ck_assert_uint_eq(n_set_cookies(&r), 0);
+    ck_assert_ptr_nonnull(strstr(jstr(r.body, "message"), "invalid API key"));
+    resp_free(&r);
+    /* A form post (no JSON), another site, unknown fields: refused. */
+    struct al_http_header form[] = {{"Content-Type", "application/x-www-form-urlencoded"}};
+    call(&r, "POST", "/console/api/session", form, 1, "apiKey=" KEY_ENV);
+    ck_assert_int_eq(r.status, 415);
+    resp_free(&r);
+    struct al_http_header cross[] = {{"Content-Type", "application/json"},
+                                     {"Origin", "http://evil.example"}};
+    call(&r, "POST", "/console/api/session", cross, 2, "{\"apiKey\":\"" KEY_ENV "\"}");
+    ck_assert_int_eq(r.status, 403);
+    ck_assert_uint_eq(n_set_cookies(&r), 0);
+    resp_free(&r);
+    struct al_http_header site[] = {{"Content-Type", "application/json"},
+                                    {"Sec-Fetch-Site", "cross-site"}};
+    call(&r, "POST", "/console/api/session", site, 2, "{\"apiKey\":\"" KEY_ENV "\"}");
+    ck_assert_int_eq(r.status, 403);
+    resp_free(&r);
+    call(&r, "POST", "/console/api/session", json, 1, "{\"apiKey\":\"" KEY_ENV "\",\"x\":1}");
+    ck_assert_int_eq(r.status, 400);
+    resp_free(&r);
+    /* From the console's own page: the cookie, with its attributes. */
+    char origin[96];
+    snprintf(origin, sizeof origin, "http://%s", g_target);
+    struct al_http_header ok[] = {{"Content-Type", "application/json"},
+                                  {"Origin", origin},
+                                  {"Sec-Fetch-Site", "same-origin"}};
+    call(&r, "POST", "/console/api/session", ok, 3, "{\"apiKey\":\"" KEY_ENV "\"}");
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    assert_console_headers(&r);
+    ck_assert_str_eq(hdr(&r, "Cache-Control"), "no-store");
+    const char *sc = hdr(&r, "Set-Cookie");
+    ck_assert_msg(strncmp(sc, "airlock_console=", 16) == 0 && strlen(sc) > 16 + 64, "%s", sc);
+    ck_assert_ptr_nonnull(strstr(sc, "; Path=/;"));
+    ck_assert_ptr_nonnull(strstr(sc, "; Max-Age=28800;"));
+    ck_assert_ptr_nonnull(strstr(sc, "; HttpOnly"));
+    ck_assert_ptr_nonnull(strstr(sc, "; SameSite=Strict"));
+    ck_assert_ptr_null(strstr(sc, "Secure"));
+    ck_assert_ptr_null(strstr(sc, "Domain"));
+    ck_assert_str_eq(jstr(r.body, "keyId"), "env");
+    ck_assert_ptr_nonnull(jstr(r.body, "expiresAt"));
+    resp_free(&r);
+    /* The cookie authenticates the API as the key. */
+    char cookie[160], csrf[80];
+    signin(KEY_ENV, NULL, 0, cookie, csrf);
+    struct al_http_header c[] = {{"Cookie", cookie}};
+    call(&r, "GET", "/v2/sandboxes", c, 1, NULL);
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+    call(&r, "GET", "/console/api/session", c, 1, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(jstr(r.body, "csrfToken"), csrf);
+    resp_free(&r);
+    /* Another cookie value, a cookie twice: not a session. */
+    struct al_http_header bad[] = {
+        {"Cookie",
+         "airlock_console=0000000000000000000000000000000000000000000000000000000000000000"}};
+    call(&r, "GET", "/v2/sandboxes", bad, 1, NULL);
+    ck_assert_int_eq(r.status, 401);
+    ck_assert_ptr_nonnull(strstr(jstr(r.body, "message"), "sign in again"));
+    resp_free(&r);
+    char two[400];
+    snprintf(two, sizeof two, "%s; %s", cookie, cookie);
+    struct al_http_header dup[] = {{"Cookie", two}};
+    call(&r, "GET", "/v2/sandboxes", dup, 1, NULL);
+    ck_assert_int_eq(r.status, 401);
+    ck_assert_ptr_nonnull(strstr(jstr(r.body, "message"), "more than once"));
+    resp_free(&r);
+    /* Behind TLS: Secure, with the __Host- prefix; that cookie, not the plain one, counts. */
+    struct al_http_header tls[] = {{"X-Forwarded-Proto", "https"}};
+    char scookie[160], scsrf[80];
+    signin(KEY_ENV, tls, 1, scookie, scsrf);
+    ck_assert_msg(strncmp(scookie, "__Host-airlock_console=", 23) == 0, "%s", scookie);
+    struct al_http_header sc_ok[] = {{"Cookie", scookie}, {"X-Forwarded-Proto", "https"}};
+    call(&r, "GET", "/v2/sandboxes", sc_ok, 2, NULL);
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+    struct al_http_header plain_on_tls[] = {{"Cookie", cookie}, {"X-Forwarded-Proto", "https"}};
+    call(&r, "GET", "/v2/sandboxes", plain_on_tls, 2, NULL);
+    ck_assert_int_eq(r.status, 401);
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(console_secure_cookie_attribute)
+{
+    struct resp r;
+    struct al_http_header h[] = {{"Content-Type", "application/json"},
+                                 {"X-Forwarded-Proto", "https"}};
+    call(&r, "POST", "/console/api/session", h, 2, "{\"apiKey\":\"" KEY_ENV "\"}");
+    ck_assert_int_eq(r.status, 200);
+    const char *sc = hdr(&r, "Set-Cookie");
+    ck_assert_ptr_nonnull(strstr(sc, "; Secure"));
+    ck_assert_ptr_nonnull(strstr(sc, "; Path=/;"));
+    ck_assert_ptr_null(strstr(sc, "Domain"));
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(console_csrf)
+{
+    char key[CP_APIKEY_LEN + 1];
+    struct cp_apikey k = stored_key(key);
+    char cookie[160], csrf[80];
+    signin(key, NULL, 0, cookie, csrf);
+    struct resp r;
+    const char *body = "{\"templateID\":\"base\"}";
+    struct al_http_header none[] = {{"Cookie", cookie}, {"Content-Type", "application/json"}};
+    call(&r, "POST", "/v2/sandboxes", none, 2, body);
+    ck_assert_msg(r.status == 403, "%d %s", r.status, r.raw);
+    ck_assert_ptr_nonnull(strstr(jstr(r.body, "message"), "X-Airlock-CSRF"));
+    resp_free(&r);
+    char wrongtok[80];
+    snprintf(wrongtok, sizeof wrongtok, "%s", csrf);
+    wrongtok[0] = wrongtok[0] == 'a' ? 'b' : 'a';
+    struct al_http_header wrong[] = {
+        {"Cookie", cookie}, {"Content-Type", "application/json"}, {"X-Airlock-CSRF", wrongtok}};
+    call(&r, "POST", "/v2/sandboxes", wrong, 3, body);
+    ck_assert_int_eq(r.status, 403);
+    resp_free(&r);
+    struct al_http_header twice[] = {{"Cookie", cookie},
+                                     {"Content-Type", "application/json"},
+                                     {"X-Airlock-CSRF", csrf},
+                                     {"X-Airlock-CSRF", wrongtok}};
+    call(&r, "POST", "/v2/sandboxes", twice, 4, body);
+    ck_assert_int_eq(r.status, 403);
+    resp_free(&r);
+    ck_assert_int_eq(g_n_started, 0);
+    /* With the token: done, as the signed-in key. */
+    struct al_http_header ok[] = {
+        {"Cookie", cookie}, {"Content-Type", "application/json"}, {"X-Airlock-CSRF", csrf}};
+    call(&r, "POST", "/v2/sandboxes", ok, 3, body);
+    ck_assert_msg(r.status == 201, "%d %s", r.status, r.raw);
+    char id[64];
+    snprintf(id, sizeof id, "%s", jstr(r.body, "sandboxID"));
+    resp_free(&r);
+    struct cp_sandbox *sb = cp_sandbox_get(&g_cp, id);
+    ck_assert_ptr_nonnull(sb);
+    ck_assert_str_eq(sb->rec.key_id, k.id);
+    char path[128];
+    snprintf(path, sizeof path, "/sandboxes/%s", id);
+    call(&r, "DELETE", path, none, 1, NULL);
+    ck_assert_int_eq(r.status, 403);
+    resp_free(&r);
+    struct al_http_header del[] = {{"Cookie", cookie}, {"X-Airlock-CSRF", csrf}};
+    call(&r, "DELETE", path, del, 2, NULL);
+    ck_assert_msg(r.status == 204, "%d %s", r.status, r.raw);
+    resp_free(&r);
+    ck_assert_int_eq(g_stops, 1);
+}
+END_TEST
+
+START_TEST(console_signout)
+{
+    char cookie[160], csrf[80];
+    signin(KEY_ENV, NULL, 0, cookie, csrf);
+    struct resp r;
+    struct al_http_header c[] = {{"Cookie", cookie}};
+    call(&r, "DELETE", "/console/api/session", c, 1, NULL);
+    ck_assert_int_eq(r.status, 403);
+    resp_free(&r);
+    call(&r, "GET", "/v2/sandboxes", c, 1, NULL);
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+    struct al_http_header out[] = {{"Cookie", cookie}, {"X-Airlock-CSRF", csrf}};
+    call(&r, "DELETE", "/console/api/session", out, 2, NULL);
+    ck_assert_int_eq(r.status, 204);
+    const char *sc = hdr(&r, "Set-Cookie");
+    ck_assert_ptr_nonnull(sc);
+    ck_assert_ptr_nonnull(strstr(sc, "airlock_console=;"));
+    ck_assert_ptr_nonnull(strstr(sc, "Max-Age=0"));
+    resp_free(&r);
+    call(&r, "GET", "/v2/sandboxes", c, 1, NULL);
+    ck_assert_int_eq(r.status, 401);
+    ck_assert_ptr_nonnull(strstr(jstr(r.body, "message"), "signed out"));
+    resp_free(&r);
+    call(&r, "GET", "/console/api/session", c, 1, NULL);
+    ck_assert_int_eq(r.status, 401);
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(console_expiry)
+{
+    /* Set before anything reaches the loop: nothing else reads it meanwhile. */
+    g_cp.cfg.console_session_ms = 1000;
+    uint64_t t0 = al_now_ns();
+    struct resp r;
+    struct al_http_header json[] = {{"Content-Type", "application/json"}};
+    call(&r, "POST", "/console/api/session", json, 1, "{\"apiKey\":\"" KEY_ENV "\"}");
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(strstr(hdr(&r, "Set-Cookie"), "; Max-Age=1;"));
+    resp_free(&r);
+    char cookie[160], csrf[80];
+    signin(KEY_ENV, NULL, 0, cookie, csrf);
+    struct al_http_header c[] = {{"Cookie", cookie}};
+    /* Polled until refused (bounded): never before its second is over. */
+    uint64_t deadline = al_now_ns() + 20ull * 1000000000ull;
+    int status = 200;
+    while (status == 200 && al_now_ns() < deadline) {
+        call(&r, "GET", "/v2/sandboxes", c, 1, NULL);
+        status = r.status;
+        if (status != 200) {
+            ck_assert_int_eq(status, 401);
+            ck_assert_ptr_nonnull(strstr(jstr(r.body, "message"), "expired"));
+        }
+        resp_free(&r);
+        if (status == 200)
+            usleep(50000);
+    }
+    ck_assert_int_eq(status, 401);
+    ck_assert_uint_ge(al_now_ns() - t0, 1000000000ull);
+    /* And gone: the next request does not find it at all. */
+    call(&r, "GET", "/v2/sandboxes", c, 1, NULL);
+    ck_assert_int_eq(r.status, 401);
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(console_revoked_key)
+{
+    char key[CP_APIKEY_LEN + 1];
+    struct cp_apikey k = stored_key(key);
+    char cookie[160], csrf[80];
+    signin(key, NULL, 0, cookie, csrf);
+    struct resp r;
+    struct al_http_header c[] = {{"Cookie", cookie}};
+    call(&r, "GET", "/v2/sandboxes", c, 1, NULL);
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+    char db[300];
+    snprintf(db, sizeof db, "%s/airlockd.db", g_tmpdir);
+    struct cp_store *s2;
+    ck_assert_int_eq(cp_store_open(db, &s2, NULL), 0);
+    ck_assert_int_eq(cp_store_key_revoke(s2, k.id, al_wall_ns(), NULL), 0);
+    cp_store_close(s2);
+    call(&r, "GET", "/v2/sandboxes", c, 1, NULL);
+    ck_assert_int_eq(r.status, 401);
+    ck_assert_ptr_nonnull(strstr(jstr(r.body, "message"), "revoked"));
+    resp_free(&r);
+    call(&r, "GET", "/console/api/session", c, 1, NULL);
+    ck_assert_int_eq(r.status, 401);
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(console_sandbox_sees_no_session)
+{
+    char id[64], tok[80];
+    create("{\"templateID\":\"base\"}", id, tok);
+    char cookie[160], csrf[80];
+    signin(KEY_ENV, NULL, 0, cookie, csrf);
+    char cookies[300];
+    snprintf(cookies, sizeof cookies, "x=1; %s; y=2", cookie);
+    struct al_http_header h[] = {{"E2b-Sandbox-Id", id},
+                                 {"E2b-Sandbox-Port", "49983"},
+                                 {"X-Access-Token", tok},
+                                 {"Cookie", cookies}};
+    struct resp r;
+    call(&r, "GET", "/seen", h, 4, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_str_eq(jstr(r.body, "cookie"), "x=1; y=2");
+    /* What a sandbox answers on airlockd's own origin runs in an opaque origin. */
+    ck_assert_str_eq(hdr(&r, "Content-Security-Policy"), "sandbox");
+    resp_free(&r);
+    struct al_http_header only[] = {{"E2b-Sandbox-Id", id},
+                                    {"E2b-Sandbox-Port", "49983"},
+                                    {"X-Access-Token", tok},
+                                    {"Cookie", cookie}};
+    call(&r, "GET", "/seen", only, 4, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert(json_is_null(json_object_get(r.body, "cookie"))); /* the header is dropped */
+    resp_free(&r);
+    /* Nor can it plant one. */
+    call(&r, "GET", "/console-cookie", h, 3, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(n_set_cookies(&r), 1);
+    ck_assert_str_eq(hdr(&r, "Set-Cookie"), "airlock_consoleX=kept");
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(console_cookie_parsing)
+{
+    char v[80];
+    bool found = false;
+    ck_assert_int_eq(cp_console_cookie_find("a=1; airlock_console=abc; b=2", "airlock_console", v,
+                                            sizeof v, &found),
+                     1);
+    ck_assert_str_eq(v, "abc");
+    found = false;
+    ck_assert_int_eq(cp_console_cookie_find("xairlock_console=1;airlock_console=\"q\"",
+                                            "airlock_console", v, sizeof v, &found),
+                     1);
+    ck_assert_str_eq(v, "q");
+    found = false;
+    ck_assert_int_eq(
+        cp_console_cookie_find("airlock_consolex=1", "airlock_console", v, sizeof v, &found), 0);
+    found = false;
+    ck_assert_int_eq(cp_console_cookie_find("airlock_console=1; airlock_console=2",
+                                            "airlock_console", v, sizeof v, &found),
+                     -EEXIST);
+    found = false;
+    ck_assert_int_eq(
+        cp_console_cookie_find("airlock_console=0123456789", "airlock_console", v, 4, &found),
+        -E2BIG);
+    char out[128];
+    ck_assert(cp_console_cookie_strip("a=1; airlock_console=s; __Host-airlock_console=t;b=2", out,
+                                      sizeof out));
+    ck_assert_str_eq(out, "a=1;b=2");
+    ck_assert(!cp_console_cookie_strip("a=1; airlock_consoles=2", out, sizeof out));
+    ck_assert_str_eq(out, "a=1; airlock_consoles=2");
+    ck_assert(cp_console_cookie_strip("airlock_console=x", out, sizeof out));
+    ck_assert_str_eq(out, "");
+}
+END_TEST
+
+/* A real egress-shaped audit log: listed newest first, filtered, verified, then altered. */
+START_TEST(console_admin_audit)
+{
+    struct resp r;
+    struct al_http_header k[] = {{"X-API-KEY", KEY_ENV}};
+    call(&r, "GET", "/admin/audit", k, 1, NULL);
+    ck_assert_msg(r.status == 404, "%d %s", r.status, r.raw);
+    ck_assert_ptr_nonnull(strstr(jstr(r.body, "message"), "/audit"));
+    resp_free(&r);
+    call(&r, "GET", "/admin/audit", NULL, 0, NULL);
+    ck_assert_int_eq(r.status, 401);
+    resp_free(&r);
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/audit", g_tmpdir);
+    struct al_auditlog_opts o = {.dir = dir, .prefix = "egress"};
+    struct al_auditlog *log;
+    struct al_error err = {0};
+    ck_assert_msg(al_auditlog_open(&o, &log, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < 6; i++) {
+        json_t *rec = json_pack("{s:s,s:s,s:s,s:s,s:s}", "type", "connection", "sandbox",
+                                "sbx0000000000000000a", "decision", i % 2 ? "deny" : "allow",
+                                "reason", i % 2 ? "no_rule" : "rule", "host",
+                                i == 5 ? "<img src=x onerror=alert(1)>.example" : "pypi.org");
+        ck_assert_int_eq(al_auditlog_append(log, rec, NULL), 0);
+        json_decref(rec);
+    }
+    ck_assert_int_eq(al_auditlog_close(log), 0);
+    call(&r, "GET", "/admin/audit?limit=4", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    json_t *recs = json_object_get(r.body, "records");
+    ck_assert_uint_eq(json_array_size(recs), 4);
+    ck_assert_str_eq(jstr(json_array_get(recs, 0), "host"), "<img src=x onerror=alert(1)>.example");
+    uint64_t newest = json_integer_value(json_object_get(json_array_get(recs, 0), "seq"));
+    ck_assert_uint_gt(newest, json_integer_value(json_object_get(json_array_get(recs, 1), "seq")));
+    resp_free(&r);
+    call(&r, "GET", "/admin/audit?decision=deny", k, 1, NULL);
+    ck_assert_int_eq(r.status, 200);
+    recs = json_object_get(r.body, "records");
+    ck_assert_uint_eq(json_array_size(recs), 3);
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_str_eq(jstr(json_array_get(recs, i), "decision"), "deny");
+    resp_free(&r);
+    call(&r, "GET", "/admin/audit?decision=maybe", k, 1, NULL);
+    ck_assert_int_eq(r.status, 400);
+    resp_free(&r);
+    call(&r, "GET", "/admin/audit?limit=0", k, 1, NULL);
+    ck_assert_int_eq(r.status, 400);
+    resp_free(&r);
+    call(&r, "GET", "/admin/audit/verify", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert(json_is_true(json_object_get(r.body, "intact")));
+    ck_assert_ptr_null(json_object_get(r.body, "problem"));
+    resp_free(&r);
+    /* One byte of the third of our records changed: the verification names it. */
+    char cmd[600];
+    snprintf(cmd, sizeof cmd,
+             "f=$(ls %s/egress-*.jsonl | head -1) && n=$(grep -n '\"decision\":\"allow\"' \"$f\" "
+             "| sed -n 3p | cut -d: -f1) && sed -i \"${n}s/pypi.org/pypi.orh/\" \"$f\" && echo $n",
+             dir);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    char line[32] = "";
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, p));
+    ck_assert_int_eq(pclose(p), 0);
+    call(&r, "GET", "/admin/audit/verify", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert(json_is_false(json_object_get(r.body, "intact")));
+    ck_assert_str_eq(jstr(r.body, "verdict"), "edited");
+    json_t *prob = json_object_get(r.body, "problem");
+    ck_assert_ptr_nonnull(prob);
+    ck_assert_int_eq(json_integer_value(json_object_get(prob, "line")), atoi(line));
+    resp_free(&r);
+}
+END_TEST
+
+START_TEST(console_admin_overview)
+{
+    char id[64];
+    create("{\"templateID\":\"base\"}", id, NULL);
+    char cookie[160], csrf[80];
+    signin(KEY_ENV, NULL, 0, cookie, csrf);
+    struct al_http_header c[] = {{"Cookie", cookie}};
+    struct resp r;
+    call(&r, "GET", "/admin/overview", c, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    json_t *b = json_object_get(r.body, "backend");
+    ck_assert_str_eq(jstr(b, "kind"), "test");
+    ck_assert(json_is_null(json_object_get(b, "kvmProbe")));
+    json_t *s = json_object_get(r.body, "sandboxes");
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "running")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(s, "max")), 6);
+    ck_assert_ptr_nonnull(json_object_get(json_object_get(r.body, "pools"), "network"));
+    resp_free(&r);
+    call(&r, "POST", "/admin/overview", c, 1, NULL);
+    ck_assert_int_eq(r.status, 403); /* (a session's POST needs its token before anything) */
+    resp_free(&r);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("cp_rest_console");
+    TCase *t = cp_rest_tcase("console");
+    tcase_add_test(t, console_assets);
+    tcase_add_test(t, console_signin);
+    tcase_add_test(t, console_secure_cookie_attribute);
+    tcase_add_test(t, console_csrf);
+    tcase_add_test(t, console_signout);
+    tcase_add_test(t, console_expiry);
+    tcase_add_test(t, console_revoked_key);
+    tcase_add_test(t, console_sandbox_sees_no_session);
+    tcase_add_test(t, console_cookie_parsing);
+    tcase_add_test(t, console_admin_audit);
+    tcase_add_test(t, console_admin_overview);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+AL_SUITE_MAIN(suite)
