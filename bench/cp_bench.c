@@ -2,12 +2,15 @@
  *
  *   cp_bench [-b jail|test] [-n N1] [-N NC] [-c CONC] [-i IDLE] [-m MAXHELD] [-r REFRUNS]
  *            [-w WARM_POOL] [-p NETWORK_POOL] [-k START_CONCURRENCY]   (default: airlockd's)
+ *            [-W WARM_SANDBOXES]   (default 0: none; sandboxes.warm.templates ["base=W"])
  *
  * Runs as root in a network namespace of its own (only loopback), with airlockd started on
  * 127.0.0.1:<free port> and a state directory, cgroup parent and interface prefix unique to
  * this run, all removed at the end (also on failure). airlockd runs with its defaults (the
  * vswitch, airlock-egress, airlock-vault, both pools) except sandboxes.max. Each phase
- * begins once both pools are full (airlockd's airlock_pool_ready against airlock_pool_size).
+ * begins once both pools are full (airlockd's airlock_pool_ready against airlock_pool_size),
+ * and with -W once W warm sandboxes of base are ready (they refill between the phases: a
+ * phase of more creations than W claims W of them and starts the others cold).
  * Measures, client-side, through the E2B API:
  *   create_c1_*      N1 creations one after the other: POST /v2/sandboxes until 201 (the
  *                    agent answered /health) plus the first GET /health through the data
@@ -26,6 +29,7 @@
  *                    first failure (target >= 500); then all are killed
  * With every create phase, where its creations spent their time (airlockd's stage timings):
  *   *_stage_<accept|network|egress|queue|start>_mean_ms
+ * and with -W how many of them claimed a warm sandbox: *_warm_claims
  * With every create and kill phase, the CPU it cost per sandbox, measured in the same run:
  *   *_cpu_ms_per_sandbox       CPU time of airlockd, its helpers, every airlock-vmm and every
  *                    sandbox (cgroup CPU accounting: airlockd is started in a cgroup of its
@@ -69,6 +73,7 @@
 static const char *opt_backend = "jail";
 static int opt_n1 = 50, opt_nc = 200, opt_conc = 50, opt_idle = 50, opt_max = 520, opt_ref = 20;
 static int opt_warm = -1, opt_netpool = -1, opt_starts = -1; /* -1: airlockd's defaults */
+static int opt_warm_sb = 0;                                  /* warm sandboxes of base */
 static char g_dir[256], g_state[300], g_url[128], g_key[64], g_bin[4096], g_cg[64];
 static pid_t g_airlockd;
 /* CPU accounting: the cgroup airlockd runs in, the run's cgroup parent (the sandboxes), and
@@ -308,6 +313,10 @@ static bool pools_wait(int timeout_s)
             long size = metric_value(r.body.data, r.body.len, ss);
             full = ready >= 0 && size >= 0 && ready >= size;
         }
+        if (full && opt_warm_sb > 0)
+            full = metric_value(r.body.data, r.body.len,
+                                "airlock_warm_sandboxes{template=\"base\",state=\"ready\"}") >=
+                   opt_warm_sb;
         al_http_resp_free(&r);
         if (full)
             return true;
@@ -316,7 +325,21 @@ static bool pools_wait(int timeout_s)
     return false;
 }
 
+/* Creations of base that claimed a warm sandbox so far (-W), or -1. */
+static long warm_claims(void)
+{
+    struct al_http_resp r = {0};
+    struct al_error e = {0};
+    long v = -1;
+    if (opt_warm_sb > 0 && g_url[0] && metrics_get(&r, &e) == 0 && r.body.data)
+        v = metric_value(r.body.data, r.body.len,
+                         "airlock_warm_claims_total{template=\"base\",how=\"warm\"}");
+    al_http_resp_free(&r);
+    return v;
+}
+
 struct phase {
+    long warm0;
     uint64_t t0, acct0, host0;
     double stage_sum[N_STAGES], stage_count[N_STAGES];
     bool stages;
@@ -325,6 +348,7 @@ struct phase {
 static void phase_begin(struct phase *p)
 {
     p->stages = stage_sums(p->stage_sum, p->stage_count) == 0;
+    p->warm0 = warm_claims();
     p->acct0 = acct_ns();
     p->host0 = host_busy_ns();
     p->t0 = al_now_ns();
@@ -349,6 +373,11 @@ static void phase_end(const struct phase *p, const char *name, int n)
     out(m, (double)host / 1e6 / n, "ms");
     snprintf(m, sizeof m, "%s_cores_busy", name);
     out(m, (double)host / (double)(t1 - p->t0), "cores");
+    long warm = p->warm0 >= 0 && strncmp(name, "create", 6) == 0 ? warm_claims() : -1;
+    if (warm >= 0) {
+        snprintf(m, sizeof m, "%s_warm_claims", name);
+        out(m, (double)(warm - p->warm0), "sandboxes");
+    }
     /* Creations: where their time went, stage by stage (the mean of the phase's). */
     double sum[N_STAGES], count[N_STAGES];
     if (p->stages && stage_sums(sum, count) == 0) {
@@ -396,6 +425,8 @@ static int start_airlockd(void)
         fprintf(f, "  warm_pool: %d\n", opt_warm);
     if (opt_starts >= 0)
         fprintf(f, "  start_concurrency: %d\n", opt_starts);
+    if (opt_warm_sb > 0)
+        fprintf(f, "  warm:\n    templates: [\"base=%d\"]\n    memory: 8GiB\n", opt_warm_sb);
 
     fprintf(f, "log:\n  level: %s\nnetwork:\n  ifname_prefix: b%d\n  range: 10.202.0.0/16\n",
             getenv("CP_BENCH_LOG_LEVEL") ? getenv("CP_BENCH_LOG_LEVEL") : "warn",
@@ -731,7 +762,7 @@ static double vmm_direct_once(int i)
 int main(int argc, char **argv)
 {
     int c;
-    while ((c = getopt(argc, argv, "b:n:N:c:i:m:r:w:p:k:h")) != -1) {
+    while ((c = getopt(argc, argv, "b:n:N:c:i:m:r:w:W:p:k:h")) != -1) {
         switch (c) {
         case 'b':
             opt_backend = optarg;
@@ -757,6 +788,9 @@ int main(int argc, char **argv)
         case 'w':
             opt_warm = atoi(optarg);
             break;
+        case 'W':
+            opt_warm_sb = atoi(optarg);
+            break;
         case 'p':
             opt_netpool = atoi(optarg);
             break;
@@ -766,7 +800,8 @@ int main(int argc, char **argv)
 
         default:
             fprintf(stderr, "usage: cp_bench [-b jail|test] [-n N1] [-N NC] [-c CONC] [-i IDLE] "
-                            "[-m MAXHELD] [-r REFRUNS] [-w WARM] [-p NETPOOL] [-k STARTS]\n");
+                            "[-m MAXHELD] [-r REFRUNS] [-w WARM] [-W WARM_SANDBOXES] [-p NETPOOL] "
+                            "[-k STARTS]\n");
             return 2;
         }
     }

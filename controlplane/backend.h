@@ -46,6 +46,8 @@ struct cp_start_args {
     /* jail: a snapshot's directory whose files the sandbox starts with (controlplane/
      * snapshots.c), or NULL. */
     const char *restore_dir;
+    /* A warm sandbox (warm.c): its identity comes later, with its claim's POST /init. */
+    bool warm;
 };
 
 typedef void (*cp_backend_cb)(struct cp_sandbox *sb, int rc, const char *msg);

@@ -773,6 +773,8 @@ json_t *cp_vmm_spec(struct cp_sandbox *sb, const struct cp_start_args *a, int ne
                               "start_timeout_ms", (json_int_t)cp->cfg.start_timeout_ms);
     if (cp->cfg.agent_dir && cp->cfg.agent_dir[0])
         json_object_set_new(agent, "dir", json_string(cp->cfg.agent_dir));
+    if (a->warm) /* the code interpreter's kernels wait for the claim's envVars */
+        json_object_set_new(agent, "env", json_pack("{s:s}", "AIRLOCK_AGENT_WARM", "1"));
     json_t *env = a->env_vars ? json_incref(a->env_vars) : json_object();
     json_t *s =
         json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o}", "id", sb->rec.id, "backend",

@@ -394,6 +394,7 @@ static void warm__start_backend(struct warm_sb *e)
         .netns_fd = sb->has_net ? sb->net.netns_fd : -1,
         .tap_fd = -1,
         .dns = sb->has_net && sb->net.gateway[0] ? sb->net.gateway : NULL,
+        .warm = true,
     };
     sb->backend_attempted = true;
     int rc = cp->backend->start(sb, &a, warm__started);
@@ -437,16 +438,16 @@ static json_t *warm__template_env(const char *dir, const char **why)
 {
     char p[4200];
     snprintf(p, sizeof p, "%s/template.json", dir);
-    json_t *t = al_json_load_file(p, NULL);
+    struct al_error err = {0};
+    json_t *t = al_json_load_file(p, &err);
+    if (!t) {
+        static char msg[300];
+        snprintf(msg, sizeof msg, "%s", al_error_str(&err));
+        *why = msg;
+        return NULL;
+    }
     json_t *env = json_object_get(t, "env");
-    json_t *out = NULL;
-    /* The code interpreter's default kernels start with the agent, before the claim, and
-     * would run without the claim's envVars: such templates start cold for now. */
-    if (json_is_true(json_object_get(json_object_get(t, "agent"), "code_interpreter")))
-        *why = "its agent runs the code interpreter, whose kernels would start before the "
-               "claim without its envVars: its creations start cold";
-    else
-        out = json_is_object(env) ? json_deep_copy(env) : json_object();
+    json_t *out = json_is_object(env) ? json_deep_copy(env) : json_object();
     json_decref(t);
     return out;
 }

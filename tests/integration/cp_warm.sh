@@ -18,6 +18,8 @@
 #   - /metrics counts one warm claim of base and one cold creation of plain;
 #   - airlockd killed with SIGKILL leaves its warm sandbox running; the next airlockd tears
 #     it down (it was never claimed, nobody may have it) and makes a new one;
+#   - a warm sandbox of the code interpreter's template, claimed: code run in its default
+#     Python context (started at the claim, not before) sees the creation's envVars;
 #   - after the sandboxes are killed and airlockd is stopped nothing is left: interfaces,
 #     cgroups, sandbox directories, mounts, processes.
 set -uo pipefail
@@ -151,6 +153,9 @@ al_eq "metrics: two warm starts of base" \
 
 al_note "an airlockd killed with SIGKILL: the next one tears its warm sandbox down"
 al_kill airlockd KILL
+# The next one warms the code interpreter's template too.
+sed -i 's/templates: \["base=1", "plain=0"\]/templates: ["base=1", "plain=0", "code-interpreter-v1=1"]/' \
+  "$AL_TMP/airlockd.yaml"
 # (its airlock-vmm holds the sandbox's lock for as long as it lives)
 al_fail "the warm sandbox's airlock-vmm outlives it" flock -n "$CP_STATE/sandboxes/$W2/vmm.lock" true
 cp_start || exit 1
@@ -160,6 +165,22 @@ al_check "and starts a new one" al_wait_until 120 warm_ready
 gone_w2() { [ ! -e "$CP_STATE/sandboxes/$W2" ]; }
 al_check "the old one is gone" al_wait_until 60 gone_w2
 al_eq "the claimed sandboxes were adopted: they still run" "$(cp_exec "$SB" echo up)" up
+
+al_note "a warm sandbox of the code interpreter: its kernels start at the claim, with its envVars"
+CI_READY='airlock_warm_sandboxes{template="code-interpreter-v1",state="ready"}'
+ci_ready() { [ "$(metric "$CI_READY")" = 1 ]; }
+al_check "a warm sandbox of code-interpreter-v1 is ready" al_wait_until 120 ci_ready
+CI_JSON=$(cp_api -X POST "$CP_URL/v2/sandboxes" -d "{\"templateID\":\"code-interpreter-v1\",
+  \"timeout\":600,\"envVars\":{\"WARM_SECRET\":\"$SECRET\"}}")
+CI=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["sandboxID"])' <<<"$CI_JSON")
+CITOK=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["envdAccessToken"])' <<<"$CI_JSON")
+al_eq "it was claimed warm" \
+  "$(metric 'airlock_warm_claims_total{template="code-interpreter-v1",how="warm"}')" 1
+al_match "code run in its default Python context sees the creation's envVars" "$SECRET" \
+  in_host curl -sS -m 180 -H "E2b-Sandbox-Id: $CI" -H "E2b-Sandbox-Port: 49999" \
+  -H "X-Access-Token: $CITOK" -H "Content-Type: application/json" \
+  -d '{"code":"import os; print(os.environ.get(\"WARM_SECRET\"))"}' "$CP_URL/execute"
+cp_api -X DELETE "$CP_URL/v2/sandboxes/$CI" -o /dev/null
 
 cp_api -X DELETE "$CP_URL/v2/sandboxes/$SB" -o /dev/null
 cp_api -X DELETE "$CP_URL/v2/sandboxes/$P" -o /dev/null

@@ -406,7 +406,12 @@ int main(int argc, char **argv)
     }
     uv_timer_init(loop, &g_stop_timer);
     agent_reap_children(a); /* anything that exited before the handler existed */
-    if (a->code_interpreter)
+    /* A warm sandbox (controlplane/warm.c) gets its envVars with the POST /init of its claim,
+     * which starts the default contexts then: started now they would run without them. */
+    const char *warm = getenv("AIRLOCK_AGENT_WARM");
+    bool defer = warm && strcmp(warm, "1") == 0;
+    unsetenv("AIRLOCK_AGENT_WARM");
+    if (a->code_interpreter && !defer)
         agent_interp_start_defaults(a); /* as E2B's server: the kernels wait for the first use */
     al_info("airlock-agent %s (envd %s) ready: pid %d%s, uid %u%s, lib %s", AIRLOCK_VERSION,
             AGENT_ENVD_VERSION, (int)getpid(), a->pid1 ? " (init)" : "", (unsigned)a->self_uid,
