@@ -9,7 +9,8 @@
 #     airlock-egress, whose DNS and proxy refuse it;
 #   - a creation claims it: the sandbox's id is the warm one's; it works like a cold one:
 #     commands, envVars given at the creation, files up and down, egress allowed and denied
-#     per its policy (e2e); its agent now wants the creation's access token;
+#     per its policy, the sandbox CA of its policy installed in its trust stores (none before
+#     the claim); its agent now wants the creation's access token;
 #   - the process started before the claim, woken after it, finds neither the creation's
 #     envVars nor its token: not in its environment, not in /proc/1/environ, not in the
 #     agent's memory (/proc/1/mem), not in the files of /etc, /home, /root, /tmp, /run;
@@ -32,6 +33,20 @@ CP_SANDBOXES_EXTRA='  warm:
     templates: ["base=1", "plain=0"]
     memory: 256MiB
   metrics_interval: 1h' cp_world cp_warm jail on
+# The e2e rules, and TLS inspected for one more name: the sandbox gets a CA to install.
+cat >"$CP_STATE/policies/warmix.yaml" <<'YAML'
+version: 1
+name: warmix
+description: cp_warm's policy (plain HTTP to allowed.test, TLS inspected for inspect.test)
+rules:
+  - name: web
+    hosts: [allowed.test]
+    ports: [80]
+    scheme: http
+  - name: inspected
+    hosts: [inspect.test]
+    tls: inspect
+YAML
 cp_start || exit 1
 in_host() { nsenter --net="/run/netns/$CP_HOSTNS" "$@"; }
 metric() { cp_api "$CP_URL/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
@@ -55,6 +70,7 @@ PROBE='
 echo "PRE-START $(id -un)"
 if getent hosts allowed.test >/dev/null 2>&1; then echo PRE-DNS-OK; else echo PRE-DNS-FAIL; fi
 if curl -sS -m 5 -o /dev/null http://203.0.113.10/pre-claim 2>/dev/null; then echo PRE-HTTP-OK; else echo PRE-HTTP-FAIL; fi
+if [ -e /etc/ssl/certs/airlock-sandbox-ca.pem ]; then echo PRE-CA; else echo PRE-NO-CA; fi
 echo PRE-WAITING
 i=0; while [ ! -e /tmp/go ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
 [ -e /tmp/go ] || { echo PRE-NO-GO; exit 1; }
@@ -89,12 +105,13 @@ for who in pre_user pre_root; do
   al_match "$who, before the claim: no DNS (not registered with the egress proxy)" PRE-DNS-FAIL \
     cat "$AL_TMP/$who.log"
   al_match "$who, before the claim: no HTTP either" PRE-HTTP-FAIL cat "$AL_TMP/$who.log"
+  al_match "$who, before the claim: no sandbox CA installed" PRE-NO-CA cat "$AL_TMP/$who.log"
 done
 al_fail "nothing of it reached an upstream" grep -q 'pre-claim' "$AL_TMP/up.req"
 
 SECRET="warm-secret-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 CREATED=$(cp_api -X POST "$CP_URL/v2/sandboxes" -d "{\"templateID\":\"base\",\"timeout\":600,
-  \"metadata\":{\"airlock.policy\":\"e2e\"},\"envVars\":{\"WARM_SECRET\":\"$SECRET\"}}")
+  \"metadata\":{\"airlock.policy\":\"warmix\"},\"envVars\":{\"WARM_SECRET\":\"$SECRET\"}}")
 SB=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["sandboxID"])' <<<"$CREATED")
 TOK=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["envdAccessToken"])' <<<"$CREATED")
 al_eq "the creation claimed the warm sandbox (its id)" "$SB" "$W"
@@ -111,6 +128,10 @@ al_ok "a file goes up" in_host curl -sS -f -H "E2b-Sandbox-Id: $SB" -H "E2b-Sand
   "$CP_URL/files?path=/home/user/up.txt" -o /dev/null
 al_eq "and down again" "$(in_host curl -sS -f -H "E2b-Sandbox-Id: $SB" -H "E2b-Sandbox-Port: 49983" \
   -H "X-Access-Token: $TOK" "$CP_URL/files?path=/home/user/up.txt")" "uploaded $SB"
+al_ok "its CA (the claim's) is in its trust stores" cp_exec "$SB" sh -c \
+  'test -s /etc/ssl/certs/airlock-sandbox-ca.pem && grep -qF "$(sed -n 2p /etc/ssl/certs/airlock-sandbox-ca.pem)" /etc/ssl/certs/ca-certificates.crt'
+al_eq "and its processes are pointed at them" "$(cp_exec "$SB" sh -c 'echo "$SSL_CERT_FILE"')" \
+  /etc/ssl/certs/ca-certificates.crt
 al_fail "its agent wants the creation's token now" python3 "$EXEC" "$WSOCK" --timeout 20 -- true
 al_ok "and takes it" python3 "$EXEC" "$WSOCK" --token "$TOK" --timeout 20 -- true
 al_match "egress: an allowed upstream by name" '"server": "good"' \
