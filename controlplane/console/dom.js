@@ -32,12 +32,21 @@ function internalHref(v) {
   return s;
 }
 
+// Bidirectional controls (and other invisible format characters) would reorder or hide what
+// is shown, so that a hostname or a metadata value looks like another: they are shown as
+// visible [U+XXXX] marks instead.
+const INVISIBLE = /[\u061C\u200B-\u200F\u202A-\u202E\u2060-\u2069\uFEFF]/g;
+
+export function visible(s) {
+  return String(s).replace(INVISIBLE, (c) => `[U+${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0")}]`);
+}
+
 function append(e, children) {
   for (const c of children) {
     if (c === null || c === undefined || c === false) continue;
     if (Array.isArray(c)) append(e, c);
     else if (c instanceof Node) e.appendChild(c);
-    else e.appendChild(document.createTextNode(String(c)));
+    else e.appendChild(document.createTextNode(visible(c)));
   }
 }
 

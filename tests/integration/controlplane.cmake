@@ -16,6 +16,9 @@ airlock_script_test(NAME cp_cli SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_cli.sh
 # Lifecycle events: recorded with their causes, listed as E2B does, streamed, kept.
 airlock_script_test(NAME cp_events SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_events.sh
                     LABELS controlplane TIMEOUT 600)
+# The web console in Debian's chromium (puppeteer-core from npm, tests/console/).
+airlock_script_test(NAME cp_console SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_console.sh
+                    LABELS controlplane console TIMEOUT 600)
 airlock_script_test(NAME cp_forward SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_forward.sh
                     LABELS controlplane TIMEOUT 900)
 # Credential injection and E2B network narrowing end to end through airlockd and the real E2B

@@ -1,0 +1,130 @@
+// tests/console/browser.mjs: the web console in Debian's chromium (puppeteer-core, no
+// downloaded browser), run by tests/integration/cp_console.sh inside its network namespace.
+// Environment: CONSOLE_URL (http://127.0.0.1:PORT), API_KEY, SANDBOX (a running sandbox whose
+// metadata is hostile), SHOTS (a directory for the screenshots). Prints one "ok - ..." line per
+// check; the first failure throws (exit 1).
+import puppeteer from "puppeteer-core";
+
+const base = process.env.CONSOLE_URL;
+const key = process.env.API_KEY;
+const sandbox = process.env.SANDBOX;
+const shots = process.env.SHOTS;
+const origin = new URL(base).origin;
+const T = 30000; // every wait is bounded
+
+function ok(cond, what) {
+  if (!cond) throw new Error(`FAIL - ${what}`);
+  console.log(`ok - ${what}`);
+}
+
+const browser = await puppeteer.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: [
+    "--no-sandbox", // root in a test namespace; the page under test is ours
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-default-apps",
+    "--no-proxy-server",
+  ],
+});
+let failed = false;
+try {
+  const page = await browser.newPage();
+  page.setDefaultTimeout(T);
+  const foreign = [];
+  const errors = [];
+  page.on("request", (r) => {
+    const u = r.url();
+    if (!u.startsWith(origin + "/") && !u.startsWith("data:")) foreign.push(u);
+  });
+  page.on("pageerror", (e) => errors.push(String(e)));
+  // Refusals the checks provoke, the browser's own favicon request, and the audit log that a
+  // world without airlock-egress does not have are answers, not errors.
+  const expected = /\/favicon\.ico$|\/admin\/audit(\/verify)?(\?|$)/;
+  page.on("console", (m) => {
+    if (m.type() !== "error") return;
+    const u = m.location()?.url || "";
+    if (/status of (401|403)/.test(m.text()) || (/status of 404/.test(m.text()) && expected.test(u))) return;
+    errors.push(`${m.text()} (${u})`);
+  });
+  page.on("dialog", (d) => d.accept());
+
+  // Sign-in: a wrong key is refused, the right one opens the console.
+  await page.goto(`${base}/console/`, { waitUntil: "load" });
+  await page.waitForSelector("#signin");
+  await page.type("#apikey", "e2b_0000000000000000000000000000000000000000");
+  await page.click("#signin button[type=submit]");
+  await page.waitForFunction(() => document.querySelector("[data-testid=signin-error]")?.textContent.includes("invalid API key"));
+  ok(true, "a wrong key is refused with the API's reason");
+  await page.screenshot({ path: `${shots}/signin.png`, fullPage: true });
+  await page.type("#apikey", key);
+  await page.click("#signin button[type=submit]");
+  await page.waitForSelector("[data-testid=backend]");
+  ok((await page.$eval("[data-testid=backend]", (e) => e.textContent)) === "test", "overview: the backend");
+  const cookies = await browser.cookies();
+  const c = cookies.find((x) => x.name === "airlock_console");
+  ok(c && c.httpOnly && c.sameSite === "Strict", "the session cookie is HttpOnly and SameSite=Strict");
+  ok(await page.evaluate(() => !document.cookie.includes("airlock_console")), "the page's script cannot read it");
+  await page.screenshot({ path: `${shots}/overview.png`, fullPage: true });
+
+  // Sandboxes: the hostile metadata is text, nothing of it runs.
+  await page.goto(`${base}/console/#/sandboxes`);
+  await page.waitForFunction((id) => [...document.querySelectorAll("[data-testid=sandbox-row]")].some((r) => r.textContent.includes(id)), {}, sandbox);
+  ok(true, "the sandboxes page lists the created sandbox");
+  const md = await page.$$eval("[data-testid=metadata]", (els) => els.map((e) => e.textContent).join("\n"));
+  ok(md.includes('note=<img src=x onerror="window.__pwned=1">'), "an <img onerror> in metadata shows as text");
+  ok(md.includes("tag=\"><script>window.__pwned=2</script>"), "a <script> in metadata shows as text");
+  ok(md.includes("bidi=abc[U+202E]dcba") && !md.includes("\u202E"), "a bidi control is shown as a visible mark, not obeyed");
+  ok(await page.evaluate(() => document.querySelectorAll("main img, main script").length === 0), "no element was made from it");
+  ok(await page.evaluate(() => window.__pwned === undefined), "nothing of it ran");
+  await page.screenshot({ path: `${shots}/sandboxes.png`, fullPage: true });
+
+  // A state-changing request without the CSRF token is refused, with the cookie.
+  const csrf = await page.evaluate(async () => {
+    const r = await fetch("/v2/sandboxes", { method: "POST", headers: { "Content-Type": "application/json" }, body: '{"templateID":"base"}' });
+    return [r.status, (await r.json()).message];
+  });
+  ok(csrf[0] === 403 && csrf[1].includes("X-Airlock-CSRF"), "a POST with the cookie and no CSRF token: 403");
+
+  // The detail page, then kill (confirmed).
+  await page.goto(`${base}/console/#/sandboxes/${sandbox}`);
+  await page.waitForSelector("[data-testid=metadata-value]");
+  const vals = await page.$$eval("[data-testid=metadata-value]", (els) => els.map((e) => e.textContent));
+  ok(vals.includes('<img src=x onerror="window.__pwned=1">'), "the detail shows the metadata as text");
+  await page.screenshot({ path: `${shots}/sandbox.png`, fullPage: true });
+  const [kill] = await page.$$("xpath/.//button[contains(., 'Kill')]");
+  await kill.click();
+  await page.waitForFunction(() => location.hash === "#/sandboxes");
+  await page.waitForFunction((id) => document.querySelector("table") && ![...document.querySelectorAll("[data-testid=sandbox-row]")].some((r) => r.textContent.includes(id)), {}, sandbox);
+  ok(true, "kill: the sandbox is gone from the list");
+
+  // Audit: the page answers (with the records, or why there are none).
+  await page.goto(`${base}/console/#/audit`);
+  await page.waitForSelector("#verify");
+  await page.click("#verify");
+  await page.waitForFunction(() => {
+    const v = document.querySelector("[data-testid=verify]");
+    return v && (v.querySelector("[data-testid=verdict]") || v.querySelector("[data-testid=error]"));
+  });
+  ok(true, "audit: verification answers");
+  await page.screenshot({ path: `${shots}/audit.png`, fullPage: true });
+
+  // Sign-out: the cookie no longer authenticates anything.
+  await page.click("#signout");
+  await page.waitForSelector("#signin");
+  const after = await page.evaluate(async () => (await fetch("/v2/sandboxes")).status);
+  ok(after === 401, "after sign-out the API says 401");
+
+  ok(foreign.length === 0, `no request to anything but airlockd (${foreign.join(", ") || "none"})`);
+  ok(errors.length === 0, `no script error or CSP violation (${errors.join(" | ") || "none"})`);
+} catch (e) {
+  failed = true;
+  console.log(e.message);
+} finally {
+  await browser.close();
+}
+process.exit(failed ? 1 : 0);

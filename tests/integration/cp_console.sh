@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# tests/integration/cp_console.sh: the web console in a real browser (Debian's chromium driven
+# by puppeteer-core, tests/console/browser.mjs), against airlockd-test (test backend, network
+# off) in the world's namespace, where the browser runs too (loopback only):
+#   - sign-in (a wrong key refused with the API's reason), the overview, the session cookie's
+#     attributes as the browser holds them, unreadable from script;
+#   - the sandboxes page lists a created sandbox whose metadata is hostile (<img onerror>,
+#     "><script>, a bidi control): shown as text, no element made, nothing run;
+#   - a POST with the cookie and without the CSRF token is refused; the detail page; kill;
+#   - the audit page's verification answers; sign-out ends the session;
+#   - the page asks nothing of any host but airlockd, and no script error or CSP violation.
+# Screenshots of each page, kept: $CONSOLE_SHOTS (default <build>/artifacts/cp_console).
+set -uo pipefail
+source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
+CONSOLE_DIR="$AIRLOCK_SOURCE_DIR/tests/console"
+CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
+[ -x "$AIRLOCK_BIN/airlock-agent-dev" ] || { echo "cp_console: airlock-agent-dev is not built: SKIP"; exit 0; }
+[ -x "$CHROMIUM" ] || { echo "cp_console: $CHROMIUM is missing (apt-get install chromium): SKIP"; exit 0; }
+"$AIRLOCK_SOURCE_DIR/tests/e2b/setup" "$CONSOLE_DIR" >/dev/null ||
+  { echo "cp_console: puppeteer-core cannot be installed (tests/e2b/setup tests/console)" >&2; exit 1; }
+cp_world cp_console test off
+cp_start || exit 1
+
+al_note "a sandbox with hostile metadata"
+SB=$(cp_create '{"templateID":"base","timeout":600,"metadata":{"note":"<img src=x onerror=\"window.__pwned=1\">","tag":"\"><script>window.__pwned=2</script>","bidi":"abc\u202edcba"}}')
+al_check "created" test -n "$SB"
+
+al_note "the console in chromium"
+SHOTS=${CONSOLE_SHOTS:-$AIRLOCK_BIN/../artifacts/cp_console}
+rm -rf "$SHOTS" && mkdir -p "$SHOTS"
+al_ok "browser checks (tests/console/browser.mjs)" \
+  nsenter --net="/run/netns/$CP_HOSTNS" env CONSOLE_URL="$CP_URL" API_KEY="$CP_KEY" SANDBOX="$SB" \
+  SHOTS="$SHOTS" CHROMIUM="$CHROMIUM" HOME="$AL_TMP" timeout 300 node "$CONSOLE_DIR/browser.mjs"
+printf '%s\n' "$AL_OUT" | sed 's/^/     /'
+for p in signin overview sandboxes sandbox audit; do
+  al_check "screenshot of $p" test -s "$SHOTS/$p.png"
+done
+al_done
