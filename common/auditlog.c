@@ -18,6 +18,9 @@
 #include <unistd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#if defined(__SSE2__) && defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #define AUDITLOG__SEG_SIZE    (256 * 1024)
 #define AUDITLOG__FLUSH_BYTES (4u * 1024 * 1024)
@@ -139,11 +142,25 @@ void auditlog__hash_hex(const void *line, size_t len, char out[AL_AUDITLOG_HASH_
     /* Lowercase hex like sodium_bin2hex, by table: a chain hash is public (it is written into
      * the next record), so the constant-time encoder buys nothing here, and this runs once
      * per record under the log's lock. */
+#if defined(__SSE2__) && defined(__x86_64__)
+    /* 16 bytes at a time: each nibble plus '0', plus 39 more above 9 ('a' - '0' - 10) */
+    const __m128i low = _mm_set1_epi8(0x0f), nine = _mm_set1_epi8(9);
+    const __m128i zero = _mm_set1_epi8('0'), gap = _mm_set1_epi8('a' - '0' - 10);
+    for (size_t i = 0; i < sizeof h; i += 16) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(h + i));
+        __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), low), lo = _mm_and_si128(b, low);
+        hi = _mm_add_epi8(_mm_add_epi8(hi, zero), _mm_and_si128(_mm_cmpgt_epi8(hi, nine), gap));
+        lo = _mm_add_epi8(_mm_add_epi8(lo, zero), _mm_and_si128(_mm_cmpgt_epi8(lo, nine), gap));
+        _mm_storeu_si128((__m128i *)(void *)(out + 2 * i), _mm_unpacklo_epi8(hi, lo));
+        _mm_storeu_si128((__m128i *)(void *)(out + 2 * i + 16), _mm_unpackhi_epi8(hi, lo));
+    }
+#else
     static const char digits[] = "0123456789abcdef";
     for (size_t i = 0; i < sizeof h; i++) {
         out[2 * i] = digits[h[i] >> 4];
         out[2 * i + 1] = digits[h[i] & 15];
     }
+#endif
     out[2 * sizeof h] = 0;
 }
 
@@ -482,6 +499,8 @@ struct al_auditlog {
 
     /* Appender state, under mu. */
     uint64_t next_seq;
+    int64_t ts_sec;   /* the second whose text ts_text holds (records' times) */
+    char ts_text[20]; /* "YYYY-MM-DDTHH:MM:SS." of ts_sec */
     char head[AL_AUDITLOG_HASH_HEX + 1];
     uint64_t file_bytes, file_opened_ns;
     uint64_t since_ckpt, last_ckpt_ns;
@@ -560,18 +579,25 @@ static void auditlog__seg_release(struct al_auditlog *l, struct auditlog__seg *s
     free(s);
 }
 
-/* Appends a finished line (without '\n') to the pending queue and advances the chain. */
-static int auditlog__push_line(struct al_auditlog *l, const char *line, size_t len, int kind,
-                               const char *name_ts)
+/* Room for a line of len bytes and its '\n' at the end of the pending queue. */
+static char *auditlog__reserve(struct al_auditlog *l, size_t len, int kind)
 {
     struct auditlog__seg *s = l->pend_tail;
     if (kind != SEG_RECORDS || !s || s->kind != SEG_RECORDS || s->cap - s->len < len + 1) {
         s = auditlog__seg_new(l, kind, len + 1);
         if (!s)
-            return -ENOMEM;
+            return NULL;
     }
-    memcpy(s->data + s->len, line, len);
-    s->data[s->len + len] = '\n';
+    return s->data + s->len;
+}
+
+/* The line of len bytes written where auditlog__reserve said joins the queue; the chain
+ * advances. */
+static void auditlog__commit(struct al_auditlog *l, size_t len, int kind, const char *name_ts)
+{
+    struct auditlog__seg *s = l->pend_tail;
+    char *line = s->data + s->len;
+    line[len] = '\n';
     s->len += len + 1;
     s->last_seq = l->next_seq;
     if (kind == SEG_NEWFILE) {
@@ -587,6 +613,17 @@ static int auditlog__push_line(struct al_auditlog *l, const char *line, size_t l
     l->file_bytes += len + 1;
     l->pending_bytes += len + 1;
     l->st_records++;
+}
+
+/* Appends a finished line (without '\n') to the pending queue and advances the chain. */
+static int auditlog__push_line(struct al_auditlog *l, const char *line, size_t len, int kind,
+                               const char *name_ts)
+{
+    char *at = auditlog__reserve(l, len, kind);
+    if (!at)
+        return -ENOMEM;
+    memcpy(at, line, len);
+    auditlog__commit(l, len, kind, name_ts);
     return 0;
 }
 
@@ -636,18 +673,39 @@ static int auditlog__rotate_locked(struct al_auditlog *l)
     return rc ? rc : auditlog__checkpoint_locked(l, "rotate", SEG_NEWFILE, NULL);
 }
 
-static const char *const auditlog__reserved[] = {"seq", "time", "log_id", "prev", "auditlog"};
+static const char *const auditlog__reserved[] = {"seq", "time", "log_id", "prev", "auditlog", NULL};
 
-/* Formats the record with seq next_seq into line (room for mlen + 256 bytes):
- * {"seq":N,"time":"T","log_id":"I","prev":"P"[,members]} without printf, since every record
- * is formatted under the log's lock. Returns its length. */
-static size_t auditlog__line_locked(struct al_auditlog *l, char *line, const char *members,
-                                    size_t mlen)
+#define AUDITLOG__HEAD_MAX 256
+
+/* A record's time (as auditlog__time's, RFC 3339 with microseconds) into out, returning its
+ * length: the text of the second is kept from the last record (under mu). */
+static size_t auditlog__record_time(struct al_auditlog *l, char out[40])
 {
-    char ts[40];
-    auditlog__time(ts, NULL);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (ts.tv_sec != l->ts_sec || !l->ts_text[0]) {
+        char t[40];
+        if (al_time_format(t, sizeof t, ts.tv_sec, ts.tv_nsec, AL_TIME_RFC3339_US) < 0)
+            return 0;
+        memcpy(l->ts_text, t, sizeof l->ts_text);
+        l->ts_sec = ts.tv_sec;
+    }
+    memcpy(out, l->ts_text, sizeof l->ts_text);
+    unsigned us = (unsigned)ts.tv_nsec / 1000;
+    for (int i = 25; i >= 20; i--, us /= 10)
+        out[i] = (char)('0' + us % 10);
+    out[26] = 'Z';
+    return 27;
+}
+
+/* The head of the record with seq next_seq, {"seq":N,"time":"T","log_id":"I","prev":"P",
+ * (without the last ',' when it has no members), into head (AUDITLOG__HEAD_MAX bytes)
+ * without printf, since every record is formatted under the log's lock. Returns its
+ * length. */
+static size_t auditlog__head_locked(struct al_auditlog *l, char *head, bool members)
+{
     size_t len = 0;
-    memcpy(line, "{\"seq\":", 7);
+    memcpy(head, "{\"seq\":", 7);
     len = 7;
     char digits[24];
     int nd = 0;
@@ -656,38 +714,46 @@ static size_t auditlog__line_locked(struct al_auditlog *l, char *line, const cha
         digits[nd++] = (char)('0' + seq % 10);
     while ((seq /= 10));
     while (nd)
-        line[len++] = digits[--nd];
-#define AUDITLOG__PUT(str)            \
-    do {                              \
-        size_t pl_ = strlen(str);     \
-        memcpy(line + len, str, pl_); \
-        len += pl_;                   \
+        head[len++] = digits[--nd];
+#define AUDITLOG__PUT(str, n)       \
+    do {                            \
+        memcpy(head + len, str, n); \
+        len += n;                   \
     } while (0)
-    AUDITLOG__PUT(",\"time\":\"");
-    AUDITLOG__PUT(ts);
-    AUDITLOG__PUT("\",\"log_id\":\"");
-    AUDITLOG__PUT(l->log_id);
-    AUDITLOG__PUT("\",\"prev\":\"");
-    AUDITLOG__PUT(l->head);
-    AUDITLOG__PUT(mlen ? "\"," : "\"");
+    AUDITLOG__PUT(",\"time\":\"", 9);
+    len += auditlog__record_time(l, head + len);
+    AUDITLOG__PUT("\",\"log_id\":\"", 12);
+    AUDITLOG__PUT(l->log_id, AL_AUDITLOG_ID_HEX);
+    AUDITLOG__PUT("\",\"prev\":\"", 10);
+    AUDITLOG__PUT(l->head, AL_AUDITLOG_HASH_HEX);
+    AUDITLOG__PUT(members ? "\"," : "\"", members ? 2u : 1u);
 #undef AUDITLOG__PUT
-    memcpy(line + len, members, mlen);
-    len += mlen;
-    line[len++] = '}';
     return len;
+}
+
+/* Appends the record with seq next_seq whose caller fields are members (JSON object
+ * members without the braces), formatted straight into the pending queue (under mu). */
+static int auditlog__push_record(struct al_auditlog *l, const char *members, size_t mlen)
+{
+    char head[AUDITLOG__HEAD_MAX];
+    size_t hl = auditlog__head_locked(l, head, mlen != 0);
+    size_t len = hl + mlen + 1;
+    if (len > AL_AUDITLOG_MAX_RECORD)
+        return -E2BIG;
+    char *at = auditlog__reserve(l, len, SEG_RECORDS);
+    if (!at)
+        return -ENOMEM;
+    memcpy(at, head, hl);
+    memcpy(at + hl, members, mlen);
+    at[len - 1] = '}';
+    auditlog__commit(l, len, SEG_RECORDS, NULL);
+    return 0;
 }
 
 /* Appends a record whose caller fields are the JSON object members (without the braces). */
 static int auditlog__append_members(struct al_auditlog *l, const char *members, size_t mlen,
                                     uint64_t *seq_out)
 {
-    char *line = NULL;
-    char linebuf[4096 + 256];
-    size_t cap = mlen + 256;
-    line = cap <= sizeof linebuf ? linebuf : malloc(cap);
-    if (!line)
-        return -ENOMEM;
-
     pthread_mutex_lock(&l->mu);
     int rc = l->status;
     if (rc == 0 && l->stopping)
@@ -698,42 +764,31 @@ static int auditlog__append_members(struct al_auditlog *l, const char *members, 
                     (l->rotate_ms && al_now_ns() - l->file_opened_ns >= l->rotate_ms * 1000000ull)))
         rc = auditlog__rotate_locked(l);
     if (rc == 0) {
-        size_t len = auditlog__line_locked(l, line, members, mlen);
-        if (len > AL_AUDITLOG_MAX_RECORD) {
-            rc = -E2BIG;
-        } else {
+        uint64_t seq = l->next_seq;
+        rc = auditlog__push_record(l, members, mlen);
+        if (rc == 0) {
             if (seq_out)
-                *seq_out = l->next_seq;
-            rc = auditlog__push_line(l, line, len, SEG_RECORDS, NULL);
-            if (rc == 0) {
-                l->since_ckpt++;
-                if (l->since_ckpt >= l->ckpt_records)
-                    rc = auditlog__checkpoint_locked(l, "count", SEG_CHECKPOINT, NULL);
-                else if (al_now_ns() - l->last_ckpt_ns >= l->ckpt_ms * 1000000ull)
-                    rc = auditlog__checkpoint_locked(l, "interval", SEG_CHECKPOINT, NULL);
-            }
-            if (l->pending_bytes >= AUDITLOG__FLUSH_BYTES)
-                pthread_cond_signal(&l->wake);
+                *seq_out = seq;
+            l->since_ckpt++;
+            if (l->since_ckpt >= l->ckpt_records)
+                rc = auditlog__checkpoint_locked(l, "count", SEG_CHECKPOINT, NULL);
+            else if (al_now_ns() - l->last_ckpt_ns >= l->ckpt_ms * 1000000ull)
+                rc = auditlog__checkpoint_locked(l, "interval", SEG_CHECKPOINT, NULL);
         }
+        if (l->pending_bytes >= AUDITLOG__FLUSH_BYTES)
+            pthread_cond_signal(&l->wake);
     }
     pthread_mutex_unlock(&l->mu);
-    if (line != linebuf)
-        free(line);
     return rc;
 }
 
 int al_auditlog_append(struct al_auditlog *l, const json_t *fields, uint64_t *seq_out)
 {
-    if (!json_is_object(fields))
-        return -EINVAL;
-    for (size_t i = 0; i < sizeof auditlog__reserved / sizeof auditlog__reserved[0]; i++) {
-        if (json_object_get(fields, auditlog__reserved[i]))
-            return -EINVAL;
-    }
-    /* Serialise outside the lock; most records fit the stack buffer. */
+    /* Serialise outside the lock (refusing the keys the log writes itself); most records fit
+     * the stack buffer. */
     char stackbuf[4096];
     char *body = stackbuf;
-    size_t blen = al_json_dumpb(fields, stackbuf, sizeof stackbuf);
+    size_t blen = al_json_dumpb_object(fields, auditlog__reserved, stackbuf, sizeof stackbuf);
     if (blen == 0)
         return -EINVAL;
     if (blen > sizeof stackbuf) {
@@ -742,7 +797,7 @@ int al_auditlog_append(struct al_auditlog *l, const json_t *fields, uint64_t *se
         body = malloc(blen);
         if (!body)
             return -ENOMEM;
-        if (al_json_dumpb(fields, body, blen) != blen) {
+        if (al_json_dumpb_object(fields, auditlog__reserved, body, blen) != blen) {
             free(body);
             return -EINVAL;
         }
@@ -766,7 +821,7 @@ int al_auditlog_append_raw(struct al_auditlog *l, const char *obj, size_t len, u
     /* Debug builds check what release builds trust: an object without reserved keys. */
     json_t *j = json_loadb(obj, len, JSON_REJECT_DUPLICATES, NULL);
     bool ok = json_is_object(j);
-    for (size_t i = 0; ok && i < sizeof auditlog__reserved / sizeof auditlog__reserved[0]; i++)
+    for (size_t i = 0; ok && auditlog__reserved[i]; i++)
         ok = json_object_get(j, auditlog__reserved[i]) == NULL;
     json_decref(j);
     if (!ok)
@@ -879,13 +934,11 @@ static int auditlog__retention_record_locked(struct al_auditlog *l, const struct
     if (!obj)
         return -ENOMEM;
     size_t mlen = strlen(obj) + 11;
-    char *members = malloc(mlen + 1), *line = malloc(mlen + 256);
-    int rc = members && line ? 0 : -ENOMEM;
+    char *members = malloc(mlen + 1);
+    int rc = members ? 0 : -ENOMEM;
     if (rc == 0) {
         snprintf(members, mlen + 1, "\"auditlog\":%s", obj);
-        size_t len = auditlog__line_locked(l, line, members, mlen);
-        rc = len > AL_AUDITLOG_MAX_RECORD ? -E2BIG
-                                          : auditlog__push_line(l, line, len, SEG_RECORDS, NULL);
+        rc = auditlog__push_record(l, members, mlen);
     }
     if (rc == 0) {
         l->since_ckpt++;
@@ -895,7 +948,6 @@ static int auditlog__retention_record_locked(struct al_auditlog *l, const struct
         *seq = l->next_seq - 1;
     free(obj);
     free(members);
-    free(line);
     return rc;
 }
 

@@ -5,6 +5,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__) && defined(__x86_64__)
+#define JSON__SSE2 1
+#include <emmintrin.h>
+#endif
 
 size_t al_json_utf8_len(const unsigned char *s, size_t n)
 {
@@ -100,11 +104,20 @@ static const unsigned char json__cls[256] = {
 /* Whether any of the 8 bytes of x needs a look: below 0x20, '"', '\\', or 0x80 and above. */
 static inline bool json__word_special(uint64_t x)
 {
+#ifdef JSON__SSE2
+    /* one signed compare finds both the bytes below 0x20 and those of 0x80 and above */
+    __m128i v = _mm_cvtsi64_si128((long long)x);
+    __m128i m = _mm_or_si128(
+        _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+        _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+    return (_mm_movemask_epi8(m) & 0xff) != 0;
+#else
     const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
     uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
     uint64_t lt = (x - ones * 0x20) & ~x;                /* high bit set where a byte < 0x20 */
     uint64_t zq = (q - ones) & ~q, zb = (b - ones) & ~b; /* where a byte is '"' or '\\' */
     return ((lt | zq | zb) & highs) || (x & highs);
+#endif
 }
 
 size_t al_json_quoted_len(const char *s, size_t n)
@@ -203,10 +216,23 @@ size_t al_json_int(int64_t v, char out[AL_JSON_INT_MAX])
 {
     char t[AL_JSON_INT_MAX];
     char *e = t + sizeof t, *p = e;
+    static const char pairs[201] = "00010203040506070809101112131415161718192021222324"
+                                   "25262728293031323334353637383940414243444546474849"
+                                   "50515253545556575859606162636465666768697071727374"
+                                   "75767778798081828384858687888990919293949596979899";
     uint64_t m = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    do
-        *--p = (char)('0' + m % 10);
-    while ((m /= 10));
+    /* two digits per division */
+    while (m >= 100) {
+        p -= 2;
+        memcpy(p, pairs + 2 * (m % 100), 2);
+        m /= 100;
+    }
+    if (m >= 10) {
+        p -= 2;
+        memcpy(p, pairs + 2 * m, 2);
+    } else {
+        *--p = (char)('0' + m);
+    }
     if (v < 0)
         *--p = '-';
     memcpy(out, p, (size_t)(e - p));
@@ -216,51 +242,94 @@ size_t al_json_int(int64_t v, char out[AL_JSON_INT_MAX])
 struct json__out {
     char *buf;
     size_t size, len;
+    /* Keys the top-level object must not have (al_json_dumpb_object): lengths as a bit set
+     * (bit n: some key of n bytes, n < 64) to pass most keys by one test. */
+    const char *const *reject;
+    uint64_t reject_lens, reject_first[4]; /* and their first bytes */
+    char num[AL_JSON_INT_MAX];             /* here rather than on the stack: no canary per value */
 };
 
-static void json__put(struct json__out *w, const char *s, size_t n)
+static inline void json__put(struct json__out *w, const char *s, size_t n)
 {
     if (w->len + n <= w->size)
         memcpy(w->buf + w->len, s, n);
     w->len += n;
 }
 
-static bool json__str(struct json__out *w, const char *s, size_t n)
+static inline void json__putc(struct json__out *w, char c)
 {
-    /* The common case in one pass: copied eight bytes at a time while no byte needs a look
-     * (the output has room for the whole words). */
-    if (w->len + n + 2 + 8 <= w->size) {
-        const unsigned char *u = (const unsigned char *)s;
-        char *o = w->buf + w->len + 1;
-        size_t i = 0;
-        bool plain = true;
-        for (; i + 8 <= n; i += 8) {
-            uint64_t x;
-            memcpy(&x, u + i, 8);
-            if (json__word_special(x)) {
-                plain = false;
-                break;
-            }
-            memcpy(o + i, &x, 8);
-        }
-        for (; plain && i < n; i++) {
-            if (json__cls[u[i]])
-                plain = false;
-            else
-                o[i] = (char)u[i];
-        }
-        if (plain) {
-            w->buf[w->len] = '"';
-            o[n] = '"';
-            w->len += n + 2;
-            return true;
+    if (w->len < w->size)
+        w->buf[w->len] = c;
+    w->len++;
+}
+
+/* Copies s[0..n) to o when no byte of it needs escaping and says whether it did (o then
+ * may hold part of it: the caller starts again). Each byte is tested once, in words that
+ * overlap at the end rather than a byte loop for the tail: the audit log's keys and values
+ * are short, and a tail loop was most of their cost. */
+static inline bool json__plain_copy(const unsigned char *u, size_t n, char *o)
+{
+    uint64_t x;
+#ifdef JSON__SSE2
+    if (n >= 16) {
+        const __m128i q = _mm_set1_epi8('"'), b = _mm_set1_epi8('\\'), c = _mm_set1_epi8(0x20);
+        for (size_t i = 0;; i += 16) {
+            if (i + 16 > n)
+                i = n - 16; /* the last 16 bytes, overlapping what was copied */
+            __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(u + i));
+            __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, q), _mm_cmpeq_epi8(v, b)),
+                                     _mm_cmplt_epi8(v, c));
+            if (_mm_movemask_epi8(m))
+                return false;
+            _mm_storeu_si128((__m128i *)(void *)(o + i), v);
+            if (i + 16 == n)
+                return true;
         }
     }
+#endif
+    if (n >= 8) {
+        size_t i = 0;
+        for (; i + 8 < n; i += 8) {
+            memcpy(&x, u + i, 8);
+            if (json__word_special(x))
+                return false;
+            memcpy(o + i, &x, 8);
+        }
+        memcpy(&x, u + n - 8, 8);
+        if (json__word_special(x))
+            return false;
+        memcpy(o + n - 8, &x, 8);
+        return true;
+    }
+    if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, u, 4);
+        memcpy(&b, u + n - 4, 4);
+        if (json__word_special(a | (uint64_t)b << 32))
+            return false;
+        memcpy(o, &a, 4);
+        memcpy(o + n - 4, &b, 4);
+        return true;
+    }
+    if (n == 0)
+        return true;
+    /* 1..3 bytes: the first, the middle and the last cover them all; 'a' pads the word */
+    x = 0x6161616161000000ull | u[0] | (uint64_t)u[n >> 1] << 8 | (uint64_t)u[n - 1] << 16;
+    if (json__word_special(x))
+        return false;
+    o[0] = (char)u[0];
+    o[n >> 1] = (char)u[n >> 1];
+    o[n - 1] = (char)u[n - 1];
+    return true;
+}
+
+/* A string that needs escaping, is not valid UTF-8, or does not fit. */
+static __attribute__((noinline)) bool json__str_slow(struct json__out *w, const char *s, size_t n)
+{
     size_t q = al_json_quoted_len(s, n);
     if (!q)
         return false;
     if (w->len + q <= w->size) {
-        /* The common case, printable ASCII without quote or backslash: one copy. */
         if (q == n + 2) {
             w->buf[w->len] = '"';
             memcpy(w->buf + w->len + 1, s, n);
@@ -273,55 +342,111 @@ static bool json__str(struct json__out *w, const char *s, size_t n)
     return true;
 }
 
+static inline bool json__str(struct json__out *w, const char *s, size_t n)
+{
+    if (w->len + n + 2 <= w->size &&
+        json__plain_copy((const unsigned char *)s, n, w->buf + w->len + 1)) {
+        w->buf[w->len] = '"';
+        w->buf[w->len + n + 1] = '"';
+        w->len += n + 2;
+        return true;
+    }
+    return json__str_slow(w, s, n);
+}
+
+static __attribute__((noinline)) bool json__real(struct json__out *w, const json_t *v)
+{
+    /* jansson's own formatting (precision, exponent, ".0"), byte for byte. */
+    char t[64];
+    size_t n = json_dumpb(v, t, sizeof t, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!n || n > sizeof t)
+        return false;
+    json__put(w, t, n);
+    return true;
+}
+
+/* Whether key k (n bytes) is one of w->reject. */
+static bool json__rejected(const struct json__out *w, const char *k, size_t n)
+{
+    if (n == 0 || n >= 64 || !(w->reject_lens >> n & 1))
+        return false;
+    unsigned char c = (unsigned char)k[0];
+    if (!(w->reject_first[c >> 6] >> (c & 63) & 1))
+        return false;
+    for (const char *const *r = w->reject; *r; r++) {
+        if ((*r)[0] == k[0] && strlen(*r) == n && memcmp(*r, k, n) == 0)
+            return true;
+    }
+    return false;
+}
+
+static bool json__value(struct json__out *w, const json_t *v, int depth);
+
+/* A scalar in line (strings and integers are most of what is serialised), anything else
+ * through json__value. */
+static inline __attribute__((always_inline)) bool json__member(struct json__out *w, const json_t *v,
+                                                               int depth)
+{
+    if (depth > AL_JSON_DUMP_DEPTH)
+        return false;
+    switch (json_typeof(v)) {
+    case JSON_STRING:
+        return json__str(w, json_string_value(v), json_string_length(v));
+    case JSON_INTEGER:
+        if (w->len + AL_JSON_INT_MAX <= w->size)
+            w->len += al_json_int(json_integer_value(v), w->buf + w->len);
+        else
+            json__put(w, w->num, al_json_int(json_integer_value(v), w->num));
+        return true;
+    default:
+        return json__value(w, v, depth);
+    }
+}
+
 static bool json__value(struct json__out *w, const json_t *v, int depth)
 {
     if (depth > AL_JSON_DUMP_DEPTH)
         return false;
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
-        json__put(w, "{", 1);
-        bool first = true;
+        bool top = depth == 0 && w->reject, any = false;
+        json__putc(w, '{');
         for (void *it = json_object_iter((json_t *)v); it;
              it = json_object_iter_next((json_t *)v, it)) {
-            if (!first)
-                json__put(w, ",", 1);
-            first = false;
-            if (!json__str(w, json_object_iter_key(it), json_object_iter_key_len(it)))
+            const char *k = json_object_iter_key(it);
+            size_t kl = json_object_iter_key_len(it);
+            if (top && json__rejected(w, k, kl))
                 return false;
-            json__put(w, ":", 1);
-            if (!json__value(w, json_object_iter_value(it), depth + 1))
+            if (!json__str(w, k, kl))
                 return false;
+            json__putc(w, ':');
+            if (!json__member(w, json_object_iter_value(it), depth + 1))
+                return false;
+            json__putc(w, ',');
+            any = true;
         }
-        json__put(w, "}", 1);
+        /* the last ',' becomes the '}' */
+        if (any)
+            w->len--;
+        json__putc(w, '}');
         return true;
     }
     case JSON_ARRAY: {
-        json__put(w, "[", 1);
+        json__putc(w, '[');
         for (size_t i = 0, n = json_array_size(v); i < n; i++) {
             if (i)
-                json__put(w, ",", 1);
-            if (!json__value(w, json_array_get(v, i), depth + 1))
+                json__putc(w, ',');
+            if (!json__member(w, json_array_get(v, i), depth + 1))
                 return false;
         }
-        json__put(w, "]", 1);
+        json__putc(w, ']');
         return true;
     }
     case JSON_STRING:
-        return json__str(w, json_string_value(v), json_string_length(v));
-    case JSON_INTEGER: {
-        char t[AL_JSON_INT_MAX];
-        json__put(w, t, al_json_int(json_integer_value(v), t));
-        return true;
-    }
-    case JSON_REAL: {
-        /* jansson's own formatting (precision, exponent, ".0"), byte for byte. */
-        char t[64];
-        size_t n = json_dumpb(v, t, sizeof t, JSON_COMPACT | JSON_ENCODE_ANY);
-        if (!n || n > sizeof t)
-            return false;
-        json__put(w, t, n);
-        return true;
-    }
+    case JSON_INTEGER:
+        return json__member(w, v, depth);
+    case JSON_REAL:
+        return json__real(w, v);
     case JSON_TRUE:
         json__put(w, "true", 4);
         return true;
@@ -337,8 +462,24 @@ static bool json__value(struct json__out *w, const json_t *v, int depth)
 
 size_t al_json_dumpb(const json_t *v, char *buf, size_t size)
 {
-    struct json__out w = {.buf = buf, .size = size, .len = 0};
+    struct json__out w = {.buf = buf, .size = size};
     if (!v || !json__value(&w, v, 0))
+        return 0;
+    return w.len;
+}
+
+size_t al_json_dumpb_object(const json_t *obj, const char *const *reject, char *buf, size_t size)
+{
+    struct json__out w = {.buf = buf, .size = size, .reject = reject};
+    if (!json_is_object(obj))
+        return 0;
+    for (const char *const *r = reject; r && *r; r++) {
+        size_t n = strlen(*r);
+        unsigned char c = (unsigned char)(*r)[0];
+        w.reject_lens |= n < 64 ? 1ull << n : 0;
+        w.reject_first[c >> 6] |= 1ull << (c & 63);
+    }
+    if (!json__value(&w, obj, 0))
         return 0;
     return w.len;
 }

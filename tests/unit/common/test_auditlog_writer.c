@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -27,12 +28,15 @@
 START_TEST(records_have_the_format)
 {
     const char *d = tdir("format");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_REALTIME, &t0);
     struct al_auditlog *l = open_log(d, NULL);
     append_n(l, 10, 0);
     json_t *empty = json_object();
     ck_assert_int_eq(al_auditlog_append(l, empty, NULL), 0);
     json_decref(empty);
     ck_assert_int_eq(al_auditlog_close(l), 0);
+    clock_gettime(CLOCK_REALTIME, &t1);
 
     char files[4][600];
     ck_assert_uint_eq(log_files(d, files, 4), 1);
@@ -52,6 +56,12 @@ START_TEST(records_have_the_format)
         const char *t = json_string_value(json_object_get(j, "time"));
         ck_assert_int_eq(strlen(t), 27); /* 2026-11-30T01:02:03.123456Z */
         ck_assert_int_eq(t[26], 'Z');
+        /* the time of the append, to the microsecond (truncated) */
+        uint64_t ns;
+        ck_assert_int_eq(al_time_parse_rfc3339(t, &ns), 0);
+        ck_assert_uint_ge(ns,
+                          (uint64_t)t0.tv_sec * 1000000000ull + (uint64_t)t0.tv_nsec / 1000 * 1000);
+        ck_assert_uint_le(ns, (uint64_t)t1.tv_sec * 1000000000ull + (uint64_t)t1.tv_nsec);
         ck_assert_int_eq(strlen(json_string_value(json_object_get(j, "log_id"))), 32);
         /* the library's fields come first, the caller's after, in order */
         ck_assert(strncmp(L.v[i], "{\"seq\":", 7) == 0);

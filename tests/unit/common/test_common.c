@@ -131,6 +131,73 @@ static json_t *json_random(int depth)
     }
 }
 
+/* Every string length up to 40 (the fast paths go by 1-3, 4-7, 8-15 and 16 bytes, in
+ * words that overlap at the end), with one byte of each class at every position, in an
+ * exact buffer and in one a byte short. */
+START_TEST(json_dumpb_strings_of_every_length)
+{
+    static const char *pieces[] = {"a",    "\"",       "\\",           "\n", "\x01", "\x1f",
+                                   "\x7f", "\xc3\xa9", "\xe2\x82\xac", "",   "\xff", "\xc3"};
+    char text[48], a[256], b[256];
+    for (size_t n = 0; n <= 40; n++) {
+        for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++) {
+            for (size_t at = 0; at < (n ? n : 1); at++) {
+                memset(text, 'x', sizeof text);
+                size_t pl = pieces[k][0] ? strlen(pieces[k]) : 1; /* "" is a NUL byte */
+                size_t len = n;
+                if (n) {
+                    memcpy(text + at, pieces[k], pl);
+                    len = at + pl > n ? at + pl : n;
+                }
+                json_t *v = json_stringn_nocheck(text, len);
+                size_t want = json_dumpb(v, b, sizeof b, JSON_COMPACT | JSON_ENCODE_ANY);
+                size_t got = al_json_dumpb(v, a, sizeof a);
+                ck_assert_uint_eq(got, want); /* 0 for both when not UTF-8 */
+                ck_assert(memcmp(a, b, got) == 0);
+                if (want) {
+                    memset(a, '#', sizeof a);
+                    ck_assert_uint_eq(al_json_dumpb(v, a, want), want);
+                    ck_assert(memcmp(a, b, want) == 0);
+                    ck_assert_int_eq(a[want], '#');
+                    memset(a, '#', sizeof a);
+                    ck_assert_uint_eq(al_json_dumpb(v, a, want - 1), want);
+                    ck_assert_int_eq(a[want - 1], '#');
+                }
+                json_decref(v);
+            }
+        }
+    }
+}
+END_TEST
+
+START_TEST(json_dumpb_object_rejects_own_keys)
+{
+    static const char *const reject[] = {"seq", "time", "log_id", NULL};
+    char a[256];
+    json_t *o =
+        json_pack("{s:i,s:{s:i},s:s,s:i}", "sex", 1, "nested", "seq", 2, "tim", "e", "times", 3);
+    size_t n = al_json_dumpb_object(o, reject, a, sizeof a);
+    ck_assert_uint_eq(n, strlen("{\"sex\":1,\"nested\":{\"seq\":2},\"tim\":\"e\",\"times\":3}"));
+    ck_assert(memcmp(a, "{\"sex\":1,\"nested\":{\"seq\":2},\"tim\":\"e\",\"times\":3}", n) == 0);
+    ck_assert_uint_eq(al_json_dumpb_object(o, NULL, a, sizeof a), n);
+    for (size_t i = 0; reject[i]; i++) {
+        json_object_set_new(o, reject[i], json_true());
+        ck_assert_uint_eq(al_json_dumpb_object(o, reject, a, sizeof a), 0);
+        ck_assert_uint_eq(al_json_dumpb_object(o, reject, a, 4), 0); /* also when it is short */
+        json_object_del(o, reject[i]);
+    }
+    ck_assert_uint_eq(al_json_dumpb_object(o, reject, a, sizeof a), n);
+    json_t *empty = json_object();
+    ck_assert_uint_eq(al_json_dumpb_object(empty, reject, a, sizeof a), 2);
+    ck_assert(memcmp(a, "{}", 2) == 0);
+    json_t *arr = json_array();
+    ck_assert_uint_eq(al_json_dumpb_object(arr, reject, a, sizeof a), 0);
+    json_decref(arr);
+    json_decref(empty);
+    json_decref(o);
+}
+END_TEST
+
 START_TEST(json_dumpb_is_jansson_compact)
 {
     char a[16384], b[16384];
@@ -607,6 +674,8 @@ static Suite *common_suite(void)
     tcase_add_test(tc, json_escape_controls_and_bad_utf8);
     tcase_add_test(tc, json_strict_getters);
     tcase_add_test(tc, json_dumpb_is_jansson_compact);
+    tcase_add_test(tc, json_dumpb_strings_of_every_length);
+    tcase_add_test(tc, json_dumpb_object_rejects_own_keys);
     tcase_add_test(tc, util_sizes_and_durations);
     tcase_add_test(tc, util_rfc3339_round_trip);
     tcase_add_test(tc, time_format_forms);
