@@ -37,7 +37,6 @@
 #define WARM_GUESS_BYTES    (4u << 20)
 /* A pool whose start failed waits this long before the next attempt. */
 #define WARM_RETRY_NS        (10ull * 1000000000ull)
-#define WARM_BURSTS          16 /* bursts remembered per pool */
 #define WARM_INIT_TIMEOUT_MS 5000
 
 enum warm_state { WARM_STARTING = 0, WARM_READY };
@@ -60,20 +59,13 @@ struct warm_sb {
     struct warm_sb *next;
 };
 
-struct warm_burst {
-    uint64_t ns;
-    uint32_t n;
-};
-
 struct warm_pool {
     char name[CP_TEMPLATE_MAX];
     int64_t min, max;
     bool listed; /* named in sandboxes.warm.templates (else the default pair) */
     struct warm_sb *list;
     size_t n_ready, n_starting;
-    uint32_t burst; /* creations of the template in the burst under way */
-    struct warm_burst bursts[WARM_BURSTS];
-    size_t burst_head;
+    struct cp_warm_demand demand;
     uint64_t retry_ns;
     char last_error[256];
     /* metrics */
@@ -210,25 +202,31 @@ int cp_warm_init(struct cp *cp, struct al_error *err)
 
 /* ---- demand ------------------------------------------------------------------------------- */
 
-/* A burst is over (no creation in flight): remember its size. */
-static void warm__burst_end(struct warm_pool *p, uint64_t now)
+void cp_warm_demand_burst_end(struct cp_warm_demand *d, uint64_t now)
 {
-    if (!p->burst)
+    if (!d->current)
         return;
-    p->bursts[p->burst_head] = (struct warm_burst){.ns = now, .n = p->burst};
-    p->burst_head = (p->burst_head + 1) % WARM_BURSTS;
-    p->burst = 0;
+    d->n[d->head] = d->current;
+    d->end_ns[d->head] = now;
+    d->head = (d->head + 1) % CP_WARM_BURSTS;
+    d->current = 0;
+}
+
+size_t cp_warm_demand_target(const struct cp_warm_demand *d, uint64_t now, uint64_t window_ns,
+                             int64_t min, int64_t max)
+{
+    int64_t peak = d->current;
+    for (size_t i = 0; i < CP_WARM_BURSTS; i++)
+        if (d->n[i] && now - d->end_ns[i] <= window_ns && d->n[i] > peak)
+            peak = d->n[i];
+    return (size_t)AL_MAX(AL_MIN(AL_MAX(peak, min), max), 0);
 }
 
 /* How many warm sandboxes the pool keeps now. */
 static size_t warm__target(const struct cp *cp, const struct warm_pool *p, uint64_t now)
 {
-    uint64_t window = cp->cfg.warm_window_ms * 1000000ull, peak = 0;
-    for (size_t i = 0; i < WARM_BURSTS; i++)
-        if (p->bursts[i].n && now - p->bursts[i].ns <= window && p->bursts[i].n > peak)
-            peak = p->bursts[i].n;
-    peak = AL_MAX(peak, p->burst);
-    return (size_t)AL_MIN(AL_MAX((int64_t)peak, p->min), p->max);
+    return cp_warm_demand_target(&p->demand, now, cp->cfg.warm_window_ms * 1000000ull, p->min,
+                                 p->max);
 }
 
 /* The host memory the warm sandboxes hold, and what one more would add. */
@@ -554,7 +552,7 @@ void cp_warm_refill(struct cp *cp)
     if (cp->cfg.warm_max > 0)
         cp_templates_foreach(cp, warm__each_template, w);
     for (struct warm_pool *p = w->pools; p; p = p->next)
-        warm__burst_end(p, now);
+        cp_warm_demand_burst_end(&p->demand, now);
     for (struct warm_pool *p = w->pools; p && w->n_starting < WARM_STARTS_MAX; p = p->next) {
         size_t target = warm__target(cp, p, now);
         if (p->n_ready + p->n_starting >= target || now < p->retry_ns)
@@ -602,7 +600,7 @@ const char *cp_warm_peek(struct cp *cp, const char *template_id, const char *tem
     struct warm_pool *p = w ? warm__pool(w, template_id) : NULL;
     if (!p)
         return NULL;
-    p->burst++;
+    p->demand.current++;
     warm__drop_stale(p, template_dir);
     for (struct warm_sb *e = p->list; e; e = e->next)
         if (e->state == WARM_READY)

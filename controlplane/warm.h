@@ -44,6 +44,21 @@ struct cp_sandbox;
  * what is wrong. */
 int cp_warm_parse_entry(const char *s, char *name, size_t nlen, int64_t *min, int64_t *max,
                         struct al_error *err);
+/* A pool's demand: the creations of its template in the burst under way (a burst lasts until
+ * no creation is in flight) and the sizes and ends of the last CP_WARM_BURSTS bursts. */
+#define CP_WARM_BURSTS 16
+struct cp_warm_demand {
+    uint32_t current;
+    uint32_t n[CP_WARM_BURSTS];
+    uint64_t end_ns[CP_WARM_BURSTS];
+    size_t head;
+};
+/* The burst under way is over at now (no creation in flight): it is remembered. */
+void cp_warm_demand_burst_end(struct cp_warm_demand *d, uint64_t now);
+/* How many warm sandboxes a pool keeps: the largest burst that ended within window_ns of
+ * now (or the one under way), between min and max. */
+size_t cp_warm_demand_target(const struct cp_warm_demand *d, uint64_t now, uint64_t window_ns,
+                             int64_t min, int64_t max);
 /* Sets up the pools from the configuration (nothing is started yet). */
 int cp_warm_init(struct cp *cp, struct al_error *err);
 /* Starts what the pools lack (one at a time; nothing while creations are in flight). */

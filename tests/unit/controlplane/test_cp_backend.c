@@ -342,6 +342,35 @@ START_TEST(spec_jail_netns_unchanged)
 }
 END_TEST
 
+/* A warm sandbox's spec (warm.c): no access token (its claim brings one), and the agent told
+ * to start the code interpreter's kernels at that claim; a creation's has its token and no
+ * such word. */
+START_TEST(spec_jail_warm_has_no_token)
+{
+    t_spec_setup("jail", NULL);
+    t_sb.rec.token[0] = 0;
+    struct cp_start_args a = {.template_dir = "/tmp/tpl",
+                              .template_name = "base",
+                              .netns_fd = 9,
+                              .tap_fd = -1,
+                              .warm = true};
+    struct vmm_spec vs;
+    json_t *s = t_spec(&a, 9, &vs);
+    ck_assert_ptr_null(vs.access_token);
+    ck_assert_ptr_nonnull(vs.agent_env);
+    ck_assert_str_eq(json_string_value(json_object_get(vs.agent_env, "AIRLOCK_AGENT_WARM")), "1");
+    vmm_spec_free(&vs);
+    json_decref(s);
+    t_spec_setup("jail", NULL);
+    a.warm = false;
+    s = t_spec(&a, 9, &vs);
+    ck_assert_str_eq(vs.access_token, "tok-0123456789abcdef");
+    ck_assert_ptr_null(json_object_get(vs.agent_env, "AIRLOCK_AGENT_WARM"));
+    vmm_spec_free(&vs);
+    json_decref(s);
+}
+END_TEST
+
 static Suite *cp_backend_suite(void)
 {
     Suite *s = suite_create("cp_backend");
@@ -365,6 +394,7 @@ static Suite *cp_backend_suite(void)
     tcase_add_test(sp, spec_kvm_tap);
     tcase_add_test(sp, spec_kvm_default_kernel_no_network);
     tcase_add_test(sp, spec_jail_netns_unchanged);
+    tcase_add_test(sp, spec_jail_warm_has_no_token);
     suite_add_tcase(s, sp);
     return s;
 }
