@@ -75,6 +75,10 @@ struct cp_backend_ops {
     /* Captures the sandbox's file system into the new directory path (jail: airlock-vmm's
      * POST /snapshot; res is its answer); NULL: the backend has no snapshots. */
     int (*snapshot)(struct cp_sandbox *sb, const char *path, cp_backend_snap_cb cb, void *arg);
+    /* Replaces the running sandbox's file system by its own snapshot in directory path, in
+     * place (jail: airlock-vmm's POST /rollback, which kills its processes and starts its
+     * agent again; res is its answer); NULL: the backend has no rollback. */
+    int (*rollback)(struct cp_sandbox *sb, const char *path, cp_backend_snap_cb cb, void *arg);
     /* After an airlockd restart: sb->rec names a sandbox that was running. Checks that it
      * still runs (cb rc 0, sb->pidfd set, *paused reported through sb->rec.state) or not
      * (-ESRCH). */

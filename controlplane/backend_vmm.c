@@ -962,6 +962,23 @@ static int vmm_snapshot(struct cp_sandbox *sb, const char *path, cp_backend_snap
     return rc;
 }
 
+static int vmm_rollback(struct cp_sandbox *sb, const char *path, cp_backend_snap_cb cb, void *arg)
+{
+    /* The new agent needs the sandbox's token, which airlock-vmm dropped once its first
+     * agent had it. */
+    json_t *b = json_pack("{s:s,s:s}", "path", path, "access_token", sb->rec.token);
+    char *text = b ? json_dumps(b, JSON_COMPACT) : NULL;
+    json_decref(b);
+    if (!text)
+        return -ENOMEM;
+    /* Its answer comes once the copy is done and the new agent answers /health. */
+    struct vmm_call c = {.snap_cb = cb, .arg = arg, .done = vmm__snapshot_done};
+    int rc = vmm__call(sb, "POST", "/rollback", text, VMM_SNAPSHOT_TIMEOUT_MS, &c);
+    explicit_bzero(text, strlen(text));
+    free(text);
+    return rc;
+}
+
 static void vmm__adopt_done(struct vmm_call *x, int status, json_t *body, const char *why)
 {
     struct cp_sandbox *sb = x->sb;
@@ -1111,6 +1128,7 @@ const struct cp_backend_ops cp_backend_vmm = {
     .resume = vmm_resume,
     .stats = vmm_stats,
     .snapshot = vmm_snapshot,
+    .rollback = vmm_rollback,
     .adopt = vmm_adopt,
     .cleanup = vmm_cleanup,
     .sweep = vmm_sweep,

@@ -55,6 +55,7 @@ enum cp_op_kind {
     CP_OP_KILL,
     CP_OP_EXPIRE,   /* the timeout fired: kill or pause */
     CP_OP_SNAPSHOT, /* POST /sandboxes/{id}/snapshots (snapshots.c) */
+    CP_OP_ROLLBACK, /* POST /sandboxes/{id}/rollback (snapshots.c) */
 };
 
 struct cp_op {
@@ -69,7 +70,7 @@ struct cp_op {
     void *done_arg;
     int cause;       /* enum cp_event_cause: why (the lifecycle event says so) */
     char key_id[32]; /* the API key that asked ("" when not asked through the API) */
-    char name[128];  /* snapshot: its name, or "" */
+    char name[128];  /* snapshot: its name, or ""; rollback: the snapshot's id */
     struct cp_op *next;
 };
 
@@ -135,6 +136,8 @@ struct cp_sandbox {
     bool warm_taken;   /* a creation took it: it is claimed, not started */
     bool warm_claimed; /* and it was */
     json_t *warm_env;  /* its template's env, for the claim */
+    /* The snapshot a rollback of it is copying from (its deletion waits), or "". */
+    char rolling_back[64];
 
     /* backend */
     char agent_sock[108];
@@ -248,9 +251,10 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *c, struct al_htt
  * API key that asked, or NULL) go into the lifecycle event of the change. */
 void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req, int api,
                      uint64_t timeout_s, bool auto_pause, int cause, const char *key_id);
-/* Queues a snapshot of sb (controlplane/snapshots.c) named name ("" for none); answers req. */
-void cp_lifecycle_snapshot(struct cp_sandbox *sb, struct al_http_req *req, const char *name,
-                           const char *key_id);
+/* Queues a snapshot of sb (kind CP_OP_SNAPSHOT, named name, "" for none) or a rollback of it
+ * (CP_OP_ROLLBACK to the snapshot whose id is name) (controlplane/snapshots.c); answers req. */
+void cp_lifecycle_snapshot(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req,
+                           const char *name, const char *key_id);
 /* Resumes a paused sandbox (auto-resume on traffic) and calls done afterwards. */
 void cp_lifecycle_resume_then(struct cp_sandbox *sb,
                               void (*done)(struct cp_sandbox *sb, int rc, void *arg), void *arg);

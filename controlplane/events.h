@@ -32,6 +32,7 @@ enum cp_event_type {
     CP_EV_PAUSED,
     CP_EV_RESUMED,
     CP_EV_CHECKPOINTED,
+    CP_EV_ROLLED_BACK,
     CP_EV__COUNT
 };
 

@@ -1174,6 +1174,9 @@ static void lc__run_op(struct cp_sandbox *sb, struct cp_op *op)
     case CP_OP_SNAPSHOT:
         cp_snapshot_run(sb, op, lc__op_finish);
         return;
+    case CP_OP_ROLLBACK:
+        cp_rollback_run(sb, op, lc__op_finish);
+        return;
     }
     if (rc) {
         lc__answer_op(op, 500, "sandbox %s: the backend refused: %s", sb->rec.id, strerror(-rc));
@@ -1209,15 +1212,15 @@ static void lc__enqueue(struct cp_sandbox *sb, struct cp_op *op)
     lc__run_ops(sb);
 }
 
-void cp_lifecycle_snapshot(struct cp_sandbox *sb, struct al_http_req *req, const char *name,
-                           const char *key_id)
+void cp_lifecycle_snapshot(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req,
+                           const char *name, const char *key_id)
 {
     struct cp_op *op = calloc(1, sizeof *op);
     if (!op) {
         cp_rest_error(req, 500, "out of memory");
         return;
     }
-    op->kind = CP_OP_SNAPSHOT;
+    op->kind = kind;
     op->req = req;
     op->cause = CP_CAUSE_API;
     snprintf(op->key_id, sizeof op->key_id, "%s", key_id ? key_id : "");

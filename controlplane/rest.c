@@ -154,6 +154,7 @@ enum rest_route {
     R_REFRESH,
     R_PAUSE,
     R_SNAPSHOT,    /* POST /sandboxes/{id}/snapshots */
+    R_ROLLBACK,    /* POST /sandboxes/{id}/rollback */
     R_NETWORK,     /* PUT /sandboxes/{id}/network */
     R_TPL_REQUEST, /* POST /v3/templates */
     R_TPL_TRIGGER, /* POST /v2/templates/{id}/builds/{buildID} */
@@ -597,7 +598,18 @@ static void rest__on_body(struct al_http_req *req, int err)
         if (b && cp_snapshot_body(req, b, name, sizeof name) == 0) {
             struct cp_sandbox *sb = rest__find(x->cp, req, x->id);
             if (sb)
-                cp_lifecycle_snapshot(sb, req, name, x->who.key_id);
+                cp_lifecycle_snapshot(sb, CP_OP_SNAPSHOT, req, name, x->who.key_id);
+        }
+        json_decref(b);
+        break;
+    }
+    case R_ROLLBACK: {
+        json_t *b = rest__body(req, true);
+        char snap[72];
+        if (b && cp_rollback_body(req, b, snap, sizeof snap) == 0) {
+            struct cp_sandbox *sb = rest__find(x->cp, req, x->id);
+            if (sb)
+                cp_lifecycle_snapshot(sb, CP_OP_ROLLBACK, req, snap, x->who.key_id);
         }
         json_decref(b);
         break;
@@ -1132,6 +1144,10 @@ void cp_on_request(struct al_http_req *req, void *ctx)
             rest__with_body(req, cp, &who, R_SNAPSHOT, id);
         else if (rest__is(action, "snapshots"))
             cp_rest_error(req, 405, "%s is not allowed on %s (POST takes a snapshot)", m, p);
+        else if (post && rest__is(action, "rollback"))
+            rest__with_body(req, cp, &who, R_ROLLBACK, id);
+        else if (rest__is(action, "rollback"))
+            cp_rest_error(req, 405, "%s is not allowed on %s (POST rolls the sandbox back)", m, p);
         else if (rest__is(action, "network") && rest__is(m, "PUT"))
             rest__with_body(req, cp, &who, R_NETWORK, id);
         else if (rest__is(action, "network"))

@@ -13,6 +13,7 @@
 #include "builds.h"
 #include "cp.h"
 #include "disk.h"
+#include "egressreg.h"
 #include "events.h"
 #include "ids.h"
 #include "list.h"
@@ -219,6 +220,145 @@ void cp_snapshot_run(struct cp_sandbox *sb, struct cp_op *op, void (*finish)(str
     }
 }
 
+/* ---- POST /sandboxes/{id}/rollback -------------------------------------------------------- */
+
+int cp_rollback_body(struct al_http_req *req, const json_t *body, char *id, size_t len)
+{
+    id[0] = '\0';
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)body, k, v)
+    {
+        if (strcmp(k, "snapshotID") != 0) {
+            cp_rest_error(req, 400,
+                          "%.64s: not a field of a rollback request (only \"snapshotID\")", k);
+            return -EINVAL;
+        }
+        const char *s = json_string_value(v);
+        if (!s || strlen(s) >= len || !snap__id_valid(s)) {
+            cp_rest_error(req, 400,
+                          "snapshotID: must be a snapshot id (\"" CP_SNAP_PREFIX "...\", as "
+                          "createSnapshot answers)");
+            return -EINVAL;
+        }
+        snprintf(id, len, "%s", s);
+    }
+    if (!id[0]) {
+        cp_rest_error(req, 400, "snapshotID is required: the snapshot to roll the sandbox back to");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static void snap__rolled_back(struct cp_sandbox *sb, int rc, json_t *res, const char *msg,
+                              void *arg)
+{
+    struct snap_take *t = arg;
+    struct cp_op *op = t->op;
+    sb->rolling_back[0] = '\0';
+    uint64_t ms = (al_now_ns() - t->t0) / 1000000;
+    if (rc) {
+        /* airlock-vmm refused before it stopped anything (the sandbox runs on as it was), or
+         * it failed to build the sandbox again and stops: then its exit is a crash of the
+         * sandbox, as any. */
+        al_warn("sandbox %s: rollback to %s failed: %s", sb->rec.id, t->id,
+                msg && *msg ? msg : strerror(-rc));
+        if (op->req)
+            cp_rest_error(op->req, rc == -EALREADY ? 409 : 500,
+                          "rolling back sandbox %s to %s failed: %s", sb->rec.id, t->id,
+                          msg && *msg ? msg : strerror(-rc));
+        op->req = NULL;
+    } else {
+        al_info("sandbox %s: rolled back to snapshot %s in %llu ms (stop %.1f ms, files %.1f "
+                "ms)",
+                sb->rec.id, t->id, (unsigned long long)ms,
+                json_number_value(json_object_get(res, "stop_ms")),
+                json_number_value(json_object_get(res, "restore_ms")));
+        /* The new agent installed the CA the sandbox was created with; the current one
+         * (if the egress proxy's changed since) goes to it again. */
+        if (sb->rec.intercept && json_object_get(sb->rec.intercept, "agentCaFingerprint")) {
+            json_object_del(sb->rec.intercept, "agentCaFingerprint");
+            cp_sb_save(sb);
+        }
+        cp_egress_ca_sync(sb);
+        cp_event_emit(sb, CP_EV_ROLLED_BACK, op->cause, op->key_id,
+                      json_pack("{s:s}", "snapshot_id", t->id));
+        if (op->req)
+            al_http_reply_json(
+                op->req, 200, json_pack("{s:s,s:s}", "sandboxID", sb->rec.id, "snapshotID", t->id));
+        op->req = NULL;
+    }
+    void (*finish)(struct cp_sandbox *) = t->finish;
+    free(t);
+    finish(sb);
+}
+
+void cp_rollback_run(struct cp_sandbox *sb, struct cp_op *op, void (*finish)(struct cp_sandbox *sb))
+{
+    struct cp *cp = sb->cp;
+    struct cp_store_snap r;
+    struct al_error err = {0};
+    int status = 0;
+    char why[600] = "";
+    int rc = cp_store_snap_load(cp->store, op->name, &r, &err);
+    if (rc == -ENOENT || (rc == 0 && strcmp(r.key_id, op->key_id) != 0)) {
+        status = 404;
+        snprintf(why, sizeof why, "snapshot \"%s\" not found", op->name);
+    } else if (rc) {
+        status = 500;
+        snprintf(why, sizeof why, "%s", al_error_str(&err));
+    } else if (strcmp(r.sandbox_id, sb->rec.id) != 0) {
+        status = 400;
+        snprintf(why, sizeof why,
+                 "snapshot %s is of sandbox %s, not of %s: a sandbox rolls back to its own "
+                 "snapshots only (start a new sandbox from it with Sandbox.create)",
+                 op->name, r.sandbox_id, sb->rec.id);
+    } else if (sb->rec.state == CP_SB_PAUSED) {
+        status = 409;
+        snprintf(why, sizeof why, "sandbox %s is paused: resume it (connect) first", sb->rec.id);
+    } else if (sb->gone || sb->rec.state != CP_SB_RUNNING) {
+        status = 409;
+        snprintf(why, sizeof why, "sandbox %s is not running", sb->rec.id);
+    } else if (!cp->backend->rollback) {
+        status = 501;
+        snprintf(why, sizeof why, "cannot roll back sandbox %s: the test backend has no rollback",
+                 sb->rec.id);
+    } else if (strcmp(sb->rec.backend, "jail") != 0) {
+        status = 501;
+        snprintf(why, sizeof why,
+                 "cannot roll back sandbox %s: rollback exists for jail sandboxes only",
+                 sb->rec.id);
+    }
+    struct snap_take *t = status ? NULL : calloc(1, sizeof *t);
+    if (!status && !t) {
+        status = 500;
+        snprintf(why, sizeof why, "out of memory");
+    }
+    if (status) {
+        if (op->req)
+            cp_rest_error(op->req, status, "%s", why);
+        op->req = NULL;
+        finish(sb);
+        return;
+    }
+    t->op = op;
+    t->finish = finish;
+    t->t0 = al_now_ns();
+    snprintf(t->id, sizeof t->id, "%s", r.id);
+    snap__dir(cp, t->id, t->dir, sizeof t->dir);
+    snprintf(sb->rolling_back, sizeof sb->rolling_back, "%s", t->id);
+    al_info("sandbox %s: rolling back to snapshot %s (key %s)", sb->rec.id, t->id, op->key_id);
+    rc = cp->backend->rollback(sb, t->dir, snap__rolled_back, t);
+    if (rc) {
+        sb->rolling_back[0] = '\0';
+        if (op->req)
+            cp_rest_error(op->req, 500, "rolling back sandbox %s: %s", sb->rec.id, strerror(-rc));
+        op->req = NULL;
+        free(t);
+        finish(sb);
+    }
+}
+
 /* ---- GET /snapshots ------------------------------------------------------------------------ */
 
 struct snap_page {
@@ -293,6 +433,14 @@ static void snap__delete(struct cp *cp, struct al_http_req *req, const struct cp
     int rc = cp_store_snap_load(cp->store, id, &r, &err);
     if (rc == -ENOENT || (rc == 0 && strcmp(r.key_id, who->key_id) != 0)) {
         cp_rest_error(req, 404, "snapshot \"%s\" not found", id);
+        return;
+    }
+    struct cp_sandbox *of = rc == 0 ? cp_sandbox_get(cp, r.sandbox_id) : NULL;
+    if (of && strcmp(of->rolling_back, id) == 0) {
+        cp_rest_error(req, 409,
+                      "snapshot %s: sandbox %s is being rolled back to it; try again "
+                      "once that is done",
+                      id, r.sandbox_id);
         return;
     }
     if (rc == 0)

@@ -2,7 +2,9 @@
  *
  * Owns: POST /sandboxes/{id}/snapshots (Sandbox.createSnapshot: runs as an operation of the
  * sandbox's queue, CP_OP_SNAPSHOT, so it never overlaps a pause, resume or kill of it),
- * GET /snapshots (listSnapshots: the caller's key's snapshots, oldest first, paged by
+ * POST /sandboxes/{id}/rollback (an airlock extension: the sandbox's file system replaced by
+ * one of its own snapshots in place, CP_OP_ROLLBACK in the same queue), GET /snapshots
+ * (listSnapshots: the caller's key's snapshots, oldest first, paged by
  * limit/nextToken and x-next-token, filtered by sandboxID and name), DELETE /templates/{id}
  * of a snapshot id (deleteSnapshot), what Sandbox.create(snapshotID) starts from
  * (cp_snapshot_for_create), the snapshot store's directory <state>/snapshots and its sweep.
@@ -39,6 +41,12 @@ int cp_snapshot_body(struct al_http_req *req, const json_t *body, char *name, si
 /* Runs the CP_OP_SNAPSHOT op of sb (op->name, op->key_id): answers op->req and calls
  * finish(sb) once over (possibly before returning). */
 void cp_snapshot_run(struct cp_sandbox *sb, struct cp_op *op,
+                     void (*finish)(struct cp_sandbox *sb));
+/* Checks a rollback body ({"snapshotID": ID}) into id: 0, or 400 answered and -EINVAL. */
+int cp_rollback_body(struct al_http_req *req, const json_t *body, char *id, size_t len);
+/* Runs the CP_OP_ROLLBACK op of sb (op->name: the snapshot's id, op->key_id): answers
+ * op->req and calls finish(sb) once over (possibly before returning). */
+void cp_rollback_run(struct cp_sandbox *sb, struct cp_op *op,
                      void (*finish)(struct cp_sandbox *sb));
 /* Routes GET /snapshots and DELETE /templates/{snapshot id}; false for another request. */
 bool cp_snapshots_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);

@@ -854,7 +854,7 @@ static bool wh__fields(struct cp *cp, struct al_http_req *req, json_t *body, jso
                 json_decref(list);
                 cp_rest_error(req, 400,
                               "events[%zu]: not an event type (sandbox.lifecycle.created, "
-                              "killed, updated, paused, resumed, checkpointed)",
+                              "killed, updated, paused, resumed, checkpointed, rolled_back)",
                               i);
                 return false;
             }

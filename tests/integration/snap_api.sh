@@ -5,8 +5,10 @@
 # restart (listed, a new sandbox starts from it with its files); SIGKILL of airlockd while
 # airlock-vmm copies a second snapshot leaves no snapshot anyone can list or start from, and
 # the next start removes its files (the copy airlock-vmm finished, or its .tmp- directory);
-# the sandbox it was taken of runs on. Deleting the snapshot removes its files. At the end
-# nothing is left.
+# the sandbox it was taken of runs on. A rollback to it restores the sandbox's files in place
+# (same id and expiry, an event), and SIGKILL of airlockd in the middle of one leaves the
+# sandbox rolled back (airlock-vmm completes it) and adopted at the next start. Deleting the
+# snapshot removes its files. At the end nothing is left.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 [ -x "$AIRLOCK_BIN/airlock-vmm" ] || { echo "snap_api: airlock-vmm is not built: SKIP"; exit 0; }
@@ -57,6 +59,43 @@ al_match "the start removed them" 'removed 1 incomplete or deleted snapshot dire
   cat "$AL_TMP/airlockd.log"
 al_eq "only the first snapshot is listed" "$(snap_ids "$A")" "$S1"
 al_match "$A runs on (thawed)" '^ok$' cp_exec "$A" sh -c 'echo > /home/user/after && echo ok'
+
+al_note "rollback of $A to its snapshot, in place"
+field() { cp_api "$CP_URL/sandboxes/$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$2"; }
+END_BEFORE=$(field "$A" endAt)
+al_ok "files changed in $A" cp_exec "$A" sh -c 'rm /home/user/marker && echo later > /home/user/later'
+out=$(cp_api -w ' %{http_code}' -X POST "$CP_URL/sandboxes/$A/rollback" -d "{\"snapshotID\":\"$S1\"}")
+al_match "POST /sandboxes/$A/rollback" "\"sandboxID\":\"$A\".*\"snapshotID\":\"$S1\".* 200\$" echo "$out"
+al_eq "its marker is back" "$(cp_exec "$A" cat /home/user/marker)" kept
+al_eq "what was written since is gone" "$(cp_exec "$A" sh -c 'test -e /home/user/later || test -e /home/user/after && echo yes || echo no')" no
+al_eq "its 96 MB file, as snapshotted" "$(cp_exec "$A" sha256sum /home/user/big)" "$SUM"
+al_eq "the same sandbox: its expiry unchanged" "$(field "$A" endAt)" "$END_BEFORE"
+al_match "a sandbox.lifecycle.rolled_back event naming the snapshot" \
+  "\"type\":\"sandbox.lifecycle.rolled_back\".*\"snapshot_id\":\"$S1\"|\"snapshot_id\":\"$S1\".*\"type\":\"sandbox.lifecycle.rolled_back\"" \
+  cp_api "$CP_URL/events/sandboxes/$A?types=sandbox.lifecycle.rolled_back"
+
+al_note "SIGKILL of airlockd during a rollback: airlock-vmm completes it"
+al_ok "files changed in $A again" cp_exec "$A" sh -c 'rm /home/user/marker && echo again > /home/user/again'
+# (the log has the first rollback's lines: this one's are the second)
+nlines() { grep -c "sandbox $A: $1 /" "$AL_TMP/airlockd.log"; }
+cp_api -o "$AL_TMP/rollback.out" -X POST "$CP_URL/sandboxes/$A/rollback" -d "{\"snapshotID\":\"$S1\"}" 2>/dev/null &
+post=$!
+# airlock-vmm has the request once it says so (its log goes to airlockd's).
+al_wait_until 120 eval '[ "$(nlines "rolling back to")" -ge 2 ]' ||
+  al_fail "airlock-vmm did not begin the rollback"
+al_kill airlockd KILL
+# (the copy of 96 MB takes a few hundred milliseconds; the wait above polls every 50)
+hit=no
+[ "$(nlines "rolled back to")" -lt 2 ] && hit=yes
+wait "$post" 2>/dev/null
+al_eq "airlockd was killed before airlock-vmm had copied the snapshot's files" "$hit" yes
+al_wait_until 120 eval '[ "$(nlines "rolled back to")" -ge 2 ]' ||
+  al_fail "airlock-vmm did not complete the rollback after airlockd's SIGKILL"
+cp_start || exit 1
+al_eq "$A is running after the restart" "$(field "$A" state)" running
+al_eq "rolled back: its marker" "$(cp_exec "$A" cat /home/user/marker)" kept
+al_eq "rolled back: nothing of what was written before" "$(cp_exec "$A" sh -c 'test -e /home/user/again && echo yes || echo no')" no
+al_eq "its expiry unchanged" "$(field "$A" endAt)" "$END_BEFORE"
 
 al_note "a sandbox from the snapshot after the restarts"
 B=$(cp_create "{\"templateID\":\"$S1\",\"timeout\":600}")

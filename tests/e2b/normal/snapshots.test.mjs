@@ -144,3 +144,41 @@ test('snapshots: createSnapshot, Sandbox.create(snapshotId), list, delete', asyn
   for (const x of [snap2, anon]) assert.equal(await Sandbox.deleteSnapshot(x.snapshotId), true)
   assert.equal((await listAll({ sandboxId: s.sandboxId })).length, 0)
 })
+
+test('snapshots: rollback in place to one of its own (airlock extension, by fetch)', async (t) => {
+  if (BACKEND !== 'jail') return t.skip('SKIP: rollback needs the jail backend')
+  const s = await create()
+  const other = await create()
+  await s.files.write('/home/user/a.txt', 'A')
+  const snap = await s.createSnapshot()
+  const foreign = await other.createSnapshot()
+  await s.files.write('/home/user/b.txt', 'B')
+  await s.commands.run('rm /home/user/a.txt')
+  const before = await Sandbox.getInfo(s.sandboxId)
+
+  const r = await api('POST', `/sandboxes/${s.sandboxId}/rollback`, { snapshotID: snap.snapshotId })
+  assert.equal(r.status, 200, JSON.stringify(r.body))
+  assert.deepEqual(r.body, { sandboxID: s.sandboxId, snapshotID: snap.snapshotId })
+  // The same Sandbox object goes on working: same id, token, expiry; the files as then.
+  assert.equal(await s.files.read('/home/user/a.txt'), 'A')
+  assert.equal((await s.commands.run('test -e /home/user/b.txt && echo yes || echo no')).stdout, 'no\n')
+  const after = await Sandbox.getInfo(s.sandboxId)
+  assert.equal(after.state, 'running')
+  assert.equal(after.endAt.getTime(), before.endAt.getTime())
+  const evs = (await api('GET', `/events/sandboxes/${s.sandboxId}?orderAsc=true&limit=100`)).body
+    .filter((e) => e.type === 'sandbox.lifecycle.rolled_back')
+  assert.equal(evs.length, 1)
+  assert.equal(evs[0].eventData.snapshot_id, snap.snapshotId)
+  assert.ok(evs[0].eventData.apiKeyId)
+
+  // Refusals: another sandbox's snapshot (400, naming why), none (404), paused (409).
+  const bad = await api('POST', `/sandboxes/${s.sandboxId}/rollback`, { snapshotID: foreign.snapshotId })
+  assert.equal(bad.status, 400)
+  assert.match(bad.body.message, /is of sandbox .* not of/)
+  const none = await api('POST', `/sandboxes/${s.sandboxId}/rollback`, { snapshotID: 'snap_aaaaaaaaaaaaaaaaaaa0' })
+  assert.equal(none.status, 404)
+  await s.pause()
+  const paused = await api('POST', `/sandboxes/${s.sandboxId}/rollback`, { snapshotID: snap.snapshotId })
+  assert.equal(paused.status, 409)
+  for (const x of [snap, foreign]) assert.equal(await Sandbox.deleteSnapshot(x.snapshotId), true)
+})

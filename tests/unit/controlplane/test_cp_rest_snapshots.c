@@ -282,6 +282,66 @@ START_TEST(snapshots_keep_template_version)
 }
 END_TEST
 
+/* POST /sandboxes/{id}/rollback where no jail is needed: its body, whose snapshots it takes
+ * (404 another key's or none, 400 another sandbox's), 409 paused, 501 on the test backend;
+ * a refusal leaves the sandbox running (a jail rolls back: tests/integration/snap_api.sh). */
+START_TEST(snapshots_rollback_refused)
+{
+    db_open();
+    char id[64], other[64], path[200], body[200];
+    create("{\"templateID\":\"base\"}", id, NULL);
+    create("{\"templateID\":\"base\"}", other, NULL);
+    put(S1, "n", id, "env", "base");
+    put(S2, "", other, "env", "base");
+    put(SO, "", id, "other", "base");
+    struct resp r;
+    snprintf(path, sizeof path, "/sandboxes/%s/rollback", id);
+    req(&r, "POST", path, NULL);
+    assert_error(&r, 400, "a JSON object body is required");
+    resp_free(&r);
+    req(&r, "POST", path, "{}");
+    assert_error(&r, 400, "snapshotID is required");
+    resp_free(&r);
+    req(&r, "POST", path, "{\"snapshotID\":\"../x\"}");
+    assert_error(&r, 400, "snapshotID: must be a snapshot id");
+    resp_free(&r);
+    req(&r, "POST", path, "{\"snapshotID\":\"" S1 "\",\"memory\":true}");
+    assert_error(&r, 400, "memory: not a field of a rollback request");
+    resp_free(&r);
+    req(&r, "GET", path, NULL);
+    assert_error(&r, 405, "POST rolls the sandbox back");
+    resp_free(&r);
+    req(&r, "POST", "/sandboxes/nosuchsandbox/rollback", "{\"snapshotID\":\"" S1 "\"}");
+    assert_error(&r, 404, "not found");
+    resp_free(&r);
+    req(&r, "POST", path, "{\"snapshotID\":\"snap_aaaaaaaaaaaaaaaaaaa7\"}");
+    assert_error(&r, 404, "snapshot \"snap_aaaaaaaaaaaaaaaaaaa7\" not found");
+    resp_free(&r);
+    req(&r, "POST", path, "{\"snapshotID\":\"" SO "\"}");
+    assert_error(&r, 404, "snapshot \"" SO "\" not found");
+    resp_free(&r);
+    req(&r, "POST", path, "{\"snapshotID\":\"" S2 "\"}");
+    snprintf(body, sizeof body, "is of sandbox %s, not of %s", other, id);
+    assert_error(&r, 400, body);
+    resp_free(&r);
+    req(&r, "POST", path, "{\"snapshotID\":\"" S1 "\"}");
+    assert_error(&r, 501, "the test backend has no rollback");
+    resp_free(&r);
+    snprintf(body, sizeof body, "/sandboxes/%s/pause", id);
+    req(&r, "POST", body, NULL);
+    ck_assert_msg(r.status == 204, "%d %s", r.status, r.raw);
+    resp_free(&r);
+    req(&r, "POST", path, "{\"snapshotID\":\"" S1 "\"}");
+    assert_error(&r, 409, "is paused: resume it");
+    resp_free(&r);
+    snprintf(body, sizeof body, "/sandboxes/%s", id);
+    req(&r, "GET", body, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(jstr(r.body, "state"), "paused");
+    resp_free(&r);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_rest_snapshots");
@@ -290,6 +350,7 @@ static Suite *suite(void)
     tcase_add_test(t, snapshots_list_delete_restore);
     tcase_add_test(t, snapshots_sweep_and_versions);
     tcase_add_test(t, snapshots_keep_template_version);
+    tcase_add_test(t, snapshots_rollback_refused);
     suite_add_tcase(s, t);
     return s;
 }
