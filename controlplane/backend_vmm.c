@@ -940,7 +940,10 @@ static int vmm_stats(struct cp_sandbox *sb, cp_backend_stats_cb cb, void *arg)
 
 static void vmm__snapshot_done(struct vmm_call *x, int status, json_t *body, const char *why)
 {
-    int rc = status == 200 && json_is_object(body) ? 0 : status == 409 ? -EALREADY : -EIO;
+    int rc = status == 200 && json_is_object(body) ? 0
+             : status == 409                       ? -EALREADY
+             : status == 501                       ? -ENOTSUP
+                                                   : -EIO;
     char msg[600];
     if (rc && status > 0 && !*why)
         snprintf(msg, sizeof msg, "airlock-vmm answered %d", status);

@@ -264,7 +264,10 @@ static void snap__rolled_back(struct cp_sandbox *sb, int rc, json_t *res, const 
         al_warn("sandbox %s: rollback to %s failed: %s", sb->rec.id, t->id,
                 msg && *msg ? msg : strerror(-rc));
         if (op->req)
-            cp_rest_error(op->req, rc == -EALREADY ? 409 : 500,
+            cp_rest_error(op->req,
+                          rc == -EALREADY  ? 409
+                          : rc == -ENOTSUP ? 501
+                                           : 500,
                           "rolling back sandbox %s to %s failed: %s", sb->rec.id, t->id,
                           msg && *msg ? msg : strerror(-rc));
         op->req = NULL;

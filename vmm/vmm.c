@@ -561,6 +561,12 @@ int vmm_rollback(struct vmm *v, const char *dir, const char *access_token,
         return al_error_set(err, -ENOTSUP, "the %s backend has no rollback", v->backend->name);
     if (v->rollback_done)
         return al_error_set(err, -EBUSY, "sandbox %s is being rolled back already", v->spec.id);
+    if (access_token && !v->spec_token)
+        return al_error_set(err, -ENOTSUP,
+                            "sandbox %s was started without its identity and given it later "
+                            "through its agent's /init (a warm sandbox): its environment is "
+                            "not kept, so a rollback could not give it again",
+                            v->spec.id);
     if (v->state == VMM_PAUSED)
         return al_error_set(err, -EALREADY, "sandbox %s is paused: resume it first", v->spec.id);
     if (v->state != VMM_RUNNING)
@@ -922,6 +928,7 @@ int vmm_run(const struct vmm_opts *o)
     listen_fd = -1;
     /* The agent has its token; this process has no further use for it (the zeroing
      * allocator wipes it as it is freed). */
+    v->spec_token = v->spec.access_token != NULL;
     if (v->spec.access_token) {
         json_object_del(v->spec.root, "access_token");
         v->spec.access_token = NULL;

@@ -76,6 +76,9 @@ struct vmm {
     /* A rollback whose new agent is not healthy yet: called once it is (or is not). */
     void (*rollback_done)(struct vmm *v, int rc, json_t *info, const char *msg);
     json_t *rollback_info;
+    /* The spec carried the agent's token: without one (a warm start) the agent got its
+     * identity later from airlockd (its /init), which a rollback cannot give again. */
+    bool spec_token;
 };
 
 /* Runs one sandbox; returns the process exit code (VMM_EXIT_*). */

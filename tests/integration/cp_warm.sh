@@ -154,6 +154,15 @@ done
 al_match "root of the sandbox cannot read the agent's memory" 'mem: cannot open' \
   cat "$AL_TMP/pre_root.log"
 
+al_note "a rollback of the claimed sandbox is refused (its identity came by /init)"
+SNAP=$(cp_api -X POST "$CP_URL/sandboxes/$SB/snapshots" -d '{}' |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["snapshotID"])')
+al_ok "a snapshot of it: $SNAP" test -n "$SNAP"
+al_match "POST /sandboxes/$SB/rollback: 501 naming why" '"code":501.*warm sandbox' \
+  cp_api -X POST "$CP_URL/sandboxes/$SB/rollback" -d "{\"snapshotID\":\"$SNAP\"}"
+al_eq "it runs on, its envVars with it" "$(cp_exec "$SB" sh -c 'echo "$WARM_SECRET"')" "$SECRET"
+al_eq "the snapshot deleted" "$(cp_api -o /dev/null -w '%{http_code}' -X DELETE "$CP_URL/templates/$SNAP")" 204
+
 al_note "the pool refills"
 al_check "a new warm sandbox of base is ready" al_wait_until 120 warm_ready
 W2=$(warm_ids | grep -vx "$SB")
