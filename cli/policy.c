@@ -5,6 +5,7 @@
  * (summaries, explanations, JSON) go to stdout. docs/policy.md documents every command and
  * the CASES file format. */
 #include "cli/cli.h"
+#include "common/http_head.h"
 #include "policy/policy.h"
 
 #include <arpa/inet.h>
@@ -44,23 +45,9 @@ struct cli__req {
     struct policy_addr addr;
 };
 
-static int cli__parse_port(const char *s, size_t len, uint16_t *out, struct al_error *err)
-{
-    if (len == 0 || len > 5)
-        return al_error_set(err, -EINVAL, "the port must be a number 1..65535");
-    unsigned v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return al_error_set(err, -EINVAL, "the port must be a number 1..65535");
-        v = v * 10 + (unsigned)(s[i] - '0');
-    }
-    if (v < 1 || v > 65535)
-        return al_error_set(err, -EINVAL, "port %u is outside 1..65535", v);
-    *out = (uint16_t)v;
-    return 0;
-}
-
-/* Parses URL forms into a request. method may be NULL (default GET for http/https). */
+/* Parses URL forms into a request. method may be NULL (default GET for http/https). The
+ * request-target parser of the proxies reads the URL (common/http_head.h): what it refuses
+ * in a sandbox's request is refused here with the same reason. */
 static int cli__url(const char *url, const char *method, bool connection, struct cli__req *r,
                     struct al_error *err)
 {
@@ -70,64 +57,52 @@ static int cli__url(const char *url, const char *method, bool connection, struct
         snprintf(r->host, sizeof r->host, "%s", url + 4);
         return 0;
     }
-    const char *rest = url;
-    enum policy_scheme scheme = POLICY_SCHEME_TCP;
-    uint16_t port = 0;
-    if (strncmp(url, "https://", 8) == 0) {
-        scheme = POLICY_SCHEME_HTTPS;
-        port = 443;
-        rest = url + 8;
-    } else if (strncmp(url, "http://", 7) == 0) {
-        scheme = POLICY_SCHEME_HTTP;
-        port = 80;
-        rest = url + 7;
-    } else if (strncmp(url, "tcp://", 6) == 0) {
-        rest = url + 6;
-    } else if (strstr(url, "://")) {
-        return al_error_set(err, -EINVAL, "unsupported URL scheme in '%s' (https, http, tcp)", url);
-    }
-    size_t alen = strcspn(rest, "/?#");
-    const char *tail = rest + alen;
-    if (memchr(rest, '@', alen))
-        return al_error_set(err, -EINVAL,
-                            "'%s' has userinfo (user@host): that is not part of the host the "
-                            "proxy checks; remove it",
-                            url);
-    const char *hs = rest, *colon = NULL;
-    size_t hl = alen;
-    if (alen && rest[0] == '[') {
-        const char *close = memchr(rest, ']', alen);
-        if (!close)
-            return al_error_set(err, -EINVAL, "'[' without ']' in '%s'", url);
-        hl = (size_t)(close - rest) + 1;
-        if (hl < alen) {
-            if (rest[hl] != ':')
-                return al_error_set(err, -EINVAL, "unexpected text after ']' in '%s'", url);
-            colon = rest + hl;
-        }
-    } else {
-        colon = memchr(rest, ':', alen);
-        if (colon && memchr(colon + 1, ':', alen - (size_t)(colon - rest) - 1))
+    bool tcp = strncmp(url, "tcp://", 6) == 0;
+    const char *u = tcp ? url + 6 : url, *why = NULL;
+    struct al_http_target t;
+    if (al_http_target_parse(u, strlen(u), AL_HTTP_TARGET_AUTHORITY_OK, &t, &why) < 0) {
+        if (strcmp(why, "userinfo_in_authority") == 0)
             return al_error_set(err, -EINVAL,
-                                "IPv6 addresses in URLs need brackets: https://[2001:db8::1]/");
-        if (colon)
-            hl = (size_t)(colon - rest);
+                                "'%s' has userinfo (user@host): that is not part of the host the "
+                                "proxy checks; remove it",
+                                url);
+        if (strcmp(why, "fragment_in_target") == 0)
+            return al_error_set(err, -EINVAL, "'%s': a fragment (#...) is never sent; remove it",
+                                url);
+        if (strcmp(why, "missing_port") == 0)
+            return al_error_set(err, -EINVAL, "'%s': raw TCP needs host:port", url);
+        if (strcmp(why, "invalid_target") == 0 && strstr(url, "://"))
+            return al_error_set(err, -EINVAL, "unsupported URL scheme in '%s' (https, http, tcp)",
+                                url);
+        if (strcmp(why, "invalid_target") == 0)
+            return al_error_set(err, -EINVAL,
+                                "'%s' is not a URL: https://host[:port]/path, "
+                                "http://host[:port]/path, host:port, tcp://host:port or dns:NAME",
+                                url);
+        return al_error_set(err, -EINVAL, "'%s': %s", url, al_http_target_message(why));
     }
-    if (colon && cli__parse_port(colon + 1, alen - (size_t)(colon + 1 - rest), &port, err))
-        return al_error_prefix(err, "'%s'", url);
-    if (scheme == POLICY_SCHEME_TCP && !colon)
-        return al_error_set(err, -EINVAL, "'%s': raw TCP needs host:port", url);
-    if (hl == 0 || hl >= sizeof r->host)
-        return al_error_set(err, -EINVAL, "'%s' has no host", url);
-    memcpy(r->host, hs, hl);
+    if (t.form != AL_HTTP_TARGET_ABSOLUTE && t.form != AL_HTTP_TARGET_AUTHORITY)
+        return al_error_set(err, -EINVAL,
+                            "'%s' has no host: https://host[:port]/path, http://host[:port]/path, "
+                            "host:port, tcp://host:port or dns:NAME",
+                            url);
+    if (tcp && t.form != AL_HTTP_TARGET_AUTHORITY)
+        return al_error_set(err, -EINVAL, "'%s': raw TCP is tcp://host:port (no scheme inside)",
+                            url);
+    size_t hl;
+    const char *host = al_http_authority_host(&t.authority, &hl);
+    memcpy(r->host, host, hl); /* at most 257 bytes (al_http_authority_parse) */
     r->host[hl] = '\0';
-    if (strchr(tail, '#'))
-        return al_error_set(err, -EINVAL, "'%s': a fragment (#...) is never sent; remove it", url);
     r->req.host = r->host;
     r->req.host_len = hl;
-    r->req.port = port;
-    r->req.scheme = scheme;
-    if (scheme == POLICY_SCHEME_TCP || connection) {
+    if (t.form == AL_HTTP_TARGET_AUTHORITY) {
+        r->req.scheme = POLICY_SCHEME_TCP;
+        r->req.port = t.authority.port;
+    } else {
+        r->req.scheme = t.https ? POLICY_SCHEME_HTTPS : POLICY_SCHEME_HTTP;
+        r->req.port = t.authority.has_port ? t.authority.port : t.https ? 443 : 80;
+    }
+    if (r->req.scheme == POLICY_SCHEME_TCP || connection) {
         if (method)
             return al_error_set(err, -EINVAL,
                                 "a method needs an http:// or https:// request "
@@ -135,10 +110,9 @@ static int cli__url(const char *url, const char *method, bool connection, struct
         return 0;
     }
     snprintf(r->method, sizeof r->method, "%s", method ? method : "GET");
-    if (*tail == '\0' || *tail == '?')
-        snprintf(r->path, sizeof r->path, "/%s", tail);
-    else
-        snprintf(r->path, sizeof r->path, "%s", tail);
+    if (al_http_target_origin(&t, r->path, sizeof r->path) < 0)
+        return al_error_set(err, -EINVAL, "'%s': the path is longer than %d bytes", url,
+                            POLICY_PATH_MAX);
     r->req.method = r->method;
     r->req.method_len = strlen(r->method);
     r->req.path = r->path;

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -400,6 +401,21 @@ int al_http_target_parse(const char *t, size_t n, unsigned flags, struct al_http
     if (!out->authority.has_port)
         return head__refuse(reason, "missing_port");
     return 0;
+}
+
+const char *al_http_authority_host(const struct al_http_authority *a, size_t *len)
+{
+    *len = a->host_len + (a->ip6 ? 2 : 0);
+    return a->ip6 ? a->host - 1 : a->host;
+}
+
+int al_http_target_origin(const struct al_http_target *t, char *out, size_t len)
+{
+    /* The path and the query are contiguous in the target; an empty path's pointer is where
+     * the '?' stands. */
+    size_t n = t->path_len + (t->has_query ? 1 + t->query_len : 0);
+    int w = snprintf(out, len, "%s%.*s", t->path_len ? "" : "/", (int)n, n ? t->path : "");
+    return w < 0 || (size_t)w >= len ? -ENAMETOOLONG : 0;
 }
 
 static const char *const head__target_messages[][2] = {

@@ -119,6 +119,13 @@ int al_http_target_parse(const char *t, size_t n, unsigned flags, struct al_http
  * "invalid_host", "invalid_port". */
 int al_http_authority_parse(const char *a, size_t n, struct al_http_authority *out,
                             const char **reason);
+/* The host of a as written, an IPv6 literal with its brackets ("[2001:db8::1]"): what the
+ * policy's canonicaliser (policy_host_canon) and audit records take. *len gets its length. */
+const char *al_http_authority_host(const struct al_http_authority *a, size_t *len);
+/* What an origin- or absolute-form target t asks its origin for, its path with the query:
+ * "/" for the empty path of "http://h", "/?q" for "http://h?q". Into out (len bytes,
+ * NUL-terminated); 0, or -ENAMETOOLONG when it does not fit. */
+int al_http_target_origin(const struct al_http_target *t, char *out, size_t len);
 /* The refusal reason of either parser as a sentence for a person ("the port is not a number
  * from 1 to 65535"); the reason itself if it is not theirs. */
 const char *al_http_target_message(const char *reason);

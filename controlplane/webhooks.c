@@ -114,9 +114,8 @@ int cp_wh_url_parse(const char *url, bool allow_http, struct cp_wh_url *out, str
                             "webhooks: webhooks.allow_http)");
     out->tls = t.https;
     out->port = t.authority.has_port ? t.authority.port : out->tls ? 443 : 80;
-    /* The canonicaliser takes an IPv6 literal with its brackets. */
-    const char *host = t.authority.ip6 ? t.authority.host - 1 : t.authority.host;
-    size_t host_len = t.authority.host_len + (t.authority.ip6 ? 2 : 0);
+    size_t host_len;
+    const char *host = al_http_authority_host(&t.authority, &host_len);
     struct policy_host h;
     struct al_error herr = {0};
     if (policy_host_canon(host, host_len, &h, &herr))
@@ -126,9 +125,10 @@ int cp_wh_url_parse(const char *url, bool allow_http, struct cp_wh_url *out, str
     bool v6 = out->host_is_addr && h.addr.family == AF_INET6;
     snprintf(out->target, sizeof out->target, "%s://%s%s%s:%d", out->tls ? "https" : "http",
              v6 ? "[" : "", out->host, v6 ? "]" : "", out->port);
-    /* path and query run to the end of url (there is no fragment) */
-    snprintf(out->path, sizeof out->path, "%s%s", t.path_len ? "" : "/", t.path);
-    return 0;
+    /* fits: url is at most WH_URL_MAX bytes */
+    return al_http_target_origin(&t, out->path, sizeof out->path) < 0
+               ? al_error_set(err, -EINVAL, "url: the path is too long")
+               : 0;
 }
 
 int cp_wh_addr_check(const struct sockaddr *sa, bool allow_private, char *why, size_t len)

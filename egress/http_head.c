@@ -189,8 +189,8 @@ static int req__refuse(int *status, const char **reason, int st, const char *why
  * canonicaliser and the audit record take). */
 static void req__host_name(const struct al_http_authority *a, char *out, size_t outlen)
 {
-    const char *h = a->ip6 ? a->host - 1 : a->host;
-    size_t hl = a->ip6 ? a->host_len + 2 : a->host_len;
+    size_t hl;
+    const char *h = al_http_authority_host(a, &hl);
     snprintf(out, outlen, "%.*s", (int)hl, h);
 }
 

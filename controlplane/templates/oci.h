@@ -55,6 +55,23 @@ void tpl_ref_format(const struct tpl_ref *r, char *out, size_t len);
 /* Whether s is "sha256:" and 64 lowercase hex digits. */
 bool tpl_digest_valid(const char *s);
 
+/* ---- URLs a registry names (a redirect's Location, a Bearer challenge's realm) ---------- */
+#define TPL_URL_MAX 4096
+struct tpl_url {
+    bool tls;
+    char target[300];    /* "https://authority": where requests go */
+    char authority[264]; /* "host[:port]" as the URL writes it (insecure_registries lists these) */
+    char host[258];      /* its host, lowercased, an IPv6 literal in brackets: which host it is */
+    char path[TPL_URL_MAX]; /* "/path?query" as sent: "http://h" asks for "/" */
+};
+/* Parses an absolute http:// or https:// URL (the request-target parser of common/http_head.h
+ * reads it: no userinfo, a host and a port as every component reads them), or, with base,
+ * also a reference relative to base: "/path?q" on base's authority, "//host/path" with base's
+ * scheme. A fragment is dropped (it is never sent). Returns 0, or -EINVAL / -ENAMETOOLONG with
+ * a message saying what is wrong. */
+int tpl_url_parse(const char *url, const struct tpl_url *base, struct tpl_url *out,
+                  struct al_error *err);
+
 /* ---- registries: the operator's configuration ------------------------------------------ */
 struct tpl_registries {
     /* Registries that may be pulled from, as references name them ("docker.io", "ghcr.io",

@@ -28,6 +28,7 @@
 
 #include "common/buf.h"
 #include "common/http.h"
+#include "common/http_head.h"
 #include "common/http_tls.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -37,7 +38,7 @@
 #define PULL_MAX_RETRIES   3
 #define PULL_ERRBODY_MAX   (64 * 1024)
 #define PULL_TOKEN_MAX     (1024 * 1024)
-#define PULL_URL_MAX       4096
+#define PULL_URL_MAX       TPL_URL_MAX
 #define PULL_USER_AGENT    "airlock/" AIRLOCK_VERSION
 #define PULL_STALL_NS      (60ull * 1000000000ull) /* no byte for this long: broken */
 
@@ -56,9 +57,8 @@ struct pull {
     uv_loop_t loop;
     struct al_http_pool *pool;
     struct al_http_tls *tls;
-    uv_timer_t tick;  /* while a transfer waits for another pull's lock on its blob */
-    char target[300]; /* "https://host:port" of the registry */
-    char host[256];   /* the registry's authority as requests go to it */
+    uv_timer_t tick;    /* while a transfer waits for another pull's lock on its blob */
+    struct tpl_url reg; /* the registry (its path unused) */
     bool insecure;
     char *auth; /* sodium: the Authorization value, or NULL */
     size_t auth_size;
@@ -73,8 +73,7 @@ enum xfer_state { X_IDLE, X_WAIT_LOCK, X_RUNNING, X_DONE };
 
 struct xfer {
     struct pull *p;
-    char target[300];
-    char path[PULL_URL_MAX];
+    struct tpl_url url;
     bool foreign; /* redirected to another host: no Authorization */
     const char *accept;
     const char *what; /* for messages: "manifest", "config", "layer 3/7" */
@@ -104,56 +103,54 @@ struct xfer {
 
 /* ---- urls ---------------------------------------------------------------------------- */
 
-/* "https://host[:port]/path?q" into target ("https://host:port") and path ("/path?q").
- * Only http and https; no userinfo. */
-static int url__split(const char *url, char *target, size_t tlen, char *path, size_t plen,
-                      char *host, size_t hlen, bool *tls)
+int tpl_url_parse(const char *url, const struct tpl_url *base, struct tpl_url *out,
+                  struct al_error *err)
 {
-    const char *p;
-    if (strncasecmp(url, "https://", 8) == 0) {
-        *tls = true;
-        p = url + 8;
-    } else if (strncasecmp(url, "http://", 7) == 0) {
-        *tls = false;
-        p = url + 7;
-    } else {
-        return -EINVAL;
+    memset(out, 0, sizeof *out);
+    /* A fragment is the client's own (it is never sent); a Location may carry one. */
+    size_t n = strcspn(url, "#");
+    if (n >= TPL_URL_MAX)
+        return al_error_set(err, -ENAMETOOLONG, "longer than %d bytes", TPL_URL_MAX - 1);
+    char abs[TPL_URL_MAX + 8];
+    const char *u = url;
+    if (base && n >= 2 && url[0] == '/' && url[1] == '/') {
+        /* A network-path reference ("//host/path"): the base's scheme, its own authority. */
+        snprintf(abs, sizeof abs, "%s:%.*s", base->tls ? "https" : "http", (int)n, url);
+        u = abs;
+        n = strlen(abs);
     }
-    size_t al = strcspn(p, "/?#");
-    if (al == 0 || al >= hlen || memchr(p, '@', al))
-        return -EINVAL;
-    memcpy(host, p, al);
-    host[al] = '\0';
-    int n = snprintf(target, tlen, "%s://%s", *tls ? "https" : "http", host);
-    if (n < 0 || (size_t)n >= tlen)
-        return -ENAMETOOLONG;
-    const char *rest = p + al;
-    size_t rl = strcspn(rest, "#");
-    if (rl + 2 > plen)
-        return -ENAMETOOLONG;
-    if (rest[0] == '/') {
-        memcpy(path, rest, rl);
-        path[rl] = '\0';
-    } else {
-        path[0] = '/';
-        memcpy(path + 1, rest, rl);
-        path[rl + 1] = '\0';
+    /* The request-target parser of every HTTP component: an absolute URL is exactly an
+     * absolute-form target, with the same refusals (userinfo, a bad host or port). */
+    struct al_http_target t;
+    const char *why = NULL;
+    if (al_http_target_parse(u, n, 0, &t, &why) < 0) {
+        if (strcmp(why, "invalid_target") == 0)
+            return al_error_set(err, -EINVAL, "not an http:// or https:// URL%s",
+                                base ? " nor a path" : "");
+        return al_error_set(err, -EINVAL, "%s", al_http_target_message(why));
     }
-    for (char *q = path; *q; q++)
-        if ((unsigned char)*q <= ' ' || (unsigned char)*q >= 0x7f)
-            return -EINVAL;
-    return 0;
-}
-
-/* The host part of an authority ("h:5000" -> "h"), lowercased, for comparing hosts. */
-static void url__hostname(const char *authority, char *out, size_t len)
-{
-    snprintf(out, len, "%s", authority);
-    char *c = out[0] == '[' ? strchr(out, ']') : strchr(out, ':');
-    if (c && out[0] != '[')
-        *c = '\0';
-    for (char *q = out; *q; q++)
-        *q = (char)tolower((unsigned char)*q);
+    if (t.form == AL_HTTP_TARGET_ORIGIN && base) {
+        out->tls = base->tls;
+        memcpy(out->target, base->target, sizeof out->target);
+        memcpy(out->authority, base->authority, sizeof out->authority);
+        memcpy(out->host, base->host, sizeof out->host);
+        return al_http_target_origin(&t, out->path, sizeof out->path);
+    }
+    if (t.form != AL_HTTP_TARGET_ABSOLUTE)
+        return al_error_set(err, -EINVAL, "not an http:// or https:// URL%s",
+                            base ? " nor a path" : "");
+    const struct al_http_authority *a = &t.authority;
+    out->tls = t.https;
+    /* What al_http_authority_parse accepted fits: a host of at most 255 bytes. */
+    snprintf(out->authority, sizeof out->authority, "%.*s", (int)a->len, a->text);
+    size_t hl;
+    const char *h = al_http_authority_host(a, &hl);
+    snprintf(out->host, sizeof out->host, "%.*s", (int)hl, h);
+    for (char *c = out->host; *c; c++)
+        *c = (char)tolower((unsigned char)*c);
+    snprintf(out->target, sizeof out->target, "%s://%s", out->tls ? "https" : "http",
+             out->authority);
+    return al_http_target_origin(&t, out->path, sizeof out->path);
 }
 
 static bool pull__is_insecure(const struct pull *p, const char *authority)
@@ -332,31 +329,24 @@ static void xfer__redirect(struct xfer *x)
         xfer__fail(x, -ELOOP, "%s: more than %d redirects", x->what, PULL_MAX_REDIRECTS);
         return;
     }
-    char target[300], path[PULL_URL_MAX], host[256];
-    bool tls = false;
-    if (x->location[0] == '/') {
-        snprintf(target, sizeof target, "%s", x->target);
-        snprintf(path, sizeof path, "%s", x->location);
-    } else if (url__split(x->location, target, sizeof target, path, sizeof path, host, sizeof host,
-                          &tls) == 0) {
-        if (!tls && !pull__is_insecure(p, host)) {
-            xfer__fail(x, -EACCES,
-                       "%s: the registry redirects to plain HTTP (%s), which only registries "
-                       "listed in templates.insecure_registries may use",
-                       x->what, host);
-            return;
-        }
-        char a[256], b[256];
-        url__hostname(host, a, sizeof a);
-        url__hostname(p->host, b, sizeof b);
-        if (strcmp(a, b) != 0)
-            x->foreign = true;
-    } else {
-        xfer__fail(x, -EPROTO, "%s: the registry redirects to an invalid location", x->what);
+    struct tpl_url to;
+    struct al_error e = {0};
+    if (tpl_url_parse(x->location, &x->url, &to, &e) < 0) {
+        /* Not the location itself: a presigned one carries a signature. */
+        xfer__fail(x, -EPROTO, "%s: the registry redirects to an invalid location: %s", x->what,
+                   e.msg);
         return;
     }
-    snprintf(x->target, sizeof x->target, "%s", target);
-    snprintf(x->path, sizeof x->path, "%s", path);
+    if (!to.tls && !pull__is_insecure(p, to.authority)) {
+        xfer__fail(x, -EACCES,
+                   "%s: the registry redirects to plain HTTP (%s), which only registries "
+                   "listed in templates.insecure_registries may use",
+                   x->what, to.authority);
+        return;
+    }
+    if (strcmp(to.host, p->reg.host) != 0)
+        x->foreign = true;
+    x->url = to;
     int rc = xfer__start(x);
     if (rc)
         xfer__fail(x, rc, "%s: cannot follow the redirect: %s", x->what, strerror(-rc));
@@ -451,9 +441,9 @@ static int xfer__start(struct xfer *x)
     x->need_auth = false;
     al_buf_reset(&x->errbody);
     struct al_http_creq_opts o = {
-        .target = x->target,
+        .target = x->url.target,
         .method = "GET",
-        .path = x->path,
+        .path = x->url.path,
         .headers = h,
         .n_headers = n,
         .timeout_ms = 60000,
@@ -480,8 +470,8 @@ static void xfer__init(struct xfer *x, struct pull *p, const char *what, const c
     x->p = p;
     x->what = what;
     x->accept = accept;
-    snprintf(x->target, sizeof x->target, "%s", p->target);
-    snprintf(x->path, sizeof x->path, "%s", path);
+    x->url = p->reg;
+    snprintf(x->url.path, sizeof x->url.path, "%s", path);
     al_buf_init(&x->mem, mem_max);
     al_buf_init(&x->errbody, PULL_ERRBODY_MAX);
     x->blob.fd = x->blob.lock_fd = -1;
@@ -613,19 +603,20 @@ static int pull__authenticate(struct pull *p, const char *www, struct al_error *
     auth__param(params, "service", service, sizeof service);
     if (auth__param(params, "scope", scope, sizeof scope) < 0)
         snprintf(scope, sizeof scope, "repository:%s:pull", p->ref.repository);
-    char target[300], path[PULL_URL_MAX], host[256];
-    bool tls;
-    if (url__split(realm, target, sizeof target, path, sizeof path, host, sizeof host, &tls) < 0)
-        return al_error_set(err, -EPROTO, "%s: the registry's token service '%s' is not a URL", ref,
-                            realm);
-    if (!tls && !pull__is_insecure(p, host))
+    struct tpl_url svc;
+    struct al_error ue = {0};
+    if (tpl_url_parse(realm, NULL, &svc, &ue) < 0)
+        return al_error_set(err, -EPROTO,
+                            "%s: the registry's token service '%.200s' is not a URL: %s", ref,
+                            realm, ue.msg);
+    if (!svc.tls && !pull__is_insecure(p, svc.authority))
         return al_error_set(err, -EACCES,
                             "%s: the registry's token service %s is plain HTTP, which only "
                             "registries listed in templates.insecure_registries may use",
                             ref, realm);
     struct al_buf q = AL_BUF_INIT;
-    al_buf_appends(&q, path);
-    al_buf_appends(&q, strchr(path, '?') ? "&" : "?");
+    al_buf_appends(&q, svc.path);
+    al_buf_appends(&q, strchr(svc.path, '?') ? "&" : "?");
     if (service[0]) {
         al_buf_appends(&q, "service=");
         pct__encode(&q, service);
@@ -640,7 +631,8 @@ static int pull__authenticate(struct pull *p, const char *www, struct al_error *
     struct xfer x;
     xfer__init(&x, p, "token", q.data, "application/json", PULL_TOKEN_MAX);
     al_buf_free(&q);
-    snprintf(x.target, sizeof x.target, "%s", target);
+    memcpy(svc.path, x.url.path, sizeof svc.path); /* the realm's path with the query */
+    x.url = svc;
     /* The credentials go to the token service (a Basic header of their own); without them
      * the token is anonymous. */
     char *saved = p->auth;
@@ -664,7 +656,7 @@ static int pull__authenticate(struct pull *p, const char *www, struct al_error *
     p->auth = saved;
     p->auth_size = saved_size;
     if (rc == 0 && x.need_auth)
-        rc = al_error_set(&e, -EACCES, "%s: the token service %s refused %s", ref, host,
+        rc = al_error_set(&e, -EACCES, "%s: the token service %s refused %s", ref, svc.authority,
                           p->o->creds ? "the credentials (fromImageRegistry)"
                                       : "an anonymous pull: give credentials (fromImageRegistry)");
     if (rc) {
@@ -681,7 +673,7 @@ static int pull__authenticate(struct pull *p, const char *www, struct al_error *
     if (!json_is_string(tok) || !json_string_length(tok)) {
         json_decref(j);
         return al_error_set(err, -EPROTO, "%s: the token service %s answered without a token", ref,
-                            host);
+                            svc.authority);
     }
     pull__set_auth(p, "Bearer", json_string_value(tok), json_string_length(tok));
     /* Every string of the answer (the token, a refresh token) is wiped before it is freed. */
@@ -1228,11 +1220,15 @@ int tpl_oci_pull(const struct tpl_pull_opts *o, struct tpl_image *out, struct al
     if (rc == 0) {
         const char *host =
             strcmp(p.ref.registry, TPL_DOCKER_HUB) == 0 ? "registry-1.docker.io" : p.ref.registry;
-        snprintf(p.host, sizeof p.host, "%s", host);
         p.insecure = pull__is_insecure(&p, p.ref.registry);
-        snprintf(p.target, sizeof p.target, "%s://%s", p.insecure ? "http" : "https", host);
+        char url[300];
+        snprintf(url, sizeof url, "%s://%s/", p.insecure ? "http" : "https", host);
+        struct al_error ue = {0};
+        if (tpl_url_parse(url, NULL, &p.reg, &ue) < 0)
+            rc = al_error_set(err, -EINVAL, "%s: the registry '%s' is not a host[:port]: %s",
+                              out->reference, p.ref.registry, ue.msg);
         p.deadline_ns = t0 + (uint64_t)p.lim.timeout_s * 1000000000ull;
-        if (!p.insecure) {
+        if (rc == 0 && !p.insecure) {
             struct al_http_tls_client_opts to = {.ca_file = o->registries->ca_file};
             rc = al_http_tls_client_new(&to, &p.tls, err);
         }

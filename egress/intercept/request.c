@@ -41,8 +41,8 @@ static void req__trim(const char **s, size_t *n)
  * canonicaliser's to read). */
 static int req__canon(const struct al_http_authority *a, struct policy_host *out)
 {
-    const char *h = a->ip6 ? a->host - 1 : a->host;
-    size_t hl = a->ip6 ? a->host_len + 2 : a->host_len;
+    size_t hl;
+    const char *h = al_http_authority_host(a, &hl);
     return policy_host_canon(h, hl, out, NULL);
 }
 

@@ -279,6 +279,52 @@ START_TEST(every_authority_refusal)
 }
 END_TEST
 
+/* What a client sends for a URL, and a host as the canonicaliser takes it. */
+START_TEST(origin_of_a_target_and_host_as_written)
+{
+    static const char *const cases[][2] = {
+        {"http://h", "/"},
+        {"http://h?q=1", "/?q=1"},
+        {"http://h?", "/?"},
+        {"https://h:8443/a/b?x=1&y", "/a/b?x=1&y"},
+        {"http://h/", "/"},
+        {"/p?a?b", "/p?a?b"},
+        {"//evil.test/x", "//evil.test/x"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct al_http_target t;
+        const char *why;
+        char out[64];
+        ck_assert_int_eq(tp(cases[i][0], 0, &t, &why), 0);
+        ck_assert_int_eq(al_http_target_origin(&t, out, sizeof out), 0);
+        ck_assert_str_eq(out, cases[i][1]);
+    }
+    struct al_http_target t;
+    const char *why;
+    char small[6];
+    ck_assert_int_eq(tp("http://h/abcde", 0, &t, &why), 0);
+    ck_assert_int_eq(al_http_target_origin(&t, small, sizeof small), -ENAMETOOLONG);
+    ck_assert_int_eq(tp("http://h/abcd", 0, &t, &why), 0);
+    ck_assert_int_eq(al_http_target_origin(&t, small, sizeof small), 0);
+    ck_assert_str_eq(small, "/abcd");
+    ck_assert_int_eq(tp("http://h?abc", 0, &t, &why), 0);
+    ck_assert_int_eq(al_http_target_origin(&t, small, 5), -ENAMETOOLONG);
+
+    size_t n;
+    const char *h;
+    ck_assert_int_eq(tp("http://[2001:db8::1]:80/x", 0, &t, &why), 0);
+    h = al_http_authority_host(&t.authority, &n);
+    span_eq(h, n, "[2001:db8::1]");
+    ck_assert_int_eq(tp("http://Example.TEST:80/x", 0, &t, &why), 0);
+    h = al_http_authority_host(&t.authority, &n);
+    span_eq(h, n, "Example.TEST");
+    struct al_http_authority a;
+    ck_assert_int_eq(al_http_authority_parse(" [::1] ", 7, &a, &why), 0);
+    h = al_http_authority_host(&a, &n);
+    span_eq(h, n, "[::1]");
+}
+END_TEST
+
 START_TEST(parses_only_its_n_bytes)
 {
     struct al_http_target t;
@@ -305,6 +351,7 @@ static Suite *suite(void)
     tcase_add_test(tc, backslash_is_kept_without_the_flag);
     tcase_add_test(tc, host_values_parse_with_ows_and_ports);
     tcase_add_test(tc, every_authority_refusal);
+    tcase_add_test(tc, origin_of_a_target_and_host_as_written);
     tcase_add_test(tc, parses_only_its_n_bytes);
     suite_add_tcase(s, tc);
     return s;

@@ -122,6 +122,33 @@ jis "dns query kind" "$out" o.query '"dns"'
 run "explain bad URL (userinfo)" 2 "$bin" policy explain "$gh" https://api.github.com@evil.example/
 has "userinfo explained" "$err" "userinfo"
 run "explain bad port" 2 "$bin" policy explain "$gh" https://api.github.com:99999/
+has "bad port explained" "$err" "the port is not a number from 1 to 65535"
+run "explain query without a path" 0 "$bin" policy explain "$gh" 'https://pypi.org?x=1' --json
+jis "the path of https://h?q is /?q" "$out" o.path '"/?x=1"'
+jis "https default port" "$out" o.port 443
+run "explain tcp:// URL" 0 "$bin" policy explain "$gh" 'tcp://[2001:db8::1]:5432' --json
+jis "tcp:// is raw TCP" "$out" o.scheme '"tcp"'
+jis "tcp:// port" "$out" o.port 5432
+# bad URLs: exit 2 and a sentence saying what is wrong (the proxies' parser's reasons)
+while IFS='|' read -r url why; do
+  run "explain bad URL $url" 2 "$bin" policy explain "$gh" "$url"
+  has "bad URL $url explained" "$err" "$why"
+done <<'EOF'
+ftp://files.example/x|unsupported URL scheme
+api.github.com|raw TCP needs host:port
+tcp://db.example|raw TCP needs host:port
+tcp://https://db.example:5432|raw TCP is tcp://host:port
+https://api.github.com/#top|a fragment (#...) is never sent
+https://2001:db8::1/|nor an IPv6 address in brackets
+https://[2001:db8::1/|nor an IPv6 address in brackets
+https://[2001:db8::1]x/|nor an IPv6 address in brackets
+https://api.github.com:/|the port is not a number from 1 to 65535
+https://api.github.com:0/|the port is not a number from 1 to 65535
+https:///repos|no host
+https://api.git%68ub.com/|the host is neither a name
+/repos/acme/app|has no host
+*|has no host
+EOF
 run "explain invalid policy" 1 "$bin" policy explain "$tmp/bad.yaml" https://api.github.com/
 
 # ---- test -------------------------------------------------------------------------------

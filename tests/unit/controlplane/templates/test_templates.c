@@ -98,6 +98,71 @@ START_TEST(registry_allowlist)
 }
 END_TEST
 
+static void url_ok(const char *in, const struct tpl_url *base, bool tls, const char *target,
+                   const char *authority, const char *host, const char *path)
+{
+    struct tpl_url u;
+    struct al_error err = {0};
+    ck_assert_msg(tpl_url_parse(in, base, &u, &err) == 0, "%s: %s", in, err.msg);
+    ck_assert_msg(u.tls == tls, "%s: tls", in);
+    ck_assert_str_eq(u.target, target);
+    ck_assert_str_eq(u.authority, authority);
+    ck_assert_str_eq(u.host, host);
+    ck_assert_str_eq(u.path, path);
+}
+
+static void url_bad(const char *in, const struct tpl_url *base, int rc, const char *why)
+{
+    struct tpl_url u;
+    struct al_error err = {0};
+    ck_assert_int_eq(tpl_url_parse(in, base, &u, &err), rc);
+    ck_assert_msg(strstr(err.msg, why), "%s: '%s' does not say '%s'", in, err.msg, why);
+}
+
+/* The URLs a registry names: redirects (absolute, "/path", "//host/path") and token realms. */
+START_TEST(registry_urls)
+{
+    url_ok("https://reg.test/v2/app/blobs/x?n=1", NULL, true, "https://reg.test", "reg.test",
+           "reg.test", "/v2/app/blobs/x?n=1");
+    url_ok("http://Reg.Test:5000", NULL, false, "http://Reg.Test:5000", "Reg.Test:5000", "reg.test",
+           "/");
+    url_ok("HTTPS://auth.test?service=reg", NULL, true, "https://auth.test", "auth.test",
+           "auth.test", "/?service=reg");
+    url_ok("https://[2001:DB8::1]:8443/p#frag", NULL, true, "https://[2001:DB8::1]:8443",
+           "[2001:DB8::1]:8443", "[2001:db8::1]", "/p");
+    struct tpl_url base;
+    struct al_error err = {0};
+    ck_assert_int_eq(tpl_url_parse("https://reg.test:5000/v2/", NULL, &base, &err), 0);
+    url_ok("/v2/app/blobs/y#x", &base, true, "https://reg.test:5000", "reg.test:5000", "reg.test",
+           "/v2/app/blobs/y");
+    url_ok("//cdn.test/b?sig=1", &base, true, "https://cdn.test", "cdn.test", "cdn.test",
+           "/b?sig=1");
+    url_ok("http://cdn.test", &base, false, "http://cdn.test", "cdn.test", "cdn.test", "/");
+
+    url_bad("", NULL, -EINVAL, "not an http:// or https:// URL");
+    url_bad("ftp://reg.test/x", NULL, -EINVAL, "not an http:// or https:// URL");
+    url_bad("reg.test/v2/", NULL, -EINVAL, "not an http:// or https:// URL");
+    url_bad("/v2/", NULL, -EINVAL, "not an http:// or https:// URL");
+    url_bad("v2/relative", &base, -EINVAL, "nor a path");
+    url_bad("*", &base, -EINVAL, "nor a path");
+    url_bad("https://user:pw@reg.test/", NULL, -EINVAL, "userinfo");
+    url_bad("https://reg.test:0/", NULL, -EINVAL, "port");
+    url_bad("https://reg.test:99999/", NULL, -EINVAL, "port");
+    url_bad("https://reg.test:/", NULL, -EINVAL, "port");
+    url_bad("https:///v2/", NULL, -EINVAL, "no host");
+    url_bad("https://2001:db8::1/", NULL, -EINVAL, "IPv6 address in brackets");
+    url_bad("https://reg test/", NULL, -EINVAL, "not an http:// or https:// URL");
+    url_bad("https://reg.test/a b", NULL, -EINVAL, "not an http:// or https:// URL");
+    url_bad("//", &base, -EINVAL, "no host");
+    char long_url[TPL_URL_MAX + 32];
+    snprintf(long_url, sizeof long_url, "https://reg.test/%0*d", TPL_URL_MAX, 0);
+    url_bad(long_url, NULL, -ENAMETOOLONG, "longer than");
+    snprintf(long_url, sizeof long_url, "https://reg.test%0*d", TPL_URL_MAX - 20, 0);
+    long_url[16] = '/'; /* a path that fits as a URL, with room for nothing more */
+    url_ok(long_url, NULL, true, "https://reg.test", "reg.test", "reg.test", long_url + 16);
+}
+END_TEST
+
 START_TEST(credentials_from_request)
 {
     struct tpl_creds *c = NULL;
@@ -647,6 +712,7 @@ static Suite *suite(void)
     tcase_add_test(t, references_as_docker_reads_them);
     tcase_add_test(t, references_refused);
     tcase_add_test(t, registry_allowlist);
+    tcase_add_test(t, registry_urls);
     tcase_add_test(t, credentials_from_request);
     tcase_add_test(t, limits_defaults);
     tcase_add_test(t, paths_cleaned_or_refused);
