@@ -45,11 +45,14 @@ al_eq "after the start: 2 pooled networks (+2 made ahead), 2 warm airlock-vmm" \
 IDS=$AL_TMP/ids
 : >"$IDS"
 PIDS=()
+# One file per creation: concurrent appends to one file can interleave (python's print writes
+# the id and its newline separately), which once made two ids one line.
 for i in 1 2 3; do
-  cp_create >>"$IDS" &
+  cp_create >"$IDS.$i" &
   PIDS+=($!)
 done
 wait "${PIDS[@]}" # (not a bare wait: the world's servers are background jobs too)
+cat "$IDS".1 "$IDS".2 "$IDS".3 >"$IDS"
 al_eq "a burst of three creations" "$(grep -c . "$IDS")" 3
 # Three sandboxes hold a network each; the pool has two more again (and two made ahead), and
 # two warm processes.
