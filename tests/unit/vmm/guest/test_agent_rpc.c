@@ -48,7 +48,7 @@ static struct agent A;
 static struct al_http_server *g_srv;
 static char g_target[64];
 static int g_port;
-static char g_home[] = "/tmp/al-agent-rpc-XXXXXX";
+static char g_home[96];
 
 /* ---- the loop thread ---------------------------------------------------------------------- */
 
@@ -111,7 +111,7 @@ static void *loop_main(void *arg)
 
 static void setup_with(const struct agent_limits *lim)
 {
-    ck_assert_ptr_nonnull(mkdtemp(g_home));
+    al_test_tmpdir(g_home, sizeof g_home, "agent-rpc");
     ck_assert_int_eq(uv_loop_init(&L), 0);
     memset(&A, 0, sizeof A);
     A.lim = *lim;
@@ -144,6 +144,7 @@ static void teardown(void)
     uv_async_send(&g_stop);
     pthread_join(g_th, NULL);
     ck_assert_int_eq(uv_loop_close(&L), 0);
+    ck_assert_int_eq(al_test_rmtree(g_home), 0);
 }
 
 /* ---- calls --------------------------------------------------------------------------------- */
