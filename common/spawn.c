@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -32,6 +35,10 @@ extern char **environ;
 #endif
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+#ifndef PR_CAP_AMBIENT
+#define PR_CAP_AMBIENT           47
+#define PR_CAP_AMBIENT_CLEAR_ALL 4
 #endif
 
 /* The child runs before its exec in the parent's memory: no sanitizer runtime there. */
@@ -68,10 +75,49 @@ struct sp__kern_sigaction {
     uint64_t mask;
 };
 
+/* The setup steps of the child, for the report of the one that failed. */
+enum sp__step {
+    SP_EXEC = 0,
+    SP_PDEATHSIG,
+    SP_SETSID,
+    SP_CWD_FD,
+    SP_FDS,
+    SP_CTTY,
+    SP_CWD,
+    SP_BOUNDING,
+    SP_GROUPS,
+    SP_SETGID,
+    SP_SETUID,
+    SP_CAPS,
+    SP_NNP,
+};
+
+static const char *const sp__step_names[] = {
+    [SP_EXEC] = "execute it",
+    [SP_PDEATHSIG] = "set the death signal",
+    [SP_SETSID] = "start a new session",
+    [SP_CWD_FD] = "change to the working directory (given as a descriptor)",
+    [SP_FDS] = "set up the file descriptors",
+    [SP_CTTY] = "make the terminal the controlling terminal",
+    [SP_CWD] = "change to the working directory",
+    [SP_BOUNDING] = "clear the capability bounding set",
+    [SP_GROUPS] = "set the supplementary groups",
+    [SP_SETGID] = "switch group id",
+    [SP_SETUID] = "switch user id",
+    [SP_CAPS] = "clear the capabilities",
+    [SP_NNP] = "set no_new_privs",
+};
+
+/* What a failed child writes to its parent before it exits. */
+struct sp__report {
+    int step; /* enum sp__step */
+    int err;  /* errno */
+};
+
 struct sp__blk {
     void *map; /* the mapping this block lies in (guard page, stack, block) */
     size_t size;
-    int err_r; /* parent: read end (EOF = exec'd or died; an int = the errno of the step) */
+    int err_r; /* parent: read end (EOF = exec'd or died; a report = the step that failed) */
     int err_w; /* child: write end (close-on-exec) */
     int go_r;  /* child: waits for a byte before the exec (-1: no waiting) */
     int go_w;
@@ -84,11 +130,127 @@ struct sp__blk {
     bool new_session, die_with_parent;
     long parent;
     char devnull[16];
+    bool use_cwd_fd, ctty, set_oom, drop_privileges, set_user;
+    int cwd_fd;
+    const char *cwd;
+    char oom_path[32];
+    char oom[16];
+    uid_t uid;
+    gid_t gid;
+    gid_t *groups;
+    size_t ngroups;
+    /* as_shell: the places to execute in order, the /bin/sh argv of a file without "#!"
+     * (its [1] is the place), the message's start ("<as_shell>: <path>") */
+    bool as_shell, has_slash;
+    char **cands;
+    char **sh_argv;
+    char bin_sh[16];
+    const char *prefix;
 };
-
 /* Children of the fast path that may still run in their block. */
 static struct sp__blk *sp__pending;
 static pthread_mutex_t sp__lock = PTHREAD_MUTEX_INITIALIZER;
+
+SPAWN_CHILD_CODE static _Noreturn void sp__fail(struct sp__blk *b, int step, long r)
+{
+    struct sp__report rep = {.step = step, .err = (int)-r};
+    sp__sys(SYS_write, b->err_w, (long)&rep, sizeof rep, 0, 0, 0);
+    sp__sys(SYS_exit_group, 127, 0, 0, 0, 0, 0);
+    __builtin_unreachable();
+}
+
+SPAWN_CHILD_CODE static void sp__puts(const char *s)
+{
+    size_t n = 0;
+    while (s[n])
+        n++;
+    sp__sys(SYS_write, 2, (long)s, (long)n, 0, 0, 0);
+}
+
+/* execve, and /bin/sh for a file the kernel cannot execute, as execvp and shells do. */
+SPAWN_CHILD_CODE static long sp__exec_one(struct sp__blk *b, const char *path)
+{
+    long r = sp__sys(SYS_execve, (long)path, (long)b->argv, (long)b->envp, 0, 0, 0);
+    if (r == -ENOEXEC && b->as_shell) {
+        b->sh_argv[1] = (char *)path;
+        sp__sys(SYS_execve, (long)b->bin_sh, (long)b->sh_argv, (long)b->envp, 0, 0, 0);
+    }
+    return r;
+}
+
+/* as_shell: every place in turn, then what a shell says and its exit status. */
+SPAWN_CHILD_CODE static _Noreturn void sp__exec_as_shell(struct sp__blk *b)
+{
+    int saved = ENOENT;
+    bool eacces = false;
+    for (char **c = b->cands; *c; c++) {
+        saved = (int)-sp__exec_one(b, *c);
+        if (b->has_slash)
+            break;
+        if (saved == EACCES)
+            eacces = true;
+        else if (saved != ENOENT && saved != ENOTDIR && saved != ELOOP && saved != ENAMETOOLONG)
+            break;
+    }
+    if (!b->has_slash) {
+        if (eacces)
+            saved = EACCES;
+        if (saved == ENOTDIR || saved == ELOOP || saved == ENAMETOOLONG)
+            saved = ENOENT;
+    }
+    sp__puts(b->prefix);
+    int status = 126;
+    if (saved == ENOENT) {
+        sp__puts(b->has_slash ? ": No such file or directory\n" : ": command not found\n");
+        status = 127;
+    } else if (saved == EACCES) {
+        sp__puts(": Permission denied\n");
+    } else if (saved == ENOEXEC) {
+        sp__puts(": Exec format error\n");
+    } else if (saved == E2BIG) {
+        sp__puts(": Argument list too long\n");
+    } else {
+        sp__puts(": cannot execute\n");
+    }
+    sp__sys(SYS_exit_group, status, 0, 0, 0, 0, 0);
+    __builtin_unreachable();
+}
+
+/* The bounding and ambient sets, then the user, then every capability, then no_new_privs. */
+SPAWN_CHILD_CODE static void sp__drop_privileges(struct sp__blk *b)
+{
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct caps[2] = {{0}, {0}};
+    sp__sys(SYS_capget, (long)&hdr, (long)caps, 0, 0, 0, 0);
+    bool have_caps = caps[0].permitted || caps[1].permitted;
+    for (long cap = 0; cap <= 63; cap++) {
+        long r = sp__sys(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0, 0);
+        if (r == -EINVAL)
+            break; /* past the last capability this kernel knows */
+        if (r == -EPERM && !have_caps)
+            break; /* an unprivileged parent: nothing to drop, no_new_privs below */
+        if (r < 0)
+            sp__fail(b, SP_BOUNDING, r);
+    }
+    sp__sys(SYS_prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0);
+    long r;
+    if (b->set_user) {
+        if ((r = sp__sys(SYS_setgroups, (long)b->ngroups, (long)b->groups, 0, 0, 0, 0)) < 0)
+            sp__fail(b, SP_GROUPS, r);
+        if ((r = sp__sys(SYS_setresgid, b->gid, b->gid, b->gid, 0, 0, 0)) < 0)
+            sp__fail(b, SP_SETGID, r);
+        if ((r = sp__sys(SYS_setresuid, b->uid, b->uid, b->uid, 0, 0, 0)) < 0)
+            sp__fail(b, SP_SETUID, r);
+    }
+    /* Whatever capabilities remain (uid 0 keeps them across setresuid). */
+    struct __user_cap_data_struct none[2] = {{0}, {0}};
+    hdr = (struct __user_cap_header_struct){.version = _LINUX_CAPABILITY_VERSION_3};
+    if ((r = sp__sys(SYS_capset, (long)&hdr, (long)none, 0, 0, 0, 0)) < 0)
+        sp__fail(b, SP_CAPS, r);
+    /* Nothing exec'd may gain privileges (setuid programs, file capabilities). */
+    if ((r = sp__sys(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0)) < 0)
+        sp__fail(b, SP_NNP, r);
+}
 
 SPAWN_CHILD_CODE static int sp__child(void *arg)
 {
@@ -101,24 +263,28 @@ SPAWN_CHILD_CODE static int sp__child(void *arg)
             sp__sys(SYS_rt_sigaction, sig, (long)&dfl, 0, 8, 0, 0);
     long r = 0;
     if (b->die_with_parent) {
-        r = sp__sys(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
+        if ((r = sp__sys(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0)) < 0)
+            sp__fail(b, SP_PDEATHSIG, r);
         /* The parent may have died before the death signal was armed. */
-        if (r >= 0 && sp__sys(SYS_getppid, 0, 0, 0, 0, 0, 0) != b->parent)
+        if (sp__sys(SYS_getppid, 0, 0, 0, 0, 0, 0) != b->parent)
             sp__sys(SYS_exit_group, 127, 0, 0, 0, 0, 0);
     }
-    if (r >= 0 && b->new_session)
-        r = sp__sys(SYS_setsid, 0, 0, 0, 0, 0, 0);
-    if (r >= 0 && b->go_r >= 0) {
+    if (b->new_session && (r = sp__sys(SYS_setsid, 0, 0, 0, 0, 0, 0)) < 0)
+        sp__fail(b, SP_SETSID, r);
+    if (b->go_r >= 0) {
         char c;
         if (sp__sys(SYS_read, b->go_r, (long)&c, 1, 0, 0, 0) != 1)
             sp__sys(SYS_exit_group, 127, 0, 0, 0, 0, 0); /* the parent gave up */
     }
+    /* (before the descriptors move: it may be one they close) */
+    if (b->use_cwd_fd && (r = sp__sys(SYS_fchdir, b->cwd_fd, 0, 0, 0, 0, 0)) < 0)
+        sp__fail(b, SP_CWD_FD, r);
     /* Descriptors in two rounds so that one target never clobbers another source: first
      * above every source, then down. */
-    for (int i = 0; i < b->nfds && r >= 0; i++)
-        if (b->fds[i] >= 0)
-            r = sp__sys(SYS_dup2, b->fds[i], b->base + i, 0, 0, 0, 0);
-    for (int i = 0; (i < b->nfds || i < 3) && r >= 0; i++) {
+    for (int i = 0; i < b->nfds; i++)
+        if (b->fds[i] >= 0 && (r = sp__sys(SYS_dup2, b->fds[i], b->base + i, 0, 0, 0, 0)) < 0)
+            sp__fail(b, SP_FDS, r);
+    for (int i = 0; i < b->nfds || i < 3; i++) {
         if (i < b->nfds && b->fds[i] >= 0) {
             r = sp__sys(SYS_dup2, b->base + i, i, 0, 0, 0, 0);
             sp__sys(SYS_close, b->base + i, 0, 0, 0, 0, 0);
@@ -131,20 +297,37 @@ SPAWN_CHILD_CODE static int sp__child(void *arg)
         } else {
             sp__sys(SYS_close, i, 0, 0, 0, 0, 0);
         }
+        if (r < 0)
+            sp__fail(b, SP_FDS, r);
     }
-    if (r >= 0) {
-        /* Nothing else reaches the program, whatever the parent left open (Linux >= 5.11;
-         * before, the parent's descriptors are close-on-exec by convention). */
-        int first = b->nfds > 3 ? b->nfds : 3;
-        sp__sys(SYS_close_range, first, ~0u, CLOSE_RANGE_CLOEXEC, 0, 0, 0);
-        uint64_t none = 0;
-        sp__sys(SYS_rt_sigprocmask, SIG_SETMASK, (long)&none, 0, 8, 0, 0);
-        r = sp__sys(SYS_execve, (long)b->path, (long)b->argv, (long)b->envp, 0, 0, 0);
+    /* Nothing else reaches the program, whatever the parent left open (Linux >= 5.11;
+     * before, the parent's descriptors are close-on-exec by convention). */
+    int first = b->nfds > 3 ? b->nfds : 3;
+    sp__sys(SYS_close_range, first, ~0u, CLOSE_RANGE_CLOEXEC, 0, 0, 0);
+    if (b->ctty && (r = sp__sys(SYS_ioctl, 0, TIOCSCTTY, 0, 0, 0, 0)) < 0)
+        sp__fail(b, SP_CTTY, r);
+    if (b->set_oom) {
+        /* Advice to the OOM killer: without /proc, or lowered without CAP_SYS_RESOURCE, the
+         * child keeps the parent's. */
+        long fd = sp__sys(SYS_openat, AT_FDCWD, (long)b->oom_path, O_WRONLY | O_CLOEXEC, 0, 0, 0);
+        size_t n = 0;
+        while (b->oom[n])
+            n++;
+        if (fd >= 0) {
+            sp__sys(SYS_write, fd, (long)b->oom, (long)n, 0, 0, 0);
+            sp__sys(SYS_close, fd, 0, 0, 0, 0, 0);
+        }
     }
-    int e = (int)-r;
-    sp__sys(SYS_write, b->err_w, (long)&e, sizeof e, 0, 0, 0);
-    sp__sys(SYS_exit_group, 127, 0, 0, 0, 0, 0);
-    return 127;
+    /* As the parent's user: the target user's access is the kernel's to check later. */
+    if (b->cwd && (r = sp__sys(SYS_chdir, (long)b->cwd, 0, 0, 0, 0, 0)) < 0)
+        sp__fail(b, SP_CWD, r);
+    if (b->drop_privileges)
+        sp__drop_privileges(b);
+    uint64_t none = 0;
+    sp__sys(SYS_rt_sigprocmask, SIG_SETMASK, (long)&none, 0, 8, 0, 0);
+    if (b->as_shell)
+        sp__exec_as_shell(b);
+    sp__fail(b, SP_EXEC, sp__exec_one(b, b->path));
 }
 
 static void sp__free(struct sp__blk *b)
@@ -167,9 +350,10 @@ static void sp__reap_pending(void)
             pp = &b->next;
             continue;
         }
-        int e = 0;
-        if (read(b->err_r, &e, sizeof e) == (ssize_t)sizeof e)
-            al_error("cannot start %s: %s", b->path, strerror(e));
+        struct sp__report rep;
+        if (read(b->err_r, &rep, sizeof rep) == (ssize_t)sizeof rep)
+            al_error("cannot start %s: cannot %s: %s", b->path, sp__step_names[rep.step],
+                     strerror(rep.err));
         *pp = b->next;
         sp__free(b);
     }
@@ -224,14 +408,84 @@ static int sp__pipe_above(int fds[2], int above)
     return 0;
 }
 
+bool al_spawn_path_next(const char **p, const char *file, char *buf, size_t len)
+{
+    size_t fl = strlen(file);
+    while (*p) {
+        const char *s = *p;
+        const char *colon = strchr(s, ':');
+        size_t dl = colon ? (size_t)(colon - s) : strlen(s);
+        *p = colon ? colon + 1 : NULL;
+        if ((dl ? dl : 1) + 1 + fl + 1 > len)
+            continue;
+        size_t n = dl ? dl : 1;
+        memcpy(buf, dl ? s : ".", n);
+        buf[n++] = '/';
+        memcpy(buf + n, file, fl + 1);
+        return true;
+    }
+    return false;
+}
+
+/* as_shell: where the child looks for s->path, in order (envp's PATH, or the default). */
+static const char *sp__search_path(char *const *envp)
+{
+    for (char *const *e = envp; e && *e; e++)
+        if (strncmp(*e, "PATH=", 5) == 0)
+            return *e + 5;
+    return AL_SPAWN_DEFAULT_PATH;
+}
+
+/* as_shell: the places to execute file at, in order, as a NULL-terminated vector at *cur
+ * (pointers first, then the strings; *cur advanced), or with cur NULL only the bytes that
+ * takes. */
+static size_t sp__cands(const char *file, char *const *envp, char **cur)
+{
+    char buf[PATH_MAX];
+    bool slash = strchr(file, '/') != NULL;
+    size_t n = 0, bytes = 0;
+    const char *list = sp__search_path(envp);
+    while (slash ? n == 0 : file[0] && al_spawn_path_next(&list, file, buf, sizeof buf)) {
+        bytes += strlen(slash ? file : buf) + 1;
+        n++;
+    }
+    if (cur) {
+        char **out = (char **)(void *)*cur;
+        char *p = *cur + (n + 1) * sizeof(char *);
+        list = sp__search_path(envp);
+        for (size_t k = 0; k < n; k++) {
+            const char *c = file;
+            if (!slash && al_spawn_path_next(&list, file, buf, sizeof buf))
+                c = buf;
+            size_t l = strlen(c) + 1;
+            memcpy(p, c, l);
+            out[k] = p;
+            p += l;
+        }
+        out[n] = NULL;
+        *cur = p;
+    }
+    return bytes + (n + 1) * sizeof(char *);
+}
+
+static char *sp__align(char *cur, size_t a)
+{
+    return (char *)(((uintptr_t)cur + a - 1) & ~(uintptr_t)(a - 1));
+}
+
 static struct sp__blk *sp__blk_new(const struct al_spawn *s, int base, int *rc)
 {
     enum { STACK = 64 << 10 };
     char *const *envp = s->envp ? s->envp : environ;
     size_t na, ne, pl = strlen(s->path) + 1;
-    /* (+32: the alignment of the path and of the two vectors below) */
-    size_t data =
-        sizeof(struct sp__blk) + 32 + pl + sp__strv_size(s->argv, &na) + sp__strv_size(envp, &ne);
+    size_t cwdl = s->cwd ? strlen(s->cwd) + 1 : 0;
+    size_t prefl = s->as_shell ? strlen(s->as_shell) + 2 + pl : 0;
+    size_t candl = s->as_shell ? sp__cands(s->path, envp, NULL) : 0;
+    /* (+64: the alignment of the pieces below) */
+    size_t data = sizeof(struct sp__blk) + 64 + pl + sp__strv_size(s->argv, &na) +
+                  sp__strv_size(envp, &ne) + cwdl + prefl + candl +
+                  (s->as_shell ? (na + 3) * sizeof(char *) : 0) +
+                  (s->set_user ? s->ngroups * sizeof(gid_t) : 0);
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
     size_t size = (pg + STACK + data + pg - 1) & ~(pg - 1);
     /* [guard page][stack, growing down][the block's data] */
@@ -247,15 +501,42 @@ static struct sp__blk *sp__blk_new(const struct al_spawn *s, int base, int *rc)
     b->map = m;
     b->size = size;
     b->err_r = b->err_w = b->go_r = b->go_w = -1;
-    char *cur = (char *)(b + 1);
-    cur = (char *)(((uintptr_t)cur + 15) & ~(uintptr_t)15);
+    char *cur = sp__align((char *)(b + 1), 16);
     memcpy(cur, s->path, pl);
     b->path = cur;
-    cur += pl;
-    cur = (char *)(((uintptr_t)cur + 7) & ~(uintptr_t)7);
+    cur = sp__align(cur + pl, 8);
     b->argv = sp__strv_copy(s->argv, na, &cur);
-    cur = (char *)(((uintptr_t)cur + 7) & ~(uintptr_t)7);
+    cur = sp__align(cur, 8);
     b->envp = sp__strv_copy(envp, ne, &cur);
+    if (s->set_user && s->ngroups) {
+        cur = sp__align(cur, 8);
+        b->groups = (gid_t *)(void *)cur;
+        memcpy(b->groups, s->groups, s->ngroups * sizeof(gid_t));
+        cur += s->ngroups * sizeof(gid_t);
+    }
+    if (s->cwd) {
+        memcpy(cur, s->cwd, cwdl);
+        b->cwd = cur;
+        cur += cwdl;
+    }
+    if (s->as_shell) {
+        b->as_shell = true;
+        b->has_slash = strchr(s->path, '/') != NULL;
+        snprintf(cur, prefl, "%s: %s", s->as_shell, s->path);
+        b->prefix = cur;
+        cur = sp__align(cur + prefl, 8);
+        b->cands = (char **)(void *)cur;
+        sp__cands(s->path, envp, &cur);
+        /* "sh", the place (set by the child), argv[1...], NULL */
+        cur = sp__align(cur, 8);
+        b->sh_argv = (char **)(void *)cur;
+        b->sh_argv[0] = (char *)"sh";
+        b->sh_argv[2] = NULL;
+        for (size_t i = 1; i <= na; i++)
+            b->sh_argv[i + 1] = b->argv[i];
+        cur += (na + 3) * sizeof(char *);
+        snprintf(b->bin_sh, sizeof b->bin_sh, "/bin/sh");
+    }
     memcpy(b->fds, s->fds, sizeof b->fds);
     b->nfds = s->nfds;
     b->base = base;
@@ -263,6 +544,17 @@ static struct sp__blk *sp__blk_new(const struct al_spawn *s, int base, int *rc)
     b->die_with_parent = s->die_with_parent;
     b->parent = (long)getpid();
     snprintf(b->devnull, sizeof b->devnull, "/dev/null");
+    b->use_cwd_fd = s->use_cwd_fd;
+    b->cwd_fd = s->cwd_fd;
+    b->ctty = s->controlling_tty;
+    b->set_oom = s->set_oom_score_adj;
+    snprintf(b->oom_path, sizeof b->oom_path, "/proc/self/oom_score_adj");
+    snprintf(b->oom, sizeof b->oom, "%d", s->oom_score_adj);
+    b->drop_privileges = s->drop_privileges;
+    b->set_user = s->set_user;
+    b->uid = s->uid;
+    b->gid = s->gid;
+    b->ngroups = s->set_user ? s->ngroups : 0;
     /* The pipes' ends above every descriptor the child moves, so that no move closes them
      * before the exec (an EOF would free the block under the running child). */
     int above = base + AL_SPAWN_MAX_FDS, p[2];
@@ -284,14 +576,23 @@ static struct sp__blk *sp__blk_new(const struct al_spawn *s, int base, int *rc)
     return b;
 }
 
-/* The exec's report: 0 once the child exec'd (EOF), else the errno of the failed step. */
-static int sp__wait_exec(struct sp__blk *b)
+/* The exec's report: 0 once the child exec'd (EOF), else the failed step's error in err. */
+static int sp__wait_exec(const struct al_spawn *s, struct sp__blk *b, struct al_error *err)
 {
-    int e = 0;
+    struct sp__report rep;
     ssize_t n;
-    while ((n = read(b->err_r, &e, sizeof e)) < 0 && errno == EINTR) {
+    while ((n = read(b->err_r, &rep, sizeof rep)) < 0 && errno == EINTR) {
     }
-    return n == (ssize_t)sizeof e ? -e : 0;
+    if (n != (ssize_t)sizeof rep)
+        return 0;
+    if (rep.step == SP_EXEC)
+        return al_error_set(err, -rep.err, "cannot execute %s: %s", s->path, strerror(rep.err));
+    if (rep.step == SP_CWD)
+        return al_error_set(err, -rep.err,
+                            "cannot start %s: cannot change to the working directory '%s': %s",
+                            s->path, s->cwd, strerror(rep.err));
+    return al_error_set(err, -rep.err, "cannot start %s: cannot %s: %s", s->path,
+                        sp__step_names[rep.step], strerror(rep.err));
 }
 
 static void sp__kill_reap(pid_t p)
@@ -303,10 +604,14 @@ static void sp__kill_reap(pid_t p)
 
 int al_spawn(const struct al_spawn *s, pid_t *pid, int *pidfd, struct al_error *err)
 {
-    /* The common failure, said here and not only by a child exiting 127. */
-    if (access(s->path, X_OK) != 0)
+    /* The common failure, said here and not only by a child exiting 127 (as_shell: the
+     * child's exit status is how it is said). */
+    if (!s->as_shell && access(s->path, X_OK) != 0)
         return al_error_set(err, -errno, "cannot start %s: %s", s->path, strerror(errno));
-    if (s->nfds < 0 || s->nfds > AL_SPAWN_MAX_FDS || (s->no_wait_exec && s->before_exec))
+    if (s->nfds < 0 || s->nfds > AL_SPAWN_MAX_FDS || (s->no_wait_exec && s->before_exec) ||
+        (s->set_user && !s->drop_privileges) || (s->controlling_tty && !s->new_session) ||
+        (s->set_user && s->ngroups && !s->groups) ||
+        (s->set_oom_score_adj && (s->oom_score_adj < -1000 || s->oom_score_adj > 1000)))
         return al_error_set(err, -EINVAL, "cannot start %s: invalid spawn options", s->path);
     sp__reap_pending();
     int base = s->nfds > 3 ? s->nfds : 3;
@@ -326,7 +631,7 @@ int al_spawn(const struct al_spawn *s, pid_t *pid, int *pidfd, struct al_error *
     int e = ENOSYS;
 #ifdef SPAWN_SHARED_VM
     static bool no_clone_pidfd;
-    if (!no_clone_pidfd) {
+    if (!no_clone_pidfd && !s->set_user) { /* (spawn.h: a user's switch forks) */
         int flags = CLONE_VM | CLONE_PIDFD | SIGCHLD;
         if (!s->no_wait_exec && !s->before_exec)
             flags |= CLONE_VFORK;
@@ -341,7 +646,7 @@ int al_spawn(const struct al_spawn *s, pid_t *pid, int *pidfd, struct al_error *
         e = errno;
         if (p == 0)
             sp__child(b);
-        if (p > 0 && (fd = (int)syscall(SYS_pidfd_open, p, 0)) < 0)
+        if (p > 0 && pidfd && (fd = (int)syscall(SYS_pidfd_open, p, 0)) < 0)
             e = errno;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -354,7 +659,7 @@ int al_spawn(const struct al_spawn *s, pid_t *pid, int *pidfd, struct al_error *
         sp__free(b);
         return al_error_set(err, -e, "cannot start %s: %s", s->path, strerror(e));
     }
-    if (fd < 0) {
+    if (fd < 0 && pidfd) {
         rc = al_error_set(err, -e, "pidfd_open(%d): %s (Linux >= 5.3 is needed)", (int)p,
                           strerror(e));
         sp__kill_reap(p);
@@ -370,11 +675,12 @@ int al_spawn(const struct al_spawn *s, pid_t *pid, int *pidfd, struct al_error *
         if (s->before_exec && (rc = s->before_exec(p, s->arg, err)) >= 0 &&
             write(b->go_w, "g", 1) != 1)
             rc = al_error_set(err, -errno, "cannot start %s: %s", s->path, strerror(errno));
-        if (rc >= 0 && (rc = sp__wait_exec(b)) < 0)
-            al_error_set(err, rc, "cannot execute %s: %s", s->path, strerror(-rc));
+        if (rc >= 0)
+            rc = sp__wait_exec(s, b, err);
         if (rc < 0) {
             sp__kill_reap(p);
-            close(fd);
+            if (fd >= 0)
+                close(fd);
             sp__free(b);
             return rc;
         }
@@ -383,7 +689,7 @@ int al_spawn(const struct al_spawn *s, pid_t *pid, int *pidfd, struct al_error *
     *pid = p;
     if (pidfd)
         *pidfd = fd;
-    else
+    else if (fd >= 0)
         close(fd);
     return 0;
 }

@@ -576,18 +576,16 @@ static int interp__kernel_start(struct interp_ctx *c, struct al_error *err)
     snprintf(lib_pp, sizeof lib_pp, "%s", a->lib_dir);
     const char *more[] = {"AIRLOCK_KERNEL_LIB", lib_pp, "PYTHONIOENCODING", "utf-8", NULL, NULL};
     char **envp = agent_child_env(a, &c->user, NULL, c->kind == KIND_PYTHON ? more : NULL);
-    struct agent_spawn_opts so = {0};
-    so.file = c->kind == KIND_PYTHON ? a->python : c->kind == KIND_JS ? a->node : "/bin/bash";
-    so.argv = c->kind == KIND_PYTHON ? argv_py : c->kind == KIND_JS ? argv_js : argv_sh;
-    so.envp = envp;
+    struct al_spawn so = {0};
+    agent_spawn_user(a, &so,
+                     c->kind == KIND_PYTHON ? a->python
+                     : c->kind == KIND_JS   ? a->node
+                                            : "/bin/bash",
+                     c->kind == KIND_PYTHON ? argv_py
+                     : c->kind == KIND_JS   ? argv_js
+                                            : argv_sh,
+                     envp, &c->user);
     so.cwd = c->cwd;
-    so.set_user = a->can_switch_user;
-    so.uid = c->user.uid;
-    so.gid = c->user.gid;
-    so.groups = c->user.groups;
-    so.ngroups = c->user.ngroups;
-    so.ctty = -1;
-    so.oom_score_adj = a->pid1 ? 100 : 2000;
     if (c->kind != KIND_BASH) {
         so.fds[0] = -1;
         so.fds[1] = po[1];
@@ -603,7 +601,7 @@ static int interp__kernel_start(struct interp_ctx *c, struct al_error *err)
         so.nfds = 4;
     }
     pid_t pid;
-    int r = agent_spawn(&so, &pid, err);
+    int r = al_spawn(&so, &pid, NULL, err);
     agent_free_strv(envp);
     close(po[1]);
     close(pe[1]);
@@ -870,7 +868,7 @@ static bool interp__have_program(struct agent *a, const char *prog)
     if (!path)
         path = a->path_env;
     char cand[PATH_MAX];
-    for (const char *p = path; p && agent_path_next(&p, prog, cand, sizeof cand);) {
+    for (const char *p = path; p && al_spawn_path_next(&p, prog, cand, sizeof cand);) {
         /* an empty entry is the child's working directory, not the agent's */
         if (strncmp(cand, "./", 2) != 0 && access(cand, X_OK) == 0)
             return true;

@@ -620,7 +620,7 @@ static void proc__start(struct agent_call *c)
 
     int child_in = -1, child_out = -1, child_err = -1, par_in = -1, par_out = -1, par_err = -1;
     int master = -1, slave = -1;
-    struct agent_spawn_opts so = {0};
+    struct al_spawn so = {0};
     if (pty) {
         if (agent_pty_open(cols, rows, u.uid, u.gid, &master, &slave, &e) < 0) {
             free(argv);
@@ -629,7 +629,7 @@ static void proc__start(struct agent_call *c)
             return;
         }
         so.fds[0] = so.fds[1] = so.fds[2] = slave;
-        so.ctty = 0;
+        so.controlling_tty = true;
     } else {
         int po[2], pe[2], pi[2] = {-1, -1};
         if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 ||
@@ -649,21 +649,12 @@ static void proc__start(struct agent_call *c)
         so.fds[0] = child_in;
         so.fds[1] = child_out;
         so.fds[2] = child_err;
-        so.ctty = -1;
     }
     so.nfds = 3;
-    so.file = cmd;
-    so.argv = argv;
-    so.envp = envp;
+    agent_spawn_user(a, &so, cmd, argv, envp, &u);
     so.cwd = dir;
-    so.set_user = a->can_switch_user;
-    so.uid = u.uid;
-    so.gid = u.gid;
-    so.groups = u.groups;
-    so.ngroups = u.ngroups;
-    so.oom_score_adj = a->pid1 ? 100 : 2000;
     pid_t pid;
-    r = agent_spawn(&so, &pid, &e);
+    r = al_spawn(&so, &pid, NULL, &e);
     free(argv);
     agent_free_strv(envp);
     if (slave >= 0)

@@ -8,7 +8,7 @@
  * Why a service and not a setuid binary: every process the agent starts has no_new_privs
  * and an empty capability bounding set, so a setuid sudo cannot work (and must not). The
  * agent already starts processes as root for the API's `user: "root"`; this starts them
- * the same way (agent_spawn: same namespaces, cgroup, seccomp filter, empty bounding set,
+ * the same way (agent_spawn_user: same namespaces, cgroup, seccomp filter, empty bounding set,
  * no capabilities, no_new_privs), so sudo grants a sandbox process exactly what the API
  * already grants its caller, and nothing outside the sandbox.
  *
@@ -262,7 +262,7 @@ char **agent_sudo_env(struct agent *a, const struct agent_user *caller, uid_t ca
 int agent_sudo_find(const char *file, const char *path, char *out, size_t outlen)
 {
     const char *p = path;
-    while (agent_path_next(&p, file, out, outlen)) {
+    while (al_spawn_path_next(&p, file, out, outlen)) {
         struct stat st;
         if (out[0] == '.' && out[1] == '/')
             continue; /* an empty or relative PATH entry: never searched for root */
@@ -532,29 +532,21 @@ static void sudo__run(struct sudo__sess *s, struct agent_sudo_req *req)
         sudo__refuse(s, "out of memory");
         return;
     }
-    struct agent_spawn_opts so = {0};
-    so.file = file;
-    so.argv = (char *const *)argv;
-    so.envp = envp;
+    struct al_spawn so = {0};
+    agent_spawn_user(a, &so, file, (char *const *)argv, envp, &target);
+    so.set_user = true; /* (sudo runs only in an agent that may switch users) */
     if (req->mode == AGENT_SUDO_LOGIN) {
         so.cwd = target.home; /* a login starts at home, as sudo -i does */
     } else {
         so.use_cwd_fd = true;
         so.cwd_fd = s->fds[3];
     }
-    so.set_user = true;
-    so.uid = target.uid;
-    so.gid = target.gid;
-    so.groups = target.groups;
-    so.ngroups = target.ngroups;
     so.fds[0] = s->fds[0];
     so.fds[1] = s->fds[1];
     so.fds[2] = s->fds[2];
     so.nfds = 3;
-    so.ctty = -1;
-    so.oom_score_adj = a->pid1 ? 100 : 2000;
     pid_t pid;
-    int r = agent_spawn(&so, &pid, &e);
+    int r = al_spawn(&so, &pid, NULL, &e);
     free(argv);
     free(quoted);
     agent_free_strv(envp);

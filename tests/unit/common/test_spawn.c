@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -157,6 +158,100 @@ START_TEST(dies_with_its_parent)
 }
 END_TEST
 
+/* Runs argv with s's options and returns its exit status, its stdout+stderr in out. */
+static int run_capture(struct al_spawn *s, char *out, size_t len)
+{
+    int p[2];
+    ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+    s->fds[0] = -1;
+    s->fds[1] = s->fds[2] = p[1];
+    s->nfds = 3;
+    pid_t pid;
+    struct al_error err = {0};
+    ck_assert_msg(al_spawn(s, &pid, NULL, &err) == 0, "%s", err.msg);
+    close(p[1]);
+    size_t got = 0;
+    ssize_t n;
+    while (got + 1 < len && (n = read(p[0], out + got, len - 1 - got)) > 0)
+        got += (size_t)n;
+    out[got] = '\0';
+    close(p[0]);
+    return wait_status(pid);
+}
+
+/* as_shell: a PATH search in the child's environment, /bin/sh for a script without "#!",
+ * and a failed exec said as a shell says it, in the exit status. */
+START_TEST(as_shell_searches_and_reports_like_a_shell)
+{
+    char dir[] = "/tmp/al-spawn-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char script[PATH_MAX];
+    snprintf(script, sizeof script, "%s/hello", dir);
+    FILE *f = fopen(script, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("echo \"hi $1\"\n", f); /* no "#!": ENOEXEC, run by /bin/sh */
+    fclose(f);
+    ck_assert_int_eq(chmod(script, 0755), 0);
+    char path[PATH_MAX + 16], out[512];
+    snprintf(path, sizeof path, "PATH=/nonexistent::%s", dir);
+    char *envp[] = {path, NULL};
+    char *argv[] = {"hello", "there", NULL};
+    struct al_spawn s = {.path = "hello", .argv = argv, .envp = envp, .as_shell = "t"};
+    int st = run_capture(&s, out, sizeof out);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    ck_assert_str_eq(out, "hi there\n");
+
+    s.path = "no-such-program-xyz";
+    st = run_capture(&s, out, sizeof out);
+    ck_assert_int_eq(WEXITSTATUS(st), 127);
+    ck_assert_str_eq(out, "t: no-such-program-xyz: command not found\n");
+    s.path = "/no/such/file";
+    st = run_capture(&s, out, sizeof out);
+    ck_assert_int_eq(WEXITSTATUS(st), 127);
+    ck_assert_str_eq(out, "t: /no/such/file: No such file or directory\n");
+    ck_assert_int_eq(chmod(script, 0644), 0);
+    s.path = script;
+    st = run_capture(&s, out, sizeof out);
+    ck_assert_int_eq(WEXITSTATUS(st), 126);
+    ck_assert_ptr_nonnull(strstr(out, ": Permission denied\n"));
+    unlink(script);
+    rmdir(dir);
+}
+END_TEST
+
+/* The working directory (a path or a descriptor), oom_score_adj, a failed step named. */
+START_TEST(cwd_oom_and_a_named_failed_step)
+{
+    char out[512];
+    char *argv[] = {"/bin/sh", "-c", "pwd; cat /proc/self/oom_score_adj", NULL};
+    struct al_spawn s = {.path = "/bin/sh",
+                         .argv = argv,
+                         .cwd = "/usr",
+                         .set_oom_score_adj = true,
+                         .oom_score_adj = 500};
+    int st = run_capture(&s, out, sizeof out);
+    ck_assert_int_eq(WEXITSTATUS(st), 0);
+    ck_assert_str_eq(out, "/usr\n500\n");
+    int d = open("/etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ck_assert_int_ge(d, 0);
+    s.cwd = NULL;
+    s.use_cwd_fd = true;
+    s.cwd_fd = d;
+    s.set_oom_score_adj = false;
+    st = run_capture(&s, out, sizeof out);
+    close(d);
+    ck_assert_str_eq(strtok(out, "\n"), "/etc");
+    s.use_cwd_fd = false;
+    s.nfds = 0; /* (run_capture's pipe is closed) */
+    s.cwd = "/definitely/not/here";
+    pid_t pid;
+    struct al_error err = {0};
+    ck_assert_int_eq(al_spawn(&s, &pid, NULL, &err), -ENOENT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "working directory '/definitely/not/here'"));
+    ck_assert_int_eq(waitpid(-1, NULL, WNOHANG), -1);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("spawn");
@@ -166,6 +261,8 @@ static Suite *suite(void)
     tcase_add_test(t, exec_failure_is_the_error);
     tcase_add_test(t, only_the_mapped_descriptors_survive);
     tcase_add_test(t, dies_with_its_parent);
+    tcase_add_test(t, as_shell_searches_and_reports_like_a_shell);
+    tcase_add_test(t, cwd_oom_and_a_named_failed_step);
     suite_add_tcase(s, t);
     return s;
 }

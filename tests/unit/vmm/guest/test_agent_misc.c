@@ -1,6 +1,7 @@
 /* Unit tests: vmm/guest path resolution, users from passwd/group files, envd exit statuses,
  * Go file-mode strings, NDJSON lines and UTF-8 repair. */
 #include "al_test.h"
+#include "vmm/guest/agent.h"
 #include "vmm/guest/fspath.h"
 #include "vmm/guest/ndjson.h"
 #include "vmm/guest/spawn.h"
@@ -243,20 +244,18 @@ START_TEST(spawn_drops_privileges_and_reports_setup_errors)
                     "ls /proc/self/fd | wc -l; ps -o sid= -p $$ 2>/dev/null | tr -d ' '; echo $$",
                     NULL};
     char *envp[] = {"PATH=/usr/bin:/bin", NULL};
-    struct agent_spawn_opts o = {0};
-    o.file = "/bin/sh";
-    o.argv = argv;
-    o.envp = envp;
+    struct agent a = {.can_switch_user = false};
+    struct agent_user u = {.uid = getuid(), .gid = getgid()};
+    struct al_spawn o = {0};
+    agent_spawn_user(&a, &o, "/bin/sh", argv, envp, &u);
     o.cwd = "/";
     o.fds[0] = -1;
     o.fds[1] = p[1];
     o.fds[2] = -1;
     o.nfds = 3;
-    o.ctty = -1;
-    o.oom_score_adj = 2000;
     pid_t pid;
     struct al_error e = {0};
-    ck_assert_int_eq(agent_spawn(&o, &pid, &e), 0);
+    ck_assert_msg(al_spawn(&o, &pid, NULL, &e) == 0, "%s", e.msg);
     close(p[1]);
     char out[4096] = "";
     size_t n = 0;
@@ -276,13 +275,15 @@ START_TEST(spawn_drops_privileges_and_reports_setup_errors)
     if (agent_can_switch_user())
         ck_assert_ptr_nonnull(strstr(out, "CapBnd:\t0000000000000000"));
     /* a missing working directory is a setup error with a message */
+    o.fds[1] = -1; /* (p[1] is closed) */
     o.cwd = "/definitely/not/here";
-    ck_assert_int_eq(agent_spawn(&o, &pid, &e), -ENOENT);
+    int rc = al_spawn(&o, &pid, NULL, &e);
+    ck_assert_msg(rc == -ENOENT, "%d: %s", rc, e.msg);
     ck_assert_ptr_nonnull(strstr(e.msg, "/definitely/not/here"));
     /* a missing program is exit 127 from the child, as a shell reports it */
     o.cwd = "/";
-    o.file = "no-such-program-xyz";
-    ck_assert_int_eq(agent_spawn(&o, &pid, &e), 0);
+    o.path = "no-such-program-xyz";
+    ck_assert_int_eq(al_spawn(&o, &pid, NULL, &e), 0);
     waitpid(pid, &st, 0);
     ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 127);
 }
