@@ -183,8 +183,8 @@ static int run_capture(struct al_spawn *s, char *out, size_t len)
  * and a failed exec said as a shell says it, in the exit status. */
 START_TEST(as_shell_searches_and_reports_like_a_shell)
 {
-    char dir[] = "/tmp/al-spawn-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char dir[PATH_MAX];
+    al_test_tmpdir(dir, sizeof dir, "spawn");
     char script[PATH_MAX];
     snprintf(script, sizeof script, "%s/hello", dir);
     FILE *f = fopen(script, "w");
@@ -214,8 +214,7 @@ START_TEST(as_shell_searches_and_reports_like_a_shell)
     st = run_capture(&s, out, sizeof out);
     ck_assert_int_eq(WEXITSTATUS(st), 126);
     ck_assert_ptr_nonnull(strstr(out, ": Permission denied\n"));
-    unlink(script);
-    rmdir(dir);
+    ck_assert_int_eq(al_test_rmtree(dir), 0);
 }
 END_TEST
 
