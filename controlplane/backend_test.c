@@ -236,6 +236,10 @@ static int tb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_bac
     json_t *init = json_pack(
         "{s:O,s:s,s:s,s:s}", "envVars", a->env_vars ? a->env_vars : json_object(), "accessToken",
         sb->rec.token, "sandboxID", sb->rec.id, "templateID", sb->rec.template_id);
+    if (init && a->start_cmd)
+        json_object_set_new(init, "startCmd", json_string(a->start_cmd));
+    if (init && a->ready_cmd)
+        json_object_set_new(init, "readyCmd", json_string(a->ready_cmd));
     char *text = init ? json_dumps(init, JSON_COMPACT) : NULL;
     json_decref(init);
     char *agent = cp->agent_bin;

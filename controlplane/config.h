@@ -47,6 +47,7 @@ struct cp_config {
     int64_t max_creating;        /* creations in flight */
     int64_t start_concurrency;   /* of those, starting their sandbox at once (0: 4 per CPU) */
     uint64_t start_timeout_ms;
+    uint64_t ready_timeout_ms; /* the template's readyCmd, after the agent is healthy */
     uint64_t log_max_bytes;
     uint64_t metrics_interval_ms;
     int on_shutdown;     /* enum cp_on_shutdown */

@@ -7,7 +7,8 @@
  * a restart of airlockd.
  *
  * Create:   record (state creating, saved) -> network (vswitch, thread pool) -> egress
- *           registration -> backend start (agent healthy) -> state running, saved, timer,
+ *           registration -> backend start (agent healthy) -> the template's readyCmd
+ *           succeeded (when it has a startCmd or readyCmd) -> state running, saved, timer,
  *           watch -> 201. A failing step undoes the earlier ones in reverse and the row is
  *           deleted: nothing is left half-done. With a warm sandbox of the template ready
  *           (warm.c), the creation takes it (its id, network and started agent), and its
@@ -26,6 +27,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/buf.h"
+#include "common/http.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "cp.h"
@@ -275,9 +279,11 @@ struct lc_create {
                                          * version a snapshot applies to */
     char restore_dir[4200];             /* Sandbox.create(snapshotID): its files, else "" */
     uint64_t timeout_s;
-    bool starting; /* counted in cp->n_starting */
+    char *start_cmd, *ready_cmd; /* the template's (template.json), or NULL */
+    struct lc_ready *ready;      /* waiting for the agent to say it is ready */
+    bool starting;               /* counted in cp->n_starting */
     int fail_status;
-    char fail_msg[512];
+    char fail_msg[1024];
     uv_work_t work;
     int work_rc;
     struct al_error work_err;
@@ -306,6 +312,8 @@ static void lc__wipe_env(json_t *env)
 static void lc__create_free(struct lc_create *c)
 {
     lc__wipe_env(c->env_vars);
+    free(c->start_cmd);
+    free(c->ready_cmd);
     free(c);
 }
 
@@ -370,6 +378,214 @@ static void lc__create_done(struct lc_create *c)
     cp_sb_unref(sb);
 }
 
+/* ---- ready: the template's startCmd runs and its readyCmd succeeded ----------------------
+ *
+ * The agent runs both (vmm/guest/startcmd.c) and says where it stands in GET /ready; the
+ * creation polls that until "ready", and fails (the sandbox torn down) on "failed" or after
+ * sandboxes.ready_timeout, with what the last attempt said. */
+
+#define LC_READY_POLL_MS 100
+
+struct lc_ready {
+    uv_timer_t timer;
+    struct lc_create *c; /* NULL once over (the timer closing, a poll perhaps in flight) */
+    bool inflight, closed;
+    uint64_t deadline_ns;
+    int status;
+    struct al_buf body;
+    char last[400]; /* why the last poll had no answer */
+};
+
+static void lc__create_done(struct lc_create *c);
+
+static void lc__ready_maybe_free(struct lc_ready *r)
+{
+    if (r->closed && !r->inflight) {
+        al_buf_free(&r->body);
+        free(r);
+    }
+}
+
+static void lc__ready_closed(uv_handle_t *h)
+{
+    struct lc_ready *r = h->data;
+    r->closed = true;
+    lc__ready_maybe_free(r);
+}
+
+static void lc__ready_end(struct lc_ready *r)
+{
+    r->c->ready = NULL;
+    r->c = NULL;
+    uv_close((uv_handle_t *)&r->timer, lc__ready_closed);
+}
+
+static void lc__ready_fail(struct lc_ready *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void lc__ready_fail(struct lc_ready *r, int status, const char *fmt, ...)
+{
+    struct lc_create *c = r->c;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    lc__ready_end(r);
+    lc__create_fail(c, status, "%s", msg);
+}
+
+/* Where the agent said it stands: what the caller learns when it is not ready in time. */
+static void lc__ready_describe(const json_t *st, char *out, size_t len)
+{
+    const char *ls = json_string_value(json_object_get(st, "lastStatus"));
+    const char *lo = json_string_value(json_object_get(st, "lastOutput"));
+    json_int_t n = json_integer_value(json_object_get(st, "attempts"));
+    if (!ls) {
+        snprintf(out, len, "no attempt has ended (%lld started)", (long long)n);
+        return;
+    }
+    /* Its output's end, without the trailing newline. */
+    size_t ol = lo ? strlen(lo) : 0;
+    while (ol && (lo[ol - 1] == '\n' || lo[ol - 1] == '\r' || lo[ol - 1] == ' '))
+        ol--;
+    if (ol > 300) {
+        lo += ol - 300;
+        ol = 300;
+    }
+    snprintf(out, len, "%lld attempt(s), the last: %s%s%.*s", (long long)n, ls,
+             ol ? ", output: " : "", (int)ol, lo ? lo : "");
+}
+
+static int lc__ready_resp(struct al_http_creq *q, int status, const struct al_http_header *h,
+                          size_t n, void *arg)
+{
+    struct lc_ready *r = arg;
+    (void)q;
+    (void)h;
+    (void)n;
+    r->status = status;
+    return 0;
+}
+
+static int lc__ready_data(struct al_http_creq *q, const char *data, size_t len, void *arg)
+{
+    struct lc_ready *r = arg;
+    (void)q;
+    al_buf_append(&r->body, data, len); /* capped: the rest is dropped */
+    return 0;
+}
+
+static void lc__ready_done(struct al_http_creq *q, int err, void *arg)
+{
+    struct lc_ready *r = arg;
+    r->inflight = false;
+    struct lc_create *c = r->c;
+    if (!c) {
+        lc__ready_maybe_free(r);
+        return;
+    }
+    if (err) {
+        /* Kept for the timeout's message; the next tick asks again. */
+        const char *why = al_http_creq_strerror(q);
+        snprintf(r->last, sizeof r->last, "GET /ready: %s", why && *why ? why : strerror(-err));
+        return;
+    }
+    if (r->status != 200) {
+        snprintf(r->last, sizeof r->last, "GET /ready answered %d", r->status);
+        return;
+    }
+    json_t *st = json_loadb(r->body.data, r->body.len, 0, NULL);
+    const char *state = json_string_value(json_object_get(st, "state"));
+    if (state && strcmp(state, "ready") == 0) {
+        json_decref(st);
+        lc__ready_end(r);
+        lc__stage(c->sb, CP_CREATE_START);
+        lc__create_done(c);
+        return;
+    }
+    if (state && strcmp(state, "failed") == 0) {
+        const char *e = json_string_value(json_object_get(st, "error"));
+        char d[600];
+        lc__ready_describe(st, d, sizeof d);
+        lc__ready_fail(r, 500, "the template's start failed: %s (readyCmd: %s)",
+                       e ? e : "no reason given", d);
+        json_decref(st);
+        return;
+    }
+    if (state && strcmp(state, "none") == 0) {
+        json_decref(st);
+        lc__ready_fail(r, 500,
+                       "the sandbox's agent runs no startCmd/readyCmd although the template "
+                       "has them (an agent older than airlockd?)");
+        return;
+    }
+    /* "starting": keep what it said for the timeout's message. */
+    lc__ready_describe(st, r->last, sizeof r->last);
+    json_decref(st);
+}
+
+static void lc__ready_tick(uv_timer_t *t)
+{
+    struct lc_ready *r = t->data;
+    struct lc_create *c = r->c;
+    struct cp_sandbox *sb = c->sb;
+    struct cp *cp = sb->cp;
+    if (cp->stopping) {
+        lc__ready_fail(r, 503, "airlockd is shutting down");
+        return;
+    }
+    if (al_now_ns() > r->deadline_ns) {
+        char what[300];
+        if (c->ready_cmd)
+            snprintf(what, sizeof what, "readyCmd '%.200s' did not succeed", c->ready_cmd);
+        else
+            snprintf(what, sizeof what, "startCmd was not reported running");
+        lc__ready_fail(r, 500, "the template's %s within %.1f s (sandboxes.ready_timeout): %s",
+                       what, (double)cp->cfg.ready_timeout_ms / 1000.0,
+                       r->last[0] ? r->last : "the agent did not answer GET /ready");
+        return;
+    }
+    if (r->inflight)
+        return;
+    char target[160];
+    snprintf(target, sizeof target, "unix:%s", sb->agent_sock);
+    struct al_http_header h[] = {{"X-Access-Token", sb->rec.token}};
+    struct al_http_creq_opts o = {.target = target,
+                                  .method = "GET",
+                                  .path = "/ready",
+                                  .headers = h,
+                                  .n_headers = 1,
+                                  .timeout_ms = 2000,
+                                  .on_response = lc__ready_resp,
+                                  .on_data = lc__ready_data,
+                                  .on_done = lc__ready_done,
+                                  .arg = r};
+    r->status = 0;
+    al_buf_reset(&r->body);
+    struct al_http_creq *q;
+    r->inflight = true;
+    if (al_http_creq_start(cp->loop, &o, &q))
+        r->inflight = false;
+}
+
+static void lc__ready_wait(struct lc_create *c)
+{
+    struct cp_sandbox *sb = c->sb;
+    struct lc_ready *r = calloc(1, sizeof *r);
+    if (!r) {
+        lc__create_fail(c, 500, "out of memory");
+        return;
+    }
+    r->c = c;
+    r->deadline_ns = al_now_ns() + sb->cp->cfg.ready_timeout_ms * 1000000ull;
+    al_buf_init(&r->body, 64 * 1024);
+    uv_timer_init(sb->cp->loop, &r->timer);
+    r->timer.data = r;
+    c->ready = r;
+    uv_timer_start(&r->timer, lc__ready_tick, 0, LC_READY_POLL_MS);
+}
+
 static void lc__create_started(struct cp_sandbox *sb, int rc, const char *msg)
 {
     struct lc_create *c = sb->opctx;
@@ -385,6 +601,10 @@ static void lc__create_started(struct cp_sandbox *sb, int rc, const char *msg)
         return;
     }
     sb->started = true;
+    if (c->start_cmd || c->ready_cmd) {
+        lc__ready_wait(c);
+        return;
+    }
     lc__stage(sb, CP_CREATE_START);
     lc__create_done(c);
 }
@@ -505,6 +725,8 @@ static void lc__create_start_now(struct lc_create *c)
         .dns = sb->has_net && sb->net.gateway[0] ? sb->net.gateway : NULL,
         .hostname = NULL,
         .restore_dir = c->restore_dir[0] ? c->restore_dir : NULL,
+        .start_cmd = c->start_cmd,
+        .ready_cmd = c->ready_cmd,
     };
     lc__create_intercept(c, &a);
     sb->backend_attempted = true;
@@ -606,6 +828,25 @@ static int lc__check_env(const json_t *env, struct al_error *err)
     return 0;
 }
 
+/* The template's startCmd and readyCmd (its template.json; a template without them, or
+ * without the file, has neither). */
+static int lc__template_cmds(struct lc_create *c, struct al_error *err)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/template.json", c->template_dir);
+    if (access(p, F_OK) < 0)
+        return 0;
+    json_t *t = al_json_load_file(p, err);
+    if (!t)
+        return err->code ? err->code : -EINVAL;
+    const char *s = json_string_value(json_object_get(t, "start_cmd"));
+    const char *r = json_string_value(json_object_get(t, "ready_cmd"));
+    c->start_cmd = s && *s ? strdup(s) : NULL;
+    c->ready_cmd = r && *r ? strdup(r) : NULL;
+    json_decref(t);
+    return 0;
+}
+
 void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al_http_req *req,
                          int api)
 {
@@ -651,7 +892,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     }
     if (cp_template_resolve_build(cp, c->template_ref, c->template_dir, sizeof c->template_dir,
                                   c->template_build, sizeof c->template_build, &err)) {
-        free(c);
+        lc__create_free(c);
         if (snap)
             cp_rest_error(req, 409, "snapshot %s: its template is gone: %s", req_c->template_id,
                           al_error_str(&err));
@@ -659,8 +900,13 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
             cp_rest_error(req, 404, "%s", al_error_str(&err));
         return;
     }
+    if (lc__template_cmds(c, &err)) {
+        lc__create_free(c);
+        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        return;
+    }
     if (lc__check_env(req_c->env_vars, &err)) {
-        free(c);
+        lc__create_free(c);
         cp_rest_error(req, 400, "%s", al_error_str(&err));
         return;
     }
@@ -677,7 +923,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         } while (cp_sandbox_get(cp, id) || cp_warm_has_id(cp, id));
     json_t *network = req_c->network ? json_deep_copy(req_c->network) : NULL, *pending = NULL;
     if (cp_transforms_prepare(id, "c", network, &pending, &err)) {
-        free(c);
+        lc__create_free(c);
         json_decref(network);
         cp_rest_error(req, 400, "%s", al_error_str(&err));
         return;
@@ -685,7 +931,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     struct cp_policy_sel sel = {0};
     int status = 500;
     if (cp_transforms_resolve(cp, req_c->who.key_id, network, &status, &err)) {
-        free(c);
+        lc__create_free(c);
         json_decref(network);
         json_decref(pending);
         cp_rest_error(req, status, "%s", al_error_str(&err));
@@ -693,7 +939,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     }
     if (cp_policy_select(cp, req_c->metadata, network, req_c->allow_internet, &req_c->who,
                          c->template_dir, &sel, &status, &err)) {
-        free(c);
+        lc__create_free(c);
         json_decref(network);
         json_decref(pending);
         cp_rest_error(req, status, "%s", al_error_str(&err));
@@ -702,7 +948,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     uint64_t timeout_s =
         req_c->timeout_given ? req_c->timeout_s : (cp->cfg.default_timeout_ms + 999) / 1000;
     if (timeout_s * 1000 > cp->cfg.max_timeout_ms) {
-        free(c);
+        lc__create_free(c);
         json_decref(network);
         json_decref(pending);
         cp_policy_sel_free(&sel);
@@ -716,7 +962,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     /* Sealed once everything that can refuse the creation has spoken; a failure from here
      * on deletes them (cp_transforms_drop at the teardown's end). */
     if (cp_transforms_seal(cp, pending, &err)) {
-        free(c);
+        lc__create_free(c);
         json_decref(network);
         cp_policy_sel_free(&sel);
         cp_rest_error(req, 503, "%s", al_error_str(&err));
@@ -724,7 +970,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     }
     struct cp_sandbox *sb = warm_id ? cp_warm_take(cp, id) : cp_sb_new(cp);
     if (!sb) {
-        free(c);
+        lc__create_free(c);
         cp_transforms_drop(cp, network, NULL);
         json_decref(network);
         cp_policy_sel_free(&sel);

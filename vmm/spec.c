@@ -642,6 +642,10 @@ int vmm_template_validate(const json_t *t, const char *where, struct al_error *e
     if ((rc = al_json_get_obj(t, "agent", false, &o, where, err)) ||
         (rc = al_json_get_obj(t, "build", false, &o, where, err)))
         return rc;
+    const char *cmd = NULL;
+    if ((rc = al_json_get_str(t, "start_cmd", false, &cmd, where, err)) ||
+        (rc = al_json_get_str(t, "ready_cmd", false, &cmd, where, err)))
+        return rc;
     return 0;
 }
 
@@ -723,6 +727,13 @@ json_t *vmm_spec_init_object(const struct vmm_spec *s)
     json_t *agent = t ? json_object_get(t, "agent") : NULL;
     if (agent)
         json_object_set(o, "agent", agent);
+    /* The template's start and ready commands: the agent runs them (airlockd waits). */
+    const char *start = t ? json_string_value(json_object_get(t, "start_cmd")) : NULL;
+    const char *ready = t ? json_string_value(json_object_get(t, "ready_cmd")) : NULL;
+    if (start && *start)
+        json_object_set_new(o, "startCmd", json_string(start));
+    if (ready && *ready)
+        json_object_set_new(o, "readyCmd", json_string(ready));
     return o;
 }
 

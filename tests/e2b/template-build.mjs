@@ -5,7 +5,8 @@
 // COPY steps (GET /templates/{id}/files/{hash}, the PUT it grants, the files applied to the
 // template, found again by a second build); a rebuild whose image comes from the blob cache;
 // Template.exists, Sandbox.create(alias) and a command in it; tags (assignTags, getTags,
-// removeTags, 'name:tag' builds and sandboxes). Prints one line per check; exits non-zero on the first failure.
+// removeTags, 'name:tag' builds and sandboxes); startCmd and readyCmd honoured at create.
+// Prints one line per check; exits non-zero on the first failure.
 //
 // Environment: E2B_API_URL, E2B_API_KEY (airlockd's), AIRLOCK_IMAGE (a reference of the
 // registry), AIRLOCK_REG_USER, AIRLOCK_REG_PASSWORD.
@@ -186,4 +187,59 @@ try {
   await sbx.kill()
 }
 ok(`Sandbox.create(alias) and commands in it (${process.env.AIRLOCK_E2B_BACKEND ?? 'test'} backend)`)
+
+// startCmd and readyCmd (E2B's semantics): the start command runs as the template's USER in
+// its WORKDIR with its ENV, and Sandbox.create returns once the readyCmd succeeded: here
+// once the server the start command brings up (2 s late) answers, so the sandbox's first
+// command finds it up. The start command is one of the sandbox's processes (tag startCmd).
+const svc = Template()
+  .fromImage(image, creds)
+  .setEnvs({ GREETING: 'hello' })
+  .setWorkdir('/srv/app')
+  .setUser('user')
+  .setStartCmd(
+    'mkdir -p /home/user/www && echo "$GREETING $(id -u) $(pwd)" > /home/user/www/index.html && ' +
+      'sleep 2 && exec httpd -f -p 127.0.0.1:8080 -h /home/user/www',
+    'wget -q -O - http://127.0.0.1:8080/index.html | grep -q hello'
+  )
+await Template.build(svc, 'sdk-svc')
+const t0 = Date.now()
+const ss = await Sandbox.create('sdk-svc')
+const took = Date.now() - t0
+try {
+  const r = await ss.commands.run('wget -q -O - http://127.0.0.1:8080/index.html')
+  assert.equal(r.stdout, 'hello 1000 /srv/app\n', r.stdout)
+  assert.ok(took >= 2000, `create returned after ${took} ms, before the server was up`)
+  const procs = await ss.commands.list()
+  const sc = procs.find((p) => p.tag === 'startCmd')
+  assert.ok(sc && sc.args.join(' ').includes('exec httpd'), JSON.stringify(procs))
+} finally {
+  await ss.kill()
+}
+ok(`startCmd runs as the template's user, workdir and env; Sandbox.create waits for readyCmd (${took} ms)`)
+
+// A readyCmd that never succeeds fails the creation once sandboxes.ready_timeout (5 s here)
+// is over, a start command that fails fails it at once; each says why, and no sandbox is left.
+for (const [alias, start, ready, want] of [
+  ['sdk-never', 'sleep 3600', 'echo not yet >&2; false',
+    /readyCmd 'echo not yet >&2; false' did not succeed within 5\.0 s .*exit status 1, output: not yet$/],
+  ['sdk-crash', 'echo broken >&2; exit 3', 'sleep 1; false',
+    /the template's start failed: startCmd 'echo broken >&2; exit 3' ended \(exit status 3\)/],
+]) {
+  await Template.build(Template().fromImage(image, creds).setStartCmd(start, ready), alias)
+  let e
+  const t1 = Date.now()
+  try {
+    const s = await Sandbox.create(alias)
+    await s.kill()
+  } catch (x) {
+    e = x
+  }
+  assert.ok(e, `Sandbox.create('${alias}') succeeded`)
+  assert.match(e.message, want, e.message)
+  ok(`Sandbox.create('${alias}') fails after ${Date.now() - t1} ms: ${e.message}`)
+}
+const left = await Sandbox.list().nextItems()
+assert.deepEqual(left.filter((s) => s.templateId.startsWith('sdk-')), [], JSON.stringify(left))
+ok('... and leaves no sandbox')
 console.log(`builds ${built.buildId} ${rebuilt.buildId}`)

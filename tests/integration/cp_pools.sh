@@ -10,7 +10,9 @@
 #   - /metrics's airlock_pool_ready and airlock_pool_size say so too;
 #   - /metrics has airlock_sandbox_create_stage_duration_seconds for each stage (accept,
 #     network, egress, queue, start), three creations each, whose times add up to the creations'
-#     total; each creation's log line names its stages.
+#     total; each creation's log line names its stages;
+#   - a template with startCmd/readyCmd is created from a warm airlock-vmm too, and its
+#     creation answers once the readyCmd succeeded.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 for b in airlockd airlock airlock-vmm airlock-egress; do
@@ -84,6 +86,25 @@ print("ok" if total > 0 and 0.9 * total <= stages <= total + 1e-6 else f"stages 
 al_eq "the stages add up to the creations' total time" "$SUMS" ok
 al_eq "each creation's log line names its stages" \
   "$(grep -cE 'created in [0-9.]+ ms .*stages: accept [0-9.]+, network [0-9.]+, egress [0-9.]+, queue [0-9.]+, start [0-9.]+ ms' "$AL_TMP/airlockd.log")" 3
+
+# A template with startCmd/readyCmd (built from base through the build API, as the SDK does):
+# a creation takes a warm airlock-vmm like any other (the template is given when it is
+# claimed, so the agent it starts runs the start command), and answers once the readyCmd
+# succeeded: the sandbox's first command reaches the server the start command brought up.
+BID=$(cp_api -X POST "$CP_URL/v3/templates" -d '{"name":"svc"}' |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["buildID"])')
+cp_api -X POST "$CP_URL/v2/templates/svc/builds/$BID" -d '{"fromTemplate":"base",
+  "startCmd":"sleep 1; echo up > /tmp/www.txt; cd /tmp && exec python3 -m http.server 8000 --bind 127.0.0.1",
+  "readyCmd":"curl -fs http://127.0.0.1:8000/www.txt","steps":[]}' >/dev/null
+svc_ready() { cp_api "$CP_URL/templates/svc/builds/$BID/status" | grep -q '"status": *"ready"'; }
+al_ok "the template svc is built" al_wait_until 120 svc_ready
+al_eq "the pools are full before its creation" "$(wait_pools 50 '7 2')" "7 2"
+SVC=$(cp_create '{"templateID":"svc","timeout":600}')
+al_match "a sandbox of svc is created from a warm airlock-vmm" \
+  "sandbox $SVC created in .*template svc, .*\(warm airlock-vmm\)" cat "$AL_TMP/airlockd.log"
+al_eq "... its first command reaches the start command's server" \
+  "$(cp_exec "$SVC" curl -fs http://127.0.0.1:8000/www.txt)" up
+[ -n "$SVC" ] && echo "$SVC" >>"$IDS"
 
 while read -r id; do cp_cli sandbox kill "$id" >/dev/null; done <"$IDS"
 al_kill airlockd TERM

@@ -218,7 +218,7 @@ if "$AIRLOCK_SOURCE_DIR/tests/e2b/setup" >"$T/npm.log" 2>&1; then
   mkdir -p "$S2" && chmod 0711 "$T" "$S2"
   cat > "$T/airlockd-build.yaml" <<EOF
 state_dir: $S2
-sandboxes: {backend: jail, cgroup_parent: $CG}
+sandboxes: {backend: jail, cgroup_parent: $CG, ready_timeout: 5s}
 network: {mode: "off"}
 templates:
   build: off

@@ -100,8 +100,11 @@ void agent_free(struct agent *a)
     agent_forward_free(a);
     agent_interp_free(a);
     agent_watchers_free(a);
+    agent_start_free(a);
     agent_procs_free(a);
     agent__free_token(a);
+    free(a->start_cmd);
+    free(a->ready_cmd);
     json_decref(a->env);
     free(a->default_user);
     free(a->default_workdir);
@@ -171,6 +174,11 @@ int agent_apply_init(struct agent *a, json_t *init, struct al_error *err)
         if (v)
             ci = json_is_true(v);
     }
+    const char *start_cmd = NULL, *ready_cmd = NULL;
+    if (((r = agent_pj_string(init, "startCmd", "start_cmd", &start_cmd, err)) < 0 &&
+         r != -ENOENT) ||
+        ((r = agent_pj_string(init, "readyCmd", "ready_cmd", &ready_cmd, err)) < 0 && r != -ENOENT))
+        return r;
     /* Validate everything before changing anything. */
     struct agent_vm_init vm;
     r = agent_vm_parse(init, &vm, err);
@@ -194,6 +202,15 @@ int agent_apply_init(struct agent *a, json_t *init, struct al_error *err)
         a->env = copy;
     }
     a->code_interpreter = ci;
+    /* They run once per agent (startcmd.c): a later init cannot change what already runs. */
+    if (!a->start && start_cmd) {
+        free(a->start_cmd);
+        a->start_cmd = *start_cmd ? strdup(start_cmd) : NULL;
+    }
+    if (!a->start && ready_cmd) {
+        free(a->ready_cmd);
+        a->ready_cmd = *ready_cmd ? strdup(ready_cmd) : NULL;
+    }
     if (token && *token) {
         size_t n = strlen(token);
         char *t = sodium_malloc(n + 1);
@@ -245,7 +262,7 @@ int agent_resolve_user(struct agent *a, const char *name, struct agent_user *u,
         }
     }
     if (name) {
-        r = agent_user_by_name(&a->users, name, u, err);
+        r = agent_user_by_spec(&a->users, name, u, err);
         if (r < 0)
             return r;
     } else {
@@ -452,6 +469,7 @@ static void agent__init_body_done(struct al_http_req *req, int err)
     al_http_resp_end(req);
     if (a->code_interpreter)
         agent_interp_start_defaults(a);
+    agent_start_begin(a);
 }
 
 static void agent__envs(struct agent *a, struct al_http_req *req)
@@ -565,6 +583,15 @@ static void agent__envd(struct agent *a, struct al_http_req *req)
         int r = al_http_req_read_body(req, a->lim.json_max_body, agent__init_body_done);
         if (r < 0)
             agent_reply_error(req, 400, "cannot read the init body: %s", strerror(-r));
+        return;
+    }
+    if (strcmp(p, "/ready") == 0 && is_get) {
+        json_t *o = agent_start_status(a);
+        if (!o) {
+            agent_reply_error(req, 500, "out of memory");
+            return;
+        }
+        al_http_reply_json(req, 200, o);
         return;
     }
     if (strcmp(p, "/envs") == 0 && is_get) {

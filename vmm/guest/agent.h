@@ -10,6 +10,7 @@
  *   files.c        GET/POST /files
  *   interp.c       code interpreter: /execute, /contexts, kernels
  *   forward.c      the sandbox's other ports (getHost): forwarded to its own loopback
+ *   startcmd.c     the template's startCmd and readyCmd, GET /ready
  *   sudo.c         root on request for the sandbox's own processes (the `sudo` program)
  *   connect.c protojson.c multipart.c users.c fspath.c spawn.c fdio.c ndjson.c: pure helpers
  */
@@ -59,6 +60,7 @@ struct agent_watchers;
 struct agent_interp;
 struct agent_sudo;
 struct agent_sudo_req;
+struct agent_start;
 
 struct agent {
     uv_loop_t *loop;
@@ -73,7 +75,9 @@ struct agent {
     char *token;           /* sodium_malloc'd, NUL-terminated; NULL when unset */
     size_t token_len;
     char *sandbox_id, *template_id, *hostname;
-    bool code_interpreter; /* init's agent.code_interpreter: default contexts start at once */
+    bool code_interpreter;       /* init's agent.code_interpreter: default contexts start at once */
+    char *start_cmd, *ready_cmd; /* init's startCmd / readyCmd (the template's) */
+    struct agent_start *start;   /* startcmd.c, once begun */
 
     /* Who we are. */
     bool pid1;
@@ -168,6 +172,22 @@ typedef void (*agent_child_exit_fn)(void *arg, pid_t pid, int wstatus);
 int agent_child_watch(struct agent *a, pid_t pid, agent_child_exit_fn fn, void *arg);
 void agent_child_unwatch(struct agent *a, pid_t pid);
 void agent_reap_children(struct agent *a);
+
+/* ---- startcmd.c --------------------------------------------------------------------- */
+/* Starts the start command and the ready checks init named (once per agent; no-op if none). */
+void agent_start_begin(struct agent *a);
+/* GET /ready's body: {"state": "none"|"starting"|"ready"|"failed", "startCmd", "readyCmd",
+ * "startPid", "attempts", "lastStatus", "lastOutput", "error"}. */
+json_t *agent_start_status(const struct agent *a);
+void agent_start_shutdown(struct agent *a, int sig);
+void agent_start_free(struct agent *a);
+
+/* ---- proc.c ------------------------------------------------------------------------- */
+/* Starts `/bin/bash -l -c cmdline` as the default user in the default workdir, tracked as a
+ * process Start made (process.List shows it, Connect attaches to it by pid or tag); on_end
+ * (may be NULL) is told of its exit. */
+int agent_proc_start_shell(struct agent *a, const char *cmdline, const char *tag,
+                           agent_child_exit_fn on_end, void *arg, pid_t *pid, struct al_error *err);
 
 /* ---- rpc.c -------------------------------------------------------------------------- */
 struct agent_call {

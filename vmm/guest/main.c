@@ -66,6 +66,7 @@ static void main__finish_stop(uv_timer_t *t)
     struct agent *a = &g_agent;
     if (g_stop_phase == 1) {
         agent_procs_shutdown(a, SIGKILL);
+        agent_start_shutdown(a, SIGKILL);
         agent_interp_shutdown(a, SIGKILL);
         agent_sudo_shutdown(a, SIGKILL);
         g_stop_phase = 2;
@@ -100,6 +101,7 @@ static void main__on_signal(uv_signal_t *h, int sig)
             : sig == SIGINT ? "SIGINT"
                             : "SIGHUP");
     agent_procs_shutdown(a, SIGTERM);
+    agent_start_shutdown(a, SIGTERM);
     agent_interp_shutdown(a, SIGTERM);
     agent_sudo_shutdown(a, SIGTERM);
     if (a->server)
@@ -413,6 +415,7 @@ int main(int argc, char **argv)
     unsetenv("AIRLOCK_AGENT_WARM");
     if (a->code_interpreter && !defer)
         agent_interp_start_defaults(a); /* as E2B's server: the kernels wait for the first use */
+    agent_start_begin(a);
     al_info("airlock-agent %s (envd %s) ready: pid %d%s, uid %u%s, lib %s", AIRLOCK_VERSION,
             AGENT_ENVD_VERSION, (int)getpid(), a->pid1 ? " (init)" : "", (unsigned)a->self_uid,
             a->can_switch_user ? " (may switch users)" : "", a->lib_dir);

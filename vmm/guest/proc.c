@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,8 @@ struct agent_proc {
     struct proc__sub *subs;
     size_t nsubs;
     uint64_t bytes_out, bytes_err;
+    agent_child_exit_fn on_end; /* the agent's own (startCmd): told of the exit */
+    void *on_end_arg;
 };
 
 struct proc__retained {
@@ -416,9 +419,10 @@ static int proc__subscribe(struct agent_proc *p, struct agent_stream *s, bool st
 static void proc__on_exit(void *arg, pid_t pid, int wstatus)
 {
     struct agent_proc *p = arg;
-    (void)pid;
     p->reaped = true;
     p->wstatus = wstatus;
+    if (p->on_end)
+        p->on_end(p->on_end_arg, pid, wstatus);
     /* Collect what the process left in its pipes, then report the end. */
     if (agent_fdio_is_open(&p->out))
         agent_fdio_drain(&p->out, PROC_DRAIN_BYTES);
@@ -498,19 +502,200 @@ static bool proc__select(struct agent_call *c, struct agent_proc **out)
     return false;
 }
 
-static int proc__user(struct agent_call *c, struct agent_user *u, enum agent_connect_code *code,
-                      struct al_error *err)
+/* What a process is started with: a Start request's, or the agent's own (startCmd). */
+struct proc__spec {
+    const char *user; /* NULL: the default user */
+    const char *cmd;
+    const json_t *args, *envs; /* may be NULL */
+    const char *cwd;           /* NULL: the default workdir */
+    const char *tag;
+    bool want_stdin, pty;
+    uint32_t cols, rows;
+    int64_t left; /* ms of the deadline (its lifetime), -1: none, 0: passed */
+};
+
+static int proc__fail(enum agent_connect_code *code, enum agent_connect_code c, struct al_error *e,
+                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int proc__fail(enum agent_connect_code *code, enum agent_connect_code c, struct al_error *e,
+                      const char *fmt, ...)
 {
-    int r = agent_resolve_user(c->a, c->has_user ? c->user : NULL, u, err);
-    if (r == -ENOENT)
-        *code = c->has_user ? AGENT_CONNECT_UNAUTHENTICATED : AGENT_CONNECT_UNAUTHENTICATED;
-    else if (r == -EPERM)
-        *code = AGENT_CONNECT_PERMISSION_DENIED;
-    else
-        *code = AGENT_CONNECT_INTERNAL;
-    if (r == -ENOENT && c->has_user)
-        al_error_set(err, -ENOENT, "invalid username: '%.128s'", c->user);
-    return r;
+    char msg[sizeof e->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    *code = c;
+    al_error_set(e, -EINVAL, "%s", msg);
+    return -1;
+}
+
+/* Starts q's process and registers it; *code and e say why not. */
+static int proc__spawn(struct agent *a, const struct proc__spec *q, struct agent_proc **out,
+                       enum agent_connect_code *code, struct al_error *e)
+{
+    const char *cmd = q->cmd, *cwd = q->cwd, *tag = q->tag;
+    const json_t *args = q->args, *envs = q->envs;
+    bool want_stdin = q->want_stdin, pty = q->pty;
+    uint32_t cols = q->cols, rows = q->rows;
+    int64_t left = q->left;
+    size_t i;
+    json_t *v;
+    int r;
+    if (a->procs->n >= a->lim.max_procs)
+        return proc__fail(code, AGENT_CONNECT_RESOURCE_EXHAUSTED, e,
+                          "too many running processes (%zu); wait for some to end or kill them",
+                          a->procs->n);
+    struct agent_user u;
+    struct al_error ue = {0};
+    int ur = agent_resolve_user(a, q->user, &u, &ue);
+    if (ur < 0) {
+        if (ur == -ENOENT && q->user)
+            return proc__fail(code, AGENT_CONNECT_UNAUTHENTICATED, e, "invalid username: '%.128s'",
+                              q->user);
+        return proc__fail(code,
+                          ur == -ENOENT  ? AGENT_CONNECT_UNAUTHENTICATED
+                          : ur == -EPERM ? AGENT_CONNECT_PERMISSION_DENIED
+                                         : AGENT_CONNECT_INTERNAL,
+                          e, "%s", al_error_str(&ue));
+    }
+    char dir[PATH_MAX];
+    if (agent_path_resolve(cwd, u.home, a->default_workdir, dir, sizeof dir, e) < 0)
+        return proc__fail(code, AGENT_CONNECT_INVALID_ARGUMENT, e, "%s", al_error_str(e));
+    struct stat st;
+    if (stat(dir, &st) < 0)
+        return proc__fail(code, AGENT_CONNECT_INVALID_ARGUMENT, e, "cwd '%s' does not exist", dir);
+    /* A deadline that has already passed: envd would still start the command, unseen (its
+     * stream ends at once); here nothing is started and the stream says why. */
+    if (left == 0)
+        return proc__fail(code, AGENT_CONNECT_DEADLINE_EXCEEDED, e, "context deadline exceeded");
+    /* argv */
+    size_t argc = args ? json_array_size(args) : 0;
+    char **argv = calloc(argc + 2, sizeof *argv);
+    char **envp = agent_child_env(a, &u, envs, NULL);
+    if (!argv || !envp) {
+        free(argv);
+        agent_free_strv(envp);
+        return proc__fail(code, AGENT_CONNECT_RESOURCE_EXHAUSTED, e, "out of memory");
+    }
+    argv[0] = (char *)cmd;
+    json_array_foreach(args, i, v) argv[i + 1] = (char *)json_string_value(v);
+
+    int child_in = -1, child_out = -1, child_err = -1, par_in = -1, par_out = -1, par_err = -1;
+    int master = -1, slave = -1;
+    struct al_spawn so = {0};
+    if (pty) {
+        if (agent_pty_open(cols, rows, u.uid, u.gid, &master, &slave, e) < 0) {
+            free(argv);
+            agent_free_strv(envp);
+            return proc__fail(code, AGENT_CONNECT_INVALID_ARGUMENT, e, "%s", al_error_str(e));
+        }
+        so.fds[0] = so.fds[1] = so.fds[2] = slave;
+        so.controlling_tty = true;
+    } else {
+        int po[2], pe[2], pi[2] = {-1, -1};
+        if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 ||
+            (want_stdin && pipe2(pi, O_CLOEXEC) < 0)) {
+            free(argv);
+            agent_free_strv(envp);
+            return proc__fail(code, AGENT_CONNECT_RESOURCE_EXHAUSTED, e, "cannot create pipes: %s",
+                              strerror(errno));
+        }
+        child_out = po[1];
+        par_out = po[0];
+        child_err = pe[1];
+        par_err = pe[0];
+        child_in = pi[0];
+        par_in = pi[1];
+        so.fds[0] = child_in;
+        so.fds[1] = child_out;
+        so.fds[2] = child_err;
+    }
+    so.nfds = 3;
+    agent_spawn_user(a, &so, cmd, argv, envp, &u);
+    so.cwd = dir;
+    pid_t pid;
+    r = al_spawn(&so, &pid, NULL, e);
+    free(argv);
+    agent_free_strv(envp);
+    if (slave >= 0)
+        close(slave);
+    if (child_in >= 0)
+        close(child_in);
+    if (child_out >= 0)
+        close(child_out);
+    if (child_err >= 0)
+        close(child_err);
+    if (r < 0) {
+        if (master >= 0)
+            close(master);
+        if (par_in >= 0)
+            close(par_in);
+        if (par_out >= 0)
+            close(par_out);
+        if (par_err >= 0)
+            close(par_err);
+        return proc__fail(code, AGENT_CONNECT_INVALID_ARGUMENT, e,
+                          "error starting process '%s': %s", cmd, al_error_str(e));
+    }
+    struct agent_proc *p = calloc(1, sizeof *p);
+    p->a = a;
+    p->pid = pid;
+    p->pty = pty;
+    p->tag = tag ? strdup(tag) : NULL;
+    p->config = json_object();
+    json_object_set_new(p->config, "cmd", json_string(cmd));
+    json_object_set_new(p->config, "args", args ? json_deep_copy(args) : json_array());
+    if (envs)
+        json_object_set_new(p->config, "envs", json_deep_copy(envs));
+    if (cwd)
+        json_object_set_new(p->config, "cwd", json_string(cwd));
+    if (pty) {
+        agent_fdio_open(a->loop, &p->out, master, a->lim.stdin_max_queued, proc__on_output, p);
+        p->handles++;
+    } else {
+        agent_fdio_open(a->loop, &p->out, par_out, 0, proc__on_output, p);
+        agent_fdio_open(a->loop, &p->err, par_err, 0, proc__on_output, p);
+        p->handles += 2;
+        if (par_in >= 0) {
+            agent_fdio_open(a->loop, &p->in, par_in, a->lim.stdin_max_queued, NULL, p);
+            p->handles++;
+        }
+    }
+    if (left > 0) {
+        uv_timer_init(a->loop, &p->timeout);
+        p->timeout.data = p;
+        uv_timer_start(&p->timeout, proc__on_timeout, (uint64_t)left, 0);
+        p->has_timeout = true;
+        p->handles++;
+    }
+    p->next = a->procs->list;
+    a->procs->list = p;
+    a->procs->n++;
+    agent_child_watch(a, pid, proc__on_exit, p);
+    al_info("process %d started (%s, %zu args, user %s, %s)", (int)pid, agent_path_base(cmd), argc,
+            u.name, pty ? "pty" : "pipes");
+    *out = p;
+    return 0;
+}
+
+int agent_proc_start_shell(struct agent *a, const char *cmdline, const char *tag,
+                           agent_child_exit_fn on_end, void *arg, pid_t *pid, struct al_error *err)
+{
+    json_t *args = json_pack("[s,s,s]", "-l", "-c", cmdline);
+    if (!args)
+        return al_error_set(err, -ENOMEM, "out of memory");
+    struct proc__spec q = {.cmd = "/bin/bash", .args = args, .tag = tag, .left = -1};
+    struct agent_proc *p = NULL;
+    enum agent_connect_code code;
+    int r = proc__spawn(a, &q, &p, &code, err);
+    json_decref(args);
+    if (r < 0)
+        return -EINVAL;
+    p->on_end = on_end;
+    p->on_end_arg = arg;
+    *pid = p->pid;
+    return 0;
 }
 
 static void proc__start(struct agent_call *c)
@@ -576,149 +761,27 @@ static void proc__start(struct agent_call *c)
             return;
         }
     }
-    if (a->procs->n >= a->lim.max_procs) {
-        agent_stream_fail(c, AGENT_CONNECT_RESOURCE_EXHAUSTED,
-                          "too many running processes (%zu); wait for some to end or kill them",
-                          a->procs->n);
-        return;
-    }
-    struct agent_user u;
+    struct proc__spec q = {.user = c->has_user ? c->user : NULL,
+                           .cmd = cmd,
+                           .args = args,
+                           .envs = envs,
+                           .cwd = cwd,
+                           .tag = tag,
+                           .want_stdin = want_stdin,
+                           .pty = pty != NULL,
+                           .cols = cols,
+                           .rows = rows,
+                           .left = agent_call_time_left(c)};
+    struct agent_proc *p = NULL;
     enum agent_connect_code code;
-    if (proc__user(c, &u, &code, &e) < 0) {
+    if (proc__spawn(a, &q, &p, &code, &e) < 0) {
         agent_stream_fail(c, code, "%s", al_error_str(&e));
         return;
     }
-    char dir[PATH_MAX];
-    if (agent_path_resolve(cwd, u.home, a->default_workdir, dir, sizeof dir, &e) < 0) {
-        agent_stream_fail(c, AGENT_CONNECT_INVALID_ARGUMENT, "%s", al_error_str(&e));
-        return;
-    }
-    struct stat st;
-    if (stat(dir, &st) < 0) {
-        agent_stream_fail(c, AGENT_CONNECT_INVALID_ARGUMENT, "cwd '%s' does not exist", dir);
-        return;
-    }
-    /* A deadline that has already passed: envd would still start the command, unseen (its
-     * stream ends at once); here nothing is started and the stream says why. */
-    int64_t left = agent_call_time_left(c);
-    if (left == 0) {
-        agent_stream_fail(c, AGENT_CONNECT_DEADLINE_EXCEEDED, "context deadline exceeded");
-        return;
-    }
-    /* argv */
-    size_t argc = args ? json_array_size(args) : 0;
-    char **argv = calloc(argc + 2, sizeof *argv);
-    char **envp = agent_child_env(a, &u, envs, NULL);
-    if (!argv || !envp) {
-        free(argv);
-        agent_free_strv(envp);
-        agent_stream_fail(c, AGENT_CONNECT_RESOURCE_EXHAUSTED, "out of memory");
-        return;
-    }
-    argv[0] = (char *)cmd;
-    json_array_foreach(args, i, v) argv[i + 1] = (char *)json_string_value(v);
-
-    int child_in = -1, child_out = -1, child_err = -1, par_in = -1, par_out = -1, par_err = -1;
-    int master = -1, slave = -1;
-    struct al_spawn so = {0};
-    if (pty) {
-        if (agent_pty_open(cols, rows, u.uid, u.gid, &master, &slave, &e) < 0) {
-            free(argv);
-            agent_free_strv(envp);
-            agent_stream_fail(c, AGENT_CONNECT_INVALID_ARGUMENT, "%s", al_error_str(&e));
-            return;
-        }
-        so.fds[0] = so.fds[1] = so.fds[2] = slave;
-        so.controlling_tty = true;
-    } else {
-        int po[2], pe[2], pi[2] = {-1, -1};
-        if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0 ||
-            (want_stdin && pipe2(pi, O_CLOEXEC) < 0)) {
-            free(argv);
-            agent_free_strv(envp);
-            agent_stream_fail(c, AGENT_CONNECT_RESOURCE_EXHAUSTED, "cannot create pipes: %s",
-                              strerror(errno));
-            return;
-        }
-        child_out = po[1];
-        par_out = po[0];
-        child_err = pe[1];
-        par_err = pe[0];
-        child_in = pi[0];
-        par_in = pi[1];
-        so.fds[0] = child_in;
-        so.fds[1] = child_out;
-        so.fds[2] = child_err;
-    }
-    so.nfds = 3;
-    agent_spawn_user(a, &so, cmd, argv, envp, &u);
-    so.cwd = dir;
-    pid_t pid;
-    r = al_spawn(&so, &pid, NULL, &e);
-    free(argv);
-    agent_free_strv(envp);
-    if (slave >= 0)
-        close(slave);
-    if (child_in >= 0)
-        close(child_in);
-    if (child_out >= 0)
-        close(child_out);
-    if (child_err >= 0)
-        close(child_err);
-    if (r < 0) {
-        if (master >= 0)
-            close(master);
-        if (par_in >= 0)
-            close(par_in);
-        if (par_out >= 0)
-            close(par_out);
-        if (par_err >= 0)
-            close(par_err);
-        agent_stream_fail(c, AGENT_CONNECT_INVALID_ARGUMENT, "error starting process '%s': %s", cmd,
-                          al_error_str(&e));
-        return;
-    }
-    struct agent_proc *p = calloc(1, sizeof *p);
-    p->a = a;
-    p->pid = pid;
-    p->pty = pty != NULL;
-    p->tag = tag ? strdup(tag) : NULL;
-    p->config = json_object();
-    json_object_set_new(p->config, "cmd", json_string(cmd));
-    json_object_set_new(p->config, "args", args ? json_deep_copy(args) : json_array());
-    if (envs)
-        json_object_set_new(p->config, "envs", json_deep_copy(envs));
-    if (cwd)
-        json_object_set_new(p->config, "cwd", json_string(cwd));
-    if (pty) {
-        agent_fdio_open(a->loop, &p->out, master, a->lim.stdin_max_queued, proc__on_output, p);
-        p->handles++;
-    } else {
-        agent_fdio_open(a->loop, &p->out, par_out, 0, proc__on_output, p);
-        agent_fdio_open(a->loop, &p->err, par_err, 0, proc__on_output, p);
-        p->handles += 2;
-        if (par_in >= 0) {
-            agent_fdio_open(a->loop, &p->in, par_in, a->lim.stdin_max_queued, NULL, p);
-            p->handles++;
-        }
-    }
-    if (left > 0) {
-        uv_timer_init(a->loop, &p->timeout);
-        p->timeout.data = p;
-        uv_timer_start(&p->timeout, proc__on_timeout, (uint64_t)left, 0);
-        p->has_timeout = true;
-        p->handles++;
-    }
-    p->next = a->procs->list;
-    a->procs->list = p;
-    a->procs->n++;
-    agent_child_watch(a, pid, proc__on_exit, p);
-    al_info("process %d started (%s, %zu args, user %s, %s)", (int)pid, agent_path_base(cmd), argc,
-            u.name, pty ? "pty" : "pipes");
     struct agent_stream *s = agent_stream_start(c, "{\"event\":{\"keepalive\":{}}}");
     if (!s)
         return;
-    agent_stream_send(s, proc__start_event(pid));
+    agent_stream_send(s, proc__start_event(p->pid));
     proc__subscribe(p, s, true);
 }
 

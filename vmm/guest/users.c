@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +265,53 @@ int agent_user_by_uid(struct agent_userdb *db, uid_t uid, struct agent_user *out
                       struct al_error *err)
 {
     return users__lookup(db, NULL, uid, out, err);
+}
+
+int agent_user_by_spec(struct agent_userdb *db, const char *spec, struct agent_user *out,
+                       struct al_error *err)
+{
+    /* A plain name first: a user may be called "1000" (then it wins, as it does in Docker). */
+    struct al_error nerr = {0};
+    int r = users__lookup(db, spec, 0, out, &nerr);
+    if (r == 0)
+        return 0;
+    char u[256], *g = NULL;
+    unsigned long id;
+    if (strlen(spec) >= sizeof u)
+        return al_error_set(err, nerr.code, "%s", nerr.msg);
+    strcpy(u, spec);
+    if ((g = strchr(u, ':')))
+        *g++ = '\0';
+    bool numeric = users__id(u, &id) == 0;
+    if (!g && !numeric)
+        return al_error_set(err, nerr.code, "%s", nerr.msg);
+    if (numeric) {
+        if (users__lookup(db, NULL, (uid_t)id, out, NULL) < 0) {
+            /* A uid without a passwd entry: itself, its own group, home "/" (Docker's). */
+            memset(out, 0, sizeof *out);
+            snprintf(out->name, sizeof out->name, "%lu", id);
+            out->uid = (uid_t)id;
+            out->gid = (gid_t)id;
+            snprintf(out->home, sizeof out->home, "/");
+            out->groups[0] = out->gid;
+            out->ngroups = 1;
+        }
+    } else if ((r = users__lookup(db, u, 0, out, err)) < 0) {
+        return r;
+    }
+    if (!g)
+        return 0;
+    gid_t gid;
+    if (users__id(g, &id) == 0)
+        gid = (gid_t)id;
+    else if (agent_gid_by_name(db, g, &gid) < 0)
+        return al_error_set(err, -ENOENT, "user '%.64s': group '%.64s' does not exist in %s", spec,
+                            g, db->group.path);
+    /* USER u:g runs with that group and no other (Docker's). */
+    out->gid = gid;
+    out->groups[0] = gid;
+    out->ngroups = 1;
+    return 0;
 }
 
 void agent_uid_name(struct agent_userdb *db, uid_t uid, char *out, size_t outlen)

@@ -51,6 +51,11 @@ int agent_user_by_name(struct agent_userdb *db, const char *name, struct agent_u
                        struct al_error *err);
 int agent_user_by_uid(struct agent_userdb *db, uid_t uid, struct agent_user *out,
                       struct al_error *err);
+/* A user as an image's USER names it: "name", "uid", "name:group", "uid:gid" (also mixed);
+ * a uid without a passwd entry is itself with home "/"; an explicit group replaces the
+ * user's groups. -ENOENT when a name or group does not exist. */
+int agent_user_by_spec(struct agent_userdb *db, const char *spec, struct agent_user *out,
+                       struct al_error *err);
 /* Name of a uid/gid into out, or the decimal number when unknown (as envd reports it). */
 void agent_uid_name(struct agent_userdb *db, uid_t uid, char *out, size_t outlen);
 void agent_gid_name(struct agent_userdb *db, gid_t gid, char *out, size_t outlen);

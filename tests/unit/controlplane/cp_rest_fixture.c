@@ -62,6 +62,12 @@ static void agent__ws_end(struct al_http_tunnel *t, int err, void *arg)
         al_http_tunnel_close(t);
 }
 
+pthread_mutex_t g_ready_mu = PTHREAD_MUTEX_INITIALIZER;
+char g_ready_reply[1024];
+int g_ready_after, g_ready_polls;
+char g_ready_token[128];
+char g_started_cmds[512];
+
 static void agent__on_request(struct al_http_req *req, void *ctx)
 {
     (void)ctx;
@@ -119,6 +125,19 @@ static void agent__on_request(struct al_http_req *req, void *ctx)
     }
     if (strcmp(req->path, "/health") == 0) {
         al_http_reply(req, 204, NULL, NULL, 0);
+        return;
+    }
+    if (strcmp(req->path, "/ready") == 0) {
+        /* The agent's startCmd/readyCmd state: g_ready_reply for the first g_ready_after
+         * polls (all of them when negative), then ready. */
+        pthread_mutex_lock(&g_ready_mu);
+        int n = ++g_ready_polls;
+        const char *tok = al_http_req_header(req, "X-Access-Token");
+        snprintf(g_ready_token, sizeof g_ready_token, "%s", tok ? tok : "");
+        const char *body =
+            g_ready_after < 0 || n <= g_ready_after ? g_ready_reply : "{\"state\":\"ready\"}";
+        al_http_reply(req, 200, "application/json", body, strlen(body));
+        pthread_mutex_unlock(&g_ready_mu);
         return;
     }
     if (strcmp(req->path, "/stream") == 0) {
@@ -210,8 +229,11 @@ char g_started_policy[CP_POLICY_NAME_MAX]; /* the policy of the last start */
 
 static int fb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_backend_cb cb)
 {
-    (void)a;
     snprintf(g_started_policy, sizeof g_started_policy, "%s", sb->rec.policy_name);
+    pthread_mutex_lock(&g_ready_mu);
+    snprintf(g_started_cmds, sizeof g_started_cmds, "%s|%s", a->start_cmd ? a->start_cmd : "-",
+             a->ready_cmd ? a->ready_cmd : "-");
+    pthread_mutex_unlock(&g_ready_mu);
     if (g_n_started < 8)
         snprintf(g_start_order[g_n_started++], CP_ID_LEN + 1, "%s", sb->rec.id);
     if (strcmp(sb->rec.template_id, "failing") == 0)
@@ -322,13 +344,15 @@ void cp_rest_setup(void)
     memset(&g_cp, 0, sizeof g_cp);
     g_fb_starting = g_fb_starting_max = 0;
     g_n_started = 0;
+    g_ready_polls = g_ready_after = 0;
+    snprintf(g_ready_reply, sizeof g_ready_reply, "{\"state\":\"ready\"}");
     struct cp *cp = &g_cp;
     char cfgp[300];
     snprintf(cfgp, sizeof cfgp, "%s/cfg.yaml", g_tmpdir);
     FILE *f = fopen(cfgp, "w");
     fprintf(f,
             "state_dir: %s\nsandboxes:\n  max: 6\n  max_timeout: 1h\n  default_timeout: 300s\n"
-            "  start_concurrency: 1\napi:\n  domain: sbx.test\n",
+            "  start_concurrency: 1\n  ready_timeout: 1s\napi:\n  domain: sbx.test\n",
             g_tmpdir);
     fclose(f);
     ck_assert_int_eq(cp_config_load(&cp->cfg, cfgp, "127.0.0.1:0", NULL, stderr), 0);

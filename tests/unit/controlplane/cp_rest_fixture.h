@@ -5,10 +5,11 @@
  * policies "default" and "other", the templates base, code-interpreter-v1, failing (its start
  * fails), noagent (no agent answers), pinned (policy other), pinned-missing, pinned-bad and
  * slow (50 ms to start); airlockd's API on 127.0.0.1 (g_target) and on <g_tmpdir>/cp.sock,
- * with the environment key KEY_ENV. The fake agent echoes what it got as JSON (method,
- * target, sandbox, port, token, body_len) and serves /cut-chunked, /cut-length, /ws,
- * /cookies, /console-cookie, /seen (with the Cookie it got), /health and /stream. The fake
- * backend counts stops, pauses and resumes and records the order sandboxes started in. */
+ * with the environment key KEY_ENV (sandboxes.ready_timeout 1 s). The fake agent echoes what
+ * it got as JSON (method, target, sandbox, port, token, body_len) and serves /cut-chunked,
+ * /cut-length, /ws, /cookies, /console-cookie, /seen (with the Cookie it got), /health,
+ * /ready and /stream. The fake backend counts stops, pauses and resumes and records the
+ * order sandboxes started in. */
 #ifndef AIRLOCK_TESTS_CP_REST_FIXTURE_H
 #define AIRLOCK_TESTS_CP_REST_FIXTURE_H
 
@@ -39,6 +40,14 @@ extern char g_started_policy[CP_POLICY_NAME_MAX]; /* the policy of the last star
  * (polled on the loop thread, bounded at 10 s); 0: no gate. */
 extern atomic_int g_start_gate;
 extern int g_fb_starting_max; /* the most starts in flight at once */
+/* The fake agent's GET /ready (under g_ready_mu): g_ready_reply for the first g_ready_after
+ * polls (every one when negative), then {"state":"ready"}; the polls counted, the token of
+ * the last; the start and ready commands of the last start ("start|ready", "-" for none). */
+extern pthread_mutex_t g_ready_mu;
+extern char g_ready_reply[1024];
+extern int g_ready_after, g_ready_polls;
+extern char g_ready_token[128];
+extern char g_started_cmds[512];
 
 void cp_rest_setup(void);
 void cp_rest_teardown(void);

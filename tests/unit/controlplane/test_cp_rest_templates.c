@@ -2,6 +2,7 @@
  * listing and aliases (the SDK's Template.exists), the build API as Template.build speaks it
  * (requests, definitions checked field by field, status with paged logs, deletion), and the
  * build runner making templates that sandboxes start from. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -681,6 +682,106 @@ START_TEST(template_tags_legacy_dir)
 }
 END_TEST
 
+/* A template with startCmd/readyCmd: the backend is handed both, the creation answers only
+ * once the agent's GET /ready says ready (asked with the sandbox's token); a start the agent
+ * reports failed, and one not ready within sandboxes.ready_timeout, fail the creation with
+ * what the agent said, and leave no sandbox. A template without them is not waited for. */
+static void ready_set(const char *reply, int after)
+{
+    pthread_mutex_lock(&g_ready_mu);
+    snprintf(g_ready_reply, sizeof g_ready_reply, "%s", reply);
+    g_ready_after = after;
+    g_ready_polls = 0;
+    pthread_mutex_unlock(&g_ready_mu);
+}
+
+static int ready_polls(void)
+{
+    pthread_mutex_lock(&g_ready_mu);
+    int n = g_ready_polls;
+    pthread_mutex_unlock(&g_ready_mu);
+    return n;
+}
+
+static size_t sandboxes_listed(void)
+{
+    struct resp r;
+    req(&r, "GET", "/sandboxes", NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    size_t n = json_array_size(r.body);
+    resp_free(&r);
+    return n;
+}
+
+START_TEST(template_start_ready)
+{
+    char p[400];
+    snprintf(p, sizeof p, "%s/templates/t-svc/rootfs", g_tmpdir);
+    ck_assert_int_eq(al_mkdir_p(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/templates/t-svc/template.json", g_tmpdir);
+    FILE *f = fopen(p, "w");
+    fprintf(f, "{\"name\":\"t-svc\",\"start_cmd\":\"run-server\",\"ready_cmd\":"
+               "\"probe-server\"}\n");
+    fclose(f);
+    const char *starting = "{\"state\":\"starting\",\"attempts\":3,\"lastStatus\":\"exit status "
+                           "7\",\"lastOutput\":\"connection refused\\n\"}";
+    /* Ready at the fourth poll. */
+    ready_set(starting, 3);
+    char sid[64], tok[80];
+    create("{\"templateID\":\"t-svc\"}", sid, tok);
+    ck_assert_int_eq(ready_polls(), 4);
+    pthread_mutex_lock(&g_ready_mu);
+    ck_assert_str_eq(g_started_cmds, "run-server|probe-server");
+    ck_assert_str_eq(g_ready_token, tok);
+    pthread_mutex_unlock(&g_ready_mu);
+    struct resp r;
+    char path[200];
+    snprintf(path, sizeof path, "/sandboxes/%s", sid);
+    req(&r, "DELETE", path, NULL);
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+
+    /* Reported failed: a 500 with the agent's reason and its last attempt. */
+    int stops = g_stops;
+    ready_set("{\"state\":\"failed\",\"attempts\":1,\"lastStatus\":\"exit status 1\","
+              "\"lastOutput\":\"\",\"error\":\"startCmd 'run-server' ended (exit status 3) before "
+              "readyCmd succeeded\"}",
+              -1);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"t-svc\"}");
+    assert_error(&r, 500,
+                 "the template's start failed: startCmd 'run-server' ended (exit status 3) "
+                 "before readyCmd succeeded (readyCmd: 1 attempt(s), the last: exit status 1)");
+    resp_free(&r);
+    ck_assert_int_eq(sandboxes_listed(), 0);
+    ck_assert_int_eq(g_stops, stops + 1);
+
+    /* Never ready: after sandboxes.ready_timeout (1 s), with what the last poll said. */
+    ready_set(starting, -1);
+    uint64_t t0 = al_now_ns();
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"t-svc\"}");
+    double s = (double)(al_now_ns() - t0) / 1e9;
+    assert_error(&r, 500,
+                 "the template's readyCmd 'probe-server' did not succeed within 1.0 s "
+                 "(sandboxes.ready_timeout): 3 attempt(s), the last: exit status 7, output: "
+                 "connection refused");
+    const char *m = jstr(r.body, "message");
+    ck_assert_msg(m[strlen(m) - 1] == 'd', "the output's newline is kept: %s", m);
+    resp_free(&r);
+    ck_assert_msg(s >= 1.0 && s < 9.0, "the creation took %.2f s", s);
+    ck_assert_int_gt(ready_polls(), 1);
+    ck_assert_int_eq(sandboxes_listed(), 0);
+    ck_assert_int_eq(g_stops, stops + 2);
+
+    /* No startCmd/readyCmd: nothing asks /ready. */
+    ready_set(starting, -1);
+    create("{\"templateID\":\"base\"}", sid, NULL);
+    ck_assert_int_eq(ready_polls(), 0);
+    pthread_mutex_lock(&g_ready_mu);
+    ck_assert_str_eq(g_started_cmds, "-|-");
+    pthread_mutex_unlock(&g_ready_mu);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_rest_templates");
@@ -690,6 +791,7 @@ static Suite *suite(void)
     tcase_add_test(t, template_build_runs);
     tcase_add_test(t, template_tags);
     tcase_add_test(t, template_tags_legacy_dir);
+    tcase_add_test(t, template_start_ready);
     suite_add_tcase(s, t);
     return s;
 }

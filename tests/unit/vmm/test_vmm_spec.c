@@ -381,16 +381,23 @@ START_TEST(image_and_build_templates)
     json_t *o = vmm_spec_init_object(&s);
     ck_assert_str_eq(json_string_value(json_object_get(o, "templateID")), "py3.12-app");
     ck_assert_str_eq(json_string_value(json_object_get(o, "defaultWorkdir")), "/srv/app");
+    /* The agent runs the start and ready commands. */
+    ck_assert_str_eq(json_string_value(json_object_get(o, "startCmd")), "sleep 1");
+    ck_assert_str_eq(json_string_value(json_object_get(o, "readyCmd")), "true");
     json_decref(o);
     vmm_spec_free(&s);
     remove_template();
-    const char *bad[] = {"{\"name\":\".hidden\"}", "{\"name\":\"a..b\"}", "{\"name\":\"a/b\"}"};
-    for (size_t i = 0; i < 3; i++) {
+    const char *bad[] = {"{\"name\":\".hidden\"}", "{\"name\":\"a..b\"}", "{\"name\":\"a/b\"}",
+                         "{\"name\":\"x\",\"start_cmd\":[\"sleep\"]}",
+                         "{\"name\":\"x\",\"ready_cmd\":1}"};
+    const char *why[] = {"\"name\" must be", "\"name\" must be", "\"name\" must be", "start_cmd",
+                         "ready_cmd"};
+    for (size_t i = 0; i < 5; i++) {
         make_template(bad[i]);
         snprintf(json, sizeof json, "{\"id\":\"s6\",\"template\":\"%s\"}", tmpdir);
         ck_assert_int_eq(parse(json, &s, &e), 0);
         ck_assert_int_lt(vmm_spec_load_template(&s, &e), 0);
-        ck_assert_ptr_nonnull(strstr(e.msg, "\"name\" must be"));
+        ck_assert_msg(strstr(e.msg, why[i]), "%s lacks %s", e.msg, why[i]);
         vmm_spec_free(&s);
         remove_template();
     }
