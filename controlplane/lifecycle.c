@@ -21,6 +21,7 @@
  *           still the one recorded (pid + start time), else torn down.
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -533,6 +534,17 @@ static void lc__ready_tick(uv_timer_t *t)
     struct cp *cp = sb->cp;
     if (cp->stopping) {
         lc__ready_fail(r, 503, "airlockd is shutting down");
+        return;
+    }
+    /* Its process ended (the agent died, or what runs it): no answer will come. The pidfd
+     * is readable then; it is not reaped here (the teardown does that). */
+    struct pollfd pf = {.fd = sb->pidfd, .events = POLLIN};
+    if (sb->pidfd >= 0 && poll(&pf, 1, 0) > 0) {
+        lc__ready_fail(r, 500,
+                       "the sandbox ended before it was ready (its template's %s%.200s%s): %s",
+                       c->ready_cmd ? "readyCmd '" : "startCmd", c->ready_cmd ? c->ready_cmd : "",
+                       c->ready_cmd ? "' had not succeeded" : " had not been reported running",
+                       r->last[0] ? r->last : "no answer from GET /ready yet");
         return;
     }
     if (al_now_ns() > r->deadline_ns) {

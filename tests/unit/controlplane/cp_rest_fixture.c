@@ -67,6 +67,7 @@ char g_ready_reply[1024];
 int g_ready_after, g_ready_polls;
 char g_ready_token[128];
 char g_started_cmds[512];
+atomic_int g_started_pid;
 
 static void agent__on_request(struct al_http_req *req, void *ctx)
 {
@@ -246,6 +247,7 @@ static int fb_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_bac
         return -EIO;
     sb->rec.pid = pid;
     sb->rec.pid_start = cp_proc_start_time(pid);
+    atomic_store(&g_started_pid, (int)pid);
     if (strcmp(sb->rec.template_id, "noagent") == 0)
         snprintf(sb->agent_sock, sizeof sb->agent_sock, "%s/none.sock", g_tmpdir);
     else

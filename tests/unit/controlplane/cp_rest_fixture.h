@@ -48,6 +48,7 @@ extern char g_ready_reply[1024];
 extern int g_ready_after, g_ready_polls;
 extern char g_ready_token[128];
 extern char g_started_cmds[512];
+extern atomic_int g_started_pid; /* the process of the last start (a sleep) */
 
 void cp_rest_setup(void);
 void cp_rest_teardown(void);

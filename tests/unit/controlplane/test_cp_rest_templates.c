@@ -3,6 +3,7 @@
  * (requests, definitions checked field by field, status with paged logs, deletion), and the
  * build runner making templates that sandboxes start from. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -713,6 +714,18 @@ static size_t sandboxes_listed(void)
     return n;
 }
 
+/* Kills the started sandbox's process once airlockd has polled /ready twice (bounded). */
+static void *kill_when_polled(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 5000 && (ready_polls() < 2 || !atomic_load(&g_started_pid)); i++)
+        usleep(1000);
+    int pid = atomic_load(&g_started_pid);
+    if (pid > 0)
+        kill(pid, SIGKILL);
+    return NULL;
+}
+
 START_TEST(template_start_ready)
 {
     char p[400];
@@ -771,6 +784,22 @@ START_TEST(template_start_ready)
     ck_assert_int_gt(ready_polls(), 1);
     ck_assert_int_eq(sandboxes_listed(), 0);
     ck_assert_int_eq(g_stops, stops + 2);
+
+    /* Its process ends while it waits: the creation fails then, not at the timeout. */
+    ready_set(starting, -1);
+    atomic_store(&g_started_pid, 0);
+    pthread_t killer;
+    ck_assert_int_eq(pthread_create(&killer, NULL, kill_when_polled, NULL), 0);
+    t0 = al_now_ns();
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"t-svc\"}");
+    s = (double)(al_now_ns() - t0) / 1e9;
+    pthread_join(killer, NULL);
+    assert_error(&r, 500,
+                 "the sandbox ended before it was ready (its template's readyCmd 'probe-server' "
+                 "had not succeeded): 3 attempt(s), the last: exit status 7");
+    resp_free(&r);
+    ck_assert_int_eq(sandboxes_listed(), 0);
+    ck_assert_int_eq(g_stops, stops + 3);
 
     /* No startCmd/readyCmd: nothing asks /ready. */
     ready_set(starting, -1);
