@@ -21,11 +21,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/buf.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "cp.h"
+#include "jcall.h"
 
 #define VMM_API_TIMEOUT_MS  15000
 #define VMM_STOP_TIMEOUT_MS 20000
@@ -89,45 +89,16 @@ struct vmm_call {
     cp_backend_snap_cb snap_cb;
     void *arg;
     void (*done)(struct vmm_call *c, int status, json_t *body, const char *err);
-    int status;
-    struct al_buf body;
 };
 
-static int vmm__resp(struct al_http_creq *c, int status, const struct al_http_header *h, size_t n,
-                     void *arg)
-{
-    (void)c;
-    (void)h;
-    (void)n;
-    ((struct vmm_call *)arg)->status = status;
-    return 0;
-}
-
-static int vmm__data(struct al_http_creq *c, const char *d, size_t len, void *arg)
-{
-    (void)c;
-    al_buf_append(&((struct vmm_call *)arg)->body, d, len);
-    return 0;
-}
-
-static void vmm__call_done(struct al_http_creq *c, int err, void *arg)
+static void vmm__answered(int status, json_t *body, const char *err, void *arg)
 {
     struct vmm_call *x = arg;
-    json_t *body = NULL;
     char why[512] = "";
-    if (err) {
-        const char *s = al_http_creq_strerror(c);
-        snprintf(why, sizeof why, "%s", s && *s ? s : strerror(-err));
-        x->status = -1;
-    } else if (x->body.len) {
-        body = json_loadb(x->body.data, x->body.len, 0, NULL);
-        const char *m = json_string_value(json_object_get(body, "message"));
-        if (m)
-            snprintf(why, sizeof why, "%s", m);
-    }
-    x->done(x, x->status, body, why);
-    json_decref(body);
-    al_buf_free(&x->body);
+    const char *m = err ? err : json_string_value(json_object_get(body, "message"));
+    if (m)
+        snprintf(why, sizeof why, "%s", m);
+    x->done(x, status, body, why);
     cp_sb_unref(x->sb);
     free(x);
 }
@@ -140,30 +111,21 @@ static int vmm__call(struct cp_sandbox *sb, const char *method, const char *path
         return -ENOMEM;
     *x = *proto;
     x->sb = sb;
-    al_buf_init(&x->body, 1 << 20);
     cp_sb_ref(sb);
     char target[160];
     snprintf(target, sizeof target, "unix:%s", sb->vmm_sock);
-    struct al_http_header h[] = {{"Content-Type", "application/json"}};
-    struct al_http_creq_opts o = {
+    struct cp_jcall_opts o = {
         .target = target,
         .method = method,
         .path = path,
-        .headers = h,
-        .n_headers = body ? 1 : 0,
-        .body = body,
-        .body_len = body ? strlen(body) : 0,
+        .body_text = body,
         .timeout_ms = timeout_ms,
-        .on_response = vmm__resp,
-        .on_data = vmm__data,
-        .on_done = vmm__call_done,
-        .arg = x,
         .pool = sb->cp->pool,
+        .done = vmm__answered,
+        .arg = x,
     };
-    struct al_http_creq *c;
-    int rc = al_http_creq_start(sb->cp->loop, &o, &c);
+    int rc = cp_jcall(sb->cp->loop, &o);
     if (rc) {
-        al_buf_free(&x->body);
         cp_sb_unref(sb);
         free(x);
     }

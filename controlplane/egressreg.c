@@ -26,12 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/buf.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
 #include <unistd.h>
 #include "cp.h"
+#include "jcall.h"
 #include "policysel.h"
 
 #define EG_TIMEOUT_MS 10000
@@ -51,8 +51,6 @@ struct eg_call {
     struct cp_sandbox *sb; /* referenced, or NULL */
     cp_egress_cb cb;
     void (*done)(struct eg_call *c, int status, json_t *body);
-    int status;
-    struct al_buf body;
     char id[64];
     char ca_fp[128];  /* a CA push: the fingerprint of the CA sent */
     char target[160]; /* for messages */
@@ -102,43 +100,18 @@ json_t *cp_egress_body(struct cp *cp, const struct cp_sandbox *sb)
     return b;
 }
 
-static int eg__on_response(struct al_http_creq *c, int status, const struct al_http_header *h,
-                           size_t n, void *arg)
+static void eg__answered(int status, json_t *body, const char *err, void *arg)
 {
     struct eg_call *x = arg;
-    (void)c;
-    (void)h;
-    (void)n;
-    x->status = status;
-    return 0;
-}
-
-static int eg__on_data(struct al_http_creq *c, const char *data, size_t len, void *arg)
-{
-    struct eg_call *x = arg;
-    (void)c;
-    al_buf_append(&x->body, data, len); /* capped: the rest is dropped */
-    return 0;
-}
-
-static void eg__on_done(struct al_http_creq *c, int err, void *arg)
-{
-    struct eg_call *x = arg;
-    json_t *body = NULL;
-    if (!err && x->body.len)
-        body = json_loadb(x->body.data, x->body.len, 0, NULL);
+    json_t *msg = NULL;
     if (err) {
-        const char *why = al_http_creq_strerror(c);
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s did not answer: %s", x->target,
-                 why && *why ? why : strerror(-err));
-        x->status = -1;
-        json_decref(body);
-        body = json_pack("{s:s}", "message", msg);
+        char m[512];
+        snprintf(m, sizeof m, "%s did not answer: %s", x->target, err);
+        msg = json_pack("{s:s}", "message", m);
+        body = msg;
     }
-    x->done(x, x->status, body);
-    json_decref(body);
-    al_buf_free(&x->body);
+    x->done(x, status, body);
+    json_decref(msg);
     if (x->sb)
         cp_sb_unref(x->sb);
     free(x);
@@ -161,41 +134,30 @@ static int eg__call_to(struct cp_egress *e, const char *target, const char *toke
         snprintf(x->target, sizeof x->target, "the agent (%.140s)", target);
     else
         snprintf(x->target, sizeof x->target, "airlock-egress (%.130s)", e->target);
-    al_buf_init(&x->body, 1 << 20);
     if (sb) {
         x->sb = sb;
         cp_sb_ref(sb);
         snprintf(x->id, sizeof x->id, "%s", sb->rec.id);
     }
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    struct al_http_header h[] = {{"Content-Type", "application/json"},
-                                 {"X-Access-Token", token ? token : ""}};
-    struct al_http_creq_opts o = {
+    if (out)
+        *out = x;
+    struct cp_jcall_opts o = {
         .target = target ? target : e->target,
         .method = method,
         .path = path,
-        .headers = h,
-        .n_headers = body ? (token ? 2 : 1) : 0,
-        .body = text,
-        .body_len = text ? strlen(text) : 0,
+        .token = token,
+        .body = body,
         .timeout_ms = EG_TIMEOUT_MS,
-        .on_response = eg__on_response,
-        .on_data = eg__on_data,
-        .on_done = eg__on_done,
-        .arg = x,
         .pool = e->cp->pool,
+        .done = eg__answered,
+        .arg = x,
     };
-    if (out)
-        *out = x;
-    struct al_http_creq *c;
-    int rc = al_http_creq_start(e->cp->loop, &o, &c);
-    free(text);
+    int rc = cp_jcall(e->cp->loop, &o);
     if (rc) {
         if (out)
             *out = NULL;
         if (x->sb)
             cp_sb_unref(x->sb);
-        al_buf_free(&x->body);
         free(x);
     }
     return rc;

@@ -28,7 +28,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/buf.h"
 #include "common/http.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -36,6 +35,7 @@
 #include "cp.h"
 #include "egressreg.h"
 #include "events.h"
+#include "jcall.h"
 #include "metrics.h"
 #include "policysel.h"
 #include "snapshots.h"
@@ -392,8 +392,6 @@ struct lc_ready {
     struct lc_create *c; /* NULL once over (the timer closing, a poll perhaps in flight) */
     bool inflight, closed;
     uint64_t deadline_ns;
-    int status;
-    struct al_buf body;
     char last[400]; /* why the last poll had no answer */
 };
 
@@ -401,10 +399,8 @@ static void lc__create_done(struct lc_create *c);
 
 static void lc__ready_maybe_free(struct lc_ready *r)
 {
-    if (r->closed && !r->inflight) {
-        al_buf_free(&r->body);
+    if (r->closed && !r->inflight)
         free(r);
-    }
 }
 
 static void lc__ready_closed(uv_handle_t *h)
@@ -458,26 +454,7 @@ static void lc__ready_describe(const json_t *st, char *out, size_t len)
              ol ? ", output: " : "", (int)ol, lo ? lo : "");
 }
 
-static int lc__ready_resp(struct al_http_creq *q, int status, const struct al_http_header *h,
-                          size_t n, void *arg)
-{
-    struct lc_ready *r = arg;
-    (void)q;
-    (void)h;
-    (void)n;
-    r->status = status;
-    return 0;
-}
-
-static int lc__ready_data(struct al_http_creq *q, const char *data, size_t len, void *arg)
-{
-    struct lc_ready *r = arg;
-    (void)q;
-    al_buf_append(&r->body, data, len); /* capped: the rest is dropped */
-    return 0;
-}
-
-static void lc__ready_done(struct al_http_creq *q, int err, void *arg)
+static void lc__ready_answered(int status, json_t *st, const char *err, void *arg)
 {
     struct lc_ready *r = arg;
     r->inflight = false;
@@ -488,18 +465,15 @@ static void lc__ready_done(struct al_http_creq *q, int err, void *arg)
     }
     if (err) {
         /* Kept for the timeout's message; the next tick asks again. */
-        const char *why = al_http_creq_strerror(q);
-        snprintf(r->last, sizeof r->last, "GET /ready: %s", why && *why ? why : strerror(-err));
+        snprintf(r->last, sizeof r->last, "GET /ready: %s", err);
         return;
     }
-    if (r->status != 200) {
-        snprintf(r->last, sizeof r->last, "GET /ready answered %d", r->status);
+    if (status != 200) {
+        snprintf(r->last, sizeof r->last, "GET /ready answered %d", status);
         return;
     }
-    json_t *st = json_loadb(r->body.data, r->body.len, 0, NULL);
     const char *state = json_string_value(json_object_get(st, "state"));
     if (state && strcmp(state, "ready") == 0) {
-        json_decref(st);
         lc__ready_end(r);
         lc__stage(c->sb, CP_CREATE_START);
         lc__create_done(c);
@@ -511,11 +485,9 @@ static void lc__ready_done(struct al_http_creq *q, int err, void *arg)
         lc__ready_describe(st, d, sizeof d);
         lc__ready_fail(r, 500, "the template's start failed: %s (readyCmd: %s)",
                        e ? e : "no reason given", d);
-        json_decref(st);
         return;
     }
     if (state && strcmp(state, "none") == 0) {
-        json_decref(st);
         lc__ready_fail(r, 500,
                        "the sandbox's agent runs no startCmd/readyCmd although the template "
                        "has them (an agent older than airlockd?)");
@@ -523,7 +495,6 @@ static void lc__ready_done(struct al_http_creq *q, int err, void *arg)
     }
     /* "starting": keep what it said for the timeout's message. */
     lc__ready_describe(st, r->last, sizeof r->last);
-    json_decref(st);
 }
 
 static void lc__ready_tick(uv_timer_t *t)
@@ -562,22 +533,16 @@ static void lc__ready_tick(uv_timer_t *t)
         return;
     char target[160];
     snprintf(target, sizeof target, "unix:%s", sb->agent_sock);
-    struct al_http_header h[] = {{"X-Access-Token", sb->rec.token}};
-    struct al_http_creq_opts o = {.target = target,
-                                  .method = "GET",
-                                  .path = "/ready",
-                                  .headers = h,
-                                  .n_headers = 1,
-                                  .timeout_ms = 2000,
-                                  .on_response = lc__ready_resp,
-                                  .on_data = lc__ready_data,
-                                  .on_done = lc__ready_done,
-                                  .arg = r};
-    r->status = 0;
-    al_buf_reset(&r->body);
-    struct al_http_creq *q;
+    struct cp_jcall_opts o = {.target = target,
+                              .method = "GET",
+                              .path = "/ready",
+                              .token = sb->rec.token,
+                              .timeout_ms = 2000,
+                              .max_answer = 64 * 1024,
+                              .done = lc__ready_answered,
+                              .arg = r};
     r->inflight = true;
-    if (al_http_creq_start(cp->loop, &o, &q))
+    if (cp_jcall(cp->loop, &o))
         r->inflight = false;
 }
 
@@ -591,7 +556,6 @@ static void lc__ready_wait(struct lc_create *c)
     }
     r->c = c;
     r->deadline_ns = al_now_ns() + sb->cp->cfg.ready_timeout_ms * 1000000ull;
-    al_buf_init(&r->body, 64 * 1024);
     uv_timer_init(sb->cp->loop, &r->timer);
     r->timer.data = r;
     c->ready = r;
