@@ -87,6 +87,30 @@ state_is ready || fail "a start command that exits 0 changed the state: $(ready)
 start ""
 state_is none || fail "no commands: $(ready)"
 echo "ok: startCmd alone is ready at once; no commands: none"
+# 6. A warm agent (AIRLOCK_AGENT_WARM=1, controlplane/warm.c): the start command waits for
+# the claim's POST /init, and runs with the claim's envVars.
+n=$((n + 1))
+sock=$dir/a$n.sock
+log=$dir/a$n.log
+mkdir -p "$dir/w$n"
+printf '{"envVars":{"A":"template"},"defaultWorkdir":"%s","startCmd":%s}' "$dir/w$n" \
+  "$(json_str "echo \"\$A\" > $dir/warm-started; exec sleep 600")" > "$dir/init$n.json"
+exec 5<"$dir/init$n.json"
+ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} AIRLOCK_AGENT_WARM=1 AIRLOCK_AGENT_INIT_FD=5 \
+  "$agent" --listen "unix:$sock" --home "$dir" >"$log" 2>&1 &
+pids+=("$!")
+exec 5<&-
+al_wait_until 60 test -S "$sock" || fail "warm agent did not listen"
+al_wait_until 60 grep -q 'ready: pid' "$log" || fail "warm agent not up"
+[ ! -e "$dir/warm-started" ] || fail "a warm agent ran its start command before the claim"
+state_is none || fail "warm agent before its claim: $(ready)"
+code=$(curl -s -o "$dir/claim.out" -w '%{http_code}' --unix-socket "$sock" -H 'Content-Type: application/json' \
+  -d "{\"accessToken\":\"$token\",\"envVars\":{\"A\":\"claimed\"}}" http://sandbox/init)
+[ "$code" = 204 ] || fail "claim init: $code $(cat "$dir/claim.out")"
+al_wait_until 60 state_is ready || fail "warm agent after its claim: $(ready)"
+al_wait_until 60 test -s "$dir/warm-started" || fail "the start command did not run after the claim"
+[ "$(cat "$dir/warm-started")" = claimed ] || fail "startCmd saw A='$(cat "$dir/warm-started")', not the claim's"
+echo "ok: a warm agent starts its start command at the claim, with the claim's envVars"
 # The agents stop cleanly (SIGTERM): the start commands and ready attempts go with them.
 # (A process that has ended but is not yet waited for is a zombie: that counts as gone.)
 alive() { [ -e "/proc/$1" ] && ! grep -q '^[0-9]* (.*) Z' "/proc/$1/stat" 2>/dev/null; }

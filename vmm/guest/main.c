@@ -409,13 +409,15 @@ int main(int argc, char **argv)
     uv_timer_init(loop, &g_stop_timer);
     agent_reap_children(a); /* anything that exited before the handler existed */
     /* A warm sandbox (controlplane/warm.c) gets its envVars with the POST /init of its claim,
-     * which starts the default contexts then: started now they would run without them. */
+     * which starts the default contexts and the template's startCmd then: started now they
+     * would run without them (and before anyone asked for the sandbox). */
     const char *warm = getenv("AIRLOCK_AGENT_WARM");
     bool defer = warm && strcmp(warm, "1") == 0;
     unsetenv("AIRLOCK_AGENT_WARM");
     if (a->code_interpreter && !defer)
         agent_interp_start_defaults(a); /* as E2B's server: the kernels wait for the first use */
-    agent_start_begin(a);
+    if (!defer)
+        agent_start_begin(a);
     al_info("airlock-agent %s (envd %s) ready: pid %d%s, uid %u%s, lib %s", AIRLOCK_VERSION,
             AGENT_ENVD_VERSION, (int)getpid(), a->pid1 ? " (init)" : "", (unsigned)a->self_uid,
             a->can_switch_user ? " (may switch users)" : "", a->lib_dir);
