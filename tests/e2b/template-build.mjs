@@ -11,7 +11,7 @@
 // Environment: E2B_API_URL, E2B_API_KEY (airlockd's), AIRLOCK_IMAGE (a reference of the
 // registry), AIRLOCK_REG_USER, AIRLOCK_REG_PASSWORD.
 import assert from 'node:assert/strict'
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { BuildError, Sandbox, Template } from 'e2b'
@@ -56,6 +56,7 @@ ok(`a RUN step is reported as BuildError naming it: ${err.message}`)
 // file into a directory (owned by the current USER), a directory's files with the step's
 // owner and mode. A second build finds the files already there and uploads nothing.
 const ctx = mkdtempSync(join(tmpdir(), 'al-copy-'))
+process.on('exit', () => rmSync(ctx, { recursive: true, force: true }))
 writeFileSync(join(ctx, 'hello.txt'), 'copied by the sdk\n')
 mkdirSync(join(ctx, 'conf', 'sub'), { recursive: true })
 writeFileSync(join(ctx, 'conf', 'app.ini'), 'x=1\n')
@@ -112,6 +113,7 @@ for (const [round, want] of [[1, /Uploaded 'hello\.txt'/], [2, /Skipping upload 
 // version while later builds move the default; removing the tag lets the version go.
 {
   const tctx = mkdtempSync(join(tmpdir(), 'al-tags-'))
+  process.on('exit', () => rmSync(tctx, { recursive: true, force: true }))
   const vt = (v) => {
     writeFileSync(join(tctx, 'version.txt'), `${v}\n`)
     return Template({ fileContextPath: tctx }).fromImage(image, creds).copy('version.txt', '/srv/')
