@@ -462,6 +462,85 @@ bool al_http_list_has(const char *value, size_t len, const char *token, size_t t
     return false;
 }
 
+static bool head__blank(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+bool al_http_cookie_next(const char *list, struct al_http_cookie_seg *seg)
+{
+    const char *raw = list;
+    size_t index = 0;
+    if (seg->raw) {
+        raw = seg->raw + seg->raw_len;
+        if (*raw != ';')
+            return false;
+        raw++;
+        index = seg->index + 1;
+    }
+    const char *semi = strchr(raw, ';');
+    const char *end = semi ? semi : raw + strlen(raw);
+    const char *s = raw;
+    while (s < end && head__blank(*s))
+        s++;
+    const char *eq = memchr(s, '=', (size_t)(end - s));
+    const char *ne = eq ? eq : end;
+    while (ne > s && head__blank(ne[-1]))
+        ne--;
+    const char *v = NULL, *ve = NULL;
+    if (eq) {
+        v = eq + 1;
+        ve = end;
+        while (v < ve && head__blank(*v))
+            v++;
+        while (ve > v && head__blank(ve[-1]))
+            ve--;
+    }
+    *seg = (struct al_http_cookie_seg){.raw = raw,
+                                       .raw_len = (size_t)(end - raw),
+                                       .name = s,
+                                       .name_len = (size_t)(ne - s),
+                                       .value = v,
+                                       .value_len = v ? (size_t)(ve - v) : 0,
+                                       .index = index};
+    return true;
+}
+
+int al_http_cookie_filter(const char *in, char *out, size_t outlen, al_http_cookie_drop_fn *drop,
+                          void *arg)
+{
+    size_t o = 0;
+    int dropped = 0;
+    bool kept = false; /* a segment is written (perhaps an empty first one) */
+    struct al_http_cookie_seg seg = {0};
+    while (al_http_cookie_next(in, &seg)) {
+        const char *s = seg.name; /* (after its leading blanks) */
+        size_t len = seg.raw_len - (size_t)(s - seg.raw);
+        if (seg.index > 0 && len == 0)
+            continue;
+        if (drop(&seg, arg)) {
+            dropped++;
+            continue;
+        }
+        const char *from = kept ? seg.raw : s;
+        size_t n = kept ? seg.raw_len : len;
+        if (o + n + kept >= outlen) {
+            if (outlen)
+                out[0] = '\0';
+            return -ENOSPC;
+        }
+        if (kept)
+            out[o++] = ';';
+        memcpy(out + o, from, n);
+        o += n;
+        kept = true;
+    }
+    if (!outlen)
+        return -ENOSPC;
+    out[o] = '\0';
+    return dropped;
+}
+
 struct head__name {
     const char *s;
     size_t n;

@@ -7,7 +7,8 @@
  * targets), and what a relay forwards of a message's fields (the hop-by-hop rule with the
  * Connection option list, RFC 9110 7.6.1), used by every relay in the tree: airlockd's
  * sandbox proxy, the agent's port forwarder, egress's plain and intercepted paths, on
- * requests and responses alike.
+ * requests and responses alike; and the reading and filtering of cookie lists (RFC 6265:
+ * the Cookie and Set-Cookie fields airlockd's sandbox proxy and console rewrite).
  *
  * The head scanner finds where a head ends and refuses, before anything acts
  * on the head, the shapes llhttp lets through or would repair silently: obs-fold (llhttp
@@ -144,6 +145,38 @@ struct al_http_header; /* common/http.h: a field as NUL-terminated strings */
 /* Whether the comma-separated list value (len bytes) holds token as one of its elements
  * (OWS around elements, case-insensitive). */
 bool al_http_list_has(const char *value, size_t len, const char *token, size_t token_len);
+
+/* ---- cookie lists (RFC 6265) ------------------------------------------------------------ */
+
+/* A Cookie field's "name=value" pairs and a Set-Cookie field's pair and attributes are one
+ * shape: segments separated by ';' (never inside one, RFC 6265 4.1.1). A segment as
+ * al_http_cookie_next sees it, pointers into the list: */
+struct al_http_cookie_seg {
+    const char *raw;   /* the segment as written, from the byte after the ';' before it */
+    size_t raw_len;    /* up to the next ';' or the end */
+    const char *name;  /* after the leading blanks: up to the first '=' (the whole segment */
+    size_t name_len;   /* without one), its trailing blanks left out (RFC 6265 5.2) */
+    const char *value; /* after the '=', blanks at both ends left out; NULL without '=' */
+    size_t value_len;
+    size_t index; /* its place in the list, from 0 */
+};
+
+/* The next segment of list into *seg, which starts zeroed and carries the place: false once
+ * none is left. The list "" is one empty segment, "a;" two. */
+bool al_http_cookie_next(const char *list, struct al_http_cookie_seg *seg);
+
+/* Whether al_http_cookie_filter leaves seg out. */
+typedef bool al_http_cookie_drop_fn(const struct al_http_cookie_seg *seg, void *arg);
+
+/* The cookie list in without the segments drop(seg, arg) names, into out: the others in
+ * their order, each as written after a ';', the first one written without its leading
+ * blanks. Blank segments go too, all but the first, which drop() sees as every other: in a
+ * Set-Cookie field it is the cookie's pair, whose place an attribute must never take. The
+ * result is never longer than in, so outlen >= strlen(in) + 1 always holds it. Returns how
+ * many segments drop() left out, or -ENOSPC with out "" when outlen is smaller than that:
+ * nothing that was not filtered ever comes out. */
+int al_http_cookie_filter(const char *in, char *out, size_t outlen, al_http_cookie_drop_fn *drop,
+                          void *arg);
 
 /* al_http_forward_drops's flags. */
 enum {

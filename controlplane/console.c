@@ -83,77 +83,49 @@ int cp_console_cookie_find(const char *header, const char *name, char *out, size
                            bool *found)
 {
     size_t nl = strlen(name);
-    const char *p = header;
-    while (*p) {
-        while (*p == ' ' || *p == '\t' || *p == ';')
-            p++;
-        if (!*p)
-            break;
-        const char *end = strchr(p, ';');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        const char *eq = memchr(p, '=', len);
-        if (eq && (size_t)(eq - p) == nl && memcmp(p, name, nl) == 0) {
-            if (*found)
-                return -EEXIST;
-            *found = true;
-            const char *v = eq + 1;
-            size_t vl = len - (size_t)(v - p);
-            while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
-                vl--;
-            if (vl >= 2 && v[0] == '"' && v[vl - 1] == '"') { /* RFC 6265 allows DQUOTEs */
-                v++;
-                vl -= 2;
-            }
-            if (vl >= outlen)
-                return -E2BIG;
-            memcpy(out, v, vl);
-            out[vl] = '\0';
+    struct al_http_cookie_seg seg = {0};
+    while (al_http_cookie_next(header, &seg)) {
+        if (!seg.value || seg.name_len != nl || memcmp(seg.name, name, nl) != 0)
+            continue;
+        if (*found)
+            return -EEXIST;
+        *found = true;
+        const char *v = seg.value;
+        size_t vl = seg.value_len;
+        if (vl >= 2 && v[0] == '"' && v[vl - 1] == '"') { /* RFC 6265 allows DQUOTEs */
+            v++;
+            vl -= 2;
         }
-        p += len;
+        if (vl >= outlen)
+            return -E2BIG;
+        memcpy(out, v, vl);
+        out[vl] = '\0';
     }
     return *found ? 1 : 0;
 }
 
+/* Whether a cookie list's segment is one of the console's session cookies (either name, as
+ * airlockd writes it: case counts). */
+bool cp_console_cookie_is_ours(const struct al_http_cookie_seg *seg, bool any_case)
+{
+    const char *names[] = {CP_CONSOLE_COOKIE, CP_CONSOLE_COOKIE_SECURE};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (seg->name_len == strlen(names[i]) &&
+            (any_case ? strncasecmp(seg->name, names[i], seg->name_len)
+                      : memcmp(seg->name, names[i], seg->name_len)) == 0)
+            return true;
+    return false;
+}
+
+static bool console__strip_drop(const struct al_http_cookie_seg *seg, void *arg)
+{
+    (void)arg;
+    return cp_console_cookie_is_ours(seg, false);
+}
+
 bool cp_console_cookie_strip(const char *header, char *out, size_t outlen)
 {
-    /* The pairs that stay are copied as they were, each after a ';' (the first without its
-     * leading blanks), so the result is never longer than the header. */
-    size_t o = 0;
-    bool dropped = false;
-    const char *seg = header;
-    for (;;) {
-        const char *semi = strchr(seg, ';');
-        size_t len = semi ? (size_t)(semi - seg) : strlen(seg);
-        const char *p = seg;
-        while (p < seg + len && (*p == ' ' || *p == '\t'))
-            p++;
-        size_t rest = len - (size_t)(p - seg);
-        const char *eq = memchr(p, '=', rest);
-        size_t nl = eq ? (size_t)(eq - p) : rest;
-        while (nl && (p[nl - 1] == ' ' || p[nl - 1] == '\t'))
-            nl--;
-        bool ours = (nl == strlen(CP_CONSOLE_COOKIE) && memcmp(p, CP_CONSOLE_COOKIE, nl) == 0) ||
-                    (nl == strlen(CP_CONSOLE_COOKIE_SECURE) &&
-                     memcmp(p, CP_CONSOLE_COOKIE_SECURE, nl) == 0);
-        if (ours) {
-            dropped = true;
-        } else if (rest) {
-            const char *from = o ? seg : p;
-            size_t n = o ? len : rest;
-            if (o + n + (o ? 1 : 0) < outlen) {
-                if (o)
-                    out[o++] = ';';
-                memcpy(out + o, from, n);
-                o += n;
-            }
-        }
-        if (!semi)
-            break;
-        seg = semi + 1;
-    }
-    if (outlen)
-        out[o < outlen ? o : outlen - 1] = '\0';
-    return dropped;
+    return al_http_cookie_filter(header, out, outlen, console__strip_drop, NULL) != 0;
 }
 
 int cp_console_cookie_get(const struct al_http_req *req, const char *name, char *out, size_t outlen)

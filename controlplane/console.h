@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/http.h"
+#include "common/http_head.h"
 
 struct cp;
 struct cp_principal;
@@ -49,9 +50,14 @@ int cp_console_cookie_find(const char *header, const char *name, char *out, size
                            bool *found);
 
 /* A Cookie header value without the console's session cookies, into out (outlen at least
- * strlen(header) + 1): what a sandbox may see of a request relayed to it (proxy.c), so that it
- * never learns a session. true when one was removed. */
+ * strlen(header) + 1; a smaller one gets ""): what a sandbox may see of a request relayed to
+ * it (proxy.c), so that it never learns a session. true when one was removed (or out was too
+ * small). */
 bool cp_console_cookie_strip(const char *header, char *out, size_t outlen);
+
+/* Whether a cookie list's segment (common/http_head.h) names one of the console's session
+ * cookies: as airlockd writes them, or in any case (what a sandbox may not set). */
+bool cp_console_cookie_is_ours(const struct al_http_cookie_seg *seg, bool any_case);
 
 /* The admin endpoints of console_api.c (after authentication): false if not one of them. */
 bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);

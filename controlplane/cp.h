@@ -324,7 +324,8 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req);
 /* A Set-Cookie value from a sandbox without its Domain attributes (any case, any value,
  * with or without a leading dot): the cookie stays host-only, bound to the one origin
  * "<port>-<id>.<domain>" it came from, never to a domain that spans other sandboxes' origins
- * or the API. out (outlen >= strlen(in) + 1) receives it; returns true if one was dropped. */
+ * or the API. out (outlen >= strlen(in) + 1; a smaller one gets "") receives it; returns
+ * true if one was dropped (or out was too small). */
 bool cp_proxy_cookie_host_only(const char *in, char *out, size_t outlen);
 
 #endif

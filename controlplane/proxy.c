@@ -137,50 +137,24 @@ static void px__client_drained(struct al_http_req *req)
         al_http_creq_resume(p->creq);
 }
 
-bool cp_proxy_cookie_host_only(const char *in, char *out, size_t outlen)
+/* A Set-Cookie value's Domain attributes; its first segment is the cookie's pair (a cookie
+ * named Domain keeps its name). */
+static bool px__domain_attr(const struct al_http_cookie_seg *seg, void *arg)
 {
-    /* name=value, then ";"-separated attributes (RFC 6265 4.1.1: no ";" inside the pair). */
-    size_t o = 0;
-    bool dropped = false;
-    const char *seg = in;
-    for (bool first = true;; first = false) {
-        const char *semi = strchr(seg, ';');
-        size_t len = semi ? (size_t)(semi - seg) : strlen(seg);
-        const char *a = seg;
-        while (a < seg + len && (*a == ' ' || *a == '\t'))
-            a++;
-        size_t nl = 0;
-        while (a + nl < seg + len && a[nl] != '=' && a[nl] != ' ' && a[nl] != '\t')
-            nl++;
-        if (!first && nl == 6 && strncasecmp(a, "domain", 6) == 0) {
-            dropped = true;
-        } else if (o + len + !first < outlen) { /* (room for the ";" and the NUL) */
-            if (!first)
-                out[o++] = ';';
-            memcpy(out + o, seg, len);
-            o += len;
-        }
-        if (!semi)
-            break;
-        seg = semi + 1;
-    }
-    if (outlen)
-        out[o < outlen ? o : outlen - 1] = '\0';
-    return dropped;
+    (void)arg;
+    return seg->index > 0 && seg->name_len == 6 && strncasecmp(seg->name, "domain", 6) == 0;
 }
 
-/* Whether a Set-Cookie value names the console's session cookie (console.h). */
+bool cp_proxy_cookie_host_only(const char *in, char *out, size_t outlen)
+{
+    return al_http_cookie_filter(in, out, outlen, px__domain_attr, NULL) != 0;
+}
+
+/* Whether a Set-Cookie value names the console's session cookie (console.h), in any case. */
 static bool px__console_cookie(const char *v)
 {
-    while (*v == ' ' || *v == '\t')
-        v++;
-    const char *names[] = {CP_CONSOLE_COOKIE, CP_CONSOLE_COOKIE_SECURE};
-    for (size_t i = 0; i < 2; i++) {
-        size_t l = strlen(names[i]);
-        if (strncasecmp(v, names[i], l) == 0 && (v[l] == '=' || v[l] == ' ' || v[l] == '\t'))
-            return true;
-    }
-    return false;
+    struct al_http_cookie_seg seg = {0};
+    return al_http_cookie_next(v, &seg) && cp_console_cookie_is_ours(&seg, true);
 }
 
 /* A Set-Cookie field of the sandbox's response: *value made host-only, in a copy kept in

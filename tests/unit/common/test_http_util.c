@@ -1,6 +1,7 @@
 /* Unit tests: common/http utilities (decoding, scanning, parsing helpers; no sockets). */
 #include "al_test.h"
 #include "common/http.h"
+#include "common/http_head.h"
 #include "common/http_internal.h"
 #include "common/percent.h"
 
@@ -412,6 +413,59 @@ START_TEST(request_fields_a_proxy_removes)
 }
 END_TEST
 
+/* Cookie lists: one segment reader and one filter for the Cookie and Set-Cookie fields. */
+static bool drop_b(const struct al_http_cookie_seg *seg, void *arg)
+{
+    (void)arg;
+    return seg->name_len == 1 && seg->name[0] == 'b';
+}
+
+START_TEST(cookie_list_segments_and_filter)
+{
+    const char *list = " a = 1 ;b;=x; c=\"q\"\t";
+    struct al_http_cookie_seg seg = {0};
+    ck_assert(al_http_cookie_next(list, &seg));
+    ck_assert_uint_eq(seg.index, 0);
+    ck_assert_uint_eq(seg.raw_len, 7);
+    ck_assert_uint_eq(seg.name_len, 1);
+    ck_assert_int_eq(seg.name[0], 'a');
+    ck_assert_uint_eq(seg.value_len, 1);
+    ck_assert_int_eq(seg.value[0], '1');
+    ck_assert(al_http_cookie_next(list, &seg));
+    ck_assert_uint_eq(seg.index, 1);
+    ck_assert_uint_eq(seg.name_len, 1);
+    ck_assert_ptr_null(seg.value);
+    ck_assert(al_http_cookie_next(list, &seg));
+    ck_assert_uint_eq(seg.name_len, 0);
+    ck_assert_uint_eq(seg.value_len, 1);
+    ck_assert(al_http_cookie_next(list, &seg));
+    ck_assert_uint_eq(seg.index, 3);
+    ck_assert_uint_eq(seg.value_len, 3);
+    ck_assert(!al_http_cookie_next(list, &seg));
+    seg = (struct al_http_cookie_seg){0};
+    ck_assert(al_http_cookie_next("", &seg));
+    ck_assert(!al_http_cookie_next("", &seg));
+
+    char out[64];
+    ck_assert_int_eq(al_http_cookie_filter("a=1; b=2;c=3", out, sizeof out, drop_b, NULL), 1);
+    ck_assert_str_eq(out, "a=1;c=3");
+    /* The first kept loses its leading blanks; blank segments after the first go. */
+    ck_assert_int_eq(al_http_cookie_filter("b=2;  a=1 ; ;c=3;", out, sizeof out, drop_b, NULL), 1);
+    ck_assert_str_eq(out, "a=1 ;c=3");
+    /* A blank first segment keeps its place: an attribute never becomes the pair. */
+    ck_assert_int_eq(al_http_cookie_filter("; b=1; Path=/", out, sizeof out, drop_b, NULL), 1);
+    ck_assert_str_eq(out, "; Path=/");
+    ck_assert_int_eq(al_http_cookie_filter("b", out, sizeof out, drop_b, NULL), 1);
+    ck_assert_str_eq(out, "");
+    /* Too small: nothing at all, never a part. */
+    ck_assert_int_eq(al_http_cookie_filter("a=1;c=3", out, 7, drop_b, NULL), -ENOSPC);
+    ck_assert_str_eq(out, "");
+    ck_assert_int_eq(al_http_cookie_filter("a=1;c=3", out, 8, drop_b, NULL), 0);
+    ck_assert_str_eq(out, "a=1;c=3");
+    ck_assert_int_eq(al_http_cookie_filter("", out, 0, drop_b, NULL), -ENOSPC);
+}
+END_TEST
+
 START_TEST(traffic_token_is_a_one_way_function_of_the_access_token)
 {
     char a[AL_HTTP_TRAFFIC_TOKEN_LEN + 1], b[AL_HTTP_TRAFFIC_TOKEN_LEN + 1],
@@ -491,6 +545,7 @@ static Suite *suite(void)
     tcase_add_test(tc, error_body_is_escaped_json);
     tcase_add_test(tc, hop_by_hop_fields_and_connection_options);
     tcase_add_test(tc, request_fields_a_proxy_removes);
+    tcase_add_test(tc, cookie_list_segments_and_filter);
     tcase_add_test(tc, traffic_token_is_a_one_way_function_of_the_access_token);
     tcase_add_test(tc, linked_llhttp_is_strict_and_its_errors_mean_one_thing);
     suite_add_tcase(s, tc);
