@@ -4,6 +4,8 @@
 #include "oci.h"
 #include "internal.h"
 
+#include "common/http_head.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <sodium.h>
@@ -43,30 +45,20 @@ static bool ref__component_valid(const char *s, size_t n)
     return true;
 }
 
-static bool ref__domain_valid(const char *s, size_t n)
+/* A registry as a reference names it, "host[:port]" or "[v6][:port]", read by the one
+ * authority parser (common/http_head.h). Its host name is a DNS name: the authority grammar's
+ * '_' and '~' are not in Docker's reference grammar. NULL, or why not. */
+static const char *ref__registry_invalid(const char *s, size_t n)
 {
-    if (n == 0)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (!(isalnum(c) || c == '.' || c == '-' || c == ':' || c == '[' || c == ']'))
-            return false;
-    }
-    const char *colon = memchr(s, ':', n);
-    if (colon && s[0] != '[') {
-        size_t pl = n - (size_t)(colon - s) - 1;
-        if (pl == 0 || pl > 5)
-            return false;
-        unsigned port = 0;
-        for (const char *p = colon + 1; p < s + n; p++) {
-            if (!isdigit((unsigned char)*p))
-                return false;
-            port = port * 10 + (unsigned)(*p - '0');
-        }
-        if (port < 1 || port > 65535)
-            return false;
-    }
-    return true;
+    struct al_http_authority a;
+    const char *reason;
+    if (al_http_authority_parse(s, n, &a, &reason) < 0)
+        return al_http_target_message(reason);
+    if (a.text != s || a.len != n) /* (the parser leaves blanks around it out) */
+        return al_http_target_message("invalid_host");
+    if (!a.ip6 && (memchr(a.host, '_', a.host_len) || memchr(a.host, '~', a.host_len)))
+        return "a registry's host name has letters, digits, '-' and '.' only";
+    return NULL;
 }
 
 static bool ref__tag_valid(const char *s)
@@ -125,10 +117,12 @@ int tpl_ref_parse(const char *s, struct tpl_ref *out, struct al_error *err)
                       (fl == 9 && memcmp(name, "localhost", 9) == 0) ||
                       (fl > 0 && isupper((unsigned char)name[0]));
         if (domain) {
-            if (!ref__domain_valid(name, fl) || fl >= sizeof out->registry)
+            const char *why = ref__registry_invalid(name, fl);
+            if (why || fl >= sizeof out->registry)
                 return al_error_set(err, -EINVAL,
-                                    "image reference '%s': invalid registry '%.*s' (host[:port])",
-                                    s, (int)fl, name);
+                                    "image reference '%s': invalid registry '%.*s' (host[:port]): "
+                                    "%s",
+                                    s, (int)fl, name, why ? why : "too long");
             memcpy(out->registry, name, fl);
             out->registry[fl] = '\0';
             path = first_end + 1;

@@ -45,6 +45,9 @@ START_TEST(references_as_docker_reads_them)
     ref_ok("reg.test:5000/app@sha256:" D64, "reg.test:5000", "app", "", "sha256:" D64);
     ref_ok("app:1@sha256:" D64, "docker.io", "library/app", "1", "sha256:" D64);
     ref_ok("a_b__c-d--e/x.y", "docker.io", "a_b__c-d--e/x.y", "latest", "");
+    ref_ok("[::1]:5000/app:2", "[::1]:5000", "app", "2", "");
+    ref_ok("[fd00::7]/app", "[fd00::7]", "app", "latest", "");
+    ref_ok("Reg.Test/app", "reg.test", "app", "latest", "");
     char out[TPL_REF_MAX];
     struct tpl_ref r;
     tpl_ref_parse("busybox", &r, NULL);
@@ -73,6 +76,15 @@ START_TEST(references_refused)
         "-a",
         "a.",
         "reg.test:5x/app",
+        "reg.test:/app",
+        "reg.test:0/app",
+        "reg_x.test/app",
+        "reg~x.test/app",
+        "[zz::1]:5000/app",
+        "[::1]x/app",
+        "[::1/app",
+        "reg.test:5000:1/app",
+        " reg.test/app",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct tpl_ref r;
@@ -80,6 +92,17 @@ START_TEST(references_refused)
         ck_assert_msg(tpl_ref_parse(bad[i], &r, &err) < 0, "accepted '%s'", bad[i]);
         ck_assert(err.msg[0]);
     }
+    /* Each says what is wrong with the registry. */
+    struct tpl_ref r;
+    struct al_error err = {0};
+    ck_assert_int_eq(tpl_ref_parse("reg.test:99999/app", &r, &err), -EINVAL);
+    ck_assert_msg(strstr(err.msg, "invalid registry 'reg.test:99999'") &&
+                      strstr(err.msg, "port is not a number from 1 to 65535"),
+                  "%s", err.msg);
+    ck_assert_int_eq(tpl_ref_parse("reg_x.test/app", &r, &err), -EINVAL);
+    ck_assert_msg(strstr(err.msg, "letters, digits, '-' and '.' only"), "%s", err.msg);
+    ck_assert_int_eq(tpl_ref_parse("[zz::1]/app", &r, &err), -EINVAL);
+    ck_assert_msg(strstr(err.msg, "IPv6 address in brackets"), "%s", err.msg);
 }
 END_TEST
 
