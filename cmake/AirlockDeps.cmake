@@ -17,6 +17,9 @@ airlock_pkg(jansson jansson)
 airlock_pkg(idn2 libidn2)
 airlock_pkg(psl libpsl)
 airlock_pkg(sqlite3 sqlite3)
+# libpq: the cluster store (controlplane/cluster_db.c); only a configured cluster.database
+# makes airlockd connect, a standalone airlockd only loads the library.
+airlock_pkg(pq libpq)
 airlock_pkg(bpf libbpf)
 airlock_pkg(elf libelf)
 airlock_pkg(check check)

@@ -1,17 +1,19 @@
 # Test helpers. Every Check suite is its own executable and its own ctest test; each test
 # case runs in its own process (Check's fork mode), as libuv's tests do.
 #
-#   airlock_check_test(NAME name SOURCES a.c b.c LIBS lib... [LABELS l...] [TIMEOUT s])
+#   airlock_check_test(NAME name SOURCES a.c b.c LIBS lib... [LABELS l...] [TIMEOUT s]
+#                      [WRAP cmd...])   (WRAP: runs the suite as `cmd... suite`, e.g. under
+#                                        tests/lib/pg.sh, which starts a private PostgreSQL)
 #   airlock_script_test(NAME name SCRIPT path [ARGS ...] [LABELS l...] [TIMEOUT s])
 #   airlock_fuzz_target(NAME name SOURCES f.c LIBS lib...)   (AIRLOCK_FUZZ=ON only)
 # Each requires the fixture airlock_build_current (tests/build_current.sh): no test runs on a
 # build older than its sources. Add fixtures with set_property(... APPEND PROPERTY ...).
 function(airlock_check_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS;WRAP" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} airlock::check)
   target_include_directories(${T_NAME} PRIVATE ${CMAKE_SOURCE_DIR}/tests/lib)
-  add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+  add_test(NAME ${T_NAME} COMMAND ${T_WRAP} $<TARGET_FILE:${T_NAME}>)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()

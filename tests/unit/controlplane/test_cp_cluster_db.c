@@ -1,0 +1,405 @@
+/* tests/unit/controlplane/test_cp_cluster_db: the cluster store (cluster_db.c) against a real
+ * PostgreSQL 15, the private server tests/lib/pg.sh starts for this suite (AIRLOCK_TEST_PG_ADMIN:
+ * its conninfo). Each test case makes a database of its own and drops it at the end. */
+#include "al_test.h"
+#include "controlplane/cluster_db.h"
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+static char t__db[64];
+static char t__conninfo[1024];
+
+static const char *t__admin(void)
+{
+    const char *a = getenv("AIRLOCK_TEST_PG_ADMIN");
+    ck_assert_msg(a && a[0], "AIRLOCK_TEST_PG_ADMIN is not set: run this suite through "
+                             "tests/lib/pg.sh (ctest does)");
+    return a;
+}
+
+static void t__admin_exec(const char *sql)
+{
+    PGconn *c = PQconnectdb(t__admin());
+    ck_assert_msg(PQstatus(c) == CONNECTION_OK, "admin connection: %s", PQerrorMessage(c));
+    PGresult *r = PQexec(c, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", sql, PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
+}
+
+/* A fresh database for this test case; its conninfo in t__conninfo. */
+static void t__setup(void)
+{
+    static int n;
+    snprintf(t__db, sizeof t__db, "t_%d_%d", (int)getpid(), n++);
+    char sql[128];
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s", t__db);
+    t__admin_exec(sql);
+    /* A repeated keyword: the last one wins. */
+    snprintf(t__conninfo, sizeof t__conninfo, "%s dbname=%s", t__admin(), t__db);
+}
+
+static void t__teardown(void)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", t__db);
+    t__admin_exec(sql);
+}
+
+static struct cp_cluster_db *t__open(void)
+{
+    struct cp_cluster_db *db = NULL;
+    struct al_error e = {0};
+    int rc = cp_cluster_db_open(t__conninfo, &db, &e);
+    ck_assert_msg(rc == 0, "open: %s", al_error_str(&e));
+    return db;
+}
+
+/* One value of a query in the test's database, as text (static). */
+static const char *t__value(const char *sql)
+{
+    static char v[256];
+    PGconn *c = PQconnectdb(t__conninfo);
+    ck_assert_msg(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+    PGresult *r = PQexec(c, sql);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1, "%s: %s", sql,
+                  PQerrorMessage(c));
+    snprintf(v, sizeof v, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    PQfinish(c);
+    return v;
+}
+
+static void t__node(struct cp_cluster_node *n, const char *id, const char *instance)
+{
+    memset(n, 0, sizeof *n);
+    snprintf(n->id, sizeof n->id, "%s", id);
+    snprintf(n->address, sizeof n->address, "192.0.2.10:3000");
+    snprintf(n->instance, sizeof n->instance, "%s", instance);
+    snprintf(n->version, sizeof n->version, "test");
+    n->cpu = 8;
+    n->memory_bytes = 16ull << 30;
+    n->sandboxes_max = 100;
+}
+
+static size_t t__live(struct cp_cluster_db *db, const char *id)
+{
+    struct cp_cluster_node *v;
+    size_t n, hits = 0;
+    struct al_error e = {0};
+    ck_assert_msg(cp_cluster_db_nodes(db, true, &v, &n, &e) == 0, "%s", al_error_str(&e));
+    for (size_t i = 0; i < n; i++) {
+        ck_assert(v[i].lease_valid);
+        if (strcmp(v[i].id, id) == 0)
+            hits++;
+    }
+    free(v);
+    return hits;
+}
+
+/* Migrating twice is migrating once: the same version, one row per version, the tables kept
+ * (with their rows). */
+START_TEST(migrations_are_idempotent)
+{
+    t__setup();
+    struct cp_cluster_db *db = t__open();
+    struct al_error e = {0};
+    int v = -1;
+    ck_assert_msg(cp_cluster_db_migrate(db, &v, &e) == 0, "%s", al_error_str(&e));
+    ck_assert_int_eq(v, CP_CLUSTER_SCHEMA_VERSION);
+    struct cp_cluster_node n;
+    t__node(&n, "node-a", "i1");
+    ck_assert_msg(cp_cluster_db_register(db, &n, 60000, &e) == 0, "%s", al_error_str(&e));
+    v = -1;
+    ck_assert_msg(cp_cluster_db_migrate(db, &v, &e) == 0, "%s", al_error_str(&e));
+    ck_assert_int_eq(v, CP_CLUSTER_SCHEMA_VERSION);
+    ck_assert_str_eq(t__value("SELECT count(*) FROM schema_version"), "1");
+    ck_assert_str_eq(t__value("SELECT max(version) FROM schema_version"), "1");
+    ck_assert_str_eq(t__value("SELECT count(*) FROM nodes"), "1");
+    cp_cluster_db_close(db);
+    t__teardown();
+}
+END_TEST
+
+struct t_mig {
+    pthread_barrier_t *go;
+    int rc;
+    char msg[AL_ERROR_MSG_MAX];
+};
+
+static void *t__migrate_thread(void *arg)
+{
+    struct t_mig *m = arg;
+    struct cp_cluster_db *db = NULL;
+    struct al_error e = {0};
+    m->rc = cp_cluster_db_open(t__conninfo, &db, &e);
+    pthread_barrier_wait(m->go); /* all connected (or failed): now at once */
+    if (!m->rc)
+        m->rc = cp_cluster_db_migrate(db, NULL, &e);
+    snprintf(m->msg, sizeof m->msg, "%s", al_error_str(&e));
+    cp_cluster_db_close(db);
+    return NULL;
+}
+
+/* Processes starting at once on an empty database: the advisory lock lets one migrate, the
+ * others find the schema done (no "relation already exists"). */
+START_TEST(concurrent_migrations_serialise)
+{
+    t__setup();
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 4);
+    struct t_mig m[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        m[i] = (struct t_mig){.go = &go};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, t__migrate_thread, &m[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(m[i].rc == 0, "migration %d: %s", i, m[i].msg);
+    }
+    pthread_barrier_destroy(&go);
+    ck_assert_str_eq(t__value("SELECT count(*) FROM schema_version"), "1");
+    t__teardown();
+}
+END_TEST
+
+/* A schema a newer airlockd made is refused, saying which versions, and left as it is. */
+START_TEST(a_newer_schema_is_refused)
+{
+    t__setup();
+    struct cp_cluster_db *db = t__open();
+    struct al_error e = {0};
+    ck_assert_int_eq(cp_cluster_db_migrate(db, NULL, &e), 0);
+    PGconn *c = PQconnectdb(t__conninfo);
+    PQclear(PQexec(c, "INSERT INTO schema_version (version, airlockd_version) VALUES (7, 'x')"));
+    PQfinish(c);
+    int v = -1;
+    ck_assert_int_eq(cp_cluster_db_migrate(db, &v, &e), -EPROTO);
+    ck_assert_int_eq(v, -1);
+    ck_assert_msg(strstr(e.msg, "version 7") && strstr(e.msg, "(1)"), "%s", e.msg);
+    ck_assert_str_eq(t__value("SELECT max(version) FROM schema_version"), "7");
+    /* The connection is usable after the refusal (its transaction was rolled back). */
+    ck_assert(cp_cluster_db_ok(db));
+    ck_assert_str_eq(t__value("SELECT count(*) FROM nodes"), "0");
+    struct cp_cluster_node *nv;
+    size_t nn;
+    ck_assert_msg(cp_cluster_db_nodes(db, false, &nv, &nn, &e) == 0, "%s", al_error_str(&e));
+    free(nv);
+    cp_cluster_db_close(db);
+    t__teardown();
+}
+END_TEST
+
+/* A registration and its heartbeats keep a lease the database's clock judges; once no
+ * heartbeat comes, it expires, the node is no longer live, its next heartbeat says the lease
+ * is lost, and registering again makes it live. */
+START_TEST(heartbeats_keep_the_lease_and_it_expires_without)
+{
+    t__setup();
+    struct cp_cluster_db *db = t__open();
+    struct al_error e = {0};
+    ck_assert_int_eq(cp_cluster_db_migrate(db, NULL, &e), 0);
+    struct cp_cluster_node n;
+    t__node(&n, "node-a", "inst-1");
+    n.sandboxes_running = 3;
+    ck_assert_msg(cp_cluster_db_register(db, &n, 60000, &e) == 0, "%s", al_error_str(&e));
+    ck_assert_uint_eq(t__live(db, "node-a"), 1);
+    ck_assert_msg(cp_cluster_db_heartbeat(db, "node-a", "inst-1", 5, 60000, &e) == 0, "%s",
+                  al_error_str(&e));
+    struct cp_cluster_node *v;
+    size_t nn;
+    ck_assert_int_eq(cp_cluster_db_nodes(db, false, &v, &nn, &e), 0);
+    ck_assert_uint_eq(nn, 1);
+    ck_assert_str_eq(v[0].id, "node-a");
+    ck_assert_str_eq(v[0].address, "192.0.2.10:3000");
+    ck_assert_int_eq(v[0].cpu, 8);
+    ck_assert_uint_eq(v[0].memory_bytes, 16ull << 30);
+    ck_assert_int_eq(v[0].sandboxes_max, 100);
+    ck_assert_int_eq(v[0].sandboxes_running, 5);
+    ck_assert_int_eq(v[0].schema_version, CP_CLUSTER_SCHEMA_VERSION);
+    ck_assert(v[0].lease_valid);
+    ck_assert(!v[0].cordoned);
+    ck_assert_msg(v[0].lease_left_ms > 50000 && v[0].lease_left_ms <= 60000, "%lld",
+                  (long long)v[0].lease_left_ms);
+    ck_assert_msg(strlen(v[0].lease_expires_at) == 24 && v[0].lease_expires_at[23] == 'Z', "%s",
+                  v[0].lease_expires_at);
+    free(v);
+    /* Another instance's heartbeat on the id renews nothing. */
+    ck_assert_int_eq(cp_cluster_db_heartbeat(db, "node-a", "inst-2", 0, 60000, &e), -ESTALE);
+
+    /* A short lease, then no heartbeat: expired by the database's clock (waited for, with
+     * a bound, rather than slept). */
+    ck_assert_int_eq(cp_cluster_db_register(db, &n, 300, &e), 0);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (t__live(db, "node-a")) {
+        struct timespec t1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        ck_assert_msg(t1.tv_sec - t0.tv_sec < 60, "the lease of 300 ms never expired");
+        nanosleep(&(struct timespec){.tv_nsec = 20000000}, NULL);
+    }
+    ck_assert_int_eq(cp_cluster_db_nodes(db, false, &v, &nn, &e), 0);
+    ck_assert_uint_eq(nn, 1); /* still listed, as expired */
+    ck_assert(!v[0].lease_valid);
+    ck_assert_int_le(v[0].lease_left_ms, 0);
+    free(v);
+    ck_assert_int_eq(cp_cluster_db_heartbeat(db, "node-a", "inst-1", 0, 60000, &e), -ESTALE);
+    ck_assert_msg(strstr(e.msg, "lost its lease"), "%s", e.msg);
+    /* An expired lease is anybody's: another instance takes the id... */
+    struct cp_cluster_node m;
+    t__node(&m, "node-a", "inst-2");
+    ck_assert_msg(cp_cluster_db_register(db, &m, 60000, &e) == 0, "%s", al_error_str(&e));
+    ck_assert_uint_eq(t__live(db, "node-a"), 1);
+    /* ... and a clean stop releases it at once. */
+    ck_assert_int_eq(cp_cluster_db_release(db, "node-a", "inst-2", &e), 0);
+    ck_assert_uint_eq(t__live(db, "node-a"), 0);
+    ck_assert_int_eq(cp_cluster_db_register(db, &n, 60000, &e), 0);
+    ck_assert_uint_eq(t__live(db, "node-a"), 1);
+    cp_cluster_db_close(db);
+    t__teardown();
+}
+END_TEST
+
+struct t_reg {
+    pthread_barrier_t *go;
+    char id[32], instance[32];
+    int rc;
+    char msg[AL_ERROR_MSG_MAX];
+};
+
+static void *t__register_thread(void *arg)
+{
+    struct t_reg *r = arg;
+    struct cp_cluster_db *db = NULL;
+    struct al_error e = {0};
+    r->rc = cp_cluster_db_open(t__conninfo, &db, &e);
+    pthread_barrier_wait(r->go);
+    if (!r->rc) {
+        struct cp_cluster_node n;
+        t__node(&n, r->id, r->instance);
+        r->rc = cp_cluster_db_register(db, &n, 60000, &e);
+    }
+    snprintf(r->msg, sizeof r->msg, "%s", al_error_str(&e));
+    cp_cluster_db_close(db);
+    return NULL;
+}
+
+#define T_RACERS 8
+
+/* Registrations at once, each on its own connection: of those naming one id, exactly one
+ * wins and the others are told who holds it; different ids all succeed. */
+START_TEST(concurrent_registrations)
+{
+    t__setup();
+    struct cp_cluster_db *db = t__open();
+    struct al_error e = {0};
+    ck_assert_int_eq(cp_cluster_db_migrate(db, NULL, &e), 0);
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, T_RACERS);
+    struct t_reg r[T_RACERS];
+    pthread_t th[T_RACERS];
+    for (int i = 0; i < T_RACERS; i++) {
+        r[i] = (struct t_reg){.go = &go};
+        /* half on one id, the other half on ids of their own */
+        if (i % 2)
+            snprintf(r[i].id, sizeof r[i].id, "shared");
+        else
+            snprintf(r[i].id, sizeof r[i].id, "own-%d", i);
+        snprintf(r[i].instance, sizeof r[i].instance, "inst-%d", i);
+        ck_assert_int_eq(pthread_create(&th[i], NULL, t__register_thread, &r[i]), 0);
+    }
+    int won = 0;
+    for (int i = 0; i < T_RACERS; i++) {
+        pthread_join(th[i], NULL);
+        if (i % 2 == 0) {
+            ck_assert_msg(r[i].rc == 0, "%s: %s", r[i].id, r[i].msg);
+        } else if (r[i].rc == 0) {
+            won++;
+        } else {
+            ck_assert_msg(r[i].rc == -EBUSY, "%d: %s", r[i].rc, r[i].msg);
+            ck_assert_msg(strstr(r[i].msg, "held by another airlockd"), "%s", r[i].msg);
+        }
+    }
+    pthread_barrier_destroy(&go);
+    ck_assert_int_eq(won, 1);
+    ck_assert_str_eq(t__value("SELECT count(*) FROM nodes"), "5");
+    ck_assert_uint_eq(t__live(db, "shared"), 1);
+    cp_cluster_db_close(db);
+    t__teardown();
+}
+END_TEST
+
+/* A cordon survives the node's re-registration (a restart); an unknown node has none. */
+START_TEST(cordon_survives_reregistration)
+{
+    t__setup();
+    struct cp_cluster_db *db = t__open();
+    struct al_error e = {0};
+    ck_assert_int_eq(cp_cluster_db_migrate(db, NULL, &e), 0);
+    struct cp_cluster_node n;
+    t__node(&n, "node-a", "i1");
+    ck_assert_int_eq(cp_cluster_db_register(db, &n, 60000, &e), 0);
+    ck_assert_int_eq(cp_cluster_db_cordon(db, "node-a", true, &e), 0);
+    ck_assert_int_eq(cp_cluster_db_release(db, "node-a", "i1", &e), 0);
+    t__node(&n, "node-a", "i2");
+    ck_assert_int_eq(cp_cluster_db_register(db, &n, 60000, &e), 0);
+    ck_assert_str_eq(t__value("SELECT cordoned FROM nodes WHERE id = 'node-a'"), "t");
+    ck_assert_int_eq(cp_cluster_db_cordon(db, "nope", true, &e), -ENOENT);
+    /* Ids the schema would refuse are refused before it, with a message. */
+    t__node(&n, "Bad_Id", "i3");
+    ck_assert_int_eq(cp_cluster_db_register(db, &n, 60000, &e), -EINVAL);
+    ck_assert_msg(strstr(e.msg, "Bad_Id"), "%s", e.msg);
+    cp_cluster_db_close(db);
+    t__teardown();
+}
+END_TEST
+
+/* Bad and unreachable databases: clear errors that never repeat the password. */
+START_TEST(errors_never_show_the_password)
+{
+    struct cp_cluster_db *db = NULL;
+    struct al_error e = {0};
+    ck_assert_int_eq(cp_cluster_db_open("host=/nonexistent/dir password=s3kr1t-value user=x "
+                                        "dbname=airlock",
+                                        &db, &e),
+                     -ENOTCONN);
+    ck_assert_ptr_null(db);
+    ck_assert_msg(strstr(e.msg, "cannot connect (host=/nonexistent/dir dbname=airlock user=x)"),
+                  "%s", e.msg);
+    ck_assert_msg(!strstr(e.msg, "s3kr1t"), "%s", e.msg);
+    ck_assert_int_eq(cp_cluster_db_open("host=x this is not conninfo", &db, &e), -EINVAL);
+    ck_assert_msg(strstr(e.msg, "not a libpq connection string"), "%s", e.msg);
+    char d[256];
+    cp_cluster_db_describe("postgresql://u:pw-secret@db.example:5433/cl", d, sizeof d);
+    ck_assert_str_eq(d, "host=db.example port=5433 dbname=cl user=u");
+    cp_cluster_db_describe("", d, sizeof d);
+    ck_assert_str_eq(d, "(libpq defaults)");
+    ck_assert(cp_cluster_node_id_valid("node-1.example"));
+    ck_assert(!cp_cluster_node_id_valid(""));
+    ck_assert(!cp_cluster_node_id_valid("-a"));
+    ck_assert(!cp_cluster_node_id_valid("a_b"));
+    ck_assert(!cp_cluster_node_id_valid("A"));
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("cp_cluster_db");
+    TCase *t = tcase_create("cluster_db");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, migrations_are_idempotent);
+    tcase_add_test(t, concurrent_migrations_serialise);
+    tcase_add_test(t, a_newer_schema_is_refused);
+    tcase_add_test(t, heartbeats_keep_the_lease_and_it_expires_without);
+    tcase_add_test(t, concurrent_registrations);
+    tcase_add_test(t, cordon_survives_reregistration);
+    tcase_add_test(t, errors_never_show_the_password);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+AL_SUITE_MAIN(suite)
