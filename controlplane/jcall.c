@@ -2,6 +2,7 @@
 #include "jcall.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,9 +96,12 @@ int cp_jcall(uv_loop_t *loop, const struct cp_jcall_opts *o)
         .on_done = jcall__done,
         .arg = j,
         .pool = o->pool,
+        .wipe = o->wipe,
     };
     struct al_http_creq *c;
     int rc = al_http_creq_start(loop, &co, &c);
+    if (text && o->wipe)
+        sodium_memzero(text, strlen(text));
     free(text);
     if (rc) {
         al_buf_free(&j->body);

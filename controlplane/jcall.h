@@ -9,6 +9,7 @@
 #define AIRLOCK_CP_JCALL_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -31,6 +32,10 @@ struct cp_jcall_opts {
     const char *body_text; /* or the JSON already serialised (body wins) */
     uint32_t timeout_ms;   /* 0: 10 s */
     size_t max_answer;     /* the answer body's cap; 0: 1 MiB */
+    /* The request carries a secret (a token, a sandbox's env): every copy cp_jcall makes of
+     * what it sends (the serialised body, the client's buffer) is wiped when freed. The
+     * caller's own body and body_text stay the caller's to wipe. */
+    bool wipe;
     struct al_http_pool *pool;
     cp_jcall_cb done;
     void *arg;

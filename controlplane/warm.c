@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "cp.h"
+#include "jcall.h"
 #include "store.h"
 #include "templates.h"
 
@@ -634,48 +635,23 @@ struct warm_claim {
     struct cp_sandbox *sb;
     cp_backend_cb cb;
     uint64_t t0_ns;
-    int status;
-    struct al_buf body;
-    char *req; /* the init body: holds the token and the env (wiped) */
-    size_t req_len;
 };
 
-static int warm__claim_resp(struct al_http_creq *c, int status, const struct al_http_header *h,
-                            size_t n, void *arg)
-{
-    (void)c;
-    (void)h;
-    (void)n;
-    ((struct warm_claim *)arg)->status = status;
-    return 0;
-}
-
-static int warm__claim_data(struct al_http_creq *c, const char *d, size_t len, void *arg)
-{
-    (void)c;
-    al_buf_append(&((struct warm_claim *)arg)->body, d, len);
-    return 0;
-}
-
-static void warm__claim_done(struct al_http_creq *c, int err, void *arg)
+static void warm__claimed(int status, json_t *body, const char *err, void *arg)
 {
     struct warm_claim *x = arg;
     struct cp_sandbox *sb = x->sb;
-    sodium_memzero(x->req, x->req_len);
-    free(x->req);
     char msg[400] = "";
     int rc = 0;
-    if (err) {
-        const char *s = al_http_creq_strerror(c);
-        snprintf(msg, sizeof msg, "its agent did not take its identity: %s",
-                 s && *s ? s : strerror(-err));
+    if (status < 0) {
+        snprintf(msg, sizeof msg, "its agent did not take its identity: %s", err);
         rc = -EIO;
-    } else if (x->status != 204 && x->status != 200) {
-        snprintf(msg, sizeof msg, "its agent refused its identity (HTTP %d: %.200s)", x->status,
-                 x->body.data ? x->body.data : "");
+    } else if (status != 204 && status != 200) {
+        const char *m = json_string_value(json_object_get(body, "message"));
+        snprintf(msg, sizeof msg, "its agent refused its identity (HTTP %d: %.200s)", status,
+                 m ? m : "no message");
         rc = -EIO;
     }
-    al_buf_free(&x->body);
     if (rc == 0) {
         sb->warm_claimed = true;
         al_debug("sandbox %s: warm sandbox claimed in %.1f ms", sb->rec.id,
@@ -713,53 +689,37 @@ int cp_warm_claim(struct cp_sandbox *sb, const struct cp_start_args *a, cp_backe
     sodium_memzero(seed, sizeof seed);
     json_object_set_new(init, "seed", json_string(seed64));
     sodium_memzero(seed64, sizeof seed64);
-    char *body = json_dumps(init, JSON_COMPACT);
-    /* (the env values are borrowed from the creation, which wipes them; the copies here go
-     * with the object) */
-    json_decref(init);
-    struct warm_claim *x = body ? calloc(1, sizeof *x) : NULL;
+    struct warm_claim *x = calloc(1, sizeof *x);
     if (!x) {
-        if (body) {
-            sodium_memzero(body, strlen(body));
-            free(body);
-        }
+        json_decref(init);
         return -ENOMEM;
     }
     x->sb = sb;
     x->cb = cb;
     x->t0_ns = al_now_ns();
-    x->req = body;
-    x->req_len = strlen(body);
-    al_buf_init(&x->body, 65536);
     char target[160];
     snprintf(target, sizeof target, "unix:%s", sb->agent_sock);
     /* The agent has no token yet: the first init sets it (and only its holder may send
      * another). Only airlockd reaches the agent's channel. */
-    struct al_http_header h[] = {{"Content-Type", "application/json"}};
-    struct al_http_creq_opts o = {
+    struct cp_jcall_opts o = {
         .target = target,
         .method = "POST",
         .path = "/init",
-        .headers = h,
-        .n_headers = 1,
-        .body = x->req,
-        .body_len = x->req_len,
+        .body = init,
         .timeout_ms = WARM_INIT_TIMEOUT_MS,
-        .on_response = warm__claim_resp,
-        .on_data = warm__claim_data,
-        .on_done = warm__claim_done,
-        .arg = x,
-        .pool = cp->pool,
+        .max_answer = 64 * 1024,
         .wipe = true,
+        .pool = cp->pool,
+        .done = warm__claimed,
+        .arg = x,
     };
     cp_sb_ref(sb);
-    struct al_http_creq *c;
-    int rc = al_http_creq_start(cp->loop, &o, &c);
+    int rc = cp_jcall(cp->loop, &o);
+    /* (the env values are borrowed from the creation, which wipes them; the copies here go
+     * with the object) */
+    json_decref(init);
     if (rc) {
         cp_sb_unref(sb);
-        al_buf_free(&x->body);
-        sodium_memzero(x->req, x->req_len);
-        free(x->req);
         free(x);
         return rc;
     }
