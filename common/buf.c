@@ -41,6 +41,15 @@ int al_buf_reserve(struct al_buf *b, size_t extra)
 
 int al_buf_append(struct al_buf *b, const void *data, size_t len)
 {
+    /* Room already there (the common case of the small appends heads are built from): no
+     * reservation to compute. cap - len > len leaves the byte for the NUL. */
+    if (len < b->cap - b->len && (!b->max || b->len + len <= b->max)) {
+        if (len)
+            memcpy(b->data + b->len, data, len);
+        b->len += len;
+        b->data[b->len] = '\0';
+        return 0;
+    }
     int rc = al_buf_reserve(b, len);
     if (rc)
         return rc;

@@ -68,6 +68,23 @@ static bool head__ctl(unsigned char c)
     return (c < 0x20 && c != '\t') || c == 0x7f;
 }
 
+/* Bytes a header value runs on without a look at the state: not CR, not a control (RFC 9110
+ * field-vchar, SP, HTAB, obs-text). */
+static const uint8_t head__vbyte[256] = {
+    ['\t'] = 1,
+    [' ' ... 0x7e] = 1,
+    [0x80 ... 0xff] = 1,
+};
+
+/* Where a run of bytes of one class that starts at b[from] may go: up to n, and no further
+ * than the bound on the head's bytes allows (each byte of the run is counted). */
+static size_t head__run_end(const struct al_http_head_scan *s, size_t from, size_t n)
+{
+    if (s->max && n - from > (size_t)(s->max - s->bytes))
+        return from + (s->max - s->bytes);
+    return n;
+}
+
 static int head__fail(struct al_http_head_scan *s, const char *why, size_t at, size_t *used)
 {
     s->state = ST_FAILED;
@@ -148,12 +165,12 @@ int al_http_head_scan(struct al_http_head_scan *s, const char *p, size_t n, size
                 return head__fail(s, bad_line, i, used);
             } else {
                 s->state = ST_TARGET;
-                /* The rest of the target at once. */
-                while (i + 1 < n && b[i + 1] > 0x20 && b[i + 1] < 0x7f &&
-                       (!s->max || s->bytes < s->max)) {
-                    i++;
-                    s->bytes++;
-                }
+                /* The rest of the target at once; the byte that ends it is the loop's. */
+                size_t k = i + 1, end = head__run_end(s, k, n);
+                while (k < end && b[k] > 0x20 && b[k] < 0x7f)
+                    k++;
+                s->bytes += (uint32_t)(k - (i + 1));
+                i = k - 1;
             }
             break;
         case ST_RVER:
@@ -200,20 +217,29 @@ int al_http_head_scan(struct al_http_head_scan *s, const char *p, size_t n, size
                 s->state = ST_VALUE;
             else if (!head__tchar[c])
                 return head__fail(s, "invalid_header_name", i, used);
+            else {
+                /* The rest of the name at once; ':' or a refused byte is the loop's. */
+                size_t k = i + 1, end = head__run_end(s, k, n);
+                while (k < end && head__tchar[b[k]])
+                    k++;
+                s->bytes += (uint32_t)(k - (i + 1));
+                i = k - 1;
+            }
             break;
         case ST_VALUE:
-            /* The value up to its CR at once: the bytes most of a head is made of. */
-            while (c != '\r') {
-                if (head__ctl(c))
-                    return head__fail(s, c == '\n' ? "invalid_line_ending" : "invalid_header_value",
-                                      i, used);
-                if (i + 1 >= n || (s->max && s->bytes >= s->max))
-                    break;
-                c = b[++i];
-                s->bytes++;
-            }
-            if (c == '\r')
+            if (c == '\r') {
                 s->state = ST_CR;
+            } else if (head__ctl(c)) {
+                return head__fail(s, "invalid_header_value", i, used);
+            } else {
+                /* The value up to its CR at once (the bytes most of a head is made of); the
+                 * CR, or a control byte refused, is the loop's. */
+                size_t k = i + 1, end = head__run_end(s, k, n);
+                while (k < end && head__vbyte[b[k]])
+                    k++;
+                s->bytes += (uint32_t)(k - (i + 1));
+                i = k - 1;
+            }
             break;
         }
     }

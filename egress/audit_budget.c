@@ -40,9 +40,12 @@ static uint64_t budget__hash(uint64_t h, const char *s)
     return h * 0x100000001b3ull;
 }
 
+/* s into dst[cap], cut to fit as snprintf would cut it (once per request: no printf). */
 static void budget__copy(char *dst, size_t cap, const char *s)
 {
-    snprintf(dst, cap, "%s", s ? s : "");
+    size_t n = s ? strnlen(s, cap - 1) : 0;
+    memcpy(dst, s ? s : "", n);
+    dst[n] = 0;
 }
 
 static bool budget__due(const struct egress *e, const struct budget__slot *s, uint64_t now)

@@ -169,8 +169,16 @@ static int req__on_body(llhttp_t *p, const char *at, size_t n)
         return HPE_USER;
     }
     int rc = 0;
-    if (h->r.chunked)
-        rc = al_buf_printf(&h->to_up, "%zx\r\n", n);
+    if (h->r.chunked) {
+        /* The chunk's size line ("%zx\r\n"), written digit by digit rather than by printf. */
+        char t[2 * sizeof n + 2], *e = t + sizeof t, *d = e - 2;
+        memcpy(d, "\r\n", 2);
+        size_t v = n;
+        do
+            *--d = "0123456789abcdef"[v & 15];
+        while (v >>= 4);
+        rc = al_buf_append(&h->to_up, d, (size_t)(e - d));
+    }
     if (!rc)
         rc = al_buf_append(&h->to_up, at, n);
     if (!rc && h->r.chunked)
@@ -768,11 +776,25 @@ static void http__inspect_dst_checked(struct egress_conn *c, bool ok, const char
     egress_conn_set_dialled(c, &c->dst);
     struct al_buf b;
     al_buf_init(&b, 0);
-    int rc = al_buf_printf(&b, "%s %s HTTP/1.%d\r\n", h->r.method, h->reqh.buf + h->reqh.url,
-                           h->r.http_minor);
+    /* The head's pieces have their lengths and no NUL (the scanner refuses control bytes). */
+    int rc = al_buf_appends(&b, h->r.method);
+    if (rc == 0)
+        rc = al_buf_append(&b, " ", 1);
+    if (rc == 0)
+        rc = al_buf_append(&b, h->reqh.buf + h->reqh.url, h->reqh.url_len);
+    if (rc == 0) {
+        /* " HTTP/1.%d\r\n": llhttp's version digits are single. */
+        char ver[] = " HTTP/1.0\r\n";
+        ver[8] = (char)('0' + h->r.http_minor % 10);
+        rc = al_buf_append(&b, ver, sizeof ver - 1);
+    }
     for (uint32_t i = 0; i < h->reqh.n_hdr && rc == 0; i++) {
         const struct egress_http_hdr *x = &h->reqh.hdr[i];
-        rc = al_buf_printf(&b, "%s: %s\r\n", h->reqh.buf + x->name, h->reqh.buf + x->value);
+        if ((rc = al_buf_append(&b, h->reqh.buf + x->name, x->name_len)) ||
+            (rc = al_buf_append(&b, ": ", 2)) ||
+            (rc = al_buf_append(&b, h->reqh.buf + x->value, x->value_len)))
+            break;
+        rc = al_buf_append(&b, "\r\n", 2);
     }
     if (rc == 0)
         rc = al_buf_append(&b, "\r\n", 2);

@@ -191,7 +191,11 @@ static void req__host_name(const struct al_http_authority *a, char *out, size_t 
 {
     size_t hl;
     const char *h = al_http_authority_host(a, &hl);
-    snprintf(out, outlen, "%.*s", (int)hl, h);
+    /* A head holds no NUL (the scanner refuses control bytes): a bounded copy, no printf. */
+    if (hl >= outlen)
+        hl = outlen - 1;
+    memcpy(out, h, hl);
+    out[hl] = 0;
 }
 
 static bool req__same_authority(const struct al_http_authority *a,
@@ -326,6 +330,13 @@ static size_t head__connection_fields(const struct egress_http_head *h,
  * not forwarded is common/http_head.h's (al_http_forward_drops). */
 static const char *const req__restated[] = {"host", "http2-settings", NULL};
 
+/* v in decimal, as "%lld" writes it: heads are built from known pieces, without printf. */
+static int head__append_int(struct al_buf *out, int64_t v)
+{
+    char t[AL_JSON_INT_MAX];
+    return al_buf_append(out, t, al_json_int(v, t));
+}
+
 int egress_http_serialize_request(const struct egress_http_head *h,
                                   const struct egress_http_request *r, struct al_buf *out)
 {
@@ -338,10 +349,13 @@ int egress_http_serialize_request(const struct egress_http_head *h,
         if ((rc = al_buf_append(out, "Host: ", 6)) || (rc = al_buf_appends(out, r->host_raw)))
             return rc;
         rc = al_buf_append(out, "\r\n", 2);
-    } else if (r->port == 80)
-        rc = al_buf_printf(out, "Host: %s\r\n", r->host_name);
-    else
-        rc = al_buf_printf(out, "Host: %s:%u\r\n", r->host_name, r->port);
+    } else {
+        if ((rc = al_buf_append(out, "Host: ", 6)) || (rc = al_buf_appends(out, r->host_name)) ||
+            (r->port != 80 &&
+             ((rc = al_buf_append(out, ":", 1)) || (rc = head__append_int(out, r->port)))))
+            return rc;
+        rc = al_buf_append(out, "\r\n", 2);
+    }
     if (rc)
         return rc;
     struct al_http_field conn[EGRESS_HTTP_MAX_HEADERS];
@@ -362,8 +376,9 @@ int egress_http_serialize_request(const struct egress_http_head *h,
     }
     if (r->chunked)
         rc = al_buf_appends(out, "Transfer-Encoding: chunked\r\n");
-    else if (r->content_length >= 0)
-        rc = al_buf_printf(out, "Content-Length: %lld\r\n", (long long)r->content_length);
+    else if (r->content_length >= 0 && !(rc = al_buf_append(out, "Content-Length: ", 16)) &&
+             !(rc = head__append_int(out, r->content_length)))
+        rc = al_buf_append(out, "\r\n", 2);
     if (rc)
         return rc;
     if (r->websocket)
@@ -382,7 +397,25 @@ int egress_http_serialize_response(const struct egress_http_head *h, const llhtt
 {
     int status = llhttp_get_status_code((llhttp_t *)p);
     bool upgrade = status == 101;
-    int rc = al_buf_printf(out, "HTTP/%d.%d %03d", p->http_major, p->http_minor, status);
+    /* "HTTP/%d.%d %03d": llhttp's version digits are single, its status three digits. */
+    int rc;
+    if (p->http_major <= 9 && p->http_minor <= 9 && status >= 0 && status <= 999) {
+        char line[] = {'H',
+                       'T',
+                       'T',
+                       'P',
+                       '/',
+                       (char)('0' + p->http_major),
+                       '.',
+                       (char)('0' + p->http_minor),
+                       ' ',
+                       (char)('0' + status / 100),
+                       (char)('0' + status / 10 % 10),
+                       (char)('0' + status % 10)};
+        rc = al_buf_append(out, line, sizeof line);
+    } else {
+        rc = al_buf_printf(out, "HTTP/%d.%d %03d", p->http_major, p->http_minor, status);
+    }
     if (!rc && h->status_len) {
         rc = al_buf_append(out, " ", 1);
         if (!rc)
