@@ -45,6 +45,7 @@ struct cp_config {
     int64_t total_pids;          /* all sandboxes together (0 = from kernel.pid_max) */
     uint64_t total_memory_bytes; /* all sandboxes together (0 = from MemTotal) */
     int64_t max_creating;        /* creations in flight */
+    int64_t max_fork;            /* copies one fork may ask for */
     int64_t start_concurrency;   /* of those, starting their sandbox at once (0: 4 per CPU) */
     uint64_t start_timeout_ms;
     uint64_t ready_timeout_ms; /* the template's readyCmd, after the agent is healthy */

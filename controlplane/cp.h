@@ -56,6 +56,7 @@ enum cp_op_kind {
     CP_OP_EXPIRE,   /* the timeout fired: kill or pause */
     CP_OP_SNAPSHOT, /* POST /sandboxes/{id}/snapshots (snapshots.c) */
     CP_OP_ROLLBACK, /* POST /sandboxes/{id}/rollback (snapshots.c) */
+    CP_OP_FORK,     /* POST /sandboxes/{id}/fork (snapshots.c) */
 };
 
 struct cp_op {
@@ -68,9 +69,12 @@ struct cp_op {
      * success (auto-resume on traffic continues the request that woke the sandbox). */
     void (*done)(struct cp_sandbox *sb, int rc, void *arg);
     void *done_arg;
-    int cause;       /* enum cp_event_cause: why (the lifecycle event says so) */
-    char key_id[32]; /* the API key that asked ("" when not asked through the API) */
-    char name[128];  /* snapshot: its name, or ""; rollback: the snapshot's id */
+    int cause;           /* enum cp_event_cause: why (the lifecycle event says so) */
+    char key_id[32];     /* the API key that asked ("" when not asked through the API) */
+    char name[128];      /* snapshot: its name, or ""; rollback: the snapshot's id */
+    unsigned count;      /* fork: the copies to start */
+    bool timeout_given;  /* fork: timeout_s is the copies' lifetime */
+    char policies[1024]; /* fork: the policies of the key that asked */
     struct cp_op *next;
 };
 
@@ -243,8 +247,18 @@ struct cp_create {
     bool auto_pause;
     bool auto_resume;
     struct cp_principal who;
+    /* A fork's copy (snapshots.c): the checkpoint's files, template_id being the version
+     * they apply to ("ID" or "ID:BUILD"), and the sandbox forked (its created event names
+     * it); NULL otherwise. */
+    const char *restore_dir;
+    const char *forked_from;
+    /* When set, the answer goes here instead of to req (NULL): called once, possibly before
+     * cp_lifecycle_create returns, with 201 and the E2B Sandbox object (the callee's), or
+     * the error's status and message (sandbox NULL). */
+    void (*done)(int status, json_t *sandbox, const char *msg, void *arg);
+    void *done_arg;
 };
-/* Starts a creation; the answer (201 or an error) goes to req when it is done. */
+/* Starts a creation; the answer (201 or an error) goes to req (or c->done) when it is done. */
 void cp_lifecycle_create(struct cp *cp, const struct cp_create *c, struct al_http_req *req,
                          int api);
 /* Queues an operation; answers req when done. cause (enum cp_event_cause) and key_id (the
@@ -255,6 +269,10 @@ void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http
  * (CP_OP_ROLLBACK to the snapshot whose id is name) (controlplane/snapshots.c); answers req. */
 void cp_lifecycle_snapshot(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req,
                            const char *name, const char *key_id);
+/* Queues a fork of sb (CP_OP_FORK, controlplane/snapshots.c): count copies, each with a
+ * lifetime of timeout_s when timeout_given, asked by who; answers req. */
+void cp_lifecycle_fork(struct cp_sandbox *sb, struct al_http_req *req, unsigned count,
+                       bool timeout_given, uint64_t timeout_s, const struct cp_principal *who);
 /* Resumes a paused sandbox (auto-resume on traffic) and calls done afterwards. */
 void cp_lifecycle_resume_then(struct cp_sandbox *sb,
                               void (*done)(struct cp_sandbox *sb, int rc, void *arg), void *arg);

@@ -52,6 +52,7 @@ static const char *const ev__names[CP_EV__COUNT] = {
     [CP_EV_RESUMED] = "sandbox.lifecycle.resumed",
     [CP_EV_CHECKPOINTED] = "sandbox.lifecycle.checkpointed",
     [CP_EV_ROLLED_BACK] = "sandbox.lifecycle.rolled_back",
+    [CP_EV_FORKED] = "sandbox.lifecycle.forked",
 };
 
 static const char *const ev__causes[] = {
@@ -91,7 +92,7 @@ static int ev__type_one(const char *v, void *arg)
     if (cp_event_type_parse(v, &t))
         return al_error_set(c->err, -EINVAL,
                             "unknown event type \"%.64s\" (types: sandbox.lifecycle.created, "
-                            "killed, updated, paused, resumed, checkpointed, rolled_back)",
+                            "killed, updated, paused, resumed, checkpointed, rolled_back, forked)",
                             v);
     c->mask |= 1ull << t;
     return 0;

@@ -33,6 +33,7 @@ enum cp_event_type {
     CP_EV_RESUMED,
     CP_EV_CHECKPOINTED,
     CP_EV_ROLLED_BACK,
+    CP_EV_FORKED,
     CP_EV__COUNT
 };
 

@@ -279,6 +279,10 @@ struct lc_create {
     char template_ref[CP_TEMPLATE_MAX]; /* what the record names: the request's, or the
                                          * version a snapshot applies to */
     char restore_dir[4200];             /* Sandbox.create(snapshotID): its files, else "" */
+    char forked_from[64];               /* a fork's copy: the sandbox forked, else "" */
+    /* The answer's recipient instead of the request (struct cp_create's done), or NULL. */
+    void (*done)(int status, json_t *sandbox, const char *msg, void *arg);
+    void *done_arg;
     uint64_t timeout_s;
     char *start_cmd, *ready_cmd; /* the template's (template.json), or NULL */
     struct lc_ready *ready;      /* waiting for the agent to say it is ready */
@@ -352,9 +356,12 @@ static void lc__create_done(struct lc_create *c)
     if (c->ca_fp[0] && sb->rec.intercept)
         json_object_set_new(sb->rec.intercept, "agentCaFingerprint", json_string(c->ca_fp));
     cp_sb_save(sb);
-    cp_event_emit(sb, CP_EV_CREATED, CP_CAUSE_API, sb->rec.key_id,
-                  sb->rec.snapshot_id[0] ? json_pack("{s:s}", "snapshot_id", sb->rec.snapshot_id)
-                                         : NULL);
+    json_t *evd = NULL;
+    if (sb->rec.snapshot_id[0])
+        evd = json_pack("{s:s}", "snapshot_id", sb->rec.snapshot_id);
+    else if (c->forked_from[0])
+        evd = json_pack("{s:s}", "forked_from", c->forked_from);
+    cp_event_emit(sb, CP_EV_CREATED, CP_CAUSE_API, sb->rec.key_id, evd);
     lc__arm_timer(sb);
     lc__watch(sb);
     double ms = (double)(al_now_ns() - sb->create_t0_ns) / 1e6;
@@ -369,7 +376,10 @@ static void lc__create_done(struct lc_create *c)
             st[CP_CREATE_EGRESS], st[CP_CREATE_QUEUE], st[CP_CREATE_START]);
     struct al_http_req *req = sb->create_req;
     sb->create_req = NULL;
-    lc__answer(sb, req, sb->create_api, 201);
+    if (c->done)
+        c->done(201, cp_rest_sandbox_json(sb), NULL, c->done_arg);
+    else
+        lc__answer(sb, req, sb->create_api, 201);
     if (cp->n_creating == 0)
         cp_pools_refill(cp); /* a burst is over: get ready for the next one */
     sb->opctx = NULL;
@@ -823,67 +833,95 @@ static int lc__template_cmds(struct lc_create *c, struct al_error *err)
     return 0;
 }
 
+/* A creation refused before it began: the answer to req, or to req_c->done. */
+static void lc__refuse(const struct cp_create *req_c, struct al_http_req *req, int status,
+                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void lc__refuse(const struct cp_create *req_c, struct al_http_req *req, int status,
+                       const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (req_c->done)
+        req_c->done(status, NULL, msg, req_c->done_arg);
+    else
+        cp_rest_error(req, status, "%s", msg);
+}
+
 void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al_http_req *req,
                          int api)
 {
     struct al_error err = {0};
     uint64_t t0 = al_now_ns();
     if (cp->stopping) {
-        cp_rest_error(req, 503, "airlockd is shutting down");
+        lc__refuse(req_c, req, 503, "airlockd is shutting down");
         return;
     }
     char why[600];
     if (!cp_disk_may_create(cp, why, sizeof why)) {
-        cp_rest_error(req, 503, "%s", why);
+        lc__refuse(req_c, req, 503, "%s", why);
         return;
     }
     if (cp->n_live >= (size_t)cp->cfg.max_sandboxes) {
-        cp_rest_error(req, 429,
-                      "%zu sandboxes exist, the configured maximum "
-                      "(sandboxes.max): kill some first",
-                      cp->n_live);
+        lc__refuse(req_c, req, 429,
+                   "%zu sandboxes exist, the configured maximum "
+                   "(sandboxes.max): kill some first",
+                   cp->n_live);
         return;
     }
     if (cp->n_creating >= (size_t)cp->cfg.max_creating) {
-        cp_rest_error(req, 429,
-                      "%zu sandboxes are being created, the configured maximum "
-                      "(sandboxes.max_creating): retry shortly",
-                      cp->n_creating);
+        lc__refuse(req_c, req, 429,
+                   "%zu sandboxes are being created, the configured maximum "
+                   "(sandboxes.max_creating): retry shortly",
+                   cp->n_creating);
         return;
     }
     struct lc_create *c = calloc(1, sizeof *c);
     if (!c) {
-        cp_rest_error(req, 500, "out of memory");
+        lc__refuse(req_c, req, 500, "out of memory");
         return;
     }
-    /* A snapshot id: the template version it applies to, with its files on top. */
+    c->done = req_c->done;
+    c->done_arg = req_c->done_arg;
+    /* A snapshot id: the template version it applies to, with its files on top (a fork's
+     * copy names both). */
     snprintf(c->template_ref, sizeof c->template_ref, "%s", req_c->template_id);
-    int snap =
-        cp_snapshot_for_create(cp, req_c->template_id, req_c->who.key_id, c->template_ref,
-                               sizeof c->template_ref, c->restore_dir, sizeof c->restore_dir, &err);
+    int snap = 1;
+    if (req_c->restore_dir) {
+        snprintf(c->restore_dir, sizeof c->restore_dir, "%s", req_c->restore_dir);
+        snprintf(c->forked_from, sizeof c->forked_from, "%s",
+                 req_c->forked_from ? req_c->forked_from : "");
+    } else {
+        snap = cp_snapshot_for_create(cp, req_c->template_id, req_c->who.key_id, c->template_ref,
+                                      sizeof c->template_ref, c->restore_dir, sizeof c->restore_dir,
+                                      &err);
+    }
     if (snap < 0) {
         free(c);
-        cp_rest_error(req, snap == -ENOENT ? 404 : 409, "%s", al_error_str(&err));
+        lc__refuse(req_c, req, snap == -ENOENT ? 404 : 409, "%s", al_error_str(&err));
         return;
     }
     if (cp_template_resolve_build(cp, c->template_ref, c->template_dir, sizeof c->template_dir,
                                   c->template_build, sizeof c->template_build, &err)) {
         lc__create_free(c);
         if (snap)
-            cp_rest_error(req, 409, "snapshot %s: its template is gone: %s", req_c->template_id,
-                          al_error_str(&err));
+            lc__refuse(req_c, req, 409, "snapshot %s: its template is gone: %s", req_c->template_id,
+                       al_error_str(&err));
         else
-            cp_rest_error(req, 404, "%s", al_error_str(&err));
+            lc__refuse(req_c, req, 404, "%s", al_error_str(&err));
         return;
     }
     if (lc__template_cmds(c, &err)) {
         lc__create_free(c);
-        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        lc__refuse(req_c, req, 500, "%s", al_error_str(&err));
         return;
     }
     if (lc__check_env(req_c->env_vars, &err)) {
         lc__create_free(c);
-        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        lc__refuse(req_c, req, 400, "%s", al_error_str(&err));
         return;
     }
     /* The id first: the secrets holding its header transforms' values are named after it. */
@@ -901,7 +939,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     if (cp_transforms_prepare(id, "c", network, &pending, &err)) {
         lc__create_free(c);
         json_decref(network);
-        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        lc__refuse(req_c, req, 400, "%s", al_error_str(&err));
         return;
     }
     struct cp_policy_sel sel = {0};
@@ -910,7 +948,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         lc__create_free(c);
         json_decref(network);
         json_decref(pending);
-        cp_rest_error(req, status, "%s", al_error_str(&err));
+        lc__refuse(req_c, req, status, "%s", al_error_str(&err));
         return;
     }
     if (cp_policy_select(cp, req_c->metadata, network, req_c->allow_internet, &req_c->who,
@@ -918,7 +956,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         lc__create_free(c);
         json_decref(network);
         json_decref(pending);
-        cp_rest_error(req, status, "%s", al_error_str(&err));
+        lc__refuse(req_c, req, status, "%s", al_error_str(&err));
         return;
     }
     uint64_t timeout_s =
@@ -928,11 +966,11 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         json_decref(network);
         json_decref(pending);
         cp_policy_sel_free(&sel);
-        cp_rest_error(req, 400,
-                      "timeout %llu s is longer than this server allows (%llu s, "
-                      "sandboxes.max_timeout)",
-                      (unsigned long long)timeout_s,
-                      (unsigned long long)(cp->cfg.max_timeout_ms / 1000));
+        lc__refuse(req_c, req, 400,
+                   "timeout %llu s is longer than this server allows (%llu s, "
+                   "sandboxes.max_timeout)",
+                   (unsigned long long)timeout_s,
+                   (unsigned long long)(cp->cfg.max_timeout_ms / 1000));
         return;
     }
     /* Sealed once everything that can refuse the creation has spoken; a failure from here
@@ -941,7 +979,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         lc__create_free(c);
         json_decref(network);
         cp_policy_sel_free(&sel);
-        cp_rest_error(req, 503, "%s", al_error_str(&err));
+        lc__refuse(req_c, req, 503, "%s", al_error_str(&err));
         return;
     }
     struct cp_sandbox *sb = warm_id ? cp_warm_take(cp, id) : cp_sb_new(cp);
@@ -950,7 +988,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         cp_transforms_drop(cp, network, NULL);
         json_decref(network);
         cp_policy_sel_free(&sel);
-        cp_rest_error(req, 500, "out of memory");
+        lc__refuse(req_c, req, 500, "out of memory");
         return;
     }
     c->sb = sb;
@@ -964,13 +1002,13 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         cp_transforms_drop(cp, r->network, NULL);
         lc__create_free(c);
         cp_sb_unref(sb);
-        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        lc__refuse(req_c, req, 500, "%s", al_error_str(&err));
         return;
     }
     r->state = CP_SB_CREATING;
     snprintf(r->template_id, sizeof r->template_id, "%s", c->template_ref);
     snprintf(r->template_build, sizeof r->template_build, "%s", c->template_build);
-    if (c->restore_dir[0]) /* (the directory's name is the snapshot's id) */
+    if (c->restore_dir[0] && !c->forked_from[0]) /* (the directory's name is its id) */
         snprintf(r->snapshot_id, sizeof r->snapshot_id, "%s", strrchr(c->restore_dir, '/') + 1);
     snprintf(r->backend, sizeof r->backend, "%s", cp->backend_kind);
     snprintf(r->key_id, sizeof r->key_id, "%s", req_c->who.key_id);
@@ -988,7 +1026,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     snprintf(r->policy_hash, sizeof r->policy_hash, "%s", sel.hash);
     cp_policy_sel_free(&sel);
     if (cp_store_sb_save(cp->store, r, &err) || lc__register(sb)) {
-        cp_rest_error(req, 500, "cannot record the sandbox: %s", al_error_str(&err));
+        lc__refuse(req_c, req, 500, "cannot record the sandbox: %s", al_error_str(&err));
         lc__create_free(c);
         if (sb->warm_taken) {
             cp_lifecycle_discard(sb, NULL, NULL); /* its processes run: reclaims all of it */
@@ -1164,9 +1202,11 @@ static void lc__td_forget(struct lc_teardown *t)
         cp_metrics_create_failed(cp->metrics);
         if (cp->n_creating == 0)
             cp_pools_refill(cp);
-        if (sb->create_req) {
-            cp_rest_error(sb->create_req, c->fail_status ? c->fail_status : 500, "%s",
-                          c->fail_msg[0] ? c->fail_msg : "the sandbox could not be created");
+        const char *why = c->fail_msg[0] ? c->fail_msg : "the sandbox could not be created";
+        if (c->done) {
+            c->done(c->fail_status ? c->fail_status : 500, NULL, why, c->done_arg);
+        } else if (sb->create_req) {
+            cp_rest_error(sb->create_req, c->fail_status ? c->fail_status : 500, "%s", why);
             sb->create_req = NULL;
         }
         lc__create_free(c);
@@ -1399,6 +1439,9 @@ static void lc__run_op(struct cp_sandbox *sb, struct cp_op *op)
     case CP_OP_ROLLBACK:
         cp_rollback_run(sb, op, lc__op_finish);
         return;
+    case CP_OP_FORK:
+        cp_fork_run(sb, op, lc__op_finish);
+        return;
     }
     if (rc) {
         lc__answer_op(op, 500, "sandbox %s: the backend refused: %s", sb->rec.id, strerror(-rc));
@@ -1447,6 +1490,25 @@ void cp_lifecycle_snapshot(struct cp_sandbox *sb, enum cp_op_kind kind, struct a
     op->cause = CP_CAUSE_API;
     snprintf(op->key_id, sizeof op->key_id, "%s", key_id ? key_id : "");
     snprintf(op->name, sizeof op->name, "%s", name);
+    lc__enqueue(sb, op);
+}
+
+void cp_lifecycle_fork(struct cp_sandbox *sb, struct al_http_req *req, unsigned count,
+                       bool timeout_given, uint64_t timeout_s, const struct cp_principal *who)
+{
+    struct cp_op *op = calloc(1, sizeof *op);
+    if (!op) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    op->kind = CP_OP_FORK;
+    op->req = req;
+    op->cause = CP_CAUSE_API;
+    op->count = count;
+    op->timeout_given = timeout_given;
+    op->timeout_s = timeout_s;
+    snprintf(op->key_id, sizeof op->key_id, "%s", who->key_id);
+    snprintf(op->policies, sizeof op->policies, "%s", who->policies);
     lc__enqueue(sb, op);
 }
 

@@ -155,6 +155,7 @@ enum rest_route {
     R_PAUSE,
     R_SNAPSHOT,    /* POST /sandboxes/{id}/snapshots */
     R_ROLLBACK,    /* POST /sandboxes/{id}/rollback */
+    R_FORK,        /* POST /sandboxes/{id}/fork */
     R_NETWORK,     /* PUT /sandboxes/{id}/network */
     R_TPL_REQUEST, /* POST /v3/templates */
     R_TPL_TRIGGER, /* POST /v2/templates/{id}/builds/{buildID} */
@@ -514,6 +515,60 @@ static void rest__connect(struct al_http_req *req, struct rest_ctx *x)
                     auto_pause, CP_CAUSE_API, x->who.key_id);
 }
 
+/* POST /sandboxes/{id}/fork: E2B's SandboxForkRequest, {"count"?, "timeout"?} (seconds, the
+ * copies' lifetime). */
+static void rest__fork(struct al_http_req *req, struct rest_ctx *x)
+{
+    json_t *b = rest__body(req, false);
+    if (!b)
+        return;
+    struct al_error err = {0};
+    const char *k;
+    json_t *v;
+    int rc = 0;
+    json_object_foreach(b, k, v)
+    {
+        if (strcmp(k, "count") != 0 && strcmp(k, "timeout") != 0) {
+            rc = al_error_set(&err, -EINVAL,
+                              "%.64s: not a field of a fork request (count, timeout)", k);
+            break;
+        }
+    }
+    json_int_t count = 1;
+    v = json_object_get(b, "count");
+    if (!rc && v && !json_is_null(v)) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1)
+            rc = al_error_set(&err, -EINVAL, "\"count\" must be a whole number from 1");
+        else
+            count = json_integer_value(v);
+    }
+    if (!rc && count > x->cp->cfg.max_fork)
+        rc = al_error_set(&err, -EINVAL,
+                          "\"count\" %lld is more copies than one fork may ask for on this "
+                          "server (%lld, sandboxes.max_fork)",
+                          (long long)count, (long long)x->cp->cfg.max_fork);
+    bool given = false;
+    uint64_t s = 0;
+    if (!rc)
+        rc = rest__seconds(b, "timeout", &given, &s, &err);
+    if (!rc && given && s == 0)
+        rc = al_error_set(&err, -EINVAL, "\"timeout\" must be at least 1 second");
+    if (!rc && s * 1000 > x->cp->cfg.max_timeout_ms)
+        rc = al_error_set(&err, -EINVAL,
+                          "timeout %llu s is longer than this server allows (%llu s, "
+                          "sandboxes.max_timeout)",
+                          (unsigned long long)s,
+                          (unsigned long long)(x->cp->cfg.max_timeout_ms / 1000));
+    json_decref(b);
+    if (rc) {
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
+    struct cp_sandbox *sb = rest__find(x->cp, req, x->id);
+    if (sb)
+        cp_lifecycle_fork(sb, req, (unsigned)count, given, s, &x->who);
+}
+
 /* PUT /sandboxes/{id}/network: E2B's SandboxNetworkUpdateConfig. The same fields and
  * refusals as a creation's network object, with allow_internet_access among them. */
 static void rest__network_update(struct al_http_req *req, struct rest_ctx *x)
@@ -584,6 +639,9 @@ static void rest__on_body(struct al_http_req *req, int err)
         break;
     case R_NETWORK:
         rest__network_update(req, x);
+        break;
+    case R_FORK:
+        rest__fork(req, x);
         break;
     case R_PAUSE: {
         struct cp_sandbox *sb = rest__find(x->cp, req, x->id);
@@ -1138,8 +1196,10 @@ void cp_on_request(struct al_http_req *req, void *ctx)
             rest__metrics(req, cp, id);
         else if (get && rest__is(action, "logs"))
             rest__logs(req, cp, id, false);
+        else if (post && rest__is(action, "fork"))
+            rest__with_body(req, cp, &who, R_FORK, id);
         else if (rest__is(action, "fork"))
-            rest__not_supported(req, "Forking a sandbox");
+            cp_rest_error(req, 405, "%s is not allowed on %s (POST forks the sandbox)", m, p);
         else if (post && rest__is(action, "snapshots"))
             rest__with_body(req, cp, &who, R_SNAPSHOT, id);
         else if (rest__is(action, "snapshots"))

@@ -74,13 +74,55 @@ int cp_snapshot_body(struct al_http_req *req, const json_t *body, char *name, si
 
 /* ---- POST /sandboxes/{id}/snapshots ----------------------------------------------------- */
 
+/* A fork once its checkpoint is taken: its copies start from it, at most
+ * sandboxes.max_creating at a time with the other creations, each on its own. */
+struct snap_fork {
+    struct cp *cp;
+    struct al_http_req *req;
+    struct cp_sandbox *sb; /* the sandbox forked (a reference: its forked event) */
+    char key_id[32];
+    char policies[1024];
+    char template_ref[CP_TEMPLATE_MAX];
+    char dir[4200]; /* the checkpoint */
+    json_t *metadata, *network;
+    int allow_internet;
+    bool auto_pause, auto_resume, timeout_given;
+    uint64_t timeout_s;
+    unsigned count, next, inflight, failed;
+    bool pumping;
+    json_t *results; /* one entry per copy, in order */
+    struct fork_copy {
+        struct snap_fork *f;
+        unsigned i;
+    } * copies;
+    uint64_t t0;
+};
+
 struct snap_take {
     struct cp_op *op;
     void (*finish)(struct cp_sandbox *sb);
+    struct snap_fork *fork; /* a fork's checkpoint (not recorded), or NULL */
     char id[64];
     char dir[4200];
     uint64_t t0;
 };
+
+static void fork__checkpointed(struct cp_sandbox *sb, struct snap_fork *f, int rc, json_t *res,
+                               const char *msg);
+
+/* The template version a sandbox's writable layer applies to: "ID:BUILD" when the template
+ * has builds, else its template's name. */
+static void snap__template_ref(const struct cp_sandbox *sb, char *out, size_t len)
+{
+    if (sb->rec.template_build[0]) {
+        char id[CP_TEMPLATE_MAX], tag[72];
+        if (cp_template_ref_split(sb->rec.template_id, id, sizeof id, tag, sizeof tag))
+            snprintf(id, sizeof id, "%s", sb->rec.template_id);
+        snprintf(out, len, "%s:%s", id, sb->rec.template_build);
+    } else {
+        snprintf(out, len, "%s", sb->rec.template_id);
+    }
+}
 
 static void snap__remove(const char *dir)
 {
@@ -94,6 +136,10 @@ static void snap__taken(struct cp_sandbox *sb, int rc, json_t *res, const char *
     struct snap_take *t = arg;
     struct cp *cp = sb->cp;
     struct cp_op *op = t->op;
+    if (t->fork) {
+        fork__checkpointed(sb, t->fork, rc, res, msg);
+        goto out;
+    }
     if (rc) {
         /* airlock-vmm leaves no half snapshot under the name; whatever it renamed into
          * place before failing is not recorded, so it goes. */
@@ -112,15 +158,7 @@ static void snap__taken(struct cp_sandbox *sb, int rc, json_t *res, const char *
     snprintf(r.name, sizeof r.name, "%s", op->name);
     snprintf(r.sandbox_id, sizeof r.sandbox_id, "%s", sb->rec.id);
     snprintf(r.parent, sizeof r.parent, "%s", sb->rec.snapshot_id);
-    /* The version the layer applies to: its build when the template has builds. */
-    if (sb->rec.template_build[0]) {
-        char id[CP_TEMPLATE_MAX], tag[72];
-        if (cp_template_ref_split(sb->rec.template_id, id, sizeof id, tag, sizeof tag))
-            snprintf(id, sizeof id, "%s", sb->rec.template_id);
-        snprintf(r.template_id, sizeof r.template_id, "%s:%s", id, sb->rec.template_build);
-    } else {
-        snprintf(r.template_id, sizeof r.template_id, "%s", sb->rec.template_id);
-    }
+    snap__template_ref(sb, r.template_id, sizeof r.template_id);
     snprintf(r.backend, sizeof r.backend, "%s", sb->rec.backend);
     /* What a restore needs of airlock-vmm: the format it wrote (cp_snapshot_for_create
      * refuses another); the agent is the one this airlockd ships. */
@@ -164,44 +202,50 @@ out:;
     finish(sb);
 }
 
-void cp_snapshot_run(struct cp_sandbox *sb, struct cp_op *op, void (*finish)(struct cp_sandbox *sb))
+/* Why sb cannot be snapshotted now (into why, with the status to answer), or 0. */
+static int snap__refusal(const struct cp_sandbox *sb, char *why, size_t len)
 {
     struct cp *cp = sb->cp;
-    const char *why = NULL;
-    int status = 501;
-    if (!cp->backend->snapshot)
-        why = "the test backend has no snapshots";
-    else if (strcmp(sb->rec.backend, "jail") != 0)
-        why = "snapshots through this API exist for jail sandboxes only (a KVM sandbox's "
-              "snapshot is not wired to it yet)";
-    else if (sb->gone) {
-        status = 409;
-        why = "its process has ended";
+    if (!cp->backend->snapshot) {
+        snprintf(why, len, "the test backend has no snapshots");
+        return 501;
+    }
+    if (strcmp(sb->rec.backend, "jail") != 0) {
+        snprintf(why, len,
+                 "snapshots through this API exist for jail sandboxes only (a KVM sandbox's "
+                 "snapshot is not wired to it yet)");
+        return 501;
+    }
+    if (sb->gone) {
+        snprintf(why, len, "its process has ended");
+        return 409;
     }
     /* The disk reserve that refuses creations refuses snapshots (a copy of up to the
      * sandbox's disk size) too. */
-    char full[600];
-    if (!why && !cp_disk_may_create(cp, full, sizeof full)) {
-        status = 503;
-        why = full;
-    }
-    if (why) {
-        if (op->req)
-            cp_rest_error(op->req, status, "cannot snapshot sandbox %s: %s", sb->rec.id, why);
-        op->req = NULL;
-        finish(sb);
-        return;
-    }
+    if (!cp_disk_may_create(cp, why, len))
+        return 503;
+    return 0;
+}
+
+/* Asks airlock-vmm for a copy of sb's writable layer into a new snapshot directory; the
+ * answer goes to snap__taken (with fork: to that fork): 0. On a failure to ask, answers
+ * op->req, finishes the op and returns -1. */
+static int snap__take(struct cp_sandbox *sb, struct cp_op *op, struct snap_fork *fork,
+                      void (*finish)(struct cp_sandbox *sb))
+{
+    struct cp *cp = sb->cp;
+    struct al_http_req **req = fork ? &fork->req : &op->req;
     struct snap_take *t = calloc(1, sizeof *t);
     if (!t) {
-        if (op->req)
-            cp_rest_error(op->req, 500, "out of memory");
-        op->req = NULL;
+        if (*req)
+            cp_rest_error(*req, 500, "out of memory");
+        *req = NULL;
         finish(sb);
-        return;
+        return -1;
     }
     t->op = op;
     t->finish = finish;
+    t->fork = fork;
     t->t0 = al_now_ns();
     char rnd[CP_ID_LEN + 1];
     struct cp_store_snap have;
@@ -210,14 +254,208 @@ void cp_snapshot_run(struct cp_sandbox *sb, struct cp_op *op, void (*finish)(str
         snprintf(t->id, sizeof t->id, CP_SNAP_PREFIX "%s", rnd);
     } while (cp_store_snap_load(cp->store, t->id, &have, NULL) == 0);
     snap__dir(cp, t->id, t->dir, sizeof t->dir);
+    if (fork)
+        snprintf(fork->dir, sizeof fork->dir, "%s", t->dir);
     int rc = cp->backend->snapshot(sb, t->dir, snap__taken, t);
     if (rc) {
-        if (op->req)
-            cp_rest_error(op->req, 500, "snapshotting sandbox %s: %s", sb->rec.id, strerror(-rc));
-        op->req = NULL;
+        if (*req)
+            cp_rest_error(*req, 500, "snapshotting sandbox %s: %s", sb->rec.id, strerror(-rc));
+        *req = NULL;
         free(t);
         finish(sb);
+        return -1;
     }
+    return 0;
+}
+
+void cp_snapshot_run(struct cp_sandbox *sb, struct cp_op *op, void (*finish)(struct cp_sandbox *sb))
+{
+    char why[600];
+    int status = snap__refusal(sb, why, sizeof why);
+    if (status) {
+        if (op->req)
+            cp_rest_error(op->req, status, "cannot snapshot sandbox %s: %s", sb->rec.id, why);
+        op->req = NULL;
+        finish(sb);
+        return;
+    }
+    snap__take(sb, op, NULL, finish);
+}
+
+/* ---- POST /sandboxes/{id}/fork ----------------------------------------------------------- */
+
+static void fork__free(struct snap_fork *f)
+{
+    json_decref(f->metadata);
+    json_decref(f->network);
+    json_decref(f->results);
+    free(f->copies);
+    free(f);
+}
+
+static void fork__end(struct snap_fork *f)
+{
+    struct cp_sandbox *sb = f->sb;
+    /* Every copy has its own files now (or never will): the checkpoint goes. */
+    snap__remove(f->dir);
+    json_t *ids = json_array();
+    size_t i;
+    json_t *v;
+    json_array_foreach(f->results, i, v)
+    {
+        const char *id =
+            json_string_value(json_object_get(json_object_get(v, "sandbox"), "sandboxID"));
+        if (id)
+            json_array_append_new(ids, json_string(id));
+    }
+    uint64_t ms = (al_now_ns() - f->t0) / 1000000;
+    al_info("sandbox %s: forked in %llu ms: %u of %u copies started", sb->rec.id,
+            (unsigned long long)ms, f->count - f->failed, f->count);
+    cp_event_emit(sb, CP_EV_FORKED, CP_CAUSE_API, f->key_id,
+                  json_pack("{s:I,s:I,s:o}", "count", (json_int_t)f->count, "failed",
+                            (json_int_t)f->failed, "sandbox_ids", ids));
+    al_http_reply_json(f->req, 201, json_incref(f->results));
+    cp_sb_unref(sb);
+    fork__free(f);
+}
+
+static void fork__pump(struct snap_fork *f);
+
+static void fork__copy_done(int status, json_t *sandbox, const char *msg, void *arg)
+{
+    struct fork_copy *c = arg;
+    struct snap_fork *f = c->f;
+    json_t *e;
+    if (status == 201) {
+        e = json_pack("{s:o}", "sandbox", sandbox);
+    } else {
+        f->failed++;
+        e = json_pack("{s:{s:i,s:s}}", "error", "code", status, "message",
+                      msg && *msg ? msg : "the sandbox could not be created");
+    }
+    json_array_set_new(f->results, c->i, e);
+    f->inflight--;
+    if (!f->pumping)
+        fork__pump(f);
+}
+
+/* Starts copies while creations may (a refused one answers at once, into its entry); ends
+ * the fork once every copy has its answer. */
+static void fork__pump(struct snap_fork *f)
+{
+    struct cp *cp = f->cp;
+    f->pumping = true;
+    while (f->next < f->count &&
+           (f->inflight == 0 || cp->n_creating < (size_t)cp->cfg.max_creating)) {
+        struct fork_copy *c = &f->copies[f->next];
+        c->f = f;
+        c->i = f->next++;
+        f->inflight++;
+        struct cp_create cr = {
+            .timeout_s = f->timeout_s,
+            .timeout_given = f->timeout_given,
+            .metadata = f->metadata,
+            .network = f->network,
+            .allow_internet = f->allow_internet,
+            .auto_pause = f->auto_pause,
+            .auto_resume = f->auto_resume,
+            .restore_dir = f->dir,
+            .forked_from = f->sb->rec.id,
+            .done = fork__copy_done,
+            .done_arg = c,
+        };
+        snprintf(cr.template_id, sizeof cr.template_id, "%s", f->template_ref);
+        snprintf(cr.who.key_id, sizeof cr.who.key_id, "%s", f->key_id);
+        snprintf(cr.who.policies, sizeof cr.who.policies, "%s", f->policies);
+        cp_lifecycle_create(cp, &cr, NULL, CP_ANSWER_CREATED);
+    }
+    f->pumping = false;
+    if (f->next == f->count && f->inflight == 0)
+        fork__end(f);
+}
+
+static void fork__checkpointed(struct cp_sandbox *sb, struct snap_fork *f, int rc, json_t *res,
+                               const char *msg)
+{
+    if (rc) {
+        snap__remove(f->dir);
+        al_warn("sandbox %s: fork: its checkpoint failed: %s", sb->rec.id,
+                msg && *msg ? msg : strerror(-rc));
+        cp_rest_error(f->req, rc == -EALREADY ? 409 : 500,
+                      "forking sandbox %s failed: its checkpoint: %s", sb->rec.id,
+                      msg && *msg ? msg : strerror(-rc));
+        fork__free(f);
+        return;
+    }
+    al_info("sandbox %s: fork: checkpoint of %lld bytes (frozen %.1f ms); starting %u "
+            "cop%s",
+            sb->rec.id,
+            (long long)json_integer_value(json_object_get(json_object_get(res, "copied"), "bytes")),
+            json_number_value(json_object_get(res, "frozen_ms")), f->count,
+            f->count == 1 ? "y" : "ies");
+    /* The copies start without the op: the sandbox forked goes on with its queue (even a
+     * kill of it leaves them the checkpoint). */
+    cp_sb_ref(sb);
+    f->sb = sb;
+    fork__pump(f);
+}
+
+void cp_fork_run(struct cp_sandbox *sb, struct cp_op *op, void (*finish)(struct cp_sandbox *sb))
+{
+    struct cp *cp = sb->cp;
+    char why[600];
+    int status = snap__refusal(sb, why, sizeof why);
+    /* Header transforms are sealed in the vault for this sandbox alone: a copy could name
+     * them only by sharing them (and deleting them when it ends). */
+    if (!status && sb->rec.network && json_object_get(sb->rec.network, "transforms")) {
+        status = 501;
+        snprintf(why, sizeof why,
+                 "its network has header transforms (network.rules), whose values are sealed "
+                 "for it alone: create the copies with their own rules");
+    }
+    struct snap_fork *f = status ? NULL : calloc(1, sizeof *f);
+    if (!status && f) {
+        f->copies = calloc(op->count, sizeof *f->copies);
+        f->results = json_array();
+        for (unsigned i = 0; f->results && i < op->count; i++)
+            json_array_append_new(f->results, json_null());
+        if (!f->copies || !f->results || json_array_size(f->results) != op->count) {
+            fork__free(f);
+            f = NULL;
+        }
+    }
+    if (!status && !f) {
+        status = 500;
+        snprintf(why, sizeof why, "out of memory");
+    }
+    if (status) {
+        cp_rest_error(op->req, status, "cannot fork sandbox %s: %s", sb->rec.id, why);
+        op->req = NULL;
+        finish(sb);
+        return;
+    }
+    f->cp = cp;
+    f->req = op->req; /* the fork's answer outlives the op */
+    op->req = NULL;
+    f->t0 = al_now_ns();
+    snprintf(f->key_id, sizeof f->key_id, "%s", op->key_id);
+    snprintf(f->policies, sizeof f->policies, "%s", op->policies);
+    snap__template_ref(sb, f->template_ref, sizeof f->template_ref);
+    /* The copies are the sandbox's in what it was created with (its metadata, network and
+     * lifecycle fields: each selects and registers its own policy with them), not its
+     * environment variables (airlockd does not keep them). */
+    f->metadata = sb->rec.metadata ? json_deep_copy(sb->rec.metadata) : NULL;
+    f->network = sb->rec.network ? json_deep_copy(sb->rec.network) : NULL;
+    f->allow_internet = sb->rec.allow_internet;
+    f->auto_pause = sb->rec.on_timeout_pause;
+    f->auto_resume = sb->rec.auto_resume;
+    f->timeout_given = op->timeout_given;
+    f->timeout_s = op->timeout_s;
+    f->count = op->count;
+    al_info("sandbox %s: forking %u cop%s (key %s)", sb->rec.id, f->count,
+            f->count == 1 ? "y" : "ies", f->key_id);
+    if (snap__take(sb, op, f, finish))
+        fork__free(f);
 }
 
 /* ---- POST /sandboxes/{id}/rollback -------------------------------------------------------- */

@@ -3,7 +3,10 @@
  * Owns: POST /sandboxes/{id}/snapshots (Sandbox.createSnapshot: runs as an operation of the
  * sandbox's queue, CP_OP_SNAPSHOT, so it never overlaps a pause, resume or kill of it),
  * POST /sandboxes/{id}/rollback (an airlock extension: the sandbox's file system replaced by
- * one of its own snapshots in place, CP_OP_ROLLBACK in the same queue), GET /snapshots
+ * one of its own snapshots in place, CP_OP_ROLLBACK in the same queue), POST
+ * /sandboxes/{id}/fork (sbx.fork: a checkpoint as a snapshot, CP_OP_FORK in the same queue,
+ * then new sandboxes started from it; the checkpoint is no snapshot anyone lists, and goes
+ * once they started), GET /snapshots
  * (listSnapshots: the caller's key's snapshots, oldest first, paged by
  * limit/nextToken and x-next-token, filtered by sandboxID and name), DELETE /templates/{id}
  * of a snapshot id (deleteSnapshot), what Sandbox.create(snapshotID) starts from
@@ -48,6 +51,12 @@ int cp_rollback_body(struct al_http_req *req, const json_t *body, char *id, size
  * op->req and calls finish(sb) once over (possibly before returning). */
 void cp_rollback_run(struct cp_sandbox *sb, struct cp_op *op,
                      void (*finish)(struct cp_sandbox *sb));
+/* Runs the CP_OP_FORK op of sb (op->count, op->timeout_s when op->timeout_given, op->key_id
+ * and op->policies: who asked): checkpoints sb's file system (as a snapshot, not recorded)
+ * and calls finish(sb); then starts op->count copies from the checkpoint, and once every
+ * copy started or failed, answers op->req with one entry per copy and removes the
+ * checkpoint. */
+void cp_fork_run(struct cp_sandbox *sb, struct cp_op *op, void (*finish)(struct cp_sandbox *sb));
 /* Routes GET /snapshots and DELETE /templates/{snapshot id}; false for another request. */
 bool cp_snapshots_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);
 /* Whether ref (a create's template) names a snapshot of key_id, by its id or as "NAME:vN"

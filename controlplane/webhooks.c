@@ -852,10 +852,11 @@ static bool wh__fields(struct cp *cp, struct al_http_req *req, json_t *body, jso
             enum cp_event_type t;
             if (!json_is_string(v) || cp_event_type_parse(json_string_value(v), &t)) {
                 json_decref(list);
-                cp_rest_error(req, 400,
-                              "events[%zu]: not an event type (sandbox.lifecycle.created, "
-                              "killed, updated, paused, resumed, checkpointed, rolled_back)",
-                              i);
+                cp_rest_error(
+                    req, 400,
+                    "events[%zu]: not an event type (sandbox.lifecycle.created, "
+                    "killed, updated, paused, resumed, checkpointed, rolled_back, forked)",
+                    i);
                 return false;
             }
             if (!(seen >> t & 1))

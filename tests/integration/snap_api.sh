@@ -5,13 +5,16 @@
 # restart (listed, a new sandbox starts from it with its files); SIGKILL of airlockd while
 # airlock-vmm copies a second snapshot leaves no snapshot anyone can list or start from, and
 # the next start removes its files (the copy airlock-vmm finished, or its .tmp- directory);
-# the sandbox it was taken of runs on. A rollback to it restores the sandbox's files in place
+# the sandbox it was taken of runs on. A fork of 5 starts five new sandboxes with the parent's
+# files, each writing on its own, and leaves no snapshot behind. A rollback to it restores the sandbox's files in place
 # (same id and expiry, an event), and SIGKILL of airlockd in the middle of one leaves the
 # sandbox rolled back (airlock-vmm completes it) and adopted at the next start. Deleting the
 # snapshot removes its files. At the end nothing is left.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 [ -x "$AIRLOCK_BIN/airlock-vmm" ] || { echo "snap_api: airlock-vmm is not built: SKIP"; exit 0; }
+# Room for the fork with one copy too many below (A, B, the forked C and its five copies).
+CP_SANDBOXES_EXTRA="  max: 9"
 cp_world snap_api jail off
 cp_start || exit 1
 
@@ -103,6 +106,68 @@ al_ok "created from $S1: $B" test -n "$B"
 al_eq "its marker" "$(cp_exec "$B" cat /home/user/marker)" kept
 al_eq "its 96 MB file, unchanged" "$(cp_exec "$B" sha256sum /home/user/big)" "$SUM"
 al_eq "not what was written after" "$(cp_exec "$B" sh -c 'test -e /home/user/after && echo yes || echo no')" no
+
+al_note "fork of 5: independent copies of a checkpoint"
+C=$(cp_create '{"templateID":"base","timeout":900,"metadata":{"role":"parent"}}')
+al_ok "files written in $C" cp_exec "$C" sh -c 'echo parent > /home/user/forked'
+C_END=$(field "$C" endAt)
+out=$(cp_api -w '\n%{http_code}' -X POST "$CP_URL/sandboxes/$C/fork" -d '{"count":5,"timeout":600}')
+al_eq "POST /sandboxes/$C/fork: 201" "$(tail -n1 <<<"$out")" 201
+copies=$(head -n -1 <<<"$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+assert isinstance(r, list) and len(r) == 5, r
+for e in r:
+    assert "error" not in e, e
+    s = e["sandbox"]
+    assert s["envdAccessToken"] and s["trafficAccessToken"], s
+print(" ".join(e["sandbox"]["sandboxID"] for e in r))
+print(len({e["sandbox"]["envdAccessToken"] for e in r}), len({e["sandbox"]["trafficAccessToken"] for e in r}))')
+read -r -a F <<<"$(head -n1 <<<"$copies")"
+al_eq "five copies" "${#F[@]}" 5
+al_eq "each with its own access and traffic tokens" "$(tail -n1 <<<"$copies")" "5 5"
+al_eq "five new ids, none the parent's" "$(printf '%s\n' "${F[@]}" "$C" | sort -u | wc -l)" 6
+for f in "${F[@]}"; do
+  al_eq "$f has the parent's file" "$(cp_exec "$f" cat /home/user/forked)" parent
+  al_ok "$f writes its own" cp_exec "$f" sh -c "echo $f > /home/user/mine && echo $f > /home/user/forked"
+done
+al_ok "the parent writes after the fork" cp_exec "$C" sh -c 'echo later > /home/user/after-fork'
+for f in "${F[@]}"; do
+  al_eq "$f sees only its own write" "$(cp_exec "$f" sh -c 'cat /home/user/mine /home/user/forked; test -e /home/user/after-fork && echo parent-write')" "$f
+$f"
+  al_eq "$f has the parent's metadata" "$(field "$f" metadata)" "{'role': 'parent'}"
+done
+al_eq "the parent sees none of the copies' writes" "$(cp_exec "$C" sh -c 'cat /home/user/forked; test -e /home/user/mine && echo copy-write')" parent
+al_eq "hostnames: six different ones" "$(for s in "$C" "${F[@]}"; do cp_exec "$s" hostname; done | sort -u | wc -l)" 6
+al_eq "the parent keeps its expiry" "$(field "$C" endAt)" "$C_END"
+al_eq "and runs" "$(field "$C" state)" running
+al_eq "the checkpoint is no snapshot: nothing listed for $C" "$(snap_ids "$C")" ""
+al_eq "and its files are gone" "$(snap_entries)" "$S1"
+al_match "a sandbox.lifecycle.forked event naming the copies" \
+  "\"type\":\"sandbox.lifecycle.forked\".*\"${F[4]}\"|\"${F[4]}\".*\"type\":\"sandbox.lifecycle.forked\"" \
+  cp_api "$CP_URL/events/sandboxes/$C?types=sandbox.lifecycle.forked"
+al_match "each copy's created event names the parent" "\"forked_from\":\"$C\"" \
+  cp_api "$CP_URL/events/sandboxes/${F[0]}?types=sandbox.lifecycle.created"
+al_note "a fork beyond what the server allows starts nothing"
+al_match "count 101: 400 naming sandboxes.max_fork" 'sandboxes.max_fork.* 400$' \
+  cp_api -w ' %{http_code}' -X POST "$CP_URL/sandboxes/$C/fork" -d '{"count":101}'
+al_note "a fork of 2 with room for one more sandbox: one copy, one error"
+out=$(cp_api -w '\n%{http_code}' -X POST "$CP_URL/sandboxes/$C/fork" -d '{"count":2}')
+al_eq "201: the copies were attempted" "$(tail -n1 <<<"$out")" 201
+G=$(head -n -1 <<<"$out" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+assert len(r) == 2 and "sandbox" in r[0] and "error" not in r[0], r
+e = r[1]["error"]
+assert "sandbox" not in r[1] and e["code"] == 429 and "sandboxes.max" in e["message"], r
+print(r[0]["sandbox"]["sandboxID"])')
+al_ok "the first copy started, the second got its 429: $G" test -n "$G"
+al_eq "the copy that started works" "$(cp_exec "$G" cat /home/user/forked)" parent
+al_match "the forked event counts the failure" '"failed":1' \
+  cp_api "$CP_URL/events/sandboxes/$C?types=sandbox.lifecycle.forked"
+al_eq "no checkpoint left" "$(snap_entries)" "$S1"
+for f in "${F[@]}" "$G"; do al_ok "kill $f" cp_cli sandbox kill "$f"; done
+al_ok "kill $C" cp_cli sandbox kill "$C"
 
 al_note "delete"
 al_eq "DELETE /templates/$S1" "$(cp_api -o /dev/null -w '%{http_code}' -X DELETE "$CP_URL/templates/$S1")" 204

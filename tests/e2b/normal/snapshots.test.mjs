@@ -182,3 +182,70 @@ test('snapshots: rollback in place to one of its own (airlock extension, by fetc
   assert.equal(paused.status, 409)
   for (const x of [snap, foreign]) assert.equal(await Sandbox.deleteSnapshot(x.snapshotId), true)
 })
+
+// sbx.fork (e2b 2.51; 2.50 has none): the sandbox is checkpointed in place and each copy is a
+// new sandbox from that moment's files, writing on its own. The test backend has no
+// snapshots, so no fork: a clear error.
+const hasFork = typeof Sandbox.prototype.fork === 'function'
+
+test('fork: the test backend refuses it clearly', async (t) => {
+  if (!hasFork) return t.skip('SKIP: this SDK has no fork')
+  if (BACKEND === 'jail') return t.skip('SKIP: the jail backend forks (tested below)')
+  const s = await create()
+  await assert.rejects(s.fork({ count: 2 }), /501: .*test backend has no snapshots/)
+})
+
+test('fork: sbx.fork({count: 5}), independent writes', async (t) => {
+  if (!hasFork) return t.skip('SKIP: this SDK has no fork')
+  if (BACKEND !== 'jail') return t.skip('SKIP: fork needs the jail backend')
+  const canary = 'canary-' + randomBytes(12).toString('hex')
+  const s = await create({ envs: { FORK_CANARY: canary }, metadata: { role: 'parent' } })
+  await s.files.write('/home/user/shared.txt', 'from the parent')
+  const before = await Sandbox.getInfo(s.sandboxId)
+  const copies = await s.fork({ count: 5, timeoutMs: 180_000 })
+  assert.equal(copies.length, 5)
+  for (const c of copies) {
+    assert.ok(c instanceof Sandbox, `a copy failed: ${c}`)
+    track(c)
+  }
+  const ids = new Set([s.sandboxId, ...copies.map((c) => c.sandboxId)])
+  assert.equal(ids.size, 6, 'six different sandbox ids')
+  // Each has the parent's file and writes its own; the parent writes after the fork.
+  await Promise.all(copies.map(async (c) => {
+    assert.equal(await c.files.read('/home/user/shared.txt'), 'from the parent')
+    await c.files.write('/home/user/shared.txt', c.sandboxId)
+  }))
+  await s.files.write('/home/user/parent-later.txt', 'later')
+  for (const c of copies) {
+    assert.equal(await c.files.read('/home/user/shared.txt'), c.sandboxId)
+    assert.equal((await c.commands.run('test -e /home/user/parent-later.txt && echo yes || echo no')).stdout, 'no\n')
+    // A new identity: not the parent's environment, not its hostname; its metadata.
+    assert.equal((await c.commands.run('echo "[$FORK_CANARY]"')).stdout, '[]\n')
+    const info = await Sandbox.getInfo(c.sandboxId)
+    assert.deepEqual(info.metadata, { role: 'parent' })
+  }
+  const hosts = await Promise.all([s, ...copies].map(async (x) => (await x.commands.run('hostname')).stdout))
+  assert.equal(new Set(hosts).size, 6, `hostnames: ${hosts}`)
+  assert.equal(await s.files.read('/home/user/shared.txt'), 'from the parent')
+  // The parent: the same sandbox, its expiry untouched; no snapshot left listed.
+  const after = await Sandbox.getInfo(s.sandboxId)
+  assert.equal(after.state, 'running')
+  assert.equal(after.endAt.getTime(), before.endAt.getTime())
+  assert.deepEqual(await listAll({ sandboxId: s.sandboxId }), [])
+  // The checkpoint's files are gone: what is left in the store are listed snapshots (this
+  // file is the only one that takes any).
+  const listed = new Set((await listAll()).map((x) => x.snapshotId))
+  const left = (await readdir(join(STATE, 'snapshots'))).filter((n) => !listed.has(n))
+  assert.deepEqual(left, [], 'no checkpoint left in the snapshot store')
+  const evs = (await api('GET', `/events/sandboxes/${s.sandboxId}?orderAsc=true&limit=100`)).body
+    .filter((e) => e.type === 'sandbox.lifecycle.forked')
+  assert.equal(evs.length, 1)
+  assert.deepEqual([...evs[0].eventData.sandbox_ids].sort(), copies.map((c) => c.sandboxId).sort())
+  assert.equal(evs[0].eventData.count, 5)
+  assert.equal(evs[0].eventData.failed, 0)
+  assert.ok(evs[0].eventData.apiKeyId)
+
+  // Refusals before any copy: a count beyond sandboxes.max_fork, an unknown sandbox.
+  await assert.rejects(s.fork({ count: 101 }), /400: .*sandboxes\.max_fork/)
+  await assert.rejects(Sandbox.fork('nosuchsandbox', { count: 1 }), /not found/)
+})

@@ -342,6 +342,65 @@ START_TEST(snapshots_rollback_refused)
 }
 END_TEST
 
+/* POST /sandboxes/{id}/fork where no jail is needed: its body (E2B's SandboxForkRequest, count
+ * bounded by sandboxes.max_fork), 404 and 405, 501 on the test backend; a refusal leaves the
+ * sandbox running and starts nothing (a jail forks: tests/integration/snap_api.sh). */
+START_TEST(snapshots_fork_refused)
+{
+    char id[64], path[200];
+    create("{\"templateID\":\"base\"}", id, NULL);
+    struct resp r;
+    snprintf(path, sizeof path, "/sandboxes/%s/fork", id);
+    static const struct {
+        const char *body, *msg;
+    } bad[] = {
+        {"{\"count\":0}", "\"count\" must be a whole number from 1"},
+        {"{\"count\":-3}", "\"count\" must be a whole number from 1"},
+        {"{\"count\":2.5}", "\"count\" must be a whole number from 1"},
+        {"{\"count\":\"2\"}", "\"count\" must be a whole number from 1"},
+        {"{\"count\":101}", "\"count\" 101 is more copies than one fork may ask for on this "
+                            "server (100, sandboxes.max_fork)"},
+        {"{\"count\":2,\"memory\":true}", "memory: not a field of a fork request (count, "
+                                          "timeout)"},
+        {"{\"timeout\":0}", "\"timeout\" must be at least 1 second"},
+        {"{\"timeout\":\"x\"}", "\"timeout\" must be a number of seconds"},
+        {"{\"timeout\":31536000}", "is longer than this server allows"},
+        {"[1]", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        req(&r, "POST", path, bad[i].body);
+        if (bad[i].msg)
+            assert_error(&r, 400, bad[i].msg);
+        else
+            ck_assert_msg(r.status == 400, "%s: %d %s", bad[i].body, r.status, r.raw);
+        resp_free(&r);
+    }
+    req(&r, "GET", path, NULL);
+    assert_error(&r, 405, "POST forks the sandbox");
+    resp_free(&r);
+    req(&r, "POST", "/sandboxes/nosuchsandbox/fork", "{\"count\":1}");
+    assert_error(&r, 404, "not found");
+    resp_free(&r);
+    /* Valid bodies, the largest count included, reach the backend: it has no snapshots. */
+    const char *ok[] = {NULL, "{}", "{\"count\":100,\"timeout\":60}", "{\"count\":null}"};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        req(&r, "POST", path, ok[i]);
+        assert_error(&r, 501, "cannot fork sandbox");
+        ck_assert_msg(strstr(r.raw, "the test backend has no snapshots"), "%s", r.raw);
+        resp_free(&r);
+    }
+    req(&r, "GET", "/v2/sandboxes", NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_int_eq((int)json_array_size(r.body), 1);
+    resp_free(&r);
+    snprintf(path, sizeof path, "/sandboxes/%s", id);
+    req(&r, "GET", path, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(jstr(r.body, "state"), "running");
+    resp_free(&r);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_rest_snapshots");
@@ -351,6 +410,7 @@ static Suite *suite(void)
     tcase_add_test(t, snapshots_sweep_and_versions);
     tcase_add_test(t, snapshots_keep_template_version);
     tcase_add_test(t, snapshots_rollback_refused);
+    tcase_add_test(t, snapshots_fork_refused);
     suite_add_tcase(s, t);
     return s;
 }
