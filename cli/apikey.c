@@ -26,7 +26,13 @@ static void apikey__usage(FILE *f)
     fprintf(f,
             "usage: airlock [--state-dir DIR] apikey <command>\n"
             "\n"
-            "  create [NAME] [--policies LIST]   make a key and print it (once)\n"
+            "  create [NAME] [--role ROLE] [--policies LIST]\n"
+            "                                    make a key and print it (once)\n"
+            "                                    ROLE: admin (everything, the default),\n"
+            "                                    operator (sandboxes, templates, snapshots;\n"
+            "                                    no audit log, no secret writes) or auditor\n"
+            "                                    (the audit log, what exists; reads only,\n"
+            "                                    no sandbox's commands or files)\n"
             "                                    LIST: \"*\" (any policy, the default) or\n"
             "                                    policy names separated by commas: the\n"
             "                                    policies sandboxes of this key may use\n"
@@ -70,15 +76,18 @@ int cp_cli_open_store(struct cp_store **out, bool create)
 
 static int apikey__create(int argc, char **argv)
 {
-    const char *name = NULL, *policies = "*";
+    const char *name = NULL, *policies = "*", *role = "admin";
     static const struct option opts[] = {{"policies", required_argument, NULL, 'p'},
+                                         {"role", required_argument, NULL, 'r'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "p:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "p:r:h", opts, NULL)) != -1) {
         if (c == 'p') {
             policies = optarg;
+        } else if (c == 'r') {
+            role = optarg;
         } else if (c == 'h') {
             apikey__usage(stdout);
             return 0;
@@ -100,6 +109,10 @@ static int apikey__create(int argc, char **argv)
     }
     struct cp_apikey k;
     memset(&k, 0, sizeof k);
+    if (!(k.role = cp_role_parse(role, &err))) {
+        fprintf(stderr, "airlock apikey create: --role: %s\n", al_error_str(&err));
+        return 2;
+    }
     cp_keyid_new(k.id);
     snprintf(k.name, sizeof k.name, "%s", name ? name : k.id);
     if (name && (strlen(name) == 0 || strlen(name) >= sizeof k.name)) {
@@ -124,8 +137,8 @@ static int apikey__create(int argc, char **argv)
         fprintf(stderr, "airlock apikey create: %s\n", al_error_str(&err));
         return 1;
     }
-    fprintf(stderr, "created API key %s (%s), policies: %s. It is shown once, now:\n", k.id, k.name,
-            k.policies);
+    fprintf(stderr, "created API key %s (%s), role: %s, policies: %s. It is shown once, now:\n",
+            k.id, k.name, cp_role_name(k.role), k.policies);
     printf("%s\n", key);
     sodium_memzero(key, sizeof key);
     return 0;
@@ -160,23 +173,25 @@ static int apikey__ls(int argc, char **argv)
     }
     json_t *arr = as_json ? json_array() : NULL;
     if (!as_json)
-        printf("%-12s  %-20s  %-24s  %-24s  %-8s  %s\n", "ID", "NAME", "CREATED", "LAST USED",
-               "STATUS", "POLICIES");
+        printf("%-12s  %-20s  %-8s  %-24s  %-24s  %-8s  %s\n", "ID", "NAME", "ROLE", "CREATED",
+               "LAST USED", "STATUS", "POLICIES");
     for (size_t i = 0; i < n; i++) {
         char c[40], u[40], r[40];
         apikey__time(c, sizeof c, v[i].created_ns);
         apikey__time(u, sizeof u, v[i].last_used_ns);
         apikey__time(r, sizeof r, v[i].revoked_ns);
         if (as_json) {
-            json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "id", v[i].id, "name", v[i].name,
-                                  "created_at", c, "last_used_at", u, "policies", v[i].policies,
-                                  "status", v[i].revoked_ns ? "revoked" : "valid");
+            json_t *o =
+                json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "id", v[i].id, "name", v[i].name, "role",
+                          cp_role_name(v[i].role), "created_at", c, "last_used_at", u, "policies",
+                          v[i].policies, "status", v[i].revoked_ns ? "revoked" : "valid");
             if (v[i].revoked_ns)
                 json_object_set_new(o, "revoked_at", json_string(r));
             json_array_append_new(arr, o);
         } else {
-            printf("%-12s  %-20s  %-24s  %-24s  %-8s  %s\n", v[i].id, v[i].name, c, u,
-                   v[i].revoked_ns ? "revoked" : "valid", v[i].policies);
+            printf("%-12s  %-20s  %-8s  %-24s  %-24s  %-8s  %s\n", v[i].id, v[i].name,
+                   cp_role_name(v[i].role), c, u, v[i].revoked_ns ? "revoked" : "valid",
+                   v[i].policies);
         }
     }
     if (as_json) {

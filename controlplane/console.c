@@ -381,11 +381,32 @@ static void console__cookie(char *out, size_t len, const struct cp *cp,
              (unsigned long long)max_age_s, secure ? "; Secure" : "");
 }
 
-static json_t *console__session_json(const struct console_session *s)
+/* The session, its key's role and, for each action the console offers, whether the role may
+ * take it: asked of the API's own table of routes (auth.c), so that the page shows what the
+ * API would allow and nothing is decided twice. */
+static json_t *console__session_json(const struct console_session *s,
+                                     const struct cp_principal *who)
 {
+    static const struct {
+        const char *action, *method, *path;
+    } actions[] = {
+        {"createSandbox", "POST", "/sandboxes"},
+        {"pauseSandbox", "POST", "/sandboxes/x/pause"},
+        {"resumeSandbox", "POST", "/sandboxes/x/resume"},
+        {"killSandbox", "DELETE", "/sandboxes/x"},
+        {"sandboxLogs", "GET", "/sandboxes/x/logs"},
+        {"readAudit", "GET", "/admin/audit"},
+        {"verifyAudit", "GET", "/admin/audit/verify"},
+    };
     char exp[40];
     al_time_rfc3339(exp, sizeof exp, s->expires_ns);
-    return json_pack("{s:s,s:s,s:s}", "keyId", s->key_id, "csrfToken", s->csrf, "expiresAt", exp);
+    json_t *may = json_object();
+    for (size_t i = 0; i < sizeof actions / sizeof actions[0]; i++)
+        json_object_set_new(
+            may, actions[i].action,
+            json_boolean(cp_auth_role_check(who, actions[i].method, actions[i].path, NULL) == 0));
+    return json_pack("{s:s,s:s,s:s,s:s,s:o}", "keyId", s->key_id, "role", cp_role_name(who->role),
+                     "csrfToken", s->csrf, "expiresAt", exp, "may", may);
 }
 
 /* A sign-in must come from the console's own page: a JSON body (a cross-site form cannot send
@@ -478,7 +499,7 @@ static void console__signin_body(struct al_http_req *req, int err)
     console__cookie(cookie, sizeof cookie, cp, req, id, cp->cfg.console_session_ms / 1000);
     sodium_memzero(id, sizeof id);
     al_info("console: key %s signed in (%zu sessions)", who.key_id, cp_map_count(&c->sessions));
-    console__json(req, 200, console__session_json(s), cookie);
+    console__json(req, 200, console__session_json(s, &who), cookie);
     sodium_memzero(cookie, sizeof cookie);
 out:
     cp_rest_wipe_body(req, b, "apiKey");
@@ -534,7 +555,7 @@ static void console__session_api(struct cp *cp, struct al_http_req *req)
                            al_error_str(&err));
             return;
         }
-        console__json(req, 200, console__session_json(s), NULL);
+        console__json(req, 200, console__session_json(s, &who), NULL);
         return;
     }
     /* Signing out changes state: it needs the CSRF token too (a cross-site page must not be

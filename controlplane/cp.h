@@ -224,6 +224,7 @@ int cp_sb_save(struct cp_sandbox *sb);
 struct cp_principal {
     char key_id[32];
     char policies[1024];
+    unsigned role; /* enum cp_role (record.h); 0 (none) until authenticated */
 };
 /* Checks X-API-KEY (or the unix socket's peer, or a console session: console.h). 0, or
  * -EACCES with err saying why (-EPERM: a console session's request without its CSRF token). */
@@ -234,6 +235,13 @@ int cp_auth(struct cp *cp, const struct al_http_req *req, struct cp_principal *w
 int cp_auth_digest(struct cp *cp, const uint8_t d[CP_DIGEST_LEN], struct cp_principal *who,
                    struct al_error *err);
 void cp_auth_free(struct cp *cp);
+/* Whether who's role may make this request (the table of docs/api.md, "Roles", in auth.c):
+ * 0, or -EPERM with err naming the role, the route and the roles it needs. */
+int cp_auth_role_check(const struct cp_principal *who, const char *method, const char *path,
+                       struct al_error *err);
+/* Whether who may hold a sandbox's access tokens (and so reach its data plane: commands,
+ * files, the ports it serves). A role without it sees sandboxes without their tokens. */
+bool cp_auth_data_plane(const struct cp_principal *who);
 
 /* ---- lifecycle (lifecycle.c) ---------------------------------------------------------- */
 struct cp_create {

@@ -210,6 +210,7 @@ static int daemon__api_key(struct cp *cp, char *fresh, size_t len)
     cp_keyid_new(k.id);
     snprintf(k.name, sizeof k.name, "default");
     snprintf(k.policies, sizeof k.policies, "*");
+    k.role = CP_ROLE_ADMIN; /* the first key is the one that makes the others */
     k.created_ns = al_wall_ns();
     char key[CP_APIKEY_LEN + 1];
     cp_apikey_new(key);

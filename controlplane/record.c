@@ -190,6 +190,30 @@ static bool record__policy_name_ok(const char *s, size_t n)
     return s[0] != '.';
 }
 
+const char *cp_role_name(unsigned role)
+{
+    switch (role) {
+    case CP_ROLE_ADMIN:
+        return "admin";
+    case CP_ROLE_OPERATOR:
+        return "operator";
+    case CP_ROLE_AUDITOR:
+        return "auditor";
+    default:
+        return "none";
+    }
+}
+
+unsigned cp_role_parse(const char *s, struct al_error *err)
+{
+    static const unsigned roles[] = {CP_ROLE_ADMIN, CP_ROLE_OPERATOR, CP_ROLE_AUDITOR};
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
+        if (s && strcmp(s, cp_role_name(roles[i])) == 0)
+            return roles[i];
+    al_error_set(err, -EINVAL, "\"%.32s\" is not a role: admin, operator or auditor", s ? s : "");
+    return 0;
+}
+
 bool cp_apikey_allows_policy(const char *policies, const char *policy)
 {
     if (strcmp(policies, "*") == 0)

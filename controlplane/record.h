@@ -77,6 +77,20 @@ void cp_sb_record_copy(struct cp_sb_record *dst, const struct cp_sb_record *src)
 json_t *cp_sb_record_doc(const struct cp_sb_record *r);
 int cp_sb_record_from_doc(struct cp_sb_record *r, const json_t *doc, struct al_error *err);
 
+/* What a key may do (docs/api.md, "Roles"; the table of routes is auth.c's). Bits, so that a
+ * route names the roles it is open to as a mask; 0 is no role at all, never a valid one. */
+enum cp_role {
+    CP_ROLE_ADMIN = 1u << 0,    /* everything */
+    CP_ROLE_OPERATOR = 1u << 1, /* sandboxes, templates, snapshots */
+    CP_ROLE_AUDITOR = 1u << 2,  /* audit, policies, vault names, what exists: reads only */
+};
+#define CP_ROLES_ALL (CP_ROLE_ADMIN | CP_ROLE_OPERATOR | CP_ROLE_AUDITOR)
+
+/* "admin", "operator", "auditor"; "none" for anything else. */
+const char *cp_role_name(unsigned role);
+/* The role named s (exactly one of the names above), or 0 with err saying what is valid. */
+unsigned cp_role_parse(const char *s, struct al_error *err);
+
 struct cp_apikey {
     char id[32];
     char name[128];
@@ -85,6 +99,7 @@ struct cp_apikey {
     uint64_t last_used_ns; /* 0 = never */
     uint64_t revoked_ns;   /* 0 = valid */
     char policies[1024];   /* "*" = any policy, else comma-separated policy names */
+    unsigned role;         /* one enum cp_role */
 };
 
 /* May a key with this policies field name policy? */

@@ -1139,6 +1139,13 @@ void cp_on_request(struct al_http_req *req, void *ctx)
                       "%s", al_error_str(&err));
         return;
     }
+    /* What the key's role may call: one table (auth.c), before any handler. */
+    if (cp_auth_role_check(&who, m, p, &err)) {
+        al_info("api: refused %s %s to key %s (role %s): not open to its role", m, p, who.key_id,
+                cp_role_name(who.role));
+        cp_rest_error(req, 403, "%s", al_error_str(&err));
+        return;
+    }
     if (cp_console_api_route(cp, req, &who))
         return;
     bool v2 = strncmp(p, "/v2/", 4) == 0;
@@ -1170,8 +1177,14 @@ void cp_on_request(struct al_http_req *req, void *ctx)
         if (!action[0]) {
             if (get) {
                 struct cp_sandbox *sb = rest__find(cp, req, id);
-                if (sb)
-                    al_http_reply_json(req, 200, cp_rest_detail_json(sb));
+                json_t *o = sb ? cp_rest_detail_json(sb) : NULL;
+                /* The tokens open the sandbox's data plane: withheld from a role without. */
+                if (o && !cp_auth_data_plane(&who)) {
+                    json_object_del(o, "envdAccessToken");
+                    json_object_del(o, "trafficAccessToken");
+                }
+                if (o)
+                    al_http_reply_json(req, 200, o);
             } else if (rest__is(m, "DELETE")) {
                 struct cp_sandbox *sb = rest__find(cp, req, id);
                 if (sb)

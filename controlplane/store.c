@@ -1,6 +1,7 @@
 /* controlplane/store: see store.h. */
 #include "store.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -77,12 +78,12 @@ static const char *const store__sql[ST__COUNT] = {
     [ST_SEQ_GET] = "SELECT value FROM meta WHERE key = 'seq'",
     [ST_SEQ_SET] = "INSERT OR REPLACE INTO meta(key, value) VALUES('seq', ?1)",
     [ST_KEY_INSERT] = "INSERT INTO api_keys(id, name, digest, created_ns, last_used_ns, "
-                      "revoked_ns, policies) VALUES(?1, ?2, ?3, ?4, 0, 0, ?5)",
-    [ST_KEY_FIND] = "SELECT id, name, digest, created_ns, last_used_ns, revoked_ns, policies "
+                      "revoked_ns, policies, role) VALUES(?1, ?2, ?3, ?4, 0, 0, ?5, ?6)",
+    [ST_KEY_FIND] = "SELECT id, name, digest, created_ns, last_used_ns, revoked_ns, policies, role "
                     "FROM api_keys WHERE digest = ?1",
-    [ST_KEY_GET] = "SELECT id, name, digest, created_ns, last_used_ns, revoked_ns, policies "
+    [ST_KEY_GET] = "SELECT id, name, digest, created_ns, last_used_ns, revoked_ns, policies, role "
                    "FROM api_keys WHERE id = ?1 OR name = ?1 ORDER BY (id = ?1) DESC",
-    [ST_KEY_LIST] = "SELECT id, name, digest, created_ns, last_used_ns, revoked_ns, policies "
+    [ST_KEY_LIST] = "SELECT id, name, digest, created_ns, last_used_ns, revoked_ns, policies, role "
                     "FROM api_keys ORDER BY created_ns, id",
     [ST_KEY_REVOKE] = "UPDATE api_keys SET revoked_ns = ?2 WHERE id = ?1 AND revoked_ns = 0",
     [ST_KEY_TOUCH] = "UPDATE api_keys SET last_used_ns = ?2 WHERE id = ?1",
@@ -378,6 +379,18 @@ static const char store__schema[] =
     "  doc TEXT NOT NULL);"
     "CREATE INDEX IF NOT EXISTS webhook_deliveries_of ON webhook_deliveries(webhook_id, seq);";
 
+/* Changes to tables that exist (the schema above only creates what is missing), run in the
+ * same transaction as the schema by a database older than their version. A new database runs
+ * them too, right after the schema made its tables. */
+static const struct {
+    int version;
+    const char *sql;
+} store__migrations[] = {
+    /* Schema 6: each API key's role (docs/api.md, "Roles"). Keys made before roles existed
+     * could do everything: they are admin keys. */
+    {6, "ALTER TABLE api_keys ADD COLUMN role TEXT NOT NULL DEFAULT 'admin';"},
+};
+
 static int store__user_version(struct cp_store *s, int *out, struct al_error *err)
 {
     sqlite3_stmt *st;
@@ -430,9 +443,15 @@ int cp_store_open(const char *path, struct cp_store **out, struct al_error *err)
         goto fail;
     }
     if (ver < CP_STORE_SCHEMA_VERSION) {
-        char sql[sizeof store__schema + 128];
-        snprintf(sql, sizeof sql, "BEGIN IMMEDIATE; %s PRAGMA user_version=%d; COMMIT;",
-                 store__schema, CP_STORE_SCHEMA_VERSION);
+        char sql[sizeof store__schema + 1024];
+        size_t n = (size_t)snprintf(sql, sizeof sql, "BEGIN IMMEDIATE; %s", store__schema);
+        for (size_t i = 0; i < sizeof store__migrations / sizeof store__migrations[0]; i++)
+            if (store__migrations[i].version > ver && n < sizeof sql)
+                n += (size_t)snprintf(sql + n, sizeof sql - n, " %s", store__migrations[i].sql);
+        if (n < sizeof sql)
+            n += (size_t)snprintf(sql + n, sizeof sql - n, " PRAGMA user_version=%d; COMMIT;",
+                                  CP_STORE_SCHEMA_VERSION);
+        assert(n < sizeof sql); /* the migrations fit the buffer */
         if ((rc = store__exec(s, sql, err))) {
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
             goto fail;
@@ -719,6 +738,8 @@ static void store__row_to_key(sqlite3_stmt *st, struct cp_apikey *k)
     k->last_used_ns = (uint64_t)sqlite3_column_int64(st, 4);
     k->revoked_ns = (uint64_t)sqlite3_column_int64(st, 5);
     snprintf(k->policies, sizeof k->policies, "%s", (const char *)sqlite3_column_text(st, 6));
+    /* A role this airlockd does not know is no role: such a key is refused (auth.c). */
+    k->role = cp_role_parse((const char *)sqlite3_column_text(st, 7), NULL);
 }
 
 int cp_store_key_insert(struct cp_store *s, const struct cp_apikey *k, struct al_error *err)
@@ -728,7 +749,10 @@ int cp_store_key_insert(struct cp_store *s, const struct cp_apikey *k, struct al
     sqlite3_bind_text(st, 2, k->name, -1, SQLITE_STATIC);
     sqlite3_bind_blob(st, 3, k->digest, CP_DIGEST_LEN, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, (sqlite3_int64)k->created_ns);
+    if (strcmp(cp_role_name(k->role), "none") == 0)
+        return al_error_set(err, -EINVAL, "an API key needs a role: admin, operator or auditor");
     sqlite3_bind_text(st, 5, k->policies, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, cp_role_name(k->role), -1, SQLITE_STATIC);
     return store__done(s, st, "adding an API key", err);
 }
 

@@ -21,7 +21,7 @@
 #include "common/error.h"
 #include "record.h"
 
-#define CP_STORE_SCHEMA_VERSION 5
+#define CP_STORE_SCHEMA_VERSION 6
 
 struct cp_store;
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/integration/cp_cli.sh: the `airlock` commands of the control plane against a running
 # airlockd (test backend, loopback-only world): `apikey create|ls|revoke` (a revoked key
-# stops working at once, keys are stored as digests only), `sandbox create|ls|info|exec|
+# stops working at once, keys are stored as digests only, roles: admin by default, an auditor
+# key refused a creation), `sandbox create|ls|info|exec|
 # logs|pause|resume|kill`, exit statuses, and the messages for a wrong state directory.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
@@ -22,6 +23,21 @@ al_ok "revoke it" cp_cli apikey revoke ci
 al_eq "refused at once" "$(api_with "$KEY")" 401
 al_fail "revoking twice says so" cp_cli apikey revoke ci
 al_match "ls --json shows it revoked" '"status": "revoked"' cp_cli apikey ls --json
+al_match "a key is an admin key unless --role says otherwise" "ci +admin +" cp_cli apikey ls
+al_ok "create an auditor key" cp_cli apikey create watcher --role auditor
+AUDITOR=$(grep -E '^e2b_[0-9a-f]{40}$' <<<"$AL_OUT")
+al_match "ls shows its role" "watcher +auditor +.*valid" cp_cli apikey ls
+al_match "ls --json too" '"role": "auditor"' cp_cli apikey ls --json
+al_eq "the auditor key lists sandboxes" "$(api_with "$AUDITOR")" 200
+api_create() { nsenter --net="/run/netns/$CP_HOSTNS" curl -s -w ' %{http_code}' -X POST -H "X-API-KEY: $1" -H 'Content-Type: application/json' -d '{"templateID":"base"}' "$CP_URL/v2/sandboxes"; }
+al_match "... and may not create one: 403 naming its role" \
+  'has the role auditor; POST /v2/sandboxes .*needs the role admin or operator.* 403$' api_create "$AUDITOR"
+al_eq "nothing was created" "$(cp_cli sandbox ls --json)" "[]"
+al_ok "create an operator key" cp_cli apikey create runner --role operator
+al_match "ls shows it" "runner +operator +" cp_cli apikey ls
+usage_error() { "$@" 2>&1; [ $? = 2 ]; }
+al_match "an unknown role is a usage error that names the roles" "admin, operator or auditor" \
+  usage_error cp_cli apikey create x --role root
 
 al_note "sandboxes"
 al_ok "create with metadata and environment" cp_cli sandbox create base --metadata team=cli --env GREETING=hello --timeout 300

@@ -521,6 +521,27 @@ void create(const char *body, char id[64], char token[80])
     resp_free(&r);
 }
 
+struct cp_apikey add_key(const char *name, unsigned role, const char *policies,
+                         char key[CP_APIKEY_LEN + 1])
+{
+    char db[300];
+    snprintf(db, sizeof db, "%s/airlockd.db", g_tmpdir);
+    struct cp_store *s2;
+    ck_assert_int_eq(cp_store_open(db, &s2, NULL), 0);
+    struct cp_apikey k = {0};
+    cp_keyid_new(k.id);
+    snprintf(k.name, sizeof k.name, "%s", name);
+    snprintf(k.policies, sizeof k.policies, "%s", policies ? policies : "*");
+    k.role = role;
+    k.created_ns = al_wall_ns();
+    cp_apikey_new(key);
+    cp_digest(key, strlen(key), k.digest);
+    struct al_error err = {0};
+    ck_assert_msg(cp_store_key_insert(s2, &k, &err) == 0, "%s", al_error_str(&err));
+    cp_store_close(s2);
+    return k;
+}
+
 void assert_error(struct resp *r, int status, const char *needle)
 {
     ck_assert_msg(r->status == status, "want %d, got %d: %s", status, r->status, r->raw);

@@ -83,6 +83,10 @@ const char *resp_header(const struct resp *r, const char *name, size_t nth);
 const char *jstr(const json_t *o, const char *k);
 /* Creates a sandbox and returns its id (and token, if token is not NULL). */
 void create(const char *body, char id[64], char token[80]);
+/* Stores a new API key as `airlock apikey create` does (name, role, policies "*" when NULL),
+ * through a second connection to the state database; the key into key. Its record. */
+struct cp_apikey add_key(const char *name, unsigned role, const char *policies,
+                         char key[CP_APIKEY_LEN + 1]);
 /* The answer is an error of this status with a JSON code, its message containing needle. */
 void assert_error(struct resp *r, int status, const char *needle);
 /* Waits for a build to end (it runs on a worker thread): its status answer, ready or error,

@@ -18,18 +18,8 @@ START_TEST(auth_keys)
     assert_error(&r, 401, "invalid API key");
     resp_free(&r);
     /* A stored key (as `airlock apikey create` makes them), restricted to one policy. */
-    char db[300];
-    snprintf(db, sizeof db, "%s/airlockd.db", g_tmpdir);
-    struct cp_store *s2;
-    ck_assert_int_eq(cp_store_open(db, &s2, NULL), 0);
-    struct cp_apikey k = {0};
-    cp_keyid_new(k.id);
-    snprintf(k.name, sizeof k.name, "team");
-    snprintf(k.policies, sizeof k.policies, "default");
     char key[CP_APIKEY_LEN + 1];
-    cp_apikey_new(key);
-    cp_digest(key, strlen(key), k.digest);
-    ck_assert_int_eq(cp_store_key_insert(s2, &k, NULL), 0);
+    struct cp_apikey k = add_key("team", CP_ROLE_OPERATOR, "default", key);
     req_full(&r, g_target, "POST", "/v2/sandboxes", key, "{\"templateID\":\"base\"}", NULL, 0);
     ck_assert_int_eq(r.status, 201);
     resp_free(&r);
@@ -38,6 +28,10 @@ START_TEST(auth_keys)
     assert_error(&r, 403, "may not use policy \"other\"");
     resp_free(&r);
     /* Revoked by another connection: refused at once. */
+    char db[300];
+    snprintf(db, sizeof db, "%s/airlockd.db", g_tmpdir);
+    struct cp_store *s2;
+    ck_assert_int_eq(cp_store_open(db, &s2, NULL), 0);
     ck_assert_int_eq(cp_store_key_revoke(s2, k.id, al_wall_ns(), NULL), 0);
     cp_store_close(s2);
     req_full(&r, g_target, "GET", "/v2/sandboxes", key, NULL, NULL, 0);

@@ -73,23 +73,6 @@ static void signin(const char *key, const struct al_http_header *extra, size_t n
     resp_free(&r);
 }
 
-static struct cp_apikey stored_key(char key[CP_APIKEY_LEN + 1])
-{
-    char db[300];
-    snprintf(db, sizeof db, "%s/airlockd.db", g_tmpdir);
-    struct cp_store *s2;
-    ck_assert_int_eq(cp_store_open(db, &s2, NULL), 0);
-    struct cp_apikey k = {0};
-    cp_keyid_new(k.id);
-    snprintf(k.name, sizeof k.name, "ops");
-    snprintf(k.policies, sizeof k.policies, "*");
-    cp_apikey_new(key);
-    cp_digest(key, strlen(key), k.digest);
-    ck_assert_int_eq(cp_store_key_insert(s2, &k, NULL), 0);
-    cp_store_close(s2);
-    return k;
-}
-
 START_TEST(console_assets)
 {
     struct resp r;
@@ -253,7 +236,7 @@ END_TEST
 START_TEST(console_csrf)
 {
     char key[CP_APIKEY_LEN + 1];
-    struct cp_apikey k = stored_key(key);
+    struct cp_apikey k = add_key("ops", CP_ROLE_ADMIN, NULL, key);
     char cookie[160], csrf[80];
     signin(key, NULL, 0, cookie, csrf);
     struct resp r;
@@ -373,7 +356,7 @@ END_TEST
 START_TEST(console_revoked_key)
 {
     char key[CP_APIKEY_LEN + 1];
-    struct cp_apikey k = stored_key(key);
+    struct cp_apikey k = add_key("ops", CP_ROLE_ADMIN, NULL, key);
     char cookie[160], csrf[80];
     signin(key, NULL, 0, cookie, csrf);
     struct resp r;

@@ -813,6 +813,7 @@ START_TEST(store_keys)
     cp_keyid_new(k.id);
     snprintf(k.name, sizeof k.name, "ci");
     snprintf(k.policies, sizeof k.policies, "default,pypi");
+    k.role = CP_ROLE_OPERATOR;
     k.created_ns = 5;
     char key[CP_APIKEY_LEN + 1];
     cp_apikey_new(key);
@@ -842,6 +843,7 @@ START_TEST(store_keys)
     ck_assert_int_eq(cp_store_key_find(s, d, &f, &err), 0);
     ck_assert_str_eq(f.id, k.id);
     ck_assert_str_eq(f.policies, "default,pypi");
+    ck_assert_uint_eq(f.role, CP_ROLE_OPERATOR);
     ck_assert_uint_eq(f.revoked_ns, 0);
     d[0] ^= 1;
     ck_assert_int_eq(cp_store_key_find(s, d, &f, &err), -ENOENT);
@@ -857,6 +859,9 @@ START_TEST(store_keys)
     snprintf(k3.name, sizeof k3.name, "ci");
     snprintf(k3.policies, sizeof k3.policies, "*");
     k3.created_ns = 6;
+    /* A key without a role is refused (0 is no role, never admin by accident). */
+    ck_assert_int_eq(cp_store_key_insert(s, &k3, &err), -EINVAL);
+    k3.role = CP_ROLE_AUDITOR;
     cp_digest("other", 5, k3.digest);
     ck_assert_int_eq(cp_store_key_insert(s, &k3, &err), 0);
     ck_assert_int_eq(cp_store_key_get(s, "ci", &f, &err), -EEXIST);
@@ -890,6 +895,71 @@ START_TEST(store_keys)
     ck_assert_int_eq(cp_store_meta_set(s, "x", "y", &err), 0);
     ck_assert_int_eq(cp_store_meta_get(s, "x", buf, sizeof buf), 0);
     ck_assert_str_eq(buf, "y");
+    cp_store_close(s);
+}
+END_TEST
+
+/* A database of schema 5 (before roles): its keys could do everything and stay admin keys;
+ * the database is at the current schema after, opens again, and takes keys of each role. */
+START_TEST(store_keys_role_migration)
+{
+    char key[CP_APIKEY_LEN + 1];
+    cp_apikey_new(key);
+    uint8_t d[CP_DIGEST_LEN];
+    cp_digest(key, strlen(key), d);
+    char hex[2 * CP_DIGEST_LEN + 1];
+    sodium_bin2hex(hex, sizeof hex, d, sizeof d);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import sqlite3; c=sqlite3.connect('%s'); c.execute('CREATE TABLE "
+             "api_keys(id TEXT PRIMARY KEY, name TEXT NOT NULL, digest BLOB NOT NULL UNIQUE, "
+             "created_ns INTEGER NOT NULL, last_used_ns INTEGER NOT NULL, revoked_ns INTEGER NOT "
+             "NULL, policies TEXT NOT NULL)'); c.execute(\\\"INSERT INTO api_keys VALUES("
+             "'k_old', 'old', x'%s', 1, 0, 0, 'default')\\\"); c.execute('PRAGMA "
+             "user_version=5'); c.commit()\"",
+             dbpath, hex);
+    ck_assert_int_eq(system(cmd), 0);
+    struct cp_store *s;
+    struct al_error err = {0};
+    ck_assert_msg(cp_store_open(dbpath, &s, &err) == 0, "%s", err.msg);
+    struct cp_apikey f;
+    ck_assert_msg(cp_store_key_find(s, d, &f, &err) == 0, "%s", err.msg);
+    ck_assert_str_eq(f.id, "k_old");
+    ck_assert_str_eq(f.policies, "default");
+    ck_assert_uint_eq(f.role, CP_ROLE_ADMIN);
+    struct cp_apikey k = {.role = CP_ROLE_AUDITOR, .created_ns = 2};
+    snprintf(k.id, sizeof k.id, "k_new");
+    snprintf(k.name, sizeof k.name, "new");
+    snprintf(k.policies, sizeof k.policies, "*");
+    cp_digest("new", 3, k.digest);
+    ck_assert_int_eq(cp_store_key_insert(s, &k, &err), 0);
+    cp_store_close(s);
+    /* Opened again: nothing is migrated twice, both roles are kept. */
+    ck_assert_msg(cp_store_open(dbpath, &s, &err) == 0, "%s", err.msg);
+    struct cp_apikey *all;
+    size_t n = 0;
+    ck_assert_int_eq(cp_store_key_list(s, &all, &n, &err), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_uint_eq(all[0].role, CP_ROLE_ADMIN);
+    ck_assert_uint_eq(all[1].role, CP_ROLE_AUDITOR);
+    free(all);
+    cp_store_close(s);
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import sqlite3; c=sqlite3.connect('%s'); "
+             "assert c.execute('PRAGMA user_version').fetchone()[0] == %d; "
+             "assert c.execute(\\\"SELECT role FROM api_keys WHERE id = 'k_new'\\\")"
+             ".fetchone()[0] == 'auditor'\"",
+             dbpath, CP_STORE_SCHEMA_VERSION);
+    ck_assert_int_eq(system(cmd), 0);
+    /* A role this airlockd does not know reads as none (auth.c refuses such a key). */
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import sqlite3; c=sqlite3.connect('%s'); c.execute(\\\"UPDATE "
+             "api_keys SET role = 'root' WHERE id = 'k_old'\\\"); c.commit()\"",
+             dbpath);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_msg(cp_store_open(dbpath, &s, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(cp_store_key_find(s, d, &f, &err), 0);
+    ck_assert_uint_eq(f.role, 0);
     cp_store_close(s);
 }
 END_TEST
@@ -994,6 +1064,7 @@ static Suite *suite(void)
     tcase_add_test(t, store_events);
     tcase_add_test(t, store_survives_kill9);
     tcase_add_test(t, store_keys);
+    tcase_add_test(t, store_keys_role_migration);
     tcase_add_test(t, store_checkpoints_off_the_caller);
     suite_add_tcase(s, t);
     return s;
