@@ -42,14 +42,9 @@ CANARY="canary-cp-intercept-$$-Xw9Pq"
 YRANAC=$(rev <<<"$CANARY")
 
 al_note "the fake internet: an HTTPS upstream with a test CA"
-(cd "$AL_TMP" &&
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-    -subj "/CN=airlock cp_intercept test CA $$" -keyout ca.key -out ca.pem 2>/dev/null &&
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=api.github.test" \
-    -keyout up.key -out up.csr 2>/dev/null &&
-  printf 'subjectAltName=DNS:api.github.test,DNS:echo.test,DNS:svc.test\n' >up.ext &&
-  openssl x509 -req -in up.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile up.ext \
-    -out up.pem 2>/dev/null) || { echo "cp_intercept: openssl failed" >&2; exit 1; }
+source "$AIRLOCK_SOURCE_DIR/tests/lib/certs.sh"
+{ al_cert_ca "$AL_TMP" "airlock cp_intercept test CA $$" &&
+  al_cert_leaf "$AL_TMP" up api.github.test echo.test svc.test; } || exit 1
 ip -n "$CP_UPNS" addr add 203.0.113.20/32 dev lo
 python3 - "$AL_TMP/zone.json" <<'PY'
 import json, sys

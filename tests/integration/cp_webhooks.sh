@@ -21,14 +21,9 @@ HOOK=203.0.113.20
 ip -n "$CP_UPNS" addr add "$HOOK/32" dev lo
 
 # A test CA and the receiver's certificate for hooks.test, made now.
-(cd "$AL_TMP" &&
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-    -subj "/CN=airlock webhooks test CA $$" -keyout ca.key -out ca.pem 2>/dev/null &&
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=hooks.test" \
-    -keyout hook.key -out hook.csr 2>/dev/null &&
-  printf 'subjectAltName=DNS:hooks.test\n' >hook.ext &&
-  openssl x509 -req -in hook.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-    -extfile hook.ext -out hook.pem 2>/dev/null) || { echo "openssl failed" >&2; exit 1; }
+source "$AIRLOCK_SOURCE_DIR/tests/lib/certs.sh"
+{ al_cert_ca "$AL_TMP" "airlock webhooks test CA $$" && al_cert_leaf "$AL_TMP" hook hooks.test; } ||
+  exit 1
 
 HOSTS_DIR="/etc/netns/$CP_HOSTNS"
 mkdir -p "$HOSTS_DIR"

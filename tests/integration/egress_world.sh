@@ -21,6 +21,7 @@ set -u
 EW_TOOL="${AIRLOCK_SOURCE_DIR:?}/tests/integration/egress_tool.py"
 # al_wait_until SECS CMD...: see tests/lib/wait.sh.
 source "$AIRLOCK_SOURCE_DIR/tests/lib/wait.sh"
+source "$AIRLOCK_SOURCE_DIR/tests/lib/certs.sh"
 EW_BIN="${AIRLOCK_BIN:?}"
 EW_PASS=0
 EW_FAIL=0
@@ -258,16 +259,10 @@ ZONE
 }
 
 # ew_make_certs DIR: a test CA (ca.pem) and the upstreams' certificate (up.pem, up.key) for
-# allowed.test and friends, made by openssl now (never a fixed key in the repository).
+# allowed.test and friends (tests/lib/certs.sh).
 ew_make_certs() {
-  (cd "$1" &&
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-      -subj "/CN=airlock egress test CA $$" -keyout ca.key -out ca.pem 2>/dev/null &&
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=allowed.test" \
-      -keyout up.key -out up.csr 2>/dev/null &&
-    printf 'subjectAltName=DNS:allowed.test,DNS:other.test,DNS:*.allowed.test,DNS:rebind.test\n' >up.ext &&
-    openssl x509 -req -in up.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-      -extfile up.ext -out up.pem 2>/dev/null)
+  al_cert_ca "$1" "airlock egress test CA $$" &&
+    al_cert_leaf "$1" up allowed.test other.test '*.allowed.test' rebind.test
 }
 
 ew_start_proxy() {

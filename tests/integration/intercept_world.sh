@@ -24,15 +24,7 @@ IW_TOKEN="ghp_IntegrationToken$$x0123456789abcdefXYZ"
 # iw_leaf BASE NAME...: an upstream certificate for the names from the world's test CA, as
 # $EW_TMP/BASE.pem and BASE.key.
 iw_leaf() {
-  local base=$1 san
-  shift
-  san=$(printf 'DNS:%s,' "$@")
-  (cd "$EW_TMP" &&
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$1" \
-      -keyout "$base.key" -out "$base.csr" 2>/dev/null &&
-    printf 'subjectAltName=%s\n' "${san%,}" >"$base.ext" &&
-    openssl x509 -req -in "$base.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-      -extfile "$base.ext" -out "$base.pem" 2>/dev/null)
+  al_cert_leaf "$EW_TMP" "$@"
 }
 
 iw__prepare() {

@@ -516,8 +516,8 @@ END_TEST
 
 START_TEST(util_atomic_write_and_read)
 {
-    char dir[] = "/tmp/al-test-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char dir[64];
+    al_test_tmpdir(dir, sizeof dir, "atomic");
     char path[256];
     snprintf(path, sizeof path, "%s/a/b/state.json", dir);
     char sub[256];
@@ -537,9 +537,7 @@ START_TEST(util_atomic_write_and_read)
     ck_assert_int_eq(st.st_mode & 0777, 0600);
     ck_assert_int_eq(al_read_file(path, 3, &data, &len, &e), -EFBIG);
     ck_assert_int_eq(al_read_file(sub, 100, &data, &len, &e), -EISDIR);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(al_test_rmtree(dir), 0);
 }
 END_TEST
 

@@ -17,8 +17,7 @@ static void loop_setup(const struct al_http_limits *lim)
     ck_assert_int_eq(al_http_server_new(&L, &o, &S), 0);
     struct al_error err = {0};
     ck_assert_int_eq(al_http_server_listen_tcp(S, "127.0.0.1", 0, &err), 0);
-    snprintf(S_dir, sizeof S_dir, "/tmp/al-httpc-%d-XXXXXX", (int)getpid());
-    ck_assert_ptr_nonnull(mkdtemp(S_dir));
+    al_test_tmpdir(S_dir, sizeof S_dir, "httpc");
     snprintf(S_sock, sizeof S_sock, "%s/s.sock", S_dir);
     ck_assert_int_eq(al_http_server_listen_unix(S, S_sock, 0600, &err), 0);
     S_port = al_http_server_port(S);
@@ -48,7 +47,7 @@ static void loop_teardown(struct al_http_pool *pool)
     uv_run(&L, UV_RUN_DEFAULT);
     ck_assert(!S || S_closed);
     ck_assert_int_eq(uv_loop_close(&L), 0);
-    rmdir(S_dir);
+    ck_assert_int_eq(al_test_rmtree(S_dir), 0);
     ck_assert_int_eq(atomic_load(&http__live_creqs), 0);
     ck_assert_int_eq(atomic_load(&http__live_cconns), 0);
     ck_assert_int_eq(atomic_load(&http__live_reqs), 0);

@@ -690,8 +690,7 @@ static void t_done_flag(void *arg)
 START_TEST(listen_unix_replaces_stale_socket_and_refuses_files)
 {
     char dir[64];
-    snprintf(dir, sizeof dir, "/tmp/al-http-%d-XXXXXX", (int)getpid());
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    al_test_tmpdir(dir, sizeof dir, "http");
     char path[128], file[128];
     snprintf(path, sizeof path, "%s/a.sock", dir);
     snprintf(file, sizeof file, "%s/file", dir);
@@ -728,8 +727,7 @@ START_TEST(listen_unix_replaces_stale_socket_and_refuses_files)
     ck_assert(done);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
     ck_assert_int_ne(stat(path, &st), 0); /* our socket file is removed on close */
-    unlink(file);
-    rmdir(dir);
+    ck_assert_int_eq(al_test_rmtree(dir), 0);
 }
 END_TEST
 

@@ -16,14 +16,13 @@ static char dbpath[300];
 
 static void setup(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/al-cp-snapstore-%d-XXXXXX", getpid());
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    al_test_tmpdir(tmpdir, sizeof tmpdir, "cp-snapstore");
     snprintf(dbpath, sizeof dbpath, "%s/airlockd.db", tmpdir);
 }
 
 static void teardown(void)
 {
-    ck_assert_int_eq(al_rmtree(tmpdir), 0);
+    ck_assert_int_eq(al_test_rmtree(tmpdir), 0);
 }
 
 static struct cp_store_snap snap(const char *id, const char *name, const char *sb, const char *key)

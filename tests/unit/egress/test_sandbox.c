@@ -240,8 +240,8 @@ static void write_text(const char *path, const char *text)
  * object, a bad edit fails with its diagnostics and the good text is still found. */
 START_TEST(policy_cache)
 {
-    char dir[] = "/tmp/al-egress-polcache-XXXXXX", a[96], b[96];
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char dir[64], a[96], b[96];
+    al_test_tmpdir(dir, sizeof dir, "egress-polcache");
     snprintf(a, sizeof a, "%s/a.yaml", dir);
     snprintf(b, sizeof b, "%s/b.yaml", dir);
     static const char v1[] = "version: 1\nname: c\nrules:\n  - name: r\n    hosts: [a.example]\n";
@@ -280,8 +280,7 @@ START_TEST(policy_cache)
     egress_policy_unref(p4);
     egress_policy_unref(p5);
     egress_policy_cache_clear();
-    unlink(b);
-    rmdir(dir);
+    ck_assert_int_eq(al_test_rmtree(dir), 0);
 }
 END_TEST
 

@@ -257,8 +257,7 @@ static char tmpdir[256];
 
 static void make_template(const char *json)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/al-test-spec-%d-XXXXXX", getpid());
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    al_test_tmpdir(tmpdir, sizeof tmpdir, "spec");
     char p[512];
     snprintf(p, sizeof p, "%s/rootfs", tmpdir);
     ck_assert_int_eq(mkdir(p, 0755), 0);
@@ -271,9 +270,7 @@ static void make_template(const char *json)
 
 static void remove_template(void)
 {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(al_test_rmtree(tmpdir), 0);
 }
 
 START_TEST(template_and_init_object)

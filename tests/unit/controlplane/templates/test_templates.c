@@ -487,10 +487,11 @@ START_TEST(copy_source_without_glob)
 }
 END_TEST
 
-/* A root filesystem with users, in a fresh temporary directory; its descriptor. */
-static int copy_root(char *dir)
+/* A root filesystem with users, in a fresh temporary directory (into dir, n bytes); its
+ * descriptor. */
+static int copy_root(char *dir, size_t n)
 {
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    al_test_tmpdir(dir, n, "tpl-copy");
     char p[256];
     snprintf(p, sizeof p, "%s/etc", dir);
     ck_assert_int_eq(mkdir(p, 0755), 0);
@@ -562,8 +563,8 @@ static void copy_expect(const char *dir, const char *rel, const char *content, u
 
 START_TEST(copy_a_file)
 {
-    char dir[] = "/tmp/al-test-copy-XXXXXX", msg[1024];
-    int root = copy_root(dir);
+    char dir[64], msg[1024];
+    int root = copy_root(dir, sizeof dir);
     static unsigned char a[512 * 16];
     size_t o = 0;
     hdr(a, "hello.txt", '0', 3, NULL);
@@ -599,8 +600,8 @@ END_TEST
 
 START_TEST(copy_a_directory)
 {
-    char dir[] = "/tmp/al-test-copy-XXXXXX", msg[1024];
-    int root = copy_root(dir);
+    char dir[64], msg[1024];
+    int root = copy_root(dir, sizeof dir);
     static unsigned char a[512 * 32];
     size_t o = 0;
     hdr(a + o, "src/", '5', 0, NULL);
@@ -659,8 +660,8 @@ END_TEST
 
 START_TEST(copy_refusals)
 {
-    char dir[] = "/tmp/al-test-copy-XXXXXX", msg[1024];
-    int root = copy_root(dir);
+    char dir[64], msg[1024];
+    int root = copy_root(dir, sizeof dir);
     static unsigned char a[512 * 16];
     struct tpl_copy_result r;
     hdr(a, "../escaped-copy", '0', 0, NULL);
@@ -705,8 +706,8 @@ END_TEST
 
 START_TEST(copy_owner_from_the_image)
 {
-    char dir[] = "/tmp/al-test-copy-XXXXXX", msg[512];
-    int root = copy_root(dir);
+    char dir[64], msg[512];
+    int root = copy_root(dir, sizeof dir);
     uint32_t u, g;
     ck_assert_int_eq(tpl_copy_owner(root, "user", &u, &g, msg, sizeof msg), 0);
     ck_assert(u == 1000 && g == 1000);

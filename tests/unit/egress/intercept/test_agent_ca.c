@@ -20,16 +20,12 @@ static char root[256];
 
 static void setup(void)
 {
-    snprintf(root, sizeof root, "/tmp/al-icpt-agentca-%d-XXXXXX", (int)getpid());
-    ck_assert_ptr_nonnull(mkdtemp(root));
+    al_test_tmpdir(root, sizeof root, "icpt-agentca");
 }
 
 static void teardown(void)
 {
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cleanup failed\n");
+    ck_assert_int_eq(al_test_rmtree(root), 0);
 }
 
 static struct intercept_ca *new_ca(void)

@@ -222,8 +222,7 @@ static void fv_start(void)
     V.loop = calloc(1, sizeof *V.loop);
     uv_loop_init(V.loop);
     uv_timer_init(V.loop, &V.delay_timer);
-    snprintf(V.dir, sizeof V.dir, "/tmp/al-icpt-sec-%d-XXXXXX", (int)getpid());
-    ck_assert_ptr_nonnull(mkdtemp(V.dir));
+    al_test_tmpdir(V.dir, sizeof V.dir, "icpt-sec");
     snprintf(V.sock, sizeof V.sock, "%s/vault.sock", V.dir);
     struct al_http_server_opts o = {.on_request = fv_on_request};
     ck_assert_int_eq(al_http_server_new(V.loop, &o, &V.srv), 0);
@@ -282,10 +281,7 @@ static void client_stop(void)
     uv_run(V.loop, UV_RUN_DEFAULT);
     ck_assert_int_eq(uv_loop_close(V.loop), 0);
     free(V.loop);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", V.dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cleanup failed\n");
+    ck_assert_int_eq(al_test_rmtree(V.dir), 0);
 }
 
 /* A fetch and its outcome. */

@@ -182,8 +182,7 @@ static bool plaintext_world;
 static void world_start(const char *name, bool vault)
 {
     memset(&W, 0, sizeof W);
-    snprintf(W.dir, sizeof W.dir, "/tmp/al-icpt-sess-%d-XXXXXX", (int)getpid());
-    ck_assert_ptr_nonnull(mkdtemp(W.dir));
+    al_test_tmpdir(W.dir, sizeof W.dir, "icpt-sess");
     snprintf(W.name, sizeof W.name, "%s", name);
     sh("cd %s && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "
        "ca.key -out roots.pem "
@@ -251,10 +250,7 @@ static void world_stop(void)
     static char log[1 << 16];
     read_file("proxy.log", log, sizeof log);
     ck_assert_msg(!strstr(log, "Sanitizer") && !strstr(log, "runtime error"), "proxy: %s", log);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", W.dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cleanup failed\n");
+    ck_assert_int_eq(al_test_rmtree(W.dir), 0);
 }
 
 /* curl through the proxy: returns the status; body in out; extra: curl options. */

@@ -45,16 +45,12 @@ static void sh(const char *fmt, ...)
 
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/al-icpt-tls-%d-XXXXXX", (int)getpid());
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    al_test_tmpdir(dir, sizeof dir, "icpt-tls");
 }
 
 static void teardown(void)
 {
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cleanup failed\n");
+    ck_assert_int_eq(al_test_rmtree(dir), 0);
 }
 
 static const char *peer_script(void)

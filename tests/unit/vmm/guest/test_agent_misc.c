@@ -110,8 +110,8 @@ END_TEST
 
 START_TEST(userdb_from_files_reloads_on_change)
 {
-    char dir[] = "/tmp/al-agent-users-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char dir[64];
+    al_test_tmpdir(dir, sizeof dir, "agent-users");
     char pw[PATH_MAX], gr[PATH_MAX];
     snprintf(pw, sizeof pw, "%s/passwd", dir);
     snprintf(gr, sizeof gr, "%s/group", dir);
@@ -172,9 +172,7 @@ START_TEST(userdb_from_files_reloads_on_change)
     ck_assert_ptr_nonnull(strstr(e.msg, "user 'who' does not exist"));
     ck_assert_int_eq(agent_user_by_spec(&db, "99999999999", &u, &e), -ENOENT);
     agent_userdb_free(&db);
-    unlink(pw);
-    unlink(gr);
-    rmdir(dir);
+    ck_assert_int_eq(al_test_rmtree(dir), 0);
 }
 END_TEST
 

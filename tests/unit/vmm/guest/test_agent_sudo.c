@@ -163,7 +163,7 @@ END_TEST
 
 /* ---- a sandbox's users ---------------------------------------------------------------------- */
 
-static char g_dir[] = "/tmp/al-agent-sudo-XXXXXX";
+static char g_dir[64];
 static char g_passwd[128], g_group[128], g_sock[128], g_home[128];
 
 static void write_file(const char *path, const char *text)
@@ -176,7 +176,7 @@ static void write_file(const char *path, const char *text)
 
 static void make_users(bool with_sudo_group)
 {
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    al_test_tmpdir(g_dir, sizeof g_dir, "agent-sudo");
     ck_assert_int_eq(chmod(g_dir, 0755), 0);
     snprintf(g_passwd, sizeof g_passwd, "%s/passwd", g_dir);
     snprintf(g_group, sizeof g_group, "%s/group", g_dir);
@@ -198,9 +198,7 @@ static void make_users(bool with_sudo_group)
 
 static void remove_users(void)
 {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(al_test_rmtree(g_dir), 0);
 }
 
 START_TEST(root_and_the_sudo_group_may_and_nobody_else)

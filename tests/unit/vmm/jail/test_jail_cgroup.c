@@ -218,8 +218,8 @@ static const char *get(const char *dir, const char *file)
  * sandbox finds no room when fewer than the processes it needs are left under them. */
 START_TEST(parent_limits_and_room)
 {
-    char root[] = "/tmp/al-jail-cg-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(root));
+    char root[64];
+    al_test_tmpdir(root, sizeof root, "jail-cg");
     struct jail_cg_layout l = {.version = 2};
     snprintf(l.v2_root, sizeof l.v2_root, "%s", root);
     char par[300];
@@ -247,9 +247,7 @@ START_TEST(parent_limits_and_room)
     put(par, "pids.max", "max"); /* no limit: the kernel decides */
     ck_assert_int_eq(jail_cg_parent_room(&cg, JAIL_CG_START_PIDS, &err), 0);
 
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(al_test_rmtree(root), 0);
 }
 END_TEST
 

@@ -22,8 +22,7 @@ static int src, dst;
 
 static void setup(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/al-test-fscopy-%d-XXXXXX", getpid());
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    al_test_tmpdir(dir, sizeof dir, "fscopy");
     char p[300];
     snprintf(p, sizeof p, "%s/src", dir);
     ck_assert_int_eq(mkdir(p, 0755), 0);

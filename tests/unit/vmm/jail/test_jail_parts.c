@@ -18,15 +18,12 @@ static char dir[256];
 
 static void mkdir_tmp(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/al-test-jailparts-%d-XXXXXX", getpid());
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    al_test_tmpdir(dir, sizeof dir, "jailparts");
 }
 
 static void rm_tmp(void)
 {
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(al_test_rmtree(dir), 0);
 }
 
 /* ---- id slots ---------------------------------------------------------------------- */
