@@ -3,6 +3,9 @@
 //   #/sandboxes         the sandboxes (state filter), each linking to its detail
 //   #/sandboxes/<id>    one sandbox: info, metadata, pause, resume, kill
 //   #/audit             the latest egress decisions (filters) and the log's verification
+// What the signed-in key's role may do comes from the session (`may`, answered by the API's
+// own table of routes): actions the role cannot take are not offered. The API refuses them
+// anyway; hiding them only keeps the page honest about what will work.
 import { api, ApiError, session, signIn, signOut } from "./api.js";
 import { h, show, when } from "./dom.js";
 
@@ -11,6 +14,16 @@ const nav = document.getElementById("nav");
 const who = document.getElementById("who");
 const signoutBtn = document.getElementById("signout");
 let current = null; // the session
+
+// Whether the session's role may take this action (docs/console.md, "Signing in").
+function may(action) {
+  return Boolean(current && current.may && current.may[action]);
+}
+
+function notForRole(what) {
+  return h("p", { class: "muted", "data-testid": "role-note" },
+    `Your key's role (${current ? current.role : "none"}) cannot ${what}; the API refuses it.`);
+}
 
 function problem(e) {
   return h("p", { class: "error", "data-testid": "error" }, e instanceof Error ? e.message : String(e));
@@ -107,7 +120,7 @@ async function renderOverview() {
     h("div", { class: "cards" },
       card("networks ready", `${o.pools.network.ready} / ${o.pools.network.size}`),
       card("warm sandboxes ready", `${o.pools.warm.ready} / ${o.pools.warm.size}`)),
-    h("p", { class: "muted" }, "The audit log's state: ", h("a", { href: "#/audit" }, "Audit"), "."));
+    may("readAudit") ? h("p", { class: "muted" }, "The audit log's state: ", h("a", { href: "#/audit" }, "Audit"), ".") : null);
 }
 
 // ---- sandboxes --------------------------------------------------------------------------
@@ -155,6 +168,17 @@ async function renderSandbox(id) {
   } }, label);
   const path = `/sandboxes/${encodeURIComponent(sb.sandboxID)}`;
   const md = Object.entries(sb.metadata || {});
+  const actions = [
+    sb.state === "running" && may("pauseSandbox") ? act("Pause", "", async () => { await api("POST", `${path}/pause`); route(); }) : null,
+    sb.state === "paused" && may("resumeSandbox") ? act("Resume", "", async () => { await api("POST", `${path}/resume`, {}); route(); }) : null,
+    may("killSandbox") ? act("Kill", "danger", async () => {
+      if (!confirm(`Kill sandbox ${sb.sandboxID}? Its processes and files are gone for good.`)) {
+        throw new Error("Not killed.");
+      }
+      await api("DELETE", path);
+      location.hash = "#/sandboxes";
+    }) : null,
+  ].filter(Boolean);
   show(view,
     h("h1", {}, "Sandbox ", h("span", { class: "mono" }, sb.sandboxID)),
     h("div", { class: "panel" },
@@ -171,16 +195,7 @@ async function renderSandbox(id) {
       ? md.map(([k, v]) => h("tr", {}, h("td", { class: "mono" }, k), h("td", { class: "mono", "data-testid": "metadata-value" }, v)))
       : h("tr", {}, h("td", { class: "muted" }, "none")))),
     h("h2", {}, "Actions"),
-    h("div", { class: "filters" },
-      sb.state === "running" ? act("Pause", "", async () => { await api("POST", `${path}/pause`); route(); }) : null,
-      sb.state === "paused" ? act("Resume", "", async () => { await api("POST", `${path}/resume`, {}); route(); }) : null,
-      act("Kill", "danger", async () => {
-        if (!confirm(`Kill sandbox ${sb.sandboxID}? Its processes and files are gone for good.`)) {
-          throw new Error("Not killed.");
-        }
-        await api("DELETE", path);
-        location.hash = "#/sandboxes";
-      })),
+    actions.length ? h("div", { class: "filters" }, actions) : notForRole("pause, resume or kill sandboxes"),
     status);
 }
 
@@ -191,6 +206,10 @@ function target(r) {
 }
 
 async function renderAudit(params) {
+  if (!may("readAudit")) {
+    show(view, h("h1", {}, "Audit"), notForRole("read the egress audit log"));
+    return;
+  }
   const decision = params.get("decision") || "";
   const q = new URLSearchParams({ limit: "200" });
   if (decision) q.set("decision", decision);
@@ -239,7 +258,7 @@ async function renderAudit(params) {
   show(view,
     h("h1", {}, "Audit"),
     h("h2", {}, "Verification"),
-    h("div", { class: "filters" }, verifyBtn),
+    may("verifyAudit") ? h("div", { class: "filters" }, verifyBtn) : notForRole("verify the audit log"),
     verifyOut,
     h("h2", {}, "Latest records"),
     h("div", { class: "filters" }, h("label", { for: "decision-filter" }, "decision"), select,
@@ -277,6 +296,7 @@ function route() {
   const parts = path.split("/").filter(Boolean);
   for (const a of nav.querySelectorAll("a")) {
     a.classList.toggle("current", a.dataset.page === parts[0]);
+    if (a.dataset.page === "audit") a.hidden = !may("readAudit");
   }
   if (parts[0] === "sandboxes" && parts[1]) return guarded(() => renderSandbox(decodeURIComponent(parts[1])));
   if (parts[0] === "sandboxes") return guarded(() => renderSandboxes(params));
@@ -287,7 +307,7 @@ function route() {
 function start() {
   nav.hidden = false;
   signoutBtn.hidden = false;
-  show(who, `key ${current.keyId} · until ${when(current.expiresAt)}`);
+  show(who, `key ${current.keyId} · `, h("span", { "data-testid": "role" }, current.role), ` · until ${when(current.expiresAt)}`);
   route();
 }
 

@@ -1,13 +1,16 @@
 // tests/console/browser.mjs: the web console in Debian's chromium (puppeteer-core, no
 // downloaded browser), run by tests/integration/cp_console.sh inside its network namespace.
 // Environment: CONSOLE_URL (http://127.0.0.1:PORT), API_KEY, SANDBOX (a running sandbox whose
-// metadata is hostile), SHOTS (a directory for the screenshots). Prints one "ok - ..." line per
+// metadata is hostile), AUDITOR_KEY (a key of the auditor role), SANDBOX2 (another running
+// sandbox, which the auditor must fail to kill), SHOTS (a directory for the screenshots). Prints one "ok - ..." line per
 // check; the first failure throws (exit 1).
 import puppeteer from "puppeteer-core";
 
 const base = process.env.CONSOLE_URL;
 const key = process.env.API_KEY;
 const sandbox = process.env.SANDBOX;
+const auditorKey = process.env.AUDITOR_KEY;
+const sandbox2 = process.env.SANDBOX2;
 const shots = process.env.SHOTS;
 const origin = new URL(base).origin;
 const T = 30000; // every wait is bounded
@@ -118,6 +121,33 @@ try {
   await page.waitForSelector("#signin");
   const after = await page.evaluate(async () => (await fetch("/v2/sandboxes")).status);
   ok(after === 401, "after sign-out the API says 401");
+
+  // An auditor key: its role shown, no action on a sandbox offered, and the API refusing the
+  // kill the page did not offer, even with the session's CSRF token.
+  await page.type("#apikey", auditorKey);
+  await page.click("#signin button[type=submit]");
+  await page.waitForSelector("[data-testid=role]");
+  ok((await page.$eval("[data-testid=role]", (e) => e.textContent)) === "auditor", "the auditor's role is shown");
+  await page.goto(`${base}/console/#/sandboxes/${sandbox2}`);
+  await page.waitForSelector("[data-testid=role-note]");
+  const buttons = await page.$$eval("main button", (els) => els.map((e) => e.textContent));
+  ok(!buttons.some((t) => /Kill|Pause|Resume/.test(t)), `auditor: no kill, pause or resume button (${buttons.join(", ") || "none"})`);
+  await page.screenshot({ path: `${shots}/sandbox-auditor.png`, fullPage: true });
+  const refused = await page.evaluate(async (id) => {
+    const s = await (await fetch("/console/api/session")).json();
+    const r = await fetch(`/sandboxes/${id}`, { method: "DELETE", headers: { "X-Airlock-CSRF": s.csrfToken } });
+    return [s.may.killSandbox, r.status, (await r.json()).message];
+  }, sandbox2);
+  ok(refused[0] === false, "the session says the auditor may not kill");
+  ok(refused[1] === 403 && refused[2].includes("has the role auditor"), `auditor: the API refuses the kill (${refused[1]} ${refused[2]})`);
+  await page.goto(`${base}/console/#/sandboxes`);
+  await page.waitForFunction((id) => [...document.querySelectorAll("[data-testid=sandbox-row]")].some((r) => r.textContent.includes(id)), {}, sandbox2);
+  ok(true, "auditor: the sandbox is still listed");
+  await page.goto(`${base}/console/#/audit`);
+  await page.waitForSelector("#verify");
+  ok(true, "auditor: the audit page and its verification are offered");
+  await page.click("#signout");
+  await page.waitForSelector("#signin");
 
   ok(foreign.length === 0, `no request to anything but airlockd (${foreign.join(", ") || "none"})`);
   ok(errors.length === 0, `no script error or CSP violation (${errors.join(" | ") || "none"})`);

@@ -8,6 +8,8 @@
 #     "><script>, a bidi control): shown as text, no element made, nothing run;
 #   - a POST with the cookie and without the CSRF token is refused; the detail page; kill;
 #   - the audit page's verification answers; sign-out ends the session;
+#   - an auditor key: its role shown, no kill/pause/resume offered, the API refusing the kill
+#     (403), the sandbox still there;
 #   - the page asks nothing of any host but airlockd, and no script error or CSP violation.
 # Screenshots of each page, kept: $CONSOLE_SHOTS (default <build>/artifacts/cp_console).
 set -uo pipefail
@@ -28,15 +30,21 @@ cp_start || exit 1
 al_note "a sandbox with hostile metadata"
 SB=$(cp_create '{"templateID":"base","timeout":600,"metadata":{"note":"<img src=x onerror=\"window.__pwned=1\">","tag":"\"><script>window.__pwned=2</script>","bidi":"abc\u202edcba"}}')
 al_check "created" test -n "$SB"
+SB2=$(cp_create)
+al_check "a second sandbox, for the auditor" test -n "$SB2"
+al_ok "an auditor key" cp_cli apikey create watcher --role auditor
+AUDITOR=$(grep -E '^e2b_[0-9a-f]{40}$' <<<"$AL_OUT")
 
 al_note "the console in chromium"
 SHOTS=${CONSOLE_SHOTS:-$AIRLOCK_BIN/../artifacts/cp_console}
 rm -rf "$SHOTS" && mkdir -p "$SHOTS"
 al_ok "browser checks (tests/console/browser.mjs)" \
   nsenter --net="/run/netns/$CP_HOSTNS" env CONSOLE_URL="$CP_URL" API_KEY="$CP_KEY" SANDBOX="$SB" \
+  AUDITOR_KEY="$AUDITOR" SANDBOX2="$SB2" \
   SHOTS="$SHOTS" CHROMIUM="$CHROMIUM" HOME="$AL_TMP" timeout 300 node "$CONSOLE_DIR/browser.mjs"
 printf '%s\n' "$AL_OUT" | sed 's/^/     /'
-for p in signin overview sandboxes sandbox audit; do
+al_match "the auditor did not kill it" "\"sandboxID\": *\"$SB2\"" cp_api "$CP_URL/sandboxes/$SB2"
+for p in signin overview sandboxes sandbox audit sandbox-auditor; do
   al_check "screenshot of $p" test -s "$SHOTS/$p.png"
 done
 al_done
