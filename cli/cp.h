@@ -12,6 +12,8 @@ struct al_http_resp;
 int sandbox_cli_main(int argc, char **argv);
 /* `airlock events ls|tail` (in sandbox.c: the same client of airlockd's socket). */
 int events_cli_main(int argc, char **argv);
+/* `airlock snapshot ls|rm` (in sandbox.c: the same client). */
+int snapshot_cli_main(int argc, char **argv);
 int apikey_cli_main(int argc, char **argv);
 /* `airlock template` (template.c). */
 int template_cli_main(int argc, char **argv);

@@ -1,5 +1,5 @@
-/* cli/sandbox: `airlock sandbox ls|create|exec|kill|logs|pause|resume` and
- * `airlock events ls|tail`.
+/* cli/sandbox: `airlock sandbox ls|create|exec|kill|logs|pause|resume|info|snapshot|
+ * rollback|fork`, `airlock snapshot ls|rm` and `airlock events ls|tail`.
  *
  * Speaks the same E2B API as the SDKs, on airlockd's local socket
  * (<state>/run/airlockd.sock, served to root and airlockd's uid without an API key), so it
@@ -24,8 +24,12 @@
 #include "cli/cp.h"
 
 #define CLI_TIMEOUT_MS 60000
+/* A snapshot, a rollback or a fork copies files (up to the disk size, per copy for a fork)
+ * and airlockd answers once it is done. */
+#define CLI_COPY_TIMEOUT_MS 900000
 
 static char cli__target[4200];
+static int cli__timeout_ms = CLI_TIMEOUT_MS;
 
 static void sb_cli__usage(FILE *f)
 {
@@ -42,6 +46,14 @@ static void sb_cli__usage(FILE *f)
             "  kill ID...\n"
             "  logs ID [--limit N] [--level debug|info|warn|error]\n"
             "  pause ID | resume ID [--timeout SECONDS] | info ID\n"
+            "  snapshot ID [--name NAME] [--json]\n"
+            "         snapshots its file system; prints the snapshot's id (airlock snapshot ls)\n"
+            "  rollback ID SNAPSHOT [--json]\n"
+            "         its file system back to one of its snapshots, in place (its processes\n"
+            "         start again)\n"
+            "  fork ID [--count N] [--timeout SECONDS] [--json]\n"
+            "         N (default 1) new sandboxes from a checkpoint of it; prints each one's id,\n"
+            "         or why it did not start (then exits 1)\n"
             "\n"
             "Talks to airlockd on %s/run/airlockd.sock.\n",
             al_state_dir());
@@ -63,7 +75,7 @@ int cp_cli_call(const char *method, const char *path, json_t *body, int *status,
                                   .n_headers = body ? 1 : 0,
                                   .body = text,
                                   .body_len = text ? strlen(text) : 0,
-                                  .timeout_ms = CLI_TIMEOUT_MS};
+                                  .timeout_ms = cli__timeout_ms};
     int rc = al_http_call(&o, &r, &err);
     free(text);
     if (rc) {
@@ -128,6 +140,35 @@ static char *sb_cli__urlenc(const char *s)
     return o;
 }
 
+/* Every page of a list the API pages with nextToken / x-next-token (path has its query,
+ * with limit), appended to all: 0, or 1 (printed). */
+static int sb_cli__get_pages(const char *path0, json_t *all)
+{
+    char token[256] = "";
+    do {
+        struct al_buf path = AL_BUF_INIT;
+        al_buf_printf(&path, "%s", path0);
+        if (token[0])
+            al_buf_printf(&path, "&nextToken=%s", token);
+        int status;
+        json_t *out = NULL;
+        struct al_http_resp r = {0};
+        int rc = cp_cli_call("GET", path.data, NULL, &status, &out, &r);
+        al_buf_free(&path);
+        if (rc || status != 200 || !json_is_array(out)) {
+            json_decref(out);
+            al_http_resp_free(&r);
+            return 1;
+        }
+        const char *nt = al_http_resp_header(&r, "x-next-token");
+        snprintf(token, sizeof token, "%s", nt ? nt : "");
+        json_array_extend(all, out);
+        json_decref(out);
+        al_http_resp_free(&r);
+    } while (token[0]);
+    return 0;
+}
+
 static int sb_cli__ls(int argc, char **argv)
 {
     bool as_json = false;
@@ -165,37 +206,17 @@ static int sb_cli__ls(int argc, char **argv)
         }
     }
     json_t *all = json_array();
-    char token[256] = "";
-    int rc = 0;
-    do {
-        struct al_buf path = AL_BUF_INIT;
-        al_buf_printf(&path, "/v2/sandboxes?limit=100");
-        if (state)
-            al_buf_printf(&path, "&state=%s", state);
-        if (md.len) {
-            char *e = sb_cli__urlenc(md.data);
-            al_buf_printf(&path, "&metadata=%s", e);
-            free(e);
-        }
-        if (token[0])
-            al_buf_printf(&path, "&nextToken=%s", token);
-        int status;
-        json_t *out = NULL;
-        struct al_http_resp r = {0};
-        if (cp_cli_call("GET", path.data, NULL, &status, &out, &r) || status != 200) {
-            al_buf_free(&path);
-            json_decref(out);
-            al_http_resp_free(&r);
-            rc = 1;
-            break;
-        }
-        const char *nt = al_http_resp_header(&r, "x-next-token");
-        snprintf(token, sizeof token, "%s", nt ? nt : "");
-        json_array_extend(all, out);
-        json_decref(out);
-        al_http_resp_free(&r);
-        al_buf_free(&path);
-    } while (token[0]);
+    struct al_buf path = AL_BUF_INIT;
+    al_buf_printf(&path, "/v2/sandboxes?limit=100");
+    if (state)
+        al_buf_printf(&path, "&state=%s", state);
+    if (md.len) {
+        char *e = sb_cli__urlenc(md.data);
+        al_buf_printf(&path, "&metadata=%s", e);
+        free(e);
+    }
+    int rc = sb_cli__get_pages(path.data, all);
+    al_buf_free(&path);
     al_buf_free(&md);
     if (!rc) {
         if (as_json) {
@@ -614,6 +635,162 @@ static int sb_cli__exec(int argc, char **argv)
     return x.exit_code & 0xff;
 }
 
+/* A whole number from min to max for option opt of command cmd; false (printed) if not. */
+static bool sb_cli__uint(const char *cmd, const char *opt, const char *s, unsigned long long min,
+                         unsigned long long max, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end || errno || *s == '-' || v < min || v > max) {
+        fprintf(stderr, "airlock sandbox %s: %s wants a whole number from %llu to %llu, not '%s'\n",
+                cmd, opt, min, max, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* snapshot ID [--name NAME] [--json] */
+static int sb_cli__snapshot(int argc, char **argv)
+{
+    bool as_json = false;
+    json_t *body = json_object();
+    static const struct option opts[] = {{"name", required_argument, NULL, 'n'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'n') {
+            json_object_set_new(body, "name", json_string(optarg));
+        } else if (c == 'j') {
+            as_json = true;
+        } else {
+            json_decref(body);
+            sb_cli__usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "airlock sandbox snapshot: one sandbox id, please\n");
+        json_decref(body);
+        return 2;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "/sandboxes/%s/snapshots", argv[optind]);
+    int status, rc = 1;
+    json_t *out = NULL;
+    cli__timeout_ms = CLI_COPY_TIMEOUT_MS;
+    if (cp_cli_call("POST", path, body, &status, &out, NULL) == 0 && status == 201) {
+        rc = 0;
+        if (as_json) {
+            cp_cli_print(out);
+        } else {
+            printf("%s", json_string_value(json_object_get(out, "snapshotID")));
+            size_t i;
+            json_t *n;
+            json_array_foreach(json_object_get(out, "names"), i, n)
+                printf(" %s", json_string_value(n));
+            printf("\n");
+        }
+    }
+    json_decref(out);
+    json_decref(body);
+    return rc;
+}
+
+/* rollback ID SNAPSHOT [--json] */
+static int sb_cli__rollback(int argc, char **argv)
+{
+    bool as_json = argc > 1 && strcmp(argv[argc - 1], "--json") == 0;
+    if (as_json)
+        argc--;
+    if (argc != 3 || argv[1][0] == '-' || argv[2][0] == '-') {
+        fprintf(stderr, "airlock sandbox rollback: wants ID SNAPSHOT [--json]\n");
+        return 2;
+    }
+    json_t *body = json_pack("{s:s}", "snapshotID", argv[2]);
+    char path[256];
+    snprintf(path, sizeof path, "/sandboxes/%s/rollback", argv[1]);
+    int status, rc = 1;
+    json_t *out = NULL;
+    cli__timeout_ms = CLI_COPY_TIMEOUT_MS;
+    if (cp_cli_call("POST", path, body, &status, &out, NULL) == 0 && status == 200) {
+        rc = 0;
+        if (as_json)
+            cp_cli_print(out);
+        else
+            printf("rolled back %s to %s\n", argv[1], argv[2]);
+    }
+    json_decref(out);
+    json_decref(body);
+    return rc;
+}
+
+/* fork ID [--count N] [--timeout SECONDS] [--json] */
+static int sb_cli__fork(int argc, char **argv)
+{
+    bool as_json = false;
+    json_t *body = json_object();
+    static const struct option opts[] = {{"count", required_argument, NULL, 'c'},
+                                         {"timeout", required_argument, NULL, 't'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    unsigned long long v;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'c' && sb_cli__uint("fork", "--count", optarg, 1, 100000, &v)) {
+            json_object_set_new(body, "count", json_integer((json_int_t)v));
+        } else if (c == 't' && sb_cli__uint("fork", "--timeout", optarg, 1, 31536000, &v)) {
+            json_object_set_new(body, "timeout", json_integer((json_int_t)v));
+        } else if (c == 'j') {
+            as_json = true;
+        } else {
+            if (c != 'c' && c != 't')
+                sb_cli__usage(stderr);
+            json_decref(body);
+            return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "airlock sandbox fork: one sandbox id, please\n");
+        json_decref(body);
+        return 2;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "/sandboxes/%s/fork", argv[optind]);
+    int status, rc = 1;
+    json_t *out = NULL;
+    cli__timeout_ms = CLI_COPY_TIMEOUT_MS;
+    if (cp_cli_call("POST", path, body, &status, &out, NULL) == 0 && status == 201 &&
+        json_is_array(out)) {
+        rc = 0;
+        if (as_json)
+            cp_cli_print(out);
+        size_t i;
+        json_t *e;
+        json_array_foreach(out, i, e)
+        {
+            const char *id =
+                json_string_value(json_object_get(json_object_get(e, "sandbox"), "sandboxID"));
+            json_t *err = json_object_get(e, "error");
+            if (id && !as_json) {
+                printf("%s\n", id);
+            } else if (!id) {
+                rc = 1;
+                fprintf(stderr, "airlock sandbox fork: copy %zu did not start: %d: %s\n", i + 1,
+                        (int)json_integer_value(json_object_get(err, "code")),
+                        json_string_value(json_object_get(err, "message")) ?: "(no message)");
+            }
+        }
+    }
+    json_decref(out);
+    json_decref(body);
+    return rc;
+}
+
 int sandbox_cli_main(int argc, char **argv)
 {
     if (sodium_init() < 0)
@@ -635,6 +812,12 @@ int sandbox_cli_main(int argc, char **argv)
         return sb_cli__exec(argc, argv);
     if (!strcmp(cmd, "logs"))
         return sb_cli__logs(argc, argv);
+    if (!strcmp(cmd, "snapshot"))
+        return sb_cli__snapshot(argc, argv);
+    if (!strcmp(cmd, "rollback"))
+        return sb_cli__rollback(argc, argv);
+    if (!strcmp(cmd, "fork"))
+        return sb_cli__fork(argc, argv);
     if (argc < 2) {
         sb_cli__usage(stderr);
         return 2;
@@ -934,5 +1117,125 @@ int events_cli_main(int argc, char **argv)
         return ev_cli__tail(argc, argv);
     fprintf(stderr, "airlock events: unknown command '%s'\n\n", cmd);
     ev_cli__usage(stderr);
+    return 2;
+}
+
+/* ---- airlock snapshot -------------------------------------------------------------------- */
+
+static void snap_cli__usage(FILE *f)
+{
+    fprintf(f,
+            "usage: airlock [--state-dir DIR] snapshot <command>\n"
+            "\n"
+            "  ls [--sandbox ID] [--name NAME] [--json]\n"
+            "         the snapshots taken through this CLI (airlock sandbox snapshot), oldest\n"
+            "         first; those of an API key are its own (Sandbox.listSnapshots)\n"
+            "  rm SNAPSHOT...\n"
+            "         deletes them (sandboxes started from one keep their copy)\n"
+            "\n"
+            "Talks to airlockd on %s/run/airlockd.sock.\n",
+            al_state_dir());
+}
+
+static int snap_cli__ls(int argc, char **argv)
+{
+    bool as_json = false;
+    const char *sandbox = NULL, *name = NULL;
+    static const struct option opts[] = {{"sandbox", required_argument, NULL, 's'},
+                                         {"name", required_argument, NULL, 'n'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {NULL, 0, NULL, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 's') {
+            sandbox = optarg;
+        } else if (c == 'n') {
+            name = optarg;
+        } else if (c == 'j') {
+            as_json = true;
+        } else {
+            snap_cli__usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        snap_cli__usage(stderr);
+        return 2;
+    }
+    json_t *all = json_array();
+    struct al_buf path = AL_BUF_INIT;
+    al_buf_printf(&path, "/snapshots?limit=100");
+    const char *keys[] = {"sandboxID", "name"}, *vals[] = {sandbox, name};
+    for (int i = 0; i < 2; i++) {
+        if (!vals[i])
+            continue;
+        char *e = sb_cli__urlenc(vals[i]);
+        al_buf_printf(&path, "&%s=%s", keys[i], e ? e : "");
+        free(e);
+    }
+    int rc = sb_cli__get_pages(path.data, all);
+    al_buf_free(&path);
+    if (!rc && as_json) {
+        cp_cli_print(all);
+    } else if (!rc) {
+        printf("%-26s %-22s %-24s %10s %-24s %s\n", "ID", "SANDBOX", "TEMPLATE", "SIZE", "CREATED",
+               "NAMES");
+        size_t i;
+        json_t *s;
+        json_array_foreach(all, i, s)
+        {
+            struct al_buf names = AL_BUF_INIT;
+            size_t j;
+            json_t *n;
+            json_array_foreach(json_object_get(s, "names"), j, n)
+                al_buf_printf(&names, "%s%s", j ? "," : "", json_string_value(n));
+            printf("%-26s %-22s %-24s %10lld %-24s %s\n",
+                   json_string_value(json_object_get(s, "snapshotID")),
+                   json_string_value(json_object_get(s, "sandboxID")),
+                   json_string_value(json_object_get(s, "templateID")),
+                   (long long)json_integer_value(json_object_get(s, "sizeBytes")),
+                   json_string_value(json_object_get(s, "createdAt")),
+                   names.len ? names.data : "-");
+            al_buf_free(&names);
+        }
+    }
+    json_decref(all);
+    return rc;
+}
+
+int snapshot_cli_main(int argc, char **argv)
+{
+    if (sodium_init() < 0)
+        return 1;
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
+        !strcmp(argv[1], "help")) {
+        snap_cli__usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    argc--;
+    argv++;
+    if (!strcmp(cmd, "ls") || !strcmp(cmd, "list"))
+        return snap_cli__ls(argc, argv);
+    if (!strcmp(cmd, "rm") || !strcmp(cmd, "delete")) {
+        if (argc < 2) {
+            fprintf(stderr, "airlock snapshot rm: which snapshots?\n");
+            return 2;
+        }
+        int rc = 0;
+        for (int i = 1; i < argc; i++) {
+            char path[256];
+            snprintf(path, sizeof path, "/templates/%s", argv[i]);
+            int status;
+            if (cp_cli_call("DELETE", path, NULL, &status, NULL, NULL) || status != 204)
+                rc = 1;
+            else
+                printf("deleted %s\n", argv[i]);
+        }
+        return rc;
+    }
+    fprintf(stderr, "airlock snapshot: unknown command '%s'\n\n", cmd);
+    snap_cli__usage(stderr);
     return 2;
 }

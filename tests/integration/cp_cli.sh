@@ -2,8 +2,9 @@
 # tests/integration/cp_cli.sh: the `airlock` commands of the control plane against a running
 # airlockd (test backend, loopback-only world): `apikey create|ls|revoke` (a revoked key
 # stops working at once, keys are stored as digests only, roles: admin by default, an auditor
-# key refused a creation), `sandbox create|ls|info|exec|
-# logs|pause|resume|kill`, exit statuses, and the messages for a wrong state directory.
+# key refused a creation), `sandbox create|ls|info|exec|logs|pause|resume|kill`, the refusals
+# of `sandbox snapshot|rollback|fork` and `snapshot ls|rm` by this backend (a jail does them:
+# snap_api.sh), exit statuses, and the messages for a wrong state directory.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 [ -x "$AIRLOCK_BIN/airlock-agent-dev" ] || { echo "cp_cli: airlock-agent-dev is not built: SKIP"; exit 0; }
@@ -64,10 +65,31 @@ al_match "exec: options after the ID, as the usage shows" '^/tmp v$' \
   cp_cli sandbox exec "$SB" --cwd /tmp --env V=v -- 'echo $(pwd) $V'
 al_match "exec: options before the ID" '^/tmp w$' \
   cp_cli sandbox exec --cwd /tmp --env V=w "$SB" -- 'echo $(pwd) $V'
-al_ok "kill" cp_cli sandbox kill "$SB"
-al_fail "kill again: not found" cp_cli sandbox kill "$SB"
 # Failures: exit status 1 and a message that says why.
 fails_with() { "$@" 2>&1; [ $? = 1 ]; }
+al_note "snapshot, rollback, fork: refused by the test backend, saying why (snap_api: a jail)"
+al_match "snapshot" "501: cannot snapshot sandbox $SB: the test backend has no snapshots" \
+  fails_with cp_cli sandbox snapshot "$SB" --name n1
+al_match "snapshot: a bad name is airlockd's 400" "400: name: must be 1 to 64" \
+  fails_with cp_cli sandbox snapshot "$SB" --name ../x
+al_match "rollback to a snapshot that does not exist" 'snapshot "snap_aaaaaaaaaaaaaaaaaaa0" not found' \
+  fails_with cp_cli sandbox rollback "$SB" snap_aaaaaaaaaaaaaaaaaaa0
+al_match "rollback: usage" "wants ID SNAPSHOT" usage_error cp_cli sandbox rollback "$SB"
+al_match "fork" "501: cannot fork sandbox $SB: the test backend has no snapshots" \
+  fails_with cp_cli sandbox fork "$SB" --count 2
+al_match "fork --count 0: a usage error" "--count wants a whole number from 1" \
+  usage_error cp_cli sandbox fork "$SB" --count 0
+al_match "fork --count x: a usage error" "not 'x'" usage_error cp_cli sandbox fork "$SB" --count x
+al_match "fork beyond sandboxes.max_fork: airlockd's 400" "400: .*sandboxes.max_fork" \
+  fails_with cp_cli sandbox fork "$SB" --count 101
+al_match "fork of a sandbox that does not exist" '404: sandbox "nosuchsandbox" not found' \
+  fails_with cp_cli sandbox fork nosuchsandbox
+al_eq "snapshot ls --json: none" "$(cp_cli snapshot ls --json)" "[]"
+al_match "snapshot ls: the header" "^ID +SANDBOX +TEMPLATE +SIZE +CREATED +NAMES$" cp_cli snapshot ls
+al_match "snapshot rm of none: not found" 'snapshot "snap_aaaaaaaaaaaaaaaaaaa0" not found' \
+  fails_with cp_cli snapshot rm snap_aaaaaaaaaaaaaaaaaaa0
+al_ok "kill" cp_cli sandbox kill "$SB"
+al_fail "kill again: not found" cp_cli sandbox kill "$SB"
 al_match "create with an unknown template: the reason" "template 'nope' not found" \
   fails_with cp_cli sandbox create nope
 al_match "a wrong state directory: the reason" "cannot reach airlockd" \

@@ -6,7 +6,8 @@
 # airlock-vmm copies a second snapshot leaves no snapshot anyone can list or start from, and
 # the next start removes its files (the copy airlock-vmm finished, or its .tmp- directory);
 # the sandbox it was taken of runs on. A fork of 5 starts five new sandboxes with the parent's
-# files, each writing on its own, and leaves no snapshot behind. A rollback to it restores the sandbox's files in place
+# files, each writing on its own, and leaves no snapshot behind; the CLI's snapshot, rollback,
+# fork and snapshot ls|rm do the same. A rollback to it restores the sandbox's files in place
 # (same id and expiry, an event), and SIGKILL of airlockd in the middle of one leaves the
 # sandbox rolled back (airlock-vmm completes it) and adopted at the next start. Deleting the
 # snapshot removes its files. At the end nothing is left.
@@ -168,6 +169,29 @@ al_match "the forked event counts the failure" '"failed":1' \
 al_eq "no checkpoint left" "$(snap_entries)" "$S1"
 for f in "${F[@]}" "$G"; do al_ok "kill $f" cp_cli sandbox kill "$f"; done
 al_ok "kill $C" cp_cli sandbox kill "$C"
+
+al_note "the CLI: airlock sandbox snapshot|rollback|fork, airlock snapshot ls|rm"
+D=$(cp_create)
+al_ok "a file in $D" cp_exec "$D" sh -c 'echo one > /home/user/cli'
+al_ok "sandbox snapshot --name" cp_cli sandbox snapshot "$D" --name clisnap
+CS=${AL_OUT%% *}
+al_match "it prints the snapshot's id and name" '^snap_[a-z0-9]{20} clisnap:v1$' echo "$AL_OUT"
+al_match "snapshot ls shows it" "^$CS +$D +base[^ ]* +[0-9]+ +[0-9T:.Z-]+ +clisnap:v1$" cp_cli snapshot ls
+al_match "snapshot ls --sandbox --json" "\"snapshotID\": \"$CS\"" cp_cli snapshot ls --sandbox "$D" --json
+al_eq "the CLI's snapshots are its own: none of the API key's" "$(cp_cli snapshot ls --json | grep -c snapshotID)" 1
+al_ok "the file changed" cp_exec "$D" sh -c 'echo two > /home/user/cli'
+al_match "sandbox rollback" "^rolled back $D to $CS$" cp_cli sandbox rollback "$D" "$CS"
+al_eq "the file as snapshotted" "$(cp_exec "$D" cat /home/user/cli)" one
+al_ok "sandbox fork --count 2" cp_cli sandbox fork "$D" --count 2 --timeout 300
+mapfile -t DF <<<"$AL_OUT"
+al_eq "it prints two new ids" "$(printf '%s\n' "${DF[@]}" | grep -cE '^[a-z0-9]{20}$')" 2
+for f in "${DF[@]}"; do al_eq "$f has the file" "$(cp_exec "$f" cat /home/user/cli)" one; done
+al_match "sandbox fork --json: the API's answer" '"sandbox": \{' cp_cli sandbox fork "$D" --json
+DF+=($(grep -oE '"sandboxID": "[a-z0-9]{20}"' <<<"$AL_OUT" | cut -d'"' -f4))
+al_eq "three copies in all" "${#DF[@]}" 3
+al_match "snapshot rm" "^deleted $CS$" cp_cli snapshot rm "$CS"
+al_eq "snapshot ls: none left" "$(cp_cli snapshot ls --json)" "[]"
+for s in "${DF[@]}" "$D"; do al_ok "kill $s" cp_cli sandbox kill "$s"; done
 
 al_note "delete"
 al_eq "DELETE /templates/$S1" "$(cp_api -o /dev/null -w '%{http_code}' -X DELETE "$CP_URL/templates/$S1")" 204
