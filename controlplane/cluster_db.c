@@ -19,24 +19,30 @@ struct cp_cluster_db {
 
 /* The migrations, in order; migration i brings the schema to version i + 1. Each runs in the
  * one transaction of cp_cluster_db_migrate, with the version row it adds. Never edit a
- * released one: add the next. */
-static const char *const cluster_db__migrations[CP_CLUSTER_SCHEMA_VERSION] = {
+ * released one: add the next. requires: the oldest schema version a binary must know to
+ * work on the database once it is applied: a migration that only adds (a table, a column with
+ * a default, an index) keeps the previous requires, so nodes not yet upgraded keep working
+ * during a rolling upgrade; one that changes what older binaries rely on raises it. */
+static const struct {
+    int requires;
+    const char *sql;
+} cluster_db__migrations[CP_CLUSTER_SCHEMA_VERSION] = {
     /* 1: nodes and their leases */
-    "CREATE TABLE nodes ("
-    " id text PRIMARY KEY CHECK (id ~ '^[a-z0-9][a-z0-9.-]{0,62}$'),"
-    " address text NOT NULL,"
-    " instance text NOT NULL,"
-    " cpu integer NOT NULL CHECK (cpu > 0),"
-    " memory_bytes bigint NOT NULL CHECK (memory_bytes > 0),"
-    " sandboxes_max integer NOT NULL CHECK (sandboxes_max > 0),"
-    " sandboxes_running integer NOT NULL DEFAULT 0 CHECK (sandboxes_running >= 0),"
-    " cordoned boolean NOT NULL DEFAULT false,"
-    " airlockd_version text NOT NULL,"
-    " schema_version integer NOT NULL,"
-    " registered_at timestamptz NOT NULL DEFAULT now(),"
-    " heartbeat_at timestamptz NOT NULL DEFAULT now(),"
-    " lease_expires_at timestamptz NOT NULL);"
-    "CREATE INDEX nodes_lease ON nodes (lease_expires_at);",
+    {1, "CREATE TABLE nodes ("
+        " id text PRIMARY KEY CHECK (id ~ '^[a-z0-9][a-z0-9.-]{0,62}$'),"
+        " address text NOT NULL,"
+        " instance text NOT NULL,"
+        " cpu integer NOT NULL CHECK (cpu > 0),"
+        " memory_bytes bigint NOT NULL CHECK (memory_bytes > 0),"
+        " sandboxes_max integer NOT NULL CHECK (sandboxes_max > 0),"
+        " sandboxes_running integer NOT NULL DEFAULT 0 CHECK (sandboxes_running >= 0),"
+        " cordoned boolean NOT NULL DEFAULT false,"
+        " airlockd_version text NOT NULL,"
+        " schema_version integer NOT NULL,"
+        " registered_at timestamptz NOT NULL DEFAULT now(),"
+        " heartbeat_at timestamptz NOT NULL DEFAULT now(),"
+        " lease_expires_at timestamptz NOT NULL);"
+        "CREATE INDEX nodes_lease ON nodes (lease_expires_at);"},
 };
 
 /* The error of a failed call, as libpq words it (one line, no secrets: libpq never puts a
@@ -48,9 +54,16 @@ static int cluster_db__fail(struct al_error *err, int code, const char *what, co
     size_t l = strlen(m);
     while (l && (m[l - 1] == '\n' || m[l - 1] == ' '))
         m[--l] = '\0';
-    for (char *p = m; *p; p++)
-        if (*p == '\n')
-            *p = ' ';
+    /* libpq's lines ("...\n\tThis probably means...") as one: runs of white space become
+     * one space. */
+    char *w = m;
+    for (const char *p = m; *p; p++) {
+        bool sp = *p == '\n' || *p == '\t' || *p == ' ';
+        if (sp && (w == m || w[-1] == ' '))
+            continue;
+        *w++ = sp ? ' ' : *p;
+    }
+    *w = '\0';
     return al_error_set(err, code, "cluster database: %s: %s", what, m);
 }
 
@@ -189,33 +202,38 @@ int cp_cluster_db_migrate(struct cp_cluster_db *db, int *version, struct al_erro
                                "SELECT pg_advisory_xact_lock(" CLUSTER_DB__MIGRATE_LOCK ");"
                                "CREATE TABLE IF NOT EXISTS schema_version ("
                                " version integer PRIMARY KEY,"
+                               " requires integer NOT NULL,"
                                " applied_at timestamptz NOT NULL DEFAULT now(),"
                                " airlockd_version text NOT NULL)",
                                "migrations", err)))
         return cluster_db__rollback(db, rc);
-    PGresult *r = PQexec(db->conn, "SELECT coalesce(max(version), 0) FROM schema_version");
+    PGresult *r = PQexec(db->conn, "SELECT coalesce(max(version), 0), coalesce(max(requires), 0)"
+                                   " FROM schema_version");
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
         return cluster_db__rollback(db, cluster_db__res_fail(db, r, "migrations", err));
-    int cur = atoi(PQgetvalue(r, 0, 0));
+    int cur = atoi(PQgetvalue(r, 0, 0)), requires = atoi(PQgetvalue(r, 0, 1));
     PQclear(r);
-    if (cur > CP_CLUSTER_SCHEMA_VERSION) {
+    if (requires > CP_CLUSTER_SCHEMA_VERSION) {
         cluster_db__rollback(db, 0);
         return al_error_set(err, -EPROTO,
-                            "cluster database: its schema is version %d, newer than this "
-                            "airlockd (%s) knows (%d): a newer airlockd migrated it; run that "
-                            "version here too (never an older binary against a newer schema)",
-                            cur, AIRLOCK_VERSION, CP_CLUSTER_SCHEMA_VERSION);
+                            "cluster database: its schema is version %d and needs an airlockd "
+                            "that knows version %d at least; this one (%s) knows %d: upgrade "
+                            "this airlockd (a newer one migrated the database)",
+                            cur, requires, AIRLOCK_VERSION, CP_CLUSTER_SCHEMA_VERSION);
     }
     for (int v = cur + 1; v <= CP_CLUSTER_SCHEMA_VERSION; v++) {
         char what[64];
         snprintf(what, sizeof what, "migration to schema version %d", v);
-        if ((rc = cluster_db__exec(db, cluster_db__migrations[v - 1], what, err)))
+        if ((rc = cluster_db__exec(db, cluster_db__migrations[v - 1].sql, what, err)))
             return cluster_db__rollback(db, rc);
-        char vs[16];
+        char vs[16], rs[16];
         snprintf(vs, sizeof vs, "%d", v);
-        const char *const p[] = {vs, AIRLOCK_VERSION};
-        r = cluster_db__params(
-            db, "INSERT INTO schema_version (version, airlockd_version) VALUES ($1, $2)", 2, p);
+        snprintf(rs, sizeof rs, "%d", cluster_db__migrations[v - 1].requires);
+        const char *const p[] = {vs, rs, AIRLOCK_VERSION};
+        r = cluster_db__params(db,
+                               "INSERT INTO schema_version (version, requires, airlockd_version)"
+                               " VALUES ($1, $2, $3)",
+                               3, p);
         if (PQresultStatus(r) != PGRES_COMMAND_OK)
             return cluster_db__rollback(db, cluster_db__res_fail(db, r, what, err));
         PQclear(r);

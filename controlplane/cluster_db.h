@@ -3,7 +3,7 @@
  * Owns: the connection to the cluster database (a libpq conninfo from cluster.database; its
  * secrets never logged: cp_cluster_db_describe names only host, port, database and user), the
  * versioned schema (migrations applied in one transaction, serialised across processes by an
- * advisory lock; a database whose schema is newer than this binary knows is refused), and the
+ * advisory lock; a database whose schema needs a newer binary than this one is refused), and the
  * nodes table: registration, heartbeats renewing a lease, release, and listing with the lease
  * state. Every lease decision uses the database's clock (now()), never a process's: nodes and
  * gateways on different machines agree on which leases are valid whatever their clocks say.
@@ -59,7 +59,9 @@ bool cp_cluster_db_ok(const struct cp_cluster_db *db);
 void cp_cluster_db_describe(const char *conninfo, char *out, size_t len);
 
 /* Brings the schema to CP_CLUSTER_SCHEMA_VERSION in one transaction; *version (may be NULL)
- * gets the schema's version afterwards. -EPROTO: the schema is newer than this binary. */
+ * gets the schema's version afterwards (above CP_CLUSTER_SCHEMA_VERSION when a newer airlockd
+ * migrated it with changes this one can still work with: only additions). -EPROTO: the schema
+ * needs a newer binary than this one. */
 int cp_cluster_db_migrate(struct cp_cluster_db *db, int *version, struct al_error *err);
 
 /* Registers n (or renews its registration) with a lease of lease_ms from the database's now.

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "cluster_db.h"
 #include "common/paths.h"
 #include "record.h"
 #include "warm.h"
@@ -21,6 +22,7 @@ static const char *const cfg__formats[] = {"auto", "text", "json", NULL};
 static const char *const cfg__backends[] = {"auto", "jail", "kvm", "test", NULL};
 static const char *const cfg__shutdown[] = {"kill", "keep", NULL};
 static const char *const cfg__tri[] = {"auto", "on", "off", NULL};
+static const char *const cfg__roles[] = {"standalone", "node", "gateway", NULL};
 
 const struct al_cfg_field cp_config_fields[] = {
     {.key = "listen",
@@ -587,6 +589,52 @@ const struct al_cfg_field cp_config_fields[] = {
      .max = 60000,
      .help = "how often the free space is checked (and at every creation)"},
 
+    {.key = "cluster.role",
+     .type = AL_CFG_ENUM,
+     .offset = F(cluster_role),
+     .def = "standalone",
+     .env = "AIRLOCK_CLUSTER_ROLE",
+     .choices = cfg__roles,
+     .help = "standalone: one airlockd, no cluster database; node: runs sandboxes and "
+             "registers in cluster.database with a lease it renews; gateway: reads the "
+             "cluster's nodes (placement and routing through gateways are not built yet; "
+             "docs/cluster.md)"},
+    {.key = "cluster.database",
+     .type = AL_CFG_STR,
+     .offset = F(cluster_database),
+     .env = "AIRLOCK_CLUSTER_DATABASE",
+     .help = "the cluster's PostgreSQL, as a libpq connection string or URI (needed by node "
+             "and gateway); keep the password out of it: libpq reads PGPASSFILE or "
+             "PGPASSWORD. airlockd logs only its host, port, database and user"},
+    {.key = "cluster.node_id",
+     .type = AL_CFG_STR,
+     .offset = F(cluster_node_id),
+     .env = "AIRLOCK_CLUSTER_NODE_ID",
+     .help = "this node's id in the cluster (default: the host name, lowercased; 1..63 of "
+             "a-z 0-9 . -)"},
+    {.key = "cluster.advertise",
+     .type = AL_CFG_STR,
+     .offset = F(cluster_advertise),
+     .env = "AIRLOCK_CLUSTER_ADVERTISE",
+     .help = "HOST:PORT where gateways reach this node's API (default: the listen address; "
+             "required when that is 0.0.0.0 or ::)"},
+    {.key = "cluster.lease",
+     .type = AL_CFG_DURATION,
+     .offset = F(cluster_lease_ms),
+     .def = "15s",
+     .min = 1000,
+     .max = 600000,
+     .help = "how long a node's registration stays valid without a heartbeat (judged by the "
+             "database's clock); a node silent for longer counts as gone"},
+    {.key = "cluster.heartbeat_interval",
+     .type = AL_CFG_DURATION,
+     .offset = F(cluster_heartbeat_ms),
+     .def = "0",
+     .min = 0,
+     .max = 300000,
+     .help = "how often a node renews its lease, and retries an unreachable database (0: a "
+             "third of cluster.lease); less than cluster.lease"},
+
     {.key = "egress.mode",
      .type = AL_CFG_ENUM,
      .offset = F(egress),
@@ -735,6 +783,28 @@ int cp_config_finish(struct cp_config *c, struct al_diags *d)
             rc = al_diags_add(d, AL_DIAG_ERROR, "sandboxes.warm.templates", 0, 0, "bad_warm", "%s",
                               al_error_str(&e));
     }
+    bool has_db = c->cluster_database && c->cluster_database[0];
+    if (c->cluster_role != CP_CLUSTER_STANDALONE && !has_db)
+        rc = al_diags_add(d, AL_DIAG_ERROR, "cluster.database", 0, 0, "bad_cluster",
+                          "cluster.role %s needs cluster.database (the cluster's PostgreSQL, "
+                          "e.g. \"host=db.internal dbname=airlock user=airlock\")",
+                          c->cluster_role == CP_CLUSTER_NODE ? "node" : "gateway");
+    if (c->cluster_heartbeat_ms && c->cluster_heartbeat_ms >= c->cluster_lease_ms)
+        rc = al_diags_add(d, AL_DIAG_ERROR, "cluster.heartbeat_interval", 0, 0, "bad_cluster",
+                          "cluster.heartbeat_interval must be shorter than cluster.lease (a "
+                          "third of it leaves room for two missed heartbeats)");
+    if (c->cluster_node_id && c->cluster_node_id[0] &&
+        !cp_cluster_node_id_valid(c->cluster_node_id))
+        rc = al_diags_add(d, AL_DIAG_ERROR, "cluster.node_id", 0, 0, "bad_cluster",
+                          "cluster.node_id \"%s\" is not valid: 1..63 of a-z 0-9 . -, starting "
+                          "with a letter or digit",
+                          c->cluster_node_id);
+    if (c->cluster_role == CP_CLUSTER_NODE && (!c->cluster_advertise || !c->cluster_advertise[0]) &&
+        (strcmp(c->listen_host, "0.0.0.0") == 0 || strcmp(c->listen_host, "::") == 0))
+        rc = al_diags_add(d, AL_DIAG_ERROR, "cluster.advertise", 0, 0, "bad_cluster",
+                          "a node listening on every address (%s) must say where gateways "
+                          "reach it: set cluster.advertise (HOST:PORT)",
+                          c->listen_host);
     if (!c->default_policy || !c->default_policy[0])
         rc = al_diags_add(d, AL_DIAG_ERROR, "policies.default", 0, 0, "bad_policy",
                           "policies.default must name a policy (e.g. default, deny-all)");

@@ -22,6 +22,7 @@
 enum cp_backend_choice { CP_BACKEND_AUTO = 0, CP_BACKEND_JAIL, CP_BACKEND_KVM, CP_BACKEND_TEST };
 enum cp_on_shutdown { CP_SHUTDOWN_KILL = 0, CP_SHUTDOWN_KEEP };
 enum cp_tri { CP_TRI_AUTO = 0, CP_TRI_ON, CP_TRI_OFF };
+enum cp_cluster_role { CP_CLUSTER_STANDALONE = 0, CP_CLUSTER_NODE, CP_CLUSTER_GATEWAY };
 
 struct cp_config {
     char *listen; /* ADDR:PORT of the E2B API */
@@ -120,6 +121,14 @@ struct cp_config {
     /* the disk reserve (disk.c) */
     uint64_t disk_reserve_bytes;
     uint64_t disk_check_ms;
+
+    /* the cluster (cluster.c, docs/cluster.md) */
+    int cluster_role;        /* enum cp_cluster_role */
+    char *cluster_database;  /* libpq conninfo ("" = none: never connects) */
+    char *cluster_node_id;   /* "" = the host name */
+    char *cluster_advertise; /* HOST:PORT gateways reach this node at ("" = the API's) */
+    uint64_t cluster_lease_ms;
+    uint64_t cluster_heartbeat_ms; /* 0 = a third of the lease */
 
     /* helper daemons */
     int egress; /* enum cp_tri */

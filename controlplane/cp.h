@@ -16,8 +16,10 @@
  *   events.c     lifecycle events: recorded, listed, streamed
  *   webhooks.c   lifecycle events POSTed, signed, to the URLs API keys register
  *   warm.c       warm sandboxes: started ahead, claimed by creations
+ *   cluster.c    cluster.role: a node's lease in the cluster database, the node list
  * Threading: everything runs on the loop's thread except blocking network-provider calls,
- * which run on libuv's thread pool and report back to the loop.
+ * which run on libuv's thread pool and report back to the loop, and the cluster database's
+ * calls, on cluster.c's own thread.
  */
 #ifndef AIRLOCK_CP_H
 #define AIRLOCK_CP_H
@@ -47,6 +49,7 @@ struct cp_metrics;
 struct cp_events;
 struct cp_webhooks;
 struct cp_warm;
+struct cp_cluster;
 
 /* An operation queued on a sandbox (one runs at a time, in order). */
 enum cp_op_kind {
@@ -173,6 +176,7 @@ struct cp {
     struct cp_events *events;     /* lifecycle events (events.c) */
     struct cp_webhooks *webhooks; /* their deliveries to registered URLs (webhooks.c) */
     struct cp_warm *warm;         /* warm sandboxes (warm.c) */
+    struct cp_cluster *cluster;   /* the cluster database's thread (cluster.c), or NULL */
 
     struct cp_map sandboxes; /* id -> struct cp_sandbox */
     struct cp_map by_token;  /* token digest -> struct cp_sandbox */

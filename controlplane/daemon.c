@@ -28,6 +28,7 @@
 #include "common/paths.h"
 #include "common/util.h"
 #include "builds.h"
+#include "cluster.h"
 #include "console.h"
 #include "cp.h"
 #include "warm.h"
@@ -404,6 +405,7 @@ static void daemon__tick(uv_timer_t *t)
     cp_metrics_sample_all(cp);
     cp_pools_refill(cp);
     cp_events_tick(cp);
+    cp_cluster_tick(cp);
     if (cp->egress) {
         cp_egress_stats(cp->egress); /* refreshes the cached counters for /metrics */
         cp_egress_tick(cp->egress);
@@ -425,6 +427,7 @@ static void daemon__final(struct cp *cp)
     uv_close((uv_handle_t *)&cp->tick, daemon__handle_closed);
     cp_webhooks_close(cp);
     cp_events_close(cp);
+    cp_cluster_close(cp);
     cp_disk_close(cp);
     if (cp->pool) {
         al_http_pool_close(cp->pool);
@@ -478,6 +481,7 @@ static void daemon__stop(struct cp *cp)
     cp->stopping = true;
     cp_events_stop(cp); /* the streams end; the shutdown's events are still recorded */
     cp_webhooks_stop(cp);
+    cp_cluster_stop(cp); /* a node's lease is released: no new sandboxes come here */
     bool keep = cp->cfg.on_shutdown == CP_SHUTDOWN_KEEP;
     al_info("stopping: %s %zu sandbox%s", keep ? "leaving" : "killing", cp->n_live,
             cp->n_live == 1 ? "" : "es");
@@ -607,6 +611,12 @@ static void daemon__adopted(struct cp *cp)
     uv_timer_start(&cp->tick, daemon__tick, cp->cfg.metrics_interval_ms,
                    cp->cfg.metrics_interval_ms);
     cp_disk_init(cp);
+    /* A node registers once it serves (its address is the API's). */
+    if (cp_cluster_start(cp)) {
+        al_error("airlockd cannot join the cluster: stopping");
+        daemon__stop(cp);
+        return;
+    }
     daemon__banner(cp);
 }
 
@@ -976,6 +986,7 @@ int cp_main(int argc, char **argv)
 out:
     cp_webhooks_close(cp);
     cp_events_close(cp);
+    cp_cluster_close(cp);
     if (cp->loop) {
         /* Let closing handles finish, then release the loop. */
         uv_run(cp->loop, UV_RUN_NOWAIT);

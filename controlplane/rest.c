@@ -24,6 +24,7 @@
 #include "common/percent.h"
 #include "common/util.h"
 #include "builds.h"
+#include "cluster.h"
 #include "console.h"
 #include "cp.h"
 #include "transforms.h"
@@ -1146,7 +1147,7 @@ void cp_on_request(struct al_http_req *req, void *ctx)
         cp_rest_error(req, 403, "%s", al_error_str(&err));
         return;
     }
-    if (cp_console_api_route(cp, req, &who))
+    if (cp_cluster_route(cp, req) || cp_console_api_route(cp, req, &who))
         return;
     bool v2 = strncmp(p, "/v2/", 4) == 0;
     const char *rp = v2 ? p + 3 : p;

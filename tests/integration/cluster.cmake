@@ -1,0 +1,4 @@
+# Cluster integration tests (docs/cluster.md): airlockd's roles against a private PostgreSQL
+# 15 that each test starts itself (tests/lib/pg.sh).
+airlock_script_test(NAME cluster_node SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cluster_node.sh
+                    LABELS controlplane cluster TIMEOUT 600)
