@@ -2,21 +2,28 @@
 # bench/snap_api_bench.sh: jail snapshots through airlockd's E2B API, against the sandbox's
 # dirty size. One JSON line per size and round:
 #   {"bench":"snap_api","dirty_mb":N,"round":R,"snapshot_ms","size_bytes",
-#    "create_from_snapshot_ms","create_plain_ms","delete_ms"}
+#    "create_from_snapshot_ms","create_plain_ms","rollback_ms","fork_N_ms"...,"delete_ms"}
 # snapshot_ms: POST /sandboxes/{id}/snapshots until its 201 (freeze, copy, thaw, sync,
 # record); create_from_snapshot_ms: POST /v2/sandboxes with the snapshot id until its 201
 # (the sandbox's agent answers /health), create_plain_ms the same from the template, at the
-# same moment; delete_ms: DELETE /templates/{snapshotID}. airlockd runs in a network
+# same moment; rollback_ms: POST /sandboxes/{id}/rollback to the snapshot until its 200 (the
+# processes stopped, the files copied back, the new agent answering); fork_N_ms, for each N
+# of --forks: POST /sandboxes/{id}/fork with count N until its 201 (the checkpoint, a
+# snapshot of the same dirty size, and N starts from it, every copy's agent answering; each
+# copy must have started); delete_ms: DELETE /templates/{snapshotID}. The snapshot, in the
+# same round, is the reference for the rollback and the fork. airlockd runs in a network
 # namespace of its own (network off), on the template base. Needs root and a built tree:
-#   AIRLOCK_SOURCE_DIR=. AIRLOCK_BIN=build/bin bench/snap_api_bench.sh [--sizes "1 10 100"] [--rounds 3]
+#   AIRLOCK_SOURCE_DIR=. AIRLOCK_BIN=build/bin bench/snap_api_bench.sh [--sizes "1 10 100"] [--rounds 3] [--forks "1 10"]
 set -uo pipefail
 SIZES="1 10 100"
 ROUNDS=3
+FORKS="1 10"
 while [ $# -gt 0 ]; do
   case $1 in
   --sizes) SIZES=$2; shift 2 ;;
   --rounds) ROUNDS=$2; shift 2 ;;
-  *) echo "usage: $0 [--sizes \"1 10 100\"] [--rounds N]" >&2; exit 2 ;;
+  --forks) FORKS=$2; shift 2 ;;
+  *) echo "usage: $0 [--sizes \"1 10 100\"] [--rounds N] [--forks \"1 10\"]" >&2; exit 2 ;;
   esac
 done
 export AIRLOCK_BIN=${AIRLOCK_BIN:-${AIRLOCK_SOURCE_DIR:?set AIRLOCK_SOURCE_DIR}/build/bin}
@@ -50,11 +57,30 @@ for mb in $SIZES; do
     plain_ms=$(timed -X POST "$CP_URL/v2/sandboxes" -d '{"templateID":"base","timeout":600}')
     want 201 "create plain"
     C=$(field sandboxID)
+    cp_exec "$A" sh -c 'echo after > /home/user/after' >/dev/null
+    rb_ms=$(timed -X POST "$CP_URL/sandboxes/$A/rollback" -d "{\"snapshotID\":\"$S\"}")
+    want 200 "rollback to $S"
+    forks=""
+    copies=()
+    for n in $FORKS; do
+      f_ms=$(timed -X POST "$CP_URL/sandboxes/$A/fork" -d "{\"count\":$n,\"timeout\":600}")
+      want 201 "fork of $n"
+      ids=$(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+bad = [e["error"] for e in r if "sandbox" not in e]
+if bad or len(r) != int(sys.argv[2]):
+    sys.exit("snap_api_bench: fork of %s: %s" % (sys.argv[2], bad or r))
+print(" ".join(e["sandbox"]["sandboxID"] for e in r))' "$AL_TMP/body" "$n") || exit 1
+      read -r -a got <<<"$ids"
+      copies+=("${got[@]}")
+      forks+=$(printf ',"fork_%s_ms":%s' "$n" "$f_ms")
+    done
     del_ms=$(timed -X DELETE "$CP_URL/templates/$S")
     want 204 "delete $S"
-    printf '{"bench":"snap_api","dirty_mb":%s,"round":%s,"snapshot_ms":%s,"size_bytes":%s,"create_from_snapshot_ms":%s,"create_plain_ms":%s,"delete_ms":%s}\n' \
-      "$mb" "$r" "$snap_ms" "$size" "$from_ms" "$plain_ms" "$del_ms"
-    for s in "$A" "$B" "$C"; do cp_cli sandbox kill "$s" >/dev/null; done
+    printf '{"bench":"snap_api","dirty_mb":%s,"round":%s,"snapshot_ms":%s,"size_bytes":%s,"create_from_snapshot_ms":%s,"create_plain_ms":%s,"rollback_ms":%s%s,"delete_ms":%s}\n' \
+      "$mb" "$r" "$snap_ms" "$size" "$from_ms" "$plain_ms" "$rb_ms" "$forks" "$del_ms"
+    for s in "$A" "$B" "$C" "${copies[@]}"; do cp_cli sandbox kill "$s" >/dev/null; done
   done
 done
 al_kill airlockd TERM
