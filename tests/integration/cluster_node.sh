@@ -9,7 +9,8 @@
 #     meanwhile is taken again by registering;
 #   - kill -9: the lease expires by the database's clock; a gateway lists the node as not
 #     live; a clean stop releases the lease at once;
-#   - bad configurations are refused before anything starts.
+#   - bad configurations are refused before anything starts; a standalone airlockd has no
+#     node list.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 source "$AIRLOCK_SOURCE_DIR/tests/lib/pg.sh"
@@ -131,6 +132,13 @@ al_check "registered (lease 60 s)" al_wait_until 60 eval '[ "$(sql "SELECT lease
 al_kill airlockd TERM
 al_eq "released at once" "$(sql "SELECT lease_expires_at <= now() FROM nodes WHERE id = 'node-1'")" t
 al_check "the release is logged" grep -q 'released its lease' "$AL_TMP/airlockd.log"
+
+al_note "standalone: no cluster"
+DB="" cluster_cfg standalone
+cp_start standalone || exit 1
+al_match "the node list says there is no cluster database" 'no cluster database.*standalone' nodes ""
+al_eq "... as a 404" "$(code "$CP_URL/admin/cluster/nodes")" 404
+al_kill standalone TERM
 
 al_note "secrets"
 al_check "the password is in no log" eval '! grep -rq -- "$PW" "$AL_TMP"/*.log'
