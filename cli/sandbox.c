@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/envd_proc.h"
 #include "common/http.h"
 #include "common/json.h"
 #include "common/paths.h"
@@ -376,22 +377,12 @@ static int sb_cli__logs(int argc, char **argv)
     return 0;
 }
 
-/* ---- exec: Connect streaming over the local socket -------------------------------------- */
-
-struct exec_ctx {
-    struct al_buf buf; /* undecoded envelope bytes */
-    int exit_code;
-    bool ended;
-    bool started;
-    int status;
-    char error[512];
-    bool deadline; /* the stream ended with deadline_exceeded (--timeout) */
-};
+/* ---- exec: Connect streaming over the local socket (common/envd_proc) --------------------- */
 
 static int exec__resp(struct al_http_creq *c, int status, const struct al_http_header *h, size_t n,
                       void *arg)
 {
-    struct exec_ctx *x = arg;
+    struct al_envd_stream *x = arg;
     (void)c;
     (void)h;
     (void)n;
@@ -399,83 +390,24 @@ static int exec__resp(struct al_http_creq *c, int status, const struct al_http_h
     return 0;
 }
 
-static void exec__write_b64(FILE *f, const char *b64)
+static void exec__output(void *arg, enum al_envd_stream_fd fd, const unsigned char *d, size_t n)
 {
-    size_t l = strlen(b64);
-    unsigned char *out = malloc(l + 1);
-    size_t n = 0;
-    if (out &&
-        sodium_base642bin(out, l, b64, l, NULL, &n, NULL, sodium_base64_VARIANT_ORIGINAL) == 0) {
-        fwrite(out, 1, n, f);
-        fflush(f);
-    }
-    free(out);
-}
-
-static void exec__message(struct exec_ctx *x, unsigned flags, const char *data, size_t len)
-{
-    json_t *m = json_loadb(data, len, 0, NULL);
-    if (!m)
-        return;
-    if (flags & 2) {
-        json_t *err = json_object_get(m, "error");
-        const char *msg = json_string_value(json_object_get(err, "message"));
-        const char *code = json_string_value(json_object_get(err, "code"));
-        if (msg)
-            snprintf(x->error, sizeof x->error, "%s", msg);
-        x->deadline = code && strcmp(code, "deadline_exceeded") == 0;
-        json_decref(m);
-        return;
-    }
-    json_t *ev = json_object_get(m, "event");
-    json_t *d = json_object_get(ev, "data");
-    if (json_object_get(ev, "start"))
-        x->started = true;
-    if (d) {
-        const char *o = json_string_value(json_object_get(d, "stdout"));
-        const char *e = json_string_value(json_object_get(d, "stderr"));
-        const char *p = json_string_value(json_object_get(d, "pty"));
-        if (o)
-            exec__write_b64(stdout, o);
-        if (p)
-            exec__write_b64(stdout, p);
-        if (e)
-            exec__write_b64(stderr, e);
-    }
-    json_t *end = json_object_get(ev, "end");
-    if (end) {
-        x->ended = true;
-        x->exit_code = (int)json_integer_value(json_object_get(end, "exitCode"));
-        const char *st = json_string_value(json_object_get(end, "status"));
-        if (x->exit_code == 0 && st && strncmp(st, "exit status ", 12) != 0)
-            x->exit_code = 128 + 9; /* signalled */
-    }
-    json_decref(m);
+    (void)arg;
+    FILE *f = fd == AL_ENVD_STDERR ? stderr : stdout;
+    fwrite(d, 1, n, f);
+    fflush(f);
 }
 
 static int exec__data(struct al_http_creq *c, const char *d, size_t len, void *arg)
 {
-    struct exec_ctx *x = arg;
     (void)c;
-    if (x->status != 200) {
-        al_buf_append(&x->buf, d, len);
-        return 0;
-    }
-    al_buf_append(&x->buf, d, len);
-    while (x->buf.len >= 5) {
-        const unsigned char *b = (const unsigned char *)x->buf.data;
-        size_t n = (size_t)b[1] << 24 | (size_t)b[2] << 16 | (size_t)b[3] << 8 | b[4];
-        if (x->buf.len < 5 + n)
-            break;
-        exec__message(x, b[0], x->buf.data + 5, n);
-        al_buf_consume(&x->buf, 5 + n);
-    }
+    al_envd_stream_feed(arg, d, len);
     return 0;
 }
 
 static void exec__done(struct al_http_creq *c, int err, void *arg)
 {
-    struct exec_ctx *x = arg;
+    struct al_envd_stream *x = arg;
     if (err)
         snprintf(x->error, sizeof x->error, "%s", al_http_creq_strerror(c));
 }
@@ -555,30 +487,15 @@ static int sb_cli__exec(int argc, char **argv)
         for (; optind < argc; optind++)
             json_array_append_new(args, json_string(argv[optind]));
     }
-    json_t *proc = json_pack("{s:s,s:o,s:o}", "cmd", cmd, "args", args, "envs", env);
-    if (cwd)
-        json_object_set_new(proc, "cwd", json_string(cwd));
-    json_t *req = json_pack("{s:o,s:b}", "process", proc, "stdin", 0);
-    char *msg = json_dumps(req, JSON_COMPACT);
-    json_decref(req);
-    size_t ml = strlen(msg);
-    unsigned char *env5 = malloc(ml + 5);
-    env5[0] = 0;
-    env5[1] = (unsigned char)(ml >> 24);
-    env5[2] = (unsigned char)(ml >> 16);
-    env5[3] = (unsigned char)(ml >> 8);
-    env5[4] = (unsigned char)ml;
-    memcpy(env5 + 5, msg, ml);
-    free(msg);
-    char auth[300] = "", tmo[32];
-    if (user) {
-        char up[256];
-        snprintf(up, sizeof up, "%s:", user);
-        char b64[400];
-        sodium_bin2base64(b64, sizeof b64, (const unsigned char *)up, strlen(up),
-                          sodium_base64_VARIANT_ORIGINAL);
-        snprintf(auth, sizeof auth, "Basic %s", b64);
+    unsigned char *env5 = NULL;
+    size_t body_len = 0;
+    if (al_envd_start_body(cmd, args, env, cwd, &env5, &body_len)) {
+        fprintf(stderr, "airlock sandbox exec: out of memory\n");
+        return 1;
     }
+    char auth[600] = "", tmo[32];
+    if (user)
+        al_envd_user_auth(user, auth, sizeof auth);
     snprintf(tmo, sizeof tmo, "%ld", timeout * 1000);
     struct al_http_header h[8] = {{"Content-Type", "application/connect+json"},
                                   {"Connect-Protocol-Version", "1"},
@@ -592,15 +509,15 @@ static int sb_cli__exec(int argc, char **argv)
         h[nh++] = (struct al_http_header){"Connect-Timeout-Ms", tmo};
     uv_loop_t loop;
     uv_loop_init(&loop);
-    struct exec_ctx x = {.exit_code = 1};
-    al_buf_init(&x.buf, 64u << 20);
+    struct al_envd_stream x;
+    al_envd_stream_init(&x, 64u << 20, exec__output, NULL);
     struct al_http_creq_opts o = {.target = cli__target,
                                   .method = "POST",
                                   .path = "/process.Process/Start",
                                   .headers = h,
                                   .n_headers = nh,
                                   .body = env5,
-                                  .body_len = ml + 5,
+                                  .body_len = body_len,
                                   .timeout_ms = 30000,
                                   .on_response = exec__resp,
                                   .on_data = exec__data,
@@ -618,7 +535,7 @@ static int sb_cli__exec(int argc, char **argv)
         fprintf(stderr,
                 "airlock sandbox exec: the command ran past --timeout %ld s and was killed\n",
                 timeout);
-        al_buf_free(&x.buf);
+        al_envd_stream_free(&x);
         return 124; /* as timeout(1) */
     }
     if (rc || x.status != 200 || !x.ended) {
@@ -628,10 +545,10 @@ static int sb_cli__exec(int argc, char **argv)
         else
             fprintf(stderr, "airlock sandbox exec: %s\n",
                     x.error[0] ? x.error : "the command did not report an end");
-        al_buf_free(&x.buf);
+        al_envd_stream_free(&x);
         return 1;
     }
-    al_buf_free(&x.buf);
+    al_envd_stream_free(&x);
     return x.exit_code & 0xff;
 }
 

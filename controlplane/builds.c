@@ -18,12 +18,14 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "buildsb.h"
 #include "cp.h"
 #include "snapshots.h"
 #include "store.h"
 #include "templates.h"
 #include "controlplane/templates/apply.h"
 #include "controlplane/templates/copy.h"
+#include "controlplane/templates/layerdiff.h"
 #include "controlplane/templates/oci.h"
 #include "controlplane/templates/unpack.h"
 
@@ -518,6 +520,19 @@ struct builds_job {
     pthread_mutex_t lock;
     json_t *pending;
     size_t layers_logged;
+    /* The steps: the worker applies them from next_step on and stops at a RUN (run_at),
+     * which the loop runs in a build sandbox (buildsb.c); the worker then merges its layer
+     * (snapshot) and goes on. t: template.json as the steps so far made it. */
+    json_t *t;
+    bool based;
+    size_t next_step;
+    long run_at; /* -1: none waiting */
+    char snapshot[4400];
+    uint32_t snap_id_base;
+    /* the RUN step's output on its way into the log (loop thread) */
+    struct al_buf line[2];
+    uint64_t out_bytes;
+    bool out_cut;
 };
 
 static size_t builds__running;
@@ -679,6 +694,62 @@ static int builds__copy(struct builds_job *j, const json_t *st, const json_t *t,
     return 0;
 }
 
+/* Worker thread, at a RUN step: the version so far gets the template.json its build sandbox
+ * starts from (without the template's start and ready commands, which the build never
+ * runs). */
+static int builds__run_prepare(struct builds_job *j, const json_t *t, const char *step)
+{
+    json_t *bt = json_deep_copy(t);
+    struct al_error err = {0};
+    int rc = -ENOMEM;
+    if (bt) {
+        json_object_del(bt, "start_cmd");
+        json_object_del(bt, "ready_cmd");
+        rc = cp_template_write_json(j->tmp, bt, &err);
+        json_decref(bt);
+    }
+    if (rc < 0) {
+        builds__job_fail(j, step, "step %s (RUN): writing template.json: %s", step,
+                         rc == -ENOMEM ? "out of memory" : al_error_str(&err));
+        return -1;
+    }
+    snprintf(j->snapshot, sizeof j->snapshot, "%s.step-%ld", j->tmp, j->run_at + 1);
+    tpl_rmtree(j->snapshot); /* (a leftover of nothing: the name is this build's) */
+    return 0;
+}
+
+/* Worker thread, after a RUN step that exited 0: its writable layer (the build sandbox's
+ * snapshot) as an image layer (templates/layerdiff.h), applied to the version by the
+ * confined unpacker. */
+static void builds__run_merge(struct builds_job *j)
+{
+    char step[16], upper[4500], layer[4500], diff_id[TPL_DIGEST_LEN + 1];
+    snprintf(step, sizeof step, "%ld", j->run_at + 1);
+    const json_t *st = json_array_get(json_object_get(j->def, "steps"), (size_t)j->run_at);
+    const char *cmd = json_string_value(json_array_get(json_object_get(st, "args"), 0));
+    snprintf(upper, sizeof upper, "%s/upper", j->snapshot);
+    snprintf(layer, sizeof layer, "%s/layer.tar", j->snapshot);
+    struct tpl_layer_diff_stats ds;
+    struct tpl_unpack_result ur;
+    struct al_error err = {0};
+    const struct cp_config *cfg = &j->cp->cfg;
+    if (tpl_layer_diff(upper, j->snap_id_base, layer, (uint64_t)cfg->max_image_entries,
+                       cfg->max_unpacked_bytes, diff_id, &ds, &err) < 0 ||
+        cp_template_layer(cfg, j->tmp, layer, diff_id, &ur, &err) < 0)
+        builds__job_fail(j, step, "step %s (RUN %.200s): its files: %s", step, cmd,
+                         al_error_str(&err));
+    else
+        builds__job_log(j, CP_BUILD_INFO, step,
+                        "RUN: %llu entr%s changed (%llu files, %.1f MiB), %llu removed",
+                        (unsigned long long)ds.entries, ds.entries == 1 ? "y" : "ies",
+                        (unsigned long long)ds.files, (double)ds.bytes / 1048576.0,
+                        (unsigned long long)(ds.whiteouts + ds.opaque));
+    if (tpl_rmtree(j->snapshot) < 0)
+        al_warn("build %s: cannot remove %s", j->bid, j->snapshot);
+    j->snapshot[0] = '\0';
+    j->run_at = -1;
+}
+
 /* The steps, in order: what changes template.json (ENV, WORKDIR, USER), WORKDIR's
  * directory and COPY's files in the root. The runner refuses other steps before it starts. */
 static int builds__apply_steps(struct builds_job *j, json_t *t)
@@ -686,10 +757,8 @@ static int builds__apply_steps(struct builds_job *j, json_t *t)
     json_t *steps = json_object_get(j->def, "steps");
     char rootfs[4400];
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", j->tmp);
-    size_t i;
-    json_t *st;
-    json_array_foreach(steps, i, st)
-    {
+    for (size_t i = j->next_step; i < json_array_size(steps); i++) {
+        json_t *st = json_array_get(steps, i);
         char step[16];
         snprintf(step, sizeof step, "%zu", i + 1);
         const char *type = json_string_value(json_object_get(st, "type"));
@@ -728,8 +797,13 @@ static int builds__apply_steps(struct builds_job *j, json_t *t)
         } else if (strcmp(type, "COPY") == 0) {
             if (builds__copy(j, st, t, step) < 0)
                 return -1;
+        } else if (strcmp(type, "RUN") == 0) {
+            j->next_step = i + 1;
+            j->run_at = (long)i;
+            return builds__run_prepare(j, t, step);
         }
     }
+    j->next_step = json_array_size(steps);
     const char *start = json_string_value(json_object_get(j->def, "startCmd"));
     const char *ready = json_string_value(json_object_get(j->def, "readyCmd"));
     json_object_del(t, "start_cmd");
@@ -741,11 +815,10 @@ static int builds__apply_steps(struct builds_job *j, json_t *t)
     return 0;
 }
 
-/* Worker thread: the base (an image pulled and unpacked, or a template's files linked), the
- * steps, template.json, all in j->tmp. */
-static void builds__work(uv_work_t *w)
+/* Worker thread: the base (an image pulled and unpacked, or a template's files linked) into
+ * j->tmp and j->t. */
+static void builds__base(struct builds_job *j)
 {
-    struct builds_job *j = w->data;
     struct cp *cp = j->cp;
     const char *image = json_string_value(json_object_get(j->def, "fromImage"));
     const char *from = json_string_value(json_object_get(j->def, "fromTemplate"));
@@ -800,15 +873,38 @@ static void builds__work(uv_work_t *w)
         json_object_set_new(t, "description", json_pack("s+", "from template ", from));
         builds__job_log(j, CP_BUILD_INFO, "base", "the files of template %s", from);
     }
-    if (builds__apply_steps(j, t) < 0)
-        goto out;
-    json_object_set_new(
-        t, "build",
-        json_pack("{s:s,s:s?,s:s?}", "id", j->bid, "from_image", image, "from_template", from));
-    if (cp_template_write_json(j->tmp, t, &err) < 0)
-        builds__job_fail(j, "finalize", "writing template.json: %s", al_error_str(&err));
+    j->t = t;
+    t = NULL;
+    j->based = true;
 out:
     json_decref(t);
+}
+
+/* Worker thread: the base, then the steps from j->next_step on, up to a RUN (the loop runs
+ * it, then this goes on with its layer) or the end and template.json, all in j->tmp. A
+ * failure removes j->tmp. */
+static void builds__work(uv_work_t *w)
+{
+    struct builds_job *j = w->data;
+    struct al_error err = {0};
+    if (!j->based)
+        builds__base(j);
+    else if (j->snapshot[0])
+        builds__run_merge(j);
+    if (j->rc || builds__apply_steps(j, j->t) < 0)
+        goto out;
+    if (j->run_at >= 0)
+        return;
+    const char *image = json_string_value(json_object_get(j->def, "fromImage"));
+    const char *from = json_string_value(json_object_get(j->def, "fromTemplate"));
+    json_object_set_new(
+        j->t, "build",
+        json_pack("{s:s,s:s?,s:s?}", "id", j->bid, "from_image", image, "from_template", from));
+    if (cp_template_write_json(j->tmp, j->t, &err) < 0)
+        builds__job_fail(j, "finalize", "writing template.json: %s", al_error_str(&err));
+out:
+    if (j->rc && j->snapshot[0] && tpl_rmtree(j->snapshot) < 0)
+        al_warn("build %s: cannot remove %s", j->bid, j->snapshot);
     if (j->rc && tpl_rmtree(j->tmp) < 0)
         al_warn("build %s: cannot remove %s", j->bid, j->tmp);
 }
@@ -1028,6 +1124,9 @@ static void builds__job_closed(uv_handle_t *h)
 {
     struct builds_job *j = h->data;
     json_decref(j->pending);
+    json_decref(j->t);
+    al_buf_free(&j->line[0]);
+    al_buf_free(&j->line[1]);
     json_decref(j->def);
     json_decref(j->tags);
     tpl_creds_free(j->creds);
@@ -1035,17 +1134,22 @@ static void builds__job_closed(uv_handle_t *h)
     free(j);
 }
 
-static void builds__done(uv_work_t *w, int status)
+/* Loop thread: the end of the build, ready or not. */
+static void builds__finish(struct builds_job *j)
 {
-    struct builds_job *j = w->data;
     struct cp *cp = j->cp;
     builds__running--;
     struct al_error err = {0};
-    if (status && !j->rc)
-        builds__job_fail(j, "base", "the build did not run: %s", uv_strerror(status));
     if (!j->rc && builds__install(j, &err)) {
         builds__job_fail(j, "finalize", "%s", al_error_str(&err));
         tpl_rmtree(j->tmp);
+    }
+    if (j->rc) { /* (a RUN step failed on the loop: its version is there still) */
+        struct stat sb;
+        if (j->snapshot[0] && lstat(j->snapshot, &sb) == 0)
+            builds__rm_later(cp, j->snapshot);
+        if (lstat(j->tmp, &sb) == 0)
+            builds__rm_later(cp, j->tmp);
     }
     builds__job_flush(&j->async);
     struct cp_store_build b;
@@ -1072,8 +1176,160 @@ static void builds__done(uv_work_t *w, int status)
     uv_close((uv_handle_t *)&j->async, builds__job_closed);
 }
 
-/* The first step the runner cannot run (a RUN, a COPY whose files were not uploaded), as a
- * build error; 0 if there is none. Checked before anything is pulled. */
+/* ---- RUN steps (loop thread) ------------------------------------------------------------ */
+
+static void builds__done(uv_work_t *w, int status);
+
+/* One line of a RUN step's output into the build log: bytes that are not UTF-8 and control
+ * characters but tabs become '?'. */
+static void builds__out_line(struct builds_job *j, int idx)
+{
+    struct al_buf *b = &j->line[idx];
+    char msg[1100];
+    size_t o = 0;
+    const unsigned char *p = (const unsigned char *)b->data;
+    size_t n = b->len;
+    while (n && (p[n - 1] == '\r' || p[n - 1] == '\n'))
+        n--;
+    for (size_t i = 0; i < n && o + 5 < sizeof msg;) {
+        size_t k = al_json_utf8_len(p + i, n - i);
+        if (k == 0 || (k == 1 && p[i] < 0x20 && p[i] != '\t')) {
+            msg[o++] = '?';
+            i++;
+            continue;
+        }
+        memcpy(msg + o, p + i, k);
+        o += k;
+        i += k;
+    }
+    msg[o] = '\0';
+    char step[16];
+    snprintf(step, sizeof step, "%ld", j->run_at + 1);
+    builds__log(j->cp, j->bid, idx ? CP_BUILD_WARN : CP_BUILD_INFO, step, "%s", msg);
+    al_buf_reset(b);
+}
+
+static void builds__out(void *arg, enum al_envd_stream_fd fd, const unsigned char *d, size_t n)
+{
+    struct builds_job *j = arg;
+    int idx = fd == AL_ENVD_STDERR ? 1 : 0;
+    uint64_t max = j->cp->cfg.max_step_output;
+    j->out_bytes += n;
+    if (j->out_cut)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (j->out_bytes - n + i >= max) {
+            char step[16];
+            snprintf(step, sizeof step, "%ld", j->run_at + 1);
+            if (j->line[idx].len)
+                builds__out_line(j, idx);
+            builds__log(j->cp, j->bid, CP_BUILD_WARN, step,
+                        "the step's output beyond %llu bytes is not kept "
+                        "(templates.max_step_output)",
+                        (unsigned long long)max);
+            j->out_cut = true;
+            return;
+        }
+        al_buf_append(&j->line[idx], d + i, 1);
+        if (d[i] == '\n' || j->line[idx].len >= 1024)
+            builds__out_line(j, idx);
+    }
+}
+
+static void builds__ran(void *arg, int rc, int exit_code, const json_t *snap, const char *msg)
+{
+    struct builds_job *j = arg;
+    struct cp *cp = j->cp;
+    for (int i = 0; i < 2; i++)
+        if (j->line[i].len)
+            builds__out_line(j, i);
+    char step[16];
+    snprintf(step, sizeof step, "%ld", j->run_at + 1);
+    const json_t *st = json_array_get(json_object_get(j->def, "steps"), (size_t)j->run_at);
+    const char *cmd = json_string_value(json_array_get(json_object_get(st, "args"), 0));
+    if (rc) {
+        builds__job_fail(j, step, "step %s (RUN %.200s): %s", step, cmd, msg);
+    } else if (exit_code) {
+        /* (the end's status adds something only when it is not "exit status N": a signal) */
+        bool why = msg && *msg && strncmp(msg, "exit status ", 12) != 0;
+        builds__job_fail(j, step,
+                         "step %s (RUN %.200s): the command failed with exit code %d%s%s%s", step,
+                         cmd, exit_code, why ? " (" : "", why ? msg : "", why ? ")" : "");
+    } else {
+        json_int_t base = json_integer_value(json_object_get(snap, "id_base"));
+        if (base <= 0 || base > 0xffffffffll) {
+            builds__job_fail(j, step,
+                             "step %s (RUN %.200s): the snapshot of its files names no "
+                             "id base",
+                             step, cmd);
+        } else {
+            j->snap_id_base = (uint32_t)base;
+            int qr = uv_queue_work(cp->loop, &j->work, builds__work, builds__done);
+            if (qr == 0)
+                return;
+            builds__job_fail(j, step, "step %s: the build cannot go on: %s", step, uv_strerror(qr));
+        }
+    }
+    builds__finish(j);
+}
+
+/* The RUN step j->run_at in a build sandbox over j->tmp (buildsb.c), as the step's user
+ * (its second argument) or the current USER, in the current WORKDIR, with the ENV so far. */
+static void builds__run_start(struct builds_job *j)
+{
+    struct cp *cp = j->cp;
+    const json_t *st = json_array_get(json_object_get(j->def, "steps"), (size_t)j->run_at);
+    json_t *args = json_object_get(st, "args");
+    const char *cmd = json_string_value(json_array_get(args, 0));
+    const char *user = json_string_value(json_array_get(args, 1));
+    if (!user || !user[0])
+        user = json_string_value(json_object_get(j->t, "user"));
+    if (!user || !user[0])
+        user = "root";
+    char step[16];
+    snprintf(step, sizeof step, "%ld", j->run_at + 1);
+    builds__log(cp, j->bid, CP_BUILD_INFO, step, "RUN %.1800s (as %s)", cmd, user);
+    j->out_bytes = 0;
+    j->out_cut = false;
+    struct cp_buildsb_step s = {
+        .template_id = j->tid,
+        .build_id = j->bid,
+        .dir = j->tmp,
+        .script = cmd,
+        .user = user,
+        .cwd = json_string_value(json_object_get(j->t, "workdir")),
+        .env = json_object_get(j->t, "env"),
+        .snapshot = j->snapshot,
+        .output = builds__out,
+        .done = builds__ran,
+        .arg = j,
+    };
+    int rc = cp_buildsb_run(cp, &s);
+    if (rc == 0)
+        return;
+    builds__job_fail(j, step, "step %s (RUN %.200s): %s", step, cmd,
+                     rc == -EINVAL      ? "templates.build_policy does not name a valid policy "
+                                          "(airlockd's log says why)"
+                     : rc == -ECANCELED ? "airlockd stopped while the build ran: nothing was built"
+                                        : "its build sandbox cannot be made");
+    builds__finish(j);
+}
+
+static void builds__done(uv_work_t *w, int status)
+{
+    struct builds_job *j = w->data;
+    if (status && !j->rc)
+        builds__job_fail(j, "base", "the build did not run: %s", uv_strerror(status));
+    if (!j->rc && j->run_at >= 0) {
+        builds__job_flush(&j->async);
+        builds__run_start(j);
+        return;
+    }
+    builds__finish(j);
+}
+
+/* The first step the runner cannot run (a COPY whose files were not uploaded), as a build
+ * error; 0 if there is none. Checked before anything is pulled. */
 static int builds__unrunnable(const struct cp *cp, const char *tid, const json_t *def, char *step,
                               size_t slen, char *msg, size_t mlen)
 {
@@ -1098,13 +1354,16 @@ static int builds__unrunnable(const struct cp *cp, const char *tid, const json_t
                      i + 1, a0, hash, tid, tid, hash);
             return -1;
         }
-        if (strcmp(type, "RUN") != 0)
-            continue;
-        snprintf(msg, mlen,
-                 "step %zu (%s %.200s): %s steps are not supported by this airlock yet (COPY, "
-                 "ENV, WORKDIR and USER are); nothing was built",
-                 i + 1, type, a0, type);
-        return -1;
+        /* A RUN step's changes are taken from its sandbox's own file system: a backend
+         * whose sandboxes have none (the test backend: a host process) cannot run it. */
+        if (strcmp(type, "RUN") == 0 && (cp->backend->host_process || !cp->backend->snapshot)) {
+            snprintf(msg, mlen,
+                     "step %zu (RUN %.200s): the %s backend cannot run RUN steps (its sandboxes "
+                     "have no file system of their own to take the step's changes from: "
+                     "sandboxes.backend jail can); nothing was built",
+                     i + 1, a0, cp->backend->name);
+            return -1;
+        }
     }
     return 0;
 }
@@ -1133,6 +1392,9 @@ static int builds__start(struct cp *cp, struct cp_store_build *b, json_t *def,
                   : json_pack("[s]", CP_TEMPLATE_DEFAULT_TAG);
     j->creds = creds;
     j->pending = json_array();
+    j->run_at = -1;
+    al_buf_init(&j->line[0], 4096);
+    al_buf_init(&j->line[1], 4096);
     snprintf(j->requested_by, sizeof j->requested_by, "api-key:%s", key_id);
     snprintf(j->tmp, sizeof j->tmp, "%s/.%s.build-%s", cp->cfg.templates_path, j->tid, j->bid);
     pthread_mutex_init(&j->lock, NULL);

@@ -357,6 +357,25 @@ const struct al_cfg_field cp_config_fields[] = {
      .min = 1,
      .max = 1LL << 40,
      .help = "one archive of a COPY step's files, as the SDK uploads it (compressed)"},
+    {.key = "templates.build_policy",
+     .type = AL_CFG_STR,
+     .offset = F(build_policy),
+     .def = "deny-all",
+     .help = "egress policy of the sandboxes RUN steps of template builds run in"},
+    {.key = "templates.step_timeout",
+     .type = AL_CFG_DURATION,
+     .offset = F(step_timeout_ms),
+     .def = "30m",
+     .min = 1000,
+     .max = 86400000,
+     .help = "longest RUN step of a template build (its sandbox is torn down then)"},
+    {.key = "templates.max_step_output",
+     .type = AL_CFG_SIZE,
+     .offset = F(max_step_output),
+     .def = "1MiB",
+     .min = 1024,
+     .max = 1LL << 30,
+     .help = "output of one RUN step kept in the build log (the rest is counted, not kept)"},
     {.key = "templates.max_builds",
      .type = AL_CFG_INT,
      .offset = F(max_builds),
@@ -808,6 +827,11 @@ int cp_config_finish(struct cp_config *c, struct al_diags *d)
     if (!c->default_policy || !c->default_policy[0])
         rc = al_diags_add(d, AL_DIAG_ERROR, "policies.default", 0, 0, "bad_policy",
                           "policies.default must name a policy (e.g. default, deny-all)");
+    if (!c->build_policy || !c->build_policy[0] || strchr(c->build_policy, '/') ||
+        c->build_policy[0] == '.')
+        rc = al_diags_add(d, AL_DIAG_ERROR, "templates.build_policy", 0, 0, "bad_policy",
+                          "templates.build_policy must name a policy of policies.dir (e.g. "
+                          "deny-all, pypi)");
     return rc < 0 ? -EINVAL : 0;
 }
 

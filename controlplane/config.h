@@ -82,6 +82,9 @@ struct cp_config {
     uint64_t max_unpacked_bytes;
     int64_t max_image_entries;
     int64_t max_builds;        /* template builds at once (builds.c) */
+    char *build_policy;        /* egress policy of RUN steps' sandboxes (buildsb.c) */
+    uint64_t step_timeout_ms;  /* longest RUN step */
+    uint64_t max_step_output;  /* bytes of a RUN step's output in the build log */
     uint64_t max_upload_bytes; /* one COPY archive (builds.c) */
 
     /* network (vswitch) */

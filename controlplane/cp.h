@@ -140,6 +140,7 @@ struct cp_sandbox {
     bool gone;                     /* the process exited (crash) */
     /* warm sandboxes (warm.c) */
     void *warm;        /* its pool entry while it is warm */
+    void *build_step;  /* a template build's RUN step it runs (buildsb.c) */
     bool warm_taken;   /* a creation took it: it is claimed, not started */
     bool warm_claimed; /* and it was */
     json_t *warm_env;  /* its template's env, for the claim */

@@ -30,6 +30,7 @@
 #include "builds.h"
 #include "cluster.h"
 #include "console.h"
+#include "buildsb.h"
 #include "cp.h"
 #include "warm.h"
 #include "events.h"
@@ -473,6 +474,7 @@ static void daemon__server_closed(void *arg)
 }
 
 static void daemon__stop_sandboxes(struct cp *cp);
+static void daemon__stop_builds(struct cp *cp);
 
 static void daemon__stop(struct cp *cp)
 {
@@ -496,7 +498,14 @@ static void daemon__stop(struct cp *cp)
     uv_timer_stop(&cp->tick);
     /* Warm sandboxes go in either case (nobody has them; the next airlockd would tear them
      * down anyway), before the airlock-vmm pool and the network they use. */
-    cp_warm_stop(cp, daemon__stop_sandboxes);
+    cp_warm_stop(cp, daemon__stop_builds);
+}
+
+/* Template builds' RUN steps end (their builds fail) and their sandboxes go, like the warm
+ * ones, before the sandboxes of users. */
+static void daemon__stop_builds(struct cp *cp)
+{
+    cp_buildsb_stop(cp, daemon__stop_sandboxes);
 }
 
 static void daemon__stop_sandboxes(struct cp *cp)

@@ -487,6 +487,16 @@ int cp_template_copy(const struct cp_config *cfg, const char *dir, const char *a
     return tpl_unpack_copy(&h.uo, rootfs, archive, c, res, err);
 }
 
+int cp_template_layer(const struct cp_config *cfg, const char *dir, const char *layer,
+                      const char *diff_id, struct tpl_unpack_result *res, struct al_error *err)
+{
+    char rootfs[4300];
+    snprintf(rootfs, sizeof rootfs, "%s/rootfs", dir);
+    struct tpl__helper h;
+    tpl__helper_opts(cfg, &h);
+    return tpl_unpack_layer(&h.uo, rootfs, layer, diff_id, res, err);
+}
+
 int cp_template_write_json(const char *dir, const json_t *t, struct al_error *err)
 {
     char p[4300];

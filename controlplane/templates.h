@@ -72,6 +72,10 @@ int cp_template_unpack(const struct cp_config *cfg, const char *name, const stru
 int cp_template_copy(const struct cp_config *cfg, const char *dir, const char *archive,
                      const struct tpl_unpack_copy *c, struct tpl_unpack_copy_result *res,
                      struct al_error *err);
+/* Applies one layer (a RUN step's changes, templates/layerdiff.h; diff_id its sha256) to
+ * dir/rootfs with airlock-unpack --layer. Blocking. */
+int cp_template_layer(const struct cp_config *cfg, const char *dir, const char *layer,
+                      const char *diff_id, struct tpl_unpack_result *res, struct al_error *err);
 /* Makes dst_dir/rootfs (dst_dir exists, rootfs does not) hold the files of src_dir/rootfs:
  * directories made anew with their owners, modes and times, every other entry hard-linked
  * (the files are shared: a template's root is never written once built). Links are never

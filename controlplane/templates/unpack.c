@@ -339,3 +339,42 @@ int tpl_unpack_copy(const struct tpl_unpack_opts *o, const char *rootfs, const c
         unpack__sync(rootfs);
     return rc;
 }
+
+int tpl_unpack_layer(const struct tpl_unpack_opts *o, const char *rootfs, const char *layer,
+                     const char *diff_id, struct tpl_unpack_result *res, struct al_error *err)
+{
+    memset(res, 0, sizeof *res);
+    struct tpl_limits lim;
+    tpl_limits_resolve(o->limits, &lim);
+    struct tpl_image *img = calloc(1, sizeof *img);
+    if (!img)
+        return al_error_set(err, -ENOMEM, "out of memory");
+    snprintf(img->reference, sizeof img->reference, "the step's layer");
+    snprintf(img->layers[0].diff_id, sizeof img->layers[0].diff_id, "%s", diff_id);
+    img->n_layers = 1;
+    int rc = 0, root = open(rootfs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = open(layer, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (root < 0 || fd < 0) {
+        rc = al_error_set(err, -errno, "cannot open %s: %s", root < 0 ? rootfs : layer,
+                          strerror(errno));
+        goto out;
+    }
+    char *extra[] = {"--layer"};
+    struct al_buf outb;
+    int ws;
+    if ((rc = unpack__run(o, &lim, extra, 1, root, fd, img->reference, &outb, &ws, err)))
+        goto out;
+    rc = unpack__check(img, outb.data ? outb.data : "", res, err);
+    if (rc == 0)
+        rc = unpack__exit_status(ws, img->reference, err);
+    al_buf_free(&outb);
+    if (rc == 0)
+        unpack__sync(rootfs);
+out:
+    if (root >= 0)
+        close(root);
+    if (fd >= 0)
+        close(fd);
+    free(img);
+    return rc;
+}

@@ -55,6 +55,13 @@ int tpl_unpack_copy(const struct tpl_unpack_opts *o, const char *rootfs, const c
                     const struct tpl_unpack_copy *c, struct tpl_unpack_copy_result *res,
                     struct al_error *err);
 
+/* Applies one layer (an uncompressed, gzip or zstd tar; whiteouts remove what rootfs has)
+ * to rootfs, which has files already (a RUN step's changes: layerdiff.h), with the confined
+ * helper (airlock-unpack --layer). diff_id: the sha256 of the uncompressed tar, checked. On
+ * failure rootfs may have part of the layer: the caller discards the whole version. */
+int tpl_unpack_layer(const struct tpl_unpack_opts *o, const char *rootfs, const char *layer,
+                     const char *diff_id, struct tpl_unpack_result *res, struct al_error *err);
+
 /* Removes a directory tree without following any link in it (a failed or discarded root
  * filesystem). Nothing there is fine. */
 int tpl_rmtree(const char *path);

@@ -11,6 +11,11 @@
  *                  --owner USER[:GROUP] [--mode OCTAL]
  *   a COPY step instead (copy.h): fd 4 is the step's archive; fd 1 gets one result line.
  *
+ *   airlock-unpack --layer --ids-dir DIR ...
+ *   one layer onto a root that has files already (a RUN step's changes, made by
+ *   tpl_layer_diff in the build sandbox's snapshot): fd 4 is the layer; its whiteouts
+ *   remove what the root has. Output as for image layers.
+ *
  * Owns: confining the code that reads untrusted image data. It runs as host root only long
  * enough to open the layer blobs, claim an id slot of its own (vmm/jail/idmap: the same
  * allocator as sandboxes, so its ids are nobody else's), and make an id-mapped mount of the
@@ -64,6 +69,7 @@ struct args {
     const char *digests[TPL_MAX_LAYERS];
     int fds[TPL_MAX_LAYERS];
     size_t n;
+    bool layer; /* --layer: fd 4 is one layer */
     /* --copy */
     bool copy, dest_is_dir;
     const char *src, *dest, *owner;
@@ -390,6 +396,10 @@ static int parse_args(int argc, char **argv, struct args *a)
             a->copy = true;
             continue;
         }
+        if (strcmp(k, "--layer") == 0) {
+            a->layer = true;
+            continue;
+        }
         if (i + 1 >= argc)
             return fail(0, "%s needs a value", k);
         const char *v = argv[++i];
@@ -433,8 +443,10 @@ static int parse_args(int argc, char **argv, struct args *a)
     if (a->copy && (a->n || !a->src || !a->dest || a->dest[0] != '/' || !a->owner))
         return fail(0, "usage: airlock-unpack --copy ... --src SRC --dest /DEST --owner OWNER "
                        "(and no layer digests)");
-    if (!a->ids_dir || (!a->n && !a->copy) || !a->max_path || !a->max_ratio || !a->max_entries ||
-        !a->max_bytes)
+    if (a->layer && (a->n || a->copy))
+        return fail(0, "usage: airlock-unpack --layer ... (fd 4: the layer; no digests)");
+    if (!a->ids_dir || (!a->n && !a->copy && !a->layer) || !a->max_path || !a->max_ratio ||
+        !a->max_entries || !a->max_bytes)
         return fail(0, "usage: airlock-unpack --ids-dir DIR --uid-base N --uid-slots N "
                        "--max-path N --max-entries N --max-bytes N --max-ratio N DIGEST...");
     return 0;
@@ -448,16 +460,22 @@ int main(int argc, char **argv)
         return 2;
     struct stat st;
     if (fstat(ROOT_FD, &st) < 0 || !S_ISDIR(st.st_mode) || fstat(BLOBS_FD, &st) < 0 ||
-        (a.copy ? !S_ISREG(st.st_mode) : !S_ISDIR(st.st_mode)))
-        return fail(0, a.copy ? "fd 3 must be the root directory and fd 4 the archive"
-                              : "fd 3 must be the root directory and fd 4 the blob directory");
-    for (size_t i = 0; i < a.n; i++) {
+        (a.copy || a.layer ? !S_ISREG(st.st_mode) : !S_ISDIR(st.st_mode)))
+        return fail(0, a.copy    ? "fd 3 must be the root directory and fd 4 the archive"
+                       : a.layer ? "fd 3 must be the root directory and fd 4 the layer"
+                                 : "fd 3 must be the root directory and fd 4 the blob directory");
+    if (a.layer) {
+        a.digests[0] = "layer";
+        a.fds[0] = BLOBS_FD;
+        a.n = 1;
+    }
+    for (size_t i = 0; i < a.n && !a.layer; i++) {
         a.fds[i] = openat(BLOBS_FD, a.digests[i] + 7, O_RDONLY | O_NOFOLLOW);
         if (a.fds[i] < 0)
             return fail((int)i + 1, "layer %zu: blob %s is not in the cache: %s", i + 1,
                         a.digests[i], strerror(errno));
     }
-    if (!a.copy)
+    if (!a.copy && !a.layer)
         close(BLOBS_FD);
     struct jail_idmap_cfg ids = {a.uid_base, a.uid_slots, a.ids_dir};
     char id[64];

@@ -1,7 +1,8 @@
 // tests/e2b/template-build.mjs: the real SDK's Template.build (e2b 2.51.0) against airlockd,
 // run by tests/integration/templates_oci.sh inside its registry world. A template from the
 // world's registry (with its credentials) with ENV, WORKDIR, USER, startCmd and readyCmd,
-// its build log through onBuildLogs; a RUN step reported as BuildError naming the step;
+// its build log through onBuildLogs; RUN steps (their output, their files, a failing one
+// as BuildError naming it, no egress);
 // COPY steps (GET /templates/{id}/files/{hash}, the PUT it grants, the files applied to the
 // template, found again by a second build); a rebuild whose image comes from the blob cache;
 // Template.exists, Sandbox.create(alias) and a command in it; tags (assignTags, getTags,
@@ -41,15 +42,86 @@ assert.match(text, /template sdk-tpl is ready/, text)
 assert.ok(logs.every((e) => e.timestamp instanceof Date && !isNaN(e.timestamp)), 'timestamps')
 ok('Template.build from the registry, with the build log through onBuildLogs')
 
+// RUN: each step runs in a build sandbox over the version being built, as the step's user
+// (or the current USER), in the current WORKDIR with the ENV so far; its output is in the
+// build log; what it changes (files made, removed, links) is in the template's files.
+const runTpl = () =>
+  Template()
+    .fromImage(image, creds)
+    .setEnvs({ GREETING: 'hello' })
+    .setWorkdir('/srv/app')
+    .setUser('user')
+    .runCmd('echo "$GREETING from $(id -u) in $(pwd)" > /home/user/run.txt; echo to-stderr >&2; echo out-line')
+    .runCmd(['rm /etc/doomed', 'mkdir -p /opt/made', 'ln -s /etc/passwd /opt/made/link', 'echo x > /opt/made/gone'], { user: 'root' })
+    .runCmd('rm /opt/made/gone', { user: 'root' })
+{
+  const rlogs = []
+  await Template.build(runTpl(), 'sdk-run', { onBuildLogs: (e) => rlogs.push(e) })
+  const rtext = rlogs.map((e) => `${e.level} ${e.message}`).join('\n')
+  assert.match(rtext, /info RUN echo "\$GREETING .* \(as user\)/, rtext)
+  assert.match(rtext, /info out-line/, rtext)
+  assert.match(rtext, /warn to-stderr/, rtext)
+  assert.equal(rtext.match(/RUN: \d+ entr(y|ies) changed \(\d+ files, [\d.]+ MiB\), 1 removed/g)?.length, 2, rtext)
+  assert.match(rtext, /template sdk-run is ready/, rtext)
+  const rs = await Sandbox.create('sdk-run')
+  try {
+    const r = await rs.commands.run(
+      'cat /home/user/run.txt; ls -ln /home/user/run.txt; readlink /opt/made/link; ' +
+        'test -e /etc/doomed || test -e /opt/made/gone || echo removed',
+      { user: 'root' }
+    )
+    const lines = r.stdout.trim().split('\n')
+    assert.equal(lines[0], 'hello from 1000 in /srv/app', r.stdout)
+    assert.deepEqual(lines[1].trim().split(/\s+/).slice(2, 4), ['1000', '1000'], r.stdout)
+    assert.deepEqual(lines.slice(2), ['/etc/passwd', 'removed'], r.stdout)
+  } finally {
+    await rs.kill()
+  }
+  ok(`RUN steps: as the step's user, in WORKDIR with ENV, output in the log, files made and removed in the template (${rtext.match(/RUN: .*/g).join('; ')})`)
+}
+
+// A failing step: a BuildError naming the step and its exit code; the template's previous
+// version stays the one sandboxes get.
 let err
+try {
+  await Template.build(runTpl().runCmd('echo about to fail; exit 3'), 'sdk-run')
+} catch (e) {
+  err = e
+}
+assert.ok(err instanceof BuildError, `a BuildError, not ${err}`)
+assert.match(err.message, /step 7 \(RUN echo about to fail; exit 3\): the command failed with exit code 3/, err.message)
+{
+  const rs = await Sandbox.create('sdk-run')
+  try {
+    assert.equal((await rs.commands.run('cat /home/user/run.txt')).stdout, 'hello from 1000 in /srv/app\n')
+  } finally {
+    await rs.kill()
+  }
+}
+ok(`a failing RUN step is a BuildError naming it (${err.message}); the previous version stays`)
+err = undefined
 try {
   await Template.build(Template().fromImage(image, creds).setEnvs({ A: '1' }).runCmd('false'), 'sdk-bad')
 } catch (e) {
   err = e
 }
-assert.ok(err instanceof BuildError, `a BuildError, not ${err}`)
-assert.match(err.message, /step 2 \(RUN false\): RUN steps are not supported/, err.message)
-ok(`a RUN step is reported as BuildError naming it: ${err.message}`)
+assert.match(String(err?.message), /step 2 \(RUN false\): the command failed with exit code 1/, String(err))
+
+// Egress from a RUN step is denied by default (templates.build_policy: deny-all; here the
+// world's airlockd has no network at all): the registry the build pulled from is out of reach.
+{
+  const elogs = []
+  await Template.build(
+    Template()
+      .fromImage(image, creds)
+      .runCmd('if wget -q -T 5 -O /dev/null http://registry.test:5000/v2/; then echo egress-open; exit 1; fi; echo egress-denied'),
+    'sdk-egress',
+    { onBuildLogs: (e) => elogs.push(e) }
+  )
+  const etext = elogs.map((e) => e.message).join('\n')
+  assert.match(etext, /^egress-denied$/m, etext)
+  ok('a RUN step reaches nothing outside its sandbox by default')
+}
 
 // COPY: the SDK asks GET /templates/{id}/files/{hash}, PUTs the files' archive to the URL
 // it is given, then starts the build, which applies the archive to the template's root: a

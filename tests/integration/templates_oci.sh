@@ -387,10 +387,16 @@ PY
   printf '{"fromTemplate":"cli-tpl","steps":[{"type":"ENV","args":["C","3"]}]}' > "$T/def.json"
   al_match "template build --json takes the SDK's definition" "cli-json [0-9a-f-]{36} ready" \
     tcli build cli-json --json "$T/def.json"
-  printf 'FROM %s\nRUN apk add curl\n' "$REG/base:1" > "$T/Dockerfile.run"
-  cfail() { if tcli build cli-run --dockerfile "$T/Dockerfile.run"; then return 1; fi; }
-  al_match "a RUN step fails the build, naming the step" \
-    "cli-run failed at step 1: step 1 \(RUN apk add curl\): RUN steps are not supported" cfail
+  printf 'FROM %s\nUSER root\nRUN echo made by run > /made-by-run && echo run-output\n' "$REG/base:1" > "$T/Dockerfile.run"
+  crun() { echo 'S3cret-pw-9f2a' | tcli build cli-run --dockerfile "$T/Dockerfile.run" --username tester; }
+  al_match "a Dockerfile RUN step runs, its output in the log" "step 2/2 info: run-output" crun
+  al_ok "... and its file is in the template" grep -qx 'made by run' "$S2/templates/cli-run/rootfs/made-by-run"
+  printf 'FROM %s\nRUN echo before; exit 4\n' "$REG/base:1" > "$T/Dockerfile.fail"
+  cfail() { if echo 'S3cret-pw-9f2a' | tcli build cli-fail --dockerfile "$T/Dockerfile.fail" --username tester; then return 1; fi; }
+  al_match "a failing RUN step fails the build, naming the step and its exit code" \
+    "cli-fail failed at step 1: step 1 \(RUN echo before; exit 4\): the command failed with exit code 4" cfail
+  al_fail "... and leaves no build sandbox, snapshot or version behind" sh -c \
+    "ls -a $S2/templates | grep -e '\.build-' -e '\.step-'; ls $S2/templates | grep -x cli-fail"
   printf 'FROM %s\nCOPY a /b\n' "$REG/base:1" > "$T/Dockerfile.copy"
   ccopy() { if tcli build cli-copy --dockerfile "$T/Dockerfile.copy"; then return 1; fi; }
   al_match "COPY in a Dockerfile is refused before anything is sent" "line 2: COPY needs file uploads" ccopy
