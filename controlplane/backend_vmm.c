@@ -1057,7 +1057,9 @@ static int vmm_limit_all(struct cp *cp, uint64_t pids, uint64_t memory_bytes,
     char buf[1024];
     size_t len;
     int st = -1;
-    rc = cp_proc_collect(p[0], pid, pidfd, al_now_ns(), 30000, buf, sizeof buf, &len, &st);
+    struct cp_proc_child child = {
+        .outfd = p[0], .pid = pid, .pidfd = pidfd, .t0 = al_now_ns(), .kill_after_ms = 30000};
+    rc = cp_proc_collect(&child, buf, sizeof buf, &len, &st);
     close(p[0]);
     close(pidfd);
     if (rc)

@@ -68,7 +68,9 @@ void cp_kvm_probe_run(const char *vmm_bin, const char *kernel, uint64_t timeout_
     char buf[PROBE_OUT_MAX];
     size_t len;
     int st = -1;
-    rc = cp_proc_collect(p[0], pid, pidfd, t0, kill_after_ms, buf, sizeof buf, &len, &st);
+    struct cp_proc_child child = {
+        .outfd = p[0], .pid = pid, .pidfd = pidfd, .t0 = t0, .kill_after_ms = kill_after_ms};
+    rc = cp_proc_collect(&child, buf, sizeof buf, &len, &st);
     close(p[0]);
     close(pidfd);
     out->elapsed_ms = sel__ms_since(t0);

@@ -117,36 +117,45 @@ static void eg__answered(int status, json_t *body, const char *err, void *arg)
     free(x);
 }
 
-/* One request: to airlock-egress (target NULL) or to a sandbox's agent (its channel, with
- * its access token). */
-static int eg__call_to(struct cp_egress *e, const char *target, const char *token,
-                       struct cp_sandbox *sb, const char *method, const char *path, json_t *body,
-                       cp_egress_cb cb, void (*done)(struct eg_call *c, int status, json_t *body),
-                       struct eg_call **out)
+/* One request of eg__call: to airlock-egress (target NULL) or to a sandbox's agent (its
+ * channel, with its access token). done reads the answer and tells cb (the caller's, or NULL). */
+struct eg_req {
+    const char *target;
+    const char *token;
+    struct cp_sandbox *sb; /* referenced while the call lasts, or NULL */
+    const char *method;
+    const char *path;
+    json_t *body;
+    cp_egress_cb cb;
+    void (*done)(struct eg_call *c, int status, json_t *body);
+};
+
+/* 0 with *out (when out is not NULL) the call under way, or a negative errno. */
+static int eg__call(struct cp_egress *e, const struct eg_req *r, struct eg_call **out)
 {
     struct eg_call *x = calloc(1, sizeof *x);
     if (!x)
         return -ENOMEM;
     x->e = e;
-    x->cb = cb;
-    x->done = done;
-    if (target)
-        snprintf(x->target, sizeof x->target, "the agent (%.140s)", target);
+    x->cb = r->cb;
+    x->done = r->done;
+    if (r->target)
+        snprintf(x->target, sizeof x->target, "the agent (%.140s)", r->target);
     else
         snprintf(x->target, sizeof x->target, "airlock-egress (%.130s)", e->target);
-    if (sb) {
-        x->sb = sb;
-        cp_sb_ref(sb);
-        snprintf(x->id, sizeof x->id, "%s", sb->rec.id);
+    if (r->sb) {
+        x->sb = r->sb;
+        cp_sb_ref(r->sb);
+        snprintf(x->id, sizeof x->id, "%s", r->sb->rec.id);
     }
     if (out)
         *out = x;
     struct cp_jcall_opts o = {
-        .target = target ? target : e->target,
-        .method = method,
-        .path = path,
-        .token = token,
-        .body = body,
+        .target = r->target ? r->target : e->target,
+        .method = r->method,
+        .path = r->path,
+        .token = r->token,
+        .body = r->body,
         .timeout_ms = EG_TIMEOUT_MS,
         .pool = e->cp->pool,
         .done = eg__answered,
@@ -161,13 +170,6 @@ static int eg__call_to(struct cp_egress *e, const char *target, const char *toke
         free(x);
     }
     return rc;
-}
-
-static int eg__call(struct cp_egress *e, struct cp_sandbox *sb, const char *method,
-                    const char *path, json_t *body, cp_egress_cb cb,
-                    void (*done)(struct eg_call *c, int status, json_t *body))
-{
-    return eg__call_to(e, NULL, NULL, sb, method, path, body, cb, done, NULL);
 }
 
 static const char *eg__msg(json_t *body)
@@ -251,7 +253,14 @@ static void eg__registered(struct eg_call *x, int status, json_t *body)
 int cp_egress_register(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_cb cb)
 {
     json_t *b = cp_egress_body(e->cp, sb);
-    int rc = eg__call(e, sb, "POST", "/v1/sandboxes", b, cb, eg__registered);
+    int rc = eg__call(e,
+                      &(struct eg_req){.sb = sb,
+                                       .method = "POST",
+                                       .path = "/v1/sandboxes",
+                                       .body = b,
+                                       .cb = cb,
+                                       .done = eg__registered},
+                      NULL);
     json_decref(b);
     return rc;
 }
@@ -267,7 +276,11 @@ int cp_egress_unregister(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_c
 {
     char path[128];
     snprintf(path, sizeof path, "/v1/sandboxes/%s", sb->rec.id);
-    return eg__call(e, sb, "DELETE", path, NULL, cb, eg__unregistered);
+    return eg__call(
+        e,
+        &(struct eg_req){
+            .sb = sb, .method = "DELETE", .path = path, .cb = cb, .done = eg__unregistered},
+        NULL);
 }
 
 static void eg__network_set(struct eg_call *x, int status, json_t *body)
@@ -287,7 +300,15 @@ int cp_egress_set_network(struct cp_egress *e, struct cp_sandbox *sb, const char
         json_object_set_new(b, "api_key_id", json_string(key_id));
     char path[128];
     snprintf(path, sizeof path, "/v1/sandboxes/%s/network", sb->rec.id);
-    int rc = b ? eg__call(e, sb, "PUT", path, b, cb, eg__network_set) : -ENOMEM;
+    int rc = b ? eg__call(e,
+                          &(struct eg_req){.sb = sb,
+                                           .method = "PUT",
+                                           .path = path,
+                                           .body = b,
+                                           .cb = cb,
+                                           .done = eg__network_set},
+                          NULL)
+               : -ENOMEM;
     json_decref(b);
     return rc;
 }
@@ -410,7 +431,8 @@ static void eg__resync_list(struct eg_call *x, int status, json_t *body)
             al_info("egress: dropping the registration of %s (no such sandbox)", id);
             char path[128];
             snprintf(path, sizeof path, "/v1/sandboxes/%s", id);
-            eg__call(e, NULL, "DELETE", path, NULL, NULL, eg__resync_del);
+            eg__call(e, &(struct eg_req){.method = "DELETE", .path = path, .done = eg__resync_del},
+                     NULL);
         } else if (!eg__same_addresses(json_object_get(s, "addresses"), sb->rec.addr)) {
             /* Our id with another address (a registration older than this sandbox's
              * network): dropped, and registered again on the next tick. */
@@ -421,7 +443,8 @@ static void eg__resync_list(struct eg_call *x, int status, json_t *body)
             e->resync_again = true;
             char path[128];
             snprintf(path, sizeof path, "/v1/sandboxes/%s", id);
-            eg__call(e, NULL, "DELETE", path, NULL, NULL, eg__resync_del);
+            eg__call(e, &(struct eg_req){.method = "DELETE", .path = path, .done = eg__resync_del},
+                     NULL);
         } else {
             sb->egress_registered = true;
             eg__resync_network(e, sb, json_object_get(s, "network"));
@@ -445,7 +468,9 @@ void cp_egress_resync(struct cp_egress *e)
     if (e->resync_pending)
         return;
     e->resync_pending = true;
-    if (eg__call(e, NULL, "GET", "/v1/sandboxes", NULL, NULL, eg__resync_list))
+    if (eg__call(
+            e, &(struct eg_req){.method = "GET", .path = "/v1/sandboxes", .done = eg__resync_list},
+            NULL))
         e->resync_pending = false;
 }
 
@@ -515,9 +540,14 @@ void cp_egress_ca_sync(struct cp_sandbox *sb)
     snprintf(target, sizeof target, "unix:%s", sb->agent_sock);
     json_t *b = json_pack("{s:s}", "caCertPem", pem);
     struct eg_call *x = NULL;
-    int rc = b ? eg__call_to(cp->egress, target, sb->rec.token, sb, "POST", "/init", b, NULL,
-                             eg__ca_pushed, &x)
-               : -ENOMEM;
+    struct eg_req r = {.target = target,
+                       .token = sb->rec.token,
+                       .sb = sb,
+                       .method = "POST",
+                       .path = "/init",
+                       .body = b,
+                       .done = eg__ca_pushed};
+    int rc = b ? eg__call(cp->egress, &r, &x) : -ENOMEM;
     json_decref(b);
     if (rc) {
         al_error("sandbox %s: cannot send the egress proxy's new CA to its agent: %s", sb->rec.id,
@@ -534,7 +564,9 @@ json_t *cp_egress_stats(struct cp_egress *e)
     /* Refreshed in the background: a scrape sees figures at most one scrape old. */
     if (!e->stats_pending && al_now_ns() - e->stats_ns > 1000000000ull) {
         e->stats_pending = true;
-        if (eg__call(e, NULL, "GET", "/v1/stats", NULL, NULL, eg__stats_done))
+        if (eg__call(e,
+                     &(struct eg_req){.method = "GET", .path = "/v1/stats", .done = eg__stats_done},
+                     NULL))
             e->stats_pending = false;
     }
     return e->stats;

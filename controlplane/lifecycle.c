@@ -951,8 +951,12 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
         lc__refuse(req_c, req, status, "%s", al_error_str(&err));
         return;
     }
-    if (cp_policy_select(cp, req_c->metadata, network, req_c->allow_internet, &req_c->who,
-                         c->template_dir, &sel, &status, &err)) {
+    struct cp_policy_ask ask = {.metadata = req_c->metadata,
+                                .network = network,
+                                .allow_internet = req_c->allow_internet,
+                                .who = &req_c->who,
+                                .template_dir = c->template_dir};
+    if (cp_policy_select(cp, &ask, &sel, &status, &err)) {
         lc__create_free(c);
         json_decref(network);
         json_decref(pending);

@@ -191,10 +191,13 @@ int cp_template_policy(const char *template_dir, char *out, struct al_error *err
     return rc;
 }
 
-int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *network,
-                     int allow_internet, const struct cp_principal *who, const char *template_dir,
-                     struct cp_policy_sel *out, int *status, struct al_error *err)
+int cp_policy_select(struct cp *cp, const struct cp_policy_ask *ask, struct cp_policy_sel *out,
+                     int *status, struct al_error *err)
 {
+    const json_t *metadata = ask->metadata, *network = ask->network;
+    const struct cp_principal *who = ask->who;
+    const char *template_dir = ask->template_dir;
+    int allow_internet = ask->allow_internet;
     memset(out, 0, sizeof *out);
     const char *name = cp->cfg.default_policy;
     json_t *m = metadata ? json_object_get(metadata, CP_POLICY_META_KEY) : NULL;

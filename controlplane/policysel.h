@@ -29,12 +29,19 @@ struct cp_policy_sel {
     json_t *narrowing; /* {"allow_internet_access"?, "allow_out"?, "deny_out"?} or NULL */
 };
 
-/* Chooses and validates. template_dir: the template's directory (its template.json may
- * name a default policy), or NULL. On error *status is the HTTP status to answer (400, 403,
- * 500). */
-int cp_policy_select(struct cp *cp, const json_t *metadata, const json_t *network,
-                     int allow_internet, const struct cp_principal *who, const char *template_dir,
-                     struct cp_policy_sel *out, int *status, struct al_error *err);
+/* What a creation asks of its policy. */
+struct cp_policy_ask {
+    const json_t *metadata;         /* the creation's; may name the policy, or NULL */
+    const json_t *network;          /* E2B network fields, or NULL */
+    int allow_internet;             /* allow_internet_access: 1, 0, or -1 when not given */
+    const struct cp_principal *who; /* the key creating it: the policies it may use */
+    const char *template_dir;       /* the template's directory (its template.json may name a
+                                 default policy), or NULL */
+};
+
+/* Chooses and validates. On error *status is the HTTP status to answer (400, 403, 500). */
+int cp_policy_select(struct cp *cp, const struct cp_policy_ask *ask, struct cp_policy_sel *out,
+                     int *status, struct al_error *err);
 /* The default policy a template's template.json names ("policy"), into out (size
  * CP_POLICY_NAME_MAX): 1 when it names one, 0 when it names none (or has no template.json),
  * <0 with err when the file or the key is malformed. */

@@ -167,9 +167,11 @@ void cp_proc_describe(int wstatus, char *out, size_t len)
         snprintf(out, len, "killed by signal %d (%s)", wstatus & 0x7f, strsignal(wstatus & 0x7f));
 }
 
-int cp_proc_collect(int outfd, pid_t pid, int pidfd, uint64_t t0, uint64_t kill_after_ms, char *buf,
-                    size_t cap, size_t *len, int *wstatus)
+int cp_proc_collect(const struct cp_proc_child *c, char *buf, size_t cap, size_t *len, int *wstatus)
 {
+    int outfd = c->outfd, pidfd = c->pidfd;
+    pid_t pid = c->pid;
+    uint64_t t0 = c->t0, kill_after_ms = c->kill_after_ms;
     bool eof = false, exited = false;
     *len = 0;
     while (!eof || !exited) {

@@ -22,11 +22,19 @@ int cp_proc_open(pid_t pid, uint64_t start_time, int *pidfd);
 /* After the pidfd became readable: the exit status if the process was our child (reaps it),
  * else -ECHILD. */
 int cp_proc_reap(int pidfd, int *wstatus);
-/* Reads the standard output of a child (outfd: the read end of its pipe) into buf (NUL
- * terminated; what exceeds cap is dropped) until EOF, and reaps it; both bounded by
- * kill_after_ms from t0 (al_now_ns). Returns 0, or -ETIMEDOUT (the process was killed). */
-int cp_proc_collect(int outfd, pid_t pid, int pidfd, uint64_t t0, uint64_t kill_after_ms, char *buf,
-                    size_t cap, size_t *len, int *wstatus);
+/* A child of ours whose standard output is read to its end. */
+struct cp_proc_child {
+    int outfd; /* the read end of its stdout pipe */
+    pid_t pid;
+    int pidfd;
+    uint64_t t0;            /* al_now_ns() at its start */
+    uint64_t kill_after_ms; /* from t0: then it is killed */
+};
+/* Reads the standard output of c into buf (NUL terminated, *len bytes; what exceeds cap is
+ * dropped) until EOF, and reaps it into *wstatus; both bounded by c's kill_after_ms.
+ * Returns 0, or -ETIMEDOUT (the process was killed). */
+int cp_proc_collect(const struct cp_proc_child *c, char *buf, size_t cap, size_t *len,
+                    int *wstatus);
 /* Sends sig through the pidfd (no pid-reuse race). */
 int cp_proc_signal(int pidfd, int sig);
 

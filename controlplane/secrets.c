@@ -26,8 +26,8 @@
 
 /* ---- the vault ---------------------------------------------------------------------------- */
 
-int cp_vault_call(struct cp *cp, const char *method, const char *path, const void *body,
-                  size_t body_len, int *status, json_t **out, struct al_error *err)
+int cp_vault_call(struct cp *cp, const struct cp_vault_req *r, int *status, json_t **out,
+                  struct al_error *err)
 {
     *out = NULL;
     *status = 0;
@@ -35,20 +35,22 @@ int cp_vault_call(struct cp *cp, const char *method, const char *path, const voi
     snprintf(target, sizeof target, "unix:%s/%s", cp->cfg.state_dir, AL_SOCK_VAULT);
     /* wipe: a body carries a secret's value (cp_vault_put wipes its own copy). */
     struct al_http_call_opts o = {.target = target,
-                                  .method = method,
-                                  .path = path,
-                                  .body = body,
-                                  .body_len = body ? body_len : 0,
+                                  .method = r->method,
+                                  .path = r->path,
+                                  .body = r->body,
+                                  .body_len = r->body ? r->body_len : 0,
                                   .timeout_ms = CP_VAULT_MS,
-                                  .wipe = body != NULL};
+                                  .wipe = r->body != NULL};
     int rc = al_http_call_json(&o, NULL, status, out, err);
     return rc && rc != -EBADMSG ? -ENOTCONN : rc;
 }
 
-int cp_vault_put(struct cp *cp, const char *method, const char *name, const json_t *fields,
-                 const char *value, size_t value_len, int *status, json_t **out,
-                 struct al_error *err)
+int cp_vault_put(struct cp *cp, const char *method, const struct cp_vault_secret *s, int *status,
+                 json_t **out, struct al_error *err)
 {
+    const json_t *fields = s->fields;
+    const char *value = s->value;
+    size_t value_len = s->value_len;
     *out = NULL;
     *status = 0;
     char *m = fields ? json_dumps(fields, JSON_COMPACT) : strdup("{}");
@@ -79,8 +81,9 @@ int cp_vault_put(struct cp *cp, const char *method, const char *name, const json
     }
     free(m);
     char path[VAULT_NAME_MAX + 32];
-    snprintf(path, sizeof path, "/v1/secrets/%s", name);
-    int rc = cp_vault_call(cp, method, path, body, o, status, out, err);
+    snprintf(path, sizeof path, "/v1/secrets/%s", s->name);
+    struct cp_vault_req r = {.method = method, .path = path, .body = body, .body_len = o};
+    int rc = cp_vault_call(cp, &r, status, out, err);
     sodium_free(body); /* wipes */
     return rc;
 }
@@ -175,7 +178,8 @@ static json_t *secrets__all(struct cp *cp, struct al_http_req *req)
     int status;
     json_t *out;
     struct al_error err = {0};
-    int rc = cp_vault_call(cp, "GET", "/v1/secrets", NULL, 0, &status, &out, &err);
+    int rc = cp_vault_call(cp, &(struct cp_vault_req){.method = "GET", .path = "/v1/secrets"},
+                           &status, &out, &err);
     if (rc || status != 200 || !json_is_array(json_object_get(out, "secrets"))) {
         secrets__fail(req, rc, status == 200 ? 502 : status, out, &err, "");
         json_decref(out);
@@ -223,7 +227,8 @@ static json_t *secrets__find(struct cp *cp, struct al_http_req *req, const struc
     snprintf(path, sizeof path, "/v1/secrets/%s", vname);
     int status;
     json_t *out;
-    int rc = cp_vault_call(cp, "GET", path, NULL, 0, &status, &out, &err);
+    int rc = cp_vault_call(cp, &(struct cp_vault_req){.method = "GET", .path = path}, &status, &out,
+                           &err);
     if (rc || status != 200) {
         secrets__fail(req, rc, status, out, &err, name);
         json_decref(out);
@@ -295,8 +300,11 @@ static void secrets__write(struct cp *cp, struct al_http_req *req, const struct 
     int status;
     json_t *out;
     struct al_error err = {0};
-    int rc = cp_vault_put(cp, method, vname, fields, json_string_value(v), json_string_length(v),
-                          &status, &out, &err);
+    struct cp_vault_secret sec = {.name = vname,
+                                  .fields = fields,
+                                  .value = json_string_value(v),
+                                  .value_len = json_string_length(v)};
+    int rc = cp_vault_put(cp, method, &sec, &status, &out, &err);
     json_decref(fields);
     cp_rest_wipe_body(req, body, "value");
     if (rc || (status != 200 && status != 201))
@@ -371,7 +379,8 @@ void cp_secrets_delete(struct cp *cp, struct al_http_req *req, const struct cp_p
     int status;
     json_t *out;
     struct al_error err = {0};
-    int rc = cp_vault_call(cp, "DELETE", path, NULL, 0, &status, &out, &err);
+    int rc = cp_vault_call(cp, &(struct cp_vault_req){.method = "DELETE", .path = path}, &status,
+                           &out, &err);
     if (rc || status != 200)
         secrets__fail(req, rc, status, out, &err, vname + strlen(prefix));
     else

@@ -32,17 +32,30 @@ struct al_http_req;
 
 #define CP_VAULT_MS 3000
 
-/* One exchange with airlock-vault's API (docs/vault.md) on its socket: 0 with *status and
- * *out (the JSON answer, NULL when empty; the caller's), or < 0 with err (-ENOTCONN: the
- * vault did not answer). body (may be NULL) is sent as is. */
-int cp_vault_call(struct cp *cp, const char *method, const char *path, const void *body,
-                  size_t body_len, int *status, json_t **out, struct al_error *err);
-/* Creates (POST) or rotates (PUT) the vault secret name with value: fields are the request's
- * other members (description, metadata, bound_hosts...; may be NULL); value_b64 is added in
- * locked memory and wiped once sent. 0 with *status and *out as for cp_vault_call. */
-int cp_vault_put(struct cp *cp, const char *method, const char *name, const json_t *fields,
-                 const char *value, size_t value_len, int *status, json_t **out,
-                 struct al_error *err);
+/* A request to airlock-vault's API (docs/vault.md). */
+struct cp_vault_req {
+    const char *method;
+    const char *path;
+    const void *body; /* sent as is (and wiped once sent: it may carry a value), or NULL */
+    size_t body_len;
+};
+/* One exchange with airlock-vault on its socket: 0 with *status and *out (the JSON answer,
+ * NULL when empty; the caller's), or < 0 with err (-ENOTCONN: the vault did not answer). */
+int cp_vault_call(struct cp *cp, const struct cp_vault_req *r, int *status, json_t **out,
+                  struct al_error *err);
+
+/* A vault secret as cp_vault_put writes it. */
+struct cp_vault_secret {
+    const char *name;
+    const json_t *fields; /* the request's other members (description, metadata,
+                             bound_hosts...), or NULL */
+    const char *value;
+    size_t value_len;
+};
+/* Creates (POST) or rotates (PUT) the secret s: its value is added as value_b64 in locked
+ * memory and wiped once sent. 0 with *status and *out as for cp_vault_call. */
+int cp_vault_put(struct cp *cp, const char *method, const struct cp_vault_secret *s, int *status,
+                 json_t **out, struct al_error *err);
 
 /* The routes (rest.c dispatches; body is the parsed JSON object of a POST). ref is the path's
  * {secretID} (percent-decoded). */

@@ -256,7 +256,8 @@ static void tf__delete(struct cp *cp, const char *secret)
     struct al_error err = {0};
     char path[300];
     snprintf(path, sizeof path, "/v1/secrets/%s", secret);
-    int rc = cp_vault_call(cp, "DELETE", path, NULL, 0, &status, &out, &err);
+    int rc = cp_vault_call(cp, &(struct cp_vault_req){.method = "DELETE", .path = path}, &status,
+                           &out, &err);
     if (tf__answer(rc, status, out, &err) && status != 404)
         al_warn("cannot delete the transform secret %s from the vault: %s", secret,
                 al_error_str(&err));
@@ -280,10 +281,12 @@ int cp_transforms_seal(struct cp *cp, json_t *pending, struct al_error *err)
                                    json_string_value(json_object_get(p, "domain")));
         int status = 0;
         json_t *out = NULL;
-        rc = fields
-                 ? cp_vault_put(cp, "POST", json_string_value(json_object_get(p, "secret")), fields,
-                                json_string_value(v), json_string_length(v), &status, &out, err)
-                 : al_error_set(err, -ENOMEM, "out of memory");
+        struct cp_vault_secret sec = {.name = json_string_value(json_object_get(p, "secret")),
+                                      .fields = fields,
+                                      .value = json_string_value(v),
+                                      .value_len = json_string_length(v)};
+        rc = fields ? cp_vault_put(cp, "POST", &sec, &status, &out, err)
+                    : al_error_set(err, -ENOMEM, "out of memory");
         json_decref(fields);
         rc = tf__answer(rc, status, out, err);
         if (rc) {
@@ -357,7 +360,8 @@ int cp_transforms_resolve(struct cp *cp, const char *key_id, json_t *network, in
             snprintf(path, sizeof path, "/v1/secrets/%s", own);
             int st = 0;
             json_t *out = NULL;
-            int rc = cp_vault_call(cp, "GET", path, NULL, 0, &st, &out, err);
+            int rc = cp_vault_call(cp, &(struct cp_vault_req){.method = "GET", .path = path}, &st,
+                                   &out, err);
             json_decref(out);
             if (rc || (st != 200 && st != 404 && st != 400)) {
                 *status = 503;
