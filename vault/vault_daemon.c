@@ -323,7 +323,8 @@ int vault_daemon_main(int argc, char **argv)
 
     struct daemon__ctx c = {0};
     uv_loop_init(&c.loop);
-    if (vault_httpd_start(&c.loop, svc, store, sock, sock_mode, &c.httpd, &e) != 0)
+    struct vault_httpd_opts ho = {.svc = svc, .store = store, .sock = sock, .mode = sock_mode};
+    if (vault_httpd_start(&c.loop, &ho, &c.httpd, &e) != 0)
         al_die("cannot serve on %s: %s", sock, al_error_str(&e));
     uv_signal_init(&c.loop, &c.sigterm);
     uv_signal_init(&c.loop, &c.sigint);

@@ -430,10 +430,9 @@ static int file__grow(void **arr, size_t *cap, size_t n, size_t elem)
     return 0;
 }
 
-int vault_file_body(const char *data, size_t len, size_t body_off, const struct vault_header *h,
-                    const struct vault_keys *k, struct vault_catalog *out, struct al_error *err)
+int vault_file_body(const char *data, size_t len, size_t body_off, const struct vault_keys *k,
+                    struct vault_catalog *out, struct al_error *err)
 {
-    (void)h;
     struct vault_catalog c = {0};
     size_t cap_s = 0, cap_t = 0;
     size_t pos = body_off;

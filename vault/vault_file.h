@@ -77,10 +77,11 @@ int vault_value_open(const struct vault_keys *k, const char *file_id, const char
 /* Parses the magic and the header; *body_off is where the entries start. */
 int vault_file_header(const char *data, size_t len, struct vault_header *h, size_t *body_off,
                       struct al_error *err);
-/* Parses and verifies the entries and the trailer with the keys. On failure err names the
- * line (and the secret when it can) and *out is untouched. */
-int vault_file_body(const char *data, size_t len, size_t body_off, const struct vault_header *h,
-                    const struct vault_keys *k, struct vault_catalog *out, struct al_error *err);
+/* Parses and verifies the entries and the trailer with the keys (those of the header
+ * vault_file_header read). On failure err names the line (and the secret when it can) and
+ * *out is untouched. */
+int vault_file_body(const char *data, size_t len, size_t body_off, const struct vault_keys *k,
+                    struct vault_catalog *out, struct al_error *err);
 /* Serialises; *out is malloc'd. */
 int vault_file_write(const struct vault_header *h, const struct vault_keys *k,
                      const struct vault_catalog *c, const char *written, char **out, size_t *len);

@@ -212,16 +212,16 @@ static void httpd__on_request(struct al_http_req *req, void *ctx)
     httpd__dispatch(d, req, NULL);
 }
 
-int vault_httpd_start(uv_loop_t *loop, struct vault_service *svc, struct vault_store *store,
-                      const char *sock, mode_t mode, struct vault_httpd **out, struct al_error *err)
+int vault_httpd_start(uv_loop_t *loop, const struct vault_httpd_opts *opts,
+                      struct vault_httpd **out, struct al_error *err)
 {
     struct vault_httpd *d = calloc(1, sizeof *d);
     if (!d)
         return al_error_set(err, -ENOMEM, "out of memory");
     d->loop = loop;
-    d->svc = svc;
-    d->store = store;
-    d->seen_gen = vault_service_generation(svc);
+    d->svc = opts->svc;
+    d->store = opts->store;
+    d->seen_gen = vault_service_generation(opts->svc);
     struct al_http_server_opts o = {
         .limits = {.max_body_bytes = HTTPD__BODY_MAX, .max_connections = 256},
         .on_request = httpd__on_request,
@@ -233,7 +233,7 @@ int vault_httpd_start(uv_loop_t *loop, struct vault_service *svc, struct vault_s
         free(d);
         return al_error_set(err, rc, "cannot create the HTTP server: %s", strerror(-rc));
     }
-    rc = al_http_server_listen_unix(d->srv, sock, mode, err);
+    rc = al_http_server_listen_unix(d->srv, opts->sock, opts->mode, err);
     if (rc) {
         al_http_server_close(d->srv, NULL, NULL);
         free(d);

@@ -166,7 +166,7 @@ static int store__load(struct vault_store *s, struct vault_catalog *cat, struct 
                           "airlock-vault (nothing was changed)",
                           s->file);
     } else {
-        rc = vault_file_body(data, len, off, &h, s->keys, cat, err);
+        rc = vault_file_body(data, len, off, s->keys, cat, err);
         if (rc && rc != -ENOMEM)
             store__corrupted(s, err);
     }
@@ -363,7 +363,7 @@ int vault_store_open(const char *dir, const struct vault_unlock *u, struct vault
                                 s->master, s->file);
         goto fail;
     }
-    if ((rc = vault_file_body(data, len, off, &s->hdr, s->keys, &s->cat, err))) {
+    if ((rc = vault_file_body(data, len, off, s->keys, &s->cat, err))) {
         if (rc != -ENOMEM)
             store__corrupted(s, err);
         goto fail;

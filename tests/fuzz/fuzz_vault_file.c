@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     struct vault_catalog c;
     struct al_error e = {0};
-    int rc = vault_file_body(d, size, off, &h, k, &c, &e);
+    int rc = vault_file_body(d, size, off, k, &c, &e);
     if (getenv("FUZZ_DEBUG"))
         fprintf(stderr, "fuzz_vault_file: %s\n", rc ? al_error_str(&e) : "parsed");
     if (rc)
@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t off2 = 0;
         struct vault_catalog c2;
         if (vault_file_header(out, len, &h2, &off2, NULL) != 0 ||
-            vault_file_body(out, len, off2, &h2, k, &c2, NULL) != 0)
+            vault_file_body(out, len, off2, k, &c2, NULL) != 0)
             abort(); /* what we write, we must read */
         if (c2.n != c.n || c2.n_tombs != c.n_tombs || c2.generation != c.generation)
             abort();

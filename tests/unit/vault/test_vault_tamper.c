@@ -236,7 +236,7 @@ START_TEST(values_are_bound_to_name_version_and_vault)
     ck_assert_int_eq(vault_keys_alloc(&k), 0);
     ck_assert_int_eq(vault_dk_unwrap(mk, &h, k), 0);
     struct vault_catalog c;
-    ck_assert_int_eq(vault_file_body(data, len, off, &h, k, &c, NULL), 0);
+    ck_assert_int_eq(vault_file_body(data, len, off, k, &c, NULL), 0);
     free(data);
     /* swap the current ciphertexts of a/one and b/two, re-sign the file */
     struct vault_version tmp = c.secrets[0].versions[0];
