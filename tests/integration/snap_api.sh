@@ -7,7 +7,8 @@
 # the next start removes its files (the copy airlock-vmm finished, or its .tmp- directory);
 # the sandbox it was taken of runs on. A fork of 5 starts five new sandboxes with the parent's
 # files, each writing on its own, and leaves no snapshot behind; the CLI's snapshot, rollback,
-# fork and snapshot ls|rm do the same. A rollback to it restores the sandbox's files in place
+# fork and snapshot ls|rm do the same. A kill of a fork's parent while its copies start leaves
+# them running. A rollback to it restores the sandbox's files in place
 # (same id and expiry, an event), and SIGKILL of airlockd in the middle of one leaves the
 # sandbox rolled back (airlock-vmm completes it) and adopted at the next start. Deleting the
 # snapshot removes its files. At the end nothing is left.
@@ -192,6 +193,29 @@ al_eq "three copies in all" "${#DF[@]}" 3
 al_match "snapshot rm" "^deleted $CS$" cp_cli snapshot rm "$CS"
 al_eq "snapshot ls: none left" "$(cp_cli snapshot ls --json)" "[]"
 for s in "${DF[@]}" "$D"; do al_ok "kill $s" cp_cli sandbox kill "$s"; done
+
+al_note "a kill of the parent while its copies start does not stop them"
+E=$(cp_create)
+al_ok "a file in $E" cp_exec "$E" sh -c 'echo e > /home/user/e'
+cp_api -o "$AL_TMP/forkE.out" -w '%{http_code}' -X POST "$CP_URL/sandboxes/$E/fork" \
+  -d '{"count":3}' >"$AL_TMP/forkE.code" 2>/dev/null &
+post=$!
+al_wait_until 120 grep -qF "sandbox $E: forking 3 copies" "$AL_TMP/airlockd.log" ||
+  al_fail "the fork of $E did not begin"
+al_ok "kill $E (queued behind the fork's checkpoint)" cp_cli sandbox kill "$E"
+wait "$post"
+al_eq "the fork answered 201" "$(cat "$AL_TMP/forkE.code")" 201
+EF=$(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert len(r) == 3 and all("sandbox" in e for e in r), r
+print(" ".join(e["sandbox"]["sandboxID"] for e in r))' "$AL_TMP/forkE.out")
+read -r -a EF <<<"$EF"
+al_eq "three copies" "${#EF[@]}" 3
+for f in "${EF[@]}"; do al_eq "$f runs, with the file" "$(cp_exec "$f" cat /home/user/e)" e; done
+al_eq "$E is gone" "$(cp_api -o /dev/null -w '%{http_code}' "$CP_URL/sandboxes/$E")" 404
+al_eq "no checkpoint left" "$(snap_entries)" "$S1"
+for f in "${EF[@]}"; do al_ok "kill $f" cp_cli sandbox kill "$f"; done
 
 al_note "delete"
 al_eq "DELETE /templates/$S1" "$(cp_api -o /dev/null -w '%{http_code}' -X DELETE "$CP_URL/templates/$S1")" 204
