@@ -732,6 +732,7 @@ static int cli__verify(const char *dir, int argc, char **argv, int first)
                                         .pubkey_file = pubkey,
                                         .checkpoint_file = checkpoints,
                                         .on_record = cli__agg_on_record,
+                                        .on_record_type = "aggregate",
                                         .arg = &agg};
     struct al_auditlog_verify_result res;
     struct al_error err = {0};

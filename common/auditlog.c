@@ -171,7 +171,7 @@ void auditlog__key_id(const unsigned char pk[crypto_sign_PUBLICKEYBYTES], char o
     sodium_bin2hex(out, 17, h, 8);
 }
 
-static bool auditlog__is_hex(const char *s, size_t n)
+bool auditlog__is_hex(const char *s, size_t n)
 {
     if (!s || strlen(s) != n)
         return false;

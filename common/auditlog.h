@@ -234,6 +234,9 @@ struct al_auditlog_verify_opts {
      * caller can state what the verified records say (the egress CLI: what its aggregate
      * records stand for). Not called for records after the first problem. */
     void (*on_record)(const json_t *rec, uint64_t seq, void *arg);
+    /* Optional with on_record: the "type" of the records it wants; records whose "type" is
+     * another string are verified without being handed over (nor their JSON built). */
+    const char *on_record_type;
     void *arg;
 };
 

@@ -52,6 +52,26 @@ struct auditlog__fields {
 };
 /* 0, or -EINVAL with a reason in why (a short phrase). */
 int auditlog__fields(const json_t *rec, struct auditlog__fields *f, const char **why);
+/* s is n lowercase hex digits and nothing more. */
+bool auditlog__is_hex(const char *s, size_t n);
+
+/* What the verifier needs of an ordinary record, read from its line without building its
+ * JSON (auditlog_verify.c). */
+struct auditlog__quick {
+    uint64_t seq;
+    char time[64];
+    char log_id[AL_AUDITLOG_ID_HEX + 1];
+    char prev[AL_AUDITLOG_HASH_HEX + 1];
+    char type[64];
+    bool has_type; /* "type" is a string, in type */
+};
+/* 0 when the line is a JSON object kept to a strict subset of JSON that json_loadb with
+ * AUDITLOG__JSON_FLAGS accepts as well (ASCII strings, escapes other than \u0000 and
+ * surrogates, integers of up to 18 digits, no duplicate key in any object, no key escaped,
+ * nesting up to 32, nothing after the object), with the fields auditlog__fields would
+ * accept, the same values, and no "auditlog" member. -1 otherwise: the line is for jansson
+ * to judge (it may still be a good record). */
+int auditlog__quick_fields(const char *line, size_t len, struct auditlog__quick *q);
 void auditlog__hash_hex(const void *line, size_t len, char out[AL_AUDITLOG_HASH_HEX + 1]);
 /* Builds the text a checkpoint signs into out (>= 256 bytes); returns its length. */
 size_t auditlog__sig_message(char *out, size_t outlen, const char *log_id, uint64_t covers,

@@ -15,6 +15,7 @@
 #include <sodium.h>
 
 #include "auditlog_fixture.h"
+#include "common/auditlog_int.h"
 #include "common/util.h"
 
 START_TEST(tamper_edited)
@@ -242,6 +243,163 @@ START_TEST(tamper_malformed_line)
 }
 END_TEST
 
+/* A line jansson refuses only for what is deep inside it: a duplicate key in a nested object,
+ * a NUL or a lone surrogate escaped, a number out of range. The verifier must call it
+ * malformed (what it is), at its line, not read it quickly as an edited record. */
+START_TEST(tamper_malformed_deep_inside)
+{
+    static const char *const bad[] = {
+        "\"x\":{\"y\":1,\"y\":2},",
+        "\"x\":\"\\u0000\",",
+        "\"x\":\"\\ud800\",",
+        "\"x\":1e999,",
+        "\"x\":[1,],",
+        "\"x\":01,",
+        "\"x\":\"\x01\",",
+        "\"x\":tru,",
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "t-deep%zu", k);
+        const char *d = tdir(name);
+        make_log(d, 300);
+        char p[600];
+        struct lines L;
+        middle(d, p, &L);
+        size_t i = plain_index(&L);
+        size_t n = strlen(L.v[i]) + strlen(bad[k]) + 1;
+        char *e = malloc(n);
+        ck_assert_ptr_nonnull(e);
+        snprintf(e, n, "{%s%s", bad[k], L.v[i] + 1);
+        free(L.v[i]);
+        L.v[i] = e;
+        lines_save(p, &L);
+        lines_free(&L);
+        expect_verdict(d, NULL, AL_AUDIT_MALFORMED, p, i + 1, 0);
+    }
+}
+END_TEST
+
+/* The quick read of records accepts only what jansson accepts, and reads the same fields:
+ * a real record, then thousands of deterministic edits of it (bytes changed, inserted,
+ * removed; members that test each rule of the subset). */
+static void quick_vs_jansson(const char *line, size_t len, size_t *quick_ok)
+{
+    struct auditlog__quick q;
+    if (auditlog__quick_fields(line, len, &q) != 0)
+        return;
+    (*quick_ok)++;
+    json_t *j = json_loadb(line, len, AUDITLOG__JSON_FLAGS, NULL);
+    ck_assert_msg(j != NULL, "quick read accepted what jansson refuses: %.*s", (int)len, line);
+    struct auditlog__fields f;
+    const char *why;
+    ck_assert_int_eq(auditlog__fields(j, &f, &why), 0);
+    ck_assert_ptr_null(f.internal);
+    ck_assert_uint_eq(f.seq, q.seq);
+    ck_assert_str_eq(f.time, q.time);
+    ck_assert_str_eq(f.log_id, q.log_id);
+    ck_assert_str_eq(f.prev, q.prev);
+    const char *type = json_string_value(json_object_get(j, "type"));
+    ck_assert_int_eq(q.has_type, type != NULL && strlen(type) < sizeof q.type);
+    if (q.has_type)
+        ck_assert_str_eq(q.type, type);
+    json_decref(j);
+}
+
+START_TEST(quick_read_agrees_with_jansson)
+{
+    const char *d = tdir("t-quick");
+    make_log(d, 300);
+    char p[600];
+    struct lines L;
+    middle(d, p, &L);
+    const char *rec = L.v[plain_index(&L)];
+    size_t rl = strlen(rec), quick_ok = 0;
+    struct auditlog__quick q;
+    ck_assert_int_eq(auditlog__quick_fields(rec, rl, &q), 0); /* the writer's records: quick */
+    ck_assert_int_eq(auditlog__quick_fields(L.v[0], strlen(L.v[0]), &q), -1); /* checkpoint */
+    static const char *const ins[] = {
+        " ",
+        "\t",
+        "\r",
+        "\n",
+        "\x7f",
+        "\xc3\xa9",
+        "\\u0000",
+        "\\ud800",
+        "\\u00e9",
+        "\\\"",
+        "\\/",
+        "\\x",
+        ",",
+        "}",
+        "]",
+        "{",
+        "[",
+        "\"",
+        ":",
+        "0",
+        "01",
+        "-",
+        "1.5",
+        "1e5",
+        "123456789012345678",
+        "1234567890123456789",
+        "true",
+        "nul",
+        "\"seq\":3,",
+        "\"type\":\"aggregate\",",
+        "\"a\":1,\"a\":2,",
+        "\"t\\u0079pe\":\"x\",",
+        "\"auditlog\":{},",
+        "\"x\":[1,{\"y\":1,\"y\":2}],",
+        "\"x\":[[[[]]]],",
+    };
+    char *buf = malloc(rl + 64);
+    ck_assert_ptr_nonnull(buf);
+    uint32_t r = 12345;
+    for (int it = 0; it < 20000; it++) {
+        r = r * 1103515245u + 12345u;
+        size_t at = (r >> 8) % (rl + 1), n = rl;
+        memcpy(buf, rec, rl);
+        switch (it % 4) {
+        case 0: { /* a piece inserted anywhere, or as the first member */
+            const char *x = ins[(r >> 4) % (sizeof ins / sizeof ins[0])];
+            size_t xl = strlen(x);
+            if (it % 8 == 4)
+                at = 1;
+            memmove(buf + at + xl, buf + at, rl - at);
+            memcpy(buf + at, x, xl);
+            n = rl + xl;
+            break;
+        }
+        case 1: /* a byte changed */
+            if (at < rl)
+                buf[at] = (char)(r >> 20);
+            break;
+        case 2: { /* a few bytes removed */
+            size_t k = 1 + (r >> 3) % 6;
+            if (at + k > rl)
+                k = rl - at;
+            memmove(buf + at, buf + at + k, rl - at - k);
+            n = rl - k;
+            break;
+        }
+        default: /* cut short, or something after it */
+            if (it % 8 == 3)
+                n = at;
+            else
+                buf[n++] = " x}"[(r >> 5) % 3];
+        }
+        quick_vs_jansson(buf, n, &quick_ok);
+    }
+    /* The edits that keep it a record (inside strings, members added) are read quickly. */
+    ck_assert_uint_gt(quick_ok, 1000);
+    free(buf);
+    lines_free(&L);
+}
+END_TEST
+
 START_TEST(tamper_truncated)
 {
     const char *d = tdir("t-trunc");
@@ -321,7 +479,7 @@ END_TEST
 START_TEST(wrong_public_key)
 {
     const char *d = tdir("t-key");
-    make_log(d, 30);
+    make_log(d, 300);
     const char *d2 = tdir("t-key-other");
     make_log(d2, 3);
     char pub[600];
@@ -455,6 +613,8 @@ static Suite *suite(void)
     tcase_add_test(t, tamper_rechained_is_caught_by_the_signature);
     tcase_add_test(t, tamper_missing_file);
     tcase_add_test(t, tamper_malformed_line);
+    tcase_add_test(t, tamper_malformed_deep_inside);
+    tcase_add_test(t, quick_read_agrees_with_jansson);
     tcase_add_test(t, tamper_truncated);
     tcase_add_test(t, tamper_cut_inside_a_middle_file);
     tcase_add_test(t, tamper_seal_cut);
