@@ -1671,6 +1671,7 @@ static int lc__adopt_row(const struct cp_sb_record *r, void *arg)
     struct cp_sandbox *sb = cp_sb_new(cp);
     if (!sb)
         return -ENOMEM;
+    cp_sb_record_free(&sb->rec); /* cp_sb_new's empty metadata: the copy replaces it */
     cp_sb_record_copy(&sb->rec, r);
     if (lc__register(sb)) {
         al_error("sandbox %s: listed twice in the state database", r->id);
