@@ -103,28 +103,12 @@ static int apikey__create(int argc, char **argv)
         return 2;
     }
     struct al_error err = {0};
-    if (cp_apikey_policies_check(policies, &err)) {
-        fprintf(stderr, "airlock apikey create: --policies: %s\n", al_error_str(&err));
-        return 2;
-    }
     struct cp_apikey k;
-    memset(&k, 0, sizeof k);
-    if (!(k.role = cp_role_parse(role, &err))) {
-        fprintf(stderr, "airlock apikey create: --role: %s\n", al_error_str(&err));
-        return 2;
-    }
-    cp_keyid_new(k.id);
-    snprintf(k.name, sizeof k.name, "%s", name ? name : k.id);
-    if (name && (strlen(name) == 0 || strlen(name) >= sizeof k.name)) {
-        fprintf(stderr, "airlock apikey create: the name must have 1..%zu bytes\n",
-                sizeof k.name - 1);
-        return 2;
-    }
-    snprintf(k.policies, sizeof k.policies, "%s", policies);
-    k.created_ns = al_wall_ns();
     char key[CP_APIKEY_LEN + 1];
-    cp_apikey_new(key);
-    cp_digest(key, strlen(key), k.digest);
+    if (cp_apikey_make(&k, key, name, role, policies, &err)) {
+        fprintf(stderr, "airlock apikey create: %s\n", al_error_str(&err));
+        return 2;
+    }
     struct cp_store *s;
     if (cp_cli_open_store(&s, true)) {
         sodium_memzero(key, sizeof key);

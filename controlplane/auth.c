@@ -27,7 +27,7 @@ static int auth__free_key(void *v, void *arg)
     return 0;
 }
 
-static void auth__flush(struct cp *cp)
+void cp_auth_flush(struct cp *cp)
 {
     cp_map_foreach(&cp->key_cache, auth__free_key, NULL);
     cp_map_free(&cp->key_cache);
@@ -78,7 +78,7 @@ int cp_auth_digest(struct cp *cp, const uint8_t d[CP_DIGEST_LEN], struct cp_prin
         return 0;
     }
     if (cp_store_changed(cp->store))
-        auth__flush(cp);
+        cp_auth_flush(cp);
     struct cp_apikey *k = cp_map_get(&cp->key_cache, d, CP_DIGEST_LEN);
     if (!k) {
         struct cp_apikey found;
@@ -171,6 +171,8 @@ static const struct auth_route {
      * records and their verification) to auditors. */
     {"GET", "/admin/overview", CP_ROLES_ALL, "the overview"},
     {"GET", "/admin/audit/**", AU, "the egress audit log"},
+    {"*", "/admin/keys/**", A, "managing API keys"},
+    {"*", "/admin/cluster/**", A, "the cluster's nodes (they name its hosts)"},
     /* Not supported for anyone (501): say so to every role. */
     {"*", "/volumes/**", CP_ROLES_ALL, "volumes"},
     {"*", "/teams/**", CP_ROLES_ALL, "teams"},
@@ -259,6 +261,6 @@ bool cp_auth_data_plane(const struct cp_principal *who)
 
 void cp_auth_free(struct cp *cp)
 {
-    auth__flush(cp);
+    cp_auth_flush(cp);
     cp_map_free(&cp->key_cache);
 }

@@ -397,6 +397,7 @@ static json_t *console__session_json(const struct console_session *s,
         {"sandboxLogs", "GET", "/sandboxes/x/logs"},
         {"readAudit", "GET", "/admin/audit"},
         {"verifyAudit", "GET", "/admin/audit/verify"},
+        {"manageKeys", "GET", "/admin/keys"},
     };
     char exp[40];
     al_time_rfc3339(exp, sizeof exp, s->expires_ns);

@@ -8,6 +8,10 @@
  *   GET /admin/audit/verify  the log's verification (common/auditlog's verifier, as
  *                            `airlock audit verify` runs it): intact up to which record, or
  *                            the first bad record and what is wrong with it
+ *   GET /admin/keys          the API keys (never the keys themselves), as `airlock apikey ls`
+ *   POST /admin/keys         a new key, shown once (cp_console_keys_create)
+ *   DELETE /admin/keys/{id}  revokes a key, at once
+ * Which roles may call each is auth.c's table (admins only for the keys).
  *
  * Reading and verifying the log are file I/O over what may be gigabytes: they run on libuv's
  * thread pool, one verification at a time.
@@ -17,11 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "common/auditlog.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "console.h"
 #include "cp.h"
+#include "store.h"
 
 #define CAPI_LIMIT_DEFAULT 100
 #define CAPI_LIMIT_MAX     1000
@@ -281,12 +288,132 @@ static void capi__audit(struct cp *cp, struct al_http_req *req, enum capi_kind k
         capi__verifying = true;
 }
 
+/* ---- API keys ------------------------------------------------------------------------------ */
+
+static json_t *capi__time_or_null(uint64_t ns)
+{
+    if (!ns)
+        return json_null();
+    char buf[40];
+    al_time_rfc3339(buf, sizeof buf, ns);
+    return json_string(buf);
+}
+
+static json_t *capi__key_json(const struct cp_apikey *k)
+{
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:s}", "id", k->id, "name", k->name, "role",
+                     cp_role_name(k->role), "policies", k->policies, "createdAt",
+                     capi__time_or_null(k->created_ns), "lastUsedAt",
+                     capi__time_or_null(k->last_used_ns), "revokedAt",
+                     capi__time_or_null(k->revoked_ns), "status",
+                     k->revoked_ns ? "revoked" : "valid");
+}
+
+static void capi__keys_list(struct cp *cp, struct al_http_req *req)
+{
+    struct cp_apikey *v = NULL;
+    size_t n = 0;
+    struct al_error err = {0};
+    if (cp_store_key_list(cp->store, &v, &n, &err)) {
+        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        return;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, capi__key_json(&v[i]));
+    free(v);
+    al_http_reply_json(req, 200, json_pack("{s:o}", "keys", arr));
+}
+
+void cp_console_keys_create(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,
+                            const json_t *b)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)b, k, v)
+    {
+        if (strcmp(k, "name") && strcmp(k, "role") && strcmp(k, "policies")) {
+            cp_rest_error(req, 400, "\"%.64s\" is not a field of a key (name, role, policies)", k);
+            return;
+        }
+        if (!json_is_string(v) && !json_is_null(v)) {
+            cp_rest_error(req, 400, "\"%s\" must be a string", k);
+            return;
+        }
+    }
+    const char *name = json_string_value(json_object_get(b, "name"));
+    struct cp_apikey key;
+    char secret[CP_APIKEY_LEN + 1];
+    struct al_error err = {0};
+    if (cp_apikey_make(&key, secret, name, json_string_value(json_object_get(b, "role")),
+                       json_string_value(json_object_get(b, "policies")), &err)) {
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
+    int rc = cp_store_key_insert(cp->store, &key, &err);
+    if (rc) {
+        sodium_memzero(secret, sizeof secret);
+        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        return;
+    }
+    al_info("api: key %s (%s, role %s) created by key %s", key.id, key.name, cp_role_name(key.role),
+            who->key_id);
+    json_t *o = capi__key_json(&key);
+    json_object_set_new(o, "key", json_string(secret));
+    sodium_memzero(secret, sizeof secret);
+    al_http_reply_json(req, 201, o);
+}
+
+static void capi__keys_revoke(struct cp *cp, struct al_http_req *req,
+                              const struct cp_principal *who, const char *raw)
+{
+    char id[64];
+    const char *p = raw;
+    if (!cp_rest_path_part(&p, id, sizeof id) || *p) {
+        cp_rest_error(req, 404, "no such endpoint: DELETE /admin/keys/%.64s", raw);
+        return;
+    }
+    struct cp_apikey k;
+    struct al_error err = {0};
+    int rc = cp_store_key_get(cp->store, id, &k, &err);
+    if (rc == 0 && strcmp(k.id, id) != 0)
+        rc = al_error_set(&err, -ENOENT, "no API key with the id \"%s\"", id);
+    if (rc == 0)
+        rc = cp_store_key_revoke(cp->store, k.id, al_wall_ns(), &err);
+    if (rc) {
+        cp_rest_error(req,
+                      rc == -ENOENT     ? 404
+                      : rc == -EALREADY ? 409
+                                        : 500,
+                      "%s", al_error_str(&err));
+        return;
+    }
+    /* Our own write: the cache would keep the key valid until another connection wrote. */
+    cp_auth_flush(cp);
+    al_info("api: key %s (%s) revoked by key %s", k.id, k.name, who->key_id);
+    al_http_reply(req, 204, NULL, NULL, 0);
+}
+
 bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who)
 {
-    (void)who;
     const char *p = req->path;
     if (strncmp(p, "/admin/", 7) != 0)
         return false;
+    if (strcmp(p, "/admin/keys") == 0 && strcmp(req->method, "GET") == 0) {
+        capi__keys_list(cp, req);
+        return true;
+    }
+    if (strncmp(p, "/admin/keys/", 12) == 0 && strcmp(req->method, "DELETE") == 0) {
+        capi__keys_revoke(cp, req, who, p + 12);
+        return true;
+    }
+    if (strcmp(p, "/admin/keys") == 0 || strncmp(p, "/admin/keys/", 12) == 0) {
+        cp_rest_error(req, 405,
+                      "%s is not allowed on %s (GET /admin/keys lists, POST creates, DELETE "
+                      "/admin/keys/{id} revokes)",
+                      req->method, p);
+        return true;
+    }
     if (strcmp(req->method, "GET") != 0) {
         cp_rest_error(req, 405, "%s is not allowed on %s (GET)", req->method, p);
         return true;

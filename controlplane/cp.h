@@ -240,6 +240,9 @@ int cp_auth(struct cp *cp, const struct al_http_req *req, struct cp_principal *w
 int cp_auth_digest(struct cp *cp, const uint8_t d[CP_DIGEST_LEN], struct cp_principal *who,
                    struct al_error *err);
 void cp_auth_free(struct cp *cp);
+/* Drops the cache of keys: after airlockd's own change of a key (its own writes are not
+ * another connection's, which cp_store_changed reports). */
+void cp_auth_flush(struct cp *cp);
 /* Whether who's role may make this request (the table of docs/api.md, "Roles", in auth.c):
  * 0, or -EPERM with err naming the role, the route and the roles it needs. */
 int cp_auth_role_check(const struct cp_principal *who, const char *method, const char *path,

@@ -208,16 +208,10 @@ static int daemon__api_key(struct cp *cp, char *fresh, size_t len)
     if (n > 0)
         return 0;
     struct cp_apikey k;
-    memset(&k, 0, sizeof k);
-    cp_keyid_new(k.id);
-    snprintf(k.name, sizeof k.name, "default");
-    snprintf(k.policies, sizeof k.policies, "*");
-    k.role = CP_ROLE_ADMIN; /* the first key is the one that makes the others */
-    k.created_ns = al_wall_ns();
     char key[CP_APIKEY_LEN + 1];
-    cp_apikey_new(key);
-    cp_digest(key, strlen(key), k.digest);
-    if (cp_store_key_insert(cp->store, &k, &err)) {
+    /* An admin key: the first key is the one that makes the others. */
+    if (cp_apikey_make(&k, key, "default", "admin", "*", &err) ||
+        cp_store_key_insert(cp->store, &k, &err)) {
         sodium_memzero(key, sizeof key);
         al_error("%s", al_error_str(&err));
         return -EIO;

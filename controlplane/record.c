@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/json.h"
+#include "common/util.h"
 
 static const char *const record__states[] = {"creating", "running", "paused", "stopping"};
 
@@ -211,6 +212,32 @@ unsigned cp_role_parse(const char *s, struct al_error *err)
         if (s && strcmp(s, cp_role_name(roles[i])) == 0)
             return roles[i];
     al_error_set(err, -EINVAL, "\"%.32s\" is not a role: admin, operator or auditor", s ? s : "");
+    return 0;
+}
+
+int cp_apikey_make(struct cp_apikey *k, char key[CP_APIKEY_LEN + 1], const char *name,
+                   const char *role, const char *policies, struct al_error *err)
+{
+    memset(k, 0, sizeof *k);
+    key[0] = '\0';
+    if (!(k->role = cp_role_parse(role ? role : "admin", err)))
+        return -EINVAL;
+    if (!policies)
+        policies = "*";
+    if (strlen(policies) >= sizeof k->policies)
+        return al_error_set(err, -EINVAL, "the list of policies is longer than %zu bytes",
+                            sizeof k->policies - 1);
+    int rc = cp_apikey_policies_check(policies, err);
+    if (rc)
+        return rc;
+    if (name && (strlen(name) == 0 || strlen(name) >= sizeof k->name))
+        return al_error_set(err, -EINVAL, "the name must have 1..%zu bytes", sizeof k->name - 1);
+    cp_keyid_new(k->id);
+    snprintf(k->name, sizeof k->name, "%s", name ? name : k->id);
+    snprintf(k->policies, sizeof k->policies, "%s", policies);
+    k->created_ns = al_wall_ns();
+    cp_apikey_new(key);
+    cp_digest(key, strlen(key), k->digest);
     return 0;
 }
 

@@ -102,6 +102,13 @@ struct cp_apikey {
     unsigned role;         /* one enum cp_role */
 };
 
+/* A new key named name (its id when NULL) of the role named role ("admin" when NULL) and
+ * policies ("*" when NULL), as `airlock apikey create` and POST /admin/keys make it: the
+ * record into k, the key itself into key (shown once; only its digest is in k). -EINVAL with
+ * err saying what is wrong (the name's length, the role, the policies). */
+int cp_apikey_make(struct cp_apikey *k, char key[CP_APIKEY_LEN + 1], const char *name,
+                   const char *role, const char *policies, struct al_error *err);
+
 /* May a key with this policies field name policy? */
 bool cp_apikey_allows_policy(const char *policies, const char *policy);
 /* Validates a policies field ("*" or names of [A-Za-z0-9._-], comma-separated). */

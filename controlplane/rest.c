@@ -165,6 +165,7 @@ enum rest_route {
     R_SECRET_SET,  /* POST /secrets/{secretID} */
     R_WEBHOOK_NEW, /* POST /events/webhooks */
     R_WEBHOOK_SET, /* PATCH /events/webhooks/{id} */
+    R_KEY_NEW,     /* POST /admin/keys */
 };
 
 struct rest_ctx {
@@ -673,6 +674,13 @@ static void rest__on_body(struct al_http_req *req, int err)
         json_decref(b);
         break;
     }
+    case R_KEY_NEW: {
+        json_t *b = rest__body(req, true);
+        if (b)
+            cp_console_keys_create(x->cp, req, &x->who, b);
+        json_decref(b);
+        break;
+    }
     case R_SECRET_NEW:
     case R_SECRET_SET:
     case R_WEBHOOK_NEW:
@@ -1145,6 +1153,10 @@ void cp_on_request(struct al_http_req *req, void *ctx)
         al_info("api: refused %s %s to key %s (role %s): not open to its role", m, p, who.key_id,
                 cp_role_name(who.role));
         cp_rest_error(req, 403, "%s", al_error_str(&err));
+        return;
+    }
+    if (strcmp(p, "/admin/keys") == 0 && post) {
+        rest__with_body(req, cp, &who, R_KEY_NEW, NULL);
         return;
     }
     if (cp_cluster_route(cp, req) || cp_console_api_route(cp, req, &who))

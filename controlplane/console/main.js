@@ -3,6 +3,7 @@
 //   #/sandboxes         the sandboxes (state filter), each linking to its detail
 //   #/sandboxes/<id>    one sandbox: info, metadata, pause, resume, kill
 //   #/audit             the latest egress decisions (filters) and the log's verification
+//   #/keys              the API keys (admins): list, create (the key shown once), revoke
 // What the signed-in key's role may do comes from the session (`may`, answered by the API's
 // own table of routes): actions the role cannot take are not offered. The API refuses them
 // anyway; hiding them only keeps the page honest about what will work.
@@ -286,6 +287,74 @@ function verdict(v) {
   ];
 }
 
+// ---- API keys ---------------------------------------------------------------------------
+
+async function renderKeys(made) {
+  if (!may("manageKeys")) {
+    show(view, h("h1", {}, "API keys"), notForRole("manage API keys"));
+    return;
+  }
+  const { keys } = await api("GET", "/admin/keys");
+  const status = h("p", { "data-testid": "keys-status" });
+  const name = h("input", { id: "key-name", type: "text", name: "name", autocomplete: "off", spellcheck: "false", placeholder: "name" });
+  const role = h("select", { id: "key-role", "aria-label": "role" },
+    ["operator", "auditor", "admin"].map((r) => h("option", { value: r }, r)));
+  const policies = h("input", { id: "key-policies", type: "text", name: "policies", autocomplete: "off", spellcheck: "false", value: "*" });
+  const form = h("form", { id: "key-create", class: "filters" },
+    h("label", { for: "key-name" }, "name"), name,
+    h("label", { for: "key-role" }, "role"), role,
+    h("label", { for: "key-policies" }, "policies"), policies,
+    h("button", { type: "submit" }, "Create"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      const body = { role: role.value, policies: policies.value || "*" };
+      if (name.value) body.name = name.value;
+      const k = await api("POST", "/admin/keys", body);
+      await renderKeys(k);
+    } catch (e) {
+      show(status, problem(e));
+    }
+  });
+  const rows = keys.map((k) => {
+    const revoke = k.status === "valid"
+      ? h("button", { type: "button", class: "danger", "data-testid": "revoke", onclick: async (ev) => {
+        if (!confirm(`Revoke API key ${k.id} (${k.name})? Whatever uses it stops working at once.`)) return;
+        ev.target.disabled = true;
+        try {
+          await api("DELETE", `/admin/keys/${encodeURIComponent(k.id)}`);
+          await renderKeys();
+        } catch (e) {
+          show(status, problem(e));
+          ev.target.disabled = false;
+        }
+      } }, "Revoke")
+      : null;
+    return h("tr", { "data-testid": "key-row" },
+      h("td", { class: "mono" }, k.id),
+      h("td", {}, k.name),
+      h("td", { "data-testid": "key-role" }, k.role),
+      h("td", { class: "mono" }, k.policies),
+      h("td", {}, when(k.createdAt)),
+      h("td", {}, k.lastUsedAt ? when(k.lastUsedAt) : "never"),
+      h("td", { "data-testid": "key-status" }, k.status === "valid" ? "valid" : `revoked ${when(k.revokedAt)}`),
+      h("td", {}, revoke));
+  });
+  show(view,
+    h("h1", {}, "API keys"),
+    made ? h("div", { class: "panel", "data-testid": "new-key-panel" },
+      h("p", {}, `Key ${made.id} (${made.name}, role ${made.role}) was created. It is shown this once: copy it now.`),
+      h("p", { class: "mono", "data-testid": "new-key" }, made.key)) : null,
+    h("h2", {}, "Create a key"),
+    form,
+    status,
+    h("h2", {}, "Keys"),
+    h("table", {},
+      h("thead", {}, h("tr", {}, ["id", "name", "role", "policies", "created", "last used", "status", ""].map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No stored keys.")))),
+    h("p", { class: "muted" }, "Roles: admin (everything), operator (sandboxes, templates, snapshots), auditor (the audit log and what exists; reads only). The keys themselves are never stored, only their digests."));
+}
+
 // ---- routing ----------------------------------------------------------------------------
 
 function route() {
@@ -297,10 +366,12 @@ function route() {
   for (const a of nav.querySelectorAll("a")) {
     a.classList.toggle("current", a.dataset.page === parts[0]);
     if (a.dataset.page === "audit") a.hidden = !may("readAudit");
+    if (a.dataset.page === "keys") a.hidden = !may("manageKeys");
   }
   if (parts[0] === "sandboxes" && parts[1]) return guarded(() => renderSandbox(decodeURIComponent(parts[1])));
   if (parts[0] === "sandboxes") return guarded(() => renderSandboxes(params));
   if (parts[0] === "audit") return guarded(() => renderAudit(params));
+  if (parts[0] === "keys") return guarded(() => renderKeys());
   return guarded(renderOverview);
 }
 

@@ -116,6 +116,25 @@ try {
   ok(true, "audit: verification answers");
   await page.screenshot({ path: `${shots}/audit.png`, fullPage: true });
 
+  // API keys: create one (shown once), see it listed with its role, revoke it: it stops working.
+  await page.goto(`${base}/console/#/keys`);
+  await page.waitForSelector("#key-create");
+  await page.type("#key-name", "from-console");
+  await page.select("#key-role", "auditor");
+  await page.click("#key-create button[type=submit]");
+  await page.waitForSelector("[data-testid=new-key]");
+  const made = await page.$eval("[data-testid=new-key]", (e) => e.textContent);
+  ok(/^e2b_[0-9a-f]{40}$/.test(made), "keys: a created key is shown once");
+  const row = () => page.$$eval("[data-testid=key-row]", (rs) => rs.map((r) => r.textContent).find((t) => t.includes("from-console")) || "");
+  ok((await row()).includes("auditor"), "keys: listed with its role");
+  const useKey = (k) => page.evaluate(async (k) => (await fetch("/v2/sandboxes", { headers: { "X-API-KEY": k } })).status, k);
+  ok((await useKey(made)) === 200, "keys: the new key works");
+  await page.screenshot({ path: `${shots}/keys.png`, fullPage: true });
+  const [revoke] = await page.$$("xpath/.//tr[contains(., 'from-console')]//button[contains(., 'Revoke')]");
+  await revoke.click();
+  await page.waitForFunction(() => [...document.querySelectorAll("[data-testid=key-row]")].some((r) => r.textContent.includes("from-console") && r.textContent.includes("revoked")));
+  ok((await useKey(made)) === 401, "keys: revoked, it is refused at once");
+
   // Sign-out: the cookie no longer authenticates anything.
   await page.click("#signout");
   await page.waitForSelector("#signin");
@@ -128,6 +147,7 @@ try {
   await page.click("#signin button[type=submit]");
   await page.waitForSelector("[data-testid=role]");
   ok((await page.$eval("[data-testid=role]", (e) => e.textContent)) === "auditor", "the auditor's role is shown");
+  ok(await page.$eval("nav a[data-page=keys]", (a) => a.hidden), "auditor: no API keys page offered");
   await page.goto(`${base}/console/#/sandboxes/${sandbox2}`);
   await page.waitForSelector("[data-testid=role-note]");
   const buttons = await page.$$eval("main button", (els) => els.map((e) => e.textContent));

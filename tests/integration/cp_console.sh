@@ -7,7 +7,8 @@
 #   - the sandboxes page lists a created sandbox whose metadata is hostile (<img onerror>,
 #     "><script>, a bidi control): shown as text, no element made, nothing run;
 #   - a POST with the cookie and without the CSRF token is refused; the detail page; kill;
-#   - the audit page's verification answers; sign-out ends the session;
+#   - the audit page's verification answers; the API keys page creates a key (shown once,
+#     working) and revokes it (refused at once); sign-out ends the session;
 #   - an auditor key: its role shown, no kill/pause/resume offered, the API refusing the kill
 #     (403), the sandbox still there;
 #   - the page asks nothing of any host but airlockd, and no script error or CSP violation.
@@ -44,7 +45,7 @@ al_ok "browser checks (tests/console/browser.mjs)" \
   SHOTS="$SHOTS" CHROMIUM="$CHROMIUM" HOME="$AL_TMP" timeout 300 node "$CONSOLE_DIR/browser.mjs"
 printf '%s\n' "$AL_OUT" | sed 's/^/     /'
 al_match "the auditor did not kill it" "\"sandboxID\": *\"$SB2\"" cp_api "$CP_URL/sandboxes/$SB2"
-for p in signin overview sandboxes sandbox audit sandbox-auditor; do
+for p in signin overview sandboxes sandbox audit keys sandbox-auditor; do
   al_check "screenshot of $p" test -s "$SHOTS/$p.png"
 done
 al_done

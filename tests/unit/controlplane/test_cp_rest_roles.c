@@ -157,7 +157,6 @@ START_TEST(roles_other_classes)
     /* Not in the table: admin's only (the router's 404 for an admin). */
     ck_assert_int_eq(status_of(k.admin, "GET", "/nothing-here", NULL), 404);
     assert_refused(k.operator, "operator", "GET", "/nothing-here", NULL, "admin");
-    assert_refused(k.auditor, "auditor", "GET", "/admin/keys", NULL, "admin");
     /* The environment key and the local socket are admins. */
     ck_assert_int_eq(status_of(KEY_ENV, "GET", "/admin/audit", NULL), 404);
     char t[320];
@@ -214,6 +213,12 @@ START_TEST(roles_table_matching)
         {&ad, "GET", "/nothing", true},
         {&ad, "POST", "/secrets", true},
         {&ad, "GET", "/admin/audit", true},
+        {&ad, "DELETE", "/admin/keys/k1", true},
+        {&op, "GET", "/admin/keys", false},
+        {&au, "GET", "/admin/keys", false},
+        {&au, "GET", "/admin/cluster/nodes", false},
+        {&op, "GET", "/admin/cluster/nodes", false},
+        {&ad, "GET", "/admin/cluster/nodes", true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct al_error err = {0};
@@ -225,6 +230,83 @@ START_TEST(roles_table_matching)
     }
     ck_assert(cp_auth_data_plane(&op) && cp_auth_data_plane(&ad));
     ck_assert(!cp_auth_data_plane(&au) && !cp_auth_data_plane(&none));
+}
+END_TEST
+
+/* The keys' endpoints (what the console's keys page uses): admins only; a key created is shown
+ * once and works at once with its role; one revoked stops at once; bad input says why. */
+START_TEST(roles_keys_endpoints)
+{
+    struct keys k;
+    make_keys(&k);
+    struct resp r;
+    req_full(&r, g_target, "GET", "/admin/keys", k.admin, NULL, NULL, 0);
+    ck_assert_int_eq(r.status, 200);
+    json_t *list = json_object_get(r.body, "keys");
+    ck_assert_uint_eq(json_array_size(list), 3);
+    ck_assert_str_eq(jstr(json_array_get(list, 2), "role"), "auditor");
+    ck_assert_ptr_null(strstr(r.raw, k.admin + 4)); /* never a key */
+    resp_free(&r);
+    assert_refused(k.operator, "operator", "GET", "/admin/keys", NULL, "admin");
+    assert_refused(k.auditor, "auditor", "POST", "/admin/keys", "{\"name\":\"x\"}", "admin");
+    req_full(&r, g_target, "POST", "/admin/keys", k.admin,
+             "{\"name\":\"ci\",\"role\":\"operator\",\"policies\":\"default\"}", NULL, 0);
+    ck_assert_msg(r.status == 201, "%d %s", r.status, r.raw);
+    char made[CP_APIKEY_LEN + 1], made_id[64];
+    snprintf(made, sizeof made, "%s", jstr(r.body, "key"));
+    snprintf(made_id, sizeof made_id, "%s", jstr(r.body, "id"));
+    ck_assert(cp_apikey_wellformed(made));
+    ck_assert_str_eq(jstr(r.body, "role"), "operator");
+    ck_assert_str_eq(jstr(r.body, "policies"), "default");
+    resp_free(&r);
+    /* It works at once, as an operator. */
+    ck_assert_int_eq(status_of(made, "GET", "/v2/sandboxes", NULL), 200);
+    assert_refused(made, "operator", "GET", "/admin/audit", NULL, "admin or auditor");
+    /* Listed without the key. */
+    req_full(&r, g_target, "GET", "/admin/keys", KEY_ENV, NULL, NULL, 0);
+    ck_assert_uint_eq(json_array_size(json_object_get(r.body, "keys")), 4);
+    ck_assert_ptr_null(strstr(r.raw, made + 4));
+    resp_free(&r);
+    /* Revoked: refused at the next request. */
+    char path[128];
+    snprintf(path, sizeof path, "/admin/keys/%s", made_id);
+    ck_assert_int_eq(status_of(k.admin, "DELETE", path, NULL), 204);
+    req_full(&r, g_target, "GET", "/v2/sandboxes", made, NULL, NULL, 0);
+    assert_error(&r, 401, "revoked");
+    resp_free(&r);
+    req_full(&r, g_target, "DELETE", path, k.admin, NULL, NULL, 0);
+    assert_error(&r, 409, "already revoked");
+    resp_free(&r);
+    req_full(&r, g_target, "DELETE", "/admin/keys/key_00000000", k.admin, NULL, NULL, 0);
+    assert_error(&r, 404, NULL);
+    resp_free(&r);
+    /* A name is not an id here: a page revokes the row it shows. */
+    req_full(&r, g_target, "DELETE", "/admin/keys/ops", k.admin, NULL, NULL, 0);
+    assert_error(&r, 404, NULL);
+    resp_free(&r);
+    ck_assert_int_eq(status_of(k.operator, "GET", "/v2/sandboxes", NULL), 200);
+    /* Bad input. */
+    req_full(&r, g_target, "POST", "/admin/keys", k.admin, "{\"role\":\"root\"}", NULL, 0);
+    assert_error(&r, 400, "admin, operator or auditor");
+    resp_free(&r);
+    req_full(&r, g_target, "POST", "/admin/keys", k.admin, "{\"policies\":\"a b\"}", NULL, 0);
+    assert_error(&r, 400, "is not a policy name");
+    resp_free(&r);
+    req_full(&r, g_target, "POST", "/admin/keys", k.admin, "{\"secret\":\"x\"}", NULL, 0);
+    assert_error(&r, 400, "not a field of a key");
+    resp_free(&r);
+    req_full(&r, g_target, "POST", "/admin/keys", k.admin, "{\"name\":7}", NULL, 0);
+    assert_error(&r, 400, "must be a string");
+    resp_free(&r);
+    req_full(&r, g_target, "PUT", "/admin/keys", k.admin, NULL, NULL, 0);
+    assert_error(&r, 405, NULL);
+    resp_free(&r);
+    /* Without a role given: an admin key, as the CLI makes it. */
+    req_full(&r, g_target, "POST", "/admin/keys", k.admin, "{}", NULL, 0);
+    ck_assert_int_eq(r.status, 201);
+    ck_assert_str_eq(jstr(r.body, "role"), "admin");
+    ck_assert_str_eq(jstr(r.body, "name"), jstr(r.body, "id"));
+    resp_free(&r);
 }
 END_TEST
 
@@ -255,6 +337,7 @@ static Suite *suite(void)
     tcase_add_test(t, roles_other_classes);
     tcase_add_test(t, roles_table_matching);
     tcase_add_test(t, roles_unknown_role_refused);
+    tcase_add_test(t, roles_keys_endpoints);
     suite_add_tcase(s, t);
     return s;
 }
