@@ -60,6 +60,7 @@ enum cp_op_kind {
     CP_OP_SNAPSHOT, /* POST /sandboxes/{id}/snapshots (snapshots.c) */
     CP_OP_ROLLBACK, /* POST /sandboxes/{id}/rollback (snapshots.c) */
     CP_OP_FORK,     /* POST /sandboxes/{id}/fork (snapshots.c) */
+    CP_OP_PARK,     /* after a restart: completes a pause without memory that was cut short */
 };
 
 struct cp_op {
@@ -68,6 +69,10 @@ struct cp_op {
     int api;                 /* how to answer (rest.c's CP_ANSWER_*) */
     uint64_t timeout_s;      /* resume/connect: new lifetime (0 = default) */
     bool auto_pause;         /* resume: autoPause */
+    /* pause and resume/connect: E2B's "memory" (-1 not given, 0 false, 1 true). A pause
+     * without memory keeps only the files; a resume without it boots the sandbox again
+     * over its files (onResume: 'reboot'). */
+    int memory;
     /* Instead of (or besides) an HTTP answer: called when the operation is over, rc 0 on
      * success (auto-resume on traffic continues the request that woke the sandbox). */
     void (*done)(struct cp_sandbox *sb, int rc, void *arg);
@@ -138,6 +143,9 @@ struct cp_sandbox {
     const char *start_how;         /* the backend's word on its start, for the log ("warm") */
     struct cp_sandbox *start_next; /* in cp->start_queue while it waits for its turn */
     bool gone;                     /* the process exited (crash) */
+    /* A pause without memory (or a failed boot of a resume) is stopping its processes and
+     * releasing its network: its process's exit is expected. */
+    bool parking;
     /* warm sandboxes (warm.c) */
     void *warm;        /* its pool entry while it is warm */
     void *build_step;  /* a template build's RUN step it runs (buildsb.c) */
@@ -261,6 +269,7 @@ struct cp_create {
     json_t *network;    /* borrowed, or NULL */
     int allow_internet; /* -1 not given */
     bool auto_pause;
+    bool auto_pause_fs; /* autoPauseMemory: false */
     bool auto_resume;
     struct cp_principal who;
     /* A fork's copy (snapshots.c): the checkpoint's files, template_id being the version
@@ -281,6 +290,16 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *c, struct al_htt
  * API key that asked, or NULL) go into the lifecycle event of the change. */
 void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req, int api,
                      uint64_t timeout_s, bool auto_pause, int cause, const char *key_id);
+/* An operation asked through the API (pause, resume/connect) with all its fields. */
+struct cp_op_args {
+    struct al_http_req *req;
+    int api;
+    uint64_t timeout_s;
+    bool auto_pause;
+    int memory; /* -1 not given, 0, 1 */
+    const char *key_id;
+};
+void cp_lifecycle_api_op(struct cp_sandbox *sb, enum cp_op_kind kind, const struct cp_op_args *a);
 /* Queues a snapshot of sb (kind CP_OP_SNAPSHOT, named name, "" for none) or a rollback of it
  * (CP_OP_ROLLBACK to the snapshot whose id is name) (controlplane/snapshots.c); answers req. */
 void cp_lifecycle_snapshot(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req,

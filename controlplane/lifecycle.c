@@ -19,13 +19,24 @@
  * Restart:  rows in state creating or stopping are torn down (nobody got their 201 / the
  *           kill was under way); running and paused ones are adopted if their process is
  *           still the one recorded (pid + start time), else torn down.
+ * Pause without memory ("parking"): the sandbox's writable layer is copied (the backend's
+ *           snapshot) to <state>/paused/<id> -> state paused with paused_fs, saved -> the
+ *           teardown's steps without its end: backend stop, egress unregistration, network
+ *           release -> pid and address cleared, saved. The row, id, tokens, metadata and
+ *           network fields stay. Its resume is a creation's steps over the same record
+ *           (network, registration, start with the kept files, readyCmd) -> running, saved;
+ *           a boot that fails parks it again (it stays paused). A restart finds a parked
+ *           sandbox paused without a process; one whose parking was cut short is parked
+ *           again (what runs of it stopped, its network released).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/http.h"
@@ -41,6 +52,7 @@
 #include "snapshots.h"
 #include "store.h"
 #include "builds.h"
+#include "disk.h"
 #include "templates.h"
 #include "transforms.h"
 #include "warm.h"
@@ -208,14 +220,30 @@ static void lc__stop_watch(struct cp_sandbox *sb)
     lc__stop_watch_ex(sb, true);
 }
 
+static void lc__paused_dir(const struct cp_sandbox *sb, char *out, size_t len);
+
 static void lc__on_exit(struct cp_proc_watch *w, int wstatus)
 {
     struct cp_sandbox *sb = w->data;
     char how[128];
     cp_proc_describe(wstatus, how, sizeof how);
     sb->gone = true;
-    if (sb->rec.state == CP_SB_STOPPING)
-        return; /* expected: it is being killed */
+    if (sb->rec.state == CP_SB_STOPPING || sb->parking)
+        return; /* expected: it is being killed, or parked */
+    char kept[4200];
+    lc__paused_dir(sb, kept, sizeof kept);
+    if (sb->rec.state == CP_SB_PAUSED && !sb->rec.paused_fs && access(kept, F_OK) == 0) {
+        /* Paused with its memory, which is gone; its files, kept at its pause, are not. */
+        al_error("sandbox %s: its process %d %s while it was paused with its memory: its "
+                 "memory is lost; its files, as they were at its pause, are kept and its resume "
+                 "boots it over them",
+                 sb->rec.id, (int)w->pid, how);
+        cp_metrics_crash(sb->cp->metrics);
+        sb->rec.paused_fs = true;
+        cp_sb_save(sb);
+        cp_lifecycle_op(sb, CP_OP_PARK, NULL, CP_ANSWER_NONE, 0, false, CP_CAUSE_CRASH, NULL);
+        return;
+    }
     al_error("sandbox %s: its process %d %s while %s: reclaiming its resources", sb->rec.id,
              (int)w->pid, how, cp_sb_state_name(sb->rec.state));
     cp_metrics_crash(sb->cp->metrics);
@@ -284,6 +312,7 @@ struct lc_create {
     void (*done)(int status, json_t *sandbox, const char *msg, void *arg);
     void *done_arg;
     uint64_t timeout_s;
+    struct cp_op *resume;        /* the boot of a parked sandbox: its resume, else NULL */
     char *start_cmd, *ready_cmd; /* the template's (template.json), or NULL */
     struct lc_ready *ready;      /* waiting for the agent to say it is ready */
     bool starting;               /* counted in cp->n_starting */
@@ -295,6 +324,7 @@ struct lc_create {
 };
 
 static void lc__create_undo(struct lc_create *c);
+static void lc__boot_done(struct lc_create *c);
 static void lc__create_egress(struct lc_create *c);
 static void lc__create_start(struct lc_create *c);
 static void lc__start_release(struct lc_create *c);
@@ -348,6 +378,10 @@ static void lc__create_done(struct lc_create *c)
 {
     struct cp_sandbox *sb = c->sb;
     struct cp *cp = sb->cp;
+    if (c->resume) {
+        lc__boot_done(c);
+        return;
+    }
     cp->n_creating--; /* (its turn to start was given back by lc__create_started) */
     uint64_t now = al_wall_ns();
     sb->rec.state = CP_SB_RUNNING;
@@ -784,11 +818,31 @@ static void lc__net_done(uv_work_t *w, int status)
     lc__create_egress(c);
 }
 
+/* The creation's first step: its network (on the thread pool), then the rest. */
+static void lc__create_network(struct lc_create *c)
+{
+    struct cp *cp = c->sb->cp;
+    if (!cp->net || c->sb->warm_taken) { /* (a warm sandbox has its network) */
+        lc__create_egress(c);
+        return;
+    }
+    c->work.data = c;
+    int rc = uv_queue_work(cp->loop, &c->work, lc__net_work, lc__net_done);
+    if (rc)
+        lc__create_fail(c, 500, "cannot queue the network set-up: %s", uv_strerror(rc));
+}
+
+static void lc__park(struct cp_sandbox *sb, struct cp_op *op, struct lc_create *c);
+
 /* Undoes, in reverse order, whatever the creation had done; the teardown answers the
- * create request with the error. */
+ * create request with the error. A boot of a parked sandbox is undone as far as its
+ * parking: it stays paused, and its resume is answered with the error. */
 static void lc__create_undo(struct lc_create *c)
 {
-    lc__teardown(c->sb);
+    if (c->resume)
+        lc__park(c->sb, c->resume, c);
+    else
+        lc__teardown(c->sb);
 }
 
 static int lc__check_env(const json_t *env, struct al_error *err)
@@ -1019,6 +1073,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     cp_token_new(r->token);
     r->created_ns = al_wall_ns();
     r->on_timeout_pause = req_c->auto_pause;
+    r->auto_pause_fs = req_c->auto_pause && req_c->auto_pause_fs;
     r->auto_resume = req_c->auto_resume;
     r->allow_internet = req_c->allow_internet;
     r->cpu_count = (int)cp->cfg.cpu_count;
@@ -1050,14 +1105,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     lc__stage(sb, CP_CREATE_ACCEPT);
     cp_sb_ref(sb);   /* held by the creation until it ends */
     cp_sb_unref(sb); /* cp_sb_new's (or the warm pool's) reference: the registry holds one now */
-    if (!cp->net || sb->warm_taken) { /* (a warm sandbox has its network) */
-        lc__create_egress(c);
-        return;
-    }
-    c->work.data = c;
-    int rc = uv_queue_work(cp->loop, &c->work, lc__net_work, lc__net_done);
-    if (rc)
-        lc__create_fail(c, 500, "cannot queue the network set-up: %s", uv_strerror(rc));
+    lc__create_network(c);
 }
 
 /* ---- teardown ----------------------------------------------------------------------------- */
@@ -1067,6 +1115,7 @@ struct lc_teardown {
     struct cp_sandbox *sb;
     struct lc_create *create; /* a failed create: answer its request with its error */
     struct cp_op *op;         /* a kill op: answer it once the processes are gone */
+    struct cp_op *keep;       /* parking (lc__park): the op it is part of; the row stays */
     void (*done)(struct cp_sandbox *sb, void *arg); /* cp_lifecycle_discard's */
     void *done_arg;
     uint64_t t0_ns;
@@ -1142,6 +1191,67 @@ static void lc__td_egress(struct lc_teardown *t)
     }
 }
 
+static void lc__paused_remove(const struct cp_sandbox *sb);
+
+/* Parking: airlock-vmm answers its stop before it has exited and removed
+ * <state>/sandboxes/<id>, which the boot that resumes the sandbox makes again: the parking
+ * goes on once the process has exited (its pidfd readable), polled, at most 10 s (then it is
+ * killed, and 2 s more). */
+#define LC_EXIT_WAIT_MS 10000
+
+struct lc_exit_wait {
+    uv_timer_t timer;
+    struct lc_teardown *t;
+    uint64_t deadline_ns;
+    bool killed;
+};
+
+static void lc__exit_wait_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void lc__exit_wait_tick(uv_timer_t *tm)
+{
+    struct lc_exit_wait *w = tm->data;
+    struct lc_teardown *t = w->t;
+    struct cp_sandbox *sb = t->sb;
+    struct pollfd pf = {.fd = sb->pidfd, .events = POLLIN};
+    bool exited = sb->pidfd < 0 || poll(&pf, 1, 0) > 0;
+    if (!exited && al_now_ns() < w->deadline_ns)
+        return;
+    if (!exited && !w->killed) {
+        al_warn("sandbox %s: its airlock-vmm did not exit within %d ms of its stop: killing it",
+                sb->rec.id, LC_EXIT_WAIT_MS);
+        cp_proc_signal(sb->pidfd, SIGKILL);
+        w->killed = true;
+        w->deadline_ns = al_now_ns() + 2000000000ull;
+        return;
+    }
+    uv_timer_stop(tm);
+    uv_close((uv_handle_t *)tm, lc__exit_wait_closed);
+    lc__stop_watch(sb);
+    lc__td_egress(t);
+}
+
+/* True if the parking waits for the process's exit (it goes on in lc__exit_wait_tick). */
+static bool lc__exit_wait(struct lc_teardown *t)
+{
+    struct cp_sandbox *sb = t->sb;
+    struct pollfd pf = {.fd = sb->pidfd, .events = POLLIN};
+    if (sb->pidfd < 0 || poll(&pf, 1, 0) > 0)
+        return false;
+    struct lc_exit_wait *w = calloc(1, sizeof *w);
+    if (!w)
+        return false;
+    w->t = t;
+    w->deadline_ns = al_now_ns() + LC_EXIT_WAIT_MS * 1000000ull;
+    uv_timer_init(sb->cp->loop, &w->timer);
+    w->timer.data = w;
+    uv_timer_start(&w->timer, lc__exit_wait_tick, 5, 10);
+    return true;
+}
+
 static void lc__td_stopped(struct cp_sandbox *sb, int rc, const char *msg)
 {
     struct lc_teardown *t = sb->opctx;
@@ -1150,7 +1260,12 @@ static void lc__td_stopped(struct cp_sandbox *sb, int rc, const char *msg)
         al_error("sandbox %s: stopping it failed: %s", sb->rec.id,
                  msg && *msg ? msg : strerror(-rc));
     sb->started = false;
+    if (t->keep && lc__exit_wait(t))
+        return;
     lc__stop_watch(sb);
+    /* The files a pause kept go before the kill is answered. */
+    if (!t->keep)
+        lc__paused_remove(sb);
     if (t->op) {
         double ms = (double)(al_now_ns() - t->t0_ns) / 1e6;
         cp_metrics_killed(cp->metrics, ms);
@@ -1183,11 +1298,27 @@ static void lc__td_backend(struct lc_teardown *t)
         lc__td_stopped(sb, rc, "cannot ask the backend");
 }
 
+static void lc__td_kept(struct lc_teardown *t);
+
+static void lc__paused_remove(const struct cp_sandbox *sb)
+{
+    char dir[4200];
+    lc__paused_dir(sb, dir, sizeof dir);
+    int rc = al_rmtree(dir);
+    if (rc < 0)
+        al_warn("sandbox %s: cannot remove %s: %s (removed at the next start)", sb->rec.id, dir,
+                strerror(-rc));
+}
+
 static void lc__td_forget(struct lc_teardown *t)
 {
     struct cp_sandbox *sb = t->sb;
     struct cp *cp = sb->cp;
     struct al_error err = {0};
+    if (t->keep) {
+        lc__td_kept(t);
+        return;
+    }
     if (cp_store_sb_delete(cp->store, sb->rec.id, &err))
         al_error("sandbox %s: %s", sb->rec.id, al_error_str(&err));
     cp_transforms_drop(cp, sb->rec.network, NULL);
@@ -1315,6 +1446,9 @@ static void lc__timeout_event(struct cp_sandbox *sb, int cause, const char *key_
     cp_event_emit(sb, CP_EV_UPDATED, cause, key_id, json_pack("{s:s}", "set_timeout", ts));
 }
 
+static bool lc__fs_capable(const struct cp_sandbox *sb, char *why, size_t len);
+static bool lc__paused_keep_files(struct cp_sandbox *sb);
+
 static void lc__paused(struct cp_sandbox *sb, int rc, const char *msg)
 {
     struct cp_op *op = sb->opctx;
@@ -1338,12 +1472,70 @@ static void lc__paused(struct cp_sandbox *sb, int rc, const char *msg)
         cp_sb_save(sb);
         cp_event_emit(sb, CP_EV_PAUSED, op->cause, op->key_id, NULL);
         al_info("sandbox %s paused", sb->rec.id);
+        if (lc__paused_keep_files(sb))
+            return; /* answered once its files are on disk */
         if (op->req) {
             al_http_reply(op->req, 204, NULL, NULL, 0);
             op->req = NULL;
         }
     }
     lc__op_finish(sb);
+}
+
+static void lc__paused_files_copied(struct cp_sandbox *sb, int rc, json_t *res, const char *msg,
+                                    void *arg)
+{
+    (void)arg;
+    if (rc) {
+        lc__paused_remove(sb);
+        al_warn("sandbox %s: its files could not be kept on disk (%s): it is paused in memory "
+                "only, a restart of the host ends it",
+                sb->rec.id, msg && *msg ? msg : strerror(-rc));
+    } else {
+        al_info("sandbox %s: its files are kept on disk too (%lld bytes) for a restart of the "
+                "host",
+                sb->rec.id,
+                (long long)json_integer_value(
+                    json_object_get(json_object_get(res, "copied"), "bytes")));
+    }
+    struct cp_op *op = sb->opctx;
+    if (op->req) {
+        al_http_reply(op->req, 204, NULL, NULL, 0); /* paused: that did not fail */
+        op->req = NULL;
+    }
+    lc__op_finish(sb);
+}
+
+/* A pause with memory keeps the frozen sandbox's files on disk as well (jail): a restart of
+ * the host ends its processes, and its resume is then a boot over these files, which are
+ * exactly what it had (nothing of it ran after the pause). The pause is answered once they
+ * are on disk, so that a 204 means the pause survives a restart of the host. True if the
+ * copy was started. */
+static bool lc__paused_keep_files(struct cp_sandbox *sb)
+{
+    struct cp *cp = sb->cp;
+    char why[600], top[4200], dir[4200];
+    if (sb->gone || !lc__fs_capable(sb, why, sizeof why))
+        return false;
+    if (!cp_disk_may_create(cp, why, sizeof why)) {
+        al_warn("sandbox %s: paused in memory only (its files are not kept on disk: %s): a "
+                "restart of the host ends it",
+                sb->rec.id, why);
+        return false;
+    }
+    snprintf(top, sizeof top, "%s/paused", cp->cfg.state_dir);
+    if (mkdir(top, 0700) < 0 && errno != EEXIST) {
+        al_warn("sandbox %s: cannot create %s: %s", sb->rec.id, top, strerror(errno));
+        return false;
+    }
+    lc__paused_dir(sb, dir, sizeof dir);
+    lc__paused_remove(sb);
+    int rc = cp->backend->snapshot(sb, dir, lc__paused_files_copied, NULL);
+    if (rc) {
+        al_warn("sandbox %s: paused in memory only: %s", sb->rec.id, strerror(-rc));
+        return false;
+    }
+    return true;
 }
 
 static void lc__resumed(struct cp_sandbox *sb, int rc, const char *msg)
@@ -1363,12 +1555,284 @@ static void lc__resumed(struct cp_sandbox *sb, int rc, const char *msg)
         cp_event_emit(sb, CP_EV_RESUMED, op->cause, op->key_id, NULL);
         lc__arm_timer(sb);
         al_info("sandbox %s resumed", sb->rec.id);
+        lc__paused_remove(sb); /* what a restart of the host would have needed */
         /* The egress proxy may have made a new CA meanwhile: its POST /init leaves for the
          * agent before the client hears that the sandbox runs. */
         cp_egress_ca_sync(sb);
         lc__answer(sb, op->req, op->api, 201);
         op->req = NULL;
     }
+    lc__op_finish(sb);
+}
+
+/* ---- pause without memory: parking, and the boot that resumes it -------------------------
+ *
+ * E2B's pause {"memory": false}: only the sandbox's files are kept, in <state>/paused/<id>
+ * (the backend's snapshot of its writable layer, complete or absent), and its processes,
+ * memory, cgroups and network are released. Its record stays (id, tokens, metadata, network
+ * fields, policy), so the same Sandbox object goes on working after its resume, which boots
+ * it again over those files: its template's startCmd runs, as after a reboot. */
+
+static void lc__paused_dir(const struct cp_sandbox *sb, char *out, size_t len)
+{
+    snprintf(out, len, "%s/paused/%s", sb->cp->cfg.state_dir, sb->rec.id);
+}
+
+/* Whether the backend can keep sb's files without its memory; else why not. */
+static bool lc__fs_capable(const struct cp_sandbox *sb, char *why, size_t len)
+{
+    if (!sb->cp->backend->snapshot)
+        snprintf(why, len, "the test backend keeps no files of a sandbox without its processes");
+    else if (strcmp(sb->rec.backend, "jail") != 0)
+        snprintf(why, len,
+                 "a pause without memory exists for jail sandboxes only (a %s sandbox's pause "
+                 "keeps its memory: pause it without \"memory\": false)",
+                 sb->rec.backend);
+    else
+        return true;
+    return false;
+}
+
+/* The op failed before anything changed: answer it; a timeout's pause kills instead. */
+static void lc__pause_fs_failed(struct cp_sandbox *sb, struct cp_op *op, int status,
+                                const char *why)
+{
+    al_warn("sandbox %s: %s without memory failed: %s", sb->rec.id,
+            op->kind == CP_OP_RESUME ? "a reboot" : "a pause", why);
+    lc__answer_op(op, status, "%s sandbox %s without its memory failed: %s",
+                  op->kind == CP_OP_RESUME ? "rebooting" : "pausing", sb->rec.id, why);
+    if (op->kind == CP_OP_EXPIRE && !sb->gone) {
+        al_warn("sandbox %s: killing it instead (its timeout passed)", sb->rec.id);
+        op->kind = CP_OP_KILL;
+        sb->opctx = NULL;
+        lc__teardown_op(sb, op);
+        cp_sb_unref(sb);
+        return;
+    }
+    lc__op_finish(sb);
+}
+
+static void lc__pause_fs_copied(struct cp_sandbox *sb, int rc, json_t *res, const char *msg,
+                                void *arg)
+{
+    (void)arg;
+    struct cp_op *op = sb->opctx;
+    if (rc) {
+        lc__paused_remove(sb); /* nothing of a failed copy is kept */
+        lc__pause_fs_failed(sb, op, rc == -EALREADY ? 409 : 500, msg && *msg ? msg : strerror(-rc));
+        return;
+    }
+    json_int_t bytes = json_integer_value(json_object_get(json_object_get(res, "copied"), "bytes"));
+    al_info("sandbox %s: its files are kept (%lld bytes, frozen %.1f ms): releasing its "
+            "processes and network",
+            sb->rec.id, (long long)bytes, json_number_value(json_object_get(res, "frozen_ms")));
+    /* Saved before anything is stopped: from here on a crash leaves a parked sandbox (a
+     * restart completes its parking), never a dead one. */
+    sb->rec.state = CP_SB_PAUSED;
+    sb->rec.paused_fs = true;
+    lc__disarm_timer(sb);
+    cp_sb_save(sb);
+    lc__park(sb, op, NULL);
+}
+
+/* A pause without memory (op: CP_OP_PAUSE, CP_OP_EXPIRE with autoPauseMemory: false) or the
+ * reboot of a memory pause (CP_OP_RESUME with memory false: its files are kept, then it
+ * boots). */
+static void lc__pause_fs(struct cp_sandbox *sb, struct cp_op *op)
+{
+    struct cp *cp = sb->cp;
+    char why[600];
+    if (!lc__fs_capable(sb, why, sizeof why)) {
+        lc__pause_fs_failed(sb, op, 501, why);
+        return;
+    }
+    if (sb->gone) {
+        lc__pause_fs_failed(sb, op, 409, "its process has ended");
+        return;
+    }
+    /* A copy of up to its disk size: the disk reserve refuses it as it refuses creations. */
+    if (!cp_disk_may_create(cp, why, sizeof why)) {
+        lc__pause_fs_failed(sb, op, 503, why);
+        return;
+    }
+    char top[4200], dir[4200];
+    snprintf(top, sizeof top, "%s/paused", cp->cfg.state_dir);
+    if (mkdir(top, 0700) < 0 && errno != EEXIST) {
+        snprintf(why, sizeof why, "cannot create %s: %s", top, strerror(errno));
+        lc__pause_fs_failed(sb, op, 500, why);
+        return;
+    }
+    lc__paused_dir(sb, dir, sizeof dir);
+    lc__paused_remove(sb); /* left by an earlier pause that did not complete */
+    int rc = cp->backend->snapshot(sb, dir, lc__pause_fs_copied, NULL);
+    if (rc) {
+        snprintf(why, sizeof why, "the backend refused: %s", strerror(-rc));
+        lc__pause_fs_failed(sb, op, 500, why);
+    }
+}
+
+/* The teardown's steps but its end (lc__td_kept instead of lc__td_forget): its processes,
+ * egress registration and network go, its row stays. op is the operation it is part of; c a
+ * failed boot being undone (its resume is answered with its error), or NULL. */
+static void lc__park(struct cp_sandbox *sb, struct cp_op *op, struct lc_create *c)
+{
+    struct lc_teardown *t = calloc(1, sizeof *t);
+    if (!t) {
+        /* Left as it is: a restart parks it (its record says paused_fs). */
+        al_error("sandbox %s: out of memory parking it", sb->rec.id);
+        if (c) {
+            lc__start_release(c);
+            lc__create_free(c);
+        }
+        sb->opctx = op;
+        lc__answer_op(op, 500, "out of memory");
+        lc__op_finish(sb);
+        return;
+    }
+    t->sb = sb;
+    t->keep = op;
+    t->create = c;
+    t->t0_ns = al_now_ns();
+    sb->opctx = t;
+    sb->parking = true;
+    cp_sb_ref(sb);
+    lc__td_backend(t);
+}
+
+static void lc__boot(struct cp_sandbox *sb, struct cp_op *op);
+
+static void lc__td_kept(struct lc_teardown *t)
+{
+    struct cp_sandbox *sb = t->sb;
+    struct cp_op *op = t->keep;
+    struct lc_create *c = t->create;
+    sb->parking = false;
+    sb->gone = false;
+    sb->started = false;
+    sb->backend_attempted = false;
+    sb->rec.state = CP_SB_PAUSED;
+    sb->rec.paused_fs = true;
+    sb->rec.pid = 0;
+    sb->rec.pid_start = 0;
+    sb->rec.addr[0] = '\0';
+    cp_sb_save(sb);
+    sb->opctx = op;
+    double ms = (double)(al_now_ns() - t->t0_ns) / 1e6;
+    free(t);
+    if (c) {
+        /* A boot that failed: the sandbox stays paused; its resume may be tried again. */
+        lc__start_release(c);
+        lc__answer_op(op, c->fail_status ? c->fail_status : 500,
+                      "resuming sandbox %s failed: %s (it stays paused: its files are kept)",
+                      sb->rec.id, c->fail_msg[0] ? c->fail_msg : "its boot failed");
+        lc__create_free(c);
+    } else if (op->kind == CP_OP_RESUME) {
+        lc__boot(sb, op); /* a reboot: its files are kept, its memory is gone */
+        cp_sb_unref(sb);
+        return;
+    } else if (op->kind == CP_OP_PARK) {
+        al_info("sandbox %s: parked (its files kept, no process)", sb->rec.id);
+        if (sb->cp->stopping) {
+            /* airlockd's stop: the next airlockd finds it paused (cp_lifecycle_kill_all). */
+            lc__op_finish(sb);
+            lc__close_timer(sb);
+            lc__unregister(sb);
+            cp_sb_unref(sb);
+            return;
+        }
+    } else {
+        cp_event_emit(sb, CP_EV_PAUSED, op->cause, op->key_id, json_pack("{s:b}", "memory", 0));
+        al_info("sandbox %s paused without memory (%.1f ms to release it)", sb->rec.id, ms);
+        if (op->req) {
+            al_http_reply(op->req, 204, NULL, NULL, 0);
+            op->req = NULL;
+        }
+    }
+    lc__op_finish(sb);
+    cp_sb_unref(sb); /* the parking's reference */
+}
+
+/* Resumes a parked sandbox: a creation's steps over its record, with its kept files. */
+static void lc__boot(struct cp_sandbox *sb, struct cp_op *op)
+{
+    struct cp *cp = sb->cp;
+    struct al_error err = {0};
+    struct lc_create *c = calloc(1, sizeof *c);
+    if (!c) {
+        lc__answer_op(op, 500, "out of memory");
+        lc__op_finish(sb);
+        return;
+    }
+    c->sb = sb;
+    c->resume = op;
+    /* The version of its template it was created on (kept while it exists). */
+    char ref[CP_TEMPLATE_MAX + 48], id[CP_TEMPLATE_MAX], tag[72];
+    if (!sb->rec.template_build[0])
+        snprintf(ref, sizeof ref, "%s", sb->rec.template_id);
+    else if (cp_template_ref_split(sb->rec.template_id, id, sizeof id, tag, sizeof tag) == 0)
+        snprintf(ref, sizeof ref, "%s:%s", id, sb->rec.template_build);
+    else
+        snprintf(ref, sizeof ref, "%s:%s", sb->rec.template_id, sb->rec.template_build);
+    int status = 0;
+    if (cp_template_resolve_build(cp, ref, c->template_dir, sizeof c->template_dir,
+                                  c->template_build, sizeof c->template_build, &err))
+        status = 409;
+    else if (lc__template_cmds(c, &err))
+        status = 500;
+    lc__paused_dir(sb, c->restore_dir, sizeof c->restore_dir);
+    if (!status && access(c->restore_dir, F_OK) < 0) {
+        status = 500;
+        al_error_set(&err, -errno, "its kept files (%s) are missing: %s", c->restore_dir,
+                     strerror(errno));
+    }
+    if (status) {
+        lc__answer_op(op, status, "resuming sandbox %s failed: %s (it stays paused)", sb->rec.id,
+                      al_error_str(&err));
+        lc__create_free(c);
+        lc__op_finish(sb);
+        return;
+    }
+    c->env_vars = json_object();
+    c->timeout_s = op->timeout_s ? op->timeout_s : (cp->cfg.default_timeout_ms + 999) / 1000;
+    sb->opctx = c;
+    sb->create_t0_ns = sb->create_mark_ns = al_now_ns();
+    memset(sb->create_stage_ms, 0, sizeof sb->create_stage_ms);
+    al_info("sandbox %s: booting it over its kept files (a resume of a pause without memory)",
+            sb->rec.id);
+    lc__create_network(c);
+}
+
+static void lc__boot_done(struct lc_create *c)
+{
+    struct cp_sandbox *sb = c->sb;
+    struct cp_op *op = c->resume;
+    uint64_t now = al_wall_ns();
+    sb->rec.state = CP_SB_RUNNING;
+    sb->rec.paused_fs = false;
+    sb->rec.end_ns = now + c->timeout_s * 1000000000ull;
+    if (op->api == CP_ANSWER_RESUME)
+        sb->rec.on_timeout_pause = op->auto_pause || sb->rec.on_timeout_pause;
+    if (sb->rec.intercept) {
+        if (c->ca_fp[0])
+            json_object_set_new(sb->rec.intercept, "agentCaFingerprint", json_string(c->ca_fp));
+        else
+            json_object_del(sb->rec.intercept, "agentCaFingerprint");
+    }
+    cp_sb_save(sb);
+    lc__paused_remove(sb); /* copied into the sandbox: a next pause keeps its files anew */
+    cp_event_emit(sb, CP_EV_RESUMED, op->cause, op->key_id, json_pack("{s:b}", "memory", 0));
+    lc__arm_timer(sb);
+    lc__watch(sb);
+    const double *st = sb->create_stage_ms;
+    al_info("sandbox %s resumed by a boot in %.1f ms (network %.1f, egress %.1f, queue %.1f, "
+            "start %.1f ms)",
+            sb->rec.id, (double)(al_now_ns() - sb->create_t0_ns) / 1e6, st[CP_CREATE_NETWORK],
+            st[CP_CREATE_EGRESS], st[CP_CREATE_QUEUE], st[CP_CREATE_START]);
+    cp_egress_ca_sync(sb);
+    lc__answer(sb, op->req, op->api, 201);
+    op->req = NULL;
+    sb->opctx = op;
+    lc__create_free(c);
     lc__op_finish(sb);
 }
 
@@ -1394,7 +1858,12 @@ static void lc__run_op(struct cp_sandbox *sb, struct cp_op *op)
             return;
         }
         if (sb->rec.on_timeout_pause && !sb->gone) {
-            al_info("sandbox %s: timeout reached: pausing it (autoPause)", sb->rec.id);
+            al_info("sandbox %s: timeout reached: pausing it (autoPause%s)", sb->rec.id,
+                    sb->rec.auto_pause_fs ? ", without memory" : "");
+            if (sb->rec.auto_pause_fs) {
+                lc__pause_fs(sb, op);
+                return;
+            }
             rc = cp->backend->pause(sb, lc__paused);
             break;
         }
@@ -1412,8 +1881,15 @@ static void lc__run_op(struct cp_sandbox *sb, struct cp_op *op)
             lc__op_finish(sb);
             return;
         }
+        if (op->memory == 0) {
+            lc__pause_fs(sb, op);
+            return;
+        }
         rc = cp->backend->pause(sb, lc__paused);
         break;
+    case CP_OP_PARK:
+        lc__park(sb, op, NULL);
+        return;
     case CP_OP_RESUME:
         if (sb->rec.state == CP_SB_RUNNING) {
             if (op->api == CP_ANSWER_RESUME) {
@@ -1433,6 +1909,20 @@ static void lc__run_op(struct cp_sandbox *sb, struct cp_op *op)
                 op->req = NULL;
             }
             lc__op_finish(sb);
+            return;
+        }
+        if (sb->rec.paused_fs && op->cause == CP_CAUSE_TRAFFIC) {
+            /* (proxy.c refuses first; this is for a wake queued before the pause) */
+            al_info("sandbox %s: not resumed by traffic: it was paused without memory", sb->rec.id);
+            lc__op_finish(sb);
+            return;
+        }
+        if (sb->rec.paused_fs) {
+            lc__boot(sb, op);
+            return;
+        }
+        if (op->memory == 0) {
+            lc__pause_fs(sb, op); /* onResume: 'reboot': its files, then a boot */
             return;
         }
         rc = cp->backend->resume(sb, lc__resumed);
@@ -1516,9 +2006,11 @@ void cp_lifecycle_fork(struct cp_sandbox *sb, struct al_http_req *req, unsigned 
     lc__enqueue(sb, op);
 }
 
-void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req, int api,
-                     uint64_t timeout_s, bool auto_pause, int cause, const char *key_id)
+static void lc__op_queue(struct cp_sandbox *sb, enum cp_op_kind kind, const struct cp_op_args *a,
+                         int cause)
 {
+    struct al_http_req *req = a->req;
+    uint64_t timeout_s = a->timeout_s;
     if (sb->rec.state == CP_SB_STOPPING && req) {
         cp_rest_error(req, 404, "sandbox %s not found (it is being killed)", sb->rec.id);
         return;
@@ -1538,12 +2030,30 @@ void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http
     }
     op->kind = kind;
     op->req = req;
-    op->api = api;
+    op->api = a->api;
     op->timeout_s = timeout_s;
-    op->auto_pause = auto_pause;
+    op->auto_pause = a->auto_pause;
+    op->memory = a->memory;
     op->cause = cause;
-    snprintf(op->key_id, sizeof op->key_id, "%s", key_id ? key_id : "");
+    snprintf(op->key_id, sizeof op->key_id, "%s", a->key_id ? a->key_id : "");
     lc__enqueue(sb, op);
+}
+
+void cp_lifecycle_op(struct cp_sandbox *sb, enum cp_op_kind kind, struct al_http_req *req, int api,
+                     uint64_t timeout_s, bool auto_pause, int cause, const char *key_id)
+{
+    struct cp_op_args a = {.req = req,
+                           .api = api,
+                           .timeout_s = timeout_s,
+                           .auto_pause = auto_pause,
+                           .memory = -1,
+                           .key_id = key_id};
+    lc__op_queue(sb, kind, &a, cause);
+}
+
+void cp_lifecycle_api_op(struct cp_sandbox *sb, enum cp_op_kind kind, const struct cp_op_args *a)
+{
+    lc__op_queue(sb, kind, a, CP_CAUSE_API);
 }
 
 static void lc__expired(uv_timer_t *t)
@@ -1568,6 +2078,7 @@ void cp_lifecycle_resume_then(struct cp_sandbox *sb,
     }
     op->kind = CP_OP_RESUME;
     op->api = CP_ANSWER_CONNECT;
+    op->memory = -1;
     op->cause = CP_CAUSE_TRAFFIC;
     op->done = done;
     op->done_arg = arg;
@@ -1620,7 +2131,28 @@ static void lc__adopted(struct cp_sandbox *sb, int rc, const char *msg)
     struct cp *cp = sb->cp;
     sb->opctx = NULL;
     sb->busy = false;
-    if (rc) {
+    /* Parked, its parking (or a boot of it) cut short by the restart: whatever runs of it
+     * is stopped, whatever is left is reclaimed, its files stay. */
+    char kept[4200];
+    lc__paused_dir(sb, kept, sizeof kept);
+    if (rc && sb->rec.state == CP_SB_PAUSED && !sb->rec.paused_fs && access(kept, F_OK) == 0) {
+        /* Paused with its memory, which is gone (the host restarted): its files are what
+         * it had at its pause; its resume boots it over them. */
+        al_warn("sandbox %s: its processes ended while it was paused with its memory (%s): "
+                "its memory is lost; its files, as they were at its pause, are kept and its "
+                "resume boots it over them",
+                sb->rec.id, msg && *msg ? msg : strerror(-rc));
+        sb->rec.paused_fs = true;
+        cp_sb_save(sb);
+    }
+    bool park = sb->rec.paused_fs;
+    if (park) {
+        sb->rec.state = CP_SB_PAUSED;
+        sb->gone = rc != 0;
+        al_info("sandbox %s: paused without memory, but %s: completing its parking", sb->rec.id,
+                rc ? "it left resources behind" : "a process of it runs");
+    }
+    if (rc && !park) {
         al_warn("sandbox %s: not running any more (%s): reclaiming what it left", sb->rec.id,
                 msg && *msg ? msg : strerror(-rc));
         sb->gone = true;
@@ -1631,7 +2163,7 @@ static void lc__adopted(struct cp_sandbox *sb, int rc, const char *msg)
         cp_sb_unref(sb);
         return;
     }
-    sb->started = true;
+    sb->started = rc == 0;
     if (sb->rec.addr[0] && cp->net) {
         struct cp_net n;
         if (cp->net->find(cp->net_priv, sb->rec.seq, &n) == 0) {
@@ -1647,7 +2179,10 @@ static void lc__adopted(struct cp_sandbox *sb, int rc, const char *msg)
     }
     /* The registration is checked against the proxy's list by the resync that follows. */
     sb->egress_registered = sb->has_net && cp->egress;
-    lc__watch(sb);
+    if (park)
+        cp_lifecycle_op(sb, CP_OP_PARK, NULL, CP_ANSWER_NONE, 0, false, CP_CAUSE_RESTART, NULL);
+    else
+        lc__watch(sb);
     if (sb->rec.state == CP_SB_RUNNING)
         lc__arm_timer(sb);
     cp_sb_save(sb);
@@ -1692,6 +2227,15 @@ static int lc__adopt_row(const struct cp_sb_record *r, void *arg)
         a->pending--;
         return 0;
     }
+    if (r->state == CP_SB_PAUSED && r->paused_fs && !r->pid && !r->addr[0]) {
+        /* Parked: nothing of it runs; its files wait in <state>/paused for its resume. */
+        a->adopted++;
+        a->pending--;
+        cp_event_emit(sb, CP_EV_UPDATED, CP_CAUSE_RESTART, NULL,
+                      json_pack("{s:b,s:s,s:b}", "adopted", 1, "state", "paused", "memory", 0));
+        al_info("sandbox %s adopted (paused without memory)", r->id);
+        return 0;
+    }
     struct lc_adopt_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return -ENOMEM;
@@ -1713,6 +2257,30 @@ static void lc__adopt_bad(const char *id, const char *why, void *arg)
              id, why);
 }
 
+/* The kept files of sandboxes the store does not name any more (killed while airlockd was
+ * removing them, or a pause that never completed) go. Every row is in the registry now. */
+static void lc__paused_sweep(struct cp *cp)
+{
+    char top[4200];
+    snprintf(top, sizeof top, "%s/paused", cp->cfg.state_dir);
+    DIR *d = opendir(top);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        if (cp_sandbox_id_valid(de->d_name) && cp_sandbox_get(cp, de->d_name))
+            continue;
+        int rc = al_rmtree_at(dirfd(d), de->d_name);
+        if (rc < 0)
+            al_warn("cannot remove %s/%s: %s", top, de->d_name, strerror(-rc));
+        else
+            al_info("removed %s/%s (no sandbox of that id)", top, de->d_name);
+    }
+    closedir(d);
+}
+
 void cp_lifecycle_adopt_all(struct cp *cp, void (*done)(struct cp *cp))
 {
     struct lc_adopt_all *a = calloc(1, sizeof *a);
@@ -1729,6 +2297,7 @@ void cp_lifecycle_adopt_all(struct cp *cp, void (*done)(struct cp *cp))
     struct al_error err = {0};
     if (cp_store_sb_foreach(cp->store, lc__adopt_row, lc__adopt_bad, a, &err))
         al_error("re-adoption: %s", al_error_str(&err));
+    lc__paused_sweep(cp);
     a->listing_done = true;
     lc__adopt_one_done(a);
 }
@@ -1790,10 +2359,31 @@ void cp_lifecycle_kill_all(struct cp *cp, void (*done)(struct cp *cp))
     /* Collect first: a kill may change the registry before the walk is over. */
     cp_map_foreach(&cp->sandboxes, lc__collect, &c);
     for (size_t i = 0; i < c.n; i++) {
-        if (c.v[i]->registered)
-            cp_lifecycle_op(c.v[i], CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false, CP_CAUSE_SHUTDOWN,
+        struct cp_sandbox *sb = c.v[i];
+        char kept[4200];
+        lc__paused_dir(sb, kept, sizeof kept);
+        if (!sb->registered) {
+        } else if (sb->rec.state == CP_SB_PAUSED && sb->rec.paused_fs && !sb->busy) {
+            /* Paused without memory: nothing of it runs; its row and files stay for the next
+             * airlockd (a paused sandbox outlives a stop of the host, as E2B's do). */
+            lc__close_timer(sb);
+            lc__unregister(sb);
+        } else if (sb->rec.state == CP_SB_PAUSED && access(kept, F_OK) == 0) {
+            /* Paused with its memory, its files on disk: its processes stop, its files stay;
+             * the next airlockd resumes it by a boot over them (its memory is lost). Queued:
+             * an operation of it in progress finishes first. */
+            al_info("sandbox %s: paused with its memory: airlockd stops, so its memory is "
+                    "lost; its files are kept for its resume",
+                    sb->rec.id);
+            sb->rec.paused_fs = true;
+            cp_sb_save(sb);
+            cp_lifecycle_op(sb, CP_OP_PARK, NULL, CP_ANSWER_NONE, 0, false, CP_CAUSE_SHUTDOWN,
                             NULL);
-        cp_sb_unref(c.v[i]);
+        } else {
+            cp_lifecycle_op(sb, CP_OP_KILL, NULL, CP_ANSWER_NONE, 0, false, CP_CAUSE_SHUTDOWN,
+                            NULL);
+        }
+        cp_sb_unref(sb);
     }
     free(c.v);
     uv_timer_init(cp->loop, &k->poll);

@@ -693,6 +693,17 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
                           sb->rec.id);
             return true;
         }
+        if (sb->rec.paused_fs) {
+            /* E2B: a sandbox paused without its memory boots when it resumes, which traffic
+             * never does for it, autoResume or not. */
+            cp_metrics_proxy(cp->metrics, 502);
+            cp_rest_error(req, 502,
+                          "sandbox %s is paused without its memory: traffic does not resume it "
+                          "(autoResume or not); resume it with Sandbox.connect, which boots it "
+                          "again over its files",
+                          sb->rec.id);
+            return true;
+        }
         if (sb->rec.auto_resume) {
             /* autoResume: traffic wakes the sandbox; the request goes on once it runs. Only
              * a request holding one of its credentials (checked above) may wake it. */

@@ -69,6 +69,10 @@ json_t *cp_sb_record_doc(const struct cp_sb_record *r)
     json_object_set_new(d, "end_ns", json_integer((json_int_t)r->end_ns));
     json_object_set_new(d, "on_timeout", json_string(r->on_timeout_pause ? "pause" : "kill"));
     json_object_set_new(d, "auto_resume", json_boolean(r->auto_resume));
+    if (r->auto_pause_fs)
+        json_object_set_new(d, "auto_pause_memory", json_false());
+    if (r->paused_fs)
+        json_object_set_new(d, "paused_fs", json_true());
     if (r->allow_internet >= 0)
         json_object_set_new(d, "allow_internet", json_boolean(r->allow_internet));
     json_object_set_new(d, "cpu_count", json_integer(r->cpu_count));
@@ -139,6 +143,14 @@ int cp_sb_record_from_doc(struct cp_sb_record *r, const json_t *d, struct al_err
     if ((rc = al_json_get_bool(d, "auto_resume", false, &b, "stored sandbox", err)))
         return rc;
     r->auto_resume = b;
+    b = true;
+    if ((rc = al_json_get_bool(d, "auto_pause_memory", false, &b, "stored sandbox", err)))
+        return rc;
+    r->auto_pause_fs = !b;
+    b = false;
+    if ((rc = al_json_get_bool(d, "paused_fs", false, &b, "stored sandbox", err)))
+        return rc;
+    r->paused_fs = b;
     if (json_object_get(d, "allow_internet")) {
         if ((rc = al_json_get_bool(d, "allow_internet", true, &b, "stored sandbox", err)))
             return rc;

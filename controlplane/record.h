@@ -46,7 +46,12 @@ struct cp_sb_record {
     uint64_t started_ns;          /* wall clock: E2B startedAt */
     uint64_t end_ns;              /* wall clock: E2B endAt (expiry) */
     bool on_timeout_pause;        /* autoPause */
+    bool auto_pause_fs;           /* autoPauseMemory: false: the timeout's pause keeps files only */
     bool auto_resume;
+    /* Paused without its memory (pause {"memory": false}, or a memory pause whose processes
+     * a host restart ended): no process, cgroup or network is left; its files are in
+     * <state>/paused/<id>, and a resume boots it again over them (lifecycle.c). */
+    bool paused_fs;
     int allow_internet; /* -1 not given, 0, 1 */
     int cpu_count;
     int memory_mb;

@@ -209,6 +209,19 @@ static json_t *rest__body(struct al_http_req *req, bool required)
     return b;
 }
 
+/* E2B's "memory" of a pause or a resume: -1 absent (or null), else 0 or 1. */
+static int rest__memory(const json_t *b, int *out, struct al_error *err)
+{
+    json_t *v = json_object_get(b, "memory");
+    *out = -1;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v))
+        return al_error_set(err, -EINVAL, "\"memory\" must be true or false");
+    *out = json_is_true(v);
+    return 0;
+}
+
 /* A timeout in seconds: an integer >= 0 (JSON numbers like 30.0 are accepted). */
 static int rest__seconds(const json_t *b, const char *key, bool *given, uint64_t *out,
                          struct al_error *err)
@@ -394,9 +407,12 @@ static void rest__create(struct al_http_req *req, struct rest_ctx *x)
         }
         c.auto_pause = json_is_true(v);
     }
-    if ((v = json_object_get(b, "autoPauseMemory")) && !json_is_null(v) && !json_is_boolean(v)) {
-        rc = al_error_set(&err, -EINVAL, "\"autoPauseMemory\" must be a boolean");
-        goto bad;
+    if ((v = json_object_get(b, "autoPauseMemory")) && !json_is_null(v)) {
+        if (!json_is_boolean(v)) {
+            rc = al_error_set(&err, -EINVAL, "\"autoPauseMemory\" must be a boolean");
+            goto bad;
+        }
+        c.auto_pause_fs = json_is_false(v);
     }
     if ((v = json_object_get(b, "autoResume")) && !json_is_null(v)) {
         json_t *en = json_object_get(v, "enabled");
@@ -411,6 +427,13 @@ static void rest__create(struct al_http_req *req, struct rest_ctx *x)
                               "at its timeout and resumes on traffic)");
             goto bad;
         }
+    }
+    if (c.auto_resume && c.auto_pause_fs) {
+        rc = al_error_set(&err, -EINVAL,
+                          "autoResume cannot be combined with autoPauseMemory: false: a sandbox "
+                          "paused without its memory is not resumed by traffic (resume it with "
+                          "Sandbox.connect)");
+        goto bad;
     }
     if ((v = json_object_get(b, "allow_internet_access")) && !json_is_null(v)) {
         if (!json_is_boolean(v)) {
@@ -502,7 +525,9 @@ static void rest__connect(struct al_http_req *req, struct rest_ctx *x)
     bool given;
     uint64_t s = 0;
     json_t *ap = json_object_get(b, "autoPause");
-    if (rest__seconds(b, "timeout", &given, &s, &err) || (ap && !json_is_boolean(ap))) {
+    int memory;
+    if (rest__seconds(b, "timeout", &given, &s, &err) || (ap && !json_is_boolean(ap)) ||
+        rest__memory(b, &memory, &err)) {
         json_decref(b);
         cp_rest_error(req, 400, "%s",
                       ap && !json_is_boolean(ap) ? "\"autoPause\" must be a "
@@ -512,9 +537,43 @@ static void rest__connect(struct al_http_req *req, struct rest_ctx *x)
     }
     bool auto_pause = json_is_true(ap);
     json_decref(b);
-    cp_lifecycle_op(sb, CP_OP_RESUME, req,
-                    x->route == R_RESUME ? CP_ANSWER_RESUME : CP_ANSWER_CONNECT, given ? s : 0,
-                    auto_pause, CP_CAUSE_API, x->who.key_id);
+    struct cp_op_args a = {.req = req,
+                           .api = x->route == R_RESUME ? CP_ANSWER_RESUME : CP_ANSWER_CONNECT,
+                           .timeout_s = given ? s : 0,
+                           .auto_pause = auto_pause,
+                           .memory = memory,
+                           .key_id = x->who.key_id};
+    cp_lifecycle_api_op(sb, CP_OP_RESUME, &a);
+}
+
+/* POST /sandboxes/{id}/pause: {} or {"memory": true|false} (E2B's SandboxPauseRequest). */
+static void rest__pause(struct al_http_req *req, struct rest_ctx *x)
+{
+    json_t *b = rest__body(req, false);
+    if (!b)
+        return;
+    struct al_error err = {0};
+    int memory;
+    const char *k;
+    json_t *v;
+    int rc = rest__memory(b, &memory, &err);
+    json_object_foreach(b, k, v)
+    {
+        if (!rc && strcmp(k, "memory") != 0)
+            rc = al_error_set(&err, -EINVAL,
+                              "\"%.64s\" is not a field of a pause request (only \"memory\")", k);
+    }
+    json_decref(b);
+    if (rc) {
+        cp_rest_error(req, 400, "%s", al_error_str(&err));
+        return;
+    }
+    struct cp_sandbox *sb = rest__find(x->cp, req, x->id);
+    if (!sb)
+        return;
+    struct cp_op_args a = {
+        .req = req, .api = CP_ANSWER_EMPTY, .memory = memory, .key_id = x->who.key_id};
+    cp_lifecycle_api_op(sb, CP_OP_PAUSE, &a);
 }
 
 /* POST /sandboxes/{id}/fork: E2B's SandboxForkRequest, {"count"?, "timeout"?} (seconds, the
@@ -645,13 +704,9 @@ static void rest__on_body(struct al_http_req *req, int err)
     case R_FORK:
         rest__fork(req, x);
         break;
-    case R_PAUSE: {
-        struct cp_sandbox *sb = rest__find(x->cp, req, x->id);
-        if (sb)
-            cp_lifecycle_op(sb, CP_OP_PAUSE, req, CP_ANSWER_EMPTY, 0, false, CP_CAUSE_API,
-                            x->who.key_id);
+    case R_PAUSE:
+        rest__pause(req, x);
         break;
-    }
     case R_SNAPSHOT: {
         json_t *b = rest__body(req, false);
         char name[128];

@@ -220,6 +220,12 @@ static int snap__refusal(const struct cp_sandbox *sb, char *why, size_t len)
         snprintf(why, len, "its process has ended");
         return 409;
     }
+    if (sb->rec.paused_fs) {
+        snprintf(why, len,
+                 "it is paused without memory (its files are kept, nothing runs): resume it "
+                 "first");
+        return 409;
+    }
     /* The disk reserve that refuses creations refuses snapshots (a copy of up to the
      * sandbox's disk size) too. */
     if (!cp_disk_may_create(cp, why, len))

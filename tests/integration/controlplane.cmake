@@ -59,3 +59,7 @@ airlock_script_test(NAME cp_hostlimits SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_hos
 # checked address, internal targets refused also when the name changes, a bounded queue.
 airlock_script_test(NAME cp_webhooks SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_webhooks.sh
                     LABELS controlplane TIMEOUT 600)
+# Pauses that survive airlockd's SIGKILL and a restart of the host: without memory (files
+# only, a boot at the resume) and with memory (its files kept on disk as well).
+airlock_script_test(NAME jail_persist_pause SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/jail_persist_pause.sh
+                    LABELS controlplane jail TIMEOUT 900)

@@ -26,6 +26,8 @@
 #                         record is there or after 60 s: airlock-egress writes a request's
 #                         record when it has relayed the response, so the client can have the
 #                         answer before the log has the record
+#   cp_kill_world         every process of this instance killed, its runtime tmpfs, switch
+#                         and cgroups removed, as a restart of the host leaves it
 #   cp_leaks              echoes what this instance left (interfaces, cgroups, sandbox
 #                         directories, mounts, processes); empty = nothing
 #   cp_leaks_settled      the same once it is empty, or after 60 s: what ends after airlockd
@@ -98,11 +100,19 @@ CFG
 # What airlockd could leave behind if a test fails half-way: sandboxes (airlock-vmm kills
 # them with itself), helper daemons, the switch, the cgroup parent.
 cp__cleanup() {
-  local p
   # CP_KEEP_LOGS=DIR keeps airlockd's logs of a run for a post-mortem.
   [ -n "${CP_KEEP_LOGS:-}" ] && mkdir -p "$CP_KEEP_LOGS" && cp "$AL_TMP"/*.log "$CP_KEEP_LOGS"/ 2>/dev/null
+  cp_kill_world
+}
+
+# Everything of this instance ends as in a restart of the host: every process (airlockd,
+# airlock-vmm, the helpers, the sandboxes' processes) killed, and what the kernel would not
+# keep across a reboot (the runtime tmpfs, the switch, the cgroups) removed. The state
+# directory stays. (The job airlockd, if it runs, is killed first: al_kill airlockd KILL.)
+cp_kill_world() {
+  local p
   for p in $(pgrep -f -- "$CP_STATE" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-  sleep 0.2
+  al_wait_until 10 eval '[ -z "$(pgrep -f -- "$CP_STATE")" ]' || true
   # airlockd's tmpfs for the live sandboxes' files (sandboxes.runtime_tmpfs): a killed
   # airlockd leaves it mounted (the next one would re-adopt it), and the state directory
   # could not be removed.

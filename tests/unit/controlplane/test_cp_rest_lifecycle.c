@@ -257,6 +257,73 @@ static void tt_wait_fn_calls(int n)
  * received them in this order); creation 1 starts at once (one start at a time), and its
  * start ends only once 0, 2, 3 and 4 all wait in the start queue. The queue then starts 0
  * first, although it reached the queue last. Nothing here depends on timing. */
+/* E2B's "memory" of pause and connect: malformed bodies are refused, and the test backend
+ * (no files without processes) refuses a pause without memory and a reboot, changing
+ * nothing; autoResume cannot go with autoPauseMemory: false. */
+START_TEST(pause_memory_refusals)
+{
+    char id[64], path[160], info[160];
+    struct resp r;
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"base\",\"autoPause\":true,\"autoPauseMemory\":false,"
+        "\"autoResume\":{\"enabled\":true}}");
+    assert_error(&r, 400, "autoPauseMemory: false");
+    resp_free(&r);
+    req(&r, "POST", "/v2/sandboxes", "{\"templateID\":\"base\",\"autoPauseMemory\":0}");
+    assert_error(&r, 400, "\"autoPauseMemory\" must be a boolean");
+    resp_free(&r);
+    create("{\"templateID\":\"base\",\"timeout\":60}", id, NULL);
+    snprintf(path, sizeof path, "/sandboxes/%s/pause", id);
+    snprintf(info, sizeof info, "/sandboxes/%s", id);
+    req(&r, "POST", path, "{\"memory\":\"no\"}");
+    assert_error(&r, 400, "\"memory\" must be true or false");
+    resp_free(&r);
+    req(&r, "POST", path, "{\"memory\":false,\"keep\":1}");
+    assert_error(&r, 400, "\"keep\" is not a field of a pause request");
+    resp_free(&r);
+    req(&r, "POST", path, "[]");
+    assert_error(&r, 400, "JSON object");
+    resp_free(&r);
+    int pauses = g_pauses;
+    req(&r, "POST", path, "{\"memory\":false}");
+    assert_error(&r, 501, "the test backend keeps no files");
+    resp_free(&r);
+    req(&r, "GET", info, NULL);
+    ck_assert_str_eq(jstr(r.body, "state"), "running");
+    resp_free(&r);
+    ck_assert_int_eq(g_pauses, pauses);
+    /* With memory (true, or null as absent): the freezer, as without a body. */
+    req(&r, "POST", path, "{\"memory\":null}");
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+    ck_assert_int_eq(g_pauses, pauses + 1);
+    /* A reboot (connect with memory false) needs the files too: refused, it stays paused. */
+    snprintf(path, sizeof path, "/v2/sandboxes/%s/connect", id);
+    req(&r, "POST", path, "{\"memory\":1}");
+    assert_error(&r, 400, "\"memory\" must be true or false");
+    resp_free(&r);
+    int resumes = g_resumes;
+    req(&r, "POST", path, "{\"memory\":false}");
+    assert_error(&r, 501, "rebooting sandbox");
+    resp_free(&r);
+    req(&r, "GET", info, NULL);
+    ck_assert_str_eq(jstr(r.body, "state"), "paused");
+    resp_free(&r);
+    ck_assert_int_eq(g_resumes, resumes);
+    req(&r, "POST", path, "{\"memory\":true}");
+    ck_assert_int_eq(r.status, 201);
+    resp_free(&r);
+    ck_assert_int_eq(g_resumes, resumes + 1);
+    snprintf(path, sizeof path, "/sandboxes/%s/pause", id);
+    req(&r, "POST", path, "{\"memory\":true}");
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+    req(&r, "DELETE", info, NULL);
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+}
+END_TEST
+
 START_TEST(starts_go_in_request_order)
 {
     enum { N = 5 };
@@ -381,6 +448,7 @@ static Suite *suite(void)
     Suite *s = suite_create("cp_rest_lifecycle");
     TCase *t = cp_rest_tcase("lifecycle");
     tcase_add_test(t, lifecycle_ops);
+    tcase_add_test(t, pause_memory_refusals);
     tcase_add_test(t, starts_take_turns);
     tcase_add_test(t, starts_go_in_request_order);
     tcase_add_test(t, timeout_kills_and_crash_is_detected);
