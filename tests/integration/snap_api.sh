@@ -89,11 +89,16 @@ post=$!
 al_wait_until 120 eval '[ "$(nlines "rolling back to")" -ge 2 ]' ||
   al_fail "airlock-vmm did not begin the rollback"
 al_kill airlockd KILL
-# (the copy of 96 MB takes a few hundred milliseconds; the wait above polls every 50)
-hit=no
-[ "$(nlines "rolled back to")" -lt 2 ] && hit=yes
+# The copy of 96 MB takes a few hundred milliseconds and the wait above polls every 50, so
+# the kill nearly always lands mid-rollback. Which one it was is said, not asserted: on a
+# loaded machine the copy can end first, and what follows must hold in both cases (the
+# sandbox rolled back after the restart, nothing half-done).
+if [ "$(nlines "rolled back to")" -lt 2 ]; then
+  al_note "airlockd was killed before airlock-vmm had copied the snapshot's files"
+else
+  al_note "airlock-vmm had completed the rollback before the SIGKILL landed this time"
+fi
 wait "$post" 2>/dev/null
-al_eq "airlockd was killed before airlock-vmm had copied the snapshot's files" "$hit" yes
 al_wait_until 120 eval '[ "$(nlines "rolled back to")" -ge 2 ]' ||
   al_fail "airlock-vmm did not complete the rollback after airlockd's SIGKILL"
 cp_start || exit 1
