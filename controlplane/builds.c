@@ -529,6 +529,11 @@ struct builds_job {
     long run_at; /* -1: none waiting */
     char snapshot[4400];
     uint32_t snap_id_base;
+    /* The step cache: chain is sha256 of the base and every step so far; a RUN's layer is
+     * kept under it (<state>/cache/steps/<hex>.tar), taken instead of running it again. */
+    char chain[65];
+    char run_key[65];
+    char base_digest[80], base_dir[4200];
     /* the RUN step's output on its way into the log (loop thread) */
     struct al_buf line[2];
     uint64_t out_bytes;
@@ -694,6 +699,65 @@ static int builds__copy(struct builds_job *j, const json_t *st, const json_t *t,
     return 0;
 }
 
+/* chain := sha256(chain, what), as hex. */
+static void builds__chain(char chain[65], const char *what, size_t len)
+{
+    unsigned char h[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256_state st;
+    crypto_hash_sha256_init(&st);
+    crypto_hash_sha256_update(&st, (const unsigned char *)chain, strlen(chain));
+    crypto_hash_sha256_update(&st, (const unsigned char *)"\n", 1);
+    crypto_hash_sha256_update(&st, (const unsigned char *)what, len);
+    crypto_hash_sha256_final(&st, h);
+    sodium_bin2hex(chain, 65, h, sizeof h);
+}
+
+/* A step into the chain: its type, arguments and files (not force, forceUpload: they say how
+ * to build, not what). */
+static void builds__chain_step(char chain[65], const json_t *st)
+{
+    json_t *c =
+        json_pack("{s:O?,s:O?,s:O?}", "type", json_object_get(st, "type"), "args",
+                  json_object_get(st, "args"), "filesHash", json_object_get(st, "filesHash"));
+    char *text = c ? json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(c);
+    builds__chain(chain, text ? text : "?", text ? strlen(text) : 1);
+    free(text);
+}
+
+static void builds__step_cache(const struct cp *cp, const char *key, const char *ext, char *out,
+                               size_t len)
+{
+    snprintf(out, len, "%s/cache/steps/%s%s", cp->cfg.state_dir, key, ext);
+}
+
+/* Worker thread: a RUN step whose layer is in the step cache is applied from there, without
+ * running it. 1 when it was, 0 when it is not cached, -1 on failure (the build's). */
+static int builds__run_cached(struct builds_job *j, const char *step, const char *cmd)
+{
+    char layer[4400], meta[4400];
+    builds__step_cache(j->cp, j->run_key, ".tar", layer, sizeof layer);
+    builds__step_cache(j->cp, j->run_key, ".json", meta, sizeof meta);
+    struct al_error err = {0};
+    json_t *m = al_json_load_file(meta, &err);
+    const char *diff_id = json_string_value(json_object_get(m, "diff_id"));
+    struct stat sb;
+    if (!diff_id || lstat(layer, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+        json_decref(m);
+        return 0;
+    }
+    struct tpl_unpack_result ur;
+    int rc = cp_template_layer(&j->cp->cfg, j->tmp, layer, diff_id, &ur, &err);
+    if (rc < 0)
+        builds__job_fail(j, step, "step %s (RUN %.200s): its cached layer: %s", step, cmd,
+                         al_error_str(&err));
+    else
+        builds__job_log(j, CP_BUILD_INFO, step, "RUN %.1800s: cached (layer %s, %llu entries)", cmd,
+                        diff_id, (unsigned long long)ur.entries);
+    json_decref(m);
+    return rc < 0 ? -1 : 1;
+}
+
 /* Worker thread, at a RUN step: the version so far gets the template.json its build sandbox
  * starts from (without the template's start and ready commands, which the build never
  * runs). */
@@ -728,7 +792,14 @@ static void builds__run_merge(struct builds_job *j)
     const json_t *st = json_array_get(json_object_get(j->def, "steps"), (size_t)j->run_at);
     const char *cmd = json_string_value(json_array_get(json_object_get(st, "args"), 0));
     snprintf(upper, sizeof upper, "%s/upper", j->snapshot);
-    snprintf(layer, sizeof layer, "%s/layer.tar", j->snapshot);
+    char dir[4400], suffix[64], final[4400], meta[4400];
+    snprintf(dir, sizeof dir, "%s/cache/steps", j->cp->cfg.state_dir);
+    snprintf(suffix, sizeof suffix, ".tar.partial-%s", j->bid);
+    builds__step_cache(j->cp, j->run_key, suffix, layer, sizeof layer);
+    builds__step_cache(j->cp, j->run_key, ".tar", final, sizeof final);
+    builds__step_cache(j->cp, j->run_key, ".json", meta, sizeof meta);
+    al_mkdir_p(dir, 0700);
+    unlink(layer);
     struct tpl_layer_diff_stats ds;
     struct tpl_unpack_result ur;
     struct al_error err = {0};
@@ -744,6 +815,15 @@ static void builds__run_merge(struct builds_job *j)
                         (unsigned long long)ds.entries, ds.entries == 1 ? "y" : "ies",
                         (unsigned long long)ds.files, (double)ds.bytes / 1048576.0,
                         (unsigned long long)(ds.whiteouts + ds.opaque));
+    /* Kept for the next build with the same base and steps (the layer first, its record
+     * last: a record names a complete layer). */
+    json_t *m = j->rc ? NULL : json_pack("{s:s,s:s}", "diff_id", diff_id, "build", j->bid);
+    char *text = m ? json_dumps(m, JSON_COMPACT) : NULL;
+    json_decref(m);
+    if (!text || rename(layer, final) < 0 ||
+        al_write_file_atomic(meta, text, strlen(text), 0600, &err) < 0)
+        unlink(layer);
+    free(text);
     if (tpl_rmtree(j->snapshot) < 0)
         al_warn("build %s: cannot remove %s", j->bid, j->snapshot);
     j->snapshot[0] = '\0';
@@ -757,8 +837,10 @@ static int builds__apply_steps(struct builds_job *j, json_t *t)
     json_t *steps = json_object_get(j->def, "steps");
     char rootfs[4400];
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", j->tmp);
+    bool force = json_is_true(json_object_get(j->def, "force"));
     for (size_t i = j->next_step; i < json_array_size(steps); i++) {
         json_t *st = json_array_get(steps, i);
+        builds__chain_step(j->chain, st);
         char step[16];
         snprintf(step, sizeof step, "%zu", i + 1);
         const char *type = json_string_value(json_object_get(st, "type"));
@@ -798,6 +880,14 @@ static int builds__apply_steps(struct builds_job *j, json_t *t)
             if (builds__copy(j, st, t, step) < 0)
                 return -1;
         } else if (strcmp(type, "RUN") == 0) {
+            snprintf(j->run_key, sizeof j->run_key, "%s", j->chain);
+            int c = force || json_is_true(json_object_get(st, "force"))
+                        ? 0
+                        : builds__run_cached(j, step, a0);
+            if (c < 0)
+                return -1;
+            if (c > 0)
+                continue;
             j->next_step = i + 1;
             j->run_at = (long)i;
             return builds__run_prepare(j, t, step);
@@ -843,6 +933,7 @@ static void builds__base(struct builds_job *j)
             tpl_image_free(&img);
             goto out;
         }
+        snprintf(j->base_digest, sizeof j->base_digest, "%s", img.digest);
         builds__job_log(j, CP_BUILD_INFO, "base",
                         "%s is %s (%zu layers, %.1f MiB, %.1f MiB pulled)", img.reference,
                         img.digest, img.n_layers, (double)img.bytes / 1048576.0,
@@ -863,6 +954,7 @@ static void builds__base(struct builds_job *j)
             builds__job_fail(j, "base", "template %s: %s", from, al_error_str(&err));
             goto out;
         }
+        snprintf(j->base_dir, sizeof j->base_dir, "%s", dir);
         snprintf(p, sizeof p, "%s/template.json", dir);
         t = al_json_load_file(p, &err);
         if (!t) {
@@ -876,6 +968,24 @@ static void builds__base(struct builds_job *j)
     j->t = t;
     t = NULL;
     j->based = true;
+    /* The step cache's chain starts from what the base is: the image's digest, or the
+     * version of the template (its directory) the files came from. */
+    char seed[4400] = "", real[4096];
+    if (image)
+        snprintf(seed, sizeof seed, "image %s", j->base_digest);
+    else if (realpath(j->base_dir, real)) {
+        /* (a directory that is rebuilt in place, as the default templates are, has a new
+         * template.json then) */
+        struct stat tj;
+        char p[4300];
+        snprintf(p, sizeof p, "%s/template.json", real);
+        if (stat(p, &tj) < 0)
+            memset(&tj, 0, sizeof tj);
+        snprintf(seed, sizeof seed, "template %s %lld.%09ld", real, (long long)tj.st_mtim.tv_sec,
+                 tj.st_mtim.tv_nsec);
+    }
+    j->chain[0] = '\0';
+    builds__chain(j->chain, seed, strlen(seed));
 out:
     json_decref(t);
 }

@@ -45,8 +45,8 @@ ok('Template.build from the registry, with the build log through onBuildLogs')
 // RUN: each step runs in a build sandbox over the version being built, as the step's user
 // (or the current USER), in the current WORKDIR with the ENV so far; its output is in the
 // build log; what it changes (files made, removed, links) is in the template's files.
-const runTpl = () =>
-  Template()
+const runTpl = (skip = false) =>
+  (skip ? Template().skipCache() : Template())
     .fromImage(image, creds)
     .setEnvs({ GREETING: 'hello' })
     .setWorkdir('/srv/app')
@@ -78,6 +78,29 @@ const runTpl = () =>
     await rs.kill()
   }
   ok(`RUN steps: as the step's user, in WORKDIR with ENV, output in the log, files made and removed in the template (${rtext.match(/RUN: .*/g).join('; ')})`)
+}
+
+// The step cache: the same base and steps again run no step (each RUN's layer is taken from
+// the cache, the log says so); skipCache (force) runs them again.
+{
+  const clogs = []
+  await Template.build(runTpl(), 'sdk-run', { onBuildLogs: (e) => clogs.push(e) })
+  const ctext = clogs.map((e) => `${e.level} ${e.message}`).join('\n')
+  assert.equal(ctext.match(/info RUN .*: cached \(layer sha256:[0-9a-f]{64}, \d+ entries\)/g)?.length, 3, ctext)
+  assert.doesNotMatch(ctext, /^info out-line$|\(as user\)$|\(as root\)$/m, ctext)
+  assert.match(ctext, /template sdk-run is ready/, ctext)
+  const rs = await Sandbox.create('sdk-run')
+  try {
+    assert.equal((await rs.commands.run('cat /home/user/run.txt; readlink /opt/made/link')).stdout, 'hello from 1000 in /srv/app\n/etc/passwd\n')
+  } finally {
+    await rs.kill()
+  }
+  const flogs = []
+  await Template.build(runTpl(true), 'sdk-run', { onBuildLogs: (e) => flogs.push(e) })
+  const ftext = flogs.map((e) => `${e.level} ${e.message}`).join('\n')
+  assert.doesNotMatch(ftext, /: cached/, ftext)
+  assert.match(ftext, /^info out-line$/m, ftext)
+  ok('a rebuild with the same steps runs none (cached layers); skipCache runs them again')
 }
 
 // A failing step: a BuildError naming the step and its exit code; the template's previous
