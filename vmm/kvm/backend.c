@@ -567,11 +567,6 @@ static int kb__init_agent(struct kvm_be *k, const char *agent_sock, const struct
     json_t *init = vmm_spec_init_object(k->spec);
     if (!init)
         return al_error_set(err, -ENOMEM, "out of memory");
-    uint64_t now = al_wall_ns();
-    char ts[AL_TIME_FORMAT_MAX];
-    al_time_format(ts, sizeof ts, (int64_t)(now / 1000000000ull), (long)(now % 1000000000ull),
-                   AL_TIME_RFC3339_NS);
-    json_object_set_new(init, "timestamp", json_string(ts));
     unsigned char seed[KB_SEED_BYTES];
     char seed64[sodium_base64_ENCODED_LEN(KB_SEED_BYTES, sodium_base64_VARIANT_ORIGINAL)];
     randombytes_buf(seed, sizeof seed);
@@ -595,11 +590,6 @@ static int kb__init_agent(struct kvm_be *k, const char *agent_sock, const struct
         json_object_set_new(net, "dns", dns);
         json_object_set_new(init, "network", net);
     }
-    char *body = json_dumps(init, JSON_COMPACT);
-    json_decref(init);
-    if (!body)
-        return al_error_set(err, -ENOMEM, "out of memory");
-    size_t blen = strlen(body);
     char target[PATH_MAX + 8];
     snprintf(target, sizeof target, "unix:%s", agent_sock);
     /* The token authorises a re-init (a sandbox resumed from its own snapshot has one). */
@@ -609,6 +599,20 @@ static int kb__init_agent(struct kvm_be *k, const char *agent_sock, const struct
     int rc;
     char last[300] = "no answer";
     for (;;) {
+        /* The clock is read for each attempt: an attempt whose answer was lost may have been
+         * applied, and a retry with the first attempt's time would set the guest's clock back
+         * by however long the host stalled in between. */
+        uint64_t now = al_wall_ns();
+        char ts[AL_TIME_FORMAT_MAX];
+        al_time_format(ts, sizeof ts, (int64_t)(now / 1000000000ull), (long)(now % 1000000000ull),
+                       AL_TIME_RFC3339_NS);
+        json_object_set_new(init, "timestamp", json_string(ts));
+        char *body = json_dumps(init, JSON_COMPACT);
+        if (!body) {
+            rc = al_error_set(err, -ENOMEM, "out of memory");
+            break;
+        }
+        size_t blen = strlen(body);
         struct al_http_resp r = {0};
         struct al_error e = {0};
         uint64_t left_ms = (deadline - al_now_ns()) / 1000000ull;
@@ -624,6 +628,8 @@ static int kb__init_agent(struct kvm_be *k, const char *agent_sock, const struct
                                       .max_body = 65536,
                                       .wipe = true};
         int c = al_http_call(&o, &r, &e);
+        sodium_memzero(body, blen);
+        free(body);
         if (c == 0 && r.status == 204) {
             al_http_resp_free(&r);
             rc = 0;
@@ -649,8 +655,7 @@ static int kb__init_agent(struct kvm_be *k, const char *agent_sock, const struct
         }
         usleep(5000);
     }
-    sodium_memzero(body, blen);
-    free(body);
+    json_decref(init); /* (airlock-vmm's jansson allocator wipes what it frees) */
     return rc;
 }
 
