@@ -1410,15 +1410,24 @@ static void builds__run_start(struct builds_job *j)
         .cwd = json_string_value(json_object_get(j->t, "workdir")),
         .env = json_object_get(j->t, "env"),
         .snapshot = j->snapshot,
+        .policy = cp->cfg.build_policy,
         .output = builds__out,
         .done = builds__ran,
         .arg = j,
     };
-    int rc = cp_buildsb_run(cp, &s);
-    if (rc == 0)
+    char sbid[64];
+    int rc = cp_buildsb_run(cp, &s, sbid);
+    if (rc == 0) {
+        if (cp->net)
+            builds__log(cp, j->bid, CP_BUILD_INFO, step,
+                        "in build sandbox %s, egress under the policy %s", sbid, s.policy);
+        else
+            builds__log(cp, j->bid, CP_BUILD_INFO, step, "in build sandbox %s, without a network",
+                        sbid);
         return;
+    }
     builds__job_fail(j, step, "step %s (RUN %.200s): %s", step, cmd,
-                     rc == -EINVAL      ? "templates.build_policy does not name a valid policy "
+                     rc == -EINVAL      ? "the build policy does not name a valid policy "
                                           "(airlockd's log says why)"
                      : rc == -ECANCELED ? "airlockd stopped while the build ran: nothing was built"
                                         : "its build sandbox cannot be made");

@@ -240,6 +240,13 @@ static void bsb__start(struct buildsb *x)
         .tap_fd = -1,
         .dns = sb->has_net && sb->net.gateway[0] ? sb->net.gateway : NULL,
     };
+    /* The build policy's interception CA in the sandbox's trust stores, as in any sandbox
+     * (lifecycle.c), so a step reaches an intercepted host over TLS; the step's layer
+     * leaves the CA out (layerdiff.c). */
+    const json_t *ix = sb->egress_registered ? sb->rec.intercept : NULL;
+    const char *pem = json_string_value(json_object_get(ix, "caCertPem"));
+    if (pem && !cp->backend->host_process && cp_egress_ca_useful(ix))
+        a.ca_cert_pem = pem;
     sb->backend_attempted = true;
     x->starting = true;
     int rc = cp->backend->start(sb, &a, bsb__started);
@@ -331,17 +338,17 @@ void cp_buildsb_stop(struct cp *cp, void (*then)(struct cp *cp))
         bsb__abort(x, -ECANCELED, "airlockd stopped while the step ran: nothing was built");
 }
 
-int cp_buildsb_run(struct cp *cp, const struct cp_buildsb_step *s)
+int cp_buildsb_run(struct cp *cp, const struct cp_buildsb_step *s, char sandbox_id[64])
 {
+    sandbox_id[0] = '\0';
     if (cp->stopping)
         return -ECANCELED;
     struct al_error err = {0};
     char hash[65] = "";
     int status = 0;
-    const char *policy = cp->cfg.build_policy;
+    const char *policy = s->policy;
     if (cp->net && cp_policy_check_network(cp, policy, NULL, -1, hash, &status, &err)) {
-        al_warn("build %s: templates.build_policy '%s': %s", s->build_id, policy,
-                al_error_str(&err));
+        al_warn("build %s: build policy '%s': %s", s->build_id, policy, al_error_str(&err));
         return -EINVAL;
     }
     struct buildsb *x = calloc(1, sizeof *x);
@@ -398,6 +405,7 @@ int cp_buildsb_run(struct cp *cp, const struct cp_buildsb_step *s)
     uv_timer_start(&x->timer, bsb__timeout, cp->cfg.step_timeout_ms, 0);
     al_info("build %s: step sandbox %s (policy %s)", s->build_id, r->id,
             cp->net ? policy : "none: no network");
+    snprintf(sandbox_id, 64, "%s", r->id);
     if (!cp->net) {
         bsb__start(x);
         return 0;

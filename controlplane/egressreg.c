@@ -84,8 +84,15 @@ json_t *cp_egress_body(struct cp *cp, const struct cp_sandbox *sb)
         if (access(file, R_OK) == 0)
             break;
     }
-    json_t *b = json_pack("{s:s,s:s,s:[s],s:s}", "id", sb->rec.id, "template", sb->rec.template_id,
-                          "addresses", sb->rec.addr, "policy_file", file);
+    /* A template build's step sandbox is named in the proxy's audit records by the build it
+     * runs for (as the REST API names it), not as a sandbox of that template. */
+    char tmpl[CP_TEMPLATE_MAX + 48];
+    if (sb->build_step)
+        snprintf(tmpl, sizeof tmpl, "%s/builds/%s", sb->rec.template_id, sb->rec.template_build);
+    else
+        snprintf(tmpl, sizeof tmpl, "%s", sb->rec.template_id);
+    json_t *b = json_pack("{s:s,s:s,s:[s],s:s}", "id", sb->rec.id, "template", tmpl, "addresses",
+                          sb->rec.addr, "policy_file", file);
     if (!b)
         return NULL;
     /* The E2B fields narrow the policy in the proxy, in front of it, for every policy the

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/trust.h"
+#include "common/util.h"
 #include "internal.h"
 #include "tar.h"
 
@@ -207,6 +209,57 @@ static int ld__data(struct ld *l, int fd, const char *name, uint64_t size)
     return ld__pad(l, size);
 }
 
+/* Whether rel ("a/b/") is the directory of the sandbox CA the agent installs (trust.h). */
+static bool ld__trust_dir(const char *rel)
+{
+    size_t n = strlen(AL_TRUST_CA_DIR) - 1; /* without its leading '/' */
+    return strncmp(rel, AL_TRUST_CA_DIR + 1, n) == 0 && rel[n] == '/' && rel[n + 1] == '\0';
+}
+
+/* The system bundle as the step left it, without the build sandbox's CA block: the copy
+ * the agent wrote it into is in the upper layer, but the CA is the build sandbox's (its
+ * egress proxy's), never the template's. A bundle that was only that block (the image had
+ * none) is left out. */
+static int ld__bundle(struct ld *l, int fd, const char *path, const struct stat *st)
+{
+    char *data = NULL;
+    size_t len = 0;
+    struct al_error rerr = {0};
+    if (al_read_fd(fd, path, 64u << 20, &data, &len, &rerr) < 0) {
+        free(data);
+        return al_error_set(l->err, rerr.code, "%s", al_error_str(&rerr));
+    }
+    struct al_buf out;
+    al_buf_init(&out, 64u << 20);
+    bool had = false;
+    int rc = al_trust_bundle_strip(data, len, &out, &had);
+    free(data);
+    if (rc) {
+        al_buf_free(&out);
+        return al_error_set(l->err, -ENOMEM, "out of memory");
+    }
+    if (had && out.len == 0) {
+        al_buf_free(&out);
+        l->st->skipped++;
+        return 0;
+    }
+    if (l->st->bytes + out.len > l->max_bytes) {
+        al_buf_free(&out);
+        return al_error_set(l->err, -EFBIG, "the step's files are larger than %llu bytes",
+                            (unsigned long long)l->max_bytes);
+    }
+    rc = ld__entry(l, '0', path, NULL, st, out.len, fd);
+    if (!rc)
+        rc = ld__put(l, out.data, out.len);
+    if (!rc) {
+        l->st->bytes += out.len;
+        l->st->files++;
+        rc = ld__pad(l, out.len);
+    }
+    al_buf_free(&out);
+    return rc;
+}
+
 static int ld__cmp(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -273,9 +326,19 @@ static int ld__one(struct ld *l, int dfd, const char *name, const char *rel, int
             if (l->links[i].dev == st.st_dev && l->links[i].ino == st.st_ino)
                 return ld__entry(l, '1', path, l->links[i].path, &st, 0, -1);
     }
+    bool trust = ld__trust_dir(rel);
+    if (trust && strcmp(name, AL_TRUST_CA_NAME) == 0) {
+        l->st->skipped++; /* the build sandbox's CA (see ld__bundle) */
+        return 0;
+    }
     int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return al_error_set(l->err, -errno, "%s: %s", path, strerror(errno));
+    if (trust && st.st_nlink == 1 && strcmp(name, AL_TRUST_BUNDLE) == 0) {
+        int brc = ld__bundle(l, fd, path, &st);
+        close(fd);
+        return brc;
+    }
     int rc = ld__entry(l, '0', path, NULL, &st, (uint64_t)st.st_size, fd);
     if (!rc)
         rc = ld__data(l, fd, path, (uint64_t)st.st_size);

@@ -5,3 +5,8 @@ airlock_script_test(NAME templates_oci SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/templa
 # deploy/templates/build's fetching: retries on network errors only, a clear last error.
 airlock_script_test(NAME templates_fetch SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/templates_fetch.sh
                     LABELS templates TIMEOUT 300)
+# Builds with a network: a RUN step's pip install from a fake package index through
+# airlock-egress, refused under the default build policy, allowed (intercepted) under one
+# that opens it; both audited under the build's name.
+airlock_script_test(NAME templates_net SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/templates_net.sh
+                    LABELS controlplane templates TIMEOUT 900)

@@ -27,6 +27,7 @@
 
 #include "common/error.h"
 #include "common/http.h"
+#include "common/trust.h"
 #include "connect.h"
 #include "users.h"
 
@@ -153,9 +154,9 @@ void agent_reply_error(struct al_http_req *req, int status, const char *fmt, ...
     __attribute__((format(printf, 3, 4)));
 
 /* ---- trust.c: the sandbox's airlock CA ------------------------------------------------ */
-#define AGENT_CA_DIR    "/etc/ssl/certs"
-#define AGENT_CA_FILE   "/etc/ssl/certs/airlock-sandbox-ca.pem"
-#define AGENT_CA_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
+#define AGENT_CA_DIR    AL_TRUST_CA_DIR
+#define AGENT_CA_FILE   AL_TRUST_CA_FILE
+#define AGENT_CA_BUNDLE AL_TRUST_CA_BUNDLE
 struct al_buf;
 /* One PEM certificate, printable, at most 64 KiB. */
 int agent_ca_check(const char *pem, size_t len, struct al_error *err);

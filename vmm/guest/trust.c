@@ -29,11 +29,10 @@
 
 #include "common/buf.h"
 #include "common/log.h"
+#include "common/trust.h"
 #include "common/util.h"
 
-#define TRUST_MARK_BEGIN "# airlock sandbox CA (egress interception) -- begin\n"
-#define TRUST_MARK_END   "# airlock sandbox CA (egress interception) -- end\n"
-#define TRUST_PEM_MAX    (64 * 1024)
+#define TRUST_PEM_MAX (64 * 1024)
 
 int agent_ca_check(const char *pem, size_t len, struct al_error *err)
 {
@@ -63,30 +62,18 @@ int agent_ca_bundle_merge(const char *old, size_t old_len, const char *pem, size
 {
     al_buf_reset(out);
     /* Keep everything but an earlier airlock block. */
-    const char *bb =
-        old ? memmem(old, old_len, TRUST_MARK_BEGIN, sizeof TRUST_MARK_BEGIN - 1) : NULL;
-    const char *be =
-        bb ? memmem(bb, old_len - (size_t)(bb - old), TRUST_MARK_END, sizeof TRUST_MARK_END - 1)
-           : NULL;
-    int r = 0;
-    if (bb && be) {
-        r = al_buf_append(out, old, (size_t)(bb - old));
-        const char *rest = be + sizeof TRUST_MARK_END - 1;
-        if (!r)
-            r = al_buf_append(out, rest, old_len - (size_t)(rest - old));
-    } else if (old_len) {
-        r = al_buf_append(out, old, old_len);
-    }
+    bool had;
+    int r = al_trust_bundle_strip(old, old_len, out, &had);
     if (!r && out->len && out->data[out->len - 1] != '\n')
         r = al_buf_append(out, "\n", 1);
     if (!r)
-        r = al_buf_appends(out, TRUST_MARK_BEGIN);
+        r = al_buf_appends(out, AL_TRUST_MARK_BEGIN);
     if (!r)
         r = al_buf_append(out, pem, len);
     if (!r && len && pem[len - 1] != '\n')
         r = al_buf_append(out, "\n", 1);
     if (!r)
-        r = al_buf_appends(out, TRUST_MARK_END);
+        r = al_buf_appends(out, AL_TRUST_MARK_END);
     return r;
 }
 

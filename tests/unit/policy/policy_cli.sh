@@ -152,7 +152,7 @@ EOF
 run "explain invalid policy" 1 "$bin" policy explain "$tmp/bad.yaml" https://api.github.com/
 
 # ---- test -------------------------------------------------------------------------------
-for p in default github-agent pypi deny-all; do
+for p in default github-agent pypi deny-all build-mirrors; do
   run "golden cases: $p" 0 "$bin" policy test "$policies/$p.yaml" "$policies/tests/$p.yaml"
   has "golden cases pass: $p" "$out" "0 failed"
 done
