@@ -2,23 +2,21 @@
  *
  * Owns: recognising sandbox traffic (E2b-Sandbox-Id, else a getHost Host
  * "<port>-<id>.<domain>", else X-Access-Token for what older SDKs send without sandbox
- * headers, else a signed file URL), and forwarding it to the sandbox's agent over its
- * unix-socket channel (never over the sandbox network): method, target, Host, headers
- * (minus hop-by-hop ones, RFC 9110 7.6.1) and body unchanged (a Content-Length body keeps
- * its length), streamed both ways with flow control in each direction, so Connect streams,
- * NDJSON executions and file transfers of any size pass without being buffered whole.
+ * headers, else a signed file URL), and the policy of forwarding it to the sandbox's agent
+ * over its unix-socket channel (never over the sandbox network). The forwarding itself is
+ * common/http_forward's (method, target, Host, end-to-end headers and body unchanged,
+ * streamed both ways with flow control, upgrades relayed as raw bytes once the agent answers
+ * 101, a response cut short (al_http_resp_abort) when the agent fails after it started, so a
+ * truncated download fails in the client instead of passing for a complete one).
  * Set-Cookie fields from a sandbox lose their Domain attributes (cp_proxy_cookie_host_only):
  * every sandbox's origins share api.domain, so a Domain cookie would reach the others'; the
- * console's session cookie (console.h) is never relayed at all.
- * Upgrades (WebSocket to a port the sandbox serves) are relayed as raw bytes once the agent
- * answers 101. The agent routes on E2b-Sandbox-Port itself (49983 envd, 49999 code
- * interpreter, any other port forwarded to that port inside the sandbox).
+ * console's session cookie (console.h) is never relayed at all, either way. The agent routes
+ * on E2b-Sandbox-Port itself (49983 envd, 49999 code interpreter, any other port forwarded
+ * to that port inside the sandbox).
  * "Sandbox gone" is E2B's own proxy's answer, 502 {"sandboxId","message":"The sandbox was
  * not found","code":502}; the SDKs turn it into the right error (TimeoutError whose message
  * is that text, SandboxNotFoundError for streams, isRunning() == false). Waking a paused
- * sandbox (autoResume) without its credentials is E2B's 403. An agent
- * that fails after its answer started cuts the client's response short (al_http_resp_abort):
- * a truncated download fails in the client instead of passing for a complete one.
+ * sandbox (autoResume) without its credentials is E2B's 403.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -28,68 +26,23 @@
 
 #include <sodium.h>
 
+#include "common/http_forward.h"
 #include "common/log.h"
 #include "console.h"
 #include "cp.h"
 #include "metrics.h"
 
-#define PX_HIGH_WATER  (256u << 10)
-#define PX_LOW_WATER   (64u << 10)
-#define PX_MAX_HEADERS 128
-#define PX_TIMEOUT_MS  120000
+#define PX_TIMEOUT_MS 120000
 
+/* One request forwarded to a sandbox's agent (common/http_forward.h does the forwarding;
+ * this is its policy's state). */
 struct px {
     struct cp *cp;
     struct cp_sandbox *sb;
-    struct al_http_req *req;   /* NULL once answered or gone */
-    struct al_http_creq *creq; /* NULL once done */
-    bool resp_started;
-    bool body_streaming; /* the client's body is still arriving */
-    bool api_origin;     /* answered on airlockd's own host (not a "<port>-<id>" one) */
-    int status;
+    bool by_host;    /* routed by a "<port>-<id>" Host: the sandbox headers are ours */
+    bool api_origin; /* answered on airlockd's own host (not a "<port>-<id>" one) */
     char sid[64];
-    char target[160];
 };
-
-/* Not forwarded: what common/http_head.h says a relay leaves behind (hop-by-hop fields, those
- * the message's Connection names, the framing, which the next hop gets afresh). */
-static bool px__hop_by_hop(const char *name, const struct al_http_header *h, size_t n)
-{
-    return al_http_forward_drops_header(h, n, name, 0);
-}
-
-static void px__maybe_free(struct px *p)
-{
-    if (p->req || p->creq || p->body_streaming)
-        return;
-    cp_sb_unref(p->sb);
-    free(p);
-}
-
-static void px__fail(struct px *p, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void px__fail(struct px *p, int status, const char *fmt, ...)
-{
-    struct al_http_req *req = p->req;
-    if (!req)
-        return;
-    p->req = NULL;
-    p->body_streaming = false; /* ending the response stops the body callbacks */
-    req->user = NULL;
-    cp_metrics_proxy(p->cp->metrics, status);
-    if (p->resp_started) {
-        /* Too late for a status: cut the response short so the client sees a broken one. */
-        al_http_resp_abort(req);
-        return;
-    }
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    cp_rest_error(req, status, "%s", msg);
-}
 
 /* ---- signed file URLs ------------------------------------------------------------------- */
 
@@ -128,14 +81,7 @@ static int px__sig_try(void *v, void *arg)
     return 0;
 }
 
-/* ---- upstream (the agent) --------------------------------------------------------------- */
-
-static void px__client_drained(struct al_http_req *req)
-{
-    struct px *p = req->user;
-    if (p && p->creq)
-        al_http_creq_resume(p->creq);
-}
+/* ---- the agent's answer ------------------------------------------------------------- */
 
 /* A Set-Cookie value's Domain attributes; its first segment is the cookie's pair (a cookie
  * named Domain keeps its name). */
@@ -157,13 +103,16 @@ static bool px__console_cookie(const char *v)
     return al_http_cookie_next(v, &seg) && cp_console_cookie_is_ours(&seg, true);
 }
 
-/* A Set-Cookie field of the sandbox's response: *value made host-only, in a copy kept in
- * store until the head is written. 1: the field is dropped (a sandbox answering on airlockd's
- * own host, through a signed file URL or an access token, must not plant a console session
- * cookie there). -ENOMEM: the response cannot be relayed. */
-static int px__cookie(const struct px *p, const char *name, const char **value, char **store,
-                      size_t *n)
+/* A field of the sandbox's response head (http_forward.h's response_field): a Set-Cookie is
+ * made host-only, in a copy the forwarder frees, or dropped if it is the console's session
+ * cookie (a sandbox answering on airlockd's own host, through a signed file URL or an access
+ * token, must not plant one there); Date and Server are airlockd's own. */
+static int px__response_field(void *arg, bool upgrade, const char *name, const char **value,
+                              char **owned)
 {
+    const struct px *p = arg;
+    if (!upgrade && (strcasecmp(name, "Date") == 0 || strcasecmp(name, "Server") == 0))
+        return 1;
     if (strcasecmp(name, "Set-Cookie") != 0)
         return 0;
     if (px__console_cookie(*value)) {
@@ -178,330 +127,117 @@ static int px__cookie(const struct px *p, const char *name, const char **value, 
     }
     if (cp_proxy_cookie_host_only(*value, v, len))
         al_debug("sandbox %s: a Set-Cookie lost its Domain attribute (host-only)", p->sid);
-    store[(*n)++] = v;
+    *owned = v;
     *value = v;
     return 0;
 }
 
-static void px__free_cookies(char **store, size_t n)
+/* A field of the client's request head (http_forward.h's request_field). */
+static int px__request_field(void *arg, const char *name, const char **value, char **owned)
 {
-    for (size_t i = 0; i < n; i++)
-        free(store[i]);
-}
-
-static int px__on_response(struct al_http_creq *c, int status, const struct al_http_header *h,
-                           size_t n, void *arg)
-{
-    struct px *p = arg;
-    (void)c;
-    if (!p->req)
-        return 1;
-    struct al_http_header out[PX_MAX_HEADERS] = {0}; /* (gcc -O2 cannot tell k covers it) */
-    char *cookies[PX_MAX_HEADERS];
-    size_t k = 0, n_cookies = 0;
-    int64_t cl = -1;
-    for (size_t i = 0; i < n; i++) {
-        if (strcasecmp(h[i].name, "Content-Length") == 0) {
-            char *end;
-            long long v = strtoll(h[i].value, &end, 10);
-            if (*h[i].value && !*end && v >= 0)
-                cl = v;
-            continue;
+    const struct px *p = arg;
+    /* The console's session is airlockd's, never the sandbox's to see. */
+    if (strcasecmp(name, "Cookie") == 0) {
+        size_t len = strlen(*value) + 1;
+        char *c = malloc(len);
+        if (!c)
+            return -ENOMEM;
+        *owned = c;
+        if (cp_console_cookie_strip(*value, c, len)) {
+            *value = c;
+            return c[0] ? 0 : 1;
         }
-        if (px__hop_by_hop(h[i].name, h, n) || strcasecmp(h[i].name, "Date") == 0 ||
-            strcasecmp(h[i].name, "Server") == 0)
-            continue;
-        if (k >= PX_MAX_HEADERS)
-            continue;
-        const char *v = h[i].value;
-        int crc = px__cookie(p, h[i].name, &v, cookies, &n_cookies);
-        if (crc == 1)
-            continue;
-        if (crc) {
-            px__free_cookies(cookies, n_cookies);
-            return 1;
-        }
-        out[k++] = (struct al_http_header){h[i].name, v};
     }
-    /* What a sandbox answers on airlockd's own origin (a signed file URL opened in a browser)
-     * is the sandbox's content on the console's origin: CSP "sandbox" gives it an opaque
-     * origin of its own, so its script can reach neither the console nor its session. */
-    if (p->api_origin && k < PX_MAX_HEADERS)
-        out[k++] = (struct al_http_header){"Content-Security-Policy", "sandbox"};
-    p->status = status;
-    int rc = al_http_resp_start(p->req, status, out, k, cl);
-    px__free_cookies(cookies, n_cookies);
-    if (rc) {
-        al_warn("sandbox %s: cannot relay the agent's response: %s", p->sid, strerror(-rc));
+    /* Routed by Host: the sandbox headers say what the Host said, nothing else. */
+    if (p->by_host &&
+        (strcasecmp(name, "E2b-Sandbox-Id") == 0 || strcasecmp(name, "E2b-Sandbox-Port") == 0))
         return 1;
-    }
-    p->resp_started = true;
     return 0;
 }
 
-static int px__on_data(struct al_http_creq *c, const char *data, size_t len, void *arg)
+static int px__fail(void *arg, const struct al_http_req *req, int err, const char *why, char *msg,
+                    size_t len)
+{
+    const struct px *p = arg;
+    (void)err;
+    al_info("sandbox %s: request %s %.120s to its agent failed: %s", p->sid, req->method, req->path,
+            why);
+    snprintf(msg, len, "sandbox %s is not reachable: %s", p->sid, why);
+    return 502;
+}
+
+static void px__reply(void *arg, struct al_http_req *req, int status, const char *msg)
+{
+    (void)arg;
+    cp_rest_error(req, status, "%s", msg);
+}
+
+static void px__end(void *arg, int status)
 {
     struct px *p = arg;
-    (void)c;
-    if (!p->req)
-        return 0;
-    if (al_http_resp_write(p->req, data, len) < 0)
-        return 0; /* the client is gone: on_close cancels us */
-    if (al_http_resp_queued(p->req) > PX_HIGH_WATER) {
-        al_http_resp_on_drain(p->req, PX_LOW_WATER, px__client_drained);
-        return 1;
-    }
-    return 0;
-}
-
-/* ---- upgrades (WebSocket to a port the sandbox serves) ------------------------------------ */
-
-static void px__relay_done(int err, uint64_t up, uint64_t down, void *arg)
-{
-    char *sid = arg;
-    al_info("sandbox %s: upgraded connection closed (%llu bytes to the sandbox, %llu from it)%s%s",
-            sid, (unsigned long long)up, (unsigned long long)down, err ? ": " : "",
-            err ? strerror(-err) : "");
-    free(sid);
-}
-
-static void px__on_upgrade(struct al_http_creq *c, const struct al_http_header *h, size_t n,
-                           struct al_http_tunnel *t, void *arg)
-{
-    struct px *p = arg;
-    (void)c;
-    struct al_http_req *req = p->req;
-    if (!req) {
-        al_http_tunnel_close(t);
-        return;
-    }
-    struct al_http_header out[PX_MAX_HEADERS] = {0}; /* (gcc -O2 cannot tell k covers it) */
-    char *cookies[PX_MAX_HEADERS];
-    size_t k = 0, n_cookies = 0;
-    int rc = 0;
-    for (size_t i = 0; i < n && k < PX_MAX_HEADERS && !rc; i++)
-        if (!al_http_forward_drops_header(h, n, h[i].name, AL_HTTP_FWD_UPGRADE)) {
-            const char *v = h[i].value;
-            rc = px__cookie(p, h[i].name, &v, cookies, &n_cookies);
-            if (rc == 1) {
-                rc = 0;
-                continue;
-            }
-            out[k++] = (struct al_http_header){h[i].name, v};
-        }
-    struct al_http_tunnel *down = NULL;
-    if (!rc)
-        rc = al_http_req_upgrade(req, out, k, &down);
-    px__free_cookies(cookies, n_cookies);
-    if (rc) {
-        al_http_tunnel_close(t);
-        if (rc == -EPIPE) { /* the client left: the request is released */
-            p->req = NULL;
-            return;
-        }
-        al_warn("sandbox %s: cannot switch the client's connection over: %s", p->sid,
-                strerror(-rc));
-        px__fail(p, 502, "sandbox %s: the upgrade could not be completed", p->sid);
-        return;
-    }
-    /* The request is released by the upgrade. */
-    p->req = NULL;
-    p->body_streaming = false;
-    cp_metrics_proxy(p->cp->metrics, 101);
-    char *sid = strdup(p->sid);
-    rc = al_http_relay(down, t, NULL, px__relay_done, sid);
-    if (rc) {
-        al_warn("sandbox %s: cannot relay the upgraded connection: %s", p->sid, strerror(-rc));
-        free(sid);
-    }
-}
-
-static void px__on_done(struct al_http_creq *c, int err, void *arg)
-{
-    struct px *p = arg;
-    p->creq = NULL;
-    if (p->req) {
-        if (err == 0) {
-            struct al_http_req *req = p->req;
-            p->req = NULL;
-            p->body_streaming = false; /* ending the response stops the body callbacks */
-            cp_metrics_proxy(p->cp->metrics, p->status);
-            req->user = NULL;
-            al_http_resp_end(req);
-        } else {
-            const char *why = al_http_creq_strerror(c);
-            al_info("sandbox %s: request %.120s to its agent failed: %s", p->sid, p->target,
-                    why && *why ? why : strerror(-err));
-            px__fail(p, 502, "sandbox %s is not reachable: %s", p->sid,
-                     why && *why ? why : strerror(-err));
-        }
-    }
-    px__maybe_free(p);
-}
-
-/* ---- downstream (the client) ------------------------------------------------------------- */
-
-/* The client is gone: cancel the agent's side. p may be freed when this returns. */
-static void px__abandon(struct px *p)
-{
-    if (p->creq) {
-        struct al_http_creq *c = p->creq;
-        al_http_creq_cancel(c); /* on_done frees p, now or from the loop */
-        return;
-    }
-    px__maybe_free(p);
-}
-
-static void px__up_drained(struct al_http_creq *c, void *arg)
-{
-    struct px *p = arg;
-    (void)c;
-    if (p->req && p->body_streaming)
-        al_http_req_resume_body(p->req);
-}
-
-static int px__body_data(struct al_http_req *req, const char *data, size_t len)
-{
-    struct px *p = req->user;
-    if (!p || !p->creq)
-        return 0;
-    if (al_http_creq_write(p->creq, data, len) < 0)
-        return 0;
-    if (al_http_creq_queued(p->creq) > PX_HIGH_WATER) {
-        al_http_creq_on_drain(p->creq, PX_LOW_WATER, px__up_drained);
-        return 1;
-    }
-    return 0;
-}
-
-static void px__body_end(struct al_http_req *req, int err)
-{
-    struct px *p = req->user;
-    if (!p)
-        return;
-    p->body_streaming = false;
-    if (err == 0) {
-        if (p->creq)
-            al_http_creq_end(p->creq);
-        return;
-    }
-    /* The client's body broke (or the client went away): the request is released when we
-     * return, and the agent's side is abandoned. */
-    p->req = NULL;
-    req->user = NULL;
-    px__abandon(p);
-}
-
-static void px__on_close(struct al_http_req *req)
-{
-    struct px *p = req->user;
-    if (!p)
-        return;
-    p->req = NULL;
-    p->body_streaming = false;
-    req->user = NULL;
-    px__abandon(p);
+    if (status)
+        cp_metrics_proxy(p->cp->metrics, status);
+    cp_sb_unref(p->sb);
+    free(p);
 }
 
 void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, const char *port)
 {
-    struct al_http_header hdrs[PX_MAX_HEADERS + 2];
-    char *cookies[PX_MAX_HEADERS];
-    size_t n = 0, n_cookies = 0;
-    for (size_t i = 0; i < req->n_headers; i++) {
-        if (px__hop_by_hop(req->headers[i].name, req->headers, req->n_headers))
-            continue;
-        /* The console's session is airlockd's, never the sandbox's to see. */
-        if (strcasecmp(req->headers[i].name, "Cookie") == 0) {
-            size_t len = strlen(req->headers[i].value) + 1;
-            char *c = malloc(len);
-            if (!c) {
-                px__free_cookies(cookies, n_cookies);
-                cp_rest_error(req, 500, "out of memory");
-                return;
-            }
-            cookies[n_cookies++] = c;
-            if (cp_console_cookie_strip(req->headers[i].value, c, len)) {
-                if (c[0] && n < PX_MAX_HEADERS)
-                    hdrs[n++] = (struct al_http_header){"Cookie", c};
-                continue;
-            }
-        }
-        /* Routed by Host: the sandbox headers say what the Host said, nothing else. */
-        if (port && (strcasecmp(req->headers[i].name, "E2b-Sandbox-Id") == 0 ||
-                     strcasecmp(req->headers[i].name, "E2b-Sandbox-Port") == 0))
-            continue;
-        if (n == PX_MAX_HEADERS) {
-            px__free_cookies(cookies, n_cookies);
-            cp_rest_error(req, 431, "too many request headers");
-            return;
-        }
-        hdrs[n++] = req->headers[i];
-    }
-    if (port) {
-        hdrs[n++] = (struct al_http_header){"E2b-Sandbox-Id", sb->rec.id};
-        hdrs[n++] = (struct al_http_header){"E2b-Sandbox-Port", port};
-    }
     if (strlen(sb->agent_sock) == 0) {
-        px__free_cookies(cookies, n_cookies);
         cp_rest_error(req, 502, "sandbox %s has no agent channel", sb->rec.id);
         return;
     }
     struct px *p = calloc(1, sizeof *p);
     if (!p) {
-        px__free_cookies(cookies, n_cookies);
         cp_rest_error(req, 500, "out of memory");
         return;
     }
     p->cp = cp;
     p->sb = sb;
+    p->by_host = port != NULL;
     p->api_origin = port == NULL;
-    cp_sb_ref(sb);
-    p->req = req;
     snprintf(p->sid, sizeof p->sid, "%s", sb->rec.id);
-    snprintf(p->target, sizeof p->target, "%s %s", req->method, req->path);
-    bool has_body = req->chunked || req->content_length > 0;
-    /* An upgrade (WebSocket) goes on as one; the agent's 101 turns both connections into a
-     * byte relay (px__on_upgrade). */
-    const char *upgrade = req->upgrade && !has_body ? al_http_req_header(req, "Upgrade") : NULL;
-    char target[128];
+    char target[128], label[80];
     snprintf(target, sizeof target, "unix:%s", sb->agent_sock);
-    struct al_http_creq_opts o = {
-        .target = target,
-        .method = req->method,
-        .path = req->target,
-        .headers = hdrs,
-        .n_headers = n,
-        .stream_body = has_body,
-        .stream_length = has_body && !req->chunked ? req->content_length : 0,
-        .upgrade = upgrade,
-        .on_upgrade = upgrade ? px__on_upgrade : NULL,
+    snprintf(label, sizeof label, "sandbox %s", sb->rec.id);
+    const char *targets[] = {target};
+    const struct al_http_header routing[] = {{"E2b-Sandbox-Id", sb->rec.id},
+                                             {"E2b-Sandbox-Port", port ? port : ""}};
+    /* What a sandbox answers on airlockd's own origin (a signed file URL opened in a browser)
+     * is the sandbox's content on the console's origin: CSP "sandbox" gives it an opaque
+     * origin of its own, so its script can reach neither the console nor its session. */
+    static const struct al_http_header csp = {"Content-Security-Policy", "sandbox"};
+    struct al_http_forward_opts o = {
+        .targets = targets,
+        .n_targets = 1,
+        .request_field = px__request_field,
+        .request_extra = routing,
+        .n_request_extra = port ? 2 : 0,
+        .response_field = px__response_field,
+        .response_extra = &csp,
+        .n_response_extra = p->api_origin ? 1 : 0,
         .timeout_ms = PX_TIMEOUT_MS,
-        .on_response = px__on_response,
-        .on_data = px__on_data,
-        .on_done = px__on_done,
-        .arg = p,
         .pool = cp->pool,
+        .fail = px__fail,
+        .reply = px__reply,
+        .on_end = px__end,
+        .arg = p,
+        .label = label,
     };
-    req->user = p;
-    int rc = al_http_creq_start(cp->loop, &o, &p->creq);
-    px__free_cookies(cookies, n_cookies); /* (the request's head is built: copies are gone) */
-    if (rc) {
-        p->creq = NULL;
-        req->user = NULL;
-        px__fail(p, 502, "sandbox %s: cannot reach its agent: %s", sb->rec.id, strerror(-rc));
-        px__maybe_free(p);
+    cp_sb_ref(sb);
+    int rc = al_http_forward(cp->loop, req, &o);
+    if (rc == 0)
         return;
-    }
-    al_http_req_on_close(req, px__on_close);
-    if (has_body) {
-        p->body_streaming = true;
-        rc = al_http_req_stream_body(req, px__body_data, px__body_end);
-        if (rc) {
-            p->body_streaming = false;
-            px__fail(p, 400, "cannot read the request body: %s", strerror(-rc));
-            px__abandon(p);
-        }
+    cp_sb_unref(sb);
+    free(p);
+    if (rc == -E2BIG) {
+        cp_rest_error(req, 431, "too many request headers");
+    } else if (rc == -ENOMEM) {
+        cp_rest_error(req, 500, "out of memory");
+    } else {
+        cp_metrics_proxy(cp->metrics, 502);
+        cp_rest_error(req, 502, "sandbox %s: cannot reach its agent: %s", sb->rec.id,
+                      strerror(-rc));
     }
 }
 
