@@ -16,6 +16,8 @@
 #include "common/util.h"
 #include "cp.h"
 #include "hostcheck.h"
+#include "templates.h"
+#include "warm.h"
 
 /* A GET /admin/cluster/nodes waiting for the thread. */
 struct cluster__ask {
@@ -50,6 +52,10 @@ struct cp_cluster {
     char error[AL_ERROR_MSG_MAX]; /* the last problem, "" while all is well */
 
     atomic_int_fast64_t running; /* published by the loop's tick */
+    /* under mu: the node's templates and warm sandboxes ready, as the loop's tick saw them
+     * last (a JSON object, see cp_cluster_node.templates) */
+    char *templates;
+    uint64_t templates_ns; /* when the tick made it (CLOCK_MONOTONIC) */
 
     /* the thread's own */
     struct cp_cluster_db *db;
@@ -119,9 +125,14 @@ static bool cluster__lease(struct cp_cluster *c, bool *registered)
 {
     struct al_error e = {0};
     int64_t running = atomic_load(&c->running);
+    c->self.sandboxes_running = running;
+    pthread_mutex_lock(&c->mu);
+    free(c->self.templates);
+    c->self.templates = c->templates ? strdup(c->templates) : NULL;
+    pthread_mutex_unlock(&c->mu);
     int rc;
     if (*registered) {
-        rc = cp_cluster_db_heartbeat(c->db, c->self.id, c->self.instance, running, c->lease_ms, &e);
+        rc = cp_cluster_db_heartbeat(c->db, &c->self, c->lease_ms, &e);
         if (rc == 0)
             return true;
         if (rc != -ESTALE)
@@ -129,7 +140,6 @@ static bool cluster__lease(struct cp_cluster *c, bool *registered)
         al_warn("%s: registering again", al_error_str(&e));
         *registered = false;
     }
-    c->self.sandboxes_running = running;
     rc = cp_cluster_db_register(c->db, &c->self, c->lease_ms, &e);
     if (rc == 0) {
         *registered = true;
@@ -149,15 +159,19 @@ broken:
 
 static json_t *cluster__node_json(const struct cp_cluster_node *n)
 {
-    return json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:b,s:{s:b,s:s,s:I},s:s,s:s,s:s,s:i}", "nodeID",
-                     n->id, "address", n->address, "cpuCount", (json_int_t)n->cpu, "memoryMB",
-                     (json_int_t)(n->memory_bytes >> 20), "sandboxesMax",
-                     (json_int_t)n->sandboxes_max, "sandboxesRunning",
-                     (json_int_t)n->sandboxes_running, "cordoned", n->cordoned, "lease", "valid",
-                     n->lease_valid, "expiresAt", n->lease_expires_at, "remainingMs",
-                     (json_int_t)(n->lease_left_ms > 0 ? n->lease_left_ms : 0), "heartbeatAt",
-                     n->heartbeat_at, "registeredAt", n->registered_at, "version", n->version,
-                     "schemaVersion", n->schema_version);
+    json_t *tpl = n->templates ? json_loads(n->templates, 0, NULL) : NULL;
+    return json_pack(
+        "{s:s,s:s,s:I,s:I,s:I,s:I,s:b,s:{s:b,s:s,s:I},s:s,s:s,s:s,s:i,s:{s:I,s:I,s:"
+        "I},s:o}",
+        "nodeID", n->id, "address", n->address, "cpuCount", (json_int_t)n->cpu, "memoryMB",
+        (json_int_t)(n->memory_bytes >> 20), "sandboxesMax", (json_int_t)n->sandboxes_max,
+        "sandboxesRunning", (json_int_t)n->sandboxes_running, "cordoned", n->cordoned, "lease",
+        "valid", n->lease_valid, "expiresAt", n->lease_expires_at, "remainingMs",
+        (json_int_t)(n->lease_left_ms > 0 ? n->lease_left_ms : 0), "heartbeatAt", n->heartbeat_at,
+        "registeredAt", n->registered_at, "version", n->version, "schemaVersion", n->schema_version,
+        "booked", "sandboxes", (json_int_t)n->sandboxes_booked, "cpuCount",
+        (json_int_t)n->cpu_booked, "memoryMB", (json_int_t)(n->memory_booked >> 20),
+        "templatesWarmReady", tpl ? tpl : json_object());
 }
 
 static void cluster__answer(struct cp_cluster *c, struct cluster__ask *a)
@@ -181,7 +195,7 @@ static void cluster__answer(struct cp_cluster *c, struct cluster__ask *a)
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < n; i++)
         json_array_append_new(arr, cluster__node_json(&v[i]));
-    free(v);
+    cp_cluster_nodes_free(v, n);
     a->status = arr ? 200 : 500;
     a->out = arr;
     if (!arr)
@@ -238,6 +252,8 @@ static void *cluster__thread(void *arg)
     }
     cp_cluster_db_close(c->db);
     c->db = NULL;
+    free(c->self.templates);
+    c->self.templates = NULL;
     return NULL;
 }
 
@@ -279,6 +295,39 @@ static void cluster__on_async(uv_async_t *h)
 static void cluster__async_closed(uv_handle_t *h)
 {
     free(h->data);
+}
+
+static int cluster__template(const char *id, const char *dir, void *arg)
+{
+    (void)dir;
+    struct cp *cp = ((void **)arg)[0];
+    json_t *o = ((void **)arg)[1];
+    json_object_set_new(o, id, json_integer((json_int_t)cp_warm_ready(cp, id)));
+    return 0;
+}
+
+/* The node's templates and their warm sandboxes ready, for the thread's next heartbeat. */
+static void cluster__templates(struct cp *cp, struct cp_cluster *c)
+{
+    json_t *o = json_object();
+    if (!o)
+        return;
+    void *arg[2] = {cp, o};
+    cp_templates_foreach(cp, cluster__template, arg);
+    /* The test backend starts the default templates without their files (as
+     * cp_template_resolve does): they are what it can start. */
+    for (size_t i = 0; cp->backend && cp->backend->host_process && i < cp->cfg.default_templates.n;
+         i++)
+        if (!json_object_get(o, cp->cfg.default_templates.v[i]))
+            cluster__template(cp->cfg.default_templates.v[i], NULL, arg);
+    char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    if (!s)
+        return;
+    pthread_mutex_lock(&c->mu);
+    free(c->templates);
+    c->templates = s;
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* The node's identity and capacity, as it registers. */
@@ -349,7 +398,12 @@ int cp_cluster_start(struct cp *cp)
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, &ca);
     pthread_condattr_destroy(&ca);
+    if (c->role == CP_CLUSTER_NODE) {
+        c->templates_ns = al_now_ns();
+        cluster__templates(cp, c); /* the first registration has them */
+    }
     if (uv_async_init(cp->loop, &c->async, cluster__on_async) < 0) {
+        free(c->templates);
         free(c);
         return -ENOMEM;
     }
@@ -358,6 +412,7 @@ int cp_cluster_start(struct cp *cp)
     int rc = pthread_create(&c->thread, NULL, cluster__thread, c);
     if (rc) {
         al_error("cluster: cannot start the database thread: %s", strerror(rc));
+        free(c->templates);
         uv_close((uv_handle_t *)&c->async, cluster__async_closed);
         return -rc;
     }
@@ -371,8 +426,16 @@ int cp_cluster_start(struct cp *cp)
 
 void cp_cluster_tick(struct cp *cp)
 {
-    if (cp->cluster)
-        atomic_store(&cp->cluster->running, (int_fast64_t)cp->n_live);
+    struct cp_cluster *c = cp->cluster;
+    if (!c)
+        return;
+    atomic_store(&c->running, (int_fast64_t)cp->n_live);
+    /* A directory read: as often as heartbeats go, not at every tick. */
+    uint64_t now = al_now_ns();
+    if (c->role == CP_CLUSTER_NODE && now - c->templates_ns >= c->interval_ms * 1000000ull) {
+        c->templates_ns = now;
+        cluster__templates(cp, c);
+    }
 }
 
 void cp_cluster_stop(struct cp *cp)
@@ -402,6 +465,8 @@ void cp_cluster_close(struct cp *cp)
         free(a);
     }
     c->asks = NULL;
+    free(c->templates);
+    c->templates = NULL;
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     cp->cluster = NULL;

@@ -43,6 +43,22 @@ static const struct {
         " heartbeat_at timestamptz NOT NULL DEFAULT now(),"
         " lease_expires_at timestamptz NOT NULL);"
         "CREATE INDEX nodes_lease ON nodes (lease_expires_at);"},
+    /* 2: what nodes offer (templates, warm sandboxes) and what placements booked; the
+     * sandboxes and their owner node. Only additions: a binary of version 1 keeps working. */
+    {1, "ALTER TABLE nodes"
+        " ADD COLUMN templates jsonb NOT NULL DEFAULT '{}'"
+        "  CHECK (jsonb_typeof(templates) = 'object'),"
+        " ADD COLUMN cpu_booked integer NOT NULL DEFAULT 0 CHECK (cpu_booked >= 0),"
+        " ADD COLUMN memory_booked bigint NOT NULL DEFAULT 0 CHECK (memory_booked >= 0),"
+        " ADD COLUMN sandboxes_booked integer NOT NULL DEFAULT 0 CHECK (sandboxes_booked >= 0);"
+        "CREATE TABLE sandboxes ("
+        " id text PRIMARY KEY,"
+        " node_id text NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,"
+        " template text NOT NULL,"
+        " cpu integer NOT NULL CHECK (cpu >= 0),"
+        " memory_bytes bigint NOT NULL CHECK (memory_bytes >= 0),"
+        " placed_at timestamptz NOT NULL DEFAULT now());"
+        "CREATE INDEX sandboxes_node ON sandboxes (node_id);"},
 };
 
 /* The error of a failed call, as libpq words it (one line, no secrets: libpq never puts a
@@ -260,8 +276,8 @@ int cp_cluster_db_register(struct cp_cluster_db *db, const struct cp_cluster_nod
     snprintf(run, sizeof run, "%" PRId64, n->sandboxes_running);
     snprintf(lease, sizeof lease, "%" PRIu64, lease_ms);
     snprintf(sv, sizeof sv, "%d", CP_CLUSTER_SCHEMA_VERSION);
-    const char *const p[] = {n->id, n->address, n->instance, cpu, mem,
-                             max,   run,        n->version,  sv,  lease};
+    const char *const p[] = {n->id, n->address, n->instance, cpu,   mem,         max,
+                             run,   n->version, sv,          lease, n->templates};
     /* One statement: a row that is new, this instance's own, or whose lease has expired
      * becomes this instance's; another instance's valid lease is left alone (no row back).
      * Two concurrent registrations of one id serialise on the row: the second sees the
@@ -269,9 +285,11 @@ int cp_cluster_db_register(struct cp_cluster_db *db, const struct cp_cluster_nod
     PGresult *r = cluster_db__params(
         db,
         "INSERT INTO nodes AS n (id, address, instance, cpu, memory_bytes, sandboxes_max,"
-        " sandboxes_running, airlockd_version, schema_version, lease_expires_at)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + $10::bigint * interval '1 ms')"
+        " sandboxes_running, airlockd_version, schema_version, lease_expires_at, templates)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + $10::bigint * interval '1 ms',"
+        " coalesce($11::jsonb, '{}'))"
         " ON CONFLICT (id) DO UPDATE SET address = EXCLUDED.address,"
+        " templates = EXCLUDED.templates,"
         " cpu = EXCLUDED.cpu, memory_bytes = EXCLUDED.memory_bytes,"
         " sandboxes_max = EXCLUDED.sandboxes_max, sandboxes_running = EXCLUDED.sandboxes_running,"
         " airlockd_version = EXCLUDED.airlockd_version, schema_version = EXCLUDED.schema_version,"
@@ -281,7 +299,7 @@ int cp_cluster_db_register(struct cp_cluster_db *db, const struct cp_cluster_nod
         " lease_expires_at = EXCLUDED.lease_expires_at"
         " WHERE n.instance = EXCLUDED.instance OR n.lease_expires_at <= now()"
         " RETURNING id",
-        10, p);
+        11, p);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         return cluster_db__res_fail(db, r, "registering the node", err);
     int rows = PQntuples(r);
@@ -307,19 +325,21 @@ int cp_cluster_db_register(struct cp_cluster_db *db, const struct cp_cluster_nod
                         n->id, holder, left);
 }
 
-int cp_cluster_db_heartbeat(struct cp_cluster_db *db, const char *id, const char *instance,
-                            int64_t sandboxes_running, uint64_t lease_ms, struct al_error *err)
+int cp_cluster_db_heartbeat(struct cp_cluster_db *db, const struct cp_cluster_node *n,
+                            uint64_t lease_ms, struct al_error *err)
 {
+    const char *id = n->id;
     char run[24], lease[24];
-    snprintf(run, sizeof run, "%" PRId64, sandboxes_running);
+    snprintf(run, sizeof run, "%" PRId64, n->sandboxes_running);
     snprintf(lease, sizeof lease, "%" PRIu64, lease_ms);
-    const char *const p[] = {id, instance, lease, run};
+    const char *const p[] = {id, n->instance, lease, run, n->templates};
     PGresult *r = cluster_db__params(
         db,
         "UPDATE nodes SET heartbeat_at = now(),"
-        " lease_expires_at = now() + $3::bigint * interval '1 ms', sandboxes_running = $4"
+        " lease_expires_at = now() + $3::bigint * interval '1 ms', sandboxes_running = $4,"
+        " templates = coalesce($5::jsonb, '{}')"
         " WHERE id = $1 AND instance = $2 AND lease_expires_at > now() RETURNING id",
-        4, p);
+        5, p);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         return cluster_db__res_fail(db, r, "heartbeat", err);
     int rows = PQntuples(r);
@@ -380,6 +400,9 @@ int cp_cluster_db_nodes(struct cp_cluster_db *db, bool live_only, struct cp_clus
                                                                     " (extract(epoch FROM "
                                                                     "lease_expires_at - now()) * "
                                                                     "1000)::bigint"
+                                                                    ", templates::text,"
+                                                                    " cpu_booked, memory_booked,"
+                                                                    " sandboxes_booked"
                                                                     " FROM nodes %s ORDER BY id",
         live_only ? "WHERE lease_expires_at > now()" : "");
     PGresult *r = PQexec(db->conn, sql);
@@ -407,9 +430,189 @@ int cp_cluster_db_nodes(struct cp_cluster_db *db, bool live_only, struct cp_clus
         snprintf(x->lease_expires_at, sizeof x->lease_expires_at, "%s", PQgetvalue(r, i, 11));
         x->lease_valid = PQgetvalue(r, i, 12)[0] == 't';
         x->lease_left_ms = strtoll(PQgetvalue(r, i, 13), NULL, 10);
+        x->templates = strdup(PQgetvalue(r, i, 14));
+        if (!x->templates) {
+            PQclear(r);
+            cp_cluster_nodes_free(v, (size_t)rows);
+            return al_error_set(err, -ENOMEM, "out of memory");
+        }
+        x->cpu_booked = strtoll(PQgetvalue(r, i, 15), NULL, 10);
+        x->memory_booked = strtoull(PQgetvalue(r, i, 16), NULL, 10);
+        x->sandboxes_booked = strtoll(PQgetvalue(r, i, 17), NULL, 10);
     }
     PQclear(r);
     *out = v;
     *n = (size_t)rows;
+    return 0;
+}
+
+void cp_cluster_nodes_free(struct cp_cluster_node *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i].templates);
+    free(v);
+}
+
+/* The SQLSTATE of a failed result ("" without one). */
+static const char *cluster_db__state(const PGresult *r)
+{
+    const char *s = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    return s ? s : "";
+}
+
+/* Why nothing was placed, for the caller and the user: the numbers behind the refusal. */
+static int cluster_db__why_not(struct cp_cluster_db *db, const struct cp_cluster_place *p,
+                               const char *exclude, struct al_error *err)
+{
+    const char *const q[] = {p->template_id, exclude};
+    PGresult *r = cluster_db__params(
+        db,
+        "SELECT count(*) FILTER (WHERE lease_expires_at > now()),"
+        " count(*) FILTER (WHERE lease_expires_at > now() AND templates ? $1::text),"
+        " count(*) FILTER (WHERE lease_expires_at > now() AND templates ? $1::text AND cordoned),"
+        " count(*) FILTER (WHERE lease_expires_at > now() AND templates ? $1::text"
+        "  AND NOT cordoned AND id = ANY(string_to_array($2::text, ',')))"
+        " FROM nodes",
+        2, q);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+        return cluster_db__res_fail(db, r, "placement", err);
+    long live = atol(PQgetvalue(r, 0, 0)), with = atol(PQgetvalue(r, 0, 1));
+    long cordoned = atol(PQgetvalue(r, 0, 2)), excluded = atol(PQgetvalue(r, 0, 3));
+    PQclear(r);
+    if (live == 0)
+        return al_error_set(err, -EHOSTDOWN,
+                            "cluster: no node has a valid lease (none is heartbeating): "
+                            "nowhere to place sandbox %s",
+                            p->sandbox_id);
+    if (with == 0)
+        return al_error_set(err, -ENOENT, "cluster: none of the %ld live nodes has template \"%s\"",
+                            live, p->template_id);
+    return al_error_set(err, -ENOSPC,
+                        "cluster: no room for sandbox %s (template \"%s\", %lld vCPU, %llu MiB): "
+                        "of the %ld live nodes with the template, %ld are cordoned, %ld were "
+                        "tried already and the others are full",
+                        p->sandbox_id, p->template_id, (long long)p->cpu,
+                        (unsigned long long)(p->memory_bytes >> 20), with, cordoned, excluded);
+}
+
+int cp_cluster_db_place(struct cp_cluster_db *db, const struct cp_cluster_place *p,
+                        struct cp_cluster_owner *out, struct al_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!p->sandbox_id || !p->sandbox_id[0] || !p->template_id || !p->template_id[0] ||
+        p->cpu < 0 || p->cpu > INT32_MAX || p->memory_bytes > INT64_MAX)
+        return al_error_set(err, -EINVAL,
+                            "cluster: a placement needs a sandbox id, a template and a CPU "
+                            "count and memory size in range");
+    /* The nodes not to pick, as "a,b,c" (a node id has no comma). */
+    char exclude[1024] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < p->n_exclude; i++) {
+        if (!cp_cluster_node_id_valid(p->exclude[i]))
+            return al_error_set(err, -EINVAL, "cluster: \"%s\" is not a node id", p->exclude[i]);
+        int w =
+            snprintf(exclude + used, sizeof exclude - used, "%s%s", used ? "," : "", p->exclude[i]);
+        if (w < 0 || (size_t)w >= sizeof exclude - used)
+            return al_error_set(err, -EINVAL, "cluster: too many nodes to exclude");
+        used += (size_t)w;
+    }
+    char cpu[24], mem[24];
+    snprintf(cpu, sizeof cpu, "%" PRId64, p->cpu);
+    snprintf(mem, sizeof mem, "%" PRIu64, p->memory_bytes);
+    const char *const v[] = {p->sandbox_id, p->template_id, cpu, mem, exclude};
+    /* pick locks the chosen row (FOR UPDATE): a concurrent placement that wants it waits,
+     * then sees this one's booking (PostgreSQL re-checks the WHERE on the row's newest
+     * version and moves on to the next candidate when it no longer fits); upd books with
+     * the room checked once more on the locked row; ins records the sandbox as the node's.
+     * One statement: all of it, or nothing (a duplicate id undoes the booking). */
+    PGresult *r = cluster_db__params(
+        db,
+        "WITH pick AS ("
+        " SELECT id, CASE WHEN jsonb_typeof(templates -> $2::text) = 'number'"
+        "  THEN (templates ->> $2::text)::numeric >= 1 ELSE false END AS warm"
+        " FROM nodes"
+        " WHERE lease_expires_at > now() AND NOT cordoned AND templates ? $2::text"
+        "  AND sandboxes_booked < sandboxes_max AND cpu_booked + $3::integer <= cpu"
+        "  AND memory_booked + $4::bigint <= memory_bytes"
+        "  AND NOT (id = ANY(string_to_array($5::text, ',')))"
+        " ORDER BY 2 DESC, greatest(sandboxes_booked::float8 / sandboxes_max,"
+        "  cpu_booked::float8 / cpu, memory_booked::float8 / memory_bytes), random()"
+        " LIMIT 1 FOR UPDATE),"
+        "upd AS ("
+        " UPDATE nodes n SET sandboxes_booked = n.sandboxes_booked + 1,"
+        "  cpu_booked = n.cpu_booked + $3::integer,"
+        "  memory_booked = n.memory_booked + $4::bigint,"
+        "  templates = CASE WHEN pick.warm THEN jsonb_set(n.templates, ARRAY[$2::text],"
+        "   to_jsonb((n.templates ->> $2::text)::numeric - 1)) ELSE n.templates END"
+        " FROM pick WHERE n.id = pick.id AND n.sandboxes_booked < n.sandboxes_max"
+        "  AND n.cpu_booked + $3::integer <= n.cpu"
+        "  AND n.memory_booked + $4::bigint <= n.memory_bytes"
+        " RETURNING n.id, n.address, pick.warm),"
+        "ins AS ("
+        " INSERT INTO sandboxes (id, node_id, template, cpu, memory_bytes)"
+        " SELECT $1::text, id, $2::text, $3::integer, $4::bigint FROM upd RETURNING node_id)"
+        "SELECT upd.id, upd.address, upd.warm FROM upd JOIN ins ON ins.node_id = upd.id",
+        5, v);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        if (strcmp(cluster_db__state(r), "23505") == 0) { /* unique_violation */
+            PQclear(r);
+            return al_error_set(err, -EEXIST, "cluster: sandbox %s is placed already",
+                                p->sandbox_id);
+        }
+        return cluster_db__res_fail(db, r, "placement", err);
+    }
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return cluster_db__why_not(db, p, exclude, err);
+    }
+    snprintf(out->node_id, sizeof out->node_id, "%s", PQgetvalue(r, 0, 0));
+    snprintf(out->address, sizeof out->address, "%s", PQgetvalue(r, 0, 1));
+    out->warm = PQgetvalue(r, 0, 2)[0] == 't';
+    out->lease_valid = true;
+    PQclear(r);
+    return 0;
+}
+
+int cp_cluster_db_unplace(struct cp_cluster_db *db, const char *sandbox_id, struct al_error *err)
+{
+    const char *const v[] = {sandbox_id};
+    PGresult *r = cluster_db__params(
+        db,
+        "WITH d AS (DELETE FROM sandboxes WHERE id = $1::text"
+        " RETURNING node_id, cpu, memory_bytes)"
+        "UPDATE nodes n SET sandboxes_booked = greatest(0, n.sandboxes_booked - 1),"
+        " cpu_booked = greatest(0, n.cpu_booked - d.cpu),"
+        " memory_booked = greatest(0, n.memory_booked - d.memory_bytes)"
+        " FROM d WHERE n.id = d.node_id RETURNING n.id",
+        1, v);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        return cluster_db__res_fail(db, r, "releasing a placement", err);
+    int rows = PQntuples(r);
+    PQclear(r);
+    if (rows != 1)
+        return al_error_set(err, -ENOENT, "cluster: sandbox %s is not placed", sandbox_id);
+    return 0;
+}
+
+int cp_cluster_db_owner(struct cp_cluster_db *db, const char *sandbox_id,
+                        struct cp_cluster_owner *out, struct al_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *const v[] = {sandbox_id};
+    PGresult *r = cluster_db__params(db,
+                                     "SELECT n.id, n.address, n.lease_expires_at > now()"
+                                     " FROM sandboxes s JOIN nodes n ON n.id = s.node_id"
+                                     " WHERE s.id = $1::text",
+                                     1, v);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        return cluster_db__res_fail(db, r, "looking up a sandbox's node", err);
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        return al_error_set(err, -ENOENT, "cluster: sandbox %s is not placed", sandbox_id);
+    }
+    snprintf(out->node_id, sizeof out->node_id, "%s", PQgetvalue(r, 0, 0));
+    snprintf(out->address, sizeof out->address, "%s", PQgetvalue(r, 0, 1));
+    out->lease_valid = PQgetvalue(r, 0, 2)[0] == 't';
+    PQclear(r);
     return 0;
 }

@@ -5,7 +5,9 @@
  * versioned schema (migrations applied in one transaction, serialised across processes by an
  * advisory lock; a database whose schema needs a newer binary than this one is refused), and the
  * nodes table: registration, heartbeats renewing a lease, release, and listing with the lease
- * state. Every lease decision uses the database's clock (now()), never a process's: nodes and
+ * state; the sandboxes placed on nodes (their owner node and the capacity each books), and the
+placement itself: one statement that picks a node and books its capacity, so that creations
+from several gateways at once never book more than a node has. Every lease decision uses the database's clock (now()), never a process's: nodes and
  * gateways on different machines agree on which leases are valid whatever their clocks say.
  *
  * Blocking: every call waits for the database (bounded by connect_timeout and
@@ -22,7 +24,7 @@
 #include "common/error.h"
 
 /* The newest schema this binary knows (and migrates to). */
-#define CP_CLUSTER_SCHEMA_VERSION 1
+#define CP_CLUSTER_SCHEMA_VERSION 2
 #define CP_CLUSTER_NODE_ID_MAX    64
 #define CP_CLUSTER_ADDRESS_MAX    256
 #define CP_CLUSTER_INSTANCE_LEN   32
@@ -41,7 +43,14 @@ struct cp_cluster_node {
     int64_t sandboxes_max;
     int64_t sandboxes_running;
     char version[64]; /* airlockd's */
-    /* listed only */
+    /* The templates present on the node and how many warm sandboxes of each are ready: a
+     * JSON object {"template": ready, ...} (NULL: none). The caller's when registering and
+     * in heartbeats; allocated in a listing (cp_cluster_nodes_free). */
+    char *templates;
+    /* listed only: what placements booked (cp_cluster_db_place) */
+    int64_t cpu_booked;
+    uint64_t memory_booked;
+    int64_t sandboxes_booked;
     bool cordoned;
     int schema_version;    /* the schema the node's airlockd knew */
     bool lease_valid;      /* lease_expires_at > now(), by the database */
@@ -68,19 +77,60 @@ int cp_cluster_db_migrate(struct cp_cluster_db *db, int *version, struct al_erro
  * Keeps a node's cordon. -EBUSY: another instance holds a valid lease on that id. */
 int cp_cluster_db_register(struct cp_cluster_db *db, const struct cp_cluster_node *n,
                            uint64_t lease_ms, struct al_error *err);
-/* Renews the lease of (id, instance) and records its running sandboxes. -ESTALE: the lease
- * was lost (it expired, or another instance registered the id): register again. */
-int cp_cluster_db_heartbeat(struct cp_cluster_db *db, const char *id, const char *instance,
-                            int64_t sandboxes_running, uint64_t lease_ms, struct al_error *err);
+/* Renews the lease of (n->id, n->instance) and records its running sandboxes and its
+ * templates (n->templates). -ESTALE: the lease was lost (it expired, or another instance
+ * registered the id): register again. -EINVAL: n->templates is not a JSON object of counts. */
+int cp_cluster_db_heartbeat(struct cp_cluster_db *db, const struct cp_cluster_node *n,
+                            uint64_t lease_ms, struct al_error *err);
 /* Ends the lease of (id, instance) now (a clean stop). */
 int cp_cluster_db_release(struct cp_cluster_db *db, const char *id, const char *instance,
                           struct al_error *err);
 /* Sets a node's cordon (no new sandboxes are placed on it). -ENOENT: no such node. */
 int cp_cluster_db_cordon(struct cp_cluster_db *db, const char *id, bool cordoned,
                          struct al_error *err);
-/* Every node (live_only: only those with a valid lease), by id; *out is the caller's (free). */
+/* Every node (live_only: only those with a valid lease), by id; *out is the caller's
+ * (cp_cluster_nodes_free). */
 int cp_cluster_db_nodes(struct cp_cluster_db *db, bool live_only, struct cp_cluster_node **out,
                         size_t *n, struct al_error *err);
+void cp_cluster_nodes_free(struct cp_cluster_node *v, size_t n);
+
+/* A creation to place. */
+struct cp_cluster_place {
+    const char *sandbox_id;
+    const char *template_id; /* a node must have it (in its heartbeat's templates) */
+    int64_t cpu;             /* what it books of the node: vCPUs, memory */
+    uint64_t memory_bytes;
+    /* Nodes not to pick (a start failed there already), n_exclude of them. */
+    const char *const *exclude;
+    size_t n_exclude;
+};
+
+/* Where a sandbox lives. */
+struct cp_cluster_owner {
+    char node_id[CP_CLUSTER_NODE_ID_MAX];
+    char address[CP_CLUSTER_ADDRESS_MAX];
+    bool warm;        /* place: the node had a warm sandbox of the template ready */
+    bool lease_valid; /* lookup: the owner's lease is valid, by the database */
+};
+
+/* Picks a node for p and books its capacity and records the sandbox as its, in one statement
+ * (so one transaction): of the nodes with a valid lease, not cordoned, not excluded, with the
+ * template and with room for p (a sandbox slot, p->cpu, p->memory_bytes), one with a warm
+ * sandbox of the template ready first, then the least loaded (its most used of slots, CPU and
+ * memory), then at random. The chosen row is locked and its room checked again as it is
+ * booked: concurrent placements from any number of gateways never book more than a node has.
+ * A warm sandbox it counted on is taken off the node's count until its next heartbeat.
+ * -EHOSTDOWN: no node has a valid lease; -ENOENT: no live node has the template; -ENOSPC:
+ * those that have it are full, cordoned or excluded; -EEXIST: the sandbox id is placed
+ * already; -EINVAL: a bad request. err says which, with the numbers. */
+int cp_cluster_db_place(struct cp_cluster_db *db, const struct cp_cluster_place *p,
+                        struct cp_cluster_owner *out, struct al_error *err);
+/* The sandbox ended (or its start failed): its record goes and its owner's capacity is
+ * booked back, in one statement. -ENOENT: not placed. */
+int cp_cluster_db_unplace(struct cp_cluster_db *db, const char *sandbox_id, struct al_error *err);
+/* The owner of a placed sandbox. -ENOENT: not placed. */
+int cp_cluster_db_owner(struct cp_cluster_db *db, const char *sandbox_id,
+                        struct cp_cluster_owner *out, struct al_error *err);
 
 /* A valid node id: 1..63 of [a-z0-9.-], starting with a letter or digit (a DNS label or name,
  * as Kubernetes node names are). */

@@ -609,6 +609,12 @@ const char *cp_warm_peek(struct cp *cp, const char *template_id, const char *tem
     return NULL;
 }
 
+size_t cp_warm_ready(const struct cp *cp, const char *template_id)
+{
+    struct warm_pool *p = cp->warm ? warm__pool(cp->warm, template_id) : NULL;
+    return p ? p->n_ready : 0;
+}
+
 struct cp_sandbox *cp_warm_take(struct cp *cp, const char *id)
 {
     struct cp_warm *w = cp->warm;

@@ -67,6 +67,9 @@ void cp_warm_refill(struct cp *cp);
  * creation resolved), or NULL. Counts the creation in the template's demand. Stale warm
  * sandboxes (of another version) found on the way are torn down. */
 const char *cp_warm_peek(struct cp *cp, const char *template_id, const char *template_dir);
+/* How many warm sandboxes of template_id are ready to be claimed (what a cluster node
+ * publishes). */
+size_t cp_warm_ready(const struct cp *cp, const char *template_id);
 /* Whether id is a warm sandbox's (a new creation's id must not be). */
 bool cp_warm_has_id(struct cp *cp, const char *id);
 /* Hands the warm sandbox id (just peeked) to a creation: the caller owns the reference. */

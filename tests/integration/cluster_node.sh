@@ -69,7 +69,11 @@ al_check "listed with a valid lease" al_wait_until 60 eval '[ "$(node1 "n[\"leas
 al_eq "its advertised address" "$(node1 'n["address"]')" "192.0.2.1:3000"
 al_eq "its CPUs" "$(node1 'n["cpuCount"]')" "$(nproc)"
 al_eq "its sandboxes at most" "$(node1 'n["sandboxesMax"]')" 1000
-al_eq "the schema it knows" "$(node1 'n["schemaVersion"]')" 1
+al_eq "the schema it knows" "$(node1 'n["schemaVersion"]')" "$(sql "SELECT max(version) FROM schema_version")"
+al_eq "the templates it has, none warm (this backend warms none)" \
+  "$(node1 'sorted(n["templatesWarmReady"].items())[:1]')" "[('base', 0)]"
+al_eq "... in the database, for placements" "$(sql "SELECT templates ? 'base' FROM nodes WHERE id = 'node-1'")" t
+al_eq "nothing booked yet" "$(node1 'n["booked"]')" "{'sandboxes': 0, 'cpuCount': 0, 'memoryMB': 0}"
 al_check "its memory" test "$(node1 'n["memoryMB"]')" -gt 0
 al_eq "self: a registered node" "$(self '[s["role"], s["nodeID"], s["registered"], s["databaseUp"], s["error"]]')" \
   "['node', 'node-1', True, True, None]"

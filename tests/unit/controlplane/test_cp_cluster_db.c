@@ -6,6 +6,8 @@
 
 #include <libpq-fe.h>
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <string.h>
 #include <time.h>
 
@@ -96,7 +98,7 @@ static size_t t__live(struct cp_cluster_db *db, const char *id)
         if (strcmp(v[i].id, id) == 0)
             hits++;
     }
-    free(v);
+    cp_cluster_nodes_free(v, n);
     return hits;
 }
 
@@ -116,8 +118,10 @@ START_TEST(migrations_are_idempotent)
     v = -1;
     ck_assert_msg(cp_cluster_db_migrate(db, &v, &e) == 0, "%s", al_error_str(&e));
     ck_assert_int_eq(v, CP_CLUSTER_SCHEMA_VERSION);
-    ck_assert_str_eq(t__value("SELECT count(*) FROM schema_version"), "1");
-    ck_assert_str_eq(t__value("SELECT max(version) FROM schema_version"), "1");
+    char want[16];
+    snprintf(want, sizeof want, "%d", CP_CLUSTER_SCHEMA_VERSION);
+    ck_assert_str_eq(t__value("SELECT count(*) FROM schema_version"), want);
+    ck_assert_str_eq(t__value("SELECT max(version) FROM schema_version"), want);
     ck_assert_str_eq(t__value("SELECT count(*) FROM nodes"), "1");
     cp_cluster_db_close(db);
     t__teardown();
@@ -162,7 +166,9 @@ START_TEST(concurrent_migrations_serialise)
         ck_assert_msg(m[i].rc == 0, "migration %d: %s", i, m[i].msg);
     }
     pthread_barrier_destroy(&go);
-    ck_assert_str_eq(t__value("SELECT count(*) FROM schema_version"), "1");
+    char want[16];
+    snprintf(want, sizeof want, "%d", CP_CLUSTER_SCHEMA_VERSION);
+    ck_assert_str_eq(t__value("SELECT count(*) FROM schema_version"), want);
     t__teardown();
 }
 END_TEST
@@ -177,27 +183,34 @@ START_TEST(a_newer_schema_is_refused_unless_compatible)
     struct al_error e = {0};
     ck_assert_int_eq(cp_cluster_db_migrate(db, NULL, &e), 0);
     PGconn *c = PQconnectdb(t__conninfo);
-    PQclear(PQexec(c, "INSERT INTO schema_version (version, requires, airlockd_version)"
-                      " VALUES (2, 1, 'x')"));
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO schema_version (version, requires, airlockd_version)"
+             " VALUES (%d, 1, 'x')",
+             CP_CLUSTER_SCHEMA_VERSION + 1);
+    PQclear(PQexec(c, sql));
     int v = -1;
     ck_assert_msg(cp_cluster_db_migrate(db, &v, &e) == 0, "%s", al_error_str(&e));
-    ck_assert_int_eq(v, 2);
+    ck_assert_int_eq(v, CP_CLUSTER_SCHEMA_VERSION + 1);
     PQclear(PQexec(c, "INSERT INTO schema_version (version, requires, airlockd_version)"
-                      " VALUES (7, 7, 'x')"));
+                      " VALUES (70, 70, 'x')"));
     PQfinish(c);
     v = -1;
     ck_assert_int_eq(cp_cluster_db_migrate(db, &v, &e), -EPROTO);
     ck_assert_int_eq(v, -1);
-    ck_assert_msg(strstr(e.msg, "version 7") && strstr(e.msg, "knows 1"), "%s", e.msg);
-    ck_assert_str_eq(t__value("SELECT max(version) FROM schema_version"), "7");
-    ck_assert_str_eq(t__value("SELECT count(*) FROM schema_version"), "3");
+    char knows[32];
+    snprintf(knows, sizeof knows, "knows %d", CP_CLUSTER_SCHEMA_VERSION);
+    ck_assert_msg(strstr(e.msg, "version 70") && strstr(e.msg, knows), "%s", e.msg);
+    ck_assert_str_eq(t__value("SELECT max(version) FROM schema_version"), "70");
+    snprintf(knows, sizeof knows, "%d", CP_CLUSTER_SCHEMA_VERSION + 2);
+    ck_assert_str_eq(t__value("SELECT count(*) FROM schema_version"), knows);
     /* The connection is usable after the refusal (its transaction was rolled back). */
     ck_assert(cp_cluster_db_ok(db));
     struct cp_cluster_node *nv;
     size_t nn;
     ck_assert_msg(cp_cluster_db_nodes(db, false, &nv, &nn, &e) == 0, "%s", al_error_str(&e));
     ck_assert_uint_eq(nn, 0);
-    free(nv);
+    cp_cluster_nodes_free(nv, nn);
     cp_cluster_db_close(db);
     t__teardown();
 }
@@ -217,8 +230,8 @@ START_TEST(heartbeats_keep_the_lease_and_it_expires_without)
     n.sandboxes_running = 3;
     ck_assert_msg(cp_cluster_db_register(db, &n, 60000, &e) == 0, "%s", al_error_str(&e));
     ck_assert_uint_eq(t__live(db, "node-a"), 1);
-    ck_assert_msg(cp_cluster_db_heartbeat(db, "node-a", "inst-1", 5, 60000, &e) == 0, "%s",
-                  al_error_str(&e));
+    n.sandboxes_running = 5;
+    ck_assert_msg(cp_cluster_db_heartbeat(db, &n, 60000, &e) == 0, "%s", al_error_str(&e));
     struct cp_cluster_node *v;
     size_t nn;
     ck_assert_int_eq(cp_cluster_db_nodes(db, false, &v, &nn, &e), 0);
@@ -236,9 +249,11 @@ START_TEST(heartbeats_keep_the_lease_and_it_expires_without)
                   (long long)v[0].lease_left_ms);
     ck_assert_msg(strlen(v[0].lease_expires_at) == 24 && v[0].lease_expires_at[23] == 'Z', "%s",
                   v[0].lease_expires_at);
-    free(v);
+    cp_cluster_nodes_free(v, nn);
     /* Another instance's heartbeat on the id renews nothing. */
-    ck_assert_int_eq(cp_cluster_db_heartbeat(db, "node-a", "inst-2", 0, 60000, &e), -ESTALE);
+    struct cp_cluster_node other;
+    t__node(&other, "node-a", "inst-2");
+    ck_assert_int_eq(cp_cluster_db_heartbeat(db, &other, 60000, &e), -ESTALE);
 
     /* A short lease, then no heartbeat: expired by the database's clock (waited for, with
      * a bound, rather than slept). */
@@ -255,8 +270,8 @@ START_TEST(heartbeats_keep_the_lease_and_it_expires_without)
     ck_assert_uint_eq(nn, 1); /* still listed, as expired */
     ck_assert(!v[0].lease_valid);
     ck_assert_int_le(v[0].lease_left_ms, 0);
-    free(v);
-    ck_assert_int_eq(cp_cluster_db_heartbeat(db, "node-a", "inst-1", 0, 60000, &e), -ESTALE);
+    cp_cluster_nodes_free(v, nn);
+    ck_assert_int_eq(cp_cluster_db_heartbeat(db, &n, 60000, &e), -ESTALE);
     ck_assert_msg(strstr(e.msg, "lost its lease"), "%s", e.msg);
     /* An expired lease is anybody's: another instance takes the id... */
     struct cp_cluster_node m;
@@ -395,6 +410,299 @@ START_TEST(errors_never_show_the_password)
 }
 END_TEST
 
+/* A node for placements: capacity and templates as given, registered with a long lease. */
+static void t__offer(struct cp_cluster_db *db, const char *id, int64_t slots, const char *tpl)
+{
+    struct cp_cluster_node n;
+    t__node(&n, id, "inst");
+    n.sandboxes_max = slots;
+    n.templates = (char *)tpl;
+    struct al_error e = {0};
+    ck_assert_msg(cp_cluster_db_register(db, &n, 60000, &e) == 0, "%s", al_error_str(&e));
+}
+
+static int t__place(struct cp_cluster_db *db, const char *id, const char *tpl, int64_t cpu,
+                    struct cp_cluster_owner *o, struct al_error *e)
+{
+    struct cp_cluster_place p = {
+        .sandbox_id = id, .template_id = tpl, .cpu = cpu, .memory_bytes = 1ull << 30};
+    return cp_cluster_db_place(db, &p, o, e);
+}
+
+static const char *t__node_value(const char *col, const char *id)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT %s FROM nodes WHERE id = '%s'", col, id);
+    return t__value(sql);
+}
+
+/* Placement: a warm sandbox of the template first, then the least loaded node; never a node
+ * without the template, cordoned, excluded, expired or full; what it books is booked back
+ * when the sandbox ends; every refusal says why. */
+START_TEST(placement_books_capacity_and_spreads)
+{
+    t__setup();
+    struct cp_cluster_db *db = t__open();
+    struct al_error e = {0};
+    ck_assert_int_eq(cp_cluster_db_migrate(db, NULL, &e), 0);
+    struct cp_cluster_owner o;
+    ck_assert_int_eq(t__place(db, "sb-0", "base", 1, &o, &e), -EHOSTDOWN);
+    ck_assert_msg(strstr(e.msg, "no node has a valid lease"), "%s", e.msg);
+    t__offer(db, "node-a", 100, "{\"base\": 0}");
+    t__offer(db, "node-b", 100, "{\"base\": 2, \"py\": 0}");
+    t__offer(db, "node-c", 100, NULL);
+
+    /* node-b's two warm sandboxes go first (taken off its count), then node-a: idle. */
+    ck_assert_msg(t__place(db, "sb-1", "base", 2, &o, &e) == 0, "%s", al_error_str(&e));
+    ck_assert_str_eq(o.node_id, "node-b");
+    ck_assert_str_eq(o.address, "192.0.2.10:3000");
+    ck_assert(o.warm);
+    ck_assert_int_eq(t__place(db, "sb-2", "base", 2, &o, &e), 0);
+    ck_assert_str_eq(o.node_id, "node-b");
+    ck_assert(o.warm);
+    ck_assert_str_eq(t__node_value("templates->>'base'", "node-b"), "0");
+    ck_assert_int_eq(t__place(db, "sb-3", "base", 2, &o, &e), 0);
+    ck_assert_str_eq(o.node_id, "node-a");
+    ck_assert(!o.warm);
+    ck_assert_str_eq(t__node_value("cpu_booked", "node-b"), "4");
+    ck_assert_str_eq(t__node_value("sandboxes_booked", "node-b"), "2");
+    ck_assert_str_eq(t__node_value("memory_booked", "node-b"), "2147483648");
+    /* the least loaded: a (2 of 8 CPUs) over b (4 of 8) */
+    ck_assert_int_eq(t__place(db, "sb-4", "base", 2, &o, &e), 0);
+    ck_assert_str_eq(o.node_id, "node-a");
+    /* a heartbeat says what is warm again */
+    struct cp_cluster_node hb;
+    t__node(&hb, "node-b", "inst");
+    hb.templates = "{\"base\": 1}";
+    ck_assert_int_eq(cp_cluster_db_heartbeat(db, &hb, 60000, &e), 0);
+    ck_assert_int_eq(t__place(db, "sb-5", "base", 1, &o, &e), 0);
+    ck_assert_str_eq(o.node_id, "node-b");
+    ck_assert(o.warm);
+
+    /* a template only node-b had before its heartbeat: nowhere now */
+    ck_assert_int_eq(t__place(db, "sb-x", "py", 1, &o, &e), -ENOENT);
+    ck_assert_msg(strstr(e.msg, "none of the 3 live nodes has template \"py\""), "%s", e.msg);
+    /* more CPUs than any node has free */
+    ck_assert_int_eq(t__place(db, "sb-x", "base", 7, &o, &e), -ENOSPC);
+    ck_assert_msg(strstr(e.msg, "of the 2 live nodes with the template, 0 are cordoned"), "%s",
+                  e.msg);
+    /* cordoned and excluded nodes get nothing */
+    ck_assert_int_eq(cp_cluster_db_cordon(db, "node-a", true, &e), 0);
+    const char *ex[] = {"node-b"};
+    struct cp_cluster_place p = {.sandbox_id = "sb-x",
+                                 .template_id = "base",
+                                 .cpu = 1,
+                                 .memory_bytes = 1,
+                                 .exclude = ex,
+                                 .n_exclude = 1};
+    ck_assert_int_eq(cp_cluster_db_place(db, &p, &o, &e), -ENOSPC);
+    ck_assert_msg(strstr(e.msg, "1 are cordoned, 1 were tried already"), "%s", e.msg);
+    ex[0] = "Not_A_Node";
+    ck_assert_int_eq(cp_cluster_db_place(db, &p, &o, &e), -EINVAL);
+    ck_assert_int_eq(cp_cluster_db_cordon(db, "node-a", false, &e), 0);
+    p = (struct cp_cluster_place){.sandbox_id = "", .template_id = "base"};
+    ck_assert_int_eq(cp_cluster_db_place(db, &p, &o, &e), -EINVAL);
+
+    /* an id placed already: refused, nothing booked twice */
+    ck_assert_int_eq(t__place(db, "sb-1", "base", 1, &o, &e), -EEXIST);
+    ck_assert_str_eq(t__value("SELECT sum(sandboxes_booked) FROM nodes"), "5");
+    ck_assert_str_eq(t__value("SELECT count(*) FROM sandboxes"), "5");
+
+    /* the owner, and the end of a sandbox books its capacity back */
+    ck_assert_int_eq(cp_cluster_db_owner(db, "sb-1", &o, &e), 0);
+    ck_assert_str_eq(o.node_id, "node-b");
+    ck_assert(o.lease_valid);
+    ck_assert_int_eq(cp_cluster_db_unplace(db, "sb-1", &e), 0);
+    ck_assert_str_eq(t__node_value("cpu_booked", "node-b"), "3");
+    ck_assert_str_eq(t__node_value("sandboxes_booked", "node-b"), "2");
+    ck_assert_int_eq(cp_cluster_db_owner(db, "sb-1", &o, &e), -ENOENT);
+    ck_assert_int_eq(cp_cluster_db_unplace(db, "sb-1", &e), -ENOENT);
+
+    /* a node whose lease ended gets nothing more; its sandboxes' owner says so */
+    ck_assert_int_eq(cp_cluster_db_release(db, "node-a", "inst", &e), 0);
+    ck_assert_int_eq(cp_cluster_db_owner(db, "sb-3", &o, &e), 0);
+    ck_assert_str_eq(o.node_id, "node-a");
+    ck_assert(!o.lease_valid);
+    for (int i = 0; i < 3; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "sb-b%d", i);
+        ck_assert_int_eq(t__place(db, id, "base", 1, &o, &e), 0);
+        ck_assert_str_eq(o.node_id, "node-b");
+    }
+
+    /* the listing shows what is booked and what the node offers */
+    struct cp_cluster_node *v;
+    size_t nn;
+    ck_assert_int_eq(cp_cluster_db_nodes(db, false, &v, &nn, &e), 0);
+    ck_assert_uint_eq(nn, 3);
+    ck_assert_str_eq(v[1].id, "node-b");
+    ck_assert_int_eq(v[1].sandboxes_booked, 5);
+    ck_assert_int_eq(v[1].cpu_booked, 6);
+    ck_assert_uint_eq(v[1].memory_booked, 5ull << 30);
+    ck_assert_str_eq(v[1].templates, "{\"base\": 0}");
+    ck_assert_str_eq(v[2].templates, "{}");
+    cp_cluster_nodes_free(v, nn);
+    cp_cluster_db_close(db);
+    t__teardown();
+}
+END_TEST
+
+#define T_GATEWAYS 2 /* processes */
+#define T_THREADS  4 /* connections in each */
+#define T_ROUNDS   25
+
+struct t_gw {
+    int proc, thread;
+    int placed, kept, full, other;
+    char msg[AL_ERROR_MSG_MAX];
+};
+
+/* One connection of a gateway: places T_ROUNDS sandboxes, ends every other one it got at
+ * once (capacity booked back while others place). */
+static void *t__gw_thread(void *arg)
+{
+    struct t_gw *g = arg;
+    struct cp_cluster_db *db = NULL;
+    struct al_error e = {0};
+    if (cp_cluster_db_open(t__conninfo, &db, &e)) {
+        g->other++;
+        snprintf(g->msg, sizeof g->msg, "%s", al_error_str(&e));
+        return NULL;
+    }
+    for (int i = 0; i < T_ROUNDS; i++) {
+        char id[48];
+        snprintf(id, sizeof id, "sb-%d-%d-%d", g->proc, g->thread, i);
+        struct cp_cluster_owner o;
+        int rc = t__place(db, id, "base", 1, &o, &e);
+        if (rc == -ENOSPC) {
+            g->full++;
+            continue;
+        }
+        if (rc) {
+            g->other++;
+            snprintf(g->msg, sizeof g->msg, "%s: %d %s", id, rc, al_error_str(&e));
+            continue;
+        }
+        if (g->placed++ % 2 == 0) {
+            rc = cp_cluster_db_unplace(db, id, &e);
+            if (rc) {
+                g->other++;
+                snprintf(g->msg, sizeof g->msg, "unplace %s: %s", id, al_error_str(&e));
+            }
+        } else {
+            g->kept++;
+        }
+    }
+    cp_cluster_db_close(db);
+    return NULL;
+}
+
+/* A gateway process: T_THREADS connections at once, once the parent says go; its counts go
+ * back through out. */
+static void t__gw_process(int proc, int go, int out)
+{
+    char c;
+    if (read(go, &c, 1) < 0)
+        _exit(2);
+    struct t_gw g[T_THREADS];
+    pthread_t th[T_THREADS];
+    for (int i = 0; i < T_THREADS; i++) {
+        g[i] = (struct t_gw){.proc = proc, .thread = i};
+        if (pthread_create(&th[i], NULL, t__gw_thread, &g[i]))
+            _exit(2);
+    }
+    for (int i = 0; i < T_THREADS; i++)
+        pthread_join(th[i], NULL);
+    ssize_t w = write(out, g, sizeof g);
+    _exit(w == (ssize_t)sizeof g ? 0 : 2);
+}
+
+/* Two gateway processes placing at once against a small capacity (3 nodes, 12 slots, 200
+ * placements, half of the successful ones ended at once): no node is ever booked beyond its
+ * capacity (a constraint of this test's database makes any overbooking an error), the
+ * bookings equal the sandboxes recorded, and every slot is accounted for: once they are done
+ * the free slots fill exactly. */
+START_TEST(concurrent_placements_never_overbook)
+{
+    t__setup();
+    struct cp_cluster_db *db = t__open();
+    struct al_error e = {0};
+    ck_assert_int_eq(cp_cluster_db_migrate(db, NULL, &e), 0);
+    t__offer(db, "node-a", 3, "{\"base\": 0}");
+    t__offer(db, "node-b", 4, "{\"base\": 2}");
+    t__offer(db, "node-c", 5, "{\"base\": 0}");
+    PGconn *c = PQconnectdb(t__conninfo);
+    PGresult *r = PQexec(c, "ALTER TABLE nodes ADD CONSTRAINT t_never_overbooked CHECK"
+                            " (sandboxes_booked <= sandboxes_max AND cpu_booked <= cpu)");
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
+
+    int go[2];
+    ck_assert_int_eq(pipe(go), 0);
+    int out[T_GATEWAYS][2];
+    pid_t pid[T_GATEWAYS];
+    for (int i = 0; i < T_GATEWAYS; i++) {
+        ck_assert_int_eq(pipe(out[i]), 0);
+        pid[i] = fork();
+        ck_assert_int_ge(pid[i], 0);
+        if (pid[i] == 0) {
+            close(go[1]);
+            close(out[i][0]);
+            t__gw_process(i, go[0], out[i][1]);
+        }
+        close(out[i][1]);
+    }
+    close(go[0]);
+    close(go[1]); /* go: every process reads end of file at once */
+    int placed = 0, kept = 0, full = 0;
+    for (int i = 0; i < T_GATEWAYS; i++) {
+        struct t_gw g[T_THREADS];
+        ssize_t n = read(out[i][0], g, sizeof g);
+        close(out[i][0]);
+        int st = 0;
+        ck_assert_int_eq(waitpid(pid[i], &st, 0), pid[i]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gateway %d: status %d", i, st);
+        ck_assert_int_eq(n, (ssize_t)sizeof g);
+        for (int k = 0; k < T_THREADS; k++) {
+            ck_assert_msg(g[k].other == 0, "gateway %d connection %d: %s", i, k, g[k].msg);
+            placed += g[k].placed;
+            kept += g[k].kept;
+            full += g[k].full;
+        }
+    }
+    ck_assert_int_eq(placed + full, T_GATEWAYS * T_THREADS * T_ROUNDS);
+    ck_assert_msg(full > 0, "capacity never ran out: the test proves nothing");
+    ck_assert_int_le(kept, 12);
+    char want[16];
+    snprintf(want, sizeof want, "%d", kept);
+    ck_assert_str_eq(t__value("SELECT count(*) FROM sandboxes"), want);
+    ck_assert_str_eq(t__value("SELECT count(*) FROM nodes n WHERE sandboxes_booked <>"
+                              " (SELECT count(*) FROM sandboxes s WHERE s.node_id = n.id)"
+                              " OR cpu_booked <> (SELECT coalesce(sum(cpu), 0) FROM sandboxes s"
+                              " WHERE s.node_id = n.id)"),
+                     "0");
+    /* the slots left fill exactly: none lost, none extra */
+    int more = 0;
+    for (;;) {
+        char id[32];
+        snprintf(id, sizeof id, "sb-fill-%d", more);
+        struct cp_cluster_owner o;
+        int rc = t__place(db, id, "base", 1, &o, &e);
+        if (rc == -ENOSPC)
+            break;
+        ck_assert_msg(rc == 0, "%s", al_error_str(&e));
+        ck_assert_int_le(++more, 12);
+    }
+    ck_assert_int_eq(kept + more, 12);
+    ck_assert_str_eq(t__node_value("sandboxes_booked", "node-a"), "3");
+    ck_assert_str_eq(t__node_value("sandboxes_booked", "node-b"), "4");
+    ck_assert_str_eq(t__node_value("sandboxes_booked", "node-c"), "5");
+    cp_cluster_db_close(db);
+    t__teardown();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_cluster_db");
@@ -407,6 +715,8 @@ static Suite *suite(void)
     tcase_add_test(t, concurrent_registrations);
     tcase_add_test(t, cordon_survives_reregistration);
     tcase_add_test(t, errors_never_show_the_password);
+    tcase_add_test(t, placement_books_capacity_and_spreads);
+    tcase_add_test(t, concurrent_placements_never_overbook);
     suite_add_tcase(s, t);
     return s;
 }
