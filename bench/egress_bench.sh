@@ -4,10 +4,11 @@
 # ssl_preread allowlisting on SNI), all measured in the same run, in a namespace world with
 # no route out (needs root). Prints JSON lines; every figure has its references next to it.
 #
-#   bench/egress_bench.sh [--build DIR] [--duration S] [--quick] [--only GROUP] [--perf]
-#                         [--perf-stat] [--strace] [--callgrind] [--nginx-log] [--nginx-half-close]
-#                         [--aggregation-ab]
-#   GROUP: http, latency, tls_conns, tls_bulk, idle, copy, intercept (only when asked: TLS
+#   bench/egress_bench.sh [--build DIR] [--duration S] [--rounds N] [--quick] [--only GROUP]
+#                         [--perf] [--perf-stat] [--strace] [--callgrind] [--nginx-log]
+#                         [--nginx-half-close] [--aggregation-ab]
+#   GROUP: http, http_conns (one request per connection, no keep-alive), latency, tls_conns,
+#   tls_bulk, idle, copy, intercept (only when asked: TLS
 #   interception through airlock-egress, an inspect rule toward a TLS nginx upstream;
 #   bench/icpt_client.py: new connections with a full handshake each, and keep-alive
 #   requests; the proxy's CPU per connection and per request).
@@ -28,6 +29,12 @@
 #   valgrind's callgrind for the HTTP group (callgrind.out.* in the current directory).
 #   Requests/s share the machine with the load generator and the upstreams (all on the
 #   same cores): "proxy_cpu_us_per_request" is what the proxy itself spent.
+#   --rounds N (default 3; 1 with --quick or a profiler): the groups http, http_conns and
+#   tls_conns run direct, airlock-egress and nginx in turn, N times; besides the medians,
+#   each round's egress/nginx ratio is printed ("<group>_egress_vs_nginx", metric
+#   "<figure>_round_<r>", and its min/median/max over the rounds), so that a verdict such as
+#   "at least 1.0 of nginx in every round" reads off the minimum. Per proxy CPU the ratio is
+#   nginx's CPU per request over airlock-egress's (above 1: airlock-egress spent less).
 #
 #   sb1 --TPROXY--> airlock-egress (host ns) --> upstreams (up ns, 203.0.113.10)
 #   sb2 -----------> nginx (host ns, 10.200.2.1:8080 http, :8443/:8444 stream) --> upstreams
@@ -48,6 +55,7 @@ perf=0
 nginx_log="access_log off;"
 nginx_half_close=""
 agg_ab=0
+rounds_opt=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --nginx-log) nginx_log="LOG"; shift ;;
@@ -60,11 +68,16 @@ while [ $# -gt 0 ]; do
     --callgrind) perf=4; only=${only:-http}; shift ;;
     --build) build=$2; shift 2 ;;
     --duration) dur=$2; shift 2 ;;
+    --rounds) rounds_opt=$2; shift 2 ;;
     --quick) quick=1; dur=2; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "egress_bench: unknown option $1" >&2; exit 2 ;;
   esac
 done
+case "$rounds_opt" in
+  "") ;;
+  *[!0-9]*|0) echo "egress_bench: --rounds wants a positive integer, not '$rounds_opt'" >&2; exit 2 ;;
+esac
 [ "$(id -u)" = 0 ] || { echo "egress_bench: needs root (network namespaces)" >&2; exit 1; }
 BIN="$build/bin"
 LOAD="$build/bench/egress_load"
@@ -109,6 +122,11 @@ for n in 1 2; do
   ip -n "$H" addr add "10.200.$n.1/30" dev "${p}h$n"; ip -n "$H" link set "${p}h$n" up
   ip -n "$W-sb$n" addr add "10.200.$n.2/30" dev "${p}s$n"; ip -n "$W-sb$n" link set "${p}s$n" up
   ip -n "$W-sb$n" route add default via "10.200.$n.1"
+done
+# New connections at tens of thousands per second: every namespace that connects gets the
+# whole port range and reuses its TIME_WAIT ports (these namespaces are the bench's own).
+for n in host sb1 sb2; do
+  ip netns exec "$W-$n" sysctl -qw net.ipv4.ip_local_port_range="1024 65535" net.ipv4.tcp_tw_reuse=1
 done
 ip netns exec "$H" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
 ip -n "$H" rule add fwmark 1 lookup 100
@@ -350,11 +368,44 @@ for path in ("direct", "egress", "egress_noagg", "nginx"):
 PY
 }
 
-if want http; then
+# ratios GROUP ROUNDS METRIC...: each round's airlock-egress/nginx ratio of each metric (for a
+# CPU-per-unit metric the inverse, so that above 1 always means airlock-egress did better),
+# and their min, median and max: the rounds are pairs measured back to back, so a burst of
+# other load moves both sides of one ratio.
+ratios() {
+  python3 - "$OUT" "$@" <<'PY' | tee -a "$OUT"
+import json, statistics, sys
+v = {}
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    v[(j["bench"], j["metric"])] = j["value"]
+group, rounds, metrics = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+b = group + "_egress_vs_nginx"
+for m in metrics:
+    got = []
+    for r in range(1, rounds + 1):
+        e, n = v.get(("%s_egress_%d" % (group, r), m)), v.get(("%s_nginx_%d" % (group, r), m))
+        if not e or not n:
+            continue
+        x = n / e if "_cpu_us_per_" in m else e / n
+        got.append(x)
+        print(json.dumps({"bench": b, "metric": "%s_round_%d" % (m, r), "value": round(x, 3), "unit": "ratio"}))
+    if got:
+        for what, x in (("min", min(got)), ("median", statistics.median(got)), ("max", max(got))):
+            print(json.dumps({"bench": b, "metric": "%s_%s" % (m, what), "value": round(x, 3), "unit": "ratio"}))
+PY
+}
 # The paths take turns for several rounds (one with --quick or a profiler): each figure is
 # the median over the rounds, so that a burst of other load on the shared machine does not
 # decide the comparison.
-hrounds=$([ "$quick" = 1 ] || [ "$perf" != 0 ] && echo 1 || echo 3)
+nrounds=$([ "$quick" = 1 ] || [ "$perf" != 0 ] && echo 1 || echo 3)
+nrounds=${rounds_opt:-$nrounds}
+
+if want http; then
+hrounds=$nrounds
 echo "# HTTP keep-alive, 32 connections, $hrounds rounds of ${dur}s per path" >&2
 for r in $(seq 1 "$hrounds"); do
   run_cpu "http_keepalive_direct_$r" 0 "${SB2[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_direct_$r"
@@ -380,6 +431,31 @@ done
 medians http_keepalive "$hrounds" requests_per_s errors latency_p50 latency_p99 proxy_cpu_us_per_request \
   client_cpu_us_per_request machine_cpu_us_per_request requests_per_proxy_cpu_s syscalls_per_request \
   task_clock_us_per_request
+ratios http_keepalive "$hrounds" requests_per_s proxy_cpu_us_per_request
+fi
+
+if want http_conns; then
+# One request per connection ("Connection: close", the client closes after the response):
+# the proxy's accept, decision, upstream connect and teardown for every request. nginx keeps
+# its upstream connections alive (keepalive 64) where airlock-egress dials one per client
+# connection, as a transparent proxy must (the upstream is the client's own destination).
+echo "# HTTP new connections, 32 at a time, $nrounds rounds of ${dur}s per path" >&2
+for r in $(seq 1 "$nrounds"); do
+  run_cpu "http_conns_direct_$r" 0 "${SB2[@]}" "$LOAD" http-conns 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_conns_direct_$r"
+  if [ "$perf" != 0 ]; then
+    run_egress "${SB1[@]}" "$LOAD" http-conns 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_conns_egress_$r"
+  else
+    run_cpu "http_conns_egress_$r" "$EGRESS_PID" "${SB1[@]}" "$LOAD" http-conns 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_conns_egress_$r"
+  fi
+  if [ "$have_nginx" = 1 ] && [ "$perf" != 0 ]; then
+    run_traced "$NGINX_PID,$(pgrep -P "$NGINX_PID" | paste -sd,)" "${SB2[@]}" "$LOAD" http-conns 10.200.2.1 8080 --conns 32 --duration "$dur" --name "http_conns_nginx_$r"
+  elif [ "$have_nginx" = 1 ]; then
+    run_cpu "http_conns_nginx_$r" "$NGINX_PID" "${SB2[@]}" "$LOAD" http-conns 10.200.2.1 8080 --conns 32 --duration "$dur" --name "http_conns_nginx_$r"
+  fi
+done
+medians http_conns "$nrounds" requests_per_s errors latency_p50 latency_p99 proxy_cpu_us_per_request \
+  machine_cpu_us_per_request requests_per_proxy_cpu_s
+ratios http_conns "$nrounds" requests_per_s proxy_cpu_us_per_request
 fi
 
 if want latency; then
@@ -428,7 +504,7 @@ fi
 if want tls_conns; then
 echo "# TLS passthrough: new connections/s (16 at a time)" >&2
 # Rounds and medians as for HTTP; the proxies' own CPU per connection beside the rates.
-crounds=$([ "$quick" = 1 ] || [ "$perf" != 0 ] && echo 1 || echo 3)
+crounds=$nrounds
 for r in $(seq 1 "$crounds"); do
   run "${SB2[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name "tls_conns_direct_$r"
   if [ "$perf" != 0 ]; then
@@ -444,6 +520,7 @@ for r in $(seq 1 "$crounds"); do
 done
 medians tls_conns "$crounds" connections_per_s errors proxy_cpu_us_per_connection connections_per_proxy_cpu_s \
   machine_cpu_us_per_connection
+ratios tls_conns "$crounds" connections_per_s proxy_cpu_us_per_connection
 fi
 
 if want tls_bulk; then
@@ -565,7 +642,11 @@ if e and n:
 e, n = g("tls_conns_egress", "connections_per_proxy_cpu_s"), g("tls_conns_nginx", "connections_per_proxy_cpu_s")
 if e and n:
     out("tls_conns_per_proxy_cpu_egress_vs_nginx", e / n, "ratio")
-for b, m, unit in (("http_keepalive", "requests_per_s", "ratio"), ("tls_conns", "connections_per_s", "ratio")):
+e, n = g("http_conns_egress", "requests_per_proxy_cpu_s"), g("http_conns_nginx", "requests_per_proxy_cpu_s")
+if e and n:
+    out("http_conns_per_proxy_cpu_egress_vs_nginx", e / n, "ratio")
+for b, m, unit in (("http_keepalive", "requests_per_s", "ratio"), ("http_conns", "requests_per_s", "ratio"),
+                   ("tls_conns", "connections_per_s", "ratio")):
     e, n, d = g(b + "_egress", m), g(b + "_nginx", m), g(b + "_direct", m)
     if e and d:
         out(b + "_egress_vs_direct", e / d, unit)

@@ -10,6 +10,10 @@
  *        keep-alive requests; closed loop (as fast as possible) or, with --rate, R requests/s
  *        in all on a fixed schedule (latency counted from the scheduled time, so a stall is
  *        not hidden); prints requests/s and latency p50/p90/p99/max
+ *   http-conns ADDR PORT --host H [--conns C] [--duration S] [--name NAME]
+ *        one request per connection (no keep-alive): connect, a request with
+ *        "Connection: close", the whole response, close; C connections at a time, closed
+ *        loop; prints requests/s (= connections/s) and latency from the connect
  *   tls-conns ADDR PORT --sni H [--conns C] [--duration S] [--name NAME]
  *        new connection, ClientHello, wait for the server's bytes, close: connections/s and
  *        latency
@@ -328,25 +332,37 @@ struct opts {
     double duration, rate, hold;
 };
 
-static int http_client(const struct opts *o)
+/* (Re)connects c: a new connection whose request is sent once the connect completes. */
+static bool http_connect(int ep, const struct sockaddr_in *a, struct cconn *c)
+{
+    c->fd = nb_connect(a);
+    if (c->fd < 0)
+        return false;
+    c->connecting = true;
+    c->busy = false;
+    c->len = 0;
+    c->t_sched = now_ns();
+    struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.ptr = c};
+    epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+    return true;
+}
+
+/* new_conns: one request per connection, the client closing it after the response. */
+static int http_client(const struct opts *o, bool new_conns)
 {
     struct sockaddr_in a = addr_of(o->ip, o->port);
     char req[512];
-    int rl =
-        snprintf(req, sizeof req,
-                 "GET /bench HTTP/1.1\r\nHost: %s\r\nUser-Agent: egress-bench\r\n\r\n", o->host);
+    int rl = snprintf(req, sizeof req,
+                      "GET /bench HTTP/1.1\r\nHost: %s\r\nUser-Agent: egress-bench\r\n%s\r\n",
+                      o->host, new_conns ? "Connection: close\r\n" : "");
     int ep = epoll_create1(EPOLL_CLOEXEC);
     struct cconn *cs = calloc((size_t)o->conns, sizeof *cs);
     uint64_t start = now_ns(), end = start + (uint64_t)(o->duration * 1e9);
     uint64_t interval = o->rate > 0 ? (uint64_t)(1e9 * o->conns / o->rate) : 0;
     for (int i = 0; i < o->conns; i++) {
-        cs[i].fd = nb_connect(&a);
-        if (cs[i].fd < 0)
+        if (!http_connect(ep, &a, &cs[i]))
             die("connect");
-        cs[i].connecting = true;
         cs[i].next_due = start + (interval ? interval * (uint64_t)i / (uint64_t)o->conns : 0);
-        struct epoll_event ev = {.events = EPOLLOUT | EPOLLIN, .data.ptr = &cs[i]};
-        epoll_ctl(ep, EPOLL_CTL_ADD, cs[i].fd, &ev);
     }
     struct lat l = {0};
     uint64_t done = 0, errors = 0;
@@ -359,6 +375,10 @@ static int http_client(const struct opts *o)
         uint64_t timeout_ns = 10000000;
         for (int i = 0; i < o->conns; i++) {
             struct cconn *c = &cs[i];
+            if (new_conns && c->fd < 0 && !http_connect(ep, &a, c)) {
+                errors++;
+                continue;
+            }
             if (c->connecting || c->busy || c->fd < 0)
                 continue;
             if (interval && c->next_due > now) {
@@ -366,7 +386,8 @@ static int http_client(const struct opts *o)
                     timeout_ns = c->next_due - now;
                 continue;
             }
-            c->t_sched = interval ? c->next_due : now;
+            if (!new_conns) /* a new connection's latency counts from its connect */
+                c->t_sched = interval ? c->next_due : now;
             if (interval)
                 c->next_due += interval;
             if (send(c->fd, req, (size_t)rl, MSG_NOSIGNAL) != rl) {
@@ -424,6 +445,10 @@ static int http_client(const struct opts *o)
             c->busy = false;
             lat_add(&l, now_ns() - c->t_sched);
             done++;
+            if (new_conns) {
+                close(c->fd);
+                c->fd = -1;
+            }
         }
     }
     double secs = (double)(now_ns() - start) / 1e9;
@@ -578,8 +603,10 @@ static int idle_conns(const struct opts *o)
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: egress_load serve-http|serve-tls|http|tls-conns|tls-bulk|idle ADDR "
-                        "PORT [options]\n");
+        fprintf(
+            stderr,
+            "usage: egress_load serve-http|serve-tls|http|http-conns|tls-conns|tls-bulk|idle ADDR "
+            "PORT [options]\n");
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -624,7 +651,14 @@ int main(int argc, char **argv)
     if (!strcmp(m, "serve-tls"))
         serve(o.ip, o.port, true, bytes);
     if (!strcmp(m, "http"))
-        return http_client(&o);
+        return http_client(&o, false);
+    if (!strcmp(m, "http-conns")) {
+        if (o.rate > 0) {
+            fprintf(stderr, "egress_load: http-conns is a closed loop (no --rate)\n");
+            return 2;
+        }
+        return http_client(&o, true);
+    }
     if (!strcmp(m, "tls-conns"))
         return tls_conns(&o, false);
     if (!strcmp(m, "tls-bulk"))
