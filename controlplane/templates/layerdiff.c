@@ -213,7 +213,7 @@ static int ld__data(struct ld *l, int fd, const char *name, uint64_t size)
 static bool ld__trust_dir(const char *rel)
 {
     size_t n = strlen(AL_TRUST_CA_DIR) - 1; /* without its leading '/' */
-    return strncmp(rel, AL_TRUST_CA_DIR + 1, n) == 0 && rel[n] == '/' && rel[n + 1] == '\0';
+    return strncmp(rel, &AL_TRUST_CA_DIR[1], n) == 0 && rel[n] == '/' && rel[n + 1] == '\0';
 }
 
 /* The system bundle as the step left it, without the build sandbox's CA block: the copy
