@@ -7,16 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-int al_envd_start_body(const char *cmd, json_t *args, json_t *envs, const char *cwd,
-                       unsigned char **out, size_t *len)
+/* One message in a Connect envelope: flags 0, the length big-endian, the JSON. */
+static int envd__envelope(json_t *req, unsigned char **out, size_t *len)
 {
-    *out = NULL;
-    *len = 0;
-    json_t *proc = json_pack("{s:s,s:o,s:o}", "cmd", cmd, "args", args ? args : json_array(),
-                             "envs", envs ? envs : json_object());
-    if (proc && cwd && cwd[0])
-        json_object_set_new(proc, "cwd", json_string(cwd));
-    json_t *req = proc ? json_pack("{s:o,s:b}", "process", proc, "stdin", 0) : NULL;
     char *msg = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     if (!msg)
@@ -37,6 +30,37 @@ int al_envd_start_body(const char *cmd, json_t *args, json_t *envs, const char *
     *out = e;
     *len = ml + 5;
     return 0;
+}
+
+static json_t *envd__process(const char *cmd, json_t *args, json_t *envs, const char *cwd)
+{
+    json_t *proc = json_pack("{s:s,s:o,s:o}", "cmd", cmd, "args", args ? args : json_array(),
+                             "envs", envs ? envs : json_object());
+    if (proc && cwd && cwd[0])
+        json_object_set_new(proc, "cwd", json_string(cwd));
+    return proc;
+}
+
+int al_envd_start_body(const char *cmd, json_t *args, json_t *envs, const char *cwd,
+                       unsigned char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    json_t *proc = envd__process(cmd, args, envs, cwd);
+    return envd__envelope(proc ? json_pack("{s:o,s:b}", "process", proc, "stdin", 0) : NULL, out,
+                          len);
+}
+
+int al_envd_start_pty_body(const char *cmd, json_t *args, json_t *envs, const char *cwd,
+                           unsigned cols, unsigned rows, unsigned char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    json_t *proc = envd__process(cmd, args, envs, cwd);
+    return envd__envelope(proc ? json_pack("{s:o,s:{s:{s:I,s:I}}}", "process", proc, "pty", "size",
+                                           "cols", (json_int_t)cols, "rows", (json_int_t)rows)
+                               : NULL,
+                          out, len);
 }
 
 void al_envd_user_auth(const char *user, char *out, size_t len)
@@ -96,8 +120,11 @@ static void envd__message(struct al_envd_stream *s, unsigned flags, const char *
     }
     json_t *ev = json_object_get(m, "event");
     json_t *d = json_object_get(ev, "data");
-    if (json_object_get(ev, "start"))
+    json_t *start = json_object_get(ev, "start");
+    if (start) {
         s->started = true;
+        s->pid = (int)json_integer_value(json_object_get(start, "pid"));
+    }
     if (d) {
         envd__output(s, AL_ENVD_STDOUT, json_string_value(json_object_get(d, "stdout")));
         envd__output(s, AL_ENVD_PTY, json_string_value(json_object_get(d, "pty")));

@@ -1,6 +1,7 @@
 /* common/envd_proc: the client side of envd's process.Process/Start (Connect server
  * streaming), for every caller that runs a command through a sandbox's agent: the CLI's
- * `airlock sandbox exec` and airlockd's template builds (a RUN step).
+ * `airlock sandbox exec`, airlockd's template builds (a RUN step) and the web console's
+ * terminal (a pty).
  *
  * Owns: the request's envelope (one JSON message, 5-byte Connect framing), the
  * Authorization header that names the user, and decoding the answer's envelopes into the
@@ -22,6 +23,10 @@ enum al_envd_stream_fd { AL_ENVD_STDOUT = 1, AL_ENVD_STDERR = 2, AL_ENVD_PTY = 3
  * envelope. args and envs are stolen (NULL: none); cwd may be NULL. *out is malloc'd. */
 int al_envd_start_body(const char *cmd, json_t *args, json_t *envs, const char *cwd,
                        unsigned char **out, size_t *len);
+/* The same with a pty of cols x rows instead of pipes (the output comes as AL_ENVD_PTY;
+ * input goes to process.Process/SendInput as {"pty": ...}). */
+int al_envd_start_pty_body(const char *cmd, json_t *args, json_t *envs, const char *cwd,
+                           unsigned cols, unsigned rows, unsigned char **out, size_t *len);
 /* "Basic base64(USER:)", the header envd takes the command's user from. */
 void al_envd_user_auth(const char *user, char *out, size_t len);
 
@@ -29,6 +34,7 @@ struct al_envd_stream {
     struct al_buf buf; /* undecoded envelope bytes (or a non-200 answer's body) */
     int status;        /* the HTTP status, set by the caller */
     bool started, ended;
+    int pid;               /* of the start event: the process's id for the other calls */
     int exit_code;         /* of the end event; 128+9 when it ended without an exit status */
     char status_text[128]; /* the end event's status ("exit status 3", "signal: killed") */
     bool deadline;         /* the stream ended with deadline_exceeded */

@@ -338,8 +338,10 @@ static bool console__safe_method(const char *m)
     return strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0;
 }
 
-int cp_console_auth(struct cp *cp, const struct al_http_req *req, struct cp_principal *who,
-                    struct al_error *err)
+/* The session of the request's cookie, its key checked again, and when csrf_needed the
+ * token presented (csrf) compared with the session's. */
+static int console__auth(struct cp *cp, const struct al_http_req *req, bool csrf_needed,
+                         const char *csrf, struct cp_principal *who, struct al_error *err)
 {
     if (!cp->cfg.console_enabled)
         return -ENOENT;
@@ -357,17 +359,32 @@ int cp_console_auth(struct cp *cp, const struct al_http_req *req, struct cp_prin
         }
         return al_error_set(err, rc, "console session: %s", al_error_str(&e2));
     }
-    if (!console__safe_method(req->method)) {
-        const char *t = al_http_req_header(req, CP_CONSOLE_CSRF_HEADER);
-        if (!t || al_http_req_header_count(req, CP_CONSOLE_CSRF_HEADER) != 1 ||
-            !cp_secret_equal(t, strlen(t), s->csrf, strlen(s->csrf)))
-            return al_error_set(err, -EPERM,
-                                "a %s with the console's session cookie needs the session's "
-                                "CSRF token in " CP_CONSOLE_CSRF_HEADER
-                                " (GET /console/api/session gives it)",
-                                req->method);
-    }
+    if (csrf_needed && (!csrf || !cp_secret_equal(csrf, strlen(csrf), s->csrf, strlen(s->csrf))))
+        return -EPERM;
     return 0;
+}
+
+int cp_console_auth(struct cp *cp, const struct al_http_req *req, struct cp_principal *who,
+                    struct al_error *err)
+{
+    bool unsafe = !console__safe_method(req->method);
+    const char *t = al_http_req_header(req, CP_CONSOLE_CSRF_HEADER);
+    if (t && al_http_req_header_count(req, CP_CONSOLE_CSRF_HEADER) != 1)
+        t = NULL;
+    int rc = console__auth(cp, req, unsafe, t, who, err);
+    if (rc == -EPERM)
+        return al_error_set(err, -EPERM,
+                            "a %s with the console's session cookie needs the session's "
+                            "CSRF token in " CP_CONSOLE_CSRF_HEADER
+                            " (GET /console/api/session gives it)",
+                            req->method);
+    return rc;
+}
+
+int cp_console_auth_csrf(struct cp *cp, const struct al_http_req *req, const char *csrf,
+                         struct cp_principal *who, struct al_error *err)
+{
+    return console__auth(cp, req, true, csrf, who, err);
 }
 
 /* ---- the session endpoints ---------------------------------------------------------------- */
@@ -398,6 +415,7 @@ static json_t *console__session_json(const struct console_session *s,
         {"readAudit", "GET", "/admin/audit"},
         {"verifyAudit", "GET", "/admin/audit/verify"},
         {"manageKeys", "GET", "/admin/keys"},
+        {"terminal", "GET", "/sandboxes/x/terminal"}, /* console_term.c asks the same */
     };
     char exp[40];
     al_time_rfc3339(exp, sizeof exp, s->expires_ns);
@@ -418,13 +436,16 @@ static bool console__same_origin(const struct al_http_req *req)
     const char *site = al_http_req_header(req, "Sec-Fetch-Site");
     if (site && strcmp(site, "same-origin") != 0)
         return false;
+    return !al_http_req_header(req, "Origin") || cp_console_origin_ours(req);
+}
+
+bool cp_console_origin_ours(const struct al_http_req *req)
+{
     const char *origin = al_http_req_header(req, "Origin");
-    if (!origin)
-        return true;
     const char *host = al_http_req_header(req, "Host");
-    const char *sep = strstr(origin, "://");
+    const char *sep = origin ? strstr(origin, "://") : NULL;
     return host && sep && al_http_req_header_count(req, "Origin") == 1 &&
-           strcasecmp(sep + 3, host) == 0;
+           al_http_req_header_count(req, "Host") == 1 && strcasecmp(sep + 3, host) == 0;
 }
 
 static void console__signin_body(struct al_http_req *req, int err)
@@ -587,6 +608,14 @@ bool cp_console_route(struct cp *cp, struct al_http_req *req)
     if (strcmp(p, CONSOLE_API_PREFIX "session") == 0) {
         console__session_api(cp, req);
         return true;
+    }
+    if (strncmp(p, CONSOLE_API_PREFIX "sandboxes/", strlen(CONSOLE_API_PREFIX "sandboxes/")) == 0) {
+        char id[64];
+        const char *rest = p + strlen(CONSOLE_API_PREFIX "sandboxes/");
+        if (cp_rest_path_part(&rest, id, sizeof id) && strcmp(rest, "/terminal") == 0) {
+            cp_console_term(cp, req, id);
+            return true;
+        }
     }
     if (strncmp(p, CONSOLE_API_PREFIX, strlen(CONSOLE_API_PREFIX)) == 0) {
         console__error(req, 404, NULL, "no such endpoint: %s %s", req->method, p);

@@ -9,6 +9,7 @@
  * change state (any method but GET and HEAD) must carry the session's CSRF token in
  * X-Airlock-CSRF. The console is a client of the API: it has no other power.
  * console_api.c: the admin endpoints the console reads (/admin/overview, /admin/audit).
+ * console_term.c: the terminal, a pty in a sandbox over a WebSocket (console_ws.c).
  */
 #ifndef AIRLOCK_CP_CONSOLE_H
 #define AIRLOCK_CP_CONSOLE_H
@@ -39,7 +40,21 @@ bool cp_console_route(struct cp *cp, struct al_http_req *req);
 int cp_console_auth(struct cp *cp, const struct al_http_req *req, struct cp_principal *who,
                     struct al_error *err);
 
+/* The same for a request that cannot carry X-Airlock-CSRF (a WebSocket upgrade): the session
+ * of its cookie and csrf, the token it presented otherwise: 0, -ENOENT, -EACCES, or -EPERM
+ * when csrf is not the session's (err is not set then). */
+int cp_console_auth_csrf(struct cp *cp, const struct al_http_req *req, const char *csrf,
+                         struct cp_principal *who, struct al_error *err);
+/* Whether the request's Origin is this host (one Origin, one Host, the same authority). */
+bool cp_console_origin_ours(const struct al_http_req *req);
+
 void cp_console_free(struct cp *cp);
+
+/* GET /console/api/sandboxes/{id}/terminal (console_term.c): a WebSocket to a pty in the
+ * sandbox, for a console session of a role with the data plane. */
+void cp_console_term(struct cp *cp, struct al_http_req *req, const char *id);
+/* Ends every terminal (airlockd stops). */
+void cp_console_term_stop(struct cp *cp);
 
 /* The value of cookie name in the Cookie header fields (RFC 6265 5.4: "a=b; c=d"), into out.
  * 1 found, 0 absent, -EEXIST when it occurs more than once, -E2BIG when it does not fit. */

@@ -53,6 +53,8 @@ static const char *const ev__names[CP_EV__COUNT] = {
     [CP_EV_CHECKPOINTED] = "sandbox.lifecycle.checkpointed",
     [CP_EV_ROLLED_BACK] = "sandbox.lifecycle.rolled_back",
     [CP_EV_FORKED] = "sandbox.lifecycle.forked",
+    [CP_EV_TERMINAL_OPENED] = "sandbox.lifecycle.terminal_opened",
+    [CP_EV_TERMINAL_CLOSED] = "sandbox.lifecycle.terminal_closed",
 };
 
 static const char *const ev__causes[] = {
@@ -92,7 +94,8 @@ static int ev__type_one(const char *v, void *arg)
     if (cp_event_type_parse(v, &t))
         return al_error_set(c->err, -EINVAL,
                             "unknown event type \"%.64s\" (types: sandbox.lifecycle.created, "
-                            "killed, updated, paused, resumed, checkpointed, rolled_back, forked)",
+                            "killed, updated, paused, resumed, checkpointed, rolled_back, forked, "
+                            "terminal_opened, terminal_closed)",
                             v);
     c->mask |= 1ull << t;
     return 0;

@@ -1,7 +1,7 @@
 /* controlplane/events: the sandboxes' lifecycle events (E2B's /events/sandboxes).
  *
  * Owns: one event for every lifecycle change of a sandbox (created, paused, resumed, its
- * timeout changed, killed), with its cause (the API key that asked, the timeout, a crash,
+ * timeout changed, killed, a terminal of the web console opened or closed), with its cause (the API key that asked, the timeout, a crash,
  * airlockd's stop or restart); their persistence in the state database (store.c, table
  * events) and retention (events.retention, events.max); the E2B listing
  * (GET /events/sandboxes[/{id}] with offset, limit, orderAsc, types); and live streams of
@@ -34,6 +34,8 @@ enum cp_event_type {
     CP_EV_CHECKPOINTED,
     CP_EV_ROLLED_BACK,
     CP_EV_FORKED,
+    CP_EV_TERMINAL_OPENED, /* the web console opened a terminal in it (console_term.c) */
+    CP_EV_TERMINAL_CLOSED,
     CP_EV__COUNT
 };
 

@@ -65,3 +65,9 @@ export async function signOut() {
     csrf = null;
   }
 }
+
+// The session's CSRF token, for what cannot send X-Airlock-CSRF: a WebSocket offers it as
+// its subprotocol "csrf.<token>" (the terminal).
+export function csrfToken() {
+  return csrf;
+}

@@ -23,6 +23,7 @@ export function h(tag, props, ...children) {
 const SAFE_ATTRS = new Set([
   "id", "type", "name", "value", "placeholder", "autocomplete", "title", "for", "colspan",
   "disabled", "required", "data-page", "data-testid", "aria-label", "spellcheck", "selected",
+  "tabindex",
 ]);
 
 // Links stay inside the console (its hash routes): never a URL a sandbox chose.

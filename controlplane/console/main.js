@@ -2,19 +2,22 @@
 //   #/overview          backend and why, pools, sandboxes by state
 //   #/sandboxes         the sandboxes (state filter), each linking to its detail
 //   #/sandboxes/<id>    one sandbox: info, metadata, pause, resume, kill
+//   #/sandboxes/<id>/terminal  a shell in it (operator and admin), over a WebSocket
 //   #/audit             the latest egress decisions (filters) and the log's verification
 //   #/keys              the API keys (admins): list, create (the key shown once), revoke
 // What the signed-in key's role may do comes from the session (`may`, answered by the API's
 // own table of routes): actions the role cannot take are not offered. The API refuses them
 // anyway; hiding them only keeps the page honest about what will work.
-import { api, ApiError, session, signIn, signOut } from "./api.js";
+import { api, ApiError, csrfToken, session, signIn, signOut } from "./api.js";
 import { h, show, when } from "./dom.js";
+import { Terminal } from "./terminal.js";
 
 const view = document.getElementById("view");
 const nav = document.getElementById("nav");
 const who = document.getElementById("who");
 const signoutBtn = document.getElementById("signout");
 let current = null; // the session
+let openTerminal = null; // the terminal page's WebSocket and emulator, closed when it is left
 
 // Whether the session's role may take this action (docs/console.md, "Signing in").
 function may(action) {
@@ -197,7 +200,70 @@ async function renderSandbox(id) {
       : h("tr", {}, h("td", { class: "muted" }, "none")))),
     h("h2", {}, "Actions"),
     actions.length ? h("div", { class: "filters" }, actions) : notForRole("pause, resume or kill sandboxes"),
+    sb.state === "running" && may("terminal")
+      ? h("p", {}, h("a", { href: `#/sandboxes/${encodeURIComponent(sb.sandboxID)}/terminal`, "data-testid": "open-terminal" }, "Open a terminal"))
+      : !may("terminal") ? notForRole("open a terminal in a sandbox") : null,
     status);
+}
+
+// ---- terminal ---------------------------------------------------------------------------
+
+function closeTerminal() {
+  if (!openTerminal) return;
+  const t = openTerminal;
+  openTerminal = null;
+  t.term.dispose();
+  if (t.ws.readyState <= WebSocket.OPEN) t.ws.close(1000, "left the page");
+}
+
+async function renderTerminal(id) {
+  if (!may("terminal")) {
+    show(view, h("h1", {}, "Terminal"), notForRole("open a terminal in a sandbox"));
+    return;
+  }
+  const status = h("p", { class: "muted", "data-testid": "term-status" }, "Connecting…");
+  const screen = h("pre", { class: "terminal", tabindex: "0", "data-testid": "terminal", "aria-label": "terminal" });
+  const closeBtn = h("button", { type: "button", id: "term-close" }, "Close");
+  show(view,
+    h("h1", {}, "Terminal in ", h("a", { href: `#/sandboxes/${encodeURIComponent(id)}` }, h("span", { class: "mono" }, id))),
+    h("div", { class: "filters" }, closeBtn, status),
+    screen,
+    h("p", { class: "muted" }, "A login shell of the sandbox's default user. What you type and what it shows are not recorded; the terminal's start and end are (the sandbox's lifecycle events, with your key)."));
+  const proto = location.protocol === "https:" ? "wss:" : "ws:";
+  let ws = null;
+  const term = new Terminal(screen, {
+    rows: 24,
+    onInput: (bytes) => { if (ws && ws.readyState === WebSocket.OPEN) ws.send(bytes); },
+    onResize: (cols, rows) => { if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ resize: { cols, rows } })); },
+  });
+  const q = new URLSearchParams({ cols: String(term.cols), rows: String(term.rows) });
+  ws = new WebSocket(`${proto}//${location.host}/console/api/sandboxes/${encodeURIComponent(id)}/terminal?${q}`,
+    ["airlock.terminal", `csrf.${csrfToken()}`]);
+  ws.binaryType = "arraybuffer";
+  openTerminal = { ws, term };
+  let opened = false;
+  ws.addEventListener("open", () => {
+    opened = true;
+    show(status, "Connected.");
+    ws.send(JSON.stringify({ resize: { cols: term.cols, rows: term.rows } }));
+    screen.focus();
+    term.render();
+  });
+  ws.addEventListener("message", (ev) => {
+    if (ev.data instanceof ArrayBuffer) term.write(new Uint8Array(ev.data));
+  });
+  ws.addEventListener("close", (ev) => {
+    if (openTerminal && openTerminal.ws === ws) openTerminal = null;
+    term.dispose();
+    // The browser does not say why an upgrade was refused: the session says what the role
+    // may do, the API's answer is in the network panel.
+    show(status, h("span", { class: opened ? "muted" : "error" },
+      opened ? `Closed: ${ev.reason || `code ${ev.code}`}.` : "The terminal could not be opened (refused by airlockd, or the sandbox is not running)."));
+    closeBtn.disabled = true;
+  });
+  screen.addEventListener("focus", () => term.render());
+  screen.addEventListener("blur", () => term.render());
+  closeBtn.addEventListener("click", () => ws.close(1000, "closed by the user"));
 }
 
 // ---- audit ------------------------------------------------------------------------------
@@ -358,6 +424,7 @@ async function renderKeys(made) {
 // ---- routing ----------------------------------------------------------------------------
 
 function route() {
+  closeTerminal();
   if (!current) return;
   const raw = location.hash.replace(/^#/, "") || "/overview";
   const [path, query] = raw.split("?");
@@ -368,6 +435,7 @@ function route() {
     if (a.dataset.page === "audit") a.hidden = !may("readAudit");
     if (a.dataset.page === "keys") a.hidden = !may("manageKeys");
   }
+  if (parts[0] === "sandboxes" && parts[1] && parts[2] === "terminal") return guarded(() => renderTerminal(decodeURIComponent(parts[1])));
   if (parts[0] === "sandboxes" && parts[1]) return guarded(() => renderSandbox(decodeURIComponent(parts[1])));
   if (parts[0] === "sandboxes") return guarded(() => renderSandboxes(params));
   if (parts[0] === "audit") return guarded(() => renderAudit(params));

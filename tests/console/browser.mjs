@@ -52,6 +52,8 @@ try {
     if (m.type() !== "error") return;
     const u = m.location()?.url || "";
     if (/status of (401|403)/.test(m.text()) || (/status of 404/.test(m.text()) && expected.test(u))) return;
+    // The auditor's terminal, refused on purpose (the browser logs the refused upgrade).
+    if (/WebSocket connection to .*\/terminal.* failed/.test(m.text())) return;
     errors.push(`${m.text()} (${u})`);
   });
   page.on("dialog", (d) => d.accept());
@@ -135,6 +137,59 @@ try {
   await page.waitForFunction(() => [...document.querySelectorAll("[data-testid=key-row]")].some((r) => r.textContent.includes("from-console") && r.textContent.includes("revoked")));
   ok((await useKey(made)) === 401, "keys: revoked, it is refused at once");
 
+  // Terminal: a shell in the sandbox through its agent; typed input, its output as text.
+  await page.goto(`${base}/console/#/sandboxes/${sandbox2}`);
+  await page.waitForSelector("[data-testid=open-terminal]");
+  await page.click("[data-testid=open-terminal]");
+  await page.waitForFunction(() => document.querySelector("[data-testid=term-status]")?.textContent.includes("Connected"));
+  await page.focus("[data-testid=terminal]");
+  const termLines = () => page.evaluate(() => {
+    const back = document.querySelector(".term-scrollback")?.textContent.split("\n") || [];
+    return back.concat([...document.querySelectorAll("[data-testid=term-row]")].map((r) => r.textContent)).map((l) => l.trimEnd());
+  });
+  const waitLine = (want) => page.waitForFunction((want) => {
+    const back = document.querySelector(".term-scrollback")?.textContent.split("\n") || [];
+    const rows = [...document.querySelectorAll("[data-testid=term-row]")].map((r) => r.textContent);
+    return back.concat(rows).some((l) => l.trim() === want);
+  }, {}, want);
+  await page.keyboard.type("echo hi");
+  await page.keyboard.press("Enter");
+  await waitLine("hi");
+  ok(true, "terminal: typed `echo hi`, `hi` is shown");
+  await page.keyboard.type("printf '%s\\n' '<img src=x onerror=window.__pwned=3>' \"\\\"><script>window.__pwned=4</script>\"");
+  await page.keyboard.press("Enter");
+  await waitLine("<img src=x onerror=window.__pwned=3>");
+  await waitLine("\"><script>window.__pwned=4</script>");
+  ok(await page.evaluate(() => document.querySelectorAll("main img, main script").length === 0 && window.__pwned === undefined),
+    "terminal: hostile output is text, nothing of it ran");
+  await page.keyboard.type("stty size");
+  await page.keyboard.press("Enter");
+  const cols = await page.evaluate(() => document.querySelector("[data-testid=terminal]") && Math.floor(
+    (document.querySelector("[data-testid=terminal]").clientWidth - 16) / (document.querySelector(".term-probe").getBoundingClientRect().width / 10)));
+  await page.waitForFunction((c) => {
+    const rows = [...document.querySelectorAll("[data-testid=term-row]")].map((r) => r.textContent.trim());
+    return rows.includes(`24 ${c}`);
+  }, {}, Math.max(20, Math.min(1000, cols)));
+  ok(true, `terminal: the pty has the page's size (24 x ${cols})`);
+  await page.keyboard.type("echo shell=$$");
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => [...document.querySelectorAll("[data-testid=term-row]")].some((r) => /^shell=\d+$/.test(r.textContent.trim())));
+  const shellPid = await page.evaluate(() => [...document.querySelectorAll("[data-testid=term-row]")]
+    .map((r) => r.textContent.trim()).find((t) => /^shell=\d+$/.test(t)).slice(6));
+  await page.screenshot({ path: `${shots}/terminal.png`, fullPage: true });
+  await page.click("#term-close");
+  await page.waitForFunction(() => document.querySelector("[data-testid=term-status]")?.textContent.includes("Closed"));
+  const evs = await page.evaluate(async (id) => (await fetch(`/events/sandboxes/${id}?orderAsc=true&limit=100`)).json(), sandbox2);
+  const me = await page.evaluate(async () => (await (await fetch("/console/api/session")).json()).keyId);
+  const opened = evs.find((e) => e.type === "sandbox.lifecycle.terminal_opened");
+  const closed = evs.find((e) => e.type === "sandbox.lifecycle.terminal_closed");
+  ok(opened && opened.eventData.apiKeyId === me && opened.eventData.cols > 0 && String(opened.eventData.pid) === shellPid,
+    "terminal: its start is a lifecycle event with the key and the shell's pid");
+  console.log(`shell-pid ${shellPid}`); // cp_console.sh checks that the shell is gone
+  ok(closed && closed.eventData.terminal === opened.eventData.terminal && closed.eventData.apiKeyId === me &&
+    closed.eventData.bytesIn > 0 && !JSON.stringify(evs).includes("echo hi") && !JSON.stringify(evs).includes("pwned"),
+  `terminal: its end too (${closed ? closed.eventData.why : "none"}), without what was typed or shown`);
+
   // Sign-out: the cookie no longer authenticates anything.
   await page.click("#signout");
   await page.waitForSelector("#signin");
@@ -152,7 +207,16 @@ try {
   await page.waitForSelector("[data-testid=role-note]");
   const buttons = await page.$$eval("main button", (els) => els.map((e) => e.textContent));
   ok(!buttons.some((t) => /Kill|Pause|Resume/.test(t)), `auditor: no kill, pause or resume button (${buttons.join(", ") || "none"})`);
+  ok(!(await page.$("[data-testid=open-terminal]")), "auditor: no terminal offered");
   await page.screenshot({ path: `${shots}/sandbox-auditor.png`, fullPage: true });
+  const wsAuditor = await page.evaluate((id) => new Promise((resolve) => {
+    fetch("/console/api/session").then((r) => r.json()).then((s) => {
+      const ws = new WebSocket(`ws://${location.host}/console/api/sandboxes/${id}/terminal`, ["airlock.terminal", `csrf.${s.csrfToken}`]);
+      ws.onopen = () => { ws.close(); resolve("opened"); };
+      ws.onclose = (e) => resolve(`closed ${e.code}`);
+    });
+  }), sandbox2);
+  ok(wsAuditor === "closed 1006", `auditor: airlockd refuses the terminal's upgrade (${wsAuditor})`);
   const refused = await page.evaluate(async (id) => {
     const s = await (await fetch("/console/api/session")).json();
     const r = await fetch(`/sandboxes/${id}`, { method: "DELETE", headers: { "X-Airlock-CSRF": s.csrfToken } });

@@ -9,8 +9,11 @@
 #   - a POST with the cookie and without the CSRF token is refused; the detail page; kill;
 #   - the audit page's verification answers; the API keys page creates a key (shown once,
 #     working) and revokes it (refused at once); sign-out ends the session;
-#   - an auditor key: its role shown, no kill/pause/resume offered, the API refusing the kill
-#     (403), the sandbox still there;
+#   - the terminal: `echo hi` typed shows `hi`, hostile output shows as text, the pty has the
+#     page's size, its start and end are lifecycle events with the key (and nothing typed),
+#     closing it kills the shell;
+#   - an auditor key: its role shown, no kill/pause/resume or terminal offered, the API refusing
+#     the kill (403) and the terminal's upgrade, the sandbox still there;
 #   - the page asks nothing of any host but airlockd, and no script error or CSP violation.
 # Screenshots of each page, kept: $CONSOLE_SHOTS (default <build>/artifacts/cp_console).
 set -uo pipefail
@@ -44,8 +47,13 @@ al_ok "browser checks (tests/console/browser.mjs)" \
   AUDITOR_KEY="$AUDITOR" SANDBOX2="$SB2" \
   SHOTS="$SHOTS" CHROMIUM="$CHROMIUM" HOME="$AL_TMP" timeout 300 node "$CONSOLE_DIR/browser.mjs"
 printf '%s\n' "$AL_OUT" | sed 's/^/     /'
+# The test backend's agent is a host process: its shell's pid is one of ours.
+SHELL_PID=$(sed -n 's/^shell-pid \([0-9][0-9]*\)$/\1/p' <<<"$AL_OUT")
+al_check "the terminal's shell pid was reported" test -n "$SHELL_PID"
+for _ in $(seq 100); do kill -0 "$SHELL_PID" 2>/dev/null || break; sleep 0.1; done
+al_check "the terminal's shell was killed when the page closed it" bash -c "! kill -0 $SHELL_PID 2>/dev/null"
 al_match "the auditor did not kill it" "\"sandboxID\": *\"$SB2\"" cp_api "$CP_URL/sandboxes/$SB2"
-for p in signin overview sandboxes sandbox audit keys sandbox-auditor; do
+for p in signin overview sandboxes sandbox audit keys terminal sandbox-auditor; do
   al_check "screenshot of $p" test -s "$SHOTS/$p.png"
 done
 al_done

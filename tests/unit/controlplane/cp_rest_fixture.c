@@ -12,7 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "controlplane/metrics.h"
@@ -605,4 +609,16 @@ bool exists_within(const char *p, bool want)
     for (int i = 0; i < 1000 && (stat(p, &st) == 0) != want; i++)
         usleep(10000);
     return (stat(p, &st) == 0) == want;
+}
+
+int raw_connect(void)
+{
+    int port = atoi(strchr(g_target, ':') + 1);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
 }

@@ -78,6 +78,9 @@ void req_full(struct resp *r, const char *target, const char *method, const char
 /* The same to g_target with KEY_ENV. */
 void req(struct resp *r, const char *method, const char *path, const char *body);
 void resp_free(struct resp *r);
+/* A raw TCP connection to airlockd's API (for what the blocking client cannot do: upgrades),
+ * reads bounded at 5 s. */
+int raw_connect(void);
 /* The nth (0: first) header field of the answer called name (any case), or NULL. */
 const char *resp_header(const struct resp *r, const char *name, size_t nth);
 const char *jstr(const json_t *o, const char *k);

@@ -2,16 +2,19 @@
  * console_api.c) over the REST fixture (cp_rest_fixture.h): its assets and their security
  * headers, sign-in and the session cookie's attributes, the cookie authenticating API calls as
  * the signed-in key, CSRF refusals, sign-out, expiry, revocation, what a sandbox may see of a
- * session (nothing) or plant (nothing), and the admin endpoints over a real audit log. */
+ * session (nothing) or plant (nothing), the admin endpoints over a real audit log, and the
+ * terminal's WebSocket (console_term.c, console_ws.c): its frames, and who may open one. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/auditlog.h"
 #include "controlplane/console.h"
+#include "controlplane/console_ws.h"
 #include "controlplane/embedded.h"
 #include "cp_rest_fixture.h"
 
@@ -550,6 +553,179 @@ START_TEST(console_admin_overview)
 }
 END_TEST
 
+/* ---- the terminal ------------------------------------------------------------------------- */
+
+START_TEST(console_ws_frames)
+{
+    struct al_error err = {0};
+    char acc[CP_WS_ACCEPT_LEN + 1];
+    ck_assert_int_eq(cp_ws_accept("dGhlIHNhbXBsZSBub25jZQ==", acc, &err), 0); /* RFC 6455 1.3 */
+    ck_assert_str_eq(acc, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+    ck_assert_int_eq(cp_ws_accept("c2hvcnQ=", acc, &err), -EINVAL);
+    ck_assert_int_eq(cp_ws_accept(NULL, acc, &err), -EINVAL);
+    /* RFC 6455 5.7: a masked "Hello". */
+    uint8_t hello[] = {0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58};
+    struct cp_ws_frame f;
+    size_t used = 0;
+    for (size_t cut = 0; cut < sizeof hello; cut++)
+        ck_assert_int_eq(cp_ws_parse(hello, cut, &f, &used, &err), 0); /* more needed */
+    ck_assert_int_eq(cp_ws_parse(hello, sizeof hello, &f, &used, &err), 1);
+    ck_assert_uint_eq(used, sizeof hello);
+    ck_assert(f.fin && f.opcode == CP_WS_TEXT && f.len == 5);
+    ck_assert_int_eq(memcmp(f.payload, "Hello", 5), 0);
+    /* What no client may send. */
+    uint8_t unmasked[] = {0x82, 0x01, 'x'};
+    ck_assert_int_eq(cp_ws_parse(unmasked, sizeof unmasked, &f, &used, &err), -EPROTO);
+    ck_assert_ptr_nonnull(strstr(err.msg, "unmasked"));
+    uint8_t rsv[] = {0xC2, 0x80, 0, 0, 0, 0};
+    ck_assert_int_eq(cp_ws_parse(rsv, sizeof rsv, &f, &used, &err), -EPROTO);
+    uint8_t op[] = {0x83, 0x80, 0, 0, 0, 0};
+    ck_assert_int_eq(cp_ws_parse(op, sizeof op, &f, &used, &err), -EPROTO);
+    uint8_t ping_frag[] = {0x09, 0x80, 0, 0, 0, 0};
+    ck_assert_int_eq(cp_ws_parse(ping_frag, sizeof ping_frag, &f, &used, &err), -EPROTO);
+    uint8_t ping_long[] = {0x89, 0xFE, 0x00, 0x7E};
+    ck_assert_int_eq(cp_ws_parse(ping_long, sizeof ping_long, &f, &used, &err), -EPROTO);
+    uint8_t huge[] = {0x82, 0xFF, 0, 0, 0, 0, 0, 0x01, 0x00, 0x01};
+    ck_assert_int_eq(cp_ws_parse(huge, sizeof huge, &f, &used, &err), -EMSGSIZE);
+    /* Server frames: the three length forms, and a close whose reason is cut to fit. */
+    size_t sizes[] = {0, 125, 126, 65535, 65536};
+    for (size_t i = 0; i < 5; i++) {
+        struct al_buf b;
+        al_buf_init(&b, 0);
+        char *pl = calloc(1, sizes[i] + 1);
+        ck_assert_int_eq(cp_ws_frame_append(&b, CP_WS_BINARY, pl, sizes[i]), 0);
+        size_t hl = sizes[i] < 126 ? 2 : sizes[i] <= 65535 ? 4 : 10;
+        ck_assert_uint_eq(b.len, hl + sizes[i]);
+        ck_assert_uint_eq((uint8_t)b.data[0], 0x82);
+        ck_assert_uint_eq((uint8_t)b.data[1] & 0x80, 0); /* a server does not mask */
+        free(pl);
+        al_buf_free(&b);
+    }
+    struct al_buf b;
+    al_buf_init(&b, 0);
+    char reason[300];
+    memset(reason, 'r', sizeof reason - 3);
+    memcpy(reason + sizeof reason - 3, "\xc3\xa9", 2); /* an é across the cut */
+    reason[sizeof reason - 1] = '\0';
+    ck_assert_int_eq(cp_ws_close_append(&b, 1011, reason), 0);
+    ck_assert_uint_le(b.len, 127);
+    ck_assert_uint_eq((uint8_t)b.data[0], 0x88);
+    ck_assert_uint_eq(((uint8_t)b.data[2] << 8) | (uint8_t)b.data[3], 1011);
+    al_buf_free(&b);
+}
+END_TEST
+
+/* Sends an upgrade to the terminal of id with extra header lines; the answer's head (and
+ * what followed it) into buf; the status returned. The connection stays open in *fdp. */
+static int term_upgrade(const char *id, const char *extra, char *buf, size_t cap, int *fdp)
+{
+    int fd = raw_connect();
+    char q[2048];
+    snprintf(q, sizeof q,
+             "GET /console/api/sandboxes/%s/terminal?cols=100&rows=30 HTTP/1.1\r\nHost: %s\r\n"
+             "Connection: Upgrade\r\nUpgrade: websocket\r\n"
+             "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n%s\r\n",
+             id, g_target, extra);
+    ck_assert_int_eq(send(fd, q, strlen(q), MSG_NOSIGNAL), (ssize_t)strlen(q));
+    size_t len = 0;
+    buf[0] = '\0';
+    while (len + 1 < cap && !strstr(buf, "\r\n\r\n")) {
+        ssize_t n = recv(fd, buf + len, cap - 1 - len, 0);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        buf[len] = '\0';
+    }
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 ", 9) == 0, "no answer: %s", buf);
+    if (fdp)
+        *fdp = fd;
+    else
+        close(fd);
+    return atoi(buf + 9);
+}
+
+START_TEST(console_terminal_upgrade)
+{
+    char key[CP_APIKEY_LEN + 1], akey[CP_APIKEY_LEN + 1];
+    add_key("ops", CP_ROLE_OPERATOR, NULL, key);
+    add_key("watch", CP_ROLE_AUDITOR, NULL, akey);
+    char id[64];
+    create("{\"templateID\":\"base\"}", id, NULL);
+    char cookie[160], csrf[80], acookie[160], acsrf[80];
+    signin(key, NULL, 0, cookie, csrf);
+    signin(akey, NULL, 0, acookie, acsrf);
+    char origin[128], h[1024], buf[8192];
+    snprintf(origin, sizeof origin, "Origin: http://%s\r\n", g_target);
+    /* No session: 401. */
+    snprintf(h, sizeof h, "%sSec-WebSocket-Protocol: airlock.terminal, csrf.%s\r\n", origin, csrf);
+    ck_assert_int_eq(term_upgrade(id, h, buf, sizeof buf, NULL), 401);
+    /* Another site's page: 403, even with the cookie and the token. */
+    snprintf(h, sizeof h,
+             "Origin: http://evil.test\r\nCookie: %s\r\n"
+             "Sec-WebSocket-Protocol: airlock.terminal, csrf.%s\r\n",
+             cookie, csrf);
+    ck_assert_int_eq(term_upgrade(id, h, buf, sizeof buf, NULL), 403);
+    ck_assert_ptr_nonnull(strstr(buf, "Origin"));
+    snprintf(h, sizeof h, "Cookie: %s\r\nSec-WebSocket-Protocol: airlock.terminal, csrf.%s\r\n",
+             cookie, csrf);
+    ck_assert_int_eq(term_upgrade(id, h, buf, sizeof buf, NULL), 403); /* no Origin at all */
+    /* Without the CSRF token, or with another: 403. */
+    snprintf(h, sizeof h, "%sCookie: %s\r\nSec-WebSocket-Protocol: airlock.terminal\r\n", origin,
+             cookie);
+    ck_assert_int_eq(term_upgrade(id, h, buf, sizeof buf, NULL), 403);
+    ck_assert_ptr_nonnull(strstr(buf, "csrf."));
+    snprintf(h, sizeof h, "%sCookie: %s\r\nSec-WebSocket-Protocol: airlock.terminal, csrf.%s\r\n",
+             origin, cookie, acsrf);
+    ck_assert_int_eq(term_upgrade(id, h, buf, sizeof buf, NULL), 403);
+    /* An auditor: 403, naming its role. */
+    snprintf(h, sizeof h, "%sCookie: %s\r\nSec-WebSocket-Protocol: airlock.terminal, csrf.%s\r\n",
+             origin, acookie, acsrf);
+    ck_assert_int_eq(term_upgrade(id, h, buf, sizeof buf, NULL), 403);
+    ck_assert_ptr_nonnull(strstr(buf, "has the role auditor"));
+    /* A size out of bounds, an unknown sandbox: 400, 404. */
+    snprintf(h, sizeof h, "%sCookie: %s\r\nSec-WebSocket-Protocol: airlock.terminal, csrf.%s\r\n",
+             origin, cookie, csrf);
+    ck_assert_int_eq(term_upgrade("i0000000000000000000", h, buf, sizeof buf, NULL), 404);
+    /* The operator: 101, the accept key of RFC 6455 and the subprotocol chosen; the fixture's
+     * agent answers no shell, and the WebSocket closes saying so. */
+    int fd = -1;
+    ck_assert_int_eq(term_upgrade(id, h, buf, sizeof buf, &fd), 101);
+    ck_assert_ptr_nonnull(
+        strcasestr(buf, "\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
+    ck_assert_ptr_nonnull(strcasestr(buf, "\r\nSec-WebSocket-Protocol: airlock.terminal\r\n"));
+    char *rest = strstr(buf, "\r\n\r\n") + 4;
+    size_t have = strlen(rest);
+    uint8_t fr[512];
+    memcpy(fr, rest, have);
+    while (have < 4 || have < 2u + (fr[1] & 0x7F)) {
+        ssize_t n = recv(fd, fr + have, sizeof fr - have, 0);
+        ck_assert_msg(n > 0, "no close frame");
+        have += (size_t)n;
+    }
+    ck_assert_uint_eq(fr[0], 0x88);
+    ck_assert_uint_eq((fr[2] << 8) | fr[3], 1011);
+    ck_assert_msg(memmem(fr + 4, (fr[1] & 0x7F) - 2, "agent", 5), "%.*s", (fr[1] & 0x7F) - 2,
+                  (char *)fr + 4);
+    close(fd);
+    /* Not a WebSocket: 426. */
+    struct resp r;
+    struct al_http_header c[] = {{"Cookie", cookie}};
+    char path[128];
+    snprintf(path, sizeof path, "/console/api/sandboxes/%s/terminal", id);
+    call(&r, "GET", path, c, 1, NULL);
+    ck_assert_int_eq(r.status, 426);
+    resp_free(&r);
+    /* The session says who may. */
+    call(&r, "GET", "/console/api/session", c, 1, NULL);
+    ck_assert(json_is_true(json_object_get(json_object_get(r.body, "may"), "terminal")));
+    resp_free(&r);
+    struct al_http_header ac[] = {{"Cookie", acookie}};
+    call(&r, "GET", "/console/api/session", ac, 1, NULL);
+    ck_assert(json_is_false(json_object_get(json_object_get(r.body, "may"), "terminal")));
+    resp_free(&r);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_rest_console");
@@ -565,6 +741,8 @@ static Suite *suite(void)
     tcase_add_test(t, console_cookie_parsing);
     tcase_add_test(t, console_admin_audit);
     tcase_add_test(t, console_admin_overview);
+    tcase_add_test(t, console_ws_frames);
+    tcase_add_test(t, console_terminal_upgrade);
     suite_add_tcase(s, t);
     return s;
 }

@@ -142,19 +142,6 @@ START_TEST(dataplane_routing)
 }
 END_TEST
 
-/* A raw TCP connection to airlockd (for what the blocking client cannot do). */
-static int raw_connect(void)
-{
-    int port = atoi(strchr(g_target, ':') + 1);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
-    struct timeval tv = {.tv_sec = 5};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
-}
-
 static size_t raw_read_until(int fd, char *buf, size_t cap, const char *needle)
 {
     size_t len = 0;
