@@ -55,6 +55,8 @@ void cp_console_free(struct cp *cp);
 void cp_console_term(struct cp *cp, struct al_http_req *req, const char *id);
 /* Ends every terminal (airlockd stops). */
 void cp_console_term_stop(struct cp *cp);
+/* Ends every live tail of the audit log (console_api.c; airlockd stops). */
+void cp_console_api_stop(struct cp *cp);
 
 /* The value of cookie name in the Cookie header fields (RFC 6265 5.4: "a=b; c=d"), into out.
  * 1 found, 0 absent, -EEXIST when it occurs more than once, -E2BIG when it does not fit. */

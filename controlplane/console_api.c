@@ -4,7 +4,8 @@
  *   GET /admin/overview      the backend and why it was chosen (the KVM probe's verdict), the
  *                            pools, the sandboxes by state
  *   GET /admin/audit         the latest records of the egress audit log, newest first
- *                            (limit, decision, sandbox)
+ *                            (limit, decision, sandbox); with Accept: text/event-stream, the
+ *                            records as they are written (the same filters), live
  *   GET /admin/audit/verify  the log's verification (common/auditlog's verifier, as
  *                            `airlock audit verify` runs it): intact up to which record, or
  *                            the first bad record and what is wrong with it
@@ -24,6 +25,7 @@
 #include <sodium.h>
 
 #include "common/auditlog.h"
+#include "common/http_head.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "console.h"
@@ -123,13 +125,11 @@ static void capi__overview(struct cp *cp, struct al_http_req *req)
 
 /* ---- the audit log (worker threads) ------------------------------------------------------- */
 
-static bool capi__matches(const struct capi_work *x, const json_t *rec)
+static bool capi__matches(const char *decision, const char *sandbox, const json_t *rec)
 {
-    if (x->decision[0] &&
-        !capi__streq(json_string_value(json_object_get(rec, "decision")), x->decision))
+    if (decision[0] && !capi__streq(json_string_value(json_object_get(rec, "decision")), decision))
         return false;
-    if (x->sandbox[0] &&
-        !capi__streq(json_string_value(json_object_get(rec, "sandbox")), x->sandbox))
+    if (sandbox[0] && !capi__streq(json_string_value(json_object_get(rec, "sandbox")), sandbox))
         return false;
     return true;
 }
@@ -156,11 +156,14 @@ static void capi__records(struct capi_work *x)
         return;
     }
     size_t n = 0, scanned = 0;
+    uint64_t last_seq = 0;
     struct al_auditlog_record rec;
     int rc;
     while ((rc = al_auditlog_reader_next(r, &rec)) == 1) {
         scanned++;
-        if (rec.internal || !rec.json || !capi__matches(x, rec.json))
+        if (rec.seq)
+            last_seq = rec.seq;
+        if (rec.internal || !rec.json || !capi__matches(x->decision, x->sandbox, rec.json))
             continue;
         size_t slot = n % x->limit;
         json_decref(ring[slot]);
@@ -181,7 +184,8 @@ static void capi__records(struct capi_work *x)
         return;
     }
     x->out =
-        json_pack("{s:o,s:I,s:s}", "records", arr, "scanned", (json_int_t)scanned, "dir", x->dir);
+        json_pack("{s:o,s:I,s:s,s:o}", "records", arr, "scanned", (json_int_t)scanned, "dir",
+                  x->dir, "lastSeq", last_seq ? json_integer((json_int_t)last_seq) : json_null());
     x->status = x->out ? 200 : 500;
 }
 
@@ -232,6 +236,25 @@ static void capi__done(uv_work_t *w, int status)
     free(x);
 }
 
+/* The filters of the records and of their live tail (decision, sandbox): false after
+ * answering 400. */
+static bool capi__filters(struct al_http_req *req, char decision[16], char sandbox[64])
+{
+    int rc = al_http_query_get(req->query, "decision", decision, 16);
+    if ((rc && rc != -ENOENT) ||
+        (decision[0] && !capi__streq(decision, "allow") && !capi__streq(decision, "deny") &&
+         !capi__streq(decision, "would_deny"))) {
+        cp_rest_error(req, 400, "decision must be allow, deny or would_deny");
+        return false;
+    }
+    rc = al_http_query_get(req->query, "sandbox", sandbox, 64);
+    if ((rc && rc != -ENOENT) || (sandbox[0] && !cp_sandbox_id_valid(sandbox))) {
+        cp_rest_error(req, 400, "sandbox must be a sandbox id");
+        return false;
+    }
+    return true;
+}
+
 static void capi__audit(struct cp *cp, struct al_http_req *req, enum capi_kind kind)
 {
     if (kind == CAPI_VERIFY && capi__verifying) {
@@ -263,18 +286,8 @@ static void capi__audit(struct cp *cp, struct al_http_req *req, enum capi_kind k
         }
         if (has)
             x->limit = (size_t)v;
-        int rc = al_http_query_get(req->query, "decision", x->decision, sizeof x->decision);
-        if ((rc && rc != -ENOENT) ||
-            (x->decision[0] && !capi__streq(x->decision, "allow") &&
-             !capi__streq(x->decision, "deny") && !capi__streq(x->decision, "would_deny"))) {
+        if (!capi__filters(req, x->decision, x->sandbox)) {
             free(x);
-            cp_rest_error(req, 400, "decision must be allow, deny or would_deny");
-            return;
-        }
-        rc = al_http_query_get(req->query, "sandbox", x->sandbox, sizeof x->sandbox);
-        if ((rc && rc != -ENOENT) || (x->sandbox[0] && !cp_sandbox_id_valid(x->sandbox))) {
-            free(x);
-            cp_rest_error(req, 400, "sandbox must be a sandbox id");
             return;
         }
     }
@@ -286,6 +299,316 @@ static void capi__audit(struct cp *cp, struct al_http_req *req, enum capi_kind k
     }
     if (kind == CAPI_VERIFY)
         capi__verifying = true;
+}
+
+/* ---- the live tail (Server-Sent Events) ---------------------------------------------------- */
+
+/* GET /admin/audit with Accept: text/event-stream: the records written from now on (or after
+ * the seq of Last-Event-ID, or of ?after=, so that a page that listed up to a record and a
+ * client that reconnects miss none), with the filters of the listing, one event "record" per
+ * record (id: its seq, data: its line as in the log). The log is followed as `airlock audit
+ * tail -f` follows it (the reader's inotify descriptor, polled on the loop); it is read on
+ * the thread pool, one read at a time per stream. */
+#define CAPI_TAIL_BATCH        500   /* records per read (the rest in the next) */
+#define CAPI_TAIL_SCAN         20000 /* lines looked at per read */
+#define CAPI_TAIL_MAX_QUEUED   (4u << 20)
+#define CAPI_TAIL_KEEPALIVE_MS 15000
+
+struct capi_tail {
+    struct cp *cp;
+    struct al_http_req *req; /* NULL once the client left or the stream ended */
+    struct al_auditlog_reader *r;
+    uv_work_t w;
+    uv_poll_t poll;
+    uv_timer_t keepalive;
+    int handles; /* of poll and keepalive, open */
+    bool working, again, more, started, ending;
+    uint64_t after;
+    bool has_after;
+    char dir[4200], decision[16], sandbox[64];
+    /* the worker's */
+    struct al_buf out;
+    int status;
+    char msg[768];
+    struct capi_tail *next;
+};
+
+static struct capi_tail *capi__tails;
+
+static void capi__tail_free(struct capi_tail *t)
+{
+    for (struct capi_tail **p = &capi__tails; *p; p = &(*p)->next)
+        if (*p == t) {
+            *p = t->next;
+            break;
+        }
+    if (t->r)
+        al_auditlog_reader_close(t->r);
+    al_buf_free(&t->out);
+    free(t);
+}
+
+static void capi__tail_closed(uv_handle_t *h)
+{
+    struct capi_tail *t = h->data;
+    if (--t->handles == 0 && !t->working)
+        capi__tail_free(t);
+}
+
+/* The stream is over (the client left, it ended from here): once no read is under way and
+ * the handles are closed, it is freed. */
+static void capi__tail_release(struct capi_tail *t)
+{
+    if (t->ending)
+        return;
+    t->ending = true;
+    if (t->req) {
+        t->req->user = NULL;
+        t->req = NULL;
+    }
+    if (t->handles) {
+        uv_close((uv_handle_t *)&t->poll, capi__tail_closed);
+        uv_close((uv_handle_t *)&t->keepalive, capi__tail_closed);
+    } else if (!t->working) {
+        capi__tail_free(t);
+    }
+}
+
+static void capi__tail_end(struct capi_tail *t, const char *why)
+{
+    struct al_http_req *req = t->req;
+    if (req) {
+        char line[512];
+        int n = snprintf(line, sizeof line, "event: end\ndata: %s\n\n", why);
+        al_http_resp_write(req, line, (size_t)n);
+        capi__tail_release(t);
+        al_http_resp_end(req);
+    } else {
+        capi__tail_release(t);
+    }
+}
+
+static void capi__tail_on_close(struct al_http_req *req)
+{
+    struct capi_tail *t = req->user;
+    if (t) {
+        t->req = NULL;
+        capi__tail_release(t);
+    }
+}
+
+static void capi__tail_read(struct capi_tail *t)
+{
+    if (!t->r) { /* the first read opens the log where the stream starts */
+        struct al_auditlog_reader_opts o = {.dir = t->dir, .prefix = "egress", .follow = true};
+        struct al_error err = {0};
+        if (al_auditlog_reader_open(&o, &t->r, &err) < 0) {
+            t->status = 404;
+            snprintf(t->msg, sizeof t->msg, "cannot read the audit log in %s: %s", t->dir,
+                     al_error_str(&err));
+            return;
+        }
+        int rc = t->has_after ? al_auditlog_reader_seek_seq(t->r, t->after + 1)
+                              : al_auditlog_reader_seek_tail(t->r, 0);
+        if (rc < 0) {
+            t->status = 500;
+            snprintf(t->msg, sizeof t->msg, "cannot read the audit log in %s: %s", t->dir,
+                     strerror(-rc));
+        }
+        return; /* the stream starts; its first read follows at once */
+    }
+    al_auditlog_reader_wait(t->r, 0); /* drains the descriptor the loop polls */
+    struct al_auditlog_record rec;
+    size_t matched = 0, scanned = 0;
+    int rc;
+    t->more = false;
+    while ((rc = al_auditlog_reader_next(t->r, &rec)) == 1) {
+        if (!rec.internal && rec.json && capi__matches(t->decision, t->sandbox, rec.json)) {
+            al_buf_printf(&t->out, "id: %llu\nevent: record\ndata: %.*s\n\n",
+                          (unsigned long long)rec.seq, (int)rec.len, rec.line);
+            matched++;
+        }
+        if (matched >= CAPI_TAIL_BATCH || ++scanned >= CAPI_TAIL_SCAN) {
+            t->more = true;
+            break;
+        }
+    }
+    if (rc < 0) {
+        t->status = 500;
+        snprintf(t->msg, sizeof t->msg, "reading the audit log in %s failed: %s", t->dir,
+                 strerror(-rc));
+    }
+}
+
+static void capi__tail_work(uv_work_t *w)
+{
+    capi__tail_read(w->data);
+}
+
+static void capi__tail_queue(struct capi_tail *t);
+
+static void capi__tail_poll(uv_poll_t *p, int status, int events)
+{
+    (void)status, (void)events;
+    struct capi_tail *t = p->data;
+    if (t->working)
+        t->again = true;
+    else
+        capi__tail_queue(t);
+}
+
+static void capi__tail_keepalive(uv_timer_t *tm)
+{
+    struct capi_tail *t = tm->data;
+    if (t->req && al_http_resp_queued(t->req) > CAPI_TAIL_MAX_QUEUED)
+        capi__tail_end(t, "this client reads slower than records arrive: reconnect (with "
+                          "Last-Event-ID) to go on where it stopped");
+    else if (t->req)
+        al_http_resp_write(t->req, ": keep-alive\n\n", 14);
+}
+
+/* The stream's answer, once the log is open where it starts. */
+static int capi__tail_begin(struct capi_tail *t)
+{
+    struct al_http_req *req = t->req;
+    struct al_http_header h[] = {{"Content-Type", "text/event-stream"},
+                                 {"Cache-Control", "no-store"}};
+    int fd = al_auditlog_reader_fd(t->r);
+    if (fd < 0 || uv_poll_init(t->cp->loop, &t->poll, fd) < 0)
+        return -EIO;
+    t->poll.data = t;
+    uv_timer_init(t->cp->loop, &t->keepalive);
+    t->keepalive.data = t;
+    t->handles = 2;
+    if (al_http_resp_start(req, 200, h, 2, -1) < 0)
+        return -EPIPE;
+    t->started = true;
+    req->user = t;
+    al_http_req_on_close(req, capi__tail_on_close);
+    /* ": ready" tells a client the stream follows the log: what is written after it is sent. */
+    al_http_resp_write(req, ": ready\n\n", 9);
+    uv_poll_start(&t->poll, UV_READABLE, capi__tail_poll);
+    uv_timer_start(&t->keepalive, capi__tail_keepalive, CAPI_TAIL_KEEPALIVE_MS,
+                   CAPI_TAIL_KEEPALIVE_MS);
+    return 0;
+}
+
+static void capi__tail_done(uv_work_t *w, int status)
+{
+    struct capi_tail *t = w->data;
+    t->working = false;
+    if (t->ending) {
+        if (!t->handles)
+            capi__tail_free(t);
+        return;
+    }
+    if (status < 0 && !t->status) {
+        t->status = 500;
+        snprintf(t->msg, sizeof t->msg, "the audit log could not be read (%s)",
+                 uv_strerror(status));
+    }
+    if (!t->started) { /* the answer is not under way: an ordinary error, or the stream */
+        struct al_http_req *req = t->req;
+        if (t->status || capi__tail_begin(t) < 0) {
+            if (t->status)
+                cp_rest_error(req, t->status, "%s", t->msg);
+            else
+                cp_rest_error(req, 500, "cannot follow the audit log in %s", t->dir);
+            t->req = NULL;
+            capi__tail_release(t);
+            return;
+        }
+        capi__tail_queue(t); /* what came meanwhile */
+        return;
+    }
+    if (t->out.len && t->req)
+        al_http_resp_write(t->req, t->out.data, t->out.len);
+    al_buf_reset(&t->out);
+    if (t->status) {
+        capi__tail_end(t, t->msg);
+        return;
+    }
+    if (t->req && al_http_resp_queued(t->req) > CAPI_TAIL_MAX_QUEUED) {
+        capi__tail_end(t, "this client reads slower than records arrive: reconnect (with "
+                          "Last-Event-ID) to go on where it stopped");
+        return;
+    }
+    if (t->more || t->again) {
+        t->again = false;
+        capi__tail_queue(t);
+    }
+}
+
+static void capi__tail_queue(struct capi_tail *t)
+{
+    if (t->working || t->ending)
+        return;
+    t->w.data = t;
+    if (uv_queue_work(t->cp->loop, &t->w, capi__tail_work, capi__tail_done) < 0) {
+        capi__tail_end(t, "cannot queue the audit log's reading");
+        return;
+    }
+    t->working = true;
+}
+
+static bool capi__wants_stream(const struct al_http_req *req)
+{
+    const char *a = al_http_req_header(req, "Accept");
+    return a && al_http_list_has(a, strlen(a), "text/event-stream", 17);
+}
+
+static void capi__tail(struct cp *cp, struct al_http_req *req)
+{
+    struct capi_tail *t = calloc(1, sizeof *t);
+    if (!t) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    if (!capi__filters(req, t->decision, t->sandbox)) {
+        free(t);
+        return;
+    }
+    const char *last = al_http_req_header(req, "Last-Event-ID");
+    char after[32] = "";
+    int rc = al_http_query_get(req->query, "after", after, sizeof after);
+    if (last || rc == 0) {
+        const char *v = last ? last : after;
+        char *end = NULL;
+        errno = 0;
+        t->after = strtoull(v, &end, 10);
+        t->has_after = true;
+        if (!*v || *end || errno || v[0] == '-') {
+            free(t);
+            cp_rest_error(req, 400, "%s must be the seq of a record of the log",
+                          last ? "Last-Event-ID" : "after");
+            return;
+        }
+    } else if (rc != -ENOENT) {
+        free(t);
+        cp_rest_error(req, 400, "after must be the seq of a record of the log");
+        return;
+    }
+    t->cp = cp;
+    t->req = req;
+    al_buf_init(&t->out, 0);
+    capi__audit_dir(cp, t->dir, sizeof t->dir);
+    t->next = capi__tails;
+    capi__tails = t;
+    capi__tail_queue(t);
+    if (!t->working) {
+        capi__tail_free(t);
+        cp_rest_error(req, 500, "cannot queue the audit log's reading");
+    }
+}
+
+void cp_console_api_stop(struct cp *cp)
+{
+    (void)cp;
+    for (struct capi_tail *t = capi__tails, *next; t; t = next) {
+        next = t->next;
+        if (!t->ending)
+            capi__tail_end(t, "airlockd stops");
+    }
 }
 
 /* ---- API keys ------------------------------------------------------------------------------ */
@@ -420,6 +743,8 @@ bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct c
     }
     if (strcmp(p, "/admin/overview") == 0)
         capi__overview(cp, req);
+    else if (strcmp(p, "/admin/audit") == 0 && capi__wants_stream(req))
+        capi__tail(cp, req);
     else if (strcmp(p, "/admin/audit") == 0)
         capi__audit(cp, req, CAPI_RECORDS);
     else if (strcmp(p, "/admin/audit/verify") == 0)

@@ -477,6 +477,7 @@ static void daemon__stop(struct cp *cp)
     cp->stopping = true;
     cp_events_stop(cp);       /* the streams end; the shutdown's events are still recorded */
     cp_console_term_stop(cp); /* the console's terminals end, their shells killed */
+    cp_console_api_stop(cp);  /* and its live tails of the audit log */
     cp_webhooks_stop(cp);
     cp_cluster_stop(cp); /* a node's lease is released: no new sandboxes come here */
     bool keep = cp->cfg.on_shutdown == CP_SHUTDOWN_KEEP;

@@ -3,7 +3,8 @@
 //   #/sandboxes         the sandboxes (state filter), each linking to its detail
 //   #/sandboxes/<id>    one sandbox: info, metadata, pause, resume, kill
 //   #/sandboxes/<id>/terminal  a shell in it (operator and admin), over a WebSocket
-//   #/audit             the latest egress decisions (filters) and the log's verification
+//   #/audit             the latest egress decisions (filters), followed live on request, and
+//                       the log's verification
 //   #/keys              the API keys (admins): list, create (the key shown once), revoke
 // What the signed-in key's role may do comes from the session (`may`, answered by the API's
 // own table of routes): actions the role cannot take are not offered. The API refuses them
@@ -18,6 +19,7 @@ const who = document.getElementById("who");
 const signoutBtn = document.getElementById("signout");
 let current = null; // the session
 let openTerminal = null; // the terminal page's WebSocket and emulator, closed when it is left
+let liveTail = null; // the audit page's EventSource, closed when it is left
 
 // Whether the session's role may take this action (docs/console.md, "Signing in").
 function may(action) {
@@ -272,6 +274,54 @@ function target(r) {
   return r.host || r.sni || r.qname || r.dst || "";
 }
 
+function auditRow(r) {
+  return h("tr", { "data-testid": "audit-row" },
+    h("td", { class: "mono" }, r.seq),
+    h("td", {}, when(r.time)),
+    h("td", { class: "mono" }, r.sandbox || ""),
+    h("td", {}, r.type || ""),
+    h("td", { class: r.decision || "" }, r.decision || ""),
+    h("td", { class: "mono" }, r.reason || ""),
+    h("td", { class: "mono" }, r.rule || ""),
+    h("td", { class: "mono" }, target(r)),
+    h("td", { class: "mono" }, r.path || ""));
+}
+
+function closeLive() {
+  if (liveTail) liveTail.close();
+  liveTail = null;
+}
+
+// Follows the log from record `after` on (the newest the page lists), with the page's filter:
+// each new record goes on top of tbody. GET /admin/audit as Server-Sent Events.
+function follow(tbody, status, decision, after) {
+  closeLive();
+  const q = new URLSearchParams();
+  if (decision) q.set("decision", decision);
+  if (after !== undefined) q.set("after", String(after));
+  const es = new EventSource(`/admin/audit?${q}`);
+  liveTail = es;
+  show(status, "Connecting…");
+  es.addEventListener("open", () => show(status, "Following the log: new records appear on top."));
+  es.addEventListener("record", (ev) => {
+    let r;
+    try {
+      r = JSON.parse(ev.data);
+    } catch {
+      return;
+    }
+    const empty = tbody.querySelector("[data-testid=no-records]");
+    if (empty) empty.remove();
+    tbody.prepend(auditRow(r));
+    while (tbody.children.length > 1000) tbody.lastElementChild.remove();
+  });
+  es.addEventListener("end", (ev) => show(status, h("span", { class: "error" }, `The live tail ended: ${ev.data}`)));
+  es.addEventListener("error", () => {
+    if (es.readyState === EventSource.CLOSED) show(status, h("span", { class: "error" }, "The live tail stopped (no audit log to follow, or the session ended)."));
+    else show(status, "Reconnecting…");
+  });
+}
+
 async function renderAudit(params) {
   if (!may("readAudit")) {
     show(view, h("h1", {}, "Audit"), notForRole("read the egress audit log"));
@@ -298,30 +348,36 @@ async function renderAudit(params) {
     [["", "every decision"], ["deny", "deny"], ["would_deny", "would_deny"], ["allow", "allow"]]
       .map(([v, t]) => h("option", { value: v, selected: v === decision }, t)));
   select.addEventListener("change", () => {
-    location.hash = select.value ? `#/audit?decision=${encodeURIComponent(select.value)}` : "#/audit";
+    const p = new URLSearchParams();
+    if (select.value) p.set("decision", select.value);
+    if (liveBox.checked) p.set("live", "1");
+    location.hash = `#/audit${p.size ? `?${p}` : ""}`;
   });
   let records;
   let listing;
+  let tbody = null;
   try {
     records = await api("GET", `/admin/audit?${q}`);
-    const rows = records.records.map((r) =>
-      h("tr", { "data-testid": "audit-row" },
-        h("td", { class: "mono" }, r.seq),
-        h("td", {}, when(r.time)),
-        h("td", { class: "mono" }, r.sandbox || ""),
-        h("td", {}, r.type || ""),
-        h("td", { class: r.decision || "" }, r.decision || ""),
-        h("td", { class: "mono" }, r.reason || ""),
-        h("td", { class: "mono" }, r.rule || ""),
-        h("td", { class: "mono" }, target(r)),
-        h("td", { class: "mono" }, r.path || "")));
+    const rows = records.records.map(auditRow);
+    tbody = h("tbody", { "data-testid": "audit-rows" }, rows.length ? rows : h("tr", { "data-testid": "no-records" }, h("td", { colspan: 9, class: "muted" }, "No records.")));
     listing = h("table", {},
       h("thead", {}, h("tr", {}, ["seq", "time", "sandbox", "type", "decision", "reason", "rule", "host", "path"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 9, class: "muted" }, "No records."))));
+      tbody);
   } catch (e) {
     if (e instanceof ApiError && e.status === 401) throw e;
     listing = problem(e);
   }
+  const liveStatus = h("span", { class: "muted", "data-testid": "live-status" });
+  const liveBox = h("input", { type: "checkbox", id: "live", "aria-label": "follow the log live" });
+  liveBox.addEventListener("change", () => {
+    if (!liveBox.checked) {
+      closeLive();
+      show(liveStatus, "");
+      return;
+    }
+    // From the last record the listing read on (the log's order is its seq): none is missed.
+    follow(tbody, liveStatus, decision, records.lastSeq ?? undefined);
+  });
   show(view,
     h("h1", {}, "Audit"),
     h("h2", {}, "Verification"),
@@ -330,7 +386,12 @@ async function renderAudit(params) {
     h("h2", {}, "Latest records"),
     h("div", { class: "filters" }, h("label", { for: "decision-filter" }, "decision"), select,
       records ? h("span", { class: "muted" }, `${records.records.length} shown, newest first, from ${records.dir}`) : null),
+    tbody ? h("div", { class: "filters" }, liveBox, h("label", { for: "live" }, "live"), liveStatus) : null,
     listing);
+  if (tbody && params.get("live") === "1") {
+    liveBox.checked = true;
+    liveBox.dispatchEvent(new Event("change"));
+  }
 }
 
 function verdict(v) {
@@ -425,6 +486,7 @@ async function renderKeys(made) {
 
 function route() {
   closeTerminal();
+  closeLive();
   if (!current) return;
   const raw = location.hash.replace(/^#/, "") || "/overview";
   const [path, query] = raw.split("?");

@@ -4,6 +4,7 @@
 // metadata is hostile), AUDITOR_KEY (a key of the auditor role), SANDBOX2 (another running
 // sandbox, which the auditor must fail to kill), SHOTS (a directory for the screenshots). Prints one "ok - ..." line per
 // check; the first failure throws (exit 1).
+import fs from "node:fs";
 import puppeteer from "puppeteer-core";
 
 const base = process.env.CONSOLE_URL;
@@ -12,6 +13,7 @@ const sandbox = process.env.SANDBOX;
 const auditorKey = process.env.AUDITOR_KEY;
 const sandbox2 = process.env.SANDBOX2;
 const shots = process.env.SHOTS;
+const auditFile = process.env.AUDIT_FILE;
 const origin = new URL(base).origin;
 const T = 30000; // every wait is bounded
 
@@ -117,6 +119,26 @@ try {
   });
   ok(true, "audit: verification answers");
   await page.screenshot({ path: `${shots}/audit.png`, fullPage: true });
+
+  // Audit, live: the page follows the log with its filter; a record written now appears on
+  // top, as text, and one the filter leaves out does not. cp_console.sh's world has no
+  // airlock-egress: this appends records to the log file as the log's writer lays them out.
+  const appendRecord = (seq, fields) =>
+    fs.appendFileSync(auditFile, JSON.stringify({ seq, time: new Date().toISOString(), type: "http_request", sandbox: sandbox2, ...fields }) + "\n");
+  await page.goto(`${base}/console/#/audit?decision=deny&live=1`);
+  await page.waitForFunction(() => document.querySelector("[data-testid=live-status]")?.textContent.includes("Following"));
+  appendRecord(2, { decision: "allow", reason: "rule_allows", rule: "web", host: "live-allow.test", path: "/ok" });
+  appendRecord(3, { decision: "deny", reason: "path_not_allowed", rule: "web", host: "<img src=x onerror=window.__pwned=6>.test", path: "/live-deny" });
+  await page.waitForFunction(() => [...document.querySelectorAll("[data-testid=audit-row]")].some((r) => r.textContent.includes("/live-deny")));
+  const liveRow = await page.$$eval("[data-testid=audit-row]", (rs) => rs.map((r) => [...r.children].map((c) => c.textContent)).find((c) => c.includes("/live-deny")));
+  ok(liveRow[4] === "deny" && liveRow[5] === "path_not_allowed" && liveRow[6] === "web" && liveRow[7] === "<img src=x onerror=window.__pwned=6>.test",
+    `audit live: the denial appears with its rule and reason, its host as text (${liveRow.join(" | ")})`);
+  ok(await page.evaluate(() => document.querySelectorAll("main img").length === 0 && window.__pwned === undefined), "audit live: nothing of the host ran");
+  appendRecord(4, { decision: "deny", reason: "no_rule_matched", rule: null, host: "after.test", path: "/after" });
+  await page.waitForFunction(() => document.querySelector("[data-testid=audit-row]")?.textContent.includes("/after"));
+  ok(!(await page.$$eval("[data-testid=audit-row]", (rs) => rs.some((r) => r.textContent.includes("live-allow.test")))),
+    "audit live: the filter (deny) leaves the allowed record out, and the newest is on top");
+  await page.screenshot({ path: `${shots}/audit-live.png`, fullPage: true });
 
   // API keys: create one (shown once), see it listed with its role, revoke it: it stops working.
   await page.goto(`${base}/console/#/keys`);

@@ -7,7 +7,8 @@
 #   - the sandboxes page lists a created sandbox whose metadata is hostile (<img onerror>,
 #     "><script>, a bidi control): shown as text, no element made, nothing run;
 #   - a POST with the cookie and without the CSRF token is refused; the detail page; kill;
-#   - the audit page's verification answers; the API keys page creates a key (shown once,
+#   - the audit page's verification answers; followed live with a filter, a record written
+#     meanwhile appears (rule, reason, a hostile host as text), one filtered out does not; the API keys page creates a key (shown once,
 #     working) and revokes it (refused at once); sign-out ends the session;
 #   - the terminal: `echo hi` typed shows `hi`, hostile output shows as text, the pty has the
 #     page's size, its start and end are lifecycle events with the key (and nothing typed),
@@ -39,12 +40,18 @@ al_check "a second sandbox, for the auditor" test -n "$SB2"
 al_ok "an auditor key" cp_cli apikey create watcher --role auditor
 AUDITOR=$(grep -E '^e2b_[0-9a-f]{40}$' <<<"$AL_OUT")
 
+# No airlock-egress in this world: the log the audit page follows is begun here, one record
+# in the writer's layout (common/auditlog.c), and browser.mjs appends more.
+mkdir -p "$CP_STATE/audit"
+AUDIT_FILE="$CP_STATE/audit/egress-00000000000000000001-console.jsonl"
+printf '{"seq":1,"type":"http_request","sandbox":"%s","decision":"deny","reason":"no_rule_matched","host":"before.test"}\n' "$SB2" >"$AUDIT_FILE"
+
 al_note "the console in chromium"
 SHOTS=${CONSOLE_SHOTS:-$AIRLOCK_BIN/../artifacts/cp_console}
 rm -rf "$SHOTS" && mkdir -p "$SHOTS"
 al_ok "browser checks (tests/console/browser.mjs)" \
   nsenter --net="/run/netns/$CP_HOSTNS" env CONSOLE_URL="$CP_URL" API_KEY="$CP_KEY" SANDBOX="$SB" \
-  AUDITOR_KEY="$AUDITOR" SANDBOX2="$SB2" \
+  AUDITOR_KEY="$AUDITOR" SANDBOX2="$SB2" AUDIT_FILE="$AUDIT_FILE" \
   SHOTS="$SHOTS" CHROMIUM="$CHROMIUM" HOME="$AL_TMP" timeout 300 node "$CONSOLE_DIR/browser.mjs"
 printf '%s\n' "$AL_OUT" | sed 's/^/     /'
 # The test backend's agent is a host process: its shell's pid is one of ours.
@@ -53,7 +60,7 @@ al_check "the terminal's shell pid was reported" test -n "$SHELL_PID"
 for _ in $(seq 100); do kill -0 "$SHELL_PID" 2>/dev/null || break; sleep 0.1; done
 al_check "the terminal's shell was killed when the page closed it" bash -c "! kill -0 $SHELL_PID 2>/dev/null"
 al_match "the auditor did not kill it" "\"sandboxID\": *\"$SB2\"" cp_api "$CP_URL/sandboxes/$SB2"
-for p in signin overview sandboxes sandbox audit keys terminal sandbox-auditor; do
+for p in signin overview sandboxes sandbox audit audit-live keys terminal sandbox-auditor; do
   al_check "screenshot of $p" test -s "$SHOTS/$p.png"
 done
 al_done

@@ -455,6 +455,17 @@ START_TEST(console_cookie_parsing)
 END_TEST
 
 /* A real egress-shaped audit log: listed newest first, filtered, verified, then altered. */
+/* The egress audit log of the fixture's state directory (dir gets its path), open to write. */
+static struct al_auditlog *open_log(char dir[300])
+{
+    snprintf(dir, 300, "%s/audit", g_tmpdir);
+    struct al_auditlog_opts o = {.dir = dir, .prefix = "egress"};
+    struct al_auditlog *log;
+    struct al_error err = {0};
+    ck_assert_msg(al_auditlog_open(&o, &log, &err) == 0, "%s", err.msg);
+    return log;
+}
+
 START_TEST(console_admin_audit)
 {
     struct resp r;
@@ -467,11 +478,7 @@ START_TEST(console_admin_audit)
     ck_assert_int_eq(r.status, 401);
     resp_free(&r);
     char dir[300];
-    snprintf(dir, sizeof dir, "%s/audit", g_tmpdir);
-    struct al_auditlog_opts o = {.dir = dir, .prefix = "egress"};
-    struct al_auditlog *log;
-    struct al_error err = {0};
-    ck_assert_msg(al_auditlog_open(&o, &log, &err) == 0, "%s", err.msg);
+    struct al_auditlog *log = open_log(dir);
     for (int i = 0; i < 6; i++) {
         json_t *rec = json_pack("{s:s,s:s,s:s,s:s,s:s}", "type", "connection", "sandbox",
                                 "sbx0000000000000000a", "decision", i % 2 ? "deny" : "allow",
@@ -549,6 +556,105 @@ START_TEST(console_admin_overview)
     resp_free(&r);
     call(&r, "POST", "/admin/overview", c, 1, NULL);
     ck_assert_int_eq(r.status, 403); /* (a session's POST needs its token before anything) */
+    resp_free(&r);
+}
+END_TEST
+
+/* Reads from fd until buf holds needle (bounded by the socket's 5 s read timeout). */
+static bool read_until(int fd, char *buf, size_t cap, size_t *len, const char *needle)
+{
+    while (!strstr(buf, needle)) {
+        if (*len + 1 >= cap)
+            return false;
+        ssize_t n = recv(fd, buf + *len, cap - 1 - *len, 0);
+        if (n <= 0)
+            return false;
+        *len += (size_t)n;
+        buf[*len] = '\0';
+    }
+    return true;
+}
+
+static int tail_open(const char *query, const char *extra, char *buf, size_t cap, size_t *len)
+{
+    int fd = raw_connect();
+    char q[1024];
+    snprintf(q, sizeof q,
+             "GET /admin/audit%s HTTP/1.1\r\nHost: %s\r\nX-API-KEY: " KEY_ENV
+             "\r\nAccept: text/event-stream\r\n%s\r\n",
+             query, g_target, extra);
+    ck_assert_int_eq(send(fd, q, strlen(q), MSG_NOSIGNAL), (ssize_t)strlen(q));
+    *len = 0;
+    buf[0] = '\0';
+    ck_assert_msg(read_until(fd, buf, cap, len, ": ready"), "no stream: %s", buf);
+    ck_assert_msg(strncmp(buf, "HTTP/1.1 200 ", 13) == 0, "%s", buf);
+    ck_assert_ptr_nonnull(strcasestr(buf, "\r\nContent-Type: text/event-stream\r\n"));
+    return fd;
+}
+
+static uint64_t append(struct al_auditlog *log, const char *decision, const char *host)
+{
+    json_t *rec =
+        json_pack("{s:s,s:s,s:s,s:s,s:s}", "type", "connection", "sandbox", "sbx0000000000000000a",
+                  "decision", decision, "reason", "no_rule", "host", host);
+    uint64_t seq = 0;
+    ck_assert_int_eq(al_auditlog_append(log, rec, &seq), 0);
+    json_decref(rec);
+    ck_assert_int_eq(al_auditlog_sync(log, 5000), 0);
+    return seq;
+}
+
+START_TEST(console_admin_audit_live)
+{
+    struct resp r;
+    struct al_http_header sse[] = {{"X-API-KEY", KEY_ENV}, {"Accept", "text/event-stream"}};
+    call(&r, "GET", "/admin/audit", sse, 2, NULL);
+    ck_assert_msg(r.status == 404, "%d %s", r.status, r.raw); /* no log yet to follow */
+    resp_free(&r);
+    char dir[300];
+    struct al_auditlog *log = open_log(dir);
+    append(log, "allow", "before-1.example");
+    uint64_t second = append(log, "deny", "before-2.example");
+    /* The listing says where it stopped: a tail from there misses nothing. */
+    struct al_http_header k[] = {{"X-API-KEY", KEY_ENV}};
+    call(&r, "GET", "/admin/audit?decision=allow", k, 1, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(json_integer_value(json_object_get(r.body, "lastSeq")), second);
+    resp_free(&r);
+    /* Live, with the decision filter: only what is written from now on, only denials. */
+    char buf[16384];
+    size_t len;
+    int fd = tail_open("?decision=deny", "", buf, sizeof buf, &len);
+    ck_assert_ptr_null(strstr(buf, "before-"));
+    uint64_t third = append(log, "allow", "live-allow.example");
+    uint64_t fourth = append(log, "deny", "<script>x</script>live-deny.example");
+    ck_assert_msg(read_until(fd, buf, sizeof buf, &len, "live-deny.example"), "%s", buf);
+    char want[64];
+    snprintf(want, sizeof want, "id: %llu\nevent: record\ndata: {", (unsigned long long)fourth);
+    ck_assert_msg(strstr(buf, want), "%s", buf);
+    ck_assert_ptr_null(strstr(buf, "live-allow"));
+    close(fd);
+    /* From a record on (a reconnect's Last-Event-ID, the page's after=): both, in order. */
+    char last[64];
+    snprintf(last, sizeof last, "Last-Event-ID: %llu\r\n", (unsigned long long)second);
+    fd = tail_open("", last, buf, sizeof buf, &len);
+    ck_assert_msg(read_until(fd, buf, sizeof buf, &len, "live-deny.example"), "%s", buf);
+    char *a = strstr(buf, "live-allow.example"), *d = strstr(buf, "live-deny.example");
+    ck_assert(a && d && a < d);
+    ck_assert_ptr_null(strstr(buf, "before-"));
+    close(fd);
+    char q[64];
+    snprintf(q, sizeof q, "?after=%llu", (unsigned long long)third);
+    fd = tail_open(q, "", buf, sizeof buf, &len);
+    ck_assert_msg(read_until(fd, buf, sizeof buf, &len, "live-deny.example"), "%s", buf);
+    ck_assert_ptr_null(strstr(buf, "live-allow"));
+    close(fd);
+    ck_assert_int_eq(al_auditlog_close(log), 0);
+    call(&r, "GET", "/admin/audit?after=x1", sse, 2, NULL);
+    ck_assert_int_eq(r.status, 400);
+    resp_free(&r);
+    call(&r, "GET", "/admin/audit?decision=maybe", sse, 2, NULL);
+    ck_assert_int_eq(r.status, 400);
     resp_free(&r);
 }
 END_TEST
@@ -741,6 +847,7 @@ static Suite *suite(void)
     tcase_add_test(t, console_cookie_parsing);
     tcase_add_test(t, console_admin_audit);
     tcase_add_test(t, console_admin_overview);
+    tcase_add_test(t, console_admin_audit_live);
     tcase_add_test(t, console_ws_frames);
     tcase_add_test(t, console_terminal_upgrade);
     suite_add_tcase(s, t);
