@@ -173,8 +173,12 @@ static const struct auth_route {
     {"GET", "/admin/audit/**", AU, "the egress audit log"},
     {"*", "/admin/keys/**", A, "managing API keys"},
     {"*", "/admin/cluster/**", A, "the cluster's nodes (they name its hosts)"},
+    /* Volumes: which exist to everyone; made, destroyed and their tokens (which open their
+     * content) to operators. */
+    {"GET", "/volumes", CP_ROLES_ALL, "listing volumes"},
+    {"*", "/volumes", AO, "creating volumes"},
+    {"*", "/volumes/**", AO, "a volume's token, or destroying volumes"},
     /* Not supported for anyone (501): say so to every role. */
-    {"*", "/volumes/**", CP_ROLES_ALL, "volumes"},
     {"*", "/teams/**", CP_ROLES_ALL, "teams"},
 };
 

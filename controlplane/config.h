@@ -86,6 +86,8 @@ struct cp_config {
     uint64_t step_timeout_ms;  /* longest RUN step */
     uint64_t max_step_output;  /* bytes of a RUN step's output in the build log */
     uint64_t max_upload_bytes; /* one COPY archive (builds.c) */
+    uint64_t volume_bytes;     /* each volume's quota (volumes.c) */
+    int64_t max_volumes;       /* per API key */
 
     /* network (vswitch) */
     int network; /* enum cp_tri: auto = on when the host allows it */

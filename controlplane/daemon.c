@@ -42,6 +42,7 @@
 #include "metrics.h"
 #include "policysel.h"
 #include "snapshots.h"
+#include "volumes.h"
 #include "store.h"
 #include "supervise.h"
 #include "templates.h"
@@ -581,6 +582,8 @@ static void daemon__banner(struct cp *cp)
             (int)getpid());
     printf("export E2B_API_URL=%s\n", cp->api_url);
     printf("export E2B_SANDBOX_URL=%s\n", surl);
+    /* The SDK sends volume content requests to https://api.<domain> unless told. */
+    printf("export E2B_VOLUME_API_URL=%s\n", cp->api_url);
     if (daemon__fresh_key[0]) {
         printf("export E2B_API_KEY=%s\n", daemon__fresh_key);
         fprintf(stderr, "(this API key is shown once: it is stored only as a digest; "
@@ -851,6 +854,7 @@ int cp_main(int argc, char **argv)
         goto out;
     }
     cp_snapshots_sweep(cp);
+    cp_volumes_sweep(cp);
     cp_builds_recover(cp);
     if (cp->backend->sweep(cp, &err))
         al_warn("sweeping leftovers of dead sandboxes: %s", al_error_str(&err));

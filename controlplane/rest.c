@@ -38,6 +38,7 @@
 #include "snapshots.h"
 #include "store.h"
 #include "templates.h"
+#include "volumes.h"
 
 #define REST_MAX_BODY (1u << 20)
 
@@ -1191,7 +1192,7 @@ void cp_on_request(struct al_http_req *req, void *ctx)
         rest__prometheus(req, cp);
         return;
     }
-    if (cp_builds_upload_route(cp, req))
+    if (cp_builds_upload_route(cp, req) || cp_volumes_content_route(cp, req))
         return;
     struct cp_principal who;
     struct al_error err = {0};
@@ -1321,7 +1322,7 @@ void cp_on_request(struct al_http_req *req, void *ctx)
         rest__with_body2(req, cp, &who, R_TPL_TRIGGER, tid, bid);
         return;
     }
-    if (cp_snapshots_route(cp, req, &who))
+    if (cp_snapshots_route(cp, req, &who) || cp_volumes_route(cp, req, &who))
         return;
     if (cp_builds_route(cp, req, &who))
         return;
@@ -1330,7 +1331,7 @@ void cp_on_request(struct al_http_req *req, void *ctx)
         return;
     }
     static const char *const unsupported[] = {"/templates", "/v2/templates", "/v3/templates",
-                                              "/volumes",   "/teams",        NULL};
+                                              "/teams", NULL};
     for (const char *const *u = unsupported; *u; u++) {
         size_t l = strlen(*u);
         if (strncmp(p, *u, l) == 0 && (p[l] == '\0' || p[l] == '/')) {

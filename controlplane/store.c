@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,8 +62,15 @@ enum {
     ST_WHD_PRUNE,
     ST_WHD_QUERY,
     ST_WHD_STATS,
+    ST_VOL_INSERT,
+    ST_VOL_LOAD,
+    ST_VOL_BY_NAME,
+    ST_VOL_LIST,
+    ST_VOL_DELETE,
     ST__COUNT
 };
+
+#define STORE__VOL_COLS "id, name, key_id, token, size_bytes, created_ns"
 
 #define STORE__SNAP_COLS                                                              \
     "seq, id, name, version, sandbox_id, parent, template_id, backend, vmm_version, " \
@@ -152,6 +160,13 @@ static const char *const store__sql[ST__COUNT] = {
                      "ORDER BY seq DESC LIMIT ?2 OFFSET ?3",
     [ST_WHD_STATS] = "SELECT outcome, COUNT(*), MAX(time_ns) FROM webhook_deliveries "
                      "WHERE webhook_id = ?1 GROUP BY outcome",
+    [ST_VOL_INSERT] = "INSERT INTO volumes(" STORE__VOL_COLS ") VALUES(?1, ?2, ?3, ?4, ?5, ?6)",
+    [ST_VOL_LOAD] = "SELECT " STORE__VOL_COLS " FROM volumes WHERE id = ?1",
+    [ST_VOL_BY_NAME] = "SELECT " STORE__VOL_COLS " FROM volumes WHERE key_id = ?1 AND name = ?2",
+    /* ?1 key (NULL: every key's) */
+    [ST_VOL_LIST] = "SELECT " STORE__VOL_COLS " FROM volumes WHERE (?1 IS NULL OR key_id = ?1) "
+                    "ORDER BY seq",
+    [ST_VOL_DELETE] = "DELETE FROM volumes WHERE id = ?1",
 };
 
 /* Checkpoints (the WAL's pages written back into the database file, both fsynced) run on a
@@ -377,7 +392,18 @@ static const char store__schema[] =
     "  time_ns INTEGER NOT NULL,"
     "  outcome TEXT NOT NULL,"
     "  doc TEXT NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS webhook_deliveries_of ON webhook_deliveries(webhook_id, seq);";
+    "CREATE INDEX IF NOT EXISTS webhook_deliveries_of ON webhook_deliveries(webhook_id, seq);"
+    /* Schema 7: volumes (controlplane/volumes.c); each one's file system is the image
+     * <state>/volumes/<id>.img. A row is written once its image is complete. */
+    "CREATE TABLE IF NOT EXISTS volumes("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  id TEXT NOT NULL UNIQUE,"
+    "  name TEXT NOT NULL,"
+    "  key_id TEXT NOT NULL,"
+    "  token TEXT NOT NULL,"
+    "  size_bytes INTEGER NOT NULL,"
+    "  created_ns INTEGER NOT NULL,"
+    "  UNIQUE(key_id, name));";
 
 /* Changes to tables that exist (the schema above only creates what is missing), run in the
  * same transaction as the schema by a database older than their version. A new database runs
@@ -1284,6 +1310,119 @@ int cp_store_snap_list(struct cp_store *s, const struct cp_store_snap_query *q,
     sqlite3_clear_bindings(st);
     for (size_t i = 0; !ret && i < n; i++)
         ret = fn(&rows[i], arg);
+    free(rows);
+    return ret;
+}
+
+/* ---- volumes (volumes.c) ------------------------------------------------------------- */
+
+static void store__row_to_vol(sqlite3_stmt *st, struct cp_store_vol *r)
+{
+    memset(r, 0, sizeof *r);
+    store__col_str(st, 0, r->id, sizeof r->id);
+    store__col_str(st, 1, r->name, sizeof r->name);
+    store__col_str(st, 2, r->key_id, sizeof r->key_id);
+    store__col_str(st, 3, r->token, sizeof r->token);
+    r->size_bytes = (uint64_t)sqlite3_column_int64(st, 4);
+    r->created_ns = (uint64_t)sqlite3_column_int64(st, 5);
+}
+
+int cp_store_vol_insert(struct cp_store *s, const struct cp_store_vol *r, struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_VOL_INSERT);
+    sqlite3_bind_text(st, 1, r->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, r->name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, r->key_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, r->token, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)r->size_bytes);
+    sqlite3_bind_int64(st, 6, (sqlite3_int64)r->created_ns);
+    int rc = sqlite3_step(st);
+    int ret = 0;
+    if (rc == SQLITE_CONSTRAINT)
+        ret = al_error_set(err, -EEXIST, "a volume named \"%s\" exists", r->name);
+    else if (rc != SQLITE_DONE)
+        ret = store__err(s, err, "recording a volume");
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return ret;
+}
+
+static int store__vol_one(struct cp_store *s, sqlite3_stmt *st, struct cp_store_vol *out,
+                          const char *what, struct al_error *err)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        store__row_to_vol(st, out);
+        rc = 0;
+    } else {
+        rc = rc == SQLITE_DONE ? al_error_set(err, -ENOENT, "no volume %s", what)
+                               : store__err(s, err, "loading a volume");
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc;
+}
+
+int cp_store_vol_load(struct cp_store *s, const char *id, struct cp_store_vol *out,
+                      struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_VOL_LOAD);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    return store__vol_one(s, st, out, id, err);
+}
+
+int cp_store_vol_by_name(struct cp_store *s, const char *key_id, const char *name,
+                         struct cp_store_vol *out, struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_VOL_BY_NAME);
+    sqlite3_bind_text(st, 1, key_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    return store__vol_one(s, st, out, name, err);
+}
+
+int cp_store_vol_delete(struct cp_store *s, const char *id, struct al_error *err)
+{
+    sqlite3_stmt *st = store__st(s, ST_VOL_DELETE);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    int rc = store__done(s, st, "deleting a volume", err);
+    sqlite3_clear_bindings(st);
+    if (!rc && sqlite3_changes(s->db) == 0)
+        rc = al_error_set(err, -ENOENT, "no volume %s", id);
+    return rc;
+}
+
+int cp_store_vol_list(struct cp_store *s, const char *key_id,
+                      int (*fn)(const struct cp_store_vol *r, void *arg), void *arg,
+                      struct al_error *err)
+{
+    /* Collected first: fn may use the store (which would reset this statement). */
+    sqlite3_stmt *st = store__st(s, ST_VOL_LIST);
+    if (key_id)
+        sqlite3_bind_text(st, 1, key_id, -1, SQLITE_STATIC);
+    struct cp_store_vol *rows = NULL;
+    size_t n = 0, cap = 0;
+    int rc, ret = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == cap) {
+            size_t c = cap ? 2 * cap : 16;
+            struct cp_store_vol *v = realloc(rows, c * sizeof *v);
+            if (!v) {
+                ret = al_error_set(err, -ENOMEM, "out of memory");
+                break;
+            }
+            rows = v;
+            cap = c;
+        }
+        store__row_to_vol(st, &rows[n++]);
+    }
+    if (!ret && rc != SQLITE_DONE)
+        ret = store__err(s, err, "listing volumes");
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    for (size_t i = 0; !ret && i < n; i++)
+        ret = fn(&rows[i], arg);
+    if (rows)
+        sodium_memzero(rows, n * sizeof *rows);
     free(rows);
     return ret;
 }

@@ -1,7 +1,7 @@
 /* controlplane/store: airlockd's state in SQLite (<state>/airlockd.db).
  *
  * Owns: the schema (sandboxes, api_keys, events, templates, template_builds,
- * template_build_logs, snapshots, webhooks, webhook_deliveries, meta) and its version, WAL
+ * template_build_logs, snapshots, webhooks, webhook_deliveries, volumes, meta) and its version, WAL
  * mode, and every query.
  * Crash safety: WAL with synchronous=NORMAL, one transaction per change, so a killed
  * airlockd (kill -9) loses nothing it answered; a power cut can only lose the last changes,
@@ -21,7 +21,7 @@
 #include "common/error.h"
 #include "record.h"
 
-#define CP_STORE_SCHEMA_VERSION 6
+#define CP_STORE_SCHEMA_VERSION 7
 
 struct cp_store;
 
@@ -147,6 +147,31 @@ struct cp_store_snap_query {
 int cp_store_snap_list(struct cp_store *s, const struct cp_store_snap_query *q,
                        int (*fn)(const struct cp_store_snap *r, void *arg), void *arg,
                        struct al_error *err);
+
+/* ---- volumes (one row per complete volume; its image: <state>/volumes/<id>.img) ---- */
+struct cp_store_vol {
+    char id[64];
+    char name[128];
+    char key_id[32]; /* the API key that owns it */
+    char token[80];  /* what the content API wants as its Bearer token */
+    uint64_t size_bytes;
+    uint64_t created_ns;
+};
+/* -EEXIST when the key has a volume of that name (or the id is in use). */
+int cp_store_vol_insert(struct cp_store *s, const struct cp_store_vol *r, struct al_error *err);
+/* -ENOENT */
+int cp_store_vol_load(struct cp_store *s, const char *id, struct cp_store_vol *out,
+                      struct al_error *err);
+/* The key's volume of that name; -ENOENT. */
+int cp_store_vol_by_name(struct cp_store *s, const char *key_id, const char *name,
+                         struct cp_store_vol *out, struct al_error *err);
+/* -ENOENT when there is no such row. */
+int cp_store_vol_delete(struct cp_store *s, const char *id, struct al_error *err);
+/* The key's volumes (key_id NULL: everyone's), oldest first, until fn returns non-zero
+ * (returned); r is valid during the call only. */
+int cp_store_vol_list(struct cp_store *s, const char *key_id,
+                      int (*fn)(const struct cp_store_vol *r, void *arg), void *arg,
+                      struct al_error *err);
 
 /* ---- API keys ----------------------------------------------------------------------- */
 int cp_store_key_insert(struct cp_store *s, const struct cp_apikey *k, struct al_error *err);

@@ -5,6 +5,7 @@
  * See cp_rest_fixture.h for what a suite gets. */
 #include "cp_rest_fixture.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <sodium.h>
@@ -15,6 +16,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -434,6 +436,19 @@ void cp_rest_teardown(void)
     pthread_join(g_thread, NULL);
     /* Sandboxes a test left running: their `sleep` processes must not outlive it. */
     cp_map_foreach(&g_cp.sandboxes, kill_each, NULL);
+    /* Volumes a test made stay mounted (as they do across airlockd's restarts). */
+    char vols[300];
+    snprintf(vols, sizeof vols, "%s/volumes", g_tmpdir);
+    DIR *d = opendir(vols);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        char m[600];
+        snprintf(m, sizeof m, "%s/%s", vols, de->d_name);
+        if (de->d_name[0] != '.')
+            umount2(m, MNT_DETACH);
+    }
+    if (d)
+        closedir(d);
     ck_assert_int_eq(al_test_rmtree(g_tmpdir), 0);
 }
 

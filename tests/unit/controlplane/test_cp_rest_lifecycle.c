@@ -111,7 +111,7 @@ START_TEST(lifecycle_ops)
     ck_assert_uint_eq(json_array_size(json_object_get(r.body, "logEntries")), 3);
     resp_free(&r);
     /* Unsupported endpoints say so (a fork, by this backend: test_cp_rest_snapshots). */
-    req(&r, "POST", "/volumes", "{}");
+    req(&r, "POST", "/teams", "{}");
     assert_error(&r, 501, "not supported");
     resp_free(&r);
     req(&r, "GET", "/nope", NULL);

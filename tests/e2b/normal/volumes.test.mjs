@@ -1,0 +1,81 @@
+// Volumes through the real SDK (e2b 2.51.0): Volume.create, list, getInfo, connect, destroy,
+// and the content API without a sandbox (writeFile, readFile, makeDir, list, getInfo, exists,
+// updateMetadata, remove), with E2B's errors. Any backend: no sandbox is involved. The
+// content API is reached at E2B_VOLUME_API_URL (run-normal sets it to airlockd's URL).
+import { test } from 'node:test'
+import assert from 'node:assert/strict'
+import { Volume, VolumeError, VolumeNotFoundError, VolumePathNotFoundError } from 'e2b'
+import { uniq } from './helpers.mjs'
+
+if (!process.env.E2B_VOLUME_API_URL) throw new Error('E2B_VOLUME_API_URL is not set: run through tests/e2b/run-normal')
+
+test('volumes: create, list, getInfo, connect, destroy', async () => {
+  const name = uniq('vol')
+  const v = await Volume.create(name)
+  try {
+    assert.match(v.volumeId, /^vol_[a-z0-9]{20}$/)
+    assert.equal(v.name, name)
+    assert.match(v.token, /^[0-9a-f]{64}$/)
+    const listed = await Volume.list()
+    assert.deepEqual(listed.filter((x) => x.volumeId === v.volumeId), [{ volumeId: v.volumeId, name }])
+    const info = await Volume.getInfo(v.volumeId)
+    assert.equal(info.name, name)
+    assert.equal(info.token, v.token)
+    const again = await Volume.connect(v.volumeId)
+    assert.equal(again.token, v.token)
+    await assert.rejects(Volume.create(name), (e) => e instanceof VolumeError && /409/.test(e.message))
+    await assert.rejects(Volume.create('../bad'), (e) => e instanceof VolumeError && /400/.test(e.message))
+  } finally {
+    assert.equal(await Volume.destroy(v.volumeId), true)
+  }
+  assert.equal(await Volume.destroy(v.volumeId), false)
+  await assert.rejects(Volume.getInfo(v.volumeId), VolumeNotFoundError)
+})
+
+test('volumes: files and directories without a sandbox', async () => {
+  const v = await Volume.create(uniq('vol'))
+  try {
+    const w = await v.writeFile('/hello.txt', 'hello from the SDK')
+    assert.equal(w.name, 'hello.txt')
+    assert.equal(w.path, '/hello.txt')
+    assert.equal(w.type, 'file')
+    assert.equal(w.size, 18)
+    assert.ok(w.mtime instanceof Date && !Number.isNaN(w.mtime.getTime()))
+    assert.equal(await v.readFile('/hello.txt'), 'hello from the SDK')
+    const bytes = await v.readFile('/hello.txt', { format: 'bytes' })
+    assert.equal(Buffer.from(bytes).toString(), 'hello from the SDK')
+
+    const d = await v.makeDir('/data/sub', { force: true })
+    assert.equal(d.type, 'directory')
+    await v.writeFile('/data/sub/b.bin', new Uint8Array([0, 1, 2, 255]).buffer, { mode: 0o600 })
+    assert.deepEqual([...(await v.readFile('/data/sub/b.bin', { format: 'bytes' }))], [0, 1, 2, 255])
+    const top = await v.list('/')
+    assert.deepEqual(top.map((e) => [e.path, e.type]), [['/data', 'directory'], ['/hello.txt', 'file']])
+    const deep = await v.list('/', { depth: 3 })
+    assert.deepEqual(deep.map((e) => e.path), ['/data', '/data/sub', '/data/sub/b.bin', '/hello.txt'])
+    const st = await v.getInfo('/data/sub/b.bin')
+    assert.equal(st.mode, 0o600)
+    assert.equal(st.uid, 1000)
+    const ch = await v.updateMetadata('/data/sub/b.bin', { mode: 0o640 })
+    assert.equal(ch.mode, 0o640)
+    assert.equal(await v.exists('/data/sub/b.bin'), true)
+    assert.equal(await v.exists('/nope'), false)
+
+    await assert.rejects(v.readFile('/nope.txt'), VolumePathNotFoundError)
+    await assert.rejects(v.writeFile('/missing/dir/x.txt', 'x'), VolumePathNotFoundError)
+    await v.remove('/data')
+    assert.equal(await v.exists('/data/sub/b.bin'), false)
+    await assert.rejects(v.remove('/data'), VolumePathNotFoundError)
+
+    // The token is the volume's own: another volume's does not open it.
+    const other = await Volume.create(uniq('vol'))
+    try {
+      const forged = new Volume(v.volumeId, v.name, other.token, v.domain, v.debug)
+      await assert.rejects(forged.readFile('/hello.txt'), /401|Unauthorized/)
+    } finally {
+      await Volume.destroy(other.volumeId)
+    }
+  } finally {
+    await Volume.destroy(v.volumeId)
+  }
+})
