@@ -63,17 +63,29 @@ static void sb_cli__usage(FILE *f)
 int cp_cli_call(const char *method, const char *path, json_t *body, int *status, json_t **out,
                 struct al_http_resp *raw)
 {
+    return cp_cli_call_with(method, path, NULL, 0, body, status, out, raw);
+}
+
+int cp_cli_call_with(const char *method, const char *path, const struct al_http_header *extra,
+                     size_t n_extra, json_t *body, int *status, json_t **out,
+                     struct al_http_resp *raw)
+{
     if (!cli__target[0])
         snprintf(cli__target, sizeof cli__target, "unix:%s/run/airlockd.sock", al_state_dir());
+    struct al_http_header h[8];
+    size_t nh = 0;
+    if (body)
+        h[nh++] = (struct al_http_header){"Content-Type", "application/json"};
+    for (size_t i = 0; i < n_extra && nh < sizeof h / sizeof h[0]; i++)
+        h[nh++] = extra[i];
     struct al_error err = {0};
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    struct al_http_header h[] = {{"Content-Type", "application/json"}};
     struct al_http_resp r = {0};
     struct al_http_call_opts o = {.target = cli__target,
                                   .method = method,
                                   .path = path,
                                   .headers = h,
-                                  .n_headers = body ? 1 : 0,
+                                  .n_headers = nh,
                                   .body = text,
                                   .body_len = text ? strlen(text) : 0,
                                   .timeout_ms = cli__timeout_ms};

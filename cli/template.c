@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/http.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/paths.h"
@@ -47,9 +48,12 @@ static void tcli__usage(FILE *f)
         "  --quiet            no progress on stderr\n"
         "\n"
         "Through airlockd (its socket %s/run/airlockd.sock):\n"
-        "  build NAME (--json FILE | --dockerfile FILE) [--username USER] [--force] [--quiet]\n"
+        "  build NAME (--json FILE | --dockerfile FILE) [--username USER] [--policy NAME]\n"
+        "        [--force] [--quiet]\n"
         "                     builds NAME from the definition Template.build sends (JSON,\n"
-        "                     '-' for stdin) or a Dockerfile, showing the build's log\n"
+        "                     '-' for stdin) or a Dockerfile, showing the build's log;\n"
+        "                     --policy: the RUN steps' egress policy (default\n"
+        "                     templates.build_policy)\n"
         "  ls [--json]        the templates, their status and build\n"
         "  inspect NAME       a template's builds and template.json\n"
         "  rm NAME...         removes templates no sandbox uses\n",
@@ -432,7 +436,7 @@ static int tcli__follow(const char *name, const char *bid, size_t nsteps, bool q
 
 static int tcli__build(int argc, char **argv)
 {
-    const char *name = NULL, *json_file = NULL, *dockerfile = NULL, *user = NULL;
+    const char *name = NULL, *json_file = NULL, *dockerfile = NULL, *user = NULL, *policy = NULL;
     bool force = false, quiet = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -442,6 +446,8 @@ static int tcli__build(int argc, char **argv)
             user = argv[++i];
         else if (strcmp(a, "--dockerfile") == 0 && i + 1 < argc)
             dockerfile = argv[++i];
+        else if (strcmp(a, "--policy") == 0 && i + 1 < argc)
+            policy = argv[++i];
         else if (strcmp(a, "--force") == 0)
             force = true;
         else if (strcmp(a, "--quiet") == 0)
@@ -455,7 +461,7 @@ static int tcli__build(int argc, char **argv)
     }
     if (!name || !json_file == !dockerfile) {
         fprintf(stderr, "usage: airlock template build NAME (--json FILE | --dockerfile FILE) "
-                        "[--username USER] [--force] [--quiet]\n");
+                        "[--username USER] [--policy NAME] [--force] [--quiet]\n");
         return 2;
     }
     if (user && (json_file && strcmp(json_file, "-") == 0)) {
@@ -509,7 +515,9 @@ static int tcli__build(int argc, char **argv)
         if (!quiet)
             fprintf(stderr, "build %s of template %s: %zu step%s\n", bid, name, nsteps,
                     nsteps == 1 ? "" : "s");
-        if (cp_cli_call("POST", path, def, &status, NULL, NULL) == 0 && status == 202)
+        struct al_http_header ph[] = {{"X-Airlock-Build-Policy", policy}};
+        if (cp_cli_call_with("POST", path, ph, policy ? 1 : 0, def, &status, NULL, NULL) == 0 &&
+            status == 202)
             rc = tcli__follow(name, bid, nsteps, quiet);
     }
     json_decref(req);

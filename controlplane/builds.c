@@ -20,6 +20,7 @@
 #include "common/util.h"
 #include "buildsb.h"
 #include "cp.h"
+#include "policysel.h"
 #include "snapshots.h"
 #include "store.h"
 #include "templates.h"
@@ -511,6 +512,7 @@ struct builds_job {
     json_t *tags;            /* the tags the build gets once ready (owned) */
     struct tpl_creds *creds; /* fromImageRegistry's, freed by the worker after the pull */
     char requested_by[64];
+    char policy[CP_POLICY_NAME_MAX]; /* the RUN steps' egress policy */
     char tmp[4300]; /* <templates>/.<tid>.build-<bid>: the new version while it is made */
     /* the result (worker) */
     int rc;
@@ -880,7 +882,13 @@ static int builds__apply_steps(struct builds_job *j, json_t *t)
             if (builds__copy(j, st, t, step) < 0)
                 return -1;
         } else if (strcmp(type, "RUN") == 0) {
+            /* The layer depends on what the step could reach: one made under another
+             * build policy is not taken (a key limited to deny-all does not get what a
+             * build under an open policy downloaded). */
+            char pol[CP_POLICY_NAME_MAX + 8];
+            snprintf(pol, sizeof pol, "policy %s", j->policy);
             snprintf(j->run_key, sizeof j->run_key, "%s", j->chain);
+            builds__chain(j->run_key, pol, strlen(pol));
             int c = force || json_is_true(json_object_get(st, "force"))
                         ? 0
                         : builds__run_cached(j, step, a0);
@@ -1360,11 +1368,15 @@ static void builds__ran(void *arg, int rc, int exit_code, const json_t *snap, co
     if (rc) {
         builds__job_fail(j, step, "step %s (RUN %.200s): %s", step, cmd, msg);
     } else if (exit_code) {
-        /* (the end's status adds something only when it is not "exit status N": a signal) */
-        bool why = msg && *msg && strncmp(msg, "exit status ", 12) != 0;
+        /* (the end's status adds something only when it is not "exit status N": a signal;
+         * what the proxy refused the step follows it: buildsb.c) */
+        const char *deny = msg ? strstr(msg, "; airlock-egress ") : NULL;
+        int wl = msg ? (deny ? (int)(deny - msg) : (int)strlen(msg)) : 0;
+        bool why = wl > 0 && strncmp(msg, "exit status ", 12) != 0;
         builds__job_fail(j, step,
-                         "step %s (RUN %.200s): the command failed with exit code %d%s%s%s", step,
-                         cmd, exit_code, why ? " (" : "", why ? msg : "", why ? ")" : "");
+                         "step %s (RUN %.200s): the command failed with exit code %d%s%.*s%s%s",
+                         step, cmd, exit_code, why ? " (" : "", why ? wl : 0, why ? msg : "",
+                         why ? ")" : "", deny ? deny : "");
     } else {
         json_int_t base = json_integer_value(json_object_get(snap, "id_base"));
         if (base <= 0 || base > 0xffffffffll) {
@@ -1410,7 +1422,7 @@ static void builds__run_start(struct builds_job *j)
         .cwd = json_string_value(json_object_get(j->t, "workdir")),
         .env = json_object_get(j->t, "env"),
         .snapshot = j->snapshot,
-        .policy = cp->cfg.build_policy,
+        .policy = j->policy,
         .output = builds__out,
         .done = builds__ran,
         .arg = j,
@@ -1515,6 +1527,8 @@ static int builds__start(struct cp *cp, struct cp_store_build *b, json_t *def,
     al_buf_init(&j->line[0], 4096);
     al_buf_init(&j->line[1], 4096);
     snprintf(j->requested_by, sizeof j->requested_by, "api-key:%s", key_id);
+    const char *pol = json_string_value(json_object_get(b->doc, "build_policy"));
+    snprintf(j->policy, sizeof j->policy, "%s", pol ? pol : cp->cfg.build_policy);
     snprintf(j->tmp, sizeof j->tmp, "%s/.%s.build-%s", cp->cfg.templates_path, j->tid, j->bid);
     pthread_mutex_init(&j->lock, NULL);
     uv_async_init(cp->loop, &j->async, builds__job_flush);
@@ -1623,6 +1637,28 @@ void cp_builds_trigger(struct cp *cp, struct al_http_req *req, const struct cp_p
         return;
     }
     struct al_error err = {0};
+    /* The RUN steps' egress policy: templates.build_policy, or the one the request names,
+     * which the key must be allowed to use (as a sandbox's metadata["airlock.policy"]). */
+    if (al_http_req_header_count(req, CP_BUILD_POLICY_HEADER) > 1) {
+        cp_rest_error(req, 400, "more than one %s header", CP_BUILD_POLICY_HEADER);
+        cp_store_build_free(&b);
+        return;
+    }
+    const char *asked = al_http_req_header(req, CP_BUILD_POLICY_HEADER);
+    if (asked) {
+        struct cp_policy_sel sel;
+        int status = 500;
+        struct cp_policy_ask ask = {.allow_internet = -1,
+                                    .who = who,
+                                    .requested = asked,
+                                    .requested_what = "the " CP_BUILD_POLICY_HEADER " header"};
+        if (cp_policy_select(cp, &ask, &sel, &status, &err)) {
+            cp_rest_error(req, status, "the build's policy: %s", al_error_str(&err));
+            cp_store_build_free(&b);
+            return;
+        }
+        cp_policy_sel_free(&sel);
+    }
     /* The registry credentials are the user's: held for the pull, never stored. */
     json_t *reg = json_object_get(body, "fromImageRegistry");
     struct tpl_creds *creds = NULL;
@@ -1646,6 +1682,7 @@ void cp_builds_trigger(struct cp *cp, struct al_http_req *req, const struct cp_p
     json_object_set(b.doc, "definition", body);
     json_object_set_new(b.doc, "credentials", json_boolean(has_creds));
     json_object_set_new(b.doc, "started_by", json_string(who->key_id));
+    json_object_set_new(b.doc, "build_policy", json_string(asked ? asked : cp->cfg.build_policy));
     size_t nsteps = json_array_size(json_object_get(body, "steps"));
     const char *image = json_string_value(json_object_get(body, "fromImage"));
     builds__log(cp, b.id, CP_BUILD_INFO, NULL, "build %s of template %s: from %s %s, %zu step%s",

@@ -27,6 +27,10 @@ struct cp;
 struct cp_principal;
 struct al_http_req;
 
+/* Names the egress policy of a build's RUN steps (POST /v2/templates/{id}/builds/{buildID};
+ * the SDK sends it from Template.build's headers option): one the API key may use. */
+#define CP_BUILD_POLICY_HEADER "X-Airlock-Build-Policy"
+
 /* Log levels of build log entries (E2B's LogLevel), in increasing order. */
 enum cp_build_level { CP_BUILD_DEBUG, CP_BUILD_INFO, CP_BUILD_WARN, CP_BUILD_ERROR };
 

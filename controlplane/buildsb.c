@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/auditlog.h"
 #include "common/http.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -40,6 +41,7 @@ struct buildsb {
     struct buildsb *next; /* bsb__live */
     int rc, exit_code;
     char msg[1024];
+    char deny[300]; /* the first egress refusal of a failed step */
     json_t *snap;
 };
 
@@ -147,6 +149,8 @@ static int bsb__data(struct al_http_creq *c, const char *d, size_t len, void *ar
     return al_envd_stream_feed(&x->stream, d, len) ? -1 : 0;
 }
 
+static void bsb__synced(struct cp_sandbox *sb, int rc, const char *msg);
+
 static void bsb__ran(struct al_http_creq *c, int err, void *arg)
 {
     struct buildsb *x = arg;
@@ -169,11 +173,16 @@ static void bsb__ran(struct al_http_creq *c, int err, void *arg)
         return;
     }
     x->exit_code = st->exit_code;
+    struct cp *cp = x->cp;
     if (st->exit_code != 0) {
-        bsb__finish(x, 0, "%s", st->status_text[0] ? st->status_text : "failed");
+        snprintf(x->msg, sizeof x->msg, "%s", st->status_text[0] ? st->status_text : "failed");
+        /* What the proxy refused it is likely why it failed: the build error says so. */
+        if (cp->egress && x->sb->egress_registered &&
+            cp_egress_audit_sync(cp->egress, x->sb, bsb__synced) == 0)
+            return;
+        bsb__finish(x, 0, NULL);
         return;
     }
-    struct cp *cp = x->cp;
     int rc = cp->backend->snapshot ? cp->backend->snapshot(x->sb, x->snapshot, bsb__snapped, x)
                                    : -ENOTSUP;
     if (rc)
@@ -182,6 +191,74 @@ static void bsb__ran(struct al_http_creq *c, int err, void *arg)
                                      "need the jail backend"
                                    : "taking the step's files: %s",
                     rc == -ENOTSUP ? cp->backend->name : strerror(-rc));
+}
+
+/* The first deny of the step's sandbox among the last records of the egress log (worker
+ * thread: file reads), as "dns_query pypi.test: name_not_allowed". */
+#define BSB_DENY_TAIL 20000
+
+static void bsb__deny_work(uv_work_t *w)
+{
+    struct buildsb *x = w->data;
+    x->deny[0] = '\0';
+    char dir[4200];
+    cp_egress_audit_dir(x->cp, dir, sizeof dir);
+    struct al_auditlog_reader_opts o = {.dir = dir, .prefix = "egress"};
+    struct al_auditlog_reader *r = NULL;
+    struct al_error err = {0};
+    if (al_auditlog_reader_open(&o, &r, &err) < 0) {
+        al_warn("build %s: reading the egress audit log: %s", x->bid, al_error_str(&err));
+        return;
+    }
+    struct al_auditlog_record rec;
+    const char *id = x->sb->rec.id;
+    if (al_auditlog_reader_seek_tail(r, BSB_DENY_TAIL) == 0) {
+        while (al_auditlog_reader_next(r, &rec) == 1) {
+            const json_t *j = rec.json;
+            const char *sb = json_string_value(json_object_get(j, "sandbox"));
+            const char *d = json_string_value(json_object_get(j, "decision"));
+            if (!sb || strcmp(sb, id) != 0 || !d || strcmp(d, "deny") != 0)
+                continue;
+            const char *type = json_string_value(json_object_get(j, "type"));
+            const char *host = NULL;
+            const char *keys[] = {"host", "qname", "sni", "dst"};
+            for (size_t i = 0; i < 4 && !host; i++)
+                host = json_string_value(json_object_get(j, keys[i]));
+            const char *why = json_string_value(json_object_get(j, "reason"));
+            snprintf(x->deny, sizeof x->deny, "%s %s: %s", type ? type : "record",
+                     host ? host : "?", why ? why : "denied");
+            break;
+        }
+    }
+    al_auditlog_reader_close(r);
+}
+
+static void bsb__deny_done(uv_work_t *w, int status)
+{
+    struct buildsb *x = w->data;
+    (void)status;
+    if (bsb__aborted(x))
+        return;
+    if (x->deny[0]) {
+        size_t n = strlen(x->msg);
+        snprintf(x->msg + n, sizeof x->msg - n,
+                 "; airlock-egress denied its traffic under the build policy %s (%s; `airlock "
+                 "audit query --sandbox %s --decision deny` lists every refusal)",
+                 x->sb->rec.policy_name, x->deny, x->sb->rec.id);
+    }
+    bsb__finish(x, 0, NULL);
+}
+
+static void bsb__synced(struct cp_sandbox *sb, int rc, const char *msg)
+{
+    struct buildsb *x = sb->build_step;
+    if (rc)
+        al_warn("build %s: the egress audit log was not synced: %s", x->bid, msg);
+    if (bsb__aborted(x))
+        return;
+    x->work.data = x;
+    if (rc || uv_queue_work(x->cp->loop, &x->work, bsb__deny_work, bsb__deny_done))
+        bsb__finish(x, 0, NULL);
 }
 
 static void bsb__started(struct cp_sandbox *sb, int rc, const char *msg)

@@ -30,6 +30,7 @@
 #include "common/util.h"
 #include "console.h"
 #include "cp.h"
+#include "egressreg.h"
 #include "store.h"
 
 #define CAPI_LIMIT_DEFAULT 100
@@ -60,19 +61,6 @@ static bool capi__verifying;
 static bool capi__streq(const char *a, const char *b)
 {
     return a && b && strcmp(a, b) == 0;
-}
-
-/* Where airlock-egress writes its log: <state>/audit unless egress.args moves it. */
-static void capi__audit_dir(const struct cp *cp, char *out, size_t len)
-{
-    snprintf(out, len, "%s/audit", cp->cfg.state_dir);
-    const struct al_cfg_strlist *a = &cp->cfg.egress_args;
-    for (size_t i = 0; i < a->n; i++) {
-        if (strcmp(a->v[i], "--audit-dir") == 0 && i + 1 < a->n)
-            snprintf(out, len, "%s", a->v[i + 1]);
-        else if (strncmp(a->v[i], "--audit-dir=", 12) == 0)
-            snprintf(out, len, "%s", a->v[i] + 12);
-    }
 }
 
 /* ---- the overview ------------------------------------------------------------------------- */
@@ -106,7 +94,7 @@ static void capi__overview(struct cp *cp, struct al_http_req *req)
     char started[40], dir[4200];
     al_time_rfc3339(started, sizeof started,
                     cp->started_ns ? al_wall_ns() - (al_now_ns() - cp->started_ns) : 0);
-    capi__audit_dir(cp, dir, sizeof dir);
+    cp_egress_audit_dir(cp, dir, sizeof dir);
     json_t *o = json_pack(
         "{s:{s:s,s:s,s:o},s:{s:{s:I,s:I},s:{s:I,s:I}},s:{s:I,s:I,s:I,s:I,s:I},s:s,s:b,s:s}",
         "backend", "kind", cp->backend_kind, "why", sel->why, "kvmProbe", probe, "pools", "network",
@@ -271,7 +259,7 @@ static void capi__audit(struct cp *cp, struct al_http_req *req, enum capi_kind k
     x->req = req;
     x->kind = kind;
     x->limit = CAPI_LIMIT_DEFAULT;
-    capi__audit_dir(cp, x->dir, sizeof x->dir);
+    cp_egress_audit_dir(cp, x->dir, sizeof x->dir);
     if (kind == CAPI_RECORDS) {
         uint64_t v;
         bool has;
@@ -591,7 +579,7 @@ static void capi__tail(struct cp *cp, struct al_http_req *req)
     t->cp = cp;
     t->req = req;
     al_buf_init(&t->out, 0);
-    capi__audit_dir(cp, t->dir, sizeof t->dir);
+    cp_egress_audit_dir(cp, t->dir, sizeof t->dir);
     t->next = capi__tails;
     capi__tails = t;
     capi__tail_queue(t);

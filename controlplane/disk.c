@@ -11,19 +11,7 @@
 #include "common/log.h"
 #include "common/paths.h"
 #include "cp.h"
-
-/* airlock-egress's audit directory: <state>/audit, unless egress.args moves it. */
-static void disk__audit_dir(const struct cp *cp, char *out, size_t n)
-{
-    snprintf(out, n, "%s/%s", cp->cfg.state_dir, AL_DIR_AUDIT);
-    const struct al_cfg_strlist *a = &cp->cfg.egress_args;
-    for (size_t i = 0; i < a->n; i++) {
-        if (strcmp(a->v[i], "--audit-dir") == 0 && i + 1 < a->n)
-            snprintf(out, n, "%s", a->v[i + 1]);
-        else if (strncmp(a->v[i], "--audit-dir=", 12) == 0)
-            snprintf(out, n, "%s", a->v[i] + 12);
-    }
-}
+#include "egressreg.h"
 
 static void disk__fmt(uint64_t bytes, char *out, size_t n)
 {
@@ -45,7 +33,7 @@ void cp_disk_init(struct cp *cp)
     d->n = 0;
     snprintf(d->p[d->n++].path, sizeof d->p[0].path, "%s", cp->cfg.state_dir);
     char audit[4096];
-    disk__audit_dir(cp, audit, sizeof audit);
+    cp_egress_audit_dir(cp, audit, sizeof audit);
     /* Watched only when it is another file system (or does not exist yet: then the state
      * directory's, checked already). */
     struct stat a, s;

@@ -11,6 +11,7 @@
  *                               200; 400 refused (the old fields stay); 404
  *   GET    /v1/sandboxes       [{"id",...}]
  *   GET    /v1/stats           the proxy's counters (decisions for /metrics)
+ *   POST   /v1/audit/sync      204 once the records so far are written
  * "network" is sent only for sandboxes whose creation carried E2B network fields (the proxy
  * narrows the policy file with them, also across its reloads); "placeholders" only when
  * registering again a sandbox that already holds some (so that its processes keep them).
@@ -28,6 +29,7 @@
 
 #include "common/json.h"
 #include "common/log.h"
+#include "common/paths.h"
 #include "common/util.h"
 #include <unistd.h>
 #include "cp.h"
@@ -564,6 +566,33 @@ void cp_egress_ca_sync(struct cp_sandbox *sb)
     snprintf(x->ca_fp, sizeof x->ca_fp, "%s", fp);
     sb->ca_pushing = true;
     al_info("sandbox %s: sending the egress proxy's new CA to its agent", sb->rec.id);
+}
+
+void cp_egress_audit_dir(const struct cp *cp, char *out, size_t len)
+{
+    snprintf(out, len, "%s/%s", cp->cfg.state_dir, AL_DIR_AUDIT);
+    const struct al_cfg_strlist *a = &cp->cfg.egress_args;
+    for (size_t i = 0; i < a->n; i++) {
+        if (strcmp(a->v[i], "--audit-dir") == 0 && i + 1 < a->n)
+            snprintf(out, len, "%s", a->v[i + 1]);
+        else if (strncmp(a->v[i], "--audit-dir=", 12) == 0)
+            snprintf(out, len, "%s", a->v[i] + 12);
+    }
+}
+
+static void eg__synced(struct eg_call *x, int status, json_t *body)
+{
+    if (x->cb)
+        x->cb(x->sb, status == 204 ? 0 : -EIO, status == 204 ? "" : eg__msg(body));
+}
+
+int cp_egress_audit_sync(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_cb cb)
+{
+    return eg__call(
+        e,
+        &(struct eg_req){
+            .sb = sb, .method = "POST", .path = "/v1/audit/sync", .cb = cb, .done = eg__synced},
+        NULL);
 }
 
 json_t *cp_egress_stats(struct cp_egress *e)

@@ -54,6 +54,12 @@ void cp_egress_ca_sync(struct cp_sandbox *sb);
  * "invalid" TLD (caNames ["invalid"]), which is not installed either (nothing would ever use
  * it; a reloaded policy cannot widen a CA). */
 bool cp_egress_ca_useful(const json_t *intercept);
+/* Where airlock-egress writes its audit log: <state>/audit, unless egress.args moves it
+ * (--audit-dir). */
+void cp_egress_audit_dir(const struct cp *cp, char *out, size_t len);
+/* POST /v1/audit/sync: cb gets 0 once every record the proxy wrote so far is in the files
+ * (or < 0 and why); sb (referenced meanwhile) is what cb is called with. */
+int cp_egress_audit_sync(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_cb cb);
 /* Counters for /metrics (egress decisions): the proxy's /v1/stats, cached (may be NULL). */
 json_t *cp_egress_stats(struct cp_egress *e);
 

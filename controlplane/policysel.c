@@ -201,9 +201,14 @@ int cp_policy_select(struct cp *cp, const struct cp_policy_ask *ask, struct cp_p
     memset(out, 0, sizeof *out);
     const char *name = cp->cfg.default_policy;
     json_t *m = metadata ? json_object_get(metadata, CP_POLICY_META_KEY) : NULL;
+    bool asked = m || ask->requested;
+    char what[96];
+    snprintf(what, sizeof what, "%s",
+             m ? "metadata[\"" CP_POLICY_META_KEY "\"]"
+               : (ask->requested_what ? ask->requested_what : "the request"));
     char tpl_policy[CP_POLICY_NAME_MAX];
     bool from_template = false;
-    if (!m && template_dir) {
+    if (!asked && template_dir) {
         /* The template's own default, chosen by whoever installed the template (like the
          * configured default: not subject to the API key's list of policies). */
         int rc = cp_template_policy(template_dir, tpl_policy, err);
@@ -216,14 +221,14 @@ int cp_policy_select(struct cp *cp, const struct cp_policy_ask *ask, struct cp_p
             from_template = true;
         }
     }
-    if (m) {
-        name = json_string_value(m);
+    if (asked) {
+        name = m ? json_string_value(m) : ask->requested;
         if (!name || !ps__name_ok(name)) {
             *status = 400;
             return al_error_set(err, -EINVAL,
-                                "metadata[\"%s\"] must name a policy of the "
-                                "policies directory (letters, digits, '.', '_', '-')",
-                                CP_POLICY_META_KEY);
+                                "%s must name a policy of the policies directory (letters, "
+                                "digits, '.', '_', '-')",
+                                what);
         }
         if (!cp_apikey_allows_policy(who->policies, name)) {
             *status = 403;
@@ -236,10 +241,11 @@ int cp_policy_select(struct cp *cp, const struct cp_policy_ask *ask, struct cp_p
     snprintf(out->name, sizeof out->name, "%s", name);
     char path[4200];
     if (!ps__find(cp, name, path, sizeof path)) {
-        *status = m ? 400 : 500;
+        *status = asked ? 400 : 500;
         return al_error_set(
-            err, -ENOENT, "no policy \"%s\" in %s%s", name, cp->cfg.policies_path,
-            m               ? " (metadata[\"airlock.policy\"] names a file <name>.yaml there)"
+            err, -ENOENT, "no policy \"%s\" in %s%s%s%s", name, cp->cfg.policies_path,
+            asked ? " (" : "", asked ? what : "",
+            asked           ? " names a file <name>.yaml there)"
             : from_template ? " (the template's template.json names it as its default "
                               "policy: add the policy or fix the template)"
                             : " (the default policy, policies.default, is missing: restore it)");

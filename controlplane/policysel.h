@@ -1,7 +1,8 @@
 /* controlplane/policysel: which egress policy a sandbox gets.
  *
- * Owns: the rule (metadata["airlock.policy"] names a policy of the policies directory that
- * the caller's API key may use; otherwise the template's default policy, the "policy" key
+ * Owns: the rule (metadata["airlock.policy"], or for a template build's RUN steps the
+ * X-Airlock-Build-Policy header, names a policy of the policies directory that the caller's
+ * API key may use; otherwise the template's default policy, the "policy" key
  * of its template.json; otherwise the configured default policy), loading and validating the
  * named file (cached by path, size and mtime), and the E2B network fields
  * (allow_internet_access, network.allowOut, network.denyOut), which may only narrow the
@@ -37,6 +38,9 @@ struct cp_policy_ask {
     const struct cp_principal *who; /* the key creating it: the policies it may use */
     const char *template_dir;       /* the template's directory (its template.json may name a
                                  default policy), or NULL */
+    /* A policy asked for outside metadata (a template build's X-Airlock-Build-Policy header),
+     * checked as metadata's is, and how it was asked for (for the errors); or NULL. */
+    const char *requested, *requested_what;
 };
 
 /* Chooses and validates. On error *status is the HTTP status to answer (400, 403, 500). */

@@ -10,7 +10,11 @@
 #   - under a build policy that opens pypi.test with TLS interception (so the step trusts the
 #     build sandbox's CA) installs the wheel: the request is audited under the build's name,
 #     the template has the package and not the build sandbox's CA, and a sandbox of the
-#     template imports the package.
+#     template imports the package;
+#   - started by an API key that may use deny-all only: asking for the open policy
+#     (X-Airlock-Build-Policy) is a 403 naming the key's policies; under deny-all the step
+#     fails with an error that names the step and the proxy's denial, and the audit log has
+#     the deny under the build sandbox's id.
 # Nothing has a route out of the machine.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
@@ -151,6 +155,49 @@ SB=$(cp_create '{"templateID":"tpl-pip","timeout":300}')
 al_match "a sandbox of the template imports it" "tiny-from-the-fake-index" \
   cp_exec "$SB" python3 -c 'import airlock_tiny; print(airlock_tiny.MAGIC)'
 al_ok "kill it" cp_cli sandbox kill "$SB"
+
+al_note "the build policy an API key asks for (X-Airlock-Build-Policy)"
+al_ok "a key that may use deny-all only" cp_cli apikey create builder --policies deny-all
+KEY2=$(grep -E '^e2b_[0-9a-f]{40}$' <<<"$AL_OUT")
+kapi() { nsenter --net="/run/netns/$CP_HOSTNS" curl -sS -H "X-API-KEY: $KEY2" -H 'Content-Type: application/json' "$@"; }
+# kbuild NAME POLICY: a build of NAME as that key, started under POLICY: the start's status
+# and answer (the build id in $T/NAME.bid).
+kbuild() {
+  local bid
+  bid=$(kapi -X POST "$CP_URL/v3/templates" -d "{\"name\":\"$1\"}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["buildID"])') || return 1
+  echo "$bid" >"$T/$1.bid"
+  kapi -o "$T/$1.start" -w '%{http_code} ' -X POST "$CP_URL/v2/templates/$1/builds/$bid" \
+    -H "X-Airlock-Build-Policy: $2" --data-binary @"$T/pip.json"
+  cat "$T/$1.start"
+}
+al_match "it may not start a build under build-pkgs: a 403 naming its policies" \
+  '^403 .*may not use policy \\"build-pkgs\\" \(it may use: deny-all\)' kbuild tpl-key1 build-pkgs
+al_match "... nor under one it does not list (its list is checked first: a 403)" \
+  '^403 .*may not use policy \\"no-such-policy\\"' kbuild tpl-key1b no-such-policy
+al_match "it may start one under deny-all" '^202 ' kbuild tpl-key2 deny-all
+BID2=$(cat "$T/tpl-key2.bid")
+kstatus() { kapi "$CP_URL/templates/tpl-key2/builds/$BID2/status?limit=1000"; }
+kended() {
+  kstatus | python3 -c 'import json,sys; sys.exit(json.load(sys.stdin)["status"] not in ("ready","error"))'
+}
+al_ok "... which ends" al_wait_until 300 kended
+KST=$(kstatus)
+kreason() {
+  python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["status"], r["reason"]["step"], r["reason"]["message"])' <<<"$KST"
+}
+al_match "... in error at step 1, naming the step and the proxy's denial of pypi.test" \
+  '^error 1 step 1 \(RUN pip install .*\): the command failed with exit code [1-9]; airlock-egress denied its traffic under the build policy deny-all \([a-z_]+ pypi\.test: [a-z_]+;' kreason
+BSB2=$(python3 -c 'import json,re,sys
+for e in json.load(sys.stdin)["logEntries"]:
+    m = re.search(r"in build sandbox (\S+), egress under the policy deny-all$", e["message"])
+    if m:
+        print(m.group(1))
+        break' <<<"$KST")
+al_ok "the build log names its build sandbox, under deny-all ($BSB2)" test -n "$BSB2"
+al_ok "... the deny is in the audit log, naming the build" audit_build deny tpl-key2 "$BID2"
+al_match "... under the build sandbox's id" "\"sandbox\": ?\"$BSB2\"" echo "$AL_OUT"
+al_fail "... the template is not made" test -e "$STATE/templates/tpl-key2"
 al_ok "airlock audit verify passes" cp_cli audit verify
 al_kill airlockd TERM
 al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks_settled)" ""

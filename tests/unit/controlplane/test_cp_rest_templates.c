@@ -811,6 +811,58 @@ START_TEST(template_start_ready)
 }
 END_TEST
 
+/* The RUN steps' policy a build asks for (X-Airlock-Build-Policy) is one the API key may
+ * use, as a sandbox's metadata["airlock.policy"]; refused before anything is built. */
+START_TEST(template_build_policy)
+{
+    char key[CP_APIKEY_LEN + 1], path[300], bid[40];
+    add_key("builder", CP_ROLE_ADMIN, "other", key);
+    struct resp r;
+    req_full(&r, g_target, "POST", "/v3/templates", key, "{\"name\":\"bp\"}", NULL, 0);
+    ck_assert_msg(r.status == 202, "%d %s", r.status, r.raw);
+    snprintf(bid, sizeof bid, "%s", jstr(r.body, "buildID"));
+    resp_free(&r);
+    snprintf(path, sizeof path, "/v2/templates/bp/builds/%s", bid);
+    const char *def = "{\"fromTemplate\":\"base\"}";
+    struct al_http_header h[2] = {{"X-Airlock-Build-Policy", "default"},
+                                  {"X-Airlock-Build-Policy", "other"}};
+    req_full(&r, g_target, "POST", path, key, def, h, 1);
+    assert_error(&r, 403, "may not use policy \"default\" (it may use: other)");
+    resp_free(&r);
+    req_full(&r, g_target, "POST", path, key, def, h, 2);
+    assert_error(&r, 400, "more than one X-Airlock-Build-Policy header");
+    resp_free(&r);
+    /* A key that may use any policy: still one of the policies directory. */
+    struct al_http_header bad[2] = {{"X-Airlock-Build-Policy", "nope"},
+                                    {"X-Airlock-Build-Policy", "../default"}};
+    req_full(&r, g_target, "POST", path, KEY_ENV, def, bad, 1);
+    assert_error(&r, 400, "no policy \"nope\"");
+    ck_assert_ptr_nonnull(strstr(r.raw, "X-Airlock-Build-Policy header names a file"));
+    resp_free(&r);
+    req_full(&r, g_target, "POST", path, KEY_ENV, def, bad + 1, 1);
+    assert_error(&r, 400, "X-Airlock-Build-Policy header must name a policy");
+    resp_free(&r);
+    /* Nothing was started by the refusals: the build is still waiting, and starts now. */
+    req_full(&r, g_target, "POST", path, key, def, h + 1, 1);
+    ck_assert_msg(r.status == 202, "%d %s", r.status, r.raw);
+    resp_free(&r);
+    build_wait("bp", bid, &r);
+    ck_assert_msg(strcmp(jstr(r.body, "status"), "ready") == 0, "%s", r.raw);
+    resp_free(&r);
+    /* (the record, through a second connection: the loop thread owns airlockd's) */
+    char db[300];
+    snprintf(db, sizeof db, "%s/airlockd.db", g_tmpdir);
+    struct cp_store *s2;
+    ck_assert_int_eq(cp_store_open(db, &s2, NULL), 0);
+    struct cp_store_build b;
+    struct al_error err = {0};
+    ck_assert_msg(cp_store_build_load(s2, bid, &b, &err) == 0, "%s", al_error_str(&err));
+    ck_assert_str_eq(jstr(b.doc, "build_policy"), "other");
+    cp_store_build_free(&b);
+    cp_store_close(s2);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_rest_templates");
@@ -821,6 +873,7 @@ static Suite *suite(void)
     tcase_add_test(t, template_tags);
     tcase_add_test(t, template_tags_legacy_dir);
     tcase_add_test(t, template_start_ready);
+    tcase_add_test(t, template_build_policy);
     suite_add_tcase(s, t);
     return s;
 }
