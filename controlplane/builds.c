@@ -25,6 +25,7 @@
 #include "store.h"
 #include "templates.h"
 #include "controlplane/templates/apply.h"
+#include "controlplane/templates/cachegc.h"
 #include "controlplane/templates/copy.h"
 #include "controlplane/templates/layerdiff.h"
 #include "controlplane/templates/oci.h"
@@ -535,7 +536,9 @@ struct builds_job {
      * kept under it (<state>/cache/steps/<hex>.tar), taken instead of running it again. */
     char chain[65];
     char run_key[65];
+    json_t *step_layers; /* the keys of the RUN steps' layers (template.json's build) */
     char base_digest[80], base_dir[4200];
+    struct builds_job *next_deferred; /* waiting for the caches' trim (builds__trim) */
     /* the RUN step's output on its way into the log (loop thread) */
     struct al_buf line[2];
     uint64_t out_bytes;
@@ -543,6 +546,10 @@ struct builds_job {
 };
 
 static size_t builds__running;
+/* The caches' size bound is applied while no build runs (nothing then reads what goes):
+ * builds started meanwhile wait for it. */
+static bool builds__trimming;
+static struct builds_job *builds__deferred;
 static void builds__files_dir(const struct cp *cp, char *out, size_t len);
 
 static void builds__job_log(struct builds_job *j, int level, const char *step, const char *fmt, ...)
@@ -748,6 +755,8 @@ static int builds__run_cached(struct builds_job *j, const char *step, const char
         json_decref(m);
         return 0;
     }
+    tpl_cache_touch(layer);
+    tpl_cache_touch(meta);
     struct tpl_unpack_result ur;
     int rc = cp_template_layer(&j->cp->cfg, j->tmp, layer, diff_id, &ur, &err);
     if (rc < 0)
@@ -889,6 +898,7 @@ static int builds__apply_steps(struct builds_job *j, json_t *t)
             snprintf(pol, sizeof pol, "policy %s", j->policy);
             snprintf(j->run_key, sizeof j->run_key, "%s", j->chain);
             builds__chain(j->run_key, pol, strlen(pol));
+            json_array_append_new(j->step_layers, json_string(j->run_key));
             int c = force || json_is_true(json_object_get(st, "force"))
                         ? 0
                         : builds__run_cached(j, step, a0);
@@ -1015,9 +1025,9 @@ static void builds__work(uv_work_t *w)
         return;
     const char *image = json_string_value(json_object_get(j->def, "fromImage"));
     const char *from = json_string_value(json_object_get(j->def, "fromTemplate"));
-    json_object_set_new(
-        j->t, "build",
-        json_pack("{s:s,s:s?,s:s?}", "id", j->bid, "from_image", image, "from_template", from));
+    json_object_set_new(j->t, "build",
+                        json_pack("{s:s,s:s?,s:s?,s:O}", "id", j->bid, "from_image", image,
+                                  "from_template", from, "step_layers", j->step_layers));
     if (cp_template_write_json(j->tmp, j->t, &err) < 0)
         builds__job_fail(j, "finalize", "writing template.json: %s", al_error_str(&err));
 out:
@@ -1247,9 +1257,123 @@ static void builds__job_closed(uv_handle_t *h)
     al_buf_free(&j->line[1]);
     json_decref(j->def);
     json_decref(j->tags);
+    json_decref(j->step_layers);
     tpl_creds_free(j->creds);
     pthread_mutex_destroy(&j->lock);
     free(j);
+}
+
+/* ---- the caches' size bound (templates.cache_max) ---------------------------------------- */
+
+static void builds__finish(struct builds_job *j);
+static void builds__done(uv_work_t *w, int status);
+
+struct builds_trim {
+    uv_work_t w;
+    struct cp *cp;
+    struct tpl_cache_trim_stats st;
+    struct al_error err;
+    int rc;
+};
+
+/* What the templates were made from (every version's template.json: its image's blobs, its
+ * RUN steps' layers) stays: a rebuild of an existing template finds them. */
+static int builds__keep_of(const char *dir, struct tpl_cache_keep *k)
+{
+    char p[4400];
+    snprintf(p, sizeof p, "%s/template.json", dir);
+    struct al_error err = {0};
+    json_t *t = al_json_load_file(p, &err);
+    if (!t)
+        return 0;
+    json_t *im = json_object_get(t, "image"), *v;
+    const char *f[] = {"digest", "index_digest", "config_digest"};
+    int rc = 0;
+    for (size_t i = 0; i < 3; i++) {
+        const char *d = json_string_value(json_object_get(im, f[i]));
+        if (d)
+            rc |= tpl_cache_keep_add(k, d);
+    }
+    size_t i;
+    json_array_foreach(json_object_get(im, "layers"), i, v) if (json_is_string(v)) rc |=
+        tpl_cache_keep_add(k, json_string_value(v));
+    json_array_foreach(json_object_get(json_object_get(t, "build"), "step_layers"), i,
+                       v) if (json_is_string(v)) rc |= tpl_cache_keep_add(k, json_string_value(v));
+    json_decref(t);
+    return rc;
+}
+
+static void builds__trim_work(uv_work_t *w)
+{
+    struct builds_trim *x = w->data;
+    const struct cp_config *cfg = &x->cp->cfg;
+    struct tpl_cache_keep keep = {0};
+    DIR *d = opendir(cfg->templates_path);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", cfg->templates_path, de->d_name);
+        if (builds__keep_of(p, &keep)) {
+            x->rc = al_error_set(&x->err, -ENOMEM, "out of memory");
+            break;
+        }
+    }
+    if (d)
+        closedir(d);
+    char steps[4200];
+    snprintf(steps, sizeof steps, "%s/cache/steps", cfg->state_dir);
+    if (!x->rc)
+        x->rc =
+            tpl_cache_trim(cfg->image_cache_path, steps, cfg->cache_max, &keep, &x->st, &x->err);
+    tpl_cache_keep_free(&keep);
+}
+
+static void builds__trim_done(uv_work_t *w, int status)
+{
+    struct builds_trim *x = w->data;
+    struct cp *cp = x->cp;
+    if (status || x->rc)
+        al_warn("template caches: not trimmed: %s",
+                status ? uv_strerror(status) : al_error_str(&x->err));
+    else if (x->st.removed)
+        al_info("template caches: %llu entries (%.1f MiB) removed, the least recently used, to "
+                "stay within templates.cache_max (%.1f of %.1f MiB)",
+                (unsigned long long)x->st.removed, (double)x->st.removed_bytes / 1048576.0,
+                (double)x->st.bytes_after / 1048576.0, (double)cp->cfg.cache_max / 1048576.0);
+    else if (x->st.bytes_after > cp->cfg.cache_max)
+        al_warn("template caches: %.1f MiB, over templates.cache_max (%.1f MiB): what is left "
+                "is what the existing templates were made from",
+                (double)x->st.bytes_after / 1048576.0, (double)cp->cfg.cache_max / 1048576.0);
+    free(x);
+    builds__trimming = false;
+    while (builds__deferred) {
+        struct builds_job *j = builds__deferred;
+        builds__deferred = j->next_deferred;
+        int rc = uv_queue_work(cp->loop, &j->work, builds__work, builds__done);
+        if (rc) {
+            builds__job_fail(j, "base", "the build cannot start: %s", uv_strerror(rc));
+            builds__finish(j);
+        }
+    }
+}
+
+/* Loop thread, when no build runs: the caches within templates.cache_max. */
+static void builds__trim(struct cp *cp)
+{
+    if (builds__trimming || cp->stopping)
+        return;
+    struct builds_trim *x = calloc(1, sizeof *x);
+    if (!x)
+        return;
+    x->cp = cp;
+    x->w.data = x;
+    builds__trimming = true;
+    if (uv_queue_work(cp->loop, &x->w, builds__trim_work, builds__trim_done)) {
+        builds__trimming = false;
+        free(x);
+    }
 }
 
 /* Loop thread: the end of the build, ready or not. */
@@ -1292,6 +1416,8 @@ static void builds__finish(struct builds_job *j)
         cp_store_build_free(&b);
     }
     uv_close((uv_handle_t *)&j->async, builds__job_closed);
+    if (!builds__running)
+        builds__trim(cp);
 }
 
 /* ---- RUN steps (loop thread) ------------------------------------------------------------ */
@@ -1523,6 +1649,7 @@ static int builds__start(struct cp *cp, struct cp_store_build *b, json_t *def,
                   : json_pack("[s]", CP_TEMPLATE_DEFAULT_TAG);
     j->creds = creds;
     j->pending = json_array();
+    j->step_layers = json_array();
     j->run_at = -1;
     al_buf_init(&j->line[0], 4096);
     al_buf_init(&j->line[1], 4096);
@@ -1535,8 +1662,12 @@ static int builds__start(struct cp *cp, struct cp_store_build *b, json_t *def,
     j->async.data = j;
     j->work.data = j;
     int rc = al_mkdir_p(cp->cfg.templates_path, 0755) < 0 ? -errno : 0;
-    if (!rc)
+    if (!rc && builds__trimming) {
+        j->next_deferred = builds__deferred;
+        builds__deferred = j;
+    } else if (!rc) {
         rc = uv_queue_work(cp->loop, &j->work, builds__work, builds__done);
+    }
     if (rc) {
         uv_close((uv_handle_t *)&j->async, builds__job_closed);
         return builds__fail(cp, b, "base", "the build cannot start", err);

@@ -371,6 +371,15 @@ const struct al_cfg_field cp_config_fields[] = {
      .min = 0,
      .max = 100000,
      .help = "volumes one API key may own"},
+    {.key = "templates.cache_max",
+     .type = AL_CFG_SIZE,
+     .offset = F(cache_max),
+     .def = "32GiB",
+     .min = 0,
+     .max = 1LL << 50,
+     .help = "the blob cache and the RUN steps' layer cache together, least recently used "
+             "removed first once no build runs (never what an existing template was made "
+             "from)"},
     {.key = "templates.build_policy",
      .type = AL_CFG_STR,
      .offset = F(build_policy),

@@ -88,6 +88,7 @@ struct cp_config {
     uint64_t max_upload_bytes; /* one COPY archive (builds.c) */
     uint64_t volume_bytes;     /* each volume's quota (volumes.c) */
     int64_t max_volumes;       /* per API key */
+    uint64_t cache_max;        /* the blob and step caches together (templates/cachegc.h) */
 
     /* network (vswitch) */
     int network; /* enum cp_tri: auto = on when the host allows it */

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "cachegc.h"
 
 /* ---- paths ------------------------------------------------------------------------------ */
 
@@ -92,8 +93,10 @@ int tpl_cache_begin(const char *cache_dir, const char *digest, struct tpl_blob_w
         return al_error_set(err, rc, "bad digest '%s'", digest);
     snprintf(w->digest, sizeof w->digest, "%s", digest);
     snprintf(w->partial, sizeof w->partial, "%s.partial", w->final);
-    if (access(w->final, F_OK) == 0)
+    if (access(w->final, F_OK) == 0) {
+        tpl_cache_touch(w->final); /* (its place in the size bound's order: cachegc.h) */
         return 1;
+    }
     char lock[4210];
     snprintf(lock, sizeof lock, "%s.lock", w->final);
     w->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -206,6 +209,7 @@ int tpl_cache_read(const char *cache_dir, const char *digest, size_t max, char *
         return al_error_set(err, rc, "bad digest '%s'", digest);
     if ((rc = al_read_file(p, max, out, len, err)))
         return rc;
+    tpl_cache_touch(p);
     char got[TPL_DIGEST_LEN + 1];
     tpl_sha256_digest(*out, *len, got);
     if (strcmp(got, digest) != 0) {
