@@ -134,6 +134,31 @@ static int vmm__call(struct cp_sandbox *sb, const char *method, const char *path
 
 /* ---- cleanup (airlock-vmm --cleanup ID) -------------------------------------------------- */
 
+/* The options --sweep and --cleanup share: where the sandboxes' cgroups and id slots are. */
+struct vmm_sweep_args {
+    char parent[512], base[32], slots[32];
+};
+
+static int vmm__sweep_args(struct cp *cp, struct vmm_sweep_args *a, char **argv, int n)
+{
+    if (cp->cfg.cgroup_parent && cp->cfg.cgroup_parent[0]) {
+        snprintf(a->parent, sizeof a->parent, "%s", cp->cfg.cgroup_parent);
+        argv[n++] = "--cgroup-parent";
+        argv[n++] = a->parent;
+    }
+    if (cp->cfg.uid_base) {
+        snprintf(a->base, sizeof a->base, "%lld", (long long)cp->cfg.uid_base);
+        argv[n++] = "--uid-base";
+        argv[n++] = a->base;
+    }
+    if (cp->cfg.uid_slots) {
+        snprintf(a->slots, sizeof a->slots, "%lld", (long long)cp->cfg.uid_slots);
+        argv[n++] = "--uid-slots";
+        argv[n++] = a->slots;
+    }
+    return n;
+}
+
 static void vmm__cleanup_watch_closed(struct cp_proc_watch *w)
 {
     struct vmm_priv *p = w->data;
@@ -163,7 +188,20 @@ static int vmm__run_cleanup(struct cp_sandbox *sb, cp_backend_cb cb)
     struct vmm_priv *p = vmm__priv(sb);
     if (!p)
         return -ENOMEM;
-    char *argv[] = {cp->vmm_bin, "--state-dir", cp->cfg.state_dir, "--cleanup", sb->rec.id, NULL};
+    /* The wait: what the killed airlock-vmm had forked but not yet exec'd holds its lock
+     * until it dies (at once: its parent death signal, or its next read from it). */
+    struct vmm_sweep_args sa;
+    char *argv[20];
+    int n = 0;
+    argv[n++] = cp->vmm_bin;
+    argv[n++] = "--state-dir";
+    argv[n++] = cp->cfg.state_dir;
+    argv[n++] = "--cleanup";
+    argv[n++] = sb->rec.id;
+    argv[n++] = "--wait-ms";
+    argv[n++] = "10000";
+    n = vmm__sweep_args(cp, &sa, argv, n);
+    argv[n] = NULL;
     struct al_spawn s = {
         .path = cp->vmm_bin, .argv = argv, .fds = {-1, 2, 2}, .nfds = 3, .new_session = true};
     pid_t pid;
@@ -985,28 +1023,14 @@ static int vmm_adopt(struct cp_sandbox *sb, cp_backend_cb cb)
 
 static int vmm_sweep(struct cp *cp, struct al_error *err)
 {
-    char parent[512] = "", base[32] = "", slots[32] = "";
+    struct vmm_sweep_args sa;
     char *argv[16];
     int n = 0;
     argv[n++] = cp->vmm_bin;
     argv[n++] = "--state-dir";
     argv[n++] = cp->cfg.state_dir;
     argv[n++] = "--sweep";
-    if (cp->cfg.cgroup_parent && cp->cfg.cgroup_parent[0]) {
-        snprintf(parent, sizeof parent, "%s", cp->cfg.cgroup_parent);
-        argv[n++] = "--cgroup-parent";
-        argv[n++] = parent;
-    }
-    if (cp->cfg.uid_base) {
-        snprintf(base, sizeof base, "%lld", (long long)cp->cfg.uid_base);
-        argv[n++] = "--uid-base";
-        argv[n++] = base;
-    }
-    if (cp->cfg.uid_slots) {
-        snprintf(slots, sizeof slots, "%lld", (long long)cp->cfg.uid_slots);
-        argv[n++] = "--uid-slots";
-        argv[n++] = slots;
-    }
+    n = vmm__sweep_args(cp, &sa, argv, n);
     argv[n] = NULL;
     struct al_spawn s = {.path = cp->vmm_bin, .argv = argv, .fds = {-1, 2, 2}, .nfds = 3};
     pid_t pid;

@@ -30,6 +30,9 @@ struct vmm_sweep_opts {
     const json_t *defaults; /* backend defaults (e.g. jail: cgroup_parent, uid_base) */
     bool (*is_live)(const char *id, void *arg);
     void *arg;
+    /* Non-NULL: only what sandbox `only` left (and dead warm processes' cgroups), for a
+     * --cleanup of one sandbox that crashed before its record existed. */
+    const char *only;
 };
 
 struct vmm_backend {

@@ -15,7 +15,8 @@ static void main__usage(FILE *f)
             "usage: airlock-vmm [--state-dir DIR] [run] --spec FILE|- [--ready-fd N]\n"
             "       airlock-vmm [--state-dir DIR] --warm [--cgroup-parent P] [--memory-mib N]"
             " [--pids N] [--cpus X] --spec - --ready-fd N\n"
-            "       airlock-vmm [--state-dir DIR] --cleanup ID [--keep-logs]\n"
+            "       airlock-vmm [--state-dir DIR] --cleanup ID [--keep-logs] [--wait-ms N]"
+            " [--cgroup-parent P] [--uid-base N] [--uid-slots N]\n"
             "       airlock-vmm [--state-dir DIR] --sweep [--keep-logs] [--cgroup-parent P]"
             " [--uid-base N] [--uid-slots N]\n"
             "       airlock-vmm --limit-parent [--cgroup-parent P] [--pids N] [--memory-mib N]\n"
@@ -36,7 +37,10 @@ static void main__usage(FILE *f)
             "         that asks for others has them rewritten.\n"
             "         Closing standard input (or SIGTERM) releases it unused.\n"
             "--cleanup  reclaim what a crashed airlock-vmm of sandbox ID left (cgroups, id\n"
-            "         slot, files). Refuses while that sandbox still runs.\n"
+            "         slot, files), also when it died before it wrote its record\n"
+            "         (--cgroup-parent etc. as for --sweep). Refuses while that sandbox still\n"
+            "         runs; --wait-ms N first waits up to N ms for its lock (the processes of\n"
+            "         a killed airlock-vmm hold it until they have died).\n"
             "--sweep  reclaim every sandbox of the state directory whose airlock-vmm is gone,\n"
             "         and the cgroups and id slots of sandboxes that crashed before they had a\n"
             "         record (--cgroup-parent etc.: the values the sandboxes were started with).\n"
@@ -79,7 +83,7 @@ int main(int argc, char **argv)
     unsigned long timeout_ms = 3000;
     long ready_fd = -1, memory_mib = -1, pids = -1;
     double cpus = -1;
-    unsigned long uid_base = 0, uid_slots = 0;
+    unsigned long uid_base = 0, uid_slots = 0, wait_ms = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -96,6 +100,11 @@ int main(int argc, char **argv)
             ready_fd = (long)v;
         } else if (strcmp(a, "--cleanup") == 0 && next) {
             cleanup = argv[++i];
+        } else if (strcmp(a, "--wait-ms") == 0 && next) {
+            if (main__uint(argv[++i], 600000, &wait_ms)) {
+                fprintf(stderr, "airlock-vmm: --wait-ms wants 0..600000\n");
+                return VMM_EXIT_USAGE;
+            }
         } else if (strcmp(a, "--probe-kvm") == 0) {
             probe_kvm = true;
         } else if (strcmp(a, "--kernel") == 0 && next) {
@@ -221,14 +230,6 @@ int main(int argc, char **argv)
         return rc;
     }
     struct al_error err = {0};
-    if (cleanup) {
-        int rc = vmm_cleanup(cleanup, keep_logs, &err);
-        if (rc) {
-            fprintf(stderr, "airlock-vmm: %s\n", al_error_str(&err));
-            return 1;
-        }
-        return 0;
-    }
     json_t *d = json_object();
     if (parent)
         json_object_set_new(d, "cgroup_parent", json_string(parent));
@@ -236,6 +237,15 @@ int main(int argc, char **argv)
         json_object_set_new(d, "uid_base", json_integer((json_int_t)uid_base));
     if (uid_slots)
         json_object_set_new(d, "uid_slots", json_integer((json_int_t)uid_slots));
+    if (cleanup) {
+        int rc = vmm_cleanup(cleanup, d, keep_logs, (unsigned)wait_ms, &err);
+        json_decref(d);
+        if (rc) {
+            fprintf(stderr, "airlock-vmm: %s\n", al_error_str(&err));
+            return 1;
+        }
+        return 0;
+    }
     int rc = vmm_sweep(d, keep_logs, &err);
     json_decref(d);
     if (rc < 0) {

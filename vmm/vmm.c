@@ -138,7 +138,31 @@ static int vmm__cleanup_locked(const char *id, const char *dir, bool keep_logs,
     return rc;
 }
 
-int vmm_cleanup(const char *id, bool keep_logs, struct al_error *err)
+/* The backends' sweeps (only: one sandbox's leftovers, vmm_sweep_opts). Returns the number
+ * reclaimed or the first error. */
+static int vmm__sweep_backends(const json_t *defaults, const char *only, struct al_error *err)
+{
+    struct vmm_sweep_opts so = {
+        .state_dir = al_state_dir(),
+        .defaults = defaults,
+        .is_live = vmm_is_live,
+        .only = only,
+    };
+    static const struct vmm_backend *const backends[] = {&vmm_backend_jail, &vmm_backend_kvm};
+    int reclaimed = 0, first = 0;
+    for (size_t i = 0; i < AL_ARRAY_SIZE(backends); i++) {
+        struct al_error e2 = {0};
+        int rc = backends[i]->sweep(&so, &e2);
+        if (rc < 0 && !first)
+            first = al_error_set(err, rc, "%s", e2.msg);
+        else if (rc > 0)
+            reclaimed += rc;
+    }
+    return first ? first : reclaimed;
+}
+
+int vmm_cleanup(const char *id, const json_t *defaults, bool keep_logs, unsigned wait_ms,
+                struct al_error *err)
 {
     if (!vmm_id_valid(id))
         return al_error_set(err, -EINVAL, "\"%s\" is not a valid sandbox id", id);
@@ -146,24 +170,33 @@ int vmm_cleanup(const char *id, bool keep_logs, struct al_error *err)
     if (vmm__sandbox_dir(id, dir, sizeof dir))
         return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
     struct stat st;
-    if (stat(dir, &st) < 0) {
-        /* No directory: perhaps a crash before it was made. The sweep covers that. */
-        return 0;
+    int rc = 0;
+    if (stat(dir, &st) == 0) {
+        uint64_t deadline = al_now_ns() + (uint64_t)wait_ms * 1000000u;
+        int fd;
+        while ((fd = vmm__lock(dir, true, LOCK_EX)) == -EWOULDBLOCK && al_now_ns() < deadline)
+            usleep(20 * 1000);
+        if (fd == -EWOULDBLOCK) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/vmm.sock", dir);
+            return al_error_set(err, -EBUSY,
+                                "sandbox %s is running (its airlock-vmm holds %s/vmm.lock%s): "
+                                "stop it with POST /stop on %s, or send SIGTERM to its "
+                                "airlock-vmm",
+                                id, dir, wait_ms ? " still" : "", p);
+        }
+        if (fd < 0)
+            return al_error_set(err, fd, "cannot lock %s/vmm.lock: %s", dir, strerror(-fd));
+        rc = vmm__cleanup_locked(id, dir, keep_logs, err);
+        close(fd);
+        if (rc)
+            return rc;
     }
-    int fd = vmm__lock(dir, true, LOCK_EX);
-    if (fd == -EWOULDBLOCK) {
-        char p[4200];
-        snprintf(p, sizeof p, "%s/vmm.sock", dir);
-        return al_error_set(err, -EBUSY,
-                            "sandbox %s is running (its airlock-vmm holds %s/vmm.lock): stop it "
-                            "with POST /stop on %s, or send SIGTERM to its airlock-vmm",
-                            id, dir, p);
-    }
-    if (fd < 0)
-        return al_error_set(err, fd, "cannot lock %s/vmm.lock: %s", dir, strerror(-fd));
-    int rc = vmm__cleanup_locked(id, dir, keep_logs, err);
-    close(fd);
-    return rc;
+    /* No directory or no record: a crash before the record was written (or before the
+     * directory was made) can still have left cgroups and an id slot under the sandbox's id.
+     * Its lock file is gone now, so the backends see it as dead. */
+    rc = vmm__sweep_backends(defaults, id, err);
+    return rc < 0 ? rc : 0;
 }
 
 int vmm_sweep(const json_t *defaults, bool keep_logs, struct al_error *err)
@@ -197,20 +230,12 @@ int vmm_sweep(const json_t *defaults, bool keep_logs, struct al_error *err)
         }
         closedir(d);
     }
-    struct vmm_sweep_opts so = {
-        .state_dir = al_state_dir(),
-        .defaults = defaults,
-        .is_live = vmm_is_live,
-    };
-    static const struct vmm_backend *const backends[] = {&vmm_backend_jail, &vmm_backend_kvm};
-    for (size_t i = 0; i < AL_ARRAY_SIZE(backends); i++) {
-        struct al_error e2 = {0};
-        int rc = backends[i]->sweep(&so, &e2);
-        if (rc < 0 && !first)
-            first = al_error_set(err, rc, "%s", e2.msg);
-        else if (rc > 0)
-            reclaimed += rc;
-    }
+    struct al_error e3 = {0};
+    int rc = vmm__sweep_backends(defaults, NULL, &e3);
+    if (rc < 0 && !first)
+        first = al_error_set(err, rc, "%s", e3.msg);
+    else if (rc > 0)
+        reclaimed += rc;
     return first ? first : reclaimed;
 }
 

@@ -83,9 +83,13 @@ struct vmm {
 
 /* Runs one sandbox; returns the process exit code (VMM_EXIT_*). */
 int vmm_run(const struct vmm_opts *o);
-/* Reclaims what a crashed airlock-vmm left for sandbox id. Refuses if it is still running.
- * Returns 0 (also when there was nothing to do). */
-int vmm_cleanup(const char *id, bool keep_logs, struct al_error *err);
+/* Reclaims what a crashed airlock-vmm left for sandbox id: what its record names and, for
+ * one that died before it wrote its record, its cgroups and id slot by name (defaults: as
+ * for vmm_sweep). Refuses if it is still running; wait_ms > 0 waits that long for its lock
+ * first (the processes of a killed airlock-vmm that had not yet exec'd hold it until they
+ * die). Returns 0 (also when there was nothing to do). */
+int vmm_cleanup(const char *id, const json_t *defaults, bool keep_logs, unsigned wait_ms,
+                struct al_error *err);
 /* Reclaims every sandbox of the state directory that has no live airlock-vmm, then the
  * backends' orphans (defaults: backend options such as the cgroup parent); keep_logs keeps
  * the agent logs of the reclaimed sandboxes. Returns the

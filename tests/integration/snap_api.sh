@@ -222,6 +222,39 @@ al_eq "$E is gone" "$(cp_api -o /dev/null -w '%{http_code}' "$CP_URL/sandboxes/$
 al_eq "no checkpoint left" "$(snap_entries)" "$S1"
 for f in "${EF[@]}"; do al_ok "kill $f" cp_cli sandbox kill "$f"; done
 
+al_note "SIGKILL of airlockd while a fork's copies start: no checkpoint left, the parent runs on"
+P=$(cp_create '{"templateID":"base","timeout":900}')
+al_ok "32 MB in $P" cp_exec "$P" sh -c 'echo p > /home/user/p && head -c 32M /dev/urandom > /home/user/big'
+cp_api -o /dev/null -X POST "$CP_URL/sandboxes/$P/fork" -d '{"count":5}' 2>/dev/null &
+post=$!
+# Killed once the checkpoint is taken: the copies are then being prepared by their airlock-vmm.
+al_wait_until 120 grep -qE "sandbox $P: fork: checkpoint of [0-9]+ bytes" "$AL_TMP/airlockd.log" ||
+  al_fail "the fork of $P did not take its checkpoint"
+al_kill airlockd KILL
+wait "$post" 2>/dev/null
+cp_start || exit 1
+al_eq "$P runs" "$(field "$P" state)" running
+al_eq "with its file" "$(cp_exec "$P" cat /home/user/p)" p
+al_eq "no checkpoint left" "$(snap_entries)" "$S1"
+# The copies that were recorded running are adopted, the others torn down at the start.
+mapfile -t PF < <(cp_api "$CP_URL/sandboxes" | python3 -c '
+import json, sys
+keep = set(sys.argv[1:])
+for s in json.load(sys.stdin):
+    if s["sandboxID"] not in keep:
+        print(s["sandboxID"])' "$A" "$B" "$P")
+al_note "copies adopted after the restart: ${#PF[@]}"
+for f in "${PF[@]}"; do al_eq "$f has the parent's file" "$(cp_exec "$f" cat /home/user/p)" p; done
+for f in "${PF[@]}" "$P"; do al_ok "kill $f" cp_cli sandbox kill "$f"; done
+# Only A's and B's cgroups and directories may be left (and the warm pool's own).
+others() {
+  { find /sys/fs/cgroup/*/"$CP_CG" /sys/fs/cgroup/"$CP_CG" -mindepth 1 -maxdepth 1 -type d \
+      -printf 'cgroup %f\n' 2>/dev/null; ls -A "$CP_STATE/sandboxes" | sed 's/^/sandbox-dir /'; } |
+    grep -vE " ($A|$B|warm-[0-9]+)\$" | sort -u
+}
+al_wait_until 60 eval '[ -z "$(others)" ]' || true
+al_eq "nothing left of the copies (cgroups, sandbox directories)" "$(others)" ""
+
 al_note "delete"
 al_eq "DELETE /templates/$S1" "$(cp_api -o /dev/null -w '%{http_code}' -X DELETE "$CP_URL/templates/$S1")" 204
 al_eq "its files are gone" "$(snap_entries)" ""

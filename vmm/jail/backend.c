@@ -119,6 +119,7 @@ static int jb__sweep(const struct vmm_sweep_opts *o, struct al_error *err)
         .uid_slots = JAIL_ID_SLOTS_DEFAULT,
         .is_live = o->is_live ? o->is_live : jb__is_live_default,
         .arg = o->arg,
+        .only = o->only,
     };
     if (o->defaults) {
         const char *p = NULL;

@@ -575,6 +575,11 @@ static int child__main(struct jail__child *c)
     int fds[VMM_MAX_BINDS + 2];
     size_t nfds = 0;
 
+    /* Dies with airlock-vmm from the start: until it execs, this process shares the
+     * sandbox's lock (vmm.lock) with it, and a cleanup waits for that lock. The credential
+     * change below clears it; it is armed again after it. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+        _exit(125);
     /* Wait for the maps, the cgroups and the mounts. Opening the workspace by path happens
      * before setresuid: until then the child is still host uid 0, the owner of the state
      * directory, so a 0700 state directory is no obstacle. */
@@ -1533,6 +1538,8 @@ static bool jail__warm_live(const char *id)
 static int jail__sweep_cg(const char *id, void *arg)
 {
     struct jail__sweep_ctx *x = arg;
+    if (x->o->only && strcmp(id, x->o->only) != 0 && strncmp(id, "warm-", 5) != 0)
+        return 0;
     if (x->o->is_live(id, x->o->arg) || jail__warm_live(id))
         return 0;
     struct jail_cg cg;
@@ -1556,6 +1563,8 @@ struct jail__sweep_slots {
 static int jail__sweep_slot(uint32_t slot, const char *holder, void *arg)
 {
     struct jail__sweep_slots *x = arg;
+    if (x->o->only && strcmp(holder, x->o->only) != 0)
+        return 0;
     if (vmm_id_valid(holder) && x->o->is_live(holder, x->o->arg))
         return 0;
     if (jail_idmap_release(x->ids, slot, holder) == 0) {
@@ -1598,7 +1607,8 @@ int jail_sweep(const struct jail_sweep_opts *o, struct al_error *err)
                 snprintf(holder, sizeof holder, "%s", txt);
                 holder[strcspn(holder, "\n")] = '\0';
             }
-            if (vmm_id_valid(holder) && o->is_live(holder, o->arg))
+            if ((o->only && strcmp(holder, o->only) != 0) ||
+                (vmm_id_valid(holder) && o->is_live(holder, o->arg)))
                 continue;
             if (unlink(p) == 0) {
                 x.reclaimed++;

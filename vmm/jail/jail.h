@@ -169,6 +169,7 @@ struct jail_sweep_opts {
     /* true if a live airlock-vmm owns sandbox id */
     bool (*is_live)(const char *id, void *arg);
     void *arg;
+    const char *only; /* non-NULL: that sandbox's only (vmm_sweep_opts) */
 };
 /* Reclaims cgroups and id slots of sandboxes that have no live airlock-vmm. Returns the
  * number of sandboxes reclaimed. */

@@ -1003,7 +1003,9 @@ static int kb__sweep(const struct vmm_sweep_opts *o, struct al_error *err)
 {
     (void)err;
     /* cgroups and id slots: the jail's sweep covers them (same layout). Here: the cache's
-     * half-built entries. */
+     * half-built entries, which are no one sandbox's. */
+    if (o->only)
+        return 0;
     const char *cache = NULL;
     if (o->defaults)
         cache = json_string_value(json_object_get(o->defaults, "kvm_cache_dir"));
