@@ -855,7 +855,8 @@ static bool wh__fields(struct cp *cp, struct al_http_req *req, json_t *body, jso
                 cp_rest_error(
                     req, 400,
                     "events[%zu]: not an event type (sandbox.lifecycle.created, "
-                    "killed, updated, paused, resumed, checkpointed, rolled_back, forked)",
+                    "killed, updated, paused, resumed, checkpointed, rolled_back, forked, "
+                    "terminal_opened, terminal_closed)",
                     i);
                 return false;
             }
