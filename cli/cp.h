@@ -16,6 +16,8 @@ int events_cli_main(int argc, char **argv);
 /* `airlock snapshot ls|rm` (in sandbox.c: the same client). */
 int snapshot_cli_main(int argc, char **argv);
 int apikey_cli_main(int argc, char **argv);
+/* `airlock cluster` (cluster.c). */
+int cluster_cli_main(int argc, char **argv);
 /* `airlock template` (template.c). */
 int template_cli_main(int argc, char **argv);
 /* One request of the E2B API to airlockd's local socket (<state>/run/airlockd.sock, no API

@@ -19,6 +19,7 @@ static const struct al_cli_group cli__groups[] = {
     {"apikey", "create, list and revoke API keys", apikey_cli_main},
     {"template", "templates: pull images, build (SDK JSON or Dockerfile), ls, inspect, rm",
      template_cli_main},
+    {"cluster", "the cluster's nodes: list, cordon, uncordon, drain", cluster_cli_main},
     {NULL, NULL, NULL},
 };
 

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -16,17 +17,29 @@
 #include "common/util.h"
 #include "cp.h"
 #include "hostcheck.h"
+#include "ids.h"
 #include "templates.h"
 #include "warm.h"
 
-/* A GET /admin/cluster/nodes waiting for the thread. */
-struct cluster__ask {
+/* The admin API's jobs (beside cp_cluster_job_kind's). */
+enum { CLUSTER__NODES = 100, CLUSTER__NODE, CLUSTER__CORDON };
+
+/* A request of /admin/cluster/... waiting for the thread. */
+struct cluster__admin {
+    struct cp_cluster_job j; /* first: the queue holds &j */
     struct al_http_req *req;
-    bool live_only;
+    bool live_only; /* NODES */
+    bool cordon;    /* CORDON: the new state */
+    char node_id[CP_CLUSTER_NODE_ID_MAX];
     int status;  /* 200, or the error's */
-    json_t *out; /* the nodes (200) */
-    char msg[AL_ERROR_MSG_MAX];
-    struct cluster__ask *next;
+    json_t *out; /* the answer (200) */
+};
+
+/* A node as the gateway's snapshot has it. */
+struct cluster__snap {
+    char id[CP_CLUSTER_NODE_ID_MAX];
+    char address[CP_CLUSTER_ADDRESS_MAX];
+    bool live;
 };
 
 struct cp_cluster {
@@ -46,7 +59,7 @@ struct cp_cluster {
     pthread_cond_t cv;
     /* under mu */
     bool stop;
-    struct cluster__ask *asks, *answers;
+    struct cp_cluster_job *jobs, *answers;
     bool db_up, registered;
     int schema_version;
     char error[AL_ERROR_MSG_MAX]; /* the last problem, "" while all is well */
@@ -55,7 +68,13 @@ struct cp_cluster {
     /* under mu: the node's templates and warm sandboxes ready, as the loop's tick saw them
      * last (a JSON object, see cp_cluster_node.templates) */
     char *templates;
+    char *live;            /* under mu: the ids of the node's sandboxes (a JSON array), likewise */
     uint64_t templates_ns; /* when the tick made it (CLOCK_MONOTONIC) */
+    /* under mu: a gateway's snapshot of the nodes (NULL until the first read) */
+    struct cluster__snap *snap;
+    size_t n_snap;
+    char token[256]; /* the cluster token; read-only after start */
+    void *gw;        /* the loop's: the gateway's state (cluster_gw.c) */
 
     /* the thread's own */
     struct cp_cluster_db *db;
@@ -129,6 +148,8 @@ static bool cluster__lease(struct cp_cluster *c, bool *registered)
     pthread_mutex_lock(&c->mu);
     free(c->self.templates);
     c->self.templates = c->templates ? strdup(c->templates) : NULL;
+    free(c->self.live);
+    c->self.live = c->live ? strdup(c->live) : NULL;
     pthread_mutex_unlock(&c->mu);
     int rc;
     if (*registered) {
@@ -174,32 +195,150 @@ static json_t *cluster__node_json(const struct cp_cluster_node *n)
         "templatesWarmReady", tpl ? tpl : json_object());
 }
 
-static void cluster__answer(struct cp_cluster *c, struct cluster__ask *a)
+/* Whether an error of the store means the connection is not to be trusted again. */
+static bool cluster__broken(int rc)
 {
-    if (!cluster__connect(c)) {
-        a->status = 503;
-        pthread_mutex_lock(&c->mu);
-        snprintf(a->msg, sizeof a->msg, "the cluster database is unreachable: %s", c->error);
-        pthread_mutex_unlock(&c->mu);
+    return rc == -EIO || rc == -ENOTCONN;
+}
+
+/* An admin job: the node list, one node with its sandboxes, a cordon. */
+static void cluster__admin_run(struct cp_cluster *c, struct cluster__admin *a)
+{
+    struct al_error e = {0};
+    int rc = 0;
+    if (a->j.kind == CLUSTER__CORDON &&
+        (rc = cp_cluster_db_cordon(c->db, a->node_id, a->cordon, &e)))
+        goto fail;
+    struct cp_cluster_node *v = NULL;
+    size_t n = 0;
+    if ((rc = cp_cluster_db_nodes(c->db, a->live_only, &v, &n, &e)))
+        goto fail;
+    if (a->j.kind == CLUSTER__NODES) {
+        json_t *arr = json_array();
+        for (size_t i = 0; arr && i < n; i++)
+            json_array_append_new(arr, cluster__node_json(&v[i]));
+        cp_cluster_nodes_free(v, n);
+        a->out = arr;
+        a->status = arr ? 200 : 500;
+        if (!arr)
+            snprintf(a->j.msg, sizeof a->j.msg, "out of memory");
         return;
     }
+    json_t *node = NULL;
+    for (size_t i = 0; i < n && !node; i++)
+        if (strcmp(v[i].id, a->node_id) == 0)
+            node = cluster__node_json(&v[i]);
+    cp_cluster_nodes_free(v, n);
+    if (!node) {
+        a->status = 404;
+        snprintf(a->j.msg, sizeof a->j.msg,
+                 "cluster: no node \"%s\" (GET /admin/cluster/nodes lists them)", a->node_id);
+        return;
+    }
+    /* Which sandboxes it still holds (what a drain waits for). */
+    char **ids = NULL;
+    size_t n_ids = 0, total = 0;
+    if ((rc = cp_cluster_db_node_sandboxes(c->db, a->node_id, 1000, &ids, &n_ids, &total, &e))) {
+        json_decref(node);
+        goto fail;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n_ids; i++) {
+        json_array_append_new(arr, json_string(ids[i]));
+        free(ids[i]);
+    }
+    free(ids);
+    json_object_set_new(node, "sandboxes", arr);
+    json_object_set_new(node, "sandboxCount", json_integer((json_int_t)total));
+    a->out = node;
+    a->status = 200;
+    return;
+fail:
+    a->status = rc == -ENOENT ? 404 : cluster__broken(rc) ? 503 : 500;
+    snprintf(a->j.msg, sizeof a->j.msg, "%s", al_error_str(&e));
+    if (cluster__broken(rc))
+        cluster__drop(c);
+}
+
+static void cluster__run(struct cp_cluster *c, struct cp_cluster_job *j)
+{
+    if (!cluster__connect(c)) {
+        j->rc = -ENOTCONN;
+        pthread_mutex_lock(&c->mu);
+        snprintf(j->msg, sizeof j->msg, "the cluster database is unreachable: %s", c->error);
+        pthread_mutex_unlock(&c->mu);
+        if (j->kind >= CLUSTER__NODES)
+            ((struct cluster__admin *)j)->status = 503;
+        return;
+    }
+    if (j->kind >= CLUSTER__NODES) {
+        cluster__admin_run(c, (struct cluster__admin *)j);
+        return;
+    }
+    struct al_error e = {0};
+    switch (j->kind) {
+    case CP_CLUSTER_JOB_PLACE: {
+        const char *ex[2] = {j->exclude[0], j->exclude[1]};
+        struct cp_cluster_place p = {.sandbox_id = j->sandbox_id,
+                                     .template_id = j->template_id,
+                                     .cpu = j->cpu,
+                                     .memory_bytes = j->memory_bytes,
+                                     .exclude = ex,
+                                     .n_exclude = j->n_exclude};
+        j->rc = cp_cluster_db_place(c->db, &p, &j->owner, &e);
+        break;
+    }
+    case CP_CLUSTER_JOB_UNPLACE:
+        j->rc = cp_cluster_db_unplace(c->db, j->sandbox_id, &e);
+        break;
+    case CP_CLUSTER_JOB_RENAME:
+        j->rc = cp_cluster_db_rename(c->db, j->sandbox_id, j->to_id, &e);
+        break;
+    case CP_CLUSTER_JOB_OWNER:
+        j->rc = cp_cluster_db_owner(c->db, j->sandbox_id, &j->owner, &e);
+        break;
+    default:
+        j->rc = al_error_set(&e, -EINVAL, "cluster: unknown job %d", j->kind);
+    }
+    if (j->rc) {
+        snprintf(j->msg, sizeof j->msg, "%s", al_error_str(&e));
+        if (cluster__broken(j->rc)) {
+            cluster__problem(c, j->msg);
+            cluster__drop(c);
+            j->rc = -ENOTCONN;
+        }
+    }
+}
+
+/* A gateway's snapshot of the nodes, for routing while the database is away. */
+static void cluster__snapshot(struct cp_cluster *c)
+{
     struct cp_cluster_node *v = NULL;
     size_t n = 0;
     struct al_error e = {0};
-    if (cp_cluster_db_nodes(c->db, a->live_only, &v, &n, &e)) {
-        a->status = 503;
-        snprintf(a->msg, sizeof a->msg, "%s", al_error_str(&e));
-        cluster__drop(c);
+    int rc = cp_cluster_db_nodes(c->db, false, &v, &n, &e);
+    if (rc) {
+        cluster__problem(c, al_error_str(&e));
+        if (cluster__broken(rc))
+            cluster__drop(c);
         return;
     }
-    json_t *arr = json_array();
-    for (size_t i = 0; arr && i < n; i++)
-        json_array_append_new(arr, cluster__node_json(&v[i]));
+    struct cluster__snap *s = n ? calloc(n, sizeof *s) : NULL;
+    if (n && !s) {
+        cp_cluster_nodes_free(v, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        snprintf(s[i].id, sizeof s[i].id, "%s", v[i].id);
+        snprintf(s[i].address, sizeof s[i].address, "%s", v[i].address);
+        s[i].live = v[i].lease_valid;
+    }
     cp_cluster_nodes_free(v, n);
-    a->status = arr ? 200 : 500;
-    a->out = arr;
-    if (!arr)
-        snprintf(a->msg, sizeof a->msg, "out of memory");
+    pthread_mutex_lock(&c->mu);
+    free(c->snap);
+    c->snap = s ? s : calloc(1, sizeof *s); /* known, and empty */
+    c->n_snap = n;
+    pthread_mutex_unlock(&c->mu);
 }
 
 static void *cluster__thread(void *arg)
@@ -209,14 +348,15 @@ static void *cluster__thread(void *arg)
     uint64_t next_ns = 0; /* the next lease renewal (or reconnection), CLOCK_MONOTONIC */
     pthread_mutex_lock(&c->mu);
     while (!c->stop) {
-        struct cluster__ask *a = c->asks;
-        if (a) {
-            c->asks = a->next;
+        /* The lease first: a stream of jobs must not starve the heartbeat. */
+        struct cp_cluster_job *j = al_now_ns() >= next_ns ? NULL : c->jobs;
+        if (j) {
+            c->jobs = j->next;
             pthread_mutex_unlock(&c->mu);
-            cluster__answer(c, a);
+            cluster__run(c, j);
             pthread_mutex_lock(&c->mu);
-            a->next = c->answers;
-            c->answers = a;
+            j->next = c->answers;
+            c->answers = j;
             pthread_mutex_unlock(&c->mu);
             uv_async_send(&c->async);
             pthread_mutex_lock(&c->mu);
@@ -225,10 +365,14 @@ static void *cluster__thread(void *arg)
         if (al_now_ns() >= next_ns) {
             pthread_mutex_unlock(&c->mu);
             bool up = cluster__connect(c);
-            if (up && c->role == CP_CLUSTER_NODE)
+            if (up && c->role == CP_CLUSTER_NODE) {
                 up = cluster__lease(c, &registered);
-            else if (!up)
+            } else if (up && c->role == CP_CLUSTER_GATEWAY) {
+                cluster__snapshot(c); /* for routing through an outage */
+                up = c->db != NULL;
+            } else if (!up) {
                 registered = false;
+            }
             if (up && (c->role != CP_CLUSTER_NODE || registered))
                 cluster__problem(c, NULL);
             cluster__set(c, up, up && registered);
@@ -254,14 +398,20 @@ static void *cluster__thread(void *arg)
     c->db = NULL;
     free(c->self.templates);
     c->self.templates = NULL;
+    free(c->self.live);
+    c->self.live = NULL;
     return NULL;
 }
 
 /* ---- the loop's side ----------------------------------------------------------------------- */
 
-static void cluster__reply(struct cluster__ask *a, struct cp_cluster *c)
+static void cluster__admin_done(struct cp_cluster_job *j, void *arg)
 {
-    if (a->status == 200) {
+    struct cluster__admin *a = (struct cluster__admin *)j;
+    struct cp_cluster *c = arg;
+    if (j->rc == -ESHUTDOWN) {
+        cp_rest_error(a->req, 503, "airlockd is stopping");
+    } else if (a->status == 200 && a->j.kind == CLUSTER__NODES) {
         pthread_mutex_lock(&c->mu);
         json_t *self =
             json_pack("{s:s,s:s,s:s,s:b,s:b,s:i,s:s?}", "role", cluster__roles[c->role], "nodeID",
@@ -271,24 +421,38 @@ static void cluster__reply(struct cluster__ask *a, struct cp_cluster *c)
         pthread_mutex_unlock(&c->mu);
         al_http_reply_json(a->req, 200, json_pack("{s:o,s:o}", "self", self, "nodes", a->out));
         a->out = NULL;
+    } else if (a->status == 200) {
+        if (a->j.kind == CLUSTER__CORDON)
+            al_info("cluster: node %s %s", a->node_id,
+                    a->cordon ? "cordoned (no new sandboxes are placed on it)" : "uncordoned");
+        al_http_reply_json(a->req, 200, a->out);
+        a->out = NULL;
     } else {
-        cp_rest_error(a->req, a->status, "%s", a->msg);
+        cp_rest_error(a->req, a->status, "%s", a->j.msg);
     }
     json_decref(a->out);
     free(a);
+}
+
+static void cluster__deliver(struct cp_cluster_job *j)
+{
+    if (j->done)
+        j->done(j, j->arg);
+    else
+        free(j);
 }
 
 static void cluster__on_async(uv_async_t *h)
 {
     struct cp_cluster *c = h->data;
     pthread_mutex_lock(&c->mu);
-    struct cluster__ask *a = c->answers;
+    struct cp_cluster_job *j = c->answers;
     c->answers = NULL;
     pthread_mutex_unlock(&c->mu);
-    while (a) {
-        struct cluster__ask *next = a->next;
-        cluster__reply(a, c);
-        a = next;
+    while (j) {
+        struct cp_cluster_job *next = j->next;
+        cluster__deliver(j);
+        j = next;
     }
 }
 
@@ -306,7 +470,15 @@ static int cluster__template(const char *id, const char *dir, void *arg)
     return 0;
 }
 
-/* The node's templates and their warm sandboxes ready, for the thread's next heartbeat. */
+static int cluster__live_id(void *v, void *arg)
+{
+    const struct cp_sandbox *sb = v;
+    json_array_append_new(arg, json_string(sb->rec.id));
+    return 0;
+}
+
+/* The node's templates and their warm sandboxes ready, and its sandboxes, for the thread's
+ * next heartbeat. */
 static void cluster__templates(struct cp *cp, struct cp_cluster *c)
 {
     json_t *o = json_object();
@@ -322,11 +494,21 @@ static void cluster__templates(struct cp *cp, struct cp_cluster *c)
             cluster__template(cp->cfg.default_templates.v[i], NULL, arg);
     char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
     json_decref(o);
-    if (!s)
-        return;
+    /* The sandboxes it has, whatever their state: the heartbeat's reconciliation forgets
+     * the placements of the others. */
+    json_t *ids = json_array();
+    if (ids)
+        cp_map_foreach(&cp->sandboxes, cluster__live_id, ids);
+    char *l = ids ? json_dumps(ids, JSON_COMPACT) : NULL;
+    json_decref(ids);
     pthread_mutex_lock(&c->mu);
-    free(c->templates);
-    c->templates = s;
+    if (s) {
+        free(c->templates);
+        c->templates = s;
+    }
+    /* Without a list this round the heartbeat reconciles nothing (rather than everything). */
+    free(c->live);
+    c->live = l;
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -374,6 +556,53 @@ static int cluster__self(struct cp *cp, struct cp_cluster *c)
     return 0;
 }
 
+/* The cluster token: AIRLOCK_CLUSTER_TOKEN, else cluster.token_file (not readable by group
+ * or others: it lets its holder act as a gateway). */
+static int cluster__token(const struct cp_config *cfg, char *out, size_t len)
+{
+    const char *env = getenv("AIRLOCK_CLUSTER_TOKEN");
+    char *buf = NULL;
+    size_t n = 0;
+    if (env && env[0]) {
+        snprintf(out, len, "%s", env);
+    } else if (cfg->cluster_token_file && cfg->cluster_token_file[0]) {
+        struct stat st;
+        if (stat(cfg->cluster_token_file, &st) == 0 && (st.st_mode & 077)) {
+            al_error("cluster: %s (cluster.token_file) is readable by group or others: chmod "
+                     "0600 it",
+                     cfg->cluster_token_file);
+            return -EPERM;
+        }
+        struct al_error e = {0};
+        if (al_read_file(cfg->cluster_token_file, len - 1, &buf, &n, &e)) {
+            al_error("cluster: cluster.token_file: %s", al_error_str(&e));
+            return -EINVAL;
+        }
+        while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+            n--;
+        memcpy(out, buf, n);
+        out[n] = '\0';
+        sodium_memzero(buf, n);
+        free(buf);
+    } else {
+        out[0] = '\0';
+    }
+    if (cfg->cluster_role == CP_CLUSTER_STANDALONE)
+        return 0;
+    n = strlen(out);
+    bool printable = n > 0;
+    for (size_t i = 0; i < n; i++)
+        printable = printable && out[i] > ' ' && out[i] < 0x7f;
+    if (n < CP_CLUSTER_TOKEN_MIN || !printable) {
+        al_error("cluster: the cluster token (AIRLOCK_CLUSTER_TOKEN or cluster.token_file) must "
+                 "be at least %d printable characters without spaces (make one with `head -c 32 "
+                 "/dev/urandom | od -An -tx1 | tr -d ' \\n'`, the same on every gateway and node)",
+                 CP_CLUSTER_TOKEN_MIN);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 int cp_cluster_start(struct cp *cp)
 {
     const struct cp_config *cfg = &cp->cfg;
@@ -385,6 +614,10 @@ int cp_cluster_start(struct cp *cp)
     c->role = cfg->cluster_role;
     c->conninfo = cfg->cluster_database;
     cp_cluster_db_describe(c->conninfo, c->conninfo_desc, sizeof c->conninfo_desc);
+    if (cluster__token(cfg, c->token, sizeof c->token)) {
+        free(c);
+        return -EINVAL;
+    }
     c->lease_ms = cfg->cluster_lease_ms;
     c->interval_ms = cfg->cluster_heartbeat_ms ? cfg->cluster_heartbeat_ms : c->lease_ms / 3;
     atomic_store(&c->running, (int_fast64_t)cp->n_live);
@@ -459,12 +692,19 @@ void cp_cluster_close(struct cp *cp)
         pthread_join(c->thread, NULL);
     /* What the thread answered, then what it never took. */
     cluster__on_async(&c->async);
-    for (struct cluster__ask *a = c->asks, *next; a; a = next) {
-        next = a->next;
-        cp_rest_error(a->req, 503, "airlockd is stopping");
-        free(a);
+    for (struct cp_cluster_job *j = c->jobs, *next; j; j = next) {
+        next = j->next;
+        j->rc = -ESHUTDOWN;
+        snprintf(j->msg, sizeof j->msg, "airlockd is stopping");
+        cluster__deliver(j);
     }
-    c->asks = NULL;
+    c->jobs = NULL;
+    cp_cluster_gw_close(cp);
+    free(c->live);
+    c->live = NULL;
+    free(c->snap);
+    c->snap = NULL;
+    sodium_memzero(c->token, sizeof c->token);
     free(c->templates);
     c->templates = NULL;
     pthread_mutex_destroy(&c->mu);
@@ -473,17 +713,112 @@ void cp_cluster_close(struct cp *cp)
     uv_close((uv_handle_t *)&c->async, cluster__async_closed);
 }
 
+int cp_cluster_submit(struct cp *cp, struct cp_cluster_job *j)
+{
+    struct cp_cluster *c = cp->cluster;
+    if (!c)
+        return -ENODEV;
+    j->next = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (c->stop) {
+        /* Answered from the loop as always, never inside this call. */
+        j->rc = -ESHUTDOWN;
+        snprintf(j->msg, sizeof j->msg, "airlockd is stopping");
+        j->next = c->answers;
+        c->answers = j;
+        pthread_mutex_unlock(&c->mu);
+        uv_async_send(&c->async);
+        return 0;
+    }
+    struct cp_cluster_job **t = &c->jobs;
+    while (*t)
+        t = &(*t)->next;
+    *t = j;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+void **cp_cluster_gw_slot(struct cp *cp)
+{
+    return cp->cluster ? &cp->cluster->gw : NULL;
+}
+
+const char *cp_cluster_token(const struct cp *cp)
+{
+    return cp->cluster ? cp->cluster->token : "";
+}
+
+int cp_cluster_node_state(struct cp *cp, const char *node_id, char *address, size_t len, bool *live)
+{
+    struct cp_cluster *c = cp->cluster;
+    if (!c)
+        return -EAGAIN;
+    int rc = -ENOENT;
+    pthread_mutex_lock(&c->mu);
+    if (!c->snap)
+        rc = -EAGAIN;
+    for (size_t i = 0; c->snap && i < c->n_snap; i++)
+        if (strcmp(c->snap[i].id, node_id) == 0) {
+            snprintf(address, len, "%s", c->snap[i].address);
+            *live = c->snap[i].live;
+            rc = 0;
+            break;
+        }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+bool cp_cluster_node_admit(struct cp *cp, struct al_http_req *req)
+{
+    if (cp->cfg.cluster_role != CP_CLUSTER_NODE || req->peer.is_unix)
+        return true;
+    if (strcmp(req->method, "GET") == 0 &&
+        (strcmp(req->path, "/health") == 0 || strcmp(req->path, "/metrics") == 0))
+        return true;
+    struct cp_cluster *c = cp->cluster;
+    if (!c) {
+        cp_rest_error(req, 503, "this node is joining the cluster: try again");
+        return false;
+    }
+    const char *t = al_http_req_header(req, CP_CLUSTER_TOKEN_HEADER);
+    if (t && al_http_req_header_count(req, CP_CLUSTER_TOKEN_HEADER) == 1 &&
+        cp_secret_equal(t, strlen(t), c->token, strlen(c->token)))
+        return true;
+    al_info("cluster: refused %s %.120s from a client that is not a gateway (no valid %s)",
+            req->method, req->path, CP_CLUSTER_TOKEN_HEADER);
+    cp_rest_error(req, 403,
+                  "this airlockd is a cluster node: it serves the cluster's gateways only (send "
+                  "requests to a gateway; a gateway proves itself with %s)",
+                  CP_CLUSTER_TOKEN_HEADER);
+    return false;
+}
+
+static void cluster__admin_submit(struct cp *cp, struct al_http_req *req, int kind,
+                                  const char *node_id, bool live_only, bool cordon)
+{
+    struct cluster__admin *a = calloc(1, sizeof *a);
+    if (!a) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    a->j.kind = kind;
+    a->j.done = cluster__admin_done;
+    a->j.arg = cp->cluster;
+    a->req = req;
+    a->live_only = live_only;
+    a->cordon = cordon;
+    snprintf(a->node_id, sizeof a->node_id, "%s", node_id ? node_id : "");
+    cp_cluster_submit(cp, &a->j);
+}
+
 bool cp_cluster_route(struct cp *cp, struct al_http_req *req)
 {
     const char *p = req->path;
     if (strncmp(p, "/admin/cluster/", 15) != 0)
         return false;
-    if (strcmp(p, "/admin/cluster/nodes") != 0) {
+    if (strcmp(p, "/admin/cluster/nodes") != 0 && strncmp(p, "/admin/cluster/nodes/", 21) != 0) {
         cp_rest_error(req, 404, "no such endpoint: %s %s", req->method, p);
-        return true;
-    }
-    if (strcmp(req->method, "GET") != 0) {
-        cp_rest_error(req, 405, "%s is not allowed on %s (GET)", req->method, p);
         return true;
     }
     struct cp_cluster *c = cp->cluster;
@@ -494,31 +829,44 @@ bool cp_cluster_route(struct cp *cp, struct al_http_req *req)
                       cluster__roles[cp->cfg.cluster_role]);
         return true;
     }
-    char live[8] = "";
-    int rc = al_http_query_get(req->query, "live", live, sizeof live);
-    if ((rc && rc != -ENOENT) || (live[0] && strcmp(live, "true") && strcmp(live, "false"))) {
-        cp_rest_error(req, 400, "live must be true or false");
+    if (strcmp(p, "/admin/cluster/nodes") == 0) {
+        if (strcmp(req->method, "GET") != 0) {
+            cp_rest_error(req, 405, "%s is not allowed on %s (GET)", req->method, p);
+            return true;
+        }
+        char live[8] = "";
+        int rc = al_http_query_get(req->query, "live", live, sizeof live);
+        if ((rc && rc != -ENOENT) || (live[0] && strcmp(live, "true") && strcmp(live, "false"))) {
+            cp_rest_error(req, 400, "live must be true or false");
+            return true;
+        }
+        cluster__admin_submit(cp, req, CLUSTER__NODES, NULL, strcmp(live, "true") == 0, false);
         return true;
     }
-    struct cluster__ask *a = calloc(1, sizeof *a);
-    if (!a) {
-        cp_rest_error(req, 500, "out of memory");
+    /* /admin/cluster/nodes/{id}[/cordon|/uncordon] */
+    const char *q = p + 21;
+    char id[CP_CLUSTER_NODE_ID_MAX];
+    if (!cp_rest_path_part(&q, id, sizeof id) || !cp_cluster_node_id_valid(id)) {
+        cp_rest_error(req, 404, "no such node: %s (node ids are 1..63 of a-z 0-9 . -)", p + 21);
         return true;
     }
-    a->req = req;
-    a->live_only = strcmp(live, "true") == 0;
-    pthread_mutex_lock(&c->mu);
-    if (c->stop) {
-        pthread_mutex_unlock(&c->mu);
-        free(a);
-        cp_rest_error(req, 503, "airlockd is stopping");
+    if (*q == '\0') {
+        if (strcmp(req->method, "GET") != 0)
+            cp_rest_error(req, 405, "%s is not allowed on %s (GET)", req->method, p);
+        else
+            cluster__admin_submit(cp, req, CLUSTER__NODE, id, false, false);
         return true;
     }
-    struct cluster__ask **t = &c->asks;
-    while (*t)
-        t = &(*t)->next;
-    *t = a;
-    pthread_cond_signal(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    bool cordon = strcmp(q, "/cordon") == 0;
+    if (!cordon && strcmp(q, "/uncordon") != 0) {
+        cp_rest_error(req, 404, "no such endpoint: %s %s (a node has /cordon and /uncordon)",
+                      req->method, p);
+        return true;
+    }
+    if (strcmp(req->method, "POST") != 0) {
+        cp_rest_error(req, 405, "%s is not allowed on %s (POST)", req->method, p);
+        return true;
+    }
+    cluster__admin_submit(cp, req, CLUSTER__CORDON, id, false, cordon);
     return true;
 }

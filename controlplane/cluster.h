@@ -5,18 +5,29 @@
  * itself (id, advertised address, capacity, versions) and renews its lease every
  * cluster.heartbeat_interval; a database outage is logged once, the node keeps serving its
  * sandboxes, and it reconnects and registers again (a lost lease included) when the database
- * is back; a clean stop releases the lease. And GET /admin/cluster/nodes: the nodes with their
- * lease state, read on that thread and answered on the loop.
+ * is back; a clean stop releases the lease. A node's heartbeat carries the ids of its
+ * sandboxes (the database forgets placements of those that ended). A gateway's thread keeps
+ * a snapshot of the nodes (address, lease) for routing through an outage. The jobs the loop
+ * hands the thread (struct cp_cluster_job: placements, owners, node lists, cordons) are
+ * answered on the loop. The admin API /admin/cluster/nodes[/{id}[/cordon|/uncordon]]. The
+ * cluster token (cluster.token_file, AIRLOCK_CLUSTER_TOKEN): gateways send it to nodes, nodes
+ * refuse API requests over TCP without it (cp_cluster_node_admit).
  * Nothing here runs without cluster.database: a standalone airlockd never connects.
  */
 #ifndef AIRLOCK_CP_CLUSTER_H
 #define AIRLOCK_CP_CLUSTER_H
 
+#include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 
+#include "cluster_db.h"
 #include "common/http.h"
 
 struct cp;
+
+/* The header gateways prove themselves to nodes with (the interim until mutual TLS). */
+#define CP_CLUSTER_TOKEN_HEADER "X-Airlock-Cluster-Token"
 
 /* Starts the database thread (once the API listens: a node advertises where it serves).
  * No-op without cluster.database. 0, or a negative errno (logged). */
@@ -30,5 +41,58 @@ void cp_cluster_stop(struct cp *cp);
 void cp_cluster_close(struct cp *cp);
 /* /admin/cluster/...: true when it answered req (authenticated already). */
 bool cp_cluster_route(struct cp *cp, struct al_http_req *req);
+/* A node with a cluster token: false when req came over TCP without it (answered 403 then);
+ * /health and /metrics, and the local socket, need none. True on other roles. */
+bool cp_cluster_node_admit(struct cp *cp, struct al_http_req *req);
+/* The cluster token ("" without a cluster). */
+const char *cp_cluster_token(const struct cp *cp);
+/* The gateway's last snapshot of a node (refreshed every heartbeat interval, kept through a
+ * database outage): 0 with its address and whether its lease was valid; -ENOENT: no such
+ * node; -EAGAIN: no snapshot yet. */
+int cp_cluster_node_state(struct cp *cp, const char *node_id, char *address, size_t len,
+                          bool *live);
+
+enum cp_cluster_job_kind {
+    CP_CLUSTER_JOB_PLACE, /* in: sandbox_id, template_id, cpu, memory_bytes, exclude; out: owner */
+    CP_CLUSTER_JOB_UNPLACE, /* in: sandbox_id */
+    CP_CLUSTER_JOB_RENAME,  /* in: sandbox_id (the reservation), to_id */
+    CP_CLUSTER_JOB_OWNER,   /* in: sandbox_id; out: owner */
+};
+
+/* Work for the database thread, answered on the loop. The caller's until done runs. */
+struct cp_cluster_job {
+    int kind; /* enum cp_cluster_job_kind */
+    char sandbox_id[64], to_id[64];
+    char template_id[160];
+    int64_t cpu;
+    uint64_t memory_bytes;
+    char exclude[2][CP_CLUSTER_NODE_ID_MAX];
+    size_t n_exclude;
+    /* the answer: rc 0, or a negative errno with msg (-ENOTCONN: the database is
+     * unreachable, -ESHUTDOWN: airlockd is stopping; otherwise cluster_db.h's) */
+    int rc;
+    char msg[AL_ERROR_MSG_MAX];
+    struct cp_cluster_owner owner;
+    /* on the loop, once; NULL: nobody waits */
+    void (*done)(struct cp_cluster_job *j, void *arg);
+    void *arg;
+    struct cp_cluster_job *next;
+};
+
+/* Queues j; done runs on the loop (also when airlockd stops first: rc -ESHUTDOWN). With
+ * done NULL the job is freed (free()) once run. -ENODEV: no cluster database (j untouched). */
+int cp_cluster_submit(struct cp *cp, struct cp_cluster_job *j);
+
+/* The gateway (cluster_gw.c). Data-plane traffic of sandboxes (E2b-Sandbox-Id, a
+ * "<port>-<id>.<domain>" Host): before anything else; true when it answered req. */
+bool cp_cluster_gw_data(struct cp *cp, struct al_http_req *req);
+/* After authentication: creations, the control plane of one sandbox and the lists; true
+ * when it answered req. */
+bool cp_cluster_gw_api(struct cp *cp, struct al_http_req *req);
+/* The route cache's entry for a sandbox that ended or moved. */
+void cp_cluster_gw_forget(struct cp *cp, const char *sandbox_id);
+void cp_cluster_gw_close(struct cp *cp);
+/* Where cluster.c keeps the gateway's state for cluster_gw.c (NULL without a cluster). */
+void **cp_cluster_gw_slot(struct cp *cp);
 
 #endif

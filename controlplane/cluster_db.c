@@ -16,6 +16,8 @@ struct cp_cluster_db {
 /* Serialises migrations of every process on one database (pg_advisory_xact_lock's key:
  * "airlock" in ASCII, as a number). */
 #define CLUSTER_DB__MIGRATE_LOCK "27419012907361131"
+#define CLUSTER_DB__STR_(x)      #x
+#define CLUSTER_DB__STR(x)       CLUSTER_DB__STR_(x)
 
 /* The migrations, in order; migration i brings the schema to version i + 1. Each runs in the
  * one transaction of cp_cluster_db_migrate, with the version row it adds. Never edit a
@@ -332,14 +334,31 @@ int cp_cluster_db_heartbeat(struct cp_cluster_db *db, const struct cp_cluster_no
     char run[24], lease[24];
     snprintf(run, sizeof run, "%" PRId64, n->sandboxes_running);
     snprintf(lease, sizeof lease, "%" PRIu64, lease_ms);
-    const char *const p[] = {id, n->instance, lease, run, n->templates};
+    const char *const p[] = {id, n->instance, lease, run, n->templates, n->live};
+    /* gone: the node's records it no longer has (and stale reservations), deleted in the
+     * statement that renews the lease, only while this instance holds it; the renewal
+     * books their capacity back. Without a list ($6 NULL) nothing is reconciled. */
     PGresult *r = cluster_db__params(
         db,
+        "WITH me AS (SELECT id FROM nodes WHERE id = $1 AND instance = $2"
+        "  AND lease_expires_at > now()),"
+        "gone AS (DELETE FROM sandboxes s USING me WHERE s.node_id = me.id AND $6::jsonb IS NOT NULL"
+        "  AND ((s.id LIKE '" CP_CLUSTER_RESERVATION_PREFIX "%' AND s.placed_at < now() -"
+        "   " CLUSTER_DB__STR(CP_CLUSTER_RESERVATION_MAX_S) " * interval '1 s')"
+        "  OR (s.id NOT LIKE '" CP_CLUSTER_RESERVATION_PREFIX "%' AND s.placed_at < now() -"
+        "   " CLUSTER_DB__STR(CP_CLUSTER_RECONCILE_GRACE_S) " * interval '1 s'"
+        "   AND NOT $6::jsonb ? s.id))"
+        "  RETURNING s.cpu, s.memory_bytes),"
+        "back AS (SELECT count(*) AS n, coalesce(sum(cpu), 0) AS cpu,"
+        "  coalesce(sum(memory_bytes), 0) AS mem FROM gone)"
         "UPDATE nodes SET heartbeat_at = now(),"
         " lease_expires_at = now() + $3::bigint * interval '1 ms', sandboxes_running = $4,"
-        " templates = coalesce($5::jsonb, '{}')"
-        " WHERE id = $1 AND instance = $2 AND lease_expires_at > now() RETURNING id",
-        5, p);
+        " templates = coalesce($5::jsonb, '{}'),"
+        " sandboxes_booked = greatest(0, sandboxes_booked - back.n),"
+        " cpu_booked = greatest(0, cpu_booked - back.cpu),"
+        " memory_booked = greatest(0, memory_booked - back.mem)"
+        " FROM back WHERE id = $1 AND instance = $2 AND lease_expires_at > now() RETURNING id",
+        6, p);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         return cluster_db__res_fail(db, r, "heartbeat", err);
     int rows = PQntuples(r);
@@ -614,5 +633,66 @@ int cp_cluster_db_owner(struct cp_cluster_db *db, const char *sandbox_id,
     snprintf(out->address, sizeof out->address, "%s", PQgetvalue(r, 0, 1));
     out->lease_valid = PQgetvalue(r, 0, 2)[0] == 't';
     PQclear(r);
+    return 0;
+}
+
+int cp_cluster_db_rename(struct cp_cluster_db *db, const char *from, const char *to,
+                         struct al_error *err)
+{
+    const char *const v[] = {from, to};
+    PGresult *r = cluster_db__params(
+        db, "UPDATE sandboxes SET id = $2::text, placed_at = now() WHERE id = $1::text RETURNING id",
+        2, v);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+        if (strcmp(cluster_db__state(r), "23505") == 0) {
+            PQclear(r);
+            return al_error_set(err, -EEXIST, "cluster: sandbox %s is placed already", to);
+        }
+        return cluster_db__res_fail(db, r, "naming a placement", err);
+    }
+    int rows = PQntuples(r);
+    PQclear(r);
+    if (rows != 1)
+        return al_error_set(err, -ENOENT, "cluster: no placement %s", from);
+    return 0;
+}
+
+int cp_cluster_db_node_sandboxes(struct cp_cluster_db *db, const char *node_id, size_t max,
+                                 char ***ids, size_t *n_ids, size_t *n, struct al_error *err)
+{
+    *ids = NULL;
+    *n_ids = *n = 0;
+    char lim[24];
+    snprintf(lim, sizeof lim, "%zu", max);
+    const char *const v[] = {node_id, lim};
+    PGresult *r = cluster_db__params(db,
+                                     "SELECT id, count(*) OVER () FROM sandboxes"
+                                     " WHERE node_id = $1::text ORDER BY placed_at, id"
+                                     " LIMIT $2::bigint",
+                                     2, v);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        return cluster_db__res_fail(db, r, "listing a node's sandboxes", err);
+    int rows = PQntuples(r);
+    char **out = rows ? calloc((size_t)rows, sizeof *out) : NULL;
+    if (rows && !out) {
+        PQclear(r);
+        return al_error_set(err, -ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < rows; i++) {
+        out[i] = strdup(PQgetvalue(r, i, 0));
+        if (!out[i]) {
+            for (int k = 0; k < i; k++)
+                free(out[k]);
+            free(out);
+            PQclear(r);
+            return al_error_set(err, -ENOMEM, "out of memory");
+        }
+    }
+    /* Past the limit the window's count still says how many there are. */
+    if (rows)
+        *n = strtoull(PQgetvalue(r, 0, 1), NULL, 10);
+    PQclear(r);
+    *ids = out;
+    *n_ids = (size_t)rows;
     return 0;
 }

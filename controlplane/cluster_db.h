@@ -28,6 +28,15 @@ from several gateways at once never book more than a node has. Every lease decis
 #define CP_CLUSTER_NODE_ID_MAX    64
 #define CP_CLUSTER_ADDRESS_MAX    256
 #define CP_CLUSTER_INSTANCE_LEN   32
+/* A gateway places a creation under a reservation id with this prefix until the node names
+ * the sandbox (cp_cluster_db_rename); no sandbox id starts so. */
+#define CP_CLUSTER_RESERVATION_PREFIX "pending-"
+/* A heartbeat's reconciliation spares records younger than this (a creation the node had not
+ * finished when it took the list it reports) and reservations younger than the second. */
+#define CP_CLUSTER_RECONCILE_GRACE_S 60
+/* The cluster token's least length (cluster.c). */
+#define CP_CLUSTER_TOKEN_MIN         32
+#define CP_CLUSTER_RESERVATION_MAX_S 900
 
 struct cp_cluster_db;
 
@@ -47,6 +56,9 @@ struct cp_cluster_node {
      * JSON object {"template": ready, ...} (NULL: none). The caller's when registering and
      * in heartbeats; allocated in a listing (cp_cluster_nodes_free). */
     char *templates;
+    /* heartbeats only: the ids of the sandboxes the node has, a JSON array (NULL: no
+     * reconciliation); the caller's */
+    char *live;
     /* listed only: what placements booked (cp_cluster_db_place) */
     int64_t cpu_booked;
     uint64_t memory_booked;
@@ -78,8 +90,14 @@ int cp_cluster_db_migrate(struct cp_cluster_db *db, int *version, struct al_erro
 int cp_cluster_db_register(struct cp_cluster_db *db, const struct cp_cluster_node *n,
                            uint64_t lease_ms, struct al_error *err);
 /* Renews the lease of (n->id, n->instance) and records its running sandboxes and its
- * templates (n->templates). -ESTALE: the lease was lost (it expired, or another instance
- * registered the id): register again. -EINVAL: n->templates is not a JSON object of counts. */
+ * templates (n->templates). With n->live (a JSON array of the ids of the sandboxes the node
+ * has), the same statement reconciles the placements: a sandbox recorded on the node that
+ * the node no longer has (it ended there: timeout, kill) and that was placed more than
+ * CP_CLUSTER_RECONCILE_GRACE_S ago loses its record and books its capacity back, and so does
+ * a reservation (CP_CLUSTER_RESERVATION_PREFIX) older than CP_CLUSTER_RESERVATION_MAX_S (its
+ * gateway died during the creation). -ESTALE: the lease was lost (it expired, or another
+ * instance registered the id): register again. -EINVAL: n->templates is not a JSON object of
+ * counts. */
 int cp_cluster_db_heartbeat(struct cp_cluster_db *db, const struct cp_cluster_node *n,
                             uint64_t lease_ms, struct al_error *err);
 /* Ends the lease of (id, instance) now (a clean stop). */
@@ -128,6 +146,15 @@ int cp_cluster_db_place(struct cp_cluster_db *db, const struct cp_cluster_place 
 /* The sandbox ended (or its start failed): its record goes and its owner's capacity is
  * booked back, in one statement. -ENOENT: not placed. */
 int cp_cluster_db_unplace(struct cp_cluster_db *db, const char *sandbox_id, struct al_error *err);
+/* A placement made under a reservation id (before the node named the sandbox) takes the id
+ * the node gave it; placed_at restarts (the heartbeat's reconciliation counts from it).
+ * -ENOENT: no such reservation; -EEXIST: the new id is placed already. */
+int cp_cluster_db_rename(struct cp_cluster_db *db, const char *from, const char *to,
+                         struct al_error *err);
+/* The sandboxes placed on a node (ids, by placement time), at most max of them; *n how many
+ * there are in all. *ids is the caller's (free each, then the array). */
+int cp_cluster_db_node_sandboxes(struct cp_cluster_db *db, const char *node_id, size_t max,
+                                 char ***ids, size_t *n_ids, size_t *n, struct al_error *err);
 /* The owner of a placed sandbox. -ENOENT: not placed. */
 int cp_cluster_db_owner(struct cp_cluster_db *db, const char *sandbox_id,
                         struct cp_cluster_owner *out, struct al_error *err);

@@ -639,8 +639,8 @@ const struct al_cfg_field cp_config_fields[] = {
      .choices = cfg__roles,
      .help = "standalone: one airlockd, no cluster database; node: runs sandboxes and "
              "registers in cluster.database with a lease it renews; gateway: reads the "
-             "cluster's nodes (placement and routing through gateways are not built yet; "
-             "docs/cluster.md)"},
+             "E2B API that places sandboxes on nodes and routes every request to the node "
+             "that owns the sandbox (docs/cluster.md)"},
     {.key = "cluster.database",
      .type = AL_CFG_STR,
      .offset = F(cluster_database),
@@ -660,6 +660,13 @@ const struct al_cfg_field cp_config_fields[] = {
      .env = "AIRLOCK_CLUSTER_ADVERTISE",
      .help = "HOST:PORT where gateways reach this node's API (default: the listen address; "
              "required when that is 0.0.0.0 or ::)"},
+    {.key = "cluster.token_file",
+     .type = AL_CFG_STR,
+     .offset = F(cluster_token_file),
+     .help = "a file (mode 0600) holding the cluster token, the same on every gateway and node: "
+             "gateways send it with each request, nodes refuse API requests over TCP without "
+             "it (needed by node and gateway; AIRLOCK_CLUSTER_TOKEN, the token itself, "
+             "overrides it)"},
     {.key = "cluster.lease",
      .type = AL_CFG_DURATION,
      .offset = F(cluster_lease_ms),
@@ -831,6 +838,15 @@ int cp_config_finish(struct cp_config *c, struct al_diags *d)
                           "cluster.role %s needs cluster.database (the cluster's PostgreSQL, "
                           "e.g. \"host=db.internal dbname=airlock user=airlock\")",
                           c->cluster_role == CP_CLUSTER_NODE ? "node" : "gateway");
+    const char *tok_env = getenv("AIRLOCK_CLUSTER_TOKEN");
+    if (c->cluster_role != CP_CLUSTER_STANDALONE && (!tok_env || !tok_env[0]) &&
+        (!c->cluster_token_file || !c->cluster_token_file[0]))
+        rc = al_diags_add(d, AL_DIAG_ERROR, "cluster.token_file", 0, 0, "bad_cluster",
+                          "cluster.role %s needs the cluster token: cluster.token_file (a file "
+                          "of mode 0600 with at least %d characters, the same on every gateway "
+                          "and node) or AIRLOCK_CLUSTER_TOKEN",
+                          c->cluster_role == CP_CLUSTER_NODE ? "node" : "gateway",
+                          CP_CLUSTER_TOKEN_MIN);
     if (c->cluster_heartbeat_ms && c->cluster_heartbeat_ms >= c->cluster_lease_ms)
         rc = al_diags_add(d, AL_DIAG_ERROR, "cluster.heartbeat_interval", 0, 0, "bad_cluster",
                           "cluster.heartbeat_interval must be shorter than cluster.lease (a "

@@ -133,6 +133,7 @@ struct cp_config {
     char *cluster_database;  /* libpq conninfo ("" = none: never connects) */
     char *cluster_node_id;   /* "" = the host name */
     char *cluster_advertise; /* HOST:PORT gateways reach this node at ("" = the API's) */
+    char *cluster_token_file; /* the cluster token (cluster.c; AIRLOCK_CLUSTER_TOKEN wins) */
     uint64_t cluster_lease_ms;
     uint64_t cluster_heartbeat_ms; /* 0 = a third of the lease */
 

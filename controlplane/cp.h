@@ -16,7 +16,8 @@
  *   events.c     lifecycle events: recorded, listed, streamed
  *   webhooks.c   lifecycle events POSTed, signed, to the URLs API keys register
  *   warm.c       warm sandboxes: started ahead, claimed by creations
- *   cluster.c    cluster.role: a node's lease in the cluster database, the node list
+ *   cluster.c    cluster.role: a node's lease in the cluster database, the node list, cordons
+ *   cluster_gw.c a gateway: creations placed on nodes, every sandbox request routed to its node
  * Threading: everything runs on the loop's thread except blocking network-provider calls,
  * which run on libuv's thread pool and report back to the loop, and the cluster database's
  * calls, on cluster.c's own thread.
@@ -374,6 +375,13 @@ void cp_on_request(struct al_http_req *req, void *ctx); /* router (rest.c) */
 void cp_proxy(struct cp *cp, struct cp_sandbox *sb, struct al_http_req *req, const char *port);
 /* Routes data-plane requests; returns false if req is not one (proxy.c). */
 bool cp_proxy_route(struct cp *cp, struct al_http_req *req);
+/* Whether req's Host is a getHost(port) name "<port>-<id>.<api.domain>": port and id (not
+ * checked further) into port[portlen] and id[idlen]. */
+bool cp_proxy_host_parse(const struct cp *cp, const struct al_http_req *req, char *port,
+                         size_t portlen, char *id, size_t idlen);
+/* E2B's proxy's answer for traffic to a sandbox that does not exist (any more): 502
+ * {"sandboxId","message":"The sandbox was not found","code":502}. */
+void cp_proxy_not_found(struct cp *cp, struct al_http_req *req, const char *id);
 /* A Set-Cookie value from a sandbox without its Domain attributes (any case, any value,
  * with or without a leading dot): the cookie stays host-only, bound to the one origin
  * "<port>-<id>.<domain>" it came from, never to a domain that spans other sandboxes' origins

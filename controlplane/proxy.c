@@ -284,7 +284,7 @@ static struct cp_sandbox *px__by_signature(struct cp *cp, const struct al_http_r
 
 /* E2B's answer for traffic to a sandbox that does not exist (any more), the JSON its proxy
  * sends (shared/pkg/proxy/template/sandbox_not_found.go), for the id the request named. */
-static void px__not_found(struct cp *cp, struct al_http_req *req, const char *id)
+void cp_proxy_not_found(struct cp *cp, struct al_http_req *req, const char *id)
 {
     cp_metrics_proxy(cp->metrics, 502);
     json_t *sid = json_stringn(id, strnlen(id, 64));
@@ -295,36 +295,41 @@ static void px__not_found(struct cp *cp, struct al_http_req *req, const char *id
     al_http_reply_json(req, 502, b);
 }
 
-/* getHost(port) URLs: "<port>-<sandbox id>.<api.domain>" (wildcard DNS to airlockd). *matched
- * says whether the Host had that form (id: the sandbox id it names), found or not. */
-static struct cp_sandbox *px__by_host(struct cp *cp, const struct al_http_req *req, char *port,
-                                      size_t portlen, char *id, bool *matched)
+bool cp_proxy_host_parse(const struct cp *cp, const struct al_http_req *req, char *port,
+                         size_t portlen, char *id, size_t idlen)
 {
-    *matched = false;
     const char *dom = cp->cfg.domain;
     const char *host = al_http_req_header(req, "Host");
     if (!dom || !*dom || !host)
-        return NULL;
+        return false;
     const char *dash = strchr(host, '-');
     const char *dot = dash ? strchr(dash, '.') : NULL;
     if (!dash || !dot || dash == host || (size_t)(dash - host) >= portlen || dot - dash - 1 <= 0 ||
-        dot - dash - 1 >= 64)
-        return NULL;
+        (size_t)(dot - dash - 1) >= idlen)
+        return false;
     size_t dl = strlen(dom);
     const char *rest = dot + 1;
     const char *colon = strchr(rest, ':');
     size_t rl = colon ? (size_t)(colon - rest) : strlen(rest);
     if (rl != dl || strncasecmp(rest, dom, dl) != 0)
-        return NULL;
+        return false;
     for (const char *c = host; c < dash; c++)
         if (*c < '0' || *c > '9')
-            return NULL;
+            return false;
     memcpy(port, host, (size_t)(dash - host));
     port[dash - host] = '\0';
     memcpy(id, dash + 1, (size_t)(dot - dash - 1));
     id[dot - dash - 1] = '\0';
-    *matched = true;
-    return cp_sandbox_id_valid(id) ? cp_sandbox_get(cp, id) : NULL;
+    return true;
+}
+
+/* getHost(port) URLs: "<port>-<sandbox id>.<api.domain>" (wildcard DNS to airlockd). *matched
+ * says whether the Host had that form (id: the sandbox id it names), found or not. */
+static struct cp_sandbox *px__by_host(struct cp *cp, const struct al_http_req *req, char *port,
+                                      size_t portlen, char *id, bool *matched)
+{
+    *matched = cp_proxy_host_parse(cp, req, port, portlen, id, 64);
+    return *matched && cp_sandbox_id_valid(id) ? cp_sandbox_get(cp, id) : NULL;
 }
 
 /* Paths of the control plane: never routed by access token. */
@@ -380,13 +385,13 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
         if (cp_sandbox_id_valid(id))
             sb = cp_sandbox_get(cp, id);
         if (!sb || (sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED)) {
-            px__not_found(cp, req, id);
+            cp_proxy_not_found(cp, req, id);
             return true;
         }
     } else if ((sb = px__by_host(cp, req, host_port, sizeof host_port, host_id, &host_matched))) {
         by_host = true;
     } else if (host_matched) {
-        px__not_found(cp, req, host_id);
+        cp_proxy_not_found(cp, req, host_id);
         return true;
     } else if (!al_http_req_header(req, "X-Access-Token")) {
         /* A signed file URL is sandbox traffic too. */
@@ -414,7 +419,7 @@ bool cp_proxy_route(struct cp *cp, struct al_http_req *req)
         }
     }
     if (by_host && sb->rec.state != CP_SB_RUNNING && sb->rec.state != CP_SB_PAUSED) {
-        px__not_found(cp, req, sb->rec.id);
+        cp_proxy_not_found(cp, req, sb->rec.id);
         return true;
     }
     const char *port = by_host ? host_port : NULL;

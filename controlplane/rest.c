@@ -1173,6 +1173,9 @@ void cp_on_request(struct al_http_req *req, void *ctx)
 {
     struct cp *cp = ctx;
     rest__api_metrics = cp->metrics;
+    /* A node serves its gateways only; a gateway routes sandbox traffic to the nodes. */
+    if (!cp_cluster_node_admit(cp, req) || cp_cluster_gw_data(cp, req))
+        return;
     if (cp_proxy_route(cp, req))
         return;
     cp_metrics_api(cp->metrics, 0);
@@ -1215,7 +1218,8 @@ void cp_on_request(struct al_http_req *req, void *ctx)
         rest__with_body(req, cp, &who, R_KEY_NEW, NULL);
         return;
     }
-    if (cp_cluster_route(cp, req) || cp_console_api_route(cp, req, &who))
+    if (cp_cluster_route(cp, req) || cp_console_api_route(cp, req, &who) ||
+        cp_cluster_gw_api(cp, req))
         return;
     bool v2 = strncmp(p, "/v2/", 4) == 0;
     const char *rp = v2 ? p + 3 : p;

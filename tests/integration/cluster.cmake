@@ -2,3 +2,5 @@
 # 15 that each test starts itself (tests/lib/pg.sh).
 airlock_script_test(NAME cluster_node SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cluster_node.sh
                     LABELS controlplane cluster TIMEOUT 600)
+airlock_script_test(NAME cluster_gateway SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cluster_gateway.sh
+                    LABELS controlplane cluster TIMEOUT 600)

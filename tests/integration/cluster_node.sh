@@ -20,6 +20,12 @@ al_on_cleanup al_pg_stop
 al_pg_start || exit 1
 PW=pw-$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')
 BASE_CFG=$(cat "$AL_TMP/airlockd.yaml")
+# A node serves requests over TCP only with the cluster token (as from a gateway).
+TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+printf '%s\n' "$TOKEN" >"$AL_TMP/cluster.token"
+chmod 0600 "$AL_TMP/cluster.token"
+cp_api() { nsenter --net="/run/netns/$CP_HOSTNS" curl -sS -H "X-API-KEY: $CP_KEY" -H "X-Airlock-Cluster-Token: $TOKEN" "$@"; }
+bare() { nsenter --net="/run/netns/$CP_HOSTNS" curl -s -H "X-Airlock-Cluster-Token: $TOKEN" "$@"; }
 
 # The configuration with a cluster section (role, then more lines; DB, when set, is the
 # database line's value).
@@ -28,7 +34,8 @@ cluster_cfg() {
   shift
   {
     printf '%s\n' "$BASE_CFG"
-    printf 'cluster:\n  role: %s\n  database: "%s"\n' "$role" "${DB-$AL_PG_CONNINFO password=$PW}"
+    printf 'cluster:\n  role: %s\n  database: "%s"\n  token_file: %s\n' "$role" \
+      "${DB-$AL_PG_CONNINFO password=$PW}" "$AL_TMP/cluster.token"
     printf '  %s\n' "$@"
   } >"$AL_TMP/airlockd.yaml"
 }
@@ -86,10 +93,10 @@ al_eq "live=true lists it" "$(node1 'n["nodeID"]' '?live=true')" node-1
 al_eq "live=maybe" "$(code "$CP_URL/admin/cluster/nodes?live=maybe")" 400
 al_eq "POST" "$(code -X POST "$CP_URL/admin/cluster/nodes")" 405
 al_eq "another path" "$(code "$CP_URL/admin/cluster/other")" 404
-al_eq "without an API key" "$(nsenter --net="/run/netns/$CP_HOSTNS" curl -s -o /dev/null -w '%{http_code}' "$CP_URL/admin/cluster/nodes")" 401
+al_eq "without an API key" "$(bare -o /dev/null -w '%{http_code}' "$CP_URL/admin/cluster/nodes")" 401
 al_ok "an operator key" cp_cli apikey create runner --role operator
 OPKEY=$(grep -E '^e2b_[0-9a-f]{40}$' <<<"$AL_OUT")
-al_eq "... may not read the cluster's hosts" "$(nsenter --net="/run/netns/$CP_HOSTNS" curl -s -o /dev/null -w '%{http_code}' -H "X-API-KEY: $OPKEY" "$CP_URL/admin/cluster/nodes")" 403
+al_eq "... may not read the cluster's hosts" "$(bare -o /dev/null -w '%{http_code}' -H "X-API-KEY: $OPKEY" "$CP_URL/admin/cluster/nodes")" 403
 SB=$(cp_create '{"templateID":"base","timeout":600}')
 al_check "a sandbox runs" test -n "$SB"
 al_check "its running sandboxes reach the database" \

@@ -703,6 +703,64 @@ START_TEST(concurrent_placements_never_overbook)
 }
 END_TEST
 
+
+/* A reservation takes the id the node gave the sandbox; a node's list of its sandboxes; a
+ * heartbeat with the node's sandboxes forgets (and books back) the placements it no longer
+ * has once past the grace, and stale reservations; without a list it forgets nothing. */
+START_TEST(rename_list_and_reconcile)
+{
+    t__setup();
+    struct cp_cluster_db *db = t__open();
+    struct al_error e = {0};
+    ck_assert_int_eq(cp_cluster_db_migrate(db, NULL, &e), 0);
+    t__offer(db, "node-a", 10, "{\"base\": 0}");
+    struct cp_cluster_owner o;
+    ck_assert_int_eq(t__place(db, CP_CLUSTER_RESERVATION_PREFIX "1", "base", 1, &o, &e), 0);
+    ck_assert_int_eq(t__place(db, CP_CLUSTER_RESERVATION_PREFIX "2", "base", 1, &o, &e), 0);
+    ck_assert_int_eq(t__place(db, "sb-kept", "base", 1, &o, &e), 0);
+    ck_assert_int_eq(t__place(db, "sb-young", "base", 1, &o, &e), 0);
+    ck_assert_msg(cp_cluster_db_rename(db, CP_CLUSTER_RESERVATION_PREFIX "1", "sb-gone", &e) == 0,
+                  "%s", al_error_str(&e));
+    ck_assert_int_eq(cp_cluster_db_rename(db, CP_CLUSTER_RESERVATION_PREFIX "1", "sb-x", &e),
+                     -ENOENT);
+    ck_assert_int_eq(cp_cluster_db_rename(db, CP_CLUSTER_RESERVATION_PREFIX "2", "sb-kept", &e),
+                     -EEXIST);
+    char **ids = NULL;
+    size_t n_ids = 0, total = 0;
+    ck_assert_int_eq(cp_cluster_db_node_sandboxes(db, "node-a", 2, &ids, &n_ids, &total, &e), 0);
+    ck_assert_uint_eq(n_ids, 2);
+    ck_assert_uint_eq(total, 4);
+    for (size_t i = 0; i < n_ids; i++)
+        free(ids[i]);
+    free(ids);
+    /* Old enough to be judged: all but sb-young; the reservation older than its limit. */
+    PGconn *c = PQconnectdb(t__conninfo);
+    PGresult *r = PQexec(c, "UPDATE sandboxes SET placed_at = now() - interval '1 hour'"
+                            " WHERE id <> 'sb-young'");
+    ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s", PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
+    struct cp_cluster_node n;
+    t__node(&n, "node-a", "inst");
+    n.templates = (char *)"{\"base\": 0}";
+    ck_assert_int_eq(cp_cluster_db_heartbeat(db, &n, 60000, &e), 0);
+    ck_assert_str_eq(t__value("SELECT count(*) FROM sandboxes"), "4"); /* no list: kept */
+    n.live = (char *)"[\"sb-kept\"]";
+    ck_assert_msg(cp_cluster_db_heartbeat(db, &n, 60000, &e) == 0, "%s", al_error_str(&e));
+    ck_assert_str_eq(t__value("SELECT string_agg(id, ',' ORDER BY id) FROM sandboxes"),
+                     "sb-kept,sb-young");
+    ck_assert_str_eq(t__node_value("sandboxes_booked", "node-a"), "2");
+    ck_assert_str_eq(t__node_value("cpu_booked", "node-a"), "2");
+    /* Another instance's heartbeat reconciles nothing (and fails). */
+    t__node(&n, "node-a", "other");
+    n.live = (char *)"[]";
+    ck_assert_int_eq(cp_cluster_db_heartbeat(db, &n, 60000, &e), -ESTALE);
+    ck_assert_str_eq(t__value("SELECT count(*) FROM sandboxes"), "2");
+    cp_cluster_db_close(db);
+    t__teardown();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_cluster_db");
@@ -717,6 +775,7 @@ static Suite *suite(void)
     tcase_add_test(t, errors_never_show_the_password);
     tcase_add_test(t, placement_books_capacity_and_spreads);
     tcase_add_test(t, concurrent_placements_never_overbook);
+    tcase_add_test(t, rename_list_and_reconcile);
     suite_add_tcase(s, t);
     return s;
 }

@@ -1,0 +1,706 @@
+/* controlplane/cluster_gw: a gateway's E2B API (cluster.role: gateway, docs/cluster.md).
+ *
+ * Owns: creations (POST /sandboxes, /v2/sandboxes): the body read whole, a placement under a
+ * reservation id (cluster_db's one statement, on cluster.c's thread), the create sent to the
+ * chosen node with the cluster token, and on success the placement named after the sandbox
+ * the node made and the route cached; a start that fails on the node (no answer, or a 5xx)
+ * books the capacity back and is tried once more on another node. Routing: every request of
+ * one sandbox's control plane (/sandboxes/{id}/...) and data plane (E2b-Sandbox-Id, a
+ * "<port>-<id>.<domain>" Host) goes to the node that owns it, through common/http_forward
+ * (the one streaming forwarder); the route map (sandbox -> node) is cached here and the
+ * nodes' leases come from cluster.c's snapshot, so that a database outage stops creations
+ * (503) but not the traffic of sandboxes already routed. A sandbox whose node lost its lease
+ * is gone: 404 on the control plane, E2B's 502 "The sandbox was not found" on the data plane.
+ * A kill the node confirms forgets the placement and the route.
+ * The lists that span nodes (GET /sandboxes, /sandboxes/metrics) are refused with a 501.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cluster.h"
+#include "common/http_forward.h"
+#include "common/http_head.h"
+#include "common/log.h"
+#include "cp.h"
+#include "ids.h"
+#include "map.h"
+
+#define GW_TIMEOUT_MS     120000 /* a forwarded request: connect and response head */
+#define GW_CREATE_MS      300000 /* a creation on a node (a template may be pulled first) */
+#define GW_MAX_BODY       (1u << 20)
+#define GW_MAX_ROUTES     200000 /* cached routes; beyond, the cache starts again */
+#define GW_MAX_RESPONSE   (1u << 20)
+#define GW_CREATE_HEADERS 32
+
+/* The gateway's state (cluster.c holds it for the loop). */
+struct cp_cluster_gw {
+    struct cp_map routes; /* sandbox id -> struct gw_route */
+};
+
+struct gw_route {
+    char node_id[CP_CLUSTER_NODE_ID_MAX];
+    char address[CP_CLUSTER_ADDRESS_MAX];
+};
+
+static struct cp_cluster_gw *gw__state(struct cp *cp)
+{
+    void **slot = cp_cluster_gw_slot(cp);
+    if (!slot)
+        return NULL;
+    if (!*slot) {
+        struct cp_cluster_gw *g = calloc(1, sizeof *g);
+        if (!g)
+            return NULL;
+        cp_map_init(&g->routes);
+        *slot = g;
+    }
+    return *slot;
+}
+
+static int gw__free_route(void *v, void *arg)
+{
+    (void)arg;
+    free(v);
+    return 0;
+}
+
+static void gw__remember(struct cp *cp, const char *id, const char *node_id, const char *address)
+{
+    struct cp_cluster_gw *g = gw__state(cp);
+    if (!g)
+        return;
+    free(cp_map_del(&g->routes, id, strlen(id)));
+    if (cp_map_count(&g->routes) >= GW_MAX_ROUTES) {
+        cp_map_foreach(&g->routes, gw__free_route, NULL);
+        cp_map_free(&g->routes);
+        cp_map_init(&g->routes);
+    }
+    struct gw_route *r = calloc(1, sizeof *r);
+    if (!r)
+        return;
+    snprintf(r->node_id, sizeof r->node_id, "%s", node_id);
+    snprintf(r->address, sizeof r->address, "%s", address);
+    if (cp_map_put(&g->routes, id, strlen(id), r))
+        free(r);
+}
+
+void cp_cluster_gw_forget(struct cp *cp, const char *sandbox_id)
+{
+    struct cp_cluster_gw *g = gw__state(cp);
+    if (g)
+        free(cp_map_del(&g->routes, sandbox_id, strlen(sandbox_id)));
+}
+
+void cp_cluster_gw_close(struct cp *cp)
+{
+    void **slot = cp_cluster_gw_slot(cp);
+    struct cp_cluster_gw *g = slot ? *slot : NULL;
+    if (!g)
+        return;
+    cp_map_foreach(&g->routes, gw__free_route, NULL);
+    cp_map_free(&g->routes);
+    free(g);
+    *slot = NULL;
+}
+
+/* The end of a placement, without waiting for it (a kill the node confirmed, a failed
+ * start): the thread books the capacity back. */
+static void gw__unplace(struct cp *cp, const char *id)
+{
+    struct cp_cluster_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return;
+    j->kind = CP_CLUSTER_JOB_UNPLACE;
+    snprintf(j->sandbox_id, sizeof j->sandbox_id, "%s", id);
+    if (cp_cluster_submit(cp, j))
+        free(j);
+}
+
+/* ---- routing ------------------------------------------------------------------------------- */
+
+/* One request of a sandbox on its way to the owner node. */
+struct gw_fwd {
+    struct cp *cp;
+    struct al_http_req *req; /* NULL once the client left (while the owner was looked up) */
+    struct cp_cluster_job job;
+    bool data;      /* data plane: "gone" is E2B's proxy's 502 */
+    bool by_host;   /* routed by a "<port>-<id>" Host: the node gets the sandbox headers */
+    bool is_delete; /* DELETE /sandboxes/{id}: a confirmed kill ends the placement */
+    char id[64], port[8];
+    char node_id[CP_CLUSTER_NODE_ID_MAX];
+};
+
+static void gw__gone(struct gw_fwd *f, const char *why)
+{
+    al_info("gateway: sandbox %s: %s", f->id, why);
+    if (f->data)
+        cp_proxy_not_found(f->cp, f->req, f->id);
+    else
+        cp_rest_error(f->req, 404, "sandbox \"%s\" not found (%s)", f->id, why);
+}
+
+static int gw__request_field(void *arg, const char *name, const char **value, char **owned)
+{
+    (void)value;
+    (void)owned;
+    const struct gw_fwd *f = arg;
+    /* The token is the gateway's to give, never a client's to pass on. */
+    if (strcasecmp(name, CP_CLUSTER_TOKEN_HEADER) == 0)
+        return 1;
+    if (f->by_host &&
+        (strcasecmp(name, "E2b-Sandbox-Id") == 0 || strcasecmp(name, "E2b-Sandbox-Port") == 0))
+        return 1;
+    return 0;
+}
+
+static int gw__response_field(void *arg, bool upgrade, const char *name, const char **value,
+                              char **owned)
+{
+    (void)arg;
+    (void)value;
+    (void)owned;
+    /* Date and Server are the gateway's own. */
+    return !upgrade && (strcasecmp(name, "Date") == 0 || strcasecmp(name, "Server") == 0);
+}
+
+static int gw__fail(void *arg, const struct al_http_req *req, int err, const char *why, char *msg,
+                    size_t len)
+{
+    const struct gw_fwd *f = arg;
+    (void)err;
+    al_info("gateway: %s %.120s for sandbox %s: its node %s did not answer: %s", req->method,
+            req->path, f->id, f->node_id, why);
+    snprintf(msg, len, "sandbox %s: its node %s cannot be reached: %s", f->id, f->node_id, why);
+    return 502;
+}
+
+static void gw__reply(void *arg, struct al_http_req *req, int status, const char *msg)
+{
+    (void)arg;
+    cp_rest_error(req, status, "%s", msg);
+}
+
+static void gw__end(void *arg, int status)
+{
+    struct gw_fwd *f = arg;
+    /* The node no longer has it (killed now, or gone before): so is the placement. */
+    if (f->is_delete && (status == 204 || status == 404)) {
+        gw__unplace(f->cp, f->id);
+        cp_cluster_gw_forget(f->cp, f->id);
+    }
+    free(f);
+}
+
+static void gw__forward(struct gw_fwd *f, const char *address)
+{
+    struct al_http_req *req = f->req;
+    al_http_req_on_close(req, NULL);
+    req->user = NULL;
+    const char *targets[] = {address};
+    char label[96];
+    snprintf(label, sizeof label, "node %s", f->node_id);
+    const struct al_http_header extra[] = {{CP_CLUSTER_TOKEN_HEADER, cp_cluster_token(f->cp)},
+                                           {"E2b-Sandbox-Id", f->id},
+                                           {"E2b-Sandbox-Port", f->port}};
+    struct al_http_forward_opts o = {
+        .targets = targets,
+        .n_targets = 1,
+        .request_field = gw__request_field,
+        .request_extra = extra,
+        .n_request_extra = f->by_host ? 3 : 1,
+        .response_field = gw__response_field,
+        .timeout_ms = GW_TIMEOUT_MS,
+        .pool = f->cp->pool,
+        .fail = gw__fail,
+        .reply = gw__reply,
+        .on_end = gw__end,
+        .arg = f,
+        .label = label,
+    };
+    char f_node[CP_CLUSTER_NODE_ID_MAX];
+    snprintf(f_node, sizeof f_node, "%s", f->node_id);
+    int rc = al_http_forward(f->cp->loop, req, &o);
+    if (rc == 0)
+        return;
+    free(f);
+    if (rc == -E2BIG)
+        cp_rest_error(req, 431, "too many request headers");
+    else if (rc == -ENOMEM)
+        cp_rest_error(req, 500, "out of memory");
+    else
+        cp_rest_error(req, 502, "cannot reach node %s (%s): %s", f_node, address, strerror(-rc));
+}
+
+/* Where the route points, once the owner is known: its node's lease decides. */
+static void gw__to_node(struct gw_fwd *f, const char *node_id, const char *address)
+{
+    snprintf(f->node_id, sizeof f->node_id, "%s", node_id);
+    char addr[CP_CLUSTER_ADDRESS_MAX];
+    bool live = false;
+    int rc = cp_cluster_node_state(f->cp, node_id, addr, sizeof addr, &live);
+    if (rc == 0 && !live) {
+        char why[160];
+        snprintf(why, sizeof why, "its node %s lost its lease", node_id);
+        cp_cluster_gw_forget(f->cp, f->id);
+        gw__gone(f, why);
+        free(f);
+        return;
+    }
+    if (rc == -ENOENT) {
+        char why[160];
+        snprintf(why, sizeof why, "its node %s is no longer in the cluster", node_id);
+        cp_cluster_gw_forget(f->cp, f->id);
+        gw__gone(f, why);
+        free(f);
+        return;
+    }
+    /* No snapshot yet (a gateway that just started): the owner's own answer counts. */
+    gw__forward(f, rc == 0 ? addr : address);
+}
+
+static void gw__closed(struct al_http_req *req)
+{
+    struct gw_fwd *f = req->user;
+    if (f)
+        f->req = NULL;
+}
+
+static void gw__owner_done(struct cp_cluster_job *j, void *arg)
+{
+    struct gw_fwd *f = arg;
+    if (!f->req) {
+        free(f);
+        return;
+    }
+    if (j->rc == -ENOENT) {
+        al_http_req_on_close(f->req, NULL);
+        gw__gone(f, "no node has it");
+        free(f);
+        return;
+    }
+    if (j->rc) {
+        al_http_req_on_close(f->req, NULL);
+        cp_rest_error(f->req, 503,
+                      "sandbox %s: its node cannot be looked up (%s); routes this gateway "
+                      "used before keep working",
+                      f->id, j->msg);
+        free(f);
+        return;
+    }
+    if (!j->owner.lease_valid) {
+        char why[160];
+        snprintf(why, sizeof why, "its node %s lost its lease", j->owner.node_id);
+        al_http_req_on_close(f->req, NULL);
+        gw__gone(f, why);
+        free(f);
+        return;
+    }
+    gw__remember(f->cp, f->id, j->owner.node_id, j->owner.address);
+    gw__to_node(f, j->owner.node_id, j->owner.address);
+}
+
+/* Routes req to the node of sandbox id (cache, else the database). */
+static void gw__route(struct cp *cp, struct al_http_req *req, const char *id, bool data,
+                      bool by_host, const char *port, bool is_delete)
+{
+    struct gw_fwd *f = calloc(1, sizeof *f);
+    if (!f) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    f->cp = cp;
+    f->req = req;
+    f->data = data;
+    f->by_host = by_host;
+    f->is_delete = is_delete;
+    snprintf(f->id, sizeof f->id, "%s", id);
+    snprintf(f->port, sizeof f->port, "%s", port ? port : "");
+    if (!cp_sandbox_id_valid(id)) {
+        gw__gone(f, "not a sandbox id");
+        free(f);
+        return;
+    }
+    struct cp_cluster_gw *g = gw__state(cp);
+    const struct gw_route *r = g ? cp_map_get(&g->routes, id, strlen(id)) : NULL;
+    if (r) {
+        gw__to_node(f, r->node_id, r->address);
+        return;
+    }
+    f->job.kind = CP_CLUSTER_JOB_OWNER;
+    snprintf(f->job.sandbox_id, sizeof f->job.sandbox_id, "%s", id);
+    f->job.done = gw__owner_done;
+    f->job.arg = f;
+    req->user = f;
+    al_http_req_on_close(req, gw__closed);
+    if (cp_cluster_submit(cp, &f->job)) {
+        al_http_req_on_close(req, NULL);
+        req->user = NULL;
+        free(f);
+        cp_rest_error(req, 503, "this gateway has no cluster database");
+    }
+}
+
+bool cp_cluster_gw_data(struct cp *cp, struct al_http_req *req)
+{
+    if (cp->cfg.cluster_role != CP_CLUSTER_GATEWAY)
+        return false;
+    size_t nid = al_http_req_header_count(req, "E2b-Sandbox-Id");
+    if (nid > 1) {
+        cp_rest_error(req, 400, "more than one E2b-Sandbox-Id header");
+        return true;
+    }
+    if (nid == 1) {
+        const char *port = al_http_req_header(req, "E2b-Sandbox-Port");
+        gw__route(cp, req, al_http_req_header(req, "E2b-Sandbox-Id"), true, false, port, false);
+        return true;
+    }
+    char port[8], id[64];
+    if (!cp_proxy_host_parse(cp, req, port, sizeof port, id, sizeof id))
+        return false;
+    gw__route(cp, req, id, true, true, port, false);
+    return true;
+}
+
+/* ---- creations ----------------------------------------------------------------------------- */
+
+/* A creation on its way: placed, sent to a node, perhaps placed again. */
+struct gw_create {
+    struct cp *cp;
+    struct al_http_req *req; /* NULL once the client left */
+    struct cp_cluster_job job;
+    char reservation[64];
+    char path[128];
+    char template_id[160];
+    char tried[2][CP_CLUSTER_NODE_ID_MAX];
+    int attempts;
+    char node_id[CP_CLUSTER_NODE_ID_MAX], address[CP_CLUSTER_ADDRESS_MAX];
+    /* the client's fields the node gets, and the token */
+    struct al_http_header hdr[GW_CREATE_HEADERS];
+    size_t n_hdr;
+    /* the node's answer */
+    int status;
+    char content_type[128];
+    struct al_buf resp;
+    bool too_big;
+    char sandbox_id[64];
+};
+
+static void gw__create_free(struct gw_create *c)
+{
+    al_buf_free_wipe(&c->resp); /* the sandbox's access tokens */
+    free(c);
+}
+
+static void gw__create_closed(struct al_http_req *req)
+{
+    struct gw_create *c = req->user;
+    if (c)
+        c->req = NULL;
+}
+
+/* Relays the node's answer to the client (if it is still there) and ends the creation. */
+static void gw__create_relay(struct gw_create *c)
+{
+    if (c->req) {
+        al_http_req_on_close(c->req, NULL);
+        c->req->user = NULL;
+        al_http_reply(c->req, c->status, c->content_type[0] ? c->content_type : "application/json",
+                      c->resp.data ? c->resp.data : "", c->resp.len);
+    }
+    gw__create_free(c);
+}
+
+/* Answers the client with an error of the gateway's and ends the creation. */
+static void gw__create_fail(struct gw_create *c, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void gw__create_fail(struct gw_create *c, int status, const char *fmt, ...)
+{
+    if (c->req) {
+        al_http_req_on_close(c->req, NULL);
+        c->req->user = NULL;
+        char m[AL_ERROR_MSG_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(m, sizeof m, fmt, ap);
+        va_end(ap);
+        cp_rest_error(c->req, status, "%s", m);
+    }
+    gw__create_free(c);
+}
+
+static void gw__place(struct gw_create *c);
+
+static void gw__renamed(struct cp_cluster_job *j, void *arg)
+{
+    struct gw_create *c = arg;
+    if (j->rc)
+        al_warn("gateway: sandbox %s on node %s: its placement could not be named after it "
+                "(%s); the node's heartbeats reconcile it",
+                c->sandbox_id, c->node_id, j->msg);
+    gw__create_relay(c);
+}
+
+static int gw__create_response(struct al_http_creq *q, int status, const struct al_http_header *h,
+                               size_t n, void *arg)
+{
+    (void)q;
+    struct gw_create *c = arg;
+    c->status = status;
+    for (size_t i = 0; i < n; i++)
+        if (strcasecmp(h[i].name, "Content-Type") == 0)
+            snprintf(c->content_type, sizeof c->content_type, "%s", h[i].value);
+    return 0;
+}
+
+static int gw__create_data(struct al_http_creq *q, const char *data, size_t len, void *arg)
+{
+    (void)q;
+    struct gw_create *c = arg;
+    if (c->resp.len + len > GW_MAX_RESPONSE) {
+        c->too_big = true;
+        return 0;
+    }
+    if (al_buf_append(&c->resp, data, len))
+        c->too_big = true;
+    return 0;
+}
+
+/* The node's answer to the create. */
+static void gw__create_done(struct al_http_creq *q, int err, void *arg)
+{
+    struct gw_create *c = arg;
+    const char *why = err ? al_http_creq_strerror(q) : "";
+    if (!err && c->too_big) {
+        err = -E2BIG;
+        why = "its answer is too large";
+    }
+    if (!err && c->status >= 200 && c->status < 300) {
+        json_t *b = json_loadb(c->resp.data ? c->resp.data : "", c->resp.len, 0, NULL);
+        const char *sid = json_string_value(json_object_get(b, "sandboxID"));
+        if (sid && cp_sandbox_id_valid(sid)) {
+            snprintf(c->sandbox_id, sizeof c->sandbox_id, "%s", sid);
+            json_decref(b);
+            gw__remember(c->cp, c->sandbox_id, c->node_id, c->address);
+            al_info("gateway: sandbox %s (template %s) created on node %s", c->sandbox_id,
+                    c->template_id, c->node_id);
+            memset(&c->job, 0, sizeof c->job);
+            c->job.kind = CP_CLUSTER_JOB_RENAME;
+            snprintf(c->job.sandbox_id, sizeof c->job.sandbox_id, "%s", c->reservation);
+            snprintf(c->job.to_id, sizeof c->job.to_id, "%s", c->sandbox_id);
+            c->job.done = gw__renamed;
+            c->job.arg = c;
+            if (cp_cluster_submit(c->cp, &c->job))
+                gw__create_relay(c);
+            return;
+        }
+        json_decref(b);
+        err = -EPROTO;
+        why = "its answer names no sandbox";
+    }
+    /* The node did not start it: its booking goes back. */
+    gw__unplace(c->cp, c->reservation);
+    if (!err && c->status < 500) {
+        /* The client's mistake (or its key's): the node's answer is the client's. */
+        gw__create_relay(c);
+        return;
+    }
+    char what[160];
+    if (err)
+        snprintf(what, sizeof what, "%s", why);
+    else
+        snprintf(what, sizeof what, "it answered %d", c->status);
+    al_warn("gateway: creating a sandbox of template %s on node %s failed: %s%s", c->template_id,
+            c->node_id, what, c->attempts < 2 ? "; trying another node" : "");
+    if (c->attempts < 2) {
+        gw__place(c);
+        return;
+    }
+    if (!err) {
+        gw__create_relay(c); /* the last node's own answer */
+        return;
+    }
+    gw__create_fail(c, 502, "the sandbox could not be started on node %s nor on node %s: %s",
+                    c->tried[0], c->node_id, what);
+}
+
+static void gw__send(struct gw_create *c)
+{
+    c->status = 0;
+    c->content_type[0] = '\0';
+    c->too_big = false;
+    al_buf_free_wipe(&c->resp);
+    c->resp = (struct al_buf)AL_BUF_INIT;
+    struct al_http_creq_opts o = {
+        .target = c->address,
+        .method = "POST",
+        .path = c->path,
+        .headers = c->hdr,
+        .n_headers = c->n_hdr,
+        .body = c->req->body.data,
+        .body_len = c->req->body.len,
+        .timeout_ms = GW_CREATE_MS,
+        .on_response = gw__create_response,
+        .on_data = gw__create_data,
+        .on_done = gw__create_done,
+        .arg = c,
+        .wipe = true,
+    };
+    struct al_http_creq *q = NULL;
+    int rc = al_http_creq_start(c->cp->loop, &o, &q);
+    if (rc) {
+        gw__unplace(c->cp, c->reservation);
+        gw__create_fail(c, 502, "cannot send the creation to node %s (%s): %s", c->node_id,
+                        c->address, strerror(-rc));
+    }
+}
+
+static void gw__placed(struct cp_cluster_job *j, void *arg)
+{
+    struct gw_create *c = arg;
+    if (j->rc == 0 && !c->req) {
+        /* The client left: nothing is started for nobody. */
+        gw__unplace(c->cp, c->reservation);
+        gw__create_free(c);
+        return;
+    }
+    if (!c->req) {
+        gw__create_free(c);
+        return;
+    }
+    if (j->rc) {
+        int status = j->rc == -ENOENT ? 404 : j->rc == -EINVAL ? 400 : 503;
+        if (c->attempts > 1 && j->rc == -ENOSPC)
+            gw__create_fail(c, 503, "%s (the start failed on node %s)", j->msg, c->tried[0]);
+        else if (j->rc == -ENOTCONN)
+            gw__create_fail(c, 503, "creations need the cluster database: %s", j->msg);
+        else
+            gw__create_fail(c, status, "%s", j->msg);
+        return;
+    }
+    snprintf(c->node_id, sizeof c->node_id, "%s", j->owner.node_id);
+    snprintf(c->address, sizeof c->address, "%s", j->owner.address);
+    snprintf(c->tried[c->attempts - 1], sizeof c->tried[0], "%s", j->owner.node_id);
+    gw__send(c);
+}
+
+/* A placement (again, without the nodes tried). */
+static void gw__place(struct gw_create *c)
+{
+    uint8_t r[8];
+    randombytes_buf(r, sizeof r);
+    char hex[17];
+    sodium_bin2hex(hex, sizeof hex, r, sizeof r);
+    snprintf(c->reservation, sizeof c->reservation, CP_CLUSTER_RESERVATION_PREFIX "%s", hex);
+    memset(&c->job, 0, sizeof c->job);
+    c->job.kind = CP_CLUSTER_JOB_PLACE;
+    snprintf(c->job.sandbox_id, sizeof c->job.sandbox_id, "%s", c->reservation);
+    snprintf(c->job.template_id, sizeof c->job.template_id, "%s", c->template_id);
+    c->job.cpu = c->cp->cfg.cpu_count;
+    c->job.memory_bytes = c->cp->cfg.memory_bytes;
+    for (int i = 0; i < c->attempts; i++)
+        snprintf(c->job.exclude[c->job.n_exclude++], sizeof c->job.exclude[0], "%s", c->tried[i]);
+    c->job.done = gw__placed;
+    c->job.arg = c;
+    c->attempts++;
+    if (cp_cluster_submit(c->cp, &c->job))
+        gw__create_fail(c, 503, "this gateway has no cluster database");
+}
+
+static void gw__create_body(struct al_http_req *req, int err)
+{
+    struct gw_create *c = req->user;
+    if (err) {
+        /* The server answered (413, 408, 400) or the client is gone. */
+        req->user = NULL;
+        gw__create_free(c);
+        return;
+    }
+    json_t *b = json_loadb(req->body.data, req->body.len, 0, NULL);
+    const char *tpl = json_string_value(json_object_get(b, "templateID"));
+    if (!json_is_object(b) || !tpl || !tpl[0] || strlen(tpl) >= sizeof c->template_id) {
+        json_decref(b);
+        req->user = NULL;
+        gw__create_free(c);
+        cp_rest_error(req, 400,
+                      "a creation needs a JSON object with templateID (a template's "
+                      "id or alias)");
+        return;
+    }
+    snprintf(c->template_id, sizeof c->template_id, "%s", tpl);
+    json_decref(b);
+    al_http_req_on_close(req, gw__create_closed);
+    gw__place(c);
+}
+
+static void gw__create(struct cp *cp, struct al_http_req *req)
+{
+    struct gw_create *c = calloc(1, sizeof *c);
+    if (!c) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    c->cp = cp;
+    c->req = req;
+    c->resp = (struct al_buf)AL_BUF_INIT;
+    snprintf(c->path, sizeof c->path, "%s", req->path);
+    /* The client's end-to-end fields (its API key among them: the node authenticates it
+     * too), without Host (the node's), Expect and the framing, and the token. */
+    for (size_t i = 0; i < req->n_headers && c->n_hdr < GW_CREATE_HEADERS - 1; i++) {
+        const char *n = req->headers[i].name;
+        if (al_http_forward_drops_header(req->headers, req->n_headers, n, 0) ||
+            strcasecmp(n, "Host") == 0 || strcasecmp(n, "Expect") == 0 ||
+            strcasecmp(n, CP_CLUSTER_TOKEN_HEADER) == 0)
+            continue;
+        c->hdr[c->n_hdr++] = req->headers[i];
+    }
+    c->hdr[c->n_hdr++] = (struct al_http_header){CP_CLUSTER_TOKEN_HEADER, cp_cluster_token(cp)};
+    req->user = c;
+    int rc = al_http_req_read_body(req, GW_MAX_BODY, gw__create_body);
+    if (rc < 0) {
+        req->user = NULL;
+        gw__create_free(c);
+        cp_rest_error(req, 400, "cannot read the request body: %s", strerror(-rc));
+    }
+}
+
+bool cp_cluster_gw_api(struct cp *cp, struct al_http_req *req)
+{
+    if (cp->cfg.cluster_role != CP_CLUSTER_GATEWAY)
+        return false;
+    const char *p = req->path;
+    bool v2 = strncmp(p, "/v2/", 4) == 0;
+    const char *rp = v2 ? p + 3 : p;
+    if (strcmp(rp, "/sandboxes") == 0) {
+        if (strcmp(req->method, "POST") == 0)
+            gw__create(cp, req);
+        else
+            cp_rest_error(req, 501,
+                          "%s %s through a gateway is not supported yet: list the sandboxes "
+                          "on each node",
+                          req->method, p);
+        return true;
+    }
+    if (strcmp(rp, "/sandboxes/metrics") == 0) {
+        cp_rest_error(req, 501,
+                      "%s through a gateway is not supported yet: ask each node, or each "
+                      "sandbox's /sandboxes/{id}/metrics",
+                      p);
+        return true;
+    }
+    if (strncmp(rp, "/sandboxes/", 11) != 0)
+        return false;
+    const char *q = rp + 11;
+    char id[64];
+    if (!cp_rest_path_part(&q, id, sizeof id)) {
+        cp_rest_error(req, 404, "no such endpoint: %s %s", req->method, p);
+        return true;
+    }
+    gw__route(cp, req, id, false, false, NULL, *q == '\0' && strcmp(req->method, "DELETE") == 0);
+    return true;
+}

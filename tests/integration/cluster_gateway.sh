@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# tests/integration/cluster_gateway.sh: one PostgreSQL 15 (tests/lib/pg.sh), two nodes and a
+# gateway, all airlockd-test (test backend) on loopback in the test's own namespace:
+#   - nodes refuse API requests over TCP without the cluster token (403), /health needs none;
+#   - creations through the gateway spread over the nodes (placement in PostgreSQL), the
+#     owner is recorded under the sandbox's id, the control plane (GET, DELETE) and the data
+#     plane (envd files by the sandbox headers and by a "<port>-<id>.<domain>" Host) reach the
+#     owner node through the gateway;
+#   - a start that fails on a node is retried once on another node;
+#   - cordon: a cordoned node gets no placements (`airlock cluster cordon`, uncordon); drain
+#     reports the sandboxes that remain, and ends once they are gone;
+#   - a sandbox that ends on its node (not through the gateway) is forgotten by the database
+#     through the node's heartbeats;
+#   - a PostgreSQL outage: creations 503, routed sandboxes keep answering, then recovery;
+#   - kill -9 of a node: once its lease is gone its sandboxes answer 404 (control plane) and
+#     E2B's 502 (data plane).
+set -uo pipefail
+source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
+source "$AIRLOCK_SOURCE_DIR/tests/lib/pg.sh"
+[ -x "$AIRLOCK_BIN/airlockd-test" ] || { echo "cluster_gateway: airlockd-test is not built: SKIP"; exit 0; }
+[ "$(nproc)" -ge 2 ] || { echo "cluster_gateway: needs 2 CPUs (a node's capacity): SKIP"; exit 0; }
+# Two sandbox slots per node: sandboxes.max 2, one vCPU each (nodes have 2 CPUs or more).
+CP_SANDBOXES_EXTRA="  max: 2
+  cpu_count: 1
+  metrics_interval: 1s" cp_world cluster_gateway test off
+al_on_cleanup al_pg_stop
+al_pg_start || exit 1
+BASE_CFG=$(cat "$AL_TMP/airlockd.yaml")
+TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+printf '%s\n' "$TOKEN" >"$AL_TMP/cluster.token"
+chmod 0600 "$AL_TMP/cluster.token"
+DOMAIN=sandboxes.test
+
+# cfg FILE ROLE [LINES...]: the world's configuration with an api and a cluster section.
+cfg() {
+  local file=$1 role=$2
+  shift 2
+  {
+    printf '%s\n' "$BASE_CFG"
+    printf 'api:\n  domain: %s\n' "$DOMAIN"
+    printf 'cluster:\n  role: %s\n  database: "%s"\n  token_file: %s\n  lease: 3s\n  heartbeat_interval: 300ms\n' \
+      "$role" "$AL_PG_CONNINFO" "$AL_TMP/cluster.token"
+    printf '  %s\n' "$@"
+  } >"$file"
+}
+# start JOB STATE CONFIG: airlockd-test in the host namespace; sets URL_<JOB>.
+start() {
+  local job=$1 st=$2 conf=$3
+  [ -f "$AL_TMP/$job.log" ] && cat "$AL_TMP/$job.log" >>"$AL_TMP/$job.history.log"
+  : >"$AL_TMP/$job.log"
+  mkdir -p "$st/policies"
+  [ "$st" = "$CP_STATE" ] || cp "$CP_STATE/policies/e2e.yaml" "$st/policies/"
+  chmod 0711 "$st"
+  al_bg "$job" nsenter --net="/run/netns/$CP_HOSTNS" -- env AIRLOCK_API_KEY="$CP_KEY" \
+    AIRLOCK_LOG_FORMAT=json "$AIRLOCK_BIN/airlockd-test" --listen 127.0.0.1:0 --state-dir "$st" \
+    --config "$conf"
+  al_wait_line "$job" '^export E2B_API_URL=' 600 || { tail -40 "$AL_TMP/$job.log" >&2; return 1; }
+  printf -v "URL_${job//-/_}" '%s' "$(sed -n 's/^export E2B_API_URL=//p' "$AL_TMP/$job.log" | tail -1)"
+}
+in_host() { nsenter --net="/run/netns/$CP_HOSTNS" "$@"; }
+api() { in_host curl -sS -H "X-API-KEY: $CP_KEY" "$@"; }
+code() { api -o /dev/null -w '%{http_code}' "$@"; }
+sql() { al__pg_as "$AL_PG_BIN/psql" -X -At "$AL_PG_CONNINFO" -c "$1"; }
+gwcli() { "$AIRLOCK_BIN/airlock" --state-dir "$CP_STATE" "$@"; }
+owner() { sql "SELECT node_id FROM sandboxes WHERE id = '$1'"; }
+live() { sql "SELECT count(*) FROM nodes WHERE lease_expires_at > now() AND id LIKE 'node-%'"; }
+field() { python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1]) or "")' "$1"; }
+# create: POST /v2/sandboxes through the gateway; "<status> <sandboxID> <envdAccessToken>".
+create() {
+  local out
+  out=$(api -w '\n%{http_code}' -X POST "$URL_gateway/v2/sandboxes" -d '{"templateID":"base","timeout":600}')
+  printf '%s %s %s\n' "$(tail -n1 <<<"$out")" "$(sed '$d' <<<"$out" | field sandboxID)" \
+    "$(sed '$d' <<<"$out" | field envdAccessToken)"
+}
+GW_STATE=$CP_STATE
+N1_STATE=$CP_STATE-node-1
+N2_STATE=$CP_STATE-node-2
+
+al_note "two nodes and a gateway"
+al_eq "a gateway without the cluster token is refused" "$(
+  cfg "$AL_TMP/bad.yaml" gateway
+  sed -i '/token_file/d' "$AL_TMP/bad.yaml"
+  timeout 60 "$AIRLOCK_BIN/airlockd-test" --listen 127.0.0.1:0 --state-dir "$GW_STATE" \
+    --config "$AL_TMP/bad.yaml" >"$AL_TMP/bad.log" 2>&1
+  echo $?)" 2
+al_match "... saying what it needs" 'needs the cluster token' cat "$AL_TMP/bad.log"
+cfg "$AL_TMP/node-1.yaml" node "node_id: node-1"
+cfg "$AL_TMP/node-2.yaml" node "node_id: node-2"
+cfg "$AL_TMP/gateway.yaml" gateway
+start node-1 "$N1_STATE" "$AL_TMP/node-1.yaml" || exit 1
+start node-2 "$N2_STATE" "$AL_TMP/node-2.yaml" || exit 1
+start gateway "$GW_STATE" "$AL_TMP/gateway.yaml" || exit 1
+al_check "both nodes are live" al_wait_until 60 eval '[ "$(live)" = 2 ]'
+al_eq "a node refuses API requests without the cluster token" "$(code "$URL_node_1/v2/sandboxes")" 403
+al_match "... saying so" 'serves the cluster.s gateways only' api "$URL_node_1/v2/sandboxes"
+al_eq "... and a wrong token" "$(code -H "X-Airlock-Cluster-Token: x$TOKEN" "$URL_node_1/v2/sandboxes")" 403
+al_eq "... but takes the gateways'" "$(code -H "X-Airlock-Cluster-Token: $TOKEN" "$URL_node_1/v2/sandboxes")" 200
+al_eq "its /health needs none" "$(in_host curl -s -o /dev/null -w '%{http_code}' "$URL_node_1/health")" 200
+al_eq "the gateway's CLI lists the nodes" "$(gwcli cluster nodes | awk 'NR > 1 {print $1, $3, $4}' | sort | tr '\n' ' ')" \
+  "node-1 valid no node-2 valid no "
+
+al_note "creations spread, and are routed"
+read -r ST A TOKA <<<"$(create)"
+al_eq "a creation through the gateway" "$ST" 201
+read -r ST B TOKB <<<"$(create)"
+al_eq "a second one" "$ST" 201
+al_eq "one on each node (the least loaded first)" "$( (owner "$A"; owner "$B") | sort | tr '\n' ' ')" "node-1 node-2 "
+al_eq "no reservation is left" "$(sql "SELECT count(*) FROM sandboxes WHERE id LIKE 'pending-%'")" 0
+NA=$(owner "$A")
+NB=$(owner "$B")
+al_eq "GET /sandboxes/{id} reaches its node" "$(api "$URL_gateway/sandboxes/$A" | field sandboxID)" "$A"
+al_eq "... for the other too" "$(api "$URL_gateway/sandboxes/$B" | field sandboxID)" "$B"
+al_eq "a sandbox no node has is a 404" "$(code "$URL_gateway/sandboxes/nosuchsandbox0000000")" 404
+al_eq "the list across nodes is refused, not faked" "$(code "$URL_gateway/v2/sandboxes")" 501
+printf 'through the gateway to %s\n' "$A" >"$AL_TMP/up.txt"
+al_ok "a file goes up through the gateway (sandbox headers)" api -f -H "E2b-Sandbox-Id: $A" \
+  -H "E2b-Sandbox-Port: 49983" -H "X-Access-Token: $TOKA" \
+  -F "file=@$AL_TMP/up.txt;filename=up.txt" "$URL_gateway/files?path=up.txt" -o /dev/null
+al_eq "... and comes down again" "$(api -f -H "E2b-Sandbox-Id: $A" -H "E2b-Sandbox-Port: 49983" \
+  -H "X-Access-Token: $TOKA" "$URL_gateway/files?path=up.txt")" "through the gateway to $A"
+GWPORT=${URL_gateway##*:}
+al_eq "... and by a getHost name" "$(in_host curl -sS -f --resolve "49983-$A.$DOMAIN:$GWPORT:127.0.0.1" \
+  -H "X-Access-Token: $TOKA" "http://49983-$A.$DOMAIN:$GWPORT/files?path=up.txt")" \
+  "through the gateway to $A"
+al_check "the file is on the owner node" test -f "$CP_STATE-$NA/sandboxes/$A/home/up.txt"
+al_eq "a client cannot pass its own cluster token on" "$(api -H "E2b-Sandbox-Id: $A" -H "E2b-Sandbox-Port: 49983" \
+  -H "X-Access-Token: $TOKA" -H "X-Airlock-Cluster-Token: forged" -o /dev/null -w '%{http_code}' \
+  "$URL_gateway/files?path=up.txt")" 200
+
+al_note "cordon"
+al_ok "cordon $NA (the gateway's CLI)" gwcli cluster cordon "$NA"
+read -r ST C _ <<<"$(create)"
+al_eq "a creation while $NA is cordoned" "$ST" 201
+al_eq "... goes to $NB" "$(owner "$C")" "$NB"
+OUT=$(api -X POST "$URL_gateway/v2/sandboxes" -d '{"templateID":"base"}' -w '\n%{http_code}')
+al_eq "$NB is full and $NA cordoned: 503" "$(tail -n1 <<<"$OUT")" 503
+al_match "... saying why" '1 are cordoned' echo "$OUT"
+al_ok "uncordon $NA" gwcli cluster uncordon "$NA"
+read -r ST D _ <<<"$(create)"
+al_eq "... then it takes creations again" "$(owner "$D")" "$NA"
+
+al_note "drain"
+al_fail "drain $NB: its sandboxes remain" gwcli cluster drain "$NB" --timeout 1s
+al_match "... named" "$B" eval 'gwcli cluster drain "$NB" --timeout 0 || true'
+al_eq "a kill through the gateway" "$(code -X DELETE "$URL_gateway/sandboxes/$C")" 204
+al_check "... ends the placement" al_wait_until 30 eval '[ -z "$(owner "$C")" ]'
+al_eq "... and the sandbox is gone" "$(code "$URL_gateway/sandboxes/$C")" 404
+# B ends on its node by itself (a kill on the node's own socket, as a timeout would): the
+# node's heartbeats tell the database, after the grace a young placement gets.
+al_ok "B killed on its node" "$AIRLOCK_BIN/airlock" --state-dir "$CP_STATE-$NB" sandbox kill "$B"
+sql "UPDATE sandboxes SET placed_at = now() - interval '2 minutes' WHERE id = '$B'" >/dev/null
+al_ok "drain $NB ends once it holds nothing" gwcli cluster drain "$NB" --timeout 60s
+al_eq "... the database forgot B" "$(owner "$B")" ""
+al_eq "... and booked its slot back" "$(sql "SELECT sandboxes_booked FROM nodes WHERE id = '$NB'")" 0
+al_ok "uncordon $NB" gwcli cluster uncordon "$NB"
+
+al_note "a failed start is tried once more elsewhere"
+# A node that holds a lease but does not serve (its address refuses): the least loaded.
+sql "INSERT INTO nodes (id, address, instance, cpu, memory_bytes, sandboxes_max, airlockd_version,
+     schema_version, lease_expires_at, templates) VALUES ('dead-1', '127.0.0.1:1', 'x', 64,
+     1099511627776, 100, 'test', 2, now() + interval '1 hour', '{\"base\": 5}')" >/dev/null
+read -r ST E _ <<<"$(create)"
+al_eq "the creation succeeds" "$ST" 201
+al_eq "... on a real node" "$(owner "$E")" "$NB"
+al_check "the failure on dead-1 was retried" grep -q 'dead-1 failed.*trying another node' "$AL_TMP/gateway.log"
+al_eq "... and its booking went back" "$(sql "SELECT sandboxes_booked FROM nodes WHERE id = 'dead-1'")" 0
+sql "DELETE FROM nodes WHERE id = 'dead-1'" >/dev/null
+
+al_note "PostgreSQL goes away"
+al_pg_kill_server
+al_eq "creations are refused" "$(create | cut -d' ' -f1)" 503
+al_eq "a routed sandbox keeps answering (data plane)" "$(api -f -H "E2b-Sandbox-Id: $A" -H "E2b-Sandbox-Port: 49983" \
+  -H "X-Access-Token: $TOKA" "$URL_gateway/files?path=up.txt")" "through the gateway to $A"
+al_eq "... and its control plane" "$(api "$URL_gateway/sandboxes/$A" | field sandboxID)" "$A"
+al_pg_start_again || exit 1
+# One creation at a time until the database answers again; the one that worked is killed.
+created_again() {
+  local st id
+  read -r st id _ <<<"$(create)"
+  [ "$st" = 201 ] && printf '%s\n' "$id" >"$AL_TMP/again"
+}
+al_check "creations work again" al_wait_until 60 created_again
+al_eq "... (that one is killed again)" "$(code -X DELETE "$URL_gateway/sandboxes/$(cat "$AL_TMP/again")")" 204
+
+al_note "kill -9 of a node"
+al_kill "$NA" KILL
+al_check "its lease runs out" al_wait_until 30 eval '[ "$(sql "SELECT lease_expires_at <= now() FROM nodes WHERE id = '"'$NA'"'")" = t ]'
+al_check "its sandboxes answer 404 on the control plane" \
+  al_wait_until 30 eval '[ "$(code "$URL_gateway/sandboxes/$A")" = 404 ]'
+al_match "... saying why" 'lost its lease' api "$URL_gateway/sandboxes/$A"
+OUT=$(api -H "E2b-Sandbox-Id: $A" -H "E2b-Sandbox-Port: 49983" -H "X-Access-Token: $TOKA" \
+  -w '\n%{http_code}' "$URL_gateway/files?path=up.txt")
+al_eq "... and E2B's 502 on the data plane" "$(tail -n1 <<<"$OUT")" 502
+al_match "... 'The sandbox was not found'" 'The sandbox was not found' echo "$OUT"
+read -r ST F _ <<<"$(create)"
+al_eq "new creations go to the live node" "$(owner "$F")" "$NB"
+
+al_kill gateway TERM
+al_kill "$NB" TERM
+al_check "the password-less conninfo and the token are in no log" eval '! grep -rq -- "$TOKEN" "$AL_TMP"/*.log'
+al_done
