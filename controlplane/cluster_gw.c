@@ -244,17 +244,10 @@ static void gw__to_node(struct gw_fwd *f, const char *node_id, const char *addre
     char addr[CP_CLUSTER_ADDRESS_MAX];
     bool live = false;
     int rc = cp_cluster_node_state(f->cp, node_id, addr, sizeof addr, &live);
-    if (rc == 0 && !live) {
+    if ((rc == 0 && !live) || rc == -ENOENT) {
         char why[160];
-        snprintf(why, sizeof why, "its node %s lost its lease", node_id);
-        cp_cluster_gw_forget(f->cp, f->id);
-        gw__gone(f, why);
-        free(f);
-        return;
-    }
-    if (rc == -ENOENT) {
-        char why[160];
-        snprintf(why, sizeof why, "its node %s is no longer in the cluster", node_id);
+        snprintf(why, sizeof why, "its node %s %s", node_id,
+                 rc == 0 ? "lost its lease" : "is no longer in the cluster");
         cp_cluster_gw_forget(f->cp, f->id);
         gw__gone(f, why);
         free(f);
