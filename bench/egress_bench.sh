@@ -6,7 +6,7 @@
 #
 #   bench/egress_bench.sh [--build DIR] [--duration S] [--rounds N] [--quick] [--only GROUP]
 #                         [--perf] [--perf-stat] [--strace] [--callgrind] [--nginx-log]
-#                         [--nginx-half-close] [--aggregation-ab]
+#                         [--nginx-half-close] [--aggregation-ab] [--ab BUILD]
 #   GROUP: http, http_conns (one request per connection, no keep-alive), latency, tls_conns,
 #   tls_bulk, idle, copy, intercept (only when asked: TLS
 #   interception through airlock-egress, an inspect rule toward a TLS nginx upstream;
@@ -21,11 +21,15 @@
 #   (--audit-allow-rate 0: every request a record of its own, as "egress_noagg") in the same
 #   rounds as the default run, whose one sandbox is far beyond its budget (its requests are
 #   counted into aggregate records), so both are measured beside nginx in one run.
+#   --ab BUILD: the groups http, http_conns and tls_conns also run BUILD's airlock-egress
+#   (another build of the tree, e.g. the one before a change: "egress_base") in the same
+#   rounds, right after this build's; each round's ratio of the two is printed as
+#   "<group>_egress_vs_egress_base" (above 1: this build did better).
 #   --perf records the proxies with `perf record` (PERF_CALLGRAPH, default -g; e.g.
 #   "--call-graph dwarf,16384") into perf.data.egress and perf.data.ref (with --only
 #   intercept: perf.data.<run>) in the current directory; --perf-stat counts the proxy's
-#   system calls and CPU per request (perf stat); --strace counts its system calls
-#   (strace.out; STRACE_ARGS replaces the default -c); --callgrind runs the proxy under
+#   system calls and CPU per request (perf stat); --strace counts the proxies' system calls
+#   (strace.out.egress and strace.out.ref; STRACE_ARGS replaces the default -c); --callgrind runs the proxy under
 #   valgrind's callgrind for the HTTP group (callgrind.out.* in the current directory).
 #   Requests/s share the machine with the load generator and the upstreams (all on the
 #   same cores): "proxy_cpu_us_per_request" is what the proxy itself spent.
@@ -56,11 +60,13 @@ nginx_log="access_log off;"
 nginx_half_close=""
 agg_ab=0
 rounds_opt=""
+ab_build=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --nginx-log) nginx_log="LOG"; shift ;;
     --nginx-half-close) nginx_half_close="proxy_half_close on;"; shift ;;
     --aggregation-ab) agg_ab=1; shift ;;
+    --ab) ab_build=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --perf) perf=1; shift ;;
     --strace) perf=2; shift ;;
@@ -70,7 +76,7 @@ while [ $# -gt 0 ]; do
     --duration) dur=$2; shift 2 ;;
     --rounds) rounds_opt=$2; shift 2 ;;
     --quick) quick=1; dur=2; shift ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^set -euo/ {exit} NR > 1' "$0"; exit 0 ;;
     *) echo "egress_bench: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -85,6 +91,11 @@ LOAD="$build/bench/egress_load"
 for f in "$BIN/airlock-egress" "$LOAD"; do
   [ -x "$f" ] || { echo "egress_bench: $f not built (cmake --build $build)" >&2; exit 1; }
 done
+EGRESS_BIN="$BIN/airlock-egress"
+if [ -n "$ab_build" ]; then
+  AB_BIN="$ab_build/bin/airlock-egress"
+  [ -x "$AB_BIN" ] || { echo "egress_bench: --ab $ab_build has no bin/airlock-egress (build it first)" >&2; exit 1; }
+fi
 STREAM_MOD=/usr/lib/nginx/modules/ngx_stream_module.so
 have_nginx=1
 if ! command -v nginx >/dev/null || [ ! -f "$STREAM_MOD" ]; then
@@ -186,7 +197,7 @@ start_egress() {
   local wrap=()
   [ "$perf" = 4 ] && wrap=(valgrind --tool=callgrind --instr-atstart=no
                            --callgrind-out-file="$PWD/callgrind.out.egress.%p")
-  bg egress.log ip netns exec "$H" "${wrap[@]}" "$BIN/airlock-egress" --state-dir "$TMP/state" --resolver 203.0.113.53 \
+  bg egress.log ip netns exec "$H" "${wrap[@]}" "$EGRESS_BIN" --state-dir "$TMP/state" --resolver 203.0.113.53 \
     --listen 127.0.0.1:15001 --dns 127.0.0.1:15053 --vswitch off --workers "${EGRESS_WORKERS:-2}" \
     --max-connections 20000 --max-sandbox-connections 10000 --memory-budget 1GiB --log-level warn "$@"
   EGRESS_PID=${PIDS[-1]}
@@ -208,6 +219,11 @@ YAML
   curl -sf --unix-socket "$TMP/state/run/egress.sock" -X POST --data-binary @"$TMP/reg.json" http://egress/v1/sandboxes >/dev/null
 }
 stop_egress() { kill "$EGRESS_PID"; wait "$EGRESS_PID" 2>/dev/null || true; }
+# warm_egress: the DNS answer and the caches of a proxy just started.
+warm_egress() {
+  "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 2 --duration 0.5 --name warmup >/dev/null
+  "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 2 --duration 0.5 --name warmup >/dev/null
+}
 
 SB1=(ip netns exec "$W-sb1"); SB2=(ip netns exec "$W-sb2")
 OUT="$TMP/results.jsonl"
@@ -260,7 +276,9 @@ PY
     callgrind_control -i off "$EGRESS_PID" >/dev/null
     callgrind_control -d "$EGRESS_PID" >/dev/null
   elif [ "$perf" = 2 ]; then
-    strace ${STRACE_ARGS:--c} -f -o strace.out -p "$pids" &
+    local tag=egress
+    [ "$pids" = "$EGRESS_PID" ] || tag=ref
+    strace ${STRACE_ARGS:--c} -f -o "strace.out.$tag" -p "$pids" &
     local sp=$!
     sleep 0.5
     run "$@"
@@ -279,9 +297,7 @@ PY
 }
 
 start_egress
-# Warm up: DNS answer and caches.
-"${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 2 --duration 0.5 --name warmup >/dev/null
-"${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 2 --duration 0.5 --name warmup >/dev/null
+warm_egress
 
 # CPU time (clock ticks, user + system, all threads) of processes and their children's
 # processes (nginx workers), to state what each proxy spent per request: a figure that the
@@ -341,6 +357,15 @@ if n > 0:
 PY
 }
 NGINX_PID=${NGINX_PID:-0}
+# run_base NAME CMD...: with --ab, CMD through the other build's airlock-egress (started for
+# it, with the same options), then this build's again.
+run_base() {
+  [ -n "$ab_build" ] || return 0
+  local name=$1; shift
+  stop_egress; EGRESS_BIN=$AB_BIN; start_egress; warm_egress
+  run_cpu "$name" "$EGRESS_PID" "$@"
+  stop_egress; EGRESS_BIN="$BIN/airlock-egress"; start_egress; warm_egress
+}
 
 echo "{\"bench\":\"egress_machine\",\"metric\":\"load_1min_at_start\",\"value\":$(cut -d' ' -f1 /proc/loadavg),\"unit\":\"load\"}" | tee -a "$OUT"
 echo "{\"bench\":\"egress_machine\",\"metric\":\"nginx_access_log\",\"value\":$([ "$nginx_log" = LOG ] && echo 1 || echo 0),\"unit\":\"bool\"}" | tee -a "$OUT"
@@ -358,7 +383,7 @@ for line in open(sys.argv[1]):
         continue
     v[(j["bench"], j["metric"])] = (j["value"], j["unit"])
 group, rounds, metrics = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
-for path in ("direct", "egress", "egress_noagg", "nginx"):
+for path in ("direct", "egress", "egress_base", "egress_noagg", "nginx"):
     for m in metrics:
         got = [v[("%s_%s_%d" % (group, path, r), m)] for r in range(1, rounds + 1)
                if ("%s_%s_%d" % (group, path, r), m) in v]
@@ -371,8 +396,13 @@ PY
 # ratios GROUP ROUNDS METRIC...: each round's airlock-egress/nginx ratio of each metric (for a
 # CPU-per-unit metric the inverse, so that above 1 always means airlock-egress did better),
 # and their min, median and max: the rounds are pairs measured back to back, so a burst of
-# other load moves both sides of one ratio.
+# other load moves both sides of one ratio. With --ab, the same of airlock-egress over
+# egress_base. (ratios_of GROUP ROUNDS A B METRIC...: paths A over B.)
 ratios() {
+  ratios_of "$1" "$2" egress nginx "${@:3}"
+  [ -z "$ab_build" ] || ratios_of "$1" "$2" egress egress_base "${@:3}"
+}
+ratios_of() {
   python3 - "$OUT" "$@" <<'PY' | tee -a "$OUT"
 import json, statistics, sys
 v = {}
@@ -382,12 +412,12 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     v[(j["bench"], j["metric"])] = j["value"]
-group, rounds, metrics = sys.argv[2], int(sys.argv[3]), sys.argv[4:]
-b = group + "_egress_vs_nginx"
+group, rounds, a, ref, metrics = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6:]
+b = "%s_%s_vs_%s" % (group, a, ref)
 for m in metrics:
     got = []
     for r in range(1, rounds + 1):
-        e, n = v.get(("%s_egress_%d" % (group, r), m)), v.get(("%s_nginx_%d" % (group, r), m))
+        e, n = v.get(("%s_%s_%d" % (group, a, r), m)), v.get(("%s_%s_%d" % (group, ref, r), m))
         if not e or not n:
             continue
         x = n / e if "_cpu_us_per_" in m else e / n
@@ -413,6 +443,7 @@ for r in $(seq 1 "$hrounds"); do
     run_egress "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_egress_$r"
   else
     run_cpu "http_keepalive_egress_$r" "$EGRESS_PID" "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_egress_$r"
+    run_base "http_keepalive_egress_base_$r" "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_keepalive_egress_base_$r"
   fi
   if [ "$agg_ab" = 1 ] && [ "$perf" = 0 ]; then
     # The same proxy with every request a record of its own, then back to the default.
@@ -446,6 +477,7 @@ for r in $(seq 1 "$nrounds"); do
     run_egress "${SB1[@]}" "$LOAD" http-conns 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_conns_egress_$r"
   else
     run_cpu "http_conns_egress_$r" "$EGRESS_PID" "${SB1[@]}" "$LOAD" http-conns 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_conns_egress_$r"
+    run_base "http_conns_egress_base_$r" "${SB1[@]}" "$LOAD" http-conns 203.0.113.10 80 --conns 32 --duration "$dur" --name "http_conns_egress_base_$r"
   fi
   if [ "$have_nginx" = 1 ] && [ "$perf" != 0 ]; then
     run_traced "$NGINX_PID,$(pgrep -P "$NGINX_PID" | paste -sd,)" "${SB2[@]}" "$LOAD" http-conns 10.200.2.1 8080 --conns 32 --duration "$dur" --name "http_conns_nginx_$r"
@@ -459,17 +491,24 @@ ratios http_conns "$nrounds" requests_per_s proxy_cpu_us_per_request
 fi
 
 if want latency; then
-# Open loop at 1,000 requests/s; latency counted from each request's scheduled time. The
+# Open loop at 1,000 requests/s; latency counted from each request's scheduled time (and one
+# connection in a closed loop, for the latency of one request alone). The
 # paths take turns (direct, egress, nginx) for several rounds so that a burst of other load
 # on the machine hits all of them alike; each path's p50/p99 is the median over the rounds,
 # and the added latency is the median of the per-round differences to the direct path.
 rounds=$([ "$quick" = 1 ] && echo 1 || echo 3)
+rounds=${rounds_opt:-$rounds}
 ldur=$([ "$quick" = 1 ] && echo 3 || echo $((dur * 2)))
 echo "# HTTP latency at 1,000 requests/s (20 connections), $rounds rounds of ${ldur}s per path" >&2
 for r in $(seq 1 "$rounds"); do
   "${SB2[@]}" "$LOAD" http 203.0.113.10 80 --conns 20 --rate 1000 --duration "$ldur" --name "lat_direct_$r" >>"$TMP/lat.jsonl"
   "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 20 --rate 1000 --duration "$ldur" --name "lat_egress_$r" >>"$TMP/lat.jsonl"
   [ "$have_nginx" = 1 ] && "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 20 --rate 1000 --duration "$ldur" --name "lat_nginx_$r" >>"$TMP/lat.jsonl"
+  # One connection, closed loop: each request sent when the last answer came, so that its
+  # latency is the path's own round trip with nothing queued behind it.
+  "${SB2[@]}" "$LOAD" http 203.0.113.10 80 --conns 1 --duration "$dur" --name "lat1_direct_$r" >>"$TMP/lat.jsonl"
+  "${SB1[@]}" "$LOAD" http 203.0.113.10 80 --conns 1 --duration "$dur" --name "lat1_egress_$r" >>"$TMP/lat.jsonl"
+  [ "$have_nginx" = 1 ] && "${SB2[@]}" "$LOAD" http 10.200.2.1 8080 --conns 1 --duration "$dur" --name "lat1_nginx_$r" >>"$TMP/lat.jsonl"
 done
 python3 - "$TMP/lat.jsonl" "$rounds" <<'PY' | tee -a "$OUT"
 import json, statistics, sys
@@ -483,21 +522,31 @@ for line in open(sys.argv[1]):
 rounds = int(sys.argv[2])
 def out(bench, metric, value, unit):
     print(json.dumps({"bench": bench, "metric": metric, "value": round(value, 3), "unit": unit}))
-for path in ("direct", "egress", "nginx"):
-    got = [r for r in range(1, rounds + 1) if ("lat_%s_%d" % (path, r), "latency_p99") in v]
+# lat: open loop at 1,000 req/s (http_1000rps_*); lat1: one connection, closed loop (http_c1_*).
+for pre, bench in (("lat", "http_1000rps_"), ("lat1", "http_c1_")):
+  for path in ("direct", "egress", "nginx"):
+    got = [r for r in range(1, rounds + 1) if ("%s_%s_%d" % (pre, path, r), "latency_p99") in v]
     if not got:
         continue
-    b = "http_1000rps_" + path
+    b = bench + path
     for m in ("latency_p50", "latency_p90", "latency_p99", "latency_max"):
-        out(b, m, statistics.median(v[("lat_%s_%d" % (path, r), m)] for r in got), "ms")
-    out(b, "samples", sum(v[("lat_%s_%d" % (path, r), "requests")] for r in got), "count")
-    out(b, "errors", sum(v[("lat_%s_%d" % (path, r), "errors")] for r in got), "count")
+        out(b, m, statistics.median(v[("%s_%s_%d" % (pre, path, r), m)] for r in got), "ms")
+    out(b, "samples", sum(v[("%s_%s_%d" % (pre, path, r), "requests")] for r in got), "count")
+    out(b, "errors", sum(v[("%s_%s_%d" % (pre, path, r), "errors")] for r in got), "count")
     if path != "direct":
         for p in ("p50", "p99"):
-            d = [v[("lat_%s_%d" % (path, r), "latency_" + p)] - v[("lat_direct_%d" % r, "latency_" + p)]
-                 for r in got if ("lat_direct_%d" % r, "latency_" + p) in v]
+            d = [v[("%s_%s_%d" % (pre, path, r), "latency_" + p)] - v[("%s_direct_%d" % (pre, r), "latency_" + p)]
+                 for r in got if ("%s_direct_%d" % (pre, r), "latency_" + p) in v]
             if d:
                 out(b, "added_%s_median_of_rounds" % p, statistics.median(d), "ms")
+  # Per round, nginx's p50 over airlock-egress's (above 1: airlock-egress answered sooner).
+  got = [r for r in range(1, rounds + 1)
+         if all(("%s_%s_%d" % (pre, x, r), "latency_p50") in v for x in ("egress", "nginx"))]
+  x = [v[("%s_nginx_%d" % (pre, r), "latency_p50")] / v[("%s_egress_%d" % (pre, r), "latency_p50")]
+       for r in got if v[("%s_egress_%d" % (pre, r), "latency_p50")] > 0]
+  if x:
+    for what, y in (("min", min(x)), ("median", statistics.median(x)), ("max", max(x))):
+        out(bench + "egress_vs_nginx", "latency_p50_%s" % what, y, "ratio")
 PY
 fi
 
@@ -511,6 +560,7 @@ for r in $(seq 1 "$crounds"); do
     run_egress "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name "tls_conns_egress_$r"
   else
     run_cpu "tls_conns_egress_$r" "$EGRESS_PID" "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name "tls_conns_egress_$r"
+    run_base "tls_conns_egress_base_$r" "${SB1[@]}" "$LOAD" tls-conns 203.0.113.10 443 --conns 16 --duration "$dur" --name "tls_conns_egress_base_$r"
   fi
   if [ "$have_nginx" = 1 ] && [ "$perf" != 0 ]; then
     run_traced "$NGINX_PID,$(pgrep -P "$NGINX_PID" | paste -sd,)" "${SB2[@]}" "$LOAD" tls-conns 10.200.2.1 8443 --conns 16 --duration "$dur" --name "tls_conns_nginx_$r"

@@ -947,11 +947,16 @@ static void conn__start_connect(struct egress_conn *c)
     }
 }
 
-static void conn__connected(struct egress_conn *c)
+/* The upstream's connect finished (epoll_events: what epoll reported). A failed connect
+ * sets the socket's error, which epoll reports as EPOLLERR: writable without it is a
+ * connection made, and only a reported error is asked for (a getsockopt fewer per
+ * connection). */
+static void conn__connected(struct egress_conn *c, uint32_t epoll_events)
 {
     int err = 0;
     socklen_t l = sizeof err;
-    if (getsockopt(c->upstream.fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+    if ((epoll_events & (EPOLLERR | EPOLLHUP)) &&
+        getsockopt(c->upstream.fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
         err = errno;
     if (err == 0)
         c->t_connected = al_now_ns();
@@ -1016,7 +1021,7 @@ void egress_conn_on_events(struct egress_end *end, uint32_t epoll_events)
         break;
     case CONN_CONNECT:
         if (end == &c->upstream && (events & UV_WRITABLE))
-            conn__connected(c);
+            conn__connected(c, epoll_events);
         break;
     case CONN_RELAY:
         egress_relay_on_event(c, end, events);

@@ -891,6 +891,24 @@ static void http__send_head(struct egress_conn *c)
 
 /* ---- the response side -------------------------------------------------------------- */
 
+/* Whether the client has sent nothing after its request, by now: nothing waiting in its
+ * socket, or its end of stream. Bytes found are discarded as a lingering close would. */
+static bool http__client_sent_nothing_more(struct egress_conn *c)
+{
+    char junk[512];
+    ssize_t n;
+    do
+        n = recv(c->client.fd, junk, sizeof junk, MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        c->http->discarded += (size_t)n;
+        return false;
+    }
+    if (n == 0)
+        c->client.eof = true;
+    return true; /* EAGAIN, its end, or a reset (closing is all that is left) */
+}
+
 static void http__response_complete(struct egress_conn *c)
 {
     struct egress_http *h = c->http;
@@ -908,6 +926,13 @@ static void http__response_complete(struct egress_conn *c)
     egress_http_head_reset(&h->reqh);
     al_http_head_scan_init(&h->req_scan, true, 0);
     if (h->close_after) {
+        if (!h->r.keep_alive && c->in_len == h->in_off && http__client_sent_nothing_more(c)) {
+            /* The client said this was its last request and nothing followed it: no byte a
+             * reset could lose, so the connection closes now, as a server's does, rather than
+             * lingering for the client's end (an epoll_ctl on each side and a wake-up). */
+            egress_conn_close(c, false, "answered");
+            return;
+        }
         h->draining = true;
         c->state = CONN_DRAIN;
         egress_conn_deadline(c, DRAIN_MS);
