@@ -5,16 +5,13 @@
  * (summaries, explanations, JSON) go to stdout. docs/policy.md documents every command and
  * the CASES file format. */
 #include "cli/cli.h"
-#include "common/http_head.h"
 #include "policy/policy.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 static void cli__usage(FILE *f)
 {
@@ -32,122 +29,6 @@ static void cli__usage(FILE *f)
            "      case fails.\n"
            "  hash FILE [--canonical]\n"
            "      Print the policy hash (BLAKE2b of the canonical form), or the canonical JSON.\n");
-}
-
-/* ---- requests from URLs --------------------------------------------------------------- */
-
-struct cli__req {
-    struct policy_request req;
-    bool dns;
-    char host[1100];
-    char path[POLICY_PATH_MAX + 1];
-    char method[40];
-    struct policy_addr addr;
-};
-
-/* Parses URL forms into a request. method may be NULL (default GET for http/https). The
- * request-target parser of the proxies reads the URL (common/http_head.h): what it refuses
- * in a sandbox's request is refused here with the same reason. */
-static int cli__url(const char *url, const char *method, bool connection, struct cli__req *r,
-                    struct al_error *err)
-{
-    memset(r, 0, sizeof *r);
-    if (strncmp(url, "dns:", 4) == 0) {
-        r->dns = true;
-        snprintf(r->host, sizeof r->host, "%s", url + 4);
-        return 0;
-    }
-    bool tcp = strncmp(url, "tcp://", 6) == 0;
-    const char *u = tcp ? url + 6 : url, *why = NULL;
-    struct al_http_target t;
-    if (al_http_target_parse(u, strlen(u), AL_HTTP_TARGET_AUTHORITY_OK, &t, &why) < 0) {
-        if (strcmp(why, "userinfo_in_authority") == 0)
-            return al_error_set(err, -EINVAL,
-                                "'%s' has userinfo (user@host): that is not part of the host the "
-                                "proxy checks; remove it",
-                                url);
-        if (strcmp(why, "fragment_in_target") == 0)
-            return al_error_set(err, -EINVAL, "'%s': a fragment (#...) is never sent; remove it",
-                                url);
-        if (strcmp(why, "missing_port") == 0)
-            return al_error_set(err, -EINVAL, "'%s': raw TCP needs host:port", url);
-        if (strcmp(why, "invalid_target") == 0 && strstr(url, "://"))
-            return al_error_set(err, -EINVAL, "unsupported URL scheme in '%s' (https, http, tcp)",
-                                url);
-        if (strcmp(why, "invalid_target") == 0)
-            return al_error_set(err, -EINVAL,
-                                "'%s' is not a URL: https://host[:port]/path, "
-                                "http://host[:port]/path, host:port, tcp://host:port or dns:NAME",
-                                url);
-        return al_error_set(err, -EINVAL, "'%s': %s", url, al_http_target_message(why));
-    }
-    if (t.form != AL_HTTP_TARGET_ABSOLUTE && t.form != AL_HTTP_TARGET_AUTHORITY)
-        return al_error_set(err, -EINVAL,
-                            "'%s' has no host: https://host[:port]/path, http://host[:port]/path, "
-                            "host:port, tcp://host:port or dns:NAME",
-                            url);
-    if (tcp && t.form != AL_HTTP_TARGET_AUTHORITY)
-        return al_error_set(err, -EINVAL, "'%s': raw TCP is tcp://host:port (no scheme inside)",
-                            url);
-    size_t hl;
-    const char *host = al_http_authority_host(&t.authority, &hl);
-    memcpy(r->host, host, hl); /* at most 257 bytes (al_http_authority_parse) */
-    r->host[hl] = '\0';
-    r->req.host = r->host;
-    r->req.host_len = hl;
-    if (t.form == AL_HTTP_TARGET_AUTHORITY) {
-        r->req.scheme = POLICY_SCHEME_TCP;
-        r->req.port = t.authority.port;
-    } else {
-        r->req.scheme = t.https ? POLICY_SCHEME_HTTPS : POLICY_SCHEME_HTTP;
-        r->req.port = t.authority.has_port ? t.authority.port : t.https ? 443 : 80;
-    }
-    if (r->req.scheme == POLICY_SCHEME_TCP || connection) {
-        if (method)
-            return al_error_set(err, -EINVAL,
-                                "a method needs an http:// or https:// request "
-                                "(not raw TCP or --connection)");
-        return 0;
-    }
-    snprintf(r->method, sizeof r->method, "%s", method ? method : "GET");
-    if (al_http_target_origin(&t, r->path, sizeof r->path) < 0)
-        return al_error_set(err, -EINVAL, "'%s': the path is longer than %d bytes", url,
-                            POLICY_PATH_MAX);
-    r->req.method = r->method;
-    r->req.method_len = strlen(r->method);
-    r->req.path = r->path;
-    r->req.path_len = strlen(r->path);
-    return 0;
-}
-
-static int cli__addr(const char *s, struct cli__req *r, struct al_error *err)
-{
-    struct policy_host h;
-    if (policy_host_canon(s, strlen(s), &h, err) || h.kind != POLICY_HOST_ADDR)
-        return al_error_set(err, -EINVAL, "--addr '%s' is not an IP address", s);
-    r->addr = h.addr;
-    r->req.addr = &r->addr;
-    return 0;
-}
-
-static void cli__decide(const struct policy *p, const struct cli__req *r, struct policy_decision *d)
-{
-    if (r->dns)
-        policy_dns_decide(p, r->host, strlen(r->host), d);
-    else
-        policy_decide(p, &r->req, d);
-}
-
-static const char *cli__tls(enum policy_tls t)
-{
-    return t == POLICY_TLS_INSPECT       ? "inspect"
-           : t == POLICY_TLS_PASSTHROUGH ? "passthrough"
-                                         : "none";
-}
-
-static const char *cli__scheme(enum policy_scheme s)
-{
-    return s == POLICY_SCHEME_HTTPS ? "https" : s == POLICY_SCHEME_HTTP ? "http" : "tcp";
 }
 
 static struct policy *cli__load(const char *path, bool print_warnings)
@@ -216,60 +97,6 @@ static int cli__lint(int argc, char **argv)
 
 /* ---- explain -------------------------------------------------------------------------- */
 
-static json_t *cli__decision_json(const struct policy *p, const struct cli__req *r,
-                                  const struct policy_decision *d)
-{
-    char why[1024];
-    policy_explain(p, r->dns ? NULL : &r->req, d, why, sizeof why);
-    json_t *o = json_object();
-    json_object_set_new(o, "decision", json_string(d->verdict == POLICY_ALLOW ? "allow" : "deny"));
-    json_object_set_new(o, "would_deny", json_boolean(d->would_deny));
-    json_object_set_new(o, "rule", d->rule ? json_string(d->rule->name) : json_null());
-    json_object_set_new(o, "rule_line", d->rule ? json_integer(d->rule->line) : json_null());
-    json_object_set_new(o, "reason", json_string(policy_reason_code(d->reason)));
-    json_object_set_new(o, "explanation", json_string(why));
-    json_object_set_new(o, "tls", json_string(cli__tls(d->tls)));
-    json_object_set_new(o, "websocket", json_boolean(d->websocket));
-    json_t *inj = json_array();
-    for (size_t i = 0; i < d->n_inject; i++)
-        json_array_append_new(inj, json_string(d->inject[i].header));
-    json_object_set_new(o, "inject", inj);
-    json_object_set_new(o, "host", d->host.len ? json_string(d->host.text) : json_null());
-    json_object_set_new(o, "host_kind",
-                        d->host.kind == POLICY_HOST_ADDR   ? json_string("address")
-                        : d->host.kind == POLICY_HOST_NAME ? json_string("name")
-                                                           : json_null());
-    json_object_set_new(o, "address_class",
-                        d->addr_info.code ? json_string(d->addr_info.code) : json_null());
-    if (r->dns) {
-        json_object_set_new(o, "query", json_string("dns"));
-    } else {
-        json_object_set_new(o, "query", json_string(r->req.method ? "request" : "connection"));
-        json_object_set_new(o, "scheme", json_string(cli__scheme(r->req.scheme)));
-        json_object_set_new(o, "port", json_integer(r->req.port));
-        json_object_set_new(o, "method", r->req.method ? json_string(r->req.method) : json_null());
-        json_object_set_new(o, "path", r->req.path ? json_string(r->req.path) : json_null());
-        if (r->req.method)
-            json_object_set_new(o, "body", json_boolean(r->req.body));
-    }
-    json_object_set_new(o, "policy",
-                        json_pack("{s:s, s:s, s:s}", "name", policy_name(p), "hash", policy_hash(p),
-                                  "mode",
-                                  policy_mode(p) == POLICY_MODE_REPORT ? "report" : "enforce"));
-    return o;
-}
-
-/* --body / body: true: the request carries a body (only requests have one). */
-static int cli__body(struct cli__req *r, struct al_error *err)
-{
-    if (!r->req.method)
-        return al_error_set(err, -EINVAL,
-                            "a body needs an http:// or https:// request (not raw TCP, dns: or "
-                            "--connection)");
-    r->req.body = true;
-    return 0;
-}
-
 static int cli__explain(int argc, char **argv)
 {
     const char *method = NULL, *addr = NULL;
@@ -312,12 +139,13 @@ static int cli__explain(int argc, char **argv)
                         "[--connection] [--json]\n");
         return 2;
     }
-    struct cli__req *r = malloc(sizeof *r);
+    struct policy_query *r = malloc(sizeof *r);
     if (!r)
         return 1;
     struct al_error err = {0};
-    if (cli__url(argv[optind + 1], method, connection, r, &err) ||
-        (addr && cli__addr(addr, r, &err)) || (body && cli__body(r, &err))) {
+    struct policy_query_opts qo = {
+        .method = method, .connection = connection, .addr = addr, .body = body};
+    if (policy_query_parse(argv[optind + 1], &qo, r, &err)) {
         fprintf(stderr, "airlock policy explain: %s\n", err.msg);
         free(r);
         return 2;
@@ -328,16 +156,16 @@ static int cli__explain(int argc, char **argv)
         return 1;
     }
     struct policy_decision d;
-    cli__decide(p, r, &d);
+    policy_query_decide(p, r, &d);
     if (json) {
-        json_t *o = cli__decision_json(p, r, &d);
+        json_t *o = policy_query_json(p, r, &d);
         char *s = json_dumps(o, JSON_COMPACT);
         printf("%s\n", s);
         free(s);
         json_decref(o);
     } else {
         char why[1024];
-        policy_explain(p, r->dns ? NULL : &r->req, &d, why, sizeof why);
+        policy_query_explain(p, r, &d, why, sizeof why);
         printf("decision: %s%s\n", d.verdict == POLICY_ALLOW ? "allow" : "deny",
                d.would_deny ? " (report mode: would deny)" : "");
         printf("reason:   %s\n", policy_reason_code(d.reason));
@@ -351,7 +179,7 @@ static int cli__explain(int argc, char **argv)
                d.addr_info.code ? ", address class " : "",
                d.addr_info.code ? d.addr_info.code : "");
         if (!r->dns) {
-            printf("tls:      %s\n", cli__tls(d.tls));
+            printf("tls:      %s\n", policy_tls_name(d.tls));
             printf("inject:  ");
             for (size_t i = 0; i < d.n_inject; i++)
                 printf(" %s", d.inject[i].header);
@@ -443,12 +271,13 @@ static int cli__case(struct policy *p, const struct al_yaml_node *cs, size_t idx
         return al_yaml_error(d, cs, "missing_key", "%s: needs expect: allow|deny", name), -1;
     if (al_yaml_enum(v, "expect", verdicts, &expect, d))
         return -1;
-    struct cli__req *r = malloc(sizeof *r);
+    struct policy_query *r = malloc(sizeof *r);
     if (!r)
         return -1;
     struct al_error err = {0};
-    if (cli__url(url, method, connection, r, &err) || (addr && cli__addr(addr, r, &err)) ||
-        (body && cli__body(r, &err))) {
+    struct policy_query_opts qo = {
+        .method = method, .connection = connection, .addr = addr, .body = body};
+    if (policy_query_parse(url, &qo, r, &err)) {
         al_yaml_error(d, al_yaml_get(cs, "url"), "bad_case", "%s: %s", name, err.msg);
         free(r);
         return -1;
@@ -459,7 +288,7 @@ static int cli__case(struct policy *p, const struct al_yaml_node *cs, size_t idx
         return -1;
     }
     struct policy_decision dec;
-    cli__decide(cp, r, &dec);
+    policy_query_decide(cp, r, &dec);
     char fail[1024] = "";
     size_t fo = 0;
 #define FAILF(...)                                                   \
@@ -485,8 +314,8 @@ static int cli__case(struct policy *p, const struct al_yaml_node *cs, size_t idx
         strcmp(s, policy_reason_code(dec.reason)) != 0)
         FAILF("; expected reason %s, got %s", s, policy_reason_code(dec.reason));
     if ((v = al_yaml_get(cs, "tls")) && !al_yaml_str(v, "tls", &s, d) &&
-        strcmp(s, cli__tls(dec.tls)) != 0)
-        FAILF("; expected tls %s, got %s", s, cli__tls(dec.tls));
+        strcmp(s, policy_tls_name(dec.tls)) != 0)
+        FAILF("; expected tls %s, got %s", s, policy_tls_name(dec.tls));
     bool b;
     if ((v = al_yaml_get(cs, "would_deny")) && !al_yaml_bool(v, "would_deny", &b, d) &&
         b != dec.would_deny)
@@ -510,7 +339,7 @@ static int cli__case(struct policy *p, const struct al_yaml_node *cs, size_t idx
     }
 #undef FAILF
     char why[1024];
-    policy_explain(cp, r->dns ? NULL : &r->req, &dec, why, sizeof why);
+    policy_query_explain(cp, r, &dec, why, sizeof why);
     int pass = fail[0] == '\0';
     if (!pass)
         printf("FAIL %s (%s:%u)%s\n     decision: %s, %s: %s\n", name, cs->file ? cs->file : "",

@@ -330,6 +330,42 @@ bool policy_reason_is_malformed(enum policy_reason r);
 size_t policy_explain(const struct policy *p, const struct policy_request *req,
                       const struct policy_decision *d, char *buf, size_t len);
 
+/* ---- queries: a request as a person writes it (policy/query.c) ------------------------ */
+
+/* What `airlock policy explain|test` and the console's explain decide: a URL form of
+ * docs/policy.md (https://host[:port]/path, http://host[:port]/path, host:port or
+ * tcp://host:port for raw TCP, dns:NAME for a DNS question) read into a policy_request. */
+struct policy_query {
+    struct policy_request req;
+    bool dns; /* dns:NAME: host is the name asked */
+    char host[1100];
+    char path[POLICY_PATH_MAX + 1];
+    char method[40];
+    struct policy_addr addr;
+};
+
+struct policy_query_opts {
+    const char *method; /* NULL: GET for http:// and https:// URLs */
+    bool connection;    /* the connection-level decision (no method or path) */
+    const char *addr;   /* the destination address (what the name resolved to), or NULL */
+    bool body;          /* the request carries a body */
+};
+
+/* Reads url with o (NULL: none) into q. Returns 0, or -EINVAL with err saying what is wrong
+ * with the text and how to write it (the proxies' request-target parser's reasons). */
+int policy_query_parse(const char *url, const struct policy_query_opts *o, struct policy_query *q,
+                       struct al_error *err);
+void policy_query_decide(const struct policy *p, const struct policy_query *q,
+                         struct policy_decision *d);
+/* policy_explain() of the query's decision. */
+size_t policy_query_explain(const struct policy *p, const struct policy_query *q,
+                            const struct policy_decision *d, char *buf, size_t len);
+/* The decision as `airlock policy explain --json` prints it (docs/policy.md); NULL without
+ * memory. Names injected headers, never their values or secrets. */
+json_t *policy_query_json(const struct policy *p, const struct policy_query *q,
+                          const struct policy_decision *d);
+const char *policy_tls_name(enum policy_tls t); /* "none", "passthrough", "inspect" */
+
 /* Request paths as the matcher sees them: query cut off, unreserved percent-escapes
  * decoded, other escapes upper-cased; dot segments, empty segments, backslashes, NUL,
  * non-ASCII and traversal hidden behind %2F/%5C refused (-EINVAL). out >= POLICY_PATH_MAX+1. */
