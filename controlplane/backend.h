@@ -104,7 +104,8 @@ extern const struct cp_backend_ops cp_backend_vmm;
 /* The spec the vmm backend writes for sb (new reference; it holds the sandbox's token and
  * borrowed env values: wipe its text). Jail: network through netns_fd (a descriptor of
  * airlockd, named by /proc path), or none. Kvm (cp->backend_kind): network through a->tap_fd
- * as CP_VMM_TAP_FD, and the kvm section (sandboxes.kvm_kernel). */
+ * as CP_VMM_TAP_FD, and the kvm section (sandboxes.kvm_kernel). The sandbox's volumes are
+ * mounted on the host for it; NULL (logged) when one cannot be. */
 json_t *cp_vmm_spec(struct cp_sandbox *sb, const struct cp_start_args *a, int netns_fd);
 /* The vmm backend's pool of warm airlock-vmm processes (sandboxes.warm_pool). */
 void cp_vmm_pool_start(struct cp *cp);

@@ -26,6 +26,7 @@
 #include "common/util.h"
 #include "cp.h"
 #include "jcall.h"
+#include "volumes.h"
 
 #define VMM_API_TIMEOUT_MS  15000
 #define VMM_STOP_TIMEOUT_MS 20000
@@ -805,6 +806,26 @@ json_t *cp_vmm_spec(struct cp_sandbox *sb, const struct cp_start_args *a, int ne
         json_object_set_new(s, "hostname", json_string(a->hostname));
     if (a->ca_cert_pem)
         json_object_set_new(s, "ca_cert_pem", json_string(a->ca_cert_pem));
+    /* Its volumes, mounted on the host first (after a reboot nothing is). */
+    size_t i;
+    json_t *v;
+    json_array_foreach(sb->rec.volumes, i, v)
+    {
+        char dir[4300];
+        struct al_error err = {0};
+        if (cp_volume_mount(cp, json_string_value(json_object_get(v, "volumeID")), dir, sizeof dir,
+                            &err)) {
+            al_error("sandbox %s: volume %s: %s", sb->rec.id,
+                     json_string_value(json_object_get(v, "name")), al_error_str(&err));
+            json_decref(s);
+            return NULL;
+        }
+        json_t *vols = json_object_get(s, "volumes");
+        if (!vols)
+            json_object_set_new(s, "volumes", vols = json_array());
+        json_array_append_new(
+            vols, json_pack("{s:s,s:O}", "source", dir, "target", json_object_get(v, "path")));
+    }
     return s;
 }
 
@@ -825,7 +846,7 @@ static int vmm_start(struct cp_sandbox *sb, const struct cp_start_args *a, cp_ba
     if (!text) {
         if (p->netns_fd >= 0)
             close(p->netns_fd);
-        return -ENOMEM;
+        return spec ? -ENOMEM : -EIO; /* (a volume that cannot be mounted: logged) */
     }
     struct al_error err = {0};
     /* kvm: always a fresh process, which inherits the tap (descriptor CP_VMM_TAP_FD). */

@@ -268,6 +268,7 @@ struct cp_create {
     json_t *metadata;   /* borrowed */
     json_t *env_vars;   /* borrowed */
     json_t *network;    /* borrowed, or NULL */
+    json_t *volumes;    /* borrowed: volumeMounts as cp_volumes_resolve made them, or NULL */
     int allow_internet; /* -1 not given */
     bool auto_pause;
     bool auto_pause_fs; /* autoPauseMemory: false */

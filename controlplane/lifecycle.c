@@ -981,8 +981,10 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     /* The id first: the secrets holding its header transforms' values are named after it. */
     char id[CP_ID_LEN + 1];
     /* A warm sandbox of the template's version brings its own (taken below, on this turn of
-     * the loop: it stays ready until then). Not for a snapshot: its files come first. */
-    const char *warm_id = snap ? NULL : cp_warm_peek(cp, req_c->template_id, c->template_dir);
+     * the loop: it stays ready until then). Not for a snapshot (its files come first) nor with
+     * volumes (its mounts are made before it starts). */
+    const char *warm_id =
+        snap || req_c->volumes ? NULL : cp_warm_peek(cp, req_c->template_id, c->template_dir);
     if (warm_id)
         snprintf(id, sizeof id, "%s", warm_id);
     else
@@ -1055,6 +1057,7 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
     struct cp_sb_record *r = &sb->rec;
     snprintf(r->id, sizeof r->id, "%s", id);
     r->network = network;
+    r->volumes = req_c->volumes ? json_deep_copy(req_c->volumes) : NULL;
     if (!sb->warm_taken && cp_store_next_seq(cp->store, &r->seq, &err)) {
         cp_policy_sel_free(&sel);
         cp_transforms_drop(cp, r->network, NULL);

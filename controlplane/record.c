@@ -42,7 +42,8 @@ void cp_sb_record_free(struct cp_sb_record *r)
     json_decref(r->metadata);
     json_decref(r->network);
     json_decref(r->intercept);
-    r->metadata = r->network = r->intercept = NULL;
+    json_decref(r->volumes);
+    r->metadata = r->network = r->intercept = r->volumes = NULL;
 }
 
 void cp_sb_record_copy(struct cp_sb_record *dst, const struct cp_sb_record *src)
@@ -51,6 +52,7 @@ void cp_sb_record_copy(struct cp_sb_record *dst, const struct cp_sb_record *src)
     dst->metadata = src->metadata ? json_deep_copy(src->metadata) : json_object();
     dst->network = src->network ? json_deep_copy(src->network) : NULL;
     dst->intercept = src->intercept ? json_deep_copy(src->intercept) : NULL;
+    dst->volumes = src->volumes ? json_deep_copy(src->volumes) : NULL;
 }
 
 json_t *cp_sb_record_doc(const struct cp_sb_record *r)
@@ -81,6 +83,8 @@ json_t *cp_sb_record_doc(const struct cp_sb_record *r)
     json_object_set(d, "metadata", r->metadata ? r->metadata : json_object());
     if (r->network)
         json_object_set(d, "network", r->network);
+    if (r->volumes)
+        json_object_set(d, "volumes", r->volumes);
     json_object_set_new(d, "net_generation", json_integer((json_int_t)r->net_generation));
     json_object_set_new(d, "policy_name", json_string(r->policy_name));
     json_object_set_new(d, "policy_hash", json_string(r->policy_hash));
@@ -187,6 +191,11 @@ int cp_sb_record_from_doc(struct cp_sb_record *r, const json_t *d, struct al_err
         return rc;
     json_decref(r->intercept);
     r->intercept = o ? json_deep_copy(o) : NULL;
+    json_t *a = NULL;
+    if ((rc = al_json_get_arr(d, "volumes", false, &a, "stored sandbox", err)))
+        return rc;
+    json_decref(r->volumes);
+    r->volumes = a ? json_deep_copy(a) : NULL;
     return 0;
 }
 

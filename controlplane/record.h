@@ -72,6 +72,9 @@ struct cp_sb_record {
      * they differ). Public material only: a CA certificate, and placeholders that are
      * worthless outside the proxy (docs/egress-intercept.md). Never a secret value. */
     json_t *intercept;
+    /* The volumes mounted into it (volumeMounts, controlplane/volumes.c), or NULL:
+     * [{"volumeID", "name", "path"}], each mounted again at every start of it. */
+    json_t *volumes;
 };
 
 void cp_sb_record_init(struct cp_sb_record *r);

@@ -108,7 +108,7 @@ static void rest__common(const struct cp_sandbox *sb, json_t *o)
     json_object_set_new(o, "endAt", rest__time(sb->rec.end_ns));
     json_object_set_new(o, "state", json_string(rest__state(sb)));
     json_object_set(o, "metadata", sb->rec.metadata ? sb->rec.metadata : json_object());
-    json_object_set_new(o, "volumeMounts", json_array());
+    json_object_set_new(o, "volumeMounts", cp_volumes_mounts_json(sb->rec.volumes));
 }
 
 json_t *cp_rest_detail_json(const struct cp_sandbox *sb)
@@ -463,13 +463,14 @@ static void rest__create(struct al_http_req *req, struct rest_ctx *x)
                           "by airlock");
         goto bad;
     }
-    if ((v = json_object_get(b, "volumeMounts")) && !json_is_null(v) && json_array_size(v) > 0) {
-        rc = al_error_set(&err, -EINVAL,
-                          "\"volumeMounts\" (volumes) are not supported by "
-                          "airlock");
-        goto bad;
+    if ((rc = cp_volumes_resolve(cp, json_object_get(b, "volumeMounts"), x->who.key_id, &c.volumes,
+                                 &err))) {
+        json_decref(b);
+        cp_rest_error(req, rc == -EINVAL ? 400 : 500, "%s", al_error_str(&err));
+        return;
     }
     cp_lifecycle_create(cp, &c, req, CP_ANSWER_CREATED);
+    json_decref(c.volumes);
     json_decref(b);
     return;
 bad:

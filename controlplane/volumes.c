@@ -411,6 +411,27 @@ static int vol__owned(struct cp *cp, struct al_http_req *req, const char *key_id
     return rc;
 }
 
+struct vol_user {
+    const char *id;
+    char sandbox[64];
+};
+
+static int vol__uses(void *v, void *arg)
+{
+    const struct cp_sandbox *sb = v;
+    struct vol_user *u = arg;
+    size_t i;
+    json_t *m;
+    json_array_foreach(sb->rec.volumes, i, m)
+    {
+        if (strcmp(json_string_value(json_object_get(m, "volumeID")), u->id) == 0) {
+            snprintf(u->sandbox, sizeof u->sandbox, "%s", sb->rec.id);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void vol__delete(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,
                         const char *id)
 {
@@ -418,6 +439,15 @@ static void vol__delete(struct cp *cp, struct al_http_req *req, const struct cp_
     if (vol__owned(cp, req, who->key_id, id, &r))
         return;
     sodium_memzero(r.token, sizeof r.token);
+    /* Every sandbox in the registry, paused ones too (their resume mounts it again). */
+    struct vol_user u = {.id = id};
+    if (cp_map_foreach(&cp->sandboxes, vol__uses, &u)) {
+        cp_rest_error(req, 409,
+                      "volume \"%s\" is mounted in sandbox %s: kill that sandbox first (every "
+                      "sandbox that mounts it)",
+                      r.name, u.sandbox);
+        return;
+    }
     struct al_error err = {0};
     /* The row first: no sandbox mounts it and no content request finds it afterwards. */
     if (cp_store_vol_delete(cp->store, id, &err)) {
@@ -512,6 +542,136 @@ bool cp_volumes_route(struct cp *cp, struct al_http_req *req, const struct cp_pr
         cp_rest_error(req, 405, "%s is not allowed on /volumes/{volumeID} (GET, DELETE)", m);
     }
     return true;
+}
+
+/* ---- volumeMounts ------------------------------------------------------------------------ */
+
+static bool vol__path_ok(const char *p)
+{
+    if (p[0] != '/' || !p[1] || strlen(p) > 255)
+        return false;
+    for (const char *c = p; *c;) {
+        const char *e = strchrnul(c + 1, '/');
+        size_t n = (size_t)(e - c - 1);
+        if (n == 0 || (n == 1 && c[1] == '.') || (n == 2 && c[1] == '.' && c[2] == '.'))
+            return false;
+        c = e;
+    }
+    return true;
+}
+
+int cp_volumes_resolve(struct cp *cp, const json_t *mounts, const char *key_id, json_t **out,
+                       struct al_error *err)
+{
+    *out = NULL;
+    if (!mounts || json_is_null(mounts))
+        return 0;
+    if (!json_is_array(mounts))
+        return al_error_set(err, -EINVAL,
+                            "\"volumeMounts\" must be a list of {\"name\", \"path\"}");
+    if (!json_array_size(mounts))
+        return 0;
+    if (json_array_size(mounts) > CP_VOL_MOUNTS_MAX)
+        return al_error_set(err, -EINVAL, "\"volumeMounts\": at most %d volumes per sandbox",
+                            CP_VOL_MOUNTS_MAX);
+    if (strcmp(cp->backend_kind, "jail") != 0)
+        return al_error_set(err, -EINVAL,
+                            "\"volumeMounts\": the %s backend cannot mount volumes (the jail "
+                            "backend does; docs/volumes.md)",
+                            cp->backend_kind);
+    static const char *const reserved[] = {"/proc", "/dev", "/sys", "/.airlock", "/tmp", NULL};
+    json_t *res = json_array();
+    size_t i;
+    json_t *m;
+    int rc = 0;
+    json_array_foreach((json_t *)mounts, i, m)
+    {
+        static const char *const keys[] = {"name", "path", NULL};
+        char what[64];
+        snprintf(what, sizeof what, "volumeMounts[%zu]", i);
+        const char *name = NULL, *path = NULL;
+        if (!json_is_object(m)) {
+            rc = al_error_set(err, -EINVAL, "%s must be {\"name\", \"path\"}", what);
+            break;
+        }
+        if ((rc = al_json_check_keys(m, keys, what, err)) ||
+            (rc = al_json_get_str(m, "name", true, &name, what, err)) ||
+            (rc = al_json_get_str(m, "path", true, &path, what, err)))
+            break;
+        if (!vol__path_ok(path)) {
+            rc = al_error_set(err, -EINVAL,
+                              "%s: path \"%.64s\" must be an absolute path other than \"/\", "
+                              "without \".\", \"..\", \"//\" or a trailing \"/\"",
+                              what, path);
+            break;
+        }
+        for (const char *const *r = reserved; *r && !rc; r++) {
+            size_t rl = strlen(*r);
+            if (strncmp(path, *r, rl) == 0 && (path[rl] == '\0' || path[rl] == '/'))
+                rc = al_error_set(err, -EINVAL, "%s: path %s is inside %s, which airlock manages",
+                                  what, path, *r);
+        }
+        size_t k;
+        json_t *o;
+        json_array_foreach(res, k, o)
+        {
+            const char *op = json_string_value(json_object_get(o, "path"));
+            size_t ol = strlen(op), pl = strlen(path);
+            if (!rc && strcmp(op, path) == 0)
+                rc = al_error_set(err, -EINVAL, "%s: two volumes are mounted at %s", what, path);
+            /* One inside another would hide it or make its mount point in the other volume,
+             * depending on the order the mounts are made in. */
+            else if (!rc && ((pl > ol && strncmp(path, op, ol) == 0 && path[ol] == '/') ||
+                             (ol > pl && strncmp(op, path, pl) == 0 && op[pl] == '/')))
+                rc = al_error_set(err, -EINVAL,
+                                  "%s: path %s and volumeMounts[%zu]'s %s are one inside the "
+                                  "other; mount volumes at separate paths",
+                                  what, path, k, op);
+        }
+        if (rc)
+            break;
+        struct cp_store_vol r;
+        struct al_error e2 = {0};
+        int lr = cp_volume_name_valid(name) ? cp_store_vol_by_name(cp->store, key_id, name, &r, &e2)
+                                            : -ENOENT;
+        if (lr == -ENOENT) {
+            rc = al_error_set(err, -EINVAL,
+                              "%s: no volume named \"%.64s\" (Volume.create makes one; "
+                              "Volume.list shows this key's)",
+                              what, name);
+            break;
+        }
+        if (lr) {
+            rc = al_error_set(err, -EIO, "%s", al_error_str(&e2));
+            break;
+        }
+        sodium_memzero(r.token, sizeof r.token);
+        char dir[4300];
+        if ((lr = cp_volume_mount(cp, r.id, dir, sizeof dir, &e2))) {
+            rc =
+                al_error_set(err, -EIO, "volume %s cannot be mounted: %s", name, al_error_str(&e2));
+            break;
+        }
+        json_array_append_new(
+            res, json_pack("{s:s,s:s,s:s}", "volumeID", r.id, "name", name, "path", path));
+    }
+    if (rc) {
+        json_decref(res);
+        return rc;
+    }
+    *out = res;
+    return 0;
+}
+
+json_t *cp_volumes_mounts_json(const json_t *rec_volumes)
+{
+    json_t *a = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach((json_t *)rec_volumes, i, m)
+        json_array_append_new(a, json_pack("{s:O,s:O}", "name", json_object_get(m, "name"), "path",
+                                           json_object_get(m, "path")));
+    return a;
 }
 
 /* ---- the content API ------------------------------------------------------------------------ */
@@ -774,21 +934,14 @@ static void vol__read_file(struct al_http_req *req, struct vol_req *x)
 static int vol__put_data(struct al_http_req *req, const char *data, size_t len)
 {
     struct vol_req *x = req->user;
-    while (len) {
-        ssize_t n = write(x->fd, data, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            int e = errno;
-            req->user = NULL;
-            vol__errno(req, x, "write", e);
-            vol__req_free(x);
-            return 0;
-        }
-        data += n;
-        len -= (size_t)n;
-        x->bytes += (uint64_t)n;
+    int rc = al_write_all(x->fd, data, len);
+    if (rc < 0) {
+        req->user = NULL;
+        vol__errno(req, x, "write", -rc);
+        vol__req_free(x);
+        return 0;
     }
+    x->bytes += len;
     return 0;
 }
 

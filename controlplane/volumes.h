@@ -25,6 +25,7 @@
 #ifndef AIRLOCK_CONTROLPLANE_VOLUMES_H
 #define AIRLOCK_CONTROLPLANE_VOLUMES_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -49,6 +50,19 @@ bool cp_volumes_route(struct cp *cp, struct al_http_req *req, const struct cp_pr
 /* /volumecontent/{id}/... (before API-key authentication: the volume's token is its
  * credential); false if the path is not one. */
 bool cp_volumes_content_route(struct cp *cp, struct al_http_req *req);
+
+/* E2B's volumeMounts of a creation by key_id (mounts: the request's array) as the record
+ * keeps them, [{"volumeID", "name", "path"}] into *out (NULL for none or an empty array),
+ * each volume mounted on the host. -EINVAL (a 400: err names the entry) for a malformed
+ * entry, an unknown volume, a path that is not absolute and normalised, is "/", is inside
+ * /proc, /dev, /sys, /tmp or /.airlock, or is given twice, more than CP_VOL_MOUNTS_MAX entries,
+ * or a backend without volumes (only the jail backend mounts them); -EIO (500) when a
+ * volume cannot be mounted. */
+#define CP_VOL_MOUNTS_MAX 8
+int cp_volumes_resolve(struct cp *cp, const json_t *mounts, const char *key_id, json_t **out,
+                       struct al_error *err);
+/* E2B's SandboxVolumeMount list of a sandbox's record ([{"name", "path"}]). */
+json_t *cp_volumes_mounts_json(const json_t *rec_volumes);
 
 /* Removes what no row names from <state>/volumes (an image being made or deleted when
  * airlockd stopped), at start. */

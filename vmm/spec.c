@@ -342,22 +342,26 @@ static int spec__agent(struct vmm_spec *s, json_t *a, struct al_error *err)
     return 0;
 }
 
-static int spec__binds(struct vmm_spec *s, json_t *arr, struct al_error *err)
+/* spec.binds (read-only trees) and spec.volumes (writable, id-mapped), one list. */
+static int spec__binds(struct vmm_spec *s, json_t *arr, const char *key, bool volume,
+                       struct al_error *err)
 {
     static const char *const keys[] = {"source", "target", NULL};
-    if (json_array_size(arr) > VMM_MAX_BINDS)
-        return al_error_set(err, -E2BIG, "spec.binds: at most %d entries", VMM_MAX_BINDS);
+    if (s->n_binds + json_array_size(arr) > VMM_MAX_BINDS)
+        return al_error_set(err, -E2BIG, "spec.binds and spec.volumes: at most %d entries",
+                            VMM_MAX_BINDS);
     static const char *const reserved[] = {"/proc", "/dev", "/sys", "/.airlock", "/tmp", NULL};
     size_t i;
     json_t *b;
     json_array_foreach(arr, i, b)
     {
         char what[64];
-        snprintf(what, sizeof what, "spec.binds[%zu]", i);
+        snprintf(what, sizeof what, "spec.%s[%zu]", key, i);
         int rc = al_json_check_keys(b, keys, what, err);
         if (rc)
             return rc;
         struct vmm_bind *d = &s->binds[s->n_binds];
+        d->volume = volume;
         if ((rc = al_json_get_str(b, "source", true, &d->source, what, err)) ||
             (rc = al_json_get_str(b, "target", true, &d->target, what, err)))
             return rc;
@@ -375,6 +379,10 @@ static int spec__binds(struct vmm_spec *s, json_t *arr, struct al_error *err)
                                     "%s: \"target\" %s is inside %s, which airlock-vmm manages",
                                     what, d->target, *r);
         }
+        for (size_t k = 0; k < s->n_binds; k++)
+            if (strcmp(s->binds[k].target, d->target) == 0)
+                return al_error_set(err, -EINVAL, "%s: \"target\" %s is mounted twice", what,
+                                    d->target);
         s->n_binds++;
     }
     return 0;
@@ -428,8 +436,8 @@ static int spec__backend_fit(const struct vmm_spec *s, struct al_error *err)
     if (s->n_binds)
         return al_error_set(
             err, -EINVAL,
-            "spec.binds: the kvm backend cannot bind host directories into a guest; "
-            "put the files into the template");
+            "spec.binds, spec.volumes: the kvm backend cannot bind host directories into a "
+            "guest; put the files into the template");
     if ((s->agent_args && json_array_size(s->agent_args)) ||
         (s->agent_env && json_object_size(s->agent_env)))
         return al_error_set(err, -EINVAL,
@@ -496,10 +504,11 @@ int vmm_spec_parse(const char *data, size_t len, struct vmm_spec *s, struct al_e
     if (!s->root)
         return al_error_set(err, -EINVAL, "spec: %s", jerr.msg);
     const char *what = "spec";
-    static const char *const keys[] = {
-        "id",       "backend",   "template", "template_id", "resources",   "network",
-        "hostname", "agent",     "env",      "user",        "workdir",     "access_token",
-        "binds",    "keep_logs", "jail",     "kvm",         "ca_cert_pem", NULL};
+    static const char *const keys[] = {"id",          "backend",   "template", "template_id",
+                                       "resources",   "network",   "hostname", "agent",
+                                       "env",         "user",      "workdir",  "access_token",
+                                       "binds",       "keep_logs", "jail",     "kvm",
+                                       "ca_cert_pem", "volumes",   NULL};
     int rc = al_json_check_keys(s->root, keys, what, err);
     if (rc)
         goto fail;
@@ -584,7 +593,11 @@ int vmm_spec_parse(const char *data, size_t len, struct vmm_spec *s, struct al_e
     }
     json_t *arr = NULL;
     if ((rc = al_json_get_arr(s->root, "binds", false, &arr, what, err)) ||
-        (arr && (rc = spec__binds(s, arr, err))))
+        (arr && (rc = spec__binds(s, arr, "binds", false, err))))
+        goto fail;
+    arr = NULL;
+    if ((rc = al_json_get_arr(s->root, "volumes", false, &arr, what, err)) ||
+        (arr && (rc = spec__binds(s, arr, "volumes", true, err))))
         goto fail;
     if ((rc = al_json_get_bool(s->root, "keep_logs", false, &s->keep_logs, what, err)))
         goto fail;

@@ -40,6 +40,9 @@ enum vmm_net_mode {
 struct vmm_bind {
     const char *source; /* host path, absolute */
     const char *target; /* sandbox path, absolute, normalised */
+    /* spec.volumes: writable and id-mapped into the sandbox's user namespace (a volume's
+     * file system, controlplane/volumes.c), not a read-only tree */
+    bool volume;
 };
 
 struct vmm_spec {

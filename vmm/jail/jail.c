@@ -567,6 +567,12 @@ static int child__ro_tree(int tree, int empty, struct al_error *err)
     return m;
 }
 
+/* Whether the child's handed-in mount i (fds[i]) is a volume's. */
+static bool child__is_volume(const struct vmm_spec *s, size_t i)
+{
+    return i >= 2 && i - 2 < s->n_binds && s->binds[i - 2].volume;
+}
+
 static int child__main(struct jail__child *c)
 {
     const struct jail *j = c->j;
@@ -615,7 +621,11 @@ static int child__main(struct jail__child *c)
      * their overlays are configured, and the empty layer below each (see child__ro_tree). */
     CHILD_TRY(c, "mkdir ro", mkdirat(up, "ro", 0700));
     CHILD_TRY(c, "mkdir ro/e", mkdirat(up, "ro/e", 0500));
+    /* (fds[0] is the template, fds[1] the agent directory, fds[2 + i] spec bind i; a
+     * volume's is attached as it is, writable, by the mount plan.) */
     for (size_t i = 1; i < nfds; i++) {
+        if (child__is_volume(s, i))
+            continue;
         char name[16];
         snprintf(name, sizeof name, "ro/%zu", i);
         CHILD_TRY(c, "mkdir ro/N", mkdirat(up, name, 0500));
@@ -651,6 +661,8 @@ static int child__main(struct jail__child *c)
     CHILD_TRY(c, "attach upper tmpfs",
               move_mount(up, "", ws, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
     for (size_t i = 1; i < nfds; i++) {
+        if (child__is_volume(s, i))
+            continue;
         char name[16];
         snprintf(name, sizeof name, "ro/%zu", i);
         CHILD_TRY(c, "attach a read-only tree",
@@ -678,6 +690,8 @@ static int child__main(struct jail__child *c)
     CHILD_TRY(c, "overlay upperdir", fsconfig(ofs, FSCONFIG_SET_FD, "upperdir", NULL, upper));
     CHILD_TRY(c, "overlay workdir", fsconfig(ofs, FSCONFIG_SET_FD, "workdir", NULL, work));
     for (size_t i = 1; i < nfds; i++) {
+        if (child__is_volume(s, i))
+            continue;
         int ro = child__ro_tree(fds[i], empty, &e);
         if (ro < 0)
             child__fail(c, i == 1 ? "agent directory overlay" : "bind overlay", &e, -ro);
@@ -862,7 +876,8 @@ static int jail__check_paths(const struct jail *j, struct al_error *err)
         if (stat(s->binds[i].source, &st) < 0)
             return al_error_set(err, -errno, "spec.binds[%zu]: source %s: %s", i,
                                 s->binds[i].source, strerror(errno));
-        /* Shown through an overlay (child__ro_tree), which only a directory can be. */
+        /* Shown through an overlay (child__ro_tree), which only a directory can be; a
+         * volume is the root of its file system. */
         if (!S_ISDIR(st.st_mode))
             return al_error_set(err, -ENOTDIR,
                                 "spec.binds[%zu]: source %s is not a directory (a bind is a "
@@ -1123,20 +1138,25 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
             goto fail;
         }
         mfds[n_mfds++] = fd;
+        /* A volume (spec.volumes) is the one writable tree: id-mapped like the template, so
+         * that what a sandbox's user writes is owned by that user in every sandbox. */
+        bool volume = i >= 2 && s->binds[i - 2].volume;
         struct mount_attr ma = {
-            .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            .attr_set = (volume ? 0 : MOUNT_ATTR_RDONLY) | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
         };
-        if (i < 2) {
+        if (i < 2 || volume) {
             ma.attr_set |= MOUNT_ATTR_IDMAP;
             ma.userns_fd = (uint64_t)userns;
         }
         if (mount_setattr(fd, "", AT_EMPTY_PATH, &ma, sizeof ma) < 0) {
-            rc = al_error_set(err, -errno, "make %s a read-only%s mount: %s%s", srcs[i],
-                              i < 2 ? ", id-mapped" : "", strerror(errno),
-                              i < 2 ? " (the template and agent directories must be on a file "
-                                      "system that supports id-mapped mounts, e.g. ext4, xfs, "
-                                      "btrfs or tmpfs)"
-                                    : "");
+            rc = al_error_set(err, -errno, "make %s a %s%s mount: %s%s", srcs[i],
+                              volume ? "writable" : "read-only",
+                              i < 2 || volume ? ", id-mapped" : "", strerror(errno),
+                              i < 2 || volume
+                                  ? " (the template, agent and volume directories must be on a "
+                                    "file system that supports id-mapped mounts, e.g. ext4, "
+                                    "xfs, btrfs or tmpfs)"
+                                  : "");
             goto fail;
         }
     }

@@ -1,11 +1,12 @@
 // Volumes through the real SDK (e2b 2.51.0): Volume.create, list, getInfo, connect, destroy,
 // and the content API without a sandbox (writeFile, readFile, makeDir, list, getInfo, exists,
-// updateMetadata, remove), with E2B's errors. Any backend: no sandbox is involved. The
+// updateMetadata, remove), with E2B's errors, on any backend; and volumeMounts at
+// Sandbox.create (jail backend): written in one sandbox, read in the next and through the API. The
 // content API is reached at E2B_VOLUME_API_URL (run-normal sets it to airlockd's URL).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Volume, VolumeError, VolumeNotFoundError, VolumePathNotFoundError } from 'e2b'
-import { uniq } from './helpers.mjs'
+import { Sandbox, Volume, VolumeError, VolumeNotFoundError, VolumePathNotFoundError } from 'e2b'
+import { BACKEND, TEMPLATE, create, uniq } from './helpers.mjs'
 
 if (!process.env.E2B_VOLUME_API_URL) throw new Error('E2B_VOLUME_API_URL is not set: run through tests/e2b/run-normal')
 
@@ -75,6 +76,43 @@ test('volumes: files and directories without a sandbox', async () => {
     } finally {
       await Volume.destroy(other.volumeId)
     }
+  } finally {
+    await Volume.destroy(v.volumeId)
+  }
+})
+
+test('volumes: volumeMounts, written by one sandbox, read by the next and without a sandbox', async (t) => {
+  if (BACKEND !== 'jail') return t.skip('SKIP: volumeMounts need the jail backend')
+  const v = await Volume.create(uniq('vol'))
+  try {
+    await v.writeFile('/from-api.txt', 'written through the API')
+    const a = await create({ volumeMounts: { '/mnt/vol': v } })
+    assert.deepEqual((await Sandbox.getInfo(a.sandboxId)).volumeMounts, [{ name: v.name, path: '/mnt/vol' }])
+    assert.equal((await a.commands.run('cat /mnt/vol/from-api.txt')).stdout, 'written through the API')
+    // The sandbox's user owns what it writes, in the volume as in every sandbox.
+    await a.commands.run('echo from-a > /mnt/vol/a.txt && mkdir /mnt/vol/d && id -u > /mnt/vol/d/uid')
+    // Deleting a mounted volume is refused, also while its sandbox is paused; the boot that
+    // resumes it mounts the volume again.
+    await assert.rejects(Volume.destroy(v.volumeId), /409/)
+    assert.equal(await a.pause({ keepMemory: false }), true)
+    await assert.rejects(Volume.destroy(v.volumeId), /409/)
+    await Sandbox.connect(a.sandboxId, { timeoutMs: 180_000 })
+    assert.equal((await a.commands.run('cat /mnt/vol/a.txt')).stdout, 'from-a\n')
+    await a.kill()
+    const b = await create({ volumeMounts: { '/data': v.name } })
+    assert.equal((await b.commands.run('cat /data/a.txt /data/d/uid')).stdout, 'from-a\n1000\n')
+    await b.kill()
+    assert.equal(await v.readFile('/a.txt'), 'from-a\n')
+    assert.equal((await v.getInfo('/a.txt')).uid, 1000)
+    // Bad mounts refuse the creation with 400 and make nothing.
+    const tag = uniq('badmount')
+    const bad = [{ '/data': 'no-such-volume' }, { 'rel': v }, { '/proc/x': v }, { '/data/': v },
+      { '/data': v, '/data/sub': v }]
+    for (const m of bad) {
+      await assert.rejects(Sandbox.create(TEMPLATE, { volumeMounts: m, metadata: { tag } }), /400/)
+    }
+    assert.deepEqual(await Sandbox.list({ query: { metadata: { tag } } }).nextItems(), [])
+    assert.deepEqual((await v.list('/')).map((e) => e.name).sort(), ['a.txt', 'd', 'from-api.txt'])
   } finally {
     await Volume.destroy(v.volumeId)
   }

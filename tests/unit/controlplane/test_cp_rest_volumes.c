@@ -423,6 +423,97 @@ START_TEST(volumes_sweep)
 }
 END_TEST
 
+/* volumeMounts at creation: refused by a backend without volumes, and checked before
+ * anything starts (cp_volumes_resolve, what the jail backend's creations go through). */
+START_TEST(volumes_mounts_checked)
+{
+    char id[64], tok[80];
+    vol_new("data", id, tok);
+    struct resp r;
+    req(&r, "POST", "/v2/sandboxes",
+        "{\"templateID\":\"base\",\"volumeMounts\":[{\"name\":\"data\",\"path\":\"/data\"}]}");
+    assert_error(&r, 400, "the test backend cannot mount volumes");
+    resp_free(&r);
+    req(&r, "GET", "/v2/sandboxes", NULL);
+    ck_assert_uint_eq(json_array_size(r.body), 0);
+    resp_free(&r);
+    char other[CP_APIKEY_LEN + 1];
+    struct cp_apikey k = add_key("other", CP_ROLE_ADMIN, NULL, other);
+    req_full(&r, g_target, "POST", "/volumes", other, "{\"name\":\"theirs\"}", NULL, 0);
+    ck_assert_int_eq(r.status, 201);
+    resp_free(&r);
+
+    snprintf(g_cp.backend_kind, sizeof g_cp.backend_kind, "jail");
+    const struct {
+        const char *mounts, *want;
+    } bad[] = {
+        {"{}", "must be a list"},
+        {"[1]", "volumeMounts[0] must be"},
+        {"[{\"name\":\"data\"}]", "path"},
+        {"[{\"name\":\"data\",\"path\":\"/d\",\"ro\":true}]", "volumeMounts[0]"},
+        {"[{\"name\":\"data\",\"path\":\"d\"}]", "must be an absolute path"},
+        {"[{\"name\":\"data\",\"path\":\"/\"}]", "must be an absolute path"},
+        {"[{\"name\":\"data\",\"path\":\"/a/../etc\"}]", "must be an absolute path"},
+        {"[{\"name\":\"data\",\"path\":\"/a/\"}]", "must be an absolute path"},
+        {"[{\"name\":\"data\",\"path\":\"/proc/x\"}]", "inside /proc"},
+        {"[{\"name\":\"data\",\"path\":\"/.airlock\"}]", "inside /.airlock"},
+        {"[{\"name\":\"data\",\"path\":\"/d\"},{\"name\":\"data\",\"path\":\"/d\"}]",
+         "two volumes are mounted at /d"},
+        {"[{\"name\":\"data\",\"path\":\"/d\"},{\"name\":\"data\",\"path\":\"/d/e\"}]",
+         "path /d/e and volumeMounts[0]'s /d are one inside the other"},
+        {"[{\"name\":\"data\",\"path\":\"/d/e\"},{\"name\":\"data\",\"path\":\"/d\"}]",
+         "path /d and volumeMounts[0]'s /d/e are one inside the other"},
+        {"[{\"name\":\"nope\",\"path\":\"/d\"}]", "no volume named \"nope\""},
+        {"[{\"name\":\"theirs\",\"path\":\"/d\"}]", "no volume named \"theirs\""},
+        {"[{\"name\":\"a\",\"path\":\"/1\"},{\"name\":\"a\",\"path\":\"/2\"},{\"name\":\"a\","
+         "\"path\":\"/3\"},{\"name\":\"a\",\"path\":\"/4\"},{\"name\":\"a\",\"path\":\"/5\"},{"
+         "\"name\":\"a\",\"path\":\"/6\"},{\"name\":\"a\",\"path\":\"/7\"},{\"name\":\"a\","
+         "\"path\":\"/8\"},{\"name\":\"a\",\"path\":\"/9\"}]",
+         "at most 8"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        json_t *m = json_loads(bad[i].mounts, JSON_DECODE_ANY, NULL);
+        ck_assert_ptr_nonnull(m);
+        json_t *out = NULL;
+        struct al_error err = {0};
+        ck_assert_int_eq(cp_volumes_resolve(&g_cp, m, "env", &out, &err), -EINVAL);
+        ck_assert_msg(strstr(al_error_str(&err), bad[i].want), "%s: %s", bad[i].mounts,
+                      al_error_str(&err));
+        ck_assert_ptr_null(out);
+        json_decref(m);
+    }
+    json_t *m = json_loads("[{\"name\":\"data\",\"path\":\"/data\"},{\"name\":\"data\","
+                           "\"path\":\"/home/user/d\"}]",
+                           0, NULL);
+    json_t *out = NULL;
+    struct al_error err = {0};
+    ck_assert_msg(cp_volumes_resolve(&g_cp, m, "env", &out, &err) == 0, "%s", al_error_str(&err));
+    ck_assert_uint_eq(json_array_size(out), 2);
+    ck_assert_str_eq(jstr(json_array_get(out, 1), "volumeID"), id);
+    ck_assert_str_eq(jstr(json_array_get(out, 1), "path"), "/home/user/d");
+    json_t *shown = cp_volumes_mounts_json(out);
+    char *text = json_dumps(shown, JSON_COMPACT | JSON_SORT_KEYS);
+    ck_assert_str_eq(text, "[{\"name\":\"data\",\"path\":\"/data\"},{\"name\":\"data\","
+                           "\"path\":\"/home/user/d\"}]");
+    free(text);
+    json_decref(shown);
+    json_decref(out);
+    json_decref(m);
+    /* A common prefix is not nesting. */
+    m = json_loads("[{\"name\":\"data\",\"path\":\"/d\"},{\"name\":\"data\","
+                   "\"path\":\"/de\"}]",
+                   0, NULL);
+    ck_assert_msg(cp_volumes_resolve(&g_cp, m, "env", &out, &err) == 0, "%s", al_error_str(&err));
+    ck_assert_uint_eq(json_array_size(out), 2);
+    json_decref(out);
+    json_decref(m);
+    ck_assert_int_eq(cp_volumes_resolve(&g_cp, NULL, "env", &out, &err), 0);
+    ck_assert_ptr_null(out);
+    (void)k;
+    snprintf(g_cp.backend_kind, sizeof g_cp.backend_kind, "test");
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_rest_volumes");
@@ -433,6 +524,7 @@ static Suite *suite(void)
     tcase_add_test(t, volumes_symlinks_stay_inside);
     tcase_add_test(t, volumes_quota);
     tcase_add_test(t, volumes_sweep);
+    tcase_add_test(t, volumes_mounts_checked);
     suite_add_tcase(s, t);
     return s;
 }

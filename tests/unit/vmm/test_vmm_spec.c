@@ -63,7 +63,8 @@ START_TEST(full_spec)
         "\"path\":\"/.airlock/bin/x\",\"args\":[\"--v\"],\"env\":{\"A_B\":\"1\"},"
         "\"log_max_bytes\":65536,\"start_timeout_ms\":500},\"env\":{\"FOO\":\"bar\"},"
         "\"user\":\"root\",\"workdir\":\"/work\",\"access_token\":\"tok\",\"binds\":[{"
-        "\"source\":\"/data\",\"target\":\"/mnt/data\"}],\"keep_logs\":true,\"jail\":{"
+        "\"source\":\"/data\",\"target\":\"/mnt/data\"}],\"volumes\":[{\"source\":\"/v/vol_1\","
+        "\"target\":\"/data\"}],\"keep_logs\":true,\"jail\":{"
         "\"cgroup_parent\":\"airlock/test\",\"uid_base\":200000,\"uid_slots\":10}}";
     struct vmm_spec s;
     struct al_error e;
@@ -85,8 +86,12 @@ START_TEST(full_spec)
     ck_assert_str_eq(s.user, "root");
     ck_assert_str_eq(s.workdir, "/work");
     ck_assert_str_eq(s.access_token, "tok");
-    ck_assert_uint_eq(s.n_binds, 1);
+    ck_assert_uint_eq(s.n_binds, 2);
     ck_assert_str_eq(s.binds[0].target, "/mnt/data");
+    ck_assert(!s.binds[0].volume);
+    ck_assert_str_eq(s.binds[1].source, "/v/vol_1");
+    ck_assert_str_eq(s.binds[1].target, "/data");
+    ck_assert(s.binds[1].volume);
     ck_assert(s.keep_logs);
     ck_assert_str_eq(s.cgroup_parent, "airlock/test");
     ck_assert_uint_eq(s.uid_base, 200000);
@@ -142,6 +147,16 @@ START_TEST(bad_specs_say_what_is_wrong)
     expect_error("{\"id\":\"x\",\"template\":\"b\",\"binds\":[{\"source\":\"a\",\"target\":"
                  "\"/x\"}]}",
                  "absolute host path");
+    /* Volumes: the same rules as binds, one list with them. */
+    expect_error("{\"id\":\"x\",\"template\":\"b\",\"volumes\":[{\"source\":\"/a\",\"target\":"
+                 "\"/tmp/v\"}]}",
+                 "inside /tmp");
+    expect_error("{\"id\":\"x\",\"template\":\"b\",\"binds\":[{\"source\":\"/a\",\"target\":"
+                 "\"/v\"}],\"volumes\":[{\"source\":\"/b\",\"target\":\"/v\"}]}",
+                 "mounted twice");
+    expect_error("{\"id\":\"x\",\"template\":\"b\",\"volumes\":[{\"source\":\"/a\",\"target\":"
+                 "\"/v\",\"mode\":1}]}",
+                 "spec.volumes[0]");
     expect_error("{\"id\":\"x\",\"template\":\"b\",\"jail\":{\"uid_base\":0}}", "out of range");
     expect_error("{\"id\":\"x\",\"template\":\"b\",\"id\":\"y\"}", "invalid JSON");
 }
@@ -191,6 +206,9 @@ START_TEST(kvm_specs_say_what_is_wrong)
                  "\"netns\",\"netns\":\"/run/netns/x\"}}",
                  "network is a tap");
     expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"binds\":[{\"source\":"
+                 "\"/a\",\"target\":\"/x\"}]}",
+                 "cannot bind");
+    expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"volumes\":[{\"source\":"
                  "\"/a\",\"target\":\"/x\"}]}",
                  "cannot bind");
     expect_error("{\"id\":\"x\",\"backend\":\"kvm\",\"template\":\"b\",\"agent\":{\"args\":"
