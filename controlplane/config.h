@@ -88,6 +88,10 @@ struct cp_config {
     uint64_t max_upload_bytes; /* one COPY archive (builds.c) */
     uint64_t volume_bytes;     /* each volume's quota (volumes.c) */
     int64_t max_volumes;       /* per API key */
+    /* snapshot retention (snapshots.c): 0 is no bound */
+    int64_t snap_keep_per_sandbox;
+    int64_t snap_keep_per_key;
+    uint64_t snap_max_age_ms;
     uint64_t cache_max;        /* the blob and step caches together (templates/cachegc.h) */
 
     /* network (vswitch) */

@@ -401,6 +401,7 @@ static void daemon__tick(uv_timer_t *t)
     cp_metrics_sample_all(cp);
     cp_pools_refill(cp);
     cp_events_tick(cp);
+    cp_snapshots_tick(cp);
     cp_cluster_tick(cp);
     if (cp->egress) {
         cp_egress_stats(cp->egress); /* refreshes the cached counters for /metrics */

@@ -55,12 +55,14 @@ static const char *const ev__names[CP_EV__COUNT] = {
     [CP_EV_FORKED] = "sandbox.lifecycle.forked",
     [CP_EV_TERMINAL_OPENED] = "sandbox.lifecycle.terminal_opened",
     [CP_EV_TERMINAL_CLOSED] = "sandbox.lifecycle.terminal_closed",
+    [CP_EV_SNAPSHOT_DELETED] = "sandbox.lifecycle.snapshot_deleted",
 };
 
 static const char *const ev__causes[] = {
     [CP_CAUSE_API] = "api",         [CP_CAUSE_TIMEOUT] = "timeout",
     [CP_CAUSE_CRASH] = "crash",     [CP_CAUSE_SHUTDOWN] = "shutdown",
     [CP_CAUSE_RESTART] = "restart", [CP_CAUSE_TRAFFIC] = "traffic",
+    [CP_CAUSE_RETENTION] = "retention",
 };
 
 #define EV_ALL_TYPES ((1ull << CP_EV__COUNT) - 1)
@@ -80,6 +82,20 @@ int cp_event_type_parse(const char *s, enum cp_event_type *out)
     return -EINVAL;
 }
 
+void cp_event_type_list(char *out, size_t len)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (int i = 0; i < CP_EV__COUNT && n < len; i++) {
+        /* The first in full, then only what follows the common prefix. */
+        const char *name = i ? strrchr(ev__names[i], '.') + 1 : ev__names[i];
+        int w = snprintf(out + n, len - n, "%s%s", i ? ", " : "", name);
+        if (w < 0)
+            break;
+        n += (size_t)w;
+    }
+}
+
 /* ---- query --------------------------------------------------------------------------- */
 
 struct ev_types_ctx {
@@ -92,11 +108,12 @@ static int ev__type_one(const char *v, void *arg)
     struct ev_types_ctx *c = arg;
     enum cp_event_type t;
     if (cp_event_type_parse(v, &t))
-        return al_error_set(c->err, -EINVAL,
-                            "unknown event type \"%.64s\" (types: sandbox.lifecycle.created, "
-                            "killed, updated, paused, resumed, checkpointed, rolled_back, forked, "
-                            "terminal_opened, terminal_closed)",
-                            v);
+    {
+        char types[512];
+        cp_event_type_list(types, sizeof types);
+        return al_error_set(c->err, -EINVAL, "unknown event type \"%.64s\" (types: %s)", v,
+                            types);
+    }
     c->mask |= 1ull << t;
     return 0;
 }
@@ -191,15 +208,25 @@ static void ev__sub_end(struct ev_sub *s, const char *why)
 void cp_event_emit(struct cp_sandbox *sb, enum cp_event_type t, enum cp_event_cause cause,
                    const char *key_id, json_t *data)
 {
-    struct cp *cp = sb->cp;
+    char exec[37];
+    ev__execution_id(sb, exec);
+    struct cp_event_subject who = {.sandbox_id = sb->rec.id,
+                                   .template_id = sb->rec.template_id,
+                                   .build_id = sb->rec.policy_hash,
+                                   .execution_id = exec};
+    cp_event_emit_for(sb->cp, &who, t, cause, key_id, data);
+}
+
+void cp_event_emit_for(struct cp *cp, const struct cp_event_subject *who, enum cp_event_type t,
+                       enum cp_event_cause cause, const char *key_id, json_t *data)
+{
     if (!cp->events || (unsigned)t >= CP_EV__COUNT) {
         json_decref(data);
         return;
     }
     uint64_t now = al_wall_ns();
-    char id[37], exec[37], ts[40];
+    char id[37], ts[40];
     al_uuid_v4(id);
-    ev__execution_id(sb, exec);
     al_time_rfc3339(ts, sizeof ts, now);
     json_t *ed = data ? data : json_object();
     json_object_set_new(ed, "cause", json_string(ev__causes[cause]));
@@ -207,15 +234,16 @@ void cp_event_emit(struct cp_sandbox *sb, enum cp_event_type t, enum cp_event_ca
         json_object_set_new(ed, "apiKeyId", json_string(key_id));
     json_t *e =
         json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:s,s:s,s:s,s:s}", "version", "v1", "id", id, "type",
-                  ev__names[t], "eventData", ed, "sandboxBuildId", sb->rec.policy_hash,
-                  "sandboxExecutionId", exec, "sandboxId", sb->rec.id, "sandboxTeamId", "default",
-                  "sandboxTemplateId", sb->rec.template_id, "timestamp", ts);
+                  ev__names[t], "eventData", ed, "sandboxBuildId", who->build_id,
+                  "sandboxExecutionId", who->execution_id, "sandboxId", who->sandbox_id,
+                  "sandboxTeamId", "default", "sandboxTemplateId", who->template_id, "timestamp",
+                  ts);
     char *doc = e ? json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(e);
     struct al_error err = {0};
     uint64_t seq = 0;
-    if (!doc || cp_store_event_add(cp->store, sb->rec.id, (int)t, now, doc, &seq, &err)) {
-        al_warn("sandbox %s: its %s event was not recorded: %s", sb->rec.id, ev__names[t],
+    if (!doc || cp_store_event_add(cp->store, who->sandbox_id, (int)t, now, doc, &seq, &err)) {
+        al_warn("sandbox %s: its %s event was not recorded: %s", who->sandbox_id, ev__names[t],
                 doc ? al_error_str(&err) : "out of memory");
         cp_metrics_event(cp->metrics, false);
         free(doc);
@@ -224,7 +252,8 @@ void cp_event_emit(struct cp_sandbox *sb, enum cp_event_type t, enum cp_event_ca
     cp_metrics_event(cp->metrics, true);
     for (struct ev_sub *s = cp->events->subs, *next; s; s = next) {
         next = s->next;
-        if (!(s->mask >> t & 1) || (s->sandbox_id[0] && strcmp(s->sandbox_id, sb->rec.id)))
+        if (!(s->mask >> t & 1) ||
+            (s->sandbox_id[0] && strcmp(s->sandbox_id, who->sandbox_id)))
             continue;
         if (al_http_resp_queued(s->req) > EV_STREAM_MAX_QUEUED) {
             ev__sub_end(s, "this client reads slower than events arrive: reconnect with "

@@ -1,8 +1,9 @@
 /* controlplane/events: the sandboxes' lifecycle events (E2B's /events/sandboxes).
  *
  * Owns: one event for every lifecycle change of a sandbox (created, paused, resumed, its
- * timeout changed, killed, a terminal of the web console opened or closed), with its cause (the API key that asked, the timeout, a crash,
- * airlockd's stop or restart); their persistence in the state database (store.c, table
+ * timeout changed, killed, a terminal of the web console opened or closed, a snapshot of
+ * it deleted), with its cause (the API key that asked, the timeout, a crash, airlockd's
+ * stop or restart, a retention rule); their persistence in the state database (store.c, table
  * events) and retention (events.retention, events.max); the E2B listing
  * (GET /events/sandboxes[/{id}] with offset, limit, orderAsc, types); and live streams of
  * the same events as Server-Sent Events (the same paths with Accept: text/event-stream,
@@ -36,6 +37,7 @@ enum cp_event_type {
     CP_EV_FORKED,
     CP_EV_TERMINAL_OPENED, /* the web console opened a terminal in it (console_term.c) */
     CP_EV_TERMINAL_CLOSED,
+    CP_EV_SNAPSHOT_DELETED, /* one of its snapshots deleted (snapshots.c); it may be gone */
     CP_EV__COUNT
 };
 
@@ -47,11 +49,14 @@ enum cp_event_cause {
     CP_CAUSE_SHUTDOWN,
     CP_CAUSE_RESTART, /* found at airlockd's start: adopted, or torn down */
     CP_CAUSE_TRAFFIC, /* auto-resume on traffic to a paused sandbox */
+    CP_CAUSE_RETENTION, /* a retention rule (snapshots.keep_per_*, snapshots.max_age) */
 };
 
 /* "sandbox.lifecycle.created" ...; NULL for an unknown type. */
 const char *cp_event_type_name(enum cp_event_type t);
 int cp_event_type_parse(const char *s, enum cp_event_type *out);
+/* "sandbox.lifecycle.created, killed, ...": every type, for the errors that list them. */
+void cp_event_type_list(char *out, size_t len);
 
 int cp_events_open(struct cp *cp, struct al_error *err);
 /* Ends every stream (airlockd stops). */
@@ -64,6 +69,13 @@ void cp_events_tick(struct cp *cp);
  * eventData (stolen, may be NULL). */
 void cp_event_emit(struct cp_sandbox *sb, enum cp_event_type t, enum cp_event_cause cause,
                    const char *key_id, json_t *data);
+/* The same for a sandbox that may have ended: what its event names of it. build_id and
+ * execution_id are "" when they are not known any more (they are not stored with it). */
+struct cp_event_subject {
+    const char *sandbox_id, *template_id, *build_id, *execution_id;
+};
+void cp_event_emit_for(struct cp *cp, const struct cp_event_subject *who, enum cp_event_type t,
+                       enum cp_event_cause cause, const char *key_id, json_t *data);
 
 /* Handles GET /events/sandboxes and /events/sandboxes/{id}; false if path is another. */
 bool cp_events_route(struct cp *cp, struct al_http_req *req, const char *path);

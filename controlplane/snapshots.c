@@ -196,6 +196,8 @@ static void snap__taken(struct cp_sandbox *sb, int rc, json_t *res, const char *
         al_http_reply_json(op->req, 201,
                            json_pack("{s:s,s:o}", "snapshotID", r.id, "names", snap__names(&r)));
     op->req = NULL;
+    /* The new one is the youngest: a count rule never takes it. */
+    cp_snapshots_retain(cp, r.sandbox_id, r.key_id);
 out:;
     void (*finish)(struct cp_sandbox *) = t->finish;
     free(t);
@@ -670,7 +672,71 @@ static void snap__list(struct cp *cp, struct al_http_req *req, const struct cp_p
     cp_rest_reply_page(req, p.arr, rc == 1 ? p.next : "");
 }
 
-/* ---- DELETE /templates/{snapshot id} ------------------------------------------------------ */
+/* ---- deletion: DELETE /templates/{snapshot id} and the retention rules -------------------- */
+
+struct snap_busy {
+    const char *id;
+    char sandbox[64];
+};
+
+static int snap__restoring(void *v, void *arg)
+{
+    const struct cp_sandbox *sb = v;
+    struct snap_busy *b = arg;
+    /* A creation's airlock-vmm copies the snapshot's files until the sandbox runs. */
+    if (sb->rec.state != CP_SB_CREATING || strcmp(sb->rec.snapshot_id, b->id) != 0)
+        return 0;
+    snprintf(b->sandbox, sizeof b->sandbox, "%s", sb->rec.id);
+    return 1;
+}
+
+/* Deletes snapshot r: the row first (from there on nothing starts from it; files a crash
+ * leaves go at the next start: cp_snapshots_sweep), then its files, then the template
+ * version it kept if nothing else needs it, and an event of its sandbox with who asked.
+ * -EBUSY (nothing done) while its files are being read: a rollback to it, or a sandbox
+ * starting from it. */
+static int snap__drop(struct cp *cp, const struct cp_store_snap *r, enum cp_event_cause cause,
+                      const char *key_id, json_t *data, struct al_error *err)
+{
+    struct cp_sandbox *of = cp_sandbox_get(cp, r->sandbox_id);
+    struct snap_busy b = {.id = r->id};
+    int rc = 0;
+    if (of && strcmp(of->rolling_back, r->id) == 0)
+        rc = al_error_set(err, -EBUSY,
+                          "snapshot %s: sandbox %s is being rolled back to it; try again once "
+                          "that is done",
+                          r->id, r->sandbox_id);
+    else if (cp_map_foreach(&cp->sandboxes, snap__restoring, &b))
+        rc = al_error_set(err, -EBUSY,
+                          "snapshot %s: sandbox %s is starting from it; try again once it runs",
+                          r->id, b.sandbox);
+    if (!rc)
+        rc = cp_store_snap_delete(cp->store, r->id, err);
+    if (rc) {
+        json_decref(data);
+        return rc;
+    }
+    char dir[4200];
+    snap__dir(cp, r->id, dir, sizeof dir);
+    snap__remove(dir);
+    al_info("snapshot %s of sandbox %s deleted (%s%s)", r->id, r->sandbox_id,
+            cause == CP_CAUSE_API ? "key " : "retention: ",
+            cause == CP_CAUSE_API ? key_id : json_string_value(json_object_get(data, "rule")));
+    cp_builds_gc(cp, r->template_id);
+    json_t *ed = data ? data : json_object();
+    json_object_set_new(ed, "snapshot_id", json_string(r->id));
+    json_object_set_new(ed, "size_bytes", json_integer((json_int_t)r->size_bytes));
+    if (of) {
+        cp_event_emit(of, CP_EV_SNAPSHOT_DELETED, cause, key_id, ed);
+    } else {
+        struct cp_event_subject who = {.sandbox_id = r->sandbox_id,
+                                       .template_id = r->template_id,
+                                       .build_id = "",
+                                       .execution_id = ""};
+        cp_event_emit_for(cp, &who, CP_EV_SNAPSHOT_DELETED, cause, key_id, ed);
+    }
+    return 0;
+}
 
 static void snap__delete(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,
                          const char *id)
@@ -682,29 +748,103 @@ static void snap__delete(struct cp *cp, struct al_http_req *req, const struct cp
         cp_rest_error(req, 404, "snapshot \"%s\" not found", id);
         return;
     }
-    struct cp_sandbox *of = rc == 0 ? cp_sandbox_get(cp, r.sandbox_id) : NULL;
-    if (of && strcmp(of->rolling_back, id) == 0) {
-        cp_rest_error(req, 409,
-                      "snapshot %s: sandbox %s is being rolled back to it; try again "
-                      "once that is done",
-                      id, r.sandbox_id);
-        return;
-    }
     if (rc == 0)
-        rc = cp_store_snap_delete(cp->store, id, &err);
+        rc = snap__drop(cp, &r, CP_CAUSE_API, who->key_id, NULL, &err);
     if (rc) {
-        cp_rest_error(req, 500, "%s", al_error_str(&err));
+        cp_rest_error(req, rc == -EBUSY ? 409 : 500, "%s", al_error_str(&err));
         return;
     }
-    /* The row first: from here on nothing starts from it; files a crash leaves go at the
-     * next start (cp_snapshots_sweep). */
-    char dir[4200];
-    snap__dir(cp, id, dir, sizeof dir);
-    snap__remove(dir);
-    al_info("snapshot %s of sandbox %s deleted (key %s)", id, r.sandbox_id, who->key_id);
-    /* The template version it kept may go now. */
-    cp_builds_gc(cp, r.template_id);
     al_http_reply(req, 204, NULL, NULL, 0);
+}
+
+/* The oldest snapshots matching a query, beyond a count or before a time: collected first,
+ * deleted after the listing (the store is not changed under its cursor). */
+struct snap_prune {
+    struct cp_store_snap *rows;
+    size_t n, cap, want; /* want: how many of the oldest (count rules) */
+    uint64_t before_ns;  /* the age rule: made before this (0: not by age) */
+};
+
+static int snap__count(const struct cp_store_snap *r, void *arg)
+{
+    (void)r;
+    (*(size_t *)arg)++;
+    return 0;
+}
+
+static int snap__collect(const struct cp_store_snap *r, void *arg)
+{
+    struct snap_prune *p = arg;
+    /* Oldest first: the rest are younger (rows are made in the order of their times; one
+     * a clock step put out of order waits for those before it). */
+    if (p->before_ns ? r->created_ns >= p->before_ns : p->n == p->want)
+        return 1;
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 16;
+        struct cp_store_snap *rows = realloc(p->rows, cap * sizeof *rows);
+        if (!rows)
+            return -ENOMEM;
+        p->rows = rows;
+        p->cap = cap;
+    }
+    p->rows[p->n++] = *r;
+    return 0;
+}
+
+/* Deletes what q and the bound select (keep: the count rule's bound, else the age rule's
+ * before_ns); rule names it in the events. A snapshot busy now stays: it goes at the next
+ * pass (the next snapshot of its sandbox or key, or the next tick). */
+static void snap__prune(struct cp *cp, const struct cp_store_snap_query *q, size_t keep,
+                        uint64_t before_ns, const char *rule)
+{
+    struct snap_prune p = {.before_ns = before_ns};
+    struct al_error err = {0};
+    int rc = 0;
+    if (!before_ns) {
+        size_t n = 0;
+        rc = cp_store_snap_list(cp->store, q, snap__count, &n, &err);
+        if (rc < 0 || n <= keep)
+            goto out;
+        p.want = n - keep;
+    }
+    rc = cp_store_snap_list(cp->store, q, snap__collect, &p, &err);
+    if (rc < 0)
+        goto out;
+    for (size_t i = 0; i < p.n; i++) {
+        struct al_error e2 = {0};
+        if (snap__drop(cp, &p.rows[i], CP_CAUSE_RETENTION, NULL,
+                       json_pack("{s:s}", "rule", rule), &e2))
+            al_warn("retention (%s): %s: kept for now", rule, al_error_str(&e2));
+    }
+out:
+    if (rc < 0)
+        al_warn("retention (%s): cannot list snapshots: %s", rule,
+                rc == -ENOMEM ? "out of memory" : al_error_str(&err));
+    free(p.rows);
+}
+
+void cp_snapshots_retain(struct cp *cp, const char *sandbox_id, const char *key_id)
+{
+    if (cp->cfg.snap_keep_per_sandbox > 0) {
+        struct cp_store_snap_query q = {.sandbox_id = sandbox_id};
+        snap__prune(cp, &q, (size_t)cp->cfg.snap_keep_per_sandbox, 0,
+                    "snapshots.keep_per_sandbox");
+    }
+    if (cp->cfg.snap_keep_per_key > 0) {
+        struct cp_store_snap_query q = {.key_id = key_id};
+        snap__prune(cp, &q, (size_t)cp->cfg.snap_keep_per_key, 0, "snapshots.keep_per_key");
+    }
+}
+
+void cp_snapshots_tick(struct cp *cp)
+{
+    if (!cp->cfg.snap_max_age_ms)
+        return;
+    uint64_t now = al_wall_ns(), age = cp->cfg.snap_max_age_ms * 1000000ull;
+    if (now <= age)
+        return;
+    struct cp_store_snap_query q = {0};
+    snap__prune(cp, &q, 0, now - age, "snapshots.max_age");
 }
 
 bool cp_snapshots_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who)

@@ -19,6 +19,12 @@
  * to ("ID:BUILD" when the template has builds): that version stays on disk while a snapshot
  * needs it (cp_snapshots_use_version, builds.c's GC). Only the file system is kept; nothing
  * is encrypted at rest (docs/snapshots.md).
+ *
+ * Retention: snapshots.keep_per_sandbox and snapshots.keep_per_key are applied after each
+ * new snapshot (the oldest beyond the bound go), snapshots.max_age at airlockd's tick. A
+ * deletion by either way is one path (the row, the files, the template version it kept, a
+ * sandbox.lifecycle.snapshot_deleted event with the key or the rule) and never takes a
+ * snapshot whose files are being read (a rollback to it, a creation from it).
  */
 #ifndef AIRLOCK_CONTROLPLANE_SNAPSHOTS_H
 #define AIRLOCK_CONTROLPLANE_SNAPSHOTS_H
@@ -68,6 +74,11 @@ int cp_snapshot_for_create(struct cp *cp, const char *ref, const char *key_id, c
                            size_t tpl_len, char *dir, size_t dir_len, struct al_error *err);
 /* Whether a snapshot needs build bid of template id (its files must stay). */
 bool cp_snapshots_use_version(struct cp *cp, const char *id, const char *bid);
+/* The count rules (snapshots.keep_per_sandbox of sandbox_id, snapshots.keep_per_key of
+ * key_id): the oldest beyond them are deleted. Called after each new snapshot. */
+void cp_snapshots_retain(struct cp *cp, const char *sandbox_id, const char *key_id);
+/* The age rule (snapshots.max_age): called from airlockd's tick. */
+void cp_snapshots_tick(struct cp *cp);
 /* At start (blocking): creates <state>/snapshots and removes what no row names there
  * (half-written .tmp- directories, deletions a crash interrupted). */
 void cp_snapshots_sweep(struct cp *cp);

@@ -852,12 +852,9 @@ static bool wh__fields(struct cp *cp, struct al_http_req *req, json_t *body, jso
             enum cp_event_type t;
             if (!json_is_string(v) || cp_event_type_parse(json_string_value(v), &t)) {
                 json_decref(list);
-                cp_rest_error(
-                    req, 400,
-                    "events[%zu]: not an event type (sandbox.lifecycle.created, "
-                    "killed, updated, paused, resumed, checkpointed, rolled_back, forked, "
-                    "terminal_opened, terminal_closed)",
-                    i);
+                char types[512];
+                cp_event_type_list(types, sizeof types);
+                cp_rest_error(req, 400, "events[%zu]: not an event type (%s)", i, types);
                 return false;
             }
             if (!(seen >> t & 1))

@@ -15,8 +15,11 @@
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 [ -x "$AIRLOCK_BIN/airlock-vmm" ] || { echo "snap_api: airlock-vmm is not built: SKIP"; exit 0; }
-# Room for the fork with one copy too many below (A, B, the forked C and its five copies).
-CP_SANDBOXES_EXTRA="  max: 9"
+# Room for the fork with one copy too many below (A, B, the forked C and its five copies);
+# two snapshots kept per sandbox (no sandbox but D below takes more than two).
+CP_SANDBOXES_EXTRA="  max: 9
+snapshots:
+  keep_per_sandbox: 2"
 cp_world snap_api jail off
 cp_start || exit 1
 
@@ -197,6 +200,29 @@ DF+=($(grep -oE '"sandboxID": "[a-z0-9]{20}"' <<<"$AL_OUT" | cut -d'"' -f4))
 al_eq "three copies in all" "${#DF[@]}" 3
 al_match "snapshot rm" "^deleted $CS$" cp_cli snapshot rm "$CS"
 al_eq "snapshot ls: none left" "$(cp_cli snapshot ls --json)" "[]"
+
+al_note "retention: snapshots.keep_per_sandbox 2"
+R=()
+for i in 1 2 3; do
+  out=$(cp_api -X POST "$CP_URL/sandboxes/$D/snapshots" -d '{"name":"kept"}')
+  R+=("$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["snapshotID"])' "$out" 2>/dev/null)")
+done
+al_eq "three snapshots taken" "$(printf '%s\n' "${R[@]}" | grep -cE '^snap_')" 3
+al_eq "the two newest are kept" "$(snap_ids "$D")" "${R[1]} ${R[2]}"
+al_ok "the oldest one's files are gone" test ! -e "$CP_STATE/snapshots/${R[0]}"
+events_of() {
+  cp_api "$CP_URL/events/sandboxes/$D?orderAsc=true&limit=100&types=sandbox.lifecycle.snapshot_deleted" |
+    python3 -c 'import json,sys
+for e in json.load(sys.stdin):
+    d = e["eventData"]
+    print(d["snapshot_id"], d["cause"], d.get("apiKeyId") or d.get("rule"))'
+}
+al_eq "deletions are events: who asked, or the rule" "$(events_of)" "$CS api local
+${R[0]} retention snapshots.keep_per_sandbox"
+for s in "${R[1]}" "${R[2]}"; do
+  al_eq "DELETE /templates/$s" "$(cp_api -o /dev/null -w '%{http_code}' -X DELETE "$CP_URL/templates/$s")" 204
+done
+al_eq "the store holds the first snapshot only again" "$(snap_entries)" "$S1"
 for s in "${DF[@]}" "$D"; do al_ok "kill $s" cp_cli sandbox kill "$s"; done
 
 al_note "a kill of the parent while its copies start does not stop them"

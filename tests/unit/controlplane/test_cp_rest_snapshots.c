@@ -2,7 +2,8 @@
  * no jail is needed: POST /sandboxes/{id}/snapshots refused by the test backend and its body
  * checked, GET /snapshots (the caller's, paged, filtered), DELETE /templates/{snapshot id},
  * Sandbox.create(snapshotID) refusing another key's and another backend's snapshot, the sweep
- * of <state>/snapshots at start, and what keeps a template version alive. The snapshots are
+ * of <state>/snapshots at start, what keeps a template version alive, and the retention rules
+ * (count per sandbox and per key, age; never a snapshot being read). The snapshots are
  * rows written through a second connection to the state database (a jail takes real ones:
  * tests/e2b/normal/snapshots.test.mjs). */
 #include <errno.h>
@@ -25,9 +26,10 @@ static void db_open(void)
     ck_assert_msg(cp_store_open(p, &g_db, &err) == 0, "%s", al_error_str(&err));
 }
 
-static void put(const char *id, const char *name, const char *sb, const char *key, const char *tpl)
+static void put_at(const char *id, const char *name, const char *sb, const char *key,
+                   const char *tpl, uint64_t created_ns)
 {
-    struct cp_store_snap r = {.size_bytes = 4096, .created_ns = 1000};
+    struct cp_store_snap r = {.size_bytes = 4096, .created_ns = created_ns};
     snprintf(r.id, sizeof r.id, "%s", id);
     snprintf(r.name, sizeof r.name, "%s", name);
     snprintf(r.sandbox_id, sizeof r.sandbox_id, "%s", sb);
@@ -38,6 +40,11 @@ static void put(const char *id, const char *name, const char *sb, const char *ke
     snprintf(r.agent_version, sizeof r.agent_version, "0.0.0");
     struct al_error err = {0};
     ck_assert_msg(cp_store_snap_insert(g_db, &r, &err) == 0, "%s", al_error_str(&err));
+}
+
+static void put(const char *id, const char *name, const char *sb, const char *key, const char *tpl)
+{
+    put_at(id, name, sb, key, tpl, 1000);
 }
 
 static bool exists(const char *rel)
@@ -214,6 +221,90 @@ START_TEST(snapshots_list_delete_restore)
     ids(&r, got, sizeof got);
     ck_assert_str_eq(got, S2 " " S3);
     resp_free(&r);
+    cp_store_close(g_db);
+}
+END_TEST
+
+/* The retention rules, on a cp of its own over the second connection (as the sweep): the
+ * oldest beyond each count go, row and files; another sandbox's or key's stay; what is older
+ * than max_age goes at the tick; a snapshot a sandbox is starting from stays until it runs. */
+START_TEST(snapshots_retention)
+{
+    db_open();
+    uint64_t now = al_wall_ns();
+    /* (in the order of their times, as airlockd records them: the age rule stops at the
+     * first young one) */
+    put_at(SO, "", "sbx3", "other", "base", now - 50000000000ull);
+    put_at(S1, "", "sbx1", "env", "base", now - 40000000000ull);
+    put_at(S2, "", "sbx1", "env", "base", now - 30000000000ull);
+    put_at(S3, "", "sbx1", "env", "base", now - 20000000000ull);
+    put_at("snap_aaaaaaaaaaaaaaaaaaa4", "", "sbx2", "env", "base", now - 10000000000ull);
+    const char *all[] = {S1, S2, S3, "snap_aaaaaaaaaaaaaaaaaaa4", SO};
+    for (size_t i = 0; i < 5; i++) {
+        char rel[80];
+        snprintf(rel, sizeof rel, "%s/upper/f", all[i]);
+        mkfile(rel);
+    }
+    struct cp c = {0};
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    c.loop = &loop;
+    c.cfg.state_dir = g_tmpdir;
+    snprintf(c.cfg.templates_path, sizeof c.cfg.templates_path, "%s", g_cp.cfg.templates_path);
+    c.store = g_db;
+    cp_map_init(&c.sandboxes);
+    struct cp_store_snap row;
+
+    /* No bound: nothing goes. */
+    cp_snapshots_retain(&c, "sbx1", "env");
+    cp_snapshots_tick(&c);
+    for (size_t i = 0; i < 5; i++)
+        ck_assert_int_eq(cp_store_snap_load(g_db, all[i], &row, NULL), 0);
+
+    /* Two per sandbox: sbx1's oldest goes. */
+    c.cfg.snap_keep_per_sandbox = 2;
+    cp_snapshots_retain(&c, "sbx1", "env");
+    ck_assert_int_eq(cp_store_snap_load(g_db, S1, &row, NULL), -ENOENT);
+    ck_assert(!exists(S1));
+    ck_assert_int_eq(cp_store_snap_load(g_db, S2, &row, NULL), 0);
+    ck_assert(exists(S2 "/upper/f"));
+
+    /* One per key, while a sandbox starts from S2: S2 stays (busy), then goes once it runs;
+     * the other key's stays. */
+    c.cfg.snap_keep_per_sandbox = 0;
+    c.cfg.snap_keep_per_key = 1;
+    struct cp_sandbox *sb = calloc(1, sizeof *sb);
+    ck_assert_ptr_nonnull(sb);
+    snprintf(sb->rec.id, sizeof sb->rec.id, "sbx9");
+    snprintf(sb->rec.snapshot_id, sizeof sb->rec.snapshot_id, "%s", S2);
+    sb->rec.state = CP_SB_CREATING;
+    ck_assert_int_eq(cp_map_put(&c.sandboxes, "sbx9", 4, sb), 0);
+    cp_snapshots_retain(&c, "sbx1", "env");
+    ck_assert_int_eq(cp_store_snap_load(g_db, S2, &row, NULL), 0);
+    ck_assert(exists(S2 "/upper/f"));
+    ck_assert_int_eq(cp_store_snap_load(g_db, S3, &row, NULL), -ENOENT);
+    ck_assert_int_eq(cp_store_snap_load(g_db, "snap_aaaaaaaaaaaaaaaaaaa4", &row, NULL), 0);
+    sb->rec.state = CP_SB_RUNNING;
+    cp_snapshots_retain(&c, "sbx1", "env");
+    ck_assert_int_eq(cp_store_snap_load(g_db, S2, &row, NULL), -ENOENT);
+    ck_assert(!exists(S2));
+    ck_assert_int_eq(cp_store_snap_load(g_db, "snap_aaaaaaaaaaaaaaaaaaa4", &row, NULL), 0);
+    ck_assert_int_eq(cp_store_snap_load(g_db, SO, &row, NULL), 0);
+
+    /* The age rule: 25 s; the other key's (50 s old) goes, the 10 s old one stays. */
+    c.cfg.snap_keep_per_key = 0;
+    c.cfg.snap_max_age_ms = 25000;
+    cp_snapshots_tick(&c);
+    ck_assert_int_eq(cp_store_snap_load(g_db, SO, &row, NULL), -ENOENT);
+    ck_assert(!exists(SO));
+    ck_assert_int_eq(cp_store_snap_load(g_db, "snap_aaaaaaaaaaaaaaaaaaa4", &row, NULL), 0);
+    ck_assert(exists("snap_aaaaaaaaaaaaaaaaaaa4/upper/f"));
+
+    ck_assert_ptr_eq(cp_map_del(&c.sandboxes, "sbx9", 4), sb);
+    free(sb);
+    cp_map_free(&c.sandboxes);
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
     cp_store_close(g_db);
 }
 END_TEST
@@ -408,6 +499,7 @@ static Suite *suite(void)
     tcase_add_test(t, snapshots_create_refused);
     tcase_add_test(t, snapshots_list_delete_restore);
     tcase_add_test(t, snapshots_sweep_and_versions);
+    tcase_add_test(t, snapshots_retention);
     tcase_add_test(t, snapshots_keep_template_version);
     tcase_add_test(t, snapshots_rollback_refused);
     tcase_add_test(t, snapshots_fork_refused);
