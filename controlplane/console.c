@@ -414,6 +414,7 @@ static json_t *console__session_json(const struct console_session *s,
         {"sandboxLogs", "GET", "/sandboxes/x/logs"},
         {"readAudit", "GET", "/admin/audit"},
         {"verifyAudit", "GET", "/admin/audit/verify"},
+        {"readPolicies", "GET", "/admin/policies"},
         {"manageKeys", "GET", "/admin/keys"},
         {"terminal", "GET", "/sandboxes/x/terminal"}, /* console_term.c asks the same */
     };

@@ -78,6 +78,8 @@ bool cp_console_cookie_is_ours(const struct al_http_cookie_seg *seg, bool any_ca
 
 /* The admin endpoints of console_api.c (after authentication): false if not one of them. */
 bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);
+/* GET /admin/policies[/{name}[/explain]] (console_policies.c): false if not one of them. */
+bool cp_console_policies_route(struct cp *cp, struct al_http_req *req);
 /* POST /admin/keys with its body b: makes a key (name, role, policies), 201 with the key
  * itself, shown this once. */
 void cp_console_keys_create(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,

@@ -12,6 +12,7 @@
  *   GET /admin/keys          the API keys (never the keys themselves), as `airlock apikey ls`
  *   POST /admin/keys         a new key, shown once (cp_console_keys_create)
  *   DELETE /admin/keys/{id}  revokes a key, at once
+ *   GET /admin/policies...   the policies, their lint findings and explain (console_policies.c)
  * Which roles may call each is auth.c's table (admins only for the keys).
  *
  * Reading and verifying the log are file I/O over what may be gigabytes: they run on libuv's
@@ -737,6 +738,8 @@ bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct c
         capi__audit(cp, req, CAPI_RECORDS);
     else if (strcmp(p, "/admin/audit/verify") == 0)
         capi__audit(cp, req, CAPI_VERIFY);
+    else if (cp_console_policies_route(cp, req))
+        return true;
     else
         cp_rest_error(req, 404, "no such endpoint: GET %s", p);
     return true;

@@ -355,6 +355,9 @@ json_t *cp_rest_detail_json(const struct cp_sandbox *sb);
 /* A non-negative integer query parameter: true with *has set (false when absent or empty),
  * or false after answering 400 naming it. */
 bool cp_rest_u64_param(struct al_http_req *req, const char *name, uint64_t *out, bool *has);
+/* A boolean query parameter (true or false; absent or empty: false): true with *out set, or
+ * false after answering 400 naming it. */
+bool cp_rest_bool_param(struct al_http_req *req, const char *name, bool *out);
 /* The path segment at *pp (up to the next '/' or the end), percent-decoded, into out; *pp
  * then points at that '/' or the end. False for an empty or too long segment or a bad
  * escape. */

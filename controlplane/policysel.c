@@ -35,7 +35,7 @@ void cp_policy_cache_clear(void)
     }
 }
 
-static bool ps__name_ok(const char *s)
+bool cp_policy_name_valid(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n >= CP_POLICY_NAME_MAX || s[0] == '.' || s[0] == '-')
@@ -177,7 +177,7 @@ int cp_template_policy(const char *template_dir, char *out, struct al_error *err
     int rc = 0;
     if (v && !json_is_null(v)) {
         const char *name = json_string_value(v);
-        if (!name || !ps__name_ok(name))
+        if (!name || !cp_policy_name_valid(name))
             rc = al_error_set(err, -EINVAL,
                               "%s: \"policy\" must name a policy of the policies directory "
                               "(letters, digits, '.', '_', '-')",
@@ -223,7 +223,7 @@ int cp_policy_select(struct cp *cp, const struct cp_policy_ask *ask, struct cp_p
     }
     if (asked) {
         name = m ? json_string_value(m) : ask->requested;
-        if (!name || !ps__name_ok(name)) {
+        if (!name || !cp_policy_name_valid(name)) {
             *status = 400;
             return al_error_set(err, -EINVAL,
                                 "%s must name a policy of the policies directory (letters, "
@@ -273,7 +273,7 @@ int cp_policy_check_network(struct cp *cp, const char *name, const json_t *netwo
                             int allow_internet, char hash[65], int *status, struct al_error *err)
 {
     char path[4200];
-    if (!ps__name_ok(name) || !ps__find(cp, name, path, sizeof path)) {
+    if (!cp_policy_name_valid(name) || !ps__find(cp, name, path, sizeof path)) {
         *status = 500;
         return al_error_set(err, -ENOENT,
                             "the sandbox's policy \"%s\" is no longer in %s: its network cannot "
@@ -300,4 +300,31 @@ void cp_policy_sel_free(struct cp_policy_sel *s)
 {
     json_decref(s->narrowing);
     s->narrowing = NULL;
+}
+
+struct policy *cp_policy_get(struct cp *cp, const char *name, char *file, size_t len, int *status,
+                             struct al_error *err)
+{
+    if (!cp_policy_name_valid(name)) {
+        *status = 400;
+        al_error_set(err, -EINVAL,
+                     "a policy name is letters, digits, '.', '_' and '-' (the file <name>.yaml "
+                     "of %s)",
+                     cp->cfg.policies_path);
+        return NULL;
+    }
+    if (!ps__find(cp, name, file, len)) {
+        *status = 404;
+        al_error_set(err, -ENOENT, "no policy \"%s\" in %s (a file %s.yaml there)", name,
+                     cp->cfg.policies_path, name);
+        return NULL;
+    }
+    struct al_error e2 = {0};
+    struct policy *p = ps__load(file, &e2);
+    if (!p) {
+        *status = 422;
+        al_error_set(err, -EINVAL, "policy \"%s\" (%s) is invalid: %s", name, file,
+                     al_error_str(&e2));
+    }
+    return p;
 }

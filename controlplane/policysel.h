@@ -20,6 +20,7 @@
 
 struct cp;
 struct cp_principal;
+struct policy;
 
 #define CP_POLICY_META_KEY "airlock.policy"
 
@@ -56,6 +57,13 @@ int cp_template_policy(const char *template_dir, char *out, struct al_error *err
 int cp_policy_check_network(struct cp *cp, const char *name, const json_t *network,
                             int allow_internet, char hash[65], int *status, struct al_error *err);
 void cp_policy_sel_free(struct cp_policy_sel *s);
+/* Whether s can name a policy of the policies directory (letters, digits, '.', '_', '-'). */
+bool cp_policy_name_valid(const char *s);
+/* The policy <name> of the policies directory, compiled (from the cache creations use), with
+ * a new reference, and its file into file (len at least 4200); NULL with *status (400 a bad
+ * name, 404 no such policy, 422 a policy with errors) and err. */
+struct policy *cp_policy_get(struct cp *cp, const char *name, char *file, size_t len, int *status,
+                             struct al_error *err);
 /* The narrowing object of a stored sandbox (for re-registration), or NULL. */
 json_t *cp_policy_narrowing(const json_t *network, int allow_internet);
 /* Drops the cache. */

@@ -891,6 +891,21 @@ bool cp_rest_u64_param(struct al_http_req *req, const char *name, uint64_t *out,
     return true;
 }
 
+bool cp_rest_bool_param(struct al_http_req *req, const char *name, bool *out)
+{
+    char buf[8];
+    *out = false;
+    int rc = al_http_query_get(req->query, name, buf, sizeof buf);
+    if (rc == -ENOENT || (rc == 0 && !buf[0]))
+        return true;
+    if (rc == 0 && (strcmp(buf, "true") == 0 || strcmp(buf, "false") == 0)) {
+        *out = buf[0] == 't';
+        return true;
+    }
+    cp_rest_error(req, 400, "query parameter %s must be true or false", name);
+    return false;
+}
+
 struct rest_metrics_ctx {
     struct al_http_req *req;
     uint64_t start, end;

@@ -2,7 +2,8 @@
  * console_api.c) over the REST fixture (cp_rest_fixture.h): its assets and their security
  * headers, sign-in and the session cookie's attributes, the cookie authenticating API calls as
  * the signed-in key, CSRF refusals, sign-out, expiry, revocation, what a sandbox may see of a
- * session (nothing) or plant (nothing), the admin endpoints over a real audit log, and the
+ * session (nothing) or plant (nothing), the admin endpoints over a real audit log and the
+ * policies directory, and the
  * terminal's WebSocket (console_term.c, console_ws.c): its frames, and who may open one. */
 #include <errno.h>
 #include <stdio.h>
@@ -560,6 +561,155 @@ START_TEST(console_admin_overview)
 }
 END_TEST
 
+/* Writes text to <policies>/<file>. */
+static void put_policy(const char *file, const char *text)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", g_cp.cfg.policies_path, file);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static json_t *entry_named(json_t *list, const char *name)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) if (strcmp(jstr(e, "name"), name) == 0) return e;
+    return NULL;
+}
+
+START_TEST(console_admin_policies)
+{
+    static const char bad[] =
+        "version: 1\nname: bad\nrules:\n  - name: r\n    hostz: [x.example]\n";
+    put_policy("bad.yaml", bad);
+    put_policy("other.yml", "version: 1\nname: shadowed\nrules: []\n"); /* other.yaml wins */
+    put_policy("-hidden.yaml", "version: 1\nname: hidden\nrules: []\n");
+    put_policy("notes.txt", "not a policy");
+    char id[64], id2[64];
+    create("{\"templateID\":\"base\",\"metadata\":{\"airlock.policy\":\"other\"}}", id, NULL);
+    create("{\"templateID\":\"base\"}", id2, NULL);
+    struct al_http_header k[] = {{"X-API-KEY", KEY_ENV}};
+    struct resp r;
+    call(&r, "GET", "/admin/policies", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(jstr(r.body, "default"), "default");
+    json_t *list = json_object_get(r.body, "policies");
+    ck_assert_uint_eq(json_array_size(list), 3);
+    ck_assert_str_eq(jstr(json_array_get(list, 0), "name"), "bad"); /* by name */
+    json_t *e = entry_named(list, "bad");
+    ck_assert(json_is_false(json_object_get(e, "valid")));
+    ck_assert_int_eq(json_integer_value(json_object_get(e, "errors")), 2);
+    ck_assert(json_is_null(json_object_get(e, "hash")));
+    ck_assert_ptr_null(json_object_get(e, "yaml")); /* the list has no texts */
+    e = entry_named(list, "other");
+    ck_assert(json_is_true(json_object_get(e, "valid")));
+    ck_assert_str_eq(jstr(e, "policyName"), "other");
+    ck_assert_ptr_nonnull(strstr(jstr(e, "file"), "/other.yaml"));
+    ck_assert_int_eq(json_integer_value(json_object_get(e, "ruleCount")), 1);
+    ck_assert_uint_eq(json_array_size(json_object_get(e, "sandboxes")), 1);
+    ck_assert_str_eq(jstr(json_array_get(json_object_get(e, "sandboxes"), 0), "sandboxID"), id);
+    ck_assert_str_eq(jstr(json_array_get(json_object_get(e, "sandboxes"), 0), "state"), "running");
+    e = entry_named(list, "default");
+    ck_assert(json_is_true(json_object_get(e, "default")));
+    ck_assert_uint_eq(json_array_size(json_object_get(e, "sandboxes")), 1);
+    ck_assert_str_eq(jstr(json_array_get(json_object_get(e, "sandboxes"), 0), "sandboxID"), id2);
+    ck_assert_uint_eq(strlen(jstr(e, "hash")), 64);
+    resp_free(&r);
+
+    /* One policy: its text as written, each finding at its line and column. */
+    call(&r, "GET", "/admin/policies/bad", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(jstr(r.body, "yaml"), bad);
+    json_t *dgs = json_object_get(r.body, "diagnostics");
+    ck_assert_uint_eq(json_array_size(dgs), 2);
+    json_t *dg = json_array_get(dgs, 0); /* in the file's order */
+    ck_assert_int_eq(json_integer_value(json_object_get(dg, "line")), 4);
+    ck_assert_ptr_nonnull(strstr(jstr(dg, "message"), "needs hosts"));
+    dg = json_array_get(dgs, 1);
+    ck_assert_str_eq(jstr(dg, "severity"), "error");
+    ck_assert_str_eq(jstr(dg, "code"), "unknown_key");
+    ck_assert_int_eq(json_integer_value(json_object_get(dg, "line")), 5);
+    ck_assert_int_eq(json_integer_value(json_object_get(dg, "col")), 5);
+    ck_assert_ptr_nonnull(strstr(jstr(dg, "message"), "hostz"));
+    ck_assert_uint_eq(json_array_size(json_object_get(r.body, "rules")), 0);
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/other", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    json_t *rule = json_array_get(json_object_get(r.body, "rules"), 0);
+    ck_assert_str_eq(jstr(rule, "name"), "gh");
+    ck_assert_int_eq(json_integer_value(json_object_get(rule, "line")), 4);
+    ck_assert_uint_eq(json_array_size(json_object_get(r.body, "diagnostics")), 0);
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/missing", k, 1, NULL);
+    assert_error(&r, 404, "no policy \"missing\"");
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/%2e%2e", k, 1, NULL);
+    assert_error(&r, 400, "a policy name is");
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/other/rules", k, 1, NULL);
+    assert_error(&r, 404, "no such endpoint");
+    resp_free(&r);
+
+    /* Explain: the decision of the CLI's query, with the rule and why. */
+    call(&r, "GET", "/admin/policies/other/explain?url=https%3A%2F%2FAPI.github.com.%2Frepos", k, 1,
+         NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(jstr(r.body, "decision"), "allow");
+    ck_assert_str_eq(jstr(r.body, "rule"), "gh");
+    ck_assert_str_eq(jstr(r.body, "host"), "api.github.com");
+    ck_assert_str_eq(jstr(r.body, "path"), "/repos");
+    ck_assert_ptr_nonnull(strstr(jstr(r.body, "explanation"), "gh"));
+    ck_assert_str_eq(jstr(json_object_get(r.body, "policy"), "name"), "other");
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/other/explain?url=pypi.org:443&addr=10.0.0.1", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(jstr(r.body, "decision"), "deny");
+    ck_assert_str_eq(jstr(r.body, "query"), "connection");
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/default/explain?url=https://pypi.org/&connection=true", k, 1,
+         NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(jstr(r.body, "decision"), "allow");
+    ck_assert(json_is_null(json_object_get(r.body, "method")));
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/default/explain?url=dns:pypi.org", k, 1, NULL);
+    ck_assert_str_eq(jstr(r.body, "query"), "dns");
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/default/explain", k, 1, NULL);
+    assert_error(&r, 400, "url is required");
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/default/explain?url=ftp://x.example/", k, 1, NULL);
+    assert_error(&r, 400, "unsupported URL scheme");
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/default/explain?url=db.example:5432&method=GET", k, 1, NULL);
+    assert_error(&r, 400, "a method needs");
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/default/explain?url=https://pypi.org/&body=yes", k, 1, NULL);
+    assert_error(&r, 400, "body must be true or false");
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/bad/explain?url=https://x.example/", k, 1, NULL);
+    assert_error(&r, 422, "explain needs a policy without errors");
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/missing/explain?url=https://x.example/", k, 1, NULL);
+    assert_error(&r, 404, "no policy \"missing\"");
+    resp_free(&r);
+    call(&r, "POST", "/admin/policies", k, 1, "{}");
+    ck_assert_int_eq(r.status, 405);
+    resp_free(&r);
+
+    /* A console session says whether its role may read them. */
+    char cookie[160], csrf[80];
+    signin(KEY_ENV, NULL, 0, cookie, csrf);
+    struct al_http_header c[] = {{"Cookie", cookie}};
+    call(&r, "GET", "/console/api/session", c, 1, NULL);
+    ck_assert(json_is_true(json_object_get(json_object_get(r.body, "may"), "readPolicies")));
+    resp_free(&r);
+}
+END_TEST
+
 /* Reads from fd until buf holds needle (bounded by the socket's 5 s read timeout). */
 static bool read_until(int fd, char *buf, size_t cap, size_t *len, const char *needle)
 {
@@ -847,6 +997,7 @@ static Suite *suite(void)
     tcase_add_test(t, console_cookie_parsing);
     tcase_add_test(t, console_admin_audit);
     tcase_add_test(t, console_admin_overview);
+    tcase_add_test(t, console_admin_policies);
     tcase_add_test(t, console_admin_audit_live);
     tcase_add_test(t, console_ws_frames);
     tcase_add_test(t, console_terminal_upgrade);

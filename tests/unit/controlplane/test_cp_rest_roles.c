@@ -122,7 +122,7 @@ START_TEST(roles_sandboxes)
 }
 END_TEST
 
-/* The audit log is admin's and the auditor's; secrets are written by admins only and read
+/* The audit log and the policies are admin's and the auditor's; secrets are written by admins only and read
  * (names, never values) by everyone; templates are built by admin and operator; webhooks are
  * set up by admin and operator; a route the table does not list is admin's only. */
 START_TEST(roles_other_classes)
@@ -136,6 +136,15 @@ START_TEST(roles_other_classes)
     assert_refused(k.operator, "operator", "GET", "/admin/audit", NULL, "admin or auditor");
     assert_refused(k.operator, "operator", "GET", "/admin/audit/verify", NULL, "admin or auditor");
     assert_refused(k.operator, "operator", "GET", "/admin/audit?limit=5", NULL, "admin or auditor");
+    /* The policies: admin's and the auditor's too. */
+    ck_assert_int_eq(status_of(k.admin, "GET", "/admin/policies", NULL), 200);
+    ck_assert_int_eq(status_of(k.auditor, "GET", "/admin/policies", NULL), 200);
+    ck_assert_int_eq(status_of(k.auditor, "GET", "/admin/policies/default", NULL), 200);
+    ck_assert_int_eq(
+        status_of(k.auditor, "GET", "/admin/policies/default/explain?url=pypi.org:443", NULL), 200);
+    assert_refused(k.operator, "operator", "GET", "/admin/policies", NULL, "admin or auditor");
+    assert_refused(k.operator, "operator", "GET", "/admin/policies/default/explain?url=x:1", NULL,
+                   "admin or auditor");
     for (const char *const *key = (const char *const[]){k.admin, k.operator, k.auditor, NULL}; *key;
          key++) {
         ck_assert_int_eq(status_of(*key, "GET", "/admin/overview", NULL), 200);
@@ -196,6 +205,10 @@ START_TEST(roles_table_matching)
         {&au, "GET", "/admin/audit/verify", true},
         {&au, "GET", "/admin/%61udit", false}, /* undecoded: not the audit route */
         {&au, "POST", "/admin/audit", false},
+        {&au, "GET", "/admin/policies", true},
+        {&au, "GET", "/admin/policies/default/explain", true},
+        {&au, "POST", "/admin/policies", false},
+        {&op, "GET", "/admin/policies/default", false},
         {&au, "GET", "/events/sandboxes/abc", true},
         {&au, "GET", "/templates/base/builds/b1/status", true},
         {&au, "GET", "/templates/base/files/abc", false}, /* an upload link: building */
