@@ -180,8 +180,8 @@ static void conn__audit_end(struct egress_conn *c)
                                     .host = c->have_host ? c->host.text : NULL,
                                     .request_id = c->request_id,
                                     .policy = c->policy,
-                                    .bytes_up = c->up.bytes,
-                                    .bytes_down = c->down.bytes,
+                                    .bytes_up = c->bytes_up,
+                                    .bytes_down = c->bytes_down,
                                     .error = c->end_detail && *c->end_detail,
                                     .aggregate = c->decision_aggregated};
     /* An end forced by a network update is written whatever the budget: it is the
@@ -190,8 +190,8 @@ static void conn__audit_end(struct egress_conn *c)
         return;
     struct egress_recw w;
     conn__record(c, &w, "connection_end");
-    egress_recw_int(&w, "bytes_up", (int64_t)c->up.bytes);
-    egress_recw_int(&w, "bytes_down", (int64_t)c->down.bytes);
+    egress_recw_int(&w, "bytes_up", (int64_t)c->bytes_up);
+    egress_recw_int(&w, "bytes_down", (int64_t)c->bytes_down);
     egress_recw_us(&w, "duration_us", al_now_ns() - c->t_accept);
     egress_recw_str(&w, "end", end);
     if (c->end_detail && *c->end_detail)
@@ -207,11 +207,11 @@ static void conn__free(struct egress_conn *c)
 {
     struct egress *e = c->w->e;
     if (c->sb) {
-        atomic_fetch_add(&c->sb->bytes_up, c->up.bytes);
-        atomic_fetch_add(&c->sb->bytes_down, c->down.bytes);
+        atomic_fetch_add(&c->sb->bytes_up, c->bytes_up);
+        atomic_fetch_add(&c->sb->bytes_down, c->bytes_down);
     }
-    atomic_fetch_add(&e->stats.bytes_up, c->up.bytes);
-    atomic_fetch_add(&e->stats.bytes_down, c->down.bytes);
+    atomic_fetch_add(&e->stats.bytes_up, c->bytes_up);
+    atomic_fetch_add(&e->stats.bytes_down, c->bytes_down);
     egress_policy_unref(c->policy);
     egress_sandbox_put(c->sb);
     free(c->ch);
@@ -240,29 +240,6 @@ static void conn__close_end(struct egress_conn *c, struct egress_end *end, bool 
     end->registered = false;
 }
 
-void egress_flow_free(struct egress_conn *c, struct egress_flow *f)
-{
-    struct egress_worker *w = c->w;
-    if (f->pipe) {
-        if (f->in_pipe == 0) {
-            egress_pipe_put(w, f->pipe);
-        } else {
-            close(f->pipe->fd[0]);
-            close(f->pipe->fd[1]);
-            free(f->pipe);
-        }
-        egress_mem_give(w->e, c->sb, 65536);
-        f->pipe = NULL;
-        f->in_pipe = 0;
-    }
-    if (f->buf) {
-        egress_mem_give(w->e, c->sb, f->cap);
-        free(f->buf);
-        f->buf = NULL;
-        f->off = f->len = f->cap = 0;
-    }
-}
-
 static void conn__free_in(struct egress_conn *c)
 {
     if (c->in) {
@@ -285,8 +262,10 @@ void egress_conn_close(struct egress_conn *c, bool reset, const char *why)
         egress_resolve_cancel(&c->rreq);
         c->resolving = false;
     }
-    /* An interception session ends first: its byte counts go into the end record. */
+    /* An interception session or a relay ends first: its byte counts go into the end
+     * record. */
     egress_inspect_conn_stop(c);
+    egress_relay_stop(c);
     if (c->allowed)
         conn__audit_end(c);
     c->state = CONN_CLOSING;
@@ -303,8 +282,6 @@ void egress_conn_close(struct egress_conn *c, bool reset, const char *why)
         atomic_fetch_sub(&c->sb->conns, 1);
     egress_http_free(c);
     conn__free_in(c);
-    egress_flow_free(c, &c->up);
-    egress_flow_free(c, &c->down);
     egress_inspect_conn_free(c); /* its upstream socket is its own (pooled or closed) */
     conn__close_end(c, &c->client, reset);
     conn__close_end(c, &c->upstream, reset);
@@ -978,14 +955,13 @@ static void conn__connected(struct egress_conn *c, uint32_t epoll_events)
                          c->verdict.reason, NULL);
     free(c->ch);
     c->ch = NULL;
-    /* The first bytes go upstream first, then the pipes take over. */
-    if (c->in_len) {
-        c->up.buf = (char *)c->in;
-        c->up.cap = c->in_cap;
-        c->up.off = 0;
-        c->up.len = c->in_len;
-        c->in = NULL;
-        c->in_len = c->in_cap = 0; /* the budget now counts it in the flow */
+    /* The first bytes go upstream first, then the relay takes over. */
+    egress_relay_init(c);
+    int rc = al_relay_prime(&c->relay, 0, c->in, c->in_len);
+    conn__free_in(c);
+    if (rc < 0) {
+        egress_conn_close(c, true, "out_of_memory");
+        return;
     }
     c->state = CONN_RELAY;
     egress_relay_start(c);
@@ -1071,17 +1047,12 @@ static void conn__on_timer(uv_timer_t *t)
         }
         conn__fail_reset(c, "upstream_connect_timeout");
         break;
-    case CONN_RELAY: {
-        uint64_t idle_ns = (uint64_t)e->cfg.idle_timeout_ms * 1000000ull;
-        uint64_t now = al_now_ns();
-        if (now - c->t_last_io >= idle_ns) {
+    case CONN_RELAY:
+        if (egress_relay_on_timeout(c)) {
             atomic_fetch_add(&e->stats.timeouts, 1);
             egress_conn_close(c, true, "idle_timeout");
-        } else {
-            egress_conn_deadline(c, (uint32_t)((idle_ns - (now - c->t_last_io)) / 1000000ull) + 1);
         }
         break;
-    }
     case CONN_HTTP:
     case CONN_DRAIN:
         egress_http_on_timeout(c);

@@ -398,8 +398,8 @@ static void http__audit_request(struct egress_conn *c, const char *decision, con
 {
     struct egress_http *h = c->http;
     /* The connection's totals (its connection_end record). */
-    c->up.bytes += h->req_bytes;
-    c->down.bytes += h->resp_bytes;
+    c->bytes_up += h->req_bytes;
+    c->bytes_down += h->resp_bytes;
     h->decision = NULL; /* recorded */
     struct egress_audit_event ev = {
         .type = "http_request",
@@ -1013,33 +1013,13 @@ static void http__to_tunnel(struct egress_conn *c)
     http__audit_request(c, h->would_deny ? "would_deny" : "allow", c->verdict.rule,
                         c->verdict.reason, NULL);
     size_t cl = c->in_len - h->in_off, ul = h->up_len - h->up_off;
-    if (cl) {
-        char *b = malloc(cl);
-        if (!b || !egress_mem_take(c->w->e, c->sb, cl)) {
-            free(b);
-            egress_conn_close(c, true, "out_of_memory");
-            return;
-        }
-        memcpy(b, c->in + h->in_off, cl);
-        c->up.buf = b;
-        c->up.cap = cl;
-        c->up.len = cl;
-    }
+    egress_relay_init(c);
     /* to_client holds the 101 head (and maybe frames): it goes first. */
-    size_t dl = h->to_client.len + ul;
-    if (dl) {
-        char *b = malloc(dl);
-        if (!b || !egress_mem_take(c->w->e, c->sb, dl)) {
-            free(b);
-            egress_conn_close(c, true, "out_of_memory");
-            return;
-        }
-        memcpy(b, h->to_client.data, h->to_client.len);
-        if (ul)
-            memcpy(b + h->to_client.len, h->upbuf + h->up_off, ul);
-        c->down.buf = b;
-        c->down.cap = dl;
-        c->down.len = dl;
+    if (al_relay_prime(&c->relay, 0, c->in + h->in_off, cl) < 0 ||
+        al_relay_prime(&c->relay, 1, h->to_client.data, h->to_client.len) < 0 ||
+        al_relay_prime(&c->relay, 1, h->upbuf + h->up_off, ul) < 0) {
+        egress_conn_close(c, true, "out_of_memory");
+        return;
     }
     egress_http_free(c);
     c->allowed = true;

@@ -571,8 +571,8 @@ void egress_inspect_conn_stop(struct egress_conn *c)
     }
     struct intercept_session_stats st;
     intercept_session_get_stats(ic->s, &st);
-    c->up.bytes += st.bytes_up;
-    c->down.bytes += st.bytes_down;
+    c->bytes_up += st.bytes_up;
+    c->bytes_down += st.bytes_down;
 }
 
 void egress_inspect_conn_free(struct egress_conn *c)

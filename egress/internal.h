@@ -26,6 +26,7 @@
 #include <uv.h>
 
 #include "common/http_parser.h"
+#include "common/relay.h"
 
 #include "audit.h"
 #include "audit_budget.h"
@@ -128,10 +129,7 @@ struct egress_listener {
     bool shared; /* polled by every worker (EGRESS_LISTENER_SHARED) */
 };
 
-struct egress_pipe {
-    int fd[2];
-    struct egress_pipe *next;
-};
+#define EGRESS_PIPE_POOL 64 /* idle pipes kept per worker */
 
 struct egress_worker {
     struct egress *e;
@@ -147,7 +145,7 @@ struct egress_worker {
     size_t n_listeners;
     struct egress_conn *conns; /* doubly linked */
     size_t n_conns;
-    struct egress_pipe *pipes; /* idle pipes for splice */
+    int pipes[EGRESS_PIPE_POOL][2]; /* idle pipes for splice */
     size_t n_pipes;
     struct egress_resolver *resolver;
     struct egress_dns_state *dns;          /* DNS queries in flight, TCP DNS connections */
@@ -167,9 +165,9 @@ int egress_listen_udp(const struct sockaddr_storage *ss, bool reuseport, uint16_
 enum egress_listener_mode egress_listener_mode_pick(const struct egress_config *cfg, char *why,
                                                     size_t whylen);
 
-/* Pipes for splice, pooled per worker. */
-struct egress_pipe *egress_pipe_get(struct egress_worker *w);
-void egress_pipe_put(struct egress_worker *w, struct egress_pipe *p);
+/* Pipes for splice, pooled per worker: 0 or -errno; only empty pipes are put back. */
+int egress_pipe_get(struct egress_worker *w, int fd[2]);
+void egress_pipe_put(struct egress_worker *w, int fd[2]);
 
 /* ---- connections --------------------------------------------------------------------- */
 
@@ -196,16 +194,6 @@ struct egress_end {
     bool eof;        /* read side saw EOF */
     bool shut_wr;    /* we shut down its write side */
     struct egress_conn *c;
-};
-
-/* One direction of a relay. */
-struct egress_flow {
-    struct egress_pipe *pipe; /* splice mode: bytes in flight live here */
-    size_t in_pipe;
-    char *buf; /* copy mode (and prefixes): bytes read, not yet written */
-    size_t off, len, cap;
-    uint64_t bytes; /* delivered to the destination */
-    bool done;      /* source EOF and everything delivered */
 };
 
 struct egress_http;
@@ -245,8 +233,10 @@ struct egress_conn {
     bool resolving;
     uint16_t resolve_qtype;
 
-    /* Relay. */
-    struct egress_flow up, down; /* up: client -> upstream; down: upstream -> client */
+    /* Relay (relay.c): end 0 is the client, flow 0 goes upstream. */
+    struct al_relay relay;
+    bool relaying;
+    uint64_t bytes_up, bytes_down; /* what ended phases carried (relay's are added at its stop) */
 
     /* Plain HTTP. */
     struct egress_http *http;
@@ -287,11 +277,16 @@ void egress_worker_reap_removed(struct egress_worker *w);
  * policy; a decided one whose destination the new narrowing refuses is reset. */
 void egress_worker_rejudge(struct egress_worker *w);
 
-/* relay.c: moves bytes both ways until both sides are done. c->up.buf may hold bytes to
- * send upstream first (the ClientHello). */
+/* relay.c: moves bytes both ways until both sides are done. egress_relay_init sets the
+ * relay up on both sockets; bytes to deliver first go in with al_relay_prime(&c->relay, ...)
+ * (0: to the upstream, 1: to the client); egress_relay_start runs it. on_timeout: whether
+ * the idle timeout passed (else the deadline is re-armed). stop folds its byte counts into
+ * the connection's and frees it (egress_conn_close calls it). */
+void egress_relay_init(struct egress_conn *c);
 void egress_relay_start(struct egress_conn *c);
 void egress_relay_on_event(struct egress_conn *c, struct egress_end *end, int events);
-void egress_flow_free(struct egress_conn *c, struct egress_flow *f);
+bool egress_relay_on_timeout(struct egress_conn *c);
+void egress_relay_stop(struct egress_conn *c);
 
 /* http.c: the plain-HTTP side. */
 int egress_http_start(struct egress_conn *c); /* after PEEK recognised HTTP */

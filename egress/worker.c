@@ -23,7 +23,6 @@
 /* A shared listener wakes every worker: the first one takes at most this many before it
  * goes back to its loop, so that a burst is spread over the workers that race for it. */
 #define SHARED_ACCEPT_BATCH 8
-#define PIPE_POOL_MAX       64
 #define PIPE_SIZE           (64 * 1024)
 
 /* Linux 6.5 ("bpf, net: Support SO_REUSEPORT sockets with bpf_sk_assign") is the first
@@ -178,52 +177,39 @@ int egress_listen_udp(const struct sockaddr_storage *ss, bool reuseport, uint16_
 
 /* ---- pipes ------------------------------------------------------------------------- */
 
-struct egress_pipe *egress_pipe_get(struct egress_worker *w)
+int egress_pipe_get(struct egress_worker *w, int fd[2])
 {
-    struct egress_pipe *p = w->pipes;
-    if (p) {
-        w->pipes = p->next;
+    if (w->n_pipes) {
         w->n_pipes--;
-        p->next = NULL;
-        return p;
+        fd[0] = w->pipes[w->n_pipes][0];
+        fd[1] = w->pipes[w->n_pipes][1];
+        return 0;
     }
-    p = calloc(1, sizeof *p);
-    if (!p)
-        return NULL;
-    if (pipe2(p->fd, O_NONBLOCK | O_CLOEXEC) < 0) {
-        free(p);
-        return NULL;
-    }
-    fcntl(p->fd[0], F_SETPIPE_SZ, PIPE_SIZE);
-    return p;
+    if (pipe2(fd, O_NONBLOCK | O_CLOEXEC) < 0)
+        return -errno;
+    fcntl(fd[0], F_SETPIPE_SZ, PIPE_SIZE);
+    return 0;
 }
 
-/* Only empty pipes come back to the pool. */
-void egress_pipe_put(struct egress_worker *w, struct egress_pipe *p)
+void egress_pipe_put(struct egress_worker *w, int fd[2])
 {
-    if (!p)
-        return;
-    if (w->n_pipes >= PIPE_POOL_MAX || w->stopping) {
-        close(p->fd[0]);
-        close(p->fd[1]);
-        free(p);
+    if (w->n_pipes >= EGRESS_PIPE_POOL || w->stopping) {
+        close(fd[0]);
+        close(fd[1]);
         return;
     }
-    p->next = w->pipes;
-    w->pipes = p;
+    w->pipes[w->n_pipes][0] = fd[0];
+    w->pipes[w->n_pipes][1] = fd[1];
     w->n_pipes++;
 }
 
 static void worker__free_pipes(struct egress_worker *w)
 {
-    while (w->pipes) {
-        struct egress_pipe *p = w->pipes;
-        w->pipes = p->next;
-        close(p->fd[0]);
-        close(p->fd[1]);
-        free(p);
+    while (w->n_pipes) {
+        w->n_pipes--;
+        close(w->pipes[w->n_pipes][0]);
+        close(w->pipes[w->n_pipes][1]);
     }
-    w->n_pipes = 0;
 }
 
 /* ---- listeners ------------------------------------------------------------------------ */
