@@ -298,15 +298,17 @@ int al_http_tunnel_shutdown(struct al_http_tunnel *t,
  * afterwards. Safe from inside its own callbacks. */
 void al_http_tunnel_close(struct al_http_tunnel *t);
 
-/* Relays two tunnels until both directions ended (each end of stream is passed on as a
- * half-close), one failed, or nothing passed either way for idle_timeout_ms; then closes
- * both and calls done (from the loop) with 0, the error, or -ETIMEDOUT, and the bytes that
- * went each way. Flow control: a side whose peer has more than high_water bytes queued is
- * not read until that queue drains to a quarter of it. The relay owns both tunnels from
- * the call on, also when it fails (returns < 0 without calling done, both closed). */
+/* Relays two tunnels (common/relay.h, on their sockets once what each had queued is
+ * written) until both directions ended (each end of stream is passed on as a half-close),
+ * one failed, or nothing passed either way for idle_timeout_ms; then closes both and calls
+ * done (from the loop) with 0, the error, or -ETIMEDOUT, and the bytes that went each way.
+ * Flow control: a direction holds at most high_water bytes read and not yet written (or
+ * a pipe's worth once it splices) and does not read its side meanwhile. The relay owns
+ * both tunnels from the call on, also when it fails (returns < 0 without calling done, both
+ * closed). */
 struct al_http_relay_opts {
     uint32_t idle_timeout_ms; /* default 1 h */
-    size_t high_water;        /* default 256 KiB */
+    size_t high_water;        /* default 16 KiB */
 };
 typedef void (*al_http_relay_done_fn)(int err, uint64_t a_to_b, uint64_t b_to_a, void *arg);
 int al_http_relay(struct al_http_tunnel *a, struct al_http_tunnel *b,

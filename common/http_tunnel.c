@@ -5,7 +5,7 @@
  * socket, so that the HTTP server or client can close its handle as usual while the socket
  * lives on here; the bytes already read past the HTTP exchange; reading with pause/resume;
  * a write queue with on_drain; half-close; failure reporting), the bookkeeping that lets a
- * server close the tunnels it made, and al_http_relay.
+ * server close the tunnels it made, and al_http_relay (two tunnels joined by common/relay).
  *
  * Every user callback runs from the loop: from a read, write or shutdown callback of the
  * tunnel's handle or from its "kick" timer (work asked for by an API call: first data,
@@ -16,6 +16,8 @@
 #include "http.h"
 #include "http_internal.h"
 #include "log.h"
+#include "relay.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -440,33 +442,38 @@ void al_http_tunnel_close(struct al_http_tunnel *t)
 }
 
 /* ---- relay --------------------------------------------------------------------------- */
-#define RELAY_IDLE_MS    (3600u * 1000u)
-#define RELAY_HIGH_WATER (256u << 10)
+/* al_http_relay joins two tunnels through common/relay.h: once the bytes each tunnel had
+ * queued (the 101) are written, the relay takes a duplicate of each socket and moves the
+ * bytes itself (uv_poll_t on each, copy or splice), the tunnels' bytes read past the HTTP
+ * exchange first. The tunnels stay open, not reading, so that a server closing its
+ * tunnels ends the relay too (their on_end). */
+#define RELAY_IDLE_MS (3600u * 1000u)
 
 struct relay {
     struct al_http_tunnel *t[2];
+    uv_poll_t poll[2];
     uv_timer_t timer;
-    struct al_http_relay_opts o;
+    struct al_relay r;
+    int fd[2];
+    uint32_t idle_ms;
+    size_t buf_size;
     al_http_relay_done_fn done;
     void *arg;
-    uint64_t bytes[2]; /* bytes[i]: read from t[i], written to t[1 - i] */
-    uint64_t last;     /* last byte seen either way */
+    uint8_t closes;  /* handle closes pending */
+    uint8_t waiting; /* tunnels whose queue is still being written */
+    uint8_t n_polls; /* poll handles set up */
     int err;
-    bool eof[2];  /* t[i] ended its stream */
-    bool shut[2]; /* the half-close passed on to t[i] completed */
     bool finished;
 };
 
-static int relay__side(const struct relay *r, const struct al_http_tunnel *t)
-{
-    return r->t[0] == t ? 0 : 1;
-}
-
-static void relay__timer_closed(uv_handle_t *h)
+static void relay__closed(uv_handle_t *h)
 {
     struct relay *r = h->data;
+    if (--r->closes)
+        return;
     if (r->done)
-        r->done(r->err, r->bytes[0], r->bytes[1], r->arg);
+        r->done(r->err, al_relay_bytes(&r->r, 0), al_relay_bytes(&r->r, 1), r->arg);
+    al_relay_free(&r->r);
     free(r);
 }
 
@@ -478,82 +485,129 @@ static void relay__finish(struct relay *r, int err)
     r->err = err;
     al_http_tunnel_close(r->t[0]);
     al_http_tunnel_close(r->t[1]);
+    r->closes = 1;
     uv_timer_stop(&r->timer);
-    uv_close((uv_handle_t *)&r->timer, relay__timer_closed);
-}
-
-static void relay__maybe_done(struct relay *r)
-{
-    if (r->eof[0] && r->eof[1] && r->shut[0] && r->shut[1])
-        relay__finish(r, 0);
-}
-
-static void relay__drained(struct al_http_tunnel *t, void *arg)
-{
-    struct relay *r = arg;
-    if (!r->finished)
-        al_http_tunnel_resume(r->t[1 - relay__side(r, t)]); /* the side writing into t */
-}
-
-static int relay__on_data(struct al_http_tunnel *t, const char *data, size_t len, void *arg)
-{
-    struct relay *r = arg;
-    if (r->finished)
-        return 0;
-    int i = relay__side(r, t);
-    struct al_http_tunnel *to = r->t[1 - i];
-    r->last = uv_now(r->timer.loop);
-    if (al_http_tunnel_write(to, data, len) < 0) {
-        relay__finish(r, -EPIPE);
-        return 0;
+    uv_close((uv_handle_t *)&r->timer, relay__closed);
+    for (int i = 0; i < r->n_polls; i++) {
+        r->closes++;
+        uv_poll_stop(&r->poll[i]);
+        uv_close((uv_handle_t *)&r->poll[i], relay__closed);
     }
-    r->bytes[i] += len;
-    if (al_http_tunnel_queued(to) > r->o.high_water) {
-        al_http_tunnel_on_drain(to, r->o.high_water / 4, relay__drained);
-        return 1;
-    }
-    return 0;
+    for (int i = 0; i < 2; i++)
+        if (r->fd[i] >= 0)
+            close(r->fd[i]);
+    r->fd[0] = r->fd[1] = -1;
 }
 
-static void relay__shut_done(struct al_http_tunnel *t, int err, void *arg)
+static void relay__on_poll(uv_poll_t *h, int status, int events);
+
+static void relay__watch(struct relay *r)
 {
-    struct relay *r = arg;
-    if (r->finished)
-        return;
-    if (err < 0) {
-        relay__finish(r, err);
-        return;
+    for (int i = 0; i < 2; i++) {
+        int w = al_relay_want(&r->r, i);
+        int ev = (w & AL_RELAY_READ ? UV_READABLE : 0) | (w & AL_RELAY_WRITE ? UV_WRITABLE : 0);
+        int rc = ev ? uv_poll_start(&r->poll[i], ev, relay__on_poll) : uv_poll_stop(&r->poll[i]);
+        if (rc < 0) {
+            relay__finish(r, rc);
+            return;
+        }
     }
-    r->shut[relay__side(r, t)] = true;
-    relay__maybe_done(r);
 }
 
-static void relay__on_end(struct al_http_tunnel *t, int err, void *arg)
+static void relay__after(struct relay *r, int rc)
 {
-    struct relay *r = arg;
-    if (r->finished)
-        return;
-    if (err < 0) {
-        relay__finish(r, err);
-        return;
-    }
-    int i = relay__side(r, t);
-    r->eof[i] = true;
-    r->last = uv_now(r->timer.loop);
-    int rc = al_http_tunnel_shutdown(r->t[1 - i], relay__shut_done);
-    if (rc < 0)
+    if (rc == 1)
+        relay__watch(r);
+    else
         relay__finish(r, rc);
+}
+
+static void relay__on_poll(uv_poll_t *h, int status, int events)
+{
+    struct relay *r = h->data;
+    if (r->finished)
+        return;
+    int i = h == &r->poll[0] ? 0 : 1;
+    if (status < 0) {
+        relay__finish(r, status);
+        return;
+    }
+    int ev = (events & (UV_READABLE | UV_DISCONNECT) ? AL_RELAY_READ : 0) |
+             (events & UV_WRITABLE ? AL_RELAY_WRITE : 0);
+    relay__after(r, al_relay_run(&r->r, i, ev));
 }
 
 static void relay__on_timer(uv_timer_t *h)
 {
     struct relay *r = h->data;
-    uint64_t now = uv_now(h->loop);
-    if (now - r->last >= r->o.idle_timeout_ms) {
+    uint64_t next = 0;
+    if (al_relay_time(&r->r, al_now_ns(), &next) < 0) {
         relay__finish(r, -ETIMEDOUT);
         return;
     }
-    uv_timer_start(h, relay__on_timer, r->o.idle_timeout_ms - (now - r->last), 0);
+    uv_timer_start(h, relay__on_timer, next, 0);
+}
+
+/* A tunnel failed or its server closes it (nothing reads it meanwhile). */
+static void relay__on_end(struct al_http_tunnel *t, int err, void *arg)
+{
+    (void)t;
+    struct relay *r = arg;
+    relay__finish(r, err < 0 ? err : -ECONNRESET);
+}
+
+static int relay__no_data(struct al_http_tunnel *t, const char *data, size_t len, void *arg)
+{
+    (void)t, (void)data, (void)len, (void)arg;
+    return 1; /* never called: the tunnels are not read */
+}
+
+/* Both tunnels' queues are written: the relay takes the sockets over. */
+static int relay__take_over(struct relay *r)
+{
+    struct al_relay_end e[2];
+    for (int i = 0; i < 2; i++) {
+        struct al_http_tunnel *t = r->t[i];
+        uv_os_fd_t fd = -1;
+        if (t->dead || uv_fileno(&t->h.handle, &fd) != 0 || fd < 0)
+            return t->err ? t->err : -EPIPE;
+        if ((r->fd[i] = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0)
+            return -errno;
+        e[i] = (struct al_relay_end){.fd = r->fd[i]};
+    }
+    struct al_relay_opts o = {
+        .buf_size = r->buf_size, .splice = true, .idle_timeout_ms = r->idle_ms};
+    al_relay_init(&r->r, &e[0], &e[1], &o);
+    for (int i = 0; i < 2; i++) {
+        struct al_http_tunnel *t = r->t[i];
+        int rc = al_relay_prime(&r->r, i, t->pre + t->pre_off, t->pre_len - t->pre_off);
+        if (rc < 0)
+            return rc;
+        free(t->pre);
+        t->pre = NULL;
+        t->pre_len = t->pre_off = 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        int rc = uv_poll_init(r->t[0]->loop, &r->poll[i], r->fd[i]);
+        if (rc < 0)
+            return rc;
+        r->poll[i].data = r;
+        r->n_polls++;
+    }
+    uv_timer_start(&r->timer, relay__on_timer, r->idle_ms, 0);
+    relay__after(r, al_relay_run(&r->r, -1, 0));
+    return 0;
+}
+
+static void relay__drained(struct al_http_tunnel *t, void *arg)
+{
+    (void)t;
+    struct relay *r = arg;
+    if (r->finished || --r->waiting)
+        return;
+    int rc = relay__take_over(r);
+    if (rc < 0)
+        relay__finish(r, rc);
 }
 
 int al_http_relay(struct al_http_tunnel *a, struct al_http_tunnel *b,
@@ -565,27 +619,29 @@ int al_http_relay(struct al_http_tunnel *a, struct al_http_tunnel *b,
         al_http_tunnel_close(b);
         return a && b && a != b ? -ENOMEM : -EINVAL;
     }
-    if (opts)
-        r->o = *opts;
-    if (!r->o.idle_timeout_ms)
-        r->o.idle_timeout_ms = RELAY_IDLE_MS;
-    if (!r->o.high_water)
-        r->o.high_water = RELAY_HIGH_WATER;
+    r->idle_ms = opts && opts->idle_timeout_ms ? opts->idle_timeout_ms : RELAY_IDLE_MS;
+    r->buf_size = opts ? opts->high_water : 0;
     r->t[0] = a;
     r->t[1] = b;
+    r->fd[0] = r->fd[1] = -1;
     r->done = done;
     r->arg = arg;
     uv_timer_init(a->loop, &r->timer);
     r->timer.data = r;
-    r->last = uv_now(a->loop);
-    int rc = al_http_tunnel_start(a, relay__on_data, relay__on_end, r);
+    /* Started but paused, the tunnels read nothing and report only a failure or their
+     * server's close. */
+    int rc = al_http_tunnel_start(a, relay__no_data, relay__on_end, r);
     if (!rc)
-        rc = al_http_tunnel_start(b, relay__on_data, relay__on_end, r);
+        rc = al_http_tunnel_start(b, relay__no_data, relay__on_end, r);
     if (rc) {
         r->done = NULL; /* a failed call does not call done */
         relay__finish(r, rc);
         return rc;
     }
-    uv_timer_start(&r->timer, relay__on_timer, r->o.idle_timeout_ms, 0);
+    a->paused = b->paused = true;
+    /* The drain callbacks come from the loop, also for an empty queue. */
+    r->waiting = 2;
+    al_http_tunnel_on_drain(a, 0, relay__drained);
+    al_http_tunnel_on_drain(b, 0, relay__drained);
     return 0;
 }
