@@ -237,23 +237,33 @@ static void gw__forward(struct gw_fwd *f, const char *address)
         cp_rest_error(req, 502, "cannot reach node %s (%s): %s", f_node, address, strerror(-rc));
 }
 
-/* Where the route points, once the owner is known: its node's lease decides. */
-static void gw__to_node(struct gw_fwd *f, const char *node_id, const char *address)
+static void gw__lookup(struct gw_fwd *f);
+
+/* Where the route points, once the owner is known: its node's lease decides, as the
+ * gateway's snapshot of the leases has it. A snapshot that does not know the node is older
+ * than the node's registration: the database is asked (looked_up false), or, when it has
+ * just answered that the lease is valid, believed. */
+static void gw__to_node(struct gw_fwd *f, const char *node_id, const char *address,
+                        bool looked_up)
 {
     snprintf(f->node_id, sizeof f->node_id, "%s", node_id);
     char addr[CP_CLUSTER_ADDRESS_MAX];
     bool live = false;
     int rc = cp_cluster_node_state(f->cp, node_id, addr, sizeof addr, &live);
-    if ((rc == 0 && !live) || rc == -ENOENT) {
+    if (rc == -ENOENT && !looked_up) {
+        gw__lookup(f);
+        return;
+    }
+    if (rc == 0 && !live) {
         char why[160];
-        snprintf(why, sizeof why, "its node %s %s", node_id,
-                 rc == 0 ? "lost its lease" : "is no longer in the cluster");
+        snprintf(why, sizeof why, "its node %s lost its lease", node_id);
         cp_cluster_gw_forget(f->cp, f->id);
         gw__gone(f, why);
         free(f);
         return;
     }
-    /* No snapshot yet (a gateway that just started): the owner's own answer counts. */
+    /* No snapshot yet (a gateway that just started), or one older than the node: the
+     * owner's own answer counts. */
     gw__forward(f, rc == 0 ? addr : address);
 }
 
@@ -295,7 +305,7 @@ static void gw__owner_done(struct cp_cluster_job *j, void *arg)
         return;
     }
     gw__remember(f->cp, f->id, j->owner.node_id, j->owner.address);
-    gw__to_node(f, j->owner.node_id, j->owner.address);
+    gw__to_node(f, j->owner.node_id, j->owner.address, true);
 }
 
 /* Routes req to the node of sandbox id (cache, else the database). */
@@ -322,16 +332,24 @@ static void gw__route(struct cp *cp, struct al_http_req *req, const char *id, bo
     struct cp_cluster_gw *g = gw__state(cp);
     const struct gw_route *r = g ? cp_map_get(&g->routes, id, strlen(id)) : NULL;
     if (r) {
-        gw__to_node(f, r->node_id, r->address);
+        gw__to_node(f, r->node_id, r->address, false);
         return;
     }
+    gw__lookup(f);
+}
+
+/* The owner of f's sandbox from the database (cluster.c's thread), then gw__owner_done. */
+static void gw__lookup(struct gw_fwd *f)
+{
+    struct al_http_req *req = f->req;
+    memset(&f->job, 0, sizeof f->job);
     f->job.kind = CP_CLUSTER_JOB_OWNER;
-    snprintf(f->job.sandbox_id, sizeof f->job.sandbox_id, "%s", id);
+    snprintf(f->job.sandbox_id, sizeof f->job.sandbox_id, "%s", f->id);
     f->job.done = gw__owner_done;
     f->job.arg = f;
     req->user = f;
     al_http_req_on_close(req, gw__closed);
-    if (cp_cluster_submit(cp, &f->job)) {
+    if (cp_cluster_submit(f->cp, &f->job)) {
         al_http_req_on_close(req, NULL);
         req->user = NULL;
         free(f);

@@ -859,7 +859,10 @@ int cp_main(int argc, char **argv)
     cp_builds_recover(cp);
     if (cp->backend->sweep(cp, &err))
         al_warn("sweeping leftovers of dead sandboxes: %s", al_error_str(&err));
-    if (cp->backend->limit_all && daemon__limit_all(cp))
+    /* A gateway starts no sandbox (docs/cluster.md): it runs without the privileges setting
+     * the sandboxes' limits takes (an unprivileged container). */
+    if (cp->backend->limit_all && cp->cfg.cluster_role != CP_CLUSTER_GATEWAY &&
+        daemon__limit_all(cp))
         goto out;
 
     /* The network. */
