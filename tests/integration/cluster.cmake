@@ -4,3 +4,5 @@ airlock_script_test(NAME cluster_node SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cluster
                     LABELS controlplane cluster TIMEOUT 600)
 airlock_script_test(NAME cluster_gateway SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cluster_gateway.sh
                     LABELS controlplane cluster TIMEOUT 600)
+airlock_script_test(NAME cluster_manifests SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cluster_manifests.sh
+                    LABELS controlplane cluster TIMEOUT 600)
