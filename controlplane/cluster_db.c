@@ -342,22 +342,53 @@ int cp_cluster_db_heartbeat(struct cp_cluster_db *db, const struct cp_cluster_no
         db,
         "WITH me AS (SELECT id FROM nodes WHERE id = $1 AND instance = $2"
         "  AND lease_expires_at > now()),"
-        "gone AS (DELETE FROM sandboxes s USING me WHERE s.node_id = me.id AND $6::jsonb IS NOT NULL"
+        "gone AS (DELETE FROM sandboxes s USING me WHERE s.node_id = me.id AND $6::jsonb IS NOT "
+        "NULL"
         "  AND ((s.id LIKE '" CP_CLUSTER_RESERVATION_PREFIX "%' AND s.placed_at < now() -"
-        "   " CLUSTER_DB__STR(CP_CLUSTER_RESERVATION_MAX_S) " * interval '1 s')"
-        "  OR (s.id NOT LIKE '" CP_CLUSTER_RESERVATION_PREFIX "%' AND s.placed_at < now() -"
-        "   " CLUSTER_DB__STR(CP_CLUSTER_RECONCILE_GRACE_S) " * interval '1 s'"
-        "   AND NOT $6::jsonb ? s.id))"
-        "  RETURNING s.cpu, s.memory_bytes),"
-        "back AS (SELECT count(*) AS n, coalesce(sum(cpu), 0) AS cpu,"
-        "  coalesce(sum(memory_bytes), 0) AS mem FROM gone)"
-        "UPDATE nodes SET heartbeat_at = now(),"
-        " lease_expires_at = now() + $3::bigint * interval '1 ms', sandboxes_running = $4,"
-        " templates = coalesce($5::jsonb, '{}'),"
-        " sandboxes_booked = greatest(0, sandboxes_booked - back.n),"
-        " cpu_booked = greatest(0, cpu_booked - back.cpu),"
-        " memory_booked = greatest(0, memory_booked - back.mem)"
-        " FROM back WHERE id = $1 AND instance = $2 AND lease_expires_at > now() RETURNING id",
+        "   " CLUSTER_DB__STR(
+            CP_CLUSTER_RESERVATION_MAX_S) " * interval '1 s')"
+                                          "  OR (s.id NOT LIKE '" CP_CLUSTER_RESERVATION_PREFIX
+                                          "%' AND s.placed_at < now() -"
+                                          "   " CLUSTER_DB__STR(
+                                              CP_CLUSTER_RECONCILE_GRACE_S) " * interval '1 s'"
+                                                                            "   AND NOT $6::jsonb "
+                                                                            "? s.id))"
+                                                                            "  RETURNING s.cpu, "
+                                                                            "s.memory_bytes),"
+                                                                            "back AS (SELECT "
+                                                                            "count(*) AS n, "
+                                                                            "coalesce(sum(cpu), 0) "
+                                                                            "AS cpu,"
+                                                                            "  "
+                                                                            "coalesce(sum(memory_"
+                                                                            "bytes), 0) AS mem "
+                                                                            "FROM gone)"
+                                                                            "UPDATE nodes SET "
+                                                                            "heartbeat_at = now(),"
+                                                                            " lease_expires_at = "
+                                                                            "now() + $3::bigint * "
+                                                                            "interval '1 ms', "
+                                                                            "sandboxes_running = "
+                                                                            "$4,"
+                                                                            " templates = "
+                                                                            "coalesce($5::jsonb, "
+                                                                            "'{}'),"
+                                                                            " sandboxes_booked = "
+                                                                            "greatest(0, "
+                                                                            "sandboxes_booked - "
+                                                                            "back.n),"
+                                                                            " cpu_booked = "
+                                                                            "greatest(0, "
+                                                                            "cpu_booked - "
+                                                                            "back.cpu),"
+                                                                            " memory_booked = "
+                                                                            "greatest(0, "
+                                                                            "memory_booked - "
+                                                                            "back.mem)"
+                                                                            " FROM back WHERE id = "
+                                                                            "$1 AND instance = $2 "
+                                                                            "AND lease_expires_at "
+                                                                            "> now() RETURNING id",
         6, p);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         return cluster_db__res_fail(db, r, "heartbeat", err);
@@ -641,8 +672,9 @@ int cp_cluster_db_rename(struct cp_cluster_db *db, const char *from, const char 
 {
     const char *const v[] = {from, to};
     PGresult *r = cluster_db__params(
-        db, "UPDATE sandboxes SET id = $2::text, placed_at = now() WHERE id = $1::text RETURNING id",
-        2, v);
+        db,
+        "UPDATE sandboxes SET id = $2::text, placed_at = now() WHERE id = $1::text RETURNING id", 2,
+        v);
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         if (strcmp(cluster_db__state(r), "23505") == 0) {
             PQclear(r);

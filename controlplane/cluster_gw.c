@@ -243,8 +243,7 @@ static void gw__lookup(struct gw_fwd *f);
  * gateway's snapshot of the leases has it. A snapshot that does not know the node is older
  * than the node's registration: the database is asked (looked_up false), or, when it has
  * just answered that the lease is valid, believed. */
-static void gw__to_node(struct gw_fwd *f, const char *node_id, const char *address,
-                        bool looked_up)
+static void gw__to_node(struct gw_fwd *f, const char *node_id, const char *address, bool looked_up)
 {
     snprintf(f->node_id, sizeof f->node_id, "%s", node_id);
     char addr[CP_CLUSTER_ADDRESS_MAX];

@@ -133,10 +133,10 @@ struct cp_config {
     uint64_t disk_check_ms;
 
     /* the cluster (cluster.c, docs/cluster.md) */
-    int cluster_role;        /* enum cp_cluster_role */
-    char *cluster_database;  /* libpq conninfo ("" = none: never connects) */
-    char *cluster_node_id;   /* "" = the host name */
-    char *cluster_advertise; /* HOST:PORT gateways reach this node at ("" = the API's) */
+    int cluster_role;         /* enum cp_cluster_role */
+    char *cluster_database;   /* libpq conninfo ("" = none: never connects) */
+    char *cluster_node_id;    /* "" = the host name */
+    char *cluster_advertise;  /* HOST:PORT gateways reach this node at ("" = the API's) */
     char *cluster_token_file; /* the cluster token (cluster.c; AIRLOCK_CLUSTER_TOKEN wins) */
     uint64_t cluster_lease_ms;
     uint64_t cluster_heartbeat_ms; /* 0 = a third of the lease */

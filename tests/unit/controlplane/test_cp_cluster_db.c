@@ -703,7 +703,6 @@ START_TEST(concurrent_placements_never_overbook)
 }
 END_TEST
 
-
 /* A reservation takes the id the node gave the sandbox; a node's list of its sandboxes; a
  * heartbeat with the node's sandboxes forgets (and books back) the placements it no longer
  * has once past the grace, and stale reservations; without a list it forgets nothing. */
