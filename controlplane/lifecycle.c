@@ -29,7 +29,6 @@
  *           sandbox paused without a process; one whose parking was cut short is parked
  *           again (what runs of it stopped, its network released).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -51,6 +50,7 @@
 #include "policysel.h"
 #include "snapshots.h"
 #include "store.h"
+#include "sweep.h"
 #include "builds.h"
 #include "disk.h"
 #include "templates.h"
@@ -2260,28 +2260,19 @@ static void lc__adopt_bad(const char *id, const char *why, void *arg)
              id, why);
 }
 
+static bool lc__paused_recorded(const char *name, void *arg)
+{
+    return cp_sandbox_id_valid(name) && cp_sandbox_get(arg, name);
+}
+
 /* The kept files of sandboxes the store does not name any more (killed while airlockd was
  * removing them, or a pause that never completed) go. Every row is in the registry now. */
 static void lc__paused_sweep(struct cp *cp)
 {
     char top[4200];
     snprintf(top, sizeof top, "%s/paused", cp->cfg.state_dir);
-    DIR *d = opendir(top);
-    if (!d)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        if (cp_sandbox_id_valid(de->d_name) && cp_sandbox_get(cp, de->d_name))
-            continue;
-        int rc = al_rmtree_at(dirfd(d), de->d_name);
-        if (rc < 0)
-            al_warn("cannot remove %s/%s: %s", top, de->d_name, strerror(-rc));
-        else
-            al_info("removed %s/%s (no sandbox of that id)", top, de->d_name);
-    }
-    closedir(d);
+    cp_sweep_dir(top,
+                 &(struct cp_sweep){.what = "sandbox", .recorded = lc__paused_recorded, .arg = cp});
 }
 
 void cp_lifecycle_adopt_all(struct cp *cp, void (*done)(struct cp *cp))

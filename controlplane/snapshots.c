@@ -1,5 +1,4 @@
 #include "snapshots.h"
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,6 +17,7 @@
 #include "ids.h"
 #include "list.h"
 #include "store.h"
+#include "sweep.h"
 #include "templates.h"
 
 /* airlock-vmm's copy runs on its loop while the sandbox is frozen: bounded by the disk
@@ -968,37 +968,20 @@ bool cp_snapshots_use_version(struct cp *cp, const char *id, const char *bid)
 
 /* ---- start ------------------------------------------------------------------------------- */
 
+/* Half written (.tmp-), or its row gone (deleted, or airlockd died before it recorded the
+ * snapshot and answered): not recorded. */
+static bool snap__recorded(const char *name, void *arg)
+{
+    struct cp *cp = arg;
+    struct cp_store_snap r;
+    return snap__id_valid(name) && cp_store_snap_load(cp->store, name, &r, NULL) == 0;
+}
+
 void cp_snapshots_sweep(struct cp *cp)
 {
     char top[4200];
     snprintf(top, sizeof top, "%s/snapshots", cp->cfg.state_dir);
-    if (mkdir(top, 0700) < 0 && errno != EEXIST) {
-        al_warn("cannot create %s: %s", top, strerror(errno));
-        return;
-    }
-    DIR *d = opendir(top);
-    if (!d) {
-        al_warn("cannot read %s: %s", top, strerror(errno));
-        return;
-    }
-    struct dirent *de;
-    unsigned removed = 0;
-    while ((de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        struct cp_store_snap r;
-        if (snap__id_valid(de->d_name) && cp_store_snap_load(cp->store, de->d_name, &r, NULL) == 0)
-            continue;
-        /* Half written (.tmp-), or its row gone (deleted, or airlockd died before it
-         * recorded the snapshot and answered). */
-        int rc = al_rmtree_at(dirfd(d), de->d_name);
-        if (rc < 0)
-            al_warn("cannot remove %s/%s: %s", top, de->d_name, strerror(-rc));
-        else
-            removed++;
-    }
-    closedir(d);
-    if (removed)
-        al_info("snapshots: removed %u incomplete or deleted snapshot director%s", removed,
-                removed == 1 ? "y" : "ies");
+    cp_sweep_dir(top,
+                 &(struct cp_sweep){
+                     .what = "snapshot", .create = true, .recorded = snap__recorded, .arg = cp});
 }

@@ -28,6 +28,7 @@
 #include "ids.h"
 #include "proc.h"
 #include "store.h"
+#include "sweep.h"
 
 /* The owner of the volume's root and of what the content API makes when the request names
  * none: the sandbox's default user ("user", 1000:1000 inside every sandbox). */
@@ -1363,47 +1364,36 @@ bool cp_volumes_content_route(struct cp *cp, struct al_http_req *req)
 
 /* ---- at start ------------------------------------------------------------------------------ */
 
+/* An image "<id>.img" or a mount directory "<id>" of a volume with a row. */
+static bool vol__recorded(const char *name, void *arg)
+{
+    struct cp *cp = arg;
+    char id[72];
+    snprintf(id, sizeof id, "%s", name);
+    char *dot = strstr(id, ".img");
+    if (dot && !dot[4])
+        *dot = '\0';
+    struct cp_store_vol r;
+    if (!vol__id_valid(id) || cp_store_vol_load(cp->store, id, &r, NULL) != 0)
+        return false;
+    sodium_memzero(r.token, sizeof r.token);
+    return true;
+}
+
+/* A volume's mount directory is unmounted before it goes (never removed through). */
+static void vol__release(const char *path, void *arg)
+{
+    (void)arg;
+    vol__detach(path);
+}
+
 void cp_volumes_sweep(struct cp *cp)
 {
     char top[4200];
     snprintf(top, sizeof top, "%s/volumes", cp->cfg.state_dir);
-    if (mkdir(top, 0700) < 0 && errno != EEXIST) {
-        al_warn("cannot create %s: %s", top, strerror(errno));
-        return;
-    }
-    DIR *d = opendir(top);
-    if (!d) {
-        al_warn("cannot read %s: %s", top, strerror(errno));
-        return;
-    }
-    struct dirent *de;
-    unsigned removed = 0;
-    while ((de = readdir(d))) {
-        const char *n = de->d_name;
-        if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
-            continue;
-        char id[72];
-        snprintf(id, sizeof id, "%s", n);
-        char *dot = strstr(id, ".img");
-        if (dot && !dot[4])
-            *dot = '\0';
-        struct cp_store_vol r;
-        bool keep = strncmp(n, ".tmp-", 5) != 0 && vol__id_valid(id) &&
-                    cp_store_vol_load(cp->store, id, &r, NULL) == 0;
-        if (keep) {
-            sodium_memzero(r.token, sizeof r.token);
-            continue;
-        }
-        char p[4500];
-        snprintf(p, sizeof p, "%s/%s", top, n);
-        vol__detach(p);
-        int rc = al_rmtree(p);
-        if (rc < 0)
-            al_warn("cannot remove %s: %s", p, strerror(-rc));
-        else
-            removed++;
-    }
-    closedir(d);
-    if (removed)
-        al_info("volumes: removed %u leftovers no volume record names", removed);
+    cp_sweep_dir(top, &(struct cp_sweep){.what = "volume",
+                                         .create = true,
+                                         .recorded = vol__recorded,
+                                         .release = vol__release,
+                                         .arg = cp});
 }

@@ -402,8 +402,17 @@ END_TEST
 
 START_TEST(volumes_sweep)
 {
-    char id[64], tok[80];
+    char id[64], tok[80], gone[64], gtok[80];
     vol_new("keep", id, tok);
+    /* A volume whose row went while it stayed mounted (a deletion airlockd did not finish):
+     * unmounted, then its directory and image removed; what is in it is never walked. */
+    vol_new("gone", gone, gtok);
+    struct resp r;
+    vc(&r, "PUT", gone, "file", "path=/inside", gtok, "x");
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    resp_free(&r);
+    ck_assert(mounted(gone));
+    ck_assert_int_eq(cp_store_vol_delete(g_cp.store, gone, NULL), 0);
     char p[400];
     snprintf(p, sizeof p, "%s/volumes/.tmp-vol_aaaaaaaaaaaaaaaaaaaa.img", g_tmpdir);
     int fd = open(p, O_CREAT | O_WRONLY, 0600);
@@ -420,6 +429,11 @@ START_TEST(volumes_sweep)
     snprintf(p, sizeof p, "%s/volumes/%s.img", g_tmpdir, id);
     ck_assert_int_eq(access(p, F_OK), 0);
     ck_assert(mounted(id));
+    ck_assert(!mounted(gone));
+    snprintf(p, sizeof p, "%s/volumes/%s", g_tmpdir, gone);
+    ck_assert_int_ne(access(p, F_OK), 0);
+    snprintf(p, sizeof p, "%s/volumes/%s.img", g_tmpdir, gone);
+    ck_assert_int_ne(access(p, F_OK), 0);
 }
 END_TEST
 
