@@ -5,6 +5,9 @@
 //   #/sandboxes/<id>/terminal  a shell in it (operator and admin), over a WebSocket
 //   #/audit             the latest egress decisions (filters), followed live on request, and
 //                       the log's verification
+//   #/policies          the egress policies: valid or not, findings, sandboxes using each
+//   #/policies/<name>   one policy: its YAML with each lint finding on its line, its rules and
+//                       sandboxes, and explain (a URL or host:port decided by it, and why)
 //   #/keys              the API keys (admins): list, create (the key shown once), revoke
 // What the signed-in key's role may do comes from the session (`may`, answered by the API's
 // own table of routes): actions the role cannot take are not offered. The API refuses them
@@ -414,6 +417,151 @@ function verdict(v) {
   ];
 }
 
+// ---- policies ---------------------------------------------------------------------------
+
+function findingsText(p) {
+  if (!p.valid) return `${p.errors} error${p.errors === 1 ? "" : "s"}, ${p.warnings} warning${p.warnings === 1 ? "" : "s"}`;
+  return p.warnings ? `valid, ${p.warnings} warning${p.warnings === 1 ? "" : "s"}` : "valid";
+}
+
+async function renderPolicies() {
+  if (!may("readPolicies")) {
+    show(view, h("h1", {}, "Policies"), notForRole("read the egress policies"));
+    return;
+  }
+  const list = await api("GET", "/admin/policies");
+  const rows = list.policies.map((p) =>
+    h("tr", { "data-testid": "policy-row" },
+      h("td", { class: "mono" }, h("a", { href: `#/policies/${encodeURIComponent(p.name)}` }, p.name), p.default ? " (default)" : ""),
+      h("td", { class: p.valid ? (p.warnings ? "would_deny" : "ok") : "error", "data-testid": "policy-state" }, findingsText(p)),
+      h("td", {}, p.mode || "—"),
+      h("td", {}, p.ruleCount ?? "—"),
+      h("td", {}, String(p.sandboxes.length)),
+      h("td", {}, p.description || ""),
+      h("td", { class: "mono" }, p.hash ? p.hash.slice(0, 16) : "")));
+  show(view,
+    h("h1", {}, "Policies"),
+    h("p", { class: "muted" }, `${list.policies.length} in ${list.dir}; sandboxes that name none get ${list.default}.`),
+    h("table", {},
+      h("thead", {}, h("tr", {}, ["policy", "lint", "mode", "rules", "sandboxes", "description", "hash"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 7, class: "muted" }, "No policies.")))));
+}
+
+// The file's lines, numbered, each finding under the line it names (findings without a line
+// go first).
+function yamlListing(text, diags) {
+  const lines = (text ?? "").split("\n");
+  if (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
+  const at = new Map();
+  const loose = [];
+  for (const d of diags) {
+    if (d.line >= 1 && d.line <= lines.length) {
+      if (!at.has(d.line)) at.set(d.line, []);
+      at.get(d.line).push(d);
+    } else {
+      loose.push(d);
+    }
+  }
+  const finding = (d) => h("tr", { class: `finding ${d.severity}`, "data-testid": "finding" },
+    h("td", { class: "ln" }, ""),
+    h("td", { class: "mono" }, `${" ".repeat(Math.max(0, d.col - 1))}^ ${d.line}:${d.col}: ${d.severity}: ${d.message} [${d.code}]`));
+  const rows = loose.map(finding);
+  lines.forEach((l, i) => {
+    const mine = at.get(i + 1) || [];
+    rows.push(h("tr", { class: mine.length ? `marked ${mine.some((d) => d.severity === "error") ? "error" : "warning"}` : "", "data-testid": "yaml-line" },
+      h("td", { class: "ln" }, String(i + 1)),
+      h("td", { class: "mono" }, l)));
+    rows.push(...mine.map(finding));
+  });
+  return h("table", { class: "yaml", "data-testid": "yaml" }, h("tbody", {}, rows));
+}
+
+function explainResult(x) {
+  const dec = x.would_deny ? "would_deny" : x.decision;
+  return h("dl", { class: "kv", "data-testid": "explain-result" },
+    h("dt", {}, "decision"), h("dd", { class: dec, "data-testid": "explain-decision" }, x.would_deny ? "allow (report mode: would deny)" : x.decision),
+    h("dt", {}, "rule"), h("dd", { class: "mono", "data-testid": "explain-rule" }, x.rule ? `${x.rule} (line ${x.rule_line})` : "none"),
+    h("dt", {}, "reason"), h("dd", { class: "mono", "data-testid": "explain-reason" }, x.reason),
+    h("dt", {}, "why"), h("dd", { "data-testid": "explain-why" }, x.explanation),
+    h("dt", {}, "host"), h("dd", { class: "mono" }, `${x.host ?? "(invalid)"}${x.address_class ? `, address class ${x.address_class}` : ""}`),
+    x.query === "dns" ? null : [
+      h("dt", {}, "asked"), h("dd", { class: "mono" }, x.query === "request" ? `${x.method} ${x.scheme}, port ${x.port}, ${x.path}${x.body ? ", with a body" : ""}` : `connection, ${x.scheme}, port ${x.port}`),
+      h("dt", {}, "tls"), h("dd", {}, x.tls),
+      h("dt", {}, "inject"), h("dd", { class: "mono" }, x.inject.length ? x.inject.join(", ") : "none"),
+    ],
+    h("dt", {}, "policy"), h("dd", { class: "mono" }, `${x.policy.name}, ${x.policy.mode}, hash ${x.policy.hash}`));
+}
+
+function explainForm(name, valid) {
+  const url = h("input", { id: "explain-url", type: "text", name: "url", autocomplete: "off", spellcheck: "false", placeholder: "a URL (https or http), host:port, tcp://host:port or dns:name", required: true });
+  const method = h("input", { id: "explain-method", type: "text", name: "method", autocomplete: "off", spellcheck: "false", placeholder: "GET" });
+  const addr = h("input", { id: "explain-addr", type: "text", name: "addr", autocomplete: "off", spellcheck: "false", placeholder: "resolved address (optional)" });
+  const body = h("input", { id: "explain-body", type: "checkbox", name: "body" });
+  const conn = h("input", { id: "explain-connection", type: "checkbox", name: "connection" });
+  const out = h("div", { class: "panel", "data-testid": "explain-out" },
+    h("p", { class: "muted" }, valid ? "The decision of this policy for one request, as `airlock policy explain` gives it." : "This policy has errors: fix them before explaining requests against it."));
+  const form = h("form", { id: "explain", class: "filters wrap" },
+    h("label", { for: "explain-url" }, "URL"), url,
+    h("label", { for: "explain-method" }, "method"), method,
+    h("label", { for: "explain-addr" }, "address"), addr,
+    body, h("label", { for: "explain-body" }, "body"),
+    conn, h("label", { for: "explain-connection" }, "connection only"),
+    h("button", { type: "submit", disabled: !valid }, "Explain"));
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const q = new URLSearchParams({ url: url.value });
+    if (method.value) q.set("method", method.value);
+    if (addr.value) q.set("addr", addr.value);
+    if (body.checked) q.set("body", "true");
+    if (conn.checked) q.set("connection", "true");
+    show(out, h("p", { class: "muted" }, "Deciding…"));
+    try {
+      show(out, explainResult(await api("GET", `/admin/policies/${encodeURIComponent(name)}/explain?${q}`)));
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 401) throw e;
+      show(out, problem(e));
+    }
+  });
+  return [form, out];
+}
+
+async function renderPolicy(name) {
+  if (!may("readPolicies")) {
+    show(view, h("h1", {}, "Policy"), notForRole("read the egress policies"));
+    return;
+  }
+  const p = await api("GET", `/admin/policies/${encodeURIComponent(name)}`);
+  const rules = p.rules.map((r) => h("tr", { "data-testid": "rule-row" },
+    h("td", { class: "mono" }, r.name), h("td", { class: r.action === "deny" ? "deny" : "allow" }, r.action), h("td", {}, r.report ? "report" : "enforce"), h("td", {}, String(r.line))));
+  const sandboxes = p.sandboxes.map((s) => h("tr", { "data-testid": "policy-sandbox" },
+    h("td", { class: "mono" }, h("a", { href: `#/sandboxes/${encodeURIComponent(s.sandboxID)}` }, s.sandboxID)), h("td", {}, s.state), h("td", {}, s.templateID)));
+  show(view,
+    h("h1", {}, "Policy ", h("span", { class: "mono" }, p.name)),
+    h("div", { class: "panel" },
+      h("dl", { class: "kv" },
+        h("dt", {}, "file"), h("dd", { class: "mono" }, p.file),
+        h("dt", {}, "lint"), h("dd", { class: p.valid ? "ok" : "error", "data-testid": "policy-lint" }, findingsText(p)),
+        h("dt", {}, "name"), h("dd", { class: "mono" }, p.policyName ?? "—"),
+        h("dt", {}, "description"), h("dd", {}, p.description ?? "—"),
+        h("dt", {}, "mode"), h("dd", {}, p.mode ?? "—"),
+        h("dt", {}, "hash"), h("dd", { class: "mono" }, p.hash ?? "—"),
+        h("dt", {}, "default"), h("dd", {}, p.default ? "yes: sandboxes that name no policy get this one" : "no"))),
+    h("h2", {}, "Explain"),
+    explainForm(p.name, p.valid),
+    h("h2", {}, "YAML"),
+    p.yaml === null ? h("p", { class: "error" }, "The file is not UTF-8 text; its findings say what is wrong.") : null,
+    p.diagnosticsDropped ? h("p", { class: "muted" }, `${p.diagnosticsDropped} more findings are not listed.`) : null,
+    yamlListing(p.yaml, p.diagnostics),
+    h("h2", {}, "Rules"),
+    h("table", {},
+      h("thead", {}, h("tr", {}, ["rule", "action", "mode", "line"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, rules.length ? rules : h("tr", {}, h("td", { colspan: 4, class: "muted" }, p.valid ? "No rules: everything is denied." : "None (the policy has errors).")))),
+    h("h2", {}, "Sandboxes using it"),
+    h("table", {},
+      h("thead", {}, h("tr", {}, ["sandbox", "state", "template"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, sandboxes.length ? sandboxes : h("tr", {}, h("td", { colspan: 3, class: "muted" }, "None.")))));
+}
+
 // ---- API keys ---------------------------------------------------------------------------
 
 async function renderKeys(made) {
@@ -479,7 +627,7 @@ async function renderKeys(made) {
     h("table", {},
       h("thead", {}, h("tr", {}, ["id", "name", "role", "policies", "created", "last used", "status", ""].map((t) => h("th", {}, t)))),
       h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No stored keys.")))),
-    h("p", { class: "muted" }, "Roles: admin (everything), operator (sandboxes, templates, snapshots), auditor (the audit log and what exists; reads only). The keys themselves are never stored, only their digests."));
+    h("p", { class: "muted" }, "Roles: admin (everything), operator (sandboxes, templates, snapshots), auditor (the audit log, the policies and what exists; reads only). The keys themselves are never stored, only their digests."));
 }
 
 // ---- routing ----------------------------------------------------------------------------
@@ -496,11 +644,14 @@ function route() {
     a.classList.toggle("current", a.dataset.page === parts[0]);
     if (a.dataset.page === "audit") a.hidden = !may("readAudit");
     if (a.dataset.page === "keys") a.hidden = !may("manageKeys");
+    if (a.dataset.page === "policies") a.hidden = !may("readPolicies");
   }
   if (parts[0] === "sandboxes" && parts[1] && parts[2] === "terminal") return guarded(() => renderTerminal(decodeURIComponent(parts[1])));
   if (parts[0] === "sandboxes" && parts[1]) return guarded(() => renderSandbox(decodeURIComponent(parts[1])));
   if (parts[0] === "sandboxes") return guarded(() => renderSandboxes(params));
   if (parts[0] === "audit") return guarded(() => renderAudit(params));
+  if (parts[0] === "policies" && parts[1]) return guarded(() => renderPolicy(decodeURIComponent(parts[1])));
+  if (parts[0] === "policies") return guarded(renderPolicies);
   if (parts[0] === "keys") return guarded(() => renderKeys());
   return guarded(renderOverview);
 }

@@ -54,6 +54,8 @@ try {
     if (m.type() !== "error") return;
     const u = m.location()?.url || "";
     if (/status of (401|403)/.test(m.text()) || (/status of 404/.test(m.text()) && expected.test(u))) return;
+    // The explain of a URL that is refused on purpose.
+    if (/status of 400/.test(m.text()) && /\/admin\/policies\/[^/]+\/explain\?/.test(u)) return;
     // The auditor's terminal, refused on purpose (the browser logs the refused upgrade).
     if (/WebSocket connection to .*\/terminal.* failed/.test(m.text())) return;
     errors.push(`${m.text()} (${u})`);
@@ -139,6 +141,60 @@ try {
   ok(!(await page.$$eval("[data-testid=audit-row]", (rs) => rs.some((r) => r.textContent.includes("live-allow.test")))),
     "audit live: the filter (deny) leaves the allowed record out, and the newest is on top");
   await page.screenshot({ path: `${shots}/audit-live.png`, fullPage: true });
+
+  // Policies: the list, a policy's YAML with each finding on its line (and a hostile string in
+  // it as text), the sandboxes using one, and explain (a decision, its rule and why).
+  await page.goto(`${base}/console/#/policies`);
+  await page.waitForSelector("[data-testid=policy-row]");
+  const prows = await page.$$eval("[data-testid=policy-row]", (rs) => rs.map((r) => [...r.children].map((c) => c.textContent)));
+  const e2eRow = prows.find((c) => c[0] === "e2e");
+  const brokenRow = prows.find((c) => c[0] === "broken");
+  ok(e2eRow && e2eRow[1] === "valid" && e2eRow[2] === "enforce" && e2eRow[3] === "1", `policies: e2e listed, valid, one rule (${e2eRow})`);
+  ok(brokenRow && brokenRow[1] === "2 errors, 0 warnings", `policies: broken listed with its errors (${brokenRow})`);
+  await page.screenshot({ path: `${shots}/policies.png`, fullPage: true });
+  await page.goto(`${base}/console/#/policies/broken`);
+  await page.waitForSelector("[data-testid=finding]");
+  const listing = await page.$$eval("[data-testid=yaml] tr", (rs) => rs.map((r) => [r.dataset.testid, r.className, ...[...r.children].map((c) => c.textContent)]));
+  const fi = listing.findIndex((r) => r[0] === "finding" && r[3].includes("7:5: error: unknown key 'hostz'"));
+  ok(fi > 0 && listing[fi - 1][2] === "7" && listing[fi - 1][1].includes("marked") && listing[fi - 1][3].includes("hostz:"),
+    `a policy's lint finding is shown under the line and column it names (${fi > 0 ? listing[fi].slice(3) : listing.map((r) => r[3]).join(" / ")})`);
+  ok(listing.some((r) => r[0] === "yaml-line" && r[3] === 'description: "<img src=x onerror=window.__pwned=7>"'), "the policy's YAML is shown as text");
+  ok(await page.evaluate(() => document.querySelectorAll("main img").length === 0 && window.__pwned === undefined), "nothing of the YAML ran");
+  ok(await page.$eval("#explain button[type=submit]", (b) => b.disabled), "a policy with errors offers no explain");
+  await page.screenshot({ path: `${shots}/policy-broken.png`, fullPage: true });
+  const users = await page.evaluate(async () => (await (await fetch("/admin/policies")).json()).policies);
+  const used = users.find((p) => p.sandboxes.some((s) => s.sandboxID === sandbox2));
+  await page.goto(`${base}/console/#/policies/${used ? used.name : "none"}`);
+  await page.waitForFunction((id) => [...document.querySelectorAll("[data-testid=policy-sandbox]")].some((r) => r.textContent.includes(id)), {}, sandbox2);
+  ok(true, `a policy's page lists the sandboxes using it (${used && used.name})`);
+  // A policy's page, once it shows that policy (the previous page's form is gone).
+  const openPolicy = async (name) => {
+    await page.goto(`${base}/console/#/policies/${name}`);
+    await page.waitForFunction((n) => document.querySelector("main h1")?.textContent === `Policy ${n}` && document.querySelector("#explain-url"), {}, name);
+  };
+  await openPolicy("e2e");
+  const explain = async (url) => {
+    await page.$eval("#explain-url", (e) => { e.value = ""; });
+    await page.type("#explain-url", url);
+    await page.evaluate(() => document.querySelector("[data-testid=explain-out]").replaceChildren());
+    await page.click("#explain button[type=submit]");
+    await page.waitForFunction(() => document.querySelector("[data-testid=explain-result], [data-testid=explain-out] [data-testid=error]"));
+    return page.evaluate(() => {
+      const t = (id) => document.querySelector(`[data-testid=${id}]`)?.textContent;
+      return { decision: t("explain-decision"), rule: t("explain-rule"), reason: t("explain-reason"), why: t("explain-why"), error: document.querySelector("[data-testid=explain-out] [data-testid=error]")?.textContent };
+    });
+  };
+  let x = await explain("http://allowed.test/x");
+  ok(x.decision === "allow" && x.rule === "web (line 5)" && x.reason === "rule_allows" && x.why.includes("web"),
+    `explain: http://allowed.test/x is allowed by rule web, and why (${JSON.stringify(x)})`);
+  x = await explain("http://allowed.test:8080/x");
+  ok(x.decision === "deny" && x.rule === "web (line 5)" && x.reason === "port_not_allowed", `explain: another port is denied, naming the rule (${x.reason}: ${x.why})`);
+  x = await explain("<b>evil</b>.test:22");
+  ok(x.error && x.error.includes("'<b>evil</b>.test:22': the host is neither a name"), `explain: a hostile host is refused, quoted as text (${x.error})`);
+  x = await explain("ftp://allowed.test/");
+  ok(x.error && x.error.includes("unsupported URL scheme"), `explain: a URL it cannot read is refused with why (${x.error})`);
+  ok(await page.evaluate(() => document.querySelectorAll("main b, main img").length === 0), "explain: nothing of the input became markup");
+  await page.screenshot({ path: `${shots}/policy.png`, fullPage: true });
 
   // API keys: create one (shown once), see it listed with its role, revoke it: it stops working.
   await page.goto(`${base}/console/#/keys`);
@@ -252,6 +308,10 @@ try {
   await page.goto(`${base}/console/#/audit`);
   await page.waitForSelector("#verify");
   ok(true, "auditor: the audit page and its verification are offered");
+  ok(!(await page.$eval("nav a[data-page=policies]", (a) => a.hidden)), "auditor: the policies page is offered");
+  await openPolicy("e2e");
+  x = await explain("http://allowed.test/x");
+  ok(x.decision === "allow", "auditor: explain answers");
   await page.click("#signout");
   await page.waitForSelector("#signin");
 

@@ -8,13 +8,19 @@
 #     "><script>, a bidi control): shown as text, no element made, nothing run;
 #   - a POST with the cookie and without the CSRF token is refused; the detail page; kill;
 #   - the audit page's verification answers; followed live with a filter, a record written
-#     meanwhile appears (rule, reason, a hostile host as text), one filtered out does not; the API keys page creates a key (shown once,
-#     working) and revokes it (refused at once); sign-out ends the session;
+#     meanwhile appears (rule, reason, a hostile host as text), one filtered out does not;
+#   - the policies page: each policy valid or with its errors, a policy's YAML with each lint
+#     finding under its line and column (a hostile string in it as text), the sandboxes using
+#     one, explain (allowed by rule web and why, another port denied naming the rule, a hostile
+#     host refused and quoted as text, an unreadable URL refused with why);
+#   - the API keys page creates a key (shown once, working) and revokes it (refused at once);
+#     sign-out ends the session;
 #   - the terminal: `echo hi` typed shows `hi`, hostile output shows as text, the pty has the
 #     page's size, its start and end are lifecycle events with the key (and nothing typed),
 #     closing it kills the shell;
 #   - an auditor key: its role shown, no kill/pause/resume or terminal offered, the API refusing
-#     the kill (403) and the terminal's upgrade, the sandbox still there;
+#     the kill (403) and the terminal's upgrade, the sandbox still there; the policies and
+#     their explain offered;
 #   - the page asks nothing of any host but airlockd, and no script error or CSP violation.
 # Screenshots of each page, kept: $CONSOLE_SHOTS (default <build>/artifacts/cp_console).
 set -uo pipefail
@@ -46,6 +52,18 @@ mkdir -p "$CP_STATE/audit"
 AUDIT_FILE="$CP_STATE/audit/egress-00000000000000000001-console.jsonl"
 printf '{"seq":1,"type":"http_request","sandbox":"%s","decision":"deny","reason":"no_rule_matched","host":"before.test"}\n' "$SB2" >"$AUDIT_FILE"
 
+# A policy with two lint errors (a rule without hosts, line 6; an unknown key, line 7) and a
+# hostile string in its text, for the policies page.
+cat >"$CP_STATE/policies/broken.yaml" <<'YAML'
+version: 1
+name: broken
+description: "<img src=x onerror=window.__pwned=7>"
+rules:
+  # misspelt
+  - name: r
+    hostz: [x.test]
+YAML
+
 al_note "the console in chromium"
 SHOTS=${CONSOLE_SHOTS:-$AIRLOCK_BIN/../artifacts/cp_console}
 rm -rf "$SHOTS" && mkdir -p "$SHOTS"
@@ -60,7 +78,8 @@ al_check "the terminal's shell pid was reported" test -n "$SHELL_PID"
 for _ in $(seq 100); do kill -0 "$SHELL_PID" 2>/dev/null || break; sleep 0.1; done
 al_check "the terminal's shell was killed when the page closed it" bash -c "! kill -0 $SHELL_PID 2>/dev/null"
 al_match "the auditor did not kill it" "\"sandboxID\": *\"$SB2\"" cp_api "$CP_URL/sandboxes/$SB2"
-for p in signin overview sandboxes sandbox audit audit-live keys terminal sandbox-auditor; do
+for p in signin overview sandboxes sandbox audit audit-live policies policy-broken policy keys terminal \
+  sandbox-auditor; do
   al_check "screenshot of $p" test -s "$SHOTS/$p.png"
 done
 al_done
