@@ -380,11 +380,40 @@ static json_t *tcli__dockerfile(char *text)
     return def;
 }
 
-/* Follows a build's status, printing its log (step n/N, elapsed) on stderr; 0 once ready,
- * 1 on error. */
+/* "step n/N" for a numbered step, else the step's name ("base", "finalize"). */
+static void tcli__where(const char *step, size_t nsteps, char *out, size_t len)
+{
+    if (step && step[0] >= '0' && step[0] <= '9')
+        snprintf(out, len, "step %s/%zu", step, nsteps);
+    else
+        snprintf(out, len, "%s", step ? step : "");
+}
+
+/* The base image's pull from the status answer's progress.image, in words ("" before it). */
+static void tcli__pulled(const json_t *img, char *out, size_t len)
+{
+    out[0] = '\0';
+    uint64_t total = (uint64_t)json_integer_value(json_object_get(img, "bytes"));
+    if (!total)
+        return;
+    uint64_t cached = (uint64_t)json_integer_value(json_object_get(img, "bytesCached"));
+    uint64_t pulled = (uint64_t)json_integer_value(json_object_get(img, "bytesPulled"));
+    size_t layers = (size_t)json_integer_value(json_object_get(img, "layers"));
+    snprintf(out, len, "%s %.1f of %.1f MiB (%zu layer%s), %.1f MiB downloaded",
+             cached >= total ? "pulled" : "pulling", (double)cached / 1048576.0,
+             (double)total / 1048576.0, layers, layers == 1 ? "" : "s", (double)pulled / 1048576.0);
+}
+
+/* Follows a build's status (its log paged by logsOffset, and its progress), printing on
+ * stderr each log entry (elapsed, step n/N, level, message) and the base image's pull
+ * (bytes pulled of the image's). On a terminal the progress is one line redrawn below the
+ * log; else a line when it changed, at most one a second. The pull's end is a line either
+ * way. 0 once ready, 1 on error. */
 static int tcli__follow(const char *name, const char *bid, size_t nsteps, bool quiet)
 {
-    uint64_t t0 = al_now_ns(), offset = 0;
+    uint64_t t0 = al_now_ns(), offset = 0, last_line = 0;
+    bool tty = !quiet && isatty(STDERR_FILENO), drawn = false;
+    char said[160] = "";
     for (;;) {
         char path[512];
         snprintf(path, sizeof path, "/templates/%s/builds/%s/status?logsOffset=%llu", name, bid,
@@ -392,30 +421,58 @@ static int tcli__follow(const char *name, const char *bid, size_t nsteps, bool q
         int status;
         json_t *st = NULL;
         if (cp_cli_call("GET", path, NULL, &status, &st, NULL) || status != 200) {
+            if (drawn)
+                fputs("\r\033[K", stderr);
             json_decref(st);
             return 1;
         }
+        double el = (double)(al_now_ns() - t0) / 1e9;
         json_t *logs = json_object_get(st, "logEntries");
+        if (drawn && json_array_size(logs)) {
+            fputs("\r\033[K", stderr);
+            drawn = false;
+        }
         size_t i;
         json_t *e;
         json_array_foreach(logs, i, e)
         {
             if (quiet)
                 continue;
-            const char *step = json_string_value(json_object_get(e, "step"));
-            char where[48] = "";
-            if (step && step[0] >= '0' && step[0] <= '9')
-                snprintf(where, sizeof where, " step %s/%zu", step, nsteps);
-            else if (step)
-                snprintf(where, sizeof where, " %s", step);
-            fprintf(stderr, "[%6.1fs]%s %s: %s\n", (double)(al_now_ns() - t0) / 1e9, where,
+            char where[48];
+            tcli__where(json_string_value(json_object_get(e, "step")), nsteps, where, sizeof where);
+            fprintf(stderr, "[%6.1fs]%s%s %s: %s\n", el, where[0] ? " " : "", where,
                     json_string_value(json_object_get(e, "level")),
                     json_string_value(json_object_get(e, "message")));
         }
         offset += json_array_size(logs);
         const char *s = json_string_value(json_object_get(st, "status"));
         bool end = s && (strcmp(s, "ready") == 0 || strcmp(s, "error") == 0);
+        json_t *prog = json_object_get(st, "progress");
+        json_t *img = json_object_get(prog, "image");
+        char pulled[160];
+        tcli__pulled(img, pulled, sizeof pulled);
+        bool pull_end = strncmp(pulled, "pulled", 6) == 0;
+        if (!quiet && pulled[0] && strcmp(pulled, said) != 0 &&
+            (pull_end || (!tty && al_now_ns() - last_line >= 1000000000ull))) {
+            if (drawn)
+                fputs("\r\033[K", stderr);
+            drawn = false;
+            fprintf(stderr, "[%6.1fs] base: %s\n", el, pulled);
+            snprintf(said, sizeof said, "%s", pulled);
+            last_line = al_now_ns();
+        }
+        if (tty && !end) {
+            char where[48];
+            tcli__where(json_string_value(json_object_get(prog, "step")), nsteps, where,
+                        sizeof where);
+            const char *pull_now = pulled[0] && !pull_end ? pulled : "";
+            fprintf(stderr, "\r\033[K[%6.1fs] %s%s%s", el, where[0] ? where : "building",
+                    pull_now[0] ? ": " : "", pull_now);
+            drawn = true;
+        }
         if (end && json_array_size(logs) == 0) {
+            if (drawn)
+                fputs("\r\033[K", stderr);
             int rc = strcmp(s, "ready") == 0 ? 0 : 1;
             if (rc) {
                 json_t *r = json_object_get(st, "reason");
@@ -423,7 +480,7 @@ static int tcli__follow(const char *name, const char *bid, size_t nsteps, bool q
                         json_string_value(json_object_get(r, "step")),
                         json_string_value(json_object_get(r, "message")));
             } else {
-                printf("%s %s ready (%.1f s)\n", name, bid, (double)(al_now_ns() - t0) / 1e9);
+                printf("%s %s ready (%.1f s)\n", name, bid, el);
             }
             json_decref(st);
             return rc;

@@ -523,6 +523,12 @@ struct builds_job {
     pthread_mutex_t lock;
     json_t *pending;
     size_t layers_logged;
+    /* Where the build is, for the status answer's "progress" (under lock: the worker writes,
+     * the loop reads): the step being made and the base image's pull. */
+    char at_step[16];
+    bool pulling;
+    struct tpl_progress pull;
+    struct builds_job *next_live; /* builds__live */
     /* The steps: the worker applies them from next_step on and stops at a RUN (run_at),
      * which the loop runs in a build sandbox (buildsb.c); the worker then merges its layer
      * (snapshot) and goes on. t: template.json as the steps so far made it. */
@@ -546,6 +552,8 @@ struct builds_job {
 };
 
 static size_t builds__running;
+/* The builds under way (loop thread), found by the status answer for their progress. */
+static struct builds_job *builds__live;
 /* The caches' size bound is applied while no build runs (nothing then reads what goes):
  * builds started meanwhile wait for it. */
 static bool builds__trimming;
@@ -566,6 +574,8 @@ static void builds__job_log(struct builds_job *j, int level, const char *step, c
                           "step", step, "message", msg);
     pthread_mutex_lock(&j->lock);
     json_array_append_new(j->pending, e);
+    if (step)
+        snprintf(j->at_step, sizeof j->at_step, "%s", step);
     pthread_mutex_unlock(&j->lock);
     uv_async_send(&j->async);
 }
@@ -593,6 +603,34 @@ static void builds__job_flush(uv_async_t *a)
     json_decref(v);
 }
 
+/* The status answer's "progress" (an airlock addition; the SDK reads none of it): the step
+ * being made ("base", "1".."N", "finalize"), how many there are, and the base image's pull
+ * (its layer bytes, those in the blob cache so far, and of those the bytes this pull
+ * downloaded, the pull audit record's bytes_pulled). Kept in the build's record once it
+ * ends. */
+static json_t *builds__progress(struct builds_job *j)
+{
+    pthread_mutex_lock(&j->lock);
+    json_t *o = json_pack("{s:s,s:I}", "step", j->at_step[0] ? j->at_step : "base", "steps",
+                          (json_int_t)json_array_size(json_object_get(j->def, "steps")));
+    if (j->pulling)
+        json_object_set_new(o, "image",
+                            json_pack("{s:I,s:I,s:I,s:I}", "layers", (json_int_t)j->pull.layers,
+                                      "bytes", (json_int_t)j->pull.total, "bytesCached",
+                                      (json_int_t)j->pull.done, "bytesPulled",
+                                      (json_int_t)j->pull.pulled));
+    pthread_mutex_unlock(&j->lock);
+    return o;
+}
+
+static struct builds_job *builds__live_find(const char *bid)
+{
+    for (struct builds_job *j = builds__live; j; j = j->next_live)
+        if (strcmp(j->bid, bid) == 0)
+            return j;
+    return NULL;
+}
+
 static void builds__job_fail(struct builds_job *j, const char *step, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -610,6 +648,13 @@ static void builds__pull_progress(const struct tpl_progress *p, void *arg)
 {
     struct builds_job *j = arg;
     bool done = strcmp(p->phase, "done") == 0;
+    if (strcmp(p->phase, "manifest") != 0) { /* (the layers' sizes are known from then on) */
+        pthread_mutex_lock(&j->lock);
+        j->pulling = true;
+        j->pull = *p;
+        j->pull.phase = NULL; /* (the pull's string) */
+        pthread_mutex_unlock(&j->lock);
+    }
     if ((!done && strcmp(p->phase, "layers") != 0) || (!done && p->layers_done == j->layers_logged))
         return;
     j->layers_logged = p->layers_done;
@@ -1394,10 +1439,17 @@ static void builds__finish(struct builds_job *j)
             builds__rm_later(cp, j->tmp);
     }
     builds__job_flush(&j->async);
+    for (struct builds_job **p = &builds__live; *p; p = &(*p)->next_live)
+        if (*p == j) {
+            *p = j->next_live;
+            break;
+        }
+    snprintf(j->at_step, sizeof j->at_step, "%s", j->rc ? j->fail_step : "finalize");
     struct cp_store_build b;
     if (cp_store_build_load(cp->store, j->bid, &b, &err)) {
         al_error("build %s: %s", j->bid, al_error_str(&err));
     } else if (j->rc) {
+        json_object_set_new(b.doc, "progress", builds__progress(j));
         al_warn("template %s: build %s failed at step %s: %s", j->tid, j->bid, j->fail_step,
                 j->fail_msg);
         if (builds__fail(cp, &b, j->fail_step, j->fail_msg, &err))
@@ -1408,6 +1460,7 @@ static void builds__finish(struct builds_job *j)
         builds__log(cp, j->bid, CP_BUILD_INFO, "finalize", "template %s is ready (build %s)",
                     j->tid, j->bid);
         snprintf(b.status, sizeof b.status, "ready");
+        json_object_set_new(b.doc, "progress", builds__progress(j));
         json_object_set_new(b.doc, "updated_ns", json_integer((json_int_t)now));
         json_object_set_new(b.doc, "finished_ns", json_integer((json_int_t)now));
         if (cp_store_build_save(cp->store, &b, &err))
@@ -1536,6 +1589,9 @@ static void builds__run_start(struct builds_job *j)
         user = "root";
     char step[16];
     snprintf(step, sizeof step, "%ld", j->run_at + 1);
+    pthread_mutex_lock(&j->lock);
+    snprintf(j->at_step, sizeof j->at_step, "%s", step);
+    pthread_mutex_unlock(&j->lock);
     builds__log(cp, j->bid, CP_BUILD_INFO, step, "RUN %.1800s (as %s)", cmd, user);
     j->out_bytes = 0;
     j->out_cut = false;
@@ -1673,6 +1729,8 @@ static int builds__start(struct cp *cp, struct cp_store_build *b, json_t *def,
         return builds__fail(cp, b, "base", "the build cannot start", err);
     }
     builds__running++;
+    j->next_live = builds__live;
+    builds__live = j;
     snprintf(b->status, sizeof b->status, "building");
     json_object_set_new(b->doc, "updated_ns", json_integer((json_int_t)al_wall_ns()));
     return cp_store_build_save(cp->store, b, err);
@@ -1895,6 +1953,12 @@ static void builds__status(struct cp *cp, struct al_http_req *req, const char *t
     json_object_set_new(o, "status", json_string(b.status));
     json_object_set_new(o, "logEntries", entries);
     json_object_set_new(o, "logs", json_array());
+    struct builds_job *live = builds__live_find(b.id);
+    json_t *prog = json_object_get(b.doc, "progress");
+    if (live)
+        json_object_set_new(o, "progress", builds__progress(live));
+    else if (json_is_object(prog))
+        json_object_set(o, "progress", prog);
     json_t *reason = json_object_get(b.doc, "reason");
     if (json_is_object(reason)) {
         json_t *r = json_deep_copy(reason);

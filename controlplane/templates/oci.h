@@ -141,6 +141,7 @@ void tpl_image_free(struct tpl_image *img); /* the config; the struct is the cal
 struct tpl_progress {
     const char *phase;    /* "manifest", "layers", "done" */
     uint64_t done, total; /* layer bytes in the cache / of the image */
+    uint64_t pulled;      /* of done, the bytes downloaded by this pull (not already cached) */
     size_t layers_done, layers;
 };
 

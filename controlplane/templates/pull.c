@@ -185,6 +185,7 @@ static void pull__progress(struct pull *p, const char *phase, bool force)
         .phase = phase,
         .done = p->done_bytes,
         .total = p->img->bytes,
+        .pulled = p->img->bytes_pulled,
         .layers_done = p->layers_done,
         .layers = p->img->n_layers,
     };

@@ -391,6 +391,31 @@ PY
   crun() { echo 'S3cret-pw-9f2a' | tcli build cli-run --dockerfile "$T/Dockerfile.run" --username tester; }
   al_match "a Dockerfile RUN step runs, its output in the log" "step 2/2 info: run-output" crun
   al_ok "... and its file is in the template" grep -qx 'made by run' "$S2/templates/cli-run/rootfs/made-by-run"
+  # The progress of a pull: base:2's first layer is base:1's, in the blob cache already; its
+  # second is not. The CLI says the bytes pulled of the image's (once the pull is done, so
+  # whatever the pace of its polls); the status answer has them as the pull's audit record.
+  printf 'FROM %s\nUSER root\nRUN echo after the pull\n' "$REG/base:2" > "$T/Dockerfile.pull"
+  cpull() { echo 'S3cret-pw-9f2a' | tcli build cli-pull --dockerfile "$T/Dockerfile.pull" --username tester; }
+  al_match "template build shows the base image's pull: bytes pulled of the image's, elapsed" \
+    '^\[ *[0-9]+\.[0-9]s\] base: pulled ([0-9]+\.[0-9]) of \1 MiB \(2 layers\), [0-9]+\.[0-9] MiB downloaded$' cpull
+  PULL_OUT=$AL_OUT
+  al_eq "... once, not before the layers' sizes are known" "$(grep -c '\] base: pulled' <<<"$PULL_OUT")" 1
+  al_ok "... then the steps, n/N" grep -q "step 2/2 info: after the pull" <<<"$PULL_OUT"
+  PBID=$(awk '$1 == "cli-pull" && $3 == "ready" {print $2}' <<<"$PULL_OUT")
+  api "$URL/templates/cli-pull/builds/$PBID/status" > "$T/pull.status"
+  al_ok "the build's status has the pull's progress: all layer bytes in the cache, the second layer's downloaded" \
+    python3 - "$T/pull.status" "$S2/audit" <<'PY'
+import glob, json, sys
+st = json.load(open(sys.argv[1]))
+p = st["progress"]
+assert p["step"] == "finalize" and p["steps"] == 2, p
+img = p["image"]
+recs = [json.loads(l) for f in sorted(glob.glob(sys.argv[2] + "/templates-*.jsonl")) for l in open(f)]
+pull = [r for r in recs if r.get("event") == "template_pull" and r.get("reference", "").endswith("/test/base:2")][-1]
+assert img["layers"] == pull["layers"] == 2, (img, pull)
+assert img["bytes"] == img["bytesCached"] == pull["bytes"], (img, pull)
+assert img["bytesPulled"] == pull["bytes_pulled"] and 0 < img["bytesPulled"] < img["bytes"], (img, pull)
+PY
   printf 'FROM %s\nRUN echo before; exit 4\n' "$REG/base:1" > "$T/Dockerfile.fail"
   cfail() { if echo 'S3cret-pw-9f2a' | tcli build cli-fail --dockerfile "$T/Dockerfile.fail" --username tester; then return 1; fi; }
   al_match "a failing RUN step fails the build, naming the step and its exit code" \

@@ -400,6 +400,12 @@ START_TEST(template_build_runs)
     ck_assert_ptr_nonnull(strstr(r.raw, "WORKDIR /app/src/sub"));
     ck_assert_ptr_nonnull(strstr(r.raw, "template my-tpl is ready"));
     ck_assert_str_eq(jstr(json_array_get(logs, json_array_size(logs) - 1), "step"), "finalize");
+    /* Its progress stays in the answer once it ended: at the end, of 4 steps, no image. */
+    json_t *prog = json_object_get(r.body, "progress");
+    ck_assert_msg(json_is_object(prog), "%s", r.raw);
+    ck_assert_str_eq(jstr(prog, "step"), "finalize");
+    ck_assert_int_eq(json_integer_value(json_object_get(prog, "steps")), 4);
+    ck_assert_ptr_null(json_object_get(prog, "image"));
     resp_free(&r);
 
     json_t *t = tpl_json("my-tpl");
@@ -467,6 +473,7 @@ START_TEST(template_build_runs)
     ck_assert_str_eq(jstr(json_object_get(r.body, "reason"), "step"), "2");
     ck_assert_ptr_nonnull(strstr(jstr(json_object_get(r.body, "reason"), "message"),
                                  "step 2 (WORKDIR ../../x): not a path without '..'"));
+    ck_assert_str_eq(jstr(json_object_get(r.body, "progress"), "step"), "2"); /* where it ended */
     resp_free(&r);
     t = tpl_json("my-tpl");
     ck_assert_str_eq(jstr(json_object_get(t, "build"), "id"), bid2);
