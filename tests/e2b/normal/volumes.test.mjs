@@ -91,6 +91,13 @@ test('volumes: volumeMounts, written by one sandbox, read by the next and withou
     assert.equal((await a.commands.run('cat /mnt/vol/from-api.txt')).stdout, 'written through the API')
     // The sandbox's user owns what it writes, in the volume as in every sandbox.
     await a.commands.run('echo from-a > /mnt/vol/a.txt && mkdir /mnt/vol/d && id -u > /mnt/vol/d/uid')
+    // The volume's size holds inside a sandbox too (run-normal: volumes.size 64MiB): a write
+    // past it fails there, and what fits stays.
+    const full = await a.commands.run('dd if=/dev/zero of=/mnt/vol/big bs=1M count=100', { timeoutMs: 120_000 })
+      .then(() => null, (e) => e)
+    assert.ok(full && full.exitCode !== 0, 'a write past the volume\'s size succeeded')
+    assert.match(full.stderr, /No space left on device/)
+    await a.commands.run('rm /mnt/vol/big')
     // Deleting a mounted volume is refused, also while its sandbox is paused; the boot that
     // resumes it mounts the volume again.
     await assert.rejects(Volume.destroy(v.volumeId), /409/)
