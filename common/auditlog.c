@@ -18,9 +18,6 @@
 #include <unistd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#if defined(__SSE2__) && defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 #define AUDITLOG__SEG_SIZE    (256 * 1024)
 #define AUDITLOG__FLUSH_BYTES (4u * 1024 * 1024)
@@ -139,29 +136,10 @@ void auditlog__hash_hex(const void *line, size_t len, char out[AL_AUDITLOG_HASH_
 {
     unsigned char h[32];
     crypto_generichash(h, sizeof h, line, len, NULL, 0);
-    /* Lowercase hex like sodium_bin2hex, by table: a chain hash is public (it is written into
-     * the next record), so the constant-time encoder buys nothing here, and this runs once
-     * per record under the log's lock. */
-#if defined(__SSE2__) && defined(__x86_64__)
-    /* 16 bytes at a time: each nibble plus '0', plus 39 more above 9 ('a' - '0' - 10) */
-    const __m128i low = _mm_set1_epi8(0x0f), nine = _mm_set1_epi8(9);
-    const __m128i zero = _mm_set1_epi8('0'), gap = _mm_set1_epi8('a' - '0' - 10);
-    for (size_t i = 0; i < sizeof h; i += 16) {
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(h + i));
-        __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), low), lo = _mm_and_si128(b, low);
-        hi = _mm_add_epi8(_mm_add_epi8(hi, zero), _mm_and_si128(_mm_cmpgt_epi8(hi, nine), gap));
-        lo = _mm_add_epi8(_mm_add_epi8(lo, zero), _mm_and_si128(_mm_cmpgt_epi8(lo, nine), gap));
-        _mm_storeu_si128((__m128i *)(void *)(out + 2 * i), _mm_unpacklo_epi8(hi, lo));
-        _mm_storeu_si128((__m128i *)(void *)(out + 2 * i + 16), _mm_unpackhi_epi8(hi, lo));
-    }
-#else
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < sizeof h; i++) {
-        out[2 * i] = digits[h[i] >> 4];
-        out[2 * i + 1] = digits[h[i] & 15];
-    }
-#endif
-    out[2 * sizeof h] = 0;
+    /* Not sodium_bin2hex: a chain hash is public (it is written into the next record), so
+     * the constant-time encoder buys nothing here, and this runs once per record under the
+     * log's lock. */
+    al_hex_encode(out, h, sizeof h, false);
 }
 
 void auditlog__key_id(const unsigned char pk[crypto_sign_PUBLICKEYBYTES], char out[17])

@@ -6,6 +6,7 @@
  * bounded and nothing is assumed about their content. */
 #include "auditlog.h"
 #include "auditlog_int.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -138,17 +139,6 @@ static void quick__ws(struct quick__st *s)
         s->p++;
 }
 
-static int quick__hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* A string at s->p ('"'): its raw bytes between the quotes in *str, *n; *esc when it holds
  * an escape (its value then differs from its bytes). */
 static bool quick__string(struct quick__st *s, const unsigned char **str, size_t *n, bool *esc)
@@ -180,7 +170,7 @@ static bool quick__string(struct quick__st *s, const unsigned char **str, size_t
                 return false;
             int v = 0;
             for (int i = 2; i < 6; i++) {
-                int h = quick__hexval(q[i]);
+                int h = al_hex_value((unsigned char)q[i]);
                 if (h < 0)
                     return false;
                 v = v * 16 + h;

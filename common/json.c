@@ -1,5 +1,6 @@
 /* common/json: see json.h. */
 #include "json.h"
+#include "util.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -46,7 +47,7 @@ size_t al_json_utf8_len(const unsigned char *s, size_t n)
 
 size_t al_json_escape(const char *in, char *out, size_t outlen)
 {
-    static const char hex[] = "0123456789abcdef";
+    const char *hex = al_hex_lower;
     size_t o = 0;
     if (outlen == 0)
         return 0;
@@ -168,7 +169,7 @@ size_t al_json_quoted_len(const char *s, size_t n)
 
 size_t al_json_quote(const char *s, size_t n, char *out)
 {
-    static const char hex[] = "0123456789ABCDEF";
+    const char *hex = al_hex_upper;
     const unsigned char *u = (const unsigned char *)s;
     char *o = out;
     *o++ = '"';

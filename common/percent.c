@@ -1,19 +1,9 @@
 /* common/percent: see percent.h. */
 #include "percent.h"
+#include "util.h"
 
 #include <errno.h>
 #include <stdbool.h>
-
-static int percent__hex(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 /* RFC 3986 unreserved, without <ctype.h>: the answer must not depend on a locale. */
 static int percent__unreserved(unsigned char c)
@@ -30,8 +20,8 @@ int al_percent_decode_byte(const char *s, size_t len, size_t *i, unsigned flags)
     if (c == '%') {
         if (len - *i < 3)
             return -EINVAL;
-        int hi = percent__hex((unsigned char)s[*i + 1]);
-        int lo = percent__hex((unsigned char)s[*i + 2]);
+        int hi = al_hex_value((unsigned char)s[*i + 1]);
+        int lo = al_hex_value((unsigned char)s[*i + 2]);
         if (hi < 0 || lo < 0)
             return -EINVAL;
         if ((hi | lo) == 0)
@@ -47,7 +37,7 @@ int al_percent_decode_byte(const char *s, size_t len, size_t *i, unsigned flags)
 
 ssize_t al_percent_decode(const char *in, size_t len, char *out, size_t outlen, unsigned flags)
 {
-    static const char upper[] = "0123456789ABCDEF";
+    const char *upper = al_hex_upper;
     unsigned byte_flags = flags & ~(unsigned)AL_PERCENT_UNRESERVED_ONLY;
     size_t i = 0, o = 0;
     int rc = 0;

@@ -14,6 +14,9 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sodium.h>
+#if defined(__SSE2__) && defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 uint64_t al_now_ns(void)
 {
@@ -499,17 +502,53 @@ int al_parse_duration_ms(const char *s, uint64_t *out)
     return 0;
 }
 
+const char al_hex_lower[17] = "0123456789abcdef", al_hex_upper[17] = "0123456789ABCDEF";
+
+void al_hex_encode(char *out, const void *in, size_t n, bool upper)
+{
+    const unsigned char *b = in;
+    size_t i = 0;
+#if defined(__SSE2__) && defined(__x86_64__)
+    /* 16 bytes at a time: each nibble plus '0', plus the gap to 'a' (or 'A') above 9. */
+    const __m128i low = _mm_set1_epi8(0x0f), nine = _mm_set1_epi8(9);
+    const __m128i zero = _mm_set1_epi8('0'),
+                  gap = _mm_set1_epi8((char)((upper ? 'A' : 'a') - '0' - 10));
+    for (; i + 16 <= n; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(b + i));
+        __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), low), lo = _mm_and_si128(v, low);
+        hi = _mm_add_epi8(_mm_add_epi8(hi, zero), _mm_and_si128(_mm_cmpgt_epi8(hi, nine), gap));
+        lo = _mm_add_epi8(_mm_add_epi8(lo, zero), _mm_and_si128(_mm_cmpgt_epi8(lo, nine), gap));
+        _mm_storeu_si128((__m128i *)(void *)(out + 2 * i), _mm_unpacklo_epi8(hi, lo));
+        _mm_storeu_si128((__m128i *)(void *)(out + 2 * i + 16), _mm_unpackhi_epi8(hi, lo));
+    }
+#endif
+    const char *d = upper ? al_hex_upper : al_hex_lower;
+    for (; i < n; i++) {
+        out[2 * i] = d[b[i] >> 4];
+        out[2 * i + 1] = d[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+int al_hex_value(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 void al_random_hex(char *out, size_t nbytes)
 {
-    static const char hex[] = "0123456789abcdef";
     unsigned char b[64];
     while (nbytes) {
         size_t n = nbytes > sizeof b ? sizeof b : nbytes;
         randombytes_buf(b, n);
-        for (size_t i = 0; i < n; i++) {
-            *out++ = hex[b[i] >> 4];
-            *out++ = hex[b[i] & 15];
-        }
+        al_hex_encode(out, b, n, false);
+        out += 2 * n;
         nbytes -= n;
     }
     *out = '\0';
@@ -526,7 +565,7 @@ void al_uuid_v4(char out[37])
 
 void al_uuid_format(const unsigned char b[16], char out[37])
 {
-    static const char hex[] = "0123456789abcdef";
+    const char *hex = al_hex_lower;
     char *o = out;
     for (int i = 0; i < 16; i++) {
         if (i == 4 || i == 6 || i == 8 || i == 10)

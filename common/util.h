@@ -74,6 +74,13 @@ int al_parse_size(const char *s, uint64_t *out);
 /* Parses durations such as "250ms", "30s", "5m", "1h" into milliseconds. */
 int al_parse_duration_ms(const char *s, uint64_t *out);
 
+/* Hex, the tree's one encoder and decoder. Not constant-time: for public bytes (hashes,
+ * identifiers, escapes); secrets go through sodium_bin2hex. al_hex_encode writes n bytes as
+ * 2n digits and a NUL; al_hex_value is a digit's value (either case), or -1. */
+extern const char al_hex_lower[17], al_hex_upper[17];
+void al_hex_encode(char *out, const void *in, size_t n, bool upper);
+int al_hex_value(int c);
+
 /* Random identifiers: n random bytes as lowercase hex into out (2n+1 bytes). */
 void al_random_hex(char *out, size_t nbytes);
 /* A random (version 4) UUID, "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx". */

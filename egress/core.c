@@ -91,7 +91,7 @@ void egress_new_request_id(struct egress *e, char out[32])
     char t[16];
     int k = 0;
     do
-        t[k++] = "0123456789abcdef"[n & 15];
+        t[k++] = al_hex_lower[n & 15];
     while ((n >>= 4));
     while (k)
         out[o++] = t[--k];

@@ -175,7 +175,7 @@ static int req__on_body(llhttp_t *p, const char *at, size_t n)
         memcpy(d, "\r\n", 2);
         size_t v = n;
         do
-            *--d = "0123456789abcdef"[v & 15];
+            *--d = al_hex_lower[v & 15];
         while (v >>= 4);
         rc = al_buf_append(&h->to_up, d, (size_t)(e - d));
     }

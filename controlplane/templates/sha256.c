@@ -4,9 +4,10 @@
 #include "internal.h"
 
 #include <openssl/evp.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/util.h"
 
 bool tpl_digest_valid(const char *s)
 {
@@ -54,8 +55,7 @@ void tpl_sha256_final(struct tpl_sha256 *h, char *out)
     unsigned int n = 0;
     EVP_DigestFinal_ex(h->ctx, d, &n);
     memcpy(out, "sha256:", 7);
-    for (int i = 0; i < 32; i++)
-        snprintf(out + 7 + 2 * i, 3, "%02x", d[i]);
+    al_hex_encode(out + 7, d, sizeof d, false);
     tpl_sha256_reset(h);
 }
 
@@ -72,6 +72,5 @@ void tpl_sha256_digest(const void *data, size_t len, char *out)
     unsigned char d[32];
     EVP_Digest(data, len, d, NULL, EVP_sha256(), NULL);
     memcpy(out, "sha256:", 7);
-    for (int i = 0; i < 32; i++)
-        snprintf(out + 7 + 2 * i, 3, "%02x", d[i]);
+    al_hex_encode(out + 7, d, sizeof d, false);
 }

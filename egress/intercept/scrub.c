@@ -10,6 +10,8 @@
 #include <strings.h>
 #include <zlib.h>
 
+#include "common/util.h"
+
 #define NONE32 UINT32_MAX
 static const char scrub__mask[] = "REDACTED";
 
@@ -99,14 +101,10 @@ static int scrub__b64_core(struct scrub__pats *ps, const unsigned char *v, size_
 static int scrub__hex(struct scrub__pats *ps, const unsigned char *v, size_t n, bool upper,
                       size_t value)
 {
-    const char *d = upper ? "0123456789ABCDEF" : "0123456789abcdef";
     unsigned char *out = malloc(n * 2 + 1);
     if (!out)
         return -ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = (unsigned char)d[v[i] >> 4];
-        out[2 * i + 1] = (unsigned char)d[v[i] & 15];
-    }
+    al_hex_encode((char *)out, v, n, upper);
     return scrub__add(ps, out, n * 2, value, INTERCEPT_ENC_HEX);
 }
 
@@ -119,7 +117,7 @@ static bool scrub__unreserved(unsigned char c)
 static int scrub__pct(struct scrub__pats *ps, const unsigned char *v, size_t n, bool upper,
                       bool all, size_t value)
 {
-    const char *d = upper ? "0123456789ABCDEF" : "0123456789abcdef";
+    const char *d = upper ? al_hex_upper : al_hex_lower;
     unsigned char *out = malloc(n * 3 + 1);
     if (!out)
         return -ENOMEM;
@@ -159,7 +157,7 @@ static int scrub__json(struct scrub__pats *ps, const unsigned char *v, size_t n,
             out[o++] = c;
             changed = true;
         } else if (c < 0x20 || (html && (c == '<' || c == '>' || c == '&' || c == '\''))) {
-            static const char hx[] = "0123456789abcdef";
+            const char *hx = al_hex_lower;
             memcpy(out + o, "\\u00", 4);
             out[o + 4] = (unsigned char)hx[c >> 4];
             out[o + 5] = (unsigned char)hx[c & 15];

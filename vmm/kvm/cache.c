@@ -48,9 +48,7 @@ static void cache__final_key(crypto_generichash_state *h, char key[KVM_CACHE_KEY
 {
     unsigned char d[32];
     crypto_generichash_final(h, d, sizeof d);
-    for (int i = 0; i < KVM_CACHE_KEY_LEN / 2; i++)
-        snprintf(key + 2 * i, 3, "%02x", d[i]);
-    key[KVM_CACHE_KEY_LEN] = '\0';
+    al_hex_encode(key, d, KVM_CACHE_KEY_LEN / 2, false);
 }
 
 struct cache__entry {

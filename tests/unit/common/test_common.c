@@ -663,6 +663,35 @@ START_TEST(log_json_lines)
 }
 END_TEST
 
+START_TEST(util_hex_encode_and_value)
+{
+    /* Every length around the 16-byte vector step, both cases, against printf's %02x; the
+     * byte past the NUL stays untouched. */
+    unsigned char in[70];
+    for (size_t i = 0; i < sizeof in; i++)
+        in[i] = (unsigned char)(i * 37 + 11);
+    in[3] = 0x00, in[20] = 0xff, in[33] = 0x9a;
+    for (int upper = 0; upper < 2; upper++) {
+        for (size_t n = 0; n <= sizeof in; n++) {
+            char want[2 * sizeof in + 1], got[2 * sizeof in + 2];
+            for (size_t i = 0; i < n; i++)
+                snprintf(want + 2 * i, 3, upper ? "%02X" : "%02x", in[i]);
+            want[2 * n] = '\0';
+            memset(got, '#', sizeof got);
+            al_hex_encode(got, in, n, upper);
+            ck_assert_str_eq(got, want);
+            ck_assert_int_eq(got[2 * n + 1], '#');
+        }
+    }
+    for (int c = 0; c < 256; c++) {
+        const char *lo = strchr(al_hex_lower, c), *up = strchr(al_hex_upper, c);
+        int want = c && lo ? (int)(lo - al_hex_lower) : c && up ? (int)(up - al_hex_upper) : -1;
+        ck_assert_int_eq(al_hex_value(c), want);
+    }
+    ck_assert_int_eq(al_hex_value(-1), -1);
+}
+END_TEST
+
 static Suite *common_suite(void)
 {
     Suite *s = suite_create("common");
@@ -675,6 +704,7 @@ static Suite *common_suite(void)
     tcase_add_test(tc, json_dumpb_strings_of_every_length);
     tcase_add_test(tc, json_dumpb_object_rejects_own_keys);
     tcase_add_test(tc, util_sizes_and_durations);
+    tcase_add_test(tc, util_hex_encode_and_value);
     tcase_add_test(tc, util_rfc3339_round_trip);
     tcase_add_test(tc, time_format_forms);
     tcase_add_test(tc, time_format_matches_gmtime);
