@@ -280,6 +280,8 @@ void egress_conn_close(struct egress_conn *c, bool reset, const char *why)
     atomic_fetch_sub(&e->stats.conns_active, 1);
     if (c->counted)
         atomic_fetch_sub(&c->sb->conns, 1);
+    if (!reset)
+        egress_http_pool_upstream(c); /* before the upstream socket would close */
     egress_http_free(c);
     conn__free_in(c);
     egress_inspect_conn_free(c); /* its upstream socket is its own (pooled or closed) */
@@ -909,6 +911,13 @@ int egress_conn_connect(struct egress_conn *c)
     egress_conn_set_events(&c->upstream, UV_WRITABLE);
     egress_conn_deadline(c, e->cfg.connect_timeout_ms);
     return 0;
+}
+
+void egress_conn_adopt_upstream(struct egress_conn *c, int fd)
+{
+    conn__end_init(c, &c->upstream, fd);
+    c->upstream.eof = c->upstream.shut_wr = false;
+    c->state = CONN_HTTP;
 }
 
 static void conn__start_connect(struct egress_conn *c)

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -53,6 +54,12 @@ struct egress_http {
     bool upgrade;      /* 101 received: the connection becomes a tunnel */
     bool close_after;  /* close once the response is delivered */
     bool draining;
+    /* The upstream connection outlives the client's in the worker's pool (keyed by the
+     * sandbox, the bound host and the address dialled): up_pooled, it was taken from there;
+     * up_reusable, its last exchange ended cleanly and nothing happened on it since;
+     * up_redial, a request is being sent again on a new connection (http__resend), which
+     * happens once per connection at most (up_resent). */
+    bool up_pooled, up_reusable, up_redial, up_resent;
     size_t in_off; /* parsed bytes of c->in */
     struct al_buf to_up, to_client;
     char *upbuf;           /* upstream read buffer */
@@ -437,6 +444,8 @@ static void http__audit_request(struct egress_conn *c, const char *decision, con
         egress_recw_int(&w, "status", h->status);
     egress_recw_int(&w, "bytes_up", (int64_t)h->req_bytes);
     egress_recw_int(&w, "bytes_down", (int64_t)h->resp_bytes);
+    if (h->up_pooled)
+        egress_recw_bool(&w, "upstream_reused", true);
     egress_recw_obj_begin(&w, "timing_us");
     uint64_t now = al_now_ns();
     if (h->t_decided)
@@ -829,6 +838,93 @@ static void http__to_inspect(struct egress_conn *c)
     egress_check_destination(c, &c->host, http__inspect_dst_checked);
 }
 
+/* The name c's upstream is pooled under, beside the sandbox (never shared between
+ * sandboxes) and the port: the bound host and the address dialled. Not the policy: every
+ * request on the connection is decided under the sandbox's current policy, and its
+ * destination checked, before the pool is asked; the socket carries no decision. */
+static void http__pool_name(struct egress_conn *c, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "http:%s@%s", c->http->host.text, c->dialled_text);
+}
+
+/* An idle upstream of the same sandbox to the same host and address, if the pool has a live
+ * one: then c's upstream, connected. */
+static bool http__take_pooled(struct egress_conn *c)
+{
+    if (!c->sb)
+        return false;
+    char name[sizeof c->http->host.text + sizeof c->dialled_text + 8];
+    http__pool_name(c, name, sizeof name);
+    int fd = egress_inspect_pool_take(c->w, c->sb->id, name, c->dst_port);
+    if (fd < 0)
+        return false;
+    egress_conn_adopt_upstream(c, fd);
+    c->http->up_pooled = true;
+    return true;
+}
+
+void egress_http_pool_upstream(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    if (!h || !h->up_reusable || c->upstream.fd < 0 || c->upstream.eof || h->to_up.len || !c->sb ||
+        atomic_load(&c->sb->removed))
+        return;
+    /* Idle in the pool, nobody watches it: the next taker checks that it is still alive. */
+    if (c->upstream.registered)
+        epoll_ctl(c->w->ep, EPOLL_CTL_DEL, c->upstream.fd, NULL);
+    char name[sizeof h->host.text + sizeof c->dialled_text + 8];
+    http__pool_name(c, name, sizeof name);
+    egress_inspect_pool_give(c->w, c->sb->id, name, c->dst_port, c->upstream.fd);
+    c->upstream.fd = -1;
+    c->upstream.registered = false;
+    c->upstream.events = 0;
+}
+
+/* Methods a client may repeat without changing what its request does (RFC 9110 9.2.2). */
+static bool http__idempotent(const char *m)
+{
+    static const char *const ok[] = {"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", NULL};
+    for (const char *const *x = ok; m && *x; x++)
+        if (strcmp(m, *x) == 0)
+            return true;
+    return false;
+}
+
+/* A request sent on a pooled upstream that the server had closed meanwhile (its end, a
+ * reset or a failed write before any byte of an answer) never reached the server: a request
+ * without a body, of a method that may be repeated, is sent once more on a new connection
+ * to the same checked address, as a client would. True when that is under way (or the
+ * exchange was answered). */
+static bool http__resend(struct egress_conn *c)
+{
+    struct egress_http *h = c->http;
+    if (!h->up_pooled || h->up_resent || !h->req_done || h->resp_in_head || h->resp_started ||
+        h->up_len || h->r.chunked || h->r.content_length > 0 || !http__idempotent(h->r.method))
+        return false;
+    h->up_resent = true;
+    h->up_pooled = false;
+    h->up_reusable = false;
+    close(c->upstream.fd); /* which takes it out of the epoll set */
+    c->upstream.fd = -1;
+    c->upstream.registered = false;
+    c->upstream.events = 0;
+    c->upstream.eof = false;
+    al_buf_reset(&h->to_up);
+    llhttp_init(&h->resp, HTTP_RESPONSE, http__resp_settings());
+    h->resp.data = h;
+    if (egress_http_serialize_request(&h->reqh, &h->r, true, &h->to_up) < 0) {
+        h->status = 500;
+        http__audit_fail(c, "serialize_failed");
+        egress_http_answer(c, 500, "proxy_error", NULL, "serialize_failed", true);
+        return true;
+    }
+    h->up_redial = true;
+    int rc = egress_conn_connect(c);
+    if (rc < 0)
+        egress_http_on_connected(c, rc);
+    return true;
+}
+
 static void http__on_dst_checked(struct egress_conn *c, bool ok, const char *reason)
 {
     struct egress_http *h = c->http;
@@ -839,6 +935,10 @@ static void http__on_dst_checked(struct egress_conn *c, bool ok, const char *rea
     }
     h->decision = h->would_deny ? "would_deny" : "allow";
     egress_conn_set_dialled(c, &c->dst);
+    if (http__take_pooled(c)) {
+        egress_http_on_connected(c, 0);
+        return;
+    }
     int rc = egress_conn_connect(c);
     if (rc < 0)
         egress_http_on_connected(c, rc);
@@ -864,6 +964,14 @@ void egress_http_on_connected(struct egress_conn *c, int status)
         c->allowed = true;
         atomic_fetch_add(&e->stats.conns_allowed, 1);
     }
+    if (h->up_redial) {
+        /* http__resend: the request (already through the parser) waits in to_up. */
+        h->up_redial = false;
+        h->t_sent = al_now_ns();
+        egress_conn_deadline(c, e->cfg.body_timeout_ms);
+        http__process(c);
+        return;
+    }
     http__send_head(c);
 }
 
@@ -873,7 +981,8 @@ static void http__send_head(struct egress_conn *c)
     if (c->sb)
         atomic_fetch_add(&c->sb->n_allowed, 1);
     atomic_fetch_add(&c->w->e->stats.http_requests, 1);
-    if (egress_http_serialize_request(&h->reqh, &h->r, &h->to_up) < 0) {
+    h->up_reusable = false;
+    if (egress_http_serialize_request(&h->reqh, &h->r, true, &h->to_up) < 0) {
         egress_http_answer(c, 500, "proxy_error", NULL, "serialize_failed", true);
         return;
     }
@@ -914,13 +1023,15 @@ static void http__response_complete(struct egress_conn *c)
     struct egress_http *h = c->http;
     http__audit_request(c, h->would_deny ? "would_deny" : "allow", c->verdict.rule,
                         c->verdict.reason, NULL);
-    /* The upstream connection lives as long as the client's: when either side will not
-     * keep it (or the upstream sent bytes after its response, a protocol error), the
-     * client connection closes after this response. */
-    bool keep = h->r.keep_alive && llhttp_should_keep_alive(&h->resp) && !c->client.eof &&
-                !c->upstream.eof && h->up_len == h->up_off;
+    /* The upstream connection serves the client's as long as that lasts, then goes to the
+     * pool (egress_http_pool_upstream): when either side will not keep its connection (or the
+     * upstream sent bytes after its response, a protocol error), the client connection
+     * closes after this response. */
+    bool up_keep = llhttp_should_keep_alive(&h->resp) && !c->upstream.eof && h->up_len == h->up_off;
+    bool keep = h->r.keep_alive && !c->client.eof && up_keep;
     if (!keep)
         h->close_after = true;
+    h->up_reusable = up_keep;
     h->phase = H_IDLE;
     h->req_done = false;
     egress_http_head_reset(&h->reqh);
@@ -1044,6 +1155,8 @@ static void http__read_upstream(struct egress_conn *c)
         }
         h->up_len = h->up_off = 0;
     }
+    if (h->phase == H_IDLE)
+        h->up_reusable = false; /* its end, or bytes nobody asked for */
     while (h->to_client.len < QUEUE_HIGH && !h->resp_done && !h->upgrade) {
         if (h->up_len == UP_READ)
             break;
@@ -1061,7 +1174,12 @@ static void http__read_upstream(struct egress_conn *c)
                 egress_conn_close(c, false, "upstream_closed_idle");
                 return;
             }
-            if (n == 0 && llhttp_message_needs_eof(&h->resp) && !h->resp_in_head) {
+            if (http__resend(c))
+                return;
+            /* A body delimited by the end of the connection ends here; before any final
+             * response head, the end is no answer at all (a fresh parser would call it a
+             * complete empty one). */
+            if (n == 0 && h->status && !h->resp_in_head && llhttp_message_needs_eof(&h->resp)) {
                 if (llhttp_finish(&h->resp) == HPE_OK || h->resp_done) {
                     h->resp_done = true;
                     h->close_after = true;
@@ -1278,6 +1396,8 @@ static void http__process(struct egress_conn *c)
         return;
     if (c->upstream.fd >= 0 && h->to_up.len &&
         http__send(c->upstream.fd, &h->to_up, &c->t_last_io) < 0) {
+        if (http__resend(c))
+            return;
         http__audit_fail(c, "upstream_write_failed");
         egress_http_answer(c, 502, "bad_gateway", c->verdict.rule, "upstream_write_failed", true);
         return;
@@ -1385,6 +1505,8 @@ void egress_http_on_event(struct egress_conn *c, struct egress_end *end, int eve
     } else {
         if (events & UV_WRITABLE && h->to_up.len &&
             http__send(c->upstream.fd, &h->to_up, &c->t_last_io) < 0) {
+            if (http__resend(c))
+                return;
             http__audit_fail(c, "upstream_write_failed");
             egress_http_answer(c, 502, "bad_gateway", c->verdict.rule, "upstream_write_failed",
                                true);

@@ -74,9 +74,12 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uin
 
 /* Writes the head to send upstream: origin-form, the client's HTTP version, Host as sent,
  * what al_http_forward_drops leaves behind (common/http_head.h) and HTTP2-Settings removed,
- * framing restated. */
+ * framing restated. The upstream connection's persistence is the proxy's own hop
+ * (Connection is hop-by-hop, RFC 9110 7.6.1): keep_upstream asks the server to keep it
+ * whatever the client asked of its own connection; otherwise the client's wish is passed on. */
 int egress_http_serialize_request(const struct egress_http_head *h,
-                                  const struct egress_http_request *r, struct al_buf *out);
+                                  const struct egress_http_request *r, bool keep_upstream,
+                                  struct al_buf *out);
 
 /* Writes the response head (collected into h, parsed by p) to send to the sandbox: the
  * upstream's status line, its fields without what al_http_forward_drops leaves behind

@@ -338,8 +338,10 @@ static int head__append_int(struct al_buf *out, int64_t v)
 }
 
 int egress_http_serialize_request(const struct egress_http_head *h,
-                                  const struct egress_http_request *r, struct al_buf *out)
+                                  const struct egress_http_request *r, bool keep_upstream,
+                                  struct al_buf *out)
 {
+    bool keep = r->keep_alive || keep_upstream;
     int rc;
     if ((rc = al_buf_appends(out, r->method)) || (rc = al_buf_append(out, " ", 1)) ||
         (rc = al_buf_append(out, r->target, r->target_len)) ||
@@ -383,7 +385,7 @@ int egress_http_serialize_request(const struct egress_http_head *h,
         return rc;
     if (r->websocket)
         rc = al_buf_appends(out, "Connection: Upgrade\r\nUpgrade: websocket\r\n");
-    else if (!r->keep_alive)
+    else if (!keep)
         rc = al_buf_appends(out, "Connection: close\r\n");
     else if (r->http_minor == 0)
         rc = al_buf_appends(out, "Connection: keep-alive\r\n");

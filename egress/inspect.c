@@ -128,7 +128,11 @@ int egress_inspect_worker_init(struct egress_worker *w)
     struct egress_inspect_worker *iw = calloc(1, sizeof *iw);
     if (!iw)
         return -ENOMEM;
-    int rc = intercept_pool_new(NULL, &iw->pool);
+    /* Plain HTTP keeps, per sandbox and host, as many upstreams as it had requests in flight
+     * on this worker when the burst of new connections ended (a reference proxy keeps 64 per
+     * upstream and worker). */
+    struct intercept_pool_opts po = {.max_per_key = 64};
+    int rc = intercept_pool_new(&po, &iw->pool);
     if (rc == 0 && w->e->inspect && w->e->inspect->secrets)
         rc = intercept_fetcher_new(w->e->inspect->secrets, &w->loop, &iw->fetcher);
     if (rc < 0) {
@@ -149,6 +153,36 @@ void egress_inspect_worker_stop(struct egress_worker *w)
     intercept_fetcher_close(iw->fetcher);
     free(iw);
     w->inspect = NULL;
+}
+
+int egress_inspect_pool_take(struct egress_worker *w, const char *sandbox, const char *name,
+                             uint16_t port)
+{
+    if (!w->inspect)
+        return -ENOENT;
+    char key[INTERCEPT_POOL_KEY_MAX];
+    intercept_pool_key(key, sandbox, name, port);
+    int fd;
+    struct intercept_tls *tls;
+    if (intercept_pool_get(w->inspect->pool, key, &fd, &tls) < 0)
+        return -ENOENT;
+    if (tls) { /* a session's TLS upstream under this name: not a plain connection */
+        intercept_pool_put(w->inspect->pool, key, fd, tls);
+        return -ENOENT;
+    }
+    return fd;
+}
+
+void egress_inspect_pool_give(struct egress_worker *w, const char *sandbox, const char *name,
+                              uint16_t port, int fd)
+{
+    if (!w->inspect) {
+        close(fd);
+        return;
+    }
+    char key[INTERCEPT_POOL_KEY_MAX];
+    intercept_pool_key(key, sandbox, name, port);
+    intercept_pool_put(w->inspect->pool, key, fd, NULL);
 }
 
 /* ---- sandboxes ------------------------------------------------------------------------------ */

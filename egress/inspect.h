@@ -22,6 +22,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/error.h"
 
@@ -47,6 +48,13 @@ void egress_inspect_fini(struct egress *e);
 int egress_inspect_worker_init(struct egress_worker *w);
 /* In the worker's stop (its connections are closed): closes the pool and the fetcher. */
 void egress_inspect_worker_stop(struct egress_worker *w);
+/* Plain upstream connections (http.c) in the worker's pool of idle upstreams
+ * (egress/intercept/pool.h), beside the sessions' TLS ones, under (sandbox, name, port):
+ * take gives a live one (its fd, the caller's) or -ENOENT; give hands fd to the pool. */
+int egress_inspect_pool_take(struct egress_worker *w, const char *sandbox, const char *name,
+                             uint16_t port);
+void egress_inspect_pool_give(struct egress_worker *w, const char *sandbox, const char *name,
+                              uint16_t port, int fd);
 
 /* ---- sandboxes ---------------------------------------------------------------------------- */
 struct egress_inspect_sandbox;

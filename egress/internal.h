@@ -270,6 +270,9 @@ void egress_conn_no_deadline(struct egress_conn *c);
  * -errno. The one way the proxy dials an upstream. */
 int egress_dial(struct egress *e, const struct egress_ip *ip, uint16_t port);
 int egress_conn_connect(struct egress_conn *c);
+/* Takes fd, an upstream connection already made to c->dialled:c->dst_port (one from the
+ * worker's pool), as c's upstream, as a connect that finished would. */
+void egress_conn_adopt_upstream(struct egress_conn *c, int fd);
 /* Closes every connection of removed sandboxes on this worker. */
 void egress_worker_reap_removed(struct egress_worker *w);
 /* Judges again every connection on this worker whose sandbox's network changed since the
@@ -294,6 +297,9 @@ void egress_http_on_event(struct egress_conn *c, struct egress_end *end, int eve
 void egress_http_on_connected(struct egress_conn *c, int status);
 void egress_http_on_timeout(struct egress_conn *c);
 void egress_http_free(struct egress_conn *c);
+/* From egress_conn_close (not a reset), before the sockets close: the upstream goes to the
+ * worker's pool when its last exchange ended cleanly. */
+void egress_http_pool_upstream(struct egress_conn *c);
 /* Sends an HTTP error/deny answer and drains: status, error code, rule, reason. */
 void egress_http_answer(struct egress_conn *c, int status, const char *error, const char *rule,
                         const char *reason, bool close_after);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/util.h"
@@ -117,6 +118,10 @@ void intercept_pool_put(struct intercept_pool *p, const char *key, int fd,
 static bool pool__alive(struct pool__conn *c)
 {
     unsigned char b[1];
+    if (!c->tls) {
+        ssize_t n = recv(c->fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
+        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    }
     ssize_t n = intercept_tls_read(c->tls, b, sizeof b);
     return n == -EAGAIN && intercept_tls_out_pending(c->tls) == 0;
 }

@@ -1,8 +1,10 @@
-/* egress/intercept/pool: idle upstream TLS connections, reused per (sandbox, host, port).
+/* egress/intercept/pool: idle upstream connections, reused per (sandbox, host, port).
  *
- * Owns: keeping a finished upstream connection (its socket and TLS session) for the next
- * intercepted request of the same sandbox to the same host and port, so that keep-alive
- * inside the sandbox's TLS, or a new sandbox connection, costs no upstream handshake.
+ * Owns: keeping a finished upstream connection (its socket and TLS session, or a plain
+ * socket without one) for the next request of the same sandbox to the same host and port:
+ * intercepted requests (keep-alive inside the sandbox's TLS, or a new sandbox connection,
+ * cost no upstream handshake), and plain HTTP (egress/http.c: a new sandbox connection
+ * costs no upstream connect and no close).
  * Bounded in total and per key; an idle connection expires after idle_ms; one the server
  * closed (or that has unexpected bytes waiting) is dropped when it is taken. Never shared
  * between sandboxes (the key starts with the sandbox id), so a connection's history stays
@@ -35,11 +37,11 @@ void intercept_pool_free(struct intercept_pool *p); /* closes every idle connect
 /* "sandbox, host, port" (0x1f separated) into out (>= INTERCEPT_POOL_KEY_MAX). */
 void intercept_pool_key(char *out, const char *sandbox, const char *host, uint16_t port);
 /* Gives an idle connection (handshake done, no request in progress) to the pool, which now
- * owns fd and tls. Dropped (closed) when the bounds say so. */
+ * owns fd and tls (NULL: a plain connection). Dropped (closed) when the bounds say so. */
 void intercept_pool_put(struct intercept_pool *p, const char *key, int fd,
                         struct intercept_tls *tls);
-/* Takes a live idle connection for key: 0 with fd and tls set (the caller owns them), or
- * -ENOENT. */
+/* Takes a live idle connection for key: 0 with fd and tls set (the caller owns them; tls
+ * NULL for a plain one), or -ENOENT. */
 int intercept_pool_get(struct intercept_pool *p, const char *key, int *fd,
                        struct intercept_tls **tls);
 /* Closes every idle connection whose key starts with prefix (a sandbox removed:

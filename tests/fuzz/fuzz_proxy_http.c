@@ -109,7 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     struct al_buf out;
     al_buf_init(&out, 0);
-    if (egress_http_serialize_request(&f.h, &r, &out) < 0)
+    if (egress_http_serialize_request(&f.h, &r, false, &out) < 0)
         abort();
     /* The upstream's view. */
     struct fz g;

@@ -69,6 +69,37 @@ EW_OUT=$(ew_curl 1 http://allowed.test/ka1 http://allowed.test/ka2)
 p1=$(grep -o 'GET /ka1 .*peer=[0-9.:]*' "$EW_TMP/up.req" | sed 's/.*peer=//')
 p2=$(grep -o 'GET /ka2 .*peer=[0-9.:]*' "$EW_TMP/up.req" | sed 's/.*peer=//')
 ew_eq "keep-alive: a client's second request reuses the upstream connection" "$p2" "$p1"
+
+ew_note "upstream connections outlive the client's (the worker's pool)"
+# Two workers, each with its own pool: of three connections one after another, two are
+# accepted by the same worker, and the later of those finds the upstream the earlier left.
+for i in 1 2 3; do
+  ew_raw 1 203.0.113.10 80 "GET /pool$i HTTP/1.1\\r\\nHost: allowed.test\\r\\nConnection: close\\r\\n\\r\\n" >"$EW_TMP/pool$i.out"
+done
+ew_match "a client asking to close is answered so" '^HTTP/1.1 200 .*Connection: close' cat "$EW_TMP/pool1.out"
+ew_fail "its close is not passed on: the upstream hop is the proxy's" \
+  grep -Eq 'GET /pool1 .*fields=([^ ]*,)?connection' "$EW_TMP/up.req"
+peers=$(for i in 1 2 3; do grep -o "GET /pool$i .*peer=[0-9.:]*" "$EW_TMP/up.req" | sed 's/.*peer=//'; done)
+ew_eq "three client connections, fewer upstream connections" \
+  "$(sort -u <<<"$peers" | wc -l | awk '{print ($1 < 3 && $1 > 0) ? "fewer" : $1}')" fewer
+ew_audit_has "a request on a reused upstream says so" type=http_request 'path=/^\/pool[23]$/' upstream_reused=true
+ew_eq "each request audited once" "$(ew_audit type=http_request 'path=/^\/pool[123]$/' | wc -l)" 3
+# /once: the upstream closes, unanswered, a connection that already served a request, as a
+# server whose idle timeout ends a pooled connection just as the proxy sends on it.
+for i in 1 2 3; do
+  ew_raw 1 203.0.113.10 80 "GET /once?g$i HTTP/1.1\\r\\nHost: allowed.test\\r\\nConnection: close\\r\\n\\r\\n" >"$EW_TMP/once$i.out"
+done
+ew_eq "a GET that a pooled upstream dropped is sent again on a new one and answered" \
+  "$(grep -l '^HTTP/1.1 200 ' "$EW_TMP"/once[123].out | wc -l)" 3
+ew_eq "(the upstream did drop a GET on a pooled connection: the resend was exercised)" \
+  "$(grep -c '^DROPPED GET /once' "$EW_TMP/up.req" | awk '{print ($1 > 0) ? "dropped" : "none"}')" dropped
+for i in 1 2 3; do
+  ew_raw 1 203.0.113.10 80 "POST /once?p$i HTTP/1.1\\r\\nHost: allowed.test\\r\\nContent-Length: 1\\r\\nConnection: close\\r\\n\\r\\nx" >"$EW_TMP/post$i.out"
+done
+ew_eq "a POST the upstream dropped is not sent again: 502" \
+  "$(grep -lEz '^HTTP/1.1 502 .*upstream_closed_before_response' "$EW_TMP"/post[123].out | wc -l | awk '{print ($1 > 0) ? "some" : "none"}')" some
+ew_eq "each POST reached the upstream once" \
+  "$(grep -Ec '^REQ [^ ]+ POST /once\?p[123] ' "$EW_TMP/up.req")" 3
 ew_match "a POST body arrives whole (Content-Length)" '"body_len": 5' \
   ew_raw 1 203.0.113.10 80 'POST /p HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello'
 ew_match "a chunked body is re-framed and arrives whole" '"body_len": 11' \

@@ -18,7 +18,9 @@ Servers (run inside the test world's namespaces, never anywhere else):
       DELETE and TRACE, as some frameworks do, so a body there is read as the next request
       (request smuggling, "CL.0"). Paths:
       /redirect?to=URL (302), /big?n=BYTES, /close (Connection: close), /http10 (HTTP/1.0
-      reply, no length), /ws (WebSocket-style 101 then echo), /chunked (chunked reply).
+      reply, no length), /ws (WebSocket-style 101 then echo), /chunked (chunked reply),
+      /once (answered only as a connection's first request; later on one connection it is
+      closed unanswered, logged "DROPPED <method> <target> peer=<peer>").
   tls-server ADDR PORT --cert C --key K --log FILE [--name N] [--cl0]
       TLS server (HTTP inside); logs "TLS <name> sni=<SNI>" per handshake.
   tcp-banner ADDR PORT --log FILE
@@ -333,6 +335,7 @@ def cmd_dns_flood(a):
 class HTTPHandler(socketserver.StreamRequestHandler):
     def handle(self):
         srv = self.server
+        served = 0  # requests answered on this connection
         while True:
             line = self.rfile.readline(65536)
             if not line:
@@ -370,6 +373,13 @@ class HTTPHandler(socketserver.StreamRequestHandler):
                          self.client_address[1], ",".join(k.lower() for k, _ in headers)))
             path = target.split("?")[0]
             query = target.split("?")[1] if "?" in target else ""
+            if path == "/once" and served:
+                # as a server whose idle timeout ends the connection just as a request
+                # arrives: closed, nothing answered
+                log_line(srv.logpath, "DROPPED %s %s peer=%s:%d" % (
+                    method, target, self.client_address[0], self.client_address[1]))
+                return
+            served += 1
             params = dict(p.split("=", 1) for p in query.split("&") if "=" in p)
             if path == "/ws" and hd.get("upgrade", "").lower() == "websocket":
                 self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"

@@ -258,7 +258,7 @@ START_TEST(serializes_for_the_upstream)
     ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, 80, &r, &st, &why), 0);
     struct al_buf out;
     al_buf_init(&out, 0);
-    ck_assert_int_eq(egress_http_serialize_request(&t.h, &r, &out), 0);
+    ck_assert_int_eq(egress_http_serialize_request(&t.h, &r, false, &out), 0);
     ck_assert_str_eq(out.data, "GET /x?y=1 HTTP/1.1\r\nHost: allowed.test\r\n"
                                "Authorization: Bearer t\r\nAccept: */*\r\n\r\n");
     al_buf_free(&out);
@@ -270,9 +270,29 @@ START_TEST(serializes_for_the_upstream)
              8192, false);
     ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, 80, &r, &st, &why), 0);
     al_buf_init(&out, 0);
-    egress_http_serialize_request(&t.h, &r, &out);
+    egress_http_serialize_request(&t.h, &r, false, &out);
     ck_assert_str_eq(out.data, "POST /u HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n"
                                "Connection: close\r\n\r\n");
+    al_buf_free(&out);
+    /* The proxy keeping its upstream: the client's close stays on the client's hop. */
+    al_buf_init(&out, 0);
+    egress_http_serialize_request(&t.h, &r, true, &out);
+    ck_assert_str_eq(out.data,
+                     "POST /u HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n");
+    al_buf_free(&out);
+    egress_http_head_free(&t.h);
+
+    /* An HTTP/1.0 client that will close: the upstream is asked to keep its connection. */
+    th_parse(&t, "GET /o HTTP/1.0\r\nHost: a.test\r\n\r\n", 8192, false);
+    ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, 80, &r, &st, &why), 0);
+    ck_assert(!r.keep_alive);
+    al_buf_init(&out, 0);
+    egress_http_serialize_request(&t.h, &r, false, &out);
+    ck_assert_str_eq(out.data, "GET /o HTTP/1.0\r\nHost: a.test\r\nConnection: close\r\n\r\n");
+    al_buf_free(&out);
+    al_buf_init(&out, 0);
+    egress_http_serialize_request(&t.h, &r, true, &out);
+    ck_assert_str_eq(out.data, "GET /o HTTP/1.0\r\nHost: a.test\r\nConnection: keep-alive\r\n\r\n");
     al_buf_free(&out);
     egress_http_head_free(&t.h);
 
@@ -282,7 +302,7 @@ START_TEST(serializes_for_the_upstream)
              8192, false);
     ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, 80, &r, &st, &why), 0);
     al_buf_init(&out, 0);
-    egress_http_serialize_request(&t.h, &r, &out);
+    egress_http_serialize_request(&t.h, &r, false, &out);
     ck_assert_str_eq(out.data, "GET /ws HTTP/1.1\r\nHost: a.test\r\nSec-WebSocket-Key: k\r\n"
                                "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
     al_buf_free(&out);
@@ -309,7 +329,7 @@ START_TEST(serializes_without_connection_options_and_overrides)
     ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, 80, &r, &st, &why), 0);
     struct al_buf out;
     al_buf_init(&out, 0);
-    ck_assert_int_eq(egress_http_serialize_request(&t.h, &r, &out), 0);
+    ck_assert_int_eq(egress_http_serialize_request(&t.h, &r, false, &out), 0);
     ck_assert_str_eq(out.data, "POST /x HTTP/1.1\r\nHost: a.test\r\nX-A: 1\r\nAccept: */*\r\n"
                                "Content-Length: 0\r\n\r\n");
     al_buf_free(&out);
