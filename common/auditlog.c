@@ -151,13 +151,7 @@ void auditlog__key_id(const unsigned char pk[crypto_sign_PUBLICKEYBYTES], char o
 
 bool auditlog__is_hex(const char *s, size_t n)
 {
-    if (!s || strlen(s) != n)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        if (!isdigit((unsigned char)s[i]) && !(s[i] >= 'a' && s[i] <= 'f'))
-            return false;
-    }
-    return true;
+    return s && strlen(s) == n && al_hex_is_lower(s, n);
 }
 
 int auditlog__fields(const json_t *rec, struct auditlog__fields *f, const char **why)

@@ -541,6 +541,14 @@ int al_hex_value(int c)
     return -1;
 }
 
+bool al_hex_is_lower(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
 void al_random_hex(char *out, size_t nbytes)
 {
     unsigned char b[64];

@@ -80,6 +80,9 @@ int al_parse_duration_ms(const char *s, uint64_t *out);
 extern const char al_hex_lower[17], al_hex_upper[17];
 void al_hex_encode(char *out, const void *in, size_t n, bool upper);
 int al_hex_value(int c);
+/* Whether the n bytes at s are all lowercase hex digits (identifiers and digests the tree
+ * writes with al_hex_encode). */
+bool al_hex_is_lower(const char *s, size_t n);
 
 /* Random identifiers: n random bytes as lowercase hex into out (2n+1 bytes). */
 void al_random_hex(char *out, size_t nbytes);

@@ -252,11 +252,7 @@ bool cp_builds_trigger_path(const char *p, char *tid, size_t tlen, char *bid, si
 /* A COPY step's filesHash: the sha256 the SDK computes, 64 lowercase hex digits. */
 static bool builds__hash_valid(const char *h)
 {
-    size_t n = 0;
-    for (; h[n]; n++)
-        if (!((h[n] >= '0' && h[n] <= '9') || (h[n] >= 'a' && h[n] <= 'f')))
-            return false;
-    return n == 64;
+    return strlen(h) == 64 && al_hex_is_lower(h, 64);
 }
 
 /* Checks one step of a definition; i is its number as the SDK counts (1 = the first). */

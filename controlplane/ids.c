@@ -4,6 +4,8 @@
 #include <sodium.h>
 #include <string.h>
 
+#include "common/util.h"
+
 static const char ids__alnum[] = "abcdefghijklmnopqrstuvwxyz0123456789";
 
 static void ids__hex(char *out, size_t nbytes)
@@ -57,12 +59,8 @@ bool cp_apikey_wellformed(const char *s)
 {
     if (strncmp(s, "e2b_", 4) != 0)
         return false;
-    size_t n = 0;
-    for (const char *p = s + 4; *p; p++, n++) {
-        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')) || n >= 128)
-            return false;
-    }
-    return n >= 8;
+    size_t n = strnlen(s + 4, 129);
+    return n >= 8 && n <= 128 && al_hex_is_lower(s + 4, n);
 }
 
 void cp_digest(const char *s, size_t len, uint8_t out[CP_DIGEST_LEN])

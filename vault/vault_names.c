@@ -14,6 +14,8 @@
 #include <sodium.h>
 #include <string.h>
 
+#include "common/util.h"
+
 #define VAULT__NAME_HINT \
     "use lowercase path segments of a-z 0-9 . _ - separated by '/', e.g. github/token"
 
@@ -165,12 +167,8 @@ int vault_metadata_check(const json_t *m, struct al_error *err)
 
 bool vault_uid_valid(const char *s)
 {
-    if (!s || strlen(s) != VAULT_UID_LEN || strncmp(s, "sec_", 4) != 0)
-        return false;
-    for (const char *p = s + 4; *p; p++)
-        if (!isdigit((unsigned char)*p) && !(*p >= 'a' && *p <= 'f'))
-            return false;
-    return true;
+    return s && strlen(s) == VAULT_UID_LEN && strncmp(s, "sec_", 4) == 0 &&
+           al_hex_is_lower(s + 4, VAULT_UID_LEN - 4);
 }
 
 void vault_uid_new(char out[VAULT_UID_LEN + 1])

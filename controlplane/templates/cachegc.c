@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/util.h"
 
 int tpl_cache_keep_add(struct tpl_cache_keep *k, const char *id)
 {
@@ -67,12 +68,7 @@ struct cg {
 
 static bool cg__hex64(const char *s, size_t len)
 {
-    if (len != 64)
-        return false;
-    for (size_t i = 0; i < len; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-            return false;
-    return true;
+    return len == 64 && al_hex_is_lower(s, len);
 }
 
 static struct cg_ent *cg__add(struct cg *c)

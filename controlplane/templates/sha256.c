@@ -11,12 +11,8 @@
 
 bool tpl_digest_valid(const char *s)
 {
-    if (strncmp(s, "sha256:", 7) != 0 || strlen(s) != TPL_DIGEST_LEN)
-        return false;
-    for (const char *p = s + 7; *p; p++)
-        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-            return false;
-    return true;
+    return strncmp(s, "sha256:", 7) == 0 && strlen(s) == TPL_DIGEST_LEN &&
+           al_hex_is_lower(s + 7, TPL_DIGEST_LEN - 7);
 }
 
 /* ---- sha256 ----------------------------------------------------------------------------- */

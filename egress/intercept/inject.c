@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "intercept.h"
+#include "common/util.h"
 
 /* ---- placeholders ------------------------------------------------------------------------ */
 
@@ -98,12 +99,8 @@ int intercept_placeholders_new(const struct policy *p, const struct intercept_pl
 static bool ph__valid(const char *v)
 {
     size_t pl = sizeof INTERCEPT_PLACEHOLDER_PREFIX - 1;
-    if (!v || strlen(v) != pl + 40 || strncmp(v, INTERCEPT_PLACEHOLDER_PREFIX, pl) != 0)
-        return false;
-    for (const char *c = v + pl; *c; c++)
-        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
-            return false;
-    return true;
+    return v && strlen(v) == pl + 40 && strncmp(v, INTERCEPT_PLACEHOLDER_PREFIX, pl) == 0 &&
+           al_hex_is_lower(v + pl, 40);
 }
 
 int intercept_placeholders_restore(const struct policy *p, const json_t *keep,

@@ -681,6 +681,8 @@ START_TEST(util_hex_encode_and_value)
             al_hex_encode(got, in, n, upper);
             ck_assert_str_eq(got, want);
             ck_assert_int_eq(got[2 * n + 1], '#');
+            /* In upper case the first byte (0x0b) already has a letter. */
+            ck_assert(al_hex_is_lower(got, 2 * n) == (!upper || n == 0));
         }
     }
     for (int c = 0; c < 256; c++) {
@@ -689,6 +691,11 @@ START_TEST(util_hex_encode_and_value)
         ck_assert_int_eq(al_hex_value(c), want);
     }
     ck_assert_int_eq(al_hex_value(-1), -1);
+    ck_assert(al_hex_is_lower("", 0));
+    ck_assert(al_hex_is_lower("0123456789abcdef", 16));
+    ck_assert(!al_hex_is_lower("0123456789abcdeg", 16));
+    ck_assert(!al_hex_is_lower("abc\0", 4));
+    ck_assert(al_hex_is_lower("abcX", 3)); /* only the n bytes asked about */
 }
 END_TEST
 
