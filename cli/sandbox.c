@@ -782,19 +782,20 @@ int sandbox_cli_main(int argc, char **argv)
 
 static void ev_cli__usage(FILE *f)
 {
-    fprintf(f,
-            "usage: airlock [--state-dir DIR] events <command>\n"
-            "\n"
-            "  ls [--sandbox ID] [--type TYPE]... [--limit N] [--offset N] [--asc] [--json]\n"
-            "         the newest lifecycle events first (--asc: oldest first); N at most 100\n"
-            "  tail [--sandbox ID] [--type TYPE]... [--json]\n"
-            "         prints events as they happen until interrupted\n"
-            "  TYPE: created, killed, updated, paused, resumed, checkpointed, rolled_back, forked,\n"
-            "        terminal_opened, terminal_closed, snapshot_deleted\n"
-            "        (or the full sandbox.lifecycle.NAME; airlockd checks it)\n"
-            "\n"
-            "Talks to airlockd on %s/run/airlockd.sock.\n",
-            al_state_dir());
+    fprintf(
+        f,
+        "usage: airlock [--state-dir DIR] events <command>\n"
+        "\n"
+        "  ls [--sandbox ID] [--type TYPE]... [--limit N] [--offset N] [--asc] [--json]\n"
+        "         the newest lifecycle events first (--asc: oldest first); N at most 100\n"
+        "  tail [--sandbox ID] [--type TYPE]... [--json]\n"
+        "         prints events as they happen until interrupted\n"
+        "  TYPE: created, killed, updated, paused, resumed, checkpointed, rolled_back, forked,\n"
+        "        terminal_opened, terminal_closed, snapshot_deleted\n"
+        "        (or the full sandbox.lifecycle.NAME; airlockd checks it)\n"
+        "\n"
+        "Talks to airlockd on %s/run/airlockd.sock.\n",
+        al_state_dir());
 }
 
 struct ev_cli_opts {

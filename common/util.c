@@ -370,6 +370,37 @@ int al_write_file_atomic(const char *path, const void *data, size_t len, mode_t 
     return 0;
 }
 
+int al_key_file(const char *path, void *key, size_t len, bool create, struct al_error *err)
+{
+    char *data = NULL;
+    size_t got = 0;
+    struct al_error rerr = {0};
+    int rc = al_read_file(path, len + 1, &data, &got, &rerr);
+    if (rc == 0) {
+        bool ok = got == len;
+        if (ok)
+            memcpy(key, data, len);
+        sodium_memzero(data, got);
+        free(data);
+        if (!ok)
+            return al_error_set(err, -EINVAL, "%s is not a key of %zu bytes (it holds %s%zu)", path,
+                                len, got > len ? "more than " : "", got > len ? len : got);
+        return 0;
+    }
+    if (rc == -EFBIG)
+        return al_error_set(err, -EINVAL, "%s is not a key of %zu bytes (it holds more)", path,
+                            len);
+    if (rc != -ENOENT || !create)
+        return al_error_set(err, rc, "%s", al_error_str(&rerr));
+    randombytes_buf(key, len);
+    rc = al_write_file_atomic(path, key, len, 0600, err);
+    if (rc) {
+        sodium_memzero(key, len);
+        return rc;
+    }
+    return 1;
+}
+
 int al_mkdir_p(const char *path, mode_t mode)
 {
     char buf[PATH_MAX];

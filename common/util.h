@@ -51,6 +51,11 @@ int al_read_fd(int fd, const char *path, size_t max, char **out, size_t *len, st
 int al_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode,
                          struct al_error *err);
 int al_mkdir_p(const char *path, mode_t mode);
+/* A secret key of exactly len bytes kept in a file: read into key (0), or, when the file
+ * does not exist and create is set, len random bytes written there (mode 0600, atomically)
+ * and into key (1). -ENOENT without create; -EINVAL (err names both sizes) for a file of
+ * another size. The read buffer is wiped. */
+int al_key_file(const char *path, void *key, size_t len, bool create, struct al_error *err);
 /* Removes name under dirfd and, if it is a directory, everything in it, never following a
  * symbolic link (at most 512 levels deep: deeper than a jail snapshot goes). 0 also when it
  * does not exist, else the first -errno met (the rest is still removed). */

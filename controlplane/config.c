@@ -394,6 +394,19 @@ const struct al_cfg_field cp_config_fields[] = {
      .min = 0,
      .max = 36500LL * 86400000,
      .help = "snapshots older than this are deleted (0: never by age)"},
+    {.key = "snapshots.encrypt",
+     .type = AL_CFG_ENUM,
+     .offset = F(snap_encrypt),
+     .def = "auto",
+     .choices = cfg__tri,
+     .help = "encrypt <state>/snapshots at rest by its file system (fscrypt): auto = when the "
+             "file system can (else say why at start), on = refuse to start unless it is, off = "
+             "never encrypt a new store (an encrypted one is still unlocked)"},
+    {.key = "snapshots.key_file",
+     .type = AL_CFG_STR,
+     .offset = F(snap_key_file),
+     .help = "the key the snapshot store is encrypted with (64 bytes, made with the store; "
+             "default <state>/snapshots.key; never inside <state>/snapshots)"},
     {.key = "templates.cache_max",
      .type = AL_CFG_SIZE,
      .offset = F(cache_max),

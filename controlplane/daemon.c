@@ -854,7 +854,10 @@ int cp_main(int argc, char **argv)
         al_error("%s", al_error_str(&err));
         goto out;
     }
-    cp_snapshots_sweep(cp);
+    if (cp_snapshots_open(cp, &err)) {
+        al_error("%s", al_error_str(&err));
+        goto out;
+    }
     cp_volumes_sweep(cp);
     cp_builds_recover(cp);
     if (cp->backend->sweep(cp, &err))

@@ -59,9 +59,12 @@ static const char *const ev__names[CP_EV__COUNT] = {
 };
 
 static const char *const ev__causes[] = {
-    [CP_CAUSE_API] = "api",         [CP_CAUSE_TIMEOUT] = "timeout",
-    [CP_CAUSE_CRASH] = "crash",     [CP_CAUSE_SHUTDOWN] = "shutdown",
-    [CP_CAUSE_RESTART] = "restart", [CP_CAUSE_TRAFFIC] = "traffic",
+    [CP_CAUSE_API] = "api",
+    [CP_CAUSE_TIMEOUT] = "timeout",
+    [CP_CAUSE_CRASH] = "crash",
+    [CP_CAUSE_SHUTDOWN] = "shutdown",
+    [CP_CAUSE_RESTART] = "restart",
+    [CP_CAUSE_TRAFFIC] = "traffic",
     [CP_CAUSE_RETENTION] = "retention",
 };
 
@@ -107,12 +110,10 @@ static int ev__type_one(const char *v, void *arg)
 {
     struct ev_types_ctx *c = arg;
     enum cp_event_type t;
-    if (cp_event_type_parse(v, &t))
-    {
+    if (cp_event_type_parse(v, &t)) {
         char types[512];
         cp_event_type_list(types, sizeof types);
-        return al_error_set(c->err, -EINVAL, "unknown event type \"%.64s\" (types: %s)", v,
-                            types);
+        return al_error_set(c->err, -EINVAL, "unknown event type \"%.64s\" (types: %s)", v, types);
     }
     c->mask |= 1ull << t;
     return 0;
@@ -232,12 +233,11 @@ void cp_event_emit_for(struct cp *cp, const struct cp_event_subject *who, enum c
     json_object_set_new(ed, "cause", json_string(ev__causes[cause]));
     if (cause == CP_CAUSE_API && key_id && *key_id)
         json_object_set_new(ed, "apiKeyId", json_string(key_id));
-    json_t *e =
-        json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:s,s:s,s:s,s:s}", "version", "v1", "id", id, "type",
-                  ev__names[t], "eventData", ed, "sandboxBuildId", who->build_id,
-                  "sandboxExecutionId", who->execution_id, "sandboxId", who->sandbox_id,
-                  "sandboxTeamId", "default", "sandboxTemplateId", who->template_id, "timestamp",
-                  ts);
+    json_t *e = json_pack("{s:s,s:s,s:s,s:o,s:s,s:s,s:s,s:s,s:s,s:s}", "version", "v1", "id", id,
+                          "type", ev__names[t], "eventData", ed, "sandboxBuildId", who->build_id,
+                          "sandboxExecutionId", who->execution_id, "sandboxId", who->sandbox_id,
+                          "sandboxTeamId", "default", "sandboxTemplateId", who->template_id,
+                          "timestamp", ts);
     char *doc = e ? json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(e);
     struct al_error err = {0};
@@ -252,8 +252,7 @@ void cp_event_emit_for(struct cp *cp, const struct cp_event_subject *who, enum c
     cp_metrics_event(cp->metrics, true);
     for (struct ev_sub *s = cp->events->subs, *next; s; s = next) {
         next = s->next;
-        if (!(s->mask >> t & 1) ||
-            (s->sandbox_id[0] && strcmp(s->sandbox_id, who->sandbox_id)))
+        if (!(s->mask >> t & 1) || (s->sandbox_id[0] && strcmp(s->sandbox_id, who->sandbox_id)))
             continue;
         if (al_http_resp_queued(s->req) > EV_STREAM_MAX_QUEUED) {
             ev__sub_end(s, "this client reads slower than events arrive: reconnect with "

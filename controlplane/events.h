@@ -47,8 +47,8 @@ enum cp_event_cause {
     CP_CAUSE_TIMEOUT, /* the sandbox's timeout */
     CP_CAUSE_CRASH,   /* its process ended by itself */
     CP_CAUSE_SHUTDOWN,
-    CP_CAUSE_RESTART, /* found at airlockd's start: adopted, or torn down */
-    CP_CAUSE_TRAFFIC, /* auto-resume on traffic to a paused sandbox */
+    CP_CAUSE_RESTART,   /* found at airlockd's start: adopted, or torn down */
+    CP_CAUSE_TRAFFIC,   /* auto-resume on traffic to a paused sandbox */
     CP_CAUSE_RETENTION, /* a retention rule (snapshots.keep_per_*, snapshots.max_age) */
 };
 

@@ -191,27 +191,16 @@ static int wh__key_load(struct cp_webhooks *W, struct al_error *err)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", W->cp->cfg.state_dir, WH_KEY_FILE);
-    char *data = NULL;
-    size_t len = 0;
-    struct al_error rerr = {0};
-    int rc = al_read_file(path, 64, &data, &len, &rerr);
-    if (rc == 0) {
-        bool ok = len == sizeof W->key;
-        if (ok)
-            memcpy(W->key, data, sizeof W->key);
-        sodium_memzero(data, len);
-        free(data);
-        if (!ok)
-            return al_error_set(err, -EINVAL,
-                                "%s is not a webhook sealing key (%zu bytes, not %zu): restore "
-                                "it, or delete it and register the webhooks again",
-                                path, len, sizeof W->key);
-        return 0;
-    }
-    if (rc != -ENOENT)
-        return al_error_set(err, rc, "%s", al_error_str(&rerr));
-    randombytes_buf(W->key, sizeof W->key);
-    return al_write_file_atomic(path, W->key, sizeof W->key, 0600, err);
+    struct al_error kerr = {0};
+    int rc = al_key_file(path, W->key, sizeof W->key, true, &kerr);
+    if (rc == -EINVAL)
+        return al_error_set(err, rc,
+                            "%s: it is not the webhook sealing key: restore it, or delete it "
+                            "and register the webhooks again",
+                            al_error_str(&kerr));
+    if (rc < 0)
+        return al_error_set(err, rc, "%s", al_error_str(&kerr));
+    return 0;
 }
 
 static void wh__ad(const char *id, unsigned char *ad, size_t *adl)
