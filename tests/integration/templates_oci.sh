@@ -416,6 +416,26 @@ assert img["layers"] == pull["layers"] == 2, (img, pull)
 assert img["bytes"] == img["bytesCached"] == pull["bytes"], (img, pull)
 assert img["bytesPulled"] == pull["bytes_pulled"] and 0 < img["bytesPulled"] < img["bytes"], (img, pull)
 PY
+  # On a terminal (script(1) gives it one) the progress line is redrawn below the log and
+  # erased before each line that stays: what the terminal shows is the same lines.
+  printf '{"fromImage":"%s","fromImageRegistry":{"type":"registry","username":"tester","password":"S3cret-pw-9f2a"},"steps":[{"type":"RUN","args":["echo on a terminal","root"]}]}' \
+    "$REG/base:2" > "$T/tty.json"
+  script -qec "'$BIN/airlock' --state-dir '$S2' template build cli-tty --json '$T/tty.json'" /dev/null \
+    > "$T/tty.out" 2>&1 </dev/null
+  al_ok "template build on a terminal: every line shown is a log line, the pull's or the result, none a leftover progress line" \
+    python3 - "$T/tty.out" <<'PY'
+import re, sys
+raw = open(sys.argv[1], "rb").read().decode()
+shown = [l.split("\r")[-1].replace("\x1b[K", "") for l in raw.replace("\r\n", "\n").split("\n")]
+shown = [l for l in shown if l]
+log = re.compile(r"^\[ *\d+\.\ds\] ((step \d+/1|base|finalize) )?(debug|info|warn|error): ")
+pull = re.compile(r"^\[ *\d+\.\ds\] base: pulled ")
+other = [l for l in shown if not (log.match(l) or pull.match(l) or l.startswith("build ")
+                                  or re.match(r"^cli-tty [0-9a-f-]{36} ready ", l))]
+assert not other, (other, raw)
+assert any(pull.match(l) for l in shown) and "step 1/1 info: on a terminal" in raw, raw
+assert re.search(r"^cli-tty [0-9a-f-]{36} ready ", "\n".join(shown), re.M), raw
+PY
   printf 'FROM %s\nRUN echo before; exit 4\n' "$REG/base:1" > "$T/Dockerfile.fail"
   cfail() { if echo 'S3cret-pw-9f2a' | tcli build cli-fail --dockerfile "$T/Dockerfile.fail" --username tester; then return 1; fi; }
   al_match "a failing RUN step fails the build, naming the step and its exit code" \
