@@ -92,9 +92,10 @@ struct cp_config {
     int64_t snap_keep_per_sandbox;
     int64_t snap_keep_per_key;
     uint64_t snap_max_age_ms;
-    int snap_encrypt;    /* enum cp_tri: at rest, by the file system (atrest.h) */
-    char *snap_key_file; /* its key ("" or NULL: <state>/snapshots.key) */
-    uint64_t cache_max;  /* the blob and step caches together (templates/cachegc.h) */
+    uint64_t snap_quota_per_key; /* bytes of one key's snapshots together (0: no bound) */
+    int snap_encrypt;            /* enum cp_tri: at rest, by the file system (atrest.h) */
+    char *snap_key_file;         /* its key ("" or NULL: <state>/snapshots.key) */
+    uint64_t cache_max;          /* the blob and step caches together (templates/cachegc.h) */
 
     /* network (vswitch) */
     int network; /* enum cp_tri: auto = on when the host allows it */

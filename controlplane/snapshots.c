@@ -132,6 +132,21 @@ static void snap__remove(const char *dir)
         al_warn("cannot remove %s: %s", dir, strerror(-rc));
 }
 
+static int snap__add_size(const struct cp_store_snap *r, void *arg)
+{
+    *(uint64_t *)arg += r->size_bytes;
+    return 0;
+}
+
+/* The bytes of key_id's recorded snapshots together; < 0 when the store cannot tell. */
+static int snap__key_bytes(struct cp *cp, const char *key_id, uint64_t *out, struct al_error *err)
+{
+    *out = 0;
+    struct cp_store_snap_query q = {.key_id = key_id};
+    int rc = cp_store_snap_list(cp->store, &q, snap__add_size, out, err);
+    return rc < 0 ? rc : 0;
+}
+
 static void snap__taken(struct cp_sandbox *sb, int rc, json_t *res, const char *msg, void *arg)
 {
     struct snap_take *t = arg;
@@ -171,6 +186,23 @@ static void snap__taken(struct cp_sandbox *sb, int rc, json_t *res, const char *
     r.created_ns = al_wall_ns();
     snprintf(r.key_id, sizeof r.key_id, "%s", op->key_id);
     struct al_error err = {0};
+    uint64_t used = 0, quota = cp->cfg.snap_quota_per_key;
+    if (quota && (snap__key_bytes(cp, r.key_id, &used, &err) < 0 || used + r.size_bytes > quota)) {
+        /* Refused whole: a snapshot the key could not keep is not recorded. */
+        snap__remove(t->dir);
+        if (op->req && err.code)
+            cp_rest_error(op->req, 500, "snapshot %s: the snapshots' sizes cannot be read: %s",
+                          t->id, al_error_str(&err));
+        else if (op->req)
+            cp_rest_error(op->req, 507,
+                          "snapshotting sandbox %s: its snapshot of %llu bytes would take the "
+                          "snapshots of key %s to %llu bytes, beyond snapshots.quota_per_key "
+                          "(%llu); nothing was kept: delete some first",
+                          sb->rec.id, (unsigned long long)r.size_bytes, r.key_id,
+                          (unsigned long long)(used + r.size_bytes), (unsigned long long)quota);
+        op->req = NULL;
+        goto out;
+    }
     if (!r.vmm_version[0]) {
         snap__remove(t->dir);
         if (op->req)
@@ -281,6 +313,21 @@ void cp_snapshot_run(struct cp_sandbox *sb, struct cp_op *op, void (*finish)(str
 {
     char why[600];
     int status = snap__refusal(sb, why, sizeof why);
+    uint64_t used, quota = sb->cp->cfg.snap_quota_per_key;
+    struct al_error err = {0};
+    if (!status && quota) {
+        if (snap__key_bytes(sb->cp, op->key_id, &used, &err) < 0) {
+            snprintf(why, sizeof why, "the snapshots' sizes cannot be read: %s",
+                     al_error_str(&err));
+            status = 500;
+        } else if (used >= quota) {
+            snprintf(why, sizeof why,
+                     "the snapshots of key %s take %llu bytes of snapshots.quota_per_key "
+                     "(%llu): delete some (Sandbox.deleteSnapshot, airlock snapshot rm) first",
+                     op->key_id, (unsigned long long)used, (unsigned long long)quota);
+            status = 507;
+        }
+    }
     if (status) {
         if (op->req)
             cp_rest_error(op->req, status, "cannot snapshot sandbox %s: %s", sb->rec.id, why);

@@ -858,21 +858,6 @@ static bool vol__int_param(struct al_http_req *req, const char *name, long min, 
     return true;
 }
 
-static bool vol__bool_param(struct al_http_req *req, const char *name, bool *out)
-{
-    char buf[16];
-    int rc = al_http_query_get(req->query, name, buf, sizeof buf);
-    *out = false;
-    if (rc == -ENOENT || (rc == 0 && !buf[0]))
-        return true;
-    if (rc == 0 && (strcmp(buf, "true") == 0 || strcmp(buf, "false") == 0)) {
-        *out = buf[0] == 't';
-        return true;
-    }
-    cp_rest_error(req, 400, "%s must be true or false", name);
-    return false;
-}
-
 /* uid, gid and mode of what a request makes (the sandbox's user and 0644/0755 by default). */
 static bool vol__owner_params(struct al_http_req *req, struct vol_req *x, int def_mode)
 {
@@ -981,7 +966,7 @@ static void vol__write_file(struct al_http_req *req, struct vol_req *x)
         vol__req_free(x);
         return;
     }
-    if (!vol__owner_params(req, x, 0644) || !vol__bool_param(req, "force", &force)) {
+    if (!vol__owner_params(req, x, 0644) || !cp_rest_bool_param(req, "force", &force)) {
         vol__req_free(x);
         return;
     }
@@ -1111,7 +1096,7 @@ static void vol__get_dir(struct al_http_req *req, struct vol_req *x)
 static void vol__make_dir(struct al_http_req *req, struct vol_req *x)
 {
     bool force;
-    if (!vol__owner_params(req, x, 0755) || !vol__bool_param(req, "force", &force))
+    if (!vol__owner_params(req, x, 0755) || !cp_rest_bool_param(req, "force", &force))
         return;
     if (!x->leaf[0]) {
         if (force)

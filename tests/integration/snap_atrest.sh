@@ -8,12 +8,15 @@
 # policies) is found by the same search; mounted again, the store's entries are hidden (their
 # names are encrypted too; the snapshot's id itself is no secret: the state database has it)
 # until airlockd starts and unlocks the store with its key, and then the snapshot serves
-# again; with another key airlockd refuses to start and says why.
+# again; with another key airlockd refuses to start and says why. And the store's quota
+# (snapshots.quota_per_key): a snapshot that would go beyond it is refused with 507 and
+# nothing of it kept; a key already at it is refused before any copy.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 [ -x "$AIRLOCK_BIN/airlock-vmm" ] || { echo "snap_atrest: airlock-vmm is not built: SKIP"; exit 0; }
 CP_SANDBOXES_EXTRA="snapshots:
-  encrypt: \"on\""
+  encrypt: \"on\"
+  quota_per_key: 4MiB"
 cp_world snap_atrest jail off
 
 IMG="$AL_TMP/state.img"
@@ -45,6 +48,13 @@ S=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["snapshotID"])' "
 al_match "snapshot of $A taken" '^snap_' echo "$S"
 B=$(cp_create "{\"templateID\":\"$S\",\"timeout\":600}")
 al_eq "a sandbox from it has the file" "$(cp_exec "$B" cat /home/user/canary)" AIRLOCKCANARY-5e1f9c
+
+al_note "the quota: 4 MiB of snapshots per key"
+al_ok "8 MiB more in $A" cp_exec "$A" sh -c 'head -c 8M /dev/urandom > /home/user/big'
+code=$(cp_api -o "$AL_TMP/quota.out" -w '%{http_code}' -X POST "$CP_URL/sandboxes/$A/snapshots" -d '{}')
+al_eq "a snapshot beyond the quota is refused" "$code" 507
+al_match "saying why" 'beyond snapshots.quota_per_key \(4194304\); nothing was kept' cat "$AL_TMP/quota.out"
+al_eq "nothing of it is kept" "$(ls -A "$CP_STATE/snapshots" | wc -l)" 1
 al_ok "kill $A" cp_cli sandbox kill "$A"
 al_ok "kill $B" cp_cli sandbox kill "$B"
 
@@ -60,11 +70,16 @@ al_fail "the image does not hold the sandbox's file" has AIRLOCKCANARY-5e1f9c
 al_note "mounted again: locked until airlockd unlocks it"
 al_ok "mounted" mount -o loop "$IMG" "$CP_STATE"
 al_fail "the store's names are hidden" test -e "$CP_STATE/snapshots/$S"
+# A quota the key is already at: refused before any copy.
+sed -i 's/quota_per_key: 4MiB/quota_per_key: 16/' "$AL_TMP/airlockd.yaml"
 cp_start || exit 1
 al_eq "listed after the restart" "$(cp_api "$CP_URL/snapshots" |
   python3 -c 'import json,sys; print(" ".join(s["snapshotID"] for s in json.load(sys.stdin)))')" "$S"
 C=$(cp_create "{\"templateID\":\"$S\",\"timeout\":600}")
 al_eq "a sandbox from it has the file again" "$(cp_exec "$C" cat /home/user/canary)" AIRLOCKCANARY-5e1f9c
+code=$(cp_api -o "$AL_TMP/quota.out" -w '%{http_code}' -X POST "$CP_URL/sandboxes/$C/snapshots" -d '{}')
+al_eq "a key at its quota: refused" "$code" 507
+al_match "before any copy, saying why" 'snapshots of key [a-z_0-9]+ take [0-9]+ bytes of snapshots.quota_per_key \(16\)' cat "$AL_TMP/quota.out"
 al_ok "kill $C" cp_cli sandbox kill "$C"
 
 al_note "the key is checked"
