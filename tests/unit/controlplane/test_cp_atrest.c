@@ -187,7 +187,10 @@ static Suite *suite(void)
 {
     Suite *s = suite_create("cp_atrest");
     TCase *t = tcase_create("atrest");
-    tcase_add_checked_fixture(t, setup, teardown);
+    /* Unchecked: set up and torn down by the runner itself, so that the image is unmounted
+     * and removed also when a test fails (a failed test's process ends at its assert). The
+     * tests use different directories of the one image. */
+    tcase_add_unchecked_fixture(t, setup, teardown);
     tcase_set_timeout(t, 60);
     tcase_add_test(t, encrypted_directory_at_rest);
     tcase_add_test(t, what_cannot_be_encrypted);
