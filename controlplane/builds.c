@@ -23,6 +23,7 @@
 #include "policysel.h"
 #include "snapshots.h"
 #include "store.h"
+#include "sweep.h"
 #include "templates.h"
 #include "controlplane/templates/apply.h"
 #include "controlplane/templates/cachegc.h"
@@ -457,43 +458,6 @@ static bool builds__refuse_if_building(struct cp *cp, struct al_http_req *req, c
     cp_rest_error(req, 409, "template '%s' is being built (build %s): wait for it to end", id,
                   running);
     return true;
-}
-
-struct builds_rm {
-    uv_work_t w;
-    char path[4300];
-    int rc;
-};
-
-static void builds__rm_work(uv_work_t *w)
-{
-    struct builds_rm *r = w->data;
-    r->rc = tpl_rmtree(r->path);
-}
-
-static void builds__rm_done(uv_work_t *w, int status)
-{
-    struct builds_rm *r = w->data;
-    if (status || r->rc)
-        al_warn("removing %s failed (%s): it is no template any more; remove it by hand", r->path,
-                strerror(status ? -status : -r->rc));
-    free(r);
-}
-
-/* Removes path on a worker thread (a root filesystem takes a while). */
-static void builds__rm_later(struct cp *cp, const char *path)
-{
-    struct builds_rm *r = calloc(1, sizeof *r);
-    if (!r) {
-        al_warn("out of memory: %s stays; remove it by hand", path);
-        return;
-    }
-    snprintf(r->path, sizeof r->path, "%s", path);
-    r->w.data = r;
-    if (uv_queue_work(cp->loop, &r->w, builds__rm_work, builds__rm_done) < 0) {
-        builds__rm_work(&r->w);
-        builds__rm_done(&r->w, 0);
-    }
 }
 
 /* One build on its way: checked and recorded on the loop thread, its base made and its
@@ -1186,7 +1150,7 @@ static void builds__gc(struct cp *cp, const char *id)
             continue;
         }
         al_info("template %s: removing %s (no tag names it, no sandbox uses it)", id, de->d_name);
-        builds__rm_later(cp, gp);
+        cp_remove_later(cp->loop, gp);
     }
     closedir(d);
     json_decref(doc);
@@ -1430,9 +1394,9 @@ static void builds__finish(struct builds_job *j)
     if (j->rc) { /* (a RUN step failed on the loop: its version is there still) */
         struct stat sb;
         if (j->snapshot[0] && lstat(j->snapshot, &sb) == 0)
-            builds__rm_later(cp, j->snapshot);
+            cp_remove_later(cp->loop, j->snapshot);
         if (lstat(j->tmp, &sb) == 0)
-            builds__rm_later(cp, j->tmp);
+            cp_remove_later(cp->loop, j->tmp);
     }
     builds__job_flush(&j->async);
     for (struct builds_job **p = &builds__live; *p; p = &(*p)->next_live)
@@ -2250,7 +2214,7 @@ static void builds__delete(struct cp *cp, struct al_http_req *req, const char *i
         al_warn("template %s: its files are gone but its builds stay in the database: %s", id,
                 al_error_str(&err));
     if (gone[0])
-        builds__rm_later(cp, gone);
+        cp_remove_later(cp->loop, gone);
     builds__gc(cp, id);
     builds__forget_files(cp, id);
     al_info("template %s deleted", id);

@@ -1307,10 +1307,7 @@ static void lc__paused_remove(const struct cp_sandbox *sb)
 {
     char dir[4200];
     lc__paused_dir(sb, dir, sizeof dir);
-    int rc = al_rmtree(dir);
-    if (rc < 0)
-        al_warn("sandbox %s: cannot remove %s: %s (removed at the next start)", sb->rec.id, dir,
-                strerror(-rc));
+    cp_take_away(sb->cp->loop, dir, "paused sandbox"); /* a sandbox's whole disk, maybe */
 }
 
 static void lc__td_forget(struct lc_teardown *t)

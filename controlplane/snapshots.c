@@ -125,11 +125,10 @@ static void snap__template_ref(const struct cp_sandbox *sb, char *out, size_t le
     }
 }
 
-static void snap__remove(const char *dir)
+/* Gone from the store at once, its files removed off the loop thread. */
+static void snap__remove(struct cp *cp, const char *dir)
 {
-    int rc = al_rmtree(dir);
-    if (rc < 0)
-        al_warn("cannot remove %s: %s", dir, strerror(-rc));
+    cp_take_away(cp->loop, dir, "snapshot");
 }
 
 static int snap__add_size(const struct cp_store_snap *r, void *arg)
@@ -159,7 +158,7 @@ static void snap__taken(struct cp_sandbox *sb, int rc, json_t *res, const char *
     if (rc) {
         /* airlock-vmm leaves no half snapshot under the name; whatever it renamed into
          * place before failing is not recorded, so it goes. */
-        snap__remove(t->dir);
+        snap__remove(cp, t->dir);
         al_warn("sandbox %s: snapshot %s failed: %s", sb->rec.id, t->id,
                 msg && *msg ? msg : strerror(-rc));
         if (op->req)
@@ -189,7 +188,7 @@ static void snap__taken(struct cp_sandbox *sb, int rc, json_t *res, const char *
     uint64_t used = 0, quota = cp->cfg.snap_quota_per_key;
     if (quota && (snap__key_bytes(cp, r.key_id, &used, &err) < 0 || used + r.size_bytes > quota)) {
         /* Refused whole: a snapshot the key could not keep is not recorded. */
-        snap__remove(t->dir);
+        snap__remove(cp, t->dir);
         if (op->req && err.code)
             cp_rest_error(op->req, 500, "snapshot %s: the snapshots' sizes cannot be read: %s",
                           t->id, al_error_str(&err));
@@ -204,14 +203,14 @@ static void snap__taken(struct cp_sandbox *sb, int rc, json_t *res, const char *
         goto out;
     }
     if (!r.vmm_version[0]) {
-        snap__remove(t->dir);
+        snap__remove(cp, t->dir);
         if (op->req)
             cp_rest_error(op->req, 500, "airlock-vmm answered the snapshot without its format");
         op->req = NULL;
         goto out;
     }
     if (cp_store_snap_insert(cp->store, &r, &err)) {
-        snap__remove(t->dir);
+        snap__remove(cp, t->dir);
         if (op->req)
             cp_rest_error(op->req, 500, "recording snapshot %s: %s", t->id, al_error_str(&err));
         op->req = NULL;
@@ -353,7 +352,7 @@ static void fork__end(struct snap_fork *f)
 {
     struct cp_sandbox *sb = f->sb;
     /* Every copy has its own files now (or never will): the checkpoint goes. */
-    snap__remove(f->dir);
+    snap__remove(sb->cp, f->dir);
     json_t *ids = json_array();
     size_t i;
     json_t *v;
@@ -434,7 +433,7 @@ static void fork__checkpointed(struct cp_sandbox *sb, struct snap_fork *f, int r
                                const char *msg)
 {
     if (rc) {
-        snap__remove(f->dir);
+        snap__remove(sb->cp, f->dir);
         al_warn("sandbox %s: fork: its checkpoint failed: %s", sb->rec.id,
                 msg && *msg ? msg : strerror(-rc));
         cp_rest_error(f->req, rc == -EALREADY ? 409 : 500,
@@ -766,7 +765,7 @@ static int snap__drop(struct cp *cp, const struct cp_store_snap *r, enum cp_even
     }
     char dir[4200];
     snap__dir(cp, r->id, dir, sizeof dir);
-    snap__remove(dir);
+    snap__remove(cp, dir);
     al_info("snapshot %s of sandbox %s deleted (%s%s)", r->id, r->sandbox_id,
             cause == CP_CAUSE_API ? "key " : "retention: ",
             cause == CP_CAUSE_API ? key_id : json_string_value(json_object_get(data, "rule")));

@@ -33,6 +33,10 @@
 #   cp_leaks_settled      the same once it is empty, or after 60 s: what ends after airlockd
 #                         (warm airlock-vmm processes leave when their standard input closes)
 #                         is given the time it takes, not a fixed one
+#   cp_entries DIR        the entries of a store directory (<state>/snapshots, paused, ...),
+#                         one line, once airlockd's background removals there are done (a
+#                         deletion renames an entry to ".NAME.deleted-RANDOM" at once and
+#                         removes its files on a worker thread), or after 60 s with them
 # Nothing has a route out of the machine; netns.sh's trap removes everything.
 # shellcheck shell=bash
 source "${AIRLOCK_SOURCE_DIR:?}/tests/lib/netns.sh"
@@ -199,6 +203,13 @@ cp_leaks() {
   grep -F "$CP_STATE" /proc/self/mountinfo | sed 's/^/mount /'
   pgrep -af -- "$CP_STATE/" | sed 's/^/process /'
   true
+}
+
+cp__removed() { ! ls -A "$1" 2>/dev/null | grep -q '^\..*\.deleted-'; }
+
+cp_entries() {
+  al_wait_until 60 cp__removed "$1" || true
+  ls -A "$1" 2>/dev/null | tr '\n' ' ' | sed 's/ $//'
 }
 
 cp_leaks_settled() {

@@ -183,6 +183,6 @@ al_eq "$A is gone" "$(code "$CP_URL/sandboxes/$A")" 404
 al_note "the end"
 al_ok "kill $B" cp_cli sandbox kill "$B"
 al_kill airlockd TERM
-al_eq "no kept files left" "$(ls -A "$CP_STATE/paused" 2>/dev/null)" ""
+al_eq "no kept files left" "$(cp_entries "$CP_STATE/paused")" ""
 al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks_settled)" ""
 al_done

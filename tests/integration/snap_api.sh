@@ -27,7 +27,7 @@ snap_ids() {
   cp_api "$CP_URL/snapshots?sandboxID=$1" |
     python3 -c 'import json,sys; print(" ".join(s["snapshotID"] for s in json.load(sys.stdin)))'
 }
-snap_entries() { ls -A "$CP_STATE/snapshots" 2>/dev/null | tr '\n' ' ' | sed 's/ $//'; }
+snap_entries() { cp_entries "$CP_STATE/snapshots"; }
 
 A=$(cp_create '{"templateID":"base","timeout":900}')
 al_note "sandbox $A"

@@ -54,7 +54,7 @@ al_ok "8 MiB more in $A" cp_exec "$A" sh -c 'head -c 8M /dev/urandom > /home/use
 code=$(cp_api -o "$AL_TMP/quota.out" -w '%{http_code}' -X POST "$CP_URL/sandboxes/$A/snapshots" -d '{}')
 al_eq "a snapshot beyond the quota is refused" "$code" 507
 al_match "saying why" 'beyond snapshots.quota_per_key \(4194304\); nothing was kept' cat "$AL_TMP/quota.out"
-al_eq "nothing of it is kept" "$(ls -A "$CP_STATE/snapshots" | wc -l)" 1
+al_eq "nothing of it is kept" "$(cp_entries "$CP_STATE/snapshots" | wc -w)" 1
 al_ok "kill $A" cp_cli sandbox kill "$A"
 al_ok "kill $B" cp_cli sandbox kill "$B"
 

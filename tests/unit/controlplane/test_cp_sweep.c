@@ -1,12 +1,15 @@
 /* tests/unit/controlplane/test_cp_sweep: the start-time walk of a store directory (sweep.c):
  * what the owner does not call recorded goes (released first), never through a link, what it
- * keeps stays; the directory is made only when asked. The owners' own sweeps (snapshots,
+ * keeps stays; the directory is made only when asked. Removal after start (cp_take_away):
+ * the name is gone at once, the files go on a worker thread, never through a link. The owners' own sweeps (snapshots,
  * volumes) are tested with their stores in test_cp_rest_snapshots and test_cp_rest_volumes. */
 #include "al_test.h"
 #include "controlplane/sweep.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -124,6 +127,89 @@ START_TEST(sweep_makes_the_directory_only_when_asked)
 }
 END_TEST
 
+/* The names in store beside the ones a test made: the hidden ones cp_take_away renames to. */
+static int hidden_in(const char *rel, char *first, size_t len)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", g_dir, rel);
+    DIR *d = opendir(p);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strncmp(de->d_name, ".x.deleted-", 11) == 0 && n++ == 0)
+            snprintf(first, len, "%s", de->d_name);
+    closedir(d);
+    return n;
+}
+
+/* Holds the thread pool's only thread until the test lets it go. */
+static uv_sem_t g_hold;
+static void hold_work(uv_work_t *w)
+{
+    (void)w;
+    uv_sem_wait(&g_hold);
+}
+static void hold_done(uv_work_t *w, int status)
+{
+    (void)w;
+    (void)status;
+}
+
+START_TEST(take_away_renames_now_and_removes_on_a_worker)
+{
+    /* One worker thread, held: what cp_take_away does before the worker runs is seen. (Check
+     * runs each test in its own process; the pool starts at the first queued work.) */
+    ck_assert_int_eq(setenv("UV_THREADPOOL_SIZE", "1", 1), 0);
+    ck_assert_int_eq(uv_sem_init(&g_hold, 0), 0);
+    mk("store", true);
+    mk("store/x", true);
+    mk("store/x/deep", true);
+    mk("store/x/deep/f", false);
+    mk("store/y", false);
+    mk("outside", true);
+    mk("outside/precious", false);
+    char p[512], target[512], hidden[256] = "";
+    snprintf(target, sizeof target, "%s/outside", g_dir);
+    snprintf(p, sizeof p, "%s/store/x/deep/link", g_dir);
+    ck_assert_int_eq(symlink(target, p), 0);
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    uv_work_t hold;
+    ck_assert_int_eq(uv_queue_work(&loop, &hold, hold_work, hold_done), 0);
+    snprintf(p, sizeof p, "%s/store/x", g_dir);
+    cp_take_away(&loop, p, "thing");
+    /* Before the loop ran: the name is free (a new one may be made there), the tree is
+     * under its hidden name, whole. */
+    ck_assert(!there("store/x"));
+    ck_assert_int_eq(hidden_in("store", hidden, sizeof hidden), 1);
+    char rel[512];
+    snprintf(rel, sizeof rel, "store/%s/deep/f", hidden);
+    ck_assert(there(rel));
+    mk("store/x", true);
+    uv_sem_post(&g_hold);
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    uv_sem_destroy(&g_hold);
+    ck_assert_int_eq(hidden_in("store", hidden, sizeof hidden), 0);
+    ck_assert(there("store/x")); /* the new one */
+    ck_assert(there("store/y"));
+    ck_assert(there("outside/precious"));
+    /* Nothing there: nothing to do, nothing queued. */
+    snprintf(p, sizeof p, "%s/store/absent", g_dir);
+    cp_take_away(&loop, p, "thing");
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_NOWAIT), 0);
+    /* A link is taken away itself, not what it names. */
+    snprintf(p, sizeof p, "%s/store/y", g_dir);
+    ck_assert_int_eq(unlink(p), 0);
+    ck_assert_int_eq(symlink(target, p), 0);
+    cp_take_away(&loop, p, "thing");
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    ck_assert(!there("store/y"));
+    ck_assert(there("outside/precious"));
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_sweep");
@@ -131,6 +217,7 @@ static Suite *suite(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_add_test(t, sweep_removes_what_is_not_recorded);
     tcase_add_test(t, sweep_makes_the_directory_only_when_asked);
+    tcase_add_test(t, take_away_renames_now_and_removes_on_a_worker);
     suite_add_tcase(s, t);
     return s;
 }
