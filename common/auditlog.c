@@ -194,11 +194,10 @@ int auditlog__fields(const json_t *rec, struct auditlog__fields *f, const char *
     return 0;
 }
 
-size_t auditlog__sig_message(char *out, size_t outlen, const char *log_id, uint64_t covers,
-                             const char *prev, const char *time, const char *reason)
+size_t auditlog__sig_message(char *out, size_t outlen, const struct auditlog__sig *s)
 {
-    int n = snprintf(out, outlen, AUDITLOG__SIG_DOMAIN "%s\n%" PRIu64 "\n%s\n%s\n%s\n", log_id,
-                     covers, prev, time, reason);
+    int n = snprintf(out, outlen, AUDITLOG__SIG_DOMAIN "%s\n%" PRIu64 "\n%s\n%s\n%s\n", s->log_id,
+                     s->covers, s->prev, s->time, s->reason);
     if (n < 0)
         return 0;
     return (size_t)n >= outlen ? outlen - 1 : (size_t)n;
@@ -236,8 +235,8 @@ int auditlog__check_checkpoint(const struct auditlog__fields *f, const struct au
         return -EINVAL;
     }
     char msg[512];
-    size_t ml =
-        auditlog__sig_message(msg, sizeof msg, f->log_id, f->seq - 1, f->prev, f->time, reason);
+    struct auditlog__sig what = {f->log_id, f->seq - 1, f->prev, f->time, reason};
+    size_t ml = auditlog__sig_message(msg, sizeof msg, &what);
     if (crypto_sign_verify_detached(s, (const unsigned char *)msg, ml, pk->pk) != 0) {
         *why = "the checkpoint's signature does not verify with the public key";
         return -EBADMSG;
@@ -607,7 +606,8 @@ static int auditlog__checkpoint_locked(struct al_auditlog *l, const char *reason
     auditlog__time(ts, name_ts);
     uint64_t seq = l->next_seq, covers = seq - 1;
     char msg[512];
-    size_t ml = auditlog__sig_message(msg, sizeof msg, l->log_id, covers, l->head, ts, reason);
+    struct auditlog__sig what = {l->log_id, covers, l->head, ts, reason};
+    size_t ml = auditlog__sig_message(msg, sizeof msg, &what);
     unsigned char sig[crypto_sign_BYTES];
     crypto_sign_detached(sig, NULL, (const unsigned char *)msg, ml, l->sk);
     char sigh[2 * crypto_sign_BYTES + 1];
@@ -945,8 +945,9 @@ static void auditlog__retention(struct al_auditlog *l)
     }
     struct auditlog__history h = l->hist;
     for (size_t i = 0; i < p.n; i++)
-        auditlog__history_add(&h, p.f[i].first_seq, p.f[i].last_seq, 1, p.f[i].bytes, p.f[i].rule,
-                              p.f[i].limit);
+        auditlog__history_add(&h,
+                              &(struct auditlog__range){p.f[i].first_seq, p.f[i].last_seq, 1,
+                                                        p.f[i].bytes, p.f[i].rule, p.f[i].limit});
     uint64_t seq = 0;
     rc = auditlog__retention_record_locked(l, &p, &h, &seq);
     if (rc == 0) {
@@ -1562,7 +1563,10 @@ int al_auditlog_open(const struct al_auditlog_opts *o, struct al_auditlog **out,
                 "%" PRIu64 "): they are recorded as unaccounted, and verification reports them",
                 l->dir, l->prefix, l->hist.retained_from, oldest - 1, l->hist_path,
                 l->hist.retained_from - 1);
-        auditlog__history_add(&l->hist, l->hist.retained_from, oldest - 1, 0, 0, "unaccounted", 0);
+        auditlog__history_add(&l->hist,
+                              &(struct auditlog__range){.first_seq = l->hist.retained_from,
+                                                        .last_seq = oldest - 1,
+                                                        .rule = "unaccounted"});
         l->hist_dirty = true;
     } else if (oldest < l->hist.retained_from) {
         /* Announced but not deleted (a crash in between): they are still part of the log. */

@@ -73,9 +73,15 @@ struct auditlog__quick {
  * to judge (it may still be a good record). */
 int auditlog__quick_fields(const char *line, size_t len, struct auditlog__quick *q);
 void auditlog__hash_hex(const void *line, size_t len, char out[AL_AUDITLOG_HASH_HEX + 1]);
+/* What a checkpoint signs: the log, the seq of the record it covers, that record's hash
+ * (the chain's head), its time and reason. */
+struct auditlog__sig {
+    const char *log_id;
+    uint64_t covers;
+    const char *prev, *time, *reason;
+};
 /* Builds the text a checkpoint signs into out (>= 256 bytes); returns its length. */
-size_t auditlog__sig_message(char *out, size_t outlen, const char *log_id, uint64_t covers,
-                             const char *prev, const char *time, const char *reason);
+size_t auditlog__sig_message(char *out, size_t outlen, const struct auditlog__sig *s);
 /* Checks a checkpoint record (fields + "auditlog" object) against pk: 0 = good,
  * -EBADMSG = bad signature, -EINVAL = malformed (why says what). */
 int auditlog__check_checkpoint(const struct auditlog__fields *f, const struct auditlog__pubkey *pk,
@@ -112,10 +118,15 @@ struct auditlog__prune {
 };
 
 void auditlog__history_reset(struct auditlog__history *h);
-/* Appends a range deleted by rule (merged with the last range when the rule is the same;
- * the oldest two merged when the history is full). */
-void auditlog__history_add(struct auditlog__history *h, uint64_t first_seq, uint64_t last_seq,
-                           uint64_t files, uint64_t bytes, const char *rule, uint64_t limit);
+/* A range of records deleted by rule (static text) at limit (of the rule then). */
+struct auditlog__range {
+    uint64_t first_seq, last_seq, files, bytes;
+    const char *rule;
+    uint64_t limit;
+};
+/* Appends a range (merged with the last range when the rule is the same; the oldest two
+ * merged when the history is full). */
+void auditlog__history_add(struct auditlog__history *h, const struct auditlog__range *d);
 /* Parses a record's "history" array against its "retained_from": 0, or -EINVAL with why. */
 int auditlog__history_parse(const json_t *arr, uint64_t retained_from, struct auditlog__history *h,
                             const char **why);

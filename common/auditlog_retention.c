@@ -24,15 +24,14 @@ void auditlog__history_reset(struct auditlog__history *h)
     h->retained_from = 1;
 }
 
-void auditlog__history_add(struct auditlog__history *h, uint64_t first_seq, uint64_t last_seq,
-                           uint64_t files, uint64_t bytes, const char *rule, uint64_t limit)
+void auditlog__history_add(struct auditlog__history *h, const struct auditlog__range *d)
 {
     struct al_auditlog_pruned *last = h->n ? &h->r[h->n - 1] : NULL;
-    if (last && strcmp(last->rule, rule) == 0 && last->limit == limit &&
-        last->last_seq + 1 == first_seq) {
-        last->last_seq = last_seq;
-        last->files += files;
-        last->bytes += bytes;
+    if (last && strcmp(last->rule, d->rule) == 0 && last->limit == d->limit &&
+        last->last_seq + 1 == d->first_seq) {
+        last->last_seq = d->last_seq;
+        last->files += d->files;
+        last->bytes += d->bytes;
     } else {
         if (h->n == AL_AUDITLOG_HISTORY_MAX) {
             /* Full: the two oldest ranges become one, named by both rules. */
@@ -52,15 +51,15 @@ void auditlog__history_add(struct auditlog__history *h, uint64_t first_seq, uint
         }
         struct al_auditlog_pruned *r = &h->r[h->n++];
         memset(r, 0, sizeof *r);
-        r->first_seq = first_seq;
-        r->last_seq = last_seq;
-        r->files = files;
-        r->bytes = bytes;
-        r->limit = limit;
-        snprintf(r->rule, sizeof r->rule, "%s", rule);
+        r->first_seq = d->first_seq;
+        r->last_seq = d->last_seq;
+        r->files = d->files;
+        r->bytes = d->bytes;
+        r->limit = d->limit;
+        snprintf(r->rule, sizeof r->rule, "%s", d->rule);
     }
-    if (last_seq + 1 > h->retained_from)
-        h->retained_from = last_seq + 1;
+    if (d->last_seq + 1 > h->retained_from)
+        h->retained_from = d->last_seq + 1;
 }
 
 static json_t *retention__history_json(const struct auditlog__history *h)

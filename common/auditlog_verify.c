@@ -425,11 +425,18 @@ static const char *verify__loc(struct verify__ctx *c, size_t file, uint64_t line
     return buf;
 }
 
-/* Checks one record; returns 1 to stop. next_pos is where the following line starts in the
- * same mapping (for look-ahead). */
+/* A file's records as mapped: size bytes at p. */
+struct verify__map {
+    const char *p;
+    size_t size;
+};
+
+/* Checks one record (line lineno of file fi); returns 1 to stop. next_pos is where the
+ * following line starts in m (for look-ahead). */
 static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno, struct verify__line *l,
-                          const char *map, size_t size, size_t next_pos, bool first_in_file)
+                          const struct verify__map *m, size_t next_pos)
 {
+    bool first_in_file = lineno == 1;
     struct al_auditlog_verify_result *r = c->res;
     const char *path = c->files[fi].path;
     char loc[320], loc2[320];
@@ -486,7 +493,7 @@ static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno, str
             /* Who changed? Look at the record after this one. */
             struct verify__line nx = {0};
             size_t np;
-            bool got = verify__line_at(map, size, next_pos, &nx, &np);
+            bool got = verify__line_at(m->p, m->size, next_pos, &nx, &np);
             bool have = got && nx.ok;
             int rc;
             if (have && nx.f.seq == f->seq && strcmp(nx.f.prev, c->head) == 0)
@@ -533,7 +540,7 @@ static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno, str
         for (int k = 0; k < VERIFY__LOOKAHEAD; k++) {
             struct verify__line nx;
             size_t np;
-            if (!verify__line_at(map, size, pos, &nx, &np))
+            if (!verify__line_at(m->p, m->size, pos, &nx, &np))
                 break;
             ln++;
             bool hit = nx.ok && nx.f.seq == c->expect;
@@ -564,7 +571,7 @@ static int verify__record(struct verify__ctx *c, size_t fi, uint64_t lineno, str
         if (f->seq == c->expect - 1 && strcmp(f->prev, c->last_prev) == 0) {
             struct verify__line nx = {0};
             size_t np;
-            bool got = verify__line_at(map, size, next_pos, &nx, &np);
+            bool got = verify__line_at(m->p, m->size, next_pos, &nx, &np);
             bool this_is_genuine = got && nx.ok && strcmp(nx.f.prev, hash) == 0;
             if (got)
                 json_decref(nx.j);
@@ -765,7 +772,7 @@ static int verify__file(struct verify__ctx *c, size_t fi, struct al_error *err)
         size_t next = pos + l.len + 1;
         lineno++;
         verify__parse(&l, c->opts->on_record != NULL, c->opts->on_record_type);
-        verify__record(c, fi, lineno, &l, map, end, next, lineno == 1);
+        verify__record(c, fi, lineno, &l, &(struct verify__map){map, end}, next);
         json_decref(l.j);
         pos = next;
     }

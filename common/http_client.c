@@ -387,7 +387,8 @@ static int cconn__tls_flush(struct cconn *k)
         return 0;
     uv_buf_t b = uv_buf_init((char *)d, (unsigned)n);
     size_t q = 0;
-    int rc = http__write(&k->h.stream, &b, 1, k->n_writes == 0, k, cconn__on_write, &q);
+    int rc = http__write(&(struct http__wdest){&k->h.stream, k->n_writes == 0, k, cconn__on_write},
+                         &b, 1, &q);
     if (rc < 0)
         return rc;
     k->tls_ops->consume(k->tls, n); /* http__write copied what the socket did not take */
@@ -418,7 +419,8 @@ static int creq__send(struct al_http_creq *c, const uv_buf_t *bufs, unsigned n)
         return cconn__tls_flush(k);
     }
     size_t q = 0;
-    int rc = http__write(&k->h.stream, bufs, n, k->n_writes == 0, k, cconn__on_write, &q);
+    int rc = http__write(&(struct http__wdest){&k->h.stream, k->n_writes == 0, k, cconn__on_write},
+                         bufs, n, &q);
     if (rc < 0)
         return rc;
     if (q) {

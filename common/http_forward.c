@@ -84,45 +84,64 @@ static void fw__reply(struct al_http_forward *fw, int status, const char *fmt, .
         al_http_reply_error(req, status, "%s", msg);
 }
 
-/* The end-to-end fields of h for the next hop (Expect too, in a request: this hop's server
- * answers it, al_http_req_stream_body sending the 100), through hook, then extra. The values a
- * hook allocated are in owned[0..*n_owned) (free them once out is used). */
-static int fw__filter(const struct al_http_header *h, size_t n, bool request, bool upgrade,
-                      int (*hook)(void *, bool, const char *, const char **, char **),
-                      void *hook_arg, const struct al_http_header *extra, size_t n_extra,
-                      struct al_http_header *out, char **owned, size_t *n_owned)
+/* A head on its way to the next hop: its n fields h, whether it is a request's or a 101's,
+ * the hook each field goes through (NULL: none) and the fields appended after them. */
+struct fw__filter_in {
+    const struct al_http_header *h;
+    size_t n;
+    bool request, upgrade;
+    int (*hook)(void *, bool, const char *, const char **, char **);
+    void *hook_arg;
+    const struct al_http_header *extra;
+    size_t n_extra;
+};
+
+/* The fields fw__filter passes on, and the values a hook allocated for them (owned: freed by
+ * fw__head_free once the fields are used). */
+struct fw__head {
+    struct al_http_header h[AL_HTTP_FORWARD_MAX_HEADERS];
+    char *owned[AL_HTTP_FORWARD_MAX_HEADERS];
+    size_t n_owned;
+};
+
+/* The end-to-end fields of in->h for the next hop (Expect too, in a request: this hop's
+ * server answers it, al_http_req_stream_body sending the 100), through the hook, then the
+ * extra ones, into out->h; returns their number. */
+static int fw__filter(const struct fw__filter_in *in, struct fw__head *out)
 {
+    const struct al_http_header *h = in->h;
     size_t k = 0;
-    *n_owned = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (al_http_forward_drops_header(h, n, h[i].name, upgrade ? AL_HTTP_FWD_UPGRADE : 0) ||
+    out->n_owned = 0;
+    for (size_t i = 0; i < in->n; i++) {
+        if (al_http_forward_drops_header(h, in->n, h[i].name,
+                                         in->upgrade ? AL_HTTP_FWD_UPGRADE : 0) ||
             strcasecmp(h[i].name, "Content-Length") == 0 ||
-            (request && strcasecmp(h[i].name, "Expect") == 0))
+            (in->request && strcasecmp(h[i].name, "Expect") == 0))
             continue;
         const char *v = h[i].value;
-        if (hook) {
+        if (in->hook) {
             char *own = NULL;
-            int rc = hook(hook_arg, upgrade, h[i].name, &v, &own);
+            int rc = in->hook(in->hook_arg, in->upgrade, h[i].name, &v, &own);
             if (own)
-                owned[(*n_owned)++] = own;
+                out->owned[out->n_owned++] = own;
             if (rc < 0)
                 return rc;
             if (rc > 0)
                 continue;
         }
-        if (k >= AL_HTTP_FORWARD_MAX_HEADERS - n_extra)
+        if (k >= AL_HTTP_FORWARD_MAX_HEADERS - in->n_extra)
             return -E2BIG;
-        out[k++] = (struct al_http_header){h[i].name, v};
+        out->h[k++] = (struct al_http_header){h[i].name, v};
     }
-    for (size_t i = 0; i < n_extra; i++)
-        out[k++] = extra[i];
+    for (size_t i = 0; i < in->n_extra; i++)
+        out->h[k++] = in->extra[i];
     return (int)k;
 }
 
-static void fw__free_owned(char **owned, size_t n)
+static void fw__head_free(struct fw__head *hd)
 {
-    for (size_t i = 0; i < n; i++)
-        free(owned[i]);
+    for (size_t i = 0; i < hd->n_owned; i++)
+        free(hd->owned[i]);
 }
 
 /* Content-Length of a response head, -1 if it has none that is valid. */
@@ -155,14 +174,13 @@ static int fw__on_response(struct al_http_creq *c, int status, const struct al_h
     (void)c;
     if (!fw->req)
         return 1;
-    struct al_http_header out[AL_HTTP_FORWARD_MAX_HEADERS];
-    char *owned[AL_HTTP_FORWARD_MAX_HEADERS];
-    size_t n_owned;
-    int k = fw__filter(h, n, false, false, fw->o.response_field, fw->o.arg, fw->o.response_extra,
-                       fw->o.n_response_extra, out, owned, &n_owned);
+    struct fw__head out;
+    int k = fw__filter(&(struct fw__filter_in){h, n, false, false, fw->o.response_field, fw->o.arg,
+                                               fw->o.response_extra, fw->o.n_response_extra},
+                       &out);
     int rc =
-        k < 0 ? k : al_http_resp_start(fw->req, status, out, (size_t)k, fw__content_length(h, n));
-    fw__free_owned(owned, n_owned);
+        k < 0 ? k : al_http_resp_start(fw->req, status, out.h, (size_t)k, fw__content_length(h, n));
+    fw__head_free(&out);
     if (rc) {
         al_warn("%s: cannot relay the response (status %d): %s", fw->label, status, strerror(-rc));
         return 1; /* on_done follows with an error: the fail hook answers */
@@ -205,15 +223,13 @@ static void fw__on_upgrade(struct al_http_creq *c, const struct al_http_header *
         al_http_tunnel_close(t);
         return;
     }
-    struct al_http_header out[AL_HTTP_FORWARD_MAX_HEADERS] = {
-        0}; /* (gcc -O2 cannot tell k covers it) */
-    char *owned[AL_HTTP_FORWARD_MAX_HEADERS];
-    size_t n_owned;
-    int k = fw__filter(h, n, false, true, fw->o.response_field, fw->o.arg, fw->o.upgrade_extra,
-                       fw->o.n_upgrade_extra, out, owned, &n_owned);
+    struct fw__head out = {.n_owned = 0}; /* (h zeroed: gcc -O2 cannot tell k covers it) */
+    int k = fw__filter(&(struct fw__filter_in){h, n, false, true, fw->o.response_field, fw->o.arg,
+                                               fw->o.upgrade_extra, fw->o.n_upgrade_extra},
+                       &out);
     struct al_http_tunnel *down = NULL;
-    int rc = k < 0 ? k : al_http_req_upgrade(fw->req, out, (size_t)k, &down);
-    fw__free_owned(owned, n_owned);
+    int rc = k < 0 ? k : al_http_req_upgrade(fw->req, out.h, (size_t)k, &down);
+    fw__head_free(&out);
     if (rc) {
         al_http_tunnel_close(t);
         if (rc == -EPIPE) { /* the client left: the request is released */
@@ -470,15 +486,15 @@ int al_http_forward(uv_loop_t *loop, struct al_http_req *req,
     for (size_t i = 0; i < opts->n_targets; i++)
         if (!opts->targets[i])
             return -EINVAL;
-    struct al_http_header head[AL_HTTP_FORWARD_MAX_HEADERS];
-    char *owned[AL_HTTP_FORWARD_MAX_HEADERS];
-    size_t n_owned;
-    int k = fw__filter(req->headers, req->n_headers, true, false,
-                       opts->request_field ? fw__request_field : NULL, (void *)opts,
-                       opts->request_extra, opts->n_request_extra, head, owned, &n_owned);
+    struct fw__head head;
+    int k = fw__filter(&(struct fw__filter_in){req->headers, req->n_headers, true, false,
+                                               opts->request_field ? fw__request_field : NULL,
+                                               (void *)opts, opts->request_extra,
+                                               opts->n_request_extra},
+                       &head);
     struct al_http_forward *fw =
-        k >= 0 ? fw__new(opts, head, (size_t)k, opts->path ? opts->path : req->target) : NULL;
-    fw__free_owned(owned, n_owned);
+        k >= 0 ? fw__new(opts, head.h, (size_t)k, opts->path ? opts->path : req->target) : NULL;
+    fw__head_free(&head);
     if (k < 0)
         return k;
     if (!fw)

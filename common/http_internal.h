@@ -77,10 +77,17 @@ struct http__wreq {
     size_t len;
     char data[];
 };
-/* Writes bufs to s: tries the socket first and copies only what it did not take into one
- * queued write (cb gets a struct http__wreq; it must free it). *queued = bytes queued. */
-int http__write(uv_stream_t *s, const uv_buf_t *bufs, unsigned n, bool queue_empty, void *owner,
-                uv_write_cb cb, size_t *queued);
+/* Where http__write writes: the stream, whether its write queue is empty (only then is
+ * the socket tried first), and the queued write's callback with the owner it gets. */
+struct http__wdest {
+    uv_stream_t *s;
+    bool queue_empty;
+    void *owner;
+    uv_write_cb cb;
+};
+/* Writes bufs to d->s: tries the socket first and copies only what it did not take into one
+ * queued write (d->cb gets a struct http__wreq; it must free it). *queued = bytes queued. */
+int http__write(const struct http__wdest *d, const uv_buf_t *bufs, unsigned n, size_t *queued);
 
 /* ---- the per-thread read buffer -------------------------------------------------- */
 /* One HTTP__READ_BUF buffer per thread, lent to one read at a time (a nested loop on the

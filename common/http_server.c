@@ -326,7 +326,8 @@ static int conn__write(struct http_conn *c, const uv_buf_t *bufs, unsigned n)
     if (c->dead || c->closing || c->phase == PH_LINGER)
         return -EPIPE;
     size_t q = 0;
-    int rc = http__write(&c->h.stream, bufs, n, c->n_writes == 0, c, conn__on_write, &q);
+    int rc = http__write(&(struct http__wdest){&c->h.stream, c->n_writes == 0, c, conn__on_write},
+                         bufs, n, &q);
     if (rc < 0) {
         conn__kill(c, -ECONNRESET);
         return -EPIPE;
@@ -2130,8 +2131,8 @@ int al_http_req_upgrade(struct al_http_req *req, const struct al_http_header *hd
     return 0;
 }
 
-static int resp__reply(struct http_req *r, int status, const char *ctype,
-                       const struct al_http_header *hdrs, size_t n, const void *body, size_t len)
+static int resp__reply(struct http_req *r, int status, const char *ctype, const void *body,
+                       size_t len)
 {
     struct http_conn *c = r->conn;
     if (c && r->released)
@@ -2140,7 +2141,7 @@ static int resp__reply(struct http_req *r, int status, const char *ctype,
     if (!rc && c->resp_started)
         return -EALREADY; /* started with al_http_resp_start: end it with al_http_resp_end */
     if (!rc) {
-        rc = resp__head(r, status, hdrs, n, (int64_t)len, ctype);
+        rc = resp__head(r, status, NULL, 0, (int64_t)len, ctype);
         if (!rc) {
             c->resp_started = true;
             struct al_buf *b = &c->srv->head;
@@ -2163,7 +2164,7 @@ static int resp__reply(struct http_req *r, int status, const char *ctype,
 int al_http_reply(struct al_http_req *req, int status, const char *content_type, const void *body,
                   size_t len)
 {
-    return resp__reply(req__of(req), status, content_type, NULL, 0, body, len);
+    return resp__reply(req__of(req), status, content_type, body, len);
 }
 
 int al_http_reply_json(struct al_http_req *req, int status, json_t *body)
@@ -2172,12 +2173,11 @@ int al_http_reply_json(struct al_http_req *req, int status, json_t *body)
     json_decref(body);
     if (body && !s) {
         struct http_req *r = req__of(req);
-        int rc = resp__reply(r, 500, "application/json", NULL, 0,
+        int rc = resp__reply(r, 500, "application/json",
                              "{\"code\":500,\"message\":\"cannot encode the response\"}", 52);
         return rc ? rc : -ENOMEM;
     }
-    int rc = resp__reply(req__of(req), status, "application/json", NULL, 0, s ? s : "",
-                         s ? strlen(s) : 0);
+    int rc = resp__reply(req__of(req), status, "application/json", s ? s : "", s ? strlen(s) : 0);
     free(s);
     return rc;
 }
@@ -2191,5 +2191,5 @@ int al_http_reply_error(struct al_http_req *req, int status, const char *fmt, ..
     va_end(ap);
     char body[1200];
     size_t n = http__error_body(body, sizeof body, status, msg);
-    return resp__reply(req__of(req), status, "application/json", NULL, 0, body, n);
+    return resp__reply(req__of(req), status, "application/json", body, n);
 }

@@ -359,7 +359,8 @@ int al_http_tunnel_write(struct al_http_tunnel *t, const void *data, size_t len)
         return 0;
     uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
     size_t q = 0;
-    int rc = http__write(&t->h.stream, &b, 1, t->n_writes == 0, t, tun__on_write, &q);
+    int rc = http__write(&(struct http__wdest){&t->h.stream, t->n_writes == 0, t, tun__on_write},
+                         &b, 1, &q);
     if (rc < 0) {
         tun__fail(t, rc);
         return -EPIPE;

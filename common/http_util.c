@@ -403,8 +403,7 @@ int http__parse_target(const char *target, struct http__target *t, char *msg, si
 }
 
 /* ---- writes ---------------------------------------------------------------------- */
-int http__write(uv_stream_t *s, const uv_buf_t *bufs, unsigned n, bool queue_empty, void *owner,
-                uv_write_cb cb, size_t *queued)
+int http__write(const struct http__wdest *d, const uv_buf_t *bufs, unsigned n, size_t *queued)
 {
     size_t total = 0, done = 0;
     *queued = 0;
@@ -412,8 +411,8 @@ int http__write(uv_stream_t *s, const uv_buf_t *bufs, unsigned n, bool queue_emp
         total += bufs[i].len;
     if (total == 0)
         return 0;
-    if (queue_empty) {
-        int r = uv_try_write(s, bufs, n);
+    if (d->queue_empty) {
+        int r = uv_try_write(d->s, bufs, n);
         if (r >= 0)
             done = (size_t)r;
         else if (r != UV_EAGAIN)
@@ -425,7 +424,7 @@ int http__write(uv_stream_t *s, const uv_buf_t *bufs, unsigned n, bool queue_emp
     struct http__wreq *w = malloc(sizeof *w + rest);
     if (!w)
         return -ENOMEM;
-    w->owner = owner;
+    w->owner = d->owner;
     w->len = rest;
     size_t skip = done, o = 0;
     for (unsigned i = 0; i < n; i++) {
@@ -439,7 +438,7 @@ int http__write(uv_stream_t *s, const uv_buf_t *bufs, unsigned n, bool queue_emp
         skip = 0;
     }
     uv_buf_t b = uv_buf_init(w->data, (unsigned)rest);
-    int r = uv_write(&w->req, s, &b, 1, cb);
+    int r = uv_write(&w->req, d->s, &b, 1, d->cb);
     if (r) {
         free(w);
         return r;
