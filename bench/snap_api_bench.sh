@@ -12,24 +12,70 @@
 # snapshot of the same dirty size, and N starts from it, every copy's agent answering; each
 # copy must have started); delete_ms: DELETE /templates/{snapshotID}. The snapshot, in the
 # same round, is the reference for the rollback and the fork. airlockd runs in a network
-# namespace of its own (network off), on the template base. Needs root and a built tree:
-#   AIRLOCK_SOURCE_DIR=. AIRLOCK_BIN=build/bin bench/snap_api_bench.sh [--sizes "1 10 100"] [--rounds 3] [--forks "1 10"]
+# namespace of its own (network off), on the template base.
+# --encrypt "off on": the cost of encryption at rest (snapshots.encrypt). The state directory
+# is then one of two private ext4 images made with the encrypt feature (one per setting, the
+# same file system either way), and every size and round is measured once per setting in
+# turn, airlockd restarted on that setting's image (interleaved: the machine's drift falls on
+# both alike); each line gets "encrypt". The encrypted setting is checked on airlockd's banner.
+# Needs root and a built tree:
+#   AIRLOCK_SOURCE_DIR=. AIRLOCK_BIN=build/bin bench/snap_api_bench.sh [--sizes "1 10 100"] [--rounds 3] [--forks "1 10"] [--encrypt "off on"]
 set -uo pipefail
 SIZES="1 10 100"
 ROUNDS=3
 FORKS="1 10"
+ENCRYPT=""
 while [ $# -gt 0 ]; do
   case $1 in
   --sizes) SIZES=$2; shift 2 ;;
   --rounds) ROUNDS=$2; shift 2 ;;
   --forks) FORKS=$2; shift 2 ;;
-  *) echo "usage: $0 [--sizes \"1 10 100\"] [--rounds N] [--forks \"1 10\"]" >&2; exit 2 ;;
+  --encrypt) ENCRYPT=$2; shift 2 ;;
+  *) echo "usage: $0 [--sizes \"1 10 100\"] [--rounds N] [--forks \"1 10\"] [--encrypt \"off on\"]" >&2; exit 2 ;;
   esac
 done
 export AIRLOCK_BIN=${AIRLOCK_BIN:-${AIRLOCK_SOURCE_DIR:?set AIRLOCK_SOURCE_DIR}/build/bin}
+for m in $ENCRYPT; do
+  case $m in off | on) ;; *) echo "snap_api_bench: --encrypt takes off and/or on, not $m" >&2; exit 2 ;; esac
+done
 source "${AIRLOCK_SOURCE_DIR:?set AIRLOCK_SOURCE_DIR}/tests/integration/cp_world.sh"
+[ -z "$ENCRYPT" ] || CP_SANDBOXES_EXTRA="snapshots:
+  encrypt: \"off\""
 cp_world snap_api_bench jail off >&2
-cp_start >&2 || exit 1
+if [ -n "$ENCRYPT" ]; then
+  mv "$CP_STATE" "$AL_TMP/state.pre"
+  mkdir "$CP_STATE"
+  for m in $ENCRYPT; do
+    truncate -s 8G "$AL_TMP/state-$m.img"
+    mkfs.ext4 -q -F -O encrypt "$AL_TMP/state-$m.img" ||
+      { echo "snap_api_bench: mkfs.ext4 -O encrypt failed" >&2; exit 1; }
+    mount -o loop "$AL_TMP/state-$m.img" "$CP_STATE" || exit 1
+    cp -a "$AL_TMP/state.pre/." "$CP_STATE/"
+    chmod 0711 "$CP_STATE"
+    umount "$CP_STATE"
+  done
+  # Killed first, then unmounted (the cleanups run last registered first).
+  bench__unmount() { cp_kill_world; mountpoint -q "$CP_STATE" && umount -l "$CP_STATE"; true; }
+  al_on_cleanup bench__unmount
+fi
+
+# airlockd on the image of setting $1 (with --encrypt), else as it is.
+up() {
+  [ -n "$ENCRYPT" ] || { cp_start airlockd >&2; return; }
+  mount -o loop "$AL_TMP/state-$1.img" "$CP_STATE" || return 1
+  sed -i "s/^\( *encrypt: \).*/\1\"$1\"/" "$AL_TMP/airlockd.yaml"
+  cp_start airlockd >&2 || return 1
+  if [ "$1" = on ]; then
+    grep -q "snapshots .*(encrypted at rest" "$AL_TMP/airlockd.log" ||
+      { echo "snap_api_bench: the store is not encrypted with encrypt: on" >&2; return 1; }
+  fi
+}
+down() {
+  [ -n "$ENCRYPT" ] || return 0
+  al_kill airlockd TERM
+  cp_kill_world
+  umount "$CP_STATE"
+}
 
 # ms of one API call; its body into $AL_TMP/body, its status into $AL_TMP/code.
 timed() {
@@ -42,45 +88,59 @@ timed() {
 field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$AL_TMP/body" "$1"; }
 want() { [ "$(cat "$AL_TMP/code")" = "$1" ] || { echo "snap_api_bench: $2: HTTP $(cat "$AL_TMP/code") $(cat "$AL_TMP/body")" >&2; exit 1; }; }
 
-for mb in $SIZES; do
-  for r in $(seq "$ROUNDS"); do
-    A=$(cp_create '{"templateID":"base","timeout":600}')
-    cp_exec "$A" sh -c "head -c ${mb}M /dev/urandom > /home/user/blob" >/dev/null ||
-      { echo "snap_api_bench: cannot write $mb MB" >&2; exit 1; }
-    snap_ms=$(timed -X POST "$CP_URL/sandboxes/$A/snapshots" -d '{}')
-    want 201 snapshot
-    S=$(field snapshotID)
-    size=$(cp_api "$CP_URL/snapshots?sandboxID=$A" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["sizeBytes"])')
-    from_ms=$(timed -X POST "$CP_URL/v2/sandboxes" -d "{\"templateID\":\"$S\",\"timeout\":600}")
-    want 201 "create from $S"
-    B=$(field sandboxID)
-    plain_ms=$(timed -X POST "$CP_URL/v2/sandboxes" -d '{"templateID":"base","timeout":600}')
-    want 201 "create plain"
-    C=$(field sandboxID)
-    cp_exec "$A" sh -c 'echo after > /home/user/after' >/dev/null
-    rb_ms=$(timed -X POST "$CP_URL/sandboxes/$A/rollback" -d "{\"snapshotID\":\"$S\"}")
-    want 200 "rollback to $S"
-    forks=""
-    copies=()
-    for n in $FORKS; do
-      f_ms=$(timed -X POST "$CP_URL/sandboxes/$A/fork" -d "{\"count\":$n,\"timeout\":600}")
-      want 201 "fork of $n"
-      ids=$(python3 -c '
+# One measurement of dirty size $1 (MB), round $2, setting $3 ("" without --encrypt).
+round() {
+  local mb=$1 r=$2 enc=$3 A B C S size snap_ms from_ms plain_ms rb_ms f_ms del_ms forks ids n s
+  local -a copies got
+  A=$(cp_create '{"templateID":"base","timeout":600}')
+  cp_exec "$A" sh -c "head -c ${mb}M /dev/urandom > /home/user/blob" >/dev/null ||
+    { echo "snap_api_bench: cannot write $mb MB" >&2; exit 1; }
+  snap_ms=$(timed -X POST "$CP_URL/sandboxes/$A/snapshots" -d '{}')
+  want 201 snapshot
+  S=$(field snapshotID)
+  size=$(cp_api "$CP_URL/snapshots?sandboxID=$A" | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["sizeBytes"])')
+  from_ms=$(timed -X POST "$CP_URL/v2/sandboxes" -d "{\"templateID\":\"$S\",\"timeout\":600}")
+  want 201 "create from $S"
+  B=$(field sandboxID)
+  plain_ms=$(timed -X POST "$CP_URL/v2/sandboxes" -d '{"templateID":"base","timeout":600}')
+  want 201 "create plain"
+  C=$(field sandboxID)
+  cp_exec "$A" sh -c 'echo after > /home/user/after' >/dev/null
+  rb_ms=$(timed -X POST "$CP_URL/sandboxes/$A/rollback" -d "{\"snapshotID\":\"$S\"}")
+  want 200 "rollback to $S"
+  forks=""
+  copies=()
+  for n in $FORKS; do
+    f_ms=$(timed -X POST "$CP_URL/sandboxes/$A/fork" -d "{\"count\":$n,\"timeout\":600}")
+    want 201 "fork of $n"
+    ids=$(python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
 bad = [e["error"] for e in r if "sandbox" not in e]
 if bad or len(r) != int(sys.argv[2]):
-    sys.exit("snap_api_bench: fork of %s: %s" % (sys.argv[2], bad or r))
+  sys.exit("snap_api_bench: fork of %s: %s" % (sys.argv[2], bad or r))
 print(" ".join(e["sandbox"]["sandboxID"] for e in r))' "$AL_TMP/body" "$n") || exit 1
-      read -r -a got <<<"$ids"
-      copies+=("${got[@]}")
-      forks+=$(printf ',"fork_%s_ms":%s' "$n" "$f_ms")
+    read -r -a got <<<"$ids"
+    copies+=("${got[@]}")
+    forks+=$(printf ',"fork_%s_ms":%s' "$n" "$f_ms")
+  done
+  del_ms=$(timed -X DELETE "$CP_URL/templates/$S")
+  want 204 "delete $S"
+  local e=""
+  [ -z "$enc" ] || e=$(printf ',"encrypt":"%s"' "$enc")
+  printf '{"bench":"snap_api"%s,"dirty_mb":%s,"round":%s,"snapshot_ms":%s,"size_bytes":%s,"create_from_snapshot_ms":%s,"create_plain_ms":%s,"rollback_ms":%s%s,"delete_ms":%s}\n' \
+    "$e" "$mb" "$r" "$snap_ms" "$size" "$from_ms" "$plain_ms" "$rb_ms" "$forks" "$del_ms"
+  for s in "$A" "$B" "$C" "${copies[@]}"; do cp_cli sandbox kill "$s" >/dev/null; done
+}
+
+if [ -z "$ENCRYPT" ]; then up || exit 1; fi
+for mb in $SIZES; do
+  for r in $(seq "$ROUNDS"); do
+    for m in ${ENCRYPT:-as-configured}; do
+      if [ -n "$ENCRYPT" ]; then up "$m" || exit 1; else m=""; fi
+      round "$mb" "$r" "$m" || exit 1
+      down
     done
-    del_ms=$(timed -X DELETE "$CP_URL/templates/$S")
-    want 204 "delete $S"
-    printf '{"bench":"snap_api","dirty_mb":%s,"round":%s,"snapshot_ms":%s,"size_bytes":%s,"create_from_snapshot_ms":%s,"create_plain_ms":%s,"rollback_ms":%s%s,"delete_ms":%s}\n' \
-      "$mb" "$r" "$snap_ms" "$size" "$from_ms" "$plain_ms" "$rb_ms" "$forks" "$del_ms"
-    for s in "$A" "$B" "$C" "${copies[@]}"; do cp_cli sandbox kill "$s" >/dev/null; done
   done
 done
-al_kill airlockd TERM
+if [ -z "$ENCRYPT" ]; then al_kill airlockd TERM; fi
