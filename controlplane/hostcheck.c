@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/kvm.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -29,6 +30,122 @@ static long host__read_long(const char *path, long dflt)
     return strtol(buf, NULL, 10);
 }
 
+/* The generic C implementations; any other driver of "aes" is an accelerated one (aes-aesni,
+ * the ARMv8 crypto extensions, ...). */
+static bool host__aes_generic(const char *drv)
+{
+    return strcmp(drv, "aes-generic") == 0 || strcmp(drv, "aes-fixed-time") == 0 ||
+           strcmp(drv, "aes_generic") == 0;
+}
+
+/* The value of "key : value" at line l (bounded by its newline), or NULL. */
+static bool host__field(const char *l, const char *key, char *out, size_t len)
+{
+    size_t kl = strlen(key);
+    if (strncmp(l, key, kl) != 0 || (l[kl] != ' ' && l[kl] != '\t' && l[kl] != ':'))
+        return false;
+    const char *v = strchr(l, ':');
+    const char *e = strchr(l, '\n');
+    if (!v || (e && v > e))
+        return false;
+    for (v++; *v == ' ' || *v == '\t'; v++)
+        ;
+    size_t n = e ? (size_t)(e - v) : strlen(v);
+    snprintf(out, len, "%.*s", (int)(n < len ? n : len - 1), v);
+    return true;
+}
+
+enum cp_host_aes cp_host_aes_parse(const char *crypto, const char *aliases, char *driver,
+                                   size_t len)
+{
+    /* /proc/crypto: blocks of "key : value" lines, a blank line between two. */
+    char name[128] = "", drv[128] = "", type[64] = "", v[128];
+    long prio = -1, best = -1;
+    driver[0] = '\0';
+    for (const char *l = crypto; l && *l;) {
+        const char *e = strchr(l, '\n');
+        bool end = !e || l == e || !e[1];
+        if (host__field(l, "name", v, sizeof v))
+            snprintf(name, sizeof name, "%s", v);
+        else if (host__field(l, "driver", v, sizeof v))
+            snprintf(drv, sizeof drv, "%s", v);
+        else if (host__field(l, "type", v, sizeof v))
+            snprintf(type, sizeof type, "%s", v);
+        else if (host__field(l, "priority", v, sizeof v))
+            prio = strtol(v, NULL, 10);
+        if (end) {
+            if (strcmp(name, "aes") == 0 && strcmp(type, "cipher") == 0 && prio > best) {
+                best = prio;
+                snprintf(driver, len, "%s", drv);
+            }
+            name[0] = drv[0] = type[0] = '\0';
+            prio = -1;
+        }
+        l = e ? e + 1 : NULL;
+    }
+    if (driver[0] && !host__aes_generic(driver))
+        return CP_AES_FAST;
+    /* modules.alias: "alias crypto-aes MODULE" for each module that provides AES. */
+    for (const char *l = aliases; l && *l;) {
+        const char *e = strchr(l, '\n');
+        char mod[64];
+        if (sscanf(l, "alias crypto-aes %63s", mod) == 1 && !host__aes_generic(mod)) {
+            snprintf(driver, len, "%s", mod);
+            return CP_AES_MODULE;
+        }
+        l = e ? e + 1 : NULL;
+    }
+    return driver[0] ? CP_AES_GENERIC : CP_AES_UNKNOWN;
+}
+
+static char *host__slurp(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return NULL;
+    char *text = NULL;
+    size_t cap = 0, n = 0, got;
+    char buf[8192];
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0 && n < (8u << 20)) {
+        if (n + got + 1 > cap) {
+            size_t nc = (n + got + 1) * 2;
+            char *t = realloc(text, nc);
+            if (!t)
+                break;
+            text = t;
+            cap = nc;
+        }
+        memcpy(text + n, buf, got);
+        n += got;
+        text[n] = '\0';
+    }
+    fclose(f);
+    return text;
+}
+
+static void host__aes_probe(struct cp_host *h)
+{
+    char *crypto = host__slurp("/proc/crypto");
+    char path[256];
+    snprintf(path, sizeof path, "/lib/modules/%s/modules.alias", h->kernel);
+    char *aliases = host__slurp(path);
+    h->aes = cp_host_aes_parse(crypto, aliases, h->aes_driver, sizeof h->aes_driver);
+    free(crypto);
+    free(aliases);
+    char *cpu = host__slurp("/proc/cpuinfo");
+    const char *fl = cpu ? strstr(cpu, "\nflags") : NULL;
+    if (fl) {
+        const char *e = strchr(fl + 1, '\n');
+        size_t n = e ? (size_t)(e - fl) : strlen(fl);
+        for (const char *p = strstr(fl, " aes"); p && p < fl + n; p = strstr(p + 1, " aes"))
+            if (p[4] == ' ' || p[4] == '\n' || !p[4]) {
+                h->cpu_aes = true;
+                break;
+            }
+    }
+    free(cpu);
+}
+
 void cp_host_probe(struct cp_host *h)
 {
     memset(h, 0, sizeof *h);
@@ -49,6 +166,7 @@ void cp_host_probe(struct cp_host *h)
     h->landlock_abi = abi > 0 ? (int)abi : 0;
 #endif
     h->root = geteuid() == 0;
+    host__aes_probe(h);
     int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
     if (fd < 0) {
         h->kvm_present = errno != ENOENT;
@@ -90,6 +208,24 @@ void cp_host_print(const struct cp_host *h, FILE *f)
             h->userns ? "available" : "DISABLED", h->seccomp ? "available" : "absent",
             h->landlock_abi ? "available" : "absent");
     fprintf(f, "  KVM         %s\n", h->kvm_detail);
+    switch (h->aes) {
+    case CP_AES_FAST:
+        fprintf(f, "  AES         %s (accelerated)\n", h->aes_driver);
+        break;
+    case CP_AES_MODULE:
+        fprintf(f, "  AES         %s (accelerated; the kernel loads the module on first use)\n",
+                h->aes_driver);
+        break;
+    case CP_AES_GENERIC:
+    case CP_AES_UNKNOWN:
+        fprintf(f,
+                "  AES         %s: NOT accelerated (%s): writes to a store encrypted at rest "
+                "(snapshots.encrypt) cost several times more; see docs/snapshots.md\n",
+                h->aes_driver[0] ? h->aes_driver : "none found in /proc/crypto",
+                h->cpu_aes ? "the CPU has AES-NI, this kernel has no driver for it (aesni_intel)"
+                           : "the CPU offers no AES instructions");
+        break;
+    }
 }
 
 /* ---- the limits of all sandboxes together ------------------------------------------------ */

@@ -1,7 +1,8 @@
 /* controlplane/hostcheck: what this host offers airlockd, said plainly at start.
  *
  * Owns: the checks (kernel release, cgroup v1/v2, user namespaces, seccomp, Landlock, whether
- * /dev/kvm opens and creates a VM) and the summary airlockd prints. Whether KVM can run
+ * /dev/kvm opens and creates a VM, whether the kernel's AES is accelerated) and the summary
+ * airlockd prints. Whether KVM can run
  * sandboxes is not decided here (a paravirtual KVM creates VMs but boots no Linux guest):
  * backendsel.c runs airlock-vmm --probe-kvm for that.
  * Also the limits of all sandboxes together (the cgroup parent's pids.max and memory.max,
@@ -20,6 +21,16 @@
 #include "common/error.h"
 #include "config.h"
 
+/* The AES the kernel's file encryption (fscrypt's AES-256-XTS, encryption at rest) runs on.
+ * Without an accelerated driver it is the kernel's table-free C code: writes to an encrypted
+ * store cost several times those to a plain one (docs/snapshots.md, "Encryption at rest"). */
+enum cp_host_aes {
+    CP_AES_UNKNOWN, /* /proc/crypto has no AES cipher */
+    CP_AES_GENERIC, /* only the kernel's C implementation */
+    CP_AES_MODULE,  /* an accelerated driver is a module the kernel loads on first use */
+    CP_AES_FAST,    /* an accelerated driver is registered */
+};
+
 struct cp_host {
     char kernel[128];
     int kmajor, kminor;
@@ -33,9 +44,16 @@ struct cp_host {
     bool kvm_usable; /* opens, expected API, KVM_CREATE_VM works (not: boots a guest) */
     char kvm_detail[128];
     bool root;
+    enum cp_host_aes aes;
+    char aes_driver[64]; /* the AES cipher's driver in /proc/crypto, or its module */
+    bool cpu_aes;        /* the CPU has AES instructions (the "aes" flag) */
 };
 
 void cp_host_probe(struct cp_host *h);
+/* The AES of crypto (the text of /proc/crypto) and aliases (of modules.alias; NULL: none):
+ * the highest-priority driver of the "aes" cipher, or the module an alias names. */
+enum cp_host_aes cp_host_aes_parse(const char *crypto, const char *aliases, char *driver,
+                                   size_t len);
 /* Prints the summary lines ("  kernel     6.1.0 ..."). */
 void cp_host_print(const struct cp_host *h, FILE *f);
 

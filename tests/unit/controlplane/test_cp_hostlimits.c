@@ -1,7 +1,8 @@
 /* tests/unit/controlplane/test_cp_hostlimits: the limits of all sandboxes together (the
  * cgroup parent's), derived from the host or configured, refused when they leave the host too
  * little, and the summary of what is overcommitted (sandboxes.max times each sandbox's
- * limits against them). */
+ * limits against them). And whether the kernel's AES is accelerated (the cost of encryption
+ * at rest), from /proc/crypto and modules.alias as this host and others have them. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +125,64 @@ START_TEST(overcommit_is_said_with_its_consequence)
 }
 END_TEST
 
+/* /proc/crypto of this development VM: a kernel without CONFIG_CRYPTO_AES_NI_INTEL. */
+static const char t_crypto_generic[] = "name         : xts(aes)\n"
+                                       "driver       : xts(ecb(aes-fixed-time))\n"
+                                       "module       : kernel\n"
+                                       "priority     : 101\n"
+                                       "type         : skcipher\n"
+                                       "\n"
+                                       "name         : aes\n"
+                                       "driver       : aes-fixed-time\n"
+                                       "module       : kernel\n"
+                                       "priority     : 101\n"
+                                       "type         : cipher\n"
+                                       "\n"
+                                       "name         : aes\n"
+                                       "driver       : aes-generic\n"
+                                       "module       : kernel\n"
+                                       "priority     : 100\n"
+                                       "type         : cipher\n";
+
+START_TEST(aes_accelerated_or_not)
+{
+    char drv[64];
+    ck_assert_int_eq(cp_host_aes_parse(t_crypto_generic, NULL, drv, sizeof drv), CP_AES_GENERIC);
+    ck_assert_str_eq(drv, "aes-fixed-time"); /* the highest priority of the "aes" ciphers */
+    /* AES-NI registered (Debian's kernel with aesni_intel loaded), listed before or after. */
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "%s\nname         : aes\ndriver       : aes-aesni\nmodule       : aesni_intel\n"
+             "priority     : 300\ntype         : cipher\n",
+             t_crypto_generic);
+    ck_assert_int_eq(cp_host_aes_parse(buf, NULL, drv, sizeof drv), CP_AES_FAST);
+    ck_assert_str_eq(drv, "aes-aesni");
+    snprintf(buf, sizeof buf, "name : aes\ndriver : aes-aesni\npriority : 300\ntype : cipher\n\n%s",
+             t_crypto_generic);
+    ck_assert_int_eq(cp_host_aes_parse(buf, NULL, drv, sizeof drv), CP_AES_FAST);
+    ck_assert_str_eq(drv, "aes-aesni");
+    /* A driver of another type named aes (an skcipher, an AEAD) does not count. */
+    snprintf(buf, sizeof buf,
+             "%s\nname : aes\ndriver : aes-fast-skcipher\npriority : 400\ntype : skcipher\n",
+             t_crypto_generic);
+    ck_assert_int_eq(cp_host_aes_parse(buf, NULL, drv, sizeof drv), CP_AES_GENERIC);
+    /* Not loaded yet, but a module the kernel would load for it. */
+    const char *aliases = "alias crypto-sha256 sha256_generic\n"
+                          "alias crypto-aes aes_generic\n"
+                          "alias crypto-aes aesni_intel\n";
+    ck_assert_int_eq(cp_host_aes_parse(t_crypto_generic, aliases, drv, sizeof drv), CP_AES_MODULE);
+    ck_assert_str_eq(drv, "aesni_intel");
+    ck_assert_int_eq(
+        cp_host_aes_parse(t_crypto_generic, "alias crypto-aes aes_generic\n", drv, sizeof drv),
+        CP_AES_GENERIC);
+    /* Nothing readable. */
+    ck_assert_int_eq(cp_host_aes_parse(NULL, NULL, drv, sizeof drv), CP_AES_UNKNOWN);
+    ck_assert_int_eq(cp_host_aes_parse("name : sha256\ndriver : sha256-generic\ntype : shash\n",
+                                       NULL, drv, sizeof drv),
+                     CP_AES_UNKNOWN);
+}
+END_TEST
+
 static Suite *cp_hostlimits_suite(void)
 {
     Suite *s = suite_create("cp_hostlimits");
@@ -132,6 +191,7 @@ static Suite *cp_hostlimits_suite(void)
     tcase_add_test(t, defaults_leave_the_host_a_quarter);
     tcase_add_test(t, configured_values_are_used_and_checked);
     tcase_add_test(t, overcommit_is_said_with_its_consequence);
+    tcase_add_test(t, aes_accelerated_or_not);
     suite_add_tcase(s, t);
     return s;
 }
