@@ -222,7 +222,7 @@ void cp_host_print(const struct cp_host *h, FILE *f)
                 "  AES         %s: NOT accelerated (%s): writes to a store encrypted at rest "
                 "(snapshots.encrypt) cost several times more; see docs/snapshots.md\n",
                 h->aes_driver[0] ? h->aes_driver : "none found in /proc/crypto",
-                h->cpu_aes ? "the CPU has AES-NI, this kernel has no driver for it (aesni_intel)"
+                h->cpu_aes ? "the CPU has AES-NI but this kernel has no driver for it, aesni_intel"
                            : "the CPU offers no AES instructions");
         break;
     }
