@@ -300,6 +300,8 @@ void egress_worker_reap_removed(struct egress_worker *w)
             egress_conn_close(c, true, "sandbox_removed");
         c = next;
     }
+    /* Its idle upstreams too: they hold fds and the pool's room until they would expire. */
+    egress_inspect_pool_purge_removed(w);
 }
 
 /* One connection of a sandbox whose network fields were replaced. Only the narrowing

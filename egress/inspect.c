@@ -185,6 +185,27 @@ void egress_inspect_pool_give(struct egress_worker *w, const char *sandbox, cons
     intercept_pool_put(w->inspect->pool, key, fd, NULL);
 }
 
+/* A key whose sandbox the registry no longer knows. Asking the registry rather than being
+ * told which ids went needs nothing queued between threads, catches every removal since the
+ * last purge in one pass, and keeps the connections of an id registered again meanwhile. */
+static bool inspect__key_removed(const char *key, void *arg)
+{
+    struct egress *e = arg;
+    char id[INTERCEPT_POOL_KEY_MAX];
+    intercept_pool_key_sandbox(key, id);
+    struct egress_sandbox *sb = egress_registry_by_id(e->reg, id);
+    if (!sb)
+        return true;
+    egress_sandbox_put(sb);
+    return false;
+}
+
+void egress_inspect_pool_purge_removed(struct egress_worker *w)
+{
+    if (w->inspect)
+        intercept_pool_purge(w->inspect->pool, inspect__key_removed, w->e);
+}
+
 /* ---- sandboxes ------------------------------------------------------------------------------ */
 
 int egress_inspect_sandbox_new(struct egress *e, const char *id, const struct egress_policy *p,

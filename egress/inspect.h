@@ -55,6 +55,9 @@ int egress_inspect_pool_take(struct egress_worker *w, const char *sandbox, const
                              uint16_t port);
 void egress_inspect_pool_give(struct egress_worker *w, const char *sandbox, const char *name,
                               uint16_t port, int fd);
+/* Closes the idle upstreams (plain and TLS) of every sandbox that is no longer registered:
+ * called by the worker after an unregister, once it closed the sandbox's connections. */
+void egress_inspect_pool_purge_removed(struct egress_worker *w);
 
 /* ---- sandboxes ---------------------------------------------------------------------------- */
 struct egress_inspect_sandbox;

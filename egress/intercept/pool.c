@@ -151,13 +151,22 @@ int intercept_pool_get(struct intercept_pool *p, const char *key, int *fd,
     return -ENOENT;
 }
 
-void intercept_pool_purge(struct intercept_pool *p, const char *prefix)
+void intercept_pool_key_sandbox(const char *key, char *out)
 {
-    size_t pl = prefix ? strlen(prefix) : 0;
+    size_t n = strcspn(key, "\x1f");
+    if (n >= INTERCEPT_POOL_KEY_MAX)
+        n = INTERCEPT_POOL_KEY_MAX - 1;
+    memcpy(out, key, n);
+    out[n] = '\0';
+}
+
+void intercept_pool_purge(struct intercept_pool *p, bool (*drop)(const char *key, void *arg),
+                          void *arg)
+{
     struct pool__conn *c = p->head;
     while (c) {
         struct pool__conn *next = c->next;
-        if (!prefix || strncmp(c->key, prefix, pl) == 0)
+        if (!drop || drop(c->key, arg))
             pool__close(p, c);
         c = next;
     }
@@ -167,7 +176,7 @@ void intercept_pool_free(struct intercept_pool *p)
 {
     if (!p)
         return;
-    intercept_pool_purge(p, NULL);
+    intercept_pool_purge(p, NULL, NULL);
     free(p);
 }
 

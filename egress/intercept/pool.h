@@ -8,7 +8,7 @@
  * Bounded in total and per key; an idle connection expires after idle_ms; one the server
  * closed (or that has unexpected bytes waiting) is dropped when it is taken. Never shared
  * between sandboxes (the key starts with the sandbox id), so a connection's history stays
- * within one sandbox's audit trail.
+ * within one sandbox's audit trail; a removed sandbox's are closed (intercept_pool_purge).
  *
  * Threading: one pool per event loop (worker); nothing is locked. The pool closes the
  * sockets it holds.
@@ -16,6 +16,7 @@
 #ifndef AIRLOCK_EGRESS_INTERCEPT_POOL_H
 #define AIRLOCK_EGRESS_INTERCEPT_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,9 +45,12 @@ void intercept_pool_put(struct intercept_pool *p, const char *key, int fd,
  * NULL for a plain one), or -ENOENT. */
 int intercept_pool_get(struct intercept_pool *p, const char *key, int *fd,
                        struct intercept_tls **tls);
-/* Closes every idle connection whose key starts with prefix (a sandbox removed:
- * the sandbox id and 0x1f), or all with NULL. */
-void intercept_pool_purge(struct intercept_pool *p, const char *prefix);
+/* Closes every idle connection for whose key drop answers true (the sandbox the key starts
+ * with was removed: intercept_pool_key_sandbox), or all with drop NULL. */
+void intercept_pool_purge(struct intercept_pool *p, bool (*drop)(const char *key, void *arg),
+                          void *arg);
+/* The sandbox id a key starts with, into out (>= INTERCEPT_POOL_KEY_MAX). */
+void intercept_pool_key_sandbox(const char *key, char *out);
 /* Closes what expired (call now and then; get and put do it too). */
 void intercept_pool_sweep(struct intercept_pool *p);
 

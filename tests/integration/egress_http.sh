@@ -100,6 +100,21 @@ ew_eq "a POST the upstream dropped is not sent again: 502" \
   "$(grep -lEz '^HTTP/1.1 502 .*upstream_closed_before_response' "$EW_TMP"/post[123].out | wc -l | awk '{print ($1 > 0) ? "some" : "none"}')" some
 ew_eq "each POST reached the upstream once" \
   "$(grep -Ec '^REQ [^ ]+ POST /once\?p[123] ' "$EW_TMP/up.req")" 3
+# A removed sandbox's idle upstreams are closed with it, not when they would expire (30 s).
+ew_match "a second sandbox registered" "HTTP 201" ew_register sbx-2 2 "$EW_TMP/policy.yaml"
+ew_raw 2 203.0.113.10 80 "GET /gone HTTP/1.1\\r\\nHost: allowed.test\\r\\nConnection: close\\r\\n\\r\\n" >"$EW_TMP/gone.out"
+gone_peer=$(grep -o 'GET /gone .*peer=[0-9.:]*' "$EW_TMP/up.req" | sed 's/.*peer=//')
+ew_match "its request is answered" '^HTTP/1.1 200 ' cat "$EW_TMP/gone.out"
+ew_fail "its upstream stays open after the client's close (pooled)" \
+  grep -q "^CLOSED good peer=$gone_peer\$" "$EW_TMP/up.req"
+ew_match "the sandbox unregistered" 'HTTP 204' ew_admin DELETE /v1/sandboxes/sbx-2
+gone_closed=no
+for ((i = 0; i < 100; i++)); do
+  grep -q "^CLOSED good peer=$gone_peer\$" "$EW_TMP/up.req" && gone_closed=yes && break
+  sleep 0.1
+done
+ew_eq "its pooled upstream is closed by the unregister (within 10 s, not at 30 s)" \
+  "${gone_peer:+$gone_closed}" yes
 ew_match "a POST body arrives whole (Content-Length)" '"body_len": 5' \
   ew_raw 1 203.0.113.10 80 'POST /p HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello'
 ew_match "a chunked body is re-framed and arrives whole" '"body_len": 11' \

@@ -20,7 +20,8 @@ Servers (run inside the test world's namespaces, never anywhere else):
       /redirect?to=URL (302), /big?n=BYTES, /close (Connection: close), /http10 (HTTP/1.0
       reply, no length), /ws (WebSocket-style 101 then echo), /chunked (chunked reply),
       /once (answered only as a connection's first request; later on one connection it is
-      closed unanswered, logged "DROPPED <method> <target> peer=<peer>").
+      closed unanswered, logged "DROPPED <method> <target> peer=<peer>"). A connection the
+      client ends between requests is logged "CLOSED <name> peer=<peer>".
   tls-server ADDR PORT --cert C --key K --log FILE [--name N] [--cl0]
       TLS server (HTTP inside); logs "TLS <name> sni=<SNI>" per handshake.
   tcp-banner ADDR PORT --log FILE
@@ -339,6 +340,8 @@ class HTTPHandler(socketserver.StreamRequestHandler):
         while True:
             line = self.rfile.readline(65536)
             if not line:
+                log_line(srv.logpath, "CLOSED %s peer=%s:%d" % (
+                    srv.name, self.client_address[0], self.client_address[1]))
                 return
             parts = line.decode("latin-1").rstrip("\r\n").split(" ")
             if len(parts) != 3:
