@@ -169,7 +169,7 @@ static const struct auth_route {
     {"*", "/snapshots/**", AO, "snapshots"},
     /* The console's admin endpoints: the overview to everyone, the egress audit log (its
      * records and their verification) and the policies to auditors. */
-    {"GET", "/admin/overview", CP_ROLES_ALL, "the overview"},
+    {"GET", "/admin/overview/**", CP_ROLES_ALL, "the overview"},
     {"GET", "/admin/audit/**", AU, "the egress audit log"},
     {"GET", "/admin/policies/**", AU, "the egress policies (their text, findings and explain)"},
     {"*", "/admin/keys/**", A, "managing API keys"},

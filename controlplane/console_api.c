@@ -3,6 +3,8 @@
  *
  *   GET /admin/overview      the backend and why it was chosen (the KVM probe's verdict), the
  *                            pools, the sandboxes by state
+ *   GET /admin/overview/series  the last hour of creation latency and egress decisions, in
+ *                            buckets of 10 s (metrics.c's series), for the overview's charts
  *   GET /admin/audit         the latest records of the egress audit log, newest first
  *                            (limit, decision, sandbox); with Accept: text/event-stream, the
  *                            records as they are written (the same filters), live
@@ -32,6 +34,7 @@
 #include "console.h"
 #include "cp.h"
 #include "egressreg.h"
+#include "metrics.h"
 #include "store.h"
 
 #define CAPI_LIMIT_DEFAULT 100
@@ -109,6 +112,17 @@ static void capi__overview(struct cp *cp, struct al_http_req *req)
         cp_rest_error(req, 500, "out of memory");
         return;
     }
+    al_http_reply_json(req, 200, o);
+}
+
+static void capi__series(struct cp *cp, struct al_http_req *req)
+{
+    json_t *o = cp->metrics ? cp_metrics_series_json(cp->metrics, al_wall_ns()) : NULL;
+    if (!o) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    json_object_set_new(o, "egressProxy", json_boolean(cp->egress != NULL));
     al_http_reply_json(req, 200, o);
 }
 
@@ -732,6 +746,8 @@ bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct c
     }
     if (strcmp(p, "/admin/overview") == 0)
         capi__overview(cp, req);
+    else if (strcmp(p, "/admin/overview/series") == 0)
+        capi__series(cp, req);
     else if (strcmp(p, "/admin/audit") == 0 && capi__wants_stream(req))
         capi__tail(cp, req);
     else if (strcmp(p, "/admin/audit") == 0)

@@ -10,7 +10,7 @@
  *                                     "api_key_id"?}
  *                               200; 400 refused (the old fields stay); 404
  *   GET    /v1/sandboxes       [{"id",...}]
- *   GET    /v1/stats           the proxy's counters (decisions for /metrics)
+ *   GET    /v1/stats           the proxy's counters (decisions for /metrics and the overview)
  *   POST   /v1/audit/sync      204 once the records so far are written
  * "network" is sent only for sandboxes whose creation carried E2B network fields (the proxy
  * narrows the policy file with them, also across its reloads); "placeholders" only when
@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include "cp.h"
 #include "jcall.h"
+#include "metrics.h"
 #include "policysel.h"
 
 #define EG_TIMEOUT_MS 10000
@@ -491,6 +492,7 @@ static void eg__stats_done(struct eg_call *x, int status, json_t *body)
         json_decref(e->stats);
         e->stats = json_incref(body);
         e->stats_ns = al_now_ns();
+        cp_metrics_egress(e->cp->metrics, body, al_wall_ns());
     }
 }
 

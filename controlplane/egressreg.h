@@ -60,7 +60,9 @@ void cp_egress_audit_dir(const struct cp *cp, char *out, size_t len);
 /* POST /v1/audit/sync: cb gets 0 once every record the proxy wrote so far is in the files
  * (or < 0 and why); sb (referenced meanwhile) is what cb is called with. */
 int cp_egress_audit_sync(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_cb cb);
-/* Counters for /metrics (egress decisions): the proxy's /v1/stats, cached (may be NULL). */
+/* Counters for /metrics (egress decisions): the proxy's /v1/stats, cached (may be NULL),
+ * refreshed in the background (the tick asks); each answer also feeds the overview's chart of
+ * decisions (cp_metrics_egress). */
 json_t *cp_egress_stats(struct cp_egress *e);
 
 #endif

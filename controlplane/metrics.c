@@ -11,6 +11,7 @@
 #include "common/util.h"
 #include "cp.h"
 #include "egressreg.h"
+#include "series.h"
 
 static const double metrics__buckets_ms[] = {5,   10,  20,   50,   100,  150,
                                              250, 500, 1000, 2500, 5000, 10000};
@@ -30,6 +31,22 @@ struct cp_metrics {
     uint64_t proxy[6];
     struct hist create_ms, kill_ms;
     struct hist stage_ms[CP_CREATE_STAGES];
+    /* The overview's charts: creations' latency, and the egress decisions counted between
+     * two of airlock-egress's answers to /v1/stats (the counters behind /metrics). */
+    struct cp_series create_series;
+    struct cp_series egress_series[CP_METRICS_DECISIONS];
+    uint64_t egress_last[CP_METRICS_DECISIONS];
+    bool egress_seen;
+};
+
+/* The counters of /v1/stats each series of decisions follows, as /metrics names them. */
+static const struct {
+    const char *group, *counter, *json;
+} metrics__decisions[CP_METRICS_DECISIONS] = {
+    {"connections", "allowed", "connectionAllow"},
+    {"connections", "denied", "connectionDeny"},
+    {"http", "denied", "httpDeny"},
+    {"dns", "denied", "dnsDeny"},
 };
 
 static const char *const metrics__stage_names[CP_CREATE_STAGES] = {
@@ -39,8 +56,14 @@ static const char *const metrics__stage_names[CP_CREATE_STAGES] = {
 
 int cp_metrics_new(struct cp_metrics **out)
 {
-    *out = calloc(1, sizeof **out);
-    return *out ? 0 : -ENOMEM;
+    struct cp_metrics *m = calloc(1, sizeof *m);
+    if (!m)
+        return -ENOMEM;
+    cp_series_init(&m->create_series, CP_METRICS_BUCKET_NS);
+    for (int i = 0; i < CP_METRICS_DECISIONS; i++)
+        cp_series_init(&m->egress_series[i], CP_METRICS_BUCKET_NS);
+    *out = m;
+    return 0;
 }
 
 void cp_metrics_free(struct cp_metrics *m)
@@ -62,8 +85,64 @@ void cp_metrics_created(struct cp_metrics *m, double ms, const double *stage_ms)
 {
     m->created++;
     hist__add(&m->create_ms, ms);
+    cp_series_observe(&m->create_series, al_wall_ns(), ms);
     for (int i = 0; i < CP_CREATE_STAGES; i++)
         hist__add(&m->stage_ms[i], stage_ms[i]);
+}
+
+static uint64_t render__get(const json_t *o, const char *a, const char *k)
+{
+    return (uint64_t)json_integer_value(json_object_get(json_object_get(o, a), k));
+}
+
+void cp_metrics_egress(struct cp_metrics *m, const json_t *stats, uint64_t wall_ns)
+{
+    if (!m || !json_is_object(stats))
+        return;
+    for (int i = 0; i < CP_METRICS_DECISIONS; i++) {
+        uint64_t v = render__get(stats, metrics__decisions[i].group, metrics__decisions[i].counter);
+        /* The first answer is where counting starts (what came before it has no time); a
+         * counter that went down belongs to a restarted airlock-egress, counting from 0. */
+        if (m->egress_seen)
+            cp_series_observe(&m->egress_series[i], wall_ns,
+                              (double)(v >= m->egress_last[i] ? v - m->egress_last[i] : v));
+        m->egress_last[i] = v;
+    }
+    m->egress_seen = true;
+}
+
+json_t *cp_metrics_series_json(const struct cp_metrics *m, uint64_t now_ns)
+{
+    json_t *create = json_array(), *egress = json_array();
+    uint64_t first, last;
+    cp_series_window(&m->create_series, now_ns, &first, &last);
+    for (uint64_t k = first; k <= last; k++) {
+        uint64_t ts = k * (CP_METRICS_BUCKET_NS / 1000000000ull);
+        char t[40];
+        al_time_rfc3339(t, sizeof t, ts * 1000000000ull);
+        const struct cp_series_bucket *c = cp_series_bucket(&m->create_series, now_ns, k);
+        if (c)
+            json_array_append_new(create, json_pack("{s:s,s:I,s:I,s:f,s:f}", "timestamp", t,
+                                                    "timestampUnix", (json_int_t)ts, "count",
+                                                    (json_int_t)c->n, "meanMs", c->sum / c->n,
+                                                    "maxMs", c->max));
+        /* The decision series are observed together: a bucket is in one if in all. */
+        const struct cp_series_bucket *e = cp_series_bucket(&m->egress_series[0], now_ns, k);
+        if (!e)
+            continue;
+        json_t *o = json_pack("{s:s,s:I,s:I}", "timestamp", t, "timestampUnix", (json_int_t)ts,
+                              "samples", (json_int_t)e->n);
+        for (int i = 0; i < CP_METRICS_DECISIONS; i++) {
+            const struct cp_series_bucket *d = cp_series_bucket(&m->egress_series[i], now_ns, k);
+            json_object_set_new(o, metrics__decisions[i].json,
+                                json_integer(d ? (json_int_t)d->sum : 0));
+        }
+        json_array_append_new(egress, o);
+    }
+    const uint64_t w = CP_METRICS_BUCKET_NS / 1000000000ull;
+    return json_pack("{s:I,s:I,s:I,s:I,s:o,s:o}", "bucketSeconds", (json_int_t)w, "buckets",
+                     (json_int_t)CP_SERIES_SLOTS, "fromUnix", (json_int_t)(first * w), "toUnix",
+                     (json_int_t)((last + 1) * w), "create", create, "egress", egress);
 }
 
 void cp_metrics_create_failed(struct cp_metrics *m)
@@ -147,11 +226,6 @@ static void render__counter(struct al_buf *b, const char *name, const char *help
 {
     al_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
                   (unsigned long long)v);
-}
-
-static uint64_t render__get(json_t *o, const char *a, const char *k)
-{
-    return (uint64_t)json_integer_value(json_object_get(json_object_get(o, a), k));
 }
 
 void cp_metrics_render(struct cp *cp, struct al_buf *b)

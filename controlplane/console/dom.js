@@ -26,6 +26,27 @@ const SAFE_ATTRS = new Set([
   "tabindex",
 ]);
 
+// svg("circle", {cx: 3, cy: 4, r: 2}, svg("title", {}, "text")): an SVG element (the
+// overview's charts), with the same rule: children are elements or text, attributes are the
+// drawing's own (numbers and class names), never a link or a handler.
+const SVG_NS = "http://www.w3.org/2000/svg";
+const SVG_ATTRS = new Set([
+  "viewBox", "width", "height", "x", "y", "x1", "y1", "x2", "y2", "cx", "cy", "r", "points",
+  "text-anchor", "dominant-baseline", "role", "aria-label", "data-testid", "preserveAspectRatio",
+]);
+
+export function svg(tag, props, ...children) {
+  const e = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "class") e.setAttribute("class", v);
+    else if (SVG_ATTRS.has(k)) e.setAttribute(k, String(v));
+    else throw new Error(`dom.js: SVG attribute ${k} is not one the console sets`);
+  }
+  append(e, children);
+  return e;
+}
+
 // Links stay inside the console (its hash routes): never a URL a sandbox chose.
 function internalHref(v) {
   const s = String(v);

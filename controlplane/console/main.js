@@ -1,5 +1,6 @@
 // main.js: the console's pages (hash routes) over airlockd's API.
-//   #/overview          backend and why, pools, sandboxes by state
+//   #/overview          backend and why, pools, sandboxes by state, and charts of the last
+//                       hour: creation latency, egress decisions (redrawn every 10 s)
 //   #/sandboxes         the sandboxes (state filter), each linking to its detail
 //   #/sandboxes/<id>    one sandbox: info, metadata, pause, resume, kill
 //   #/sandboxes/<id>/terminal  a shell in it (operator and admin), over a WebSocket
@@ -13,7 +14,7 @@
 // own table of routes): actions the role cannot take are not offered. The API refuses them
 // anyway; hiding them only keeps the page honest about what will work.
 import { api, ApiError, csrfToken, session, signIn, signOut } from "./api.js";
-import { h, show, when } from "./dom.js";
+import { h, show, svg, when } from "./dom.js";
 import { Terminal } from "./terminal.js";
 
 const view = document.getElementById("view");
@@ -23,6 +24,7 @@ const signoutBtn = document.getElementById("signout");
 let current = null; // the session
 let openTerminal = null; // the terminal page's WebSocket and emulator, closed when it is left
 let liveTail = null; // the audit page's EventSource, closed when it is left
+let chartsTimer = null; // the overview's redrawing of its charts, stopped when it is left
 
 // Whether the session's role may take this action (docs/console.md, "Signing in").
 function may(action) {
@@ -102,11 +104,123 @@ function card(title, n, ...rest) {
   return h("div", { class: "card" }, h("div", { class: "muted" }, title), h("div", { class: "n" }, n), ...rest);
 }
 
+// ---- charts -----------------------------------------------------------------------------
+// Line charts of the series airlockd keeps (GET /admin/overview/series: buckets of 10 s over
+// the last hour), drawn here as SVG: each series a line through its buckets, broken where
+// one is missing (no data is not zero), and a point per bucket whose title says what it
+// holds. Everything is an element or a text node (dom.js), styled by console.css.
+
+const CW = 640, CH = 190, ML = 58, MR = 14, MT = 10, MB = 26;
+
+// The smallest of 1, 2, 2.5, 5 x 10^n that is at least v: the chart's top.
+function niceTop(v) {
+  if (!(v > 0)) return 1;
+  const p = 10 ** Math.floor(Math.log10(v));
+  return [1, 2, 2.5, 5, 10].map((m) => m * p).find((t) => t >= v);
+}
+
+function clock(unix) {
+  return new Date(unix * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+}
+
+function ms(v) {
+  return v >= 1000 ? `${(v / 1000).toFixed(v >= 10000 ? 0 : 1)} s` : `${Math.round(v)} ms`;
+}
+
+// series: [{name, cls, points: [{t, v, label}]}], t the bucket's start (unix seconds).
+function chart({ testid, caption, from, to, step, series, format }) {
+  const top = niceTop(Math.max(0, ...series.flatMap((s) => s.points.map((p) => p.v))));
+  const x = (t) => (ML + ((t - from) / (to - from)) * (CW - ML - MR)).toFixed(1);
+  const y = (v) => (MT + (1 - v / top) * (CH - MT - MB)).toFixed(1);
+  const grid = [0, 0.5, 1].map((f) => [
+    svg("line", { class: "grid", x1: ML, x2: CW - MR, y1: y(top * f), y2: y(top * f) }),
+    svg("text", { class: "axis", x: ML - 6, y: y(top * f), "text-anchor": "end", "dominant-baseline": "middle" }, format(top * f)),
+  ]);
+  const ticks = [[from, "start"], [(from + to) / 2, "middle"], [to, "end"]].map(([t, anchor]) =>
+    svg("text", { class: "axis", x: x(t), y: CH - 6, "text-anchor": anchor }, clock(t)));
+  const drawn = series.map((s) => {
+    const runs = [];
+    let prev = null;
+    for (const p of s.points) {
+      if (!prev || p.t - prev.t > step) runs.push([]);
+      runs[runs.length - 1].push(p);
+      prev = p;
+    }
+    return svg("g", { class: `series ${s.cls}`, "data-testid": `series-${s.cls}` },
+      runs.filter((r) => r.length > 1).map((r) =>
+        svg("polyline", { points: r.map((p) => `${x(p.t + step / 2)},${y(p.v)}`).join(" ") })),
+      // Dense series are mostly their line: smaller points keep it readable.
+      s.points.map((p) => svg("circle", { cx: x(p.t + step / 2), cy: y(p.v), r: s.points.length > 60 ? 1.3 : 2.5, "data-testid": "chart-point" },
+        svg("title", {}, p.label))));
+  });
+  return h("figure", { class: "chart panel", "data-testid": testid },
+    h("figcaption", {}, caption),
+    svg("svg", { viewBox: `0 0 ${CW} ${CH}`, role: "img", "aria-label": caption }, grid, ticks, drawn),
+    h("div", { class: "legend" }, series.map((s) => h("span", { class: `key ${s.cls}` }, s.name))));
+}
+
+function createChart(c) {
+  const pts = (f) => c.create.map((b) => ({
+    t: b.timestampUnix, v: f(b),
+    label: `${clock(b.timestampUnix)}: ${b.count} creation${b.count === 1 ? "" : "s"}, mean ${ms(b.meanMs)}, max ${ms(b.maxMs)}`,
+  }));
+  return chart({
+    testid: "chart-create", caption: `Create latency (time to a healthy agent), per ${c.bucketSeconds} s`,
+    from: c.fromUnix, to: c.toUnix, step: c.bucketSeconds, format: ms,
+    series: [
+      { name: "mean", cls: "s-mean", points: pts((b) => b.meanMs) },
+      { name: "max", cls: "s-max", points: pts((b) => b.maxMs) },
+    ],
+  });
+}
+
+const DECISIONS = [
+  ["connectionAllow", "connections allowed", "s-allow"],
+  ["connectionDeny", "connections denied", "s-deny"],
+  ["httpDeny", "HTTP requests denied", "s-http"],
+  ["dnsDeny", "DNS queries denied", "s-dns"],
+];
+
+function egressChart(c) {
+  return chart({
+    testid: "chart-egress", caption: `Egress decisions, per ${c.bucketSeconds} s`,
+    from: c.fromUnix, to: c.toUnix, step: c.bucketSeconds, format: (v) => String(Math.round(v * 10) / 10),
+    series: DECISIONS.map(([k, name, cls]) => ({
+      name, cls,
+      points: c.egress.map((b) => ({ t: b.timestampUnix, v: b[k], label: `${clock(b.timestampUnix)}: ${b[k]} ${name}` })),
+    })),
+  });
+}
+
+async function drawCharts(box) {
+  let c;
+  try {
+    c = await api("GET", "/admin/overview/series");
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) throw e;
+    show(box, problem(e));
+    return;
+  }
+  show(box,
+    createChart(c),
+    c.create.length ? null : h("p", { class: "muted", "data-testid": "chart-create-none" }, "No sandbox was created in the last hour."),
+    c.egressProxy
+      ? egressChart(c)
+      : h("p", { class: "muted", "data-testid": "chart-egress-none" }, "airlock-egress is not running under this airlockd: there are no egress decisions to chart."),
+    c.egressProxy && !c.egress.length ? h("p", { class: "muted" }, "No answer from airlock-egress's counters in the last hour yet.") : null);
+}
+
+function stopCharts() {
+  if (chartsTimer) clearInterval(chartsTimer);
+  chartsTimer = null;
+}
+
 async function renderOverview() {
   const o = await api("GET", "/admin/overview");
   const b = o.backend || {};
   const probe = b.kvmProbe;
   const s = o.sandboxes || {};
+  const charts = h("div", { class: "charts", "data-testid": "charts" }, h("p", { class: "muted" }, "Loading…"));
   show(view,
     h("h1", {}, "Overview"),
     h("div", { class: "panel" },
@@ -129,7 +243,16 @@ async function renderOverview() {
     h("div", { class: "cards" },
       card("networks ready", `${o.pools.network.ready} / ${o.pools.network.size}`),
       card("warm sandboxes ready", `${o.pools.warm.ready} / ${o.pools.warm.size}`)),
+    h("h2", {}, "The last hour"),
+    charts,
     may("readAudit") ? h("p", { class: "muted" }, "The audit log's state: ", h("a", { href: "#/audit" }, "Audit"), ".") : null);
+  await drawCharts(charts);
+  if (!charts.isConnected) return; // left the page meanwhile
+  stopCharts();
+  chartsTimer = setInterval(() => {
+    if (!current || !charts.isConnected) stopCharts();
+    else guarded(() => drawCharts(charts));
+  }, 10000);
 }
 
 // ---- sandboxes --------------------------------------------------------------------------
@@ -635,6 +758,7 @@ async function renderKeys(made) {
 function route() {
   closeTerminal();
   closeLive();
+  stopCharts();
   if (!current) return;
   const raw = location.hash.replace(/^#/, "") || "/overview";
   const [path, query] = raw.split("?");

@@ -80,6 +80,34 @@ try {
   ok(await page.evaluate(() => !document.cookie.includes("airlock_console")), "the page's script cannot read it");
   await page.screenshot({ path: `${shots}/overview.png`, fullPage: true });
 
+  // Overview charts: each creation is in the latency chart (a point per bucket of 10 s, its
+  // title saying how many and how long); one more creation adds one; no airlock-egress in this
+  // world, which the egress chart's place says.
+  const charted = () => page.$$eval("[data-testid=chart-create] [data-testid=series-s-mean] circle title",
+    (ts) => ts.reduce((n, t) => n + Number((/: (\d+) creations?, mean [\d.]+ m?s, max [\d.]+ m?s$/.exec(t.textContent) || [0, NaN])[1]), 0));
+  await page.waitForSelector("[data-testid=chart-create] [data-testid=chart-point]");
+  const before = await charted();
+  ok(before >= 2, `overview: the creations so far are charted (${before})`);
+  ok(await page.$("[data-testid=chart-create] [data-testid=series-s-max] circle"), "overview: their largest too");
+  ok(await page.$("[data-testid=chart-egress-none]") && !(await page.$("[data-testid=chart-egress]")), "overview: no egress chart without airlock-egress, and why");
+  const extra = await page.evaluate(async () => {
+    const s = await (await fetch("/console/api/session")).json();
+    const r = await fetch("/sandboxes", { method: "POST", headers: { "Content-Type": "application/json", "X-Airlock-CSRF": s.csrfToken }, body: '{"templateID":"base"}' });
+    return (await r.json()).sandboxID;
+  });
+  ok(extra, "a sandbox created from the page");
+  await page.waitForFunction((n) => {
+    const ts = [...document.querySelectorAll("[data-testid=chart-create] [data-testid=series-s-mean] circle title")];
+    return ts.reduce((a, t) => a + Number((/: (\d+) creations?,/.exec(t.textContent) || [0, 0])[1]), 0) === n;
+  }, { timeout: 20000 }, before + 1);
+  ok(true, "overview: the chart shows it at its next redrawing (every 10 s)");
+  await page.screenshot({ path: `${shots}/overview-charts.png`, fullPage: true });
+  const killed = await page.evaluate(async (id) => {
+    const s = await (await fetch("/console/api/session")).json();
+    return (await fetch(`/sandboxes/${id}`, { method: "DELETE", headers: { "X-Airlock-CSRF": s.csrfToken } })).status;
+  }, extra);
+  ok(killed === 204, "and killed");
+
   // Sandboxes: the hostile metadata is text, nothing of it runs.
   await page.goto(`${base}/console/#/sandboxes`);
   await page.waitForFunction((id) => [...document.querySelectorAll("[data-testid=sandbox-row]")].some((r) => r.textContent.includes(id)), {}, sandbox);

@@ -4,6 +4,8 @@
 # off) in the world's namespace, where the browser runs too (loopback only):
 #   - sign-in (a wrong key refused with the API's reason), the overview, the session cookie's
 #     attributes as the browser holds them, unreadable from script;
+#   - the overview's latency chart has the creations, and one made meanwhile at its next
+#     redrawing; without airlock-egress it says there are no decisions to chart;
 #   - the sandboxes page lists a created sandbox whose metadata is hostile (<img onerror>,
 #     "><script>, a bidi control): shown as text, no element made, nothing run;
 #   - a POST with the cookie and without the CSRF token is refused; the detail page; kill;
@@ -78,7 +80,7 @@ al_check "the terminal's shell pid was reported" test -n "$SHELL_PID"
 for _ in $(seq 100); do kill -0 "$SHELL_PID" 2>/dev/null || break; sleep 0.1; done
 al_check "the terminal's shell was killed when the page closed it" bash -c "! kill -0 $SHELL_PID 2>/dev/null"
 al_match "the auditor did not kill it" "\"sandboxID\": *\"$SB2\"" cp_api "$CP_URL/sandboxes/$SB2"
-for p in signin overview sandboxes sandbox audit audit-live policies policy-broken policy keys terminal \
+for p in signin overview overview-charts sandboxes sandbox audit audit-live policies policy-broken policy keys terminal \
   sandbox-auditor; do
   al_check "screenshot of $p" test -s "$SHOTS/$p.png"
 done

@@ -11,7 +11,7 @@
 #     address (403 with the reason), cannot send UDP anywhere, cannot use a DNS server of
 #     its own choosing to learn a name the policy does not allow;
 #   - each of these is in the audit log with the sandbox's id and the reason, and
-#     `airlock audit verify` passes;
+#     `airlock audit verify` passes; Prometheus and the overview's series count the denials;
 # and after the sandbox is killed and airlockd is stopped nothing is left: interfaces,
 # cgroups, mounts, processes, bpffs pins.
 set -uo pipefail
@@ -130,6 +130,20 @@ scrape() { al_wait_until 60 scrape_once "$1"; }
 al_ok "Prometheus shows the egress decisions" \
   scrape 'airlock_egress_decisions_total\{kind="(http|dns)",decision="deny"\} [1-9]'
 al_ok "... and the sandboxes" scrape 'airlock_sandboxes\{state="running"\} 1'
+# The overview's chart of decisions follows the same counters: they have answered (the scrape
+# above), so a denial made now is in the series as their growth.
+series_denied() {
+  cp_api "$URL/admin/overview/series" | python3 -c 'import json,sys
+d = json.load(sys.stdin)
+assert d["egressProxy"] is True
+print(sum(b["connectionDeny"] + b["httpDeny"] + b["dnsDeny"] for b in d["egress"]))'
+}
+DENIED0=$(series_denied)
+al_check "the overview's series of egress decisions answers" test -n "$DENIED0"
+al_match "one more denied request" '"reason":"no_rule_matched"' \
+  sbx_exec curl -sS -m 8 http://203.0.113.11/for-the-chart
+more_denied() { [ "$(series_denied)" -gt "${DENIED0:-0}" ]; }
+al_check "... is counted in it (GET /admin/overview/series)" al_wait_until 60 more_denied
 PINS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pin_dir"])' \
   "$STATE/vswitch/instance.json" 2>/dev/null)
 al_note "the switch's pins: ${PINS:-?}"

@@ -148,6 +148,7 @@ START_TEST(roles_other_classes)
     for (const char *const *key = (const char *const[]){k.admin, k.operator, k.auditor, NULL}; *key;
          key++) {
         ck_assert_int_eq(status_of(*key, "GET", "/admin/overview", NULL), 200);
+        ck_assert_int_eq(status_of(*key, "GET", "/admin/overview/series", NULL), 200);
         ck_assert_int_eq(status_of(*key, "GET", "/templates", NULL), 200);
         ck_assert_int_ne(status_of(*key, "GET", "/secrets", NULL), 403);
         ck_assert_int_ne(status_of(*key, "GET", "/secrets/openai-key", NULL), 403);
