@@ -3,6 +3,7 @@
  *   cp_bench [-b jail|test] [-n N1] [-N NC] [-c CONC] [-i IDLE] [-m MAXHELD] [-r REFRUNS]
  *            [-w WARM_POOL] [-p NETWORK_POOL] [-k START_CONCURRENCY]   (default: airlockd's)
  *            [-W WARM_SANDBOXES]   (default 0: none; sandboxes.warm.templates ["base=W"])
+ *            [-q REFILL_QUIET_MS]  (sandboxes.refill_quiet; default airlockd's)
  *
  * Runs as root in a network namespace of its own (only loopback), with airlockd started on
  * 127.0.0.1:<free port> and a state directory, cgroup parent and interface prefix unique to
@@ -74,6 +75,7 @@ static const char *opt_backend = "jail";
 static int opt_n1 = 50, opt_nc = 200, opt_conc = 50, opt_idle = 50, opt_max = 520, opt_ref = 20;
 static int opt_warm = -1, opt_netpool = -1, opt_starts = -1; /* -1: airlockd's defaults */
 static int opt_warm_sb = 0;                                  /* warm sandboxes of base */
+static int opt_quiet = -1; /* sandboxes.refill_quiet in ms; -1: airlockd's default */
 static char g_dir[256], g_state[300], g_url[128], g_key[64], g_bin[4096], g_cg[64];
 static pid_t g_airlockd;
 /* CPU accounting: the cgroup airlockd runs in, the run's cgroup parent (the sandboxes), and
@@ -425,6 +427,8 @@ static int start_airlockd(void)
         fprintf(f, "  warm_pool: %d\n", opt_warm);
     if (opt_starts >= 0)
         fprintf(f, "  start_concurrency: %d\n", opt_starts);
+    if (opt_quiet >= 0)
+        fprintf(f, "  refill_quiet: %dms\n", opt_quiet);
     if (opt_warm_sb > 0)
         fprintf(f, "  warm:\n    templates: [\"base=%d\"]\n    memory: 8GiB\n", opt_warm_sb);
 
@@ -762,7 +766,7 @@ static double vmm_direct_once(int i)
 int main(int argc, char **argv)
 {
     int c;
-    while ((c = getopt(argc, argv, "b:n:N:c:i:m:r:w:W:p:k:h")) != -1) {
+    while ((c = getopt(argc, argv, "b:n:N:c:i:m:r:w:W:p:k:q:h")) != -1) {
         switch (c) {
         case 'b':
             opt_backend = optarg;
@@ -797,11 +801,14 @@ int main(int argc, char **argv)
         case 'k':
             opt_starts = atoi(optarg);
             break;
+        case 'q':
+            opt_quiet = atoi(optarg);
+            break;
 
         default:
             fprintf(stderr, "usage: cp_bench [-b jail|test] [-n N1] [-N NC] [-c CONC] [-i IDLE] "
                             "[-m MAXHELD] [-r REFRUNS] [-w WARM] [-W WARM_SANDBOXES] [-p NETPOOL] "
-                            "[-k STARTS]\n");
+                            "[-k STARTS] [-q REFILL_QUIET_MS]\n");
             return 2;
         }
     }

@@ -228,6 +228,16 @@ const struct al_cfg_field cp_config_fields[] = {
      .min = 0,
      .max = 256,
      .help = "airlock-vmm processes kept started and waiting for a spec (faster creates)"},
+    {.key = "sandboxes.refill_quiet",
+     .type = AL_CFG_DURATION,
+     .offset = F(refill_quiet_ms),
+     .def = "20ms",
+     .min = 0,
+     .max = 10000,
+     .help = "the pools (networks, airlock-vmm processes, warm sandboxes) refill once no "
+             "creation has been in flight for this long, so that creations one after the other "
+             "do not share the CPU with the replacements of the ones before; a pool below half "
+             "its size refills as soon as none is in flight (0: always then)"},
     {.key = "sandboxes.warm.min",
      .type = AL_CFG_INT,
      .offset = F(warm_min),

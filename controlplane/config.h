@@ -52,10 +52,11 @@ struct cp_config {
     uint64_t ready_timeout_ms; /* the template's readyCmd, after the agent is healthy */
     uint64_t log_max_bytes;
     uint64_t metrics_interval_ms;
-    int on_shutdown;     /* enum cp_on_shutdown */
-    char *cgroup_parent; /* jail: cgroup parent */
-    int64_t warm_pool;   /* airlock-vmm processes kept waiting for a spec */
-    bool runtime_tmpfs;  /* <state>/sandboxes on a tmpfs */
+    int on_shutdown;          /* enum cp_on_shutdown */
+    char *cgroup_parent;      /* jail: cgroup parent */
+    int64_t warm_pool;        /* airlock-vmm processes kept waiting for a spec */
+    uint64_t refill_quiet_ms; /* the pools refill once no creation was asked for this long */
+    bool runtime_tmpfs;       /* <state>/sandboxes on a tmpfs */
     /* warm sandboxes (warm.c) */
     int64_t warm_min, warm_max;           /* per template not listed in warm_templates */
     struct al_cfg_strlist warm_templates; /* "NAME=MIN..MAX" */

@@ -209,6 +209,7 @@ struct cp {
     bool adopting;
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_timer_t tick;            /* metrics sampling, pool refill */
+    uv_timer_t refill;          /* the pools' refill, once creations are quiet */
     struct cp_disk disk;        /* the disk reserve (disk.c) */
     struct cp_console *console; /* the web console's sessions (console.c), made at first use */
     void (*on_stopped)(struct cp *cp);
@@ -222,8 +223,9 @@ struct cp_opts {
     bool quiet; /* no banner (tests) */
 };
 int cp_main(int argc, char **argv);
-/* A burst of creations is over (none in flight): refill the network pool and the warm
- * airlock-vmm pool now rather than at the next tick (daemon.c). */
+/* A burst of creations is over (none in flight): refill the network pool, the warm
+ * airlock-vmm pool and the warm sandboxes once none was asked for sandboxes.refill_quiet, or
+ * now when one of them is below half its size (daemon.c). */
 void cp_pools_refill(struct cp *cp);
 
 /* ---- registry -------------------------------------------------------------------------- */

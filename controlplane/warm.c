@@ -582,6 +582,18 @@ void cp_warm_refill(struct cp *cp)
     }
 }
 
+bool cp_warm_below_half(struct cp *cp)
+{
+    struct cp_warm *w = cp->warm;
+    if (!w || !warm__jail(cp))
+        return false;
+    uint64_t now = al_now_ns();
+    for (struct warm_pool *p = w->pools; p; p = p->next)
+        if (2 * (p->n_ready + p->n_starting) < warm__target(cp, p, now))
+            return true;
+    return false;
+}
+
 /* ---- the claim -------------------------------------------------------------------------- */
 
 bool cp_warm_has_id(struct cp *cp, const char *id)

@@ -63,6 +63,8 @@ size_t cp_warm_demand_target(const struct cp_warm_demand *d, uint64_t now, uint6
 int cp_warm_init(struct cp *cp, struct al_error *err);
 /* Starts what the pools lack (one at a time; nothing while creations are in flight). */
 void cp_warm_refill(struct cp *cp);
+/* Whether a pool holds (ready or starting) less than half of what it keeps now. */
+bool cp_warm_below_half(struct cp *cp);
 /* The id of a ready warm sandbox of template_id whose files are template_dir (the version a
  * creation resolved), or NULL. Counts the creation in the template's demand. Stale warm
  * sandboxes (of another version) found on the way are torn down. */

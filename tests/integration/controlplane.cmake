@@ -51,6 +51,10 @@ airlock_script_test(NAME cp_pools SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_pools.sh
 # sandbox torn down by the next.
 airlock_script_test(NAME cp_warm SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_warm.sh
                     LABELS controlplane TIMEOUT 900)
+# When the pools refill: after the creations paused for sandboxes.refill_quiet, or at once when
+# one is below half its size.
+airlock_script_test(NAME cp_refill SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_refill.sh
+                    LABELS controlplane TIMEOUT 600)
 # The limits of all sandboxes together: a sandbox that fills them does not stop airlockd,
 # airlock-egress or a neighbour; a new sandbox is refused with a 503 that says why.
 airlock_script_test(NAME cp_hostlimits SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cp_hostlimits.sh
