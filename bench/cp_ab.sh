@@ -7,8 +7,8 @@
 # development VM (and its CPU per creation by up to 30%), so a single run of each of two
 # configurations says nothing. This runs every configuration in turn, RUNS rounds
 # (A B A B ...: slow drifts of the machine hit both alike), and prints per configuration and
-# figure of the create phases (create_c1_*, create_c50_*) the median, the smallest and the
-# largest value:
+# figure of the create phases (create_c1_*, create_c50_*, with -W create_c1_cold_*) and of
+# the references (vmm_direct_*, bwrap_true_*) the median, the smallest and the largest value:
 #   {"bench":"cp_ab","config":"-k 8","metric":"create_c50_p95","median":...,"min":...,
 #    "max":...,"runs":5}
 # Each cp_bench run: -n 40 -N 150 -c 50 -i 20 -m 0 -r 10 (CP_AB_BASE replaces these) plus
@@ -39,7 +39,7 @@ for ((r = 1; r <= runs; r++)); do
       tail -5 "$out/err" >&2
       exit 1
     fi
-    grep '"metric":"create_c' "$out/run" >>"$out/$i" || true
+    grep -E '"metric":"(create_c|vmm_direct_|bwrap_true_)' "$out/run" >>"$out/$i" || true
     echo "cp_ab: round $r/$runs, [$o] done" >&2
     i=$((i + 1))
   done

@@ -31,6 +31,12 @@
  * With every create phase, where its creations spent their time (airlockd's stage timings):
  *   *_stage_<accept|network|egress|queue|start>_mean_ms
  * and with -W how many of them claimed a warm sandbox: *_warm_claims
+ * With -W, the cold path beside the claims in the same run: create_c1_cold_* and kill_c1_cold_*,
+ *                    N1 creations one after the other of "cold", base's files under a name no
+ *                    warm pool keeps (the pooled network and airlock-vmm, as without -W)
+ *   bwrap_true_*     reference, same run (with -r): `bwrap --unshare-all` running /bin/true
+ *                    in base's root file system, REFRUNS times, until it exited (needs bwrap:
+ *                    the bubblewrap package; skipped without it)
  * With every create and kill phase, the CPU it cost per sandbox, measured in the same run:
  *   *_cpu_ms_per_sandbox       CPU time of airlockd, its helpers, every airlock-vmm and every
  *                    sandbox (cgroup CPU accounting: airlockd is started in a cgroup of its
@@ -77,6 +83,7 @@ static int opt_warm = -1, opt_netpool = -1, opt_starts = -1; /* -1: airlockd's d
 static int opt_warm_sb = 0;                                  /* warm sandboxes of base */
 static int opt_quiet = -1; /* sandboxes.refill_quiet in ms; -1: airlockd's default */
 static char g_dir[256], g_state[300], g_url[128], g_key[64], g_bin[4096], g_cg[64];
+static const char *g_template = "base"; /* what the creations of flight_run start */
 static pid_t g_airlockd;
 /* CPU accounting: the cgroup airlockd runs in, the run's cgroup parent (the sandboxes), and
  * the file that holds their CPU time (cpuacct.usage in ns on v1, cpu.stat usage_usec on v2). */
@@ -640,6 +647,8 @@ static int flight_run(int total, int conc, bool kill, char (*ids)[32], double *m
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
+    char body[160];
+    snprintf(body, sizeof body, "{\"templateID\":\"%s\",\"timeout\":3600}", g_template);
     struct flight f = {.loop = &loop,
                        .total = total,
                        .conc = conc,
@@ -647,7 +656,7 @@ static int flight_run(int total, int conc, bool kill, char (*ids)[32], double *m
                        .ids = ids,
                        .ms = ms,
                        .post_ms = post_ms,
-                       .body = "{\"templateID\":\"base\",\"timeout\":3600}"};
+                       .body = body};
     struct al_http_pool_opts po = {.max_idle = (size_t)conc, .max_idle_per_target = (size_t)conc};
     al_http_pool_new(&loop, &po, &f.pool);
     const char *sp = getenv("CP_BENCH_SAMPLES");
@@ -719,7 +728,56 @@ static double pss_kb(void)
     return total;
 }
 
-/* ---- the reference: airlock-vmm without airlockd ------------------------------------------ */
+/* ---- the references: airlock-vmm without airlockd, bwrap -------------------------------- */
+
+/* "cold": base's files under a name no warm pool keeps (as tests/integration/cp_warm.sh's
+ * "plain"). */
+static int cold_template(void)
+{
+    char base[400], cold[400], target[4096];
+    snprintf(base, sizeof base, "%s/templates/base", g_state);
+    snprintf(cold, sizeof cold, "%s/templates/cold", g_state);
+    if (!realpath(base, target))
+        return -errno;
+    return symlink(target, cold) < 0 && errno != EEXIST ? -errno : 0;
+}
+
+/* ms until `bwrap --unshare-all ... /bin/true` in base's root exited 0, or -1. */
+static double bwrap_once(const char *bwrap)
+{
+    char root[4200], rel[400];
+    snprintf(rel, sizeof rel, "%s/templates/base", g_state);
+    if (!realpath(rel, root))
+        return -1;
+    strncat(root, "/rootfs", sizeof root - strlen(root) - 1);
+    uint64_t t0 = al_now_ns();
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (nul >= 0) {
+            dup2(nul, 1);
+            dup2(nul, 2);
+        }
+        execl(bwrap, "bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", root, "/",
+              "--proc", "/proc", "--dev", "/dev", "/bin/true", (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return -1;
+    return (double)(al_now_ns() - t0) / 1e6;
+}
+
+static const char *bwrap_path(void)
+{
+    static const char *const dirs[] = {"/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++)
+        if (access(dirs[i], X_OK) == 0)
+            return dirs[i];
+    return NULL;
+}
 
 static double vmm_direct_once(int i)
 {
@@ -852,6 +910,29 @@ int main(int argc, char **argv)
     fails += flight_run(opt_n1, 1, true, ids, ms2, NULL, &secs);
     phase_end(&ph, "kill_c1", opt_n1);
     out_dist("kill_c1", ms2, (size_t)opt_n1);
+    if (opt_warm_sb > 0) {
+        /* The cold path, same run: no warm sandbox keeps "cold". */
+        int rc = cold_template();
+        if (rc < 0) {
+            fprintf(stderr, "cp_bench: cannot make the template \"cold\": %s\n", strerror(-rc));
+            fails++;
+        } else {
+            sleep(1);
+            if (!pools_wait(120))
+                fprintf(stderr, "cp_bench: the pools did not refill within 120 s; measuring "
+                                "anyway\n");
+            g_template = "cold";
+            phase_begin(&ph);
+            fails += flight_run(opt_n1, 1, false, ids, ms, NULL, &secs);
+            phase_end(&ph, "create_c1_cold", opt_n1);
+            out_dist("create_c1_cold", ms, (size_t)opt_n1);
+            phase_begin(&ph);
+            fails += flight_run(opt_n1, 1, true, ids, ms2, NULL, &secs);
+            phase_end(&ph, "kill_c1_cold", opt_n1);
+            out_dist("kill_c1_cold", ms2, (size_t)opt_n1);
+            g_template = "base";
+        }
+    }
 
     /* c = CONC */
     char m[64];
@@ -887,6 +968,19 @@ int main(int argc, char **argv)
         }
         if (k)
             out_dist("vmm_direct", ref, k);
+        const char *bw = bwrap_path();
+        k = 0;
+        for (int i = 0; bw && i < opt_ref; i++) {
+            double v = bwrap_once(bw);
+            if (v >= 0)
+                ref[k++] = v;
+        }
+        if (k)
+            out_dist("bwrap_true", ref, k);
+        else
+            fprintf(stderr, "cp_bench: %s: no bwrap_true reference\n",
+                    bw ? "bwrap did not run /bin/true in base's root"
+                       : "no bwrap (apt-get install bubblewrap)");
         free(ref);
     }
 
