@@ -170,7 +170,11 @@ static int agg_round(const char *dir, bool on, uint64_t n, struct agg_round *out
     }
     struct egress_ip ip = {.family = 4};
     inet_pton(AF_INET, "10.200.0.2", ip.addr);
-    if (egress_registry_add(e.reg, "sbx-7f3a9c2e", "code-interpreter-v1", &ip, 1, NULL, NULL, NULL,
+    if (egress_registry_add(e.reg,
+                            &(struct egress_registry_entry){.id = "sbx-7f3a9c2e",
+                                                            .template_name = "code-interpreter-v1",
+                                                            .addrs = &ip,
+                                                            .n_addrs = 1},
                             &err) < 0) {
         fprintf(stderr, "egress_audit_append: %s\n", al_error_str(&err));
         return -1;

@@ -82,23 +82,22 @@ static int admin__parse_ip(const char *s, struct egress_ip *ip)
 }
 
 /* Policy source from {"yaml":...,"origin":...} or {"file":...}. */
-static int admin__policy_src(json_t *o, const char **yaml, size_t *len, const char **origin,
-                             const char **file, struct al_error *err)
+static int admin__policy_src(json_t *o, struct egress_policy_src *src, struct al_error *err)
 {
     static const char *const keys[] = {"yaml", "origin", "file", NULL};
     if (al_json_check_keys(o, keys, "policy", err) < 0)
         return -EINVAL;
-    *yaml = *origin = *file = NULL;
-    if (al_json_get_str(o, "yaml", false, yaml, "policy", err) < 0 ||
-        al_json_get_str(o, "origin", false, origin, "policy", err) < 0 ||
-        al_json_get_str(o, "file", false, file, "policy", err) < 0)
+    *src = (struct egress_policy_src){0};
+    if (al_json_get_str(o, "yaml", false, &src->yaml, "policy", err) < 0 ||
+        al_json_get_str(o, "origin", false, &src->origin, "policy", err) < 0 ||
+        al_json_get_str(o, "file", false, &src->file, "policy", err) < 0)
         return -EINVAL;
-    if (!!*yaml == !!*file)
+    if (!!src->yaml == !!src->file)
         return al_error_set(err, -EINVAL,
                             "policy: give exactly one of \"yaml\" (the policy text) "
                             "or \"file\" (a path the proxy reads and re-reads on reload)");
-    if (*yaml)
-        *len = json_string_length(json_object_get(o, "yaml"));
+    if (src->yaml)
+        src->len = json_string_length(json_object_get(o, "yaml"));
     return 0;
 }
 
@@ -151,21 +150,18 @@ static void admin__register(struct al_http_req *req, struct egress_admin *a)
                                 .placeholders = phs,
                                 .network = json_is_null(net) ? NULL : net};
     if (pol) {
-        const char *file = NULL;
-        if (admin__policy_src(pol, &r.policy_yaml, &r.policy_len, &r.policy_origin, &file, &err) <
-            0) {
+        if (admin__policy_src(pol, &r.policy, &err) < 0) {
             json_decref(body);
             al_http_reply_error(req, 400, "%s", al_error_str(&err));
             return;
         }
-        r.policy_file = file;
         if (pfile) {
             json_decref(body);
             al_http_reply_error(req, 400, "sandbox: give \"policy\" or \"policy_file\", not both");
             return;
         }
     } else if (pfile) {
-        r.policy_file = pfile;
+        r.policy.file = pfile;
     } else {
         json_decref(body);
         al_http_reply_error(req, 400,
@@ -174,9 +170,9 @@ static void admin__register(struct al_http_req *req, struct egress_admin *a)
         return;
     }
     char origin[200];
-    if (r.policy_yaml && !r.policy_origin) {
+    if (r.policy.yaml && !r.policy.origin) {
         snprintf(origin, sizeof origin, "sandbox %s policy", id);
-        r.policy_origin = origin;
+        r.policy.origin = origin;
     }
     int rc = egress_register_sandbox(a->e, &r, &err);
     if (rc < 0) {
@@ -196,11 +192,13 @@ static void admin__register(struct al_http_req *req, struct egress_admin *a)
     al_http_reply_json(req, 201, out);
 }
 
-/* The answer to a change of a sandbox's policy or network fields: 404, 400 (what stays),
- * or 200 {"policy": {...}} (and "network", null when none). */
+/* The answer to a change of a sandbox's policy or (network) its network fields: 404, 400
+ * (what stays), or 200 {"policy": {...}} (and "network", null when none). */
 static void admin__changed(struct al_http_req *req, struct egress_admin *a, const char *id, int rc,
-                           const struct al_error *err, const char *kept, bool with_network)
+                           const struct al_error *err, bool network)
 {
+    const char *kept = network ? "the previous network fields stay in force"
+                               : "the previous policy stays in force";
     if (rc < 0) {
         al_http_reply_error(req, rc == -ENOENT ? 404 : 400, "%s%s%s%s", al_error_str(err),
                             rc == -ENOENT ? "" : " (", rc == -ENOENT ? "" : kept,
@@ -210,7 +208,7 @@ static void admin__changed(struct al_http_req *req, struct egress_admin *a, cons
     json_t *sb = egress_stats_json(a->e, id);
     json_t *out = json_object();
     json_object_set(out, "policy", json_object_get(sb, "policy"));
-    if (with_network) {
+    if (network) {
         json_t *n = json_object_get(sb, "network");
         json_object_set(out, "network", n ? n : json_null());
     }
@@ -227,21 +225,20 @@ static void admin__set_policy(struct al_http_req *req, struct egress_admin *a, c
         al_http_reply_error(req, 400, "the body must be a JSON object: %s", al_error_str(&err));
         return;
     }
-    const char *yaml, *origin, *file;
-    size_t len = 0;
-    if (admin__policy_src(body, &yaml, &len, &origin, &file, &err) < 0) {
+    struct egress_policy_src src;
+    if (admin__policy_src(body, &src, &err) < 0) {
         json_decref(body);
         al_http_reply_error(req, 400, "%s", al_error_str(&err));
         return;
     }
     char org[200];
-    if (yaml && !origin) {
+    if (src.yaml && !src.origin) {
         snprintf(org, sizeof org, "sandbox %s policy", id);
-        origin = org;
+        src.origin = org;
     }
-    int rc = egress_set_policy(a->e, id, yaml, len, origin, file, &err);
+    int rc = egress_set_policy(a->e, id, &src, &err);
     json_decref(body);
-    admin__changed(req, a, id, rc, &err, "the previous policy stays in force", false);
+    admin__changed(req, a, id, rc, &err, false);
 }
 
 /* An update's id or a key id: printable, short (they go into audit records). */
@@ -292,10 +289,10 @@ static void admin__set_network(struct al_http_req *req, struct egress_admin *a, 
                             "printable characters without spaces or quotes");
         return;
     }
-    int rc =
-        egress_set_network(a->e, id, json_is_null(net) ? NULL : net, update, key, generation, &err);
+    int rc = egress_set_network(a->e, id, json_is_null(net) ? NULL : net,
+                                &(struct egress_net_update){update, key, generation}, &err);
     json_decref(body);
-    admin__changed(req, a, id, rc, &err, "the previous network fields stay in force", true);
+    admin__changed(req, a, id, rc, &err, true);
 }
 
 static void admin__on_body(struct al_http_req *req, int err)

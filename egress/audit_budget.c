@@ -150,18 +150,17 @@ static void budget__write(struct egress *e, const struct egress_sandbox *sb,
     egress_audit_w(e, &w);
 }
 
-/* The slot for key in [from, to): its own (a new interval when the old one ended: *flush
- * then holds what to write), else a free or ended one, else NULL. */
-static struct budget__slot *budget__find(struct egress *e, struct budget__slot *v, size_t from,
-                                         size_t to, uint64_t key, uint64_t now,
-                                         struct budget__slot *flush, bool *do_flush)
+/* The slot for key among v[0..n): its own (a new interval when the old one ended: *flush
+ * then holds what to write), else a free or ended one, else NULL. A slot in use has a key
+ * (never 0), so flush->key says whether there is something to write. */
+static struct budget__slot *budget__find(struct egress *e, struct budget__slot *v, size_t n,
+                                         uint64_t key, uint64_t now, struct budget__slot *flush)
 {
     struct budget__slot *spare = NULL;
-    for (size_t i = from; i < to; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (v[i].key == key) {
             if (budget__due(e, &v[i], now)) {
                 *flush = v[i];
-                *do_flush = true;
                 v[i].key = 0;
                 return &v[i];
             }
@@ -172,7 +171,6 @@ static struct budget__slot *budget__find(struct egress *e, struct budget__slot *
     }
     if (spare && spare->key) {
         *flush = *spare;
-        *do_flush = true;
         spare->key = 0;
     }
     return spare;
@@ -201,8 +199,7 @@ bool egress_audit_budget(struct egress *e, struct egress_sandbox *sb,
     key = key ? key : 1;
     mkey = mkey ? mkey : 1;
 
-    struct budget__slot flush;
-    bool do_flush = false;
+    struct budget__slot flush = {.key = 0};
     pthread_mutex_lock(&sb->agg_lock);
     if (!sb->audit_agg)
         sb->audit_agg = calloc(1, sizeof *sb->audit_agg);
@@ -211,14 +208,13 @@ bool egress_audit_budget(struct egress *e, struct egress_sandbox *sb,
         return true; /* no memory to count it: write it rather than lose it */
     }
     struct budget__slot *v = sb->audit_agg->slot;
-    struct budget__slot *s = budget__find(e, v, 0, BUDGET_SLOTS, key, now, &flush, &do_flush);
+    struct budget__slot *s = budget__find(e, v, BUDGET_SLOTS, key, now, &flush);
     bool merged = false;
     if (!s) {
         /* More distinct groups this interval than the table holds: merge the rest. */
         merged = true;
         key = mkey;
-        s = budget__find(e, v, BUDGET_SLOTS, BUDGET_SLOTS + BUDGET_MERGED, key, now, &flush,
-                         &do_flush);
+        s = budget__find(e, v + BUDGET_SLOTS, BUDGET_MERGED, key, now, &flush);
         if (!s) {
             /* Not reachable with the record types of today (four types, three decisions);
              * should one be added, the oldest merged group is written early. */
@@ -226,8 +222,7 @@ bool egress_audit_budget(struct egress *e, struct egress_sandbox *sb,
             for (size_t i = BUDGET_SLOTS + 1; i < BUDGET_SLOTS + BUDGET_MERGED; i++)
                 if (v[i].start_ns < s->start_ns)
                     s = &v[i];
-            flush = *s;
-            do_flush = true;
+            flush = *s; /* (all in use: its key is not 0) */
             s->key = 0;
         }
     }
@@ -236,7 +231,7 @@ bool egress_audit_budget(struct egress *e, struct egress_sandbox *sb,
     budget__add(s, ev);
     pthread_mutex_unlock(&sb->agg_lock);
     atomic_fetch_add(&e->stats.audit_aggregated, 1);
-    if (do_flush)
+    if (flush.key)
         budget__write(e, sb, &flush);
     return false;
 }

@@ -269,17 +269,25 @@ uint16_t egress_dns_port(const struct egress *e, size_t i)
 
 /* ---- sandboxes and policies ---------------------------------------------------------- */
 
-static void core__audit_control(struct egress *e, const char *type, const char *event,
-                                struct egress_sandbox *sb, struct egress_policy *p,
-                                const char *error, const char *old_hash, const char *base_hash,
-                                json_t *extra)
+/* A control record beyond its sandbox and policy: type and event, the error that refused a
+ * change (the record is then a deny), the policy's hash before the change and before
+ * narrowing, and fields to add (stolen). */
+struct core__control {
+    const char *type, *event;
+    const char *error;
+    const char *old_hash, *base_hash;
+    json_t *extra;
+};
+
+static void core__audit_control(struct egress *e, struct egress_sandbox *sb,
+                                struct egress_policy *p, const struct core__control *c)
 {
-    json_t *r = egress_rec_new(type);
+    json_t *r = egress_rec_new(c->type);
     if (!r) {
-        json_decref(extra);
+        json_decref(c->extra);
         return;
     }
-    egress_rec_str(r, "event", event);
+    egress_rec_str(r, "event", c->event);
     egress_rec_sandbox(r, sb, p);
     if (sb) {
         json_t *a = json_array();
@@ -296,40 +304,41 @@ static void core__audit_control(struct egress *e, const char *type, const char *
         if (sb->network)
             json_object_set(r, "network", sb->network);
     }
-    if (base_hash)
-        egress_rec_str(r, "base_policy_hash", base_hash);
-    if (old_hash)
-        egress_rec_str(r, "old_policy_hash", old_hash);
-    if (error) {
+    if (c->base_hash)
+        egress_rec_str(r, "base_policy_hash", c->base_hash);
+    if (c->old_hash)
+        egress_rec_str(r, "old_policy_hash", c->old_hash);
+    if (c->error) {
         egress_rec_str(r, "decision", "deny");
         egress_rec_str(r, "reason", "invalid_policy");
-        egress_rec_str(r, "error", error);
+        egress_rec_str(r, "error", c->error);
     }
-    if (extra)
-        json_object_update_new(r, extra);
+    if (c->extra)
+        json_object_update_new(r, c->extra);
     egress_audit(e, r);
 }
 
-static int core__load_policy(const char *yaml, size_t len, const char *origin, const char *file,
-                             struct egress_policy **out, struct al_error *err)
+static int core__load_policy(const struct egress_policy_src *src, struct egress_policy **out,
+                             struct al_error *err)
 {
-    if (yaml)
-        return egress_policy_load(yaml, len, origin ? origin : "policy", out, err);
-    if (file)
-        return egress_policy_load(NULL, 0, file, out, err);
+    if (src->yaml)
+        return egress_policy_load(src->yaml, src->len, src->origin ? src->origin : "policy", out,
+                                  err);
+    if (src->file)
+        return egress_policy_load(NULL, 0, src->file, out, err);
     return al_error_set(err, -EINVAL, "a policy is required: give policy_yaml or policy_file");
 }
 
 /* Loads a policy and narrows it by the sandbox's network fields; *base_hash gets the hash
  * before narrowing ("" when network is NULL). *reason says which part was refused. */
-static int core__policy_for(const char *yaml, size_t len, const char *origin, const char *file,
-                            const json_t *network, struct egress_policy **out, char base_hash[72],
-                            const char **reason, struct al_error *err)
+static int core__policy_for(const struct egress_policy_src *src, const json_t *network,
+                            struct egress_policy **out, char base_hash[72], const char **reason,
+                            struct al_error *err)
 {
     struct egress_policy *base = NULL;
     base_hash[0] = 0;
     *reason = "invalid_policy";
-    int rc = core__load_policy(yaml, len, origin, file, &base, err);
+    int rc = core__load_policy(src, &base, err);
     if (rc < 0)
         return rc;
     if (network)
@@ -350,8 +359,7 @@ int egress_register_sandbox(struct egress *e, const struct egress_register *r, s
     if (rc < 0)
         reason = "invalid_network";
     else
-        rc = core__policy_for(r->policy_yaml, r->policy_len, r->policy_origin, r->policy_file,
-                              (const json_t *)r->network, &p, base_hash, &reason, err);
+        rc = core__policy_for(&r->policy, (const json_t *)r->network, &p, base_hash, &reason, err);
     if (rc < 0) {
         json_t *rec = egress_rec_new("sandbox");
         if (rec) {
@@ -377,8 +385,11 @@ int egress_register_sandbox(struct egress *e, const struct egress_register *r, s
         egress_policy_unref(p);
         return al_error_set(err, -ENOMEM, "out of memory");
     }
-    rc = egress_registry_add(e->reg, r->id, r->template_name, r->addrs, r->n_addrs,
-                             r->policy_yaml ? NULL : r->policy_file, p, net, err);
+    rc = egress_registry_add(
+        e->reg,
+        &(struct egress_registry_entry){r->id, r->template_name, r->addrs, r->n_addrs,
+                                        r->policy.yaml ? NULL : r->policy.file, p, net},
+        err);
     if (rc < 0) {
         json_decref(net);
         egress_inspect_sandbox_free(x);
@@ -390,8 +401,10 @@ int egress_register_sandbox(struct egress *e, const struct egress_register *r, s
         egress_inspect_sandbox_free(x);
     if (sb) {
         sb->inspect = x;
-        core__audit_control(e, "sandbox", "register", sb, p, NULL, NULL,
-                            base_hash[0] ? base_hash : NULL, NULL);
+        core__audit_control(e, sb, p,
+                            &(struct core__control){.type = "sandbox",
+                                                    .event = "register",
+                                                    .base_hash = base_hash[0] ? base_hash : NULL});
         al_info("sandbox %s registered (policy %s %.12s%s)", r->id, egress_policy_name(p),
                 egress_policy_hash(p), net ? ", narrowed by its E2B network fields" : "");
         egress_sandbox_put(sb);
@@ -414,7 +427,8 @@ int egress_unregister_sandbox(struct egress *e, const char *id)
         return -ENOENT;
     egress_limits_flush_sandbox(e, sb, true);
     struct egress_policy *p = egress_sandbox_policy(sb);
-    core__audit_control(e, "sandbox", "unregister", sb, p, NULL, NULL, NULL, NULL);
+    core__audit_control(e, sb, p,
+                        &(struct core__control){.type = "sandbox", .event = "unregister"});
     egress_policy_unref(p);
     al_info("sandbox %s removed", id);
     egress_sandbox_put(sb);
@@ -422,9 +436,11 @@ int egress_unregister_sandbox(struct egress *e, const char *id)
     return 0;
 }
 
-int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t len,
-                      const char *origin, const char *file, struct al_error *err)
+int egress_set_policy(struct egress *e, const char *id, const struct egress_policy_src *src,
+                      struct al_error *err)
 {
+    struct egress_policy_src s = src ? *src : (struct egress_policy_src){0};
+    const char *file = s.file;
     struct egress_sandbox *sb = egress_registry_by_id(e->reg, id);
     if (!sb)
         return al_error_set(err, -ENOENT, "no sandbox '%s' is registered", id);
@@ -434,11 +450,14 @@ int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t
     const char *reason;
     /* The sandbox's network fields narrow the new policy exactly as they narrowed the first
      * one: a replacement or a reload never widens what the sandbox was created with. */
-    int rc = core__policy_for(yaml, len, origin, file ? file : (yaml ? NULL : sb->policy_file),
-                              sb->network, &p, base_hash, &reason, err);
+    if (!s.yaml && !s.file)
+        s.file = sb->policy_file;
+    int rc = core__policy_for(&s, sb->network, &p, base_hash, &reason, err);
     if (rc < 0) {
-        core__audit_control(e, "policy", "reload_refused", sb, old, al_error_str(err), NULL, NULL,
-                            NULL);
+        core__audit_control(e, sb, old,
+                            &(struct core__control){.type = "policy",
+                                                    .event = "reload_refused",
+                                                    .error = al_error_str(err)});
         al_warn("sandbox %s: new policy refused, the old one stays: %s", id, al_error_str(err));
         egress_policy_unref(old);
         egress_sandbox_put(sb);
@@ -446,13 +465,16 @@ int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t
     }
     char old_hash[80];
     snprintf(old_hash, sizeof old_hash, "%s", old ? egress_policy_hash(old) : "");
-    egress_sandbox_set_policy(sb, p, yaml ? "" : (file ? file : NULL));
+    egress_sandbox_set_policy(sb, p, s.yaml ? "" : file);
     struct al_error ierr = {0};
     if (egress_inspect_sandbox_policy(sb, p, &ierr) < 0)
         al_warn("sandbox %s: placeholders of the new policy: %s (the previous ones stay)", id,
                 al_error_str(&ierr));
-    core__audit_control(e, "policy", "reload", sb, p, NULL, old_hash,
-                        base_hash[0] ? base_hash : NULL, NULL);
+    core__audit_control(e, sb, p,
+                        &(struct core__control){.type = "policy",
+                                                .event = "reload",
+                                                .old_hash = old_hash,
+                                                .base_hash = base_hash[0] ? base_hash : NULL});
     egress_policy_unref(old);
     egress_sandbox_put(sb);
     return 0;
@@ -467,22 +489,25 @@ static void core__kick_rejudge(struct egress *e)
 }
 
 /* Who asked and which update, for the records of an update. */
-static json_t *core__update_fields(const char *update_id, const char *key_id, int64_t generation)
+static json_t *core__update_fields(const struct egress_net_update *u)
 {
     json_t *x = json_object();
-    if (x && update_id && *update_id)
-        json_object_set_new(x, "update", json_string(update_id));
-    if (x && generation >= 0)
-        json_object_set_new(x, "generation", json_integer(generation));
-    if (x && key_id && *key_id)
-        json_object_set_new(x, "api_key_id", json_string(key_id));
+    if (x && u->id && *u->id)
+        json_object_set_new(x, "update", json_string(u->id));
+    if (x && u->generation >= 0)
+        json_object_set_new(x, "generation", json_integer(u->generation));
+    if (x && u->key_id && *u->key_id)
+        json_object_set_new(x, "api_key_id", json_string(u->key_id));
     return x;
 }
 
 int egress_set_network(struct egress *e, const char *id, const json_t *network,
-                       const char *update_id, const char *key_id, int64_t generation,
-                       struct al_error *err)
+                       const struct egress_net_update *u, struct al_error *err)
 {
+    static const struct egress_net_update none = {.generation = -1};
+    if (!u)
+        u = &none;
+    const char *update_id = u->id;
     struct egress_sandbox *sb = egress_registry_by_id(e->reg, id);
     if (!sb)
         return al_error_set(err, -ENOENT, "no sandbox '%s' is registered", id);
@@ -500,11 +525,14 @@ int egress_set_network(struct egress *e, const char *id, const json_t *network,
     if (!rc && network && !(net = json_deep_copy(network)))
         rc = al_error_set(err, -ENOMEM, "out of memory");
     if (rc < 0) {
-        json_t *x = core__update_fields(update_id, key_id, generation);
+        json_t *x = core__update_fields(u);
         if (x && network)
             json_object_set_new(x, "requested_network", json_deep_copy(network));
-        core__audit_control(e, "sandbox", "network_update_refused", sb, old, al_error_str(err),
-                            NULL, NULL, x);
+        core__audit_control(e, sb, old,
+                            &(struct core__control){.type = "sandbox",
+                                                    .event = "network_update_refused",
+                                                    .error = al_error_str(err),
+                                                    .extra = x});
         al_warn("sandbox %s: network update refused, the previous fields stay: %s", id,
                 al_error_str(err));
         egress_policy_unref(p);
@@ -521,8 +549,12 @@ int egress_set_network(struct egress *e, const char *id, const json_t *network,
     if (egress_inspect_sandbox_policy(sb, p, &ierr) < 0)
         al_warn("sandbox %s: placeholders after the network update: %s (the previous ones stay)",
                 id, al_error_str(&ierr));
-    core__audit_control(e, "sandbox", "network_update", sb, p, NULL, old_hash, base_hash,
-                        core__update_fields(update_id, key_id, generation));
+    core__audit_control(e, sb, p,
+                        &(struct core__control){.type = "sandbox",
+                                                .event = "network_update",
+                                                .old_hash = old_hash,
+                                                .base_hash = base_hash,
+                                                .extra = core__update_fields(u)});
     al_info("sandbox %s: network fields replaced%s%s (policy %.12s, was %.12s): its connections "
             "are judged again",
             id, update_id && *update_id ? " by update " : "", update_id ? update_id : "",
@@ -564,7 +596,7 @@ int egress_reload(struct egress *e, json_t *report)
     json_t *ok = json_array(), *bad = json_array();
     for (size_t i = 0; i < x.n; i++) {
         struct al_error err = {0};
-        if (egress_set_policy(e, x.ids[i], NULL, 0, NULL, NULL, &err) < 0) {
+        if (egress_set_policy(e, x.ids[i], NULL, &err) < 0) {
             failed++;
             json_array_append_new(
                 bad, json_pack("{s:s,s:s}", "sandbox", x.ids[i], "error", al_error_str(&err)));

@@ -148,12 +148,11 @@ static void dns__udp_send(struct dns_ctx *x, const uint8_t *msg, size_t len)
     sendmsg(x->udp_fd, &mh, MSG_DONTWAIT);
 }
 
-static void dns__send(struct dns_ctx *x, uint8_t rcode, const struct dns_addr *addrs, size_t n,
-                      uint32_t ttl)
+static void dns__send(struct dns_ctx *x, const struct dns_reply *r)
 {
     uint8_t out[DNS_MAX_UDP + 512];
     size_t max = x->tcp ? sizeof out : x->q.edns_udp_size;
-    int len = dns_build_reply(&x->q, rcode, addrs, n, ttl, max, out, sizeof out);
+    int len = dns_build_reply(&x->q, r, max, out, sizeof out);
     if (len < 0)
         return;
     if (x->tcp)
@@ -184,9 +183,10 @@ static json_t *dns__record(struct dns_ctx *x, const char *type)
     return r;
 }
 
+/* The record of a query answered with ans (ans->addrs NULL: no answers to list, as for a
+ * refusal; cached: they came from the resolver's cache). */
 static void dns__audit_query(struct dns_ctx *x, const char *decision, const char *rule,
-                             const char *reason, uint8_t rcode, const struct dns_addr *addrs,
-                             size_t n, uint32_t ttl, bool cached)
+                             const char *reason, const struct dns_reply *ans, bool cached)
 {
     struct egress_audit_event ev = {.type = "dns_query",
                                     .decision = decision,
@@ -204,18 +204,18 @@ static void dns__audit_query(struct dns_ctx *x, const char *decision, const char
     egress_rec_str(r, "reason", reason);
     egress_rec_str(r, "rule", rule);
     egress_rec_str(r, "mode", x->p && egress_policy_report_mode(x->p) ? "report" : "enforce");
-    egress_rec_str(r, "rcode", dns_rcode_name(rcode));
-    if (addrs) {
+    egress_rec_str(r, "rcode", dns_rcode_name(ans->rcode));
+    if (ans->addrs) {
         json_t *a = json_array();
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < ans->n_addrs; i++) {
             char t[64];
-            struct egress_ip ip = {.family = addrs[i].family};
-            memcpy(ip.addr, addrs[i].addr, 16);
+            struct egress_ip ip = {.family = ans->addrs[i].family};
+            memcpy(ip.addr, ans->addrs[i].addr, 16);
             egress_ip_text(&ip, t, sizeof t);
             json_array_append_new(a, json_string(t));
         }
         json_object_set_new(r, "answers", a);
-        egress_rec_int(r, "ttl", ttl);
+        egress_rec_int(r, "ttl", ans->ttl);
         egress_rec_bool(r, "cached", cached);
     }
     json_t *tm = json_object();
@@ -269,8 +269,9 @@ static void dns__finish_refused(struct dns_ctx *x, uint8_t rcode, const char *de
         atomic_fetch_add(&e->stats.dns_refused, 1);
     else if (strcmp(decision, "deny") == 0)
         atomic_fetch_add(&e->stats.dns_denied, 1);
-    dns__send(x, rcode, NULL, 0, 0);
-    dns__audit_query(x, decision, rule, reason, rcode, NULL, 0, 0, false);
+    struct dns_reply ans = {.rcode = rcode};
+    dns__send(x, &ans);
+    dns__audit_query(x, decision, rule, reason, &ans, false);
     dns__ctx_free(x);
 }
 
@@ -374,10 +375,10 @@ static void dns__answer(struct dns_ctx *x, const struct egress_resolution *res)
                                 res->ttl > e->cfg.dns_remember_s ? res->ttl
                                                                  : e->cfg.dns_remember_s);
     uint8_t rcode = res->rcode;
-    dns__send(x, rcode, keep, nk, res->ttl);
+    struct dns_reply ans = {rcode, keep, nk, res->ttl};
+    dns__send(x, &ans);
     dns__audit_query(x, "allow", x->rule_name[0] ? x->rule_name : NULL,
-                     dropped[0] && !nk ? "answers_filtered" : "resolved", rcode, keep, nk, res->ttl,
-                     res->from_cache);
+                     dropped[0] && !nk ? "answers_filtered" : "resolved", &ans, res->from_cache);
     dns__ctx_free(x);
 }
 
@@ -405,7 +406,7 @@ static void dns__handle(struct dns_ctx *x)
     if (!x->sb) {
         static atomic_uint_fast64_t last;
         atomic_fetch_add(&e->stats.unknown_source, 1);
-        dns__send(x, DNS_R_REFUSED, NULL, 0, 0);
+        dns__send(x, &(struct dns_reply){.rcode = DNS_R_REFUSED});
         if (egress_audit_throttle(&last, 1000000000ull))
             dns__security_event(x, "unknown_source", "unknown_source", NULL);
         dns__ctx_free(x);
@@ -415,7 +416,7 @@ static void dns__handle(struct dns_ctx *x)
     if (!egress_dns_rate_ok(e, x->sb)) {
         /* Over the sandbox's rate: counted into one aggregated record, not one each. */
         atomic_fetch_add(&e->stats.dns_refused, 1);
-        dns__send(x, DNS_R_REFUSED, NULL, 0, 0);
+        dns__send(x, &(struct dns_reply){.rcode = DNS_R_REFUSED});
         dns__ctx_free(x);
         return;
     }
@@ -490,7 +491,7 @@ static void dns__handle(struct dns_ctx *x)
         }
         atomic_fetch_add(&e->stats.dns_refused, 1);
         egress_dns_inflight_refused(e, x->sb);
-        dns__send(x, DNS_R_REFUSED, NULL, 0, 0);
+        dns__send(x, &(struct dns_reply){.rcode = DNS_R_REFUSED});
         dns__ctx_free(x);
         return;
     }
@@ -529,7 +530,8 @@ static bool dns__parse(struct dns_ctx *x, const uint8_t *msg, size_t len)
         q.qname_wire_len = 0;
         q.has_edns = false;
         x->q = q;
-        dns__send(x, rc == DNS_E_NOTIMP ? DNS_R_NOTIMP : DNS_R_FORMERR, NULL, 0, 0);
+        dns__send(x,
+                  &(struct dns_reply){.rcode = rc == DNS_E_NOTIMP ? DNS_R_NOTIMP : DNS_R_FORMERR});
     }
     /* Responses (QR set) and runts are dropped silently. */
     return false;

@@ -227,15 +227,15 @@ static int dns__read_rr(const uint8_t *msg, size_t len, size_t *pos, struct dns_
     return DNS_OK;
 }
 
-int dns_parse_answer(const uint8_t *msg, size_t len, uint16_t id, const uint8_t *qname_wire,
-                     size_t qname_wire_len, uint16_t qtype, struct dns_answer *ans)
+int dns_parse_answer(const uint8_t *msg, size_t len, const struct dns_question *q,
+                     struct dns_answer *ans)
 {
     memset(ans, 0, sizeof *ans);
     if (len < DNS_HEADER_LEN)
         return DNS_E_SHORT;
     ans->id = dns__be16(msg);
     uint16_t flags = dns__be16(msg + 2);
-    if (ans->id != id || !(flags & 0x8000) || ((flags >> 11) & 0xf) != 0)
+    if (ans->id != q->id || !(flags & 0x8000) || ((flags >> 11) & 0xf) != 0)
         return DNS_E_MISMATCH;
     ans->rcode = (uint8_t)(flags & 0xf);
     ans->truncated = (flags & 0x0200) != 0;
@@ -252,8 +252,8 @@ int dns_parse_answer(const uint8_t *msg, size_t len, uint16_t id, const uint8_t 
         return rc;
     if (pos + 4 > len)
         return DNS_E_SHORT;
-    if (!dns__name_eq(name, nl, qname_wire, qname_wire_len) || dns__be16(msg + pos) != qtype ||
-        dns__be16(msg + pos + 2) != DNS_CLASS_IN)
+    if (!dns__name_eq(name, nl, q->qname_wire, q->qname_wire_len) ||
+        dns__be16(msg + pos) != q->qtype || dns__be16(msg + pos + 2) != DNS_CLASS_IN)
         return DNS_E_MISMATCH;
     pos += 4;
     if (ans->truncated)
@@ -276,8 +276,8 @@ int dns_parse_answer(const uint8_t *msg, size_t len, uint16_t id, const uint8_t 
 
     /* Follow the CNAME chain from our name, then collect the addresses of its end. */
     uint8_t cur[DNS_MAX_NAME];
-    size_t cl = qname_wire_len;
-    memcpy(cur, qname_wire, cl);
+    size_t cl = q->qname_wire_len;
+    memcpy(cur, q->qname_wire, cl);
     uint32_t min_ttl = UINT32_MAX;
     bool used[DNS_MAX_RRS] = {false};
     for (bool moved = true; moved;) {
@@ -306,13 +306,13 @@ int dns_parse_answer(const uint8_t *msg, size_t len, uint16_t id, const uint8_t 
         if (used[i])
             continue;
         size_t o = rrs[i].owner_off;
-        bool want = (rrs[i].type == qtype) && (qtype == DNS_T_A || qtype == DNS_T_AAAA);
+        bool want = (rrs[i].type == q->qtype) && (q->qtype == DNS_T_A || q->qtype == DNS_T_AAAA);
         if (!want || dns__read_name(msg, len, &o, name, &nl) < 0 ||
             !dns__name_eq(name, nl, cur, cl)) {
             ans->n_ignored++;
             continue;
         }
-        size_t alen = qtype == DNS_T_A ? 4 : 16;
+        size_t alen = q->qtype == DNS_T_A ? 4 : 16;
         if (rrs[i].rdlen != alen)
             return DNS_E_FORMAT;
         if (ans->n_addrs == DNS_MAX_ANSWERS) {
@@ -320,7 +320,7 @@ int dns_parse_answer(const uint8_t *msg, size_t len, uint16_t id, const uint8_t 
             continue;
         }
         struct dns_addr *a = &ans->addrs[ans->n_addrs++];
-        a->family = qtype == DNS_T_A ? 4 : 6;
+        a->family = q->qtype == DNS_T_A ? 4 : 6;
         memset(a->addr, 0, sizeof a->addr);
         memcpy(a->addr, msg + rrs[i].rdata_off, alen);
         a->ttl = rrs[i].ttl;
@@ -372,8 +372,8 @@ static size_t dns__put_opt(uint8_t *out)
     return 11;
 }
 
-int dns_build_reply(const struct dns_query *q, uint8_t rcode, const struct dns_addr *addrs,
-                    size_t n_addrs, uint32_t ttl, size_t max_len, uint8_t *out, size_t cap)
+int dns_build_reply(const struct dns_query *q, const struct dns_reply *r, size_t max_len,
+                    uint8_t *out, size_t cap)
 {
     if (max_len > cap)
         max_len = cap;
@@ -385,8 +385,8 @@ int dns_build_reply(const struct dns_query *q, uint8_t rcode, const struct dns_a
     size_t rr_len = 12 + alen;
     size_t n = 0;
     if (question && (q->qtype == DNS_T_A || q->qtype == DNS_T_AAAA)) {
-        for (size_t i = 0; i < n_addrs; i++) {
-            if (addrs[i].family != (alen == 4 ? 4 : 6))
+        for (size_t i = 0; i < r->n_addrs; i++) {
+            if (r->addrs[i].family != (alen == 4 ? 4 : 6))
                 continue;
             if (fixed + (n + 1) * rr_len > max_len)
                 break;
@@ -394,7 +394,7 @@ int dns_build_reply(const struct dns_query *q, uint8_t rcode, const struct dns_a
         }
     }
     /* QR, opcode 0, RD echoed, RA set. */
-    uint16_t flags = (uint16_t)(0x8000 | (q->flags & 0x0100) | 0x0080 | (rcode & 0xf));
+    uint16_t flags = (uint16_t)(0x8000 | (q->flags & 0x0100) | 0x0080 | (r->rcode & 0xf));
     size_t pos =
         dns__put_header(out, q->id, flags, question ? 1 : 0, (uint16_t)n, q->has_edns ? 1 : 0);
     if (question) {
@@ -405,15 +405,15 @@ int dns_build_reply(const struct dns_query *q, uint8_t rcode, const struct dns_a
         pos += 4;
     }
     size_t written = 0;
-    for (size_t i = 0; i < n_addrs && written < n; i++) {
-        if (addrs[i].family != (alen == 4 ? 4 : 6))
+    for (size_t i = 0; i < r->n_addrs && written < n; i++) {
+        if (r->addrs[i].family != (alen == 4 ? 4 : 6))
             continue;
         dns__put16(out + pos, 0xc00c); /* the question name */
         dns__put16(out + pos + 2, q->qtype);
         dns__put16(out + pos + 4, DNS_CLASS_IN);
-        dns__put32(out + pos + 6, ttl);
+        dns__put32(out + pos + 6, r->ttl);
         dns__put16(out + pos + 10, (uint16_t)alen);
-        memcpy(out + pos + 12, addrs[i].addr, alen);
+        memcpy(out + pos + 12, r->addrs[i].addr, alen);
         pos += rr_len;
         written++;
     }
@@ -422,16 +422,15 @@ int dns_build_reply(const struct dns_query *q, uint8_t rcode, const struct dns_a
     return (int)pos;
 }
 
-int dns_build_query(uint16_t id, const uint8_t *qname_wire, size_t qname_wire_len, uint16_t qtype,
-                    uint8_t *out, size_t cap)
+int dns_build_query(const struct dns_question *q, uint8_t *out, size_t cap)
 {
-    if (qname_wire_len == 0 || qname_wire_len > DNS_MAX_NAME ||
-        DNS_HEADER_LEN + qname_wire_len + 4 + 11 > cap)
+    if (q->qname_wire_len == 0 || q->qname_wire_len > DNS_MAX_NAME ||
+        DNS_HEADER_LEN + q->qname_wire_len + 4 + 11 > cap)
         return DNS_E_SHORT;
-    size_t pos = dns__put_header(out, id, 0x0100, 1, 0, 1);
-    memcpy(out + pos, qname_wire, qname_wire_len);
-    pos += qname_wire_len;
-    dns__put16(out + pos, qtype);
+    size_t pos = dns__put_header(out, q->id, 0x0100, 1, 0, 1);
+    memcpy(out + pos, q->qname_wire, q->qname_wire_len);
+    pos += q->qname_wire_len;
+    dns__put16(out + pos, q->qtype);
     dns__put16(out + pos + 2, DNS_CLASS_IN);
     pos += 4;
     pos += dns__put_opt(out + pos);

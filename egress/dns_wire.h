@@ -99,22 +99,37 @@ struct dns_answer {
     size_t n_ignored; /* records not on the chain or of other types */
 };
 
-/* Parses a response to the question (qname_wire, qtype) we sent with this id. Only records
- * of class IN on the CNAME chain starting at our name are used. */
-int dns_parse_answer(const uint8_t *msg, size_t len, uint16_t id, const uint8_t *qname_wire,
-                     size_t qname_wire_len, uint16_t qtype, struct dns_answer *ans);
+/* A question we send upstream: its id, name in wire form and type. */
+struct dns_question {
+    uint16_t id;
+    const uint8_t *qname_wire;
+    size_t qname_wire_len;
+    uint16_t qtype;
+};
 
-/* Builds a reply to q into out (cap bytes, >= 512). Addresses whose family matches the
+/* Parses a response to the question q we sent. Only records of class IN on the CNAME chain
+ * starting at our name are used. */
+int dns_parse_answer(const uint8_t *msg, size_t len, const struct dns_question *q,
+                     struct dns_answer *ans);
+
+/* What a reply to a client says: rcode and n_addrs addresses, all with ttl. */
+struct dns_reply {
+    uint8_t rcode;
+    const struct dns_addr *addrs;
+    size_t n_addrs;
+    uint32_t ttl;
+};
+
+/* Builds reply r to q into out (cap bytes, >= 512). Addresses whose family matches the
  * question are written as records owned by the question name (CNAME chains are
- * flattened), each with ttl; as many as fit in max_len (the client's UDP size, or 65535
+ * flattened), each with r->ttl; as many as fit in max_len (the client's UDP size, or 65535
  * over TCP). Returns the length, or a negative dns_status. */
-int dns_build_reply(const struct dns_query *q, uint8_t rcode, const struct dns_addr *addrs,
-                    size_t n_addrs, uint32_t ttl, size_t max_len, uint8_t *out, size_t cap);
-
-/* Builds a query for (qname_wire, qtype) with id, RD set, and EDNS0 advertising
- * DNS_MAX_UDP. Returns the length or a negative dns_status. */
-int dns_build_query(uint16_t id, const uint8_t *qname_wire, size_t qname_wire_len, uint16_t qtype,
+int dns_build_reply(const struct dns_query *q, const struct dns_reply *r, size_t max_len,
                     uint8_t *out, size_t cap);
+
+/* Builds the query for q, RD set, with EDNS0 advertising DNS_MAX_UDP. Returns the length or
+ * a negative dns_status. */
+int dns_build_query(const struct dns_question *q, uint8_t *out, size_t cap);
 
 /* Converts a lowercase presentation name (no trailing dot, LDH labels) to wire form.
  * Returns the wire length or -1. */

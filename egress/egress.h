@@ -143,20 +143,25 @@ struct egress_ip;
 struct json_t;
 struct uv_loop_s;
 
+/* Where a policy comes from: YAML text (yaml, len bytes, origin naming it in errors) or a
+ * file (file) that reloads re-read. */
+struct egress_policy_src {
+    const char *yaml;
+    size_t len;
+    const char *origin;
+    const char *file;
+};
+
 /* Registers a sandbox: its source addresses (the vswitch guarantees them), template, and
- * policy: YAML text (policy_yaml, with policy_origin naming it in errors) or a file
- * (policy_file) that reloads re-read, narrowed by the sandbox's E2B network fields when
- * given (network; kept for every later policy of the sandbox). On an invalid policy or
- * network nothing is registered and err says why (file:line:col). */
+ * policy, narrowed by the sandbox's E2B network fields when given (network; kept for every
+ * later policy of the sandbox). On an invalid policy or network nothing is registered and
+ * err says why (file:line:col). */
 struct egress_register {
     const char *id;
     const char *template_name;
     const struct egress_ip *addrs;
     size_t n_addrs;
-    const char *policy_yaml;
-    size_t policy_len;
-    const char *policy_origin;
-    const char *policy_file;
+    struct egress_policy_src policy;
     /* Placeholders handed out at an earlier registration (a JSON object ENV -> value) that
      * the sandbox's processes still hold: kept (interception, docs/egress-intercept.md). */
     const struct json_t *placeholders;
@@ -169,19 +174,26 @@ int egress_register_sandbox(struct egress *e, const struct egress_register *r,
 /* Removes it and closes its connections (each audited). -ENOENT if unknown. */
 int egress_unregister_sandbox(struct egress *e, const char *id);
 /* Replaces a sandbox's policy atomically (narrowed by the sandbox's network fields, as at
- * registration); on error the old policy stays and err says why. */
-int egress_set_policy(struct egress *e, const char *id, const char *yaml, size_t len,
-                      const char *origin, const char *file, struct al_error *err);
+ * registration); src NULL (or with neither yaml nor file): the sandbox's policy file read
+ * again. On error the old policy stays and err says why. */
+int egress_set_policy(struct egress *e, const char *id, const struct egress_policy_src *src,
+                      struct al_error *err);
+/* Who asked for a network update, for its audit records: the update's id and the API key's
+ * (either may be NULL) and the control plane's number of the update (< 0 when none). */
+struct egress_net_update {
+    const char *id;
+    const char *key_id;
+    int64_t generation;
+};
 /* Replaces a sandbox's E2B network fields (network: {"allow_internet_access"?,
  * "allow_out"?, "deny_out"?}, or NULL for none; copied) atomically: its policy becomes the
  * policy under its previous narrowing narrowed by these, for every connection, request and
  * DNS query decided from now on, and every worker judges the sandbox's established
  * connections again (one the new narrowing no longer lets through is reset, its end record
- * naming update_id). Audited (event network_update, with update_id and key_id, either may
- * be NULL, and generation, the control plane's number of the update; < 0 when none). -ENOENT unknown sandbox, -EINVAL bad fields (the old ones stay; err says why). */
+ * naming u->id). Audited (event network_update, with u's fields; u may be NULL). -ENOENT
+ * unknown sandbox, -EINVAL bad fields (the old ones stay; err says why). */
 int egress_set_network(struct egress *e, const char *id, const struct json_t *network,
-                       const char *update_id, const char *key_id, int64_t generation,
-                       struct al_error *err);
+                       const struct egress_net_update *u, struct al_error *err);
 /* Re-reads every file-based policy; returns how many failed (each audited and logged; the
  * old policy stays). */
 int egress_reload(struct egress *e, struct json_t *report);

@@ -65,11 +65,19 @@ static void rl__record(struct egress *e, struct egress_sandbox *sb, const char *
     egress_audit(e, r);
 }
 
+/* The limits whose refusals are counted and written as one record per interval. */
+enum rl__counted { RL__DNS_RATE, RL__DNS_INFLIGHT };
+
 /* Writes the count of one counted limit when one is pending and the interval allows (or force). */
-static void rl__count_flush(struct egress *e, struct egress_sandbox *sb,
-                            atomic_uint_fast64_t *count, atomic_uint_fast64_t *last,
-                            const char *reason, int64_t limit, bool force)
+static void rl__count_flush(struct egress *e, struct egress_sandbox *sb, enum rl__counted which,
+                            bool force)
 {
+    bool rate = which == RL__DNS_RATE;
+    atomic_uint_fast64_t *count = rate ? &sb->dns_rate_suppressed : &sb->dns_inflight_suppressed;
+    atomic_uint_fast64_t *last =
+        rate ? &sb->last_dns_rate_audit_ns : &sb->last_dns_inflight_audit_ns;
+    const char *reason = rate ? "dns_rate_limit" : "dns_inflight_limit";
+    int64_t limit = rate ? (int64_t)e->cfg.dns_rate : (int64_t)e->cfg.dns_inflight;
     if (atomic_load(count) == 0)
         return;
     if (!force && !egress_audit_throttle(last, EGRESS_LIMIT_INTERVAL_NS))
@@ -85,8 +93,7 @@ bool egress_dns_rate_ok(struct egress *e, struct egress_sandbox *sb)
         return true;
     atomic_fetch_add(&sb->dns_rate_suppressed, 1);
     atomic_fetch_add(&e->stats.limit_dns_rate, 1);
-    rl__count_flush(e, sb, &sb->dns_rate_suppressed, &sb->last_dns_rate_audit_ns, "dns_rate_limit",
-                    e->cfg.dns_rate, false);
+    rl__count_flush(e, sb, RL__DNS_RATE, false);
     return false;
 }
 
@@ -94,16 +101,13 @@ void egress_dns_inflight_refused(struct egress *e, struct egress_sandbox *sb)
 {
     atomic_fetch_add(&sb->dns_inflight_suppressed, 1);
     atomic_fetch_add(&e->stats.limit_dns_inflight, 1);
-    rl__count_flush(e, sb, &sb->dns_inflight_suppressed, &sb->last_dns_inflight_audit_ns,
-                    "dns_inflight_limit", e->cfg.dns_inflight, false);
+    rl__count_flush(e, sb, RL__DNS_INFLIGHT, false);
 }
 
 void egress_limits_flush_sandbox(struct egress *e, struct egress_sandbox *sb, bool force)
 {
-    rl__count_flush(e, sb, &sb->dns_rate_suppressed, &sb->last_dns_rate_audit_ns, "dns_rate_limit",
-                    e->cfg.dns_rate, force);
-    rl__count_flush(e, sb, &sb->dns_inflight_suppressed, &sb->last_dns_inflight_audit_ns,
-                    "dns_inflight_limit", e->cfg.dns_inflight, force);
+    rl__count_flush(e, sb, RL__DNS_RATE, force);
+    rl__count_flush(e, sb, RL__DNS_INFLIGHT, force);
     egress_audit_budget_flush(e, sb, force);
 }
 

@@ -355,7 +355,8 @@ static void rq__start_tcp(struct egress__rquery *q)
 static void rq__answer(struct egress__rquery *q, const uint8_t *msg, size_t len, bool over_tcp)
 {
     struct dns_answer a;
-    int rc = dns_parse_answer(msg, len, q->id, q->qwire, q->qwire_len, q->qtype, &a);
+    int rc = dns_parse_answer(msg, len,
+                              &(struct dns_question){q->id, q->qwire, q->qwire_len, q->qtype}, &a);
     if (rc == DNS_E_MISMATCH && !over_tcp) {
         q->r->stats.bad_answers++;
         return; /* not ours (or spoofed): keep waiting */
@@ -413,7 +414,8 @@ static void rq__udp_read(uv_udp_t *u, ssize_t n, const uv_buf_t *buf, const stru
 static int rq__send(struct egress__rquery *q)
 {
     randombytes_buf(&q->id, sizeof q->id);
-    int n = dns_build_query(q->id, q->qwire, q->qwire_len, q->qtype, q->msg, sizeof q->msg);
+    int n = dns_build_query(&(struct dns_question){q->id, q->qwire, q->qwire_len, q->qtype}, q->msg,
+                            sizeof q->msg);
     if (n < 0)
         return -EINVAL;
     q->msg_len = (size_t)n;

@@ -177,10 +177,12 @@ void egress_sandbox_put(struct egress_sandbox *sb)
     free(sb);
 }
 
-int egress_registry_add(struct egress_registry *r, const char *id, const char *template_name,
-                        const struct egress_ip *addrs, size_t n_addrs, const char *policy_file,
-                        struct egress_policy *policy, struct json_t *network, struct al_error *err)
+int egress_registry_add(struct egress_registry *r, const struct egress_registry_entry *in,
+                        struct al_error *err)
 {
+    const char *id = in->id;
+    const struct egress_ip *addrs = in->addrs;
+    size_t n_addrs = in->n_addrs;
     if (!id[0] || strlen(id) >= sizeof((struct egress_sandbox *)0)->id)
         return al_error_set(err, -EINVAL, "sandbox id must be 1..127 characters");
     if (n_addrs == 0 || n_addrs > EGRESS_SANDBOX_MAX_ADDRS)
@@ -191,8 +193,9 @@ int egress_registry_add(struct egress_registry *r, const char *id, const char *t
         return al_error_set(err, -ENOMEM, "out of memory");
     atomic_init(&sb->refs, 1);
     snprintf(sb->id, sizeof sb->id, "%s", id);
-    snprintf(sb->template_name, sizeof sb->template_name, "%s", template_name ? template_name : "");
-    snprintf(sb->policy_file, sizeof sb->policy_file, "%s", policy_file ? policy_file : "");
+    snprintf(sb->template_name, sizeof sb->template_name, "%s",
+             in->template_name ? in->template_name : "");
+    snprintf(sb->policy_file, sizeof sb->policy_file, "%s", in->policy_file ? in->policy_file : "");
     memcpy(sb->addrs, addrs, n_addrs * sizeof *addrs);
     sb->n_addrs = n_addrs;
     pthread_mutex_init(&sb->lock, NULL);
@@ -225,8 +228,8 @@ int egress_registry_add(struct egress_registry *r, const char *id, const char *t
             goto out;
         }
     }
-    sb->policy = policy;
-    sb->network = network;
+    sb->policy = in->policy;
+    sb->network = in->network;
     struct reg__slot *s = reg__find_id(r->id_slots, r->cap, id);
     s->hash = reg__hash_id(id);
     s->sb = sb;

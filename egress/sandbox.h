@@ -101,12 +101,22 @@ struct egress_registry;
 int egress_registry_new(struct egress_registry **out);
 void egress_registry_free(struct egress_registry *r);
 
-/* Registers a sandbox (takes ownership of policy's reference and of network, which may be
- * NULL, on success; policy is already narrowed by network). -EEXIST when the id or an
- * address is taken (err says which). */
-int egress_registry_add(struct egress_registry *r, const char *id, const char *template_name,
-                        const struct egress_ip *addrs, size_t n_addrs, const char *policy_file,
-                        struct egress_policy *policy, struct json_t *network, struct al_error *err);
+/* A sandbox to register: its id, template (may be NULL), 1..EGRESS_SANDBOX_MAX_ADDRS source
+ * addresses, the file its policy was read from (NULL: given as text), that policy (already
+ * narrowed by network) and its E2B network fields (may be NULL). */
+struct egress_registry_entry {
+    const char *id;
+    const char *template_name;
+    const struct egress_ip *addrs;
+    size_t n_addrs;
+    const char *policy_file;
+    struct egress_policy *policy;
+    struct json_t *network;
+};
+/* Registers a sandbox (takes ownership of s->policy's reference and of s->network on
+ * success). -EEXIST when the id or an address is taken (err says which). */
+int egress_registry_add(struct egress_registry *r, const struct egress_registry_entry *s,
+                        struct al_error *err);
 /* Removes it; the sandbox is marked removed and dropped from the maps. Returns the
  * sandbox (a reference the caller must put) or NULL when unknown. */
 struct egress_sandbox *egress_registry_remove(struct egress_registry *r, const char *id);

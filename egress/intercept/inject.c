@@ -252,10 +252,13 @@ static bool header_safe(const unsigned char *v, size_t n)
     return true;
 }
 
-/* Replaces every occurrence of pat in (v, n) by rep; the result in a malloc'd buffer. */
-static char *replace_all(const char *v, size_t n, const char *pat, size_t pl,
-                         const unsigned char *rep, size_t rl, size_t *out_len, bool *found)
+/* Replaces every occurrence of the placeholder pat in (v, n) by sec's value; the result in
+ * a malloc'd buffer. */
+static char *replace_all(const char *v, size_t n, const char *pat,
+                         const struct intercept_secret *sec, size_t *out_len, bool *found)
 {
+    size_t pl = strlen(pat), rl = sec->len;
+    const unsigned char *rep = sec->value;
     size_t count = 0;
     for (const char *p = v; (p = memmem(p, n - (size_t)(p - v), pat, pl)); p += pl)
         count++;
@@ -289,8 +292,7 @@ static char *swap_placeholder(const char *v, size_t n, const char *ph,
                               const struct intercept_secret *sec, size_t *out_len)
 {
     bool found = false;
-    size_t pl = strlen(ph);
-    char *o = replace_all(v, n, ph, pl, sec->value, sec->len, out_len, &found);
+    char *o = replace_all(v, n, ph, sec, out_len, &found);
     if (found || !o)
         return found ? o : (free(o), NULL);
     free(o);
@@ -311,7 +313,7 @@ static char *swap_placeholder(const char *v, size_t n, const char *ph,
             return NULL;
         }
         size_t sl = 0;
-        char *sw = replace_all(dec, dl, ph, pl, sec->value, sec->len, &sl, &found);
+        char *sw = replace_all(dec, dl, ph, sec, &sl, &found);
         sodium_memzero(dec, cap);
         free(dec);
         if (!sw || !found) {

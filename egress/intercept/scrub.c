@@ -71,11 +71,12 @@ static int scrub__add(struct scrub__pats *ps, unsigned char *p, size_t len, size
 static const char b64std[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 static const char b64url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
-/* The base64 characters that depend only on v's bytes when v starts k bytes into a
- * 3-byte group. */
+/* The base64 characters (enc: INTERCEPT_ENC_BASE64 or _BASE64URL) that depend only on v's
+ * bytes when v starts k bytes into a 3-byte group. */
 static int scrub__b64_core(struct scrub__pats *ps, const unsigned char *v, size_t n, size_t k,
-                           const char *alpha, size_t value, int enc)
+                           size_t value, int enc)
 {
+    const char *alpha = enc == INTERCEPT_ENC_BASE64URL ? b64url : b64std;
     size_t total = k + n;
     size_t nbits = total * 8;
     size_t nchars = (nbits + 5) / 6;
@@ -186,9 +187,9 @@ static int scrub__spellings(struct scrub__pats *ps, const unsigned char *v, size
     memcpy(raw, v, n);
     int r = scrub__add(ps, raw, n, value, INTERCEPT_ENC_RAW);
     for (size_t k = 0; k < 3 && r == 0; k++)
-        r = scrub__b64_core(ps, v, n, k, b64std, value, INTERCEPT_ENC_BASE64);
+        r = scrub__b64_core(ps, v, n, k, value, INTERCEPT_ENC_BASE64);
     for (size_t k = 0; k < 3 && r == 0; k++)
-        r = scrub__b64_core(ps, v, n, k, b64url, value, INTERCEPT_ENC_BASE64URL);
+        r = scrub__b64_core(ps, v, n, k, value, INTERCEPT_ENC_BASE64URL);
     if (r == 0)
         r = scrub__hex(ps, v, n, false, value);
     if (r == 0)

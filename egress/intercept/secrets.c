@@ -58,36 +58,35 @@ void intercept_secret_unref(struct intercept_secret *s)
     free(i);
 }
 
-struct intercept_secret *intercept_secret_new(const char *name, const void *value, size_t len,
-                                              const char *secret_id, uint32_t version,
-                                              const char *const *bound_hosts, size_t n_bound)
+struct intercept_secret *intercept_secret_new(const struct intercept_secret_def *d)
 {
-    if (intercept_init(NULL) < 0 || n_bound > INTERCEPT_SECRET_HOSTS_MAX || len == 0)
+    if (intercept_init(NULL) < 0 || d->n_bound > INTERCEPT_SECRET_HOSTS_MAX || d->len == 0)
         return NULL;
     struct secret__impl *si = calloc(1, sizeof *si);
     if (!si)
         return NULL;
     atomic_init(&si->refs, 1);
     struct intercept_secret *s = &si->pub;
-    snprintf(s->name, sizeof s->name, "%s", name);
-    snprintf(s->secret_id, sizeof s->secret_id, "%s", secret_id ? secret_id : "");
-    s->version = version;
-    si->mem_len = len;
-    if (!(si->mem = sodium_malloc(len)))
+    snprintf(s->name, sizeof s->name, "%s", d->name);
+    snprintf(s->secret_id, sizeof s->secret_id, "%s", d->secret_id ? d->secret_id : "");
+    s->version = d->version;
+    si->mem_len = d->len;
+    if (!(si->mem = sodium_malloc(d->len)))
         goto fail;
-    memcpy(si->mem, value, len);
+    memcpy(si->mem, d->value, d->len);
     s->value = si->mem;
-    s->len = len;
-    for (size_t i = 0; i < n_bound; i++) {
+    s->len = d->len;
+    for (size_t i = 0; i < d->n_bound; i++) {
         char canon[POLICY_BOUND_HOST_MAX + 1];
-        if (!bound_hosts[i] ||
-            policy_bound_host_canon(bound_hosts[i], strlen(bound_hosts[i]), false, canon, NULL) ||
+        if (!d->bound_hosts[i] ||
+            policy_bound_host_canon(d->bound_hosts[i], strlen(d->bound_hosts[i]), false, canon,
+                                    NULL) ||
             !(s->bound_hosts[i] = strdup(canon)))
             goto fail;
         s->n_bound++;
     }
     const void *vals[1] = {s->value};
-    size_t lens[1] = {len};
+    size_t lens[1] = {d->len};
     if (intercept_matcher_new(vals, lens, 1, &s->matcher) < 0)
         goto fail;
     s->fetched_ns = al_now_ns();

@@ -53,12 +53,21 @@ struct intercept_secret {
     struct intercept_matcher *matcher; /* its spellings, for scrubbing */
     uint64_t fetched_ns, expires_ns;   /* monotonic */
 };
+/* A secret as intercept_secret_new takes it: its name, value (len > 0 bytes), the vault's id
+ * and version of it (secret_id may be NULL), and the hosts it is bound to (none: any). */
+struct intercept_secret_def {
+    const char *name;
+    const void *value;
+    size_t len;
+    const char *secret_id;
+    uint32_t version;
+    const char *const *bound_hosts;
+    size_t n_bound;
+};
 /* A secret built in memory (tests, benchmarks, tools): value copied into guarded memory,
  * matcher built, no expiry; bound hosts canonicalised (policy_bound_host_canon). NULL on ENOMEM
  * or an invalid bound host. */
-struct intercept_secret *intercept_secret_new(const char *name, const void *value, size_t len,
-                                              const char *secret_id, uint32_t version,
-                                              const char *const *bound_hosts, size_t n_bound);
+struct intercept_secret *intercept_secret_new(const struct intercept_secret_def *d);
 struct intercept_secret *intercept_secret_ref(struct intercept_secret *s);
 void intercept_secret_unref(struct intercept_secret *s); /* NULL is fine; wipes the value */
 /* May the value go toward host? Bound hosts are policy host patterns or IP literals, matched by

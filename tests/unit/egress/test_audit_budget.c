@@ -25,7 +25,12 @@ static struct egress_sandbox *add_sandbox(const char *id, const char *addr)
     struct egress_ip ip = {.family = 4};
     inet_pton(AF_INET, addr, ip.addr);
     struct al_error err = {0};
-    ck_assert_int_eq(egress_registry_add(g_reg, id, "base", &ip, 1, NULL, NULL, NULL, &err), 0);
+    ck_assert_int_eq(
+        egress_registry_add(g_reg,
+                            &(struct egress_registry_entry){
+                                .id = id, .template_name = "base", .addrs = &ip, .n_addrs = 1},
+                            &err),
+        0);
     return egress_registry_by_id(g_reg, id);
 }
 

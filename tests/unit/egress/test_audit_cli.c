@@ -281,8 +281,12 @@ START_TEST(tail_of_the_proxys_own_aggregates)
     ck_assert_int_eq(egress_registry_new(&e.reg), 0);
     struct egress_ip ip = {.family = 4};
     inet_pton(AF_INET, "10.200.0.2", ip.addr);
-    ck_assert_int_eq(egress_registry_add(e.reg, "sbx-p", "base", &ip, 1, NULL, NULL, NULL, &err),
-                     0);
+    ck_assert_int_eq(
+        egress_registry_add(e.reg,
+                            &(struct egress_registry_entry){
+                                .id = "sbx-p", .template_name = "base", .addrs = &ip, .n_addrs = 1},
+                            &err),
+        0);
     struct egress_sandbox *sb = egress_registry_by_id(e.reg, "sbx-p");
     int counted = 0;
     for (int i = 0; i < 20; i++) {

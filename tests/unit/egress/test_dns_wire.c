@@ -48,7 +48,7 @@ static struct dns_query q_of(const char *name, uint16_t type)
     uint8_t w[256], msg[512];
     int wl = dns_name_to_wire(name, w, sizeof w);
     ck_assert_int_gt(wl, 0);
-    int n = dns_build_query(0x1234, w, (size_t)wl, type, msg, sizeof msg);
+    int n = dns_build_query(&(struct dns_question){0x1234, w, (size_t)wl, type}, msg, sizeof msg);
     ck_assert_int_gt(n, 0);
     struct dns_query q;
     ck_assert_int_eq(dns_parse_query(msg, (size_t)n, &q), DNS_OK);
@@ -245,7 +245,9 @@ START_TEST(answer_cname_chain)
     mw8(&m, 113);
     mw8(&m, 8);
     struct dns_answer a;
-    ck_assert_int_eq(dns_parse_answer(m.b, m.n, 42, qw, (size_t)ql, DNS_T_A, &a), DNS_OK);
+    ck_assert_int_eq(
+        dns_parse_answer(m.b, m.n, &(struct dns_question){42, qw, (size_t)ql, DNS_T_A}, &a),
+        DNS_OK);
     ck_assert_uint_eq(a.rcode, DNS_R_NOERROR);
     ck_assert_uint_eq(a.n_addrs, 2);
     ck_assert_uint_eq(a.n_cnames, 1);
@@ -254,9 +256,12 @@ START_TEST(answer_cname_chain)
     ck_assert_uint_eq(a.addrs[1].addr[3], 8);
     ck_assert_uint_eq(a.n_ignored, 1);
     /* Wrong id, wrong question type: mismatch. */
-    ck_assert_int_eq(dns_parse_answer(m.b, m.n, 43, qw, (size_t)ql, DNS_T_A, &a), DNS_E_MISMATCH);
-    ck_assert_int_eq(dns_parse_answer(m.b, m.n, 42, qw, (size_t)ql, DNS_T_AAAA, &a),
-                     DNS_E_MISMATCH);
+    ck_assert_int_eq(
+        dns_parse_answer(m.b, m.n, &(struct dns_question){43, qw, (size_t)ql, DNS_T_A}, &a),
+        DNS_E_MISMATCH);
+    ck_assert_int_eq(
+        dns_parse_answer(m.b, m.n, &(struct dns_question){42, qw, (size_t)ql, DNS_T_AAAA}, &a),
+        DNS_E_MISMATCH);
 }
 END_TEST
 
@@ -277,9 +282,13 @@ START_TEST(answer_pointer_loop_and_forward_pointer)
     mw16(&m, 4);
     mw32(&m, 1);
     struct dns_answer a;
-    ck_assert_int_eq(dns_parse_answer(m.b, m.n, 1, qw, (size_t)ql, DNS_T_A, &a), DNS_E_FORMAT);
+    ck_assert_int_eq(
+        dns_parse_answer(m.b, m.n, &(struct dns_question){1, qw, (size_t)ql, DNS_T_A}, &a),
+        DNS_E_FORMAT);
     m.b[at + 1] = (uint8_t)(at + 4); /* forward pointer */
-    ck_assert_int_eq(dns_parse_answer(m.b, m.n, 1, qw, (size_t)ql, DNS_T_A, &a), DNS_E_FORMAT);
+    ck_assert_int_eq(
+        dns_parse_answer(m.b, m.n, &(struct dns_question){1, qw, (size_t)ql, DNS_T_A}, &a),
+        DNS_E_FORMAT);
 }
 END_TEST
 
@@ -300,7 +309,9 @@ START_TEST(answer_bad_rdlen_and_negative)
     mw32(&m, 1);
     mw8(&m, 1);
     struct dns_answer a;
-    ck_assert_int_eq(dns_parse_answer(m.b, m.n, 1, qw, (size_t)ql, DNS_T_A, &a), DNS_E_FORMAT);
+    ck_assert_int_eq(
+        dns_parse_answer(m.b, m.n, &(struct dns_question){1, qw, (size_t)ql, DNS_T_A}, &a),
+        DNS_E_FORMAT);
 
     /* NXDOMAIN with an SOA: negative TTL = min(SOA ttl, minimum). */
     m.n = 0;
@@ -324,7 +335,8 @@ START_TEST(answer_bad_rdlen_and_negative)
     mw32(&m, 60);
     m.b[rdl] = 0;
     m.b[rdl + 1] = (uint8_t)(m.n - rd0);
-    ck_assert_int_eq(dns_parse_answer(m.b, m.n, 2, qw, (size_t)ql, DNS_T_A, &a), DNS_OK);
+    ck_assert_int_eq(
+        dns_parse_answer(m.b, m.n, &(struct dns_question){2, qw, (size_t)ql, DNS_T_A}, &a), DNS_OK);
     ck_assert_uint_eq(a.rcode, DNS_R_NXDOMAIN);
     ck_assert_uint_eq(a.neg_ttl, 60);
     ck_assert_uint_eq(a.n_addrs, 0);
@@ -335,7 +347,8 @@ START_TEST(answer_bad_rdlen_and_negative)
     mwname(&m, "a.com");
     mw16(&m, DNS_T_A);
     mw16(&m, 1);
-    ck_assert_int_eq(dns_parse_answer(m.b, m.n, 3, qw, (size_t)ql, DNS_T_A, &a), DNS_OK);
+    ck_assert_int_eq(
+        dns_parse_answer(m.b, m.n, &(struct dns_question){3, qw, (size_t)ql, DNS_T_A}, &a), DNS_OK);
     ck_assert(a.truncated);
 }
 END_TEST
@@ -354,29 +367,33 @@ START_TEST(reply_building_and_fit)
     }
     addrs[3].family = 6; /* wrong family for an A question: skipped */
     uint8_t out[2048];
-    int n = dns_build_reply(&q, DNS_R_NOERROR, addrs, DNS_MAX_ANSWERS, 17, 512, out, sizeof out);
+    int n = dns_build_reply(&q, &(struct dns_reply){DNS_R_NOERROR, addrs, DNS_MAX_ANSWERS, 17}, 512,
+                            out, sizeof out);
     ck_assert_int_gt(n, 0);
     ck_assert_int_le(n, 512);
     /* Parse our own reply as a client would. */
     struct dns_answer a;
     ck_assert_int_eq(
-        dns_parse_answer(out, (size_t)n, q.id, q.qname_wire, q.qname_wire_len, DNS_T_A, &a),
+        dns_parse_answer(out, (size_t)n,
+                         &(struct dns_question){q.id, q.qname_wire, q.qname_wire_len, DNS_T_A}, &a),
         DNS_OK);
     ck_assert_uint_eq(a.n_addrs, DNS_MAX_ANSWERS - 1);
     ck_assert_uint_eq(a.min_ttl, 17);
     /* A tiny UDP size keeps only what fits. */
     struct dns_query q2 = q;
     q2.has_edns = false;
-    n = dns_build_reply(&q2, DNS_R_NOERROR, addrs, DNS_MAX_ANSWERS, 17,
+    n = dns_build_reply(&q2, &(struct dns_reply){DNS_R_NOERROR, addrs, DNS_MAX_ANSWERS, 17},
                         12 + q.qname_wire_len + 4 + 2 * 16, out, sizeof out);
     ck_assert_int_eq(
-        dns_parse_answer(out, (size_t)n, q.id, q.qname_wire, q.qname_wire_len, DNS_T_A, &a),
+        dns_parse_answer(out, (size_t)n,
+                         &(struct dns_question){q.id, q.qname_wire, q.qname_wire_len, DNS_T_A}, &a),
         DNS_OK);
     ck_assert_uint_eq(a.n_addrs, 2);
     /* NXDOMAIN echoes the question and RD, sets RA. */
-    n = dns_build_reply(&q, DNS_R_NXDOMAIN, NULL, 0, 0, 512, out, sizeof out);
+    n = dns_build_reply(&q, &(struct dns_reply){DNS_R_NXDOMAIN, NULL, 0, 0}, 512, out, sizeof out);
     ck_assert_int_eq(
-        dns_parse_answer(out, (size_t)n, q.id, q.qname_wire, q.qname_wire_len, DNS_T_A, &a),
+        dns_parse_answer(out, (size_t)n,
+                         &(struct dns_question){q.id, q.qname_wire, q.qname_wire_len, DNS_T_A}, &a),
         DNS_OK);
     ck_assert_uint_eq(a.rcode, DNS_R_NXDOMAIN);
     ck_assert_uint_eq(out[2] & 0x01, 1);

@@ -41,7 +41,7 @@ static int fake_answer(const struct dns_query *q, bool tcp, uint8_t *out, size_t
     int i = name_index(q->qname);
     *extra = 0;
     if (i < 0)
-        return dns_build_reply(q, DNS_R_NXDOMAIN, NULL, 0, 0, 512, out, cap);
+        return dns_build_reply(q, &(struct dns_reply){DNS_R_NXDOMAIN, NULL, 0, 0}, 512, out, cap);
     F.queries[i]++;
     struct dns_addr a = {.family = 4, .addr = {203, 0, 113, (uint8_t)(10 + i)}};
     uint32_t ttl = i == N_LOW ? 0 : i == N_HIGH ? 86400 : 30;
@@ -49,12 +49,13 @@ static int fake_answer(const struct dns_query *q, bool tcp, uint8_t *out, size_t
     case N_DROP:
         return 0;
     case N_NX:
-        return dns_build_reply(q, DNS_R_NXDOMAIN, NULL, 0, 0, 512, out, cap);
+        return dns_build_reply(q, &(struct dns_reply){DNS_R_NXDOMAIN, NULL, 0, 0}, 512, out, cap);
     case N_FAIL:
-        return dns_build_reply(q, DNS_R_SERVFAIL, NULL, 0, 0, 512, out, cap);
+        return dns_build_reply(q, &(struct dns_reply){DNS_R_SERVFAIL, NULL, 0, 0}, 512, out, cap);
     case N_TC:
         if (!tcp) {
-            int n = dns_build_reply(q, DNS_R_NOERROR, NULL, 0, 0, 512, out, cap);
+            int n =
+                dns_build_reply(q, &(struct dns_reply){DNS_R_NOERROR, NULL, 0, 0}, 512, out, cap);
             out[2] |= 0x02; /* TC */
             return n;
         }
@@ -63,7 +64,7 @@ static int fake_answer(const struct dns_query *q, bool tcp, uint8_t *out, size_t
         *extra = 1; /* first a copy with a wrong id */
         break;
     }
-    return dns_build_reply(q, DNS_R_NOERROR, &a, 1, ttl, 512, out, cap);
+    return dns_build_reply(q, &(struct dns_reply){DNS_R_NOERROR, &a, 1, ttl}, 512, out, cap);
 }
 
 static void fake_alloc(uv_handle_t *h, size_t s, uv_buf_t *b)

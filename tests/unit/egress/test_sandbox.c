@@ -32,7 +32,12 @@ START_TEST(register_lookup_remove)
     ck_assert_int_eq(egress_registry_new(&r), 0);
     struct egress_ip a[2] = {ip4("10.200.0.2"), ip6("fd00::2")};
     struct al_error err = {0};
-    ck_assert_int_eq(egress_registry_add(r, "sbx-1", "base", a, 2, NULL, NULL, NULL, &err), 0);
+    ck_assert_int_eq(
+        egress_registry_add(r,
+                            &(struct egress_registry_entry){
+                                .id = "sbx-1", .template_name = "base", .addrs = a, .n_addrs = 2},
+                            &err),
+        0);
     struct egress_sandbox *sb = egress_registry_by_addr(r, &a[1]);
     ck_assert_ptr_nonnull(sb);
     ck_assert_str_eq(sb->id, "sbx-1");
@@ -41,15 +46,32 @@ START_TEST(register_lookup_remove)
     struct egress_ip other = ip4("10.200.0.3");
     ck_assert_ptr_null(egress_registry_by_addr(r, &other));
     /* Taken id, taken address, listed twice, none. */
-    ck_assert_int_eq(egress_registry_add(r, "sbx-1", NULL, &other, 1, NULL, NULL, NULL, &err),
+    ck_assert_int_eq(egress_registry_add(
+                         r,
+                         &(struct egress_registry_entry){
+                             .id = "sbx-1", .template_name = NULL, .addrs = &other, .n_addrs = 1},
+                         &err),
                      -EEXIST);
-    ck_assert_int_eq(egress_registry_add(r, "sbx-2", NULL, a, 1, NULL, NULL, NULL, &err), -EEXIST);
+    ck_assert_int_eq(
+        egress_registry_add(r,
+                            &(struct egress_registry_entry){
+                                .id = "sbx-2", .template_name = NULL, .addrs = a, .n_addrs = 1},
+                            &err),
+        -EEXIST);
     ck_assert_ptr_nonnull(strstr(err.msg, "already belongs to sandbox 'sbx-1'"));
     struct egress_ip twice[2] = {other, other};
-    ck_assert_int_eq(egress_registry_add(r, "sbx-3", NULL, twice, 2, NULL, NULL, NULL, &err),
-                     -EINVAL);
-    ck_assert_int_eq(egress_registry_add(r, "sbx-3", NULL, twice, 0, NULL, NULL, NULL, &err),
-                     -EINVAL);
+    ck_assert_int_eq(
+        egress_registry_add(r,
+                            &(struct egress_registry_entry){
+                                .id = "sbx-3", .template_name = NULL, .addrs = twice, .n_addrs = 2},
+                            &err),
+        -EINVAL);
+    ck_assert_int_eq(
+        egress_registry_add(r,
+                            &(struct egress_registry_entry){
+                                .id = "sbx-3", .template_name = NULL, .addrs = twice, .n_addrs = 0},
+                            &err),
+        -EINVAL);
     ck_assert_uint_eq(egress_registry_count(r), 1);
     /* A reference outlives removal; the sandbox says it was removed. */
     sb = egress_registry_by_id(r, "sbx-1");
@@ -76,7 +98,12 @@ START_TEST(many_sandboxes)
         snprintf(id, sizeof id, "sbx-%d", i);
         snprintf(addr, sizeof addr, "10.%d.%d.2", i / 250, i % 250);
         struct egress_ip a = ip4(addr);
-        ck_assert_int_eq(egress_registry_add(r, id, NULL, &a, 1, NULL, NULL, NULL, NULL), 0);
+        ck_assert_int_eq(
+            egress_registry_add(r,
+                                &(struct egress_registry_entry){
+                                    .id = id, .template_name = NULL, .addrs = &a, .n_addrs = 1},
+                                NULL),
+            0);
     }
     for (int i = 0; i < 2000; i += 2) {
         snprintf(id, sizeof id, "sbx-%d", i);
@@ -105,7 +132,10 @@ START_TEST(answers_memory)
     struct egress_registry *r;
     egress_registry_new(&r);
     struct egress_ip a = ip4("10.200.0.2");
-    egress_registry_add(r, "sbx", NULL, &a, 1, NULL, NULL, NULL, NULL);
+    egress_registry_add(r,
+                        &(struct egress_registry_entry){
+                            .id = "sbx", .template_name = NULL, .addrs = &a, .n_addrs = 1},
+                        NULL);
     struct egress_sandbox *sb = egress_registry_by_id(r, "sbx");
     struct egress_ip ans[2] = {ip4("203.0.113.10"), ip6("2001:db8::10")};
     struct egress_ip other = ip4("203.0.113.11");

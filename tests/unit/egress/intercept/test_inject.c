@@ -248,8 +248,9 @@ END_TEST
 static struct intercept_secret *gh_secret(const char *bound)
 {
     const char *b[1] = {bound};
-    return intercept_secret_new("github/token", TOKEN, strlen(TOKEN),
-                                "b2k:00000000000000000000000000000001", 3, b, bound ? 1 : 0);
+    return intercept_secret_new(&(struct intercept_secret_def){
+        "github/token", TOKEN, strlen(TOKEN), "b2k:00000000000000000000000000000001", 3, b,
+        bound ? 1 : 0});
 }
 
 struct run {
@@ -355,8 +356,8 @@ START_TEST(gates_refuse)
     intercept_inject_edit_free(&r.e);
     /* a value that would split the header */
     const char *b[1] = {"api.github.test"};
-    struct intercept_secret *crlf =
-        intercept_secret_new("github/token", "tok\r\nX-Evil: 1", 15, "b2k:x", 1, b, 1);
+    struct intercept_secret *crlf = intercept_secret_new(
+        &(struct intercept_secret_def){"github/token", "tok\r\nX-Evil: 1", 15, "b2k:x", 1, b, 1});
     apply(&r, "api.github.test", "api.github.test", h, 2, "/", &d, &crlf, 1, NULL);
     ck_assert_str_eq(r.reason, "secret_not_header_safe");
     intercept_inject_edit_free(&r.e);
@@ -444,8 +445,8 @@ START_TEST(placeholder_swap)
     struct intercept_placeholders *ph = make_ph(NULL);
     const char *pv = intercept_placeholder_value(ph, 0);
     const char *b[1] = {"svc.test"};
-    struct intercept_secret *s =
-        intercept_secret_new("service/key", SVCKEY, strlen(SVCKEY), "b2k:svc", 1, b, 1);
+    struct intercept_secret *s = intercept_secret_new(
+        &(struct intercept_secret_def){"service/key", SVCKEY, strlen(SVCKEY), "b2k:svc", 1, b, 1});
     struct policy_decision d = decide("svc.test", "GET", "/v1/items", true);
     char hv[128];
     snprintf(hv, sizeof hv, "Bearer %s", pv);
@@ -501,8 +502,8 @@ START_TEST(placeholder_misuse_refused)
     struct intercept_placeholders *ph = make_ph(NULL);
     const char *pv = intercept_placeholder_value(ph, 0);
     const char *b[1] = {"svc.test"};
-    struct intercept_secret *s =
-        intercept_secret_new("service/key", SVCKEY, strlen(SVCKEY), "b2k:svc", 1, b, 1);
+    struct intercept_secret *s = intercept_secret_new(
+        &(struct intercept_secret_def){"service/key", SVCKEY, strlen(SVCKEY), "b2k:svc", 1, b, 1});
     struct intercept_secret *g = gh_secret("api.github.test");
     struct run r;
     char target[200];
@@ -541,8 +542,8 @@ START_TEST(placeholder_misuse_refused)
     intercept_inject_edit_free(&r.e);
     /* the right header, but the secret is not bound to this host */
     const char *b2[1] = {"elsewhere.test"};
-    struct intercept_secret *unb =
-        intercept_secret_new("service/key", SVCKEY, strlen(SVCKEY), "b2k:svc", 1, b2, 1);
+    struct intercept_secret *unb = intercept_secret_new(
+        &(struct intercept_secret_def){"service/key", SVCKEY, strlen(SVCKEY), "b2k:svc", 1, b2, 1});
     struct al_http_field h5[] = {{"Host", 4, "svc.test", 8}, {"X-Api-Key", 9, pv, strlen(pv)}};
     apply(&r, "svc.test", "svc.test", h5, 2, "/", &d, &unb, 1, ph);
     ck_assert_int_eq(r.rc, -EPERM);

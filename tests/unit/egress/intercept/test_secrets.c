@@ -638,8 +638,8 @@ START_TEST(bound_hosts_match_like_the_policy)
     const char *b[] = {"B\xc3\x9c"
                        "CHER.example.",
                        "0xcb.0.113.5", "[2001:DB8::1]", "**.deep.test", "api-*.example.test"};
-    struct intercept_secret *s =
-        intercept_secret_new("svc/key", "value-1", 7, "b2k:x", 1, b, AL_ARRAY_SIZE(b));
+    struct intercept_secret *s = intercept_secret_new(
+        &(struct intercept_secret_def){"svc/key", "value-1", 7, "b2k:x", 1, b, AL_ARRAY_SIZE(b)});
     ck_assert_ptr_nonnull(s);
     /* stored canonical, as the vault stores them */
     ck_assert_str_eq(s->bound_hosts[0], "xn--bcher-kva.example");
@@ -664,7 +664,8 @@ START_TEST(bound_hosts_match_like_the_policy)
     intercept_secret_unref(s);
     /* an entry the policy language cannot read is refused, not matched loosely */
     const char *bad[] = {"a*b.*.example.test"};
-    ck_assert_ptr_null(intercept_secret_new("svc/key", "value-1", 7, "b2k:x", 1, bad, 1));
+    ck_assert_ptr_null(intercept_secret_new(
+        &(struct intercept_secret_def){"svc/key", "value-1", 7, "b2k:x", 1, bad, 1}));
 }
 END_TEST
 
