@@ -27,7 +27,12 @@
  *   pss_per_idle_sandbox  (PSS of every airlock process and every process of the sandboxes,
  *                    with IDLE idle sandboxes - without any) / IDLE
  *   max_idle_sandboxes  sandboxes created (8 at a time) and held idle until MAXHELD or the
- *                    first failure (target >= 500); then all are killed
+ *                    first failure (target >= 500; the failure's answer is printed, it says
+ *                    which limit); then all are killed
+ *   max_idle_machine_kb_per_sandbox, max_idle_kernel_kb_per_sandbox  what /proc/meminfo's
+ *                    MemAvailable lost while they were made, and the kernel's part (Slab,
+ *                    KernelStack, PageTables, Percpu), per held sandbox: the whole machine's
+ *                    cost, beside the PSS of the processes
  * With every create phase, where its creations spent their time (airlockd's stage timings):
  *   *_stage_<accept|network|egress|queue|start>_mean_ms
  * and with -W how many of them claimed a warm sandbox: *_warm_claims
@@ -696,6 +701,38 @@ static bool proc_has(long pid, const char *file, const char *needle)
 
 /* PSS (kB) of airlockd and what it runs: processes naming the state directory, and every
  * process in this run's cgroups (the sandboxes' contents). */
+/* A field of /proc/meminfo in kB (MemAvailable, Slab, ...), or -1. */
+static double meminfo_kb(const char *key)
+{
+    FILE *f = fopen("/proc/meminfo", "re");
+    if (!f)
+        return -1;
+    char line[256];
+    double v = -1;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+            v = strtod(line + kl + 1, NULL);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* The kernel's own memory: slabs (namespaces, devices, cgroups, sockets), stacks, page
+ * tables, per-CPU areas (cgroups' counters). */
+static double kernel_kb(void)
+{
+    static const char *const k[] = {"Slab", "KernelStack", "PageTables", "Percpu"};
+    double sum = 0;
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        double v = meminfo_kb(k[i]);
+        if (v > 0)
+            sum += v;
+    }
+    return sum;
+}
+
 static double pss_kb(void)
 {
     DIR *d = opendir("/proc");
@@ -999,6 +1036,7 @@ int main(int argc, char **argv)
     /* How many idle sandboxes airlockd holds. */
     if (opt_max > 0) {
         int held = 0;
+        double avail0 = meminfo_kb("MemAvailable"), kern0 = kernel_kb();
         for (; held < opt_max;) {
             int batch = opt_max - held < 8 ? opt_max - held : 8;
             int f = flight_run(batch, batch, false, ids + held, ms + held, NULL, &secs);
@@ -1015,6 +1053,14 @@ int main(int argc, char **argv)
         }
         out("max_idle_sandboxes", held, "sandboxes");
         out("max_idle_pss_total", pss_kb(), "kB");
+        /* The whole machine's share, beside the PSS: what MemAvailable lost (user memory,
+         * page cache the sandboxes pinned, the kernel's) and the kernel's part of it. */
+        if (held > 0 && avail0 > 0) {
+            sleep(2);
+            out("max_idle_machine_kb_per_sandbox", (avail0 - meminfo_kb("MemAvailable")) / held,
+                "kB");
+            out("max_idle_kernel_kb_per_sandbox", (kernel_kb() - kern0) / held, "kB");
+        }
         int k = 0;
         for (int i = 0; i < held; i++)
             if (ids[i][0])
