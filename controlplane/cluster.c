@@ -201,6 +201,8 @@ static bool cluster__broken(int rc)
     return rc == -EIO || rc == -ENOTCONN;
 }
 
+static void cluster__snapshot_keep(struct cp_cluster *c, const struct cp_cluster_node *v, size_t n);
+
 /* An admin job: the node list, one node with its sandboxes, a cordon. */
 static void cluster__admin_run(struct cp_cluster *c, struct cluster__admin *a)
 {
@@ -214,6 +216,10 @@ static void cluster__admin_run(struct cp_cluster *c, struct cluster__admin *a)
     if ((rc = cp_cluster_db_nodes(c->db, a->live_only, &v, &n, &e)))
         goto fail;
     if (a->j.kind == CLUSTER__NODES) {
+        /* A gateway's snapshot is as fresh as what it just listed: after a change an
+         * operator has seen, routing through an outage works from that. */
+        if (c->role == CP_CLUSTER_GATEWAY && !a->live_only)
+            cluster__snapshot_keep(c, v, n);
         json_t *arr = json_array();
         for (size_t i = 0; arr && i < n; i++)
             json_array_append_new(arr, cluster__node_json(&v[i]));
@@ -297,6 +303,9 @@ static void cluster__run(struct cp_cluster *c, struct cp_cluster_job *j)
     case CP_CLUSTER_JOB_OWNER:
         j->rc = cp_cluster_db_owner(c->db, j->sandbox_id, &j->owner, &e);
         break;
+    case CP_CLUSTER_JOB_LIVE_NODES:
+        j->rc = cp_cluster_db_nodes(c->db, true, &j->nodes, &j->n_nodes, &e);
+        break;
     default:
         j->rc = al_error_set(&e, -EINVAL, "cluster: unknown job %d", j->kind);
     }
@@ -308,6 +317,24 @@ static void cluster__run(struct cp_cluster *c, struct cp_cluster_job *j)
             j->rc = -ENOTCONN;
         }
     }
+}
+
+/* Keeps every node of v (all of them, as listed) as the gateway's snapshot. */
+static void cluster__snapshot_keep(struct cp_cluster *c, const struct cp_cluster_node *v, size_t n)
+{
+    struct cluster__snap *s = n ? calloc(n, sizeof *s) : NULL;
+    if (n && !s)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        snprintf(s[i].id, sizeof s[i].id, "%s", v[i].id);
+        snprintf(s[i].address, sizeof s[i].address, "%s", v[i].address);
+        s[i].live = v[i].lease_valid;
+    }
+    pthread_mutex_lock(&c->mu);
+    free(c->snap);
+    c->snap = s ? s : calloc(1, sizeof *s); /* known, and empty */
+    c->n_snap = n;
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* A gateway's snapshot of the nodes, for routing while the database is away. */
@@ -323,22 +350,8 @@ static void cluster__snapshot(struct cp_cluster *c)
             cluster__drop(c);
         return;
     }
-    struct cluster__snap *s = n ? calloc(n, sizeof *s) : NULL;
-    if (n && !s) {
-        cp_cluster_nodes_free(v, n);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        snprintf(s[i].id, sizeof s[i].id, "%s", v[i].id);
-        snprintf(s[i].address, sizeof s[i].address, "%s", v[i].address);
-        s[i].live = v[i].lease_valid;
-    }
+    cluster__snapshot_keep(c, v, n);
     cp_cluster_nodes_free(v, n);
-    pthread_mutex_lock(&c->mu);
-    free(c->snap);
-    c->snap = s ? s : calloc(1, sizeof *s); /* known, and empty */
-    c->n_snap = n;
-    pthread_mutex_unlock(&c->mu);
 }
 
 static void *cluster__thread(void *arg)
@@ -767,6 +780,38 @@ int cp_cluster_node_state(struct cp *cp, const char *node_id, char *address, siz
         }
     pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+int cp_cluster_snapshot_live(struct cp *cp, struct cp_cluster_node **out, size_t *n)
+{
+    struct cp_cluster *c = cp->cluster;
+    *out = NULL;
+    *n = 0;
+    if (!c)
+        return -EAGAIN;
+    pthread_mutex_lock(&c->mu);
+    int rc = c->snap ? 0 : -EAGAIN;
+    struct cp_cluster_node *v = c->snap && c->n_snap ? calloc(c->n_snap, sizeof *v) : NULL;
+    if (c->snap && c->n_snap && !v)
+        rc = -ENOMEM;
+    for (size_t i = 0; v && i < c->n_snap; i++) {
+        if (!c->snap[i].live)
+            continue;
+        struct cp_cluster_node *x = &v[(*n)++];
+        snprintf(x->id, sizeof x->id, "%s", c->snap[i].id);
+        snprintf(x->address, sizeof x->address, "%s", c->snap[i].address);
+        x->lease_valid = true;
+    }
+    pthread_mutex_unlock(&c->mu);
+    *out = v;
+    return rc;
+}
+
+bool cp_cluster_from_gateway(const struct cp *cp, const struct al_http_req *req)
+{
+    /* Over TCP a node admits nothing without the valid token (cp_cluster_node_admit). */
+    return cp->cfg.cluster_role == CP_CLUSTER_NODE && !req->peer.is_unix &&
+           al_http_req_header(req, CP_CLUSTER_TOKEN_HEADER) != NULL;
 }
 
 bool cp_cluster_node_admit(struct cp *cp, struct al_http_req *req)

@@ -11,7 +11,8 @@
  * hands the thread (struct cp_cluster_job: placements, owners, node lists, cordons) are
  * answered on the loop. The admin API /admin/cluster/nodes[/{id}[/cordon|/uncordon]]. The
  * cluster token (cluster.token_file, AIRLOCK_CLUSTER_TOKEN): gateways send it to nodes, nodes
- * refuse API requests over TCP without it (cp_cluster_node_admit).
+ * refuse API requests over TCP without it (cp_cluster_node_admit). The live nodes a
+ * gateway's list asks (from the database, or its snapshot through an outage).
  * Nothing here runs without cluster.database: a standalone airlockd never connects.
  */
 #ifndef AIRLOCK_CP_CLUSTER_H
@@ -28,6 +29,11 @@ struct cp;
 
 /* The header gateways prove themselves to nodes with (the interim until mutual TLS). */
 #define CP_CLUSTER_TOKEN_HEADER "X-Airlock-Cluster-Token"
+/* A node's sandbox list answered to a gateway gives each sandbox's start time in
+ * nanoseconds under this field (startedAt has milliseconds): the gateway merges the nodes'
+ * pages in the order and with the page tokens a single airlockd uses (controlplane/list),
+ * and removes the field before answering its client. */
+#define CP_CLUSTER_LIST_STARTED_FIELD "airlockStartedNs"
 
 /* Starts the database thread (once the API listens: a node advertises where it serves).
  * No-op without cluster.database. 0, or a negative errno (logged). */
@@ -51,12 +57,18 @@ const char *cp_cluster_token(const struct cp *cp);
  * node; -EAGAIN: no snapshot yet. */
 int cp_cluster_node_state(struct cp *cp, const char *node_id, char *address, size_t len,
                           bool *live);
+/* The gateway's last snapshot of the nodes with a valid lease (id, address, lease_valid of
+ * each; *out is the caller's: cp_cluster_nodes_free). -EAGAIN: no snapshot yet. */
+int cp_cluster_snapshot_live(struct cp *cp, struct cp_cluster_node **out, size_t *n);
+/* A request a node got from a gateway (over TCP, so with the valid cluster token). */
+bool cp_cluster_from_gateway(const struct cp *cp, const struct al_http_req *req);
 
 enum cp_cluster_job_kind {
     CP_CLUSTER_JOB_PLACE, /* in: sandbox_id, template_id, cpu, memory_bytes, exclude; out: owner */
-    CP_CLUSTER_JOB_UNPLACE, /* in: sandbox_id */
-    CP_CLUSTER_JOB_RENAME,  /* in: sandbox_id (the reservation), to_id */
-    CP_CLUSTER_JOB_OWNER,   /* in: sandbox_id; out: owner */
+    CP_CLUSTER_JOB_UNPLACE,    /* in: sandbox_id */
+    CP_CLUSTER_JOB_RENAME,     /* in: sandbox_id (the reservation), to_id */
+    CP_CLUSTER_JOB_OWNER,      /* in: sandbox_id; out: owner */
+    CP_CLUSTER_JOB_LIVE_NODES, /* out: nodes, n_nodes (those with a valid lease) */
 };
 
 /* Work for the database thread, answered on the loop. The caller's until done runs. */
@@ -73,6 +85,8 @@ struct cp_cluster_job {
     int rc;
     char msg[AL_ERROR_MSG_MAX];
     struct cp_cluster_owner owner;
+    struct cp_cluster_node *nodes; /* the caller's once done (cp_cluster_nodes_free) */
+    size_t n_nodes;
     /* on the loop, once; NULL: nobody waits */
     void (*done)(struct cp_cluster_job *j, void *arg);
     void *arg;

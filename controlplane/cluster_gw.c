@@ -11,8 +11,9 @@
  * nodes' leases come from cluster.c's snapshot, so that a database outage stops creations
  * (503) but not the traffic of sandboxes already routed. A sandbox whose node lost its lease
  * is gone: 404 on the control plane, E2B's 502 "The sandbox was not found" on the data plane.
- * A kill the node confirms forgets the placement and the route.
- * The lists that span nodes (GET /sandboxes, /sandboxes/metrics) are refused with a 501.
+ * A kill the node confirms forgets the placement and the route. The lists that span nodes
+ * (GET /sandboxes, /v2/sandboxes, /sandboxes/metrics): each live node asked the client's
+ * question, the answers merged in controlplane/list's order with its page tokens.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -29,14 +30,17 @@
 #include "common/log.h"
 #include "cp.h"
 #include "ids.h"
+#include "list.h"
 #include "map.h"
+#include "record.h"
 
-#define GW_TIMEOUT_MS     120000 /* a forwarded request: connect and response head */
-#define GW_CREATE_MS      300000 /* a creation on a node (a template may be pulled first) */
-#define GW_MAX_BODY       (1u << 20)
-#define GW_MAX_ROUTES     200000 /* cached routes; beyond, the cache starts again */
-#define GW_MAX_RESPONSE   (1u << 20)
-#define GW_CREATE_HEADERS 32
+#define GW_TIMEOUT_MS   120000 /* a forwarded request: connect and response head */
+#define GW_CREATE_MS    300000 /* a creation on a node (a template may be pulled first) */
+#define GW_MAX_BODY     (1u << 20)
+#define GW_MAX_ROUTES   200000 /* cached routes; beyond, the cache starts again */
+#define GW_MAX_RESPONSE (1u << 20)
+#define GW_NODE_HEADERS 32
+#define GW_MAX_LIST     (32u << 20) /* one node's list (v1 lists have no pages) */
 
 /* The gateway's state (cluster.c holds it for the loop). */
 struct cp_cluster_gw {
@@ -377,6 +381,26 @@ bool cp_cluster_gw_data(struct cp *cp, struct al_http_req *req)
     return true;
 }
 
+/* The fields a request the gateway makes of a node carries (hdr has GW_NODE_HEADERS
+ * slots): the client's end-to-end ones (its API key among them: the node authenticates it
+ * too), without Host (the node's), Expect and the framing, and the gateway's token. The
+ * values point into req. Returns how many. */
+static size_t gw__node_headers(struct cp *cp, const struct al_http_req *req,
+                               struct al_http_header *hdr)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < req->n_headers && n < GW_NODE_HEADERS - 1; i++) {
+        const char *name = req->headers[i].name;
+        if (al_http_forward_drops_header(req->headers, req->n_headers, name, 0) ||
+            strcasecmp(name, "Host") == 0 || strcasecmp(name, "Expect") == 0 ||
+            strcasecmp(name, CP_CLUSTER_TOKEN_HEADER) == 0)
+            continue;
+        hdr[n++] = req->headers[i];
+    }
+    hdr[n++] = (struct al_http_header){CP_CLUSTER_TOKEN_HEADER, cp_cluster_token(cp)};
+    return n;
+}
+
 /* ---- creations ----------------------------------------------------------------------------- */
 
 /* A creation on its way: placed, sent to a node, perhaps placed again. */
@@ -391,7 +415,7 @@ struct gw_create {
     int attempts;
     char node_id[CP_CLUSTER_NODE_ID_MAX], address[CP_CLUSTER_ADDRESS_MAX];
     /* the client's fields the node gets, and the token */
-    struct al_http_header hdr[GW_CREATE_HEADERS];
+    struct al_http_header hdr[GW_NODE_HEADERS];
     size_t n_hdr;
     /* the node's answer */
     int status;
@@ -659,23 +683,345 @@ static void gw__create(struct cp *cp, struct al_http_req *req)
     c->req = req;
     c->resp = (struct al_buf)AL_BUF_INIT;
     snprintf(c->path, sizeof c->path, "%s", req->path);
-    /* The client's end-to-end fields (its API key among them: the node authenticates it
-     * too), without Host (the node's), Expect and the framing, and the token. */
-    for (size_t i = 0; i < req->n_headers && c->n_hdr < GW_CREATE_HEADERS - 1; i++) {
-        const char *n = req->headers[i].name;
-        if (al_http_forward_drops_header(req->headers, req->n_headers, n, 0) ||
-            strcasecmp(n, "Host") == 0 || strcasecmp(n, "Expect") == 0 ||
-            strcasecmp(n, CP_CLUSTER_TOKEN_HEADER) == 0)
-            continue;
-        c->hdr[c->n_hdr++] = req->headers[i];
-    }
-    c->hdr[c->n_hdr++] = (struct al_http_header){CP_CLUSTER_TOKEN_HEADER, cp_cluster_token(cp)};
+    c->n_hdr = gw__node_headers(cp, req, c->hdr);
     req->user = c;
     int rc = al_http_req_read_body(req, GW_MAX_BODY, gw__create_body);
     if (rc < 0) {
         req->user = NULL;
         gw__create_free(c);
         cp_rest_error(req, 400, "cannot read the request body: %s", strerror(-rc));
+    }
+}
+
+/* ---- lists across nodes ---------------------------------------------------------------------- */
+
+/* GET /sandboxes, /v2/sandboxes and /sandboxes/metrics: every node with a valid lease is
+ * asked the client's question (the same query, so the same filters and the same page
+ * token: a token names the last sandbox of a page by start time and id, which means the
+ * same on every node), and the answers are merged as one airlockd would have answered.
+ * A node that does not answer fails the list (502 naming it) rather than leaving its
+ * sandboxes out unsaid; a node whose lease is gone is not asked, so its sandboxes are not
+ * listed. */
+enum gw_list_kind { GW_LIST_V1, GW_LIST_V2, GW_LIST_METRICS };
+
+struct gw_list;
+
+/* One node's answer. */
+struct gw_list_part {
+    struct gw_list *l;
+    char node_id[CP_CLUSTER_NODE_ID_MAX];
+    char address[CP_CLUSTER_ADDRESS_MAX];
+    int status;
+    char why[200]; /* "" while it went well */
+    struct al_buf body;
+};
+
+struct gw_list {
+    struct cp *cp;
+    struct al_http_req *req; /* NULL once the client left */
+    struct cp_cluster_job job;
+    enum gw_list_kind kind;
+    struct cp_list_query q; /* the lists' */
+    char *target;           /* path?query, as the client sent it */
+    struct al_http_header hdr[GW_NODE_HEADERS];
+    size_t n_hdr;
+    struct gw_list_part *parts;
+    size_t n_parts, pending;
+};
+
+static void gw__list_free(struct gw_list *l)
+{
+    for (size_t i = 0; i < l->n_parts; i++)
+        al_buf_free(&l->parts[i].body);
+    free(l->parts);
+    free(l->target);
+    cp_list_query_free(&l->q);
+    free(l);
+}
+
+static void gw__list_closed(struct al_http_req *req)
+{
+    struct gw_list *l = req->user;
+    if (l)
+        l->req = NULL;
+}
+
+/* The merged list of sandboxes: the nodes' items in the query's order, one page of them,
+ * and the token of the next page. */
+static void gw__list_merge(struct gw_list *l, json_t **docs)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < l->n_parts; i++)
+        total += json_array_size(docs[i]);
+    struct cp_list_item *items = calloc(total ? total : 1, sizeof *items);
+    if (!items) {
+        cp_rest_error(l->req, 500, "out of memory");
+        return;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < l->n_parts; i++) {
+        size_t k;
+        json_t *o;
+        json_array_foreach(docs[i], k, o)
+        {
+            const char *id = json_string_value(json_object_get(o, "sandboxID"));
+            const char *st = json_string_value(json_object_get(o, "state"));
+            const char *tpl = json_string_value(json_object_get(o, "templateID"));
+            json_t *ns = json_object_get(o, CP_CLUSTER_LIST_STARTED_FIELD);
+            enum cp_sb_state state;
+            if (!id || !st || !tpl || !json_is_integer(ns) || json_integer_value(ns) < 0 ||
+                cp_sb_state_parse(st, &state)) {
+                cp_rest_error(l->req, 502,
+                              "node %s answered a sandbox list this gateway cannot merge (an "
+                              "item without sandboxID, state, templateID or %s: is it an "
+                              "airlockd of another version?)",
+                              l->parts[i].node_id, CP_CLUSTER_LIST_STARTED_FIELD);
+                free(items);
+                return;
+            }
+            items[n++] = (struct cp_list_item){.id = id,
+                                               .state = state,
+                                               .started_ns = (uint64_t)json_integer_value(ns),
+                                               .template_id = tpl,
+                                               .metadata = json_object_get(o, "metadata"),
+                                               .user = o};
+        }
+    }
+    size_t kept = 0;
+    char next[160];
+    cp_list_select(&l->q, items, n, &kept, next, sizeof next);
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < kept; i++) {
+        json_t *o = items[i].user;
+        json_object_del(o, CP_CLUSTER_LIST_STARTED_FIELD);
+        json_array_append(arr, o);
+    }
+    free(items);
+    if (!arr) {
+        cp_rest_error(l->req, 500, "out of memory");
+        return;
+    }
+    cp_rest_reply_page(l->req, arr, next);
+}
+
+/* Every node answered (or failed): the client's answer. */
+static void gw__list_answer(struct gw_list *l)
+{
+    struct al_http_req *req = l->req;
+    al_http_req_on_close(req, NULL);
+    req->user = NULL;
+    for (size_t i = 0; i < l->n_parts; i++) {
+        const struct gw_list_part *p = &l->parts[i];
+        if (p->why[0]) {
+            cp_rest_error(req, 502,
+                          "the list needs every live node, and node %s (%s) did not answer: %s",
+                          p->node_id, p->address, p->why);
+            return;
+        }
+        if (p->status >= 400 && p->status < 500) {
+            /* The client's question (or its key) was refused: the node says why. */
+            al_http_reply(req, p->status, "application/json", p->body.data ? p->body.data : "",
+                          p->body.len);
+            return;
+        }
+        if (p->status != 200) {
+            cp_rest_error(req, 502, "the list needs every live node, and node %s answered %d",
+                          p->node_id, p->status);
+            return;
+        }
+    }
+    json_t **docs = calloc(l->n_parts ? l->n_parts : 1, sizeof *docs);
+    if (!docs) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < l->n_parts; i++) {
+        const struct gw_list_part *p = &l->parts[i];
+        docs[i] = json_loadb(p->body.data ? p->body.data : "", p->body.len, 0, NULL);
+        json_t *want = l->kind == GW_LIST_METRICS ? json_object_get(docs[i], "sandboxes") : docs[i];
+        if (l->kind == GW_LIST_METRICS ? !json_is_object(want) : !json_is_array(want)) {
+            cp_rest_error(req, 502, "node %s answered the list with something else than %s",
+                          p->node_id,
+                          l->kind == GW_LIST_METRICS ? "{\"sandboxes\": {...}}" : "a JSON array");
+            goto out;
+        }
+    }
+    if (l->kind == GW_LIST_METRICS) {
+        /* A node answers for the ids it has: together, for all that exist. */
+        json_t *all = json_object();
+        for (size_t i = 0; all && i < l->n_parts; i++)
+            json_object_update(all, json_object_get(docs[i], "sandboxes"));
+        json_t *out = all ? json_pack("{s:o}", "sandboxes", all) : NULL;
+        if (out)
+            al_http_reply_json(req, 200, out);
+        else
+            cp_rest_error(req, 500, "out of memory");
+    } else {
+        gw__list_merge(l, docs);
+    }
+out:
+    for (size_t i = 0; i < l->n_parts; i++)
+        json_decref(docs[i]);
+    free(docs);
+}
+
+static void gw__list_part_done(struct gw_list *l)
+{
+    if (--l->pending)
+        return;
+    if (l->req)
+        gw__list_answer(l);
+    gw__list_free(l);
+}
+
+static int gw__list_response(struct al_http_creq *q, int status, const struct al_http_header *h,
+                             size_t n, void *arg)
+{
+    (void)q;
+    (void)h;
+    (void)n;
+    struct gw_list_part *p = arg;
+    p->status = status;
+    return 0;
+}
+
+static int gw__list_data(struct al_http_creq *q, const char *data, size_t len, void *arg)
+{
+    (void)q;
+    struct gw_list_part *p = arg;
+    if (p->why[0])
+        return 0;
+    if (p->body.len + len > GW_MAX_LIST || al_buf_append(&p->body, data, len))
+        snprintf(p->why, sizeof p->why, "its list is larger than %u MiB", GW_MAX_LIST >> 20);
+    return 0;
+}
+
+static void gw__list_node_done(struct al_http_creq *q, int err, void *arg)
+{
+    struct gw_list_part *p = arg;
+    if (err && !p->why[0])
+        snprintf(p->why, sizeof p->why, "%s", al_http_creq_strerror(q));
+    if (p->why[0])
+        al_warn("gateway: a sandbox list: node %s (%s) did not answer: %s", p->node_id, p->address,
+                p->why);
+    gw__list_part_done(p->l);
+}
+
+/* Asks each of the nodes (NULL, 0: none is live) the client's question. */
+static void gw__list_ask(struct gw_list *l, const struct cp_cluster_node *nodes, size_t n)
+{
+    if (!l->req) {
+        gw__list_free(l);
+        return;
+    }
+    l->parts = n ? calloc(n, sizeof *l->parts) : NULL;
+    if (n && !l->parts) {
+        al_http_req_on_close(l->req, NULL);
+        l->req->user = NULL;
+        cp_rest_error(l->req, 500, "out of memory");
+        gw__list_free(l);
+        return;
+    }
+    l->n_parts = n;
+    /* One count for this loop itself: no answer is given before every node was asked. */
+    l->pending = n + 1;
+    for (size_t i = 0; i < n; i++) {
+        struct gw_list_part *p = &l->parts[i];
+        p->l = l;
+        p->body = (struct al_buf)AL_BUF_INIT;
+        snprintf(p->node_id, sizeof p->node_id, "%s", nodes[i].id);
+        snprintf(p->address, sizeof p->address, "%s", nodes[i].address);
+        struct al_http_creq_opts o = {
+            .target = p->address,
+            .method = "GET",
+            .path = l->target,
+            .headers = l->hdr,
+            .n_headers = l->n_hdr,
+            .timeout_ms = GW_TIMEOUT_MS,
+            .on_response = gw__list_response,
+            .on_data = gw__list_data,
+            .on_done = gw__list_node_done,
+            .arg = p,
+            .pool = l->cp->pool,
+        };
+        struct al_http_creq *q = NULL;
+        int rc = al_http_creq_start(l->cp->loop, &o, &q);
+        if (rc) {
+            snprintf(p->why, sizeof p->why, "cannot ask it: %s", strerror(-rc));
+            l->pending--;
+        }
+    }
+    gw__list_part_done(l);
+}
+
+static void gw__list_nodes(struct cp_cluster_job *j, void *arg)
+{
+    struct gw_list *l = arg;
+    struct cp_cluster_node *v = j->nodes;
+    size_t n = j->n_nodes;
+    j->nodes = NULL;
+    j->n_nodes = 0;
+    if (j->rc == -ENOTCONN && l->req) {
+        /* Through an outage the nodes' leases as this gateway saw them last. */
+        cp_cluster_nodes_free(v, n);
+        v = NULL;
+        n = 0;
+        if (cp_cluster_snapshot_live(l->cp, &v, &n) == 0) {
+            j->rc = 0;
+            al_info("gateway: a sandbox list during a database outage: the nodes live at the "
+                    "last look are asked (%zu)",
+                    n);
+        }
+    }
+    if (j->rc && l->req) {
+        al_http_req_on_close(l->req, NULL);
+        l->req->user = NULL;
+        cp_rest_error(l->req, 503, "the list needs the cluster's nodes: %s", j->msg);
+    }
+    if (j->rc) {
+        cp_cluster_nodes_free(v, n);
+        gw__list_free(l);
+        return;
+    }
+    gw__list_ask(l, v, n);
+    cp_cluster_nodes_free(v, n);
+}
+
+static void gw__list(struct cp *cp, struct al_http_req *req, enum gw_list_kind kind)
+{
+    struct gw_list *l = calloc(1, sizeof *l);
+    size_t tl = strlen(req->path) + 1 + strlen(req->query) + 1;
+    char *target = l ? malloc(tl) : NULL;
+    if (!target) {
+        free(l);
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    snprintf(target, tl, "%s%s%s", req->path, req->query[0] ? "?" : "", req->query);
+    l->cp = cp;
+    l->req = req;
+    l->kind = kind;
+    l->target = target;
+    if (kind != GW_LIST_METRICS) {
+        /* Refused here as a node would refuse it: no node is asked a bad question. */
+        struct al_error err = {0};
+        if (cp_list_query_parse(req->query, kind == GW_LIST_V2, &l->q, &err)) {
+            gw__list_free(l);
+            cp_rest_error(req, 400, "%s", al_error_str(&err));
+            return;
+        }
+    }
+    l->n_hdr = gw__node_headers(cp, req, l->hdr);
+    l->job.kind = CP_CLUSTER_JOB_LIVE_NODES;
+    l->job.done = gw__list_nodes;
+    l->job.arg = l;
+    req->user = l;
+    al_http_req_on_close(req, gw__list_closed);
+    if (cp_cluster_submit(cp, &l->job)) {
+        al_http_req_on_close(req, NULL);
+        req->user = NULL;
+        gw__list_free(l);
+        cp_rest_error(req, 503, "this gateway has no cluster database");
     }
 }
 
@@ -686,21 +1032,19 @@ bool cp_cluster_gw_api(struct cp *cp, struct al_http_req *req)
     const char *p = req->path;
     bool v2 = strncmp(p, "/v2/", 4) == 0;
     const char *rp = v2 ? p + 3 : p;
+    bool get = strcmp(req->method, "GET") == 0;
     if (strcmp(rp, "/sandboxes") == 0) {
         if (strcmp(req->method, "POST") == 0)
             gw__create(cp, req);
+        else if (get)
+            gw__list(cp, req, v2 ? GW_LIST_V2 : GW_LIST_V1);
         else
-            cp_rest_error(req, 501,
-                          "%s %s through a gateway is not supported yet: list the sandboxes "
-                          "on each node",
+            cp_rest_error(req, 405, "%s is not allowed on %s (GET lists, POST creates)",
                           req->method, p);
         return true;
     }
-    if (strcmp(rp, "/sandboxes/metrics") == 0) {
-        cp_rest_error(req, 501,
-                      "%s through a gateway is not supported yet: ask each node, or each "
-                      "sandbox's /sandboxes/{id}/metrics",
-                      p);
+    if (!v2 && strcmp(rp, "/sandboxes/metrics") == 0 && get) {
+        gw__list(cp, req, GW_LIST_METRICS);
         return true;
     }
     if (strncmp(rp, "/sandboxes/", 11) != 0)

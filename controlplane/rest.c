@@ -848,9 +848,17 @@ static void rest__list(struct al_http_req *req, struct cp *cp, bool v2)
     size_t n;
     char next[160];
     cp_list_select(&q, l.items, l.n, &n, next, sizeof next);
+    /* A gateway merges the lists of its nodes: it orders them by the exact start time. */
+    bool for_gateway = cp_cluster_from_gateway(cp, req);
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, rest__listed_json(l.items[i].user));
+    for (size_t i = 0; i < n; i++) {
+        const struct cp_sandbox *sb = l.items[i].user;
+        json_t *o = rest__listed_json(sb);
+        if (for_gateway)
+            json_object_set_new(o, CP_CLUSTER_LIST_STARTED_FIELD,
+                                json_integer((json_int_t)sb->rec.started_ns));
+        json_array_append_new(arr, o);
+    }
     free(l.items);
     cp_list_query_free(&q);
     cp_rest_reply_page(req, arr, next);
