@@ -13,7 +13,7 @@
 # copy must have started); delete_ms: DELETE /templates/{snapshotID}. The snapshot, in the
 # same round, is the reference for the rollback and the fork. airlockd runs in a network
 # namespace of its own (network off), on the template base.
-# --encrypt "off on": the cost of encryption at rest (snapshots.encrypt). The state directory
+# --encrypt "off on": the cost of encryption at rest (at_rest.encrypt). The state directory
 # is then one of two private ext4 images made with the encrypt feature (one per setting, the
 # same file system either way), and every size and round is measured once per setting in
 # turn, airlockd restarted on that setting's image (interleaved: the machine's drift falls on
@@ -39,7 +39,7 @@ for m in $ENCRYPT; do
   case $m in off | on) ;; *) echo "snap_api_bench: --encrypt takes off and/or on, not $m" >&2; exit 2 ;; esac
 done
 source "${AIRLOCK_SOURCE_DIR:?set AIRLOCK_SOURCE_DIR}/tests/integration/cp_world.sh"
-[ -z "$ENCRYPT" ] || CP_SANDBOXES_EXTRA="snapshots:
+[ -z "$ENCRYPT" ] || CP_SANDBOXES_EXTRA="at_rest:
   encrypt: \"off\""
 cp_world snap_api_bench jail off >&2
 if [ -n "$ENCRYPT" ]; then

@@ -1,4 +1,4 @@
-/* controlplane/atrest: a state directory encrypted by its file system (see atrest.h). */
+/* controlplane/atrest: state directories encrypted by their file system (see atrest.h). */
 #include "atrest.h"
 
 #include <dirent.h>
@@ -13,8 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/util.h"
 #include "config.h"
+#include "cp.h"
 
 #define ATREST_HOWTO                                                                         \
     "ext4 needs its encrypt feature: `tune2fs -O encrypt DEVICE` while it is unmounted, or " \
@@ -197,4 +199,75 @@ int cp_atrest_open(const struct cp_atrest_opts *o, char *why, size_t why_len, st
 out:
     close(fd);
     return rc;
+}
+
+/* Whether path is dir or inside it (by name: both as configured, absolute). */
+static bool atrest__inside(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    return strncmp(path, dir, n) == 0 && (path[n] == '/' || !path[n]);
+}
+
+int cp_atrest_open_all(struct cp_atrest_dir *dirs, size_t n, const char *key_path, int mode,
+                       const char *setting, struct al_error *err)
+{
+    if (key_path[0] != '/')
+        return al_error_set(err, -EINVAL, "the key file %s: give an absolute path", key_path);
+    for (size_t i = 0; i < n; i++)
+        if (atrest__inside(key_path, dirs[i].dir))
+            return al_error_set(err, -EINVAL,
+                                "the key file %s is inside %s, which it encrypts: put it "
+                                "outside (default: beside it)",
+                                key_path, dirs[i].dir);
+    for (size_t i = 0; i < n; i++) {
+        struct cp_atrest_opts o = {
+            .dir = dirs[i].dir, .key_path = key_path, .mode = mode, .setting = setting};
+        int rc = cp_atrest_open(&o, dirs[i].why, sizeof dirs[i].why, err);
+        if (rc < 0)
+            return rc;
+        dirs[i].encrypted = rc;
+    }
+    return 0;
+}
+
+int cp_atrest_open_state(struct cp *cp, struct al_error *err)
+{
+    /* The directory's name under <state> (its banner line's label) and what it holds. */
+    static const struct {
+        const char *name, *what;
+    } stores[] = {
+        {"snapshots", "snapshots"},
+        {"paused", "the files of sandboxes paused without memory"},
+        {"volumes", "volumes"},
+    };
+    enum { N = sizeof stores / sizeof stores[0] };
+    struct cp_atrest_dir dirs[N];
+    char paths[N][4200], key[4200];
+    for (size_t i = 0; i < N; i++) {
+        snprintf(paths[i], sizeof paths[i], "%s/%s", cp->cfg.state_dir, stores[i].name);
+        dirs[i] = (struct cp_atrest_dir){.dir = paths[i]};
+    }
+    if (cp->cfg.at_rest_key_file && *cp->cfg.at_rest_key_file)
+        snprintf(key, sizeof key, "%s", cp->cfg.at_rest_key_file);
+    else
+        snprintf(key, sizeof key, "%s/at_rest.key", cp->cfg.state_dir);
+    int rc = cp_atrest_open_all(dirs, N, key, cp->cfg.at_rest_encrypt, "at_rest.encrypt", err);
+    if (rc < 0) {
+        al_error_prefix(err, "encryption at rest (at_rest.encrypt, at_rest.key_file): ");
+        return rc;
+    }
+    for (size_t i = 0; i < N; i++) {
+        if (dirs[i].encrypted) {
+            fprintf(stderr, "  %-11s %s (encrypted at rest, key %s)\n", stores[i].name, paths[i],
+                    key);
+            continue;
+        }
+        fprintf(stderr, "  %-11s %s (NOT encrypted at rest: %s)\n", stores[i].name, paths[i],
+                dirs[i].why);
+        if (cp->cfg.at_rest_encrypt != CP_TRI_OFF)
+            al_warn("%s are not encrypted at rest: %s", stores[i].what, dirs[i].why);
+    }
+    return 0;
 }

@@ -412,19 +412,6 @@ const struct al_cfg_field cp_config_fields[] = {
      .max = 1LL << 50,
      .help = "bytes of one API key's snapshots together: a snapshot that would go beyond is "
              "refused (507) and nothing of it kept (0: no bound)"},
-    {.key = "snapshots.encrypt",
-     .type = AL_CFG_ENUM,
-     .offset = F(snap_encrypt),
-     .def = "auto",
-     .choices = cfg__tri,
-     .help = "encrypt <state>/snapshots at rest by its file system (fscrypt): auto = when the "
-             "file system can (else say why at start), on = refuse to start unless it is, off = "
-             "never encrypt a new store (an encrypted one is still unlocked)"},
-    {.key = "snapshots.key_file",
-     .type = AL_CFG_STR,
-     .offset = F(snap_key_file),
-     .help = "the key the snapshot store is encrypted with (64 bytes, made with the store; "
-             "default <state>/snapshots.key; never inside <state>/snapshots)"},
     {.key = "templates.cache_max",
      .type = AL_CFG_SIZE,
      .offset = F(cache_max),
@@ -461,6 +448,21 @@ const struct al_cfg_field cp_config_fields[] = {
      .max = 64,
      .help = "template builds airlockd runs at once (each pulls and unpacks an image)"},
 
+    {.key = "at_rest.encrypt",
+     .type = AL_CFG_ENUM,
+     .offset = F(at_rest_encrypt),
+     .def = "auto",
+     .choices = cfg__tri,
+     .help = "encrypt what sandboxes wrote that airlockd keeps on disk (<state>/snapshots, "
+             "<state>/paused, <state>/volumes) at rest by their file system (fscrypt): auto = "
+             "where the file system can (else say why at start), on = refuse to start unless "
+             "all three are, off = never encrypt a new one (an encrypted one is still "
+             "unlocked)"},
+    {.key = "at_rest.key_file",
+     .type = AL_CFG_STR,
+     .offset = F(at_rest_key_file),
+     .help = "the one key the three are encrypted with (64 bytes, made with the first; default "
+             "<state>/at_rest.key; an absolute path, never inside one of them)"},
     {.key = "network.mode",
      .type = AL_CFG_ENUM,
      .offset = F(network),

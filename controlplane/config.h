@@ -94,9 +94,10 @@ struct cp_config {
     int64_t snap_keep_per_key;
     uint64_t snap_max_age_ms;
     uint64_t snap_quota_per_key; /* bytes of one key's snapshots together (0: no bound) */
-    int snap_encrypt;            /* enum cp_tri: at rest, by the file system (atrest.h) */
-    char *snap_key_file;         /* its key ("" or NULL: <state>/snapshots.key) */
     uint64_t cache_max;          /* the blob and step caches together (templates/cachegc.h) */
+    /* encryption at rest of snapshots, paused sandboxes' files and volumes (atrest.h) */
+    int at_rest_encrypt;    /* enum cp_tri */
+    char *at_rest_key_file; /* their one key ("" or NULL: <state>/at_rest.key) */
 
     /* network (vswitch) */
     int network; /* enum cp_tri: auto = on when the host allows it */

@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "common/paths.h"
 #include "common/util.h"
+#include "atrest.h"
 #include "builds.h"
 #include "cluster.h"
 #include "console.h"
@@ -894,10 +895,12 @@ int cp_main(int argc, char **argv)
         al_error("%s", al_error_str(&err));
         goto out;
     }
-    if (cp_snapshots_open(cp, &err)) {
+    /* Before anything is written into the stores it encrypts (the sweeps, re-adoption). */
+    if (cp_atrest_open_state(cp, &err)) {
         al_error("%s", al_error_str(&err));
         goto out;
     }
+    cp_snapshots_sweep(cp);
     cp_volumes_sweep(cp);
     cp_builds_recover(cp);
     if (cp->backend->sweep(cp, &err))

@@ -220,7 +220,7 @@ void cp_host_print(const struct cp_host *h, FILE *f)
     case CP_AES_UNKNOWN:
         fprintf(f,
                 "  AES         %s: NOT accelerated (%s): writes to a store encrypted at rest "
-                "(snapshots.encrypt) cost several times more; see docs/snapshots.md\n",
+                "(at_rest.encrypt) cost several times more; see docs/snapshots.md\n",
                 h->aes_driver[0] ? h->aes_driver : "none found in /proc/crypto",
                 h->cpu_aes ? "the CPU has AES-NI but this kernel has no driver for it, aesni_intel"
                            : "the CPU offers no AES instructions");

@@ -9,7 +9,6 @@
 #include "common/http.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "atrest.h"
 #include "builds.h"
 #include "cp.h"
 #include "disk.h"
@@ -1021,37 +1020,6 @@ static bool snap__recorded(const char *name, void *arg)
     struct cp *cp = arg;
     struct cp_store_snap r;
     return snap__id_valid(name) && cp_store_snap_load(cp->store, name, &r, NULL) == 0;
-}
-
-int cp_snapshots_open(struct cp *cp, struct al_error *err)
-{
-    char top[4200], key[4200], why[1024];
-    snprintf(top, sizeof top, "%s/snapshots", cp->cfg.state_dir);
-    if (cp->cfg.snap_key_file && *cp->cfg.snap_key_file)
-        snprintf(key, sizeof key, "%s", cp->cfg.snap_key_file);
-    else
-        snprintf(key, sizeof key, "%s/snapshots.key", cp->cfg.state_dir);
-    size_t tl = strlen(top);
-    if (key[0] != '/' || (strncmp(key, top, tl) == 0 && (key[tl] == '/' || !key[tl])))
-        return al_error_set(err, -EINVAL, "snapshots.key_file %s: %s", key,
-                            key[0] != '/' ? "give an absolute path"
-                                          : "the key cannot be inside the store it encrypts");
-    struct cp_atrest_opts o = {
-        .dir = top, .key_path = key, .mode = cp->cfg.snap_encrypt, .setting = "snapshots.encrypt"};
-    int rc = cp_atrest_open(&o, why, sizeof why, err);
-    if (rc < 0) {
-        al_error_prefix(err, "the snapshot store: ");
-        return rc;
-    }
-    if (rc) {
-        fprintf(stderr, "  snapshots   %s (encrypted at rest, key %s)\n", top, key);
-    } else {
-        fprintf(stderr, "  snapshots   %s (NOT encrypted at rest: %s)\n", top, why);
-        if (cp->cfg.snap_encrypt != CP_TRI_OFF)
-            al_warn("snapshots are not encrypted at rest: %s", why);
-    }
-    cp_snapshots_sweep(cp);
-    return 0;
 }
 
 void cp_snapshots_sweep(struct cp *cp)

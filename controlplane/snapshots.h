@@ -18,8 +18,7 @@
  * deleted, and goes at the next start. The row names the template version the layer applies
  * to ("ID:BUILD" when the template has builds): that version stays on disk while a snapshot
  * needs it (cp_snapshots_use_version, builds.c's GC). Only the file system is kept. The
- * store is encrypted at rest by its file system where it can be (cp_snapshots_open,
- * atrest.h).
+ * store is encrypted at rest by its file system where it can be (atrest.h, at start).
  *
  * Retention: snapshots.keep_per_sandbox and snapshots.keep_per_key are applied after each
  * new snapshot (the oldest beyond the bound go), snapshots.max_age at airlockd's tick. A
@@ -80,12 +79,6 @@ bool cp_snapshots_use_version(struct cp *cp, const char *id, const char *bid);
 void cp_snapshots_retain(struct cp *cp, const char *sandbox_id, const char *key_id);
 /* The age rule (snapshots.max_age): called from airlockd's tick. */
 void cp_snapshots_tick(struct cp *cp);
-/* At start (blocking): the store <state>/snapshots made or unlocked, encrypted at rest
- * where snapshots.encrypt and the file system allow (atrest.h; what it is goes to the
- * banner, a store left unencrypted under auto to the log with why), then swept. < 0 with
- * err when airlockd must not start (snapshots.encrypt on and the file system cannot, an
- * encrypted store without its key, snapshots.key_file inside the store). */
-int cp_snapshots_open(struct cp *cp, struct al_error *err);
 /* At start (blocking): creates <state>/snapshots and removes what no row names there
  * (half-written .tmp- directories, deletions a crash interrupted). */
 void cp_snapshots_sweep(struct cp *cp);

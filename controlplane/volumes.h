@@ -14,7 +14,8 @@
  * <state>/volumes/<id> (nosuid, nodev) when first used after airlockd's or the host's start,
  * and stays mounted while it exists. Its row in the store's volumes table is written once
  * its image is complete: an image without a row is incomplete or deleted and goes at the
- * next start.
+ * next start. The directory is encrypted at rest by its file system where it can be
+ * (atrest.h, at start), so the images reach the disk encrypted.
  *
  * Every path the content API is given is resolved inside the volume's mount with
  * openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV), and the last component

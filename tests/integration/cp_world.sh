@@ -28,6 +28,14 @@
 #                         answer before the log has the record
 #   cp_kill_world         every process of this instance killed, its runtime tmpfs, switch
 #                         and cgroups removed, as a restart of the host leaves it
+#   cp_state_image        (after cp_world, before cp_start) puts CP_STATE on a private 4 GiB
+#                         ext4 image made with its encrypt feature (CP_IMG), on a loop device,
+#                         for the tests of encryption at rest; what is mounted below it and
+#                         the image itself are unmounted at exit, after cp_kill_world
+#   cp_state_unmount      unmounts the state image: first what is mounted below it (the
+#                         volumes' mounts), then, once their loop devices let the volumes'
+#                         images go, the image itself; fails if it stays mounted
+#   cp_state_mount        mounts the image again (a new mount: no key is added to it)
 #   cp_leaks              echoes what this instance left (interfaces, cgroups, sandbox
 #                         directories, mounts, processes); empty = nothing
 #   cp_leaks_settled      the same once it is empty, or after 60 s: what ends after airlockd
@@ -134,6 +142,44 @@ cp_kill_world() {
   done
   true
 }
+
+cp_state_image() {
+  CP_IMG="$AL_TMP/state.img"
+  truncate -s 4G "$CP_IMG" && mkfs.ext4 -q -F -O encrypt "$CP_IMG" ||
+    { echo "cp_state_image: mkfs.ext4 -O encrypt failed" >&2; return 1; }
+  mv "$CP_STATE" "$AL_TMP/state.pre" && mkdir "$CP_STATE" || return 1
+  mount -o loop "$CP_IMG" "$CP_STATE" ||
+    { echo "cp_state_image: cannot mount the state image" >&2; return 1; }
+  # Registered after cp_world's: runs before it (last registered first), so killed first,
+  # then unmounted.
+  al_on_cleanup cp__state_cleanup
+  cp -a "$AL_TMP/state.pre/." "$CP_STATE/" && chmod 0711 "$CP_STATE"
+}
+
+# Mount points below the state, deepest first; loop devices whose file is below it.
+cp__mounts_below() { awk -v s="$CP_STATE/" 'index($5, s) == 1 { print $5 }' /proc/self/mountinfo | sort -r; }
+cp__loops_below() { losetup -l -n -O BACK-FILE 2>/dev/null | grep -F -- "$CP_STATE/"; }
+
+cp__state_cleanup() {
+  cp_kill_world
+  local m
+  for m in $(cp__mounts_below); do umount -l "$m" 2>/dev/null; done
+  umount -l "$CP_STATE" 2>/dev/null
+  true
+}
+
+cp_state_unmount() {
+  local m
+  for m in $(cp__mounts_below); do umount "$m" || return 1; done
+  # A volume's loop device lets its image go after the unmount, not at once (autoclear):
+  # the state's file system is busy until then.
+  al_wait_until 60 eval '[ -z "$(cp__loops_below)" ]' || { cp__loops_below >&2; return 1; }
+  sync
+  umount "$CP_STATE" || return 1
+  ! mountpoint -q "$CP_STATE"
+}
+
+cp_state_mount() { mount -o loop "$CP_IMG" "$CP_STATE"; }
 
 cp_egress_args() {
   python3 - "$AL_TMP/airlockd.yaml" "$@" <<'PY'

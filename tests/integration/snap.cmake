@@ -5,6 +5,9 @@ airlock_script_test(NAME snap_jail SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/snap_jail.
 # The snapshot API of airlockd on jail sandboxes across SIGKILL and restarts of airlockd.
 airlock_script_test(NAME snap_api SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/snap_api.sh
                     LABELS controlplane jail snap TIMEOUT 600)
-# The snapshot store encrypted at rest (snapshots.encrypt on) on a private ext4 image.
+# The snapshot store encrypted at rest (at_rest.encrypt on) on a private ext4 image.
 airlock_script_test(NAME snap_atrest SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/snap_atrest.sh
+                    LABELS controlplane jail snap TIMEOUT 600)
+# Paused sandboxes' files and volumes encrypted at rest (at_rest.encrypt on), the same way.
+airlock_script_test(NAME atrest_state SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/atrest_state.sh
                     LABELS controlplane jail snap TIMEOUT 600)

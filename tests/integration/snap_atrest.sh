@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/integration/snap_atrest.sh: airlockd's snapshot store encrypted at rest by its file
 # system. The state directory is a private ext4 image made with its encrypt feature;
-# airlockd runs with snapshots.encrypt: on. A file a jail sandbox wrote (its content made
+# airlockd runs with at_rest.encrypt: on. A file a jail sandbox wrote (its content made
 # inside the sandbox, so that no command line or log holds it) is in a snapshot that a new
 # sandbox starts from; once everything stopped and the file system is unmounted, the image
 # does not hold the file's content, while a file of the state written in clear (the
@@ -14,29 +14,20 @@
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 [ -x "$AIRLOCK_BIN/airlock-vmm" ] || { echo "snap_atrest: airlock-vmm is not built: SKIP"; exit 0; }
-CP_SANDBOXES_EXTRA="snapshots:
+CP_SANDBOXES_EXTRA="at_rest:
   encrypt: \"on\"
+snapshots:
   quota_per_key: 4MiB"
 cp_world snap_atrest jail off
 
-IMG="$AL_TMP/state.img"
-truncate -s 4G "$IMG"
-mkfs.ext4 -q -F -O encrypt "$IMG" || { echo "snap_atrest: mkfs.ext4 -O encrypt failed" >&2; exit 1; }
-mv "$CP_STATE" "$AL_TMP/state.pre"
-mkdir "$CP_STATE"
-mount -o loop "$IMG" "$CP_STATE" || { echo "snap_atrest: cannot mount the state image" >&2; exit 1; }
-# Killed first, then unmounted (the cleanups run last registered first).
-atrest__cleanup() { cp_kill_world; umount -l "$CP_STATE" 2>/dev/null; true; }
-al_on_cleanup atrest__cleanup
-cp -a "$AL_TMP/state.pre/." "$CP_STATE/"
-chmod 0711 "$CP_STATE"
+cp_state_image || exit 1
 
 cp_start || exit 1
 al_match "the banner says the store is encrypted" \
-  "snapshots +$CP_STATE/snapshots \(encrypted at rest, key $CP_STATE/snapshots.key\)" \
+  "snapshots +$CP_STATE/snapshots \(encrypted at rest, key $CP_STATE/at_rest.key\)" \
   cat "$AL_TMP/airlockd.log"
 al_ok "the key file is 64 bytes, 0600" \
-  test "$(stat -c '%s %a' "$CP_STATE/snapshots.key")" = "64 600"
+  test "$(stat -c '%s %a' "$CP_STATE/at_rest.key")" = "64 600"
 
 A=$(cp_create '{"templateID":"base","timeout":600}')
 al_note "sandbox $A"
@@ -61,14 +52,13 @@ al_ok "kill $B" cp_cli sandbox kill "$B"
 al_note "at rest: everything stopped, the file system unmounted"
 al_kill airlockd TERM
 cp_kill_world
-sync
-al_ok "unmounted" umount "$CP_STATE"
-has() { grep -aqF -- "$1" "$IMG"; }
+al_ok "unmounted" cp_state_unmount
+has() { grep -aqF -- "$1" "$CP_IMG"; }
 al_ok "the search finds a file of the state written in clear" has "the control-plane tests' policy"
 al_fail "the image does not hold the sandbox's file" has AIRLOCKCANARY-5e1f9c
 
 al_note "mounted again: locked until airlockd unlocks it"
-al_ok "mounted" mount -o loop "$IMG" "$CP_STATE"
+al_ok "mounted" cp_state_mount
 al_fail "the store's names are hidden" test -e "$CP_STATE/snapshots/$S"
 # A quota the key is already at: refused before any copy.
 sed -i 's/quota_per_key: 4MiB/quota_per_key: 16/' "$AL_TMP/airlockd.yaml"
@@ -85,10 +75,9 @@ al_ok "kill $C" cp_cli sandbox kill "$C"
 al_note "the key is checked"
 al_kill airlockd TERM
 cp_kill_world
-sync
-umount "$CP_STATE" && mount -o loop "$IMG" "$CP_STATE"
-cp "$CP_STATE/snapshots.key" "$AL_TMP/key.saved"
-head -c 64 /dev/urandom >"$CP_STATE/snapshots.key"
+cp_state_unmount && cp_state_mount
+cp "$CP_STATE/at_rest.key" "$AL_TMP/key.saved"
+head -c 64 /dev/urandom >"$CP_STATE/at_rest.key"
 al_fail "with another key airlockd refuses to start" \
   timeout 120 nsenter --net="/run/netns/$CP_HOSTNS" env AIRLOCK_API_KEY="$CP_KEY" \
   "$AIRLOCK_BIN/airlockd" --listen 127.0.0.1:0 --state-dir "$CP_STATE" \
@@ -96,5 +85,5 @@ al_fail "with another key airlockd refuses to start" \
 printf '%s\n' "$AL_OUT" >"$AL_TMP/wrongkey.log"
 al_eq "it did not time out" "$(grep -c 'export E2B_API_URL' "$AL_TMP/wrongkey.log")" 0
 al_match "and says why" "is not the key $CP_STATE/snapshots is encrypted with" cat "$AL_TMP/wrongkey.log"
-cp "$AL_TMP/key.saved" "$CP_STATE/snapshots.key"
+cp "$AL_TMP/key.saved" "$CP_STATE/at_rest.key"
 al_done
