@@ -35,6 +35,7 @@
 #include "cp.h"
 #include "egressreg.h"
 #include "metrics.h"
+#include "sse.h"
 #include "store.h"
 
 #define CAPI_LIMIT_DEFAULT 100
@@ -312,10 +313,8 @@ static void capi__audit(struct cp *cp, struct al_http_req *req, enum capi_kind k
  * record (id: its seq, data: its line as in the log). The log is followed as `airlock audit
  * tail -f` follows it (the reader's inotify descriptor, polled on the loop); it is read on
  * the thread pool, one read at a time per stream. */
-#define CAPI_TAIL_BATCH        500   /* records per read (the rest in the next) */
-#define CAPI_TAIL_SCAN         20000 /* lines looked at per read */
-#define CAPI_TAIL_MAX_QUEUED   (4u << 20)
-#define CAPI_TAIL_KEEPALIVE_MS 15000
+#define CAPI_TAIL_BATCH 500   /* records per read (the rest in the next) */
+#define CAPI_TAIL_SCAN  20000 /* lines looked at per read */
 
 struct capi_tail {
     struct cp *cp;
@@ -380,15 +379,9 @@ static void capi__tail_release(struct capi_tail *t)
 static void capi__tail_end(struct capi_tail *t, const char *why)
 {
     struct al_http_req *req = t->req;
-    if (req) {
-        char line[512];
-        int n = snprintf(line, sizeof line, "event: end\ndata: %s\n\n", why);
-        al_http_resp_write(req, line, (size_t)n);
-        capi__tail_release(t);
-        al_http_resp_end(req);
-    } else {
-        capi__tail_release(t);
-    }
+    capi__tail_release(t);
+    if (req)
+        cp_sse_end(req, why);
 }
 
 static void capi__tail_on_close(struct al_http_req *req)
@@ -463,19 +456,17 @@ static void capi__tail_poll(uv_poll_t *p, int status, int events)
 static void capi__tail_keepalive(uv_timer_t *tm)
 {
     struct capi_tail *t = tm->data;
-    if (t->req && al_http_resp_queued(t->req) > CAPI_TAIL_MAX_QUEUED)
+    if (t->req && al_http_resp_queued(t->req) > CP_SSE_MAX_QUEUED)
         capi__tail_end(t, "this client reads slower than records arrive: reconnect (with "
                           "Last-Event-ID) to go on where it stopped");
     else if (t->req)
-        al_http_resp_write(t->req, ": keep-alive\n\n", 14);
+        cp_sse_keepalive(t->req);
 }
 
 /* The stream's answer, once the log is open where it starts. */
 static int capi__tail_begin(struct capi_tail *t)
 {
     struct al_http_req *req = t->req;
-    struct al_http_header h[] = {{"Content-Type", "text/event-stream"},
-                                 {"Cache-Control", "no-store"}};
     int fd = al_auditlog_reader_fd(t->r);
     if (fd < 0 || uv_poll_init(t->cp->loop, &t->poll, fd) < 0)
         return -EIO;
@@ -483,16 +474,14 @@ static int capi__tail_begin(struct capi_tail *t)
     uv_timer_init(t->cp->loop, &t->keepalive);
     t->keepalive.data = t;
     t->handles = 2;
-    if (al_http_resp_start(req, 200, h, 2, -1) < 0)
+    /* ": ready" tells a client the stream follows the log: what is written after it is sent. */
+    if (cp_sse_start(req) < 0)
         return -EPIPE;
     t->started = true;
     req->user = t;
     al_http_req_on_close(req, capi__tail_on_close);
-    /* ": ready" tells a client the stream follows the log: what is written after it is sent. */
-    al_http_resp_write(req, ": ready\n\n", 9);
     uv_poll_start(&t->poll, UV_READABLE, capi__tail_poll);
-    uv_timer_start(&t->keepalive, capi__tail_keepalive, CAPI_TAIL_KEEPALIVE_MS,
-                   CAPI_TAIL_KEEPALIVE_MS);
+    uv_timer_start(&t->keepalive, capi__tail_keepalive, CP_SSE_KEEPALIVE_MS, CP_SSE_KEEPALIVE_MS);
     return 0;
 }
 
@@ -531,7 +520,7 @@ static void capi__tail_done(uv_work_t *w, int status)
         capi__tail_end(t, t->msg);
         return;
     }
-    if (t->req && al_http_resp_queued(t->req) > CAPI_TAIL_MAX_QUEUED) {
+    if (t->req && al_http_resp_queued(t->req) > CP_SSE_MAX_QUEUED) {
         capi__tail_end(t, "this client reads slower than records arrive: reconnect (with "
                           "Last-Event-ID) to go on where it stopped");
         return;
@@ -552,12 +541,6 @@ static void capi__tail_queue(struct capi_tail *t)
         return;
     }
     t->working = true;
-}
-
-static bool capi__wants_stream(const struct al_http_req *req)
-{
-    const char *a = al_http_req_header(req, "Accept");
-    return a && al_http_list_has(a, strlen(a), "text/event-stream", 17);
 }
 
 static void capi__tail(struct cp *cp, struct al_http_req *req)
@@ -748,7 +731,7 @@ bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct c
         capi__overview(cp, req);
     else if (strcmp(p, "/admin/overview/series") == 0)
         capi__series(cp, req);
-    else if (strcmp(p, "/admin/audit") == 0 && capi__wants_stream(req))
+    else if (strcmp(p, "/admin/audit") == 0 && cp_sse_wanted(req))
         capi__tail(cp, req);
     else if (strcmp(p, "/admin/audit") == 0)
         capi__audit(cp, req, CAPI_RECORDS);

@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "cp.h"
 #include "metrics.h"
+#include "sse.h"
 #include "store.h"
 #include "webhooks.h"
 
@@ -303,7 +304,7 @@ static void ev__keepalive(uv_timer_t *t)
             ev__sub_end(s, "this client reads slower than events arrive");
             continue;
         }
-        al_http_resp_write(s->req, ": keep-alive\n\n", 14);
+        cp_sse_keepalive(s->req);
     }
 }
 
@@ -330,17 +331,14 @@ static void ev__stream(struct cp *cp, struct al_http_req *req, const char *sandb
     s->req = req;
     s->mask = q->type_mask;
     snprintf(s->sandbox_id, sizeof s->sandbox_id, "%s", sandbox_id ? sandbox_id : "");
-    struct al_http_header h[] = {{"Content-Type", "text/event-stream"},
-                                 {"Cache-Control", "no-store"}};
-    if (al_http_resp_start(req, 200, h, 2, -1)) {
+    /* ": ready" tells a client the stream is subscribed: what happens after it is sent. */
+    if (cp_sse_start(req)) {
         free(s);
         al_http_resp_abort(req);
         return;
     }
     req->user = s;
     al_http_req_on_close(req, ev__on_close);
-    /* ": ready" tells a client the stream is subscribed: what happens after it is sent. */
-    al_http_resp_write(req, ": ready\n\n", 9);
     if (last) {
         struct cp_store_event_query sq = {.sandbox_id = sandbox_id,
                                           .type_mask = q->type_mask,
@@ -359,12 +357,6 @@ static void ev__stream(struct cp *cp, struct al_http_req *req, const char *sandb
     if (!ev->subs)
         uv_timer_start(&ev->keepalive, ev__keepalive, EV_KEEPALIVE_MS, EV_KEEPALIVE_MS);
     ev->subs = s;
-}
-
-static bool ev__wants_stream(const struct al_http_req *req)
-{
-    const char *a = al_http_req_header(req, "Accept");
-    return a && al_http_list_has(a, strlen(a), "text/event-stream", 17);
 }
 
 bool cp_events_route(struct cp *cp, struct al_http_req *req, const char *path)
@@ -400,7 +392,7 @@ bool cp_events_route(struct cp *cp, struct al_http_req *req, const char *path)
     if (!ev__parse_query(req, &q))
         return true;
     struct al_error err = {0};
-    if (ev__wants_stream(req)) {
+    if (cp_sse_wanted(req)) {
         ev__stream(cp, req, id[0] ? id : NULL, &q);
         return true;
     }

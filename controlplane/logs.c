@@ -100,27 +100,21 @@ json_t *cp_logs_parse_line(const char *line, size_t len, char *last_ts, size_t t
     return e;
 }
 
-/* Appends the tail (at most max bytes) of a file to b; a partial first line is dropped. */
-static void logs__tail(const char *path, uint64_t max, char **buf, size_t *len)
+/* Appends the tail (at most max bytes) of an open file, up to its byte end, to b; a partial
+ * first line is dropped. */
+static void logs__tail_fd(int fd, uint64_t end, uint64_t max, char **buf, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return;
     struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
         return;
-    }
-    uint64_t size = (uint64_t)st.st_size, off = size > max ? size - max : 0;
+    uint64_t size = (uint64_t)st.st_size < end ? (uint64_t)st.st_size : end;
+    uint64_t off = size > max ? size - max : 0;
     size_t n = (size_t)(size - off);
     char *nb = realloc(*buf, *len + n + 1);
-    if (!nb) {
-        close(fd);
+    if (!nb)
         return;
-    }
     *buf = nb;
     ssize_t r = pread(fd, nb + *len, n, (off_t)off);
-    close(fd);
     if (r <= 0)
         return;
     size_t start = 0;
@@ -133,7 +127,35 @@ static void logs__tail(const char *path, uint64_t max, char **buf, size_t *len)
     nb[*len] = '\0';
 }
 
+static void logs__tail(const char *path, uint64_t max, char **buf, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return;
+    logs__tail_fd(fd, UINT64_MAX, max, buf, len);
+    close(fd);
+}
+
+bool cp_logs_match(const json_t *e, const struct cp_logs_query *q)
+{
+    int lvl = cp_logs_level_parse(json_string_value(json_object_get(e, "level")));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    return lvl >= q->min_level && (!q->search[0] || (msg && strstr(msg, q->search)));
+}
+
 json_t *cp_logs_read(const char *path, uint64_t max_bytes, const struct cp_logs_query *q)
+{
+    if (!path || !path[0])
+        return json_array();
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    json_t *out = cp_logs_read_fd(path, fd, UINT64_MAX, max_bytes, q);
+    if (fd >= 0)
+        close(fd);
+    return out;
+}
+
+json_t *cp_logs_read_fd(const char *path, int fd, uint64_t end, uint64_t max_bytes,
+                        const struct cp_logs_query *q)
 {
     json_t *all = json_array();
     if (!path || !path[0])
@@ -151,7 +173,8 @@ json_t *cp_logs_read(const char *path, uint64_t max_bytes, const struct cp_logs_
             buf[len] = '\0';
         }
     }
-    logs__tail(path, max_bytes, &buf, &len);
+    if (fd >= 0)
+        logs__tail_fd(fd, end, max_bytes, &buf, &len);
     char last_ts[40] = "";
     size_t pos = 0;
     while (pos < len) {
@@ -161,12 +184,9 @@ json_t *cp_logs_read(const char *path, uint64_t max_bytes, const struct cp_logs_
         pos += l + 1;
         if (!e)
             continue;
-        int lvl = cp_logs_level_parse(json_string_value(json_object_get(e, "level")));
-        const char *msg = json_string_value(json_object_get(e, "message"));
         uint64_t ns = 0;
         al_time_parse_rfc3339(json_string_value(json_object_get(e, "timestamp")), &ns);
-        if (lvl < q->min_level || (q->search[0] && (!msg || !strstr(msg, q->search))) ||
-            ns / 1000000 < q->since_ms) {
+        if (!cp_logs_match(e, q) || ns / 1000000 < q->since_ms) {
             json_decref(e);
             continue;
         }

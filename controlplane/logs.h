@@ -27,6 +27,12 @@ struct cp_logs_query {
 int cp_logs_level_parse(const char *s);
 /* SandboxLogEntry[] (new reference; empty when there is no file). */
 json_t *cp_logs_read(const char *path, uint64_t max_bytes, const struct cp_logs_query *q);
+/* The same with the log file already open as fd (-1: none), read up to its byte end (the
+ * live stream's backlog: what it follows starts there; <path>.1 is read by name). */
+json_t *cp_logs_read_fd(const char *path, int fd, uint64_t end, uint64_t max_bytes,
+                        const struct cp_logs_query *q);
+/* Does the entry pass q's level and search filters (not since, not limit)? */
+bool cp_logs_match(const json_t *entry, const struct cp_logs_query *q);
 /* One line into an entry (new reference), or NULL for a blank line; last_ts carries the
  * timestamp of the previous JSON line to lines that have none. */
 json_t *cp_logs_parse_line(const char *line, size_t len, char *last_ts, size_t ts_len);

@@ -32,6 +32,8 @@
 #include "webhooks.h"
 #include "list.h"
 #include "logs.h"
+#include "logstream.h"
+#include "sse.h"
 #include "metrics.h"
 #include "policysel.h"
 #include "secrets.h"
@@ -998,14 +1000,14 @@ static void rest__logs(struct al_http_req *req, struct cp *cp, const char *id, b
         return;
     struct cp_logs_query q = {.limit = 1000, .forward = true, .min_level = 0};
     uint64_t v = 0;
-    bool has;
+    bool has, has_limit;
     if (!cp_rest_u64_param(req, v2 ? "cursor" : "start", &v, &has))
         return;
     if (has)
         q.since_ms = v;
-    if (!cp_rest_u64_param(req, "limit", &v, &has))
+    if (!cp_rest_u64_param(req, "limit", &v, &has_limit))
         return;
-    if (has)
+    if (has_limit)
         q.limit = v > 10000 ? 10000 : (size_t)v;
     if (v2) {
         char buf[256];
@@ -1031,6 +1033,10 @@ static void rest__logs(struct al_http_req *req, struct cp *cp, const char *id, b
             cp_rest_error(req, 400, "search: at most %zu bytes", sizeof q.search - 1);
             return;
         }
+    }
+    if (cp_sse_wanted(req)) { /* live (logstream.c): airlock's, E2B has no stream */
+        cp_logs_stream(cp, req, sb, &q, has_limit);
+        return;
     }
     char path[4200];
     cp->backend->log_path(sb, path, sizeof path);

@@ -2,7 +2,7 @@
 //   #/overview          backend and why, pools, sandboxes by state, and charts of the last
 //                       hour: creation latency, egress decisions (redrawn every 10 s)
 //   #/sandboxes         the sandboxes (state filter), each linking to its detail
-//   #/sandboxes/<id>    one sandbox: info, metadata, pause, resume, kill
+//   #/sandboxes/<id>    one sandbox: info, metadata, pause, resume, kill, its logs live
 //   #/sandboxes/<id>/terminal  a shell in it (operator and admin), over a WebSocket
 //   #/audit             the latest egress decisions (filters), followed live on request, and
 //                       the log's verification
@@ -25,6 +25,7 @@ let current = null; // the session
 let openTerminal = null; // the terminal page's WebSocket and emulator, closed when it is left
 let liveTail = null; // the audit page's EventSource, closed when it is left
 let chartsTimer = null; // the overview's redrawing of its charts, stopped when it is left
+let liveLogs = null; // a sandbox page's EventSource of its logs, closed when it is left
 
 // Whether the session's role may take this action (docs/console.md, "Signing in").
 function may(action) {
@@ -300,6 +301,9 @@ async function renderSandbox(id) {
   } }, label);
   const path = `/sandboxes/${encodeURIComponent(sb.sandboxID)}`;
   const md = Object.entries(sb.metadata || {});
+  const logStatus = h("p", { class: "muted", "data-testid": "logs-status" });
+  const logRows = h("tbody", { "data-testid": "log-rows" }, h("tr", { "data-testid": "no-logs" }, h("td", { colspan: 4, class: "muted" }, "No log lines yet.")));
+  const logBox = h("div", { class: "logs", "data-testid": "logs" }, h("table", {}, logRows));
   const actions = [
     sb.state === "running" && may("pauseSandbox") ? act("Pause", "", async () => { await api("POST", `${path}/pause`); route(); }) : null,
     sb.state === "paused" && may("resumeSandbox") ? act("Resume", "", async () => { await api("POST", `${path}/resume`, {}); route(); }) : null,
@@ -331,7 +335,59 @@ async function renderSandbox(id) {
     sb.state === "running" && may("terminal")
       ? h("p", {}, h("a", { href: `#/sandboxes/${encodeURIComponent(sb.sandboxID)}/terminal`, "data-testid": "open-terminal" }, "Open a terminal"))
       : !may("terminal") ? notForRole("open a terminal in a sandbox") : null,
-    status);
+    status,
+    h("h2", {}, "Logs"),
+    may("sandboxLogs") ? [logStatus, logBox] : notForRole("read a sandbox's logs"));
+  if (may("sandboxLogs")) followLogs(sb.sandboxID, logRows, logStatus, logBox);
+}
+
+// ---- a sandbox's logs, live -----------------------------------------------------------------
+
+function closeLogs() {
+  if (liveLogs) liveLogs.close();
+  liveLogs = null;
+}
+
+function logRow(e) {
+  const fields = Object.entries(e.fields || {}).map(([k, v]) => `${k}=${v}`).join(" ");
+  return h("tr", { "data-testid": "log-row" },
+    h("td", { class: "mono" }, when(e.timestamp)),
+    h("td", { class: e.level === "error" ? "deny" : e.level === "warn" ? "would_deny" : "" }, e.level || ""),
+    h("td", { class: "mono", "data-testid": "log-message" }, e.message ?? ""),
+    h("td", { class: "mono muted" }, fields));
+}
+
+// The sandbox's agent log as it is written (GET /v2/sandboxes/{id}/logs as Server-Sent
+// Events: the latest 200 entries, then each new one), newest at the bottom.
+function followLogs(id, tbody, status, box) {
+  closeLogs();
+  const es = new EventSource(`/v2/sandboxes/${encodeURIComponent(id)}/logs?limit=200`);
+  liveLogs = es;
+  show(status, "Connecting…");
+  es.addEventListener("open", () => show(status, "Following the sandbox's log: new lines appear at the bottom."));
+  es.addEventListener("log", (ev) => {
+    let e;
+    try {
+      e = JSON.parse(ev.data);
+    } catch {
+      return;
+    }
+    const empty = tbody.querySelector("[data-testid=no-logs]");
+    if (empty) empty.remove();
+    const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+    tbody.append(logRow(e));
+    while (tbody.children.length > 1000) tbody.firstElementChild.remove();
+    if (atEnd) box.scrollTop = box.scrollHeight;
+  });
+  // The stream's own end (the sandbox stopped, airlockd stops): no reconnecting.
+  es.addEventListener("end", (ev) => {
+    es.close();
+    show(status, h("span", { class: "muted" }, `The log ended: ${ev.data}`));
+  });
+  es.addEventListener("error", () => {
+    if (es.readyState === EventSource.CLOSED) show(status, h("span", { class: "error" }, "The log could not be followed (the sandbox is gone, or the session ended)."));
+    else show(status, "Reconnecting…");
+  });
 }
 
 // ---- terminal ---------------------------------------------------------------------------
@@ -758,6 +814,7 @@ async function renderKeys(made) {
 function route() {
   closeTerminal();
   closeLive();
+  closeLogs();
   stopCharts();
   if (!current) return;
   const raw = location.hash.replace(/^#/, "") || "/overview";

@@ -14,6 +14,7 @@ const auditorKey = process.env.AUDITOR_KEY;
 const sandbox2 = process.env.SANDBOX2;
 const shots = process.env.SHOTS;
 const auditFile = process.env.AUDIT_FILE;
+const sandboxLog = process.env.SANDBOX_LOG; // SANDBOX's agent log
 const origin = new URL(base).origin;
 const T = 30000; // every wait is bounded
 
@@ -132,6 +133,20 @@ try {
   await page.waitForSelector("[data-testid=metadata-value]");
   const vals = await page.$$eval("[data-testid=metadata-value]", (els) => els.map((e) => e.textContent));
   ok(vals.includes('<img src=x onerror="window.__pwned=1">'), "the detail shows the metadata as text");
+  // Its logs, live: lines the agent writes now (appended here in its layout: JSON lines, or
+  // plain text) appear at the bottom, hostile ones as text.
+  await page.waitForFunction(() => document.querySelector("[data-testid=logs-status]")?.textContent.includes("Following"));
+  const logLine = (o) => fs.appendFileSync(sandboxLog, (typeof o === "string" ? o : JSON.stringify({ time: new Date().toISOString(), ...o })) + "\n");
+  logLine({ level: "info", msg: "live line one" });
+  logLine({ level: "error", msg: "<img src=x onerror=window.__pwned=8>", pid: 7 });
+  logLine("plain \"><script>window.__pwned=9</script> abc\u202edcba");
+  await page.waitForFunction(() => [...document.querySelectorAll("[data-testid=log-message]")].some((m) => m.textContent.includes("<script>window.__pwned=9")));
+  const logs = await page.$$eval("[data-testid=log-row]", (rs) => rs.map((r) => [...r.children].map((c) => c.textContent)));
+  const li = logs.findIndex((c) => c[2] === "live line one");
+  ok(li >= 0 && logs[li + 1][1] === "error" && logs[li + 1][2] === "<img src=x onerror=window.__pwned=8>" && logs[li + 1][3] === "pid=7" &&
+    logs[li + 2][2] === "plain \"><script>window.__pwned=9</script> abc[U+202E]dcba" && li + 2 === logs.length - 1,
+  `sandbox logs live: new lines at the bottom, in order, level and fields, hostile text as text (${JSON.stringify(logs.slice(li))})`);
+  ok(await page.evaluate(() => document.querySelectorAll("main img, main script").length === 0 && window.__pwned === undefined), "sandbox logs live: nothing of them ran");
   await page.screenshot({ path: `${shots}/sandbox.png`, fullPage: true });
   const [kill] = await page.$$("xpath/.//button[contains(., 'Kill')]");
   await kill.click();
@@ -314,6 +329,7 @@ try {
   const buttons = await page.$$eval("main button", (els) => els.map((e) => e.textContent));
   ok(!buttons.some((t) => /Kill|Pause|Resume/.test(t)), `auditor: no kill, pause or resume button (${buttons.join(", ") || "none"})`);
   ok(!(await page.$("[data-testid=open-terminal]")), "auditor: no terminal offered");
+  ok(!(await page.$("[data-testid=logs]")), "auditor: no sandbox logs offered (its role has no data plane)");
   await page.screenshot({ path: `${shots}/sandbox-auditor.png`, fullPage: true });
   const wsAuditor = await page.evaluate((id) => new Promise((resolve) => {
     fetch("/console/api/session").then((r) => r.json()).then((s) => {

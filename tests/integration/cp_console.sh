@@ -8,7 +8,8 @@
 #     redrawing; without airlock-egress it says there are no decisions to chart;
 #   - the sandboxes page lists a created sandbox whose metadata is hostile (<img onerror>,
 #     "><script>, a bidi control): shown as text, no element made, nothing run;
-#   - a POST with the cookie and without the CSRF token is refused; the detail page; kill;
+#   - a POST with the cookie and without the CSRF token is refused; the detail page, its
+#     logs live (lines written meanwhile at the bottom, hostile ones as text); kill;
 #   - the audit page's verification answers; followed live with a filter, a record written
 #     meanwhile appears (rule, reason, a hostile host as text), one filtered out does not;
 #   - the policies page: each policy valid or with its errors, a policy's YAML with each lint
@@ -20,7 +21,7 @@
 #   - the terminal: `echo hi` typed shows `hi`, hostile output shows as text, the pty has the
 #     page's size, its start and end are lifecycle events with the key (and nothing typed),
 #     closing it kills the shell;
-#   - an auditor key: its role shown, no kill/pause/resume or terminal offered, the API refusing
+#   - an auditor key: its role shown, no kill/pause/resume, terminal or logs offered, the API refusing
 #     the kill (403) and the terminal's upgrade, the sandbox still there; the policies and
 #     their explain offered;
 #   - the page asks nothing of any host but airlockd, and no script error or CSP violation.
@@ -72,6 +73,7 @@ rm -rf "$SHOTS" && mkdir -p "$SHOTS"
 al_ok "browser checks (tests/console/browser.mjs)" \
   nsenter --net="/run/netns/$CP_HOSTNS" env CONSOLE_URL="$CP_URL" API_KEY="$CP_KEY" SANDBOX="$SB" \
   AUDITOR_KEY="$AUDITOR" SANDBOX2="$SB2" AUDIT_FILE="$AUDIT_FILE" \
+  SANDBOX_LOG="$CP_STATE/sandboxes/$SB/agent.log" \
   SHOTS="$SHOTS" CHROMIUM="$CHROMIUM" HOME="$AL_TMP" timeout 300 node "$CONSOLE_DIR/browser.mjs"
 printf '%s\n' "$AL_OUT" | sed 's/^/     /'
 # The test backend's agent is a host process: its shell's pid is one of ours.

@@ -756,14 +756,15 @@ static bool read_until(int fd, char *buf, size_t cap, size_t *len, const char *n
     return true;
 }
 
-static int tail_open(const char *query, const char *extra, char *buf, size_t cap, size_t *len)
+/* Opens an event stream of GET path (with its query), once it is ready. */
+static int sse_open(const char *path, const char *extra, char *buf, size_t cap, size_t *len)
 {
     int fd = raw_connect();
     char q[1024];
     snprintf(q, sizeof q,
-             "GET /admin/audit%s HTTP/1.1\r\nHost: %s\r\nX-API-KEY: " KEY_ENV
+             "GET %s HTTP/1.1\r\nHost: %s\r\nX-API-KEY: " KEY_ENV
              "\r\nAccept: text/event-stream\r\n%s\r\n",
-             query, g_target, extra);
+             path, g_target, extra);
     ck_assert_int_eq(send(fd, q, strlen(q), MSG_NOSIGNAL), (ssize_t)strlen(q));
     *len = 0;
     buf[0] = '\0';
@@ -771,6 +772,13 @@ static int tail_open(const char *query, const char *extra, char *buf, size_t cap
     ck_assert_msg(strncmp(buf, "HTTP/1.1 200 ", 13) == 0, "%s", buf);
     ck_assert_ptr_nonnull(strcasestr(buf, "\r\nContent-Type: text/event-stream\r\n"));
     return fd;
+}
+
+static int tail_open(const char *query, const char *extra, char *buf, size_t cap, size_t *len)
+{
+    char path[512];
+    snprintf(path, sizeof path, "/admin/audit%s", query);
+    return sse_open(path, extra, buf, cap, len);
 }
 
 static uint64_t append(struct al_auditlog *log, const char *decision, const char *host)
@@ -836,6 +844,84 @@ START_TEST(console_admin_audit_live)
     resp_free(&r);
     call(&r, "GET", "/admin/audit?decision=maybe", sse, 2, NULL);
     ck_assert_int_eq(r.status, 400);
+    resp_free(&r);
+}
+END_TEST
+
+/* ---- a sandbox's logs, live --------------------------------------------------------------- */
+
+static void log_append(const char *file, const char *text)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", g_tmpdir, file);
+    FILE *f = fopen(path, "a");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* GET /v2/sandboxes/{id}/logs as Server-Sent Events: the latest entries, then each line as
+ * it is written (a partial one once complete), with the level and search filters, across
+ * airlock-vmm's rotation of the file; the stream ends when the sandbox stops. */
+START_TEST(console_sandbox_logs_live)
+{
+    char id[64];
+    create("{\"templateID\":\"base\"}", id, NULL);
+    log_append("agent.log",
+               "{\"level\":\"info\",\"msg\":\"old-1\",\"time\":\"2026-01-01T00:00:01Z\"}\n"
+               "{\"level\":\"info\",\"msg\":\"old-2\",\"time\":\"2026-01-01T00:00:02Z\"}\n"
+               "{\"level\":\"debug\",\"msg\":\"old-debug\"}\n"
+               "{\"level\":\"warn\",\"msg\":\"old-3\",\"time\":\"2026-01-01T00:00:03Z\"}\n");
+    char path[256], buf[32768];
+    size_t len;
+    snprintf(path, sizeof path, "/v2/sandboxes/%s/logs?limit=2&level=info", id);
+    int fd = sse_open(path, "", buf, sizeof buf, &len);
+    /* The backlog: the two latest at or above info, oldest first. */
+    ck_assert_msg(read_until(fd, buf, sizeof buf, &len, "old-3"), "%s", buf);
+    char *o2 = strstr(buf, "old-2"), *o3 = strstr(buf, "old-3");
+    ck_assert_msg(o2 && o2 < o3 && !strstr(buf, "old-1") && !strstr(buf, "old-debug"), "%s", buf);
+    ck_assert_ptr_nonnull(strstr(buf, "event: log\ndata: {"));
+    /* Live: a line written in two parts is one entry; a debug one is filtered out; a line
+     * that is not JSON is an info entry; a hostile one is data, in one data line. */
+    log_append("agent.log", "{\"level\":\"info\",\"msg\":\"live-");
+    log_append("agent.log",
+               "1\"}\n{\"level\":\"debug\",\"msg\":\"live-debug\"}\nplain <script>x</script>\n");
+    ck_assert_msg(read_until(fd, buf, sizeof buf, &len, "plain <script>"), "%s", buf);
+    ck_assert_ptr_nonnull(strstr(buf, "\"message\":\"live-1\""));
+    ck_assert_ptr_null(strstr(buf, "live-debug"));
+    /* Rotated: the rest of the old file, then the new one from its start. */
+    char a[400], b[400];
+    snprintf(a, sizeof a, "%s/agent.log", g_tmpdir);
+    snprintf(b, sizeof b, "%s/agent.log.1", g_tmpdir);
+    log_append("agent.log", "{\"level\":\"error\",\"msg\":\"before-rotation\"}\n");
+    ck_assert_int_eq(rename(a, b), 0);
+    log_append("agent.log", "{\"level\":\"error\",\"msg\":\"after-rotation\"}\n");
+    ck_assert_msg(read_until(fd, buf, sizeof buf, &len, "after-rotation"), "%s", buf);
+    char *br = strstr(buf, "before-rotation"), *ar = strstr(buf, "after-rotation");
+    ck_assert(br && br < ar);
+    /* The search filter, and the end when the sandbox is killed. */
+    close(fd);
+    snprintf(path, sizeof path, "/v2/sandboxes/%s/logs?limit=0&search=needle", id);
+    fd = sse_open(path, "", buf, sizeof buf, &len);
+    log_append("agent.log", "hay\nneedle here\n");
+    ck_assert_msg(read_until(fd, buf, sizeof buf, &len, "needle here"), "%s", buf);
+    ck_assert_ptr_null(strstr(buf, "hay"));
+    ck_assert_ptr_null(strstr(buf, "after-rotation")); /* limit=0: no backlog */
+    struct resp r;
+    struct al_http_header k[] = {{"X-API-KEY", KEY_ENV}};
+    char kill[128];
+    snprintf(kill, sizeof kill, "/sandboxes/%s", id);
+    call(&r, "DELETE", kill, k, 1, NULL);
+    ck_assert_int_eq(r.status, 204);
+    resp_free(&r);
+    ck_assert_msg(
+        read_until(fd, buf, sizeof buf, &len, "event: end\ndata: the sandbox was stopped"), "%s",
+        buf);
+    close(fd);
+    /* The listing is as it was, and an unknown sandbox has no stream. */
+    struct al_http_header sse[] = {{"X-API-KEY", KEY_ENV}, {"Accept", "text/event-stream"}};
+    call(&r, "GET", "/v2/sandboxes/sbx_nope000000000000/logs", sse, 2, NULL);
+    ck_assert_int_eq(r.status, 404);
     resp_free(&r);
 }
 END_TEST
@@ -1028,6 +1114,7 @@ static Suite *suite(void)
     tcase_add_test(t, console_cookie_parsing);
     tcase_add_test(t, console_admin_audit);
     tcase_add_test(t, console_admin_overview);
+    tcase_add_test(t, console_sandbox_logs_live);
     tcase_add_test(t, console_admin_policies);
     tcase_add_test(t, console_admin_audit_live);
     tcase_add_test(t, console_ws_frames);
