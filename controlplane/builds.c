@@ -820,8 +820,10 @@ static void builds__run_merge(struct builds_job *j)
     struct tpl_unpack_result ur;
     struct al_error err = {0};
     const struct cp_config *cfg = &j->cp->cfg;
-    if (tpl_layer_diff(upper, j->snap_id_base, layer, (uint64_t)cfg->max_image_entries,
-                       cfg->max_unpacked_bytes, diff_id, &ds, &err) < 0 ||
+    if (tpl_layer_diff(&(struct tpl_layer_diff_opts){upper, j->snap_id_base, layer,
+                                                     (uint64_t)cfg->max_image_entries,
+                                                     cfg->max_unpacked_bytes},
+                       diff_id, &ds, &err) < 0 ||
         cp_template_layer(cfg, j->tmp, layer, diff_id, &ur, &err) < 0)
         builds__job_fail(j, step, "step %s (RUN %.200s): its files: %s", step, cmd,
                          al_error_str(&err));

@@ -99,22 +99,30 @@ static void ld__octal(char *f, size_t w, uint64_t v)
     snprintf(f, w, "%0*llo", (int)(w - 1), (unsigned long long)v);
 }
 
+/* What a ustar header says of an entry (uid and gid as the layer has them). */
+struct ld__hdr {
+    char type;
+    const char *name, *link; /* link: NULL but for links */
+    uint32_t mode, uid, gid;
+    uint64_t size;
+    int64_t mtime;
+};
+
 /* A ustar header block; fields that do not fit are in the pax header before it. */
-static int ld__header(struct ld *l, char type, const char *name, const char *link, uint32_t mode,
-                      uint32_t uid, uint32_t gid, uint64_t size, int64_t mtime)
+static int ld__header(struct ld *l, const struct ld__hdr *e)
 {
     char h[TPL_TAR_BLOCK];
     memset(h, 0, sizeof h);
-    snprintf(h, 100, "%.99s", name);
-    ld__octal(h + 100, 8, mode);
-    ld__octal(h + 108, 8, uid);
-    ld__octal(h + 116, 8, gid);
-    ld__octal(h + 124, 12, size < 077777777777ull ? size : 0);
-    ld__octal(h + 136, 12, mtime > 0 && mtime < 077777777777ll ? (uint64_t)mtime : 0);
+    snprintf(h, 100, "%.99s", e->name);
+    ld__octal(h + 100, 8, e->mode);
+    ld__octal(h + 108, 8, e->uid);
+    ld__octal(h + 116, 8, e->gid);
+    ld__octal(h + 124, 12, e->size < 077777777777ull ? e->size : 0);
+    ld__octal(h + 136, 12, e->mtime > 0 && e->mtime < 077777777777ll ? (uint64_t)e->mtime : 0);
     memset(h + 148, ' ', 8);
-    h[156] = type;
-    if (link)
-        snprintf(h + 157, 100, "%.99s", link);
+    h[156] = e->type;
+    if (e->link)
+        snprintf(h + 157, 100, "%.99s", e->link);
     memcpy(h + 257, "ustar", 6);
     memcpy(h + 263, "00", 2);
     unsigned sum = 0;
@@ -125,39 +133,48 @@ static int ld__header(struct ld *l, char type, const char *name, const char *lin
     return ld__put(l, h, sizeof h);
 }
 
+/* An entry of the layer: its type, name, link target (NULL but for links), the inode's
+ * metadata, its data's size and an open descriptor for its attributes (-1: none). */
+struct ld__item {
+    char type;
+    const char *name, *link;
+    const struct stat *st;
+    uint64_t size;
+    int fd;
+};
+
 /* The pax records an entry needs (long name or link, a large size or time, attributes). */
-static int ld__entry(struct ld *l, char type, const char *name, const char *link,
-                     const struct stat *st, uint64_t size, int fd)
+static int ld__entry(struct ld *l, const struct ld__item *e)
 {
     if (++l->st->entries > l->max_entries)
         return al_error_set(l->err, -EFBIG, "the step made more than %llu entries",
                             (unsigned long long)l->max_entries);
-    uint64_t u = (uint64_t)st->st_uid - l->id_base, g = (uint64_t)st->st_gid - l->id_base;
-    if (st->st_uid < l->id_base || st->st_gid < l->id_base || u >= LD_IDS || g >= LD_IDS)
+    uint64_t u = (uint64_t)e->st->st_uid - l->id_base, g = (uint64_t)e->st->st_gid - l->id_base;
+    if (e->st->st_uid < l->id_base || e->st->st_gid < l->id_base || u >= LD_IDS || g >= LD_IDS)
         return al_error_set(l->err, -ERANGE,
-                            "%s is owned by %u:%u, outside the build sandbox's ids: refused", name,
-                            (unsigned)st->st_uid, (unsigned)st->st_gid);
+                            "%s is owned by %u:%u, outside the build sandbox's ids: refused",
+                            e->name, (unsigned)e->st->st_uid, (unsigned)e->st->st_gid);
     struct al_buf pax;
     al_buf_init(&pax, 4u << 20);
     int rc = 0;
-    if (strlen(name) > 99)
-        rc |= ld__pax_rec(&pax, "path", name, strlen(name));
-    if (link && strlen(link) > 99)
-        rc |= ld__pax_rec(&pax, "linkpath", link, strlen(link));
-    if (size >= 077777777777ull) {
+    if (strlen(e->name) > 99)
+        rc |= ld__pax_rec(&pax, "path", e->name, strlen(e->name));
+    if (e->link && strlen(e->link) > 99)
+        rc |= ld__pax_rec(&pax, "linkpath", e->link, strlen(e->link));
+    if (e->size >= 077777777777ull) {
         char n[24];
-        snprintf(n, sizeof n, "%llu", (unsigned long long)size);
+        snprintf(n, sizeof n, "%llu", (unsigned long long)e->size);
         rc |= ld__pax_rec(&pax, "size", n, strlen(n));
     }
-    if (fd >= 0) {
+    if (e->fd >= 0) {
         char *list = malloc(LD_XATTR_LIST), *val = malloc(LD_XATTR_VALUE);
-        ssize_t n = list ? flistxattr(fd, list, LD_XATTR_LIST) : -1;
+        ssize_t n = list ? flistxattr(e->fd, list, LD_XATTR_LIST) : -1;
         for (ssize_t i = 0; list && val && n > 0 && i < n; i += (ssize_t)strlen(list + i) + 1) {
             const char *k = list + i;
             /* overlayfs' own bookkeeping is the upper layer's, not the step's */
             if (strncmp(k, "user.", 5) != 0 || strncmp(k, "user.overlay.", 13) == 0)
                 continue;
-            ssize_t vl = fgetxattr(fd, k, val, LD_XATTR_VALUE);
+            ssize_t vl = fgetxattr(e->fd, k, val, LD_XATTR_VALUE);
             if (vl < 0)
                 continue;
             char key[300];
@@ -169,20 +186,21 @@ static int ld__entry(struct ld *l, char type, const char *name, const char *link
     }
     if (rc) {
         al_buf_free(&pax);
-        return al_error_set(l->err, -E2BIG, "%s: its names and attributes are too large", name);
+        return al_error_set(l->err, -E2BIG, "%s: its names and attributes are too large", e->name);
     }
     if (pax.len) {
         char pn[100];
-        snprintf(pn, sizeof pn, "PaxHeaders/%.80s", name);
-        if (ld__header(l, 'x', pn, NULL, 0644, 0, 0, pax.len, 0) || ld__put(l, pax.data, pax.len) ||
-            ld__pad(l, pax.len)) {
+        snprintf(pn, sizeof pn, "PaxHeaders/%.80s", e->name);
+        if (ld__header(l, &(struct ld__hdr){'x', pn, NULL, 0644, 0, 0, pax.len, 0}) ||
+            ld__put(l, pax.data, pax.len) || ld__pad(l, pax.len)) {
             al_buf_free(&pax);
             return -1;
         }
     }
     al_buf_free(&pax);
-    return ld__header(l, type, name, link, (uint32_t)(st->st_mode & 07777), (uint32_t)u,
-                      (uint32_t)g, size, (int64_t)st->st_mtim.tv_sec);
+    return ld__header(l, &(struct ld__hdr){e->type, e->name, e->link,
+                                           (uint32_t)(e->st->st_mode & 07777), (uint32_t)u,
+                                           (uint32_t)g, e->size, (int64_t)e->st->st_mtim.tv_sec});
 }
 
 static int ld__data(struct ld *l, int fd, const char *name, uint64_t size)
@@ -248,7 +266,7 @@ static int ld__bundle(struct ld *l, int fd, const char *path, const struct stat 
         return al_error_set(l->err, -EFBIG, "the step's files are larger than %llu bytes",
                             (unsigned long long)l->max_bytes);
     }
-    rc = ld__entry(l, '0', path, NULL, st, out.len, fd);
+    rc = ld__entry(l, &(struct ld__item){'0', path, NULL, st, out.len, fd});
     if (!rc)
         rc = ld__put(l, out.data, out.len);
     if (!rc) {
@@ -283,7 +301,7 @@ static int ld__one(struct ld *l, int dfd, const char *name, const char *rel, int
         struct stat w = st;
         w.st_mode = S_IFREG | 0644;
         w.st_uid = w.st_gid = l->id_base; /* (the kernel's, not the step's) */
-        return ld__entry(l, '0', wh, NULL, &w, 0, -1);
+        return ld__entry(l, &(struct ld__item){'0', wh, NULL, &w, 0, -1});
     }
     if (S_ISLNK(st.st_mode)) {
         char target[4097];
@@ -291,10 +309,10 @@ static int ld__one(struct ld *l, int dfd, const char *name, const char *rel, int
         if (tl < 0)
             return al_error_set(l->err, -errno, "%s: %s", path, strerror(errno));
         target[tl] = '\0';
-        return ld__entry(l, '2', path, target, &st, 0, -1);
+        return ld__entry(l, &(struct ld__item){'2', path, target, &st, 0, -1});
     }
     if (S_ISFIFO(st.st_mode))
-        return ld__entry(l, '6', path, NULL, &st, 0, -1);
+        return ld__entry(l, &(struct ld__item){'6', path, NULL, &st, 0, -1});
     if (S_ISDIR(st.st_mode)) {
         int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
@@ -302,7 +320,7 @@ static int ld__one(struct ld *l, int dfd, const char *name, const char *rel, int
         char v[4];
         bool opaque = fgetxattr(fd, "user.overlay.opaque", v, sizeof v) == 1 && v[0] == 'y';
         strcat(path, "/");
-        int rc = ld__entry(l, '5', path, NULL, &st, 0, fd);
+        int rc = ld__entry(l, &(struct ld__item){'5', path, NULL, &st, 0, fd});
         if (!rc && opaque) {
             char op[8300];
             snprintf(op, sizeof op, "%s.wh..wh..opq", path);
@@ -310,7 +328,7 @@ static int ld__one(struct ld *l, int dfd, const char *name, const char *rel, int
             w.st_mode = S_IFREG | 0644;
             w.st_uid = w.st_gid = l->id_base;
             l->st->opaque++;
-            rc = ld__entry(l, '0', op, NULL, &w, 0, -1);
+            rc = ld__entry(l, &(struct ld__item){'0', op, NULL, &w, 0, -1});
         }
         if (!rc)
             rc = ld__dir(l, fd, path, depth + 1);
@@ -324,7 +342,7 @@ static int ld__one(struct ld *l, int dfd, const char *name, const char *rel, int
     if (st.st_nlink > 1) {
         for (size_t i = 0; i < l->n_links; i++)
             if (l->links[i].dev == st.st_dev && l->links[i].ino == st.st_ino)
-                return ld__entry(l, '1', path, l->links[i].path, &st, 0, -1);
+                return ld__entry(l, &(struct ld__item){'1', path, l->links[i].path, &st, 0, -1});
     }
     bool trust = ld__trust_dir(rel);
     if (trust && strcmp(name, AL_TRUST_CA_NAME) == 0) {
@@ -339,7 +357,7 @@ static int ld__one(struct ld *l, int dfd, const char *name, const char *rel, int
         close(fd);
         return brc;
     }
-    int rc = ld__entry(l, '0', path, NULL, &st, (uint64_t)st.st_size, fd);
+    int rc = ld__entry(l, &(struct ld__item){'0', path, NULL, &st, (uint64_t)st.st_size, fd});
     if (!rc)
         rc = ld__data(l, fd, path, (uint64_t)st.st_size);
     close(fd);
@@ -412,10 +430,10 @@ static int ld__dir(struct ld *l, int dfd, const char *rel, int depth)
     return rc;
 }
 
-int tpl_layer_diff(const char *upper, uint32_t id_base, const char *out, uint64_t max_entries,
-                   uint64_t max_bytes, char *diff_id, struct tpl_layer_diff_stats *st,
-                   struct al_error *err)
+int tpl_layer_diff(const struct tpl_layer_diff_opts *o, char *diff_id,
+                   struct tpl_layer_diff_stats *st, struct al_error *err)
 {
+    const char *upper = o->upper, *out = o->out;
     memset(st, 0, sizeof *st);
     diff_id[0] = '\0';
     int src = open(upper, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -424,9 +442,9 @@ int tpl_layer_diff(const char *upper, uint32_t id_base, const char *out, uint64_
     struct ld l = {
         .out = open(out, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600),
         .h = tpl_sha256_new(),
-        .id_base = id_base,
-        .max_entries = max_entries,
-        .max_bytes = max_bytes,
+        .id_base = o->id_base,
+        .max_entries = o->max_entries,
+        .max_bytes = o->max_bytes,
         .st = st,
         .err = err,
         .buf = malloc(LD_CHUNK),

@@ -26,11 +26,17 @@ struct tpl_layer_diff_stats {
     uint64_t entries, files, bytes, whiteouts, opaque, skipped;
 };
 
-/* Writes the layer of upper (a directory; owners in [id_base, id_base + 65536)) to out (a
- * new file), and its sha256 as "sha256:<hex>" to diff_id (TPL_DIGEST_LEN + 1). At most
- * max_entries entries and max_bytes of file data. On failure out is removed. */
-int tpl_layer_diff(const char *upper, uint32_t id_base, const char *out, uint64_t max_entries,
-                   uint64_t max_bytes, char *diff_id, struct tpl_layer_diff_stats *st,
-                   struct al_error *err);
+/* A layer to write: of upper (a directory; owners in [id_base, id_base + 65536)) to out (a
+ * new file), with at most max_entries entries and max_bytes of file data. */
+struct tpl_layer_diff_opts {
+    const char *upper;
+    uint32_t id_base;
+    const char *out;
+    uint64_t max_entries, max_bytes;
+};
+/* Writes the layer o describes and its sha256 as "sha256:<hex>" to diff_id
+ * (TPL_DIGEST_LEN + 1). On failure o->out is removed. */
+int tpl_layer_diff(const struct tpl_layer_diff_opts *o, char *diff_id,
+                   struct tpl_layer_diff_stats *st, struct al_error *err);
 
 #endif

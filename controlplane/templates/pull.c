@@ -821,12 +821,27 @@ static int pull__run(struct pull *p, struct xfer **xs, size_t n, unsigned conc,
 /* ---- documents ----------------------------------------------------------------------- */
 
 /* Fetches a document (manifest, index, config) into memory; checks its digest if known. */
-static int pull__document(struct pull *p, const char *what, const char *path, const char *accept,
-                          size_t max, const char *digest, char **out, size_t *len, char *ctype,
-                          size_t ctlen, struct al_error *err)
+/* A document fetched whole: what it is (for messages), its path, the Accept header (NULL:
+ * none), its bound, and the digest it must have (NULL: any, as for a manifest by tag). */
+struct pull__doc_req {
+    const char *what, *path, *accept;
+    size_t max;
+    const char *digest;
+};
+
+/* What pull__document got: the bytes (malloc'd, NUL-terminated) and their Content-Type. */
+struct pull__doc {
+    char *data;
+    size_t len;
+    char ctype[128];
+};
+
+static int pull__document(struct pull *p, const struct pull__doc_req *rq, struct pull__doc *out,
+                          struct al_error *err)
 {
+    const char *what = rq->what, *digest = rq->digest;
     struct xfer x;
-    xfer__init(&x, p, what, path, accept, max);
+    xfer__init(&x, p, what, rq->path, rq->accept, rq->max);
     struct xfer *xs[1] = {&x};
     int rc = pull__run(p, xs, 1, 1, err);
     if (rc) {
@@ -844,14 +859,13 @@ static int pull__document(struct pull *p, const char *what, const char *path, co
                                 what, p->img->reference, got, digest);
         }
     }
-    if (ctype)
-        snprintf(ctype, ctlen, "%s", x.ctype);
+    snprintf(out->ctype, sizeof out->ctype, "%s", x.ctype);
     size_t l = x.mem.len;
     char *d = al_buf_steal(&x.mem, &l);
     xfer__free(&x);
-    *out = d ? d : strdup("");
-    *len = l;
-    return *out ? 0 : al_error_set(err, -ENOMEM, "out of memory");
+    out->data = d ? d : strdup("");
+    out->len = l;
+    return out->data ? 0 : al_error_set(err, -ENOMEM, "out of memory");
 }
 
 static const char *pull__media_type(json_t *doc, const char *ctype)
@@ -964,10 +978,14 @@ static int pull__config(struct pull *p, const char *digest, uint64_t size, struc
     rc = tpl_cache_read(p->o->cache_dir, digest, p->lim.max_config_bytes, &data, &len, &e);
     if (rc) {
         snprintf(path, sizeof path, "/v2/%s/blobs/%s", p->ref.repository, digest);
-        rc = pull__document(p, "config", path, NULL, p->lim.max_config_bytes, digest, &data, &len,
-                            NULL, 0, err);
+        struct pull__doc d;
+        rc = pull__document(
+            p, &(struct pull__doc_req){"config", path, NULL, p->lim.max_config_bytes, digest}, &d,
+            err);
         if (rc)
             return rc;
+        data = d.data;
+        len = d.len;
         if ((rc = tpl_cache_put(p->o->cache_dir, digest, data, len, err))) {
             free(data);
             return rc;
@@ -1105,25 +1123,26 @@ static int pull__do(struct pull *p, struct al_error *err)
     char path[PULL_URL_MAX];
     const char *want = p->ref.digest[0] ? p->ref.digest : p->ref.tag;
     snprintf(path, sizeof path, "/v2/%s/manifests/%s", p->ref.repository, want);
-    char *doc = NULL, ctype[128] = "";
-    size_t len = 0;
+    struct pull__doc d;
     pull__progress(p, "manifest", true);
-    int rc = pull__document(p, "manifest", path, MANIFEST_ACCEPTS, p->lim.max_manifest_bytes,
-                            p->ref.digest[0] ? p->ref.digest : NULL, &doc, &len, ctype,
-                            sizeof ctype, err);
+    int rc = pull__document(p,
+                            &(struct pull__doc_req){"manifest", path, MANIFEST_ACCEPTS,
+                                                    p->lim.max_manifest_bytes,
+                                                    p->ref.digest[0] ? p->ref.digest : NULL},
+                            &d, err);
     if (rc)
         return rc;
     char digest[TPL_DIGEST_LEN + 1];
-    tpl_sha256_digest(doc, len, digest);
+    tpl_sha256_digest(d.data, d.len, digest);
     struct al_error je = {0};
-    json_t *m = al_json_parse(doc, len, &je);
-    free(doc);
+    json_t *m = al_json_parse(d.data, d.len, &je);
+    free(d.data);
     if (!json_is_object(m)) {
         json_decref(m);
         return al_error_set(err, -EBADMSG, "the manifest of %s is not a JSON object: %s",
                             img->reference, je.msg);
     }
-    const char *mt = pull__media_type(m, ctype);
+    const char *mt = pull__media_type(m, d.ctype);
     if (mt__is(mt, MT_OCI_INDEX) || mt__is(mt, MT_DOCKER_LIST) ||
         (!mt && json_is_array(json_object_get(m, "manifests")))) {
         snprintf(img->index_digest, sizeof img->index_digest, "%s", digest);
@@ -1133,13 +1152,15 @@ static int pull__do(struct pull *p, struct al_error *err)
         if (rc)
             return rc;
         snprintf(path, sizeof path, "/v2/%s/manifests/%s", p->ref.repository, digest);
-        rc =
-            pull__document(p, "manifest", path, MT_OCI_MANIFEST ", " MT_DOCKER_MANIF,
-                           p->lim.max_manifest_bytes, digest, &doc, &len, ctype, sizeof ctype, err);
+        rc = pull__document(p,
+                            &(struct pull__doc_req){"manifest", path,
+                                                    MT_OCI_MANIFEST ", " MT_DOCKER_MANIF,
+                                                    p->lim.max_manifest_bytes, digest},
+                            &d, err);
         if (rc)
             return rc;
-        m = al_json_parse(doc, len, &je);
-        free(doc);
+        m = al_json_parse(d.data, d.len, &je);
+        free(d.data);
         if (!json_is_object(m)) {
             json_decref(m);
             return al_error_set(err, -EBADMSG,
@@ -1147,7 +1168,7 @@ static int pull__do(struct pull *p, struct al_error *err)
                                 "object: %s",
                                 img->reference, je.msg);
         }
-        mt = pull__media_type(m, ctype);
+        mt = pull__media_type(m, d.ctype);
     }
     snprintf(img->digest, sizeof img->digest, "%s", digest);
     if (mt && strncmp(mt, MT_DOCKER_V1, strlen(MT_DOCKER_V1)) == 0) {

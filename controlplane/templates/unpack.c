@@ -134,13 +134,30 @@ static int unpack__check(const struct tpl_image *img, const char *data,
     return 0;
 }
 
-/* Runs airlock-unpack with its common options and then extra, fd 3 = root and fd 4 = fd4,
- * and collects what it writes (until it exits or the time bound). what names the work in
- * errors. 0 with *outb and the exit status in *ws, or < 0. */
+/* One run of airlock-unpack: the arguments after its common options, fd 3 (root) and fd 4
+ * (fd4: the blob directory, a layer or a COPY's archive), and what names the work in errors. */
+struct unpack__job {
+    char *const *extra;
+    size_t n_extra;
+    int root, fd4;
+    const char *what;
+};
+
+/* What the helper wrote (out: the caller frees it) and its exit status (ws). */
+struct unpack__done {
+    struct al_buf out;
+    int ws;
+};
+
+/* Runs job and collects what the helper writes (until it exits or the time bound): 0 with
+ * *done filled, or < 0. */
 static int unpack__run(const struct tpl_unpack_opts *o, const struct tpl_limits *lim,
-                       char *const *extra, size_t n_extra, int root, int fd4, const char *what,
-                       struct al_buf *outb, int *ws, struct al_error *err)
+                       const struct unpack__job *job, struct unpack__done *done,
+                       struct al_error *err)
 {
+    const char *what = job->what;
+    struct al_buf *outb = &done->out;
+    int *ws = &done->ws;
     char n_base[16], n_slots[16], n_path[16], n_ratio[16], n_entries[24], n_bytes[24];
     snprintf(n_base, sizeof n_base, "%u", o->uid_base ? o->uid_base : JAIL_ID_BASE_DEFAULT);
     snprintf(n_slots, sizeof n_slots, "%u", o->uid_slots ? o->uid_slots : JAIL_ID_SLOTS_DEFAULT);
@@ -165,8 +182,8 @@ static int unpack__run(const struct tpl_unpack_opts *o, const struct tpl_limits 
     argv[n++] = n_entries;
     argv[n++] = "--max-bytes";
     argv[n++] = n_bytes;
-    for (size_t i = 0; i < n_extra && n + 1 < sizeof argv / sizeof argv[0]; i++)
-        argv[n++] = extra[i];
+    for (size_t i = 0; i < job->n_extra && n + 1 < sizeof argv / sizeof argv[0]; i++)
+        argv[n++] = job->extra[i];
     argv[n] = NULL;
     int pipefd[2], pidfd = -1;
     if (pipe2(pipefd, O_CLOEXEC) < 0)
@@ -176,7 +193,7 @@ static int unpack__run(const struct tpl_unpack_opts *o, const struct tpl_limits 
         .path = o->helper,
         .argv = argv,
         .envp = envp,
-        .fds = {-1, pipefd[1], STDERR_FILENO, root, fd4},
+        .fds = {-1, pipefd[1], STDERR_FILENO, job->root, job->fd4},
         .nfds = 5,
         .new_session = true,
     };
@@ -249,15 +266,15 @@ int tpl_unpack_image(const struct tpl_unpack_opts *o, const struct tpl_image *im
     char *digests[TPL_MAX_LAYERS];
     for (size_t i = 0; i < img->n_layers; i++)
         digests[i] = (char *)img->layers[i].digest;
-    struct al_buf outb;
-    int ws;
-    if ((rc = unpack__run(o, &lim, digests, img->n_layers, root, blobs, img->reference, &outb, &ws,
-                          err)))
+    struct unpack__done d;
+    if ((rc = unpack__run(
+             o, &lim, &(struct unpack__job){digests, img->n_layers, root, blobs, img->reference},
+             &d, err)))
         goto out;
-    rc = unpack__check(img, outb.data ? outb.data : "", res, err);
+    rc = unpack__check(img, d.out.data ? d.out.data : "", res, err);
     if (rc == 0)
-        rc = unpack__exit_status(ws, img->reference, err);
-    al_buf_free(&outb);
+        rc = unpack__exit_status(d.ws, img->reference, err);
+    al_buf_free(&d.out);
 out:
     if (root >= 0)
         close(root);
@@ -305,15 +322,14 @@ int tpl_unpack_copy(const struct tpl_unpack_opts *o, const char *rootfs, const c
                      "--mode",
                      mode};
     size_t n_extra = sizeof extra / sizeof extra[0] - (c->mode >= 0 ? 0 : 2);
-    struct al_buf outb;
-    int ws;
-    int rc = unpack__run(o, &lim, extra, n_extra, root, fd, "COPY", &outb, &ws, err);
+    struct unpack__done d;
+    int rc = unpack__run(o, &lim, &(struct unpack__job){extra, n_extra, root, fd, "COPY"}, &d, err);
     close(fd);
     close(root);
     if (rc)
         return rc;
     /* One line: the result. */
-    json_t *j = json_loads(outb.data ? outb.data : "", JSON_DISABLE_EOF_CHECK, NULL);
+    json_t *j = json_loads(d.out.data ? d.out.data : "", JSON_DISABLE_EOF_CHECK, NULL);
     const char *result = json_string_value(json_object_get(j, "result"));
     if (result && strcmp(result, "ok") == 0) {
         res->entries = (uint64_t)json_integer_value(json_object_get(j, "entries"));
@@ -324,17 +340,17 @@ int tpl_unpack_copy(const struct tpl_unpack_opts *o, const char *rootfs, const c
                  json_string_value(json_object_get(j, "where"))
                      ? json_string_value(json_object_get(j, "where"))
                      : "");
-        rc = unpack__exit_status(ws, "COPY", err);
+        rc = unpack__exit_status(d.ws, "COPY", err);
     } else if (result && strcmp(result, "error") == 0) {
         const char *m = json_string_value(json_object_get(j, "error"));
         rc = al_error_set(err, -EPERM, "refused: %s", m ? m : "the unpacker failed");
     } else {
-        rc = unpack__exit_status(ws, "COPY", err);
+        rc = unpack__exit_status(d.ws, "COPY", err);
         if (!rc)
             rc = al_error_set(err, -EPROTO, "the unpacker gave no result");
     }
     json_decref(j);
-    al_buf_free(&outb);
+    al_buf_free(&d.out);
     if (rc == 0)
         unpack__sync(rootfs);
     return rc;
@@ -360,14 +376,14 @@ int tpl_unpack_layer(const struct tpl_unpack_opts *o, const char *rootfs, const 
         goto out;
     }
     char *extra[] = {"--layer"};
-    struct al_buf outb;
-    int ws;
-    if ((rc = unpack__run(o, &lim, extra, 1, root, fd, img->reference, &outb, &ws, err)))
+    struct unpack__done d;
+    if ((rc = unpack__run(o, &lim, &(struct unpack__job){extra, 1, root, fd, img->reference}, &d,
+                          err)))
         goto out;
-    rc = unpack__check(img, outb.data ? outb.data : "", res, err);
+    rc = unpack__check(img, d.out.data ? d.out.data : "", res, err);
     if (rc == 0)
-        rc = unpack__exit_status(ws, img->reference, err);
-    al_buf_free(&outb);
+        rc = unpack__exit_status(d.ws, img->reference, err);
+    al_buf_free(&d.out);
     if (rc == 0)
         unpack__sync(rootfs);
 out:

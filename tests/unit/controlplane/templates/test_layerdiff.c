@@ -126,7 +126,8 @@ static int diff(const char *out_name, uint64_t max_entries, uint64_t max_bytes, 
     char upper[400], out[400];
     snprintf(upper, sizeof upper, "%s/upper", g_dir);
     snprintf(out, sizeof out, "%s/%s", g_dir, out_name);
-    return tpl_layer_diff(upper, BASE, out, max_entries, max_bytes, diff_id, st, err);
+    return tpl_layer_diff(&(struct tpl_layer_diff_opts){upper, BASE, out, max_entries, max_bytes},
+                          diff_id, st, err);
 }
 
 START_TEST(whiteouts_opaque_links_owners)
