@@ -26,9 +26,16 @@ int template_cli_main(int argc, char **argv);
  * 4xx or 5xx is printed. -1 (printed) when airlockd cannot be reached. */
 int cp_cli_call(const char *method, const char *path, json_t *body, int *status, json_t **out,
                 struct al_http_resp *raw);
-/* cp_cli_call with n more request headers h (e.g. X-Airlock-Build-Policy). */
-int cp_cli_call_with(const char *method, const char *path, const struct al_http_header *h, size_t n,
-                     json_t *body, int *status, json_t **out, struct al_http_resp *raw);
+/* A request of cp_cli_call_with: cp_cli_call's method, path and body, and n_headers more
+ * request headers (e.g. X-Airlock-Build-Policy). */
+struct cp_cli_req {
+    const char *method, *path;
+    const struct al_http_header *headers;
+    size_t n_headers;
+    json_t *body;
+};
+int cp_cli_call_with(const struct cp_cli_req *rq, int *status, json_t **out,
+                     struct al_http_resp *raw);
 /* v as indented JSON on stdout. */
 void cp_cli_print(json_t *v);
 /* Opens <state>/airlockd.db for a CLI command (creating the directory if create), printing

@@ -63,21 +63,22 @@ static void sb_cli__usage(FILE *f)
 int cp_cli_call(const char *method, const char *path, json_t *body, int *status, json_t **out,
                 struct al_http_resp *raw)
 {
-    return cp_cli_call_with(method, path, NULL, 0, body, status, out, raw);
+    return cp_cli_call_with(&(struct cp_cli_req){method, path, NULL, 0, body}, status, out, raw);
 }
 
-int cp_cli_call_with(const char *method, const char *path, const struct al_http_header *extra,
-                     size_t n_extra, json_t *body, int *status, json_t **out,
+int cp_cli_call_with(const struct cp_cli_req *rq, int *status, json_t **out,
                      struct al_http_resp *raw)
 {
+    const char *method = rq->method, *path = rq->path;
+    json_t *body = rq->body;
     if (!cli__target[0])
         snprintf(cli__target, sizeof cli__target, "unix:%s/run/airlockd.sock", al_state_dir());
     struct al_http_header h[8];
     size_t nh = 0;
     if (body)
         h[nh++] = (struct al_http_header){"Content-Type", "application/json"};
-    for (size_t i = 0; i < n_extra && nh < sizeof h / sizeof h[0]; i++)
-        h[nh++] = extra[i];
+    for (size_t i = 0; i < rq->n_headers && nh < sizeof h / sizeof h[0]; i++)
+        h[nh++] = rq->headers[i];
     struct al_error err = {0};
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     struct al_http_resp r = {0};

@@ -159,8 +159,11 @@ static int tcli__pull(int argc, char **argv)
     }
     char who[64];
     snprintf(who, sizeof who, "cli:uid %u", (unsigned)getuid());
-    if (cp_template_pull(&cfg, ref, creds, who, quiet ? NULL : tcli__progress, NULL, &img, &err) <
-        0) {
+    struct tpl_pull_opts po = {.reference = ref,
+                               .creds = creds,
+                               .requested_by = who,
+                               .progress = quiet ? NULL : tcli__progress};
+    if (cp_template_pull(&cfg, &po, &img, &err) < 0) {
         if (!quiet)
             fputc('\n', stderr);
         fprintf(stderr, "airlock template pull: %s\n", err.msg);
@@ -573,7 +576,8 @@ static int tcli__build(int argc, char **argv)
             fprintf(stderr, "build %s of template %s: %zu step%s\n", bid, name, nsteps,
                     nsteps == 1 ? "" : "s");
         struct al_http_header ph[] = {{"X-Airlock-Build-Policy", policy}};
-        if (cp_cli_call_with("POST", path, ph, policy ? 1 : 0, def, &status, NULL, NULL) == 0 &&
+        if (cp_cli_call_with(&(struct cp_cli_req){"POST", path, ph, policy ? 1 : 0, def}, &status,
+                             NULL, NULL) == 0 &&
             status == 202)
             rc = tcli__follow(name, bid, nsteps, quiet);
     }

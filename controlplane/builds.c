@@ -81,7 +81,9 @@ static void builds__log(struct cp *cp, const char *build_id, int level, const ch
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     struct al_error err = {0};
-    if (cp_store_build_log_add(cp->store, build_id, al_wall_ns(), level, step, msg, &err))
+    struct cp_store_build_log_entry e = {
+        .time_ns = al_wall_ns(), .level = level, .step = step, .message = msg};
+    if (cp_store_build_log_add(cp->store, build_id, &e, &err))
         al_warn("build %s: cannot record a log entry: %s", build_id, al_error_str(&err));
 }
 
@@ -553,11 +555,13 @@ static void builds__job_flush(uv_async_t *a)
     json_array_foreach(v, i, e)
     {
         struct al_error err = {0};
-        if (cp_store_build_log_add(j->cp->store, j->bid,
-                                   (uint64_t)json_integer_value(json_object_get(e, "t")),
-                                   (int)json_integer_value(json_object_get(e, "level")),
-                                   json_string_value(json_object_get(e, "step")),
-                                   json_string_value(json_object_get(e, "message")), &err))
+        struct cp_store_build_log_entry le = {
+            .time_ns = (uint64_t)json_integer_value(json_object_get(e, "t")),
+            .level = (int)json_integer_value(json_object_get(e, "level")),
+            .step = json_string_value(json_object_get(e, "step")),
+            .message = json_string_value(json_object_get(e, "message")),
+        };
+        if (cp_store_build_log_add(j->cp->store, j->bid, &le, &err))
             al_warn("build %s: cannot record a log entry: %s", j->bid, al_error_str(&err));
     }
     json_decref(v);
@@ -949,8 +953,13 @@ static void builds__base(struct builds_job *j)
         builds__job_log(j, CP_BUILD_INFO, "base", "pulling %s", image);
         struct tpl_image img;
         memset(&img, 0, sizeof img);
-        int rc = cp_template_pull(&cp->cfg, image, j->creds, j->requested_by, builds__pull_progress,
-                                  j, &img, &err);
+        int rc = cp_template_pull(&cp->cfg,
+                                  &(struct tpl_pull_opts){.reference = image,
+                                                          .creds = j->creds,
+                                                          .requested_by = j->requested_by,
+                                                          .progress = builds__pull_progress,
+                                                          .arg = j},
+                                  &img, &err);
         tpl_creds_free(j->creds);
         j->creds = NULL;
         if (rc < 0) {
@@ -1603,10 +1612,16 @@ static void builds__done(uv_work_t *w, int status)
     builds__finish(j);
 }
 
+/* Why a build is refused before it starts: the step and the message. */
+struct builds__refusal {
+    char step[16];
+    char msg[1024];
+};
+
 /* The first step the runner cannot run (a COPY whose files were not uploaded), as a build
- * error; 0 if there is none. Checked before anything is pulled. */
-static int builds__unrunnable(const struct cp *cp, const char *tid, const json_t *def, char *step,
-                              size_t slen, char *msg, size_t mlen)
+ * error in *why; 0 if there is none. Checked before anything is pulled. */
+static int builds__unrunnable(const struct cp *cp, const char *tid, const json_t *def,
+                              struct builds__refusal *why)
 {
     size_t i;
     json_t *st;
@@ -1614,7 +1629,7 @@ static int builds__unrunnable(const struct cp *cp, const char *tid, const json_t
     {
         const char *type = json_string_value(json_object_get(st, "type"));
         const char *a0 = json_string_value(json_array_get(json_object_get(st, "args"), 0));
-        snprintf(step, slen, "%zu", i + 1);
+        snprintf(why->step, sizeof why->step, "%zu", i + 1);
         if (strcmp(type, "COPY") == 0) {
             const char *hash = json_string_value(json_object_get(st, "filesHash"));
             char p[4400];
@@ -1622,7 +1637,7 @@ static int builds__unrunnable(const struct cp *cp, const char *tid, const json_t
             builds__archive_path(cp, tid, hash, p, sizeof p);
             if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
                 continue;
-            snprintf(msg, mlen,
+            snprintf(why->msg, sizeof why->msg,
                      "step %zu (COPY %.200s): its files (%s) were not uploaded for template "
                      "'%s': GET /templates/%s/files/%s gives the upload URL (the SDK does this "
                      "before it starts the build); nothing was built",
@@ -1632,7 +1647,7 @@ static int builds__unrunnable(const struct cp *cp, const char *tid, const json_t
         /* A RUN step's changes are taken from its sandbox's own file system: a backend
          * whose sandboxes have none (the test backend: a host process) cannot run it. */
         if (strcmp(type, "RUN") == 0 && (cp->backend->host_process || !cp->backend->snapshot)) {
-            snprintf(msg, mlen,
+            snprintf(why->msg, sizeof why->msg,
                      "step %zu (RUN %.200s): the %s backend cannot run RUN steps (its sandboxes "
                      "have no file system of their own to take the step's changes from: "
                      "sandboxes.backend jail can); nothing was built",
@@ -1647,10 +1662,10 @@ static int builds__unrunnable(const struct cp *cp, const char *tid, const json_t
 static int builds__start(struct cp *cp, struct cp_store_build *b, json_t *def,
                          struct tpl_creds *creds, const char *key_id, struct al_error *err)
 {
-    char step[16], msg[1024];
-    if (builds__unrunnable(cp, b->template_id, def, step, sizeof step, msg, sizeof msg)) {
+    struct builds__refusal why;
+    if (builds__unrunnable(cp, b->template_id, def, &why)) {
         tpl_creds_free(creds);
-        return builds__fail(cp, b, step, msg, err);
+        return builds__fail(cp, b, why.step, why.msg, err);
     }
     struct builds_job *j = calloc(1, sizeof *j);
     if (!j) {
@@ -1864,11 +1879,9 @@ static json_t *builds__entry(uint64_t time_ns, int level, const char *step, cons
     return e;
 }
 
-static int builds__collect_entry(uint64_t n, uint64_t time_ns, int level, const char *step,
-                                 const char *message, void *arg)
+static int builds__collect_entry(const struct cp_store_build_log_entry *e, void *arg)
 {
-    (void)n;
-    json_array_append_new(arg, builds__entry(time_ns, level, step, message));
+    json_array_append_new(arg, builds__entry(e->time_ns, e->level, e->step, e->message));
     return 0;
 }
 
@@ -1901,7 +1914,8 @@ static void builds__status(struct cp *cp, struct al_http_req *req, const char *t
         return;
     struct al_error err = {0};
     json_t *entries = json_array();
-    int rc = cp_store_build_log_query(cp->store, b.id, min_level, offset, limit,
+    int rc = cp_store_build_log_query(cp->store, b.id,
+                                      &(struct cp_store_build_log_page){min_level, offset, limit},
                                       builds__collect_entry, entries, &err);
     if (rc) {
         json_decref(entries);
@@ -1925,8 +1939,9 @@ static void builds__status(struct cp *cp, struct al_http_req *req, const char *t
     if (json_is_object(reason)) {
         json_t *r = json_deep_copy(reason);
         json_t *errs = json_array();
-        cp_store_build_log_query(cp->store, b.id, CP_BUILD_ERROR, 0, 20, builds__collect_entry,
-                                 errs, NULL);
+        cp_store_build_log_query(cp->store, b.id,
+                                 &(struct cp_store_build_log_page){CP_BUILD_ERROR, 0, 20},
+                                 builds__collect_entry, errs, NULL);
         json_object_set_new(r, "logEntries", errs);
         json_object_set_new(o, "reason", r);
     }

@@ -1133,40 +1133,44 @@ int cp_store_build_foreach(struct cp_store *s, const char *template_id,
     return ret;
 }
 
-int cp_store_build_log_add(struct cp_store *s, const char *build_id, uint64_t time_ns, int level,
-                           const char *step, const char *message, struct al_error *err)
+int cp_store_build_log_add(struct cp_store *s, const char *build_id,
+                           const struct cp_store_build_log_entry *e, struct al_error *err)
 {
     sqlite3_stmt *st = store__st(s, ST_BLOG_ADD);
     sqlite3_bind_text(st, 1, build_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)time_ns);
-    sqlite3_bind_int(st, 3, level);
-    if (step)
-        sqlite3_bind_text(st, 4, step, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)e->time_ns);
+    sqlite3_bind_int(st, 3, e->level);
+    if (e->step)
+        sqlite3_bind_text(st, 4, e->step, -1, SQLITE_STATIC);
     else
         sqlite3_bind_null(st, 4);
-    sqlite3_bind_text(st, 5, message, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, e->message, -1, SQLITE_STATIC);
     int rc = store__done(s, st, "recording a build log entry", err);
     sqlite3_clear_bindings(st);
     return rc;
 }
 
-int cp_store_build_log_query(struct cp_store *s, const char *build_id, int min_level,
-                             uint64_t offset, uint64_t limit,
-                             int (*fn)(uint64_t n, uint64_t time_ns, int level, const char *step,
-                                       const char *message, void *arg),
+int cp_store_build_log_query(struct cp_store *s, const char *build_id,
+                             const struct cp_store_build_log_page *pg,
+                             int (*fn)(const struct cp_store_build_log_entry *e, void *arg),
                              void *arg, struct al_error *err)
 {
     sqlite3_stmt *st = store__st(s, ST_BLOG_QUERY);
     sqlite3_bind_text(st, 1, build_id, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 2, min_level);
-    sqlite3_bind_int64(st, 3, limit > INT64_MAX ? INT64_MAX : (sqlite3_int64)limit);
-    sqlite3_bind_int64(st, 4, offset > INT64_MAX ? INT64_MAX : (sqlite3_int64)offset);
+    sqlite3_bind_int(st, 2, pg->min_level);
+    sqlite3_bind_int64(st, 3, pg->limit > INT64_MAX ? INT64_MAX : (sqlite3_int64)pg->limit);
+    sqlite3_bind_int64(st, 4, pg->offset > INT64_MAX ? INT64_MAX : (sqlite3_int64)pg->offset);
     int rc, ret = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *msg = (const char *)sqlite3_column_text(st, 4);
-        if ((ret = fn((uint64_t)sqlite3_column_int64(st, 0), (uint64_t)sqlite3_column_int64(st, 1),
-                      sqlite3_column_int(st, 2), (const char *)sqlite3_column_text(st, 3),
-                      msg ? msg : "", arg)))
+        struct cp_store_build_log_entry e = {
+            .n = (uint64_t)sqlite3_column_int64(st, 0),
+            .time_ns = (uint64_t)sqlite3_column_int64(st, 1),
+            .level = sqlite3_column_int(st, 2),
+            .step = (const char *)sqlite3_column_text(st, 3),
+            .message = msg ? msg : "",
+        };
+        if ((ret = fn(&e, arg)))
             break;
     }
     if (!ret && rc != SQLITE_DONE)

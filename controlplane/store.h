@@ -102,16 +102,29 @@ int cp_store_build_load(struct cp_store *s, const char *id, struct cp_store_buil
 int cp_store_build_foreach(struct cp_store *s, const char *template_id,
                            int (*fn)(const struct cp_store_build *b, void *arg), void *arg,
                            struct al_error *err);
-/* Appends one entry to a build's log; entries are numbered 0, 1, ... in this order. step may
- * be NULL. */
-int cp_store_build_log_add(struct cp_store *s, const char *build_id, uint64_t time_ns, int level,
-                           const char *step, const char *message, struct al_error *err);
-/* The entries with level >= min_level, in order, skipping the first offset of them, at most
- * limit; fn's non-zero return stops and is returned. */
-int cp_store_build_log_query(struct cp_store *s, const char *build_id, int min_level,
-                             uint64_t offset, uint64_t limit,
-                             int (*fn)(uint64_t n, uint64_t time_ns, int level, const char *step,
-                                       const char *message, void *arg),
+/* An entry of a build's log: its number (entries are numbered 0, 1, ... in the order they
+ * were added; not read when adding), time, level, step (may be NULL) and message. */
+struct cp_store_build_log_entry {
+    uint64_t n;
+    uint64_t time_ns;
+    int level;
+    const char *step;
+    const char *message;
+};
+/* Appends e to a build's log. */
+int cp_store_build_log_add(struct cp_store *s, const char *build_id,
+                           const struct cp_store_build_log_entry *e, struct al_error *err);
+/* Which entries a query gives: those with level >= min_level, in order, skipping the first
+ * offset of them, at most limit. */
+struct cp_store_build_log_page {
+    int min_level;
+    uint64_t offset, limit;
+};
+/* Calls fn for the entries of pg (e is valid during the call only); fn's non-zero return
+ * stops and is returned. */
+int cp_store_build_log_query(struct cp_store *s, const char *build_id,
+                             const struct cp_store_build_log_page *pg,
+                             int (*fn)(const struct cp_store_build_log_entry *e, void *arg),
                              void *arg, struct al_error *err);
 
 /* ---- snapshots (one row per complete snapshot; its files: <state>/snapshots/<id>) ---- */

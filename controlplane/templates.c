@@ -405,9 +405,7 @@ static void tpl__limits(const struct cp_config *cfg, struct tpl_limits *lim)
     };
 }
 
-int cp_template_pull(const struct cp_config *cfg, const char *ref, const struct tpl_creds *creds,
-                     const char *requested_by,
-                     void (*progress)(const struct tpl_progress *p, void *arg), void *arg,
+int cp_template_pull(const struct cp_config *cfg, const struct tpl_pull_opts *o,
                      struct tpl_image *img, struct al_error *err)
 {
     char audit_dir[4200];
@@ -421,18 +419,12 @@ int cp_template_pull(const struct cp_config *cfg, const char *ref, const struct 
     };
     struct tpl_limits lim;
     tpl__limits(cfg, &lim);
-    struct tpl_pull_opts po = {
-        .reference = ref,
-        .registries = &regs,
-        .limits = &lim,
-        .cache_dir = cfg->image_cache_path,
-        .creds = creds,
-        .audit = tpl__audit,
-        .audit_arg = audit_dir,
-        .requested_by = requested_by,
-        .progress = progress,
-        .arg = arg,
-    };
+    struct tpl_pull_opts po = *o;
+    po.registries = &regs;
+    po.limits = &lim;
+    po.cache_dir = cfg->image_cache_path;
+    po.audit = tpl__audit;
+    po.audit_arg = audit_dir;
     return tpl_oci_pull(&po, img, err);
 }
 

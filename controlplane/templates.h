@@ -21,7 +21,7 @@ struct cp;
 struct cp_config;
 struct tpl_creds;
 struct tpl_image;
-struct tpl_progress;
+struct tpl_pull_opts;
 struct tpl_unpack_result;
 struct tpl_unpack_copy;
 struct tpl_unpack_copy_result;
@@ -54,12 +54,11 @@ int cp_template_resolve(struct cp *cp, const char *ref, char *dir, size_t len,
  * template.json), in name order, until fn returns non-zero; returns that value or 0. */
 int cp_templates_foreach(const struct cp *cp, int (*fn)(const char *id, const char *dir, void *arg),
                          void *arg);
-/* Pulls ref into the blob cache with the configuration's registries, CA, bounds and cache,
- * and writes the pull's audit record (<state>/audit/templates-*.jsonl) naming requested_by.
+/* Pulls o->reference into the blob cache with o's creds, requested_by, concurrency and
+ * progress, and the configuration's registries, CA, bounds and cache (what o says of those
+ * is not used), and writes the pull's audit record (<state>/audit/templates-*.jsonl).
  * Blocking: a CLI or a worker thread. tpl_image_free img afterwards, also after a failure. */
-int cp_template_pull(const struct cp_config *cfg, const char *ref, const struct tpl_creds *creds,
-                     const char *requested_by,
-                     void (*progress)(const struct tpl_progress *p, void *arg), void *arg,
+int cp_template_pull(const struct cp_config *cfg, const struct tpl_pull_opts *o,
                      struct tpl_image *img, struct al_error *err);
 /* Unpacks a pulled image into dir/rootfs (dir exists, rootfs does not) with airlock-unpack;
  * *tj gets the template.json of template name (what the image says, its reference as the

@@ -259,8 +259,13 @@ START_TEST(template_builds_api)
     struct cp_store *s2;
     ck_assert_int_eq(cp_store_open(db, &s2, NULL), 0);
     for (int i = 0; i < 150; i++)
-        ck_assert_int_eq(cp_store_build_log_add(s2, bid, al_wall_ns(), i % 2, "1", "line", NULL),
-                         0);
+        ck_assert_int_eq(
+            cp_store_build_log_add(
+                s2, bid,
+                &(struct cp_store_build_log_entry){
+                    .time_ns = al_wall_ns(), .level = i % 2, .step = "1", .message = "line"},
+                NULL),
+            0);
     cp_store_close(s2);
     char q[400];
     ck_assert_int_eq(count_entries(path), 100);

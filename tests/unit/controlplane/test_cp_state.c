@@ -584,13 +584,12 @@ static int build_names(const struct cp_store_build *b, void *arg)
     return 0;
 }
 
-static int log_lines(uint64_t n, uint64_t time_ns, int level, const char *step, const char *message,
-                     void *arg)
+static int log_lines(const struct cp_store_build_log_entry *e, void *arg)
 {
     char *out = arg;
     size_t l = strlen(out);
-    snprintf(out + l, 256 - l, "%s%llu/%llu/%d/%s/%s", l ? " " : "", (unsigned long long)n,
-             (unsigned long long)time_ns, level, step ? step : "-", message);
+    snprintf(out + l, 256 - l, "%s%llu/%llu/%d/%s/%s", l ? " " : "", (unsigned long long)e->n,
+             (unsigned long long)e->time_ns, e->level, e->step ? e->step : "-", e->message);
     return 0;
 }
 
@@ -644,30 +643,65 @@ START_TEST(store_template_builds)
     ck_assert_int_eq(cp_store_build_foreach(s, "t1", build_names, out, &err), 0);
     ck_assert_str_eq(out, "b-two:waiting b-one:ready");
 
-    ck_assert_int_eq(cp_store_build_log_add(s, "b-one", 5, 1, NULL, "first", &err), 0);
-    ck_assert_int_eq(cp_store_build_log_add(s, "b-one", 6, 0, "1", "second", &err), 0);
-    ck_assert_int_eq(cp_store_build_log_add(s, "b-one", 7, 3, "2", "third", &err), 0);
-    ck_assert_int_eq(cp_store_build_log_add(s, "b-other", 8, 1, NULL, "elsewhere", &err), 0);
+    ck_assert_int_eq(
+        cp_store_build_log_add(s, "b-one",
+                               &(struct cp_store_build_log_entry){
+                                   .time_ns = 5, .level = 1, .step = NULL, .message = "first"},
+                               &err),
+        0);
+    ck_assert_int_eq(
+        cp_store_build_log_add(s, "b-one",
+                               &(struct cp_store_build_log_entry){
+                                   .time_ns = 6, .level = 0, .step = "1", .message = "second"},
+                               &err),
+        0);
+    ck_assert_int_eq(
+        cp_store_build_log_add(s, "b-one",
+                               &(struct cp_store_build_log_entry){
+                                   .time_ns = 7, .level = 3, .step = "2", .message = "third"},
+                               &err),
+        0);
+    ck_assert_int_eq(
+        cp_store_build_log_add(s, "b-other",
+                               &(struct cp_store_build_log_entry){
+                                   .time_ns = 8, .level = 1, .step = NULL, .message = "elsewhere"},
+                               &err),
+        0);
     out[0] = '\0';
-    ck_assert_int_eq(cp_store_build_log_query(s, "b-one", 0, 0, 10, log_lines, out, &err), 0);
+    ck_assert_int_eq(cp_store_build_log_query(s, "b-one",
+                                              &(struct cp_store_build_log_page){0, 0, 10},
+                                              log_lines, out, &err),
+                     0);
     ck_assert_str_eq(out, "0/5/1/-/first 1/6/0/1/second 2/7/3/2/third");
     out[0] = '\0';
-    ck_assert_int_eq(cp_store_build_log_query(s, "b-one", 1, 1, 10, log_lines, out, &err), 0);
+    ck_assert_int_eq(cp_store_build_log_query(s, "b-one",
+                                              &(struct cp_store_build_log_page){1, 1, 10},
+                                              log_lines, out, &err),
+                     0);
     ck_assert_str_eq(out, "2/7/3/2/third");
     out[0] = '\0';
-    ck_assert_int_eq(cp_store_build_log_query(s, "b-one", 0, 1, 1, log_lines, out, &err), 0);
+    ck_assert_int_eq(cp_store_build_log_query(s, "b-one",
+                                              &(struct cp_store_build_log_page){0, 1, 1}, log_lines,
+                                              out, &err),
+                     0);
     ck_assert_str_eq(out, "1/6/0/1/second");
 
     ck_assert_int_eq(cp_store_tpl_delete(s, "t1", &err), 0);
     ck_assert_int_eq(cp_store_tpl_load(s, "t1", &created, &doc, NULL), -ENOENT);
     ck_assert_int_eq(cp_store_build_load(s, "b-one", &b, NULL), -ENOENT);
     out[0] = '\0';
-    ck_assert_int_eq(cp_store_build_log_query(s, "b-one", 0, 0, 10, log_lines, out, &err), 0);
+    ck_assert_int_eq(cp_store_build_log_query(s, "b-one",
+                                              &(struct cp_store_build_log_page){0, 0, 10},
+                                              log_lines, out, &err),
+                     0);
     ck_assert_str_eq(out, "");
     /* Another template's build and log stay. */
     ck_assert_int_eq(cp_store_build_load(s, "b-other", &b, &err), 0);
     cp_store_build_free(&b);
-    ck_assert_int_eq(cp_store_build_log_query(s, "b-other", 0, 0, 10, log_lines, out, &err), 0);
+    ck_assert_int_eq(cp_store_build_log_query(s, "b-other",
+                                              &(struct cp_store_build_log_page){0, 0, 10},
+                                              log_lines, out, &err),
+                     0);
     ck_assert_str_eq(out, "0/8/1/-/elsewhere");
     cp_store_close(s);
 }
