@@ -2,7 +2,8 @@
 //   #/overview          backend and why, pools, sandboxes by state, and charts of the last
 //                       hour: creation latency, egress decisions (redrawn every 10 s)
 //   #/sandboxes         the sandboxes (state filter), each linking to its detail
-//   #/sandboxes/<id>    one sandbox: info, metadata, pause, resume, kill, its logs live
+//   #/sandboxes/<id>    one sandbox: info, metadata, pause, resume, kill, its logs and its
+//                       egress decisions, live
 //   #/sandboxes/<id>/terminal  a shell in it (operator and admin), over a WebSocket
 //   #/audit             the latest egress decisions (filters), followed live on request, and
 //                       the log's verification
@@ -304,6 +305,7 @@ async function renderSandbox(id) {
   const logStatus = h("p", { class: "muted", "data-testid": "logs-status" });
   const logRows = h("tbody", { "data-testid": "log-rows" }, h("tr", { "data-testid": "no-logs" }, h("td", { colspan: 4, class: "muted" }, "No log lines yet.")));
   const logBox = h("div", { class: "logs", "data-testid": "logs" }, h("table", {}, logRows));
+  const egressBox = h("div", { "data-testid": "sandbox-audit" }, h("p", { class: "muted" }, "Loading…"));
   const actions = [
     sb.state === "running" && may("pauseSandbox") ? act("Pause", "", async () => { await api("POST", `${path}/pause`); route(); }) : null,
     sb.state === "paused" && may("resumeSandbox") ? act("Resume", "", async () => { await api("POST", `${path}/resume`, {}); route(); }) : null,
@@ -337,8 +339,31 @@ async function renderSandbox(id) {
       : !may("terminal") ? notForRole("open a terminal in a sandbox") : null,
     status,
     h("h2", {}, "Logs"),
-    may("sandboxLogs") ? [logStatus, logBox] : notForRole("read a sandbox's logs"));
+    may("sandboxLogs") ? [logStatus, logBox] : notForRole("read a sandbox's logs"),
+    h("h2", {}, "Egress decisions"),
+    may("readAudit") ? egressBox : notForRole("read the egress audit log"));
   if (may("sandboxLogs")) followLogs(sb.sandboxID, logRows, logStatus, logBox);
+  if (may("readAudit")) await sandboxDecisions(sb.sandboxID, egressBox);
+}
+
+// The sandbox's own records of the audit log, the latest then live (as the Audit page's).
+async function sandboxDecisions(id, box) {
+  let records;
+  try {
+    records = await api("GET", `/admin/audit?limit=50&sandbox=${encodeURIComponent(id)}`);
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) throw e;
+    show(box, problem(e));
+    return;
+  }
+  const rows = records.records.map(auditRow);
+  const tbody = h("tbody", { "data-testid": "sandbox-audit-rows" },
+    rows.length ? rows : h("tr", { "data-testid": "no-records" }, h("td", { colspan: 9, class: "muted" }, "No records.")));
+  const status = h("p", { class: "muted", "data-testid": "sandbox-audit-status" });
+  show(box, status, h("table", {},
+    h("thead", {}, h("tr", {}, ["seq", "time", "sandbox", "type", "decision", "reason", "rule", "host", "path"].map((t) => h("th", {}, t)))),
+    tbody));
+  if (box.isConnected) follow(tbody, status, { sandbox: id }, records.lastSeq ?? undefined);
 }
 
 // ---- a sandbox's logs, live -----------------------------------------------------------------
@@ -474,12 +499,14 @@ function closeLive() {
   liveTail = null;
 }
 
-// Follows the log from record `after` on (the newest the page lists), with the page's filter:
-// each new record goes on top of tbody. GET /admin/audit as Server-Sent Events.
-function follow(tbody, status, decision, after) {
+// Follows the log from record `after` on (the newest the page lists), with the page's filters
+// ({decision, sandbox}): each new record goes on top of tbody. GET /admin/audit as
+// Server-Sent Events.
+function follow(tbody, status, filters, after) {
   closeLive();
   const q = new URLSearchParams();
-  if (decision) q.set("decision", decision);
+  if (filters.decision) q.set("decision", filters.decision);
+  if (filters.sandbox) q.set("sandbox", filters.sandbox);
   if (after !== undefined) q.set("after", String(after));
   const es = new EventSource(`/admin/audit?${q}`);
   liveTail = es;
@@ -558,7 +585,7 @@ async function renderAudit(params) {
       return;
     }
     // From the last record the listing read on (the log's order is its seq): none is missed.
-    follow(tbody, liveStatus, decision, records.lastSeq ?? undefined);
+    follow(tbody, liveStatus, { decision }, records.lastSeq ?? undefined);
   });
   show(view,
     h("h1", {}, "Audit"),

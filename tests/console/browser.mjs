@@ -261,6 +261,14 @@ try {
   // Terminal: a shell in the sandbox through its agent; typed input, its output as text.
   await page.goto(`${base}/console/#/sandboxes/${sandbox2}`);
   await page.waitForSelector("[data-testid=open-terminal]");
+  // Its own egress decisions: the latest, then live; another sandbox's are not its.
+  await page.waitForFunction(() => document.querySelector("[data-testid=sandbox-audit-status]")?.textContent.includes("Following"));
+  const sbRows = () => page.$$eval("[data-testid=sandbox-audit-rows] [data-testid=audit-row]", (rs) => rs.map((r) => r.textContent));
+  ok((await sbRows()).some((t) => t.includes("before.test")), "sandbox page: its egress decisions so far");
+  appendRecord(5, { sandbox, decision: "deny", reason: "no_rule_matched", host: "other-sandbox.test", path: "/x" });
+  appendRecord(6, { decision: "deny", reason: "method_not_allowed", rule: "web", host: "sb-live.test", path: "/sb-live" });
+  await page.waitForFunction(() => document.querySelector("[data-testid=sandbox-audit-rows] [data-testid=audit-row]")?.textContent.includes("sb-live.test"));
+  ok(!(await sbRows()).some((t) => t.includes("other-sandbox.test")), "sandbox page: a new decision of it appears on top, live; another sandbox's does not");
   await page.click("[data-testid=open-terminal]");
   await page.waitForFunction(() => document.querySelector("[data-testid=term-status]")?.textContent.includes("Connected"));
   await page.focus("[data-testid=terminal]");

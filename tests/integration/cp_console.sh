@@ -18,6 +18,7 @@
 #     host refused and quoted as text, an unreadable URL refused with why);
 #   - the API keys page creates a key (shown once, working) and revokes it (refused at once);
 #     sign-out ends the session;
+#   - a sandbox's page lists its egress decisions and follows them live (not another's);
 #   - the terminal: `echo hi` typed shows `hi`, hostile output shows as text, the pty has the
 #     page's size, its start and end are lifecycle events with the key (and nothing typed),
 #     closing it kills the shell;
