@@ -32,8 +32,11 @@ void egress_conn_set_events(struct egress_end *end, int events)
         return;
     int ep = end->c->w->ep;
     struct epoll_event ev = {.events = ((events & UV_READABLE) ? EPOLLIN | EPOLLRDHUP : 0) |
-                                       ((events & UV_WRITABLE) ? EPOLLOUT : 0),
-                             .data.ptr = end};
+                                       ((events & UV_WRITABLE) ? EPOLLOUT : 0)};
+    if (end->slot)
+        ev.data.u64 = end->slot;
+    else
+        ev.data.ptr = end;
     int rc;
     if (events == 0 && !end->registered) {
         rc = 0;
@@ -238,6 +241,10 @@ static void conn__close_end(struct egress_conn *c, struct egress_end *end, bool 
     close(end->fd);
     end->fd = -1;
     end->registered = false;
+    end->events = 0;
+    if (end->slot)
+        egress_slot_free(c->w, end->slot);
+    end->slot = 0;
 }
 
 static void conn__free_in(struct egress_conn *c)
@@ -915,11 +922,57 @@ int egress_conn_connect(struct egress_conn *c)
     return 0;
 }
 
-void egress_conn_adopt_upstream(struct egress_conn *c, int fd)
+void egress_conn_adopt_upstream(struct egress_conn *c, int fd, uint64_t slot)
 {
-    conn__end_init(c, &c->upstream, fd);
-    c->upstream.eof = c->upstream.shut_wr = false;
+    struct egress_end *u = &c->upstream;
+    conn__end_init(c, u, fd);
+    u->eof = u->shut_wr = false;
+    if (slot) {
+        /* Registered as the pool left it: readable is what it asks for (no epoll_ctl). */
+        egress_slot_set(c->w, slot, u);
+        u->slot = slot;
+        u->registered = true;
+        u->events = UV_READABLE;
+    }
     c->state = CONN_HTTP;
+}
+
+uint64_t egress_conn_release_upstream(struct egress_conn *c)
+{
+    struct egress_end *u = &c->upstream;
+    uint64_t slot = u->slot;
+    bool fresh = !slot;
+    if (fresh)
+        slot = egress_slot_new(c->w);
+    if (slot) {
+        egress_slot_set(c->w, slot, NULL);
+        /* Reading is watched, as the response was read: the same interest under the same
+         * slot costs nothing; else one epoll_ctl where DEL here and ADD at the next take
+         * would have been two. */
+        if (fresh || !u->registered || u->events != UV_READABLE) {
+            struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = slot};
+            if (epoll_ctl(c->w->ep, u->registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, u->fd, &ev) <
+                0) {
+                egress_slot_free(c->w, slot);
+                slot = 0;
+            } else {
+                u->registered = true;
+            }
+        }
+    }
+    if (!slot && u->registered)
+        epoll_ctl(c->w->ep, EPOLL_CTL_DEL, u->fd, NULL);
+    u->fd = -1;
+    u->registered = false;
+    u->events = 0;
+    u->slot = 0;
+    return slot;
+}
+
+void egress_conn_drop_upstream(struct egress_conn *c)
+{
+    conn__close_end(c, &c->upstream, false); /* which takes it out of the epoll set */
+    c->upstream.eof = c->upstream.shut_wr = false;
 }
 
 static void conn__start_connect(struct egress_conn *c)

@@ -812,11 +812,7 @@ static void http__inspect_dst_checked(struct egress_conn *c, bool ok, const char
     const char *why = "out_of_memory";
     if (rc == 0 && c->upstream.fd >= 0) {
         /* An upstream of earlier requests: the session dials its own. */
-        egress_conn_set_events(&c->upstream, 0);
-        close(c->upstream.fd);
-        c->upstream.fd = -1;
-        c->upstream.registered = false;
-        c->upstream.events = 0;
+        egress_conn_drop_upstream(c);
     }
     if (rc == 0 && egress_inspect_conn_start_plain(c, c->host.text, b.data, b.len, &why) == 0) {
         al_buf_free_wipe(&b);
@@ -838,6 +834,23 @@ static void http__to_inspect(struct egress_conn *c)
     egress_check_destination(c, &c->host, http__inspect_dst_checked);
 }
 
+/* Methods a client may repeat without changing what its request does (RFC 9110 9.2.2). */
+static bool http__idempotent(const char *m)
+{
+    static const char *const ok[] = {"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", NULL};
+    for (const char *const *x = ok; m && *x; x++)
+        if (strcmp(m, *x) == 0)
+            return true;
+    return false;
+}
+
+/* The request may go again on another connection if its first one turns out dead: no body,
+ * a method that may be repeated. */
+static bool http__resendable(const struct egress_http *h)
+{
+    return !h->r.chunked && h->r.content_length <= 0 && http__idempotent(h->r.method);
+}
+
 /* The name c's upstream is pooled under, beside the sandbox (never shared between
  * sandboxes) and the port: the bound host and the address dialled. Not the policy: every
  * request on the connection is decided under the sandbox's current policy, and its
@@ -855,10 +868,15 @@ static bool http__take_pooled(struct egress_conn *c)
         return false;
     char name[sizeof c->http->host.text + sizeof c->dialled_text + 8];
     http__pool_name(c, name, sizeof name);
-    int fd = egress_inspect_pool_take(c->w, c->sb->id, name, c->dst_port);
+    /* A pooled socket that is still watched needs no look at it (a close would have been
+     * reported) unless the server closed it since the loop last asked and the request
+     * could not be sent again on another connection. */
+    uint64_t slot;
+    int fd = egress_inspect_pool_take(c->w, c->sb->id, name, c->dst_port,
+                                      !http__resendable(c->http), &slot);
     if (fd < 0)
         return false;
-    egress_conn_adopt_upstream(c, fd);
+    egress_conn_adopt_upstream(c, fd, slot);
     c->http->up_pooled = true;
     return true;
 }
@@ -869,25 +887,12 @@ void egress_http_pool_upstream(struct egress_conn *c)
     if (!h || !h->up_reusable || c->upstream.fd < 0 || c->upstream.eof || h->to_up.len || !c->sb ||
         atomic_load(&c->sb->removed))
         return;
-    /* Idle in the pool, nobody watches it: the next taker checks that it is still alive. */
-    if (c->upstream.registered)
-        epoll_ctl(c->w->ep, EPOLL_CTL_DEL, c->upstream.fd, NULL);
+    /* Idle in the pool, still watched for reading: a close or stray bytes drop it then. */
     char name[sizeof h->host.text + sizeof c->dialled_text + 8];
     http__pool_name(c, name, sizeof name);
-    egress_inspect_pool_give(c->w, c->sb->id, name, c->dst_port, c->upstream.fd);
-    c->upstream.fd = -1;
-    c->upstream.registered = false;
-    c->upstream.events = 0;
-}
-
-/* Methods a client may repeat without changing what its request does (RFC 9110 9.2.2). */
-static bool http__idempotent(const char *m)
-{
-    static const char *const ok[] = {"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", NULL};
-    for (const char *const *x = ok; m && *x; x++)
-        if (strcmp(m, *x) == 0)
-            return true;
-    return false;
+    int fd = c->upstream.fd;
+    uint64_t slot = egress_conn_release_upstream(c);
+    egress_inspect_pool_give(c->w, c->sb->id, name, c->dst_port, fd, slot);
 }
 
 /* A request sent on a pooled upstream that the server had closed meanwhile (its end, a
@@ -899,16 +904,12 @@ static bool http__resend(struct egress_conn *c)
 {
     struct egress_http *h = c->http;
     if (!h->up_pooled || h->up_resent || !h->req_done || h->resp_in_head || h->resp_started ||
-        h->up_len || h->r.chunked || h->r.content_length > 0 || !http__idempotent(h->r.method))
+        h->up_len || !http__resendable(h))
         return false;
     h->up_resent = true;
     h->up_pooled = false;
     h->up_reusable = false;
-    close(c->upstream.fd); /* which takes it out of the epoll set */
-    c->upstream.fd = -1;
-    c->upstream.registered = false;
-    c->upstream.events = 0;
-    c->upstream.eof = false;
+    egress_conn_drop_upstream(c);
     al_buf_reset(&h->to_up);
     llhttp_init(&h->resp, HTTP_RESPONSE, http__resp_settings());
     h->resp.data = h;

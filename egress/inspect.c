@@ -123,6 +123,12 @@ bool egress_inspect_available(const struct egress *e)
 
 /* ---- workers -------------------------------------------------------------------------------- */
 
+/* The pool closed a socket it held watched: its slot goes. */
+static void inspect__unwatch(void *arg, uint64_t slot)
+{
+    egress_slot_free(arg, slot);
+}
+
 int egress_inspect_worker_init(struct egress_worker *w)
 {
     struct egress_inspect_worker *iw = calloc(1, sizeof *iw);
@@ -131,7 +137,8 @@ int egress_inspect_worker_init(struct egress_worker *w)
     /* Plain HTTP keeps, per sandbox and host, as many upstreams as it had requests in flight
      * on this worker when the burst of new connections ended (a reference proxy keeps 64 per
      * upstream and worker). */
-    struct intercept_pool_opts po = {.max_per_key = 64};
+    struct intercept_pool_opts po = {
+        .max_per_key = 64, .unwatch = inspect__unwatch, .unwatch_arg = w};
     int rc = intercept_pool_new(&po, &iw->pool);
     if (rc == 0 && w->e->inspect && w->e->inspect->secrets)
         rc = intercept_fetcher_new(w->e->inspect->secrets, &w->loop, &iw->fetcher);
@@ -156,33 +163,39 @@ void egress_inspect_worker_stop(struct egress_worker *w)
 }
 
 int egress_inspect_pool_take(struct egress_worker *w, const char *sandbox, const char *name,
-                             uint16_t port)
+                             uint16_t port, bool check, uint64_t *slot)
 {
     if (!w->inspect)
         return -ENOENT;
     char key[INTERCEPT_POOL_KEY_MAX];
     intercept_pool_key(key, sandbox, name, port);
     int fd;
-    struct intercept_tls *tls;
-    if (intercept_pool_get(w->inspect->pool, key, &fd, &tls) < 0)
+    if (intercept_pool_take_plain(w->inspect->pool, key, check, &fd, slot) < 0)
         return -ENOENT;
-    if (tls) { /* a session's TLS upstream under this name: not a plain connection */
-        intercept_pool_put(w->inspect->pool, key, fd, tls);
-        return -ENOENT;
-    }
     return fd;
 }
 
 void egress_inspect_pool_give(struct egress_worker *w, const char *sandbox, const char *name,
-                              uint16_t port, int fd)
+                              uint16_t port, int fd, uint64_t slot)
 {
     if (!w->inspect) {
+        if (slot)
+            egress_slot_free(w, slot);
         close(fd);
         return;
     }
     char key[INTERCEPT_POOL_KEY_MAX];
     intercept_pool_key(key, sandbox, name, port);
-    intercept_pool_put(w->inspect->pool, key, fd, NULL);
+    if (slot)
+        intercept_pool_put_watched(w->inspect->pool, key, fd, slot);
+    else
+        intercept_pool_put(w->inspect->pool, key, fd, NULL);
+}
+
+void egress_inspect_pool_event(struct egress_worker *w, uint64_t slot)
+{
+    if (w->inspect)
+        intercept_pool_watch_event(w->inspect->pool, slot);
 }
 
 /* A key whose sandbox the registry no longer knows. Asking the registry rather than being
@@ -330,6 +343,9 @@ static void op_watch(void *ctx, int which, int fd, int events)
          * while it is still open (the session closes it after this call). */
         if (u->registered && u->fd >= 0)
             epoll_ctl(ep, EPOLL_CTL_DEL, u->fd, NULL);
+        if (u->slot)
+            egress_slot_free(c->w, u->slot);
+        u->slot = 0;
         u->fd = fd;
         u->c = c;
         u->registered = false;

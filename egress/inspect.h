@@ -49,12 +49,16 @@ int egress_inspect_worker_init(struct egress_worker *w);
 /* In the worker's stop (its connections are closed): closes the pool and the fetcher. */
 void egress_inspect_worker_stop(struct egress_worker *w);
 /* Plain upstream connections (http.c) in the worker's pool of idle upstreams
- * (egress/intercept/pool.h), beside the sessions' TLS ones, under (sandbox, name, port):
- * take gives a live one (its fd, the caller's) or -ENOENT; give hands fd to the pool. */
+ * (egress/intercept/pool.h), beside the sessions' TLS ones, under (sandbox, name, port).
+ * give hands fd to the pool, with the epoll slot it stays registered under (slot nonzero,
+ * egress_slot_new) or none; take gives one (its fd, the caller's, and *slot: its slot, or
+ * 0 when it is out of the epoll set), or -ENOENT. check: see intercept_pool_take_plain. */
 int egress_inspect_pool_take(struct egress_worker *w, const char *sandbox, const char *name,
-                             uint16_t port);
+                             uint16_t port, bool check, uint64_t *slot);
 void egress_inspect_pool_give(struct egress_worker *w, const char *sandbox, const char *name,
-                              uint16_t port, int fd);
+                              uint16_t port, int fd, uint64_t slot);
+/* An event on the slot of a pooled socket (worker.c). */
+void egress_inspect_pool_event(struct egress_worker *w, uint64_t slot);
 /* Closes the idle upstreams (plain and TLS) of every sandbox that is no longer registered:
  * called by the worker after an unregister, once it closed the sandbox's connections. */
 void egress_inspect_pool_purge_removed(struct egress_worker *w);

@@ -131,6 +131,16 @@ struct egress_listener {
 
 #define EGRESS_PIPE_POOL 64 /* idle pipes kept per worker */
 
+/* An epoll registration that outlives the socket's owner: a pooled upstream passes from a
+ * connection to the pool and on to the next connection with no epoll_ctl, registered under
+ * the slot's token rather than an end's address. */
+struct egress_slot {
+    struct egress_end *end; /* NULL: the pool holds the socket */
+    uint32_t gen;           /* in the token: an event fetched for a freed slot is ignored */
+    uint32_t next_free;     /* index + 1 */
+    bool used;
+};
+
 struct egress_worker {
     struct egress *e;
     unsigned index;
@@ -150,6 +160,8 @@ struct egress_worker {
     struct egress_resolver *resolver;
     struct egress_dns_state *dns;          /* DNS queries in flight, TCP DNS connections */
     struct egress_inspect_worker *inspect; /* upstream pool, vault fetcher (inspect.c) */
+    struct egress_slot *slots;
+    uint32_t n_slots, free_slot; /* free_slot: index + 1 of the first free one, 0: none */
     bool started;
     bool stopping;
 };
@@ -164,6 +176,12 @@ int egress_listen_udp(const struct sockaddr_storage *ss, bool reuseport, uint16_
  * why in why. Never returns AUTO. */
 enum egress_listener_mode egress_listener_mode_pick(const struct egress_config *cfg, char *why,
                                                     size_t whylen);
+
+/* Slots (struct egress_slot): a token (odd, never an end's address) or 0 when out of
+ * memory; set names the end its events go to (NULL: the pool's); free forgets it. */
+uint64_t egress_slot_new(struct egress_worker *w);
+void egress_slot_set(struct egress_worker *w, uint64_t token, struct egress_end *end);
+void egress_slot_free(struct egress_worker *w, uint64_t token);
 
 /* Pipes for splice, pooled per worker: 0 or -errno; only empty pipes are put back. */
 int egress_pipe_get(struct egress_worker *w, int fd[2]);
@@ -193,6 +211,7 @@ struct egress_end {
     int events;      /* UV_READABLE | UV_WRITABLE currently asked for */
     bool eof;        /* read side saw EOF */
     bool shut_wr;    /* we shut down its write side */
+    uint64_t slot;   /* registered under this slot's token (0: under the end's address) */
     struct egress_conn *c;
 };
 
@@ -271,8 +290,15 @@ void egress_conn_no_deadline(struct egress_conn *c);
 int egress_dial(struct egress *e, const struct egress_ip *ip, uint16_t port);
 int egress_conn_connect(struct egress_conn *c);
 /* Takes fd, an upstream connection already made to c->dialled:c->dst_port (one from the
- * worker's pool), as c's upstream, as a connect that finished would. */
-void egress_conn_adopt_upstream(struct egress_conn *c, int fd);
+ * worker's pool), as c's upstream, as a connect that finished would; slot: the one it is
+ * registered under, watched for reading (0: not in the epoll set). */
+void egress_conn_adopt_upstream(struct egress_conn *c, int fd, uint64_t slot);
+/* c's upstream socket, about to leave c for the pool, stays in the epoll set watched for
+ * reading under a slot of its own: that slot, or 0 when it had to leave the set. c's
+ * upstream end is empty after it. */
+uint64_t egress_conn_release_upstream(struct egress_conn *c);
+/* Closes c's upstream socket (the connection goes on without it). */
+void egress_conn_drop_upstream(struct egress_conn *c);
 /* Closes every connection of removed sandboxes on this worker. */
 void egress_worker_reap_removed(struct egress_worker *w);
 /* Judges again every connection on this worker whose sandbox's network changed since the

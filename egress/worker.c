@@ -244,6 +244,59 @@ static void worker__on_listener(uv_poll_t *h, int status, int events)
     }
 }
 
+/* ---- slots ---------------------------------------------------------------------------- */
+
+/* token: generation << 32 | index << 1 | 1; an end's address is even. */
+static struct egress_slot *worker__slot(struct egress_worker *w, uint64_t t)
+{
+    uint32_t i = (uint32_t)(t & 0xffffffffu) >> 1;
+    if (!(t & 1) || i >= w->n_slots || !w->slots[i].used || w->slots[i].gen != (uint32_t)(t >> 32))
+        return NULL;
+    return &w->slots[i];
+}
+
+uint64_t egress_slot_new(struct egress_worker *w)
+{
+    if (!w->free_slot) {
+        if (w->n_slots >= (1u << 30))
+            return 0;
+        uint32_t n = w->n_slots ? w->n_slots * 2 : 64;
+        struct egress_slot *s = realloc(w->slots, n * sizeof *s);
+        if (!s)
+            return 0;
+        for (uint32_t i = w->n_slots; i < n; i++)
+            s[i] = (struct egress_slot){.next_free = i + 2 <= n ? i + 2 : 0};
+        w->free_slot = w->n_slots + 1;
+        w->slots = s;
+        w->n_slots = n;
+    }
+    uint32_t i = w->free_slot - 1;
+    struct egress_slot *s = &w->slots[i];
+    w->free_slot = s->next_free;
+    s->used = true;
+    s->end = NULL;
+    return ((uint64_t)s->gen << 32) | ((uint64_t)i << 1) | 1;
+}
+
+void egress_slot_set(struct egress_worker *w, uint64_t t, struct egress_end *end)
+{
+    struct egress_slot *s = worker__slot(w, t);
+    if (s)
+        s->end = end;
+}
+
+void egress_slot_free(struct egress_worker *w, uint64_t t)
+{
+    struct egress_slot *s = worker__slot(w, t);
+    if (!s)
+        return;
+    s->used = false;
+    s->end = NULL;
+    s->gen++;
+    s->next_free = w->free_slot;
+    w->free_slot = (uint32_t)(s - w->slots) + 1;
+}
+
 /* The connections' epoll set is readable: dispatch what it reports. */
 static void worker__on_ep(uv_poll_t *h, int status, int events)
 {
@@ -253,8 +306,18 @@ static void worker__on_ep(uv_poll_t *h, int status, int events)
         int n = epoll_wait(w->ep, evs, 128, 0);
         if (n <= 0)
             return;
-        for (int i = 0; i < n; i++)
-            egress_conn_on_events(evs[i].data.ptr, evs[i].events);
+        for (int i = 0; i < n; i++) {
+            uint64_t d = evs[i].data.u64;
+            if (!(d & 1)) {
+                egress_conn_on_events(evs[i].data.ptr, evs[i].events);
+                continue;
+            }
+            struct egress_slot *s = worker__slot(w, d);
+            if (s && s->end)
+                egress_conn_on_events(s->end, evs[i].events);
+            else if (s)
+                egress_inspect_pool_event(w, d);
+        }
         if (n < 128)
             return;
     }
@@ -276,6 +339,9 @@ static void worker__on_wake(uv_async_t *a)
     while (w->conns)
         egress_conn_close(w->conns, true, "proxy_stopping");
     egress_inspect_worker_stop(w); /* after the sessions: they may hand upstreams to the pool */
+    free(w->slots);                /* the pool held the last ones */
+    w->slots = NULL;
+    w->n_slots = w->free_slot = 0;
     uv_close((uv_handle_t *)&w->ep_poll, NULL);
     egress_dns_close_all(w);
     if (w->resolver) {

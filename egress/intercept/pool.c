@@ -15,6 +15,7 @@ struct pool__conn {
     char key[INTERCEPT_POOL_KEY_MAX];
     int fd;
     struct intercept_tls *tls;
+    uint64_t watch; /* the owner's, 0: not watched */
     uint64_t since_ns;
 };
 
@@ -23,6 +24,8 @@ struct intercept_pool {
     size_t n;
     size_t max_idle, max_per_key;
     uint64_t idle_ns;
+    void (*unwatch)(void *arg, uint64_t watch);
+    void *unwatch_arg;
     struct intercept_pool_stats st;
 };
 
@@ -34,6 +37,8 @@ int intercept_pool_new(const struct intercept_pool_opts *o, struct intercept_poo
     p->max_idle = o && o->max_idle ? o->max_idle : 256;
     p->max_per_key = o && o->max_per_key ? o->max_per_key : 16;
     p->idle_ns = (uint64_t)(o && o->idle_ms ? o->idle_ms : 30000) * 1000000ull;
+    p->unwatch = o ? o->unwatch : NULL;
+    p->unwatch_arg = o ? o->unwatch_arg : NULL;
     *out = p;
     return 0;
 }
@@ -59,6 +64,8 @@ static void pool__unlink(struct intercept_pool *p, struct pool__conn *c)
 static void pool__close(struct intercept_pool *p, struct pool__conn *c)
 {
     pool__unlink(p, c);
+    if (c->watch && p->unwatch)
+        p->unwatch(p->unwatch_arg, c->watch);
     intercept_tls_free(c->tls);
     close(c->fd);
     free(c);
@@ -74,12 +81,14 @@ void intercept_pool_sweep(struct intercept_pool *p)
     }
 }
 
-void intercept_pool_put(struct intercept_pool *p, const char *key, int fd,
-                        struct intercept_tls *tls)
+static void pool__put(struct intercept_pool *p, const char *key, int fd, struct intercept_tls *tls,
+                      uint64_t watch)
 {
     intercept_pool_sweep(p);
     struct pool__conn *c = calloc(1, sizeof *c);
     if (!c) {
+        if (watch && p->unwatch)
+            p->unwatch(p->unwatch_arg, watch);
         intercept_tls_free(tls);
         close(fd);
         return;
@@ -87,6 +96,7 @@ void intercept_pool_put(struct intercept_pool *p, const char *key, int fd,
     snprintf(c->key, sizeof c->key, "%s", key);
     c->fd = fd;
     c->tls = tls;
+    c->watch = watch;
     c->since_ns = al_now_ns();
     /* Per key: drop the oldest beyond the bound. */
     size_t same = 0;
@@ -113,6 +123,17 @@ void intercept_pool_put(struct intercept_pool *p, const char *key, int fd,
     p->n++;
 }
 
+void intercept_pool_put(struct intercept_pool *p, const char *key, int fd,
+                        struct intercept_tls *tls)
+{
+    pool__put(p, key, fd, tls, 0);
+}
+
+void intercept_pool_put_watched(struct intercept_pool *p, const char *key, int fd, uint64_t watch)
+{
+    pool__put(p, key, fd, NULL, watch);
+}
+
 /* An idle connection is alive if reading finds nothing to read. Anything else (the server's
  * close_notify, EOF, a reset, bytes nobody asked for) makes it unusable. */
 static bool pool__alive(struct pool__conn *c)
@@ -126,21 +147,20 @@ static bool pool__alive(struct pool__conn *c)
     return n == -EAGAIN && intercept_tls_out_pending(c->tls) == 0;
 }
 
-int intercept_pool_get(struct intercept_pool *p, const char *key, int *fd,
-                       struct intercept_tls **tls)
+/* The newest idle connection for key that may be given (plain only, or watched ones too),
+ * alive (checked unless watched and !check); dead ones met on the way are closed. */
+static struct pool__conn *pool__take(struct intercept_pool *p, const char *key, bool plain,
+                                     bool watched, bool check)
 {
     intercept_pool_sweep(p);
     struct pool__conn *c = p->head;
     while (c) {
         struct pool__conn *next = c->next;
-        if (strcmp(c->key, key) == 0) {
-            if (pool__alive(c)) {
+        if (strcmp(c->key, key) == 0 && (!plain || !c->tls) && (watched || !c->watch)) {
+            if ((c->watch && !check) || pool__alive(c)) {
                 pool__unlink(p, c);
-                *fd = c->fd;
-                *tls = c->tls;
-                free(c);
                 p->st.hits++;
-                return 0;
+                return c;
             }
             p->st.dead++;
             pool__close(p, c);
@@ -148,7 +168,43 @@ int intercept_pool_get(struct intercept_pool *p, const char *key, int *fd,
         c = next;
     }
     p->st.misses++;
-    return -ENOENT;
+    return NULL;
+}
+
+int intercept_pool_get(struct intercept_pool *p, const char *key, int *fd,
+                       struct intercept_tls **tls)
+{
+    struct pool__conn *c = pool__take(p, key, false, false, true);
+    if (!c)
+        return -ENOENT;
+    *fd = c->fd;
+    *tls = c->tls;
+    free(c);
+    return 0;
+}
+
+int intercept_pool_take_plain(struct intercept_pool *p, const char *key, bool check, int *fd,
+                              uint64_t *watch)
+{
+    struct pool__conn *c = pool__take(p, key, true, true, check);
+    if (!c)
+        return -ENOENT;
+    *fd = c->fd;
+    *watch = c->watch;
+    free(c);
+    return 0;
+}
+
+void intercept_pool_watch_event(struct intercept_pool *p, uint64_t watch)
+{
+    for (struct pool__conn *c = p->head; c; c = c->next)
+        if (c->watch == watch) {
+            if (!pool__alive(c)) {
+                p->st.dead++;
+                pool__close(p, c);
+            }
+            return;
+        }
 }
 
 void intercept_pool_key_sandbox(const char *key, char *out)

@@ -100,6 +100,25 @@ ew_eq "a POST the upstream dropped is not sent again: 502" \
   "$(grep -lEz '^HTTP/1.1 502 .*upstream_closed_before_response' "$EW_TMP"/post[123].out | wc -l | awk '{print ($1 > 0) ? "some" : "none"}')" some
 ew_eq "each POST reached the upstream once" \
   "$(grep -Ec '^REQ [^ ]+ POST /once\?p[123] ' "$EW_TMP/up.req")" 3
+# A kept upstream that its server closes while idle is closed by the proxy then (its socket
+# is watched in the pool), not left half-closed until it would be taken or expire (30 s).
+ew_raw 1 203.0.113.10 80 "GET /bye HTTP/1.1\\r\\nHost: allowed.test\\r\\nConnection: close\\r\\n\\r\\n" >"$EW_TMP/bye.out"
+ew_match "a request whose server closes its kept connection soon after is answered" \
+  '^HTTP/1.1 200 ' cat "$EW_TMP/bye.out"
+bye_port=$(grep -o 'GET /bye .*peer=[0-9.:]*' "$EW_TMP/up.req" | sed 's/.*://')
+for ((i = 0; i < 100; i++)); do
+  grep -Eq "^BYE good peer=[0-9.]+:$bye_port\$" "$EW_TMP/up.req" && break
+  sleep 0.1
+done
+ew_ok "(the server closed it)" grep -Eq "^BYE good peer=[0-9.]+:${bye_port:-none}\$" "$EW_TMP/up.req"
+bye_left=open
+for ((i = 0; i < 100; i++)); do
+  [ -z "$(ew_host ss -Htn state established state close-wait "( sport = :${bye_port:-0} )")" ] &&
+    bye_left=closed && break
+  sleep 0.1
+done
+ew_eq "the proxy closes its end of a pooled upstream the server closed (within 10 s)" \
+  "${bye_port:+$bye_left}" closed
 # A removed sandbox's idle upstreams are closed with it, not when they would expire (30 s).
 ew_match "a second sandbox registered" "HTTP 201" ew_register sbx-2 2 "$EW_TMP/policy.yaml"
 ew_raw 2 203.0.113.10 80 "GET /gone HTTP/1.1\\r\\nHost: allowed.test\\r\\nConnection: close\\r\\n\\r\\n" >"$EW_TMP/gone.out"

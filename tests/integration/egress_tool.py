@@ -20,8 +20,10 @@ Servers (run inside the test world's namespaces, never anywhere else):
       /redirect?to=URL (302), /big?n=BYTES, /close (Connection: close), /http10 (HTTP/1.0
       reply, no length), /ws (WebSocket-style 101 then echo), /chunked (chunked reply),
       /once (answered only as a connection's first request; later on one connection it is
-      closed unanswered, logged "DROPPED <method> <target> peer=<peer>"). A connection the
-      client ends between requests is logged "CLOSED <name> peer=<peer>".
+      closed unanswered, logged "DROPPED <method> <target> peer=<peer>"), /bye (answered
+      as a kept connection, which the server closes 0.5 s later, logged "BYE <name>
+      peer=<peer>"). A connection the client ends between requests is logged "CLOSED
+      <name> peer=<peer>".
   tls-server ADDR PORT --cert C --key K --log FILE [--name N] [--cl0]
       TLS server (HTTP inside); logs "TLS <name> sni=<SNI>" per handshake.
   tcp-banner ADDR PORT --log FILE
@@ -427,6 +429,13 @@ class HTTPHandler(socketserver.StreamRequestHandler):
             self.wfile.write(resp + b"\r\n" + (b"" if method == "HEAD" else echo))
             self.wfile.flush()
             if close:
+                return
+            if path == "/bye":
+                # as a server whose idle timeout ends a kept connection: answered as kept,
+                # closed a moment later
+                time.sleep(0.5)
+                log_line(srv.logpath, "BYE %s peer=%s:%d" % (
+                    srv.name, self.client_address[0], self.client_address[1]))
                 return
 
 
