@@ -184,8 +184,8 @@ static int tcli__pull(int argc, char **argv)
             tmp[0] = '\0';
             goto out;
         }
-        json_t *t = NULL;
-        if (cp_template_unpack(&cfg, name, &img, tmp, &ur, &t, &err) < 0) {
+        json_t *t = cp_template_unpack(&cfg, name, &img, tmp, &ur, &err);
+        if (!t) {
             fprintf(stderr, "airlock template pull: %s\n", err.msg);
             goto out;
         }

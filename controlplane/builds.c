@@ -973,9 +973,9 @@ static void builds__base(struct builds_job *j)
                         img.digest, img.n_layers, (double)img.bytes / 1048576.0,
                         (double)img.bytes_pulled / 1048576.0);
         struct tpl_unpack_result ur = {0};
-        rc = cp_template_unpack(&cp->cfg, j->tid, &img, j->tmp, &ur, &t, &err);
+        t = cp_template_unpack(&cp->cfg, j->tid, &img, j->tmp, &ur, &err);
         tpl_image_free(&img);
-        if (rc < 0) {
+        if (!t) {
             builds__job_fail(j, "base", "unpacking %s: %s", image, al_error_str(&err));
             goto out;
         }

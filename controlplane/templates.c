@@ -449,23 +449,25 @@ static void tpl__helper_opts(const struct cp_config *cfg, struct tpl__helper *h)
     };
 }
 
-int cp_template_unpack(const struct cp_config *cfg, const char *name, const struct tpl_image *img,
-                       const char *dir, struct tpl_unpack_result *ur, json_t **tj,
-                       struct al_error *err)
+json_t *cp_template_unpack(const struct cp_config *cfg, const char *name,
+                           const struct tpl_image *img, const char *dir,
+                           struct tpl_unpack_result *ur, struct al_error *err)
 {
     char rootfs[4300];
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", dir);
     struct tpl__helper h;
     tpl__helper_opts(cfg, &h);
-    int rc = tpl_unpack_image(&h.uo, img, rootfs, ur, err);
-    if (rc < 0)
-        return rc;
+    if (tpl_unpack_image(&h.uo, img, rootfs, ur, err) < 0)
+        return NULL;
     json_t *t = tpl_image_template_json(img);
+    if (!t) {
+        al_error_set(err, -ENOMEM, "out of memory");
+        return NULL;
+    }
     json_object_set_new(t, "name", json_string(name));
     json_object_set_new(t, "description", json_string(img->reference));
     json_object_set_new(t, "agent", json_object());
-    *tj = t;
-    return 0;
+    return t;
 }
 
 int cp_template_copy(const struct cp_config *cfg, const char *dir, const char *archive,

@@ -61,11 +61,12 @@ int cp_templates_foreach(const struct cp *cp, int (*fn)(const char *id, const ch
 int cp_template_pull(const struct cp_config *cfg, const struct tpl_pull_opts *o,
                      struct tpl_image *img, struct al_error *err);
 /* Unpacks a pulled image into dir/rootfs (dir exists, rootfs does not) with airlock-unpack;
- * *tj gets the template.json of template name (what the image says, its reference as the
- * description). Nothing half-made stays in dir on failure. Blocking. */
-int cp_template_unpack(const struct cp_config *cfg, const char *name, const struct tpl_image *img,
-                       const char *dir, struct tpl_unpack_result *ur, json_t **tj,
-                       struct al_error *err);
+ * returns the template.json of template name (what the image says, its reference as the
+ * description; a new reference), or NULL with err. Nothing half-made stays in dir on
+ * failure. Blocking. */
+json_t *cp_template_unpack(const struct cp_config *cfg, const char *name,
+                           const struct tpl_image *img, const char *dir,
+                           struct tpl_unpack_result *ur, struct al_error *err);
 /* Applies a COPY step's archive (the SDK's upload) to dir/rootfs with airlock-unpack
  * --copy (controlplane/templates/copy.h). Blocking. */
 int cp_template_copy(const struct cp_config *cfg, const char *dir, const char *archive,
