@@ -311,10 +311,19 @@ static void gw__owner_done(struct cp_cluster_job *j, void *arg)
     gw__to_node(f, j->owner.node_id, j->owner.address, true);
 }
 
-/* Routes req to the node of sandbox id (cache, else the database). */
-static void gw__route(struct cp *cp, struct al_http_req *req, const char *id, bool data,
-                      bool by_host, const char *port, bool is_delete)
+/* What a request to route is (gw__route). */
+struct gw_route_opts {
+    const char *id;   /* the sandbox */
+    bool data;        /* data plane: "gone" is E2B's proxy's 502 */
+    bool by_host;     /* named by a "<port>-<id>" Host: the node gets the sandbox headers */
+    const char *port; /* the sandbox port (the node gets it when by_host) */
+    bool is_delete;   /* DELETE /sandboxes/{id}: a confirmed kill ends the placement */
+};
+
+/* Routes req to the node of o->id's sandbox (cache, else the database). */
+static void gw__route(struct cp *cp, struct al_http_req *req, const struct gw_route_opts *o)
 {
+    const char *id = o->id ? o->id : "";
     struct gw_fwd *f = calloc(1, sizeof *f);
     if (!f) {
         cp_rest_error(req, 500, "out of memory");
@@ -322,11 +331,11 @@ static void gw__route(struct cp *cp, struct al_http_req *req, const char *id, bo
     }
     f->cp = cp;
     f->req = req;
-    f->data = data;
-    f->by_host = by_host;
-    f->is_delete = is_delete;
+    f->data = o->data;
+    f->by_host = o->by_host;
+    f->is_delete = o->is_delete;
     snprintf(f->id, sizeof f->id, "%s", id);
-    snprintf(f->port, sizeof f->port, "%s", port ? port : "");
+    snprintf(f->port, sizeof f->port, "%s", o->port ? o->port : "");
     if (!cp_sandbox_id_valid(id)) {
         gw__gone(f, "not a sandbox id");
         free(f);
@@ -371,13 +380,16 @@ bool cp_cluster_gw_data(struct cp *cp, struct al_http_req *req)
     }
     if (nid == 1) {
         const char *port = al_http_req_header(req, "E2b-Sandbox-Port");
-        gw__route(cp, req, al_http_req_header(req, "E2b-Sandbox-Id"), true, false, port, false);
+        gw__route(cp, req,
+                  &(struct gw_route_opts){
+                      .id = al_http_req_header(req, "E2b-Sandbox-Id"), .data = true, .port = port});
         return true;
     }
     char port[8], id[64];
     if (!cp_proxy_host_parse(cp, req, port, sizeof port, id, sizeof id))
         return false;
-    gw__route(cp, req, id, true, true, port, false);
+    gw__route(cp, req,
+              &(struct gw_route_opts){.id = id, .data = true, .by_host = true, .port = port});
     return true;
 }
 
@@ -1055,6 +1067,8 @@ bool cp_cluster_gw_api(struct cp *cp, struct al_http_req *req)
         cp_rest_error(req, 404, "no such endpoint: %s %s", req->method, p);
         return true;
     }
-    gw__route(cp, req, id, false, false, NULL, *q == '\0' && strcmp(req->method, "DELETE") == 0);
+    gw__route(cp, req,
+              &(struct gw_route_opts){
+                  .id = id, .is_delete = *q == '\0' && strcmp(req->method, "DELETE") == 0});
     return true;
 }
