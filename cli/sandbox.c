@@ -792,7 +792,7 @@ static void ev_cli__usage(FILE *f)
         "  tail [--sandbox ID] [--type TYPE]... [--json]\n"
         "         prints events as they happen until interrupted\n"
         "  TYPE: created, killed, updated, paused, resumed, checkpointed, rolled_back, forked,\n"
-        "        terminal_opened, terminal_closed, snapshot_deleted\n"
+        "        terminal_opened, terminal_closed, snapshot_deleted, node_lost\n"
         "        (or the full sandbox.lifecycle.NAME; airlockd checks it)\n"
         "\n"
         "Talks to airlockd on %s/run/airlockd.sock.\n",

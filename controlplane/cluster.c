@@ -16,13 +16,14 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "cp.h"
+#include "events.h"
 #include "hostcheck.h"
 #include "ids.h"
 #include "templates.h"
 #include "warm.h"
 
 /* The admin API's jobs (beside cp_cluster_job_kind's). */
-enum { CLUSTER__NODES = 100, CLUSTER__NODE, CLUSTER__CORDON };
+enum { CLUSTER__NODES = 100, CLUSTER__NODE, CLUSTER__CORDON, CLUSTER__LOST };
 
 /* A request of /admin/cluster/... waiting for the thread. */
 struct cluster__admin {
@@ -35,6 +36,17 @@ struct cluster__admin {
     json_t *out; /* the answer (200) */
 };
 
+/* The thread's report of a node a gateway saw lose its lease, for the loop's events. */
+struct cluster__lost {
+    struct cp_cluster_job j; /* first: the answers queue holds &j */
+    char node_id[CP_CLUSTER_NODE_ID_MAX];
+    char lease_expires_at[32], heartbeat_at[32]; /* "" for a node removed from the table */
+    struct cp_cluster_placed_list sandboxes;
+};
+
+/* Events of one lost node's sandboxes: at most this many (the rest is logged as a count). */
+#define CLUSTER__LOST_MAX 100000
+
 /* A node as the gateway's snapshot has it. */
 struct cluster__snap {
     char id[CP_CLUSTER_NODE_ID_MAX];
@@ -44,6 +56,7 @@ struct cluster__snap {
 
 struct cp_cluster {
     /* set at start, read-only afterwards */
+    struct cp *cp;
     int role;
     char conninfo_desc[300];
     const char *conninfo; /* cfg's: lives as long as cp */
@@ -242,20 +255,17 @@ static void cluster__admin_run(struct cp_cluster *c, struct cluster__admin *a)
         return;
     }
     /* Which sandboxes it still holds (what a drain waits for). */
-    char **ids = NULL;
-    size_t n_ids = 0, total = 0;
-    if ((rc = cp_cluster_db_node_sandboxes(c->db, a->node_id, 1000, &ids, &n_ids, &total, &e))) {
+    struct cp_cluster_placed_list pl;
+    if ((rc = cp_cluster_db_node_sandboxes(c->db, a->node_id, 1000, &pl, &e))) {
         json_decref(node);
         goto fail;
     }
     json_t *arr = json_array();
-    for (size_t i = 0; i < n_ids; i++) {
-        json_array_append_new(arr, json_string(ids[i]));
-        free(ids[i]);
-    }
-    free(ids);
+    for (size_t i = 0; i < pl.n; i++)
+        json_array_append_new(arr, json_string(pl.v[i].id));
     json_object_set_new(node, "sandboxes", arr);
-    json_object_set_new(node, "sandboxCount", json_integer((json_int_t)total));
+    json_object_set_new(node, "sandboxCount", json_integer((json_int_t)pl.total));
+    cp_cluster_placed_free(&pl);
     a->out = node;
     a->status = 200;
     return;
@@ -319,9 +329,67 @@ static void cluster__run(struct cp_cluster *c, struct cp_cluster_job *j)
     }
 }
 
-/* Keeps every node of v (all of them, as listed) as the gateway's snapshot. */
+static void cluster__lost_done(struct cp_cluster_job *j, void *arg);
+
+/* A node that was live at the gateway's last look and is not now (its lease ran out or was
+ * released, or its row was removed: x NULL): the sandboxes placed on it, for the loop to
+ * record an event of each. The placements stay: a node that comes back has them again. */
+static void cluster__lost(struct cp_cluster *c, const char *node_id,
+                          const struct cp_cluster_node *x)
+{
+    struct cluster__lost *l = calloc(1, sizeof *l);
+    if (!l)
+        return;
+    l->j.kind = CLUSTER__LOST;
+    l->j.done = cluster__lost_done;
+    l->j.arg = c;
+    snprintf(l->node_id, sizeof l->node_id, "%s", node_id);
+    if (x) {
+        snprintf(l->lease_expires_at, sizeof l->lease_expires_at, "%s", x->lease_expires_at);
+        snprintf(l->heartbeat_at, sizeof l->heartbeat_at, "%s", x->heartbeat_at);
+    }
+    struct al_error e = {0};
+    int rc =
+        c->db ? cp_cluster_db_node_sandboxes(c->db, node_id, CLUSTER__LOST_MAX, &l->sandboxes, &e)
+              : -ENOTCONN;
+    if (rc) {
+        /* The routes say "lost" all the same; only the events are missing. */
+        al_warn("cluster: node %s lost its lease; its sandboxes could not be listed for their "
+                "node_lost events: %s",
+                node_id, c->db ? al_error_str(&e) : "no database connection");
+        free(l);
+        if (cluster__broken(rc))
+            cluster__drop(c);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    l->j.next = c->answers;
+    c->answers = &l->j;
+    pthread_mutex_unlock(&c->mu);
+    uv_async_send(&c->async);
+}
+
+/* Keeps every node of v (all of them, as listed) as the gateway's snapshot; reports the
+ * nodes live in the previous snapshot that are not any more. */
 static void cluster__snapshot_keep(struct cp_cluster *c, const struct cp_cluster_node *v, size_t n)
 {
+    pthread_mutex_lock(&c->mu);
+    size_t n_old = c->snap ? c->n_snap : 0;
+    struct cluster__snap *old = n_old ? calloc(n_old, sizeof *old) : NULL;
+    if (old)
+        memcpy(old, c->snap, n_old * sizeof *old);
+    pthread_mutex_unlock(&c->mu);
+    for (size_t i = 0; old && i < n_old; i++) {
+        if (!old[i].live)
+            continue;
+        const struct cp_cluster_node *x = NULL;
+        for (size_t k = 0; k < n && !x; k++)
+            if (strcmp(v[k].id, old[i].id) == 0)
+                x = &v[k];
+        if (!x || !x->lease_valid)
+            cluster__lost(c, old[i].id, x);
+    }
+    free(old);
     struct cluster__snap *s = n ? calloc(n, sizeof *s) : NULL;
     if (n && !s)
         return;
@@ -445,6 +513,50 @@ static void cluster__admin_done(struct cp_cluster_job *j, void *arg)
     }
     json_decref(a->out);
     free(a);
+}
+
+/* One node_lost event per sandbox the lost node had, on this gateway's event log and
+ * webhooks. */
+static void cluster__lost_done(struct cp_cluster_job *j, void *arg)
+{
+    struct cluster__lost *l = (struct cluster__lost *)j;
+    struct cp_cluster *c = arg;
+    char why[400];
+    if (l->lease_expires_at[0])
+        snprintf(why, sizeof why,
+                 "its cluster node %s lost its lease at %s (its last heartbeat: %s): the node "
+                 "stopped or can no longer reach the cluster database; until it is back the "
+                 "sandbox answers 404 and its data plane 502",
+                 l->node_id, l->lease_expires_at, l->heartbeat_at);
+    else
+        snprintf(why, sizeof why,
+                 "its cluster node %s was removed from the cluster database; the sandbox "
+                 "answers 404 and its data plane 502",
+                 l->node_id);
+    if (j->rc == 0 && !c->stop) {
+        al_warn("cluster: node %s lost its lease: %zu of its sandboxes are unreachable "
+                "(a node_lost event for each%s)",
+                l->node_id, l->sandboxes.total,
+                l->sandboxes.n < l->sandboxes.total ? ", for the first of them" : "");
+        for (size_t i = 0; i < l->sandboxes.n; i++) {
+            const struct cp_cluster_placed *p = &l->sandboxes.v[i];
+            /* A reservation is a creation under way, not a sandbox anyone knows. */
+            if (strncmp(p->id, CP_CLUSTER_RESERVATION_PREFIX,
+                        strlen(CP_CLUSTER_RESERVATION_PREFIX)) == 0)
+                continue;
+            struct cp_event_subject who = {.sandbox_id = p->id,
+                                           .template_id = p->template_id,
+                                           .build_id = "",
+                                           .execution_id = ""};
+            json_t *d =
+                json_pack("{s:s,s:s?,s:s?,s:s}", "node_id", l->node_id, "lease_expired_at",
+                          l->lease_expires_at[0] ? l->lease_expires_at : NULL, "last_heartbeat_at",
+                          l->heartbeat_at[0] ? l->heartbeat_at : NULL, "why", why);
+            cp_event_emit_for(c->cp, &who, CP_EV_NODE_LOST, CP_CAUSE_NODE, NULL, d);
+        }
+    }
+    cp_cluster_placed_free(&l->sandboxes);
+    free(l);
 }
 
 static void cluster__deliver(struct cp_cluster_job *j)
@@ -624,6 +736,7 @@ int cp_cluster_start(struct cp *cp)
     struct cp_cluster *c = calloc(1, sizeof *c);
     if (!c)
         return -ENOMEM;
+    c->cp = cp;
     c->role = cfg->cluster_role;
     c->conninfo = cfg->cluster_database;
     cp_cluster_db_describe(c->conninfo, c->conninfo_desc, sizeof c->conninfo_desc);

@@ -7,7 +7,8 @@
  * sandboxes, and it reconnects and registers again (a lost lease included) when the database
  * is back; a clean stop releases the lease. A node's heartbeat carries the ids of its
  * sandboxes (the database forgets placements of those that ended). A gateway's thread keeps
- * a snapshot of the nodes (address, lease) for routing through an outage. The jobs the loop
+ * a snapshot of the nodes (address, lease) for routing through an outage, and reports the
+ * nodes whose lease it sees end: a node_lost event of each sandbox placed there. The jobs the loop
  * hands the thread (struct cp_cluster_job: placements, owners, node lists, cordons) are
  * answered on the loop. The admin API /admin/cluster/nodes[/{id}[/cordon|/uncordon]]. The
  * cluster token (cluster.token_file, AIRLOCK_CLUSTER_TOKEN): gateways send it to nodes, nodes

@@ -690,41 +690,39 @@ int cp_cluster_db_rename(struct cp_cluster_db *db, const char *from, const char 
 }
 
 int cp_cluster_db_node_sandboxes(struct cp_cluster_db *db, const char *node_id, size_t max,
-                                 char ***ids, size_t *n_ids, size_t *n, struct al_error *err)
+                                 struct cp_cluster_placed_list *out, struct al_error *err)
 {
-    *ids = NULL;
-    *n_ids = *n = 0;
+    memset(out, 0, sizeof *out);
     char lim[24];
     snprintf(lim, sizeof lim, "%zu", max);
     const char *const v[] = {node_id, lim};
     PGresult *r = cluster_db__params(db,
-                                     "SELECT id, count(*) OVER () FROM sandboxes"
+                                     "SELECT id, template, count(*) OVER () FROM sandboxes"
                                      " WHERE node_id = $1::text ORDER BY placed_at, id"
                                      " LIMIT $2::bigint",
                                      2, v);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         return cluster_db__res_fail(db, r, "listing a node's sandboxes", err);
     int rows = PQntuples(r);
-    char **out = rows ? calloc((size_t)rows, sizeof *out) : NULL;
-    if (rows && !out) {
+    out->v = rows ? calloc((size_t)rows, sizeof *out->v) : NULL;
+    if (rows && !out->v) {
         PQclear(r);
         return al_error_set(err, -ENOMEM, "out of memory");
     }
     for (int i = 0; i < rows; i++) {
-        out[i] = strdup(PQgetvalue(r, i, 0));
-        if (!out[i]) {
-            for (int k = 0; k < i; k++)
-                free(out[k]);
-            free(out);
-            PQclear(r);
-            return al_error_set(err, -ENOMEM, "out of memory");
-        }
+        snprintf(out->v[i].id, sizeof out->v[i].id, "%s", PQgetvalue(r, i, 0));
+        snprintf(out->v[i].template_id, sizeof out->v[i].template_id, "%s", PQgetvalue(r, i, 1));
     }
+    out->n = (size_t)rows;
     /* Past the limit the window's count still says how many there are. */
     if (rows)
-        *n = strtoull(PQgetvalue(r, 0, 1), NULL, 10);
+        out->total = strtoull(PQgetvalue(r, 0, 2), NULL, 10);
     PQclear(r);
-    *ids = out;
-    *n_ids = (size_t)rows;
     return 0;
+}
+
+void cp_cluster_placed_free(struct cp_cluster_placed_list *l)
+{
+    free(l->v);
+    memset(l, 0, sizeof *l);
 }

@@ -151,10 +151,21 @@ int cp_cluster_db_unplace(struct cp_cluster_db *db, const char *sandbox_id, stru
  * -ENOENT: no such reservation; -EEXIST: the new id is placed already. */
 int cp_cluster_db_rename(struct cp_cluster_db *db, const char *from, const char *to,
                          struct al_error *err);
-/* The sandboxes placed on a node (ids, by placement time), at most max of them; *n how many
- * there are in all. *ids is the caller's (free each, then the array). */
+/* A sandbox placed on a node. */
+struct cp_cluster_placed {
+    char id[64];
+    char template_id[160];
+};
+struct cp_cluster_placed_list {
+    struct cp_cluster_placed *v; /* by placement time */
+    size_t n;                    /* in v */
+    size_t total;                /* placed on the node in all */
+};
+/* The sandboxes placed on a node, at most max of them in out->v (the caller's:
+ * cp_cluster_placed_free). */
 int cp_cluster_db_node_sandboxes(struct cp_cluster_db *db, const char *node_id, size_t max,
-                                 char ***ids, size_t *n_ids, size_t *n, struct al_error *err);
+                                 struct cp_cluster_placed_list *out, struct al_error *err);
+void cp_cluster_placed_free(struct cp_cluster_placed_list *l);
 /* The owner of a placed sandbox. -ENOENT: not placed. */
 int cp_cluster_db_owner(struct cp_cluster_db *db, const char *sandbox_id,
                         struct cp_cluster_owner *out, struct al_error *err);

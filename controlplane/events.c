@@ -57,6 +57,7 @@ static const char *const ev__names[CP_EV__COUNT] = {
     [CP_EV_TERMINAL_OPENED] = "sandbox.lifecycle.terminal_opened",
     [CP_EV_TERMINAL_CLOSED] = "sandbox.lifecycle.terminal_closed",
     [CP_EV_SNAPSHOT_DELETED] = "sandbox.lifecycle.snapshot_deleted",
+    [CP_EV_NODE_LOST] = "sandbox.lifecycle.node_lost",
 };
 
 static const char *const ev__causes[] = {
@@ -67,6 +68,7 @@ static const char *const ev__causes[] = {
     [CP_CAUSE_RESTART] = "restart",
     [CP_CAUSE_TRAFFIC] = "traffic",
     [CP_CAUSE_RETENTION] = "retention",
+    [CP_CAUSE_NODE] = "node",
 };
 
 #define EV_ALL_TYPES ((1ull << CP_EV__COUNT) - 1)

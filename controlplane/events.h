@@ -2,7 +2,7 @@
  *
  * Owns: one event for every lifecycle change of a sandbox (created, paused, resumed, its
  * timeout changed, killed, a terminal of the web console opened or closed, a snapshot of
- * it deleted), with its cause (the API key that asked, the timeout, a crash, airlockd's
+ * it deleted, its cluster node lost as a gateway saw it), with its cause (the API key that asked, the timeout, a crash, airlockd's
  * stop or restart, a retention rule); their persistence in the state database (store.c, table
  * events) and retention (events.retention, events.max); the E2B listing
  * (GET /events/sandboxes[/{id}] with offset, limit, orderAsc, types); and live streams of
@@ -38,6 +38,7 @@ enum cp_event_type {
     CP_EV_TERMINAL_OPENED, /* the web console opened a terminal in it (console_term.c) */
     CP_EV_TERMINAL_CLOSED,
     CP_EV_SNAPSHOT_DELETED, /* one of its snapshots deleted (snapshots.c); it may be gone */
+    CP_EV_NODE_LOST,        /* a gateway saw its cluster node's lease end (cluster.c) */
     CP_EV__COUNT
 };
 
@@ -50,6 +51,7 @@ enum cp_event_cause {
     CP_CAUSE_RESTART,   /* found at airlockd's start: adopted, or torn down */
     CP_CAUSE_TRAFFIC,   /* auto-resume on traffic to a paused sandbox */
     CP_CAUSE_RETENTION, /* a retention rule (snapshots.keep_per_*, snapshots.max_age) */
+    CP_CAUSE_NODE,      /* its cluster node (the node's lease ended) */
 };
 
 /* "sandbox.lifecycle.created" ...; NULL for an unknown type. */

@@ -15,7 +15,8 @@
 #     through the node's heartbeats;
 #   - a PostgreSQL outage: creations 503, routed sandboxes keep answering, then recovery;
 #   - kill -9 of a node: once its lease is gone its sandboxes answer 404 (control plane) and
-#     E2B's 502 (data plane), and lists leave them out.
+#     E2B's 502 (data plane), lists leave them out, and each gets a node_lost event on the
+#     gateway (/events, and a webhook to a receiver on the test's loopback).
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 source "$AIRLOCK_SOURCE_DIR/tests/lib/pg.sh"
@@ -90,6 +91,13 @@ al_match "... saying what it needs" 'needs the cluster token' cat "$AL_TMP/bad.l
 cfg "$AL_TMP/node-1.yaml" node "node_id: node-1"
 cfg "$AL_TMP/node-2.yaml" node "node_id: node-2"
 cfg "$AL_TMP/gateway.yaml" gateway
+# The gateway's webhooks reach a receiver on the test's own loopback (plain HTTP).
+printf 'webhooks:\n  allow_private: true\n  allow_http: true\n' >>"$AL_TMP/gateway.yaml"
+HOOK_SECRET=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+printf '{"/lost": "%s"}\n' "$HOOK_SECRET" >"$AL_TMP/secrets.json"
+al_bg recv nsenter --net="/run/netns/$CP_HOSTNS" python3 "$AIRLOCK_SOURCE_DIR/tests/integration/webhook_receiver.py" 127.0.0.1 18080 \
+  --secrets "$AL_TMP/secrets.json" --log "$AL_TMP/hooks.jsonl"
+al_wait_line recv LISTEN || exit 1
 start node-1 "$N1_STATE" "$AL_TMP/node-1.yaml" || exit 1
 start node-2 "$N2_STATE" "$AL_TMP/node-2.yaml" || exit 1
 start gateway "$GW_STATE" "$AL_TMP/gateway.yaml" || exit 1
@@ -254,6 +262,9 @@ al_check "creations work again" al_wait_until 60 created_again
 al_eq "... (that one is killed again)" "$(code -X DELETE "$URL_gateway/sandboxes/$(cat "$AL_TMP/again")")" 204
 
 al_note "kill -9 of a node"
+al_eq "a webhook for node_lost events on the gateway" "$(code -X POST "$URL_gateway/events/webhooks" -d '{
+  "name": "lost", "url": "http://127.0.0.1:18080/lost", "enabled": true,
+  "events": ["sandbox.lifecycle.node_lost"], "signatureSecret": "'"$HOOK_SECRET"'"}')" 201
 al_kill "$NA" KILL
 al_check "its lease runs out" al_wait_until 30 eval '[ "$(sql "SELECT lease_expires_at <= now() FROM nodes WHERE id = '"'$NA'"'")" = t ]'
 al_check "its sandboxes answer 404 on the control plane" \
@@ -265,6 +276,17 @@ al_eq "... and E2B's 502 on the data plane" "$(tail -n1 <<<"$OUT")" 502
 al_match "... 'The sandbox was not found'" 'The sandbox was not found' echo "$OUT"
 read -r ST F _ <<<"$(create)"
 al_eq "new creations go to the live node" "$(owner "$F")" "$NB"
+# lost ID: the last node_lost event of sandbox ID on the gateway: "<node_id> <cause>".
+lost() { api -f "$URL_gateway/events/sandboxes/$1?types=sandbox.lifecycle.node_lost&limit=1" |
+  python3 -c 'import json,sys; e=json.load(sys.stdin); d=e[0]["eventData"] if e else {}; print(d.get("node_id", ""), d.get("cause", ""), end="")'; }
+al_check "each sandbox of $NA gets a node_lost event on the gateway" \
+  al_wait_until 30 eval '[ "$(lost "$A")" = "$NA node" ] && [ "$(lost "$D")" = "$NA node" ]'
+al_match "... saying why" 'lost its lease at .*last heartbeat' eval \
+  'api -f "$URL_gateway/events/sandboxes/$A?types=sandbox.lifecycle.node_lost&limit=1"'
+al_eq "... none for the live node's" "$(lost "$F")" " "
+al_check "the webhook delivers it, signed" al_wait_until 30 eval \
+  'grep -q "\"sig_ok\": true.*\"type\": \"sandbox.lifecycle.node_lost\", \"sandbox\": \"$A\"" "$AL_TMP/hooks.jsonl"'
+al_match "the gateway logs the loss" "node $NA lost its lease: [0-9]+ of its sandboxes" cat "$AL_TMP/gateway.log"
 OUT=$(api "$URL_gateway/v2/sandboxes")
 al_eq "the list has the live node's sandboxes and none of the lost one's" "$(ids <<<"$OUT" || echo "$OUT")" \
   "$(sql "SELECT id FROM sandboxes WHERE node_id = '$NB' ORDER BY id" | tr '\n' ' ')"

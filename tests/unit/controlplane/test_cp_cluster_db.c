@@ -724,14 +724,13 @@ START_TEST(rename_list_and_reconcile)
                      -ENOENT);
     ck_assert_int_eq(cp_cluster_db_rename(db, CP_CLUSTER_RESERVATION_PREFIX "2", "sb-kept", &e),
                      -EEXIST);
-    char **ids = NULL;
-    size_t n_ids = 0, total = 0;
-    ck_assert_int_eq(cp_cluster_db_node_sandboxes(db, "node-a", 2, &ids, &n_ids, &total, &e), 0);
-    ck_assert_uint_eq(n_ids, 2);
-    ck_assert_uint_eq(total, 4);
-    for (size_t i = 0; i < n_ids; i++)
-        free(ids[i]);
-    free(ids);
+    struct cp_cluster_placed_list pl;
+    ck_assert_int_eq(cp_cluster_db_node_sandboxes(db, "node-a", 2, &pl, &e), 0);
+    ck_assert_uint_eq(pl.n, 2);
+    ck_assert_uint_eq(pl.total, 4);
+    for (size_t i = 0; i < pl.n; i++)
+        ck_assert_str_eq(pl.v[i].template_id, "base");
+    cp_cluster_placed_free(&pl);
     /* Old enough to be judged: all but sb-young; the reservation older than its limit. */
     PGconn *c = PQconnectdb(t__conninfo);
     PGresult *r = PQexec(c, "UPDATE sandboxes SET placed_at = now() - interval '1 hour'"
