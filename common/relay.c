@@ -2,7 +2,9 @@
  *
  * Owns: the pump of each direction (drain what is in flight, then read more, at most
  * PUMP_ROUNDS reads per event for fairness between connections), the choice between copy
- * and splice, the lazy buffers, the half-close and the timeouts.
+ * and splice, the lazy buffers, a filter's place in the pump (each read goes through it
+ * into the direction's output buffer; its held bytes go after a quiet and at the end), the
+ * half-close and the timeouts.
  *
  * A direction holds a pipe or a buffer only while bytes are in flight: an idle connection
  * holds neither, which is what keeps idle connections cheap. In splice mode a direction
@@ -25,6 +27,7 @@
 #define PIPE_COST    65536 /* what a pipe counts against the budget */
 #define PUMP_ROUNDS  8
 #define SPLICE_AFTER (64 * 1024)
+#define FLUSH_MS     20
 
 /* ---- resources ------------------------------------------------------------------------- */
 static bool relay__take(struct al_relay *r, size_t n)
@@ -85,9 +88,18 @@ static void relay__buf_put(struct al_relay *r, struct al_relay_flow *f)
     f->off = f->len = f->cap = 0;
 }
 
+static void relay__out_put(struct al_relay *r, struct al_relay_flow *f)
+{
+    if (f->out_taken)
+        relay__give(r, f->out_taken);
+    f->out_taken = 0;
+    al_buf_free(&f->out);
+    f->out_off = 0;
+}
+
 static bool flow__pending(const struct al_relay_flow *f)
 {
-    return f->in_pipe > 0 || f->off < f->len;
+    return f->in_pipe > 0 || f->off < f->len || f->out_off < f->out.len;
 }
 
 /* An idle direction holds nothing. */
@@ -97,6 +109,8 @@ static void flow__release(struct al_relay *r, struct al_relay_flow *f)
         relay__pipe_put(r, f);
     if (f->buf && f->off == f->len)
         relay__buf_put(r, f);
+    if (f->out.data && f->out_off == f->out.len)
+        relay__out_put(r, f);
 }
 
 void al_relay_init(struct al_relay *r, const struct al_relay_end *a, const struct al_relay_end *b,
@@ -115,6 +129,7 @@ void al_relay_init(struct al_relay *r, const struct al_relay_end *a, const struc
     if (a->io || b->io)
         r->o.splice = false;
     r->t_start = r->t_last = al_now_ns();
+    r->flow[0].t_in = r->flow[1].t_in = r->t_start;
     r->fail_end = -1;
 }
 
@@ -197,22 +212,80 @@ static int relay__fail(struct al_relay *r, int end, int op, int err)
     return err < 0 ? err : -ECONNRESET;
 }
 
+/* ---- a direction's filter -------------------------------------------------------------- */
+static uint64_t filter__flush_ns(const struct al_relay_filter *filt)
+{
+    return (uint64_t)(filt->flush_ms ? filt->flush_ms : FLUSH_MS) * 1000000ull;
+}
+
+/* What the filter wrote is counted against the budget as its buffer grows. */
+static int filter__account(struct al_relay *r, int i, int rc)
+{
+    struct al_relay_flow *f = &r->flow[i];
+    if (rc == 0 && f->out.cap > f->out_taken) {
+        if (!relay__take(r, f->out.cap - f->out_taken))
+            rc = -ENOBUFS;
+        else
+            f->out_taken = f->out.cap;
+    }
+    return rc < 0 ? relay__fail(r, i, AL_RELAY_READ, rc) : 0;
+}
+
+/* The bytes just read (buf) go through flow i's filter into its output. */
+static int filter__feed(struct al_relay *r, int i)
+{
+    struct al_relay_flow *f = &r->flow[i];
+    const struct al_relay_filter *filt = r->o.filter[i];
+    int rc = filt->feed(filt->ctx, f->buf + f->off, f->len - f->off, &f->out);
+    f->off = f->len;
+    return filter__account(r, i, rc);
+}
+
+/* Whether flow i's filter has bytes to let go now: at the end of the stream (once), or
+ * after a quiet since the last read. */
+static bool filter__due(const struct al_relay *r, int i)
+{
+    const struct al_relay_filter *filt = r->o.filter[i];
+    const struct al_relay_flow *f = &r->flow[i];
+    if (!filt || f->flushed)
+        return false;
+    if (f->eof)
+        return true;
+    return filt->held(filt->ctx) && al_now_ns() - f->t_in >= filter__flush_ns(filt);
+}
+
 /* ---- the pump -------------------------------------------------------------------------- */
+/* Writes data[*off, len) to flow i's destination: 0 (all of it), -EAGAIN (the destination
+ * is full) or the failure. */
+static int flow__write(struct al_relay *r, int i, const char *data, size_t len, size_t *off)
+{
+    while (*off < len) {
+        ssize_t n = end__write(&r->end[1 - i], data + *off, len - *off);
+        if (n == -EAGAIN)
+            return -EAGAIN;
+        if (n <= 0)
+            return relay__fail(r, 1 - i, AL_RELAY_WRITE, (int)n);
+        *off += (size_t)n;
+        r->flow[i].bytes += (uint64_t)n;
+        r->t_last = al_now_ns();
+    }
+    return 0;
+}
+
 /* Writes what flow i holds to its destination: 0 (all of it, or the destination is full)
  * or the failure. */
 static int flow__drain(struct al_relay *r, int i)
 {
     struct al_relay_flow *f = &r->flow[i];
     const struct al_relay_end *dst = &r->end[1 - i];
-    while (f->off < f->len) {
-        ssize_t n = end__write(dst, f->buf + f->off, f->len - f->off);
-        if (n == -EAGAIN)
-            return 0;
-        if (n <= 0)
-            return relay__fail(r, 1 - i, AL_RELAY_WRITE, (int)n);
-        f->off += (size_t)n;
-        f->bytes += (uint64_t)n;
-        r->t_last = al_now_ns();
+    int rc = flow__write(r, i, f->buf, f->len, &f->off);
+    if (rc == 0)
+        rc = flow__write(r, i, f->out.data, f->out.len, &f->out_off);
+    if (rc < 0)
+        return rc == -EAGAIN ? 0 : rc;
+    if (f->out.len) {
+        al_buf_reset(&f->out); /* the next feed reuses it */
+        f->out_off = 0;
     }
     while (f->in_pipe > 0) {
         ssize_t n = relay__splice(f->pipe[0], dst->fd, f->in_pipe);
@@ -238,6 +311,13 @@ static int flow__pump(struct al_relay *r, int i)
             return rc;
         if (flow__pending(f))
             return 0; /* the destination is full: wait until it is writable */
+        if (filter__due(r, i)) {
+            const struct al_relay_filter *filt = r->o.filter[i];
+            f->flushed = f->eof;
+            if ((rc = filter__account(r, i, filt->flush(filt->ctx, &f->out))) < 0)
+                return rc;
+            continue; /* delivered by the next round's drain */
+        }
         if (f->eof) {
             /* When the other direction ended already the owner closes both ends right
              * after this, and close() sends the FIN itself (both receive queues are empty
@@ -254,8 +334,8 @@ static int flow__pump(struct al_relay *r, int i)
             return 0;
         }
         ssize_t n;
-        bool use_splice =
-            r->o.splice && f->bytes >= r->o.splice_after && !(f->buf && f->off < f->len);
+        bool use_splice = r->o.splice && !r->o.filter[i] && f->bytes >= r->o.splice_after &&
+                          !(f->buf && f->off < f->len);
         if (use_splice) {
             relay__buf_put(r, f); /* empty: splice takes over */
             if (!f->has_pipe && (rc = relay__pipe_get(r, f)) < 0)
@@ -279,6 +359,11 @@ static int flow__pump(struct al_relay *r, int i)
             if (n > 0) {
                 f->off = 0;
                 f->len = (size_t)n;
+                if (r->o.filter[i]) {
+                    f->t_in = al_now_ns();
+                    if ((rc = filter__feed(r, i)) < 0)
+                        return rc;
+                }
                 if (!src->io && (size_t)n < f->cap) {
                     /* A short read emptied the socket: deliver it, and let the owner's
                      * (level-triggered) watch say when there is more, rather than a read
@@ -361,6 +446,16 @@ int al_relay_time(const struct al_relay *r, uint64_t now_ns, uint64_t *next_ms)
         if (due - now_ns < left)
             left = due - now_ns;
     }
+    for (int i = 0; i < 2; i++) {
+        const struct al_relay_filter *filt = r->o.filter[i];
+        const struct al_relay_flow *f = &r->flow[i];
+        if (!filt || f->eof || !filt->held(filt->ctx))
+            continue;
+        uint64_t due = f->t_in + filter__flush_ns(filt);
+        uint64_t l = due > now_ns ? due - now_ns : 1; /* due: the owner runs the relay now */
+        if (l < left)
+            left = l;
+    }
     /* Rounded up: a timer that fires early only re-arms. */
     *next_ms = left == UINT64_MAX ? 0 : (left + 999999ull) / 1000000ull;
     return 0;
@@ -376,5 +471,6 @@ void al_relay_free(struct al_relay *r)
     for (int i = 0; i < 2; i++) {
         relay__pipe_put(r, &r->flow[i]);
         relay__buf_put(r, &r->flow[i]);
+        relay__out_put(r, &r->flow[i]);
     }
 }

@@ -6,8 +6,9 @@
  * as a shutdown of the other side's write half); back-pressure with bounded buffers (a
  * direction holds at most one buffer or one pipe of bytes in flight and does not read its
  * source until its destination took them); the idle and total timeouts; the byte counts of
- * each direction (what the audit records); and the splice(2) path when both ends are plain
- * sockets.
+ * each direction (what the audit records); the splice(2) path when both ends are plain
+ * sockets; and a filter on a direction's bytes (the scrubber of an intercepted tunnel), with
+ * the flush of what it holds back after a short quiet and at the end of the stream.
  *
  * It has no event loop of its own: the owner watches the two fds for what al_relay_want
  * asks, calls al_relay_run with what it saw, and arms one timer at what al_relay_time
@@ -21,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include "buf.h"
 
 enum { AL_RELAY_READ = 1, AL_RELAY_WRITE = 2 };
 
@@ -52,6 +55,21 @@ struct al_relay_res {
     void (*pipe_put)(void *ctx, int fd[2]);
 };
 
+/* A filter on one direction's bytes. feed appends to out what goes on for the len bytes
+ * read and may hold some back (bytes that could begin something it must see whole); held
+ * says how many it holds; flush appends them. The relay flushes after flush_ms without a
+ * read in that direction (an interactive protocol must not wait for its next message) and
+ * at the end of the direction's stream. feed and flush return 0 or -errno (the relay then
+ * fails with it, as a read of that direction). Bytes given to al_relay_prime are not
+ * filtered: they are what the owner already filtered. */
+struct al_relay_filter {
+    int (*feed)(void *ctx, const void *in, size_t len, struct al_buf *out);
+    int (*flush)(void *ctx, struct al_buf *out);
+    size_t (*held)(void *ctx);
+    void *ctx;
+    uint32_t flush_ms; /* 0 = 20 */
+};
+
 struct al_relay_opts {
     size_t buf_size;           /* a copying direction's buffer: default 16 KiB */
     bool splice;               /* splice(2) between plain sockets */
@@ -60,6 +78,8 @@ struct al_relay_opts {
     uint32_t total_timeout_ms; /* from al_relay_init: 0 = none */
     const struct al_relay_res *res;
     void *res_ctx;
+    const struct al_relay_filter *filter[2]; /* per direction (flow[i]); NULL: none. A
+                                                 filtered direction copies, never splices */
 };
 
 /* One direction: flow[i] carries end[i] -> end[1 - i]. */
@@ -69,9 +89,14 @@ struct al_relay_flow {
     bool has_pipe;
     char *buf; /* copy (and primed bytes): read, not yet written */
     size_t off, len, cap;
-    uint64_t bytes; /* delivered to the destination */
-    bool eof;       /* the source ended its stream */
-    bool done;      /* ... and everything was delivered and the end passed on */
+    struct al_buf out; /* a filter's output, not yet written (from out_off) */
+    size_t out_off;
+    size_t out_taken; /* ... what of it is counted against res->take */
+    uint64_t t_in;    /* al_now_ns of the last read: a filter's quiet starts there */
+    bool flushed;     /* the filter's end was flushed */
+    uint64_t bytes;   /* delivered to the destination */
+    bool eof;         /* the source ended its stream */
+    bool done;        /* ... and everything was delivered and the end passed on */
 };
 
 struct al_relay {
@@ -99,7 +124,8 @@ int al_relay_run(struct al_relay *r, int end, int events);
 /* What to watch on end's fd now. */
 int al_relay_want(const struct al_relay *r, int end);
 /* -ETIMEDOUT when a timeout passed at now_ns; else 0 and *next_ms the ms until the next one
- * could (0 when there is no timeout). */
+ * could (0 when there is no timeout). A filter's flush counts too (at least 1 ms once due):
+ * when that timer fires the owner calls al_relay_run(r, -1, 0), which flushes. */
 int al_relay_time(const struct al_relay *r, uint64_t now_ns, uint64_t *next_ms);
 /* Bytes delivered in direction dir so far. */
 uint64_t al_relay_bytes(const struct al_relay *r, int dir);

@@ -3,7 +3,9 @@
  * Shape: one state per connection, and one driver (sess__run) that, after every event,
  * moves bytes and makes whatever progress the state allows until nothing changes, then
  * tells the proxy what to watch. Plaintext queues toward each side are bounded (QUEUE_HIGH):
- * a side is not read while the queue toward the other is full.
+ * a side is not read while the queue toward the other is full. After a 101 the connection
+ * is a tunnel: the plaintext of both TLS sessions goes through common/relay, whose events
+ * and deadline the session passes on.
  */
 #include "session.h"
 
@@ -22,6 +24,7 @@
 #include "common/http.h"
 #include "common/http_head.h"
 #include "common/http_parser.h"
+#include "common/relay.h"
 #include "common/util.h"
 #include "egress/intercept/request.h"
 
@@ -44,6 +47,12 @@ enum sess_state {
     S_TUNNEL,        /* after 101: bytes both ways */
     S_CLOSING,       /* our last bytes are going out */
     S_DONE,
+};
+
+/* One end of the tunnel as common/relay sees it. */
+struct sess_tun_end {
+    struct intercept_tls *t;
+    bool shut; /* its close_notify was sent */
 };
 
 struct sess_fetch {
@@ -143,6 +152,13 @@ struct intercept_session {
     const char *scrub_refused;        /* why its body was refused (audit), or NULL */
     struct intercept_scrub tscrub;    /* upstream -> sandbox after a 101 */
     bool tscrub_live;
+
+    /* The tunnel after a 101: end 0 the sandbox, end 1 the upstream. */
+    struct al_relay tun;
+    bool tun_live;
+    struct sess_tun_end tend[2];
+    struct al_relay_filter tfilter; /* tscrub, on upstream -> sandbox */
+    uint64_t tun_skip[2];           /* primed bytes counted before the tunnel */
     uint64_t resp_bytes;
 
     /* Secrets injected on this connection: every response is scrubbed of them. */
@@ -161,6 +177,8 @@ struct intercept_session {
 };
 
 static void sess__run(struct intercept_session *s);
+static void sess__tunnel_run(struct intercept_session *s, int end, int events);
+static void sess__tunnel_start(struct intercept_session *s);
 static int req__on_headers_complete(llhttp_t *p);
 static int req__on_body(llhttp_t *p, const char *at, size_t n);
 static int req__on_complete(llhttp_t *p);
@@ -217,8 +235,11 @@ static void q_compact(struct al_buf *b, size_t *off)
     }
 }
 
+static void sess__tunnel_stop(struct intercept_session *s);
+
 static void sess__finish(struct intercept_session *s, const char *why, const char *detail)
 {
+    sess__tunnel_stop(s);
     if (s->done_called)
         return;
     s->done_called = true;
@@ -235,6 +256,7 @@ static void sess__finish(struct intercept_session *s, const char *why, const cha
 
 static void sess__close_upstream(struct intercept_session *s)
 {
+    sess__tunnel_stop(s); /* it uses the upstream's TLS */
     if (s->ufd >= 0) {
         s->ops->watch(s->ctx, INTERCEPT_END_UPSTREAM, -1, 0);
         intercept_tls_free(s->utls);
@@ -1601,38 +1623,6 @@ static bool sess__parse_upstream(struct intercept_session *s, bool *progress)
 
 /* ---- the driver ------------------------------------------------------------------------------ */
 
-static void sess__tunnel(struct intercept_session *s, bool *progress)
-{
-    /* Sandbox -> upstream as it comes; upstream -> sandbox through the scrubbers (if any,
-     * best_effort rules only: strict ones refuse WebSocket). */
-    if (q_len(&s->cin, s->cin_off)) {
-        al_buf_append(&s->uq, s->cin.data + s->cin_off, q_len(&s->cin, s->cin_off));
-        s->bytes_up += q_len(&s->cin, s->cin_off);
-        s->cin_off = s->cin.len;
-        q_compact(&s->cin, &s->cin_off);
-        *progress = true;
-    }
-    if (q_len(&s->rin, s->rin_off)) {
-        size_t n = q_len(&s->rin, s->rin_off);
-        if (s->tscrub_live)
-            intercept_scrub_feed(&s->tscrub, s->rin.data + s->rin_off, n, &s->cq);
-        else
-            al_buf_append(&s->cq, s->rin.data + s->rin_off, n);
-        s->bytes_down += n;
-        s->rin_off = s->rin.len;
-        q_compact(&s->rin, &s->rin_off);
-        *progress = true;
-    }
-}
-
-static size_t sess__tunnel_held(const struct intercept_session *s)
-{
-    size_t n = 0;
-    for (size_t i = 0; s->tscrub_live && i < s->tscrub.n; i++)
-        n += s->tscrub.st[i].carry.len;
-    return n;
-}
-
 static void sess__update_watch(struct intercept_session *s)
 {
     if (s->st == S_DONE)
@@ -1654,9 +1644,6 @@ static void sess__update_watch(struct intercept_session *s)
         case S_FORWARD:
             want_read = !s->req_done && q_len(&s->uq, s->uq_off) < QUEUE_HIGH;
             break;
-        case S_TUNNEL:
-            want_read = q_len(&s->uq, s->uq_off) < QUEUE_HIGH;
-            break;
         case S_CLOSING:
             want_read = true;
             break; /* read and discard until the close */
@@ -1673,8 +1660,7 @@ static void sess__update_watch(struct intercept_session *s)
             ue = intercept_tls_want(s->utls);
             if (q_len(&s->uq, s->uq_off))
                 ue |= INTERCEPT_TLS_WANT_WRITE;
-            if ((s->st == S_FORWARD || s->st == S_TUNNEL) && !s->u_eof &&
-                q_len(&s->cq, s->cq_off) < QUEUE_HIGH)
+            if (s->st == S_FORWARD && !s->u_eof && q_len(&s->cq, s->cq_off) < QUEUE_HIGH)
                 ue |= INTERCEPT_TLS_WANT_READ;
             if (s->st == S_IDLE)
                 ue &= ~INTERCEPT_TLS_WANT_READ; /* idle: a close is noticed at the next request */
@@ -1682,16 +1668,14 @@ static void sess__update_watch(struct intercept_session *s)
     }
     s->ops->watch(s->ctx, INTERCEPT_END_CLIENT, s->cfd, ce);
     s->ops->watch(s->ctx, INTERCEPT_END_UPSTREAM, s->ufd, ue);
-    if (s->st == S_TUNNEL) {
-        /* Bytes held back by the scrubber (they could begin a secret) go out after a short
-         * quiet: an interactive protocol must not wait for the next message. */
-        s->ops->deadline(s->ctx, sess__tunnel_held(s) ? TUNNEL_FLUSH_MS
-                                                      : lim_or(s->lim.idle_timeout_ms, 300000));
-    }
 }
 
 static void sess__run(struct intercept_session *s)
 {
+    if (s->st == S_TUNNEL) {
+        sess__tunnel_run(s, -1, 0);
+        return;
+    }
     for (int guard = 0; guard < 256 && s->st != S_DONE; guard++) {
         bool progress = false;
         switch (s->st) {
@@ -1723,7 +1707,7 @@ static void sess__run(struct intercept_session *s)
             return;
         /* Reads. */
         if (s->ctls && intercept_tls_handshake_done(s->ctls) && !s->c_eof &&
-            (s->st == S_IDLE || s->st == S_HEAD || s->st == S_CLOSING || s->st == S_TUNNEL ||
+            (s->st == S_IDLE || s->st == S_HEAD || s->st == S_CLOSING ||
              (s->st == S_FORWARD && !s->req_done)) &&
             q_len(&s->cin, s->cin_off) <
                 (size_t)lim_or(s->lim.max_header_bytes, 32 * 1024) + READ_CHUNK) {
@@ -1742,10 +1726,6 @@ static void sess__run(struct intercept_session *s)
                     sess__finish(s, "sandbox_closed", "");
                     return;
                 }
-                if (s->st == S_TUNNEL) {
-                    sess__finish(s, "sandbox_closed", "");
-                    return;
-                }
                 if (s->st == S_HEAD || (s->st == S_FORWARD && !s->req_done)) {
                     sess__audit_request(s, s->method[0] ? "allow" : "deny", "sandbox_closed",
                                         "sandbox_closed");
@@ -1755,25 +1735,15 @@ static void sess__run(struct intercept_session *s)
                 }
             }
         }
-        if ((s->st == S_FORWARD || s->st == S_TUNNEL) && s->utls && !s->u_eof &&
-            q_len(&s->cq, s->cq_off) < QUEUE_HIGH) {
+        if (s->st == S_FORWARD && s->utls && !s->u_eof && q_len(&s->cq, s->cq_off) < QUEUE_HIGH) {
             ssize_t n = sess__read_tls(s->utls, &s->rin, s->rin.len + READ_CHUNK);
             if (n > 0) {
                 progress = true;
             } else if (n < 0) {
                 s->u_eof = true;
                 progress = true;
-                if (s->st == S_TUNNEL) {
-                    sess__tunnel(s, &progress);
-                    if (s->tscrub_live) {
-                        s->stats.scrubbed_matches += s->tscrub.rep.matches;
-                        intercept_scrub_finish(&s->tscrub, &s->cq);
-                    }
-                    sess__close_upstream(s);
-                    s->close_after = true;
-                    s->st = S_CLOSING;
-                } else if (s->resp_in_head && !s->resp_started && s->u_pooled && !s->retried &&
-                           s->req_done && q_len(&s->rin, s->rin_off) == 0) {
+                if (s->resp_in_head && !s->resp_started && s->u_pooled && !s->retried &&
+                    s->req_done && q_len(&s->rin, s->rin_off) == 0) {
                     /* A pooled connection the server had closed: one retry on a new one. */
                     s->retried = true;
                     struct al_buf again = s->saved_head;
@@ -1807,19 +1777,9 @@ static void sess__run(struct intercept_session *s)
         if (s->st == S_DONE)
             return;
         if (s->st == S_FORWARD && s->upgraded) {
-            s->st = S_TUNNEL;
-            if (s->n_used) {
-                struct intercept_matcher *ms[MAX_USED];
-                for (size_t k = 0; k < s->n_used; k++)
-                    ms[k] = s->used[k]->matcher;
-                s->tscrub_live = intercept_scrub_init(&s->tscrub, ms, s->n_used) == 0;
-            }
-            sess__audit_request(s, "allow", "rule_allows", NULL);
-            s->ops->deadline(s->ctx, lim_or(s->lim.idle_timeout_ms, 300000));
-            progress = true;
+            sess__tunnel_start(s);
+            return;
         }
-        if (s->st == S_TUNNEL)
-            sess__tunnel(s, &progress);
         /* Writes. */
         if (!sess__flush_tls(s, s->utls, &s->uq, &s->uq_off, false, &progress))
             return;
@@ -1841,7 +1801,8 @@ static void sess__run(struct intercept_session *s)
         }
         if (s->st == S_CLOSING && q_len(&s->cq, s->cq_off) == 0 &&
             intercept_tls_out_pending(s->ctls) == 0) {
-            intercept_tls_close_notify(s->ctls);
+            if (!s->tend[0].shut) /* a tunnel's relay may have sent it */
+                intercept_tls_close_notify(s->ctls);
             sess__finish(s, s->end_why ? s->end_why : "closed", NULL);
             return;
         }
@@ -1850,15 +1811,222 @@ static void sess__run(struct intercept_session *s)
                                                      : lim_or(s->lim.response_timeout_ms, 60000));
         if (!progress) {
             /* Decrypted bytes the sockets no longer signal? */
-            bool more = s->ctls && intercept_tls_handshake_done(s->ctls) &&
-                        intercept_tls_in_pending(s->ctls) &&
-                        (s->st == S_IDLE || s->st == S_HEAD || s->st == S_TUNNEL ||
-                         (s->st == S_FORWARD && !s->req_done));
+            bool more =
+                s->ctls && intercept_tls_handshake_done(s->ctls) &&
+                intercept_tls_in_pending(s->ctls) &&
+                (s->st == S_IDLE || s->st == S_HEAD || (s->st == S_FORWARD && !s->req_done));
             if (!more)
                 break;
         }
     }
     sess__update_watch(s);
+}
+
+/* ---- the tunnel ------------------------------------------------------------------------------ */
+/* After a 101 both sessions' plaintext goes through common/relay: sandbox -> upstream as it
+ * comes, upstream -> sandbox through the scrubber of the secrets injected on this connection
+ * (best_effort rules only: strict ones refuse WebSocket), whose held-back bytes (they could
+ * begin a secret) go after TUNNEL_FLUSH_MS of quiet: an interactive protocol must not wait
+ * for its next message. The tunnel ends when either side ends: the sandbox's end once what
+ * it sent reached the upstream, the upstream's once what it sent (and the scrubber held)
+ * reached the sandbox, which then gets its close_notify (S_CLOSING). */
+
+_Static_assert(INTERCEPT_TLS_WANT_READ == AL_RELAY_READ &&
+                   INTERCEPT_TLS_WANT_WRITE == AL_RELAY_WRITE,
+               "the relay's interests pass to the proxy's watch as they are");
+
+static ssize_t tun__read(void *ctx, void *buf, size_t len)
+{
+    struct sess_tun_end *e = ctx;
+    ssize_t n = intercept_tls_read(e->t, buf, len);
+    /* A peer that closed without close_notify or failed ends its stream like one that closed
+     * properly: what it sent so far is delivered, then the tunnel ends. */
+    return n >= 0 || n == -EAGAIN ? n : 0;
+}
+
+static ssize_t tun__write(void *ctx, const void *buf, size_t len)
+{
+    struct sess_tun_end *e = ctx;
+    return intercept_tls_write(e->t, buf, len);
+}
+
+static int tun__shutdown(void *ctx)
+{
+    struct sess_tun_end *e = ctx;
+    e->shut = true;
+    int r = intercept_tls_close_notify(e->t);
+    return r == -EAGAIN ? 0 : r; /* queued: it goes with the ciphertext flushed on writability */
+}
+
+static int tun__want(void *ctx)
+{
+    /* Writability only: reads are the relay's to ask for (readability it would not act on
+     * spins a level-triggered loop). */
+    struct sess_tun_end *e = ctx;
+    return intercept_tls_want(e->t) & INTERCEPT_TLS_WANT_WRITE;
+}
+
+static const struct al_relay_io tun_io = {
+    .read = tun__read, .write = tun__write, .shutdown = tun__shutdown, .want = tun__want};
+
+static int tun__scrub_feed(void *ctx, const void *in, size_t len, struct al_buf *out)
+{
+    return intercept_scrub_feed(ctx, in, len, out);
+}
+
+static int tun__scrub_flush(void *ctx, struct al_buf *out)
+{
+    return intercept_scrub_finish(ctx, out);
+}
+
+static size_t tun__scrub_held(void *ctx)
+{
+    const struct intercept_scrub *sc = ctx;
+    size_t n = 0;
+    for (size_t i = 0; i < sc->n; i++)
+        n += sc->st[i].carry.len;
+    return n;
+}
+
+static void sess__tunnel_stop(struct intercept_session *s)
+{
+    if (!s->tun_live)
+        return;
+    s->tun_live = false;
+    uint64_t up = al_relay_bytes(&s->tun, 0), down = al_relay_bytes(&s->tun, 1);
+    s->bytes_up += up > s->tun_skip[0] ? up - s->tun_skip[0] : 0;
+    s->bytes_down += down > s->tun_skip[1] ? down - s->tun_skip[1] : 0;
+    al_relay_free(&s->tun);
+    if (s->tscrub_live) {
+        s->stats.scrubbed_matches += s->tscrub.rep.matches;
+        s->tscrub.rep.matches = 0;
+    }
+}
+
+/* The relay failed: end's write (or its own buffer or the scrubber, as a read of end). */
+static void sess__tunnel_failed(struct intercept_session *s, int end, int op, int rc)
+{
+    struct intercept_tls *t = s->tend[end & 1].t;
+    char detail[320]; /* copied: closing the upstream frees its TLS state */
+    snprintf(detail, sizeof detail, "%s",
+             op == AL_RELAY_WRITE && t && intercept_tls_error(t)[0] ? intercept_tls_error(t)
+                                                                    : strerror(-rc));
+    sess__close_upstream(s);
+    if (op == AL_RELAY_WRITE && end == INTERCEPT_END_CLIENT) {
+        sess__finish(s, "sandbox_write_failed", detail);
+        return;
+    }
+    intercept_tls_send_alert(s->ctls, MBEDTLS_SSL_ALERT_MSG_INTERNAL_ERROR);
+    sess__finish(s, op == AL_RELAY_WRITE ? "upstream_write_failed" : "tunnel_failed", detail);
+}
+
+/* Runs the relay after events on end (-1: none, as at the start and at its deadline). */
+static void sess__tunnel_run(struct intercept_session *s, int end, int events)
+{
+    /* Ciphertext earlier writes queued goes once a socket takes it: the relay only sees
+     * plaintext. */
+    for (int i = 0; i < 2; i++) {
+        struct intercept_tls *t = s->tend[i].t;
+        int f = intercept_tls_out_pending(t) ? intercept_tls_flush(t) : 0;
+        if (f < 0 && f != -EAGAIN) {
+            sess__tunnel_failed(s, i, AL_RELAY_WRITE, f);
+            return;
+        }
+    }
+    int rc = al_relay_run(&s->tun, end, events);
+    /* Decrypted bytes the sockets no longer signal (a record read in part). */
+    for (int guard = 0; rc == 1 && guard < 8; guard++) {
+        bool more = false;
+        for (int i = 0; i < 2; i++)
+            more |= (al_relay_want(&s->tun, i) & AL_RELAY_READ) &&
+                    intercept_tls_in_pending(s->tend[i].t);
+        if (!more)
+            break;
+        rc = al_relay_run(&s->tun, -1, 0);
+    }
+    if (rc < 0) {
+        sess__tunnel_failed(s, s->tun.fail_end, s->tun.fail_op, rc);
+        return;
+    }
+    /* Both may have ended in one run (the upstream answering the close_notify the sandbox's
+     * end caused): the sandbox's end is the reason then. */
+    if (s->tun.flow[0].done) {
+        sess__close_upstream(s);
+        sess__finish(s, "sandbox_closed", "");
+        return;
+    }
+    if (s->tun.flow[1].done) {
+        if (s->tun.flow[0].eof)
+            s->c_eof = true;
+        sess__close_upstream(s);
+        s->close_after = true;
+        s->st = S_CLOSING;
+        s->ops->deadline(s->ctx, CLOSE_MS);
+        sess__run(s);
+        return;
+    }
+    s->ops->watch(s->ctx, INTERCEPT_END_CLIENT, s->cfd, al_relay_want(&s->tun, 0));
+    s->ops->watch(s->ctx, INTERCEPT_END_UPSTREAM, s->ufd, al_relay_want(&s->tun, 1));
+    uint64_t next = 1;
+    if (al_relay_time(&s->tun, al_now_ns(), &next) < 0 || next == 0)
+        next = 1; /* due now: the timeout handler ends it */
+    s->ops->deadline(s->ctx, next > UINT32_MAX ? UINT32_MAX : (uint32_t)next);
+}
+
+/* The 101 is queued toward the sandbox: from here on a tunnel. */
+static void sess__tunnel_start(struct intercept_session *s)
+{
+    s->st = S_TUNNEL;
+    if (s->n_used) {
+        struct intercept_matcher *ms[MAX_USED];
+        for (size_t k = 0; k < s->n_used; k++)
+            ms[k] = s->used[k]->matcher;
+        s->tscrub_live = intercept_scrub_init(&s->tscrub, ms, s->n_used) == 0;
+    }
+    sess__audit_request(s, "allow", "rule_allows", NULL);
+    struct al_relay_opts o = {.idle_timeout_ms = lim_or(s->lim.idle_timeout_ms, 300000)};
+    if (s->tscrub_live) {
+        s->tfilter = (struct al_relay_filter){.feed = tun__scrub_feed,
+                                              .flush = tun__scrub_flush,
+                                              .held = tun__scrub_held,
+                                              .ctx = &s->tscrub,
+                                              .flush_ms = TUNNEL_FLUSH_MS};
+        o.filter[1] = &s->tfilter;
+    }
+    s->tend[0] = (struct sess_tun_end){.t = s->ctls};
+    s->tend[1] = (struct sess_tun_end){.t = s->utls};
+    struct al_relay_end c = {.fd = s->cfd, .io = &tun_io, .ctx = &s->tend[0]};
+    struct al_relay_end u = {.fd = s->ufd, .io = &tun_io, .ctx = &s->tend[1]};
+    al_relay_init(&s->tun, &c, &u, &o);
+    s->tun_live = true;
+    /* What is here already goes first: toward the upstream the rest of the request and what
+     * the sandbox sent behind it, toward the sandbox the rest of the 101 head and what the
+     * upstream sent behind it (scrubbed like the rest). Only the latter parts count as the
+     * tunnel's bytes. */
+    s->tun_skip[0] = q_len(&s->uq, s->uq_off);
+    s->tun_skip[1] = q_len(&s->cq, s->cq_off);
+    int rc = 0;
+    if (q_len(&s->cin, s->cin_off))
+        rc = al_buf_append(&s->uq, s->cin.data + s->cin_off, q_len(&s->cin, s->cin_off));
+    if (rc == 0 && q_len(&s->rin, s->rin_off))
+        rc = s->tscrub_live
+                 ? intercept_scrub_feed(&s->tscrub, s->rin.data + s->rin_off,
+                                        q_len(&s->rin, s->rin_off), &s->cq)
+                 : al_buf_append(&s->cq, s->rin.data + s->rin_off, q_len(&s->rin, s->rin_off));
+    if (rc == 0 && q_len(&s->uq, s->uq_off))
+        rc = al_relay_prime(&s->tun, 0, s->uq.data + s->uq_off, q_len(&s->uq, s->uq_off));
+    if (rc == 0 && q_len(&s->cq, s->cq_off))
+        rc = al_relay_prime(&s->tun, 1, s->cq.data + s->cq_off, q_len(&s->cq, s->cq_off));
+    al_buf_free_wipe(&s->cin);
+    al_buf_free_wipe(&s->rin);
+    al_buf_free_wipe(&s->uq);
+    al_buf_free_wipe(&s->cq);
+    s->cin_off = s->rin_off = s->uq_off = s->cq_off = 0;
+    if (rc < 0) {
+        sess__tunnel_failed(s, INTERCEPT_END_CLIENT, AL_RELAY_READ, rc);
+        return;
+    }
+    sess__tunnel_run(s, -1, 0);
 }
 
 /* ---- lifecycle -------------------------------------------------------------------------------- */
@@ -1925,6 +2093,10 @@ void intercept_session_on_events(struct intercept_session *s, int end, int event
 {
     if (s->st == S_DONE)
         return;
+    if (s->st == S_TUNNEL) {
+        sess__tunnel_run(s, end, events);
+        return;
+    }
     if (end == INTERCEPT_END_UPSTREAM && s->st == S_CONNECT &&
         (events & INTERCEPT_TLS_WANT_WRITE)) {
         bool progress = false;
@@ -1967,16 +2139,16 @@ void intercept_session_on_timeout(struct intercept_session *s)
         else
             sess__fail(s, 504, "gateway_timeout", "upstream_response_timeout", "");
         break;
-    case S_TUNNEL:
-        if (sess__tunnel_held(s)) {
-            s->stats.scrubbed_matches += s->tscrub.rep.matches;
-            s->tscrub.rep.matches = 0;
-            intercept_scrub_finish(&s->tscrub, &s->cq);
-            break; /* runs, flushes, re-arms the idle deadline */
+    case S_TUNNEL: {
+        uint64_t next;
+        if (al_relay_time(&s->tun, al_now_ns(), &next) < 0) {
+            sess__close_upstream(s);
+            sess__finish(s, "idle_timeout", "");
+            return;
         }
-        sess__close_upstream(s);
-        sess__finish(s, "idle_timeout", "");
+        sess__tunnel_run(s, -1, 0); /* lets go what the scrubber held, if that is due */
         return;
+    }
     case S_CLOSING:
         sess__finish(s, s->end_why ? s->end_why : "closed", "");
         return;
@@ -2001,6 +2173,7 @@ void intercept_session_free(struct intercept_session *s)
 {
     if (!s)
         return;
+    sess__tunnel_stop(s);
     sess__release_request(s);
     if (s->ufd >= 0) {
         if (s->u_reusable && s->pool && s->utls && !s->u_eof && q_len(&s->uq, s->uq_off) == 0 &&

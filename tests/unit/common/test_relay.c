@@ -1,6 +1,6 @@
 /* Unit tests: common/relay over socketpairs: bytes and counts both ways, half-close each
  * way, back-pressure from a slow reader, a peer that went away, the timeouts, the splice
- * path, a transport end, and a budget that refuses.
+ * path, a transport end, a filter on one direction, and a budget that refuses.
  *
  * Each relay end is one side of a socketpair; the test holds the other sides ("peers").
  * Socketpair writes land in the peer's queue synchronously, so "nothing more can move" is
@@ -415,6 +415,126 @@ START_TEST(a_budget_that_refuses_fails_the_relay_and_all_is_given_back)
 }
 END_TEST
 
+/* A filter that masks SECRET and holds back a tail that could begin one. */
+struct tfilt {
+    char held[8];
+    size_t n;
+    int feeds, flushes, fail;
+};
+
+static int tf_feed(void *ctx, const void *in, size_t len, struct al_buf *out)
+{
+    struct tfilt *t = ctx;
+    if (t->fail)
+        return t->fail;
+    t->feeds++;
+    char tmp[256];
+    ck_assert_uint_le(t->n + len, sizeof tmp);
+    memcpy(tmp, t->held, t->n);
+    memcpy(tmp + t->n, in, len);
+    size_t m = t->n + len, i = 0;
+    t->n = 0;
+    while (i < m) {
+        if (m - i >= 6 && memcmp(tmp + i, "SECRET", 6) == 0) {
+            ck_assert_int_eq(al_buf_append(out, "******", 6), 0);
+            i += 6;
+        } else if (m - i < 6 && memcmp(tmp + i, "SECRET", m - i) == 0) {
+            memcpy(t->held, tmp + i, m - i);
+            t->n = m - i;
+            break;
+        } else {
+            ck_assert_int_eq(al_buf_append(out, tmp + i++, 1), 0);
+        }
+    }
+    return 0;
+}
+
+static int tf_flush(void *ctx, struct al_buf *out)
+{
+    struct tfilt *t = ctx;
+    t->flushes++;
+    int rc = al_buf_append(out, t->held, t->n) < 0 ? -ENOMEM : 0;
+    t->n = 0;
+    return rc;
+}
+
+static size_t tf_held(void *ctx)
+{
+    return ((struct tfilt *)ctx)->n;
+}
+
+static void expect(int fd, const char *want, bool want_eof)
+{
+    char buf[256];
+    bool eof;
+    size_t n = drain(fd, buf, sizeof buf - 1, &eof);
+    buf[n] = 0;
+    ck_assert_str_eq(buf, want);
+    ck_assert(eof == want_eof);
+}
+
+START_TEST(a_filter_sees_every_read_and_lets_held_bytes_go_after_a_quiet_and_at_the_end)
+{
+    struct tfilt t = {0};
+    struct al_relay_filter f = {.feed = tf_feed, .flush = tf_flush, .held = tf_held, .ctx = &t};
+    struct al_relay_opts o = {.splice = true, .splice_after = 1, .idle_timeout_ms = 60000};
+    o.filter[1] = &f;
+    struct pair p;
+    pair_open(&p, &o, NULL, NULL);
+    /* Primed bytes are the owner's, already filtered. */
+    ck_assert_int_eq(al_relay_prime(&p.r, 1, "SECRET ", 7), 0);
+    send_all(p.peer[1], "x SECRET y SEC", 14);
+    ck_assert_int_eq(pump(&p), 1);
+    expect(p.peer[0], "SECRET x ****** y ", false);
+    /* What it holds goes after a quiet: al_relay_time says when, and once that passed (the
+     * last read is moved back instead of waiting) a run with no events lets it go. */
+    uint64_t next = 0;
+    ck_assert_int_eq(al_relay_time(&p.r, p.r.flow[1].t_in, &next), 0);
+    ck_assert_uint_eq(next, 20);
+    ck_assert_int_eq(al_relay_run(&p.r, -1, 0), 1);
+    expect(p.peer[0], "", false); /* not yet */
+    p.r.flow[1].t_in -= 1000000000ull;
+    ck_assert_int_eq(al_relay_time(&p.r, al_now_ns(), &next), 0);
+    ck_assert_uint_eq(next, 1);
+    ck_assert_int_eq(al_relay_run(&p.r, -1, 0), 1);
+    expect(p.peer[0], "SEC", false);
+    ck_assert_int_eq(t.flushes, 1);
+    ck_assert_int_eq(al_relay_time(&p.r, al_now_ns(), &next), 0);
+    ck_assert_uint_gt(next, 20); /* nothing held: only the idle timeout */
+    /* The other direction is not filtered, and splices past splice_after. */
+    char big[4096];
+    memset(big, 'S', sizeof big);
+    memcpy(big, "SECRET", 6);
+    send_all(p.peer[0], big, sizeof big);
+    send_all(p.peer[0], "SECRET", 6);
+    ck_assert_int_eq(pump(&p), 1);
+    char got[8192];
+    bool eof;
+    ck_assert_uint_eq(drain(p.peer[1], got, sizeof got, &eof), sizeof big + 6);
+    ck_assert(memcmp(got, "SECRET", 6) == 0 && memcmp(got + sizeof big, "SECRET", 6) == 0);
+    ck_assert(p.r.flow[0].has_pipe || p.r.flow[0].bytes > sizeof big);
+    ck_assert(!p.r.flow[1].has_pipe);
+    /* At the end of the stream the held bytes go first, then the end. */
+    send_all(p.peer[1], "a SECR", 6);
+    ck_assert_int_eq(shutdown(p.peer[1], SHUT_WR), 0);
+    ck_assert_int_eq(pump(&p), 1);
+    expect(p.peer[0], "a SECR", true);
+    ck_assert_int_eq(t.flushes, 2);
+    ck_assert_uint_eq(al_relay_bytes(&p.r, 1), 18 + 3 + 6);
+    ck_assert_uint_eq(al_relay_bytes(&p.r, 0), sizeof big + 6);
+    pair_close(&p);
+
+    /* A filter that fails fails the relay as a read of its direction. */
+    t = (struct tfilt){.fail = -EIO};
+    pair_open(&p, &o, NULL, NULL);
+    send_all(p.peer[1], "x", 1);
+    ck_assert_int_eq(pump(&p), -EIO);
+    ck_assert_int_eq(p.r.fail_end, 1);
+    ck_assert_int_eq(p.r.fail_op, AL_RELAY_READ);
+    pair_close(&p);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("relay");
@@ -430,6 +550,7 @@ static Suite *suite(void)
     tcase_add_test(t, idle_and_total_timeouts);
     tcase_add_test(t, a_transport_end_reads_until_it_has_nothing);
     tcase_add_test(t, a_budget_that_refuses_fails_the_relay_and_all_is_given_back);
+    tcase_add_test(t, a_filter_sees_every_read_and_lets_held_bytes_go_after_a_quiet_and_at_the_end);
     suite_add_tcase(s, t);
     return s;
 }
