@@ -153,12 +153,6 @@ struct intercept_session {
     struct intercept_scrub tscrub;    /* upstream -> sandbox after a 101 */
     bool tscrub_live;
 
-    /* The tunnel after a 101: end 0 the sandbox, end 1 the upstream. */
-    struct al_relay tun;
-    bool tun_live;
-    struct sess_tun_end tend[2];
-    struct al_relay_filter tfilter; /* tscrub, on upstream -> sandbox */
-    uint64_t tun_skip[2];           /* primed bytes counted before the tunnel */
     uint64_t resp_bytes;
 
     /* Secrets injected on this connection: every response is scrubbed of them. */
@@ -174,6 +168,14 @@ struct intercept_session {
     uint64_t bytes_up, bytes_down;
     struct intercept_session_stats stats;
     bool audit_failed;
+
+    /* The tunnel after a 101 (last: the request path's fields stay together): end 0 the
+     * sandbox, end 1 the upstream. */
+    struct al_relay tun;
+    bool tun_live;
+    struct sess_tun_end tend[2];
+    struct al_relay_filter tfilter; /* tscrub, on upstream -> sandbox */
+    uint64_t tun_skip[2];           /* primed bytes counted before the tunnel */
 };
 
 static void sess__run(struct intercept_session *s);
