@@ -10,22 +10,57 @@
 # <state>/paused/<id> holds then; resume_boot_ms: the connect that boots it over its files
 # (network, egress registration, start, agent healthy). airlockd runs in a network namespace
 # of its own (network on, so that the release and the boot include the vswitch and
-# airlock-egress), on the template base. Needs root and a built tree:
-#   AIRLOCK_SOURCE_DIR=. AIRLOCK_BIN=build/bin bench/pause_bench.sh [--sizes "1 10 100"] [--rounds 3]
+# airlock-egress), on the template base.
+# --encrypt "off on": the cost of encryption at rest (at_rest.encrypt) for the files kept in
+# <state>/paused. The state directory is then one of two ext4 images made with the encrypt
+# feature (cp_state_image, one per setting, the same file system either way), and every size
+# and round is measured once per setting in turn, airlockd restarted on that setting's image
+# (interleaved: the machine's drift falls on both alike); each line gets "encrypt". The
+# encrypted setting is checked on airlockd's banner. Needs root and a built tree:
+#   AIRLOCK_SOURCE_DIR=. AIRLOCK_BIN=build/bin bench/pause_bench.sh [--sizes "1 10 100"] [--rounds 3] [--encrypt "off on"]
 set -uo pipefail
 SIZES="1 10 100"
 ROUNDS=3
+ENCRYPT=""
 while [ $# -gt 0 ]; do
   case $1 in
   --sizes) SIZES=$2; shift 2 ;;
   --rounds) ROUNDS=$2; shift 2 ;;
-  *) echo "usage: $0 [--sizes \"1 10 100\"] [--rounds N]" >&2; exit 2 ;;
+  --encrypt) ENCRYPT=$2; shift 2 ;;
+  *) echo "usage: $0 [--sizes \"1 10 100\"] [--rounds N] [--encrypt \"off on\"]" >&2; exit 2 ;;
   esac
 done
 export AIRLOCK_BIN=${AIRLOCK_BIN:-${AIRLOCK_SOURCE_DIR:?set AIRLOCK_SOURCE_DIR}/build/bin}
+for m in $ENCRYPT; do
+  case $m in off | on) ;; *) echo "pause_bench: --encrypt takes off and/or on, not $m" >&2; exit 2 ;; esac
+done
 source "${AIRLOCK_SOURCE_DIR:?set AIRLOCK_SOURCE_DIR}/tests/integration/cp_world.sh"
+[ -z "$ENCRYPT" ] || CP_SANDBOXES_EXTRA="at_rest:
+  encrypt: \"off\""
 cp_world pause_bench jail on >&2
-cp_start >&2 || exit 1
+declare -A IMG
+for m in $ENCRYPT; do
+  cp_state_image "state-$m" >&2 && IMG[$m]=$CP_IMG && cp_state_unmount || exit 1
+done
+
+# airlockd on the image of setting $1 (with --encrypt), else as it is.
+up() {
+  [ -n "$ENCRYPT" ] || { cp_start airlockd >&2; return; }
+  CP_IMG=${IMG[$1]}
+  cp_state_mount || return 1
+  sed -i "s/^\( *encrypt: \).*/\1\"$1\"/" "$AL_TMP/airlockd.yaml"
+  cp_start airlockd >&2 || return 1
+  if [ "$1" = on ]; then
+    grep -q "paused .*(encrypted at rest" "$AL_TMP/airlockd.log" ||
+      { echo "pause_bench: <state>/paused is not encrypted with encrypt: on" >&2; return 1; }
+  fi
+}
+down() {
+  [ -n "$ENCRYPT" ] || return 0
+  al_kill airlockd TERM
+  cp_kill_world
+  cp_state_unmount
+}
 
 # ms of one API call; its body into $AL_TMP/body, its status into $AL_TMP/code.
 timed() {
@@ -37,8 +72,9 @@ timed() {
 }
 want() { [ "$(cat "$AL_TMP/code")" = "$1" ] || { echo "pause_bench: $2: HTTP $(cat "$AL_TMP/code") $(cat "$AL_TMP/body")" >&2; exit 1; }; }
 
-for mb in $SIZES; do
-  for r in $(seq "$ROUNDS"); do
+# One measurement of dirty size $1 (MB), round $2, setting $3 ("" without --encrypt).
+round() {
+  local mb=$1 r=$2 enc=$3 A pm rm_ pf rb kept e=""
     A=$(cp_create '{"templateID":"base","timeout":600}')
     cp_exec "$A" sh -c "head -c ${mb}M /dev/urandom > /home/user/blob" >/dev/null ||
       { echo "pause_bench: cannot write $mb MB" >&2; exit 1; }
@@ -51,9 +87,20 @@ for mb in $SIZES; do
     kept=$(du -sb "$CP_STATE/paused/$A" | cut -f1)
     rb=$(timed -X POST "$CP_URL/v2/sandboxes/$A/connect" -d '{"timeout":600}')
     want 201 "boot $A"
-    printf '{"bench":"pause","dirty_mb":%s,"round":%s,"pause_memory_ms":%s,"resume_memory_ms":%s,"pause_files_ms":%s,"resume_boot_ms":%s,"kept_bytes":%s}\n' \
-      "$mb" "$r" "$pm" "$rm_" "$pf" "$rb" "$kept"
+    [ -z "$enc" ] || e=$(printf ',"encrypt":"%s"' "$enc")
+    printf '{"bench":"pause"%s,"dirty_mb":%s,"round":%s,"pause_memory_ms":%s,"resume_memory_ms":%s,"pause_files_ms":%s,"resume_boot_ms":%s,"kept_bytes":%s}\n' \
+      "$e" "$mb" "$r" "$pm" "$rm_" "$pf" "$rb" "$kept"
     cp_cli sandbox kill "$A" >/dev/null
+}
+
+if [ -z "$ENCRYPT" ]; then up || exit 1; fi
+for mb in $SIZES; do
+  for r in $(seq "$ROUNDS"); do
+    for m in ${ENCRYPT:-as-configured}; do
+      if [ -n "$ENCRYPT" ]; then up "$m" || exit 1; else m=""; fi
+      round "$mb" "$r" "$m" || exit 1
+      down || exit 1
+    done
   done
 done
-al_kill airlockd TERM
+if [ -z "$ENCRYPT" ]; then al_kill airlockd TERM; fi

@@ -28,8 +28,9 @@
 #                         answer before the log has the record
 #   cp_kill_world         every process of this instance killed, its runtime tmpfs, switch
 #                         and cgroups removed, as a restart of the host leaves it
-#   cp_state_image        (after cp_world, before cp_start) puts CP_STATE on a private 4 GiB
-#                         ext4 image made with its encrypt feature (CP_IMG), on a loop device,
+#   cp_state_image [NAME] (after cp_world, before cp_start) puts CP_STATE on a private 4 GiB
+#                         ext4 image made with its encrypt feature (CP_IMG, $AL_TMP/NAME.img,
+#                         NAME "state" by default; one per NAME), on a loop device,
 #                         for the tests of encryption at rest; what is mounted below it and
 #                         the image itself are unmounted at exit, after cp_kill_world
 #   cp_state_unmount      unmounts the state image: first what is mounted below it (the
@@ -144,15 +145,18 @@ cp_kill_world() {
 }
 
 cp_state_image() {
-  CP_IMG="$AL_TMP/state.img"
+  CP_IMG="$AL_TMP/${1:-state}.img"
   truncate -s 4G "$CP_IMG" && mkfs.ext4 -q -F -O encrypt "$CP_IMG" ||
     { echo "cp_state_image: mkfs.ext4 -O encrypt failed" >&2; return 1; }
-  mv "$CP_STATE" "$AL_TMP/state.pre" && mkdir "$CP_STATE" || return 1
+  # A second image (another NAME) starts from the same state cp_world made.
+  if [ ! -d "$AL_TMP/state.pre" ]; then
+    mv "$CP_STATE" "$AL_TMP/state.pre" && mkdir "$CP_STATE" || return 1
+    # Registered after cp_world's: runs before it (last registered first), so killed
+    # first, then unmounted.
+    al_on_cleanup cp__state_cleanup
+  fi
   mount -o loop "$CP_IMG" "$CP_STATE" ||
     { echo "cp_state_image: cannot mount the state image" >&2; return 1; }
-  # Registered after cp_world's: runs before it (last registered first), so killed first,
-  # then unmounted.
-  al_on_cleanup cp__state_cleanup
   cp -a "$AL_TMP/state.pre/." "$CP_STATE/" && chmod 0711 "$CP_STATE"
 }
 
