@@ -38,29 +38,12 @@ source "${AIRLOCK_SOURCE_DIR:?set AIRLOCK_SOURCE_DIR}/tests/integration/cp_world
 [ -z "$ENCRYPT" ] || CP_SANDBOXES_EXTRA="at_rest:
   encrypt: \"off\""
 cp_world pause_bench jail on >&2
-declare -A IMG
-for m in $ENCRYPT; do
-  cp_state_image "state-$m" >&2 && IMG[$m]=$CP_IMG && cp_state_unmount || exit 1
-done
+# shellcheck disable=SC2086 # the settings are words
+cp_atrest_images $ENCRYPT || exit 1
 
 # airlockd on the image of setting $1 (with --encrypt), else as it is.
-up() {
-  [ -n "$ENCRYPT" ] || { cp_start airlockd >&2; return; }
-  CP_IMG=${IMG[$1]}
-  cp_state_mount || return 1
-  sed -i "s/^\( *encrypt: \).*/\1\"$1\"/" "$AL_TMP/airlockd.yaml"
-  cp_start airlockd >&2 || return 1
-  if [ "$1" = on ]; then
-    grep -q "paused .*(encrypted at rest" "$AL_TMP/airlockd.log" ||
-      { echo "pause_bench: <state>/paused is not encrypted with encrypt: on" >&2; return 1; }
-  fi
-}
-down() {
-  [ -n "$ENCRYPT" ] || return 0
-  al_kill airlockd TERM
-  cp_kill_world
-  cp_state_unmount
-}
+up() { if [ -n "$ENCRYPT" ]; then cp_atrest_up "$1" paused; else cp_start airlockd >&2; fi; }
+down() { [ -z "$ENCRYPT" ] || cp_atrest_down; }
 
 # ms of one API call; its body into $AL_TMP/body, its status into $AL_TMP/code.
 timed() {

@@ -42,40 +42,12 @@ source "${AIRLOCK_SOURCE_DIR:?set AIRLOCK_SOURCE_DIR}/tests/integration/cp_world
 [ -z "$ENCRYPT" ] || CP_SANDBOXES_EXTRA="at_rest:
   encrypt: \"off\""
 cp_world snap_api_bench jail off >&2
-if [ -n "$ENCRYPT" ]; then
-  mv "$CP_STATE" "$AL_TMP/state.pre"
-  mkdir "$CP_STATE"
-  for m in $ENCRYPT; do
-    truncate -s 8G "$AL_TMP/state-$m.img"
-    mkfs.ext4 -q -F -O encrypt "$AL_TMP/state-$m.img" ||
-      { echo "snap_api_bench: mkfs.ext4 -O encrypt failed" >&2; exit 1; }
-    mount -o loop "$AL_TMP/state-$m.img" "$CP_STATE" || exit 1
-    cp -a "$AL_TMP/state.pre/." "$CP_STATE/"
-    chmod 0711 "$CP_STATE"
-    umount "$CP_STATE"
-  done
-  # Killed first, then unmounted (the cleanups run last registered first).
-  bench__unmount() { cp_kill_world; mountpoint -q "$CP_STATE" && umount -l "$CP_STATE"; true; }
-  al_on_cleanup bench__unmount
-fi
+# shellcheck disable=SC2086 # the settings are words
+cp_atrest_images $ENCRYPT || exit 1
 
 # airlockd on the image of setting $1 (with --encrypt), else as it is.
-up() {
-  [ -n "$ENCRYPT" ] || { cp_start airlockd >&2; return; }
-  mount -o loop "$AL_TMP/state-$1.img" "$CP_STATE" || return 1
-  sed -i "s/^\( *encrypt: \).*/\1\"$1\"/" "$AL_TMP/airlockd.yaml"
-  cp_start airlockd >&2 || return 1
-  if [ "$1" = on ]; then
-    grep -q "snapshots .*(encrypted at rest" "$AL_TMP/airlockd.log" ||
-      { echo "snap_api_bench: the store is not encrypted with encrypt: on" >&2; return 1; }
-  fi
-}
-down() {
-  [ -n "$ENCRYPT" ] || return 0
-  al_kill airlockd TERM
-  cp_kill_world
-  umount "$CP_STATE"
-}
+up() { if [ -n "$ENCRYPT" ]; then cp_atrest_up "$1" snapshots; else cp_start airlockd >&2; fi; }
+down() { [ -z "$ENCRYPT" ] || cp_atrest_down; }
 
 # ms of one API call; its body into $AL_TMP/body, its status into $AL_TMP/code.
 timed() {

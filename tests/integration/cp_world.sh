@@ -37,6 +37,12 @@
 #                         volumes' mounts), then, once their loop devices let the volumes'
 #                         images go, the image itself; fails if it stays mounted
 #   cp_state_mount        mounts the image again (a new mount: no key is added to it)
+#   cp_atrest_images SETTINGS...  (benchmarks of at_rest.encrypt; after cp_world, whose
+#                         configuration has an at_rest section with its encrypt line) one state
+#                         image per setting (off, on), each holding the state cp_world made
+#   cp_atrest_up SETTING DIR  airlockd on that setting's image, at_rest.encrypt set to it;
+#                         with on, the banner's line of <state>/DIR must say it is encrypted
+#   cp_atrest_down        airlockd stopped, the world killed, the image unmounted
 #   cp_leaks              echoes what this instance left (interfaces, cgroups, sandbox
 #                         directories, mounts, processes); empty = nothing
 #   cp_leaks_settled      the same once it is empty, or after 60 s: what ends after airlockd
@@ -184,6 +190,32 @@ cp_state_unmount() {
 }
 
 cp_state_mount() { mount -o loop "$CP_IMG" "$CP_STATE"; }
+
+declare -A CP__ATREST_IMG
+cp_atrest_images() {
+  local m
+  for m in "$@"; do
+    case $m in off | on) ;; *) echo "cp_atrest_images: off or on, not $m" >&2; return 1 ;; esac
+    cp_state_image "state-$m" >&2 && CP__ATREST_IMG[$m]=$CP_IMG && cp_state_unmount || return 1
+  done
+}
+
+cp_atrest_up() {
+  CP_IMG=${CP__ATREST_IMG[$1]:?cp_atrest_up: no image of setting $1}
+  cp_state_mount || return 1
+  sed -i "s/^\( *encrypt: \).*/\1\"$1\"/" "$AL_TMP/airlockd.yaml"
+  cp_start airlockd >&2 || return 1
+  if [ "$1" = on ] && ! grep -q "^  $2 .*(encrypted at rest" "$AL_TMP/airlockd.log"; then
+    echo "cp_atrest_up: <state>/$2 is not encrypted with encrypt: on" >&2
+    return 1
+  fi
+}
+
+cp_atrest_down() {
+  al_kill airlockd TERM
+  cp_kill_world
+  cp_state_unmount
+}
 
 cp_egress_args() {
   python3 - "$AL_TMP/airlockd.yaml" "$@" <<'PY'
