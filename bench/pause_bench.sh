@@ -41,10 +41,6 @@ cp_world pause_bench jail on >&2
 # shellcheck disable=SC2086 # the settings are words
 cp_atrest_images $ENCRYPT || exit 1
 
-# airlockd on the image of setting $1 (with --encrypt), else as it is.
-up() { if [ -n "$ENCRYPT" ]; then cp_atrest_up "$1" paused; else cp_start airlockd >&2; fi; }
-down() { [ -z "$ENCRYPT" ] || cp_atrest_down; }
-
 # ms of one API call; its body into $AL_TMP/body, its status into $AL_TMP/code.
 timed() {
   local t0 t1
@@ -76,14 +72,4 @@ round() {
     cp_cli sandbox kill "$A" >/dev/null
 }
 
-if [ -z "$ENCRYPT" ]; then up || exit 1; fi
-for mb in $SIZES; do
-  for r in $(seq "$ROUNDS"); do
-    for m in ${ENCRYPT:-as-configured}; do
-      if [ -n "$ENCRYPT" ]; then up "$m" || exit 1; else m=""; fi
-      round "$mb" "$r" "$m" || exit 1
-      down || exit 1
-    done
-  done
-done
-if [ -z "$ENCRYPT" ]; then al_kill airlockd TERM; fi
+cp_atrest_series "$SIZES" "$ROUNDS" "$ENCRYPT" paused round || exit 1

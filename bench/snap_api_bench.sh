@@ -45,10 +45,6 @@ cp_world snap_api_bench jail off >&2
 # shellcheck disable=SC2086 # the settings are words
 cp_atrest_images $ENCRYPT || exit 1
 
-# airlockd on the image of setting $1 (with --encrypt), else as it is.
-up() { if [ -n "$ENCRYPT" ]; then cp_atrest_up "$1" snapshots; else cp_start airlockd >&2; fi; }
-down() { [ -z "$ENCRYPT" ] || cp_atrest_down; }
-
 # ms of one API call; its body into $AL_TMP/body, its status into $AL_TMP/code.
 timed() {
   local t0 t1
@@ -105,14 +101,4 @@ print(" ".join(e["sandbox"]["sandboxID"] for e in r))' "$AL_TMP/body" "$n") || e
   for s in "$A" "$B" "$C" "${copies[@]}"; do cp_cli sandbox kill "$s" >/dev/null; done
 }
 
-if [ -z "$ENCRYPT" ]; then up || exit 1; fi
-for mb in $SIZES; do
-  for r in $(seq "$ROUNDS"); do
-    for m in ${ENCRYPT:-as-configured}; do
-      if [ -n "$ENCRYPT" ]; then up "$m" || exit 1; else m=""; fi
-      round "$mb" "$r" "$m" || exit 1
-      down
-    done
-  done
-done
-if [ -z "$ENCRYPT" ]; then al_kill airlockd TERM; fi
+cp_atrest_series "$SIZES" "$ROUNDS" "$ENCRYPT" snapshots round || exit 1

@@ -43,6 +43,11 @@
 #   cp_atrest_up SETTING DIR  airlockd on that setting's image, at_rest.encrypt set to it;
 #                         with on, the banner's line of <state>/DIR must say it is encrypted
 #   cp_atrest_down        airlockd stopped, the world killed, the image unmounted
+#   cp_atrest_series SIZES ROUNDS SETTINGS DIR FN  a benchmark's series: `FN SIZE ROUND
+#                         SETTING` for every size and round, once per setting in turn, each
+#                         on its image with airlockd restarted (cp_atrest_up/down: the drift of
+#                         the machine falls on every setting alike); SETTINGS empty: once
+#                         each, airlockd as configured, SETTING "". Stops at the first failure
 #   cp_leaks              echoes what this instance left (interfaces, cgroups, sandbox
 #                         directories, mounts, processes); empty = nothing
 #   cp_leaks_settled      the same once it is empty, or after 60 s: what ends after airlockd
@@ -215,6 +220,21 @@ cp_atrest_down() {
   al_kill airlockd TERM
   cp_kill_world
   cp_state_unmount
+}
+
+cp_atrest_series() {
+  local sizes=$1 rounds=$2 settings=$3 dir=$4 fn=$5 mb r m
+  if [ -z "$settings" ]; then cp_start airlockd >&2 || return 1; fi
+  for mb in $sizes; do
+    for r in $(seq "$rounds"); do
+      for m in ${settings:-as-configured}; do
+        if [ -n "$settings" ]; then cp_atrest_up "$m" "$dir" || return 1; else m=""; fi
+        "$fn" "$mb" "$r" "$m" || return 1
+        if [ -n "$settings" ]; then cp_atrest_down || return 1; fi
+      done
+    done
+  done
+  if [ -z "$settings" ]; then al_kill airlockd TERM; fi
 }
 
 cp_egress_args() {
