@@ -28,7 +28,8 @@
  *                    with IDLE idle sandboxes - without any) / IDLE
  *   max_idle_sandboxes  sandboxes created (8 at a time) and held idle until MAXHELD or the
  *                    first failure (target >= 500; the failure's answer is printed, it says
- *                    which limit); then all are killed
+ *                    which limit), or until MemAvailable falls below a tenth of MemTotal
+ *                    (max_idle_stopped_by_memory); then all are killed
  *   max_idle_machine_kb_per_sandbox, max_idle_kernel_kb_per_sandbox  what /proc/meminfo's
  *                    MemAvailable lost while they were made, and the kernel's part (Slab,
  *                    KernelStack, PageTables, Percpu), per held sandbox: the whole machine's
@@ -1037,7 +1038,20 @@ int main(int argc, char **argv)
     if (opt_max > 0) {
         int held = 0;
         double avail0 = meminfo_kb("MemAvailable"), kern0 = kernel_kb();
+        double total = meminfo_kb("MemTotal");
         for (; held < opt_max;) {
+            /* Bounded by the machine too: the kernel's share of a sandbox (its network
+             * namespace, interfaces, cgroups) is charged to no sandbox's limit, so the host's
+             * OOM killer, not airlockd's 503, would stop a count beyond what memory holds. */
+            double avail = meminfo_kb("MemAvailable");
+            if (total > 0 && avail >= 0 && avail < total / 10) {
+                fprintf(stderr,
+                        "cp_bench: stopped holding at %d sandboxes: MemAvailable %.0f kB is "
+                        "below a tenth of MemTotal\n",
+                        held, avail);
+                out("max_idle_stopped_by_memory", 1, "bool");
+                break;
+            }
             int batch = opt_max - held < 8 ? opt_max - held : 8;
             int f = flight_run(batch, batch, false, ids + held, ms + held, NULL, &secs);
             if (f) {
