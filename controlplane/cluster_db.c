@@ -18,6 +18,8 @@ struct cp_cluster_db {
 #define CLUSTER_DB__MIGRATE_LOCK "27419012907361131"
 #define CLUSTER_DB__STR_(x)      #x
 #define CLUSTER_DB__STR(x)       CLUSTER_DB__STR_(x)
+/* Placements one gateway connection may lose in a row to others before it gives up. */
+#define CLUSTER_DB__PLACE_TRIES 64
 
 /* The migrations, in order; migration i brings the schema to version i + 1. Each runs in the
  * one transaction of cp_cluster_db_migrate, with the version row it adds. Never edit a
@@ -570,57 +572,80 @@ int cp_cluster_db_place(struct cp_cluster_db *db, const struct cp_cluster_place 
     snprintf(cpu, sizeof cpu, "%" PRId64, p->cpu);
     snprintf(mem, sizeof mem, "%" PRIu64, p->memory_bytes);
     const char *const v[] = {p->sandbox_id, p->template_id, cpu, mem, exclude};
-    /* pick locks the chosen row (FOR UPDATE): a concurrent placement that wants it waits,
-     * then sees this one's booking (PostgreSQL re-checks the WHERE on the row's newest
-     * version and moves on to the next candidate when it no longer fits); upd books with
-     * the room checked once more on the locked row; ins records the sandbox as the node's.
-     * One statement: all of it, or nothing (a duplicate id undoes the booking). */
-    PGresult *r = cluster_db__params(
-        db,
-        "WITH pick AS ("
-        " SELECT id, CASE WHEN jsonb_typeof(templates -> $2::text) = 'number'"
-        "  THEN (templates ->> $2::text)::numeric >= 1 ELSE false END AS warm"
-        " FROM nodes"
-        " WHERE lease_expires_at > now() AND NOT cordoned AND templates ? $2::text"
-        "  AND sandboxes_booked < sandboxes_max AND cpu_booked + $3::integer <= cpu"
-        "  AND memory_booked + $4::bigint <= memory_bytes"
-        "  AND NOT (id = ANY(string_to_array($5::text, ',')))"
-        " ORDER BY 2 DESC, greatest(sandboxes_booked::float8 / sandboxes_max,"
-        "  cpu_booked::float8 / cpu, memory_booked::float8 / memory_bytes), random()"
-        " LIMIT 1 FOR UPDATE),"
-        "upd AS ("
-        " UPDATE nodes n SET sandboxes_booked = n.sandboxes_booked + 1,"
-        "  cpu_booked = n.cpu_booked + $3::integer,"
-        "  memory_booked = n.memory_booked + $4::bigint,"
-        "  templates = CASE WHEN pick.warm THEN jsonb_set(n.templates, ARRAY[$2::text],"
-        "   to_jsonb((n.templates ->> $2::text)::numeric - 1)) ELSE n.templates END"
-        " FROM pick WHERE n.id = pick.id AND n.sandboxes_booked < n.sandboxes_max"
-        "  AND n.cpu_booked + $3::integer <= n.cpu"
-        "  AND n.memory_booked + $4::bigint <= n.memory_bytes"
-        " RETURNING n.id, n.address, pick.warm),"
-        "ins AS ("
-        " INSERT INTO sandboxes (id, node_id, template, cpu, memory_bytes)"
-        " SELECT $1::text, id, $2::text, $3::integer, $4::bigint FROM upd RETURNING node_id)"
-        "SELECT upd.id, upd.address, upd.warm FROM upd JOIN ins ON ins.node_id = upd.id",
-        5, v);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        if (strcmp(cluster_db__state(r), "23505") == 0) { /* unique_violation */
-            PQclear(r);
-            return al_error_set(err, -EEXIST, "cluster: sandbox %s is placed already",
-                                p->sandbox_id);
+    /* pick chooses a node from the statement's snapshot without locking it; upd books it
+     * only if the room is still there on the row's newest version (a concurrent booking
+     * makes PostgreSQL wait for it and re-check); ins records the sandbox as the node's.
+     * One statement: all of it, or nothing (a duplicate id undoes the booking). Each
+     * statement locks one nodes row at most: a pick that locked its candidates in sort
+     * order (FOR UPDATE) kept the rows it had to skip locked, and two placements whose
+     * orders differed (the load ratios they saw, random() among equals) deadlocked. A
+     * lost race (upd found the room, or the warm sandbox it counted on, gone) tries again
+     * on a new snapshot; each loss is another placement's success, so the tries are
+     * bounded by the contention. */
+    for (int attempt = 0;; attempt++) {
+        PGresult *r = cluster_db__params(
+            db,
+            "WITH pick AS ("
+            " SELECT id, CASE WHEN jsonb_typeof(templates -> $2::text) = 'number'"
+            "  THEN (templates ->> $2::text)::numeric >= 1 ELSE false END AS warm"
+            " FROM nodes"
+            " WHERE lease_expires_at > now() AND NOT cordoned AND templates ? $2::text"
+            "  AND sandboxes_booked < sandboxes_max AND cpu_booked + $3::integer <= cpu"
+            "  AND memory_booked + $4::bigint <= memory_bytes"
+            "  AND NOT (id = ANY(string_to_array($5::text, ',')))"
+            " ORDER BY 2 DESC, greatest(sandboxes_booked::float8 / sandboxes_max,"
+            "  cpu_booked::float8 / cpu, memory_booked::float8 / memory_bytes), random()"
+            " LIMIT 1),"
+            "upd AS ("
+            " UPDATE nodes n SET sandboxes_booked = n.sandboxes_booked + 1,"
+            "  cpu_booked = n.cpu_booked + $3::integer,"
+            "  memory_booked = n.memory_booked + $4::bigint,"
+            "  templates = CASE WHEN pick.warm THEN jsonb_set(n.templates, ARRAY[$2::text],"
+            "   to_jsonb((n.templates ->> $2::text)::numeric - 1)) ELSE n.templates END"
+            " FROM pick WHERE n.id = pick.id AND n.lease_expires_at > now()"
+            "  AND NOT n.cordoned AND n.templates ? $2::text"
+            "  AND n.sandboxes_booked < n.sandboxes_max"
+            "  AND n.cpu_booked + $3::integer <= n.cpu"
+            "  AND n.memory_booked + $4::bigint <= n.memory_bytes"
+            "  AND (NOT pick.warm OR (jsonb_typeof(n.templates -> $2::text) = 'number'"
+            "   AND (n.templates ->> $2::text)::numeric >= 1))"
+            " RETURNING n.id, n.address, pick.warm),"
+            "ins AS ("
+            " INSERT INTO sandboxes (id, node_id, template, cpu, memory_bytes)"
+            " SELECT $1::text, id, $2::text, $3::integer, $4::bigint FROM upd RETURNING node_id)"
+            "SELECT pick.id, b.address, b.warm FROM pick LEFT JOIN"
+            " (SELECT upd.id, upd.address, upd.warm FROM upd JOIN ins ON ins.node_id = upd.id) b"
+            " ON b.id = pick.id",
+            5, v);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+            if (strcmp(cluster_db__state(r), "23505") == 0) { /* unique_violation */
+                PQclear(r);
+                return al_error_set(err, -EEXIST, "cluster: sandbox %s is placed already",
+                                    p->sandbox_id);
+            }
+            return cluster_db__res_fail(db, r, "placement", err);
         }
-        return cluster_db__res_fail(db, r, "placement", err);
-    }
-    if (PQntuples(r) != 1) {
+        if (PQntuples(r) != 1) {
+            PQclear(r);
+            return cluster_db__why_not(db, p, exclude, err);
+        }
+        if (PQgetisnull(r, 0, 1)) { /* picked, but another placement took the room first */
+            PQclear(r);
+            if (attempt + 1 >= CLUSTER_DB__PLACE_TRIES)
+                return al_error_set(err, -EAGAIN,
+                                    "cluster: sandbox %s lost the race for a node's room %d "
+                                    "times in a row (as many placements at once as that): "
+                                    "try again",
+                                    p->sandbox_id, CLUSTER_DB__PLACE_TRIES);
+            continue;
+        }
+        snprintf(out->node_id, sizeof out->node_id, "%s", PQgetvalue(r, 0, 0));
+        snprintf(out->address, sizeof out->address, "%s", PQgetvalue(r, 0, 1));
+        out->warm = PQgetvalue(r, 0, 2)[0] == 't';
+        out->lease_valid = true;
         PQclear(r);
-        return cluster_db__why_not(db, p, exclude, err);
+        return 0;
     }
-    snprintf(out->node_id, sizeof out->node_id, "%s", PQgetvalue(r, 0, 0));
-    snprintf(out->address, sizeof out->address, "%s", PQgetvalue(r, 0, 1));
-    out->warm = PQgetvalue(r, 0, 2)[0] == 't';
-    out->lease_valid = true;
-    PQclear(r);
-    return 0;
 }
 
 int cp_cluster_db_unplace(struct cp_cluster_db *db, const char *sandbox_id, struct al_error *err)
