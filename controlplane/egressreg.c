@@ -12,6 +12,7 @@
  *   GET    /v1/sandboxes       [{"id",...}]
  *   GET    /v1/stats           the proxy's counters (decisions for /metrics and the overview)
  *   POST   /v1/audit/sync      204 once the records so far are written
+ *   POST   /v1/audit/records   {"type":"volume","event",...}: 204 once in the log, on disk
  * "network" is sent only for sandboxes whose creation carried E2B network fields (the proxy
  * narrows the policy file with them, also across its reloads); "placeholders" only when
  * registering again a sandbox that already holds some (so that its processes keep them).
@@ -55,7 +56,9 @@ struct eg_call {
     cp_egress_cb cb;
     void (*done)(struct eg_call *c, int status, json_t *body);
     char id[64];
-    char ca_fp[128];  /* a CA push: the fingerprint of the CA sent */
+    char ca_fp[128];          /* a CA push: the fingerprint of the CA sent */
+    cp_egress_done_cb rec_cb; /* a control-plane audit record: the caller's */
+    void *rec_arg;
     char target[160]; /* for messages */
 };
 
@@ -595,6 +598,32 @@ int cp_egress_audit_sync(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_c
         &(struct eg_req){
             .sb = sb, .method = "POST", .path = "/v1/audit/sync", .cb = cb, .done = eg__synced},
         NULL);
+}
+
+static void eg__recorded(struct eg_call *x, int status, json_t *body)
+{
+    if (x->rec_cb)
+        x->rec_cb(x->rec_arg,
+                  status == 204   ? 0
+                  : status == 400 ? -EINVAL
+                                  : -EIO,
+                  status == 204 ? "" : eg__msg(body));
+}
+
+int cp_egress_audit_record(struct cp_egress *e, json_t *rec, cp_egress_done_cb cb, void *arg)
+{
+    struct eg_call *x = NULL;
+    int rc = eg__call(
+        e,
+        &(struct eg_req){
+            .method = "POST", .path = "/v1/audit/records", .body = rec, .done = eg__recorded},
+        &x);
+    /* The answer comes on a later turn of the loop: the callback can be set now. */
+    if (!rc) {
+        x->rec_cb = cb;
+        x->rec_arg = arg;
+    }
+    return rc;
 }
 
 json_t *cp_egress_stats(struct cp_egress *e)

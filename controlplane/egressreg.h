@@ -60,6 +60,11 @@ void cp_egress_audit_dir(const struct cp *cp, char *out, size_t len);
 /* POST /v1/audit/sync: cb gets 0 once every record the proxy wrote so far is in the files
  * (or < 0 and why); sb (referenced meanwhile) is what cb is called with. */
 int cp_egress_audit_sync(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_cb cb);
+/* POST /v1/audit/records: rec (a control-plane record, {"type": "volume", "event", ...};
+ * not stolen) goes into the proxy's audit log, in its chain; cb (may be NULL) gets 0 once
+ * it is on disk, or < 0 and why. 0 when sent, or a negative errno (cb is not called). */
+typedef void (*cp_egress_done_cb)(void *arg, int rc, const char *msg);
+int cp_egress_audit_record(struct cp_egress *e, json_t *rec, cp_egress_done_cb cb, void *arg);
 /* Counters for /metrics (egress decisions): the proxy's /v1/stats, cached (may be NULL),
  * refreshed in the background (the tick asks); each answer also feeds the overview's chart of
  * decisions (cp_metrics_egress). */

@@ -31,6 +31,9 @@
  *                                     "failed":[{"sandbox","error"}]}
  *   POST   /v1/audit/sync             204 once every record so far is on disk
  *   POST   /v1/audit/checkpoint       204 once a signed checkpoint is written
+ *   POST   /v1/audit/records          a record of airlockd's ({"type":"volume","event",...}):
+ *                                     204 once it is in the log and on disk; 400 refused
+ *                                     (egress_audit_controlplane); 503 the log fails
  * Errors use common/http's {"code": status, "message": "..."} shape.
  */
 #include "admin.h"
@@ -295,6 +298,22 @@ static void admin__set_network(struct al_http_req *req, struct egress_admin *a, 
     admin__changed(req, a, id, rc, &err, true);
 }
 
+static void admin__controlplane_record(struct al_http_req *req, struct egress_admin *a)
+{
+    struct al_error err = {0};
+    json_t *rec = al_json_parse(req->body.data, req->body.len, &err);
+    int rc = rec ? egress_audit_controlplane(a->e, rec, &err) : -EINVAL;
+    json_decref(rec);
+    if (rc == 0)
+        rc = egress_sync_audit(a->e, 5000);
+    if (rc == -EINVAL)
+        al_http_reply_error(req, 400, "%s", al_error_str(&err));
+    else if (rc < 0)
+        al_http_reply_error(req, 503, "audit log: %s", err.msg[0] ? err.msg : strerror(-rc));
+    else
+        al_http_reply(req, 204, NULL, NULL, 0);
+}
+
 static void admin__on_body(struct al_http_req *req, int err)
 {
     struct egress_admin *a = req->user;
@@ -303,6 +322,10 @@ static void admin__on_body(struct al_http_req *req, int err)
     const char *path = req->path;
     if (strcmp(path, "/v1/sandboxes") == 0) {
         admin__register(req, a);
+        return;
+    }
+    if (strcmp(path, "/v1/audit/records") == 0) {
+        admin__controlplane_record(req, a);
         return;
     }
     const char *id = path + strlen("/v1/sandboxes/");
@@ -365,6 +388,13 @@ static void admin__handle(struct al_http_req *req, void *ctx)
             al_http_reply_error(req, 503, "audit log: %s", strerror(-rc));
         else
             al_http_reply(req, 204, NULL, NULL, 0);
+        return;
+    }
+    if (strcmp(p, "/v1/audit/records") == 0) {
+        if (strcmp(m, "POST") != 0)
+            al_http_reply_error(req, 405, "use POST on /v1/audit/records");
+        else if (al_http_req_read_body(req, 64 * 1024, admin__on_body) < 0)
+            al_http_reply_error(req, 500, "cannot read the body");
         return;
     }
     if (strcmp(p, "/v1/audit/checkpoint") == 0 && strcmp(m, "POST") == 0) {

@@ -214,6 +214,46 @@ uv_loop_t *egress_ctl_loop(struct egress *e)
     return &e->ctl_loop;
 }
 
+int egress_audit_controlplane(struct egress *e, const json_t *rec, struct al_error *err)
+{
+    /* The control plane's records this log carries; each is documented in docs/audit.md. */
+    static const char *const types[] = {"volume", NULL};
+    static const char *const envelope[] = {"seq", "time", "log_id", "prev", "auditlog", NULL};
+    if (!json_is_object(rec))
+        return al_error_set(err, -EINVAL, "a control-plane record must be a JSON object");
+    const char *type = json_string_value(json_object_get(rec, "type"));
+    const char *const *t = types;
+    while (*t && (!type || strcmp(*t, type) != 0))
+        t++;
+    if (!*t)
+        return al_error_set(err, -EINVAL,
+                            "a control-plane record's \"type\" must be \"volume\" (got %.32s)",
+                            type ? type : "none");
+    const char *event = json_string_value(json_object_get(rec, "event"));
+    size_t n = event ? strlen(event) : 0;
+    bool ok = n > 0 && n <= 32;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (event[i] >= 'a' && event[i] <= 'z') || event[i] == '_';
+    if (!ok)
+        return al_error_set(err, -EINVAL,
+                            "a control-plane record's \"event\" must be 1..32 of a-z and '_'");
+    for (const char *const *k = envelope; *k; k++)
+        if (json_object_get(rec, *k))
+            return al_error_set(err, -EINVAL,
+                                "\"%s\" is the log's own field: a record may not carry it", *k);
+    json_t *r = egress_rec_new(type);
+    if (!r || json_object_update(r, (json_t *)rec) < 0) {
+        json_decref(r);
+        return al_error_set(err, -ENOMEM, "out of memory");
+    }
+    if (egress_audit_append(e->audit, r) < 0 || egress_audit_status(e->audit) < 0) {
+        int st = egress_audit_status(e->audit);
+        return al_error_set(err, -EIO, "the audit log cannot be written: %s",
+                            strerror(st < 0 ? -st : EIO));
+    }
+    return 0;
+}
+
 int egress_sync_audit(struct egress *e, uint32_t timeout_ms)
 {
     return egress_audit_sync(e->audit, timeout_ms);

@@ -205,6 +205,11 @@ struct json_t *egress_sandboxes_json(struct egress *e);
 struct json_t *egress_sandbox_intercept_json(struct egress *e, const char *id);
 /* The control loop (admin API runs on it). */
 struct uv_loop_s *egress_ctl_loop(struct egress *e);
+/* Appends a record of the control plane (airlockd) to the audit log, in the chain with the
+ * proxy's: rec is {"type": "volume", "event": "create", ...} (the types docs/audit.md
+ * lists), copied. -EINVAL (err says why) for another type, a malformed event or a field of
+ * the log's envelope; -EIO when the log cannot be written. */
+int egress_audit_controlplane(struct egress *e, const struct json_t *rec, struct al_error *err);
 /* Blocks until audit records appended so far are durable. */
 int egress_sync_audit(struct egress *e, uint32_t timeout_ms);
 /* A signed checkpoint of the audit log now. */
