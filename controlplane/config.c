@@ -373,7 +373,16 @@ const struct al_cfg_field cp_config_fields[] = {
      .def = "1GiB",
      .min = 16LL << 20,
      .max = 1LL << 44,
-     .help = "the quota of each volume (Volume.create): its file system's size"},
+     .help = "the quota of a volume created without \"sizeMB\" (Volume.create): its file "
+             "system's size, a whole number of MiB"},
+    {.key = "volumes.max_size",
+     .type = AL_CFG_SIZE,
+     .offset = F(volume_max_bytes),
+     .def = "64GiB",
+     .min = 16LL << 20,
+     .max = 1LL << 44,
+     .help = "the largest quota a volume creation may ask for (\"sizeMB\"); keep it below the "
+             "free space of the state directory's file system"},
     {.key = "volumes.max",
      .type = AL_CFG_INT,
      .offset = F(max_volumes),
@@ -876,6 +885,17 @@ int cp_config_finish(struct cp_config *c, struct al_diags *d)
         rc = al_diags_add(d, AL_DIAG_ERROR, "audit.retain_size", 0, 0, "bad_retention",
                           "audit.retain_size is less than twice audit.rotate_size: retention "
                           "would delete each file as soon as the next begins");
+    if (c->volume_bytes % (1u << 20))
+        rc = al_diags_add(d, AL_DIAG_ERROR, "volumes.size", 0, 0, "bad_volume_size",
+                          "volumes.size must be a whole number of MiB (volumes are sized in MiB, "
+                          "E2B's \"sizeMB\"): e.g. 1GiB, 512MiB");
+    if (c->volume_max_bytes % (1u << 20))
+        rc = al_diags_add(d, AL_DIAG_ERROR, "volumes.max_size", 0, 0, "bad_volume_size",
+                          "volumes.max_size must be a whole number of MiB: e.g. 64GiB");
+    if (c->volume_bytes > c->volume_max_bytes)
+        rc = al_diags_add(d, AL_DIAG_ERROR, "volumes.size", 0, 0, "bad_volume_size",
+                          "volumes.size is above volumes.max_size: raise volumes.max_size or "
+                          "lower volumes.size");
     if (c->warm_min > c->warm_max)
         rc = al_diags_add(d, AL_DIAG_ERROR, "sandboxes.warm.min", 0, 0, "bad_warm",
                           "sandboxes.warm.min (%lld) is above sandboxes.warm.max (%lld)",

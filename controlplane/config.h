@@ -87,7 +87,8 @@ struct cp_config {
     uint64_t step_timeout_ms;  /* longest RUN step */
     uint64_t max_step_output;  /* bytes of a RUN step's output in the build log */
     uint64_t max_upload_bytes; /* one COPY archive (builds.c) */
-    uint64_t volume_bytes;     /* each volume's quota (volumes.c) */
+    uint64_t volume_bytes;     /* a volume's quota when its creation names none (volumes.c) */
+    uint64_t volume_max_bytes; /* the most a creation may ask for */
     int64_t max_volumes;       /* per API key */
     /* snapshot retention (snapshots.c): 0 is no bound */
     int64_t snap_keep_per_sandbox;

@@ -73,6 +73,11 @@ static const char *const ev__causes[] = {
 
 #define EV_ALL_TYPES ((1ull << CP_EV__COUNT) - 1)
 
+const char *cp_event_cause_name(enum cp_event_cause c)
+{
+    return (unsigned)c < sizeof ev__causes / sizeof *ev__causes ? ev__causes[c] : NULL;
+}
+
 const char *cp_event_type_name(enum cp_event_type t)
 {
     return (unsigned)t < CP_EV__COUNT ? ev__names[t] : NULL;

@@ -54,6 +54,8 @@ enum cp_event_cause {
     CP_CAUSE_NODE,      /* its cluster node (the node's lease ended) */
 };
 
+/* "api", "timeout", ... (eventData.cause); NULL for an unknown cause. */
+const char *cp_event_cause_name(enum cp_event_cause c);
 /* "sandbox.lifecycle.created" ...; NULL for an unknown type. */
 const char *cp_event_type_name(enum cp_event_type t);
 int cp_event_type_parse(const char *s, enum cp_event_type *out);

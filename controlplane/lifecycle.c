@@ -45,6 +45,7 @@
 #include "cp.h"
 #include "egressreg.h"
 #include "events.h"
+#include "volumes.h"
 #include "jcall.h"
 #include "metrics.h"
 #include "policysel.h"
@@ -396,6 +397,7 @@ static void lc__create_done(struct lc_create *c)
     else if (c->forked_from[0])
         evd = json_pack("{s:s}", "forked_from", c->forked_from);
     cp_event_emit(sb, CP_EV_CREATED, CP_CAUSE_API, sb->rec.key_id, evd);
+    cp_volumes_audit_mounts(cp, sb, true, sb->rec.key_id, NULL);
     lc__arm_timer(sb);
     lc__watch(sb);
     double ms = (double)(al_now_ns() - sb->create_t0_ns) / 1e6;
@@ -1322,9 +1324,12 @@ static void lc__td_forget(struct lc_teardown *t)
     if (cp_store_sb_delete(cp->store, sb->rec.id, &err))
         al_error("sandbox %s: %s", sb->rec.id, al_error_str(&err));
     cp_transforms_drop(cp, sb->rec.network, NULL);
-    if (sb->rec.started_ns) /* it had been created: a failed creation never was */
-        cp_event_emit(sb, CP_EV_KILLED, t->op ? t->op->cause : CP_CAUSE_CRASH,
-                      t->op ? t->op->key_id : NULL, NULL);
+    if (sb->rec.started_ns) { /* it had been created: a failed creation never was */
+        enum cp_event_cause cause = t->op ? t->op->cause : CP_CAUSE_CRASH;
+        const char *key = t->op ? t->op->key_id : NULL;
+        cp_event_emit(sb, CP_EV_KILLED, cause, key, NULL);
+        cp_volumes_audit_mounts(cp, sb, false, key, cp_event_cause_name(cause));
+    }
     lc__close_timer(sb);
     lc__stop_watch(sb);
     lc__unregister(sb);

@@ -25,6 +25,8 @@
 #include "common/spawn.h"
 #include "common/util.h"
 #include "cp.h"
+#include "egressreg.h"
+#include "events.h"
 #include "ids.h"
 #include "proc.h"
 #include "store.h"
@@ -36,6 +38,8 @@
 /* How deep GET /volumecontent/{id}/dir may recurse, and how many entries it lists. */
 #define VOL_MAX_DEPTH   16
 #define VOL_MAX_ENTRIES 100000
+/* The smallest quota: ext4's own structures take about 2 MiB of it. */
+#define VOL_MIN_MB 16
 
 static void vol__paths(const struct cp *cp, const char *id, char *img, size_t ilen, char *dir,
                        size_t dlen)
@@ -221,6 +225,75 @@ static int vol__make_image(const char *img, uint64_t size, struct al_error *err)
     return rc;
 }
 
+/* ---- audit records ------------------------------------------------------------------------- */
+
+/* A record of a volume operation goes into airlock-egress's audit log, in the chain every
+ * other record is in (docs/audit.md, "volume"); then(arg) runs once it is on disk, or once
+ * it failed (logged as an error: the operation it reports has happened and stays done). */
+struct vol_audit {
+    void (*then)(void *arg);
+    void *arg;
+    char what[160];
+};
+
+static void vol__audited(void *arg, int rc, const char *msg)
+{
+    struct vol_audit *a = arg;
+    if (rc)
+        al_error("%s: its audit record was not written: %s", a->what, msg);
+    if (a->then)
+        a->then(a->arg);
+    free(a);
+}
+
+/* rec: {"event", ...} (stolen), made a "volume" record of volume r by key_id. */
+static void vol__audit(struct cp *cp, const char *id, const char *name, const char *key_id,
+                       json_t *rec, void (*then)(void *), void *arg)
+{
+    struct vol_audit *a = calloc(1, sizeof *a);
+    if (a) {
+        a->then = then;
+        a->arg = arg;
+        snprintf(a->what, sizeof a->what, "volume %s (%s): %s", name, id,
+                 json_string_value(json_object_get(rec, "event")));
+    }
+    json_object_set_new(rec, "type", json_string("volume"));
+    json_object_set_new(rec, "volume", json_pack("{s:s,s:s}", "id", id, "name", name));
+    json_object_set_new(rec, "api_key_id", key_id && *key_id ? json_string(key_id) : json_null());
+    int rc = -ENOMEM;
+    bool sent = false;
+    if (a && !cp->egress)
+        al_warn("%s: not audited: airlock-egress, which writes the audit log, does not run "
+                "(egress.mode off, or no sandbox network)",
+                a->what);
+    else if (a && (rc = cp_egress_audit_record(cp->egress, rec, vol__audited, a)) == 0)
+        sent = true; /* vol__audited has a and runs then */
+    else
+        al_error("volume %s (%s): its audit record was not sent: %s", name, id, strerror(-rc));
+    json_decref(rec);
+    if (!sent) {
+        free(a);
+        if (then)
+            then(arg);
+    }
+}
+
+void cp_volumes_audit_mounts(struct cp *cp, const struct cp_sandbox *sb, bool mounted,
+                             const char *key_id, const char *cause)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(sb->rec.volumes, i, m)
+    {
+        json_t *rec = json_pack("{s:s,s:s,s:O}", "event", mounted ? "mount" : "unmount", "sandbox",
+                                sb->rec.id, "mount_path", json_object_get(m, "path"));
+        if (cause)
+            json_object_set_new(rec, "cause", json_string(cause));
+        vol__audit(cp, json_string_value(json_object_get(m, "volumeID")),
+                   json_string_value(json_object_get(m, "name")), key_id, rec, NULL, NULL);
+    }
+}
+
 /* ---- POST /volumes: made on a worker thread (mkfs and the mount take tens of ms) --------- */
 
 struct vol_new {
@@ -256,10 +329,28 @@ static void vol__new_closed(struct al_http_req *req)
 
 static json_t *vol__json(const struct cp_store_vol *r, bool token)
 {
-    json_t *o = json_pack("{s:s,s:s}", "volumeID", r->id, "name", r->name);
+    json_t *o = json_pack("{s:s,s:s,s:I}", "volumeID", r->id, "name", r->name, "sizeMB",
+                          (json_int_t)(r->size_bytes >> 20));
     if (token)
         json_object_set_new(o, "token", json_string(r->token));
     return o;
+}
+
+static void vol__new_free(struct vol_new *x)
+{
+    sodium_memzero(x->r.token, sizeof x->r.token);
+    free(x);
+}
+
+static void vol__new_answer(void *arg)
+{
+    struct vol_new *x = arg;
+    if (!x->gone) {
+        x->req->user = NULL;
+        al_http_req_on_close(x->req, NULL);
+        al_http_reply_json(x->req, 201, vol__json(&x->r, true));
+    }
+    vol__new_free(x);
 }
 
 static void vol__new_done(uv_work_t *w, int status)
@@ -277,26 +368,28 @@ static void vol__new_done(uv_work_t *w, int status)
     }
     if (rc && status < 0)
         al_error_set(&err, status, "the worker pool refused the job: %s", uv_strerror(status));
-    if (rc)
+    if (rc) {
         al_warn("volume %s (%s) of key %s not made: %s", x->r.name, x->r.id, x->r.key_id,
                 al_error_str(&err));
-    else
-        al_info("volume %s (%s, %llu bytes) made for key %s", x->r.name, x->r.id,
-                (unsigned long long)x->r.size_bytes, x->r.key_id);
-    if (!x->gone) {
-        x->req->user = NULL;
-        al_http_req_on_close(x->req, NULL);
-        if (!rc)
-            al_http_reply_json(x->req, 201, vol__json(&x->r, true));
-        else
+        if (!x->gone) {
+            x->req->user = NULL;
+            al_http_req_on_close(x->req, NULL);
             cp_rest_error(x->req,
                           rc == -EEXIST   ? 409
                           : rc == -ENOSPC ? 507
                                           : 500,
                           "volume \"%s\" not created: %s", x->r.name, al_error_str(&err));
+        }
+        vol__new_free(x);
+        return;
     }
-    sodium_memzero(x->r.token, sizeof x->r.token);
-    free(x);
+    al_info("volume %s (%s, %llu MiB) made for key %s", x->r.name, x->r.id,
+            (unsigned long long)(x->r.size_bytes >> 20), x->r.key_id);
+    /* Answered once the audit log has it: a client that saw the volume can find its record. */
+    vol__audit(
+        cp, x->r.id, x->r.name, x->r.key_id,
+        json_pack("{s:s,s:I}", "event", "create", "size_mb", (json_int_t)(x->r.size_bytes >> 20)),
+        vol__new_answer, x);
 }
 
 struct vol_count {
@@ -313,15 +406,25 @@ static int vol__count(const struct cp_store_vol *r, void *arg)
 static void vol__create(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,
                         const json_t *b)
 {
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)b, k, v)
-    {
-        if (strcmp(k, "name") != 0) {
-            cp_rest_error(req, 400, "\"%.64s\" is not a field of a volume creation (only \"name\")",
-                          k);
-            return;
-        }
+    static const char *const keys[] = {"name", "sizeMB", NULL};
+    struct al_error err = {0};
+    if (al_json_check_keys(b, keys, "volume creation", &err)) {
+        cp_rest_error(req, 400, "%s (a volume creation has \"name\" and \"sizeMB\")",
+                      al_error_str(&err));
+        return;
+    }
+    /* E2B's SDK sends only the name; "sizeMB" (MiB, as E2B's memoryMB and diskSizeMB) is
+     * airlock's, for clients that want another quota than volumes.size. */
+    int64_t max_mb = (int64_t)(cp->cfg.volume_max_bytes >> 20);
+    int64_t size_mb = (int64_t)(cp->cfg.volume_bytes >> 20);
+    if (al_json_get_int(b, "sizeMB", false, VOL_MIN_MB, max_mb, &size_mb, "volume creation",
+                        &err)) {
+        cp_rest_error(req, 400,
+                      "%s: the volume's quota in MiB, from %d to %lld (volumes.max_size); "
+                      "leave it out for the default %llu MiB (volumes.size)",
+                      al_error_str(&err), VOL_MIN_MB, (long long)max_mb,
+                      (unsigned long long)(cp->cfg.volume_bytes >> 20));
+        return;
     }
     const char *name = json_string_value(json_object_get(b, "name"));
     if (!name || !cp_volume_name_valid(name)) {
@@ -330,7 +433,6 @@ static void vol__create(struct cp *cp, struct al_http_req *req, const struct cp_
                       "with a letter or digit");
         return;
     }
-    struct al_error err = {0};
     struct cp_store_vol have;
     int rc = cp_store_vol_by_name(cp->store, who->key_id, name, &have, &err);
     if (rc == 0) {
@@ -369,7 +471,7 @@ static void vol__create(struct cp *cp, struct al_http_req *req, const struct cp_
     snprintf(x->r.name, sizeof x->r.name, "%s", name);
     snprintf(x->r.key_id, sizeof x->r.key_id, "%s", who->key_id);
     cp_token_new(x->r.token);
-    x->r.size_bytes = cp->cfg.volume_bytes;
+    x->r.size_bytes = (uint64_t)size_mb << 20;
     x->r.created_ns = al_wall_ns();
     vol__paths(cp, x->r.id, x->img, sizeof x->img, x->dir, sizeof x->dir);
     char top[4200];
@@ -433,6 +535,29 @@ static int vol__uses(void *v, void *arg)
     return 0;
 }
 
+/* A deletion done, its answer waiting for the audit record (req NULL: the client left). */
+struct vol_deleted {
+    struct al_http_req *req;
+};
+
+static void vol__deleted_closed(struct al_http_req *req)
+{
+    struct vol_deleted *d = req->user;
+    if (d)
+        d->req = NULL;
+}
+
+static void vol__deleted_answer(void *arg)
+{
+    struct vol_deleted *d = arg;
+    if (d->req) {
+        d->req->user = NULL;
+        al_http_req_on_close(d->req, NULL);
+        al_http_reply(d->req, 204, NULL, NULL, 0);
+    }
+    free(d);
+}
+
 static void vol__delete(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,
                         const char *id)
 {
@@ -463,7 +588,16 @@ static void vol__delete(struct cp *cp, struct al_http_req *req, const struct cp_
                 strerror(errno));
     rmdir(dir);
     al_info("volume %s (%s) destroyed (key %s)", r.name, id, who->key_id);
-    al_http_reply(req, 204, NULL, NULL, 0);
+    struct vol_deleted *d = calloc(1, sizeof *d);
+    if (!d) {
+        al_http_reply(req, 204, NULL, NULL, 0);
+        return;
+    }
+    d->req = req;
+    req->user = d;
+    al_http_req_on_close(req, vol__deleted_closed);
+    vol__audit(cp, id, r.name, who->key_id, json_pack("{s:s}", "event", "delete"),
+               vol__deleted_answer, d);
 }
 
 struct vol_body {
@@ -692,6 +826,7 @@ static long vol__openat2(int dirfd, const char *path, int flags, mode_t mode)
 struct vol_req {
     struct cp *cp;
     char id[64];
+    uint64_t size_mb; /* its quota */
     int root;
     char rel[4096];   /* normalised, "." for the root */
     char leaf[256];   /* "" for the root */
@@ -743,8 +878,11 @@ static int vol__status(int e)
 
 static void vol__errno(struct al_http_req *req, const struct vol_req *x, const char *what, int e)
 {
-    const char *hint = e == ENOSPC || e == EDQUOT ? " (the volume is full: its quota is "
-                                                    "volumes.size; remove files first)"
+    char full[160];
+    snprintf(full, sizeof full,
+             " (the volume is full: its quota is %llu MiB, its sizeMB; remove files first)",
+             (unsigned long long)x->size_mb);
+    const char *hint = e == ENOSPC || e == EDQUOT ? full
                        : e == ELOOP || e == EXDEV ? " (a symbolic link on the way leads out of "
                                                     "the volume or to another file system)"
                                                   : "";
@@ -1273,6 +1411,7 @@ bool cp_volumes_content_route(struct cp *cp, struct al_http_req *req)
     x->cp = cp;
     x->root = x->pfd = x->fd = -1;
     snprintf(x->id, sizeof x->id, "%s", id);
+    x->size_mb = r.size_bytes >> 20;
     char raw[4096];
     int q = al_http_query_get(req->query, "path", raw, sizeof raw);
     if (q == -ENOENT)

@@ -7,8 +7,9 @@
  * token as E2B's SDK sends it, "Authorization: Bearer <token>"), the volume store's
  * directory <state>/volumes and its sweep at start.
  *
- * A volume is an ext4 file system in a sparse image, <state>/volumes/<id>.img, of
- * volumes.size bytes: that size is its quota, enforced by the kernel for every writer (the
+ * A volume is an ext4 file system in a sparse image, <state>/volumes/<id>.img, of the size
+ * its creation asked for ("sizeMB", up to volumes.max_size) or volumes.size: that size is
+ * its quota, enforced by the kernel for every writer (the
  * content API here, a sandbox's processes through a mount of it), and what a KVM guest could
  * take as a block device. It is attached to a loop device and mounted at
  * <state>/volumes/<id> (nosuid, nodev) when first used after airlockd's or the host's start,
@@ -64,6 +65,15 @@ int cp_volumes_resolve(struct cp *cp, const json_t *mounts, const char *key_id, 
                        struct al_error *err);
 /* E2B's SandboxVolumeMount list of a sandbox's record ([{"name", "path"}]). */
 json_t *cp_volumes_mounts_json(const json_t *rec_volumes);
+
+/* Audit records (docs/audit.md, "volume") of the volumes sandbox sb mounts: "mount" when
+ * it was created (mounted true), "unmount" when it is gone; key_id the API key that asked
+ * (NULL for none), cause (may be NULL) why it went. Written by airlock-egress's audit log,
+ * as the records of Volume.create ("create") and Volume.destroy ("delete"), which answer
+ * only once theirs is on disk. */
+struct cp_sandbox;
+void cp_volumes_audit_mounts(struct cp *cp, const struct cp_sandbox *sb, bool mounted,
+                             const char *key_id, const char *cause);
 
 /* Removes what no row names from <state>/volumes (an image being made or deleted when
  * airlockd stopped), at start. */

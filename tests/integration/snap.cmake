@@ -11,3 +11,6 @@ airlock_script_test(NAME snap_atrest SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/snap_atr
 # Paused sandboxes' files and volumes encrypted at rest (at_rest.encrypt on), the same way.
 airlock_script_test(NAME atrest_state SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/atrest_state.sh
                     LABELS controlplane jail snap TIMEOUT 600)
+# Per-volume sizes (ENOSPC inside a jail sandbox) and the audit records of volume operations.
+airlock_script_test(NAME volumes_jail SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/volumes_jail.sh
+                    LABELS controlplane jail snap TIMEOUT 600)

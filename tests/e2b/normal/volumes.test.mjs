@@ -6,7 +6,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox, Volume, VolumeError, VolumeNotFoundError, VolumePathNotFoundError } from 'e2b'
-import { BACKEND, TEMPLATE, create, uniq } from './helpers.mjs'
+import { API_KEY, API_URL, BACKEND, TEMPLATE, create, uniq } from './helpers.mjs'
 
 if (!process.env.E2B_VOLUME_API_URL) throw new Error('E2B_VOLUME_API_URL is not set: run through tests/e2b/run-normal')
 
@@ -31,6 +31,30 @@ test('volumes: create, list, getInfo, connect, destroy', async () => {
   }
   assert.equal(await Volume.destroy(v.volumeId), false)
   await assert.rejects(Volume.getInfo(v.volumeId), VolumeNotFoundError)
+})
+
+test('volumes: a size of its own (sizeMB), which the SDK connects to and the quota keeps', async () => {
+  // The SDK's Volume.create sends only the name: a client sends "sizeMB" itself.
+  const post = (body) => fetch(`${API_URL}/volumes`, {
+    method: 'POST', headers: { 'X-API-Key': API_KEY, 'Content-Type': 'application/json' }, body: JSON.stringify(body)
+  })
+  const name = uniq('vol')
+  const r = await post({ name, sizeMB: 20 })
+  assert.equal(r.status, 201)
+  const made = await r.json()
+  assert.equal(made.sizeMB, 20)
+  try {
+    const v = await Volume.connect(made.volumeID)
+    assert.equal(v.name, name)
+    await assert.rejects(v.writeFile('/big.bin', new Uint8Array(24 << 20).buffer), /507|full/)
+    assert.equal((await v.writeFile('/fits.bin', new Uint8Array(4 << 20).buffer)).size, 4 << 20)
+    assert.ok((await Volume.list()).some((x) => x.volumeId === made.volumeID))
+    const bad = await post({ name: uniq('vol'), sizeMB: 8 })
+    assert.equal(bad.status, 400)
+    assert.match((await bad.json()).message, /sizeMB.*from 16 to/)
+  } finally {
+    assert.equal(await Volume.destroy(made.volumeID), true)
+  }
 })
 
 test('volumes: files and directories without a sandbox', async () => {

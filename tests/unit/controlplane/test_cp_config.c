@@ -185,6 +185,25 @@ START_TEST(warm_templates_are_checked)
 }
 END_TEST
 
+/* volumes.size and volumes.max_size are whole MiB (a volume's sizeMB), the default within
+ * the largest size. */
+START_TEST(volume_sizes_are_checked)
+{
+    struct cp_config c;
+    ck_assert_int_eq(load(&c, "volumes:\n  size: 48MiB\n  max_size: 2GiB\n"), 0);
+    ck_assert_uint_eq(c.volume_bytes, 48u << 20);
+    ck_assert_uint_eq(c.volume_max_bytes, 2u << 30);
+    cp_config_free(&c);
+    static const char *const bad[] = {
+        "volumes:\n  size: 20000000\n", "volumes:\n  max_size: 1000000000\n",
+        "volumes:\n  size: 4GiB\n  max_size: 1GiB\n", "volumes:\n  max_size: 8MiB\n", NULL};
+    for (const char *const *b = bad; *b; b++) {
+        ck_assert_msg(load(&c, *b) != 0, "accepted: %s", *b);
+        cp_config_free(&c);
+    }
+}
+END_TEST
+
 START_TEST(example_config_names_every_key_at_its_default)
 {
     const char *src = getenv("AIRLOCK_SOURCE_DIR");
@@ -237,6 +256,7 @@ static Suite *suite(void)
     tcase_add_test(t, audit_keys_reach_airlock_egress);
     tcase_add_test(t, example_config_names_every_key_at_its_default);
     tcase_add_test(t, warm_templates_are_checked);
+    tcase_add_test(t, volume_sizes_are_checked);
     suite_add_tcase(s, t);
     return s;
 }

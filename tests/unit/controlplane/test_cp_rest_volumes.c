@@ -99,7 +99,7 @@ START_TEST(volumes_create_list_get_delete)
     assert_error(&r, 400, "\"name\" must be");
     resp_free(&r);
     req(&r, "POST", "/volumes", "{\"name\":\"v\",\"size\":5}");
-    assert_error(&r, 400, "not a field");
+    assert_error(&r, 400, "unknown field \"size\" (a volume creation has \"name\" and \"sizeMB\")");
     resp_free(&r);
     req(&r, "POST", "/volumes", "[]");
     assert_error(&r, 400, "JSON object");
@@ -400,6 +400,77 @@ START_TEST(volumes_quota)
 }
 END_TEST
 
+static uint64_t image_size(const char *id)
+{
+    char p[400];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/volumes/%s.img", g_tmpdir, id);
+    ck_assert_int_eq(stat(p, &st), 0);
+    return (uint64_t)st.st_size;
+}
+
+/* "sizeMB" at creation is the volume's quota (its image's size), kept and shown; without it,
+ * volumes.size; outside 16 .. volumes.max_size, or not an integer, a 400 and nothing made. */
+START_TEST(volumes_sizes)
+{
+    struct resp r;
+    req(&r, "POST", "/volumes", "{\"name\":\"sized\",\"sizeMB\":24}");
+    ck_assert_msg(r.status == 201, "%d %s", r.status, r.raw);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.body, "sizeMB")), 24);
+    char id[64], tok[80];
+    snprintf(id, sizeof id, "%s", jstr(r.body, "volumeID"));
+    snprintf(tok, sizeof tok, "%s", jstr(r.body, "token"));
+    resp_free(&r);
+    ck_assert_uint_eq(image_size(id), 24u << 20);
+    char path[200];
+    snprintf(path, sizeof path, "/volumes/%s", id);
+    req(&r, "GET", path, NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.body, "sizeMB")), 24);
+    resp_free(&r);
+    req(&r, "GET", "/volumes", NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(r.body, 0), "sizeMB")), 24);
+    resp_free(&r);
+    /* The kernel keeps it: 30 MiB do not fit, and the answer names the quota; 12 MiB do. */
+    size_t big = 30u << 20;
+    char *data = malloc(big + 1);
+    memset(data, 'z', big);
+    data[big] = '\0';
+    vc(&r, "PUT", id, "file", "path=/big", tok, data);
+    assert_error(&r, 507, "its quota is 24 MiB");
+    resp_free(&r);
+    data[12u << 20] = '\0';
+    vc(&r, "PUT", id, "file", "path=/fits", tok, data);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    resp_free(&r);
+    free(data);
+
+    /* Without it: volumes.size (the fixture's default, 1 GiB). */
+    char id2[64], tok2[80];
+    vol_new("default-size", id2, tok2);
+    ck_assert_uint_eq(image_size(id2), g_cp.cfg.volume_bytes);
+    req(&r, "GET", "/volumes", NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(r.body, 1), "sizeMB")),
+                     (json_int_t)(g_cp.cfg.volume_bytes >> 20));
+    resp_free(&r);
+
+    char too_big[128];
+    snprintf(too_big, sizeof too_big, "{\"name\":\"b\",\"sizeMB\":%llu}",
+             (unsigned long long)(g_cp.cfg.volume_max_bytes >> 20) + 1);
+    const char *bad[] = {"{\"name\":\"b\",\"sizeMB\":15}",   "{\"name\":\"b\",\"sizeMB\":0}",
+                         "{\"name\":\"b\",\"sizeMB\":-1}",   "{\"name\":\"b\",\"sizeMB\":\"32\"}",
+                         "{\"name\":\"b\",\"sizeMB\":32.5}", too_big};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        req(&r, "POST", "/volumes", bad[i]);
+        assert_error(&r, 400, "the volume's quota in MiB, from 16 to");
+        ck_assert_msg(strstr(r.raw, "volumes.max_size"), "%s", r.raw);
+        resp_free(&r);
+    }
+    req(&r, "GET", "/volumes", NULL);
+    ck_assert_uint_eq(json_array_size(r.body), 2);
+    resp_free(&r);
+}
+END_TEST
+
 START_TEST(volumes_sweep)
 {
     char id[64], tok[80], gone[64], gtok[80];
@@ -537,6 +608,7 @@ static Suite *suite(void)
     tcase_add_test(t, volumes_content);
     tcase_add_test(t, volumes_symlinks_stay_inside);
     tcase_add_test(t, volumes_quota);
+    tcase_add_test(t, volumes_sizes);
     tcase_add_test(t, volumes_sweep);
     tcase_add_test(t, volumes_mounts_checked);
     suite_add_tcase(s, t);
