@@ -637,6 +637,7 @@ static void http__on_head(struct egress_conn *c)
     struct egress *e = c->w->e;
     int status = 0;
     const char *reason = NULL;
+    const struct egress_http_conn conn = {.port = c->dst_port};
     egress_conn_no_deadline(c);
     h->phase = H_DECIDE;
     /* Nothing more is read from the client until this request is decided: decisions taken
@@ -652,11 +653,11 @@ static void http__on_head(struct egress_conn *c)
                                                         : "proxy_unavailable";
         if (strcmp(r, "no_policy") == 0)
             st = 403;
-        egress_http_check_request(&h->reqh, &h->req, c->dst_port, &h->r, &status, &reason);
+        egress_http_check_request(&h->reqh, &h->req, &conn, &h->r, &status, &reason);
         http__deny(c, st, err, NULL, r);
         return;
     }
-    if (egress_http_check_request(&h->reqh, &h->req, c->dst_port, &h->r, &status, &reason) < 0) {
+    if (egress_http_check_request(&h->reqh, &h->req, &conn, &h->r, &status, &reason) < 0) {
         http__deny(c, status, status == 403 ? "blocked_by_policy" : "bad_request", NULL, reason);
         return;
     }

@@ -1,9 +1,11 @@
-/* egress/http: plain-HTTP request heads as the proxy sees them (pure functions, fuzzed by
- * fuzz_proxy_http together with the engine in http.c).
+/* egress/http: HTTP/1.1 request and response heads as the proxy sees them, for both of its
+ * engines: the plain one (http.c) and the intercepted one (intercept/session.c). Pure
+ * functions (library airlock_egress_http), fuzzed by fuzz_proxy_http and fuzz_intercept_head.
  *
  * Owns: collecting a request or response head from llhttp callbacks (bounded), and the
- * checks a request must pass before any decision: one Host, target form and authority
- * agreement, no userinfo/fragments/backslashes, ports, Transfer-Encoding, upgrades; then
+ * checks a request must pass before any decision, the same on a plain connection and inside
+ * a TLS session the proxy terminated: one Host, target form, scheme and authority agreement,
+ * no userinfo/fragments/backslashes, ports, Transfer-Encoding, upgrades, expectations; then
  * re-serialising request heads for the upstream and response heads for the sandbox without
  * what common/http_head.h says a relay leaves behind (hop-by-hop fields, those any Connection
  * field names, framing, and on requests method overrides).
@@ -48,12 +50,20 @@ int egress_http_head_value(struct egress_http_head *h, const char *at, size_t n)
 int egress_http_head_finish(struct egress_http_head *h);
 const char *egress_http_head_get(const struct egress_http_head *h, const char *name, size_t *count);
 
+/* The connection a request arrived on. */
+struct egress_http_conn {
+    uint16_t port; /* original destination port */
+    bool tls;      /* inside a TLS session the proxy terminated: an absolute-form target must
+                      say https, the default port is 443, and Host is required */
+};
+
 /* A request head after the checks. Strings point into the head or into this struct. */
 struct egress_http_request {
     const char *method; /* static (llhttp's method name) */
     int http_minor;
     bool absolute_form;
-    const char *host_raw; /* the Host header (or the URI authority) as sent */
+    bool tls;             /* the connection's (egress_http_conn) */
+    const char *host_raw; /* the Host field as sent (NULL: none, beside an absolute-form) */
     char host_name[256];  /* host part without port, as sent */
     uint16_t port;        /* from the authority, or 80 */
     const char *target;   /* origin-form target to send upstream (path?query) */
@@ -66,11 +76,22 @@ struct egress_http_request {
     bool keep_alive;        /* the client wants the connection kept */
 };
 
-/* Checks a complete request head (p: the parser that produced it). dst_port is the
- * original destination port. On refusal returns < 0 with *status (400/403/...) and
- * *reason (a static machine-readable reason). */
-int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uint16_t dst_port,
-                              struct egress_http_request *r, int *status, const char **reason);
+/* Checks a complete request head (p: the parser that produced it) that arrived on conn. On
+ * refusal returns < 0 with *status (400/403/417) and *reason (a static machine-readable
+ * reason: unsupported_http_version, connect_refused (connect_in_tunnel inside TLS),
+ * h2_prior_knowledge_refused, duplicate_host, missing_host, asterisk_form_refused,
+ * scheme_mismatch, invalid_target, authority_mismatch, port_mismatch,
+ * unsupported_transfer_encoding, content_length_with_chunked, h2c_upgrade_refused,
+ * upgrade_refused, upgrade_without_connection_upgrade, websocket_needs_get,
+ * expectation_unsupported, or one of al_http_target_parse's and al_http_authority_parse's:
+ * common/http_head.h). */
+int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p,
+                              const struct egress_http_conn *conn, struct egress_http_request *r,
+                              int *status, const char **reason);
+
+/* The request's Host field as it goes upstream: "Host: " the field as sent, or the
+ * absolute-form's authority when it had none, and CRLF. */
+int egress_http_append_host(const struct egress_http_request *r, struct al_buf *out);
 
 /* Writes the head to send upstream: origin-form, the client's HTTP version, Host as sent,
  * what al_http_forward_drops leaves behind (common/http_head.h) and HTTP2-Settings removed,

@@ -199,10 +199,11 @@ static void req__host_name(const struct al_http_authority *a, char *out, size_t 
 }
 
 static bool req__same_authority(const struct al_http_authority *a,
-                                const struct al_http_authority *b)
+                                const struct al_http_authority *b, uint16_t default_port)
 {
     return a->host_len == b->host_len && strncasecmp(a->host, b->host, a->host_len) == 0 &&
-           a->ip6 == b->ip6 && (a->has_port ? a->port : 80) == (b->has_port ? b->port : 80);
+           a->ip6 == b->ip6 &&
+           (a->has_port ? a->port : default_port) == (b->has_port ? b->port : default_port);
 }
 
 static bool req__token_in(const char *list, const char *token)
@@ -210,17 +211,21 @@ static bool req__token_in(const char *list, const char *token)
     return al_http_list_has(list, strlen(list), token, strlen(token));
 }
 
-int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uint16_t dst_port,
-                              struct egress_http_request *r, int *status, const char **reason)
+int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p,
+                              const struct egress_http_conn *conn, struct egress_http_request *r,
+                              int *status, const char **reason)
 {
     memset(r, 0, sizeof *r);
     r->content_length = -1;
     r->method = llhttp_method_name((llhttp_method_t)p->method);
     r->http_minor = p->http_minor;
+    r->tls = conn->tls;
+    uint16_t default_port = conn->tls ? 443 : 80;
     if (p->http_major != 1)
         return req__refuse(status, reason, 400, "unsupported_http_version");
     if (p->method == HTTP_CONNECT)
-        return req__refuse(status, reason, 403, "connect_refused");
+        return req__refuse(status, reason, 403,
+                           conn->tls ? "connect_in_tunnel" : "connect_refused");
     if (p->method == HTTP_PRI)
         return req__refuse(status, reason, 403, "h2_prior_knowledge_refused");
 
@@ -228,6 +233,10 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uin
     const char *host = egress_http_head_get(h, "Host", &n_host);
     if (n_host > 1)
         return req__refuse(status, reason, 400, "duplicate_host");
+    /* Inside TLS the Host is compared with the SNI (the identity triangle): it must be there
+     * even beside an absolute-form target. */
+    if (!host && conn->tls)
+        return req__refuse(status, reason, 400, "missing_host");
 
     const char *url = h->buf + h->url, *why = NULL;
     struct al_http_target t;
@@ -237,7 +246,7 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uin
     if (t.form == AL_HTTP_TARGET_ASTERISK)
         return req__refuse(status, reason, 400, "asterisk_form_refused");
     if (t.form == AL_HTTP_TARGET_ABSOLUTE) {
-        if (t.https)
+        if (t.https != conn->tls)
             return req__refuse(status, reason, 403, "scheme_mismatch");
         /* "http://h?x": the origin-form would be "/?x", which the target's bytes do not
          * hold; refused rather than rewritten. */
@@ -246,13 +255,13 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uin
         if (host) {
             if (al_http_authority_parse(host, strlen(host), &ha, &why) < 0)
                 return req__refuse(status, reason, 400, why);
-            if (!req__same_authority(&ha, &t.authority))
+            if (!req__same_authority(&ha, &t.authority, default_port))
                 return req__refuse(status, reason, 400, "authority_mismatch");
         }
         r->absolute_form = true;
         r->host_raw = host;
         req__host_name(&t.authority, r->host_name, sizeof r->host_name);
-        r->port = t.authority.has_port ? t.authority.port : 80;
+        r->port = t.authority.has_port ? t.authority.port : default_port;
         /* "http://h": the path is "/". */
         r->target = t.path_len ? t.path : "/";
         r->target_len = t.path_len ? (size_t)(url + h->url_len - t.path) : 1;
@@ -263,13 +272,13 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uin
             return req__refuse(status, reason, 400, why);
         r->host_raw = host;
         req__host_name(&ha, r->host_name, sizeof r->host_name);
-        r->port = ha.has_port ? ha.port : 80;
+        r->port = ha.has_port ? ha.port : default_port;
         r->target = url;
         r->target_len = h->url_len;
     } else {
         return req__refuse(status, reason, 400, "invalid_target");
     }
-    if (r->port != dst_port)
+    if (r->port != conn->port)
         return req__refuse(status, reason, 403, "port_mismatch");
     r->path = t.path_len ? t.path : r->target;
     r->path_len = t.path_len ? t.path_len : r->target_len;
@@ -292,13 +301,13 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p, uin
     size_t n_up = 0, n_h2s = 0;
     const char *up = egress_http_head_get(h, "Upgrade", &n_up);
     egress_http_head_get(h, "HTTP2-Settings", &n_h2s);
-    const char *conn = egress_http_head_get(h, "Connection", NULL);
+    const char *conn_f = egress_http_head_get(h, "Connection", NULL);
     if (n_h2s || (up && req__token_in(up, "h2c")))
         return req__refuse(status, reason, 403, "h2c_upgrade_refused");
     if (n_up) {
         if (n_up > 1 || strcasecmp(up, "websocket") != 0)
             return req__refuse(status, reason, 403, "upgrade_refused");
-        if (!conn || !req__token_in(conn, "upgrade"))
+        if (!conn_f || !req__token_in(conn_f, "upgrade"))
             return req__refuse(status, reason, 400, "upgrade_without_connection_upgrade");
         if (p->method != HTTP_GET)
             return req__refuse(status, reason, 400, "websocket_needs_get");
@@ -337,6 +346,18 @@ static int head__append_int(struct al_buf *out, int64_t v)
     return al_buf_append(out, t, al_json_int(v, t));
 }
 
+int egress_http_append_host(const struct egress_http_request *r, struct al_buf *out)
+{
+    int rc;
+    if ((rc = al_buf_append(out, "Host: ", 6)))
+        return rc;
+    if (r->host_raw)
+        rc = al_buf_appends(out, r->host_raw);
+    else if (!(rc = al_buf_appends(out, r->host_name)) && r->port != (r->tls ? 443 : 80))
+        rc = al_buf_append(out, ":", 1) ? -ENOMEM : head__append_int(out, r->port);
+    return rc ? rc : al_buf_append(out, "\r\n", 2);
+}
+
 int egress_http_serialize_request(const struct egress_http_head *h,
                                   const struct egress_http_request *r, bool keep_upstream,
                                   struct al_buf *out)
@@ -347,18 +368,7 @@ int egress_http_serialize_request(const struct egress_http_head *h,
         (rc = al_buf_append(out, r->target, r->target_len)) ||
         (rc = al_buf_appends(out, r->http_minor ? " HTTP/1.1\r\n" : " HTTP/1.0\r\n")))
         return rc;
-    if (r->host_raw) {
-        if ((rc = al_buf_append(out, "Host: ", 6)) || (rc = al_buf_appends(out, r->host_raw)))
-            return rc;
-        rc = al_buf_append(out, "\r\n", 2);
-    } else {
-        if ((rc = al_buf_append(out, "Host: ", 6)) || (rc = al_buf_appends(out, r->host_name)) ||
-            (r->port != 80 &&
-             ((rc = al_buf_append(out, ":", 1)) || (rc = head__append_int(out, r->port)))))
-            return rc;
-        rc = al_buf_append(out, "\r\n", 2);
-    }
-    if (rc)
+    if ((rc = egress_http_append_host(r, out)))
         return rc;
     struct al_http_field conn[EGRESS_HTTP_MAX_HEADERS];
     size_t n_conn = head__connection_fields(h, conn);

@@ -26,6 +26,7 @@
 #include "common/http_parser.h"
 #include "common/relay.h"
 #include "common/util.h"
+#include "egress/http.h"
 #include "egress/intercept/request.h"
 
 #define QUEUE_HIGH      (256 * 1024)
@@ -111,11 +112,11 @@ struct intercept_session {
     llhttp_t resp;
     struct al_http_head_scan hscan; /* the request head arriving (common/http_head.h) */
     size_t hscanned;                /* bytes of cin after cin_off it has seen */
-    struct al_buf head;             /* the request head (headers point into it) */
-    struct al_http_field hdrs[MAX_HDRS];
+    struct egress_http_head reqh;   /* the request head, collected (egress/http.h) */
+    struct egress_http_request r;   /* ... as egress_http_check_request read it */
+    struct al_http_field hdrs[EGRESS_HTTP_MAX_HEADERS]; /* reqh's fields (injection, serialiser) */
     size_t n_hdrs;
-    bool hdr_overflow;
-    const char *url_at;
+    const char *url_at; /* the request-target as sent (in reqh) */
     size_t url_len;
     char method[24];
     int http_minor;
@@ -187,7 +188,6 @@ static int req__on_complete(llhttp_t *p);
 static int req__on_url(llhttp_t *p, const char *at, size_t n);
 static int req__on_field(llhttp_t *p, const char *at, size_t n);
 static int req__on_value(llhttp_t *p, const char *at, size_t n);
-static int req__on_value_complete(llhttp_t *p);
 static int resp__on_field(llhttp_t *p, const char *at, size_t n);
 static int resp__on_value(llhttp_t *p, const char *at, size_t n);
 static int resp__on_value_complete(llhttp_t *p);
@@ -199,7 +199,6 @@ static const llhttp_settings_t req_settings = {
     .on_url = req__on_url,
     .on_header_field = req__on_field,
     .on_header_value = req__on_value,
-    .on_header_value_complete = req__on_value_complete,
     .on_headers_complete = req__on_headers_complete,
     .on_body = req__on_body,
     .on_message_complete = req__on_complete,
@@ -553,55 +552,32 @@ static struct intercept_session *of_req(llhttp_t *p)
 
 static int req__on_url(llhttp_t *p, const char *at, size_t n)
 {
-    struct intercept_session *s = of_req(p);
-    if (!s->url_at)
-        s->url_at = at;
-    s->url_len = (size_t)(at + n - s->url_at);
-    return 0;
+    return egress_http_head_url(&of_req(p)->reqh, at, n) < 0 ? HPE_USER : 0;
 }
 
 static int req__on_field(llhttp_t *p, const char *at, size_t n)
 {
-    struct intercept_session *s = of_req(p);
-    if (s->n_hdrs == MAX_HDRS) {
-        s->hdr_overflow = true;
-        return 0;
-    }
-    struct al_http_field *h = &s->hdrs[s->n_hdrs];
-    if (!h->name)
-        h->name = at;
-    h->name_len = (size_t)(at + n - h->name);
-    return 0;
+    return egress_http_head_field(&of_req(p)->reqh, at, n) < 0 ? HPE_USER : 0;
 }
 
 static int req__on_value(llhttp_t *p, const char *at, size_t n)
 {
-    struct intercept_session *s = of_req(p);
-    if (s->n_hdrs == MAX_HDRS)
-        return 0;
-    struct al_http_field *h = &s->hdrs[s->n_hdrs];
-    if (!h->value)
-        h->value = at;
-    h->value_len = (size_t)(at + n - h->value);
-    return 0;
-}
-
-static int req__on_value_complete(llhttp_t *p)
-{
-    struct intercept_session *s = of_req(p);
-    if (s->n_hdrs == MAX_HDRS)
-        return 0;
-    if (!s->hdrs[s->n_hdrs].value)
-        s->hdrs[s->n_hdrs].value = "";
-    s->n_hdrs++;
-    if (s->n_hdrs < MAX_HDRS)
-        s->hdrs[s->n_hdrs] = (struct al_http_field){0};
-    return 0;
+    return egress_http_head_value(&of_req(p)->reqh, at, n) < 0 ? HPE_USER : 0;
 }
 
 static int req__on_headers_complete(llhttp_t *p)
 {
-    (void)p;
+    struct intercept_session *s = of_req(p);
+    if (egress_http_head_finish(&s->reqh) < 0)
+        return HPE_USER;
+    /* The fields as injection and the serialiser read them. */
+    const struct egress_http_head *h = &s->reqh;
+    for (uint32_t i = 0; i < h->n_hdr; i++)
+        s->hdrs[i] = (struct al_http_field){h->buf + h->hdr[i].name, h->hdr[i].name_len,
+                                            h->buf + h->hdr[i].value, h->hdr[i].value_len};
+    s->n_hdrs = h->n_hdr;
+    s->url_at = h->buf + h->url;
+    s->url_len = h->url_len;
     return HPE_PAUSED;
 }
 
@@ -681,7 +657,6 @@ static int sess__serialize_request(struct intercept_session *s)
     int rc =
         al_buf_printf(o, "%s %.*s HTTP/1.1\r\n", s->method, (int)s->info.path_len, s->info.path);
     bool scrubbing = s->n_used > 0 || (s->edit_live && s->edit.n_used > 0);
-    bool host_done = false;
     for (size_t i = 0; i < s->n_hdrs && rc == 0; i++) {
         const struct al_http_field *h = &s->hdrs[i];
         if (s->edit_live && s->edit.drop[i])
@@ -695,13 +670,14 @@ static int sess__serialize_request(struct intercept_session *s)
              intercept_hdr_is(h, "If-Range") || intercept_hdr_is(h, "Sec-WebSocket-Extensions")))
             continue;
         if (intercept_hdr_is(h, "Host")) {
-            if (host_done)
-                continue;
-            host_done = true;
+            rc = egress_http_append_host(&s->r, o); /* the one egress_http_check_request let by */
+            continue;
         }
         rc = al_buf_printf(o, "%.*s: %.*s\r\n", (int)h->name_len, h->name, (int)h->value_len,
                            h->value);
     }
+    if (rc == 0 && !s->r.host_raw)
+        rc = egress_http_append_host(&s->r, o); /* an absolute-form's authority */
     for (size_t i = 0; s->edit_live && i < s->edit.n_add && rc == 0; i++) {
         rc = al_buf_printf(o, "%s: ", s->edit.add[i].name);
         if (!rc)
@@ -715,9 +691,8 @@ static int sess__serialize_request(struct intercept_session *s)
         rc = al_buf_appends(o, "Connection: Upgrade\r\nUpgrade: websocket\r\n");
     if (rc == 0 && s->req_chunked)
         rc = al_buf_appends(o, "Transfer-Encoding: chunked\r\n");
-    else if (rc == 0 && (s->req.flags & F_CONTENT_LENGTH))
-        rc =
-            al_buf_printf(o, "Content-Length: %llu\r\n", (unsigned long long)s->req.content_length);
+    else if (rc == 0 && s->r.content_length >= 0)
+        rc = al_buf_printf(o, "Content-Length: %lld\r\n", (long long)s->r.content_length);
     if (rc == 0)
         rc = al_buf_append(o, "\r\n", 2);
     if (rc == 0) {
@@ -839,7 +814,7 @@ static void sess__after_fetch(struct intercept_session *s)
         s->stats.injected++;
     /* Placeholders in the body are refused as they stream. */
     const struct intercept_matcher *pm = intercept_placeholders_matcher(s->ph);
-    if (pm && (s->req_chunked || (s->req.flags & F_CONTENT_LENGTH && s->req.content_length > 0))) {
+    if (pm && (s->req_chunked || s->r.content_length > 0)) {
         struct intercept_matcher *m = (struct intercept_matcher *)pm;
         if (intercept_scrub_init(&s->ph_scan, &m, 1) == 0)
             s->ph_scan_live = true;
@@ -869,7 +844,7 @@ static void sess__fetch_cb(struct intercept_fetch *req, struct intercept_secret 
     }
 }
 
-/* A complete, valid head is in s->head: check, decide, fetch. */
+/* A complete head is in s->reqh: check, decide, fetch. */
 static void sess__on_request(struct intercept_session *s)
 {
     s->stats.requests++;
@@ -888,25 +863,18 @@ static void sess__on_request(struct intercept_session *s)
     const char *m = llhttp_method_name((llhttp_method_t)s->req.method);
     snprintf(s->method, sizeof s->method, "%s", m);
     s->http_minor = s->req.http_minor;
-    if (s->hdr_overflow) {
-        sess__deny(s, 431, "request_header_too_large", "too_many_headers");
-        return;
-    }
     if (s->audit_failed) {
         sess__deny(s, 503, "proxy_unavailable", "audit_unavailable");
         return;
     }
+    /* The proxy's request checks, the plain path's (egress/http.h), then the identity. */
+    const struct egress_http_conn hc = {.port = s->port, .tls = !s->plain};
     struct intercept_conn_view cv = {
         .tls = !s->plain, .sni = s->plain ? NULL : s->name, .port = s->port};
-    struct intercept_req_view rv = {.method = s->method,
-                                    .http_major = s->req.http_major,
-                                    .target = s->url_at,
-                                    .target_len = s->url_len,
-                                    .hdrs = s->hdrs,
-                                    .n_hdrs = s->n_hdrs};
     int status = 0;
     const char *reason = NULL;
-    if (intercept_request_check(&cv, &rv, &s->info, &status, &reason) < 0) {
+    if (egress_http_check_request(&s->reqh, &s->req, &hc, &s->r, &status, &reason) < 0 ||
+        intercept_request_check(&cv, &s->r, &s->info, &status, &reason) < 0) {
         sess__deny(s, status, status == 403 ? "blocked_by_policy" : "bad_request", reason);
         return;
     }
@@ -931,9 +899,7 @@ static void sess__on_request(struct intercept_session *s)
         .method_len = strlen(s->method),
         .path = s->info.path,
         .path_len = s->info.path_len,
-        .body = (s->req.flags & F_CHUNKED) ||
-                ((s->req.flags & F_CONTENT_LENGTH) && s->req.content_length > 0) ||
-                intercept_hdr_find(s->hdrs, s->n_hdrs, "Transfer-Encoding", NULL),
+        .body = s->r.chunked || s->r.content_length > 0,
     };
     policy_decide(p, &pr, &s->d);
     s->t_decided = al_now_ns();
@@ -948,20 +914,15 @@ static void sess__on_request(struct intercept_session *s)
         return;
     }
     s->ws_allowed = s->info.websocket;
-    s->req_chunked = (s->req.flags & F_CHUNKED) != 0;
-    s->req_close = !llhttp_should_keep_alive(&s->req);
-    const struct al_http_field *ex = intercept_hdr_find(s->hdrs, s->n_hdrs, "Expect", NULL);
-    s->expect_continue =
-        ex && ex->value_len == 12 && strncasecmp(ex->value, "100-continue", 12) == 0;
-    if (ex && !s->expect_continue) {
-        sess__deny(s, 400, "bad_request", "unsupported_expectation");
-        return;
-    }
+    s->req_chunked = s->r.chunked;
+    s->req_close = !s->r.keep_alive;
+    /* Only 100-continue passes the checks: answered here, not forwarded (hop_by_hop). */
+    s->expect_continue = egress_http_head_get(&s->reqh, "Expect", NULL) != NULL;
     const struct policy_limits *pl2 = policy_limits(p);
     s->max_body = s->lim.max_body_bytes;
     if (pl2 && pl2->max_request_body && (!s->max_body || pl2->max_request_body < s->max_body))
         s->max_body = pl2->max_request_body;
-    if (s->max_body && (s->req.flags & F_CONTENT_LENGTH) && s->req.content_length > s->max_body) {
+    if (s->max_body && s->r.content_length > 0 && (uint64_t)s->r.content_length > s->max_body) {
         sess__deny(s, 413, "payload_too_large", "request_body_too_large");
         return;
     }
@@ -1026,6 +987,10 @@ static const char *req__parse_error(llhttp_t *p, int *status)
     if (e == HPE_USER && r && strcmp(r, "placeholder_in_body") == 0) {
         *status = 403;
         return "placeholder_misuse";
+    }
+    if (e == HPE_USER && of_req(p)->reqh.too_large) {
+        *status = 431; /* what the plain path says (egress/http.c) */
+        return "request_head_too_large";
     }
     /* What the plain path says for the same bytes (egress/http.c). */
     return al_http_parse_error_reason(e, status);
@@ -1108,9 +1073,7 @@ static void sess__parse_client(struct intercept_session *s, bool *progress)
              * plain path gives (egress/http.c); the scanner's otherwise. */
             llhttp_init(&s->req, HTTP_REQUEST, &req_settings);
             s->req.data = s;
-            s->n_hdrs = 0;
-            s->url_at = NULL;
-            memset(s->hdrs, 0, sizeof s->hdrs);
+            egress_http_head_reset(&s->reqh);
             llhttp_errno_t err = llhttp_execute(&s->req, data, avail);
             int st = 400;
             const char *r = err == HPE_OK || err == HPE_PAUSED || err == HPE_PAUSED_UPGRADE
@@ -1120,30 +1083,24 @@ static void sess__parse_client(struct intercept_session *s, bool *progress)
             sess__deny(s, st, st == 403 ? "blocked_by_policy" : "bad_request", r);
             return;
         }
-        al_buf_reset(&s->head);
-        if (al_buf_append(&s->head, data, hl) < 0) {
-            sess__deny(s, 503, "proxy_unavailable", "out_of_memory");
-            return;
-        }
         s->cin_off += hl;
         *progress = true;
-        /* The strict parser on the head the scanner accepted. */
+        /* The strict parser on the head the scanner accepted, collected (egress/http.h). */
         llhttp_init(&s->req, HTTP_REQUEST, &req_settings);
         s->req.data = s;
+        egress_http_head_reset(&s->reqh);
         s->n_hdrs = 0;
-        s->hdr_overflow = false;
-        memset(s->hdrs, 0, sizeof s->hdrs);
         s->url_at = NULL;
         s->url_len = 0;
-        llhttp_errno_t err = llhttp_execute(&s->req, s->head.data, hl);
-        if (err != HPE_PAUSED || llhttp_get_error_pos(&s->req) != s->head.data + hl) {
+        llhttp_errno_t err = llhttp_execute(&s->req, data, hl);
+        if (err != HPE_PAUSED || llhttp_get_error_pos(&s->req) != data + hl) {
             int st;
             const char *r = req__parse_error(&s->req, &st);
             s->ops->request_id(s->ctx, s->rid);
             sess__deny(s, st, st == 403 ? "blocked_by_policy" : "bad_request", r);
             return;
         }
-        if (!s->url_at) {
+        if (!s->url_len) {
             s->ops->request_id(s->ctx, s->rid);
             sess__deny(s, 400, "bad_request", "invalid_target");
             return;
@@ -2064,7 +2021,7 @@ int intercept_session_start(const struct intercept_session_opts *o, struct inter
     al_buf_init(&s->cq, 0);
     al_buf_init(&s->uq, 0);
     al_buf_init(&s->rin, 0);
-    al_buf_init(&s->head, 0);
+    egress_http_head_init(&s->reqh, lim_or(s->lim.max_header_bytes, 32 * 1024));
     al_buf_init(&s->rhead, 0);
     al_buf_init(&s->saved_head, 0);
     int r = s->plain ? intercept_tls_plain(s->cfd, o->prefix, o->prefix_len, &s->ctls)
@@ -2197,7 +2154,9 @@ void intercept_session_free(struct intercept_session *s)
     al_buf_free_wipe(&s->cq);
     al_buf_free_wipe(&s->uq);
     al_buf_free_wipe(&s->rin);
-    al_buf_free_wipe(&s->head);
+    if (s->reqh.buf)
+        sodium_memzero(s->reqh.buf, s->reqh.cap);
+    egress_http_head_free(&s->reqh);
     al_buf_free_wipe(&s->rhead);
     al_buf_free_wipe(&s->saved_head);
     intercept_placeholders_unref(s->ph);

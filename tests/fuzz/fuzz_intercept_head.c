@@ -1,7 +1,7 @@
 /* tests/fuzz/fuzz_intercept_head: the head scanner every HTTP path runs (common/http_head.c), then
- * what the interception engine does with a sandbox's request head before any decision
- * (egress/intercept/request.c): for heads the scanner accepts whole, the checks of Host, authority,
- * upgrades. Byte 0 picks request or response and the SNI the connection would have; the rest is the
+ * what the interception engine does with a sandbox's request head before any decision: for heads
+ * the scanner accepts whole, the strict parser and collector and the proxy's request checks
+ * inside TLS (egress/http.h), then Host against the SNI (egress/intercept/request.c). Byte 0 picks request or response and the SNI the connection would have; the rest is the
  * head, fed whole and byte by byte. Checks, beyond memory safety: both ways of feeding agree; an
  * accepted head has CRLF line ends only, no obs-fold, no controls but HTAB, and a request line of
  * three fields. */
@@ -11,9 +11,40 @@
 #include <string.h>
 
 #include "common/http_head.h"
+#include "egress/http.h"
 #include "egress/intercept/request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static int fz__url(llhttp_t *p, const char *at, size_t n)
+{
+    return egress_http_head_url(p->data, at, n) < 0 ? HPE_USER : 0;
+}
+static int fz__field(llhttp_t *p, const char *at, size_t n)
+{
+    return egress_http_head_field(p->data, at, n) < 0 ? HPE_USER : 0;
+}
+static int fz__value(llhttp_t *p, const char *at, size_t n)
+{
+    return egress_http_head_value(p->data, at, n) < 0 ? HPE_USER : 0;
+}
+static int fz__headers(llhttp_t *p)
+{
+    return egress_http_head_finish(p->data) < 0 ? HPE_USER : HPE_PAUSED;
+}
+
+static const llhttp_settings_t *fz__settings(void)
+{
+    static llhttp_settings_t s;
+    if (!s.on_url) {
+        llhttp_settings_init(&s);
+        s.on_url = fz__url;
+        s.on_header_field = fz__field;
+        s.on_header_value = fz__value;
+        s.on_headers_complete = fz__headers;
+    }
+    return &s;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -54,66 +85,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (!request)
         return 0;
-    /* Split into request line and headers as the engine's parser would. */
-    struct al_http_field hdrs[64];
-    size_t nh = 0;
+    /* The request line (after any empty lines): three fields. */
     const char *line = h, *end = h + n;
-    const char *method = NULL, *target = NULL;
-    size_t ml = 0, tl = 0;
-    int major = 0;
-    while (line < end) {
-        const char *cr = memchr(line, '\r', (size_t)(end - line));
-        if (!cr)
-            break;
-        if (cr == line) {
-            if (method)
-                break;
-            line = cr + 2; /* an empty line before the request line */
-            continue;
-        }
-        if (!method) {
-            const char *sp = memchr(line, ' ', (size_t)(cr - line));
-            const char *sp2 = sp ? memchr(sp + 1, ' ', (size_t)(cr - sp - 1)) : NULL;
-            if (!sp || !sp2)
-                __builtin_trap(); /* the scanner accepted a bad request line */
-            method = line;
-            ml = (size_t)(sp - line);
-            target = sp + 1;
-            tl = (size_t)(sp2 - sp - 1);
-            major = cr[-3] - '0'; /* "HTTP/d.d" ends the line */
-        } else if (nh < 64) {
-            const char *colon = memchr(line, ':', (size_t)(cr - line));
-            if (!colon)
+    while (line + 1 < end && line[0] == '\r')
+        line += 2;
+    const char *cr = memchr(line, '\r', (size_t)(end - line));
+    const char *sp = cr ? memchr(line, ' ', (size_t)(cr - line)) : NULL;
+    if (cr && cr != line && (!sp || !memchr(sp + 1, ' ', (size_t)(cr - sp - 1))))
+        __builtin_trap(); /* the scanner accepted a bad request line */
+    /* The request side as the interception engine runs it: the strict parser into the head
+     * collector, the proxy's checks inside TLS, then the identity (Host = SNI). */
+    struct egress_http_head hd;
+    egress_http_head_init(&hd, 1 << 16);
+    llhttp_t p;
+    llhttp_init(&p, HTTP_REQUEST, fz__settings());
+    p.data = &hd;
+    llhttp_errno_t e = llhttp_execute(&p, h, n);
+    if (e == HPE_PAUSED && llhttp_get_error_pos(&p) == h + n) {
+        const struct egress_http_conn hc = {.port = 443, .tls = true};
+        struct intercept_conn_view c = {.tls = true, .sni = sni, .port = 443};
+        struct egress_http_request r;
+        struct intercept_req_info info;
+        int status;
+        if (egress_http_check_request(&hd, &p, &hc, &r, &status, &reason) == 0 &&
+            intercept_request_check(&c, &r, &info, &status, &reason) == 0) {
+            /* An accepted request names the SNI, and its path is origin-form. */
+            if (strcmp(info.host.text, sni) != 0 || info.path_len == 0 || info.path[0] != '/')
                 __builtin_trap();
-            const char *v = colon + 1;
-            while (v < cr && (*v == ' ' || *v == '\t'))
-                v++;
-            hdrs[nh++] = (struct al_http_field){line, (size_t)(colon - line), v, (size_t)(cr - v)};
         }
-        line = cr + 2;
     }
-    if (!method)
-        return 0;
-    char m[32];
-    if (ml >= sizeof m)
-        return 0;
-    memcpy(m, method, ml);
-    m[ml] = 0;
-    struct intercept_conn_view c = {.tls = true, .sni = sni, .port = 443};
-    struct intercept_req_view r = {.method = m,
-                                   .http_major = major,
-                                   .target = target,
-                                   .target_len = tl,
-                                   .hdrs = hdrs,
-                                   .n_hdrs = nh};
-    struct intercept_req_info info;
-    int status;
-    if (intercept_request_check(&c, &r, &info, &status, &reason) == 0) {
-        /* An accepted request names the SNI. */
-        if (strcmp(info.host.text, sni) != 0)
-            __builtin_trap();
-        if (info.path_len > tl + 1)
-            __builtin_trap();
-    }
+    egress_http_head_free(&hd);
     return 0;
 }

@@ -1,6 +1,7 @@
-/* tests/fuzz/fuzz_proxy_http: the request side of the plain-HTTP engine on arbitrary bytes: strict
- * llhttp into the bounded head collector and the head scanner, the request checks, and the head
- * re-serialised for the upstream. Invariant checked on every accepted request: what the upstream
+/* tests/fuzz/fuzz_proxy_http: the request side of the proxy's HTTP engine on arbitrary bytes: strict
+ * llhttp into the bounded head collector and the head scanner, the request checks (byte 0 picks a
+ * plain connection or one inside intercepted TLS, and the port), and the head re-serialised for
+ * the upstream. Invariant checked on every accepted request: what the upstream
  * would receive parses (strictly) as exactly one request head with the same method, target, Host
  * and framing, and without hop-by-hop or Proxy-* headers. */
 #include "common/http_head.h"
@@ -75,7 +76,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fz__settings(&s);
         init = true;
     }
-    uint16_t dst_port = data[0] & 1 ? 80 : 8080;
+    bool tls = data[0] & 2;
+    uint16_t dst_port = tls ? (data[0] & 1 ? 443 : 8443) : (data[0] & 1 ? 80 : 8080);
+    const struct egress_http_conn conn = {.port = dst_port, .tls = tls};
     const char *buf = (const char *)data + 1;
     size_t len = size - 1;
     struct fz f;
@@ -99,7 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct egress_http_request r;
     int status = 0;
     const char *reason = NULL;
-    if (egress_http_check_request(&f.h, &p, dst_port, &r, &status, &reason) < 0) {
+    if (egress_http_check_request(&f.h, &p, &conn, &r, &status, &reason) < 0) {
         if (!reason || status < 400 || status > 499)
             abort();
         egress_http_head_free(&f.h);

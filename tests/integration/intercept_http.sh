@@ -37,7 +37,7 @@ ew_audit_has "audited with the rule that named the host" type=http_request decis
 ew_note "1, 2, 10: the tunnel's name is the only name"
 ew_match "Host of another allowed name inside TLS for api.github.test: 403" 'host_sni_mismatch' \
   iw_curl 1 -H 'Host: echo.test' https://api.github.test/user
-ew_match "an absolute URI naming another host: 403" 'HTTP/1.1 403' \
+ew_match "an absolute URI naming another host than Host: 400, as on the plain path" '"reason":"authority_mismatch"' \
   iw_tls_raw 1 api.github.test 'GET https://evil.test/user HTTP/1.1\r\nHost: api.github.test\r\nConnection: close\r\n\r\n'
 ew_match "userinfo in the authority: refused" 'HTTP/1.1 40[03]' \
   iw_tls_raw 1 api.github.test 'GET https://api.github.test@evil.test/user HTTP/1.1\r\nHost: api.github.test\r\nConnection: close\r\n\r\n'
@@ -53,6 +53,10 @@ ew_match "bare LF: 400, for the plain path's reason" 'invalid_header' \
   iw_tls_raw 1 echo.test 'GET /echo HTTP/1.1\nHost: echo.test\n\n'
 ew_match "two Host headers: 400" 'duplicate_host' \
   iw_tls_raw 1 echo.test 'GET /echo HTTP/1.1\r\nHost: echo.test\r\nHost: evil.test\r\n\r\n'
+ew_match "a transfer coding other than chunked: 400, as on the plain path" 'unsupported_transfer_encoding' \
+  iw_tls_raw 1 echo.test 'POST /echo HTTP/1.1\r\nHost: echo.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n'
+ew_match "an absolute URI with the http scheme inside TLS: 403" 'scheme_mismatch' \
+  iw_tls_raw 1 echo.test 'GET http://echo.test/echo HTTP/1.1\r\nHost: echo.test\r\nConnection: close\r\n\r\n'
 
 ew_note "12: upgrades"
 ew_match "h2c: refused" 'h2c_upgrade_refused' \
@@ -61,7 +65,7 @@ ew_match "HTTP/2 prior knowledge inside the tunnel: refused" 'HTTP/1.1 40[03]' \
   iw_tls_raw 1 echo.test 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'
 ew_match "WebSocket where the rule does not allow it: refused" 'websocket_not_allowed' \
   iw_curl 1 -H 'Upgrade: websocket' -H 'Connection: Upgrade' -H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==' https://echo.test/ws
-ew_match "CONNECT-UDP style upgrade: refused" 'upgrade_not_allowed' \
+ew_match "CONNECT-UDP style upgrade: refused" 'upgrade_refused' \
   iw_curl 1 -H 'Upgrade: connect-udp' -H 'Connection: Upgrade' https://echo.test/.well-known/masque/udp/1.1.1.1/53/
 ew_match "WebSocket on the rule that allows it: 101" 'HTTP/1.1 101' \
   iw_tls_raw 1 ws.test 'GET /ws HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n'

@@ -63,9 +63,9 @@ static int th_parse(struct th *t, const char *msg, uint32_t max, bool bytewise)
     return th_parse_type(t, HTTP_REQUEST, msg, max, bytewise);
 }
 
-/* Check a head; returns the reason ("" when accepted). */
-static const char *th_check(const char *msg, uint16_t port, struct egress_http_request *r,
-                            int *status)
+/* Check a head that arrived on conn; returns the reason ("" when accepted). */
+static const char *th_check_on(const char *msg, const struct egress_http_conn *conn,
+                               struct egress_http_request *r, int *status)
 {
     static struct th t;
     static char why[64];
@@ -76,9 +76,16 @@ static const char *th_check(const char *msg, uint16_t port, struct egress_http_r
         return why;
     }
     const char *reason = NULL;
-    if (egress_http_check_request(&t.h, &t.p, port, r, status, &reason) < 0)
+    if (egress_http_check_request(&t.h, &t.p, conn, r, status, &reason) < 0)
         return reason;
     return "";
+}
+
+/* ... on a plain connection to port. */
+static const char *th_check(const char *msg, uint16_t port, struct egress_http_request *r,
+                            int *status)
+{
+    return th_check_on(msg, &(struct egress_http_conn){.port = port}, r, status);
 }
 
 START_TEST(collects_head_across_pieces)
@@ -171,53 +178,109 @@ START_TEST(refuses_with_reasons)
         uint16_t port;
         const char *reason;
         int status;
+        bool tls;
     } cases[] = {
-        {"GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", 80, "duplicate_host", 400},
-        {"GET / HTTP/1.1\r\n\r\n", 80, "missing_host", 400},
-        {"GET / HTTP/1.1\r\nHost: a.test:8080\r\n\r\n", 80, "port_mismatch", 403},
-        {"GET / HTTP/1.1\r\nHost: a.test:0\r\n\r\n", 80, "invalid_port", 400},
-        {"GET / HTTP/1.1\r\nHost: a.test:65536\r\n\r\n", 80, "invalid_port", 400},
-        {"GET / HTTP/1.1\r\nHost: a.test:8o\r\n\r\n", 80, "invalid_port", 400},
-        {"GET / HTTP/1.1\r\nHost: a.test:\r\n\r\n", 80, "invalid_port", 400},
-        {"GET / HTTP/1.1\r\nHost: a@b.test\r\n\r\n", 80, "userinfo_in_authority", 400},
-        {"GET / HTTP/1.1\r\nHost: 2001:db8::1\r\n\r\n", 80, "invalid_host", 400},
-        {"GET / HTTP/1.1\r\nHost: a.test%2fb\r\n\r\n", 80, "invalid_host", 400},
-        {"GET / HTTP/1.1\r\nHost: a!b.test\r\n\r\n", 80, "invalid_host", 400},
-        {"GET / HTTP/1.1\r\nHost: [zz]\r\n\r\n", 80, "invalid_host", 400},
-        {"GET / HTTP/1.1\r\nHost: a.test:+80\r\n\r\n", 80, "invalid_port", 400},
-        {"GET http://a.test?x HTTP/1.1\r\nHost: a.test\r\n\r\n", 80, "invalid_target", 400},
-        {"GET ftp://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 80, "invalid_target", 400},
-        {"GET http://[::1]:80/ HTTP/1.1\r\nHost: [::2]\r\n\r\n", 80, "authority_mismatch", 400},
-        {"GET http://b.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 80, "authority_mismatch", 400},
-        {"GET http://a.test:81/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 81, "authority_mismatch", 400},
-        {"GET https://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 80, "scheme_mismatch", 403},
-        {"GET /x#y HTTP/1.1\r\nHost: a.test\r\n\r\n", 80, "fragment_in_target", 400},
-        {"OPTIONS * HTTP/1.1\r\nHost: a.test\r\n\r\n", 80, "asterisk_form_refused", 400},
-        {"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n", 443, "connect_refused", 403},
+        {"GET / HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", 80, "duplicate_host", 400,
+         false},
+        {"GET / HTTP/1.1\r\n\r\n", 80, "missing_host", 400, false},
+        {"GET / HTTP/1.1\r\nHost: a.test:8080\r\n\r\n", 80, "port_mismatch", 403, false},
+        {"GET / HTTP/1.1\r\nHost: a.test:0\r\n\r\n", 80, "invalid_port", 400, false},
+        {"GET / HTTP/1.1\r\nHost: a.test:65536\r\n\r\n", 80, "invalid_port", 400, false},
+        {"GET / HTTP/1.1\r\nHost: a.test:8o\r\n\r\n", 80, "invalid_port", 400, false},
+        {"GET / HTTP/1.1\r\nHost: a.test:\r\n\r\n", 80, "invalid_port", 400, false},
+        {"GET / HTTP/1.1\r\nHost: a@b.test\r\n\r\n", 80, "userinfo_in_authority", 400, false},
+        {"GET / HTTP/1.1\r\nHost: 2001:db8::1\r\n\r\n", 80, "invalid_host", 400, false},
+        {"GET / HTTP/1.1\r\nHost: a.test%2fb\r\n\r\n", 80, "invalid_host", 400, false},
+        {"GET / HTTP/1.1\r\nHost: a!b.test\r\n\r\n", 80, "invalid_host", 400, false},
+        {"GET / HTTP/1.1\r\nHost: [zz]\r\n\r\n", 80, "invalid_host", 400, false},
+        {"GET / HTTP/1.1\r\nHost: a.test:+80\r\n\r\n", 80, "invalid_port", 400, false},
+        {"GET http://a.test?x HTTP/1.1\r\nHost: a.test\r\n\r\n", 80, "invalid_target", 400, false},
+        {"GET ftp://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 80, "invalid_target", 400, false},
+        {"GET http://[::1]:80/ HTTP/1.1\r\nHost: [::2]\r\n\r\n", 80, "authority_mismatch", 400,
+         false},
+        {"GET http://b.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 80, "authority_mismatch", 400,
+         false},
+        {"GET http://a.test:81/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 81, "authority_mismatch", 400,
+         false},
+        {"GET https://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 80, "scheme_mismatch", 403, false},
+        {"GET /x#y HTTP/1.1\r\nHost: a.test\r\n\r\n", 80, "fragment_in_target", 400, false},
+        {"OPTIONS * HTTP/1.1\r\nHost: a.test\r\n\r\n", 80, "asterisk_form_refused", 400, false},
+        {"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n", 443, "connect_refused", 403,
+         false},
         {"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 80,
-         "unsupported_transfer_encoding", 400},
+         "unsupported_transfer_encoding", 400, false},
         {"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n", 80,
-         "h2c_upgrade_refused", 403},
+         "h2c_upgrade_refused", 403, false},
         {"GET / HTTP/1.1\r\nHost: a.test\r\nHTTP2-Settings: AA\r\n\r\n", 80, "h2c_upgrade_refused",
-         403},
+         403, false},
         {"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: connect-udp\r\nConnection: Upgrade\r\n\r\n",
-         80, "upgrade_refused", 403},
+         80, "upgrade_refused", 403, false},
         {"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\n\r\n", 80,
-         "upgrade_without_connection_upgrade", 400},
+         "upgrade_without_connection_upgrade", 400, false},
         {"POST / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n", 80,
-         "websocket_needs_get", 400},
+         "websocket_needs_get", 400, false},
         {"GET / HTTP/1.1\r\nHost: a.test\r\nExpect: magic\r\n\r\n", 80, "expectation_unsupported",
-         417},
+         417, false},
+        /* Inside a TLS session the proxy terminated: https as the scheme, 443 as the default
+         * port, Host required. */
+        {"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n", 443, "", 0, true},
+        {"GET / HTTP/1.1\r\nHost: a.test:443\r\n\r\n", 443, "", 0, true},
+        {"GET / HTTP/1.1\r\nHost: a.test:8443\r\n\r\n", 8443, "", 0, true},
+        {"GET https://a.test/x?y HTTP/1.1\r\nHost: a.test\r\n\r\n", 443, "", 0, true},
+        {"GET https://a.test:443/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 443, "", 0, true},
+        {"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n", 8443, "port_mismatch", 403, true},
+        {"GET / HTTP/1.1\r\nHost: a.test:8443\r\n\r\n", 443, "port_mismatch", 403, true},
+        {"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 443, "scheme_mismatch", 403, true},
+        {"GET https://a.test/ HTTP/1.0\r\n\r\n", 443, "missing_host", 400, true},
+        {"GET https://b.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 443, "authority_mismatch", 400,
+         true},
+        {"GET https://a.test:8443/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 443, "authority_mismatch",
+         400, true},
+        {"CONNECT b.test:443 HTTP/1.1\r\nHost: b.test:443\r\n\r\n", 443, "connect_in_tunnel", 403,
+         true},
+        {"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 443,
+         "unsupported_transfer_encoding", 400, true},
+        {"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: TLS/1.2\r\nConnection: Upgrade\r\n\r\n", 443,
+         "upgrade_refused", 403, true},
+        {"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket, h2c\r\nConnection: Upgrade\r\n\r\n",
+         443, "h2c_upgrade_refused", 403, true},
+        {"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\n\r\n", 443,
+         "upgrade_without_connection_upgrade", 400, true},
+        {"GET / HTTP/1.1\r\nHost: a.test\r\nExpect: magic\r\n\r\n", 443, "expectation_unsupported",
+         417, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct egress_http_request r;
         int st = 0;
-        const char *why = th_check(cases[i].msg, cases[i].port, &r, &st);
+        const struct egress_http_conn conn = {.port = cases[i].port, .tls = cases[i].tls};
+        const char *why = th_check_on(cases[i].msg, &conn, &r, &st);
         ck_assert_msg(strcmp(why, cases[i].reason) == 0, "case %zu: reason '%s', want '%s'", i, why,
                       cases[i].reason);
         ck_assert_msg(st == cases[i].status, "case %zu: status %d, want %d", i, st,
                       cases[i].status);
     }
+}
+END_TEST
+
+/* The Host field as it goes upstream, on either kind of connection. */
+START_TEST(host_as_it_goes_upstream)
+{
+    /* Host as it goes upstream: as sent, or the absolute-form's authority without the
+     * scheme's default port. */
+    struct egress_http_request r;
+    int st;
+    const struct egress_http_conn c443 = {.port = 443, .tls = true}, c80 = {.port = 443};
+    ck_assert_str_eq(th_check_on("GET / HTTP/1.1\r\nHost: A.test:443\r\n\r\n", &c443, &r, &st), "");
+    struct al_buf out;
+    al_buf_init(&out, 0);
+    ck_assert_int_eq(egress_http_append_host(&r, &out), 0);
+    ck_assert_str_eq(out.data, "Host: A.test:443\r\n");
+    al_buf_free(&out);
+    ck_assert_str_eq(th_check_on("GET http://a.test:443/ HTTP/1.0\r\n\r\n", &c80, &r, &st), "");
+    al_buf_init(&out, 0);
+    ck_assert_int_eq(egress_http_append_host(&r, &out), 0);
+    ck_assert_str_eq(out.data, "Host: a.test:443\r\n");
+    al_buf_free(&out);
 }
 END_TEST
 
@@ -255,7 +318,9 @@ START_TEST(serializes_for_the_upstream)
     struct egress_http_request r;
     int st;
     const char *why = NULL;
-    ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, 80, &r, &st, &why), 0);
+    ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, &(struct egress_http_conn){.port = 80},
+                                               &r, &st, &why),
+                     0);
     struct al_buf out;
     al_buf_init(&out, 0);
     ck_assert_int_eq(egress_http_serialize_request(&t.h, &r, false, &out), 0);
@@ -268,7 +333,9 @@ START_TEST(serializes_for_the_upstream)
              "POST /u HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\nConnection: "
              "close\r\n\r\n",
              8192, false);
-    ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, 80, &r, &st, &why), 0);
+    ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, &(struct egress_http_conn){.port = 80},
+                                               &r, &st, &why),
+                     0);
     al_buf_init(&out, 0);
     egress_http_serialize_request(&t.h, &r, false, &out);
     ck_assert_str_eq(out.data, "POST /u HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n"
@@ -284,7 +351,9 @@ START_TEST(serializes_for_the_upstream)
 
     /* An HTTP/1.0 client that will close: the upstream is asked to keep its connection. */
     th_parse(&t, "GET /o HTTP/1.0\r\nHost: a.test\r\n\r\n", 8192, false);
-    ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, 80, &r, &st, &why), 0);
+    ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, &(struct egress_http_conn){.port = 80},
+                                               &r, &st, &why),
+                     0);
     ck_assert(!r.keep_alive);
     al_buf_init(&out, 0);
     egress_http_serialize_request(&t.h, &r, false, &out);
@@ -300,7 +369,9 @@ START_TEST(serializes_for_the_upstream)
              "GET /ws HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
              "Sec-WebSocket-Key: k\r\n\r\n",
              8192, false);
-    ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, 80, &r, &st, &why), 0);
+    ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, &(struct egress_http_conn){.port = 80},
+                                               &r, &st, &why),
+                     0);
     al_buf_init(&out, 0);
     egress_http_serialize_request(&t.h, &r, false, &out);
     ck_assert_str_eq(out.data, "GET /ws HTTP/1.1\r\nHost: a.test\r\nSec-WebSocket-Key: k\r\n"
@@ -326,7 +397,9 @@ START_TEST(serializes_without_connection_options_and_overrides)
     struct egress_http_request r;
     int st;
     const char *why = NULL;
-    ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, 80, &r, &st, &why), 0);
+    ck_assert_int_eq(egress_http_check_request(&t.h, &t.p, &(struct egress_http_conn){.port = 80},
+                                               &r, &st, &why),
+                     0);
     struct al_buf out;
     al_buf_init(&out, 0);
     ck_assert_int_eq(egress_http_serialize_request(&t.h, &r, false, &out), 0);
@@ -427,6 +500,7 @@ static Suite *suite(void)
     tcase_add_test(t, head_bounds);
     tcase_add_test(t, accepts_and_describes);
     tcase_add_test(t, refuses_with_reasons);
+    tcase_add_test(t, host_as_it_goes_upstream);
     tcase_add_test(t, strict_parser_refuses_smuggling);
     tcase_add_test(t, serializes_for_the_upstream);
     tcase_add_test(t, serializes_without_connection_options_and_overrides);
