@@ -101,6 +101,14 @@ struct al_http_peer {
     pid_t pid;
     struct sockaddr_storage addr;
     socklen_t addrlen;
+    /* Added: the connection came from a TLS front that terminated it in front of this server
+     * (al_http_server_serve_fd_peer): tls is true, addr is the TLS client's, and the client
+     * certificate it saw is described (verified against the front's roots and usage, its
+     * common name, or why not). */
+    bool tls;
+    bool tls_verified;
+    char tls_name[64];
+    char tls_why[200];
 };
 
 typedef void (*al_http_handler_fn)(struct al_http_req *req, void *ctx);
@@ -148,6 +156,11 @@ int al_http_server_listen_unix(struct al_http_server *s, const char *path, mode_
 int al_http_server_listen_fd(struct al_http_server *s, int fd, struct al_error *err);
 /* Serves one already-connected stream socket (e.g. one end of a socketpair). */
 int al_http_server_serve_fd(struct al_http_server *s, int fd, struct al_error *err);
+/* Added: the same, for a stream socket whose other end is a TLS front in this process (one end
+ * of a socketpair): the requests' peer is *peer (copied; its is_unix is false), not the
+ * socket's own credentials, which would be this process's. */
+int al_http_server_serve_fd_peer(struct al_http_server *s, int fd, const struct al_http_peer *peer,
+                                 struct al_error *err);
 int al_http_server_port(const struct al_http_server *s); /* first TCP listener's port */
 size_t al_http_server_connections(const struct al_http_server *s);
 /* Stops listening (removing the unix socket files it created), closes every connection

@@ -1339,9 +1339,9 @@ static struct http_conn *conn__new(struct al_http_server *s, bool is_unix)
     return c;
 }
 
-static void conn__start(struct http_conn *c)
+/* Who is on the other end, from the socket (unless a TLS front said so already). */
+static void conn__peer(struct http_conn *c)
 {
-    struct al_http_server *s = c->srv;
     uv_os_fd_t fd = -1;
     uv_fileno(&c->h.handle, &fd);
     c->peer.is_unix = c->is_unix;
@@ -1373,6 +1373,13 @@ static void conn__start(struct http_conn *c)
             c->peer.addrlen = (socklen_t)len;
         uv_tcp_nodelay(&c->h.tcp, 1);
     }
+}
+
+static void conn__start(struct http_conn *c)
+{
+    struct al_http_server *s = c->srv;
+    if (!c->peer.tls)
+        conn__peer(c);
     c->phase = PH_HEADERS;
     c->idle_since = uv_now(s->loop);
     c->hdr_deadline = c->idle_since + s->lim.header_timeout_ms;
@@ -1608,7 +1615,8 @@ int al_http_server_listen_fd(struct al_http_server *s, int fd, struct al_error *
     return 0;
 }
 
-int al_http_server_serve_fd(struct al_http_server *s, int fd, struct al_error *err)
+static int srv__serve_fd(struct al_http_server *s, int fd, const struct al_http_peer *peer,
+                         struct al_error *err)
 {
     bool is_unix;
     int rc = srv__fd_kind(fd, false, &is_unix, err);
@@ -1625,8 +1633,29 @@ int al_http_server_serve_fd(struct al_http_server *s, int fd, struct al_error *e
         conn__close(c);
         return al_error_set(err, rc, "cannot serve fd %d: %s", fd, uv_strerror(rc));
     }
+    if (peer) {
+        c->peer = *peer;
+        c->peer.is_unix = false;
+        c->peer.uid = (uid_t)-1;
+        c->peer.gid = (gid_t)-1;
+        c->peer.pid = -1;
+        c->peer.tls = true;
+    }
     conn__start(c);
     return 0;
+}
+
+int al_http_server_serve_fd(struct al_http_server *s, int fd, struct al_error *err)
+{
+    return srv__serve_fd(s, fd, NULL, err);
+}
+
+int al_http_server_serve_fd_peer(struct al_http_server *s, int fd, const struct al_http_peer *peer,
+                                 struct al_error *err)
+{
+    if (!peer)
+        return al_error_set(err, -EINVAL, "serve_fd_peer needs the peer");
+    return srv__serve_fd(s, fd, peer, err);
 }
 
 int al_http_server_port(const struct al_http_server *s)

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include <mbedtls/error.h>
+#include <mbedtls/oid.h>
+#include <mbedtls/pk.h>
 #include <mbedtls/ssl.h>
 #include <mbedtls/x509_crt.h>
 #include <psa/crypto.h>
@@ -21,6 +23,10 @@ struct tls_provider {
     struct al_http_tls pub;
     mbedtls_ssl_config conf;
     mbedtls_x509_crt roots;
+    mbedtls_x509_crt own; /* a certificate presented to peers (a server's, mutual TLS) */
+    mbedtls_pk_context key;
+    bool server;
+    bool require_usage; /* the peer's certificate must carry extendedKeyUsage */
 };
 
 struct tls_session {
@@ -109,7 +115,7 @@ static void *tls__session_new(void *provider, const char *host, char *msg, size_
     al_buf_init(&s->out, 0);
     mbedtls_ssl_init(&s->ssl);
     int m = mbedtls_ssl_setup(&s->ssl, &p->conf);
-    if (m == 0)
+    if (m == 0 && !p->server)
         m = mbedtls_ssl_set_hostname(&s->ssl, host);
     if (m != 0) {
         char e[200];
@@ -132,21 +138,34 @@ static int tls__feed(void *p, const void *data, size_t len)
     return al_buf_append(&s->in, data, len) < 0 ? -ENOMEM : 0;
 }
 
+/* mbedtls's words for verification flags, on one line ("" when it has none). */
+static void tls__verify_info(uint32_t flags, char *out, size_t len)
+{
+    int n = mbedtls_x509_crt_verify_info(out, len, "", flags);
+    if (n <= 0) {
+        out[0] = '\0';
+        return;
+    }
+    if (out[n - 1] == '\n')
+        out[--n] = '\0';
+    for (char *q = out; *q; q++)
+        if (*q == '\n')
+            *q = ';';
+}
+
 /* What went wrong, in words a user can act on. */
 static int tls__fail(struct tls_session *s, int m, char *msg, size_t msglen)
 {
     if (m == MBEDTLS_ERR_X509_CERT_VERIFY_FAILED) {
         uint32_t flags = mbedtls_ssl_get_verify_result(&s->ssl);
         char info[256];
-        int n = mbedtls_x509_crt_verify_info(info, sizeof info, "", flags);
-        if (n > 0 && info[n - 1] == '\n')
-            info[--n] = '\0';
-        for (char *q = info; *q; q++)
-            if (*q == '\n')
-                *q = ';';
-        snprintf(msg, msglen,
-                 "the certificate of %s does not verify: %s (is its CA in the trusted roots?)",
-                 s->host, n > 0 ? info : "unknown reason");
+        tls__verify_info(flags, info, sizeof info);
+        snprintf(msg, msglen, "the certificate of %s does not verify: %s%s", s->host,
+                 info[0] ? info : "unknown reason",
+                 flags & MBEDTLS_X509_BADCERT_NOT_TRUSTED ? " (is its CA in the trusted roots?)"
+                 : flags & MBEDTLS_X509_BADCERT_CN_MISMATCH
+                     ? " (it is another server's certificate: it does not name this host)"
+                     : "");
         return -EPROTO;
     }
     if (m == MBEDTLS_ERR_SSL_FATAL_ALERT_MESSAGE) {
@@ -241,58 +260,192 @@ void al_http_tls_client_free(struct al_http_tls *t)
     struct tls_provider *p = t->provider;
     mbedtls_ssl_config_free(&p->conf);
     mbedtls_x509_crt_free(&p->roots);
+    mbedtls_x509_crt_free(&p->own);
+    mbedtls_pk_free(&p->key);
     free(p);
 }
 
-int al_http_tls_client_new(const struct al_http_tls_client_opts *o, struct al_http_tls **out,
-                           struct al_error *err)
+/* A private CA's certificates say what each is for: one without extendedKeyUsage would pass
+ * mbedtls's usage check (which tests the extension only where it exists). */
+static int tls__verify(void *ctx, mbedtls_x509_crt *crt, int depth, uint32_t *flags)
 {
-    *out = NULL;
+    (void)ctx;
+    if (depth == 0 && !mbedtls_x509_crt_has_ext_type(crt, MBEDTLS_X509_EXT_EXTENDED_KEY_USAGE))
+        *flags |= MBEDTLS_X509_BADCERT_EXT_KEY_USAGE;
+    return 0;
+}
+
+static int tls__provider_new(struct tls_provider **out, struct al_error *err)
+{
     pthread_once(&tls__once, tls__init);
     if (tls__init_rc)
         return al_error_set(err, tls__init_rc,
                             "cannot initialise the TLS library (libsodium or PSA crypto): no "
                             "entropy source?");
-    struct tls_provider *p = calloc(1, sizeof *p);
+    struct tls_provider *p = *out = calloc(1, sizeof *p);
     if (!p)
         return al_error_set(err, -ENOMEM, "out of memory");
     p->pub.ops = &tls__ops;
     p->pub.provider = p;
     mbedtls_ssl_config_init(&p->conf);
     mbedtls_x509_crt_init(&p->roots);
-    const char *file = o && o->ca_file ? o->ca_file : AL_HTTP_TLS_DEFAULT_CA;
-    int m = o && o->ca_pem ? mbedtls_x509_crt_parse(&p->roots, (const unsigned char *)o->ca_pem,
-                                                    strlen(o->ca_pem) + 1)
-                           : mbedtls_x509_crt_parse_file(&p->roots, file);
+    mbedtls_x509_crt_init(&p->own);
+    mbedtls_pk_init(&p->key);
+    return 0;
+}
+
+/* Roots from a file or memory: 0, or the error set. */
+static int tls__load_roots(struct tls_provider *p, const char *file, const char *pem,
+                           struct al_error *err)
+{
+    int m = pem ? mbedtls_x509_crt_parse(&p->roots, (const unsigned char *)pem, strlen(pem) + 1)
+                : mbedtls_x509_crt_parse_file(&p->roots, file);
     /* A positive result counts certificates that could not be parsed: fine if some could. */
-    if (m < 0 || p->roots.raw.len == 0) {
-        char e[200] = "no certificate could be parsed";
+    if (m >= 0 && p->roots.raw.len != 0)
+        return 0;
+    char e[200] = "no certificate could be parsed";
+    if (m < 0)
+        tls__strerror(m, e, sizeof e);
+    return al_error_set(err, pem ? -EINVAL : -ENOENT, "cannot load the trusted roots from %s: %s",
+                        pem ? "the PEM given" : file, e);
+}
+
+/* The certificate presented to peers and its key (which must be its certificate's). */
+static int tls__load_own(struct tls_provider *p, const char *cert, const char *key,
+                         struct al_error *err)
+{
+    if (!cert || !cert[0] || !key || !key[0])
+        return al_error_set(err, -EINVAL, "a certificate needs its key: give both files");
+    char e[200];
+    int m = mbedtls_x509_crt_parse_file(&p->own, cert);
+    if (m != 0 || p->own.raw.len == 0) {
+        snprintf(e, sizeof e, "no certificate could be parsed");
         if (m < 0)
             tls__strerror(m, e, sizeof e);
-        al_http_tls_client_free(&p->pub);
-        return al_error_set(err, o && o->ca_pem ? -EINVAL : -ENOENT,
-                            "cannot load the trusted roots from %s: %s",
-                            o && o->ca_pem ? "the PEM given" : file, e);
+        return al_error_set(err, -ENOENT, "cannot load the certificate %s: %s", cert, e);
     }
-    m = mbedtls_ssl_config_defaults(&p->conf, MBEDTLS_SSL_IS_CLIENT, MBEDTLS_SSL_TRANSPORT_STREAM,
-                                    MBEDTLS_SSL_PRESET_DEFAULT);
+    m = mbedtls_pk_parse_keyfile(&p->key, key, NULL, tls__rng, NULL);
+    if (m != 0) {
+        tls__strerror(m, e, sizeof e);
+        return al_error_set(err, -ENOENT, "cannot load the key %s: %s (a PEM key, not encrypted)",
+                            key, e);
+    }
+    m = mbedtls_pk_check_pair(&p->own.pk, &p->key, tls__rng, NULL);
+    if (m != 0)
+        return al_error_set(err, -EINVAL, "the key %s is not the key of the certificate %s", key,
+                            cert);
+    m = mbedtls_ssl_conf_own_cert(&p->conf, &p->own, &p->key);
+    if (m != 0) {
+        tls__strerror(m, e, sizeof e);
+        return al_error_set(err, -EIO, "cannot use the certificate %s: %s", cert, e);
+    }
+    return 0;
+}
+
+/* Both ends: TLS 1.2 and 1.3, our entropy, the roots, ALPN http/1.1, no tickets. */
+static int tls__configure(struct tls_provider *p, int endpoint, int authmode, struct al_error *err)
+{
+    int m = mbedtls_ssl_config_defaults(&p->conf, endpoint, MBEDTLS_SSL_TRANSPORT_STREAM,
+                                        MBEDTLS_SSL_PRESET_DEFAULT);
     if (m == 0) {
         mbedtls_ssl_conf_rng(&p->conf, tls__rng, NULL);
-        mbedtls_ssl_conf_authmode(&p->conf, MBEDTLS_SSL_VERIFY_REQUIRED);
+        mbedtls_ssl_conf_authmode(&p->conf, authmode);
         mbedtls_ssl_conf_ca_chain(&p->conf, &p->roots, NULL);
         mbedtls_ssl_conf_min_tls_version(&p->conf, MBEDTLS_SSL_VERSION_TLS1_2);
         mbedtls_ssl_conf_max_tls_version(&p->conf, MBEDTLS_SSL_VERSION_TLS1_3);
 #if defined(MBEDTLS_SSL_SESSION_TICKETS)
-        mbedtls_ssl_conf_session_tickets(&p->conf, MBEDTLS_SSL_SESSION_TICKETS_DISABLED);
+        if (endpoint == MBEDTLS_SSL_IS_CLIENT)
+            mbedtls_ssl_conf_session_tickets(&p->conf, MBEDTLS_SSL_SESSION_TICKETS_DISABLED);
 #endif
+        if (p->require_usage)
+            mbedtls_ssl_conf_verify(&p->conf, tls__verify, NULL);
         m = mbedtls_ssl_conf_alpn_protocols(&p->conf, tls__alpn);
     }
-    if (m != 0) {
-        char e[200];
-        tls__strerror(m, e, sizeof e);
+    if (m == 0)
+        return 0;
+    char e[200];
+    tls__strerror(m, e, sizeof e);
+    return al_error_set(err, -EIO, "cannot configure TLS: %s", e);
+}
+
+int al_http_tls_client_new(const struct al_http_tls_client_opts *o, struct al_http_tls **out,
+                           struct al_error *err)
+{
+    *out = NULL;
+    struct tls_provider *p = NULL;
+    int rc = tls__provider_new(&p, err);
+    if (rc)
+        return rc;
+    p->require_usage = o && o->require_usage;
+    const char *file = o && o->ca_file ? o->ca_file : AL_HTTP_TLS_DEFAULT_CA;
+    rc = tls__load_roots(p, file, o ? o->ca_pem : NULL, err);
+    if (!rc)
+        rc = tls__configure(p, MBEDTLS_SSL_IS_CLIENT, MBEDTLS_SSL_VERIFY_REQUIRED, err);
+    if (!rc && o && (o->cert_file || o->key_file))
+        rc = tls__load_own(p, o->cert_file, o->key_file, err);
+    if (rc) {
         al_http_tls_client_free(&p->pub);
-        return al_error_set(err, -EIO, "cannot configure TLS: %s", e);
+        return rc;
     }
     *out = &p->pub;
     return 0;
+}
+
+int al_http_tls_server_new(const struct al_http_tls_server_opts *o, struct al_http_tls **out,
+                           struct al_error *err)
+{
+    *out = NULL;
+    if (!o || !o->client_ca_file || !o->client_ca_file[0])
+        return al_error_set(err, -EINVAL, "a TLS server needs the roots of its clients' CA");
+    struct tls_provider *p = NULL;
+    int rc = tls__provider_new(&p, err);
+    if (rc)
+        return rc;
+    p->server = true;
+    p->require_usage = true;
+    rc = tls__load_roots(p, o->client_ca_file, NULL, err);
+    /* Optional at the handshake: a client without a certificate still gets an HTTP answer
+     * saying what it lacks (al_http_tls_session_peer). */
+    if (!rc)
+        rc = tls__configure(p, MBEDTLS_SSL_IS_SERVER, MBEDTLS_SSL_VERIFY_OPTIONAL, err);
+    if (!rc)
+        rc = tls__load_own(p, o->cert_file, o->key_file, err);
+    if (rc) {
+        al_http_tls_client_free(&p->pub);
+        return rc;
+    }
+    *out = &p->pub;
+    return 0;
+}
+
+void al_http_tls_session_peer(void *session, struct al_http_tls_peer *out)
+{
+    struct tls_session *s = session;
+    memset(out, 0, sizeof *out);
+    const mbedtls_x509_crt *crt = mbedtls_ssl_get_peer_cert(&s->ssl);
+    if (!crt || crt->raw.len == 0) {
+        snprintf(out->why, sizeof out->why, "no certificate was presented");
+        return;
+    }
+    out->presented = true;
+    for (const mbedtls_x509_name *n = &crt->subject; n; n = n->next) {
+        if (MBEDTLS_OID_CMP(MBEDTLS_OID_AT_CN, &n->oid) != 0 || n->val.len >= sizeof out->name)
+            continue;
+        bool ok = n->val.len > 0;
+        for (size_t i = 0; i < n->val.len; i++)
+            ok = ok && n->val.p[i] > 0x20 && n->val.p[i] < 0x7f;
+        if (ok) {
+            memcpy(out->name, n->val.p, n->val.len);
+            out->name[n->val.len] = '\0';
+        }
+        break;
+    }
+    uint32_t flags = mbedtls_ssl_get_verify_result(&s->ssl);
+    if (flags == 0) {
+        out->verified = true;
+        return;
+    }
+    char info[256];
+    tls__verify_info(flags, info, sizeof info);
+    snprintf(out->why, sizeof out->why, "%s", info[0] ? info : "it does not verify");
 }

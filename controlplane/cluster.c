@@ -1,5 +1,6 @@
 /* controlplane/cluster: see cluster.h. */
 #include "cluster.h"
+#include "cluster_tls.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -664,7 +665,9 @@ static int cluster__self(struct cp *cp, struct cp_cluster *c)
         snprintf(n->address, sizeof n->address, "%s", cfg->cluster_advertise);
     else
         snprintf(n->address, sizeof n->address, "%s",
-                 strncmp(cp->api_url, "http://", 7) == 0 ? cp->api_url + 7 : cp->api_url);
+                 strncmp(cp->api_url, "http://", 7) == 0    ? cp->api_url + 7
+                 : strncmp(cp->api_url, "https://", 8) == 0 ? cp->api_url + 8
+                                                            : cp->api_url);
     uint8_t r[CP_CLUSTER_INSTANCE_LEN / 2];
     randombytes_buf(r, sizeof r);
     sodium_bin2hex(n->instance, sizeof n->instance, r, sizeof r);
@@ -715,6 +718,8 @@ static int cluster__token(const struct cp_config *cfg, char *out, size_t len)
     if (cfg->cluster_role == CP_CLUSTER_STANDALONE)
         return 0;
     n = strlen(out);
+    if (n == 0 && cfg->cluster_tls_ca && cfg->cluster_tls_ca[0])
+        return 0; /* mutual TLS alone */
     bool printable = n > 0;
     for (size_t i = 0; i < n; i++)
         printable = printable && out[i] > ' ' && out[i] < 0x7f;
@@ -922,9 +927,11 @@ int cp_cluster_snapshot_live(struct cp *cp, struct cp_cluster_node **out, size_t
 
 bool cp_cluster_from_gateway(const struct cp *cp, const struct al_http_req *req)
 {
-    /* Over TCP a node admits nothing without the valid token (cp_cluster_node_admit). */
+    /* Over TCP a node admits nothing without a gateway's certificate or the valid token
+     * (cp_cluster_node_admit). */
     return cp->cfg.cluster_role == CP_CLUSTER_NODE && !req->peer.is_unix &&
-           al_http_req_header(req, CP_CLUSTER_TOKEN_HEADER) != NULL;
+           ((req->peer.tls && req->peer.tls_verified) ||
+            al_http_req_header(req, CP_CLUSTER_TOKEN_HEADER) != NULL);
 }
 
 bool cp_cluster_node_admit(struct cp *cp, struct al_http_req *req)
@@ -939,6 +946,22 @@ bool cp_cluster_node_admit(struct cp *cp, struct al_http_req *req)
         cp_rest_error(req, 503, "this node is joining the cluster: try again");
         return false;
     }
+    if (cp_cluster_tls_on(cp) && !(req->peer.tls && req->peer.tls_verified)) {
+        const char *why = !req->peer.tls         ? "it did not come through the TLS front"
+                          : req->peer.tls_why[0] ? req->peer.tls_why
+                                                 : "no certificate was presented";
+        al_info("cluster: refused %s %.120s from a client without a gateway's certificate "
+                "(%s)",
+                req->method, req->path, why);
+        cp_rest_error(req, 403,
+                      "this airlockd is a cluster node: it serves the cluster's gateways only, "
+                      "and a gateway presents a certificate of the cluster CA issued for "
+                      "clientAuth; this client's certificate: %s",
+                      why);
+        return false;
+    }
+    if (!c->token[0]) /* mutual TLS alone: the certificate said it */
+        return true;
     const char *t = al_http_req_header(req, CP_CLUSTER_TOKEN_HEADER);
     if (t && al_http_req_header_count(req, CP_CLUSTER_TOKEN_HEADER) == 1 &&
         cp_secret_equal(t, strlen(t), c->token, strlen(c->token)))

@@ -25,6 +25,7 @@
 #include <strings.h>
 
 #include "cluster.h"
+#include "cluster_tls.h"
 #include "common/http_forward.h"
 #include "common/http_head.h"
 #include "common/log.h"
@@ -206,18 +207,20 @@ static void gw__forward(struct gw_fwd *f, const char *address)
     struct al_http_req *req = f->req;
     al_http_req_on_close(req, NULL);
     req->user = NULL;
-    const char *targets[] = {address};
+    char target[CP_CLUSTER_TARGET_MAX];
+    const char *targets[] = {target};
     char label[96];
     snprintf(label, sizeof label, "node %s", f->node_id);
-    const struct al_http_header extra[] = {{CP_CLUSTER_TOKEN_HEADER, cp_cluster_token(f->cp)},
-                                           {"E2b-Sandbox-Id", f->id},
-                                           {"E2b-Sandbox-Port", f->port}};
+    const struct al_http_header extra[] = {{"E2b-Sandbox-Id", f->id},
+                                           {"E2b-Sandbox-Port", f->port},
+                                           {CP_CLUSTER_TOKEN_HEADER, cp_cluster_token(f->cp)}};
+    bool token = cp_cluster_token(f->cp)[0] != '\0'; /* none with mutual TLS alone */
     struct al_http_forward_opts o = {
         .targets = targets,
         .n_targets = 1,
         .request_field = gw__request_field,
-        .request_extra = extra,
-        .n_request_extra = f->by_host ? 3 : 1,
+        .request_extra = extra + (f->by_host ? 0 : 2),
+        .n_request_extra = (f->by_host ? 2u : 0u) + token,
         .response_field = gw__response_field,
         .timeout_ms = GW_TIMEOUT_MS,
         .pool = f->cp->pool,
@@ -229,7 +232,9 @@ static void gw__forward(struct gw_fwd *f, const char *address)
     };
     char f_node[CP_CLUSTER_NODE_ID_MAX];
     snprintf(f_node, sizeof f_node, "%s", f->node_id);
-    int rc = al_http_forward(f->cp->loop, req, &o);
+    int rc = cp_cluster_tls_target(f->cp, f->node_id, address, target, sizeof target);
+    if (rc == 0)
+        rc = al_http_forward(f->cp->loop, req, &o);
     if (rc == 0)
         return;
     free(f);
@@ -409,7 +414,8 @@ static size_t gw__node_headers(struct cp *cp, const struct al_http_req *req,
             continue;
         hdr[n++] = req->headers[i];
     }
-    hdr[n++] = (struct al_http_header){CP_CLUSTER_TOKEN_HEADER, cp_cluster_token(cp)};
+    if (cp_cluster_token(cp)[0]) /* none with mutual TLS alone */
+        hdr[n++] = (struct al_http_header){CP_CLUSTER_TOKEN_HEADER, cp_cluster_token(cp)};
     return n;
 }
 
@@ -435,6 +441,7 @@ struct gw_create {
     struct al_buf resp;
     bool too_big;
     char sandbox_id[64];
+    char failed[400]; /* why the start failed on tried[0], for the answer after the retry */
 };
 
 static void gw__create_free(struct gw_create *c)
@@ -470,7 +477,7 @@ static void gw__create_fail(struct gw_create *c, int status, const char *fmt, ..
     if (c->req) {
         al_http_req_on_close(c->req, NULL);
         c->req->user = NULL;
-        char m[AL_ERROR_MSG_MAX];
+        char m[1024];
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(m, sizeof m, fmt, ap);
@@ -556,11 +563,18 @@ static void gw__create_done(struct al_http_creq *q, int err, void *arg)
         gw__create_relay(c);
         return;
     }
-    char what[160];
-    if (err)
+    char what[400];
+    if (err) {
         snprintf(what, sizeof what, "%s", why);
-    else
-        snprintf(what, sizeof what, "it answered %d", c->status);
+    } else {
+        /* The node's (or its connector's, cluster_tls.c) E2B error message says why. */
+        json_t *b = json_loadb(c->resp.data ? c->resp.data : "", c->resp.len, 0, NULL);
+        const char *m = json_string_value(json_object_get(b, "message"));
+        snprintf(what, sizeof what, "it answered %d%s%.300s", c->status, m ? ": " : "", m ? m : "");
+        json_decref(b);
+    }
+    if (c->attempts == 1)
+        snprintf(c->failed, sizeof c->failed, "%s", what);
     al_warn("gateway: creating a sandbox of template %s on node %s failed: %s%s", c->template_id,
             c->node_id, what, c->attempts < 2 ? "; trying another node" : "");
     if (c->attempts < 2) {
@@ -582,8 +596,9 @@ static void gw__send(struct gw_create *c)
     c->too_big = false;
     al_buf_free_wipe(&c->resp);
     c->resp = (struct al_buf)AL_BUF_INIT;
+    char target[CP_CLUSTER_TARGET_MAX];
     struct al_http_creq_opts o = {
-        .target = c->address,
+        .target = target,
         .method = "POST",
         .path = c->path,
         .headers = c->hdr,
@@ -598,7 +613,9 @@ static void gw__send(struct gw_create *c)
         .wipe = true,
     };
     struct al_http_creq *q = NULL;
-    int rc = al_http_creq_start(c->cp->loop, &o, &q);
+    int rc = cp_cluster_tls_target(c->cp, c->node_id, c->address, target, sizeof target);
+    if (rc == 0)
+        rc = al_http_creq_start(c->cp->loop, &o, &q);
     if (rc) {
         gw__unplace(c->cp, c->reservation);
         gw__create_fail(c, 502, "cannot send the creation to node %s (%s): %s", c->node_id,
@@ -622,7 +639,8 @@ static void gw__placed(struct cp_cluster_job *j, void *arg)
     if (j->rc) {
         int status = j->rc == -ENOENT ? 404 : j->rc == -EINVAL ? 400 : 503;
         if (c->attempts > 1 && j->rc == -ENOSPC)
-            gw__create_fail(c, 503, "%s (the start failed on node %s)", j->msg, c->tried[0]);
+            gw__create_fail(c, 503, "%s (the start failed on node %s: %s)", j->msg, c->tried[0],
+                            c->failed);
         else if (j->rc == -ENOTCONN)
             gw__create_fail(c, 503, "creations need the cluster database: %s", j->msg);
         else
@@ -943,8 +961,9 @@ static void gw__list_ask(struct gw_list *l, const struct cp_cluster_node *nodes,
         p->body = (struct al_buf)AL_BUF_INIT;
         snprintf(p->node_id, sizeof p->node_id, "%s", nodes[i].id);
         snprintf(p->address, sizeof p->address, "%s", nodes[i].address);
+        char target[CP_CLUSTER_TARGET_MAX];
         struct al_http_creq_opts o = {
-            .target = p->address,
+            .target = target,
             .method = "GET",
             .path = l->target,
             .headers = l->hdr,
@@ -957,7 +976,9 @@ static void gw__list_ask(struct gw_list *l, const struct cp_cluster_node *nodes,
             .pool = l->cp->pool,
         };
         struct al_http_creq *q = NULL;
-        int rc = al_http_creq_start(l->cp->loop, &o, &q);
+        int rc = cp_cluster_tls_target(l->cp, p->node_id, p->address, target, sizeof target);
+        if (rc == 0)
+            rc = al_http_creq_start(l->cp->loop, &o, &q);
         if (rc) {
             snprintf(p->why, sizeof p->why, "cannot ask it: %s", strerror(-rc));
             l->pending--;

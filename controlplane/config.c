@@ -732,6 +732,21 @@ const struct al_cfg_field cp_config_fields[] = {
              "gateways send it with each request, nodes refuse API requests over TCP without "
              "it (needed by node and gateway; AIRLOCK_CLUSTER_TOKEN, the token itself, "
              "overrides it)"},
+    {.key = "cluster.tls.ca_file",
+     .type = AL_CFG_STR,
+     .offset = F(cluster_tls_ca),
+     .help = "mutual TLS between gateways and nodes: the cluster CA's certificate (PEM); "
+             "with cluster.tls.cert_file and key_file, on every gateway and node "
+             "(docs/cluster.md, \"Mutual TLS\")"},
+    {.key = "cluster.tls.cert_file",
+     .type = AL_CFG_STR,
+     .offset = F(cluster_tls_cert),
+     .help = "this airlockd's certificate from the cluster CA (PEM): a node's names its "
+             "cluster.node_id and is for serverAuth, a gateway's is for clientAuth"},
+    {.key = "cluster.tls.key_file",
+     .type = AL_CFG_STR,
+     .offset = F(cluster_tls_key),
+     .help = "the key of cluster.tls.cert_file (PEM, not encrypted, mode 0600)"},
     {.key = "cluster.lease",
      .type = AL_CFG_DURATION,
      .offset = F(cluster_lease_ms),
@@ -915,12 +930,23 @@ int cp_config_finish(struct cp_config *c, struct al_diags *d)
                           "e.g. \"host=db.internal dbname=airlock user=airlock\")",
                           c->cluster_role == CP_CLUSTER_NODE ? "node" : "gateway");
     const char *tok_env = getenv("AIRLOCK_CLUSTER_TOKEN");
-    if (c->cluster_role != CP_CLUSTER_STANDALONE && (!tok_env || !tok_env[0]) &&
+    int n_tls = (c->cluster_tls_ca && c->cluster_tls_ca[0]) +
+                (c->cluster_tls_cert && c->cluster_tls_cert[0]) +
+                (c->cluster_tls_key && c->cluster_tls_key[0]);
+    if (n_tls && n_tls < 3)
+        rc = al_diags_add(d, AL_DIAG_ERROR, "cluster.tls", 0, 0, "bad_cluster",
+                          "cluster.tls needs all of ca_file, cert_file and key_file (the "
+                          "cluster CA, this airlockd's certificate and its key)");
+    if (n_tls && c->cluster_role == CP_CLUSTER_STANDALONE)
+        rc = al_diags_add(d, AL_DIAG_ERROR, "cluster.tls", 0, 0, "bad_cluster",
+                          "cluster.tls is for gateways and nodes: set cluster.role, or remove "
+                          "cluster.tls");
+    if (c->cluster_role != CP_CLUSTER_STANDALONE && !n_tls && (!tok_env || !tok_env[0]) &&
         (!c->cluster_token_file || !c->cluster_token_file[0]))
         rc = al_diags_add(d, AL_DIAG_ERROR, "cluster.token_file", 0, 0, "bad_cluster",
                           "cluster.role %s needs the cluster token: cluster.token_file (a file "
                           "of mode 0600 with at least %d characters, the same on every gateway "
-                          "and node) or AIRLOCK_CLUSTER_TOKEN",
+                          "and node) or AIRLOCK_CLUSTER_TOKEN, or mutual TLS (cluster.tls)",
                           c->cluster_role == CP_CLUSTER_NODE ? "node" : "gateway",
                           CP_CLUSTER_TOKEN_MIN);
     if (c->cluster_heartbeat_ms && c->cluster_heartbeat_ms >= c->cluster_lease_ms)

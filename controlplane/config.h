@@ -144,6 +144,9 @@ struct cp_config {
     char *cluster_node_id;    /* "" = the host name */
     char *cluster_advertise;  /* HOST:PORT gateways reach this node at ("" = the API's) */
     char *cluster_token_file; /* the cluster token (cluster.c; AIRLOCK_CLUSTER_TOKEN wins) */
+    char *cluster_tls_ca;     /* mutual TLS between gateways and nodes (cluster_tls.c): */
+    char *cluster_tls_cert;   /* the cluster CA, this airlockd's certificate and key; */
+    char *cluster_tls_key;    /* "" = none (all three, or none) */
     uint64_t cluster_lease_ms;
     uint64_t cluster_heartbeat_ms; /* 0 = a third of the lease */
 

@@ -51,6 +51,7 @@ struct cp_events;
 struct cp_webhooks;
 struct cp_warm;
 struct cp_cluster;
+struct cp_cluster_tls;
 
 /* An operation queued on a sandbox (one runs at a time, in order). */
 enum cp_op_kind {
@@ -183,10 +184,11 @@ struct cp {
     struct cp_egress *egress;
     struct cp_supervisor *sup;
     struct cp_metrics *metrics;
-    struct cp_events *events;     /* lifecycle events (events.c) */
-    struct cp_webhooks *webhooks; /* their deliveries to registered URLs (webhooks.c) */
-    struct cp_warm *warm;         /* warm sandboxes (warm.c) */
-    struct cp_cluster *cluster;   /* the cluster database's thread (cluster.c), or NULL */
+    struct cp_events *events;           /* lifecycle events (events.c) */
+    struct cp_webhooks *webhooks;       /* their deliveries to registered URLs (webhooks.c) */
+    struct cp_warm *warm;               /* warm sandboxes (warm.c) */
+    struct cp_cluster *cluster;         /* the cluster database's thread (cluster.c), or NULL */
+    struct cp_cluster_tls *cluster_tls; /* mutual TLS of gateways and nodes, or NULL */
 
     struct cp_map sandboxes; /* id -> struct cp_sandbox */
     struct cp_map by_token;  /* token digest -> struct cp_sandbox */

@@ -30,6 +30,7 @@
 #include "atrest.h"
 #include "builds.h"
 #include "cluster.h"
+#include "cluster_tls.h"
 #include "console.h"
 #include "buildsb.h"
 #include "cp.h"
@@ -528,6 +529,7 @@ static void daemon__stop(struct cp *cp)
     bool keep = cp->cfg.on_shutdown == CP_SHUTDOWN_KEEP;
     al_info("stopping: %s %zu sandbox%s", keep ? "leaving" : "killing", cp->n_live,
             cp->n_live == 1 ? "" : "es");
+    cp_cluster_tls_close(cp); /* the front first: it hands connections to the API server */
     if (cp->api) {
         al_http_server_close(cp->api, daemon__server_closed, NULL);
         cp->api = NULL;
@@ -580,6 +582,8 @@ static void daemon__on_signal(uv_signal_t *s, int signum)
 /* ---- listening and the banner ------------------------------------------------------------- */
 
 static char daemon__fresh_key[CP_APIKEY_LEN + 1];
+/* airlockd's exit status once its loop ends: 1 when it could not serve at all. */
+static int daemon__exit_rc;
 
 static int daemon__listen(struct cp *cp)
 {
@@ -604,17 +608,29 @@ static int daemon__listen(struct cp *cp)
         al_error("local socket: %s", al_error_str(&err));
         return rc;
     }
+    if ((rc = cp_cluster_tls_open(cp, &err))) {
+        al_error("cluster.tls: %s", al_error_str(&err));
+        return rc;
+    }
+    /* A node with cluster.tls serves its API port through the TLS front only. */
+    bool front = cp->cfg.cluster_role == CP_CLUSTER_NODE && cp_cluster_tls_on(cp);
+    int port = -1;
     if ((rc = al_http_server_new(cp->loop, &o, &cp->api)) ||
-        (rc = al_http_server_listen_tcp(cp->api, cp->cfg.listen_host, cp->cfg.listen_port, &err))) {
+        (rc = front
+                  ? cp_cluster_tls_listen(cp, cp->cfg.listen_host, cp->cfg.listen_port, &port, &err)
+                  : al_http_server_listen_tcp(cp->api, cp->cfg.listen_host, cp->cfg.listen_port,
+                                              &err))) {
         al_error("cannot listen on %s: %s", cp->cfg.listen, al_error_str(&err));
         return rc ? rc : -EADDRINUSE;
     }
-    int port = al_http_server_port(cp->api);
+    if (!front)
+        port = al_http_server_port(cp->api);
     bool v6 = strchr(cp->cfg.listen_host, ':') != NULL;
     const char *host = strcmp(cp->cfg.listen_host, "0.0.0.0") == 0 ? "127.0.0.1"
                        : strcmp(cp->cfg.listen_host, "::") == 0    ? "::1"
                                                                    : cp->cfg.listen_host;
-    snprintf(cp->api_url, sizeof cp->api_url, v6 ? "http://[%s]:%d" : "http://%s:%d", host, port);
+    snprintf(cp->api_url, sizeof cp->api_url, v6 ? "%s://[%s]:%d" : "%s://%s:%d",
+             front ? "https" : "http", host, port);
     return 0;
 }
 
@@ -657,6 +673,7 @@ static void daemon__adopted(struct cp *cp)
     cp_warm_refill(cp);
     if (daemon__listen(cp)) {
         al_error("airlockd cannot serve: stopping");
+        daemon__exit_rc = 1;
         daemon__stop(cp);
         return;
     }
@@ -851,6 +868,7 @@ int cp_main(int argc, char **argv)
             cp->cfg.config_file[0] ? " with " : " (embedded default configuration)",
             cp->cfg.config_file);
     int lockfd = -1, rc = 1;
+    daemon__exit_rc = 0;
     if (daemon__dirs(cp) || (lockfd = daemon__lock(cp)) < 0)
         goto out;
     char dbp[4200];
@@ -1045,11 +1063,12 @@ int cp_main(int argc, char **argv)
     uv_timer_start(&w->t, daemon__wait_tick, 0, 20);
 
     uv_run(cp->loop, UV_RUN_DEFAULT);
-    rc = 0;
+    rc = daemon__exit_rc;
 out:
     cp_webhooks_close(cp);
     cp_events_close(cp);
     cp_cluster_close(cp);
+    cp_cluster_tls_close(cp);
     if (cp->loop) {
         /* Let closing handles finish, then release the loop. */
         uv_run(cp->loop, UV_RUN_NOWAIT);

@@ -6,3 +6,5 @@ airlock_script_test(NAME cluster_gateway SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/clus
                     LABELS controlplane cluster TIMEOUT 600)
 airlock_script_test(NAME cluster_manifests SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cluster_manifests.sh
                     LABELS controlplane cluster TIMEOUT 600)
+airlock_script_test(NAME cluster_tls SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cluster_tls.sh
+                    LABELS controlplane cluster TIMEOUT 600)

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# tests/integration/cluster_tls.sh: mutual TLS between a gateway and a node (cluster.tls,
+# docs/cluster.md "Mutual TLS"), one PostgreSQL 15 (tests/lib/pg.sh), airlockd-test (test
+# backend) on loopback in the test's own namespace, certificates from deploy/cluster-certs:
+#   - the node's API port speaks TLS only; a client without a certificate, with one of
+#     another CA, with a node's certificate or one that says no usage gets a 403 saying why
+#     (its /health needs none); the gateway's certificate is served;
+#   - creations through the gateway, the control plane and the data plane (envd files)
+#     reach the node over TLS, with no cluster token configured anywhere;
+#   - a node presenting another node's certificate, and a gateway that trusts another CA,
+#     are refused by the gateway with a 502 that says why;
+#   - a half-configured cluster.tls and a key readable by others stop airlockd at start.
+set -uo pipefail
+source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
+source "$AIRLOCK_SOURCE_DIR/tests/lib/pg.sh"
+source "$AIRLOCK_SOURCE_DIR/tests/lib/certs.sh"
+[ -x "$AIRLOCK_BIN/airlockd-test" ] || { echo "cluster_tls: airlockd-test is not built: SKIP"; exit 0; }
+CP_SANDBOXES_EXTRA="  max: 2
+  cpu_count: 1" cp_world cluster_tls test off
+al_on_cleanup al_pg_stop
+al_pg_start || exit 1
+BASE_CFG=$(cat "$AL_TMP/airlockd.yaml")
+CERTS=$AL_TMP/certs
+OTHER=$AL_TMP/other
+MKCERT=$AIRLOCK_SOURCE_DIR/deploy/cluster-certs
+al_ok "the cluster CA" "$MKCERT" "$CERTS" ca
+al_ok "a node's certificate" "$MKCERT" "$CERTS" node node-1
+al_ok "another node's" "$MKCERT" "$CERTS" node node-9
+al_ok "a gateway's" "$MKCERT" "$CERTS" gateway gw-1
+al_ok "another CA, and a gateway's certificate of it" eval \
+  '"$MKCERT" "$OTHER" ca && "$MKCERT" "$OTHER" gateway gw-1'
+# A certificate of the cluster CA that says nothing of its usage (tests/lib/certs.sh's).
+cp "$CERTS/ca.pem" "$CERTS/ca.key" "$AL_TMP/" && mkdir -p "$AL_TMP/plain" &&
+  cp "$CERTS/ca.key" "$AL_TMP/plain/ca.key" && cp "$CERTS/ca.pem" "$AL_TMP/plain/ca.pem"
+al_ok "... and one that says no usage" al_cert_leaf "$AL_TMP/plain" nousage gw-2
+
+# cfg FILE ROLE CERT [LINES...]: the world's configuration with a cluster section, TLS with
+# CERT's files (no cluster token).
+cfg() {
+  local file=$1 role=$2 cert=$3
+  shift 3
+  {
+    printf '%s\n' "$BASE_CFG"
+    printf 'cluster:\n  role: %s\n  database: "%s"\n  lease: 3s\n  heartbeat_interval: 300ms\n' \
+      "$role" "$AL_PG_CONNINFO"
+    printf '  tls:\n    ca_file: %s\n    cert_file: %s.pem\n    key_file: %s.key\n' \
+      "${CA:-$CERTS/ca.pem}" "$cert" "$cert"
+    printf '  %s\n' "$@"
+  } >"$file"
+}
+start() {
+  local job=$1 st=$2 conf=$3
+  [ -f "$AL_TMP/$job.log" ] && cat "$AL_TMP/$job.log" >>"$AL_TMP/$job.history.log"
+  : >"$AL_TMP/$job.log"
+  mkdir -p "$st/policies"
+  [ "$st" = "$CP_STATE" ] || cp "$CP_STATE/policies/e2e.yaml" "$st/policies/"
+  chmod 0711 "$st"
+  al_bg "$job" nsenter --net="/run/netns/$CP_HOSTNS" -- env AIRLOCK_API_KEY="$CP_KEY" \
+    AIRLOCK_LOG_FORMAT=json "$AIRLOCK_BIN/airlockd-test" --listen "${LISTEN:-127.0.0.1:0}" \
+    --state-dir "$st" --config "$conf"
+  al_wait_line "$job" '^export E2B_API_URL=' 600 || { tail -40 "$AL_TMP/$job.log" >&2; return 1; }
+  printf -v "URL_${job//-/_}" '%s' "$(sed -n 's/^export E2B_API_URL=//p' "$AL_TMP/$job.log" | tail -1)"
+}
+in_host() { nsenter --net="/run/netns/$CP_HOSTNS" "$@"; }
+api() { in_host curl -sS -H "X-API-KEY: $CP_KEY" "$@"; }
+code() { api -o /dev/null -w '%{http_code}' "$@"; }
+sql() { al__pg_as "$AL_PG_BIN/psql" -X -At "$AL_PG_CONNINFO" -c "$1"; }
+field() { python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1]) or "")' "$1"; }
+GW_STATE=$CP_STATE
+N1_STATE=$CP_STATE-node-1
+
+al_note "configuration"
+al_eq "a cluster.tls without its key is refused" "$(
+  cfg "$AL_TMP/bad.yaml" gateway "$CERTS/gateway-gw-1"
+  sed -i '/key_file/d' "$AL_TMP/bad.yaml"
+  timeout 60 "$AIRLOCK_BIN/airlockd-test" --listen 127.0.0.1:0 --state-dir "$GW_STATE" \
+    --config "$AL_TMP/bad.yaml" >"$AL_TMP/bad.log" 2>&1
+  echo $?)" 2
+al_match "... saying what it needs" 'needs all of ca_file, cert_file and key_file' cat "$AL_TMP/bad.log"
+cp "$CERTS/gateway-gw-1.key" "$AL_TMP/open.key" && chmod 0644 "$AL_TMP/open.key" &&
+  cp "$CERTS/gateway-gw-1.pem" "$AL_TMP/open.pem"
+cfg "$AL_TMP/bad.yaml" gateway "$AL_TMP/open"
+al_eq "a key readable by others stops airlockd" "$(timeout 60 "$AIRLOCK_BIN/airlockd-test" \
+  --listen 127.0.0.1:0 --state-dir "$GW_STATE" --config "$AL_TMP/bad.yaml" >"$AL_TMP/bad.log" 2>&1
+  echo $?)" 1
+al_match "... saying so" 'open.key \(cluster.tls.key_file\) is readable by group or others' cat "$AL_TMP/bad.log"
+
+al_note "a node behind TLS"
+cfg "$AL_TMP/node-1.yaml" node "$CERTS/node-node-1" "node_id: node-1"
+cfg "$AL_TMP/gateway.yaml" gateway "$CERTS/gateway-gw-1"
+start node-1 "$N1_STATE" "$AL_TMP/node-1.yaml" || exit 1
+start gateway "$GW_STATE" "$AL_TMP/gateway.yaml" || exit 1
+al_check "the node registers" al_wait_until 60 eval \
+  '[ "$(sql "SELECT count(*) FROM nodes WHERE id = '"'node-1'"' AND lease_expires_at > now()")" = 1 ]'
+al_match "its banner's URL is https" '^https://127\.0\.0\.1:[0-9]+$' echo "$URL_node_1"
+NPORT=${URL_node_1##*:}
+# node ARGS...: curl to the node by its name (its certificate's), trusting the cluster CA.
+node() { api --resolve "node-1:$NPORT:127.0.0.1" --cacert "$CERTS/ca.pem" "$@"; }
+NURL=https://node-1:$NPORT
+al_eq "plain HTTP to the node gets nothing" "$(in_host curl -s -o /dev/null -w '%{http_code}' \
+  -H "X-API-KEY: $CP_KEY" "http://127.0.0.1:$NPORT/v2/sandboxes")" 000
+al_eq "a client without a certificate is refused" "$(node -o /dev/null -w '%{http_code}' "$NURL/v2/sandboxes")" 403
+al_match "... saying why" 'no certificate was presented' node "$NURL/v2/sandboxes"
+al_eq "its /health needs none" "$(node -o /dev/null -w '%{http_code}' "$NURL/health")" 200
+al_eq "a gateway's certificate of another CA is refused" "$(node -o /dev/null -w '%{http_code}' \
+  --cert "$OTHER/gateway-gw-1.pem" --key "$OTHER/gateway-gw-1.key" "$NURL/v2/sandboxes")" 403
+al_match "... saying why" 'not correctly signed by the trusted CA' node \
+  --cert "$OTHER/gateway-gw-1.pem" --key "$OTHER/gateway-gw-1.key" "$NURL/v2/sandboxes"
+al_eq "a node's certificate is not a gateway's" "$(node -o /dev/null -w '%{http_code}' \
+  --cert "$CERTS/node-node-9.pem" --key "$CERTS/node-node-9.key" "$NURL/v2/sandboxes")" 403
+al_match "... saying why" 'does not match the extendedKeyUsage' node \
+  --cert "$CERTS/node-node-9.pem" --key "$CERTS/node-node-9.key" "$NURL/v2/sandboxes"
+al_eq "nor one that says no usage" "$(node -o /dev/null -w '%{http_code}' \
+  --cert "$AL_TMP/plain/nousage.pem" --key "$AL_TMP/plain/nousage.key" "$NURL/v2/sandboxes")" 403
+al_eq "the gateway's certificate is served" "$(node -o /dev/null -w '%{http_code}' \
+  --cert "$CERTS/gateway-gw-1.pem" --key "$CERTS/gateway-gw-1.key" "$NURL/v2/sandboxes")" 200
+al_match "the node logs the refusals" 'refused GET /v2/sandboxes from a client without a gateway.s certificate' \
+  cat "$AL_TMP/node-1.log"
+
+al_note "through the gateway, over TLS"
+OUT=$(api -w '\n%{http_code}' -X POST "$URL_gateway/v2/sandboxes" -d '{"templateID":"base","timeout":600}')
+al_eq "a creation through the gateway" "$(tail -n1 <<<"$OUT")" 201
+A=$(sed '$d' <<<"$OUT" | field sandboxID)
+TOKA=$(sed '$d' <<<"$OUT" | field envdAccessToken)
+al_eq "... placed on the node" "$(sql "SELECT node_id FROM sandboxes WHERE id = '$A'")" node-1
+al_eq "GET /sandboxes/{id} reaches it" "$(api "$URL_gateway/sandboxes/$A" | field sandboxID)" "$A"
+al_eq "the list too" "$(api -f "$URL_gateway/v2/sandboxes" | python3 -c 'import json,sys; print(" ".join(s["sandboxID"] for s in json.load(sys.stdin)))')" "$A"
+head -c 300000 /dev/urandom | od -An -tx1 >"$AL_TMP/up.txt"
+al_ok "a file goes up through the gateway (data plane)" api -f -H "E2b-Sandbox-Id: $A" \
+  -H "E2b-Sandbox-Port: 49983" -H "X-Access-Token: $TOKA" \
+  -F "file=@$AL_TMP/up.txt;filename=up.txt" "$URL_gateway/files?path=up.txt" -o /dev/null
+al_ok "... and comes down the same" eval 'api -f -H "E2b-Sandbox-Id: $A" -H "E2b-Sandbox-Port: 49983" \
+  -H "X-Access-Token: $TOKA" "$URL_gateway/files?path=up.txt" | cmp - "$AL_TMP/up.txt"'
+al_check "the gateway dials the node through its connector" test -S "$GW_STATE/run/cluster-tls/0.sock"
+al_eq "DELETE through the gateway" "$(code -X DELETE "$URL_gateway/sandboxes/$A")" 204
+
+al_note "a node that is not who it says"
+al_kill node-1 TERM
+# The same node id and port, another node's certificate.
+LISTEN=127.0.0.1:$NPORT cfg "$AL_TMP/node-1.yaml" node "$CERTS/node-node-9" "node_id: node-1"
+LISTEN=127.0.0.1:$NPORT start node-1 "$N1_STATE" "$AL_TMP/node-1.yaml" || exit 1
+al_check "the node registers again" al_wait_until 60 eval \
+  '[ "$(sql "SELECT count(*) FROM nodes WHERE id = '"'node-1'"' AND lease_expires_at > now()")" = 1 ]'
+OUT=$(api -w '\n%{http_code}' -X POST "$URL_gateway/v2/sandboxes" -d '{"templateID":"base","timeout":600}')
+al_eq "a creation is refused by the gateway (no other node)" "$(tail -n1 <<<"$OUT")" 503
+al_match "... saying the node's certificate does not name it" \
+  'certificate of node-1 does not verify.*does not name this host' echo "$OUT"
+al_match "the gateway logs it" 'cluster tls: the TLS handshake with node node-1 .* does not verify' \
+  cat "$AL_TMP/gateway.log"
+al_kill node-1 TERM
+cfg "$AL_TMP/node-1.yaml" node "$CERTS/node-node-1" "node_id: node-1"
+LISTEN=127.0.0.1:$NPORT start node-1 "$N1_STATE" "$AL_TMP/node-1.yaml" || exit 1
+
+al_note "a gateway that trusts another CA"
+al_kill gateway TERM
+CA=$OTHER/ca.pem cfg "$AL_TMP/gateway.yaml" gateway "$CERTS/gateway-gw-1"
+start gateway "$GW_STATE" "$AL_TMP/gateway.yaml" || exit 1
+al_check "the node is live" al_wait_until 60 eval \
+  '[ "$(sql "SELECT count(*) FROM nodes WHERE id = '"'node-1'"' AND lease_expires_at > now()")" = 1 ]'
+OUT=$(api -w '\n%{http_code}' -X POST "$URL_gateway/v2/sandboxes" -d '{"templateID":"base","timeout":600}')
+al_eq "a creation is refused by the gateway (no other node)" "$(tail -n1 <<<"$OUT")" 503
+al_match "... saying the node's certificate is not of its CA" \
+  'certificate of node-1 does not verify.*not correctly signed by the trusted CA.*trusted roots' echo "$OUT"
+al_kill gateway TERM
+cfg "$AL_TMP/gateway.yaml" gateway "$CERTS/gateway-gw-1"
+start gateway "$GW_STATE" "$AL_TMP/gateway.yaml" || exit 1
+OUT=$(api -w '\n%{http_code}' -X POST "$URL_gateway/v2/sandboxes" -d '{"templateID":"base","timeout":600}')
+al_eq "with the cluster CA again, creations work" "$(tail -n1 <<<"$OUT")" 201
+
+al_kill gateway TERM
+al_kill node-1 TERM
+al_check "no key is in any log" eval '! grep -rlq -- "PRIVATE KEY" "$AL_TMP"/*.log'
+al_done
