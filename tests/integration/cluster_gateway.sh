@@ -20,6 +20,7 @@
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 source "$AIRLOCK_SOURCE_DIR/tests/lib/pg.sh"
+source "$AIRLOCK_SOURCE_DIR/tests/integration/cluster_world.sh"
 [ -x "$AIRLOCK_BIN/airlockd-test" ] || { echo "cluster_gateway: airlockd-test is not built: SKIP"; exit 0; }
 [ "$(nproc)" -ge 2 ] || { echo "cluster_gateway: needs 2 CPUs (a node's capacity): SKIP"; exit 0; }
 # Two sandbox slots per node: sandboxes.max 2, one vCPU each (nodes have 2 CPUs or more).
@@ -46,28 +47,9 @@ cfg() {
     printf '  %s\n' "$@"
   } >"$file"
 }
-# start JOB STATE CONFIG: airlockd-test in the host namespace; sets URL_<JOB>.
-start() {
-  local job=$1 st=$2 conf=$3
-  [ -f "$AL_TMP/$job.log" ] && cat "$AL_TMP/$job.log" >>"$AL_TMP/$job.history.log"
-  : >"$AL_TMP/$job.log"
-  mkdir -p "$st/policies"
-  [ "$st" = "$CP_STATE" ] || cp "$CP_STATE/policies/e2e.yaml" "$st/policies/"
-  chmod 0711 "$st"
-  al_bg "$job" nsenter --net="/run/netns/$CP_HOSTNS" -- env AIRLOCK_API_KEY="$CP_KEY" \
-    AIRLOCK_LOG_FORMAT=json "$AIRLOCK_BIN/airlockd-test" --listen 127.0.0.1:0 --state-dir "$st" \
-    --config "$conf"
-  al_wait_line "$job" '^export E2B_API_URL=' 600 || { tail -40 "$AL_TMP/$job.log" >&2; return 1; }
-  printf -v "URL_${job//-/_}" '%s' "$(sed -n 's/^export E2B_API_URL=//p' "$AL_TMP/$job.log" | tail -1)"
-}
-in_host() { nsenter --net="/run/netns/$CP_HOSTNS" "$@"; }
-api() { in_host curl -sS -H "X-API-KEY: $CP_KEY" "$@"; }
-code() { api -o /dev/null -w '%{http_code}' "$@"; }
-sql() { al__pg_as "$AL_PG_BIN/psql" -X -At "$AL_PG_CONNINFO" -c "$1"; }
 gwcli() { "$AIRLOCK_BIN/airlock" --state-dir "$CP_STATE" "$@"; }
 owner() { sql "SELECT node_id FROM sandboxes WHERE id = '$1'"; }
 live() { sql "SELECT count(*) FROM nodes WHERE lease_expires_at > now() AND id LIKE 'node-%'"; }
-field() { python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1]) or "")' "$1"; }
 # create [BODY]: POST /v2/sandboxes through the gateway; "<status> <sandboxID> <envdAccessToken>".
 create() {
   local out

@@ -5,14 +5,16 @@
 #   - the node's API port speaks TLS only; a client without a certificate, with one of
 #     another CA, with a node's certificate or one that says no usage gets a 403 saying why
 #     (its /health needs none); the gateway's certificate is served;
-#   - creations through the gateway, the control plane and the data plane (envd files)
-#     reach the node over TLS, with no cluster token configured anywhere;
+#   - creations through the gateway, the control plane, the data plane (envd files, a
+#     WebSocket to a port) and lists reach the node over TLS, with no cluster token;
 #   - a node presenting another node's certificate, and a gateway that trusts another CA,
-#     are refused by the gateway with a 502 that says why;
+#     are refused by the gateway, saying why (the 502 of its connector, the 503 of a
+#     creation with no other node);
 #   - a half-configured cluster.tls and a key readable by others stop airlockd at start.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 source "$AIRLOCK_SOURCE_DIR/tests/lib/pg.sh"
+source "$AIRLOCK_SOURCE_DIR/tests/integration/cluster_world.sh"
 source "$AIRLOCK_SOURCE_DIR/tests/lib/certs.sh"
 [ -x "$AIRLOCK_BIN/airlockd-test" ] || { echo "cluster_tls: airlockd-test is not built: SKIP"; exit 0; }
 CP_SANDBOXES_EXTRA="  max: 2
@@ -48,24 +50,6 @@ cfg() {
     printf '  %s\n' "$@"
   } >"$file"
 }
-start() {
-  local job=$1 st=$2 conf=$3
-  [ -f "$AL_TMP/$job.log" ] && cat "$AL_TMP/$job.log" >>"$AL_TMP/$job.history.log"
-  : >"$AL_TMP/$job.log"
-  mkdir -p "$st/policies"
-  [ "$st" = "$CP_STATE" ] || cp "$CP_STATE/policies/e2e.yaml" "$st/policies/"
-  chmod 0711 "$st"
-  al_bg "$job" nsenter --net="/run/netns/$CP_HOSTNS" -- env AIRLOCK_API_KEY="$CP_KEY" \
-    AIRLOCK_LOG_FORMAT=json "$AIRLOCK_BIN/airlockd-test" --listen "${LISTEN:-127.0.0.1:0}" \
-    --state-dir "$st" --config "$conf"
-  al_wait_line "$job" '^export E2B_API_URL=' 600 || { tail -40 "$AL_TMP/$job.log" >&2; return 1; }
-  printf -v "URL_${job//-/_}" '%s' "$(sed -n 's/^export E2B_API_URL=//p' "$AL_TMP/$job.log" | tail -1)"
-}
-in_host() { nsenter --net="/run/netns/$CP_HOSTNS" "$@"; }
-api() { in_host curl -sS -H "X-API-KEY: $CP_KEY" "$@"; }
-code() { api -o /dev/null -w '%{http_code}' "$@"; }
-sql() { al__pg_as "$AL_PG_BIN/psql" -X -At "$AL_PG_CONNINFO" -c "$1"; }
-field() { python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1]) or "")' "$1"; }
 GW_STATE=$CP_STATE
 N1_STATE=$CP_STATE-node-1
 
@@ -122,6 +106,7 @@ OUT=$(api -w '\n%{http_code}' -X POST "$URL_gateway/v2/sandboxes" -d '{"template
 al_eq "a creation through the gateway" "$(tail -n1 <<<"$OUT")" 201
 A=$(sed '$d' <<<"$OUT" | field sandboxID)
 TOKA=$(sed '$d' <<<"$OUT" | field envdAccessToken)
+TT=$(sed '$d' <<<"$OUT" | field trafficAccessToken)
 al_eq "... placed on the node" "$(sql "SELECT node_id FROM sandboxes WHERE id = '$A'")" node-1
 al_eq "GET /sandboxes/{id} reaches it" "$(api "$URL_gateway/sandboxes/$A" | field sandboxID)" "$A"
 al_eq "the list too" "$(api -f "$URL_gateway/v2/sandboxes" | python3 -c 'import json,sys; print(" ".join(s["sandboxID"] for s in json.load(sys.stdin)))')" "$A"
@@ -132,6 +117,16 @@ al_ok "a file goes up through the gateway (data plane)" api -f -H "E2b-Sandbox-I
 al_ok "... and comes down the same" eval 'api -f -H "E2b-Sandbox-Id: $A" -H "E2b-Sandbox-Port: 49983" \
   -H "X-Access-Token: $TOKA" "$URL_gateway/files?path=up.txt" | cmp - "$AL_TMP/up.txt"'
 al_check "the gateway dials the node through its connector" test -S "$GW_STATE/run/cluster-tls/0.sock"
+# A WebSocket to a port of the sandbox (the test backend's agent forwards to the host's
+# loopback, where the test's echo server listens): an upgrade over the node's TLS.
+FT=$AIRLOCK_SOURCE_DIR/tests/integration/fwd_tool.py
+al_bg ws nsenter --net="/run/netns/$CP_HOSTNS" python3 "$FT" ws-server 18765
+al_check "an echo server" al_wait_until 30 eval 'in_host bash -c "exec 3<>/dev/tcp/127.0.0.1/18765"'
+GWADDR=${URL_gateway#http://}
+al_match "a WebSocket to the sandbox's port through the gateway" '^WS OK$' \
+  in_host python3 "$FT" ws-client "$GWADDR" "$GWADDR" "E2b-Sandbox-Id: $A" "E2b-Sandbox-Port: 18765" \
+  "E2B-Traffic-Access-Token: $TT"
+al_kill ws
 al_eq "DELETE through the gateway" "$(code -X DELETE "$URL_gateway/sandboxes/$A")" 204
 
 al_note "a node that is not who it says"
