@@ -6,7 +6,8 @@
 #     another CA, with a node's certificate or one that says no usage gets a 403 saying why
 #     (its /health needs none); the gateway's certificate is served;
 #   - creations through the gateway, the control plane, the data plane (envd files, a
-#     WebSocket to a port) and lists reach the node over TLS, with no cluster token;
+#     WebSocket to a port) and lists reach the node over TLS, with no cluster token; the
+#     real E2B SDK's commands and files through the gateway (when tests/e2b/setup ran);
 #   - a node presenting another node's certificate, and a gateway that trusts another CA,
 #     are refused by the gateway, saying why (the 502 of its connector, the 503 of a
 #     creation with no other node);
@@ -127,6 +128,25 @@ al_match "a WebSocket to the sandbox's port through the gateway" '^WS OK$' \
   in_host python3 "$FT" ws-client "$GWADDR" "$GWADDR" "E2b-Sandbox-Id: $A" "E2b-Sandbox-Port: 18765" \
   "E2B-Traffic-Access-Token: $TT"
 al_kill ws
+SDK=$AIRLOCK_SOURCE_DIR/tests/e2b/node_modules/e2b/dist/index.mjs
+if [ -f "$SDK" ] && command -v node >/dev/null; then
+  # The real SDK (e2b 2.51) against the gateway as a user's program runs it: a creation,
+  # a command (Connect-RPC streams), a file written and read back (envd), getInfo, kill.
+  al_eq "the E2B SDK: a command and a file through the gateway, over the node's TLS" \
+    "$(in_host env -u E2B_DEBUG E2B_API_URL="$URL_gateway" E2B_SANDBOX_URL="$URL_gateway" \
+      E2B_API_KEY="$CP_KEY" node --input-type=module -e '
+      const { Sandbox } = await import(process.argv[1]);
+      const s = await Sandbox.create("base", { timeoutMs: 120000 });
+      const r = await s.commands.run("echo hello $((6 * 7))");
+      await s.files.write("sdk.txt", "written by the SDK");
+      const back = await s.files.read("sdk.txt");
+      const info = await Sandbox.getInfo(s.sandboxId);
+      await s.kill();
+      console.log([r.exitCode, r.stdout.trim(), back, info.sandboxId === s.sandboxId].join("|"));' \
+      "$SDK" 2>&1)" "0|hello 42|written by the SDK|true"
+else
+  al_note "the E2B SDK is not installed (tests/e2b/setup): its commands and files are not run"
+fi
 al_eq "DELETE through the gateway" "$(code -X DELETE "$URL_gateway/sandboxes/$A")" 204
 
 al_note "a node that is not who it says"
