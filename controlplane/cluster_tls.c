@@ -21,6 +21,9 @@
 #define CTLS_LOW_WATER    (64 * 1024)
 #define CTLS_HANDSHAKE_MS 10000
 #define CTLS_LINGER_MS    5000 /* a gateway's refusal, for its HTTP client to read */
+/* Connections a node's front holds at once, handshakes included: as many as its API server
+ * takes (daemon.c), so that clients that never finish a handshake cannot exhaust memory. */
+#define CTLS_MAX_CONNS 4096
 
 struct ctls_dial;
 
@@ -31,6 +34,8 @@ struct cp_cluster_tls {
     uv_tcp_t listener;
     bool listening;
     struct ctls_conn *conns;
+    size_t n_conns;
+    bool full_logged;
     struct ctls_dial *dials;
     unsigned n_dials;
     size_t handles; /* open handles of this struct's own (listeners); freed with the last */
@@ -109,6 +114,7 @@ static void ctls__conn_closed(uv_handle_t *h)
     *c->pprev = c->next;
     if (c->next)
         c->next->pprev = c->pprev;
+    ct->n_conns--;
     free(c);
     if (ct->closing)
         ctls__free_ct(ct);
@@ -420,6 +426,7 @@ static struct ctls_conn *ctls__conn_new(struct cp_cluster_tls *ct, bool server)
         ct->conns->pprev = &c->next;
     c->pprev = &ct->conns;
     ct->conns = c;
+    ct->n_conns++;
     return c;
 }
 
@@ -515,6 +522,15 @@ static void ctls__on_net_conn(uv_stream_t *ls, int status)
         ctls__close(c);
         return;
     }
+    if (ct->n_conns > CTLS_MAX_CONNS) {
+        if (!ct->full_logged)
+            al_warn("cluster tls: %d connections are open: closing new ones until fewer are",
+                    CTLS_MAX_CONNS);
+        ct->full_logged = true;
+        ctls__close(c);
+        return;
+    }
+    ct->full_logged = false;
     uv_tcp_nodelay(&c->net, 1);
     struct sockaddr_storage ss;
     int len = sizeof ss;
