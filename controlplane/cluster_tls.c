@@ -21,6 +21,9 @@
 #define CTLS_LOW_WATER    (64 * 1024)
 #define CTLS_HANDSHAKE_MS 10000
 #define CTLS_LINGER_MS    5000 /* a gateway's refusal, for its HTTP client to read */
+/* One direction ended and the other has not for this long: its peer is gone (a host that
+ * died sends no FIN), the connection is closed. */
+#define CTLS_HALF_CLOSED_MS 30000
 /* Connections a node's front holds at once, handshakes included: as many as its API server
  * takes (daemon.c), so that clients that never finish a handshake cannot exhaust memory. */
 #define CTLS_MAX_CONNS 4096
@@ -207,6 +210,8 @@ static int ctls__flush(struct ctls_conn *c)
     return 0;
 }
 
+static void ctls__timeout(uv_timer_t *t);
+
 static void ctls__shut_cb(uv_shutdown_t *sh, int status)
 {
     (void)status; /* the other end may be gone already: the direction is over either way */
@@ -215,8 +220,11 @@ static void ctls__shut_cb(uv_shutdown_t *sh, int status)
         c->net_shut = true;
     else
         c->loc_shut = true;
-    if (!c->closing)
-        ctls__maybe_done(c);
+    if (c->closing)
+        return;
+    ctls__maybe_done(c);
+    if (!c->closing && !c->refusing)
+        uv_timer_start(&c->timer, ctls__timeout, CTLS_HALF_CLOSED_MS, 0);
 }
 
 static void ctls__shutdown(struct ctls_conn *c, bool net)
@@ -393,7 +401,7 @@ static void ctls__loc_start(struct ctls_conn *c)
 static void ctls__timeout(uv_timer_t *t)
 {
     struct ctls_conn *c = t->data;
-    if (c->refusing) {
+    if (c->refusing || c->up) { /* the refusal was read, or half a connection lingered */
         ctls__close(c);
         return;
     }
