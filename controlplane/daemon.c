@@ -41,7 +41,7 @@
 #include "egressreg.h"
 #include "embedded.h"
 #include "hostcheck.h"
-#include "logstream.h"
+#include "sse.h"
 #include "metrics.h"
 #include "policysel.h"
 #include "snapshots.h"
@@ -523,7 +523,7 @@ static void daemon__stop(struct cp *cp)
     cp_events_stop(cp);       /* the streams end; the shutdown's events are still recorded */
     cp_console_term_stop(cp); /* the console's terminals end, their shells killed */
     cp_console_api_stop(cp);  /* and its live tails of the audit log */
-    cp_logs_streams_stop(cp); /* the sandboxes' live logs */
+    cp_sse_polls_stop();      /* the sandboxes' live logs, the template builds' */
     cp_webhooks_stop(cp);
     cp_cluster_stop(cp); /* a node's lease is released: no new sandboxes come here */
     bool keep = cp->cfg.on_shutdown == CP_SHUTDOWN_KEEP;

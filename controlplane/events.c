@@ -320,12 +320,8 @@ static void ev__stream(struct cp *cp, struct al_http_req *req, const char *sandb
 {
     struct cp_events *ev = cp->events;
     uint64_t after = 0;
-    const char *last = al_http_req_header(req, "Last-Event-ID");
-    char *end = NULL;
-    errno = 0;
-    if (last)
-        after = strtoull(last, &end, 10);
-    if (last && (!*last || *end || errno || last[0] == '-')) {
+    int last = cp_sse_last_event_id(req, &after);
+    if (last < 0) {
         cp_rest_error(req, 400, "Last-Event-ID must be the id of an event this stream sent");
         return;
     }

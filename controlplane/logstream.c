@@ -23,9 +23,8 @@
 #define LS_BACKLOG_MAX 1000
 
 struct ls_stream {
+    struct cp_sse_poll poll; /* first: the stream's life (sse.c) */
     struct cp *cp;
-    struct al_http_req *req; /* NULL once the client left or the stream ended */
-    uv_timer_t timer;
     char id[64];
     char path[4200];
     int fd;
@@ -34,53 +33,15 @@ struct ls_stream {
     struct cp_logs_query q;
     char last_ts[40];
     struct al_buf partial; /* the end of the file after its last newline */
-    unsigned ticks;
-    struct ls_stream *next;
 };
 
-static struct ls_stream *ls__streams;
-
-static void ls__closed(uv_handle_t *h)
+static void ls__release(struct cp_sse_poll *p)
 {
-    struct ls_stream *s = h->data;
-    for (struct ls_stream **p = &ls__streams; *p; p = &(*p)->next)
-        if (*p == s) {
-            *p = s->next;
-            break;
-        }
+    struct ls_stream *s = (struct ls_stream *)p;
     if (s->fd >= 0)
         close(s->fd);
     al_buf_free(&s->partial);
     free(s);
-}
-
-/* The stream is over (the client left, or it ended from here): freed once its timer is
- * closed. */
-static void ls__release(struct ls_stream *s)
-{
-    if (s->req) {
-        s->req->user = NULL;
-        s->req = NULL;
-    }
-    if (!uv_is_closing((uv_handle_t *)&s->timer))
-        uv_close((uv_handle_t *)&s->timer, ls__closed);
-}
-
-static void ls__end(struct ls_stream *s, const char *why)
-{
-    struct al_http_req *req = s->req;
-    ls__release(s);
-    if (req)
-        cp_sse_end(req, why);
-}
-
-static void ls__on_close(struct al_http_req *req)
-{
-    struct ls_stream *s = req->user;
-    if (s) {
-        s->req = NULL;
-        ls__release(s);
-    }
 }
 
 static void ls__send(struct ls_stream *s, const json_t *entry)
@@ -93,7 +54,7 @@ static void ls__send(struct ls_stream *s, const json_t *entry)
     struct al_buf b;
     al_buf_init(&b, 0);
     al_buf_printf(&b, "event: log\ndata: %s\n\n", d); /* compact JSON has no newline */
-    al_http_resp_write(s->req, b.data, b.len);
+    al_http_resp_write(s->poll.req, b.data, b.len);
     al_buf_free(&b);
     free(d);
 }
@@ -119,7 +80,7 @@ static void ls__drain(struct ls_stream *s)
     }
     char buf[16384];
     size_t budget = LS_READ_MAX;
-    while (s->req && budget) {
+    while (s->poll.req && budget) {
         ssize_t r = pread(s->fd, buf, sizeof buf < budget ? sizeof buf : budget, (off_t)s->off);
         if (r <= 0)
             break;
@@ -168,33 +129,20 @@ static void ls__reopen(struct ls_stream *s)
     s->off = 0;
 }
 
-static void ls__tick(uv_timer_t *t)
+static void ls__tick(struct cp_sse_poll *p)
 {
-    struct ls_stream *s = t->data;
-    if (!s->req)
-        return;
+    struct ls_stream *s = (struct ls_stream *)p;
     struct cp_sandbox *sb = cp_sandbox_get(s->cp, s->id);
     if (!s->cp->stopping && (!sb || sb->rec.state == CP_SB_STOPPING)) {
         ls__drain(s);
-        if (s->req)
-            ls__end(s, "the sandbox was stopped: its logs end here");
+        cp_sse_poll_end(p, "the sandbox was stopped: its logs end here");
         return;
     }
     ls__drain(s);
-    if (s->req)
+    if (p->req)
         ls__reopen(s);
-    if (s->req)
+    if (p->req)
         ls__drain(s);
-    if (!s->req)
-        return;
-    if (al_http_resp_queued(s->req) > CP_SSE_MAX_QUEUED) {
-        ls__end(s, "this client reads slower than the sandbox logs: reconnect to go on");
-        return;
-    }
-    if (++s->ticks * LS_POLL_MS >= CP_SSE_KEEPALIVE_MS) {
-        s->ticks = 0;
-        cp_sse_keepalive(s->req);
-    }
 }
 
 void cp_logs_stream(struct cp *cp, struct al_http_req *req, struct cp_sandbox *sb,
@@ -237,9 +185,11 @@ void cp_logs_stream(struct cp *cp, struct al_http_req *req, struct cp_sandbox *s
         al_http_resp_abort(req);
         return;
     }
-    s->req = req;
-    req->user = s;
-    al_http_req_on_close(req, ls__on_close);
+    s->poll.every_ms = LS_POLL_MS;
+    s->poll.slow = "this client reads slower than the sandbox logs: reconnect to go on";
+    s->poll.tick = ls__tick;
+    s->poll.release = ls__release;
+    cp_sse_poll_start(&s->poll, cp->loop, req, LS_POLL_MS);
     /* The stream's own lines carry on from the backlog's last timestamp. */
     size_t n = json_array_size(backlog);
     for (size_t i = n; i-- > 0;) {
@@ -250,17 +200,4 @@ void cp_logs_stream(struct cp *cp, struct al_http_req *req, struct cp_sandbox *s
                      json_string_value(json_object_get(e, "timestamp")));
     }
     json_decref(backlog);
-    uv_timer_init(cp->loop, &s->timer);
-    s->timer.data = s;
-    uv_timer_start(&s->timer, ls__tick, LS_POLL_MS, LS_POLL_MS);
-    s->next = ls__streams;
-    ls__streams = s;
-}
-
-void cp_logs_streams_stop(struct cp *cp)
-{
-    (void)cp;
-    for (struct ls_stream *s = ls__streams; s; s = s->next)
-        if (s->req)
-            ls__end(s, "airlockd stops");
 }

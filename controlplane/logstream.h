@@ -5,8 +5,9 @@
  * airlock-vmm rotated is read to its end, then the new one from its start; a truncated one
  * from its start again), each new line an "event: log" whose data is its SandboxLogEntry
  * (logs.c parses it), after a backlog of the latest entries; the listing's level and search
- * filters; the end of the stream when the sandbox stops, when the client reads too slowly,
- * or when airlockd stops. Nothing of a line is interpreted beyond logs.c's parsing.
+ * filters; the end of the stream when the sandbox stops. A slow client, keep-alive and
+ * airlockd's stop are sse.c's (a polled stream). Nothing of a line is interpreted beyond
+ * logs.c's parsing.
  */
 #ifndef AIRLOCK_CP_LOGSTREAM_H
 #define AIRLOCK_CP_LOGSTREAM_H
@@ -24,7 +25,5 @@ struct al_http_req;
  * that passes the filters. */
 void cp_logs_stream(struct cp *cp, struct al_http_req *req, struct cp_sandbox *sb,
                     const struct cp_logs_query *q, bool has_limit);
-/* Ends every stream ("airlockd stops"). */
-void cp_logs_streams_stop(struct cp *cp);
 
 #endif
