@@ -168,10 +168,12 @@ static const struct auth_route {
     {"GET", "/snapshots", CP_ROLES_ALL, "listing snapshots"},
     {"*", "/snapshots/**", AO, "snapshots"},
     /* The console's admin endpoints: the overview to everyone, the egress audit log (its
-     * records and their verification) and the policies to auditors. */
+     * records and their verification), the policies and the vault's names to auditors. */
     {"GET", "/admin/overview/**", CP_ROLES_ALL, "the overview"},
     {"GET", "/admin/audit/**", AU, "the egress audit log"},
     {"GET", "/admin/policies/**", AU, "the egress policies (their text, findings and explain)"},
+    {"GET", "/admin/vault/**", AU, "the vault's secret names and metadata"},
+    {"*", "/admin/vault/**", A, "writing or deleting vault secrets"},
     {"*", "/admin/keys/**", A, "managing API keys"},
     {"*", "/admin/cluster/**", A, "the cluster's nodes (they name its hosts)"},
     /* Volumes: which exist to everyone; made, destroyed and their tokens (which open their

@@ -19,9 +19,11 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "buildsb.h"
+#include "buildstream.h"
 #include "cp.h"
 #include "policysel.h"
 #include "snapshots.h"
+#include "sse.h"
 #include "store.h"
 #include "sweep.h"
 #include "templates.h"
@@ -1848,6 +1850,7 @@ void cp_builds_trigger(struct cp *cp, struct al_http_req *req, const struct cp_p
     json_object_set(b.doc, "definition", body);
     json_object_set_new(b.doc, "credentials", json_boolean(has_creds));
     json_object_set_new(b.doc, "started_by", json_string(who->key_id));
+    json_object_set_new(b.doc, "started_ns", json_integer((json_int_t)al_wall_ns()));
     json_object_set_new(b.doc, "build_policy", json_string(asked ? asked : cp->cfg.build_policy));
     size_t nsteps = json_array_size(json_object_get(body, "steps"));
     const char *image = json_string_value(json_object_get(body, "fromImage"));
@@ -1866,22 +1869,31 @@ void cp_builds_trigger(struct cp *cp, struct al_http_req *req, const struct cp_p
 
 /* ---- GET /templates/{id}/builds/{buildID}/status ---------------------------------------- */
 
-static json_t *builds__entry(uint64_t time_ns, int level, const char *step, const char *message)
+json_t *cp_builds_log_entry(const struct cp_store_build_log_entry *le)
 {
     json_t *e = json_object();
-    json_object_set_new(e, "timestamp", builds__time(time_ns));
-    json_object_set_new(
-        e, "level",
-        json_string(level >= 0 && level <= CP_BUILD_ERROR ? builds__levels[level] : "info"));
-    json_object_set_new(e, "message", json_string(message));
-    if (step)
-        json_object_set_new(e, "step", json_string(step));
+    json_object_set_new(e, "timestamp", builds__time(le->time_ns));
+    json_object_set_new(e, "level",
+                        json_string(le->level >= 0 && le->level <= CP_BUILD_ERROR
+                                        ? builds__levels[le->level]
+                                        : "info"));
+    json_object_set_new(e, "message", json_string(le->message));
+    if (le->step)
+        json_object_set_new(e, "step", json_string(le->step));
     return e;
+}
+
+int cp_builds_level(const char *name)
+{
+    for (int i = 0; i <= CP_BUILD_ERROR; i++)
+        if (strcmp(name, builds__levels[i]) == 0)
+            return i;
+    return -1;
 }
 
 static int builds__collect_entry(const struct cp_store_build_log_entry *e, void *arg)
 {
-    json_array_append_new(arg, builds__entry(e->time_ns, e->level, e->step, e->message));
+    json_array_append_new(arg, cp_builds_log_entry(e));
     return 0;
 }
 
@@ -1899,12 +1911,8 @@ static void builds__status(struct cp *cp, struct al_http_req *req, const char *t
     int min_level = CP_BUILD_DEBUG;
     char lv[16];
     int q = al_http_query_get(req->query, "level", lv, sizeof lv);
-    if (q == 0 && lv[0]) {
-        min_level = -1;
-        for (int i = 0; i <= CP_BUILD_ERROR; i++)
-            if (strcmp(lv, builds__levels[i]) == 0)
-                min_level = i;
-    }
+    if (q == 0 && lv[0])
+        min_level = cp_builds_level(lv);
     if ((q && q != -ENOENT) || min_level < 0) {
         cp_rest_error(req, 400, "query parameter level must be debug, info, warn or error");
         return;
@@ -1912,6 +1920,21 @@ static void builds__status(struct cp *cp, struct al_http_req *req, const char *t
     struct cp_store_build b;
     if (builds__find(cp, req, tid, bid, &b))
         return;
+    if (cp_sse_wanted(req)) {
+        /* Live: the entries from logsOffset, or after the one a reconnecting client had. */
+        uint64_t last;
+        int lr = cp_sse_last_event_id(req, &last);
+        if (lr < 0 || (lr && last == UINT64_MAX)) {
+            cp_store_build_free(&b);
+            cp_rest_error(req, 400, "Last-Event-ID must be the id of an entry this stream sent");
+            return;
+        }
+        if (lr)
+            offset = last + 1;
+        cp_build_stream(cp, req, &b, offset, min_level);
+        cp_store_build_free(&b);
+        return;
+    }
     struct al_error err = {0};
     json_t *entries = json_array();
     int rc = cp_store_build_log_query(cp->store, b.id,
@@ -1957,8 +1980,35 @@ struct builds_summary {
     char latest_status[12];
     char ready_id[40];
     uint64_t ready_ns;
-    json_t *list; /* TemplateBuild objects, newest first (NULL: not wanted) */
+    json_t *list;  /* TemplateBuild objects, newest first (NULL: not wanted) */
+    json_t *ready; /* the newest ready build's airlock fields (builds__build_about) */
 };
+
+/* airlock's fields of a build (the SDK ignores them; the console shows them): what it is
+ * made from (fromImage or fromTemplate), its steps, the key that started it, and how long it
+ * took from its start to its end (durationMs). Nothing for a build never started. */
+static void builds__build_about(const struct cp_store_build *b, json_t *o)
+{
+    json_t *def = json_object_get(b->doc, "definition");
+    if (!json_is_object(def))
+        return;
+    const char *from[] = {"fromImage", "fromTemplate"};
+    for (size_t i = 0; i < 2; i++)
+        if (json_is_string(json_object_get(def, from[i])))
+            json_object_set(o, from[i], json_object_get(def, from[i]));
+    json_object_set_new(o, "stepCount",
+                        json_integer((json_int_t)json_array_size(json_object_get(def, "steps"))));
+    json_t *by = json_object_get(b->doc, "started_by");
+    if (json_is_string(by))
+        json_object_set(o, "startedBy", by);
+    json_t *st = json_object_get(b->doc, "started_ns"),
+           *fin = json_object_get(b->doc, "finished_ns");
+    if (json_is_integer(st) && json_is_integer(fin) &&
+        json_integer_value(fin) >= json_integer_value(st))
+        json_object_set_new(
+            o, "durationMs",
+            json_integer((json_integer_value(fin) - json_integer_value(st)) / 1000000));
+}
 
 static json_t *builds__build_json(const struct cp_store_build *b)
 {
@@ -1976,6 +2026,7 @@ static json_t *builds__build_json(const struct cp_store_build *b)
     for (size_t i = 0; i < 3; i++)
         json_object_set(o, k[i], json_object_get(b->doc, k[i]));
     json_object_set_new(o, "envdVersion", json_string(CP_ENVD_VERSION));
+    builds__build_about(b, o);
     return o;
 }
 
@@ -1987,6 +2038,8 @@ static int builds__summarise(const struct cp_store_build *b, void *arg)
     if (!s->ready_id[0] && strcmp(b->status, "ready") == 0) {
         snprintf(s->ready_id, sizeof s->ready_id, "%s", b->id);
         s->ready_ns = b->created_ns;
+        s->ready = json_object();
+        builds__build_about(b, s->ready);
     }
     if (s->list)
         json_array_append_new(s->list, builds__build_json(b));
@@ -2013,6 +2066,21 @@ static void builds__dir_build_id(const char *dir, char *out, size_t len)
     json_t *t = al_json_load_file(p, NULL);
     const char *digest = json_string_value(json_object_get(json_object_get(t, "image"), "digest"));
     snprintf(out, len, "%s", digest ? digest : "");
+    json_decref(t);
+}
+
+/* What a template made without the API (a pull) came from: its image's reference and the
+ * size of its layers (compressed), from dir/template.json; nothing for the others. */
+static void builds__dir_about(const char *dir, json_t *o)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/template.json", dir);
+    json_t *t = al_json_load_file(p, NULL);
+    json_t *im = json_object_get(t, "image");
+    if (json_is_string(json_object_get(im, "reference")))
+        json_object_set(o, "fromImage", json_object_get(im, "reference"));
+    if (json_is_integer(json_object_get(im, "bytes")))
+        json_object_set(o, "imageBytes", json_object_get(im, "bytes"));
     json_decref(t);
 }
 
@@ -2049,6 +2117,17 @@ static json_t *builds__template_json(struct cp *cp, const char *id, const char *
     json_object_set_new(o, "createdBy", json_null());
     json_object_set_new(o, "lastSpawnedAt", json_null());
     json_object_set_new(o, "spawnCount", json_integer(0));
+    /* airlock's: what the version sandboxes get was made from, and its build's time. */
+    if (s.ready) {
+        const char *k[] = {"fromImage", "fromTemplate", "durationMs"};
+        for (size_t i = 0; i < 3; i++)
+            if (json_object_get(s.ready, k[i]))
+                json_object_set(o, i == 2 ? "buildDurationMs" : k[i],
+                                json_object_get(s.ready, k[i]));
+        json_decref(s.ready);
+    } else if (dir) {
+        builds__dir_about(dir, o);
+    }
     return o;
 }
 
@@ -2140,6 +2219,7 @@ static void builds__get(struct cp *cp, struct al_http_req *req, const char *id)
     json_t *t = builds__template_json(cp, id, has_dir ? dir : NULL, created);
     struct builds_summary s = {.list = json_array()};
     cp_store_build_foreach(cp->store, id, builds__summarise, &s, NULL);
+    json_decref(s.ready);
     if (!s.count && has_dir) {
         /* Files made without the API (a default template, a pull): one build, ready. */
         json_t *b = json_object();

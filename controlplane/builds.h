@@ -26,6 +26,7 @@
 struct cp;
 struct cp_principal;
 struct al_http_req;
+struct cp_store_build_log_entry;
 
 /* Names the egress policy of a build's RUN steps (POST /v2/templates/{id}/builds/{buildID};
  * the SDK sends it from Template.build's headers option): one the API key may use. */
@@ -33,6 +34,11 @@ struct al_http_req;
 
 /* Log levels of build log entries (E2B's LogLevel), in increasing order. */
 enum cp_build_level { CP_BUILD_DEBUG, CP_BUILD_INFO, CP_BUILD_WARN, CP_BUILD_ERROR };
+
+/* A build log entry as the status answer lists it ({timestamp, level, message, step}). */
+json_t *cp_builds_log_entry(const struct cp_store_build_log_entry *e);
+/* The level named debug, info, warn or error; -1 for another name. */
+int cp_builds_level(const char *name);
 
 /* POST /v3/templates with its parsed body (borrowed). */
 void cp_builds_request(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,

@@ -416,6 +416,8 @@ static json_t *console__session_json(const struct console_session *s,
         {"verifyAudit", "GET", "/admin/audit/verify"},
         {"readPolicies", "GET", "/admin/policies"},
         {"manageKeys", "GET", "/admin/keys"},
+        {"readVault", "GET", "/admin/vault"},
+        {"writeVault", "PUT", "/admin/vault/x"},
         {"terminal", "GET", "/sandboxes/x/terminal"}, /* console_term.c asks the same */
     };
     char exp[40];

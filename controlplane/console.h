@@ -80,6 +80,13 @@ bool cp_console_cookie_is_ours(const struct al_http_cookie_seg *seg, bool any_ca
 bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);
 /* GET /admin/policies[/{name}[/explain]] (console_policies.c): false if not one of them. */
 bool cp_console_policies_route(struct cp *cp, struct al_http_req *req);
+/* GET /admin/vault and DELETE /admin/vault/{name} (console_vault.c): false if not one of
+ * them (POST and PUT come with their body to cp_console_vault_write). */
+bool cp_console_vault_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);
+/* POST (create) or PUT (rotate) /admin/vault/{name} with its parsed body (borrowed; its value
+ * is wiped); raw is the path after /admin/vault/. */
+void cp_console_vault_write(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,
+                            const char *raw, json_t *body);
 /* POST /admin/keys with its body b: makes a key (name, role, policies), 201 with the key
  * itself, shown this once. */
 void cp_console_keys_create(struct cp *cp, struct al_http_req *req, const struct cp_principal *who,

@@ -554,19 +554,24 @@ static void capi__tail(struct cp *cp, struct al_http_req *req)
         free(t);
         return;
     }
-    const char *last = al_http_req_header(req, "Last-Event-ID");
     char after[32] = "";
+    int last = cp_sse_last_event_id(req, &t->after);
     int rc = al_http_query_get(req->query, "after", after, sizeof after);
-    if (last || rc == 0) {
-        const char *v = last ? last : after;
+    if (last < 0) {
+        free(t);
+        cp_rest_error(req, 400, "Last-Event-ID must be the seq of a record of the log");
+        return;
+    }
+    if (last) {
+        t->has_after = true;
+    } else if (rc == 0) {
         char *end = NULL;
         errno = 0;
-        t->after = strtoull(v, &end, 10);
+        t->after = strtoull(after, &end, 10);
         t->has_after = true;
-        if (!*v || *end || errno || v[0] == '-') {
+        if (!*after || *end || errno || after[0] == '-') {
             free(t);
-            cp_rest_error(req, 400, "%s must be the seq of a record of the log",
-                          last ? "Last-Event-ID" : "after");
+            cp_rest_error(req, 400, "after must be the seq of a record of the log");
             return;
         }
     } else if (rc != -ENOENT) {
@@ -708,6 +713,8 @@ bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct c
     const char *p = req->path;
     if (strncmp(p, "/admin/", 7) != 0)
         return false;
+    if (cp_console_vault_route(cp, req, who))
+        return true;
     if (strcmp(p, "/admin/keys") == 0 && strcmp(req->method, "GET") == 0) {
         capi__keys_list(cp, req);
         return true;

@@ -63,10 +63,26 @@ static json_t *cpol__rules_json(const struct policy *p)
     json_t *a = json_array();
     for (size_t i = 0; i < policy_rule_count(p); i++) {
         const struct policy_rule *r = policy_rule_at(p, i);
-        json_array_append_new(a, json_pack("{s:s,s:I,s:s,s:b}", "name", r->name, "line",
-                                           (json_int_t)r->line, "action",
-                                           r->action == POLICY_ACTION_ALLOW ? "allow" : "deny",
-                                           "report", r->report));
+        /* The hosts it names and the vault secrets it injects toward them (the Vault page
+         * says which rules use a secret). */
+        json_t *hosts = json_array(), *secrets = json_array();
+        for (size_t k = 0; k < r->n_hosts; k++)
+            json_array_append_new(hosts, json_string(r->hosts[k]));
+        for (size_t k = 0; k < r->n_cidrs; k++)
+            json_array_append_new(hosts, json_string(r->cidrs[k]));
+        for (size_t k = 0; k < r->n_inject; k++)
+            for (size_t j = 0; j < r->inject[k].n_secrets; j++) {
+                const char *n = r->inject[k].secrets[j];
+                bool seen = false;
+                for (size_t x = 0; x < json_array_size(secrets) && !seen; x++)
+                    seen = strcmp(json_string_value(json_array_get(secrets, x)), n) == 0;
+                if (!seen)
+                    json_array_append_new(secrets, json_string(n));
+            }
+        json_array_append_new(
+            a, json_pack("{s:s,s:I,s:s,s:b,s:o,s:o}", "name", r->name, "line", (json_int_t)r->line,
+                         "action", r->action == POLICY_ACTION_ALLOW ? "allow" : "deny", "report",
+                         r->report, "hosts", hosts, "secrets", secrets));
     }
     return a;
 }
@@ -109,8 +125,9 @@ static json_t *cpol__entry(const char *dir, const char *name, const char *ext, c
         json_object_set_new(o, "yaml", y ? y : json_null());
         json_object_set_new(o, "diagnostics", cpol__diags_json(&d));
         json_object_set_new(o, "diagnosticsDropped", json_integer((json_int_t)d.dropped));
-        json_object_set_new(o, "rules", p ? cpol__rules_json(p) : json_array());
     }
+    if (o)
+        json_object_set_new(o, "rules", p ? cpol__rules_json(p) : json_array());
     if (p)
         policy_unref(p);
     free(text);

@@ -169,6 +169,7 @@ enum rest_route {
     R_WEBHOOK_NEW, /* POST /events/webhooks */
     R_WEBHOOK_SET, /* PATCH /events/webhooks/{id} */
     R_KEY_NEW,     /* POST /admin/keys */
+    R_VAULT_WRITE, /* POST and PUT /admin/vault/{name} */
 };
 
 struct rest_ctx {
@@ -740,6 +741,15 @@ static void rest__on_body(struct al_http_req *req, int err)
         json_decref(b);
         break;
     }
+    case R_VAULT_WRITE: {
+        json_t *b = rest__body(req, true);
+        if (b)
+            cp_console_vault_write(x->cp, req, &x->who, x->id, b);
+        else
+            cp_rest_wipe_body(req, NULL, NULL); /* a value may be in it */
+        json_decref(b);
+        break;
+    }
     case R_SECRET_NEW:
     case R_SECRET_SET:
     case R_WEBHOOK_NEW:
@@ -1246,6 +1256,10 @@ void cp_on_request(struct al_http_req *req, void *ctx)
     }
     if (strcmp(p, "/admin/keys") == 0 && post) {
         rest__with_body(req, cp, &who, R_KEY_NEW, NULL);
+        return;
+    }
+    if (strncmp(p, "/admin/vault/", 13) == 0 && (post || strcmp(m, "PUT") == 0)) {
+        rest__with_body(req, cp, &who, R_VAULT_WRITE, p + 13);
         return;
     }
     if (cp_cluster_route(cp, req) || cp_console_api_route(cp, req, &who) ||

@@ -142,8 +142,8 @@ json_t *cp_secrets_json(const json_t *vs, const char *prefix)
 /* ---- routes ------------------------------------------------------------------------------- */
 
 /* A failed exchange with the vault as the API's answer. */
-static void secrets__fail(struct al_http_req *req, int rc, int status, const json_t *out,
-                          const struct al_error *err, const char *name)
+void cp_vault_fail(struct al_http_req *req, int rc, int status, const json_t *out,
+                   const struct al_error *err, const char *name, const char *rewrite)
 {
     const char *m = json_string_value(json_object_get(out, "message"));
     if (rc == -ENOTCONN) {
@@ -161,10 +161,8 @@ static void secrets__fail(struct al_http_req *req, int rc, int status, const jso
     } else if (status == 404) {
         cp_rest_error(req, 404, "secret \"%s\" not found", name);
     } else if (status == 409) {
-        cp_rest_error(req, 409,
-                      "a secret named \"%s\" already exists: change its value with "
-                      "Secret.update",
-                      name);
+        cp_rest_error(req, 409, "a secret named \"%s\" already exists: change its value with %s",
+                      name, rewrite);
     } else if (status == 400 || status == 507) {
         cp_rest_error(req, status, "%s", m ? m : "the vault refused the secret");
     } else {
@@ -172,8 +170,7 @@ static void secrets__fail(struct al_http_req *req, int rc, int status, const jso
     }
 }
 
-/* Every vault secret (metadata), or NULL after answering req. */
-static json_t *secrets__all(struct cp *cp, struct al_http_req *req)
+json_t *cp_vault_secrets(struct cp *cp, struct al_http_req *req)
 {
     int status;
     json_t *out;
@@ -181,7 +178,7 @@ static json_t *secrets__all(struct cp *cp, struct al_http_req *req)
     int rc = cp_vault_call(cp, &(struct cp_vault_req){.method = "GET", .path = "/v1/secrets"},
                            &status, &out, &err);
     if (rc || status != 200 || !json_is_array(json_object_get(out, "secrets"))) {
-        secrets__fail(req, rc, status == 200 ? 502 : status, out, &err, "");
+        cp_vault_fail(req, rc, status == 200 ? 502 : status, out, &err, "", "Secret.update");
         json_decref(out);
         return NULL;
     }
@@ -199,7 +196,7 @@ static json_t *secrets__find(struct cp *cp, struct al_http_req *req, const struc
     char prefix[64], name[VAULT_NAME_MAX + 1], vname[VAULT_NAME_MAX + 1];
     cp_secrets_prefix(who->key_id, prefix, sizeof prefix);
     if (strncmp(ref, "sec_", 4) == 0) {
-        json_t *all = secrets__all(cp, req);
+        json_t *all = cp_vault_secrets(cp, req);
         if (!all)
             return NULL;
         size_t i;
@@ -230,7 +227,7 @@ static json_t *secrets__find(struct cp *cp, struct al_http_req *req, const struc
     int rc = cp_vault_call(cp, &(struct cp_vault_req){.method = "GET", .path = path}, &status, &out,
                            &err);
     if (rc || status != 200) {
-        secrets__fail(req, rc, status, out, &err, name);
+        cp_vault_fail(req, rc, status, out, &err, name, "Secret.update");
         json_decref(out);
         return NULL;
     }
@@ -308,7 +305,7 @@ static void secrets__write(struct cp *cp, struct al_http_req *req, const struct 
     json_decref(fields);
     cp_rest_wipe_body(req, body, "value");
     if (rc || (status != 200 && status != 201))
-        secrets__fail(req, rc, status, out, &err, name);
+        cp_vault_fail(req, rc, status, out, &err, name, "Secret.update");
     else
         secrets__reply(req, strcmp(method, "POST") == 0 ? 201 : 200, out, who);
     json_decref(out);
@@ -382,7 +379,7 @@ void cp_secrets_delete(struct cp *cp, struct al_http_req *req, const struct cp_p
     int rc = cp_vault_call(cp, &(struct cp_vault_req){.method = "DELETE", .path = path}, &status,
                            &out, &err);
     if (rc || status != 200)
-        secrets__fail(req, rc, status, out, &err, vname + strlen(prefix));
+        cp_vault_fail(req, rc, status, out, &err, vname + strlen(prefix), "Secret.update");
     else
         al_http_reply(req, 204, NULL, NULL, 0);
     json_decref(out);
@@ -427,7 +424,7 @@ void cp_secrets_list(struct cp *cp, struct al_http_req *req, const struct cp_pri
         after[0] = '\0';
     else if (after[0])
         snprintf(after, sizeof after, "%s", buf); /* canonical, as the names compared */
-    json_t *all = secrets__all(cp, req);
+    json_t *all = cp_vault_secrets(cp, req);
     if (!all)
         return;
     /* The vault lists by name, so the caller's are in name order. */

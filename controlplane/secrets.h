@@ -44,6 +44,15 @@ struct cp_vault_req {
 int cp_vault_call(struct cp *cp, const struct cp_vault_req *r, int *status, json_t **out,
                   struct al_error *err);
 
+/* Every vault secret's metadata (the "secrets" of GET /v1/secrets: names, versions, bound
+ * hosts; never a value), or NULL after answering req with why. */
+json_t *cp_vault_secrets(struct cp *cp, struct al_http_req *req);
+/* Answers req for a vault call that failed (rc < 0) or was refused (status): what went wrong
+ * for the secret name, in the API's terms; rewrite is how to change an existing secret's
+ * value (for a 409). out is the vault's answer or NULL. */
+void cp_vault_fail(struct al_http_req *req, int rc, int status, const json_t *out,
+                   const struct al_error *err, const char *name, const char *rewrite);
+
 /* A vault secret as cp_vault_put writes it. */
 struct cp_vault_secret {
     const char *name;

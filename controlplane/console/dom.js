@@ -23,7 +23,7 @@ export function h(tag, props, ...children) {
 const SAFE_ATTRS = new Set([
   "id", "type", "name", "value", "placeholder", "autocomplete", "title", "for", "colspan",
   "disabled", "required", "data-page", "data-testid", "aria-label", "spellcheck", "selected",
-  "tabindex",
+  "tabindex", "data-empty",
 ]);
 
 // svg("circle", {cx: 3, cy: 4, r: 2}, svg("title", {}, "text")): an SVG element (the

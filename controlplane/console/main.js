@@ -10,6 +10,11 @@
 //   #/policies          the egress policies: valid or not, findings, sandboxes using each
 //   #/policies/<name>   one policy: its YAML with each lint finding on its line, its rules and
 //                       sandboxes, and explain (a URL or host:port decided by it, and why)
+//   #/templates         the templates: status, what each is made from, build time, builds
+//   #/templates/<id>    one template: its builds, each linking to its log
+//   #/templates/<id>/builds/<build>  a build: its status and its log, live
+//   #/vault             the vault's secrets (names, versions, bound hosts, the policy rules
+//                       injecting each; never a value), and (admins) add, rotate, delete
 //   #/keys              the API keys (admins): list, create (the key shown once), revoke
 // What the signed-in key's role may do comes from the session (`may`, answered by the API's
 // own table of routes): actions the role cannot take are not offered. The API refuses them
@@ -27,6 +32,7 @@ let openTerminal = null; // the terminal page's WebSocket and emulator, closed w
 let liveTail = null; // the audit page's EventSource, closed when it is left
 let chartsTimer = null; // the overview's redrawing of its charts, stopped when it is left
 let liveLogs = null; // a sandbox page's EventSource of its logs, closed when it is left
+let liveBuild = null; // a build page's EventSource of its log, closed when it is left
 
 // Whether the session's role may take this action (docs/console.md, "Signing in").
 function may(action) {
@@ -303,7 +309,7 @@ async function renderSandbox(id) {
   const path = `/sandboxes/${encodeURIComponent(sb.sandboxID)}`;
   const md = Object.entries(sb.metadata || {});
   const logStatus = h("p", { class: "muted", "data-testid": "logs-status" });
-  const logRows = h("tbody", { "data-testid": "log-rows" }, h("tr", { "data-testid": "no-logs" }, h("td", { colspan: 4, class: "muted" }, "No log lines yet.")));
+  const logRows = h("tbody", { "data-testid": "log-rows" }, h("tr", { "data-testid": "no-logs", "data-empty": "" }, h("td", { colspan: 4, class: "muted" }, "No log lines yet.")));
   const logBox = h("div", { class: "logs", "data-testid": "logs" }, h("table", {}, logRows));
   const egressBox = h("div", { "data-testid": "sandbox-audit" }, h("p", { class: "muted" }, "Loading…"));
   const actions = [
@@ -382,14 +388,14 @@ function logRow(e) {
     h("td", { class: "mono muted" }, fields));
 }
 
-// The sandbox's agent log as it is written (GET /v2/sandboxes/{id}/logs as Server-Sent
-// Events: the latest 200 entries, then each new one), newest at the bottom.
-function followLogs(id, tbody, status, box) {
-  closeLogs();
-  const es = new EventSource(`/v2/sandboxes/${encodeURIComponent(id)}/logs?limit=200`);
-  liveLogs = es;
+// A log as it is written, as Server-Sent Events (a sandbox's, a build's): each "log" event a
+// row at the bottom of tbody (the last `keep` kept; the view follows the end unless scrolled
+// up), the stream's own end said in status; `events` handles the stream's other events.
+// whose: "the sandbox", "the build".
+function followLog(url, { tbody, status, box, row, keep, whose, events = {} }) {
+  const es = new EventSource(url);
   show(status, "Connecting…");
-  es.addEventListener("open", () => show(status, "Following the sandbox's log: new lines appear at the bottom."));
+  es.addEventListener("open", () => show(status, `Following ${whose}'s log: new entries appear at the bottom.`));
   es.addEventListener("log", (ev) => {
     let e;
     try {
@@ -397,22 +403,43 @@ function followLogs(id, tbody, status, box) {
     } catch {
       return;
     }
-    const empty = tbody.querySelector("[data-testid=no-logs]");
+    const empty = tbody.querySelector("[data-empty]");
     if (empty) empty.remove();
     const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
-    tbody.append(logRow(e));
-    while (tbody.children.length > 1000) tbody.firstElementChild.remove();
+    tbody.append(row(e));
+    while (tbody.children.length > keep) tbody.firstElementChild.remove();
     if (atEnd) box.scrollTop = box.scrollHeight;
   });
-  // The stream's own end (the sandbox stopped, airlockd stops): no reconnecting.
+  for (const [name, fn] of Object.entries(events)) {
+    es.addEventListener(name, (ev) => {
+      let d;
+      try {
+        d = JSON.parse(ev.data);
+      } catch {
+        return;
+      }
+      fn(d);
+    });
+  }
+  // The stream's own end (the sandbox stopped, the build ended, airlockd stops): no
+  // reconnecting.
   es.addEventListener("end", (ev) => {
     es.close();
     show(status, h("span", { class: "muted" }, `The log ended: ${ev.data}`));
   });
   es.addEventListener("error", () => {
-    if (es.readyState === EventSource.CLOSED) show(status, h("span", { class: "error" }, "The log could not be followed (the sandbox is gone, or the session ended)."));
+    if (es.readyState === EventSource.CLOSED) show(status, h("span", { class: "error" }, `The log could not be followed (${whose} is gone, or the session ended).`));
     else show(status, "Reconnecting…");
   });
+  return es;
+}
+
+// The sandbox's agent log (GET /v2/sandboxes/{id}/logs as Server-Sent Events: the latest 200
+// entries, then each new one).
+function followLogs(id, tbody, status, box) {
+  closeLogs();
+  liveLogs = followLog(`/v2/sandboxes/${encodeURIComponent(id)}/logs?limit=200`,
+    { tbody, status, box, row: logRow, keep: 1000, whose: "the sandbox" });
 }
 
 // ---- terminal ---------------------------------------------------------------------------
@@ -768,6 +795,240 @@ async function renderPolicy(name) {
       h("tbody", {}, sandboxes.length ? sandboxes : h("tr", {}, h("td", { colspan: 3, class: "muted" }, "None.")))));
 }
 
+// ---- templates --------------------------------------------------------------------------
+
+function bytes(n) {
+  if (typeof n !== "number") return "—";
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return `${i ? n.toFixed(1) : n} ${u[i]}`;
+}
+
+// What a template or a build is made from (airlock's fields of E2B's objects).
+function madeFrom(t) {
+  if (t.fromImage) return `image ${t.fromImage}`;
+  if (t.fromTemplate) return `template ${t.fromTemplate}`;
+  return "—";
+}
+
+function statusCell(status) {
+  return h("td", { class: status === "ready" ? "ok" : status === "error" ? "error" : "", "data-testid": "build-status" }, status);
+}
+
+async function renderTemplates() {
+  const list = await api("GET", "/templates");
+  const rows = list.map((t) => h("tr", { "data-testid": "template-row" },
+    h("td", { class: "mono" }, h("a", { href: `#/templates/${encodeURIComponent(t.templateID)}` }, t.templateID)),
+    statusCell(t.buildStatus),
+    h("td", { class: "mono", "data-testid": "template-from" }, madeFrom(t)),
+    h("td", {}, typeof t.buildDurationMs === "number" ? ms(t.buildDurationMs) : "—"),
+    h("td", {}, String(t.buildCount)),
+    h("td", {}, bytes(t.imageBytes)),
+    h("td", {}, when(t.updatedAt))));
+  show(view,
+    h("h1", {}, "Templates"),
+    h("table", {},
+      h("thead", {}, h("tr", {}, ["template", "latest build", "made from", "build time", "builds", "image (compressed)", "updated"].map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 7, class: "muted" }, "No templates.")))),
+    h("p", { class: "muted" }, "Made from, build time: of the version sandboxes get (the newest ready build). Templates are built through the API (the SDK's Template.build) or pulled with `airlock template pull`."));
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+async function renderTemplate(id) {
+  const t = await api("GET", `/templates/${encodeURIComponent(id)}`);
+  const rows = t.builds.map((b) => h("tr", { "data-testid": "build-row" },
+    // Builds of the API have a UUID and a log; a template made otherwise has one build
+    // standing for its files (its image's digest, or none), without a log.
+    h("td", { class: "mono" }, UUID.test(b.buildID)
+      ? h("a", { href: `#/templates/${encodeURIComponent(t.templateID)}/builds/${encodeURIComponent(b.buildID)}` }, b.buildID)
+      : b.buildID || "(files made without the API)"),
+    statusCell(b.status),
+    h("td", { class: "mono" }, madeFrom(b)),
+    h("td", {}, typeof b.stepCount === "number" ? String(b.stepCount) : "—"),
+    h("td", { class: "mono" }, b.startedBy || "—"),
+    h("td", {}, when(b.createdAt)),
+    h("td", {}, b.finishedAt ? when(b.finishedAt) : "—"),
+    h("td", {}, typeof b.durationMs === "number" ? ms(b.durationMs) : "—")));
+  show(view,
+    h("h1", {}, "Template ", h("span", { class: "mono" }, t.templateID)),
+    h("div", { class: "panel" },
+      h("dl", { class: "kv" },
+        h("dt", {}, "names"), h("dd", { class: "mono" }, (t.names || []).join(", ")),
+        h("dt", {}, "created"), h("dd", {}, when(t.createdAt)),
+        h("dt", {}, "updated"), h("dd", {}, when(t.updatedAt)))),
+    h("h2", {}, "Builds"),
+    h("table", {},
+      h("thead", {}, h("tr", {}, ["build", "status", "made from", "steps", "started by", "created", "finished", "took"].map((x) => h("th", {}, x)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No builds.")))));
+}
+
+function closeBuild() {
+  if (liveBuild) liveBuild.close();
+  liveBuild = null;
+}
+
+function buildLogRow(e) {
+  return h("tr", { "data-testid": "build-log-row" },
+    h("td", { class: "mono" }, when(e.timestamp)),
+    h("td", { class: e.level === "error" ? "deny" : e.level === "warn" ? "would_deny" : "" }, e.level || ""),
+    h("td", { class: "mono" }, e.step ?? ""),
+    h("td", { class: "mono", "data-testid": "build-log-message" }, e.message ?? ""));
+}
+
+// A build's log as builds.c writes it (GET .../status as Server-Sent Events: every entry so
+// far, then each new one), and its status as it changes.
+async function renderBuild(id, bid) {
+  const path = `/templates/${encodeURIComponent(id)}/builds/${encodeURIComponent(bid)}/status`;
+  const first = await api("GET", `${path}?limit=1`); // a 404 for a build that is not there
+  const state = h("span", { "data-testid": "build-state" }, first.status);
+  const reason = h("div", { "data-testid": "build-reason" });
+  const status = h("p", { class: "muted", "data-testid": "build-log-status" }, "Connecting…");
+  const tbody = h("tbody", { "data-testid": "build-log-rows" }, h("tr", { "data-testid": "no-build-logs", "data-empty": "" }, h("td", { colspan: 4, class: "muted" }, "No log entries yet.")));
+  const box = h("div", { class: "logs", "data-testid": "build-logs" }, h("table", {}, tbody));
+  show(view,
+    h("h1", {}, "Build ", h("span", { class: "mono" }, bid)),
+    h("p", {}, "Of template ", h("a", { href: `#/templates/${encodeURIComponent(id)}` }, h("span", { class: "mono" }, id)), ": ", state),
+    reason,
+    h("h2", {}, "Log"),
+    status,
+    box);
+  closeBuild();
+  liveBuild = followLog(path, {
+    tbody, status, box, row: buildLogRow, keep: 5000, whose: "the build",
+    events: {
+      status: (st) => {
+        show(state, st.status);
+        state.className = st.status === "ready" ? "ok" : st.status === "error" ? "error" : "";
+        show(reason, st.reason ? h("p", { class: "error" }, `Failed${st.reason.step ? ` at step ${st.reason.step}` : ""}: ${st.reason.message}`) : null);
+      },
+    },
+  });
+}
+
+// ---- vault ------------------------------------------------------------------------------
+// Values are write-only: typed into a password field, sent once (POST or PUT
+// /admin/vault/{name}), the field cleared; no answer of airlockd carries one.
+
+function vaultPath(name) {
+  return `/admin/vault/${name.split("/").map(encodeURIComponent).join("/")}`;
+}
+
+function hostList(s) {
+  return s.split(/[\s,]+/).filter(Boolean);
+}
+
+// The rules of the policies that inject each secret: name -> [{policy, rule, hosts}].
+function injectors(policies) {
+  const by = new Map();
+  for (const p of policies) {
+    for (const r of p.rules || []) {
+      for (const n of r.secrets || []) {
+        if (!by.has(n)) by.set(n, []);
+        by.get(n).push({ policy: p.name, rule: r.name, hosts: r.hosts || [] });
+      }
+    }
+  }
+  return by;
+}
+
+async function renderVault(message) {
+  if (!may("readVault")) {
+    show(view, h("h1", {}, "Vault"), notForRole("read the vault's secret names"));
+    return;
+  }
+  const { secrets } = await api("GET", "/admin/vault");
+  let users = new Map();
+  let policyNote = null;
+  if (may("readPolicies")) {
+    try {
+      users = injectors((await api("GET", "/admin/policies")).policies);
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 401) throw e;
+      policyNote = problem(e);
+    }
+  }
+  const status = h("div", { "data-testid": "vault-status" }, message ? h("p", { class: "ok" }, message) : null);
+  const write = may("writeVault");
+  const fail = (e) => show(status, problem(e));
+  const rows = secrets.map((s) => {
+    const used = users.get(s.name) || [];
+    const value = h("input", { type: "password", name: "value", autocomplete: "new-password", spellcheck: "false", placeholder: "new value", "aria-label": `new value of ${s.name}`, required: true });
+    const rotate = h("form", { class: "filters", "data-testid": "vault-rotate" }, value, h("button", { type: "submit" }, "Rotate"));
+    rotate.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const v = value.value;
+      value.value = "";
+      try {
+        const r = await api("PUT", vaultPath(s.name), { value: v });
+        await renderVault(`Secret ${r.name} is at version ${r.current_version}.`);
+      } catch (e) {
+        fail(e);
+      }
+    });
+    const del = h("button", { type: "button", class: "danger", "data-testid": "vault-delete", onclick: async (ev) => {
+      if (!confirm(`Delete secret ${s.name} and every version of it? Rules that inject it fail their requests.`)) return;
+      ev.target.disabled = true;
+      try {
+        await api("DELETE", vaultPath(s.name));
+        await renderVault(`Secret ${s.name} was deleted.`);
+      } catch (e) {
+        fail(e);
+        ev.target.disabled = false;
+      }
+    } }, "Delete");
+    return h("tr", { "data-testid": "vault-row" },
+      h("td", { class: "mono", "data-testid": "vault-name" }, s.name),
+      h("td", {}, s.description || ""),
+      h("td", { "data-testid": "vault-version" }, `${s.current_version} (${(s.versions || []).length} kept)`),
+      h("td", { class: "mono", "data-testid": "vault-hosts" }, (s.bound_hosts || []).length ? s.bound_hosts.join(", ") : "any host its rules allow"),
+      h("td", { class: "mono", "data-testid": "vault-used" }, used.length ? used.map((u) => `${u.policy}/${u.rule} → ${u.hosts.join(", ") || "—"}`).join("\n") : "no rule"),
+      h("td", { class: "mono" }, Object.entries(s.metadata || {}).map(([k, v]) => `${k}=${v}`).join("\n")),
+      h("td", {}, when(s.updated)),
+      write ? h("td", {}, rotate, del) : null);
+  });
+  let form = null;
+  if (write) {
+    const name = h("input", { id: "vault-name", type: "text", name: "name", autocomplete: "off", spellcheck: "false", placeholder: "github/token", required: true });
+    const value = h("input", { id: "vault-value", type: "password", name: "value", autocomplete: "new-password", spellcheck: "false", required: true });
+    const desc = h("input", { id: "vault-desc", type: "text", name: "description", autocomplete: "off", placeholder: "optional" });
+    const hosts = h("input", { id: "vault-hosts", type: "text", name: "hosts", autocomplete: "off", spellcheck: "false", placeholder: "api.github.com, *.example.com (optional)" });
+    form = h("form", { id: "vault-create", class: "filters wrap" },
+      h("label", { for: "vault-name" }, "name"), name,
+      h("label", { for: "vault-value" }, "value"), value,
+      h("label", { for: "vault-desc" }, "description"), desc,
+      h("label", { for: "vault-hosts" }, "bound hosts"), hosts,
+      h("button", { type: "submit" }, "Add"));
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const body = { value: value.value };
+      value.value = "";
+      if (desc.value) body.description = desc.value;
+      if (hosts.value) body.boundHosts = hostList(hosts.value);
+      try {
+        const r = await api("POST", vaultPath(name.value), body);
+        await renderVault(`Secret ${r.name} was added (version ${r.current_version}).`);
+      } catch (e) {
+        fail(e);
+      }
+    });
+  }
+  show(view,
+    h("h1", {}, "Vault"),
+    h("p", { class: "muted" }, "Secrets are kept by airlock-vault and injected by the egress proxy into the requests the rules that name them allow. Their values are never shown: airlockd cannot read them."),
+    write ? [h("h2", {}, "Add a secret"), form] : notForRole("add, rotate or delete secrets"),
+    status,
+    h("h2", {}, "Secrets"),
+    policyNote,
+    h("table", {},
+      h("thead", {}, h("tr", {}, ["name", "description", "version", "bound hosts", "injected by (policy/rule → hosts)", "metadata", "updated", write ? "" : null].filter((x) => x !== null).map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No secrets.")))));
+}
+
 // ---- API keys ---------------------------------------------------------------------------
 
 async function renderKeys(made) {
@@ -842,6 +1103,7 @@ function route() {
   closeTerminal();
   closeLive();
   closeLogs();
+  closeBuild();
   stopCharts();
   if (!current) return;
   const raw = location.hash.replace(/^#/, "") || "/overview";
@@ -853,6 +1115,7 @@ function route() {
     if (a.dataset.page === "audit") a.hidden = !may("readAudit");
     if (a.dataset.page === "keys") a.hidden = !may("manageKeys");
     if (a.dataset.page === "policies") a.hidden = !may("readPolicies");
+    if (a.dataset.page === "vault") a.hidden = !may("readVault");
   }
   if (parts[0] === "sandboxes" && parts[1] && parts[2] === "terminal") return guarded(() => renderTerminal(decodeURIComponent(parts[1])));
   if (parts[0] === "sandboxes" && parts[1]) return guarded(() => renderSandbox(decodeURIComponent(parts[1])));
@@ -860,6 +1123,10 @@ function route() {
   if (parts[0] === "audit") return guarded(() => renderAudit(params));
   if (parts[0] === "policies" && parts[1]) return guarded(() => renderPolicy(decodeURIComponent(parts[1])));
   if (parts[0] === "policies") return guarded(renderPolicies);
+  if (parts[0] === "templates" && parts[1] && parts[2] === "builds" && parts[3]) return guarded(() => renderBuild(decodeURIComponent(parts[1]), decodeURIComponent(parts[3])));
+  if (parts[0] === "templates" && parts[1]) return guarded(() => renderTemplate(decodeURIComponent(parts[1])));
+  if (parts[0] === "templates") return guarded(renderTemplates);
+  if (parts[0] === "vault") return guarded(() => renderVault());
   if (parts[0] === "keys") return guarded(() => renderKeys());
   return guarded(renderOverview);
 }

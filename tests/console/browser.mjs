@@ -2,8 +2,9 @@
 // downloaded browser), run by tests/integration/cp_console.sh inside its network namespace.
 // Environment: CONSOLE_URL (http://127.0.0.1:PORT), API_KEY, SANDBOX (a running sandbox whose
 // metadata is hostile), AUDITOR_KEY (a key of the auditor role), SANDBOX2 (another running
-// sandbox, which the auditor must fail to kill), SHOTS (a directory for the screenshots). Prints one "ok - ..." line per
-// check; the first failure throws (exit 1).
+// sandbox, which the auditor must fail to kill), TEMPLATE_BUILD (a build of template tpl-live
+// waiting for its definition), SHOTS (a directory for the screenshots). Prints one "ok - ..."
+// line per check; the first failure throws (exit 1).
 import fs from "node:fs";
 import puppeteer from "puppeteer-core";
 
@@ -15,6 +16,7 @@ const sandbox2 = process.env.SANDBOX2;
 const shots = process.env.SHOTS;
 const auditFile = process.env.AUDIT_FILE;
 const sandboxLog = process.env.SANDBOX_LOG; // SANDBOX's agent log
+const templateBuild = process.env.TEMPLATE_BUILD; // the build of template tpl-live, waiting
 const origin = new URL(base).origin;
 const T = 30000; // every wait is bounded
 
@@ -57,6 +59,8 @@ try {
     if (/status of (401|403)/.test(m.text()) || (/status of 404/.test(m.text()) && expected.test(u))) return;
     // The explain of a URL that is refused on purpose.
     if (/status of 400/.test(m.text()) && /\/admin\/policies\/[^/]+\/explain\?/.test(u)) return;
+    // The vault secret with a bad name, refused on purpose.
+    if (/status of 400/.test(m.text()) && /\/admin\/vault\//.test(u)) return;
     // The auditor's terminal, refused on purpose (the browser logs the refused upgrade).
     if (/WebSocket connection to .*\/terminal.* failed/.test(m.text())) return;
     errors.push(`${m.text()} (${u})`);
@@ -109,6 +113,63 @@ try {
   }, extra);
   ok(killed === 204, "and killed");
 
+  // The egress chart's drawing, in a second tab of the same session whose
+  // /admin/overview/series is answered here (this world has no airlock-egress to count
+  // decisions; test_cp_series checks the series airlockd computes): two runs of buckets with a
+  // gap between them, so each series is two lines, a point per bucket where its value is, on
+  // a scale whose top is the smallest round number over the largest value, each point's title
+  // saying what it holds.
+  const cpage = await browser.newPage();
+  cpage.on("pageerror", (e) => errors.push(String(e)));
+  cpage.on("request", (r) => {
+    if (!r.url().startsWith(origin + "/")) foreign.push(r.url());
+  });
+  const from = Math.floor(Date.now() / 10000) * 10 - 3590;
+  const offs = [100, 110, 120, 200, 210]; // seconds after `from`: 130..190 missing
+  const counts = { connectionAllow: [4, 8, 2, 5, 5], connectionDeny: [0, 1, 0, 3, 0], httpDeny: [0, 0, 2, 0, 1], dnsDeny: [1, 0, 0, 0, 0] };
+  const fake = {
+    bucketSeconds: 10, buckets: 360, fromUnix: from, toUnix: from + 3600, create: [], egressProxy: true,
+    egress: offs.map((o, i) => ({ timestamp: new Date((from + o) * 1000).toISOString(), timestampUnix: from + o, samples: 2,
+      connectionAllow: counts.connectionAllow[i], connectionDeny: counts.connectionDeny[i], httpDeny: counts.httpDeny[i], dnsDeny: counts.dnsDeny[i] })),
+  };
+  await cpage.setRequestInterception(true);
+  cpage.on("request", (r) => {
+    if (new URL(r.url()).pathname === "/admin/overview/series") r.respond({ status: 200, contentType: "application/json", body: JSON.stringify(fake) });
+    else r.continue();
+  });
+  await cpage.goto(`${base}/console/#/overview`);
+  await cpage.waitForSelector("[data-testid=chart-egress] [data-testid=chart-point]");
+  const drawn = await cpage.evaluate(() => {
+    const chart = document.querySelector("[data-testid=chart-egress]");
+    const series = {};
+    for (const g of chart.querySelectorAll("g.series")) {
+      series[g.dataset.testid] = {
+        lines: [...g.querySelectorAll("polyline")].map((l) => l.getAttribute("points").split(" ").length),
+        points: [...g.querySelectorAll("circle")].map((c) => ({ x: Number(c.getAttribute("cx")), y: Number(c.getAttribute("cy")), title: c.querySelector("title").textContent })),
+        linePts: [...g.querySelectorAll("polyline")].flatMap((l) => l.getAttribute("points").split(" ")),
+      };
+    }
+    return { series, axis: [...chart.querySelectorAll("text.axis")].map((t) => t.textContent), legend: [...chart.querySelectorAll(".legend .key")].map((k) => k.textContent) };
+  });
+  const keys = [["connectionAllow", "s-allow", "connections allowed"], ["connectionDeny", "s-deny", "connections denied"], ["httpDeny", "s-http", "HTTP requests denied"], ["dnsDeny", "s-dns", "DNS queries denied"]];
+  // The drawing's frame (main.js: 640 x 190, margins 58, 14, 10, 26); the scale's top is 10 (max 8).
+  const px = (o) => 58 + ((o + 5) / 3600) * (640 - 58 - 14), py = (v) => 10 + (1 - v / 10) * (190 - 10 - 26);
+  const hhmmss = (t) => new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  for (const [k, cls, name] of keys) {
+    const sr = drawn.series[`series-${cls}`];
+    ok(sr && sr.lines.length === 2 && sr.lines[0] === 3 && sr.lines[1] === 2, `egress chart, ${name}: two lines, broken at the missing buckets (${sr && JSON.stringify(sr.lines)})`);
+    ok(sr.points.length === 5 && sr.points.every((p, i) => Math.abs(p.x - px(offs[i])) < 0.2 && Math.abs(p.y - py(counts[k][i])) < 0.2),
+      `egress chart, ${name}: a point per bucket at its time and value (${JSON.stringify(sr.points.map((p) => [p.x, p.y]))})`);
+    ok(sr.points.every((p, i) => p.title === `${hhmmss(from + offs[i])}: ${counts[k][i]} ${name}`), `egress chart, ${name}: each point's title says what it holds (${sr.points[1].title})`);
+    ok(sr.linePts.every((xy, i) => { const [x, y] = xy.split(",").map(Number); return Math.abs(x - sr.points[i].x) < 0.2 && Math.abs(y - sr.points[i].y) < 0.2; }),
+      `egress chart, ${name}: its lines go through its points`);
+  }
+  ok(JSON.stringify(drawn.axis.slice(0, 3)) === '["0","5","10"]', `egress chart: the scale is 0, 5, 10 (${drawn.axis.join(", ")})`);
+  ok(JSON.stringify(drawn.legend) === JSON.stringify(keys.map((x) => x[2])), `egress chart: its legend (${drawn.legend.join(", ")})`);
+  ok(await cpage.$("[data-testid=chart-create-none]"), "overview: no creation in the answered hour, which the page says");
+  await cpage.screenshot({ path: `${shots}/overview-egress-chart.png`, fullPage: true });
+  await cpage.close();
+
   // Sandboxes: the hostile metadata is text, nothing of it runs.
   await page.goto(`${base}/console/#/sandboxes`);
   await page.waitForFunction((id) => [...document.querySelectorAll("[data-testid=sandbox-row]")].some((r) => r.textContent.includes(id)), {}, sandbox);
@@ -153,6 +214,50 @@ try {
   await page.waitForFunction(() => location.hash === "#/sandboxes");
   await page.waitForFunction((id) => document.querySelector("table") && ![...document.querySelectorAll("[data-testid=sandbox-row]")].some((r) => r.textContent.includes(id)), {}, sandbox);
   ok(true, "kill: the sandbox is gone from the list");
+
+  // Templates: the list (what each is made from), a template's builds, and a build's log
+  // live: the page follows a build that waits for its definition, which is sent now (as the
+  // SDK sends it); its entries appear in order at the bottom, a hostile one as text, the
+  // status turns ready and the stream says the log ends there.
+  await page.goto(`${base}/console/#/templates`);
+  await page.waitForSelector("[data-testid=template-row]");
+  const trows = await page.$$eval("[data-testid=template-row]", (rs) => rs.map((r) => [...r.children].map((c) => c.textContent)));
+  ok(trows.some((c) => c[0] === "mini" && c[1] === "ready" && c[2] === "image registry.test/mini:1" && c[5] === "2.0 KiB"),
+    `templates: mini listed, ready, the image it was pulled from and its size (${JSON.stringify(trows)})`);
+  ok(trows.some((c) => c[0] === "tpl-live" && c[1] === "waiting" && c[2] === "—"), "templates: tpl-live listed, waiting for its definition");
+  await page.screenshot({ path: `${shots}/templates.png`, fullPage: true });
+  await page.goto(`${base}/console/#/templates/tpl-live`);
+  await page.waitForSelector("[data-testid=build-row] a");
+  await page.click("[data-testid=build-row] a");
+  await page.waitForFunction(() => document.querySelector("[data-testid=build-log-status]")?.textContent.includes("Following"));
+  ok((await page.$eval("[data-testid=build-state]", (e) => e.textContent)) === "waiting" && !(await page.$("[data-testid=build-log-row]")),
+    "build page: waiting, no entries yet, following its log");
+  const hostileUser = "<img src=x onerror=window.__pwned=10>\u202e";
+  const trig = await fetch(`${base}/v2/templates/tpl-live/builds/${templateBuild}`, {
+    method: "POST", headers: { "X-API-KEY": key, "Content-Type": "application/json" },
+    body: JSON.stringify({ fromTemplate: "mini", steps: [{ type: "ENV", args: ["APP_ENV", "prod"] }, { type: "USER", args: [hostileUser] }] }),
+  });
+  ok(trig.status === 202, `the build's definition is sent (${trig.status})`);
+  await page.waitForFunction(() => document.querySelector("[data-testid=build-log-status]")?.textContent.includes("The log ended"));
+  const blog = await page.$$eval("[data-testid=build-log-row]", (rs) => rs.map((r) => [...r.children].map((c) => c.textContent)));
+  const msgs = blog.map((c) => c[3]);
+  ok(msgs[0].startsWith(`build ${templateBuild} of template tpl-live: from template mini, 2 steps`) &&
+    msgs.some((m) => m === "the files of template mini") && msgs.indexOf("ENV: 1 variable") < msgs.indexOf("USER <img src=x onerror=window.__pwned=10>[U+202E]") &&
+    msgs[msgs.length - 1].startsWith("template tpl-live is ready"),
+  `build log live: its entries in order, the hostile one as text (${JSON.stringify(msgs)})`);
+  ok(await page.evaluate(() => document.querySelectorAll("main img").length === 0 && window.__pwned === undefined), "build log live: nothing of it ran");
+  ok((await page.$eval("[data-testid=build-state]", (e) => e.textContent)) === "ready" &&
+    (await page.$eval("[data-testid=build-log-status]", (e) => e.textContent)).includes("the build is ready"),
+  "build page: the status turned ready, and the stream says the log ends there");
+  await page.screenshot({ path: `${shots}/template-build.png`, fullPage: true });
+  // Opened again once it is over: the whole log, and its end.
+  await page.reload();
+  await page.waitForFunction(() => document.querySelector("[data-testid=build-log-status]")?.textContent.includes("The log ended"));
+  ok((await page.$$eval("[data-testid=build-log-row]", (rs) => rs.length)) === blog.length, "build page of an ended build: the whole log, then its end");
+  await page.goto(`${base}/console/#/templates`);
+  await page.waitForFunction(() => [...document.querySelectorAll("[data-testid=template-row]")].some((r) => r.children[0].textContent === "tpl-live" && r.children[1].textContent === "ready"));
+  const tl = await page.$$eval("[data-testid=template-row]", (rs) => rs.map((r) => [...r.children].map((c) => c.textContent)).find((c) => c[0] === "tpl-live"));
+  ok(tl[2] === "template mini" && /^\d+ ms$|^[\d.]+ s$/.test(tl[3]) && tl[4] === "1", `templates: tpl-live ready, made from template mini, its build time (${tl.join(" | ")})`);
 
   // Audit: the page answers (with the records, or why there are none).
   await page.goto(`${base}/console/#/audit`);
@@ -238,6 +343,52 @@ try {
   ok(x.error && x.error.includes("unsupported URL scheme"), `explain: a URL it cannot read is refused with why (${x.error})`);
   ok(await page.evaluate(() => document.querySelectorAll("main b, main img").length === 0), "explain: nothing of the input became markup");
   await page.screenshot({ path: `${shots}/policy.png`, fullPage: true });
+
+  // Vault: a secret added through the page's write-only field, listed with its version, bound
+  // host and the rule that injects it; its value is in no answer and nowhere on the page;
+  // rotated, a bad name refused, deleted.
+  const value1 = "s3cret-value-one", value2 = "s3cret-value-two";
+  const vaultJson = () => page.evaluate(async () => (await fetch("/admin/vault")).text());
+  await page.goto(`${base}/console/#/vault`);
+  await page.waitForSelector("#vault-create");
+  await page.type("#vault-name", "console/token");
+  await page.type("#vault-value", value1);
+  await page.type("#vault-desc", "<img src=x onerror=window.__pwned=11>");
+  await page.type("#vault-hosts", "api.github.test");
+  await page.click("#vault-create button[type=submit]");
+  await page.waitForFunction(() => document.querySelector("[data-testid=vault-status]")?.textContent.includes("was added"));
+  const vrow = async () => page.$$eval("[data-testid=vault-row]", (rs) => rs.map((r) => [...r.children].map((c) => c.textContent)).find((c) => c[0] === "console/token"));
+  let vr = await vrow();
+  ok(vr && vr[1] === "<img src=x onerror=window.__pwned=11>" && vr[2].startsWith("1 ") && vr[3] === "api.github.test" && vr[4] === "vaulted/gh → api.github.test",
+    `vault: the secret is listed with its version, bound host and the rule injecting it, its description as text (${vr && vr.join(" | ")})`);
+  ok(await page.evaluate(() => document.querySelectorAll("main img").length === 0 && window.__pwned === undefined), "vault: nothing of the description ran");
+  const noValue = async (v) => !(await page.evaluate(() => document.body.innerText)).includes(v) && !(await vaultJson()).includes(v) &&
+    (await page.$$eval("input", (is, v) => is.every((i) => i.value !== v), v));
+  ok(await noValue(value1), "vault: the value is nowhere on the page, in no field and in no answer");
+  await page.screenshot({ path: `${shots}/vault.png`, fullPage: true });
+  const rotate = await page.$$("xpath/.//tr[contains(., 'console/token')]//form[@data-testid='vault-rotate']//input");
+  await rotate[0].type(value2);
+  const [rotBtn] = await page.$$("xpath/.//tr[contains(., 'console/token')]//button[contains(., 'Rotate')]");
+  await rotBtn.click();
+  await page.waitForFunction(() => document.querySelector("[data-testid=vault-status]")?.textContent.includes("is at version 2"));
+  vr = await vrow();
+  ok(vr[2].startsWith("2 ") && (await noValue(value2)), `vault: rotated to version 2, the new value nowhere either (${vr[2]})`);
+  await page.$eval("#vault-name", (e) => { e.value = ""; });
+  await page.type("#vault-name", "Not A/Name");
+  await page.type("#vault-value", "x");
+  await page.click("#vault-create button[type=submit]");
+  await page.waitForFunction(() => document.querySelector("[data-testid=vault-status] [data-testid=error]")?.textContent.includes("is not a secret name"));
+  ok(true, "vault: a bad name is refused, saying what a name is");
+  const [delBtn] = await page.$$("xpath/.//tr[contains(., 'console/token')]//button[contains(., 'Delete')]");
+  await delBtn.click();
+  await page.waitForFunction(() => document.querySelector("[data-testid=vault-status]")?.textContent.includes("was deleted"));
+  ok(!(await vrow()), "vault: deleted, it is gone from the list");
+  // One for the auditor to see.
+  const kept = await page.evaluate(async () => {
+    const s = await (await fetch("/console/api/session")).json();
+    return (await fetch("/admin/vault/console/kept", { method: "POST", headers: { "Content-Type": "application/json", "X-Airlock-CSRF": s.csrfToken }, body: '{"value":"kept-value"}' })).status;
+  });
+  ok(kept === 201, "vault: a secret added through the API the page uses");
 
   // API keys: create one (shown once), see it listed with its role, revoke it: it stops working.
   await page.goto(`${base}/console/#/keys`);
@@ -357,6 +508,17 @@ try {
   await page.goto(`${base}/console/#/sandboxes`);
   await page.waitForFunction((id) => [...document.querySelectorAll("[data-testid=sandbox-row]")].some((r) => r.textContent.includes(id)), {}, sandbox2);
   ok(true, "auditor: the sandbox is still listed");
+  await page.goto(`${base}/console/#/vault`);
+  await page.waitForFunction(() => [...document.querySelectorAll("[data-testid=vault-name]")].some((e) => e.textContent === "console/kept"));
+  ok(!(await page.$("#vault-create")) && !(await page.$("[data-testid=vault-rotate]")) && !(await page.$("[data-testid=vault-delete]")),
+    "auditor: the vault's names, no add, rotate or delete offered");
+  await page.screenshot({ path: `${shots}/vault-auditor.png`, fullPage: true });
+  const vaultRefused = await page.evaluate(async () => {
+    const s = await (await fetch("/console/api/session")).json();
+    const r = await fetch("/admin/vault/console/kept", { method: "PUT", headers: { "Content-Type": "application/json", "X-Airlock-CSRF": s.csrfToken }, body: '{"value":"stolen"}' });
+    return [s.may.writeVault, r.status];
+  });
+  ok(vaultRefused[0] === false && vaultRefused[1] === 403, `auditor: the API refuses its vault write (${vaultRefused[1]})`);
   await page.goto(`${base}/console/#/audit`);
   await page.waitForSelector("#verify");
   ok(true, "auditor: the audit page and its verification are offered");

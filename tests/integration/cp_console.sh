@@ -5,17 +5,27 @@
 #   - sign-in (a wrong key refused with the API's reason), the overview, the session cookie's
 #     attributes as the browser holds them, unreadable from script;
 #   - the overview's latency chart has the creations, and one made meanwhile at its next
-#     redrawing; without airlock-egress it says there are no decisions to chart;
+#     redrawing; without airlock-egress it says there are no decisions to chart; the egress
+#     chart's drawing, from a series answered by the test (two runs of buckets: each series
+#     two lines through a point per bucket at its time and value, titles, scale, legend);
 #   - the sandboxes page lists a created sandbox whose metadata is hostile (<img onerror>,
 #     "><script>, a bidi control): shown as text, no element made, nothing run;
 #   - a POST with the cookie and without the CSRF token is refused; the detail page, its
 #     logs live (lines written meanwhile at the bottom, hostile ones as text); kill;
+#   - the templates page: each template's latest build and what it is made from; a build's
+#     log followed live from before its definition is sent (its entries in order, a hostile
+#     one as text, its status turning ready, the stream's end), whole once it ended; the list
+#     then has its base and build time;
 #   - the audit page's verification answers; followed live with a filter, a record written
 #     meanwhile appears (rule, reason, a hostile host as text), one filtered out does not;
 #   - the policies page: each policy valid or with its errors, a policy's YAML with each lint
 #     finding under its line and column (a hostile string in it as text), the sandboxes using
 #     one, explain (allowed by rule web and why, another port denied naming the rule, a hostile
 #     host refused and quoted as text, an unreadable URL refused with why);
+#   - the vault page: a secret added (its value in a password field, never shown or answered
+#     back), listed with its version, bound host and the policy rule injecting it (a hostile
+#     description as text); rotated (version 2), a bad name refused with why, deleted; an
+#     auditor sees the names but no way to change them, and the API refuses its write;
 #   - the API keys page creates a key (shown once, working) and revokes it (refused at once);
 #     sign-out ends the session;
 #   - a sandbox's page lists its egress decisions and follows them live (not another's);
@@ -68,12 +78,35 @@ rules:
     hostz: [x.test]
 YAML
 
+# A template made without the build API, as `airlock template pull` leaves one (its image's
+# reference and size in its template.json; the test backend needs no files in it), and one
+# whose build waits for its definition: browser.mjs follows its log, then sends it (from mini).
+mkdir -p "$CP_STATE/templates/mini/rootfs/etc"
+echo 'root:x:0:0::/root:/bin/sh' >"$CP_STATE/templates/mini/rootfs/etc/passwd"
+printf '{"image":{"reference":"registry.test/mini:1","digest":"sha256:%064d","bytes":2048},"workdir":"/","user":"root"}\n' 0 \
+  >"$CP_STATE/templates/mini/template.json"
+TPL_BUILD=$(cp_api -X POST "$CP_URL/v3/templates" -d '{"name":"tpl-live"}' |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["buildID"])')
+al_check "a template build waiting for its definition" test -n "$TPL_BUILD"
+
+# A policy whose rule injects a vault secret, for the vault page (which rules use a secret).
+cat >"$CP_STATE/policies/vaulted.yaml" <<'YAML'
+version: 1
+name: vaulted
+rules:
+  - name: gh
+    hosts: [api.github.test]
+    inject:
+      - header: Authorization
+        value: "Bearer ${secret:console/token}"
+YAML
+
 al_note "the console in chromium"
 SHOTS=${CONSOLE_SHOTS:-$AIRLOCK_BIN/../artifacts/cp_console}
 rm -rf "$SHOTS" && mkdir -p "$SHOTS"
 al_ok "browser checks (tests/console/browser.mjs)" \
   nsenter --net="/run/netns/$CP_HOSTNS" env CONSOLE_URL="$CP_URL" API_KEY="$CP_KEY" SANDBOX="$SB" \
-  AUDITOR_KEY="$AUDITOR" SANDBOX2="$SB2" AUDIT_FILE="$AUDIT_FILE" \
+  AUDITOR_KEY="$AUDITOR" SANDBOX2="$SB2" AUDIT_FILE="$AUDIT_FILE" TEMPLATE_BUILD="$TPL_BUILD" \
   SANDBOX_LOG="$CP_STATE/sandboxes/$SB/agent.log" \
   SHOTS="$SHOTS" CHROMIUM="$CHROMIUM" HOME="$AL_TMP" timeout 300 node "$CONSOLE_DIR/browser.mjs"
 printf '%s\n' "$AL_OUT" | sed 's/^/     /'
@@ -83,8 +116,8 @@ al_check "the terminal's shell pid was reported" test -n "$SHELL_PID"
 for _ in $(seq 100); do kill -0 "$SHELL_PID" 2>/dev/null || break; sleep 0.1; done
 al_check "the terminal's shell was killed when the page closed it" bash -c "! kill -0 $SHELL_PID 2>/dev/null"
 al_match "the auditor did not kill it" "\"sandboxID\": *\"$SB2\"" cp_api "$CP_URL/sandboxes/$SB2"
-for p in signin overview overview-charts sandboxes sandbox audit audit-live policies policy-broken policy keys terminal \
-  sandbox-auditor; do
+for p in signin overview overview-charts overview-egress-chart sandboxes sandbox templates template-build audit audit-live policies policy-broken policy vault keys terminal \
+  sandbox-auditor vault-auditor; do
   al_check "screenshot of $p" test -s "$SHOTS/$p.png"
 done
 al_done
