@@ -611,6 +611,50 @@ static json_t *entry_named(json_t *list, const char *name)
     return NULL;
 }
 
+/* The vault's routes (console_vault.c): bodies and names checked before the vault is asked;
+ * a vault that does not answer is a 503 saying so; writes are admins' only. The fixture runs
+ * no airlock-vault: cp_console (a real one) checks what it answers. */
+START_TEST(console_admin_vault)
+{
+    char akey[CP_APIKEY_LEN + 1];
+    add_key("watch", CP_ROLE_AUDITOR, NULL, akey);
+    struct al_http_header k[] = {{"X-API-KEY", KEY_ENV}, {"Content-Type", "application/json"}};
+    struct al_http_header a[] = {{"X-API-KEY", akey}, {"Content-Type", "application/json"}};
+    struct resp r;
+    call(&r, "GET", "/admin/vault", k, 2, NULL);
+    assert_error(&r, 503, "airlock-vault, which is not available");
+    resp_free(&r);
+    call(&r, "POST", "/admin/vault/Not%20A/name", k, 2, "{\"value\":\"v\"}");
+    assert_error(&r, 400, "is not a secret name");
+    resp_free(&r);
+    call(&r, "POST", "/admin/vault/team/token", k, 2, "{\"value\":\"\"}");
+    assert_error(&r, 400, "\"value\" (the secret's value");
+    resp_free(&r);
+    call(&r, "POST", "/admin/vault/team/token", k, 2, "{\"value\":\"v\",\"owner\":\"x\"}");
+    assert_error(&r, 400, "owner");
+    resp_free(&r);
+    call(&r, "PUT", "/admin/vault/team/token", k, 2, "{\"value\":\"v\",\"boundHosts\":\"x\"}");
+    assert_error(&r, 400, "\"boundHosts\" an array");
+    resp_free(&r);
+    call(&r, "POST", "/admin/vault/team/token", k, 2, "{\"value\":\"v\"}");
+    assert_error(&r, 503, "airlock-vault, which is not available");
+    resp_free(&r);
+    call(&r, "PATCH", "/admin/vault/team/token", k, 2, NULL);
+    assert_error(&r, 405, "PUT writes a new version");
+    resp_free(&r);
+    /* An auditor reads the names (here: the same 503), and may not write or delete. */
+    call(&r, "GET", "/admin/vault", a, 2, NULL);
+    assert_error(&r, 503, "airlock-vault");
+    resp_free(&r);
+    call(&r, "PUT", "/admin/vault/team/token", a, 2, "{\"value\":\"v\"}");
+    assert_error(&r, 403, "has the role auditor");
+    resp_free(&r);
+    call(&r, "DELETE", "/admin/vault/team/token", a, 2, NULL);
+    assert_error(&r, 403, "has the role auditor");
+    resp_free(&r);
+}
+END_TEST
+
 START_TEST(console_admin_policies)
 {
     static const char bad[] =
@@ -642,6 +686,12 @@ START_TEST(console_admin_policies)
     ck_assert_int_eq(json_integer_value(json_object_get(e, "ruleCount")), 1);
     ck_assert_uint_eq(json_array_size(json_object_get(e, "sandboxes")), 1);
     ck_assert_str_eq(jstr(json_array_get(json_object_get(e, "sandboxes"), 0), "sandboxID"), id);
+    /* Its rules, each with the hosts it names and the vault secrets it injects (none). */
+    json_t *lr = json_array_get(json_object_get(e, "rules"), 0);
+    ck_assert_str_eq(jstr(lr, "name"), "gh");
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(lr, "hosts"), 0)),
+                     "api.github.com");
+    ck_assert_uint_eq(json_array_size(json_object_get(lr, "secrets")), 0);
     ck_assert_str_eq(jstr(json_array_get(json_object_get(e, "sandboxes"), 0), "state"), "running");
     e = entry_named(list, "default");
     ck_assert(json_is_true(json_object_get(e, "default")));
@@ -1116,6 +1166,7 @@ static Suite *suite(void)
     tcase_add_test(t, console_admin_overview);
     tcase_add_test(t, console_sandbox_logs_live);
     tcase_add_test(t, console_admin_policies);
+    tcase_add_test(t, console_admin_vault);
     tcase_add_test(t, console_admin_audit_live);
     tcase_add_test(t, console_ws_frames);
     tcase_add_test(t, console_terminal_upgrade);
