@@ -11,6 +11,7 @@
 #   - a node presenting another node's certificate, and a gateway that trusts another CA,
 #     are refused by the gateway, saying why (the 502 of its connector, the 503 of a
 #     creation with no other node);
+#   - with the cluster token set as well, nodes want both;
 #   - a half-configured cluster.tls and a key readable by others stop airlockd at start.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
@@ -182,7 +183,29 @@ start gateway "$GW_STATE" "$AL_TMP/gateway.yaml" || exit 1
 OUT=$(api -w '\n%{http_code}' -X POST "$URL_gateway/v2/sandboxes" -d '{"templateID":"base","timeout":600}')
 al_eq "with the cluster CA again, creations work" "$(tail -n1 <<<"$OUT")" 201
 
+al_note "the cluster token as well"
+al_kill gateway TERM
+al_kill node-1 TERM
+TOKEN=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+printf '%s\n' "$TOKEN" >"$AL_TMP/cluster.token"
+chmod 0600 "$AL_TMP/cluster.token"
+cfg "$AL_TMP/node-1.yaml" node "$CERTS/node-node-1" "node_id: node-1" "token_file: $AL_TMP/cluster.token"
+cfg "$AL_TMP/gateway.yaml" gateway "$CERTS/gateway-gw-1" "token_file: $AL_TMP/cluster.token"
+LISTEN=127.0.0.1:$NPORT start node-1 "$N1_STATE" "$AL_TMP/node-1.yaml" || exit 1
+start gateway "$GW_STATE" "$AL_TMP/gateway.yaml" || exit 1
+al_check "the node is live" al_wait_until 60 eval \
+  '[ "$(sql "SELECT count(*) FROM nodes WHERE id = '"'node-1'"' AND lease_expires_at > now()")" = 1 ]'
+OUT=$(api -w '\n%{http_code}' -X POST "$URL_gateway/v2/sandboxes" -d '{"templateID":"base","timeout":600}')
+al_eq "a creation through the gateway (certificate and token)" "$(tail -n1 <<<"$OUT")" 201
+GW_CERT=(--cert "$CERTS/gateway-gw-1.pem" --key "$CERTS/gateway-gw-1.key")
+al_eq "the node wants the token too" "$(node -o /dev/null -w '%{http_code}' "${GW_CERT[@]}" "$NURL/v2/sandboxes")" 403
+al_eq "... and takes both" "$(node -o /dev/null -w '%{http_code}' "${GW_CERT[@]}" \
+  -H "X-Airlock-Cluster-Token: $TOKEN" "$NURL/v2/sandboxes")" 200
+al_eq "... but not the token without the certificate" "$(node -o /dev/null -w '%{http_code}' \
+  -H "X-Airlock-Cluster-Token: $TOKEN" "$NURL/v2/sandboxes")" 403
+
 al_kill gateway TERM
 al_kill node-1 TERM
 al_check "no key is in any log" eval '! grep -rlq -- "PRIVATE KEY" "$AL_TMP"/*.log'
+al_check "nor the token" eval '! grep -rq -- "$TOKEN" "$AL_TMP"/*.log'
 al_done
