@@ -224,7 +224,7 @@ static int tcli__pull(int argc, char **argv)
     status = 0;
 out:
     if (tmp[0])
-        tpl_rmtree(tmp);
+        al_rmtree(tmp);
     tpl_creds_free(creds);
     tpl_image_free(&img);
     cp_config_free(&cfg);

@@ -11,7 +11,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/openat2.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sodium.h>
 #if defined(__SSE2__) && defined(__x86_64__)
@@ -615,15 +617,38 @@ void al_uuid_format(const unsigned char b[16], char out[37])
     *o = '\0';
 }
 
+int al_openat_beneath(int dirfd, const char *path, int flags)
+{
+    struct open_how how = {
+        .flags = (uint64_t)(flags | O_CLOEXEC | O_NOFOLLOW),
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
+    };
+    long fd;
+    do {
+        fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    } while (fd < 0 && errno == EINTR);
+    return fd < 0 ? -errno : (int)fd;
+}
+
 static int util__rm_at(int dirfd, const char *name, int depth)
 {
     if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT)
         return 0;
-    if ((errno != EISDIR && errno != EPERM) || depth > 512)
-        return -errno;
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int unlink_errno = errno;
+    if (unlink_errno != EISDIR && unlink_errno != EPERM)
+        return -unlink_errno;
+    if (depth >= AL_RMTREE_MAX_DEPTH)
+        return -ELOOP;
+    /* Opened beneath dirfd with no link and no mount crossed: a mount point in the tree
+     * (a bind mount left in a sandbox's root, say) is refused with -EXDEV, never emptied
+     * through. */
+    int fd = al_openat_beneath(dirfd, name, O_RDONLY | O_DIRECTORY);
+    if (fd == -ENOENT)
+        return 0;
+    if (fd == -ENOTDIR)
+        return -unlink_errno; /* a file unlinkat may not remove (EPERM) */
     if (fd < 0)
-        return -errno;
+        return fd;
     DIR *d = fdopendir(fd);
     if (!d) {
         close(fd);

@@ -56,9 +56,19 @@ int al_mkdir_p(const char *path, mode_t mode);
  * and into key (1). -ENOENT without create; -EINVAL (err names both sizes) for a file of
  * another size. The read buffer is wiped. */
 int al_key_file(const char *path, void *key, size_t len, bool create, struct al_error *err);
+/* Opens path beneath dirfd (openat2 RESOLVE_BENEATH) crossing no symbolic link, magic link
+ * or mount point, O_NOFOLLOW and O_CLOEXEC added to flags: the one way code that works in a
+ * tree it does not trust (an image's layers, a sandbox's root) opens what is in it. The fd,
+ * or -errno (-ELOOP at a link; -EXDEV at a mount point, for an absolute path, or for ".."
+ * leading out of dirfd). */
+int al_openat_beneath(int dirfd, const char *path, int flags);
+/* How deep al_rmtree_at goes (it holds one open directory per level, and a process's usual
+ * limit is 1024 descriptors): deeper than an image or a jail snapshot goes. */
+#define AL_RMTREE_MAX_DEPTH 1024
 /* Removes name under dirfd and, if it is a directory, everything in it, never following a
- * symbolic link (at most 512 levels deep: deeper than a jail snapshot goes). 0 also when it
- * does not exist, else the first -errno met (the rest is still removed). */
+ * symbolic link and never crossing into what is mounted inside it (-EXDEV for a mount
+ * point). 0 also when it does not exist, else the first -errno met (-ELOOP deeper than
+ * AL_RMTREE_MAX_DEPTH); the rest is still removed. */
 int al_rmtree_at(int dirfd, const char *name);
 /* The same for a path (its last component is removed); -EINVAL for "/" or "". */
 int al_rmtree(const char *path);

@@ -800,7 +800,7 @@ static int builds__run_prepare(struct builds_job *j, const json_t *t, const char
         return -1;
     }
     snprintf(j->snapshot, sizeof j->snapshot, "%s.step-%ld", j->tmp, j->run_at + 1);
-    tpl_rmtree(j->snapshot); /* (a leftover of nothing: the name is this build's) */
+    al_rmtree(j->snapshot); /* (a leftover of nothing: the name is this build's) */
     return 0;
 }
 
@@ -848,7 +848,7 @@ static void builds__run_merge(struct builds_job *j)
         al_write_file_atomic(meta, text, strlen(text), 0600, &err) < 0)
         unlink(layer);
     free(text);
-    if (tpl_rmtree(j->snapshot) < 0)
+    if (al_rmtree(j->snapshot) < 0)
         al_warn("build %s: cannot remove %s", j->bid, j->snapshot);
     j->snapshot[0] = '\0';
     j->run_at = -1;
@@ -1049,9 +1049,9 @@ static void builds__work(uv_work_t *w)
     if (cp_template_write_json(j->tmp, j->t, &err) < 0)
         builds__job_fail(j, "finalize", "writing template.json: %s", al_error_str(&err));
 out:
-    if (j->rc && j->snapshot[0] && tpl_rmtree(j->snapshot) < 0)
+    if (j->rc && j->snapshot[0] && al_rmtree(j->snapshot) < 0)
         al_warn("build %s: cannot remove %s", j->bid, j->snapshot);
-    if (j->rc && tpl_rmtree(j->tmp) < 0)
+    if (j->rc && al_rmtree(j->tmp) < 0)
         al_warn("build %s: cannot remove %s", j->bid, j->tmp);
 }
 
@@ -1402,7 +1402,7 @@ static void builds__finish(struct builds_job *j)
     struct al_error err = {0};
     if (!j->rc && builds__install(j, &err)) {
         builds__job_fail(j, "finalize", "%s", al_error_str(&err));
-        tpl_rmtree(j->tmp);
+        al_rmtree(j->tmp);
     }
     if (j->rc) { /* (a RUN step failed on the loop: its version is there still) */
         struct stat sb;
@@ -1763,7 +1763,7 @@ void cp_builds_recover(struct cp *cp)
         char p[4400];
         snprintf(p, sizeof p, "%s/%s", cp->cfg.templates_path, de->d_name);
         al_info("removing %s, left by a build or a removal that did not end", p);
-        if (strstr(de->d_name, ".link-") ? unlink(p) < 0 : tpl_rmtree(p) < 0)
+        if (strstr(de->d_name, ".link-") ? unlink(p) < 0 : al_rmtree(p) < 0)
             al_warn("cannot remove %s", p);
     }
     closedir(d);

@@ -592,7 +592,7 @@ int cp_template_link_copy(const char *src_dir, const char *dst_dir, struct al_er
         close(d);
     if (rc) {
         al_error_prefix(err, "linking %s into %s: ", sp, dp);
-        tpl_rmtree(dp);
+        al_rmtree(dp);
     }
     return rc;
 }

@@ -23,8 +23,7 @@
 
 #include "common/util.h"
 
-#define APPLY_COPY_BUF  (256 * 1024)
-#define APPLY_MAX_DEPTH 1024
+#define APPLY_COPY_BUF (256 * 1024)
 
 struct apply_set { /* the paths the current layer made (open addressing) */
     char **v;
@@ -108,19 +107,6 @@ static int set__add(struct apply_set *s, const char *p)
 
 /* ---- resolution ---------------------------------------------------------------------- */
 
-static int apply__openat2(int dirfd, const char *path, int flags)
-{
-    struct open_how how = {
-        .flags = (uint64_t)(flags | O_CLOEXEC | O_NOFOLLOW),
-        .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
-    };
-    long fd;
-    do {
-        fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
-    } while (fd < 0 && errno == EINTR);
-    return fd < 0 ? -errno : (int)fd;
-}
-
 static void apply__forget_dir(struct tpl_apply *a)
 {
     if (a->dir_fd >= 0)
@@ -151,12 +137,12 @@ static int apply__dir(struct tpl_apply *a, const char *dir, bool create, int *ou
         return 0;
     }
     apply__forget_dir(a);
-    int fd = dir[0] ? apply__openat2(a->root, dir, O_PATH | O_DIRECTORY)
-                    : apply__openat2(a->root, ".", O_PATH | O_DIRECTORY);
+    int fd = dir[0] ? al_openat_beneath(a->root, dir, O_PATH | O_DIRECTORY)
+                    : al_openat_beneath(a->root, ".", O_PATH | O_DIRECTORY);
     if (fd < 0) {
         /* The slow way, one component at a time: to say which one is wrong, and to make the
          * missing ones. */
-        fd = apply__openat2(a->root, ".", O_PATH | O_DIRECTORY);
+        fd = al_openat_beneath(a->root, ".", O_PATH | O_DIRECTORY);
         if (fd < 0)
             return apply__err(msg, msglen, fd, "cannot open the root: %s", strerror(-fd));
         char part[4097];
@@ -164,7 +150,7 @@ static int apply__dir(struct tpl_apply *a, const char *dir, bool create, int *ou
         char *save = NULL;
         size_t done = 0;
         for (char *c = strtok_r(part, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
-            int n = apply__openat2(fd, c, O_PATH | O_DIRECTORY);
+            int n = al_openat_beneath(fd, c, O_PATH | O_DIRECTORY);
             if (n == -ENOENT && create) {
                 if (mkdirat(fd, c, 0755) < 0 && errno != EEXIST) {
                     int e = errno;
@@ -172,7 +158,7 @@ static int apply__dir(struct tpl_apply *a, const char *dir, bool create, int *ou
                     return apply__err(msg, msglen, -e, "cannot make the directory '%.*s%s': %s",
                                       (int)done, dir, c, strerror(e));
                 }
-                n = apply__openat2(fd, c, O_PATH | O_DIRECTORY);
+                n = al_openat_beneath(fd, c, O_PATH | O_DIRECTORY);
             }
             if (n < 0) {
                 struct stat st;
@@ -257,14 +243,8 @@ int tpl_mkdir_in_root(int root, const char *path, int *out, char *msg, size_t ms
 
 /* ---- removal ------------------------------------------------------------------------- */
 
-static int apply__rmtree(int pfd, const char *name, int depth);
-
-int tpl_rmtree_at(int pfd, const char *name)
-{
-    return apply__rmtree(pfd, name, 0);
-}
-
-static int apply__empty_dir(int dfd, int depth, const struct apply_set *keep, const char *prefix)
+/* Empties dfd but for what keep holds (the paths, prefix-relative, this layer made). */
+static int apply__empty_dir(int dfd, const struct apply_set *keep, const char *prefix)
 {
     int rfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (rfd < 0)
@@ -279,38 +259,16 @@ static int apply__empty_dir(int dfd, int depth, const struct apply_set *keep, co
     while (rc == 0 && (de = readdir(d))) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
-        if (keep) {
-            char p[8192];
-            snprintf(p, sizeof p, "%s%s%s", prefix, prefix[0] ? "/" : "", de->d_name);
-            if (set__has(keep, p))
-                continue;
-        }
-        rc = apply__rmtree(dfd, de->d_name, depth + 1);
+        char p[8192];
+        snprintf(p, sizeof p, "%s%s%s", prefix, prefix[0] ? "/" : "", de->d_name);
+        if (set__has(keep, p))
+            continue;
+        rc = al_rmtree_at(dfd, de->d_name);
         if (rc == 0)
             rewinddir(d); /* the listing changed under us */
     }
     closedir(d);
     return rc;
-}
-
-/* Removes name (a file, a link, or a whole directory) from pfd; nothing there is fine. */
-static int apply__rmtree(int pfd, const char *name, int depth)
-{
-    if (depth > APPLY_MAX_DEPTH)
-        return -ELOOP;
-    struct stat st;
-    if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    if (!S_ISDIR(st.st_mode))
-        return unlinkat(pfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
-    int dfd = apply__openat2(pfd, name, O_PATH | O_DIRECTORY);
-    if (dfd < 0)
-        return dfd;
-    int rc = apply__empty_dir(dfd, depth, NULL, "");
-    close(dfd);
-    if (rc)
-        return rc;
-    return unlinkat(pfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT ? -errno : 0;
 }
 
 /* ---- metadata ------------------------------------------------------------------------ */
@@ -385,13 +343,13 @@ static int apply__directory(struct tpl_apply *a, int pfd, const char *name,
 {
     struct stat st;
     if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode)) {
-        int rc = apply__rmtree(pfd, name, 0);
+        int rc = al_rmtree_at(pfd, name);
         if (rc)
             return apply__err(msg, msglen, rc, "cannot replace it: %s", strerror(-rc));
     }
     if (mkdirat(pfd, name, 0700) < 0 && errno != EEXIST)
         return apply__err(msg, msglen, -errno, "cannot make the directory: %s", strerror(errno));
-    int fd = apply__openat2(pfd, name, O_RDONLY | O_DIRECTORY);
+    int fd = al_openat_beneath(pfd, name, O_RDONLY | O_DIRECTORY);
     if (fd < 0)
         return apply__err(msg, msglen, fd, "cannot open the directory: %s", strerror(-fd));
     int rc = apply__meta_fd(a, fd, e, msg, msglen);
@@ -416,8 +374,8 @@ static int apply__hardlink(struct tpl_apply *a, int pfd, const char *name, const
     const char *ldir = slash ? lp : "", *lbase = slash ? slash + 1 : lp;
     if (slash)
         *slash = '\0';
-    int lfd = ldir[0] ? apply__openat2(a->root, ldir, O_PATH | O_DIRECTORY)
-                      : apply__openat2(a->root, ".", O_PATH | O_DIRECTORY);
+    int lfd = ldir[0] ? al_openat_beneath(a->root, ldir, O_PATH | O_DIRECTORY)
+                      : al_openat_beneath(a->root, ".", O_PATH | O_DIRECTORY);
     if (lfd < 0)
         return apply__err(msg, msglen, lfd,
                           "hard link target '%s' is not inside the image (or crosses a "
@@ -439,7 +397,7 @@ static int apply__hardlink(struct tpl_apply *a, int pfd, const char *name, const
             close(lfd);
             return 0;
         }
-        if ((rc = apply__rmtree(pfd, name, 0))) {
+        if ((rc = al_rmtree_at(pfd, name))) {
             close(lfd);
             return apply__err(msg, msglen, rc, "cannot replace it: %s", strerror(-rc));
         }
@@ -464,7 +422,7 @@ static int apply__whiteout(struct tpl_apply *a, const char *dir, const char *bas
     a->st.whiteouts++;
     if (strcmp(base, ".wh..wh..opq") == 0) {
         /* Opaque: what lower layers put in dir is hidden; this layer's entries stay. */
-        rc = apply__empty_dir(pfd, 0, &a->made, dir);
+        rc = apply__empty_dir(pfd, &a->made, dir);
         apply__forget_dir(a);
         return rc ? apply__err(msg, msglen, rc, "cannot empty the opaque directory: %s",
                                strerror(-rc))
@@ -477,7 +435,7 @@ static int apply__whiteout(struct tpl_apply *a, const char *dir, const char *bas
     snprintf(p, sizeof p, "%s%s%s", dir, dir[0] ? "/" : "", victim);
     if (set__has(&a->made, p))
         return 0; /* a whiteout hides lower layers only */
-    rc = apply__rmtree(pfd, victim, 0);
+    rc = al_rmtree_at(pfd, victim);
     apply__forget_dir(a);
     return rc ? apply__err(msg, msglen, rc, "cannot remove '%s': %s", p, strerror(-rc)) : 0;
 }
@@ -509,7 +467,7 @@ int tpl_apply_entry(struct tpl_apply *a, struct tpl_tar *t, const struct tpl_tar
     if (!path[0]) { /* "./": the root itself */
         if (e->type != TPL_TAR_DIR)
             return apply__err(msg, msglen, -EINVAL, "the root of the image is not a directory");
-        int fd = apply__openat2(a->root, ".", O_RDONLY | O_DIRECTORY);
+        int fd = al_openat_beneath(a->root, ".", O_RDONLY | O_DIRECTORY);
         if (fd < 0)
             return apply__err(msg, msglen, fd, "cannot open the root: %s", strerror(-fd));
         rc = apply__meta_fd(a, fd, e, msg, msglen);
@@ -532,7 +490,7 @@ int tpl_apply_entry(struct tpl_apply *a, struct tpl_tar *t, const struct tpl_tar
         if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
             if (S_ISDIR(st.st_mode))
                 apply__forget_dir(a);
-            if ((rc = apply__rmtree(pfd, base, 0)))
+            if ((rc = al_rmtree_at(pfd, base)))
                 return apply__err(msg, msglen, rc, "cannot replace it: %s", strerror(-rc));
             if ((rc = apply__dir(a, dir, true, &pfd, msg, msglen)))
                 return rc;

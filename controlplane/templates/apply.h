@@ -55,10 +55,6 @@ int tpl_apply_entry(struct tpl_apply *a, struct tpl_tar *t, const struct tpl_tar
                     char *msg, size_t msglen);
 const struct tpl_apply_stats *tpl_apply_stats(const struct tpl_apply *a);
 
-/* Removes name (a file, a link, a whole directory) from the directory pfd without following
- * any link in it; nothing there is fine. */
-int tpl_rmtree_at(int pfd, const char *name);
-
 /* mkdir -p of path (absolute, without "..") inside the root filesystem root (an image's:
  * untrusted). Every prefix is resolved with openat2(RESOLVE_IN_ROOT), so a link of the image
  * leads at most to another place of the image, never out of it; missing directories are made

@@ -22,27 +22,6 @@
 
 #define UNPACK_OUT_MAX (1u << 20) /* the helper's JSON lines */
 
-int tpl_rmtree(const char *path)
-{
-    char parent[4096];
-    snprintf(parent, sizeof parent, "%s", path);
-    char *slash = strrchr(parent, '/');
-    const char *base = path;
-    int pfd;
-    if (slash) {
-        *slash = '\0';
-        base = slash + 1;
-        pfd = open(parent[0] ? parent : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    } else {
-        pfd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    }
-    if (pfd < 0)
-        return errno == ENOENT ? 0 : -errno;
-    int rc = tpl_rmtree_at(pfd, base);
-    close(pfd);
-    return rc;
-}
-
 /* Reads the helper's output until EOF, for at most timeout_s. */
 static int unpack__collect(int fd, int pidfd, uint32_t timeout_s, struct al_buf *out)
 {
@@ -281,7 +260,7 @@ out:
     if (blobs >= 0)
         close(blobs);
     if (rc) {
-        int r = tpl_rmtree(rootfs);
+        int r = al_rmtree(rootfs);
         if (r)
             al_warn("templates: cannot remove the failed root filesystem %s: %s", rootfs,
                     strerror(-r));

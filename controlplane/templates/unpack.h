@@ -62,8 +62,4 @@ int tpl_unpack_copy(const struct tpl_unpack_opts *o, const char *rootfs, const c
 int tpl_unpack_layer(const struct tpl_unpack_opts *o, const char *rootfs, const char *layer,
                      const char *diff_id, struct tpl_unpack_result *res, struct al_error *err);
 
-/* Removes a directory tree without following any link in it (a failed or discarded root
- * filesystem). Nothing there is fine. */
-int tpl_rmtree(const char *path);
-
 #endif

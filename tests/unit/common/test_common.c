@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <dirent.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -541,6 +543,93 @@ START_TEST(util_atomic_write_and_read)
 }
 END_TEST
 
+static void rm__put(const char *dir, const char *rel)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ck_assert_msg(fd >= 0, "%s: %m", p);
+    close(fd);
+}
+
+static bool rm__exists(const char *dir, const char *rel)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    struct stat st;
+    return lstat(p, &st) == 0;
+}
+
+/* al_rmtree removes a tree but nothing a link in it names, and never empties what is mounted
+ * inside it (the mount point is refused with -EXDEV, the rest of the tree still goes); a tree
+ * deeper than AL_RMTREE_MAX_DEPTH is -ELOOP. */
+START_TEST(util_rmtree_stays_in_its_tree)
+{
+    char dir[64], p[512];
+    al_test_tmpdir(dir, sizeof dir, "rmtree");
+    const char *dirs[] = {"outside", "victim", "victim/a", "victim/a/b", "victim/mnt"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, dirs[i]);
+        ck_assert_int_eq(mkdir(p, 0700), 0);
+    }
+    rm__put(dir, "outside/keep");
+    rm__put(dir, "victim/a/b/file");
+    snprintf(p, sizeof p, "%s/victim/a/rel", dir);
+    ck_assert_int_eq(symlink("../../outside", p), 0);
+    char target[256];
+    snprintf(target, sizeof target, "%s/outside", dir);
+    snprintf(p, sizeof p, "%s/victim/abs", dir);
+    ck_assert_int_eq(symlink(target, p), 0);
+
+    /* In a mount namespace of its own: a tmpfs on victim/mnt, with a file in it. */
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        snprintf(p, sizeof p, "%s/victim/mnt", dir);
+        if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+            mount("tmpfs", p, "tmpfs", 0, "size=1m"))
+            _exit(10);
+        snprintf(p, sizeof p, "%s/victim/mnt/inside", dir);
+        int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0)
+            _exit(11);
+        close(fd);
+        snprintf(p, sizeof p, "%s/victim", dir);
+        if (al_rmtree(p) != -EXDEV)
+            _exit(12);
+        if (!rm__exists(dir, "victim/mnt/inside") || rm__exists(dir, "victim/a"))
+            _exit(13);
+        _exit(0);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: status %d", st);
+
+    snprintf(p, sizeof p, "%s/victim", dir);
+    ck_assert_int_eq(al_rmtree(p), 0); /* the mount went with the child's namespace */
+    ck_assert(!rm__exists(dir, "victim"));
+    ck_assert(rm__exists(dir, "outside/keep"));
+    ck_assert_int_eq(al_rmtree(p), 0); /* nothing there is fine */
+
+    /* One level deeper than it goes. */
+    int at = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ck_assert_int_ge(at, 0);
+    ck_assert_int_eq(mkdirat(at, "deep", 0700), 0);
+    int cur = openat(at, "deep", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (int i = 0; i <= AL_RMTREE_MAX_DEPTH; i++) {
+        ck_assert_int_eq(mkdirat(cur, "d", 0700), 0);
+        int n = openat(cur, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ck_assert_int_ge(n, 0);
+        close(cur);
+        cur = n;
+    }
+    close(cur);
+    ck_assert_int_eq(al_rmtree_at(at, "deep"), -ELOOP);
+    close(at);
+    ck_assert_int_eq(al_test_rmtree(dir), 0);
+}
+END_TEST
+
 /* FDSize of /proc/self/status: the size of the descriptor table. */
 static long fd_table_size(void)
 {
@@ -721,6 +810,7 @@ static Suite *common_suite(void)
     tcase_add_test(tc, percent_decode_unreserved_only);
     tcase_add_test(tc, percent_decode_byte_steps);
     tcase_add_test(tc, util_atomic_write_and_read);
+    tcase_add_test(tc, util_rmtree_stays_in_its_tree);
     tcase_add_test(tc, util_fd_table_reserve);
     tcase_add_test(tc, confine_no_dumps);
     tcase_add_test(tc, log_json_lines);

@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "al_test.h"
+#include "common/util.h"
 #include "controlplane/templates/apply.h"
 #include "controlplane/templates/copy.h"
 #include "controlplane/templates/layer.h"
@@ -520,7 +521,7 @@ static int copy_root(char *dir, size_t n)
 static void copy_rmroot(int fd, const char *dir)
 {
     close(fd);
-    ck_assert_int_eq(tpl_rmtree(dir), 0);
+    ck_assert_int_eq(al_rmtree(dir), 0);
 }
 
 /* Applies the archive a (o bytes) to root; the result code, the message in msg. */
