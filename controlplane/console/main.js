@@ -2,8 +2,9 @@
 //   #/overview          backend and why, pools, sandboxes by state, and charts of the last
 //                       hour: creation latency, egress decisions (redrawn every 10 s)
 //   #/sandboxes         the sandboxes (state filter), each linking to its detail
-//   #/sandboxes/<id>    one sandbox: info, metadata, pause, resume, kill, its logs and its
-//                       egress decisions, live
+//   #/sandboxes/<id>    one sandbox: info, metadata, pause, resume, kill, its CPU, memory
+//                       and disk (charts, redrawn every 10 s), its logs and its egress
+//                       decisions, live
 //   #/sandboxes/<id>/terminal  a shell in it (operator and admin), over a WebSocket
 //   #/audit             the latest egress decisions (filters), followed live on request, and
 //                       the log's verification
@@ -30,7 +31,7 @@ const signoutBtn = document.getElementById("signout");
 let current = null; // the session
 let openTerminal = null; // the terminal page's WebSocket and emulator, closed when it is left
 let liveTail = null; // the audit page's EventSource, closed when it is left
-let chartsTimer = null; // the overview's redrawing of its charts, stopped when it is left
+let chartsTimer = null; // the redrawing of a page's charts, stopped when it is left
 let liveLogs = null; // a sandbox page's EventSource of its logs, closed when it is left
 let liveBuild = null; // a build page's EventSource of its log, closed when it is left
 
@@ -132,12 +133,15 @@ function clock(unix) {
 }
 
 function ms(v) {
-  return v >= 1000 ? `${(v / 1000).toFixed(v >= 10000 ? 0 : 1)} s` : `${Math.round(v)} ms`;
+  if (v >= 1000) return `${(v / 1000).toFixed(v >= 10000 ? 0 : 1)} s`;
+  return v < 10 && !Number.isInteger(v) ? `${v.toFixed(1)} ms` : `${Math.round(v)} ms`;
 }
 
-// series: [{name, cls, points: [{t, v, label}]}], t the bucket's start (unix seconds).
-function chart({ testid, caption, from, to, step, series, format }) {
-  const top = niceTop(Math.max(0, ...series.flatMap((s) => s.points.map((p) => p.v))));
+// series: [{name, cls, points: [{t, v, label}]}], t the bucket's start (unix seconds), drawn
+// at the bucket's middle; a line breaks where two points are more than `gap` apart (a bucket
+// missing: `step`). Samples taken at instants pass at: 0.
+function chart({ testid, caption, from, to, step, series, format, gap = step, at = step / 2, round = niceTop }) {
+  const top = round(Math.max(0, ...series.flatMap((s) => s.points.map((p) => p.v))));
   const x = (t) => (ML + ((t - from) / (to - from)) * (CW - ML - MR)).toFixed(1);
   const y = (v) => (MT + (1 - v / top) * (CH - MT - MB)).toFixed(1);
   const grid = [0, 0.5, 1].map((f) => [
@@ -150,15 +154,15 @@ function chart({ testid, caption, from, to, step, series, format }) {
     const runs = [];
     let prev = null;
     for (const p of s.points) {
-      if (!prev || p.t - prev.t > step) runs.push([]);
+      if (!prev || p.t - prev.t > gap) runs.push([]);
       runs[runs.length - 1].push(p);
       prev = p;
     }
     return svg("g", { class: `series ${s.cls}`, "data-testid": `series-${s.cls}` },
       runs.filter((r) => r.length > 1).map((r) =>
-        svg("polyline", { points: r.map((p) => `${x(p.t + step / 2)},${y(p.v)}`).join(" ") })),
+        svg("polyline", { points: r.map((p) => `${x(p.t + at)},${y(p.v)}`).join(" ") })),
       // Dense series are mostly their line: smaller points keep it readable.
-      s.points.map((p) => svg("circle", { cx: x(p.t + step / 2), cy: y(p.v), r: s.points.length > 60 ? 1.3 : 2.5, "data-testid": "chart-point" },
+      s.points.map((p) => svg("circle", { cx: x(p.t + at), cy: y(p.v), r: s.points.length > 60 ? 1.3 : 2.5, "data-testid": "chart-point" },
         svg("title", {}, p.label))));
   });
   return h("figure", { class: "chart panel", "data-testid": testid },
@@ -312,6 +316,7 @@ async function renderSandbox(id) {
   const logRows = h("tbody", { "data-testid": "log-rows" }, h("tr", { "data-testid": "no-logs", "data-empty": "" }, h("td", { colspan: 4, class: "muted" }, "No log lines yet.")));
   const logBox = h("div", { class: "logs", "data-testid": "logs" }, h("table", {}, logRows));
   const egressBox = h("div", { "data-testid": "sandbox-audit" }, h("p", { class: "muted" }, "Loading…"));
+  const resources = h("div", { class: "charts", "data-testid": "resources" }, h("p", { class: "muted" }, "Loading…"));
   const actions = [
     sb.state === "running" && may("pauseSandbox") ? act("Pause", "", async () => { await api("POST", `${path}/pause`); route(); }) : null,
     sb.state === "paused" && may("resumeSandbox") ? act("Resume", "", async () => { await api("POST", `${path}/resume`, {}); route(); }) : null,
@@ -344,12 +349,71 @@ async function renderSandbox(id) {
       ? h("p", {}, h("a", { href: `#/sandboxes/${encodeURIComponent(sb.sandboxID)}/terminal`, "data-testid": "open-terminal" }, "Open a terminal"))
       : !may("terminal") ? notForRole("open a terminal in a sandbox") : null,
     status,
+    h("h2", {}, "Resources"),
+    resources,
     h("h2", {}, "Logs"),
     may("sandboxLogs") ? [logStatus, logBox] : notForRole("read a sandbox's logs"),
     h("h2", {}, "Egress decisions"),
     may("readAudit") ? egressBox : notForRole("read the egress audit log"));
   if (may("sandboxLogs")) followLogs(sb.sandboxID, logRows, logStatus, logBox);
+  stopCharts();
+  chartsTimer = setInterval(() => {
+    if (!current || !resources.isConnected) stopCharts();
+    else guarded(() => drawResources(sb.sandboxID, resources));
+  }, 10000);
+  await drawResources(sb.sandboxID, resources);
   if (may("readAudit")) await sandboxDecisions(sb.sandboxID, egressBox);
+}
+
+// ---- a sandbox's resources ---------------------------------------------------------------
+// Its CPU, memory and disk over the samples airlockd keeps (GET /sandboxes/{id}/metrics: one
+// every sandboxes.metrics_interval, the last 360), redrawn every 10 s while the page is open.
+
+// The smallest power of two of bytes that is at least v: a size chart's top (its halves are
+// round too).
+function binTop(v) {
+  if (!(v > 0)) return 1024;
+  let t = 1;
+  while (t < v) t *= 2;
+  return t;
+}
+
+function size(n) {
+  return bytes(Math.round(n)).replace(".0 ", " ");
+}
+
+async function drawResources(id, box) {
+  let m;
+  try {
+    m = await api("GET", `/sandboxes/${encodeURIComponent(id)}/metrics`);
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) throw e;
+    show(box, problem(e));
+    return;
+  }
+  if (!m.length) {
+    show(box, h("p", { class: "muted", "data-testid": "resources-none" }, "No sample yet: airlockd takes one every sandboxes.metrics_interval."));
+    return;
+  }
+  const ts = m.map((x) => x.timestampUnix);
+  const to = Math.max(ts[ts.length - 1], Math.floor(Date.now() / 1000));
+  const from = Math.min(ts[0], to - 600);
+  // A line breaks where samples are missing: more than 2.5 times the usual interval apart.
+  const diffs = ts.slice(1).map((t, i) => t - ts[i]).filter((d) => d > 0).sort((a, b) => a - b);
+  const gap = diffs.length ? diffs[Math.floor(diffs.length / 2)] * 2.5 : Infinity;
+  const one = (testid, caption, series, format, round) => chart({ testid, caption, from, to, step: 1, gap, at: 0, series, format, round });
+  const pts = (f, label) => m.map((x) => ({ t: x.timestampUnix, v: f(x), label: `${clock(x.timestampUnix)}: ${label(x)}` }));
+  show(box,
+    one("chart-cpu", `CPU (% of ${m[m.length - 1].cpuCount} vCPU)`, [
+      { name: "used", cls: "s-mean", points: pts((x) => x.cpuUsedPct, (x) => `${x.cpuUsedPct.toFixed(1)}% of ${x.cpuCount} vCPU`) },
+    ], (v) => `${Math.round(v * 10) / 10}%`),
+    one("chart-mem", "Memory", [
+      { name: "used", cls: "s-mean", points: pts((x) => x.memUsed, (x) => `${size(x.memUsed)} used of ${size(x.memTotal)}`) },
+      { name: "limit", cls: "s-max", points: pts((x) => x.memTotal, (x) => `limit ${size(x.memTotal)}`) },
+    ], size, binTop),
+    one("chart-disk", "Disk", [
+      { name: "used", cls: "s-mean", points: pts((x) => x.diskUsed, (x) => `${size(x.diskUsed)} used of ${size(x.diskTotal)}`) },
+    ], size, binTop));
 }
 
 // The sandbox's own records of the audit log, the latest then live (as the Audit page's).

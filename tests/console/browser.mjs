@@ -208,6 +208,19 @@ try {
     logs[li + 2][2] === "plain \"><script>window.__pwned=9</script> abc[U+202E]dcba" && li + 2 === logs.length - 1,
   `sandbox logs live: new lines at the bottom, in order, level and fields, hostile text as text (${JSON.stringify(logs.slice(li))})`);
   ok(await page.evaluate(() => document.querySelectorAll("main img, main script").length === 0 && window.__pwned === undefined), "sandbox logs live: nothing of them ran");
+  // Its resources: CPU, memory and disk charts over airlockd's samples of it (the test
+  // backend's come from /proc), a point per sample whose title says what it holds.
+  await page.waitForSelector("[data-testid=chart-cpu] [data-testid=chart-point]", { timeout: 60000 });
+  const res = await page.evaluate(async (id) => {
+    const m = await (await fetch(`/sandboxes/${id}/metrics`)).json();
+    const titles = (c, s) => [...document.querySelectorAll(`[data-testid=${c}] [data-testid=series-${s}] circle title`)].map((t) => t.textContent);
+    return { m, cpu: titles("chart-cpu", "s-mean"), mem: titles("chart-mem", "s-mean"), limit: titles("chart-mem", "s-max"), disk: titles("chart-disk", "s-mean") };
+  }, sandbox);
+  const s0 = res.m[0];
+  ok(res.cpu.length >= 1 && res.cpu.length <= res.m.length && res.mem.length === res.cpu.length && res.disk.length === res.cpu.length && res.limit.length === res.cpu.length,
+    `sandbox resources: CPU, memory (and its limit) and disk charted, a point per sample (${res.cpu.length} of ${res.m.length})`);
+  ok(res.cpu[0].endsWith(`: ${s0.cpuUsedPct.toFixed(1)}% of ${s0.cpuCount} vCPU`) && / used of /.test(res.mem[0]) && / used of /.test(res.disk[0]),
+    `sandbox resources: each point's title says what the sample holds (${res.cpu[0]}; ${res.mem[0]}; ${res.disk[0]})`);
   await page.screenshot({ path: `${shots}/sandbox.png`, fullPage: true });
   const [kill] = await page.$$("xpath/.//button[contains(., 'Kill')]");
   await kill.click();

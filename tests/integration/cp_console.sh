@@ -11,7 +11,8 @@
 #   - the sandboxes page lists a created sandbox whose metadata is hostile (<img onerror>,
 #     "><script>, a bidi control): shown as text, no element made, nothing run;
 #   - a POST with the cookie and without the CSRF token is refused; the detail page, its
-#     logs live (lines written meanwhile at the bottom, hostile ones as text); kill;
+#     logs live (lines written meanwhile at the bottom, hostile ones as text), its CPU, memory
+#     and disk charted (a point per sample, titled with it); kill;
 #   - the templates page: each template's latest build and what it is made from; a build's
 #     log followed live from before its definition is sent (its entries in order, a hostile
 #     one as text, its status turning ready, the stream's end), whole once it ended; the list
