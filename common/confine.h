@@ -33,6 +33,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <linux/capability.h>
 #include <sys/types.h>
 
 #include "common/error.h"
@@ -47,6 +48,19 @@ int al_confine_pivot(const char *dir, struct al_error *err);
  * pivot_root(".", ".") and detach the old root (initramfs: move "." over / and chroot);
  * then chdir("/"). */
 int al_confine_pivot_cwd(struct al_error *err);
+
+/* What root keeps in a build sandbox (the sandbox a template build's RUN step runs in,
+ * controlplane/buildsb.c; never an ordinary sandbox): what a package manager running as root
+ * needs to install files of other users (dpkg's chown and chmod of what it unpacks, apt
+ * switching to its _apt user, maintainer scripts' chown and kill). Capabilities of the
+ * sandbox's own user namespace, over its own ids only: none of them reaches a file or process
+ * whose owner the namespace does not map. Not in it: CAP_SETFCAP (file capabilities in the
+ * template), CAP_MKNOD, CAP_SYS_*, CAP_NET_*, CAP_SETPCAP. The jail keeps them in the agent's
+ * bounding set (vmm/jail/jail.c), the agent hands them to uid 0's processes of the build
+ * sandbox only (vmm/guest/spawn.c). */
+#define AL_BUILD_ROOT_CAPS                                                     \
+    ((1ull << CAP_CHOWN) | (1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_FOWNER) | \
+     (1ull << CAP_FSETID) | (1ull << CAP_KILL) | (1ull << CAP_SETGID) | (1ull << CAP_SETUID))
 
 /* Drops every capability not in keep (bit mask of CAP_* numbers) from the bounding set,
  * clears ambient and inheritable, sets permitted = effective = keep. */

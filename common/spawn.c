@@ -131,6 +131,7 @@ struct sp__blk {
     long parent;
     char devnull[16];
     bool use_cwd_fd, ctty, set_oom, drop_privileges, set_user;
+    uint64_t keep_caps;
     int cwd_fd;
     const char *cwd;
     char oom_path[32];
@@ -216,7 +217,8 @@ SPAWN_CHILD_CODE static _Noreturn void sp__exec_as_shell(struct sp__blk *b)
     __builtin_unreachable();
 }
 
-/* The bounding and ambient sets, then the user, then every capability, then no_new_privs. */
+/* The bounding and ambient sets, then the user, then every capability (but keep_caps while
+ * root), then no_new_privs. */
 SPAWN_CHILD_CODE static void sp__drop_privileges(struct sp__blk *b)
 {
     struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
@@ -224,6 +226,8 @@ SPAWN_CHILD_CODE static void sp__drop_privileges(struct sp__blk *b)
     sp__sys(SYS_capget, (long)&hdr, (long)caps, 0, 0, 0, 0);
     bool have_caps = caps[0].permitted || caps[1].permitted;
     for (long cap = 0; cap <= 63; cap++) {
+        if (b->keep_caps & (1ull << cap))
+            continue;
         long r = sp__sys(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0, 0);
         if (r == -EINVAL)
             break; /* past the last capability this kernel knows */
@@ -242,10 +246,20 @@ SPAWN_CHILD_CODE static void sp__drop_privileges(struct sp__blk *b)
         if ((r = sp__sys(SYS_setresuid, b->uid, b->uid, b->uid, 0, 0, 0)) < 0)
             sp__fail(b, SP_SETUID, r);
     }
-    /* Whatever capabilities remain (uid 0 keeps them across setresuid). */
-    struct __user_cap_data_struct none[2] = {{0}, {0}};
+    /* Whatever capabilities remain (uid 0 keeps them across setresuid), but keep_caps while
+     * the child is still root: what the switch left of its permitted set. Root's exec then
+     * gives a program the bounding set (keep_caps) within that permitted set (no_new_privs
+     * lets nothing exceed it). */
+    struct __user_cap_data_struct set[2] = {{0}, {0}};
+    if (b->keep_caps) {
+        hdr = (struct __user_cap_header_struct){.version = _LINUX_CAPABILITY_VERSION_3};
+        if ((r = sp__sys(SYS_capget, (long)&hdr, (long)caps, 0, 0, 0, 0)) < 0)
+            sp__fail(b, SP_CAPS, r);
+        set[0].permitted = set[0].effective = caps[0].permitted & (uint32_t)b->keep_caps;
+        set[1].permitted = set[1].effective = caps[1].permitted & (uint32_t)(b->keep_caps >> 32);
+    }
     hdr = (struct __user_cap_header_struct){.version = _LINUX_CAPABILITY_VERSION_3};
-    if ((r = sp__sys(SYS_capset, (long)&hdr, (long)none, 0, 0, 0, 0)) < 0)
+    if ((r = sp__sys(SYS_capset, (long)&hdr, (long)set, 0, 0, 0, 0)) < 0)
         sp__fail(b, SP_CAPS, r);
     /* Nothing exec'd may gain privileges (setuid programs, file capabilities). */
     if ((r = sp__sys(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0)) < 0)
@@ -552,6 +566,7 @@ static struct sp__blk *sp__blk_new(const struct al_spawn *s, int base, int *rc)
     snprintf(b->oom, sizeof b->oom, "%d", s->oom_score_adj);
     b->drop_privileges = s->drop_privileges;
     b->set_user = s->set_user;
+    b->keep_caps = s->drop_privileges ? s->keep_caps : 0;
     b->uid = s->uid;
     b->gid = s->gid;
     b->ngroups = s->set_user ? s->ngroups : 0;

@@ -43,6 +43,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "common/error.h"
@@ -86,6 +87,11 @@ struct al_spawn {
      * no_new_privs set. An unprivileged parent's child keeps its (empty) bounding set. */
     bool drop_privileges;
     bool set_user; /* (needs CAP_SETUID and CAP_SETGID; only with drop_privileges) */
+    /* With drop_privileges: capabilities the child keeps (a subset of the parent's permitted
+     * set), in its bounding set and, while it is uid 0 after the switch, in its permitted
+     * and effective sets, so that root's programs have them after the exec too (a build
+     * sandbox's root, vmm/guest/spawn.c). A child of another uid has none. 0: none. */
+    uint64_t keep_caps;
     uid_t uid;
     gid_t gid;
     const gid_t *groups;

@@ -48,6 +48,9 @@ struct cp_start_args {
     const char *restore_dir;
     /* A warm sandbox (warm.c): its identity comes later, with its claim's POST /init. */
     bool warm;
+    /* A build sandbox (buildsb.c, a template build's RUN step; never a sandbox of the API):
+     * the jail lets its root keep what a package manager needs (spec.jail.build). */
+    bool build;
     /* The template's start and ready commands, or NULL (the agent runs them; the test
      * backend hands them in its init, airlock-vmm reads them from template.json). */
     const char *start_cmd, *ready_cmd;

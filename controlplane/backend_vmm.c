@@ -793,6 +793,8 @@ json_t *cp_vmm_spec(struct cp_sandbox *sb, const struct cp_start_args *a, int ne
         json_object_set_new(j, "uid_slots", json_integer(cp->cfg.uid_slots));
     if (a->restore_dir && !kvm)
         json_object_set_new(j, "restore", json_string(a->restore_dir));
+    if (a->build && !kvm)
+        json_object_set_new(j, "build", json_true());
     json_object_set_new(s, "jail", j);
     if (kvm) {
         /* No kernel: airlock-vmm's default ($AIRLOCK_KVM_KERNEL, the installed one), the

@@ -316,6 +316,9 @@ static void bsb__start(struct buildsb *x)
         .netns_fd = sb->has_net ? sb->net.netns_fd : -1,
         .tap_fd = -1,
         .dns = sb->has_net && sb->net.gateway[0] ? sb->net.gateway : NULL,
+        /* Root of a RUN step may install packages: chown, other users' files (docs/
+         * templates.md, "RUN steps"). */
+        .build = true,
     };
     /* The build policy's interception CA in the sandbox's trust stores, as in any sandbox
      * (lifecycle.c), so a step reaches an intercepted host over TLS; the step's layer

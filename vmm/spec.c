@@ -455,13 +455,15 @@ static int spec__backend_fit(const struct vmm_spec *s, struct al_error *err)
 
 static int spec__jail(struct vmm_spec *s, json_t *j, struct al_error *err)
 {
-    static const char *const keys[] = {"cgroup_parent", "uid_base", "uid_slots", "restore", NULL};
+    static const char *const keys[] = {"cgroup_parent", "uid_base", "uid_slots",
+                                       "restore",       "build",    NULL};
     const char *what = "spec.jail";
     int rc = al_json_check_keys(j, keys, what, err);
     if (rc)
         return rc;
     if ((rc = al_json_get_str(j, "cgroup_parent", false, &s->cgroup_parent, what, err)) ||
-        (rc = al_json_get_str(j, "restore", false, &s->jail_restore, what, err)))
+        (rc = al_json_get_str(j, "restore", false, &s->jail_restore, what, err)) ||
+        (rc = al_json_get_bool(j, "build", false, &s->jail_build, what, err)))
         return rc;
     if (s->jail_restore && !vmm_path_normalised(s->jail_restore))
         return al_error_set(err, -EINVAL, "%s: \"restore\" must be a normalised absolute path",

@@ -105,6 +105,9 @@ struct vmm_spec {
     uint32_t uid_base;
     uint32_t uid_slots;
     const char *jail_restore; /* a jail snapshot (POST /snapshot) whose files it starts with */
+    /* A build sandbox (a template build's RUN step, controlplane/buildsb.c): root's
+     * processes keep AL_BUILD_ROOT_CAPS (common/confine.h) within the user namespace. */
+    bool jail_build;
 };
 
 /* Parses and validates (no filesystem access except resolving defaults). */

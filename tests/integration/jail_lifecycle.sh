@@ -58,7 +58,36 @@ out=$(jail_exec life user 'stat -c "%a %u %g" /etc; grep -c "^root:" /etc/passwd
 out=$(jail_exec life root 'id -u; grep CapEff /proc/self/status') || fail "exec as root failed: $out"
 grep -qx 0 <<<"$out" || fail "root is not uid 0: $out"
 grep -q 'CapEff:[[:space:]]*0000000000000000' <<<"$out" || fail "root in the sandbox has capabilities: $out"
-ok "agent and user processes run under the contract"
+# Root of an ordinary sandbox owns what root owns, nothing of another user's.
+out=$(jail_exec life root 'touch /tmp/r; chown 1000:1000 /tmp/r && echo CHOWNED; echo x > /home/user/by-root && echo WROTE; stat -c "%u" /tmp/r; grep CapBnd /proc/self/status') || true
+grep -q 'CHOWNED\|WROTE' <<<"$out" && fail "root of an ordinary sandbox changed another user's files: $out"
+grep -qx 0 <<<"$out" || fail "root's file changed owner: $out"
+grep -q 'CapBnd:[[:space:]]*0000000000000000' <<<"$out" || fail "root's bounding set is not empty: $out"
+ok "agent and user processes run under the contract (root cannot chown or write another user's files)"
+
+# A build sandbox (spec.jail.build, a template build's RUN step): the agent also holds
+# CAP_FSETID, root's processes keep what a package manager needs (CHOWN DAC_OVERRIDE FOWNER
+# FSETID KILL SETGID SETUID = 0xfb) in the sandbox's user namespace, another user's none.
+if [ "$AGENT_KIND" = airlock-agent ]; then
+  JAIL_OPTS=',"build":true' jail_start build "$T/bb"
+  bst=/proc/$(jail_agent_pid build)/status
+  grep -q '^CapBnd:[[:space:]]*00000000000001fb' "$bst" || fail "build agent bounding set: $(grep CapBnd "$bst")"
+  grep -q '^NoNewPrivs:[[:space:]]*1' "$bst" || fail "the build agent has no no_new_privs"
+  grep -q -- '--build-sandbox' "/proc/$(jail_agent_pid build)/cmdline" || fail "the agent was not told it is a build sandbox"
+  out=$(jail_exec build root 'grep -E "^(CapEff|CapPrm|CapBnd|CapInh|CapAmb|NoNewPrivs):" /proc/self/status; touch /tmp/r && chown 1000:1000 /tmp/r && stat -c "owner %u:%g" /tmp/r; echo x > /home/user/by-root && stat -c "wrote %u" /home/user/by-root') ||
+    fail "root's commands in a build sandbox failed: $out"
+  for want in 'CapEff:[[:space:]]*00000000000000fb' 'CapPrm:[[:space:]]*00000000000000fb' \
+    'CapBnd:[[:space:]]*00000000000000fb' 'CapInh:[[:space:]]*0000000000000000' \
+    'CapAmb:[[:space:]]*0000000000000000' 'NoNewPrivs:[[:space:]]*1' '^owner 1000:1000$' '^wrote 0$'; do
+    grep -q "$want" <<<"$out" || fail "build sandbox root: want $want: $out"
+  done
+  out=$(jail_exec build user 'grep -E "^(CapEff|CapBnd):" /proc/self/status; chown 0:0 /home/user/by-root 2>&1 && echo CHOWNED') || true
+  grep -q CHOWNED <<<"$out" && fail "a user process of a build sandbox chowned a file: $out"
+  grep -q 'CapEff:[[:space:]]*0000000000000000' <<<"$out" || fail "a user process of a build sandbox has capabilities: $out"
+  grep -q 'CapBnd:[[:space:]]*0000000000000000' <<<"$out" || fail "a user process of a build sandbox has a bounding set: $out"
+  jail_stop build
+  ok "a build sandbox: root keeps chown, dac_override, fowner, fsetid, kill, setgid, setuid; users get nothing"
+fi
 
 out=$(jail_exec life user 'cat /proc/self/mountinfo; ls -A /dev; ls -A /sys | wc -l; stat -c "%u %g" /home/user /etc/passwd')
 grep -q ' / rw,nosuid,nodev.* - overlay ' <<<"$out" || fail "/ is not a nosuid overlay: $out"

@@ -10,3 +10,8 @@ airlock_script_test(NAME templates_fetch SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/temp
 # that opens it; both audited under the build's name.
 airlock_script_test(NAME templates_net SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/templates_net.sh
                     LABELS controlplane templates TIMEOUT 900)
+# A RUN step as root is a package manager's root: apt-get install from a fake Debian
+# repository through airlock-egress installs files of another user; the step's root has the
+# build sandbox's capabilities, a step as user and every sandbox of the template none.
+airlock_script_test(NAME templates_apt SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/templates_apt.sh
+                    LABELS controlplane templates TIMEOUT 900)

@@ -86,6 +86,9 @@ struct agent {
     uid_t self_uid;
     gid_t self_gid;
     bool can_switch_user;
+    /* --build-sandbox: what uid 0's processes keep (AL_BUILD_ROOT_CAPS); 0 in every other
+     * sandbox, whose processes have no capability at all. */
+    uint64_t root_caps;
     char *home_override;    /* --home: the home of the agent's own user (tests) */
     char *path_env;         /* PATH handed to children */
     char lib_dir[PATH_MAX]; /* holds airlock_kernel.py, airlock_kernel.js and friends */

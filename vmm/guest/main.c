@@ -22,6 +22,7 @@
 
 #include "agent.h"
 #include "sudoproto.h"
+#include "spawn.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -57,6 +58,9 @@ static void main__usage(FILE *f)
            "                       otherwise installing a CA is refused)\n"
            "  --sudo-socket PATH   serve the sandbox's sudo there (default " AGENT_SUDO_SOCKET "\n"
            "                       as PID 1, else off); 'off' turns it off\n"
+           "  --build-sandbox      root's processes keep the capabilities a package manager\n"
+           "                       needs (a template build's RUN step; airlock-vmm passes it\n"
+           "                       for spec.jail.build only)\n"
            "Environment: AIRLOCK_AGENT_LISTEN_FD, AIRLOCK_AGENT_INIT_FD (JSON init object).\n");
 }
 
@@ -242,6 +246,7 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"ca-root", required_argument, NULL, 'C'},
         {"sudo-socket", required_argument, NULL, 'S'},
+        {"build-sandbox", no_argument, NULL, 'B'},
         {NULL, 0, NULL, 0},
     };
     const char *listens[MAIN_MAX_LISTEN];
@@ -249,6 +254,7 @@ int main(int argc, char **argv)
     const char *user = NULL, *workdir = NULL, *home = NULL, *passwd = "/etc/passwd",
                *group = "/etc/group", *libdir = NULL, *python = NULL, *node = NULL, *ca_root = NULL,
                *sudo_socket = NULL;
+    bool build_sandbox = false;
     enum al_log_level level = AL_LOG_INFO;
     const char *lv = getenv("AIRLOCK_LOG_LEVEL");
     if (lv)
@@ -292,6 +298,9 @@ int main(int argc, char **argv)
             break;
         case 'S':
             sudo_socket = optarg;
+            break;
+        case 'B':
+            build_sandbox = true;
             break;
         case 'v':
             if (al_log_level_parse(optarg, &level) < 0) {
@@ -354,6 +363,12 @@ int main(int argc, char **argv)
     struct al_error err = {0};
     if (agent_init(a, loop, &err) < 0)
         al_die("%s", al_error_str(&err));
+    if (build_sandbox) {
+        if (agent_build_caps(a, &err) < 0)
+            al_die("%s", al_error_str(&err));
+        al_info("a build sandbox: root's processes keep capabilities 0x%llx",
+                (unsigned long long)a->root_caps);
+    }
 
     int fd;
     int r = main__env_fd("AIRLOCK_AGENT_INIT_FD", &fd);

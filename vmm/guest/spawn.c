@@ -2,6 +2,7 @@
 #include "spawn.h"
 #include "agent.h"
 #include "users.h"
+#include "common/confine.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +27,8 @@ void agent_spawn_user(const struct agent *a, struct al_spawn *s, const char *fil
     s->new_session = true; /* the child leads its own process group: kill(-pid) reaches all */
     s->drop_privileges = true;
     s->set_user = a->can_switch_user;
+    /* (root's only: another user's process gets an empty bounding set as everywhere) */
+    s->keep_caps = u->uid == 0 ? a->root_caps : 0;
     s->uid = u->uid;
     s->gid = u->gid;
     s->groups = u->groups;
@@ -34,15 +37,33 @@ void agent_spawn_user(const struct agent *a, struct al_spawn *s, const char *fil
     s->oom_score_adj = 100;
 }
 
-bool agent_can_switch_user(void)
+static uint64_t agent__caps_effective(void)
 {
     struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct d[2];
     memset(d, 0, sizeof d);
     if (syscall(SYS_capget, &hdr, d) < 0)
-        return false;
-    uint32_t eff = d[0].effective;
-    return (eff & (1u << CAP_SETUID)) && (eff & (1u << CAP_SETGID));
+        return 0;
+    return (uint64_t)d[0].effective | (uint64_t)d[1].effective << 32;
+}
+
+bool agent_can_switch_user(void)
+{
+    uint64_t eff = agent__caps_effective();
+    return (eff & (1ull << CAP_SETUID)) && (eff & (1ull << CAP_SETGID));
+}
+
+int agent_build_caps(struct agent *a, struct al_error *err)
+{
+    uint64_t missing = AL_BUILD_ROOT_CAPS & ~agent__caps_effective();
+    if (missing)
+        return al_error_set(err, -EPERM,
+                            "--build-sandbox: the agent lacks capabilities 0x%llx of the build "
+                            "set 0x%llx (airlock-vmm gives them to the agent of a build "
+                            "sandbox, spec.jail.build)",
+                            (unsigned long long)missing, (unsigned long long)AL_BUILD_ROOT_CAPS);
+    a->root_caps = AL_BUILD_ROOT_CAPS;
+    return 0;
 }
 
 int agent_pty_open(unsigned cols, unsigned rows, uid_t uid, gid_t gid, int *master, int *slave,

@@ -37,5 +37,8 @@ const char *agent_signal_name(int sig, char *buf, size_t buflen);
 
 /* Whether this process may switch users (CAP_SETUID and CAP_SETGID effective). */
 bool agent_can_switch_user(void);
+/* --build-sandbox: root's processes keep AL_BUILD_ROOT_CAPS (common/confine.h), which the
+ * agent must hold itself (-EPERM otherwise). */
+int agent_build_caps(struct agent *a, struct al_error *err);
 
 #endif

@@ -9,8 +9,9 @@
  * and an empty capability bounding set, so a setuid sudo cannot work (and must not). The
  * agent already starts processes as root for the API's `user: "root"`; this starts them
  * the same way (agent_spawn_user: same namespaces, cgroup, seccomp filter, empty bounding set,
- * no capabilities, no_new_privs), so sudo grants a sandbox process exactly what the API
- * already grants its caller, and nothing outside the sandbox.
+ * no capabilities, no_new_privs; in a build sandbox root's AL_BUILD_ROOT_CAPS, as for the
+ * step's own command), so sudo grants a sandbox process exactly what the API already grants
+ * its caller, and nothing outside the sandbox.
  *
  * Who may: the kernel's credentials of the connecting process (SO_PEERCRED, taken at
  * connect): uid 0, or a user whose groups (the sandbox's /etc/passwd and /etc/group) include

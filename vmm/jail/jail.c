@@ -376,7 +376,9 @@ static int jail__lo_up(struct al_error *err)
  * bounding, permitted and effective sets (none inheritable or ambient); every other one is
  * dropped from the bounding set, so nothing started inside can get it back. They are
  * capabilities in the sandbox's user namespace only: over the host they are nothing. The
- * agent clears them all (and sets no_new_privs) before it runs user code. */
+ * agent clears them all (and sets no_new_privs) before it runs user code, except in a build
+ * sandbox (spec.jail.build): there the agent also keeps AL_BUILD_ROOT_CAPS (common/
+ * confine.h) and hands them to root's processes (--build-sandbox). */
 #define JAIL_AGENT_CAPS                                                        \
     ((1ull << CAP_CHOWN) | (1ull << CAP_DAC_OVERRIDE) | (1ull << CAP_FOWNER) | \
      (1ull << CAP_KILL) | (1ull << CAP_SETGID) | (1ull << CAP_SETUID) | (1ull << CAP_SETPCAP))
@@ -774,7 +776,7 @@ static int child__main(struct jail__child *c)
     CHILD_TRY(c, "unshare(CLONE_NEWCGROUP)", unshare(CLONE_NEWCGROUP));
     if ((rc = al_confine_landlock(c->landlock_abi, &e)) < 0)
         child__fail(c, "landlock", &e, rc);
-    if ((rc = al_confine_caps(JAIL_AGENT_CAPS, &e)) < 0)
+    if ((rc = al_confine_caps(JAIL_AGENT_CAPS | (s->jail_build ? AL_BUILD_ROOT_CAPS : 0), &e)) < 0)
         child__fail(c, "capabilities", &e, rc);
     if ((rc = al_confine_no_new_privs(&e)) < 0)
         child__fail(c, "no_new_privs", &e, rc);
@@ -811,12 +813,14 @@ static void jail__strv_free(char **v)
 static char **jail__argv(const struct vmm_spec *s)
 {
     size_t n = s->agent_args ? json_array_size(s->agent_args) : 0;
-    char **v = jail__strv_new(n + 1);
+    char **v = jail__strv_new(n + 2);
     if (!v)
         return NULL;
     v[0] = strdup(s->agent_path);
     for (size_t i = 0; i < n; i++)
         v[i + 1] = strdup(json_string_value(json_array_get(s->agent_args, i)));
+    if (s->jail_build) /* (from the spec alone: nothing in the sandbox can ask for it) */
+        v[++n] = strdup("--build-sandbox");
     for (size_t i = 0; i <= n; i++)
         if (!v[i]) {
             jail__strv_free(v);

@@ -1,5 +1,6 @@
-/* Unit tests: common/spawn's waiting before the exec (before_exec), the death signal, and
- * the descriptor map (what airlockd's spawns need is covered by test_cp_state). */
+/* Unit tests: common/spawn's waiting before the exec (before_exec), the death signal, the
+ * capabilities a child keeps (keep_caps), and the descriptor map (what airlockd's spawns
+ * need is covered by test_cp_state). */
 #include "al_test.h"
 #include "common/spawn.h"
 
@@ -251,6 +252,34 @@ START_TEST(cwd_oom_and_a_named_failed_step)
 }
 END_TEST
 
+/* drop_privileges with keep_caps: a child that stays root keeps those capabilities after its
+ * exec (bounding = permitted = effective, no_new_privs set); one that switches to another
+ * user keeps none, nor does a child without keep_caps. (Needs root: skipped otherwise.) */
+START_TEST(keep_caps_for_root_only)
+{
+    if (geteuid() != 0)
+        return;
+    char out[1024];
+    char *argv[] = {"/bin/sh", "-c",
+                    "grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs):' /proc/self/status", NULL};
+    const uint64_t keep = (1ull << 0) | (1ull << 3); /* CAP_CHOWN, CAP_FOWNER */
+    struct al_spawn s = {
+        .path = "/bin/sh", .argv = argv, .drop_privileges = true, .keep_caps = keep};
+    ck_assert_int_eq(WEXITSTATUS(run_capture(&s, out, sizeof out)), 0);
+    ck_assert_str_eq(out, "CapPrm:\t0000000000000009\nCapEff:\t0000000000000009\n"
+                          "CapBnd:\t0000000000000009\nNoNewPrivs:\t1\n");
+    s.keep_caps = 0;
+    ck_assert_int_eq(WEXITSTATUS(run_capture(&s, out, sizeof out)), 0);
+    ck_assert_str_eq(out, "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
+                          "CapBnd:\t0000000000000000\nNoNewPrivs:\t1\n");
+    s.keep_caps = keep;
+    s.set_user = true;
+    s.uid = s.gid = 65534;
+    ck_assert_int_eq(WEXITSTATUS(run_capture(&s, out, sizeof out)), 0);
+    ck_assert_msg(strstr(out, "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"), "%s", out);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("spawn");
@@ -262,6 +291,7 @@ static Suite *suite(void)
     tcase_add_test(t, dies_with_its_parent);
     tcase_add_test(t, as_shell_searches_and_reports_like_a_shell);
     tcase_add_test(t, cwd_oom_and_a_named_failed_step);
+    tcase_add_test(t, keep_caps_for_root_only);
     suite_add_tcase(s, t);
     return s;
 }

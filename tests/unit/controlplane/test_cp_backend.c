@@ -371,6 +371,42 @@ START_TEST(spec_jail_warm_has_no_token)
 }
 END_TEST
 
+/* A build sandbox's spec (buildsb.c) says so to the jail (spec.jail.build: its root keeps
+ * what a package manager needs); any other sandbox's says nothing, nor does a kvm one's. */
+START_TEST(spec_jail_build_only_for_builds)
+{
+    t_spec_setup("jail", NULL);
+    struct cp_start_args a = {.template_dir = "/tmp/tpl",
+                              .template_name = "base",
+                              .netns_fd = 9,
+                              .tap_fd = -1,
+                              .build = true};
+    struct vmm_spec vs;
+    json_t *s = t_spec(&a, 9, &vs);
+    ck_assert(vs.jail_build);
+    ck_assert(json_is_true(json_object_get(json_object_get(s, "jail"), "build")));
+    vmm_spec_free(&vs);
+    json_decref(s);
+    t_spec_setup("jail", NULL);
+    a.build = false;
+    s = t_spec(&a, 9, &vs);
+    ck_assert(!vs.jail_build);
+    ck_assert_ptr_null(json_object_get(json_object_get(s, "jail"), "build"));
+    vmm_spec_free(&vs);
+    json_decref(s);
+    t_spec_setup("kvm", NULL);
+    struct cp_start_args k = {.template_dir = "/tmp/tpl",
+                              .template_name = "base",
+                              .netns_fd = -1,
+                              .tap_fd = -1,
+                              .build = true};
+    s = t_spec(&k, -1, &vs);
+    ck_assert(!vs.jail_build);
+    vmm_spec_free(&vs);
+    json_decref(s);
+}
+END_TEST
+
 static Suite *cp_backend_suite(void)
 {
     Suite *s = suite_create("cp_backend");
@@ -395,6 +431,7 @@ static Suite *cp_backend_suite(void)
     tcase_add_test(sp, spec_kvm_default_kernel_no_network);
     tcase_add_test(sp, spec_jail_netns_unchanged);
     tcase_add_test(sp, spec_jail_warm_has_no_token);
+    tcase_add_test(sp, spec_jail_build_only_for_builds);
     suite_add_tcase(s, sp);
     return s;
 }

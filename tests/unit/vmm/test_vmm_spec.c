@@ -47,6 +47,7 @@ START_TEST(minimal_spec_gets_defaults)
     ck_assert_str_eq(s.cgroup_parent, "airlock");
     ck_assert_uint_eq(s.uid_base, 1073741824u);
     ck_assert_uint_eq(s.uid_slots, 16384);
+    ck_assert(!s.jail_build); /* an ordinary sandbox unless airlockd says otherwise */
     ck_assert_uint_eq(s.n_binds, 0);
     ck_assert(!s.keep_logs);
     vmm_spec_free(&s);
@@ -65,7 +66,7 @@ START_TEST(full_spec)
         "\"user\":\"root\",\"workdir\":\"/work\",\"access_token\":\"tok\",\"binds\":[{"
         "\"source\":\"/data\",\"target\":\"/mnt/data\"}],\"volumes\":[{\"source\":\"/v/vol_1\","
         "\"target\":\"/data\"}],\"keep_logs\":true,\"jail\":{"
-        "\"cgroup_parent\":\"airlock/test\",\"uid_base\":200000,\"uid_slots\":10}}";
+        "\"cgroup_parent\":\"airlock/test\",\"uid_base\":200000,\"uid_slots\":10,\"build\":true}}";
     struct vmm_spec s;
     struct al_error e;
     ck_assert_msg(parse(json, &s, &e) == 0, "%s", e.msg);
@@ -96,6 +97,7 @@ START_TEST(full_spec)
     ck_assert_str_eq(s.cgroup_parent, "airlock/test");
     ck_assert_uint_eq(s.uid_base, 200000);
     ck_assert_uint_eq(s.uid_slots, 10);
+    ck_assert(s.jail_build);
     vmm_spec_free(&s);
 }
 END_TEST
@@ -158,6 +160,7 @@ START_TEST(bad_specs_say_what_is_wrong)
                  "\"/v\",\"mode\":1}]}",
                  "spec.volumes[0]");
     expect_error("{\"id\":\"x\",\"template\":\"b\",\"jail\":{\"uid_base\":0}}", "out of range");
+    expect_error("{\"id\":\"x\",\"template\":\"b\",\"jail\":{\"build\":\"yes\"}}", "spec.jail");
     expect_error("{\"id\":\"x\",\"template\":\"b\",\"id\":\"y\"}", "invalid JSON");
 }
 END_TEST
