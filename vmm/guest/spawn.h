@@ -17,9 +17,9 @@ struct agent_user;
 /* Fills s for starting a user's program as the agent starts every one (the caller adds the
  * descriptors, the working directory, a controlling terminal): looked up and reported as a
  * shell would ("airlock-agent: x: command not found", exit 127), in a new session, with
- * nothing of the agent's power (as u when the agent may switch users), and, when the agent
- * is PID 1 of a sandbox, an oom_score_adj that makes the workload, not the agent, the OOM
- * killer's first pick. */
+ * nothing of the agent's power (as u when the agent may switch users; uid 0 of a build
+ * sandbox keeps a->root_caps), and, when the agent is PID 1 of a sandbox, an oom_score_adj
+ * that makes the workload, not the agent, the OOM killer's first pick. */
 void agent_spawn_user(const struct agent *a, struct al_spawn *s, const char *file,
                       char *const *argv, char *const *envp, const struct agent_user *u);
 
