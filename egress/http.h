@@ -49,6 +49,10 @@ int egress_http_head_field(struct egress_http_head *h, const char *at, size_t n)
 int egress_http_head_value(struct egress_http_head *h, const char *at, size_t n);
 int egress_http_head_finish(struct egress_http_head *h);
 const char *egress_http_head_get(const struct egress_http_head *h, const char *name, size_t *count);
+/* The collected fields as struct al_http_field (common/http.h) pointing into h, into
+ * out[EGRESS_HTTP_MAX_HEADERS]; returns how many. */
+struct al_http_field;
+size_t egress_http_head_fields(const struct egress_http_head *h, struct al_http_field *out);
 
 /* The connection a request arrived on. */
 struct egress_http_conn {

@@ -176,6 +176,14 @@ const char *egress_http_head_get(const struct egress_http_head *h, const char *n
     return first;
 }
 
+size_t egress_http_head_fields(const struct egress_http_head *h, struct al_http_field *out)
+{
+    for (uint32_t i = 0; i < h->n_hdr; i++)
+        out[i] = (struct al_http_field){h->buf + h->hdr[i].name, h->hdr[i].name_len,
+                                        h->buf + h->hdr[i].value, h->hdr[i].value_len};
+    return h->n_hdr;
+}
+
 /* ---- request checks ----------------------------------------------------------------- */
 
 static int req__refuse(int *status, const char **reason, int st, const char *why)

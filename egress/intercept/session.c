@@ -32,7 +32,6 @@
 #define QUEUE_HIGH      (256 * 1024)
 #define READ_CHUNK      (16 * 1024)
 #define RESP_HEAD_MAX   (64 * 1024)
-#define MAX_HDRS        128
 #define CLOSE_MS        2000
 #define MAX_USED        8
 #define TUNNEL_FLUSH_MS 20 /* a tunnel's held-back bytes go after this much quiet */
@@ -140,10 +139,9 @@ struct intercept_session {
     /* The response. */
     struct al_http_head_scan rscan; /* the response head arriving */
     size_t rscanned;                /* bytes of rin after rin_off it has seen */
-    struct al_buf rhead;
-    struct al_http_field rhdrs[MAX_HDRS];
+    struct egress_http_head resph;  /* the response head, collected (egress/http.h) */
+    struct al_http_field rhdrs[EGRESS_HTTP_MAX_HEADERS]; /* resph's fields */
     size_t n_rhdrs;
-    bool rhdr_overflow;
     bool resp_in_head, resp_started, resp_done, resp_chunked_out, resp_close_delim, resp_skip;
     int status;
     bool ws_allowed, upgraded;
@@ -190,7 +188,7 @@ static int req__on_field(llhttp_t *p, const char *at, size_t n);
 static int req__on_value(llhttp_t *p, const char *at, size_t n);
 static int resp__on_field(llhttp_t *p, const char *at, size_t n);
 static int resp__on_value(llhttp_t *p, const char *at, size_t n);
-static int resp__on_value_complete(llhttp_t *p);
+static int resp__on_status(llhttp_t *p, const char *at, size_t n);
 static int resp__on_headers_complete(llhttp_t *p);
 static int resp__on_body(llhttp_t *p, const char *at, size_t n);
 static int resp__on_complete(llhttp_t *p);
@@ -205,9 +203,9 @@ static const llhttp_settings_t req_settings = {
 };
 
 static const llhttp_settings_t resp_settings = {
+    .on_status = resp__on_status,
     .on_header_field = resp__on_field,
     .on_header_value = resp__on_value,
-    .on_header_value_complete = resp__on_value_complete,
     .on_headers_complete = resp__on_headers_complete,
     .on_body = resp__on_body,
     .on_message_complete = resp__on_complete,
@@ -415,25 +413,16 @@ static void sess__security_event(struct intercept_session *s, const char *event,
 
 /* ---- answers of our own ------------------------------------------------------------------------ */
 
-/* An error/deny answer, then close. error: "blocked_by_policy", "bad_gateway", ... */
+/* An error/deny answer, then close. error: "blocked_by_policy", "bad_gateway", ... The plain
+ * path's answer (egress_http_error_response): the same JSON body and fields. */
 static void sess__answer(struct intercept_session *s, int status, const char *error,
                          const char *reason)
 {
     s->status = status;
-    json_t *b = json_pack("{s:s,s:o,s:s,s:s}", "error", error, "rule",
-                          s->d.rule ? json_string(s->d.rule->name) : json_null(), "reason",
-                          reason ? reason : "", "request_id", s->rid);
-    char *body = b ? json_dumps(b, JSON_COMPACT) : NULL;
-    json_decref(b);
-    size_t bl = body ? strlen(body) : 0;
-    al_buf_printf(&s->cq,
-                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                  "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-                  status, al_http_status_text(status), bl + 1);
-    if (body)
-        al_buf_append(&s->cq, body, bl);
-    al_buf_append(&s->cq, "\n", 1);
-    free(body);
+    size_t at = s->cq.len;
+    if (egress_http_error_response(&s->cq, status, error, s->d.rule ? s->d.rule->name : NULL,
+                                   reason, s->rid, true) < 0)
+        s->cq.len = at; /* nothing half-written: the close alone answers */
     s->close_after = true;
     s->st = S_CLOSING;
     sess__close_upstream(s);
@@ -571,13 +560,9 @@ static int req__on_headers_complete(llhttp_t *p)
     if (egress_http_head_finish(&s->reqh) < 0)
         return HPE_USER;
     /* The fields as injection and the serialiser read them. */
-    const struct egress_http_head *h = &s->reqh;
-    for (uint32_t i = 0; i < h->n_hdr; i++)
-        s->hdrs[i] = (struct al_http_field){h->buf + h->hdr[i].name, h->hdr[i].name_len,
-                                            h->buf + h->hdr[i].value, h->hdr[i].value_len};
-    s->n_hdrs = h->n_hdr;
-    s->url_at = h->buf + h->url;
-    s->url_len = h->url_len;
+    s->n_hdrs = egress_http_head_fields(&s->reqh, s->hdrs);
+    s->url_at = s->reqh.buf + s->reqh.url;
+    s->url_len = s->reqh.url_len;
     return HPE_PAUSED;
 }
 
@@ -716,9 +701,7 @@ static void sess__begin_forward(struct intercept_session *s)
     llhttp_init(&s->resp, HTTP_RESPONSE, &resp_settings);
     s->resp.data = s;
     s->n_rhdrs = 0;
-    s->rhdr_overflow = false;
-    memset(s->rhdrs, 0, sizeof s->rhdrs);
-    al_buf_reset(&s->rhead);
+    egress_http_head_reset(&s->resph);
     s->ops->deadline(s->ctx, lim_or(s->lim.response_timeout_ms, 60000));
 }
 
@@ -1207,48 +1190,33 @@ static void sess__up_handshake(struct intercept_session *s, bool *progress)
 
 /* ---- the response side ------------------------------------------------------------------------- */
 
+static int resp__on_status(llhttp_t *p, const char *at, size_t n)
+{
+    return egress_http_head_url(&((struct intercept_session *)p->data)->resph, at, n) < 0 ? HPE_USER
+                                                                                          : 0;
+}
+
 static int resp__on_field(llhttp_t *p, const char *at, size_t n)
 {
-    struct intercept_session *s = p->data;
-    if (s->n_rhdrs == MAX_HDRS) {
-        s->rhdr_overflow = true;
-        return 0;
-    }
-    struct al_http_field *h = &s->rhdrs[s->n_rhdrs];
-    if (!h->name)
-        h->name = at;
-    h->name_len = (size_t)(at + n - h->name);
-    return 0;
+    return egress_http_head_field(&((struct intercept_session *)p->data)->resph, at, n) < 0
+               ? HPE_USER
+               : 0;
 }
 
 static int resp__on_value(llhttp_t *p, const char *at, size_t n)
 {
-    struct intercept_session *s = p->data;
-    if (s->n_rhdrs == MAX_HDRS)
-        return 0;
-    struct al_http_field *h = &s->rhdrs[s->n_rhdrs];
-    if (!h->value)
-        h->value = at;
-    h->value_len = (size_t)(at + n - h->value);
-    return 0;
-}
-
-static int resp__on_value_complete(llhttp_t *p)
-{
-    struct intercept_session *s = p->data;
-    if (s->n_rhdrs == MAX_HDRS)
-        return 0;
-    if (!s->rhdrs[s->n_rhdrs].value)
-        s->rhdrs[s->n_rhdrs].value = "";
-    s->n_rhdrs++;
-    if (s->n_rhdrs < MAX_HDRS)
-        s->rhdrs[s->n_rhdrs] = (struct al_http_field){0};
-    return 0;
+    return egress_http_head_value(&((struct intercept_session *)p->data)->resph, at, n) < 0
+               ? HPE_USER
+               : 0;
 }
 
 static int resp__on_headers_complete(llhttp_t *p)
 {
     struct intercept_session *s = p->data;
+    if (egress_http_head_finish(&s->resph) < 0)
+        return HPE_USER;
+    /* The fields as the checks, the codings and the scrubber read them. */
+    s->n_rhdrs = egress_http_head_fields(&s->resph, s->rhdrs);
     if (strcmp(s->method, "HEAD") == 0 && p->status_code >= 200)
         p->flags |= F_SKIPBODY;
     return HPE_PAUSED;
@@ -1305,10 +1273,6 @@ static void sess__on_response_head(struct intercept_session *s)
     s->status = status;
     if (!s->t_first_resp)
         s->t_first_resp = al_now_ns();
-    if (s->rhdr_overflow) {
-        sess__fail(s, 502, "bad_gateway", "malformed_response", "too many response headers");
-        return;
-    }
     const char *reason;
     if (intercept_response_check(status, s->ws_allowed, &reason) < 0) {
         sess__fail(s, 502, "bad_gateway", reason, reason);
@@ -1367,12 +1331,10 @@ static void sess__on_response_head(struct intercept_session *s)
         s->close_after = true;
     /* The head toward the sandbox. */
     struct intercept_scrub_report rep = {0};
-    /* The status line as the upstream wrote it (validated), in our HTTP version. */
-    const char *sl = s->rhead.data;
-    const char *sle = memchr(sl, '\r', s->rhead.len);
+    /* The status line: the upstream's code and reason phrase, in our HTTP version. */
     size_t at0 = s->cq.len;
-    int rc =
-        al_buf_printf(&s->cq, "HTTP/1.%d%.*s\r\n", client10 ? 0 : 1, (int)(sle - sl - 8), sl + 8);
+    int rc = al_buf_printf(&s->cq, "HTTP/1.%d %03d %.*s\r\n", client10 ? 0 : 1, status,
+                           (int)s->resph.status_len, s->resph.buf + s->resph.status);
     for (size_t k = 0; rc == 0 && k < s->n_used; k++)
         s->stats.scrubbed_matches +=
             intercept_scrub_buffer(s->used[k]->matcher, k, s->cq.data + at0, s->cq.len - at0, &rep);
@@ -1521,14 +1483,12 @@ static bool sess__parse_upstream(struct intercept_session *s, bool *progress)
             size_t hl = s->rscanned + used;
             al_http_head_scan_init(&s->rscan, false, RESP_HEAD_MAX); /* a 1xx: another follows */
             s->rscanned = 0;
-            al_buf_reset(&s->rhead);
-            al_buf_append(&s->rhead, data, hl);
             s->rin_off += hl;
             *progress = true;
             s->n_rhdrs = 0;
-            memset(s->rhdrs, 0, sizeof s->rhdrs);
-            llhttp_errno_t err = llhttp_execute(&s->resp, s->rhead.data, hl);
-            if (err != HPE_PAUSED || llhttp_get_error_pos(&s->resp) != s->rhead.data + hl) {
+            egress_http_head_reset(&s->resph);
+            llhttp_errno_t err = llhttp_execute(&s->resp, data, hl);
+            if (err != HPE_PAUSED || llhttp_get_error_pos(&s->resp) != data + hl) {
                 sess__fail(s, 502, "bad_gateway", "malformed_response", llhttp_errno_name(err));
                 return false;
             }
@@ -2022,7 +1982,7 @@ int intercept_session_start(const struct intercept_session_opts *o, struct inter
     al_buf_init(&s->uq, 0);
     al_buf_init(&s->rin, 0);
     egress_http_head_init(&s->reqh, lim_or(s->lim.max_header_bytes, 32 * 1024));
-    al_buf_init(&s->rhead, 0);
+    egress_http_head_init(&s->resph, RESP_HEAD_MAX);
     al_buf_init(&s->saved_head, 0);
     int r = s->plain ? intercept_tls_plain(s->cfd, o->prefix, o->prefix_len, &s->ctls)
                      : intercept_tls_accept(s->srv, s->cfd, s->name, o->prefix, o->prefix_len,
@@ -2157,7 +2117,9 @@ void intercept_session_free(struct intercept_session *s)
     if (s->reqh.buf)
         sodium_memzero(s->reqh.buf, s->reqh.cap);
     egress_http_head_free(&s->reqh);
-    al_buf_free_wipe(&s->rhead);
+    if (s->resph.buf)
+        sodium_memzero(s->resph.buf, s->resph.cap); /* may hold a reflected secret */
+    egress_http_head_free(&s->resph);
     al_buf_free_wipe(&s->saved_head);
     intercept_placeholders_unref(s->ph);
     intercept_tls_server_unref(s->srv);

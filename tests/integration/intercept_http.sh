@@ -74,6 +74,8 @@ ew_note "19: relays"
 ew_match "CONNECT inside the intercepted tunnel: refused" 'connect_in_tunnel' \
   iw_tls_raw 1 echo.test 'CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n'
 ew_audit_has "audited" type=http_request decision=deny reason=connect_in_tunnel
+ew_match "the answer is the plain path's: it names its request id" 'X-Airlock-Request-Id: ' \
+  iw_tls_raw 1 echo.test 'CONNECT evil.test:443 HTTP/1.1\r\nHost: evil.test:443\r\n\r\n'
 
 ew_note "13: the proxy never follows a redirect"
 ew_match "302 to another host reaches the sandbox as it came" 'Location: https://evil.test/steal' \
