@@ -243,11 +243,11 @@ size_t al_json_int(int64_t v, char out[AL_JSON_INT_MAX])
 struct json__out {
     char *buf;
     size_t size, len;
-    /* Keys the top-level object must not have (al_json_dumpb_object): lengths as a bit set
-     * (bit n: some key of n bytes, n < 64) to pass most keys by one test. */
+    /* Keys the top-level object must not have (al_json_dumpb_object), and a bit for each of
+     * them (json__reject_bit) that passes most other keys by one test. */
     const char *const *reject;
-    uint64_t reject_lens, reject_first[4]; /* and their first bytes */
-    char num[AL_JSON_INT_MAX];             /* here rather than on the stack: no canary per value */
+    uint64_t reject_mask;
+    char num[AL_JSON_INT_MAX]; /* here rather than on the stack: no canary per value */
 };
 
 static inline void json__put(struct json__out *w, const char *s, size_t n)
@@ -366,13 +366,19 @@ static __attribute__((noinline)) bool json__real(struct json__out *w, const json
     return true;
 }
 
+/* The bit of a key of n bytes starting with c0 and c1 (0 when n is 1) in reject_mask: the
+ * first two bytes and the length tell apart the log's own keys ("seq", "time", "prev", ...)
+ * from nearly all of the proxy's ("sni", "type", "path", ...). */
+static inline uint64_t json__reject_bit(size_t n, unsigned char c0, unsigned char c1)
+{
+    return 1ull << ((c0 ^ (unsigned)c1 << 1 ^ (unsigned)n << 3) & 63);
+}
+
 /* Whether key k (n bytes) is one of w->reject. */
 static bool json__rejected(const struct json__out *w, const char *k, size_t n)
 {
-    if (n == 0 || n >= 64 || !(w->reject_lens >> n & 1))
-        return false;
-    unsigned char c = (unsigned char)k[0];
-    if (!(w->reject_first[c >> 6] >> (c & 63) & 1))
+    if (n == 0 || !(w->reject_mask &
+                    json__reject_bit(n, (unsigned char)k[0], n > 1 ? (unsigned char)k[1] : 0)))
         return false;
     for (const char *const *r = w->reject; *r; r++) {
         if ((*r)[0] == k[0] && strlen(*r) == n && memcmp(*r, k, n) == 0)
@@ -476,9 +482,8 @@ size_t al_json_dumpb_object(const json_t *obj, const char *const *reject, char *
         return 0;
     for (const char *const *r = reject; r && *r; r++) {
         size_t n = strlen(*r);
-        unsigned char c = (unsigned char)(*r)[0];
-        w.reject_lens |= n < 64 ? 1ull << n : 0;
-        w.reject_first[c >> 6] |= 1ull << (c & 63);
+        if (n)
+            w.reject_mask |= json__reject_bit(n, (unsigned char)(*r)[0], (unsigned char)(*r)[1]);
     }
     if (!json__value(&w, obj, 0))
         return 0;
