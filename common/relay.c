@@ -130,6 +130,8 @@ void al_relay_init(struct al_relay *r, const struct al_relay_end *a, const struc
         r->o.splice = false;
     r->t_start = r->t_last = al_now_ns();
     r->flow[0].t_in = r->flow[1].t_in = r->t_start;
+    r->flow[0].wait_ready = r->o.read_when_ready && !a->io;
+    r->flow[1].wait_ready = r->o.read_when_ready && !b->io;
     r->fail_end = -1;
 }
 
@@ -333,6 +335,10 @@ static int flow__pump(struct al_relay *r, int i)
             flow__release(r, f);
             return 0;
         }
+        if (f->wait_ready) {
+            flow__release(r, f); /* the owner's watch says when there is something to read */
+            return 0;
+        }
         ssize_t n;
         bool use_splice = r->o.splice && !r->o.filter[i] && f->bytes >= r->o.splice_after &&
                           !(f->buf && f->off < f->len);
@@ -403,6 +409,8 @@ int al_relay_run(struct al_relay *r, int end, int events)
             pump[end] = events & AL_RELAY_READ;
             pump[1 - end] = events & AL_RELAY_WRITE;
         }
+        if (events & AL_RELAY_READ)
+            r->flow[end].wait_ready = false;
     }
     for (int i = 0; i < 2; i++) {
         if (pump[i] && !r->flow[i].done) {

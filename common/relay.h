@@ -80,6 +80,10 @@ struct al_relay_opts {
     void *res_ctx;
     const struct al_relay_filter *filter[2]; /* per direction (flow[i]); NULL: none. A
                                                  filtered direction copies, never splices */
+    /* A socket end is first read when the owner reports it readable, not at the start: for
+     * an owner that read each side's first bytes itself (primed), a read at the start of a
+     * new connection finds nothing (EAGAIN). Primed bytes still go out at once. */
+    bool read_when_ready;
 };
 
 /* One direction: flow[i] carries end[i] -> end[1 - i]. */
@@ -96,6 +100,7 @@ struct al_relay_flow {
     bool flushed;     /* the filter's end was flushed */
     uint64_t bytes;   /* delivered to the destination */
     bool eof;         /* the source ended its stream */
+    bool wait_ready;  /* read_when_ready: the owner has not reported the source readable yet */
     bool done;        /* ... and everything was delivered and the end passed on */
 };
 

@@ -49,7 +49,10 @@ void egress_relay_init(struct egress_conn *c)
     struct al_relay_opts o = {.splice = e->cfg.relay == EGRESS_RELAY_SPLICE,
                               .idle_timeout_ms = e->cfg.idle_timeout_ms,
                               .res = &relay_res,
-                              .res_ctx = c};
+                              .res_ctx = c,
+                              /* the client's first bytes were read here, the upstream was
+                               * just dialled: a read of either at the start is an EAGAIN */
+                              .read_when_ready = true};
     struct al_relay_end cl = {.fd = c->client.fd}, up = {.fd = c->upstream.fd};
     al_relay_init(&c->relay, &cl, &up, &o);
     c->relaying = true;

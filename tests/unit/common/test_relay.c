@@ -1,6 +1,7 @@
 /* Unit tests: common/relay over socketpairs: bytes and counts both ways, half-close each
  * way, back-pressure from a slow reader, a peer that went away, the timeouts, the splice
- * path, a transport end, a filter on one direction, and a budget that refuses.
+ * path, a transport end, a filter on one direction, a budget that refuses, and an owner
+ * that has the sockets read only once they are reported readable.
  *
  * Each relay end is one side of a socketpair; the test holds the other sides ("peers").
  * Socketpair writes land in the peer's queue synchronously, so "nothing more can move" is
@@ -130,6 +131,47 @@ START_TEST(bytes_both_ways_with_primed_bytes_first)
     ck_assert_ptr_null(p.r.flow[1].buf);
     ck_assert_int_eq(al_relay_want(&p.r, 0), AL_RELAY_READ);
     ck_assert_int_eq(al_relay_want(&p.r, 1), AL_RELAY_READ);
+    pair_close(&p);
+}
+END_TEST
+
+/* read_when_ready: the start delivers the primed bytes and reads neither socket, though
+ * both have bytes waiting; each is read once the owner reports it readable. */
+START_TEST(read_when_ready_reads_a_socket_only_once_reported_readable)
+{
+    struct pair p;
+    struct al_relay_opts o = {.read_when_ready = true};
+    pair_open(&p, &o, NULL, NULL);
+    ck_assert_int_eq(al_relay_prime(&p.r, 0, "HELLO ", 6), 0);
+    send_all(p.peer[0], "up", 2);
+    send_all(p.peer[1], "down", 4);
+    ck_assert_int_eq(al_relay_run(&p.r, -1, 0), 1);
+    char buf[64];
+    bool eof;
+    ck_assert_uint_eq(drain(p.peer[1], buf, sizeof buf, &eof), 6);
+    ck_assert(memcmp(buf, "HELLO ", 6) == 0);
+    ck_assert_uint_eq(drain(p.peer[0], buf, sizeof buf, &eof), 0);
+    ck_assert_uint_eq(al_relay_bytes(&p.r, 0), 6);
+    ck_assert_uint_eq(al_relay_bytes(&p.r, 1), 0);
+    /* Nothing held while it waits, and both are watched for reading. */
+    ck_assert_ptr_null(p.r.flow[0].buf);
+    ck_assert_int_eq(al_relay_want(&p.r, 0), AL_RELAY_READ);
+    ck_assert_int_eq(al_relay_want(&p.r, 1), AL_RELAY_READ);
+    /* Writable is no reason to read the other end. */
+    ck_assert_int_eq(al_relay_run(&p.r, 1, AL_RELAY_WRITE), 1);
+    ck_assert_uint_eq(drain(p.peer[1], buf, sizeof buf, &eof), 0);
+    ck_assert_int_eq(al_relay_run(&p.r, 1, AL_RELAY_READ), 1);
+    ck_assert_uint_eq(drain(p.peer[0], buf, sizeof buf, &eof), 4);
+    ck_assert(memcmp(buf, "down", 4) == 0);
+    ck_assert_int_eq(al_relay_run(&p.r, 0, AL_RELAY_READ), 1);
+    ck_assert_uint_eq(drain(p.peer[1], buf, sizeof buf, &eof), 2);
+    ck_assert(memcmp(buf, "up", 2) == 0);
+    /* From then on it reads as usual. */
+    send_all(p.peer[0], "more", 4);
+    ck_assert_int_eq(pump(&p), 1);
+    ck_assert_uint_eq(drain(p.peer[1], buf, sizeof buf, &eof), 4);
+    ck_assert_uint_eq(al_relay_bytes(&p.r, 0), 12);
+    ck_assert_uint_eq(al_relay_bytes(&p.r, 1), 4);
     pair_close(&p);
 }
 END_TEST
@@ -541,6 +583,7 @@ static Suite *suite(void)
     TCase *t = tcase_create("relay");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, bytes_both_ways_with_primed_bytes_first);
+    tcase_add_test(t, read_when_ready_reads_a_socket_only_once_reported_readable);
     tcase_add_test(t, half_close_from_a);
     tcase_add_test(t, half_close_from_b);
     tcase_add_test(t, slow_reader_holds_the_writer_back);
