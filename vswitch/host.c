@@ -399,17 +399,22 @@ int vswitch__guard_present(const char *t, bool *present, struct al_error *err)
 
 /* ---- host checks ------------------------------------------------------------------------ */
 
-static void host__add(struct vswitch_check *res, size_t max, size_t *n, int *failed,
-                      const char *name, bool ok, const char *fmt, ...)
-    __attribute__((format(printf, 7, 8)));
-static void host__add(struct vswitch_check *res, size_t max, size_t *n, int *failed,
-                      const char *name, bool ok, const char *fmt, ...)
+/* The checks' results as they are added: at most max of them in res, all of them counted. */
+struct host__report {
+    struct vswitch_check *res;
+    size_t max, n;
+    int failed;
+};
+
+static void host__add(struct host__report *r, const char *name, bool ok, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void host__add(struct host__report *r, const char *name, bool ok, const char *fmt, ...)
 {
     if (!ok)
-        (*failed)++;
-    if (*n >= max)
+        r->failed++;
+    if (r->n >= r->max)
         return;
-    struct vswitch_check *c = &res[(*n)++];
+    struct vswitch_check *c = &r->res[r->n++];
     snprintf(c->name, sizeof c->name, "%s", name);
     c->ok = ok;
     va_list ap;
@@ -504,13 +509,12 @@ static int host__addr_overlap_cb(const struct vs_nl_addr_info *a, void *arg)
 int vswitch__host_checks(const struct vs_settings *s, struct vswitch_check *res, size_t max,
                          size_t *n)
 {
-    int failed = 0;
-    *n = 0;
+    struct host__report rep = {.res = res, .max = max};
     long v = 0;
 
     bool admin = host__has_cap(CAP_NET_ADMIN);
     bool bpf = host__has_cap(39 /* CAP_BPF */) || host__has_cap(CAP_SYS_ADMIN);
-    host__add(res, max, n, &failed, "privileges", admin && bpf,
+    host__add(&rep, "privileges", admin && bpf,
               admin && bpf ? "CAP_NET_ADMIN and CAP_BPF present"
                            : "missing %s%s%s: run the switch as root (airlockd does)",
               admin ? "" : "CAP_NET_ADMIN", !admin && !bpf ? " and " : "", bpf ? "" : "CAP_BPF");
@@ -518,35 +522,35 @@ int vswitch__host_checks(const struct vs_settings *s, struct vswitch_check *res,
     char anc[PATH_MAX];
     host__existing_ancestor(s->pin_dir, anc, sizeof anc);
     if (host__on_bpffs(anc))
-        host__add(res, max, n, &failed, "bpffs", true, "%s is on bpffs", anc);
+        host__add(&rep, "bpffs", true, "%s is on bpffs", anc);
     else if (host__under_bpffs_root(s->pin_dir) && strcmp(anc, VS_BPFFS_ROOT) == 0)
-        host__add(res, max, n, &failed, "bpffs", true,
-                  "%s is not mounted yet; the switch mounts it at start", VS_BPFFS_ROOT);
+        host__add(&rep, "bpffs", true, "%s is not mounted yet; the switch mounts it at start",
+                  VS_BPFFS_ROOT);
     else
-        host__add(res, max, n, &failed, "bpffs", false,
+        host__add(&rep, "bpffs", false,
                   "pin directory %s is not on bpffs: mount bpffs there or use the default",
                   s->pin_dir);
 
     if (vswitch__sysctl_read("net/ipv4/ip_forward", &v) != 0)
-        host__add(res, max, n, &failed, "net.ipv4.ip_forward", false, "cannot be read");
+        host__add(&rep, "net.ipv4.ip_forward", false, "cannot be read");
     else if (v == 0)
-        host__add(res, max, n, &failed, "net.ipv4.ip_forward", true, "0");
+        host__add(&rep, "net.ipv4.ip_forward", true, "0");
     else if (s->allow_ip_forward)
-        host__add(res, max, n, &failed, "net.ipv4.ip_forward", true,
+        host__add(&rep, "net.ipv4.ip_forward", true,
                   "%ld, accepted because allow_ip_forward is set (the guard's forward chain "
                   "is the remaining second layer)",
                   v);
     else
-        host__add(res, max, n, &failed, "net.ipv4.ip_forward", false,
+        host__add(&rep, "net.ipv4.ip_forward", false,
                   "is %ld: a sandbox packet that got past the switch could be routed onward. "
                   "Set it to 0 (sysctl -w net.ipv4.ip_forward=0, and in /etc/sysctl.d), or run "
                   "airlock in its own network namespace",
                   v);
 
     if (vswitch__sysctl_read("net/ipv4/tcp_fwmark_accept", &v) != 0)
-        host__add(res, max, n, &failed, "net.ipv4.tcp_fwmark_accept", false, "cannot be read");
+        host__add(&rep, "net.ipv4.tcp_fwmark_accept", false, "cannot be read");
     else
-        host__add(res, max, n, &failed, "net.ipv4.tcp_fwmark_accept", v == 0,
+        host__add(&rep, "net.ipv4.tcp_fwmark_accept", v == 0,
                   v == 0 ? "0"
                          : "is %ld: accepted connections would take the steer mark instead "
                            "of the proxy's reply mark, and their replies would be routed "
@@ -557,9 +561,9 @@ int vswitch__host_checks(const struct vs_settings *s, struct vswitch_check *res,
     long all = 0, def = 0;
     if (vswitch__sysctl_read("net/ipv4/conf/all/src_valid_mark", &all) != 0 ||
         vswitch__sysctl_read("net/ipv4/conf/default/src_valid_mark", &def) != 0)
-        host__add(res, max, n, &failed, "net.ipv4.conf.*.src_valid_mark", false, "cannot be read");
+        host__add(&rep, "net.ipv4.conf.*.src_valid_mark", false, "cannot be read");
     else
-        host__add(res, max, n, &failed, "net.ipv4.conf.*.src_valid_mark", all == 0 && def == 0,
+        host__add(&rep, "net.ipv4.conf.*.src_valid_mark", all == 0 && def == 0,
                   all == 0 && def == 0
                       ? "0"
                       : "all=%ld default=%ld: the reverse-path check would use the steer "
@@ -570,7 +574,7 @@ int vswitch__host_checks(const struct vs_settings *s, struct vswitch_check *res,
     long rpa = 0, rpd = 0;
     if (vswitch__sysctl_read("net/ipv4/conf/all/rp_filter", &rpa) == 0 &&
         vswitch__sysctl_read("net/ipv4/conf/default/rp_filter", &rpd) == 0)
-        host__add(res, max, n, &failed, "net.ipv4.conf.*.rp_filter", true,
+        host__add(&rep, "net.ipv4.conf.*.rp_filter", true,
                   "all=%ld default=%ld (any value works: each sandbox has a /32 route "
                   "through its own interface)",
                   rpa, rpd);
@@ -580,16 +584,16 @@ int vswitch__host_checks(const struct vs_settings *s, struct vswitch_check *res,
         struct host__links links = {.prefix = s->ifname_prefix};
         int r = vswitch_nl_link_dump(&nl, host__links_cb, &links, NULL);
         if (r < 0)
-            host__add(res, max, n, &failed, "interface prefix", false, "cannot list interfaces");
+            host__add(&rep, "interface prefix", false, "cannot list interfaces");
         else if (links.foreign[0])
-            host__add(res, max, n, &failed, "interface prefix", false,
+            host__add(&rep, "interface prefix", false,
                       "interface %s is named like a sandbox interface (%s*) but is not one: "
                       "the guard would drop its traffic. Rename it or choose another "
                       "ifname_prefix",
                       links.foreign, s->ifname_prefix);
         else
-            host__add(res, max, n, &failed, "interface prefix", true,
-                      "no foreign interface is named %s*", s->ifname_prefix);
+            host__add(&rep, "interface prefix", true, "no foreign interface is named %s*",
+                      s->ifname_prefix);
 
         struct host__overlap o = {.s = s, .links = &links};
         r = vswitch_nl_route_dump(&nl, host__route_overlap_cb, &o, NULL);
@@ -598,10 +602,9 @@ int vswitch__host_checks(const struct vs_settings *s, struct vswitch_check *res,
         char rb[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &s->range_addr, rb, sizeof rb);
         if (r < 0)
-            host__add(res, max, n, &failed, "address range", false,
-                      "cannot list routes and addresses");
+            host__add(&rep, "address range", false, "cannot list routes and addresses");
         else
-            host__add(res, max, n, &failed, "address range", r == 0,
+            host__add(&rep, "address range", r == 0,
                       r == 0 ? "%s/%u is free"
                              : "%s/%u overlaps %s: sandboxes would shadow (or be shadowed by) "
                                "it. Choose another range",
@@ -609,7 +612,7 @@ int vswitch__host_checks(const struct vs_settings *s, struct vswitch_check *res,
         free(links.ours);
         vswitch_nl_close(&nl);
     } else {
-        host__add(res, max, n, &failed, "rtnetlink", false, "cannot open a netlink socket");
+        host__add(&rep, "rtnetlink", false, "cannot open a netlink socket");
     }
 
     struct nft_ctx *ctx = nft_ctx_new(NFT_CTX_DEFAULT);
@@ -620,24 +623,25 @@ int vswitch__host_checks(const struct vs_settings *s, struct vswitch_check *res,
         nft_ok = nft_run_cmd_from_buffer(ctx, "list tables") == 0;
         nft_ctx_free(ctx);
     }
-    host__add(res, max, n, &failed, "nftables", nft_ok,
+    host__add(&rep, "nftables", nft_ok,
               nft_ok ? "libnftables can talk to the kernel"
                      : "libnftables cannot list tables: load nf_tables (modprobe nf_tables) "
                        "and run as root");
 
     __u32 cnt = 0;
     int tcx = bpf_prog_query(1 /* lo */, VS_BPF_TCX_INGRESS, 0, NULL, NULL, &cnt);
-    host__add(res, max, n, &failed, "attach", true,
+    host__add(&rep, "attach", true,
               tcx == 0 ? "clsact filters by default; TCX links available (kernel >= 6.6)"
                        : "clsact filters (this kernel has no TCX)");
     char kernel[65];
     bool rp = vswitch_assign_takes_reuseport(kernel, sizeof kernel);
-    host__add(res, max, n, &failed, "proxy sockets", true,
+    host__add(&rep, "proxy sockets", true,
               rp ? "kernel %s: bpf_sk_assign takes SO_REUSEPORT sockets (airlock-egress: one "
                    "listening socket per worker)"
                  : "kernel %s < 6.5: bpf_sk_assign refuses SO_REUSEPORT sockets; the proxy "
                    "must register one plain socket per address (airlock-egress chooses "
                    "--listener-mode shared by itself; a SO_REUSEPORT socket is refused)",
               kernel);
-    return failed;
+    *n = rep.n;
+    return rep.failed;
 }

@@ -185,19 +185,19 @@ static uint32_t vsock__peer_credit(const struct vconn *c)
     return in_flight >= c->peer_buf_alloc ? 0 : c->peer_buf_alloc - in_flight;
 }
 
-static void vsock__fill_hdr(struct vsock *vs, struct vsock_hdr *h, uint32_t local_port,
-                            uint32_t peer_port, uint16_t op, uint32_t flags, uint32_t len,
-                            struct vconn *c)
+/* The header of a packet to the guest: what k says, len bytes of payload, and c's credit. */
+static void vsock__fill_hdr(struct vsock *vs, struct vsock_hdr *h, const struct vsock_ctl *k,
+                            uint32_t len, struct vconn *c)
 {
     memset(h, 0, sizeof *h);
     h->src_cid = VSOCK_HOST_CID;
     h->dst_cid = vs->guest_cid;
-    h->src_port = local_port;
-    h->dst_port = peer_port;
+    h->src_port = k->local_port;
+    h->dst_port = k->peer_port;
     h->len = len;
     h->type = VSOCK_TYPE_STREAM;
-    h->op = op;
-    h->flags = flags;
+    h->op = k->op;
+    h->flags = k->flags;
     h->buf_alloc = VSOCK_BUF_ALLOC;
     h->fwd_cnt = c ? c->fwd_cnt : 0;
     if (c)
@@ -341,7 +341,7 @@ static bool vsock__rx_ctl(struct vsock *vs, int *done)
         vs->ctl_len--;
         struct vconn *c = vsock__find(vs, k->local_port, k->peer_port);
         struct vsock_hdr h;
-        vsock__fill_hdr(vs, &h, k->local_port, k->peer_port, k->op, k->flags, 0, c);
+        vsock__fill_hdr(vs, &h, k, 0, c);
         kvm_virtq_chain_write(&ch, 0, &h, sizeof h);
         kvm_virtq_push(&d->vq[VSOCK_RXQ], ch.head, sizeof h);
     }
@@ -398,7 +398,9 @@ static bool vsock__rx_data(struct vsock *vs, struct vconn *c, int *done)
             return true;
         }
         struct vsock_hdr h;
-        vsock__fill_hdr(vs, &h, c->local_port, c->peer_port, VSOCK_OP_RW, 0, (uint32_t)r, c);
+        const struct vsock_ctl rw = {
+            .local_port = c->local_port, .peer_port = c->peer_port, .op = VSOCK_OP_RW};
+        vsock__fill_hdr(vs, &h, &rw, (uint32_t)r, c);
         kvm_virtq_chain_write(&ch, 0, &h, sizeof h);
         c->tx_cnt += (uint32_t)r;
         kvm_virtq_push(&d->vq[VSOCK_RXQ], ch.head, (uint32_t)(sizeof h + (uint64_t)r));
