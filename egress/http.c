@@ -172,24 +172,10 @@ static int req__on_body(llhttp_t *p, const char *at, size_t n)
     struct egress_http *h = http__of(p);
     h->body_bytes += n;
     if (h->max_body && h->body_bytes > h->max_body) {
-        llhttp_set_error_reason(p, "body_too_large");
+        llhttp_set_error_reason(p, "request_body_too_large");
         return HPE_USER;
     }
-    int rc = 0;
-    if (h->r.chunked) {
-        /* The chunk's size line ("%zx\r\n"), written digit by digit rather than by printf. */
-        char t[2 * sizeof n + 2], *e = t + sizeof t, *d = e - 2;
-        memcpy(d, "\r\n", 2);
-        size_t v = n;
-        do
-            *--d = al_hex_lower[v & 15];
-        while (v >>= 4);
-        rc = al_buf_append(&h->to_up, d, (size_t)(e - d));
-    }
-    if (!rc)
-        rc = al_buf_append(&h->to_up, at, n);
-    if (!rc && h->r.chunked)
-        rc = al_buf_append(&h->to_up, "\r\n", 2);
+    int rc = egress_http_body_append(&h->to_up, h->r.chunked, at, n);
     h->req_bytes += n;
     return rc ? HPE_USER : 0;
 }
@@ -197,7 +183,7 @@ static int req__on_body(llhttp_t *p, const char *at, size_t n)
 static int req__on_complete(llhttp_t *p)
 {
     struct egress_http *h = http__of(p);
-    if (h->r.chunked && al_buf_append(&h->to_up, "0\r\n\r\n", 5) < 0)
+    if (egress_http_body_end(&h->to_up, h->r.chunked) < 0)
         return HPE_USER;
     h->req_done = true;
     h->phase = H_WAIT;
@@ -1223,22 +1209,6 @@ static void http__read_upstream(struct egress_conn *c)
 
 /* ---- the driver --------------------------------------------------------------------- */
 
-static const char *http__parse_error_reason(llhttp_t *p, int *status)
-{
-    llhttp_errno_t err = llhttp_get_errno(p);
-    const char *r = llhttp_get_error_reason(p);
-    *status = 400;
-    if (err == HPE_USER && r && strcmp(r, "body_too_large") == 0) {
-        *status = 413;
-        return "request_body_too_large";
-    }
-    if (err == HPE_USER) {
-        *status = 431;
-        return "request_head_too_large";
-    }
-    return al_http_parse_error_reason(err, status);
-}
-
 /* Parses what the client sent, as far as the current phase allows. */
 static void http__parse_client(struct egress_conn *c)
 {
@@ -1287,7 +1257,7 @@ static void http__parse_client(struct egress_conn *c)
         }
         /* A malformed request: 400 (or 413/431), audited, connection closed. */
         int status;
-        const char *reason = http__parse_error_reason(&h->req, &status);
+        const char *reason = egress_http_request_error(&h->req, &h->reqh, &status);
         if (h->phase == H_BODY || h->phase == H_WAIT) {
             /* Part of this request already went upstream: the exchange is broken. */
             h->status = status;

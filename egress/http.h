@@ -97,6 +97,13 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p,
  * absolute-form's authority when it had none, and CRLF. */
 int egress_http_append_host(const struct egress_http_request *r, struct al_buf *out);
 
+/* Why p, a request parser whose callbacks collect into h, stopped with an error: a
+ * machine-readable reason and *status: "request_body_too_large" 413 (a body callback refused
+ * with that reason: llhttp_set_error_reason), "request_head_too_large" 431 (h went over its
+ * bounds), or common/http_parser.h's reason for llhttp's error (400 mostly). */
+const char *egress_http_request_error(const llhttp_t *p, const struct egress_http_head *h,
+                                      int *status);
+
 /* Writes the head to send upstream: origin-form, the client's HTTP version, Host as sent,
  * what al_http_forward_drops leaves behind (common/http_head.h) and HTTP2-Settings removed,
  * framing restated. The upstream connection's persistence is the proxy's own hop
@@ -114,6 +121,13 @@ int egress_http_serialize_request(const struct egress_http_head *h,
  * "Connection: keep-alive" to an HTTP/1.0 client (client10) whose connection is kept. */
 int egress_http_serialize_response(const struct egress_http_head *h, const llhttp_t *p, bool close,
                                    bool client10, struct al_buf *out);
+
+/* Body bytes on their way to the next hop, re-framed: as they are, or as one chunk when the
+ * body goes chunked (n == 0 appends nothing: a zero-size chunk would end the body). 0 or
+ * -ENOMEM. */
+int egress_http_body_append(struct al_buf *out, bool chunked, const void *at, size_t n);
+/* The end of a body that went chunked ("0" CRLF CRLF, no trailers); nothing otherwise. */
+int egress_http_body_end(struct al_buf *out, bool chunked);
 
 /* Builds a complete error/deny answer (JSON body) into out. */
 int egress_http_error_response(struct al_buf *out, int status, const char *error, const char *rule,

@@ -9,6 +9,7 @@
 
 #include "common/http.h"
 #include "common/json.h"
+#include "common/util.h"
 
 /* ---- head collection ---------------------------------------------------------------- */
 
@@ -329,6 +330,23 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p,
     return 0;
 }
 
+const char *egress_http_request_error(const llhttp_t *p, const struct egress_http_head *h,
+                                      int *status)
+{
+    llhttp_errno_t err = llhttp_get_errno(p);
+    const char *r = llhttp_get_error_reason(p);
+    *status = 400;
+    if (err == HPE_USER && r && strcmp(r, "request_body_too_large") == 0) {
+        *status = 413;
+        return "request_body_too_large";
+    }
+    if (err == HPE_USER && h->too_large) {
+        *status = 431;
+        return "request_head_too_large";
+    }
+    return al_http_parse_error_reason(err, status);
+}
+
 /* ---- serialisation ---------------------------------------------------------------- */
 
 /* The Connection fields of h, for the options they name (RFC 9110 7.6.1). */
@@ -468,6 +486,33 @@ int egress_http_serialize_response(const struct egress_http_head *h, const llhtt
             rc = al_buf_appends(out, "Connection: keep-alive\r\n");
     }
     return rc ? rc : al_buf_append(out, "\r\n", 2);
+}
+
+int egress_http_body_append(struct al_buf *out, bool chunked, const void *at, size_t n)
+{
+    if (n == 0)
+        return 0;
+    int rc = 0;
+    if (chunked) {
+        /* The chunk's size line ("%zx\r\n"), written digit by digit rather than by printf. */
+        char t[2 * sizeof n + 2], *e = t + sizeof t, *d = e - 2;
+        memcpy(d, "\r\n", 2);
+        size_t v = n;
+        do
+            *--d = al_hex_lower[v & 15];
+        while (v >>= 4);
+        rc = al_buf_append(out, d, (size_t)(e - d));
+    }
+    if (!rc)
+        rc = al_buf_append(out, at, n);
+    if (!rc && chunked)
+        rc = al_buf_append(out, "\r\n", 2);
+    return rc;
+}
+
+int egress_http_body_end(struct al_buf *out, bool chunked)
+{
+    return chunked ? al_buf_append(out, "0\r\n\r\n", 5) : 0;
 }
 
 int egress_http_error_response(struct al_buf *out, int status, const char *error, const char *rule,

@@ -590,15 +590,7 @@ static int req__on_body(llhttp_t *p, const char *at, size_t n)
         data = scanned.data ? scanned.data : "";
         len = scanned.len;
     }
-    int rc = 0;
-    if (len) {
-        if (s->req_chunked)
-            rc = al_buf_printf(&s->uq, "%zx\r\n", len);
-        if (!rc)
-            rc = al_buf_append(&s->uq, data, len);
-        if (!rc && s->req_chunked)
-            rc = al_buf_append(&s->uq, "\r\n", 2);
-    }
+    int rc = egress_http_body_append(&s->uq, s->req_chunked, data, len);
     al_buf_free(&scanned);
     s->bytes_up += n;
     return rc ? HPE_USER : 0;
@@ -607,20 +599,15 @@ static int req__on_body(llhttp_t *p, const char *at, size_t n)
 static int req__on_complete(llhttp_t *p)
 {
     struct intercept_session *s = of_req(p);
+    int rc = 0;
     if (s->ph_scan_live) {
         struct al_buf rest = AL_BUF_INIT;
         intercept_scrub_finish(&s->ph_scan, &rest);
-        if (rest.len) {
-            if (s->req_chunked)
-                al_buf_printf(&s->uq, "%zx\r\n", rest.len);
-            al_buf_append(&s->uq, rest.data, rest.len);
-            if (s->req_chunked)
-                al_buf_append(&s->uq, "\r\n", 2);
-        }
+        rc = egress_http_body_append(&s->uq, s->req_chunked, rest.data, rest.len);
         al_buf_free(&rest);
     }
-    if (s->req_chunked)
-        al_buf_append(&s->uq, "0\r\n\r\n", 5);
+    if (rc < 0 || egress_http_body_end(&s->uq, s->req_chunked) < 0)
+        return HPE_USER; /* the body cannot be completed: the request fails */
     s->req_done = true;
     return HPE_PAUSED;
 }
@@ -958,25 +945,15 @@ static void sess__on_request(struct intercept_session *s)
     sess__after_fetch(s);
 }
 
+/* The plain path's reasons (egress_http_request_error), and the placeholder scan's. */
 static const char *req__parse_error(llhttp_t *p, int *status)
 {
     const char *r = llhttp_get_error_reason(p);
-    llhttp_errno_t e = llhttp_get_errno(p);
-    *status = 400;
-    if (e == HPE_USER && r && strcmp(r, "request_body_too_large") == 0) {
-        *status = 413;
-        return "request_body_too_large";
-    }
-    if (e == HPE_USER && r && strcmp(r, "placeholder_in_body") == 0) {
+    if (llhttp_get_errno(p) == HPE_USER && r && strcmp(r, "placeholder_in_body") == 0) {
         *status = 403;
         return "placeholder_misuse";
     }
-    if (e == HPE_USER && of_req(p)->reqh.too_large) {
-        *status = 431; /* what the plain path says (egress/http.c) */
-        return "request_head_too_large";
-    }
-    /* What the plain path says for the same bytes (egress/http.c). */
-    return al_http_parse_error_reason(e, status);
+    return egress_http_request_error(p, &of_req(p)->reqh, status);
 }
 
 /* Parses what the sandbox sent, as far as the state allows. */
@@ -1234,17 +1211,9 @@ static int resp__on_body(llhttp_t *p, const char *at, size_t n)
         llhttp_set_error_reason(p, reason ? reason : "scrub_failed");
         return HPE_USER;
     }
-    int rc = 0;
-    if (out.len) {
-        if (s->resp_chunked_out)
-            rc = al_buf_printf(&s->cq, "%zx\r\n", out.len);
-        if (!rc)
-            rc = al_buf_append(&s->cq, out.data, out.len);
-        if (!rc && s->resp_chunked_out)
-            rc = al_buf_append(&s->cq, "\r\n", 2);
-        s->resp_bytes += out.len;
-        s->bytes_down += out.len;
-    }
+    int rc = egress_http_body_append(&s->cq, s->resp_chunked_out, out.data, out.len);
+    s->resp_bytes += out.len;
+    s->bytes_down += out.len;
     al_buf_free(&out);
     return rc ? HPE_USER : 0;
 }
@@ -1400,18 +1369,18 @@ static void sess__response_complete(struct intercept_session *s)
             sess__fail(s, 502, "bad_gateway", reason ? reason : "scrub_failed", reason);
             return;
         }
-        if (out.len) {
-            if (s->resp_chunked_out)
-                al_buf_printf(&s->cq, "%zx\r\n", out.len);
-            al_buf_append(&s->cq, out.data, out.len);
-            if (s->resp_chunked_out)
-                al_buf_append(&s->cq, "\r\n", 2);
-            s->resp_bytes += out.len;
-        }
+        int rc = egress_http_body_append(&s->cq, s->resp_chunked_out, out.data, out.len);
+        s->resp_bytes += out.len;
         al_buf_free(&out);
+        if (rc < 0) {
+            sess__fail(s, 502, "bad_gateway", "proxy_error", "out of memory");
+            return;
+        }
     }
-    if (s->resp_chunked_out)
-        al_buf_append(&s->cq, "0\r\n\r\n", 5);
+    if (egress_http_body_end(&s->cq, s->resp_chunked_out) < 0) {
+        sess__fail(s, 502, "bad_gateway", "proxy_error", "out of memory");
+        return;
+    }
     /* Reflection in the body. */
     if (s->body_live && s->body.scrubbing && s->body.scrub.rep.matches) {
         const struct intercept_scrub_report *rep = &s->body.scrub.rep;

@@ -284,6 +284,26 @@ START_TEST(host_as_it_goes_upstream)
 }
 END_TEST
 
+/* Bodies re-framed for the next hop: as they are, or one chunk per piece, and the end. */
+START_TEST(body_framing)
+{
+    struct al_buf out;
+    al_buf_init(&out, 0);
+    ck_assert_int_eq(egress_http_body_append(&out, true, "0123456789abcdefg", 17), 0);
+    ck_assert_int_eq(egress_http_body_append(&out, true, "", 0), 0); /* not a last chunk */
+    ck_assert_int_eq(egress_http_body_append(&out, true, "x", 1), 0);
+    ck_assert_int_eq(egress_http_body_end(&out, true), 0);
+    ck_assert_int_eq((int)out.len, 34);
+    ck_assert_int_eq(memcmp(out.data, "11\r\n0123456789abcdefg\r\n1\r\nx\r\n0\r\n\r\n", 34), 0);
+    al_buf_reset(&out);
+    ck_assert_int_eq(egress_http_body_append(&out, false, "abc", 3), 0);
+    ck_assert_int_eq(egress_http_body_end(&out, false), 0);
+    ck_assert_int_eq((int)out.len, 3);
+    ck_assert_int_eq(memcmp(out.data, "abc", 3), 0);
+    al_buf_free(&out);
+}
+END_TEST
+
 /* The strict parser refuses the classic smuggling shapes before any check. */
 START_TEST(strict_parser_refuses_smuggling)
 {
@@ -501,6 +521,7 @@ static Suite *suite(void)
     tcase_add_test(t, accepts_and_describes);
     tcase_add_test(t, refuses_with_reasons);
     tcase_add_test(t, host_as_it_goes_upstream);
+    tcase_add_test(t, body_framing);
     tcase_add_test(t, strict_parser_refuses_smuggling);
     tcase_add_test(t, serializes_for_the_upstream);
     tcase_add_test(t, serializes_without_connection_options_and_overrides);
