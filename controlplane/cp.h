@@ -123,6 +123,7 @@ struct cp_sandbox {
     bool has_net;
     struct cp_net net;
     bool egress_registered;
+    bool mounts_audited;    /* its volumes' "mount" records were written (before its start) */
     bool ca_pushing;        /* a new CA of the egress proxy is on its way to the agent */
     void *netupdate;        /* the network update waiting for the proxy (netupdate.c) */
     bool started;           /* the backend started it (or adopted it) */

@@ -397,7 +397,6 @@ static void lc__create_done(struct lc_create *c)
     else if (c->forked_from[0])
         evd = json_pack("{s:s}", "forked_from", c->forked_from);
     cp_event_emit(sb, CP_EV_CREATED, CP_CAUSE_API, sb->rec.key_id, evd);
-    cp_volumes_audit_mounts(cp, sb, true, sb->rec.key_id, NULL);
     lc__arm_timer(sb);
     lc__watch(sb);
     double ms = (double)(al_now_ns() - sb->create_t0_ns) / 1e6;
@@ -768,6 +767,35 @@ static void lc__create_start_now(struct lc_create *c)
         lc__create_fail(c, 500, "cannot start the sandbox: %s", strerror(-rc));
 }
 
+/* Its volumes' "mount" records are on disk before it starts: nothing in the sandbox writes
+ * to a volume before the audit log says it was mounted there. A record that cannot be
+ * written fails the creation (503), as the proxy fails closed when its log cannot be
+ * written (docs/audit.md, "volume"). */
+static void lc__create_mounts_audited(void *arg, int rc, const char *msg)
+{
+    struct cp_sandbox *sb = arg;
+    struct lc_create *c = sb->opctx;
+    if (rc) {
+        lc__create_fail(c, 503,
+                        "the audit record of its volume mount was not written (%s): the sandbox "
+                        "is not started; see airlock-egress's log for why its audit log fails",
+                        msg && *msg ? msg : strerror(-rc));
+        return;
+    }
+    sb->mounts_audited = json_array_size(sb->rec.volumes) > 0;
+    lc__create_start(c);
+}
+
+static void lc__create_mounts(struct lc_create *c)
+{
+    struct cp_sandbox *sb = c->sb;
+    if (c->resume || !json_array_size(sb->rec.volumes)) {
+        lc__create_start(c); /* (a parked sandbox's mounts were recorded at its creation) */
+        return;
+    }
+    cp_volumes_audit_mounts(sb->cp, sb, true, sb->rec.key_id, NULL, lc__create_mounts_audited, sb);
+}
+
 static void lc__create_registered(struct cp_sandbox *sb, int rc, const char *msg)
 {
     struct lc_create *c = sb->opctx;
@@ -779,7 +807,7 @@ static void lc__create_registered(struct cp_sandbox *sb, int rc, const char *msg
     }
     sb->egress_registered = true;
     lc__stage(sb, CP_CREATE_EGRESS);
-    lc__create_start(c);
+    lc__create_mounts(c);
 }
 
 static void lc__create_egress(struct lc_create *c)
@@ -787,7 +815,7 @@ static void lc__create_egress(struct lc_create *c)
     struct cp_sandbox *sb = c->sb;
     struct cp *cp = sb->cp;
     if (!sb->has_net || !cp->egress) {
-        lc__create_start(c);
+        lc__create_mounts(c);
         return;
     }
     int rc = cp_egress_register(cp->egress, sb, lc__create_registered);
@@ -1328,7 +1356,9 @@ static void lc__td_forget(struct lc_teardown *t)
         enum cp_event_cause cause = t->op ? t->op->cause : CP_CAUSE_CRASH;
         const char *key = t->op ? t->op->key_id : NULL;
         cp_event_emit(sb, CP_EV_KILLED, cause, key, NULL);
-        cp_volumes_audit_mounts(cp, sb, false, key, cp_event_cause_name(cause));
+        cp_volumes_audit_mounts(cp, sb, false, key, cp_event_cause_name(cause), NULL, NULL);
+    } else if (sb->mounts_audited) { /* its mounts are on record, its start failed */
+        cp_volumes_audit_mounts(cp, sb, false, NULL, "create_failed", NULL, NULL);
     }
     lc__close_timer(sb);
     lc__stop_watch(sb);

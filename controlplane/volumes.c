@@ -228,10 +228,13 @@ static int vol__make_image(const char *img, uint64_t size, struct al_error *err)
 /* ---- audit records ------------------------------------------------------------------------- */
 
 /* A record of a volume operation goes into airlock-egress's audit log, in the chain every
- * other record is in (docs/audit.md, "volume"); then(arg) runs once it is on disk, or once
- * it failed (logged as an error: the operation it reports has happened and stays done). */
+ * other record is in (docs/audit.md, "volume"); then(arg, rc, msg) runs once it is on disk
+ * (rc 0), or once it failed (rc < 0, logged as an error). Without airlock-egress there is no
+ * log to write to: logged, and then runs with 0 (docs/audit.md says so). */
+typedef void (*vol_audited_cb)(void *arg, int rc, const char *msg);
+
 struct vol_audit {
-    void (*then)(void *arg);
+    vol_audited_cb then;
     void *arg;
     char what[160];
 };
@@ -242,13 +245,13 @@ static void vol__audited(void *arg, int rc, const char *msg)
     if (rc)
         al_error("%s: its audit record was not written: %s", a->what, msg);
     if (a->then)
-        a->then(a->arg);
+        a->then(a->arg, rc, msg);
     free(a);
 }
 
 /* rec: {"event", ...} (stolen), made a "volume" record of volume r by key_id. */
 static void vol__audit(struct cp *cp, const char *id, const char *name, const char *key_id,
-                       json_t *rec, void (*then)(void *), void *arg)
+                       json_t *rec, vol_audited_cb then, void *arg)
 {
     struct vol_audit *a = calloc(1, sizeof *a);
     if (a) {
@@ -261,26 +264,65 @@ static void vol__audit(struct cp *cp, const char *id, const char *name, const ch
     json_object_set_new(rec, "volume", json_pack("{s:s,s:s}", "id", id, "name", name));
     json_object_set_new(rec, "api_key_id", key_id && *key_id ? json_string(key_id) : json_null());
     int rc = -ENOMEM;
-    bool sent = false;
-    if (a && !cp->egress)
+    if (a && !cp->egress) {
         al_warn("%s: not audited: airlock-egress, which writes the audit log, does not run "
                 "(egress.mode off, or no sandbox network)",
                 a->what);
-    else if (a && (rc = cp_egress_audit_record(cp->egress, rec, vol__audited, a)) == 0)
-        sent = true; /* vol__audited has a and runs then */
-    else
+        rc = 0;
+    } else if (a && (rc = cp_egress_audit_record(cp->egress, rec, vol__audited, a)) == 0) {
+        json_decref(rec);
+        return; /* vol__audited has a and runs then */
+    } else {
         al_error("volume %s (%s): its audit record was not sent: %s", name, id, strerror(-rc));
-    json_decref(rec);
-    if (!sent) {
-        free(a);
-        if (then)
-            then(arg);
     }
+    json_decref(rec);
+    free(a);
+    if (then)
+        then(arg, rc, rc ? strerror(-rc) : "");
+}
+
+/* The records of one cp_volumes_audit_mounts: done runs once the last is answered. */
+struct vol_mounts_audit {
+    size_t pending;
+    int rc;
+    char msg[256];
+    cp_volumes_audited_cb done;
+    void *arg;
+};
+
+static void vol__mount_audited(void *arg, int rc, const char *msg)
+{
+    struct vol_mounts_audit *g = arg;
+    if (rc && !g->rc) {
+        g->rc = rc;
+        snprintf(g->msg, sizeof g->msg, "%s", msg && *msg ? msg : strerror(-rc));
+    }
+    if (--g->pending)
+        return;
+    if (g->done)
+        g->done(g->arg, g->rc, g->msg);
+    free(g);
 }
 
 void cp_volumes_audit_mounts(struct cp *cp, const struct cp_sandbox *sb, bool mounted,
-                             const char *key_id, const char *cause)
+                             const char *key_id, const char *cause, cp_volumes_audited_cb done,
+                             void *arg)
 {
+    size_t n = json_array_size(sb->rec.volumes);
+    struct vol_mounts_audit *g = n ? calloc(1, sizeof *g) : NULL;
+    if (!g) {
+        if (n)
+            al_error("sandbox %s: its volumes' audit records were not written: out of memory",
+                     sb->rec.id);
+        if (done)
+            done(arg, n ? -ENOMEM : 0, n ? strerror(ENOMEM) : "");
+        return;
+    }
+    g->done = done;
+    g->arg = arg;
+    /* One more than the records until all are sent: an answer on this turn does not end
+     * the group early. */
+    g->pending = n + 1;
     size_t i;
     json_t *m;
     json_array_foreach(sb->rec.volumes, i, m)
@@ -290,8 +332,10 @@ void cp_volumes_audit_mounts(struct cp *cp, const struct cp_sandbox *sb, bool mo
         if (cause)
             json_object_set_new(rec, "cause", json_string(cause));
         vol__audit(cp, json_string_value(json_object_get(m, "volumeID")),
-                   json_string_value(json_object_get(m, "name")), key_id, rec, NULL, NULL);
+                   json_string_value(json_object_get(m, "name")), key_id, rec, vol__mount_audited,
+                   g);
     }
+    vol__mount_audited(g, 0, "");
 }
 
 /* ---- POST /volumes: made on a worker thread (mkfs and the mount take tens of ms) --------- */
@@ -342,8 +386,10 @@ static void vol__new_free(struct vol_new *x)
     free(x);
 }
 
-static void vol__new_answer(void *arg)
+/* (A volume made is made, its record written or not: the failure is logged.) */
+static void vol__new_answer(void *arg, int rc, const char *msg)
 {
+    (void)rc, (void)msg;
     struct vol_new *x = arg;
     if (!x->gone) {
         x->req->user = NULL;
@@ -547,8 +593,9 @@ static void vol__deleted_closed(struct al_http_req *req)
         d->req = NULL;
 }
 
-static void vol__deleted_answer(void *arg)
+static void vol__deleted_answer(void *arg, int rc, const char *msg)
 {
+    (void)rc, (void)msg;
     struct vol_deleted *d = arg;
     if (d->req) {
         d->req->user = NULL;

@@ -66,14 +66,18 @@ int cp_volumes_resolve(struct cp *cp, const json_t *mounts, const char *key_id, 
 /* E2B's SandboxVolumeMount list of a sandbox's record ([{"name", "path"}]). */
 json_t *cp_volumes_mounts_json(const json_t *rec_volumes);
 
-/* Audit records (docs/audit.md, "volume") of the volumes sandbox sb mounts: "mount" when
- * it was created (mounted true), "unmount" when it is gone; key_id the API key that asked
- * (NULL for none), cause (may be NULL) why it went. Written by airlock-egress's audit log,
- * as the records of Volume.create ("create") and Volume.destroy ("delete"), which answer
- * only once theirs is on disk. */
+/* Audit records (docs/audit.md, "volume") of the volumes sandbox sb mounts: "mount" before
+ * it starts (mounted true), "unmount" when it is gone; key_id the API key that asked (NULL for
+ * none), cause (may be NULL) why it went. Written by airlock-egress's audit log, as the
+ * records of Volume.create ("create") and Volume.destroy ("delete"), which answer only once
+ * theirs is on disk. done(arg, rc, msg) runs (perhaps before this returns) once every record
+ * is on disk or none is to be written (rc 0: no volumes, or no airlock-egress to write them,
+ * logged), or once they are all answered and one was not written (rc < 0, msg why). */
+typedef void (*cp_volumes_audited_cb)(void *arg, int rc, const char *msg);
 struct cp_sandbox;
 void cp_volumes_audit_mounts(struct cp *cp, const struct cp_sandbox *sb, bool mounted,
-                             const char *key_id, const char *cause);
+                             const char *key_id, const char *cause, cp_volumes_audited_cb done,
+                             void *arg);
 
 /* Removes what no row names from <state>/volumes (an image being made or deleted when
  * airlockd stopped), at start. */

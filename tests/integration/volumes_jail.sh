@@ -8,7 +8,9 @@
 # without waiting); the mount of the volume at the sandbox's creation and its unmount when
 # the sandbox is killed are recorded with the sandbox, the path and the key; the chain
 # verifies with them in it; the proxy refuses a control-plane record of another type than
-# "volume" (airlockd cannot write the proxy's own records).
+# "volume" (airlockd cannot write the proxy's own records). The mount is on record before
+# the sandbox starts: with the audit log's file system (a 4 MiB tmpfs made here) full, a
+# creation that mounts a volume is a 503 that names the record, and no sandbox runs.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
 [ -x "$AIRLOCK_BIN/airlock-vmm" ] || { echo "volumes_jail: airlock-vmm is not built: SKIP"; exit 0; }
@@ -16,6 +18,22 @@ CP_SANDBOXES_EXTRA="volumes:
   size: 32MiB
   max_size: 256MiB"
 cp_world volumes_jail jail
+# The audit log on its own small file system, to fill it below.
+AUDIT="$CP_STATE/audit"
+mkdir -p "$AUDIT" && mount -t tmpfs -o size=4m,mode=0700 "al-vol-audit-$$" "$AUDIT" ||
+  { echo "volumes_jail: cannot mount a tmpfs" >&2; exit 1; }
+vol__cleanup() {
+  cp__cleanup
+  mountpoint -q "$AUDIT" 2>/dev/null && umount -l "$AUDIT"
+  true
+}
+al_on_cleanup vol__cleanup
+# (disk.reserve would refuse every sandbox on a 4 MiB audit file system: this test is of
+# what the records do when the log cannot be written, with nothing before them.)
+cat >>"$AL_TMP/airlockd.yaml" <<'CFG'
+disk:
+  reserve: 0
+CFG
 
 cp_start || exit 1
 
@@ -79,6 +97,22 @@ al_eq "and one carrying the log's envelope: 400" \
   "$(eg -X POST http://egress/v1/audit/records -d '{"type":"volume","event":"x","seq":1}')" 400
 al_eq "nothing of them is in the log" "$(vrecs | wc -l)" 6
 
+OUT=$(cp_api -X POST "$CP_URL/volumes" -d '{"name":"late"}')
+L=$(json "$OUT" volumeID)
+al_match "another volume" '^vol_' echo "$L"
+dd if=/dev/zero of="$AUDIT/fill" bs=64k 2>/dev/null
+OUT=$(cp_api -w '\n%{http_code}' -X POST "$CP_URL/sandboxes" \
+  -d '{"templateID":"base","timeout":600,"volumeMounts":[{"name":"late","path":"/data"}]}')
+al_eq "with the audit log full, a sandbox that mounts a volume is not created: 503" \
+  "$(tail -n1 <<<"$OUT")" 503
+al_match "... because its mount could not be recorded" \
+  'audit record of its volume mount was not written' echo "$OUT"
+al_eq "no sandbox runs" \
+  "$(cp_api "$CP_URL/sandboxes" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" 0
+rm -f "$AUDIT/fill"
+al_eq "that volume is destroyed" "$(code -X DELETE "$CP_URL/volumes/$L")" 204
+
 al_kill airlockd TERM
+mountpoint -q "$AUDIT" && umount "$AUDIT"
 al_eq "nothing is left behind" "$(cp_leaks_settled)" ""
 al_done
