@@ -864,11 +864,10 @@ static int body__layer(struct intercept_body *b, size_t i, const unsigned char *
         z->next_out = chunk;
         z->avail_out = BODY_CHUNK;
         int zr = inflate(z, Z_NO_FLUSH);
-        if (zr != Z_OK && zr != Z_STREAM_END && zr != Z_BUF_ERROR) {
-            *reason = "corrupt_encoding";
-            rc = -EBADMSG;
-            break;
-        }
+        /* What zlib produced before it met the corruption still goes on first: the outcome is
+         * the first failure in the stream's order (a bound the output before it already
+         * passed), whatever the pieces the body arrived in. */
+        bool corrupt = zr != Z_OK && zr != Z_STREAM_END && zr != Z_BUF_ERROR;
         size_t got = BODY_CHUNK - z->avail_out;
         if (got || z->total_in)
             l->started = true;
@@ -882,6 +881,11 @@ static int body__layer(struct intercept_body *b, size_t i, const unsigned char *
             l->end = true;
         if (got && (rc = body__layer(b, i + 1, chunk, got, out, reason)) < 0)
             break;
+        if (corrupt) {
+            *reason = "corrupt_encoding";
+            rc = -EBADMSG;
+            break;
+        }
         if (l->end)
             break;
         /* More to do only while input remains or zlib filled the whole chunk. */
