@@ -626,6 +626,49 @@ int cp_egress_audit_record(struct cp_egress *e, json_t *rec, cp_egress_done_cb c
     return rc;
 }
 
+struct eg_audit {
+    cp_egress_done_cb then;
+    void *arg;
+    char what[160];
+};
+
+static void eg__audited(void *arg, int rc, const char *msg)
+{
+    struct eg_audit *a = arg;
+    if (rc)
+        al_error("%s: its audit record was not written: %s", a->what, msg);
+    if (a->then)
+        a->then(a->arg, rc, msg);
+    free(a);
+}
+
+void cp_audit_record(struct cp *cp, json_t *rec, const char *what, cp_egress_done_cb then,
+                     void *arg)
+{
+    struct eg_audit *a = calloc(1, sizeof *a);
+    int rc = -ENOMEM;
+    if (a) {
+        a->then = then;
+        a->arg = arg;
+        snprintf(a->what, sizeof a->what, "%s", what);
+    }
+    if (a && !cp->egress) {
+        al_warn("%s: not audited: airlock-egress, which writes the audit log, does not run "
+                "(egress.mode off, or no sandbox network)",
+                what);
+        rc = 0;
+    } else if (a && (rc = cp_egress_audit_record(cp->egress, rec, eg__audited, a)) == 0) {
+        json_decref(rec);
+        return; /* eg__audited has a and runs then */
+    } else {
+        al_error("%s: its audit record was not sent: %s", what, strerror(-rc));
+    }
+    json_decref(rec);
+    free(a);
+    if (then)
+        then(arg, rc, rc ? strerror(-rc) : "");
+}
+
 json_t *cp_egress_stats(struct cp_egress *e)
 {
     /* Refreshed in the background: a scrape sees figures at most one scrape old. */

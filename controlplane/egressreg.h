@@ -65,6 +65,13 @@ int cp_egress_audit_sync(struct cp_egress *e, struct cp_sandbox *sb, cp_egress_c
  * it is on disk, or < 0 and why. 0 when sent, or a negative errno (cb is not called). */
 typedef void (*cp_egress_done_cb)(void *arg, int rc, const char *msg);
 int cp_egress_audit_record(struct cp_egress *e, json_t *rec, cp_egress_done_cb cb, void *arg);
+/* The one way airlockd records what it did in the audit log (docs/audit.md, "volume" and
+ * "lifecycle"): rec ({"type", "event", ...}, stolen) through cp_egress_audit_record; what
+ * names the operation in airlockd's log. then (may be NULL) runs once the record is on disk
+ * (0) or once it failed (< 0, logged as an error). Without airlock-egress there is no log to
+ * write to: logged ("not audited"), and then runs with 0. */
+void cp_audit_record(struct cp *cp, json_t *rec, const char *what, cp_egress_done_cb then,
+                     void *arg);
 /* Counters for /metrics (egress decisions): the proxy's /v1/stats, cached (may be NULL),
  * refreshed in the background (the tick asks); each answer also feeds the overview's chart of
  * decisions (cp_metrics_egress). */

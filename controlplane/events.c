@@ -13,6 +13,7 @@
 #include "common/percent.h"
 #include "common/util.h"
 #include "cp.h"
+#include "egressreg.h"
 #include "metrics.h"
 #include "sse.h"
 #include "store.h"
@@ -58,6 +59,14 @@ static const char *const ev__names[CP_EV__COUNT] = {
     [CP_EV_TERMINAL_CLOSED] = "sandbox.lifecycle.terminal_closed",
     [CP_EV_SNAPSHOT_DELETED] = "sandbox.lifecycle.snapshot_deleted",
     [CP_EV_NODE_LOST] = "sandbox.lifecycle.node_lost",
+};
+
+/* The events that are also records of the audit log (docs/audit.md, "lifecycle"): what
+ * changes a sandbox's files or who is in it, beside what the proxy records itself (a
+ * sandbox's registration at its creation, its unregistration when it is gone). */
+static const bool ev__audited[CP_EV__COUNT] = {
+    [CP_EV_CHECKPOINTED] = true,     [CP_EV_ROLLED_BACK] = true,     [CP_EV_FORKED] = true,
+    [CP_EV_SNAPSHOT_DELETED] = true, [CP_EV_TERMINAL_OPENED] = true, [CP_EV_TERMINAL_CLOSED] = true,
 };
 
 static const char *const ev__causes[] = {
@@ -247,6 +256,20 @@ void cp_event_emit_for(struct cp *cp, const struct cp_event_subject *who, enum c
                           "sandboxTeamId", "default", "sandboxTemplateId", who->template_id,
                           "timestamp", ts);
     char *doc = e ? json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (e && ev__audited[t]) {
+        /* "sandbox.lifecycle.checkpointed" is event "checkpointed" of type "lifecycle". */
+        const char *name = strrchr(ev__names[t], '.') + 1;
+        json_t *rec = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:O}", "type", "lifecycle", "event", name,
+                                "event_id", id, "sandbox", who->sandbox_id, "template",
+                                who->template_id, "cause", ev__causes[cause], "event_data", ed);
+        if (rec) {
+            json_object_set_new(rec, "api_key_id",
+                                key_id && *key_id ? json_string(key_id) : json_null());
+            char what[160];
+            snprintf(what, sizeof what, "sandbox %s: its %s event", who->sandbox_id, name);
+            cp_audit_record(cp, rec, what, NULL, NULL);
+        }
+    }
     json_decref(e);
     struct al_error err = {0};
     uint64_t seq = 0;

@@ -228,57 +228,20 @@ static int vol__make_image(const char *img, uint64_t size, struct al_error *err)
 /* ---- audit records ------------------------------------------------------------------------- */
 
 /* A record of a volume operation goes into airlock-egress's audit log, in the chain every
- * other record is in (docs/audit.md, "volume"); then(arg, rc, msg) runs once it is on disk
- * (rc 0), or once it failed (rc < 0, logged as an error). Without airlock-egress there is no
- * log to write to: logged, and then runs with 0 (docs/audit.md says so). */
-typedef void (*vol_audited_cb)(void *arg, int rc, const char *msg);
-
-struct vol_audit {
-    vol_audited_cb then;
-    void *arg;
-    char what[160];
-};
-
-static void vol__audited(void *arg, int rc, const char *msg)
-{
-    struct vol_audit *a = arg;
-    if (rc)
-        al_error("%s: its audit record was not written: %s", a->what, msg);
-    if (a->then)
-        a->then(a->arg, rc, msg);
-    free(a);
-}
+ * other record is in (docs/audit.md, "volume"), through cp_audit_record. */
+typedef cp_egress_done_cb vol_audited_cb;
 
 /* rec: {"event", ...} (stolen), made a "volume" record of volume r by key_id. */
 static void vol__audit(struct cp *cp, const char *id, const char *name, const char *key_id,
                        json_t *rec, vol_audited_cb then, void *arg)
 {
-    struct vol_audit *a = calloc(1, sizeof *a);
-    if (a) {
-        a->then = then;
-        a->arg = arg;
-        snprintf(a->what, sizeof a->what, "volume %s (%s): %s", name, id,
-                 json_string_value(json_object_get(rec, "event")));
-    }
+    char what[160];
+    snprintf(what, sizeof what, "volume %s (%s): %s", name, id,
+             json_string_value(json_object_get(rec, "event")));
     json_object_set_new(rec, "type", json_string("volume"));
     json_object_set_new(rec, "volume", json_pack("{s:s,s:s}", "id", id, "name", name));
     json_object_set_new(rec, "api_key_id", key_id && *key_id ? json_string(key_id) : json_null());
-    int rc = -ENOMEM;
-    if (a && !cp->egress) {
-        al_warn("%s: not audited: airlock-egress, which writes the audit log, does not run "
-                "(egress.mode off, or no sandbox network)",
-                a->what);
-        rc = 0;
-    } else if (a && (rc = cp_egress_audit_record(cp->egress, rec, vol__audited, a)) == 0) {
-        json_decref(rec);
-        return; /* vol__audited has a and runs then */
-    } else {
-        al_error("volume %s (%s): its audit record was not sent: %s", name, id, strerror(-rc));
-    }
-    json_decref(rec);
-    free(a);
-    if (then)
-        then(arg, rc, rc ? strerror(-rc) : "");
+    cp_audit_record(cp, rec, what, then, arg);
 }
 
 /* The records of one cp_volumes_audit_mounts: done runs once the last is answered. */

@@ -14,3 +14,6 @@ airlock_script_test(NAME atrest_state SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/atrest_
 # Per-volume sizes (ENOSPC inside a jail sandbox) and the audit records of volume operations.
 airlock_script_test(NAME volumes_jail SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/volumes_jail.sh
                     LABELS controlplane jail snap TIMEOUT 600)
+# Snapshots, rollbacks, forks and snapshot deletions as records of the audit log's chain.
+airlock_script_test(NAME lifecycle_audit SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/lifecycle_audit.sh
+                    LABELS controlplane jail snap TIMEOUT 600)
