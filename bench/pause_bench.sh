@@ -31,12 +31,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 export AIRLOCK_BIN=${AIRLOCK_BIN:-${AIRLOCK_SOURCE_DIR:?set AIRLOCK_SOURCE_DIR}/build/bin}
-for m in $ENCRYPT; do
-  case $m in off | on) ;; *) echo "pause_bench: --encrypt takes off and/or on, not $m" >&2; exit 2 ;; esac
-done
 source "${AIRLOCK_SOURCE_DIR:?set AIRLOCK_SOURCE_DIR}/tests/integration/cp_world.sh"
-[ -z "$ENCRYPT" ] || CP_SANDBOXES_EXTRA="at_rest:
-  encrypt: \"off\""
+cp_atrest_config pause_bench "$ENCRYPT" || exit 2
 cp_world pause_bench jail on >&2
 # shellcheck disable=SC2086 # the settings are words
 cp_atrest_images $ENCRYPT || exit 1

@@ -196,6 +196,18 @@ cp_state_unmount() {
 
 cp_state_mount() { mount -o loop "$CP_IMG" "$CP_STATE"; }
 
+# cp_atrest_config TOOL "off on": checks the --encrypt settings of a benchmark before any world
+# exists, and when there are some, makes airlockd.yaml carry the at_rest.encrypt key that
+# cp_atrest_up then sets per run.
+cp_atrest_config() {
+  local m
+  for m in $2; do
+    case $m in off | on) ;; *) echo "$1: --encrypt takes off and/or on, not $m" >&2; return 2 ;; esac
+  done
+  [ -z "$2" ] || CP_SANDBOXES_EXTRA="at_rest:
+  encrypt: \"off\""
+}
+
 declare -A CP__ATREST_IMG
 cp_atrest_images() {
   local m
