@@ -86,14 +86,7 @@ struct egress_http {
     struct al_http_head_scan req_scan, resp_scan;
     char path_log[512];
     size_t discarded;
-    /* Record members every request of the connection repeats, serialised once: the
-     * sandbox's (for the policy referenced here), and the connection's. */
-    struct egress_policy *rec_policy;
-    char rec_sb[768];
-    size_t rec_sb_len;
-    char rec_conn[384];
-    size_t rec_conn_len;
-    char rec_conn_dialled[56]; /* c->dialled_text the cache was made with ("" none) */
+    struct egress_http_rec_cache rec; /* the members its records repeat */
     /* The connection's last policy question and its answer (http__decide). */
     struct egress_policy *dc_policy; /* the policy answering, referenced; NULL: none kept */
     const char *dc_method;
@@ -315,7 +308,7 @@ void egress_http_free(struct egress_conn *c)
         return;
     egress_http_head_free(&h->reqh);
     egress_http_head_free(&h->resph);
-    egress_policy_unref(h->rec_policy);
+    egress_http_rec_cache_free(&h->rec);
     egress_policy_unref(h->dc_policy);
     al_buf_free(&h->to_up);
     al_buf_free(&h->to_client);
@@ -331,12 +324,13 @@ void egress_http_free(struct egress_conn *c)
 
 /* Writes members into cache[cap] (*len) as fn serialises them; *len = 0 when they do not
  * fit (the record then writes them itself). */
-static void http__rec_cache(struct egress_conn *c, char *cache, size_t cap, size_t *len,
-                            void (*fn)(struct egress_conn *c, struct egress_recw *w))
+static void
+http__rec_cache(struct egress_conn *c, const char *proto, char *cache, size_t cap, size_t *len,
+                void (*fn)(struct egress_conn *c, const char *proto, struct egress_recw *w))
 {
     struct egress_recw t;
     egress_recw_begin(&t, "");
-    fn(c, &t);
+    fn(c, proto, &t);
     size_t n;
     const char *m = egress_recw_members(&t, &n);
     *len = m && n <= cap ? n : 0;
@@ -345,45 +339,71 @@ static void http__rec_cache(struct egress_conn *c, char *cache, size_t cap, size
     egress_recw_free(&t);
 }
 
-static void http__rec_sandbox(struct egress_conn *c, struct egress_recw *w)
+static void http__rec_sandbox(struct egress_conn *c, const char *proto, struct egress_recw *w)
 {
+    (void)proto;
     egress_recw_sandbox(w, c->sb, c->policy);
 }
 
-static void http__rec_conn(struct egress_conn *c, struct egress_recw *w)
+static void http__rec_conn(struct egress_conn *c, const char *proto, struct egress_recw *w)
 {
     egress_recw_str(w, "connection_id", c->request_id);
-    egress_recw_str(w, "proto", "http");
+    egress_recw_str(w, "proto", proto);
     egress_recw_str(w, "src", c->src_text);
     egress_recw_str(w, "dst", c->dst_text);
     if (c->dialled.family)
         egress_recw_str(w, "dialled", c->dialled_text);
 }
 
-/* sandbox, template, policy, request_id, connection_id, proto, src, dst, dialled: the same
- * bytes as writing them one by one, mostly from the connection's cache. */
-static void http__rec_common(struct egress_conn *c, struct egress_recw *w)
+void egress_http_rec_cache_free(struct egress_http_rec_cache *k)
 {
-    struct egress_http *h = c->http;
-    if (h->rec_policy != c->policy || !h->rec_sb_len) {
-        egress_policy_unref(h->rec_policy);
-        h->rec_policy = c->policy ? egress_policy_ref(c->policy) : NULL;
-        http__rec_cache(c, h->rec_sb, sizeof h->rec_sb, &h->rec_sb_len, http__rec_sandbox);
+    egress_policy_unref(k->policy);
+    memset(k, 0, sizeof *k);
+}
+
+void egress_http_audit(struct egress_conn *c, struct egress_http_rec_cache *k,
+                       const struct egress_http_rec *r)
+{
+    struct egress_audit_event ev = {.type = "http_request",
+                                    .decision = r->decision,
+                                    .rule = r->rule,
+                                    .reason = r->reason,
+                                    .host = r->host && r->host[0] ? r->host : NULL,
+                                    .request_id = r->request_id,
+                                    .policy = c->policy,
+                                    .bytes_up = r->bytes_up,
+                                    .bytes_down = r->bytes_down,
+                                    .status = r->status,
+                                    .error = r->error != NULL};
+    if (!egress_audit_budget(c->w->e, c->sb, &ev))
+        return;
+    struct egress_recw w;
+    egress_recw_begin(&w, "http_request");
+    /* sandbox, template, policy, request_id, connection_id, proto, src, dst, dialled: the
+     * same bytes as writing them one by one, mostly from the connection's cache. */
+    if (k->policy != c->policy || !k->sb_len) {
+        egress_policy_unref(k->policy);
+        k->policy = c->policy ? egress_policy_ref(c->policy) : NULL;
+        http__rec_cache(c, r->proto, k->sb, sizeof k->sb, &k->sb_len, http__rec_sandbox);
     }
-    if (h->rec_sb_len)
-        egress_recw_raw(w, h->rec_sb, h->rec_sb_len);
+    if (k->sb_len)
+        egress_recw_raw(&w, k->sb, k->sb_len);
     else
-        http__rec_sandbox(c, w);
-    egress_recw_str(w, "request_id", h->rid);
+        http__rec_sandbox(c, r->proto, &w);
+    egress_recw_str(&w, "request_id", r->request_id);
     const char *dialled = c->dialled.family ? c->dialled_text : "";
-    if (!h->rec_conn_len || strcmp(h->rec_conn_dialled, dialled) != 0) {
-        http__rec_cache(c, h->rec_conn, sizeof h->rec_conn, &h->rec_conn_len, http__rec_conn);
-        snprintf(h->rec_conn_dialled, sizeof h->rec_conn_dialled, "%s", dialled);
+    if (!k->conn_len || strcmp(k->dialled, dialled) != 0) {
+        http__rec_cache(c, r->proto, k->conn, sizeof k->conn, &k->conn_len, http__rec_conn);
+        snprintf(k->dialled, sizeof k->dialled, "%s", dialled);
     }
-    if (h->rec_conn_len)
-        egress_recw_raw(w, h->rec_conn, h->rec_conn_len);
+    if (k->conn_len)
+        egress_recw_raw(&w, k->conn, k->conn_len);
     else
-        http__rec_conn(c, w);
+        http__rec_conn(c, r->proto, &w);
+    struct egress_http_rec rm = *r;
+    rm.mode = c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce";
+    egress_http_rec_write(&w, &rm, al_now_ns());
+    egress_audit_w(c->w->e, &w);
 }
 
 static void http__audit_request(struct egress_conn *c, const char *decision, const char *rule,
@@ -394,58 +414,29 @@ static void http__audit_request(struct egress_conn *c, const char *decision, con
     c->bytes_up += h->req_bytes;
     c->bytes_down += h->resp_bytes;
     h->decision = NULL; /* recorded */
-    struct egress_audit_event ev = {
-        .type = "http_request",
-        .decision = decision,
-        .rule = rule,
-        .reason = reason,
-        .host = h->r.host_name[0] ? (c->have_host ? c->host.text : h->r.host_name) : NULL,
+    bool first = h->n == 1;
+    struct egress_http_rec r = {
         .request_id = h->rid,
-        .policy = c->policy,
+        .proto = "http",
+        .decision = decision,
+        .reason = reason,
+        .rule = rule,
+        .error = error,
+        .method = h->r.method,
+        .host = h->r.host_name[0] ? (c->have_host ? c->host.text : h->r.host_name) : NULL,
+        .path = h->path_log,
+        .status = h->status,
+        .websocket = h->r.websocket,
+        .upstream_reused = h->up_pooled,
         .bytes_up = h->req_bytes,
         .bytes_down = h->resp_bytes,
-        .status = h->status,
-        .error = error != NULL};
-    if (!egress_audit_budget(c->w->e, c->sb, &ev))
-        return;
-    struct egress_recw w;
-    egress_recw_begin(&w, "http_request");
-    http__rec_common(c, &w);
-    egress_recw_str(&w, "decision", decision);
-    egress_recw_str(&w, "reason", reason);
-    egress_recw_str(&w, "rule", rule);
-    egress_recw_str(&w, "mode",
-                    c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
-    if (error)
-        egress_recw_str(&w, "error", error);
-    if (h->r.websocket)
-        egress_recw_bool(&w, "websocket", true);
-    if (h->r.method)
-        egress_recw_str(&w, "method", h->r.method);
-    if (h->r.host_name[0])
-        egress_recw_str(&w, "host", c->have_host ? c->host.text : h->r.host_name);
-    if (h->path_log[0])
-        egress_recw_str(&w, "path", h->path_log);
-    if (h->status)
-        egress_recw_int(&w, "status", h->status);
-    egress_recw_int(&w, "bytes_up", (int64_t)h->req_bytes);
-    egress_recw_int(&w, "bytes_down", (int64_t)h->resp_bytes);
-    if (h->up_pooled)
-        egress_recw_bool(&w, "upstream_reused", true);
-    egress_recw_obj_begin(&w, "timing_us");
-    uint64_t now = al_now_ns();
-    if (h->t_decided)
-        egress_recw_us(&w, "decide", h->t_decided - h->t_start);
-    if (c->t_dns && h->n == 1)
-        egress_recw_us(&w, "dns", c->t_dns - c->t_dns0);
-    if (c->t_connected && h->n == 1)
-        egress_recw_us(&w, "connect", c->t_connected - c->t_connect0);
-    if (h->t_first_resp && h->t_sent)
-        egress_recw_us(&w, "upstream",
-                       h->t_first_resp > h->t_sent ? h->t_first_resp - h->t_sent : 0);
-    egress_recw_us(&w, "total", now - h->t_start);
-    egress_recw_close(&w, '}');
-    egress_audit_w(c->w->e, &w);
+        .decide = {h->t_start, h->t_decided},
+        .dns = {first ? c->t_dns0 : 0, first ? c->t_dns : 0},
+        .connect = {first ? c->t_connect0 : 0, first ? c->t_connected : 0},
+        .upstream = {h->t_sent, h->t_first_resp},
+        .t_start = h->t_start,
+    };
+    egress_http_audit(c, &h->rec, &r);
 }
 
 /* An allowed request that failed after its decision (upstream errors, timeouts, a broken

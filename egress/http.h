@@ -8,7 +8,8 @@
  * no userinfo/fragments/backslashes, ports, Transfer-Encoding, upgrades, expectations; then
  * re-serialising request heads for the upstream and response heads for the sandbox without
  * what common/http_head.h says a relay leaves behind (hop-by-hop fields, those any Connection
- * field names, framing, and on requests method overrides).
+ * field names, framing, and on requests method overrides); the members of the audit record
+ * of a request (egress_http_rec).
  */
 #ifndef AIRLOCK_EGRESS_HTTP_H
 #define AIRLOCK_EGRESS_HTTP_H
@@ -128,6 +129,46 @@ int egress_http_serialize_response(const struct egress_http_head *h, const llhtt
 int egress_http_body_append(struct al_buf *out, bool chunked, const void *at, size_t n);
 /* The end of a body that went chunked ("0" CRLF CRLF, no trailers); nothing otherwise. */
 int egress_http_body_end(struct al_buf *out, bool chunked);
+
+/* ---- the http_request audit record ---------------------------------------------------- */
+
+struct egress_recw;
+
+/* A phase of a request, monotonic ns: written as microseconds (to - from, 0 when to is
+ * earlier) when both ends are set. */
+struct egress_http_span {
+    uint64_t from, to;
+};
+
+/* What an http_request record says of its request (docs/audit.md), one writer for both
+ * engines. The proxy writes the connection's members first (sandbox, template, policy,
+ * request_id, connection_id, proto, src, dst, dialled) and sets mode; a TLS session the
+ * proxy terminated adds its own members (inspected, sni, inject, scrub, tls) through extra. */
+struct egress_http_rec {
+    const char *request_id;
+    const char *proto;        /* "http", or "https" inside a TLS session the proxy terminated */
+    const char *decision;     /* "allow", "would_deny", "deny" */
+    const char *reason;       /* NULL: null */
+    const char *rule;         /* NULL: null (no rule decided) */
+    const char *mode;         /* "enforce" or "report"; NULL: not written */
+    const char *error;        /* an allowed exchange that failed: what went wrong */
+    const char *error_detail; /* with error: the specifics (NULL or "": none) */
+    const char *method;       /* NULL: not known yet */
+    const char *host;         /* the name decided on; NULL or "": not known */
+    const char *path;         /* NULL or "": not known */
+    int status;               /* what the sandbox received; 0: nothing */
+    bool websocket;
+    bool upstream_reused; /* the upstream connection came from the pool */
+    uint64_t bytes_up, bytes_down;
+    struct egress_http_span decide, dns, vault, tls_sandbox, connect, tls_upstream, upstream;
+    uint64_t t_start; /* total: from this to the record; 0: not written */
+    void (*extra)(struct egress_recw *w, const void *arg);
+    const void *extra_arg;
+};
+
+/* Writes r's members, from decision to timing_us, into w (a record begun as "http_request"
+ * whose connection members are written); now: the record's time (monotonic ns). */
+void egress_http_rec_write(struct egress_recw *w, const struct egress_http_rec *r, uint64_t now);
 
 /* Builds a complete error/deny answer (JSON body) into out. */
 int egress_http_error_response(struct al_buf *out, int status, const char *error, const char *rule,

@@ -48,6 +48,7 @@ struct egress_inspect_conn {
     char why[64];
     char detail[320];
     bool mem_taken;
+    struct egress_http_rec_cache rec; /* the members its requests' records repeat */
 };
 
 static const struct policy *inspect__raw(const struct egress_policy *p)
@@ -418,28 +419,7 @@ static bool op_audit(void *ctx, json_t *rec)
     struct egress *e = c->w->e;
     /* The connection's common fields first, then what the session says. */
     const char *type = json_string_value(json_object_get(rec, "type"));
-    if (type && strcmp(type, "http_request") == 0) {
-        const char *d = json_string_value(json_object_get(rec, "decision"));
-        json_int_t st = json_integer_value(json_object_get(rec, "status"));
-        struct egress_audit_event ev = {
-            .type = type,
-            .decision = d ? d : "allow",
-            .rule = json_string_value(json_object_get(rec, "rule")),
-            .reason = json_string_value(json_object_get(rec, "reason")),
-            .host = json_string_value(json_object_get(rec, "host")),
-            .request_id = json_string_value(json_object_get(rec, "request_id")),
-            .policy = c->policy,
-            .bytes_up = (uint64_t)json_integer_value(json_object_get(rec, "bytes_up")),
-            .bytes_down = (uint64_t)json_integer_value(json_object_get(rec, "bytes_down")),
-            .status = st > 0 && st < 1000 ? (int)st : 0,
-            .error = json_object_get(rec, "error") != NULL};
-        if (!egress_audit_budget(e, c->sb, &ev)) {
-            inspect__count_request(e, c, ev.decision);
-            json_decref(rec);
-            return egress_audit_ok(e->audit);
-        }
-    }
-    json_t *r = egress_rec_new(type ? type : "http_request");
+    json_t *r = egress_rec_new(type ? type : "security_event");
     if (!r) {
         json_decref(rec);
         return egress_audit_ok(e->audit);
@@ -455,9 +435,17 @@ static bool op_audit(void *ctx, json_t *rec)
                    c->policy && egress_policy_report_mode(c->policy) ? "report" : "enforce");
     json_object_update(r, rec);
     json_decref(rec);
-    if (type && strcmp(type, "http_request") == 0)
-        inspect__count_request(e, c, json_string_value(json_object_get(r, "decision")));
     egress_audit(e, r);
+    return egress_audit_ok(e->audit);
+}
+
+/* A request's record: written as a plain request's is (egress_http_audit). */
+static bool op_audit_request(void *ctx, const struct egress_http_rec *r)
+{
+    struct egress_conn *c = inspect__conn(ctx);
+    struct egress *e = c->w->e;
+    egress_http_audit(c, &c->inspect->rec, r);
+    inspect__count_request(e, c, r->decision);
     return egress_audit_ok(e->audit);
 }
 
@@ -482,6 +470,7 @@ static const struct intercept_host_ops inspect__ops = {
     .connect = op_connect,
     .policy = op_policy,
     .audit = op_audit,
+    .audit_request = op_audit_request,
     .request_id = op_request_id,
     .done = op_done,
 };
@@ -585,6 +574,7 @@ static int inspect__start(struct egress_conn *c, const char *name, bool plain, c
     intercept_placeholders_unref(ph);
     if (rc < 0) {
         egress_mem_give(e, c->sb, INSPECT_SESSION_MEM);
+        egress_http_rec_cache_free(&ic->rec);
         free(ic);
         c->inspect = NULL;
         c->state = before;
@@ -656,5 +646,6 @@ void egress_inspect_conn_free(struct egress_conn *c)
     if (ic->mem_taken)
         egress_mem_give(c->w->e, c->sb, INSPECT_SESSION_MEM);
     c->inspect = NULL;
+    egress_http_rec_cache_free(&ic->rec);
     free(ic);
 }

@@ -329,6 +329,24 @@ void egress_http_pool_upstream(struct egress_conn *c);
 /* Sends an HTTP error/deny answer and drains: status, error code, rule, reason. */
 void egress_http_answer(struct egress_conn *c, int status, const char *error, const char *rule,
                         const char *reason, bool close_after);
+/* The members every http_request record of a connection repeats, serialised once: the
+ * sandbox's (for the policy referenced here) and the connection's (for the address dialled
+ * then). Zeroed: empty. */
+struct egress_http_rec_cache {
+    struct egress_policy *policy;
+    char sb[768];
+    size_t sb_len;
+    char conn[384];
+    size_t conn_len;
+    char dialled[56]; /* c->dialled_text the connection's members were made with ("" none) */
+};
+struct egress_http_rec;
+/* The one writer of a request's http_request record, plain or intercepted (budget
+ * permitting: audit_budget.c): c's members (from k), its policy's mode, then r's
+ * (egress_http_rec_write, egress/http.h). */
+void egress_http_audit(struct egress_conn *c, struct egress_http_rec_cache *k,
+                       const struct egress_http_rec *r);
+void egress_http_rec_cache_free(struct egress_http_rec_cache *k);
 
 /* Destination check (conn.c), shared by TLS and HTTP: is c->dst an address the proxy's own
  * resolution of host returned (or remembered for the sandbox)? Calls done(c, ok, reason)

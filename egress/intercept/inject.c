@@ -12,6 +12,7 @@
 
 #include "intercept.h"
 #include "common/util.h"
+#include "egress/audit.h"
 
 /* ---- placeholders ------------------------------------------------------------------------ */
 
@@ -566,25 +567,25 @@ int intercept_inject_apply(const struct intercept_inject_ctx *c, struct intercep
     return 0;
 }
 
-json_t *intercept_inject_notes_json(const struct intercept_inject_edit *e)
+void intercept_inject_notes_write(const struct intercept_inject_edit *e, struct egress_recw *w)
 {
-    json_t *a = json_array();
+    egress_recw_arr_begin(w, "inject");
     for (size_t i = 0; i < e->n_notes; i++) {
         const struct intercept_inject_note *n = &e->notes[i];
-        json_t *o = json_object();
+        egress_recw_obj_begin(w, NULL);
         if (n->header)
-            json_object_set_new(o, "header", json_string(n->header));
+            egress_recw_str(w, "header", n->header);
         if (n->secret)
-            json_object_set_new(o, "secret", json_string(n->secret));
+            egress_recw_str(w, "secret", n->secret);
         if (n->secret_id) {
-            json_object_set_new(o, "secret_id", json_string(n->secret_id));
-            json_object_set_new(o, "version", json_integer(n->version));
+            egress_recw_str(w, "secret_id", n->secret_id);
+            egress_recw_int(w, "version", n->version);
         }
-        json_object_set_new(o, "mode", json_string(n->placeholder ? "placeholder" : "replace"));
-        json_object_set_new(o, "outcome", json_string(n->outcome));
+        egress_recw_str(w, "mode", n->placeholder ? "placeholder" : "replace");
+        egress_recw_str(w, "outcome", n->outcome);
         if (n->reason)
-            json_object_set_new(o, "reason", json_string(n->reason));
-        json_array_append_new(a, o);
+            egress_recw_str(w, "reason", n->reason);
+        egress_recw_close(w, '}');
     }
-    return a;
+    egress_recw_close(w, ']');
 }

@@ -130,7 +130,9 @@ int intercept_inject_apply(const struct intercept_inject_ctx *ctx,
                            struct intercept_inject_edit *edit, const char **reason);
 int intercept_inject_edit_init(struct intercept_inject_edit *edit, size_t n_hdrs);
 void intercept_inject_edit_free(struct intercept_inject_edit *edit); /* wipes added values */
-/* The audit field: [{"header","secret","secret_id","version","mode","outcome","reason"}]. */
-json_t *intercept_inject_notes_json(const struct intercept_inject_edit *edit);
+/* The audit member "inject": [{"header","secret","secret_id","version","mode","outcome",
+ * "reason"}], written into w (a record of egress/audit.h's writer). */
+struct egress_recw;
+void intercept_inject_notes_write(const struct intercept_inject_edit *edit, struct egress_recw *w);
 
 #endif

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "common/util.h"
+#include "egress/audit.h"
 
 #define NONE32 UINT32_MAX
 static const char scrub__mask[] = "REDACTED";
@@ -703,6 +704,19 @@ json_t *intercept_codings_json(const struct intercept_codings *c)
     if (c->total > c->n)
         json_array_append_new(a, json_string("..."));
     return a;
+}
+
+void intercept_codings_write(const struct intercept_codings *c, const char *key,
+                             struct egress_recw *w)
+{
+    if (!c || c->total == 0)
+        return;
+    egress_recw_arr_begin(w, key);
+    for (size_t i = 0; i < c->n; i++)
+        egress_recw_elem_strn(w, c->v[i].name, strlen(c->v[i].name));
+    if (c->total > c->n)
+        egress_recw_elem_strn(w, "...", 3);
+    egress_recw_close(w, ']');
 }
 
 /* ---- response bodies ---------------------------------------------------------------------- */

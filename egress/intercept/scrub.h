@@ -155,6 +155,11 @@ struct intercept_codings {
 void intercept_codings_of(const struct al_http_field *h, size_t n, struct intercept_codings *out);
 /* The names of c, in order, as a JSON array (new reference); NULL when c lists none. */
 json_t *intercept_codings_json(const struct intercept_codings *c);
+/* The same array as the member key of a record of egress/audit.h's writer; nothing when c
+ * lists none. */
+struct egress_recw;
+void intercept_codings_write(const struct intercept_codings *c, const char *key,
+                             struct egress_recw *w);
 
 /* ---- response bodies ----------------------------------------------------------------- */
 

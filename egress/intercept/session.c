@@ -26,6 +26,7 @@
 #include "common/http_parser.h"
 #include "common/relay.h"
 #include "common/util.h"
+#include "egress/audit.h"
 #include "egress/http.h"
 #include "egress/intercept/request.h"
 
@@ -308,93 +309,80 @@ static void sess__audit(struct intercept_session *s, json_t *rec)
         s->audit_failed = true;
 }
 
-/* Durations as egress writes them: integer microseconds. */
-static void rec_us(json_t *o, const char *k, uint64_t a, uint64_t b)
+/* The interception's own members of a request's record (egress_http_rec's extra). */
+static void sess__rec_extra(struct egress_recw *w, const void *arg)
 {
-    if (a && b >= a)
-        json_object_set_new(o, k, json_integer((json_int_t)((b - a) / 1000)));
+    const struct intercept_session *s = arg;
+    egress_recw_bool(w, "inspected", true);
+    if (!s->plain)
+        egress_recw_str(w, "sni", s->name);
+    if (s->edit_live && s->edit.n_notes)
+        intercept_inject_notes_write(&s->edit, w);
+    if (s->body_live || s->n_used || s->scrub_refused) {
+        egress_recw_obj_begin(w, "scrub");
+        egress_recw_int(w, "secrets", (int64_t)s->n_used);
+        if (s->scrub_refused) {
+            egress_recw_str(w, "mode", "refused");
+            egress_recw_str(w, "reason", s->scrub_refused);
+        } else if (s->body_live) {
+            egress_recw_str(w, "mode",
+                            s->body.mode == INTERCEPT_BODY_DECODE  ? "decoded"
+                            : s->body.mode == INTERCEPT_BODY_SCRUB ? "scrubbed"
+                                                                   : "passed");
+            if (s->body.not_inspected)
+                egress_recw_bool(w, "not_inspected", true);
+        }
+        if (s->body_live || s->scrub_refused)
+            intercept_codings_write(&s->codings, "codings", w);
+        egress_recw_close(w, '}');
+    }
+    egress_recw_obj_begin(w, "tls");
+    if (s->ctls)
+        egress_recw_str(w, "sandbox", intercept_tls_version(s->ctls));
+    if (s->utls && intercept_tls_handshake_done(s->utls))
+        egress_recw_str(w, "upstream", intercept_tls_version(s->utls));
+    egress_recw_close(w, '}');
 }
 
 static void sess__audit_request(struct intercept_session *s, const char *decision,
                                 const char *reason, const char *error)
 {
-    json_t *r = json_object();
-    json_object_set_new(r, "type", json_string("http_request"));
-    json_object_set_new(r, "request_id", json_string(s->rid));
-    json_object_set_new(r, "proto", json_string(s->plain ? "http" : "https"));
-    json_object_set_new(r, "inspected", json_true());
-    if (!s->plain)
-        json_object_set_new(r, "sni", json_string(s->name));
-    json_object_set_new(r, "decision", json_string(decision));
-    json_object_set_new(r, "reason", json_string(reason ? reason : ""));
-    json_object_set_new(r, "rule", s->d.rule ? json_string(s->d.rule->name) : json_null());
-    if (s->method[0])
-        json_object_set_new(r, "method", json_string(s->method));
-    if (s->info.host.len)
-        json_object_set_new(r, "host", json_string(s->info.host.text));
-    if (s->path_log[0])
-        json_object_set_new(r, "path", json_string(s->path_log));
-    if (s->status)
-        json_object_set_new(r, "status", json_integer(s->status));
-    if (error)
-        json_object_set_new(r, "error", json_string(error));
-    if (error && s->fail_detail[0])
-        json_object_set_new(r, "error_detail", json_string(s->fail_detail));
-    if (s->info.websocket)
-        json_object_set_new(r, "websocket", json_true());
-    json_object_set_new(r, "bytes_up", json_integer((json_int_t)s->req_body));
-    json_object_set_new(r, "bytes_down", json_integer((json_int_t)s->resp_bytes));
-    if (s->edit_live && s->edit.n_notes)
-        json_object_set_new(r, "inject", intercept_inject_notes_json(&s->edit));
-    if (s->body_live || s->n_used || s->scrub_refused) {
-        json_t *sc = json_object();
-        json_object_set_new(sc, "secrets", json_integer((json_int_t)s->n_used));
-        if (s->scrub_refused) {
-            json_object_set_new(sc, "mode", json_string("refused"));
-            json_object_set_new(sc, "reason", json_string(s->scrub_refused));
-        } else if (s->body_live) {
-            json_object_set_new(sc, "mode",
-                                json_string(s->body.mode == INTERCEPT_BODY_DECODE  ? "decoded"
-                                            : s->body.mode == INTERCEPT_BODY_SCRUB ? "scrubbed"
-                                                                                   : "passed"));
-            if (s->body.not_inspected)
-                json_object_set_new(sc, "not_inspected", json_true());
-        }
-        json_t *cj =
-            (s->body_live || s->scrub_refused) ? intercept_codings_json(&s->codings) : NULL;
-        if (cj)
-            json_object_set_new(sc, "codings", cj);
-        json_object_set_new(r, "scrub", sc);
-    }
-    json_t *tls = json_object();
-    if (s->ctls)
-        json_object_set_new(tls, "sandbox", json_string(intercept_tls_version(s->ctls)));
-    if (s->utls && intercept_tls_handshake_done(s->utls)) {
-        json_object_set_new(tls, "upstream", json_string(intercept_tls_version(s->utls)));
-        json_object_set_new(tls, "upstream_reused", json_boolean(s->u_pooled));
-    }
-    json_object_set_new(r, "tls", tls);
-    json_t *tm = json_object();
-    uint64_t now = al_now_ns();
-    rec_us(tm, "decide", s->t_start, s->t_decided);
-    rec_us(tm, "vault", s->t_fetch0, s->t_fetched);
+    bool up_tls = s->utls && intercept_tls_handshake_done(s->utls);
     /* tls_sandbox: the handshake with the sandbox (first request of the connection);
      * tls_upstream: a fresh upstream handshake (none when the connection was pooled), and
      * then connect is the TCP connect alone. */
-    if (!s->chs_recorded && s->t_chs1) {
-        rec_us(tm, "tls_sandbox", s->t_chs0, s->t_chs1);
+    bool chs = !s->chs_recorded && s->t_chs1;
+    bool up_hs = s->t_up_tcp && !s->plain && !s->u_pooled;
+    struct egress_http_rec r = {
+        .request_id = s->rid,
+        .proto = s->plain ? "http" : "https",
+        .decision = decision,
+        .reason = reason,
+        .rule = s->d.rule ? s->d.rule->name : NULL,
+        .error = error,
+        .error_detail = s->fail_detail,
+        .method = s->method[0] ? s->method : NULL,
+        .host = s->info.host.len ? s->info.host.text : NULL,
+        .path = s->path_log,
+        .status = s->status,
+        .websocket = s->info.websocket,
+        .upstream_reused = up_tls && s->u_pooled,
+        .bytes_up = s->req_body,
+        .bytes_down = s->resp_bytes,
+        .decide = {s->t_start, s->t_decided},
+        .vault = {s->t_fetch0, s->t_fetched},
+        .tls_sandbox = {chs ? s->t_chs0 : 0, chs ? s->t_chs1 : 0},
+        .connect = {s->t_connect0, up_hs ? s->t_up_tcp : s->t_connected},
+        .tls_upstream = {up_hs ? s->t_up_tcp : 0, up_hs ? s->t_connected : 0},
+        .upstream = {s->t_sent, s->t_first_resp},
+        .t_start = s->t_start,
+        .extra = sess__rec_extra,
+        .extra_arg = s,
+    };
+    if (chs)
         s->chs_recorded = true;
-    }
-    if (s->t_up_tcp && !s->plain && !s->u_pooled) {
-        rec_us(tm, "connect", s->t_connect0, s->t_up_tcp);
-        rec_us(tm, "tls_upstream", s->t_up_tcp, s->t_connected);
-    } else {
-        rec_us(tm, "connect", s->t_connect0, s->t_connected);
-    }
-    rec_us(tm, "upstream", s->t_sent, s->t_first_resp);
-    rec_us(tm, "total", s->t_start, now);
-    json_object_set_new(r, "timing_us", tm);
-    sess__audit(s, r);
+    if (!s->ops->audit_request(s->ctx, &r))
+        s->audit_failed = true;
 }
 
 static void sess__security_event(struct intercept_session *s, const char *event, json_t *extra)
@@ -1013,6 +1001,9 @@ static void sess__parse_client(struct intercept_session *s, bool *progress)
         size_t hl = s->hscanned + used;
         /* A new request (or a refused one): reset, then copy the head and parse it. */
         sess__release_request(s);
+        s->t_start = al_now_ns();
+        s->t_decided = s->t_fetch0 = s->t_fetched = s->t_connect0 = s->t_connected = s->t_sent =
+            s->t_first_resp = s->t_up_tcp = 0;
         s->scrub_refused = NULL;
         memset(&s->codings, 0, sizeof s->codings);
         memset(&s->d, 0, sizeof s->d);

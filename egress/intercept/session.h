@@ -25,8 +25,10 @@
  *     blocked_by_policy, 400, 408, 413, 431, 502, 503, 504) and then a close; before any
  *     HTTP exchange, a TLS alert;
  *   - one audit record per request (type "http_request", proto "https" with "inspected":
- *     true) and a security_event for reflected secrets and misused placeholders; the proxy
- *     adds its common fields (sandbox, policy, addresses) in its audit callback.
+ *     true), said as an egress_http_rec with the interception's members (inject, scrub, tls)
+ *     as its extra, which the proxy writes with its common fields (sandbox, policy,
+ *     addresses) as it writes a plain request's; a security_event for reflected secrets and
+ *     misused placeholders.
  *
  * The proxy owns the client socket, the event loop, the deadline timer and the audit log;
  * the session owns the TLS states and the upstream socket. All callbacks run on the
@@ -40,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "egress/http.h"
 #include "egress/intercept/inject.h"
 #include "egress/intercept/pool.h"
 #include "egress/intercept/secrets.h"
@@ -63,6 +66,9 @@ struct intercept_host_ops {
     /* Appends a record (stolen); false when the audit log is failing (the session then
      * refuses further requests: fail closed). */
     bool (*audit)(void *ctx, json_t *rec);
+    /* The same for a request's http_request record: the proxy writes it as it writes those
+     * of plain requests (egress_http_rec_write, egress/http.h), with r's extra members. */
+    bool (*audit_request)(void *ctx, const struct egress_http_rec *r);
     /* A fresh request id into out. */
     void (*request_id)(void *ctx, char out[32]);
     /* The session ended: why (stable reason), detail (human, may be ""). The proxy frees

@@ -138,10 +138,10 @@ ew_ok "the proxy says why" grep -q 'sandbox sbx-pass: interception of echo.test 
 ew_note "upstreams: verified, and reused per sandbox and host"
 for i in 1 2 3 4 5 6; do iw_curl 1 https://echo.test/echo >/dev/null; done
 ew_match "more requests, one connection each" 'HTTP 200' iw_curl 1 https://echo.test/echo
-ew_audit_has "the later one went over a pooled upstream connection" type=http_request rule=echo tls.upstream_reused=true
+ew_audit_has "the later one went over a pooled upstream connection" type=http_request rule=echo upstream_reused=true
 ew_audit_has "... so its record has no upstream handshake time, but the sandbox's" type=http_request rule=echo \
-  tls.upstream_reused=true timing_us.tls_upstream=None 'timing_us.tls_sandbox=/^[0-9]+$/'
+  upstream_reused=true timing_us.tls_upstream=None 'timing_us.tls_sandbox=/^[0-9]+$/'
 ew_audit_has "a fresh upstream connection: TCP connect and TLS handshake timed apart" type=http_request rule=echo \
-  tls.upstream_reused=false 'timing_us.connect=/^[0-9]+$/' 'timing_us.tls_upstream=/^[0-9]+$/' \
+  upstream_reused=None 'timing_us.connect=/^[0-9]+$/' 'timing_us.tls_upstream=/^[0-9]+$/' \
   'timing_us.tls_sandbox=/^[0-9]+$/'
 iw_done

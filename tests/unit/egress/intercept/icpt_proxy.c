@@ -32,6 +32,8 @@
 #include <uv.h>
 
 #include "common/log.h"
+#include "common/util.h"
+#include "egress/audit.h"
 #include "egress/intercept/session.h"
 
 struct proxy;
@@ -158,6 +160,27 @@ static bool op_audit(void *ctx, json_t *rec)
     return true;
 }
 
+/* A request's record as the proxy writes it (egress_http_rec_write), with the sandbox. */
+static bool op_audit_request(void *ctx, const struct egress_http_rec *r)
+{
+    struct pconn *c = ctx;
+    struct egress_recw w;
+    egress_recw_begin(&w, "http_request");
+    egress_recw_str(&w, "sandbox", c->p->sandbox);
+    egress_recw_str(&w, "request_id", r->request_id);
+    egress_recw_str(&w, "proto", r->proto);
+    egress_http_rec_write(&w, r, al_now_ns());
+    const char *out;
+    size_t len;
+    if (egress_recw_end(&w, &out, &len) == 0 && c->p->audit) {
+        fwrite(out, 1, len, c->p->audit);
+        fputc('\n', c->p->audit);
+        fflush(c->p->audit);
+    }
+    egress_recw_free(&w);
+    return true;
+}
+
 static void op_request_id(void *ctx, char out[32])
 {
     struct pconn *c = ctx;
@@ -190,6 +213,7 @@ static const struct intercept_host_ops ops = {
     .connect = op_connect,
     .policy = op_policy,
     .audit = op_audit,
+    .audit_request = op_audit_request,
     .request_id = op_request_id,
     .done = op_done,
 };

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "al_test.h"
+#include "egress/audit.h"
 #include "egress/intercept/inject.h"
 
 static const char POLICY[] = "version: 1\n"
@@ -217,14 +218,23 @@ START_TEST(replace_mode)
     ck_assert_uint_eq(r.e.n_injected, 1);
     ck_assert_uint_eq(r.e.n_used, 1);
     ck_assert_ptr_eq(r.e.used[0], s);
-    json_t *notes = intercept_inject_notes_json(&r.e);
-    char *txt = json_dumps(notes, JSON_COMPACT);
+    struct egress_recw w;
+    egress_recw_begin(&w, "http_request");
+    intercept_inject_notes_write(&r.e, &w);
+    const char *out;
+    size_t len;
+    ck_assert_int_eq(egress_recw_end(&w, &out, &len), 0);
+    json_t *rec = json_loadb(out, len, 0, NULL); /* the writer's output is JSON */
+    egress_recw_free(&w);
+    ck_assert_ptr_nonnull(rec);
+    ck_assert(json_is_array(json_object_get(rec, "inject")));
+    char *txt = json_dumps(rec, JSON_COMPACT);
+    json_decref(rec);
     ck_assert_ptr_nonnull(strstr(txt, "\"header\":\"Authorization\""));
     ck_assert_ptr_nonnull(strstr(txt, "\"secret_id\":\"b2k:00000000000000000000000000000001\""));
     ck_assert_ptr_nonnull(strstr(txt, "\"outcome\":\"injected\""));
     ck_assert_ptr_null(strstr(txt, TOKEN)); /* never the value */
     free(txt);
-    json_decref(notes);
     intercept_inject_edit_free(&r.e);
     intercept_secret_unref(s);
 }
