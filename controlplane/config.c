@@ -13,6 +13,7 @@
 #include "cluster_db.h"
 #include "common/paths.h"
 #include "record.h"
+#include "vswitch/vswitch.h"
 #include "warm.h"
 
 #define F(m) offsetof(struct cp_config, m)
@@ -502,6 +503,16 @@ const struct al_cfg_field cp_config_fields[] = {
      .min = 0,
      .max = 4096,
      .help = "sandbox networks kept ready"},
+    {.key = "network.max_interfaces",
+     .type = AL_CFG_INT,
+     .offset = F(net_max_ifaces),
+     .def = "16384",
+     .min = 1,
+     .max = VSWITCH_MAX_IFACES_LIMIT,
+     .help = "entries of the vswitch's interface table: the most sandbox networks at once, "
+             "pooled ones included (network.range bounds them too); fixed when the switch is "
+             "first created: a change needs `airlock vswitch teardown`, which ends every "
+             "sandbox"},
 
     {.key = "audit.allow_rate",
      .type = AL_CFG_INT,

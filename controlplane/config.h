@@ -106,6 +106,7 @@ struct cp_config {
     int64_t net_prefix_len;
     char *net_ifname_prefix;
     int64_t net_pool_size;
+    int64_t net_max_ifaces;
 
     /* the egress audit log (passed to airlock-egress; docs/audit.md) */
     int64_t audit_allow_rate, audit_allow_burst, audit_deny_rate, audit_deny_burst;

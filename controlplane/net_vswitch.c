@@ -141,6 +141,7 @@ int cp_net_vswitch_open(struct cp *cp, struct al_error *err)
         .prefix_len = (unsigned)cp->cfg.net_prefix_len,
         .ifname_prefix = cp->cfg.net_ifname_prefix,
         .pool_size = (unsigned)cp->cfg.net_pool_size,
+        .max_ifaces = (unsigned)cp->cfg.net_max_ifaces,
     };
     v->tap = strcmp(cp->backend_kind, "kvm") == 0;
     if (v->tap)

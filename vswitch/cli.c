@@ -157,6 +157,8 @@ static int cli__status(bool json)
     struct vswitch_counters unknown;
     if (vswitch_view_counters(v, 0, &unknown) != 0)
         memset(&unknown, 0, sizeof unknown);
+    unsigned table = 0;
+    vswitch_view_max_ifaces(v, &table);
 
     if (json) {
         char cidr[40];
@@ -179,6 +181,7 @@ static int cli__status(bool json)
             (json_int_t)cfg.rule_priority, "guard_present", guard, "proxy", proxy, "interfaces",
             st.arr, "sandboxes", (int)st.sandboxes, "pool", (int)st.pool, "unknown_iface_dropped",
             (json_int_t)unknown.packets[VS_R_UNKNOWN_IFACE]);
+        json_object_set_new(o, "max_interfaces", json_integer(table));
         char *s = al_json_dump(o);
         printf("%s\n", s ? s : "{}");
         free(s);
@@ -204,9 +207,9 @@ static int cli__status(bool json)
                "airlock-egress running?)\n");
     printf("interfaces:\n");
     vswitch_view_foreach(v, cli__iface_cb, &st);
-    printf("%zu sandbox(es), %zu pooled; %" PRIu64 " packet(s) dropped on unknown "
-           "interfaces\n",
-           st.sandboxes, st.pool, unknown.packets[VS_R_UNKNOWN_IFACE]);
+    printf("%zu sandbox(es), %zu pooled, of %u the interface table holds; %" PRIu64
+           " packet(s) dropped on unknown interfaces\n",
+           st.sandboxes, st.pool, table, unknown.packets[VS_R_UNKNOWN_IFACE]);
     vswitch_view_close(v);
     return 0;
 }
@@ -243,6 +246,7 @@ static bool cli__instance(struct cli__inst *in, struct al_error *err)
         in->o.route_table = cfg.route_table;
         in->o.rule_priority = cfg.rule_priority;
         in->o.attach_mode = (enum vswitch_attach_mode)cfg.attach_mode;
+        ok = vswitch_view_max_ifaces(v, &in->o.max_ifaces) == 0;
     }
     vswitch_view_close(v);
     return ok;

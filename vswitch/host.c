@@ -198,6 +198,11 @@ int vswitch__settings(const struct vswitch_opts *o, struct vs_settings *s, struc
         o->attach_mode != VSWITCH_ATTACH_CLSACT)
         return al_error_set(err, -EINVAL, "unknown attach mode %d", (int)o->attach_mode);
     s->attach_mode = o->attach_mode;
+    s->max_ifaces = o->max_ifaces ? o->max_ifaces : VSWITCH_DEFAULT_MAX_IFACES;
+    if (s->max_ifaces > VSWITCH_MAX_IFACES_LIMIT)
+        return al_error_set(err, -EINVAL,
+                            "interface table of %u entries: use 1..%u (network.max_interfaces)",
+                            s->max_ifaces, VSWITCH_MAX_IFACES_LIMIT);
     s->allow_ip_forward = o->allow_ip_forward;
     return 0;
 }

@@ -70,8 +70,9 @@ struct vswitch {
     char state_dir[PATH_MAX];
     int lock_fd;
     uint32_t range_host; /* range address, host order */
-    uint32_t nslots;
-    uint8_t *slot_used; /* one byte per slot */
+    uint32_t max_ifaces; /* entries of the interface tables */
+    uint32_t nslots;     /* address slots: the range's, at most max_ifaces */
+    uint8_t *slot_used;  /* one byte per slot */
     unsigned pool_size;
     struct vswitch_net *pool; /* ready, unassigned networks (netns_fd open) */
     size_t pool_n;
@@ -107,6 +108,7 @@ struct vs_settings {
     char ifname_prefix[16];
     char nft_table[32];
     uint32_t steer_mark, reply_mark, route_table, rule_priority;
+    unsigned max_ifaces;
     enum vswitch_attach_mode attach_mode;
     bool allow_ip_forward;
 };
@@ -128,6 +130,8 @@ int vswitch__guard_present(const char *nft_table, bool *present, struct al_error
 int vswitch__view_open_fds(struct vswitch_view *v, const char *pin_dir, struct al_error *err);
 void vswitch__view_release(struct vswitch_view *v);
 int vswitch__read_instance(const char *state_dir, char *pin_dir, size_t len, struct al_error *err);
+/* max_entries of the map pinned at path: -ENOENT when none is pinned there. */
+int vswitch__pinned_max_entries(const char *path, unsigned *out);
 
 /* ---- net.c ---- */
 /* Slot i's addresses (network order). */

@@ -369,6 +369,8 @@ static int loader__write_instance(struct vswitch *vs, struct al_error *err)
         (json_int_t)vs->cfg.reply_mark, "route_table", (json_int_t)vs->cfg.route_table,
         "rule_priority", (json_int_t)vs->cfg.rule_priority, "attach_mode",
         loader__mode_name(vs->cfg.attach_mode), "pid", (int)getpid());
+    if (o)
+        json_object_set_new(o, "max_interfaces", json_integer(vs->max_ifaces));
     if (!o)
         return al_error_set(err, -ENOMEM, "out of memory");
     char *s = al_json_dump(o);
@@ -431,6 +433,34 @@ static int loader__cfg_compare(const struct vs_config *have, const struct vs_con
                         "%s: keep the old setting, or end every sandbox and tear it down first "
                         "(vswitch_destroy)",
                         pin_dir, what);
+}
+
+/* The interface tables' size of an instance that is already pinned: the one it was created
+ * with. Asking for another is an error like a different range (the kernel cannot resize a
+ * map, and libbpf would refuse the pinned one with a bare "parameter mismatch"); a teardown
+ * takes the pinned size, whatever it is asked. */
+static int loader__table_size(struct vs_settings *s, bool for_teardown, struct al_error *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/vs_ifaces", s->pin_dir);
+    unsigned have = 0;
+    int rc = vswitch__pinned_max_entries(path, &have);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc)
+        return al_error_set(err, rc, "reading the size of the pinned map %s: %s", path,
+                            strerror(-rc));
+    if (have == s->max_ifaces)
+        return 0;
+    if (for_teardown) {
+        s->max_ifaces = have;
+        return 0;
+    }
+    return al_error_set(err, -EEXIST,
+                        "the switch pinned at %s was started with an interface table of %u "
+                        "entries, not %u (network.max_interfaces): keep the old setting, or end "
+                        "every sandbox and tear it down first (airlock vswitch teardown)",
+                        s->pin_dir, have, s->max_ifaces);
 }
 
 /* The default attach mode. Both keep the programs on the interface after the loader is
@@ -690,13 +720,6 @@ int vswitch__open(const struct vswitch_opts *opts, bool for_teardown, struct vsw
     vs->pool_size = opts ? opts->pool_size : 0;
     vs->allow_ip_forward = s.allow_ip_forward;
     vs->range_host = ntohl(s.range_addr);
-    uint64_t slots = 1ull << (s.prefix_len - s.range_len);
-    vs->nslots = slots > VS_MAX_IFACES ? VS_MAX_IFACES : (uint32_t)slots;
-    vs->slot_used = calloc(vs->nslots, 1);
-    if (!vs->slot_used) {
-        rc = al_error_set(err, -ENOMEM, "out of memory");
-        goto fail;
-    }
 
     rc = loader__lock(vs, err);
     if (rc)
@@ -704,6 +727,17 @@ int vswitch__open(const struct vswitch_opts *opts, bool for_teardown, struct vsw
     rc = vswitch__bpffs_ensure(s.pin_dir, err);
     if (rc)
         goto fail;
+    rc = loader__table_size(&s, for_teardown, err);
+    if (rc)
+        goto fail;
+    vs->max_ifaces = s.max_ifaces;
+    uint64_t slots = 1ull << (s.prefix_len - s.range_len);
+    vs->nslots = slots > s.max_ifaces ? s.max_ifaces : (uint32_t)slots;
+    vs->slot_used = calloc(vs->nslots, 1);
+    if (!vs->slot_used) {
+        rc = al_error_set(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
     char links[PATH_MAX];
     snprintf(links, sizeof links, "%s/links", s.pin_dir);
     rc = al_mkdir_p(links, 0700);
@@ -722,6 +756,18 @@ int vswitch__open(const struct vswitch_opts *opts, bool for_teardown, struct vsw
     vs->skel->rodata->cfg_range_mask = htonl(0xffffffffu << (32 - s.range_len));
     vs->skel->rodata->cfg_steer_mark = s.steer_mark;
     vs->skel->rodata->cfg_reply_mark = s.reply_mark;
+    struct bpf_map *sized[] = {vs->skel->maps.vs_ifaces, vs->skel->maps.vs_addrs,
+                               vs->skel->maps.vs_counters};
+    for (size_t i = 0; i < AL_ARRAY_SIZE(sized); i++) {
+        /* vs_counters: one entry more, for the packets of unknown interfaces (key 0). */
+        uint32_t n = s.max_ifaces + (sized[i] == vs->skel->maps.vs_counters);
+        rc = bpf_map__set_max_entries(sized[i], n);
+        if (rc) {
+            al_error_set(err, rc, "sizing the switch's map %s to %u entries: %s",
+                         bpf_map__name(sized[i]), n, strerror(-rc));
+            goto fail;
+        }
+    }
     rc = vswitch_bpf__load(vs->skel);
     if (rc) {
         al_error_set(err, rc,

@@ -54,10 +54,18 @@ int vswitch__slot_alloc(struct vswitch *vs, uint32_t *slot, struct al_error *err
             return 0;
         }
     }
+    uint64_t range_slots = 1ull << (vs->cfg.prefix_len - vs->cfg.range_len);
+    if (range_slots > vs->nslots)
+        return al_error_set(err, -ENOSPC,
+                            "the switch's interface table is full (%u networks, pooled ones "
+                            "included): end sandboxes or raise network.max_interfaces",
+                            vs->nslots);
     return al_error_set(err, -ENOSPC,
                         "the address range has no free sandbox subnet (%u in "
-                        "use): end sandboxes or configure a larger range",
-                        vs->nslots);
+                        "use, pooled ones included): end sandboxes or configure a larger "
+                        "network.range%s",
+                        vs->nslots,
+                        vs->nslots == vs->max_ifaces ? " and network.max_interfaces" : "");
 }
 
 void vswitch__slot_free(struct vswitch *vs, uint32_t slot)

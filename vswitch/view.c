@@ -196,6 +196,32 @@ int vswitch_view_config(const struct vswitch_view *v, struct vs_config *out)
     return bpf_map_lookup_elem(v->map_config, &zero, out) ? -errno : 0;
 }
 
+static int view__max_entries(int fd, unsigned *out)
+{
+    struct bpf_map_info info;
+    __u32 len = sizeof info;
+    memset(&info, 0, sizeof info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0)
+        return -errno;
+    *out = info.max_entries;
+    return 0;
+}
+
+int vswitch_view_max_ifaces(const struct vswitch_view *v, unsigned *out)
+{
+    return view__max_entries(v->map_ifaces, out);
+}
+
+int vswitch__pinned_max_entries(const char *path, unsigned *out)
+{
+    int fd = bpf_obj_get(path);
+    if (fd < 0)
+        return -errno;
+    int rc = view__max_entries(fd, out);
+    close(fd);
+    return rc;
+}
+
 /* ---- lookups ------------------------------------------------------------------------ */
 
 int vswitch_view_peer(const struct vswitch_view *v, struct in_addr peer, struct vswitch_peer *out)

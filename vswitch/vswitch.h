@@ -74,6 +74,11 @@
 #define VSWITCH_GUEST_IFNAME          "eth0"
 #define VSWITCH_LABEL_MAX             47 /* bytes of vswitch_sandbox.label */
 #define VSWITCH_REASON_MAX            VS_R_MAX
+/* Bounds of vswitch_opts.max_ifaces. The upper one keeps the tables' bucket arrays, which the
+ * kernel allocates whole when the maps are created (16 bytes per entry and map, rounded up
+ * to a power of two), at tens of MiB; the host-side MACs could number 2^24 slots. */
+#define VSWITCH_DEFAULT_MAX_IFACES VS_DEFAULT_IFACES
+#define VSWITCH_MAX_IFACES_LIMIT   (1u << 20)
 
 struct vswitch;
 struct vswitch_view;
@@ -103,6 +108,11 @@ struct vswitch_opts {
     uint32_t rule_priority;
     const char *nft_table; /* default "airlock_<ifname_prefix>" */
     unsigned pool_size;    /* networks vswitch_pool_fill keeps ready (0 = none) */
+    /* Entries of the interface tables: the most networks (sandboxes' and pooled ones) the
+     * instance holds at once, whatever the range has room for. 1..VSWITCH_MAX_IFACES_LIMIT;
+     * 0 = VSWITCH_DEFAULT_MAX_IFACES. Fixed when the instance is first created, like the
+     * range: reopening pinned tables of another size is an error. */
+    unsigned max_ifaces;
     enum vswitch_attach_mode attach_mode;
     /* Start although net.ipv4.ip_forward=1 (the host routes for something else). The
      * switch never passes unassigned packets and the guard's forward chain drops anything
@@ -216,6 +226,8 @@ int vswitch_view_open(const char *state_dir, struct vswitch_view **out, struct a
 int vswitch_view_open_pins(const char *pin_dir, struct vswitch_view **out, struct al_error *err);
 void vswitch_view_close(struct vswitch_view *v);
 int vswitch_view_config(const struct vswitch_view *v, struct vs_config *out);
+/* Entries of the instance's interface table (vswitch_opts.max_ifaces it was created with). */
+int vswitch_view_max_ifaces(const struct vswitch_view *v, unsigned *out);
 
 /* Which sandbox owns a peer address (the proxy's getpeername()). -ENOENT if none. */
 struct vswitch_peer {

@@ -8,7 +8,9 @@
 #     airlock-egress and a neighbour sandbox keep answering: the neighbour's agent (a file
 #     read), and a server in the neighbour started before, reached through airlockd, whose
 #     request to the fake internet goes through airlock-egress;
-#   - once the hog is gone, sandboxes start again; nothing is left behind.
+#   - once the hog is gone, sandboxes start again;
+#   - the vswitch's interface table has network.max_interfaces entries (4 here): with four
+#     sandboxes, a fifth is refused with a 503 naming the key; nothing is left behind.
 # A configuration that leaves the host too few processes is refused at start.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
@@ -16,7 +18,8 @@ for b in airlockd airlock airlock-vmm airlock-egress; do
   [ -x "$AIRLOCK_BIN/$b" ] || { echo "cp_hostlimits: $b is not built: SKIP"; exit 0; }
 done
 TOTAL=160
-CP_SANDBOXES_EXTRA="  warm_pool: 0
+IFACES=4
+CP_NETWORK_EXTRA="  max_interfaces: $IFACES" CP_SANDBOXES_EXTRA="  warm_pool: 0
   total_pids: $TOTAL" cp_world cp_hostlimits jail on
 pid_max=$(cat /proc/sys/kernel/pid_max)
 
@@ -138,6 +141,18 @@ al_note "the hog goes: sandboxes start again"
 al_ok "kill the hog" cp_cli sandbox kill "$H"
 al_ok "a new sandbox starts" cp_create '{"templateID":"base","timeout":60}'
 al_match "... and runs commands" '^after$' cp_exec "$AL_OUT" echo after
+
+al_note "the interface table: network.max_interfaces"
+al_match "airlock vswitch status says its size" "^$IFACES\$" python3 -c '
+import json, sys; print(json.loads(sys.argv[1])["max_interfaces"])' \
+  "$(in_host "$AIRLOCK_BIN/airlock" --state-dir "$CP_STATE" vswitch status --json)"
+al_ok "a third sandbox" cp_create '{"templateID":"base","timeout":60}'
+al_ok "a fourth" cp_create '{"templateID":"base","timeout":60}'
+out=$(cp_api -w '\n%{http_code}' -X POST "$CP_URL/v2/sandboxes" -d '{"templateID":"base","timeout":60}')
+al_match "a fifth: 503" '^503$' tail -n1 <<<"$out"
+al_match "... naming the limit and what to do" \
+  "no network for the sandbox: the switch's interface table is full \($IFACES networks.*network.max_interfaces" \
+  echo "$out"
 al_kill airlockd TERM
 al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks_settled)" ""
 al_done

@@ -9,8 +9,9 @@
 #       BACKEND: jail (default) or test (the test backend, which only airlockd-test has: cp_start
 #       runs that one then); NETWORK: on (default) or
 #       off. Sets CP_STATE, CP_CG (this instance's cgroup parent), CP_PREFIX (its interface
-#       prefix), CP_KEY; writes $AL_TMP/airlockd.yaml (CP_SANDBOXES_EXTRA: more lines, indented
-#       by two spaces, for its "sandboxes:" section); registers cleanups.
+#       prefix), CP_KEY; writes $AL_TMP/airlockd.yaml (CP_SANDBOXES_EXTRA and CP_NETWORK_EXTRA:
+#       more lines, indented by two spaces, for its "sandboxes:" and "network:" sections);
+#       registers cleanups.
 #   cp_egress_args ARGS...  more arguments of airlock-egress (egress.args; before cp_start),
 #                         e.g. --upstream-ca FILE
 #   cp_start [NAME]       starts airlockd (background job NAME, default airlockd), waits for
@@ -115,6 +116,7 @@ network:
   ifname_prefix: $CP_PREFIX
   range: 10.201.0.0/16
   pool_size: 2
+${CP_NETWORK_EXTRA:-}
 egress:
   args: ["--resolver", "203.0.113.53", "--workers", "1"]
 CFG

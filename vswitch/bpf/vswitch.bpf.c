@@ -48,7 +48,7 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, VS_MAX_IFACES);
+    __uint(max_entries, VS_DEFAULT_IFACES);
     __uint(map_flags, BPF_F_NO_PREALLOC);
     __type(key, __u32);
     __type(value, struct vs_iface);
@@ -57,7 +57,7 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
-    __uint(max_entries, VS_MAX_IFACES);
+    __uint(max_entries, VS_DEFAULT_IFACES);
     __uint(map_flags, BPF_F_NO_PREALLOC);
     __type(key, __u32);
     __type(value, struct vs_addr_entry);
@@ -66,7 +66,7 @@ struct {
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-    __uint(max_entries, VS_MAX_IFACES + 1);
+    __uint(max_entries, VS_DEFAULT_IFACES + 1);
     __uint(map_flags, BPF_F_NO_PREALLOC);
     __type(key, __u32);
     __type(value, struct vs_counters);

@@ -13,8 +13,10 @@
 
 #define VS_ABI_VERSION 1u
 
-/* Capacity of every per-interface map (the address plan is capped to this many slots). */
-#define VS_MAX_IFACES 16384u
+/* Capacity of every per-interface map as the object is built. The loader sets the real one
+ * before it loads the object (vswitch_opts.max_ifaces), and the address plan is capped to it;
+ * the unknown-interface counters take one entry more (key 0). */
+#define VS_DEFAULT_IFACES 16384u
 
 /* Proxy socket slots in the vs_sockets sockmap (filled by airlock-egress). */
 enum vs_sock_slot {

@@ -8,6 +8,7 @@
 #include "controlplane/record.h"
 #include "controlplane/warm.h"
 #include "egress/egress.h"
+#include "vswitch/vswitch.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -204,6 +205,26 @@ START_TEST(volume_sizes_are_checked)
 }
 END_TEST
 
+/* network.max_interfaces is the switch's table size: its default is the switch's own, and
+ * what the switch cannot make is refused when the file is read. */
+START_TEST(interface_table_size_is_bounded)
+{
+    struct cp_config c;
+    ck_assert_int_eq(load(&c, "log:\n  level: info\n"), 0);
+    ck_assert_int_eq(c.net_max_ifaces, VSWITCH_DEFAULT_MAX_IFACES);
+    cp_config_free(&c);
+    ck_assert_int_eq(load(&c, "network:\n  max_interfaces: 20000\n"), 0);
+    ck_assert_int_eq(c.net_max_ifaces, 20000);
+    cp_config_free(&c);
+    static const char *const bad[] = {"network:\n  max_interfaces: 0\n",
+                                      "network:\n  max_interfaces: 1048577\n", NULL};
+    for (const char *const *b = bad; *b; b++) {
+        ck_assert_msg(load(&c, *b) != 0, "accepted: %s", *b);
+        cp_config_free(&c);
+    }
+}
+END_TEST
+
 START_TEST(example_config_names_every_key_at_its_default)
 {
     const char *src = getenv("AIRLOCK_SOURCE_DIR");
@@ -257,6 +278,7 @@ static Suite *suite(void)
     tcase_add_test(t, example_config_names_every_key_at_its_default);
     tcase_add_test(t, warm_templates_are_checked);
     tcase_add_test(t, volume_sizes_are_checked);
+    tcase_add_test(t, interface_table_size_is_bounded);
     suite_add_tcase(s, t);
     return s;
 }

@@ -722,6 +722,80 @@ START_TEST(one_owner_and_fixed_settings)
 }
 END_TEST
 
+/* network.max_interfaces: the tables are made with the size asked, the address plan stops
+ * at it (with an error naming the key), and a pinned instance keeps its size. */
+static unsigned pinned_size(const char *map)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", g_pin, map);
+    unsigned n = 0;
+    ck_assert_int_eq(vswitch__pinned_max_entries(path, &n), 0);
+    return n;
+}
+
+START_TEST(interface_table_size_is_an_option)
+{
+    world();
+    struct vswitch_opts o = opts();
+    o.max_ifaces = VSWITCH_MAX_IFACES_LIMIT + 1;
+    expect_bad(o, "network.max_interfaces");
+    o = opts();
+    o.max_ifaces = 3;
+    struct vswitch *vs = open_ok(&o);
+    ck_assert_uint_eq(pinned_size("vs_ifaces"), 3);
+    ck_assert_uint_eq(pinned_size("vs_addrs"), 3);
+    ck_assert_uint_eq(pinned_size("vs_counters"), 4);
+    unsigned n = 0;
+    ck_assert_int_eq(vswitch_view_max_ifaces(vswitch_get_view(vs), &n), 0);
+    ck_assert_uint_eq(n, 3);
+    struct al_error e = {0};
+    struct vswitch_net net[4];
+    for (uint64_t i = 0; i < 3; i++) {
+        struct vswitch_sandbox sb = {.id = i + 1};
+        /* (its namespace stays open: the sandbox's network lives as long as it does) */
+        ck_assert_msg(vswitch_net_create(vs, &sb, &net[i], &e) == 0, "%s", al_error_str(&e));
+    }
+    /* The /16 has room for 16,384 subnets: the table is what is full. */
+    struct vswitch_sandbox fourth = {.id = 4};
+    ck_assert_int_eq(vswitch_net_create(vs, &fourth, &net[3], &e), -ENOSPC);
+    ck_assert_msg(strstr(e.msg, "interface table is full (3 networks") &&
+                      strstr(e.msg, "network.max_interfaces"),
+                  "%s", e.msg);
+    vswitch_close(vs);
+
+    /* Reopened with another size: refused, naming both; with its own size: adopted. */
+    al_error_clear(&e);
+    o.max_ifaces = 5;
+    struct vswitch *other = NULL;
+    ck_assert_int_eq(vswitch_open(&o, &other, &e), -EEXIST);
+    ck_assert_msg(strstr(e.msg, "interface table of 3 entries, not 5 (network.max_interfaces)"),
+                  "%s", e.msg);
+    ck_assert_ptr_null(other);
+    o.max_ifaces = 0; /* the default, 16384: refused too */
+    ck_assert_int_eq(vswitch_open(&o, &other, &e), -EEXIST);
+    o.max_ifaces = 3;
+    vs = open_ok(&o);
+    struct vswitch_net f;
+    ck_assert_int_eq(vswitch_net_find(vs, 3, &f), 0);
+    ck_assert_int_eq(vswitch_net_create(vs, &fourth, &net[3], &e), -ENOSPC);
+    vswitch_close(vs);
+
+    /* A teardown takes the pinned size, whatever it is given. */
+    o.max_ifaces = 0;
+    ck_assert_msg(vswitch__open(&o, true, &vs, &e) == 0, "%s", al_error_str(&e));
+    ck_assert_int_eq(vswitch_destroy(vs, true, &e), 0);
+    for (size_t i = 0; i < 3; i++)
+        vswitch_net_close_fds(&net[i]);
+    struct stat st;
+    ck_assert_int_ne(stat(g_pin, &st), 0);
+    /* Made anew, it takes the size asked. */
+    o.max_ifaces = 5;
+    vs = open_ok(&o);
+    ck_assert_uint_eq(pinned_size("vs_ifaces"), 5);
+    ck_assert_int_eq(vswitch_destroy(vs, false, &e), 0);
+}
+END_TEST
+
 START_TEST(attach_checks_the_interface)
 {
     world();
@@ -1089,6 +1163,7 @@ static Suite *vswitch_lib_suite(void)
     tcase_add_test(t, interrupted_creation_is_deleted_and_the_rest_adopted);
     tcase_add_test(t, interface_without_identity_is_deleted_not_unattached);
     tcase_add_test(t, one_owner_and_fixed_settings);
+    tcase_add_test(t, interface_table_size_is_an_option);
     tcase_add_test(t, attach_checks_the_interface);
     tcase_add_test(t, tap_datapath);
     tcase_add_test(t, proxy_registration_checks_sockets);
