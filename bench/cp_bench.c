@@ -28,7 +28,9 @@
  *                    with IDLE idle sandboxes - without any) / IDLE
  *   max_idle_sandboxes  sandboxes created (8 at a time) and held idle until MAXHELD or the
  *                    first failure (target >= 500; the failure's answer is printed, it says
- *                    which limit), or until MemAvailable falls below a tenth of MemTotal
+ *                    which limit, with airlockd's open files, the host's tasks, MemAvailable,
+ *                    and airlockd's record and log of each sandbox of the failed batch), or
+ *                    until MemAvailable falls below a tenth of MemTotal
  *                    (max_idle_stopped_by_memory); then all are killed
  *   max_idle_machine_kb_per_sandbox, max_idle_kernel_kb_per_sandbox  what /proc/meminfo's
  *                    MemAvailable lost while they were made, and the kernel's part (Slab,
@@ -734,6 +736,67 @@ static double kernel_kb(void)
     return sum;
 }
 
+/* Entries of a /proc directory (a process's fd/ or task/), or -1. */
+static long proc_entries(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    long n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* After a failed creation of the holding phase: what the host's counted limits stood at, and
+ * what airlockd says of each sandbox of the failed batch (its record and its log), so that
+ * the run says which limit, or which fault, stopped it. */
+static void hold_postmortem(char (*ids)[32], int n)
+{
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%d/fd", (int)g_airlockd);
+    long fds = proc_entries(p);
+    char *text = NULL;
+    size_t len = 0;
+    long tasks = -1;
+    if (al_read_file("/proc/loadavg", 256, &text, &len, NULL) == 0) {
+        char *slash = strchr(text, '/');
+        tasks = slash ? strtol(slash + 1, NULL, 10) : -1;
+        free(text);
+    }
+    fprintf(stderr,
+            "cp_bench: at the failure: airlockd %ld open files, %ld tasks on the host, "
+            "MemAvailable %.0f kB\n",
+            fds, tasks, meminfo_kb("MemAvailable"));
+    struct al_http_header h[] = {{"X-API-KEY", g_key}};
+    for (int i = 0; i < n; i++) {
+        if (!ids[i][0])
+            continue;
+        for (int k = 0; k < 2; k++) {
+            char path[96];
+            snprintf(path, sizeof path, "/sandboxes/%s%s", ids[i], k ? "/logs" : "");
+            struct al_http_call_opts o = {.target = g_url,
+                                          .method = "GET",
+                                          .path = path,
+                                          .headers = h,
+                                          .n_headers = 1,
+                                          .max_body = 1 << 20};
+            struct al_http_resp r = {0};
+            struct al_error e = {0};
+            if (al_http_call(&o, &r, &e) == 0) {
+                /* (the log's end: what the sandbox said last) */
+                size_t off = r.body.len > 3000 ? r.body.len - 3000 : 0;
+                fprintf(stderr, "cp_bench: GET %s: %d %.*s\n", path, r.status,
+                        (int)(r.body.len - off), r.body.data + off);
+            } else {
+                fprintf(stderr, "cp_bench: GET %s: %s\n", path, al_error_str(&e));
+            }
+            al_http_resp_free(&r);
+        }
+    }
+}
+
 static double pss_kb(void)
 {
     DIR *d = opendir("/proc");
@@ -1055,6 +1118,7 @@ int main(int argc, char **argv)
             int batch = opt_max - held < 8 ? opt_max - held : 8;
             int f = flight_run(batch, batch, false, ids + held, ms + held, NULL, &secs);
             if (f) {
+                hold_postmortem(ids + held, batch);
                 /* Keep what was made: kill only those with an id. */
                 int ok = 0;
                 for (int i = held; i < held + batch; i++)
