@@ -89,11 +89,8 @@ struct al_http_creq {
     llhttp_t parser;
     struct al_http_head_scan scan;
     struct http__hdrs hdrs;
-    struct al_buf out; /* the request until it can be written (and for one retry) */
-    char *in;          /* input left over while paused */
-    size_t in_len, in_cap;
-    char *cur;
-    size_t cur_len;
+    struct al_buf out;     /* the request until it can be written (and for one retry) */
+    struct http__input in; /* input left over while paused */
     char *cb_start, *cb_end;
     void (*drain_cb)(struct al_http_creq *c, void *arg);
     size_t drain_low;
@@ -456,7 +453,7 @@ static void creq__on_kick(uv_timer_t *t)
         return;
     }
     creq__maybe_drain(c);
-    if (!c->finished && !c->paused && (c->in_len || c->msg_complete))
+    if (!c->finished && !c->paused && (c->in.len || c->msg_complete))
         creq__process(c);
     /* Plaintext the TLS session decrypted before a pause is not signalled by the socket. */
     if (!c->finished && !c->paused && c->conn && c->conn->tls && c->conn->connected)
@@ -485,7 +482,7 @@ static void creq__on_timer_closed(uv_handle_t *h)
         return;
     http__hdrs_free(&c->hdrs);
     creq__free_out(c);
-    free(c->in);
+    free(c->in.buf);
     free(c->key);
     free(c);
     atomic_fetch_sub(&http__live_creqs, 1);
@@ -506,7 +503,7 @@ static void creq__finish_now(struct al_http_creq *c, int err)
     if (k) {
         c->conn = NULL;
         k->creq = NULL;
-        bool reuse = err == 0 && c->pool_ok && c->ended && c->cur_len == 0 && c->in_len == 0 &&
+        bool reuse = err == 0 && c->pool_ok && c->ended && c->in.cur_len == 0 && c->in.len == 0 &&
                      llhttp_should_keep_alive(&c->parser);
         if (!reuse || !pool__put(k))
             cconn__close(k);
@@ -718,8 +715,8 @@ static void creq__upgrade(struct al_http_creq *c)
         k->reading = false;
     }
     struct al_http_tunnel *t = NULL;
-    int rc = http__tunnel_new(c->loop, &k->h.stream, k->is_unix, c->cur, c->cur_len, &t);
-    c->cur_len = 0;
+    int rc = http__tunnel_new(c->loop, &k->h.stream, k->is_unix, c->in.cur, c->in.cur_len, &t);
+    c->in.cur_len = 0;
     cconn__close(k); /* the socket lives on in the tunnel */
     if (rc) {
         creq__fail(c, rc, "taking over the connection to %s: %s", c->o.target, strerror(-rc));
@@ -729,34 +726,34 @@ static void creq__upgrade(struct al_http_creq *c)
     creq__finish(c, 0);
 }
 
-/* Parses what is in c->cur: header block(s), then body pieces; calls the user. */
+/* Parses what is in c->in.cur: header block(s), then body pieces; calls the user. */
 static void creq__process(struct al_http_creq *c)
 {
     c->busy++;
-    if (!c->cur && c->in_len) {
-        c->cur = c->in;
-        c->cur_len = c->in_len;
+    if (!c->in.cur && c->in.len) {
+        c->in.cur = c->in.buf;
+        c->in.cur_len = c->in.len;
     }
     while (!c->finish_pending && !c->finished && !c->paused) {
         if (c->msg_complete) {
             creq__finish(c, 0);
             break;
         }
-        if (c->cur_len == 0)
+        if (c->in.cur_len == 0)
             break;
         c->got_bytes = true;
         if (!c->headers_ready) {
             size_t used = 0;
-            int rc = al_http_head_scan(&c->scan, c->cur, c->cur_len, &used);
+            int rc = al_http_head_scan(&c->scan, c->in.cur, c->in.cur_len, &used);
             if (rc < 0) {
                 creq__fail(c, rc == -E2BIG ? -E2BIG : -EPROTO, "bad response from %s: %s",
                            c->o.target, al_http_head_scan_message(&c->scan));
                 break;
             }
-            llhttp_errno_t e = llhttp_execute(&c->parser, c->cur, used);
-            size_t u = e == HPE_OK ? used : (size_t)(llhttp_get_error_pos(&c->parser) - c->cur);
-            c->cur += u;
-            c->cur_len -= u;
+            llhttp_errno_t e = llhttp_execute(&c->parser, c->in.cur, used);
+            size_t u = e == HPE_OK ? used : (size_t)(llhttp_get_error_pos(&c->parser) - c->in.cur);
+            c->in.cur += u;
+            c->in.cur_len -= u;
             if (e != HPE_OK && e != HPE_PAUSED) {
                 creq__parse_error(c, e);
                 break;
@@ -779,12 +776,13 @@ static void creq__process(struct al_http_creq *c)
             continue;
         }
         c->cb_start = c->cb_end = NULL;
-        llhttp_errno_t e = llhttp_execute(&c->parser, c->cur, c->cur_len);
-        size_t u = e == HPE_OK ? c->cur_len : (size_t)(llhttp_get_error_pos(&c->parser) - c->cur);
+        llhttp_errno_t e = llhttp_execute(&c->parser, c->in.cur, c->in.cur_len);
+        size_t u =
+            e == HPE_OK ? c->in.cur_len : (size_t)(llhttp_get_error_pos(&c->parser) - c->in.cur);
         char *data = c->cb_start;
         size_t dlen = data ? (size_t)(c->cb_end - data) : 0;
-        c->cur += u;
-        c->cur_len -= u;
+        c->in.cur += u;
+        c->in.cur_len -= u;
         if (dlen && c->o.on_data) {
             c->in_on_data = true;
             c->resume_asked = false;
@@ -801,34 +799,6 @@ static void creq__process(struct al_http_creq *c)
     /* A response that completes without a body still needs its headers delivered: the
      * loop above did that before noticing msg_complete. */
     creq__unbusy(c);
-}
-
-/* Moves what is left of c->cur into c->in (it may be in the shared read buffer). */
-static int creq__save_input(struct al_http_creq *c)
-{
-    char *cur = c->cur;
-    size_t len = c->cur_len;
-    c->cur = NULL;
-    c->cur_len = 0;
-    if (!cur || !len) {
-        c->in_len = 0;
-        return 0;
-    }
-    if (c->in && cur >= c->in && cur < c->in + c->in_cap) {
-        memmove(c->in, cur, len);
-        c->in_len = len;
-        return 0;
-    }
-    if (len > c->in_cap) {
-        char *n = realloc(c->in, len);
-        if (!n)
-            return -ENOMEM;
-        c->in = n;
-        c->in_cap = len;
-    }
-    memcpy(c->in, cur, len);
-    c->in_len = len;
-    return 0;
 }
 
 /* ---- reading ----------------------------------------------------------------------- */
@@ -864,27 +834,12 @@ static void cconn__idle_drop(struct cconn *k)
 /* Response bytes (plaintext) for c: parsed, the rest kept for later. */
 static void cconn__input(struct cconn *k, struct al_http_creq *c, char *data, size_t len)
 {
-    if (c->in_len == 0) {
-        c->cur = data;
-        c->cur_len = len;
-    } else {
-        size_t need = c->in_len + len;
-        if (need > c->in_cap) {
-            char *n = realloc(c->in, need);
-            if (!n) {
-                creq__fail(c, -ENOMEM, "out of memory");
-                return;
-            }
-            c->in = n;
-            c->in_cap = need;
-        }
-        memcpy(c->in + c->in_len, data, len);
-        c->in_len = need;
-        c->cur = c->in;
-        c->cur_len = need;
+    if (http__input_feed(&c->in, data, len) < 0) {
+        creq__fail(c, -ENOMEM, "out of memory");
+        return;
     }
     creq__process(c);
-    if (!c->finished && creq__save_input(c) < 0)
+    if (!c->finished && http__input_save(&c->in) < 0)
         creq__fail(c, -ENOMEM, "out of memory");
     if (!c->finished && c->paused && k->reading) {
         uv_read_stop(&k->h.stream);
@@ -1405,7 +1360,7 @@ void al_http_creq_resume(struct al_http_creq *c)
     struct cconn *k = c->conn;
     if (k && !k->reading && uv_read_start(&k->h.stream, http__alloc_cb, cconn__on_read) == 0)
         k->reading = true;
-    if (c->in_len || c->msg_complete || (k && k->tls))
+    if (c->in.len || c->msg_complete || (k && k->tls))
         creq__kick(c);
 }
 

@@ -96,6 +96,27 @@ void http__alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 /* Gives the buffer back (call at the end of every read callback). */
 void http__release_buf(const uv_buf_t *buf);
 
+/* ---- input carried between reads -------------------------------------------------- */
+/* What a connection has received and not parsed yet. During one frame `cur` points at the
+ * bytes being parsed: straight into the per-thread read buffer when nothing was carried
+ * over, or into `buf`. After the frame, http__input_save moves the rest into `buf`, since
+ * the read buffer is reused by the next read of any connection. */
+struct http__input {
+    char *buf; /* carried bytes (owned) */
+    size_t len, cap;
+    char *cur; /* bytes of this frame (in buf or in the read buffer) */
+    size_t cur_len;
+};
+
+/* Makes data (len > 0) this frame's input: as it is when nothing is carried, else appended
+ * to what is. -ENOMEM leaves the carried bytes as they were. */
+int http__input_feed(struct http__input *in, char *data, size_t len);
+/* Keeps what is left of this frame in buf and ends the frame (cur = NULL). -ENOMEM when
+ * it cannot, with nothing carried. */
+int http__input_save(struct http__input *in);
+/* Frees buf when nothing is carried (an idle connection keeps no buffer). */
+void http__input_trim(struct http__input *in);
+
 /* ---- misc ------------------------------------------------------------------------ */
 /* "Mon, 30 Nov 2026 01:02:03 GMT" for now (cached per second, per thread). */
 const char *http__date(void);

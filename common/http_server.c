@@ -97,10 +97,7 @@ struct http_conn {
     struct al_http_peer peer;
     struct http_req *req;
 
-    char *in; /* unparsed input carried between reads */
-    size_t in_len, in_cap;
-    char *cur; /* input being processed in this frame (in `in` or the read buffer) */
-    size_t cur_len;
+    struct http__input in;   /* unparsed input carried between reads */
     char *cb_start, *cb_end; /* streamed body bytes compacted during one execute */
 
     int64_t req_cl;      /* the request's Content-Length, -1 when absent */
@@ -440,45 +437,8 @@ static void conn__send_error(struct http_conn *c, int status, const char *msg)
 static inline void conn__consume(struct http_conn *c, size_t n)
 {
     if (n) { /* cur may be NULL when there was nothing to consume */
-        c->cur += n;
-        c->cur_len -= n;
-    }
-}
-
-/* Keeps what the frame left unparsed in c->in (it may live in the read buffer). */
-static int conn__save_input(struct http_conn *c)
-{
-    char *cur = c->cur;
-    size_t len = c->cur_len;
-    c->cur = NULL;
-    c->cur_len = 0;
-    if (!cur || len == 0) {
-        c->in_len = 0;
-        return 0;
-    }
-    if (c->in && cur >= c->in && cur < c->in + c->in_cap) {
-        memmove(c->in, cur, len);
-        c->in_len = len;
-        return 0;
-    }
-    if (len > c->in_cap) {
-        char *n = realloc(c->in, len);
-        if (!n)
-            return -ENOMEM;
-        c->in = n;
-        c->in_cap = len;
-    }
-    memcpy(c->in, cur, len);
-    c->in_len = len;
-    return 0;
-}
-
-static void conn__drop_input_buffer(struct http_conn *c)
-{
-    if (c->in_len == 0 && c->in) {
-        free(c->in);
-        c->in = NULL;
-        c->in_cap = 0;
+        c->in.cur += n;
+        c->in.cur_len -= n;
     }
 }
 
@@ -880,7 +840,7 @@ static void conn__dispatch(struct http_conn *c)
 
 static bool conn__read_headers(struct http_conn *c)
 {
-    if (c->cur_len == 0)
+    if (c->in.cur_len == 0)
         return false;
     if (!c->req) {
         c->req = req__new(c);
@@ -892,7 +852,7 @@ static bool conn__read_headers(struct http_conn *c)
             c->hdr_deadline = conn__now(c) + c->srv->lim.header_timeout_ms;
     }
     size_t used = 0;
-    int rc = al_http_head_scan(&c->scan, c->cur, c->cur_len, &used);
+    int rc = al_http_head_scan(&c->scan, c->in.cur, c->in.cur_len, &used);
     if (rc < 0) {
         char msg[160];
         if (rc == -E2BIG)
@@ -903,7 +863,7 @@ static bool conn__read_headers(struct http_conn *c)
         conn__reject(c, rc == -E2BIG ? 431 : 400, msg);
         return true;
     }
-    llhttp_errno_t e = llhttp_execute(&c->parser, c->cur, used);
+    llhttp_errno_t e = llhttp_execute(&c->parser, c->in.cur, used);
     if (e == HPE_OK) {
         conn__consume(c, used);
         if (rc == 1) {
@@ -916,7 +876,7 @@ static bool conn__read_headers(struct http_conn *c)
         return false;
     }
     if (e == HPE_PAUSED) {
-        size_t u = (size_t)(llhttp_get_error_pos(&c->parser) - c->cur);
+        size_t u = (size_t)(llhttp_get_error_pos(&c->parser) - c->in.cur);
         conn__consume(c, u);
         if (rc != 1 || u != used) {
             conn__reject(c, 400, "bad request: malformed header block");
@@ -988,14 +948,14 @@ static bool conn__read_body(struct http_conn *c)
     }
     if (c->body_paused)
         return false;
-    if (c->cur_len == 0 && c->has_body)
+    if (c->in.cur_len == 0 && c->has_body)
         return false;
     c->cb_start = c->cb_end = NULL;
     c->err_status = 0;
     static char empty[1];
-    char *at = c->cur ? c->cur : empty;
-    llhttp_errno_t e = llhttp_execute(&c->parser, at, c->cur_len);
-    size_t used = e == HPE_OK ? c->cur_len : (size_t)(llhttp_get_error_pos(&c->parser) - at);
+    char *at = c->in.cur ? c->in.cur : empty;
+    llhttp_errno_t e = llhttp_execute(&c->parser, at, c->in.cur_len);
+    size_t used = e == HPE_OK ? c->in.cur_len : (size_t)(llhttp_get_error_pos(&c->parser) - at);
     char *data = c->cb_start;
     size_t dlen = data ? (size_t)(c->cb_end - data) : 0;
     conn__consume(c, used);
@@ -1027,7 +987,7 @@ static bool conn__read_body(struct http_conn *c)
         if (pause && !c->resume_asked && c->body_mode == BODY_STREAM)
             c->body_paused = true;
     }
-    return c->body_complete || c->cur_len > 0;
+    return c->body_complete || c->in.cur_len > 0;
 }
 
 static void conn__on_shutdown(uv_shutdown_t *sh, int status)
@@ -1055,7 +1015,7 @@ static bool conn__finish_request(struct http_conn *c)
         }
         c->phase = PH_LINGER;
         c->linger_until = conn__now(c) + LINGER_MS;
-        c->cur_len = 0; /* pipelined requests after "close" are not served */
+        c->in.cur_len = 0; /* pipelined requests after "close" are not served */
         uv_shutdown_t *sh = malloc(sizeof *sh);
         if (!sh || uv_shutdown(sh, &c->h.stream, conn__on_shutdown) != 0) {
             free(sh);
@@ -1073,7 +1033,7 @@ static bool conn__finish_request(struct http_conn *c)
     c->resp_started = c->resp_ended = false;
     c->expect_continue = c->has_body = c->head = false;
     c->trailer_bytes = 0;
-    return c->cur_len > 0;
+    return c->in.cur_len > 0;
 }
 
 /* The connection is dead: tell whoever holds its request, then close. */
@@ -1169,7 +1129,7 @@ static void conn__update_reading(struct http_conn *c)
             want = !c->body_paused;
             break;
         default:
-            want = c->in_len < CONN_IN_MAX;
+            want = c->in.len < CONN_IN_MAX;
             break;
         }
     }
@@ -1192,9 +1152,9 @@ static void conn__process(struct http_conn *c)
     }
     conn__undefer(c);
     c->busy++;
-    if (!c->cur && c->in_len) {
-        c->cur = c->in;
-        c->cur_len = c->in_len;
+    if (!c->in.cur && c->in.len) {
+        c->in.cur = c->in.buf;
+        c->in.cur_len = c->in.len;
     }
     do {
         c->again = false;
@@ -1208,13 +1168,13 @@ static void conn__process(struct http_conn *c)
         c->req = NULL;
     }
     if (c->phase == PH_LINGER)
-        c->cur_len = 0;
-    if (conn__save_input(c) < 0) {
+        c->in.cur_len = 0;
+    if (http__input_save(&c->in) < 0) {
         conn__kill(c, -ENOMEM);
         return;
     }
     if (c->phase == PH_HEADERS && !c->req)
-        conn__drop_input_buffer(c);
+        http__input_trim(&c->in);
     conn__update_reading(c);
     conn__arm(c);
 }
@@ -1226,31 +1186,16 @@ static void conn__on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     if (nread > 0 && !c->closing && !c->dead) {
         if (c->phase == PH_LINGER) {
             /* dropped */
-        } else if (c->in_len == 0) {
-            c->cur = buf->base;
-            c->cur_len = (size_t)nread;
-            conn__process(c);
+        } else if (http__input_feed(&c->in, buf->base, (size_t)nread) < 0) {
+            http__release_buf(buf);
+            conn__kill(c, -ENOMEM);
+            return;
         } else {
-            size_t need = c->in_len + (size_t)nread;
-            if (need > c->in_cap) {
-                char *n = realloc(c->in, need);
-                if (!n) {
-                    http__release_buf(buf);
-                    conn__kill(c, -ENOMEM);
-                    return;
-                }
-                c->in = n;
-                c->in_cap = need;
-            }
-            memcpy(c->in + c->in_len, buf->base, (size_t)nread);
-            c->in_len = need;
-            c->cur = c->in;
-            c->cur_len = c->in_len;
             conn__process(c);
         }
         /* conn__process saved what it did not use; if it could not run (closing), drop. */
-        c->cur = NULL;
-        c->cur_len = 0;
+        c->in.cur = NULL;
+        c->in.cur_len = 0;
     } else if (nread < 0 && !c->closing) {
         if (c->phase == PH_LINGER || (c->phase == PH_HEADERS && !c->req)) {
             http__release_buf(buf);
@@ -1287,7 +1232,7 @@ static void conn__on_closed(uv_handle_t *h)
     s->n_conns--;
     if (c->rejecting)
         s->n_rejecting--;
-    free(c->in);
+    free(c->in.buf);
     free(c);
     atomic_fetch_sub(&http__live_conns, 1);
     srv__maybe_done(s);
@@ -2118,9 +2063,9 @@ int al_http_req_upgrade(struct al_http_req *req, const struct al_http_header *hd
     if (rc)
         return rc;
     /* What the client sent after its request belongs to the new protocol. Inside a frame
-     * the unparsed input is c->cur; outside one it was saved to c->in. */
-    const char *pre = c->busy ? c->cur : c->in;
-    size_t pre_len = c->busy ? c->cur_len : c->in_len;
+     * the unparsed input is c->in.cur; outside one it was saved to c->in. */
+    const char *pre = c->busy ? c->in.cur : c->in.buf;
+    size_t pre_len = c->busy ? c->in.cur_len : c->in.len;
     if (c->reading) { /* from here on, only the tunnel reads the socket */
         uv_read_stop(&c->h.stream);
         c->reading = false;
@@ -2141,9 +2086,9 @@ int al_http_req_upgrade(struct al_http_req *req, const struct al_http_header *hd
         return rc;
     }
     if (c->busy)
-        c->cur_len = 0;
+        c->in.cur_len = 0;
     else
-        c->in_len = 0;
+        c->in.len = 0;
     struct al_http_server *s = c->srv;
     http__tunnel_attach(t, s, &s->tunnels);
     s->n_tunnels++;

@@ -1,7 +1,7 @@
 /* common/http_util: the parts of HTTP that need no connection: status texts, header
  * lookup, what llhttp's errors mean (http_parser.h), query parameters, the header store,
  * field/token validation, target parsing for the clients, the write helper, the
- * per-thread read buffer and the traffic-token derivation.
+ * per-thread read buffer, the input a connection carries between reads and the traffic-token derivation.
  * See http_internal.h.
  */
 #include "http.h"
@@ -216,6 +216,64 @@ int al_http_query_each(const char *query, const char *name, char *out, size_t ou
 int al_http_query_get(const char *query, const char *name, char *out, size_t outlen)
 {
     return al_http_query_each(query, name, out, outlen, NULL, NULL);
+}
+
+/* ---- input carried between reads ------------------------------------------------ */
+int http__input_feed(struct http__input *in, char *data, size_t len)
+{
+    if (in->len == 0) {
+        in->cur = data;
+        in->cur_len = len;
+        return 0;
+    }
+    size_t need = in->len + len;
+    if (need > in->cap) {
+        char *n = realloc(in->buf, need);
+        if (!n)
+            return -ENOMEM;
+        in->buf = n;
+        in->cap = need;
+    }
+    memcpy(in->buf + in->len, data, len);
+    in->len = need;
+    in->cur = in->buf;
+    in->cur_len = need;
+    return 0;
+}
+
+int http__input_save(struct http__input *in)
+{
+    char *cur = in->cur;
+    size_t len = in->cur_len;
+    in->cur = NULL;
+    in->cur_len = 0;
+    in->len = 0;
+    if (!cur || !len)
+        return 0;
+    if (in->buf && cur >= in->buf && cur < in->buf + in->cap) {
+        memmove(in->buf, cur, len);
+        in->len = len;
+        return 0;
+    }
+    if (len > in->cap) {
+        char *n = realloc(in->buf, len);
+        if (!n)
+            return -ENOMEM;
+        in->buf = n;
+        in->cap = len;
+    }
+    memcpy(in->buf, cur, len);
+    in->len = len;
+    return 0;
+}
+
+void http__input_trim(struct http__input *in)
+{
+    if (in->len == 0 && in->buf) {
+        free(in->buf);
+        in->buf = NULL;
+        in->cap = 0;
+    }
 }
 
 /* ---- header store ------------------------------------------------------------------ */
