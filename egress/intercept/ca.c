@@ -140,6 +140,24 @@ int intercept_ca_subtrees_for(const char *const *patterns, size_t n, char ***out
 
 /* ---- name constraints ------------------------------------------------------------------- */
 
+/* One GeneralSubtree (SEQUENCE { base }), base being the GeneralName of context tag `tag`
+ * (2: dNSName, 7: iPAddress) with the value v; written backwards like all of mbedtls' ASN.1
+ * writers. Returns the bytes written or a negative mbedtls error. */
+static int ca__write_subtree(unsigned char **p, unsigned char *start, unsigned char tag,
+                             const unsigned char *v, size_t vlen)
+{
+    int ret;
+    size_t len = 0;
+    MBEDTLS_ASN1_CHK_ADD(len, mbedtls_asn1_write_raw_buffer(p, start, v, vlen));
+    MBEDTLS_ASN1_CHK_ADD(len, mbedtls_asn1_write_len(p, start, len));
+    MBEDTLS_ASN1_CHK_ADD(len, mbedtls_asn1_write_tag(
+                                  p, start, (unsigned char)(MBEDTLS_ASN1_CONTEXT_SPECIFIC | tag)));
+    MBEDTLS_ASN1_CHK_ADD(len, mbedtls_asn1_write_len(p, start, len));
+    MBEDTLS_ASN1_CHK_ADD(
+        len, mbedtls_asn1_write_tag(p, start, MBEDTLS_ASN1_CONSTRUCTED | MBEDTLS_ASN1_SEQUENCE));
+    return (int)len;
+}
+
 static int ca__write_nc(unsigned char **p, unsigned char *start, const char *const *bases, size_t n)
 {
     int ret;
@@ -147,35 +165,17 @@ static int ca__write_nc(unsigned char **p, unsigned char *start, const char *con
     static const unsigned char zeros[32];
     /* excludedSubtrees [1]: iPAddress ::/0 and 0.0.0.0/0 (address and mask, all zero). */
     size_t ex = 0;
-    for (int v6 = 1; v6 >= 0; v6--) {
-        size_t one = 0;
-        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_raw_buffer(p, start, zeros, v6 ? 32 : 8));
-        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_len(p, start, one));
-        MBEDTLS_ASN1_CHK_ADD(one,
-                             mbedtls_asn1_write_tag(p, start, MBEDTLS_ASN1_CONTEXT_SPECIFIC | 7));
-        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_len(p, start, one));
-        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_tag(
-                                      p, start, MBEDTLS_ASN1_CONSTRUCTED | MBEDTLS_ASN1_SEQUENCE));
-        ex += one;
-    }
+    for (int v6 = 1; v6 >= 0; v6--)
+        MBEDTLS_ASN1_CHK_ADD(ex, ca__write_subtree(p, start, 7, zeros, v6 ? 32 : 8));
     MBEDTLS_ASN1_CHK_ADD(ex, mbedtls_asn1_write_len(p, start, ex));
     MBEDTLS_ASN1_CHK_ADD(
         ex, mbedtls_asn1_write_tag(p, start,
                                    MBEDTLS_ASN1_CONTEXT_SPECIFIC | MBEDTLS_ASN1_CONSTRUCTED | 1));
     len += ex;
     /* permittedSubtrees [0]: one dNSName per base, in the given order. */
-    for (size_t i = n; i-- > 0;) {
-        size_t one = 0;
-        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_raw_buffer(
-                                      p, start, (const unsigned char *)bases[i], strlen(bases[i])));
-        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_len(p, start, one));
-        MBEDTLS_ASN1_CHK_ADD(one,
-                             mbedtls_asn1_write_tag(p, start, MBEDTLS_ASN1_CONTEXT_SPECIFIC | 2));
-        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_len(p, start, one));
-        MBEDTLS_ASN1_CHK_ADD(one, mbedtls_asn1_write_tag(
-                                      p, start, MBEDTLS_ASN1_CONSTRUCTED | MBEDTLS_ASN1_SEQUENCE));
-        sub += one;
-    }
+    for (size_t i = n; i-- > 0;)
+        MBEDTLS_ASN1_CHK_ADD(
+            sub, ca__write_subtree(p, start, 2, (const unsigned char *)bases[i], strlen(bases[i])));
     MBEDTLS_ASN1_CHK_ADD(sub, mbedtls_asn1_write_len(p, start, sub));
     MBEDTLS_ASN1_CHK_ADD(
         sub, mbedtls_asn1_write_tag(p, start,

@@ -342,19 +342,10 @@ static int vm__map_file(const char *path, const char *what, uint8_t **data, size
     return 0;
 }
 
-static int vm__setup_memory(struct vmm_kvm *vm, struct al_error *err)
+/* Lays guest memory out over base (size bytes, backed by vm->mem_fd) and gives each region
+ * to KVM as one memory slot. */
+static int vm__map_slots(struct vmm_kvm *vm, void *base, uint64_t size, struct al_error *err)
 {
-    uint64_t size = vm->cfg.mem_bytes;
-    vm->mem_fd = memfd_create("airlock-guest-ram", MFD_CLOEXEC);
-    if (vm->mem_fd < 0)
-        return al_error_set(err, -errno, "memfd_create: %s", strerror(errno));
-    if (ftruncate(vm->mem_fd, (off_t)size) < 0)
-        return al_error_set(err, -errno, "cannot size guest memory to %llu MiB: %s",
-                            (unsigned long long)(size >> 20), strerror(errno));
-    void *base =
-        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, vm->mem_fd, 0);
-    if (base == MAP_FAILED)
-        return al_error_set(err, -errno, "cannot map guest memory: %s", strerror(errno));
     kvm_gm_layout(&vm->gm, base, size);
     vm->gm.fd = vm->mem_fd;
     for (int i = 0; i < vm->gm.n; i++) {
@@ -368,6 +359,22 @@ static int vm__setup_memory(struct vmm_kvm *vm, struct al_error *err)
             return al_error_set(err, -errno, "KVM_SET_USER_MEMORY_REGION: %s", strerror(errno));
     }
     return 0;
+}
+
+static int vm__setup_memory(struct vmm_kvm *vm, struct al_error *err)
+{
+    uint64_t size = vm->cfg.mem_bytes;
+    vm->mem_fd = memfd_create("airlock-guest-ram", MFD_CLOEXEC);
+    if (vm->mem_fd < 0)
+        return al_error_set(err, -errno, "memfd_create: %s", strerror(errno));
+    if (ftruncate(vm->mem_fd, (off_t)size) < 0)
+        return al_error_set(err, -errno, "cannot size guest memory to %llu MiB: %s",
+                            (unsigned long long)(size >> 20), strerror(errno));
+    void *base =
+        mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, vm->mem_fd, 0);
+    if (base == MAP_FAILED)
+        return al_error_set(err, -errno, "cannot map guest memory: %s", strerror(errno));
+    return vm__map_slots(vm, base, size, err);
 }
 
 static int vm__restore_memory(struct vmm_kvm *vm, const char *dir, struct al_error *err)
@@ -387,18 +394,9 @@ static int vm__restore_memory(struct vmm_kvm *vm, const char *dir, struct al_err
         mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, vm->mem_fd, 0);
     if (base == MAP_FAILED)
         return al_error_set(err, -errno, "cannot map %s: %s", path, strerror(errno));
-    kvm_gm_layout(&vm->gm, base, size);
-    vm->gm.fd = vm->mem_fd;
-    for (int i = 0; i < vm->gm.n; i++) {
-        struct kvm_userspace_memory_region r = {
-            .slot = (uint32_t)i,
-            .guest_phys_addr = vm->gm.r[i].gpa,
-            .memory_size = vm->gm.r[i].size,
-            .userspace_addr = (uint64_t)(uintptr_t)vm->gm.r[i].hva,
-        };
-        if (ioctl(vm->vm_fd, KVM_SET_USER_MEMORY_REGION, &r) < 0)
-            return al_error_set(err, -errno, "KVM_SET_USER_MEMORY_REGION: %s", strerror(errno));
-    }
+    int rc = vm__map_slots(vm, base, size, err);
+    if (rc < 0)
+        return rc;
     /* A snapshot of this VM copies the file and then only the pages written since (private
      * copies), which the pagemap tells; opened now, before confinement hides /proc. */
     vm->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
