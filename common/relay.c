@@ -4,7 +4,7 @@
  * PUMP_ROUNDS reads per event for fairness between connections), the choice between copy
  * and splice, the lazy buffers, a filter's place in the pump (each read goes through it
  * into the direction's output buffer; its held bytes go after a quiet and at the end), the
- * half-close and the timeouts.
+ * half-close and the timeouts (idle, total, and from the first half-close).
  *
  * A direction holds a pipe or a buffer only while bytes are in flight: an idle connection
  * holds neither, which is what keeps idle connections cheap. In splice mode a direction
@@ -332,6 +332,8 @@ static int flow__pump(struct al_relay *r, int i)
                     return relay__fail(r, 1 - i, AL_RELAY_WRITE, rc);
             }
             f->done = true;
+            if (!r->t_half)
+                r->t_half = al_now_ns();
             flow__release(r, f);
             return 0;
         }
@@ -419,7 +421,15 @@ int al_relay_run(struct al_relay *r, int end, int events)
                 return rc;
         }
     }
-    return r->flow[0].done && r->flow[1].done ? 0 : 1;
+    if (!r->flow[0].done || !r->flow[1].done)
+        return 1;
+    /* What a transport took is delivered once it sent it. */
+    for (int i = 0; i < 2; i++) {
+        const struct al_relay_end *e = &r->end[i];
+        if (e->io && e->io->want && (e->io->want(e->ctx) & AL_RELAY_WRITE))
+            return 1;
+    }
+    return 0;
 }
 
 int al_relay_want(const struct al_relay *r, int end)
@@ -449,6 +459,13 @@ int al_relay_time(const struct al_relay *r, uint64_t now_ns, uint64_t *next_ms)
     }
     if (r->o.total_timeout_ms) {
         uint64_t due = r->t_start + (uint64_t)r->o.total_timeout_ms * 1000000ull;
+        if (now_ns >= due)
+            return -ETIMEDOUT;
+        if (due - now_ns < left)
+            left = due - now_ns;
+    }
+    if (r->o.half_close_timeout_ms && r->t_half) {
+        uint64_t due = r->t_half + (uint64_t)r->o.half_close_timeout_ms * 1000000ull;
         if (now_ns >= due)
             return -ETIMEDOUT;
         if (due - now_ns < left)

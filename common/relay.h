@@ -13,7 +13,7 @@
  * It has no event loop of its own: the owner watches the two fds for what al_relay_want
  * asks, calls al_relay_run with what it saw, and arms one timer at what al_relay_time
  * says. That is how egress's workers (one epoll set per worker) and libuv owners
- * (uv_poll_t, al_http_relay) drive the same code.
+ * (uv_poll_t: al_http_relay, the cluster's TLS connections) drive the same code.
  */
 #ifndef AIRLOCK_COMMON_RELAY_H
 #define AIRLOCK_COMMON_RELAY_H
@@ -76,6 +76,9 @@ struct al_relay_opts {
     size_t splice_after;       /* ... once a direction carried this much: default 64 KiB */
     uint32_t idle_timeout_ms;  /* nothing moved either way for this long: 0 = none */
     uint32_t total_timeout_ms; /* from al_relay_init: 0 = none */
+    /* From the end of the first direction (its end passed on) until the relay is over: a
+     * peer that died sends no end of its own. 0 = none */
+    uint32_t half_close_timeout_ms;
     const struct al_relay_res *res;
     void *res_ctx;
     const struct al_relay_filter *filter[2]; /* per direction (flow[i]); NULL: none. A
@@ -109,6 +112,7 @@ struct al_relay {
     struct al_relay_flow flow[2];
     struct al_relay_opts o;
     uint64_t t_start, t_last; /* al_now_ns: init, last byte moved */
+    uint64_t t_half;          /* ... the first direction done (0: none yet) */
     int fail_end;             /* after a failure: the end whose read or write failed */
     int fail_op;              /* ... AL_RELAY_READ or AL_RELAY_WRITE */
 };
@@ -122,9 +126,10 @@ void al_relay_init(struct al_relay *r, const struct al_relay_end *a, const struc
 int al_relay_prime(struct al_relay *r, int dir, const void *data, size_t len);
 /* Moves what it can after the owner saw events (AL_RELAY_READ|WRITE) on end's fd (end -1:
  * try both ends, as at the start). Returns 1 while bytes may still flow, 0 once both
- * directions ended cleanly (the owner closes both ends now: the relay skipped the last
- * shutdown, which the close sends), or the -errno of a failure (fail_end, fail_op say where;
- * the owner resets both). */
+ * directions ended cleanly and no transport still wants to write bytes of its own (its
+ * want: ciphertext it took but could not send yet) (the owner closes both ends now: the
+ * relay skipped the last shutdown, which the close sends), or the -errno of a failure
+ * (fail_end, fail_op say where; the owner resets both). */
 int al_relay_run(struct al_relay *r, int end, int events);
 /* What to watch on end's fd now. */
 int al_relay_want(const struct al_relay *r, int end);

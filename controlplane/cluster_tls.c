@@ -2,6 +2,7 @@
 #include "cluster_tls.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,13 +13,12 @@
 
 #include "common/http_tls.h"
 #include "common/log.h"
+#include "common/relay.h"
 #include "common/util.h"
 #include "cp.h"
 
 #define CTLS_READ_BUF     (64 * 1024)
-#define CTLS_PLAIN_BUF    (16 * 1024)
-#define CTLS_HIGH_WATER   (256 * 1024) /* queued towards one side before the other pauses */
-#define CTLS_LOW_WATER    (64 * 1024)
+#define CTLS_RELAY_BUF    (64 * 1024) /* a direction's bytes in flight: four TLS records */
 #define CTLS_HANDSHAKE_MS 10000
 #define CTLS_LINGER_MS    5000 /* a gateway's refusal, for its HTTP client to read */
 /* One direction ended and the other has not for this long: its peer is gone (a host that
@@ -44,8 +44,8 @@ struct cp_cluster_tls {
     size_t handles; /* open handles of this struct's own (listeners); freed with the last */
     bool closing;
     char dir[4200]; /* a gateway's connectors' sockets */
+    /* Ciphertext read, until the session took it (everything runs on the loop). */
     char rbuf[CTLS_READ_BUF];
-    char pbuf[CTLS_PLAIN_BUF];
 };
 
 /* A gateway's connector to one node: a unix socket its HTTP client dials. */
@@ -59,34 +59,44 @@ struct ctls_dial {
 };
 
 /* One connection: net is the TLS side (ciphertext), loc the plaintext side (the node's end
- * of a socketpair served by the API server, or the gateway's HTTP client on a connector). */
+ * of a socketpair served by the API server, or the gateway's HTTP client on a connector).
+ * Until the handshake is complete the streams carry it (and a gateway's refusal); then
+ * common/relay moves the bytes both ways, with the session as the transport of the net end,
+ * on duplicates of both sockets watched by poll handles (the streams are closed). */
+enum { CTLS_NET = 0, CTLS_LOC = 1 };
+
 struct ctls_conn {
     struct cp_cluster_tls *ct;
     uv_tcp_t net;
-    uv_pipe_t loc;
+    uv_pipe_t loc; /* a gateway's (a node's plaintext side is a socketpair's fd) */
     uv_timer_t timer;
     uv_connect_t connect;
+    uv_shutdown_t sh_loc;
     void *s; /* the TLS session */
     bool server;
-    bool up; /* handshake complete, plaintext flows */
+    bool up; /* handshake complete: the relay's, once the handshake's bytes are written */
     bool refusing;
-    bool net_eof, loc_eof, net_shut, loc_shut, net_reading, loc_reading;
-    bool net_paused, loc_paused;
+    bool net_reading, loc_reading;
+    bool streams_closed;
+    bool relaying;
+    bool net_eof; /* the relay's: the node or gateway ended its TCP stream */
+    bool in_more; /* ... the relay's last read filled its buffer: the session may hold more */
+    int in_end;   /* ... the session ended (1) or failed (-errno); what it held was read */
     bool closing;
-    size_t to_net, to_loc;
     int handles;
+    struct al_relay relay;
+    uv_poll_t poll[2]; /* CTLS_NET, CTLS_LOC */
+    int n_polls;       /* ... set up */
+    int fd[2];         /* what they watch: the relay's duplicates, or -1 */
     char node_id[64];
     char address[256];
     char label[160]; /* "node X (ADDR)" or the client's address */
     struct ctls_conn *next, **pprev;
-    uv_shutdown_t sh_net, sh_loc;
 };
 
 struct ctls_wreq {
     uv_write_t w;
     struct ctls_conn *c;
-    bool to_net;
-    size_t len;
     char data[];
 };
 
@@ -112,6 +122,10 @@ static void ctls__conn_closed(uv_handle_t *h)
     if (--c->handles > 0)
         return;
     struct cp_cluster_tls *ct = c->ct;
+    al_relay_free(&c->relay);
+    for (int i = 0; i < 2; i++)
+        if (c->fd[i] >= 0)
+            close(c->fd[i]);
     if (c->s)
         ctls__ops(c)->session_free(c->s);
     *c->pprev = c->next;
@@ -123,53 +137,46 @@ static void ctls__conn_closed(uv_handle_t *h)
         ctls__free_ct(ct);
 }
 
+static void ctls__close_streams(struct ctls_conn *c)
+{
+    if (c->streams_closed)
+        return;
+    c->streams_closed = true;
+    uv_close((uv_handle_t *)&c->net, ctls__conn_closed);
+    if (!c->server)
+        uv_close((uv_handle_t *)&c->loc, ctls__conn_closed);
+}
+
 static void ctls__close(struct ctls_conn *c)
 {
     if (c->closing)
         return;
     c->closing = true;
-    uv_close((uv_handle_t *)&c->net, ctls__conn_closed);
-    uv_close((uv_handle_t *)&c->loc, ctls__conn_closed);
+    ctls__close_streams(c);
+    for (int i = 0; i < c->n_polls; i++)
+        uv_close((uv_handle_t *)&c->poll[i], ctls__conn_closed);
     uv_close((uv_handle_t *)&c->timer, ctls__conn_closed);
 }
 
-/* Both directions ended, each passed on as a half-close. */
-static void ctls__maybe_done(struct ctls_conn *c)
-{
-    if (c->net_shut && c->loc_shut)
-        ctls__close(c);
-}
+/* ---- the handshake's writing (streams) ------------------------------------------------ */
 
-/* ---- writing ------------------------------------------------------------------------ */
-
-static void ctls__pump_in(struct ctls_conn *c);
-static void ctls__loc_start(struct ctls_conn *c);
+static void ctls__take_over(struct ctls_conn *c);
 
 static void ctls__written(uv_write_t *w, int status)
 {
     struct ctls_wreq *r = (struct ctls_wreq *)w;
     struct ctls_conn *c = r->c;
-    bool to_net = r->to_net;
-    if (to_net)
-        c->to_net -= r->len;
-    else
-        c->to_loc -= r->len;
+    bool to_net = w->handle == (uv_stream_t *)&c->net;
     free(r);
-    if (c->closing)
+    if (c->closing || c->streams_closed)
         return;
     if (status < 0) {
         al_debug("cluster tls: %s: write failed: %s", c->label, uv_strerror(status));
         ctls__close(c);
         return;
     }
-    if (to_net && c->loc_paused && c->to_net <= CTLS_LOW_WATER) {
-        c->loc_paused = false;
-        ctls__loc_start(c);
-    }
-    if (!to_net && c->net_paused && c->to_loc <= CTLS_LOW_WATER) {
-        c->net_paused = false;
-        ctls__pump_in(c);
-    }
+    if (to_net && c->up && c->net.write_queue_size == 0)
+        ctls__take_over(c);
 }
 
 static int ctls__write(struct ctls_conn *c, bool to_net, const char *d, size_t n)
@@ -178,66 +185,230 @@ static int ctls__write(struct ctls_conn *c, bool to_net, const char *d, size_t n
     if (!r)
         return -ENOMEM;
     r->c = c;
-    r->to_net = to_net;
-    r->len = n;
     memcpy(r->data, d, n);
     uv_buf_t b = uv_buf_init(r->data, (unsigned)n);
     int rc = uv_write(&r->w, to_net ? (uv_stream_t *)&c->net : (uv_stream_t *)&c->loc, &b, 1,
                       ctls__written);
-    if (rc) {
+    if (rc)
         free(r);
-        return rc;
-    }
-    if (to_net)
-        c->to_net += n;
-    else
-        c->to_loc += n;
-    return 0;
+    return rc;
 }
 
-/* The session's ciphertext to the peer. */
+/* The session's ciphertext to the peer: through the stream during the handshake, then
+ * straight to the relay's socket. 0 (all of it), -EAGAIN (the socket is full), or the
+ * failure. */
 static int ctls__flush(struct ctls_conn *c)
 {
     const struct al_http_tls_ops *ops = ctls__ops(c);
     const char *d;
     size_t n;
     while ((n = ops->output(c->s, &d)) > 0) {
-        int rc = ctls__write(c, true, d, n);
+        ssize_t w = (ssize_t)n;
+        int rc = c->fd[CTLS_NET] < 0 ? ctls__write(c, true, d, n) : 0;
         if (rc)
             return rc;
-        ops->consume(c->s, n);
+        if (c->fd[CTLS_NET] >= 0 && (w = send(c->fd[CTLS_NET], d, n, MSG_NOSIGNAL)) < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+        }
+        ops->consume(c->s, (size_t)w);
     }
     return 0;
 }
 
+/* ---- the relay's transport: the session over the net socket ------------------------------ */
+
+/* Plaintext out of the session, as much as buf takes of what it holds and the socket has
+ * (records are 16 KiB at most: one read of several saves writes to the plaintext side), the
+ * socket's ciphertext fed to it as it needs more. The end of the peer's stream, with
+ * close_notify or without, ends it once the session gave up what it holds. */
+static ssize_t ctls__tio_read(void *ctx, void *buf, size_t len)
+{
+    struct ctls_conn *c = ctx;
+    const struct al_http_tls_ops *ops = ctls__ops(c);
+    char msg[AL_ERROR_MSG_MAX] = "";
+    size_t got = 0;
+    while (got < len && !c->in_end) {
+        long n = ops->read(c->s, (char *)buf + got, len - got, msg, sizeof msg);
+        if (n > 0) {
+            got += (size_t)n;
+            continue;
+        }
+        if (n == 0 || n == -EPIPE) {
+            c->in_end = 1; /* close_notify, or the end without it */
+            break;
+        }
+        if (n != -EAGAIN) {
+            al_debug("cluster tls: %s: %s", c->label, msg);
+            c->in_end = (int)n;
+            break;
+        }
+        if (c->net_eof) {
+            c->in_end = 1;
+            break;
+        }
+        ssize_t r = recv(c->fd[CTLS_NET], c->ct->rbuf, sizeof c->ct->rbuf, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            c->in_more = false;
+            return got ? (ssize_t)got : -EAGAIN;
+        }
+        if (r < 0)
+            c->in_end = -errno;
+        else if (r == 0)
+            c->net_eof = true;
+        else if (ops->feed(c->s, c->ct->rbuf, (size_t)r))
+            c->in_end = -ENOMEM;
+    }
+    c->in_more = got == len;
+    if (got)
+        return (ssize_t)got; /* the end or the failure comes with the next read */
+    return c->in_end < 0 ? c->in_end : 0;
+}
+
+/* Encrypts what the relay gives once the session sent what it had (a direction holds one
+ * buffer of ciphertext at most), and sends what it can. */
+static ssize_t ctls__tio_write(void *ctx, const void *buf, size_t len)
+{
+    struct ctls_conn *c = ctx;
+    int rc = ctls__flush(c);
+    if (rc < 0)
+        return rc;
+    char msg[AL_ERROR_MSG_MAX] = "";
+    if ((rc = ctls__ops(c)->write(c->s, buf, len, msg, sizeof msg)) < 0) {
+        al_debug("cluster tls: %s: %s", c->label, msg);
+        return rc;
+    }
+    rc = ctls__flush(c);
+    return rc < 0 && rc != -EAGAIN ? rc : (ssize_t)len;
+}
+
+/* The end of the plaintext side's stream: a TCP half-close once the ciphertext is out. */
+static int ctls__tio_shutdown(void *ctx)
+{
+    struct ctls_conn *c = ctx;
+    int rc = ctls__flush(c);
+    if (rc < 0)
+        return rc;
+    if (shutdown(c->fd[CTLS_NET], SHUT_WR) < 0 && errno != ENOTCONN)
+        return -errno;
+    return 0;
+}
+
+static int ctls__tio_want(void *ctx)
+{
+    struct ctls_conn *c = ctx;
+    const char *d;
+    return ctls__ops(c)->output(c->s, &d) ? AL_RELAY_WRITE : 0;
+}
+
+static const struct al_relay_io ctls_tio = {.read = ctls__tio_read,
+                                            .write = ctls__tio_write,
+                                            .shutdown = ctls__tio_shutdown,
+                                            .want = ctls__tio_want};
+
+/* ---- the relay -------------------------------------------------------------------------- */
+
+static void ctls__on_poll(uv_poll_t *h, int status, int events);
 static void ctls__timeout(uv_timer_t *t);
 
-static void ctls__shut_cb(uv_shutdown_t *sh, int status)
+/* After a run: the watches and the timer as the relay wants them, or the end. */
+static void ctls__relay_after(struct ctls_conn *c, int rc)
 {
-    (void)status; /* the other end may be gone already: the direction is over either way */
-    struct ctls_conn *c = sh->data;
-    if (sh == &c->sh_net)
-        c->net_shut = true;
+    if (rc < 0) {
+        al_debug("cluster tls: %s: %s %s failed: %s", c->label,
+                 c->relay.fail_op == AL_RELAY_WRITE ? "writing to" : "reading from",
+                 c->relay.fail_end == CTLS_NET ? "the TLS side" : "the plaintext side",
+                 strerror(-rc));
+        ctls__close(c);
+        return;
+    }
+    if (rc == 0) {
+        ctls__close(c);
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        int w = al_relay_want(&c->relay, i);
+        int ev = (w & AL_RELAY_READ ? UV_READABLE : 0) | (w & AL_RELAY_WRITE ? UV_WRITABLE : 0);
+        if ((ev ? uv_poll_start(&c->poll[i], ev, ctls__on_poll) : uv_poll_stop(&c->poll[i])) < 0) {
+            ctls__close(c);
+            return;
+        }
+    }
+    /* A run reads a few buffers at most (the relay's rounds): what the session still holds
+     * the socket no longer signals, so the relay runs again on the loop's next turn. */
+    uint64_t next = 0;
+    if (al_relay_time(&c->relay, al_now_ns(), &next) < 0)
+        next = 1; /* the timer ends it */
+    if (c->in_more && (al_relay_want(&c->relay, CTLS_NET) & AL_RELAY_READ))
+        uv_timer_start(&c->timer, ctls__timeout, 0, 0);
+    else if (next)
+        uv_timer_start(&c->timer, ctls__timeout, next, 0);
     else
-        c->loc_shut = true;
+        uv_timer_stop(&c->timer);
+}
+
+static void ctls__on_poll(uv_poll_t *h, int status, int events)
+{
+    struct ctls_conn *c = h->data;
     if (c->closing)
         return;
-    ctls__maybe_done(c);
-    if (!c->closing && !c->refusing)
-        uv_timer_start(&c->timer, ctls__timeout, CTLS_HALF_CLOSED_MS, 0);
-}
-
-static void ctls__shutdown(struct ctls_conn *c, bool net)
-{
-    uv_shutdown_t *sh = net ? &c->sh_net : &c->sh_loc;
-    if (sh->data)
-        return;
-    sh->data = c;
-    if (uv_shutdown(sh, net ? (uv_stream_t *)&c->net : (uv_stream_t *)&c->loc, ctls__shut_cb))
+    if (status < 0) {
+        al_debug("cluster tls: %s: %s", c->label, uv_strerror(status));
         ctls__close(c);
+        return;
+    }
+    int end = h == &c->poll[CTLS_NET] ? CTLS_NET : CTLS_LOC;
+    int ev = (events & (UV_READABLE | UV_DISCONNECT) ? AL_RELAY_READ : 0) |
+             (events & UV_WRITABLE ? AL_RELAY_WRITE : 0);
+    if (end == CTLS_NET && (ev & AL_RELAY_WRITE)) {
+        int rc = ctls__flush(c); /* ciphertext earlier writes left: the relay sees plaintext */
+        if (rc < 0 && rc != -EAGAIN) {
+            al_debug("cluster tls: %s: %s", c->label, strerror(-rc));
+            ctls__close(c);
+            return;
+        }
+    }
+    ctls__relay_after(c, al_relay_run(&c->relay, end, ev));
 }
 
-/* ---- reading ------------------------------------------------------------------------ */
+/* The handshake's bytes are written: the relay takes both sockets over. What the session
+ * read past the handshake is its first plaintext. */
+static void ctls__take_over(struct ctls_conn *c)
+{
+    uv_os_fd_t fd = -1;
+    if (uv_fileno((uv_handle_t *)&c->net, &fd) != 0 ||
+        (c->fd[CTLS_NET] = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0 ||
+        (!c->server && (uv_fileno((uv_handle_t *)&c->loc, &fd) != 0 ||
+                        (c->fd[CTLS_LOC] = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0))) {
+        al_warn("cluster tls: %s: cannot take the connection over: %s", c->label, strerror(errno));
+        ctls__close(c);
+        return;
+    }
+    ctls__close_streams(c);
+    struct al_relay_end net = {.fd = c->fd[CTLS_NET], .io = &ctls_tio, .ctx = c};
+    struct al_relay_end loc = {.fd = c->fd[CTLS_LOC]};
+    struct al_relay_opts o = {.buf_size = CTLS_RELAY_BUF,
+                              .half_close_timeout_ms = CTLS_HALF_CLOSED_MS};
+    al_relay_init(&c->relay, &net, &loc, &o);
+    c->relaying = true;
+    for (int i = 0; i < 2; i++) {
+        int rc = uv_poll_init(c->ct->cp->loop, &c->poll[i], c->fd[i]);
+        if (rc < 0) {
+            al_warn("cluster tls: %s: %s", c->label, uv_strerror(rc));
+            ctls__close(c);
+            return;
+        }
+        c->poll[i].data = c;
+        c->handles++;
+        c->n_polls++;
+    }
+    ctls__relay_after(c, al_relay_run(&c->relay, -1, 0));
+}
+
+/* ---- the handshake's reading (streams) ------------------------------------------------ */
 
 static void ctls__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
@@ -246,83 +417,25 @@ static void ctls__alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(c->ct->rbuf, sizeof c->ct->rbuf);
 }
 
-static void ctls__net_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
-
-/* Plaintext out of the session, to the plaintext side, while it keeps up. */
-static void ctls__pump_in(struct ctls_conn *c)
-{
-    const struct al_http_tls_ops *ops = ctls__ops(c);
-    char msg[AL_ERROR_MSG_MAX];
-    while (!c->closing && !c->net_paused) {
-        long n = ops->read(c->s, c->ct->pbuf, sizeof c->ct->pbuf, msg, sizeof msg);
-        if (n == -EAGAIN)
-            break;
-        if (n <= 0) {
-            if (n < 0 && n != -EPIPE)
-                al_debug("cluster tls: %s: %s", c->label, msg);
-            if (n < 0 && n != -EPIPE) {
-                ctls__close(c);
-                return;
-            }
-            c->net_eof = true; /* close_notify, or the end without it */
-            break;
-        }
-        if (ctls__write(c, false, c->ct->pbuf, (size_t)n)) {
-            ctls__close(c);
-            return;
-        }
-        if (c->to_loc > CTLS_HIGH_WATER)
-            c->net_paused = true;
-    }
-    if (c->closing)
-        return;
-    if (ctls__flush(c)) {
-        ctls__close(c);
-        return;
-    }
-    if (c->net_paused || c->net_eof) {
-        if (c->net_reading) {
-            uv_read_stop((uv_stream_t *)&c->net);
-            c->net_reading = false;
-        }
-        if (c->net_eof && !c->net_paused)
-            ctls__shutdown(c, false);
-    } else if (!c->net_reading) {
-        c->net_reading = uv_read_start((uv_stream_t *)&c->net, ctls__alloc, ctls__net_read) == 0;
-    }
-}
-
 static void ctls__up(struct ctls_conn *c);
 static void ctls__refuse(struct ctls_conn *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 static void ctls__net_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
-    (void)buf;
     struct ctls_conn *c = st->data;
     if (nread == 0 || c->closing || c->refusing)
         return;
     if (nread < 0) {
-        if (!c->up) {
-            if (c->server) {
-                al_debug("cluster tls: %s left during the handshake", c->label);
-                ctls__close(c);
-            } else {
-                ctls__refuse(c,
-                             "%s closed the connection during the TLS handshake (is the node "
-                             "configured with cluster.tls?)",
-                             c->label);
-            }
-            return;
-        }
-        if (nread != UV_EOF) {
+        if (c->server) {
+            al_debug("cluster tls: %s left during the handshake", c->label);
             ctls__close(c);
-            return;
+        } else {
+            ctls__refuse(c,
+                         "%s closed the connection during the TLS handshake (is the node "
+                         "configured with cluster.tls?)",
+                         c->label);
         }
-        uv_read_stop(st);
-        c->net_reading = false;
-        c->net_eof = true;
-        ctls__pump_in(c); /* what the session still holds, then the half-close */
         return;
     }
     const struct al_http_tls_ops *ops = ctls__ops(c);
@@ -330,78 +443,53 @@ static void ctls__net_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
         ctls__close(c);
         return;
     }
-    if (!c->up) {
-        char msg[AL_ERROR_MSG_MAX] = "";
-        int rc = ops->handshake(c->s, msg, sizeof msg);
-        if (ctls__flush(c)) {
-            ctls__close(c);
-            return;
-        }
-        if (rc == -EAGAIN)
-            return;
-        if (rc < 0) {
-            if (c->server) {
-                al_warn("cluster tls: the TLS handshake of %s failed: %s", c->label, msg);
-                ctls__close(c);
-            } else {
-                ctls__refuse(c, "the TLS handshake with %s failed: %s", c->label, msg);
-            }
-            return;
-        }
-        ctls__up(c);
-        if (c->closing || c->refusing)
-            return;
-    }
-    ctls__pump_in(c);
-}
-
-static void ctls__loc_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
-{
-    struct ctls_conn *c = st->data;
-    if (nread == 0 || c->closing)
-        return;
-    if (c->refusing) { /* the HTTP client's request, unread by anyone: dropped */
-        if (nread < 0)
-            ctls__close(c);
-        return;
-    }
-    if (nread < 0) {
-        uv_read_stop(st);
-        c->loc_reading = false;
-        if (nread != UV_EOF) {
-            ctls__close(c);
-            return;
-        }
-        c->loc_eof = true;
-        ctls__shutdown(c, true);
-        return;
-    }
     char msg[AL_ERROR_MSG_MAX] = "";
-    if (ctls__ops(c)->write(c->s, buf->base, (size_t)nread, msg, sizeof msg) || ctls__flush(c)) {
-        al_debug("cluster tls: %s: %s", c->label, msg);
+    int rc = ops->handshake(c->s, msg, sizeof msg);
+    if (ctls__flush(c)) {
         ctls__close(c);
         return;
     }
-    if (c->to_net > CTLS_HIGH_WATER) {
-        c->loc_paused = true;
-        uv_read_stop(st);
-        c->loc_reading = false;
+    if (rc == -EAGAIN)
+        return;
+    if (rc < 0) {
+        if (c->server) {
+            al_warn("cluster tls: the TLS handshake of %s failed: %s", c->label, msg);
+            ctls__close(c);
+        } else {
+            ctls__refuse(c, "the TLS handshake with %s failed: %s", c->label, msg);
+        }
+        return;
     }
+    uv_read_stop(st); /* the rest is the relay's: the session keeps what came with this */
+    c->net_reading = false;
+    ctls__up(c);
 }
 
-static void ctls__loc_start(struct ctls_conn *c)
+/* A refusal's: the HTTP client's request, unread by anyone, is dropped until it leaves. */
+static void ctls__loc_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
-    if (c->closing || c->loc_eof || c->loc_reading || c->loc_paused)
-        return;
-    c->loc_reading = uv_read_start((uv_stream_t *)&c->loc, ctls__alloc, ctls__loc_read) == 0;
-    if (!c->loc_reading)
+    (void)buf;
+    struct ctls_conn *c = st->data;
+    if (nread < 0 && !c->closing)
         ctls__close(c);
 }
 
 static void ctls__timeout(uv_timer_t *t)
 {
     struct ctls_conn *c = t->data;
-    if (c->refusing || c->up) { /* the refusal was read, or half a connection lingered */
+    if (c->closing)
+        return;
+    if (c->relaying) {
+        if (al_relay_time(&c->relay, al_now_ns(), &(uint64_t){0}) < 0) {
+            al_debug("cluster tls: %s: half closed for %d s: closed", c->label,
+                     CTLS_HALF_CLOSED_MS / 1000);
+            ctls__close(c);
+            return;
+        }
+        ctls__relay_after(c, al_relay_run(&c->relay, -1, 0));
+        return;
+    }
+    if (c->refusing || c->up) { /* the refusal was read, or the handshake's bytes never went */
         ctls__close(c);
         return;
     }
@@ -424,11 +512,16 @@ static struct ctls_conn *ctls__conn_new(struct cp_cluster_tls *ct, bool server)
         return NULL;
     c->ct = ct;
     c->server = server;
+    c->fd[0] = c->fd[1] = -1;
     uv_tcp_init(ct->cp->loop, &c->net);
-    uv_pipe_init(ct->cp->loop, &c->loc, 0);
     uv_timer_init(ct->cp->loop, &c->timer);
-    c->net.data = c->loc.data = c->timer.data = c;
-    c->handles = 3;
+    c->net.data = c->timer.data = c;
+    c->handles = 2;
+    if (!server) {
+        uv_pipe_init(ct->cp->loop, &c->loc, 0);
+        c->loc.data = c;
+        c->handles++;
+    }
     c->next = ct->conns;
     if (ct->conns)
         ct->conns->pprev = &c->next;
@@ -440,43 +533,41 @@ static struct ctls_conn *ctls__conn_new(struct cp_cluster_tls *ct, bool server)
 
 /* The handshake is complete. A node hands the plaintext to its API server with what the
  * client's certificate proved; a gateway (mbedtls verified the node already: the cluster
- * CA, serverAuth, the node id) lets its HTTP client's bytes through. */
+ * CA, serverAuth, the node id) lets its HTTP client's bytes through. Either way the relay
+ * takes over once the handshake's last bytes are written. */
 static void ctls__up(struct ctls_conn *c)
 {
     uv_timer_stop(&c->timer);
     c->up = true;
-    if (!c->server) {
-        ctls__loc_start(c);
-        return;
+    if (c->server) {
+        struct al_http_tls_peer tp;
+        al_http_tls_session_peer(c->s, &tp);
+        struct al_http_peer peer = {.tls = true, .tls_verified = tp.verified};
+        int len = sizeof peer.addr;
+        if (uv_tcp_getpeername(&c->net, (struct sockaddr *)&peer.addr, &len) == 0)
+            peer.addrlen = (socklen_t)len;
+        snprintf(peer.tls_name, sizeof peer.tls_name, "%s", tp.name);
+        snprintf(peer.tls_why, sizeof peer.tls_why, "%s", tp.why);
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) {
+            al_warn("cluster tls: %s: socketpair: %s", c->label, strerror(errno));
+            ctls__close(c);
+            return;
+        }
+        c->fd[CTLS_LOC] = sv[0];
+        struct al_error err = {0};
+        if (!c->ct->cp->api ||
+            al_http_server_serve_fd_peer(c->ct->cp->api, sv[1], &peer, &err) != 0) {
+            al_warn("cluster tls: %s: %s", c->label, err.msg[0] ? err.msg : "the API is closing");
+            close(sv[1]);
+            ctls__close(c);
+            return;
+        }
     }
-    struct al_http_tls_peer tp;
-    al_http_tls_session_peer(c->s, &tp);
-    struct al_http_peer peer = {.tls = true, .tls_verified = tp.verified};
-    int len = sizeof peer.addr;
-    if (uv_tcp_getpeername(&c->net, (struct sockaddr *)&peer.addr, &len) == 0)
-        peer.addrlen = (socklen_t)len;
-    snprintf(peer.tls_name, sizeof peer.tls_name, "%s", tp.name);
-    snprintf(peer.tls_why, sizeof peer.tls_why, "%s", tp.why);
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-        al_warn("cluster tls: %s: socketpair: %s", c->label, strerror(errno));
-        ctls__close(c);
-        return;
-    }
-    struct al_error err = {0};
-    if (uv_pipe_open(&c->loc, sv[0]) != 0) {
-        close(sv[0]);
-        close(sv[1]);
-        ctls__close(c);
-        return;
-    }
-    if (!c->ct->cp->api || al_http_server_serve_fd_peer(c->ct->cp->api, sv[1], &peer, &err) != 0) {
-        al_warn("cluster tls: %s: %s", c->label, err.msg[0] ? err.msg : "the API is closing");
-        close(sv[1]);
-        ctls__close(c);
-        return;
-    }
-    ctls__loc_start(c);
+    if (c->net.write_queue_size == 0)
+        ctls__take_over(c);
+    else /* ctls__written takes over; the timer bounds the wait */
+        uv_timer_start(&c->timer, ctls__timeout, CTLS_HANDSHAKE_MS, 0);
 }
 
 /* A gateway's connector could not reach or prove the node: its HTTP client gets a 502 that
@@ -508,11 +599,11 @@ static void ctls__refuse(struct ctls_conn *c, const char *fmt, ...)
     free(body);
     if (!rc && !c->loc_reading)
         c->loc_reading = uv_read_start((uv_stream_t *)&c->loc, ctls__alloc, ctls__loc_read) == 0;
-    if (rc) {
+    c->sh_loc.data = c;
+    if (rc || uv_shutdown(&c->sh_loc, (uv_stream_t *)&c->loc, NULL)) {
         ctls__close(c);
         return;
     }
-    ctls__shutdown(c, false);
     uv_timer_start(&c->timer, ctls__timeout, CTLS_LINGER_MS, 0);
 }
 

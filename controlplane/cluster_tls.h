@@ -15,7 +15,9 @@
  *     the node id the gateway expects. The HTTP client and forwarder, its pool and its
  *     upgrades, see only a unix target (cp_cluster_tls_target). A node that cannot be
  *     reached or proved gets the gateway's HTTP client a 502 naming the node and why.
- * Everything runs on the loop.
+ * Once a connection's handshake is complete its bytes move through common/relay, the TLS
+ * session as the transport of its ciphertext side; a connection half closed for 30 s is
+ * closed (its peer died). Everything runs on the loop.
  */
 #ifndef AIRLOCK_CP_CLUSTER_TLS_H
 #define AIRLOCK_CP_CLUSTER_TLS_H

@@ -1,6 +1,7 @@
 /* Unit tests: common/relay over socketpairs: bytes and counts both ways, half-close each
  * way, back-pressure from a slow reader, a peer that went away, the timeouts, the splice
- * path, a transport end, a filter on one direction, a budget that refuses, and an owner
+ * path, a transport end (and one that holds bytes of its own to send), the timeout from the
+ * first half-close, a filter on one direction, a budget that refuses, and an owner
  * that has the sockets read only once they are reported readable.
  *
  * Each relay end is one side of a socketpair; the test holds the other sides ("peers").
@@ -353,6 +354,7 @@ END_TEST
 struct tio {
     int fd;
     int reads, writes, shutdowns;
+    bool holding;
 };
 
 static ssize_t tio_read(void *ctx, void *buf, size_t len)
@@ -410,6 +412,61 @@ START_TEST(a_transport_end_reads_until_it_has_nothing)
     ck_assert(eof);
     ck_assert_int_eq(shutdown(p.peer[0], SHUT_WR), 0);
     ck_assert_int_eq(pump(&p), 0);
+    pair_close(&p);
+}
+END_TEST
+
+/* A transport that holds bytes of its own to send (a TLS session's ciphertext) while
+ * t->holding: its want asks for writability. */
+static int tio_want(void *ctx)
+{
+    struct tio *t = ctx;
+    return t->holding ? AL_RELAY_WRITE : 0;
+}
+
+static const struct al_relay_io tio_want_ops = {
+    .read = tio_read, .write = tio_write, .shutdown = tio_shutdown, .want = tio_want};
+
+START_TEST(the_relay_ends_once_a_transport_sent_what_it_holds)
+{
+    struct pair p;
+    struct tio t = {.holding = true};
+    pair_open(&p, NULL, &tio_want_ops, &t);
+    t.fd = p.end[0];
+    ck_assert_int_eq(shutdown(p.peer[0], SHUT_WR), 0);
+    ck_assert_int_eq(shutdown(p.peer[1], SHUT_WR), 0);
+    ck_assert_int_eq(al_relay_run(&p.r, -1, 0), 1);
+    ck_assert(p.r.flow[0].done && p.r.flow[1].done);
+    /* Both directions ended, but the transport still has bytes to send: it is not over. */
+    ck_assert_int_eq(al_relay_want(&p.r, 0), AL_RELAY_WRITE);
+    ck_assert_int_eq(al_relay_run(&p.r, 0, AL_RELAY_WRITE), 1);
+    t.holding = false;
+    ck_assert_int_eq(al_relay_run(&p.r, 0, AL_RELAY_WRITE), 0);
+    pair_close(&p);
+}
+END_TEST
+
+START_TEST(the_half_close_timeout_counts_from_the_first_end)
+{
+    struct pair p;
+    struct al_relay_opts o = {.half_close_timeout_ms = 2000};
+    pair_open(&p, &o, NULL, NULL);
+    uint64_t next = 0;
+    /* Both directions open: no timeout however long. */
+    ck_assert_int_eq(al_relay_time(&p.r, p.r.t_start + 86400000000000ull, &next), 0);
+    ck_assert_uint_eq(next, 0);
+    ck_assert_int_eq(shutdown(p.peer[0], SHUT_WR), 0);
+    ck_assert_int_eq(pump(&p), 1);
+    ck_assert(p.r.flow[0].done && !p.r.flow[1].done);
+    uint64_t t = p.r.t_half;
+    ck_assert_uint_ge(t, p.r.t_start);
+    ck_assert_int_eq(al_relay_time(&p.r, t + 500000000ull, &next), 0);
+    ck_assert_uint_eq(next, 1500);
+    /* Bytes still moving the other way do not make it longer. */
+    send_all(p.peer[1], "late", 4);
+    ck_assert_int_eq(pump(&p), 1);
+    ck_assert_uint_eq(p.r.t_half, t);
+    ck_assert_int_eq(al_relay_time(&p.r, t + 2000000000ull, &next), -ETIMEDOUT);
     pair_close(&p);
 }
 END_TEST
@@ -592,6 +649,8 @@ static Suite *suite(void)
     tcase_add_test(t, a_reset_read_fails_the_relay);
     tcase_add_test(t, idle_and_total_timeouts);
     tcase_add_test(t, a_transport_end_reads_until_it_has_nothing);
+    tcase_add_test(t, the_relay_ends_once_a_transport_sent_what_it_holds);
+    tcase_add_test(t, the_half_close_timeout_counts_from_the_first_end);
     tcase_add_test(t, a_budget_that_refuses_fails_the_relay_and_all_is_given_back);
     tcase_add_test(t, a_filter_sees_every_read_and_lets_held_bytes_go_after_a_quiet_and_at_the_end);
     suite_add_tcase(s, t);
