@@ -174,8 +174,9 @@ struct fb_later {
     int polls;
 };
 
-/* starts_go_in_request_order: the next start waits (polled on the loop thread, which owns the
- * queue) until this many creations wait in the start queue; 0: no gate. */
+/* starts_go_in_request_order, starts_take_turns: the next start waits (polled on the loop
+ * thread, which owns the queue) until this many creations wait in the start queue; 0: no
+ * gate. */
 atomic_int g_start_gate;
 
 /* Starts in flight in the fake backend, and the most there were at once (loop thread). */
