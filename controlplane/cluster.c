@@ -16,15 +16,29 @@
 #include "cluster_db.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "common/yaml.h"
 #include "cp.h"
+#include "egressreg.h"
 #include "events.h"
+#include "policy/policy.h"
+#include "policysel.h"
 #include "hostcheck.h"
 #include "ids.h"
 #include "templates.h"
 #include "warm.h"
 
 /* The admin API's jobs (beside cp_cluster_job_kind's). */
-enum { CLUSTER__NODES = 100, CLUSTER__NODE, CLUSTER__CORDON, CLUSTER__LOST };
+enum {
+    CLUSTER__NODES = 100,
+    CLUSTER__NODE,
+    CLUSTER__CORDON,
+    CLUSTER__POL_LIST,     /* the newest version of every published policy */
+    CLUSTER__POL_VERSIONS, /* every version of one */
+    CLUSTER__POL_GET,      /* one version with its document */
+    CLUSTER__POL_PUBLISH,  /* lint, then a new version */
+    CLUSTER__LOST,         /* not admin jobs from here on */
+    CLUSTER__POL_APPLIED,  /* the thread wrote policies: the loop audits and reloads */
+};
 
 /* A request of /admin/cluster/... waiting for the thread. */
 struct cluster__admin {
@@ -33,8 +47,12 @@ struct cluster__admin {
     bool live_only; /* NODES */
     bool cordon;    /* CORDON: the new state */
     char node_id[CP_CLUSTER_NODE_ID_MAX];
-    int status;  /* 200, or the error's */
-    json_t *out; /* the answer (200) */
+    char policy[CP_POLICY_NAME_MAX]; /* POL_*: the policy's name */
+    int64_t version;                 /* POL_GET */
+    char *document;                  /* POL_PUBLISH: the YAML (a's) */
+    char who[32];                    /* POL_PUBLISH: the publishing key's id */
+    int status;                      /* 200, or the error's */
+    json_t *out;                     /* the answer (200) */
 };
 
 /* The thread's report of a node a gateway saw lose its lease, for the loop's events. */
@@ -47,6 +65,25 @@ struct cluster__lost {
 
 /* Events of one lost node's sandboxes: at most this many (the rest is logged as a count). */
 #define CLUSTER__LOST_MAX 100000
+
+/* A published policy on a node: the version in force, the newest it could not apply, and what
+ * the loop still has to do (audit it, have airlock-egress reload it). */
+struct cluster__pol {
+    char name[CP_POLICY_NAME_MAX];
+    int64_t version; /* in force here (its file is the policies directory's); 0: none known */
+    char digest[65];
+    char applied_at[32];
+    int64_t failed_version; /* the newest version refused (0: none); not tried again */
+    char error[512];        /* why, "" when all is well */
+    /* written by the thread, for the loop: the version waiting for airlock-egress's reload,
+     * and the record to audit (applied, refused) */
+    int64_t pending;
+    char pending_digest[65];
+    char published_by[64], published_at[32];
+    char audit[16]; /* "" or the event: "policy_applied", "policy_refused" */
+    int64_t audit_version;
+    uint64_t reload_gen; /* the loop's: the reload of airlock-egress that makes pending current */
+};
 
 /* A node as the gateway's snapshot has it. */
 struct cluster__snap {
@@ -87,8 +124,14 @@ struct cp_cluster {
     /* under mu: a gateway's snapshot of the nodes (NULL until the first read) */
     struct cluster__snap *snap;
     size_t n_snap;
-    char token[256]; /* the cluster token; read-only after start */
-    void *gw;        /* the loop's: the gateway's state (cluster_gw.c) */
+    /* under mu: a node's published policies, what it reports of them, and whether the
+     * database has that report yet */
+    struct cluster__pol *pol;
+    size_t n_pol;
+    bool pol_dirty;
+    uint64_t reload_gen; /* the loop's: airlock-egress's reloads asked so far */
+    char token[256];     /* the cluster token; read-only after start */
+    void *gw;            /* the loop's: the gateway's state (cluster_gw.c) */
 
     /* the thread's own */
     struct cp_cluster_db *db;
@@ -178,6 +221,9 @@ static bool cluster__lease(struct cp_cluster *c, bool *registered)
     rc = cp_cluster_db_register(c->db, &c->self, c->lease_ms, &e);
     if (rc == 0) {
         *registered = true;
+        pthread_mutex_lock(&c->mu);
+        c->pol_dirty = true; /* the row may hold an earlier process's report */
+        pthread_mutex_unlock(&c->mu);
         al_info("cluster: node %s registered at %s (lease %llu ms, database %s)", c->self.id,
                 c->self.address, (unsigned long long)c->lease_ms, c->conninfo_desc);
         return true;
@@ -195,9 +241,10 @@ broken:
 static json_t *cluster__node_json(const struct cp_cluster_node *n)
 {
     json_t *tpl = n->templates ? json_loads(n->templates, 0, NULL) : NULL;
+    json_t *pol = n->policies ? json_loads(n->policies, 0, NULL) : NULL;
     return json_pack(
         "{s:s,s:s,s:I,s:I,s:I,s:I,s:b,s:{s:b,s:s,s:I},s:s,s:s,s:s,s:i,s:{s:I,s:I,s:"
-        "I},s:o}",
+        "I},s:o,s:o}",
         "nodeID", n->id, "address", n->address, "cpuCount", (json_int_t)n->cpu, "memoryMB",
         (json_int_t)(n->memory_bytes >> 20), "sandboxesMax", (json_int_t)n->sandboxes_max,
         "sandboxesRunning", (json_int_t)n->sandboxes_running, "cordoned", n->cordoned, "lease",
@@ -206,7 +253,7 @@ static json_t *cluster__node_json(const struct cp_cluster_node *n)
         "registeredAt", n->registered_at, "version", n->version, "schemaVersion", n->schema_version,
         "booked", "sandboxes", (json_int_t)n->sandboxes_booked, "cpuCount",
         (json_int_t)n->cpu_booked, "memoryMB", (json_int_t)(n->memory_booked >> 20),
-        "templatesWarmReady", tpl ? tpl : json_object());
+        "templatesWarmReady", tpl ? tpl : json_object(), "policies", pol ? pol : json_object());
 }
 
 /* Whether an error of the store means the connection is not to be trusted again. */
@@ -216,12 +263,102 @@ static bool cluster__broken(int rc)
 }
 
 static void cluster__snapshot_keep(struct cp_cluster *c, const struct cp_cluster_node *v, size_t n);
+static void cluster__pol_applied(struct cp_cluster_job *j, void *arg);
 
-/* An admin job: the node list, one node with its sandboxes, a cordon. */
+static json_t *cluster__policy_json(const struct cp_cluster_policy *p)
+{
+    return json_pack("{s:s,s:I,s:s,s:b,s:s,s:s}", "name", p->name, "version",
+                     (json_int_t)p->version, "digest", p->digest, "signed", p->signature[0] != '\0',
+                     "publishedAt", p->published_at, "publishedBy", p->published_by);
+}
+
+/* A publication: the policy linted as `airlock policy lint` does (errors refuse it with
+ * every finding; warnings are answered with the version), then its new version. */
+static int cluster__publish(struct cp_cluster *c, struct cluster__admin *a, struct al_error *e)
+{
+    size_t len = strlen(a->document);
+    char label[CP_POLICY_NAME_MAX + 16];
+    snprintf(label, sizeof label, "%s.yaml", a->policy);
+    struct al_diags d = AL_DIAGS_INIT;
+    struct policy *pol = policy_load_buffer(a->document, len, label, &d);
+    al_diags_sort(&d);
+    json_t *findings = cp_policy_diags_json(&d);
+    if (!pol) {
+        char first[600] = "";
+        for (size_t i = 0; i < d.n && !first[0]; i++)
+            if (d.v[i].severity == AL_DIAG_ERROR)
+                al_diag_format(&d.v[i], first, sizeof first);
+        snprintf(a->j.msg, sizeof a->j.msg,
+                 "policy %s has %zu error%s (first: %s): nothing was published (check it with "
+                 "`airlock policy lint`)",
+                 a->policy, d.errors, d.errors == 1 ? "" : "s", first);
+        al_diags_free(&d);
+        a->status = 400;
+        a->out = json_pack("{s:i,s:s,s:o}", "code", 400, "message", a->j.msg, "findings",
+                           findings ? findings : json_array());
+        return 0;
+    }
+    policy_unref(pol);
+    al_diags_free(&d);
+    struct cp_cluster_policy in = {.document = a->document}, out;
+    snprintf(in.name, sizeof in.name, "%s", a->policy);
+    snprintf(in.published_by, sizeof in.published_by, "%s", a->who);
+    int rc = cp_cluster_db_policy_publish(c->db, &in, c->token, &out, e);
+    if (rc) {
+        json_decref(findings);
+        return rc;
+    }
+    a->out = cluster__policy_json(&out);
+    json_object_set_new(a->out, "findings", findings ? findings : json_array());
+    a->status = 201;
+    return 0;
+}
+
+/* The policies' admin jobs. */
+static int cluster__policy_admin(struct cp_cluster *c, struct cluster__admin *a, struct al_error *e)
+{
+    if (a->j.kind == CLUSTER__POL_PUBLISH)
+        return cluster__publish(c, a, e);
+    if (a->j.kind == CLUSTER__POL_GET) {
+        struct cp_cluster_policy p;
+        int rc = cp_cluster_db_policy(c->db, a->policy, a->version, &p, e);
+        if (rc)
+            return rc;
+        a->out = cluster__policy_json(&p);
+        json_object_set_new(a->out, "document", json_string(p.document));
+        free(p.document);
+        a->status = 200;
+        return 0;
+    }
+    struct cp_cluster_policy *v = NULL;
+    size_t n = 0;
+    int rc =
+        cp_cluster_db_policies(c->db, a->j.kind == CLUSTER__POL_LIST ? NULL : a->policy, &v, &n, e);
+    if (rc)
+        return rc;
+    if (a->j.kind == CLUSTER__POL_VERSIONS && n == 0)
+        return al_error_set(e, -ENOENT, "cluster: no policy %s is published", a->policy);
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < n; i++)
+        json_array_append_new(arr, cluster__policy_json(&v[i]));
+    free(v);
+    a->out = a->j.kind == CLUSTER__POL_LIST
+                 ? json_pack("{s:o}", "policies", arr)
+                 : json_pack("{s:s,s:o}", "name", a->policy, "versions", arr);
+    a->status = 200;
+    return 0;
+}
+
+/* An admin job: the node list, one node with its sandboxes, a cordon, the policies. */
 static void cluster__admin_run(struct cp_cluster *c, struct cluster__admin *a)
 {
     struct al_error e = {0};
     int rc = 0;
+    if (a->j.kind >= CLUSTER__POL_LIST) {
+        if ((rc = cluster__policy_admin(c, a, &e)))
+            goto fail;
+        return;
+    }
     if (a->j.kind == CLUSTER__CORDON &&
         (rc = cp_cluster_db_cordon(c->db, a->node_id, a->cordon, &e)))
         goto fail;
@@ -271,7 +408,7 @@ static void cluster__admin_run(struct cp_cluster *c, struct cluster__admin *a)
     a->status = 200;
     return;
 fail:
-    a->status = rc == -ENOENT ? 404 : cluster__broken(rc) ? 503 : 500;
+    a->status = rc == -ENOENT ? 404 : rc == -EINVAL ? 400 : cluster__broken(rc) ? 503 : 500;
     snprintf(a->j.msg, sizeof a->j.msg, "%s", al_error_str(&e));
     if (cluster__broken(rc))
         cluster__drop(c);
@@ -284,11 +421,11 @@ static void cluster__run(struct cp_cluster *c, struct cp_cluster_job *j)
         pthread_mutex_lock(&c->mu);
         snprintf(j->msg, sizeof j->msg, "the cluster database is unreachable: %s", c->error);
         pthread_mutex_unlock(&c->mu);
-        if (j->kind >= CLUSTER__NODES)
+        if (j->kind >= CLUSTER__NODES && j->kind < CLUSTER__LOST)
             ((struct cluster__admin *)j)->status = 503;
         return;
     }
-    if (j->kind >= CLUSTER__NODES) {
+    if (j->kind >= CLUSTER__NODES && j->kind < CLUSTER__LOST) {
         cluster__admin_run(c, (struct cluster__admin *)j);
         return;
     }
@@ -332,6 +469,16 @@ static void cluster__run(struct cp_cluster *c, struct cp_cluster_job *j)
 
 static void cluster__lost_done(struct cp_cluster_job *j, void *arg);
 
+/* Hands j to the loop (its done runs there). */
+static void cluster__answer(struct cp_cluster *c, struct cp_cluster_job *j)
+{
+    pthread_mutex_lock(&c->mu);
+    j->next = c->answers;
+    c->answers = j;
+    pthread_mutex_unlock(&c->mu);
+    uv_async_send(&c->async);
+}
+
 /* A node that was live at the gateway's last look and is not now (its lease ran out or was
  * released, or its row was removed: x NULL): the sandboxes placed on it, for the loop to
  * record an event of each. The placements stay: a node that comes back has them again. */
@@ -363,11 +510,7 @@ static void cluster__lost(struct cp_cluster *c, const char *node_id,
             cluster__drop(c);
         return;
     }
-    pthread_mutex_lock(&c->mu);
-    l->j.next = c->answers;
-    c->answers = &l->j;
-    pthread_mutex_unlock(&c->mu);
-    uv_async_send(&c->async);
+    cluster__answer(c, &l->j);
 }
 
 /* Keeps every node of v (all of them, as listed) as the gateway's snapshot; reports the
@@ -406,6 +549,242 @@ static void cluster__snapshot_keep(struct cp_cluster *c, const struct cp_cluster
     pthread_mutex_unlock(&c->mu);
 }
 
+/* ---- published policies on a node (the thread's side) ------------------------------------ */
+
+/* name's entry (under mu), added when add; NULL when there is none (or no memory). */
+static struct cluster__pol *cluster__pol_find(struct cp_cluster *c, const char *name, bool add)
+{
+    for (size_t i = 0; i < c->n_pol; i++)
+        if (strcmp(c->pol[i].name, name) == 0)
+            return &c->pol[i];
+    if (!add)
+        return NULL;
+    struct cluster__pol *v = realloc(c->pol, (c->n_pol + 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    c->pol = v;
+    struct cluster__pol *x = &v[c->n_pol++];
+    memset(x, 0, sizeof *x);
+    snprintf(x->name, sizeof x->name, "%s", name);
+    return x;
+}
+
+/* The published version of name whose document the file at path holds (0: no file, or one no
+ * published version has), with its digest. */
+static int64_t cluster__pol_on_disk(struct cp_cluster *c, const char *name, const char *path,
+                                    char digest[65])
+{
+    digest[0] = '\0';
+    char *cur = NULL;
+    size_t len = 0;
+    struct al_error e = {0};
+    if (al_read_file(path, CP_CLUSTER_POLICY_MAX, &cur, &len, &e))
+        return 0;
+    cp_cluster_policy_digest(cur, len, digest);
+    free(cur);
+    struct cp_cluster_policy *v = NULL;
+    size_t n = 0;
+    int64_t version = 0;
+    if (c->db && cp_cluster_db_policies(c->db, name, &v, &n, &e) == 0)
+        for (size_t i = 0; i < n && !version; i++) /* newest first */
+            if (strcmp(v[i].digest, digest) == 0)
+                version = v[i].version;
+    free(v);
+    return version;
+}
+
+/* Version p of its policy, fetched and checked (its document against its digest, its
+ * signature against the cluster token, this airlockd's own lint) and written into the
+ * policies directory at path; *wrote false when the file held it already. 0, or a negative
+ * errno with why (a broken connection: cluster__broken). */
+static int cluster__pol_apply(struct cp_cluster *c, const struct cp_cluster_policy *p,
+                              const char *path, bool *wrote, char *why, size_t len)
+{
+    *wrote = false;
+    struct cp_cluster_policy d;
+    struct al_error e = {0};
+    int rc = cp_cluster_db_policy(c->db, p->name, p->version, &d, &e);
+    if (rc) {
+        snprintf(why, len, "%s", al_error_str(&e));
+        return rc;
+    }
+    size_t n = strlen(d.document);
+    char dg[65];
+    cp_cluster_policy_digest(d.document, n, dg);
+    if (strcmp(dg, d.digest) != 0) {
+        rc = -EBADMSG;
+        snprintf(why, len,
+                 "its document's digest is %.16s..., not the published %.16s...: its row in "
+                 "the cluster database was changed after publication",
+                 dg, d.digest);
+    } else if (c->token[0] && !cp_cluster_policy_signed(c->token, &d)) {
+        rc = -EPERM;
+        snprintf(why, len,
+                 "it is not signed with this cluster's token: it was not published through an "
+                 "airlockd of this cluster (it was written into the cluster database some other "
+                 "way)");
+    } else {
+        struct al_diags diags = AL_DIAGS_INIT;
+        struct policy *pol = policy_load_buffer(d.document, n, path, &diags);
+        if (!pol) {
+            char first[400] = "";
+            for (size_t i = 0; i < diags.n && !first[0]; i++)
+                if (diags.v[i].severity == AL_DIAG_ERROR)
+                    al_diag_format(&diags.v[i], first, sizeof first);
+            rc = -EINVAL;
+            snprintf(why, len, "this airlockd (%s) finds %zu error%s in it, first: %s",
+                     AIRLOCK_VERSION, diags.errors, diags.errors == 1 ? "" : "s", first);
+        }
+        policy_unref(pol);
+        al_diags_free(&diags);
+    }
+    if (!rc) {
+        char *cur = NULL, cd[65] = "";
+        size_t cl = 0;
+        if (al_read_file(path, CP_CLUSTER_POLICY_MAX, &cur, &cl, &e) == 0)
+            cp_cluster_policy_digest(cur, cl, cd);
+        free(cur);
+        if (strcmp(cd, d.digest) != 0) {
+            if ((rc = al_write_file_atomic(path, d.document, n, 0644, &e)))
+                snprintf(why, len, "cannot write %s: %s", path, al_error_str(&e));
+            else
+                *wrote = true;
+        }
+    }
+    free(d.document);
+    return rc;
+}
+
+/* What the node applies, to the database when it changed since it last went there. */
+static void cluster__pol_report(struct cp_cluster *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!c->pol_dirty) {
+        pthread_mutex_unlock(&c->mu);
+        return;
+    }
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < c->n_pol; i++) {
+        const struct cluster__pol *x = &c->pol[i];
+        json_t *r = json_pack("{s:o,s:o,s:o,s:o}", "version",
+                              x->version ? json_integer(x->version) : json_null(), "digest",
+                              x->digest[0] ? json_string(x->digest) : json_null(), "appliedAt",
+                              x->applied_at[0] ? json_string(x->applied_at) : json_null(), "error",
+                              x->error[0] ? json_string(x->error) : json_null());
+        if (r && x->failed_version)
+            json_object_set_new(r, "failedVersion", json_integer(x->failed_version));
+        json_object_set_new(o, x->name, r);
+    }
+    c->pol_dirty = false;
+    pthread_mutex_unlock(&c->mu);
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    struct al_error e = {0};
+    int rc =
+        s ? cp_cluster_db_policies_report(c->db, c->self.id, c->self.instance, s, &e) : -ENOMEM;
+    free(s);
+    if (rc) {
+        pthread_mutex_lock(&c->mu);
+        c->pol_dirty = true; /* the next round tries again */
+        pthread_mutex_unlock(&c->mu);
+        if (rc != -ENOMEM)
+            al_warn("%s", al_error_str(&e));
+        if (cluster__broken(rc))
+            cluster__drop(c);
+    }
+}
+
+/* A node's round over the published policies, after its lease: the newest version of each
+ * that it neither holds nor refused already is applied (cluster__pol_apply); the loop audits
+ * what changed and has airlock-egress re-read what was written; then the report. */
+static void cluster__pol_sync(struct cp_cluster *c)
+{
+    struct cp_cluster_policy *v = NULL;
+    size_t n = 0;
+    struct al_error e = {0};
+    int rc = cp_cluster_db_policies(c->db, NULL, &v, &n, &e);
+    if (rc) {
+        al_warn("cluster: the published policies could not be read: %s", al_error_str(&e));
+        if (cluster__broken(rc))
+            cluster__drop(c);
+        return;
+    }
+    bool for_loop = false;
+    for (size_t i = 0; i < n; i++) {
+        const struct cp_cluster_policy *p = &v[i];
+        pthread_mutex_lock(&c->mu);
+        struct cluster__pol *x = cluster__pol_find(c, p->name, true);
+        /* Never back to an older version: a rollback is a newer one, and a newest row
+         * older than what is in force means rows were removed from the database. */
+        bool skip = !x || p->version < x->version ||
+                    (x->version == p->version && strcmp(x->digest, p->digest) == 0) ||
+                    x->failed_version == p->version || x->pending >= p->version;
+        pthread_mutex_unlock(&c->mu);
+        if (skip)
+            continue;
+        char path[4400], why[512] = "", dd[65] = "";
+        snprintf(path, sizeof path, "%s/%s.yaml", c->cp->cfg.policies_path, p->name);
+        bool wrote = false;
+        rc = cluster__pol_apply(c, p, path, &wrote, why, sizeof why);
+        if (cluster__broken(rc)) { /* not the version's fault: the next round again */
+            cluster__problem(c, why);
+            cluster__drop(c);
+            break;
+        }
+        int64_t disk = rc ? cluster__pol_on_disk(c, p->name, path, dd) : 0;
+        char now[40];
+        al_time_rfc3339(now, sizeof now, al_wall_ns());
+        pthread_mutex_lock(&c->mu);
+        x = cluster__pol_find(c, p->name, false);
+        int64_t stays = x ? (x->version ? x->version : disk) : 0;
+        if (x && rc) {
+            if (!x->version && disk) {
+                x->version = disk;
+                snprintf(x->digest, sizeof x->digest, "%s", dd);
+            }
+            x->failed_version = p->version;
+            snprintf(x->error, sizeof x->error, "version %lld was not applied: %s",
+                     (long long)p->version, why);
+            snprintf(x->audit, sizeof x->audit, "policy_refused");
+            for_loop = true;
+        } else if (x && wrote) {
+            x->pending = p->version;
+            for_loop = true;
+        } else if (x) { /* the directory holds it already (written before a restart) */
+            x->version = p->version;
+            snprintf(x->digest, sizeof x->digest, "%s", p->digest);
+            snprintf(x->applied_at, sizeof x->applied_at, "%s", now);
+            x->failed_version = 0;
+            x->error[0] = '\0';
+        }
+        if (x) {
+            x->audit_version = p->version;
+            snprintf(x->pending_digest, sizeof x->pending_digest, "%s", p->digest);
+            snprintf(x->published_by, sizeof x->published_by, "%s", p->published_by);
+            snprintf(x->published_at, sizeof x->published_at, "%s", p->published_at);
+        }
+        c->pol_dirty = true;
+        pthread_mutex_unlock(&c->mu);
+        if (rc)
+            al_warn("cluster: policy %s version %lld was not applied (%s): %s", p->name,
+                    (long long)p->version,
+                    stays ? "the version before it stays in force" : "no version of it is in force",
+                    why);
+    }
+    free(v);
+    if (for_loop) {
+        struct cp_cluster_job *j = calloc(1, sizeof *j);
+        if (j) {
+            j->kind = CLUSTER__POL_APPLIED;
+            j->done = cluster__pol_applied;
+            j->arg = c->cp;
+            cluster__answer(c, j);
+        }
+    }
+    if (c->db)
+        cluster__pol_report(c);
+}
+
 /* A gateway's snapshot of the nodes, for routing while the database is away. */
 static void cluster__snapshot(struct cp_cluster *c)
 {
@@ -436,11 +815,7 @@ static void *cluster__thread(void *arg)
             c->jobs = j->next;
             pthread_mutex_unlock(&c->mu);
             cluster__run(c, j);
-            pthread_mutex_lock(&c->mu);
-            j->next = c->answers;
-            c->answers = j;
-            pthread_mutex_unlock(&c->mu);
-            uv_async_send(&c->async);
+            cluster__answer(c, j);
             pthread_mutex_lock(&c->mu);
             continue;
         }
@@ -449,6 +824,9 @@ static void *cluster__thread(void *arg)
             bool up = cluster__connect(c);
             if (up && c->role == CP_CLUSTER_NODE) {
                 up = cluster__lease(c, &registered);
+                if (up && registered)
+                    cluster__pol_sync(c);
+                up = up && c->db != NULL;
             } else if (up && c->role == CP_CLUSTER_GATEWAY) {
                 cluster__snapshot(c); /* for routing through an outage */
                 up = c->db != NULL;
@@ -487,6 +865,27 @@ static void *cluster__thread(void *arg)
 
 /* ---- the loop's side ----------------------------------------------------------------------- */
 
+/* A new version is in the database: logged, and recorded in this airlockd's audit log (each
+ * node records it again as it applies it). */
+static void cluster__published(struct cp_cluster *c, const json_t *v)
+{
+    const char *name = json_string_value(json_object_get(v, "name"));
+    json_int_t version = json_integer_value(json_object_get(v, "version"));
+    const char *digest = json_string_value(json_object_get(v, "digest"));
+    const char *by = json_string_value(json_object_get(v, "publishedBy"));
+    al_info("cluster: policy %s version %lld published by key %s (digest %s)", name,
+            (long long)version, by, digest);
+    json_t *rec = json_pack("{s:s,s:s,s:{s:s,s:I,s:s},s:s,s:s,s:b}", "type", "cluster", "event",
+                            "policy_published", "policy", "name", name, "version", version,
+                            "digest", digest, "published_by", by, "published_at",
+                            json_string_value(json_object_get(v, "publishedAt")), "signed",
+                            json_is_true(json_object_get(v, "signed")));
+    char what[CP_POLICY_NAME_MAX + 64];
+    snprintf(what, sizeof what, "cluster: policy %s version %lld", name, (long long)version);
+    if (rec)
+        cp_audit_record(c->cp, rec, what, NULL, NULL);
+}
+
 static void cluster__admin_done(struct cp_cluster_job *j, void *arg)
 {
     struct cluster__admin *a = (struct cluster__admin *)j;
@@ -503,17 +902,157 @@ static void cluster__admin_done(struct cp_cluster_job *j, void *arg)
         pthread_mutex_unlock(&c->mu);
         al_http_reply_json(a->req, 200, json_pack("{s:o,s:o}", "self", self, "nodes", a->out));
         a->out = NULL;
-    } else if (a->status == 200) {
+    } else if (a->out) { /* an answer, or a refused publication's findings */
         if (a->j.kind == CLUSTER__CORDON)
             al_info("cluster: node %s %s", a->node_id,
                     a->cordon ? "cordoned (no new sandboxes are placed on it)" : "uncordoned");
-        al_http_reply_json(a->req, 200, a->out);
+        if (a->j.kind == CLUSTER__POL_PUBLISH && a->status == 201)
+            cluster__published(c, a->out);
+        else if (a->j.kind == CLUSTER__POL_PUBLISH)
+            al_warn("cluster: key %s: %s", a->who, a->j.msg);
+        al_http_reply_json(a->req, a->status, a->out);
         a->out = NULL;
     } else {
         cp_rest_error(a->req, a->status, "%s", a->j.msg);
     }
     json_decref(a->out);
+    free(a->document);
     free(a);
+}
+
+/* ---- published policies on a node (the loop's side) -------------------------------------- */
+
+/* The records of what the thread applied or refused, in this node's audit log. */
+static void cluster__pol_audit(struct cp_cluster *c)
+{
+    json_t *recs = json_array();
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; recs && i < c->n_pol; i++) {
+        struct cluster__pol *x = &c->pol[i];
+        if (!x->audit[0])
+            continue;
+        json_t *r = json_pack("{s:s,s:s,s:s,s:{s:s,s:I,s:s},s:s,s:s,s:o,s:o}", "type", "cluster",
+                              "event", x->audit, "node", c->self.id, "policy", "name", x->name,
+                              "version", (json_int_t)x->audit_version, "digest", x->pending_digest,
+                              "published_by", x->published_by, "published_at", x->published_at,
+                              "in_force", x->version ? json_integer(x->version) : json_null(),
+                              "error", x->error[0] ? json_string(x->error) : json_null());
+        json_array_append_new(recs, r);
+        x->audit[0] = '\0';
+    }
+    pthread_mutex_unlock(&c->mu);
+    size_t i;
+    json_t *r;
+    json_array_foreach(recs, i, r)
+    {
+        char what[CP_POLICY_NAME_MAX + 64];
+        snprintf(what, sizeof what, "cluster: policy %s version %lld",
+                 json_string_value(json_object_get(json_object_get(r, "policy"), "name")),
+                 (long long)json_integer_value(
+                     json_object_get(json_object_get(r, "policy"), "version")));
+        cp_audit_record(c->cp, json_incref(r), what, NULL, NULL);
+    }
+    json_decref(recs);
+}
+
+/* One reload of airlock-egress, and the versions it makes current. */
+struct cluster__reload {
+    struct cp *cp;
+    uint64_t gen;
+};
+
+/* airlock-egress re-read the policy files (rc 0, its report), or could not (rc < 0), or does
+ * not run (rc 1): the versions written before the reload are in force. */
+static void cluster__pol_reloaded(void *arg, int rc, const json_t *report)
+{
+    struct cluster__reload *r = arg;
+    struct cp_cluster *c = r->cp->cluster;
+    uint64_t gen = r->gen;
+    free(r);
+    if (!c)
+        return; /* airlockd stops */
+    const json_t *failed = report ? json_object_get(report, "failed") : NULL;
+    char now[40];
+    al_time_rfc3339(now, sizeof now, al_wall_ns());
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->n_pol; i++) {
+        struct cluster__pol *x = &c->pol[i];
+        if (!x->pending || x->reload_gen != gen)
+            continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s.yaml", c->cp->cfg.policies_path, x->name);
+        x->error[0] = '\0';
+        if (rc < 0) {
+            snprintf(x->error, sizeof x->error,
+                     "version %lld is in the policies directory (new sandboxes get it), but "
+                     "airlock-egress did not re-read it: its sandboxes keep the version before "
+                     "until it does",
+                     (long long)x->pending);
+        } else {
+            size_t k, bad = 0;
+            const json_t *f;
+            const char *first = NULL;
+            json_array_foreach(failed, k, f)
+            {
+                const char *m = json_string_value(json_object_get(f, "error"));
+                if (m && strstr(m, path)) {
+                    bad++;
+                    first = first ? first : m;
+                }
+            }
+            if (bad)
+                snprintf(x->error, sizeof x->error,
+                         "airlock-egress kept the version before for %zu sandbox%s: %.300s", bad,
+                         bad == 1 ? "" : "es", first);
+        }
+        x->version = x->pending;
+        snprintf(x->digest, sizeof x->digest, "%s", x->pending_digest);
+        snprintf(x->applied_at, sizeof x->applied_at, "%s", now);
+        if (x->failed_version < x->pending)
+            x->failed_version = 0;
+        snprintf(x->audit, sizeof x->audit, "policy_applied");
+        x->audit_version = x->pending;
+        al_info("cluster: policy %s version %lld (digest %.16s..., published by %s at %s) is in "
+                "force%s%s",
+                x->name, (long long)x->version, x->digest, x->published_by, x->published_at,
+                x->error[0] ? ", but " : "", x->error);
+        x->pending = 0;
+        x->reload_gen = 0;
+        c->pol_dirty = true;
+    }
+    pthread_mutex_unlock(&c->mu);
+    cluster__pol_audit(c);
+}
+
+/* The thread applied or refused versions: their records, and a reload of airlock-egress for
+ * those it wrote (a sandbox's policy is its file: the proxy re-reads the files). */
+static void cluster__pol_applied(struct cp_cluster_job *j, void *arg)
+{
+    struct cp *cp = arg;
+    free(j);
+    struct cp_cluster *c = cp->cluster;
+    if (!c || c->stop)
+        return;
+    cluster__pol_audit(c);
+    struct cluster__reload *r = calloc(1, sizeof *r);
+    if (!r)
+        return;
+    r->cp = cp;
+    bool any = false;
+    pthread_mutex_lock(&c->mu);
+    r->gen = ++c->reload_gen;
+    for (size_t i = 0; i < c->n_pol; i++)
+        if (c->pol[i].pending && !c->pol[i].reload_gen) {
+            c->pol[i].reload_gen = r->gen;
+            any = true;
+        }
+    pthread_mutex_unlock(&c->mu);
+    if (!any)
+        free(r);
+    else if (!cp->egress)
+        cluster__pol_reloaded(r, 1, NULL);
+    else if (cp_egress_reload(cp->egress, cluster__pol_reloaded, r))
+        cluster__pol_reloaded(r, -EIO, NULL);
 }
 
 /* One node_lost event per sandbox the lost node had, on this gateway's event log and
@@ -835,6 +1374,9 @@ void cp_cluster_close(struct cp *cp)
     c->live = NULL;
     free(c->snap);
     c->snap = NULL;
+    free(c->pol);
+    c->pol = NULL;
+    c->n_pol = 0;
     sodium_memzero(c->token, sizeof c->token);
     free(c->templates);
     c->templates = NULL;
@@ -975,30 +1517,132 @@ bool cp_cluster_node_admit(struct cp *cp, struct al_http_req *req)
     return false;
 }
 
-static void cluster__admin_submit(struct cp *cp, struct al_http_req *req, int kind,
-                                  const char *node_id, bool live_only, bool cordon)
+/* A job of the admin API (NULL, answered 500, without memory); submitted by the caller. */
+static struct cluster__admin *cluster__admin_new(struct cp *cp, struct al_http_req *req, int kind,
+                                                 const char *node_id)
 {
     struct cluster__admin *a = calloc(1, sizeof *a);
     if (!a) {
         cp_rest_error(req, 500, "out of memory");
-        return;
+        return NULL;
     }
     a->j.kind = kind;
     a->j.done = cluster__admin_done;
     a->j.arg = cp->cluster;
     a->req = req;
+    snprintf(a->node_id, sizeof a->node_id, "%s", node_id ? node_id : "");
+    return a;
+}
+
+static void cluster__admin_submit(struct cp *cp, struct al_http_req *req, int kind,
+                                  const char *node_id, bool live_only, bool cordon)
+{
+    struct cluster__admin *a = cluster__admin_new(cp, req, kind, node_id);
+    if (!a)
+        return;
     a->live_only = live_only;
     a->cordon = cordon;
-    snprintf(a->node_id, sizeof a->node_id, "%s", node_id ? node_id : "");
     cp_cluster_submit(cp, &a->j);
 }
 
-bool cp_cluster_route(struct cp *cp, struct al_http_req *req)
+/* PUT /admin/cluster/policies/{name}'s body: {"document": "<the policy's YAML>"}. */
+static void cluster__publish_body(struct al_http_req *req, int err)
+{
+    struct cluster__admin *a = req->user;
+    req->user = NULL;
+    if (err < 0) { /* answered by the server (413, 408, 400) or the client left */
+        free(a);
+        return;
+    }
+    struct cp_cluster *c = a->j.arg;
+    json_t *b = json_loadb(req->body.data ? req->body.data : "", req->body.len, 0, NULL);
+    json_t *doc = json_object_get(b, "document");
+    const char *bad = NULL;
+    if (!json_is_object(b) || !json_is_string(doc) || json_object_size(b) != 1)
+        bad = "the body is a JSON object {\"document\": \"<the policy's YAML>\"} and nothing else";
+    else if (json_string_length(doc) == 0 || json_string_length(doc) > CP_CLUSTER_POLICY_MAX)
+        bad = "the document is 1 byte to 1 MiB of YAML";
+    else if (strlen(json_string_value(doc)) != json_string_length(doc))
+        bad = "the document holds a NUL character: a policy is text";
+    if (!bad && !(a->document = strdup(json_string_value(doc))))
+        bad = "out of memory";
+    json_decref(b);
+    if (bad) {
+        cp_rest_error(req, 400, "%s", bad);
+        free(a);
+        return;
+    }
+    cp_cluster_submit(c->cp, &a->j);
+}
+
+/* /admin/cluster/policies[/{name}[/{version}]] */
+static void cluster__policies_route(struct cp *cp, struct al_http_req *req,
+                                    const struct cp_principal *who)
+{
+    const char *p = req->path, *q = p + strlen("/admin/cluster/policies");
+    bool get = strcmp(req->method, "GET") == 0;
+    if (*q == '\0') {
+        if (!get)
+            cp_rest_error(req, 405, "%s is not allowed on %s (GET)", req->method, p);
+        else
+            cluster__admin_submit(cp, req, CLUSTER__POL_LIST, NULL, false, false);
+        return;
+    }
+    char name[CP_POLICY_NAME_MAX], ver[24] = "";
+    bool ok = *q++ == '/' && cp_rest_path_part(&q, name, sizeof name) && cp_policy_name_valid(name);
+    if (ok && *q)
+        ok = *q++ == '/' && cp_rest_path_part(&q, ver, sizeof ver) && !*q;
+    if (!ok) {
+        cp_rest_error(req, 404,
+                      "no such endpoint: %s %s (policy names are letters, digits, '.', '_' and "
+                      "'-'; versions are numbers)",
+                      req->method, p);
+        return;
+    }
+    char *end = NULL;
+    long long v = ver[0] ? strtoll(ver, &end, 10) : 0;
+    if (ver[0] && (*end || v <= 0 || v > INT32_MAX)) {
+        cp_rest_error(req, 404, "no such version: %s (versions are 1, 2, ...)", ver);
+        return;
+    }
+    bool put = strcmp(req->method, "PUT") == 0;
+    if (ver[0] ? !get : !get && !put) {
+        cp_rest_error(req, 405, "%s is not allowed on %s (%s)", req->method, p,
+                      ver[0] ? "GET" : "GET lists its versions, PUT publishes a new one");
+        return;
+    }
+    struct cluster__admin *a = cluster__admin_new(cp, req,
+                                                  put      ? CLUSTER__POL_PUBLISH
+                                                  : ver[0] ? CLUSTER__POL_GET
+                                                           : CLUSTER__POL_VERSIONS,
+                                                  NULL);
+    if (!a)
+        return;
+    snprintf(a->policy, sizeof a->policy, "%s", name);
+    a->version = v;
+    if (!put) {
+        cp_cluster_submit(cp, &a->j);
+        return;
+    }
+    snprintf(a->who, sizeof a->who, "%s", who->key_id);
+    req->user = a;
+    int rc = al_http_req_read_body(req, 4 * CP_CLUSTER_POLICY_MAX, cluster__publish_body);
+    if (rc < 0) {
+        req->user = NULL;
+        free(a);
+        cp_rest_error(req, 400, "cannot read the request body: %s", strerror(-rc));
+    }
+}
+
+bool cp_cluster_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who)
 {
     const char *p = req->path;
     if (strncmp(p, "/admin/cluster/", 15) != 0)
         return false;
-    if (strcmp(p, "/admin/cluster/nodes") != 0 && strncmp(p, "/admin/cluster/nodes/", 21) != 0) {
+    bool policies = strcmp(p, "/admin/cluster/policies") == 0 ||
+                    strncmp(p, "/admin/cluster/policies/", 24) == 0;
+    if (!policies && strcmp(p, "/admin/cluster/nodes") != 0 &&
+        strncmp(p, "/admin/cluster/nodes/", 21) != 0) {
         cp_rest_error(req, 404, "no such endpoint: %s %s", req->method, p);
         return true;
     }
@@ -1008,6 +1652,10 @@ bool cp_cluster_route(struct cp *cp, struct al_http_req *req)
                       "this airlockd has no cluster database (cluster.role: %s, "
                       "cluster.database not set): it is not part of a cluster",
                       cluster__roles[cp->cfg.cluster_role]);
+        return true;
+    }
+    if (policies) {
+        cluster__policies_route(cp, req, who);
         return true;
     }
     if (strcmp(p, "/admin/cluster/nodes") == 0) {

@@ -10,7 +10,11 @@
  * a snapshot of the nodes (address, lease) for routing through an outage, and reports the
  * nodes whose lease it sees end: a node_lost event of each sandbox placed there. The jobs the loop
  * hands the thread (struct cp_cluster_job: placements, owners, node lists, cordons) are
- * answered on the loop. The admin API /admin/cluster/nodes[/{id}[/cordon|/uncordon]]. The
+ * answered on the loop. The admin API /admin/cluster/nodes[/{id}[/cordon|/uncordon]] and
+ * /admin/cluster/policies[/{name}[/{version}]]: a policy published (linted first, refused
+ * with its findings) as a new version in the database; a node applies each newest version
+ * (checked, written into its policies directory, airlock-egress made to re-read it), audits
+ * it, and reports per policy the version in force, or why it refused one. The
  * cluster token (cluster.token_file, AIRLOCK_CLUSTER_TOKEN): gateways send it to nodes, nodes
  * refuse API requests over TCP without it (cp_cluster_node_admit). The live nodes a
  * gateway's list asks (from the database, or its snapshot through an outage).
@@ -46,8 +50,9 @@ void cp_cluster_stop(struct cp *cp);
 /* Waits for the thread (bounded by the database's timeouts) and releases everything; the
  * loop must still run once afterwards (a handle is closing). */
 void cp_cluster_close(struct cp *cp);
-/* /admin/cluster/...: true when it answered req (authenticated already). */
-bool cp_cluster_route(struct cp *cp, struct al_http_req *req);
+/* /admin/cluster/...: true when it answered req (authenticated already, as who). */
+struct cp_principal;
+bool cp_cluster_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);
 /* A node with a cluster token: false when req came over TCP without it (answered 403 then);
  * /health and /metrics, and the local socket, need none. True on other roles. */
 bool cp_cluster_node_admit(struct cp *cp, struct al_http_req *req);

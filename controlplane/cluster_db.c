@@ -5,9 +5,12 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "policysel.h"
 
 struct cp_cluster_db {
     PGconn *conn;
@@ -63,6 +66,18 @@ static const struct {
         " memory_bytes bigint NOT NULL CHECK (memory_bytes >= 0),"
         " placed_at timestamptz NOT NULL DEFAULT now());"
         "CREATE INDEX sandboxes_node ON sandboxes (node_id);"},
+    /* 3: published policies and what each node applies. Only additions. */
+    {1, "CREATE TABLE policies ("
+        " name text NOT NULL CHECK (name ~ '^[A-Za-z0-9_][A-Za-z0-9._-]{0,126}$'),"
+        " version integer NOT NULL CHECK (version > 0),"
+        " digest text NOT NULL CHECK (digest ~ '^[0-9a-f]{64}$'),"
+        " signature text NOT NULL DEFAULT '' CHECK (signature ~ '^([0-9a-f]{64})?$'),"
+        " document text NOT NULL,"
+        " published_at timestamptz NOT NULL DEFAULT now(),"
+        " published_by text NOT NULL,"
+        " PRIMARY KEY (name, version));"
+        "ALTER TABLE nodes ADD COLUMN policies jsonb NOT NULL DEFAULT '{}'"
+        "  CHECK (jsonb_typeof(policies) = 'object');"},
 };
 
 /* The error of a failed call, as libpq words it (one line, no secrets: libpq never puts a
@@ -442,7 +457,7 @@ int cp_cluster_db_nodes(struct cp_cluster_db *db, bool live_only, struct cp_clus
 {
     *out = NULL;
     *n = 0;
-    char sql[1024];
+    char sql[2048];
     snprintf(
         sql, sizeof sql,
         "SELECT id, address, cpu, memory_bytes, sandboxes_max, sandboxes_running, cordoned,"
@@ -454,7 +469,8 @@ int cp_cluster_db_nodes(struct cp_cluster_db *db, bool live_only, struct cp_clus
                                                                     "1000)::bigint"
                                                                     ", templates::text,"
                                                                     " cpu_booked, memory_booked,"
-                                                                    " sandboxes_booked"
+                                                                    " sandboxes_booked,"
+                                                                    " policies::text"
                                                                     " FROM nodes %s ORDER BY id",
         live_only ? "WHERE lease_expires_at > now()" : "");
     PGresult *r = PQexec(db->conn, sql);
@@ -483,7 +499,8 @@ int cp_cluster_db_nodes(struct cp_cluster_db *db, bool live_only, struct cp_clus
         x->lease_valid = PQgetvalue(r, i, 12)[0] == 't';
         x->lease_left_ms = strtoll(PQgetvalue(r, i, 13), NULL, 10);
         x->templates = strdup(PQgetvalue(r, i, 14));
-        if (!x->templates) {
+        x->policies = strdup(PQgetvalue(r, i, 18));
+        if (!x->templates || !x->policies) {
             PQclear(r);
             cp_cluster_nodes_free(v, (size_t)rows);
             return al_error_set(err, -ENOMEM, "out of memory");
@@ -500,8 +517,10 @@ int cp_cluster_db_nodes(struct cp_cluster_db *db, bool live_only, struct cp_clus
 
 void cp_cluster_nodes_free(struct cp_cluster_node *v, size_t n)
 {
-    for (size_t i = 0; v && i < n; i++)
+    for (size_t i = 0; v && i < n; i++) {
         free(v[i].templates);
+        free(v[i].policies);
+    }
     free(v);
 }
 
@@ -750,4 +769,172 @@ void cp_cluster_placed_free(struct cp_cluster_placed_list *l)
 {
     free(l->v);
     memset(l, 0, sizeof *l);
+}
+
+/* ---- published policies ------------------------------------------------------------------ */
+
+void cp_cluster_policy_digest(const char *doc, size_t len, char out[65])
+{
+    uint8_t h[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256(h, (const uint8_t *)doc, len);
+    sodium_bin2hex(out, 65, h, sizeof h);
+}
+
+void cp_cluster_policy_sign(const char *token, const struct cp_cluster_policy *p, char out[65])
+{
+    out[0] = '\0';
+    if (!token || !token[0])
+        return;
+    /* What is signed names its purpose: a token's HMAC of anything else never passes. */
+    char msg[CP_POLICY_NAME_MAX + 160];
+    int n = snprintf(msg, sizeof msg, "airlock cluster policy v1\n%s\n%" PRId64 "\n%s", p->name,
+                     p->version, p->digest);
+    crypto_auth_hmacsha256_state st;
+    uint8_t mac[crypto_auth_hmacsha256_BYTES];
+    crypto_auth_hmacsha256_init(&st, (const uint8_t *)token, strlen(token));
+    crypto_auth_hmacsha256_update(&st, (const uint8_t *)msg, (size_t)n);
+    crypto_auth_hmacsha256_final(&st, mac);
+    sodium_memzero(&st, sizeof st);
+    sodium_bin2hex(out, 65, mac, sizeof mac);
+}
+
+bool cp_cluster_policy_signed(const char *token, const struct cp_cluster_policy *p)
+{
+    char want[65];
+    cp_cluster_policy_sign(token, p, want);
+    return strlen(p->signature) == 64 && want[0] && sodium_memcmp(want, p->signature, 64) == 0;
+}
+
+#define CLUSTER_DB__POLICY_COLS \
+    "name, version, digest, signature, " CLUSTER_DB__TS("published_at") ", published_by"
+
+static void cluster_db__policy_row(PGresult *r, int i, struct cp_cluster_policy *x)
+{
+    snprintf(x->name, sizeof x->name, "%s", PQgetvalue(r, i, 0));
+    x->version = strtoll(PQgetvalue(r, i, 1), NULL, 10);
+    snprintf(x->digest, sizeof x->digest, "%s", PQgetvalue(r, i, 2));
+    snprintf(x->signature, sizeof x->signature, "%s", PQgetvalue(r, i, 3));
+    snprintf(x->published_at, sizeof x->published_at, "%s", PQgetvalue(r, i, 4));
+    snprintf(x->published_by, sizeof x->published_by, "%s", PQgetvalue(r, i, 5));
+    x->document = NULL;
+}
+
+int cp_cluster_db_policy_publish(struct cp_cluster_db *db, const struct cp_cluster_policy *p,
+                                 const char *token, struct cp_cluster_policy *out,
+                                 struct al_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!cp_policy_name_valid(p->name))
+        return al_error_set(err, -EINVAL,
+                            "cluster: \"%s\" is not a policy name (1..127 of letters, digits, "
+                            "'.', '_', '-', not starting with '.' or '-')",
+                            p->name);
+    size_t len = p->document ? strlen(p->document) : 0;
+    if (!len || len > CP_CLUSTER_POLICY_MAX)
+        return al_error_set(err, -EINVAL, "cluster: a policy document is 1 byte to %u MiB",
+                            CP_CLUSTER_POLICY_MAX >> 20);
+    struct cp_cluster_policy x = *p;
+    x.document = NULL;
+    cp_cluster_policy_digest(p->document, len, x.digest);
+    /* The next number, then the row with it: a publication of the same name that took the
+     * number meanwhile makes the insert fail on the key, and this one takes the next. */
+    for (int attempt = 0; attempt < CLUSTER_DB__PLACE_TRIES; attempt++) {
+        const char *const q[] = {x.name};
+        PGresult *r = cluster_db__params(
+            db, "SELECT coalesce(max(version), 0) + 1 FROM policies WHERE name = $1::text", 1, q);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+            return cluster_db__res_fail(db, r, "publishing a policy", err);
+        x.version = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+        cp_cluster_policy_sign(token, &x, x.signature);
+        char ver[24];
+        snprintf(ver, sizeof ver, "%" PRId64, x.version);
+        const char *const v[] = {x.name, ver, x.digest, x.signature, p->document, x.published_by};
+        r = cluster_db__params(db,
+                               "INSERT INTO policies (name, version, digest, signature, document,"
+                               " published_by) VALUES ($1, $2, $3, $4, $5, $6)"
+                               " RETURNING " CLUSTER_DB__POLICY_COLS,
+                               6, v);
+        if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+            cluster_db__policy_row(r, 0, out);
+            PQclear(r);
+            return 0;
+        }
+        if (strcmp(cluster_db__state(r), "23505") != 0) /* not a lost race */
+            return cluster_db__res_fail(db, r, "publishing a policy", err);
+        PQclear(r);
+    }
+    return al_error_set(err, -EAGAIN,
+                        "cluster: policy %s: %d publications at once took every version "
+                        "number first: try again",
+                        x.name, CLUSTER_DB__PLACE_TRIES);
+}
+
+int cp_cluster_db_policies(struct cp_cluster_db *db, const char *name,
+                           struct cp_cluster_policy **out, size_t *n, struct al_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    const char *const v[] = {name};
+    PGresult *r = name ? cluster_db__params(db,
+                                            "SELECT " CLUSTER_DB__POLICY_COLS " FROM policies"
+                                            " WHERE name = $1::text ORDER BY version DESC",
+                                            1, v)
+                       : PQexec(db->conn, "SELECT DISTINCT ON (name) " CLUSTER_DB__POLICY_COLS
+                                          " FROM policies ORDER BY name, version DESC");
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        return cluster_db__res_fail(db, r, "listing policies", err);
+    int rows = PQntuples(r);
+    struct cp_cluster_policy *a = rows ? calloc((size_t)rows, sizeof *a) : NULL;
+    if (rows && !a) {
+        PQclear(r);
+        return al_error_set(err, -ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < rows; i++)
+        cluster_db__policy_row(r, i, &a[i]);
+    PQclear(r);
+    *out = a;
+    *n = (size_t)rows;
+    return 0;
+}
+
+int cp_cluster_db_policy(struct cp_cluster_db *db, const char *name, int64_t version,
+                         struct cp_cluster_policy *out, struct al_error *err)
+{
+    memset(out, 0, sizeof *out);
+    char ver[24];
+    snprintf(ver, sizeof ver, "%" PRId64, version);
+    const char *const v[] = {name, ver};
+    PGresult *r = cluster_db__params(db,
+                                     "SELECT " CLUSTER_DB__POLICY_COLS ", document FROM policies"
+                                     " WHERE name = $1::text AND ($2::integer = 0 OR version ="
+                                     " $2::integer) ORDER BY version DESC LIMIT 1",
+                                     2, v);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        return cluster_db__res_fail(db, r, "reading a policy", err);
+    if (PQntuples(r) != 1) {
+        PQclear(r);
+        if (version)
+            return al_error_set(err, -ENOENT, "cluster: policy %s has no version %" PRId64, name,
+                                version);
+        return al_error_set(err, -ENOENT, "cluster: no policy %s is published", name);
+    }
+    cluster_db__policy_row(r, 0, out);
+    out->document = strdup(PQgetvalue(r, 0, 6));
+    PQclear(r);
+    return out->document ? 0 : al_error_set(err, -ENOMEM, "out of memory");
+}
+
+int cp_cluster_db_policies_report(struct cp_cluster_db *db, const char *id, const char *instance,
+                                  const char *applied, struct al_error *err)
+{
+    const char *const p[] = {id, instance, applied};
+    PGresult *r = cluster_db__params(db,
+                                     "UPDATE nodes SET policies = $3::jsonb"
+                                     " WHERE id = $1 AND instance = $2",
+                                     3, p);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK)
+        return cluster_db__res_fail(db, r, "reporting the applied policies", err);
+    PQclear(r);
+    return 0;
 }

@@ -6,8 +6,10 @@
  * advisory lock; a database whose schema needs a newer binary than this one is refused), and the
  * nodes table: registration, heartbeats renewing a lease, release, and listing with the lease
  * state; the sandboxes placed on nodes (their owner node and the capacity each books), and the
-placement itself: one statement that picks a node and books its capacity, so that creations
-from several gateways at once never book more than a node has. Every lease decision uses the database's clock (now()), never a process's: nodes and
+ * placement itself: one statement that picks a node and books its capacity, so that creations
+ * from several gateways at once never book more than a node has. Published policies: numbered
+ * versions of each policy (its document, digest, who published it and a signature with the
+ * cluster token), and what each node reports it applies. Every lease decision uses the database's clock (now()), never a process's: nodes and
  * gateways on different machines agree on which leases are valid whatever their clocks say.
  *
  * Blocking: every call waits for the database (bounded by connect_timeout and
@@ -22,9 +24,10 @@ from several gateways at once never book more than a node has. Every lease decis
 #include <stdint.h>
 
 #include "common/error.h"
+#include "record.h" /* CP_POLICY_NAME_MAX */
 
 /* The newest schema this binary knows (and migrates to). */
-#define CP_CLUSTER_SCHEMA_VERSION 2
+#define CP_CLUSTER_SCHEMA_VERSION 3
 #define CP_CLUSTER_NODE_ID_MAX    64
 #define CP_CLUSTER_ADDRESS_MAX    256
 #define CP_CLUSTER_INSTANCE_LEN   32
@@ -59,6 +62,9 @@ struct cp_cluster_node {
     /* heartbeats only: the ids of the sandboxes the node has, a JSON array (NULL: no
      * reconciliation); the caller's */
     char *live;
+    /* listed only: the published policies the node reports applying, a JSON object
+     * {"name": {"version", "digest", "appliedAt", "error", "failedVersion"?}} (allocated) */
+    char *policies;
     /* listed only: what placements booked (cp_cluster_db_place) */
     int64_t cpu_booked;
     uint64_t memory_booked;
@@ -169,6 +175,50 @@ void cp_cluster_placed_free(struct cp_cluster_placed_list *l);
 /* The owner of a placed sandbox. -ENOENT: not placed. */
 int cp_cluster_db_owner(struct cp_cluster_db *db, const char *sandbox_id,
                         struct cp_cluster_owner *out, struct al_error *err);
+
+/* ---- published policies ---------------------------------------------------------------- */
+
+/* The largest document a publication takes. */
+#define CP_CLUSTER_POLICY_MAX (1u << 20)
+
+/* One published version of a policy. */
+struct cp_cluster_policy {
+    char name[CP_POLICY_NAME_MAX];
+    int64_t version; /* 1, 2, ... per name */
+    char digest[65]; /* SHA-256 of the document, hex */
+    /* HMAC-SHA256 of (name, version, digest) keyed with the cluster token, hex; "" when the
+     * publishing airlockd had no token (mutual TLS alone) */
+    char signature[65];
+    char published_at[32]; /* RFC 3339, UTC, by the database's clock */
+    char published_by[64]; /* the API key id that published it */
+    char *document;        /* the YAML (cp_cluster_db_policy only; the caller frees it) */
+};
+
+/* The hex digest of a document (SHA-256). */
+void cp_cluster_policy_digest(const char *doc, size_t len, char out[65]);
+/* The signature of p (name, version, digest) with token into out ("" without a token). */
+void cp_cluster_policy_sign(const char *token, const struct cp_cluster_policy *p, char out[65]);
+/* Whether p's signature is token's (constant time). */
+bool cp_cluster_policy_signed(const char *token, const struct cp_cluster_policy *p);
+/* Publishes a new version of p->name (p->document, p->published_by; the digest, version and
+ * signature are computed here): the next version of that name, written in one statement (a
+ * concurrent publication of the same name that took the number first makes this one take
+ * the next). *out gets the row as written (its document NULL). -EINVAL: a bad name or
+ * document. */
+int cp_cluster_db_policy_publish(struct cp_cluster_db *db, const struct cp_cluster_policy *p,
+                                 const char *token, struct cp_cluster_policy *out,
+                                 struct al_error *err);
+/* name NULL: the newest version of every published policy, by name; otherwise every version
+ * of name, newest first. Without documents; *out is the caller's (free()). */
+int cp_cluster_db_policies(struct cp_cluster_db *db, const char *name,
+                           struct cp_cluster_policy **out, size_t *n, struct al_error *err);
+/* One version (0: the newest) with its document (out->document: the caller's). -ENOENT. */
+int cp_cluster_db_policy(struct cp_cluster_db *db, const char *name, int64_t version,
+                         struct cp_cluster_policy *out, struct al_error *err);
+/* What node (id, instance) applies: a JSON object (cp_cluster_node.policies), while the
+ * instance holds the id. */
+int cp_cluster_db_policies_report(struct cp_cluster_db *db, const char *id, const char *instance,
+                                  const char *applied, struct al_error *err);
 
 /* A valid node id: 1..63 of [a-z0-9.-], starting with a letter or digit (a DNS label or name,
  * as Kubernetes node names are). */

@@ -45,19 +45,6 @@ struct cpol_work {
     char msg[768];
 };
 
-static json_t *cpol__diags_json(const struct al_diags *d)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; i < d->n; i++) {
-        const struct al_diag *g = &d->v[i];
-        json_array_append_new(a, json_pack("{s:s,s:I,s:I,s:s,s:s}", "severity",
-                                           g->severity == AL_DIAG_ERROR ? "error" : "warning",
-                                           "line", (json_int_t)g->line, "col", (json_int_t)g->col,
-                                           "code", g->code, "message", g->msg));
-    }
-    return a;
-}
-
 static json_t *cpol__rules_json(const struct policy *p)
 {
     json_t *a = json_array();
@@ -123,7 +110,7 @@ static json_t *cpol__entry(const char *dir, const char *name, const char *ext, c
          * (its findings say what is wrong with it). */
         json_t *y = text ? json_stringn(text, len) : NULL;
         json_object_set_new(o, "yaml", y ? y : json_null());
-        json_object_set_new(o, "diagnostics", cpol__diags_json(&d));
+        json_object_set_new(o, "diagnostics", cp_policy_diags_json(&d));
         json_object_set_new(o, "diagnosticsDropped", json_integer((json_int_t)d.dropped));
     }
     if (o)

@@ -58,7 +58,8 @@ struct eg_call {
     char id[64];
     char ca_fp[128];          /* a CA push: the fingerprint of the CA sent */
     cp_egress_done_cb rec_cb; /* a control-plane audit record: the caller's */
-    void *rec_arg;
+    void *rec_arg;            /* also a reload's */
+    cp_egress_reload_cb reload_cb;
     char target[160]; /* for messages */
 };
 
@@ -621,6 +622,25 @@ int cp_egress_audit_record(struct cp_egress *e, json_t *rec, cp_egress_done_cb c
     /* The answer comes on a later turn of the loop: the callback can be set now. */
     if (!rc) {
         x->rec_cb = cb;
+        x->rec_arg = arg;
+    }
+    return rc;
+}
+
+static void eg__reloaded(struct eg_call *x, int status, json_t *body)
+{
+    if (x->reload_cb)
+        x->reload_cb(x->rec_arg, status == 200 && json_is_object(body) ? 0 : -EIO,
+                     status == 200 ? body : NULL);
+}
+
+int cp_egress_reload(struct cp_egress *e, cp_egress_reload_cb cb, void *arg)
+{
+    struct eg_call *x = NULL;
+    int rc = eg__call(
+        e, &(struct eg_req){.method = "POST", .path = "/v1/reload", .done = eg__reloaded}, &x);
+    if (!rc) {
+        x->reload_cb = cb;
         x->rec_arg = arg;
     }
     return rc;

@@ -72,6 +72,12 @@ int cp_egress_audit_record(struct cp_egress *e, json_t *rec, cp_egress_done_cb c
  * write to: logged ("not audited"), and then runs with 0. */
 void cp_audit_record(struct cp *cp, json_t *rec, const char *what, cp_egress_done_cb then,
                      void *arg);
+/* POST /v1/reload: airlock-egress re-reads the policy file of every sandbox registered with
+ * one (a sandbox whose new policy is invalid keeps its old one); cb gets 0 and the proxy's
+ * report ({"reloaded": [ids], "failed": [{"sandbox", "error"}]}, borrowed), or < 0 with NULL.
+ * 0 when sent, or a negative errno (cb is not called). */
+typedef void (*cp_egress_reload_cb)(void *arg, int rc, const json_t *report);
+int cp_egress_reload(struct cp_egress *e, cp_egress_reload_cb cb, void *arg);
 /* Counters for /metrics (egress decisions): the proxy's /v1/stats, cached (may be NULL),
  * refreshed in the background (the tick asks); each answer also feeds the overview's chart of
  * decisions (cp_metrics_egress). */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/yaml.h"
 #include "cp.h"
 #include "policy/policy.h"
 
@@ -327,4 +328,17 @@ struct policy *cp_policy_get(struct cp *cp, const char *name, char *file, size_t
                      al_error_str(&e2));
     }
     return p;
+}
+
+json_t *cp_policy_diags_json(const struct al_diags *d)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < d->n; i++) {
+        const struct al_diag *g = &d->v[i];
+        json_array_append_new(a, json_pack("{s:s,s:I,s:I,s:s,s:s}", "severity",
+                                           g->severity == AL_DIAG_ERROR ? "error" : "warning",
+                                           "line", (json_int_t)g->line, "col", (json_int_t)g->col,
+                                           "code", g->code, "message", g->msg));
+    }
+    return a;
 }

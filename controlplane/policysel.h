@@ -68,5 +68,8 @@ struct policy *cp_policy_get(struct cp *cp, const char *name, char *file, size_t
 json_t *cp_policy_narrowing(const json_t *network, int allow_internet);
 /* Drops the cache. */
 void cp_policy_cache_clear(void);
+/* A policy's lint findings as JSON: [{"severity", "line", "col", "code", "message"}]. */
+struct al_diags;
+json_t *cp_policy_diags_json(const struct al_diags *d);
 
 #endif

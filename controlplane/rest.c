@@ -1262,7 +1262,7 @@ void cp_on_request(struct al_http_req *req, void *ctx)
         rest__with_body(req, cp, &who, R_VAULT_WRITE, p + 13);
         return;
     }
-    if (cp_cluster_route(cp, req) || cp_console_api_route(cp, req, &who) ||
+    if (cp_cluster_route(cp, req, &who) || cp_console_api_route(cp, req, &who) ||
         cp_cluster_gw_api(cp, req))
         return;
     bool v2 = strncmp(p, "/v2/", 4) == 0;

@@ -31,7 +31,8 @@
  *                                     "failed":[{"sandbox","error"}]}
  *   POST   /v1/audit/sync             204 once every record so far is on disk
  *   POST   /v1/audit/checkpoint       204 once a signed checkpoint is written
- *   POST   /v1/audit/records          a record of airlockd's ({"type":"volume","event",...}):
+ *   POST   /v1/audit/records          a record of airlockd's ({"type":"volume"|"lifecycle"|
+ *                                     "cluster","event",...}):
  *                                     204 once it is in the log and on disk; 400 refused
  *                                     (egress_audit_controlplane); 503 the log fails
  * Errors use common/http's {"code": status, "message": "..."} shape.

@@ -217,7 +217,7 @@ uv_loop_t *egress_ctl_loop(struct egress *e)
 int egress_audit_controlplane(struct egress *e, const json_t *rec, struct al_error *err)
 {
     /* The control plane's records this log carries; each is documented in docs/audit.md. */
-    static const char *const types[] = {"volume", "lifecycle", NULL};
+    static const char *const types[] = {"volume", "lifecycle", "cluster", NULL};
     static const char *const envelope[] = {"seq", "time", "log_id", "prev", "auditlog", NULL};
     if (!json_is_object(rec))
         return al_error_set(err, -EINVAL, "a control-plane record must be a JSON object");
@@ -227,8 +227,8 @@ int egress_audit_controlplane(struct egress *e, const json_t *rec, struct al_err
         t++;
     if (!*t)
         return al_error_set(err, -EINVAL,
-                            "a control-plane record's \"type\" must be \"volume\" or "
-                            "\"lifecycle\" (got %.32s)",
+                            "a control-plane record's \"type\" must be \"volume\", "
+                            "\"lifecycle\" or \"cluster\" (got %.32s)",
                             type ? type : "none");
     const char *event = json_string_value(json_object_get(rec, "event"));
     size_t n = event ? strlen(event) : 0;

@@ -8,3 +8,5 @@ airlock_script_test(NAME cluster_manifests SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cl
                     LABELS controlplane cluster TIMEOUT 600)
 airlock_script_test(NAME cluster_tls SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cluster_tls.sh
                     LABELS controlplane cluster TIMEOUT 600)
+airlock_script_test(NAME cluster_policy SCRIPT ${CMAKE_CURRENT_SOURCE_DIR}/cluster_policy.sh
+                    LABELS controlplane cluster TIMEOUT 600)

@@ -4,6 +4,7 @@
 #include "al_test.h"
 #include "controlplane/cluster_db.h"
 
+#include <errno.h>
 #include <libpq-fe.h>
 #include <pthread.h>
 #include <sys/wait.h>
@@ -759,6 +760,99 @@ START_TEST(rename_list_and_reconcile)
 }
 END_TEST
 
+/* Publications number each policy's versions, keep who published what, and sign with the
+ * cluster token: a row written some other way (no signature, another token) does not verify;
+ * a bad name or an empty document is refused; what a node reports is listed with it. */
+START_TEST(policies_are_versioned_and_signed)
+{
+    t__setup();
+    struct cp_cluster_db *db = t__open();
+    struct al_error e = {0};
+    ck_assert_int_eq(cp_cluster_db_migrate(db, NULL, &e), 0);
+    const char *tok = "0123456789abcdef0123456789abcdef";
+    struct cp_cluster_policy in = {.name = "team", .published_by = "key_1"}, out;
+    in.document = "version: 1\nname: team\n";
+    ck_assert_msg(cp_cluster_db_policy_publish(db, &in, tok, &out, &e) == 0, "%s",
+                  al_error_str(&e));
+    ck_assert_int_eq(out.version, 1);
+    char dg[65];
+    cp_cluster_policy_digest(in.document, strlen(in.document), dg);
+    ck_assert_str_eq(out.digest, dg);
+    ck_assert_str_eq(out.published_by, "key_1");
+    ck_assert(cp_cluster_policy_signed(tok, &out));
+    ck_assert(!cp_cluster_policy_signed("another token of at least 32 chars..", &out));
+    in.document = "version: 1\nname: team\ndescription: two\n";
+    ck_assert_int_eq(cp_cluster_db_policy_publish(db, &in, tok, &out, &e), 0);
+    ck_assert_int_eq(out.version, 2);
+    struct cp_cluster_policy other = {.name = "other.v2", .published_by = "key_2"};
+    other.document = "version: 1\nname: other\n";
+    ck_assert_int_eq(cp_cluster_db_policy_publish(db, &other, NULL, &out, &e), 0);
+    ck_assert_int_eq(out.version, 1);
+    ck_assert_str_eq(out.signature, "");
+    ck_assert(!cp_cluster_policy_signed(tok, &out));
+    /* The newest of each, by name; every version of one, newest first. */
+    struct cp_cluster_policy *v = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(cp_cluster_db_policies(db, NULL, &v, &n, &e), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_str_eq(v[0].name, "other.v2");
+    ck_assert_str_eq(v[1].name, "team");
+    ck_assert_int_eq(v[1].version, 2);
+    free(v);
+    ck_assert_int_eq(cp_cluster_db_policies(db, "team", &v, &n, &e), 0);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_int_eq(v[0].version, 2);
+    ck_assert_int_eq(v[1].version, 1);
+    free(v);
+    /* One version with its document; the newest with 0. */
+    struct cp_cluster_policy d;
+    ck_assert_int_eq(cp_cluster_db_policy(db, "team", 1, &d, &e), 0);
+    ck_assert_str_eq(d.document, "version: 1\nname: team\n");
+    ck_assert(cp_cluster_policy_signed(tok, &d));
+    free(d.document);
+    ck_assert_int_eq(cp_cluster_db_policy(db, "team", 0, &d, &e), 0);
+    ck_assert_int_eq(d.version, 2);
+    free(d.document);
+    ck_assert_int_eq(cp_cluster_db_policy(db, "team", 9, &d, &e), -ENOENT);
+    ck_assert_int_eq(cp_cluster_db_policy(db, "nosuch", 0, &d, &e), -ENOENT);
+    /* A row written into the database by hand, with a signature of version 1: it names
+     * version 3 and does not verify. */
+    char sql[512];
+    cp_cluster_db_policy(db, "team", 1, &d, &e);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO policies (name, version, digest, signature, document, published_by)"
+             " SELECT name, 3, digest, signature, document, 'intruder' FROM policies"
+             " WHERE name = 'team' AND version = 1");
+    free(d.document);
+    PGconn *c = PQconnectdb(t__conninfo);
+    PQclear(PQexec(c, sql));
+    PQfinish(c);
+    ck_assert_int_eq(cp_cluster_db_policy(db, "team", 0, &d, &e), 0);
+    ck_assert_int_eq(d.version, 3);
+    ck_assert(!cp_cluster_policy_signed(tok, &d));
+    free(d.document);
+    /* Bad requests. */
+    struct cp_cluster_policy bad = {.name = "../x", .document = "version: 1\n"};
+    ck_assert_int_eq(cp_cluster_db_policy_publish(db, &bad, tok, &out, &e), -EINVAL);
+    struct cp_cluster_policy empty = {.name = "x", .document = ""};
+    ck_assert_int_eq(cp_cluster_db_policy_publish(db, &empty, tok, &out, &e), -EINVAL);
+    /* A node's report, listed with the node. */
+    struct cp_cluster_node me;
+    t__node(&me, "node-p", "inst-p");
+    ck_assert_int_eq(cp_cluster_db_register(db, &me, 10000, &e), 0);
+    ck_assert_int_eq(
+        cp_cluster_db_policies_report(db, "node-p", "inst-p", "{\"team\":{\"version\":2}}", &e), 0);
+    ck_assert_int_eq(cp_cluster_db_policies_report(db, "node-p", "other", "{}", &e), 0);
+    struct cp_cluster_node *nodes;
+    ck_assert_int_eq(cp_cluster_db_nodes(db, false, &nodes, &n, &e), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(nodes[0].policies, "{\"team\": {\"version\": 2}}");
+    cp_cluster_nodes_free(nodes, n);
+    cp_cluster_db_close(db);
+    t__teardown();
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_cluster_db");
@@ -774,6 +868,7 @@ static Suite *suite(void)
     tcase_add_test(t, placement_books_capacity_and_spreads);
     tcase_add_test(t, concurrent_placements_never_overbook);
     tcase_add_test(t, rename_list_and_reconcile);
+    tcase_add_test(t, policies_are_versioned_and_signed);
     suite_add_tcase(s, t);
     return s;
 }
