@@ -572,40 +572,62 @@ static void http__on_dst_checked(struct egress_conn *c, bool ok, const char *rea
 static void http__send_head(struct egress_conn *c);
 static void http__to_inspect(struct egress_conn *c);
 
-/* A complete head: check, decide, then connect or send. */
-/* Decides q under c->policy into c->verdict. A decision is a function of the policy (an
- * immutable object: a reload makes a new one) and the question alone, and a keep-alive
- * connection mostly asks the same question again: the last question is kept with its answer
- * and a reference to the policy that gave it, and the same question under the same policy
- * gets the same answer without the rule walk. Questions too long to keep are decided each
- * time. */
-static void http__decide(struct egress_conn *c, const struct egress_query *q)
+/* The plain engine's binding of egress_http_decide: q decided under c->policy into
+ * c->verdict. A decision is a function of the policy (an immutable object: a reload makes a
+ * new one) and the question alone, and a keep-alive connection mostly asks the same question
+ * again: the last question is kept with its answer and a reference to the policy that gave
+ * it, and the same question under the same policy gets the same answer without the rule
+ * walk. Questions too long to keep are decided each time. */
+static void http__decide(void *arg, const struct egress_http_question *hq,
+                         struct egress_http_verdict *v)
 {
+    struct egress_conn *c = arg;
     struct egress_http *h = c->http;
+    const struct egress_query qv = {
+        .host = hq->host,
+        .host_len = hq->host_len,
+        .dst = &c->dst,
+        .port = hq->port,
+        .scheme = EGRESS_SCHEME_HTTP,
+        .method = hq->method,
+        .path = hq->path,
+        .path_len = hq->path_len,
+        .body = hq->body,
+    };
+    const struct egress_query *q = &qv;
     if (h->dc_policy && h->dc_policy == c->policy && q->method && h->dc_method &&
         strcmp(q->method, h->dc_method) == 0 && q->port == h->dc_port && q->body == h->dc_body &&
-        q->dst && memcmp(q->dst, &h->dc_dst, sizeof h->dc_dst) == 0 &&
-        q->host_len == h->dc_host_len && memcmp(q->host, h->dc_host, q->host_len) == 0 &&
-        q->path_len == h->dc_target_len && memcmp(q->path, h->dc_target, q->path_len) == 0) {
+        memcmp(q->dst, &h->dc_dst, sizeof h->dc_dst) == 0 && q->host_len == h->dc_host_len &&
+        memcmp(q->host, h->dc_host, q->host_len) == 0 && q->path_len == h->dc_target_len &&
+        memcmp(q->path, h->dc_target, q->path_len) == 0) {
         c->verdict = h->dc_verdict;
-        return;
+    } else {
+        egress_decide(c->policy, q, &c->verdict);
+        egress_policy_unref(h->dc_policy);
+        h->dc_policy = NULL;
+        if (c->policy && q->method && q->host && q->host_len < sizeof h->dc_host &&
+            q->path_len <= sizeof h->dc_target) {
+            h->dc_policy = egress_policy_ref(c->policy);
+            h->dc_method = q->method; /* static: llhttp's method names */
+            memcpy(h->dc_host, q->host, q->host_len);
+            h->dc_host_len = q->host_len;
+            memcpy(h->dc_target, q->path, q->path_len);
+            h->dc_target_len = q->path_len;
+            h->dc_dst = *q->dst;
+            h->dc_port = q->port;
+            h->dc_body = q->body;
+            h->dc_verdict = c->verdict;
+        }
     }
-    egress_decide(c->policy, q, &c->verdict);
-    egress_policy_unref(h->dc_policy);
-    h->dc_policy = NULL;
-    if (!c->policy || !q->method || !q->dst || !q->host || q->host_len >= sizeof h->dc_host ||
-        q->path_len > sizeof h->dc_target)
-        return;
-    h->dc_policy = egress_policy_ref(c->policy);
-    h->dc_method = q->method; /* static: llhttp's method names */
-    memcpy(h->dc_host, q->host, q->host_len);
-    h->dc_host_len = q->host_len;
-    memcpy(h->dc_target, q->path, q->path_len);
-    h->dc_target_len = q->path_len;
-    h->dc_dst = *q->dst;
-    h->dc_port = q->port;
-    h->dc_body = q->body;
-    h->dc_verdict = c->verdict;
+    *v = (struct egress_http_verdict){
+        .allow = c->verdict.allow,
+        .would_deny = c->verdict.would_deny,
+        .malformed = c->verdict.malformed,
+        .websocket = c->verdict.websocket,
+        .rule = c->verdict.rule,
+        .reason = c->verdict.reason,
+        .max_body = egress_policy_max_request_body(c->policy),
+    };
 }
 
 static void http__on_head(struct egress_conn *c)
@@ -674,42 +696,28 @@ static void http__on_head(struct egress_conn *c)
         http__deny(c, 403, "blocked_by_policy", NULL, "host_changed_on_connection");
         return;
     }
-    struct egress_query q = {
+    struct egress_http_decision dn;
+    const struct egress_http_decide_args da = {
+        .r = &h->r,
+        .conn = &conn,
         .host = host.text,
         .host_len = host.len,
-        .dst = &c->dst,
-        .port = c->dst_port,
-        .scheme = EGRESS_SCHEME_HTTP,
-        .method = h->r.method,
-        .path = h->r.target,
-        .path_len = h->r.target_len,
-        .body = h->r.chunked || h->r.content_length > 0,
+        .max_body = e->cfg.max_body_bytes,
+        .decide = http__decide,
+        .arg = c,
     };
-    http__decide(c, &q);
+    int drc = egress_http_decide(&da, &dn);
     h->t_decided = al_now_ns();
     h->rule = c->verdict.rule;
     h->reason = c->verdict.reason;
-    if (!c->verdict.allow) {
-        bool bad = c->verdict.malformed;
-        http__deny(c, bad ? 400 : 403, bad ? "bad_request" : "blocked_by_policy", c->verdict.rule,
-                   c->verdict.reason);
+    if (drc < 0) {
+        http__deny(c, dn.status, dn.error, c->verdict.rule, dn.reason);
         return;
     }
     h->would_deny = c->verdict.would_deny;
-    if (h->r.websocket && !c->verdict.websocket && !c->verdict.would_deny) {
-        http__deny(c, 403, "blocked_by_policy", c->verdict.rule, "websocket_not_allowed");
-        return;
-    }
+    h->max_body = dn.max_body;
     if (egress_is_self(e, &c->dst)) {
         http__deny(c, 403, "blocked_by_policy", c->verdict.rule, "proxy_address");
-        return;
-    }
-    uint64_t pmax = egress_policy_max_request_body(c->policy);
-    h->max_body = e->cfg.max_body_bytes;
-    if (pmax && (h->max_body == 0 || pmax < h->max_body))
-        h->max_body = pmax;
-    if (h->max_body && h->r.content_length > 0 && (uint64_t)h->r.content_length > h->max_body) {
-        http__deny(c, 413, "payload_too_large", c->verdict.rule, "request_body_too_large");
         return;
     }
     if (egress_inspect_rule_injects(c->policy, c->verdict.rule)) {

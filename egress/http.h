@@ -94,6 +94,66 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p,
                               const struct egress_http_conn *conn, struct egress_http_request *r,
                               int *status, const char **reason);
 
+/* ---- the decision on a checked request head ------------------------------------------ */
+
+/* What a request asks the policy: its canonical host, and from the head the port, the
+ * scheme (https inside a TLS session the proxy terminated), the method, the origin-form
+ * target (the policy cuts the query) and whether a body follows. */
+struct egress_http_question {
+    const char *host; /* canonical */
+    size_t host_len;
+    uint16_t port;
+    bool tls;
+    const char *method;
+    const char *path;
+    size_t path_len;
+    bool body;
+};
+
+/* The answer, in the proxy's terms, whichever binding of the policy library gave it. */
+struct egress_http_verdict {
+    bool allow;          /* what to do (report mode: true, with would_deny) */
+    bool would_deny;     /* report mode: enforcement would have denied */
+    bool malformed;      /* denied for what the request is (400), not where it goes */
+    bool websocket;      /* the deciding rule allows WebSocket upgrades */
+    bool inspect_strict; /* the rule injects with strict scrubbing: frames cannot be inspected */
+    const char *rule;    /* the deciding rule's name, or NULL */
+    const char *reason;  /* static, machine-readable */
+    uint64_t max_body;   /* the policy's bound on request bodies; 0: none */
+};
+
+/* Asks the policy q into *v (the engine's binding: plain, the proxy's cached decision;
+ * intercepted, the session's policy, whose answer also says what to inject). */
+typedef void (*egress_http_decide_fn)(void *arg, const struct egress_http_question *q,
+                                      struct egress_http_verdict *v);
+
+/* A request head egress_http_check_request accepted, and how to decide it. */
+struct egress_http_decide_args {
+    const struct egress_http_request *r;
+    const struct egress_http_conn *conn; /* the port and the scheme asked about */
+    const char *host;                    /* canonical */
+    size_t host_len;
+    uint64_t max_body; /* the proxy's bound on request bodies; 0: none */
+    egress_http_decide_fn decide;
+    void *arg;
+};
+
+struct egress_http_decision {
+    struct egress_http_verdict v; /* the policy's answer */
+    uint64_t max_body;            /* allowed: the bound on this request's body; 0 none */
+    int status;                   /* refused: the answer's status, error code and reason */
+    const char *error, *reason;
+};
+
+/* The one decision on a request head, for both engines: a->decide answers the question the
+ * head puts, then what the answer does not let through is refused: a denial (403
+ * blocked_by_policy with the policy's reason, 400 bad_request when malformed); unless in
+ * report mode, a WebSocket upgrade the rule does not allow (403 websocket_not_allowed) or
+ * cannot inspect (403 websocket_not_inspectable); a declared body over the smaller of the
+ * proxy's and the policy's bounds (413 payload_too_large, request_body_too_large). Returns 0
+ * or -EPERM (out->status, error, reason). */
+int egress_http_decide(const struct egress_http_decide_args *a, struct egress_http_decision *out);
+
 /* The request's Host field as it goes upstream: "Host: " the field as sent, or the
  * absolute-form's authority when it had none, and CRLF. */
 int egress_http_append_host(const struct egress_http_request *r, struct al_buf *out);

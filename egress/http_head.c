@@ -330,6 +330,45 @@ int egress_http_check_request(struct egress_http_head *h, const llhttp_t *p,
     return 0;
 }
 
+static int decide__refuse(struct egress_http_decision *out, int status, const char *error,
+                          const char *reason)
+{
+    out->status = status;
+    out->error = error;
+    out->reason = reason;
+    return -EPERM;
+}
+
+int egress_http_decide(const struct egress_http_decide_args *a, struct egress_http_decision *out)
+{
+    const struct egress_http_request *r = a->r;
+    const struct egress_http_question q = {
+        .host = a->host,
+        .host_len = a->host_len,
+        .port = a->conn->port,
+        .tls = a->conn->tls,
+        .method = r->method,
+        .path = r->target,
+        .path_len = r->target_len,
+        .body = r->chunked || r->content_length > 0,
+    };
+    memset(out, 0, sizeof *out);
+    struct egress_http_verdict *v = &out->v;
+    a->decide(a->arg, &q, v);
+    if (!v->allow)
+        return v->malformed ? decide__refuse(out, 400, "bad_request", v->reason)
+                            : decide__refuse(out, 403, "blocked_by_policy", v->reason);
+    if (r->websocket && !v->would_deny && (!v->websocket || v->inspect_strict))
+        return decide__refuse(out, 403, "blocked_by_policy",
+                              v->websocket ? "websocket_not_inspectable" : "websocket_not_allowed");
+    out->max_body = a->max_body;
+    if (v->max_body && (!out->max_body || v->max_body < out->max_body))
+        out->max_body = v->max_body;
+    if (out->max_body && r->content_length > 0 && (uint64_t)r->content_length > out->max_body)
+        return decide__refuse(out, 413, "payload_too_large", "request_body_too_large");
+    return 0;
+}
+
 const char *egress_http_request_error(const llhttp_t *p, const struct egress_http_head *h,
                                       int *status)
 {

@@ -54,23 +54,6 @@ int intercept_request_check(const struct intercept_conn_view *c,
     return 0;
 }
 
-int intercept_request_check_decided(const struct intercept_req_info *info,
-                                    const struct policy_decision *d, const char **reason)
-{
-    *reason = NULL;
-    if (!info->websocket)
-        return 0;
-    if (!d->websocket) {
-        *reason = "websocket_not_allowed";
-        return -EPERM;
-    }
-    if (d->n_inject && d->rule && d->rule->scrub == POLICY_SCRUB_STRICT) {
-        *reason = "websocket_not_inspectable";
-        return -EPERM;
-    }
-    return 0;
-}
-
 int intercept_response_check(int status, bool websocket_allowed, const char **reason)
 {
     *reason = NULL;

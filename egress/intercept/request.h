@@ -1,12 +1,11 @@
 /* egress/intercept/request: what an intercepted request passes on top of the proxy's request
  * checks (egress_http_check_request, egress/http.h: one Host, target form and scheme,
  * authority and port agreement, framing, upgrades, expectations; the same on both paths),
- * before and after the policy decides it on method and path.
+ * before the policy decides it on method and path (egress_http_decide: the same on both
+ * paths too, WebSockets against the rule included) and on its response.
  *
  * Owns, for requests inside a TLS session the proxy terminated:
  *   - Host, canonical, must name the SNI the session was decided on (bypass list 1, 2, 10);
- *   - a WebSocket only where the deciding rule says websocket: true; never on a rule that
- *     injects with strict scrubbing (frames cannot be inspected reliably);
  *   - a response may switch protocols (101) only for a WebSocket request the proxy allowed;
  *   - the proxy never follows redirects: a 3xx goes to the sandbox as it came (its headers
  *     scrubbed), and the sandbox's next request is decided afresh (bypass list 13).
@@ -52,11 +51,6 @@ const struct al_http_field *intercept_hdr_find(const struct al_http_field *h, si
 int intercept_request_check(const struct intercept_conn_view *c,
                             const struct egress_http_request *r, struct intercept_req_info *out,
                             int *status, const char **reason);
-
-/* After an allow: the upgrade against the rule. 0 or -EPERM ("websocket_not_allowed",
- * "websocket_not_inspectable"). */
-int intercept_request_check_decided(const struct intercept_req_info *info,
-                                    const struct policy_decision *d, const char **reason);
 
 /* The response head: 101 only after an allowed WebSocket request. 0 or -EPROTO
  * ("unrequested_upgrade"). */

@@ -802,6 +802,44 @@ static void sess__fetch_cb(struct intercept_fetch *req, struct intercept_secret 
     }
 }
 
+/* The session's binding of egress_http_decide: the policy's decision into s->d (what to
+ * inject comes with it). */
+struct sess_decide {
+    struct intercept_session *s;
+    const struct policy *p;
+};
+
+static void sess__decide(void *arg, const struct egress_http_question *q,
+                         struct egress_http_verdict *v)
+{
+    const struct sess_decide *sd = arg;
+    struct intercept_session *s = sd->s;
+    struct policy_request pr = {
+        .host = q->host,
+        .host_len = q->host_len,
+        .addr = s->dst.family ? &s->dst : NULL,
+        .port = q->port,
+        .scheme = q->tls ? POLICY_SCHEME_HTTPS : POLICY_SCHEME_HTTP,
+        .method = q->method,
+        .method_len = strlen(q->method),
+        .path = q->path,
+        .path_len = q->path_len,
+        .body = q->body,
+    };
+    policy_decide(sd->p, &pr, &s->d);
+    const struct policy_limits *lim = policy_limits(sd->p);
+    *v = (struct egress_http_verdict){
+        .allow = s->d.verdict == POLICY_ALLOW,
+        .would_deny = s->d.would_deny,
+        .malformed = s->d.verdict != POLICY_ALLOW && policy_reason_is_malformed(s->d.reason),
+        .websocket = s->d.websocket,
+        .inspect_strict = s->d.n_inject && s->d.rule && s->d.rule->scrub == POLICY_SCRUB_STRICT,
+        .rule = s->d.rule ? s->d.rule->name : NULL,
+        .reason = policy_reason_code(s->d.reason),
+        .max_body = lim ? lim->max_request_body : 0,
+    };
+}
+
 /* A complete head is in s->reqh: check, decide, fetch. */
 static void sess__on_request(struct intercept_session *s)
 {
@@ -847,28 +885,21 @@ static void sess__on_request(struct intercept_session *s)
         sess__deny(s, 403, "blocked_by_policy", "no_policy");
         return;
     }
-    struct policy_request pr = {
+    struct sess_decide sd = {.s = s, .p = p};
+    struct egress_http_decision dn;
+    const struct egress_http_decide_args da = {
+        .r = &s->r,
+        .conn = &hc,
         .host = s->info.host.text,
         .host_len = s->info.host.len,
-        .addr = s->dst.family ? &s->dst : NULL,
-        .port = s->port,
-        .scheme = s->plain ? POLICY_SCHEME_HTTP : POLICY_SCHEME_HTTPS,
-        .method = s->method,
-        .method_len = strlen(s->method),
-        .path = s->info.path,
-        .path_len = s->info.path_len,
-        .body = s->r.chunked || s->r.content_length > 0,
+        .max_body = s->lim.max_body_bytes,
+        .decide = sess__decide,
+        .arg = &sd,
     };
-    policy_decide(p, &pr, &s->d);
+    int drc = egress_http_decide(&da, &dn);
     s->t_decided = al_now_ns();
-    if (s->d.verdict != POLICY_ALLOW) {
-        bool bad = policy_reason_is_malformed(s->d.reason);
-        sess__deny(s, bad ? 400 : 403, bad ? "bad_request" : "blocked_by_policy",
-                   policy_reason_code(s->d.reason));
-        return;
-    }
-    if (intercept_request_check_decided(&s->info, &s->d, &reason) < 0) {
-        sess__deny(s, 403, "blocked_by_policy", reason);
+    if (drc < 0) {
+        sess__deny(s, dn.status, dn.error, dn.reason);
         return;
     }
     s->ws_allowed = s->info.websocket;
@@ -876,14 +907,7 @@ static void sess__on_request(struct intercept_session *s)
     s->req_close = !s->r.keep_alive;
     /* Only 100-continue passes the checks: answered here, not forwarded (hop_by_hop). */
     s->expect_continue = egress_http_head_get(&s->reqh, "Expect", NULL) != NULL;
-    const struct policy_limits *pl2 = policy_limits(p);
-    s->max_body = s->lim.max_body_bytes;
-    if (pl2 && pl2->max_request_body && (!s->max_body || pl2->max_request_body < s->max_body))
-        s->max_body = pl2->max_request_body;
-    if (s->max_body && s->r.content_length > 0 && (uint64_t)s->r.content_length > s->max_body) {
-        sess__deny(s, 413, "payload_too_large", "request_body_too_large");
-        return;
-    }
+    s->max_body = dn.max_body;
     /* Secrets for a genuine allow that injects. */
     s->fetch_fail = NULL;
     s->n_fetch = s->fetch_left = 0;

@@ -3,6 +3,7 @@
 #include "al_test.h"
 #include "egress/http.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -487,6 +488,87 @@ START_TEST(serializes_responses_without_hop_by_hop_fields)
 }
 END_TEST
 
+/* egress_http_decide with a policy that answers what the test sets. */
+struct td {
+    struct egress_http_verdict v;
+    struct egress_http_question q; /* what was asked */
+};
+
+static void td__decide(void *arg, const struct egress_http_question *q,
+                       struct egress_http_verdict *v)
+{
+    struct td *t = arg;
+    t->q = *q;
+    *v = t->v;
+}
+
+static int td_run(struct td *t, const struct egress_http_request *r, bool tls, uint64_t max,
+                  struct egress_http_decision *out)
+{
+    const struct egress_http_conn conn = {.port = tls ? 8443 : 8080, .tls = tls};
+    const struct egress_http_decide_args a = {
+        .r = r,
+        .conn = &conn,
+        .host = "api.test",
+        .host_len = 8,
+        .max_body = max,
+        .decide = td__decide,
+        .arg = t,
+    };
+    return egress_http_decide(&a, out);
+}
+
+START_TEST(one_decision_on_a_head)
+{
+    struct egress_http_request r = {
+        .method = "POST", .target = "/v1/x?q=1", .target_len = 9, .content_length = 10};
+    struct td t = {.v = {.allow = true, .rule = "api", .reason = "rule_allows"}};
+    struct egress_http_decision d;
+    /* The question is the head's, on the connection's port and scheme. */
+    ck_assert_int_eq(td_run(&t, &r, true, 0, &d), 0);
+    ck_assert_str_eq(t.q.method, "POST");
+    ck_assert_uint_eq(t.q.port, 8443);
+    ck_assert(t.q.tls && t.q.body);
+    ck_assert_uint_eq(t.q.path_len, 9);
+    ck_assert_uint_eq(d.max_body, 0);
+    /* Denials: 403 with the policy's reason, 400 when malformed. */
+    t.v = (struct egress_http_verdict){.reason = "no_rule_matched"};
+    ck_assert_int_eq(td_run(&t, &r, false, 0, &d), -EPERM);
+    ck_assert_int_eq(d.status, 403);
+    ck_assert_str_eq(d.error, "blocked_by_policy");
+    ck_assert_str_eq(d.reason, "no_rule_matched");
+    t.v.malformed = true;
+    ck_assert_int_eq(td_run(&t, &r, false, 0, &d), -EPERM);
+    ck_assert_int_eq(d.status, 400);
+    ck_assert_str_eq(d.error, "bad_request");
+    /* Bodies: the smaller bound, the proxy's or the policy's. */
+    t.v = (struct egress_http_verdict){.allow = true, .max_body = 20};
+    ck_assert_int_eq(td_run(&t, &r, false, 5, &d), -EPERM);
+    ck_assert_int_eq(d.status, 413);
+    ck_assert_str_eq(d.reason, "request_body_too_large");
+    t.v.max_body = 9;
+    ck_assert_int_eq(td_run(&t, &r, false, 0, &d), -EPERM);
+    t.v.max_body = 10;
+    ck_assert_int_eq(td_run(&t, &r, false, 100, &d), 0);
+    ck_assert_uint_eq(d.max_body, 10);
+    /* WebSockets: where the rule allows them, and never where frames cannot be inspected;
+     * report mode lets them by as it lets the rest. */
+    r = (struct egress_http_request){
+        .method = "GET", .target = "/", .target_len = 1, .content_length = -1, .websocket = true};
+    t.v = (struct egress_http_verdict){.allow = true};
+    ck_assert_int_eq(td_run(&t, &r, true, 0, &d), -EPERM);
+    ck_assert_str_eq(d.reason, "websocket_not_allowed");
+    ck_assert(!t.q.body);
+    t.v.websocket = true;
+    ck_assert_int_eq(td_run(&t, &r, true, 0, &d), 0);
+    t.v.inspect_strict = true;
+    ck_assert_int_eq(td_run(&t, &r, true, 0, &d), -EPERM);
+    ck_assert_str_eq(d.reason, "websocket_not_inspectable");
+    t.v = (struct egress_http_verdict){.allow = true, .would_deny = true};
+    ck_assert_int_eq(td_run(&t, &r, true, 0, &d), 0);
+}
+END_TEST
+
 START_TEST(json_answers)
 {
     struct al_buf b;
@@ -526,6 +608,7 @@ static Suite *suite(void)
     tcase_add_test(t, serializes_for_the_upstream);
     tcase_add_test(t, serializes_without_connection_options_and_overrides);
     tcase_add_test(t, serializes_responses_without_hop_by_hop_fields);
+    tcase_add_test(t, one_decision_on_a_head);
     tcase_add_test(t, json_answers);
     suite_add_tcase(s, t);
     return s;

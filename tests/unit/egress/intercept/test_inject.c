@@ -27,16 +27,6 @@ static const char POLICY[] = "version: 1\n"
                              "      - header: X-Api-Key\n"
                              "        placeholder: SERVICE_KEY\n"
                              "        secret: service/key\n"
-                             "  - name: ws\n"
-                             "    hosts: [ws.test]\n"
-                             "    tls: inspect\n"
-                             "    websocket: true\n"
-                             "  - name: wsi\n"
-                             "    hosts: [wsi.test]\n"
-                             "    websocket: true\n"
-                             "    inject:\n"
-                             "      - header: Authorization\n"
-                             "        value: \"token ${secret:github/token}\"\n"
                              "  - name: plain\n"
                              "    hosts: [plain.test]\n"
                              "    scheme: http\n"
@@ -128,21 +118,9 @@ START_TEST(host_must_be_sni)
 }
 END_TEST
 
-START_TEST(websocket_per_rule)
+START_TEST(upgrade_responses)
 {
-    struct intercept_req_info info = {.websocket = true};
     const char *reason;
-    struct policy_decision d = decide("echo.test", "GET", "/", true);
-    ck_assert_int_eq(d.verdict, POLICY_ALLOW);
-    ck_assert_int_eq(intercept_request_check_decided(&info, &d, &reason), -EPERM);
-    ck_assert_str_eq(reason, "websocket_not_allowed");
-    d = decide("ws.test", "GET", "/chat", true);
-    ck_assert_int_eq(intercept_request_check_decided(&info, &d, &reason), 0);
-    d = decide("wsi.test", "GET", "/chat", true);
-    ck_assert_int_eq(intercept_request_check_decided(&info, &d, &reason), -EPERM);
-    ck_assert_str_eq(reason, "websocket_not_inspectable");
-    info.websocket = false;
-    ck_assert_int_eq(intercept_request_check_decided(&info, &d, &reason), 0);
     ck_assert_int_eq(intercept_response_check(101, false, &reason), -EPROTO);
     ck_assert_str_eq(reason, "unrequested_upgrade");
     ck_assert_int_eq(intercept_response_check(101, true, &reason), 0);
@@ -486,7 +464,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("inject");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, host_must_be_sni);
-    tcase_add_test(tc, websocket_per_rule);
+    tcase_add_test(tc, upgrade_responses);
     tcase_add_test(tc, replace_mode);
     tcase_add_test(tc, gates_refuse);
     tcase_add_test(tc, report_mode_never_injects);
