@@ -35,6 +35,13 @@ struct vmm_sweep_opts {
     const char *only;
 };
 
+/* What a rollback reports. */
+struct vmm_rolled_back {
+    struct vmm_started started; /* the new agent, as start reports it */
+    json_t *info;               /* what to answer (new reference) */
+    bool stopped;               /* whether the sandbox's processes are gone */
+};
+
 struct vmm_backend {
     const char *name;
     size_t priv_size;
@@ -65,11 +72,11 @@ struct vmm_backend {
     int (*snapshot)(void *priv, const char *dest, json_t **info, struct al_error *err);
     /* Optional (jail): replaces the running sandbox's file system by the snapshot dir (one
      * of its own): its processes are killed and its agent started again on agent_listen_fd
-     * (access_token: the agent's); out: the new agent, as start reports it; info: what to
-     * answer (new reference). Blocks for the kill and the copy. A failure with *stopped
-     * false changed nothing; with it true the sandbox's processes are gone. */
+     * (access_token: the agent's); out: the new agent and what to answer. Blocks for the
+     * kill and the copy. A failure with out->stopped false changed nothing; with it true the
+     * sandbox's processes are gone. */
     int (*rollback)(void *priv, const char *dir, const char *access_token, int agent_listen_fd,
-                    struct vmm_started *out, json_t **info, bool *stopped, struct al_error *err);
+                    struct vmm_rolled_back *out, struct al_error *err);
     /* After a crash of airlock-vmm: undo what the record describes. Blocking. */
     int (*cleanup_record)(const json_t *record, unsigned timeout_ms, struct al_error *err);
     /* Reclaims resources of sandboxes that have no live airlock-vmm. Blocking. */

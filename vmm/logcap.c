@@ -105,16 +105,19 @@ static void logcap__on_poll(uv_poll_t *h, int status, int events)
     (void)events;
 }
 
-int vmm_logcap_start(struct vmm_logcap *l, uv_loop_t *loop, int in_fd, const char *path,
-                     uint64_t max_bytes, uint64_t rate_bps, struct al_error *err)
+int vmm_logcap_start(struct vmm_logcap *l, uv_loop_t *loop, const struct vmm_logcap_opts *o,
+                     struct al_error *err)
 {
+    int in_fd = o->in_fd;
+    const char *path = o->path;
+    uint64_t max_bytes = o->max_bytes;
     void (*on_eof)(struct vmm_logcap *) = l->on_eof;
     memset(l, 0, sizeof *l);
     l->on_eof = on_eof;
     l->in_fd = in_fd;
     l->out_fd = -1;
     l->max_bytes = max_bytes;
-    l->rate_bps = rate_bps;
+    l->rate_bps = o->rate_bps;
     l->tokens = (double)max_bytes;
     if ((size_t)snprintf(l->path, sizeof l->path, "%s", path) >= sizeof l->path)
         return al_error_set(err, -ENAMETOOLONG, "log path too long");

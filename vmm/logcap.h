@@ -34,10 +34,17 @@ struct vmm_logcap {
     void (*on_eof)(struct vmm_logcap *l);
 };
 
-/* Starts capturing in_fd (ownership stays with the caller, who must keep it open until
+struct vmm_logcap_opts {
+    int in_fd;        /* -1: only create the file */
+    const char *path; /* the log file */
+    uint64_t max_bytes;
+    uint64_t rate_bps;
+};
+
+/* Starts capturing o->in_fd (ownership stays with the caller, who must keep it open until
  * the capture is stopped). */
-int vmm_logcap_start(struct vmm_logcap *l, uv_loop_t *loop, int in_fd, const char *path,
-                     uint64_t max_bytes, uint64_t rate_bps, struct al_error *err);
+int vmm_logcap_start(struct vmm_logcap *l, uv_loop_t *loop, const struct vmm_logcap_opts *o,
+                     struct al_error *err);
 /* Reads whatever is still in the pipe (bounded), then stops and closes the file. */
 void vmm_logcap_stop(struct vmm_logcap *l);
 /* Feeds bytes as if read from the pipe (tests). */

@@ -608,15 +608,15 @@ int vmm_rollback(struct vmm *v, const char *dir, const char *access_token,
         return lfd;
     /* Closed now, while its descriptor is the old agent's: reopened on the new agent's. */
     uv_close((uv_handle_t *)&v->pid_poll, vmm__watch_reopen);
-    struct vmm_started st = {.pid = -1, .pidfd = -1, .log_fd = -1};
-    json_t *info = NULL;
-    bool stopped = false;
+    struct vmm_rolled_back rb = {.started = {.pid = -1, .pidfd = -1, .log_fd = -1}};
     al_info("sandbox %s: rolling back to %s", v->spec.id, dir);
-    int rc = v->backend->rollback(v->priv, dir, access_token, lfd, &st, &info, &stopped, err);
+    int rc = v->backend->rollback(v->priv, dir, access_token, lfd, &rb, err);
     close(lfd);
+    json_t *info = rb.info;
+    const struct vmm_started st = rb.started;
     if (rc) {
         unlink(tmp);
-        if (stopped) {
+        if (rb.stopped) {
             /* Reaped by the backend; nothing of the sandbox runs. */
             al_error("sandbox %s: the rollback failed after its processes were stopped: %s",
                      v->spec.id, al_error_str(err));
@@ -941,8 +941,12 @@ int vmm_run(const struct vmm_opts *o)
     /* The log file exists before the agent runs, so the control plane can always serve it. */
     v->loop = uv_default_loop();
     v->log.on_eof = NULL;
-    if ((rc = vmm_logcap_start(&v->log, v->loop, -1, v->log_path, v->spec.log_max_bytes,
-                               VMM_LOG_RATE_BPS, &err)))
+    if ((rc = vmm_logcap_start(&v->log, v->loop,
+                               &(struct vmm_logcap_opts){.in_fd = -1,
+                                                         .path = v->log_path,
+                                                         .max_bytes = v->spec.log_max_bytes,
+                                                         .rate_bps = VMM_LOG_RATE_BPS},
+                               &err)))
         goto fail;
     vmm_logcap_stop(&v->log);
 
@@ -975,8 +979,12 @@ int vmm_run(const struct vmm_opts *o)
     uv_signal_start(&v->sig_term, vmm__on_signal, SIGTERM);
     uv_signal_start(&v->sig_int, vmm__on_signal, SIGINT);
     uv_signal_start(&v->sig_hup, vmm__on_signal, SIGHUP);
-    if ((rc = vmm_logcap_start(&v->log, v->loop, v->started.log_fd, v->log_path,
-                               v->spec.log_max_bytes, VMM_LOG_RATE_BPS, &err)))
+    if ((rc = vmm_logcap_start(&v->log, v->loop,
+                               &(struct vmm_logcap_opts){.in_fd = v->started.log_fd,
+                                                         .path = v->log_path,
+                                                         .max_bytes = v->spec.log_max_bytes,
+                                                         .rate_bps = VMM_LOG_RATE_BPS},
+                               &err)))
         al_warn("sandbox %s: agent logs will not be captured: %s", v->spec.id, err.msg);
     rc = vmm_api_start(v, &err);
     if (rc) {

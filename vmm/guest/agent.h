@@ -187,11 +187,17 @@ void agent_start_shutdown(struct agent *a, int sig);
 void agent_start_free(struct agent *a);
 
 /* ---- proc.c ------------------------------------------------------------------------- */
-/* Starts `/bin/bash -l -c cmdline` as the default user in the default workdir, tracked as a
- * process Start made (process.List shows it, Connect attaches to it by pid or tag); on_end
- * (may be NULL) is told of its exit. */
-int agent_proc_start_shell(struct agent *a, const char *cmdline, const char *tag,
-                           agent_child_exit_fn on_end, void *arg, pid_t *pid, struct al_error *err);
+struct agent_shell_opts {
+    const char *cmdline;
+    const char *tag;
+    agent_child_exit_fn on_end; /* may be NULL */
+    void *arg;                  /* on_end's */
+};
+/* Starts `/bin/bash -l -c o->cmdline` as the default user in the default workdir, tracked as
+ * a process Start made (process.List shows it, Connect attaches to it by pid or tag);
+ * o->on_end is told of its exit. */
+int agent_proc_start_shell(struct agent *a, const struct agent_shell_opts *o, pid_t *pid,
+                           struct al_error *err);
 
 /* ---- rpc.c -------------------------------------------------------------------------- */
 struct agent_call {
@@ -299,9 +305,16 @@ int agent_sudo_authorize(struct agent *a, uid_t uid, struct agent_user *caller,
  * -E; PATH the secure path; SUDO_USER, SUDO_UID, SUDO_GID, SUDO_COMMAND; the command line's
  * NAME=value last) over what a process the API starts as the target gets (the sandbox's
  * variables and CA settings). */
-char **agent_sudo_env(struct agent *a, const struct agent_user *caller, uid_t caller_uid,
-                      gid_t caller_gid, const struct agent_user *target,
-                      const struct agent_sudo_req *req, const char *shell, const char *command);
+struct agent_sudo_env_opts {
+    const struct agent_user *caller;
+    uid_t caller_uid; /* the calling process's ids (SUDO_UID, SUDO_GID) */
+    gid_t caller_gid;
+    const struct agent_user *target;
+    const struct agent_sudo_req *req;
+    const char *shell;   /* SHELL */
+    const char *command; /* SUDO_COMMAND */
+};
+char **agent_sudo_env(struct agent *a, const struct agent_sudo_env_opts *o);
 /* An executable (regular, some x bit) called file in the absolute entries of path. */
 int agent_sudo_find(const char *file, const char *path, char *out, size_t outlen);
 

@@ -585,7 +585,7 @@ static int proc__spawn(struct agent *a, const struct proc__spec *q, struct agent
     int master = -1, slave = -1;
     struct al_spawn so = {0};
     if (pty) {
-        if (agent_pty_open(cols, rows, u.uid, u.gid, &master, &slave, e) < 0) {
+        if (agent_pty_open(cols, rows, &u, &master, &slave, e) < 0) {
             free(argv);
             agent_free_strv(envp);
             return proc__fail(code, AGENT_CONNECT_INVALID_ARGUMENT, e, "%s", al_error_str(e));
@@ -679,21 +679,21 @@ static int proc__spawn(struct agent *a, const struct proc__spec *q, struct agent
     return 0;
 }
 
-int agent_proc_start_shell(struct agent *a, const char *cmdline, const char *tag,
-                           agent_child_exit_fn on_end, void *arg, pid_t *pid, struct al_error *err)
+int agent_proc_start_shell(struct agent *a, const struct agent_shell_opts *o, pid_t *pid,
+                           struct al_error *err)
 {
-    json_t *args = json_pack("[s,s,s]", "-l", "-c", cmdline);
+    json_t *args = json_pack("[s,s,s]", "-l", "-c", o->cmdline);
     if (!args)
         return al_error_set(err, -ENOMEM, "out of memory");
-    struct proc__spec q = {.cmd = "/bin/bash", .args = args, .tag = tag, .left = -1};
+    struct proc__spec q = {.cmd = "/bin/bash", .args = args, .tag = o->tag, .left = -1};
     struct agent_proc *p = NULL;
     enum agent_connect_code code;
     int r = proc__spawn(a, &q, &p, &code, err);
     json_decref(args);
     if (r < 0)
         return -EINVAL;
-    p->on_end = on_end;
-    p->on_end_arg = arg;
+    p->on_end = o->on_end;
+    p->on_end_arg = o->arg;
     *pid = p->pid;
     return 0;
 }

@@ -66,8 +66,8 @@ int agent_build_caps(struct agent *a, struct al_error *err)
     return 0;
 }
 
-int agent_pty_open(unsigned cols, unsigned rows, uid_t uid, gid_t gid, int *master, int *slave,
-                   struct al_error *err)
+int agent_pty_open(unsigned cols, unsigned rows, const struct agent_user *owner, int *master,
+                   int *slave, struct al_error *err)
 {
     int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (m < 0)
@@ -84,7 +84,7 @@ int agent_pty_open(unsigned cols, unsigned rows, uid_t uid, gid_t gid, int *mast
         close(m);
         return al_error_set(err, -e, "cannot open the pty slave %s: %s", name, strerror(e));
     }
-    if (uid != (uid_t)-1 && fchown(s, uid, gid) < 0 && errno != EPERM) {
+    if (owner->uid != (uid_t)-1 && fchown(s, owner->uid, owner->gid) < 0 && errno != EPERM) {
         /* best effort: the child already holds the fd, ownership only matters for reopening */
     }
     agent_pty_resize(m, cols, rows);

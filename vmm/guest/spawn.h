@@ -24,9 +24,9 @@ void agent_spawn_user(const struct agent *a, struct al_spawn *s, const char *fil
                       char *const *argv, char *const *envp, const struct agent_user *u);
 
 /* Opens a pty pair (master non-blocking, both close-on-exec) with the given size and, when
- * uid != (uid_t)-1, hands the slave to that user. */
-int agent_pty_open(unsigned cols, unsigned rows, uid_t uid, gid_t gid, int *master, int *slave,
-                   struct al_error *err);
+ * owner->uid != (uid_t)-1, hands the slave to that user. */
+int agent_pty_open(unsigned cols, unsigned rows, const struct agent_user *owner, int *master,
+                   int *slave, struct al_error *err);
 int agent_pty_resize(int master, unsigned cols, unsigned rows);
 
 /* envd's end event for a wait status: status "exit status 3" / "signal: killed"

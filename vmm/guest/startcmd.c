@@ -233,7 +233,11 @@ void agent_start_begin(struct agent *a)
     a->start = st;
     if (a->start_cmd) {
         struct al_error e = {0};
-        if (agent_proc_start_shell(a, a->start_cmd, "startCmd", start__cmd_ended, st,
+        if (agent_proc_start_shell(a,
+                                   &(struct agent_shell_opts){.cmdline = a->start_cmd,
+                                                              .tag = "startCmd",
+                                                              .on_end = start__cmd_ended,
+                                                              .arg = st},
                                    &st->start_pid, &e) < 0) {
             start__fail(st, "startCmd '%.300s' could not be started: %s", a->start_cmd,
                         al_error_str(&e));

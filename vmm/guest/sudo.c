@@ -211,10 +211,10 @@ static void sudo__set(json_t *env, const char *name, size_t nl, const char *valu
     json_object_set_new_nocheck(env, key, json_string_nocheck(value));
 }
 
-char **agent_sudo_env(struct agent *a, const struct agent_user *caller, uid_t caller_uid,
-                      gid_t caller_gid, const struct agent_user *target,
-                      const struct agent_sudo_req *req, const char *shell, const char *command)
+char **agent_sudo_env(struct agent *a, const struct agent_sudo_env_opts *o)
 {
+    const struct agent_user *caller = o->caller, *target = o->target;
+    const struct agent_sudo_req *req = o->req;
     json_t *x = json_object();
     if (!x)
         return NULL;
@@ -236,18 +236,18 @@ char **agent_sudo_env(struct agent *a, const struct agent_user *caller, uid_t ca
     if (!req->preserve_env || login)
         sudo__set(x, "HOME", 4, target->home);
     if (!req->preserve_env || login || !json_object_get(x, "SHELL"))
-        sudo__set(x, "SHELL", 5, shell);
+        sudo__set(x, "SHELL", 5, o->shell);
     sudo__set(x, "USER", 4, target->name);
     sudo__set(x, "LOGNAME", 7, target->name);
     sudo__set(x, "MAIL", 4, mail);
     sudo__set(x, "PATH", 4, AGENT_SUDO_SECURE_PATH);
     char num[24];
     sudo__set(x, "SUDO_USER", 9, caller->name);
-    snprintf(num, sizeof num, "%u", (unsigned)caller_uid);
+    snprintf(num, sizeof num, "%u", (unsigned)o->caller_uid);
     sudo__set(x, "SUDO_UID", 8, num);
-    snprintf(num, sizeof num, "%u", (unsigned)caller_gid);
+    snprintf(num, sizeof num, "%u", (unsigned)o->caller_gid);
     sudo__set(x, "SUDO_GID", 8, num);
-    sudo__set(x, "SUDO_COMMAND", 12, command);
+    sudo__set(x, "SUDO_COMMAND", 12, o->command);
     for (size_t i = 0; i < req->setenvc; i++) {
         const char *e = req->setenv[i], *eq = strchr(e, '=');
         if (eq && sudo__name_ok(e, (size_t)(eq - e)))
@@ -525,8 +525,13 @@ static void sudo__run(struct sudo__sess *s, struct agent_sudo_req *req)
     }
     char cmdline[SUDO_COMMAND_MAX + 1];
     sudo__command_line(file, argv + 1, cmdline, sizeof cmdline);
-    char **envp =
-        agent_sudo_env(a, &caller, s->cred.uid, s->cred.gid, &target, req, shell, cmdline);
+    char **envp = agent_sudo_env(a, &(struct agent_sudo_env_opts){.caller = &caller,
+                                                                  .caller_uid = s->cred.uid,
+                                                                  .caller_gid = s->cred.gid,
+                                                                  .target = &target,
+                                                                  .req = req,
+                                                                  .shell = shell,
+                                                                  .command = cmdline});
     if (!envp) {
         free(argv);
         free(quoted);

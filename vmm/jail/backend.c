@@ -52,14 +52,14 @@ static int jb__start(void *priv, int listen_fd, struct vmm_started *out, struct 
 }
 
 static int jb__rollback(void *priv, const char *dir, const char *access_token, int listen_fd,
-                        struct vmm_started *out, json_t **info, bool *stopped, struct al_error *err)
+                        struct vmm_rolled_back *out, struct al_error *err)
 {
     struct jail *j = priv;
     pid_t old = j->pid;
-    int rc = jail_rollback(j, dir, access_token, listen_fd, info, err);
-    *stopped = j->pid != old;
+    int rc = jail_rollback(j, dir, access_token, listen_fd, &out->info, err);
+    out->stopped = j->pid != old;
     if (rc == 0)
-        jb__started(j, out);
+        jb__started(j, &out->started);
     return rc;
 }
 

@@ -244,22 +244,29 @@ int jail_cg_init(struct jail_cg *cg, const struct jail_cg_layout *layout, const 
     return cg__init(cg, layout, parent, id, err);
 }
 
-static int cg__add(struct jail_cg_write *out, size_t max, size_t *n, const char *dir,
-                   const char *file, const char *value, bool optional)
+/* The writes planned so far: n of at most max in out. */
+struct cg__plan {
+    struct jail_cg_write *out;
+    size_t max, n;
+};
+
+static int cg__add(struct cg__plan *pl, const char *dir, const char *file, const char *value,
+                   bool optional)
 {
-    if (*n >= max)
+    if (pl->n >= pl->max)
         return -ENOSPC;
-    snprintf(out[*n].path, sizeof out[*n].path, "%s/%s", dir, file);
-    snprintf(out[*n].value, sizeof out[*n].value, "%s", value);
-    out[*n].optional = optional;
-    (*n)++;
+    struct jail_cg_write *w = &pl->out[pl->n];
+    snprintf(w->path, sizeof w->path, "%s/%s", dir, file);
+    snprintf(w->value, sizeof w->value, "%s", value);
+    w->optional = optional;
+    pl->n++;
     return 0;
 }
 
 int jail_cg_plan(const struct jail_cg *cg, const struct jail_cg_limits *lim,
                  struct jail_cg_write *out, size_t max)
 {
-    size_t n = 0;
+    struct cg__plan pl = {.out = out, .max = max};
     char v[64];
     int rc = 0;
     const uint64_t period = 100000; /* 100 ms, the kernel default */
@@ -270,34 +277,34 @@ int jail_cg_plan(const struct jail_cg *cg, const struct jail_cg_limits *lim,
         const char *d = cg->dir[JAIL_CG_MEMORY];
         if (lim->memory_bytes) {
             snprintf(v, sizeof v, "%" PRIu64, lim->memory_bytes);
-            rc |= cg__add(out, max, &n, d, "memory.max", v, false);
+            rc |= cg__add(&pl, d, "memory.max", v, false);
             /* No swap: a sandbox must not push its memory (tmpfs included) to swap. */
-            rc |= cg__add(out, max, &n, d, "memory.swap.max", "0", true);
+            rc |= cg__add(&pl, d, "memory.swap.max", "0", true);
         }
         snprintf(v, sizeof v, lim->pids ? "%" PRIu32 : "max", lim->pids);
-        rc |= cg__add(out, max, &n, cg->dir[JAIL_CG_PIDS], "pids.max", v, false);
+        rc |= cg__add(&pl, cg->dir[JAIL_CG_PIDS], "pids.max", v, false);
         if (quota)
             snprintf(v, sizeof v, "%" PRIu64 " %" PRIu64, quota, period);
         else
             snprintf(v, sizeof v, "max %" PRIu64, period);
-        rc |= cg__add(out, max, &n, cg->dir[JAIL_CG_CPU], "cpu.max", v, false);
+        rc |= cg__add(&pl, cg->dir[JAIL_CG_CPU], "cpu.max", v, false);
     } else {
         const char *d = cg->dir[JAIL_CG_MEMORY];
         snprintf(v, sizeof v, "%" PRId64, lim->memory_bytes ? (int64_t)lim->memory_bytes : -1);
-        rc |= cg__add(out, max, &n, d, "memory.limit_in_bytes", v, false);
+        rc |= cg__add(&pl, d, "memory.limit_in_bytes", v, false);
         /* memory+swap = memory: nothing can be swapped out (only where swap accounting
          * exists; the file is absent otherwise). Written after the memory limit, which it
          * must not be below. */
-        rc |= cg__add(out, max, &n, d, "memory.memsw.limit_in_bytes", v, true);
-        rc |= cg__add(out, max, &n, d, "memory.swappiness", "0", true);
+        rc |= cg__add(&pl, d, "memory.memsw.limit_in_bytes", v, true);
+        rc |= cg__add(&pl, d, "memory.swappiness", "0", true);
         snprintf(v, sizeof v, lim->pids ? "%" PRIu32 : "max", lim->pids);
-        rc |= cg__add(out, max, &n, cg->dir[JAIL_CG_PIDS], "pids.max", v, false);
+        rc |= cg__add(&pl, cg->dir[JAIL_CG_PIDS], "pids.max", v, false);
         snprintf(v, sizeof v, "%" PRIu64, period);
-        rc |= cg__add(out, max, &n, cg->dir[JAIL_CG_CPU], "cpu.cfs_period_us", v, false);
+        rc |= cg__add(&pl, cg->dir[JAIL_CG_CPU], "cpu.cfs_period_us", v, false);
         snprintf(v, sizeof v, "%" PRId64, quota ? (int64_t)quota : -1);
-        rc |= cg__add(out, max, &n, cg->dir[JAIL_CG_CPU], "cpu.cfs_quota_us", v, false);
+        rc |= cg__add(&pl, cg->dir[JAIL_CG_CPU], "cpu.cfs_quota_us", v, false);
     }
-    return rc ? -ENOSPC : (int)n;
+    return rc ? -ENOSPC : (int)pl.n;
 }
 
 /* ---- file helpers --------------------------------------------------------------- */

@@ -38,6 +38,7 @@ struct fscopy {
     struct fscopy_link *links;
     size_t n_links, cap_links;
     char *buf; /* FSCOPY_CHUNK, for copies copy_file_range cannot do */
+    char *rel; /* PATH_MAX: the entry at hand, relative to the roots */
 };
 
 static bool fc__skipped(const struct fscopy *c, const char *rel)
@@ -240,11 +241,13 @@ static void fc__link_add(struct fscopy *c, const struct stat *st, const char *re
     c->links[c->n_links++] = (struct fscopy_link){st->st_dev, st->st_ino, p};
 }
 
-static int fc__dir(struct fscopy *c, int src, int dst, char *rel, size_t rel_len, int depth);
+static int fc__dir(struct fscopy *c, int src, int dst, size_t rel_len, int depth);
 
-static int fc__entry(struct fscopy *c, int srcdir, int dstdir, const char *name, char *rel,
-                     size_t rel_len, int depth)
+/* Copies srcdir/name to dstdir/name; c->rel (rel_len bytes) names it. */
+static int fc__entry(struct fscopy *c, int srcdir, int dstdir, const char *name, size_t rel_len,
+                     int depth)
 {
+    const char *rel = c->rel;
     struct stat st;
     if (fstatat(srcdir, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
         return errno == ENOENT ? 0 : al_error_set(c->err, -errno, "%s: %s", rel, strerror(errno));
@@ -283,7 +286,7 @@ static int fc__entry(struct fscopy *c, int srcdir, int dstdir, const char *name,
         }
         rc = fc__xattrs(c, s, d, rel);
         if (!rc)
-            rc = fc__dir(c, s, d, rel, rel_len, depth + 1);
+            rc = fc__dir(c, s, d, rel_len, depth + 1);
         /* Last: a read-only directory can be filled first; a merged one keeps its own. */
         if (!rc && !exists)
             rc = fc__meta_fd(c, d, &st, uid, gid, rel);
@@ -355,8 +358,9 @@ static int fc__entry(struct fscopy *c, int srcdir, int dstdir, const char *name,
     return 0;
 }
 
-static int fc__dir(struct fscopy *c, int src, int dst, char *rel, size_t rel_len, int depth)
+static int fc__dir(struct fscopy *c, int src, int dst, size_t rel_len, int depth)
 {
+    char *rel = c->rel;
     int fd = fcntl(src, F_DUPFD_CLOEXEC, 0);
     if (fd < 0)
         return al_error_set(c->err, -errno, "dup: %s", strerror(errno));
@@ -381,7 +385,7 @@ static int fc__dir(struct fscopy *c, int src, int dst, char *rel, size_t rel_len
         if (at)
             rel[at++] = '/';
         memcpy(rel + at, e->d_name, nl + 1);
-        rc = fc__entry(c, src, dst, e->d_name, rel, at + nl, depth);
+        rc = fc__entry(c, src, dst, e->d_name, at + nl, depth);
         rel[rel_len] = '\0';
     }
     closedir(d);
@@ -395,19 +399,19 @@ int jail_fscopy(int src_dir, int dst_dir, const struct jail_fscopy_opts *o,
     if (!o->id_count)
         return al_error_set(err, -EINVAL, "fscopy: no id range");
     struct fscopy c = {.o = o, .st = st, .err = err, .dst_root = dst_dir};
-    char *rel = malloc(PATH_MAX);
+    c.rel = malloc(PATH_MAX);
     c.buf = malloc(FSCOPY_CHUNK);
     int rc;
-    if (!rel || !c.buf) {
+    if (!c.rel || !c.buf) {
         rc = al_error_set(err, -ENOMEM, "out of memory");
     } else {
-        rel[0] = '\0';
-        rc = fc__dir(&c, src_dir, dst_dir, rel, 0, 0);
+        c.rel[0] = '\0';
+        rc = fc__dir(&c, src_dir, dst_dir, 0, 0);
     }
     for (size_t i = 0; i < c.n_links; i++)
         free(c.links[i].path);
     free(c.links);
     free(c.buf);
-    free(rel);
+    free(c.rel);
     return rc;
 }

@@ -468,16 +468,25 @@ static int jail__child_failed(int errfd, int rc, struct al_error *err)
                         strerror(-rc));
 }
 
-/* Waits (up to timeout_ms) for the child's message want, with its payload (len bytes into
- * data) and at most one descriptor (*fd, or none if fd is NULL). Anything else: the
- * child's own reason from errfd, or that it hung or died. */
-static int jail__expect(int sock, int errfd, int timeout_ms, char want, void *data, size_t len,
-                        int *fd, struct al_error *err)
+/* A message the parent waits for from the child. */
+struct jail__want {
+    char tag;
+    void *data; /* its payload, len bytes */
+    size_t len;
+    int *fd; /* its one descriptor, or NULL for none */
+};
+
+/* Waits (up to timeout_ms) for the child's message w. Anything else: the child's own reason
+ * from errfd, or that it hung or died. */
+static int jail__expect(int sock, int errfd, int timeout_ms, const struct jail__want *w,
+                        struct al_error *err)
 {
+    char want = w->tag;
+    int *fd = w->fd;
     int tag = -ETIMEDOUT, fds[1];
     size_t nfd = 0;
     if (jail__wait_readable(sock, timeout_ms) == 0)
-        tag = jail__recv_msg(sock, data, len, fds, fd ? 1 : 0, &nfd);
+        tag = jail__recv_msg(sock, w->data, w->len, fds, fd ? 1 : 0, &nfd);
     if (tag == want && (!fd || nfd == 1)) {
         if (fd)
             *fd = fds[0];
@@ -1188,8 +1197,8 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
     if (j->restore) {
         /* The child waits with its upper directory until it is filled. */
         uint64_t tr = al_now_ns();
-        if ((rc = jail__expect(sv[0], errp[0], (int)s->start_timeout_ms, 'U', NULL, 0, &j->upper_fd,
-                               err)) ||
+        if ((rc = jail__expect(sv[0], errp[0], (int)s->start_timeout_ms,
+                               &(struct jail__want){.tag = 'U', .fd = &j->upper_fd}, err)) ||
             (rc = jail_snapshot_fill(j, err)))
             goto fail;
         if ((rc = jail__send_fds(sv[0], 'F', NULL, 0))) {
@@ -1207,11 +1216,14 @@ int jail_start(struct jail *j, int agent_listen_fd, struct al_error *err)
 
     /* The child hands over its upper directory ('U', unless it did so above), then reports
      * 'R' when it is ready to exec, or an error on errp. */
-    if (!j->restore && (rc = jail__expect(sv[0], errp[0], (int)s->start_timeout_ms, 'U', NULL, 0,
-                                          &j->upper_fd, err)))
+    if (!j->restore &&
+        (rc = jail__expect(sv[0], errp[0], (int)s->start_timeout_ms,
+                           &(struct jail__want){.tag = 'U', .fd = &j->upper_fd}, err)))
         goto fail;
-    if ((rc = jail__expect(sv[0], errp[0], (int)s->start_timeout_ms, 'R', &j->timing.child,
-                           sizeof j->timing.child, NULL, err)))
+    if ((rc = jail__expect(sv[0], errp[0], (int)s->start_timeout_ms,
+                           &(struct jail__want){
+                               .tag = 'R', .data = &j->timing.child, .len = sizeof j->timing.child},
+                           err)))
         goto fail;
     j->timing.child_ns = al_now_ns() - t3;
     uint64_t t4 = al_now_ns();

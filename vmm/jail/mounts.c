@@ -20,7 +20,7 @@
 /* ---- plan ------------------------------------------------------------------------ */
 
 static int mnt__add(struct jail_mnt_plan *p, enum jail_mnt_kind kind, const char *target,
-                    const char *source, const char *data, unsigned attr, int fd_index)
+                    const char *source, const char *data, unsigned attr)
 {
     if (p->n >= JAIL_MNT_MAX)
         return -E2BIG;
@@ -33,9 +33,18 @@ static int mnt__add(struct jail_mnt_plan *p, enum jail_mnt_kind kind, const char
         (size_t)snprintf(s->data, sizeof s->data, "%s", data ? data : "") >= sizeof s->data)
         return -ENAMETOOLONG;
     s->attr = attr;
-    s->fd_index = fd_index;
+    s->fd_index = -1;
     p->n++;
     return 0;
+}
+
+/* A JAIL_MNT_FD step: the tree of descriptor fd_index attached at target. */
+static int mnt__add_fd(struct jail_mnt_plan *p, const char *target, int fd_index)
+{
+    int rc = mnt__add(p, JAIL_MNT_FD, target, NULL, NULL, 0);
+    if (rc == 0)
+        p->steps[p->n - 1].fd_index = fd_index;
+    return rc;
 }
 
 int jail_mnt_plan_build(const struct jail_mnt_opts *o, struct jail_mnt_plan *p)
@@ -55,44 +64,44 @@ int jail_mnt_plan_build(const struct jail_mnt_opts *o, struct jail_mnt_plan *p)
     int rc = 0;
     memset(p, 0, sizeof *p);
 
-    rc |= mnt__add(p, JAIL_MNT_PROC, "proc", NULL, NULL, nsd | JAIL_MA_NOEXEC, -1);
+    rc |= mnt__add(p, JAIL_MNT_PROC, "proc", NULL, NULL, nsd | JAIL_MA_NOEXEC);
     for (const char *const *f = mask_files; *f; f++)
         rc |= mnt__add(p, JAIL_MNT_MASK_FILE, *f, "/dev/null", NULL,
-                       JAIL_MA_RDONLY | JAIL_MA_NOSUID | JAIL_MA_NOEXEC, -1);
+                       JAIL_MA_RDONLY | JAIL_MA_NOSUID | JAIL_MA_NOEXEC);
     for (const char *const *d = mask_dirs; *d; d++)
-        rc |= mnt__add(p, JAIL_MNT_MASK_DIR, *d, NULL, NULL, 0, -1);
+        rc |= mnt__add(p, JAIL_MNT_MASK_DIR, *d, NULL, NULL, 0);
     for (const char *const *d = ro_dirs; *d; d++)
-        rc |= mnt__add(p, JAIL_MNT_RO_SELF, *d, NULL, NULL, 0, -1);
+        rc |= mnt__add(p, JAIL_MNT_RO_SELF, *d, NULL, NULL, 0);
 
     rc |= mnt__add(p, JAIL_MNT_TMPFS, "dev", NULL, "mode=0755,size=65536,nr_inodes=64",
-                   JAIL_MA_NOSUID | JAIL_MA_NOEXEC, -1);
+                   JAIL_MA_NOSUID | JAIL_MA_NOEXEC);
     for (const char *const *n = nodes; *n; n++) {
         char t[64], s[64];
         snprintf(t, sizeof t, "dev/%s", *n);
         snprintf(s, sizeof s, "/dev/%s", *n);
-        rc |= mnt__add(p, JAIL_MNT_DEV_NODE, t, s, NULL, JAIL_MA_NOSUID | JAIL_MA_NOEXEC, -1);
+        rc |= mnt__add(p, JAIL_MNT_DEV_NODE, t, s, NULL, JAIL_MA_NOSUID | JAIL_MA_NOEXEC);
     }
     /* Not nodev: /dev/pts/ptmx and the ptys are device nodes of this instance. */
     rc |= mnt__add(p, JAIL_MNT_DEVPTS, "dev/pts", NULL, "newinstance,ptmxmode=0666,mode=0620,gid=5",
-                   JAIL_MA_NOSUID | JAIL_MA_NOEXEC, -1);
-    rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/ptmx", "pts/ptmx", NULL, 0, -1);
-    rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/fd", "/proc/self/fd", NULL, 0, -1);
-    rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/stdin", "/proc/self/fd/0", NULL, 0, -1);
-    rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/stdout", "/proc/self/fd/1", NULL, 0, -1);
-    rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/stderr", "/proc/self/fd/2", NULL, 0, -1);
-    rc |= mnt__add(p, JAIL_MNT_UPPER_BIND, "dev/shm", "shm", NULL, nsd | JAIL_MA_NOEXEC, -1);
-    rc |= mnt__add(p, JAIL_MNT_READONLY, "dev", NULL, NULL, JAIL_MA_RDONLY, -1);
+                   JAIL_MA_NOSUID | JAIL_MA_NOEXEC);
+    rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/ptmx", "pts/ptmx", NULL, 0);
+    rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/fd", "/proc/self/fd", NULL, 0);
+    rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/stdin", "/proc/self/fd/0", NULL, 0);
+    rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/stdout", "/proc/self/fd/1", NULL, 0);
+    rc |= mnt__add(p, JAIL_MNT_SYMLINK, "dev/stderr", "/proc/self/fd/2", NULL, 0);
+    rc |= mnt__add(p, JAIL_MNT_UPPER_BIND, "dev/shm", "shm", NULL, nsd | JAIL_MA_NOEXEC);
+    rc |= mnt__add(p, JAIL_MNT_READONLY, "dev", NULL, NULL, JAIL_MA_RDONLY);
 
     rc |= mnt__add(p, JAIL_MNT_TMPFS, "sys", NULL, "mode=0555,size=4096,nr_inodes=1",
-                   JAIL_MA_RDONLY | nsd | JAIL_MA_NOEXEC, -1);
-    rc |= mnt__add(p, JAIL_MNT_UPPER_BIND, "tmp", "tmp", NULL, nsd, -1);
+                   JAIL_MA_RDONLY | nsd | JAIL_MA_NOEXEC);
+    rc |= mnt__add(p, JAIL_MNT_UPPER_BIND, "tmp", "tmp", NULL, nsd);
     if (o->agent)
-        rc |= mnt__add(p, JAIL_MNT_FD, ".airlock", NULL, NULL, 0, 0);
+        rc |= mnt__add_fd(p, ".airlock", 0);
     for (size_t i = 0; i < o->n_binds && i < 16; i++) {
         const char *t = o->bind_targets[i];
         if (!t || t[0] != '/' || !t[1])
             return -EINVAL;
-        rc |= mnt__add(p, JAIL_MNT_FD, t + 1, NULL, NULL, 0, (int)(1 + i));
+        rc |= mnt__add_fd(p, t + 1, (int)(1 + i));
     }
     return rc ? -E2BIG : 0;
 }

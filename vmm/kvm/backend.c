@@ -104,10 +104,20 @@ struct kvm_be {
 
 /* ---- paths ---------------------------------------------------------------------------------- */
 
+/* A file the backend needs, and where it looks for it. */
+struct kb__file {
+    const char *env;      /* $env names it, or NULL */
+    const char *name;     /* <bindir>/name, or NULL */
+    const char *fallback; /* the installed path */
+    int mode;             /* access(2) mode it needs */
+    const char *what;     /* for the error */
+};
+
 /* The first of: $env, <bindir>/name, fallback that exists. */
-static int kb__find(char *out, size_t len, const char *env, const char *name, const char *fallback,
-                    int mode, const char *what, struct al_error *err)
+static int kb__find(char *out, size_t len, const struct kb__file *f, struct al_error *err)
 {
+    const char *env = f->env, *name = f->name, *fallback = f->fallback, *what = f->what;
+    int mode = f->mode;
     const char *e = env ? getenv(env) : NULL;
     if (e && *e) {
         if (access(e, mode) < 0)
@@ -140,10 +150,13 @@ static int kb__find_kernel(struct kvm_be *k, struct al_error *err)
         snprintf(k->kernel, sizeof k->kernel, "%s", p);
         return 0;
     }
-    return kb__find(k->kernel, sizeof k->kernel, "AIRLOCK_KVM_KERNEL", NULL,
-                    "/usr/lib/airlock/kvm/bzImage", R_OK,
-                    "the guest kernel (build it with vmm/kvm/guest-kernel/build, then set "
-                    "spec.kvm.kernel or $AIRLOCK_KVM_KERNEL)",
+    return kb__find(k->kernel, sizeof k->kernel,
+                    &(struct kb__file){.env = "AIRLOCK_KVM_KERNEL",
+                                       .fallback = "/usr/lib/airlock/kvm/bzImage",
+                                       .mode = R_OK,
+                                       .what = "the guest kernel (build it with "
+                                               "vmm/kvm/guest-kernel/build, then set "
+                                               "spec.kvm.kernel or $AIRLOCK_KVM_KERNEL)"},
                     err);
 }
 
@@ -264,15 +277,27 @@ static int kb__prepare(void *priv, const struct vmm_spec *spec, const char *stat
     int rc;
     if ((rc = vmm_kvm_check_device(err)) < 0)
         return rc;
-    if ((rc = kb__find(k->vmm_bin, sizeof k->vmm_bin, "AIRLOCK_VMM_KVM", "airlock-vmm-kvm",
-                       "/usr/lib/airlock/kvm/airlock-vmm-kvm", X_OK, "the VMM airlock-vmm-kvm",
+    if ((rc = kb__find(k->vmm_bin, sizeof k->vmm_bin,
+                       &(struct kb__file){.env = "AIRLOCK_VMM_KVM",
+                                          .name = "airlock-vmm-kvm",
+                                          .fallback = "/usr/lib/airlock/kvm/airlock-vmm-kvm",
+                                          .mode = X_OK,
+                                          .what = "the VMM airlock-vmm-kvm"},
                        err)) ||
-        (rc = kb__find(k->init_bin, sizeof k->init_bin, "AIRLOCK_KVM_INIT", "airlock-kvm-init",
-                       "/usr/lib/airlock/kvm/airlock-kvm-init", R_OK,
-                       "the guest init airlock-kvm-init", err)) ||
-        (rc = kb__find(k->mkrootfs, sizeof k->mkrootfs, "AIRLOCK_KVM_MKROOTFS",
-                       "airlock-kvm-mkrootfs", "/usr/lib/airlock/kvm/mkrootfs", X_OK,
-                       "the image builder (vmm/kvm/mkrootfs)", err)) ||
+        (rc = kb__find(k->init_bin, sizeof k->init_bin,
+                       &(struct kb__file){.env = "AIRLOCK_KVM_INIT",
+                                          .name = "airlock-kvm-init",
+                                          .fallback = "/usr/lib/airlock/kvm/airlock-kvm-init",
+                                          .mode = R_OK,
+                                          .what = "the guest init airlock-kvm-init"},
+                       err)) ||
+        (rc = kb__find(k->mkrootfs, sizeof k->mkrootfs,
+                       &(struct kb__file){.env = "AIRLOCK_KVM_MKROOTFS",
+                                          .name = "airlock-kvm-mkrootfs",
+                                          .fallback = "/usr/lib/airlock/kvm/mkrootfs",
+                                          .mode = X_OK,
+                                          .what = "the image builder (vmm/kvm/mkrootfs)"},
+                       err)) ||
         (rc = kb__find_kernel(k, err)))
         return rc;
     if (spec->kvm_vcpus)
@@ -397,17 +422,25 @@ struct kb__vm {
     int pidfd, ctl, console_r;
 };
 
-/* Starts the VMM with argv (already complete but for descriptors): console (pipe, or -1
- * when argv has --console PATH), control socketpair, the agent's listening socket, tap. */
-static int kb__start_vmm(struct kvm_be *k, struct kb__argv *a, bool console_pipe, int agent_fd,
-                         int tap_fd, struct kb__vm *out, struct al_error *err)
+/* The descriptors a VMM starts with besides its control socketpair. */
+struct kb__vm_io {
+    bool console_pipe; /* a console pipe; false when argv has --console PATH */
+    int agent_fd;      /* the agent's listening socket */
+    int tap_fd;        /* -1: network unplugged */
+};
+
+/* Starts the VMM with argv (already complete but for descriptors) and io; its control
+ * socketpair and console pipe (if any) end up in *out. */
+static int kb__start_vmm(struct kvm_be *k, struct kb__argv *a, const struct kb__vm_io *io,
+                         struct kb__vm *out, struct al_error *err)
 {
+    int tap_fd = io->tap_fd;
     out->pid = -1;
     out->pidfd = out->ctl = out->console_r = -1;
     int sp[2], cp[2] = {-1, -1};
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
         return al_error_set(err, -errno, "socketpair: %s", strerror(errno));
-    if (console_pipe) {
+    if (io->console_pipe) {
         if (pipe2(cp, O_CLOEXEC) < 0) {
             int e = errno;
             close(sp[0]);
@@ -426,7 +459,8 @@ static int kb__start_vmm(struct kvm_be *k, struct kb__argv *a, bool console_pipe
     } else {
         kb__arg(a, "--net-unplugged");
     }
-    out->pid = kb__spawn(k, a->v, (const int[4]){cp[1], sp[1], agent_fd, tap_fd}, &out->pidfd, err);
+    out->pid =
+        kb__spawn(k, a->v, (const int[4]){cp[1], sp[1], io->agent_fd, tap_fd}, &out->pidfd, err);
     close(sp[1]);
     if (cp[1] >= 0)
         close(cp[1]);
@@ -484,10 +518,9 @@ static void kb__tail(const char *path, char *out, size_t len)
             out[i] = ' ';
 }
 
-/* kvm_cache_snap_fn: boots the template with no network and a private agent socket, waits
+/* kvm_snap_req.make: boots the template with no network and a private agent socket, waits
  * for /health, snapshots into <vm>/template-snap, stops the VM. */
-static int kb__make_template(void *ctx, char *parent, size_t plen, char *name, size_t nlen,
-                             uid_t *owner, struct al_error *err)
+static int kb__make_template(void *ctx, struct kvm_snap_made *made, struct al_error *err)
 {
     struct kvm_be *k = ctx;
     char sock[PATH_MAX], console[PATH_MAX], overlay[PATH_MAX], target[PATH_MAX + 16];
@@ -505,7 +538,7 @@ static int kb__make_template(void *ctx, char *parent, size_t plen, char *name, s
     kb__arg(&a, "--console");
     kb__arg(&a, console);
     struct kb__vm vm;
-    int rc = kb__start_vmm(k, &a, false, lfd, -1, &vm, err);
+    int rc = kb__start_vmm(k, &a, &(struct kb__vm_io){.agent_fd = lfd, .tap_fd = -1}, &vm, err);
     close(lfd);
     if (rc < 0)
         goto out;
@@ -547,9 +580,9 @@ static int kb__make_template(void *ctx, char *parent, size_t plen, char *name, s
             al_warn("sandbox %s: the template VM exited with status %d after its snapshot",
                     k->spec->id, st);
     }
-    snprintf(parent, plen, "%s", k->vm_dir);
-    snprintf(name, nlen, "template-snap");
-    *owner = k->host_uid;
+    snprintf(made->parent, sizeof made->parent, "%s", k->vm_dir);
+    snprintf(made->name, sizeof made->name, "template-snap");
+    made->owner = k->host_uid;
 out_vm:
     kb__vm_kill(&vm);
 out:
@@ -724,10 +757,11 @@ static int kb__start(void *priv, int agent_listen_fd, struct vmm_started *out, s
             .init_bin = k->init_bin,
             .mkrootfs = k->mkrootfs,
             .slack_mib = s->disk_bytes >> 20,
+            .run = kb__run,
+            .ctx = k,
         };
         char ikey[KVM_CACHE_KEY_LEN + 1];
-        if ((rc = kvm_cache_image(k->cache_dir, &ir, kb__run, k, k->image, sizeof k->image, ikey,
-                                  err)) < 0)
+        if ((rc = kvm_cache_image(k->cache_dir, &ir, k->image, sizeof k->image, ikey, err)) < 0)
             return rc;
         k->t_image_ns = al_now_ns() - t0;
         if (s->kvm_snapshot) {
@@ -741,10 +775,11 @@ static int kb__start(void *priv, int agent_listen_fd, struct vmm_started *out, s
                 .cmdline = cmdline,
                 .mem_bytes = k->mem_bytes,
                 .vcpus = k->vcpus,
+                .make = kb__make_template,
+                .ctx = k,
             };
-            struct kvm_snap_maker m = {.make = kb__make_template, .ctx = k};
             uint64_t t1 = al_now_ns();
-            if ((rc = kvm_cache_snapshot(k->cache_dir, &sr, &m, k->snapshot, sizeof k->snapshot,
+            if ((rc = kvm_cache_snapshot(k->cache_dir, &sr, k->snapshot, sizeof k->snapshot,
                                          &k->template_built, err)) < 0)
                 return rc;
             k->t_template_ns = al_now_ns() - t1;
@@ -774,7 +809,10 @@ static int kb__start(void *priv, int agent_listen_fd, struct vmm_started *out, s
                             "spec.network.tap_fd %d is not an open descriptor of airlock-vmm "
                             "(the control plane must leave the tap open across the exec)",
                             tap);
-    if ((rc = kb__start_vmm(k, &a, true, agent_listen_fd, tap, &vm, err)) < 0)
+    if ((rc = kb__start_vmm(
+             k, &a,
+             &(struct kb__vm_io){.console_pipe = true, .agent_fd = agent_listen_fd, .tap_fd = tap},
+             &vm, err)) < 0)
         return rc;
     if (tap >= 0)
         close(tap); /* the VMM holds the tap now; when it exits the device goes */

@@ -92,10 +92,12 @@ int kvm_boot_e820(const struct guest_mem *gm, struct e820_entry *out, int max)
     return n;
 }
 
-int kvm_boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t klen,
-                        const uint8_t *initrd, size_t ilen, const char *cmdline, uint64_t *entry,
+int kvm_boot_load_linux(const struct guest_mem *gm, const struct kvm_boot_linux *l, uint64_t *entry,
                         struct al_error *err)
 {
+    const uint8_t *kernel = l->kernel, *initrd = l->initrd;
+    size_t klen = l->klen, ilen = l->ilen;
+    const char *cmdline = l->cmdline;
     struct bzimage_info bi;
     int rc = kvm_boot_parse_bzimage(kernel, klen, &bi, err);
     if (rc < 0)

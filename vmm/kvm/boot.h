@@ -60,10 +60,18 @@ int kvm_boot_parse_bzimage(const uint8_t *img, size_t len, struct bzimage_info *
 /* Fills e820 from the memory layout; returns the number of entries. */
 int kvm_boot_e820(const struct guest_mem *gm, struct e820_entry *out, int max);
 
-/* Loads kernel (bzImage), initrd (may be NULL/0) and cmdline into guest memory and writes
- * the zero page at BOOT_ZERO_PAGE. On success *entry is the 64-bit entry point. */
-int kvm_boot_load_linux(const struct guest_mem *gm, const uint8_t *kernel, size_t klen,
-                        const uint8_t *initrd, size_t ilen, const char *cmdline, uint64_t *entry,
+/* What kvm_boot_load_linux loads. */
+struct kvm_boot_linux {
+    const uint8_t *kernel; /* bzImage */
+    size_t klen;
+    const uint8_t *initrd; /* may be NULL/0 */
+    size_t ilen;
+    const char *cmdline; /* may be NULL */
+};
+
+/* Loads l's kernel, initrd and cmdline into guest memory and writes the zero page at
+ * BOOT_ZERO_PAGE. On success *entry is the 64-bit entry point. */
+int kvm_boot_load_linux(const struct guest_mem *gm, const struct kvm_boot_linux *l, uint64_t *entry,
                         struct al_error *err);
 
 /* Offsets into the zero page / setup header that the loader and tests use. */

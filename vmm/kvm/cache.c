@@ -259,9 +259,8 @@ static void cache__write_info(const char *dir, json_t *info)
 
 /* ---- images ------------------------------------------------------------------------------ */
 
-int kvm_cache_image(const char *cache, const struct kvm_image_req *r, kvm_cache_run_fn run,
-                    void *ctx, char *out, size_t outlen, char key[KVM_CACHE_KEY_LEN + 1],
-                    struct al_error *err)
+int kvm_cache_image(const char *cache, const struct kvm_image_req *r, char *out, size_t outlen,
+                    char key[KVM_CACHE_KEY_LEN + 1], struct al_error *err)
 {
     int rc = cache__image_key(r, key, err);
     if (rc < 0)
@@ -303,7 +302,7 @@ int kvm_cache_image(const char *cache, const struct kvm_image_req *r, kvm_cache_
                     NULL};
     uint64_t t0 = al_now_ns();
     al_info("kvm cache: building the root image of template %s (key %s)", r->template_dir, key);
-    rc = run(ctx, argv, err);
+    rc = r->run(r->ctx, argv, err);
     if (rc == 0 && chmod(img, 0644) < 0)
         rc = al_error_set(err, -errno, "chmod %s: %s", img, strerror(errno));
     if (rc == 0) {
@@ -348,9 +347,8 @@ static int cache__snap_key(const struct kvm_snap_req *r, char key[KVM_CACHE_KEY_
     return 0;
 }
 
-int kvm_cache_snapshot(const char *cache, const struct kvm_snap_req *r,
-                       const struct kvm_snap_maker *m, char *out, size_t outlen, bool *built,
-                       struct al_error *err)
+int kvm_cache_snapshot(const char *cache, const struct kvm_snap_req *r, char *out, size_t outlen,
+                       bool *built, struct al_error *err)
 {
     *built = false;
     char key[KVM_CACHE_KEY_LEN + 1];
@@ -373,14 +371,13 @@ int kvm_cache_snapshot(const char *cache, const struct kvm_snap_req *r,
     uint64_t t0 = al_now_ns();
     al_info("kvm cache: making the template snapshot %s (%llu MiB, %u vCPU)", key,
             (unsigned long long)(r->mem_bytes >> 20), r->vcpus);
-    char parent[PATH_MAX], name[128];
-    uid_t owner = 0;
-    rc = m->make(m->ctx, parent, sizeof parent, name, sizeof name, &owner, err);
+    struct kvm_snap_made made = {0};
+    rc = r->make(r->ctx, &made, err);
     if (rc < 0)
         return al_error_prefix(err, "making the template snapshot");
     char tmp[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%d", kd, key, (int)getpid());
-    if ((rc = kvm_cache_take_dir(parent, name, owner, tmp, err)) < 0)
+    if ((rc = kvm_cache_take_dir(made.parent, made.name, made.owner, tmp, err)) < 0)
         return rc;
     json_t *info = json_pack("{s:s,s:s,s:s,s:s,s:s,s:I,s:i,s:f}", "format", KVM_CACHE_FORMAT,
                              "image", r->image, "image_key", r->image_key, "kernel", r->kernel,

@@ -24,6 +24,7 @@
 #define AIRLOCK_VMM_KVM_CACHE_H
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -34,9 +35,6 @@
 
 /* Runs a helper (argv[0] is the program) to completion; 0 if it exited 0. */
 typedef int (*kvm_cache_run_fn)(void *ctx, char *const argv[], struct al_error *err);
-/* Boots the template VM and writes its snapshot into dir (absolute, to be created by the
- * VMM); 0 when the snapshot is complete. */
-typedef int (*kvm_cache_snap_fn)(void *ctx, const char *image, struct al_error *err);
 
 struct kvm_image_req {
     const char *template_dir;
@@ -44,13 +42,21 @@ struct kvm_image_req {
     const char *agent_dir;
     const char *init_bin; /* airlock-kvm-init */
     const char *mkrootfs;
-    uint64_t slack_mib; /* free space in the image for the sandbox's writes */
+    uint64_t slack_mib;   /* free space in the image for the sandbox's writes */
+    kvm_cache_run_fn run; /* runs mkrootfs */
+    void *ctx;            /* run's */
 };
 
-/* The image for r: cached, or built now with run(ctx, [mkrootfs ...]). out: its path. */
-int kvm_cache_image(const char *cache, const struct kvm_image_req *r, kvm_cache_run_fn run,
-                    void *ctx, char *out, size_t outlen, char key[KVM_CACHE_KEY_LEN + 1],
-                    struct al_error *err);
+/* The image for r: cached, or built now with r->run(r->ctx, [mkrootfs ...]). out: its path. */
+int kvm_cache_image(const char *cache, const struct kvm_image_req *r, char *out, size_t outlen,
+                    char key[KVM_CACHE_KEY_LEN + 1], struct al_error *err);
+
+/* Where a snapshot maker left a complete snapshot: parent/name, written by owner. */
+struct kvm_snap_made {
+    char parent[PATH_MAX];
+    char name[128];
+    uid_t owner;
+};
 
 struct kvm_snap_req {
     const char *image_key;
@@ -60,20 +66,17 @@ struct kvm_snap_req {
     const char *cmdline;
     uint64_t mem_bytes;
     uint32_t vcpus;
+    /* Makes the snapshot: leaves it complete in a directory it chooses and says which in
+     * *made; 0 or -errno. */
+    int (*make)(void *ctx, struct kvm_snap_made *made, struct al_error *err);
+    void *ctx; /* make's */
 };
 
-/* The template snapshot for r: cached, or made now: make(ctx, image) must leave a complete
- * snapshot in the directory *made (which it chooses, then this function moves it into the
- * cache with kvm_cache_take_dir). out: the snapshot directory. built: whether it was made
- * now. */
-struct kvm_snap_maker {
-    int (*make)(void *ctx, char *made_parent, size_t plen, char *made_name, size_t nlen,
-                uid_t *owner, struct al_error *err);
-    void *ctx;
-};
-int kvm_cache_snapshot(const char *cache, const struct kvm_snap_req *r,
-                       const struct kvm_snap_maker *m, char *out, size_t outlen, bool *built,
-                       struct al_error *err);
+/* The template snapshot for r: cached, or made now with r->make (then this function moves
+ * what it made into the cache with kvm_cache_take_dir). out: the snapshot directory. built:
+ * whether it was made now. */
+int kvm_cache_snapshot(const char *cache, const struct kvm_snap_req *r, char *out, size_t outlen,
+                       bool *built, struct al_error *err);
 
 /* Moves parent/name (a snapshot directory written by an untrusted process running as
  * owner) to dest: it must be a directory owned by owner holding only regular files among

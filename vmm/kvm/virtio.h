@@ -89,10 +89,18 @@ struct virtio_dev {
     uint64_t guest_warnings; /* other guest errors (logged, rate-limited) */
 };
 
-/* Sets up the transport at `base` with interrupt line `irq`: registers the MMIO window, an
+/* What a transport is set up with. */
+struct virtio_dev_opts {
+    const struct virtio_dev_ops *ops;
+    void *priv;        /* the device's state, d->priv */
+    uint64_t features; /* offered, besides VIRTIO_F_VERSION_1 */
+    uint64_t base;     /* guest-physical address of the MMIO window */
+    uint32_t irq;      /* interrupt line */
+};
+
+/* Sets up the transport at o->base with interrupt line o->irq: registers the MMIO window, an
  * ioeventfd per queue and the irqfd. 0 or -errno (err says what). */
-int kvm_virtio_dev_init(struct virtio_dev *d, struct vmm_kvm *vm, const struct virtio_dev_ops *ops,
-                        void *priv, uint64_t features, uint64_t base, uint32_t irq,
+int kvm_virtio_dev_init(struct virtio_dev *d, struct vmm_kvm *vm, const struct virtio_dev_opts *o,
                         struct al_error *err);
 void kvm_virtio_dev_free(struct virtio_dev *d);
 

@@ -170,7 +170,11 @@ struct virtio_dev *kvm_vblk_create(struct vmm_kvm *vm, uint64_t base, uint32_t i
                         (1ull << VIRTIO_BLK_F_FLUSH);
     if (b->disk.readonly)
         features |= 1ull << VIRTIO_BLK_F_RO;
-    if (kvm_virtio_dev_init(&b->dev, vm, &vblk__ops, b, features, base, irq, err) < 0) {
+    if (kvm_virtio_dev_init(
+            &b->dev, vm,
+            &(struct virtio_dev_opts){
+                .ops = &vblk__ops, .priv = b, .features = features, .base = base, .irq = irq},
+            err) < 0) {
         kvm_vblk_destroy(&b->dev);
         return NULL;
     }

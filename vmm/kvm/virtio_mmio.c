@@ -292,15 +292,16 @@ static void virtio__on_notify(struct ev_handler *h, uint32_t events)
     pthread_mutex_unlock(&d->lock);
 }
 
-int kvm_virtio_dev_init(struct virtio_dev *d, struct vmm_kvm *vm, const struct virtio_dev_ops *ops,
-                        void *priv, uint64_t features, uint64_t base, uint32_t irq,
+int kvm_virtio_dev_init(struct virtio_dev *d, struct vmm_kvm *vm, const struct virtio_dev_opts *o,
                         struct al_error *err)
 {
+    const struct virtio_dev_ops *ops = o->ops;
+    uint32_t irq = o->irq;
     memset(d, 0, sizeof *d);
     d->ops = ops;
-    d->priv = priv;
+    d->priv = o->priv;
     d->vm = vm;
-    d->features = features | VIRTIO_F_VERSION_1;
+    d->features = o->features | VIRTIO_F_VERSION_1;
     d->irq = irq;
     d->irqfd = -1;
     for (int i = 0; i < VIRTIO_MAX_QUEUES; i++)
@@ -311,7 +312,7 @@ int kvm_virtio_dev_init(struct virtio_dev *d, struct vmm_kvm *vm, const struct v
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&d->lock, &attr);
     pthread_mutexattr_destroy(&attr);
-    d->mmio = (struct mmio_dev){.base = base,
+    d->mmio = (struct mmio_dev){.base = o->base,
                                 .len = VM_MMIO_SIZE,
                                 .read = virtio__mmio_read,
                                 .write = virtio__mmio_write,
@@ -334,7 +335,7 @@ int kvm_virtio_dev_init(struct virtio_dev *d, struct vmm_kvm *vm, const struct v
         h->ctx = d;
         struct kvm_ioeventfd io = {
             .datamatch = (uint64_t)i,
-            .addr = base + VMMIO_QUEUE_NOTIFY,
+            .addr = o->base + VMMIO_QUEUE_NOTIFY,
             .len = 4,
             .fd = h->fd,
             .flags = KVM_IOEVENTFD_FLAG_DATAMATCH,

@@ -265,8 +265,13 @@ struct virtio_dev *kvm_vnet_create(struct vmm_kvm *vm, uint64_t base, uint32_t i
         if (getrandom(n->cfg.mac + 1, 5, 0) != 5)
             n->cfg.mac[5] = 1;
     }
-    if (kvm_virtio_dev_init(&n->dev, vm, &vnet__ops, n, 1ull << VIRTIO_NET_F_MAC, base, irq, err) <
-            0 ||
+    if (kvm_virtio_dev_init(&n->dev, vm,
+                            &(struct virtio_dev_opts){.ops = &vnet__ops,
+                                                      .priv = n,
+                                                      .features = 1ull << VIRTIO_NET_F_MAC,
+                                                      .base = base,
+                                                      .irq = irq},
+                            err) < 0 ||
         (n->tap_ev.fd >= 0 && kvm_evloop_add(&vm->loop, &n->tap_ev, 0) < 0)) {
         kvm_vnet_destroy(&n->dev);
         return NULL;

@@ -72,7 +72,10 @@ struct virtio_dev *kvm_vrng_create(struct vmm_kvm *vm, uint64_t base, uint32_t i
         al_error_set(err, -ENOMEM, "out of memory");
         return NULL;
     }
-    if (kvm_virtio_dev_init(&r->dev, vm, &vrng__ops, r, 0, base, irq, err) < 0) {
+    if (kvm_virtio_dev_init(
+            &r->dev, vm,
+            &(struct virtio_dev_opts){.ops = &vrng__ops, .priv = r, .base = base, .irq = irq},
+            err) < 0) {
         kvm_vrng_destroy(&r->dev);
         return NULL;
     }

@@ -683,7 +683,10 @@ struct virtio_dev *kvm_vsock_create(struct vmm_kvm *vm, uint64_t base, uint32_t 
     }
     for (int i = 0; i < VMM_KVM_MAX_VSOCK_PORTS; i++)
         vs->lst[i].ev.fd = vs->lst[i].dir_fd = -1;
-    if (kvm_virtio_dev_init(&vs->dev, vm, &vsock__ops, vs, 0, base, irq, err) < 0)
+    if (kvm_virtio_dev_init(
+            &vs->dev, vm,
+            &(struct virtio_dev_opts){.ops = &vsock__ops, .priv = vs, .base = base, .irq = irq},
+            err) < 0)
         goto fail;
     vs->connect_timer = (struct ev_timer){.fn = vsock__on_connect_timer, .ctx = vs};
     if (kvm_evloop_timer_add(&vm->loop, &vs->connect_timer) < 0) {

@@ -427,7 +427,11 @@ static int vm__load_kernel(struct vmm_kvm *vm, uint64_t *entry, struct al_error 
                  devs) >= (int)sizeof cmdline) {
         rc = al_error_set(err, -E2BIG, "kernel command line too long");
     } else {
-        rc = kvm_boot_load_linux(&vm->gm, k, klen, i, ilen, cmdline, entry, err);
+        rc = kvm_boot_load_linux(
+            &vm->gm,
+            &(struct kvm_boot_linux){
+                .kernel = k, .klen = klen, .initrd = i, .ilen = ilen, .cmdline = cmdline},
+            entry, err);
     }
     munmap(k, klen);
     if (i)

@@ -265,9 +265,8 @@ struct resp {
     struct al_http_resp raw;
 };
 
-static void call(struct resp *r, const char *method, const char *path, int port,
-                 const struct al_http_header *extra, size_t n_extra, const void *body,
-                 size_t body_len)
+/* req (method, path, headers, body) to the agent, for the sandbox's port (none if 0). */
+static void call(struct resp *r, int port, const struct al_http_call_opts *req)
 {
     struct al_http_header h[16];
     size_t n = 0;
@@ -275,19 +274,16 @@ static void call(struct resp *r, const char *method, const char *path, int port,
     snprintf(ps, sizeof ps, "%d", port);
     if (port > 0)
         h[n++] = (struct al_http_header){"E2b-Sandbox-Port", ps};
-    for (size_t i = 0; i < n_extra; i++)
-        h[n++] = extra[i];
+    for (size_t i = 0; i < req->n_headers; i++)
+        h[n++] = req->headers[i];
     struct al_error e = {0};
     memset(r, 0, sizeof *r);
-    struct al_http_call_opts o = {.target = g_agent_target,
-                                  .method = method,
-                                  .path = path,
-                                  .headers = h,
-                                  .n_headers = n,
-                                  .body = body,
-                                  .body_len = body_len,
-                                  .timeout_ms = CALL_TIMEOUT_MS,
-                                  .max_body = 80u << 20};
+    struct al_http_call_opts o = *req;
+    o.target = g_agent_target;
+    o.headers = h;
+    o.n_headers = n;
+    o.timeout_ms = CALL_TIMEOUT_MS;
+    o.max_body = 80u << 20;
     r->rc = al_http_call(&o, &r->raw, &e);
     snprintf(r->err, sizeof r->err, "%s", e.msg);
     r->status = r->raw.status;
@@ -378,7 +374,13 @@ START_TEST(the_server_sees_the_request_as_sent)
                                  {"TE", "trailers"},
                                  {"X-Forwarded-For", "198.51.100.7"}};
     struct resp r;
-    call(&r, "PUT", "/seen?q=1&b=%20x", g_up_port, h, 10, "twelve bytes", 12);
+    call(&r, g_up_port,
+         &(struct al_http_call_opts){.method = "PUT",
+                                     .path = "/seen?q=1&b=%20x",
+                                     .headers = h,
+                                     .n_headers = 10,
+                                     .body = "twelve bytes",
+                                     .body_len = 12});
     ck_assert_msg(r.rc == 0 && r.status == 200, "%d %d %s", r.rc, r.status, r.err);
     ck_assert_str_eq(jstr(r.body, "method"), "PUT");
     ck_assert_str_eq(jstr(r.body, "target"), "/seen?q=1&b=%20x");
@@ -444,7 +446,7 @@ START_TEST(large_bodies_stream_both_ways)
         char path[64];
         snprintf(path, sizeof path, "/big?kib=%d&cl=%d", 48 * 1024, cl);
         struct resp r;
-        call(&r, "GET", path, g_up_port, NULL, 0, NULL, 0);
+        call(&r, g_up_port, &(struct al_http_call_opts){.method = "GET", .path = path});
         ck_assert_msg(r.rc == 0 && r.status == 200, "%d %s", r.rc, r.err);
         ck_assert_uint_eq(r.raw.body.len, 48u << 20);
         for (size_t i = 0; i < r.raw.body.len; i += 4093)
@@ -462,7 +464,9 @@ START_TEST(large_bodies_stream_both_ways)
         sum = sum * 31 + (unsigned char)big[i];
     }
     struct resp r;
-    call(&r, "POST", "/seen", g_up_port, NULL, 0, big, n);
+    call(
+        &r, g_up_port,
+        &(struct al_http_call_opts){.method = "POST", .path = "/seen", .body = big, .body_len = n});
     ck_assert_msg(r.rc == 0 && r.status == 200, "%d %s", r.rc, r.err);
     ck_assert_int_eq(json_integer_value(json_object_get(r.body, "len")), (json_int_t)n);
     ck_assert_int_eq(json_integer_value(json_object_get(r.body, "sum")),
@@ -478,7 +482,7 @@ START_TEST(a_closed_port_is_502_with_a_json_body)
     setup();
     int port = closed_port();
     struct resp r;
-    call(&r, "GET", "/", port, NULL, 0, NULL, 0);
+    call(&r, port, &(struct al_http_call_opts){.method = "GET", .path = "/"});
     ck_assert_int_eq(r.rc, 0);
     ck_assert_int_eq(r.status, 502);
     ck_assert_ptr_nonnull(r.body);
@@ -490,7 +494,8 @@ START_TEST(a_closed_port_is_502_with_a_json_body)
     ck_assert_str_eq(jstr(r.body, "sandboxId"), "sbxtest");
     resp_free(&r);
     /* ... also for a request with a body (which was never read). */
-    call(&r, "POST", "/", port, NULL, 0, "data", 4);
+    call(&r, port,
+         &(struct al_http_call_opts){.method = "POST", .path = "/", .body = "data", .body_len = 4});
     ck_assert_int_eq(r.status, 502);
     resp_free(&r);
     teardown();
@@ -511,7 +516,9 @@ START_TEST(a_server_on_ipv6_loopback_only_is_reached)
     sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     bool held = bind(fd, (struct sockaddr *)&sin, sizeof sin) == 0;
     struct resp r;
-    call(&r, "POST", "/v6", g_up6_port, NULL, 0, "body", 4);
+    call(&r, g_up6_port,
+         &(struct al_http_call_opts){
+             .method = "POST", .path = "/v6", .body = "body", .body_len = 4});
     ck_assert_msg(r.rc == 0 && r.status == 200, "%d %d %s", r.rc, r.status, r.err);
     ck_assert_str_eq(r.raw.body.data, "from ::1");
     resp_free(&r);
@@ -533,7 +540,7 @@ START_TEST(a_server_that_does_not_answer_is_504)
 {
     setup_with(false, 600); /* (the server never answers: any deadline gives the 504) */
     struct resp r;
-    call(&r, "GET", "/silent", g_up_port, NULL, 0, NULL, 0);
+    call(&r, g_up_port, &(struct al_http_call_opts){.method = "GET", .path = "/silent"});
     ck_assert_int_eq(r.status, 504);
     ck_assert_ptr_nonnull(strstr(jstr(r.body, "message"), "did not answer"));
     resp_free(&r);
@@ -549,7 +556,7 @@ START_TEST(a_server_dying_mid_response_breaks_the_reply)
         struct resp r;
         char path[32];
         snprintf(path, sizeof path, "/cut?cl=%d", cl);
-        call(&r, "GET", path, g_up_port, NULL, 0, NULL, 0);
+        call(&r, g_up_port, &(struct al_http_call_opts){.method = "GET", .path = path});
         ck_assert_msg(r.rc < 0, "cl=%d: a cut-off response looked complete (%zu bytes)", cl,
                       r.raw.body.len);
         ck_assert_msg(strstr(r.err, "in the middle of the response"), "%s", r.err);
@@ -567,32 +574,46 @@ START_TEST(tokens_open_the_ports_and_only_them)
     struct resp r;
     /* None, a wrong one, a traffic token given as the envd token: 403, as E2B's
      * proxy answers. */
-    call(&r, "GET", "/seen", g_up_port, NULL, 0, NULL, 0);
+    call(&r, g_up_port, &(struct al_http_call_opts){.method = "GET", .path = "/seen"});
     ck_assert_int_eq(r.status, 403);
     ck_assert_ptr_nonnull(strstr(jstr(r.body, "message"), "E2B-Traffic-Access-Token"));
     resp_free(&r);
     struct al_http_header bad[] = {{"E2B-Traffic-Access-Token", "00"}};
-    call(&r, "GET", "/seen", g_up_port, bad, 1, NULL, 0);
+    call(&r, g_up_port,
+         &(struct al_http_call_opts){
+             .method = "GET", .path = "/seen", .headers = bad, .n_headers = 1});
     ck_assert_int_eq(r.status, 403);
     resp_free(&r);
     struct al_http_header swapped[] = {{"X-Access-Token", traffic}};
-    call(&r, "GET", "/seen", g_up_port, swapped, 1, NULL, 0);
+    call(&r, g_up_port,
+         &(struct al_http_call_opts){
+             .method = "GET", .path = "/seen", .headers = swapped, .n_headers = 1});
     ck_assert_int_eq(r.status, 403);
     resp_free(&r);
     ck_assert_int_eq(atomic_load(&g_up_requests), 0); /* nothing reached the server */
     /* The traffic token, or the envd token: through. */
     struct al_http_header tt[] = {{"E2B-Traffic-Access-Token", traffic}};
-    call(&r, "GET", "/seen", g_up_port, tt, 1, NULL, 0);
+    call(&r, g_up_port,
+         &(struct al_http_call_opts){
+             .method = "GET", .path = "/seen", .headers = tt, .n_headers = 1});
     ck_assert_int_eq(r.status, 200);
     ck_assert_ptr_null(seen_header(&r, "e2b-traffic-access-token"));
     resp_free(&r);
     struct al_http_header xt[] = {{"X-Access-Token", g_token}};
-    call(&r, "GET", "/seen", g_up_port, xt, 1, NULL, 0);
+    call(&r, g_up_port,
+         &(struct al_http_call_opts){
+             .method = "GET", .path = "/seen", .headers = xt, .n_headers = 1});
     ck_assert_int_eq(r.status, 200);
     ck_assert_ptr_null(seen_header(&r, "x-access-token"));
     resp_free(&r);
     /* The traffic token does not open envd (envd's own 401). */
-    call(&r, "POST", "/process.Process/List", 49983, tt, 1, "{}", 2);
+    call(&r, 49983,
+         &(struct al_http_call_opts){.method = "POST",
+                                     .path = "/process.Process/List",
+                                     .headers = tt,
+                                     .n_headers = 1,
+                                     .body = "{}",
+                                     .body_len = 2});
     ck_assert_int_eq(r.status, 401);
     resp_free(&r);
     teardown();
@@ -606,7 +627,9 @@ START_TEST(bad_ports_are_400)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         struct al_http_header h[] = {{"E2b-Sandbox-Port", bad[i]}};
         struct resp r;
-        call(&r, "GET", "/", 0, h, 1, NULL, 0);
+        call(&r, 0,
+             &(struct al_http_call_opts){
+                 .method = "GET", .path = "/", .headers = h, .n_headers = 1});
         ck_assert_msg(r.status == 400, "'%s': %d", bad[i], r.status);
         ck_assert_ptr_nonnull(strstr(jstr(r.body, "message"), "not a port number"));
         resp_free(&r);
@@ -688,7 +711,7 @@ START_TEST(hop_by_hop_response_fields_stay_behind)
                      "Keep-Alive: timeout=5\r\nProxy-Authenticate: Basic\r\nX-Fine: 1\r\n"
                      "Server: sandbox-app\r\nContent-Length: 2\r\n\r\nok");
     struct resp r;
-    call(&r, "GET", "/hop", u.port, NULL, 0, NULL, 0);
+    call(&r, u.port, &(struct al_http_call_opts){.method = "GET", .path = "/hop"});
     raw_up_stop(&u);
     ck_assert_int_eq(r.status, 200);
     ck_assert_str_eq(r.raw.body.data, "ok");

@@ -272,7 +272,13 @@ START_TEST(the_environment_follows_sudos_rules)
                                  .setenvc = 1,
                                  .keep = none};
 
-    char **v = agent_sudo_env(&a, &caller, 1500, 1500, &target, &req, "/bin/sh", "/usr/bin/id -u");
+    char **v = agent_sudo_env(&a, &(struct agent_sudo_env_opts){.caller = &caller,
+                                                                .caller_uid = 1500,
+                                                                .caller_gid = 1500,
+                                                                .target = &target,
+                                                                .req = &req,
+                                                                .shell = "/bin/sh",
+                                                                .command = "/usr/bin/id -u"});
     ck_assert_str_eq(env_get(v, "TERM"), "xterm-256color");
     ck_assert_str_eq(env_get(v, "LANG"), "en_US.UTF-8"); /* the caller's kept one wins */
     ck_assert_ptr_null(env_get(v, "LC_ALL"));            /* a '/' in it */
@@ -297,7 +303,13 @@ START_TEST(the_environment_follows_sudos_rules)
     /* --preserve-env=KEEPME keeps that one. */
     req.keep = keep;
     req.keepc = 1;
-    v = agent_sudo_env(&a, &caller, 1500, 1500, &target, &req, "/bin/sh", "x");
+    v = agent_sudo_env(&a, &(struct agent_sudo_env_opts){.caller = &caller,
+                                                         .caller_uid = 1500,
+                                                         .caller_gid = 1500,
+                                                         .target = &target,
+                                                         .req = &req,
+                                                         .shell = "/bin/sh",
+                                                         .command = "x"});
     ck_assert_str_eq(env_get(v, "KEEPME"), "1");
     ck_assert_ptr_null(env_get(v, "FOO"));
     agent_free_strv(v);
@@ -305,7 +317,13 @@ START_TEST(the_environment_follows_sudos_rules)
     /* -E: everything but the unsafe variables; HOME and SHELL stay the caller's; PATH and
      * the target's names are still set. */
     req.preserve_env = true;
-    v = agent_sudo_env(&a, &caller, 1500, 1500, &target, &req, "/bin/sh", "x");
+    v = agent_sudo_env(&a, &(struct agent_sudo_env_opts){.caller = &caller,
+                                                         .caller_uid = 1500,
+                                                         .caller_gid = 1500,
+                                                         .target = &target,
+                                                         .req = &req,
+                                                         .shell = "/bin/sh",
+                                                         .command = "x"});
     ck_assert_str_eq(env_get(v, "FOO"), "bar");
     ck_assert_str_eq(env_get(v, "HOME"), "/home/u1");
     ck_assert_str_eq(env_get(v, "SHELL"), "/bin/zsh");
@@ -317,7 +335,13 @@ START_TEST(the_environment_follows_sudos_rules)
 
     /* -i: a login: HOME is the target's even with -E. */
     req.mode = AGENT_SUDO_LOGIN;
-    v = agent_sudo_env(&a, &caller, 1500, 1500, &target, &req, "/bin/sh", "x");
+    v = agent_sudo_env(&a, &(struct agent_sudo_env_opts){.caller = &caller,
+                                                         .caller_uid = 1500,
+                                                         .caller_gid = 1500,
+                                                         .target = &target,
+                                                         .req = &req,
+                                                         .shell = "/bin/sh",
+                                                         .command = "x"});
     ck_assert_str_eq(env_get(v, "HOME"), g_home);
     ck_assert_str_eq(env_get(v, "SHELL"), "/bin/sh");
     agent_free_strv(v);

@@ -340,7 +340,12 @@ START_TEST(logcap_rotates_and_bounds_disk)
     struct al_error e = {0};
     uv_loop_t *loop = uv_default_loop();
     /* A huge rate: only the size bound matters here. */
-    ck_assert_int_eq(vmm_logcap_start(&l, loop, -1, path, 10000, 1ull << 40, &e), 0);
+    ck_assert_int_eq(
+        vmm_logcap_start(&l, loop,
+                         &(struct vmm_logcap_opts){
+                             .in_fd = -1, .path = path, .max_bytes = 10000, .rate_bps = 1ull << 40},
+                         &e),
+        0);
     char chunk[3000];
     memset(chunk, 'a', sizeof chunk);
     uint64_t t = 1000000000ull;
@@ -352,7 +357,12 @@ START_TEST(logcap_rotates_and_bounds_disk)
     ck_assert_uint_eq(l.total_in, 300000);
     ck_assert_uint_eq(l.total_dropped, 0);
     /* Reopening appends to the current file. */
-    ck_assert_int_eq(vmm_logcap_start(&l, loop, -1, path, 10000, 1ull << 40, &e), 0);
+    ck_assert_int_eq(
+        vmm_logcap_start(&l, loop,
+                         &(struct vmm_logcap_opts){
+                             .in_fd = -1, .path = path, .max_bytes = 10000, .rate_bps = 1ull << 40},
+                         &e),
+        0);
     off_t before = fsize(path);
     vmm_logcap_feed(&l, "xyz\n", 4, t += 1000);
     vmm_logcap_stop(&l);
@@ -369,7 +379,12 @@ START_TEST(logcap_rate_limit_drops_and_says_so)
     struct vmm_logcap l = {0};
     struct al_error e = {0};
     /* 1000 bytes/s, burst = max = 4000 bytes. */
-    ck_assert_int_eq(vmm_logcap_start(&l, uv_default_loop(), -1, path, 4000, 1000, &e), 0);
+    ck_assert_int_eq(
+        vmm_logcap_start(&l, uv_default_loop(),
+                         &(struct vmm_logcap_opts){
+                             .in_fd = -1, .path = path, .max_bytes = 4000, .rate_bps = 1000},
+                         &e),
+        0);
     char chunk[1000];
     memset(chunk, 'b', sizeof chunk);
     uint64_t t = 5000000000ull;

@@ -118,9 +118,14 @@ START_TEST(load_linux_fills_zero_page)
     memset(initrd, 0x5a, sizeof initrd);
     uint64_t entry = 0;
     struct al_error err = {0};
-    ck_assert_int_eq(
-        kvm_boot_load_linux(&gm, k, len, initrd, sizeof initrd, "console=ttyS0 x=1", &entry, &err),
-        0);
+    ck_assert_int_eq(kvm_boot_load_linux(&gm,
+                                         &(struct kvm_boot_linux){.kernel = k,
+                                                                  .klen = len,
+                                                                  .initrd = initrd,
+                                                                  .ilen = sizeof initrd,
+                                                                  .cmdline = "console=ttyS0 x=1"},
+                                         &entry, &err),
+                     0);
     ck_assert_uint_eq(entry, BOOT_HIMEM_START + 0x200);
     /* The protected-mode kernel is at 1 MiB. */
     ck_assert_int_eq(memcmp(mem + BOOT_HIMEM_START, k + 5 * 512, 8192), 0);
@@ -157,21 +162,38 @@ START_TEST(load_linux_errors_are_explained)
     char *longcmd = malloc(3000);
     memset(longcmd, 'a', 2999);
     longcmd[2999] = 0;
-    ck_assert_int_eq(kvm_boot_load_linux(&gm, k, len, NULL, 0, longcmd, &entry, &err), -E2BIG);
+    ck_assert_int_eq(
+        kvm_boot_load_linux(
+            &gm,
+            &(struct kvm_boot_linux){
+                .kernel = k, .klen = len, .initrd = NULL, .ilen = 0, .cmdline = longcmd},
+            &entry, &err),
+        -E2BIG);
     ck_assert_ptr_nonnull(strstr(err.msg, "command line"));
     free(longcmd);
 
     /* An initrd that cannot fit between the kernel and the end of RAM. */
     size_t big = MEM - (5u << 20);
     uint8_t *initrd = calloc(1, big);
-    ck_assert_int_eq(kvm_boot_load_linux(&gm, k, len, initrd, big, "", &entry, &err), -ENOMEM);
+    ck_assert_int_eq(
+        kvm_boot_load_linux(
+            &gm,
+            &(struct kvm_boot_linux){
+                .kernel = k, .klen = len, .initrd = initrd, .ilen = big, .cmdline = ""},
+            &entry, &err),
+        -ENOMEM);
     ck_assert_ptr_nonnull(strstr(err.msg, "initrd"));
     free(initrd);
 
     /* Memory too small for the kernel's init_size. */
     uint32_t huge = 200u << 20;
     memcpy(k + BP_INIT_SIZE, &huge, 4);
-    ck_assert_int_eq(kvm_boot_load_linux(&gm, k, len, NULL, 0, "", &entry, &err), -ENOMEM);
+    ck_assert_int_eq(
+        kvm_boot_load_linux(&gm,
+                            &(struct kvm_boot_linux){
+                                .kernel = k, .klen = len, .initrd = NULL, .ilen = 0, .cmdline = ""},
+                            &entry, &err),
+        -ENOMEM);
     ck_assert_ptr_nonnull(strstr(err.msg, "memory too small"));
     free(k);
 }
