@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -243,6 +244,27 @@ void cp_host_res_probe(const char *state_dir, struct cp_host_res *r)
     struct statvfs vfs;
     if (state_dir && statvfs(state_dir, &vfs) == 0)
         r->disk_free = (uint64_t)vfs.f_bfree * vfs.f_frsize;
+    r->nofile = cp_nofile_now();
+}
+
+uint64_t cp_nofile_now(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    return (uint64_t)rl.rlim_cur;
+}
+
+uint64_t cp_nofile_sandboxes(const struct cp_config *c, uint64_t nofile)
+{
+    if (!nofile)
+        return UINT64_MAX;
+    uint64_t reserve = CP_NOFILE_RESERVE;
+    uint64_t pools = (uint64_t)(c->net_pool_size > 0 ? c->net_pool_size : 0) +
+                     4 * (uint64_t)(c->warm_pool > 0 ? c->warm_pool : 0);
+    if (nofile <= reserve + pools)
+        return 0;
+    return (nofile - reserve - pools) / CP_NOFILE_PER_SANDBOX;
 }
 
 static const char *host__size(uint64_t b, char *buf, size_t len)
@@ -360,6 +382,18 @@ int cp_host_limits_print(const struct cp_config *c, const struct cp_host_res *r,
                 "fill, opening a file fails (ENFILE) on the whole host: raise fs.file-max "
                 "(sysctl) or lower sandboxes.total_pids\n",
                 l->pids, CP_SANDBOX_NOFILE, want_files, r->file_max);
+    }
+    /* airlockd's own descriptors: a creation beyond them is refused (503) before it starts. */
+    uint64_t fit = cp_nofile_sandboxes(c, r->nofile);
+    if (n > fit) {
+        over++;
+        fprintf(f,
+                "  overcommit  airlockd's open files: RLIMIT_NOFILE %" PRIu64
+                " has room for %" PRIu64
+                " sandboxes (%d descriptors each, after the pools and a reserve) < sandboxes.max "
+                "%" PRIu64 ". Creations beyond %" PRIu64 " are refused (503): raise LimitNOFILE= "
+                "in airlockd's unit, or ulimit -n of the shell that starts it\n",
+                r->nofile, fit, CP_NOFILE_PER_SANDBOX, n, fit);
     }
     uint64_t want_disk = n * c->disk_bytes;
     if (kvm && want_disk > r->disk_free) {

@@ -63,6 +63,7 @@ struct cp_host_res {
     uint64_t mem_total; /* MemTotal, bytes */
     uint64_t file_max;  /* fs.file-max */
     uint64_t disk_free; /* bytes free (for root) on the state directory's file system */
+    uint64_t nofile;    /* airlockd's RLIMIT_NOFILE (its soft limit; 0: unlimited) */
 };
 void cp_host_res_probe(const char *state_dir, struct cp_host_res *r);
 
@@ -71,6 +72,17 @@ void cp_host_res_probe(const char *state_dir, struct cp_host_res *r);
 #define CP_HOST_MIN_MEMORY (256ull << 20)
 /* What a sandbox's open files can be at most (the spec's default RLIMIT_NOFILE). */
 #define CP_SANDBOX_NOFILE 4096
+
+/* airlockd's descriptors: 2 per sandbox (its airlock-vmm's pidfd, one socket), 1 per pooled
+ * network, 4 per warm airlock-vmm, and a reserve for clients, the idle connections to agents
+ * (up to 1,024), the store and logs (2,048). */
+#define CP_NOFILE_PER_SANDBOX 2
+#define CP_NOFILE_RESERVE     2048
+/* How many sandboxes airlockd's open-files limit nofile (0: unlimited, UINT64_MAX back)
+ * leaves room for, after the pools of c and the reserve. */
+uint64_t cp_nofile_sandboxes(const struct cp_config *c, uint64_t nofile);
+/* airlockd's RLIMIT_NOFILE now (0: unlimited or unknown). */
+uint64_t cp_nofile_now(void);
 
 /* The limits of all sandboxes together (the cgroup parent's). */
 struct cp_host_limits {

@@ -30,6 +30,7 @@
  *           again (what runs of it stopped, its network released).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -54,9 +55,11 @@
 #include "sweep.h"
 #include "builds.h"
 #include "disk.h"
+#include "hostcheck.h"
 #include "templates.h"
 #include "transforms.h"
 #include "warm.h"
+#include "vmm/jail/idmap.h"
 
 /* ---- registry ------------------------------------------------------------------------ */
 
@@ -935,6 +938,33 @@ static void lc__refuse(const struct cp_create *req_c, struct al_http_req *req, i
         cp_rest_error(req, status, "%s", msg);
 }
 
+/* The limits on the count that airlockd knows before a start: its own descriptors
+ * (RLIMIT_NOFILE, read at each creation, so a raise with prlimit counts at once) and the
+ * jail's user-id ranges (each sandbox holds one for its life). A start beyond either would
+ * fail half-way (an agent without its socket, a 500 after the network and egress steps). */
+static bool lc__may_start(struct cp *cp, char *why, size_t len)
+{
+    uint64_t nofile = cp_nofile_now();
+    uint64_t fit = cp_nofile_sandboxes(&cp->cfg, nofile);
+    if (cp->n_live >= fit) {
+        snprintf(why, len,
+                 "airlockd's open-files limit (RLIMIT_NOFILE %" PRIu64 ") has room for %" PRIu64
+                 " sandboxes (%d descriptors each, after its pools and a reserve) and %zu exist: "
+                 "raise LimitNOFILE= in airlockd's unit, or ulimit -n of the shell that starts it",
+                 nofile, fit, CP_NOFILE_PER_SANDBOX, cp->n_live);
+        return false;
+    }
+    uint64_t slots = cp->cfg.uid_slots > 0 ? (uint64_t)cp->cfg.uid_slots : JAIL_ID_SLOTS_DEFAULT;
+    if (strcmp(cp->backend_kind, "test") != 0 && cp->n_live >= slots) {
+        snprintf(why, len,
+                 "%zu sandboxes hold all %" PRIu64 " of the jail's user-id ranges "
+                 "(sandboxes.uid_slots): raise it (up to 65535) or kill some first",
+                 cp->n_live, slots);
+        return false;
+    }
+    return true;
+}
+
 void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al_http_req *req,
                          int api)
 {
@@ -954,6 +984,10 @@ void cp_lifecycle_create(struct cp *cp, const struct cp_create *req_c, struct al
                    "%zu sandboxes exist, the configured maximum "
                    "(sandboxes.max): kill some first",
                    cp->n_live);
+        return;
+    }
+    if (!lc__may_start(cp, why, sizeof why)) {
+        lc__refuse(req_c, req, 503, "%s", why);
         return;
     }
     if (cp->n_creating >= (size_t)cp->cfg.max_creating) {

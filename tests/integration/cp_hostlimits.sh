@@ -10,7 +10,12 @@
 #     request to the fake internet goes through airlock-egress;
 #   - once the hog is gone, sandboxes start again;
 #   - the vswitch's interface table has network.max_interfaces entries (4 here): with four
-#     sandboxes, a fifth is refused with a 503 naming the key; nothing is left behind.
+#     sandboxes, a fifth is refused with a 503 naming the key;
+#   - airlockd's open files: with its RLIMIT_NOFILE lowered (prlimit) to room for the four,
+#     a fifth is refused with a 503 naming the limit and the fix, before anything starts;
+#   - restarted under a low `ulimit -n` and with sandboxes.uid_slots 2: the start summary says
+#     how many sandboxes the open files allow, and a third sandbox is a 503 naming
+#     sandboxes.uid_slots; nothing is left behind.
 # A configuration that leaves the host too few processes is refused at start.
 set -uo pipefail
 source "${AIRLOCK_SOURCE_DIR:?}/tests/integration/cp_world.sh"
@@ -153,6 +158,31 @@ al_match "a fifth: 503" '^503$' tail -n1 <<<"$out"
 al_match "... naming the limit and what to do" \
   "no network for the sandbox: the switch's interface table is full \($IFACES networks.*network.max_interfaces" \
   echo "$out"
+
+al_note "airlockd's open files: 2 per sandbox after a reserve of 2048 and the pools (2 networks)"
+al_ok "airlockd's RLIMIT_NOFILE lowered to room for four" \
+  prlimit --pid "$(al_pid airlockd)" --nofile=$((2048 + 2 + 2 * 4))
+out=$(cp_api -w '\n%{http_code}' -X POST "$CP_URL/v2/sandboxes" -d '{"templateID":"base","timeout":60}')
+al_match "a fifth: 503" '^503$' tail -n1 <<<"$out"
+al_match "... naming the limit and the fix" \
+  "RLIMIT_NOFILE 2058\) has room for 4 sandboxes .* and [0-9]+ exist: raise LimitNOFILE= .*ulimit -n" \
+  echo "$out"
+al_kill airlockd TERM
+al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks_settled)" ""
+
+al_note "restarted under ulimit -n $((2048 + 2 + 2 * 3)), with sandboxes.uid_slots 2"
+sed -i "s/^  total_pids: .*/&\n  uid_slots: 2/" "$AL_TMP/airlockd.yaml"
+ulimit -n $((2048 + 2 + 2 * 3))
+cp_start || exit 1
+al_match "the start summary says what the open files allow" \
+  "overcommit  airlockd's open files: RLIMIT_NOFILE 2056 has room for 3 sandboxes .* < sandboxes.max 1000.*LimitNOFILE=" \
+  cat "$AL_TMP/airlockd.log"
+al_ok "a sandbox" cp_create '{"templateID":"base","timeout":60}'
+al_ok "a second" cp_create '{"templateID":"base","timeout":60}'
+out=$(cp_api -w '\n%{http_code}' -X POST "$CP_URL/v2/sandboxes" -d '{"templateID":"base","timeout":60}')
+al_match "a third: 503" '^503$' tail -n1 <<<"$out"
+al_match "... naming sandboxes.uid_slots" \
+  "2 sandboxes hold all 2 of the jail's user-id ranges \(sandboxes.uid_slots\): raise it" echo "$out"
 al_kill airlockd TERM
 al_eq "nothing left (interfaces, cgroups, sandbox directories, mounts, processes)" "$(cp_leaks_settled)" ""
 al_done

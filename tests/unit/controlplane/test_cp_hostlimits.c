@@ -2,7 +2,8 @@
  * cgroup parent's), derived from the host or configured, refused when they leave the host too
  * little, and the summary of what is overcommitted (sandboxes.max times each sandbox's
  * limits against them). And whether the kernel's AES is accelerated (the cost of encryption
- * at rest), from /proc/crypto and modules.alias as this host and others have them. */
+ * at rest), from /proc/crypto and modules.alias as this host and others have them. And how
+ * many sandboxes airlockd's own open-files limit leaves room for. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,15 +34,21 @@ static void t_teardown(void)
 static const struct cp_host_res t_host = {
     .pid_max = 32768, .mem_total = 24 * GIB, .file_max = 2466116, .disk_free = 100 * GIB};
 
-static char *t_print(const struct cp_host_limits *l, bool kvm, int *over)
+static char *t_print_on(const struct cp_host_res *h, const struct cp_host_limits *l, bool kvm,
+                        int *over)
 {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     ck_assert_ptr_nonnull(f);
-    *over = cp_host_limits_print(&t_cfg, &t_host, l, kvm, f);
+    *over = cp_host_limits_print(&t_cfg, h, l, kvm, f);
     fclose(f);
     return text;
+}
+
+static char *t_print(const struct cp_host_limits *l, bool kvm, int *over)
+{
+    return t_print_on(&t_host, l, kvm, over);
 }
 
 START_TEST(defaults_leave_the_host_a_quarter)
@@ -125,6 +132,36 @@ START_TEST(overcommit_is_said_with_its_consequence)
 }
 END_TEST
 
+/* airlockd's own descriptors: 2 per sandbox after the reserve and the pools (128 networks
+ * and 64 warm airlock-vmm of 4 by default); said at start when sandboxes.max is beyond. */
+START_TEST(airlockds_open_files_bound_the_count)
+{
+    ck_assert_uint_eq(cp_nofile_sandboxes(&t_cfg, 0), UINT64_MAX); /* unlimited */
+    ck_assert_uint_eq(cp_nofile_sandboxes(&t_cfg, 1048576), (1048576 - 2048 - 128 - 256) / 2);
+    ck_assert_uint_eq(cp_nofile_sandboxes(&t_cfg, 2048 + 384 + 9), 4);
+    ck_assert_uint_eq(cp_nofile_sandboxes(&t_cfg, 1024), 0);
+    t_cfg.net_pool_size = 0;
+    t_cfg.warm_pool = 0;
+    ck_assert_uint_eq(cp_nofile_sandboxes(&t_cfg, 2058), 5);
+    struct cp_host_limits l;
+    ck_assert_int_eq(cp_host_limits_plan(&t_cfg, &t_host, &l, NULL), 0);
+    struct cp_host_res h = t_host;
+    h.nofile = 20000;
+    t_cfg.max_sandboxes = 10000;
+    int over;
+    char *text = t_print_on(&h, &l, false, &over);
+    ck_assert_ptr_nonnull(strstr(text, "overcommit  airlockd's open files: RLIMIT_NOFILE 20000 "
+                                       "has room for 8976 sandboxes"));
+    ck_assert_ptr_nonnull(strstr(text, "< sandboxes.max 10000. Creations beyond 8976 are "
+                                       "refused (503): raise LimitNOFILE="));
+    free(text);
+    t_cfg.max_sandboxes = 8976; /* within: not said */
+    text = t_print_on(&h, &l, false, &over);
+    ck_assert_ptr_null(strstr(text, "airlockd's open files"));
+    free(text);
+}
+END_TEST
+
 /* /proc/crypto of this development VM: a kernel without CONFIG_CRYPTO_AES_NI_INTEL. */
 static const char t_crypto_generic[] = "name         : xts(aes)\n"
                                        "driver       : xts(ecb(aes-fixed-time))\n"
@@ -192,6 +229,7 @@ static Suite *cp_hostlimits_suite(void)
     tcase_add_test(t, configured_values_are_used_and_checked);
     tcase_add_test(t, overcommit_is_said_with_its_consequence);
     tcase_add_test(t, aes_accelerated_or_not);
+    tcase_add_test(t, airlockds_open_files_bound_the_count);
     suite_add_tcase(s, t);
     return s;
 }
