@@ -1,9 +1,9 @@
 /* cli/audit: `airlock audit tail|query|verify|export|hash-secret` over the egress
  * audit log (<state>/audit/egress-*.jsonl; docs/audit.md describes every field).
  *
- * Reading and verifying are common/auditlog's (reader, verifier); this file owns the
- * filters, the one-line human view, and the OCSF export mapping (HTTP Activity 4002, DNS
- * Activity 4003, Network Activity 4001).
+ * Reading and verifying are common/auditlog's (reader, verifier), the filters and the OCSF
+ * export mapping common/auditlog_query's (airlockd's console exports with the same); this
+ * file owns the options and the one-line human view.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -16,11 +16,10 @@
 
 #include "cli/cli.h"
 #include "common/auditlog.h"
+#include "common/auditlog_query.h"
 #include "common/json.h"
 #include "common/paths.h"
 #include "common/util.h"
-
-#define OCSF_VERSION "1.1.0"
 
 static void cli__usage(FILE *f)
 {
@@ -50,124 +49,9 @@ static void cli__usage(FILE *f)
           f);
 }
 
-struct cli__filter {
-    const char *sandbox, *decision, *host, *type, *reason;
-    uint64_t since_ns, until_ns;
-    bool all; /* include the log's own records (checkpoints) */
-};
-
-static int cli__time_arg(const char *s, uint64_t *ns)
-{
-    uint64_t ms;
-    if (al_time_parse_rfc3339(s, ns) == 0)
-        return 0;
-    if (al_parse_duration_ms(s, &ms) == 0) {
-        uint64_t now = al_wall_ns();
-        *ns = now > ms * 1000000ull ? now - ms * 1000000ull : 0;
-        return 0;
-    }
-    return -EINVAL;
-}
-
 static const char *cli__s(const json_t *o, const char *k)
 {
     return json_string_value(json_object_get(o, k));
-}
-
-static bool cli__host_match(const char *want, const char *have)
-{
-    if (!have)
-        return false;
-    if (want[0] == '.') {
-        size_t wl = strlen(want), hl = strlen(have);
-        return (hl > wl && strcasecmp(have + hl - wl, want) == 0) ||
-               strcasecmp(have, want + 1) == 0;
-    }
-    return strcasecmp(want, have) == 0;
-}
-
-/* --type T: records of type T, and the aggregates that count records of type T ("of"). */
-static bool cli__type_match(const char *want, json_t *j)
-{
-    const char *type = cli__s(j, "type");
-    if (!type)
-        return false;
-    if (strcmp(type, want) == 0)
-        return true;
-    const char *of = cli__s(j, "of");
-    return strcmp(type, "aggregate") == 0 && of && strcmp(of, want) == 0;
-}
-
-/* The last instant a time of limited precision stands for: "…03.998Z" is any moment up to
- * 03.998999999 (aggregate times are written in milliseconds, the decisions' own are finer). */
-static int cli__time_end(const char *s, uint64_t *ns)
-{
-    if (al_time_parse_rfc3339(s, ns) < 0)
-        return -EINVAL;
-    const char *dot = strchr(s, '.');
-    size_t digits = dot ? strspn(dot + 1, "0123456789") : 0;
-    uint64_t unit = 1000000000ull;
-    for (size_t i = 0; i < digits && unit > 1; i++)
-        unit /= 10;
-    *ns += unit - 1;
-    return 0;
-}
-
-static bool cli__is_aggregate(const json_t *j)
-{
-    const char *type = cli__s(j, "type");
-    return type && strcmp(type, "aggregate") == 0;
-}
-
-/* The time a record is about. An aggregate counts decisions taken from its first_time to its
- * last_time and is written only when its interval ends (up to a sweep later), so its own
- * "time" says when it was appended, not when its decisions were taken; any other record is
- * about the instant it was appended. false when the times are missing or not RFC 3339. */
-static bool cli__span(json_t *j, uint64_t *from, uint64_t *to)
-{
-    if (cli__is_aggregate(j) && cli__s(j, "first_time") && cli__s(j, "last_time") &&
-        al_time_parse_rfc3339(cli__s(j, "first_time"), from) == 0 &&
-        cli__time_end(cli__s(j, "last_time"), to) == 0 && *from <= *to)
-        return true;
-    const char *ts = cli__s(j, "time");
-    if (!ts || al_time_parse_rfc3339(ts, from) < 0)
-        return false;
-    *to = *from;
-    return true;
-}
-
-/* --since/--until select the records about a moment of the window: an aggregate whose
- * interval overlaps it (some of its decisions may have been taken inside, which the record
- * cannot tell apart), any other record whose time is inside. */
-static bool cli__match(const struct cli__filter *f, const struct al_auditlog_record *rec)
-{
-    json_t *j = rec->json;
-    if (!j)
-        return f->all;
-    if (rec->internal && !f->all)
-        return false;
-    if (f->sandbox && (!cli__s(j, "sandbox") || strcmp(cli__s(j, "sandbox"), f->sandbox) != 0))
-        return false;
-    if (f->decision && (!cli__s(j, "decision") || strcmp(cli__s(j, "decision"), f->decision) != 0))
-        return false;
-    if (f->type && !cli__type_match(f->type, j))
-        return false;
-    if (f->reason && (!cli__s(j, "reason") || strcmp(cli__s(j, "reason"), f->reason) != 0))
-        return false;
-    if (f->host && !cli__host_match(f->host, cli__s(j, "host")) &&
-        !cli__host_match(f->host, cli__s(j, "sni")) &&
-        !cli__host_match(f->host, cli__s(j, "qname")))
-        return false;
-    if (f->since_ns || f->until_ns) {
-        uint64_t from, to;
-        if (!cli__span(j, &from, &to))
-            return false;
-        if (f->since_ns && to < f->since_ns)
-            return false;
-        if (f->until_ns && from > f->until_ns)
-            return false;
-    }
-    return true;
 }
 
 /* An aggregate's part of its line: how many decisions, of what, to which name, the request
@@ -230,7 +114,7 @@ static void cli__print_human(const struct al_auditlog_record *rec)
            : cli__s(j, "end")   ? cli__s(j, "end") /* connection_end and its aggregates */
                                 : "-",
            cli__s(j, "sandbox") ? cli__s(j, "sandbox") : "-");
-    if (cli__is_aggregate(j)) {
+    if (al_audit_is_aggregate(j)) {
         cli__print_aggregate(j);
     } else if (cli__s(j, "method"))
         printf(" %s http://%s%s", cli__s(j, "method"), cli__s(j, "host") ? cli__s(j, "host") : "?",
@@ -262,167 +146,6 @@ static void cli__print_human(const struct al_auditlog_record *rec)
     putchar('\n');
 }
 
-/* ---- OCSF ------------------------------------------------------------------------------ */
-
-static void ocsf__endpoint(json_t *o, const char *key, const char *ep, const char *host)
-{
-    if (!ep && !host)
-        return;
-    json_t *e = json_object();
-    if (ep) {
-        /* "ip:port" or "[v6]:port" */
-        char ip[80] = "";
-        int port = 0;
-        const char *colon = strrchr(ep, ':');
-        if (colon) {
-            size_t l = (size_t)(colon - ep);
-            if (ep[0] == '[' && l >= 2) {
-                snprintf(ip, sizeof ip, "%.*s", (int)(l - 2), ep + 1);
-            } else {
-                snprintf(ip, sizeof ip, "%.*s", (int)l, ep);
-            }
-            port = atoi(colon + 1);
-        }
-        if (ip[0])
-            json_object_set_new(e, "ip", json_string(ip));
-        if (port)
-            json_object_set_new(e, "port", json_integer(port));
-    }
-    if (host)
-        json_object_set_new(e, "hostname", json_string(host));
-    json_object_set_new(o, key, e);
-}
-
-static int ocsf__http_activity(const char *m)
-{
-    static const char *const names[] = {"CONNECT", "DELETE", "GET", "HEAD",
-                                        "OPTIONS", "POST",   "PUT", "TRACE"};
-    for (int i = 0; i < 8; i++)
-        if (m && strcmp(m, names[i]) == 0)
-            return i + 1;
-    return 99;
-}
-
-/* One OCSF event for a record, or NULL for records that are not traffic. */
-static json_t *ocsf__event(const struct al_auditlog_record *rec)
-{
-    json_t *j = rec->json;
-    const char *type = cli__s(j, "type");
-    if (!type)
-        return NULL;
-    /* An aggregate is the event it counts, with OCSF's count and time span. */
-    bool agg = strcmp(type, "aggregate") == 0;
-    if (agg && !(type = cli__s(j, "of")))
-        return NULL;
-    int class_uid, activity;
-    const char *decision = cli__s(j, "decision");
-    bool denied = decision && strcmp(decision, "deny") == 0;
-    if (strcmp(type, "http_request") == 0) {
-        class_uid = 4002;
-        activity = ocsf__http_activity(cli__s(j, "method"));
-    } else if (strcmp(type, "dns_query") == 0 ||
-               (strcmp(type, "security_event") == 0 && cli__s(j, "qname"))) {
-        class_uid = 4003;
-        activity = 2; /* Response: the record holds the query and our answer */
-    } else if (strcmp(type, "connection") == 0) {
-        class_uid = 4001;
-        activity = denied ? 5 : 1; /* Refuse / Open */
-    } else if (strcmp(type, "connection_end") == 0) {
-        class_uid = 4001;
-        activity = 2; /* Close */
-    } else if (strcmp(type, "security_event") == 0) {
-        class_uid = 4001;
-        activity = 5;
-    } else {
-        return NULL;
-    }
-    json_t *o = json_object();
-    uint64_t t = 0;
-    if (cli__s(j, "time"))
-        al_time_parse_rfc3339(cli__s(j, "time"), &t);
-    json_object_set_new(o, "class_uid", json_integer(class_uid));
-    json_object_set_new(o, "category_uid", json_integer(4));
-    json_object_set_new(o, "activity_id", json_integer(activity));
-    json_object_set_new(o, "type_uid", json_integer((json_int_t)class_uid * 100 + activity));
-    json_object_set_new(o, "time", json_integer((json_int_t)(t / 1000000)));
-    if (agg) {
-        uint64_t t0 = 0, t1 = 0;
-        json_object_set(o, "count", json_object_get(j, "count"));
-        if (cli__s(j, "first_time") && al_time_parse_rfc3339(cli__s(j, "first_time"), &t0) == 0)
-            json_object_set_new(o, "start_time", json_integer((json_int_t)(t0 / 1000000)));
-        if (cli__s(j, "last_time") && al_time_parse_rfc3339(cli__s(j, "last_time"), &t1) == 0)
-            json_object_set_new(o, "end_time", json_integer((json_int_t)(t1 / 1000000)));
-    }
-    json_object_set_new(o, "severity_id",
-                        json_integer(strcmp(type, "security_event") == 0 ? 3 : 1));
-    json_object_set_new(o, "action_id", json_integer(denied ? 2 : 1));
-    json_object_set_new(o, "disposition_id", json_integer(denied ? 2 : 1));
-    json_object_set_new(o, "status_id", json_integer(denied ? 2 : 1));
-    if (cli__s(j, "reason"))
-        json_object_set_new(o, "status_detail", json_string(cli__s(j, "reason")));
-    json_t *md = json_pack("{s:s,s:{s:s,s:s,s:{s:s}},s:s,s:I}", "version", OCSF_VERSION, "product",
-                           "name", "airlock", "vendor_name", "airlock", "feature", "name", "egress",
-                           "log_name", "egress", "sequence", (json_int_t)rec->seq);
-    if (cli__s(j, "request_id"))
-        json_object_set_new(md, "uid", json_string(cli__s(j, "request_id")));
-    else if (agg && cli__s(j, "first_request_id"))
-        json_object_set_new(md, "uid", json_string(cli__s(j, "first_request_id")));
-    if (cli__s(j, "connection_id"))
-        json_object_set_new(md, "correlation_uid", json_string(cli__s(j, "connection_id")));
-    json_object_set_new(o, "metadata", md);
-    ocsf__endpoint(o, "src_endpoint", cli__s(j, "src"), NULL);
-    json_t *src = json_object_get(o, "src_endpoint");
-    if (src && cli__s(j, "sandbox"))
-        json_object_set_new(src, "uid", json_string(cli__s(j, "sandbox")));
-    const char *dsthost = cli__s(j, "host") ? cli__s(j, "host") : cli__s(j, "sni");
-    ocsf__endpoint(o, "dst_endpoint", cli__s(j, "dst"), class_uid == 4003 ? NULL : dsthost);
-    if (cli__s(j, "rule") || json_object_get(j, "policy")) {
-        json_t *fr = json_object();
-        if (cli__s(j, "rule"))
-            json_object_set_new(fr, "name", json_string(cli__s(j, "rule")));
-        json_t *pol = json_object_get(j, "policy");
-        if (json_is_object(pol) && cli__s(pol, "hash"))
-            json_object_set_new(fr, "uid", json_string(cli__s(pol, "hash")));
-        if (json_is_object(pol) && cli__s(pol, "name"))
-            json_object_set_new(fr, "desc", json_string(cli__s(pol, "name")));
-        json_object_set_new(o, "firewall_rule", fr);
-    }
-    json_t *bu = json_object_get(j, "bytes_up"), *bd = json_object_get(j, "bytes_down");
-    if (bu || bd)
-        json_object_set_new(o, "traffic",
-                            json_pack("{s:O*,s:O*}", "bytes_out", bu, "bytes_in", bd));
-    if (class_uid == 4002) {
-        json_t *req =
-            json_pack("{s:s?,s:{s:s?,s:s?,s:s}}", "http_method", cli__s(j, "method"), "url",
-                      "hostname", cli__s(j, "host"), "path", cli__s(j, "path"), "scheme", "http");
-        json_object_set_new(o, "http_request", req);
-        json_t *st = json_object_get(j, "status");
-        if (json_is_integer(st))
-            json_object_set_new(o, "http_response", json_pack("{s:O}", "code", st));
-    } else if (class_uid == 4003) {
-        json_object_set_new(o, "query",
-                            json_pack("{s:s?,s:s?,s:s}", "hostname", cli__s(j, "qname"), "type",
-                                      cli__s(j, "qtype"), "class", "IN"));
-        json_t *ans = json_object_get(j, "answers");
-        if (json_is_array(ans)) {
-            json_t *arr = json_array();
-            size_t i;
-            json_t *v;
-            json_array_foreach(ans, i, v) json_array_append_new(
-                arr, json_pack("{s:O,s:s?,s:O*}", "rdata", v, "type", cli__s(j, "qtype"), "ttl",
-                               json_object_get(j, "ttl")));
-            json_object_set_new(o, "answers", arr);
-        }
-        if (cli__s(j, "rcode"))
-            json_object_set_new(o, "rcode", json_string(cli__s(j, "rcode")));
-    } else if (cli__s(j, "sni")) {
-        json_object_set_new(o, "tls", json_pack("{s:s}", "sni", cli__s(j, "sni")));
-    }
-    /* Everything else (sandbox, template, decision, mode, timings...) as the record had it. */
-    json_object_set(o, "unmapped", j);
-    return o;
-}
-
 /* ---- commands -------------------------------------------------------------------------- */
 
 static int cli__open_reader(const char *dir, bool follow, struct al_auditlog_reader **r)
@@ -442,7 +165,7 @@ static void cli__emit(int out, const struct al_auditlog_record *rec)
     if (out == OUT_JSON) {
         printf("%.*s\n", (int)rec->len, rec->line);
     } else if (out == OUT_OCSF) {
-        json_t *ev = rec->json ? ocsf__event(rec) : NULL;
+        json_t *ev = rec->json ? al_audit_ocsf_event(rec) : NULL;
         if (ev) {
             char *s = json_dumps(ev, JSON_COMPACT);
             if (s)
@@ -458,7 +181,8 @@ static void cli__emit(int out, const struct al_auditlog_record *rec)
 /* tail: the last n records that match (not the matches among the last n lines: checkpoints
  * are hidden without --all, and filters select fewer). Reads back from the end in growing
  * steps until n have matched or the whole log was read; leaves the reader at the end. */
-static int cli__tail(struct al_auditlog_reader *r, const struct cli__filter *f, int out, uint64_t n)
+static int cli__tail(struct al_auditlog_reader *r, const struct al_audit_filter *f, int out,
+                     uint64_t n)
 {
     if (n == 0)
         return al_auditlog_reader_seek_tail(r, 0);
@@ -481,7 +205,7 @@ static int cli__tail(struct al_auditlog_reader *r, const struct cli__filter *f, 
         struct al_auditlog_record rec;
         while ((rc = al_auditlog_reader_next(r, &rec)) == 1) {
             lines++;
-            if (!cli__match(f, &rec))
+            if (!al_audit_filter_match(f, &rec))
                 continue;
             size_t k = (size_t)(got++ % n);
             free(ring[k]);
@@ -521,8 +245,8 @@ static int cli__tail(struct al_auditlog_reader *r, const struct cli__filter *f, 
     return rc;
 }
 
-static int cli__scan(const char *dir, const struct cli__filter *f, int out, bool tail, uint64_t n,
-                     bool follow)
+static int cli__scan(const char *dir, const struct al_audit_filter *f, int out, bool tail,
+                     uint64_t n, bool follow)
 {
     struct al_auditlog_reader *r;
     if (cli__open_reader(dir, follow, &r) < 0)
@@ -552,7 +276,7 @@ static int cli__scan(const char *dir, const struct cli__filter *f, int out, bool
             al_auditlog_reader_wait(r, -1);
             continue;
         }
-        if (!cli__match(f, &rec))
+        if (!al_audit_filter_match(f, &rec))
             continue;
         cli__emit(out, &rec);
         if (follow)
@@ -583,7 +307,7 @@ struct cli__aggsum {
 static void cli__agg_on_record(const json_t *j, uint64_t seq, void *arg)
 {
     struct cli__aggsum *a = arg;
-    if (!cli__is_aggregate(j))
+    if (!al_audit_is_aggregate(j))
         return;
     a->records++;
     json_t *count = json_object_get(j, "count");
@@ -789,7 +513,7 @@ int audit_cli_main(int argc, char **argv)
         cli__usage(stderr);
         return 2;
     }
-    struct cli__filter f = {0};
+    struct al_audit_filter f = {0};
     int out = OUT_HUMAN;
     bool follow = false, ocsf = false;
     uint64_t tail = is_tail ? 20 : 0;
@@ -828,7 +552,7 @@ int audit_cli_main(int argc, char **argv)
             f.reason = v, i++;
         } else if (v && (strcmp(a, "--since") == 0 || strcmp(a, "--until") == 0)) {
             uint64_t *t = a[2] == 's' ? &f.since_ns : &f.until_ns;
-            if (cli__time_arg(v, t) < 0) {
+            if (al_audit_time_arg(v, t) < 0) {
                 fprintf(stderr, "airlock audit: %s '%s': give RFC 3339 time or an age like 10m\n",
                         a, v);
                 return 2;

@@ -194,163 +194,17 @@ static int cli__explain(int argc, char **argv)
 
 /* ---- test ----------------------------------------------------------------------------- */
 
-static const char *const cli__case_keys[] = {
-    "name",   "url", "method", "connection", "addr",      "network", "expect", "rule",
-    "reason", "tls", "inject", "would_deny", "websocket", "body",    NULL};
-
-/* Builds the policy a case runs against: the loaded one, or a narrowed view of it. */
-static struct policy *cli__case_policy(struct policy *p, const struct al_yaml_node *net,
-                                       struct al_diags *d)
+/* Prints one case's result (policy/cases.c runs it). */
+static void cli__case(const struct policy_case_result *r, void *arg)
 {
-    if (!net)
-        return policy_ref(p);
-    static const char *const keys[] = {"allow_internet_access", "allow_out", "deny_out", NULL};
-    if (al_yaml_expect_map(net, "network", keys, d))
-        return NULL;
-    struct policy_narrowing n = {0};
-    const struct al_yaml_node *v;
-    bool access = true;
-    if ((v = al_yaml_get(net, "allow_internet_access")) &&
-        al_yaml_bool(v, "allow_internet_access", &access, d))
-        return NULL;
-    n.no_internet = !access;
-    const char *allow[256], *deny[256];
-    if ((v = al_yaml_get(net, "allow_out"))) {
-        if (al_yaml_strlist(v, "allow_out", false, d) || v->n > 256)
-            return NULL;
-        for (size_t i = 0; i < v->n; i++)
-            allow[i] = v->items[i]->str;
-        n.allow_out = allow;
-        n.n_allow_out = v->n;
-    }
-    if ((v = al_yaml_get(net, "deny_out"))) {
-        if (al_yaml_strlist(v, "deny_out", false, d) || v->n > 256)
-            return NULL;
-        for (size_t i = 0; i < v->n; i++)
-            deny[i] = v->items[i]->str;
-        n.deny_out = deny;
-        n.n_deny_out = v->n;
-    }
-    struct al_error err = {0};
-    struct policy *np = policy_narrow(p, &n, &err);
-    if (!np)
-        al_yaml_error(d, net, "bad_network", "%s", err.msg);
-    return np;
-}
-
-/* Runs one case; returns 1 pass, 0 fail, -1 malformed case (reported in d). */
-static int cli__case(struct policy *p, const struct al_yaml_node *cs, size_t idx, bool verbose,
-                     struct al_diags *d)
-{
-    if (al_yaml_expect_map(cs, "a test case", cli__case_keys, d))
-        return -1;
-    char name[256];
-    const struct al_yaml_node *v;
-    const char *s;
-    if ((v = al_yaml_get(cs, "name")) && !al_yaml_str(v, "name", &s, d))
-        snprintf(name, sizeof name, "%s", s);
-    else
-        snprintf(name, sizeof name, "case %zu", idx + 1);
-    const char *url = NULL, *method = NULL, *addr = NULL;
-    bool connection = false, body = false;
-    if (!(v = al_yaml_get(cs, "url")))
-        return al_yaml_error(d, cs, "missing_key", "%s: needs url: (or url: dns:NAME)", name), -1;
-    if (al_yaml_str(v, "url", &url, d))
-        return -1;
-    if ((v = al_yaml_get(cs, "method")) && al_yaml_str(v, "method", &method, d))
-        return -1;
-    if ((v = al_yaml_get(cs, "addr")) && al_yaml_str(v, "addr", &addr, d))
-        return -1;
-    if ((v = al_yaml_get(cs, "connection")) && al_yaml_bool(v, "connection", &connection, d))
-        return -1;
-    if ((v = al_yaml_get(cs, "body")) && al_yaml_bool(v, "body", &body, d))
-        return -1;
-    static const char *const verdicts[] = {"deny", "allow", NULL};
-    int expect;
-    if (!(v = al_yaml_get(cs, "expect")))
-        return al_yaml_error(d, cs, "missing_key", "%s: needs expect: allow|deny", name), -1;
-    if (al_yaml_enum(v, "expect", verdicts, &expect, d))
-        return -1;
-    struct policy_query *r = malloc(sizeof *r);
-    if (!r)
-        return -1;
-    struct al_error err = {0};
-    struct policy_query_opts qo = {
-        .method = method, .connection = connection, .addr = addr, .body = body};
-    if (policy_query_parse(url, &qo, r, &err)) {
-        al_yaml_error(d, al_yaml_get(cs, "url"), "bad_case", "%s: %s", name, err.msg);
-        free(r);
-        return -1;
-    }
-    struct policy *cp = cli__case_policy(p, al_yaml_get(cs, "network"), d);
-    if (!cp) {
-        free(r);
-        return -1;
-    }
-    struct policy_decision dec;
-    policy_query_decide(cp, r, &dec);
-    char fail[1024] = "";
-    size_t fo = 0;
-#define FAILF(...)                                                   \
-    do {                                                             \
-        int k_ = snprintf(fail + fo, sizeof fail - fo, __VA_ARGS__); \
-        if (k_ > 0 && (size_t)k_ < sizeof fail - fo)                 \
-            fo += (size_t)k_;                                        \
-    } while (0)
-    if ((int)dec.verdict != expect)
-        FAILF("; expected %s, got %s", verdicts[expect], verdicts[dec.verdict]);
-    if ((v = al_yaml_get(cs, "rule"))) {
-        const char *want = NULL;
-        if (!al_yaml_is_null(v) && al_yaml_str(v, "rule", &want, d)) {
-            policy_unref(cp);
-            free(r);
-            return -1;
-        }
-        const char *got = dec.rule ? dec.rule->name : NULL;
-        if ((want == NULL) != (got == NULL) || (want && strcmp(want, got) != 0))
-            FAILF("; expected rule %s, got %s", want ? want : "null", got ? got : "null");
-    }
-    if ((v = al_yaml_get(cs, "reason")) && !al_yaml_str(v, "reason", &s, d) &&
-        strcmp(s, policy_reason_code(dec.reason)) != 0)
-        FAILF("; expected reason %s, got %s", s, policy_reason_code(dec.reason));
-    if ((v = al_yaml_get(cs, "tls")) && !al_yaml_str(v, "tls", &s, d) &&
-        strcmp(s, policy_tls_name(dec.tls)) != 0)
-        FAILF("; expected tls %s, got %s", s, policy_tls_name(dec.tls));
-    bool b;
-    if ((v = al_yaml_get(cs, "would_deny")) && !al_yaml_bool(v, "would_deny", &b, d) &&
-        b != dec.would_deny)
-        FAILF("; expected would_deny %s", b ? "true" : "false");
-    if ((v = al_yaml_get(cs, "websocket")) && !al_yaml_bool(v, "websocket", &b, d) &&
-        b != dec.websocket)
-        FAILF("; expected websocket %s", b ? "true" : "false");
-    if ((v = al_yaml_get(cs, "inject")) && !al_yaml_strlist(v, "inject", false, d)) {
-        bool same = v->n == dec.n_inject;
-        for (size_t i = 0; same && i < v->n; i++)
-            same = strcasecmp(v->items[i]->str, dec.inject[i].header) == 0;
-        if (!same) {
-            FAILF("; expected inject [");
-            for (size_t i = 0; i < v->n; i++)
-                FAILF("%s%s", i ? ", " : "", v->items[i]->str);
-            FAILF("], got [");
-            for (size_t i = 0; i < dec.n_inject; i++)
-                FAILF("%s%s", i ? ", " : "", dec.inject[i].header);
-            FAILF("]");
-        }
-    }
-#undef FAILF
-    char why[1024];
-    policy_query_explain(cp, r, &dec, why, sizeof why);
-    int pass = fail[0] == '\0';
-    if (!pass)
-        printf("FAIL %s (%s:%u)%s\n     decision: %s, %s: %s\n", name, cs->file ? cs->file : "",
-               cs->line, fail, verdicts[dec.verdict], policy_reason_code(dec.reason), why);
+    bool verbose = *(const bool *)arg;
+    if (!r->pass)
+        printf("FAIL %s (%s:%u); %s\n     decision: %s, %s: %s\n", r->name, r->file ? r->file : "",
+               r->line, r->failures, r->decision, r->reason, r->why);
     else if (verbose)
-        printf("ok   %s: %s\n", name, why);
+        printf("ok   %s: %s\n", r->name, r->why);
     else
-        printf("ok   %s\n", name);
-    policy_unref(cp);
-    free(r);
-    return pass;
+        printf("ok   %s\n", r->name);
 }
 
 static int cli__test(int argc, char **argv)
@@ -377,38 +231,19 @@ static int cli__test(int argc, char **argv)
     if (!p)
         return 1;
     struct al_diags d = AL_DIAGS_INIT;
-    struct al_yaml_doc *doc = NULL;
+    struct policy_cases_summary sum;
     int rc = 1;
-    if (al_yaml_load_file(argv[optind + 1], NULL, &doc, &d) == 0) {
-        const struct al_yaml_node *root = al_yaml_root(doc);
-        static const char *const keys[] = {"description", "cases", NULL};
-        const struct al_yaml_node *cases = al_yaml_get(root, "cases");
-        if (al_yaml_expect_map(root, "the cases file", keys, &d) == 0 && !cases)
-            al_yaml_error(&d, root, "missing_key", "the cases file needs cases: [...]");
-        else if (cases && cases->kind != AL_YAML_SEQ)
-            al_yaml_error(&d, cases, "wrong_type", "cases must be a list of cases");
-        if (d.errors == 0 && cases) {
-            size_t pass = 0, fail = 0, bad = 0;
-            for (size_t i = 0; i < cases->n; i++) {
-                int r = cli__case(p, cases->items[i], i, verbose, &d);
-                if (r == 1)
-                    pass++;
-                else if (r == 0)
-                    fail++;
-                else
-                    bad++;
-            }
-            printf("%zu case%s: %zu passed, %zu failed%s\n", cases->n, cases->n == 1 ? "" : "s",
-                   pass, fail, bad ? ", some cases are malformed (see above)" : "");
-            rc = fail || bad || cases->n == 0 ? 1 : 0;
-            if (cases->n == 0)
-                fprintf(stderr, "%s: no cases\n", argv[optind + 1]);
-        }
+    if (policy_cases_run_file(p, argv[optind + 1], cli__case, &verbose, &sum, &d) == 0) {
+        printf("%zu case%s: %zu passed, %zu failed%s\n", sum.total, sum.total == 1 ? "" : "s",
+               sum.passed, sum.failed,
+               sum.malformed ? ", some cases are malformed (see above)" : "");
+        rc = sum.failed || sum.malformed || sum.total == 0 ? 1 : 0;
+        if (sum.total == 0)
+            fprintf(stderr, "%s: no cases\n", argv[optind + 1]);
     }
     al_diags_sort(&d);
     al_diags_print(&d, stderr, false);
     al_diags_free(&d);
-    al_yaml_free(doc);
     policy_unref(p);
     return rc;
 }

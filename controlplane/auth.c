@@ -171,7 +171,10 @@ static const struct auth_route {
      * records and their verification), the policies and the vault's names to auditors. */
     {"GET", "/admin/overview/**", CP_ROLES_ALL, "the overview"},
     {"GET", "/admin/audit/**", AU, "the egress audit log"},
-    {"GET", "/admin/policies/**", AU, "the egress policies (their text, findings and explain)"},
+    {"GET", "/admin/policies/**", AU,
+     "the egress policies (their text, findings, explain and test cases)"},
+    {"GET", "/admin/policy-reloads/**", AU, "the egress policies' reloads"},
+    {"*", "/admin/policy-reloads/**", A, "reloading the egress policies"},
     {"GET", "/admin/vault/**", AU, "the vault's secret names and metadata"},
     {"*", "/admin/vault/**", A, "writing or deleting vault secrets"},
     {"*", "/admin/keys/**", A, "managing API keys"},

@@ -23,6 +23,7 @@
 
 struct cp;
 struct cp_principal;
+struct policy;
 
 #define CP_CONSOLE_COOKIE        "airlock_console"
 #define CP_CONSOLE_COOKIE_SECURE "__Host-airlock_console"
@@ -78,8 +79,22 @@ bool cp_console_cookie_is_ours(const struct al_http_cookie_seg *seg, bool any_ca
 
 /* The admin endpoints of console_api.c (after authentication): false if not one of them. */
 bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);
-/* GET /admin/policies[/{name}[/explain]] (console_policies.c): false if not one of them. */
+/* GET /admin/policies[/{name}[/explain|/tests]] (console_policies.c): false if not one of them. */
 bool cp_console_policies_route(struct cp *cp, struct al_http_req *req);
+/* GET /admin/policy-reloads (the history) and POST /admin/policy-reloads (read the policies
+ * again now, by who) (console_policies.c): false if not one of them. */
+bool cp_console_reloads_route(struct cp *cp, struct al_http_req *req,
+                              const struct cp_principal *who);
+/* Reads every policy of the policies directory again (on the thread pool) and records each one
+ * whose hash, validity or findings changed since airlockd last read it, with trigger ("start",
+ * "sighup"); then creations read the files again and airlock-egress reloads the running
+ * sandboxes' policies (but at "start"). One at a time: asked meanwhile, it runs again after. */
+void cp_policy_reload(struct cp *cp, const char *trigger);
+/* A policy file of the policies directory read by a creation or explain (policysel.c) after it
+ * changed: p (NULL when invalid, with its counts and first error), recorded as a reload with
+ * trigger when it differs from what airlockd last read of it. On the loop. */
+void cp_policy_reload_seen(const char *file, const struct policy *p, size_t errors, size_t warnings,
+                           const char *first_error, const char *trigger);
 /* GET /admin/vault and DELETE /admin/vault/{name} (console_vault.c): false if not one of
  * them (POST and PUT come with their body to cp_console_vault_write). */
 bool cp_console_vault_route(struct cp *cp, struct al_http_req *req, const struct cp_principal *who);

@@ -6,15 +6,20 @@
  *   GET /admin/overview/series  the last hour of creation latency and egress decisions, in
  *                            buckets of 10 s (metrics.c's series), for the overview's charts
  *   GET /admin/audit         the latest records of the egress audit log, newest first
- *                            (limit, decision, sandbox); with Accept: text/event-stream, the
+ *                            (limit, and the filters of `airlock audit query`:
+ *                            common/auditlog_query); with Accept: text/event-stream, the
  *                            records as they are written (the same filters), live
+ *   GET /admin/audit/export  every record the filters select, from the log's first line, as
+ *                            a download: the lines as written (jsonl) or OCSF events (the
+ *                            CLI's mapping); the live tail's stream without its following
  *   GET /admin/audit/verify  the log's verification (common/auditlog's verifier, as
  *                            `airlock audit verify` runs it): intact up to which record, or
  *                            the first bad record and what is wrong with it
  *   GET /admin/keys          the API keys (never the keys themselves), as `airlock apikey ls`
  *   POST /admin/keys         a new key, shown once (cp_console_keys_create)
  *   DELETE /admin/keys/{id}  revokes a key, at once
- *   GET /admin/policies...   the policies, their lint findings and explain (console_policies.c)
+ *   GET /admin/policies...   the policies, their lint findings, explain, test cases, and
+ *   /admin/policy-reloads    the history of their reloads (console_policies.c)
  * Which roles may call each is auth.c's table (admins only for the keys).
  *
  * Reading and verifying the log are file I/O over what may be gigabytes: they run on libuv's
@@ -28,6 +33,7 @@
 #include <sodium.h>
 
 #include "common/auditlog.h"
+#include "common/auditlog_query.h"
 #include "common/http_head.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -47,14 +53,20 @@
 
 enum capi_kind { CAPI_RECORDS, CAPI_VERIFY };
 
+/* The filters of a listing, a live tail or an export (common/auditlog_query's, as `airlock
+ * audit query` takes them); f points into the strings beside it. */
+struct capi_query {
+    struct al_audit_filter f;
+    char decision[16], sandbox[64], host[256], type[32], reason[64];
+};
+
 struct capi_work {
     uv_work_t w;
     struct al_http_req *req;
     enum capi_kind kind;
     char dir[4200];
     size_t limit;
-    char decision[16];
-    char sandbox[64];
+    struct capi_query q;
     /* results (the worker's) */
     int status;
     json_t *out;
@@ -129,15 +141,6 @@ static void capi__series(struct cp *cp, struct al_http_req *req)
 
 /* ---- the audit log (worker threads) ------------------------------------------------------- */
 
-static bool capi__matches(const char *decision, const char *sandbox, const json_t *rec)
-{
-    if (decision[0] && !capi__streq(json_string_value(json_object_get(rec, "decision")), decision))
-        return false;
-    if (sandbox[0] && !capi__streq(json_string_value(json_object_get(rec, "sandbox")), sandbox))
-        return false;
-    return true;
-}
-
 static void capi__records(struct capi_work *x)
 {
     struct al_auditlog_reader_opts o = {.dir = x->dir, .prefix = "egress"};
@@ -149,7 +152,9 @@ static void capi__records(struct capi_work *x)
                  al_error_str(&err));
         return;
     }
-    bool filtered = x->decision[0] || x->sandbox[0];
+    const struct al_audit_filter *f = &x->q.f;
+    bool filtered =
+        f->decision || f->sandbox || f->host || f->type || f->reason || f->since_ns || f->until_ns;
     json_t **ring = calloc(x->limit, sizeof *ring);
     if (!ring || al_auditlog_reader_seek_tail(r, filtered ? CAPI_SCAN_MAX
                                                           : x->limit + CAPI_SCAN_SLACK) < 0) {
@@ -167,7 +172,7 @@ static void capi__records(struct capi_work *x)
         scanned++;
         if (rec.seq)
             last_seq = rec.seq;
-        if (rec.internal || !rec.json || !capi__matches(x->decision, x->sandbox, rec.json))
+        if (!al_audit_filter_match(f, &rec))
             continue;
         size_t slot = n % x->limit;
         json_decref(ring[slot]);
@@ -240,21 +245,58 @@ static void capi__done(uv_work_t *w, int status)
     free(x);
 }
 
-/* The filters of the records and of their live tail (decision, sandbox): false after
- * answering 400. */
-static bool capi__filters(struct al_http_req *req, char decision[16], char sandbox[64])
+/* One text filter of the query string into buf (len): false after answering 400. */
+static bool capi__param(struct al_http_req *req, const char *name, char *buf, size_t len,
+                        const char **out)
 {
-    int rc = al_http_query_get(req->query, "decision", decision, 16);
-    if ((rc && rc != -ENOENT) ||
-        (decision[0] && !capi__streq(decision, "allow") && !capi__streq(decision, "deny") &&
-         !capi__streq(decision, "would_deny"))) {
+    int rc = al_http_query_get(req->query, name, buf, len);
+    if (rc == -ENOENT || (rc == 0 && !buf[0]))
+        return true;
+    if (rc) {
+        cp_rest_error(req, 400, "%s %s", name,
+                      rc == -E2BIG ? "is too long" : "is not well encoded");
+        return false;
+    }
+    *out = buf;
+    return true;
+}
+
+/* The filters of the records, their live tail and their export: decision, sandbox, host,
+ * type, reason, since, until (as `airlock audit query` takes them). false after answering
+ * 400. */
+static bool capi__filters(struct al_http_req *req, struct capi_query *q)
+{
+    memset(q, 0, sizeof *q);
+    struct al_audit_filter *f = &q->f;
+    if (!capi__param(req, "decision", q->decision, sizeof q->decision, &f->decision) ||
+        !capi__param(req, "sandbox", q->sandbox, sizeof q->sandbox, &f->sandbox) ||
+        !capi__param(req, "host", q->host, sizeof q->host, &f->host) ||
+        !capi__param(req, "type", q->type, sizeof q->type, &f->type) ||
+        !capi__param(req, "reason", q->reason, sizeof q->reason, &f->reason))
+        return false;
+    if (f->decision && !capi__streq(f->decision, "allow") && !capi__streq(f->decision, "deny") &&
+        !capi__streq(f->decision, "would_deny")) {
         cp_rest_error(req, 400, "decision must be allow, deny or would_deny");
         return false;
     }
-    rc = al_http_query_get(req->query, "sandbox", sandbox, 64);
-    if ((rc && rc != -ENOENT) || (sandbox[0] && !cp_sandbox_id_valid(sandbox))) {
+    if (f->sandbox && !cp_sandbox_id_valid(f->sandbox)) {
         cp_rest_error(req, 400, "sandbox must be a sandbox id");
         return false;
+    }
+    const char *names[] = {"since", "until"};
+    uint64_t *dst[] = {&f->since_ns, &f->until_ns};
+    for (int i = 0; i < 2; i++) {
+        char t[64];
+        const char *v = NULL;
+        if (!capi__param(req, names[i], t, sizeof t, &v))
+            return false;
+        if (v && al_audit_time_arg(v, dst[i]) < 0) {
+            cp_rest_error(req, 400,
+                          "%s must be an RFC 3339 time (2026-01-02T03:04:05Z) or an age (90s, "
+                          "10m, 2h)",
+                          names[i]);
+            return false;
+        }
     }
     return true;
 }
@@ -290,7 +332,7 @@ static void capi__audit(struct cp *cp, struct al_http_req *req, enum capi_kind k
         }
         if (has)
             x->limit = (size_t)v;
-        if (!capi__filters(req, x->decision, x->sandbox)) {
+        if (!capi__filters(req, &x->q)) {
             free(x);
             return;
         }
@@ -315,6 +357,8 @@ static void capi__audit(struct cp *cp, struct al_http_req *req, enum capi_kind k
  * the thread pool, one read at a time per stream. */
 #define CAPI_TAIL_BATCH 500   /* records per read (the rest in the next) */
 #define CAPI_TAIL_SCAN  20000 /* lines looked at per read */
+/* An export reads on while less than this waits to be sent to the client. */
+#define CAPI_EXPORT_QUEUED (1u << 20)
 
 struct capi_tail {
     struct cp *cp;
@@ -327,7 +371,10 @@ struct capi_tail {
     bool working, again, more, started, ending;
     uint64_t after;
     bool has_after;
-    char dir[4200], decision[16], sandbox[64];
+    char dir[4200];
+    struct capi_query q;
+    enum capi_stream { CAPI_SSE, CAPI_EXPORT_JSONL, CAPI_EXPORT_OCSF } mode;
+    bool eof; /* an export read the whole log */
     /* the worker's */
     struct al_buf out;
     int status;
@@ -376,12 +423,18 @@ static void capi__tail_release(struct capi_tail *t)
     }
 }
 
+/* An export that ends before the end of the log is cut off where the client sees it (the
+ * download fails rather than pass for the whole log); a live tail says why it ends. */
 static void capi__tail_end(struct capi_tail *t, const char *why)
 {
     struct al_http_req *req = t->req;
     capi__tail_release(t);
-    if (req)
+    if (req && t->mode != CAPI_SSE) {
+        al_warn("console: an audit export ended before the end of the log: %s", why);
+        al_http_resp_abort(req);
+    } else if (req) {
         cp_sse_end(req, why);
+    }
 }
 
 static void capi__tail_on_close(struct al_http_req *req)
@@ -396,7 +449,8 @@ static void capi__tail_on_close(struct al_http_req *req)
 static void capi__tail_read(struct capi_tail *t)
 {
     if (!t->r) { /* the first read opens the log where the stream starts */
-        struct al_auditlog_reader_opts o = {.dir = t->dir, .prefix = "egress", .follow = true};
+        struct al_auditlog_reader_opts o = {
+            .dir = t->dir, .prefix = "egress", .follow = t->mode == CAPI_SSE};
         struct al_error err = {0};
         if (al_auditlog_reader_open(&o, &t->r, &err) < 0) {
             t->status = 404;
@@ -404,8 +458,10 @@ static void capi__tail_read(struct capi_tail *t)
                      al_error_str(&err));
             return;
         }
-        int rc = t->has_after ? al_auditlog_reader_seek_seq(t->r, t->after + 1)
-                              : al_auditlog_reader_seek_tail(t->r, 0);
+        /* An export reads the log from its first line. */
+        int rc = t->mode != CAPI_SSE ? 0
+                 : t->has_after      ? al_auditlog_reader_seek_seq(t->r, t->after + 1)
+                                     : al_auditlog_reader_seek_tail(t->r, 0);
         if (rc < 0) {
             t->status = 500;
             snprintf(t->msg, sizeof t->msg, "cannot read the audit log in %s: %s", t->dir,
@@ -413,15 +469,30 @@ static void capi__tail_read(struct capi_tail *t)
         }
         return; /* the stream starts; its first read follows at once */
     }
-    al_auditlog_reader_wait(t->r, 0); /* drains the descriptor the loop polls */
+    if (t->mode == CAPI_SSE)
+        al_auditlog_reader_wait(t->r, 0); /* drains the descriptor the loop polls */
     struct al_auditlog_record rec;
     size_t matched = 0, scanned = 0;
     int rc;
     t->more = false;
     while ((rc = al_auditlog_reader_next(t->r, &rec)) == 1) {
-        if (!rec.internal && rec.json && capi__matches(t->decision, t->sandbox, rec.json)) {
-            al_buf_printf(&t->out, "id: %llu\nevent: record\ndata: %.*s\n\n",
-                          (unsigned long long)rec.seq, (int)rec.len, rec.line);
+        if (al_audit_filter_match(&t->q.f, &rec)) {
+            if (t->mode == CAPI_SSE) {
+                al_buf_printf(&t->out, "id: %llu\nevent: record\ndata: %.*s\n\n",
+                              (unsigned long long)rec.seq, (int)rec.len, rec.line);
+            } else if (t->mode == CAPI_EXPORT_JSONL) { /* the line as the log holds it */
+                al_buf_append(&t->out, rec.line, rec.len);
+                al_buf_append(&t->out, "\n", 1);
+            } else {
+                json_t *ev = rec.json ? al_audit_ocsf_event(&rec) : NULL;
+                char *line = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+                if (line) {
+                    al_buf_appends(&t->out, line);
+                    al_buf_append(&t->out, "\n", 1);
+                }
+                free(line);
+                json_decref(ev);
+            }
             matched++;
         }
         if (matched >= CAPI_TAIL_BATCH || ++scanned >= CAPI_TAIL_SCAN) {
@@ -429,6 +500,8 @@ static void capi__tail_read(struct capi_tail *t)
             break;
         }
     }
+    if (rc == 0 && t->mode != CAPI_SSE)
+        t->eof = true;
     if (rc < 0) {
         t->status = 500;
         snprintf(t->msg, sizeof t->msg, "reading the audit log in %s failed: %s", t->dir,
@@ -463,10 +536,41 @@ static void capi__tail_keepalive(uv_timer_t *tm)
         cp_sse_keepalive(t->req);
 }
 
+/* An export's answer: a download of the records, read as the client takes them. */
+static int capi__export_begin(struct capi_tail *t)
+{
+    struct al_http_req *req = t->req;
+    char stamp[40], disp[128];
+    al_time_rfc3339(stamp, sizeof stamp, al_wall_ns());
+    for (char *c = stamp; *c; c++)
+        if (*c == ':')
+            *c = '-';
+    snprintf(disp, sizeof disp, "attachment; filename=\"airlock-audit-%.19s%s\"", stamp,
+             t->mode == CAPI_EXPORT_OCSF ? ".ocsf.jsonl" : ".jsonl");
+    struct al_http_header h[] = {{"Content-Type", "application/x-ndjson; charset=utf-8"},
+                                 {"Content-Disposition", disp},
+                                 {"Cache-Control", "no-store"}};
+    if (al_http_resp_start(req, 200, h, 3, -1) < 0)
+        return -EPIPE;
+    t->started = true;
+    req->user = t;
+    al_http_req_on_close(req, capi__tail_on_close);
+    return 0;
+}
+
+static void capi__export_drained(struct al_http_req *req)
+{
+    struct capi_tail *t = req->user;
+    if (t)
+        capi__tail_queue(t);
+}
+
 /* The stream's answer, once the log is open where it starts. */
 static int capi__tail_begin(struct capi_tail *t)
 {
     struct al_http_req *req = t->req;
+    if (t->mode != CAPI_SSE)
+        return capi__export_begin(t);
     int fd = al_auditlog_reader_fd(t->r);
     if (fd < 0 || uv_poll_init(t->cp->loop, &t->poll, fd) < 0)
         return -EIO;
@@ -520,6 +624,18 @@ static void capi__tail_done(uv_work_t *w, int status)
         capi__tail_end(t, t->msg);
         return;
     }
+    if (t->mode != CAPI_SSE && t->req) {
+        struct al_http_req *req = t->req;
+        if (t->eof) { /* the whole log: the download is complete */
+            capi__tail_release(t);
+            al_http_resp_end(req);
+        } else if (al_http_resp_queued(req) > CAPI_EXPORT_QUEUED) {
+            al_http_resp_on_drain(req, CAPI_EXPORT_QUEUED / 4, capi__export_drained);
+        } else {
+            capi__tail_queue(t);
+        }
+        return;
+    }
     if (t->req && al_http_resp_queued(t->req) > CP_SSE_MAX_QUEUED) {
         capi__tail_end(t, "this client reads slower than records arrive: reconnect (with "
                           "Last-Event-ID) to go on where it stopped");
@@ -543,20 +659,36 @@ static void capi__tail_queue(struct capi_tail *t)
     t->working = true;
 }
 
-static void capi__tail(struct cp *cp, struct al_http_req *req)
+/* The live tail (CAPI_SSE) or an export of the records that match the query. */
+static void capi__tail(struct cp *cp, struct al_http_req *req, enum capi_stream mode)
 {
     struct capi_tail *t = calloc(1, sizeof *t);
     if (!t) {
         cp_rest_error(req, 500, "out of memory");
         return;
     }
-    if (!capi__filters(req, t->decision, t->sandbox)) {
+    t->mode = mode;
+    if (!capi__filters(req, &t->q)) {
         free(t);
         return;
     }
+    if (mode != CAPI_SSE) {
+        /* An export is every matching record from the log's first line on. */
+        bool all = false;
+        if (!cp_rest_bool_param(req, "all", &all)) {
+            free(t);
+            return;
+        }
+        const struct al_audit_filter *f = &t->q.f;
+        /* Unfiltered, it is the log as written, the log's own records too: a file that
+         * `airlock audit verify` checks like the log itself. */
+        t->q.f.all = all || !(f->decision || f->sandbox || f->host || f->type || f->reason ||
+                              f->since_ns || f->until_ns);
+    }
     char after[32] = "";
-    int last = cp_sse_last_event_id(req, &t->after);
-    int rc = al_http_query_get(req->query, "after", after, sizeof after);
+    int last = mode == CAPI_SSE ? cp_sse_last_event_id(req, &t->after) : 0;
+    int rc =
+        mode == CAPI_SSE ? al_http_query_get(req->query, "after", after, sizeof after) : -ENOENT;
     if (last < 0) {
         free(t);
         cp_rest_error(req, 400, "Last-Event-ID must be the seq of a record of the log");
@@ -590,6 +722,21 @@ static void capi__tail(struct cp *cp, struct al_http_req *req)
         capi__tail_free(t);
         cp_rest_error(req, 500, "cannot queue the audit log's reading");
     }
+}
+
+/* GET /admin/audit/export?format=jsonl|ocsf and the query's filters. */
+static void capi__audit_export(struct cp *cp, struct al_http_req *req)
+{
+    char fmt[16] = "";
+    int rc = al_http_query_get(req->query, "format", fmt, sizeof fmt);
+    if (rc == -ENOENT || (rc == 0 && strcmp(fmt, "jsonl") == 0))
+        capi__tail(cp, req, CAPI_EXPORT_JSONL);
+    else if (rc == 0 && strcmp(fmt, "ocsf") == 0)
+        capi__tail(cp, req, CAPI_EXPORT_OCSF);
+    else
+        cp_rest_error(req, 400,
+                      "format must be jsonl (the records as the log holds them) or ocsf (OCSF "
+                      "1.1 events, one per line)");
 }
 
 void cp_console_api_stop(struct cp *cp)
@@ -713,7 +860,7 @@ bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct c
     const char *p = req->path;
     if (strncmp(p, "/admin/", 7) != 0)
         return false;
-    if (cp_console_vault_route(cp, req, who))
+    if (cp_console_vault_route(cp, req, who) || cp_console_reloads_route(cp, req, who))
         return true;
     if (strcmp(p, "/admin/keys") == 0 && strcmp(req->method, "GET") == 0) {
         capi__keys_list(cp, req);
@@ -739,7 +886,9 @@ bool cp_console_api_route(struct cp *cp, struct al_http_req *req, const struct c
     else if (strcmp(p, "/admin/overview/series") == 0)
         capi__series(cp, req);
     else if (strcmp(p, "/admin/audit") == 0 && cp_sse_wanted(req))
-        capi__tail(cp, req);
+        capi__tail(cp, req, CAPI_SSE);
+    else if (strcmp(p, "/admin/audit/export") == 0)
+        capi__audit_export(cp, req);
     else if (strcmp(p, "/admin/audit") == 0)
         capi__audit(cp, req, CAPI_RECORDS);
     else if (strcmp(p, "/admin/audit/verify") == 0)

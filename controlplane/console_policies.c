@@ -1,5 +1,5 @@
 /* controlplane/console_policies: the egress policies the web console shows (docs/console.md,
- * "Policies"), read-only:
+ * "Policies"):
  *
  *   GET /admin/policies                 every policy of the policies directory, valid or not:
  *                                       its counts of errors and warnings, hash, mode, rules,
@@ -9,10 +9,16 @@
  *   GET /admin/policies/{name}/explain  one request (?url=, method, addr, connection, body)
  *                                       decided by it and explained: policy/query.c, the query
  *                                       `airlock policy explain --json` asks
+ *   GET /admin/policies/{name}/tests    its test cases (<dir>/tests/<name>.yaml) run as
+ *                                       `airlock policy test` runs them (policy/cases.c)
+ *   GET /admin/policy-reloads           the history of the policies' reloads, newest first
+ *   POST /admin/policy-reloads          every policy read again now (as SIGHUP)
  *
- * Owns: what these answers hold. Which roles may call them is auth.c's table. Reading and
- * linting the files is file I/O over what an operator put there: it runs on libuv's thread
- * pool; which sandboxes use a policy is read on the loop, where the sandboxes live. Explain
+ * Owns: what these answers hold, and the policies' reloads: airlockd's last reading of each
+ * policy and the history of the readings that changed one (at start, SIGHUP, an API reload, a
+ * creation that read a changed file: policysel.c tells), in memory, on the loop. Which roles
+ * may call them is auth.c's table. Reading and linting the files is file I/O over what an
+ * operator put there: it runs on libuv's thread pool; which sandboxes use a policy is read on the loop, where the sandboxes live. Explain
  * decides with the compiled policy creations use (policysel.c's cache): the decision shown is
  * the one a new sandbox with that policy would get.
  */
@@ -23,19 +29,26 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "common/log.h"
 #include "common/util.h"
 #include "common/yaml.h"
 #include "console.h"
 #include "cp.h"
+#include "egressreg.h"
 #include "policy/policy.h"
 #include "policysel.h"
 
 #define CPOL_MAX 4096 /* policies listed; a directory with more is refused, not cut short */
 
+enum cpol_kind { CPOL_READ, CPOL_TESTS, CPOL_RELOAD };
+
 struct cpol_work {
     uv_work_t w;
     struct cp *cp;
-    struct al_http_req *req;
+    struct al_http_req *req; /* NULL for a reload airlockd asked itself (start, SIGHUP) */
+    enum cpol_kind kind;
+    char trigger[16]; /* a reload's: "start", "sighup", "api" */
+    char key_id[32];  /* an "api" reload's key */
     char dir[4096];
     char name[CP_POLICY_NAME_MAX]; /* "" for the list */
     char def[CP_POLICY_NAME_MAX];  /* the configured default policy */
@@ -97,6 +110,10 @@ static json_t *cpol__entry(const char *dir, const char *name, const char *ext, c
         p = policy_load_buffer(text, len, path, &d);
     al_diags_sort(&d);
     const char *desc = p ? policy_description(p) : NULL;
+    char first[600] = "";
+    for (size_t i = 0; i < d.n && !first[0]; i++)
+        if (d.v[i].severity == AL_DIAG_ERROR)
+            al_diag_format(&d.v[i], first, sizeof first);
     json_t *o = json_pack(
         "{s:s,s:s,s:b,s:b,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:[]}", "name", name, "file", path, "default",
         strcmp(name, def) == 0, "valid", p != NULL, "errors", (json_int_t)d.errors, "warnings",
@@ -105,6 +122,8 @@ static json_t *cpol__entry(const char *dir, const char *name, const char *ext, c
         "description", desc ? json_string(desc) : json_null(), "policyName",
         p ? json_string(policy_name(p)) : json_null(), "ruleCount",
         p ? json_integer((json_int_t)policy_rule_count(p)) : json_null(), "sandboxes");
+    if (o)
+        json_object_set_new(o, "firstError", first[0] ? json_string(first) : json_null());
     if (o && detail) {
         /* The text as the file holds it; a file that is not UTF-8 text has no JSON string
          * (its findings say what is wrong with it). */
@@ -220,30 +239,106 @@ static void cpol__list(struct cpol_work *x)
         snprintf(x->msg, sizeof x->msg, "out of memory");
 }
 
-static void cpol__one(struct cpol_work *x)
+/* The file of policy x->name (<name>.yaml, else .yml, as a creation finds it) into path and
+ * its extension into ext; false (404 in x) when there is none. */
+static bool cpol__find(struct cpol_work *x, char *path, size_t len, const char **ext)
 {
     const char *exts[] = {".yaml", ".yml"};
     for (int i = 0; i < 2; i++) {
-        char path[4200];
         struct stat st;
-        snprintf(path, sizeof path, "%s/%s%s", x->dir, x->name, exts[i]);
+        snprintf(path, len, "%s/%s%s", x->dir, x->name, exts[i]);
         if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-            x->out = cpol__entry(x->dir, x->name, exts[i], x->def, true);
-            x->status = x->out ? 200 : 500;
-            if (!x->out)
-                snprintf(x->msg, sizeof x->msg, "out of memory");
-            return;
+            *ext = exts[i];
+            return true;
         }
     }
     x->status = 404;
     snprintf(x->msg, sizeof x->msg, "no policy \"%s\" in %s (a file %s.yaml there)", x->name,
              x->dir, x->name);
+    return false;
+}
+
+static void cpol__one(struct cpol_work *x)
+{
+    char path[4200];
+    const char *ext;
+    if (!cpol__find(x, path, sizeof path, &ext))
+        return;
+    x->out = cpol__entry(x->dir, x->name, ext, x->def, true);
+    x->status = x->out ? 200 : 500;
+    if (!x->out)
+        snprintf(x->msg, sizeof x->msg, "out of memory");
+}
+
+/* ---- test cases --------------------------------------------------------------------------- */
+
+static void cpol__case(const struct policy_case_result *r, void *arg)
+{
+    json_t *c =
+        json_pack("{s:s,s:I,s:s,s:s,s:b,s:s,s:s,s:b,s:s,s:o,s:I,s:s,s:s}", "name", r->name, "line",
+                  (json_int_t)r->line, "url", r->url, "method", r->method, "pass", r->pass,
+                  "expect", r->expect, "decision", r->decision, "wouldDeny", r->would_deny,
+                  "reason", r->reason, "rule", r->rule ? json_string(r->rule) : json_null(),
+                  "ruleLine", (json_int_t)r->rule_line, "why", r->why, "failures", r->failures);
+    if (c && r->has_expect_rule)
+        json_object_set_new(c, "expectRule",
+                            r->expect_rule ? json_string(r->expect_rule) : json_null());
+    if (c)
+        json_array_append_new(arg, c);
+}
+
+/* The cases of <dir>/tests/<name>.yaml (else .yml) run against the policy, as `airlock
+ * policy test` runs them (policy/cases.c). */
+static void cpol__tests(struct cpol_work *x)
+{
+    char path[4200], cases[4300] = "";
+    const char *ext;
+    if (!cpol__find(x, path, sizeof path, &ext))
+        return;
+    const char *exts[] = {".yaml", ".yml"};
+    bool found = false;
+    for (int i = 0; i < 2 && !found; i++) {
+        struct stat st;
+        snprintf(cases, sizeof cases, "%s/tests/%s%s", x->dir, x->name, exts[i]);
+        found = stat(cases, &st) == 0 && S_ISREG(st.st_mode);
+    }
+    if (!found)
+        snprintf(cases, sizeof cases, "%s/tests/%s.yaml", x->dir, x->name);
+    struct al_diags d = AL_DIAGS_INIT;
+    struct policy *p = policy_load_file(path, &d);
+    if (!p) {
+        x->status = 422;
+        snprintf(x->msg, sizeof x->msg,
+                 "policy \"%s\" (%s) has %zu error%s: its cases run once they are fixed (GET "
+                 "/admin/policies/%s lists them)",
+                 x->name, path, d.errors, d.errors == 1 ? "" : "s", x->name);
+        al_diags_free(&d);
+        return;
+    }
+    al_diags_free(&d);
+    d = (struct al_diags)AL_DIAGS_INIT;
+    json_t *arr = json_array();
+    struct policy_cases_summary sum = {0};
+    bool ran = found && policy_cases_run_file(p, cases, cpol__case, arr, &sum, &d) == 0;
+    al_diags_sort(&d);
+    x->out = json_pack("{s:s,s:s,s:s,s:s,s:b,s:b,s:I,s:I,s:I,s:I,s:o,s:o}", "policy", x->name,
+                       "file", path, "hash", policy_hash(p), "casesFile", cases, "found", found,
+                       "ran", ran, "total", (json_int_t)sum.total, "passed", (json_int_t)sum.passed,
+                       "failed", (json_int_t)sum.failed, "malformed", (json_int_t)sum.malformed,
+                       "cases", arr, "diagnostics", cp_policy_diags_json(&d));
+    policy_unref(p);
+    al_diags_free(&d);
+    x->status = x->out ? 200 : 500;
+    if (!x->out)
+        snprintf(x->msg, sizeof x->msg, "out of memory");
 }
 
 static void cpol__work(uv_work_t *w)
 {
     struct cpol_work *x = w->data;
-    if (x->name[0])
+    if (x->kind == CPOL_TESTS)
+        cpol__tests(x);
+    else if (x->name[0])
         cpol__one(x);
     else
         cpol__list(x);
@@ -266,13 +361,223 @@ static int cpol__user(void *v, void *arg)
     return 0;
 }
 
-/* On the loop: the sandboxes using each policy (by the name they were created with). */
+/* ---- reloads ------------------------------------------------------------------------------ */
+
+/* What airlockd last read of each policy (name -> {"hash", "valid", "errors", "warnings"}), and
+ * the history of what changed, oldest first: on the loop, in memory (a restart begins it with
+ * the "start" reading). */
+#define CPOL_RELOADS_MAX 1000
+static json_t *cpol__known, *cpol__history;
+static uint64_t cpol__reload_seq;
+static bool cpol__reloading, cpol__reload_again;
+
+static bool cpol__same(const json_t *a, const json_t *b)
+{
+    if (!a || !b)
+        return a == b;
+    static const char *const keys[] = {"hash", "valid", "errors", "warnings"};
+    for (size_t i = 0; i < 4; i++)
+        if (!json_equal(json_object_get(a, keys[i]), json_object_get(b, keys[i])))
+            return false;
+    return true;
+}
+
+/* One reading of a policy (now: {"hash", "valid", "errors", "warnings", "firstError"}, or NULL
+ * for a file that is gone): recorded when it differs from the last one (or is the first). */
+static json_t *cpol__note(const char *name, const char *file, const json_t *now,
+                          const char *trigger, const char *key_id)
+{
+    if (!cpol__known)
+        cpol__known = json_object();
+    if (!cpol__history)
+        cpol__history = json_array();
+    if (!cpol__known || !cpol__history)
+        return NULL;
+    json_t *before = json_object_get(cpol__known, name);
+    if (!before && !now)
+        return NULL;
+    if (before && cpol__same(before, now))
+        return NULL;
+    char at[40];
+    al_time_rfc3339(at, sizeof at, al_wall_ns());
+    json_t *after =
+        now ? json_pack("{s:O,s:O,s:O,s:O,s:O*}", "hash", json_object_get(now, "hash"), "valid",
+                        json_object_get(now, "valid"), "errors", json_object_get(now, "errors"),
+                        "warnings", json_object_get(now, "warnings"), "firstError",
+                        json_object_get(now, "firstError"))
+            : json_null();
+    json_t *e = json_pack("{s:I,s:s,s:s,s:s,s:s,s:o,s:o,s:o}", "seq",
+                          (json_int_t)++cpol__reload_seq, "time", at, "policy", name, "file", file,
+                          "trigger", trigger, "keyId", key_id ? json_string(key_id) : json_null(),
+                          "before", before ? json_deep_copy(before) : json_null(), "after", after);
+    if (!e)
+        return NULL;
+    const char *bh = before ? json_string_value(json_object_get(before, "hash")) : NULL;
+    const char *ah = now ? json_string_value(json_object_get(now, "hash")) : NULL;
+    al_info("policies: %s (%s) read (%s%s%s): %s -> %s", name, file, trigger,
+            key_id ? " by key " : "", key_id ? key_id : "", before ? (bh ? bh : "invalid") : "new",
+            now ? (ah ? ah : "invalid") : "removed");
+    if (now)
+        json_object_set_new(cpol__known, name,
+                            json_pack("{s:O,s:O,s:O,s:O}", "hash", json_object_get(now, "hash"),
+                                      "valid", json_object_get(now, "valid"), "errors",
+                                      json_object_get(now, "errors"), "warnings",
+                                      json_object_get(now, "warnings")));
+    else
+        json_object_del(cpol__known, name);
+    if (json_array_size(cpol__history) >= CPOL_RELOADS_MAX)
+        json_array_remove(cpol__history, 0);
+    json_array_append(cpol__history, e);
+    return e;
+}
+
+void cp_policy_reload_seen(const char *file, const struct policy *p, size_t errors, size_t warnings,
+                           const char *first_error, const char *trigger)
+{
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    char name[CP_POLICY_NAME_MAX];
+    size_t l = strcspn(base, ".");
+    const char *ext = base + l;
+    if (l >= sizeof name || (strcmp(ext, ".yaml") != 0 && strcmp(ext, ".yml") != 0))
+        return;
+    memcpy(name, base, l);
+    name[l] = '\0';
+    json_t *now = json_pack(
+        "{s:o,s:b,s:I,s:I,s:o}", "hash", p ? json_string(policy_hash(p)) : json_null(), "valid",
+        p != NULL, "errors", (json_int_t)errors, "warnings", (json_int_t)warnings, "firstError",
+        first_error && first_error[0] ? json_string(first_error) : json_null());
+    if (now)
+        cpol__note(name, file, now, trigger, NULL);
+    json_decref(now);
+}
+
+struct cpol_reload {
+    struct al_http_req *req;
+    json_t *out;
+};
+
+static void cpol__egress_reloaded(void *arg, int rc, const json_t *answer)
+{
+    struct cpol_reload *r = arg;
+    const char *msg = "it did not answer, or refused the reload (its log says why)";
+    json_t *failed = rc == 0 ? json_object_get(answer, "failed") : NULL; /* borrowed */
+    json_t *eg = rc == 0
+                     ? json_pack("{s:I,s:o}", "reloaded",
+                                 (json_int_t)json_array_size(json_object_get(answer, "reloaded")),
+                                 "failed", failed ? json_incref(failed) : json_array())
+                     : json_pack("{s:s}", "error", msg);
+    if (rc)
+        al_warn("policies: airlock-egress did not reload the running sandboxes' policies: %s", msg);
+    else if (json_array_size(json_object_get(answer, "failed")))
+        al_warn("policies: airlock-egress refused the new policy of %zu sandboxes (they keep "
+                "the old one; its audit log says why)",
+                json_array_size(json_object_get(answer, "failed")));
+    if (r->req) {
+        json_object_set_new(r->out, "egress", eg ? eg : json_null());
+        al_http_reply_json(r->req, 200, r->out);
+    } else {
+        json_decref(eg);
+        json_decref(r->out);
+    }
+    free(r);
+}
+
+static void cpol__reload_start(struct cp *cp, struct al_http_req *req, const char *trigger,
+                               const char *key_id);
+
+/* On the loop: every policy read compared with the last reading (the changes recorded), the
+ * ones that are gone recorded as removed; creations read the files again; airlock-egress
+ * reloads the running sandboxes' policies. */
+static void cpol__reloaded(struct cpol_work *x)
+{
+    json_t *changed = json_array();
+    size_t unchanged = 0;
+    json_t *list = json_object_get(x->out, "policies");
+    json_t *seen = json_object();
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e)
+    {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        json_object_set_new(seen, name, json_true());
+        json_t *c = cpol__note(name, json_string_value(json_object_get(e, "file")), e, x->trigger,
+                               x->key_id[0] ? x->key_id : NULL);
+        if (c)
+            json_array_append_new(changed, c);
+        else
+            unchanged++;
+    }
+    const char *name;
+    json_t *v, *gone = json_array();
+    json_object_foreach(cpol__known, name, v) if (!json_object_get(seen, name))
+        json_array_append_new(gone, json_string(name));
+    json_array_foreach(gone, i, v)
+    {
+        char file[4300];
+        snprintf(file, sizeof file, "%s/%s.yaml", x->dir, json_string_value(v));
+        json_t *c = cpol__note(json_string_value(v), file, NULL, x->trigger,
+                               x->key_id[0] ? x->key_id : NULL);
+        if (c)
+            json_array_append_new(changed, c);
+    }
+    json_decref(gone);
+    json_decref(seen);
+    cp_policy_cache_clear();
+    json_t *out = json_pack("{s:s,s:o,s:I,s:n}", "trigger", x->trigger, "changed", changed,
+                            "unchanged", (json_int_t)unchanged, "egress");
+    struct cpol_reload *r = out ? calloc(1, sizeof *r) : NULL;
+    if (!r) {
+        json_decref(out);
+        if (x->req)
+            cp_rest_error(x->req, 500, "out of memory");
+    } else {
+        r->req = x->req;
+        r->out = out;
+        /* The start's reading is the one airlock-egress registers sandboxes with: nothing to
+         * reload there. */
+        bool asked = x->cp->egress && strcmp(x->trigger, "start") != 0 &&
+                     cp_egress_reload(x->cp->egress, cpol__egress_reloaded, r) == 0;
+        if (!asked) {
+            if (x->req)
+                al_http_reply_json(x->req, 200, out);
+            else
+                json_decref(out);
+            free(r);
+        }
+    }
+    cpol__reloading = false;
+    if (cpol__reload_again) {
+        cpol__reload_again = false;
+        cpol__reload_start(x->cp, NULL, "sighup", NULL);
+    }
+}
+
+/* On the loop: a reload's comparison (above), or the answer, with the sandboxes using each
+ * policy (by the name they were created with) for the list and one policy. */
 static void cpol__done(uv_work_t *w, int status)
 {
     struct cpol_work *x = w->data;
+    if (x->kind == CPOL_RELOAD) {
+        if (status < 0 || !x->out) {
+            al_warn("policies: the policies directory %s could not be read again: %s", x->dir,
+                    status < 0 ? uv_strerror(status) : x->msg);
+            if (x->req)
+                cp_rest_error(x->req, status < 0 || !x->status ? 500 : x->status, "%s",
+                              status < 0 ? uv_strerror(status) : x->msg);
+            cpol__reloading = false;
+        } else {
+            cpol__reloaded(x);
+        }
+        json_decref(x->out);
+        free(x);
+        return;
+    }
     if (status < 0) {
         json_decref(x->out);
         cp_rest_error(x->req, 500, "the policies could not be read (%s)", uv_strerror(status));
+    } else if (x->out && x->kind == CPOL_TESTS) {
+        al_http_reply_json(x->req, 200, x->out);
     } else if (x->out) {
         struct cpol_users u = {json_object()};
         json_t *list = json_object_get(x->out, "policies");
@@ -293,23 +598,107 @@ static void cpol__done(uv_work_t *w, int status)
     free(x);
 }
 
-static void cpol__read(struct cp *cp, struct al_http_req *req, const char *name)
+static struct cpol_work *cpol__work_new(struct cp *cp, struct al_http_req *req, enum cpol_kind kind,
+                                        const char *name)
 {
     struct cpol_work *x = calloc(1, sizeof *x);
-    if (!x) {
-        cp_rest_error(req, 500, "out of memory");
-        return;
-    }
+    if (!x)
+        return NULL;
     x->cp = cp;
     x->req = req;
+    x->kind = kind;
     snprintf(x->dir, sizeof x->dir, "%s", cp->cfg.policies_path);
     snprintf(x->def, sizeof x->def, "%s", cp->cfg.default_policy ? cp->cfg.default_policy : "");
     snprintf(x->name, sizeof x->name, "%s", name ? name : "");
     x->w.data = x;
+    return x;
+}
+
+static void cpol__read(struct cp *cp, struct al_http_req *req, const char *name,
+                       enum cpol_kind kind)
+{
+    struct cpol_work *x = cpol__work_new(cp, req, kind, name);
+    if (!x) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
     if (uv_queue_work(req->loop, &x->w, cpol__work, cpol__done) < 0) {
         free(x);
         cp_rest_error(req, 500, "cannot queue the policies' reading");
     }
+}
+
+static void cpol__reload_start(struct cp *cp, struct al_http_req *req, const char *trigger,
+                               const char *key_id)
+{
+    if (cpol__reloading) {
+        if (req)
+            cp_rest_error(req, 429,
+                          "the policies are being read again; ask again when it has ended");
+        else
+            cpol__reload_again = true;
+        return;
+    }
+    struct cpol_work *x = cpol__work_new(cp, req, CPOL_RELOAD, NULL);
+    if (!x) {
+        if (req)
+            cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    snprintf(x->trigger, sizeof x->trigger, "%s", trigger);
+    snprintf(x->key_id, sizeof x->key_id, "%s", key_id ? key_id : "");
+    if (uv_queue_work(cp->loop, &x->w, cpol__work, cpol__done) < 0) {
+        free(x);
+        if (req)
+            cp_rest_error(req, 500, "cannot queue the policies' reading");
+        return;
+    }
+    cpol__reloading = true;
+}
+
+void cp_policy_reload(struct cp *cp, const char *trigger)
+{
+    cpol__reload_start(cp, NULL, trigger, NULL);
+}
+
+/* GET /admin/policy-reloads[?policy=NAME]: the history, newest first. */
+static void cpol__history_list(struct al_http_req *req)
+{
+    char name[CP_POLICY_NAME_MAX] = "";
+    int rc = al_http_query_get(req->query, "policy", name, sizeof name);
+    if ((rc && rc != -ENOENT) || (name[0] && !cp_policy_name_valid(name))) {
+        cp_rest_error(req, 400, "policy must be a policy's name (letters, digits, '.', '_', '-')");
+        return;
+    }
+    json_t *arr = json_array();
+    for (size_t i = json_array_size(cpol__history); arr && i-- > 0;) {
+        json_t *e = json_array_get(cpol__history, i);
+        if (!name[0] || strcmp(json_string_value(json_object_get(e, "policy")), name) == 0)
+            json_array_append(arr, e);
+    }
+    json_t *out = arr ? json_pack("{s:o,s:b}", "reloads", arr, "reloading", cpol__reloading) : NULL;
+    if (!out) {
+        cp_rest_error(req, 500, "out of memory");
+        return;
+    }
+    al_http_reply_json(req, 200, out);
+}
+
+bool cp_console_reloads_route(struct cp *cp, struct al_http_req *req,
+                              const struct cp_principal *who)
+{
+    if (strcmp(req->path, "/admin/policy-reloads") != 0)
+        return false;
+    if (strcmp(req->method, "GET") == 0)
+        cpol__history_list(req);
+    else if (strcmp(req->method, "POST") == 0)
+        cpol__reload_start(cp, req, "api", who->key_id);
+    else
+        cp_rest_error(req, 405,
+                      "%s is not allowed on %s (GET lists the reloads, POST reads the policies "
+                      "again)",
+                      req->method, req->path);
+    return true;
 }
 
 /* ---- explain ------------------------------------------------------------------------------ */
@@ -388,7 +777,7 @@ bool cp_console_policies_route(struct cp *cp, struct al_http_req *req)
 {
     const char *p = req->path;
     if (strcmp(p, "/admin/policies") == 0) {
-        cpol__read(cp, req, NULL);
+        cpol__read(cp, req, NULL, CPOL_READ);
         return true;
     }
     if (strncmp(p, "/admin/policies/", 16) != 0)
@@ -402,13 +791,15 @@ bool cp_console_policies_route(struct cp *cp, struct al_http_req *req)
         return true;
     }
     if (*rest == '\0')
-        cpol__read(cp, req, name);
+        cpol__read(cp, req, name, CPOL_READ);
     else if (strcmp(rest, "/explain") == 0)
         cpol__explain(cp, req, name);
+    else if (strcmp(rest, "/tests") == 0)
+        cpol__read(cp, req, name, CPOL_TESTS);
     else
         cp_rest_error(req, 404,
-                      "no such endpoint: GET %s (/admin/policies/{name} or "
-                      "/admin/policies/{name}/explain)",
+                      "no such endpoint: GET %s (/admin/policies/{name}, "
+                      "/admin/policies/{name}/explain or /admin/policies/{name}/tests)",
                       p);
     return true;
 }

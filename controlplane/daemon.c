@@ -172,19 +172,31 @@ static int daemon__lock(struct cp *cp)
     return fd; /* held (open) until exit */
 }
 
-static void daemon__install_policies(struct cp *cp)
+/* The files of set missing from dir, installed (what the operator changed stays). */
+static void daemon__install(const struct cp_embedded *set, const char *dir, const char *what)
 {
-    for (const struct cp_embedded *e = cp_embedded_policies; e->name; e++) {
-        char p[4200];
-        snprintf(p, sizeof p, "%s/%s", cp->cfg.policies_path, e->name);
+    for (const struct cp_embedded *e = set; e->name; e++) {
+        char p[4300];
+        snprintf(p, sizeof p, "%s/%s", dir, e->name);
         if (access(p, F_OK) == 0)
             continue;
         struct al_error err = {0};
         if (al_write_file_atomic(p, e->data, e->len, 0644, &err))
-            al_warn("cannot install the default policy %s: %s", p, al_error_str(&err));
+            al_warn("cannot install the default %s %s: %s", what, p, al_error_str(&err));
         else
-            al_info("installed the default policy %s", p);
+            al_info("installed the default %s %s", what, p);
     }
+}
+
+static void daemon__install_policies(struct cp *cp)
+{
+    daemon__install(cp_embedded_policies, cp->cfg.policies_path, "policy");
+    char tests[4200];
+    snprintf(tests, sizeof tests, "%s/tests", cp->cfg.policies_path);
+    if (mkdir(tests, 0755) < 0 && errno != EEXIST)
+        al_warn("cannot make %s for the default policies' test cases: %s", tests, strerror(errno));
+    else
+        daemon__install(cp_embedded_policy_tests, tests, "policy test cases");
 }
 
 /* The API key: AIRLOCK_API_KEY if set; else, if no key exists yet, a new one, stored as a
@@ -567,8 +579,8 @@ static void daemon__on_signal(uv_signal_t *s, int signum)
 {
     struct cp *cp = s->data;
     if (signum == SIGHUP) {
-        al_info("SIGHUP: policies are re-read at the next creation");
-        cp_policy_cache_clear();
+        al_info("SIGHUP: the policies are read again (creations and running sandboxes)");
+        cp_policy_reload(cp, "sighup");
         return;
     }
     if (cp->stopping) {
@@ -1048,6 +1060,7 @@ int cp_main(int argc, char **argv)
     uv_signal_start(&cp->sig_term, daemon__on_signal, SIGTERM);
     uv_signal_start(&cp->sig_int, daemon__on_signal, SIGINT);
     uv_signal_start(&cp->sig_hup, daemon__on_signal, SIGHUP);
+    cp_policy_reload(cp, "start"); /* the first reading of the policies' history */
     uv_timer_init(cp->loop, &cp->tick);
     cp->tick.data = cp;
     uv_timer_init(cp->loop, &cp->refill);

@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/yaml.h"
+#include "console.h"
 #include "cp.h"
 #include "policy/policy.h"
 
@@ -70,6 +71,7 @@ static struct policy *ps__load(const char *path, struct al_error *err)
             break;
         }
     }
+    bool changed = slot >= 0;
     if (slot >= 0) {
         struct ps_entry *e = &ps__cache[slot];
         if (e->size == st.st_size && e->ino == st.st_ino && e->mtime.tv_sec == st.st_mtim.tv_sec &&
@@ -82,6 +84,7 @@ static struct policy *ps__load(const char *path, struct al_error *err)
     struct al_diags d = AL_DIAGS_INIT;
     struct policy *p = policy_load_file(path, &d);
     if (!p) {
+        al_diags_sort(&d); /* the first in the file, as lint prints them */
         char first[600] = "";
         for (size_t i = 0; i < d.n; i++) {
             if (d.v[i].severity == AL_DIAG_ERROR) {
@@ -89,6 +92,8 @@ static struct policy *ps__load(const char *path, struct al_error *err)
                 break;
             }
         }
+        if (changed)
+            cp_policy_reload_seen(path, NULL, d.errors, d.warnings, first, "file_changed");
         al_error_set(err, -EINVAL,
                      "%zu error%s, first: %s (check it with `airlock policy lint "
                      "%s`)",
@@ -96,6 +101,8 @@ static struct policy *ps__load(const char *path, struct al_error *err)
         al_diags_free(&d);
         return NULL;
     }
+    if (changed)
+        cp_policy_reload_seen(path, p, d.errors, d.warnings, NULL, "file_changed");
     al_diags_free(&d);
     if (empty < 0)
         empty = (int)(st.st_ino % PS_CACHE);

@@ -4,7 +4,8 @@
  * X-Airlock-Build-Policy header, names a policy of the policies directory that the caller's
  * API key may use; otherwise the template's default policy, the "policy" key
  * of its template.json; otherwise the configured default policy), loading and validating the
- * named file (cached by path, size and mtime), and the E2B network fields
+ * named file (cached by path, size and mtime; a cached file read again because it changed is
+ * a reload of the policies' history, console_policies.c), and the E2B network fields
  * (allow_internet_access, network.allowOut, network.denyOut), which may only narrow the
  * policy: they are validated here with policy_narrow() and handed to airlock-egress, which
  * applies them in front of the policy.

@@ -366,6 +366,45 @@ json_t *policy_query_json(const struct policy *p, const struct policy_query *q,
                           const struct policy_decision *d);
 const char *policy_tls_name(enum policy_tls t); /* "none", "passthrough", "inspect" */
 
+/* ---- test cases (policy/cases.c) --------------------------------------------------------- */
+
+/* One case of a CASES document (docs/policy.md, "The CASES format") decided: what it expects
+ * and what the policy answers. The strings live for the callback only. */
+struct policy_case_result {
+    const char *name; /* its name:, or "case N" */
+    const char *file; /* where it is written (may be NULL) */
+    unsigned line;    /* its line there */
+    const char *url;  /* what it asks (url:), and with which method ("" for none: a
+                             * connection or a DNS question) */
+    const char *method;
+    bool pass;               /* every key it gives matched */
+    const char *expect;      /* "allow" | "deny" */
+    bool has_expect_rule;    /* it names the rule (rule:) */
+    const char *expect_rule; /* that rule; NULL for rule: null */
+    const char *decision;    /* "allow" | "deny" */
+    bool would_deny;
+    const char *reason;   /* policy_reason_code() */
+    const char *rule;     /* the deciding rule, NULL for none */
+    unsigned rule_line;   /* its line in the policy */
+    const char *why;      /* policy_query_explain() */
+    const char *failures; /* "expected deny, got allow; expected rule ..." ("" on a pass) */
+};
+typedef void (*policy_case_cb)(const struct policy_case_result *r, void *arg);
+struct policy_cases_summary {
+    size_t total, passed, failed, malformed; /* malformed: reported in the diagnostics */
+};
+
+/* Runs every case of a CASES document's root against p, calling cb (may be NULL) for each
+ * case that could be run, in order. A malformed case is a diagnostic in d and counted, the
+ * others still run. Returns 0 when the document has a list of cases (sum says how they went),
+ * -EINVAL with a diagnostic when it has none. */
+int policy_cases_run(struct policy *p, const struct al_yaml_node *root, policy_case_cb cb,
+                     void *arg, struct policy_cases_summary *sum, struct al_diags *d);
+/* The same over the file at path: a file that cannot be read or parsed is an error in d and
+ * al_yaml_load_file()'s return (-ENOENT for none). */
+int policy_cases_run_file(struct policy *p, const char *path, policy_case_cb cb, void *arg,
+                          struct policy_cases_summary *sum, struct al_diags *d);
+
 /* Request paths as the matcher sees them: query cut off, unreserved percent-escapes
  * decoded, other escapes upper-cased; dot segments, empty segments, backslashes, NUL,
  * non-ASCII and traversal hidden behind %2F/%5C refused (-EINVAL). out >= POLICY_PATH_MAX+1. */

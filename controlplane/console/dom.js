@@ -23,7 +23,7 @@ export function h(tag, props, ...children) {
 const SAFE_ATTRS = new Set([
   "id", "type", "name", "value", "placeholder", "autocomplete", "title", "for", "colspan",
   "disabled", "required", "data-page", "data-testid", "aria-label", "spellcheck", "selected",
-  "tabindex", "data-empty",
+  "tabindex", "data-empty", "download",
 ]);
 
 // svg("circle", {cx: 3, cy: 4, r: 2}, svg("title", {}, "text")): an SVG element (the
@@ -47,10 +47,11 @@ export function svg(tag, props, ...children) {
   return e;
 }
 
-// Links stay inside the console (its hash routes): never a URL a sandbox chose.
+// Links stay inside the console (its hash routes) or are airlockd's own downloads (the audit
+// export): never a URL a sandbox chose.
 function internalHref(v) {
   const s = String(v);
-  if (!s.startsWith("#/")) throw new Error("dom.js: only #/ links");
+  if (!s.startsWith("#/") && !s.startsWith("/admin/audit/export?")) throw new Error("dom.js: only #/ links and the audit export");
   return s;
 }
 

@@ -590,14 +590,20 @@ function closeLive() {
   liveTail = null;
 }
 
+// The audit query's filters (those of `airlock audit query`): each one given must match.
+const AUDIT_FILTERS = ["decision", "sandbox", "host", "type", "reason", "since", "until"];
+
+function auditQuery(filters) {
+  const q = new URLSearchParams();
+  for (const k of AUDIT_FILTERS) if (filters[k]) q.set(k, filters[k]);
+  return q;
+}
+
 // Follows the log from record `after` on (the newest the page lists), with the page's filters
-// ({decision, sandbox}): each new record goes on top of tbody. GET /admin/audit as
-// Server-Sent Events.
+// (auditQuery): each new record goes on top of tbody. GET /admin/audit as Server-Sent Events.
 function follow(tbody, status, filters, after) {
   closeLive();
-  const q = new URLSearchParams();
-  if (filters.decision) q.set("decision", filters.decision);
-  if (filters.sandbox) q.set("sandbox", filters.sandbox);
+  const q = auditQuery(filters);
   if (after !== undefined) q.set("after", String(after));
   const es = new EventSource(`/admin/audit?${q}`);
   liveTail = es;
@@ -627,9 +633,10 @@ async function renderAudit(params) {
     show(view, h("h1", {}, "Audit"), notForRole("read the egress audit log"));
     return;
   }
-  const decision = params.get("decision") || "";
-  const q = new URLSearchParams({ limit: "200" });
-  if (decision) q.set("decision", decision);
+  const filters = {};
+  for (const k of AUDIT_FILTERS) filters[k] = params.get(k) || "";
+  const q = auditQuery(filters);
+  q.set("limit", "200");
   const verifyOut = h("div", { class: "panel", "data-testid": "verify" },
     h("p", { class: "muted" }, "The hash chain and the signed checkpoints of the whole log are checked on request."));
   const verifyBtn = h("button", { type: "button", id: "verify" }, "Verify the log");
@@ -646,13 +653,42 @@ async function renderAudit(params) {
   });
   const select = h("select", { id: "decision-filter", "aria-label": "decision" },
     [["", "every decision"], ["deny", "deny"], ["would_deny", "would_deny"], ["allow", "allow"]]
-      .map(([v, t]) => h("option", { value: v, selected: v === decision }, t)));
-  select.addEventListener("change", () => {
+      .map(([v, t]) => h("option", { value: v, selected: v === filters.decision }, t)));
+  const field = (k, placeholder) => h("input", { id: `filter-${k}`, type: "text", name: k, value: filters[k], autocomplete: "off", spellcheck: "false", placeholder });
+  const inputs = {
+    decision: select,
+    sandbox: field("sandbox", "sandbox id"),
+    host: field("host", "host (.example.com: and under)"),
+    type: field("type", "http_request, dns_query, ..."),
+    reason: field("reason", "reason code"),
+    since: field("since", "since: RFC 3339 or 10m, 2h"),
+    until: field("until", "until: RFC 3339 or an age"),
+  };
+  const filterForm = h("form", { id: "audit-filters", class: "filters wrap" },
+    AUDIT_FILTERS.map((k) => [h("label", { for: k === "decision" ? "decision-filter" : `filter-${k}` }, k), inputs[k]]),
+    h("button", { type: "submit" }, "Apply"));
+  const apply = () => {
     const p = new URLSearchParams();
-    if (select.value) p.set("decision", select.value);
+    for (const k of AUDIT_FILTERS) if (inputs[k].value.trim()) p.set(k, inputs[k].value.trim());
     if (liveBox.checked) p.set("live", "1");
     location.hash = `#/audit${p.size ? `?${p}` : ""}`;
+  };
+  select.addEventListener("change", apply);
+  filterForm.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    apply();
   });
+  // Downloads of every record that matches the filters, from the log's first line on (the
+  // whole log, unfiltered, verifies like the log: `airlock audit verify FILE`).
+  const exportQ = (format) => {
+    const e = auditQuery(filters);
+    e.set("format", format);
+    return `/admin/audit/export?${e}`;
+  };
+  const exports = may("exportAudit") ? h("div", { class: "filters", "data-testid": "export" },
+    h("span", {}, "Export the matching records:"),
+    h("a", { href: exportQ("jsonl"), download: "", "data-testid": "export-jsonl" }, "JSONL (as the log holds them)"),
+    h("a", { href: exportQ("ocsf"), download: "", "data-testid": "export-ocsf" }, "OCSF 1.1 events")) : null;
   let records;
   let listing;
   let tbody = null;
@@ -676,7 +712,7 @@ async function renderAudit(params) {
       return;
     }
     // From the last record the listing read on (the log's order is its seq): none is missed.
-    follow(tbody, liveStatus, { decision }, records.lastSeq ?? undefined);
+    follow(tbody, liveStatus, filters, records.lastSeq ?? undefined);
   });
   show(view,
     h("h1", {}, "Audit"),
@@ -684,8 +720,9 @@ async function renderAudit(params) {
     may("verifyAudit") ? h("div", { class: "filters" }, verifyBtn) : notForRole("verify the audit log"),
     verifyOut,
     h("h2", {}, "Latest records"),
-    h("div", { class: "filters" }, h("label", { for: "decision-filter" }, "decision"), select,
-      records ? h("span", { class: "muted" }, `${records.records.length} shown, newest first, from ${records.dir}`) : null),
+    filterForm,
+    records ? h("p", { class: "muted" }, `${records.records.length} shown, newest first, from ${records.dir}`) : null,
+    exports,
     tbody ? h("div", { class: "filters" }, liveBox, h("label", { for: "live" }, "live"), liveStatus) : null,
     listing);
   if (tbody && params.get("live") === "1") {
@@ -822,12 +859,94 @@ function explainForm(name, valid) {
   return [form, out];
 }
 
+// The policy's test cases (<policies dir>/tests/<name>.yaml), run as `airlock policy test`
+// runs them: each case's expectation beside the decision and its rule.
+function testCases(t) {
+  if (!t.found) return h("p", { class: "muted", "data-testid": "tests-none" }, `No test cases: write them in ${t.casesFile} (the CASES format of docs/policy.md).`);
+  const expected = (c) => `${c.expect}${"expectRule" in c ? `, rule ${c.expectRule ?? "none"}` : ""}`;
+  const rows = t.cases.map((c) => h("tr", { "data-testid": "test-case" },
+    h("td", { "data-testid": "test-result", class: c.pass ? "ok" : "error" }, c.pass ? "pass" : "FAIL"),
+    h("td", { "data-testid": "test-name" }, c.name, h("span", { class: "muted" }, ` line ${c.line}`)),
+    h("td", { class: "mono" }, c.method ? `${c.method} ${c.url}` : c.url),
+    h("td", { class: "mono", "data-testid": "test-expected" }, expected(c)),
+    h("td", { class: "mono", "data-testid": "test-actual" }, h("span", { class: c.wouldDeny ? "would_deny" : c.decision }, c.wouldDeny ? "allow (would deny)" : c.decision),
+      `, rule ${c.rule ? `${c.rule} (line ${c.ruleLine})` : "none"}, ${c.reason}`),
+    h("td", { "data-testid": "test-why" }, c.failures ? h("span", { class: "error" }, c.failures) : null, c.failures ? h("br", {}) : null, c.why)));
+  const diags = t.diagnostics.map((d) => h("li", { class: d.severity, "data-testid": "test-finding" }, `${d.line}:${d.col}: ${d.severity}: ${d.message}`));
+  return [
+    h("p", { "data-testid": "tests-summary", class: t.failed || t.malformed || !t.ran ? "error" : "ok" },
+      t.ran ? `${t.total} case${t.total === 1 ? "" : "s"}: ${t.passed} passed, ${t.failed} failed${t.malformed ? `, ${t.malformed} malformed` : ""}` : "The cases file cannot be run:",
+      h("span", { class: "muted" }, ` (${t.casesFile})`)),
+    diags.length ? h("ul", { class: "findings" }, diags) : null,
+    rows.length ? h("table", {},
+      h("thead", {}, h("tr", {}, ["result", "case", "request", "expected", "decision", "why"].map((x) => h("th", {}, x)))),
+      h("tbody", {}, rows)) : null,
+  ];
+}
+
+function hashText(v) {
+  if (!v) return "(no file)";
+  return v.valid ? v.hash.slice(0, 16) : "invalid";
+}
+
+const TRIGGERS = { start: "airlockd started", sighup: "SIGHUP", api: "reload by key", file_changed: "a creation read the changed file" };
+
+// Each reading of the policy that changed what airlockd had: when, why, the hash before and
+// after and the lint result.
+function reloadRows(list) {
+  return list.map((r) => h("tr", { "data-testid": "reload-row" },
+    h("td", {}, when(r.time)),
+    h("td", { "data-testid": "reload-trigger" }, TRIGGERS[r.trigger] || r.trigger, r.keyId ? h("span", { class: "mono" }, ` ${r.keyId}`) : null),
+    h("td", { class: "mono", "data-testid": "reload-before" }, r.before ? hashText(r.before) : "(first reading)"),
+    h("td", { class: "mono", "data-testid": "reload-after" }, hashText(r.after)),
+    h("td", { class: !r.after ? "muted" : r.after.valid ? "ok" : "error", "data-testid": "reload-lint" },
+      !r.after ? "removed" : r.after.valid ? (r.after.warnings ? `valid, ${r.after.warnings} warning${r.after.warnings === 1 ? "" : "s"}` : "valid")
+        : `${r.after.errors} error${r.after.errors === 1 ? "" : "s"}${r.after.firstError ? `: ${r.after.firstError}` : ""}`)));
+}
+
+function reloadsTable(list) {
+  return h("table", { "data-testid": "reloads" },
+    h("thead", {}, h("tr", {}, ["when", "triggered by", "before", "after", "lint"].map((x) => h("th", {}, x)))),
+    h("tbody", {}, list.length ? reloadRows(list) : h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No reading recorded since airlockd started."))));
+}
+
+// Admins read the policies again at once (what SIGHUP does); the answer says what changed.
+function reloadButton(done) {
+  if (!may("reloadPolicies")) return null;
+  const out = h("span", { class: "muted", "data-testid": "reload-out" });
+  const b = h("button", { type: "button", id: "reload-policies" }, "Read the policies again");
+  b.addEventListener("click", async () => {
+    b.disabled = true;
+    show(out, "Reading…");
+    try {
+      const r = await api("POST", "/admin/policy-reloads");
+      const eg = r.egress ? (r.egress.error ? `; airlock-egress: ${r.egress.error}` : `; airlock-egress reloaded ${r.egress.reloaded} sandboxes' policies${r.egress.failed.length ? `, refused ${r.egress.failed.length}` : ""}`) : "";
+      show(out, `${r.changed.length} changed, ${r.unchanged} unchanged${eg}.`);
+      await done();
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 401) throw e;
+      show(out, problem(e));
+    }
+    b.disabled = false;
+  });
+  return h("div", { class: "filters" }, b, out);
+}
+
 async function renderPolicy(name) {
   if (!may("readPolicies")) {
     show(view, h("h1", {}, "Policy"), notForRole("read the egress policies"));
     return;
   }
   const p = await api("GET", `/admin/policies/${encodeURIComponent(name)}`);
+  const tests = h("div", { "data-testid": "tests" });
+  if (p.valid) {
+    api("GET", `/admin/policies/${encodeURIComponent(name)}/tests`).then((t) => show(tests, testCases(t)), (e) => show(tests, problem(e)));
+  } else {
+    show(tests, h("p", { class: "muted" }, "The test cases run once the policy's errors are fixed."));
+  }
+  const reloads = h("div", { "data-testid": "policy-reloads" });
+  const loadReloads = async () => show(reloads, reloadsTable((await api("GET", `/admin/policy-reloads?policy=${encodeURIComponent(name)}`)).reloads));
+  loadReloads().catch((e) => show(reloads, problem(e)));
   const rules = p.rules.map((r) => h("tr", { "data-testid": "rule-row" },
     h("td", { class: "mono" }, r.name), h("td", { class: r.action === "deny" ? "deny" : "allow" }, r.action), h("td", {}, r.report ? "report" : "enforce"), h("td", {}, String(r.line))));
   const sandboxes = p.sandboxes.map((s) => h("tr", { "data-testid": "policy-sandbox" },
@@ -845,6 +964,8 @@ async function renderPolicy(name) {
         h("dt", {}, "default"), h("dd", {}, p.default ? "yes: sandboxes that name no policy get this one" : "no"))),
     h("h2", {}, "Explain"),
     explainForm(p.name, p.valid),
+    h("h2", {}, "Test cases"),
+    tests,
     h("h2", {}, "YAML"),
     p.yaml === null ? h("p", { class: "error" }, "The file is not UTF-8 text; its findings say what is wrong.") : null,
     p.diagnosticsDropped ? h("p", { class: "muted" }, `${p.diagnosticsDropped} more findings are not listed.`) : null,
@@ -856,7 +977,11 @@ async function renderPolicy(name) {
     h("h2", {}, "Sandboxes using it"),
     h("table", {},
       h("thead", {}, h("tr", {}, ["sandbox", "state", "template"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, sandboxes.length ? sandboxes : h("tr", {}, h("td", { colspan: 3, class: "muted" }, "None.")))));
+      h("tbody", {}, sandboxes.length ? sandboxes : h("tr", {}, h("td", { colspan: 3, class: "muted" }, "None.")))),
+    h("h2", {}, "Reloads"),
+    h("p", { class: "muted" }, "Each time airlockd read this policy and found it changed (kept in memory since airlockd started: its first reading, SIGHUP, a reload, a creation that read the changed file)."),
+    reloadButton(loadReloads),
+    reloads);
 }
 
 // ---- templates --------------------------------------------------------------------------

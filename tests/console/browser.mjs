@@ -3,7 +3,8 @@
 // Environment: CONSOLE_URL (http://127.0.0.1:PORT), API_KEY, SANDBOX (a running sandbox whose
 // metadata is hostile), AUDITOR_KEY (a key of the auditor role), SANDBOX2 (another running
 // sandbox, which the auditor must fail to kill), TEMPLATE_BUILD (a build of template tpl-live
-// waiting for its definition), SHOTS (a directory for the screenshots). Prints one "ok - ..."
+// waiting for its definition), POLICY_FILE (the policy e2e, whose test cases are in the
+// policies directory's tests/e2e.yaml), SHOTS (a directory for the screenshots). Prints one "ok - ..."
 // line per check; the first failure throws (exit 1).
 import fs from "node:fs";
 import puppeteer from "puppeteer-core";
@@ -17,6 +18,7 @@ const shots = process.env.SHOTS;
 const auditFile = process.env.AUDIT_FILE;
 const sandboxLog = process.env.SANDBOX_LOG; // SANDBOX's agent log
 const templateBuild = process.env.TEMPLATE_BUILD; // the build of template tpl-live, waiting
+const policyFile = process.env.POLICY_FILE; // the policy e2e's file, edited to see a reload
 const origin = new URL(base).origin;
 const T = 30000; // every wait is bounded
 
@@ -303,6 +305,39 @@ try {
     "audit live: the filter (deny) leaves the allowed record out, and the newest is on top");
   await page.screenshot({ path: `${shots}/audit-live.png`, fullPage: true });
 
+  // Audit export: the page's links download what its filters select, as JSONL (the log's lines
+  // as written) and as OCSF events (the CLI's mapping); the filters also narrow the listing.
+  await page.goto(`${base}/console/#/audit?decision=deny`);
+  await page.waitForSelector("[data-testid=export-jsonl]");
+  const links = await page.$$eval("[data-testid=export] a", (as) => as.map((a) => [a.getAttribute("href"), a.hasAttribute("download")]));
+  ok(links.length === 2 && links[0][0] === "/admin/audit/export?decision=deny&format=jsonl" && links[1][0] === "/admin/audit/export?decision=deny&format=ocsf" && links.every((l) => l[1]),
+    `audit export: a JSONL and an OCSF download with the page's filters (${JSON.stringify(links)})`);
+  const fetchText = (u) => page.evaluate(async (u) => {
+    const r = await fetch(u);
+    return { status: r.status, type: r.headers.get("content-type"), disposition: r.headers.get("content-disposition"), text: await r.text() };
+  }, u);
+  const logLines = fs.readFileSync(auditFile, "utf8").split("\n").filter(Boolean);
+  const denied = logLines.filter((l) => JSON.parse(l).decision === "deny");
+  const jl = await fetchText(links[0][0]);
+  ok(jl.status === 200 && jl.type.startsWith("application/x-ndjson") && /^attachment; filename="airlock-audit-.*\.jsonl"$/.test(jl.disposition),
+    `audit export: JSONL is a download (${jl.status} ${jl.type}; ${jl.disposition})`);
+  ok(jl.text === denied.join("\n") + "\n", `audit export: JSONL holds the denied records, each line as the log has it (${jl.text.split("\n").length - 1} of ${logLines.length})`);
+  const oc = await fetchText(links[1][0]);
+  const events = oc.text.split("\n").filter(Boolean).map((l) => JSON.parse(l));
+  ok(oc.status === 200 && /\.ocsf\.jsonl"$/.test(oc.disposition) && events.length === denied.length, `audit export: one OCSF event per denied record (${events.length})`);
+  ok(events.every((e, i) => {
+    const r = JSON.parse(denied[i]);
+    return e.class_uid === 4002 && e.category_uid === 4 && e.action_id === 2 && e.disposition_id === 2 && e.status_detail === r.reason &&
+      e.metadata.sequence === r.seq && e.metadata.version === "1.1.0" && e.metadata.product.name === "airlock" && e.unmapped.host === r.host &&
+      (r.rule ? e.firewall_rule.name === r.rule : true) && e.http_request.url.hostname === r.host;
+  }), `audit export: the OCSF fields (HTTP Activity, denied, the reason, rule, host and seq) (${JSON.stringify(events[events.length - 1]).slice(0, 300)})`);
+  await page.$eval("#filter-host", (e) => { e.value = "after.test"; });
+  await page.click("#audit-filters button[type=submit]");
+  await page.waitForFunction(() => location.hash.includes("host=after.test") && document.querySelector("[data-testid=export-jsonl]")?.getAttribute("href").includes("host=after.test"));
+  await page.waitForFunction(() => [...document.querySelectorAll("[data-testid=audit-row]")].length === 1);
+  ok((await page.$eval("[data-testid=audit-row]", (r) => r.textContent)).includes("after.test"), "audit: the host filter narrows the listing and the export");
+  await page.screenshot({ path: `${shots}/audit-export.png`, fullPage: true });
+
   // Policies: the list, a policy's YAML with each finding on its line (and a hostile string in
   // it as text), the sandboxes using one, and explain (a decision, its rule and why).
   await page.goto(`${base}/console/#/policies`);
@@ -356,6 +391,49 @@ try {
   ok(x.error && x.error.includes("unsupported URL scheme"), `explain: a URL it cannot read is refused with why (${x.error})`);
   ok(await page.evaluate(() => document.querySelectorAll("main b, main img").length === 0), "explain: nothing of the input became markup");
   await page.screenshot({ path: `${shots}/policy.png`, fullPage: true });
+
+  // Its test cases (tests/e2e.yaml), run as `airlock policy test` runs them: each case's
+  // expectation beside the decision and its rule, a failing one saying why, names as text.
+  await page.waitForSelector("[data-testid=tests-summary]");
+  const tsum = await page.$eval("[data-testid=tests-summary]", (e) => e.textContent);
+  ok(tsum.startsWith("3 cases: 2 passed, 1 failed"), `policy tests: the summary (${tsum})`);
+  const tcases = await page.$$eval("[data-testid=test-case]", (rs) => rs.map((r) => Object.fromEntries([...r.querySelectorAll("[data-testid]")].map((c) => [c.dataset.testid, c.textContent]))));
+  const tc = (n) => tcases.find((c) => c["test-name"].startsWith(n)) || {};
+  ok(tc("reads the site")["test-result"] === "pass" && tc("reads the site")["test-expected"] === "allow, rule web" &&
+    tc("reads the site")["test-actual"] === "allow, rule web (line 5), rule_allows", `policy tests: a passing case, expected and actual (${JSON.stringify(tc("reads the site"))})`);
+  ok(tc("another port")["test-result"] === "FAIL" && tc("another port")["test-expected"] === "allow" &&
+    tc("another port")["test-actual"] === "deny, rule web (line 5), port_not_allowed" && tc("another port")["test-why"].startsWith("expected allow, got deny"),
+  `policy tests: a failing case says what it expected and got (${JSON.stringify(tc("another port"))})`);
+  ok(tc("<img src=x onerror=window.__pwned=12>")["test-result"] === "pass", "policy tests: a hostile case name is shown as text");
+  ok(await page.evaluate(() => document.querySelectorAll("main img").length === 0 && window.__pwned === undefined), "policy tests: nothing of the cases ran");
+  await page.screenshot({ path: `${shots}/policy-tests.png`, fullPage: true });
+
+  // Its reloads: airlockd's first reading; the file edited and read again from the page (an
+  // admin's reload), recorded with the key, the hash before and after and the lint result.
+  const hashOf = () => page.evaluate(async () => (await (await fetch("/admin/policies/e2e")).json()).hash);
+  const h1 = await hashOf();
+  await page.waitForSelector("[data-testid=reload-row]");
+  const reloadRowsNow = () => page.$$eval("[data-testid=reload-row]", (rs) => rs.map((r) => Object.fromEntries([...r.querySelectorAll("[data-testid]")].map((c) => [c.dataset.testid, c.textContent]))));
+  let rl = await reloadRowsNow();
+  ok(rl.length === 1 && rl[0]["reload-trigger"] === "airlockd started" && rl[0]["reload-before"] === "(first reading)" && rl[0]["reload-after"] === h1.slice(0, 16) && rl[0]["reload-lint"] === "valid",
+    `policy reloads: airlockd's first reading (${JSON.stringify(rl)})`);
+  fs.appendFileSync(policyFile, "  - name: added\n    hosts: [added.test]\n");
+  const myKey = await page.evaluate(async () => (await (await fetch("/console/api/session")).json()).keyId);
+  await page.click("#reload-policies");
+  await page.waitForFunction(() => document.querySelectorAll("[data-testid=reload-row]").length === 2);
+  const h2 = await hashOf();
+  rl = await reloadRowsNow();
+  ok(h2 !== h1 && rl[0]["reload-trigger"] === `reload by key ${myKey}` && rl[0]["reload-before"] === h1.slice(0, 16) && rl[0]["reload-after"] === h2.slice(0, 16) && rl[0]["reload-lint"] === "valid",
+    `policy reloads: the edit, read again from the page, newest first (${JSON.stringify(rl[0])})`);
+  // broken and vaulted were written after airlockd started: their first reading is this one.
+  const said = await page.$eval("[data-testid=reload-out]", (e) => e.textContent);
+  ok(/^3 changed, \d+ unchanged\.$/.test(said), `policy reloads: the page says what changed (${said})`);
+  await page.screenshot({ path: `${shots}/policy-reloads.png`, fullPage: true });
+  // The default policies' own cases (deploy/policies/tests/), installed beside them, pass.
+  await openPolicy("default");
+  await page.waitForSelector("[data-testid=tests-summary]");
+  const dsum = await page.$eval("[data-testid=tests-summary]", (e) => e.textContent);
+  ok(/^(\d+) cases: \1 passed, 0 failed \(.*\/tests\/default\.yaml\)$/.test(dsum), `policy tests: the default policy's installed cases pass (${dsum})`);
 
   // Vault: a secret added through the page's write-only field, listed with its version, bound
   // host and the rule that injects it; its value is in no answer and nowhere on the page;
@@ -535,10 +613,13 @@ try {
   await page.goto(`${base}/console/#/audit`);
   await page.waitForSelector("#verify");
   ok(true, "auditor: the audit page and its verification are offered");
+  ok(await page.$("[data-testid=export-ocsf]"), "auditor: the audit export is offered");
   ok(!(await page.$eval("nav a[data-page=policies]", (a) => a.hidden)), "auditor: the policies page is offered");
   await openPolicy("e2e");
   x = await explain("http://allowed.test/x");
   ok(x.decision === "allow", "auditor: explain answers");
+  await page.waitForSelector("[data-testid=reload-row]");
+  ok(!(await page.$("#reload-policies")), "auditor: the reloads are shown, reloading is not offered");
   await page.click("#signout");
   await page.waitForSelector("#signin");
 

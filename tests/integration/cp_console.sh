@@ -18,11 +18,16 @@
 #     one as text, its status turning ready, the stream's end), whole once it ended; the list
 #     then has its base and build time;
 #   - the audit page's verification answers; followed live with a filter, a record written
-#     meanwhile appears (rule, reason, a hostile host as text), one filtered out does not;
+#     meanwhile appears (rule, reason, a hostile host as text), one filtered out does not; its
+#     export links download what the filters select, as the log's lines (JSONL) and as OCSF
+#     events (fields checked); the host filter narrows the listing and the export;
 #   - the policies page: each policy valid or with its errors, a policy's YAML with each lint
 #     finding under its line and column (a hostile string in it as text), the sandboxes using
 #     one, explain (allowed by rule web and why, another port denied naming the rule, a hostile
-#     host refused and quoted as text, an unreadable URL refused with why);
+#     host refused and quoted as text, an unreadable URL refused with why); its test cases
+#     (expected and actual decision and rule, a failing one's why, a hostile name as text);
+#     its reloads (airlockd's first reading, an edit read again from the page: key, hashes,
+#     lint result);
 #   - the vault page: a secret added (its value in a password field, never shown or answered
 #     back), listed with its version, bound host and the policy rule injecting it (a hostile
 #     description as text); rotated (version 2), a bad name refused with why, deleted; an
@@ -35,7 +40,7 @@
 #     closing it kills the shell;
 #   - an auditor key: its role shown, no kill/pause/resume, terminal or logs offered, the API refusing
 #     the kill (403) and the terminal's upgrade, the sandbox still there; the policies and
-#     their explain offered;
+#     their explain and reloads offered, reloading not; the audit export offered;
 #   - the page asks nothing of any host but airlockd, and no script error or CSP violation.
 # Screenshots of each page, kept: $CONSOLE_SHOTS (default <build>/artifacts/cp_console).
 set -uo pipefail
@@ -102,13 +107,31 @@ rules:
         value: "Bearer ${secret:console/token}"
 YAML
 
+# The policy e2e's test cases (cp_world.sh writes the policy): two that pass, one that fails,
+# one with a hostile name.
+mkdir -p "$CP_STATE/policies/tests"
+cat >"$CP_STATE/policies/tests/e2e.yaml" <<'YAML'
+cases:
+  - name: reads the site
+    url: http://allowed.test/x
+    expect: allow
+    rule: web
+  - name: another port
+    url: http://allowed.test:8080/x
+    expect: allow
+  - name: "<img src=x onerror=window.__pwned=12>"
+    url: https://elsewhere.test/
+    expect: deny
+    rule: null
+YAML
+
 al_note "the console in chromium"
 SHOTS=${CONSOLE_SHOTS:-$AIRLOCK_BIN/../artifacts/cp_console}
 rm -rf "$SHOTS" && mkdir -p "$SHOTS"
 al_ok "browser checks (tests/console/browser.mjs)" \
   nsenter --net="/run/netns/$CP_HOSTNS" env CONSOLE_URL="$CP_URL" API_KEY="$CP_KEY" SANDBOX="$SB" \
   AUDITOR_KEY="$AUDITOR" SANDBOX2="$SB2" AUDIT_FILE="$AUDIT_FILE" TEMPLATE_BUILD="$TPL_BUILD" \
-  SANDBOX_LOG="$CP_STATE/sandboxes/$SB/agent.log" \
+  SANDBOX_LOG="$CP_STATE/sandboxes/$SB/agent.log" POLICY_FILE="$CP_STATE/policies/e2e.yaml" \
   SHOTS="$SHOTS" CHROMIUM="$CHROMIUM" HOME="$AL_TMP" timeout 300 node "$CONSOLE_DIR/browser.mjs"
 printf '%s\n' "$AL_OUT" | sed 's/^/     /'
 # The test backend's agent is a host process: its shell's pid is one of ours.
@@ -117,7 +140,8 @@ al_check "the terminal's shell pid was reported" test -n "$SHELL_PID"
 for _ in $(seq 100); do kill -0 "$SHELL_PID" 2>/dev/null || break; sleep 0.1; done
 al_check "the terminal's shell was killed when the page closed it" bash -c "! kill -0 $SHELL_PID 2>/dev/null"
 al_match "the auditor did not kill it" "\"sandboxID\": *\"$SB2\"" cp_api "$CP_URL/sandboxes/$SB2"
-for p in signin overview overview-charts overview-egress-chart sandboxes sandbox templates template-build audit audit-live policies policy-broken policy vault keys terminal \
+for p in signin overview overview-charts overview-egress-chart sandboxes sandbox templates template-build audit audit-live audit-export \
+  policies policy-broken policy policy-tests policy-reloads vault keys terminal \
   sandbox-auditor vault-auditor; do
   al_check "screenshot of $p" test -s "$SHOTS/$p.png"
 done

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/auditlog.h"
@@ -1149,6 +1150,337 @@ START_TEST(console_terminal_upgrade)
 }
 END_TEST
 
+/* A policy's test cases (<policies>/tests/<name>.yaml), run as `airlock policy test` runs them
+ * (policy/cases.c): each case's expectation, the decision and its rule, and why a case fails;
+ * a malformed case is a finding at its line; no file, or a policy with errors, says so. */
+START_TEST(console_admin_policy_tests)
+{
+    struct al_http_header k[] = {{"X-API-KEY", KEY_ENV}};
+    struct resp r;
+    call(&r, "GET", "/admin/policies/other/tests", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert(json_is_false(json_object_get(r.body, "found")));
+    ck_assert_ptr_nonnull(strstr(jstr(r.body, "casesFile"), "/tests/other.yaml"));
+    ck_assert_uint_eq(json_array_size(json_object_get(r.body, "cases")), 0);
+    resp_free(&r);
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/tests", g_cp.cfg.policies_path);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    put_policy("tests/other.yaml", "cases:\n"
+                                   "  - name: read a repository\n"
+                                   "    url: https://api.github.com/repos/acme/app\n"
+                                   "    expect: allow\n"
+                                   "    rule: gh\n"
+                                   "  - name: <b>elsewhere</b>\n"
+                                   "    url: https://pypi.org/simple/\n"
+                                   "    expect: allow\n"
+                                   "  - url: https://api.github.com/\n"
+                                   "    expect: allow\n"
+                                   "    rule: null\n"
+                                   "  - name: malformed\n"
+                                   "    url: https://x.example/\n"
+                                   "    expect: maybe\n");
+    call(&r, "GET", "/admin/policies/other/tests", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert(json_is_true(json_object_get(r.body, "found")));
+    ck_assert(json_is_true(json_object_get(r.body, "ran")));
+    ck_assert_int_eq(json_integer_value(json_object_get(r.body, "total")), 4);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.body, "passed")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.body, "failed")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.body, "malformed")), 1);
+    ck_assert_uint_eq(strlen(jstr(r.body, "hash")), 64);
+    json_t *cases = json_object_get(r.body, "cases");
+    ck_assert_uint_eq(json_array_size(cases), 3);
+    json_t *c = json_array_get(cases, 0);
+    ck_assert_str_eq(jstr(c, "name"), "read a repository");
+    ck_assert(json_is_true(json_object_get(c, "pass")));
+    ck_assert_str_eq(jstr(c, "expect"), "allow");
+    ck_assert_str_eq(jstr(c, "expectRule"), "gh");
+    ck_assert_str_eq(jstr(c, "decision"), "allow");
+    ck_assert_str_eq(jstr(c, "rule"), "gh");
+    ck_assert_int_eq(json_integer_value(json_object_get(c, "ruleLine")), 4);
+    ck_assert_int_eq(json_integer_value(json_object_get(c, "line")), 2);
+    ck_assert_str_eq(jstr(c, "failures"), "");
+    c = json_array_get(cases, 1);
+    ck_assert_str_eq(jstr(c, "name"), "<b>elsewhere</b>");
+    ck_assert(json_is_false(json_object_get(c, "pass")));
+    ck_assert_str_eq(jstr(c, "decision"), "deny");
+    ck_assert(json_is_null(json_object_get(c, "rule")));
+    ck_assert_ptr_null(json_object_get(c, "expectRule")); /* it names none */
+    ck_assert_str_eq(jstr(c, "failures"), "expected allow, got deny");
+    ck_assert_str_eq(jstr(c, "reason"), "no_rule_matched");
+    c = json_array_get(cases, 2);
+    ck_assert_str_eq(jstr(c, "name"), "case 3");
+    ck_assert(json_is_null(json_object_get(c, "expectRule")));
+    ck_assert_str_eq(jstr(c, "failures"), "expected rule null, got gh");
+    json_t *dg = json_array_get(json_object_get(r.body, "diagnostics"), 0);
+    ck_assert_ptr_nonnull(dg);
+    ck_assert_int_eq(json_integer_value(json_object_get(dg, "line")), 14);
+    ck_assert_ptr_nonnull(strstr(jstr(dg, "message"), "expect"));
+    resp_free(&r);
+    /* A cases file that is not a list of cases: its finding, nothing run. */
+    put_policy("tests/default.yaml", "cases: {}\n");
+    call(&r, "GET", "/admin/policies/default/tests", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert(json_is_false(json_object_get(r.body, "ran")));
+    ck_assert_ptr_nonnull(
+        strstr(jstr(json_array_get(json_object_get(r.body, "diagnostics"), 0), "message"),
+               "cases must be a list"));
+    resp_free(&r);
+    put_policy("bad.yaml", "version: 1\nname: bad\nrules:\n  - name: r\n");
+    call(&r, "GET", "/admin/policies/bad/tests", k, 1, NULL);
+    assert_error(&r, 422, "its cases run once they are fixed");
+    resp_free(&r);
+    call(&r, "GET", "/admin/policies/missing/tests", k, 1, NULL);
+    assert_error(&r, 404, "no policy \"missing\"");
+    resp_free(&r);
+}
+END_TEST
+
+static json_t *reload_of(json_t *list, const char *policy)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(list, i, e) if (strcmp(jstr(e, "policy"), policy) == 0) return e;
+    return NULL;
+}
+
+/* The reloads' history: each reading that changed a policy (new, edited, broken, removed),
+ * with when, what triggered it (the key of an API reload; a creation that found the file
+ * changed), the hash before and after and the lint result; admins reload, auditors read. */
+START_TEST(console_admin_policy_reloads)
+{
+    char akey[CP_APIKEY_LEN + 1];
+    add_key("watch", CP_ROLE_AUDITOR, NULL, akey);
+    struct al_http_header k[] = {{"X-API-KEY", KEY_ENV}};
+    struct al_http_header a[] = {{"X-API-KEY", akey}};
+    struct resp r;
+    call(&r, "POST", "/admin/policy-reloads", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_str_eq(jstr(r.body, "trigger"), "api");
+    json_t *ch = json_object_get(r.body, "changed");
+    ck_assert_uint_eq(json_array_size(ch), 2); /* first readings: default, other */
+    json_t *e = reload_of(ch, "other");
+    ck_assert(json_is_null(json_object_get(e, "before")));
+    ck_assert_uint_eq(strlen(jstr(json_object_get(e, "after"), "hash")), 64);
+    ck_assert(json_is_null(json_object_get(r.body, "egress"))); /* none in this world */
+    char old_hash[65];
+    snprintf(old_hash, sizeof old_hash, "%s", jstr(json_object_get(e, "after"), "hash"));
+    resp_free(&r);
+    /* Again with nothing changed: nothing recorded. */
+    call(&r, "POST", "/admin/policy-reloads", k, 1, NULL);
+    ck_assert_uint_eq(json_array_size(json_object_get(r.body, "changed")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(r.body, "unchanged")), 2);
+    resp_free(&r);
+    /* Edited, then broken: each reading recorded with its hashes and lint result. */
+    put_policy("other.yaml", "version: 1\nname: other\nrules:\n  - name: gh2\n    hosts: "
+                             "[api.github.com]\n");
+    call(&r, "POST", "/admin/policy-reloads", k, 1, NULL);
+    ch = json_object_get(r.body, "changed");
+    ck_assert_uint_eq(json_array_size(ch), 1);
+    e = json_array_get(ch, 0);
+    ck_assert_str_eq(jstr(e, "policy"), "other");
+    ck_assert_str_eq(jstr(e, "keyId"), "env");
+    ck_assert_str_eq(jstr(json_object_get(e, "before"), "hash"), old_hash);
+    ck_assert_str_ne(jstr(json_object_get(e, "after"), "hash"), old_hash);
+    ck_assert(json_is_true(json_object_get(json_object_get(e, "after"), "valid")));
+    resp_free(&r);
+    /* A creation that reads the file after it changed records it too (a cached policy). */
+    char id[64];
+    create("{\"templateID\":\"base\",\"metadata\":{\"airlock.policy\":\"other\"}}", id, NULL);
+    put_policy("other.yaml", "version: 1\nname: other\nrules:\n  - name: gh3\n    hostz: [x]\n");
+    call(&r, "GET", "/admin/policies/other/explain?url=https://api.github.com/", k, 1, NULL);
+    assert_error(&r, 422, "invalid");
+    resp_free(&r);
+    call(&r, "GET", "/admin/policy-reloads?policy=other", a, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    json_t *hist = json_object_get(r.body, "reloads");
+    ck_assert_uint_eq(json_array_size(hist), 3); /* newest first */
+    e = json_array_get(hist, 0);
+    ck_assert_str_eq(jstr(e, "trigger"), "file_changed");
+    ck_assert(json_is_null(json_object_get(e, "keyId")));
+    json_t *after = json_object_get(e, "after");
+    ck_assert(json_is_false(json_object_get(after, "valid")));
+    ck_assert(json_is_null(json_object_get(after, "hash")));
+    ck_assert_int_eq(json_integer_value(json_object_get(after, "errors")), 2);
+    ck_assert_msg(strstr(jstr(after, "firstError"), "other.yaml:4:") != NULL, "%s",
+                  jstr(after, "firstError"));
+    ck_assert_uint_gt(json_integer_value(json_object_get(e, "seq")),
+                      json_integer_value(json_object_get(json_array_get(hist, 1), "seq")));
+    ck_assert_ptr_nonnull(jstr(e, "time"));
+    resp_free(&r);
+    /* Removed. */
+    char path[4400];
+    snprintf(path, sizeof path, "%s/other.yaml", g_cp.cfg.policies_path);
+    ck_assert_int_eq(unlink(path), 0);
+    call(&r, "POST", "/admin/policy-reloads", k, 1, NULL);
+    e = reload_of(json_object_get(r.body, "changed"), "other");
+    ck_assert_ptr_nonnull(e);
+    ck_assert(json_is_null(json_object_get(e, "after")));
+    ck_assert(json_is_false(json_object_get(json_object_get(e, "before"), "valid")));
+    resp_free(&r);
+    call(&r, "GET", "/admin/policy-reloads", k, 1, NULL);
+    ck_assert_uint_eq(json_array_size(json_object_get(r.body, "reloads")), 5);
+    resp_free(&r);
+    /* Auditors read the history but do not reload; bad filters and methods are refused. */
+    call(&r, "POST", "/admin/policy-reloads", a, 1, NULL);
+    assert_error(&r, 403, "has the role auditor");
+    resp_free(&r);
+    call(&r, "GET", "/admin/policy-reloads?policy=..%2f", k, 1, NULL);
+    assert_error(&r, 400, "policy must be");
+    resp_free(&r);
+    call(&r, "DELETE", "/admin/policy-reloads", k, 1, NULL);
+    assert_error(&r, 405, "POST reads the policies");
+    resp_free(&r);
+}
+END_TEST
+
+/* The audit export (GET /admin/audit/export): JSONL is the log's lines as written (the whole
+ * log verifies as the log does, with the verifier of `airlock audit verify`; a filtered one
+ * has only the matching records), OCSF the CLI's mapping; a download, auditors' too. */
+START_TEST(console_admin_audit_export)
+{
+    struct al_http_header k[] = {{"X-API-KEY", KEY_ENV}};
+    struct resp r;
+    call(&r, "GET", "/admin/audit/export?format=jsonl", k, 1, NULL);
+    ck_assert_int_eq(r.status, 404); /* no log yet */
+    resp_free(&r);
+    char dir[300];
+    struct al_auditlog *log = open_log(dir);
+    for (int i = 0; i < 6; i++) {
+        json_t *rec = json_pack(
+            "{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:{s:s,s:s}}", "type",
+            i == 4 ? "dns_query" : "http_request", "sandbox", "sbx0000000000000000a", "decision",
+            i % 2 ? "deny" : "allow", "reason", i % 2 ? "no_rule_matched" : "rule_allows", "host",
+            i == 3 ? "api.github.com" : "pypi.org", "method", "GET", "path", "/simple/", "rule",
+            i % 2 ? "" : "pypi", "src", "10.11.0.2:40000", "status", (json_int_t)200, "policy",
+            "name", "default", "hash", "abc");
+        if (i == 4)
+            json_object_set_new(rec, "qname", json_string("pypi.org"));
+        ck_assert_int_eq(al_auditlog_append(log, rec, NULL), 0);
+        json_decref(rec);
+    }
+    ck_assert_int_eq(al_auditlog_checkpoint(log), 0);
+    ck_assert_int_eq(al_auditlog_close(log), 0);
+
+    call(&r, "GET", "/admin/audit/export?format=jsonl", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_ptr_nonnull(strstr(r.ctype, "application/x-ndjson"));
+    ck_assert_ptr_nonnull(
+        strstr(hdr(&r, "Content-Disposition"), "attachment; filename=\"airlock-audit-"));
+    /* The log's files, concatenated, are the export. */
+    char cmd[700], whole[65536];
+    snprintf(cmd, sizeof cmd, "cat $(ls %s/egress-*.jsonl | sort)", dir);
+    FILE *p = popen(cmd, "r");
+    size_t wl = fread(whole, 1, sizeof whole - 1, p);
+    pclose(p);
+    ck_assert_uint_eq(r.len, wl);
+    ck_assert(memcmp(r.raw, whole, wl) == 0);
+    char file[400], pub[400];
+    snprintf(file, sizeof file, "%s/export.jsonl", g_tmpdir);
+    snprintf(pub, sizeof pub, "%s/egress.pub", dir);
+    FILE *f = fopen(file, "w");
+    fwrite(r.raw, 1, r.len, f);
+    fclose(f);
+    resp_free(&r);
+    const char *files[] = {file};
+    struct al_auditlog_verify_opts vo = {.files = files, .n_files = 1, .pubkey_file = pub};
+    struct al_auditlog_verify_result vr;
+    struct al_error err = {0};
+    ck_assert_msg(al_auditlog_verify(&vo, &vr, &err) == 0, "%s", err.msg);
+    ck_assert_msg(vr.verdict == AL_AUDIT_INTACT, "%s", vr.reason);
+    ck_assert_uint_ge(vr.records, 7); /* six and the log's own checkpoints */
+
+    /* Filtered: the matching records only, each line as in the log. */
+    call(&r, "GET", "/admin/audit/export?format=jsonl&decision=deny&host=.github.com", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_uint_eq(r.len > 0 && r.raw[r.len - 1] == '\n', 1);
+    r.raw[r.len - 1] = '\0';
+    ck_assert_ptr_null(strchr(r.raw, '\n')); /* one line */
+    ck_assert_ptr_nonnull(strstr(whole, r.raw));
+    ck_assert_ptr_nonnull(strstr(r.raw, "\"host\":\"api.github.com\""));
+    resp_free(&r);
+
+    /* OCSF: the events of the CLI's mapping, one per line. */
+    call(&r, "GET", "/admin/audit/export?format=ocsf&since=1h", k, 1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_ptr_nonnull(strstr(hdr(&r, "Content-Disposition"), ".ocsf.jsonl\""));
+    json_t *evs[8];
+    size_t n = 0;
+    for (char *line = strtok(r.raw, "\n"); line && n < 8; line = strtok(NULL, "\n")) {
+        json_error_t je;
+        evs[n] = json_loads(line, 0, &je);
+        ck_assert_msg(evs[n] != NULL, "%s: %s", line, je.text);
+        n++;
+    }
+    ck_assert_uint_eq(n, 6); /* the checkpoint is not traffic */
+    json_t *ev = evs[0];
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "class_uid")), 4002);
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "category_uid")), 4);
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "activity_id")), 3); /* GET */
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "type_uid")), 400203);
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "action_id")), 1);
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "status_id")), 1);
+    ck_assert_str_eq(jstr(ev, "status_detail"), "rule_allows");
+    json_t *md = json_object_get(ev, "metadata");
+    ck_assert_str_eq(jstr(md, "version"), "1.1.0");
+    ck_assert_str_eq(jstr(json_object_get(md, "product"), "name"), "airlock");
+    ck_assert_int_eq(json_integer_value(json_object_get(md, "sequence")),
+                     json_integer_value(json_object_get(json_object_get(ev, "unmapped"), "seq")));
+    ck_assert_int_gt(json_integer_value(json_object_get(md, "sequence")), 0);
+    ck_assert_str_eq(jstr(json_object_get(ev, "firewall_rule"), "name"), "pypi");
+    ck_assert_str_eq(jstr(json_object_get(ev, "firewall_rule"), "desc"), "default");
+    ck_assert_str_eq(jstr(json_object_get(ev, "src_endpoint"), "ip"), "10.11.0.2");
+    ck_assert_str_eq(jstr(json_object_get(ev, "src_endpoint"), "uid"), "sbx0000000000000000a");
+    ck_assert_str_eq(jstr(json_object_get(json_object_get(ev, "http_request"), "url"), "path"),
+                     "/simple/");
+    ck_assert_int_eq(
+        json_integer_value(json_object_get(json_object_get(ev, "http_response"), "code")), 200);
+    ck_assert_str_eq(jstr(json_object_get(ev, "unmapped"), "sandbox"), "sbx0000000000000000a");
+    ev = evs[1]; /* a denial */
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "action_id")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "disposition_id")), 2);
+    ev = evs[4]; /* DNS */
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "class_uid")), 4003);
+    ck_assert_str_eq(jstr(json_object_get(ev, "query"), "hostname"), "pypi.org");
+    for (size_t i = 0; i < n; i++)
+        json_decref(evs[i]);
+    resp_free(&r);
+    call(&r, "GET", "/admin/audit/export?format=ocsf&until=2000-01-01T00:00:00Z", k, 1, NULL);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_uint_eq(r.len, 0); /* nothing before then */
+    resp_free(&r);
+
+    /* Bad formats and filters are refused with what to write; an auditor exports, an
+     * operator may not read the log. */
+    call(&r, "GET", "/admin/audit/export?format=csv", k, 1, NULL);
+    assert_error(&r, 400, "format must be jsonl");
+    resp_free(&r);
+    call(&r, "GET", "/admin/audit/export?since=yesterday", k, 1, NULL);
+    assert_error(&r, 400, "since must be an RFC 3339 time");
+    resp_free(&r);
+    call(&r, "GET", "/admin/audit/export?decision=maybe", k, 1, NULL);
+    assert_error(&r, 400, "decision must be");
+    resp_free(&r);
+    char akey[CP_APIKEY_LEN + 1], okey[CP_APIKEY_LEN + 1];
+    add_key("watch", CP_ROLE_AUDITOR, NULL, akey);
+    add_key("ops", CP_ROLE_OPERATOR, NULL, okey);
+    struct al_http_header a[] = {{"X-API-KEY", akey}}, o[] = {{"X-API-KEY", okey}};
+    call(&r, "GET", "/admin/audit/export?format=ocsf", a, 1, NULL);
+    ck_assert_int_eq(r.status, 200);
+    resp_free(&r);
+    call(&r, "GET", "/admin/audit/export", o, 1, NULL);
+    assert_error(&r, 403, "has the role operator");
+    resp_free(&r);
+    /* The listing takes the same filters. */
+    call(&r, "GET", "/admin/audit?host=api.github.com&type=http_request&reason=no_rule_matched", k,
+         1, NULL);
+    ck_assert_msg(r.status == 200, "%d %s", r.status, r.raw);
+    ck_assert_uint_eq(json_array_size(json_object_get(r.body, "records")), 1);
+    resp_free(&r);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("cp_rest_console");
@@ -1168,6 +1500,9 @@ static Suite *suite(void)
     tcase_add_test(t, console_admin_policies);
     tcase_add_test(t, console_admin_vault);
     tcase_add_test(t, console_admin_audit_live);
+    tcase_add_test(t, console_admin_policy_tests);
+    tcase_add_test(t, console_admin_policy_reloads);
+    tcase_add_test(t, console_admin_audit_export);
     tcase_add_test(t, console_ws_frames);
     tcase_add_test(t, console_terminal_upgrade);
     suite_add_tcase(s, t);
