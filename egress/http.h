@@ -174,6 +174,21 @@ int egress_http_serialize_request(const struct egress_http_head *h,
                                   const struct egress_http_request *r, bool keep_upstream,
                                   struct al_buf *out);
 
+/* The same head with an engine's edits: the intercepted one drops fields (drop: the i-th
+ * field of h goes too) and adds its own after the sandbox's (add), and speaks HTTP/1.1
+ * upstream whatever the client spoke (http11: it answers for the hop itself). */
+struct egress_http_serialize_opts {
+    bool keep_upstream;
+    bool http11;
+    bool (*drop)(void *arg, const struct egress_http_head *h, uint32_t i);
+    int (*add)(void *arg, struct al_buf *out);
+    void *arg;
+};
+int egress_http_serialize_request_opts(const struct egress_http_head *h,
+                                       const struct egress_http_request *r,
+                                       const struct egress_http_serialize_opts *o,
+                                       struct al_buf *out);
+
 /* Writes the response head (collected into h, parsed by p) to send to the sandbox: the
  * upstream's status line, its fields without what al_http_forward_drops leaves behind
  * (common/http_head.h), except the framing fields (Transfer-Encoding, Content-Length), which

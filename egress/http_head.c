@@ -427,11 +427,21 @@ int egress_http_serialize_request(const struct egress_http_head *h,
                                   const struct egress_http_request *r, bool keep_upstream,
                                   struct al_buf *out)
 {
-    bool keep = r->keep_alive || keep_upstream;
+    const struct egress_http_serialize_opts o = {.keep_upstream = keep_upstream};
+    return egress_http_serialize_request_opts(h, r, &o, out);
+}
+
+int egress_http_serialize_request_opts(const struct egress_http_head *h,
+                                       const struct egress_http_request *r,
+                                       const struct egress_http_serialize_opts *o,
+                                       struct al_buf *out)
+{
+    bool keep = r->keep_alive || o->keep_upstream;
+    int minor = o->http11 ? 1 : r->http_minor;
     int rc;
     if ((rc = al_buf_appends(out, r->method)) || (rc = al_buf_append(out, " ", 1)) ||
         (rc = al_buf_append(out, r->target, r->target_len)) ||
-        (rc = al_buf_appends(out, r->http_minor ? " HTTP/1.1\r\n" : " HTTP/1.0\r\n")))
+        (rc = al_buf_appends(out, minor ? " HTTP/1.1\r\n" : " HTTP/1.0\r\n")))
         return rc;
     if ((rc = egress_http_append_host(r, out)))
         return rc;
@@ -442,8 +452,10 @@ int egress_http_serialize_request(const struct egress_http_head *h,
         bool skip = false;
         for (const char *const *x = req__restated; *x && !skip; x++)
             skip = strcasecmp(name, *x) == 0;
-        if (skip || al_http_forward_drops(conn, n_conn, name, h->hdr[i].name_len,
-                                          AL_HTTP_FWD_METHOD_DECIDED))
+        if (skip ||
+            al_http_forward_drops(conn, n_conn, name, h->hdr[i].name_len,
+                                  AL_HTTP_FWD_METHOD_DECIDED) ||
+            (o->drop && o->drop(o->arg, h, i)))
             continue;
         if ((rc = al_buf_append(out, name, h->hdr[i].name_len)) ||
             (rc = al_buf_append(out, ": ", 2)) ||
@@ -451,6 +463,8 @@ int egress_http_serialize_request(const struct egress_http_head *h,
             (rc = al_buf_append(out, "\r\n", 2)))
             return rc;
     }
+    if (o->add && (rc = o->add(o->arg, out)))
+        return rc;
     if (r->chunked)
         rc = al_buf_appends(out, "Transfer-Encoding: chunked\r\n");
     else if (r->content_length >= 0 && !(rc = al_buf_append(out, "Content-Length: ", 16)) &&
@@ -462,7 +476,7 @@ int egress_http_serialize_request(const struct egress_http_head *h,
         rc = al_buf_appends(out, "Connection: Upgrade\r\nUpgrade: websocket\r\n");
     else if (!keep)
         rc = al_buf_appends(out, "Connection: close\r\n");
-    else if (r->http_minor == 0)
+    else if (minor == 0)
         rc = al_buf_appends(out, "Connection: keep-alive\r\n");
     if (rc)
         return rc;

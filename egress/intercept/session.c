@@ -600,61 +600,58 @@ static int req__on_complete(llhttp_t *p)
     return HPE_PAUSED;
 }
 
-/* Fields never forwarded as they came: what a relay leaves behind (hop-by-hop, those the
- * Connection fields name, framing, and method overrides since the policy decided on the
- * method: common/http_head.h), HTTP2-Settings (refused before) and Expect (answered here). */
-static bool hop_by_hop(const struct al_http_field *h, const struct al_http_field *all, size_t n)
+/* While secrets are in play: bodies the scrubber can read (identity), no ranges (a secret
+ * echoed in pieces), no WebSocket extensions (permessage-deflate frames). */
+static bool sess__scrubbing(const struct intercept_session *s)
 {
-    return al_http_forward_drops(all, n, h->name, h->name_len, AL_HTTP_FWD_METHOD_DECIDED) ||
-           intercept_hdr_is(h, "HTTP2-Settings") || intercept_hdr_is(h, "Expect");
+    return s->n_used > 0 || (s->edit_live && s->edit.n_used > 0);
 }
 
-/* Serialises the request head for the upstream into uq (and keeps a copy for a retry). */
+/* The session's fields of the head beside what the proxy's serialiser leaves behind: those
+ * injection removes, Expect (100-continue is answered here), and while secrets are in play
+ * what would hide them from the scrubber. */
+static bool sess__drop_field(void *arg, const struct egress_http_head *h, uint32_t i)
+{
+    const struct intercept_session *s = arg;
+    const struct al_http_field *f = &s->hdrs[i];
+    (void)h; /* s->hdrs are h's fields, in order (egress_http_head_fields) */
+    if ((s->edit_live && s->edit.drop[i]) || intercept_hdr_is(f, "Expect"))
+        return true;
+    return sess__scrubbing(s) &&
+           (intercept_hdr_is(f, "Accept-Encoding") || intercept_hdr_is(f, "Range") ||
+            intercept_hdr_is(f, "If-Range") || intercept_hdr_is(f, "Sec-WebSocket-Extensions"));
+}
+
+/* The injected fields, and Accept-Encoding: identity while secrets are in play. */
+static int sess__add_fields(void *arg, struct al_buf *o)
+{
+    const struct intercept_session *s = arg;
+    int rc = 0;
+    for (size_t i = 0; s->edit_live && i < s->edit.n_add && rc == 0; i++) {
+        if (!(rc = al_buf_appends(o, s->edit.add[i].name)) && !(rc = al_buf_append(o, ": ", 2)) &&
+            !(rc = al_buf_append(o, s->edit.add[i].value, s->edit.add[i].len)))
+            rc = al_buf_append(o, "\r\n", 2);
+    }
+    if (rc == 0 && sess__scrubbing(s))
+        rc = al_buf_appends(o, "Accept-Encoding: identity\r\n");
+    return rc;
+}
+
+/* Serialises the request head for the upstream into uq (and keeps a copy for a retry): the
+ * proxy's serialiser (egress/http.h) with the session's edits, over a kept-alive HTTP/1.1
+ * upstream connection. */
 static int sess__serialize_request(struct intercept_session *s)
 {
     struct al_buf *o = &s->uq;
     size_t start = o->len;
-    int rc =
-        al_buf_printf(o, "%s %.*s HTTP/1.1\r\n", s->method, (int)s->info.path_len, s->info.path);
-    bool scrubbing = s->n_used > 0 || (s->edit_live && s->edit.n_used > 0);
-    for (size_t i = 0; i < s->n_hdrs && rc == 0; i++) {
-        const struct al_http_field *h = &s->hdrs[i];
-        if (s->edit_live && s->edit.drop[i])
-            continue;
-        if (hop_by_hop(h, s->hdrs, s->n_hdrs))
-            continue;
-        /* While secrets are in play: bodies the scrubber can read (identity), no ranges (a
-         * secret echoed in pieces), no WebSocket extensions (permessage-deflate frames). */
-        if (scrubbing &&
-            (intercept_hdr_is(h, "Accept-Encoding") || intercept_hdr_is(h, "Range") ||
-             intercept_hdr_is(h, "If-Range") || intercept_hdr_is(h, "Sec-WebSocket-Extensions")))
-            continue;
-        if (intercept_hdr_is(h, "Host")) {
-            rc = egress_http_append_host(&s->r, o); /* the one egress_http_check_request let by */
-            continue;
-        }
-        rc = al_buf_printf(o, "%.*s: %.*s\r\n", (int)h->name_len, h->name, (int)h->value_len,
-                           h->value);
-    }
-    if (rc == 0 && !s->r.host_raw)
-        rc = egress_http_append_host(&s->r, o); /* an absolute-form's authority */
-    for (size_t i = 0; s->edit_live && i < s->edit.n_add && rc == 0; i++) {
-        rc = al_buf_printf(o, "%s: ", s->edit.add[i].name);
-        if (!rc)
-            rc = al_buf_append(o, s->edit.add[i].value, s->edit.add[i].len);
-        if (!rc)
-            rc = al_buf_append(o, "\r\n", 2);
-    }
-    if (rc == 0 && scrubbing)
-        rc = al_buf_appends(o, "Accept-Encoding: identity\r\n");
-    if (rc == 0 && s->info.websocket && s->ws_allowed)
-        rc = al_buf_appends(o, "Connection: Upgrade\r\nUpgrade: websocket\r\n");
-    if (rc == 0 && s->req_chunked)
-        rc = al_buf_appends(o, "Transfer-Encoding: chunked\r\n");
-    else if (rc == 0 && s->r.content_length >= 0)
-        rc = al_buf_printf(o, "Content-Length: %lld\r\n", (long long)s->r.content_length);
-    if (rc == 0)
-        rc = al_buf_append(o, "\r\n", 2);
+    const struct egress_http_serialize_opts so = {
+        .keep_upstream = true,
+        .http11 = true,
+        .drop = sess__drop_field,
+        .add = sess__add_fields,
+        .arg = s,
+    };
+    int rc = egress_http_serialize_request_opts(&s->reqh, &s->r, &so, o);
     if (rc == 0) {
         al_buf_reset(&s->saved_head);
         rc = al_buf_append(&s->saved_head, o->data + start, o->len - start);
@@ -905,7 +902,7 @@ static void sess__on_request(struct intercept_session *s)
     s->ws_allowed = s->info.websocket;
     s->req_chunked = s->r.chunked;
     s->req_close = !s->r.keep_alive;
-    /* Only 100-continue passes the checks: answered here, not forwarded (hop_by_hop). */
+    /* Only 100-continue passes the checks: answered here, not forwarded (sess__drop_field). */
     s->expect_continue = egress_http_head_get(&s->reqh, "Expect", NULL) != NULL;
     s->max_body = dn.max_body;
     /* Secrets for a genuine allow that injects. */
